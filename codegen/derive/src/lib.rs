@@ -1,0 +1,1 @@
+//! iggy-wire-derive (placeholder until its owner lands it).

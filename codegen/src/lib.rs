@@ -1,0 +1,1 @@
+//! iggy-codegen: spec parser, model and emitters.

@@ -1,0 +1,1 @@
+//! iggy-conformance (placeholder until its owner lands it).

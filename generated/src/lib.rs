@@ -1,0 +1,1 @@
+//! iggy-generated (placeholder until its owner lands it).

@@ -1,0 +1,1 @@
+//! iggy-sdk-stub (placeholder until its owner lands it).

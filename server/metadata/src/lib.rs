@@ -1,0 +1,1 @@
+//! iggy-metadata (placeholder until its owner lands it).

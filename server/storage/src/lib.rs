@@ -1,0 +1,1 @@
+//! iggy-storage (placeholder until its owner lands it).

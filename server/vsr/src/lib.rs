@@ -1,0 +1,1 @@
+//! iggy-vsr (placeholder until its owner lands it).

@@ -1,0 +1,1 @@
+//! iggy-wire (placeholder until its owner lands it).
