@@ -1,0 +1,1 @@
+//! Repository-wide architecture checks; see tests/tidy.rs.
