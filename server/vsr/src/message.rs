@@ -1,0 +1,147 @@
+//! Messages exchanged between replicas, and the prepared log entry they carry.
+
+use bytes::Bytes;
+
+/// Index of a replica inside its consensus group, `0..replica_count`.
+pub type ReplicaId = u8;
+
+/// Operation code reserved for session registration. Requests with this code are executed by the
+/// replica itself (they create a client-table entry) and never reach the state machine.
+pub const OPERATION_REGISTER: u8 = 0;
+
+/// One prepared operation: the unit that is journaled, replicated and committed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    /// Position in the log, starting at 1.
+    pub op: u64,
+    /// View in which the primary prepared this entry.
+    pub view: u32,
+    /// Client id that sent the request.
+    pub client: u128,
+    /// Client request number (0 is the register request).
+    pub request: u64,
+    /// Operation code, opaque to the replica except `OPERATION_REGISTER`.
+    pub operation: u8,
+    /// Request body, opaque to the replica.
+    pub body: Bytes,
+    /// Checksum over every other field, so a torn journal write is detected on open.
+    pub checksum: u64,
+}
+
+impl Entry {
+    /// Builds an entry and seals it with its checksum.
+    pub fn new(op: u64, view: u32, client: u128, request: u64, operation: u8, body: Bytes) -> Self {
+        let mut entry = Entry { op, view, client, request, operation, body, checksum: 0 };
+        entry.checksum = entry.compute_checksum();
+        entry
+    }
+
+    /// Recomputes the checksum from the fields (FNV-1a, 64 bit).
+    pub fn compute_checksum(&self) -> u64 {
+        let mut hash = Fnv::new();
+        hash.write(&self.op.to_le_bytes());
+        hash.write(&self.view.to_le_bytes());
+        hash.write(&self.client.to_le_bytes());
+        hash.write(&self.request.to_le_bytes());
+        hash.write(&[self.operation]);
+        hash.write(&(self.body.len() as u64).to_le_bytes());
+        hash.write(&self.body);
+        hash.finish()
+    }
+
+    /// True when the stored checksum matches the fields.
+    pub fn is_valid(&self) -> bool {
+        self.checksum == self.compute_checksum()
+    }
+}
+
+/// Small FNV-1a hasher: deterministic across platforms and runs, no dependency.
+#[derive(Clone, Copy, Debug)]
+pub struct Fnv(u64);
+
+impl Fnv {
+    /// Starts from the FNV offset basis.
+    pub fn new() -> Self {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+    /// Mixes bytes in.
+    pub fn write(&mut self, bytes: &[u8]) {
+        for byte in bytes {
+            self.0 ^= u64::from(*byte);
+            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    /// The hash so far.
+    pub fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+impl Default for Fnv {
+    fn default() -> Self {
+        Fnv::new()
+    }
+}
+
+/// A replica-to-replica message. Every message names the view it belongs to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Message {
+    /// Primary to backups: append `entry`; `commit` piggybacks the primary's commit number.
+    /// Also the answer to `RequestPrepare` (repair).
+    Prepare { view: u32, commit: u64, entry: Entry },
+    /// Backup to primary: `op` is durable in this replica's journal.
+    PrepareOk { view: u32, op: u64, replica: ReplicaId },
+    /// Primary heartbeat carrying its commit number.
+    Commit { view: u32, commit: u64 },
+    /// A replica suspects the primary and votes to move to `view`.
+    StartViewChange { view: u32, replica: ReplicaId },
+    /// To the new primary of `view`: the sender's log, last normal view and commit number.
+    DoViewChange { view: u32, replica: ReplicaId, log_view: u32, commit: u64, log: Vec<Entry> },
+    /// New primary to all: the canonical log of `view`.
+    StartView { view: u32, commit: u64, log: Vec<Entry> },
+    /// Backup to primary: send me the prepare at `op` (and a few after it).
+    RequestPrepare { view: u32, op: u64, replica: ReplicaId },
+    /// A lagging replica asks the primary of `view` for its `StartView`.
+    RequestStartView { view: u32, replica: ReplicaId },
+    /// A restarted replica (volatile state lost) asks the others for the current state.
+    Recovery { replica: ReplicaId, nonce: u64 },
+    /// Answer to `Recovery`; only the primary of `view` includes its log and commit number.
+    RecoveryResponse {
+        view: u32,
+        nonce: u64,
+        replica: ReplicaId,
+        primary_state: Option<(u64, Vec<Entry>)>,
+    },
+}
+
+impl Message {
+    /// Short name for logs and traces.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Message::Prepare { .. } => "prepare",
+            Message::PrepareOk { .. } => "prepare_ok",
+            Message::Commit { .. } => "commit",
+            Message::StartViewChange { .. } => "start_view_change",
+            Message::DoViewChange { .. } => "do_view_change",
+            Message::StartView { .. } => "start_view",
+            Message::RequestPrepare { .. } => "request_prepare",
+            Message::RequestStartView { .. } => "request_start_view",
+            Message::Recovery { .. } => "recovery",
+            Message::RecoveryResponse { .. } => "recovery_response",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checksum_detects_a_torn_body() {
+        let entry = Entry::new(3, 1, 7, 2, 5, Bytes::from_static(b"hello"));
+        assert!(entry.is_valid());
+        let mut torn = entry.clone();
+        torn.body = Bytes::from_static(b"hell");
+        assert!(!torn.is_valid());
+    }
+}

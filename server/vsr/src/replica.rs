@@ -1,0 +1,741 @@
+//! The replica state machine: normal operation, view change, recovery and prepare repair.
+//!
+//! Inputs are the `on_*` methods; outputs are drained with `poll_action` after every input.
+//! The replica never performs I/O and never reads a clock: time is `on_tick(now_ticks)`.
+
+use crate::client_table::{ClientTable, RequestCheck};
+use crate::journal::Journal;
+use crate::message::{Entry, Message, OPERATION_REGISTER, ReplicaId};
+use bytes::Bytes;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+/// Static configuration of one replica in one consensus group.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Number of replicas in the group (1, 3, 5, ...).
+    pub replica_count: u8,
+    /// This replica's index.
+    pub replica: ReplicaId,
+    /// Bound of the client table.
+    pub clients_table_max: usize,
+    /// Bound of uncommitted prepares at the primary.
+    pub pipeline_max: usize,
+    /// Primary heartbeat (Commit message) period.
+    pub heartbeat_ticks: u64,
+    /// Silence from the primary after which a backup starts a view change; also the time after
+    /// which a stalled view change moves on to the next view.
+    pub view_change_timeout_ticks: u64,
+    /// Retransmission period for prepares, view-change and recovery messages.
+    pub resend_ticks: u64,
+}
+
+impl Config {
+    /// Defaults for `replica` in a group of `replica_count`.
+    pub fn new(replica_count: u8, replica: ReplicaId) -> Self {
+        assert!(replica_count >= 1 && replica < replica_count);
+        Config {
+            replica_count,
+            replica,
+            clients_table_max: 64,
+            pipeline_max: 16,
+            heartbeat_ticks: 5,
+            view_change_timeout_ticks: 30,
+            resend_ticks: 8,
+        }
+    }
+
+    fn quorum(&self) -> usize {
+        usize::from(self.replica_count) / 2 + 1
+    }
+}
+
+/// Replica status, as in Viewstamped Replication Revisited.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Status {
+    /// Serving the current view.
+    Normal,
+    /// Moving to a new view.
+    ViewChange,
+    /// Restarted; waiting for the group to tell it the current state.
+    Recovering,
+}
+
+/// Why a client request was not accepted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// This replica is not the primary (or is changing views); try `primary`.
+    NotPrimary { view: u32, primary: ReplicaId },
+    /// The request number is older than the client's latest committed request.
+    RequestTooOld,
+    /// The client table is full; the register was refused.
+    ClientsTableFull,
+    /// The client never registered (or its register has not committed).
+    SessionUnknown,
+    /// The pipeline is full; retry later.
+    Busy,
+}
+
+/// An output of the replica, to be executed by the shell.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Send `message` to replica `to`.
+    Send { to: ReplicaId, message: Message },
+    /// Durably write `entry` at `op` in the journal, then call `on_write_done(op)`.
+    WritePrepare { op: u64, entry: Entry },
+    /// Remove every journal entry with an op greater than `after_op` (no callback; ordered
+    /// with respect to the writes around it).
+    TruncateJournal { after_op: u64 },
+    /// Apply `operation`/`body` at `op` to the state machine, then call
+    /// `on_committed_reply(op, reply)`. At most one `Commit` is outstanding at a time.
+    Commit { op: u64, client: u128, request: u64, operation: u8, body: Bytes },
+    /// Answer `client`'s `request` with `reply` (committed at `op`).
+    Reply { client: u128, request: u64, op: u64, reply: Bytes },
+    /// Refuse `client`'s `request`.
+    Refuse { client: u128, request: u64, refusal: Refusal },
+}
+
+/// One Viewstamped Replication replica of one consensus group.
+#[derive(Debug)]
+pub struct Replica {
+    config: Config,
+    status: Status,
+    view: u32,
+    log_view: u32,
+    journal: Journal,
+    /// Highest op known committed.
+    commit_max: u64,
+    /// Highest op applied (reply recorded).
+    commit_min: u64,
+    commit_in_flight: Option<u64>,
+    clients: ClientTable,
+    /// Primary only: replicas that acknowledged each uncommitted op in this view.
+    prepare_oks: BTreeMap<u64, BTreeSet<ReplicaId>>,
+    start_view_change_from: BTreeSet<ReplicaId>,
+    do_view_change_from: BTreeMap<ReplicaId, (u32, u64, Vec<Entry>)>,
+    do_view_change_sent: bool,
+    recovery_nonce: u64,
+    recovery_responses: BTreeMap<ReplicaId, (u32, Option<(u64, Vec<Entry>)>)>,
+    now: u64,
+    heard_from_primary_at: u64,
+    view_change_started_at: u64,
+    sent_heartbeat_at: u64,
+    resent_at: u64,
+    actions: VecDeque<Action>,
+}
+
+impl Replica {
+    /// Opens a replica over the valid prefix of its durable journal (ops `1..=n`, torn tail
+    /// already dropped by the shell). `nonce` must differ across restarts of this replica.
+    ///
+    /// A group of one commits its whole journal at once (every written entry had its quorum).
+    /// A larger group starts in `Status::Recovering` and asks the others for the current view.
+    /// Either way the replica re-emits `Commit` for every op from 1 on: the shell applies them
+    /// to a fresh state machine.
+    pub fn open(config: Config, journal_entries: Vec<Entry>, nonce: u64) -> Self {
+        let journal = Journal::from_entries(journal_entries);
+        let view = journal.entries().iter().map(|entry| entry.view).max().unwrap_or(0);
+        let solo = config.replica_count == 1;
+        let mut replica = Replica {
+            clients: ClientTable::new(config.clients_table_max),
+            config,
+            status: if solo { Status::Normal } else { Status::Recovering },
+            view,
+            log_view: view,
+            commit_max: 0,
+            commit_min: 0,
+            commit_in_flight: None,
+            journal,
+            prepare_oks: BTreeMap::new(),
+            start_view_change_from: BTreeSet::new(),
+            do_view_change_from: BTreeMap::new(),
+            do_view_change_sent: false,
+            recovery_nonce: nonce,
+            recovery_responses: BTreeMap::new(),
+            now: 0,
+            heard_from_primary_at: 0,
+            view_change_started_at: 0,
+            sent_heartbeat_at: 0,
+            resent_at: 0,
+            actions: VecDeque::new(),
+        };
+        if solo {
+            replica.commit_max = replica.journal.op();
+            replica.commit_advance();
+        } else {
+            replica.send_recovery();
+        }
+        replica
+    }
+
+    /// A fresh replica with an empty journal.
+    pub fn new(config: Config) -> Self {
+        Replica::open(config, Vec::new(), 0)
+    }
+
+    // ----- getters -----
+
+    /// Current status.
+    pub fn status(&self) -> Status {
+        self.status
+    }
+    /// Current view.
+    pub fn view(&self) -> u32 {
+        self.view
+    }
+    /// Highest op in the log.
+    pub fn op(&self) -> u64 {
+        self.journal.op()
+    }
+    /// Highest op applied to the state machine.
+    pub fn commit_min(&self) -> u64 {
+        self.commit_min
+    }
+    /// Highest op known committed.
+    pub fn commit_max(&self) -> u64 {
+        self.commit_max
+    }
+    /// The log entry at `op`.
+    pub fn entry(&self, op: u64) -> Option<&Entry> {
+        self.journal.get(op)
+    }
+    /// The client table.
+    pub fn clients(&self) -> &ClientTable {
+        &self.clients
+    }
+    /// This replica's index.
+    pub fn replica(&self) -> ReplicaId {
+        self.config.replica
+    }
+    /// Primary of `view`.
+    pub fn primary_of(&self, view: u32) -> ReplicaId {
+        (view % u32::from(self.config.replica_count)) as ReplicaId
+    }
+    /// True when this replica is the primary of its view and in normal status.
+    pub fn is_primary(&self) -> bool {
+        self.status == Status::Normal && self.primary_of(self.view) == self.config.replica
+    }
+
+    /// Next output, if any. Drain after every input.
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.actions.pop_front()
+    }
+
+    // ----- inputs -----
+
+    /// A client request. Only the primary accepts it; duplicates replay the cached reply.
+    pub fn on_request(&mut self, client: u128, request: u64, operation: u8, body: Bytes) {
+        if !self.is_primary() {
+            let refusal = Refusal::NotPrimary { view: self.view, primary: self.primary_of(self.view) };
+            self.actions.push_back(Action::Refuse { client, request, refusal });
+            return;
+        }
+        let register = operation == OPERATION_REGISTER;
+        let in_pipeline = self
+            .journal
+            .entries()
+            .iter()
+            .skip(self.commit_min as usize)
+            .any(|entry| entry.client == client && (entry.request >= request || register));
+        if in_pipeline {
+            return; // Already being prepared; the reply follows its commit.
+        }
+        match self.clients.check(client, request, register) {
+            RequestCheck::Duplicate { op, reply } => {
+                self.actions.push_back(Action::Reply { client, request, op, reply });
+                return;
+            }
+            RequestCheck::TooOld => return self.refuse(client, request, Refusal::RequestTooOld),
+            RequestCheck::SessionUnknown => {
+                return self.refuse(client, request, Refusal::SessionUnknown);
+            }
+            RequestCheck::New => {}
+        }
+        if register {
+            let registers_pending = self
+                .journal
+                .entries()
+                .iter()
+                .skip(self.commit_min as usize)
+                .filter(|entry| entry.operation == OPERATION_REGISTER)
+                .count();
+            if self.clients.len() + registers_pending >= self.config.clients_table_max {
+                return self.refuse(client, request, Refusal::ClientsTableFull);
+            }
+        }
+        if (self.journal.op() - self.commit_max) as usize >= self.config.pipeline_max {
+            return self.refuse(client, request, Refusal::Busy);
+        }
+        let entry = Entry::new(self.journal.op() + 1, self.view, client, request, operation, body);
+        self.append_and_write(entry.clone());
+        self.prepare_oks.insert(entry.op, BTreeSet::new());
+        for to in self.others() {
+            let message = Message::Prepare { view: self.view, commit: self.commit_max, entry: entry.clone() };
+            self.send(to, message);
+        }
+    }
+
+    /// The shell finished the journal write for `op`.
+    pub fn on_write_done(&mut self, op: u64) {
+        if !self.journal.write_done(op) || self.status != Status::Normal {
+            return;
+        }
+        self.acknowledge(op);
+    }
+
+    /// The state machine applied the `Commit` at `op` and produced `reply`.
+    pub fn on_committed_reply(&mut self, op: u64, reply: Bytes) {
+        assert_eq!(self.commit_in_flight, Some(op), "replies must answer the outstanding Commit");
+        self.commit_in_flight = None;
+        let entry = self.journal.get(op).expect("committed entry present").clone();
+        self.clients.record(entry.client, entry.request, op, reply.clone());
+        self.commit_min = op;
+        if self.is_primary() {
+            let (client, request) = (entry.client, entry.request);
+            self.actions.push_back(Action::Reply { client, request, op, reply });
+        }
+        self.commit_advance();
+    }
+
+    /// Virtual time advanced to `now_ticks` (must not go backwards).
+    pub fn on_tick(&mut self, now_ticks: u64) {
+        assert!(now_ticks >= self.now, "time went backwards");
+        self.now = now_ticks;
+        if self.config.replica_count == 1 {
+            return;
+        }
+        match self.status {
+            Status::Recovering => {
+                if self.now >= self.resent_at + self.config.resend_ticks {
+                    self.send_recovery();
+                }
+            }
+            Status::ViewChange => {
+                if self.now >= self.view_change_started_at + self.config.view_change_timeout_ticks {
+                    self.start_view_change(self.view + 1);
+                } else if self.now >= self.resent_at + self.config.resend_ticks {
+                    self.resent_at = self.now;
+                    self.broadcast_start_view_change();
+                    self.do_view_change_sent = false;
+                    self.maybe_send_do_view_change();
+                }
+            }
+            Status::Normal if self.is_primary() => self.tick_primary(),
+            Status::Normal => {
+                let timeout = self.config.view_change_timeout_ticks + 3 * u64::from(self.config.replica);
+                if self.now >= self.heard_from_primary_at + timeout {
+                    self.start_view_change(self.view + 1);
+                }
+            }
+        }
+    }
+
+    /// A message from replica `from`.
+    pub fn on_message(&mut self, from: ReplicaId, message: Message) {
+        if from >= self.config.replica_count || from == self.config.replica {
+            return;
+        }
+        if self.status == Status::Recovering {
+            if let Message::RecoveryResponse { view, nonce, replica, primary_state } = message {
+                self.on_recovery_response(view, nonce, replica, primary_state);
+            }
+            return;
+        }
+        match message {
+            Message::Prepare { view, commit, entry } => self.on_prepare(from, view, commit, entry),
+            Message::PrepareOk { view, op, replica } => self.on_prepare_ok(view, op, replica),
+            Message::Commit { view, commit } => self.on_commit(from, view, commit),
+            Message::StartViewChange { view, replica } => self.on_start_view_change(view, replica),
+            Message::DoViewChange { view, replica, log_view, commit, log } => {
+                self.on_do_view_change(view, replica, log_view, commit, log)
+            }
+            Message::StartView { view, commit, log } => self.on_start_view(view, commit, log),
+            Message::RequestPrepare { view, op, replica } => self.on_request_prepare(view, op, replica),
+            Message::RequestStartView { view, replica } => {
+                if view == self.view && self.is_primary() {
+                    self.send_start_view(replica);
+                }
+            }
+            Message::Recovery { replica, nonce } => self.on_recovery(replica, nonce),
+            Message::RecoveryResponse { .. } => {}
+        }
+    }
+}
+
+// ----- private: normal operation -----
+impl Replica {
+    fn others(&self) -> Vec<ReplicaId> {
+        (0..self.config.replica_count).filter(|r| *r != self.config.replica).collect()
+    }
+
+    fn send(&mut self, to: ReplicaId, message: Message) {
+        debug_assert_ne!(to, self.config.replica);
+        self.actions.push_back(Action::Send { to, message });
+    }
+
+    fn refuse(&mut self, client: u128, request: u64, refusal: Refusal) {
+        self.actions.push_back(Action::Refuse { client, request, refusal });
+    }
+
+    fn append_and_write(&mut self, entry: Entry) {
+        let op = entry.op;
+        self.journal.append(entry.clone());
+        self.actions.push_back(Action::WritePrepare { op, entry });
+    }
+
+    /// `op` is durable here: count it (primary) or tell the primary (backup).
+    fn acknowledge(&mut self, op: u64) {
+        if op <= self.commit_max && !self.is_primary() {
+            return;
+        }
+        if self.is_primary() {
+            let me = self.config.replica;
+            self.on_prepare_ok(self.view, op, me);
+        } else {
+            let primary = self.primary_of(self.view);
+            let message = Message::PrepareOk { view: self.view, op, replica: self.config.replica };
+            self.send(primary, message);
+        }
+    }
+
+    fn tick_primary(&mut self) {
+        if self.now >= self.sent_heartbeat_at + self.config.heartbeat_ticks {
+            self.sent_heartbeat_at = self.now;
+            for to in self.others() {
+                self.send(to, Message::Commit { view: self.view, commit: self.commit_max });
+            }
+        }
+        if self.now >= self.resent_at + self.config.resend_ticks {
+            self.resent_at = self.now;
+            let pending: Vec<(u64, BTreeSet<ReplicaId>)> =
+                self.prepare_oks.iter().map(|(op, oks)| (*op, oks.clone())).collect();
+            for (op, oks) in pending {
+                let entry = self.journal.get(op).expect("pipeline op in log").clone();
+                for to in self.others().into_iter().filter(|r| !oks.contains(r)) {
+                    let message = Message::Prepare { view: self.view, commit: self.commit_max, entry: entry.clone() };
+                    self.send(to, message);
+                }
+            }
+        }
+    }
+
+    fn on_prepare(&mut self, from: ReplicaId, view: u32, commit: u64, entry: Entry) {
+        if !self.accept_from_primary(from, view) {
+            return;
+        }
+        if !entry.is_valid() {
+            return;
+        }
+        let op = entry.op;
+        if op <= self.journal.op() {
+            // Duplicate (or repair overlap): re-acknowledge if durable.
+            let same = self.journal.get(op).map(|ours| ours.checksum) == Some(entry.checksum);
+            if same && self.journal.is_durable(op) && op > self.commit_max {
+                self.acknowledge(op);
+            }
+        } else if op == self.journal.op() + 1 {
+            self.append_and_write(entry);
+        } else {
+            self.request_prepare();
+        }
+        self.learn_commit(commit);
+    }
+
+    fn on_commit(&mut self, from: ReplicaId, view: u32, commit: u64) {
+        if self.accept_from_primary(from, view) {
+            self.learn_commit(commit);
+        }
+    }
+
+    /// True when a message from the primary of `view` should be processed; handles lagging.
+    fn accept_from_primary(&mut self, from: ReplicaId, view: u32) -> bool {
+        if view < self.view || from != self.primary_of(view) {
+            return false;
+        }
+        if view > self.view || self.status != Status::Normal {
+            let message = Message::RequestStartView { view, replica: self.config.replica };
+            self.send(from, message);
+            return false;
+        }
+        self.heard_from_primary_at = self.now;
+        true
+    }
+
+    fn learn_commit(&mut self, commit: u64) {
+        if commit > self.journal.op() {
+            self.request_prepare();
+        }
+        let commit = commit.min(self.journal.op());
+        if commit > self.commit_max {
+            self.commit_max = commit;
+            self.commit_advance();
+        }
+    }
+
+    fn request_prepare(&mut self) {
+        let primary = self.primary_of(self.view);
+        let message =
+            Message::RequestPrepare { view: self.view, op: self.journal.op() + 1, replica: self.config.replica };
+        self.send(primary, message);
+    }
+
+    fn on_request_prepare(&mut self, view: u32, op: u64, replica: ReplicaId) {
+        if view != self.view || !self.is_primary() {
+            return;
+        }
+        let last = self.journal.op().min(op + 7);
+        for repair in op..=last {
+            let entry = self.journal.get(repair).expect("op in log").clone();
+            self.send(replica, Message::Prepare { view: self.view, commit: self.commit_max, entry });
+        }
+    }
+
+    fn on_prepare_ok(&mut self, view: u32, op: u64, replica: ReplicaId) {
+        if view != self.view || !self.is_primary() {
+            return;
+        }
+        let Some(oks) = self.prepare_oks.get_mut(&op) else { return };
+        oks.insert(replica);
+        let quorum = self.config.quorum();
+        let me = self.config.replica;
+        // Commit in op order: the front of the pipeline with a quorum including ourselves.
+        while let Some((front, oks)) = self.prepare_oks.first_key_value() {
+            if oks.len() < quorum || !oks.contains(&me) {
+                break;
+            }
+            assert_eq!(*front, self.commit_max + 1);
+            self.commit_max = *front;
+            self.prepare_oks.pop_first();
+        }
+        self.commit_advance();
+    }
+
+    /// Applies committed ops in order, one outstanding `Commit` at a time.
+    fn commit_advance(&mut self) {
+        while self.commit_in_flight.is_none() && self.commit_min < self.commit_max {
+            let op = self.commit_min + 1;
+            let entry = self.journal.get(op).expect("committed op in log").clone();
+            if entry.operation == OPERATION_REGISTER {
+                let result = self.clients.register(entry.client, op);
+                self.commit_min = op;
+                if self.is_primary() {
+                    let (client, request) = (entry.client, entry.request);
+                    let action = match result {
+                        Ok(reply) => Action::Reply { client, request, op, reply },
+                        Err(()) => Action::Refuse { client, request, refusal: Refusal::ClientsTableFull },
+                    };
+                    self.actions.push_back(action);
+                }
+                continue;
+            }
+            let fresh = self.clients.get(entry.client).is_some_and(|s| entry.request > s.request);
+            if !fresh {
+                // Unregistered or stale: skipped identically on every replica.
+                self.commit_min = op;
+                continue;
+            }
+            self.commit_in_flight = Some(op);
+            self.actions.push_back(Action::Commit {
+                op,
+                client: entry.client,
+                request: entry.request,
+                operation: entry.operation,
+                body: entry.body,
+            });
+        }
+    }
+}
+
+// ----- private: view change -----
+impl Replica {
+    fn start_view_change(&mut self, view: u32) {
+        assert!(view > self.view || self.status == Status::Normal);
+        self.view = view;
+        self.status = Status::ViewChange;
+        self.view_change_started_at = self.now;
+        self.resent_at = self.now;
+        self.prepare_oks.clear();
+        self.start_view_change_from.clear();
+        self.do_view_change_from.clear();
+        self.do_view_change_sent = false;
+        self.start_view_change_from.insert(self.config.replica);
+        self.broadcast_start_view_change();
+        self.maybe_send_do_view_change();
+    }
+
+    fn broadcast_start_view_change(&mut self) {
+        for to in self.others() {
+            self.send(to, Message::StartViewChange { view: self.view, replica: self.config.replica });
+        }
+    }
+
+    fn on_start_view_change(&mut self, view: u32, replica: ReplicaId) {
+        if view < self.view || (view == self.view && self.status == Status::Normal) {
+            return;
+        }
+        if view > self.view {
+            self.start_view_change(view);
+        }
+        self.start_view_change_from.insert(replica);
+        self.maybe_send_do_view_change();
+    }
+
+    fn maybe_send_do_view_change(&mut self) {
+        if self.do_view_change_sent || self.start_view_change_from.len() < self.config.quorum() {
+            return;
+        }
+        self.do_view_change_sent = true;
+        let me = self.config.replica;
+        let log = self.journal.entries().to_vec();
+        let primary = self.primary_of(self.view);
+        if primary == me {
+            self.on_do_view_change(self.view, me, self.log_view, self.commit_max, log);
+        } else {
+            let message = Message::DoViewChange {
+                view: self.view,
+                replica: me,
+                log_view: self.log_view,
+                commit: self.commit_max,
+                log,
+            };
+            self.send(primary, message);
+        }
+    }
+
+    fn on_do_view_change(&mut self, view: u32, replica: ReplicaId, log_view: u32, commit: u64, log: Vec<Entry>) {
+        if view < self.view || self.primary_of(view) != self.config.replica {
+            return;
+        }
+        if view == self.view && self.status == Status::Normal {
+            // Already started this view: the sender missed StartView.
+            self.send_start_view(replica);
+            return;
+        }
+        if view > self.view {
+            self.start_view_change(view);
+        }
+        self.do_view_change_from.insert(replica, (log_view, commit, log));
+        if self.do_view_change_from.len() < self.config.quorum() {
+            return;
+        }
+        let commit = self.do_view_change_from.values().map(|(_, commit, _)| *commit).max().unwrap();
+        let (_, _, best) = self
+            .do_view_change_from
+            .values()
+            .max_by_key(|(log_view, _, log)| (*log_view, log.len()))
+            .unwrap()
+            .clone();
+        self.do_view_change_from.clear();
+        self.install_log(best);
+        self.status = Status::Normal;
+        self.log_view = self.view;
+        self.prepare_oks.clear();
+        self.commit_max = self.commit_max.max(commit.min(self.journal.op()));
+        for op in self.commit_max + 1..=self.journal.op() {
+            self.prepare_oks.insert(op, BTreeSet::new());
+        }
+        for to in self.others() {
+            self.send_start_view(to);
+        }
+        self.sent_heartbeat_at = self.now;
+        self.resent_at = self.now;
+        for op in self.commit_max + 1..=self.journal.op() {
+            if self.journal.is_durable(op) {
+                self.acknowledge(op);
+            }
+        }
+        self.commit_advance();
+    }
+
+    fn send_start_view(&mut self, to: ReplicaId) {
+        let message = Message::StartView { view: self.view, commit: self.commit_max, log: self.journal.entries().to_vec() };
+        self.send(to, message);
+    }
+
+    fn on_start_view(&mut self, view: u32, commit: u64, log: Vec<Entry>) {
+        if view < self.view || (view == self.view && self.status == Status::Normal) {
+            return;
+        }
+        if self.primary_of(view) == self.config.replica {
+            return;
+        }
+        self.view = view;
+        self.log_view = view;
+        self.status = Status::Normal;
+        self.heard_from_primary_at = self.now;
+        self.prepare_oks.clear();
+        self.install_log(log);
+        self.learn_commit(commit);
+        for op in self.commit_max + 1..=self.journal.op() {
+            if self.journal.is_durable(op) {
+                self.acknowledge(op);
+            }
+        }
+    }
+
+    /// Replaces the log, never below what this replica already applied.
+    fn install_log(&mut self, log: Vec<Entry>) {
+        assert!(log.len() as u64 >= self.commit_min, "a canonical log lost committed ops");
+        if let Some(first_different) = self.journal.replace(log) {
+            assert!(first_different > self.commit_min, "a canonical log rewrote committed ops");
+            self.actions.push_back(Action::TruncateJournal { after_op: first_different - 1 });
+            for op in first_different..=self.journal.op() {
+                let entry = self.journal.get(op).unwrap().clone();
+                self.actions.push_back(Action::WritePrepare { op, entry });
+            }
+        }
+        if self.commit_max > self.journal.op() {
+            self.commit_max = self.journal.op().max(self.commit_min);
+        }
+    }
+}
+
+// ----- private: recovery -----
+impl Replica {
+    fn send_recovery(&mut self) {
+        self.resent_at = self.now;
+        for to in self.others() {
+            self.send(to, Message::Recovery { replica: self.config.replica, nonce: self.recovery_nonce });
+        }
+    }
+
+    fn on_recovery(&mut self, replica: ReplicaId, nonce: u64) {
+        if self.status != Status::Normal {
+            return;
+        }
+        let primary_state =
+            if self.is_primary() { Some((self.commit_max, self.journal.entries().to_vec())) } else { None };
+        let message =
+            Message::RecoveryResponse { view: self.view, nonce, replica: self.config.replica, primary_state };
+        self.send(replica, message);
+    }
+
+    fn on_recovery_response(&mut self, view: u32, nonce: u64, replica: ReplicaId, state: Option<(u64, Vec<Entry>)>) {
+        if nonce != self.recovery_nonce {
+            return;
+        }
+        self.recovery_responses.insert(replica, (view, state));
+        if self.recovery_responses.len() < self.config.quorum() {
+            return;
+        }
+        let view_max = self.recovery_responses.values().map(|(view, _)| *view).max().unwrap();
+        let primary = self.primary_of(view_max);
+        let Some((view, Some((commit, log)))) = self.recovery_responses.get(&primary).cloned() else {
+            return;
+        };
+        if view != view_max {
+            return;
+        }
+        self.recovery_responses.clear();
+        self.view = view;
+        self.log_view = view;
+        self.status = Status::Normal;
+        self.heard_from_primary_at = self.now;
+        self.install_log(log);
+        self.learn_commit(commit);
+        for op in self.commit_max + 1..=self.journal.op() {
+            if self.journal.is_durable(op) {
+                self.acknowledge(op);
+            }
+        }
+    }
+}
