@@ -167,9 +167,13 @@ impl Replica {
         replica
     }
 
-    /// A fresh replica with an empty journal.
+    /// A replica of a freshly formatted group (empty journal, view 0, normal status). Use
+    /// `open` for every later start.
     pub fn new(config: Config) -> Self {
-        Replica::open(config, Vec::new(), 0)
+        let mut replica = Replica::open(config, Vec::new(), 0);
+        replica.status = Status::Normal;
+        replica.actions.clear();
+        replica
     }
 
     // ----- getters -----

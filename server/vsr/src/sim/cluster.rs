@@ -1,0 +1,380 @@
+//! A simulated cluster: replicas, clients, faulty network and storage, and the checkers.
+
+use super::Rng;
+use super::packet::{PacketOptions, PacketSimulator};
+use super::storage::Storage;
+use crate::message::{Entry, Fnv, Message, OPERATION_REGISTER, ReplicaId};
+use crate::replica::{Action, Config, Refusal, Replica};
+use bytes::Bytes;
+use std::collections::BTreeMap;
+
+/// A packet on the simulated network.
+#[derive(Clone, Debug)]
+enum Packet {
+    Replica { from: ReplicaId, to: ReplicaId, message: Message },
+    Request { to: ReplicaId, client: u128, request: u64, operation: u8, body: Bytes },
+    Response { client: u128, action: Action },
+}
+
+#[derive(Debug)]
+struct Client {
+    id: u128,
+    request: u64,
+    requests_total: u64,
+    target: ReplicaId,
+    sent_at: Option<u64>,
+    retry_at: u64,
+}
+
+struct Node {
+    replica: Option<Replica>,
+    storage: Storage,
+    state: u64,
+    restart_at: u64,
+    checked_commit: u64,
+}
+
+/// Outcome summary of one seed.
+#[derive(Debug)]
+pub struct Summary {
+    /// Ops committed (canonical log length).
+    pub committed: u64,
+    /// Crashes injected.
+    pub crashes: u64,
+    /// Ticks simulated.
+    pub ticks: u64,
+}
+
+/// The simulated world for one seed.
+pub struct Cluster {
+    seed: u64,
+    rng: Rng,
+    now: u64,
+    replica_count: u8,
+    nodes: Vec<Node>,
+    clients: Vec<Client>,
+    network: PacketSimulator<Packet>,
+    /// Canonical committed log: op → (entry, reply).
+    canonical: BTreeMap<u64, (Entry, Bytes)>,
+    crashes: u64,
+    restarts: u64,
+    faults: bool,
+}
+
+const INITIAL_STATE: u64 = 0x1234_5678;
+
+fn apply(state: u64, body: &[u8]) -> u64 {
+    let mut hash = Fnv::new();
+    hash.write(&state.to_le_bytes());
+    hash.write(body);
+    hash.finish()
+}
+
+impl Cluster {
+    /// A cluster of `replica_count` replicas and `client_count` clients for `seed`.
+    pub fn new(seed: u64, replica_count: u8, client_count: u8, requests_per_client: u64) -> Self {
+        let mut rng = Rng::new(seed);
+        let options = PacketOptions {
+            drop_percent: rng.below(10),
+            duplicate_percent: rng.below(10),
+            delay_min_ticks: 1,
+            delay_max_ticks: 1 + rng.below(6),
+        };
+        let nodes = (0..replica_count)
+            .map(|replica| Node {
+                replica: Some(Replica::new(config(replica_count, replica))),
+                storage: Storage::default(),
+                state: INITIAL_STATE,
+                restart_at: 0,
+                checked_commit: 0,
+            })
+            .collect();
+        let clients = (0..client_count)
+            .map(|index| Client {
+                id: 1000 + u128::from(index),
+                request: 0,
+                requests_total: requests_per_client,
+                target: 0,
+                sent_at: None,
+                retry_at: 0,
+            })
+            .collect();
+        Cluster {
+            seed,
+            rng,
+            now: 0,
+            replica_count,
+            nodes,
+            clients,
+            network: PacketSimulator::new(options),
+            canonical: BTreeMap::new(),
+            crashes: 0,
+            restarts: 0,
+            faults: true,
+        }
+    }
+
+    /// Runs: faults for `fault_ticks`, then a healed network until every client is done.
+    /// Panics (with the seed) on any checker failure or lack of progress.
+    pub fn run(mut self, fault_ticks: u64, ticks_max: u64) -> Summary {
+        while self.now < ticks_max {
+            if self.now == fault_ticks {
+                self.heal();
+            }
+            self.step();
+            if self.clients.iter().all(|c| c.request > c.requests_total) {
+                break;
+            }
+        }
+        let done = self.clients.iter().all(|c| c.request > c.requests_total);
+        assert!(done, "seed {}: clients did not finish by tick {}: {:?}", self.seed, self.now, self.clients);
+        self.check_all();
+        Summary { committed: self.canonical.len() as u64, crashes: self.crashes, ticks: self.now }
+    }
+
+    fn heal(&mut self) {
+        self.faults = false;
+        self.network.options.drop_percent = 0;
+        self.network.options.duplicate_percent = 0;
+        for index in 0..self.nodes.len() {
+            if self.nodes[index].replica.is_none() {
+                self.nodes[index].restart_at = self.now;
+            }
+        }
+    }
+
+    fn step(&mut self) {
+        self.now += 1;
+        self.inject_crashes();
+        for index in 0..self.nodes.len() {
+            let now = self.now;
+            let node = &mut self.nodes[index];
+            if node.replica.is_none() {
+                if now >= node.restart_at {
+                    self.restarts += 1;
+                    let entries = node.storage.open();
+                    node.state = INITIAL_STATE;
+                    node.checked_commit = 0;
+                    let replica = Replica::open(config(self.replica_count, index as u8), entries, self.restarts);
+                    node.replica = Some(replica);
+                    self.drain(index);
+                }
+                continue;
+            }
+            let done = node.storage.tick(now);
+            for op in done {
+                self.nodes[index].replica.as_mut().unwrap().on_write_done(op);
+            }
+            self.nodes[index].replica.as_mut().unwrap().on_tick(now);
+            self.drain(index);
+        }
+        for packet in self.network.deliver(self.now) {
+            self.deliver(packet);
+        }
+        self.tick_clients();
+        self.check_step();
+    }
+
+    fn inject_crashes(&mut self) {
+        if !self.faults || !self.rng.chance(2) {
+            return;
+        }
+        let index = self.rng.below(u64::from(self.replica_count)) as usize;
+        let faulty = self
+            .nodes
+            .iter()
+            .filter(|n| match &n.replica {
+                None => true,
+                Some(r) => r.status() == crate::replica::Status::Recovering,
+            })
+            .count();
+        let tolerated = (usize::from(self.replica_count) - 1) / 2;
+        let solo = self.replica_count == 1;
+        if self.nodes[index].replica.is_none() || (!solo && faulty >= tolerated) {
+            return;
+        }
+        self.crashes += 1;
+        let restart_at = self.now + 1 + self.rng.below(40);
+        let node = &mut self.nodes[index];
+        node.replica = None;
+        node.restart_at = restart_at;
+        node.storage.crash(&mut self.rng);
+    }
+
+    fn drain(&mut self, index: usize) {
+        for _ in 0..100_000 {
+            let Some(action) = self.nodes[index].replica.as_mut().unwrap().poll_action() else {
+                return;
+            };
+            match action {
+                Action::Send { to, message } => {
+                    let packet = Packet::Replica { from: index as u8, to, message };
+                    self.network.submit(&mut self.rng, self.now, packet);
+                }
+                Action::WritePrepare { entry, .. } => {
+                    let at = self.now + 1 + self.rng.below(3);
+                    self.nodes[index].storage.write(at, entry);
+                }
+                Action::TruncateJournal { after_op } => self.nodes[index].storage.truncate(after_op),
+                Action::Commit { op, body, .. } => {
+                    let node = &mut self.nodes[index];
+                    node.state = apply(node.state, &body);
+                    let reply = Bytes::copy_from_slice(&node.state.to_le_bytes());
+                    let entry = node.replica.as_ref().unwrap().entry(op).unwrap().clone();
+                    self.check_commit(index, op, &entry, &reply);
+                    self.nodes[index].replica.as_mut().unwrap().on_committed_reply(op, reply);
+                }
+                Action::Reply { client, .. } | Action::Refuse { client, .. } => {
+                    self.check_response(&action);
+                    let packet = Packet::Response { client, action };
+                    self.network.submit(&mut self.rng, self.now, packet);
+                }
+            }
+        }
+        panic!("seed {}: replica {index} produced unbounded actions", self.seed);
+    }
+
+    fn deliver(&mut self, packet: Packet) {
+        match packet {
+            Packet::Replica { from, to, message } => {
+                let index = usize::from(to);
+                if let Some(replica) = self.nodes[index].replica.as_mut() {
+                    replica.on_message(from, message);
+                    self.drain(index);
+                }
+            }
+            Packet::Request { to, client, request, operation, body } => {
+                let index = usize::from(to);
+                if let Some(replica) = self.nodes[index].replica.as_mut() {
+                    replica.on_request(client, request, operation, body);
+                    self.drain(index);
+                }
+            }
+            Packet::Response { client, action } => self.on_response(client, action),
+        }
+    }
+
+    fn on_response(&mut self, client_id: u128, action: Action) {
+        let count = self.replica_count;
+        let now = self.now;
+        let client = self.clients.iter_mut().find(|c| c.id == client_id).unwrap();
+        match action {
+            Action::Reply { request, .. } if request == client.request => {
+                client.request += 1;
+                client.sent_at = None;
+                client.retry_at = now;
+            }
+            Action::Refuse { request, refusal, .. } if request == client.request => {
+                match refusal {
+                    Refusal::NotPrimary { primary, .. } => {
+                        client.target = if primary == client.target { (primary + 1) % count } else { primary };
+                    }
+                    Refusal::Busy => {}
+                    other => panic!("seed {}: unexpected refusal {other:?}", self.seed),
+                }
+                client.sent_at = None;
+                client.retry_at = now + 3;
+            }
+            _ => {}
+        }
+    }
+
+    fn tick_clients(&mut self) {
+        let count = self.replica_count;
+        for index in 0..self.clients.len() {
+            let client = &mut self.clients[index];
+            if client.request > client.requests_total {
+                continue;
+            }
+            if let Some(sent_at) = client.sent_at {
+                if self.now < sent_at + 60 {
+                    continue;
+                }
+                client.target = (client.target + 1) % count;
+            } else if self.now < client.retry_at {
+                continue;
+            }
+            client.sent_at = Some(self.now);
+            let operation = if client.request == 0 { OPERATION_REGISTER } else { 1 };
+            let body = Bytes::from(format!("c{}r{}", client.id, client.request));
+            let packet = Packet::Request { to: client.target, client: client.id, request: client.request, operation, body };
+            self.network.submit(&mut self.rng, self.now, packet);
+        }
+    }
+
+    // ----- checkers -----
+
+    /// A Commit at `op` must carry the same entry and produce the same reply on every replica.
+    fn check_commit(&mut self, index: usize, op: u64, entry: &Entry, reply: &Bytes) {
+        let seed = self.seed;
+        match self.canonical.get(&op) {
+            Some((canonical, canonical_reply)) => {
+                assert_eq!(canonical.checksum, entry.checksum, "seed {seed}: replica {index} committed a different op {op}");
+                assert_eq!(canonical_reply, reply, "seed {seed}: replica {index} diverged at op {op}");
+            }
+            None => {
+                self.canonical.insert(op, (entry.clone(), reply.clone()));
+            }
+        }
+    }
+
+    /// A client reply must be the canonical reply of a committed op of that client and request.
+    fn check_response(&mut self, action: &Action) {
+        let seed = self.seed;
+        if let Action::Reply { client, request, op, reply } = action {
+            if *request == 0 {
+                assert_eq!(reply.as_ref(), op.to_le_bytes(), "seed {seed}: session number is the register op");
+                return;
+            }
+            let (entry, canonical_reply) = self.canonical.get(op).unwrap_or_else(|| panic!("seed {seed}: reply for uncommitted op {op}"));
+            assert_eq!((entry.client, entry.request), (*client, *request), "seed {seed}: reply for a different request");
+            assert_eq!(canonical_reply, reply, "seed {seed}: reply differs from the committed reply");
+        }
+    }
+
+    /// After every step: committed prefixes agree with the canonical log (registers included).
+    fn check_step(&mut self) {
+        let seed = self.seed;
+        for index in 0..self.nodes.len() {
+            let node = &mut self.nodes[index];
+            let Some(replica) = node.replica.as_ref() else { continue };
+            for op in node.checked_commit + 1..=replica.commit_min() {
+                let entry = replica.entry(op).unwrap_or_else(|| panic!("seed {seed}: committed op {op} lost"));
+                match self.canonical.get(&op) {
+                    Some((canonical, _)) => assert_eq!(canonical.checksum, entry.checksum, "seed {seed}: replica {index} op {op} differs"),
+                    None => {
+                        self.canonical.insert(op, (entry.clone(), Bytes::copy_from_slice(&op.to_le_bytes())));
+                    }
+                }
+            }
+            node.checked_commit = replica.commit_min();
+        }
+        if self.now.is_multiple_of(64) {
+            self.check_all();
+        }
+    }
+
+    /// Full check: every committed op is still in every committed prefix, and no client request
+    /// was executed twice.
+    fn check_all(&self) {
+        let seed = self.seed;
+        for (index, node) in self.nodes.iter().enumerate() {
+            let Some(replica) = node.replica.as_ref() else { continue };
+            for op in 1..=replica.commit_min() {
+                let entry = replica.entry(op).unwrap_or_else(|| panic!("seed {seed}: op {op} lost at {index}"));
+                let (canonical, _) = &self.canonical[&op];
+                assert_eq!(canonical.checksum, entry.checksum, "seed {seed}: replica {index} op {op} changed");
+            }
+        }
+        let mut executed: BTreeMap<(u128, u64), u64> = BTreeMap::new();
+        for (op, (entry, _)) in &self.canonical {
+            if let Some(previous) = executed.insert((entry.client, entry.request), *op) {
+                panic!("seed {seed}: request {:?} committed twice (ops {previous} and {op})", (entry.client, entry.request));
+            }
+        }
+    }
+}
+
+fn config(replica_count: u8, replica: ReplicaId) -> Config {
+    Config::new(replica_count, replica)
+}

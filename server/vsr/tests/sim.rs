@@ -1,0 +1,38 @@
+//! Deterministic simulation over many seeds. `VSR_SIM_SEEDS=N` runs N seeds per cluster size.
+
+use iggy_vsr::sim::cluster::Cluster;
+
+fn seeds() -> u64 {
+    std::env::var("VSR_SIM_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(70)
+}
+
+fn run(replica_count: u8) {
+    let mut committed = 0;
+    for seed in 0..seeds() {
+        let seed = seed * 1_000 + u64::from(replica_count);
+        let result = std::panic::catch_unwind(|| Cluster::new(seed, replica_count, 3, 8).run(600, 20_000));
+        match result {
+            Ok(summary) => committed += summary.committed,
+            Err(panic) => {
+                eprintln!("VSR simulation failed: replicas={replica_count} seed={seed}");
+                std::panic::resume_unwind(panic);
+            }
+        }
+    }
+    assert!(committed >= seeds() * 27, "every seed commits registers and requests");
+}
+
+#[test]
+fn cluster_of_one() {
+    run(1);
+}
+
+#[test]
+fn cluster_of_three() {
+    run(3);
+}
+
+#[test]
+fn cluster_of_five() {
+    run(5);
+}
