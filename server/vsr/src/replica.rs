@@ -250,7 +250,16 @@ impl Replica {
             }
             RequestCheck::TooOld => return self.refuse(client, request, Refusal::RequestTooOld),
             RequestCheck::SessionUnknown => {
-                return self.refuse(client, request, Refusal::SessionUnknown);
+                // A register still in the pipeline (e.g. re-prepared after a view change) is
+                // not a missing session: ask the client to retry.
+                let registering = self
+                    .journal
+                    .entries()
+                    .iter()
+                    .skip(self.commit_min as usize)
+                    .any(|entry| entry.client == client && entry.operation == OPERATION_REGISTER);
+                let refusal = if registering { Refusal::Busy } else { Refusal::SessionUnknown };
+                return self.refuse(client, request, refusal);
             }
             RequestCheck::New => {}
         }

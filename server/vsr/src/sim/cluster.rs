@@ -43,6 +43,8 @@ pub struct Summary {
     pub crashes: u64,
     /// Ticks simulated.
     pub ticks: u64,
+    /// Highest view reached by any replica.
+    pub view_max: u32,
 }
 
 /// The simulated world for one seed.
@@ -129,7 +131,8 @@ impl Cluster {
         let done = self.clients.iter().all(|c| c.request > c.requests_total);
         assert!(done, "seed {}: clients did not finish by tick {}: {:?}", self.seed, self.now, self.clients);
         self.check_all();
-        Summary { committed: self.canonical.len() as u64, crashes: self.crashes, ticks: self.now }
+        let view_max = self.nodes.iter().filter_map(|n| n.replica.as_ref()).map(|r| r.view()).max().unwrap_or(0);
+        Summary { committed: self.canonical.len() as u64, crashes: self.crashes, ticks: self.now, view_max }
     }
 
     fn heal(&mut self) {
@@ -262,7 +265,7 @@ impl Cluster {
             Action::Reply { request, .. } if request == client.request => {
                 client.request += 1;
                 client.sent_at = None;
-                client.retry_at = now;
+                client.retry_at = now + self.rng.below(30);
             }
             Action::Refuse { request, refusal, .. } if request == client.request => {
                 match refusal {
