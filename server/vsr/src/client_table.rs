@@ -33,6 +33,10 @@ pub enum RequestCheck {
     SessionUnknown,
 }
 
+/// The table is at `clients_table_max`: a new client was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClientsTableFull;
+
 /// The bounded client table.
 #[derive(Clone, Debug)]
 pub struct ClientTable {
@@ -44,7 +48,10 @@ impl ClientTable {
     /// Empty table holding at most `clients_max` sessions.
     pub fn new(clients_max: usize) -> Self {
         assert!(clients_max > 0);
-        ClientTable { clients_max, sessions: BTreeMap::new() }
+        ClientTable {
+            clients_max,
+            sessions: BTreeMap::new(),
+        }
     }
 
     /// Number of live sessions.
@@ -77,22 +84,30 @@ impl ClientTable {
                 if register && request != session.request {
                     return RequestCheck::TooOld;
                 }
-                RequestCheck::Duplicate { op: session.reply_op, reply: session.reply.clone() }
+                RequestCheck::Duplicate {
+                    op: session.reply_op,
+                    reply: session.reply.clone(),
+                }
             }
             Some(_) => RequestCheck::New,
         }
     }
 
     /// Registers `client` with session number `op`. Fails (without evicting) at capacity.
-    pub fn register(&mut self, client: u128, op: u64) -> Result<Bytes, ()> {
+    pub fn register(&mut self, client: u128, op: u64) -> Result<Bytes, ClientsTableFull> {
         if let Some(existing) = self.sessions.get(&client) {
             return Ok(existing.reply.clone());
         }
         if self.is_full() {
-            return Err(());
+            return Err(ClientsTableFull);
         }
         let reply = Bytes::copy_from_slice(&op.to_le_bytes());
-        let session = ClientSession { session: op, request: 0, reply_op: op, reply: reply.clone() };
+        let session = ClientSession {
+            session: op,
+            request: 0,
+            reply_op: op,
+            reply: reply.clone(),
+        };
         self.sessions.insert(client, session);
         Ok(reply)
     }
@@ -100,7 +115,10 @@ impl ClientTable {
     /// Records the committed reply of `request`. The client must be registered and the request
     /// number must advance.
     pub fn record(&mut self, client: u128, request: u64, op: u64, reply: Bytes) {
-        let session = self.sessions.get_mut(&client).expect("record for an unregistered client");
+        let session = self
+            .sessions
+            .get_mut(&client)
+            .expect("record for an unregistered client");
         assert!(request > session.request, "request numbers must advance");
         session.request = request;
         session.reply_op = op;
@@ -124,7 +142,10 @@ mod tests {
         table.record(9, 2, 6, Bytes::from_static(b"r2"));
         assert_eq!(
             table.check(9, 2, false),
-            RequestCheck::Duplicate { op: 6, reply: Bytes::from_static(b"r2") }
+            RequestCheck::Duplicate {
+                op: 6,
+                reply: Bytes::from_static(b"r2")
+            }
         );
         assert_eq!(table.check(9, 1, false), RequestCheck::TooOld);
         assert_eq!(table.check(9, 3, false), RequestCheck::New);
@@ -139,6 +160,9 @@ mod tests {
         assert!(table.get(1).is_some());
         assert!(table.get(2).is_none());
         // Re-registering a live client is idempotent even at capacity.
-        assert_eq!(table.register(1, 3).unwrap(), Bytes::copy_from_slice(&1u64.to_le_bytes()));
+        assert_eq!(
+            table.register(1, 3).unwrap(),
+            Bytes::copy_from_slice(&1u64.to_le_bytes())
+        );
     }
 }

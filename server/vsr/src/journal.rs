@@ -20,9 +20,16 @@ impl Journal {
     /// A journal holding `entries`, which must be ops `1..=n` in order; all counted durable.
     pub fn from_entries(entries: Vec<Entry>) -> Self {
         for (index, entry) in entries.iter().enumerate() {
-            assert_eq!(entry.op, index as u64 + 1, "journal entries must be contiguous from 1");
+            assert_eq!(
+                entry.op,
+                index as u64 + 1,
+                "journal entries must be contiguous from 1"
+            );
         }
-        Journal { entries, writes_pending: BTreeMap::new() }
+        Journal {
+            entries,
+            writes_pending: BTreeMap::new(),
+        }
     }
 
     /// Highest op in the log (0 when empty).
@@ -107,7 +114,10 @@ mod tests {
         journal.append(entry(1, 0));
         journal.append(entry(2, 0));
         assert_eq!(journal.replace(vec![entry(1, 0), entry(2, 1)]), Some(2));
-        assert!(!journal.write_done(2), "the first write of op 2 was for the old entry");
+        assert!(
+            !journal.write_done(2),
+            "the first write of op 2 was for the old entry"
+        );
         assert!(journal.write_done(2));
         assert!(journal.is_durable(2));
         assert!(journal.write_done(1));

@@ -55,4 +55,3 @@ pub mod sim;
 pub use client_table::{ClientSession, ClientTable, RequestCheck};
 pub use message::{Entry, Message, OPERATION_REGISTER, ReplicaId};
 pub use replica::{Action, Config, Refusal, Replica, Status};
-

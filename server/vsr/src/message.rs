@@ -31,7 +31,15 @@ pub struct Entry {
 impl Entry {
     /// Builds an entry and seals it with its checksum.
     pub fn new(op: u64, view: u32, client: u128, request: u64, operation: u8, body: Bytes) -> Self {
-        let mut entry = Entry { op, view, client, request, operation, body, checksum: 0 };
+        let mut entry = Entry {
+            op,
+            view,
+            client,
+            request,
+            operation,
+            body,
+            checksum: 0,
+        };
         entry.checksum = entry.compute_checksum();
         entry
     }
@@ -88,19 +96,41 @@ impl Default for Fnv {
 pub enum Message {
     /// Primary to backups: append `entry`; `commit` piggybacks the primary's commit number.
     /// Also the answer to `RequestPrepare` (repair).
-    Prepare { view: u32, commit: u64, entry: Entry },
+    Prepare {
+        view: u32,
+        commit: u64,
+        entry: Entry,
+    },
     /// Backup to primary: `op` is durable in this replica's journal.
-    PrepareOk { view: u32, op: u64, replica: ReplicaId },
+    PrepareOk {
+        view: u32,
+        op: u64,
+        replica: ReplicaId,
+    },
     /// Primary heartbeat carrying its commit number.
     Commit { view: u32, commit: u64 },
     /// A replica suspects the primary and votes to move to `view`.
     StartViewChange { view: u32, replica: ReplicaId },
     /// To the new primary of `view`: the sender's log, last normal view and commit number.
-    DoViewChange { view: u32, replica: ReplicaId, log_view: u32, commit: u64, log: Vec<Entry> },
+    DoViewChange {
+        view: u32,
+        replica: ReplicaId,
+        log_view: u32,
+        commit: u64,
+        log: Vec<Entry>,
+    },
     /// New primary to all: the canonical log of `view`.
-    StartView { view: u32, commit: u64, log: Vec<Entry> },
+    StartView {
+        view: u32,
+        commit: u64,
+        log: Vec<Entry>,
+    },
     /// Backup to primary: send me the prepare at `op` (and a few after it).
-    RequestPrepare { view: u32, op: u64, replica: ReplicaId },
+    RequestPrepare {
+        view: u32,
+        op: u64,
+        replica: ReplicaId,
+    },
     /// A lagging replica asks the primary of `view` for its `StartView`.
     RequestStartView { view: u32, replica: ReplicaId },
     /// A restarted replica (volatile state lost) asks the others for the current state.

@@ -87,12 +87,30 @@ pub enum Action {
     TruncateJournal { after_op: u64 },
     /// Apply `operation`/`body` at `op` to the state machine, then call
     /// `on_committed_reply(op, reply)`. At most one `Commit` is outstanding at a time.
-    Commit { op: u64, client: u128, request: u64, operation: u8, body: Bytes },
+    Commit {
+        op: u64,
+        client: u128,
+        request: u64,
+        operation: u8,
+        body: Bytes,
+    },
     /// Answer `client`'s `request` with `reply` (committed at `op`).
-    Reply { client: u128, request: u64, op: u64, reply: Bytes },
+    Reply {
+        client: u128,
+        request: u64,
+        op: u64,
+        reply: Bytes,
+    },
     /// Refuse `client`'s `request`.
-    Refuse { client: u128, request: u64, refusal: Refusal },
+    Refuse {
+        client: u128,
+        request: u64,
+        refusal: Refusal,
+    },
 }
+
+/// A recovery response: the responder's view and, from the primary, its commit and log.
+type RecoveryAnswer = (u32, Option<(u64, Vec<Entry>)>);
 
 /// One Viewstamped Replication replica of one consensus group.
 #[derive(Debug)]
@@ -114,7 +132,7 @@ pub struct Replica {
     do_view_change_from: BTreeMap<ReplicaId, (u32, u64, Vec<Entry>)>,
     do_view_change_sent: bool,
     recovery_nonce: u64,
-    recovery_responses: BTreeMap<ReplicaId, (u32, Option<(u64, Vec<Entry>)>)>,
+    recovery_responses: BTreeMap<ReplicaId, RecoveryAnswer>,
     now: u64,
     heard_from_primary_at: u64,
     view_change_started_at: u64,
@@ -133,12 +151,21 @@ impl Replica {
     /// to a fresh state machine.
     pub fn open(config: Config, journal_entries: Vec<Entry>, nonce: u64) -> Self {
         let journal = Journal::from_entries(journal_entries);
-        let view = journal.entries().iter().map(|entry| entry.view).max().unwrap_or(0);
+        let view = journal
+            .entries()
+            .iter()
+            .map(|entry| entry.view)
+            .max()
+            .unwrap_or(0);
         let solo = config.replica_count == 1;
         let mut replica = Replica {
             clients: ClientTable::new(config.clients_table_max),
             config,
-            status: if solo { Status::Normal } else { Status::Recovering },
+            status: if solo {
+                Status::Normal
+            } else {
+                Status::Recovering
+            },
             view,
             log_view: view,
             commit_max: 0,
@@ -229,8 +256,15 @@ impl Replica {
     /// A client request. Only the primary accepts it; duplicates replay the cached reply.
     pub fn on_request(&mut self, client: u128, request: u64, operation: u8, body: Bytes) {
         if !self.is_primary() {
-            let refusal = Refusal::NotPrimary { view: self.view, primary: self.primary_of(self.view) };
-            self.actions.push_back(Action::Refuse { client, request, refusal });
+            let refusal = Refusal::NotPrimary {
+                view: self.view,
+                primary: self.primary_of(self.view),
+            };
+            self.actions.push_back(Action::Refuse {
+                client,
+                request,
+                refusal,
+            });
             return;
         }
         let register = operation == OPERATION_REGISTER;
@@ -245,7 +279,12 @@ impl Replica {
         }
         match self.clients.check(client, request, register) {
             RequestCheck::Duplicate { op, reply } => {
-                self.actions.push_back(Action::Reply { client, request, op, reply });
+                self.actions.push_back(Action::Reply {
+                    client,
+                    request,
+                    op,
+                    reply,
+                });
                 return;
             }
             RequestCheck::TooOld => return self.refuse(client, request, Refusal::RequestTooOld),
@@ -258,7 +297,11 @@ impl Replica {
                     .iter()
                     .skip(self.commit_min as usize)
                     .any(|entry| entry.client == client && entry.operation == OPERATION_REGISTER);
-                let refusal = if registering { Refusal::Busy } else { Refusal::SessionUnknown };
+                let refusal = if registering {
+                    Refusal::Busy
+                } else {
+                    Refusal::SessionUnknown
+                };
                 return self.refuse(client, request, refusal);
             }
             RequestCheck::New => {}
@@ -278,11 +321,22 @@ impl Replica {
         if (self.journal.op() - self.commit_max) as usize >= self.config.pipeline_max {
             return self.refuse(client, request, Refusal::Busy);
         }
-        let entry = Entry::new(self.journal.op() + 1, self.view, client, request, operation, body);
+        let entry = Entry::new(
+            self.journal.op() + 1,
+            self.view,
+            client,
+            request,
+            operation,
+            body,
+        );
         self.append_and_write(entry.clone());
         self.prepare_oks.insert(entry.op, BTreeSet::new());
         for to in self.others() {
-            let message = Message::Prepare { view: self.view, commit: self.commit_max, entry: entry.clone() };
+            let message = Message::Prepare {
+                view: self.view,
+                commit: self.commit_max,
+                entry: entry.clone(),
+            };
             self.send(to, message);
         }
     }
@@ -297,14 +351,28 @@ impl Replica {
 
     /// The state machine applied the `Commit` at `op` and produced `reply`.
     pub fn on_committed_reply(&mut self, op: u64, reply: Bytes) {
-        assert_eq!(self.commit_in_flight, Some(op), "replies must answer the outstanding Commit");
+        assert_eq!(
+            self.commit_in_flight,
+            Some(op),
+            "replies must answer the outstanding Commit"
+        );
         self.commit_in_flight = None;
-        let entry = self.journal.get(op).expect("committed entry present").clone();
-        self.clients.record(entry.client, entry.request, op, reply.clone());
+        let entry = self
+            .journal
+            .get(op)
+            .expect("committed entry present")
+            .clone();
+        self.clients
+            .record(entry.client, entry.request, op, reply.clone());
         self.commit_min = op;
         if self.is_primary() {
             let (client, request) = (entry.client, entry.request);
-            self.actions.push_back(Action::Reply { client, request, op, reply });
+            self.actions.push_back(Action::Reply {
+                client,
+                request,
+                op,
+                reply,
+            });
         }
         self.commit_advance();
     }
@@ -334,7 +402,8 @@ impl Replica {
             }
             Status::Normal if self.is_primary() => self.tick_primary(),
             Status::Normal => {
-                let timeout = self.config.view_change_timeout_ticks + 3 * u64::from(self.config.replica);
+                let timeout =
+                    self.config.view_change_timeout_ticks + 3 * u64::from(self.config.replica);
                 if self.now >= self.heard_from_primary_at + timeout {
                     self.start_view_change(self.view + 1);
                 }
@@ -348,21 +417,37 @@ impl Replica {
             return;
         }
         if self.status == Status::Recovering {
-            if let Message::RecoveryResponse { view, nonce, replica, primary_state } = message {
+            if let Message::RecoveryResponse {
+                view,
+                nonce,
+                replica,
+                primary_state,
+            } = message
+            {
                 self.on_recovery_response(view, nonce, replica, primary_state);
             }
             return;
         }
         match message {
-            Message::Prepare { view, commit, entry } => self.on_prepare(from, view, commit, entry),
+            Message::Prepare {
+                view,
+                commit,
+                entry,
+            } => self.on_prepare(from, view, commit, entry),
             Message::PrepareOk { view, op, replica } => self.on_prepare_ok(view, op, replica),
             Message::Commit { view, commit } => self.on_commit(from, view, commit),
             Message::StartViewChange { view, replica } => self.on_start_view_change(view, replica),
-            Message::DoViewChange { view, replica, log_view, commit, log } => {
-                self.on_do_view_change(view, replica, log_view, commit, log)
-            }
+            Message::DoViewChange {
+                view,
+                replica,
+                log_view,
+                commit,
+                log,
+            } => self.on_do_view_change(view, replica, log_view, commit, log),
             Message::StartView { view, commit, log } => self.on_start_view(view, commit, log),
-            Message::RequestPrepare { view, op, replica } => self.on_request_prepare(view, op, replica),
+            Message::RequestPrepare { view, op, replica } => {
+                self.on_request_prepare(view, op, replica)
+            }
             Message::RequestStartView { view, replica } => {
                 if view == self.view && self.is_primary() {
                     self.send_start_view(replica);
@@ -377,7 +462,9 @@ impl Replica {
 // ----- private: normal operation -----
 impl Replica {
     fn others(&self) -> Vec<ReplicaId> {
-        (0..self.config.replica_count).filter(|r| *r != self.config.replica).collect()
+        (0..self.config.replica_count)
+            .filter(|r| *r != self.config.replica)
+            .collect()
     }
 
     fn send(&mut self, to: ReplicaId, message: Message) {
@@ -386,7 +473,11 @@ impl Replica {
     }
 
     fn refuse(&mut self, client: u128, request: u64, refusal: Refusal) {
-        self.actions.push_back(Action::Refuse { client, request, refusal });
+        self.actions.push_back(Action::Refuse {
+            client,
+            request,
+            refusal,
+        });
     }
 
     fn append_and_write(&mut self, entry: Entry) {
@@ -405,7 +496,11 @@ impl Replica {
             self.on_prepare_ok(self.view, op, me);
         } else {
             let primary = self.primary_of(self.view);
-            let message = Message::PrepareOk { view: self.view, op, replica: self.config.replica };
+            let message = Message::PrepareOk {
+                view: self.view,
+                op,
+                replica: self.config.replica,
+            };
             self.send(primary, message);
         }
     }
@@ -414,17 +509,30 @@ impl Replica {
         if self.now >= self.sent_heartbeat_at + self.config.heartbeat_ticks {
             self.sent_heartbeat_at = self.now;
             for to in self.others() {
-                self.send(to, Message::Commit { view: self.view, commit: self.commit_max });
+                self.send(
+                    to,
+                    Message::Commit {
+                        view: self.view,
+                        commit: self.commit_max,
+                    },
+                );
             }
         }
         if self.now >= self.resent_at + self.config.resend_ticks {
             self.resent_at = self.now;
-            let pending: Vec<(u64, BTreeSet<ReplicaId>)> =
-                self.prepare_oks.iter().map(|(op, oks)| (*op, oks.clone())).collect();
+            let pending: Vec<(u64, BTreeSet<ReplicaId>)> = self
+                .prepare_oks
+                .iter()
+                .map(|(op, oks)| (*op, oks.clone()))
+                .collect();
             for (op, oks) in pending {
                 let entry = self.journal.get(op).expect("pipeline op in log").clone();
                 for to in self.others().into_iter().filter(|r| !oks.contains(r)) {
-                    let message = Message::Prepare { view: self.view, commit: self.commit_max, entry: entry.clone() };
+                    let message = Message::Prepare {
+                        view: self.view,
+                        commit: self.commit_max,
+                        entry: entry.clone(),
+                    };
                     self.send(to, message);
                 }
             }
@@ -465,7 +573,10 @@ impl Replica {
             return false;
         }
         if view > self.view || self.status != Status::Normal {
-            let message = Message::RequestStartView { view, replica: self.config.replica };
+            let message = Message::RequestStartView {
+                view,
+                replica: self.config.replica,
+            };
             self.send(from, message);
             return false;
         }
@@ -486,8 +597,11 @@ impl Replica {
 
     fn request_prepare(&mut self) {
         let primary = self.primary_of(self.view);
-        let message =
-            Message::RequestPrepare { view: self.view, op: self.journal.op() + 1, replica: self.config.replica };
+        let message = Message::RequestPrepare {
+            view: self.view,
+            op: self.journal.op() + 1,
+            replica: self.config.replica,
+        };
         self.send(primary, message);
     }
 
@@ -498,7 +612,14 @@ impl Replica {
         let last = self.journal.op().min(op + 7);
         for repair in op..=last {
             let entry = self.journal.get(repair).expect("op in log").clone();
-            self.send(replica, Message::Prepare { view: self.view, commit: self.commit_max, entry });
+            self.send(
+                replica,
+                Message::Prepare {
+                    view: self.view,
+                    commit: self.commit_max,
+                    entry,
+                },
+            );
         }
     }
 
@@ -506,7 +627,9 @@ impl Replica {
         if view != self.view || !self.is_primary() {
             return;
         }
-        let Some(oks) = self.prepare_oks.get_mut(&op) else { return };
+        let Some(oks) = self.prepare_oks.get_mut(&op) else {
+            return;
+        };
         oks.insert(replica);
         let quorum = self.config.quorum();
         let me = self.config.replica;
@@ -533,14 +656,26 @@ impl Replica {
                 if self.is_primary() {
                     let (client, request) = (entry.client, entry.request);
                     let action = match result {
-                        Ok(reply) => Action::Reply { client, request, op, reply },
-                        Err(()) => Action::Refuse { client, request, refusal: Refusal::ClientsTableFull },
+                        Ok(reply) => Action::Reply {
+                            client,
+                            request,
+                            op,
+                            reply,
+                        },
+                        Err(_) => Action::Refuse {
+                            client,
+                            request,
+                            refusal: Refusal::ClientsTableFull,
+                        },
                     };
                     self.actions.push_back(action);
                 }
                 continue;
             }
-            let fresh = self.clients.get(entry.client).is_some_and(|s| entry.request > s.request);
+            let fresh = self
+                .clients
+                .get(entry.client)
+                .is_some_and(|s| entry.request > s.request);
             if !fresh {
                 // Unregistered or stale: skipped identically on every replica.
                 self.commit_min = op;
@@ -577,7 +712,13 @@ impl Replica {
 
     fn broadcast_start_view_change(&mut self) {
         for to in self.others() {
-            self.send(to, Message::StartViewChange { view: self.view, replica: self.config.replica });
+            self.send(
+                to,
+                Message::StartViewChange {
+                    view: self.view,
+                    replica: self.config.replica,
+                },
+            );
         }
     }
 
@@ -614,7 +755,14 @@ impl Replica {
         }
     }
 
-    fn on_do_view_change(&mut self, view: u32, replica: ReplicaId, log_view: u32, commit: u64, log: Vec<Entry>) {
+    fn on_do_view_change(
+        &mut self,
+        view: u32,
+        replica: ReplicaId,
+        log_view: u32,
+        commit: u64,
+        log: Vec<Entry>,
+    ) {
         if view < self.view || self.primary_of(view) != self.config.replica {
             return;
         }
@@ -626,11 +774,17 @@ impl Replica {
         if view > self.view {
             self.start_view_change(view);
         }
-        self.do_view_change_from.insert(replica, (log_view, commit, log));
+        self.do_view_change_from
+            .insert(replica, (log_view, commit, log));
         if self.do_view_change_from.len() < self.config.quorum() {
             return;
         }
-        let commit = self.do_view_change_from.values().map(|(_, commit, _)| *commit).max().unwrap();
+        let commit = self
+            .do_view_change_from
+            .values()
+            .map(|(_, commit, _)| *commit)
+            .max()
+            .unwrap();
         let (_, _, best) = self
             .do_view_change_from
             .values()
@@ -660,7 +814,11 @@ impl Replica {
     }
 
     fn send_start_view(&mut self, to: ReplicaId) {
-        let message = Message::StartView { view: self.view, commit: self.commit_max, log: self.journal.entries().to_vec() };
+        let message = Message::StartView {
+            view: self.view,
+            commit: self.commit_max,
+            log: self.journal.entries().to_vec(),
+        };
         self.send(to, message);
     }
 
@@ -687,10 +845,18 @@ impl Replica {
 
     /// Replaces the log, never below what this replica already applied.
     fn install_log(&mut self, log: Vec<Entry>) {
-        assert!(log.len() as u64 >= self.commit_min, "a canonical log lost committed ops");
+        assert!(
+            log.len() as u64 >= self.commit_min,
+            "a canonical log lost committed ops"
+        );
         if let Some(first_different) = self.journal.replace(log) {
-            assert!(first_different > self.commit_min, "a canonical log rewrote committed ops");
-            self.actions.push_back(Action::TruncateJournal { after_op: first_different - 1 });
+            assert!(
+                first_different > self.commit_min,
+                "a canonical log rewrote committed ops"
+            );
+            self.actions.push_back(Action::TruncateJournal {
+                after_op: first_different - 1,
+            });
             for op in first_different..=self.journal.op() {
                 let entry = self.journal.get(op).unwrap().clone();
                 self.actions.push_back(Action::WritePrepare { op, entry });
@@ -707,7 +873,13 @@ impl Replica {
     fn send_recovery(&mut self) {
         self.resent_at = self.now;
         for to in self.others() {
-            self.send(to, Message::Recovery { replica: self.config.replica, nonce: self.recovery_nonce });
+            self.send(
+                to,
+                Message::Recovery {
+                    replica: self.config.replica,
+                    nonce: self.recovery_nonce,
+                },
+            );
         }
     }
 
@@ -715,14 +887,27 @@ impl Replica {
         if self.status != Status::Normal {
             return;
         }
-        let primary_state =
-            if self.is_primary() { Some((self.commit_max, self.journal.entries().to_vec())) } else { None };
-        let message =
-            Message::RecoveryResponse { view: self.view, nonce, replica: self.config.replica, primary_state };
+        let primary_state = if self.is_primary() {
+            Some((self.commit_max, self.journal.entries().to_vec()))
+        } else {
+            None
+        };
+        let message = Message::RecoveryResponse {
+            view: self.view,
+            nonce,
+            replica: self.config.replica,
+            primary_state,
+        };
         self.send(replica, message);
     }
 
-    fn on_recovery_response(&mut self, view: u32, nonce: u64, replica: ReplicaId, state: Option<(u64, Vec<Entry>)>) {
+    fn on_recovery_response(
+        &mut self,
+        view: u32,
+        nonce: u64,
+        replica: ReplicaId,
+        state: Option<(u64, Vec<Entry>)>,
+    ) {
         if nonce != self.recovery_nonce {
             return;
         }
@@ -730,9 +915,15 @@ impl Replica {
         if self.recovery_responses.len() < self.config.quorum() {
             return;
         }
-        let view_max = self.recovery_responses.values().map(|(view, _)| *view).max().unwrap();
+        let view_max = self
+            .recovery_responses
+            .values()
+            .map(|(view, _)| *view)
+            .max()
+            .unwrap();
         let primary = self.primary_of(view_max);
-        let Some((view, Some((commit, log)))) = self.recovery_responses.get(&primary).cloned() else {
+        let Some((view, Some((commit, log)))) = self.recovery_responses.get(&primary).cloned()
+        else {
             return;
         };
         if view != view_max {

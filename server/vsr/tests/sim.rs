@@ -3,14 +3,19 @@
 use iggy_vsr::sim::cluster::Cluster;
 
 fn seeds() -> u64 {
-    std::env::var("VSR_SIM_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(70)
+    std::env::var("VSR_SIM_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(70)
 }
 
 fn run(replica_count: u8) {
     let mut committed = 0;
     for seed in 0..seeds() {
         let seed = seed * 1_000 + u64::from(replica_count);
-        let result = std::panic::catch_unwind(|| Cluster::new(seed, replica_count, 3, 20).run(1_500, 30_000));
+        let result = std::panic::catch_unwind(|| {
+            Cluster::new(seed, replica_count, 3, 20).run(1_500, 30_000)
+        });
         match result {
             Ok(summary) => committed += summary.committed,
             Err(panic) => {
@@ -19,7 +24,10 @@ fn run(replica_count: u8) {
             }
         }
     }
-    assert!(committed >= seeds() * 3 * 21, "every seed commits registers and requests");
+    assert!(
+        committed >= seeds() * 3 * 21,
+        "every seed commits registers and requests"
+    );
 }
 
 #[test]

@@ -40,29 +40,74 @@ fn register_request_duplicate_and_restart() {
     let mut replica = Replica::open(config.clone(), Vec::new(), 1);
     replica.on_request(7, 0, OPERATION_REGISTER, Bytes::new());
     let out = drive(&mut replica, &mut journal);
-    assert_eq!(out, vec![Action::Reply { client: 7, request: 0, op: 1, reply: Bytes::copy_from_slice(&1u64.to_le_bytes()) }]);
+    assert_eq!(
+        out,
+        vec![Action::Reply {
+            client: 7,
+            request: 0,
+            op: 1,
+            reply: Bytes::copy_from_slice(&1u64.to_le_bytes())
+        }]
+    );
 
     replica.on_request(7, 1, 5, Bytes::from_static(b"abc"));
     let out = drive(&mut replica, &mut journal);
-    assert_eq!(out, vec![Action::Reply { client: 7, request: 1, op: 2, reply: Bytes::from_static(b"ABC") }]);
+    assert_eq!(
+        out,
+        vec![Action::Reply {
+            client: 7,
+            request: 1,
+            op: 2,
+            reply: Bytes::from_static(b"ABC")
+        }]
+    );
     assert_eq!(replica.commit_min(), 2);
 
     // Duplicate of the latest: cached reply, nothing journaled.
     replica.on_request(7, 1, 5, Bytes::from_static(b"abc"));
     let out = drive(&mut replica, &mut journal);
-    assert_eq!(out, vec![Action::Reply { client: 7, request: 1, op: 2, reply: Bytes::from_static(b"ABC") }]);
+    assert_eq!(
+        out,
+        vec![Action::Reply {
+            client: 7,
+            request: 1,
+            op: 2,
+            reply: Bytes::from_static(b"ABC")
+        }]
+    );
     assert_eq!(journal.len(), 2);
 
     replica.on_request(7, 2, 5, Bytes::from_static(b"x"));
     drive(&mut replica, &mut journal);
     replica.on_request(7, 1, 5, Bytes::from_static(b"abc"));
-    assert_eq!(drive(&mut replica, &mut journal), vec![Action::Refuse { client: 7, request: 1, refusal: Refusal::RequestTooOld }]);
+    assert_eq!(
+        drive(&mut replica, &mut journal),
+        vec![Action::Refuse {
+            client: 7,
+            request: 1,
+            refusal: Refusal::RequestTooOld
+        }]
+    );
 
     // Capacity: a second client is refused, the live one kept.
     replica.on_request(8, 0, OPERATION_REGISTER, Bytes::new());
-    assert_eq!(drive(&mut replica, &mut journal), vec![Action::Refuse { client: 8, request: 0, refusal: Refusal::ClientsTableFull }]);
+    assert_eq!(
+        drive(&mut replica, &mut journal),
+        vec![Action::Refuse {
+            client: 8,
+            request: 0,
+            refusal: Refusal::ClientsTableFull
+        }]
+    );
     replica.on_request(8, 1, 5, Bytes::new());
-    assert_eq!(drive(&mut replica, &mut journal), vec![Action::Refuse { client: 8, request: 1, refusal: Refusal::SessionUnknown }]);
+    assert_eq!(
+        drive(&mut replica, &mut journal),
+        vec![Action::Refuse {
+            client: 8,
+            request: 1,
+            refusal: Refusal::SessionUnknown
+        }]
+    );
 
     // Restart from the journal: every op is replayed to a fresh state machine.
     let mut restarted = Replica::open(config, journal.clone(), 2);
@@ -83,8 +128,18 @@ fn commit_waits_for_the_journal_write() {
     let mut replica = Replica::new(Config::new(1, 0));
     replica.on_request(1, 0, OPERATION_REGISTER, Bytes::new());
     let actions = drain(&mut replica);
-    assert!(matches!(actions.as_slice(), [Action::WritePrepare { op: 1, .. }]));
-    assert_eq!(replica.commit_min(), 0, "not committed before the write is durable");
+    assert!(matches!(
+        actions.as_slice(),
+        [Action::WritePrepare { op: 1, .. }]
+    ));
+    assert_eq!(
+        replica.commit_min(),
+        0,
+        "not committed before the write is durable"
+    );
     replica.on_write_done(1);
-    assert!(matches!(drain(&mut replica).as_slice(), [Action::Reply { op: 1, .. }]));
+    assert!(matches!(
+        drain(&mut replica).as_slice(),
+        [Action::Reply { op: 1, .. }]
+    ));
 }

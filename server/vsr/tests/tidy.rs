@@ -1,5 +1,5 @@
 //! Tidy: the core must stay sans-IO.
-    /// The core must stay sans-IO: no runtime, no filesystem, no sockets, no clock.
+/// The core must stay sans-IO: no runtime, no filesystem, no sockets, no clock.
 #[test]
 fn sources_are_sans_io() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -26,7 +26,11 @@ fn sources_are_sans_io() {
     for file in files {
         let text = std::fs::read_to_string(&file).unwrap();
         for word in &banned {
-            assert!(!text.contains(word.as_str()), "{} contains {word}", file.display());
+            assert!(
+                !text.contains(word.as_str()),
+                "{} contains {word}",
+                file.display()
+            );
         }
     }
 }

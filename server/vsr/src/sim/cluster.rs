@@ -11,9 +11,22 @@ use std::collections::BTreeMap;
 /// A packet on the simulated network.
 #[derive(Clone, Debug)]
 enum Packet {
-    Replica { from: ReplicaId, to: ReplicaId, message: Message },
-    Request { to: ReplicaId, client: u128, request: u64, operation: u8, body: Bytes },
-    Response { client: u128, action: Action },
+    Replica {
+        from: ReplicaId,
+        to: ReplicaId,
+        message: Message,
+    },
+    Request {
+        to: ReplicaId,
+        client: u128,
+        request: u64,
+        operation: u8,
+        body: Bytes,
+    },
+    Response {
+        client: u128,
+        action: Action,
+    },
 }
 
 #[derive(Debug)]
@@ -129,10 +142,25 @@ impl Cluster {
             }
         }
         let done = self.clients.iter().all(|c| c.request > c.requests_total);
-        assert!(done, "seed {}: clients did not finish by tick {}: {:?}", self.seed, self.now, self.clients);
+        assert!(
+            done,
+            "seed {}: clients did not finish by tick {}: {:?}",
+            self.seed, self.now, self.clients
+        );
         self.check_all();
-        let view_max = self.nodes.iter().filter_map(|n| n.replica.as_ref()).map(|r| r.view()).max().unwrap_or(0);
-        Summary { committed: self.canonical.len() as u64, crashes: self.crashes, ticks: self.now, view_max }
+        let view_max = self
+            .nodes
+            .iter()
+            .filter_map(|n| n.replica.as_ref())
+            .map(|r| r.view())
+            .max()
+            .unwrap_or(0);
+        Summary {
+            committed: self.canonical.len() as u64,
+            crashes: self.crashes,
+            ticks: self.now,
+            view_max,
+        }
     }
 
     fn heal(&mut self) {
@@ -158,7 +186,11 @@ impl Cluster {
                     let entries = node.storage.open();
                     node.state = INITIAL_STATE;
                     node.checked_commit = 0;
-                    let replica = Replica::open(config(self.replica_count, index as u8), entries, self.restarts);
+                    let replica = Replica::open(
+                        config(self.replica_count, index as u8),
+                        entries,
+                        self.restarts,
+                    );
                     node.replica = Some(replica);
                     self.drain(index);
                 }
@@ -166,7 +198,11 @@ impl Cluster {
             }
             let done = node.storage.tick(now);
             for op in done {
-                self.nodes[index].replica.as_mut().unwrap().on_write_done(op);
+                self.nodes[index]
+                    .replica
+                    .as_mut()
+                    .unwrap()
+                    .on_write_done(op);
             }
             self.nodes[index].replica.as_mut().unwrap().on_tick(now);
             self.drain(index);
@@ -211,21 +247,31 @@ impl Cluster {
             };
             match action {
                 Action::Send { to, message } => {
-                    let packet = Packet::Replica { from: index as u8, to, message };
+                    let packet = Packet::Replica {
+                        from: index as u8,
+                        to,
+                        message,
+                    };
                     self.network.submit(&mut self.rng, self.now, packet);
                 }
                 Action::WritePrepare { entry, .. } => {
                     let at = self.now + 1 + self.rng.below(3);
                     self.nodes[index].storage.write(at, entry);
                 }
-                Action::TruncateJournal { after_op } => self.nodes[index].storage.truncate(after_op),
+                Action::TruncateJournal { after_op } => {
+                    self.nodes[index].storage.truncate(after_op)
+                }
                 Action::Commit { op, body, .. } => {
                     let node = &mut self.nodes[index];
                     node.state = apply(node.state, &body);
                     let reply = Bytes::copy_from_slice(&node.state.to_le_bytes());
                     let entry = node.replica.as_ref().unwrap().entry(op).unwrap().clone();
                     self.check_commit(index, op, &entry, &reply);
-                    self.nodes[index].replica.as_mut().unwrap().on_committed_reply(op, reply);
+                    self.nodes[index]
+                        .replica
+                        .as_mut()
+                        .unwrap()
+                        .on_committed_reply(op, reply);
                 }
                 Action::Reply { client, .. } | Action::Refuse { client, .. } => {
                     self.check_response(&action);
@@ -234,7 +280,10 @@ impl Cluster {
                 }
             }
         }
-        panic!("seed {}: replica {index} produced unbounded actions", self.seed);
+        panic!(
+            "seed {}: replica {index} produced unbounded actions",
+            self.seed
+        );
     }
 
     fn deliver(&mut self, packet: Packet) {
@@ -246,7 +295,13 @@ impl Cluster {
                     self.drain(index);
                 }
             }
-            Packet::Request { to, client, request, operation, body } => {
+            Packet::Request {
+                to,
+                client,
+                request,
+                operation,
+                body,
+            } => {
                 let index = usize::from(to);
                 if let Some(replica) = self.nodes[index].replica.as_mut() {
                     replica.on_request(client, request, operation, body);
@@ -267,10 +322,16 @@ impl Cluster {
                 client.sent_at = None;
                 client.retry_at = now + self.rng.below(30);
             }
-            Action::Refuse { request, refusal, .. } if request == client.request => {
+            Action::Refuse {
+                request, refusal, ..
+            } if request == client.request => {
                 match refusal {
                     Refusal::NotPrimary { primary, .. } => {
-                        client.target = if primary == client.target { (primary + 1) % count } else { primary };
+                        client.target = if primary == client.target {
+                            (primary + 1) % count
+                        } else {
+                            primary
+                        };
                     }
                     Refusal::Busy => {}
                     other => panic!("seed {}: unexpected refusal {other:?}", self.seed),
@@ -298,9 +359,19 @@ impl Cluster {
                 continue;
             }
             client.sent_at = Some(self.now);
-            let operation = if client.request == 0 { OPERATION_REGISTER } else { 1 };
+            let operation = if client.request == 0 {
+                OPERATION_REGISTER
+            } else {
+                1
+            };
             let body = Bytes::from(format!("c{}r{}", client.id, client.request));
-            let packet = Packet::Request { to: client.target, client: client.id, request: client.request, operation, body };
+            let packet = Packet::Request {
+                to: client.target,
+                client: client.id,
+                request: client.request,
+                operation,
+                body,
+            };
             self.network.submit(&mut self.rng, self.now, packet);
         }
     }
@@ -312,8 +383,14 @@ impl Cluster {
         let seed = self.seed;
         match self.canonical.get(&op) {
             Some((canonical, canonical_reply)) => {
-                assert_eq!(canonical.checksum, entry.checksum, "seed {seed}: replica {index} committed a different op {op}");
-                assert_eq!(canonical_reply, reply, "seed {seed}: replica {index} diverged at op {op}");
+                assert_eq!(
+                    canonical.checksum, entry.checksum,
+                    "seed {seed}: replica {index} committed a different op {op}"
+                );
+                assert_eq!(
+                    canonical_reply, reply,
+                    "seed {seed}: replica {index} diverged at op {op}"
+                );
             }
             None => {
                 self.canonical.insert(op, (entry.clone(), reply.clone()));
@@ -324,14 +401,34 @@ impl Cluster {
     /// A client reply must be the canonical reply of a committed op of that client and request.
     fn check_response(&mut self, action: &Action) {
         let seed = self.seed;
-        if let Action::Reply { client, request, op, reply } = action {
+        if let Action::Reply {
+            client,
+            request,
+            op,
+            reply,
+        } = action
+        {
             if *request == 0 {
-                assert_eq!(reply.as_ref(), op.to_le_bytes(), "seed {seed}: session number is the register op");
+                assert_eq!(
+                    reply.as_ref(),
+                    op.to_le_bytes(),
+                    "seed {seed}: session number is the register op"
+                );
                 return;
             }
-            let (entry, canonical_reply) = self.canonical.get(op).unwrap_or_else(|| panic!("seed {seed}: reply for uncommitted op {op}"));
-            assert_eq!((entry.client, entry.request), (*client, *request), "seed {seed}: reply for a different request");
-            assert_eq!(canonical_reply, reply, "seed {seed}: reply differs from the committed reply");
+            let (entry, canonical_reply) = self
+                .canonical
+                .get(op)
+                .unwrap_or_else(|| panic!("seed {seed}: reply for uncommitted op {op}"));
+            assert_eq!(
+                (entry.client, entry.request),
+                (*client, *request),
+                "seed {seed}: reply for a different request"
+            );
+            assert_eq!(
+                canonical_reply, reply,
+                "seed {seed}: reply differs from the committed reply"
+            );
         }
     }
 
@@ -340,13 +437,23 @@ impl Cluster {
         let seed = self.seed;
         for index in 0..self.nodes.len() {
             let node = &mut self.nodes[index];
-            let Some(replica) = node.replica.as_ref() else { continue };
+            let Some(replica) = node.replica.as_ref() else {
+                continue;
+            };
             for op in node.checked_commit + 1..=replica.commit_min() {
-                let entry = replica.entry(op).unwrap_or_else(|| panic!("seed {seed}: committed op {op} lost"));
+                let entry = replica
+                    .entry(op)
+                    .unwrap_or_else(|| panic!("seed {seed}: committed op {op} lost"));
                 match self.canonical.get(&op) {
-                    Some((canonical, _)) => assert_eq!(canonical.checksum, entry.checksum, "seed {seed}: replica {index} op {op} differs"),
+                    Some((canonical, _)) => assert_eq!(
+                        canonical.checksum, entry.checksum,
+                        "seed {seed}: replica {index} op {op} differs"
+                    ),
                     None => {
-                        self.canonical.insert(op, (entry.clone(), Bytes::copy_from_slice(&op.to_le_bytes())));
+                        self.canonical.insert(
+                            op,
+                            (entry.clone(), Bytes::copy_from_slice(&op.to_le_bytes())),
+                        );
                     }
                 }
             }
@@ -362,17 +469,27 @@ impl Cluster {
     fn check_all(&self) {
         let seed = self.seed;
         for (index, node) in self.nodes.iter().enumerate() {
-            let Some(replica) = node.replica.as_ref() else { continue };
+            let Some(replica) = node.replica.as_ref() else {
+                continue;
+            };
             for op in 1..=replica.commit_min() {
-                let entry = replica.entry(op).unwrap_or_else(|| panic!("seed {seed}: op {op} lost at {index}"));
+                let entry = replica
+                    .entry(op)
+                    .unwrap_or_else(|| panic!("seed {seed}: op {op} lost at {index}"));
                 let (canonical, _) = &self.canonical[&op];
-                assert_eq!(canonical.checksum, entry.checksum, "seed {seed}: replica {index} op {op} changed");
+                assert_eq!(
+                    canonical.checksum, entry.checksum,
+                    "seed {seed}: replica {index} op {op} changed"
+                );
             }
         }
         let mut executed: BTreeMap<(u128, u64), u64> = BTreeMap::new();
         for (op, (entry, _)) in &self.canonical {
             if let Some(previous) = executed.insert((entry.client, entry.request), *op) {
-                panic!("seed {seed}: request {:?} committed twice (ops {previous} and {op})", (entry.client, entry.request));
+                panic!(
+                    "seed {seed}: request {:?} committed twice (ops {previous} and {op})",
+                    (entry.client, entry.request)
+                );
             }
         }
     }

@@ -27,7 +27,11 @@ pub struct PacketSimulator<P> {
 impl<P: Clone> PacketSimulator<P> {
     /// Empty network.
     pub fn new(options: PacketOptions) -> Self {
-        PacketSimulator { options, in_flight: Vec::new(), sequence: 0 }
+        PacketSimulator {
+            options,
+            in_flight: Vec::new(),
+            sequence: 0,
+        }
     }
 
     /// Submits `packet` at time `now`.
@@ -35,12 +39,17 @@ impl<P: Clone> PacketSimulator<P> {
         if rng.chance(self.options.drop_percent) {
             return;
         }
-        let copies = if rng.chance(self.options.duplicate_percent) { 2 } else { 1 };
+        let copies = if rng.chance(self.options.duplicate_percent) {
+            2
+        } else {
+            1
+        };
         for _ in 0..copies {
             let span = self.options.delay_max_ticks - self.options.delay_min_ticks + 1;
             let at = now + self.options.delay_min_ticks + rng.below(span);
             self.sequence += 1;
-            self.in_flight.push((at, rng.next_u64() ^ self.sequence, packet.clone()));
+            self.in_flight
+                .push((at, rng.next_u64() ^ self.sequence, packet.clone()));
         }
     }
 
