@@ -52,3 +52,10 @@ fn faults_are_exercised() {
     assert!(summary.crashes > 0);
     assert!(summary.view_max > 0, "the primary crashed at least once");
 }
+
+#[test]
+fn a_seed_replays_exactly() {
+    let first = Cluster::new(7, 5, 3, 20).run(1_500, 30_000);
+    let second = Cluster::new(7, 5, 3, 20).run(1_500, 30_000);
+    assert_eq!(format!("{first:?}"), format!("{second:?}"));
+}
