@@ -74,6 +74,8 @@ pub struct Cluster {
     crashes: u64,
     restarts: u64,
     faults: bool,
+    /// Per replica: tick until which it is cut off from every other node.
+    isolated_until: Vec<u64>,
 }
 
 const INITIAL_STATE: u64 = 0x1234_5678;
@@ -126,6 +128,7 @@ impl Cluster {
             crashes: 0,
             restarts: 0,
             faults: true,
+            isolated_until: vec![0; usize::from(replica_count)],
         }
     }
 
@@ -165,6 +168,7 @@ impl Cluster {
 
     fn heal(&mut self) {
         self.faults = false;
+        self.isolated_until.iter_mut().for_each(|until| *until = 0);
         self.network.options.drop_percent = 0;
         self.network.options.duplicate_percent = 0;
         for index in 0..self.nodes.len() {
@@ -177,6 +181,10 @@ impl Cluster {
     fn step(&mut self) {
         self.now += 1;
         self.inject_crashes();
+        if self.faults && self.replica_count > 1 && self.rng.chance(1) {
+            let index = self.rng.below(u64::from(self.replica_count)) as usize;
+            self.isolated_until[index] = self.now + 10 + self.rng.below(80);
+        }
         for index in 0..self.nodes.len() {
             let now = self.now;
             let node = &mut self.nodes[index];
@@ -286,7 +294,19 @@ impl Cluster {
         );
     }
 
+    fn isolated(&self, replica: ReplicaId) -> bool {
+        self.now < self.isolated_until[usize::from(replica)]
+    }
+
     fn deliver(&mut self, packet: Packet) {
+        let cut = match &packet {
+            Packet::Replica { from, to, .. } => self.isolated(*from) || self.isolated(*to),
+            Packet::Request { to, .. } => self.isolated(*to),
+            Packet::Response { .. } => false,
+        };
+        if cut {
+            return;
+        }
         match packet {
             Packet::Replica { from, to, message } => {
                 let index = usize::from(to);
