@@ -1,1 +1,496 @@
-//! iggy-codegen: spec parser, model and emitters.
+//! iggy-codegen: reads `spec/*.spec`, validates, and emits `generated/src/*.rs`.
+//!
+//! This first cut handles the fixed-layout parts of the spec (protocol, enums, fixed structs,
+//! errors). Diagnostics name `file:line`.
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+/// A diagnostic tied to a spec line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Diagnostic {
+    pub file: String,
+    pub line: usize,
+    pub message: String,
+}
+impl std::fmt::Display for Diagnostic {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}: {}", self.file, self.line, self.message)
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct Model {
+    pub versions: Vec<(String, u32)>,
+    pub ranges: Vec<(String, String)>,
+    pub storage_marker: Option<String>,
+    pub snapshot_format: Option<u32>,
+    pub release: Vec<(String, String)>,
+    pub enums: Vec<Enum>,
+    pub structs: Vec<Struct>,
+    pub errors: Vec<(u32, String, String, usize)>,
+    /// Files each item came from, for the generated header.
+    pub sources: BTreeMap<String, String>,
+}
+#[derive(Debug)]
+pub struct Enum {
+    pub name: String,
+    pub repr: String,
+    pub variants: Vec<(u64, String)>,
+    pub file: String,
+}
+#[derive(Debug)]
+pub struct Field {
+    pub offset: Option<usize>,
+    pub name: String,
+    pub ty: String,
+    pub doc: String,
+    pub line: usize,
+}
+#[derive(Debug)]
+pub struct Struct {
+    pub name: String,
+    pub fixed: Option<usize>,
+    pub fields: Vec<Field>,
+    pub file: String,
+    pub line: usize,
+}
+
+fn diag(file: &str, line: usize, message: impl Into<String>) -> Diagnostic {
+    Diagnostic { file: file.to_string(), line, message: message.into() }
+}
+
+fn kv<'a>(tokens: &[&'a str], key: &str) -> Option<&'a str> {
+    tokens.iter().find_map(|t| t.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
+}
+
+/// Parses one spec file into `model`.
+pub fn parse_file(file: &str, text: &str, model: &mut Model) -> Result<(), Vec<Diagnostic>> {
+    let mut errs = Vec::new();
+    let lines: Vec<&str> = text.lines().collect();
+    let mut i = 0;
+    while i < lines.len() {
+        let ln = i + 1;
+        let raw = lines[i];
+        i += 1;
+        let t = raw.trim();
+        if t.is_empty() || t.starts_with('#') {
+            continue;
+        }
+        let toks: Vec<&str> = t.split_whitespace().collect();
+        match toks[0] {
+            "version" => {
+                let packed = kv(&toks, "packed")
+                    .and_then(|p| u32::from_str_radix(p.trim_start_matches("0x"), 16).ok());
+                match (toks.get(1), packed) {
+                    (Some(v), Some(p)) => {
+                        if pack(v) != Some(p) {
+                            errs.push(diag(file, ln, format!("packed value of {v} is wrong")));
+                        }
+                        model.versions.push((v.to_string(), p))
+                    }
+                    _ => errs.push(diag(file, ln, "expected `version <x.y.z> packed=<0xN>`")),
+                }
+            }
+            "range" => match (kv(&toks, "min"), kv(&toks, "max")) {
+                (Some(a), Some(b)) => model.ranges.push((a.into(), b.into())),
+                _ => errs.push(diag(file, ln, "expected `range min=<v> max=<v>`")),
+            },
+            "storage_marker" => model.storage_marker = toks.get(1).map(|s| s.to_string()),
+            "snapshot_format" => model.snapshot_format = toks.get(1).and_then(|s| s.parse().ok()),
+            "release" => {
+                for t in &toks[1..] {
+                    if let Some((k, v)) = t.split_once('=') {
+                        model.release.push((k.into(), v.into()));
+                    }
+                }
+            }
+            "error" => {
+                let rest = t["error".len()..].trim_start();
+                let mut parts = rest.splitn(3, ' ');
+                let code = parts.next().and_then(|c| c.parse::<u32>().ok());
+                let name = parts.next();
+                let msg = parts.next().map(|m| m.trim().trim_matches('"').to_string());
+                match (code, name, msg) {
+                    (Some(c), Some(n), Some(m)) => model.errors.push((c, n.into(), m, ln)),
+                    _ => errs.push(diag(file, ln, "expected `error <code> <Name> \"<message>\"`")),
+                }
+            }
+            "enum" => {
+                let (Some(name), Some(repr)) = (toks.get(1), toks.get(2)) else {
+                    errs.push(diag(file, ln, "expected `enum <Name> <repr>`"));
+                    continue;
+                };
+                let mut variants = Vec::new();
+                while i < lines.len() && lines[i].trim() != "end" {
+                    let r: Vec<&str> = lines[i].split_whitespace().collect();
+                    if !r.is_empty() && !r[0].starts_with('#') {
+                        match (r[0].parse::<u64>(), r.get(1)) {
+                            (Ok(v), Some(n)) => variants.push((v, n.to_string())),
+                            _ => errs.push(diag(file, i + 1, "expected `<value> <Variant>`")),
+                        }
+                    }
+                    i += 1;
+                }
+                i += 1;
+                model.enums.push(Enum {
+                    name: name.to_string(),
+                    repr: repr.to_string(),
+                    variants,
+                    file: file.into(),
+                });
+            }
+            "struct" => {
+                let Some(name) = toks.get(1) else {
+                    errs.push(diag(file, ln, "expected `struct <Name>`"));
+                    continue;
+                };
+                let fixed = kv(&toks, "fixed").and_then(|f| f.parse().ok());
+                let mut fields = Vec::new();
+                while i < lines.len() && lines[i].trim() != "end" {
+                    let fl = i + 1;
+                    let r: Vec<&str> = lines[i].split_whitespace().collect();
+                    i += 1;
+                    if r.is_empty() || r[0].starts_with('#') {
+                        continue;
+                    }
+                    let (offset, rest) = match r[0].parse::<usize>() {
+                        Ok(o) => (Some(o), &r[1..]),
+                        Err(_) => (None, &r[..]),
+                    };
+                    if rest.len() < 2 {
+                        errs.push(diag(file, fl, "expected `[offset] <field> <type> [doc]`"));
+                        continue;
+                    }
+                    fields.push(Field {
+                        offset,
+                        name: rest[0].into(),
+                        ty: rest[1].into(),
+                        doc: rest[2..].join(" "),
+                        line: fl,
+                    });
+                }
+                i += 1;
+                model.structs.push(Struct {
+                    name: name.to_string(),
+                    fixed,
+                    fields,
+                    file: file.into(),
+                    line: ln,
+                });
+            }
+            // Parsed by later stages; accepted here so a spec using them still generates.
+            "command" | "retired" | "example" | "const" => {}
+            other => errs.push(diag(file, ln, format!("unknown declaration `{other}`"))),
+        }
+    }
+    if errs.is_empty() { Ok(()) } else { Err(errs) }
+}
+
+/// Packs `x.y.z` as `major<<20 | minor<<10 | patch`.
+pub fn pack(v: &str) -> Option<u32> {
+    let mut it = v.split('.').map(|p| p.parse::<u32>().ok());
+    let (a, b, c) = (it.next()??, it.next()??, it.next()??);
+    Some(a << 20 | b << 10 | c)
+}
+
+fn prim_size(ty: &str) -> Option<usize> {
+    Some(match ty {
+        "u8" | "i8" | "bool" => 1,
+        "u16" | "i16" => 2,
+        "u32" | "i32" => 4,
+        "u64" | "i64" => 8,
+        "u128" | "i128" => 16,
+        _ => return None,
+    })
+}
+fn array_len(ty: &str, kind: &str) -> Option<usize> {
+    ty.strip_prefix(kind)?.strip_prefix('[')?.strip_suffix(']')?.parse().ok()
+}
+
+impl Model {
+    fn fixed_size(&self, ty: &str) -> Option<usize> {
+        prim_size(ty)
+            .or_else(|| array_len(ty, "bytes"))
+            .or_else(|| array_len(ty, "zero"))
+            .or_else(|| {
+                self.enums.iter().find(|e| e.name == ty).and_then(|e| prim_size(&e.repr))
+            })
+            .or_else(|| self.structs.iter().find(|s| s.name == ty).and_then(|s| s.fixed))
+    }
+
+    /// Checks the whole model.
+    pub fn validate(&self) -> Vec<Diagnostic> {
+        let mut out = Vec::new();
+        let mut names: BTreeMap<&str, ()> = BTreeMap::new();
+        for s in &self.structs {
+            if names.insert(&s.name, ()).is_some() {
+                out.push(diag(&s.file, s.line, format!("duplicate name `{}`", s.name)));
+            }
+            let Some(size) = s.fixed else { continue };
+            let mut at = 0;
+            for f in &s.fields {
+                let Some(off) = f.offset else {
+                    out.push(diag(&s.file, f.line, "fixed struct field needs an offset"));
+                    continue;
+                };
+                let Some(len) = self.fixed_size(&f.ty) else {
+                    out.push(diag(&s.file, f.line, format!("unknown type `{}`", f.ty)));
+                    continue;
+                };
+                if off < at {
+                    out.push(diag(&s.file, f.line, format!("field `{}` at {off} overlaps the previous field ending at {at}", f.name)));
+                } else if off > at {
+                    out.push(diag(&s.file, f.line, format!("gap before `{}`: {at}..{off}", f.name)));
+                }
+                at = off + len;
+            }
+            if at != size {
+                out.push(diag(&s.file, s.line, format!("fields cover {at} bytes, fixed={size}")));
+            }
+        }
+        let mut codes = BTreeMap::new();
+        let mut enames = BTreeMap::new();
+        for (c, n, _, line) in &self.errors {
+            let f = self.sources.get("errors").cloned().unwrap_or_default();
+            if codes.insert(*c, ()).is_some() {
+                out.push(diag(&f, *line, format!("duplicate error code {c}")));
+            }
+            if enames.insert(n.clone(), ()).is_some() {
+                out.push(diag(&f, *line, format!("duplicate error name {n}")));
+            }
+        }
+        out
+    }
+}
+
+fn rust_ty(ty: &str) -> String {
+    if let Some(n) = array_len(ty, "bytes") {
+        return format!("[u8; {n}]");
+    }
+    ty.to_string()
+}
+
+/// Emits `generated/src/frames.rs` (enums plus fixed structs).
+pub fn emit_frames(m: &Model, source: &str) -> String {
+    let mut o = header(source);
+    o.push_str("use iggy_wire::{WireDecode, WireEncode, WireError};\n\n");
+    for e in &m.enums {
+        emit_enum(&mut o, e);
+    }
+    for s in m.structs.iter().filter(|s| s.fixed.is_some()) {
+        emit_fixed(&mut o, m, s);
+    }
+    o
+}
+
+fn header(source: &str) -> String {
+    format!("// @generated by cargo codegen from spec/{source}; do not edit.\n#![allow(clippy::all)]\n")
+}
+
+fn emit_enum(o: &mut String, e: &Enum) {
+    let r = &e.repr;
+    let _ = writeln!(o, "#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]\n#[repr({r})]\npub enum {} {{", e.name);
+    for (i, (v, n)) in e.variants.iter().enumerate() {
+        if i == 0 {
+            o.push_str("    #[default]\n");
+        }
+        let _ = writeln!(o, "    {n} = {v},");
+    }
+    o.push_str("}\n");
+    let _ = writeln!(o, "impl {} {{\n    /// Every variant, in spec order.\n    pub const ALL: &'static [{0}] = &[{1}];", e.name,
+        e.variants.iter().map(|(_, n)| format!("{}::{n}", e.name)).collect::<Vec<_>>().join(", "));
+    let _ = writeln!(o, "    /// The variant with this discriminant.\n    pub fn from_repr(v: {r}) -> Option<Self> {{\n        match v {{");
+    for (v, n) in &e.variants {
+        let _ = writeln!(o, "            {v} => Some(Self::{n}),");
+    }
+    let _ = writeln!(o, "            _ => None,\n        }}\n    }}\n    /// The discriminant.\n    pub fn to_repr(self) -> {r} {{ self as {r} }}\n}}");
+    let _ = writeln!(o, "impl WireEncode for {0} {{\n    fn encoded_size(&self) -> usize {{ std::mem::size_of::<{r}>() }}\n    fn encode_to(&self, out: &mut Vec<u8>) {{ out.extend_from_slice(&(*self as {r}).to_le_bytes()); }}\n}}", e.name);
+    let _ = writeln!(o, "impl<'a> WireDecode<'a> for {0} {{\n    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {{\n        let v = <{r}>::decode_from(input)?;\n        Self::from_repr(v).ok_or(WireError::InvalidValue {{ field: \"{0}\" }})\n    }}\n}}\n", e.name);
+}
+
+fn emit_fixed(o: &mut String, m: &Model, s: &Struct) {
+    let size = s.fixed.unwrap();
+    let _ = writeln!(o, "/// Fixed-layout `{}`, {size} bytes.\n#[derive(Debug, Clone, Copy, PartialEq, Eq)]\npub struct {} {{", s.name, s.name);
+    for f in &s.fields {
+        if array_len(&f.ty, "zero").is_some() {
+            continue;
+        }
+        if !f.doc.is_empty() {
+            let _ = writeln!(o, "    /// {}", f.doc);
+        }
+        let _ = writeln!(o, "    pub {}: {},", f.name, rust_ty(&f.ty));
+    }
+    o.push_str("}\n");
+    let _ = writeln!(o, "impl {} {{\n    /// Encoded size in bytes.\n    pub const SIZE: usize = {size};", s.name);
+    for f in &s.fields {
+        let _ = writeln!(o, "    /// Byte offset of `{}`.\n    pub const {}_OFFSET: usize = {};", f.name, f.name.to_uppercase(), f.offset.unwrap_or(0));
+    }
+    let _ = writeln!(o, "    /// Decodes from the first `SIZE` bytes of `buf`.\n    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {{\n        if buf.len() < Self::SIZE {{\n            return Err(WireError::UnexpectedEnd {{ needed: Self::SIZE, remaining: buf.len() }});\n        }}");
+    for f in &s.fields {
+        let off = f.offset.unwrap_or(0);
+        let len = m.fixed_size(&f.ty).unwrap_or(0);
+        if array_len(&f.ty, "zero").is_some() {
+            let _ = writeln!(o, "        if !iggy_wire::is_zero_at(buf, {off}, {len}) {{ return Err(WireError::NonZeroReserved {{ field: \"{}\" }}); }}", f.name);
+        } else if array_len(&f.ty, "bytes").is_some() {
+            let _ = writeln!(o, "        let {} = iggy_wire::get_at::<{len}>(buf, {off});", f.name);
+        } else {
+            let _ = writeln!(o, "        let {0} = <{1}>::decode_exact(&buf[{off}..{off} + {len}]).map_err(|_| WireError::InvalidValue {{ field: \"{0}\" }})?;", f.name, rust_ty(&f.ty));
+        }
+    }
+    let names: Vec<&str> = s.fields.iter().filter(|f| array_len(&f.ty, "zero").is_none()).map(|f| f.name.as_str()).collect();
+    let _ = writeln!(o, "        Ok(Self {{ {} }})\n    }}", names.join(", "));
+    let _ = writeln!(o, "    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).\n    pub fn encode_fixed(&self, out: &mut [u8]) {{\n        assert!(out.len() >= Self::SIZE);");
+    for f in &s.fields {
+        let off = f.offset.unwrap_or(0);
+        if let Some(len) = array_len(&f.ty, "zero") {
+            let _ = writeln!(o, "        out[{off}..{off} + {len}].fill(0);");
+        } else if array_len(&f.ty, "bytes").is_some() {
+            let _ = writeln!(o, "        iggy_wire::put_at(out, {off}, &self.{});", f.name);
+        } else {
+            let _ = writeln!(o, "        iggy_wire::put_at(out, {off}, &self.{}.to_wire_bytes());", f.name);
+        }
+    }
+    let _ = writeln!(o, "    }}\n    /// The `SIZE` encoded bytes.\n    pub fn to_bytes(&self) -> [u8; {size}] {{\n        let mut b = [0u8; {size}];\n        self.encode_fixed(&mut b);\n        b\n    }}\n}}");
+    let _ = writeln!(o, "impl Default for {0} {{\n    /// All-zero bytes.\n    fn default() -> Self {{ Self::decode_fixed(&[0u8; {size}]).expect(\"zero bytes decode\") }}\n}}", s.name);
+    let _ = writeln!(o, "const _: () = assert!({}::SIZE == {size});", s.name);
+    for f in &s.fields {
+        let len = m.fixed_size(&f.ty).unwrap_or(0);
+        let _ = writeln!(o, "const _: () = assert!({}::{}_OFFSET + {len} <= {size});", s.name, f.name.to_uppercase());
+    }
+    let _ = writeln!(o, "impl WireEncode for {0} {{\n    fn encoded_size(&self) -> usize {{ {size} }}\n    fn encode_to(&self, out: &mut Vec<u8>) {{ out.extend_from_slice(&self.to_bytes()); }}\n}}\nimpl<'a> WireDecode<'a> for {0} {{\n    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {{\n        let b = iggy_wire::take(input, {size})?;\n        Self::decode_fixed(b)\n    }}\n}}\n", s.name);
+}
+
+/// Emits `generated/src/protocol.rs`.
+pub fn emit_protocol(m: &Model) -> String {
+    let mut o = header("protocol.spec");
+    o.push_str("/// A protocol version as `major.minor.patch`.\n#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]\npub struct ProtocolVersion { pub major: u32, pub minor: u32, pub patch: u32 }\nimpl ProtocolVersion {\n    /// Packs as `major<<20 | minor<<10 | patch`.\n    pub const fn packed(self) -> u32 { self.major << 20 | self.minor << 10 | self.patch }\n    /// Unpacks a packed u32.\n    pub const fn from_packed(p: u32) -> Self { Self { major: p >> 20, minor: (p >> 10) & 0x3ff, patch: p & 0x3ff } }\n}\nimpl std::fmt::Display for ProtocolVersion {\n    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { write!(f, \"{}.{}.{}\", self.major, self.minor, self.patch) }\n}\n");
+    let vname = |v: &str| format!("V{}", v.replace('.', "_"));
+    let pv = |v: &str| {
+        let p: Vec<&str> = v.split('.').collect();
+        format!("ProtocolVersion {{ major: {}, minor: {}, patch: {} }}", p[0], p[1], p[2])
+    };
+    for (v, p) in &m.versions {
+        let _ = writeln!(o, "/// Protocol {v}, packed {p:#x}.\npub const {}: ProtocolVersion = {};\nconst _: () = assert!({0}.packed() == {p:#x});", vname(v), pv(v));
+    }
+    if let Some((v, _)) = m.versions.first() {
+        let _ = writeln!(o, "/// The version this server speaks natively.\npub const CURRENT: ProtocolVersion = {};", vname(v));
+    }
+    o.push_str("/// Inclusive admission windows; each admitted client is served with the codec of the window's max.\npub const ADMISSION: &[(ProtocolVersion, ProtocolVersion)] = &[");
+    for (a, b) in &m.ranges {
+        let _ = write!(o, "({}, {}), ", pv(a), pv(b));
+    }
+    o.push_str("];\n/// Admits a packed client version: returns the codec version to speak, or None.\npub fn admit(packed: u32) -> Option<ProtocolVersion> {\n    let v = ProtocolVersion::from_packed(packed);\n    ADMISSION.iter().find(|(lo, hi)| *lo <= v && v <= *hi).map(|(_, hi)| *hi)\n}\n/// Lowest and highest admitted versions (for the eviction window).\npub fn admission_window() -> (ProtocolVersion, ProtocolVersion) {\n    let lo = ADMISSION.iter().map(|r| r.0).min().unwrap();\n    let hi = ADMISSION.iter().map(|r| r.1).max().unwrap();\n    (lo, hi)\n}\n");
+    if let Some(s) = &m.storage_marker {
+        let _ = writeln!(o, "/// On-disk format marker.\npub const STORAGE_MARKER: &str = {s:?};");
+    }
+    if let Some(n) = m.snapshot_format {
+        let _ = writeln!(o, "/// Snapshot format number.\npub const SNAPSHOT_FORMAT: u32 = {n};");
+    }
+    for (k, v) in &m.release {
+        let _ = writeln!(o, "/// Release identity `{k}`.\npub const RELEASE_{}: &str = {v:?};", k.to_uppercase());
+    }
+    o
+}
+
+/// Emits `generated/src/errors.rs`.
+pub fn emit_errors(m: &Model) -> String {
+    let mut o = header("errors.spec");
+    o.push_str("/// Every wire error code (the u32 in `ReplyHeader.status` and result sections).\n#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]\n#[repr(u32)]\npub enum ErrorCode {\n");
+    for (c, n, msg, _) in &m.errors {
+        let _ = writeln!(o, "    /// {}\n    {n} = {c},", msg.replace('{', "(").replace('}', ")"));
+    }
+    o.push_str("}\nimpl ErrorCode {\n    /// Every code, in spec order.\n    pub const ALL: &'static [ErrorCode] = &[");
+    for (_, n, _, _) in &m.errors {
+        let _ = write!(o, "ErrorCode::{n}, ");
+    }
+    o.push_str("];\n    /// The numeric wire code.\n    pub fn code(self) -> u32 { self as u32 }\n    /// The code with this number.\n    pub fn from_code(code: u32) -> Option<Self> {\n        match code {\n");
+    for (c, n, _, _) in &m.errors {
+        let _ = writeln!(o, "            {c} => Some(Self::{n}),");
+    }
+    o.push_str("            _ => None,\n        }\n    }\n    /// The variant name.\n    pub fn name(self) -> &'static str {\n        match self {\n");
+    for (_, n, _, _) in &m.errors {
+        let _ = writeln!(o, "            Self::{n} => {n:?},");
+    }
+    o.push_str("        }\n    }\n    /// The message template.\n    pub fn message(self) -> &'static str {\n        match self {\n");
+    for (_, n, msg, _) in &m.errors {
+        let _ = writeln!(o, "            Self::{n} => {msg:?},");
+    }
+    o.push_str("        }\n    }\n}\nimpl std::fmt::Display for ErrorCode {\n    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { write!(f, \"{} ({})\", self.message(), self.code()) }\n}\n");
+    o
+}
+
+/// Reads every `spec/*.spec` file under `root` and returns the outputs keyed by path.
+pub fn generate(root: &Path) -> Result<Vec<(PathBuf, String)>, Vec<Diagnostic>> {
+    let spec = root.join("spec");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&spec)
+        .map_err(|e| vec![diag("spec", 0, e.to_string())])?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "spec"))
+        .collect();
+    files.sort();
+    let mut per_file = Vec::new();
+    let mut errs = Vec::new();
+    let mut all = Model::default();
+    let mut hash_input = String::new();
+    for p in &files {
+        let name = p.file_name().unwrap().to_string_lossy().to_string();
+        let text = std::fs::read_to_string(p).map_err(|e| vec![diag(&name, 0, e.to_string())])?;
+        hash_input.push_str(&name);
+        hash_input.push_str(&text);
+        let mut m = Model::default();
+        let shown = format!("spec/{name}");
+        m.sources.insert("errors".into(), shown.clone());
+        if let Err(e) = parse_file(&shown, &text, &mut m) {
+            errs.extend(e);
+        }
+        all.sources.insert(name.clone(), shown.clone());
+        per_file.push((name, m));
+    }
+    for (_, m) in &per_file {
+        errs.extend(m.validate());
+    }
+    if !errs.is_empty() {
+        return Err(errs);
+    }
+    let g = root.join("generated/src");
+    let mut out = Vec::new();
+    let mut mods = Vec::new();
+    for (name, m) in &per_file {
+        let stem = name.trim_end_matches(".spec");
+        let text = match stem {
+            "protocol" => emit_protocol(m),
+            "errors" => emit_errors(m),
+            "frames" => emit_frames(m, name),
+            _ => continue,
+        };
+        mods.push(stem.to_string());
+        out.push((g.join(format!("{stem}.rs")), text));
+    }
+    let mut lib = String::from("// @generated by cargo codegen from spec/*.spec; do not edit.\n//! iggy-generated: Rust generated from `spec/` by `cargo codegen`. See README.md.\n");
+    for m in &mods {
+        let _ = writeln!(lib, "pub mod {m};");
+    }
+    let _ = writeln!(lib, "/// Hash of every spec file, checked by build.rs.\npub const SPEC_HASH: u64 = {:#x};", spec_hash(&hash_input));
+    out.push((g.join("lib.rs"), lib));
+    Ok(out)
+}
+
+/// FNV-1a over the concatenated spec files (name then text, sorted by name).
+pub fn spec_hash(s: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in s.bytes() {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x100_0000_01b3);
+    }
+    h
+}
+
+/// Compares what `generate` would write with the files on disk; returns the stale paths.
+pub fn stale(outputs: &[(PathBuf, String)]) -> Vec<PathBuf> {
+    outputs
+        .iter()
+        .filter(|(p, t)| std::fs::read_to_string(p).ok().as_deref() != Some(t.as_str()))
+        .map(|(p, _)| p.clone())
+        .collect()
+}

@@ -1,0 +1,26 @@
+//! The committed generated/ must match spec/.
+#[test]
+fn generated_is_up_to_date() {
+    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let outputs = iggy_codegen::generate(&root).expect("spec parses and validates");
+    let stale = iggy_codegen::stale(&outputs);
+    assert!(stale.is_empty(), "stale files, run `cargo codegen`: {stale:?}");
+}
+
+#[test]
+fn overlapping_offsets_are_reported_with_file_and_line() {
+    let mut m = iggy_codegen::Model::default();
+    let text = "struct A fixed=8\n  0 a u64\n  4 b u32\nend\n";
+    iggy_codegen::parse_file("t.spec", text, &mut m).unwrap();
+    let d: Vec<String> = m.validate().iter().map(|d| d.to_string()).collect();
+    assert_eq!(d, vec!["t.spec:3: field `b` at 4 overlaps the previous field ending at 8"], "overlap");
+    let mut m = iggy_codegen::Model::default();
+    iggy_codegen::parse_file("u.spec", "struct B fixed=16\n  0 a u64\n  12 b u32\nend\nstruct B fixed=1\n  0 c nope\nend\n", &mut m).unwrap();
+    let d: Vec<String> = m.validate().iter().map(|d| d.to_string()).collect();
+    assert_eq!(d, vec![
+        "u.spec:3: gap before `b`: 8..12",
+        "u.spec:5: duplicate name `B`",
+        "u.spec:6: unknown type `nope`",
+        "u.spec:5: fields cover 0 bytes, fixed=1",
+    ]);
+}
