@@ -29,8 +29,26 @@ pub struct Model {
     pub enums: Vec<Enum>,
     pub structs: Vec<Struct>,
     pub errors: Vec<(u32, String, String, usize)>,
+    pub commands: Vec<Command>,
+    pub retired: Vec<(u32, String, usize)>,
     /// Files each item came from, for the generated header.
     pub sources: BTreeMap<String, String>,
+}
+/// One `command` row.
+#[derive(Debug, Clone)]
+pub struct Command {
+    pub code: u32,
+    pub name: String,
+    pub op: String,
+    pub class: String,
+    pub rf: bool,
+    pub perm: String,
+    pub req: String,
+    pub resp: String,
+    pub since: Option<String>,
+    pub until: Option<String>,
+    pub file: String,
+    pub line: usize,
 }
 #[derive(Debug)]
 pub struct Enum {
@@ -180,7 +198,32 @@ pub fn parse_file(file: &str, text: &str, model: &mut Model) -> Result<(), Vec<D
                 });
             }
             // Parsed by later stages; accepted here so a spec using them still generates.
-            "command" | "retired" | "example" | "const" => {}
+            "command" => {
+                let code = toks.get(1).and_then(|c| c.parse::<u32>().ok());
+                match (code, toks.get(2)) {
+                    (Some(code), Some(name)) => model.commands.push(Command {
+                        code,
+                        name: name.to_string(),
+                        op: kv(&toks, "op").unwrap_or("NonReplicated").into(),
+                        class: kv(&toks, "class").unwrap_or("none").into(),
+                        rf: kv(&toks, "rf") == Some("yes"),
+                        perm: kv(&toks, "perm").unwrap_or("none").into(),
+                        req: kv(&toks, "req").unwrap_or("").into(),
+                        resp: kv(&toks, "resp").unwrap_or("").into(),
+                        since: kv(&toks, "since").map(Into::into),
+                        until: kv(&toks, "until").map(Into::into),
+                        file: file.into(),
+                        line: ln,
+                    }),
+                    _ => errs.push(diag(file, ln, "expected `command <code> <name> key=value...`")),
+                }
+            }
+            "retired" => match toks.get(1).and_then(|c| c.parse::<u32>().ok()) {
+                Some(c) => model.retired.push((c, toks.get(2).unwrap_or(&"").to_string(), ln)),
+                None => errs.push(diag(file, ln, "expected `retired <code> <name>`")),
+            },
+            // Parsed by later stages; accepted here so a spec using them still generates.
+            "example" | "const" => {}
             other => errs.push(diag(file, ln, format!("unknown declaration `{other}`"))),
         }
     }
@@ -249,6 +292,24 @@ impl Model {
                 out.push(diag(&s.file, s.line, format!("fields cover {at} bytes, fixed={size}")));
             }
         }
+        let mut ccodes = BTreeMap::new();
+        let mut cnames = BTreeMap::new();
+        for c in &self.commands {
+            if self.retired.iter().any(|r| r.0 == c.code) {
+                out.push(diag(&c.file, c.line, format!("command `{}` reuses retired code {}", c.name, c.code)));
+            }
+            if ccodes.insert(c.code, ()).is_some() {
+                out.push(diag(&c.file, c.line, format!("duplicate command code {}", c.code)));
+            }
+            if cnames.insert(c.name.clone(), ()).is_some() {
+                out.push(diag(&c.file, c.line, format!("duplicate command name `{}`", c.name)));
+            }
+            for v in c.since.iter().chain(c.until.iter()) {
+                if pack(v).is_none() {
+                    out.push(diag(&c.file, c.line, format!("bad version `{v}`")));
+                }
+            }
+        }
         let mut codes = BTreeMap::new();
         let mut enames = BTreeMap::new();
         for (c, n, _, line) in &self.errors {
@@ -274,13 +335,14 @@ fn rust_ty(ty: &str) -> String {
 /// Emits `generated/src/frames.rs` (enums plus fixed structs).
 pub fn emit_frames(m: &Model, source: &str) -> String {
     let mut o = header(source);
-    o.push_str("use iggy_wire::{WireDecode, WireEncode, WireError};\n\n");
+    o.push_str("#[allow(unused_imports)]\nuse iggy_wire::{WireDecode, WireEncode, WireError};\n\n");
     for e in &m.enums {
         emit_enum(&mut o, e);
     }
     for s in m.structs.iter().filter(|s| s.fixed.is_some()) {
         emit_fixed(&mut o, m, s);
     }
+    emit_commands(&mut o, m);
     o
 }
 
@@ -359,6 +421,24 @@ fn emit_fixed(o: &mut String, m: &Model, s: &Struct) {
         let _ = writeln!(o, "const _: () = assert!({}::{}_OFFSET + {len} <= {size});", s.name, f.name.to_uppercase());
     }
     let _ = writeln!(o, "impl WireEncode for {0} {{\n    fn encoded_size(&self) -> usize {{ {size} }}\n    fn encode_to(&self, out: &mut Vec<u8>) {{ out.extend_from_slice(&self.to_bytes()); }}\n}}\nimpl<'a> WireDecode<'a> for {0} {{\n    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {{\n        let b = iggy_wire::take(input, {size})?;\n        Self::decode_fixed(b)\n    }}\n}}\n", s.name);
+}
+
+/// Emits the `commands` table (when the file has command rows) for a module.
+pub fn emit_commands(o: &mut String, m: &Model) {
+    if m.commands.is_empty() && m.retired.is_empty() {
+        return;
+    }
+    o.push_str("/// One row of the command table.\n#[derive(Debug, Clone, Copy, PartialEq, Eq)]\npub struct CommandInfo {\n    pub code: u32,\n    pub name: &'static str,\n    /// `Operation` variant name sent in the request header.\n    pub operation: &'static str,\n    /// metadata, partition, session or none.\n    pub class: &'static str,\n    /// Whether the reply body starts with a result section.\n    pub result_framed: bool,\n    pub permission: &'static str,\n    pub request: &'static str,\n    pub response: &'static str,\n    /// Packed inclusive version bounds; 0 and u32::MAX when open.\n    pub since: u32,\n    pub until: u32,\n}\n/// Every live command.\npub const COMMANDS: &[CommandInfo] = &[\n");
+    for c in &m.commands {
+        let since = c.since.as_deref().and_then(pack).unwrap_or(0);
+        let until = c.until.as_deref().and_then(pack).unwrap_or(u32::MAX);
+        let _ = writeln!(o, "    CommandInfo {{ code: {}, name: {:?}, operation: {:?}, class: {:?}, result_framed: {}, permission: {:?}, request: {:?}, response: {:?}, since: {since}, until: {until} }},", c.code, c.name, c.op, c.class, c.rf, c.perm, c.req, c.resp);
+    }
+    o.push_str("];\n/// Codes that must stay unknown forever.\npub const RETIRED: &[u32] = &[");
+    for r in &m.retired {
+        let _ = write!(o, "{}, ", r.0);
+    }
+    o.push_str("];\n/// The command with this code known to the packed `version`, or None (retired, unknown, or outside since/until).\npub fn lookup(code: u32, version: u32) -> Option<&'static CommandInfo> {\n    if RETIRED.contains(&code) {\n        return None;\n    }\n    COMMANDS.iter().find(|c| c.code == code && c.since <= version && version <= c.until)\n}\n");
 }
 
 /// Emits `generated/src/protocol.rs`.
@@ -461,8 +541,7 @@ pub fn generate(root: &Path) -> Result<Vec<(PathBuf, String)>, Vec<Diagnostic>> 
         let text = match stem {
             "protocol" => emit_protocol(m),
             "errors" => emit_errors(m),
-            "frames" => emit_frames(m, name),
-            _ => continue,
+            _ => emit_frames(m, name),
         };
         mods.push(stem.to_string());
         out.push((g.join(format!("{stem}.rs")), text));

@@ -24,3 +24,15 @@ fn overlapping_offsets_are_reported_with_file_and_line() {
         "u.spec:5: fields cover 0 bytes, fixed=1",
     ]);
 }
+
+#[test]
+fn a_command_reusing_a_retired_code_is_rejected() {
+    let mut m = iggy_codegen::Model::default();
+    let text = "retired 14 old\ncommand 1 ping op=NonReplicated class=none rf=no perm=none req=A resp=A\ncommand 14 again\ncommand 1 dup\n";
+    iggy_codegen::parse_file("c.spec", text, &mut m).unwrap();
+    let d: Vec<String> = m.validate().iter().map(|d| d.to_string()).collect();
+    assert_eq!(d, vec![
+        "c.spec:3: command `again` reuses retired code 14",
+        "c.spec:4: duplicate command code 1",
+    ]);
+}
