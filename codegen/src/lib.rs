@@ -270,7 +270,19 @@ impl Model {
             if names.insert(&s.name, ()).is_some() {
                 out.push(diag(&s.file, s.line, format!("duplicate name `{}`", s.name)));
             }
-            let Some(size) = s.fixed else { continue };
+            let Some(size) = s.fixed else {
+                let set = borrowing(self);
+                let n = s.fields.len();
+                for (k, f) in s.fields.iter().enumerate() {
+                    if var_ty(self, &f.ty, &|x| set.contains(x)).is_none() {
+                        out.push(diag(&s.file, f.line, format!("unknown type `{}`", f.ty)));
+                    }
+                    if (f.ty == "rest" || f.ty.ends_with("(rest)")) && k + 1 != n {
+                        out.push(diag(&s.file, f.line, format!("`{}` consumes the rest and must be last", f.name)));
+                    }
+                }
+                continue;
+            };
             let mut at = 0;
             for f in &s.fields {
                 let Some(off) = f.offset else {
@@ -342,8 +354,82 @@ pub fn emit_frames(m: &Model, source: &str) -> String {
     for s in m.structs.iter().filter(|s| s.fixed.is_some()) {
         emit_fixed(&mut o, m, s);
     }
+    emit_variable(&mut o, m);
     emit_commands(&mut o, m);
     o
+}
+
+/// Maps a spec type to (Rust type, wire attribute, borrows). `lt` tells which structs borrow.
+fn var_ty(m: &Model, ty: &str, lt: &dyn Fn(&str) -> bool) -> Option<(String, String, bool)> {
+    if prim_size(ty).is_some() {
+        return Some((ty.into(), "plain".into(), false));
+    }
+    if let Some(n) = array_len(ty, "bytes") {
+        return Some((format!("[u8; {n}]"), "plain".into(), false));
+    }
+    match ty {
+        "name" => return Some(("&'a str".into(), "name".into(), true)),
+        "rest" => return Some(("&'a [u8]".into(), "rest".into(), true)),
+        "string(u8)" | "string(u32)" => return Some(("&'a str".into(), ty.into(), true)),
+        "bytes(u8)" | "bytes(u32)" => return Some(("&'a [u8]".into(), ty.into(), true)),
+        _ => {}
+    }
+    if let Some(inner) = ty.strip_prefix("opt<").and_then(|r| r.strip_suffix('>')) {
+        let (t, a, b) = var_ty(m, inner, lt)?;
+        return Some((format!("Option<{t}>"), format!("opt({a})"), b));
+    }
+    if let Some(r) = ty.strip_prefix("vec<") {
+        let (inner, kind) = r.rsplit_once(">(")?;
+        let kind = kind.strip_suffix(')')?;
+        if kind != "u32" && kind != "rest" {
+            return None;
+        }
+        let (t, a, b) = var_ty(m, inner, lt)?;
+        return Some((format!("Vec<{t}>"), format!("vec({kind}, {a})"), b));
+    }
+    if m.enums.iter().any(|e| e.name == ty) {
+        return Some((ty.into(), "plain".into(), false));
+    }
+    if m.structs.iter().any(|s| s.name == ty) {
+        let b = lt(ty);
+        return Some((if b { format!("{ty}<'a>") } else { ty.into() }, "plain".into(), b));
+    }
+    None
+}
+
+/// Names of variable structs that need a lifetime (borrow directly or through a nested struct).
+fn borrowing(m: &Model) -> std::collections::BTreeSet<String> {
+    let mut set = std::collections::BTreeSet::new();
+    loop {
+        let before = set.len();
+        for s in m.structs.iter().filter(|s| s.fixed.is_none()) {
+            let borrows = s.fields.iter().any(|f| {
+                var_ty(m, &f.ty, &|n| set.contains(n)).is_some_and(|(_, _, b)| b)
+            });
+            if borrows {
+                set.insert(s.name.clone());
+            }
+        }
+        if set.len() == before {
+            return set;
+        }
+    }
+}
+
+fn emit_variable(o: &mut String, m: &Model) {
+    let set = borrowing(m);
+    for s in m.structs.iter().filter(|s| s.fixed.is_none()) {
+        let lt = set.contains(&s.name);
+        let _ = writeln!(o, "/// Variable-length `{}`.\n#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]\npub struct {}{} {{", s.name, s.name, if lt { "<'a>" } else { "" });
+        for f in &s.fields {
+            let Some((t, a, _)) = var_ty(m, &f.ty, &|n| set.contains(n)) else { continue };
+            if !f.doc.is_empty() {
+                let _ = writeln!(o, "    /// {}", f.doc);
+            }
+            let _ = writeln!(o, "    #[wire({a})]\n    pub {}: {t},", f.name);
+        }
+        o.push_str("}\n");
+    }
 }
 
 fn header(source: &str) -> String {
