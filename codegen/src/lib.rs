@@ -50,14 +50,14 @@ pub struct Command {
     pub file: String,
     pub line: usize,
 }
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Enum {
     pub name: String,
     pub repr: String,
     pub variants: Vec<(u64, String)>,
     pub file: String,
 }
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Field {
     pub offset: Option<usize>,
     pub name: String,
@@ -65,7 +65,7 @@ pub struct Field {
     pub doc: String,
     pub line: usize,
 }
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Struct {
     pub name: String,
     pub fixed: Option<usize>,
@@ -237,6 +237,12 @@ pub fn pack(v: &str) -> Option<u32> {
     Some(a << 20 | b << 10 | c)
 }
 
+/// The generated module a spec file becomes (`spec/frames.spec` -> `frames`).
+pub fn module_of(file: &str) -> String {
+    let base = file.rsplit('/').next().unwrap_or(file);
+    base.trim_end_matches(".spec").to_string()
+}
+
 fn prim_size(ty: &str) -> Option<usize> {
     Some(match ty {
         "u8" | "i8" | "bool" => 1,
@@ -262,8 +268,13 @@ impl Model {
             .or_else(|| self.structs.iter().find(|s| s.name == ty).and_then(|s| s.fixed))
     }
 
-    /// Checks the whole model.
+    /// Checks the whole model, resolving types in itself.
     pub fn validate(&self) -> Vec<Diagnostic> {
+        self.validate_with(self)
+    }
+
+    /// Checks this file's items, resolving type names in `global` (every spec file merged).
+    pub fn validate_with(&self, global: &Model) -> Vec<Diagnostic> {
         let mut out = Vec::new();
         let mut names: BTreeMap<&str, ()> = BTreeMap::new();
         for s in &self.structs {
@@ -271,10 +282,10 @@ impl Model {
                 out.push(diag(&s.file, s.line, format!("duplicate name `{}`", s.name)));
             }
             let Some(size) = s.fixed else {
-                let set = borrowing(self);
+                let set = borrowing(global);
                 let n = s.fields.len();
                 for (k, f) in s.fields.iter().enumerate() {
-                    if var_ty(self, &f.ty, &|x| set.contains(x)).is_none() {
+                    if var_ty(global, &f.ty, &|x| set.contains(x)).is_none() {
                         out.push(diag(&s.file, f.line, format!("unknown type `{}`", f.ty)));
                     }
                     if (f.ty == "rest" || f.ty.ends_with("(rest)")) && k + 1 != n {
@@ -289,7 +300,7 @@ impl Model {
                     out.push(diag(&s.file, f.line, "fixed struct field needs an offset"));
                     continue;
                 };
-                let Some(len) = self.fixed_size(&f.ty) else {
+                let Some(len) = global.fixed_size(&f.ty) else {
                     out.push(diag(&s.file, f.line, format!("unknown type `{}`", f.ty)));
                     continue;
                 };
@@ -345,7 +356,7 @@ fn rust_ty(ty: &str) -> String {
 }
 
 /// Emits `generated/src/frames.rs` (enums plus fixed structs).
-pub fn emit_frames(m: &Model, source: &str) -> String {
+pub fn emit_frames(m: &Model, g: &Model, source: &str) -> String {
     let mut o = header(source);
     o.push_str("#[allow(unused_imports)]\nuse iggy_wire::{WireDecode, WireEncode, WireError};\n\n");
     for e in &m.enums {
@@ -354,7 +365,7 @@ pub fn emit_frames(m: &Model, source: &str) -> String {
     for s in m.structs.iter().filter(|s| s.fixed.is_some()) {
         emit_fixed(&mut o, m, s);
     }
-    emit_variable(&mut o, m);
+    emit_variable(&mut o, m, g);
     emit_commands(&mut o, m);
     o
 }
@@ -387,12 +398,13 @@ fn var_ty(m: &Model, ty: &str, lt: &dyn Fn(&str) -> bool) -> Option<(String, Str
         let (t, a, b) = var_ty(m, inner, lt)?;
         return Some((format!("Vec<{t}>"), format!("vec({kind}, {a})"), b));
     }
-    if m.enums.iter().any(|e| e.name == ty) {
-        return Some((ty.into(), "plain".into(), false));
+    if let Some(e) = m.enums.iter().find(|e| e.name == ty) {
+        return Some((format!("crate::{}::{ty}", module_of(&e.file)), "plain".into(), false));
     }
-    if m.structs.iter().any(|s| s.name == ty) {
+    if let Some(s) = m.structs.iter().find(|s| s.name == ty) {
         let b = lt(ty);
-        return Some((if b { format!("{ty}<'a>") } else { ty.into() }, "plain".into(), b));
+        let path = format!("crate::{}::{ty}", module_of(&s.file));
+        return Some((if b { format!("{path}<'a>") } else { path }, "plain".into(), b));
     }
     None
 }
@@ -416,13 +428,13 @@ fn borrowing(m: &Model) -> std::collections::BTreeSet<String> {
     }
 }
 
-fn emit_variable(o: &mut String, m: &Model) {
-    let set = borrowing(m);
+fn emit_variable(o: &mut String, m: &Model, g: &Model) {
+    let set = borrowing(g);
     for s in m.structs.iter().filter(|s| s.fixed.is_none()) {
         let lt = set.contains(&s.name);
         let _ = writeln!(o, "/// Variable-length `{}`.\n#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]\npub struct {}{} {{", s.name, s.name, if lt { "<'a>" } else { "" });
         for f in &s.fields {
-            let Some((t, a, _)) = var_ty(m, &f.ty, &|n| set.contains(n)) else { continue };
+            let Some((t, a, _)) = var_ty(g, &f.ty, &|n| set.contains(n)) else { continue };
             if !f.doc.is_empty() {
                 let _ = writeln!(o, "    /// {}", f.doc);
             }
@@ -613,8 +625,13 @@ pub fn generate(root: &Path) -> Result<Vec<(PathBuf, String)>, Vec<Diagnostic>> 
         all.sources.insert(name.clone(), shown.clone());
         per_file.push((name, m));
     }
+    let mut global = Model::default();
     for (_, m) in &per_file {
-        errs.extend(m.validate());
+        global.enums.extend(m.enums.iter().cloned());
+        global.structs.extend(m.structs.iter().cloned());
+    }
+    for (_, m) in &per_file {
+        errs.extend(m.validate_with(&global));
     }
     if !errs.is_empty() {
         return Err(errs);
@@ -627,7 +644,7 @@ pub fn generate(root: &Path) -> Result<Vec<(PathBuf, String)>, Vec<Diagnostic>> 
         let text = match stem {
             "protocol" => emit_protocol(m),
             "errors" => emit_errors(m),
-            _ => emit_frames(m, name),
+            _ => emit_frames(m, &global, name),
         };
         mods.push(stem.to_string());
         out.push((g.join(format!("{stem}.rs")), text));
