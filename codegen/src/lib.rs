@@ -367,7 +367,50 @@ pub fn emit_frames(m: &Model, g: &Model, source: &str) -> String {
     }
     emit_variable(&mut o, m, g);
     emit_commands(&mut o, m);
+    emit_dispatch(&mut o, m, g);
     o
+}
+
+fn variant_name(cmd: &str) -> String {
+    cmd.split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let mut c = p.chars();
+            c.next().map(|f| f.to_ascii_uppercase().to_string() + c.as_str()).unwrap_or_default()
+        })
+        .collect()
+}
+
+/// Emits `Request<'a>` and `decode_request(code, version, body)` for a file with commands.
+fn emit_dispatch(o: &mut String, m: &Model, g: &Model) {
+    if m.commands.is_empty() {
+        return;
+    }
+    let set = borrowing(g);
+    o.push_str("/// A decoded request body, one variant per command.\n#[derive(Debug, Clone, PartialEq, Eq)]\npub enum Request<'a> {\n");
+    let mut arms = Vec::new();
+    for c in &m.commands {
+        let v = variant_name(&c.name);
+        match g.structs.iter().find(|s| s.name == c.req) {
+            Some(st) => {
+                let path = format!("crate::{}::{}", module_of(&st.file), st.name);
+                let ty = if set.contains(&st.name) { format!("{path}<'a>") } else { path.clone() };
+                let _ = writeln!(o, "    {v}({ty}),");
+                arms.push(format!("        {} => Ok(Request::{v}(<{path}>::decode_exact(body)?)),", c.code));
+            }
+            None => {
+                let _ = writeln!(o, "    {v},");
+                arms.push(format!("        {} => {{ if !body.is_empty() {{ return Err(WireError::TrailingBytes {{ count: body.len() }}); }} Ok(Request::{v}) }}", c.code));
+            }
+        }
+    }
+    o.push_str("    #[doc(hidden)]\n    _Borrow(std::marker::PhantomData<&'a ()>),\n}\n");
+    o.push_str("/// Decodes the body of command `code` as known to the packed `version`.\n/// Unknown, retired and out-of-version codes are `InvalidValue { field: \"code\" }`.\npub fn decode_request(code: u32, version: u32, body: &[u8]) -> Result<Request<'_>, WireError> {\n    if lookup(code, version).is_none() {\n        return Err(WireError::InvalidValue { field: \"code\" });\n    }\n    match code {\n");
+    for a in arms {
+        o.push_str(&a);
+        o.push('\n');
+    }
+    o.push_str("        _ => Err(WireError::InvalidValue { field: \"code\" }),\n    }\n}\n");
 }
 
 /// Maps a spec type to (Rust type, wire attribute, borrows). `lt` tells which structs borrow.
