@@ -1,1 +1,45 @@
-//! iggy-storage (placeholder until its owner lands it).
+//! iggy-storage: the on-disk formats and the storage-format gate.
+//!
+//! API for the server:
+//! - [`open_data_dir`] gates a data directory on the `IGGY-OWNERSHIP-HISTORY-5` marker,
+//!   initializing a missing or empty directory and refusing anything else unmodified.
+//! - [`batch::validate_layout`], [`batch::verify`], [`batch::stamp`] validate a batch record,
+//!   verify its checksums and stamp `partition_id`/`base_offset`/`base_timestamp` in place
+//!   (recomputing the XxHash3-64 batch checksum).
+//!
+//! Work in progress: the partition log (segments, index, recovery), created.revision,
+//! retirement.fence, consumer offsets and metadata snapshots.
+
+pub mod batch;
+pub mod data_dir;
+pub mod layout;
+
+use std::path::PathBuf;
+
+pub use data_dir::{DataDir, open_data_dir};
+
+/// Everything storage can fail with.
+#[derive(Debug)]
+pub enum StorageError {
+    /// An I/O error on `path`.
+    Io { path: PathBuf, error: std::io::Error },
+    /// The data directory is not ours; nothing was modified.
+    Refused(String),
+    /// A batch record is malformed.
+    InvalidBatch(&'static str),
+    /// A stored checksum does not match.
+    ChecksumMismatch(&'static str),
+}
+
+impl std::fmt::Display for StorageError {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StorageError::Io { path, error } => write!(formatter, "{}: {error}", path.display()),
+            StorageError::Refused(message) => write!(formatter, "{message}"),
+            StorageError::InvalidBatch(why) => write!(formatter, "invalid batch: {why}"),
+            StorageError::ChecksumMismatch(what) => write!(formatter, "{what} mismatch"),
+        }
+    }
+}
+
+impl std::error::Error for StorageError {}

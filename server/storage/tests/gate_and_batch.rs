@@ -1,0 +1,101 @@
+use std::collections::BTreeMap;
+use std::hash::Hasher;
+use std::path::Path;
+
+use iggy_storage::layout::{batch, frame, marker, read_u64, write_u32, write_u64};
+use iggy_storage::{StorageError, open_data_dir};
+
+fn snapshot(root: &Path) -> BTreeMap<String, Vec<u8>> {
+    let mut files = BTreeMap::new();
+    let mut pending = vec![root.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                pending.push(path);
+            } else {
+                files.insert(path.display().to_string(), std::fs::read(&path).unwrap());
+            }
+        }
+    }
+    files
+}
+
+#[test]
+fn empty_and_missing_dirs_are_initialized_and_reopen() {
+    let temporary = tempfile::tempdir().unwrap();
+    let missing = temporary.path().join("data");
+    open_data_dir(&missing).unwrap();
+    let written = std::fs::read_to_string(missing.join(marker::FILE_NAME)).unwrap();
+    assert_eq!(written.trim_end(), "IGGY-OWNERSHIP-HISTORY-5");
+    open_data_dir(&missing).unwrap();
+    open_data_dir(temporary.path().join("data")).unwrap();
+}
+
+#[test]
+fn foreign_and_older_dirs_are_refused_unmodified() {
+    let temporary = tempfile::tempdir().unwrap();
+    let foreign = temporary.path().join("foreign");
+    std::fs::create_dir_all(foreign.join("streams/0")).unwrap();
+    std::fs::write(foreign.join("streams/0/data.log"), b"old bytes").unwrap();
+    let before = snapshot(&foreign);
+    assert!(matches!(open_data_dir(&foreign), Err(StorageError::Refused(_))));
+    assert_eq!(before, snapshot(&foreign));
+
+    let older = temporary.path().join("older");
+    std::fs::create_dir_all(&older).unwrap();
+    std::fs::write(older.join(marker::FILE_NAME), b"IGGY-OWNERSHIP-HISTORY-4\n").unwrap();
+    std::fs::write(older.join("wal"), b"prepares").unwrap();
+    let before = snapshot(&older);
+    let error = open_data_dir(&older).unwrap_err();
+    assert!(error.to_string().contains("IGGY-OWNERSHIP-HISTORY-4"), "{error}");
+    assert_eq!(before, snapshot(&older));
+}
+
+fn build_batch(payloads: &[&[u8]]) -> Vec<u8> {
+    let mut record = vec![0u8; batch::HEADER_SIZE];
+    for (delta, payload) in payloads.iter().enumerate() {
+        let start = record.len();
+        record.resize(start + frame::HEADER_SIZE, 0);
+        write_u64(&mut record, start + frame::ID, delta as u64 + 1);
+        write_u32(&mut record, start + frame::OFFSET_DELTA, delta as u32);
+        write_u32(&mut record, start + frame::PAYLOAD_LENGTH, payload.len() as u32);
+        record.extend_from_slice(payload);
+        let checksum = twox_hash::XxHash3_64::oneshot(&record[start + 8..]);
+        write_u64(&mut record, start + frame::CHECKSUM, checksum);
+    }
+    let length = record.len() as u64;
+    write_u64(&mut record, batch::BATCH_LENGTH, length);
+    write_u32(&mut record, batch::MESSAGE_COUNT, payloads.len() as u32);
+    let checksum = iggy_storage::batch::compute_checksum(&record);
+    write_u64(&mut record, batch::BATCH_CHECKSUM, checksum);
+    record
+}
+
+#[test]
+fn stamp_recomputes_checksum_and_verify_detects_flips() {
+    let mut record = build_batch(&[b"one", b"two", b"three"]);
+    assert_eq!(iggy_storage::batch::verify(&record).unwrap(), 3);
+    iggy_storage::batch::stamp(&mut record, 7, 100, 5_000);
+    assert_eq!(read_u64(&record, batch::BASE_OFFSET), 100);
+    assert_eq!(iggy_storage::batch::verify(&record).unwrap(), 3);
+
+    // The checksum is the streaming XxHash3-64 of the header fields, then the frame checksums.
+    let mut hasher = twox_hash::XxHash3_64::new();
+    for value in [7u64, 100, 5_000, 0, record.len() as u64] {
+        hasher.write(&value.to_le_bytes());
+    }
+    hasher.write(&3u32.to_le_bytes());
+    let mut position = batch::HEADER_SIZE;
+    for payload in [3usize, 3, 5] {
+        hasher.write(&record[position..position + 8]);
+        position += frame::HEADER_SIZE + payload;
+    }
+    assert_eq!(hasher.finish(), read_u64(&record, batch::BATCH_CHECKSUM));
+
+    for bit in [0usize, 8 * 20, 8 * batch::HEADER_SIZE + 8 * 50, 8 * (record.len() - 1)] {
+        let mut flipped = record.clone();
+        flipped[bit / 8] ^= 1 << (bit % 8);
+        assert!(iggy_storage::batch::verify(&flipped).is_err(), "bit {bit}");
+    }
+}
