@@ -137,7 +137,9 @@ fn conformance() {
         header_mapping!(&mut tally, "ReplyHeader", official::ReplyHeader, frames::ReplyHeader, &rep);
         let ev = header_bytes(seed, 13, &[(255, (seed % 16) as u8)]);
         header_mapping!(&mut tally, "EvictionHeader", official::EvictionHeader, frames::EvictionHeader, &ev);
-        structs.extend(["RequestHeader", "ReplyHeader", "EvictionHeader"]);
+        let generic = header_bytes(seed, 8, &[]);
+        header_mapping!(&mut tally, "GenericHeader", official::GenericHeader, frames::GenericHeader, &generic);
+        structs.extend(["RequestHeader", "ReplyHeader", "EvictionHeader", "GenericHeader"]);
     }
 
     // 3. Expected failures.
