@@ -1,1 +1,136 @@
-fn main() {}
+//! iggy-server: command line and configuration. The transport runtime and protocol
+//! dispatch are not built yet (they wait on the generated codec).
+
+mod config;
+
+use std::process::ExitCode;
+
+#[derive(Debug, Default, PartialEq)]
+struct Args {
+    replica_id: u8,
+    fresh: bool,
+    default_root_credentials: bool,
+    list_config_env_vars: bool,
+}
+
+fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
+    let mut a = Args::default();
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--fresh" | "-f" => a.fresh = true,
+            "--with-default-root-credentials" => a.default_root_credentials = true,
+            "--list-config-env-vars" => a.list_config_env_vars = true,
+            "--replica-id" => {
+                let v = it.next().ok_or("--replica-id needs a value")?;
+                a.replica_id = v.parse().map_err(|_| format!("bad --replica-id {v:?}"))?;
+            }
+            other => match other.strip_prefix("--replica-id=") {
+                Some(v) => a.replica_id = v.parse().map_err(|_| format!("bad --replica-id {v:?}"))?,
+                None => return Err(format!("unknown argument {other:?}")),
+            },
+        }
+    }
+    Ok(a)
+}
+
+/// Root credentials: defaults, else IGGY_ROOT_USERNAME/IGGY_ROOT_PASSWORD, else generated.
+fn root_credentials(default: bool, env: impl Fn(&str) -> Option<String>) -> (String, String, bool) {
+    if default {
+        return ("iggy".into(), "iggy".into(), false);
+    }
+    let user = env("IGGY_ROOT_USERNAME").unwrap_or_else(|| "iggy".into());
+    match env("IGGY_ROOT_PASSWORD") {
+        Some(p) => (user, p, false),
+        None => {
+            use rand::Rng;
+            let pw: String = rand::rng()
+                .sample_iter(rand::distr::Alphanumeric)
+                .take(24)
+                .map(char::from)
+                .collect();
+            (user, pw, true)
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let args = match parse_args(std::env::args().skip(1)) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("iggy-server: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if args.list_config_env_vars {
+        for (path, default) in config::leaves() {
+            println!("{}={default}", config::env_name(&path));
+        }
+        return ExitCode::SUCCESS;
+    }
+    let path = std::env::var("IGGY_CONFIG_PATH").unwrap_or_else(|_| "config.toml".into());
+    let file = match std::fs::read_to_string(&path) {
+        Ok(t) => Some(t),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => {
+            eprintln!("iggy-server: cannot read {path}: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let cfg = match config::load(file.as_deref(), |k| std::env::var(k).ok()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("iggy-server: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if args.fresh && std::path::Path::new(&cfg.system.path).exists() {
+        if let Err(e) = std::fs::remove_dir_all(&cfg.system.path) {
+            eprintln!("iggy-server: --fresh: cannot remove {}: {e}", cfg.system.path);
+            return ExitCode::FAILURE;
+        }
+    }
+    let (user, pw, generated) =
+        root_credentials(args.default_root_credentials, |k| std::env::var(k).ok());
+    if generated {
+        println!("root user {user:?} generated password: {pw}");
+    }
+    eprintln!(
+        "iggy-server: replica {} config ok (tcp {}, {} shards); transport runtime not built yet",
+        args.replica_id,
+        cfg.tcp.address,
+        cfg.shard_count()
+    );
+    ExitCode::FAILURE
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(v: &[&str]) -> Result<Args, String> {
+        parse_args(v.iter().map(|s| s.to_string()))
+    }
+
+    #[test]
+    fn args() {
+        let a = p(&["--replica-id", "3", "-f", "--with-default-root-credentials"]).unwrap();
+        assert_eq!((a.replica_id, a.fresh, a.default_root_credentials), (3, true, true));
+        assert_eq!(p(&["--replica-id=7"]).unwrap().replica_id, 7);
+        assert!(p(&["--bogus"]).is_err());
+        assert!(p(&["--replica-id"]).is_err());
+    }
+
+    #[test]
+    fn credentials() {
+        assert_eq!(root_credentials(true, |_| None), ("iggy".into(), "iggy".into(), false));
+        let env = |k: &str| match k {
+            "IGGY_ROOT_USERNAME" => Some("admin".into()),
+            "IGGY_ROOT_PASSWORD" => Some("secret".into()),
+            _ => None,
+        };
+        assert_eq!(root_credentials(false, env), ("admin".into(), "secret".into(), false));
+        let (u, pw, generated) = root_credentials(false, |_| None);
+        assert_eq!(u, "iggy");
+        assert!(generated && pw.len() == 24);
+    }
+}

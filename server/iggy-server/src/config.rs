@@ -1,0 +1,310 @@
+//! Server configuration: embedded defaults, an optional `config.toml`, then `IGGY_<PATH>`
+//! environment overrides. Unknown keys and unparsable values are errors that name the key.
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use toml::{Table, Value};
+
+/// The embedded defaults, also the catalogue of every known key.
+pub const DEFAULTS: &str = include_str!("defaults.toml");
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    pub system: System,
+    pub runtime: Runtime,
+    pub node: Node,
+    pub limits: Limits,
+    pub tcp: Transport,
+    pub quic: Transport,
+    pub http: Transport,
+    pub websocket: Transport,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct System {
+    pub path: String,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Runtime {
+    pub shards: usize,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Node {
+    pub advertised_address: String,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    pub max_frame_size: u32,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Transport {
+    pub enabled: bool,
+    pub address: String,
+}
+
+#[derive(Debug, PartialEq)]
+pub enum ConfigError {
+    Toml(String),
+    UnknownKey(String),
+    BadValue { key: String, value: String, expected: &'static str },
+    BadAddress { key: String, value: String },
+    WildcardWithoutAdvertised { key: String },
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Toml(m) => write!(f, "config: {m}"),
+            Self::UnknownKey(k) => write!(f, "config: unknown key `{k}`"),
+            Self::BadValue { key, value, expected } => {
+                write!(f, "config: `{key}` = {value:?} is not a valid {expected}")
+            }
+            Self::BadAddress { key, value } => {
+                write!(f, "config: `{key}` = {value:?} is not a socket address")
+            }
+            Self::WildcardWithoutAdvertised { key } => write!(
+                f,
+                "config: `{key}` binds a wildcard address; set node.advertised_address \
+                 (IGGY_NODE_ADVERTISED_ADDRESS)"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+fn defaults_table() -> Table {
+    DEFAULTS.parse::<Table>().expect("embedded defaults are valid TOML")
+}
+
+/// Every leaf key as `section.key`, with its default value.
+pub fn leaves() -> BTreeMap<String, Value> {
+    let mut out = BTreeMap::new();
+    flatten("", &defaults_table(), &mut out);
+    out
+}
+
+fn flatten(prefix: &str, t: &Table, out: &mut BTreeMap<String, Value>) {
+    for (k, v) in t {
+        let path = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+        match v {
+            Value::Table(inner) => flatten(&path, inner, out),
+            other => {
+                out.insert(path, other.clone());
+            }
+        }
+    }
+}
+
+/// `system.path` -> `IGGY_SYSTEM_PATH`.
+pub fn env_name(path: &str) -> String {
+    format!("IGGY_{}", path.replace('.', "_").to_ascii_uppercase())
+}
+
+fn merge(base: &mut Table, over: &Table, prefix: &str) -> Result<(), ConfigError> {
+    for (k, v) in over {
+        let path = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+        match (base.get_mut(k), v) {
+            (Some(Value::Table(b)), Value::Table(o)) => merge(b, o, &path)?,
+            (Some(Value::Table(_)), _) | (None, _) => return Err(ConfigError::UnknownKey(path)),
+            (Some(_), Value::Table(_)) => return Err(ConfigError::UnknownKey(path)),
+            (Some(slot), val) => {
+                if std::mem::discriminant(slot) != std::mem::discriminant(val) {
+                    return Err(ConfigError::BadValue {
+                        key: path,
+                        value: val.to_string(),
+                        expected: type_name(slot),
+                    });
+                }
+                *slot = val.clone();
+            }
+        }
+    }
+    Ok(())
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Boolean(_) => "boolean",
+        Value::Integer(_) => "integer",
+        Value::Float(_) => "float",
+        _ => "string",
+    }
+}
+
+fn set_path(t: &mut Table, path: &str, v: Value) {
+    let mut parts: Vec<&str> = path.split('.').collect();
+    let last = parts.pop().expect("non-empty path");
+    let mut cur = t;
+    for p in parts {
+        cur = cur.get_mut(p).and_then(Value::as_table_mut).expect("known section");
+    }
+    cur.insert(last.to_string(), v);
+}
+
+/// Builds the configuration from an optional file text and an environment lookup.
+pub fn load(
+    file: Option<&str>,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Config, ConfigError> {
+    let mut table = defaults_table();
+    if let Some(text) = file {
+        let over = text.parse::<Table>().map_err(|e| ConfigError::Toml(e.to_string()))?;
+        merge(&mut table, &over, "")?;
+    }
+    for (path, default) in leaves() {
+        let Some(raw) = env(&env_name(&path)) else { continue };
+        let bad = || ConfigError::BadValue {
+            key: path.clone(),
+            value: raw.clone(),
+            expected: type_name(&default),
+        };
+        let v = match default {
+            Value::Boolean(_) => Value::Boolean(match raw.trim().to_ascii_lowercase().as_str() {
+                "true" | "1" => true,
+                "false" | "0" => false,
+                _ => return Err(bad()),
+            }),
+            Value::Integer(_) => Value::Integer(raw.trim().parse().map_err(|_| bad())?),
+            Value::Float(_) => Value::Float(raw.trim().parse().map_err(|_| bad())?),
+            _ => Value::String(raw.clone()),
+        };
+        set_path(&mut table, &path, v);
+    }
+    let cfg: Config = Value::Table(table)
+        .try_into()
+        .map_err(|e: toml::de::Error| ConfigError::Toml(e.to_string()))?;
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+impl Config {
+    fn transports(&self) -> [(&'static str, &Transport); 4] {
+        [
+            ("tcp", &self.tcp),
+            ("quic", &self.quic),
+            ("http", &self.http),
+            ("websocket", &self.websocket),
+        ]
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        for (name, t) in self.transports() {
+            if !t.enabled {
+                continue;
+            }
+            let key = format!("{name}.address");
+            let addr: SocketAddr = t
+                .address
+                .parse()
+                .map_err(|_| ConfigError::BadAddress { key: key.clone(), value: t.address.clone() })?;
+            if addr.ip().is_unspecified() && self.node.advertised_address.trim().is_empty() {
+                return Err(ConfigError::WildcardWithoutAdvertised { key });
+            }
+        }
+        Ok(())
+    }
+
+    /// The address other nodes and clients are told about (cluster metadata).
+    pub fn advertised_ip(&self) -> String {
+        if !self.node.advertised_address.trim().is_empty() {
+            return self.node.advertised_address.trim().to_string();
+        }
+        self.tcp
+            .address
+            .parse::<SocketAddr>()
+            .map(|a| a.ip().to_string())
+            .unwrap_or_else(|_| "127.0.0.1".to_string())
+    }
+
+    pub fn shard_count(&self) -> usize {
+        if self.runtime.shards > 0 {
+            self.runtime.shards
+        } else {
+            std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn none(_: &str) -> Option<String> {
+        None
+    }
+
+    #[test]
+    fn defaults() {
+        let c = load(None, none).unwrap();
+        assert_eq!(c.tcp.address, "127.0.0.1:8090");
+        assert!(c.tcp.enabled);
+        assert_eq!(c.system.path, "./local_data");
+        assert_eq!(c.quic.address, "127.0.0.1:8080");
+        assert_eq!(c.http.address, "127.0.0.1:3000");
+        assert_eq!(c.websocket.address, "127.0.0.1:8092");
+    }
+
+    #[test]
+    fn file_then_env_override() {
+        let file = "[tcp]\naddress = \"127.0.0.1:9000\"\n[http]\nenabled = true\n";
+        let env = |k: &str| match k {
+            "IGGY_TCP_ADDRESS" => Some("127.0.0.1:9100".to_string()),
+            "IGGY_HTTP_ENABLED" => Some("false".to_string()),
+            _ => None,
+        };
+        let c = load(Some(file), env).unwrap();
+        assert_eq!(c.tcp.address, "127.0.0.1:9100");
+        assert!(!c.http.enabled);
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let e = load(Some("[tcp]\nadress = \"x\"\n"), none).unwrap_err();
+        assert_eq!(e, ConfigError::UnknownKey("tcp.adress".into()));
+        let e = load(Some("[nope]\n"), none).unwrap_err();
+        assert_eq!(e, ConfigError::UnknownKey("nope".into()));
+    }
+
+    #[test]
+    fn unparsable_values_are_named() {
+        let e = load(None, |k: &str| (k == "IGGY_HTTP_ENABLED").then(|| "maybe".into())).unwrap_err();
+        assert!(e.to_string().contains("http.enabled"), "{e}");
+        let e = load(Some("[runtime]\nshards = \"two\"\n"), none).unwrap_err();
+        assert!(e.to_string().contains("runtime.shards"), "{e}");
+        let e = load(None, |k: &str| (k == "IGGY_TCP_ADDRESS").then(|| "nowhere".into())).unwrap_err();
+        assert!(e.to_string().contains("tcp.address"), "{e}");
+    }
+
+    #[test]
+    fn wildcard_requires_advertised_address() {
+        let wild = |k: &str| (k == "IGGY_TCP_ADDRESS").then(|| "0.0.0.0:8090".into());
+        assert_eq!(
+            load(None, wild).unwrap_err(),
+            ConfigError::WildcardWithoutAdvertised { key: "tcp.address".into() }
+        );
+        let ok = |k: &str| match k {
+            "IGGY_TCP_ADDRESS" => Some("0.0.0.0:8090".into()),
+            "IGGY_NODE_ADVERTISED_ADDRESS" => Some("10.1.2.3".into()),
+            _ => None,
+        };
+        assert_eq!(load(None, ok).unwrap().advertised_ip(), "10.1.2.3");
+    }
+
+    #[test]
+    fn env_names() {
+        assert_eq!(env_name("tcp.address"), "IGGY_TCP_ADDRESS");
+        assert!(leaves().contains_key("node.advertised_address"));
+    }
+}
