@@ -7,12 +7,17 @@
 //!   verify its checksums and stamp `partition_id`/`base_offset`/`base_timestamp` in place
 //!   (recomputing the XxHash3-64 batch checksum).
 //!
+//! - [`records::write_checked_u64`] / [`records::read_checked_u64`]: the 16-byte
+//!   `[u64 value][u64 xxh3]` record (consumer offsets, created.revision, retirement.fence),
+//!   written atomically with compio (temp, fsync, rename).
+//!
 //! Work in progress: the partition log (segments, index, recovery), created.revision,
 //! retirement.fence, consumer offsets and metadata snapshots.
 
 pub mod batch;
 pub mod data_dir;
 pub mod layout;
+pub mod records;
 
 use std::path::PathBuf;
 
