@@ -127,6 +127,14 @@ fn conformance() {
             }
         };
         tally.check(&format!("command:{}:{}", meta.code, meta.name), result);
+        let want_op = meta.operation.map_or("NonReplicated".to_string(), |op| format!("{op:?}"));
+        let ours = iggy_generated::commands::COMMANDS.iter().find(|c| c.code == meta.code);
+        let result = match ours {
+            Some(c) if c.name == meta.name && c.operation == want_op => Ok(()),
+            Some(c) => Err(format!("ours {}/{} != {}/{want_op}", c.name, c.operation, meta.name)),
+            None => Err("missing from generated::commands".into()),
+        };
+        tally.check(&format!("command-table:{}", meta.code), result);
     }
     // 2. Headers: the bytemuck consensus headers, a handful of instances each.
     let mut structs = BTreeSet::new();
