@@ -127,11 +127,18 @@ fn conformance() {
             }
         };
         tally.check(&format!("command:{}:{}", meta.code, meta.name), result);
-        let want_op = meta.operation.map_or("NonReplicated".to_string(), |op| format!("{op:?}"));
-        let ours = iggy_generated::commands::COMMANDS.iter().find(|c| c.code == meta.code);
+        let want_op = meta
+            .operation
+            .map_or("NonReplicated".to_string(), |op| format!("{op:?}"));
+        let ours = iggy_generated::commands::COMMANDS
+            .iter()
+            .find(|c| c.code == meta.code);
         let result = match ours {
             Some(c) if c.name == meta.name && c.operation == want_op => Ok(()),
-            Some(c) => Err(format!("ours {}/{} != {}/{want_op}", c.name, c.operation, meta.name)),
+            Some(c) => Err(format!(
+                "ours {}/{} != {}/{want_op}",
+                c.name, c.operation, meta.name
+            )),
             None => Err("missing from generated::commands".into()),
         };
         tally.check(&format!("command-table:{}", meta.code), result);
@@ -140,14 +147,43 @@ fn conformance() {
     let mut structs = BTreeSet::new();
     for seed in [0u64, 1, 2, 3, 42] {
         let req = header_bytes(seed, 5, &[(61, 0), (176, 2)]);
-        header_mapping!(&mut tally, "RequestHeader", official::RequestHeader, frames::RequestHeader, &req);
+        header_mapping!(
+            &mut tally,
+            "RequestHeader",
+            official::RequestHeader,
+            frames::RequestHeader,
+            &req
+        );
         let rep = header_bytes(seed, 8, &[(208, 2)]);
-        header_mapping!(&mut tally, "ReplyHeader", official::ReplyHeader, frames::ReplyHeader, &rep);
+        header_mapping!(
+            &mut tally,
+            "ReplyHeader",
+            official::ReplyHeader,
+            frames::ReplyHeader,
+            &rep
+        );
         let ev = header_bytes(seed, 13, &[(255, (seed % 16) as u8)]);
-        header_mapping!(&mut tally, "EvictionHeader", official::EvictionHeader, frames::EvictionHeader, &ev);
+        header_mapping!(
+            &mut tally,
+            "EvictionHeader",
+            official::EvictionHeader,
+            frames::EvictionHeader,
+            &ev
+        );
         let generic = header_bytes(seed, 8, &[]);
-        header_mapping!(&mut tally, "GenericHeader", official::GenericHeader, frames::GenericHeader, &generic);
-        structs.extend(["RequestHeader", "ReplyHeader", "EvictionHeader", "GenericHeader"]);
+        header_mapping!(
+            &mut tally,
+            "GenericHeader",
+            official::GenericHeader,
+            frames::GenericHeader,
+            &generic
+        );
+        structs.extend([
+            "RequestHeader",
+            "ReplyHeader",
+            "EvictionHeader",
+            "GenericHeader",
+        ]);
     }
 
     // 3. Expected failures.
