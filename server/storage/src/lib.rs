@@ -11,13 +11,19 @@
 //!   `[u64 value][u64 xxh3]` record (consumer offsets, created.revision, retirement.fence),
 //!   written atomically with compio (temp, fsync, rename).
 //!
-//! Work in progress: the partition log (segments, index, recovery), created.revision,
-//! retirement.fence, consumer offsets and metadata snapshots.
+//! - [`revision::prepare_partition_dir`]: created.revision rules (older revision deleted,
+//!   legacy dir adopted with a warning, newer refused), retirement.fence refusal, and the
+//!   `partition-initialization/<namespace>/created.revision` publication;
+//!   [`revision::write_retirement_fence`].
+//!
+//! Work in progress:
+//! consumer offset file layout on top of the records, metadata snapshots.
 
 pub mod batch;
 pub mod data_dir;
 pub mod layout;
 pub mod records;
+pub mod revision;
 
 use std::path::PathBuf;
 
