@@ -17,7 +17,9 @@
 //!   [`revision::write_retirement_fence`].
 //!
 //! Work in progress:
-//! consumer offset file layout on top of the records, metadata snapshots.
+//! NOT YET BUILT: the PartitionLog (segments, .index, roll, read/slice, timestamp lookup,
+//! retention, torn-tail recovery), consumer offset file paths, metadata snapshot, WAL and
+//! superblock, and spec/storage.spec (layouts are local in [`layout`] until then).
 
 pub mod batch;
 pub mod data_dir;
