@@ -25,6 +25,8 @@
 //!     `on_committed_reply(op, reply)` (at most one `Commit` is outstanding). After `open` the
 //!     replica replays every committed op from 1: apply them to a fresh state machine (or, if the
 //!     state machine is durable, skip already-applied ops but still answer with their replies).
+//!   - `Registered{op, client, body}`: a register committed at `op` (the session number); the
+//!     state machine records the session from the register's body (no answer expected).
 //!   - `Reply{client, request, op, reply}` / `Refuse{client, request, refusal}`: answer the client.
 //!     `Refusal::NotPrimary{primary, ..}` tells the client where to go.
 //!

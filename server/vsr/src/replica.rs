@@ -94,6 +94,9 @@ pub enum Action {
         operation: u8,
         body: Bytes,
     },
+    /// A register committed at `op` (the session number): the state machine records the session
+    /// from `body`. Emitted on every replica, in op order with `Commit`s; needs no answer.
+    Registered { op: u64, client: u128, body: Bytes },
     /// Answer `client`'s `request` with `reply` (committed at `op`).
     Reply {
         client: u128,
@@ -653,6 +656,13 @@ impl Replica {
             if entry.operation == OPERATION_REGISTER {
                 let result = self.clients.register(entry.client, op);
                 self.commit_min = op;
+                if result.is_ok() {
+                    self.actions.push_back(Action::Registered {
+                        op,
+                        client: entry.client,
+                        body: entry.body.clone(),
+                    });
+                }
                 if self.is_primary() {
                     let (client, request) = (entry.client, entry.request);
                     let action = match result {

@@ -42,12 +42,19 @@ fn register_request_duplicate_and_restart() {
     let out = drive(&mut replica, &mut journal);
     assert_eq!(
         out,
-        vec![Action::Reply {
-            client: 7,
-            request: 0,
-            op: 1,
-            reply: Bytes::copy_from_slice(&1u64.to_le_bytes())
-        }]
+        vec![
+            Action::Registered {
+                op: 1,
+                client: 7,
+                body: Bytes::new()
+            },
+            Action::Reply {
+                client: 7,
+                request: 0,
+                op: 1,
+                reply: Bytes::copy_from_slice(&1u64.to_le_bytes())
+            }
+        ]
     );
 
     let first_reply = vec![Action::Reply {
@@ -130,6 +137,9 @@ fn commit_waits_for_the_journal_write() {
     replica.on_write_done(1);
     assert!(matches!(
         drain(&mut replica).as_slice(),
-        [Action::Reply { op: 1, .. }]
+        [
+            Action::Registered { op: 1, .. },
+            Action::Reply { op: 1, .. }
+        ]
     ));
 }

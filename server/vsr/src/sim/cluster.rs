@@ -281,6 +281,8 @@ impl Cluster {
                         .unwrap()
                         .on_committed_reply(op, reply);
                 }
+                // The simulated state machine keeps no per-session state.
+                Action::Registered { .. } => {}
                 Action::Reply { client, .. } | Action::Refuse { client, .. } => {
                     self.check_response(&action);
                     let packet = Packet::Response { client, action };
