@@ -1,6 +1,8 @@
 //! Tripwire: fails the build when spec/ no longer matches the committed SPEC_HASH.
 fn main() {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    // Read at run time: a build script binary may be shared between checkouts.
+    let manifest = std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
+    let root = std::path::Path::new(&manifest).join("..");
     let spec = root.join("spec");
     println!("cargo:rerun-if-changed={}", spec.display());
     let mut files: Vec<_> = std::fs::read_dir(&spec)

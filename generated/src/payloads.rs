@@ -115,6 +115,65 @@ impl<'a> WireDecode<'a> for SessionIdentity {
     }
 }
 
+/// Fixed-layout `SessionRecord`, 40 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionRecord {
+    pub user_id: u32,
+    pub protocol_version: u32,
+    pub bind_secret: [u8; 32],
+}
+impl SessionRecord {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 40;
+    /// Byte offset of `user_id`.
+    pub const USER_ID_OFFSET: usize = 0;
+    /// Byte offset of `protocol_version`.
+    pub const PROTOCOL_VERSION_OFFSET: usize = 4;
+    /// Byte offset of `bind_secret`.
+    pub const BIND_SECRET_OFFSET: usize = 8;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd { needed: Self::SIZE, remaining: buf.len() });
+        }
+        let user_id = <u32>::decode_exact(&buf[0..0 + 4]).map_err(|_| WireError::InvalidValue { field: "user_id" })?;
+        let protocol_version = <u32>::decode_exact(&buf[4..4 + 4]).map_err(|_| WireError::InvalidValue { field: "protocol_version" })?;
+        let bind_secret = iggy_wire::get_at::<32>(buf, 8);
+        Ok(Self { user_id, protocol_version, bind_secret })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.user_id.to_wire_bytes());
+        iggy_wire::put_at(out, 4, &self.protocol_version.to_wire_bytes());
+        iggy_wire::put_at(out, 8, &self.bind_secret);
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 40] {
+        let mut b = [0u8; 40];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for SessionRecord {
+    /// All-zero bytes.
+    fn default() -> Self { Self::decode_fixed(&[0u8; 40]).expect("zero bytes decode") }
+}
+const _: () = assert!(SessionRecord::SIZE == 40);
+const _: () = assert!(SessionRecord::USER_ID_OFFSET + 4 <= 40);
+const _: () = assert!(SessionRecord::PROTOCOL_VERSION_OFFSET + 4 <= 40);
+const _: () = assert!(SessionRecord::BIND_SECRET_OFFSET + 32 <= 40);
+impl WireEncode for SessionRecord {
+    fn encoded_size(&self) -> usize { 40 }
+    fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
+}
+impl<'a> WireDecode<'a> for SessionRecord {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 40)?;
+        Self::decode_fixed(b)
+    }
+}
+
 /// Fixed-layout `PollPrefix`, 40 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PollPrefix {
@@ -243,6 +302,18 @@ pub struct LoginRegisterRequest<'a> {
     pub username: &'a str,
     #[wire(string(u8))]
     pub password: &'a str,
+    #[wire(string(u32))]
+    pub client_context: &'a str,
+}
+/// Variable-length `LoginRegisterWithPatRequest`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct LoginRegisterWithPatRequest<'a> {
+    #[wire(plain)]
+    pub version_info: crate::payloads::ClientVersionInfo<'a>,
+    #[wire(plain)]
+    pub bind_secret: [u8; 32],
+    #[wire(string(u8))]
+    pub token: &'a str,
     #[wire(string(u32))]
     pub client_context: &'a str,
 }

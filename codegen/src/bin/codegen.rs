@@ -3,7 +3,7 @@ use std::path::PathBuf;
 
 fn main() {
     let check = std::env::args().any(|a| a == "--check");
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let root = workspace_root();
     let outputs = match iggy_codegen::generate(&root) {
         Ok(o) => o,
         Err(diags) => {
@@ -24,6 +24,26 @@ fn main() {
         if stale.contains(p) {
             std::fs::write(p, t).expect("write generated file");
             eprintln!("wrote {}", p.display());
+        }
+    }
+}
+
+/// The workspace being generated: the nearest ancestor of the working directory with a `spec/`
+/// directory. Not the compile-time manifest dir: a target dir shared between checkouts would
+/// then regenerate another checkout.
+fn workspace_root() -> PathBuf {
+    let start = std::env::current_dir().expect("working directory");
+    let mut dir = start.as_path();
+    loop {
+        if dir.join("spec").is_dir() && dir.join("codegen").is_dir() {
+            return dir.to_path_buf();
+        }
+        match dir.parent() {
+            Some(parent) => dir = parent,
+            None => {
+                eprintln!("error: no spec/ directory above {}", start.display());
+                std::process::exit(2);
+            }
         }
     }
 }
