@@ -3,6 +3,275 @@
 #[allow(unused_imports)]
 use iggy_wire::{WireDecode, WireEncode, WireError};
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[repr(u8)]
+pub enum AckLevel {
+    #[default]
+    NoAck = 0,
+    Quorum = 1,
+}
+impl AckLevel {
+    /// Every variant, in spec order.
+    pub const ALL: &'static [AckLevel] = &[AckLevel::NoAck, AckLevel::Quorum];
+    /// The variant with this discriminant.
+    pub fn from_repr(v: u8) -> Option<Self> {
+        match v {
+            0 => Some(Self::NoAck),
+            1 => Some(Self::Quorum),
+            _ => None,
+        }
+    }
+    /// The discriminant.
+    pub fn to_repr(self) -> u8 { self as u8 }
+}
+impl WireEncode for AckLevel {
+    fn encoded_size(&self) -> usize { std::mem::size_of::<u8>() }
+    fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&(*self as u8).to_le_bytes()); }
+}
+impl<'a> WireDecode<'a> for AckLevel {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let v = <u8>::decode_from(input)?;
+        Self::from_repr(v).ok_or(WireError::InvalidValue { field: "AckLevel" })
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[repr(u8)]
+pub enum ClusterNodeRole {
+    #[default]
+    Leader = 0,
+    Follower = 1,
+}
+impl ClusterNodeRole {
+    /// Every variant, in spec order.
+    pub const ALL: &'static [ClusterNodeRole] = &[ClusterNodeRole::Leader, ClusterNodeRole::Follower];
+    /// The variant with this discriminant.
+    pub fn from_repr(v: u8) -> Option<Self> {
+        match v {
+            0 => Some(Self::Leader),
+            1 => Some(Self::Follower),
+            _ => None,
+        }
+    }
+    /// The discriminant.
+    pub fn to_repr(self) -> u8 { self as u8 }
+}
+impl WireEncode for ClusterNodeRole {
+    fn encoded_size(&self) -> usize { std::mem::size_of::<u8>() }
+    fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&(*self as u8).to_le_bytes()); }
+}
+impl<'a> WireDecode<'a> for ClusterNodeRole {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let v = <u8>::decode_from(input)?;
+        Self::from_repr(v).ok_or(WireError::InvalidValue { field: "ClusterNodeRole" })
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[repr(u8)]
+pub enum ClusterNodeStatus {
+    #[default]
+    Healthy = 0,
+    Starting = 1,
+    Stopping = 2,
+    Unreachable = 3,
+    Maintenance = 4,
+}
+impl ClusterNodeStatus {
+    /// Every variant, in spec order.
+    pub const ALL: &'static [ClusterNodeStatus] = &[ClusterNodeStatus::Healthy, ClusterNodeStatus::Starting, ClusterNodeStatus::Stopping, ClusterNodeStatus::Unreachable, ClusterNodeStatus::Maintenance];
+    /// The variant with this discriminant.
+    pub fn from_repr(v: u8) -> Option<Self> {
+        match v {
+            0 => Some(Self::Healthy),
+            1 => Some(Self::Starting),
+            2 => Some(Self::Stopping),
+            3 => Some(Self::Unreachable),
+            4 => Some(Self::Maintenance),
+            _ => None,
+        }
+    }
+    /// The discriminant.
+    pub fn to_repr(self) -> u8 { self as u8 }
+}
+impl WireEncode for ClusterNodeStatus {
+    fn encoded_size(&self) -> usize { std::mem::size_of::<u8>() }
+    fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&(*self as u8).to_le_bytes()); }
+}
+impl<'a> WireDecode<'a> for ClusterNodeStatus {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let v = <u8>::decode_from(input)?;
+        Self::from_repr(v).ok_or(WireError::InvalidValue { field: "ClusterNodeStatus" })
+    }
+}
+
+/// Fixed-layout `OptionalPartitionId`, 5 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OptionalPartitionId {
+    /// 1 means Some, anything else None
+    pub has: u8,
+    pub partition_id: u32,
+}
+impl OptionalPartitionId {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 5;
+    /// Byte offset of `has`.
+    pub const HAS_OFFSET: usize = 0;
+    /// Byte offset of `partition_id`.
+    pub const PARTITION_ID_OFFSET: usize = 1;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd { needed: Self::SIZE, remaining: buf.len() });
+        }
+        let has = <u8>::decode_exact(&buf[0..0 + 1]).map_err(|_| WireError::InvalidValue { field: "has" })?;
+        let partition_id = <u32>::decode_exact(&buf[1..1 + 4]).map_err(|_| WireError::InvalidValue { field: "partition_id" })?;
+        Ok(Self { has, partition_id })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.has.to_wire_bytes());
+        iggy_wire::put_at(out, 1, &self.partition_id.to_wire_bytes());
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 5] {
+        let mut b = [0u8; 5];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for OptionalPartitionId {
+    /// All-zero bytes.
+    fn default() -> Self { Self::decode_fixed(&[0u8; 5]).expect("zero bytes decode") }
+}
+const _: () = assert!(OptionalPartitionId::SIZE == 5);
+const _: () = assert!(OptionalPartitionId::HAS_OFFSET + 1 <= 5);
+const _: () = assert!(OptionalPartitionId::PARTITION_ID_OFFSET + 4 <= 5);
+impl WireEncode for OptionalPartitionId {
+    fn encoded_size(&self) -> usize { 5 }
+    fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
+}
+impl<'a> WireDecode<'a> for OptionalPartitionId {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 5)?;
+        Self::decode_fixed(b)
+    }
+}
+
+/// Fixed-layout `PartitionContext`, 24 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartitionContext {
+    pub incarnation: u64,
+    pub owner_generation: u64,
+    pub metadata_op: u64,
+}
+impl PartitionContext {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 24;
+    /// Byte offset of `incarnation`.
+    pub const INCARNATION_OFFSET: usize = 0;
+    /// Byte offset of `owner_generation`.
+    pub const OWNER_GENERATION_OFFSET: usize = 8;
+    /// Byte offset of `metadata_op`.
+    pub const METADATA_OP_OFFSET: usize = 16;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd { needed: Self::SIZE, remaining: buf.len() });
+        }
+        let incarnation = <u64>::decode_exact(&buf[0..0 + 8]).map_err(|_| WireError::InvalidValue { field: "incarnation" })?;
+        let owner_generation = <u64>::decode_exact(&buf[8..8 + 8]).map_err(|_| WireError::InvalidValue { field: "owner_generation" })?;
+        let metadata_op = <u64>::decode_exact(&buf[16..16 + 8]).map_err(|_| WireError::InvalidValue { field: "metadata_op" })?;
+        Ok(Self { incarnation, owner_generation, metadata_op })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.incarnation.to_wire_bytes());
+        iggy_wire::put_at(out, 8, &self.owner_generation.to_wire_bytes());
+        iggy_wire::put_at(out, 16, &self.metadata_op.to_wire_bytes());
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 24] {
+        let mut b = [0u8; 24];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for PartitionContext {
+    /// All-zero bytes.
+    fn default() -> Self { Self::decode_fixed(&[0u8; 24]).expect("zero bytes decode") }
+}
+const _: () = assert!(PartitionContext::SIZE == 24);
+const _: () = assert!(PartitionContext::INCARNATION_OFFSET + 8 <= 24);
+const _: () = assert!(PartitionContext::OWNER_GENERATION_OFFSET + 8 <= 24);
+const _: () = assert!(PartitionContext::METADATA_OP_OFFSET + 8 <= 24);
+impl WireEncode for PartitionContext {
+    fn encoded_size(&self) -> usize { 24 }
+    fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
+}
+impl<'a> WireDecode<'a> for PartitionContext {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 24)?;
+        Self::decode_fixed(b)
+    }
+}
+
+/// Fixed-layout `ReplyResultEntry`, 8 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplyResultEntry {
+    pub index: u32,
+    /// error code
+    pub result: u32,
+}
+impl ReplyResultEntry {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 8;
+    /// Byte offset of `index`.
+    pub const INDEX_OFFSET: usize = 0;
+    /// Byte offset of `result`.
+    pub const RESULT_OFFSET: usize = 4;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd { needed: Self::SIZE, remaining: buf.len() });
+        }
+        let index = <u32>::decode_exact(&buf[0..0 + 4]).map_err(|_| WireError::InvalidValue { field: "index" })?;
+        let result = <u32>::decode_exact(&buf[4..4 + 4]).map_err(|_| WireError::InvalidValue { field: "result" })?;
+        Ok(Self { index, result })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.index.to_wire_bytes());
+        iggy_wire::put_at(out, 4, &self.result.to_wire_bytes());
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 8] {
+        let mut b = [0u8; 8];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for ReplyResultEntry {
+    /// All-zero bytes.
+    fn default() -> Self { Self::decode_fixed(&[0u8; 8]).expect("zero bytes decode") }
+}
+const _: () = assert!(ReplyResultEntry::SIZE == 8);
+const _: () = assert!(ReplyResultEntry::INDEX_OFFSET + 4 <= 8);
+const _: () = assert!(ReplyResultEntry::RESULT_OFFSET + 4 <= 8);
+impl WireEncode for ReplyResultEntry {
+    fn encoded_size(&self) -> usize { 8 }
+    fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
+}
+impl<'a> WireDecode<'a> for ReplyResultEntry {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 8)?;
+        Self::decode_fixed(b)
+    }
+}
+
 /// Fixed-layout `PollingStrategy`, 9 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PollingStrategy {
@@ -180,9 +449,7 @@ pub struct PollPrefix {
     pub partition_id: u32,
     pub current_offset: u64,
     pub messages_count: u32,
-    pub incarnation: u64,
-    pub owner_generation: u64,
-    pub metadata_op: u64,
+    pub context: PartitionContext,
 }
 impl PollPrefix {
     /// Encoded size in bytes.
@@ -193,12 +460,8 @@ impl PollPrefix {
     pub const CURRENT_OFFSET_OFFSET: usize = 4;
     /// Byte offset of `messages_count`.
     pub const MESSAGES_COUNT_OFFSET: usize = 12;
-    /// Byte offset of `incarnation`.
-    pub const INCARNATION_OFFSET: usize = 16;
-    /// Byte offset of `owner_generation`.
-    pub const OWNER_GENERATION_OFFSET: usize = 24;
-    /// Byte offset of `metadata_op`.
-    pub const METADATA_OP_OFFSET: usize = 32;
+    /// Byte offset of `context`.
+    pub const CONTEXT_OFFSET: usize = 16;
     /// Decodes from the first `SIZE` bytes of `buf`.
     pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
         if buf.len() < Self::SIZE {
@@ -207,10 +470,8 @@ impl PollPrefix {
         let partition_id = <u32>::decode_exact(&buf[0..0 + 4]).map_err(|_| WireError::InvalidValue { field: "partition_id" })?;
         let current_offset = <u64>::decode_exact(&buf[4..4 + 8]).map_err(|_| WireError::InvalidValue { field: "current_offset" })?;
         let messages_count = <u32>::decode_exact(&buf[12..12 + 4]).map_err(|_| WireError::InvalidValue { field: "messages_count" })?;
-        let incarnation = <u64>::decode_exact(&buf[16..16 + 8]).map_err(|_| WireError::InvalidValue { field: "incarnation" })?;
-        let owner_generation = <u64>::decode_exact(&buf[24..24 + 8]).map_err(|_| WireError::InvalidValue { field: "owner_generation" })?;
-        let metadata_op = <u64>::decode_exact(&buf[32..32 + 8]).map_err(|_| WireError::InvalidValue { field: "metadata_op" })?;
-        Ok(Self { partition_id, current_offset, messages_count, incarnation, owner_generation, metadata_op })
+        let context = <PartitionContext>::decode_exact(&buf[16..16 + 24]).map_err(|_| WireError::InvalidValue { field: "context" })?;
+        Ok(Self { partition_id, current_offset, messages_count, context })
     }
     /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
     pub fn encode_fixed(&self, out: &mut [u8]) {
@@ -218,9 +479,7 @@ impl PollPrefix {
         iggy_wire::put_at(out, 0, &self.partition_id.to_wire_bytes());
         iggy_wire::put_at(out, 4, &self.current_offset.to_wire_bytes());
         iggy_wire::put_at(out, 12, &self.messages_count.to_wire_bytes());
-        iggy_wire::put_at(out, 16, &self.incarnation.to_wire_bytes());
-        iggy_wire::put_at(out, 24, &self.owner_generation.to_wire_bytes());
-        iggy_wire::put_at(out, 32, &self.metadata_op.to_wire_bytes());
+        iggy_wire::put_at(out, 16, &self.context.to_wire_bytes());
     }
     /// The `SIZE` encoded bytes.
     pub fn to_bytes(&self) -> [u8; 40] {
@@ -237,9 +496,7 @@ const _: () = assert!(PollPrefix::SIZE == 40);
 const _: () = assert!(PollPrefix::PARTITION_ID_OFFSET + 4 <= 40);
 const _: () = assert!(PollPrefix::CURRENT_OFFSET_OFFSET + 8 <= 40);
 const _: () = assert!(PollPrefix::MESSAGES_COUNT_OFFSET + 4 <= 40);
-const _: () = assert!(PollPrefix::INCARNATION_OFFSET + 8 <= 40);
-const _: () = assert!(PollPrefix::OWNER_GENERATION_OFFSET + 8 <= 40);
-const _: () = assert!(PollPrefix::METADATA_OP_OFFSET + 8 <= 40);
+const _: () = assert!(PollPrefix::CONTEXT_OFFSET + 24 <= 40);
 impl WireEncode for PollPrefix {
     fn encoded_size(&self) -> usize { 40 }
     fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
@@ -251,11 +508,299 @@ impl<'a> WireDecode<'a> for PollPrefix {
     }
 }
 
+/// Fixed-layout `PartitionResponse`, 64 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartitionResponse {
+    pub id: u32,
+    pub created_at: u64,
+    pub segments_count: u32,
+    pub current_offset: u64,
+    pub size_bytes: u64,
+    pub messages_count: u64,
+    pub context: PartitionContext,
+}
+impl PartitionResponse {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 64;
+    /// Byte offset of `id`.
+    pub const ID_OFFSET: usize = 0;
+    /// Byte offset of `created_at`.
+    pub const CREATED_AT_OFFSET: usize = 4;
+    /// Byte offset of `segments_count`.
+    pub const SEGMENTS_COUNT_OFFSET: usize = 12;
+    /// Byte offset of `current_offset`.
+    pub const CURRENT_OFFSET_OFFSET: usize = 16;
+    /// Byte offset of `size_bytes`.
+    pub const SIZE_BYTES_OFFSET: usize = 24;
+    /// Byte offset of `messages_count`.
+    pub const MESSAGES_COUNT_OFFSET: usize = 32;
+    /// Byte offset of `context`.
+    pub const CONTEXT_OFFSET: usize = 40;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd { needed: Self::SIZE, remaining: buf.len() });
+        }
+        let id = <u32>::decode_exact(&buf[0..0 + 4]).map_err(|_| WireError::InvalidValue { field: "id" })?;
+        let created_at = <u64>::decode_exact(&buf[4..4 + 8]).map_err(|_| WireError::InvalidValue { field: "created_at" })?;
+        let segments_count = <u32>::decode_exact(&buf[12..12 + 4]).map_err(|_| WireError::InvalidValue { field: "segments_count" })?;
+        let current_offset = <u64>::decode_exact(&buf[16..16 + 8]).map_err(|_| WireError::InvalidValue { field: "current_offset" })?;
+        let size_bytes = <u64>::decode_exact(&buf[24..24 + 8]).map_err(|_| WireError::InvalidValue { field: "size_bytes" })?;
+        let messages_count = <u64>::decode_exact(&buf[32..32 + 8]).map_err(|_| WireError::InvalidValue { field: "messages_count" })?;
+        let context = <PartitionContext>::decode_exact(&buf[40..40 + 24]).map_err(|_| WireError::InvalidValue { field: "context" })?;
+        Ok(Self { id, created_at, segments_count, current_offset, size_bytes, messages_count, context })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.id.to_wire_bytes());
+        iggy_wire::put_at(out, 4, &self.created_at.to_wire_bytes());
+        iggy_wire::put_at(out, 12, &self.segments_count.to_wire_bytes());
+        iggy_wire::put_at(out, 16, &self.current_offset.to_wire_bytes());
+        iggy_wire::put_at(out, 24, &self.size_bytes.to_wire_bytes());
+        iggy_wire::put_at(out, 32, &self.messages_count.to_wire_bytes());
+        iggy_wire::put_at(out, 40, &self.context.to_wire_bytes());
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 64] {
+        let mut b = [0u8; 64];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for PartitionResponse {
+    /// All-zero bytes.
+    fn default() -> Self { Self::decode_fixed(&[0u8; 64]).expect("zero bytes decode") }
+}
+const _: () = assert!(PartitionResponse::SIZE == 64);
+const _: () = assert!(PartitionResponse::ID_OFFSET + 4 <= 64);
+const _: () = assert!(PartitionResponse::CREATED_AT_OFFSET + 8 <= 64);
+const _: () = assert!(PartitionResponse::SEGMENTS_COUNT_OFFSET + 4 <= 64);
+const _: () = assert!(PartitionResponse::CURRENT_OFFSET_OFFSET + 8 <= 64);
+const _: () = assert!(PartitionResponse::SIZE_BYTES_OFFSET + 8 <= 64);
+const _: () = assert!(PartitionResponse::MESSAGES_COUNT_OFFSET + 8 <= 64);
+const _: () = assert!(PartitionResponse::CONTEXT_OFFSET + 24 <= 64);
+impl WireEncode for PartitionResponse {
+    fn encoded_size(&self) -> usize { 64 }
+    fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
+}
+impl<'a> WireDecode<'a> for PartitionResponse {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 64)?;
+        Self::decode_fixed(b)
+    }
+}
+
+/// Fixed-layout `PartitionRouteResponse`, 25 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartitionRouteResponse {
+    pub incarnation: u64,
+    pub metadata_op: u64,
+    pub view: u32,
+    pub partitions_count: u32,
+    pub primary_replica: u8,
+}
+impl PartitionRouteResponse {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 25;
+    /// Byte offset of `incarnation`.
+    pub const INCARNATION_OFFSET: usize = 0;
+    /// Byte offset of `metadata_op`.
+    pub const METADATA_OP_OFFSET: usize = 8;
+    /// Byte offset of `view`.
+    pub const VIEW_OFFSET: usize = 16;
+    /// Byte offset of `partitions_count`.
+    pub const PARTITIONS_COUNT_OFFSET: usize = 20;
+    /// Byte offset of `primary_replica`.
+    pub const PRIMARY_REPLICA_OFFSET: usize = 24;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd { needed: Self::SIZE, remaining: buf.len() });
+        }
+        let incarnation = <u64>::decode_exact(&buf[0..0 + 8]).map_err(|_| WireError::InvalidValue { field: "incarnation" })?;
+        let metadata_op = <u64>::decode_exact(&buf[8..8 + 8]).map_err(|_| WireError::InvalidValue { field: "metadata_op" })?;
+        let view = <u32>::decode_exact(&buf[16..16 + 4]).map_err(|_| WireError::InvalidValue { field: "view" })?;
+        let partitions_count = <u32>::decode_exact(&buf[20..20 + 4]).map_err(|_| WireError::InvalidValue { field: "partitions_count" })?;
+        let primary_replica = <u8>::decode_exact(&buf[24..24 + 1]).map_err(|_| WireError::InvalidValue { field: "primary_replica" })?;
+        Ok(Self { incarnation, metadata_op, view, partitions_count, primary_replica })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.incarnation.to_wire_bytes());
+        iggy_wire::put_at(out, 8, &self.metadata_op.to_wire_bytes());
+        iggy_wire::put_at(out, 16, &self.view.to_wire_bytes());
+        iggy_wire::put_at(out, 20, &self.partitions_count.to_wire_bytes());
+        iggy_wire::put_at(out, 24, &self.primary_replica.to_wire_bytes());
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 25] {
+        let mut b = [0u8; 25];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for PartitionRouteResponse {
+    /// All-zero bytes.
+    fn default() -> Self { Self::decode_fixed(&[0u8; 25]).expect("zero bytes decode") }
+}
+const _: () = assert!(PartitionRouteResponse::SIZE == 25);
+const _: () = assert!(PartitionRouteResponse::INCARNATION_OFFSET + 8 <= 25);
+const _: () = assert!(PartitionRouteResponse::METADATA_OP_OFFSET + 8 <= 25);
+const _: () = assert!(PartitionRouteResponse::VIEW_OFFSET + 4 <= 25);
+const _: () = assert!(PartitionRouteResponse::PARTITIONS_COUNT_OFFSET + 4 <= 25);
+const _: () = assert!(PartitionRouteResponse::PRIMARY_REPLICA_OFFSET + 1 <= 25);
+impl WireEncode for PartitionRouteResponse {
+    fn encoded_size(&self) -> usize { 25 }
+    fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
+}
+impl<'a> WireDecode<'a> for PartitionRouteResponse {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 25)?;
+        Self::decode_fixed(b)
+    }
+}
+
+/// Fixed-layout `SendMessagesConfirmationResponse`, 20 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SendMessagesConfirmationResponse {
+    pub stream_id: u32,
+    pub topic_id: u32,
+    pub partition_id: u32,
+    pub base_offset: u64,
+}
+impl SendMessagesConfirmationResponse {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 20;
+    /// Byte offset of `stream_id`.
+    pub const STREAM_ID_OFFSET: usize = 0;
+    /// Byte offset of `topic_id`.
+    pub const TOPIC_ID_OFFSET: usize = 4;
+    /// Byte offset of `partition_id`.
+    pub const PARTITION_ID_OFFSET: usize = 8;
+    /// Byte offset of `base_offset`.
+    pub const BASE_OFFSET_OFFSET: usize = 12;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd { needed: Self::SIZE, remaining: buf.len() });
+        }
+        let stream_id = <u32>::decode_exact(&buf[0..0 + 4]).map_err(|_| WireError::InvalidValue { field: "stream_id" })?;
+        let topic_id = <u32>::decode_exact(&buf[4..4 + 4]).map_err(|_| WireError::InvalidValue { field: "topic_id" })?;
+        let partition_id = <u32>::decode_exact(&buf[8..8 + 4]).map_err(|_| WireError::InvalidValue { field: "partition_id" })?;
+        let base_offset = <u64>::decode_exact(&buf[12..12 + 8]).map_err(|_| WireError::InvalidValue { field: "base_offset" })?;
+        Ok(Self { stream_id, topic_id, partition_id, base_offset })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.stream_id.to_wire_bytes());
+        iggy_wire::put_at(out, 4, &self.topic_id.to_wire_bytes());
+        iggy_wire::put_at(out, 8, &self.partition_id.to_wire_bytes());
+        iggy_wire::put_at(out, 12, &self.base_offset.to_wire_bytes());
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 20] {
+        let mut b = [0u8; 20];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for SendMessagesConfirmationResponse {
+    /// All-zero bytes.
+    fn default() -> Self { Self::decode_fixed(&[0u8; 20]).expect("zero bytes decode") }
+}
+const _: () = assert!(SendMessagesConfirmationResponse::SIZE == 20);
+const _: () = assert!(SendMessagesConfirmationResponse::STREAM_ID_OFFSET + 4 <= 20);
+const _: () = assert!(SendMessagesConfirmationResponse::TOPIC_ID_OFFSET + 4 <= 20);
+const _: () = assert!(SendMessagesConfirmationResponse::PARTITION_ID_OFFSET + 4 <= 20);
+const _: () = assert!(SendMessagesConfirmationResponse::BASE_OFFSET_OFFSET + 8 <= 20);
+impl WireEncode for SendMessagesConfirmationResponse {
+    fn encoded_size(&self) -> usize { 20 }
+    fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
+}
+impl<'a> WireDecode<'a> for SendMessagesConfirmationResponse {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 20)?;
+        Self::decode_fixed(b)
+    }
+}
+
+/// Fixed-layout `ConsumerOffsetResponse`, 20 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConsumerOffsetResponse {
+    pub partition_id: u32,
+    pub current_offset: u64,
+    pub stored_offset: u64,
+}
+impl ConsumerOffsetResponse {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 20;
+    /// Byte offset of `partition_id`.
+    pub const PARTITION_ID_OFFSET: usize = 0;
+    /// Byte offset of `current_offset`.
+    pub const CURRENT_OFFSET_OFFSET: usize = 4;
+    /// Byte offset of `stored_offset`.
+    pub const STORED_OFFSET_OFFSET: usize = 12;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd { needed: Self::SIZE, remaining: buf.len() });
+        }
+        let partition_id = <u32>::decode_exact(&buf[0..0 + 4]).map_err(|_| WireError::InvalidValue { field: "partition_id" })?;
+        let current_offset = <u64>::decode_exact(&buf[4..4 + 8]).map_err(|_| WireError::InvalidValue { field: "current_offset" })?;
+        let stored_offset = <u64>::decode_exact(&buf[12..12 + 8]).map_err(|_| WireError::InvalidValue { field: "stored_offset" })?;
+        Ok(Self { partition_id, current_offset, stored_offset })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.partition_id.to_wire_bytes());
+        iggy_wire::put_at(out, 4, &self.current_offset.to_wire_bytes());
+        iggy_wire::put_at(out, 12, &self.stored_offset.to_wire_bytes());
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 20] {
+        let mut b = [0u8; 20];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for ConsumerOffsetResponse {
+    /// All-zero bytes.
+    fn default() -> Self { Self::decode_fixed(&[0u8; 20]).expect("zero bytes decode") }
+}
+const _: () = assert!(ConsumerOffsetResponse::SIZE == 20);
+const _: () = assert!(ConsumerOffsetResponse::PARTITION_ID_OFFSET + 4 <= 20);
+const _: () = assert!(ConsumerOffsetResponse::CURRENT_OFFSET_OFFSET + 8 <= 20);
+const _: () = assert!(ConsumerOffsetResponse::STORED_OFFSET_OFFSET + 8 <= 20);
+impl WireEncode for ConsumerOffsetResponse {
+    fn encoded_size(&self) -> usize { 20 }
+    fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
+}
+impl<'a> WireDecode<'a> for ConsumerOffsetResponse {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 20)?;
+        Self::decode_fixed(b)
+    }
+}
+
 /// Variable-length `Opaque`.
 #[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
 pub struct Opaque<'a> {
     #[wire(rest)]
     pub body: &'a [u8],
+}
+/// Variable-length `Empty`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct Empty {
+}
+/// Variable-length `ReplyResultSection`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct ReplyResultSection {
+    #[wire(vec(u32, plain))]
+    pub results: Vec<crate::payloads::ReplyResultEntry>,
 }
 /// Variable-length `Identifier`.
 #[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
@@ -418,8 +963,8 @@ pub struct PollMessagesRequest<'a> {
     pub stream_id: crate::payloads::Identifier<'a>,
     #[wire(plain)]
     pub topic_id: crate::payloads::Identifier<'a>,
-    #[wire(opt(plain))]
-    pub partition_id: Option<u32>,
+    #[wire(plain)]
+    pub partition_id: crate::payloads::OptionalPartitionId,
     #[wire(plain)]
     pub strategy: crate::payloads::PollingStrategy,
     #[wire(plain)]
@@ -434,4 +979,238 @@ pub struct PollMessagesResponse<'a> {
     pub prefix: crate::payloads::PollPrefix,
     #[wire(rest)]
     pub batches: &'a [u8],
+}
+/// Variable-length `StreamResponse`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct StreamResponse<'a> {
+    #[wire(plain)]
+    pub id: u32,
+    /// microseconds
+    #[wire(plain)]
+    pub created_at: u64,
+    #[wire(plain)]
+    pub topics_count: u32,
+    #[wire(plain)]
+    pub size_bytes: u64,
+    #[wire(plain)]
+    pub messages_count: u64,
+    #[wire(name)]
+    pub name: &'a str,
+    /// explicit options TLV block (empty = length 0)
+    #[wire(bytes(u32))]
+    pub options: &'a [u8],
+    /// derived options TLV block
+    #[wire(bytes(u32))]
+    pub derived_options: &'a [u8],
+}
+/// Variable-length `TopicHeader`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct TopicHeader<'a> {
+    #[wire(plain)]
+    pub id: u32,
+    #[wire(plain)]
+    pub created_at: u64,
+    #[wire(plain)]
+    pub partitions_count: u32,
+    #[wire(plain)]
+    pub size_bytes: u64,
+    #[wire(plain)]
+    pub messages_count: u64,
+    #[wire(name)]
+    pub name: &'a str,
+    #[wire(bytes(u32))]
+    pub options: &'a [u8],
+    #[wire(bytes(u32))]
+    pub derived_options: &'a [u8],
+}
+/// Variable-length `GetStreamResponse`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct GetStreamResponse<'a> {
+    #[wire(plain)]
+    pub stream: crate::payloads::StreamResponse<'a>,
+    #[wire(vec(rest, plain))]
+    pub topics: Vec<crate::payloads::TopicHeader<'a>>,
+}
+/// Variable-length `GetStreamsResponse`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct GetStreamsResponse<'a> {
+    #[wire(vec(rest, plain))]
+    pub streams: Vec<crate::payloads::StreamResponse<'a>>,
+}
+/// Variable-length `GetTopicResponse`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct GetTopicResponse<'a> {
+    #[wire(plain)]
+    pub topic: crate::payloads::TopicHeader<'a>,
+    #[wire(vec(rest, plain))]
+    pub partitions: Vec<crate::payloads::PartitionResponse>,
+}
+/// Variable-length `GetTopicsResponse`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct GetTopicsResponse<'a> {
+    #[wire(vec(u32, plain))]
+    pub topics: Vec<crate::payloads::TopicHeader<'a>>,
+}
+/// Variable-length `ClusterNodeResponse`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct ClusterNodeResponse<'a> {
+    #[wire(plain)]
+    pub replica_id: u8,
+    #[wire(string(u32))]
+    pub name: &'a str,
+    #[wire(string(u32))]
+    pub ip: &'a str,
+    /// 0 = transport not served
+    #[wire(plain)]
+    pub tcp_port: u16,
+    #[wire(plain)]
+    pub quic_port: u16,
+    #[wire(plain)]
+    pub http_port: u16,
+    #[wire(plain)]
+    pub websocket_port: u16,
+    #[wire(plain)]
+    pub role: crate::payloads::ClusterNodeRole,
+    #[wire(plain)]
+    pub status: crate::payloads::ClusterNodeStatus,
+}
+/// Variable-length `ClusterMetadataResponse`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct ClusterMetadataResponse<'a> {
+    #[wire(string(u32))]
+    pub name: &'a str,
+    #[wire(vec(u32, plain))]
+    pub nodes: Vec<crate::payloads::ClusterNodeResponse<'a>>,
+}
+/// Variable-length `SendMessagesResponse`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct SendMessagesResponse {
+    #[wire(vec(u32, plain))]
+    pub confirmations: Vec<crate::payloads::SendMessagesConfirmationResponse>,
+}
+/// Variable-length `GetConsumerOffsetRequest`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct GetConsumerOffsetRequest<'a> {
+    #[wire(plain)]
+    pub consumer: crate::payloads::Consumer<'a>,
+    #[wire(plain)]
+    pub stream_id: crate::payloads::Identifier<'a>,
+    #[wire(plain)]
+    pub topic_id: crate::payloads::Identifier<'a>,
+    #[wire(plain)]
+    pub partition_id: crate::payloads::OptionalPartitionId,
+}
+/// Variable-length `StoreConsumerOffsetRequest`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct StoreConsumerOffsetRequest<'a> {
+    #[wire(plain)]
+    pub consumer: crate::payloads::Consumer<'a>,
+    #[wire(plain)]
+    pub stream_id: crate::payloads::Identifier<'a>,
+    #[wire(plain)]
+    pub topic_id: crate::payloads::Identifier<'a>,
+    #[wire(plain)]
+    pub partition_id: crate::payloads::OptionalPartitionId,
+    #[wire(plain)]
+    pub offset: u64,
+    #[wire(plain)]
+    pub ack: crate::payloads::AckLevel,
+}
+/// Variable-length `DeleteConsumerOffsetRequest`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct DeleteConsumerOffsetRequest<'a> {
+    #[wire(plain)]
+    pub consumer: crate::payloads::Consumer<'a>,
+    #[wire(plain)]
+    pub stream_id: crate::payloads::Identifier<'a>,
+    #[wire(plain)]
+    pub topic_id: crate::payloads::Identifier<'a>,
+    #[wire(plain)]
+    pub partition_id: crate::payloads::OptionalPartitionId,
+    #[wire(plain)]
+    pub ack: crate::payloads::AckLevel,
+}
+/// Variable-length `CreatePartitionsRequest`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct CreatePartitionsRequest<'a> {
+    #[wire(plain)]
+    pub stream_id: crate::payloads::Identifier<'a>,
+    #[wire(plain)]
+    pub topic_id: crate::payloads::Identifier<'a>,
+    #[wire(plain)]
+    pub partitions_count: u32,
+}
+/// Variable-length `DeletePartitionsRequest`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct DeletePartitionsRequest<'a> {
+    #[wire(plain)]
+    pub stream_id: crate::payloads::Identifier<'a>,
+    #[wire(plain)]
+    pub topic_id: crate::payloads::Identifier<'a>,
+    #[wire(plain)]
+    pub partitions_count: u32,
+}
+/// Variable-length `DeleteSegmentsRequest`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct DeleteSegmentsRequest<'a> {
+    #[wire(plain)]
+    pub stream_id: crate::payloads::Identifier<'a>,
+    #[wire(plain)]
+    pub topic_id: crate::payloads::Identifier<'a>,
+    #[wire(plain)]
+    pub partition_id: u32,
+    #[wire(plain)]
+    pub segments_count: u32,
+}
+/// Variable-length `CreateConsumerGroupRequest`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct CreateConsumerGroupRequest<'a> {
+    #[wire(plain)]
+    pub stream_id: crate::payloads::Identifier<'a>,
+    #[wire(plain)]
+    pub topic_id: crate::payloads::Identifier<'a>,
+    #[wire(name)]
+    pub name: &'a str,
+}
+/// Variable-length `ConsumerGroupResponse`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct ConsumerGroupResponse<'a> {
+    #[wire(plain)]
+    pub id: u32,
+    #[wire(plain)]
+    pub partitions_count: u32,
+    #[wire(plain)]
+    pub members_count: u32,
+    #[wire(name)]
+    pub name: &'a str,
+}
+/// Variable-length `ConsumerGroupMemberResponse`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct ConsumerGroupMemberResponse {
+    #[wire(plain)]
+    pub id: u32,
+    #[wire(vec(u32, plain))]
+    pub partitions: Vec<u32>,
+}
+/// Variable-length `ConsumerGroupDetailsResponse`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct ConsumerGroupDetailsResponse<'a> {
+    #[wire(plain)]
+    pub group: crate::payloads::ConsumerGroupResponse<'a>,
+    #[wire(vec(rest, plain))]
+    pub members: Vec<crate::payloads::ConsumerGroupMemberResponse>,
+}
+/// Variable-length `GetConsumerGroupsResponse`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct GetConsumerGroupsResponse<'a> {
+    #[wire(vec(rest, plain))]
+    pub groups: Vec<crate::payloads::ConsumerGroupResponse<'a>>,
+}
+/// Variable-length `SyncConsumerGroupResponse`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct SyncConsumerGroupResponse {
+    #[wire(plain)]
+    pub generation: u64,
+    #[wire(vec(u32, plain))]
+    pub partitions: Vec<u32>,
 }
