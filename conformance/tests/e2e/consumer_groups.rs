@@ -1,0 +1,183 @@
+//! Consumer groups: create, get, list, join, leave, delete, and group polling.
+
+use crate::harness::*;
+use iggy::prelude::*;
+use std::collections::BTreeSet;
+
+async fn group(client: &IggyClient, g: &Identifier) -> Option<ConsumerGroupDetails> {
+    ok("get_consumer_group", within("get group", client.get_consumer_group(&name("s"), &name("t"), g)).await)
+}
+
+fn member_partitions(details: &ConsumerGroupDetails) -> Vec<Vec<u32>> {
+    let mut out: Vec<Vec<u32>> = details
+        .members
+        .iter()
+        .map(|m| {
+            let mut p = m.partitions.clone();
+            p.sort();
+            p
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_group_returns_details_with_zero_based_ids() {
+    let server = TestServer::start();
+    let client = server.root_client().await;
+    create_stream_and_topic(&client, "s", "t", 3).await;
+
+    let g = ok("create g1", within("create", client.create_consumer_group(&name("s"), &name("t"), "g1")).await);
+    assert_eq!((g.id, g.name.as_str(), g.partitions_count, g.members_count), (0, "g1", 3, 0));
+    assert!(g.members.is_empty());
+    let g2 = ok("create g2", within("create", client.create_consumer_group(&id(0), &id(0), "g2")).await);
+    assert_eq!((g2.id, g2.name.as_str()), (1, "g2"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_group_by_id_and_name_and_list_groups() {
+    let server = TestServer::start();
+    let client = server.root_client().await;
+    create_stream_and_topic(&client, "s", "t", 2).await;
+    for n in ["a", "b", "c"] {
+        ok("create", within("create", client.create_consumer_group(&name("s"), &name("t"), n)).await);
+    }
+    let b = group(&client, &id(1)).await.expect("group 1");
+    assert_eq!((b.id, b.name.as_str(), b.partitions_count), (1, "b", 2));
+    let c = group(&client, &name("c")).await.expect("group c");
+    assert_eq!(c.id, 2);
+    assert!(group(&client, &id(9)).await.is_none(), "missing group id");
+    assert!(group(&client, &name("zz")).await.is_none(), "missing group name");
+
+    let mut list = ok("list", within("list", client.get_consumer_groups(&name("s"), &name("t"))).await);
+    list.sort_by_key(|g| g.id);
+    let got: Vec<(u32, &str, u32, u32)> =
+        list.iter().map(|g| (g.id, g.name.as_str(), g.partitions_count, g.members_count)).collect();
+    assert_eq!(got, vec![(0, "a", 2, 0), (1, "b", 2, 0), (2, "c", 2, 0)]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_group_with_duplicate_name_fails_with_5004() {
+    let server = TestServer::start();
+    let client = server.root_client().await;
+    create_stream_and_topic(&client, "s", "t", 1).await;
+    ok("create", within("create", client.create_consumer_group(&name("s"), &name("t"), "g")).await);
+    expect_code(
+        "duplicate group",
+        within("create", client.create_consumer_group(&name("s"), &name("t"), "g")).await,
+        5004,
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn join_assigns_partitions_and_leave_releases_them() {
+    let server = TestServer::start();
+    let first = server.root_client().await;
+    create_stream_and_topic(&first, "s", "t", 3).await;
+    ok("create", within("create", first.create_consumer_group(&name("s"), &name("t"), "g")).await);
+
+    ok("join (first)", within("join", first.join_consumer_group(&name("s"), &name("t"), &name("g"))).await);
+    let g = group(&first, &name("g")).await.expect("group");
+    assert_eq!(g.members_count, 1);
+    assert_eq!(member_partitions(&g), vec![vec![0, 1, 2]], "a single member owns every partition");
+    let me = ok("get_me", within("me", first.get_me()).await);
+    assert_eq!(g.members[0].id, me.client_id, "member id is the client id");
+    assert_eq!(g.members[0].partitions_count, 3);
+    assert_eq!(me.consumer_groups_count, 1, "me lists the joined group");
+    let joined: Vec<(u32, u32, u32)> =
+        me.consumer_groups.iter().map(|c| (c.stream_id, c.topic_id, c.group_id)).collect();
+    assert_eq!(joined, vec![(0, 0, 0)]);
+
+    let second = server.root_client().await;
+    ok("join (second)", within("join", second.join_consumer_group(&name("s"), &name("t"), &id(0))).await);
+    let g = group(&first, &name("g")).await.expect("group");
+    assert_eq!(g.members_count, 2);
+    let parts = member_partitions(&g);
+    let all: BTreeSet<u32> = parts.iter().flatten().copied().collect();
+    assert_eq!(all, BTreeSet::from([0, 1, 2]), "every partition assigned: {parts:?}");
+    assert_eq!(parts.iter().map(Vec::len).sum::<usize>(), 3, "no partition assigned twice: {parts:?}");
+    let mut sizes: Vec<usize> = parts.iter().map(Vec::len).collect();
+    sizes.sort();
+    assert_eq!(sizes, vec![1, 2], "balanced assignment: {parts:?}");
+
+    ok("leave (first)", within("leave", first.leave_consumer_group(&name("s"), &name("t"), &name("g"))).await);
+    let g = group(&first, &name("g")).await.expect("group");
+    assert_eq!(g.members_count, 1);
+    assert_eq!(member_partitions(&g), vec![vec![0, 1, 2]], "the remaining member takes over");
+    let me2 = ok("get_me", within("me", second.get_me()).await);
+    assert_eq!(g.members[0].id, me2.client_id);
+    let me1 = ok("get_me", within("me", first.get_me()).await);
+    assert_eq!(me1.consumer_groups_count, 0, "left the group");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn join_missing_group_fails_with_group_not_found() {
+    let server = TestServer::start();
+    let client = server.root_client().await;
+    create_stream_and_topic(&client, "s", "t", 1).await;
+    expect_code(
+        "join missing group by id",
+        within("join", client.join_consumer_group(&name("s"), &name("t"), &id(3))).await,
+        5000,
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_group_removes_it() {
+    let server = TestServer::start();
+    let client = server.root_client().await;
+    create_stream_and_topic(&client, "s", "t", 1).await;
+    ok("create a", within("create", client.create_consumer_group(&name("s"), &name("t"), "a")).await);
+    ok("create b", within("create", client.create_consumer_group(&name("s"), &name("t"), "b")).await);
+    ok("join a", within("join", client.join_consumer_group(&name("s"), &name("t"), &name("a"))).await);
+
+    ok("delete a", within("delete", client.delete_consumer_group(&name("s"), &name("t"), &name("a"))).await);
+    assert!(group(&client, &name("a")).await.is_none());
+    let list = ok("list", within("list", client.get_consumer_groups(&name("s"), &name("t"))).await);
+    let got: Vec<(u32, &str)> = list.iter().map(|g| (g.id, g.name.as_str())).collect();
+    assert_eq!(got, vec![(1, "b")]);
+    let me = ok("get_me", within("me", client.get_me()).await);
+    assert_eq!(me.consumer_groups_count, 0, "membership ends with the group");
+    expect_code(
+        "delete a again",
+        within("delete", client.delete_consumer_group(&name("s"), &name("t"), &id(0))).await,
+        5000,
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_member_polls_its_partitions_and_commits_group_offsets() {
+    let server = TestServer::start();
+    let client = server.root_client().await;
+    create_stream_and_topic(&client, "s", "t", 2).await;
+    send_to_partition(&client, &name("s"), &name("t"), 0, msgs("p0", 3)).await;
+    send_to_partition(&client, &name("s"), &name("t"), 1, msgs("p1", 2)).await;
+    ok("create", within("create", client.create_consumer_group(&name("s"), &name("t"), "g")).await);
+    ok("join", within("join", client.join_consumer_group(&name("s"), &name("t"), &name("g"))).await);
+
+    let cg = Consumer::group(name("g"));
+    let mut got: BTreeSet<String> = BTreeSet::new();
+    for _ in 0..6 {
+        let polled = ok(
+            "group poll",
+            within(
+                "group poll",
+                client.poll_messages(&name("s"), &name("t"), None, &cg, &PollingStrategy::next(), 10, true),
+            )
+            .await,
+        );
+        got.extend(payloads(&polled));
+    }
+    let want: BTreeSet<String> = ["p0-0", "p0-1", "p0-2", "p1-0", "p1-1"].iter().map(|s| s.to_string()).collect();
+    assert_eq!(got, want, "the only member reads both partitions");
+
+    for (p, last) in [(0u32, 2u64), (1, 1)] {
+        let info = ok(
+            "group offset",
+            within("get offset", client.get_consumer_offset(&cg, &name("s"), &name("t"), Some(p))).await,
+        )
+        .expect("auto-commit stored the group offset");
+        assert_eq!((info.partition_id, info.stored_offset), (p, last), "group offset of partition {p}");
+    }
+}

@@ -1,0 +1,502 @@
+//! Harness: builds (once) and starts the real `iggy-server` binary as a child process on a
+//! private temp dir and a free port, and connects the official SDK to it.
+//!
+//! - The binary is `$IGGY_SERVER_BIN` if set, else `<target>/debug/iggy-server`, where
+//!   `<target>` is `$CARGO_TARGET_DIR` (relative paths resolve against the workspace root) or
+//!   `<workspace>/target`. A missing binary is built with `cargo build --bin iggy-server`,
+//!   once per process (`OnceLock`) and under an exclusive file lock across processes (nextest
+//!   runs every test in its own process). `IGGY_E2E_REBUILD=1` builds even when it exists.
+//! - The child runs in the temp dir with `--with-default-root-credentials`,
+//!   `IGGY_TCP_ADDRESS=127.0.0.1:<port>` and `IGGY_SYSTEM_PATH=<tempdir>/data`; its stdout and
+//!   stderr go to `<tempdir>/server.log`, which is printed when the test panics.
+//! - `Drop` kills the child (SIGKILL) and reaps it.
+
+#![allow(dead_code)]
+
+use iggy::prelude::*;
+use std::fs::{File, OpenOptions};
+use std::future::Future;
+use std::io::Write;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// How long the server gets to accept TCP connections after spawn.
+pub const START_TIMEOUT: Duration = Duration::from_secs(20);
+/// Default bound on one SDK call in the tests (the SDK's own deadline is 30 s).
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a SIGTERM gets before the harness escalates to SIGKILL.
+pub const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub const ROOT_USER: &str = "iggy";
+pub const ROOT_PASSWORD: &str = "iggy";
+
+fn workspace_root() -> PathBuf {
+    // Run time first: cargo and nextest export CARGO_MANIFEST_DIR to the test process, so a
+    // test binary built from another checkout that shares the target dir still finds its own
+    // workspace. The compile-time value is the fallback.
+    let manifest = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    manifest.parent().expect("conformance/ has a parent").to_path_buf()
+}
+
+fn target_dir(root: &Path) -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) if !dir.is_empty() => {
+            let dir = PathBuf::from(dir);
+            if dir.is_absolute() { dir } else { root.join(dir) }
+        }
+        _ => root.join("target"),
+    }
+}
+
+/// The server binary, built on first use if it is missing.
+pub fn server_binary() -> PathBuf {
+    static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    BIN.get_or_init(find_or_build)
+        .clone()
+        .unwrap_or_else(|e| panic!("iggy-server binary: {e}"))
+}
+
+fn find_or_build() -> Result<PathBuf, String> {
+    if let Some(bin) = std::env::var_os("IGGY_SERVER_BIN") {
+        let bin = PathBuf::from(bin);
+        return if bin.is_file() {
+            Ok(bin)
+        } else {
+            Err(format!("IGGY_SERVER_BIN={} is not a file", bin.display()))
+        };
+    }
+    let root = workspace_root();
+    let target = target_dir(&root);
+    let bin = target.join("debug").join("iggy-server");
+    let force = std::env::var("IGGY_E2E_REBUILD").is_ok_and(|v| v == "1");
+    if bin.is_file() && !force {
+        return Ok(bin);
+    }
+    std::fs::create_dir_all(&target).map_err(|e| format!("create {}: {e}", target.display()))?;
+    // Cross-process lock: the first test process builds, the others wait and then find it.
+    let lock_path = target.join("iggy-e2e-build.lock");
+    let lock = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|e| format!("open {}: {e}", lock_path.display()))?;
+    let _guard = FileLock::exclusive(&lock)?;
+    if bin.is_file() && !force {
+        return Ok(bin);
+    }
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let out = Command::new(cargo)
+        .args(["build", "--bin", "iggy-server"])
+        .current_dir(&root)
+        .env("CARGO_TARGET_DIR", &target)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("spawn cargo build: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "`cargo build --bin iggy-server` failed ({}):\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    if bin.is_file() {
+        Ok(bin)
+    } else {
+        Err(format!("cargo build succeeded but {} is missing", bin.display()))
+    }
+}
+
+struct FileLock<'a>(&'a File);
+
+impl<'a> FileLock<'a> {
+    fn exclusive(file: &'a File) -> Result<Self, String> {
+        use std::os::fd::AsRawFd;
+        // SAFETY: flock on a valid, open descriptor; the File outlives the guard.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
+        if rc != 0 {
+            return Err(format!("flock: {}", std::io::Error::last_os_error()));
+        }
+        Ok(Self(file))
+    }
+}
+
+impl Drop for FileLock<'_> {
+    fn drop(&mut self) {
+        use std::os::fd::AsRawFd;
+        // SAFETY: as above.
+        unsafe { libc::flock(self.0.as_raw_fd(), libc::LOCK_UN) };
+    }
+}
+
+fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+    listener.local_addr().expect("local addr").port()
+}
+
+/// One running `iggy-server` child with its own data directory and port.
+pub struct TestServer {
+    dir: tempfile::TempDir,
+    port: u16,
+    child: Option<Child>,
+    starts: u32,
+}
+
+impl TestServer {
+    /// Spawns the server and waits until its TCP port accepts connections.
+    pub fn start() -> Self {
+        let bin = server_binary();
+        let dir = tempfile::Builder::new()
+            .prefix("iggy-e2e-")
+            .tempdir()
+            .expect("create temp dir");
+        let mut server = Self { dir, port: free_port(), child: None, starts: 0 };
+        server.spawn(&bin);
+        server
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn address(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.path().join("server.log")
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_else(|e| format!("<no log: {e}>"))
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// `iggy://<user>:<password>@127.0.0.1:<port>`, heartbeat and reconnection tuned for tests.
+    pub fn connection_string(&self, user: &str, password: &str) -> String {
+        format!("iggy://{user}:{password}@{}", self.address())
+    }
+
+    fn spawn(&mut self, bin: &Path) {
+        assert!(self.child.is_none(), "server already running");
+        self.starts += 1;
+        let mut log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())
+            .expect("open server.log");
+        writeln!(log, "===== e2e harness: start #{} on {} =====", self.starts, self.address())
+            .expect("write server.log");
+        let stderr = log.try_clone().expect("clone log handle");
+        let mut cmd = Command::new(bin);
+        cmd.arg("--with-default-root-credentials")
+            .current_dir(self.dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log))
+            .stderr(Stdio::from(stderr));
+        // Hermetic: no IGGY_* setting from the developer's shell reaches the child.
+        for (key, _) in std::env::vars_os() {
+            if key.to_string_lossy().starts_with("IGGY_") {
+                cmd.env_remove(key);
+            }
+        }
+        cmd.env("IGGY_TCP_ADDRESS", self.address())
+            .env("IGGY_SYSTEM_PATH", self.data_dir());
+        if std::env::var_os("RUST_LOG").is_none() {
+            cmd.env("RUST_LOG", "info");
+        }
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {}: {e}", bin.display()));
+        self.child = Some(child);
+        self.wait_ready();
+    }
+
+    fn wait_ready(&mut self) {
+        let addr: SocketAddr = self.address().parse().expect("socket address");
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    self.child = None;
+                    panic!(
+                        "iggy-server exited during startup ({status}); log {}:\n{}",
+                        self.log_path().display(),
+                        self.log()
+                    );
+                }
+            }
+            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+                return;
+            }
+            if Instant::now() >= deadline {
+                panic!(
+                    "iggy-server did not accept on {addr} within {START_TIMEOUT:?}; log {}:\n{}",
+                    self.log_path().display(),
+                    self.log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn signal(&self, sig: libc::c_int) {
+        if let Some(pid) = self.pid() {
+            // SAFETY: kill(2) on our own child's pid, which has not been reaped yet.
+            unsafe { libc::kill(pid as libc::pid_t, sig) };
+        }
+    }
+
+    /// SIGTERM, wait for exit (SIGKILL after `STOP_TIMEOUT`). Returns the exit status.
+    pub fn stop(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.as_ref()?;
+        self.signal(libc::SIGTERM);
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        let child = self.child.as_mut().expect("child");
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(status)) => break status,
+                Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+                _ => {
+                    eprintln!("iggy-server ignored SIGTERM for {STOP_TIMEOUT:?}; sending SIGKILL");
+                    let _ = child.kill();
+                    break child.wait().expect("wait for killed child");
+                }
+            }
+        };
+        self.child = None;
+        Some(status)
+    }
+
+    /// SIGKILL and reap: a crash, nothing gets flushed or closed by the server.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same data directory and port (after `stop` or `kill9`).
+    pub fn start_again(&mut self) {
+        let bin = server_binary();
+        self.spawn(&bin);
+    }
+
+    /// Graceful restart: SIGTERM, wait, start again on the same directory and port.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.start_again();
+    }
+
+    /// Crash restart: SIGKILL, start again on the same directory and port.
+    pub fn kill9_and_restart(&mut self) {
+        self.kill9();
+        self.start_again();
+    }
+
+    /// A connected client signed in as root (auto-login from the connection string).
+    pub async fn root_client(&self) -> IggyClient {
+        self.client_as(ROOT_USER, ROOT_PASSWORD).await
+    }
+
+    /// A connected client signed in as `user` (auto-login from the connection string).
+    pub async fn client_as(&self, user: &str, password: &str) -> IggyClient {
+        let client = IggyClient::from_connection_string(&self.connection_string(user, password))
+            .expect("valid connection string");
+        within("connect + auto-login", client.connect())
+            .await
+            .unwrap_or_else(|e| panic!("connect as {user:?}: {e} (code {})", e.as_code()));
+        client
+    }
+
+    /// A connected client that has not signed in (no auto-login).
+    pub async fn anonymous_client(&self) -> IggyClient {
+        let client = IggyClient::builder()
+            .with_tcp()
+            .with_server_address(self.address())
+            .build()
+            .expect("tcp client");
+        within("connect", client.connect())
+            .await
+            .unwrap_or_else(|e| panic!("connect: {e} (code {})", e.as_code()));
+        client
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if std::thread::panicking() {
+            eprintln!(
+                "----- iggy-server log ({}) -----\n{}\n----- end of iggy-server log -----",
+                self.log_path().display(),
+                self.log()
+            );
+            if std::env::var_os("IGGY_E2E_KEEP").is_some() {
+                let kept = std::mem::replace(
+                    &mut self.dir,
+                    tempfile::tempdir().expect("placeholder temp dir"),
+                );
+                eprintln!("IGGY_E2E_KEEP: data kept in {}", kept.keep().display());
+            }
+        }
+    }
+}
+
+/// Awaits `fut` for at most `CALL_TIMEOUT`; a timeout panics with `what`.
+pub async fn within<F: Future>(what: &str, fut: F) -> F::Output {
+    within_for(CALL_TIMEOUT, what, fut).await
+}
+
+/// Awaits `fut` for at most `limit`; a timeout panics with `what`.
+pub async fn within_for<F: Future>(limit: Duration, what: &str, fut: F) -> F::Output {
+    match tokio::time::timeout(limit, fut).await {
+        Ok(out) => out,
+        Err(_) => panic!("timed out after {limit:?}: {what}"),
+    }
+}
+
+/// Unwraps an SDK result, naming the call and the error code on failure.
+#[track_caller]
+pub fn ok<T>(what: &str, r: Result<T, IggyError>) -> T {
+    match r {
+        Ok(v) => v,
+        Err(e) => panic!("{what}: unexpected error {e} (code {})", e.as_code()),
+    }
+}
+
+/// Asserts an SDK result is the error with wire code `code`.
+#[track_caller]
+pub fn expect_code<T: std::fmt::Debug>(what: &str, r: Result<T, IggyError>, code: u32) {
+    match r {
+        Ok(v) => panic!("{what}: expected error {code} ({}), got Ok({v:?})", IggyError::from_code_as_string(code)),
+        Err(e) => assert_eq!(
+            e.as_code(),
+            code,
+            "{what}: expected error {code} ({}), got {e} (code {})",
+            IggyError::from_code_as_string(code),
+            e.as_code()
+        ),
+    }
+}
+
+pub fn id(n: u32) -> Identifier {
+    Identifier::numeric(n).expect("numeric identifier")
+}
+
+pub fn name(s: &str) -> Identifier {
+    Identifier::named(s).expect("named identifier")
+}
+
+/// A message with the given payload (the SDK mints a random id).
+pub fn msg(payload: impl Into<Vec<u8>>) -> IggyMessage {
+    IggyMessage::builder()
+        .payload(bytes::Bytes::from(payload.into()))
+        .build()
+        .expect("valid message")
+}
+
+/// `n` messages whose payloads are `"{prefix}-{i}"`.
+pub fn msgs(prefix: &str, n: usize) -> Vec<IggyMessage> {
+    (0..n).map(|i| msg(format!("{prefix}-{i}"))).collect()
+}
+
+pub fn payloads(polled: &PolledMessages) -> Vec<String> {
+    polled
+        .messages
+        .iter()
+        .map(|m| String::from_utf8_lossy(&m.payload).into_owned())
+        .collect()
+}
+
+pub fn offsets(polled: &PolledMessages) -> Vec<u64> {
+    polled.messages.iter().map(|m| m.header.offset).collect()
+}
+
+pub fn topic_options(partitions: u32) -> TopicCreateOptions {
+    TopicCreateOptions { partitions_count: Some(partitions), ..Default::default() }
+}
+
+/// Creates stream `stream` and its topic `topic` with `partitions` partitions.
+pub async fn create_stream_and_topic(
+    client: &IggyClient,
+    stream: &str,
+    topic: &str,
+    partitions: u32,
+) -> (StreamDetails, TopicDetails) {
+    let s = ok(
+        "create_stream",
+        within("create_stream", client.create_stream(stream, &StreamCreateOptions::default())).await,
+    );
+    let t = ok(
+        "create_topic",
+        within(
+            "create_topic",
+            client.create_topic(&name(stream), topic, &topic_options(partitions)),
+        )
+        .await,
+    );
+    (s, t)
+}
+
+/// Sends `messages` to one explicit partition and returns the confirmations.
+pub async fn send_to_partition(
+    client: &IggyClient,
+    stream: &Identifier,
+    topic: &Identifier,
+    partition: u32,
+    mut messages: Vec<IggyMessage>,
+) -> SendMessagesResponse {
+    ok(
+        "send_messages",
+        within(
+            "send_messages",
+            client.send_messages(stream, topic, &Partitioning::partition_id(partition), &mut messages),
+        )
+        .await,
+    )
+}
+
+/// Polls `count` messages from one partition with a plain consumer.
+pub async fn poll(
+    client: &IggyClient,
+    stream: &Identifier,
+    topic: &Identifier,
+    partition: u32,
+    consumer: &Consumer,
+    strategy: PollingStrategy,
+    count: u32,
+    auto_commit: bool,
+) -> PolledMessages {
+    ok(
+        "poll_messages",
+        within(
+            "poll_messages",
+            client.poll_messages(stream, topic, Some(partition), consumer, &strategy, count, auto_commit),
+        )
+        .await,
+    )
+}
+
+pub fn consumer(name_: &str) -> Consumer {
+    Consumer::new(name(name_))
+}

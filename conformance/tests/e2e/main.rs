@@ -1,0 +1,19 @@
+//! End-to-end suite: every test starts its own `iggy-server` child (see `harness`) and drives
+//! it with the official SDK `iggy =0.11.1-edge.2` over TCP. Run with
+//! `cargo nextest run -p iggy-conformance --test e2e`.
+
+mod harness;
+
+mod auth;
+mod consumer_groups;
+mod crash;
+mod messages;
+mod offsets;
+mod partitions;
+mod pat;
+mod producer_consumer;
+mod restart;
+mod streams;
+mod system;
+mod topics;
+mod users;

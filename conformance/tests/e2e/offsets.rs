@@ -1,0 +1,101 @@
+//! Consumer offsets: store, get, delete, per consumer and per partition.
+
+use crate::harness::*;
+use iggy::prelude::*;
+
+async fn setup(server: &TestServer) -> IggyClient {
+    let client = server.root_client().await;
+    create_stream_and_topic(&client, "s", "t", 2).await;
+    send_to_partition(&client, &name("s"), &name("t"), 1, msgs("m", 10)).await;
+    send_to_partition(&client, &name("s"), &name("t"), 0, msgs("z", 3)).await;
+    client
+}
+
+async fn get(client: &IggyClient, c: &Consumer, partition: u32) -> Option<iggy_common::ConsumerOffsetInfo> {
+    ok(
+        "get_consumer_offset",
+        within("get offset", client.get_consumer_offset(c, &name("s"), &name("t"), Some(partition))).await,
+    )
+}
+
+async fn store(client: &IggyClient, c: &Consumer, partition: u32, offset: u64) {
+    ok(
+        "store_consumer_offset",
+        within("store offset", client.store_consumer_offset(c, &name("s"), &name("t"), Some(partition), offset)).await,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stored_offset_is_returned_with_the_partition_current_offset() {
+    let server = TestServer::start();
+    let client = setup(&server).await;
+    let c = consumer("c1");
+
+    assert!(get(&client, &c, 1).await.is_none(), "no offset stored yet");
+    store(&client, &c, 1, 6).await;
+    let info = get(&client, &c, 1).await.expect("stored offset");
+    assert_eq!((info.partition_id, info.stored_offset, info.current_offset), (1, 6, 9));
+    assert!(get(&client, &c, 0).await.is_none(), "offsets are per partition");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn storing_again_overwrites_the_offset() {
+    let server = TestServer::start();
+    let client = setup(&server).await;
+    let c = consumer("c1");
+    store(&client, &c, 1, 2).await;
+    store(&client, &c, 1, 8).await;
+    assert_eq!(get(&client, &c, 1).await.expect("offset").stored_offset, 8);
+    store(&client, &c, 1, 5).await;
+    assert_eq!(get(&client, &c, 1).await.expect("offset").stored_offset, 5, "moving back is allowed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn offsets_are_independent_per_consumer() {
+    let server = TestServer::start();
+    let client = setup(&server).await;
+    let (a, b) = (consumer("a"), consumer("b"));
+    store(&client, &a, 1, 3).await;
+    store(&client, &b, 1, 7).await;
+    store(&client, &b, 0, 1).await;
+    assert_eq!(get(&client, &a, 1).await.expect("a/1").stored_offset, 3);
+    assert_eq!(get(&client, &b, 1).await.expect("b/1").stored_offset, 7);
+    let b0 = get(&client, &b, 0).await.expect("b/0");
+    assert_eq!((b0.partition_id, b0.stored_offset, b0.current_offset), (0, 1, 2));
+    assert!(get(&client, &a, 0).await.is_none());
+    // Numeric consumer ids are distinct from named ones.
+    let numeric = Consumer::new(id(1));
+    assert!(get(&client, &numeric, 1).await.is_none());
+    store(&client, &numeric, 1, 9).await;
+    assert_eq!(get(&client, &numeric, 1).await.expect("numeric").stored_offset, 9);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleted_offset_is_gone_and_next_restarts_from_zero() {
+    let server = TestServer::start();
+    let client = setup(&server).await;
+    let c = consumer("c1");
+    store(&client, &c, 1, 4).await;
+    ok(
+        "delete_consumer_offset",
+        within("delete offset", client.delete_consumer_offset(&c, &name("s"), &name("t"), Some(1))).await,
+    );
+    assert!(get(&client, &c, 1).await.is_none(), "offset deleted");
+    let polled = poll(&client, &name("s"), &name("t"), 1, &c, PollingStrategy::next(), 2, false).await;
+    assert_eq!(offsets(&polled), vec![0, 1]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn offset_on_missing_partition_fails_with_partition_not_found() {
+    let server = TestServer::start();
+    let client = setup(&server).await;
+    expect_code(
+        "store offset on partition 5",
+        within(
+            "store",
+            client.store_consumer_offset(&consumer("c"), &name("s"), &name("t"), Some(5), 0),
+        )
+        .await,
+        3007,
+    );
+}

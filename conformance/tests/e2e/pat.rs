@@ -1,0 +1,139 @@
+//! Personal access tokens: create, list, delete, and login with a token.
+
+use crate::harness::*;
+use iggy::prelude::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn created_tokens_are_listed_by_name_with_expiry() {
+    let server = TestServer::start();
+    let root = server.root_client().await;
+    assert!(ok("list empty", within("list", root.get_personal_access_tokens()).await).is_empty());
+
+    let never = ok(
+        "create never-expiring",
+        within("create", root.create_personal_access_token("ci", PersonalAccessTokenExpiry::NeverExpire)).await,
+    );
+    assert!(!never.token.is_empty(), "a raw token is returned once");
+    let before = IggyTimestamp::now().as_micros();
+    let hour = ok(
+        "create 1h",
+        within(
+            "create",
+            root.create_personal_access_token(
+                "deploy",
+                PersonalAccessTokenExpiry::ExpireDuration(IggyDuration::from(3_600_000_000u64)),
+            ),
+        )
+        .await,
+    );
+    let after = IggyTimestamp::now().as_micros();
+    assert_ne!(never.token, hour.token, "tokens are unique");
+
+    let mut list = ok("list", within("list", root.get_personal_access_tokens()).await);
+    list.sort_by(|a, b| a.name.cmp(&b.name));
+    let names: Vec<&str> = list.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, vec!["ci", "deploy"]);
+    assert!(list[0].expiry_at.is_none(), "ci never expires: {:?}", list[0].expiry_at);
+    let expiry = list[1].expiry_at.expect("deploy expires").as_micros();
+    assert!(
+        expiry >= before + 3_600_000_000 && expiry <= after + 3_600_000_000,
+        "deploy expires one hour after creation: {expiry} not in [{}, {}]",
+        before + 3_600_000_000,
+        after + 3_600_000_000
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_token_with_duplicate_name_fails_with_51() {
+    let server = TestServer::start();
+    let root = server.root_client().await;
+    ok("create", within("create", root.create_personal_access_token("ci", PersonalAccessTokenExpiry::NeverExpire)).await);
+    expect_code(
+        "duplicate token name",
+        within("create", root.create_personal_access_token("ci", PersonalAccessTokenExpiry::NeverExpire)).await,
+        51,
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn login_with_token_signs_in_as_its_owner() {
+    let server = TestServer::start();
+    let root = server.root_client().await;
+    create_stream_and_topic(&root, "s", "t", 1).await;
+    let token = ok(
+        "create",
+        within("create", root.create_personal_access_token("ci", PersonalAccessTokenExpiry::NeverExpire)).await,
+    )
+    .token;
+
+    let client = server.anonymous_client().await;
+    let identity = ok(
+        "login_with_personal_access_token",
+        within("pat login", client.login_with_personal_access_token(&token)).await,
+    );
+    assert_eq!(identity.user_id, DEFAULT_ROOT_USER_ID);
+    let me = ok("get_me", within("me", client.get_me()).await);
+    assert_eq!(me.user_id, Some(DEFAULT_ROOT_USER_ID));
+    let streams = ok("get_streams", within("list", client.get_streams()).await);
+    assert_eq!(streams.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), vec!["s"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_of_another_user_signs_in_as_that_user() {
+    let server = TestServer::start();
+    let root = server.root_client().await;
+    ok(
+        "create user",
+        within(
+            "create_user",
+            root.create_user("alice", "alice-secret", UserStatus::Active, None, &UserCreateOptions::default()),
+        )
+        .await,
+    );
+    let alice = server.client_as("alice", "alice-secret").await;
+    let token = ok(
+        "alice creates a token",
+        within("create", alice.create_personal_access_token("mine", PersonalAccessTokenExpiry::NeverExpire)).await,
+    )
+    .token;
+    assert!(
+        ok("root's tokens", within("list", root.get_personal_access_tokens()).await).is_empty(),
+        "tokens are listed per user"
+    );
+    let client = server.anonymous_client().await;
+    let identity = ok("pat login", within("pat login", client.login_with_personal_access_token(&token)).await);
+    assert_eq!(identity.user_id, 1, "signed in as alice");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleted_token_is_unlisted_and_refused_with_53() {
+    let server = TestServer::start();
+    let root = server.root_client().await;
+    let token = ok(
+        "create",
+        within("create", root.create_personal_access_token("ci", PersonalAccessTokenExpiry::NeverExpire)).await,
+    )
+    .token;
+    ok("create other", within("create", root.create_personal_access_token("keep", PersonalAccessTokenExpiry::NeverExpire)).await);
+    ok("delete", within("delete", root.delete_personal_access_token("ci")).await);
+    let list = ok("list", within("list", root.get_personal_access_tokens()).await);
+    assert_eq!(list.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), vec!["keep"]);
+
+    let client = server.anonymous_client().await;
+    expect_code(
+        "login with a deleted token",
+        within("pat login", client.login_with_personal_access_token(&token)).await,
+        53,
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn login_with_unknown_token_is_refused_with_53() {
+    let server = TestServer::start();
+    let client = server.anonymous_client().await;
+    expect_code(
+        "login with a made-up token",
+        within("pat login", client.login_with_personal_access_token("bm90LWEtcmVhbC10b2tlbg")).await,
+        53,
+    );
+}

@@ -1,0 +1,154 @@
+//! The high-level SDK: `IggyProducer` and `IggyConsumer`, standalone and in a consumer group.
+
+use crate::harness::*;
+use futures_util::StreamExt;
+use iggy::prelude::*;
+use std::collections::{BTreeMap, BTreeSet};
+use std::str::FromStr;
+use std::time::Duration;
+
+fn direct() -> DirectConfig {
+    DirectConfig::builder().build()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn producer_creates_stream_and_topic_and_a_consumer_reads_in_order() {
+    let server = TestServer::start();
+    let client = server.root_client().await;
+
+    let producer = client
+        .producer("auto-stream", "auto-topic")
+        .unwrap()
+        .direct(direct())
+        .create_stream_if_not_exists()
+        .create_topic_if_not_exists(2, IggyExpiry::ServerDefault, MaxTopicSize::ServerDefault)
+        .partitioning(Partitioning::partition_id(1))
+        .build();
+    ok("producer.init", within("producer init", producer.init()).await);
+    let topic = ok("get topic", within("get", client.get_topic(&name("auto-stream"), &name("auto-topic"))).await)
+        .expect("the producer created the topic");
+    assert_eq!(topic.partitions_count, 2);
+
+    for chunk in 0..2 {
+        let batch: Vec<IggyMessage> = (0..5).map(|i| msg(format!("p-{}", chunk * 5 + i))).collect();
+        ok("producer.send", within("send", producer.send(batch)).await);
+    }
+
+    let mut consumer = client
+        .consumer("reader", "auto-stream", "auto-topic", 1)
+        .unwrap()
+        .polling_strategy(PollingStrategy::next())
+        .auto_commit(AutoCommit::When(AutoCommitWhen::PollingMessages))
+        .poll_interval(IggyDuration::from_str("10ms").unwrap())
+        .batch_length(4)
+        .build();
+    ok("consumer.init", within("consumer init", consumer.init()).await);
+
+    let mut got = Vec::new();
+    while got.len() < 10 {
+        let next = within("consumer.next", consumer.next()).await.expect("stream ended");
+        let m = ok("consumer message", next);
+        assert_eq!(m.partition_id, 1);
+        got.push((m.message.header.offset, String::from_utf8_lossy(&m.message.payload).into_owned()));
+    }
+    let want: Vec<(u64, String)> = (0..10).map(|i| (i as u64, format!("p-{i}"))).collect();
+    assert_eq!(got, want);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_group_members_together_receive_every_message_exactly_once() {
+    const PARTITIONS: u32 = 4;
+    const SENDS: usize = 20;
+    const PER_SEND: usize = 5;
+    const TOTAL: usize = SENDS * PER_SEND;
+
+    let server = TestServer::start();
+    let admin = server.root_client().await;
+    create_stream_and_topic(&admin, "s", "t", PARTITIONS).await;
+
+    // Both members join before anything is produced, so no rebalance can hand a partition
+    // over between a poll and its commit.
+    let (client_a, client_b) = (server.root_client().await, server.root_client().await);
+    let build = |c: &IggyClient| {
+        c.consumer_group("workers", "s", "t")
+            .unwrap()
+            .create_consumer_group_if_not_exists()
+            .auto_join_consumer_group()
+            .polling_strategy(PollingStrategy::next())
+            .auto_commit(AutoCommit::When(AutoCommitWhen::PollingMessages))
+            .poll_interval(IggyDuration::from_str("10ms").unwrap())
+            .batch_length(7)
+            .build()
+    };
+    let mut a = build(&client_a);
+    ok("member a init", within("init a", a.init()).await);
+    let mut b = build(&client_b);
+    ok("member b init", within("init b", b.init()).await);
+
+    let g = ok("get group", within("get group", admin.get_consumer_group(&name("s"), &name("t"), &name("workers"))).await)
+        .expect("the consumers created the group");
+    assert_eq!(g.members_count, 2, "two members joined");
+
+    let producer = admin
+        .producer("s", "t")
+        .unwrap()
+        .direct(direct())
+        .do_not_create_stream_if_not_exists()
+        .do_not_create_topic_if_not_exists()
+        .partitioning(Partitioning::balanced())
+        .build();
+    ok("producer.init", within("producer init", producer.init()).await);
+    for s in 0..SENDS {
+        let batch: Vec<IggyMessage> = (0..PER_SEND).map(|i| msg(format!("w-{}", s * PER_SEND + i))).collect();
+        ok("producer.send", within("send", producer.send(batch)).await);
+    }
+
+    // member -> (partition, payload) received
+    let mut received: BTreeMap<&str, Vec<(u32, String)>> = BTreeMap::new();
+    let collect = async {
+        let mut total = 0;
+        while total < TOTAL {
+            tokio::select! {
+                Some(m) = a.next() => {
+                    let m = ok("member a message", m);
+                    received.entry("a").or_default().push((m.partition_id, String::from_utf8_lossy(&m.message.payload).into_owned()));
+                    total += 1;
+                }
+                Some(m) = b.next() => {
+                    let m = ok("member b message", m);
+                    received.entry("b").or_default().push((m.partition_id, String::from_utf8_lossy(&m.message.payload).into_owned()));
+                    total += 1;
+                }
+            }
+        }
+        // Keep polling a little: nothing may arrive twice.
+        let quiet = tokio::time::sleep(Duration::from_millis(1500));
+        tokio::pin!(quiet);
+        loop {
+            tokio::select! {
+                _ = &mut quiet => break,
+                Some(m) = a.next() => {
+                    let m = ok("member a message", m);
+                    received.entry("a").or_default().push((m.partition_id, String::from_utf8_lossy(&m.message.payload).into_owned()));
+                }
+                Some(m) = b.next() => {
+                    let m = ok("member b message", m);
+                    received.entry("b").or_default().push((m.partition_id, String::from_utf8_lossy(&m.message.payload).into_owned()));
+                }
+            }
+        }
+    };
+    within_for(Duration::from_secs(30), "consume every message", collect).await;
+
+    let all: Vec<&String> = received.values().flatten().map(|(_, p)| p).collect();
+    let unique: BTreeSet<&String> = all.iter().copied().collect();
+    assert_eq!(all.len(), TOTAL, "exactly {TOTAL} deliveries (duplicates: {})", all.len() - unique.len());
+    let want: BTreeSet<String> = (0..TOTAL).map(|i| format!("w-{i}")).collect();
+    assert_eq!(unique.into_iter().cloned().collect::<BTreeSet<String>>(), want, "every message delivered");
+
+    let parts_a: BTreeSet<u32> = received.get("a").into_iter().flatten().map(|(p, _)| *p).collect();
+    let parts_b: BTreeSet<u32> = received.get("b").into_iter().flatten().map(|(p, _)| *p).collect();
+    assert!(!parts_a.is_empty() && !parts_b.is_empty(), "both members consumed: a {parts_a:?}, b {parts_b:?}");
+    assert!(parts_a.is_disjoint(&parts_b), "members read disjoint partitions: a {parts_a:?}, b {parts_b:?}");
+    assert_eq!(parts_a.len() + parts_b.len(), PARTITIONS as usize, "all partitions covered");
+}

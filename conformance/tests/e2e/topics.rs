@@ -1,0 +1,149 @@
+//! Topics: create, get, list, delete, with partitions.
+
+use crate::harness::*;
+use iggy::prelude::*;
+
+fn partition_ids(t: &TopicDetails) -> Vec<u32> {
+    let mut ids: Vec<u32> = t.partitions.iter().map(|p| p.id).collect();
+    ids.sort();
+    ids
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_topic_returns_details_with_zero_based_partitions() {
+    let server = TestServer::start();
+    let client = server.root_client().await;
+    ok("create stream", within("create", client.create_stream("s", &StreamCreateOptions::default())).await);
+
+    let t = ok(
+        "create topic",
+        within("create", client.create_topic(&name("s"), "orders", &topic_options(3))).await,
+    );
+    assert_eq!(t.id, 0, "first topic id");
+    assert_eq!(t.name, "orders");
+    assert_eq!(t.partitions_count, 3);
+    assert_eq!(partition_ids(&t), vec![0, 1, 2]);
+    assert_eq!(t.messages_count, 0);
+    for p in &t.partitions {
+        assert_eq!(p.messages_count, 0, "partition {} messages_count", p.id);
+        assert_eq!(p.current_offset, 0, "partition {} current_offset", p.id);
+    }
+
+    let t2 = ok(
+        "create second topic",
+        within("create", client.create_topic(&id(0), "payments", &topic_options(1))).await,
+    );
+    assert_eq!((t2.id, t2.name.as_str(), t2.partitions_count), (1, "payments", 1));
+
+    let stream = ok("get stream", within("get", client.get_stream(&id(0))).await).expect("stream");
+    assert_eq!(stream.topics_count, 2, "stream.topics_count");
+    let mut topics: Vec<(u32, &str, u32)> =
+        stream.topics.iter().map(|t| (t.id, t.name.as_str(), t.partitions_count)).collect();
+    topics.sort();
+    assert_eq!(topics, vec![(0, "orders", 3), (1, "payments", 1)]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_topic_by_id_and_by_name() {
+    let server = TestServer::start();
+    let client = server.root_client().await;
+    create_stream_and_topic(&client, "s", "a", 2).await;
+    ok("create b", within("create", client.create_topic(&name("s"), "b", &topic_options(4))).await);
+
+    let b = ok("get by id", within("get", client.get_topic(&name("s"), &id(1))).await).expect("topic 1");
+    assert_eq!((b.id, b.name.as_str(), b.partitions_count), (1, "b", 4));
+    assert_eq!(partition_ids(&b), vec![0, 1, 2, 3]);
+    let a = ok("get by name", within("get", client.get_topic(&id(0), &name("a"))).await).expect("topic a");
+    assert_eq!((a.id, a.name.as_str(), a.partitions_count), (0, "a", 2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_missing_topic_returns_none() {
+    let server = TestServer::start();
+    let client = server.root_client().await;
+    create_stream_and_topic(&client, "s", "a", 1).await;
+    assert!(ok("get missing id", within("get", client.get_topic(&name("s"), &id(5))).await).is_none());
+    assert!(ok("get missing name", within("get", client.get_topic(&name("s"), &name("zz"))).await).is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_topics_returns_every_topic_of_the_stream() {
+    let server = TestServer::start();
+    let client = server.root_client().await;
+    ok("create s", within("create", client.create_stream("s", &StreamCreateOptions::default())).await);
+    ok("create other", within("create", client.create_stream("other", &StreamCreateOptions::default())).await);
+    assert!(ok("list empty", within("list", client.get_topics(&name("s"))).await).is_empty());
+    for (n, p) in [("x", 1), ("y", 2), ("z", 3)] {
+        ok("create", within("create", client.create_topic(&name("s"), n, &topic_options(p))).await);
+    }
+    ok("create in other", within("create", client.create_topic(&name("other"), "w", &topic_options(1))).await);
+
+    let mut topics = ok("list", within("list", client.get_topics(&name("s"))).await);
+    topics.sort_by_key(|t| t.id);
+    let got: Vec<(u32, &str, u32)> = topics.iter().map(|t| (t.id, t.name.as_str(), t.partitions_count)).collect();
+    assert_eq!(got, vec![(0, "x", 1), (1, "y", 2), (2, "z", 3)]);
+    let other = ok("list other", within("list", client.get_topics(&name("other"))).await);
+    let got: Vec<(u32, &str)> = other.iter().map(|t| (t.id, t.name.as_str())).collect();
+    assert_eq!(got, vec![(0, "w")], "topic ids are per stream");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_topic_with_duplicate_name_fails_with_2013() {
+    let server = TestServer::start();
+    let client = server.root_client().await;
+    create_stream_and_topic(&client, "s", "dup", 1).await;
+    expect_code(
+        "create duplicate topic",
+        within("create", client.create_topic(&name("s"), "dup", &topic_options(1))).await,
+        2013,
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_topic_in_missing_stream_fails_with_stream_not_found() {
+    let server = TestServer::start();
+    let client = server.root_client().await;
+    expect_code(
+        "create topic in a missing stream (by id)",
+        within("create", client.create_topic(&id(9), "t", &topic_options(1))).await,
+        1009,
+    );
+    expect_code(
+        "create topic in a missing stream (by name)",
+        within("create", client.create_topic(&name("ghost"), "t", &topic_options(1))).await,
+        1010,
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_topic_removes_it_and_its_messages() {
+    let server = TestServer::start();
+    let client = server.root_client().await;
+    create_stream_and_topic(&client, "s", "a", 2).await;
+    ok("create b", within("create", client.create_topic(&name("s"), "b", &topic_options(1))).await);
+    send_to_partition(&client, &name("s"), &name("a"), 1, msgs("x", 3)).await;
+
+    ok("delete a", within("delete", client.delete_topic(&name("s"), &name("a"))).await);
+    assert!(ok("get a", within("get", client.get_topic(&name("s"), &name("a"))).await).is_none());
+    let topics = ok("list", within("list", client.get_topics(&name("s"))).await);
+    let got: Vec<(u32, &str)> = topics.iter().map(|t| (t.id, t.name.as_str())).collect();
+    assert_eq!(got, vec![(1, "b")]);
+    let stream = ok("get stream", within("get", client.get_stream(&name("s"))).await).expect("s");
+    assert_eq!(stream.topics_count, 1);
+    assert_eq!(stream.messages_count, 0, "the deleted topic's messages no longer count");
+
+    // Recreated under the same name: a fresh, empty topic.
+    let again = ok("recreate a", within("create", client.create_topic(&name("s"), "a", &topic_options(2))).await);
+    assert_eq!(again.id, 0, "lowest free topic id");
+    assert_eq!(again.messages_count, 0);
+    let polled = poll(&client, &name("s"), &name("a"), 1, &consumer("c"), PollingStrategy::first(), 10, false).await;
+    assert!(polled.messages.is_empty(), "recreated topic has no old messages: {:?}", payloads(&polled));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_missing_topic_fails_with_topic_id_not_found() {
+    let server = TestServer::start();
+    let client = server.root_client().await;
+    ok("create s", within("create", client.create_stream("s", &StreamCreateOptions::default())).await);
+    expect_code("delete missing topic", within("delete", client.delete_topic(&name("s"), &id(4))).await, 2010);
+}

@@ -1,0 +1,224 @@
+//! Users: create, get, list, permissions, password change, delete, and authorization.
+
+use crate::harness::*;
+use iggy::prelude::*;
+use std::collections::BTreeMap;
+
+fn read_only() -> Permissions {
+    Permissions {
+        global: GlobalPermissions {
+            read_streams: true,
+            read_topics: true,
+            poll_messages: true,
+            ..Default::default()
+        },
+        streams: None,
+    }
+}
+
+async fn create_user(client: &IggyClient, user: &str, password: &str, perms: Option<Permissions>) -> UserInfoDetails {
+    ok(
+        "create_user",
+        within(
+            "create_user",
+            client.create_user(user, password, UserStatus::Active, perms, &UserCreateOptions::default()),
+        )
+        .await,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_user_returns_details_with_the_next_id() {
+    let server = TestServer::start();
+    let root = server.root_client().await;
+    let alice = create_user(&root, "alice", "alice-secret", Some(read_only())).await;
+    assert_eq!(alice.id, 1, "root is 0, the first created user is 1");
+    assert_eq!(alice.username, "alice");
+    assert_eq!(alice.status, UserStatus::Active);
+    assert_eq!(alice.permissions, Some(read_only()));
+    let bob = create_user(&root, "bob", "bob-secret", None).await;
+    assert_eq!((bob.id, bob.username.as_str(), bob.permissions.clone()), (2, "bob", None));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_user_by_id_and_name_and_list_users() {
+    let server = TestServer::start();
+    let root = server.root_client().await;
+    create_user(&root, "alice", "alice-secret", Some(read_only())).await;
+
+    let by_id = ok("get root", within("get", root.get_user(&id(DEFAULT_ROOT_USER_ID))).await).expect("root");
+    assert_eq!((by_id.id, by_id.username.as_str(), by_id.status), (0, ROOT_USER, UserStatus::Active));
+    assert_eq!(by_id.permissions, Some(Permissions::root()), "root holds every global permission");
+    let by_name = ok("get alice", within("get", root.get_user(&name("alice"))).await).expect("alice");
+    assert_eq!((by_name.id, by_name.username.as_str()), (1, "alice"));
+    assert_eq!(by_name.permissions, Some(read_only()));
+    assert!(ok("get missing", within("get", root.get_user(&name("nobody"))).await).is_none());
+    assert!(ok("get missing id", within("get", root.get_user(&id(77))).await).is_none());
+
+    let mut users = ok("list", within("list", root.get_users()).await);
+    users.sort_by_key(|u| u.id);
+    let got: Vec<(u32, &str, UserStatus)> = users.iter().map(|u| (u.id, u.username.as_str(), u.status)).collect();
+    assert_eq!(got, vec![(0, ROOT_USER, UserStatus::Active), (1, "alice", UserStatus::Active)]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_user_with_duplicate_name_fails_with_46() {
+    let server = TestServer::start();
+    let root = server.root_client().await;
+    create_user(&root, "alice", "alice-secret", None).await;
+    expect_code(
+        "duplicate user",
+        within(
+            "create_user",
+            root.create_user("alice", "other-secret", UserStatus::Active, None, &UserCreateOptions::default()),
+        )
+        .await,
+        46,
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn update_permissions_replaces_the_users_permissions() {
+    let server = TestServer::start();
+    let root = server.root_client().await;
+    create_user(&root, "alice", "alice-secret", Some(read_only())).await;
+
+    let mut topics = BTreeMap::new();
+    topics.insert(
+        0usize,
+        TopicPermissions { manage_topic: false, read_topic: true, poll_messages: true, send_messages: true },
+    );
+    let mut streams = BTreeMap::new();
+    streams.insert(
+        0usize,
+        StreamPermissions { read_stream: true, send_messages: true, topics: Some(topics), ..Default::default() },
+    );
+    let new_perms = Permissions { global: GlobalPermissions { read_servers: true, ..Default::default() }, streams: Some(streams) };
+    ok(
+        "update_permissions",
+        within("update_permissions", root.update_permissions(&name("alice"), Some(new_perms.clone()))).await,
+    );
+    let alice = ok("get", within("get", root.get_user(&name("alice"))).await).expect("alice");
+    assert_eq!(alice.permissions, Some(new_perms));
+
+    ok("clear permissions", within("update_permissions", root.update_permissions(&id(1), None)).await);
+    let alice = ok("get", within("get", root.get_user(&id(1))).await).expect("alice");
+    assert_eq!(alice.permissions, None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn change_password_makes_only_the_new_password_valid() {
+    let server = TestServer::start();
+    let root = server.root_client().await;
+    create_user(&root, "alice", "old-password", Some(read_only())).await;
+
+    let alice = server.client_as("alice", "old-password").await;
+    ok(
+        "change_password",
+        within("change_password", alice.change_password(&name("alice"), "old-password", "new-password")).await,
+    );
+
+    let fresh = server.anonymous_client().await;
+    expect_code("login with the old password", within("login", fresh.login_user("alice", "old-password")).await, 42);
+    let identity = ok("login with the new password", within("login", fresh.login_user("alice", "new-password")).await);
+    assert_eq!(identity.user_id, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn change_password_with_wrong_current_password_is_refused() {
+    let server = TestServer::start();
+    let root = server.root_client().await;
+    create_user(&root, "alice", "old-password", None).await;
+    expect_code(
+        "change with a wrong current password",
+        within("change_password", root.change_password(&name("alice"), "wrong-password", "new-password")).await,
+        42,
+    );
+    let fresh = server.anonymous_client().await;
+    ok("old password still valid", within("login", fresh.login_user("alice", "old-password")).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleted_user_is_gone_and_cannot_log_in() {
+    let server = TestServer::start();
+    let root = server.root_client().await;
+    create_user(&root, "alice", "alice-secret", None).await;
+    create_user(&root, "bob", "bob-secret", None).await;
+    ok("delete alice", within("delete", root.delete_user(&name("alice"))).await);
+    assert!(ok("get alice", within("get", root.get_user(&name("alice"))).await).is_none());
+    let users = ok("list", within("list", root.get_users()).await);
+    let mut got: Vec<(u32, &str)> = users.iter().map(|u| (u.id, u.username.as_str())).collect();
+    got.sort();
+    assert_eq!(got, vec![(0, ROOT_USER), (2, "bob")]);
+    let fresh = server.anonymous_client().await;
+    expect_code("login as a deleted user", within("login", fresh.login_user("alice", "alice-secret")).await, 42);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn root_user_cannot_be_deleted() {
+    let server = TestServer::start();
+    let root = server.root_client().await;
+    let r = within("delete root", root.delete_user(&id(DEFAULT_ROOT_USER_ID))).await;
+    assert!(r.is_err(), "deleting the root user must fail");
+    assert!(ok("get root", within("get", root.get_user(&id(0))).await).is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_only_user_can_poll_but_is_refused_send_with_unauthorized() {
+    let server = TestServer::start();
+    let root = server.root_client().await;
+    create_stream_and_topic(&root, "s", "t", 1).await;
+    send_to_partition(&root, &name("s"), &name("t"), 0, msgs("m", 3)).await;
+    create_user(&root, "reader", "reader-secret", Some(read_only())).await;
+
+    let reader = server.client_as("reader", "reader-secret").await;
+    let polled = poll(&reader, &name("s"), &name("t"), 0, &consumer("r"), PollingStrategy::first(), 10, false).await;
+    assert_eq!(offsets(&polled), vec![0, 1, 2], "read-only user can poll");
+    let streams = ok("get_streams", within("list", reader.get_streams()).await);
+    assert_eq!(streams.len(), 1, "read-only user can list streams");
+
+    let mut m = msgs("forbidden", 1);
+    expect_code(
+        "send as read-only user",
+        within("send", reader.send_messages(&name("s"), &name("t"), &Partitioning::partition_id(0), &mut m)).await,
+        41,
+    );
+    expect_code(
+        "create stream as read-only user",
+        within("create", reader.create_stream("nope", &StreamCreateOptions::default())).await,
+        41,
+    );
+    expect_code(
+        "create user as read-only user",
+        within(
+            "create_user",
+            reader.create_user("eve", "eve-secret", UserStatus::Active, None, &UserCreateOptions::default()),
+        )
+        .await,
+        41,
+    );
+    let after = poll(&root, &name("s"), &name("t"), 0, &consumer("r"), PollingStrategy::first(), 10, false).await;
+    assert_eq!(offsets(&after), vec![0, 1, 2], "the refused send appended nothing");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_scoped_send_permission_covers_only_that_stream() {
+    let server = TestServer::start();
+    let root = server.root_client().await;
+    create_stream_and_topic(&root, "allowed", "t", 1).await;
+    create_stream_and_topic(&root, "other", "t", 1).await;
+    let mut streams = BTreeMap::new();
+    streams.insert(0usize, StreamPermissions { read_stream: true, read_topics: true, send_messages: true, ..Default::default() });
+    let perms = Permissions { global: GlobalPermissions::default(), streams: Some(streams) };
+    create_user(&root, "writer", "writer-secret", Some(perms)).await;
+
+    let writer = server.client_as("writer", "writer-secret").await;
+    let sent = send_to_partition(&writer, &id(0), &id(0), 0, msgs("ok", 2)).await;
+    assert_eq!(sent.confirmations.first().map(|c| (c.stream_id, c.base_offset)), Some((0, 0)));
+    let mut m = msgs("no", 1);
+    expect_code(
+        "send to a stream without permission",
+        within("send", writer.send_messages(&id(1), &id(0), &Partitioning::partition_id(0), &mut m)).await,
+        41,
+    );
+}
