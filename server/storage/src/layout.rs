@@ -37,6 +37,15 @@ pub mod index_entry {
     pub const POSITION: usize = 16;
 }
 
+/// Segment files of a partition log: `{start_offset:020}.log` holds batch records back to back,
+/// `{start_offset:020}.index` one [`index_entry`] per batch.
+pub mod segment {
+    pub const LOG_EXTENSION: &str = "log";
+    pub const INDEX_EXTENSION: &str = "index";
+    /// Digits of the zero-padded start offset in a segment file name.
+    pub const NAME_DIGITS: usize = 20;
+}
+
 /// Checked u64 record: `[u64 value][u64 xxh3(value)]`. Consumer offsets, created.revision and
 /// retirement.fence all use it.
 pub mod checked_u64 {

@@ -16,14 +16,22 @@
 //!   `partition-initialization/<namespace>/created.revision` publication;
 //!   [`revision::write_retirement_fence`].
 //!
+//! - [`partition_log::PartitionLog`]: the append-only log of one partition. Segments
+//!   `{start_offset:020}.log` + `.index` (24-byte `[offset][base_timestamp][position]` per
+//!   batch), one write per appended batch, roll at `segment_size`, reads sliced to the
+//!   requested messages, timestamp lookup, `truncate_from`, segment deletion and retention by
+//!   size and expiry. Open verifies every record: a torn or corrupt tail of the last segment is
+//!   truncated with a warning, corruption elsewhere is an error naming the file, and `.index`
+//!   files are rebuilt from the `.log`.
+//!
 //! Work in progress:
-//! NOT YET BUILT: the PartitionLog (segments, .index, roll, read/slice, timestamp lookup,
-//! retention, torn-tail recovery), consumer offset file paths, metadata snapshot, WAL and
-//! superblock, and spec/storage.spec (layouts are local in [`layout`] until then).
+//! NOT YET BUILT: consumer offset file paths, metadata snapshot, WAL and superblock, and
+//! spec/storage.spec (layouts are local in [`layout`] until then).
 
 pub mod batch;
 pub mod data_dir;
 pub mod layout;
+pub mod partition_log;
 pub mod records;
 pub mod revision;
 

@@ -1,0 +1,884 @@
+//! The append-only log of one partition: segments of batch records plus their `.index` files.
+//!
+//! A segment is `{start_offset:020}.log` (stamped batch records back to back, exactly as they
+//! arrive on the wire) and `{start_offset:020}.index` (one 24-byte
+//! `[u64 offset][u64 base_timestamp][u64 position]` entry per batch). The active (last) segment
+//! takes appends; it is rolled as soon as it reaches `segment_size`, so every other segment is
+//! closed and full.
+//!
+//! Every segment keeps an in-memory vector of its batches (offset, base timestamp, position,
+//! length, message count and the running maximum base timestamp), so reads, timestamp lookups
+//! and retention never rescan a file.
+//!
+//! Recovery ([`PartitionLog::open`]) walks and verifies every record of every segment. A torn
+//! or corrupt tail of the last segment is truncated with a warning; a corrupt record anywhere
+//! else is an error naming the file, because a message that fails its checksum must never be
+//! served. The `.index` files are rewritten from the `.log` walk whenever they differ from it.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use compio::BufResult;
+use compio::buf::{IntoInner, IoBuf};
+use compio::fs::{File, OpenOptions};
+use compio::io::{AsyncReadAtExt, AsyncWriteAtExt};
+
+use crate::StorageError;
+use crate::batch;
+use crate::layout::{self, frame, index_entry, read_u32, read_u64, segment, write_u32, write_u64};
+
+/// Bytes read at a time while walking a segment during recovery.
+const SCAN_CHUNK: usize = 1 << 20;
+
+/// How a partition log rolls and retains segments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogConfig {
+    /// Roll to a new segment when the active `.log` reaches this many bytes.
+    pub segment_size: u64,
+    /// Closed segments whose newest message is older than this (µs) are deleted by retention.
+    pub message_expiry_us: Option<u64>,
+    /// Oldest closed segments are deleted by retention while the log is larger than this.
+    pub max_size: Option<u64>,
+}
+
+/// Whole batch records read from the log, sliced to the requested messages.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReadBatches {
+    /// Batch records back to back.
+    pub bytes: Vec<u8>,
+    /// Messages in `bytes`.
+    pub messages: u32,
+    /// Offset of the last message in `bytes`; `None` when nothing was read.
+    pub last_offset: Option<u64>,
+}
+
+/// One batch record of a segment, in memory.
+#[derive(Debug, Clone, Copy)]
+struct BatchEntry {
+    offset: u64,
+    timestamp: u64,
+    position: u64,
+    length: u64,
+    count: u32,
+    /// Maximum base timestamp of this and every earlier batch of the segment.
+    max_timestamp: u64,
+}
+
+struct Segment {
+    start_offset: u64,
+    /// The offset after the segment's last message.
+    end_offset: u64,
+    log_path: PathBuf,
+    index_path: PathBuf,
+    log: File,
+    index: File,
+    log_size: u64,
+    entries: Vec<BatchEntry>,
+    /// Written to since the last fsync.
+    unsynced: bool,
+}
+
+impl Segment {
+    fn messages(&self) -> u64 {
+        self.end_offset - self.start_offset
+    }
+
+    /// Base timestamp of the newest batch; 0 when empty.
+    fn max_timestamp(&self) -> u64 {
+        self.entries.last().map_or(0, |entry| entry.max_timestamp)
+    }
+
+    fn index_size(&self) -> u64 {
+        self.entries.len() as u64 * index_entry::SIZE as u64
+    }
+}
+
+/// The append-only log of one partition.
+pub struct PartitionLog {
+    dir: PathBuf,
+    config: LogConfig,
+    /// Oldest first; never empty; the last one is active.
+    segments: Vec<Segment>,
+    size_bytes: u64,
+    /// A segment file was created or removed since the last directory fsync.
+    dir_unsynced: bool,
+}
+
+impl std::fmt::Debug for PartitionLog {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("PartitionLog")
+            .field("dir", &self.dir)
+            .field("first_offset", &self.first_offset())
+            .field("next_offset", &self.next_offset())
+            .field("segments", &self.segments.len())
+            .field("size_bytes", &self.size_bytes)
+            .finish()
+    }
+}
+
+fn io_error(path: &Path, error: io::Error) -> StorageError {
+    StorageError::Io {
+        path: path.to_path_buf(),
+        error,
+    }
+}
+
+fn corrupt(path: &Path, message: String) -> StorageError {
+    io_error(path, io::Error::new(io::ErrorKind::InvalidData, message))
+}
+
+fn segment_paths(dir: &Path, start_offset: u64) -> (PathBuf, PathBuf) {
+    let width = segment::NAME_DIGITS;
+    (
+        dir.join(format!("{start_offset:0width$}.{}", segment::LOG_EXTENSION)),
+        dir.join(format!(
+            "{start_offset:0width$}.{}",
+            segment::INDEX_EXTENSION
+        )),
+    )
+}
+
+/// The start offset of a segment file named `{start_offset:020}.{extension}`.
+fn parse_segment_name(name: &str, extension: &str) -> Option<u64> {
+    let stem = name.strip_suffix(extension)?.strip_suffix('.')?;
+    if stem.len() != segment::NAME_DIGITS || !stem.bytes().all(|byte| byte.is_ascii_digit()) {
+        return None;
+    }
+    stem.parse().ok()
+}
+
+/// Reads `length` bytes at `position` and appends them to `out`. On error `out` keeps its
+/// previous contents.
+async fn read_append(
+    file: &File,
+    path: &Path,
+    mut out: Vec<u8>,
+    position: u64,
+    length: usize,
+) -> (Result<(), StorageError>, Vec<u8>) {
+    let start = out.len();
+    out.reserve(length);
+    let BufResult(result, slice) = file
+        .read_exact_at(out.slice(start..start + length), position)
+        .await;
+    let mut out = slice.into_inner();
+    match result {
+        Ok(()) => (Ok(()), out),
+        Err(error) => {
+            out.truncate(start);
+            (Err(io_error(path, error)), out)
+        }
+    }
+}
+
+async fn read_vec(
+    file: &File,
+    path: &Path,
+    position: u64,
+    length: usize,
+) -> Result<Vec<u8>, StorageError> {
+    let (result, bytes) = read_append(file, path, Vec::new(), position, length).await;
+    result.map(|()| bytes)
+}
+
+async fn write_all(
+    file: &mut File,
+    path: &Path,
+    bytes: impl IoBuf,
+    position: u64,
+) -> Result<(), StorageError> {
+    let BufResult(result, _) = file.write_all_at(bytes, position).await;
+    result.map_err(|error| io_error(path, error))
+}
+
+async fn set_len(file: &File, path: &Path, length: u64) -> Result<(), StorageError> {
+    file.set_len(length)
+        .await
+        .map_err(|error| io_error(path, error))
+}
+
+async fn open_read_write(path: &Path, create: bool) -> Result<File, StorageError> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(create)
+        .open(path)
+        .await
+        .map_err(|error| io_error(path, error))
+}
+
+async fn file_len(file: &File, path: &Path) -> Result<u64, StorageError> {
+    Ok(file
+        .metadata()
+        .await
+        .map_err(|error| io_error(path, error))?
+        .len())
+}
+
+/// Byte position, within `record`, of frame number `frames` (the end of the record when
+/// `frames` equals its message count). The record has passed [`batch::verify`].
+fn frame_boundary(record: &[u8], frames: u32) -> usize {
+    let mut position = layout::batch::HEADER_SIZE;
+    for _ in 0..frames {
+        let headers = read_u32(record, position + frame::USER_HEADERS_LENGTH) as usize;
+        let payload = read_u32(record, position + frame::PAYLOAD_LENGTH) as usize;
+        position += frame::HEADER_SIZE + payload + headers;
+    }
+    position
+}
+
+/// Rewrites `message_count`, `batch_length` and the batch checksum of a sliced record.
+fn rewrite_sliced_header(record: &mut [u8], count: u32) {
+    write_u32(record, layout::batch::MESSAGE_COUNT, count);
+    write_u64(record, layout::batch::BATCH_LENGTH, record.len() as u64);
+    let checksum = batch::compute_checksum(record);
+    write_u64(record, layout::batch::BATCH_CHECKSUM, checksum);
+}
+
+fn index_bytes(entry: &BatchEntry) -> [u8; index_entry::SIZE] {
+    let mut bytes = [0u8; index_entry::SIZE];
+    write_u64(&mut bytes, index_entry::OFFSET, entry.offset);
+    write_u64(&mut bytes, index_entry::TIMESTAMP, entry.timestamp);
+    write_u64(&mut bytes, index_entry::POSITION, entry.position);
+    bytes
+}
+
+/// Buffered positional reader used by the recovery walk.
+struct Scanner<'a> {
+    file: &'a File,
+    path: &'a Path,
+    file_len: u64,
+    buffer: Vec<u8>,
+    buffer_start: u64,
+}
+
+impl Scanner<'_> {
+    /// The bytes `[position, position + length)`; the range lies within the file.
+    async fn fetch(&mut self, position: u64, length: usize) -> Result<&[u8], StorageError> {
+        let buffer_end = self.buffer_start + self.buffer.len() as u64;
+        if position < self.buffer_start || position + length as u64 > buffer_end {
+            let want = (length.max(SCAN_CHUNK) as u64).min(self.file_len - position) as usize;
+            let mut buffer = std::mem::take(&mut self.buffer);
+            buffer.clear();
+            let (result, buffer) = read_append(self.file, self.path, buffer, position, want).await;
+            self.buffer = buffer;
+            self.buffer_start = position;
+            result?;
+        }
+        let at = (position - self.buffer_start) as usize;
+        Ok(&self.buffer[at..at + length])
+    }
+}
+
+/// What the recovery walk found in one `.log`.
+struct Scan {
+    entries: Vec<BatchEntry>,
+    end_offset: u64,
+    valid_len: u64,
+    /// Byte position and reason of the first record that is torn or fails verification.
+    failure: Option<(u64, String)>,
+}
+
+async fn scan_segment(
+    file: &File,
+    path: &Path,
+    start_offset: u64,
+) -> Result<(Scan, u64), StorageError> {
+    let file_len = file_len(file, path).await?;
+    let mut scanner = Scanner {
+        file,
+        path,
+        file_len,
+        buffer: Vec::new(),
+        buffer_start: 0,
+    };
+    let mut entries = Vec::new();
+    let mut position = 0u64;
+    let mut expected = start_offset;
+    let mut max_timestamp = 0u64;
+    let header_size = layout::batch::HEADER_SIZE as u64;
+    let failure = loop {
+        if position == file_len {
+            break None;
+        }
+        if file_len - position < header_size {
+            break Some((
+                position,
+                format!("torn batch header ({} bytes)", file_len - position),
+            ));
+        }
+        let header = scanner.fetch(position, layout::batch::HEADER_SIZE).await?;
+        let length = read_u64(header, layout::batch::BATCH_LENGTH);
+        if length < header_size {
+            break Some((
+                position,
+                format!("batch_length {length} is shorter than the header"),
+            ));
+        }
+        if length > file_len - position {
+            break Some((
+                position,
+                format!(
+                    "torn record: batch_length {length}, {} bytes left in the file",
+                    file_len - position
+                ),
+            ));
+        }
+        let record = scanner.fetch(position, length as usize).await?;
+        let count = match batch::verify(record) {
+            Ok(count) => count,
+            Err(error) => break Some((position, error.to_string())),
+        };
+        if count == 0 {
+            break Some((position, "batch holds no messages".to_string()));
+        }
+        let base_offset = read_u64(record, layout::batch::BASE_OFFSET);
+        if base_offset != expected {
+            break Some((
+                position,
+                format!("base_offset {base_offset} where {expected} was expected"),
+            ));
+        }
+        let timestamp = read_u64(record, layout::batch::BASE_TIMESTAMP);
+        max_timestamp = max_timestamp.max(timestamp);
+        entries.push(BatchEntry {
+            offset: base_offset,
+            timestamp,
+            position,
+            length,
+            count,
+            max_timestamp,
+        });
+        expected += u64::from(count);
+        position += length;
+    };
+    Ok((
+        Scan {
+            entries,
+            end_offset: expected,
+            valid_len: position,
+            failure,
+        },
+        file_len,
+    ))
+}
+
+impl PartitionLog {
+    /// Opens or creates the log in `dir` (segments `{start_offset:020}.log` + `.index`).
+    ///
+    /// Recovery walks and verifies every record of every segment. The tail of the last segment
+    /// from its first torn or corrupt record on is truncated away, with a `tracing::warn!`
+    /// naming the file, the byte position and the reason. A torn or corrupt record in any other
+    /// segment, or a gap between segments, is an error naming the file. An `.index` that differs
+    /// from the walk (missing, short, stale) is rewritten. `.index` files without a `.log` are
+    /// removed. An empty directory gets a first segment starting at offset 0.
+    pub async fn open(dir: &Path, config: LogConfig) -> Result<PartitionLog, StorageError> {
+        compio::fs::create_dir_all(dir)
+            .await
+            .map_err(|error| io_error(dir, error))?;
+        let mut log_starts = Vec::new();
+        let mut index_starts = Vec::new();
+        // compio is built without `fs-dir`; listing a directory once at open is fine blocking.
+        for entry in std::fs::read_dir(dir).map_err(|error| io_error(dir, error))? {
+            let entry = entry.map_err(|error| io_error(dir, error))?;
+            let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+                continue;
+            };
+            if let Some(start) = parse_segment_name(&name, segment::LOG_EXTENSION) {
+                log_starts.push(start);
+            } else if let Some(start) = parse_segment_name(&name, segment::INDEX_EXTENSION) {
+                index_starts.push(start);
+            }
+        }
+        log_starts.sort_unstable();
+        for start in index_starts {
+            if log_starts.binary_search(&start).is_err() {
+                let (_, index_path) = segment_paths(dir, start);
+                tracing::warn!("{}: removing an index without a log", index_path.display());
+                compio::fs::remove_file(&index_path)
+                    .await
+                    .map_err(|error| io_error(&index_path, error))?;
+            }
+        }
+
+        let mut log = PartitionLog {
+            dir: dir.to_path_buf(),
+            config,
+            segments: Vec::new(),
+            size_bytes: 0,
+            dir_unsynced: false,
+        };
+        if log_starts.is_empty() {
+            log.create_segment(0).await?;
+            return Ok(log);
+        }
+        let last = log_starts.len() - 1;
+        for (number, start_offset) in log_starts.into_iter().enumerate() {
+            let (log_path, index_path) = segment_paths(dir, start_offset);
+            if let Some(previous) = log.segments.last()
+                && previous.end_offset != start_offset
+            {
+                return Err(corrupt(
+                    &log_path,
+                    format!(
+                        "segment starts at offset {start_offset} but the previous one ends at {}",
+                        previous.end_offset
+                    ),
+                ));
+            }
+            let log_file = open_read_write(&log_path, false).await?;
+            let (scan, log_len) = scan_segment(&log_file, &log_path, start_offset).await?;
+            if let Some((position, reason)) = &scan.failure {
+                if number != last {
+                    return Err(corrupt(
+                        &log_path,
+                        format!("corrupt record at byte {position}: {reason}"),
+                    ));
+                }
+                tracing::warn!(
+                    "{}: dropping the tail from byte {position} ({} bytes): {reason}",
+                    log_path.display(),
+                    log_len - position,
+                );
+                set_len(&log_file, &log_path, scan.valid_len).await?;
+            }
+            let mut index_file = open_read_write(&index_path, true).await?;
+            let mut expected = Vec::with_capacity(scan.entries.len() * index_entry::SIZE);
+            for entry in &scan.entries {
+                expected.extend_from_slice(&index_bytes(entry));
+            }
+            let index_len = file_len(&index_file, &index_path).await?;
+            let matches = index_len == expected.len() as u64
+                && (expected.is_empty()
+                    || read_vec(&index_file, &index_path, 0, expected.len()).await? == expected);
+            if !matches {
+                tracing::warn!(
+                    "{}: rebuilding the index from the log ({index_len} bytes found, {} expected)",
+                    index_path.display(),
+                    expected.len(),
+                );
+                if !expected.is_empty() {
+                    write_all(&mut index_file, &index_path, expected, 0).await?;
+                }
+                set_len(
+                    &index_file,
+                    &index_path,
+                    (scan.entries.len() * index_entry::SIZE) as u64,
+                )
+                .await?;
+            }
+            log.size_bytes += scan.valid_len;
+            log.segments.push(Segment {
+                start_offset,
+                end_offset: scan.end_offset,
+                log_path,
+                index_path,
+                log: log_file,
+                index: index_file,
+                log_size: scan.valid_len,
+                entries: scan.entries,
+                unsynced: scan.failure.is_some() || !matches,
+            });
+        }
+        log.maybe_roll().await?;
+        Ok(log)
+    }
+
+    /// The offset the next appended message gets (0 when the log was never written).
+    pub fn next_offset(&self) -> u64 {
+        self.active().end_offset
+    }
+
+    /// The first retained offset (equal to [`Self::next_offset`] when the log is empty).
+    pub fn first_offset(&self) -> u64 {
+        self.segments[0].start_offset
+    }
+
+    /// Bytes of all `.log` files (the `.index` files are not counted).
+    pub fn size_bytes(&self) -> u64 {
+        self.size_bytes
+    }
+
+    pub fn segments_count(&self) -> u32 {
+        self.segments.len() as u32
+    }
+
+    pub fn messages_count(&self) -> u64 {
+        self.segments.iter().map(Segment::messages).sum()
+    }
+
+    fn active(&self) -> &Segment {
+        self.segments
+            .last()
+            .expect("a log always has an active segment")
+    }
+
+    async fn create_segment(&mut self, start_offset: u64) -> Result<(), StorageError> {
+        let (log_path, index_path) = segment_paths(&self.dir, start_offset);
+        let log = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&log_path)
+            .await
+            .map_err(|error| io_error(&log_path, error))?;
+        let index = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&index_path)
+            .await
+            .map_err(|error| io_error(&index_path, error))?;
+        self.segments.push(Segment {
+            start_offset,
+            end_offset: start_offset,
+            log_path,
+            index_path,
+            log,
+            index,
+            log_size: 0,
+            entries: Vec::new(),
+            unsynced: true,
+        });
+        self.dir_unsynced = true;
+        Ok(())
+    }
+
+    /// Rolls to a new segment when the active one holds records and reached `segment_size`.
+    async fn maybe_roll(&mut self) -> Result<(), StorageError> {
+        let active = self.active();
+        if !active.entries.is_empty() && active.log_size >= self.config.segment_size {
+            let start = active.end_offset;
+            self.create_segment(start).await?;
+        }
+        Ok(())
+    }
+
+    /// Appends one stamped record whose `base_offset` is [`Self::next_offset`]: one write to the
+    /// active `.log`, one 24-byte entry to its `.index`, then a roll if the segment is full.
+    /// Buffered (page cache); [`Self::sync`] makes it durable.
+    pub async fn append(&mut self, record: Vec<u8>) -> Result<(), StorageError> {
+        if record.len() < layout::batch::HEADER_SIZE {
+            return Err(StorageError::InvalidBatch(
+                "shorter than the 256-byte header",
+            ));
+        }
+        let length = record.len() as u64;
+        if read_u64(&record, layout::batch::BATCH_LENGTH) != length {
+            return Err(StorageError::InvalidBatch(
+                "batch_length differs from the record size",
+            ));
+        }
+        let count = read_u32(&record, layout::batch::MESSAGE_COUNT);
+        if count == 0 {
+            return Err(StorageError::InvalidBatch("batch holds no messages"));
+        }
+        let offset = read_u64(&record, layout::batch::BASE_OFFSET);
+        if offset != self.next_offset() {
+            return Err(StorageError::InvalidBatch(
+                "base_offset is not the log's next offset",
+            ));
+        }
+        let timestamp = read_u64(&record, layout::batch::BASE_TIMESTAMP);
+        let active = self
+            .segments
+            .last_mut()
+            .expect("a log always has an active segment");
+        let entry = BatchEntry {
+            offset,
+            timestamp,
+            position: active.log_size,
+            length,
+            count,
+            max_timestamp: active.max_timestamp().max(timestamp),
+        };
+        active.unsynced = true;
+        write_all(&mut active.log, &active.log_path, record, entry.position).await?;
+        let index_position = active.index_size();
+        write_all(
+            &mut active.index,
+            &active.index_path,
+            index_bytes(&entry),
+            index_position,
+        )
+        .await?;
+        active.entries.push(entry);
+        active.log_size += length;
+        active.end_offset += u64::from(count);
+        self.size_bytes += length;
+        self.maybe_roll().await
+    }
+
+    /// Fsyncs every segment written since the last sync (the active one, and any rolled since),
+    /// and the directory when segment files were created or removed.
+    pub async fn sync(&mut self) -> Result<(), StorageError> {
+        for segment in self.segments.iter_mut().filter(|segment| segment.unsynced) {
+            segment
+                .log
+                .sync_data()
+                .await
+                .map_err(|error| io_error(&segment.log_path, error))?;
+            segment
+                .index
+                .sync_data()
+                .await
+                .map_err(|error| io_error(&segment.index_path, error))?;
+            segment.unsynced = false;
+        }
+        if self.dir_unsynced {
+            let dir = File::open(&self.dir)
+                .await
+                .map_err(|error| io_error(&self.dir, error))?;
+            dir.sync_all()
+                .await
+                .map_err(|error| io_error(&self.dir, error))?;
+            self.dir_unsynced = false;
+        }
+        Ok(())
+    }
+
+    /// Records covering messages `[start, start + max_messages)`, read from the `.log` files.
+    /// A `start` below [`Self::first_offset`] reads from the first retained message. The first
+    /// and last batch are sliced when needed by dropping frames and rewriting `message_count`,
+    /// `batch_length` and the batch checksum (`base_offset` and the offset deltas are kept, so
+    /// `base_offset + offset_delta` still gives each message's offset). Frames are never
+    /// re-encoded.
+    pub async fn read_from(
+        &self,
+        start: u64,
+        max_messages: u32,
+    ) -> Result<ReadBatches, StorageError> {
+        let mut out = Vec::new();
+        let start = start.max(self.first_offset());
+        if max_messages == 0 || start >= self.next_offset() {
+            return Ok(ReadBatches {
+                bytes: out,
+                messages: 0,
+                last_offset: None,
+            });
+        }
+        let mut remaining = max_messages;
+        let mut last_offset = start;
+        // (position in `out`, frames present, frames wanted) of the last batch copied.
+        let mut last_batch: Option<(usize, u32, u32)> = None;
+        let mut sliced_first: Option<usize> = None;
+        let mut segment_index = self
+            .segments
+            .partition_point(|segment| segment.start_offset <= start)
+            - 1;
+        let mut first = true;
+        while remaining > 0 && segment_index < self.segments.len() {
+            let segment = &self.segments[segment_index];
+            segment_index += 1;
+            let entries = &segment.entries;
+            let mut from = 0;
+            if first {
+                first = false;
+                from = entries.partition_point(|entry| entry.offset <= start) - 1;
+                let entry = entries[from];
+                let skip = (start - entry.offset) as u32;
+                if skip > 0 {
+                    let record = read_vec(
+                        &segment.log,
+                        &segment.log_path,
+                        entry.position,
+                        entry.length as usize,
+                    )
+                    .await?;
+                    let cut = frame_boundary(&record, skip);
+                    let at = out.len();
+                    out.reserve(layout::batch::HEADER_SIZE + record.len() - cut);
+                    out.extend_from_slice(&record[..layout::batch::HEADER_SIZE]);
+                    out.extend_from_slice(&record[cut..]);
+                    let present = entry.count - skip;
+                    write_u32(&mut out[at..], layout::batch::MESSAGE_COUNT, present);
+                    let sliced_length = (out.len() - at) as u64;
+                    write_u64(&mut out[at..], layout::batch::BATCH_LENGTH, sliced_length);
+                    let take = present.min(remaining);
+                    remaining -= take;
+                    last_offset = start + u64::from(take) - 1;
+                    last_batch = Some((at, present, take));
+                    sliced_first = Some(at);
+                    from += 1;
+                }
+            }
+            let mut to = from;
+            let mut bytes = 0usize;
+            while to < entries.len() && remaining > 0 {
+                let entry = &entries[to];
+                let take = entry.count.min(remaining);
+                last_batch = Some((out.len() + bytes, entry.count, take));
+                bytes += entry.length as usize;
+                remaining -= take;
+                last_offset = entry.offset + u64::from(take) - 1;
+                to += 1;
+            }
+            if to > from {
+                let (result, bytes_read) = read_append(
+                    &segment.log,
+                    &segment.log_path,
+                    out,
+                    entries[from].position,
+                    bytes,
+                )
+                .await;
+                out = bytes_read;
+                result?;
+            }
+        }
+        if let Some((at, present, take)) = last_batch {
+            if take < present {
+                let cut = frame_boundary(&out[at..], take);
+                out.truncate(at + cut);
+                rewrite_sliced_header(&mut out[at..], take);
+            }
+            if let Some(first_at) = sliced_first
+                && (first_at != at || take == present)
+            {
+                let end =
+                    first_at + read_u64(&out[first_at..], layout::batch::BATCH_LENGTH) as usize;
+                let count = read_u32(&out[first_at..], layout::batch::MESSAGE_COUNT);
+                rewrite_sliced_header(&mut out[first_at..end], count);
+            }
+        }
+        Ok(ReadBatches {
+            bytes: out,
+            messages: max_messages - remaining,
+            last_offset: Some(last_offset),
+        })
+    }
+
+    /// The first offset whose batch `base_timestamp` is at or after `timestamp_us`, if any
+    /// (the batch's base offset; every message of a batch carries its base timestamp).
+    pub fn offset_at_timestamp(&self, timestamp_us: u64) -> Option<u64> {
+        let segment = self.segments.iter().find(|segment| {
+            !segment.entries.is_empty() && segment.max_timestamp() >= timestamp_us
+        })?;
+        let index = segment
+            .entries
+            .partition_point(|entry| entry.max_timestamp < timestamp_us);
+        Some(segment.entries[index].offset)
+    }
+
+    /// Drops every message at or above `offset`: truncates the segment holding it (slicing its
+    /// batch in place when `offset` falls inside one) and removes every later segment. An
+    /// `offset` below [`Self::first_offset`] empties the log, which then restarts at `offset`.
+    /// Buffered; call [`Self::sync`] to make it durable.
+    pub async fn truncate_from(&mut self, offset: u64) -> Result<(), StorageError> {
+        if offset >= self.next_offset() {
+            return Ok(());
+        }
+        if offset < self.first_offset() {
+            while !self.segments.is_empty() {
+                self.remove_segment(self.segments.len() - 1).await?;
+            }
+            return self.create_segment(offset).await;
+        }
+        let keep = self
+            .segments
+            .partition_point(|segment| segment.start_offset <= offset);
+        while self.segments.len() > keep {
+            self.remove_segment(self.segments.len() - 1).await?;
+        }
+        let segment = self
+            .segments
+            .last_mut()
+            .expect("offset lies in a retained segment");
+        let index = segment
+            .entries
+            .partition_point(|entry| entry.offset < offset);
+        // Entries from `index` on start at or after `offset`; the one before may straddle it.
+        let mut new_size = segment
+            .entries
+            .get(index)
+            .map_or(segment.log_size, |entry| entry.position);
+        segment.entries.truncate(index);
+        if let Some(entry) = segment.entries.last_mut()
+            && entry.offset + u64::from(entry.count) > offset
+        {
+            let keep_frames = (offset - entry.offset) as u32;
+            let mut record = read_vec(
+                &segment.log,
+                &segment.log_path,
+                entry.position,
+                entry.length as usize,
+            )
+            .await?;
+            let cut = frame_boundary(&record, keep_frames);
+            record.truncate(cut);
+            rewrite_sliced_header(&mut record, keep_frames);
+            record.truncate(layout::batch::HEADER_SIZE);
+            write_all(&mut segment.log, &segment.log_path, record, entry.position).await?;
+            entry.count = keep_frames;
+            entry.length = cut as u64;
+            new_size = entry.position + entry.length;
+        }
+        set_len(&segment.log, &segment.log_path, new_size).await?;
+        set_len(&segment.index, &segment.index_path, segment.index_size()).await?;
+        self.size_bytes -= segment.log_size - new_size;
+        segment.log_size = new_size;
+        segment.end_offset = offset;
+        segment.unsynced = true;
+        self.maybe_roll().await
+    }
+
+    async fn remove_segment(&mut self, index: usize) -> Result<(), StorageError> {
+        let segment = self.segments.remove(index);
+        self.size_bytes -= segment.log_size;
+        self.dir_unsynced = true;
+        let Segment {
+            log_path,
+            index_path,
+            log,
+            index,
+            ..
+        } = segment;
+        drop(log);
+        drop(index);
+        compio::fs::remove_file(&log_path)
+            .await
+            .map_err(|error| io_error(&log_path, error))?;
+        match compio::fs::remove_file(&index_path).await {
+            Err(error) if error.kind() != io::ErrorKind::NotFound => {
+                Err(io_error(&index_path, error))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Deletes the oldest `count` closed segments (never the active one); returns how many
+    /// were deleted.
+    pub async fn delete_oldest_segments(&mut self, count: u32) -> Result<u32, StorageError> {
+        let closed = self.segments.len() - 1;
+        let count = (count as usize).min(closed);
+        for _ in 0..count {
+            self.remove_segment(0).await?;
+        }
+        Ok(count as u32)
+    }
+
+    /// Retention: deletes the oldest closed segments while their newest message is older than
+    /// `now_us - message_expiry`, then the oldest closed segments while the log is larger than
+    /// `max_size`. Deletion always proceeds from the oldest segment, so the retained offsets
+    /// stay contiguous. Returns how many segments were deleted.
+    pub async fn apply_retention(&mut self, now_us: u64) -> Result<u32, StorageError> {
+        let mut deleted = 0;
+        if let Some(expiry) = self.config.message_expiry_us {
+            let cutoff = now_us.saturating_sub(expiry);
+            while self.segments.len() > 1 && self.segments[0].max_timestamp() < cutoff {
+                self.remove_segment(0).await?;
+                deleted += 1;
+            }
+        }
+        if let Some(max_size) = self.config.max_size {
+            while self.segments.len() > 1 && self.size_bytes > max_size {
+                self.remove_segment(0).await?;
+                deleted += 1;
+            }
+        }
+        Ok(deleted)
+    }
+}

@@ -1,0 +1,821 @@
+use std::path::{Path, PathBuf};
+
+use iggy_storage::StorageError;
+use iggy_storage::layout::{batch, frame, index_entry, read_u32, read_u64, write_u32, write_u64};
+use iggy_storage::partition_log::{LogConfig, PartitionLog};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+const PARTITION: u64 = 3;
+
+fn run<F: Future>(future: F) -> F::Output {
+    compio::runtime::Runtime::new().unwrap().block_on(future)
+}
+
+fn config(segment_size: u64) -> LogConfig {
+    LogConfig {
+        segment_size,
+        message_expiry_us: None,
+        max_size: None,
+    }
+}
+
+fn payload(offset: u64) -> Vec<u8> {
+    let length = (offset * 7 % 23 + 1) as usize;
+    (0..length)
+        .map(|index| (offset as u8).wrapping_add(index as u8))
+        .collect()
+}
+
+fn user_headers(offset: u64) -> Vec<u8> {
+    if offset.is_multiple_of(3) {
+        vec![0xAB; (offset % 5 + 1) as usize]
+    } else {
+        Vec::new()
+    }
+}
+
+/// A stamped batch of `count` messages starting at `base_offset`.
+fn make_batch(base_offset: u64, count: u32, timestamp: u64) -> Vec<u8> {
+    let mut record = vec![0u8; batch::HEADER_SIZE];
+    for delta in 0..count {
+        let offset = base_offset + u64::from(delta);
+        let start = record.len();
+        record.resize(start + frame::HEADER_SIZE, 0);
+        write_u64(&mut record, start + frame::ID, offset + 1);
+        write_u32(&mut record, start + frame::OFFSET_DELTA, delta);
+        write_u32(&mut record, start + frame::TIMESTAMP_DELTA, delta * 10);
+        let body = payload(offset);
+        let headers = user_headers(offset);
+        write_u32(
+            &mut record,
+            start + frame::PAYLOAD_LENGTH,
+            body.len() as u32,
+        );
+        write_u32(
+            &mut record,
+            start + frame::USER_HEADERS_LENGTH,
+            headers.len() as u32,
+        );
+        record.extend_from_slice(&body);
+        record.extend_from_slice(&headers);
+        let checksum = twox_hash::XxHash3_64::oneshot(&record[start + 8..]);
+        write_u64(&mut record, start + frame::CHECKSUM, checksum);
+    }
+    let length = record.len() as u64;
+    write_u64(&mut record, batch::BATCH_LENGTH, length);
+    write_u64(&mut record, batch::ORIGIN_TIMESTAMP, 1_000);
+    write_u32(&mut record, batch::MESSAGE_COUNT, count);
+    iggy_storage::batch::stamp(&mut record, PARTITION, base_offset, timestamp);
+    iggy_storage::batch::verify(&record).unwrap();
+    record
+}
+
+/// Every message in `bytes` as (offset, base_timestamp, payload); each batch must verify.
+fn decode(bytes: &[u8]) -> Vec<(u64, u64, Vec<u8>)> {
+    let mut messages = Vec::new();
+    let mut position = 0;
+    while position < bytes.len() {
+        let length = read_u64(bytes, position + batch::BATCH_LENGTH) as usize;
+        let record = &bytes[position..position + length];
+        let count = iggy_storage::batch::verify(record).unwrap();
+        assert_eq!(read_u64(record, batch::PARTITION_ID), PARTITION);
+        let base = read_u64(record, batch::BASE_OFFSET);
+        let timestamp = read_u64(record, batch::BASE_TIMESTAMP);
+        let mut at = batch::HEADER_SIZE;
+        for _ in 0..count {
+            let delta = read_u32(record, at + frame::OFFSET_DELTA);
+            let body = read_u32(record, at + frame::PAYLOAD_LENGTH) as usize;
+            let headers = read_u32(record, at + frame::USER_HEADERS_LENGTH) as usize;
+            let offset = base + u64::from(delta);
+            let start = at + frame::HEADER_SIZE;
+            assert_eq!(
+                &record[start + body..start + body + headers],
+                &user_headers(offset)[..]
+            );
+            messages.push((offset, timestamp, record[start..start + body].to_vec()));
+            at = start + body + headers;
+        }
+        position += length;
+    }
+    assert_eq!(position, bytes.len());
+    messages
+}
+
+/// Appends batches of the given sizes; batch `n` gets base timestamp `(n + 1) * 100`.
+/// Returns the record lengths.
+async fn append_batches(log: &mut PartitionLog, sizes: &[u32]) -> Vec<usize> {
+    let mut lengths = Vec::new();
+    for &size in sizes {
+        let offset = log.next_offset();
+        let record = make_batch(offset, size, timestamp_of(offset));
+        lengths.push(record.len());
+        log.append(record).await.unwrap();
+        assert_eq!(log.next_offset(), offset + u64::from(size));
+    }
+    lengths
+}
+
+/// The base timestamp used for a batch starting at `offset`.
+fn timestamp_of(offset: u64) -> u64 {
+    10_000 + offset * 100
+}
+
+/// Reads `[start, start + max)` and checks it against the generated messages, given the
+/// retained range `[first, next)` and the batch boundaries (for timestamps).
+async fn check_read(log: &PartitionLog, start: u64, max: u32, bases: &[u64]) {
+    let read = log.read_from(start, max).await.unwrap();
+    let from = start.max(log.first_offset());
+    let to = (from + u64::from(max)).min(log.next_offset()).max(from);
+    let messages = decode(&read.bytes);
+    assert_eq!(
+        read.messages as usize,
+        messages.len(),
+        "start {start} max {max}"
+    );
+    assert_eq!(messages.len() as u64, to - from, "start {start} max {max}");
+    assert_eq!(
+        read.last_offset,
+        if to > from { Some(to - 1) } else { None }
+    );
+    for (index, (offset, timestamp, body)) in messages.into_iter().enumerate() {
+        assert_eq!(offset, from + index as u64);
+        let base = *bases.iter().rev().find(|base| **base <= offset).unwrap();
+        assert_eq!(timestamp, timestamp_of(base));
+        assert_eq!(body, payload(offset));
+    }
+}
+
+fn batch_bases(sizes: &[u32]) -> Vec<u64> {
+    let mut bases = Vec::new();
+    let mut next = 0;
+    for size in sizes {
+        bases.push(next);
+        next += u64::from(*size);
+    }
+    bases
+}
+
+async fn check_all_reads(log: &PartitionLog, bases: &[u64]) {
+    let next = log.next_offset();
+    for start in 0..=next + 1 {
+        for max in [1, 2, 3, 5, 8, 13, 1000] {
+            check_read(log, start, max, bases).await;
+        }
+    }
+}
+
+fn segment_files(dir: &Path, extension: &str) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == extension))
+        .collect();
+    files.sort();
+    files
+}
+
+fn total_log_bytes(dir: &Path) -> u64 {
+    segment_files(dir, "log")
+        .iter()
+        .map(|path| std::fs::metadata(path).unwrap().len())
+        .sum()
+}
+
+fn flip_bit(path: &Path, position: usize) {
+    let mut bytes = std::fs::read(path).unwrap();
+    bytes[position] ^= 0x10;
+    std::fs::write(path, bytes).unwrap();
+}
+
+#[test]
+fn empty_log_then_append_and_read_round_trip() {
+    run(async {
+        let temporary = tempfile::tempdir().unwrap();
+        let dir = temporary.path().join("partition");
+        let mut log = PartitionLog::open(&dir, config(1 << 20)).await.unwrap();
+        assert_eq!(
+            (log.next_offset(), log.first_offset(), log.messages_count()),
+            (0, 0, 0)
+        );
+        assert_eq!((log.size_bytes(), log.segments_count()), (0, 1));
+        assert!(dir.join("00000000000000000000.log").exists());
+        assert!(dir.join("00000000000000000000.index").exists());
+        let empty = log.read_from(0, 10).await.unwrap();
+        assert_eq!(
+            (empty.bytes.len(), empty.messages, empty.last_offset),
+            (0, 0, None)
+        );
+        assert_eq!(log.offset_at_timestamp(0), None);
+
+        let sizes = [3, 1, 5, 2];
+        let lengths = append_batches(&mut log, &sizes).await;
+        assert_eq!(log.messages_count(), 11);
+        assert_eq!(log.size_bytes(), lengths.iter().sum::<usize>() as u64);
+        assert_eq!(log.size_bytes(), total_log_bytes(&dir));
+        log.sync().await.unwrap();
+
+        // Whole batches come back byte for byte.
+        let whole = log.read_from(0, 1000).await.unwrap();
+        let mut expected = Vec::new();
+        for (index, size) in sizes.iter().enumerate() {
+            let base = batch_bases(&sizes)[index];
+            expected.extend_from_slice(&make_batch(base, *size, timestamp_of(base)));
+        }
+        assert_eq!(whole.bytes, expected);
+        assert_eq!((whole.messages, whole.last_offset), (11, Some(10)));
+
+        // Every start and length: sliced first and last batches, both in one batch.
+        check_all_reads(&log, &batch_bases(&sizes)).await;
+
+        // The index holds one entry per batch.
+        let index = std::fs::read(dir.join("00000000000000000000.index")).unwrap();
+        assert_eq!(index.len(), sizes.len() * index_entry::SIZE);
+        let mut position = 0u64;
+        for (number, base) in batch_bases(&sizes).into_iter().enumerate() {
+            let entry = &index[number * index_entry::SIZE..];
+            assert_eq!(read_u64(entry, index_entry::OFFSET), base);
+            assert_eq!(read_u64(entry, index_entry::TIMESTAMP), timestamp_of(base));
+            assert_eq!(read_u64(entry, index_entry::POSITION), position);
+            position += lengths[number] as u64;
+        }
+    });
+}
+
+#[test]
+fn sliced_reads_keep_base_offset_and_deltas() {
+    run(async {
+        let temporary = tempfile::tempdir().unwrap();
+        let mut log = PartitionLog::open(temporary.path(), config(1 << 20))
+            .await
+            .unwrap();
+        append_batches(&mut log, &[6]).await;
+        let read = log.read_from(2, 3).await.unwrap();
+        assert_eq!(read_u64(&read.bytes, batch::BASE_OFFSET), 0);
+        assert_eq!(read_u32(&read.bytes, batch::MESSAGE_COUNT), 3);
+        assert_eq!(
+            read_u64(&read.bytes, batch::BATCH_LENGTH),
+            read.bytes.len() as u64
+        );
+        assert_eq!(
+            read_u32(&read.bytes, batch::HEADER_SIZE + frame::OFFSET_DELTA),
+            2
+        );
+        assert_eq!(
+            decode(&read.bytes).iter().map(|m| m.0).collect::<Vec<_>>(),
+            vec![2, 3, 4]
+        );
+    });
+}
+
+#[test]
+fn append_rejects_wrong_offsets_and_empty_batches() {
+    run(async {
+        let temporary = tempfile::tempdir().unwrap();
+        let mut log = PartitionLog::open(temporary.path(), config(1 << 20))
+            .await
+            .unwrap();
+        append_batches(&mut log, &[2]).await;
+        assert!(matches!(
+            log.append(make_batch(5, 1, 1)).await,
+            Err(StorageError::InvalidBatch(_))
+        ));
+        assert!(matches!(
+            log.append(make_batch(0, 1, 1)).await,
+            Err(StorageError::InvalidBatch(_))
+        ));
+        assert!(matches!(
+            log.append(make_batch(2, 0, 1)).await,
+            Err(StorageError::InvalidBatch(_))
+        ));
+        let mut short = make_batch(2, 2, 1);
+        short.pop();
+        assert!(matches!(
+            log.append(short).await,
+            Err(StorageError::InvalidBatch(_))
+        ));
+        assert_eq!(log.next_offset(), 2);
+        append_batches(&mut log, &[1]).await;
+        check_all_reads(&log, &[0, 2]).await;
+    });
+}
+
+/// Sizes whose records roll a 1 KiB segment several times.
+const ROLL_SIZES: [u32; 12] = [4, 7, 1, 9, 3, 3, 12, 2, 5, 8, 1, 6];
+
+#[test]
+fn rolls_segments_reads_across_them_and_reopens() {
+    run(async {
+        let temporary = tempfile::tempdir().unwrap();
+        let dir = temporary.path();
+        let mut log = PartitionLog::open(dir, config(1024)).await.unwrap();
+        let lengths = append_batches(&mut log, &ROLL_SIZES).await;
+        let bases = batch_bases(&ROLL_SIZES);
+        assert!(log.segments_count() >= 3, "{}", log.segments_count());
+        assert_eq!(segment_files(dir, "log").len() as u32, log.segments_count());
+        assert_eq!(
+            segment_files(dir, "index").len() as u32,
+            log.segments_count()
+        );
+        assert_eq!(log.size_bytes(), lengths.iter().sum::<usize>() as u64);
+        assert_eq!(log.size_bytes(), total_log_bytes(dir));
+        // Every closed segment reached the segment size; each starts on a batch boundary.
+        let logs = segment_files(dir, "log");
+        for path in &logs[..logs.len() - 1] {
+            assert!(std::fs::metadata(path).unwrap().len() >= 1024);
+            let start: u64 = path.file_stem().unwrap().to_str().unwrap().parse().unwrap();
+            assert!(bases.contains(&start));
+        }
+        check_all_reads(&log, &bases).await;
+        let whole = log.read_from(0, u32::MAX).await.unwrap();
+        let (next, segments) = (log.next_offset(), log.segments_count());
+        log.sync().await.unwrap();
+        drop(log);
+
+        let mut log = PartitionLog::open(dir, config(1024)).await.unwrap();
+        assert_eq!((log.next_offset(), log.segments_count()), (next, segments));
+        assert_eq!(log.messages_count(), next);
+        assert_eq!(log.size_bytes(), total_log_bytes(dir));
+        assert_eq!(log.read_from(0, u32::MAX).await.unwrap(), whole);
+        check_all_reads(&log, &bases).await;
+        // Appending continues where it left off.
+        append_batches(&mut log, &[3]).await;
+        let mut bases = bases;
+        bases.push(next);
+        check_all_reads(&log, &bases).await;
+    });
+}
+
+#[test]
+fn open_rolls_a_full_active_segment_under_a_smaller_segment_size() {
+    run(async {
+        let temporary = tempfile::tempdir().unwrap();
+        let mut log = PartitionLog::open(temporary.path(), config(1 << 20))
+            .await
+            .unwrap();
+        append_batches(&mut log, &[5, 5]).await;
+        drop(log);
+        let mut log = PartitionLog::open(temporary.path(), config(100))
+            .await
+            .unwrap();
+        assert_eq!(log.segments_count(), 2);
+        append_batches(&mut log, &[1]).await;
+        assert_eq!(log.segments_count(), 3);
+        check_all_reads(&log, &[0, 5, 10]).await;
+    });
+}
+
+#[test]
+fn torn_tail_recovers_to_the_last_whole_record() {
+    run(async {
+        let mut random = StdRng::seed_from_u64(0x1667);
+        let sizes = [2, 5, 1, 3, 4, 2];
+        let bases = batch_bases(&sizes);
+        for round in 0..40 {
+            let temporary = tempfile::tempdir().unwrap();
+            let dir = temporary.path();
+            // A closed first segment (first batch) and the active one with the rest.
+            let first_length = make_batch(0, sizes[0], timestamp_of(0)).len() as u64;
+            let mut log = PartitionLog::open(dir, config(first_length)).await.unwrap();
+            append_batches(&mut log, &sizes[..1]).await;
+            drop(log);
+            let mut log = PartitionLog::open(dir, config(1 << 20)).await.unwrap();
+            let lengths = append_batches(&mut log, &sizes[1..]).await;
+            assert_eq!(log.segments_count(), 2);
+            drop(log);
+
+            let active = segment_files(dir, "log").pop().unwrap();
+            let full = std::fs::metadata(&active).unwrap().len();
+            let cut = if round == 0 {
+                0
+            } else {
+                random.random_range(0..full)
+            };
+            let file = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&active)
+                .unwrap();
+            file.set_len(cut).unwrap();
+            drop(file);
+
+            // Whole records below the cut survive.
+            let mut kept_bytes = 0u64;
+            let mut kept_batches = 0;
+            for length in &lengths {
+                if kept_bytes + *length as u64 > cut {
+                    break;
+                }
+                kept_bytes += *length as u64;
+                kept_batches += 1;
+            }
+            let expected_next = bases[1]
+                + sizes[1..1 + kept_batches]
+                    .iter()
+                    .map(|size| u64::from(*size))
+                    .sum::<u64>();
+            let mut log = PartitionLog::open(dir, config(1 << 20)).await.unwrap();
+            assert_eq!(log.next_offset(), expected_next, "round {round} cut {cut}");
+            assert_eq!(std::fs::metadata(&active).unwrap().len(), kept_bytes);
+            let index = active.with_extension("index");
+            assert_eq!(
+                std::fs::metadata(&index).unwrap().len(),
+                (kept_batches * index_entry::SIZE) as u64
+            );
+            check_all_reads(&log, &bases).await;
+            // The recovered log takes appends again and reopens cleanly.
+            append_batches(&mut log, &[2]).await;
+            let mut appended = bases[..1 + kept_batches].to_vec();
+            appended.push(expected_next);
+            check_all_reads(&log, &appended).await;
+            drop(log);
+            let log = PartitionLog::open(dir, config(1 << 20)).await.unwrap();
+            assert_eq!(log.next_offset(), expected_next + 2);
+        }
+    });
+}
+
+#[test]
+fn flipped_bit_in_the_last_segment_drops_the_tail_from_that_record() {
+    run(async {
+        let temporary = tempfile::tempdir().unwrap();
+        let dir = temporary.path();
+        let sizes = [2, 3, 4];
+        let mut log = PartitionLog::open(dir, config(1 << 20)).await.unwrap();
+        let lengths = append_batches(&mut log, &sizes).await;
+        drop(log);
+        let path = dir.join("00000000000000000000.log");
+
+        // A payload bit of the last record.
+        flip_bit(
+            &path,
+            lengths[0] + lengths[1] + batch::HEADER_SIZE + frame::HEADER_SIZE,
+        );
+        let log = PartitionLog::open(dir, config(1 << 20)).await.unwrap();
+        assert_eq!(log.next_offset(), 5);
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().len(),
+            (lengths[0] + lengths[1]) as u64
+        );
+        check_all_reads(&log, &[0, 2]).await;
+        drop(log);
+
+        // The base_offset of the middle record: dropped with everything after it.
+        flip_bit(&path, lengths[0] + batch::BASE_OFFSET);
+        let log = PartitionLog::open(dir, config(1 << 20)).await.unwrap();
+        assert_eq!(log.next_offset(), 2);
+        assert_eq!(log.size_bytes(), lengths[0] as u64);
+        check_all_reads(&log, &[0]).await;
+    });
+}
+
+#[test]
+fn corruption_in_an_earlier_segment_is_an_error_naming_the_file() {
+    run(async {
+        let temporary = tempfile::tempdir().unwrap();
+        let dir = temporary.path();
+        let mut log = PartitionLog::open(dir, config(600)).await.unwrap();
+        append_batches(&mut log, &ROLL_SIZES).await;
+        assert!(log.segments_count() >= 3);
+        drop(log);
+        let logs = segment_files(dir, "log");
+        let victim = &logs[1];
+        let length = std::fs::metadata(victim).unwrap().len() as usize;
+        flip_bit(victim, length - 1);
+        let before = std::fs::read(victim).unwrap();
+        let error = PartitionLog::open(dir, config(600)).await.unwrap_err();
+        let name = victim.file_name().unwrap().to_str().unwrap();
+        assert!(error.to_string().contains(name), "{error}");
+        assert!(error.to_string().contains("checksum"), "{error}");
+        // Nothing was truncated.
+        assert_eq!(std::fs::read(victim).unwrap(), before);
+
+        // A torn non-last segment is an error too.
+        flip_bit(victim, length - 1);
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(victim)
+            .unwrap();
+        file.set_len(length as u64 - 3).unwrap();
+        drop(file);
+        let error = PartitionLog::open(dir, config(600)).await.unwrap_err();
+        assert!(error.to_string().contains(name), "{error}");
+    });
+}
+
+#[test]
+fn missing_or_short_index_is_rebuilt() {
+    run(async {
+        let temporary = tempfile::tempdir().unwrap();
+        let dir = temporary.path();
+        let mut log = PartitionLog::open(dir, config(1024)).await.unwrap();
+        append_batches(&mut log, &ROLL_SIZES).await;
+        drop(log);
+        let indexes = segment_files(dir, "index");
+        let originals: Vec<Vec<u8>> = indexes
+            .iter()
+            .map(|path| std::fs::read(path).unwrap())
+            .collect();
+        std::fs::remove_file(&indexes[0]).unwrap();
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&indexes[1])
+            .unwrap();
+        file.set_len(originals[1].len() as u64 - 5).unwrap();
+        drop(file);
+        let mut garbage = originals[2].clone();
+        garbage.extend_from_slice(&[7; 24]);
+        std::fs::write(&indexes[2], garbage).unwrap();
+        // An index without a log is removed.
+        std::fs::write(dir.join("00000000000000099999.index"), [1u8; 24]).unwrap();
+
+        let log = PartitionLog::open(dir, config(1024)).await.unwrap();
+        for (path, original) in indexes.iter().zip(&originals) {
+            assert_eq!(
+                &std::fs::read(path).unwrap(),
+                original,
+                "{}",
+                path.display()
+            );
+        }
+        assert!(!dir.join("00000000000000099999.index").exists());
+        check_all_reads(&log, &batch_bases(&ROLL_SIZES)).await;
+    });
+}
+
+#[test]
+fn truncate_from_boundaries_mid_batch_and_earlier_segments() {
+    run(async {
+        let temporary = tempfile::tempdir().unwrap();
+        let dir = temporary.path();
+        let bases = batch_bases(&ROLL_SIZES);
+        let total: u64 = ROLL_SIZES.iter().map(|size| u64::from(*size)).sum();
+        let mut log = PartitionLog::open(dir, config(1024)).await.unwrap();
+        append_batches(&mut log, &ROLL_SIZES).await;
+        let segments = log.segments_count();
+
+        // At or past the end: nothing happens.
+        log.truncate_from(total).await.unwrap();
+        log.truncate_from(total + 10).await.unwrap();
+        assert_eq!((log.next_offset(), log.segments_count()), (total, segments));
+
+        // Mid-batch in the last batch: the batch is sliced on disk.
+        log.truncate_from(total - 2).await.unwrap();
+        assert_eq!(log.next_offset(), total - 2);
+        assert_eq!(log.size_bytes(), total_log_bytes(dir));
+        check_all_reads(&log, &bases).await;
+
+        // On a batch boundary in an earlier segment: later segments are removed.
+        let boundary = bases[3];
+        log.truncate_from(boundary).await.unwrap();
+        assert_eq!(log.next_offset(), boundary);
+        assert!(log.segments_count() < segments);
+        assert_eq!(segment_files(dir, "log").len() as u32, log.segments_count());
+        assert_eq!(
+            segment_files(dir, "index").len() as u32,
+            log.segments_count()
+        );
+        assert_eq!(log.size_bytes(), total_log_bytes(dir));
+        check_all_reads(&log, &bases).await;
+
+        // Mid-batch in an earlier batch, then reopen: the sliced record verifies.
+        let middle = bases[1] + 3;
+        log.truncate_from(middle).await.unwrap();
+        assert_eq!(log.next_offset(), middle);
+        check_all_reads(&log, &bases).await;
+        log.sync().await.unwrap();
+        drop(log);
+        let mut log = PartitionLog::open(dir, config(1024)).await.unwrap();
+        assert_eq!(log.next_offset(), middle);
+        assert_eq!(log.size_bytes(), total_log_bytes(dir));
+        check_all_reads(&log, &bases).await;
+        let index = std::fs::read(segment_files(dir, "index").pop().unwrap()).unwrap();
+        assert_eq!(index.len(), 2 * index_entry::SIZE);
+
+        // Appends continue from the truncation point.
+        append_batches(&mut log, &[4]).await;
+        check_all_reads(&log, &[0, bases[1], middle]).await;
+
+        // Truncating to the first offset empties the log.
+        log.truncate_from(0).await.unwrap();
+        assert_eq!(
+            (log.next_offset(), log.messages_count(), log.size_bytes()),
+            (0, 0, 0)
+        );
+        assert_eq!(log.segments_count(), 1);
+        append_batches(&mut log, &[2]).await;
+        check_all_reads(&log, &[0]).await;
+    });
+}
+
+#[test]
+fn truncate_below_the_first_offset_restarts_there() {
+    run(async {
+        let temporary = tempfile::tempdir().unwrap();
+        let dir = temporary.path();
+        let mut log = PartitionLog::open(dir, config(1024)).await.unwrap();
+        append_batches(&mut log, &ROLL_SIZES).await;
+        log.delete_oldest_segments(2).await.unwrap();
+        let first = log.first_offset();
+        assert!(first > 5);
+        log.truncate_from(5).await.unwrap();
+        assert_eq!(
+            (log.first_offset(), log.next_offset(), log.segments_count()),
+            (5, 5, 1)
+        );
+        assert_eq!(
+            segment_files(dir, "log"),
+            vec![dir.join("00000000000000000005.log")]
+        );
+        append_batches(&mut log, &[3]).await;
+        drop(log);
+        let log = PartitionLog::open(dir, config(1024)).await.unwrap();
+        assert_eq!((log.first_offset(), log.next_offset()), (5, 8));
+        check_all_reads(&log, &[5]).await;
+    });
+}
+
+#[test]
+fn delete_oldest_segments_never_deletes_the_active_one() {
+    run(async {
+        let temporary = tempfile::tempdir().unwrap();
+        let dir = temporary.path();
+        let mut log = PartitionLog::open(dir, config(1024)).await.unwrap();
+        append_batches(&mut log, &ROLL_SIZES).await;
+        let bases = batch_bases(&ROLL_SIZES);
+        let segments = log.segments_count();
+        let next = log.next_offset();
+        assert_eq!(log.delete_oldest_segments(0).await.unwrap(), 0);
+        assert_eq!(log.delete_oldest_segments(1).await.unwrap(), 1);
+        let first = log.first_offset();
+        assert!(first > 0 && bases.contains(&first));
+        assert_eq!(log.messages_count(), next - first);
+        assert_eq!(log.size_bytes(), total_log_bytes(dir));
+        assert!(!dir.join("00000000000000000000.log").exists());
+        assert!(!dir.join("00000000000000000000.index").exists());
+        // A read below the first offset starts at it.
+        check_all_reads(&log, &bases).await;
+        assert_eq!(log.read_from(0, 1).await.unwrap().last_offset, Some(first));
+
+        assert_eq!(log.delete_oldest_segments(100).await.unwrap(), segments - 2);
+        assert_eq!(log.segments_count(), 1);
+        assert_eq!(log.delete_oldest_segments(1).await.unwrap(), 0);
+        assert_eq!(log.next_offset(), next);
+        check_all_reads(&log, &bases).await;
+        drop(log);
+        let log = PartitionLog::open(dir, config(1024)).await.unwrap();
+        assert_eq!(log.next_offset(), next);
+        assert_eq!(log.segments_count(), 1);
+    });
+}
+
+#[test]
+fn retention_by_size() {
+    run(async {
+        let temporary = tempfile::tempdir().unwrap();
+        let dir = temporary.path();
+        let mut log = PartitionLog::open(dir, config(1024)).await.unwrap();
+        append_batches(&mut log, &ROLL_SIZES).await;
+        let size = log.size_bytes();
+        assert_eq!(log.apply_retention(u64::MAX).await.unwrap(), 0);
+        drop(log);
+
+        let max_size = size / 2;
+        let config = LogConfig {
+            segment_size: 1024,
+            message_expiry_us: None,
+            max_size: Some(max_size),
+        };
+        let mut log = PartitionLog::open(dir, config).await.unwrap();
+        let segments = log.segments_count();
+        let deleted = log.apply_retention(0).await.unwrap();
+        assert!(deleted > 0);
+        assert_eq!(log.segments_count(), segments - deleted);
+        assert!(log.size_bytes() <= max_size);
+        assert_eq!(log.size_bytes(), total_log_bytes(dir));
+        // Already within the limit: nothing more to delete.
+        assert_eq!(log.apply_retention(0).await.unwrap(), 0);
+        check_all_reads(&log, &batch_bases(&ROLL_SIZES)).await;
+
+        let tiny = LogConfig {
+            segment_size: 1024,
+            message_expiry_us: None,
+            max_size: Some(1),
+        };
+        drop(log);
+        let mut log = PartitionLog::open(dir, tiny).await.unwrap();
+        log.apply_retention(0).await.unwrap();
+        assert_eq!(log.segments_count(), 1);
+    });
+}
+
+#[test]
+fn retention_by_expiry() {
+    run(async {
+        let temporary = tempfile::tempdir().unwrap();
+        let dir = temporary.path();
+        let expiry = 1_000;
+        let config = LogConfig {
+            segment_size: 1024,
+            message_expiry_us: Some(expiry),
+            max_size: None,
+        };
+        let mut log = PartitionLog::open(dir, config).await.unwrap();
+        append_batches(&mut log, &ROLL_SIZES).await;
+        let logs = segment_files(dir, "log");
+        let second_start: u64 = logs[1]
+            .file_stem()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let third_start: u64 = logs[2]
+            .file_stem()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        // The newest batch of the first segment is the last one starting before the second.
+        let bases = batch_bases(&ROLL_SIZES);
+        let newest_first = timestamp_of(
+            *bases
+                .iter()
+                .rev()
+                .find(|base| **base < second_start)
+                .unwrap(),
+        );
+        let newest_second = timestamp_of(
+            *bases
+                .iter()
+                .rev()
+                .find(|base| **base < third_start)
+                .unwrap(),
+        );
+
+        // Not yet older than now - expiry.
+        assert_eq!(log.apply_retention(newest_first + expiry).await.unwrap(), 0);
+        assert_eq!(log.apply_retention(0).await.unwrap(), 0);
+        assert_eq!(
+            log.apply_retention(newest_first + expiry + 1)
+                .await
+                .unwrap(),
+            1
+        );
+        assert_eq!(log.first_offset(), second_start);
+        assert_eq!(
+            log.apply_retention(newest_second + expiry + 1)
+                .await
+                .unwrap(),
+            1
+        );
+        assert_eq!(log.first_offset(), third_start);
+        // Everything expired: only the active segment stays.
+        log.apply_retention(u64::MAX).await.unwrap();
+        assert_eq!(log.segments_count(), 1);
+        assert_eq!(
+            log.next_offset(),
+            bases.last().unwrap() + u64::from(*ROLL_SIZES.last().unwrap())
+        );
+        assert_eq!(log.size_bytes(), total_log_bytes(dir));
+    });
+}
+
+#[test]
+fn offset_at_timestamp_finds_the_first_batch_at_or_after() {
+    run(async {
+        let temporary = tempfile::tempdir().unwrap();
+        let dir = temporary.path();
+        let mut log = PartitionLog::open(dir, config(1024)).await.unwrap();
+        append_batches(&mut log, &ROLL_SIZES).await;
+        assert!(log.segments_count() > 2);
+        let bases = batch_bases(&ROLL_SIZES);
+        assert_eq!(log.offset_at_timestamp(0), Some(0));
+        for base in &bases {
+            let timestamp = timestamp_of(*base);
+            assert_eq!(log.offset_at_timestamp(timestamp), Some(*base));
+            let next = bases.iter().find(|other| **other > *base).copied();
+            assert_eq!(log.offset_at_timestamp(timestamp + 1), next);
+        }
+        assert_eq!(log.offset_at_timestamp(u64::MAX), None);
+        drop(log);
+        let log = PartitionLog::open(dir, config(1024)).await.unwrap();
+        assert_eq!(
+            log.offset_at_timestamp(timestamp_of(bases[5]) - 1),
+            Some(bases[5])
+        );
+
+        // Out-of-order base timestamps: the first batch at or after still wins.
+        let other = tempfile::tempdir().unwrap();
+        let mut log = PartitionLog::open(other.path(), config(1 << 20))
+            .await
+            .unwrap();
+        for (offset, timestamp) in [(0, 500), (1, 300), (2, 700), (3, 600)] {
+            log.append(make_batch(offset, 1, timestamp)).await.unwrap();
+        }
+        assert_eq!(log.offset_at_timestamp(400), Some(0));
+        assert_eq!(log.offset_at_timestamp(550), Some(2));
+        assert_eq!(log.offset_at_timestamp(650), Some(2));
+        assert_eq!(log.offset_at_timestamp(701), None);
+    });
+}
