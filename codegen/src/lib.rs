@@ -428,14 +428,23 @@ fn var_ty(m: &Model, ty: &str, lt: &dyn Fn(&str) -> bool) -> Option<(String, Str
         "bytes(u8)" | "bytes(u32)" => return Some(("&'a [u8]".into(), ty.into(), true)),
         _ => {}
     }
+    if let Some((inner, pad)) = ty.strip_prefix("opt<").and_then(|r| r.strip_suffix(')')?.rsplit_once(">(pad=")) {
+        let n: usize = pad.parse().ok()?;
+        let (t, a, b) = var_ty(m, inner, lt)?;
+        return Some((format!("Option<{t}>"), format!("opt_pad({n}, {a})"), b));
+    }
     if let Some(inner) = ty.strip_prefix("opt<").and_then(|r| r.strip_suffix('>')) {
         let (t, a, b) = var_ty(m, inner, lt)?;
         return Some((format!("Option<{t}>"), format!("opt({a})"), b));
     }
+    if let Some(inner) = ty.strip_prefix("sized<").and_then(|r| r.strip_suffix(">(u32)")) {
+        let (t, a, b) = var_ty(m, inner, lt)?;
+        return Some((t, format!("sized({a})"), b));
+    }
     if let Some(r) = ty.strip_prefix("vec<") {
         let (inner, kind) = r.rsplit_once(">(")?;
         let kind = kind.strip_suffix(')')?;
-        if kind != "u32" && kind != "rest" {
+        if !matches!(kind, "u32" | "u8" | "rest" | "flag") {
             return None;
         }
         let (t, a, b) = var_ty(m, inner, lt)?;

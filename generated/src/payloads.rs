@@ -105,6 +105,40 @@ impl<'a> WireDecode<'a> for ClusterNodeStatus {
     }
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[repr(u8)]
+pub enum OptionsScope {
+    #[default]
+    Topic = 1,
+    Stream = 2,
+    User = 3,
+}
+impl OptionsScope {
+    /// Every variant, in spec order.
+    pub const ALL: &'static [OptionsScope] = &[OptionsScope::Topic, OptionsScope::Stream, OptionsScope::User];
+    /// The variant with this discriminant.
+    pub fn from_repr(v: u8) -> Option<Self> {
+        match v {
+            1 => Some(Self::Topic),
+            2 => Some(Self::Stream),
+            3 => Some(Self::User),
+            _ => None,
+        }
+    }
+    /// The discriminant.
+    pub fn to_repr(self) -> u8 { self as u8 }
+}
+impl WireEncode for OptionsScope {
+    fn encoded_size(&self) -> usize { std::mem::size_of::<u8>() }
+    fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&(*self as u8).to_le_bytes()); }
+}
+impl<'a> WireDecode<'a> for OptionsScope {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let v = <u8>::decode_from(input)?;
+        Self::from_repr(v).ok_or(WireError::InvalidValue { field: "OptionsScope" })
+    }
+}
+
 /// Fixed-layout `OptionalPartitionId`, 5 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OptionalPartitionId {
@@ -786,6 +820,456 @@ impl<'a> WireDecode<'a> for ConsumerOffsetResponse {
     }
 }
 
+/// Fixed-layout `WireGlobalPermissions`, 10 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WireGlobalPermissions {
+    pub manage_servers: bool,
+    pub read_servers: bool,
+    pub manage_users: bool,
+    pub read_users: bool,
+    pub manage_streams: bool,
+    pub read_streams: bool,
+    pub manage_topics: bool,
+    pub read_topics: bool,
+    pub poll_messages: bool,
+    pub send_messages: bool,
+}
+impl WireGlobalPermissions {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 10;
+    /// Byte offset of `manage_servers`.
+    pub const MANAGE_SERVERS_OFFSET: usize = 0;
+    /// Byte offset of `read_servers`.
+    pub const READ_SERVERS_OFFSET: usize = 1;
+    /// Byte offset of `manage_users`.
+    pub const MANAGE_USERS_OFFSET: usize = 2;
+    /// Byte offset of `read_users`.
+    pub const READ_USERS_OFFSET: usize = 3;
+    /// Byte offset of `manage_streams`.
+    pub const MANAGE_STREAMS_OFFSET: usize = 4;
+    /// Byte offset of `read_streams`.
+    pub const READ_STREAMS_OFFSET: usize = 5;
+    /// Byte offset of `manage_topics`.
+    pub const MANAGE_TOPICS_OFFSET: usize = 6;
+    /// Byte offset of `read_topics`.
+    pub const READ_TOPICS_OFFSET: usize = 7;
+    /// Byte offset of `poll_messages`.
+    pub const POLL_MESSAGES_OFFSET: usize = 8;
+    /// Byte offset of `send_messages`.
+    pub const SEND_MESSAGES_OFFSET: usize = 9;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd { needed: Self::SIZE, remaining: buf.len() });
+        }
+        let manage_servers = <bool>::decode_exact(&buf[0..0 + 1]).map_err(|_| WireError::InvalidValue { field: "manage_servers" })?;
+        let read_servers = <bool>::decode_exact(&buf[1..1 + 1]).map_err(|_| WireError::InvalidValue { field: "read_servers" })?;
+        let manage_users = <bool>::decode_exact(&buf[2..2 + 1]).map_err(|_| WireError::InvalidValue { field: "manage_users" })?;
+        let read_users = <bool>::decode_exact(&buf[3..3 + 1]).map_err(|_| WireError::InvalidValue { field: "read_users" })?;
+        let manage_streams = <bool>::decode_exact(&buf[4..4 + 1]).map_err(|_| WireError::InvalidValue { field: "manage_streams" })?;
+        let read_streams = <bool>::decode_exact(&buf[5..5 + 1]).map_err(|_| WireError::InvalidValue { field: "read_streams" })?;
+        let manage_topics = <bool>::decode_exact(&buf[6..6 + 1]).map_err(|_| WireError::InvalidValue { field: "manage_topics" })?;
+        let read_topics = <bool>::decode_exact(&buf[7..7 + 1]).map_err(|_| WireError::InvalidValue { field: "read_topics" })?;
+        let poll_messages = <bool>::decode_exact(&buf[8..8 + 1]).map_err(|_| WireError::InvalidValue { field: "poll_messages" })?;
+        let send_messages = <bool>::decode_exact(&buf[9..9 + 1]).map_err(|_| WireError::InvalidValue { field: "send_messages" })?;
+        Ok(Self { manage_servers, read_servers, manage_users, read_users, manage_streams, read_streams, manage_topics, read_topics, poll_messages, send_messages })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.manage_servers.to_wire_bytes());
+        iggy_wire::put_at(out, 1, &self.read_servers.to_wire_bytes());
+        iggy_wire::put_at(out, 2, &self.manage_users.to_wire_bytes());
+        iggy_wire::put_at(out, 3, &self.read_users.to_wire_bytes());
+        iggy_wire::put_at(out, 4, &self.manage_streams.to_wire_bytes());
+        iggy_wire::put_at(out, 5, &self.read_streams.to_wire_bytes());
+        iggy_wire::put_at(out, 6, &self.manage_topics.to_wire_bytes());
+        iggy_wire::put_at(out, 7, &self.read_topics.to_wire_bytes());
+        iggy_wire::put_at(out, 8, &self.poll_messages.to_wire_bytes());
+        iggy_wire::put_at(out, 9, &self.send_messages.to_wire_bytes());
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 10] {
+        let mut b = [0u8; 10];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for WireGlobalPermissions {
+    /// All-zero bytes.
+    fn default() -> Self { Self::decode_fixed(&[0u8; 10]).expect("zero bytes decode") }
+}
+const _: () = assert!(WireGlobalPermissions::SIZE == 10);
+const _: () = assert!(WireGlobalPermissions::MANAGE_SERVERS_OFFSET + 1 <= 10);
+const _: () = assert!(WireGlobalPermissions::READ_SERVERS_OFFSET + 1 <= 10);
+const _: () = assert!(WireGlobalPermissions::MANAGE_USERS_OFFSET + 1 <= 10);
+const _: () = assert!(WireGlobalPermissions::READ_USERS_OFFSET + 1 <= 10);
+const _: () = assert!(WireGlobalPermissions::MANAGE_STREAMS_OFFSET + 1 <= 10);
+const _: () = assert!(WireGlobalPermissions::READ_STREAMS_OFFSET + 1 <= 10);
+const _: () = assert!(WireGlobalPermissions::MANAGE_TOPICS_OFFSET + 1 <= 10);
+const _: () = assert!(WireGlobalPermissions::READ_TOPICS_OFFSET + 1 <= 10);
+const _: () = assert!(WireGlobalPermissions::POLL_MESSAGES_OFFSET + 1 <= 10);
+const _: () = assert!(WireGlobalPermissions::SEND_MESSAGES_OFFSET + 1 <= 10);
+impl WireEncode for WireGlobalPermissions {
+    fn encoded_size(&self) -> usize { 10 }
+    fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
+}
+impl<'a> WireDecode<'a> for WireGlobalPermissions {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 10)?;
+        Self::decode_fixed(b)
+    }
+}
+
+/// Fixed-layout `WireTopicPermissions`, 8 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WireTopicPermissions {
+    pub topic_id: u32,
+    pub manage_topic: bool,
+    pub read_topic: bool,
+    pub poll_messages: bool,
+    pub send_messages: bool,
+}
+impl WireTopicPermissions {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 8;
+    /// Byte offset of `topic_id`.
+    pub const TOPIC_ID_OFFSET: usize = 0;
+    /// Byte offset of `manage_topic`.
+    pub const MANAGE_TOPIC_OFFSET: usize = 4;
+    /// Byte offset of `read_topic`.
+    pub const READ_TOPIC_OFFSET: usize = 5;
+    /// Byte offset of `poll_messages`.
+    pub const POLL_MESSAGES_OFFSET: usize = 6;
+    /// Byte offset of `send_messages`.
+    pub const SEND_MESSAGES_OFFSET: usize = 7;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd { needed: Self::SIZE, remaining: buf.len() });
+        }
+        let topic_id = <u32>::decode_exact(&buf[0..0 + 4]).map_err(|_| WireError::InvalidValue { field: "topic_id" })?;
+        let manage_topic = <bool>::decode_exact(&buf[4..4 + 1]).map_err(|_| WireError::InvalidValue { field: "manage_topic" })?;
+        let read_topic = <bool>::decode_exact(&buf[5..5 + 1]).map_err(|_| WireError::InvalidValue { field: "read_topic" })?;
+        let poll_messages = <bool>::decode_exact(&buf[6..6 + 1]).map_err(|_| WireError::InvalidValue { field: "poll_messages" })?;
+        let send_messages = <bool>::decode_exact(&buf[7..7 + 1]).map_err(|_| WireError::InvalidValue { field: "send_messages" })?;
+        Ok(Self { topic_id, manage_topic, read_topic, poll_messages, send_messages })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.topic_id.to_wire_bytes());
+        iggy_wire::put_at(out, 4, &self.manage_topic.to_wire_bytes());
+        iggy_wire::put_at(out, 5, &self.read_topic.to_wire_bytes());
+        iggy_wire::put_at(out, 6, &self.poll_messages.to_wire_bytes());
+        iggy_wire::put_at(out, 7, &self.send_messages.to_wire_bytes());
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 8] {
+        let mut b = [0u8; 8];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for WireTopicPermissions {
+    /// All-zero bytes.
+    fn default() -> Self { Self::decode_fixed(&[0u8; 8]).expect("zero bytes decode") }
+}
+const _: () = assert!(WireTopicPermissions::SIZE == 8);
+const _: () = assert!(WireTopicPermissions::TOPIC_ID_OFFSET + 4 <= 8);
+const _: () = assert!(WireTopicPermissions::MANAGE_TOPIC_OFFSET + 1 <= 8);
+const _: () = assert!(WireTopicPermissions::READ_TOPIC_OFFSET + 1 <= 8);
+const _: () = assert!(WireTopicPermissions::POLL_MESSAGES_OFFSET + 1 <= 8);
+const _: () = assert!(WireTopicPermissions::SEND_MESSAGES_OFFSET + 1 <= 8);
+impl WireEncode for WireTopicPermissions {
+    fn encoded_size(&self) -> usize { 8 }
+    fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
+}
+impl<'a> WireDecode<'a> for WireTopicPermissions {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 8)?;
+        Self::decode_fixed(b)
+    }
+}
+
+/// Fixed-layout `IdentityResponse`, 4 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdentityResponse {
+    pub user_id: u32,
+}
+impl IdentityResponse {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 4;
+    /// Byte offset of `user_id`.
+    pub const USER_ID_OFFSET: usize = 0;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd { needed: Self::SIZE, remaining: buf.len() });
+        }
+        let user_id = <u32>::decode_exact(&buf[0..0 + 4]).map_err(|_| WireError::InvalidValue { field: "user_id" })?;
+        Ok(Self { user_id })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.user_id.to_wire_bytes());
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 4] {
+        let mut b = [0u8; 4];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for IdentityResponse {
+    /// All-zero bytes.
+    fn default() -> Self { Self::decode_fixed(&[0u8; 4]).expect("zero bytes decode") }
+}
+const _: () = assert!(IdentityResponse::SIZE == 4);
+const _: () = assert!(IdentityResponse::USER_ID_OFFSET + 4 <= 4);
+impl WireEncode for IdentityResponse {
+    fn encoded_size(&self) -> usize { 4 }
+    fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
+}
+impl<'a> WireDecode<'a> for IdentityResponse {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 4)?;
+        Self::decode_fixed(b)
+    }
+}
+
+/// Fixed-layout `GetClientRequest`, 4 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GetClientRequest {
+    pub client_id: u32,
+}
+impl GetClientRequest {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 4;
+    /// Byte offset of `client_id`.
+    pub const CLIENT_ID_OFFSET: usize = 0;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd { needed: Self::SIZE, remaining: buf.len() });
+        }
+        let client_id = <u32>::decode_exact(&buf[0..0 + 4]).map_err(|_| WireError::InvalidValue { field: "client_id" })?;
+        Ok(Self { client_id })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.client_id.to_wire_bytes());
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 4] {
+        let mut b = [0u8; 4];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for GetClientRequest {
+    /// All-zero bytes.
+    fn default() -> Self { Self::decode_fixed(&[0u8; 4]).expect("zero bytes decode") }
+}
+const _: () = assert!(GetClientRequest::SIZE == 4);
+const _: () = assert!(GetClientRequest::CLIENT_ID_OFFSET + 4 <= 4);
+impl WireEncode for GetClientRequest {
+    fn encoded_size(&self) -> usize { 4 }
+    fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
+}
+impl<'a> WireDecode<'a> for GetClientRequest {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 4)?;
+        Self::decode_fixed(b)
+    }
+}
+
+/// Fixed-layout `ConsumerGroupInfoResponse`, 12 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConsumerGroupInfoResponse {
+    pub stream_id: u32,
+    pub topic_id: u32,
+    pub group_id: u32,
+}
+impl ConsumerGroupInfoResponse {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 12;
+    /// Byte offset of `stream_id`.
+    pub const STREAM_ID_OFFSET: usize = 0;
+    /// Byte offset of `topic_id`.
+    pub const TOPIC_ID_OFFSET: usize = 4;
+    /// Byte offset of `group_id`.
+    pub const GROUP_ID_OFFSET: usize = 8;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd { needed: Self::SIZE, remaining: buf.len() });
+        }
+        let stream_id = <u32>::decode_exact(&buf[0..0 + 4]).map_err(|_| WireError::InvalidValue { field: "stream_id" })?;
+        let topic_id = <u32>::decode_exact(&buf[4..4 + 4]).map_err(|_| WireError::InvalidValue { field: "topic_id" })?;
+        let group_id = <u32>::decode_exact(&buf[8..8 + 4]).map_err(|_| WireError::InvalidValue { field: "group_id" })?;
+        Ok(Self { stream_id, topic_id, group_id })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.stream_id.to_wire_bytes());
+        iggy_wire::put_at(out, 4, &self.topic_id.to_wire_bytes());
+        iggy_wire::put_at(out, 8, &self.group_id.to_wire_bytes());
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 12] {
+        let mut b = [0u8; 12];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for ConsumerGroupInfoResponse {
+    /// All-zero bytes.
+    fn default() -> Self { Self::decode_fixed(&[0u8; 12]).expect("zero bytes decode") }
+}
+const _: () = assert!(ConsumerGroupInfoResponse::SIZE == 12);
+const _: () = assert!(ConsumerGroupInfoResponse::STREAM_ID_OFFSET + 4 <= 12);
+const _: () = assert!(ConsumerGroupInfoResponse::TOPIC_ID_OFFSET + 4 <= 12);
+const _: () = assert!(ConsumerGroupInfoResponse::GROUP_ID_OFFSET + 4 <= 12);
+impl WireEncode for ConsumerGroupInfoResponse {
+    fn encoded_size(&self) -> usize { 12 }
+    fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
+}
+impl<'a> WireDecode<'a> for ConsumerGroupInfoResponse {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 12)?;
+        Self::decode_fixed(b)
+    }
+}
+
+/// Fixed-layout `CacheMetricEntry`, 32 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheMetricEntry {
+    pub stream_id: u32,
+    pub topic_id: u32,
+    pub partition_id: u32,
+    pub hits: u64,
+    pub misses: u64,
+    /// f32 bit pattern (f32::to_bits)
+    pub hit_ratio: u32,
+}
+impl CacheMetricEntry {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 32;
+    /// Byte offset of `stream_id`.
+    pub const STREAM_ID_OFFSET: usize = 0;
+    /// Byte offset of `topic_id`.
+    pub const TOPIC_ID_OFFSET: usize = 4;
+    /// Byte offset of `partition_id`.
+    pub const PARTITION_ID_OFFSET: usize = 8;
+    /// Byte offset of `hits`.
+    pub const HITS_OFFSET: usize = 12;
+    /// Byte offset of `misses`.
+    pub const MISSES_OFFSET: usize = 20;
+    /// Byte offset of `hit_ratio`.
+    pub const HIT_RATIO_OFFSET: usize = 28;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd { needed: Self::SIZE, remaining: buf.len() });
+        }
+        let stream_id = <u32>::decode_exact(&buf[0..0 + 4]).map_err(|_| WireError::InvalidValue { field: "stream_id" })?;
+        let topic_id = <u32>::decode_exact(&buf[4..4 + 4]).map_err(|_| WireError::InvalidValue { field: "topic_id" })?;
+        let partition_id = <u32>::decode_exact(&buf[8..8 + 4]).map_err(|_| WireError::InvalidValue { field: "partition_id" })?;
+        let hits = <u64>::decode_exact(&buf[12..12 + 8]).map_err(|_| WireError::InvalidValue { field: "hits" })?;
+        let misses = <u64>::decode_exact(&buf[20..20 + 8]).map_err(|_| WireError::InvalidValue { field: "misses" })?;
+        let hit_ratio = <u32>::decode_exact(&buf[28..28 + 4]).map_err(|_| WireError::InvalidValue { field: "hit_ratio" })?;
+        Ok(Self { stream_id, topic_id, partition_id, hits, misses, hit_ratio })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.stream_id.to_wire_bytes());
+        iggy_wire::put_at(out, 4, &self.topic_id.to_wire_bytes());
+        iggy_wire::put_at(out, 8, &self.partition_id.to_wire_bytes());
+        iggy_wire::put_at(out, 12, &self.hits.to_wire_bytes());
+        iggy_wire::put_at(out, 20, &self.misses.to_wire_bytes());
+        iggy_wire::put_at(out, 28, &self.hit_ratio.to_wire_bytes());
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 32] {
+        let mut b = [0u8; 32];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for CacheMetricEntry {
+    /// All-zero bytes.
+    fn default() -> Self { Self::decode_fixed(&[0u8; 32]).expect("zero bytes decode") }
+}
+const _: () = assert!(CacheMetricEntry::SIZE == 32);
+const _: () = assert!(CacheMetricEntry::STREAM_ID_OFFSET + 4 <= 32);
+const _: () = assert!(CacheMetricEntry::TOPIC_ID_OFFSET + 4 <= 32);
+const _: () = assert!(CacheMetricEntry::PARTITION_ID_OFFSET + 4 <= 32);
+const _: () = assert!(CacheMetricEntry::HITS_OFFSET + 8 <= 32);
+const _: () = assert!(CacheMetricEntry::MISSES_OFFSET + 8 <= 32);
+const _: () = assert!(CacheMetricEntry::HIT_RATIO_OFFSET + 4 <= 32);
+impl WireEncode for CacheMetricEntry {
+    fn encoded_size(&self) -> usize { 32 }
+    fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
+}
+impl<'a> WireDecode<'a> for CacheMetricEntry {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 32)?;
+        Self::decode_fixed(b)
+    }
+}
+
+/// Fixed-layout `DescribeOptionsRequest`, 1 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DescribeOptionsRequest {
+    pub scope: OptionsScope,
+}
+impl DescribeOptionsRequest {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 1;
+    /// Byte offset of `scope`.
+    pub const SCOPE_OFFSET: usize = 0;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd { needed: Self::SIZE, remaining: buf.len() });
+        }
+        let scope = <OptionsScope>::decode_exact(&buf[0..0 + 1]).map_err(|_| WireError::InvalidValue { field: "scope" })?;
+        Ok(Self { scope })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.scope.to_wire_bytes());
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 1] {
+        let mut b = [0u8; 1];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for DescribeOptionsRequest {
+    /// All-zero bytes.
+    fn default() -> Self { Self::decode_fixed(&[0u8; 1]).expect("zero bytes decode") }
+}
+const _: () = assert!(DescribeOptionsRequest::SIZE == 1);
+const _: () = assert!(DescribeOptionsRequest::SCOPE_OFFSET + 1 <= 1);
+impl WireEncode for DescribeOptionsRequest {
+    fn encoded_size(&self) -> usize { 1 }
+    fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
+}
+impl<'a> WireDecode<'a> for DescribeOptionsRequest {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 1)?;
+        Self::decode_fixed(b)
+    }
+}
+
 /// Variable-length `Opaque`.
 #[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
 pub struct Opaque<'a> {
@@ -1213,4 +1697,340 @@ pub struct SyncConsumerGroupResponse {
     pub generation: u64,
     #[wire(vec(u32, plain))]
     pub partitions: Vec<u32>,
+}
+/// Variable-length `WireStreamPermissions`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct WireStreamPermissions {
+    #[wire(plain)]
+    pub stream_id: u32,
+    #[wire(plain)]
+    pub manage_stream: bool,
+    #[wire(plain)]
+    pub read_stream: bool,
+    #[wire(plain)]
+    pub manage_topics: bool,
+    #[wire(plain)]
+    pub read_topics: bool,
+    #[wire(plain)]
+    pub poll_messages: bool,
+    #[wire(plain)]
+    pub send_messages: bool,
+    #[wire(vec(flag, plain))]
+    pub topics: Vec<crate::payloads::WireTopicPermissions>,
+}
+/// Variable-length `WirePermissions`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct WirePermissions {
+    #[wire(plain)]
+    pub global: crate::payloads::WireGlobalPermissions,
+    #[wire(vec(flag, plain))]
+    pub streams: Vec<crate::payloads::WireStreamPermissions>,
+}
+/// Variable-length `UserResponse`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct UserResponse<'a> {
+    #[wire(plain)]
+    pub id: u32,
+    #[wire(plain)]
+    pub created_at: u64,
+    /// 1 active, 2 inactive
+    #[wire(plain)]
+    pub status: u8,
+    #[wire(name)]
+    pub username: &'a str,
+    #[wire(bytes(u32))]
+    pub options: &'a [u8],
+    #[wire(bytes(u32))]
+    pub derived_options: &'a [u8],
+}
+/// Variable-length `UserDetailsResponse`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct UserDetailsResponse<'a> {
+    #[wire(plain)]
+    pub user: crate::payloads::UserResponse<'a>,
+    #[wire(opt_pad(3, sized(plain)))]
+    pub permissions: Option<crate::payloads::WirePermissions>,
+}
+/// Variable-length `GetUsersResponse`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct GetUsersResponse<'a> {
+    #[wire(vec(rest, plain))]
+    pub users: Vec<crate::payloads::UserResponse<'a>>,
+}
+/// Variable-length `GetUserRequest`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct GetUserRequest<'a> {
+    #[wire(plain)]
+    pub user_id: crate::payloads::Identifier<'a>,
+}
+/// Variable-length `DeleteUserRequest`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct DeleteUserRequest<'a> {
+    #[wire(plain)]
+    pub user_id: crate::payloads::Identifier<'a>,
+}
+/// Variable-length `CreateUserRequest`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct CreateUserRequest<'a> {
+    #[wire(name)]
+    pub username: &'a str,
+    #[wire(string(u8))]
+    pub password: &'a str,
+    /// 1 active, 2 inactive
+    #[wire(plain)]
+    pub status: u8,
+    #[wire(opt(sized(plain)))]
+    pub permissions: Option<crate::payloads::WirePermissions>,
+    /// options TLV block to the end of the body
+    #[wire(rest)]
+    pub options: &'a [u8],
+}
+/// Variable-length `UpdatePermissionsRequest`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct UpdatePermissionsRequest<'a> {
+    #[wire(plain)]
+    pub user_id: crate::payloads::Identifier<'a>,
+    #[wire(opt(sized(plain)))]
+    pub permissions: Option<crate::payloads::WirePermissions>,
+}
+/// Variable-length `ChangePasswordRequest`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct ChangePasswordRequest<'a> {
+    #[wire(plain)]
+    pub user_id: crate::payloads::Identifier<'a>,
+    #[wire(string(u8))]
+    pub current_password: &'a str,
+    #[wire(string(u8))]
+    pub new_password: &'a str,
+}
+/// Variable-length `LoginUserRequest`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct LoginUserRequest<'a> {
+    #[wire(name)]
+    pub username: &'a str,
+    #[wire(string(u8))]
+    pub password: &'a str,
+    /// empty = None
+    #[wire(string(u32))]
+    pub version: &'a str,
+    /// empty = None
+    #[wire(string(u32))]
+    pub context: &'a str,
+}
+/// Variable-length `CreatePersonalAccessTokenRequest`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct CreatePersonalAccessTokenRequest<'a> {
+    #[wire(name)]
+    pub name: &'a str,
+    /// 0 = never
+    #[wire(plain)]
+    pub expiry: u64,
+}
+/// Variable-length `DeletePersonalAccessTokenRequest`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct DeletePersonalAccessTokenRequest<'a> {
+    #[wire(name)]
+    pub name: &'a str,
+}
+/// Variable-length `LoginWithPersonalAccessTokenRequest`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct LoginWithPersonalAccessTokenRequest<'a> {
+    #[wire(name)]
+    pub token: &'a str,
+}
+/// Variable-length `RawPersonalAccessTokenResponse`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct RawPersonalAccessTokenResponse<'a> {
+    #[wire(name)]
+    pub token: &'a str,
+}
+/// Variable-length `PersonalAccessTokenResponse`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct PersonalAccessTokenResponse<'a> {
+    #[wire(name)]
+    pub name: &'a str,
+    #[wire(plain)]
+    pub expiry_at: u64,
+}
+/// Variable-length `GetPersonalAccessTokensResponse`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct GetPersonalAccessTokensResponse<'a> {
+    #[wire(vec(rest, plain))]
+    pub tokens: Vec<crate::payloads::PersonalAccessTokenResponse<'a>>,
+}
+/// Variable-length `ClientResponse`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct ClientResponse<'a> {
+    #[wire(plain)]
+    pub client_id: u32,
+    /// u32::MAX = not logged in
+    #[wire(plain)]
+    pub user_id: u32,
+    /// 1 TCP, 2 QUIC, 3 HTTP, 4 WebSocket
+    #[wire(plain)]
+    pub transport: u8,
+    #[wire(string(u32))]
+    pub address: &'a str,
+    #[wire(plain)]
+    pub consumer_groups_count: u32,
+}
+/// Variable-length `ClientDetailsResponse`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct ClientDetailsResponse<'a> {
+    #[wire(plain)]
+    pub client: crate::payloads::ClientResponse<'a>,
+    #[wire(vec(rest, plain))]
+    pub consumer_groups: Vec<crate::payloads::ConsumerGroupInfoResponse>,
+}
+/// Variable-length `GetClientsResponse`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct GetClientsResponse<'a> {
+    #[wire(vec(rest, plain))]
+    pub clients: Vec<crate::payloads::ClientResponse<'a>>,
+}
+/// Variable-length `StatsResponse`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct StatsResponse<'a> {
+    #[wire(plain)]
+    pub process_id: u32,
+    /// f32 bit pattern
+    #[wire(plain)]
+    pub cpu_usage: u32,
+    /// f32 bit pattern
+    #[wire(plain)]
+    pub total_cpu_usage: u32,
+    #[wire(plain)]
+    pub memory_usage: u64,
+    #[wire(plain)]
+    pub total_memory: u64,
+    #[wire(plain)]
+    pub available_memory: u64,
+    #[wire(plain)]
+    pub run_time: u64,
+    #[wire(plain)]
+    pub start_time: u64,
+    #[wire(plain)]
+    pub read_bytes: u64,
+    #[wire(plain)]
+    pub written_bytes: u64,
+    #[wire(plain)]
+    pub messages_size_bytes: u64,
+    #[wire(plain)]
+    pub streams_count: u32,
+    #[wire(plain)]
+    pub topics_count: u32,
+    #[wire(plain)]
+    pub partitions_count: u32,
+    #[wire(plain)]
+    pub segments_count: u32,
+    #[wire(plain)]
+    pub messages_count: u64,
+    #[wire(plain)]
+    pub clients_count: u32,
+    #[wire(plain)]
+    pub consumer_groups_count: u32,
+    #[wire(string(u32))]
+    pub hostname: &'a str,
+    #[wire(string(u32))]
+    pub os_name: &'a str,
+    #[wire(string(u32))]
+    pub os_version: &'a str,
+    #[wire(string(u32))]
+    pub kernel_version: &'a str,
+    #[wire(string(u32))]
+    pub iggy_server_version: &'a str,
+    /// 0 = None
+    #[wire(plain)]
+    pub iggy_server_semver: u32,
+    #[wire(vec(u32, plain))]
+    pub cache_metrics: Vec<crate::payloads::CacheMetricEntry>,
+    #[wire(plain)]
+    pub threads_count: u32,
+    #[wire(plain)]
+    pub free_disk_space: u64,
+    #[wire(plain)]
+    pub total_disk_space: u64,
+    /// the crate reads this pair only when bytes remain; always written
+    #[wire(plain)]
+    pub open_files_count: u64,
+    #[wire(plain)]
+    pub open_files_limit: u64,
+}
+/// Variable-length `GetSnapshotRequest`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct GetSnapshotRequest<'a> {
+    #[wire(plain)]
+    pub compression: u8,
+    /// one type code per byte
+    #[wire(bytes(u8))]
+    pub snapshot_types: &'a [u8],
+}
+/// Variable-length `GetSnapshotResponse`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct GetSnapshotResponse<'a> {
+    #[wire(rest)]
+    pub data: &'a [u8],
+}
+/// Variable-length `OptionDescriptor`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct OptionDescriptor<'a> {
+    #[wire(name)]
+    pub key: &'a str,
+    /// user-header value kind (1..15)
+    #[wire(plain)]
+    pub kind: u8,
+    #[wire(plain)]
+    pub flags: u8,
+    #[wire(bytes(u32))]
+    pub default_value: &'a [u8],
+    #[wire(string(u32))]
+    pub description: &'a str,
+}
+/// Variable-length `DescribeOptionsResponse`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct DescribeOptionsResponse<'a> {
+    #[wire(vec(u32, plain))]
+    pub entries: Vec<crate::payloads::OptionDescriptor<'a>>,
+}
+/// Variable-length `UpdateResourceRequest`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct UpdateResourceRequest<'a> {
+    #[wire(plain)]
+    pub scope: crate::payloads::OptionsScope,
+    /// TopicResourcePatch, StreamResourcePatch or UserResourcePatch
+    #[wire(rest)]
+    pub patch: &'a [u8],
+}
+/// Variable-length `TopicResourcePatch`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct TopicResourcePatch<'a> {
+    #[wire(plain)]
+    pub stream_id: crate::payloads::Identifier<'a>,
+    #[wire(plain)]
+    pub topic_id: crate::payloads::Identifier<'a>,
+    /// option keys reset to default; no duplicates
+    #[wire(vec(u8, name))]
+    pub reset: Vec<&'a str>,
+    #[wire(rest)]
+    pub options: &'a [u8],
+}
+/// Variable-length `StreamResourcePatch`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct StreamResourcePatch<'a> {
+    #[wire(plain)]
+    pub stream_id: crate::payloads::Identifier<'a>,
+    #[wire(vec(u8, name))]
+    pub reset: Vec<&'a str>,
+    #[wire(rest)]
+    pub options: &'a [u8],
+}
+/// Variable-length `UserResourcePatch`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct UserResourcePatch<'a> {
+    #[wire(plain)]
+    pub user_id: crate::payloads::Identifier<'a>,
+    #[wire(vec(u8, name))]
+    pub reset: Vec<&'a str>,
+    #[wire(rest)]
+    pub options: &'a [u8],
 }

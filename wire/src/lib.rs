@@ -382,6 +382,131 @@ pub mod field {
             v.iter().try_for_each(|x| C::check(x, field))
         }
     }
+
+    /// Elements each preceded by a u8 1, the list closed by a u8 0 (so `[]` is `0` and
+    /// `[a, b]` is `1 a 1 b 0`). Any other flag byte is refused.
+    pub struct VecFlag<C>(std::marker::PhantomData<C>);
+    impl<'a, T, C: Codec<'a, T>> Codec<'a, Vec<T>> for VecFlag<C> {
+        fn size(v: &Vec<T>) -> usize {
+            1 + v.iter().map(|x| 1 + C::size(x)).sum::<usize>()
+        }
+        fn encode(v: &Vec<T>, out: &mut Vec<u8>) {
+            for x in v {
+                out.push(1);
+                C::encode(x, out);
+            }
+            out.push(0);
+        }
+        fn decode(input: &mut &'a [u8], field: &'static str) -> Result<Vec<T>, WireError> {
+            let mut v = Vec::new();
+            loop {
+                match take(input, 1)?[0] {
+                    0 => return Ok(v),
+                    1 => v.push(C::decode(input, field)?),
+                    _ => return Err(WireError::InvalidValue { field }),
+                }
+            }
+        }
+        fn check(v: &Vec<T>, field: &'static str) -> Result<(), WireError> {
+            v.iter().try_for_each(|x| C::check(x, field))
+        }
+    }
+
+    /// A u8 element count then the elements.
+    pub struct VecCount8<C>(std::marker::PhantomData<C>);
+    impl<'a, T, C: Codec<'a, T>> Codec<'a, Vec<T>> for VecCount8<C> {
+        fn size(v: &Vec<T>) -> usize {
+            1 + v.iter().map(C::size).sum::<usize>()
+        }
+        fn encode(v: &Vec<T>, out: &mut Vec<u8>) {
+            out.push(v.len() as u8);
+            for x in v {
+                C::encode(x, out);
+            }
+        }
+        fn decode(input: &mut &'a [u8], field: &'static str) -> Result<Vec<T>, WireError> {
+            let count = U8::get(input)?;
+            let mut v = Vec::with_capacity(count.min(input.len()));
+            for _ in 0..count {
+                v.push(C::decode(input, field)?);
+            }
+            Ok(v)
+        }
+        fn check(v: &Vec<T>, field: &'static str) -> Result<(), WireError> {
+            if v.len() > u8::MAX as usize {
+                return Err(WireError::TooLong {
+                    field,
+                    len: v.len(),
+                    max: u8::MAX as usize,
+                });
+            }
+            v.iter().try_for_each(|x| C::check(x, field))
+        }
+    }
+
+    /// A u32 byte length then one value that must fill exactly that many bytes.
+    pub struct Sized<C>(std::marker::PhantomData<C>);
+    impl<'a, T, C: Codec<'a, T>> Codec<'a, T> for Sized<C> {
+        fn size(v: &T) -> usize {
+            4 + C::size(v)
+        }
+        fn encode(v: &T, out: &mut Vec<u8>) {
+            U32::put(C::size(v), out);
+            C::encode(v, out);
+        }
+        fn decode(input: &mut &'a [u8], field: &'static str) -> Result<T, WireError> {
+            let len = U32::get(input)?;
+            let mut inner = take(input, len)?;
+            let v = C::decode(&mut inner, field)?;
+            if !inner.is_empty() {
+                return Err(WireError::TrailingBytes { count: inner.len() });
+            }
+            Ok(v)
+        }
+        fn check(v: &T, field: &'static str) -> Result<(), WireError> {
+            let len = C::size(v);
+            if len > u32::MAX as usize {
+                return Err(WireError::TooLong {
+                    field,
+                    len,
+                    max: u32::MAX as usize,
+                });
+            }
+            C::check(v, field)
+        }
+    }
+
+    /// A u8 has-flag: 1 then the inner codec, or 0 then `N` zero bytes (a padded absence).
+    pub struct OptPad<C, const N: usize>(std::marker::PhantomData<C>);
+    impl<'a, T, C: Codec<'a, T>, const N: usize> Codec<'a, Option<T>> for OptPad<C, N> {
+        fn size(v: &Option<T>) -> usize {
+            1 + v.as_ref().map_or(N, C::size)
+        }
+        fn encode(v: &Option<T>, out: &mut Vec<u8>) {
+            match v {
+                Some(x) => {
+                    out.push(1);
+                    C::encode(x, out);
+                }
+                None => out.resize(out.len() + 1 + N, 0),
+            }
+        }
+        fn decode(input: &mut &'a [u8], field: &'static str) -> Result<Option<T>, WireError> {
+            match take(input, 1)?[0] {
+                0 => {
+                    if take(input, N)?.iter().any(|b| *b != 0) {
+                        return Err(WireError::NonZeroReserved { field });
+                    }
+                    Ok(None)
+                }
+                1 => Ok(Some(C::decode(input, field)?)),
+                _ => Err(WireError::InvalidValue { field }),
+            }
+        }
+        fn check(v: &Option<T>, field: &'static str) -> Result<(), WireError> {
+            v.as_ref().map_or(Ok(()), |x| C::check(x, field))
+        }
+    }
 }
 
 /// Reads a little-endian integer at a fixed offset of a fixed-size buffer (used by generated
@@ -439,5 +564,38 @@ mod tests {
         assert!(bool::decode_exact(&[2]).is_err());
         assert!(Option::<u8>::decode_exact(&[2, 0]).is_err());
         assert_eq!(Option::<u8>::decode_exact(&[1, 7]).unwrap(), Some(7));
+    }
+
+    #[test]
+    fn flag_list_count8_sized_and_padded_option() {
+        let v: Vec<u8> = vec![7, 8];
+        let mut out = Vec::new();
+        <VecFlag<Plain> as Codec<Vec<u8>>>::encode(&v, &mut out);
+        assert_eq!(out, [1, 7, 1, 8, 0]);
+        let mut input: &[u8] = &out;
+        assert_eq!(
+            <VecFlag<Plain> as Codec<Vec<u8>>>::decode(&mut input, "l").unwrap(),
+            v
+        );
+        let mut bad: &[u8] = &[2, 7, 0];
+        assert!(<VecFlag<Plain> as Codec<Vec<u8>>>::decode(&mut bad, "l").is_err());
+        let mut out = Vec::new();
+        <VecCount8<Plain> as Codec<Vec<u8>>>::encode(&v, &mut out);
+        assert_eq!(out, [2, 7, 8]);
+        let mut out = Vec::new();
+        <Sized<Plain> as Codec<u16>>::encode(&0x0102, &mut out);
+        assert_eq!(out, [2, 0, 0, 0, 2, 1]);
+        let mut short: &[u8] = &[3, 0, 0, 0, 2, 1, 9];
+        assert!(<Sized<Plain> as Codec<u16>>::decode(&mut short, "s").is_err());
+        let mut out = Vec::new();
+        <OptPad<Plain, 3> as Codec<Option<u8>>>::encode(&None, &mut out);
+        assert_eq!(out, [0, 0, 0, 0]);
+        let mut input: &[u8] = &[0, 0, 1, 0];
+        assert!(<OptPad<Plain, 3> as Codec<Option<u8>>>::decode(&mut input, "o").is_err());
+        let mut input: &[u8] = &[1, 5];
+        assert_eq!(
+            <OptPad<Plain, 3> as Codec<Option<u8>>>::decode(&mut input, "o").unwrap(),
+            Some(5)
+        );
     }
 }

@@ -10,7 +10,10 @@
 //! | `bytes(u8)` / `bytes(u32)` | length-prefixed bytes | `&'a [u8]` |
 //! | `rest` | every remaining byte | `&'a [u8]` |
 //! | `opt(K)` | u8 flag then K | `Option<T>` |
-//! | `vec(u32, K)` / `vec(rest, K)` | count-prefixed / to the end | `Vec<T>` |
+//! | `opt_pad(N, K)` | u8 flag then K, or 0 then N zero bytes | `Option<T>` |
+//! | `sized(K)` | u32 byte length then K filling it exactly | `T` |
+//! | `vec(u32, K)` / `vec(u8, K)` / `vec(rest, K)` | count-prefixed / to the end | `Vec<T>` |
+//! | `vec(flag, K)` | each element after a u8 1, closed by a u8 0 | `Vec<T>` |
 use proc_macro::TokenStream;
 use proc_macro2::{TokenStream as Ts, TokenTree};
 use quote::{format_ident, quote};
@@ -63,9 +66,18 @@ fn codec(tokens: &[TokenTree], span: proc_macro2::Span) -> syn::Result<Ts> {
             let inner = codec(split.first().map(|v| v.as_slice()).unwrap_or(&[]), span)?;
             quote!(#f::Opt<#inner>)
         }
+        "sized" => {
+            let inner = codec(split.first().map(|v| v.as_slice()).unwrap_or(&[]), span)?;
+            quote!(#f::Sized<#inner>)
+        }
+        "opt_pad" => {
+            let n: Ts = split.first().map(|v| v.iter().cloned().collect()).unwrap_or_default();
+            let inner = codec(split.get(1).map(|v| v.as_slice()).unwrap_or(&[]), span)?;
+            quote!(#f::OptPad<#inner, #n>)
+        }
         "vec" => {
             let (Some(kind), inner) = (split.first(), split.get(1)) else {
-                return Err(syn::Error::new(span, "expected vec(u32|rest, codec)"));
+                return Err(syn::Error::new(span, "expected vec(u32|u8|rest|flag, codec)"));
             };
             let inner = match inner {
                 Some(i) => codec(i, span)?,
@@ -74,7 +86,9 @@ fn codec(tokens: &[TokenTree], span: proc_macro2::Span) -> syn::Result<Ts> {
             match kind.first().map(|t| t.to_string()).as_deref() {
                 Some("u32") => quote!(#f::VecCount<#inner>),
                 Some("rest") => quote!(#f::VecRest<#inner>),
-                _ => return Err(syn::Error::new(span, "expected vec(u32|rest, codec)")),
+                Some("u8") => quote!(#f::VecCount8<#inner>),
+                Some("flag") => quote!(#f::VecFlag<#inner>),
+                _ => return Err(syn::Error::new(span, "expected vec(u32|u8|rest|flag, codec)")),
             }
         }
         other => return Err(syn::Error::new(span, format!("unknown wire codec `{other}`"))),
