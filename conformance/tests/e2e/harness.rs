@@ -9,7 +9,10 @@
 //! - The child runs in the temp dir with `--with-default-root-credentials`,
 //!   `IGGY_TCP_ADDRESS=127.0.0.1:<port>` and `IGGY_SYSTEM_PATH=<tempdir>/data`; its stdout and
 //!   stderr go to `<tempdir>/server.log`, which is printed when the test panics.
-//! - `Drop` kills the child (SIGKILL) and reaps it.
+//! - `Drop` kills the child (SIGKILL) and reaps it. `IGGY_E2E_KEEP=1` keeps the temp dir of
+//!   a failed test and prints its path.
+//! - The binary is not rebuilt when it exists: run `cargo build --bin iggy-server` (or set
+//!   `IGGY_E2E_REBUILD=1`) after changing the server.
 
 #![allow(dead_code)]
 

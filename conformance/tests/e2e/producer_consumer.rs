@@ -119,6 +119,7 @@ async fn two_group_members_together_receive_every_message_exactly_once() {
                     received.entry("b").or_default().push((m.partition_id, String::from_utf8_lossy(&m.message.payload).into_owned()));
                     total += 1;
                 }
+                else => panic!("both consumer streams ended after {total} messages"),
             }
         }
         // Keep polling a little: nothing may arrive twice.
