@@ -561,21 +561,12 @@ impl PartitionLog {
     /// active `.log`, one 24-byte entry to its `.index`, then a roll if the segment is full.
     /// Buffered (page cache); [`Self::sync`] makes it durable.
     pub async fn append(&mut self, record: Vec<u8>) -> Result<(), StorageError> {
-        if record.len() < layout::batch::HEADER_SIZE {
-            return Err(StorageError::InvalidBatch(
-                "shorter than the 256-byte header",
-            ));
-        }
-        let length = record.len() as u64;
-        if read_u64(&record, layout::batch::BATCH_LENGTH) != length {
-            return Err(StorageError::InvalidBatch(
-                "batch_length differs from the record size",
-            ));
-        }
-        let count = read_u32(&record, layout::batch::MESSAGE_COUNT);
+        // Layout only (no hashing, no allocation): reads and truncation walk the frames later.
+        let count = batch::validate_layout(&record)?;
         if count == 0 {
             return Err(StorageError::InvalidBatch("batch holds no messages"));
         }
+        let length = record.len() as u64;
         let offset = read_u64(&record, layout::batch::BASE_OFFSET);
         if offset != self.next_offset() {
             return Err(StorageError::InvalidBatch(
@@ -596,15 +587,27 @@ impl PartitionLog {
             max_timestamp: active.max_timestamp().max(timestamp),
         };
         active.unsynced = true;
-        write_all(&mut active.log, &active.log_path, record, entry.position).await?;
         let index_position = active.index_size();
-        write_all(
-            &mut active.index,
-            &active.index_path,
-            index_bytes(&entry),
-            index_position,
-        )
-        .await?;
+        let written =
+            match write_all(&mut active.log, &active.log_path, record, entry.position).await {
+                Ok(()) => {
+                    write_all(
+                        &mut active.index,
+                        &active.index_path,
+                        index_bytes(&entry),
+                        index_position,
+                    )
+                    .await
+                }
+                Err(error) => Err(error),
+            };
+        if let Err(error) = written {
+            // Best effort: leave no partial record behind, which would be a corrupt record in
+            // a closed segment once the log rolls.
+            let _ = active.log.set_len(entry.position).await;
+            let _ = active.index.set_len(index_position).await;
+            return Err(error);
+        }
         active.entries.push(entry);
         active.log_size += length;
         active.end_offset += u64::from(count);

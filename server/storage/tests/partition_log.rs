@@ -819,3 +819,155 @@ fn offset_at_timestamp_finds_the_first_batch_at_or_after() {
         assert_eq!(log.offset_at_timestamp(701), None);
     });
 }
+
+#[test]
+fn append_rejects_malformed_frames() {
+    run(async {
+        let temporary = tempfile::tempdir().unwrap();
+        let mut log = PartitionLog::open(temporary.path(), config(1 << 20))
+            .await
+            .unwrap();
+        let mut record = make_batch(0, 2, 1);
+        write_u32(
+            &mut record,
+            batch::HEADER_SIZE + frame::PAYLOAD_LENGTH,
+            10_000,
+        );
+        assert!(matches!(
+            log.append(record).await,
+            Err(StorageError::InvalidBatch(_))
+        ));
+        assert_eq!((log.next_offset(), log.size_bytes()), (0, 0));
+    });
+}
+
+/// One message of the model: its offset and the base timestamp of the batch holding it.
+#[derive(Debug, Clone, Copy)]
+struct ModelMessage {
+    offset: u64,
+    timestamp: u64,
+}
+
+async fn check_against_model(
+    log: &PartitionLog,
+    dir: &Path,
+    model: &[ModelMessage],
+    random: &mut StdRng,
+) {
+    let first = model.first().map(|message| message.offset);
+    assert_eq!(log.first_offset(), first.unwrap_or(log.next_offset()));
+    assert_eq!(log.messages_count(), model.len() as u64);
+    if let Some(last) = model.last() {
+        assert_eq!(log.next_offset(), last.offset + 1);
+    }
+    assert_eq!(log.size_bytes(), total_log_bytes(dir));
+    assert_eq!(segment_files(dir, "log").len() as u32, log.segments_count());
+    for _ in 0..4 {
+        let start =
+            log.first_offset().saturating_sub(2) + random.random_range(0..model.len() as u64 + 4);
+        let max = random.random_range(1..20);
+        let read = log.read_from(start, max).await.unwrap();
+        let skip = start.saturating_sub(log.first_offset()) as usize;
+        let expected: Vec<_> = model.iter().skip(skip).take(max as usize).collect();
+        let messages = decode(&read.bytes);
+        assert_eq!(messages.len(), expected.len(), "start {start} max {max}");
+        assert_eq!(read.messages as usize, expected.len());
+        assert_eq!(
+            read.last_offset,
+            expected.last().map(|message| message.offset)
+        );
+        for ((offset, timestamp, body), model) in messages.into_iter().zip(expected) {
+            assert_eq!((offset, timestamp), (model.offset, model.timestamp));
+            assert_eq!(body, payload(offset));
+        }
+    }
+    for _ in 0..3 {
+        let timestamp = random.random_range(0..4_000);
+        let expected = model
+            .iter()
+            .find(|message| message.timestamp >= timestamp)
+            .map(|message| message.offset);
+        assert_eq!(
+            log.offset_at_timestamp(timestamp),
+            expected,
+            "timestamp {timestamp}"
+        );
+    }
+}
+
+#[test]
+fn random_operations_match_a_model() {
+    run(async {
+        let mut random = StdRng::seed_from_u64(0x5EED);
+        let temporary = tempfile::tempdir().unwrap();
+        let dir = temporary.path();
+        let segment_size = 700;
+        let mut log = PartitionLog::open(dir, config(segment_size)).await.unwrap();
+        let mut model: Vec<ModelMessage> = Vec::new();
+        let mut clock = 0u64;
+        let mut most_segments = 0;
+        for step in 0..600 {
+            match random.random_range(0..100) {
+                0..60 => {
+                    let offset = log.next_offset();
+                    let count = random.random_range(1..7);
+                    // Mostly forward, sometimes backwards.
+                    clock = if random.random_bool(0.1) {
+                        clock.saturating_sub(30)
+                    } else {
+                        clock + random.random_range(0..20)
+                    };
+                    log.append(make_batch(offset, count, clock)).await.unwrap();
+                    for delta in 0..u64::from(count) {
+                        model.push(ModelMessage {
+                            offset: offset + delta,
+                            timestamp: clock,
+                        });
+                    }
+                }
+                60..72 => {
+                    let first = log.first_offset();
+                    let offset = first + random.random_range(0..=model.len() as u64);
+                    log.truncate_from(offset).await.unwrap();
+                    model.truncate((offset - first) as usize);
+                }
+                72..80 => {
+                    let before = log.segments_count();
+                    let deleted = log
+                        .delete_oldest_segments(random.random_range(0..3))
+                        .await
+                        .unwrap();
+                    assert_eq!(log.segments_count(), before - deleted);
+                    let first = log.first_offset();
+                    model.retain(|message| message.offset >= first);
+                }
+                80..90 => {
+                    log.sync().await.unwrap();
+                    drop(log);
+                    log = PartitionLog::open(dir, config(segment_size)).await.unwrap();
+                }
+                _ => {}
+            }
+            if step % 50 == 0 {
+                // Indexes match what a rebuild from the logs produces.
+                let indexes: Vec<Vec<u8>> = segment_files(dir, "index")
+                    .iter()
+                    .map(|path| std::fs::read(path).unwrap())
+                    .collect();
+                for path in segment_files(dir, "index") {
+                    std::fs::remove_file(path).unwrap();
+                }
+                drop(log);
+                log = PartitionLog::open(dir, config(segment_size)).await.unwrap();
+                let rebuilt: Vec<Vec<u8>> = segment_files(dir, "index")
+                    .iter()
+                    .map(|path| std::fs::read(path).unwrap())
+                    .collect();
+                assert_eq!(indexes, rebuilt, "step {step}");
+            }
+            check_against_model(&log, dir, &model, &mut random).await;
+            most_segments = most_segments.max(log.segments_count());
+        }
+        assert!(most_segments >= 5, "{most_segments}");
+    });
+}
