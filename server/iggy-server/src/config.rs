@@ -26,6 +26,8 @@ pub struct Config {
 #[serde(deny_unknown_fields)]
 pub struct System {
     pub path: String,
+    pub durability: String,
+    pub segment_size: u64,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -44,6 +46,8 @@ pub struct Node {
 #[serde(deny_unknown_fields)]
 pub struct Limits {
     pub max_frame_size: u32,
+    pub max_connections: usize,
+    pub clients_table_max: usize,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -57,9 +61,18 @@ pub struct Transport {
 pub enum ConfigError {
     Toml(String),
     UnknownKey(String),
-    BadValue { key: String, value: String, expected: &'static str },
-    BadAddress { key: String, value: String },
-    WildcardWithoutAdvertised { key: String },
+    BadValue {
+        key: String,
+        value: String,
+        expected: &'static str,
+    },
+    BadAddress {
+        key: String,
+        value: String,
+    },
+    WildcardWithoutAdvertised {
+        key: String,
+    },
 }
 
 impl std::fmt::Display for ConfigError {
@@ -67,7 +80,11 @@ impl std::fmt::Display for ConfigError {
         match self {
             Self::Toml(m) => write!(f, "config: {m}"),
             Self::UnknownKey(k) => write!(f, "config: unknown key `{k}`"),
-            Self::BadValue { key, value, expected } => {
+            Self::BadValue {
+                key,
+                value,
+                expected,
+            } => {
                 write!(f, "config: `{key}` = {value:?} is not a valid {expected}")
             }
             Self::BadAddress { key, value } => {
@@ -85,7 +102,9 @@ impl std::fmt::Display for ConfigError {
 impl std::error::Error for ConfigError {}
 
 fn defaults_table() -> Table {
-    DEFAULTS.parse::<Table>().expect("embedded defaults are valid TOML")
+    DEFAULTS
+        .parse::<Table>()
+        .expect("embedded defaults are valid TOML")
 }
 
 /// Every leaf key as `section.key`, with its default value.
@@ -97,7 +116,11 @@ pub fn leaves() -> BTreeMap<String, Value> {
 
 fn flatten(prefix: &str, t: &Table, out: &mut BTreeMap<String, Value>) {
     for (k, v) in t {
-        let path = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+        let path = if prefix.is_empty() {
+            k.clone()
+        } else {
+            format!("{prefix}.{k}")
+        };
         match v {
             Value::Table(inner) => flatten(&path, inner, out),
             other => {
@@ -114,7 +137,11 @@ pub fn env_name(path: &str) -> String {
 
 fn merge(base: &mut Table, over: &Table, prefix: &str) -> Result<(), ConfigError> {
     for (k, v) in over {
-        let path = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+        let path = if prefix.is_empty() {
+            k.clone()
+        } else {
+            format!("{prefix}.{k}")
+        };
         match (base.get_mut(k), v) {
             (Some(Value::Table(b)), Value::Table(o)) => merge(b, o, &path)?,
             (Some(Value::Table(_)), _) | (None, _) => return Err(ConfigError::UnknownKey(path)),
@@ -148,7 +175,10 @@ fn set_path(t: &mut Table, path: &str, v: Value) {
     let last = parts.pop().expect("non-empty path");
     let mut cur = t;
     for p in parts {
-        cur = cur.get_mut(p).and_then(Value::as_table_mut).expect("known section");
+        cur = cur
+            .get_mut(p)
+            .and_then(Value::as_table_mut)
+            .expect("known section");
     }
     cur.insert(last.to_string(), v);
 }
@@ -160,11 +190,15 @@ pub fn load(
 ) -> Result<Config, ConfigError> {
     let mut table = defaults_table();
     if let Some(text) = file {
-        let over = text.parse::<Table>().map_err(|e| ConfigError::Toml(e.to_string()))?;
+        let over = text
+            .parse::<Table>()
+            .map_err(|e| ConfigError::Toml(e.to_string()))?;
         merge(&mut table, &over, "")?;
     }
     for (path, default) in leaves() {
-        let Some(raw) = env(&env_name(&path)) else { continue };
+        let Some(raw) = env(&env_name(&path)) else {
+            continue;
+        };
         let bad = || ConfigError::BadValue {
             key: path.clone(),
             value: raw.clone(),
@@ -200,15 +234,22 @@ impl Config {
     }
 
     pub fn validate(&self) -> Result<(), ConfigError> {
+        if !matches!(self.system.durability.as_str(), "replicated" | "persisted") {
+            return Err(ConfigError::BadValue {
+                key: "system.durability".into(),
+                value: self.system.durability.clone(),
+                expected: "durability (replicated or persisted)",
+            });
+        }
         for (name, t) in self.transports() {
             if !t.enabled {
                 continue;
             }
             let key = format!("{name}.address");
-            let addr: SocketAddr = t
-                .address
-                .parse()
-                .map_err(|_| ConfigError::BadAddress { key: key.clone(), value: t.address.clone() })?;
+            let addr: SocketAddr = t.address.parse().map_err(|_| ConfigError::BadAddress {
+                key: key.clone(),
+                value: t.address.clone(),
+            })?;
             if addr.ip().is_unspecified() && self.node.advertised_address.trim().is_empty() {
                 return Err(ConfigError::WildcardWithoutAdvertised { key });
             }
@@ -232,7 +273,9 @@ impl Config {
         if self.runtime.shards > 0 {
             self.runtime.shards
         } else {
-            std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
         }
     }
 }
@@ -279,11 +322,17 @@ mod tests {
 
     #[test]
     fn unparsable_values_are_named() {
-        let e = load(None, |k: &str| (k == "IGGY_HTTP_ENABLED").then(|| "maybe".into())).unwrap_err();
+        let e = load(None, |k: &str| {
+            (k == "IGGY_HTTP_ENABLED").then(|| "maybe".into())
+        })
+        .unwrap_err();
         assert!(e.to_string().contains("http.enabled"), "{e}");
         let e = load(Some("[runtime]\nshards = \"two\"\n"), none).unwrap_err();
         assert!(e.to_string().contains("runtime.shards"), "{e}");
-        let e = load(None, |k: &str| (k == "IGGY_TCP_ADDRESS").then(|| "nowhere".into())).unwrap_err();
+        let e = load(None, |k: &str| {
+            (k == "IGGY_TCP_ADDRESS").then(|| "nowhere".into())
+        })
+        .unwrap_err();
         assert!(e.to_string().contains("tcp.address"), "{e}");
     }
 
@@ -292,7 +341,9 @@ mod tests {
         let wild = |k: &str| (k == "IGGY_TCP_ADDRESS").then(|| "0.0.0.0:8090".into());
         assert_eq!(
             load(None, wild).unwrap_err(),
-            ConfigError::WildcardWithoutAdvertised { key: "tcp.address".into() }
+            ConfigError::WildcardWithoutAdvertised {
+                key: "tcp.address".into()
+            }
         );
         let ok = |k: &str| match k {
             "IGGY_TCP_ADDRESS" => Some("0.0.0.0:8090".into()),

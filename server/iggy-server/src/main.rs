@@ -1,7 +1,22 @@
-//! iggy-server: command line and configuration. The transport runtime and protocol
-//! dispatch are not built yet (they wait on the generated codec).
+//! iggy-server: a persistent message-streaming log speaking the Iggy binary protocol.
+//! Start-up: flags, layered configuration, the storage-format gate, then the node on a compio
+//! runtime with its transports. See ARCHITECTURE.md for the request path.
 
 mod config;
+mod dispatch;
+mod frame;
+mod group;
+mod metadata;
+mod metadata_machine;
+mod node;
+mod options;
+mod partition;
+mod replies;
+mod session;
+mod tcp;
+mod users;
+mod wal;
+mod wire_users;
 
 use std::process::ExitCode;
 
@@ -25,7 +40,9 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
                 a.replica_id = v.parse().map_err(|_| format!("bad --replica-id {v:?}"))?;
             }
             other => match other.strip_prefix("--replica-id=") {
-                Some(v) => a.replica_id = v.parse().map_err(|_| format!("bad --replica-id {v:?}"))?,
+                Some(v) => {
+                    a.replica_id = v.parse().map_err(|_| format!("bad --replica-id {v:?}"))?
+                }
                 None => return Err(format!("unknown argument {other:?}")),
             },
         }
@@ -54,6 +71,13 @@ fn root_credentials(default: bool, env: impl Fn(&str) -> Option<String>) -> (Str
 }
 
 fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
     let args = match parse_args(std::env::args().skip(1)) {
         Ok(a) => a,
         Err(e) => {
@@ -85,22 +109,86 @@ fn main() -> ExitCode {
     };
     if args.fresh && std::path::Path::new(&cfg.system.path).exists() {
         if let Err(e) = std::fs::remove_dir_all(&cfg.system.path) {
-            eprintln!("iggy-server: --fresh: cannot remove {}: {e}", cfg.system.path);
+            eprintln!(
+                "iggy-server: --fresh: cannot remove {}: {e}",
+                cfg.system.path
+            );
             return ExitCode::FAILURE;
         }
     }
+    let data = match iggy_storage::open_data_dir(&cfg.system.path) {
+        Ok(data) => data,
+        Err(error) => {
+            eprintln!("iggy-server: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
     let (user, pw, generated) =
         root_credentials(args.default_root_credentials, |k| std::env::var(k).ok());
-    if generated {
+    let runtime = match compio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("iggy-server: cannot start the io_uring runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(run(cfg, data, args.replica_id, (user, pw, generated)))
+}
+
+async fn run(
+    cfg: config::Config,
+    data: iggy_storage::DataDir,
+    replica_id: u8,
+    root: (String, String, bool),
+) -> ExitCode {
+    let (user, pw, generated) = root;
+    let node =
+        match node::Node::start(cfg.clone(), data, replica_id, (user.clone(), pw.clone())).await {
+            Ok(node) => node,
+            Err(error) => {
+                eprintln!("iggy-server: cannot open the data directory: {error}");
+                return ExitCode::FAILURE;
+            }
+        };
+    if generated && node.created_root() {
         println!("root user {user:?} generated password: {pw}");
     }
-    eprintln!(
-        "iggy-server: replica {} config ok (tcp {}, {} shards); transport runtime not built yet",
-        args.replica_id,
-        cfg.tcp.address,
-        cfg.shard_count()
+    let listener = match compio::net::TcpListener::bind(&cfg.tcp.address).await {
+        Ok(listener) => listener,
+        Err(error) => {
+            eprintln!("iggy-server: cannot bind tcp {}: {error}", cfg.tcp.address);
+            return ExitCode::FAILURE;
+        }
+    };
+    tracing::info!(
+        "iggy-server replica {replica_id} listening on tcp {}",
+        cfg.tcp.address
     );
-    ExitCode::FAILURE
+    compio::runtime::spawn(tcp::serve(listener, node.clone())).detach();
+    wait_for_shutdown().await;
+    tracing::info!("shutting down");
+    ExitCode::SUCCESS
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn wait_for_shutdown() {
+    let terminate = async {
+        match compio::signal::unix::signal(libc_sigterm()).await {
+            Ok(()) => {}
+            Err(error) => {
+                tracing::warn!("cannot wait for SIGTERM: {error}");
+                std::future::pending::<()>().await
+            }
+        }
+    };
+    let interrupt = async {
+        let _ = compio::signal::ctrl_c().await;
+    };
+    futures_util::future::select(Box::pin(terminate), Box::pin(interrupt)).await;
+}
+
+const fn libc_sigterm() -> i32 {
+    15
 }
 
 #[cfg(test)]
@@ -114,7 +202,10 @@ mod tests {
     #[test]
     fn args() {
         let a = p(&["--replica-id", "3", "-f", "--with-default-root-credentials"]).unwrap();
-        assert_eq!((a.replica_id, a.fresh, a.default_root_credentials), (3, true, true));
+        assert_eq!(
+            (a.replica_id, a.fresh, a.default_root_credentials),
+            (3, true, true)
+        );
         assert_eq!(p(&["--replica-id=7"]).unwrap().replica_id, 7);
         assert!(p(&["--bogus"]).is_err());
         assert!(p(&["--replica-id"]).is_err());
@@ -122,13 +213,19 @@ mod tests {
 
     #[test]
     fn credentials() {
-        assert_eq!(root_credentials(true, |_| None), ("iggy".into(), "iggy".into(), false));
+        assert_eq!(
+            root_credentials(true, |_| None),
+            ("iggy".into(), "iggy".into(), false)
+        );
         let env = |k: &str| match k {
             "IGGY_ROOT_USERNAME" => Some("admin".into()),
             "IGGY_ROOT_PASSWORD" => Some("secret".into()),
             _ => None,
         };
-        assert_eq!(root_credentials(false, env), ("admin".into(), "secret".into(), false));
+        assert_eq!(
+            root_credentials(false, env),
+            ("admin".into(), "secret".into(), false)
+        );
         let (u, pw, generated) = root_credentials(false, |_| None);
         assert_eq!(u, "iggy");
         assert!(generated && pw.len() == 24);

@@ -1,0 +1,846 @@
+//! From an admitted request to its reply: session checks, the version gate, body decoding with
+//! the generated codec, permission checks, and routing to the metadata group, a partition group
+//! or a read. Transport-independent: TCP, QUIC and WebSocket all call [`dispatch`].
+
+use crate::frame::{self, Admitted, ReplyMeta};
+use crate::group::{Outcome, refusal_error};
+use crate::metadata::{Ident, Need};
+use crate::metadata_machine::{Envelope, ident, session_record};
+use crate::node::{Node, PartitionKey};
+use crate::partition::{OffsetOwner, PartitionWrite, StartAt, WriteResult};
+use crate::replies;
+use bytes::Bytes;
+use iggy_generated::commands::{self, CommandInfo};
+use iggy_generated::errors::ErrorCode;
+use iggy_generated::frames::{EvictionReason, Operation, RequestHeader};
+use iggy_generated::payloads::{
+    BindSessionRequest, ConsumerGroupIdRequest, CreateConsumerGroupRequest,
+    CreatePartitionsRequest, CreateTopicRequest, DeleteConsumerOffsetRequest,
+    DeletePartitionsRequest, DeleteSegmentsRequest, GetConsumerOffsetRequest,
+    GetPartitionRouteRequest, LoginRegisterRequest, LoginRegisterWithPatRequest,
+    PollMessagesRequest, SendMessagesRequest, StoreConsumerOffsetRequest, StreamIdRequest,
+    TopicIdRequest,
+};
+use iggy_generated::protocol;
+use iggy_wire::WireDecode;
+use std::rc::Rc;
+
+/// What a connection knows about its peer, for `me` and the client list.
+#[derive(Debug, Clone)]
+pub struct ClientInfo {
+    pub id: u32,
+    pub address: String,
+    pub transport: &'static str,
+    pub user_id: Option<u32>,
+}
+
+/// The session a connection is bound to.
+#[derive(Debug, Clone, Copy)]
+pub struct Bound {
+    pub client: u128,
+    pub session: u64,
+    pub user_id: u32,
+    pub protocol: u32,
+}
+
+/// Per-connection state.
+#[derive(Debug, Default)]
+pub struct Connection {
+    pub id: u32,
+    pub bound: Option<Bound>,
+}
+
+/// What the transport does with the outcome.
+pub enum Dispatched {
+    Reply(Vec<u8>),
+    /// Send these bytes (an eviction), then close.
+    Close(Vec<u8>),
+}
+
+struct Request<'a> {
+    header: &'a RequestHeader,
+    operation: Operation,
+}
+
+impl Request<'_> {
+    fn ok(&self, operation: Operation, commit: u64, body: &[u8]) -> Dispatched {
+        Dispatched::Reply(frame::reply(
+            self.header,
+            operation,
+            ReplyMeta { commit, status: 0 },
+            body,
+        ))
+    }
+
+    fn reply(&self, body: &[u8]) -> Dispatched {
+        self.ok(self.operation, 0, body)
+    }
+
+    fn fail(&self, error: ErrorCode) -> Dispatched {
+        Dispatched::Reply(frame::error_reply(self.header, self.operation, error))
+    }
+
+    fn evict(&self, reason: EvictionReason) -> Dispatched {
+        Dispatched::Close(frame::eviction(self.header.client, reason))
+    }
+}
+
+pub fn now_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+fn decode<'a, T: WireDecode<'a>>(body: &'a [u8]) -> Result<T, ErrorCode> {
+    T::decode_exact(body).map_err(|_| ErrorCode::InvalidFormat)
+}
+
+/// Handles one request.
+pub async fn dispatch(
+    node: &Rc<Node>,
+    connection: &mut Connection,
+    admitted: Admitted,
+    body: Bytes,
+) -> Dispatched {
+    let header = admitted.header;
+    let request = Request {
+        header: &header,
+        operation: admitted.operation,
+    };
+    match admitted.operation {
+        Operation::Register => register(node, connection, &request, &body).await,
+        Operation::NonReplicated => {
+            let code = admitted.non_replicated_code();
+            match non_replicated(node, connection, &request, code, &body).await {
+                Ok(done) => done,
+                Err(error) => request.fail(error),
+            }
+        }
+        operation => {
+            let Some(bound) = authenticated(connection, &header) else {
+                return request.fail(ErrorCode::Unauthenticated);
+            };
+            let result = match operation {
+                Operation::Logout => logout(node, connection, &request, bound).await,
+                Operation::SendMessages
+                | Operation::StoreConsumerOffset
+                | Operation::DeleteConsumerOffset => {
+                    partition_write(node, &request, bound, &body).await
+                }
+                _ => metadata_write(node, &request, bound, &body).await,
+            };
+            result.unwrap_or_else(|error| request.fail(error))
+        }
+    }
+}
+
+/// The connection's session, if the request belongs to it.
+fn authenticated(connection: &Connection, header: &RequestHeader) -> Option<Bound> {
+    let bound = connection.bound?;
+    (bound.client == header.client && (header.session == 0 || header.session == bound.session))
+        .then_some(bound)
+}
+
+fn command_for(operation: Operation) -> Option<&'static CommandInfo> {
+    let name = format!("{operation:?}");
+    commands::COMMANDS.iter().find(|c| c.operation == name)
+}
+
+// ----- sessions -----
+
+enum Login<'a> {
+    Password {
+        username: &'a str,
+        password: &'a str,
+    },
+    Token(&'a str),
+}
+
+async fn register(
+    node: &Rc<Node>,
+    connection: &mut Connection,
+    request: &Request<'_>,
+    body: &[u8],
+) -> Dispatched {
+    // 40 and 45 share the Register operation; the body tells them apart.
+    let (version, secret, login) = if let Ok(r) = LoginRegisterRequest::decode_exact(body) {
+        (
+            r.version_info.protocol_version,
+            r.bind_secret,
+            Login::Password {
+                username: r.username,
+                password: r.password,
+            },
+        )
+    } else if let Ok(r) = LoginRegisterWithPatRequest::decode_exact(body) {
+        (
+            r.version_info.protocol_version,
+            r.bind_secret,
+            Login::Token(r.token),
+        )
+    } else {
+        return request.evict(EvictionReason::MalformedLogin);
+    };
+    if protocol::admit(version).is_none() {
+        return request.evict(EvictionReason::IncompatibleProtocol);
+    }
+    let user_id = match login {
+        Login::Password { username, password } => {
+            crate::users::verify_password(&node.shared, username, password)
+        }
+        Login::Token(token) => crate::users::verify_token(&node.shared, token, now_micros()),
+    };
+    let user_id = match user_id {
+        Ok(user_id) => user_id,
+        Err(error) => return request.fail(error),
+    };
+    let client = request.header.client;
+    let existing = node.shared.metadata.borrow().sessions.get(client).copied();
+    if let Some(existing) = existing {
+        if existing.user_id != user_id {
+            return request.evict(EvictionReason::SessionError);
+        }
+        return bind(
+            node,
+            connection,
+            request,
+            client,
+            existing.session,
+            user_id,
+            version,
+        );
+    }
+    let record = session_record(user_id, version, secret);
+    match node
+        .metadata
+        .submit(client, 0, iggy_vsr::OPERATION_REGISTER, record)
+        .await
+    {
+        Outcome::Committed { op, .. } => {
+            bind(node, connection, request, client, op, user_id, version)
+        }
+        Outcome::Refused(refusal) => request.fail(refusal_error(&refusal)),
+        Outcome::Failed => request.fail(ErrorCode::TransientNotCommitted),
+    }
+}
+
+fn bind(
+    node: &Rc<Node>,
+    connection: &mut Connection,
+    request: &Request<'_>,
+    client: u128,
+    session: u64,
+    user_id: u32,
+    protocol: u32,
+) -> Dispatched {
+    connection.bound = Some(Bound {
+        client,
+        session,
+        user_id,
+        protocol,
+    });
+    if let Some(info) = node.clients.borrow_mut().get_mut(&connection.id) {
+        info.user_id = Some(user_id);
+    }
+    let commit = node.shared.metadata.borrow().commit;
+    let body = replies::login_response(user_id, session);
+    // A plain LoginRegisterResponse under NonReplicated: the SDK accepts it for 40, 45 and 15.
+    request.ok(Operation::NonReplicated, commit.max(session), &body)
+}
+
+async fn logout(
+    node: &Rc<Node>,
+    connection: &mut Connection,
+    request: &Request<'_>,
+    bound: Bound,
+) -> Result<Dispatched, ErrorCode> {
+    let body = Envelope::encode(now_micros(), bound.user_id, &[]);
+    match node
+        .metadata
+        .submit(
+            bound.client,
+            request.header.request,
+            Operation::Logout.to_repr(),
+            body,
+        )
+        .await
+    {
+        Outcome::Committed { op, .. } => {
+            connection.bound = None;
+            Ok(request.ok(Operation::Logout, op, &[]))
+        }
+        Outcome::Refused(refusal) => Err(refusal_error(&refusal)),
+        Outcome::Failed => Err(ErrorCode::TransientNotCommitted),
+    }
+}
+
+// ----- replicated metadata ops -----
+
+/// The permission a metadata op needs, resolved against the current state.
+fn metadata_need(node: &Node, operation: Operation, body: &[u8]) -> Result<Need, ErrorCode> {
+    let metadata = node.shared.metadata.borrow();
+    let stream_of =
+        |id: &iggy_generated::payloads::Identifier<'_>| metadata.stream(&ident(id)?).map(|s| s.id);
+    let topic_of = |s: &iggy_generated::payloads::Identifier<'_>,
+                    t: &iggy_generated::payloads::Identifier<'_>| {
+        metadata
+            .topic(&ident(s)?, &ident(t)?)
+            .map(|(s, t)| (s.id, t.id))
+    };
+    Ok(match operation {
+        Operation::CreateStream => Need::ManageStreams,
+        Operation::DeleteStream => {
+            Need::ManageStream(stream_of(&decode::<StreamIdRequest>(body)?.stream_id)?)
+        }
+        Operation::CreateTopic => {
+            Need::ManageTopics(stream_of(&decode::<CreateTopicRequest>(body)?.stream_id)?)
+        }
+        Operation::DeleteTopic => {
+            let r: TopicIdRequest = decode(body)?;
+            let (s, t) = topic_of(&r.stream_id, &r.topic_id)?;
+            Need::ManageTopic(s, t)
+        }
+        Operation::CreatePartitions => {
+            let r: CreatePartitionsRequest = decode(body)?;
+            let (s, t) = topic_of(&r.stream_id, &r.topic_id)?;
+            Need::ManageTopic(s, t)
+        }
+        Operation::DeletePartitions => {
+            let r: DeletePartitionsRequest = decode(body)?;
+            let (s, t) = topic_of(&r.stream_id, &r.topic_id)?;
+            Need::ManageTopic(s, t)
+        }
+        Operation::DeleteSegments => {
+            let r: DeleteSegmentsRequest = decode(body)?;
+            let (s, t) = topic_of(&r.stream_id, &r.topic_id)?;
+            Need::ManageTopic(s, t)
+        }
+        Operation::CreateConsumerGroup => {
+            let r: CreateConsumerGroupRequest = decode(body)?;
+            let (s, t) = topic_of(&r.stream_id, &r.topic_id)?;
+            Need::ManageTopic(s, t)
+        }
+        Operation::DeleteConsumerGroup => {
+            let r: ConsumerGroupIdRequest = decode(body)?;
+            let (s, t) = topic_of(&r.stream_id, &r.topic_id)?;
+            Need::ManageTopic(s, t)
+        }
+        Operation::JoinConsumerGroup | Operation::LeaveConsumerGroup => {
+            let r: ConsumerGroupIdRequest = decode(body)?;
+            let (s, t) = topic_of(&r.stream_id, &r.topic_id)?;
+            Need::PollMessages(s, t)
+        }
+        _ => return crate::users::need(operation),
+    })
+}
+
+async fn metadata_write(
+    node: &Rc<Node>,
+    request: &Request<'_>,
+    bound: Bound,
+    body: &[u8],
+) -> Result<Dispatched, ErrorCode> {
+    let operation = request.operation;
+    let Some(command) = command_for(operation) else {
+        return Err(ErrorCode::InvalidCommand);
+    };
+    if command.class != "metadata" {
+        return Err(ErrorCode::InvalidCommand);
+    }
+    let need = metadata_need(node, operation, body)?;
+    if !node.shared.user_allows(bound.user_id, need) {
+        return Err(ErrorCode::Unauthorized);
+    }
+    // Secrets are turned into hashes before they reach the journal.
+    let prepared = crate::users::prepare(&node.shared, operation, bound.user_id, body)?;
+    let journaled = Envelope::encode(
+        now_micros(),
+        bound.user_id,
+        prepared.body.as_deref().unwrap_or(body),
+    );
+    let outcome = node
+        .metadata
+        .submit(
+            bound.client,
+            request.header.request,
+            operation.to_repr(),
+            journaled,
+        )
+        .await;
+    match outcome {
+        Outcome::Committed { op, reply } => {
+            if operation == Operation::DeleteSegments && reply.is_empty() {
+                let r: DeleteSegmentsRequest = decode(body)?;
+                let key = resolve_partition(node, &r.stream_id, &r.topic_id, Some(r.partition_id))?;
+                if let Some(partition) = node.shared.partition(key) {
+                    partition.delete_segments(r.segments_count).await?;
+                    node.shared.refresh_stats(key).await;
+                }
+            }
+            let reply = prepared.reveal(reply);
+            if !command.result_framed {
+                // Not result-framed (138): a rejection travels in the status.
+                if let Some(code) = replies::rejection_of(&reply) {
+                    return Err(code);
+                }
+                return Ok(request.ok(operation, op, &[]));
+            }
+            Ok(request.ok(operation, op, &reply))
+        }
+        Outcome::Refused(refusal) => Err(refusal_error(&refusal)),
+        Outcome::Failed => Err(ErrorCode::TransientNotCommitted),
+    }
+}
+
+// ----- partition plane -----
+
+/// Resolves stream, topic and partition ids to a partition the node serves.
+fn resolve_partition(
+    node: &Node,
+    stream: &iggy_generated::payloads::Identifier<'_>,
+    topic: &iggy_generated::payloads::Identifier<'_>,
+    partition: Option<u32>,
+) -> Result<PartitionKey, ErrorCode> {
+    let metadata = node.shared.metadata.borrow();
+    let (s, t) = metadata.topic(&ident(stream)?, &ident(topic)?)?;
+    let partition = partition.unwrap_or(0);
+    if !t.partitions.contains_key(&partition) {
+        return Err(ErrorCode::PartitionNotFound);
+    }
+    Ok((s.id, t.id, partition))
+}
+
+fn incarnation_of(node: &Node, key: PartitionKey) -> u64 {
+    let metadata = node.shared.metadata.borrow();
+    metadata
+        .streams
+        .get(&key.0)
+        .and_then(|s| s.topics.get(&key.1))
+        .and_then(|t| t.partitions.get(&key.2))
+        .map_or(0, |p| p.incarnation)
+}
+
+/// The partition context a client sends must name the partition's current history.
+fn check_incarnation(
+    node: &Node,
+    header: &RequestHeader,
+    key: PartitionKey,
+) -> Result<(), ErrorCode> {
+    if header.partition_incarnation != incarnation_of(node, key) {
+        return Err(ErrorCode::HistoryUnavailable);
+    }
+    Ok(())
+}
+
+/// Who an offset belongs to, for a consumer of `kind` (1 consumer, 2 group, 3 external group).
+fn offset_owner(
+    node: &Node,
+    consumer: &iggy_generated::payloads::Consumer<'_>,
+    key: PartitionKey,
+) -> Result<OffsetOwner, ErrorCode> {
+    let id = ident(&consumer.id)?;
+    match consumer.kind {
+        1 => match id {
+            Ident::Id(id) => Ok(OffsetOwner::Consumer(id)),
+            Ident::Name(name) => Ok(OffsetOwner::Consumer(name_hash(&name))),
+        },
+        2 | 3 => {
+            let metadata = node.shared.metadata.borrow();
+            let topic = &metadata.streams[&key.0].topics[&key.1];
+            let group = match &id {
+                Ident::Id(id) => topic.consumer_groups.get(id),
+                Ident::Name(name) => topic.consumer_groups.values().find(|g| &g.name == name),
+            };
+            match group {
+                Some(group) => Ok(OffsetOwner::Group(group.id)),
+                None if consumer.kind == 3 => Ok(OffsetOwner::Group(match id {
+                    Ident::Id(id) => id,
+                    Ident::Name(name) => name_hash(&name),
+                })),
+                None => Err(ErrorCode::ConsumerGroupIdNotFound),
+            }
+        }
+        _ => Err(ErrorCode::InvalidFormat),
+    }
+}
+
+/// Consumers named by string keep their offsets under a stable 32-bit key.
+fn name_hash(name: &str) -> u32 {
+    use std::hash::Hasher;
+    let mut hasher = twox_hash::XxHash32::with_seed(0);
+    hasher.write(name.as_bytes());
+    hasher.finish() as u32 | 0x8000_0000
+}
+
+fn partition_arg(partition: &iggy_generated::payloads::OptionalPartitionId) -> Option<u32> {
+    (partition.has == 1).then_some(partition.partition_id)
+}
+
+async fn partition_write(
+    node: &Rc<Node>,
+    request: &Request<'_>,
+    bound: Bound,
+    body: &Bytes,
+) -> Result<Dispatched, ErrorCode> {
+    let header = request.header;
+    let mut appended_bytes = 0u64;
+    let (key, write) = match request.operation {
+        Operation::SendMessages => {
+            let send: SendMessagesRequest = decode(body)?;
+            if send.partitioning.kind != 2 || send.partitioning.value.len() != 4 {
+                return Err(ErrorCode::InvalidFormat);
+            }
+            let partition =
+                u32::from_le_bytes(send.partitioning.value.try_into().expect("4 bytes"));
+            let key = resolve_partition(node, &send.stream_id, &send.topic_id, Some(partition))?;
+            if !node
+                .shared
+                .user_allows(bound.user_id, Need::SendMessages(key.0, key.1))
+            {
+                return Err(ErrorCode::Unauthorized);
+            }
+            // metadata_length counts stream id through messages count.
+            if send.metadata_length as usize != body.len() - 4 - send.batch.len() {
+                return Err(ErrorCode::InvalidFormat);
+            }
+            let count = iggy_storage::batch::verify(send.batch).map_err(replies::batch_error)?;
+            if count == 0 || count != send.messages_count {
+                return Err(ErrorCode::InvalidMessagesCount);
+            }
+            let offset = body.len() - send.batch.len();
+            appended_bytes = send.batch.len() as u64;
+            (
+                key,
+                PartitionWrite::Send {
+                    timestamp: now_micros(),
+                    batch: body.slice(offset..),
+                },
+            )
+        }
+        Operation::StoreConsumerOffset => {
+            let store: StoreConsumerOffsetRequest = decode(body)?;
+            let key = resolve_partition(
+                node,
+                &store.stream_id,
+                &store.topic_id,
+                partition_arg(&store.partition_id),
+            )?;
+            if !node
+                .shared
+                .user_allows(bound.user_id, Need::PollMessages(key.0, key.1))
+            {
+                return Err(ErrorCode::Unauthorized);
+            }
+            let owner = offset_owner(node, &store.consumer, key)?;
+            (
+                key,
+                PartitionWrite::StoreOffset {
+                    owner,
+                    offset: store.offset,
+                },
+            )
+        }
+        Operation::DeleteConsumerOffset => {
+            let delete: DeleteConsumerOffsetRequest = decode(body)?;
+            let key = resolve_partition(
+                node,
+                &delete.stream_id,
+                &delete.topic_id,
+                partition_arg(&delete.partition_id),
+            )?;
+            if !node
+                .shared
+                .user_allows(bound.user_id, Need::PollMessages(key.0, key.1))
+            {
+                return Err(ErrorCode::Unauthorized);
+            }
+            let owner = offset_owner(node, &delete.consumer, key)?;
+            (key, PartitionWrite::DeleteOffset { owner })
+        }
+        _ => return Err(ErrorCode::InvalidCommand),
+    };
+    check_incarnation(node, header, key)?;
+    let partition = node
+        .shared
+        .partition(key)
+        .ok_or(ErrorCode::PartitionNotFound)?;
+    let result = partition.write(bound.client, header.request, write).await?;
+    match (request.operation, result) {
+        (Operation::SendMessages, WriteResult::Appended { base_offset, count }) => {
+            node.shared.note_append(key, appended_bytes, count);
+            Ok(request.reply(&replies::send_confirmation(key, base_offset)))
+        }
+        (Operation::SendMessages, WriteResult::Failed(code)) => Err(code),
+        (_, WriteResult::Failed(code)) => Ok(request.reply(&replies::result_rejection(code))),
+        _ => Ok(request.reply(&replies::RESULT_OK)),
+    }
+}
+
+// ----- non-replicated requests -----
+
+async fn non_replicated(
+    node: &Rc<Node>,
+    connection: &mut Connection,
+    request: &Request<'_>,
+    code: u32,
+    body: &[u8],
+) -> Result<Dispatched, ErrorCode> {
+    let header = request.header;
+    let version = connection
+        .bound
+        .map_or(protocol::CURRENT.packed(), |b| b.protocol);
+    let command = commands::lookup(code, version).ok_or(ErrorCode::InvalidCommand)?;
+    if command.operation != "NonReplicated" {
+        return Err(ErrorCode::InvalidCommand);
+    }
+    match code {
+        1 => return Ok(request.reply(&[])),
+        15 => return Ok(bind_session(node, connection, request, body)),
+        _ => {}
+    }
+    let Some(bound) = authenticated(connection, header) else {
+        return Err(ErrorCode::Unauthenticated);
+    };
+    let commit = node.shared.metadata.borrow().commit;
+    if header.minimum_metadata_op > commit {
+        return Err(ErrorCode::TransientNotAccepted);
+    }
+    let user = bound.user_id;
+    let allows = |need: Need| node.shared.user_allows(user, need);
+    let metadata_read = |need: Need, body: Option<Vec<u8>>| -> Result<Dispatched, ErrorCode> {
+        if !allows(need) {
+            return Err(ErrorCode::Unauthorized);
+        }
+        Ok(request.reply(&body.unwrap_or_default()))
+    };
+    match code {
+        12 => Ok(request.reply(&replies::cluster_metadata(&node.shared))),
+        200 => {
+            let r: StreamIdRequest = decode(body)?;
+            let id = node
+                .shared
+                .metadata
+                .borrow()
+                .stream(&ident(&r.stream_id)?)
+                .map(|s| s.id)
+                .ok();
+            match id {
+                Some(id) => {
+                    let reply = {
+                        let metadata = node.shared.metadata.borrow();
+                        replies::stream_details(&node.shared, &metadata.streams[&id])
+                    };
+                    metadata_read(Need::ReadStream(id), Some(reply))
+                }
+                None => metadata_read(Need::ReadStreams, None),
+            }
+        }
+        201 => metadata_read(Need::ReadStreams, Some(replies::stream_list(&node.shared))),
+        300 => {
+            let r: TopicIdRequest = decode(body)?;
+            let found = node
+                .shared
+                .metadata
+                .borrow()
+                .topic(&ident(&r.stream_id)?, &ident(&r.topic_id)?)
+                .map(|(s, t)| (s.id, t.id))
+                .ok();
+            match found {
+                Some((s, t)) => {
+                    let reply = {
+                        let metadata = node.shared.metadata.borrow();
+                        replies::topic_details(&node.shared, s, &metadata.streams[&s].topics[&t])
+                    };
+                    metadata_read(Need::ReadTopic(s, t), Some(reply))
+                }
+                None => metadata_read(Need::ReadStreams, None),
+            }
+        }
+        301 => {
+            let r: StreamIdRequest = decode(body)?;
+            let stream = node
+                .shared
+                .metadata
+                .borrow()
+                .stream(&ident(&r.stream_id)?)
+                .map(|s| s.id)?;
+            let reply = replies::topic_list(&node.shared, stream);
+            metadata_read(Need::ReadTopics(stream), Some(reply))
+        }
+        105 => {
+            let r: GetPartitionRouteRequest = decode(body)?;
+            let key = resolve_partition(node, &r.stream_id, &r.topic_id, Some(r.partition_id))?;
+            if !allows(Need::ReadTopic(key.0, key.1)) && !allows(Need::SendMessages(key.0, key.1)) {
+                return Err(ErrorCode::Unauthorized);
+            }
+            Ok(request.reply(&replies::partition_route(&node.shared, key)))
+        }
+        100 => poll(node, request, bound, body).await,
+        120 => {
+            let r: GetConsumerOffsetRequest = decode(body)?;
+            let key = resolve_partition(
+                node,
+                &r.stream_id,
+                &r.topic_id,
+                partition_arg(&r.partition_id),
+            )?;
+            if !allows(Need::PollMessages(key.0, key.1)) {
+                return Err(ErrorCode::Unauthorized);
+            }
+            let owner = match offset_owner(node, &r.consumer, key) {
+                Ok(owner) => owner,
+                Err(ErrorCode::ConsumerGroupIdNotFound) => return Ok(request.reply(&[])),
+                Err(error) => return Err(error),
+            };
+            let partition = node
+                .shared
+                .partition(key)
+                .ok_or(ErrorCode::PartitionNotFound)?;
+            match partition.offset(owner).await {
+                Some((current, Some(stored))) => {
+                    Ok(request.reply(&replies::consumer_offset(key.2, current, stored)))
+                }
+                _ => Ok(request.reply(&[])),
+            }
+        }
+        600 | 606 => {
+            let r: ConsumerGroupIdRequest = decode(body)?;
+            let metadata = node.shared.metadata.borrow();
+            let (s, t) = match metadata.topic(&ident(&r.stream_id)?, &ident(&r.topic_id)?) {
+                Ok((s, t)) => (s, t),
+                Err(_) if code == 600 => return Ok(request.reply(&[])),
+                Err(error) => return Err(error),
+            };
+            if !allows(Need::ReadTopic(s.id, t.id)) && !allows(Need::PollMessages(s.id, t.id)) {
+                return Err(ErrorCode::Unauthorized);
+            }
+            let Ok((_, topic, group)) = metadata.group(
+                &ident(&r.stream_id)?,
+                &ident(&r.topic_id)?,
+                &ident(&r.group_id)?,
+            ) else {
+                return Ok(request.reply(&[]));
+            };
+            let reply = if code == 600 {
+                replies::group_details(&metadata, topic, group)
+            } else {
+                replies::group_sync(topic, group, bound.client)
+            };
+            Ok(request.reply(&reply))
+        }
+        601 => {
+            let r: TopicIdRequest = decode(body)?;
+            let metadata = node.shared.metadata.borrow();
+            let (s, t) = metadata.topic(&ident(&r.stream_id)?, &ident(&r.topic_id)?)?;
+            if !allows(Need::ReadTopic(s.id, t.id)) {
+                return Err(ErrorCode::Unauthorized);
+            }
+            Ok(request.reply(&replies::group_list(t)))
+        }
+        _ => crate::users::read(node, connection, request.header, code, body)
+            .await
+            .map(|reply| request.reply(&reply)),
+    }
+}
+
+fn bind_session(
+    node: &Rc<Node>,
+    connection: &mut Connection,
+    request: &Request<'_>,
+    body: &[u8],
+) -> Dispatched {
+    let Ok(bind_request) = BindSessionRequest::decode_exact(body) else {
+        return request.evict(EvictionReason::MalformedLogin);
+    };
+    let version = bind_request.version_info.protocol_version;
+    if protocol::admit(version).is_none() {
+        return request.evict(EvictionReason::IncompatibleProtocol);
+    }
+    let identity = bind_request.identity;
+    let found = node.shared.metadata.borrow().sessions.bind(
+        identity.client_id,
+        identity.session,
+        &bind_request.bind_secret,
+    );
+    match found {
+        Ok(session) if identity.client_id == request.header.client => bind(
+            node,
+            connection,
+            request,
+            identity.client_id,
+            session.session,
+            session.user_id,
+            session.protocol,
+        ),
+        _ => request.fail(ErrorCode::Unauthenticated),
+    }
+}
+
+async fn poll(
+    node: &Rc<Node>,
+    request: &Request<'_>,
+    bound: Bound,
+    body: &[u8],
+) -> Result<Dispatched, ErrorCode> {
+    let header = request.header;
+    let poll: PollMessagesRequest = decode(body)?;
+    let key = resolve_partition(
+        node,
+        &poll.stream_id,
+        &poll.topic_id,
+        partition_arg(&poll.partition_id),
+    )?;
+    if !node
+        .shared
+        .user_allows(bound.user_id, Need::PollMessages(key.0, key.1))
+    {
+        return Err(ErrorCode::Unauthorized);
+    }
+    check_incarnation(node, header, key)?;
+    let owner = offset_owner(node, &poll.consumer, key)?;
+    let owner_generation = match owner {
+        OffsetOwner::Group(group) if poll.consumer.kind == 2 => {
+            let metadata = node.shared.metadata.borrow();
+            let topic = &metadata.streams[&key.0].topics[&key.1];
+            let group = &topic.consumer_groups[&group];
+            if group.owner_of(key.2, &topic.partition_ids()) != Some(bound.client) {
+                return Err(ErrorCode::ConsumerGroupPartitionNotOwned);
+            }
+            group.generation
+        }
+        _ => 0,
+    };
+    let start = match poll.strategy.kind {
+        1 => StartAt::Offset(poll.strategy.value),
+        2 => StartAt::Timestamp(poll.strategy.value),
+        3 => StartAt::First,
+        4 => StartAt::Last,
+        5 => StartAt::Next(owner),
+        _ => return Err(ErrorCode::InvalidFormat),
+    };
+    let partition = node
+        .shared
+        .partition(key)
+        .ok_or(ErrorCode::PartitionNotFound)?;
+    let polled = partition.poll(start, poll.count).await?;
+    if poll.auto_commit
+        && let Some(last) = polled.batches.last_offset
+    {
+        let store = PartitionWrite::StoreOffset {
+            owner,
+            offset: last,
+        };
+        // Best effort: the messages are served even if the commit is refused (a concurrent
+        // request of the same client with a higher number already committed).
+        if let Err(error) = partition.write(bound.client, header.request, store).await {
+            tracing::debug!("auto-commit refused: {error:?}");
+        }
+    }
+    let commit = node.shared.metadata.borrow().commit;
+    let context = iggy_generated::payloads::PartitionContext {
+        incarnation: incarnation_of(node, key),
+        owner_generation,
+        metadata_op: commit,
+    };
+    Ok(request.reply(&replies::polled(key.2, &polled, context)))
+}

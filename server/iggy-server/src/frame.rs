@@ -1,0 +1,227 @@
+//! Client frames: request header admission and reply/eviction encoding, on the generated
+//! 256-byte layouts. Pure functions; the transports only move the bytes.
+
+use iggy_generated::errors::ErrorCode;
+use iggy_generated::frames::{
+    Command, EvictionHeader, EvictionReason, Operation, ReplyHeader, RequestHeader,
+};
+use iggy_generated::protocol;
+
+pub const HEADER_SIZE: usize = RequestHeader::SIZE;
+
+/// Why a request header is refused before its body is looked at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeaderError {
+    /// Not a 256-byte request header (wrong command byte or undecodable).
+    NotARequest,
+    /// `size` below the header or above the configured maximum.
+    BadSize(u32),
+    /// Client id 0.
+    NoClient,
+    /// Reserved, internal or unknown operation.
+    BadOperation(u8),
+}
+
+impl HeaderError {
+    /// The eviction that closes the connection for this error.
+    pub fn eviction_reason(self) -> EvictionReason {
+        match self {
+            HeaderError::NotARequest | HeaderError::NoClient => EvictionReason::InvalidRequestBody,
+            HeaderError::BadSize(_) => EvictionReason::InvalidRequestBodySize,
+            HeaderError::BadOperation(_) => EvictionReason::InvalidRequestOperation,
+        }
+    }
+}
+
+/// A decoded, admitted request header.
+#[derive(Debug, Clone, Copy)]
+pub struct Admitted {
+    pub header: RequestHeader,
+    pub operation: Operation,
+    pub body_len: usize,
+}
+
+impl Admitted {
+    /// Command code carried in `reserved` by NonReplicated requests.
+    pub fn non_replicated_code(&self) -> u32 {
+        u32::from_le_bytes(self.header.reserved)
+    }
+}
+
+/// Client-allowed operations: not Reserved and not the replica-internal ranges.
+fn client_operation(operation: Operation) -> bool {
+    let value = operation.to_repr();
+    !(value == 0 || (64..=75).contains(&value) || (166..=169).contains(&value))
+}
+
+/// Checks a request header. The client checksums, cluster, view, release and replica are
+/// ignored: the SDK sends zeros there.
+pub fn admit_header(bytes: &[u8; HEADER_SIZE], max_frame: u32) -> Result<Admitted, HeaderError> {
+    if bytes[RequestHeader::COMMAND_OFFSET] != Command::Request.to_repr() {
+        return Err(HeaderError::NotARequest);
+    }
+    let header = RequestHeader::decode_fixed(bytes).map_err(|_| HeaderError::NotARequest)?;
+    if (header.size as usize) < HEADER_SIZE || header.size > max_frame {
+        return Err(HeaderError::BadSize(header.size));
+    }
+    if header.client == 0 {
+        return Err(HeaderError::NoClient);
+    }
+    let operation = Operation::from_repr(header.operation)
+        .filter(|op| client_operation(*op))
+        .ok_or(HeaderError::BadOperation(header.operation))?;
+    Ok(Admitted {
+        header,
+        operation,
+        body_len: header.size as usize - HEADER_SIZE,
+    })
+}
+
+/// What a reply says besides its body.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ReplyMeta {
+    /// The metadata commit op reported to the client (raises its watermark).
+    pub commit: u64,
+    /// 0 = success; otherwise the error code, and the body is empty.
+    pub status: u32,
+}
+
+/// Encodes a reply to `request` as header + body, echoing `operation`.
+pub fn reply(
+    request: &RequestHeader,
+    operation: Operation,
+    meta: ReplyMeta,
+    body: &[u8],
+) -> Vec<u8> {
+    let mut out = vec![0u8; HEADER_SIZE + body.len()];
+    let mut header = ReplyHeader::default();
+    header.size = out.len() as u32;
+    header.command = Command::Reply;
+    header.cluster = request.cluster;
+    header.request_checksum = request.request_checksum;
+    header.client = request.client;
+    header.commit = meta.commit;
+    header.request = request.request;
+    header.operation = operation;
+    header.status = meta.status;
+    header.partition_incarnation = request.partition_incarnation;
+    header.encode_fixed(&mut out[..HEADER_SIZE]);
+    out[HEADER_SIZE..].copy_from_slice(body);
+    out
+}
+
+/// Encodes a failed reply: status set, empty body.
+pub fn error_reply(request: &RequestHeader, operation: Operation, error: ErrorCode) -> Vec<u8> {
+    reply(
+        request,
+        operation,
+        ReplyMeta {
+            commit: 0,
+            status: error.code(),
+        },
+        &[],
+    )
+}
+
+/// A session-terminal eviction frame, carrying the admission window.
+pub fn eviction(client: u128, reason: EvictionReason) -> Vec<u8> {
+    let (min, max) = protocol::admission_window();
+    let mut header = EvictionHeader::default();
+    header.size = EvictionHeader::SIZE as u32;
+    header.command = Command::Eviction;
+    header.client = client;
+    header.server_protocol_version = max.packed();
+    header.server_protocol_version_min = min.packed();
+    header.reason = reason;
+    header.to_bytes().to_vec()
+}
+
+/// Result section of result-framed replies: success.
+pub const RESULT_OK: [u8; 4] = [0; 4];
+
+/// Result section of result-framed replies: one rejection at index 0.
+pub fn result_rejection(error: ErrorCode) -> [u8; 12] {
+    let mut out = [0u8; 12];
+    out[..4].copy_from_slice(&1u32.to_le_bytes());
+    out[8..].copy_from_slice(&error.code().to_le_bytes());
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(operation: u8, size: u32) -> [u8; HEADER_SIZE] {
+        let mut header = RequestHeader::default();
+        header.command = Command::Request;
+        header.size = size;
+        header.client = 42;
+        header.operation = operation;
+        header.request = 3;
+        header.reserved = 1u32.to_le_bytes();
+        header.to_bytes()
+    }
+
+    #[test]
+    fn admits_a_ping_and_reads_its_code() {
+        let admitted = admit_header(&request(2, 256), 1 << 20).unwrap();
+        assert_eq!(admitted.operation, Operation::NonReplicated);
+        assert_eq!((admitted.body_len, admitted.non_replicated_code()), (0, 1));
+    }
+
+    #[test]
+    fn refuses_bad_sizes_operations_and_commands() {
+        assert_eq!(
+            admit_header(&request(2, 255), 1024).unwrap_err(),
+            HeaderError::BadSize(255)
+        );
+        assert_eq!(
+            admit_header(&request(2, 2048), 1024).unwrap_err(),
+            HeaderError::BadSize(2048)
+        );
+        assert_eq!(
+            admit_header(&request(0, 256), 1024).unwrap_err(),
+            HeaderError::BadOperation(0)
+        );
+        assert_eq!(
+            admit_header(&request(64, 256), 1024).unwrap_err(),
+            HeaderError::BadOperation(64)
+        );
+        let mut not_request = request(2, 256);
+        not_request[RequestHeader::COMMAND_OFFSET] = 8;
+        assert_eq!(
+            admit_header(&not_request, 1024).unwrap_err(),
+            HeaderError::NotARequest
+        );
+    }
+
+    #[test]
+    fn reply_echoes_request_identity() {
+        let header = admit_header(&request(2, 256), 1024).unwrap().header;
+        let bytes = reply(
+            &header,
+            Operation::NonReplicated,
+            ReplyMeta {
+                commit: 9,
+                status: 0,
+            },
+            b"xy",
+        );
+        let decoded = ReplyHeader::decode_fixed(&bytes).unwrap();
+        assert_eq!((decoded.size, decoded.request, decoded.commit), (258, 3, 9));
+        assert_eq!(
+            (decoded.command, decoded.operation),
+            (Command::Reply, Operation::NonReplicated)
+        );
+        assert_eq!(&bytes[HEADER_SIZE..], b"xy");
+    }
+
+    #[test]
+    fn eviction_carries_the_window() {
+        let bytes = eviction(5, EvictionReason::IncompatibleProtocol);
+        let decoded = EvictionHeader::decode_fixed(&bytes).unwrap();
+        assert_eq!(decoded.reason, EvictionReason::IncompatibleProtocol);
+        assert!(decoded.server_protocol_version_min <= decoded.server_protocol_version);
+        assert_eq!(decoded.server_protocol_version, protocol::CURRENT.packed());
+    }
+}

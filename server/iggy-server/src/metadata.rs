@@ -1,0 +1,919 @@
+//! The replicated metadata state: streams, topics, partitions, consumer groups, users, personal
+//! access tokens and sessions. Pure and deterministic: every change is a committed metadata op
+//! applied in op order, with the timestamp the primary chose before preparing it, so replaying
+//! the journal rebuilds exactly this state. No I/O here; the shell acts on the returned effects.
+
+use crate::session::Sessions;
+use iggy_generated::errors::ErrorCode;
+use std::collections::BTreeMap;
+
+/// A resource named by number or by name (the wire `Identifier`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ident {
+    Id(u32),
+    Name(String),
+}
+
+impl std::fmt::Display for Ident {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Ident::Id(id) => write!(formatter, "{id}"),
+            Ident::Name(name) => write!(formatter, "{name:?}"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GlobalPermissions {
+    pub manage_servers: bool,
+    pub read_servers: bool,
+    pub manage_users: bool,
+    pub read_users: bool,
+    pub manage_streams: bool,
+    pub read_streams: bool,
+    pub manage_topics: bool,
+    pub read_topics: bool,
+    pub poll_messages: bool,
+    pub send_messages: bool,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TopicPermissions {
+    pub manage_topic: bool,
+    pub read_topic: bool,
+    pub poll_messages: bool,
+    pub send_messages: bool,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StreamPermissions {
+    pub manage_stream: bool,
+    pub read_stream: bool,
+    pub manage_topics: bool,
+    pub read_topics: bool,
+    pub poll_messages: bool,
+    pub send_messages: bool,
+    pub topics: BTreeMap<u32, TopicPermissions>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Permissions {
+    pub global: GlobalPermissions,
+    pub streams: BTreeMap<u32, StreamPermissions>,
+}
+
+impl Permissions {
+    pub fn all() -> Self {
+        let global = GlobalPermissions {
+            manage_servers: true,
+            read_servers: true,
+            manage_users: true,
+            read_users: true,
+            manage_streams: true,
+            read_streams: true,
+            manage_topics: true,
+            read_topics: true,
+            poll_messages: true,
+            send_messages: true,
+        };
+        Permissions {
+            global,
+            streams: BTreeMap::new(),
+        }
+    }
+}
+
+/// What a request needs, from the command table's `perm` column plus the resource it names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    None,
+    ManageServers,
+    ReadServers,
+    ManageUsers,
+    ReadUsers,
+    ManageStreams,
+    ReadStreams,
+    ManageStream(u32),
+    ReadStream(u32),
+    ManageTopics(u32),
+    ReadTopics(u32),
+    ManageTopic(u32, u32),
+    ReadTopic(u32, u32),
+    PollMessages(u32, u32),
+    SendMessages(u32, u32),
+}
+
+impl Permissions {
+    /// Whether these permissions grant `need`. Broader grants imply narrower ones, as the
+    /// seed's permission model has it: manage implies read, stream grants cover their topics.
+    pub fn allows(&self, need: Need) -> bool {
+        let g = &self.global;
+        let stream = |id: u32| self.streams.get(&id);
+        let topic = |s: u32, t: u32| stream(s).and_then(|sp| sp.topics.get(&t));
+        match need {
+            Need::None => true,
+            Need::ManageServers => g.manage_servers,
+            Need::ReadServers => g.manage_servers || g.read_servers,
+            Need::ManageUsers => g.manage_users,
+            Need::ReadUsers => g.manage_users || g.read_users,
+            Need::ManageStreams => g.manage_streams,
+            Need::ReadStreams => g.manage_streams || g.read_streams,
+            Need::ManageStream(s) => g.manage_streams || stream(s).is_some_and(|p| p.manage_stream),
+            Need::ReadStream(s) => {
+                self.allows(Need::ManageStream(s))
+                    || g.read_streams
+                    || stream(s).is_some_and(|p| p.read_stream)
+            }
+            Need::ManageTopics(s) => {
+                g.manage_streams
+                    || g.manage_topics
+                    || stream(s).is_some_and(|p| p.manage_stream || p.manage_topics)
+            }
+            Need::ReadTopics(s) => {
+                self.allows(Need::ManageTopics(s))
+                    || self.allows(Need::ReadStream(s))
+                    || g.read_topics
+                    || stream(s).is_some_and(|p| p.read_topics)
+            }
+            Need::ManageTopic(s, t) => {
+                self.allows(Need::ManageTopics(s)) || topic(s, t).is_some_and(|p| p.manage_topic)
+            }
+            Need::ReadTopic(s, t) => {
+                self.allows(Need::ManageTopic(s, t))
+                    || self.allows(Need::ReadTopics(s))
+                    || topic(s, t).is_some_and(|p| p.read_topic)
+            }
+            Need::PollMessages(s, t) => {
+                g.poll_messages
+                    || self.allows(Need::ReadTopic(s, t))
+                    || stream(s).is_some_and(|p| p.poll_messages)
+                    || topic(s, t).is_some_and(|p| p.poll_messages)
+            }
+            Need::SendMessages(s, t) => {
+                g.send_messages
+                    || self.allows(Need::ManageTopic(s, t))
+                    || stream(s).is_some_and(|p| p.send_messages)
+                    || topic(s, t).is_some_and(|p| p.send_messages)
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UserStatus {
+    Active = 1,
+    Inactive = 2,
+}
+
+#[derive(Debug, Clone)]
+pub struct User {
+    pub id: u32,
+    pub username: String,
+    /// PHC string (argon2id).
+    pub password_hash: String,
+    pub status: UserStatus,
+    pub permissions: Option<Permissions>,
+    pub created_at: u64,
+}
+
+impl User {
+    pub fn allows(&self, need: Need) -> bool {
+        self.id == ROOT_USER_ID || self.permissions.as_ref().is_some_and(|p| p.allows(need))
+    }
+}
+
+pub const ROOT_USER_ID: u32 = 0;
+
+#[derive(Debug, Clone)]
+pub struct PersonalAccessToken {
+    pub user_id: u32,
+    pub name: String,
+    /// Hash of the token; the token itself is shown once, at creation.
+    pub token_hash: [u8; 32],
+    /// Microseconds since the epoch; `None` never expires.
+    pub expiry_at: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResizePolicy {
+    Dynamic,
+    Fixed,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Partition {
+    pub id: u32,
+    pub created_at: u64,
+    /// Non-zero and fixed for this partition's history: the metadata op that created it.
+    pub incarnation: u64,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ConsumerGroup {
+    pub id: u32,
+    pub name: String,
+    /// Members in join order: client ids of their sessions.
+    pub members: Vec<u128>,
+    /// Changes whenever the membership (and so the assignment) changes.
+    pub generation: u64,
+}
+
+impl ConsumerGroup {
+    /// Partitions of `partition_ids` assigned to `member`: round robin over members in
+    /// join order, so every partition has exactly one owner.
+    pub fn assignment(&self, member: u128, partition_ids: &[u32]) -> Option<Vec<u32>> {
+        let index = self.members.iter().position(|m| *m == member)?;
+        let count = self.members.len();
+        Some(
+            partition_ids
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| i % count == index)
+                .map(|(_, p)| *p)
+                .collect(),
+        )
+    }
+
+    pub fn owner_of(&self, partition: u32, partition_ids: &[u32]) -> Option<u128> {
+        let position = partition_ids.iter().position(|p| *p == partition)?;
+        if self.members.is_empty() {
+            return None;
+        }
+        Some(self.members[position % self.members.len()])
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Topic {
+    pub id: u32,
+    pub name: String,
+    pub created_at: u64,
+    pub partitions: BTreeMap<u32, Partition>,
+    pub message_expiry: u64,
+    pub max_topic_size: u64,
+    pub compression_algorithm: u8,
+    pub replication_factor: u8,
+    pub resize_policy: ResizePolicy,
+    pub consumer_groups: BTreeMap<u32, ConsumerGroup>,
+}
+
+impl Topic {
+    pub fn partition_ids(&self) -> Vec<u32> {
+        self.partitions.keys().copied().collect()
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Stream {
+    pub id: u32,
+    pub name: String,
+    pub created_at: u64,
+    pub topics: BTreeMap<u32, Topic>,
+}
+
+/// The whole replicated metadata state.
+#[derive(Debug, Default)]
+pub struct Metadata {
+    pub streams: BTreeMap<u32, Stream>,
+    pub users: BTreeMap<u32, User>,
+    pub tokens: Vec<PersonalAccessToken>,
+    pub sessions: Sessions,
+    /// The last metadata op applied.
+    pub commit: u64,
+}
+
+/// What the shell must do on disk after an op changed the state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Effect {
+    /// Open (creating if needed) the log of a partition.
+    OpenPartition {
+        stream: u32,
+        topic: u32,
+        partition: u32,
+        incarnation: u64,
+    },
+    /// Close a partition and delete its files.
+    DeletePartition {
+        stream: u32,
+        topic: u32,
+        partition: u32,
+    },
+}
+
+/// Lowest unused key: ids are 0-based and reused after deletion, like a slab.
+fn lowest_free<V>(map: &BTreeMap<u32, V>) -> u32 {
+    let mut candidate = 0;
+    for key in map.keys() {
+        if *key != candidate {
+            break;
+        }
+        candidate += 1;
+    }
+    candidate
+}
+
+fn find<'a, V>(
+    map: &'a BTreeMap<u32, V>,
+    ident: &Ident,
+    name_of: impl Fn(&V) -> &str,
+) -> Option<&'a V> {
+    match ident {
+        Ident::Id(id) => map.get(id),
+        Ident::Name(name) => map.values().find(|v| name_of(v) == name),
+    }
+}
+
+fn valid_name(name: &str) -> bool {
+    !name.is_empty() && name.len() <= 255 && !name.chars().any(char::is_control)
+}
+
+/// Topic settings chosen at creation.
+#[derive(Debug, Clone, Copy)]
+pub struct TopicSettings {
+    pub message_expiry: u64,
+    pub max_topic_size: u64,
+    pub compression_algorithm: u8,
+    pub replication_factor: u8,
+    pub resize_policy: ResizePolicy,
+}
+
+impl Default for TopicSettings {
+    fn default() -> Self {
+        TopicSettings {
+            message_expiry: 0,
+            max_topic_size: 0,
+            compression_algorithm: 1,
+            replication_factor: 1,
+            resize_policy: ResizePolicy::Dynamic,
+        }
+    }
+}
+
+pub const MAX_PARTITIONS_PER_TOPIC: u32 = 100_000;
+
+impl Metadata {
+    // ----- lookups -----
+
+    pub fn stream(&self, ident: &Ident) -> Result<&Stream, ErrorCode> {
+        find(&self.streams, ident, |s| &s.name).ok_or(match ident {
+            Ident::Id(_) => ErrorCode::StreamIdNotFound,
+            Ident::Name(_) => ErrorCode::StreamNameNotFound,
+        })
+    }
+
+    pub fn topic(&self, stream: &Ident, topic: &Ident) -> Result<(&Stream, &Topic), ErrorCode> {
+        let stream = self.stream(stream)?;
+        let topic = find(&stream.topics, topic, |t| &t.name).ok_or(match topic {
+            Ident::Id(_) => ErrorCode::TopicIdNotFound,
+            Ident::Name(_) => ErrorCode::TopicNameNotFound,
+        })?;
+        Ok((stream, topic))
+    }
+
+    fn topic_mut(&mut self, stream: &Ident, topic: &Ident) -> Result<&mut Topic, ErrorCode> {
+        let (s, t) = self.topic(stream, topic).map(|(s, t)| (s.id, t.id))?;
+        Ok(self
+            .streams
+            .get_mut(&s)
+            .and_then(|s| s.topics.get_mut(&t))
+            .expect("found above"))
+    }
+
+    pub fn group(
+        &self,
+        stream: &Ident,
+        topic: &Ident,
+        group: &Ident,
+    ) -> Result<(&Stream, &Topic, &ConsumerGroup), ErrorCode> {
+        let (stream, topic) = self.topic(stream, topic)?;
+        let group = find(&topic.consumer_groups, group, |g| &g.name).ok_or(match group {
+            Ident::Id(_) => ErrorCode::ConsumerGroupIdNotFound,
+            Ident::Name(_) => ErrorCode::ConsumerGroupNameNotFound,
+        })?;
+        Ok((stream, topic, group))
+    }
+
+    pub fn user(&self, ident: &Ident) -> Result<&User, ErrorCode> {
+        find(&self.users, ident, |u| &u.username).ok_or(ErrorCode::ResourceNotFound)
+    }
+
+    // ----- streams -----
+
+    pub fn create_stream(&mut self, name: &str, now: u64) -> Result<u32, ErrorCode> {
+        if !valid_name(name) {
+            return Err(ErrorCode::InvalidStreamName);
+        }
+        if self.streams.values().any(|s| s.name == name) {
+            return Err(ErrorCode::StreamNameAlreadyExists);
+        }
+        let id = lowest_free(&self.streams);
+        let stream = Stream {
+            id,
+            name: name.to_string(),
+            created_at: now,
+            topics: BTreeMap::new(),
+        };
+        self.streams.insert(id, stream);
+        Ok(id)
+    }
+
+    pub fn delete_stream(&mut self, ident: &Ident) -> Result<Vec<Effect>, ErrorCode> {
+        let id = self.stream(ident)?.id;
+        let stream = self.streams.remove(&id).expect("found above");
+        Ok(stream
+            .topics
+            .values()
+            .flat_map(|t| {
+                t.partitions.keys().map(move |p| Effect::DeletePartition {
+                    stream: id,
+                    topic: t.id,
+                    partition: *p,
+                })
+            })
+            .collect())
+    }
+
+    pub fn rename_stream(&mut self, ident: &Ident, name: &str) -> Result<(), ErrorCode> {
+        if !valid_name(name) {
+            return Err(ErrorCode::InvalidStreamName);
+        }
+        let id = self.stream(ident)?.id;
+        if self.streams.values().any(|s| s.name == name && s.id != id) {
+            return Err(ErrorCode::StreamNameAlreadyExists);
+        }
+        self.streams.get_mut(&id).expect("found").name = name.to_string();
+        Ok(())
+    }
+
+    // ----- topics and partitions -----
+
+    pub fn create_topic(
+        &mut self,
+        stream: &Ident,
+        name: &str,
+        partitions: u32,
+        settings: TopicSettings,
+        op: u64,
+        now: u64,
+    ) -> Result<(u32, u32, Vec<Effect>), ErrorCode> {
+        if !valid_name(name) {
+            return Err(ErrorCode::InvalidTopicName);
+        }
+        if partitions > MAX_PARTITIONS_PER_TOPIC {
+            return Err(ErrorCode::TooManyPartitions);
+        }
+        if settings.replication_factor == 0 {
+            return Err(ErrorCode::InvalidReplicationFactor);
+        }
+        let stream_id = self.stream(stream)?.id;
+        let stream = self.streams.get_mut(&stream_id).expect("found");
+        if stream.topics.values().any(|t| t.name == name) {
+            return Err(ErrorCode::TopicNameAlreadyExists);
+        }
+        let id = lowest_free(&stream.topics);
+        let mut topic = Topic {
+            id,
+            name: name.to_string(),
+            created_at: now,
+            partitions: BTreeMap::new(),
+            message_expiry: settings.message_expiry,
+            max_topic_size: settings.max_topic_size,
+            compression_algorithm: settings.compression_algorithm,
+            replication_factor: settings.replication_factor,
+            resize_policy: settings.resize_policy,
+            consumer_groups: BTreeMap::new(),
+        };
+        let effects = add_partitions(stream_id, &mut topic, partitions, op, now);
+        stream.topics.insert(id, topic);
+        Ok((stream_id, id, effects))
+    }
+
+    pub fn delete_topic(
+        &mut self,
+        stream: &Ident,
+        topic: &Ident,
+    ) -> Result<Vec<Effect>, ErrorCode> {
+        let (s, t) = self.topic(stream, topic).map(|(s, t)| (s.id, t.id))?;
+        let topic = self
+            .streams
+            .get_mut(&s)
+            .expect("found")
+            .topics
+            .remove(&t)
+            .expect("found");
+        Ok(topic
+            .partitions
+            .keys()
+            .map(|p| Effect::DeletePartition {
+                stream: s,
+                topic: t,
+                partition: *p,
+            })
+            .collect())
+    }
+
+    pub fn create_partitions(
+        &mut self,
+        stream: &Ident,
+        topic: &Ident,
+        count: u32,
+        op: u64,
+        now: u64,
+    ) -> Result<Vec<Effect>, ErrorCode> {
+        let stream_id = self.stream(stream)?.id;
+        let topic = self.topic_mut(stream, topic)?;
+        if topic.resize_policy == ResizePolicy::Fixed {
+            return Err(ErrorCode::PartitionResizeDisabled);
+        }
+        if count == 0 {
+            return Err(ErrorCode::InvalidPartitionsCount);
+        }
+        if topic.partitions.len() as u64 + u64::from(count) > u64::from(MAX_PARTITIONS_PER_TOPIC) {
+            return Err(ErrorCode::TooManyPartitions);
+        }
+        Ok(add_partitions(stream_id, topic, count, op, now))
+    }
+
+    /// Deletes the `count` highest-numbered partitions.
+    pub fn delete_partitions(
+        &mut self,
+        stream: &Ident,
+        topic: &Ident,
+        count: u32,
+    ) -> Result<Vec<Effect>, ErrorCode> {
+        let stream_id = self.stream(stream)?.id;
+        let topic = self.topic_mut(stream, topic)?;
+        if topic.resize_policy == ResizePolicy::Fixed {
+            return Err(ErrorCode::PartitionResizeDisabled);
+        }
+        if count == 0 || count as usize > topic.partitions.len() {
+            return Err(ErrorCode::InvalidPartitionsCount);
+        }
+        let doomed: Vec<u32> = topic
+            .partitions
+            .keys()
+            .rev()
+            .take(count as usize)
+            .copied()
+            .collect();
+        for id in &doomed {
+            topic.partitions.remove(id);
+        }
+        for group in topic.consumer_groups.values_mut() {
+            group.generation += 1;
+        }
+        Ok(doomed
+            .into_iter()
+            .map(|partition| Effect::DeletePartition {
+                stream: stream_id,
+                topic: topic.id,
+                partition,
+            })
+            .collect())
+    }
+
+    // ----- consumer groups -----
+
+    pub fn create_group(
+        &mut self,
+        stream: &Ident,
+        topic: &Ident,
+        name: &str,
+    ) -> Result<u32, ErrorCode> {
+        if !valid_name(name) {
+            return Err(ErrorCode::InvalidConsumerGroupName);
+        }
+        let topic = self.topic_mut(stream, topic)?;
+        if topic.consumer_groups.values().any(|g| g.name == name) {
+            return Err(ErrorCode::ConsumerGroupNameAlreadyExists);
+        }
+        let id = lowest_free(&topic.consumer_groups);
+        topic.consumer_groups.insert(
+            id,
+            ConsumerGroup {
+                id,
+                name: name.to_string(),
+                members: Vec::new(),
+                generation: 1,
+            },
+        );
+        Ok(id)
+    }
+
+    pub fn delete_group(
+        &mut self,
+        stream: &Ident,
+        topic: &Ident,
+        group: &Ident,
+    ) -> Result<(), ErrorCode> {
+        let id = self.group(stream, topic, group)?.2.id;
+        self.topic_mut(stream, topic)?.consumer_groups.remove(&id);
+        Ok(())
+    }
+
+    fn group_mut(
+        &mut self,
+        stream: &Ident,
+        topic: &Ident,
+        group: &Ident,
+    ) -> Result<&mut ConsumerGroup, ErrorCode> {
+        let id = self.group(stream, topic, group)?.2.id;
+        Ok(self
+            .topic_mut(stream, topic)?
+            .consumer_groups
+            .get_mut(&id)
+            .expect("found"))
+    }
+
+    pub fn join_group(
+        &mut self,
+        stream: &Ident,
+        topic: &Ident,
+        group: &Ident,
+        member: u128,
+    ) -> Result<(), ErrorCode> {
+        let group = self.group_mut(stream, topic, group)?;
+        if !group.members.contains(&member) {
+            group.members.push(member);
+            group.generation += 1;
+        }
+        Ok(())
+    }
+
+    pub fn leave_group(
+        &mut self,
+        stream: &Ident,
+        topic: &Ident,
+        group: &Ident,
+        member: u128,
+    ) -> Result<(), ErrorCode> {
+        let group = self.group_mut(stream, topic, group)?;
+        let before = group.members.len();
+        group.members.retain(|m| *m != member);
+        if group.members.len() == before {
+            return Err(ErrorCode::ConsumerGroupMemberNotFound);
+        }
+        group.generation += 1;
+        Ok(())
+    }
+
+    /// Removes `member` from every group (its session ended).
+    pub fn leave_all_groups(&mut self, member: u128) {
+        for stream in self.streams.values_mut() {
+            for topic in stream.topics.values_mut() {
+                for group in topic.consumer_groups.values_mut() {
+                    let before = group.members.len();
+                    group.members.retain(|m| *m != member);
+                    if group.members.len() != before {
+                        group.generation += 1;
+                    }
+                }
+            }
+        }
+    }
+
+    // ----- users and tokens -----
+
+    pub fn create_user(
+        &mut self,
+        username: &str,
+        password_hash: String,
+        status: UserStatus,
+        permissions: Option<Permissions>,
+        now: u64,
+    ) -> Result<u32, ErrorCode> {
+        if username.len() < 3 || username.len() > 50 || !valid_name(username) {
+            return Err(ErrorCode::InvalidUsername);
+        }
+        if self.users.values().any(|u| u.username == username) {
+            return Err(ErrorCode::UserAlreadyExists);
+        }
+        let id = lowest_free(&self.users);
+        self.users.insert(
+            id,
+            User {
+                id,
+                username: username.to_string(),
+                password_hash,
+                status,
+                permissions,
+                created_at: now,
+            },
+        );
+        Ok(id)
+    }
+
+    pub fn delete_user(&mut self, ident: &Ident) -> Result<u32, ErrorCode> {
+        let id = self.user(ident)?.id;
+        if id == ROOT_USER_ID {
+            return Err(ErrorCode::CannotDeleteUser);
+        }
+        self.users.remove(&id);
+        self.tokens.retain(|t| t.user_id != id);
+        Ok(id)
+    }
+
+    pub fn update_permissions(
+        &mut self,
+        ident: &Ident,
+        permissions: Option<Permissions>,
+    ) -> Result<(), ErrorCode> {
+        let id = self.user(ident)?.id;
+        if id == ROOT_USER_ID {
+            return Err(ErrorCode::CannotChangePermissions);
+        }
+        self.users.get_mut(&id).expect("found").permissions = permissions;
+        Ok(())
+    }
+
+    pub fn set_password(&mut self, ident: &Ident, password_hash: String) -> Result<(), ErrorCode> {
+        let id = self.user(ident)?.id;
+        self.users.get_mut(&id).expect("found").password_hash = password_hash;
+        Ok(())
+    }
+
+    pub fn update_user(
+        &mut self,
+        ident: &Ident,
+        username: Option<&str>,
+        status: Option<UserStatus>,
+    ) -> Result<(), ErrorCode> {
+        let id = self.user(ident)?.id;
+        if let Some(name) = username {
+            if name.len() < 3 || name.len() > 50 || !valid_name(name) {
+                return Err(ErrorCode::InvalidUsername);
+            }
+            if self
+                .users
+                .values()
+                .any(|u| u.username == name && u.id != id)
+            {
+                return Err(ErrorCode::UserAlreadyExists);
+            }
+        }
+        let user = self.users.get_mut(&id).expect("found");
+        if let Some(name) = username {
+            user.username = name.to_string();
+        }
+        if let Some(status) = status {
+            if id == ROOT_USER_ID && status == UserStatus::Inactive {
+                return Err(ErrorCode::CannotModifyRootUser);
+            }
+            user.status = status;
+        }
+        Ok(())
+    }
+
+    pub const TOKENS_PER_USER_MAX: usize = 100;
+
+    pub fn create_token(&mut self, token: PersonalAccessToken) -> Result<(), ErrorCode> {
+        if !valid_name(&token.name) || token.name.len() < 3 {
+            return Err(ErrorCode::InvalidPersonalAccessTokenName);
+        }
+        let owned: Vec<_> = self
+            .tokens
+            .iter()
+            .filter(|t| t.user_id == token.user_id)
+            .collect();
+        if owned.iter().any(|t| t.name == token.name) {
+            return Err(ErrorCode::PersonalAccessTokenAlreadyExists);
+        }
+        if owned.len() >= Self::TOKENS_PER_USER_MAX {
+            return Err(ErrorCode::PersonalAccessTokensLimitReached);
+        }
+        self.tokens.push(token);
+        Ok(())
+    }
+
+    pub fn delete_token(&mut self, user_id: u32, name: &str) -> Result<(), ErrorCode> {
+        let before = self.tokens.len();
+        self.tokens
+            .retain(|t| !(t.user_id == user_id && t.name == name));
+        if self.tokens.len() == before {
+            return Err(ErrorCode::ResourceNotFound);
+        }
+        Ok(())
+    }
+}
+
+fn add_partitions(stream: u32, topic: &mut Topic, count: u32, op: u64, now: u64) -> Vec<Effect> {
+    let first = topic
+        .partitions
+        .keys()
+        .next_back()
+        .map_or(0, |last| last + 1);
+    (first..first + count)
+        .map(|id| {
+            // The creating op names the history; the partition index keeps it unique per op.
+            let incarnation = (op << 20) | u64::from(id & 0xF_FFFF);
+            topic.partitions.insert(
+                id,
+                Partition {
+                    id,
+                    created_at: now,
+                    incarnation,
+                },
+            );
+            for group in topic.consumer_groups.values_mut() {
+                group.generation += 1;
+            }
+            Effect::OpenPartition {
+                stream,
+                topic: topic.id,
+                partition: id,
+                incarnation,
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_zero_based_and_reuse_the_lowest_free_slot() {
+        let mut m = Metadata::default();
+        assert_eq!(m.create_stream("a", 1), Ok(0));
+        assert_eq!(m.create_stream("b", 1), Ok(1));
+        assert_eq!(
+            m.create_stream("a", 1),
+            Err(ErrorCode::StreamNameAlreadyExists)
+        );
+        m.delete_stream(&Ident::Id(0)).unwrap();
+        assert_eq!(m.create_stream("c", 1), Ok(0));
+        assert_eq!(m.stream(&Ident::Name("b".into())).unwrap().id, 1);
+    }
+
+    #[test]
+    fn topics_get_partitions_with_distinct_nonzero_incarnations() {
+        let mut m = Metadata::default();
+        m.create_stream("s", 1).unwrap();
+        let (_, topic, effects) = m
+            .create_topic(&Ident::Id(0), "t", 3, TopicSettings::default(), 7, 1)
+            .unwrap();
+        assert_eq!((topic, effects.len()), (0, 3));
+        let (_, t) = m.topic(&Ident::Id(0), &Ident::Name("t".into())).unwrap();
+        let incarnations: Vec<u64> = t.partitions.values().map(|p| p.incarnation).collect();
+        assert!(incarnations.iter().all(|i| *i != 0));
+        assert_eq!(incarnations.len(), 3);
+        assert_ne!(incarnations[0], incarnations[1]);
+    }
+
+    #[test]
+    fn fixed_topics_refuse_partition_changes() {
+        let mut m = Metadata::default();
+        m.create_stream("s", 1).unwrap();
+        let settings = TopicSettings {
+            resize_policy: ResizePolicy::Fixed,
+            ..Default::default()
+        };
+        m.create_topic(&Ident::Id(0), "t", 1, settings, 2, 1)
+            .unwrap();
+        let (s, t) = (Ident::Id(0), Ident::Id(0));
+        assert_eq!(
+            m.create_partitions(&s, &t, 1, 3, 1),
+            Err(ErrorCode::PartitionResizeDisabled)
+        );
+        assert_eq!(
+            m.delete_partitions(&s, &t, 1),
+            Err(ErrorCode::PartitionResizeDisabled)
+        );
+    }
+
+    #[test]
+    fn group_assignment_covers_every_partition_once() {
+        let group = ConsumerGroup {
+            id: 0,
+            name: "g".into(),
+            members: vec![5, 9],
+            generation: 3,
+        };
+        let partitions = [0, 1, 2, 3, 4];
+        let a = group.assignment(5, &partitions).unwrap();
+        let b = group.assignment(9, &partitions).unwrap();
+        assert_eq!((a, b), (vec![0, 2, 4], vec![1, 3]));
+        assert_eq!(group.owner_of(3, &partitions), Some(9));
+        assert_eq!(group.assignment(1, &partitions), None);
+    }
+
+    #[test]
+    fn permissions_imply_narrower_grants() {
+        let mut p = Permissions::default();
+        assert!(!p.allows(Need::SendMessages(1, 2)));
+        p.global.read_streams = true;
+        assert!(p.allows(Need::PollMessages(1, 2)));
+        assert!(!p.allows(Need::SendMessages(1, 2)));
+        let mut stream = StreamPermissions::default();
+        stream.topics.insert(
+            2,
+            TopicPermissions {
+                send_messages: true,
+                ..Default::default()
+            },
+        );
+        p.streams.insert(1, stream);
+        assert!(p.allows(Need::SendMessages(1, 2)));
+        assert!(!p.allows(Need::SendMessages(1, 3)));
+    }
+}

@@ -1,0 +1,286 @@
+//! A running node: the metadata group, the partition groups it owns and what connections
+//! share. Everything here lives on one compio runtime thread, so plain `RefCell`s suffice: no
+//! borrow is held across an `.await`.
+
+use crate::config::Config;
+use crate::group::{Durability, Group, GroupHandle};
+use crate::metadata::{Effect, Metadata};
+use crate::metadata_machine::MetadataMachine;
+use crate::partition::{PartitionHandle, PartitionInfo};
+use crate::wal::FileJournal;
+use iggy_storage::DataDir;
+use iggy_storage::partition_log::LogConfig;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::rc::Rc;
+
+pub type PartitionKey = (u32, u32, u32);
+
+/// A partition the node serves, with the figures replies report without asking its task.
+pub struct PartitionEntry {
+    pub handle: PartitionHandle,
+}
+
+/// State shared by the metadata machine, the partition groups and the connections.
+pub struct Shared {
+    pub config: Config,
+    pub data: DataDir,
+    pub durability: Durability,
+    pub replica_id: u8,
+    pub metadata: RefCell<Metadata>,
+    pub partitions: RefCell<HashMap<PartitionKey, PartitionEntry>>,
+    /// Last known figures per partition (refreshed by reads and writes), for list replies.
+    pub partition_stats: RefCell<HashMap<PartitionKey, PartitionInfo>>,
+    pub started_at: std::time::Instant,
+}
+
+impl Shared {
+    pub fn vsr_config(&self) -> iggy_vsr::Config {
+        let mut config = iggy_vsr::Config::new(1, 0);
+        config.clients_table_max = self.config.limits.clients_table_max;
+        config.pipeline_max = 256;
+        config
+    }
+
+    fn log_config(&self) -> LogConfig {
+        LogConfig {
+            segment_size: self.config.system.segment_size,
+            message_expiry_us: None,
+            max_size: None,
+        }
+    }
+
+    pub fn partition_dir(&self, key: PartitionKey) -> PathBuf {
+        self.data.partition_dir(key.0, key.1, key.2)
+    }
+
+    pub fn partition(&self, key: PartitionKey) -> Option<PartitionHandle> {
+        self.partitions
+            .borrow()
+            .get(&key)
+            .map(|entry| entry.handle.clone())
+    }
+
+    pub fn stats(&self, key: PartitionKey) -> PartitionInfo {
+        self.partition_stats
+            .borrow()
+            .get(&key)
+            .copied()
+            .unwrap_or_default()
+    }
+
+    /// Runs a committed op's effect on disk.
+    pub async fn run_effect(&self, effect: Effect) {
+        match effect {
+            Effect::OpenPartition {
+                stream,
+                topic,
+                partition,
+                ..
+            } => {
+                let key = (stream, topic, partition);
+                let dir = self.partition_dir(key);
+                match PartitionHandle::open(
+                    &dir,
+                    partition,
+                    self.log_config(),
+                    self.vsr_config(),
+                    self.durability,
+                )
+                .await
+                {
+                    Ok(handle) => {
+                        let info = handle.info().await;
+                        self.partition_stats.borrow_mut().insert(key, info);
+                        self.partitions
+                            .borrow_mut()
+                            .insert(key, PartitionEntry { handle });
+                    }
+                    Err(error) => {
+                        tracing::error!("partition {}: cannot open: {error}", dir.display())
+                    }
+                }
+            }
+            Effect::DeletePartition {
+                stream,
+                topic,
+                partition,
+            } => {
+                let key = (stream, topic, partition);
+                // Dropping the handle closes the group's queue; its task ends.
+                self.partitions.borrow_mut().remove(&key);
+                self.partition_stats.borrow_mut().remove(&key);
+                let dir = self.partition_dir(key);
+                if let Err(error) = std::fs::remove_dir_all(&dir)
+                    && error.kind() != std::io::ErrorKind::NotFound
+                {
+                    tracing::error!("partition {}: cannot delete: {error}", dir.display());
+                }
+            }
+        }
+    }
+
+    /// Counts an appended batch into the partition's figures.
+    pub fn note_append(&self, key: PartitionKey, bytes: u64, messages: u32) {
+        let mut stats = self.partition_stats.borrow_mut();
+        let info = stats.entry(key).or_default();
+        info.size_bytes += bytes;
+        info.messages += u64::from(messages);
+        info.next_offset += u64::from(messages);
+    }
+
+    pub async fn refresh_stats(&self, key: PartitionKey) {
+        if let Some(handle) = self.partition(key) {
+            let info = handle.info().await;
+            self.partition_stats.borrow_mut().insert(key, info);
+        }
+    }
+}
+
+/// Counts open connections against `limits.max_connections`.
+pub struct ConnectionLimiter {
+    open: Cell<usize>,
+    max: usize,
+}
+
+pub struct ConnectionGuard {
+    limiter: Rc<Node>,
+}
+
+impl Drop for ConnectionGuard {
+    fn drop(&mut self) {
+        let open = &self.limiter.connections.open;
+        open.set(open.get() - 1);
+    }
+}
+
+/// The node as connections see it.
+pub struct Node {
+    pub shared: Rc<Shared>,
+    pub metadata: GroupHandle<()>,
+    pub connections: ConnectionLimiter,
+    /// Connection ids handed out, for `me` and client listings.
+    pub next_connection: Cell<u32>,
+    pub clients: RefCell<HashMap<u32, crate::dispatch::ClientInfo>>,
+    root_created: Cell<bool>,
+}
+
+impl Node {
+    /// Admits one more connection, or `None` at the limit.
+    pub fn admit(self: &Rc<Self>) -> Option<ConnectionGuard> {
+        let open = &self.connections.open;
+        if open.get() >= self.connections.max {
+            return None;
+        }
+        open.set(open.get() + 1);
+        Some(ConnectionGuard {
+            limiter: self.clone(),
+        })
+    }
+
+    /// Whether this start created the root user (its password is then shown once).
+    pub fn created_root(&self) -> bool {
+        self.root_created.get()
+    }
+
+    /// Opens the metadata journal, replays it (which reopens every partition) and makes sure the
+    /// root user exists.
+    pub async fn start(
+        config: Config,
+        data: DataDir,
+        replica_id: u8,
+        root: (String, String),
+    ) -> std::io::Result<Rc<Node>> {
+        let durability = match config.system.durability.as_str() {
+            "persisted" => Durability::Persisted,
+            _ => Durability::Replicated,
+        };
+        let max_connections = config.limits.max_connections;
+        let shared = Rc::new(Shared {
+            config,
+            data,
+            durability,
+            replica_id,
+            metadata: RefCell::new(Metadata::default()),
+            partitions: RefCell::new(HashMap::new()),
+            partition_stats: RefCell::new(HashMap::new()),
+            started_at: std::time::Instant::now(),
+        });
+        let metadata_dir = shared.data.root().join("metadata");
+        std::fs::create_dir_all(&metadata_dir)?;
+        let (journal, entries) = FileJournal::open(&metadata_dir.join("journal.wal")).await?;
+        tracing::info!("metadata journal: replaying {} ops", entries.len());
+        let machine = MetadataMachine {
+            shared: shared.clone(),
+        };
+        let group = Group::open(
+            shared.vsr_config(),
+            journal,
+            entries,
+            machine,
+            durability,
+            false,
+        )
+        .await;
+        let metadata = group.spawn();
+        let node = Rc::new(Node {
+            shared,
+            metadata,
+            connections: ConnectionLimiter {
+                open: Cell::new(0),
+                max: max_connections,
+            },
+            next_connection: Cell::new(1),
+            clients: RefCell::new(HashMap::new()),
+            root_created: Cell::new(false),
+        });
+        node.ensure_root(root).await;
+        Ok(node)
+    }
+
+    /// The root user is created by a committed op the first time the node starts.
+    async fn ensure_root(&self, (username, password): (String, String)) {
+        if self
+            .shared
+            .metadata
+            .borrow()
+            .users
+            .contains_key(&crate::metadata::ROOT_USER_ID)
+        {
+            return;
+        }
+        let hash = crate::users::hash_password(&password);
+        match crate::users::create_root(self, &username, &hash).await {
+            Ok(()) => {
+                self.root_created.set(true);
+                tracing::info!("created root user {username:?}");
+            }
+            Err(code) => tracing::error!("cannot create the root user: {code:?}"),
+        }
+    }
+}
+
+impl Node {
+    /// Registers a new connection for `me` and the client list.
+    pub fn open_connection(
+        &self,
+        address: String,
+        transport: &'static str,
+    ) -> crate::dispatch::Connection {
+        let id = self.next_connection.get();
+        self.next_connection.set(id.wrapping_add(1).max(1));
+        let info = crate::dispatch::ClientInfo {
+            id,
+            address,
+            transport,
+            user_id: None,
+        };
+        self.clients.borrow_mut().insert(id, info);
+        crate::dispatch::Connection { id, bound: None }
+    }
+
+    pub fn close_connection(&self, connection: &crate::dispatch::Connection) {
+        self.clients.borrow_mut().remove(&connection.id);
+    }
+}

@@ -1,0 +1,430 @@
+//! One partition's consensus group: its state machine (the partition log and its consumer
+//! offsets) and the handle the dispatcher talks to. Writes are journaled and committed through
+//! the group's VSR replica; reads are queued behind the writes already accepted, so a poll
+//! sees every acknowledged send.
+
+use crate::group::{Durability, Group, GroupHandle, Outcome, StateMachine};
+use crate::wal::FileJournal;
+use bytes::Bytes;
+use futures_channel::oneshot;
+use iggy_generated::errors::ErrorCode;
+use iggy_generated::frames::Operation;
+use iggy_storage::partition_log::{LogConfig, PartitionLog, ReadBatches};
+use iggy_storage::{StorageError, batch};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Who an offset belongs to: a plain consumer or a consumer group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum OffsetOwner {
+    Consumer(u32),
+    Group(u32),
+}
+
+impl OffsetOwner {
+    fn encode(self) -> [u8; 5] {
+        let (kind, id) = match self {
+            OffsetOwner::Consumer(id) => (1u8, id),
+            OffsetOwner::Group(id) => (2u8, id),
+        };
+        let mut out = [0u8; 5];
+        out[0] = kind;
+        out[1..].copy_from_slice(&id.to_le_bytes());
+        out
+    }
+
+    fn decode(bytes: &[u8]) -> Option<OffsetOwner> {
+        let id = u32::from_le_bytes(bytes.get(1..5)?.try_into().ok()?);
+        match bytes.first()? {
+            1 => Some(OffsetOwner::Consumer(id)),
+            2 => Some(OffsetOwner::Group(id)),
+            _ => None,
+        }
+    }
+}
+
+/// The body of a partition op as journaled: the primary's decisions plus the client's bytes.
+/// Internal to this server (the journal is ours); the wire batch inside is the spec's layout.
+pub enum PartitionWrite {
+    /// `timestamp` stamps the batch; `batch` is the validated record as the producer sent it.
+    Send {
+        timestamp: u64,
+        batch: Bytes,
+    },
+    StoreOffset {
+        owner: OffsetOwner,
+        offset: u64,
+    },
+    DeleteOffset {
+        owner: OffsetOwner,
+    },
+}
+
+impl PartitionWrite {
+    pub fn operation(&self) -> u8 {
+        match self {
+            PartitionWrite::Send { .. } => Operation::SendMessages.to_repr(),
+            PartitionWrite::StoreOffset { .. } => Operation::StoreConsumerOffset.to_repr(),
+            PartitionWrite::DeleteOffset { .. } => Operation::DeleteConsumerOffset.to_repr(),
+        }
+    }
+
+    pub fn encode(&self) -> Bytes {
+        match self {
+            PartitionWrite::Send { timestamp, batch } => {
+                let mut out = Vec::with_capacity(8 + batch.len());
+                out.extend_from_slice(&timestamp.to_le_bytes());
+                out.extend_from_slice(batch);
+                out.into()
+            }
+            PartitionWrite::StoreOffset { owner, offset } => {
+                let mut out = owner.encode().to_vec();
+                out.extend_from_slice(&offset.to_le_bytes());
+                out.into()
+            }
+            PartitionWrite::DeleteOffset { owner } => Bytes::copy_from_slice(&owner.encode()),
+        }
+    }
+
+    fn decode(operation: u8, body: &Bytes) -> Option<PartitionWrite> {
+        match Operation::from_repr(operation)? {
+            Operation::SendMessages => {
+                let timestamp = u64::from_le_bytes(body.get(..8)?.try_into().ok()?);
+                Some(PartitionWrite::Send {
+                    timestamp,
+                    batch: body.slice(8..),
+                })
+            }
+            Operation::StoreConsumerOffset => {
+                let owner = OffsetOwner::decode(body)?;
+                let offset = u64::from_le_bytes(body.get(5..13)?.try_into().ok()?);
+                Some(PartitionWrite::StoreOffset { owner, offset })
+            }
+            Operation::DeleteConsumerOffset => Some(PartitionWrite::DeleteOffset {
+                owner: OffsetOwner::decode(body)?,
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// A committed partition write's result, as cached in the client table and replayed to retries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteResult {
+    Appended { base_offset: u64, count: u32 },
+    Done,
+    Failed(ErrorCode),
+}
+
+impl WriteResult {
+    fn encode(self) -> Bytes {
+        let mut out = vec![0u8; 16];
+        match self {
+            WriteResult::Appended { base_offset, count } => {
+                out[4..12].copy_from_slice(&base_offset.to_le_bytes());
+                out[12..16].copy_from_slice(&count.to_le_bytes());
+            }
+            WriteResult::Done => out.truncate(4),
+            WriteResult::Failed(code) => {
+                out.truncate(4);
+                out.copy_from_slice(&code.code().to_le_bytes());
+            }
+        }
+        out.into()
+    }
+
+    pub fn decode(bytes: &[u8]) -> WriteResult {
+        let status = bytes
+            .get(..4)
+            .map_or(1, |b| u32::from_le_bytes(b.try_into().unwrap()));
+        if status != 0 {
+            return WriteResult::Failed(ErrorCode::from_code(status).unwrap_or(ErrorCode::Error));
+        }
+        match bytes.len() {
+            16 => WriteResult::Appended {
+                base_offset: u64::from_le_bytes(bytes[4..12].try_into().unwrap()),
+                count: u32::from_le_bytes(bytes[12..16].try_into().unwrap()),
+            },
+            _ => WriteResult::Done,
+        }
+    }
+}
+
+/// Reads served by the partition's task.
+pub enum PartitionRead {
+    Messages {
+        start: StartAt,
+        count: u32,
+        done: oneshot::Sender<Result<Polled, ErrorCode>>,
+    },
+    Offset {
+        owner: OffsetOwner,
+        done: oneshot::Sender<(u64, Option<u64>)>,
+    },
+    Info {
+        done: oneshot::Sender<PartitionInfo>,
+    },
+    DeleteSegments {
+        count: u32,
+        done: oneshot::Sender<Result<u32, ErrorCode>>,
+    },
+}
+
+/// Where a poll starts.
+#[derive(Debug, Clone, Copy)]
+pub enum StartAt {
+    Offset(u64),
+    Timestamp(u64),
+    First,
+    /// The last `count` messages.
+    Last,
+    /// After the owner's stored offset (or the first message).
+    Next(OffsetOwner),
+}
+
+pub struct Polled {
+    pub batches: ReadBatches,
+    /// Last offset in the partition (0 when empty).
+    pub current_offset: u64,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PartitionInfo {
+    pub messages: u64,
+    pub size_bytes: u64,
+    pub segments: u32,
+    pub next_offset: u64,
+}
+
+/// The partition's replicated state.
+pub struct PartitionMachine {
+    partition_id: u32,
+    log: PartitionLog,
+    offsets: BTreeMap<OffsetOwner, u64>,
+    /// The partition's next offset as the replay of the journal reaches it; ops whose messages
+    /// are already in the log (written before a restart) are not appended again.
+    replay_next_offset: u64,
+}
+
+impl PartitionMachine {
+    fn current_offset(&self) -> u64 {
+        self.log.next_offset().saturating_sub(1)
+    }
+
+    async fn send(&mut self, timestamp: u64, batch: &Bytes) -> WriteResult {
+        let Ok(count) = batch::validate_layout(batch) else {
+            return WriteResult::Failed(ErrorCode::InvalidMessagesSize);
+        };
+        let base_offset = self.replay_next_offset;
+        self.replay_next_offset += u64::from(count);
+        if base_offset < self.log.next_offset() {
+            // Journal replay of a batch that reached the log before the restart.
+            return WriteResult::Appended { base_offset, count };
+        }
+        let mut record = batch.to_vec();
+        batch::stamp(
+            &mut record,
+            u64::from(self.partition_id),
+            base_offset,
+            timestamp,
+        );
+        match self.log.append(record).await {
+            Ok(()) => WriteResult::Appended { base_offset, count },
+            Err(error) => {
+                tracing::error!("partition {}: append failed: {error}", self.partition_id);
+                WriteResult::Failed(ErrorCode::CannotAppendMessage)
+            }
+        }
+    }
+
+    async fn poll(&mut self, start: StartAt, count: u32) -> Result<Polled, ErrorCode> {
+        let next = self.log.next_offset();
+        let first = self.log.first_offset();
+        let start = match start {
+            StartAt::Offset(offset) => offset,
+            StartAt::Timestamp(timestamp) => {
+                self.log.offset_at_timestamp(timestamp).unwrap_or(next)
+            }
+            StartAt::First => first,
+            StartAt::Last => next.saturating_sub(u64::from(count)).max(first),
+            StartAt::Next(owner) => self.offsets.get(&owner).map_or(first, |stored| stored + 1),
+        };
+        let current_offset = self.current_offset();
+        if start >= next || count == 0 {
+            let batches = ReadBatches {
+                bytes: Vec::new(),
+                messages: 0,
+                last_offset: None,
+            };
+            return Ok(Polled {
+                batches,
+                current_offset,
+            });
+        }
+        let batches = self
+            .log
+            .read_from(start.max(first), count)
+            .await
+            .map_err(|error| {
+                tracing::error!("partition {}: read failed: {error}", self.partition_id);
+                ErrorCode::CannotReadMessage
+            })?;
+        Ok(Polled {
+            batches,
+            current_offset,
+        })
+    }
+}
+
+impl StateMachine for PartitionMachine {
+    type Read = PartitionRead;
+
+    async fn apply(&mut self, _op: u64, _client: u128, operation: u8, body: Bytes) -> Bytes {
+        let result = match PartitionWrite::decode(operation, &body) {
+            Some(PartitionWrite::Send { timestamp, batch }) => self.send(timestamp, &batch).await,
+            Some(PartitionWrite::StoreOffset { owner, offset }) => {
+                self.offsets.insert(owner, offset);
+                WriteResult::Done
+            }
+            Some(PartitionWrite::DeleteOffset { owner }) => match self.offsets.remove(&owner) {
+                Some(_) => WriteResult::Done,
+                None => WriteResult::Failed(ErrorCode::ConsumerOffsetNotFound),
+            },
+            None => WriteResult::Failed(ErrorCode::InvalidCommand),
+        };
+        result.encode()
+    }
+
+    fn registered(&mut self, _op: u64, _client: u128, _body: &Bytes) {}
+
+    async fn read(&mut self, read: PartitionRead) {
+        match read {
+            PartitionRead::Messages { start, count, done } => {
+                let _ = done.send(self.poll(start, count).await);
+            }
+            PartitionRead::Offset { owner, done } => {
+                let _ = done.send((self.current_offset(), self.offsets.get(&owner).copied()));
+            }
+            PartitionRead::Info { done } => {
+                let _ = done.send(PartitionInfo {
+                    messages: self.log.messages_count(),
+                    size_bytes: self.log.size_bytes(),
+                    segments: self.log.segments_count(),
+                    next_offset: self.log.next_offset(),
+                });
+            }
+            PartitionRead::DeleteSegments { count, done } => {
+                let result = self
+                    .log
+                    .delete_oldest_segments(count)
+                    .await
+                    .map_err(|error| {
+                        tracing::error!(
+                            "partition {}: segment delete failed: {error}",
+                            self.partition_id
+                        );
+                        ErrorCode::CannotDeleteFile
+                    });
+                let _ = done.send(result);
+            }
+        }
+    }
+}
+
+/// A running partition: its group handle and its identity.
+#[derive(Clone)]
+pub struct PartitionHandle {
+    pub group: GroupHandle<PartitionRead>,
+    pub dir: PathBuf,
+}
+
+impl PartitionHandle {
+    /// Opens the partition's log and journal in `dir`, replays the journal and starts its task.
+    pub async fn open(
+        dir: &Path,
+        partition_id: u32,
+        config: LogConfig,
+        vsr: iggy_vsr::Config,
+        durability: Durability,
+    ) -> Result<PartitionHandle, StorageError> {
+        std::fs::create_dir_all(dir).map_err(|error| StorageError::Io {
+            path: dir.to_path_buf(),
+            error,
+        })?;
+        let log = PartitionLog::open(dir, config).await?;
+        let journal_path = dir.join("journal.wal");
+        let (journal, entries) =
+            FileJournal::open(&journal_path)
+                .await
+                .map_err(|error| StorageError::Io {
+                    path: journal_path.clone(),
+                    error,
+                })?;
+        let machine = PartitionMachine {
+            partition_id,
+            log,
+            offsets: BTreeMap::new(),
+            replay_next_offset: 0,
+        };
+        let group = Group::open(vsr, journal, entries, machine, durability, true).await;
+        Ok(PartitionHandle {
+            group: group.spawn(),
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    pub async fn write(
+        &self,
+        client: u128,
+        request: u64,
+        write: PartitionWrite,
+    ) -> Result<WriteResult, ErrorCode> {
+        match self
+            .group
+            .submit(client, request, write.operation(), write.encode())
+            .await
+        {
+            Outcome::Committed { reply, .. } => Ok(WriteResult::decode(&reply)),
+            Outcome::Refused(refusal) => Err(crate::group::refusal_error(&refusal)),
+            Outcome::Failed => Err(ErrorCode::CannotAppendMessage),
+        }
+    }
+
+    pub async fn poll(&self, start: StartAt, count: u32) -> Result<Polled, ErrorCode> {
+        let (done, wait) = oneshot::channel();
+        if !self
+            .group
+            .read(PartitionRead::Messages { start, count, done })
+        {
+            return Err(ErrorCode::PartitionNotFound);
+        }
+        wait.await.unwrap_or(Err(ErrorCode::PartitionNotFound))
+    }
+
+    pub async fn offset(&self, owner: OffsetOwner) -> Option<(u64, Option<u64>)> {
+        let (done, wait) = oneshot::channel();
+        if !self.group.read(PartitionRead::Offset { owner, done }) {
+            return None;
+        }
+        wait.await.ok()
+    }
+
+    pub async fn info(&self) -> PartitionInfo {
+        let (done, wait) = oneshot::channel();
+        if !self.group.read(PartitionRead::Info { done }) {
+            return PartitionInfo::default();
+        }
+        wait.await.unwrap_or_default()
+    }
+
+    pub async fn delete_segments(&self, count: u32) -> Result<u32, ErrorCode> {
+        let (done, wait) = oneshot::channel();
+        if !self
+            .group
+            .read(PartitionRead::DeleteSegments { count, done })
+        {
+            return Err(ErrorCode::PartitionNotFound);
+        }
+        wait.await.unwrap_or(Err(ErrorCode::PartitionNotFound))
+    }
+}

@@ -1,0 +1,319 @@
+//! Reply bodies, each encoded with the generated codec from the node's state.
+
+use crate::metadata::{ConsumerGroup, Metadata, ResizePolicy, Stream, Topic, TopicSettings};
+use crate::node::{PartitionKey, Shared};
+use crate::partition::Polled;
+use iggy_generated::errors::ErrorCode;
+use iggy_generated::payloads::{
+    ClusterMetadataResponse, ClusterNodeResponse, ClusterNodeRole, ClusterNodeStatus,
+    ConsumerGroupDetailsResponse, ConsumerGroupMemberResponse, ConsumerGroupResponse,
+    ConsumerOffsetResponse, GetStreamResponse, GetTopicResponse, GetTopicsResponse,
+    LoginRegisterResponse, PartitionContext, PartitionResponse, PartitionRouteResponse, PollPrefix,
+    ReplyResultEntry, ReplyResultSection, SendMessagesConfirmationResponse, SendMessagesResponse,
+    StreamResponse, SyncConsumerGroupResponse, TopicHeader,
+};
+use iggy_generated::protocol;
+use iggy_storage::StorageError;
+use iggy_wire::{WireDecode, WireEncode};
+
+fn encode<T: WireEncode>(value: &T) -> Vec<u8> {
+    let mut out = Vec::with_capacity(value.encoded_size());
+    value.encode_to(&mut out);
+    out
+}
+
+/// Result section of a successful result-framed reply.
+pub const RESULT_OK: [u8; 4] = [0; 4];
+
+/// Result section rejecting the request at index 0.
+pub fn result_rejection(code: ErrorCode) -> Vec<u8> {
+    encode(&ReplyResultSection {
+        results: vec![ReplyResultEntry {
+            index: 0,
+            result: code.code(),
+        }],
+    })
+}
+
+/// The rejection a result section carries, if any.
+pub fn rejection_of(reply: &[u8]) -> Option<ErrorCode> {
+    let mut input = reply;
+    let section = ReplyResultSection::decode_from(&mut input).ok()?;
+    section
+        .results
+        .first()
+        .map(|entry| ErrorCode::from_code(entry.result).unwrap_or(ErrorCode::Error))
+}
+
+pub fn login_response(user_id: u32, session: u64) -> Vec<u8> {
+    encode(&LoginRegisterResponse {
+        user_id,
+        session,
+        server_protocol: protocol::CURRENT.packed(),
+        server_version: protocol::RELEASE_VERSION,
+    })
+}
+
+fn topic_figures(shared: &Shared, stream: u32, topic: &Topic) -> (u64, u64) {
+    topic.partitions.keys().fold((0, 0), |(size, messages), p| {
+        let info = shared.stats((stream, topic.id, *p));
+        (size + info.size_bytes, messages + info.messages)
+    })
+}
+
+fn topic_header<'a>(shared: &Shared, stream: u32, topic: &'a Topic) -> TopicHeader<'a> {
+    let (size_bytes, messages_count) = topic_figures(shared, stream, topic);
+    TopicHeader {
+        id: topic.id,
+        created_at: topic.created_at,
+        partitions_count: topic.partitions.len() as u32,
+        size_bytes,
+        messages_count,
+        name: &topic.name,
+        options: &[],
+        derived_options: &[],
+    }
+}
+
+fn stream_header<'a>(shared: &Shared, stream: &'a Stream) -> StreamResponse<'a> {
+    let (size_bytes, messages_count) =
+        stream
+            .topics
+            .values()
+            .fold((0, 0), |(size, messages), topic| {
+                let (s, m) = topic_figures(shared, stream.id, topic);
+                (size + s, messages + m)
+            });
+    StreamResponse {
+        id: stream.id,
+        created_at: stream.created_at,
+        topics_count: stream.topics.len() as u32,
+        size_bytes,
+        messages_count,
+        name: &stream.name,
+        options: &[],
+        derived_options: &[],
+    }
+}
+
+pub fn stream_details(shared: &Shared, stream: &Stream) -> Vec<u8> {
+    encode(&GetStreamResponse {
+        stream: stream_header(shared, stream),
+        topics: stream
+            .topics
+            .values()
+            .map(|t| topic_header(shared, stream.id, t))
+            .collect(),
+    })
+}
+
+pub fn stream_list(shared: &Shared) -> Vec<u8> {
+    let metadata = shared.metadata.borrow();
+    let mut out = Vec::new();
+    for stream in metadata.streams.values() {
+        stream_header(shared, stream).encode_to(&mut out);
+    }
+    out
+}
+
+pub fn topic_details(shared: &Shared, stream: u32, topic: &Topic) -> Vec<u8> {
+    let partitions = topic
+        .partitions
+        .values()
+        .map(|p| {
+            let info = shared.stats((stream, topic.id, p.id));
+            PartitionResponse {
+                id: p.id,
+                created_at: p.created_at,
+                segments_count: info.segments,
+                current_offset: info.next_offset.saturating_sub(1),
+                size_bytes: info.size_bytes,
+                messages_count: info.messages,
+                context: PartitionContext {
+                    incarnation: p.incarnation,
+                    owner_generation: 0,
+                    metadata_op: 0,
+                },
+            }
+        })
+        .collect();
+    encode(&GetTopicResponse {
+        topic: topic_header(shared, stream, topic),
+        partitions,
+    })
+}
+
+pub fn topic_list(shared: &Shared, stream: u32) -> Vec<u8> {
+    let metadata = shared.metadata.borrow();
+    let topics = metadata.streams[&stream]
+        .topics
+        .values()
+        .map(|t| topic_header(shared, stream, t))
+        .collect();
+    encode(&GetTopicsResponse { topics })
+}
+
+fn group_header(topic: &Topic, group: &ConsumerGroup) -> ConsumerGroupResponse<'static> {
+    ConsumerGroupResponse {
+        id: group.id,
+        partitions_count: topic.partitions.len() as u32,
+        members_count: group.members.len() as u32,
+        name: "",
+    }
+}
+
+pub fn group_details(metadata: &Metadata, topic: &Topic, group: &ConsumerGroup) -> Vec<u8> {
+    let partition_ids = topic.partition_ids();
+    let members = group
+        .members
+        .iter()
+        .map(|member| ConsumerGroupMemberResponse {
+            id: member_id(metadata, *member),
+            partitions: group
+                .assignment(*member, &partition_ids)
+                .unwrap_or_default(),
+        })
+        .collect();
+    let mut head = group_header(topic, group);
+    head.name = &group.name;
+    encode(&ConsumerGroupDetailsResponse {
+        group: head,
+        members,
+    })
+}
+
+/// A member's public id: its session number.
+fn member_id(metadata: &Metadata, client: u128) -> u32 {
+    metadata
+        .sessions
+        .get(client)
+        .map_or(0, |s| s.session as u32)
+}
+
+pub fn group_list(topic: &Topic) -> Vec<u8> {
+    let mut out = Vec::new();
+    for group in topic.consumer_groups.values() {
+        let mut head = group_header(topic, group);
+        head.name = &group.name;
+        head.encode_to(&mut out);
+    }
+    out
+}
+
+/// 606: the caller's assignment, or empty when it is not a member.
+pub fn group_sync(topic: &Topic, group: &ConsumerGroup, client: u128) -> Vec<u8> {
+    match group.assignment(client, &topic.partition_ids()) {
+        Some(partitions) => encode(&SyncConsumerGroupResponse {
+            generation: group.generation,
+            partitions,
+        }),
+        None => Vec::new(),
+    }
+}
+
+fn port_of(address: &str) -> u16 {
+    address
+        .parse::<std::net::SocketAddr>()
+        .map_or(0, |a| a.port())
+}
+
+pub fn cluster_metadata(shared: &Shared) -> Vec<u8> {
+    let config = &shared.config;
+    let served = |t: &crate::config::Transport| if t.enabled { port_of(&t.address) } else { 0 };
+    let ip = config.advertised_ip();
+    let name = format!("iggy-node-{}", shared.replica_id);
+    let node = ClusterNodeResponse {
+        replica_id: shared.replica_id,
+        name: &name,
+        ip: &ip,
+        tcp_port: served(&config.tcp),
+        quic_port: served(&config.quic),
+        http_port: served(&config.http),
+        websocket_port: served(&config.websocket),
+        role: ClusterNodeRole::Leader,
+        status: ClusterNodeStatus::Healthy,
+    };
+    encode(&ClusterMetadataResponse {
+        name: "iggy-cluster",
+        nodes: vec![node],
+    })
+}
+
+pub fn partition_route(shared: &Shared, key: PartitionKey) -> Vec<u8> {
+    let metadata = shared.metadata.borrow();
+    let topic = &metadata.streams[&key.0].topics[&key.1];
+    PartitionRouteResponse {
+        incarnation: topic.partitions[&key.2].incarnation,
+        metadata_op: metadata.commit,
+        view: 0,
+        partitions_count: topic.partitions.len() as u32,
+        primary_replica: shared.replica_id,
+    }
+    .to_bytes()
+    .to_vec()
+}
+
+pub fn send_confirmation(key: PartitionKey, base_offset: u64) -> Vec<u8> {
+    let confirmation = SendMessagesConfirmationResponse {
+        stream_id: key.0,
+        topic_id: key.1,
+        partition_id: key.2,
+        base_offset,
+    };
+    encode(&SendMessagesResponse {
+        confirmations: vec![confirmation],
+    })
+}
+
+pub fn consumer_offset(partition_id: u32, current_offset: u64, stored_offset: u64) -> Vec<u8> {
+    ConsumerOffsetResponse {
+        partition_id,
+        current_offset,
+        stored_offset,
+    }
+    .to_bytes()
+    .to_vec()
+}
+
+/// 100: the prefix, then the stored batch records as read.
+pub fn polled(partition_id: u32, polled: &Polled, context: PartitionContext) -> Vec<u8> {
+    let prefix = PollPrefix {
+        partition_id,
+        current_offset: polled.current_offset,
+        messages_count: polled.batches.messages,
+        context,
+    };
+    let mut out = Vec::with_capacity(PollPrefix::SIZE + polled.batches.bytes.len());
+    out.extend_from_slice(&prefix.to_bytes());
+    out.extend_from_slice(&polled.batches.bytes);
+    out
+}
+
+/// The error a client gets for a batch that fails admission.
+pub fn batch_error(error: StorageError) -> ErrorCode {
+    match error {
+        StorageError::ChecksumMismatch("message checksum") => ErrorCode::InvalidMessageChecksum,
+        StorageError::ChecksumMismatch(_) => ErrorCode::InvalidBatchChecksum,
+        _ => ErrorCode::InvalidMessagesSize,
+    }
+}
+
+/// Topic settings from a create request's options block.
+pub fn topic_settings(options: &[u8]) -> Result<TopicSettings, ErrorCode> {
+    let mut settings = TopicSettings::default();
+    for (key, value) in crate::options::entries(options)? {
+        match key {
+            "message_expiry" => settings.message_expiry = crate::options::as_u64(value)?,
+            "max_topic_size" => settings.max_topic_size = crate::options::as_u64(value)?,
+            "partition_resize_policy" => {
+                settings.resize_policy = match crate::options::as_str(value)? {
+                    "fixed" => ResizePolicy::Fixed,
+                    "dynamic" => ResizePolicy::Dynamic,
+                    _ => return Err(ErrorCode::InvalidOptionValue),
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(settings)
+}

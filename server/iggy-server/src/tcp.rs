@@ -1,0 +1,95 @@
+//! TCP transport: frames are a 256-byte request header then `size - 256` body bytes. The
+//! transport only moves bytes; admission and dispatch live in `frame` and `dispatch`.
+
+use crate::dispatch::{Connection, Dispatched};
+use crate::frame::{self, HEADER_SIZE};
+use crate::node::Node;
+use compio::BufResult;
+use compio::io::{AsyncReadExt, AsyncWriteExt};
+use compio::net::{TcpListener, TcpStream};
+use std::rc::Rc;
+
+/// Accepts connections until the listener fails; each connection runs on its own task.
+pub async fn serve(listener: TcpListener, node: Rc<Node>) {
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(error) => {
+                tracing::warn!("tcp accept failed: {error}");
+                continue;
+            }
+        };
+        if let Err(error) = stream.set_nodelay(true) {
+            tracing::warn!("tcp {peer}: cannot set TCP_NODELAY: {error}");
+        }
+        let Some(guard) = node.admit() else {
+            tracing::warn!("tcp {peer}: refused, connection limit reached");
+            continue;
+        };
+        let node = node.clone();
+        compio::runtime::spawn(async move {
+            let _guard = guard;
+            if let Err(error) = connection(stream, peer, node).await {
+                tracing::debug!("tcp {peer}: closed: {error}");
+            }
+        })
+        .detach();
+    }
+}
+
+async fn connection(
+    mut stream: TcpStream,
+    peer: std::net::SocketAddr,
+    node: Rc<Node>,
+) -> std::io::Result<()> {
+    let mut connection = node.open_connection(peer.to_string(), "tcp");
+    let result = serve_connection(&mut stream, &node, &mut connection).await;
+    node.close_connection(&connection);
+    result
+}
+
+async fn serve_connection(
+    stream: &mut TcpStream,
+    node: &Rc<Node>,
+    connection: &mut Connection,
+) -> std::io::Result<()> {
+    let mut header = [0u8; HEADER_SIZE];
+    loop {
+        let BufResult(read, buffer) = stream.read_exact(header).await;
+        header = buffer;
+        match read {
+            Ok(()) => {}
+            Err(error) if error.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+            Err(error) => return Err(error),
+        }
+        let admitted = match frame::admit_header(&header, node.shared.config.limits.max_frame_size)
+        {
+            Ok(admitted) => admitted,
+            Err(error) => {
+                tracing::debug!("refused request header: {error:?}");
+                let client = u128::from_le_bytes(header[128..144].try_into().unwrap());
+                let eviction = frame::eviction(client, error.eviction_reason());
+                let _ = stream.write_all(eviction).await;
+                return Ok(());
+            }
+        };
+        let body = Vec::with_capacity(admitted.body_len);
+        let body = if admitted.body_len == 0 {
+            body
+        } else {
+            let BufResult(read, body) = stream.read_exact(body).await;
+            read?;
+            body
+        };
+        match crate::dispatch::dispatch(node, connection, admitted, body.into()).await {
+            Dispatched::Reply(bytes) => {
+                let BufResult(written, _) = stream.write_all(bytes).await;
+                written?;
+            }
+            Dispatched::Close(bytes) => {
+                let _ = stream.write_all(bytes).await;
+                return Ok(());
+            }
+        }
+    }
+}

@@ -1,0 +1,221 @@
+//! Users, passwords and personal access tokens: credential checks at login, the permissions a
+//! user op needs, and the user ops of the metadata state machine. Passwords and tokens are
+//! hashed before they reach the journal; a new token is shown to its creator once.
+
+use crate::dispatch::Connection;
+use crate::group::Outcome;
+use crate::metadata::{Ident, Metadata, Need, PersonalAccessToken, ROOT_USER_ID, UserStatus};
+use crate::metadata_machine::Envelope;
+use crate::node::{Node, Shared};
+use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
+use bytes::Bytes;
+use iggy_generated::errors::ErrorCode;
+use iggy_generated::frames::{Operation, RequestHeader};
+use std::hash::Hasher;
+
+/// The node's own client id for ops it submits itself (the root user at first start).
+pub const SYSTEM_CLIENT: u128 = u128::MAX;
+
+fn argon() -> argon2::Argon2<'static> {
+    argon2::Argon2::default()
+}
+
+pub fn hash_password(password: &str) -> String {
+    let salt = SaltString::encode_b64(&rand::random::<[u8; 16]>()).expect("16-byte salt encodes");
+    argon()
+        .hash_password(password.as_bytes(), &salt)
+        .expect("argon2 hashes any password")
+        .to_string()
+}
+
+fn password_matches(hash: &str, password: &str) -> bool {
+    PasswordHash::new(hash).is_ok_and(|parsed| {
+        argon()
+            .verify_password(password.as_bytes(), &parsed)
+            .is_ok()
+    })
+}
+
+fn token_hash(token: &str) -> [u8; 32] {
+    // Tokens are 32 random bytes: a fast hash suffices (no dictionary to attack).
+    let mut out = [0u8; 32];
+    for (i, chunk) in out.chunks_mut(8).enumerate() {
+        let mut hasher = twox_hash::XxHash3_64::with_seed(i as u64);
+        hasher.write(token.as_bytes());
+        chunk.copy_from_slice(&hasher.finish().to_le_bytes());
+    }
+    out
+}
+
+/// Checks a username and password; the user's id, or the error the client gets.
+pub fn verify_password(shared: &Shared, username: &str, password: &str) -> Result<u32, ErrorCode> {
+    let (hash, id, status) = {
+        let metadata = shared.metadata.borrow();
+        let user = metadata
+            .users
+            .values()
+            .find(|u| u.username == username)
+            .ok_or(ErrorCode::InvalidCredentials)?;
+        (user.password_hash.clone(), user.id, user.status)
+    };
+    if !password_matches(&hash, password) {
+        return Err(ErrorCode::InvalidCredentials);
+    }
+    if status != UserStatus::Active {
+        return Err(ErrorCode::UserInactive);
+    }
+    Ok(id)
+}
+
+pub fn verify_token(shared: &Shared, token: &str, now: u64) -> Result<u32, ErrorCode> {
+    let hash = token_hash(token);
+    let metadata = shared.metadata.borrow();
+    let found = metadata
+        .tokens
+        .iter()
+        .find(|t| t.token_hash == hash)
+        .ok_or(ErrorCode::InvalidPersonalAccessToken)?;
+    if found.expiry_at.is_some_and(|at| at <= now) {
+        return Err(ErrorCode::PersonalAccessTokenExpired);
+    }
+    let user = metadata
+        .users
+        .get(&found.user_id)
+        .ok_or(ErrorCode::InvalidCredentials)?;
+    if user.status != UserStatus::Active {
+        return Err(ErrorCode::UserInactive);
+    }
+    Ok(user.id)
+}
+
+impl Shared {
+    pub fn user_allows(&self, user_id: u32, need: Need) -> bool {
+        self.metadata
+            .borrow()
+            .users
+            .get(&user_id)
+            .is_some_and(|user| user.allows(need))
+    }
+}
+
+/// Creates the root user through the metadata group, as the node's own client.
+pub async fn create_root(
+    node: &Node,
+    username: &str,
+    password_hash: &str,
+) -> Result<(), ErrorCode> {
+    let group = &node.metadata;
+    match group
+        .submit(
+            SYSTEM_CLIENT,
+            0,
+            iggy_vsr::OPERATION_REGISTER,
+            crate::metadata_machine::session_record(ROOT_USER_ID, 0, [0; 32]),
+        )
+        .await
+    {
+        Outcome::Committed { .. } => {}
+        _ => return Err(ErrorCode::CannotCreateStateDirectory),
+    }
+    let request =
+        crate::wire_users::create_user_request(username, password_hash, UserStatus::Active, None);
+    let body = Envelope::encode(crate::dispatch::now_micros(), ROOT_USER_ID, &request);
+    match group
+        .submit(SYSTEM_CLIENT, 1, Operation::CreateUser.to_repr(), body)
+        .await
+    {
+        Outcome::Committed { reply, .. } => match crate::replies::rejection_of(&reply) {
+            Some(code) => Err(code),
+            None => Ok(()),
+        },
+        _ => Err(ErrorCode::CannotCreateStateDirectory),
+    }
+}
+
+/// The permission a user op needs.
+pub fn need(operation: Operation) -> Result<Need, ErrorCode> {
+    match operation {
+        Operation::CreateUser | Operation::DeleteUser | Operation::UpdatePermissions => {
+            Ok(Need::ManageUsers)
+        }
+        // Changing one's own password or tokens needs no grant; others' needs manage_users
+        // (checked in `prepare`, which knows the target).
+        Operation::ChangePassword
+        | Operation::CreatePersonalAccessToken
+        | Operation::DeletePersonalAccessToken => Ok(Need::None),
+        Operation::UpdateResource => Ok(Need::None),
+        _ => Err(ErrorCode::FeatureUnavailable),
+    }
+}
+
+/// A metadata request as it goes into the journal, and how to finish its reply.
+pub struct Prepared {
+    /// Replacement body (secrets hashed), or `None` to journal the client's bytes.
+    pub body: Option<Vec<u8>>,
+    /// A new token to show its creator in the reply.
+    pub token: Option<String>,
+}
+
+impl Prepared {
+    /// The reply the client gets: the committed reply with the new token, if any.
+    pub fn reveal(&self, reply: Bytes) -> Vec<u8> {
+        match (&self.token, crate::replies::rejection_of(&reply)) {
+            (Some(token), None) => crate::wire_users::token_reply(token),
+            _ => reply.to_vec(),
+        }
+    }
+}
+
+pub fn prepare(
+    shared: &Shared,
+    operation: Operation,
+    user_id: u32,
+    body: &[u8],
+) -> Result<Prepared, ErrorCode> {
+    crate::wire_users::prepare(shared, operation, user_id, body)
+}
+
+/// Applies a committed user op.
+pub fn apply(
+    metadata: &mut Metadata,
+    operation: Operation,
+    user_id: u32,
+    request: &[u8],
+    now: u64,
+) -> Result<Vec<u8>, ErrorCode> {
+    crate::wire_users::apply(metadata, operation, user_id, request, now)
+}
+
+/// Serves the user, client and system reads.
+pub async fn read(
+    node: &Node,
+    connection: &Connection,
+    header: &RequestHeader,
+    code: u32,
+    body: &[u8],
+) -> Result<Vec<u8>, ErrorCode> {
+    crate::wire_users::read(node, connection, header, code, body).await
+}
+
+pub fn new_token() -> String {
+    let bytes: [u8; 32] = rand::random();
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+pub fn token_record(
+    user_id: u32,
+    name: &str,
+    token: &str,
+    expiry_at: Option<u64>,
+) -> PersonalAccessToken {
+    PersonalAccessToken {
+        user_id,
+        name: name.to_string(),
+        token_hash: token_hash(token),
+        expiry_at,
+    }
+}
+
+pub fn find_user_id(metadata: &Metadata, ident: &Ident) -> Result<u32, ErrorCode> {
+    metadata.user(ident).map(|u| u.id)
+}
