@@ -92,6 +92,82 @@ macro_rules! header_mapping {
     };
 }
 
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len() / 2)
+        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).expect("hex"))
+        .collect()
+}
+
+/// Decodes with the official crate, pinning the type to that of `_like`.
+fn official_decode<O: official::WireDecode>(_like: &O, b: &[u8]) -> Result<O, String> {
+    O::decode_from(b).map_err(|e| format!("official decode: {e:?}"))
+}
+
+/// Official value -> official bytes -> our decode -> our encode (bytes equal) -> official
+/// decode (value equal). Covers both directions: our encoding is what the crate reads.
+macro_rules! payload_case {
+    ($tally:expr, $structs:expr, $name:literal, $ours:ty, $value:expr) => {{
+        let value = $value;
+        let ob = official::WireEncode::to_bytes(&value).to_vec();
+        let result = (|| -> Result<(), String> {
+            let ours = <$ours as iggy_wire::WireDecode>::decode_exact(&ob)
+                .map_err(|e| format!("ours decode {e:?} of {}", hex(&ob)))?;
+            let ourb = iggy_wire::WireEncode::to_wire_bytes(&ours);
+            if ourb != ob {
+                return Err(format!("ours {} != official {}", hex(&ourb), hex(&ob)));
+            }
+            if official_decode(&value, &ourb)? != value {
+                return Err("official value differs after our encode".into());
+            }
+            Ok(())
+        })();
+        $tally.check(&format!("payload:{}", $name), result);
+        $structs.insert($name);
+    }};
+}
+
+/// A value built with our generated types -> our bytes -> official decode == `$want`.
+macro_rules! ours_case {
+    ($tally:expr, $name:literal, $ours:expr, $want:expr) => {{
+        let ours = $ours;
+        let want = $want;
+        let b = iggy_wire::WireEncode::to_wire_bytes(&ours);
+        let result = official_decode(&want, &b).and_then(|got| {
+            if got == want {
+                Ok(())
+            } else {
+                Err(format!("official decoded {got:?} from {}", hex(&b)))
+            }
+        });
+        $tally.check(&format!("ours-to-official:{}", $name), result);
+    }};
+}
+
+/// An `example` row of spec/payloads.spec: ours decodes and re-encodes it, and so does the crate.
+macro_rules! example_case {
+    ($tally:expr, $name:expr, $bytes:expr, $ours:ty, $official:ty) => {{
+        let b: &[u8] = $bytes;
+        let result = (|| -> Result<(), String> {
+            let ours = <$ours as iggy_wire::WireDecode>::decode_exact(b)
+                .map_err(|e| format!("ours decode {e:?}"))?;
+            if iggy_wire::WireEncode::to_wire_bytes(&ours) != b {
+                return Err("ours re-encode differs".into());
+            }
+            let off = <$official as official::WireDecode>::decode_from(b)
+                .map_err(|e| format!("official decode {e:?}"))?;
+            if official::WireEncode::to_bytes(&off).to_vec() != b {
+                return Err("official re-encode differs".into());
+            }
+            Ok(())
+        })();
+        $tally.check(&format!("example:{}", $name), result);
+    }};
+}
+
 #[test]
 fn conformance() {
     let mut tally = Tally::default();
@@ -186,7 +262,10 @@ fn conformance() {
         ]);
     }
 
-    // 3. Expected failures.
+    // 3. Payloads: every struct of spec/payloads.spec with an official counterpart.
+    let vectors = payloads(&mut tally, &mut structs);
+
+    // 4. Expected failures.
     let listed: BTreeSet<String> = include_str!("../expected-failures.txt")
         .lines()
         .map(|l| l.split('#').next().unwrap_or("").trim().to_string())
@@ -205,10 +284,1311 @@ fn conformance() {
             mismatches += 1;
         }
     }
-    let vectors = 0usize;
     println!(
         "conformance: {vectors} vectors, {} structs, {commands} commands, {errors} errors, {mismatches} mismatches",
         structs.len()
     );
     assert_eq!(mismatches, 0, "conformance mismatches");
+}
+
+/// One options TLV entry (`name` = "abc"), accepted by the crate's options validation.
+fn options_block() -> official::WireOptions {
+    let mut b = vec![2u8];
+    b.extend_from_slice(&4u32.to_le_bytes());
+    b.extend_from_slice(b"name");
+    b.push(2);
+    b.extend_from_slice(&3u32.to_le_bytes());
+    b.extend_from_slice(b"abc");
+    official::WireOptions::from_slice(&b).expect("valid options block")
+}
+
+fn name(s: &str) -> official::WireName {
+    official::WireName::new(s).expect("valid name")
+}
+
+#[allow(clippy::too_many_lines)]
+fn payloads(tally: &mut Tally, structs: &mut BTreeSet<&'static str>) -> usize {
+    use iggy_generated::payloads as ours;
+    use official::requests as rq;
+    use official::responses as rs;
+    use official::{WireConsumer, WireIdentifier as Id};
+
+    let ctx = official::PartitionContext {
+        incarnation: 7,
+        owner_generation: 3,
+        metadata_op: 11,
+    };
+    let stream = |id: u32, topics: u32, opts: official::WireOptions| rs::streams::StreamResponse {
+        id,
+        created_at: 1_710_000_000_000 + u64::from(id),
+        topics_count: topics,
+        size_bytes: 4096,
+        messages_count: 12,
+        name: name(&format!("stream-{id}")),
+        options: opts,
+        derived_options: official::WireOptions::empty(),
+    };
+    let topic = |id: u32, parts: u32| rs::streams::TopicHeader {
+        id,
+        created_at: 1_710_000_000_500,
+        partitions_count: parts,
+        size_bytes: 1,
+        messages_count: 2,
+        name: name(&format!("topic-{id}")),
+        options: official::WireOptions::empty(),
+        derived_options: options_block(),
+    };
+    let partition = |id: u32| rs::topics::PartitionResponse {
+        id,
+        created_at: 5,
+        segments_count: 1,
+        current_offset: 99,
+        size_bytes: 1000,
+        messages_count: 100,
+        context: ctx,
+    };
+    let perms = official::WirePermissions {
+        global: official::WireGlobalPermissions {
+            manage_servers: true,
+            read_servers: false,
+            manage_users: true,
+            read_users: true,
+            manage_streams: false,
+            read_streams: true,
+            manage_topics: false,
+            read_topics: true,
+            poll_messages: true,
+            send_messages: false,
+        },
+        streams: vec![
+            official::WireStreamPermissions {
+                stream_id: 1,
+                manage_stream: true,
+                read_stream: false,
+                manage_topics: true,
+                read_topics: false,
+                poll_messages: true,
+                send_messages: true,
+                topics: vec![
+                    official::WireTopicPermissions {
+                        topic_id: 2,
+                        manage_topic: true,
+                        read_topic: true,
+                        poll_messages: false,
+                        send_messages: true,
+                    },
+                    official::WireTopicPermissions {
+                        topic_id: 3,
+                        manage_topic: false,
+                        read_topic: true,
+                        poll_messages: true,
+                        send_messages: false,
+                    },
+                ],
+            },
+            official::WireStreamPermissions {
+                stream_id: 9,
+                manage_stream: false,
+                read_stream: true,
+                manage_topics: false,
+                read_topics: true,
+                poll_messages: false,
+                send_messages: false,
+                topics: vec![],
+            },
+        ],
+    };
+    let user = |id: u32| rs::users::UserResponse {
+        id,
+        created_at: 77,
+        status: 1,
+        username: name("admin"),
+        options: options_block(),
+        derived_options: official::WireOptions::empty(),
+    };
+    let client = |groups: u32| rs::clients::ClientResponse {
+        client_id: 5,
+        user_id: u32::MAX,
+        transport: 1,
+        address: "127.0.0.1:5555".into(),
+        consumer_groups_count: groups,
+    };
+
+    // Streams and topics.
+    payload_case!(
+        tally,
+        structs,
+        "StreamResponse",
+        ours::StreamResponse,
+        stream(0, 0, options_block())
+    );
+    payload_case!(
+        tally,
+        structs,
+        "TopicHeader",
+        ours::TopicHeader,
+        topic(1, 2)
+    );
+    payload_case!(
+        tally,
+        structs,
+        "GetStreamResponse",
+        ours::GetStreamResponse,
+        rs::streams::GetStreamResponse {
+            stream: stream(3, 2, official::WireOptions::empty()),
+            topics: vec![topic(0, 1), topic(1, 3)]
+        }
+    );
+    payload_case!(
+        tally,
+        structs,
+        "GetStreamsResponse",
+        ours::GetStreamsResponse,
+        rs::streams::GetStreamsResponse {
+            streams: vec![
+                stream(0, 0, official::WireOptions::empty()),
+                stream(1, 4, options_block())
+            ]
+        }
+    );
+    payload_case!(
+        tally,
+        structs,
+        "PartitionResponse",
+        ours::PartitionResponse,
+        partition(4)
+    );
+    payload_case!(
+        tally,
+        structs,
+        "GetTopicResponse",
+        ours::GetTopicResponse,
+        rs::topics::GetTopicResponse {
+            topic: topic(0, 2),
+            partitions: vec![partition(0), partition(1)]
+        }
+    );
+    payload_case!(
+        tally,
+        structs,
+        "GetTopicsResponse",
+        ours::GetTopicsResponse,
+        rs::topics::GetTopicsResponse {
+            topics: vec![topic(0, 1), topic(5, 0)]
+        }
+    );
+    payload_case!(
+        tally,
+        structs,
+        "PartitionContext",
+        ours::PartitionContext,
+        ctx
+    );
+    payload_case!(
+        tally,
+        structs,
+        "CreateStreamRequest",
+        ours::CreateStreamRequest,
+        rq::streams::CreateStreamRequest {
+            name: name("orders"),
+            options: options_block()
+        }
+    );
+    payload_case!(
+        tally,
+        structs,
+        "CreateTopicRequest",
+        ours::CreateTopicRequest,
+        rq::topics::CreateTopicRequest {
+            stream_id: Id::named("orders").unwrap(),
+            partitions_count: 3,
+            name: name("t"),
+            options: official::WireOptions::empty()
+        }
+    );
+    payload_case!(
+        tally,
+        structs,
+        "StreamIdRequest(GetStreamRequest)",
+        ours::StreamIdRequest,
+        rq::streams::GetStreamRequest {
+            stream_id: Id::numeric(4)
+        }
+    );
+    payload_case!(
+        tally,
+        structs,
+        "StreamIdRequest(DeleteStreamRequest)",
+        ours::StreamIdRequest,
+        rq::streams::DeleteStreamRequest {
+            stream_id: Id::named("s").unwrap()
+        }
+    );
+    payload_case!(
+        tally,
+        structs,
+        "TopicIdRequest(GetTopicRequest)",
+        ours::TopicIdRequest,
+        rq::topics::GetTopicRequest {
+            stream_id: Id::numeric(0),
+            topic_id: Id::named("t").unwrap()
+        }
+    );
+    payload_case!(
+        tally,
+        structs,
+        "TopicIdRequest(GetConsumerGroupsRequest)",
+        ours::TopicIdRequest,
+        rq::consumer_groups::GetConsumerGroupsRequest {
+            stream_id: Id::numeric(0),
+            topic_id: Id::numeric(1)
+        }
+    );
+
+    // Roster and route.
+    let node = |id: u8, role: u8, status: u8| rs::system::ClusterNodeResponse {
+        replica_id: id,
+        name: format!("node-{id}"),
+        ip: "10.0.0.1".into(),
+        tcp_port: 8090,
+        quic_port: 8080,
+        http_port: 0,
+        websocket_port: 8092,
+        role,
+        status,
+    };
+    payload_case!(
+        tally,
+        structs,
+        "ClusterNodeResponse",
+        ours::ClusterNodeResponse,
+        node(2, 1, 4)
+    );
+    payload_case!(
+        tally,
+        structs,
+        "ClusterMetadataResponse",
+        ours::ClusterMetadataResponse,
+        rs::system::ClusterMetadataResponse {
+            name: "iggy".into(),
+            nodes: vec![node(0, 0, 0), node(1, 1, 3)]
+        }
+    );
+    let route = rs::messages::PartitionRouteResponse {
+        incarnation: 7,
+        metadata_op: 42,
+        view: 1,
+        partitions_count: 3,
+        primary_replica: 0,
+    };
+    payload_case!(
+        tally,
+        structs,
+        "PartitionRouteResponse",
+        ours::PartitionRouteResponse,
+        route
+    );
+    payload_case!(
+        tally,
+        structs,
+        "GetPartitionRouteRequest",
+        ours::GetPartitionRouteRequest,
+        rq::messages::GetPartitionRouteRequest {
+            stream_id: Id::numeric(1),
+            topic_id: Id::numeric(2),
+            partition_id: 3
+        }
+    );
+
+    // Messages.
+    let conf = |p: u32| rs::messages::SendMessagesConfirmationResponse {
+        stream_id: 1,
+        topic_id: 2,
+        partition_id: p,
+        base_offset: 1000 + u64::from(p),
+    };
+    payload_case!(
+        tally,
+        structs,
+        "SendMessagesConfirmationResponse",
+        ours::SendMessagesConfirmationResponse,
+        conf(0)
+    );
+    payload_case!(
+        tally,
+        structs,
+        "SendMessagesResponse",
+        ours::SendMessagesResponse,
+        rs::messages::SendMessagesResponse {
+            confirmations: vec![conf(0), conf(1)]
+        }
+    );
+    for (label, partition_id, consumer) in [
+        ("some", Some(2), WireConsumer::consumer(Id::numeric(1))),
+        (
+            "none",
+            None,
+            WireConsumer::consumer_group(Id::named("g").unwrap()),
+        ),
+    ] {
+        let req = rq::messages::PollMessagesRequest {
+            consumer: consumer.clone(),
+            stream_id: Id::numeric(0),
+            topic_id: Id::named("t").unwrap(),
+            partition_id,
+            strategy: official::WirePollingStrategy::offset(17),
+            count: 10,
+            auto_commit: partition_id.is_some(),
+        };
+        let _ = label;
+        payload_case!(
+            tally,
+            structs,
+            "PollMessagesRequest",
+            ours::PollMessagesRequest,
+            req
+        );
+        payload_case!(
+            tally,
+            structs,
+            "GetConsumerOffsetRequest",
+            ours::GetConsumerOffsetRequest,
+            rq::consumer_offsets::GetConsumerOffsetRequest {
+                consumer: consumer.clone(),
+                stream_id: Id::numeric(0),
+                topic_id: Id::numeric(1),
+                partition_id
+            }
+        );
+        payload_case!(
+            tally,
+            structs,
+            "StoreConsumerOffsetRequest",
+            ours::StoreConsumerOffsetRequest,
+            rq::consumer_offsets::StoreConsumerOffsetRequest {
+                consumer: consumer.clone(),
+                stream_id: Id::numeric(0),
+                topic_id: Id::numeric(1),
+                partition_id,
+                offset: 55,
+                ack: official::AckLevel::Quorum
+            }
+        );
+        payload_case!(
+            tally,
+            structs,
+            "DeleteConsumerOffsetRequest",
+            ours::DeleteConsumerOffsetRequest,
+            rq::consumer_offsets::DeleteConsumerOffsetRequest {
+                consumer,
+                stream_id: Id::numeric(0),
+                topic_id: Id::numeric(1),
+                partition_id,
+                ack: official::AckLevel::NoAck
+            }
+        );
+    }
+    payload_case!(
+        tally,
+        structs,
+        "ConsumerOffsetResponse",
+        ours::ConsumerOffsetResponse,
+        rs::consumer_offsets::ConsumerOffsetResponse {
+            partition_id: 1,
+            current_offset: 10,
+            stored_offset: 5
+        }
+    );
+    let mut poll_prefix = vec![0u8; 40];
+    fill(9, &mut poll_prefix);
+    let official_prefix = official_decode(
+        &rs::messages::PollMessagesResponseHeader {
+            partition_id: 0,
+            current_offset: 0,
+            messages_count: 0,
+            context: ctx,
+        },
+        &poll_prefix,
+    );
+    if let Ok(p) = official_prefix {
+        payload_case!(tally, structs, "PollPrefix", ours::PollPrefix, p);
+    } else {
+        tally.check("payload:PollPrefix", official_prefix.map(|_| ()));
+    }
+
+    // Partitions and segments.
+    payload_case!(
+        tally,
+        structs,
+        "CreatePartitionsRequest",
+        ours::CreatePartitionsRequest,
+        rq::partitions::CreatePartitionsRequest {
+            stream_id: Id::numeric(1),
+            topic_id: Id::named("t").unwrap(),
+            partitions_count: 4
+        }
+    );
+    payload_case!(
+        tally,
+        structs,
+        "DeletePartitionsRequest",
+        ours::DeletePartitionsRequest,
+        rq::partitions::DeletePartitionsRequest {
+            stream_id: Id::numeric(1),
+            topic_id: Id::numeric(2),
+            partitions_count: 1
+        }
+    );
+    payload_case!(
+        tally,
+        structs,
+        "DeleteSegmentsRequest",
+        ours::DeleteSegmentsRequest,
+        rq::segments::DeleteSegmentsRequest {
+            stream_id: Id::numeric(1),
+            topic_id: Id::numeric(2),
+            partition_id: 3,
+            segments_count: 9
+        }
+    );
+
+    // Consumer groups.
+    let group = |members: u32| rs::consumer_groups::ConsumerGroupResponse {
+        id: 2,
+        partitions_count: 3,
+        members_count: members,
+        name: name("group"),
+    };
+    let member = |id: u32, parts: Vec<u32>| rs::consumer_groups::ConsumerGroupMemberResponse {
+        id,
+        partitions_count: parts.len() as u32,
+        partitions: parts,
+    };
+    payload_case!(
+        tally,
+        structs,
+        "CreateConsumerGroupRequest",
+        ours::CreateConsumerGroupRequest,
+        rq::consumer_groups::CreateConsumerGroupRequest {
+            stream_id: Id::numeric(0),
+            topic_id: Id::numeric(0),
+            name: name("g1")
+        }
+    );
+    payload_case!(
+        tally,
+        structs,
+        "ConsumerGroupIdRequest(JoinConsumerGroupRequest)",
+        ours::ConsumerGroupIdRequest,
+        rq::consumer_groups::JoinConsumerGroupRequest {
+            stream_id: Id::numeric(0),
+            topic_id: Id::numeric(0),
+            group_id: Id::named("g1").unwrap()
+        }
+    );
+    payload_case!(
+        tally,
+        structs,
+        "ConsumerGroupResponse",
+        ours::ConsumerGroupResponse,
+        group(0)
+    );
+    payload_case!(
+        tally,
+        structs,
+        "ConsumerGroupMemberResponse",
+        ours::ConsumerGroupMemberResponse,
+        member(1, vec![0, 2])
+    );
+    payload_case!(
+        tally,
+        structs,
+        "ConsumerGroupDetailsResponse",
+        ours::ConsumerGroupDetailsResponse,
+        rs::consumer_groups::ConsumerGroupDetailsResponse {
+            group: group(2),
+            members: vec![member(1, vec![0, 2]), member(2, vec![1])]
+        }
+    );
+    payload_case!(
+        tally,
+        structs,
+        "GetConsumerGroupsResponse",
+        ours::GetConsumerGroupsResponse,
+        rs::consumer_groups::GetConsumerGroupsResponse {
+            groups: vec![group(0), group(1)]
+        }
+    );
+    payload_case!(
+        tally,
+        structs,
+        "SyncConsumerGroupResponse",
+        ours::SyncConsumerGroupResponse,
+        rs::consumer_groups::SyncConsumerGroupResponse {
+            generation: 4,
+            partitions: vec![0, 1, 2]
+        }
+    );
+
+    // Users and permissions.
+    payload_case!(
+        tally,
+        structs,
+        "WirePermissions",
+        ours::WirePermissions,
+        perms.clone()
+    );
+    payload_case!(
+        tally,
+        structs,
+        "WireGlobalPermissions(empty streams)",
+        ours::WirePermissions,
+        official::WirePermissions {
+            global: perms.global.clone(),
+            streams: vec![]
+        }
+    );
+    payload_case!(tally, structs, "UserResponse", ours::UserResponse, user(1));
+    payload_case!(
+        tally,
+        structs,
+        "UserDetailsResponse",
+        ours::UserDetailsResponse,
+        rs::users::UserDetailsResponse {
+            user: user(0),
+            permissions: Some(perms.clone())
+        }
+    );
+    payload_case!(
+        tally,
+        structs,
+        "UserDetailsResponse(no permissions)",
+        ours::UserDetailsResponse,
+        rs::users::UserDetailsResponse {
+            user: user(3),
+            permissions: None
+        }
+    );
+    payload_case!(
+        tally,
+        structs,
+        "GetUsersResponse",
+        ours::GetUsersResponse,
+        rs::users::GetUsersResponse {
+            users: vec![user(0), user(1)]
+        }
+    );
+    payload_case!(
+        tally,
+        structs,
+        "GetUserRequest",
+        ours::GetUserRequest,
+        rq::users::GetUserRequest {
+            user_id: Id::named("admin").unwrap()
+        }
+    );
+    payload_case!(
+        tally,
+        structs,
+        "DeleteUserRequest",
+        ours::DeleteUserRequest,
+        rq::users::DeleteUserRequest {
+            user_id: Id::numeric(3)
+        }
+    );
+    payload_case!(
+        tally,
+        structs,
+        "CreateUserRequest",
+        ours::CreateUserRequest,
+        rq::users::CreateUserRequest {
+            username: name("bob"),
+            password: "secret".into(),
+            status: 1,
+            permissions: Some(perms.clone()),
+            options: options_block()
+        }
+    );
+    payload_case!(
+        tally,
+        structs,
+        "CreateUserRequest(no permissions)",
+        ours::CreateUserRequest,
+        rq::users::CreateUserRequest {
+            username: name("eve"),
+            password: "pw".into(),
+            status: 2,
+            permissions: None,
+            options: official::WireOptions::empty()
+        }
+    );
+    payload_case!(
+        tally,
+        structs,
+        "UpdatePermissionsRequest",
+        ours::UpdatePermissionsRequest,
+        rq::users::UpdatePermissionsRequest {
+            user_id: Id::numeric(1),
+            permissions: Some(perms.clone())
+        }
+    );
+    payload_case!(
+        tally,
+        structs,
+        "UpdatePermissionsRequest(none)",
+        ours::UpdatePermissionsRequest,
+        rq::users::UpdatePermissionsRequest {
+            user_id: Id::numeric(1),
+            permissions: None
+        }
+    );
+    payload_case!(
+        tally,
+        structs,
+        "ChangePasswordRequest",
+        ours::ChangePasswordRequest,
+        rq::users::ChangePasswordRequest {
+            user_id: Id::numeric(1),
+            current_password: "old".into(),
+            new_password: "new-one".into()
+        }
+    );
+    payload_case!(
+        tally,
+        structs,
+        "LoginUserRequest",
+        ours::LoginUserRequest,
+        rq::users::LoginUserRequest {
+            username: name("u"),
+            password: "p".into(),
+            version: Some("0.12.0".into()),
+            context: Some("ctx".into())
+        }
+    );
+    payload_case!(
+        tally,
+        structs,
+        "IdentityResponse",
+        ours::IdentityResponse,
+        rs::users::IdentityResponse { user_id: 8 }
+    );
+
+    // Personal access tokens.
+    payload_case!(
+        tally,
+        structs,
+        "CreatePersonalAccessTokenRequest",
+        ours::CreatePersonalAccessTokenRequest,
+        rq::personal_access_tokens::CreatePersonalAccessTokenRequest {
+            name: name("ci"),
+            expiry: 3600
+        }
+    );
+    payload_case!(
+        tally,
+        structs,
+        "DeletePersonalAccessTokenRequest",
+        ours::DeletePersonalAccessTokenRequest,
+        rq::personal_access_tokens::DeletePersonalAccessTokenRequest { name: name("ci") }
+    );
+    payload_case!(
+        tally,
+        structs,
+        "LoginWithPersonalAccessTokenRequest",
+        ours::LoginWithPersonalAccessTokenRequest,
+        rq::personal_access_tokens::LoginWithPersonalAccessTokenRequest { token: name("tok") }
+    );
+    payload_case!(
+        tally,
+        structs,
+        "RawPersonalAccessTokenResponse",
+        ours::RawPersonalAccessTokenResponse,
+        rs::personal_access_tokens::RawPersonalAccessTokenResponse { token: name("tok") }
+    );
+    let pat = |n: &str| rs::personal_access_tokens::PersonalAccessTokenResponse {
+        name: name(n),
+        expiry_at: 99,
+    };
+    payload_case!(
+        tally,
+        structs,
+        "PersonalAccessTokenResponse",
+        ours::PersonalAccessTokenResponse,
+        pat("a")
+    );
+    payload_case!(
+        tally,
+        structs,
+        "GetPersonalAccessTokensResponse",
+        ours::GetPersonalAccessTokensResponse,
+        rs::personal_access_tokens::GetPersonalAccessTokensResponse {
+            tokens: vec![pat("a"), pat("b")]
+        }
+    );
+
+    // Clients.
+    let cg = |g: u32| rs::clients::ConsumerGroupInfoResponse {
+        stream_id: 1,
+        topic_id: 2,
+        group_id: g,
+    };
+    payload_case!(
+        tally,
+        structs,
+        "GetClientRequest",
+        ours::GetClientRequest,
+        rq::system::GetClientRequest { client_id: 12 }
+    );
+    payload_case!(
+        tally,
+        structs,
+        "ConsumerGroupInfoResponse",
+        ours::ConsumerGroupInfoResponse,
+        cg(1)
+    );
+    payload_case!(
+        tally,
+        structs,
+        "ClientResponse",
+        ours::ClientResponse,
+        client(0)
+    );
+    payload_case!(
+        tally,
+        structs,
+        "ClientDetailsResponse",
+        ours::ClientDetailsResponse,
+        rs::clients::ClientDetailsResponse {
+            client: client(2),
+            consumer_groups: vec![cg(0), cg(1)]
+        }
+    );
+    payload_case!(
+        tally,
+        structs,
+        "GetClientsResponse",
+        ours::GetClientsResponse,
+        rs::clients::GetClientsResponse {
+            clients: vec![client(0), client(0)]
+        }
+    );
+
+    // System.
+    payload_case!(
+        tally,
+        structs,
+        "StatsResponse",
+        ours::StatsResponse,
+        rs::system::StatsResponse {
+            process_id: 1,
+            cpu_usage: 0.5,
+            total_cpu_usage: 12.25,
+            memory_usage: 2,
+            total_memory: 3,
+            available_memory: 4,
+            run_time: 5,
+            start_time: 6,
+            read_bytes: 7,
+            written_bytes: 8,
+            messages_size_bytes: 9,
+            streams_count: 10,
+            topics_count: 11,
+            partitions_count: 12,
+            segments_count: 13,
+            messages_count: 14,
+            clients_count: 15,
+            consumer_groups_count: 16,
+            hostname: "host".into(),
+            os_name: "linux".into(),
+            os_version: "6".into(),
+            kernel_version: "6.1".into(),
+            iggy_server_version: "0.12.0".into(),
+            iggy_server_semver: Some(12288),
+            cache_metrics: vec![rs::system::get_stats::CacheMetricEntry {
+                stream_id: 1,
+                topic_id: 2,
+                partition_id: 3,
+                hits: 4,
+                misses: 5,
+                hit_ratio: 0.75
+            }],
+            threads_count: 17,
+            free_disk_space: 18,
+            total_disk_space: 19,
+            open_files_count: 20,
+            open_files_limit: 21,
+        }
+    );
+    payload_case!(
+        tally,
+        structs,
+        "GetSnapshotRequest",
+        ours::GetSnapshotRequest,
+        rq::system::GetSnapshotRequest {
+            compression: 2,
+            snapshot_types: vec![1, 3, 5]
+        }
+    );
+    payload_case!(
+        tally,
+        structs,
+        "GetSnapshotResponse",
+        ours::GetSnapshotResponse,
+        rs::system::GetSnapshotResponse {
+            data: vec![0x50, 0x4b, 3, 4]
+        }
+    );
+    payload_case!(
+        tally,
+        structs,
+        "DescribeOptionsRequest",
+        ours::DescribeOptionsRequest,
+        rq::system::DescribeOptionsRequest { scope: 2 }
+    );
+    let mut desc = 2u32.to_le_bytes().to_vec();
+    for (key, kind, default, text) in [
+        (
+            "segment_size",
+            12u8,
+            &[0u8, 0, 0, 64, 0, 0, 0, 0][..],
+            "segment size",
+        ),
+        ("name", 2, &[][..], ""),
+    ] {
+        desc.push(key.len() as u8);
+        desc.extend_from_slice(key.as_bytes());
+        desc.extend_from_slice(&[kind, 1]);
+        desc.extend_from_slice(&(default.len() as u32).to_le_bytes());
+        desc.extend_from_slice(default);
+        desc.extend_from_slice(&(text.len() as u32).to_le_bytes());
+        desc.extend_from_slice(text.as_bytes());
+    }
+    match <rs::system::DescribeOptionsResponse as official::WireDecode>::decode_from(&desc) {
+        Ok(d) => payload_case!(
+            tally,
+            structs,
+            "DescribeOptionsResponse",
+            ours::DescribeOptionsResponse,
+            d
+        ),
+        Err(e) => tally.check("payload:DescribeOptionsResponse", Err(format!("{e:?}"))),
+    }
+    for (scope, target) in [
+        (
+            "topic",
+            rq::system::ResourceTarget::Topic {
+                stream_id: Id::numeric(1),
+                topic_id: Id::named("t").unwrap(),
+            },
+        ),
+        (
+            "stream",
+            rq::system::ResourceTarget::Stream {
+                stream_id: Id::numeric(1),
+            },
+        ),
+        (
+            "user",
+            rq::system::ResourceTarget::User {
+                user_id: Id::named("bob").unwrap(),
+            },
+        ),
+    ] {
+        let req = rq::system::UpdateResourceRequest {
+            target,
+            reset: rq::system::WireResetKeys::try_from(vec![
+                name("segment_size"),
+                name("message_expiry"),
+            ])
+            .unwrap(),
+            options: options_block(),
+        };
+        payload_case!(
+            tally,
+            structs,
+            "UpdateResourceRequest",
+            ours::UpdateResourceRequest,
+            req.clone()
+        );
+        let b = official::WireEncode::to_bytes(&req).to_vec();
+        let result = (|| -> Result<(), String> {
+            let outer = <ours::UpdateResourceRequest as iggy_wire::WireDecode>::decode_exact(&b)
+                .map_err(|e| format!("{e:?}"))?;
+            let p = outer.patch;
+            let re = match outer.scope {
+                ours::OptionsScope::Topic => iggy_wire::WireEncode::to_wire_bytes(
+                    &<ours::TopicResourcePatch as iggy_wire::WireDecode>::decode_exact(p)
+                        .map_err(|e| format!("{e:?}"))?,
+                ),
+                ours::OptionsScope::Stream => iggy_wire::WireEncode::to_wire_bytes(
+                    &<ours::StreamResourcePatch as iggy_wire::WireDecode>::decode_exact(p)
+                        .map_err(|e| format!("{e:?}"))?,
+                ),
+                ours::OptionsScope::User => iggy_wire::WireEncode::to_wire_bytes(
+                    &<ours::UserResourcePatch as iggy_wire::WireDecode>::decode_exact(p)
+                        .map_err(|e| format!("{e:?}"))?,
+                ),
+            };
+            if re == p {
+                Ok(())
+            } else {
+                Err(format!("patch {} != {}", hex(&re), hex(p)))
+            }
+        })();
+        tally.check(&format!("payload:ResourcePatch:{scope}"), result);
+    }
+    structs.extend([
+        "TopicResourcePatch",
+        "StreamResourcePatch",
+        "UserResourcePatch",
+    ]);
+    payload_case!(
+        tally,
+        structs,
+        "LoginRegisterResponse",
+        ours::LoginRegisterResponse,
+        rs::users::LoginRegisterResponse {
+            user_id: 0,
+            session: 9,
+            server_protocol_version: 12288,
+            server_version: name("0.12.0")
+        }
+    );
+
+    // Values built with our types, read by the crate.
+    let opts_bytes = official::WireEncode::to_bytes(&options_block()).to_vec();
+    let id0 = [0u8, 0, 0, 0];
+    ours_case!(
+        tally,
+        "GetStreamResponse",
+        ours::GetStreamResponse {
+            stream: ours::StreamResponse {
+                id: 0,
+                created_at: 1,
+                topics_count: 1,
+                size_bytes: 2,
+                messages_count: 3,
+                name: "s",
+                options: &opts_bytes,
+                derived_options: &[]
+            },
+            topics: vec![ours::TopicHeader {
+                id: 0,
+                created_at: 4,
+                partitions_count: 1,
+                size_bytes: 5,
+                messages_count: 6,
+                name: "t",
+                options: &[],
+                derived_options: &[]
+            }],
+        },
+        rs::streams::GetStreamResponse {
+            stream: rs::streams::StreamResponse {
+                id: 0,
+                created_at: 1,
+                topics_count: 1,
+                size_bytes: 2,
+                messages_count: 3,
+                name: name("s"),
+                options: options_block(),
+                derived_options: official::WireOptions::empty()
+            },
+            topics: vec![rs::streams::TopicHeader {
+                id: 0,
+                created_at: 4,
+                partitions_count: 1,
+                size_bytes: 5,
+                messages_count: 6,
+                name: name("t"),
+                options: official::WireOptions::empty(),
+                derived_options: official::WireOptions::empty()
+            }],
+        }
+    );
+    ours_case!(
+        tally,
+        "ClusterMetadataResponse",
+        ours::ClusterMetadataResponse {
+            name: "c",
+            nodes: vec![ours::ClusterNodeResponse {
+                replica_id: 0,
+                name: "n",
+                ip: "127.0.0.1",
+                tcp_port: 8090,
+                quic_port: 8080,
+                http_port: 3000,
+                websocket_port: 8092,
+                role: ours::ClusterNodeRole::Leader,
+                status: ours::ClusterNodeStatus::Healthy
+            }]
+        },
+        rs::system::ClusterMetadataResponse {
+            name: "c".into(),
+            nodes: vec![rs::system::ClusterNodeResponse {
+                replica_id: 0,
+                name: "n".into(),
+                ip: "127.0.0.1".into(),
+                tcp_port: 8090,
+                quic_port: 8080,
+                http_port: 3000,
+                websocket_port: 8092,
+                role: 0,
+                status: 0
+            }]
+        }
+    );
+    ours_case!(
+        tally,
+        "PartitionRouteResponse",
+        ours::PartitionRouteResponse {
+            incarnation: 7,
+            metadata_op: 42,
+            view: 1,
+            partitions_count: 3,
+            primary_replica: 0
+        },
+        route
+    );
+    ours_case!(
+        tally,
+        "StoreConsumerOffsetRequest",
+        ours::StoreConsumerOffsetRequest {
+            consumer: ours::Consumer {
+                kind: 1,
+                id: ours::Identifier {
+                    kind: 1,
+                    value: &[1, 0, 0, 0]
+                }
+            },
+            stream_id: ours::Identifier {
+                kind: 1,
+                value: &id0
+            },
+            topic_id: ours::Identifier {
+                kind: 2,
+                value: b"t"
+            },
+            partition_id: ours::OptionalPartitionId {
+                has: 0,
+                partition_id: 0
+            },
+            offset: 5,
+            ack: ours::AckLevel::Quorum,
+        },
+        rq::consumer_offsets::StoreConsumerOffsetRequest {
+            consumer: WireConsumer::consumer(Id::numeric(1)),
+            stream_id: Id::numeric(0),
+            topic_id: Id::named("t").unwrap(),
+            partition_id: None,
+            offset: 5,
+            ack: official::AckLevel::Quorum
+        }
+    );
+    ours_case!(
+        tally,
+        "UserDetailsResponse",
+        ours::UserDetailsResponse {
+            user: ours::UserResponse {
+                id: 0,
+                created_at: 1,
+                status: 1,
+                username: "root",
+                options: &[],
+                derived_options: &[]
+            },
+            permissions: Some(ours::WirePermissions {
+                global: ours::WireGlobalPermissions {
+                    manage_servers: true,
+                    read_servers: true,
+                    manage_users: true,
+                    read_users: true,
+                    manage_streams: true,
+                    read_streams: true,
+                    manage_topics: true,
+                    read_topics: true,
+                    poll_messages: true,
+                    send_messages: true
+                },
+                streams: vec![ours::WireStreamPermissions {
+                    stream_id: 1,
+                    manage_stream: false,
+                    read_stream: true,
+                    manage_topics: false,
+                    read_topics: true,
+                    poll_messages: true,
+                    send_messages: false,
+                    topics: vec![ours::WireTopicPermissions {
+                        topic_id: 2,
+                        manage_topic: false,
+                        read_topic: true,
+                        poll_messages: true,
+                        send_messages: true
+                    }]
+                }],
+            }),
+        },
+        rs::users::UserDetailsResponse {
+            user: rs::users::UserResponse {
+                id: 0,
+                created_at: 1,
+                status: 1,
+                username: name("root"),
+                options: official::WireOptions::empty(),
+                derived_options: official::WireOptions::empty()
+            },
+            permissions: Some(official::WirePermissions {
+                global: official::WireGlobalPermissions {
+                    manage_servers: true,
+                    read_servers: true,
+                    manage_users: true,
+                    read_users: true,
+                    manage_streams: true,
+                    read_streams: true,
+                    manage_topics: true,
+                    read_topics: true,
+                    poll_messages: true,
+                    send_messages: true
+                },
+                streams: vec![official::WireStreamPermissions {
+                    stream_id: 1,
+                    manage_stream: false,
+                    read_stream: true,
+                    manage_topics: false,
+                    read_topics: true,
+                    poll_messages: true,
+                    send_messages: false,
+                    topics: vec![official::WireTopicPermissions {
+                        topic_id: 2,
+                        manage_topic: false,
+                        read_topic: true,
+                        poll_messages: true,
+                        send_messages: true
+                    }]
+                }],
+            }),
+        }
+    );
+    ours_case!(
+        tally,
+        "SyncConsumerGroupResponse",
+        ours::SyncConsumerGroupResponse {
+            generation: 3,
+            partitions: vec![0, 1]
+        },
+        rs::consumer_groups::SyncConsumerGroupResponse {
+            generation: 3,
+            partitions: vec![0, 1]
+        }
+    );
+
+    // Example rows of spec/payloads.spec.
+    let mut vectors = 0;
+    for line in include_str!("../../spec/payloads.spec").lines() {
+        let t: Vec<&str> = line.split_whitespace().collect();
+        if t.first() != Some(&"example") || t.len() != 4 {
+            continue;
+        }
+        vectors += 1;
+        let b = unhex(t[3]);
+        match t[1] {
+            "PollingStrategy" => example_case!(
+                tally,
+                t[1],
+                &b,
+                ours::PollingStrategy,
+                official::WirePollingStrategy
+            ),
+            "Identifier" => example_case!(tally, t[1], &b, ours::Identifier, Id),
+            "SessionIdentity" => example_case!(
+                tally,
+                t[1],
+                &b,
+                ours::SessionIdentity,
+                rq::system::SessionIdentity
+            ),
+            "StreamResponse" => example_case!(
+                tally,
+                t[1],
+                &b,
+                ours::StreamResponse,
+                rs::streams::StreamResponse
+            ),
+            "GetStreamResponse" => example_case!(
+                tally,
+                t[1],
+                &b,
+                ours::GetStreamResponse,
+                rs::streams::GetStreamResponse
+            ),
+            "ClusterMetadataResponse" => example_case!(
+                tally,
+                t[1],
+                &b,
+                ours::ClusterMetadataResponse,
+                rs::system::ClusterMetadataResponse
+            ),
+            "PartitionRouteResponse" => example_case!(
+                tally,
+                t[1],
+                &b,
+                ours::PartitionRouteResponse,
+                rs::messages::PartitionRouteResponse
+            ),
+            "SendMessagesResponse" => example_case!(
+                tally,
+                t[1],
+                &b,
+                ours::SendMessagesResponse,
+                rs::messages::SendMessagesResponse
+            ),
+            "ConsumerOffsetResponse" => example_case!(
+                tally,
+                t[1],
+                &b,
+                ours::ConsumerOffsetResponse,
+                rs::consumer_offsets::ConsumerOffsetResponse
+            ),
+            "StoreConsumerOffsetRequest" => example_case!(
+                tally,
+                t[1],
+                &b,
+                ours::StoreConsumerOffsetRequest,
+                rq::consumer_offsets::StoreConsumerOffsetRequest
+            ),
+            "SyncConsumerGroupResponse" => example_case!(
+                tally,
+                t[1],
+                &b,
+                ours::SyncConsumerGroupResponse,
+                rs::consumer_groups::SyncConsumerGroupResponse
+            ),
+            "ConsumerGroupDetailsResponse" => example_case!(
+                tally,
+                t[1],
+                &b,
+                ours::ConsumerGroupDetailsResponse,
+                rs::consumer_groups::ConsumerGroupDetailsResponse
+            ),
+            "WirePermissions" => example_case!(
+                tally,
+                t[1],
+                &b,
+                ours::WirePermissions,
+                official::WirePermissions
+            ),
+            "UserDetailsResponse" => example_case!(
+                tally,
+                t[1],
+                &b,
+                ours::UserDetailsResponse,
+                rs::users::UserDetailsResponse
+            ),
+            other => tally.check(
+                &format!("example:{other}"),
+                Err("no official counterpart wired in conformance.rs".into()),
+            ),
+        }
+    }
+    vectors
 }
