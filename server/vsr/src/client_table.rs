@@ -1,8 +1,9 @@
 //! Client table: per client session its latest request number and cached reply.
 //!
 //! The table is part of the replicated state: every replica updates it while committing, in log
-//! order, so all replicas hold the same table. It is bounded by `clients_table_max`; a new client is
-//! refused at capacity and a live entry is never evicted.
+//! order, so all replicas hold the same table. It is bounded by `clients_table_max`: a register
+//! committed at capacity evicts the client whose latest committed request is oldest (smallest
+//! `reply_op`), decided from committed state only, so every replica evicts the same client.
 
 use bytes::Bytes;
 use std::collections::BTreeMap;
@@ -33,12 +34,26 @@ pub enum RequestCheck {
     SessionUnknown,
 }
 
-/// The table is at `clients_table_max`: a new client was refused.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ClientsTableFull;
+/// Outcome of committing a register.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Registration {
+    /// A new session numbered `session` (the register's op); `evicted` made room for it.
+    New { session: u64, evicted: Option<u128> },
+    /// The client already had session `session`; nothing changed.
+    Existing { session: u64 },
+}
+
+impl Registration {
+    /// The session number, which is also the register's reply (8 little-endian bytes).
+    pub fn session(&self) -> u64 {
+        match self {
+            Registration::New { session, .. } | Registration::Existing { session } => *session,
+        }
+    }
+}
 
 /// The bounded client table.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClientTable {
     clients_max: usize,
     sessions: BTreeMap<u128, ClientSession>,
@@ -93,23 +108,56 @@ impl ClientTable {
         }
     }
 
-    /// Registers `client` with session number `op`. Fails (without evicting) at capacity.
-    pub fn register(&mut self, client: u128, op: u64) -> Result<Bytes, ClientsTableFull> {
+    /// Registers `client` with session number `op`. At capacity the client whose latest
+    /// committed request is oldest is evicted first. Registering a live client changes nothing.
+    pub fn register(&mut self, client: u128, op: u64) -> Registration {
         if let Some(existing) = self.sessions.get(&client) {
-            return Ok(existing.reply.clone());
+            return Registration::Existing {
+                session: existing.session,
+            };
         }
-        if self.is_full() {
-            return Err(ClientsTableFull);
+        let evicted = if self.is_full() { self.oldest() } else { None };
+        if let Some(evicted) = evicted {
+            self.sessions.remove(&evicted);
         }
-        let reply = Bytes::copy_from_slice(&op.to_le_bytes());
         let session = ClientSession {
             session: op,
             request: 0,
             reply_op: op,
-            reply: reply.clone(),
+            reply: Bytes::copy_from_slice(&op.to_le_bytes()),
         };
         self.sessions.insert(client, session);
-        Ok(reply)
+        Registration::New {
+            session: op,
+            evicted,
+        }
+    }
+
+    /// The client whose latest committed request (or register) committed at the smallest op.
+    pub fn oldest(&self) -> Option<u128> {
+        self.sessions
+            .iter()
+            .min_by_key(|(client, session)| (session.reply_op, **client))
+            .map(|(client, _)| *client)
+    }
+
+    /// Every session, client id order (for checkpoints).
+    pub fn rows(&self) -> Vec<(u128, ClientSession)> {
+        self.sessions
+            .iter()
+            .map(|(client, session)| (*client, session.clone()))
+            .collect()
+    }
+
+    /// A table restored from `rows`. Beyond `clients_max` rows the oldest are dropped.
+    pub fn from_rows(clients_max: usize, rows: Vec<(u128, ClientSession)>) -> Self {
+        let mut table = ClientTable::new(clients_max);
+        table.sessions.extend(rows);
+        while table.sessions.len() > clients_max {
+            let oldest = table.oldest().expect("non-empty");
+            table.sessions.remove(&oldest);
+        }
+        table
     }
 
     /// Records the committed reply of `request`. The client must be registered and the request
@@ -135,7 +183,7 @@ mod tests {
         let mut table = ClientTable::new(2);
         assert_eq!(table.check(9, 1, false), RequestCheck::SessionUnknown);
         assert_eq!(table.check(9, 0, true), RequestCheck::New);
-        table.register(9, 4).unwrap();
+        table.register(9, 4);
         assert_eq!(table.get(9).unwrap().session, 4);
         assert_eq!(table.check(9, 1, false), RequestCheck::New);
         table.record(9, 1, 5, Bytes::from_static(b"r1"));
@@ -152,17 +200,32 @@ mod tests {
     }
 
     #[test]
-    fn capacity_refuses_new_clients_and_keeps_live_ones() {
-        let mut table = ClientTable::new(1);
-        table.register(1, 1).unwrap();
-        assert!(table.is_full());
-        assert!(table.register(2, 2).is_err());
-        assert!(table.get(1).is_some());
-        assert!(table.get(2).is_none());
-        // Re-registering a live client is idempotent even at capacity.
+    fn capacity_evicts_the_client_with_the_oldest_request() {
+        let mut table = ClientTable::new(2);
         assert_eq!(
-            table.register(1, 3).unwrap(),
-            Bytes::copy_from_slice(&1u64.to_le_bytes())
+            table.register(1, 1),
+            Registration::New {
+                session: 1,
+                evicted: None
+            }
         );
+        table.register(2, 2);
+        assert!(table.is_full());
+        table.record(1, 1, 3, Bytes::from_static(b"r"));
+        // Client 2's latest committed op (its register at 2) is older than client 1's (3).
+        assert_eq!(
+            table.register(3, 4),
+            Registration::New {
+                session: 4,
+                evicted: Some(2)
+            }
+        );
+        assert!(table.get(2).is_none());
+        assert_eq!(table.len(), 2);
+        // Re-registering a live client is idempotent even at capacity.
+        assert_eq!(table.register(1, 5), Registration::Existing { session: 1 });
+        assert_eq!(table.len(), 2);
+        let restored = ClientTable::from_rows(2, table.rows());
+        assert_eq!(restored, table);
     }
 }

@@ -60,12 +60,14 @@
 //! client must finish (liveness). `cargo test -p iggy-vsr --test sim` runs 70 seeds per group
 //! size; `VSR_SIM_SEEDS=N` runs N. A failure prints `replicas=R seed=S`; the seed replays it.
 
+pub mod checkpoint;
 pub mod client_table;
 pub mod journal;
 pub mod message;
 pub mod replica;
 pub mod sim;
 
-pub use client_table::{ClientSession, ClientTable, RequestCheck};
-pub use message::{Entry, Message, OPERATION_REGISTER, ReplicaId};
-pub use replica::{Action, Config, Refusal, Replica, Status};
+pub use checkpoint::{Checkpoint, CheckpointError};
+pub use client_table::{ClientSession, ClientTable, Registration, RequestCheck};
+pub use message::{Entry, Log, Message, OPERATION_REGISTER, ReplicaId};
+pub use replica::{Action, Config, Refusal, Replica, StateTransferNeeded, Status};

@@ -91,6 +91,28 @@ impl Default for Fnv {
     }
 }
 
+/// A log transferred in a view change or recovery: the sender's entries above its checkpoint.
+///
+/// `entries` are ops `base + 1..=base + entries.len()`. The ops at or below `base` are committed
+/// (the sender checkpointed them); `base_checksum` is the checksum of the sender's entry at `base`
+/// (0 when `base` is 0), which lets a receiver that holds that entry vouch for its own prefix.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Log {
+    /// The sender's checkpoint op.
+    pub base: u64,
+    /// Checksum of the entry at `base`.
+    pub base_checksum: u64,
+    /// Entries `base + 1..`.
+    pub entries: Vec<Entry>,
+}
+
+impl Log {
+    /// Highest op of the log.
+    pub fn op(&self) -> u64 {
+        self.base + self.entries.len() as u64
+    }
+}
+
 /// A replica-to-replica message. Every message names the view it belongs to.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Message {
@@ -117,14 +139,11 @@ pub enum Message {
         replica: ReplicaId,
         log_view: u32,
         commit: u64,
-        log: Vec<Entry>,
+        log: Log,
     },
     /// New primary to all: the canonical log of `view`.
-    StartView {
-        view: u32,
-        commit: u64,
-        log: Vec<Entry>,
-    },
+    /// Also the answer to a `RequestPrepare` for an op the primary already checkpointed.
+    StartView { view: u32, commit: u64, log: Log },
     /// Backup to primary: send me the prepare at `op` (and a few after it).
     RequestPrepare {
         view: u32,
@@ -140,7 +159,7 @@ pub enum Message {
         view: u32,
         nonce: u64,
         replica: ReplicaId,
-        primary_state: Option<(u64, Vec<Entry>)>,
+        primary_state: Option<(u64, Log)>,
     },
 }
 

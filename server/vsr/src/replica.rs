@@ -3,9 +3,10 @@
 //! Inputs are the `on_*` methods; outputs are drained with `poll_action` after every input.
 //! The replica never performs I/O and never reads a clock: time is `on_tick(now_ticks)`.
 
-use crate::client_table::{ClientTable, RequestCheck};
-use crate::journal::Journal;
-use crate::message::{Entry, Message, OPERATION_REGISTER, ReplicaId};
+use crate::checkpoint::Checkpoint;
+use crate::client_table::{ClientTable, Registration, RequestCheck};
+use crate::journal::{Base, Journal};
+use crate::message::{Entry, Log, Message, OPERATION_REGISTER, ReplicaId};
 use bytes::Bytes;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -67,9 +68,10 @@ pub enum Refusal {
     NotPrimary { view: u32, primary: ReplicaId },
     /// The request number is older than the client's latest committed request.
     RequestTooOld,
-    /// The client table is full; the register was refused.
+    /// Every slot of the client table is claimed by registers still in the uncommitted
+    /// pipeline; retry later.
     ClientsTableFull,
-    /// The client never registered (or its register has not committed).
+    /// The client never registered, its register has not committed, or it was evicted.
     SessionUnknown,
     /// The pipeline is full; retry later.
     Busy,
@@ -97,6 +99,11 @@ pub enum Action {
     /// A register committed at `op` (the session number): the state machine records the session
     /// from `body`. Emitted on every replica, in op order with `Commit`s; needs no answer.
     Registered { op: u64, client: u128, body: Bytes },
+    /// A register committed at capacity evicted `client` (the one whose latest committed request
+    /// was oldest). Emitted on every replica, in op order, right before that register's
+    /// `Registered`; the shell drops the session and tells the client, whose later requests are
+    /// refused with `Refusal::SessionUnknown`. Needs no answer.
+    Evicted { client: u128 },
     /// Answer `client`'s `request` with `reply` (committed at `op`).
     Reply {
         client: u128,
@@ -113,7 +120,17 @@ pub enum Action {
 }
 
 /// A recovery response: the responder's view and, from the primary, its commit and log.
-type RecoveryAnswer = (u32, Option<(u64, Vec<Entry>)>);
+type RecoveryAnswer = (u32, Option<(u64, Log)>);
+
+/// Why a replica cannot join the group's log without state transfer (not implemented yet).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StateTransferNeeded {
+    /// This replica's highest applied op.
+    pub commit_min: u64,
+    /// The other replica's checkpoint: ops `commit_min + 1..=checkpoint` are no longer available
+    /// from it, and this replica does not hold a matching entry at `checkpoint`.
+    pub checkpoint: u64,
+}
 
 /// One Viewstamped Replication replica of one consensus group.
 #[derive(Debug)]
@@ -129,10 +146,18 @@ pub struct Replica {
     commit_min: u64,
     commit_in_flight: Option<u64>,
     clients: ClientTable,
+    /// The client table as of the journal base (the latest checkpoint).
+    base_clients: ClientTable,
+    /// Replies of the ops executed above the journal base, to roll `base_clients` forward.
+    executed: BTreeMap<u64, Bytes>,
+    /// Set when a log from another replica could not be installed for lack of state transfer.
+    state_transfer: Option<StateTransferNeeded>,
+    /// A voluntary recovery (entered for lack of state transfer) only accepts a view this high.
+    recovery_view_min: u32,
     /// Primary only: replicas that acknowledged each uncommitted op in this view.
     prepare_oks: BTreeMap<u64, BTreeSet<ReplicaId>>,
     start_view_change_from: BTreeSet<ReplicaId>,
-    do_view_change_from: BTreeMap<ReplicaId, (u32, u64, Vec<Entry>)>,
+    do_view_change_from: BTreeMap<ReplicaId, (u32, u64, Log)>,
     do_view_change_sent: bool,
     recovery_nonce: u64,
     recovery_responses: BTreeMap<ReplicaId, RecoveryAnswer>,
@@ -151,18 +176,43 @@ impl Replica {
     /// A group of one commits its whole journal at once (every written entry had its quorum).
     /// A larger group starts in `Status::Recovering` and asks the others for the current view.
     /// Either way the replica re-emits `Commit` for every op from 1 on: the shell applies them
-    /// to a fresh state machine.
+    /// to a fresh state machine. Same as `open_from_checkpoint` with an empty checkpoint.
     pub fn open(config: Config, journal_entries: Vec<Entry>, nonce: u64) -> Self {
-        let journal = Journal::from_entries(journal_entries);
+        Replica::open_from_checkpoint(config, Checkpoint::default(), journal_entries, nonce)
+    }
+
+    /// Opens a replica from its latest durable `checkpoint` and the valid prefix of the journal
+    /// after it (`suffix` holds ops `checkpoint.op + 1..=n`, in order). The client table is
+    /// restored from the checkpoint; `Commit` is replayed only for ops above `checkpoint.op`
+    /// (the shell's state machine is restored to `checkpoint.op` by the shell). A group of one
+    /// commits the whole suffix; a larger group recovers as in `open`.
+    pub fn open_from_checkpoint(
+        config: Config,
+        checkpoint: Checkpoint,
+        suffix: Vec<Entry>,
+        nonce: u64,
+    ) -> Self {
+        let base = Base {
+            op: checkpoint.op,
+            view: checkpoint.view,
+            checksum: checkpoint.checksum,
+        };
+        let journal = Journal::from_entries(base, suffix);
         let view = journal
             .entries()
             .iter()
             .map(|entry| entry.view)
             .max()
-            .unwrap_or(0);
+            .unwrap_or(0)
+            .max(checkpoint.view);
+        let clients = ClientTable::from_rows(config.clients_table_max, checkpoint.clients);
         let solo = config.replica_count == 1;
         let mut replica = Replica {
-            clients: ClientTable::new(config.clients_table_max),
+            base_clients: clients.clone(),
+            clients,
+            executed: BTreeMap::new(),
+            state_transfer: None,
+            recovery_view_min: 0,
             config,
             status: if solo {
                 Status::Normal
@@ -171,8 +221,8 @@ impl Replica {
             },
             view,
             log_view: view,
-            commit_max: 0,
-            commit_min: 0,
+            commit_max: checkpoint.op,
+            commit_min: checkpoint.op,
             commit_in_flight: None,
             journal,
             prepare_oks: BTreeMap::new(),
@@ -195,6 +245,37 @@ impl Replica {
             replica.send_recovery();
         }
         replica
+    }
+
+    /// Checkpoints at `op` (at most `commit_min`): forgets the journal entries at or below `op`
+    /// and returns the replicated state through `op` for the shell to persist.
+    ///
+    /// Call it once the state machine's effects of every op `<= op` are durable; after the
+    /// returned checkpoint is durable, the shell may drop its journal prefix `<= op`. A later
+    /// `open_from_checkpoint(config, checkpoint, suffix, nonce)` resumes from it. `op` below the
+    /// previous checkpoint is not allowed; `op` equal to it returns the same checkpoint again.
+    pub fn checkpoint(&mut self, op: u64) -> Checkpoint {
+        assert!(op <= self.commit_min, "checkpoint above commit_min");
+        let base = self.journal.base();
+        assert!(op >= base.op, "checkpoint below the previous checkpoint");
+        for at in base.op + 1..=op {
+            let entry = self.journal.get(at).expect("committed op held");
+            if entry.operation == OPERATION_REGISTER {
+                self.base_clients.register(entry.client, at);
+            } else if let Some(reply) = self.executed.remove(&at) {
+                self.base_clients
+                    .record(entry.client, entry.request, at, reply);
+            }
+        }
+        self.journal.forget_through(op);
+        debug_assert!(op < self.commit_min || self.base_clients == self.clients);
+        let base = self.journal.base();
+        Checkpoint {
+            op,
+            view: base.view,
+            checksum: base.checksum,
+            clients: self.base_clients.rows(),
+        }
     }
 
     /// A replica of a freshly formatted group (empty journal, view 0, normal status). Use
@@ -228,9 +309,22 @@ impl Replica {
     pub fn commit_max(&self) -> u64 {
         self.commit_max
     }
-    /// The log entry at `op`.
+    /// The log entry at `op` (`None` at or below the latest checkpoint).
     pub fn entry(&self, op: u64) -> Option<&Entry> {
         self.journal.get(op)
+    }
+    /// Number of journal entries held in memory (ops above the latest checkpoint).
+    pub fn journal_len(&self) -> usize {
+        self.journal.len()
+    }
+    /// Op of the latest checkpoint (0 when none): entries at or below it are forgotten.
+    pub fn checkpoint_op(&self) -> u64 {
+        self.journal.base().op
+    }
+    /// Set while this replica cannot catch up with the group without state transfer (another
+    /// replica checkpointed past the ops it is missing). Cleared once a log installs.
+    pub fn state_transfer_needed(&self) -> Option<StateTransferNeeded> {
+        self.state_transfer
     }
     /// The client table.
     pub fn clients(&self) -> &ClientTable {
@@ -273,9 +367,8 @@ impl Replica {
         let register = operation == OPERATION_REGISTER;
         let in_pipeline = self
             .journal
-            .entries()
+            .entries_after(self.commit_min)
             .iter()
-            .skip(self.commit_min as usize)
             .any(|entry| entry.client == client && (entry.request >= request || register));
         if in_pipeline {
             return; // Already being prepared; the reply follows its commit.
@@ -296,9 +389,8 @@ impl Replica {
                 // not a missing session: ask the client to retry.
                 let registering = self
                     .journal
-                    .entries()
+                    .entries_after(self.commit_min)
                     .iter()
-                    .skip(self.commit_min as usize)
                     .any(|entry| entry.client == client && entry.operation == OPERATION_REGISTER);
                 let refusal = if registering {
                     Refusal::Busy
@@ -310,14 +402,15 @@ impl Replica {
             RequestCheck::New => {}
         }
         if register {
+            // At capacity a committed register evicts the oldest client, unless every slot
+            // would go to a register still in the pipeline.
             let registers_pending = self
                 .journal
-                .entries()
+                .entries_after(self.commit_min)
                 .iter()
-                .skip(self.commit_min as usize)
                 .filter(|entry| entry.operation == OPERATION_REGISTER)
                 .count();
-            if self.clients.len() + registers_pending >= self.config.clients_table_max {
+            if registers_pending >= self.config.clients_table_max {
                 return self.refuse(client, request, Refusal::ClientsTableFull);
             }
         }
@@ -367,6 +460,7 @@ impl Replica {
             .clone();
         self.clients
             .record(entry.client, entry.request, op, reply.clone());
+        self.executed.insert(op, reply.clone());
         self.commit_min = op;
         if self.is_primary() {
             let (client, request) = (entry.client, entry.request);
@@ -612,6 +706,12 @@ impl Replica {
         if view != self.view || !self.is_primary() {
             return;
         }
+        if op <= self.journal.base().op {
+            // Checkpointed here: send the whole log; the requester installs it if it holds our
+            // checkpoint entry, and otherwise needs state transfer.
+            self.send_start_view(replica);
+            return;
+        }
         let last = self.journal.op().min(op + 7);
         for repair in op..=last {
             let entry = self.journal.get(repair).expect("op in log").clone();
@@ -654,9 +754,12 @@ impl Replica {
             let op = self.commit_min + 1;
             let entry = self.journal.get(op).expect("committed op in log").clone();
             if entry.operation == OPERATION_REGISTER {
-                let result = self.clients.register(entry.client, op);
+                let registration = self.clients.register(entry.client, op);
                 self.commit_min = op;
-                if result.is_ok() {
+                if let Registration::New { evicted, .. } = registration {
+                    if let Some(client) = evicted {
+                        self.actions.push_back(Action::Evicted { client });
+                    }
                     self.actions.push_back(Action::Registered {
                         op,
                         client: entry.client,
@@ -664,31 +767,25 @@ impl Replica {
                     });
                 }
                 if self.is_primary() {
-                    let (client, request) = (entry.client, entry.request);
-                    let action = match result {
-                        Ok(reply) => Action::Reply {
-                            client,
-                            request,
-                            op,
-                            reply,
-                        },
-                        Err(_) => Action::Refuse {
-                            client,
-                            request,
-                            refusal: Refusal::ClientsTableFull,
-                        },
-                    };
-                    self.actions.push_back(action);
+                    let session = registration.session();
+                    self.actions.push_back(Action::Reply {
+                        client: entry.client,
+                        request: entry.request,
+                        op: session,
+                        reply: Bytes::copy_from_slice(&session.to_le_bytes()),
+                    });
                 }
                 continue;
             }
-            let fresh = self
-                .clients
-                .get(entry.client)
-                .is_some_and(|s| entry.request > s.request);
+            let session = self.clients.get(entry.client);
+            let fresh = session.is_some_and(|s| entry.request > s.request);
             if !fresh {
-                // Unregistered or stale: skipped identically on every replica.
+                // Unregistered (e.g. evicted while the request was in the pipeline) or stale:
+                // skipped identically on every replica.
                 self.commit_min = op;
+                if session.is_none() && self.is_primary() {
+                    self.refuse(entry.client, entry.request, Refusal::SessionUnknown);
+                }
                 continue;
             }
             self.commit_in_flight = Some(op);
@@ -749,7 +846,7 @@ impl Replica {
         }
         self.do_view_change_sent = true;
         let me = self.config.replica;
-        let log = self.journal.entries().to_vec();
+        let log = self.log();
         let primary = self.primary_of(self.view);
         if primary == me {
             self.on_do_view_change(self.view, me, self.log_view, self.commit_max, log);
@@ -771,7 +868,7 @@ impl Replica {
         replica: ReplicaId,
         log_view: u32,
         commit: u64,
-        log: Vec<Entry>,
+        log: Log,
     ) {
         if view < self.view || self.primary_of(view) != self.config.replica {
             return;
@@ -798,11 +895,14 @@ impl Replica {
         let (_, _, best) = self
             .do_view_change_from
             .values()
-            .max_by_key(|(log_view, _, log)| (*log_view, log.len()))
+            .max_by_key(|(log_view, _, log)| (*log_view, log.op()))
             .unwrap()
             .clone();
         self.do_view_change_from.clear();
-        self.install_log(best);
+        if !self.install_log(best) {
+            // Stay in view change: the view times out and another replica tries to lead.
+            return;
+        }
         self.status = Status::Normal;
         self.log_view = self.view;
         self.prepare_oks.clear();
@@ -827,16 +927,31 @@ impl Replica {
         let message = Message::StartView {
             view: self.view,
             commit: self.commit_max,
-            log: self.journal.entries().to_vec(),
+            log: self.log(),
         };
         self.send(to, message);
     }
 
-    fn on_start_view(&mut self, view: u32, commit: u64, log: Vec<Entry>) {
-        if view < self.view || (view == self.view && self.status == Status::Normal) {
+    /// This replica's log: the entries above its checkpoint.
+    fn log(&self) -> Log {
+        let base = self.journal.base();
+        Log {
+            base: base.op,
+            base_checksum: base.checksum,
+            entries: self.journal.entries().to_vec(),
+        }
+    }
+
+    fn on_start_view(&mut self, view: u32, commit: u64, log: Log) {
+        if view < self.view || self.primary_of(view) == self.config.replica {
             return;
         }
-        if self.primary_of(view) == self.config.replica {
+        if view == self.view && self.status == Status::Normal && log.op() <= self.journal.op() {
+            // Already in this view, and our log (a prefix of the primary's) is not shorter.
+            return;
+        }
+        if !self.install_log(log) {
+            self.recover_for_state_transfer();
             return;
         }
         self.view = view;
@@ -844,7 +959,6 @@ impl Replica {
         self.status = Status::Normal;
         self.heard_from_primary_at = self.now;
         self.prepare_oks.clear();
-        self.install_log(log);
         self.learn_commit(commit);
         for op in self.commit_max + 1..=self.journal.op() {
             if self.journal.is_durable(op) {
@@ -853,13 +967,30 @@ impl Replica {
         }
     }
 
-    /// Replaces the log, never below what this replica already applied.
-    fn install_log(&mut self, log: Vec<Entry>) {
+    /// Replaces the log above the checkpoint, never below what this replica already applied.
+    /// Returns false (log unchanged, `state_transfer` set) when `log` starts above our commit
+    /// and we do not hold the sender's checkpoint entry, so our own entries up to it cannot be
+    /// vouched for: catching up needs state transfer.
+    fn install_log(&mut self, log: Log) -> bool {
+        if log.base > self.commit_min {
+            // Ops commit_min+1..=log.base are committed (the sender checkpointed them). Our
+            // entries there are those ops exactly when we hold the same entry at log.base: a
+            // log that holds (op, view) holds the prefix the primary of that view had.
+            if self.journal.checksum_at(log.base) != Some(log.base_checksum) {
+                self.state_transfer = Some(StateTransferNeeded {
+                    commit_min: self.commit_min,
+                    checkpoint: log.base,
+                });
+                return false;
+            }
+            self.commit_max = self.commit_max.max(log.base);
+        }
         assert!(
-            log.len() as u64 >= self.commit_min,
+            log.op() >= self.commit_min,
             "a canonical log lost committed ops"
         );
-        if let Some(first_different) = self.journal.replace(log) {
+        self.state_transfer = None;
+        if let Some(first_different) = self.journal.replace(log.base, log.entries) {
             assert!(
                 first_different > self.commit_min,
                 "a canonical log rewrote committed ops"
@@ -875,6 +1006,7 @@ impl Replica {
         if self.commit_max > self.journal.op() {
             self.commit_max = self.journal.op().max(self.commit_min);
         }
+        true
     }
 }
 
@@ -898,7 +1030,7 @@ impl Replica {
             return;
         }
         let primary_state = if self.is_primary() {
-            Some((self.commit_max, self.journal.entries().to_vec()))
+            Some((self.commit_max, self.log()))
         } else {
             None
         };
@@ -916,7 +1048,7 @@ impl Replica {
         view: u32,
         nonce: u64,
         replica: ReplicaId,
-        state: Option<(u64, Vec<Entry>)>,
+        state: Option<(u64, Log)>,
     ) {
         if nonce != self.recovery_nonce {
             return;
@@ -931,6 +1063,9 @@ impl Replica {
             .map(|(view, _)| *view)
             .max()
             .unwrap();
+        if view_max < self.recovery_view_min {
+            return;
+        }
         let primary = self.primary_of(view_max);
         let Some((view, Some((commit, log)))) = self.recovery_responses.get(&primary).cloned()
         else {
@@ -940,16 +1075,35 @@ impl Replica {
             return;
         }
         self.recovery_responses.clear();
+        if !self.install_log(log) {
+            return; // Stay recovering; the next round of responses is tried again.
+        }
         self.view = view;
         self.log_view = view;
         self.status = Status::Normal;
         self.heard_from_primary_at = self.now;
-        self.install_log(log);
         self.learn_commit(commit);
         for op in self.commit_max + 1..=self.journal.op() {
             if self.journal.is_durable(op) {
                 self.acknowledge(op);
             }
         }
+    }
+
+    /// A log could not be installed for lack of state transfer: leave the protocol (no acks,
+    /// no votes) and recover with a fresh nonce, accepting only a view at least as high as ours.
+    fn recover_for_state_transfer(&mut self) {
+        if self.status == Status::Recovering {
+            return;
+        }
+        self.status = Status::Recovering;
+        self.recovery_view_min = self.view;
+        self.recovery_nonce = self
+            .recovery_nonce
+            .rotate_left(29)
+            .wrapping_add(0x9e37_79b9_7f4a_7c15);
+        self.recovery_responses.clear();
+        self.prepare_oks.clear();
+        self.send_recovery();
     }
 }

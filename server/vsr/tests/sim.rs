@@ -10,14 +10,18 @@ fn seeds() -> u64 {
 }
 
 fn run(replica_count: u8) {
-    let mut committed = 0;
+    let (mut committed, mut checkpoints, mut evictions) = (0, 0, 0);
     for seed in 0..seeds() {
         let seed = seed * 1_000 + u64::from(replica_count);
         let result = std::panic::catch_unwind(|| {
             Cluster::new(seed, replica_count, 3, 20).run(1_500, 30_000)
         });
         match result {
-            Ok(summary) => committed += summary.committed,
+            Ok(summary) => {
+                committed += summary.committed;
+                checkpoints += summary.checkpoints;
+                evictions += summary.evictions;
+            }
             Err(panic) => {
                 eprintln!("VSR simulation failed: replicas={replica_count} seed={seed}");
                 std::panic::resume_unwind(panic);
@@ -27,6 +31,12 @@ fn run(replica_count: u8) {
     assert!(
         committed >= seeds() * 3 * 21,
         "every seed commits registers and requests"
+    );
+    eprintln!("replicas={replica_count}: {checkpoints} checkpoints, {evictions} evictions");
+    assert!(checkpoints > 0, "checkpoints are exercised");
+    assert!(
+        seeds() < 10 || evictions > 0,
+        "evictions are exercised (seeds with a small client table)"
     );
 }
 

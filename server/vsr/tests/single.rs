@@ -86,22 +86,31 @@ fn register_request_duplicate_and_restart() {
         }]
     );
 
-    // Capacity: a second client is refused, the live one kept.
+    // Capacity: a second client evicts the first (the oldest latest request).
     replica.on_request(8, 0, OPERATION_REGISTER, Bytes::new());
     assert_eq!(
         drive(&mut replica, &mut journal),
-        vec![Action::Refuse {
-            client: 8,
-            request: 0,
-            refusal: Refusal::ClientsTableFull
-        }]
+        vec![
+            Action::Evicted { client: 7 },
+            Action::Registered {
+                op: 4,
+                client: 8,
+                body: Bytes::new()
+            },
+            Action::Reply {
+                client: 8,
+                request: 0,
+                op: 4,
+                reply: Bytes::copy_from_slice(&4u64.to_le_bytes())
+            }
+        ]
     );
-    replica.on_request(8, 1, 5, Bytes::new());
+    replica.on_request(7, 3, 5, Bytes::new());
     assert_eq!(
         drive(&mut replica, &mut journal),
         vec![Action::Refuse {
-            client: 8,
-            request: 1,
+            client: 7,
+            request: 3,
             refusal: Refusal::SessionUnknown
         }]
     );
@@ -116,8 +125,9 @@ fn register_request_duplicate_and_restart() {
         }
     }
     assert_eq!(replayed, vec![2, 3]);
-    assert_eq!(restarted.commit_min(), 3);
-    assert_eq!(restarted.clients().get(7).unwrap().request, 2);
+    assert_eq!(restarted.commit_min(), 4);
+    assert!(restarted.clients().get(7).is_none(), "the eviction replays");
+    assert_eq!(restarted.clients().get(8).unwrap().session, 4);
 }
 
 #[test]

@@ -31,8 +31,16 @@ enum Packet {
 
 #[derive(Debug)]
 struct Client {
+    /// Current client id: a new one per session, since an evicted session's requests may or
+    /// may not have executed and must not be retried under a later session.
     id: u128,
+    /// Id of the first session; later sessions add `incarnation << 64`.
+    base_id: u128,
+    incarnation: u64,
+    /// Request number within the current session (0: registering).
     request: u64,
+    /// Requests (numbers 1 and up) answered, over every session.
+    completed: u64,
     requests_total: u64,
     target: ReplicaId,
     sent_at: Option<u64>,
@@ -43,8 +51,14 @@ struct Node {
     replica: Option<Replica>,
     storage: Storage,
     state: u64,
+    /// State machine after each applied op above the latest checkpoint.
+    states: BTreeMap<u64, u64>,
+    /// State machine at the latest checkpoint.
+    checkpoint_state: u64,
     restart_at: u64,
     checked_commit: u64,
+    /// An `Evicted` seen in this drain, paired with the `Registered` that follows it.
+    evicted: Option<u128>,
 }
 
 /// Outcome summary of one seed.
@@ -58,6 +72,10 @@ pub struct Summary {
     pub ticks: u64,
     /// Highest view reached by any replica.
     pub view_max: u32,
+    /// Checkpoints taken (over all replicas).
+    pub checkpoints: u64,
+    /// Client sessions evicted (canonical).
+    pub evictions: u64,
 }
 
 /// The simulated world for one seed.
@@ -76,6 +94,16 @@ pub struct Cluster {
     faults: bool,
     /// Per replica: tick until which it is cut off from every other node.
     isolated_until: Vec<u64>,
+    clients_table_max: usize,
+    /// Checkpoint once this many ops are committed above the previous checkpoint.
+    checkpoint_every: u64,
+    /// Per register op: the client it evicted; identical on every replica.
+    evictions: BTreeMap<u64, Option<u128>>,
+    /// Per checkpoint op: the encoded checkpoint; identical on every replica.
+    checkpoints: BTreeMap<u64, Vec<u8>>,
+    /// Checkpoints taken, sessions evicted and torn-or-not restarts from a checkpoint.
+    checkpoints_taken: u64,
+    evicted_total: u64,
 }
 
 const INITIAL_STATE: u64 = 0x1234_5678;
@@ -90,6 +118,14 @@ fn apply(state: u64, body: &[u8]) -> u64 {
 impl Cluster {
     /// A cluster of `replica_count` replicas and `client_count` clients for `seed`.
     pub fn new(seed: u64, replica_count: u8, client_count: u8, requests_per_client: u64) -> Self {
+        // Configuration choices come from their own stream so the fault stream stays as it was.
+        let mut choices = Rng::new(seed ^ 0x00c0_ffee);
+        let clients_table_max = if choices.chance(30) {
+            usize::from(client_count.max(2) - 1)
+        } else {
+            64
+        };
+        let checkpoint_every = 2 + choices.below(12);
         let mut rng = Rng::new(seed);
         let options = PacketOptions {
             drop_percent: rng.below(10),
@@ -99,17 +135,27 @@ impl Cluster {
         };
         let nodes = (0..replica_count)
             .map(|replica| Node {
-                replica: Some(Replica::new(config(replica_count, replica))),
+                replica: Some(Replica::new(config(
+                    replica_count,
+                    replica,
+                    clients_table_max,
+                ))),
                 storage: Storage::default(),
                 state: INITIAL_STATE,
+                states: BTreeMap::new(),
+                checkpoint_state: INITIAL_STATE,
                 restart_at: 0,
                 checked_commit: 0,
+                evicted: None,
             })
             .collect();
         let clients = (0..client_count)
             .map(|index| Client {
                 id: 1000 + u128::from(index),
+                base_id: 1000 + u128::from(index),
+                incarnation: 0,
                 request: 0,
+                completed: 0,
                 requests_total: requests_per_client,
                 target: 0,
                 sent_at: None,
@@ -129,6 +175,12 @@ impl Cluster {
             restarts: 0,
             faults: true,
             isolated_until: vec![0; usize::from(replica_count)],
+            clients_table_max,
+            checkpoint_every,
+            evictions: BTreeMap::new(),
+            checkpoints: BTreeMap::new(),
+            checkpoints_taken: 0,
+            evicted_total: 0,
         }
     }
 
@@ -140,11 +192,11 @@ impl Cluster {
                 self.heal();
             }
             self.step();
-            if self.clients.iter().all(|c| c.request > c.requests_total) {
+            if self.clients.iter().all(|c| c.completed >= c.requests_total) {
                 break;
             }
         }
-        let done = self.clients.iter().all(|c| c.request > c.requests_total);
+        let done = self.clients.iter().all(|c| c.completed >= c.requests_total);
         assert!(
             done,
             "seed {}: clients did not finish by tick {}: {:?}",
@@ -163,6 +215,8 @@ impl Cluster {
             crashes: self.crashes,
             ticks: self.now,
             view_max,
+            checkpoints: self.checkpoints_taken,
+            evictions: self.evicted_total,
         }
     }
 
@@ -191,14 +245,29 @@ impl Cluster {
             if node.replica.is_none() {
                 if now >= node.restart_at {
                     self.restarts += 1;
-                    let entries = node.storage.open();
-                    node.state = INITIAL_STATE;
-                    node.checked_commit = 0;
-                    let replica = Replica::open(
-                        config(self.replica_count, index as u8),
-                        entries,
-                        self.restarts,
-                    );
+                    let (checkpoint, entries) = node.storage.open();
+                    let config = config(self.replica_count, index as u8, self.clients_table_max);
+                    node.states.clear();
+                    node.evicted = None;
+                    let replica = match checkpoint {
+                        None => {
+                            node.state = INITIAL_STATE;
+                            node.checkpoint_state = INITIAL_STATE;
+                            node.checked_commit = 0;
+                            Replica::open(config, entries, self.restarts)
+                        }
+                        Some((checkpoint, state)) => {
+                            node.state = state;
+                            node.checkpoint_state = state;
+                            node.checked_commit = checkpoint.op;
+                            Replica::open_from_checkpoint(
+                                config,
+                                checkpoint,
+                                entries,
+                                self.restarts,
+                            )
+                        }
+                    };
                     node.replica = Some(replica);
                     self.drain(index);
                 }
@@ -220,6 +289,84 @@ impl Cluster {
         }
         self.tick_clients();
         self.check_step();
+        self.take_checkpoints();
+    }
+
+    /// Checkpoints replicas whose journal grew by `checkpoint_every` committed ops. A group of
+    /// one checkpoints at (or a little below) its commit; a larger group only at an op every
+    /// replica has committed and every replica's durable journal holds (or checkpointed), so
+    /// no replica ever needs an op another one forgot (that needs state transfer).
+    fn take_checkpoints(&mut self) {
+        let live = self.nodes.iter().filter_map(|n| n.replica.as_ref());
+        let Some(commit_min) = live.map(|r| r.commit_min()).min() else {
+            return;
+        };
+        let due = self
+            .nodes
+            .iter()
+            .filter_map(|n| n.replica.as_ref())
+            .any(|r| {
+                r.commit_min() >= r.checkpoint_op() + self.checkpoint_every
+                    && r.commit_min() > r.checkpoint_op()
+            });
+        if !due {
+            return;
+        }
+        let solo = self.replica_count == 1;
+        let target = if solo {
+            // Sometimes below the commit, so the client table is rolled forward to the op.
+            commit_min.saturating_sub(self.seed % 3)
+        } else {
+            let Some((entry, _)) = self.canonical.get(&commit_min) else {
+                return;
+            };
+            let checksum = entry.checksum;
+            if !self
+                .nodes
+                .iter()
+                .all(|n| n.storage.holds(commit_min, checksum))
+            {
+                return;
+            }
+            commit_min
+        };
+        for index in 0..self.nodes.len() {
+            let now = self.now;
+            let every = self.checkpoint_every;
+            let node = &mut self.nodes[index];
+            let Some(replica) = node.replica.as_mut() else {
+                continue;
+            };
+            let op = target.min(replica.commit_min());
+            if op <= replica.checkpoint_op() || op < replica.checkpoint_op() + every {
+                continue;
+            }
+            let journal_before = replica.journal_len();
+            let checkpoint = replica.checkpoint(op);
+            assert_eq!(replica.checkpoint_op(), op);
+            assert!(replica.journal_len() <= journal_before);
+            let state = node
+                .states
+                .range(..=op)
+                .next_back()
+                .map_or(node.checkpoint_state, |(_, state)| *state);
+            node.states.retain(|at, _| *at > op);
+            node.checkpoint_state = state;
+            let bytes = checkpoint.encode();
+            let at = now + 1 + self.rng.below(3);
+            node.storage.write_checkpoint(at, op, bytes.clone(), state);
+            self.checkpoints_taken += 1;
+            let seed = self.seed;
+            match self.checkpoints.get(&op) {
+                Some(canonical) => assert!(
+                    *canonical == bytes,
+                    "seed {seed}: replica {index} checkpoint at op {op} differs"
+                ),
+                None => {
+                    self.checkpoints.insert(op, bytes);
+                }
+            }
+        }
     }
 
     fn inject_crashes(&mut self) {
@@ -272,6 +419,7 @@ impl Cluster {
                 Action::Commit { op, body, .. } => {
                     let node = &mut self.nodes[index];
                     node.state = apply(node.state, &body);
+                    node.states.insert(op, node.state);
                     let reply = Bytes::copy_from_slice(&node.state.to_le_bytes());
                     let entry = node.replica.as_ref().unwrap().entry(op).unwrap().clone();
                     self.check_commit(index, op, &entry, &reply);
@@ -281,8 +429,23 @@ impl Cluster {
                         .unwrap()
                         .on_committed_reply(op, reply);
                 }
-                // The simulated state machine keeps no per-session state.
-                Action::Registered { .. } => {}
+                // The simulated state machine keeps no per-session state; the checker pairs an
+                // eviction with the register that caused it.
+                Action::Evicted { client } => {
+                    let node = &mut self.nodes[index];
+                    assert!(
+                        node.evicted.is_none(),
+                        "seed {}: two evictions for one register",
+                        self.seed
+                    );
+                    node.evicted = Some(client);
+                    let packet = Packet::Response { client, action };
+                    self.network.submit(&mut self.rng, self.now, packet);
+                }
+                Action::Registered { op, .. } => {
+                    let evicted = self.nodes[index].evicted.take();
+                    self.check_eviction(index, op, evicted);
+                }
                 Action::Reply { client, .. } | Action::Refuse { client, .. } => {
                     self.check_response(&action);
                     let packet = Packet::Response { client, action };
@@ -337,12 +500,30 @@ impl Cluster {
     fn on_response(&mut self, client_id: u128, action: Action) {
         let count = self.replica_count;
         let now = self.now;
-        let client = self.clients.iter_mut().find(|c| c.id == client_id).unwrap();
+        // Responses to an earlier session of a client are ignored.
+        let Some(client) = self.clients.iter_mut().find(|c| c.id == client_id) else {
+            return;
+        };
         match action {
             Action::Reply { request, .. } if request == client.request => {
+                if request > 0 {
+                    client.completed += 1;
+                }
                 client.request += 1;
                 client.sent_at = None;
                 client.retry_at = now + self.rng.below(30);
+            }
+            // Evicted: start a new session under a new id.
+            Action::Evicted { .. }
+            | Action::Refuse {
+                refusal: Refusal::SessionUnknown,
+                ..
+            } if client.request > 0 => {
+                client.incarnation += 1;
+                client.id = client.base_id + (u128::from(client.incarnation) << 64);
+                client.request = 0;
+                client.sent_at = None;
+                client.retry_at = now + 1;
             }
             Action::Refuse {
                 request, refusal, ..
@@ -355,7 +536,7 @@ impl Cluster {
                             primary
                         };
                     }
-                    Refusal::Busy => {}
+                    Refusal::Busy | Refusal::ClientsTableFull => {}
                     other => panic!("seed {}: unexpected refusal {other:?}", self.seed),
                 }
                 client.sent_at = None;
@@ -369,7 +550,7 @@ impl Cluster {
         let count = self.replica_count;
         for index in 0..self.clients.len() {
             let client = &mut self.clients[index];
-            if client.request > client.requests_total {
+            if client.completed >= client.requests_total {
                 continue;
             }
             if let Some(sent_at) = client.sent_at {
@@ -420,6 +601,21 @@ impl Cluster {
         }
     }
 
+    /// Every replica evicts the same client (or none) when committing the register at `op`.
+    fn check_eviction(&mut self, index: usize, op: u64, evicted: Option<u128>) {
+        let seed = self.seed;
+        match self.evictions.get(&op) {
+            Some(canonical) => assert_eq!(
+                *canonical, evicted,
+                "seed {seed}: replica {index} evicted differently at op {op}"
+            ),
+            None => {
+                self.evicted_total += u64::from(evicted.is_some());
+                self.evictions.insert(op, evicted);
+            }
+        }
+    }
+
     /// A client reply must be the canonical reply of a committed op of that client and request.
     fn check_response(&mut self, action: &Action) {
         let seed = self.seed;
@@ -462,7 +658,12 @@ impl Cluster {
             let Some(replica) = node.replica.as_ref() else {
                 continue;
             };
-            for op in node.checked_commit + 1..=replica.commit_min() {
+            assert!(
+                replica.clients().len() <= self.clients_table_max,
+                "seed {seed}: replica {index} client table over its bound"
+            );
+            let from = node.checked_commit.max(replica.checkpoint_op()) + 1;
+            for op in from..=replica.commit_min() {
                 let entry = replica
                     .entry(op)
                     .unwrap_or_else(|| panic!("seed {seed}: committed op {op} lost"));
@@ -494,7 +695,7 @@ impl Cluster {
             let Some(replica) = node.replica.as_ref() else {
                 continue;
             };
-            for op in 1..=replica.commit_min() {
+            for op in replica.checkpoint_op() + 1..=replica.commit_min() {
                 let entry = replica
                     .entry(op)
                     .unwrap_or_else(|| panic!("seed {seed}: op {op} lost at {index}"));
@@ -505,8 +706,12 @@ impl Cluster {
                 );
             }
         }
+        // An evicted client may register again (with the same id): its history restarts.
         let mut executed: BTreeMap<(u128, u64), u64> = BTreeMap::new();
         for (op, (entry, _)) in &self.canonical {
+            if let Some(Some(evicted)) = self.evictions.get(op) {
+                executed.retain(|(client, _), _| client != evicted);
+            }
             if let Some(previous) = executed.insert((entry.client, entry.request), *op) {
                 panic!(
                     "seed {seed}: request {:?} committed twice (ops {previous} and {op})",
@@ -517,6 +722,8 @@ impl Cluster {
     }
 }
 
-fn config(replica_count: u8, replica: ReplicaId) -> Config {
-    Config::new(replica_count, replica)
+fn config(replica_count: u8, replica: ReplicaId, clients_table_max: usize) -> Config {
+    let mut config = Config::new(replica_count, replica);
+    config.clients_table_max = clients_table_max;
+    config
 }

@@ -1,7 +1,12 @@
 //! Simulated journal storage: writes complete in order after a delay; a crash loses the
 //! pending writes and may tear the one in progress (its checksum then fails on open).
+//!
+//! Checkpoints are written to two alternating slots with the state machine snapshot beside
+//! them; the journal prefix is dropped only once a checkpoint write completes, so a torn
+//! checkpoint falls back to the previous slot with the journal it still needs.
 
 use super::Rng;
+use crate::checkpoint::Checkpoint;
 use crate::message::Entry;
 use bytes::Bytes;
 use std::collections::{BTreeMap, VecDeque};
@@ -11,6 +16,7 @@ use std::collections::{BTreeMap, VecDeque};
 enum Write {
     Prepare(Entry),
     Truncate(u64),
+    Checkpoint { op: u64, bytes: Vec<u8>, state: u64 },
 }
 
 /// Durable journal of one replica plus its write queue.
@@ -18,6 +24,12 @@ enum Write {
 pub struct Storage {
     durable: BTreeMap<u64, Entry>,
     pending: VecDeque<(u64, Write)>,
+    /// Checkpoint slots: encoded checkpoint and the state machine snapshot at its op.
+    slots: [Option<(Vec<u8>, u64)>; 2],
+    /// Slot the next checkpoint write goes to.
+    next_slot: usize,
+    /// Op of the latest completed checkpoint.
+    checkpoint_op: u64,
 }
 
 impl Storage {
@@ -33,6 +45,14 @@ impl Storage {
         self.pending.push_back((at, Write::Truncate(after_op)));
     }
 
+    /// Queues a checkpoint write (with the state machine snapshot `state` at `op`) completing
+    /// at `at`; once durable, the journal prefix up to `op` is dropped.
+    pub fn write_checkpoint(&mut self, at: u64, op: u64, bytes: Vec<u8>, state: u64) {
+        let at = self.pending.back().map_or(at, |(last, _)| at.max(*last));
+        self.pending
+            .push_back((at, Write::Checkpoint { op, bytes, state }));
+    }
+
     /// Completes due operations; returns the ops whose prepare writes completed.
     pub fn tick(&mut self, now: u64) -> Vec<u64> {
         let mut done = Vec::new();
@@ -45,6 +65,12 @@ impl Storage {
                 Write::Truncate(after_op) => {
                     self.durable.retain(|op, _| *op <= after_op);
                 }
+                Write::Checkpoint { op, bytes, state } => {
+                    self.slots[self.next_slot] = Some((bytes, state));
+                    self.next_slot = 1 - self.next_slot;
+                    self.checkpoint_op = self.checkpoint_op.max(op);
+                    self.durable.retain(|at, _| *at > op);
+                }
             }
         }
         done
@@ -52,26 +78,57 @@ impl Storage {
 
     /// Crash: pending writes are lost; the first may land torn.
     pub fn crash(&mut self, rng: &mut Rng) {
-        if let Some((_, Write::Prepare(entry))) = self.pending.front()
-            && rng.chance(50)
-        {
-            let mut torn = entry.clone();
-            let keep = torn.body.len() / 2;
-            torn.body = Bytes::from([&torn.body[..keep], b"\xff"].concat());
-            self.durable.insert(torn.op, torn);
+        match self.pending.front() {
+            Some((_, Write::Prepare(entry))) if rng.chance(50) => {
+                let mut torn = entry.clone();
+                let keep = torn.body.len() / 2;
+                torn.body = Bytes::from([&torn.body[..keep], b"\xff"].concat());
+                self.durable.insert(torn.op, torn);
+            }
+            Some((_, Write::Checkpoint { bytes, state, .. })) if rng.chance(50) => {
+                let torn = bytes[..bytes.len() / 2].to_vec();
+                // The torn slot held the older checkpoint; the next write reuses it.
+                self.slots[self.next_slot] = Some((torn, *state));
+            }
+            _ => {}
         }
         self.pending.clear();
     }
 
-    /// The valid contiguous prefix from op 1, as a replica opens it.
-    pub fn open(&self) -> Vec<Entry> {
-        let mut prefix = Vec::new();
-        while let Some(entry) = self.durable.get(&(prefix.len() as u64 + 1)) {
+    /// Op of the latest completed checkpoint (0 when none).
+    pub fn checkpoint_op(&self) -> u64 {
+        self.checkpoint_op
+    }
+
+    /// The latest valid checkpoint (with its state snapshot) and the valid contiguous journal
+    /// after it, as a replica opens them.
+    pub fn open(&self) -> (Option<(Checkpoint, u64)>, Vec<Entry>) {
+        let checkpoint = self
+            .slots
+            .iter()
+            .flatten()
+            .filter_map(|(bytes, state)| Some((Checkpoint::decode(bytes).ok()?, *state)))
+            .max_by_key(|(checkpoint, _)| checkpoint.op);
+        let base = checkpoint.as_ref().map_or(0, |(c, _)| c.op);
+        let mut suffix = Vec::new();
+        while let Some(entry) = self.durable.get(&(base + suffix.len() as u64 + 1)) {
             if !entry.is_valid() {
                 break;
             }
-            prefix.push(entry.clone());
+            suffix.push(entry.clone());
         }
-        prefix
+        (checkpoint, suffix)
+    }
+
+    /// True when a restart would hold op `op` with `checksum` (or a checkpoint at or past it).
+    pub fn holds(&self, op: u64, checksum: u64) -> bool {
+        let (checkpoint, suffix) = self.open();
+        let base = checkpoint.map_or(0, |(c, _)| c.op);
+        if base >= op {
+            return true;
+        }
+        suffix
+            .get((op - base - 1) as usize)
+            .is_some_and(|entry| entry.checksum == checksum)
     }
 }
