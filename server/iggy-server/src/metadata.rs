@@ -572,6 +572,59 @@ impl Metadata {
             .collect())
     }
 
+    /// Applies `name`, `message_expiry`, `max_topic_size`, `compression_algorithm`,
+    /// `replication_factor` and `partition_resize_policy` options to a topic.
+    pub fn update_topic(
+        &mut self,
+        stream: &Ident,
+        topic: &Ident,
+        options: Vec<(&str, &[u8])>,
+    ) -> Result<(), ErrorCode> {
+        let stream_id = self.stream(stream)?.id;
+        let topic_id = self.topic(stream, topic)?.1.id;
+        let mut updated = self.streams[&stream_id].topics[&topic_id].clone();
+        for (key, value) in options {
+            match key {
+                "name" => {
+                    let name = crate::options::as_str(value)?;
+                    if !valid_name(name) {
+                        return Err(ErrorCode::InvalidTopicName);
+                    }
+                    if self.streams[&stream_id]
+                        .topics
+                        .values()
+                        .any(|t| t.name == name && t.id != topic_id)
+                    {
+                        return Err(ErrorCode::TopicNameAlreadyExists);
+                    }
+                    updated.name = name.to_string();
+                }
+                "message_expiry" => updated.message_expiry = crate::options::as_u64(value)?,
+                "max_topic_size" => updated.max_topic_size = crate::options::as_u64(value)?,
+                "compression_algorithm" => {
+                    updated.compression_algorithm = crate::options::as_u64(value)? as u8
+                }
+                "replication_factor" => {
+                    updated.replication_factor = crate::options::as_u64(value)? as u8
+                }
+                "partition_resize_policy" => {
+                    updated.resize_policy = match crate::options::as_str(value)? {
+                        "fixed" => ResizePolicy::Fixed,
+                        "dynamic" => ResizePolicy::Dynamic,
+                        _ => return Err(ErrorCode::InvalidOptionValue),
+                    }
+                }
+                _ => return Err(ErrorCode::UnsupportedOptionKey),
+            }
+        }
+        self.streams
+            .get_mut(&stream_id)
+            .expect("found")
+            .topics
+            .insert(topic_id, updated);
+        Ok(())
+    }
+
     // ----- consumer groups -----
 
     pub fn create_group(

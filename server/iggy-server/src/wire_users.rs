@@ -1,82 +1,580 @@
-//! User, token, client and system commands on the wire.
-// Interim: waits on the spec's user/permission/token structs; until they land these commands
-// answer FeatureUnavailable, and the root user's create request is built here.
+//! User, token, client and system commands on the wire: generated request and response types
+//! to and from the metadata model.
 
 use crate::dispatch::Connection;
-use crate::metadata::{Metadata, Permissions, UserStatus};
+use crate::metadata::{
+    GlobalPermissions, Metadata, Need, Permissions, StreamPermissions, TopicPermissions, UserStatus,
+};
+use crate::metadata_machine::ident;
 use crate::node::{Node, Shared};
-use crate::users::Prepared;
+use crate::users::{Prepared, hash_password, new_token, token_record};
 use iggy_generated::errors::ErrorCode;
 use iggy_generated::frames::{Operation, RequestHeader};
+use iggy_generated::payloads::{
+    ChangePasswordRequest, ClientDetailsResponse, ClientResponse, ConsumerGroupInfoResponse,
+    CreatePersonalAccessTokenRequest, CreateUserRequest, DeletePersonalAccessTokenRequest,
+    DeleteUserRequest, DescribeOptionsResponse, GetClientRequest, GetUserRequest,
+    PersonalAccessTokenResponse, RawPersonalAccessTokenResponse, StatsResponse,
+    StreamResourcePatch, TopicResourcePatch, UpdatePermissionsRequest, UpdateResourceRequest,
+    UserDetailsResponse, UserResourcePatch, UserResponse, WireGlobalPermissions, WirePermissions,
+    WireStreamPermissions, WireTopicPermissions,
+};
+use iggy_wire::{WireDecode, WireEncode};
 
+fn encode<T: WireEncode>(value: &T) -> Vec<u8> {
+    let mut out = Vec::with_capacity(value.encoded_size());
+    value.encode_to(&mut out);
+    out
+}
+
+fn decode<'a, T: WireDecode<'a>>(bytes: &'a [u8]) -> Result<T, ErrorCode> {
+    T::decode_exact(bytes).map_err(|_| ErrorCode::InvalidFormat)
+}
+
+// ----- permissions -----
+
+fn permissions_from_wire(wire: &WirePermissions) -> Permissions {
+    let g = &wire.global;
+    let global = GlobalPermissions {
+        manage_servers: g.manage_servers,
+        read_servers: g.read_servers,
+        manage_users: g.manage_users,
+        read_users: g.read_users,
+        manage_streams: g.manage_streams,
+        read_streams: g.read_streams,
+        manage_topics: g.manage_topics,
+        read_topics: g.read_topics,
+        poll_messages: g.poll_messages,
+        send_messages: g.send_messages,
+    };
+    let streams = wire
+        .streams
+        .iter()
+        .map(|s| {
+            let topics = s
+                .topics
+                .iter()
+                .map(|t| {
+                    let topic = TopicPermissions {
+                        manage_topic: t.manage_topic,
+                        read_topic: t.read_topic,
+                        poll_messages: t.poll_messages,
+                        send_messages: t.send_messages,
+                    };
+                    (t.topic_id, topic)
+                })
+                .collect();
+            let stream = StreamPermissions {
+                manage_stream: s.manage_stream,
+                read_stream: s.read_stream,
+                manage_topics: s.manage_topics,
+                read_topics: s.read_topics,
+                poll_messages: s.poll_messages,
+                send_messages: s.send_messages,
+                topics,
+            };
+            (s.stream_id, stream)
+        })
+        .collect();
+    Permissions { global, streams }
+}
+
+fn permissions_to_wire(permissions: &Permissions) -> WirePermissions {
+    let g = &permissions.global;
+    let global = WireGlobalPermissions {
+        manage_servers: g.manage_servers,
+        read_servers: g.read_servers,
+        manage_users: g.manage_users,
+        read_users: g.read_users,
+        manage_streams: g.manage_streams,
+        read_streams: g.read_streams,
+        manage_topics: g.manage_topics,
+        read_topics: g.read_topics,
+        poll_messages: g.poll_messages,
+        send_messages: g.send_messages,
+    };
+    let streams = permissions
+        .streams
+        .iter()
+        .map(|(id, s)| WireStreamPermissions {
+            stream_id: *id,
+            manage_stream: s.manage_stream,
+            read_stream: s.read_stream,
+            manage_topics: s.manage_topics,
+            read_topics: s.read_topics,
+            poll_messages: s.poll_messages,
+            send_messages: s.send_messages,
+            topics: s
+                .topics
+                .iter()
+                .map(|(topic_id, t)| WireTopicPermissions {
+                    topic_id: *topic_id,
+                    manage_topic: t.manage_topic,
+                    read_topic: t.read_topic,
+                    poll_messages: t.poll_messages,
+                    send_messages: t.send_messages,
+                })
+                .collect(),
+        })
+        .collect();
+    WirePermissions { global, streams }
+}
+
+fn status_from_wire(status: u8) -> Result<UserStatus, ErrorCode> {
+    match status {
+        1 => Ok(UserStatus::Active),
+        2 => Ok(UserStatus::Inactive),
+        _ => Err(ErrorCode::InvalidUserStatus),
+    }
+}
+
+fn user_details(metadata: &Metadata, id: u32) -> Vec<u8> {
+    let user = &metadata.users[&id];
+    encode(&UserDetailsResponse {
+        user: user_header(user),
+        permissions: if id == crate::metadata::ROOT_USER_ID {
+            Some(permissions_to_wire(&Permissions::all()))
+        } else {
+            user.permissions.as_ref().map(permissions_to_wire)
+        },
+    })
+}
+
+fn user_header(user: &crate::metadata::User) -> UserResponse<'_> {
+    UserResponse {
+        id: user.id,
+        created_at: user.created_at,
+        status: user.status as u8,
+        username: &user.username,
+        options: &[],
+        derived_options: &[],
+    }
+}
+
+const PASSWORD_MIN: usize = 3;
+const PASSWORD_MAX: usize = 100;
+
+fn check_password(password: &str) -> Result<(), ErrorCode> {
+    if (PASSWORD_MIN..=PASSWORD_MAX).contains(&password.len()) {
+        Ok(())
+    } else {
+        Err(ErrorCode::InvalidPassword)
+    }
+}
+
+/// The root user's create request, with its password already hashed.
 pub fn create_user_request(
     username: &str,
     password_hash: &str,
     status: UserStatus,
-    _permissions: Option<&Permissions>,
+    permissions: Option<&Permissions>,
 ) -> Vec<u8> {
-    let mut out = vec![username.len() as u8];
-    out.extend_from_slice(username.as_bytes());
-    out.push(password_hash.len() as u8);
-    out.extend_from_slice(password_hash.as_bytes());
-    out.push(status as u8);
-    out.push(0);
-    out
+    encode(&CreateUserRequest {
+        username,
+        password: password_hash,
+        status: status as u8,
+        permissions: permissions.map(permissions_to_wire),
+        options: &[],
+    })
 }
 
 pub fn token_reply(token: &str) -> Vec<u8> {
     let mut out = crate::replies::RESULT_OK.to_vec();
-    out.push(token.len() as u8);
-    out.extend_from_slice(token.as_bytes());
+    RawPersonalAccessTokenResponse { token }.encode_to(&mut out);
     out
 }
 
+/// Checks what only the primary can check (current passwords, the target of a password change)
+/// and replaces secrets by their hashes before the request is journaled.
 pub fn prepare(
-    _shared: &Shared,
-    _operation: Operation,
-    _user_id: u32,
-    _body: &[u8],
+    shared: &Shared,
+    operation: Operation,
+    user_id: u32,
+    body: &[u8],
 ) -> Result<Prepared, ErrorCode> {
-    Ok(Prepared {
+    let unchanged = Prepared {
         body: None,
         token: None,
+    };
+    match operation {
+        Operation::CreateUser => {
+            let mut request: CreateUserRequest = decode(body)?;
+            check_password(request.password)?;
+            status_from_wire(request.status)?;
+            let hash = hash_password(request.password);
+            request.password = &hash;
+            Ok(Prepared {
+                body: Some(encode(&request)),
+                token: None,
+            })
+        }
+        Operation::ChangePassword => {
+            let mut request: ChangePasswordRequest = decode(body)?;
+            let target = {
+                let metadata = shared.metadata.borrow();
+                metadata
+                    .user(&ident(&request.user_id)?)
+                    .map(|u| (u.id, u.password_hash.clone()))?
+            };
+            if target.0 != user_id && !shared.user_allows(user_id, Need::ManageUsers) {
+                return Err(ErrorCode::Unauthorized);
+            }
+            let current_ok = argon2_check(&target.1, request.current_password);
+            if !current_ok {
+                return Err(ErrorCode::InvalidCredentials);
+            }
+            check_password(request.new_password)?;
+            let hash = hash_password(request.new_password);
+            request.current_password = "";
+            request.new_password = &hash;
+            Ok(Prepared {
+                body: Some(encode(&request)),
+                token: None,
+            })
+        }
+        Operation::CreatePersonalAccessToken => {
+            let _: CreatePersonalAccessTokenRequest = decode(body)?;
+            let token = new_token();
+            // The journal keeps the token's hash after the request, never the token.
+            let mut journaled = body.to_vec();
+            journaled.extend_from_slice(&token_record(user_id, "", &token, None).token_hash);
+            Ok(Prepared {
+                body: Some(journaled),
+                token: Some(token),
+            })
+        }
+        Operation::UpdateResource => {
+            let request: UpdateResourceRequest = decode(body)?;
+            let need = match request.scope {
+                iggy_generated::payloads::OptionsScope::User => Need::ManageUsers,
+                iggy_generated::payloads::OptionsScope::Stream => {
+                    let patch: StreamResourcePatch = decode(request.patch)?;
+                    let id = shared
+                        .metadata
+                        .borrow()
+                        .stream(&ident(&patch.stream_id)?)?
+                        .id;
+                    Need::ManageStream(id)
+                }
+                iggy_generated::payloads::OptionsScope::Topic => {
+                    let patch: TopicResourcePatch = decode(request.patch)?;
+                    let metadata = shared.metadata.borrow();
+                    let (s, t) =
+                        metadata.topic(&ident(&patch.stream_id)?, &ident(&patch.topic_id)?)?;
+                    Need::ManageTopic(s.id, t.id)
+                }
+            };
+            if !shared.user_allows(user_id, need) {
+                return Err(ErrorCode::Unauthorized);
+            }
+            Ok(unchanged)
+        }
+        _ => Ok(unchanged),
+    }
+}
+
+fn argon2_check(hash: &str, password: &str) -> bool {
+    use argon2::password_hash::{PasswordHash, PasswordVerifier};
+    PasswordHash::new(hash).is_ok_and(|parsed| {
+        argon2::Argon2::default()
+            .verify_password(password.as_bytes(), &parsed)
+            .is_ok()
     })
 }
 
+/// Applies a committed user, token or resource op.
 pub fn apply(
     metadata: &mut Metadata,
     operation: Operation,
-    _user_id: u32,
+    user_id: u32,
     request: &[u8],
     now: u64,
 ) -> Result<Vec<u8>, ErrorCode> {
     match operation {
         Operation::CreateUser => {
-            let name_len = *request.first().ok_or(ErrorCode::InvalidFormat)? as usize;
-            let username = std::str::from_utf8(
-                request
-                    .get(1..1 + name_len)
-                    .ok_or(ErrorCode::InvalidFormat)?,
-            )
-            .map_err(|_| ErrorCode::InvalidFormat)?;
-            let rest = &request[1 + name_len..];
-            let hash_len = *rest.first().ok_or(ErrorCode::InvalidFormat)? as usize;
-            let hash =
-                std::str::from_utf8(rest.get(1..1 + hash_len).ok_or(ErrorCode::InvalidFormat)?)
-                    .map_err(|_| ErrorCode::InvalidFormat)?;
-            metadata.create_user(username, hash.to_string(), UserStatus::Active, None, now)?;
+            let request: CreateUserRequest = decode(request)?;
+            let status = status_from_wire(request.status)?;
+            let permissions = request.permissions.as_ref().map(permissions_from_wire);
+            let id = metadata.create_user(
+                request.username,
+                request.password.to_string(),
+                status,
+                permissions,
+                now,
+            )?;
+            Ok(user_details(metadata, id))
+        }
+        Operation::DeleteUser => {
+            let request: DeleteUserRequest = decode(request)?;
+            metadata.delete_user(&ident(&request.user_id)?)?;
             Ok(Vec::new())
         }
+        Operation::UpdatePermissions => {
+            let request: UpdatePermissionsRequest = decode(request)?;
+            let permissions = request.permissions.as_ref().map(permissions_from_wire);
+            metadata.update_permissions(&ident(&request.user_id)?, permissions)?;
+            Ok(Vec::new())
+        }
+        Operation::ChangePassword => {
+            let request: ChangePasswordRequest = decode(request)?;
+            metadata.set_password(&ident(&request.user_id)?, request.new_password.to_string())?;
+            Ok(Vec::new())
+        }
+        Operation::CreatePersonalAccessToken => {
+            let split = request
+                .len()
+                .checked_sub(32)
+                .ok_or(ErrorCode::InvalidFormat)?;
+            let (body, hash) = request.split_at(split);
+            let token: CreatePersonalAccessTokenRequest = decode(body)?;
+            let expiry_at = (token.expiry != 0).then(|| now.saturating_add(token.expiry));
+            let mut record = token_record(user_id, token.name, "", expiry_at);
+            record.token_hash.copy_from_slice(hash);
+            metadata.create_token(record)?;
+            // The token itself is added to the reply by the primary that made it.
+            Ok(Vec::new())
+        }
+        Operation::DeletePersonalAccessToken => {
+            let request: DeletePersonalAccessTokenRequest = decode(request)?;
+            metadata.delete_token(user_id, request.name)?;
+            Ok(Vec::new())
+        }
+        Operation::UpdateResource => update_resource(metadata, request),
         _ => Err(ErrorCode::FeatureUnavailable),
     }
 }
 
+fn update_resource(metadata: &mut Metadata, request: &[u8]) -> Result<Vec<u8>, ErrorCode> {
+    use iggy_generated::payloads::OptionsScope;
+    let request: UpdateResourceRequest = decode(request)?;
+    match request.scope {
+        OptionsScope::Stream => {
+            let patch: StreamResourcePatch = decode(request.patch)?;
+            let stream = ident(&patch.stream_id)?;
+            for (key, value) in crate::options::entries(patch.options)? {
+                match key {
+                    "name" => metadata.rename_stream(&stream, crate::options::as_str(value)?)?,
+                    _ => return Err(ErrorCode::UnsupportedOptionKey),
+                }
+            }
+        }
+        OptionsScope::Topic => {
+            let patch: TopicResourcePatch = decode(request.patch)?;
+            let (stream, topic) = (ident(&patch.stream_id)?, ident(&patch.topic_id)?);
+            metadata.update_topic(&stream, &topic, crate::options::entries(patch.options)?)?;
+        }
+        OptionsScope::User => {
+            let patch: UserResourcePatch = decode(request.patch)?;
+            let user = ident(&patch.user_id)?;
+            for (key, value) in crate::options::entries(patch.options)? {
+                match key {
+                    "username" | "name" => {
+                        metadata.update_user(&user, Some(crate::options::as_str(value)?), None)?
+                    }
+                    "status" => {
+                        let status = match crate::options::as_str(value) {
+                            Ok("active") => UserStatus::Active,
+                            Ok("inactive") => UserStatus::Inactive,
+                            _ => status_from_wire(crate::options::as_u64(value)? as u8)?,
+                        };
+                        metadata.update_user(&user, None, Some(status))?
+                    }
+                    _ => return Err(ErrorCode::UnsupportedOptionKey),
+                }
+            }
+        }
+    }
+    Ok(Vec::new())
+}
+
+// ----- reads -----
+
+fn client_response<'a>(info: &'a crate::dispatch::ClientInfo, groups: u32) -> ClientResponse<'a> {
+    ClientResponse {
+        client_id: info.id,
+        user_id: info.user_id.unwrap_or(u32::MAX),
+        transport: match info.transport {
+            "quic" => 2,
+            "http" => 3,
+            "websocket" => 4,
+            _ => 1,
+        },
+        address: &info.address,
+        consumer_groups_count: groups,
+    }
+}
+
+fn groups_of(metadata: &Metadata, client: Option<u128>) -> Vec<ConsumerGroupInfoResponse> {
+    let Some(client) = client else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for stream in metadata.streams.values() {
+        for topic in stream.topics.values() {
+            for group in topic.consumer_groups.values() {
+                if group.members.contains(&client) {
+                    out.push(ConsumerGroupInfoResponse {
+                        stream_id: stream.id,
+                        topic_id: topic.id,
+                        group_id: group.id,
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+fn client_details(node: &Node, connection_id: u32, client: Option<u128>) -> Option<Vec<u8>> {
+    let clients = node.clients.borrow();
+    let info = clients.get(&connection_id)?;
+    let metadata = node.shared.metadata.borrow();
+    let consumer_groups = groups_of(&metadata, client);
+    Some(encode(&ClientDetailsResponse {
+        client: client_response(info, consumer_groups.len() as u32),
+        consumer_groups,
+    }))
+}
+
+/// Serves the user, client and system reads.
 pub async fn read(
-    _node: &Node,
-    _connection: &Connection,
-    _header: &RequestHeader,
-    _code: u32,
-    _body: &[u8],
+    node: &Node,
+    connection: &Connection,
+    header: &RequestHeader,
+    code: u32,
+    body: &[u8],
 ) -> Result<Vec<u8>, ErrorCode> {
-    Err(ErrorCode::FeatureUnavailable)
+    let bound = connection.bound.ok_or(ErrorCode::Unauthenticated)?;
+    let shared = &node.shared;
+    let allows = |need: Need| shared.user_allows(bound.user_id, need);
+    match code {
+        20 => Ok(client_details(node, connection.id, Some(header.client)).unwrap_or_default()),
+        21 => {
+            if !allows(Need::ReadServers) {
+                return Err(ErrorCode::Unauthorized);
+            }
+            let request =
+                GetClientRequest::decode_fixed(body).map_err(|_| ErrorCode::InvalidFormat)?;
+            Ok(client_details(node, request.client_id, None).unwrap_or_default())
+        }
+        22 => {
+            if !allows(Need::ReadServers) {
+                return Err(ErrorCode::Unauthorized);
+            }
+            let clients = node.clients.borrow();
+            let mut ids: Vec<_> = clients.keys().copied().collect();
+            ids.sort_unstable();
+            let mut out = Vec::new();
+            for id in ids {
+                client_response(&clients[&id], 0).encode_to(&mut out);
+            }
+            Ok(out)
+        }
+        31 => {
+            let request: GetUserRequest = decode(body)?;
+            let metadata = shared.metadata.borrow();
+            let Ok(user) = metadata.user(&ident(&request.user_id)?) else {
+                return if allows(Need::ReadUsers) {
+                    Ok(Vec::new())
+                } else {
+                    Err(ErrorCode::Unauthorized)
+                };
+            };
+            if user.id != bound.user_id && !allows(Need::ReadUsers) {
+                return Err(ErrorCode::Unauthorized);
+            }
+            Ok(user_details(&metadata, user.id))
+        }
+        32 => {
+            if !allows(Need::ReadUsers) {
+                return Err(ErrorCode::Unauthorized);
+            }
+            let metadata = shared.metadata.borrow();
+            let mut out = Vec::new();
+            for user in metadata.users.values() {
+                user_header(user).encode_to(&mut out);
+            }
+            Ok(out)
+        }
+        41 => {
+            let metadata = shared.metadata.borrow();
+            let mut out = Vec::new();
+            for token in metadata
+                .tokens
+                .iter()
+                .filter(|t| t.user_id == bound.user_id)
+            {
+                PersonalAccessTokenResponse {
+                    name: &token.name,
+                    expiry_at: token.expiry_at.unwrap_or(0),
+                }
+                .encode_to(&mut out);
+            }
+            Ok(out)
+        }
+        10 => {
+            if !allows(Need::ReadServers) {
+                return Err(ErrorCode::Unauthorized);
+            }
+            Ok(stats(node))
+        }
+        13 => Ok(encode(&DescribeOptionsResponse {
+            entries: Vec::new(),
+        })),
+        _ => Err(ErrorCode::FeatureUnavailable),
+    }
+}
+
+fn stats(node: &Node) -> Vec<u8> {
+    let shared = &node.shared;
+    let metadata = shared.metadata.borrow();
+    let (mut topics, mut partitions, mut groups) = (0u32, 0u32, 0u32);
+    for stream in metadata.streams.values() {
+        topics += stream.topics.len() as u32;
+        for topic in stream.topics.values() {
+            partitions += topic.partitions.len() as u32;
+            groups += topic.consumer_groups.len() as u32;
+        }
+    }
+    let figures = shared.partition_stats.borrow();
+    let (size, messages, segments) = figures
+        .values()
+        .fold((0u64, 0u64, 0u32), |(s, m, g), info| {
+            (s + info.size_bytes, m + info.messages, g + info.segments)
+        });
+    let run_time = shared.started_at.elapsed().as_micros() as u64;
+    let now = crate::dispatch::now_micros();
+    let version = iggy_generated::protocol::RELEASE_VERSION;
+    encode(&StatsResponse {
+        process_id: std::process::id(),
+        cpu_usage: 0f32.to_bits(),
+        total_cpu_usage: 0f32.to_bits(),
+        memory_usage: 0,
+        total_memory: 0,
+        available_memory: 0,
+        run_time,
+        start_time: now.saturating_sub(run_time),
+        read_bytes: 0,
+        written_bytes: size,
+        messages_size_bytes: size,
+        streams_count: metadata.streams.len() as u32,
+        topics_count: topics,
+        partitions_count: partitions,
+        segments_count: segments,
+        messages_count: messages,
+        clients_count: node.clients.borrow().len() as u32,
+        consumer_groups_count: groups,
+        hostname: "localhost",
+        os_name: std::env::consts::OS,
+        os_version: "",
+        kernel_version: "",
+        iggy_server_version: version,
+        iggy_server_semver: 0,
+        cache_metrics: Vec::new(),
+        threads_count: 1,
+        free_disk_space: 0,
+        total_disk_space: 0,
+        open_files_count: 0,
+        open_files_limit: 0,
+    })
 }
