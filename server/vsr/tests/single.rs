@@ -153,3 +153,233 @@ fn commit_waits_for_the_journal_write() {
         ]
     ));
 }
+
+/// Registers `client` and runs `requests` requests (bodies `c{client}r{n}`), returning the ops.
+fn register_and_request(
+    replica: &mut Replica,
+    journal: &mut Vec<iggy_vsr::Entry>,
+    client: u128,
+    requests: std::ops::RangeInclusive<u64>,
+) {
+    if *requests.start() == 1 {
+        replica.on_request(client, 0, OPERATION_REGISTER, Bytes::new());
+        drive(replica, journal);
+        assert!(replica.clients().get(client).is_some());
+    }
+    for request in requests {
+        let body = Bytes::from(format!("c{client}r{request}"));
+        replica.on_request(client, request, 5, body);
+        let out = drive(replica, journal);
+        assert!(
+            matches!(out.as_slice(), [Action::Reply { request: r, .. }] if *r == request),
+            "{out:?}"
+        );
+    }
+}
+
+#[test]
+fn eviction_picks_the_oldest_latest_request_and_the_evicted_client_registers_again() {
+    let mut config = Config::new(1, 0);
+    config.clients_table_max = 2;
+    let mut journal = Vec::new();
+    let mut replica = Replica::open(config, Vec::new(), 1);
+    register_and_request(&mut replica, &mut journal, 1, 1..=1); // ops 1, 2
+    register_and_request(&mut replica, &mut journal, 2, 1..=1); // ops 3, 4
+    // Client 1 registered first but is now the most recent: client 2 is the oldest.
+    register_and_request(&mut replica, &mut journal, 1, 2..=2); // op 5
+    replica.on_request(3, 0, OPERATION_REGISTER, Bytes::new());
+    let out = drive(&mut replica, &mut journal);
+    assert_eq!(out[0], Action::Evicted { client: 2 });
+    assert!(matches!(
+        out[1],
+        Action::Registered {
+            op: 6,
+            client: 3,
+            ..
+        }
+    ));
+    assert_eq!(replica.clients().len(), 2);
+    assert!(replica.clients().get(2).is_none());
+
+    // The evicted client's next request (and a duplicate of its last one) is refused.
+    for request in [2, 1] {
+        replica.on_request(2, request, 5, Bytes::from_static(b"late"));
+        assert_eq!(
+            drive(&mut replica, &mut journal),
+            vec![Action::Refuse {
+                client: 2,
+                request,
+                refusal: Refusal::SessionUnknown
+            }]
+        );
+    }
+
+    // It registers again under the same id: a new session; now client 1 is the oldest.
+    replica.on_request(2, 0, OPERATION_REGISTER, Bytes::new());
+    let out = drive(&mut replica, &mut journal);
+    assert_eq!(out[0], Action::Evicted { client: 1 });
+    assert_eq!(
+        out[2],
+        Action::Reply {
+            client: 2,
+            request: 0,
+            op: 7,
+            reply: Bytes::copy_from_slice(&7u64.to_le_bytes())
+        }
+    );
+    assert_eq!(replica.clients().get(2).unwrap().session, 7);
+    register_and_request(&mut replica, &mut journal, 2, 1..=2);
+    assert_eq!(replica.clients().get(2).unwrap().request, 2);
+}
+
+#[test]
+fn a_request_pipelined_before_its_client_was_evicted_is_refused_at_commit() {
+    let mut config = Config::new(1, 0);
+    config.clients_table_max = 1;
+    let mut replica = Replica::open(config, Vec::new(), 1);
+    let mut journal = Vec::new();
+    register_and_request(&mut replica, &mut journal, 1, 1..=1);
+    // Both prepared before either commits: the register evicts client 1 first.
+    replica.on_request(2, 0, OPERATION_REGISTER, Bytes::new());
+    replica.on_request(1, 2, 5, Bytes::from_static(b"x"));
+    let mut writes = Vec::new();
+    while let Some(action) = replica.poll_action() {
+        if let Action::WritePrepare { op, .. } = action {
+            writes.push(op);
+        }
+    }
+    assert_eq!(writes, vec![3, 4]);
+    replica.on_write_done(3);
+    replica.on_write_done(4);
+    let out: Vec<Action> = std::iter::from_fn(|| replica.poll_action()).collect();
+    assert!(out.contains(&Action::Evicted { client: 1 }));
+    assert!(
+        !out.iter().any(|a| matches!(a, Action::Commit { .. })),
+        "the evicted client's request never executes: {out:?}"
+    );
+    assert_eq!(
+        out.last(),
+        Some(&Action::Refuse {
+            client: 1,
+            request: 2,
+            refusal: Refusal::SessionUnknown
+        })
+    );
+    assert_eq!(replica.commit_min(), 4);
+}
+
+#[test]
+fn registers_are_refused_only_when_the_pipeline_holds_a_full_table_of_them() {
+    let mut config = Config::new(1, 0);
+    config.clients_table_max = 2;
+    let mut replica = Replica::open(config, Vec::new(), 1);
+    for client in 1..=3 {
+        replica.on_request(client, 0, OPERATION_REGISTER, Bytes::new());
+    }
+    let out: Vec<Action> = std::iter::from_fn(|| replica.poll_action()).collect();
+    assert_eq!(
+        out.last(),
+        Some(&Action::Refuse {
+            client: 3,
+            request: 0,
+            refusal: Refusal::ClientsTableFull
+        })
+    );
+}
+
+#[test]
+fn checkpoint_then_reopen_replays_only_the_suffix_and_keeps_dedup() {
+    let config = Config::new(1, 0);
+    let mut journal = Vec::new();
+    let mut replica = Replica::open(config.clone(), Vec::new(), 1);
+    register_and_request(&mut replica, &mut journal, 7, 1..=2); // ops 1..=3
+    register_and_request(&mut replica, &mut journal, 8, 1..=1); // ops 4, 5
+    assert_eq!(replica.journal_len(), 5);
+
+    // Checkpoint below the commit: the table is the one as of op 3 (client 8 unknown).
+    let checkpoint = replica.checkpoint(3);
+    assert_eq!(replica.journal_len(), 2);
+    assert_eq!(replica.checkpoint_op(), 3);
+    assert!(replica.entry(3).is_none());
+    assert_eq!(replica.entry(4).unwrap().op, 4);
+    assert_eq!(checkpoint.op, 3);
+    assert_eq!(checkpoint.checksum, journal[2].checksum);
+    assert_eq!(checkpoint.clients.len(), 1);
+    assert_eq!(checkpoint.clients[0].0, 7);
+    assert_eq!(checkpoint.clients[0].1.request, 2);
+
+    // The replica keeps working above the checkpoint.
+    register_and_request(&mut replica, &mut journal, 7, 3..=3); // op 6
+    let bytes = checkpoint.encode();
+    let suffix = journal[3..].to_vec();
+    let decoded = iggy_vsr::Checkpoint::decode(&bytes).unwrap();
+    assert_eq!(decoded, checkpoint);
+
+    let mut reopened = Replica::open_from_checkpoint(config.clone(), decoded, suffix, 2);
+    let mut replayed = Vec::new();
+    while let Some(action) = reopened.poll_action() {
+        match action {
+            Action::Commit { op, body, .. } => {
+                replayed.push(op);
+                reopened.on_committed_reply(op, Bytes::from(body.to_ascii_uppercase()));
+            }
+            Action::Registered { op, .. } => replayed.push(op),
+            _ => {}
+        }
+    }
+    assert_eq!(replayed, vec![4, 5, 6], "only the suffix replays");
+    assert_eq!(reopened.commit_min(), 6);
+    assert_eq!(reopened.clients(), replica.clients());
+
+    // A full checkpoint of the reopened replica: a duplicate of a request committed before it
+    // still replays its cached reply, and an older one is refused.
+    let full = reopened.checkpoint(6);
+    assert_eq!(reopened.journal_len(), 0);
+    let mut reopened = Replica::open_from_checkpoint(config, full, Vec::new(), 3);
+    assert_eq!(reopened.poll_action(), None, "nothing to replay");
+    assert_eq!(reopened.op(), 6);
+    let mut tail = Vec::new();
+    reopened.on_request(8, 1, 5, Bytes::from_static(b"c8r1"));
+    assert_eq!(
+        drive(&mut reopened, &mut tail),
+        vec![Action::Reply {
+            client: 8,
+            request: 1,
+            op: 5,
+            reply: Bytes::from_static(b"C8R1")
+        }]
+    );
+    reopened.on_request(7, 2, 5, Bytes::new());
+    assert_eq!(
+        drive(&mut reopened, &mut tail),
+        vec![Action::Refuse {
+            client: 7,
+            request: 2,
+            refusal: Refusal::RequestTooOld
+        }]
+    );
+    // New requests continue at op 7, written after the checkpoint.
+    reopened.on_request(7, 4, 5, Bytes::from_static(b"n"));
+    let out = drive(&mut reopened, &mut tail);
+    assert!(matches!(out.as_slice(), [Action::Reply { op: 7, .. }]));
+    assert_eq!(reopened.journal_len(), 1);
+}
+
+#[test]
+fn torn_checkpoint_bytes_are_rejected() {
+    let mut journal = Vec::new();
+    let mut replica = Replica::open(Config::new(1, 0), Vec::new(), 1);
+    register_and_request(&mut replica, &mut journal, 7, 1..=3);
+    let bytes = replica.checkpoint(4).encode();
+    assert!(iggy_vsr::Checkpoint::decode(&bytes).is_ok());
+    for len in [0, 1, bytes.len() / 2, bytes.len() - 1] {
+        assert!(iggy_vsr::Checkpoint::decode(&bytes[..len]).is_err());
+    }
+    let mut torn = bytes.clone();
+    let middle = torn.len() / 2;
+    torn[middle..].fill(0);
+    assert_eq!(
+        iggy_vsr::Checkpoint::decode(&torn),
+        Err(iggy_vsr::CheckpointError::Checksum)
+    );
+}

@@ -659,6 +659,10 @@ impl Cluster {
                 continue;
             };
             assert!(
+                replica.state_transfer_needed().is_none(),
+                "seed {seed}: replica {index} needs state transfer: the sim checkpointed too far"
+            );
+            assert!(
                 replica.clients().len() <= self.clients_table_max,
                 "seed {seed}: replica {index} client table over its bound"
             );

@@ -1,0 +1,166 @@
+//! Multi-replica groups and checkpoints: a replica missing ops another replica checkpointed can
+//! only use that replica's log if it holds the same entry at the checkpoint op; otherwise it
+//! stays out of the group (state transfer is not implemented) and never commits a guess.
+
+use bytes::Bytes;
+use iggy_vsr::{
+    Action, Config, Entry, Log, Message, OPERATION_REGISTER, Replica, StateTransferNeeded, Status,
+};
+
+fn log_of(view: u32) -> Vec<Entry> {
+    (1..=10)
+        .map(|op| {
+            let operation = if op == 1 { OPERATION_REGISTER } else { 5 };
+            Entry::new(
+                op,
+                view,
+                9,
+                op - 1,
+                operation,
+                Bytes::from(format!("b{op}")),
+            )
+        })
+        .collect()
+}
+
+/// Recovery responses for nonce 5: the primary (replica 0, view 0) checkpointed at op 8 and
+/// holds ops 9 and 10, all committed.
+fn recover(replica: &mut Replica, entries: &[Entry]) -> Vec<Action> {
+    let log = Log {
+        base: 8,
+        base_checksum: entries[7].checksum,
+        entries: entries[8..].to_vec(),
+    };
+    std::iter::from_fn(|| replica.poll_action()).for_each(drop);
+    let primary = Message::RecoveryResponse {
+        view: 0,
+        nonce: 5,
+        replica: 0,
+        primary_state: Some((10, log)),
+    };
+    let other = Message::RecoveryResponse {
+        view: 0,
+        nonce: 5,
+        replica: 2,
+        primary_state: None,
+    };
+    replica.on_message(0, primary);
+    replica.on_message(2, other);
+    let mut out = Vec::new();
+    while let Some(action) = replica.poll_action() {
+        if let Action::Commit { op, .. } = action {
+            replica.on_committed_reply(op, Bytes::from_static(b"ok"));
+        }
+        out.push(action);
+    }
+    out
+}
+
+#[test]
+fn a_replica_without_the_checkpointed_ops_stays_recovering() {
+    let entries = log_of(0);
+    let mut replica = Replica::open(Config::new(3, 1), entries[..5].to_vec(), 5);
+    let out = recover(&mut replica, &entries);
+    assert_eq!(replica.status(), Status::Recovering);
+    assert_eq!(
+        replica.state_transfer_needed(),
+        Some(StateTransferNeeded {
+            commit_min: 0,
+            checkpoint: 8
+        })
+    );
+    assert_eq!(replica.commit_min(), 0);
+    assert!(
+        !out.iter()
+            .any(|a| matches!(a, Action::Commit { .. } | Action::WritePrepare { .. })),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn a_replica_with_a_different_entry_at_the_checkpoint_stays_recovering() {
+    let entries = log_of(0);
+    let mut ours = entries[..8].to_vec();
+    ours[7] = Entry::new(8, 0, 9, 7, 5, Bytes::from_static(b"uncommitted"));
+    let mut replica = Replica::open(Config::new(3, 1), ours, 5);
+    let out = recover(&mut replica, &entries);
+    assert_eq!(replica.status(), Status::Recovering);
+    assert!(replica.state_transfer_needed().is_some());
+    assert!(!out.iter().any(|a| matches!(a, Action::Commit { .. })));
+}
+
+#[test]
+fn a_replica_holding_the_checkpoint_entry_recovers_and_commits_its_own_prefix() {
+    let entries = log_of(0);
+    let mut replica = Replica::open(Config::new(3, 1), entries[..8].to_vec(), 5);
+    let out = recover(&mut replica, &entries);
+    assert_eq!(replica.status(), Status::Normal);
+    assert_eq!(replica.state_transfer_needed(), None);
+    let writes: Vec<u64> = out
+        .iter()
+        .filter_map(|a| match a {
+            Action::WritePrepare { op, .. } => Some(*op),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(writes, vec![9, 10]);
+    let commits: Vec<u64> = out
+        .iter()
+        .filter_map(|a| match a {
+            Action::Commit { op, .. } => Some(*op),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(commits, (2..=10).collect::<Vec<_>>());
+    assert_eq!(replica.commit_min(), 10);
+}
+
+#[test]
+fn a_primary_asked_for_checkpointed_ops_answers_with_its_log() {
+    // A group of three where replica 0 is the primary of view 0 and has checkpointed.
+    let mut primary = Replica::new(Config::new(3, 0));
+    primary.on_request(9, 0, OPERATION_REGISTER, Bytes::new());
+    std::iter::from_fn(|| primary.poll_action()).for_each(drop);
+    primary.on_write_done(1);
+    let ok = Message::PrepareOk {
+        view: 0,
+        op: 1,
+        replica: 2,
+    };
+    primary.on_message(2, ok);
+    std::iter::from_fn(|| primary.poll_action()).for_each(drop);
+    assert_eq!(primary.commit_min(), 1);
+    let checkpoint = primary.checkpoint(1);
+    assert_eq!(primary.journal_len(), 0);
+    primary.on_message(
+        1,
+        Message::RequestPrepare {
+            view: 0,
+            op: 1,
+            replica: 1,
+        },
+    );
+    let out: Vec<Action> = std::iter::from_fn(|| primary.poll_action()).collect();
+    assert!(
+        matches!(
+            out.as_slice(),
+            [Action::Send { to: 1, message: Message::StartView { log, .. } }]
+                if log.base == 1 && log.base_checksum == checkpoint.checksum
+        ),
+        "{out:?}"
+    );
+    // The lagging backup cannot use it: it leaves the group until state transfer exists.
+    let mut backup = Replica::new(Config::new(3, 1));
+    let Action::Send { message, .. } = out[0].clone() else {
+        unreachable!()
+    };
+    backup.on_message(0, message);
+    assert_eq!(backup.status(), Status::Recovering);
+    assert_eq!(
+        backup.state_transfer_needed(),
+        Some(StateTransferNeeded {
+            commit_min: 0,
+            checkpoint: 1
+        })
+    );
+}
