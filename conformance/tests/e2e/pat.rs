@@ -11,7 +11,7 @@ async fn created_tokens_are_listed_by_name_with_expiry() {
 
     let never = ok(
         "create never-expiring",
-        within("create", root.create_personal_access_token("ci", PersonalAccessTokenExpiry::NeverExpire)).await,
+        within("create", root.create_personal_access_token("ci-bot", PersonalAccessTokenExpiry::NeverExpire)).await,
     );
     assert!(!never.token.is_empty(), "a raw token is returned once");
     let before = IggyTimestamp::now().as_micros();
@@ -32,7 +32,7 @@ async fn created_tokens_are_listed_by_name_with_expiry() {
     let mut list = ok("list", within("list", root.get_personal_access_tokens()).await);
     list.sort_by(|a, b| a.name.cmp(&b.name));
     let names: Vec<&str> = list.iter().map(|t| t.name.as_str()).collect();
-    assert_eq!(names, vec!["ci", "deploy"]);
+    assert_eq!(names, vec!["ci-bot", "deploy"]);
     assert!(list[0].expiry_at.is_none(), "ci never expires: {:?}", list[0].expiry_at);
     let expiry = list[1].expiry_at.expect("deploy expires").as_micros();
     assert!(
@@ -47,10 +47,10 @@ async fn created_tokens_are_listed_by_name_with_expiry() {
 async fn create_token_with_duplicate_name_fails_with_51() {
     let server = TestServer::start();
     let root = server.root_client().await;
-    ok("create", within("create", root.create_personal_access_token("ci", PersonalAccessTokenExpiry::NeverExpire)).await);
+    ok("create", within("create", root.create_personal_access_token("ci-bot", PersonalAccessTokenExpiry::NeverExpire)).await);
     expect_code(
         "duplicate token name",
-        within("create", root.create_personal_access_token("ci", PersonalAccessTokenExpiry::NeverExpire)).await,
+        within("create", root.create_personal_access_token("ci-bot", PersonalAccessTokenExpiry::NeverExpire)).await,
         51,
     );
 }
@@ -62,7 +62,7 @@ async fn login_with_token_signs_in_as_its_owner() {
     create_stream_and_topic(&root, "s", "t", 1).await;
     let token = ok(
         "create",
-        within("create", root.create_personal_access_token("ci", PersonalAccessTokenExpiry::NeverExpire)).await,
+        within("create", root.create_personal_access_token("ci-bot", PersonalAccessTokenExpiry::NeverExpire)).await,
     )
     .token;
 
@@ -111,11 +111,11 @@ async fn deleted_token_is_unlisted_and_refused_with_53() {
     let root = server.root_client().await;
     let token = ok(
         "create",
-        within("create", root.create_personal_access_token("ci", PersonalAccessTokenExpiry::NeverExpire)).await,
+        within("create", root.create_personal_access_token("ci-bot", PersonalAccessTokenExpiry::NeverExpire)).await,
     )
     .token;
     ok("create other", within("create", root.create_personal_access_token("keep", PersonalAccessTokenExpiry::NeverExpire)).await);
-    ok("delete", within("delete", root.delete_personal_access_token("ci")).await);
+    ok("delete", within("delete", root.delete_personal_access_token("ci-bot")).await);
     let list = ok("list", within("list", root.get_personal_access_tokens()).await);
     assert_eq!(list.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), vec!["keep"]);
 

@@ -71,7 +71,7 @@ async fn write_state(server: &TestServer) -> String {
     ok("change bob's password", within("pw", c.change_password(&name("bob"), "bob-secret", "bob-new-secret")).await);
     let token = ok(
         "create pat",
-        within("pat", c.create_personal_access_token("ci", PersonalAccessTokenExpiry::NeverExpire)).await,
+        within("pat", c.create_personal_access_token("ci-bot", PersonalAccessTokenExpiry::NeverExpire)).await,
     )
     .token;
     let _ = within("shutdown client", c.shutdown()).await;
@@ -139,7 +139,7 @@ async fn verify_state(server: &TestServer, token: &str) {
     assert_eq!(bob.user_id, 2);
 
     let pats = ok("list pats", within("list", c.get_personal_access_tokens()).await);
-    assert_eq!(pats.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), vec!["ci"]);
+    assert_eq!(pats.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), vec!["ci-bot"]);
     let pat_client = server.anonymous_client().await;
     let identity = ok("pat login", within("pat login", pat_client.login_with_personal_access_token(token)).await);
     assert_eq!(identity.user_id, 0);

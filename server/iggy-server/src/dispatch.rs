@@ -239,6 +239,10 @@ fn bind(
         user_id,
         protocol,
     });
+    node.shared
+        .session_connections
+        .borrow_mut()
+        .insert(client, connection.id);
     if let Some(info) = node.clients.borrow_mut().get_mut(&connection.id) {
         info.user_id = Some(user_id);
     }
@@ -722,7 +726,7 @@ async fn non_replicated(
                 return Ok(request.reply(&[]));
             };
             let reply = if code == 600 {
-                replies::group_details(&metadata, topic, group)
+                replies::group_details(&node.shared, topic, group)
             } else {
                 replies::group_sync(topic, group, bound.client)
             };

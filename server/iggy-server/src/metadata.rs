@@ -178,7 +178,9 @@ pub struct User {
 
 impl User {
     pub fn allows(&self, need: Need) -> bool {
-        self.id == ROOT_USER_ID || self.permissions.as_ref().is_some_and(|p| p.allows(need))
+        need == Need::None
+            || self.id == ROOT_USER_ID
+            || self.permissions.as_ref().is_some_and(|p| p.allows(need))
     }
 }
 
@@ -820,7 +822,7 @@ impl Metadata {
     pub const TOKENS_PER_USER_MAX: usize = 100;
 
     pub fn create_token(&mut self, token: PersonalAccessToken) -> Result<(), ErrorCode> {
-        if !valid_name(&token.name) || token.name.len() < 3 {
+        if !(3..=30).contains(&token.name.len()) || !valid_name(&token.name) {
             return Err(ErrorCode::InvalidPersonalAccessTokenName);
         }
         let owned: Vec<_> = self

@@ -152,7 +152,7 @@ impl MetadataMachine {
                 let (s, t) = (ident(&request.stream_id)?, ident(&request.topic_id)?);
                 let id = metadata.create_group(&s, &t, request.name)?;
                 let (_, topic, group) = metadata.group(&s, &t, &Ident::Id(id))?;
-                Ok(replies::group_details(metadata, topic, group))
+                Ok(replies::group_details(&self.shared, topic, group))
             }
             Operation::DeleteConsumerGroup => {
                 let request: ConsumerGroupIdRequest = decode(request)?;

@@ -33,6 +33,8 @@ pub struct Shared {
     /// Last known figures per partition (refreshed by reads and writes), for list replies.
     pub partition_stats: RefCell<HashMap<PartitionKey, PartitionInfo>>,
     pub started_at: std::time::Instant,
+    /// The connection each session was last bound on: its public client id.
+    pub session_connections: RefCell<HashMap<u128, u32>>,
 }
 
 impl Shared {
@@ -206,6 +208,7 @@ impl Node {
             partitions: RefCell::new(HashMap::new()),
             partition_stats: RefCell::new(HashMap::new()),
             started_at: std::time::Instant::now(),
+            session_connections: RefCell::new(HashMap::new()),
         });
         let metadata_dir = shared.data.root().join("metadata");
         std::fs::create_dir_all(&metadata_dir)?;

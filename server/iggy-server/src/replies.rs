@@ -1,6 +1,6 @@
 //! Reply bodies, each encoded with the generated codec from the node's state.
 
-use crate::metadata::{ConsumerGroup, Metadata, ResizePolicy, Stream, Topic, TopicSettings};
+use crate::metadata::{ConsumerGroup, ResizePolicy, Stream, Topic, TopicSettings};
 use crate::node::{PartitionKey, Shared};
 use crate::partition::Polled;
 use iggy_generated::errors::ErrorCode;
@@ -162,13 +162,13 @@ fn group_header(topic: &Topic, group: &ConsumerGroup) -> ConsumerGroupResponse<'
     }
 }
 
-pub fn group_details(metadata: &Metadata, topic: &Topic, group: &ConsumerGroup) -> Vec<u8> {
+pub fn group_details(shared: &Shared, topic: &Topic, group: &ConsumerGroup) -> Vec<u8> {
     let partition_ids = topic.partition_ids();
     let members = group
         .members
         .iter()
         .map(|member| ConsumerGroupMemberResponse {
-            id: member_id(metadata, *member),
+            id: member_id(shared, *member),
             partitions: group
                 .assignment(*member, &partition_ids)
                 .unwrap_or_default(),
@@ -182,12 +182,15 @@ pub fn group_details(metadata: &Metadata, topic: &Topic, group: &ConsumerGroup) 
     })
 }
 
-/// A member's public id: its session number.
-fn member_id(metadata: &Metadata, client: u128) -> u32 {
-    metadata
-        .sessions
-        .get(client)
-        .map_or(0, |s| s.session as u32)
+/// A member's public id: the id of the connection its session was last bound on (what `me`
+/// reports as the client id).
+fn member_id(shared: &Shared, client: u128) -> u32 {
+    shared
+        .session_connections
+        .borrow()
+        .get(&client)
+        .copied()
+        .unwrap_or(0)
 }
 
 pub fn group_list(topic: &Topic) -> Vec<u8> {

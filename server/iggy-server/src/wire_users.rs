@@ -327,7 +327,9 @@ pub fn apply(
                 .ok_or(ErrorCode::InvalidFormat)?;
             let (body, hash) = request.split_at(split);
             let token: CreatePersonalAccessTokenRequest = decode(body)?;
-            let expiry_at = (token.expiry != 0).then(|| now.saturating_add(token.expiry));
+            // 0 and u64::MAX both mean that the token never expires.
+            let expiry_at = (token.expiry != 0 && token.expiry != u64::MAX)
+                .then(|| now.saturating_add(token.expiry));
             let mut record = token_record(user_id, token.name, "", expiry_at);
             record.token_hash.copy_from_slice(hash);
             metadata.create_token(record)?;
