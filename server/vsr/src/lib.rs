@@ -7,7 +7,10 @@
 //! ## Driving a replica
 //!
 //! * Create with [`Replica::open`]`(config, journal_prefix, nonce)` where `journal_prefix` is the
-//!   valid prefix (ops `1..=n`, checksums verified with [`Entry::is_valid`]) of the durable journal.
+//!   valid prefix (ops `1..=n`, checksums verified with [`Entry::is_valid`]) of the durable journal,
+//!   or, once checkpoints exist, with [`Replica::open_from_checkpoint`]`(config, checkpoint,
+//!   suffix, nonce)` where `suffix` is the valid journal prefix after `checkpoint.op` (see
+//!   *Checkpoints*). `open` is `open_from_checkpoint` with an empty checkpoint.
 //! * Inputs (`on_*`):
 //!   - [`Replica::on_request`]`(client, request_no, operation, body)` — a client request.
 //!     Operation [`OPERATION_REGISTER`] registers a session (request number 0); its reply is the
@@ -22,11 +25,15 @@
 //!   - `WritePrepare{op, entry}` / `TruncateJournal{after_op}`: journal operations, executed in
 //!     the order emitted; call `on_write_done(op)` when a write is durable.
 //!   - `Commit{op, client, request, operation, body}`: apply to the state machine, answer with
-//!     `on_committed_reply(op, reply)` (at most one `Commit` is outstanding). After `open` the
-//!     replica replays every committed op from 1: apply them to a fresh state machine (or, if the
-//!     state machine is durable, skip already-applied ops but still answer with their replies).
+//!     `on_committed_reply(op, reply)` (at most one `Commit` is outstanding). After opening, the
+//!     replica replays every committed op above the checkpoint (from 1 after `open`): apply them
+//!     to the state machine restored to the checkpoint (or, if the state machine is durable past
+//!     it, skip already-applied ops but still answer with their replies).
 //!   - `Registered{op, client, body}`: a register committed at `op` (the session number); the
 //!     state machine records the session from the register's body (no answer expected).
+//!   - `Evicted{client}`: the register committed next evicted `client` (emitted right before
+//!     that register's `Registered`, on every replica, replays included); drop its session and
+//!     tell the client. No answer expected.
 //!   - `Reply{client, request, op, reply}` / `Refuse{client, request, refusal}`: answer the client.
 //!     `Refusal::NotPrimary{primary, ..}` tells the client where to go.
 //!
@@ -35,10 +42,51 @@
 //!
 //! ## Client table
 //!
-//! Per client id: latest request number and its cached reply. A duplicate of the latest request
-//! replays the cached reply without re-executing; older requests get `Refusal::RequestTooOld`.
-//! The table is bounded by `Config::clients_table_max`: new clients are refused at capacity and
-//! live entries are never evicted.
+//! Per client id: session, latest request number, its op and its cached reply. A duplicate of
+//! the latest request replays the cached reply without re-executing; older requests get
+//! `Refusal::RequestTooOld`. The table is bounded by `Config::clients_table_max`: a register that
+//! commits at capacity evicts the client whose latest committed request has the smallest op
+//! (decided in the commit path from committed state, so identically on every replica) and the
+//! replica emits `Action::Evicted`. The evicted client's later requests (and its requests still
+//! in the pipeline when the register committed) are refused with `Refusal::SessionUnknown`.
+//! A register is refused with `Refusal::ClientsTableFull` only when the uncommitted pipeline
+//! already holds `clients_table_max` registers.
+//!
+//! Requests do not carry the session number, so the table cannot tell an evicted session's
+//! request from a new session's request with the same id and number. After `Evicted` (or
+//! `SessionUnknown`) a client must not retry an unanswered request under a new session: its
+//! outcome is unknown. Re-registering with the same id starts a new session (request numbers
+//! restart at 1); using a new client id per session is safer.
+//!
+//! ## Checkpoints
+//!
+//! The replica holds the journal entries above its latest checkpoint in memory
+//! ([`Replica::journal_len`] counts them), plus the replies of ops executed since then. Once the
+//! state machine's effects of every op `<= op` are durable (`op <= commit_min`), the shell calls
+//! [`Replica::checkpoint`]`(op)`: the replica forgets entries `<= op` and returns a
+//! [`Checkpoint`] (op, view and checksum of the entry at `op`, and the client table as of `op`,
+//! so duplicates of requests committed before it still replay their replies). The shell persists
+//! [`Checkpoint::encode`] atomically or in alternating slots ([`Checkpoint::decode`] rejects torn
+//! or corrupt bytes, so it falls back to the previous slot), and only then drops its journal
+//! prefix `<= op`. `entry(op)` is `None` at or below [`Replica::checkpoint_op`]; op numbers stay
+//! absolute.
+//!
+//! In groups of more than one, logs travel as suffixes ([`Log`]: base op, checksum of the entry
+//! at the base, entries above it). A replica that misses ops at or below another replica's
+//! checkpoint (repair of a checkpointed op, a view-change or recovery log starting above its
+//! commit) can use that log only if it holds the same entry at the log's base: a log holding
+//! `(op, view)` holds the prefix the primary of that view had, so its own entries up to the base
+//! are the committed ones. Otherwise it needs **state transfer, which is not implemented**: it
+//! installs nothing and commits nothing, records why in [`Replica::state_transfer_needed`], and
+//! - as a new primary, stays in view change (the view times out and another replica leads);
+//! - while recovering, stays recovering;
+//! - as a backup receiving such a `StartView` (or the `StartView` a primary sends instead of
+//!   prepares it checkpointed), enters recovery with a nonce derived from its current one and
+//!   accepts only a view at least as high as the one it left.
+//!
+//! Such a replica is lost to the group until state transfer lands. To avoid it, checkpoint a
+//! multi-replica group only at ops every replica has committed and holds durably, as the
+//! simulator does.
 //!
 //! ## Protocol
 //!
@@ -53,10 +101,17 @@
 //! [`sim::cluster::Cluster`] runs 1, 3 or 5 replicas and a few clients on virtual time over a
 //! seeded packet simulator (drop, duplicate, delay/reorder) and simulated storage (in-order
 //! writes; a crash loses pending writes and may tear the one in progress). Replicas crash and
-//! restart (volatile state lost, durable journal kept), at most `f` at a time in groups of three
-//! or more. Checkers after each step: no two replicas commit different entries or replies at the
-//! same op, committed ops are never lost, every client reply is the committed reply of its
-//! request, and no request executes twice. After the fault phase the network heals and every
+//! restart (volatile state lost, durable journal and checkpoints kept), at most `f` at a time in
+//! groups of three or more. Replicas checkpoint every few ops (a group of one at or just below
+//! its commit; larger groups only at an op every replica has committed and holds durably);
+//! checkpoints go to two alternating slots and a crash may tear the one being written, so a
+//! restart falls back to the previous one. Some seeds run with a client table smaller than the
+//! number of clients, so sessions are evicted constantly; an evicted client starts a new session
+//! under a new id. Checkers after each step: no two replicas commit different entries or replies
+//! at the same op, committed ops are never lost, every client reply is the committed reply of
+//! its request, no request executes twice within a session, every replica evicts the same
+//! client at the same register, checkpoints at the same op are byte-identical on every replica,
+//! the client table stays within its bound, and no replica ever needs state transfer. After the fault phase the network heals and every
 //! client must finish (liveness). `cargo test -p iggy-vsr --test sim` runs 70 seeds per group
 //! size; `VSR_SIM_SEEDS=N` runs N. A failure prints `replicas=R seed=S`; the seed replays it.
 
