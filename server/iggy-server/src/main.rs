@@ -153,7 +153,7 @@ async fn run(
     if generated && node.created_root() {
         println!("root user {user:?} generated password: {pw}");
     }
-    let listener = match compio::net::TcpListener::bind(&cfg.tcp.address).await {
+    let listener = match bind_tcp(&cfg.tcp.address).await {
         Ok(listener) => listener,
         Err(error) => {
             eprintln!("iggy-server: cannot bind tcp {}: {error}", cfg.tcp.address);
@@ -168,6 +168,23 @@ async fn run(
     wait_for_shutdown().await;
     tracing::info!("shutting down");
     ExitCode::SUCCESS
+}
+
+/// Binds the TCP listener. A previous process's io_uring may hold the port for a moment after
+/// it died (its ring is torn down asynchronously), so `AddrInUse` is retried for a few seconds.
+async fn bind_tcp(address: &str) -> std::io::Result<compio::net::TcpListener> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        match compio::net::TcpListener::bind(address).await {
+            Err(error)
+                if error.kind() == std::io::ErrorKind::AddrInUse
+                    && std::time::Instant::now() < deadline =>
+            {
+                compio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            result => return result,
+        }
+    }
 }
 
 /// Resolves on SIGINT or SIGTERM.
