@@ -35,6 +35,13 @@ pub trait StateMachine {
     ) -> impl Future<Output = Bytes>;
     /// A register committed at `op` (the session number).
     fn registered(&mut self, op: u64, client: u128, body: &Bytes);
+    /// Whether an op of `operation` must be fsynced before it is acknowledged, whatever the
+    /// group's own policy (a topic that asks for persisted messages or offsets).
+    fn persisted(&self, _operation: u8) -> bool {
+        false
+    }
+    /// The replica evicted `client` from its client table (a newer client needed the room).
+    fn evicted(&mut self, _client: u128) {}
     /// Serves a read.
     fn read(&mut self, read: Self::Read) -> impl Future<Output = ()>;
 }
@@ -231,12 +238,15 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
     /// Executes the replica's actions until it has nothing left to do.
     async fn drive(&mut self) {
         let mut unsynced = Vec::new();
+        let mut must_sync = false;
         loop {
             let Some(action) = self.replica.poll_action() else {
                 if unsynced.is_empty() {
                     return;
                 }
-                if self.durability == Durability::Persisted && self.journal.sync().await.is_err() {
+                let sync = must_sync || self.durability == Durability::Persisted;
+                must_sync = false;
+                if sync && self.journal.sync().await.is_err() {
                     return self.journal_failed();
                 }
                 for op in unsynced.drain(..) {
@@ -249,6 +259,7 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                     if self.journal.append(&entry).await.is_err() {
                         return self.journal_failed();
                     }
+                    must_sync |= self.state.persisted(entry.operation);
                     unsynced.push(op);
                 }
                 Action::TruncateJournal { after_op } => {
@@ -296,8 +307,12 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                 }
                 // A group of one has no peers.
                 Action::Send { .. } => {}
-                #[allow(unreachable_patterns)]
-                _ => {}
+                Action::Evicted { client } => {
+                    self.state.evicted(client);
+                    for submit in self.registering.remove(&client).unwrap_or_default() {
+                        let _ = submit.done.send(Outcome::Refused(Refusal::SessionUnknown));
+                    }
+                }
             }
         }
     }

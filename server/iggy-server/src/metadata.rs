@@ -196,6 +196,27 @@ pub struct PersonalAccessToken {
     pub expiry_at: Option<u64>,
 }
 
+/// When a partition write is acknowledged (the topic's `durability` and
+/// `consumer_offset_durability` options).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TopicDurability {
+    /// Journaled to the OS: survives a process crash.
+    #[default]
+    Replicated,
+    /// Journal fsynced first: survives a machine crash.
+    Persisted,
+}
+
+impl TopicDurability {
+    pub fn parse(value: &str) -> Option<Self> {
+        match value {
+            "replicated" => Some(TopicDurability::Replicated),
+            "persisted" => Some(TopicDurability::Persisted),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ResizePolicy {
     Dynamic,
@@ -256,6 +277,10 @@ pub struct Topic {
     pub compression_algorithm: u8,
     pub replication_factor: u8,
     pub resize_policy: ResizePolicy,
+    pub durability: TopicDurability,
+    pub consumer_offset_durability: TopicDurability,
+    /// Segment size in bytes; 0 = the server's configured size.
+    pub segment_size: u64,
     pub consumer_groups: BTreeMap<u32, ConsumerGroup>,
 }
 
@@ -337,6 +362,9 @@ pub struct TopicSettings {
     pub compression_algorithm: u8,
     pub replication_factor: u8,
     pub resize_policy: ResizePolicy,
+    pub durability: TopicDurability,
+    pub consumer_offset_durability: TopicDurability,
+    pub segment_size: u64,
 }
 
 impl Default for TopicSettings {
@@ -347,6 +375,9 @@ impl Default for TopicSettings {
             compression_algorithm: 1,
             replication_factor: 1,
             resize_policy: ResizePolicy::Dynamic,
+            durability: TopicDurability::Replicated,
+            consumer_offset_durability: TopicDurability::Replicated,
+            segment_size: 0,
         }
     }
 }
@@ -483,6 +514,9 @@ impl Metadata {
             compression_algorithm: settings.compression_algorithm,
             replication_factor: settings.replication_factor,
             resize_policy: settings.resize_policy,
+            durability: settings.durability,
+            consumer_offset_durability: settings.consumer_offset_durability,
+            segment_size: settings.segment_size,
             consumer_groups: BTreeMap::new(),
         };
         let effects = add_partitions(stream_id, &mut topic, partitions, op, now);
@@ -612,7 +646,7 @@ impl Metadata {
                 "partition_resize_policy" => {
                     updated.resize_policy = match crate::options::as_str(value)? {
                         "fixed" => ResizePolicy::Fixed,
-                        "dynamic" => ResizePolicy::Dynamic,
+                        "mutable" | "dynamic" => ResizePolicy::Dynamic,
                         _ => return Err(ErrorCode::InvalidOptionValue),
                     }
                 }

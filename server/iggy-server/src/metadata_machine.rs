@@ -226,6 +226,15 @@ impl StateMachine for MetadataMachine {
         }
     }
 
+    /// A session pushed out of the full client table ends as a logout would.
+    fn evicted(&mut self, client: u128) {
+        let mut metadata = self.shared.metadata.borrow_mut();
+        if metadata.sessions.end(client).is_some() {
+            tracing::info!("session of client {client:032x} evicted from the full client table");
+            metadata.leave_all_groups(client);
+        }
+    }
+
     async fn read(&mut self, _read: ()) {}
 }
 

@@ -83,12 +83,25 @@ impl Shared {
             } => {
                 let key = (stream, topic, partition);
                 let dir = self.partition_dir(key);
+                let (policies, segment_size) = {
+                    use crate::metadata::TopicDurability::Persisted;
+                    let metadata = self.metadata.borrow();
+                    let topic = metadata.streams.get(&stream).and_then(|s| s.topics.get(&topic));
+                    topic.map_or(((false, false), 0), |t| {
+                        ((t.durability == Persisted, t.consumer_offset_durability == Persisted), t.segment_size)
+                    })
+                };
+                let mut log_config = self.log_config();
+                if segment_size > 0 {
+                    log_config.segment_size = segment_size;
+                }
                 match PartitionHandle::open(
                     &dir,
                     partition,
-                    self.log_config(),
+                    log_config,
                     self.vsr_config(),
                     self.durability,
+                    policies,
                 )
                 .await
                 {

@@ -199,6 +199,9 @@ pub struct PartitionInfo {
 /// The partition's replicated state.
 pub struct PartitionMachine {
     partition_id: u32,
+    /// The topic's policies: fsync sends / offset stores before acknowledging them.
+    persist_messages: bool,
+    persist_offsets: bool,
     log: PartitionLog,
     offsets: BTreeMap<OffsetOwner, u64>,
     /// The partition's next offset as the replay of the journal reaches it; ops whose messages
@@ -297,6 +300,14 @@ impl StateMachine for PartitionMachine {
 
     fn registered(&mut self, _op: u64, _client: u128, _body: &Bytes) {}
 
+    fn persisted(&self, operation: u8) -> bool {
+        match Operation::from_repr(operation) {
+            Some(Operation::SendMessages) => self.persist_messages,
+            Some(Operation::StoreConsumerOffset | Operation::DeleteConsumerOffset) => self.persist_offsets,
+            _ => false,
+        }
+    }
+
     async fn read(&mut self, read: PartitionRead) {
         match read {
             PartitionRead::Messages { start, count, done } => {
@@ -346,6 +357,7 @@ impl PartitionHandle {
         config: LogConfig,
         vsr: iggy_vsr::Config,
         durability: Durability,
+        (persist_messages, persist_offsets): (bool, bool),
     ) -> Result<PartitionHandle, StorageError> {
         std::fs::create_dir_all(dir).map_err(|error| StorageError::Io {
             path: dir.to_path_buf(),
@@ -362,6 +374,8 @@ impl PartitionHandle {
                 })?;
         let machine = PartitionMachine {
             partition_id,
+            persist_messages,
+            persist_offsets,
             log,
             offsets: BTreeMap::new(),
             replay_next_offset: 0,

@@ -1,6 +1,6 @@
 //! Reply bodies, each encoded with the generated codec from the node's state.
 
-use crate::metadata::{ConsumerGroup, ResizePolicy, Stream, Topic, TopicSettings};
+use crate::metadata::{ConsumerGroup, ResizePolicy, TopicDurability, Stream, Topic, TopicSettings};
 use crate::node::{PartitionKey, Shared};
 use crate::partition::Polled;
 use iggy_generated::errors::ErrorCode;
@@ -311,10 +311,20 @@ pub fn topic_settings(options: &[u8]) -> Result<TopicSettings, ErrorCode> {
             "partition_resize_policy" => {
                 settings.resize_policy = match crate::options::as_str(value)? {
                     "fixed" => ResizePolicy::Fixed,
-                    "dynamic" => ResizePolicy::Dynamic,
+                    "mutable" | "dynamic" => ResizePolicy::Dynamic,
                     _ => return Err(ErrorCode::InvalidOptionValue),
                 }
             }
+            "durability" => {
+                settings.durability = TopicDurability::parse(crate::options::as_str(value)?)
+                    .ok_or(ErrorCode::InvalidOptionValue)?
+            }
+            "consumer_offset_durability" => {
+                settings.consumer_offset_durability =
+                    TopicDurability::parse(crate::options::as_str(value)?)
+                        .ok_or(ErrorCode::InvalidOptionValue)?
+            }
+            "segment_size" => settings.segment_size = crate::options::as_u64(value)?,
             _ => {}
         }
     }
