@@ -5,11 +5,14 @@
 mod harness;
 
 mod auth;
+mod checkpoint;
+mod clients;
 mod consumer_groups;
 mod crash;
 mod messages;
 mod offsets;
 mod partitions;
+mod resources;
 mod pat;
 mod producer_consumer;
 mod restart;

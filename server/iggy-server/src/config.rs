@@ -28,6 +28,8 @@ pub struct System {
     pub path: String,
     pub durability: String,
     pub segment_size: u64,
+    pub checkpoint_journal_bytes: u64,
+    pub checkpoint_journal_ops: usize,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]

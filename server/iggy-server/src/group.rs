@@ -19,6 +19,10 @@ pub trait Journal {
     fn sync(&mut self) -> impl Future<Output = std::io::Result<()>>;
     /// Drops every entry above `op`.
     fn truncate_after(&mut self, op: u64) -> impl Future<Output = std::io::Result<()>>;
+    /// Drops every entry: a durable checkpoint at `op` covers them all.
+    fn reset_after_checkpoint(&mut self, op: u64) -> impl Future<Output = std::io::Result<()>>;
+    /// Bytes the journal holds.
+    fn len_bytes(&self) -> u64;
 }
 
 /// The deterministic state a group replicates.
@@ -42,6 +46,14 @@ pub trait StateMachine {
     }
     /// The replica evicted `client` from its client table (a newer client needed the room).
     fn evicted(&mut self, _client: u128) {}
+    /// Makes the effects of every applied op durable and returns the state a checkpoint keeps.
+    fn checkpoint(&mut self) -> impl Future<Output = std::io::Result<Vec<u8>>> {
+        async { Ok(Vec::new()) }
+    }
+    /// Every journaled op has been replayed after a start.
+    fn replayed(&mut self) -> impl Future<Output = ()> {
+        async {}
+    }
     /// Serves a read.
     fn read(&mut self, read: Self::Read) -> impl Future<Output = ()>;
 }
@@ -58,6 +70,89 @@ pub fn refusal_error(refusal: &Refusal) -> iggy_generated::errors::ErrorCode {
         #[allow(unreachable_patterns)]
         _ => ErrorCode::TransientNotAccepted,
     }
+}
+
+/// Where a group keeps its checkpoint, and when it takes one.
+pub struct Checkpointing {
+    pub path: std::path::PathBuf,
+    /// Checkpoint once the journal holds this many bytes...
+    pub journal_bytes: u64,
+    /// ...or this many ops.
+    pub journal_ops: usize,
+}
+
+/// A checkpoint file: `[u32 len][replica checkpoint][u32 len][state][u64 xxh3 of all before]`.
+/// Written to a temporary file, fsynced and renamed, so a crash leaves the old or the new one.
+// TODO(spec): declare this record in a storage spec and generate it.
+pub async fn write_checkpoint(
+    path: &std::path::Path,
+    replica: &[u8],
+    state: &[u8],
+) -> std::io::Result<()> {
+    use std::hash::Hasher;
+    let mut bytes = Vec::with_capacity(16 + replica.len() + state.len());
+    for part in [replica, state] {
+        bytes.extend_from_slice(&(part.len() as u32).to_le_bytes());
+        bytes.extend_from_slice(part);
+    }
+    let mut hasher = twox_hash::XxHash3_64::new();
+    hasher.write(&bytes);
+    bytes.extend_from_slice(&hasher.finish().to_le_bytes());
+    let temporary = path.with_extension("tmp");
+    let compio::BufResult(written, _) = compio::fs::write(&temporary, bytes).await;
+    written?;
+    compio::fs::File::open(&temporary).await?.sync_all().await?;
+    compio::fs::rename(&temporary, path).await?;
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}
+
+/// Reads a checkpoint file: the replica's checkpoint and the state machine's bytes.
+pub async fn read_checkpoint(
+    path: &std::path::Path,
+) -> std::io::Result<Option<(iggy_vsr::Checkpoint, Vec<u8>)>> {
+    use std::hash::Hasher;
+    let bytes = match compio::fs::read(path).await {
+        Ok(bytes) => bytes,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(error) => return Err(error),
+    };
+    let corrupt = |why: &str| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("checkpoint {}: {why}", path.display()),
+        )
+    };
+    let (body, sum) = bytes.split_at(
+        bytes
+            .len()
+            .checked_sub(8)
+            .ok_or_else(|| corrupt("truncated"))?,
+    );
+    let mut hasher = twox_hash::XxHash3_64::new();
+    hasher.write(body);
+    if hasher.finish().to_le_bytes() != sum {
+        return Err(corrupt("checksum mismatch"));
+    }
+    let mut parts = Vec::new();
+    let mut rest = body;
+    for _ in 0..2 {
+        let len = u32::from_le_bytes(
+            rest.get(..4)
+                .ok_or_else(|| corrupt("truncated"))?
+                .try_into()
+                .unwrap(),
+        ) as usize;
+        let part = rest.get(4..4 + len).ok_or_else(|| corrupt("truncated"))?;
+        parts.push(part.to_vec());
+        rest = &rest[4 + len..];
+    }
+    let state = parts.pop().expect("two parts");
+    let replica =
+        iggy_vsr::Checkpoint::decode(&parts[0]).map_err(|error| corrupt(&format!("{error:?}")))?;
+    Ok(Some((replica, state)))
 }
 
 /// The answer to a submitted write.
@@ -142,20 +237,27 @@ pub struct Group<J: Journal, S: StateMachine> {
     /// Whether this group registers unknown clients itself (partition groups do; the metadata
     /// group registers them through an explicit login).
     implicit_register: bool,
+    checkpointing: Option<Checkpointing>,
 }
 
 impl<J: Journal, S: StateMachine> Group<J, S> {
     /// Opens the group over its recovered journal prefix and replays it into `state`.
+    #[allow(clippy::too_many_arguments)]
     pub async fn open(
         config: Config,
         journal: J,
+        checkpoint: Option<iggy_vsr::Checkpoint>,
         entries: Vec<Entry>,
         state: S,
         durability: Durability,
         implicit_register: bool,
+        checkpointing: Option<Checkpointing>,
     ) -> Self {
         let nonce = entries.len() as u64 + 1;
-        let replica = Replica::open(config, entries, nonce);
+        let replica = match checkpoint {
+            Some(checkpoint) => Replica::open_from_checkpoint(config, checkpoint, entries, nonce),
+            None => Replica::open(config, entries, nonce),
+        };
         let mut group = Group {
             replica,
             journal,
@@ -164,9 +266,47 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
             waiting: HashMap::new(),
             registering: HashMap::new(),
             implicit_register,
+            checkpointing,
         };
         group.drive().await;
+        group.state.replayed().await;
         group
+    }
+
+    /// Takes a checkpoint when the journal has grown past the limits and every prepared op is
+    /// committed: the state machine makes its effects durable, the checkpoint is written, and
+    /// the journal and the replica's in-memory log are emptied.
+    async fn maybe_checkpoint(&mut self) {
+        let Some(checkpointing) = &self.checkpointing else {
+            return;
+        };
+        let op = self.replica.op();
+        let grown = self.journal.len_bytes() >= checkpointing.journal_bytes
+            || self.replica.journal_len() >= checkpointing.journal_ops;
+        if !grown || op == 0 || self.replica.commit_min() != op {
+            return;
+        }
+        let path = checkpointing.path.clone();
+        let state = match self.state.checkpoint().await {
+            Ok(state) => state,
+            Err(error) => {
+                return tracing::error!(
+                    "checkpoint {}: state not durable: {error}",
+                    path.display()
+                );
+            }
+        };
+        let replica = self.replica.checkpoint(op).encode();
+        if let Err(error) = write_checkpoint(&path, &replica, &state).await {
+            // The journal still holds every op; the next attempt retries.
+            return tracing::error!("checkpoint {}: {error}", path.display());
+        }
+        if let Err(error) = self.journal.reset_after_checkpoint(op).await {
+            tracing::error!(
+                "checkpoint {}: journal not emptied: {error}",
+                path.display()
+            );
+        }
     }
 
     pub fn state(&self) -> &S {
@@ -192,6 +332,7 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                 self.accept(job).await;
             }
             self.drive().await;
+            self.maybe_checkpoint().await;
         }
     }
 

@@ -86,9 +86,18 @@ impl Shared {
                 let (policies, segment_size) = {
                     use crate::metadata::TopicDurability::Persisted;
                     let metadata = self.metadata.borrow();
-                    let topic = metadata.streams.get(&stream).and_then(|s| s.topics.get(&topic));
+                    let topic = metadata
+                        .streams
+                        .get(&stream)
+                        .and_then(|s| s.topics.get(&topic));
                     topic.map_or(((false, false), 0), |t| {
-                        ((t.durability == Persisted, t.consumer_offset_durability == Persisted), t.segment_size)
+                        (
+                            (
+                                t.durability == Persisted,
+                                t.consumer_offset_durability == Persisted,
+                            ),
+                            t.segment_size,
+                        )
                     })
                 };
                 let mut log_config = self.log_config();
@@ -102,6 +111,10 @@ impl Shared {
                     self.vsr_config(),
                     self.durability,
                     policies,
+                    (
+                        self.config.system.checkpoint_journal_bytes,
+                        self.config.system.checkpoint_journal_ops.max(1),
+                    ),
                 )
                 .await
                 {
@@ -225,18 +238,21 @@ impl Node {
         });
         let metadata_dir = shared.data.root().join("metadata");
         std::fs::create_dir_all(&metadata_dir)?;
-        let (journal, entries) = FileJournal::open(&metadata_dir.join("journal.wal")).await?;
+        let (journal, entries) = FileJournal::open(&metadata_dir.join("journal.wal"), 0).await?;
         tracing::info!("metadata journal: replaying {} ops", entries.len());
         let machine = MetadataMachine {
             shared: shared.clone(),
         };
+        // The metadata journal is replayed whole: metadata snapshots are not built yet.
         let group = Group::open(
             shared.vsr_config(),
             journal,
+            None,
             entries,
             machine,
             durability,
             false,
+            None,
         )
         .await;
         let metadata = group.spawn();

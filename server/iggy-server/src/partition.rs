@@ -3,7 +3,9 @@
 //! the group's VSR replica; reads are queued behind the writes already accepted, so a poll
 //! sees every acknowledged send.
 
-use crate::group::{Durability, Group, GroupHandle, Outcome, StateMachine};
+use crate::group::{
+    Checkpointing, Durability, Group, GroupHandle, Outcome, StateMachine, read_checkpoint,
+};
 use crate::wal::FileJournal;
 use bytes::Bytes;
 use futures_channel::oneshot;
@@ -210,6 +212,43 @@ pub struct PartitionMachine {
 }
 
 impl PartitionMachine {
+    /// The state a checkpoint keeps besides the log itself: the next offset and the consumer
+    /// offsets, as `[u64 next_offset][u32 n][u8 kind, u32 id, u64 offset]*n`.
+    // TODO(spec): declare this record in a storage spec and generate it.
+    fn encode_state(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(12 + 13 * self.offsets.len());
+        out.extend_from_slice(&self.replay_next_offset.to_le_bytes());
+        out.extend_from_slice(&(self.offsets.len() as u32).to_le_bytes());
+        for (owner, offset) in &self.offsets {
+            out.extend_from_slice(&owner.encode());
+            out.extend_from_slice(&offset.to_le_bytes());
+        }
+        out
+    }
+
+    fn restore(&mut self, state: &[u8]) -> Result<(), String> {
+        let bad = || "partition checkpoint state is malformed".to_string();
+        let next = u64::from_le_bytes(state.get(..8).ok_or_else(bad)?.try_into().unwrap());
+        let count =
+            u32::from_le_bytes(state.get(8..12).ok_or_else(bad)?.try_into().unwrap()) as usize;
+        let mut rest = &state[12..];
+        for _ in 0..count {
+            let record = rest.get(..13).ok_or_else(bad)?;
+            let owner = OffsetOwner::decode(&record[..5]).ok_or_else(bad)?;
+            self.offsets
+                .insert(owner, u64::from_le_bytes(record[5..13].try_into().unwrap()));
+            rest = &rest[13..];
+        }
+        if next > self.log.next_offset() {
+            return Err(format!(
+                "checkpoint names offset {next} but the log ends at {}: segments were lost",
+                self.log.next_offset()
+            ));
+        }
+        self.replay_next_offset = next;
+        Ok(())
+    }
+
     fn current_offset(&self) -> u64 {
         self.log.next_offset().saturating_sub(1)
     }
@@ -300,10 +339,34 @@ impl StateMachine for PartitionMachine {
 
     fn registered(&mut self, _op: u64, _client: u128, _body: &Bytes) {}
 
+    async fn checkpoint(&mut self) -> std::io::Result<Vec<u8>> {
+        self.log.sync().await.map_err(std::io::Error::other)?;
+        Ok(self.encode_state())
+    }
+
+    async fn replayed(&mut self) {
+        // Messages in the log that no journaled op accounts for were never acknowledged (their
+        // journal write was lost with the machine): drop them so offsets and the client table
+        // agree.
+        if self.log.next_offset() > self.replay_next_offset {
+            tracing::warn!(
+                "partition {}: dropping offsets {}..{} that no journaled op accounts for",
+                self.partition_id,
+                self.replay_next_offset,
+                self.log.next_offset()
+            );
+            if let Err(error) = self.log.truncate_from(self.replay_next_offset).await {
+                tracing::error!("partition {}: cannot truncate: {error}", self.partition_id);
+            }
+        }
+    }
+
     fn persisted(&self, operation: u8) -> bool {
         match Operation::from_repr(operation) {
             Some(Operation::SendMessages) => self.persist_messages,
-            Some(Operation::StoreConsumerOffset | Operation::DeleteConsumerOffset) => self.persist_offsets,
+            Some(Operation::StoreConsumerOffset | Operation::DeleteConsumerOffset) => {
+                self.persist_offsets
+            }
             _ => false,
         }
     }
@@ -358,21 +421,22 @@ impl PartitionHandle {
         vsr: iggy_vsr::Config,
         durability: Durability,
         (persist_messages, persist_offsets): (bool, bool),
+        (journal_bytes, journal_ops): (u64, usize),
     ) -> Result<PartitionHandle, StorageError> {
         std::fs::create_dir_all(dir).map_err(|error| StorageError::Io {
             path: dir.to_path_buf(),
             error,
         })?;
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |error| StorageError::Io { path, error }
+        };
         let log = PartitionLog::open(dir, config).await?;
-        let journal_path = dir.join("journal.wal");
-        let (journal, entries) =
-            FileJournal::open(&journal_path)
-                .await
-                .map_err(|error| StorageError::Io {
-                    path: journal_path.clone(),
-                    error,
-                })?;
-        let machine = PartitionMachine {
+        let checkpoint_path = dir.join("checkpoint");
+        let checkpoint = read_checkpoint(&checkpoint_path)
+            .await
+            .map_err(io(&checkpoint_path))?;
+        let mut machine = PartitionMachine {
             partition_id,
             persist_messages,
             persist_offsets,
@@ -380,7 +444,36 @@ impl PartitionHandle {
             offsets: BTreeMap::new(),
             replay_next_offset: 0,
         };
-        let group = Group::open(vsr, journal, entries, machine, durability, true).await;
+        let (checkpoint, checkpoint_op) = match checkpoint {
+            Some((replica, state)) => {
+                machine.restore(&state).map_err(|why| {
+                    io(&checkpoint_path)(std::io::Error::new(std::io::ErrorKind::InvalidData, why))
+                })?;
+                let op = replica.op;
+                (Some(replica), op)
+            }
+            None => (None, 0),
+        };
+        let journal_path = dir.join("journal.wal");
+        let (journal, entries) = FileJournal::open(&journal_path, checkpoint_op)
+            .await
+            .map_err(io(&journal_path))?;
+        let checkpointing = Checkpointing {
+            path: checkpoint_path,
+            journal_bytes,
+            journal_ops,
+        };
+        let group = Group::open(
+            vsr,
+            journal,
+            checkpoint,
+            entries,
+            machine,
+            durability,
+            true,
+            Some(checkpointing),
+        )
+        .await;
         Ok(PartitionHandle {
             group: group.spawn(),
             dir: dir.to_path_buf(),

@@ -1,6 +1,6 @@
 //! Reply bodies, each encoded with the generated codec from the node's state.
 
-use crate::metadata::{ConsumerGroup, ResizePolicy, TopicDurability, Stream, Topic, TopicSettings};
+use crate::metadata::{ConsumerGroup, ResizePolicy, Stream, Topic, TopicDurability, TopicSettings};
 use crate::node::{PartitionKey, Shared};
 use crate::partition::Polled;
 use iggy_generated::errors::ErrorCode;

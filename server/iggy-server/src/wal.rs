@@ -19,7 +19,9 @@ const HEADER_SIZE: usize = PrepareHeader::SIZE;
 pub struct FileJournal {
     path: PathBuf,
     file: File,
-    /// File position of each op's record: `positions[op - 1]`.
+    /// The op before the first record: the checkpoint the journal continues from.
+    base: u64,
+    /// File position of each op's record: `positions[op - base - 1]`.
     positions: Vec<u64>,
     len: u64,
 }
@@ -37,8 +39,9 @@ fn encode_header(entry: &Entry) -> Option<[u8; HEADER_SIZE]> {
     Some(header.to_bytes())
 }
 
-/// Decodes the record at the start of `bytes` if it is whole and valid and carries `op`.
-fn decode_record(bytes: &Bytes, op: u64) -> Result<(Entry, usize), &'static str> {
+/// Decodes the record at the start of `bytes` if it is whole and valid and carries `op` (any
+/// op for the first record).
+fn decode_record(bytes: &Bytes, op: Option<u64>) -> Result<(Entry, usize), &'static str> {
     if bytes.len() < HEADER_SIZE {
         return Err("torn header");
     }
@@ -54,7 +57,7 @@ fn decode_record(bytes: &Bytes, op: u64) -> Result<(Entry, usize), &'static str>
     if size > bytes.len() {
         return Err("torn body");
     }
-    if header.op != op {
+    if op.is_some_and(|op| header.op != op) || header.op == 0 {
         return Err("op out of sequence");
     }
     let entry = Entry {
@@ -73,8 +76,10 @@ fn decode_record(bytes: &Bytes, op: u64) -> Result<(Entry, usize), &'static str>
 }
 
 impl FileJournal {
-    /// Opens (or creates) the journal at `path` and returns it with its valid entries.
-    pub async fn open(path: &Path) -> std::io::Result<(FileJournal, Vec<Entry>)> {
+    /// Opens (or creates) the journal at `path` and returns it with its valid entries above
+    /// `checkpoint` (ops at or below it are covered by a checkpoint: a crash between writing the
+    /// checkpoint and emptying the journal leaves them behind, and they are skipped).
+    pub async fn open(path: &Path, checkpoint: u64) -> std::io::Result<(FileJournal, Vec<Entry>)> {
         let bytes = match compio::fs::read(path).await {
             Ok(bytes) => Bytes::from(bytes),
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => Bytes::new(),
@@ -83,9 +88,12 @@ impl FileJournal {
         let mut entries = Vec::new();
         let mut positions = Vec::new();
         let mut position = 0usize;
+        let mut first_op = None;
         while position < bytes.len() {
-            match decode_record(&bytes.slice(position..), entries.len() as u64 + 1) {
+            let expected = first_op.map(|first: u64| first + entries.len() as u64);
+            match decode_record(&bytes.slice(position..), expected) {
                 Ok((entry, size)) => {
+                    first_op.get_or_insert(entry.op);
                     positions.push(position as u64);
                     entries.push(entry);
                     position += size;
@@ -106,17 +114,30 @@ impl FileJournal {
             .read(true)
             .open(path)
             .await?;
+        let first_op = first_op.unwrap_or(checkpoint + 1);
+        if first_op > checkpoint + 1 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "journal {} starts at op {first_op}, after its checkpoint at op {checkpoint}: ops are missing",
+                    path.display()
+                ),
+            ));
+        }
         if position < bytes.len() {
             file.set_len(position as u64).await?;
             file.sync_all().await?;
         }
+        let skipped = (checkpoint + 1 - first_op) as usize;
+        let kept = entries.split_off(skipped.min(entries.len()));
         let journal = FileJournal {
             path: path.to_path_buf(),
             file,
+            base: first_op - 1,
             positions,
             len: position as u64,
         };
-        Ok((journal, entries))
+        Ok((journal, kept))
     }
 
     pub fn path(&self) -> &Path {
@@ -142,7 +163,7 @@ impl Journal for FileJournal {
                 .await;
             written?;
         }
-        self.positions.truncate(entry.op as usize - 1);
+        self.positions.truncate((entry.op - self.base) as usize - 1);
         self.positions.push(position);
         self.len = position + (HEADER_SIZE + entry.body.len()) as u64;
         Ok(())
@@ -152,12 +173,33 @@ impl Journal for FileJournal {
         self.file.sync_data().await
     }
 
+    async fn reset_after_checkpoint(&mut self, op: u64) -> std::io::Result<()> {
+        FileJournal::reset_after_checkpoint(self, op).await
+    }
+
+    fn len_bytes(&self) -> u64 {
+        self.len
+    }
+
     async fn truncate_after(&mut self, op: u64) -> std::io::Result<()> {
-        if let Some(&position) = self.positions.get(op as usize) {
-            self.positions.truncate(op as usize);
+        let index = op.saturating_sub(self.base) as usize;
+        if let Some(&position) = self.positions.get(index) {
+            self.positions.truncate(index);
             self.len = position;
             self.file.set_len(position).await?;
         }
+        Ok(())
+    }
+}
+
+impl FileJournal {
+    /// Empties the journal after a checkpoint at `op` made every entry redundant.
+    pub async fn reset_after_checkpoint(&mut self, op: u64) -> std::io::Result<()> {
+        self.file.set_len(0).await?;
+        self.file.sync_all().await?;
+        self.base = op;
+        self.positions.clear();
+        self.len = 0;
         Ok(())
     }
 }
@@ -181,7 +223,7 @@ mod tests {
     async fn appended_entries_survive_reopen_and_a_torn_tail_is_cut() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("journal.wal");
-        let (mut journal, entries) = FileJournal::open(&path).await.unwrap();
+        let (mut journal, entries) = FileJournal::open(&path, 0).await.unwrap();
         assert!(entries.is_empty());
         for op in 1..=3 {
             journal.append(&entry(op, b"hello")).await.unwrap();
@@ -196,7 +238,7 @@ mod tests {
             .unwrap()
             .set_len(full - 2)
             .unwrap();
-        let (_, entries) = FileJournal::open(&path).await.unwrap();
+        let (_, entries) = FileJournal::open(&path, 0).await.unwrap();
         assert_eq!(entries, vec![entry(1, b"hello"), entry(2, b"hello")]);
         assert_eq!(
             std::fs::metadata(&path).unwrap().len(),
@@ -205,10 +247,32 @@ mod tests {
     }
 
     #[compio::test]
+    async fn ops_covered_by_the_checkpoint_are_skipped_and_a_gap_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.wal");
+        let (mut journal, _) = FileJournal::open(&path, 0).await.unwrap();
+        for op in 1..=4 {
+            journal.append(&entry(op, b"x")).await.unwrap();
+        }
+        drop(journal);
+        let (mut journal, entries) = FileJournal::open(&path, 2).await.unwrap();
+        assert_eq!(entries, vec![entry(3, b"x"), entry(4, b"x")]);
+        journal.reset_after_checkpoint(4).await.unwrap();
+        journal.append(&entry(5, b"y")).await.unwrap();
+        drop(journal);
+        let (_, entries) = FileJournal::open(&path, 4).await.unwrap();
+        assert_eq!(entries, vec![entry(5, b"y")]);
+        assert!(
+            FileJournal::open(&path, 2).await.is_err(),
+            "ops 3 and 4 are missing"
+        );
+    }
+
+    #[compio::test]
     async fn a_flipped_bit_ends_the_journal_at_that_record() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("journal.wal");
-        let (mut journal, _) = FileJournal::open(&path).await.unwrap();
+        let (mut journal, _) = FileJournal::open(&path, 0).await.unwrap();
         for op in 1..=3 {
             journal.append(&entry(op, b"abc")).await.unwrap();
         }
@@ -216,7 +280,7 @@ mod tests {
         let mut bytes = std::fs::read(&path).unwrap();
         bytes[HEADER_SIZE + 3 + HEADER_SIZE + 1] ^= 1;
         std::fs::write(&path, bytes).unwrap();
-        let (_, entries) = FileJournal::open(&path).await.unwrap();
+        let (_, entries) = FileJournal::open(&path, 0).await.unwrap();
         assert_eq!(entries, vec![entry(1, b"abc")]);
     }
 }
