@@ -1,0 +1,53 @@
+//! Connected clients, option descriptors and the system snapshot.
+
+use crate::harness::*;
+use iggy::prelude::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_list_contains_every_connected_client() {
+    let server = TestServer::start();
+    let a = server.root_client().await;
+    let b = server.root_client().await;
+    let me_a = ok("me a", within("me", a.get_me()).await);
+    let me_b = ok("me b", within("me", b.get_me()).await);
+    assert_ne!(me_a.client_id, me_b.client_id, "distinct client ids");
+
+    let clients = ok("get_clients", within("clients", a.get_clients()).await);
+    let ids: Vec<u32> = clients.iter().map(|c| c.client_id).collect();
+    assert!(ids.contains(&me_a.client_id) && ids.contains(&me_b.client_id), "both listed: {ids:?}");
+    for c in clients.iter().filter(|c| c.client_id == me_a.client_id || c.client_id == me_b.client_id) {
+        assert_eq!(c.user_id, Some(DEFAULT_ROOT_USER_ID));
+        assert_eq!(c.transport, "TCP");
+    }
+
+    let got = ok("get_client", within("client", a.get_client(me_b.client_id)).await).expect("b is known");
+    assert_eq!((got.client_id, got.user_id, got.address.as_str()), (me_b.client_id, Some(0), me_b.address.as_str()));
+    assert!(ok("get missing client", within("client", a.get_client(u32::MAX - 1)).await).is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn describe_options_lists_the_topic_catalog() {
+    let server = TestServer::start();
+    let client = server.root_client().await;
+    let specs = ok("describe topic options", within("describe", client.describe_options(OptionsScope::Topic)).await);
+    let keys: Vec<&str> = specs.iter().map(|s| s.key.as_str()).collect();
+    for key in ["message_expiry", "max_topic_size", "segment_size", "compression_algorithm", "partition_resize_policy"] {
+        assert!(keys.contains(&key), "topic option {key:?} described: {keys:?}");
+    }
+    let expiry = specs.iter().find(|s| s.key == "message_expiry").unwrap();
+    assert!(expiry.updatable, "message_expiry is updatable");
+    let segment = specs.iter().find(|s| s.key == "segment_size").unwrap();
+    assert!(!segment.updatable, "segment_size is create-only");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshot_returns_a_zip_archive() {
+    let server = TestServer::start();
+    let client = server.root_client().await;
+    let snap = ok(
+        "snapshot",
+        within("snapshot", client.snapshot(SnapshotCompression::Stored, vec![SystemSnapshotType::Test])).await,
+    );
+    assert!(snap.0.len() > 22, "a zip has at least an end-of-central-directory record");
+    assert_eq!(&snap.0[..2], b"PK", "zip magic");
+}

@@ -1,0 +1,180 @@
+//! Resource options and updates (resource.update, code 16): renames, topic settings, the
+//! partition resize policy, and user status.
+
+use crate::harness::*;
+use iggy::prelude::*;
+use std::time::Duration;
+
+fn hour() -> IggyExpiry {
+    IggyExpiry::ExpireDuration(IggyDuration::from(Duration::from_secs(3600)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn update_stream_renames_it() {
+    let server = TestServer::start();
+    let client = server.root_client().await;
+    ok("create", within("create", client.create_stream("old", &StreamCreateOptions::default())).await);
+    ok("create other", within("create", client.create_stream("taken", &StreamCreateOptions::default())).await);
+    let rename = StreamUpdateOptions { name: Some("new".into()), ..Default::default() };
+    ok("update_stream", within("update", client.update_stream(&name("old"), &rename)).await);
+    assert!(ok("get old", within("get", client.get_stream(&name("old"))).await).is_none(), "old name is gone");
+    let s = ok("get new", within("get", client.get_stream(&name("new"))).await).expect("new name resolves");
+    assert_eq!((s.id, s.name.as_str()), (0, "new"));
+
+    let clash = StreamUpdateOptions { name: Some("taken".into()), ..Default::default() };
+    expect_code("rename onto an existing name", within("update", client.update_stream(&id(0), &clash)).await, 1012);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn update_topic_renames_it() {
+    let server = TestServer::start();
+    let client = server.root_client().await;
+    create_stream_and_topic(&client, "s", "old", 1).await;
+    ok("create other", within("create", client.create_topic(&name("s"), "taken", &topic_options(1))).await);
+    let update = TopicUpdateOptions { name: Some("new".into()), ..Default::default() };
+    ok("update_topic", within("update", client.update_topic(&name("s"), &name("old"), &update)).await);
+    assert!(ok("get old", within("get", client.get_topic(&name("s"), &name("old"))).await).is_none());
+    let t = ok("get new", within("get", client.get_topic(&name("s"), &name("new"))).await).expect("renamed topic");
+    assert_eq!((t.id, t.name.as_str(), t.partitions_count), (0, "new", 1));
+
+    let clash = TopicUpdateOptions { name: Some("taken".into()), ..Default::default() };
+    expect_code(
+        "rename onto an existing topic name",
+        within("update", client.update_topic(&name("s"), &id(0), &clash)).await,
+        2013,
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn update_topic_changes_message_expiry_and_max_size() {
+    let server = TestServer::start();
+    let client = server.root_client().await;
+    create_stream_and_topic(&client, "s", "t", 1).await;
+    let update = TopicUpdateOptions {
+        message_expiry: Some(hour()),
+        max_topic_size: Some(MaxTopicSize::Custom(IggyByteSize::from(512 * 1024 * 1024u64))),
+        ..Default::default()
+    };
+    ok("update_topic", within("update", client.update_topic(&name("s"), &name("t"), &update)).await);
+    let t = ok("get", within("get", client.get_topic(&name("s"), &name("t"))).await).expect("topic");
+    let resolved = t.resolved_options();
+    assert_eq!(resolved.message_expiry, hour(), "message_expiry after update (options {:?})", t.options);
+    assert_eq!(resolved.max_topic_size, MaxTopicSize::Custom(IggyByteSize::from(512 * 1024 * 1024u64)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topic_create_options_are_reported_back_resolved() {
+    let server = TestServer::start();
+    let client = server.root_client().await;
+    ok("create stream", within("create", client.create_stream("s", &StreamCreateOptions::default())).await);
+    let opts = TopicCreateOptions {
+        partitions_count: Some(2),
+        compression_algorithm: Some(CompressionAlgorithm::Gzip),
+        message_expiry: Some(hour()),
+        max_topic_size: Some(MaxTopicSize::Custom(IggyByteSize::from(2 * 1024 * 1024 * 1024u64))),
+        segment_size: Some(IggyByteSize::from(8 * 1024 * 1024u64)),
+        partition_resize_policy: Some(PartitionResizePolicy::Fixed),
+        ..Default::default()
+    };
+    let created = ok("create topic", within("create", client.create_topic(&name("s"), "t", &opts)).await);
+    for (what, t) in [
+        ("create reply", created),
+        ("get", ok("get", within("get", client.get_topic(&name("s"), &name("t"))).await).expect("topic")),
+    ] {
+        let r = t.resolved_options();
+        let options = format!("{:?}", t.options);
+        assert_eq!(r.compression_algorithm, CompressionAlgorithm::Gzip, "{what}: compression (options {options})");
+        assert_eq!(r.message_expiry, hour(), "{what}: message_expiry");
+        assert_eq!(
+            r.max_topic_size,
+            MaxTopicSize::Custom(IggyByteSize::from(2 * 1024 * 1024 * 1024u64)),
+            "{what}: max_topic_size"
+        );
+        assert_eq!(r.partition_resize_policy, PartitionResizePolicy::Fixed, "{what}: resize policy");
+        assert_eq!(
+            r.runtime.segment_size.map(|s| s.as_bytes_u64()),
+            Some(8 * 1024 * 1024),
+            "{what}: segment_size"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fixed_resize_policy_refuses_partition_changes_with_2023() {
+    let server = TestServer::start();
+    let client = server.root_client().await;
+    ok("create stream", within("create", client.create_stream("s", &StreamCreateOptions::default())).await);
+    let opts = TopicCreateOptions {
+        partitions_count: Some(2),
+        partition_resize_policy: Some(PartitionResizePolicy::Fixed),
+        ..Default::default()
+    };
+    ok("create topic", within("create", client.create_topic(&name("s"), "t", &opts)).await);
+    expect_code("add partitions", within("create", client.create_partitions(&name("s"), &name("t"), 1)).await, 2023);
+    expect_code("delete partitions", within("delete", client.delete_partitions(&name("s"), &name("t"), 1)).await, 2023);
+    let t = ok("get", within("get", client.get_topic(&name("s"), &name("t"))).await).expect("topic");
+    assert_eq!(t.partitions_count, 2, "unchanged");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn update_user_renames_and_the_new_name_logs_in() {
+    let server = TestServer::start();
+    let root = server.root_client().await;
+    ok(
+        "create",
+        within("create", root.create_user("alice", "alice-secret", UserStatus::Active, None, &UserCreateOptions::default())).await,
+    );
+    let rename = UserUpdateOptions { username: Some("alicia".into()), ..Default::default() };
+    ok("update_user", within("update", root.update_user(&name("alice"), &rename)).await);
+    assert!(ok("get old", within("get", root.get_user(&name("alice"))).await).is_none());
+    let u = ok("get new", within("get", root.get_user(&name("alicia"))).await).expect("renamed");
+    assert_eq!((u.id, u.username.as_str()), (1, "alicia"));
+    let fresh = server.anonymous_client().await;
+    expect_code("old name", within("login", fresh.login_user("alice", "alice-secret")).await, 42);
+    let identity = ok("new name", within("login", fresh.login_user("alicia", "alice-secret")).await);
+    assert_eq!(identity.user_id, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deactivated_user_is_reported_inactive_and_cannot_log_in() {
+    let server = TestServer::start();
+    let root = server.root_client().await;
+    ok(
+        "create",
+        within("create", root.create_user("alice", "alice-secret", UserStatus::Active, None, &UserCreateOptions::default())).await,
+    );
+    let deactivate = UserUpdateOptions { status: Some(UserStatus::Inactive), ..Default::default() };
+    ok("deactivate", within("update", root.update_user(&name("alice"), &deactivate)).await);
+    let u = ok("get", within("get", root.get_user(&name("alice"))).await).expect("alice");
+    assert_eq!(u.status, UserStatus::Inactive);
+
+    let fresh = server.anonymous_client().await;
+    let r = within("login inactive", fresh.login_user("alice", "alice-secret")).await;
+    let code = r.as_ref().err().map(IggyError::as_code);
+    // UserInactive (47) as a status, or the eviction reason UserInactive, which the SDK maps
+    // to Unauthenticated (40).
+    assert!(matches!(code, Some(47) | Some(40)), "login of an inactive user: {r:?}");
+
+    let activate = UserUpdateOptions { status: Some(UserStatus::Active), ..Default::default() };
+    ok("reactivate", within("update", root.update_user(&id(1), &activate)).await);
+    let again = server.anonymous_client().await;
+    ok("login after reactivation", within("login", again.login_user("alice", "alice-secret")).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renames_survive_a_restart() {
+    let mut server = TestServer::start();
+    {
+        let client = server.root_client().await;
+        create_stream_and_topic(&client, "s", "t", 1).await;
+        let rename = StreamUpdateOptions { name: Some("s2".into()), ..Default::default() };
+        ok("update_stream", within("update", client.update_stream(&name("s"), &rename)).await);
+        let update = TopicUpdateOptions { name: Some("t2".into()), ..Default::default() };
+        ok("update_topic", within("update", client.update_topic(&name("s2"), &name("t"), &update)).await);
+    }
+    tokio::task::block_in_place(|| server.restart());
+    let client = server.root_client().await;
+    let t = ok("get", within("get", client.get_topic(&name("s2"), &name("t2"))).await).expect("renamed topic");
+    assert_eq!((t.id, t.name.as_str()), (0, "t2"));
+    assert!(ok("get old", within("get", client.get_stream(&name("s"))).await).is_none());
+}
