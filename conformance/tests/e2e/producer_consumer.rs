@@ -153,3 +153,85 @@ async fn two_group_members_together_receive_every_message_exactly_once() {
     assert!(parts_a.is_disjoint(&parts_b), "members read disjoint partitions: a {parts_a:?}, b {parts_b:?}");
     assert_eq!(parts_a.len() + parts_b.len(), PARTITIONS as usize, "all partitions covered");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replacement_group_member_resumes_after_the_stored_offset() {
+    let server = TestServer::start();
+    let admin = server.root_client().await;
+    create_stream_and_topic(&admin, "s", "t", 1).await;
+    send_to_partition(&admin, &name("s"), &name("t"), 0, msgs("m", 20)).await;
+
+    let build = |c: &IggyClient| {
+        c.consumer_group("g", "s", "t")
+            .unwrap()
+            .create_consumer_group_if_not_exists()
+            .auto_join_consumer_group()
+            .polling_strategy(PollingStrategy::next())
+            .auto_commit(AutoCommit::Disabled)
+            .poll_interval(IggyDuration::from_str("10ms").unwrap())
+            .batch_length(4)
+            .build()
+    };
+    {
+        let first_client = server.root_client().await;
+        let mut first = build(&first_client);
+        ok("first init", within("init", first.init()).await);
+        let mut got = Vec::new();
+        // AutoCommit::Disabled: the member commits each handled message itself; without
+        // commits a `next` consumer stalls once it is a batch ahead of the stored offset.
+        while got.len() < 10 {
+            let m = ok("first message", within("next", first.next()).await.expect("stream ended"));
+            assert_eq!(m.partition_id, 0);
+            ok("store offset", within("store", first.store_offset(m.message.header.offset, Some(0))).await);
+            got.push(m.message.header.offset);
+        }
+        assert_eq!(got, (0..10).collect::<Vec<u64>>());
+        ok("shutdown", within("shutdown", first.shutdown()).await);
+    }
+    let stored = ok(
+        "group offset",
+        within("get", admin.get_consumer_offset(&Consumer::group(name("g")), &name("s"), &name("t"), Some(0))).await,
+    )
+    .expect("the group offset was stored");
+    assert_eq!(stored.stored_offset, 9);
+
+    let second_client = server.root_client().await;
+    let mut second = build(&second_client);
+    ok("second init", within("init", second.init()).await);
+    let mut got = Vec::new();
+    while got.len() < 10 {
+        let m = ok("second message", within("next", second.next()).await.expect("stream ended"));
+        ok("store offset", within("store", second.store_offset(m.message.header.offset, Some(0))).await);
+        got.push(m.message.header.offset);
+    }
+    assert_eq!(got, (10..20).collect::<Vec<u64>>(), "the new member continues after offset 9");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn background_producer_delivers_every_message_after_shutdown() {
+    let server = TestServer::start();
+    let client = server.root_client().await;
+    create_stream_and_topic(&client, "s", "t", 3).await;
+    let producer = client
+        .producer("s", "t")
+        .unwrap()
+        .background(BackgroundConfig::builder().build())
+        .partitioning(Partitioning::balanced())
+        .build();
+    ok("producer init", within("init", producer.init()).await);
+    for b in 0..30 {
+        let batch: Vec<IggyMessage> = (0..10).map(|i| msg(format!("bg-{}", b * 10 + i))).collect();
+        ok("queue batch", within("send", producer.send(batch)).await);
+    }
+    within("producer shutdown", producer.shutdown()).await;
+
+    let mut all = Vec::new();
+    for p in 0..3 {
+        let polled = poll(&client, &name("s"), &name("t"), p, &consumer("c"), PollingStrategy::first(), 10_000, false).await;
+        all.extend(payloads(&polled));
+    }
+    all.sort();
+    let mut want: Vec<String> = (0..300).map(|i| format!("bg-{i}")).collect();
+    want.sort();
+    assert_eq!(all, want, "every queued message is stored exactly once");
+}

@@ -1,0 +1,105 @@
+//! Concurrency: pipelined requests on one connection, racing clients.
+
+use crate::harness::*;
+use futures_util::future::join_all;
+use iggy::prelude::*;
+use std::collections::BTreeSet;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_sends_on_one_client_get_disjoint_offset_ranges() {
+    const BATCHES: usize = 32;
+    const PER_BATCH: usize = 10;
+    let server = TestServer::start();
+    let client = server.root_client().await;
+    create_stream_and_topic(&client, "s", "t", 1).await;
+
+    let sends = (0..BATCHES).map(|b| {
+        let client = &client;
+        async move {
+            let mut batch = msgs(&format!("b{b}"), PER_BATCH);
+            let r = client.send_messages(&name("s"), &name("t"), &Partitioning::partition_id(0), &mut batch).await;
+            (b, ok("concurrent send", r))
+        }
+    });
+    let results = within("32 concurrent sends", join_all(sends)).await;
+    let bases: BTreeSet<u64> = results.iter().map(|(_, r)| r.confirmations[0].base_offset).collect();
+    let want: BTreeSet<u64> = (0..BATCHES as u64).map(|i| i * PER_BATCH as u64).collect();
+    assert_eq!(bases, want, "every batch got its own range");
+
+    let polled = poll(&client, &name("s"), &name("t"), 0, &consumer("c"), PollingStrategy::offset(0), 10_000, false).await;
+    assert_eq!(offsets(&polled), (0..(BATCHES * PER_BATCH) as u64).collect::<Vec<_>>());
+    for (b, r) in &results {
+        let base = r.confirmations[0].base_offset as usize;
+        let got: Vec<String> = payloads(&polled)[base..base + PER_BATCH].to_vec();
+        let want: Vec<String> = (0..PER_BATCH).map(|i| format!("b{b}-{i}")).collect();
+        assert_eq!(got, want, "batch {b} is contiguous at its confirmed offset {base}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_polls_and_reads_on_one_client_all_answer() {
+    let server = TestServer::start();
+    let client = server.root_client().await;
+    create_stream_and_topic(&client, "s", "t", 1).await;
+    send_to_partition(&client, &name("s"), &name("t"), 0, msgs("m", 50)).await;
+    let polls = (0..50u64).map(|o| {
+        let client = &client;
+        async move {
+            let p = client
+                .poll_messages(&name("s"), &name("t"), Some(0), &consumer("c"), &PollingStrategy::offset(o), 1, false)
+                .await;
+            (o, ok("concurrent poll", p))
+        }
+    });
+    for (o, p) in within("50 concurrent polls", join_all(polls)).await {
+        assert_eq!(offsets(&p), vec![o]);
+        assert_eq!(payloads(&p), vec![format!("m-{o}")]);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_creates_of_one_stream_name_let_exactly_one_win() {
+    let server = TestServer::start();
+    let mut clients = Vec::new();
+    for _ in 0..6 {
+        clients.push(server.root_client().await);
+    }
+    let options = StreamCreateOptions::default();
+    let creates = clients.iter().map(|c| c.create_stream("race", &options));
+    let results = within("racing creates", join_all(creates)).await;
+    let winners = results.iter().filter(|r| r.is_ok()).count();
+    assert_eq!(winners, 1, "exactly one create wins: {results:?}");
+    for r in results.iter().filter(|r| r.is_err()) {
+        assert_eq!(r.as_ref().unwrap_err().as_code(), 1012, "losers get 1012: {r:?}");
+    }
+    let streams = ok("list", within("list", clients[0].get_streams()).await);
+    assert_eq!(streams.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_producers_on_separate_partitions_keep_per_partition_order() {
+    const PRODUCERS: u32 = 4;
+    const SENDS: usize = 25;
+    let server = TestServer::start();
+    let admin = server.root_client().await;
+    create_stream_and_topic(&admin, "s", "t", PRODUCERS).await;
+    let mut clients = Vec::new();
+    for _ in 0..PRODUCERS {
+        clients.push(server.root_client().await);
+    }
+    let producers = clients.iter().enumerate().map(|(p, c)| async move {
+        for i in 0..SENDS {
+            let mut m = vec![msg(format!("p{p}-{i}")), msg(format!("p{p}-{i}b"))];
+            ok("send", c.send_messages(&name("s"), &name("t"), &Partitioning::partition_id(p as u32), &mut m).await);
+        }
+    });
+    within_for(std::time::Duration::from_secs(30), "concurrent producers", join_all(producers)).await;
+    for p in 0..PRODUCERS {
+        let polled = poll(&admin, &name("s"), &name("t"), p, &consumer("c"), PollingStrategy::first(), 1000, false).await;
+        let want: Vec<String> =
+            (0..SENDS).flat_map(|i| [format!("p{p}-{i}"), format!("p{p}-{i}b")]).collect();
+        assert_eq!(payloads(&polled), want, "partition {p} in send order");
+    }
+    let t = ok("get", within("get", admin.get_topic(&name("s"), &name("t"))).await).expect("topic");
+    assert_eq!(t.messages_count, (PRODUCERS as u64) * (SENDS as u64) * 2);
+}

@@ -1,0 +1,70 @@
+//! Sessions over time: heartbeats keep an idle client alive, a client outlives a server
+//! restart by reconnecting, and sessions are independent.
+
+use crate::harness::*;
+use iggy::prelude::*;
+use std::time::Duration;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_client_stays_usable_past_the_heartbeat_interval() {
+    let server = TestServer::start();
+    let client = server.root_client().await;
+    ok("create", within("create", client.create_stream("s", &StreamCreateOptions::default())).await);
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    ok("ping after idling", within("ping", client.ping()).await);
+    let streams = ok("list after idling", within("list", client.get_streams()).await);
+    assert_eq!(streams.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connected_client_keeps_working_after_a_server_restart() {
+    let mut server = TestServer::start();
+    let client = server.root_client().await;
+    create_stream_and_topic(&client, "s", "t", 1).await;
+    send_to_partition(&client, &name("s"), &name("t"), 0, msgs("before", 2)).await;
+
+    tokio::task::block_in_place(|| server.restart());
+
+    // The SDK redials with backoff and binds its session again (or registers anew).
+    let streams = ok(
+        "get_streams after restart",
+        within_for(Duration::from_secs(25), "get_streams after restart", client.get_streams()).await,
+    );
+    assert_eq!(streams.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), vec!["s"]);
+    let sent = send_to_partition(&client, &name("s"), &name("t"), 0, msgs("after", 1)).await;
+    assert_eq!(sent.confirmations.first().map(|c| c.base_offset), Some(2));
+    let polled = poll(&client, &name("s"), &name("t"), 0, &consumer("c"), PollingStrategy::first(), 10, false).await;
+    assert_eq!(payloads(&polled), vec!["before-0", "before-1", "after-0"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logout_of_one_client_leaves_the_other_signed_in() {
+    let server = TestServer::start();
+    let a = server.root_client().await;
+    let b = server.root_client().await;
+    ok("logout a", within("logout", a.logout_user()).await);
+    ok("b still works", within("list", b.get_streams()).await);
+    let me = ok("b me", within("me", b.get_me()).await);
+    assert_eq!(me.user_id, Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relogin_as_another_user_switches_identity() {
+    let server = TestServer::start();
+    let root = server.root_client().await;
+    ok(
+        "create alice",
+        within("create", root.create_user("alice", "alice-secret", UserStatus::Active, None, &UserCreateOptions::default())).await,
+    );
+    let client = server.anonymous_client().await;
+    ok("login root", within("login", client.login_user(ROOT_USER, ROOT_PASSWORD)).await);
+    let identity = ok("login alice", within("login", client.login_user("alice", "alice-secret")).await);
+    assert_eq!(identity.user_id, 1);
+    let me = ok("me", within("me", client.get_me()).await);
+    assert_eq!(me.user_id, Some(1), "the connection now acts as alice");
+    expect_code(
+        "alice has no permission to create streams",
+        within("create", client.create_stream("x", &StreamCreateOptions::default())).await,
+        41,
+    );
+}

@@ -1,0 +1,55 @@
+//! Storage: data that spans several segments reads back across segment boundaries, also
+//! after a restart.
+
+use crate::harness::*;
+use iggy::prelude::*;
+
+const SEGMENT: u64 = 1024 * 1024; // MIN_TOPIC_SEGMENT_SIZE
+const PAYLOAD: usize = 200 * 1024;
+const COUNT: usize = 24; // about 4.7 MiB: at least four segments
+
+fn payload(i: usize) -> Vec<u8> {
+    (0..PAYLOAD).map(|j| (i * 7 + j * 13 + (j >> 10)) as u8).collect()
+}
+
+async fn check_all(client: &IggyClient) {
+    let polled = poll(client, &name("s"), &name("t"), 0, &consumer("c"), PollingStrategy::offset(0), 1000, false).await;
+    assert_eq!(offsets(&polled), (0..COUNT as u64).collect::<Vec<_>>(), "every offset across segments");
+    for (i, m) in polled.messages.iter().enumerate() {
+        assert!(m.payload[..] == payload(i)[..], "payload of offset {i} differs");
+    }
+    // Starting inside a later segment.
+    let mid = poll(client, &name("s"), &name("t"), 0, &consumer("c"), PollingStrategy::offset(13), 3, false).await;
+    assert_eq!(offsets(&mid), vec![13, 14, 15]);
+    assert!(mid.messages[0].payload[..] == payload(13)[..]);
+    let last = poll(client, &name("s"), &name("t"), 0, &consumer("c"), PollingStrategy::last(), 2, false).await;
+    assert_eq!(offsets(&last), vec![COUNT as u64 - 2, COUNT as u64 - 1]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_spanning_many_segments_read_back_and_survive_restart() {
+    let mut server = TestServer::start();
+    {
+        let client = server.root_client().await;
+        ok("create stream", within("create", client.create_stream("s", &StreamCreateOptions::default())).await);
+        let opts = TopicCreateOptions {
+            partitions_count: Some(1),
+            segment_size: Some(IggyByteSize::from(SEGMENT)),
+            ..Default::default()
+        };
+        ok("create topic", within("create", client.create_topic(&name("s"), "t", &opts)).await);
+        for i in 0..COUNT {
+            send_to_partition(&client, &name("s"), &name("t"), 0, vec![msg(payload(i))]).await;
+        }
+        let t = ok("get", within("get", client.get_topic(&name("s"), &name("t"))).await).expect("topic");
+        let p = &t.partitions[0];
+        assert_eq!((p.messages_count, p.current_offset), (COUNT as u64, COUNT as u64 - 1));
+        assert!(p.segments_count >= 4, "1 MiB segments hold ~4.7 MiB in at least 4 segments, got {}", p.segments_count);
+        check_all(&client).await;
+    }
+    tokio::task::block_in_place(|| server.restart());
+    let client = server.root_client().await;
+    check_all(&client).await;
+    let sent = send_to_partition(&client, &name("s"), &name("t"), 0, vec![msg("tail")]).await;
+    assert_eq!(sent.confirmations.first().map(|c| c.base_offset), Some(COUNT as u64));
+}
