@@ -13,6 +13,7 @@ mod options;
 mod partition;
 mod replies;
 mod session;
+mod snapshot;
 mod tcp;
 mod users;
 mod wal;

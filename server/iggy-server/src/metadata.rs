@@ -281,6 +281,8 @@ pub struct Topic {
     pub consumer_offset_durability: TopicDurability,
     /// Segment size in bytes; 0 = the server's configured size.
     pub segment_size: u64,
+    /// The explicit options as the client set them (an options block), reported back as is.
+    pub options: Vec<u8>,
     pub consumer_groups: BTreeMap<u32, ConsumerGroup>,
 }
 
@@ -355,7 +357,7 @@ fn valid_name(name: &str) -> bool {
 }
 
 /// Topic settings chosen at creation.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct TopicSettings {
     pub message_expiry: u64,
     pub max_topic_size: u64,
@@ -365,6 +367,7 @@ pub struct TopicSettings {
     pub durability: TopicDurability,
     pub consumer_offset_durability: TopicDurability,
     pub segment_size: u64,
+    pub options: Vec<u8>,
 }
 
 impl Default for TopicSettings {
@@ -378,6 +381,7 @@ impl Default for TopicSettings {
             durability: TopicDurability::Replicated,
             consumer_offset_durability: TopicDurability::Replicated,
             segment_size: 0,
+            options: Vec::new(),
         }
     }
 }
@@ -517,6 +521,7 @@ impl Metadata {
             durability: settings.durability,
             consumer_offset_durability: settings.consumer_offset_durability,
             segment_size: settings.segment_size,
+            options: settings.options.clone(),
             consumer_groups: BTreeMap::new(),
         };
         let effects = add_partitions(stream_id, &mut topic, partitions, op, now);
@@ -614,8 +619,10 @@ impl Metadata {
         &mut self,
         stream: &Ident,
         topic: &Ident,
-        options: Vec<(&str, &[u8])>,
+        block: &[u8],
+        reset: &[&str],
     ) -> Result<(), ErrorCode> {
+        let options = crate::options::entries(block)?;
         let stream_id = self.stream(stream)?.id;
         let topic_id = self.topic(stream, topic)?.1.id;
         let mut updated = self.streams[&stream_id].topics[&topic_id].clone();
@@ -653,6 +660,7 @@ impl Metadata {
                 _ => return Err(ErrorCode::UnsupportedOptionKey),
             }
         }
+        updated.options = crate::options::merge(&updated.options, block, reset)?;
         self.streams
             .get_mut(&stream_id)
             .expect("found")

@@ -9,25 +9,59 @@ const STRING_KIND: u8 = 2;
 const ENTRIES_MAX: usize = 1024;
 
 /// The `(key, value)` entries of an options block, in order; duplicates are refused.
-pub fn entries(mut block: &[u8]) -> Result<Vec<(&str, &[u8])>, ErrorCode> {
-    let mut out: Vec<(&str, &[u8])> = Vec::new();
+pub fn entries(block: &[u8]) -> Result<Vec<(&str, &[u8])>, ErrorCode> {
+    Ok(typed_entries(block)?
+        .into_iter()
+        .map(|(key, _, value)| (key, value))
+        .collect())
+}
+
+/// The `(key, value kind, value)` entries of an options block, in order.
+pub fn typed_entries(mut block: &[u8]) -> Result<Vec<(&str, u8, &[u8])>, ErrorCode> {
+    let mut out: Vec<(&str, u8, &[u8])> = Vec::new();
     while !block.is_empty() {
         let key_kind = u8::decode_from(&mut block).map_err(|_| ErrorCode::InvalidFormat)?;
         let key_len = u32::decode_from(&mut block).map_err(|_| ErrorCode::InvalidFormat)?;
         let key = take(&mut block, key_len as usize).map_err(|_| ErrorCode::InvalidFormat)?;
-        let _value_kind = u8::decode_from(&mut block).map_err(|_| ErrorCode::InvalidFormat)?;
+        let value_kind = u8::decode_from(&mut block).map_err(|_| ErrorCode::InvalidFormat)?;
         let value_len = u32::decode_from(&mut block).map_err(|_| ErrorCode::InvalidFormat)?;
         let value = take(&mut block, value_len as usize).map_err(|_| ErrorCode::InvalidFormat)?;
         if key_kind != STRING_KIND {
             return Err(ErrorCode::UnsupportedOptionKey);
         }
         let key = std::str::from_utf8(key).map_err(|_| ErrorCode::UnsupportedOptionKey)?;
-        if out.iter().any(|(k, _)| *k == key) || out.len() == ENTRIES_MAX {
+        if out.iter().any(|(k, _, _)| *k == key) || out.len() == ENTRIES_MAX {
             return Err(ErrorCode::InvalidOptionValue);
         }
-        out.push((key, value));
+        out.push((key, value_kind, value));
     }
     Ok(out)
+}
+
+/// Merges `update` into the block `current`: entries of `update` replace those with the same
+/// key, keys in `reset` are removed. Returns the new block.
+pub fn merge(current: &[u8], update: &[u8], reset: &[&str]) -> Result<Vec<u8>, ErrorCode> {
+    let updates = typed_entries(update)?;
+    let mut merged: Vec<(&str, u8, &[u8])> = typed_entries(current)?
+        .into_iter()
+        .filter(|(key, _, _)| !reset.contains(key) && !updates.iter().any(|(k, _, _)| k == key))
+        .collect();
+    merged.extend(updates);
+    Ok(encode(&merged))
+}
+
+/// Encodes entries as an options block.
+pub fn encode(entries: &[(&str, u8, &[u8])]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (key, kind, value) in entries {
+        out.push(STRING_KIND);
+        out.extend_from_slice(&(key.len() as u32).to_le_bytes());
+        out.extend_from_slice(key.as_bytes());
+        out.push(*kind);
+        out.extend_from_slice(&(value.len() as u32).to_le_bytes());
+        out.extend_from_slice(value);
+    }
+    out
 }
 
 /// An unsigned integer value of 1, 2, 4 or 8 little-endian bytes.
@@ -72,4 +106,135 @@ mod tests {
         assert!(entries(&twice).is_err());
         assert!(entries(&block[..block.len() - 1]).is_err());
     }
+}
+
+/// Value kinds of option entries (the user-header kinds).
+pub mod kind {
+    pub const STRING: u8 = 2;
+    pub const BOOL: u8 = 3;
+    pub const UINT32: u8 = 11;
+    pub const UINT64: u8 = 12;
+}
+
+/// Descriptor flags reported by options.describe (13).
+pub mod flag {
+    pub const UPDATABLE: u8 = 1;
+    pub const RESETTABLE: u8 = 1 << 1;
+}
+
+/// One option this server understands, for options.describe.
+pub struct OptionSpec {
+    pub key: &'static str,
+    pub kind: u8,
+    pub flags: u8,
+    pub default: &'static [u8],
+    pub description: &'static str,
+}
+
+const NEVER: &[u8] = &u64::MAX.to_le_bytes();
+const ONE_GIB: &[u8] = &(1u64 << 30).to_le_bytes();
+const SAVE_EVERY: &[u8] = &1024u32.to_le_bytes();
+
+// TODO(spec): the option catalog is data; move it into spec/ with the other declarations.
+pub const TOPIC_OPTIONS: &[OptionSpec] = &[
+    OptionSpec {
+        key: "name",
+        kind: kind::STRING,
+        flags: flag::UPDATABLE,
+        default: b"",
+        description: "Topic name, unique in its stream",
+    },
+    OptionSpec {
+        key: "compression_algorithm",
+        kind: kind::STRING,
+        flags: 0,
+        default: b"none",
+        description: "Compression of stored messages: none or gzip",
+    },
+    OptionSpec {
+        key: "message_expiry",
+        kind: kind::UINT64,
+        flags: flag::UPDATABLE | flag::RESETTABLE,
+        default: NEVER,
+        description: "Messages older than this many microseconds are deleted with their segment; u64::MAX never expires",
+    },
+    OptionSpec {
+        key: "max_topic_size",
+        kind: kind::UINT64,
+        flags: flag::UPDATABLE | flag::RESETTABLE,
+        default: NEVER,
+        description: "Oldest closed segments are deleted while the topic is larger, in bytes; u64::MAX is unlimited",
+    },
+    OptionSpec {
+        key: "segment_size",
+        kind: kind::UINT64,
+        flags: 0,
+        default: ONE_GIB,
+        description: "Segment size in bytes",
+    },
+    OptionSpec {
+        key: "durability",
+        kind: kind::STRING,
+        flags: 0,
+        default: b"replicated",
+        description: "Message acknowledgement: replicated (journaled) or persisted (fsynced)",
+    },
+    OptionSpec {
+        key: "consumer_offset_durability",
+        kind: kind::STRING,
+        flags: 0,
+        default: b"replicated",
+        description: "Offset acknowledgement: replicated (journaled) or persisted (fsynced)",
+    },
+    OptionSpec {
+        key: "partition_resize_policy",
+        kind: kind::STRING,
+        flags: 0,
+        default: b"mutable",
+        description: "mutable allows adding and deleting partitions; fixed refuses both",
+    },
+    OptionSpec {
+        key: "messages_required_to_save",
+        kind: kind::UINT32,
+        flags: 0,
+        default: SAVE_EVERY,
+        description: "Accepted for compatibility; every message is journaled on arrival",
+    },
+    OptionSpec {
+        key: "preallocate_segments",
+        kind: kind::BOOL,
+        flags: 0,
+        default: &[0],
+        description: "Accepted for compatibility; segments grow as written",
+    },
+];
+
+pub const STREAM_OPTIONS: &[OptionSpec] = &[OptionSpec {
+    key: "name",
+    kind: kind::STRING,
+    flags: flag::UPDATABLE,
+    default: b"",
+    description: "Stream name, unique on the server",
+}];
+
+pub const USER_OPTIONS: &[OptionSpec] = &[
+    OptionSpec {
+        key: "username",
+        kind: kind::STRING,
+        flags: flag::UPDATABLE,
+        default: b"",
+        description: "Login name, unique on the server",
+    },
+    OptionSpec {
+        key: "status",
+        kind: kind::STRING,
+        flags: flag::UPDATABLE,
+        default: b"active",
+        description: "active or inactive; inactive users cannot log in",
+    },
+];
+
+/// A size or expiry option: `u64::MAX` (and 0) mean unlimited.
+pub fn limit(value: u64) -> Option<u64> {
+    (value != 0 && value != u64::MAX).then_some(value)
 }

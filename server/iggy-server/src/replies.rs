@@ -70,7 +70,7 @@ fn topic_header<'a>(shared: &Shared, stream: u32, topic: &'a Topic) -> TopicHead
         size_bytes,
         messages_count,
         name: &topic.name,
-        options: &[],
+        options: &topic.options,
         derived_options: &[],
     }
 }
@@ -303,7 +303,10 @@ pub fn batch_error(error: StorageError) -> ErrorCode {
 
 /// Topic settings from a create request's options block.
 pub fn topic_settings(options: &[u8]) -> Result<TopicSettings, ErrorCode> {
-    let mut settings = TopicSettings::default();
+    let mut settings = TopicSettings {
+        options: options.to_vec(),
+        ..TopicSettings::default()
+    };
     for (key, value) in crate::options::entries(options)? {
         match key {
             "message_expiry" => settings.message_expiry = crate::options::as_u64(value)?,

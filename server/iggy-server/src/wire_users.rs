@@ -363,7 +363,7 @@ fn update_resource(metadata: &mut Metadata, request: &[u8]) -> Result<Vec<u8>, E
         OptionsScope::Topic => {
             let patch: TopicResourcePatch = decode(request.patch)?;
             let (stream, topic) = (ident(&patch.stream_id)?, ident(&patch.topic_id)?);
-            metadata.update_topic(&stream, &topic, crate::options::entries(patch.options)?)?;
+            metadata.update_topic(&stream, &topic, patch.options, &patch.reset)?;
         }
         OptionsScope::User => {
             let patch: UserResourcePatch = decode(request.patch)?;
@@ -520,9 +520,36 @@ pub async fn read(
             }
             Ok(stats(node))
         }
-        13 => Ok(encode(&DescribeOptionsResponse {
-            entries: Vec::new(),
-        })),
+        11 => {
+            if !allows(Need::ReadServers) {
+                return Err(ErrorCode::Unauthorized);
+            }
+            let request: iggy_generated::payloads::GetSnapshotRequest = decode(body)?;
+            crate::snapshot::archive(node, request.snapshot_types)
+        }
+        13 => {
+            use iggy_generated::payloads::{
+                DescribeOptionsRequest, OptionDescriptor, OptionsScope,
+            };
+            let request =
+                DescribeOptionsRequest::decode_fixed(body).map_err(|_| ErrorCode::InvalidFormat)?;
+            let catalog = match request.scope {
+                OptionsScope::Topic => crate::options::TOPIC_OPTIONS,
+                OptionsScope::Stream => crate::options::STREAM_OPTIONS,
+                OptionsScope::User => crate::options::USER_OPTIONS,
+            };
+            let entries = catalog
+                .iter()
+                .map(|spec| OptionDescriptor {
+                    key: spec.key,
+                    kind: spec.kind,
+                    flags: spec.flags,
+                    default_value: spec.default,
+                    description: spec.description,
+                })
+                .collect();
+            Ok(encode(&DescribeOptionsResponse { entries }))
+        }
         _ => Err(ErrorCode::FeatureUnavailable),
     }
 }
