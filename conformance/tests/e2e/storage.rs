@@ -26,25 +26,46 @@ async fn check_all(client: &IggyClient) {
     assert_eq!(offsets(&last), vec![COUNT as u64 - 2, COUNT as u64 - 1]);
 }
 
+async fn fill_small_segments(client: &IggyClient) {
+    ok("create stream", within("create", client.create_stream("s", &StreamCreateOptions::default())).await);
+    let opts = TopicCreateOptions {
+        partitions_count: Some(1),
+        segment_size: Some(IggyByteSize::from(SEGMENT)),
+        ..Default::default()
+    };
+    ok("create topic", within("create", client.create_topic(&name("s"), "t", &opts)).await);
+    for i in 0..COUNT {
+        send_to_partition(client, &name("s"), &name("t"), 0, vec![msg(payload(i))]).await;
+    }
+}
+
+async fn segments_count(client: &IggyClient) -> u32 {
+    let t = ok("get", within("get", client.get_topic(&name("s"), &name("t"))).await).expect("topic");
+    let p = &t.partitions[0];
+    assert_eq!((p.messages_count, p.current_offset), (COUNT as u64, COUNT as u64 - 1));
+    p.segments_count
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partition_reports_the_segments_it_rolled() {
+    let mut server = TestServer::start();
+    let client = server.root_client().await;
+    fill_small_segments(&client).await;
+    let live = segments_count(&client).await;
+    assert!(live >= 4, "1 MiB segments hold ~4.7 MiB in at least 4 segments, got {live}");
+    drop(client);
+    tokio::task::block_in_place(|| server.restart());
+    let client = server.root_client().await;
+    let reopened = segments_count(&client).await;
+    assert_eq!(reopened, live, "the same count after a restart");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn messages_spanning_many_segments_read_back_and_survive_restart() {
     let mut server = TestServer::start();
     {
         let client = server.root_client().await;
-        ok("create stream", within("create", client.create_stream("s", &StreamCreateOptions::default())).await);
-        let opts = TopicCreateOptions {
-            partitions_count: Some(1),
-            segment_size: Some(IggyByteSize::from(SEGMENT)),
-            ..Default::default()
-        };
-        ok("create topic", within("create", client.create_topic(&name("s"), "t", &opts)).await);
-        for i in 0..COUNT {
-            send_to_partition(&client, &name("s"), &name("t"), 0, vec![msg(payload(i))]).await;
-        }
-        let t = ok("get", within("get", client.get_topic(&name("s"), &name("t"))).await).expect("topic");
-        let p = &t.partitions[0];
-        assert_eq!((p.messages_count, p.current_offset), (COUNT as u64, COUNT as u64 - 1));
-        assert!(p.segments_count >= 4, "1 MiB segments hold ~4.7 MiB in at least 4 segments, got {}", p.segments_count);
+        fill_small_segments(&client).await;
         check_all(&client).await;
     }
     tokio::task::block_in_place(|| server.restart());
