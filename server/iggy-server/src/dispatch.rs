@@ -378,7 +378,6 @@ async fn metadata_write(
                 let key = resolve_partition(node, &r.stream_id, &r.topic_id, Some(r.partition_id))?;
                 if let Some(partition) = node.shared.partition(key) {
                     partition.delete_segments(r.segments_count).await?;
-                    node.shared.refresh_stats(key).await;
                 }
             }
             let reply = prepared.reveal(reply);
@@ -487,7 +486,6 @@ async fn partition_write(
     body: &Bytes,
 ) -> Result<Dispatched, ErrorCode> {
     let header = request.header;
-    let mut appended_bytes = 0u64;
     let (key, write) = match request.operation {
         Operation::SendMessages => {
             let send: SendMessagesRequest = decode(body)?;
@@ -512,7 +510,6 @@ async fn partition_write(
                 return Err(ErrorCode::InvalidMessagesCount);
             }
             let offset = body.len() - send.batch.len();
-            appended_bytes = send.batch.len() as u64;
             (
                 key,
                 PartitionWrite::Send {
@@ -570,8 +567,7 @@ async fn partition_write(
         .ok_or(ErrorCode::PartitionNotFound)?;
     let result = partition.write(bound.client, header.request, write).await?;
     match (request.operation, result) {
-        (Operation::SendMessages, WriteResult::Appended { base_offset, count }) => {
-            node.shared.note_append(key, appended_bytes, count);
+        (Operation::SendMessages, WriteResult::Appended { base_offset, .. }) => {
             Ok(request.reply(&replies::send_confirmation(key, base_offset)))
         }
         (Operation::SendMessages, WriteResult::Failed(code)) => Err(code),

@@ -328,7 +328,7 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
         while let Some(job) = jobs.next().await {
             self.accept(job).await;
             // Group commit: take everything already queued before driving the journal.
-            while let Ok(Some(job)) = jobs.try_next() {
+            while let Ok(job) = jobs.try_recv() {
                 self.accept(job).await;
             }
             self.drive().await;

@@ -3,7 +3,7 @@
 //! deleted) and encodes the reply the client gets (result section, then the payload).
 
 use crate::group::StateMachine;
-use crate::metadata::{Effect, Ident, Metadata};
+use crate::metadata::{Effect, Ident};
 use crate::node::Shared;
 use crate::replies;
 use crate::session::Session;

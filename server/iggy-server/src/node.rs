@@ -30,8 +30,6 @@ pub struct Shared {
     pub replica_id: u8,
     pub metadata: RefCell<Metadata>,
     pub partitions: RefCell<HashMap<PartitionKey, PartitionEntry>>,
-    /// Last known figures per partition (refreshed by reads and writes), for list replies.
-    pub partition_stats: RefCell<HashMap<PartitionKey, PartitionInfo>>,
     pub started_at: std::time::Instant,
     /// The connection each session was last bound on: its public client id.
     pub session_connections: RefCell<HashMap<u128, u32>>,
@@ -65,10 +63,10 @@ impl Shared {
     }
 
     pub fn stats(&self, key: PartitionKey) -> PartitionInfo {
-        self.partition_stats
+        self.partitions
             .borrow()
             .get(&key)
-            .copied()
+            .map(|entry| entry.handle.stats.get())
             .unwrap_or_default()
     }
 
@@ -119,8 +117,6 @@ impl Shared {
                 .await
                 {
                     Ok(handle) => {
-                        let info = handle.info().await;
-                        self.partition_stats.borrow_mut().insert(key, info);
                         self.partitions
                             .borrow_mut()
                             .insert(key, PartitionEntry { handle });
@@ -138,7 +134,6 @@ impl Shared {
                 let key = (stream, topic, partition);
                 // Dropping the handle closes the group's queue; its task ends.
                 self.partitions.borrow_mut().remove(&key);
-                self.partition_stats.borrow_mut().remove(&key);
                 let dir = self.partition_dir(key);
                 if let Err(error) = std::fs::remove_dir_all(&dir)
                     && error.kind() != std::io::ErrorKind::NotFound
@@ -146,22 +141,6 @@ impl Shared {
                     tracing::error!("partition {}: cannot delete: {error}", dir.display());
                 }
             }
-        }
-    }
-
-    /// Counts an appended batch into the partition's figures.
-    pub fn note_append(&self, key: PartitionKey, bytes: u64, messages: u32) {
-        let mut stats = self.partition_stats.borrow_mut();
-        let info = stats.entry(key).or_default();
-        info.size_bytes += bytes;
-        info.messages += u64::from(messages);
-        info.next_offset += u64::from(messages);
-    }
-
-    pub async fn refresh_stats(&self, key: PartitionKey) {
-        if let Some(handle) = self.partition(key) {
-            let info = handle.info().await;
-            self.partition_stats.borrow_mut().insert(key, info);
         }
     }
 }
@@ -232,7 +211,6 @@ impl Node {
             replica_id,
             metadata: RefCell::new(Metadata::default()),
             partitions: RefCell::new(HashMap::new()),
-            partition_stats: RefCell::new(HashMap::new()),
             started_at: std::time::Instant::now(),
             session_connections: RefCell::new(HashMap::new()),
         });

@@ -13,8 +13,10 @@ use iggy_generated::errors::ErrorCode;
 use iggy_generated::frames::Operation;
 use iggy_storage::partition_log::{LogConfig, PartitionLog, ReadBatches};
 use iggy_storage::{StorageError, batch};
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
 /// Who an offset belongs to: a plain consumer or a consumer group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -201,6 +203,8 @@ pub struct PartitionInfo {
 /// The partition's replicated state.
 pub struct PartitionMachine {
     partition_id: u32,
+    /// The partition's figures, published after every change for replies that list them.
+    stats: Rc<Cell<PartitionInfo>>,
     /// The topic's policies: fsync sends / offset stores before acknowledging them.
     persist_messages: bool,
     persist_offsets: bool,
@@ -212,6 +216,15 @@ pub struct PartitionMachine {
 }
 
 impl PartitionMachine {
+    fn publish(&self) {
+        self.stats.set(PartitionInfo {
+            messages: self.log.messages_count(),
+            size_bytes: self.log.size_bytes(),
+            segments: self.log.segments_count(),
+            next_offset: self.log.next_offset(),
+        });
+    }
+
     /// The state a checkpoint keeps besides the log itself: the next offset and the consumer
     /// offsets, as `[u64 next_offset][u32 n][u8 kind, u32 id, u64 offset]*n`.
     // TODO(spec): declare this record in a storage spec and generate it.
@@ -334,6 +347,7 @@ impl StateMachine for PartitionMachine {
             },
             None => WriteResult::Failed(ErrorCode::InvalidCommand),
         };
+        self.publish();
         result.encode()
     }
 
@@ -345,6 +359,7 @@ impl StateMachine for PartitionMachine {
     }
 
     async fn replayed(&mut self) {
+        self.publish();
         // Messages in the log that no journaled op accounts for were never acknowledged (their
         // journal write was lost with the machine): drop them so offsets and the client table
         // agree.
@@ -399,6 +414,7 @@ impl StateMachine for PartitionMachine {
                         );
                         ErrorCode::CannotDeleteFile
                     });
+                self.publish();
                 let _ = done.send(result);
             }
         }
@@ -410,6 +426,7 @@ impl StateMachine for PartitionMachine {
 pub struct PartitionHandle {
     pub group: GroupHandle<PartitionRead>,
     pub dir: PathBuf,
+    pub stats: Rc<Cell<PartitionInfo>>,
 }
 
 impl PartitionHandle {
@@ -436,8 +453,10 @@ impl PartitionHandle {
         let checkpoint = read_checkpoint(&checkpoint_path)
             .await
             .map_err(io(&checkpoint_path))?;
+        let stats = Rc::new(Cell::new(PartitionInfo::default()));
         let mut machine = PartitionMachine {
             partition_id,
+            stats: stats.clone(),
             persist_messages,
             persist_offsets,
             log,
@@ -477,6 +496,7 @@ impl PartitionHandle {
         Ok(PartitionHandle {
             group: group.spawn(),
             dir: dir.to_path_buf(),
+            stats,
         })
     }
 

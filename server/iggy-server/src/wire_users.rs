@@ -565,12 +565,15 @@ fn stats(node: &Node) -> Vec<u8> {
             groups += topic.consumer_groups.len() as u32;
         }
     }
-    let figures = shared.partition_stats.borrow();
-    let (size, messages, segments) = figures
-        .values()
-        .fold((0u64, 0u64, 0u32), |(s, m, g), info| {
-            (s + info.size_bytes, m + info.messages, g + info.segments)
-        });
+    let (size, messages, segments) =
+        shared
+            .partitions
+            .borrow()
+            .values()
+            .fold((0u64, 0u64, 0u32), |(s, m, g), entry| {
+                let info = entry.handle.stats.get();
+                (s + info.size_bytes, m + info.messages, g + info.segments)
+            });
     let run_time = shared.started_at.elapsed().as_micros() as u64;
     let now = crate::dispatch::now_micros();
     let version = iggy_generated::protocol::RELEASE_VERSION;
