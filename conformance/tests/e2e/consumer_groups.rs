@@ -181,3 +181,69 @@ async fn group_member_polls_its_partitions_and_commits_group_offsets() {
         assert_eq!((info.partition_id, info.stored_offset), (p, last), "group offset of partition {p}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn member_beyond_the_partition_count_holds_no_partition() {
+    let server = TestServer::start();
+    let a = server.root_client().await;
+    create_stream_and_topic(&a, "s", "t", 1).await;
+    send_to_partition(&a, &name("s"), &name("t"), 0, msgs("m", 2)).await;
+    ok("create", within("create", a.create_consumer_group(&name("s"), &name("t"), "g")).await);
+    ok("join a", within("join", a.join_consumer_group(&name("s"), &name("t"), &name("g"))).await);
+    let b = server.root_client().await;
+    ok("join b", within("join", b.join_consumer_group(&name("s"), &name("t"), &name("g"))).await);
+
+    let g = group(&a, &name("g")).await.expect("group");
+    assert_eq!(g.members_count, 2);
+    assert_eq!(member_partitions(&g), vec![vec![], vec![0]], "one partition, two members");
+
+    let cg = Consumer::group(name("g"));
+    let owner_is_a = g.members.iter().find(|m| m.partitions == vec![0]).unwrap().id
+        == ok("me", within("me", a.get_me()).await).client_id;
+    let (owner, idle) = if owner_is_a { (&a, &b) } else { (&b, &a) };
+    let polled = ok(
+        "owner polls",
+        within("poll", owner.poll_messages(&name("s"), &name("t"), None, &cg, &PollingStrategy::next(), 10, false)).await,
+    );
+    assert_eq!(payloads(&polled), vec!["m-0", "m-1"]);
+    let empty = ok(
+        "idle member polls",
+        within("poll", idle.poll_messages(&name("s"), &name("t"), None, &cg, &PollingStrategy::next(), 10, false)).await,
+    );
+    assert!(empty.messages.is_empty());
+    assert_eq!(empty.partition_id, NO_ASSIGNED_PARTITION, "the idle member is told it holds nothing");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logout_ends_the_sessions_group_memberships() {
+    let server = TestServer::start();
+    let admin = server.root_client().await;
+    create_stream_and_topic(&admin, "s", "t", 2).await;
+    ok("create", within("create", admin.create_consumer_group(&name("s"), &name("t"), "g")).await);
+    let member = server.root_client().await;
+    ok("join", within("join", member.join_consumer_group(&name("s"), &name("t"), &name("g"))).await);
+    assert_eq!(group(&admin, &name("g")).await.expect("group").members_count, 1);
+
+    ok("logout", within("logout", member.logout_user()).await);
+    let g = group(&admin, &name("g")).await.expect("group");
+    assert_eq!(g.members_count, 0, "logout ends the membership: {:?}", member_partitions(&g));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_offsets_are_separate_from_consumer_offsets_of_the_same_name() {
+    let server = TestServer::start();
+    let client = server.root_client().await;
+    create_stream_and_topic(&client, "s", "t", 1).await;
+    send_to_partition(&client, &name("s"), &name("t"), 0, msgs("m", 10)).await;
+    ok("create", within("create", client.create_consumer_group(&name("s"), &name("t"), "same")).await);
+    ok("join", within("join", client.join_consumer_group(&name("s"), &name("t"), &name("same"))).await);
+    let as_group = Consumer::group(name("same"));
+    let as_consumer = consumer("same");
+    ok("store group", within("store", client.store_consumer_offset(&as_group, &name("s"), &name("t"), Some(0), 6)).await);
+    ok("store consumer", within("store", client.store_consumer_offset(&as_consumer, &name("s"), &name("t"), Some(0), 2)).await);
+    let g = ok("get group", within("get", client.get_consumer_offset(&as_group, &name("s"), &name("t"), Some(0))).await)
+        .expect("group offset");
+    let c = ok("get consumer", within("get", client.get_consumer_offset(&as_consumer, &name("s"), &name("t"), Some(0))).await)
+        .expect("consumer offset");
+    assert_eq!((g.stored_offset, c.stored_offset), (6, 2));
+}

@@ -99,3 +99,14 @@ async fn offset_on_missing_partition_fails_with_partition_not_found() {
         3007,
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_missing_offset_fails_with_3021() {
+    let server = TestServer::start();
+    let client = setup(&server).await;
+    expect_code(
+        "delete an offset never stored",
+        within("delete", client.delete_consumer_offset(&consumer("nobody"), &name("s"), &name("t"), Some(1))).await,
+        3021,
+    );
+}

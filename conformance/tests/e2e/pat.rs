@@ -137,3 +137,24 @@ async fn login_with_unknown_token_is_refused_with_53() {
         53,
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_token_is_refused() {
+    let server = TestServer::start();
+    let root = server.root_client().await;
+    let token = ok(
+        "create 1s token",
+        within(
+            "create",
+            root.create_personal_access_token("short", PersonalAccessTokenExpiry::ExpireDuration(IggyDuration::from(1_000_000u64))),
+        )
+        .await,
+    )
+    .token;
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    let client = server.anonymous_client().await;
+    let r = within("pat login", client.login_with_personal_access_token(&token)).await;
+    let code = r.as_ref().err().map(IggyError::as_code);
+    // PersonalAccessTokenExpired (54) as a status, or the eviction reason InvalidToken (53).
+    assert!(matches!(code, Some(53) | Some(54)), "login with an expired token: {r:?}");
+}

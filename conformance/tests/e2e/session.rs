@@ -68,3 +68,34 @@ async fn relogin_as_another_user_switches_identity() {
         41,
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn password_change_keeps_the_live_session() {
+    let server = TestServer::start();
+    let root = server.root_client().await;
+    ok(
+        "create alice",
+        within("create", root.create_user("alice", "alice-secret", UserStatus::Active, None, &UserCreateOptions::default())).await,
+    );
+    let alice = server.client_as("alice", "alice-secret").await;
+    ok("root changes alice's password", within("pw", root.change_password(&name("alice"), "alice-secret", "alice-new")).await);
+    let me = ok("alice's session still works", within("me", alice.get_me()).await);
+    assert_eq!(me.user_id, Some(1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deactivating_a_user_ends_its_live_session() {
+    let server = TestServer::start();
+    let root = server.root_client().await;
+    let perms = Permissions { global: GlobalPermissions { read_streams: true, ..Default::default() }, streams: None };
+    ok(
+        "create alice",
+        within("create", root.create_user("alice", "alice-secret", UserStatus::Active, Some(perms), &UserCreateOptions::default())).await,
+    );
+    let alice = server.client_as("alice", "alice-secret").await;
+    ok("alice lists streams", within("list", alice.get_streams()).await);
+    let deactivate = UserUpdateOptions { status: Some(UserStatus::Inactive), ..Default::default() };
+    ok("deactivate alice", within("update", root.update_user(&name("alice"), &deactivate)).await);
+    let r = within_for(Duration::from_secs(15), "alice after deactivation", alice.get_streams()).await;
+    assert!(r.is_err(), "an inactive user's session must end, got {r:?}");
+}

@@ -74,3 +74,40 @@ async fn messages_spanning_many_segments_read_back_and_survive_restart() {
     let sent = send_to_partition(&client, &name("s"), &name("t"), 0, vec![msg("tail")]).await;
     assert_eq!(sent.confirmations.first().map(|c| c.base_offset), Some(COUNT as u64));
 }
+
+async fn first_offset(client: &IggyClient) -> Vec<u64> {
+    offsets(&poll(client, &name("s"), &name("t"), 0, &consumer("x"), PollingStrategy::first(), 1, false).await)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_segments_removes_the_oldest_sealed_segments() {
+    let server = TestServer::start();
+    let client = server.root_client().await;
+    fill_small_segments(&client).await;
+    assert_eq!(first_offset(&client).await, vec![0]);
+    // Each 1 MiB segment holds six 200 KiB messages: segments start at 0, 6, 12, 18, (24).
+    ok("delete 2 segments", within("delete", client.delete_segments(&name("s"), &name("t"), 0, 2)).await);
+    assert_eq!(first_offset(&client).await, vec![12], "the first two segments are gone");
+    let t = ok("get", within("get", client.get_topic(&name("s"), &name("t"))).await).expect("topic");
+    assert_eq!(t.partitions[0].current_offset, COUNT as u64 - 1, "the head does not move");
+    let polled = poll(&client, &name("s"), &name("t"), 0, &consumer("x"), PollingStrategy::offset(12), 1, false).await;
+    assert!(polled.messages[0].payload[..] == payload(12)[..]);
+    let sent = send_to_partition(&client, &name("s"), &name("t"), 0, vec![msg("tail")]).await;
+    assert_eq!(sent.confirmations.first().map(|c| c.base_offset), Some(COUNT as u64), "appends continue");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_segments_stops_at_the_lowest_committed_offset() {
+    let server = TestServer::start();
+    let client = server.root_client().await;
+    fill_small_segments(&client).await;
+    ok("store offset 8", within("store", client.store_consumer_offset(&consumer("slow"), &name("s"), &name("t"), Some(0), 8)).await);
+    ok("delete 3 segments", within("delete", client.delete_segments(&name("s"), &name("t"), 0, 3)).await);
+    assert_eq!(
+        first_offset(&client).await,
+        vec![6],
+        "only the segment below the committed offset 8 may go; 6..11 still holds unconsumed messages"
+    );
+    let next = poll(&client, &name("s"), &name("t"), 0, &consumer("slow"), PollingStrategy::next(), 2, false).await;
+    assert_eq!(offsets(&next), vec![9, 10], "the slow consumer loses nothing");
+}

@@ -222,3 +222,34 @@ async fn stream_scoped_send_permission_covers_only_that_stream() {
         41,
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn global_permissions_gate_each_admin_call() {
+    let server = TestServer::start();
+    let root = server.root_client().await;
+    create_stream_and_topic(&root, "s", "t", 1).await;
+    let perms = Permissions {
+        global: GlobalPermissions { manage_streams: true, read_streams: true, read_users: true, ..Default::default() },
+        streams: None,
+    };
+    create_user(&root, "ops", "ops-secret", Some(perms)).await;
+    let ops = server.client_as("ops", "ops-secret").await;
+
+    ok("manage_streams: create stream", within("create", ops.create_stream("by-ops", &StreamCreateOptions::default())).await);
+    let users = ok("read_users: list users", within("list", ops.get_users()).await);
+    assert_eq!(users.len(), 2);
+    expect_code(
+        "no manage_users: create user",
+        within("create_user", ops.create_user("xavier", "xavier-secret", UserStatus::Active, None, &UserCreateOptions::default())).await,
+        41,
+    );
+    // manage_streams includes read_streams, which includes read_topics, which includes
+    // poll_messages (C/types/permissions/permissions_global.rs). Whether managing a topic
+    // also grants sending is not documented, so it is not asserted here.
+    ok(
+        "manage_streams implies poll",
+        within("poll", ops.poll_messages(&name("s"), &name("t"), Some(0), &consumer("c"), &PollingStrategy::first(), 1, false)).await,
+    );
+    expect_code("no read_servers: stats", within("stats", ops.get_stats()).await, 41);
+    ok("manage_streams covers topics: delete topic", within("delete", ops.delete_topic(&name("s"), &name("t"))).await);
+}

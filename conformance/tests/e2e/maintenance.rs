@@ -1,0 +1,67 @@
+//! Background upkeep: retention deletes closed segments past a topic's expiry or size, and a
+//! session that no connection is bound to ends when its lease runs out.
+
+use crate::harness::*;
+use iggy::prelude::*;
+use std::time::Duration;
+
+/// Restarts `server` with fast maintenance: 100 ms passes and a 1 s session lease.
+fn fast_maintenance(server: &mut TestServer) {
+    let config = "[system]\nmaintenance_interval_ms = 100\nsession_lease_secs = 1\n";
+    std::fs::write(server.dir().join("config.toml"), config).unwrap();
+    tokio::task::block_in_place(|| server.restart());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_topic_size_deletes_the_oldest_closed_segments() {
+    let mut server = TestServer::start();
+    fast_maintenance(&mut server);
+    let c = server.root_client().await;
+    ok("create stream", within("create", c.create_stream("s", &StreamCreateOptions::default())).await);
+    let segment = 1024 * 1024u64;
+    let opts = TopicCreateOptions {
+        partitions_count: Some(1),
+        segment_size: Some(IggyByteSize::from(segment)),
+        max_topic_size: Some(MaxTopicSize::Custom(IggyByteSize::from(2 * segment))),
+        ..Default::default()
+    };
+    ok("create topic", within("create", c.create_topic(&name("s"), "t", &opts)).await);
+    for i in 0..24 {
+        send_to_partition(&c, &name("s"), &name("t"), 0, vec![msg(vec![i as u8; 200 * 1024])]).await;
+    }
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let t = ok("get", within("get", c.get_topic(&name("s"), &name("t"))).await).expect("topic");
+    assert!(t.size.as_bytes_u64() <= 3 * segment, "retention kept the topic near its maximum: {}", t.size);
+    let polled = poll(&c, &name("s"), &name("t"), 0, &consumer("c"), PollingStrategy::first(), 100, false).await;
+    let offsets = offsets(&polled);
+    assert!(offsets[0] > 0, "the oldest messages are gone");
+    assert_eq!(*offsets.last().unwrap(), 23, "the newest messages stay");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unbound_session_expires_and_leaves_its_consumer_group() {
+    let mut server = TestServer::start();
+    fast_maintenance(&mut server);
+    let admin = server.root_client().await;
+    create_stream_and_topic(&admin, "s", "t", 2).await;
+    ok("create group", within("cg", admin.create_consumer_group(&name("s"), &name("t"), "g")).await);
+    {
+        let member = server.root_client().await;
+        ok("join", within("join", member.join_consumer_group(&name("s"), &name("t"), &name("g"))).await);
+        let g = ok("get", within("get", admin.get_consumer_group(&name("s"), &name("t"), &name("g"))).await);
+        assert_eq!(g.expect("group").members_count, 1);
+        let _ = member.disconnect().await;
+    }
+    // The admin stays connected (heartbeats keep its session bound); the member's lease ends.
+    let mut members = 1;
+    for _ in 0..40 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let g = ok("get", within("get", admin.get_consumer_group(&name("s"), &name("t"), &name("g"))).await);
+        members = g.expect("group").members_count;
+        if members == 0 {
+            break;
+        }
+    }
+    assert_eq!(members, 0, "the expired member left the group");
+    ok("admin session still works", within("ping", admin.ping()).await);
+}
