@@ -46,3 +46,82 @@ async fn acknowledged_metadata_and_persisted_messages_survive_kill9() {
     let sent = send_to_partition(&c, &name("s"), &name("t"), 0, msgs("late", 1)).await;
     assert_eq!(sent.confirmations.first().map(|c| c.base_offset), Some(9));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_messages_with_default_durability_survive_kill9() {
+    // Kill -9 loses nothing the kernel already has; an acknowledged (committed) send must
+    // not live only in the server's memory.
+    let mut server = TestServer::start();
+    {
+        let c = server.root_client().await;
+        create_stream_and_topic(&c, "s", "t", 1).await;
+        for b in 0..10 {
+            send_to_partition(&c, &name("s"), &name("t"), 0, msgs(&format!("b{b}"), 4)).await;
+        }
+        ok("store", within("store", c.store_consumer_offset(&consumer("c"), &name("s"), &name("t"), Some(0), 17)).await);
+    }
+    tokio::task::block_in_place(|| server.kill9_and_restart());
+    let c = server.root_client().await;
+    let polled = poll(&c, &name("s"), &name("t"), 0, &consumer("x"), PollingStrategy::first(), 100, false).await;
+    assert_eq!(offsets(&polled), (0..40).collect::<Vec<u64>>());
+    let want: Vec<String> = (0..10).flat_map(|b| (0..4).map(move |i| format!("b{b}-{i}"))).collect();
+    assert_eq!(payloads(&polled), want);
+    let off = ok("get offset", within("get", c.get_consumer_offset(&consumer("c"), &name("s"), &name("t"), Some(0))).await)
+        .expect("offset survives kill -9");
+    assert_eq!(off.stored_offset, 17);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill9_during_a_stream_of_sends_keeps_every_acknowledged_batch() {
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+    let mut server = TestServer::start();
+    let acked: Arc<Mutex<Vec<(u64, String)>>> = Arc::default();
+    {
+        let c = Arc::new(server.root_client().await);
+        let opts = TopicCreateOptions { partitions_count: Some(1), ..Default::default() };
+        ok("create stream", within("create", c.create_stream("s", &StreamCreateOptions::default())).await);
+        ok("create topic", within("create", c.create_topic(&name("s"), "t", &opts)).await);
+        let writer = {
+            let (c, acked) = (c.clone(), acked.clone());
+            tokio::spawn(async move {
+                for b in 0u32.. {
+                    let mut batch = msgs(&format!("b{b}"), 5);
+                    let sent = tokio::time::timeout(
+                        Duration::from_secs(2),
+                        c.send_messages(&name("s"), &name("t"), &Partitioning::partition_id(0), &mut batch),
+                    )
+                    .await;
+                    match sent {
+                        Ok(Ok(r)) => {
+                            let base = r.confirmations.first().expect("a confirmation").base_offset;
+                            acked.lock().unwrap().push((base, format!("b{b}")));
+                        }
+                        _ => break, // the server is gone
+                    }
+                }
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        tokio::task::block_in_place(|| server.kill9());
+        let _ = tokio::time::timeout(Duration::from_secs(10), writer).await;
+    }
+    let acked = acked.lock().unwrap().clone();
+    assert!(acked.len() >= 3, "some batches were acknowledged before the kill: {}", acked.len());
+    tokio::task::block_in_place(|| server.start_again());
+
+    let c = server.root_client().await;
+    let polled = poll(&c, &name("s"), &name("t"), 0, &consumer("x"), PollingStrategy::first(), 100_000, false).await;
+    let got = offsets(&polled);
+    assert_eq!(got, (0..got.len() as u64).collect::<Vec<u64>>(), "offsets stay contiguous after the crash");
+    let texts = payloads(&polled);
+    for (base, prefix) in &acked {
+        let base = *base as usize;
+        assert!(base + 5 <= texts.len(), "acknowledged batch {prefix} at {base} is missing ({} messages recovered)", texts.len());
+        let want: Vec<String> = (0..5).map(|i| format!("{prefix}-{i}")).collect();
+        assert_eq!(texts[base..base + 5].to_vec(), want, "acknowledged batch {prefix} at offset {base}");
+    }
+    assert_eq!(texts.len() % 5, 0, "no torn batch: {} messages", texts.len());
+    let sent = send_to_partition(&c, &name("s"), &name("t"), 0, msgs("after", 1)).await;
+    assert_eq!(sent.confirmations.first().map(|c| c.base_offset), Some(texts.len() as u64));
+}
