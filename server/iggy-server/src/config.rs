@@ -30,6 +30,8 @@ pub struct System {
     pub segment_size: u64,
     pub checkpoint_journal_bytes: u64,
     pub checkpoint_journal_ops: usize,
+    pub session_lease_secs: u64,
+    pub maintenance_interval_ms: u64,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]

@@ -233,6 +233,10 @@ fn bind(
     user_id: u32,
     protocol: u32,
 ) -> Dispatched {
+    if let Some(previous) = connection.bound {
+        node.shared.session_unbound(previous.client);
+    }
+    node.shared.session_bound(client);
     connection.bound = Some(Bound {
         client,
         session,
@@ -271,6 +275,7 @@ async fn logout(
     {
         Outcome::Committed { op, .. } => {
             connection.bound = None;
+            node.shared.session_unbound(bound.client);
             Ok(request.ok(Operation::Logout, op, &[]))
         }
         Outcome::Refused(refusal) => Err(refusal_error(&refusal)),

@@ -6,6 +6,7 @@ mod config;
 mod dispatch;
 mod frame;
 mod group;
+mod maintenance;
 mod metadata;
 mod metadata_machine;
 mod node;
@@ -166,6 +167,7 @@ async fn run(
         cfg.tcp.address
     );
     compio::runtime::spawn(tcp::serve(listener, node.clone())).detach();
+    compio::runtime::spawn(maintenance::run(node.clone())).detach();
     wait_for_shutdown().await;
     tracing::info!("shutting down");
     ExitCode::SUCCESS

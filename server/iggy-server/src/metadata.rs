@@ -309,6 +309,9 @@ pub struct Metadata {
     pub sessions: Sessions,
     /// The last metadata op applied.
     pub commit: u64,
+    /// Requests the node itself has committed (root creation, session lease expiry); the next
+    /// one is numbered one higher.
+    pub system_requests: u64,
 }
 
 /// What the shell must do on disk after an op changed the state.

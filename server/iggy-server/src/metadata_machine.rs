@@ -92,10 +92,20 @@ impl MetadataMachine {
         let metadata = &mut *metadata;
         let mut effects = Vec::new();
         let request = envelope.request;
+        if client == crate::users::SYSTEM_CLIENT {
+            metadata.system_requests += 1;
+        }
         let result: Result<Vec<u8>, ErrorCode> = (|| match operation {
             Operation::Logout => {
-                if metadata.sessions.end(client).is_some() {
-                    metadata.leave_all_groups(client);
+                // The node ends an expired session by naming its client in the body.
+                let target = match <[u8; 16]>::try_from(request) {
+                    Ok(bytes) if client == crate::users::SYSTEM_CLIENT => {
+                        u128::from_le_bytes(bytes)
+                    }
+                    _ => client,
+                };
+                if metadata.sessions.end(target).is_some() {
+                    metadata.leave_all_groups(target);
                 }
                 // Logout's reply is not result-framed.
                 Ok(Vec::new())

@@ -33,6 +33,15 @@ pub struct Shared {
     pub started_at: std::time::Instant,
     /// The connection each session was last bound on: its public client id.
     pub session_connections: RefCell<HashMap<u128, u32>>,
+    /// Per session: connections bound to it now, and when the last one went away.
+    pub session_activity: RefCell<HashMap<u128, SessionActivity>>,
+}
+
+/// Whether a session is in use, for its lease.
+#[derive(Debug, Clone, Copy)]
+pub struct SessionActivity {
+    pub bound: u32,
+    pub since: std::time::Instant,
 }
 
 impl Shared {
@@ -68,6 +77,24 @@ impl Shared {
             .get(&key)
             .map(|entry| entry.handle.stats.get())
             .unwrap_or_default()
+    }
+
+    /// A connection bound itself to `client`'s session.
+    pub fn session_bound(&self, client: u128) {
+        let mut activity = self.session_activity.borrow_mut();
+        let entry = activity.entry(client).or_insert(SessionActivity {
+            bound: 0,
+            since: std::time::Instant::now(),
+        });
+        entry.bound += 1;
+    }
+
+    /// A connection bound to `client`'s session closed or bound elsewhere.
+    pub fn session_unbound(&self, client: u128) {
+        if let Some(entry) = self.session_activity.borrow_mut().get_mut(&client) {
+            entry.bound = entry.bound.saturating_sub(1);
+            entry.since = std::time::Instant::now();
+        }
     }
 
     /// Runs a committed op's effect on disk.
@@ -213,6 +240,7 @@ impl Node {
             partitions: RefCell::new(HashMap::new()),
             started_at: std::time::Instant::now(),
             session_connections: RefCell::new(HashMap::new()),
+            session_activity: RefCell::new(HashMap::new()),
         });
         let metadata_dir = shared.data.root().join("metadata");
         std::fs::create_dir_all(&metadata_dir)?;
@@ -292,5 +320,8 @@ impl Node {
 
     pub fn close_connection(&self, connection: &crate::dispatch::Connection) {
         self.clients.borrow_mut().remove(&connection.id);
+        if let Some(bound) = connection.bound {
+            self.shared.session_unbound(bound.client);
+        }
     }
 }

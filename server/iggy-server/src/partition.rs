@@ -168,6 +168,12 @@ pub enum PartitionRead {
     Info {
         done: oneshot::Sender<PartitionInfo>,
     },
+    /// Applies the topic's retention limits as of `now` (microseconds).
+    Retention {
+        now: u64,
+        message_expiry_us: Option<u64>,
+        max_size: Option<u64>,
+    },
     DeleteSegments {
         count: u32,
         done: oneshot::Sender<Result<u32, ErrorCode>>,
@@ -402,6 +408,27 @@ impl StateMachine for PartitionMachine {
                     next_offset: self.log.next_offset(),
                 });
             }
+            PartitionRead::Retention {
+                now,
+                message_expiry_us,
+                max_size,
+            } => {
+                self.log.set_retention(message_expiry_us, max_size);
+                match self.log.apply_retention(now).await {
+                    Ok(0) => {}
+                    Ok(deleted) => {
+                        tracing::info!(
+                            "partition {}: retention deleted {deleted} segments",
+                            self.partition_id
+                        );
+                        self.publish();
+                    }
+                    Err(error) => tracing::error!(
+                        "partition {}: retention failed: {error}",
+                        self.partition_id
+                    ),
+                }
+            }
             PartitionRead::DeleteSegments { count, done } => {
                 let result = self
                     .log
@@ -542,6 +569,15 @@ impl PartitionHandle {
             return PartitionInfo::default();
         }
         wait.await.unwrap_or_default()
+    }
+
+    /// Queues a retention pass behind the partition's writes.
+    pub fn retention(&self, now: u64, message_expiry_us: Option<u64>, max_size: Option<u64>) {
+        let _ = self.group.read(PartitionRead::Retention {
+            now,
+            message_expiry_us,
+            max_size,
+        });
     }
 
     pub async fn delete_segments(&self, count: u32) -> Result<u32, ErrorCode> {

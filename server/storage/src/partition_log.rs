@@ -867,6 +867,12 @@ impl PartitionLog {
     /// `now_us - message_expiry`, then the oldest closed segments while the log is larger than
     /// `max_size`. Deletion always proceeds from the oldest segment, so the retained offsets
     /// stay contiguous. Returns how many segments were deleted.
+    /// Changes the retention limits (a topic's `message_expiry` or `max_topic_size` was updated).
+    pub fn set_retention(&mut self, message_expiry_us: Option<u64>, max_size: Option<u64>) {
+        self.config.message_expiry_us = message_expiry_us;
+        self.config.max_size = max_size;
+    }
+
     pub async fn apply_retention(&mut self, now_us: u64) -> Result<u32, StorageError> {
         let mut deleted = 0;
         if let Some(expiry) = self.config.message_expiry_us {
