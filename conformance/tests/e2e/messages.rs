@@ -337,3 +337,65 @@ async fn send_to_missing_partition_fails_with_partition_not_found() {
         3007,
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_consumer_without_partition_reads_partition_zero() {
+    let server = TestServer::start();
+    let client = server.root_client().await;
+    create_stream_and_topic(&client, "s", "t", 2).await;
+    send_to_partition(&client, &name("s"), &name("t"), 0, msgs("zero", 2)).await;
+    send_to_partition(&client, &name("s"), &name("t"), 1, msgs("one", 2)).await;
+    let c = consumer("c");
+    let polled = ok(
+        "poll without partition",
+        within("poll", client.poll_messages(&name("s"), &name("t"), None, &c, &PollingStrategy::first(), 10, false)).await,
+    );
+    assert_eq!(payloads(&polled), strs(&["zero-0", "zero-1"]));
+    assert_eq!(polled.partition_id, 0);
+    // Offset writes without a partition are refused by the SDK itself (InvalidIdentifier,
+    // S/driver.rs:226), so only the poll is exercised here.
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_timestamps_fall_within_the_send_call() {
+    let server = TestServer::start();
+    let client = server.root_client().await;
+    create_stream_and_topic(&client, "s", "t", 1).await;
+    let before = IggyTimestamp::now().as_micros();
+    send_to_partition(&client, &name("s"), &name("t"), 0, msgs("m", 3)).await;
+    let after = IggyTimestamp::now().as_micros();
+    let polled = poll(&client, &name("s"), &name("t"), 0, &consumer("c"), PollingStrategy::first(), 10, false).await;
+    for m in &polled.messages {
+        assert!(
+            (before..=after).contains(&m.header.timestamp),
+            "offset {}: timestamp {} outside the send call [{before}, {after}]",
+            m.header.offset,
+            m.header.timestamp
+        );
+        assert!(m.header.origin_timestamp <= m.header.timestamp + 1_000_000, "origin before append");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sizes_add_up_from_partitions_to_topic_to_stream() {
+    let server = TestServer::start();
+    let client = server.root_client().await;
+    create_stream_and_topic(&client, "s", "t", 2).await;
+    ok("create u", within("create", client.create_topic(&name("s"), "u", &topic_options(1))).await);
+    send_to_partition(&client, &name("s"), &name("t"), 0, msgs("aaaa", 5)).await;
+    send_to_partition(&client, &name("s"), &name("t"), 1, vec![msg(vec![7u8; 10_000])]).await;
+    send_to_partition(&client, &name("s"), &name("u"), 0, msgs("b", 2)).await;
+
+    let t = ok("get t", within("get", client.get_topic(&name("s"), &name("t"))).await).expect("t");
+    let u = ok("get u", within("get", client.get_topic(&name("s"), &name("u"))).await).expect("u");
+    let s = ok("get s", within("get", client.get_stream(&name("s"))).await).expect("s");
+    let p_sum: u64 = t.partitions.iter().map(|p| p.size.as_bytes_u64()).sum();
+    assert_eq!(t.size.as_bytes_u64(), p_sum, "topic size = sum of its partitions");
+    assert!(t.partitions.iter().all(|p| p.size.as_bytes_u64() > 0), "non-empty partitions have a size");
+    let big = t.partitions.iter().find(|p| p.id == 1).unwrap().size.as_bytes_u64();
+    assert!(big >= 10_000, "partition 1 holds at least its 10 kB payload: {big}");
+    assert_eq!(s.size.as_bytes_u64(), t.size.as_bytes_u64() + u.size.as_bytes_u64(), "stream size = sum of topics");
+    assert_eq!((s.messages_count, t.messages_count, u.messages_count), (8, 6, 2));
+    let stats = ok("stats", within("stats", client.get_stats()).await);
+    assert_eq!(stats.messages_size_bytes.as_bytes_u64(), s.size.as_bytes_u64(), "stats messages_size_bytes");
+}

@@ -235,3 +235,85 @@ async fn background_producer_delivers_every_message_after_shutdown() {
     want.sort();
     assert_eq!(all, want, "every queued message is stored exactly once");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn member_joining_mid_stream_loses_and_duplicates_nothing() {
+    const TOTAL: usize = 120;
+    let server = TestServer::start();
+    let admin = server.root_client().await;
+    create_stream_and_topic(&admin, "s", "t", 4).await;
+    for i in 0..TOTAL {
+        send_to_partition(&admin, &name("s"), &name("t"), (i % 4) as u32, vec![msg(format!("w-{i}"))]).await;
+    }
+    let build = |c: &IggyClient| {
+        c.consumer_group("g", "s", "t")
+            .unwrap()
+            .create_consumer_group_if_not_exists()
+            .auto_join_consumer_group()
+            .polling_strategy(PollingStrategy::next())
+            .auto_commit(AutoCommit::When(AutoCommitWhen::PollingMessages))
+            .poll_interval(IggyDuration::from_str("10ms").unwrap())
+            .batch_length(5)
+            .build()
+    };
+    let (ca, cb) = (server.root_client().await, server.root_client().await);
+    let mut a = build(&ca);
+    ok("a init", within("init", a.init()).await);
+    let mut seen: Vec<String> = Vec::new();
+    while seen.len() < 30 {
+        let m = ok("a message", within("next", a.next()).await.expect("stream ended"));
+        seen.push(String::from_utf8_lossy(&m.message.payload).into_owned());
+    }
+    let mut b = build(&cb);
+    ok("b init", within("init", b.init()).await);
+    let g = ok("group", within("get", admin.get_consumer_group(&name("s"), &name("t"), &name("g"))).await).expect("g");
+    assert_eq!(g.members_count, 2);
+
+    let collect = async {
+        loop {
+            let unique: BTreeSet<&String> = seen.iter().collect();
+            if unique.len() >= TOTAL {
+                break;
+            }
+            tokio::select! {
+                Some(m) = a.next() => seen.push(String::from_utf8_lossy(&ok("a", m).message.payload).into_owned()),
+                Some(m) = b.next() => seen.push(String::from_utf8_lossy(&ok("b", m).message.payload).into_owned()),
+                else => panic!("both consumers ended"),
+            }
+        }
+        let quiet = tokio::time::sleep(Duration::from_millis(1500));
+        tokio::pin!(quiet);
+        loop {
+            tokio::select! {
+                _ = &mut quiet => break,
+                Some(m) = a.next() => seen.push(String::from_utf8_lossy(&ok("a", m).message.payload).into_owned()),
+                Some(m) = b.next() => seen.push(String::from_utf8_lossy(&ok("b", m).message.payload).into_owned()),
+            }
+        }
+    };
+    within_for(Duration::from_secs(30), "consume the rest", collect).await;
+    let unique: BTreeSet<String> = seen.iter().cloned().collect();
+    let want: BTreeSet<String> = (0..TOTAL).map(|i| format!("w-{i}")).collect();
+    assert_eq!(unique, want, "nothing lost");
+    assert_eq!(seen.len(), TOTAL, "nothing delivered twice ({} deliveries)", seen.len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumer_shutdown_leaves_the_group() {
+    let server = TestServer::start();
+    let admin = server.root_client().await;
+    create_stream_and_topic(&admin, "s", "t", 2).await;
+    let c = server.root_client().await;
+    let mut consumer = c
+        .consumer_group("g", "s", "t")
+        .unwrap()
+        .create_consumer_group_if_not_exists()
+        .auto_join_consumer_group()
+        .build();
+    ok("init", within("init", consumer.init()).await);
+    let g = ok("group", within("get", admin.get_consumer_group(&name("s"), &name("t"), &name("g"))).await).expect("g");
+    assert_eq!(g.members_count, 1);
+    ok("shutdown", within("shutdown", consumer.shutdown()).await);
+    let g = ok("group", within("get", admin.get_consumer_group(&name("s"), &name("t"), &name("g"))).await).expect("g");
+    assert_eq!(g.members_count, 0, "shutdown leaves the group");
+}
