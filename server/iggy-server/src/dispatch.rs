@@ -117,7 +117,7 @@ pub async fn dispatch(
             }
         }
         operation => {
-            let Some(bound) = authenticated(connection, &header) else {
+            let Some(bound) = authenticated(node, connection, &header) else {
                 return request.fail(ErrorCode::Unauthenticated);
             };
             let result = match operation {
@@ -134,9 +134,20 @@ pub async fn dispatch(
     }
 }
 
-/// The connection's session, if the request belongs to it.
-fn authenticated(connection: &Connection, header: &RequestHeader) -> Option<Bound> {
+/// The connection's session, if the request belongs to it and the session has not ended
+/// (logout elsewhere, lease expiry, or its user deactivated or deleted).
+fn authenticated(node: &Node, connection: &Connection, header: &RequestHeader) -> Option<Bound> {
     let bound = connection.bound?;
+    let live = node
+        .shared
+        .metadata
+        .borrow()
+        .sessions
+        .get(bound.client)
+        .is_some_and(|s| s.session == bound.session);
+    if !live {
+        return None;
+    }
     (bound.client == header.client && (header.session == 0 || header.session == bound.session))
         .then_some(bound)
 }
@@ -603,7 +614,7 @@ async fn non_replicated(
         15 => return Ok(bind_session(node, connection, request, body)),
         _ => {}
     }
-    let Some(bound) = authenticated(connection, header) else {
+    let Some(bound) = authenticated(node, connection, header) else {
         return Err(ErrorCode::Unauthenticated);
     };
     let commit = node.shared.metadata.borrow().commit;

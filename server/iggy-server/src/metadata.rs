@@ -757,6 +757,20 @@ impl Metadata {
         Ok(())
     }
 
+    /// Ends every session of `user_id` (the user was deactivated or deleted).
+    pub fn end_sessions_of(&mut self, user_id: u32) {
+        let clients: Vec<u128> = self
+            .sessions
+            .iter()
+            .filter(|(_, s)| s.user_id == user_id)
+            .map(|(client, _)| *client)
+            .collect();
+        for client in clients {
+            self.sessions.end(client);
+            self.leave_all_groups(client);
+        }
+    }
+
     /// Removes `member` from every group (its session ended).
     pub fn leave_all_groups(&mut self, member: u128) {
         for stream in self.streams.values_mut() {
@@ -810,6 +824,7 @@ impl Metadata {
         }
         self.users.remove(&id);
         self.tokens.retain(|t| t.user_id != id);
+        self.end_sessions_of(id);
         Ok(id)
     }
 
@@ -860,6 +875,9 @@ impl Metadata {
                 return Err(ErrorCode::CannotModifyRootUser);
             }
             user.status = status;
+            if status == UserStatus::Inactive {
+                self.end_sessions_of(id);
+            }
         }
         Ok(())
     }

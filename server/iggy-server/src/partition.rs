@@ -430,9 +430,11 @@ impl StateMachine for PartitionMachine {
                 }
             }
             PartitionRead::DeleteSegments { count, done } => {
+                // Segments holding messages a consumer has not committed yet stay.
+                let keep_after = self.offsets.values().copied().min().unwrap_or(u64::MAX);
                 let result = self
                     .log
-                    .delete_oldest_segments(count)
+                    .delete_oldest_segments_through(count, keep_after)
                     .await
                     .map_err(|error| {
                         tracing::error!(

@@ -855,24 +855,38 @@ impl PartitionLog {
     /// Deletes the oldest `count` closed segments (never the active one); returns how many
     /// were deleted.
     pub async fn delete_oldest_segments(&mut self, count: u32) -> Result<u32, StorageError> {
-        let closed = self.segments.len() - 1;
-        let count = (count as usize).min(closed);
-        for _ in 0..count {
-            self.remove_segment(0).await?;
-        }
-        Ok(count as u32)
+        self.delete_oldest_segments_through(count, u64::MAX).await
     }
 
-    /// Retention: deletes the oldest closed segments while their newest message is older than
-    /// `now_us - message_expiry`, then the oldest closed segments while the log is larger than
-    /// `max_size`. Deletion always proceeds from the oldest segment, so the retained offsets
-    /// stay contiguous. Returns how many segments were deleted.
+    /// Deletes up to `count` of the oldest closed segments, stopping at the first one that
+    /// holds a message above `keep_after` (the lowest offset a consumer has committed: later
+    /// messages are still to be read). Returns how many were deleted.
+    pub async fn delete_oldest_segments_through(
+        &mut self,
+        count: u32,
+        keep_after: u64,
+    ) -> Result<u32, StorageError> {
+        let mut deleted = 0;
+        while deleted < count
+            && self.segments.len() > 1
+            && self.segments[0].end_offset.saturating_sub(1) <= keep_after
+        {
+            self.remove_segment(0).await?;
+            deleted += 1;
+        }
+        Ok(deleted)
+    }
+
     /// Changes the retention limits (a topic's `message_expiry` or `max_topic_size` was updated).
     pub fn set_retention(&mut self, message_expiry_us: Option<u64>, max_size: Option<u64>) {
         self.config.message_expiry_us = message_expiry_us;
         self.config.max_size = max_size;
     }
 
+    /// Retention: deletes the oldest closed segments while their newest message is older than
+    /// `now_us - message_expiry`, then the oldest closed segments while the log is larger than
+    /// `max_size`. Deletion always proceeds from the oldest segment, so the retained offsets
+    /// stay contiguous. Returns how many segments were deleted.
     pub async fn apply_retention(&mut self, now_us: u64) -> Result<u32, StorageError> {
         let mut deleted = 0;
         if let Some(expiry) = self.config.message_expiry_us {
