@@ -6,6 +6,9 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+pub mod emit;
+pub mod vectors;
+
 /// A diagnostic tied to a spec line.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Diagnostic {
@@ -30,7 +33,9 @@ pub struct Model {
     pub structs: Vec<Struct>,
     pub errors: Vec<(u32, String, String, usize)>,
     pub commands: Vec<Command>,
-    pub retired: Vec<(u32, String, usize)>,
+    pub retired: Vec<Retired>,
+    /// `example` rows.
+    pub examples: Vec<Example>,
     /// Files each item came from, for the generated header.
     pub sources: BTreeMap<String, String>,
 }
@@ -50,12 +55,33 @@ pub struct Command {
     pub file: String,
     pub line: usize,
 }
+/// One `retired` row: the code is unknown from `since` on (always, without `since`).
+#[derive(Debug, Clone)]
+pub struct Retired {
+    pub code: u32,
+    pub name: String,
+    pub since: Option<String>,
+    pub file: String,
+    pub line: usize,
+}
+/// One `example` row.
+#[derive(Debug, Clone)]
+pub struct Example {
+    pub name: String,
+    pub version: String,
+    pub hex: String,
+    pub file: String,
+    pub line: usize,
+}
 #[derive(Debug, Clone)]
 pub struct Enum {
     pub name: String,
     pub repr: String,
     pub variants: Vec<(u64, String)>,
+    /// `since`/`until` of each variant row (parallel to `variants`).
+    pub variant_versions: Vec<(Option<String>, Option<String>)>,
     pub file: String,
+    pub line: usize,
 }
 #[derive(Debug, Clone)]
 pub struct Field {
@@ -63,6 +89,8 @@ pub struct Field {
     pub name: String,
     pub ty: String,
     pub doc: String,
+    /// `gen=` token of the row: how vectors draw this field (see spec/FORMAT.md).
+    pub draw: Option<String>,
     pub line: usize,
 }
 #[derive(Debug, Clone)]
@@ -70,6 +98,11 @@ pub struct Struct {
     pub name: String,
     pub fixed: Option<usize>,
     pub fields: Vec<Field>,
+    pub since: Option<String>,
+    pub until: Option<String>,
+    /// `gen=examples`: random instances are drawn from the struct's example rows.
+    pub draw: Option<String>,
+    pub doc: String,
     pub file: String,
     pub line: usize,
 }
@@ -140,11 +173,15 @@ pub fn parse_file(file: &str, text: &str, model: &mut Model) -> Result<(), Vec<D
                     continue;
                 };
                 let mut variants = Vec::new();
+                let mut variant_versions = Vec::new();
                 while i < lines.len() && lines[i].trim() != "end" {
                     let r: Vec<&str> = lines[i].split_whitespace().collect();
                     if !r.is_empty() && !r[0].starts_with('#') {
                         match (r[0].parse::<u64>(), r.get(1)) {
-                            (Ok(v), Some(n)) => variants.push((v, n.to_string())),
+                            (Ok(v), Some(n)) => {
+                                variants.push((v, n.to_string()));
+                                variant_versions.push((kv(&r, "since").map(Into::into), kv(&r, "until").map(Into::into)));
+                            }
                             _ => errs.push(diag(file, i + 1, "expected `<value> <Variant>`")),
                         }
                     }
@@ -155,7 +192,9 @@ pub fn parse_file(file: &str, text: &str, model: &mut Model) -> Result<(), Vec<D
                     name: name.to_string(),
                     repr: repr.to_string(),
                     variants,
+                    variant_versions,
                     file: file.into(),
+                    line: ln,
                 });
             }
             "struct" => {
@@ -180,19 +219,30 @@ pub fn parse_file(file: &str, text: &str, model: &mut Model) -> Result<(), Vec<D
                         errs.push(diag(file, fl, "expected `[offset] <field> <type> [doc]`"));
                         continue;
                     }
+                    let draw = kv(&rest[2..], "gen").map(String::from);
+                    let doc: Vec<&str> = rest[2..].iter().filter(|t| !t.starts_with("gen=")).copied().collect();
                     fields.push(Field {
                         offset,
                         name: rest[0].into(),
                         ty: rest[1].into(),
-                        doc: rest[2..].join(" "),
+                        doc: doc.join(" "),
+                        draw,
                         line: fl,
                     });
                 }
+                if i >= lines.len() {
+                    errs.push(diag(file, ln, format!("struct `{name}` has no `end`")));
+                }
                 i += 1;
+                let doc = t.split_once("doc=\"").and_then(|(_, r)| r.split_once('"')).map_or(String::new(), |(d, _)| d.to_string());
                 model.structs.push(Struct {
                     name: name.to_string(),
                     fixed,
                     fields,
+                    since: kv(&toks, "since").map(Into::into),
+                    until: kv(&toks, "until").map(Into::into),
+                    draw: kv(&toks, "gen").map(Into::into),
+                    doc,
                     file: file.into(),
                     line: ln,
                 });
@@ -219,15 +269,43 @@ pub fn parse_file(file: &str, text: &str, model: &mut Model) -> Result<(), Vec<D
                 }
             }
             "retired" => match toks.get(1).and_then(|c| c.parse::<u32>().ok()) {
-                Some(c) => model.retired.push((c, toks.get(2).unwrap_or(&"").to_string(), ln)),
-                None => errs.push(diag(file, ln, "expected `retired <code> <name>`")),
+                Some(code) => model.retired.push(Retired {
+                    code,
+                    name: toks.get(2).unwrap_or(&"").to_string(),
+                    since: kv(&toks, "since").map(Into::into),
+                    file: file.into(),
+                    line: ln,
+                }),
+                None => errs.push(diag(file, ln, "expected `retired <code> <name> [since=<v>]`")),
             },
-            // Parsed by later stages; accepted here so a spec using them still generates.
-            "example" | "const" => {}
+            "example" => match (toks.get(1), toks.get(2), toks.get(3)) {
+                (Some(n), Some(v), Some(h)) => model.examples.push(Example {
+                    name: n.to_string(),
+                    version: v.to_string(),
+                    hex: h.to_string(),
+                    file: file.into(),
+                    line: ln,
+                }),
+                (Some(n), Some(v), None) => model.examples.push(Example {
+                    name: n.to_string(),
+                    version: v.to_string(),
+                    hex: String::new(),
+                    file: file.into(),
+                    line: ln,
+                }),
+                _ => errs.push(diag(file, ln, "expected `example <Struct> <version> <hex>`")),
+            },
+            // Accepted so a spec using it still generates; nothing is emitted for it yet.
+            "const" => {}
             other => errs.push(diag(file, ln, format!("unknown declaration `{other}`"))),
         }
     }
     if errs.is_empty() { Ok(()) } else { Err(errs) }
+}
+
+/// `x.y.z` of a packed version.
+pub fn unpack(p: u32) -> String {
+    format!("{}.{}.{}", p >> 20, (p >> 10) & 0x3ff, p & 0x3ff)
 }
 
 /// Packs `x.y.z` as `major<<20 | minor<<10 | patch`.
@@ -315,22 +393,84 @@ impl Model {
                 out.push(diag(&s.file, s.line, format!("fields cover {at} bytes, fixed={size}")));
             }
         }
-        let mut ccodes = BTreeMap::new();
-        let mut cnames = BTreeMap::new();
-        for c in &self.commands {
-            if self.retired.iter().any(|r| r.0 == c.code) {
-                out.push(diag(&c.file, c.line, format!("command `{}` reuses retired code {}", c.name, c.code)));
-            }
-            if ccodes.insert(c.code, ()).is_some() {
-                out.push(diag(&c.file, c.line, format!("duplicate command code {}", c.code)));
-            }
-            if cnames.insert(c.name.clone(), ()).is_some() {
-                out.push(diag(&c.file, c.line, format!("duplicate command name `{}`", c.name)));
-            }
-            for v in c.since.iter().chain(c.until.iter()) {
+        let current = global.versions.first().or(self.versions.first()).map(|v| v.1);
+        let window = |since: &Option<String>, until: &Option<String>| {
+            (since.as_deref().and_then(pack).unwrap_or(0), until.as_deref().and_then(pack).unwrap_or(u32::MAX))
+        };
+        let above = |file: &str, line: usize, since: &Option<String>, until: &Option<String>, out: &mut Vec<Diagnostic>| {
+            for v in since.iter().chain(until.iter()) {
                 if pack(v).is_none() {
-                    out.push(diag(&c.file, c.line, format!("bad version `{v}`")));
+                    out.push(diag(file, line, format!("bad version `{v}`")));
                 }
+            }
+            if let (Some(s), Some(cur)) = (since.as_deref().and_then(pack), current) {
+                if s > cur {
+                    let v = since.as_deref().unwrap_or_default();
+                    out.push(diag(file, line, format!("since={v} is above the current version {}", unpack(cur))));
+                }
+            }
+        };
+        for s in &self.structs {
+            above(&s.file, s.line, &s.since, &s.until, &mut out);
+        }
+        for e in &self.enums {
+            for (k, (since, until)) in e.variant_versions.iter().enumerate() {
+                above(&e.file, e.line + 1 + k, since, until, &mut out);
+            }
+        }
+        let mut seen: Vec<&Command> = Vec::new();
+        for c in &self.commands {
+            above(&c.file, c.line, &c.since, &c.until, &mut out);
+            let (lo, hi) = window(&c.since, &c.until);
+            for r in self.retired.iter().filter(|r| r.code == c.code) {
+                let from = r.since.as_deref().and_then(pack).unwrap_or(0);
+                if hi >= from {
+                    out.push(diag(&c.file, c.line, format!("command `{}` reuses retired code {} (retired at {}:{})", c.name, c.code, r.file, r.line)));
+                }
+            }
+            let overlaps = |o: &&&Command| {
+                let (a, b) = window(&o.since, &o.until);
+                a <= hi && lo <= b
+            };
+            if let Some(o) = seen.iter().filter(|o| o.code == c.code).find(overlaps) {
+                out.push(diag(&c.file, c.line, format!("duplicate command code {} (first at line {})", c.code, o.line)));
+            }
+            if let Some(o) = seen.iter().filter(|o| o.name == c.name).find(overlaps) {
+                out.push(diag(&c.file, c.line, format!("duplicate command name `{}` (first at line {})", c.name, o.line)));
+            }
+            for (what, st) in [("request", &c.req), ("response", &c.resp)] {
+                if !st.is_empty() && !global.structs.iter().any(|s| &s.name == st) && !global.structs.is_empty() {
+                    out.push(diag(&c.file, c.line, format!("command `{}` names unknown {what} struct `{st}`", c.name)));
+                }
+            }
+            seen.push(c);
+        }
+        for r in &self.retired {
+            above(&r.file, r.line, &r.since, &None, &mut out);
+        }
+        for ex in &self.examples {
+            match vectors::parse_ty(global, &ex.name) {
+                Some(ty) => match vectors::unhex(&ex.hex) {
+                    Some(bytes) => {
+                        let mut input = &bytes[..];
+                        match vectors::decode(global, &ty, &mut input) {
+                            Ok(v) if input.is_empty() => {
+                                let mut again = Vec::new();
+                                vectors::encode(global, &ty, &v, &mut again);
+                                if again != bytes {
+                                    out.push(diag(&ex.file, ex.line, format!("example of `{}` does not re-encode to the same bytes", ex.name)));
+                                }
+                            }
+                            Ok(_) => out.push(diag(&ex.file, ex.line, format!("example of `{}` has {} trailing bytes", ex.name, input.len()))),
+                            Err(e) => out.push(diag(&ex.file, ex.line, format!("example of `{}` does not decode: {e}", ex.name))),
+                        }
+                    }
+                    None => out.push(diag(&ex.file, ex.line, "example hex is not even-length hex")),
+                },
+                None => out.push(diag(&ex.file, ex.line, format!("example names unknown struct `{}`", ex.name))),
+            }
+            if pack(&ex.version).is_none() {
+                out.push(diag(&ex.file, ex.line, format!("bad version `{}`", ex.version)));
             }
         }
         let mut codes = BTreeMap::new();
@@ -381,6 +521,24 @@ fn variant_name(cmd: &str) -> String {
         .collect()
 }
 
+/// The `Request` variant of each command row: the command name in CamelCase, suffixed with
+/// the `until` version when an earlier row of the same name already took the name with
+/// another request struct (`TopicGet` and `TopicGetV0_11_1`).
+pub fn request_variants(m: &Model) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for (k, c) in m.commands.iter().enumerate() {
+        let mut v = variant_name(&c.name);
+        if let Some(prev) = m.commands[..k].iter().position(|p| p.name == c.name) {
+            if m.commands[prev].req != c.req {
+                let tag = c.until.as_deref().or(c.since.as_deref()).unwrap_or("x").replace('.', "_");
+                v = format!("{v}V{tag}");
+            }
+        }
+        out.push(v);
+    }
+    out
+}
+
 /// Emits `Request<'a>` and `decode_request(code, version, body)` for a file with commands.
 fn emit_dispatch(o: &mut String, m: &Model, g: &Model) {
     if m.commands.is_empty() {
@@ -388,19 +546,27 @@ fn emit_dispatch(o: &mut String, m: &Model, g: &Model) {
     }
     let set = borrowing(g);
     o.push_str("/// A decoded request body, one variant per command.\n#[derive(Debug, Clone, PartialEq, Eq)]\npub enum Request<'a> {\n");
+    let names = request_variants(m);
+    let mut declared = std::collections::BTreeSet::new();
     let mut arms = Vec::new();
-    for c in &m.commands {
-        let v = variant_name(&c.name);
+    for (c, v) in m.commands.iter().zip(&names) {
+        let since = c.since.as_deref().and_then(pack).unwrap_or(0);
+        let until = c.until.as_deref().and_then(pack).unwrap_or(u32::MAX);
+        let guard = format!("{} if ({since}..={until}).contains(&version)", c.code);
         match g.structs.iter().find(|s| s.name == c.req) {
             Some(st) => {
                 let path = format!("crate::{}::{}", module_of(&st.file), st.name);
                 let ty = if set.contains(&st.name) { format!("{path}<'a>") } else { path.clone() };
-                let _ = writeln!(o, "    {v}({ty}),");
-                arms.push(format!("        {} => Ok(Request::{v}(<{path}>::decode_exact(body)?)),", c.code));
+                if declared.insert(v.clone()) {
+                    let _ = writeln!(o, "    /// `{}` ({}).\n    {v}({ty}),", c.name, c.code);
+                }
+                arms.push(format!("        {guard} => Ok(Request::{v}(<{path}>::decode_exact(body)?)),"));
             }
             None => {
-                let _ = writeln!(o, "    {v},");
-                arms.push(format!("        {} => {{ if !body.is_empty() {{ return Err(WireError::TrailingBytes {{ count: body.len() }}); }} Ok(Request::{v}) }}", c.code));
+                if declared.insert(v.clone()) {
+                    let _ = writeln!(o, "    /// `{}` ({}).\n    {v},", c.name, c.code);
+                }
+                arms.push(format!("        {guard} => {{ if !body.is_empty() {{ return Err(WireError::TrailingBytes {{ count: body.len() }}); }} Ok(Request::{v}) }}"));
             }
         }
     }
@@ -518,7 +684,12 @@ fn emit_enum(o: &mut String, e: &Enum) {
     }
     let _ = writeln!(o, "            _ => None,\n        }}\n    }}\n    /// The discriminant.\n    pub fn to_repr(self) -> {r} {{ self as {r} }}\n}}");
     let _ = writeln!(o, "impl WireEncode for {0} {{\n    fn encoded_size(&self) -> usize {{ std::mem::size_of::<{r}>() }}\n    fn encode_to(&self, out: &mut Vec<u8>) {{ out.extend_from_slice(&(*self as {r}).to_le_bytes()); }}\n}}", e.name);
-    let _ = writeln!(o, "impl<'a> WireDecode<'a> for {0} {{\n    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {{\n        let v = <{r}>::decode_from(input)?;\n        Self::from_repr(v).ok_or(WireError::InvalidValue {{ field: \"{0}\" }})\n    }}\n}}\n", e.name);
+    let _ = writeln!(o, "impl<'a> WireDecode<'a> for {0} {{\n    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {{\n        let v = <{r}>::decode_from(input)?;\n        Self::from_repr(v).ok_or(WireError::InvalidValue {{ field: \"{0}\" }})\n    }}\n}}", e.name);
+    let _ = writeln!(o, "impl iggy_wire::WireJson for {0} {{\n    fn write_json(&self, out: &mut String) {{\n        out.push('\"');\n        out.push_str(match self {{", e.name);
+    for (_, n) in &e.variants {
+        let _ = writeln!(o, "            Self::{n} => {n:?},");
+    }
+    o.push_str("        });\n        out.push('\"');\n    }\n}\n\n");
 }
 
 fn emit_fixed(o: &mut String, m: &Model, s: &Struct) {
@@ -570,6 +741,14 @@ fn emit_fixed(o: &mut String, m: &Model, s: &Struct) {
         let len = m.fixed_size(&f.ty).unwrap_or(0);
         let _ = writeln!(o, "const _: () = assert!({}::{}_OFFSET + {len} <= {size});", s.name, f.name.to_uppercase());
     }
+    let _ = writeln!(o, "impl iggy_wire::WireJson for {} {{\n    fn write_json(&self, out: &mut String) {{\n        out.push('{{');", s.name);
+    let mut first = true;
+    for f in s.fields.iter().filter(|f| array_len(&f.ty, "zero").is_none()) {
+        let key = format!("{}\"{}\":", if first { "" } else { "," }, f.name);
+        first = false;
+        let _ = writeln!(o, "        out.push_str({key:?});\n        iggy_wire::WireJson::write_json(&self.{}, out);", f.name);
+    }
+    o.push_str("        out.push('}');\n    }\n}\n");
     let _ = writeln!(o, "impl WireEncode for {0} {{\n    fn encoded_size(&self) -> usize {{ {size} }}\n    fn encode_to(&self, out: &mut Vec<u8>) {{ out.extend_from_slice(&self.to_bytes()); }}\n}}\nimpl<'a> WireDecode<'a> for {0} {{\n    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {{\n        let b = iggy_wire::take(input, {size})?;\n        Self::decode_fixed(b)\n    }}\n}}\n", s.name);
 }
 
@@ -584,11 +763,15 @@ pub fn emit_commands(o: &mut String, m: &Model) {
         let until = c.until.as_deref().and_then(pack).unwrap_or(u32::MAX);
         let _ = writeln!(o, "    CommandInfo {{ code: {}, name: {:?}, operation: {:?}, class: {:?}, result_framed: {}, permission: {:?}, request: {:?}, response: {:?}, since: {since}, until: {until} }},", c.code, c.name, c.op, c.class, c.rf, c.perm, c.req, c.resp);
     }
-    o.push_str("];\n/// Codes that must stay unknown forever.\npub const RETIRED: &[u32] = &[");
+    o.push_str("];\n/// Retired codes (in any version): a spec that gives one to a command from its retirement on is rejected.\npub const RETIRED: &[u32] = &[");
     for r in &m.retired {
-        let _ = write!(o, "{}, ", r.0);
+        let _ = write!(o, "{}, ", r.code);
     }
-    o.push_str("];\n/// The command with this code known to the packed `version`, or None (retired, unknown, or outside since/until).\npub fn lookup(code: u32, version: u32) -> Option<&'static CommandInfo> {\n    if RETIRED.contains(&code) {\n        return None;\n    }\n    COMMANDS.iter().find(|c| c.code == code && c.since <= version && version <= c.until)\n}\n");
+    o.push_str("];\n/// `(code, packed version from which it is retired)`; 0 = retired in every version.\npub const RETIRED_SINCE: &[(u32, u32)] = &[");
+    for r in &m.retired {
+        let _ = write!(o, "({}, {}), ", r.code, r.since.as_deref().and_then(pack).unwrap_or(0));
+    }
+    o.push_str("];\n/// The command with this code known to the packed `version`, or None (retired, unknown, or outside since/until).\npub fn lookup(code: u32, version: u32) -> Option<&'static CommandInfo> {\n    if RETIRED_SINCE.iter().any(|&(c, since)| c == code && version >= since) {\n        return None;\n    }\n    COMMANDS.iter().find(|c| c.code == code && c.since <= version && version <= c.until)\n}\n");
 }
 
 /// Emits `generated/src/protocol.rs`.
@@ -650,37 +833,52 @@ pub fn emit_errors(m: &Model) -> String {
     o
 }
 
-/// Reads every `spec/*.spec` file under `root` and returns the outputs keyed by path.
-pub fn generate(root: &Path) -> Result<Vec<(PathBuf, String)>, Vec<Diagnostic>> {
-    let spec = root.join("spec");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&spec)
-        .map_err(|e| vec![diag("spec", 0, e.to_string())])?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "spec"))
-        .collect();
-    files.sort();
+/// Every spec file parsed: per file, and merged for name resolution.
+pub struct Spec {
+    pub files: Vec<(String, Model)>,
+    pub global: Model,
+    pub hash: u64,
+}
+
+/// Parses and validates spec files given as `(file name, text)` (names like `payloads.spec`);
+/// diagnostics name `spec/<file>:<line>`.
+pub fn load(files: &[(String, String)]) -> Result<Spec, Vec<Diagnostic>> {
+    let mut files: Vec<&(String, String)> = files.iter().collect();
+    files.sort_by(|a, b| a.0.cmp(&b.0));
     let mut per_file = Vec::new();
     let mut errs = Vec::new();
-    let mut all = Model::default();
     let mut hash_input = String::new();
-    for p in &files {
-        let name = p.file_name().unwrap().to_string_lossy().to_string();
-        let text = std::fs::read_to_string(p).map_err(|e| vec![diag(&name, 0, e.to_string())])?;
-        hash_input.push_str(&name);
-        hash_input.push_str(&text);
+    for (name, text) in &files {
+        hash_input.push_str(name);
+        hash_input.push_str(text);
         let mut m = Model::default();
         let shown = format!("spec/{name}");
         m.sources.insert("errors".into(), shown.clone());
-        if let Err(e) = parse_file(&shown, &text, &mut m) {
+        if let Err(e) = parse_file(&shown, text, &mut m) {
             errs.extend(e);
         }
-        all.sources.insert(name.clone(), shown.clone());
-        per_file.push((name, m));
+        per_file.push((name.to_string(), m));
     }
     let mut global = Model::default();
     for (_, m) in &per_file {
         global.enums.extend(m.enums.iter().cloned());
         global.structs.extend(m.structs.iter().cloned());
+        global.versions.extend(m.versions.iter().cloned());
+        global.examples.extend(m.examples.iter().cloned());
+    }
+    // Names must be unique across files too (one namespace in the generated crate's registry).
+    let mut seen: BTreeMap<&str, (&str, usize)> = BTreeMap::new();
+    for (name, file, line) in global
+        .structs
+        .iter()
+        .map(|s| (s.name.as_str(), s.file.as_str(), s.line))
+        .chain(global.enums.iter().map(|e| (e.name.as_str(), e.file.as_str(), e.line)))
+    {
+        if let Some((f0, l0)) = seen.insert(name, (file, line)) {
+            if f0 != file {
+                errs.push(diag(file, line, format!("duplicate name `{name}` (also at {f0}:{l0})")));
+            }
+        }
     }
     for (_, m) in &per_file {
         errs.extend(m.validate_with(&global));
@@ -688,25 +886,64 @@ pub fn generate(root: &Path) -> Result<Vec<(PathBuf, String)>, Vec<Diagnostic>> 
     if !errs.is_empty() {
         return Err(errs);
     }
-    let g = root.join("generated/src");
+    Ok(Spec { files: per_file, global, hash: spec_hash(&hash_input) })
+}
+
+/// Everything `cargo codegen` writes, keyed by path relative to the workspace root.
+pub fn build(files: &[(String, String)]) -> Result<Vec<(String, String)>, Vec<Diagnostic>> {
+    let spec = load(files)?;
     let mut out = Vec::new();
     let mut mods = Vec::new();
-    for (name, m) in &per_file {
+    for (name, m) in &spec.files {
         let stem = name.trim_end_matches(".spec");
         let text = match stem {
             "protocol" => emit_protocol(m),
             "errors" => emit_errors(m),
-            _ => emit_frames(m, &global, name),
+            _ => emit_frames(m, &spec.global, name),
         };
         mods.push(stem.to_string());
-        out.push((g.join(format!("{stem}.rs")), text));
+        out.push((format!("generated/src/{stem}.rs"), text));
     }
+    let struct_mods: Vec<String> = spec
+        .files
+        .iter()
+        .filter(|(_, m)| !m.structs.is_empty() || !m.enums.is_empty())
+        .map(|(n, _)| n.trim_end_matches(".spec").to_string())
+        .collect();
+    out.push(("generated/src/registry.rs".into(), emit::registry(&spec.global, "cargo codegen from spec/*.spec")));
+    mods.push("registry".into());
     let mut lib = String::from("// @generated by cargo codegen from spec/*.spec; do not edit.\n//! iggy-generated: Rust generated from `spec/` by `cargo codegen`. See README.md.\n");
     for m in &mods {
         let _ = writeln!(lib, "pub mod {m};");
     }
-    let _ = writeln!(lib, "/// Hash of every spec file, checked by build.rs.\npub const SPEC_HASH: u64 = {:#x};", spec_hash(&hash_input));
-    out.push((g.join("lib.rs"), lib));
+    let _ = writeln!(lib, "/// Hash of every spec file, checked by build.rs.\npub const SPEC_HASH: u64 = {:#x};", spec.hash);
+    out.push(("generated/src/lib.rs".into(), lib));
+    out.extend(emit::vectors(&spec));
+    for emitter in emit::stub_emitters() {
+        out.extend(emitter.emit(&spec, &struct_mods));
+    }
+    Ok(out)
+}
+
+/// Reads every `spec/*.spec` file under `root` and returns the outputs keyed by path.
+pub fn generate(root: &Path) -> Result<Vec<(PathBuf, String)>, Vec<Diagnostic>> {
+    let spec = root.join("spec");
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(&spec)
+        .map_err(|e| vec![diag("spec", 0, e.to_string())])?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "spec"))
+        .collect();
+    paths.sort();
+    let mut files = Vec::new();
+    for p in &paths {
+        let name = p.file_name().unwrap().to_string_lossy().to_string();
+        let text = std::fs::read_to_string(p).map_err(|e| vec![diag(&name, 0, e.to_string())])?;
+        files.push((name, text));
+    }
+    let mut out: Vec<(PathBuf, String)> = build(&files)?.into_iter().map(|(p, t)| (root.join(p), t)).collect();
+    if let Some(table) = emit::architecture(root, &files) {
+        out.push(table);
+    }
     Ok(out)
 }
 

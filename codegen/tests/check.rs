@@ -32,7 +32,7 @@ fn a_command_reusing_a_retired_code_is_rejected() {
     iggy_codegen::parse_file("c.spec", text, &mut m).unwrap();
     let d: Vec<String> = m.validate().iter().map(|d| d.to_string()).collect();
     assert_eq!(d, vec![
-        "c.spec:3: command `again` reuses retired code 14",
-        "c.spec:4: duplicate command code 1",
+        "c.spec:3: command `again` reuses retired code 14 (retired at c.spec:1)",
+        "c.spec:4: duplicate command code 1 (first at line 2)",
     ]);
 }

@@ -92,6 +92,7 @@ macro_rules! header_mapping {
     };
 }
 
+#[allow(dead_code)]
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
@@ -144,27 +145,6 @@ macro_rules! ours_case {
             }
         });
         $tally.check(&format!("ours-to-official:{}", $name), result);
-    }};
-}
-
-/// An `example` row of spec/payloads.spec: ours decodes and re-encodes it, and so does the crate.
-macro_rules! example_case {
-    ($tally:expr, $name:expr, $bytes:expr, $ours:ty, $official:ty) => {{
-        let b: &[u8] = $bytes;
-        let result = (|| -> Result<(), String> {
-            let ours = <$ours as iggy_wire::WireDecode>::decode_exact(b)
-                .map_err(|e| format!("ours decode {e:?}"))?;
-            if iggy_wire::WireEncode::to_wire_bytes(&ours) != b {
-                return Err("ours re-encode differs".into());
-            }
-            let off = <$official as official::WireDecode>::decode_from(b)
-                .map_err(|e| format!("official decode {e:?}"))?;
-            if official::WireEncode::to_bytes(&off).to_vec() != b {
-                return Err("official re-encode differs".into());
-            }
-            Ok(())
-        })();
-        $tally.check(&format!("example:{}", $name), result);
     }};
 }
 
@@ -262,10 +242,17 @@ fn conformance() {
         ]);
     }
 
-    // 3. Payloads: every struct of spec/payloads.spec with an official counterpart.
-    let vectors = payloads(&mut tally, &mut structs);
+    // 3. Payloads: every struct of spec/payloads.spec with an official counterpart, built
+    // from official values (both directions).
+    payloads(&mut tally, &mut structs);
 
-    // 4. Expected failures.
+    // 4. Vectors: every generated/vectors/*.jsonl line through our codec, the official crate
+    // (0.12.0 vectors of structs with a counterpart) and the SDK stub, per struct and per command.
+    let (vectors, vector_structs) = vectors(&mut tally);
+    let _ = structs;
+    let structs = vector_structs;
+
+    // 5. Expected failures.
     let listed: BTreeSet<String> = include_str!("../expected-failures.txt")
         .lines()
         .map(|l| l.split('#').next().unwrap_or("").trim().to_string())
@@ -307,7 +294,7 @@ fn name(s: &str) -> official::WireName {
 }
 
 #[allow(clippy::too_many_lines)]
-fn payloads(tally: &mut Tally, structs: &mut BTreeSet<&'static str>) -> usize {
+fn payloads(tally: &mut Tally, structs: &mut BTreeSet<&'static str>) {
     use iggy_generated::payloads as ours;
     use official::requests as rq;
     use official::responses as rs;
@@ -1482,113 +1469,294 @@ fn payloads(tally: &mut Tally, structs: &mut BTreeSet<&'static str>) -> usize {
         }
     );
 
-    // Example rows of spec/payloads.spec.
-    let mut vectors = 0;
-    for line in include_str!("../../spec/payloads.spec").lines() {
-        let t: Vec<&str> = line.split_whitespace().collect();
-        if t.first() != Some(&"example") || t.len() != 4 {
-            continue;
-        }
-        vectors += 1;
-        let b = unhex(t[3]);
-        match t[1] {
-            "PollingStrategy" => example_case!(
-                tally,
-                t[1],
-                &b,
-                ours::PollingStrategy,
-                official::WirePollingStrategy
-            ),
-            "Identifier" => example_case!(tally, t[1], &b, ours::Identifier, Id),
-            "SessionIdentity" => example_case!(
-                tally,
-                t[1],
-                &b,
-                ours::SessionIdentity,
-                rq::system::SessionIdentity
-            ),
-            "StreamResponse" => example_case!(
-                tally,
-                t[1],
-                &b,
-                ours::StreamResponse,
-                rs::streams::StreamResponse
-            ),
-            "GetStreamResponse" => example_case!(
-                tally,
-                t[1],
-                &b,
-                ours::GetStreamResponse,
-                rs::streams::GetStreamResponse
-            ),
-            "ClusterMetadataResponse" => example_case!(
-                tally,
-                t[1],
-                &b,
-                ours::ClusterMetadataResponse,
-                rs::system::ClusterMetadataResponse
-            ),
-            "PartitionRouteResponse" => example_case!(
-                tally,
-                t[1],
-                &b,
-                ours::PartitionRouteResponse,
-                rs::messages::PartitionRouteResponse
-            ),
-            "SendMessagesResponse" => example_case!(
-                tally,
-                t[1],
-                &b,
-                ours::SendMessagesResponse,
-                rs::messages::SendMessagesResponse
-            ),
-            "ConsumerOffsetResponse" => example_case!(
-                tally,
-                t[1],
-                &b,
-                ours::ConsumerOffsetResponse,
-                rs::consumer_offsets::ConsumerOffsetResponse
-            ),
-            "StoreConsumerOffsetRequest" => example_case!(
-                tally,
-                t[1],
-                &b,
-                ours::StoreConsumerOffsetRequest,
-                rq::consumer_offsets::StoreConsumerOffsetRequest
-            ),
-            "SyncConsumerGroupResponse" => example_case!(
-                tally,
-                t[1],
-                &b,
-                ours::SyncConsumerGroupResponse,
-                rs::consumer_groups::SyncConsumerGroupResponse
-            ),
-            "ConsumerGroupDetailsResponse" => example_case!(
-                tally,
-                t[1],
-                &b,
-                ours::ConsumerGroupDetailsResponse,
-                rs::consumer_groups::ConsumerGroupDetailsResponse
-            ),
-            "WirePermissions" => example_case!(
-                tally,
-                t[1],
-                &b,
-                ours::WirePermissions,
-                official::WirePermissions
-            ),
-            "UserDetailsResponse" => example_case!(
-                tally,
-                t[1],
-                &b,
-                ours::UserDetailsResponse,
-                rs::users::UserDetailsResponse
-            ),
-            other => tally.check(
-                &format!("example:{other}"),
-                Err("no official counterpart wired in conformance.rs".into()),
-            ),
+}
+
+/// One line of generated/vectors/*.jsonl.
+struct Vector {
+    name: String,
+    version: String,
+    source: String,
+    bytes: Vec<u8>,
+    json: String,
+}
+
+/// Reads the fixed-shape lines codegen writes:
+/// `{"struct":"..","version":"..","source":"..","hex":"..","value":<json>}`.
+fn parse_vector(line: &str) -> Option<Vector> {
+    let field = |key: &str| -> Option<String> {
+        let start = line.find(&format!("\"{key}\":\""))? + key.len() + 4;
+        let end = start + line[start..].find('"')?;
+        Some(line[start..end].to_string())
+    };
+    let value_at = line.find("\"value\":")? + 8;
+    Some(Vector {
+        name: field("struct")?,
+        version: field("version")?,
+        source: field("source")?,
+        bytes: unhex(&field("hex")?),
+        json: line[value_at..line.len() - 1].to_string(),
+    })
+}
+
+fn packed(v: &str) -> u32 {
+    let p: Vec<u32> = v.split('.').map(|x| x.parse().expect("version")).collect();
+    p[0] << 20 | p[1] << 10 | p[2]
+}
+
+/// Our decode -> re-encode (bytes equal), JSON form equal, decode(encode(x)) == x.
+fn check_registry(
+    which: &str,
+    got: Option<Result<(Vec<u8>, String, bool), iggy_wire::WireError>>,
+    v: &Vector,
+) -> Result<(), String> {
+    let (bytes, json, stable) = got
+        .ok_or_else(|| format!("{which}: no struct {}", v.name))?
+        .map_err(|e| format!("{which} decode: {e:?}"))?;
+    if bytes != v.bytes {
+        return Err(format!("{which} re-encode {} != {}", hex(&bytes), hex(&v.bytes)));
+    }
+    if json != v.json {
+        return Err(format!("{which} decoded {json} != vector {}", v.json));
+    }
+    if !stable {
+        return Err(format!("{which}: decode(encode(x)) != x"));
+    }
+    Ok(())
+}
+
+fn vectors(tally: &mut Tally) -> (usize, BTreeSet<String>) {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../generated/vectors");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("generated/vectors")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .collect();
+    files.sort();
+    let mut all = Vec::new();
+    for f in &files {
+        let text = std::fs::read_to_string(f).expect("read vectors");
+        for (n, line) in text.lines().enumerate() {
+            match parse_vector(line) {
+                Some(v) => all.push(v),
+                None => tally.check(
+                    &format!("vector-line:{}:{}", f.display(), n + 1),
+                    Err("unparsable".into()),
+                ),
+            }
         }
     }
-    vectors
+    let mut structs = BTreeSet::new();
+    let mut official_checked: BTreeSet<String> = BTreeSet::new();
+    for v in &all {
+        let case = format!("vector:{}:{}", v.name, v.source);
+        // (a) our generated codec.
+        let ours = iggy_generated::registry::roundtrip(&v.name, &v.bytes)
+            .map(|r| r.map(|r| (r.bytes, r.json, r.stable)));
+        tally.check(&format!("{case}:ours"), check_registry("ours", ours, v));
+        // (c) the SDK stub.
+        let stub = iggy_sdk_stub::registry::roundtrip(&v.name, &v.bytes)
+            .map(|r| r.map(|r| (r.bytes, r.json, r.stable)));
+        tally.check(&format!("{case}:stub"), check_registry("stub", stub, v));
+        // (b) the official crate, for the protocol it speaks.
+        if v.version == "0.12.0" {
+            if let Some(result) = official_roundtrip(&v.name, &v.bytes) {
+                official_checked.insert(v.name.clone());
+                tally.check(&format!("{case}:official"), result);
+            }
+        }
+        structs.insert(v.name.clone());
+    }
+    // Every struct of the spec has vectors, and every official counterpart was exercised.
+    for s in iggy_generated::registry::STRUCTS {
+        let result = if structs.contains(s.name) { Ok(()) } else { Err("no vectors".into()) };
+        tally.check(&format!("vectors-cover:{}", s.name), result);
+    }
+    for name in OFFICIAL_COUNTERPARTS {
+        let result = if official_checked.contains(*name) {
+            Ok(())
+        } else {
+            Err("official counterpart never exercised".into())
+        };
+        tally.check(&format!("official-cover:{name}"), result);
+    }
+    // Per command: request vectors through the stub's encode, response vectors through its
+    // decode (behind an empty result section when the reply is result-framed).
+    use iggy_generated::commands::COMMANDS;
+    for c in COMMANDS {
+        for v in all.iter().filter(|v| {
+            let p = packed(&v.version);
+            c.since <= p && p <= c.until
+        }) {
+            let p = packed(&v.version);
+            if v.name == c.request {
+                let got = iggy_sdk_stub::client::reencode_request(c.code, p, &v.bytes);
+                let result = match got {
+                    Some(Ok(b)) if b == v.bytes => Ok(()),
+                    Some(Ok(b)) => Err(format!("stub encoded {}", hex(&b))),
+                    Some(Err(e)) => Err(format!("stub request decode {e:?}")),
+                    None => Err("stub has no request encoder".into()),
+                };
+                tally.check(&format!("stub-request:{}:{}:{}", c.code, v.version, v.source), result);
+            }
+            if v.name == c.response {
+                let mut body = if c.result_framed { vec![0u8; 4] } else { Vec::new() };
+                body.extend_from_slice(&v.bytes);
+                let got = iggy_sdk_stub::client::decode_reply_json(c.code, p, &body);
+                let result = match got {
+                    Some(Ok(j)) if j == v.json => Ok(()),
+                    Some(Ok(j)) => Err(format!("stub decoded {j}")),
+                    Some(Err(e)) => Err(format!("stub reply decode {e:?}")),
+                    None => Err("stub has no reply decoder".into()),
+                };
+                tally.check(&format!("stub-reply:{}:{}:{}", c.code, v.version, v.source), result);
+            }
+        }
+    }
+    (all.len(), structs)
+}
+
+/// Official bytemuck header: our bytes are a valid instance and re-encode identically.
+fn bytemuck_roundtrip<O: bytemuck::CheckedBitPattern + bytemuck::NoUninit>(
+    b: &[u8],
+) -> Result<(), String> {
+    let v: O = bytemuck::checked::try_pod_read_unaligned(b)
+        .map_err(|e| format!("official decode {e:?}"))?;
+    if bytemuck::bytes_of(&v) == b {
+        Ok(())
+    } else {
+        Err("official re-encode differs".into())
+    }
+}
+
+/// Official decode then official encode gives back the same bytes.
+fn wire_roundtrip<O: official::WireDecode + official::WireEncode>(b: &[u8]) -> Result<(), String> {
+    let v = O::decode_from(b).map_err(|e| format!("official decode {e:?} of {}", hex(b)))?;
+    let again = official::WireEncode::to_bytes(&v).to_vec();
+    if again == b {
+        Ok(())
+    } else {
+        Err(format!("official re-encode {} != {}", hex(&again), hex(b)))
+    }
+}
+
+macro_rules! official_map {
+    ($($name:literal => $how:ident($ty:ty)),* $(,)?) => {
+        /// Spec structs with an official counterpart type.
+        const OFFICIAL_COUNTERPARTS: &[&str] = &[$($name),*];
+        /// Runs 0.12.0 vector bytes of `name` through its official type.
+        fn official_roundtrip(name: &str, b: &[u8]) -> Option<Result<(), String>> {
+            #[allow(unused_imports)]
+            use official::requests as rq;
+            #[allow(unused_imports)]
+            use official::responses as rs;
+            match name {
+                $($name => Some($how::<$ty>(b)),)*
+                "BatchHeader" => Some(batch_header(b)),
+                "MessageFrameHeader" => Some(message_frame_header(b)),
+                _ => None,
+            }
+        }
+    };
+}
+
+fn batch_header(b: &[u8]) -> Result<(), String> {
+    let h = official::batch::BatchHeader::decode(b).map_err(|e| format!("official decode {e:?}"))?;
+    let mut again = [0u8; 256];
+    h.encode_into(&mut again);
+    if again[..] == *b { Ok(()) } else { Err("official re-encode differs".into()) }
+}
+
+fn message_frame_header(b: &[u8]) -> Result<(), String> {
+    let h = official::batch::BatchMessageHeader::decode(b)
+        .map_err(|e| format!("official decode {e:?}"))?;
+    let mut again = Vec::with_capacity(48);
+    again.extend_from_slice(&h.checksum.to_le_bytes());
+    again.extend_from_slice(&h.id.to_le_bytes());
+    again.extend_from_slice(&h.offset_delta.to_le_bytes());
+    again.extend_from_slice(&h.timestamp_delta.to_le_bytes());
+    again.extend_from_slice(&h.user_headers_length.to_le_bytes());
+    again.extend_from_slice(&h.payload_length.to_le_bytes());
+    again.extend_from_slice(&[0u8; 8]);
+    if again == b { Ok(()) } else { Err("official fields differ".into()) }
+}
+
+official_map! {
+    "GenericHeader" => bytemuck_roundtrip(official::GenericHeader),
+    "RequestHeader" => bytemuck_roundtrip(official::RequestHeader),
+    "ReplyHeader" => bytemuck_roundtrip(official::ReplyHeader),
+    "EvictionHeader" => bytemuck_roundtrip(official::EvictionHeader),
+    "PrepareHeader" => bytemuck_roundtrip(official::PrepareHeader),
+    "PartitionContext" => wire_roundtrip(official::PartitionContext),
+    "Identifier" => wire_roundtrip(official::WireIdentifier),
+    "Partitioning" => wire_roundtrip(official::WirePartitioning),
+    "PollingStrategy" => wire_roundtrip(official::WirePollingStrategy),
+    "Consumer" => wire_roundtrip(official::WireConsumer),
+    "ClientVersionInfo" => wire_roundtrip(official::ClientVersionInfo),
+    "SessionIdentity" => wire_roundtrip(rq::system::SessionIdentity),
+    "LoginRegisterRequest" => wire_roundtrip(rq::users::LoginRegisterRequest),
+    "LoginRegisterWithPatRequest" => wire_roundtrip(rq::users::LoginRegisterWithPatRequest),
+    "LoginRegisterResponse" => wire_roundtrip(rs::users::LoginRegisterResponse),
+    "BindSessionRequest" => wire_roundtrip(rq::system::BindSessionRequest),
+    "StreamIdRequest" => wire_roundtrip(rq::streams::GetStreamRequest),
+    "CreateStreamRequest" => wire_roundtrip(rq::streams::CreateStreamRequest),
+    "TopicIdRequest" => wire_roundtrip(rq::topics::GetTopicRequest),
+    "CreateTopicRequest" => wire_roundtrip(rq::topics::CreateTopicRequest),
+    "GetPartitionRouteRequest" => wire_roundtrip(rq::messages::GetPartitionRouteRequest),
+    "ConsumerGroupIdRequest" => wire_roundtrip(rq::consumer_groups::JoinConsumerGroupRequest),
+    "PollMessagesRequest" => wire_roundtrip(rq::messages::PollMessagesRequest),
+    "PollPrefix" => wire_roundtrip(rs::messages::PollMessagesResponseHeader),
+    "StreamResponse" => wire_roundtrip(rs::streams::StreamResponse),
+    "TopicHeader" => wire_roundtrip(rs::streams::TopicHeader),
+    "GetStreamResponse" => wire_roundtrip(rs::streams::GetStreamResponse),
+    "GetStreamsResponse" => wire_roundtrip(rs::streams::GetStreamsResponse),
+    "PartitionResponse" => wire_roundtrip(rs::topics::PartitionResponse),
+    "GetTopicResponse" => wire_roundtrip(rs::topics::GetTopicResponse),
+    "GetTopicsResponse" => wire_roundtrip(rs::topics::GetTopicsResponse),
+    "ClusterNodeResponse" => wire_roundtrip(rs::system::ClusterNodeResponse),
+    "ClusterMetadataResponse" => wire_roundtrip(rs::system::ClusterMetadataResponse),
+    "PartitionRouteResponse" => wire_roundtrip(rs::messages::PartitionRouteResponse),
+    "SendMessagesConfirmationResponse" => wire_roundtrip(rs::messages::SendMessagesConfirmationResponse),
+    "SendMessagesResponse" => wire_roundtrip(rs::messages::SendMessagesResponse),
+    "GetConsumerOffsetRequest" => wire_roundtrip(rq::consumer_offsets::GetConsumerOffsetRequest),
+    "StoreConsumerOffsetRequest" => wire_roundtrip(rq::consumer_offsets::StoreConsumerOffsetRequest),
+    "DeleteConsumerOffsetRequest" => wire_roundtrip(rq::consumer_offsets::DeleteConsumerOffsetRequest),
+    "ConsumerOffsetResponse" => wire_roundtrip(rs::consumer_offsets::ConsumerOffsetResponse),
+    "CreatePartitionsRequest" => wire_roundtrip(rq::partitions::CreatePartitionsRequest),
+    "DeletePartitionsRequest" => wire_roundtrip(rq::partitions::DeletePartitionsRequest),
+    "DeleteSegmentsRequest" => wire_roundtrip(rq::segments::DeleteSegmentsRequest),
+    "CreateConsumerGroupRequest" => wire_roundtrip(rq::consumer_groups::CreateConsumerGroupRequest),
+    "ConsumerGroupResponse" => wire_roundtrip(rs::consumer_groups::ConsumerGroupResponse),
+    "ConsumerGroupMemberResponse" => wire_roundtrip(rs::consumer_groups::ConsumerGroupMemberResponse),
+    "ConsumerGroupDetailsResponse" => wire_roundtrip(rs::consumer_groups::ConsumerGroupDetailsResponse),
+    "GetConsumerGroupsResponse" => wire_roundtrip(rs::consumer_groups::GetConsumerGroupsResponse),
+    "SyncConsumerGroupResponse" => wire_roundtrip(rs::consumer_groups::SyncConsumerGroupResponse),
+    "WirePermissions" => wire_roundtrip(official::WirePermissions),
+    "UserResponse" => wire_roundtrip(rs::users::UserResponse),
+    "UserDetailsResponse" => wire_roundtrip(rs::users::UserDetailsResponse),
+    "GetUsersResponse" => wire_roundtrip(rs::users::GetUsersResponse),
+    "GetUserRequest" => wire_roundtrip(rq::users::GetUserRequest),
+    "DeleteUserRequest" => wire_roundtrip(rq::users::DeleteUserRequest),
+    "CreateUserRequest" => wire_roundtrip(rq::users::CreateUserRequest),
+    "UpdatePermissionsRequest" => wire_roundtrip(rq::users::UpdatePermissionsRequest),
+    "ChangePasswordRequest" => wire_roundtrip(rq::users::ChangePasswordRequest),
+    "LoginUserRequest" => wire_roundtrip(rq::users::LoginUserRequest),
+    "IdentityResponse" => wire_roundtrip(rs::users::IdentityResponse),
+    "CreatePersonalAccessTokenRequest" => wire_roundtrip(rq::personal_access_tokens::CreatePersonalAccessTokenRequest),
+    "DeletePersonalAccessTokenRequest" => wire_roundtrip(rq::personal_access_tokens::DeletePersonalAccessTokenRequest),
+    "LoginWithPersonalAccessTokenRequest" => wire_roundtrip(rq::personal_access_tokens::LoginWithPersonalAccessTokenRequest),
+    "RawPersonalAccessTokenResponse" => wire_roundtrip(rs::personal_access_tokens::RawPersonalAccessTokenResponse),
+    "PersonalAccessTokenResponse" => wire_roundtrip(rs::personal_access_tokens::PersonalAccessTokenResponse),
+    "GetPersonalAccessTokensResponse" => wire_roundtrip(rs::personal_access_tokens::GetPersonalAccessTokensResponse),
+    "GetClientRequest" => wire_roundtrip(rq::system::GetClientRequest),
+    "ConsumerGroupInfoResponse" => wire_roundtrip(rs::clients::ConsumerGroupInfoResponse),
+    "ClientResponse" => wire_roundtrip(rs::clients::ClientResponse),
+    "ClientDetailsResponse" => wire_roundtrip(rs::clients::ClientDetailsResponse),
+    "GetClientsResponse" => wire_roundtrip(rs::clients::GetClientsResponse),
+    "StatsResponse" => wire_roundtrip(rs::system::StatsResponse),
+    "GetSnapshotRequest" => wire_roundtrip(rq::system::GetSnapshotRequest),
+    "GetSnapshotResponse" => wire_roundtrip(rs::system::GetSnapshotResponse),
+    "DescribeOptionsRequest" => wire_roundtrip(rq::system::DescribeOptionsRequest),
+    "OptionDescriptor" => wire_roundtrip(rs::system::OptionDescriptor),
+    "DescribeOptionsResponse" => wire_roundtrip(rs::system::DescribeOptionsResponse),
+    "UpdateResourceRequest" => wire_roundtrip(rq::system::UpdateResourceRequest),
 }

@@ -72,11 +72,13 @@ pub const COMMANDS: &[CommandInfo] = &[
     CommandInfo { code: 605, name: "consumer_group.leave", operation: "LeaveConsumerGroup", class: "metadata", result_framed: true, permission: "poll_messages", request: "ConsumerGroupIdRequest", response: "Empty", since: 0, until: 4294967295 },
     CommandInfo { code: 606, name: "consumer_group.sync", operation: "NonReplicated", class: "none", result_framed: false, permission: "poll_messages", request: "ConsumerGroupIdRequest", response: "SyncConsumerGroupResponse", since: 0, until: 4294967295 },
 ];
-/// Codes that must stay unknown forever.
+/// Retired codes (in any version): a spec that gives one to a command from its retirement on is rejected.
 pub const RETIRED: &[u32] = &[14, 35, 102, 103, 104, 123, 124, 204, 205, 304, 305, ];
+/// `(code, packed version from which it is retired)`; 0 = retired in every version.
+pub const RETIRED_SINCE: &[(u32, u32)] = &[(14, 0), (35, 0), (102, 0), (103, 0), (104, 0), (123, 0), (124, 0), (204, 0), (205, 0), (304, 0), (305, 0), ];
 /// The command with this code known to the packed `version`, or None (retired, unknown, or outside since/until).
 pub fn lookup(code: u32, version: u32) -> Option<&'static CommandInfo> {
-    if RETIRED.contains(&code) {
+    if RETIRED_SINCE.iter().any(|&(c, since)| c == code && version >= since) {
         return None;
     }
     COMMANDS.iter().find(|c| c.code == code && c.since <= version && version <= c.until)
@@ -84,53 +86,101 @@ pub fn lookup(code: u32, version: u32) -> Option<&'static CommandInfo> {
 /// A decoded request body, one variant per command.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request<'a> {
+    /// `ping` (1).
     Ping(crate::payloads::Empty),
+    /// `stats` (10).
     Stats(crate::payloads::Empty),
+    /// `snapshot` (11).
     Snapshot(crate::payloads::GetSnapshotRequest<'a>),
+    /// `cluster.metadata` (12).
     ClusterMetadata(crate::payloads::Empty),
+    /// `options.describe` (13).
     OptionsDescribe(crate::payloads::DescribeOptionsRequest),
+    /// `session.bind` (15).
     SessionBind(crate::payloads::BindSessionRequest<'a>),
+    /// `resource.update` (16).
     ResourceUpdate(crate::payloads::UpdateResourceRequest<'a>),
+    /// `me` (20).
     Me(crate::payloads::Empty),
+    /// `client.get` (21).
     ClientGet(crate::payloads::GetClientRequest),
+    /// `client.list` (22).
     ClientList(crate::payloads::Empty),
+    /// `user.get` (31).
     UserGet(crate::payloads::GetUserRequest<'a>),
+    /// `user.list` (32).
     UserList(crate::payloads::Empty),
+    /// `user.create` (33).
     UserCreate(crate::payloads::CreateUserRequest<'a>),
+    /// `user.delete` (34).
     UserDelete(crate::payloads::DeleteUserRequest<'a>),
+    /// `user.permissions` (36).
     UserPermissions(crate::payloads::UpdatePermissionsRequest<'a>),
+    /// `user.password` (37).
     UserPassword(crate::payloads::ChangePasswordRequest<'a>),
+    /// `user.login` (38).
     UserLogin(crate::payloads::LoginUserRequest<'a>),
+    /// `user.logout` (39).
     UserLogout(crate::payloads::Empty),
+    /// `user.login_register` (40).
     UserLoginRegister(crate::payloads::LoginRegisterRequest<'a>),
+    /// `personal_access_token.list` (41).
     PersonalAccessTokenList(crate::payloads::Empty),
+    /// `personal_access_token.create` (42).
     PersonalAccessTokenCreate(crate::payloads::CreatePersonalAccessTokenRequest<'a>),
+    /// `personal_access_token.delete` (43).
     PersonalAccessTokenDelete(crate::payloads::DeletePersonalAccessTokenRequest<'a>),
+    /// `personal_access_token.login` (44).
     PersonalAccessTokenLogin(crate::payloads::LoginWithPersonalAccessTokenRequest<'a>),
+    /// `user.login_register_with_pat` (45).
     UserLoginRegisterWithPat(crate::payloads::LoginRegisterWithPatRequest<'a>),
+    /// `message.poll` (100).
     MessagePoll(crate::payloads::PollMessagesRequest<'a>),
+    /// `message.send` (101).
     MessageSend(crate::payloads::SendMessagesRequest<'a>),
+    /// `partition.route` (105).
     PartitionRoute(crate::payloads::GetPartitionRouteRequest<'a>),
+    /// `consumer_offset.get` (120).
     ConsumerOffsetGet(crate::payloads::GetConsumerOffsetRequest<'a>),
+    /// `consumer_offset.store` (121).
     ConsumerOffsetStore(crate::payloads::StoreConsumerOffsetRequest<'a>),
+    /// `consumer_offset.delete` (122).
     ConsumerOffsetDelete(crate::payloads::DeleteConsumerOffsetRequest<'a>),
+    /// `stream.get` (200).
     StreamGet(crate::payloads::StreamIdRequest<'a>),
+    /// `stream.list` (201).
     StreamList(crate::payloads::Empty),
+    /// `stream.create` (202).
     StreamCreate(crate::payloads::CreateStreamRequest<'a>),
+    /// `stream.delete` (203).
     StreamDelete(crate::payloads::StreamIdRequest<'a>),
+    /// `topic.get` (300).
     TopicGet(crate::payloads::TopicIdRequest<'a>),
+    /// `topic.list` (301).
     TopicList(crate::payloads::StreamIdRequest<'a>),
+    /// `topic.create` (302).
     TopicCreate(crate::payloads::CreateTopicRequest<'a>),
+    /// `topic.delete` (303).
     TopicDelete(crate::payloads::TopicIdRequest<'a>),
+    /// `partition.create` (402).
     PartitionCreate(crate::payloads::CreatePartitionsRequest<'a>),
+    /// `partition.delete` (403).
     PartitionDelete(crate::payloads::DeletePartitionsRequest<'a>),
+    /// `segment.delete` (503).
     SegmentDelete(crate::payloads::DeleteSegmentsRequest<'a>),
+    /// `consumer_group.get` (600).
     ConsumerGroupGet(crate::payloads::ConsumerGroupIdRequest<'a>),
+    /// `consumer_group.list` (601).
     ConsumerGroupList(crate::payloads::TopicIdRequest<'a>),
+    /// `consumer_group.create` (602).
     ConsumerGroupCreate(crate::payloads::CreateConsumerGroupRequest<'a>),
+    /// `consumer_group.delete` (603).
     ConsumerGroupDelete(crate::payloads::ConsumerGroupIdRequest<'a>),
+    /// `consumer_group.join` (604).
     ConsumerGroupJoin(crate::payloads::ConsumerGroupIdRequest<'a>),
+    /// `consumer_group.leave` (605).
     ConsumerGroupLeave(crate::payloads::ConsumerGroupIdRequest<'a>),
+    /// `consumer_group.sync` (606).
     ConsumerGroupSync(crate::payloads::ConsumerGroupIdRequest<'a>),
     #[doc(hidden)]
     _Borrow(std::marker::PhantomData<&'a ()>),
@@ -142,54 +192,54 @@ pub fn decode_request(code: u32, version: u32, body: &[u8]) -> Result<Request<'_
         return Err(WireError::InvalidValue { field: "code" });
     }
     match code {
-        1 => Ok(Request::Ping(<crate::payloads::Empty>::decode_exact(body)?)),
-        10 => Ok(Request::Stats(<crate::payloads::Empty>::decode_exact(body)?)),
-        11 => Ok(Request::Snapshot(<crate::payloads::GetSnapshotRequest>::decode_exact(body)?)),
-        12 => Ok(Request::ClusterMetadata(<crate::payloads::Empty>::decode_exact(body)?)),
-        13 => Ok(Request::OptionsDescribe(<crate::payloads::DescribeOptionsRequest>::decode_exact(body)?)),
-        15 => Ok(Request::SessionBind(<crate::payloads::BindSessionRequest>::decode_exact(body)?)),
-        16 => Ok(Request::ResourceUpdate(<crate::payloads::UpdateResourceRequest>::decode_exact(body)?)),
-        20 => Ok(Request::Me(<crate::payloads::Empty>::decode_exact(body)?)),
-        21 => Ok(Request::ClientGet(<crate::payloads::GetClientRequest>::decode_exact(body)?)),
-        22 => Ok(Request::ClientList(<crate::payloads::Empty>::decode_exact(body)?)),
-        31 => Ok(Request::UserGet(<crate::payloads::GetUserRequest>::decode_exact(body)?)),
-        32 => Ok(Request::UserList(<crate::payloads::Empty>::decode_exact(body)?)),
-        33 => Ok(Request::UserCreate(<crate::payloads::CreateUserRequest>::decode_exact(body)?)),
-        34 => Ok(Request::UserDelete(<crate::payloads::DeleteUserRequest>::decode_exact(body)?)),
-        36 => Ok(Request::UserPermissions(<crate::payloads::UpdatePermissionsRequest>::decode_exact(body)?)),
-        37 => Ok(Request::UserPassword(<crate::payloads::ChangePasswordRequest>::decode_exact(body)?)),
-        38 => Ok(Request::UserLogin(<crate::payloads::LoginUserRequest>::decode_exact(body)?)),
-        39 => Ok(Request::UserLogout(<crate::payloads::Empty>::decode_exact(body)?)),
-        40 => Ok(Request::UserLoginRegister(<crate::payloads::LoginRegisterRequest>::decode_exact(body)?)),
-        41 => Ok(Request::PersonalAccessTokenList(<crate::payloads::Empty>::decode_exact(body)?)),
-        42 => Ok(Request::PersonalAccessTokenCreate(<crate::payloads::CreatePersonalAccessTokenRequest>::decode_exact(body)?)),
-        43 => Ok(Request::PersonalAccessTokenDelete(<crate::payloads::DeletePersonalAccessTokenRequest>::decode_exact(body)?)),
-        44 => Ok(Request::PersonalAccessTokenLogin(<crate::payloads::LoginWithPersonalAccessTokenRequest>::decode_exact(body)?)),
-        45 => Ok(Request::UserLoginRegisterWithPat(<crate::payloads::LoginRegisterWithPatRequest>::decode_exact(body)?)),
-        100 => Ok(Request::MessagePoll(<crate::payloads::PollMessagesRequest>::decode_exact(body)?)),
-        101 => Ok(Request::MessageSend(<crate::payloads::SendMessagesRequest>::decode_exact(body)?)),
-        105 => Ok(Request::PartitionRoute(<crate::payloads::GetPartitionRouteRequest>::decode_exact(body)?)),
-        120 => Ok(Request::ConsumerOffsetGet(<crate::payloads::GetConsumerOffsetRequest>::decode_exact(body)?)),
-        121 => Ok(Request::ConsumerOffsetStore(<crate::payloads::StoreConsumerOffsetRequest>::decode_exact(body)?)),
-        122 => Ok(Request::ConsumerOffsetDelete(<crate::payloads::DeleteConsumerOffsetRequest>::decode_exact(body)?)),
-        200 => Ok(Request::StreamGet(<crate::payloads::StreamIdRequest>::decode_exact(body)?)),
-        201 => Ok(Request::StreamList(<crate::payloads::Empty>::decode_exact(body)?)),
-        202 => Ok(Request::StreamCreate(<crate::payloads::CreateStreamRequest>::decode_exact(body)?)),
-        203 => Ok(Request::StreamDelete(<crate::payloads::StreamIdRequest>::decode_exact(body)?)),
-        300 => Ok(Request::TopicGet(<crate::payloads::TopicIdRequest>::decode_exact(body)?)),
-        301 => Ok(Request::TopicList(<crate::payloads::StreamIdRequest>::decode_exact(body)?)),
-        302 => Ok(Request::TopicCreate(<crate::payloads::CreateTopicRequest>::decode_exact(body)?)),
-        303 => Ok(Request::TopicDelete(<crate::payloads::TopicIdRequest>::decode_exact(body)?)),
-        402 => Ok(Request::PartitionCreate(<crate::payloads::CreatePartitionsRequest>::decode_exact(body)?)),
-        403 => Ok(Request::PartitionDelete(<crate::payloads::DeletePartitionsRequest>::decode_exact(body)?)),
-        503 => Ok(Request::SegmentDelete(<crate::payloads::DeleteSegmentsRequest>::decode_exact(body)?)),
-        600 => Ok(Request::ConsumerGroupGet(<crate::payloads::ConsumerGroupIdRequest>::decode_exact(body)?)),
-        601 => Ok(Request::ConsumerGroupList(<crate::payloads::TopicIdRequest>::decode_exact(body)?)),
-        602 => Ok(Request::ConsumerGroupCreate(<crate::payloads::CreateConsumerGroupRequest>::decode_exact(body)?)),
-        603 => Ok(Request::ConsumerGroupDelete(<crate::payloads::ConsumerGroupIdRequest>::decode_exact(body)?)),
-        604 => Ok(Request::ConsumerGroupJoin(<crate::payloads::ConsumerGroupIdRequest>::decode_exact(body)?)),
-        605 => Ok(Request::ConsumerGroupLeave(<crate::payloads::ConsumerGroupIdRequest>::decode_exact(body)?)),
-        606 => Ok(Request::ConsumerGroupSync(<crate::payloads::ConsumerGroupIdRequest>::decode_exact(body)?)),
+        1 if (0..=4294967295).contains(&version) => Ok(Request::Ping(<crate::payloads::Empty>::decode_exact(body)?)),
+        10 if (0..=4294967295).contains(&version) => Ok(Request::Stats(<crate::payloads::Empty>::decode_exact(body)?)),
+        11 if (0..=4294967295).contains(&version) => Ok(Request::Snapshot(<crate::payloads::GetSnapshotRequest>::decode_exact(body)?)),
+        12 if (0..=4294967295).contains(&version) => Ok(Request::ClusterMetadata(<crate::payloads::Empty>::decode_exact(body)?)),
+        13 if (0..=4294967295).contains(&version) => Ok(Request::OptionsDescribe(<crate::payloads::DescribeOptionsRequest>::decode_exact(body)?)),
+        15 if (0..=4294967295).contains(&version) => Ok(Request::SessionBind(<crate::payloads::BindSessionRequest>::decode_exact(body)?)),
+        16 if (0..=4294967295).contains(&version) => Ok(Request::ResourceUpdate(<crate::payloads::UpdateResourceRequest>::decode_exact(body)?)),
+        20 if (0..=4294967295).contains(&version) => Ok(Request::Me(<crate::payloads::Empty>::decode_exact(body)?)),
+        21 if (0..=4294967295).contains(&version) => Ok(Request::ClientGet(<crate::payloads::GetClientRequest>::decode_exact(body)?)),
+        22 if (0..=4294967295).contains(&version) => Ok(Request::ClientList(<crate::payloads::Empty>::decode_exact(body)?)),
+        31 if (0..=4294967295).contains(&version) => Ok(Request::UserGet(<crate::payloads::GetUserRequest>::decode_exact(body)?)),
+        32 if (0..=4294967295).contains(&version) => Ok(Request::UserList(<crate::payloads::Empty>::decode_exact(body)?)),
+        33 if (0..=4294967295).contains(&version) => Ok(Request::UserCreate(<crate::payloads::CreateUserRequest>::decode_exact(body)?)),
+        34 if (0..=4294967295).contains(&version) => Ok(Request::UserDelete(<crate::payloads::DeleteUserRequest>::decode_exact(body)?)),
+        36 if (0..=4294967295).contains(&version) => Ok(Request::UserPermissions(<crate::payloads::UpdatePermissionsRequest>::decode_exact(body)?)),
+        37 if (0..=4294967295).contains(&version) => Ok(Request::UserPassword(<crate::payloads::ChangePasswordRequest>::decode_exact(body)?)),
+        38 if (0..=4294967295).contains(&version) => Ok(Request::UserLogin(<crate::payloads::LoginUserRequest>::decode_exact(body)?)),
+        39 if (0..=4294967295).contains(&version) => Ok(Request::UserLogout(<crate::payloads::Empty>::decode_exact(body)?)),
+        40 if (0..=4294967295).contains(&version) => Ok(Request::UserLoginRegister(<crate::payloads::LoginRegisterRequest>::decode_exact(body)?)),
+        41 if (0..=4294967295).contains(&version) => Ok(Request::PersonalAccessTokenList(<crate::payloads::Empty>::decode_exact(body)?)),
+        42 if (0..=4294967295).contains(&version) => Ok(Request::PersonalAccessTokenCreate(<crate::payloads::CreatePersonalAccessTokenRequest>::decode_exact(body)?)),
+        43 if (0..=4294967295).contains(&version) => Ok(Request::PersonalAccessTokenDelete(<crate::payloads::DeletePersonalAccessTokenRequest>::decode_exact(body)?)),
+        44 if (0..=4294967295).contains(&version) => Ok(Request::PersonalAccessTokenLogin(<crate::payloads::LoginWithPersonalAccessTokenRequest>::decode_exact(body)?)),
+        45 if (0..=4294967295).contains(&version) => Ok(Request::UserLoginRegisterWithPat(<crate::payloads::LoginRegisterWithPatRequest>::decode_exact(body)?)),
+        100 if (0..=4294967295).contains(&version) => Ok(Request::MessagePoll(<crate::payloads::PollMessagesRequest>::decode_exact(body)?)),
+        101 if (0..=4294967295).contains(&version) => Ok(Request::MessageSend(<crate::payloads::SendMessagesRequest>::decode_exact(body)?)),
+        105 if (0..=4294967295).contains(&version) => Ok(Request::PartitionRoute(<crate::payloads::GetPartitionRouteRequest>::decode_exact(body)?)),
+        120 if (0..=4294967295).contains(&version) => Ok(Request::ConsumerOffsetGet(<crate::payloads::GetConsumerOffsetRequest>::decode_exact(body)?)),
+        121 if (0..=4294967295).contains(&version) => Ok(Request::ConsumerOffsetStore(<crate::payloads::StoreConsumerOffsetRequest>::decode_exact(body)?)),
+        122 if (0..=4294967295).contains(&version) => Ok(Request::ConsumerOffsetDelete(<crate::payloads::DeleteConsumerOffsetRequest>::decode_exact(body)?)),
+        200 if (0..=4294967295).contains(&version) => Ok(Request::StreamGet(<crate::payloads::StreamIdRequest>::decode_exact(body)?)),
+        201 if (0..=4294967295).contains(&version) => Ok(Request::StreamList(<crate::payloads::Empty>::decode_exact(body)?)),
+        202 if (0..=4294967295).contains(&version) => Ok(Request::StreamCreate(<crate::payloads::CreateStreamRequest>::decode_exact(body)?)),
+        203 if (0..=4294967295).contains(&version) => Ok(Request::StreamDelete(<crate::payloads::StreamIdRequest>::decode_exact(body)?)),
+        300 if (0..=4294967295).contains(&version) => Ok(Request::TopicGet(<crate::payloads::TopicIdRequest>::decode_exact(body)?)),
+        301 if (0..=4294967295).contains(&version) => Ok(Request::TopicList(<crate::payloads::StreamIdRequest>::decode_exact(body)?)),
+        302 if (0..=4294967295).contains(&version) => Ok(Request::TopicCreate(<crate::payloads::CreateTopicRequest>::decode_exact(body)?)),
+        303 if (0..=4294967295).contains(&version) => Ok(Request::TopicDelete(<crate::payloads::TopicIdRequest>::decode_exact(body)?)),
+        402 if (0..=4294967295).contains(&version) => Ok(Request::PartitionCreate(<crate::payloads::CreatePartitionsRequest>::decode_exact(body)?)),
+        403 if (0..=4294967295).contains(&version) => Ok(Request::PartitionDelete(<crate::payloads::DeletePartitionsRequest>::decode_exact(body)?)),
+        503 if (0..=4294967295).contains(&version) => Ok(Request::SegmentDelete(<crate::payloads::DeleteSegmentsRequest>::decode_exact(body)?)),
+        600 if (0..=4294967295).contains(&version) => Ok(Request::ConsumerGroupGet(<crate::payloads::ConsumerGroupIdRequest>::decode_exact(body)?)),
+        601 if (0..=4294967295).contains(&version) => Ok(Request::ConsumerGroupList(<crate::payloads::TopicIdRequest>::decode_exact(body)?)),
+        602 if (0..=4294967295).contains(&version) => Ok(Request::ConsumerGroupCreate(<crate::payloads::CreateConsumerGroupRequest>::decode_exact(body)?)),
+        603 if (0..=4294967295).contains(&version) => Ok(Request::ConsumerGroupDelete(<crate::payloads::ConsumerGroupIdRequest>::decode_exact(body)?)),
+        604 if (0..=4294967295).contains(&version) => Ok(Request::ConsumerGroupJoin(<crate::payloads::ConsumerGroupIdRequest>::decode_exact(body)?)),
+        605 if (0..=4294967295).contains(&version) => Ok(Request::ConsumerGroupLeave(<crate::payloads::ConsumerGroupIdRequest>::decode_exact(body)?)),
+        606 if (0..=4294967295).contains(&version) => Ok(Request::ConsumerGroupSync(<crate::payloads::ConsumerGroupIdRequest>::decode_exact(body)?)),
         _ => Err(WireError::InvalidValue { field: "code" }),
     }
 }

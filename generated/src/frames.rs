@@ -100,6 +100,49 @@ impl<'a> WireDecode<'a> for Command {
         Self::from_repr(v).ok_or(WireError::InvalidValue { field: "Command" })
     }
 }
+impl iggy_wire::WireJson for Command {
+    fn write_json(&self, out: &mut String) {
+        out.push('"');
+        out.push_str(match self {
+            Self::Reserved => "Reserved",
+            Self::Ping => "Ping",
+            Self::Pong => "Pong",
+            Self::PingClient => "PingClient",
+            Self::PongClient => "PongClient",
+            Self::Request => "Request",
+            Self::Prepare => "Prepare",
+            Self::PrepareOk => "PrepareOk",
+            Self::Reply => "Reply",
+            Self::Commit => "Commit",
+            Self::StartViewChange => "StartViewChange",
+            Self::DoViewChange => "DoViewChange",
+            Self::StartView => "StartView",
+            Self::Eviction => "Eviction",
+            Self::ReplicaHello => "ReplicaHello",
+            Self::ReplicaChallenge => "ReplicaChallenge",
+            Self::ReplicaFinish => "ReplicaFinish",
+            Self::RequestStartView => "RequestStartView",
+            Self::RequestPrepares => "RequestPrepares",
+            Self::RepairPrepare => "RepairPrepare",
+            Self::RepairDone => "RepairDone",
+            Self::RangeEvicted => "RangeEvicted",
+            Self::RequestStateTransfer => "RequestStateTransfer",
+            Self::StateTransferTarget => "StateTransferTarget",
+            Self::RequestStateChunk => "RequestStateChunk",
+            Self::StateChunk => "StateChunk",
+            Self::ForwardRegister => "ForwardRegister",
+            Self::ForwardRegisterResult => "ForwardRegisterResult",
+            Self::ForwardLogout => "ForwardLogout",
+            Self::ForwardLogoutResult => "ForwardLogoutResult",
+            Self::ConsumerSessionHeartbeat => "ConsumerSessionHeartbeat",
+            Self::SessionRetirementProgress => "SessionRetirementProgress",
+            Self::ForwardCompletion => "ForwardCompletion",
+            Self::PrimaryRebalance => "PrimaryRebalance",
+            Self::SegmentDelete => "SegmentDelete",
+        });
+        out.push('"');
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]
@@ -208,6 +251,54 @@ impl<'a> WireDecode<'a> for Operation {
         Self::from_repr(v).ok_or(WireError::InvalidValue { field: "Operation" })
     }
 }
+impl iggy_wire::WireJson for Operation {
+    fn write_json(&self, out: &mut String) {
+        out.push('"');
+        out.push_str(match self {
+            Self::Reserved => "Reserved",
+            Self::Register => "Register",
+            Self::NonReplicated => "NonReplicated",
+            Self::Logout => "Logout",
+            Self::CreateTopicWithAssignments => "CreateTopicWithAssignments",
+            Self::CreatePartitionsWithAssignments => "CreatePartitionsWithAssignments",
+            Self::RemoveConsumerGroupMember => "RemoveConsumerGroupMember",
+            Self::CompleteConsumerGroupRevocation => "CompleteConsumerGroupRevocation",
+            Self::TruncatePartition => "TruncatePartition",
+            Self::FinalizeSession => "FinalizeSession",
+            Self::CompleteLifecycle => "CompleteLifecycle",
+            Self::UpdateStreamResolved => "UpdateStreamResolved",
+            Self::UpdateTopicResolved => "UpdateTopicResolved",
+            Self::UpdateUserResolved => "UpdateUserResolved",
+            Self::RewrapStreamKeys => "RewrapStreamKeys",
+            Self::CreateStream => "CreateStream",
+            Self::DeleteStream => "DeleteStream",
+            Self::CreateTopic => "CreateTopic",
+            Self::DeleteTopic => "DeleteTopic",
+            Self::CreatePartitions => "CreatePartitions",
+            Self::DeletePartitions => "DeletePartitions",
+            Self::DeleteSegments => "DeleteSegments",
+            Self::CreateConsumerGroup => "CreateConsumerGroup",
+            Self::DeleteConsumerGroup => "DeleteConsumerGroup",
+            Self::CreateUser => "CreateUser",
+            Self::DeleteUser => "DeleteUser",
+            Self::ChangePassword => "ChangePassword",
+            Self::UpdatePermissions => "UpdatePermissions",
+            Self::CreatePersonalAccessToken => "CreatePersonalAccessToken",
+            Self::DeletePersonalAccessToken => "DeletePersonalAccessToken",
+            Self::JoinConsumerGroup => "JoinConsumerGroup",
+            Self::LeaveConsumerGroup => "LeaveConsumerGroup",
+            Self::UpdateResource => "UpdateResource",
+            Self::SendMessages => "SendMessages",
+            Self::StoreConsumerOffset => "StoreConsumerOffset",
+            Self::DeleteConsumerOffset => "DeleteConsumerOffset",
+            Self::RetireSession => "RetireSession",
+            Self::InstallConsumerGroupOwner => "InstallConsumerGroupOwner",
+            Self::TransitionPartitionHistory => "TransitionPartitionHistory",
+            Self::RetireConsumerGroupOwners => "RetireConsumerGroupOwners",
+        });
+        out.push('"');
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]
@@ -266,6 +357,30 @@ impl<'a> WireDecode<'a> for EvictionReason {
     fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
         let v = <u8>::decode_from(input)?;
         Self::from_repr(v).ok_or(WireError::InvalidValue { field: "EvictionReason" })
+    }
+}
+impl iggy_wire::WireJson for EvictionReason {
+    fn write_json(&self, out: &mut String) {
+        out.push('"');
+        out.push_str(match self {
+            Self::Reserved => "Reserved",
+            Self::NoSession => "NoSession",
+            Self::ClientReleaseTooLow => "ClientReleaseTooLow",
+            Self::ClientReleaseTooHigh => "ClientReleaseTooHigh",
+            Self::InvalidRequestOperation => "InvalidRequestOperation",
+            Self::InvalidRequestBody => "InvalidRequestBody",
+            Self::InvalidRequestBodySize => "InvalidRequestBodySize",
+            Self::SessionTooLow => "SessionTooLow",
+            Self::SessionReleaseMismatch => "SessionReleaseMismatch",
+            Self::InvalidCredentials => "InvalidCredentials",
+            Self::InvalidToken => "InvalidToken",
+            Self::UserInactive => "UserInactive",
+            Self::SessionError => "SessionError",
+            Self::StaleClient => "StaleClient",
+            Self::IncompatibleProtocol => "IncompatibleProtocol",
+            Self::MalformedLogin => "MalformedLogin",
+        });
+        out.push('"');
     }
 }
 
@@ -362,6 +477,32 @@ const _: () = assert!(GenericHeader::COMMAND_OFFSET + 1 <= 256);
 const _: () = assert!(GenericHeader::REPLICA_OFFSET + 1 <= 256);
 const _: () = assert!(GenericHeader::RESERVED_FRAME_OFFSET + 66 <= 256);
 const _: () = assert!(GenericHeader::RESERVED_COMMAND_OFFSET + 128 <= 256);
+impl iggy_wire::WireJson for GenericHeader {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"checksum\":");
+        iggy_wire::WireJson::write_json(&self.checksum, out);
+        out.push_str(",\"checksum_body\":");
+        iggy_wire::WireJson::write_json(&self.checksum_body, out);
+        out.push_str(",\"cluster\":");
+        iggy_wire::WireJson::write_json(&self.cluster, out);
+        out.push_str(",\"size\":");
+        iggy_wire::WireJson::write_json(&self.size, out);
+        out.push_str(",\"view\":");
+        iggy_wire::WireJson::write_json(&self.view, out);
+        out.push_str(",\"release\":");
+        iggy_wire::WireJson::write_json(&self.release, out);
+        out.push_str(",\"command\":");
+        iggy_wire::WireJson::write_json(&self.command, out);
+        out.push_str(",\"replica\":");
+        iggy_wire::WireJson::write_json(&self.replica, out);
+        out.push_str(",\"reserved_frame\":");
+        iggy_wire::WireJson::write_json(&self.reserved_frame, out);
+        out.push_str(",\"reserved_command\":");
+        iggy_wire::WireJson::write_json(&self.reserved_command, out);
+        out.push('}');
+    }
+}
 impl WireEncode for GenericHeader {
     fn encoded_size(&self) -> usize { 256 }
     fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
@@ -542,6 +683,56 @@ const _: () = assert!(RequestHeader::PARTITION_INCARNATION_OFFSET + 8 <= 256);
 const _: () = assert!(RequestHeader::OWNER_GENERATION_OFFSET + 8 <= 256);
 const _: () = assert!(RequestHeader::MINIMUM_METADATA_OP_OFFSET + 8 <= 256);
 const _: () = assert!(RequestHeader::RESERVED_TAIL_OFFSET + 32 <= 256);
+impl iggy_wire::WireJson for RequestHeader {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"checksum\":");
+        iggy_wire::WireJson::write_json(&self.checksum, out);
+        out.push_str(",\"checksum_body\":");
+        iggy_wire::WireJson::write_json(&self.checksum_body, out);
+        out.push_str(",\"cluster\":");
+        iggy_wire::WireJson::write_json(&self.cluster, out);
+        out.push_str(",\"size\":");
+        iggy_wire::WireJson::write_json(&self.size, out);
+        out.push_str(",\"view\":");
+        iggy_wire::WireJson::write_json(&self.view, out);
+        out.push_str(",\"release\":");
+        iggy_wire::WireJson::write_json(&self.release, out);
+        out.push_str(",\"command\":");
+        iggy_wire::WireJson::write_json(&self.command, out);
+        out.push_str(",\"replica\":");
+        iggy_wire::WireJson::write_json(&self.replica, out);
+        out.push_str(",\"reserved_frame\":");
+        iggy_wire::WireJson::write_json(&self.reserved_frame, out);
+        out.push_str(",\"client\":");
+        iggy_wire::WireJson::write_json(&self.client, out);
+        out.push_str(",\"request_checksum\":");
+        iggy_wire::WireJson::write_json(&self.request_checksum, out);
+        out.push_str(",\"timestamp\":");
+        iggy_wire::WireJson::write_json(&self.timestamp, out);
+        out.push_str(",\"request\":");
+        iggy_wire::WireJson::write_json(&self.request, out);
+        out.push_str(",\"operation\":");
+        iggy_wire::WireJson::write_json(&self.operation, out);
+        out.push_str(",\"operation_padding\":");
+        iggy_wire::WireJson::write_json(&self.operation_padding, out);
+        out.push_str(",\"session\":");
+        iggy_wire::WireJson::write_json(&self.session, out);
+        out.push_str(",\"user_id\":");
+        iggy_wire::WireJson::write_json(&self.user_id, out);
+        out.push_str(",\"reserved\":");
+        iggy_wire::WireJson::write_json(&self.reserved, out);
+        out.push_str(",\"partition_incarnation\":");
+        iggy_wire::WireJson::write_json(&self.partition_incarnation, out);
+        out.push_str(",\"owner_generation\":");
+        iggy_wire::WireJson::write_json(&self.owner_generation, out);
+        out.push_str(",\"minimum_metadata_op\":");
+        iggy_wire::WireJson::write_json(&self.minimum_metadata_op, out);
+        out.push_str(",\"reserved_tail\":");
+        iggy_wire::WireJson::write_json(&self.reserved_tail, out);
+        out.push('}');
+    }
+}
 impl WireEncode for RequestHeader {
     fn encoded_size(&self) -> usize { 256 }
     fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
@@ -719,6 +910,56 @@ const _: () = assert!(ReplyHeader::STATUS_OFFSET + 4 <= 256);
 const _: () = assert!(ReplyHeader::RESERVED_OFFSET + 4 <= 256);
 const _: () = assert!(ReplyHeader::PARTITION_INCARNATION_OFFSET + 8 <= 256);
 const _: () = assert!(ReplyHeader::RESERVED_TAIL_OFFSET + 24 <= 256);
+impl iggy_wire::WireJson for ReplyHeader {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"checksum\":");
+        iggy_wire::WireJson::write_json(&self.checksum, out);
+        out.push_str(",\"checksum_body\":");
+        iggy_wire::WireJson::write_json(&self.checksum_body, out);
+        out.push_str(",\"cluster\":");
+        iggy_wire::WireJson::write_json(&self.cluster, out);
+        out.push_str(",\"size\":");
+        iggy_wire::WireJson::write_json(&self.size, out);
+        out.push_str(",\"view\":");
+        iggy_wire::WireJson::write_json(&self.view, out);
+        out.push_str(",\"release\":");
+        iggy_wire::WireJson::write_json(&self.release, out);
+        out.push_str(",\"command\":");
+        iggy_wire::WireJson::write_json(&self.command, out);
+        out.push_str(",\"replica\":");
+        iggy_wire::WireJson::write_json(&self.replica, out);
+        out.push_str(",\"reserved_frame\":");
+        iggy_wire::WireJson::write_json(&self.reserved_frame, out);
+        out.push_str(",\"request_checksum\":");
+        iggy_wire::WireJson::write_json(&self.request_checksum, out);
+        out.push_str(",\"context\":");
+        iggy_wire::WireJson::write_json(&self.context, out);
+        out.push_str(",\"client\":");
+        iggy_wire::WireJson::write_json(&self.client, out);
+        out.push_str(",\"op\":");
+        iggy_wire::WireJson::write_json(&self.op, out);
+        out.push_str(",\"commit\":");
+        iggy_wire::WireJson::write_json(&self.commit, out);
+        out.push_str(",\"timestamp\":");
+        iggy_wire::WireJson::write_json(&self.timestamp, out);
+        out.push_str(",\"request\":");
+        iggy_wire::WireJson::write_json(&self.request, out);
+        out.push_str(",\"operation\":");
+        iggy_wire::WireJson::write_json(&self.operation, out);
+        out.push_str(",\"operation_padding\":");
+        iggy_wire::WireJson::write_json(&self.operation_padding, out);
+        out.push_str(",\"status\":");
+        iggy_wire::WireJson::write_json(&self.status, out);
+        out.push_str(",\"reserved\":");
+        iggy_wire::WireJson::write_json(&self.reserved, out);
+        out.push_str(",\"partition_incarnation\":");
+        iggy_wire::WireJson::write_json(&self.partition_incarnation, out);
+        out.push_str(",\"reserved_tail\":");
+        iggy_wire::WireJson::write_json(&self.reserved_tail, out);
+        out.push('}');
+    }
+}
 impl WireEncode for ReplyHeader {
     fn encoded_size(&self) -> usize { 256 }
     fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
@@ -846,6 +1087,40 @@ const _: () = assert!(EvictionHeader::SERVER_PROTOCOL_VERSION_OFFSET + 4 <= 256)
 const _: () = assert!(EvictionHeader::SERVER_PROTOCOL_VERSION_MIN_OFFSET + 4 <= 256);
 const _: () = assert!(EvictionHeader::RESERVED_OFFSET + 103 <= 256);
 const _: () = assert!(EvictionHeader::REASON_OFFSET + 1 <= 256);
+impl iggy_wire::WireJson for EvictionHeader {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"checksum\":");
+        iggy_wire::WireJson::write_json(&self.checksum, out);
+        out.push_str(",\"checksum_body\":");
+        iggy_wire::WireJson::write_json(&self.checksum_body, out);
+        out.push_str(",\"cluster\":");
+        iggy_wire::WireJson::write_json(&self.cluster, out);
+        out.push_str(",\"size\":");
+        iggy_wire::WireJson::write_json(&self.size, out);
+        out.push_str(",\"view\":");
+        iggy_wire::WireJson::write_json(&self.view, out);
+        out.push_str(",\"release\":");
+        iggy_wire::WireJson::write_json(&self.release, out);
+        out.push_str(",\"command\":");
+        iggy_wire::WireJson::write_json(&self.command, out);
+        out.push_str(",\"replica\":");
+        iggy_wire::WireJson::write_json(&self.replica, out);
+        out.push_str(",\"reserved_frame\":");
+        iggy_wire::WireJson::write_json(&self.reserved_frame, out);
+        out.push_str(",\"client\":");
+        iggy_wire::WireJson::write_json(&self.client, out);
+        out.push_str(",\"server_protocol_version\":");
+        iggy_wire::WireJson::write_json(&self.server_protocol_version, out);
+        out.push_str(",\"server_protocol_version_min\":");
+        iggy_wire::WireJson::write_json(&self.server_protocol_version_min, out);
+        out.push_str(",\"reserved\":");
+        iggy_wire::WireJson::write_json(&self.reserved, out);
+        out.push_str(",\"reason\":");
+        iggy_wire::WireJson::write_json(&self.reason, out);
+        out.push('}');
+    }
+}
 impl WireEncode for EvictionHeader {
     fn encoded_size(&self) -> usize { 256 }
     fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
@@ -1033,6 +1308,60 @@ const _: () = assert!(PrepareHeader::RETRY_CAPACITY_OFFSET + 4 <= 256);
 const _: () = assert!(PrepareHeader::PARTITION_INCARNATION_OFFSET + 8 <= 256);
 const _: () = assert!(PrepareHeader::RESERVED_OFFSET + 8 <= 256);
 const _: () = assert!(PrepareHeader::SESSION_OFFSET + 8 <= 256);
+impl iggy_wire::WireJson for PrepareHeader {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"checksum\":");
+        iggy_wire::WireJson::write_json(&self.checksum, out);
+        out.push_str(",\"checksum_body\":");
+        iggy_wire::WireJson::write_json(&self.checksum_body, out);
+        out.push_str(",\"cluster\":");
+        iggy_wire::WireJson::write_json(&self.cluster, out);
+        out.push_str(",\"size\":");
+        iggy_wire::WireJson::write_json(&self.size, out);
+        out.push_str(",\"view\":");
+        iggy_wire::WireJson::write_json(&self.view, out);
+        out.push_str(",\"release\":");
+        iggy_wire::WireJson::write_json(&self.release, out);
+        out.push_str(",\"command\":");
+        iggy_wire::WireJson::write_json(&self.command, out);
+        out.push_str(",\"replica\":");
+        iggy_wire::WireJson::write_json(&self.replica, out);
+        out.push_str(",\"reserved_frame\":");
+        iggy_wire::WireJson::write_json(&self.reserved_frame, out);
+        out.push_str(",\"client\":");
+        iggy_wire::WireJson::write_json(&self.client, out);
+        out.push_str(",\"parent\":");
+        iggy_wire::WireJson::write_json(&self.parent, out);
+        out.push_str(",\"request_checksum\":");
+        iggy_wire::WireJson::write_json(&self.request_checksum, out);
+        out.push_str(",\"op\":");
+        iggy_wire::WireJson::write_json(&self.op, out);
+        out.push_str(",\"commit\":");
+        iggy_wire::WireJson::write_json(&self.commit, out);
+        out.push_str(",\"timestamp\":");
+        iggy_wire::WireJson::write_json(&self.timestamp, out);
+        out.push_str(",\"request\":");
+        iggy_wire::WireJson::write_json(&self.request, out);
+        out.push_str(",\"operation\":");
+        iggy_wire::WireJson::write_json(&self.operation, out);
+        out.push_str(",\"operation_padding\":");
+        iggy_wire::WireJson::write_json(&self.operation_padding, out);
+        out.push_str(",\"group\":");
+        iggy_wire::WireJson::write_json(&self.group, out);
+        out.push_str(",\"user_id\":");
+        iggy_wire::WireJson::write_json(&self.user_id, out);
+        out.push_str(",\"retry_capacity\":");
+        iggy_wire::WireJson::write_json(&self.retry_capacity, out);
+        out.push_str(",\"partition_incarnation\":");
+        iggy_wire::WireJson::write_json(&self.partition_incarnation, out);
+        out.push_str(",\"reserved\":");
+        iggy_wire::WireJson::write_json(&self.reserved, out);
+        out.push_str(",\"session\":");
+        iggy_wire::WireJson::write_json(&self.session, out);
+        out.push('}');
+    }
+}
 impl WireEncode for PrepareHeader {
     fn encoded_size(&self) -> usize { 256 }
     fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
@@ -1127,6 +1456,26 @@ const _: () = assert!(BatchHeader::BATCH_LENGTH_OFFSET + 8 <= 256);
 const _: () = assert!(BatchHeader::BATCH_CHECKSUM_OFFSET + 8 <= 256);
 const _: () = assert!(BatchHeader::MESSAGE_COUNT_OFFSET + 4 <= 256);
 const _: () = assert!(BatchHeader::RESERVED_OFFSET + 204 <= 256);
+impl iggy_wire::WireJson for BatchHeader {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"partition_id\":");
+        iggy_wire::WireJson::write_json(&self.partition_id, out);
+        out.push_str(",\"base_offset\":");
+        iggy_wire::WireJson::write_json(&self.base_offset, out);
+        out.push_str(",\"base_timestamp\":");
+        iggy_wire::WireJson::write_json(&self.base_timestamp, out);
+        out.push_str(",\"origin_timestamp\":");
+        iggy_wire::WireJson::write_json(&self.origin_timestamp, out);
+        out.push_str(",\"batch_length\":");
+        iggy_wire::WireJson::write_json(&self.batch_length, out);
+        out.push_str(",\"batch_checksum\":");
+        iggy_wire::WireJson::write_json(&self.batch_checksum, out);
+        out.push_str(",\"message_count\":");
+        iggy_wire::WireJson::write_json(&self.message_count, out);
+        out.push('}');
+    }
+}
 impl WireEncode for BatchHeader {
     fn encoded_size(&self) -> usize { 256 }
     fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
@@ -1210,6 +1559,24 @@ const _: () = assert!(MessageFrameHeader::TIMESTAMP_DELTA_OFFSET + 4 <= 48);
 const _: () = assert!(MessageFrameHeader::USER_HEADERS_LENGTH_OFFSET + 4 <= 48);
 const _: () = assert!(MessageFrameHeader::PAYLOAD_LENGTH_OFFSET + 4 <= 48);
 const _: () = assert!(MessageFrameHeader::RESERVED_OFFSET + 8 <= 48);
+impl iggy_wire::WireJson for MessageFrameHeader {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"checksum\":");
+        iggy_wire::WireJson::write_json(&self.checksum, out);
+        out.push_str(",\"id\":");
+        iggy_wire::WireJson::write_json(&self.id, out);
+        out.push_str(",\"offset_delta\":");
+        iggy_wire::WireJson::write_json(&self.offset_delta, out);
+        out.push_str(",\"timestamp_delta\":");
+        iggy_wire::WireJson::write_json(&self.timestamp_delta, out);
+        out.push_str(",\"user_headers_length\":");
+        iggy_wire::WireJson::write_json(&self.user_headers_length, out);
+        out.push_str(",\"payload_length\":");
+        iggy_wire::WireJson::write_json(&self.payload_length, out);
+        out.push('}');
+    }
+}
 impl WireEncode for MessageFrameHeader {
     fn encoded_size(&self) -> usize { 48 }
     fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }

@@ -5,5 +5,6 @@ pub mod errors;
 pub mod frames;
 pub mod payloads;
 pub mod protocol;
+pub mod registry;
 /// Hash of every spec file, checked by build.rs.
-pub const SPEC_HASH: u64 = 0x48c1bce3b0b4d1ee;
+pub const SPEC_HASH: u64 = 0xbe682fc2cfef7283;

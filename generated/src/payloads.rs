@@ -34,6 +34,16 @@ impl<'a> WireDecode<'a> for AckLevel {
         Self::from_repr(v).ok_or(WireError::InvalidValue { field: "AckLevel" })
     }
 }
+impl iggy_wire::WireJson for AckLevel {
+    fn write_json(&self, out: &mut String) {
+        out.push('"');
+        out.push_str(match self {
+            Self::NoAck => "NoAck",
+            Self::Quorum => "Quorum",
+        });
+        out.push('"');
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]
@@ -64,6 +74,16 @@ impl<'a> WireDecode<'a> for ClusterNodeRole {
     fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
         let v = <u8>::decode_from(input)?;
         Self::from_repr(v).ok_or(WireError::InvalidValue { field: "ClusterNodeRole" })
+    }
+}
+impl iggy_wire::WireJson for ClusterNodeRole {
+    fn write_json(&self, out: &mut String) {
+        out.push('"');
+        out.push_str(match self {
+            Self::Leader => "Leader",
+            Self::Follower => "Follower",
+        });
+        out.push('"');
     }
 }
 
@@ -104,6 +124,19 @@ impl<'a> WireDecode<'a> for ClusterNodeStatus {
         Self::from_repr(v).ok_or(WireError::InvalidValue { field: "ClusterNodeStatus" })
     }
 }
+impl iggy_wire::WireJson for ClusterNodeStatus {
+    fn write_json(&self, out: &mut String) {
+        out.push('"');
+        out.push_str(match self {
+            Self::Healthy => "Healthy",
+            Self::Starting => "Starting",
+            Self::Stopping => "Stopping",
+            Self::Unreachable => "Unreachable",
+            Self::Maintenance => "Maintenance",
+        });
+        out.push('"');
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]
@@ -136,6 +169,17 @@ impl<'a> WireDecode<'a> for OptionsScope {
     fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
         let v = <u8>::decode_from(input)?;
         Self::from_repr(v).ok_or(WireError::InvalidValue { field: "OptionsScope" })
+    }
+}
+impl iggy_wire::WireJson for OptionsScope {
+    fn write_json(&self, out: &mut String) {
+        out.push('"');
+        out.push_str(match self {
+            Self::Topic => "Topic",
+            Self::Stream => "Stream",
+            Self::User => "User",
+        });
+        out.push('"');
     }
 }
 
@@ -182,6 +226,16 @@ impl Default for OptionalPartitionId {
 const _: () = assert!(OptionalPartitionId::SIZE == 5);
 const _: () = assert!(OptionalPartitionId::HAS_OFFSET + 1 <= 5);
 const _: () = assert!(OptionalPartitionId::PARTITION_ID_OFFSET + 4 <= 5);
+impl iggy_wire::WireJson for OptionalPartitionId {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"has\":");
+        iggy_wire::WireJson::write_json(&self.has, out);
+        out.push_str(",\"partition_id\":");
+        iggy_wire::WireJson::write_json(&self.partition_id, out);
+        out.push('}');
+    }
+}
 impl WireEncode for OptionalPartitionId {
     fn encoded_size(&self) -> usize { 5 }
     fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
@@ -241,6 +295,18 @@ const _: () = assert!(PartitionContext::SIZE == 24);
 const _: () = assert!(PartitionContext::INCARNATION_OFFSET + 8 <= 24);
 const _: () = assert!(PartitionContext::OWNER_GENERATION_OFFSET + 8 <= 24);
 const _: () = assert!(PartitionContext::METADATA_OP_OFFSET + 8 <= 24);
+impl iggy_wire::WireJson for PartitionContext {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"incarnation\":");
+        iggy_wire::WireJson::write_json(&self.incarnation, out);
+        out.push_str(",\"owner_generation\":");
+        iggy_wire::WireJson::write_json(&self.owner_generation, out);
+        out.push_str(",\"metadata_op\":");
+        iggy_wire::WireJson::write_json(&self.metadata_op, out);
+        out.push('}');
+    }
+}
 impl WireEncode for PartitionContext {
     fn encoded_size(&self) -> usize { 24 }
     fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
@@ -295,6 +361,16 @@ impl Default for ReplyResultEntry {
 const _: () = assert!(ReplyResultEntry::SIZE == 8);
 const _: () = assert!(ReplyResultEntry::INDEX_OFFSET + 4 <= 8);
 const _: () = assert!(ReplyResultEntry::RESULT_OFFSET + 4 <= 8);
+impl iggy_wire::WireJson for ReplyResultEntry {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"index\":");
+        iggy_wire::WireJson::write_json(&self.index, out);
+        out.push_str(",\"result\":");
+        iggy_wire::WireJson::write_json(&self.result, out);
+        out.push('}');
+    }
+}
 impl WireEncode for ReplyResultEntry {
     fn encoded_size(&self) -> usize { 8 }
     fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
@@ -348,6 +424,16 @@ impl Default for PollingStrategy {
 const _: () = assert!(PollingStrategy::SIZE == 9);
 const _: () = assert!(PollingStrategy::KIND_OFFSET + 1 <= 9);
 const _: () = assert!(PollingStrategy::VALUE_OFFSET + 8 <= 9);
+impl iggy_wire::WireJson for PollingStrategy {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"kind\":");
+        iggy_wire::WireJson::write_json(&self.kind, out);
+        out.push_str(",\"value\":");
+        iggy_wire::WireJson::write_json(&self.value, out);
+        out.push('}');
+    }
+}
 impl WireEncode for PollingStrategy {
     fn encoded_size(&self) -> usize { 9 }
     fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
@@ -407,6 +493,18 @@ const _: () = assert!(SessionIdentity::SIZE == 32);
 const _: () = assert!(SessionIdentity::CLIENT_ID_OFFSET + 16 <= 32);
 const _: () = assert!(SessionIdentity::SESSION_OFFSET + 8 <= 32);
 const _: () = assert!(SessionIdentity::METADATA_WATERMARK_OFFSET + 8 <= 32);
+impl iggy_wire::WireJson for SessionIdentity {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"client_id\":");
+        iggy_wire::WireJson::write_json(&self.client_id, out);
+        out.push_str(",\"session\":");
+        iggy_wire::WireJson::write_json(&self.session, out);
+        out.push_str(",\"metadata_watermark\":");
+        iggy_wire::WireJson::write_json(&self.metadata_watermark, out);
+        out.push('}');
+    }
+}
 impl WireEncode for SessionIdentity {
     fn encoded_size(&self) -> usize { 32 }
     fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
@@ -466,6 +564,18 @@ const _: () = assert!(SessionRecord::SIZE == 40);
 const _: () = assert!(SessionRecord::USER_ID_OFFSET + 4 <= 40);
 const _: () = assert!(SessionRecord::PROTOCOL_VERSION_OFFSET + 4 <= 40);
 const _: () = assert!(SessionRecord::BIND_SECRET_OFFSET + 32 <= 40);
+impl iggy_wire::WireJson for SessionRecord {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"user_id\":");
+        iggy_wire::WireJson::write_json(&self.user_id, out);
+        out.push_str(",\"protocol_version\":");
+        iggy_wire::WireJson::write_json(&self.protocol_version, out);
+        out.push_str(",\"bind_secret\":");
+        iggy_wire::WireJson::write_json(&self.bind_secret, out);
+        out.push('}');
+    }
+}
 impl WireEncode for SessionRecord {
     fn encoded_size(&self) -> usize { 40 }
     fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
@@ -531,6 +641,20 @@ const _: () = assert!(PollPrefix::PARTITION_ID_OFFSET + 4 <= 40);
 const _: () = assert!(PollPrefix::CURRENT_OFFSET_OFFSET + 8 <= 40);
 const _: () = assert!(PollPrefix::MESSAGES_COUNT_OFFSET + 4 <= 40);
 const _: () = assert!(PollPrefix::CONTEXT_OFFSET + 24 <= 40);
+impl iggy_wire::WireJson for PollPrefix {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"partition_id\":");
+        iggy_wire::WireJson::write_json(&self.partition_id, out);
+        out.push_str(",\"current_offset\":");
+        iggy_wire::WireJson::write_json(&self.current_offset, out);
+        out.push_str(",\"messages_count\":");
+        iggy_wire::WireJson::write_json(&self.messages_count, out);
+        out.push_str(",\"context\":");
+        iggy_wire::WireJson::write_json(&self.context, out);
+        out.push('}');
+    }
+}
 impl WireEncode for PollPrefix {
     fn encoded_size(&self) -> usize { 40 }
     fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
@@ -614,6 +738,26 @@ const _: () = assert!(PartitionResponse::CURRENT_OFFSET_OFFSET + 8 <= 64);
 const _: () = assert!(PartitionResponse::SIZE_BYTES_OFFSET + 8 <= 64);
 const _: () = assert!(PartitionResponse::MESSAGES_COUNT_OFFSET + 8 <= 64);
 const _: () = assert!(PartitionResponse::CONTEXT_OFFSET + 24 <= 64);
+impl iggy_wire::WireJson for PartitionResponse {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"id\":");
+        iggy_wire::WireJson::write_json(&self.id, out);
+        out.push_str(",\"created_at\":");
+        iggy_wire::WireJson::write_json(&self.created_at, out);
+        out.push_str(",\"segments_count\":");
+        iggy_wire::WireJson::write_json(&self.segments_count, out);
+        out.push_str(",\"current_offset\":");
+        iggy_wire::WireJson::write_json(&self.current_offset, out);
+        out.push_str(",\"size_bytes\":");
+        iggy_wire::WireJson::write_json(&self.size_bytes, out);
+        out.push_str(",\"messages_count\":");
+        iggy_wire::WireJson::write_json(&self.messages_count, out);
+        out.push_str(",\"context\":");
+        iggy_wire::WireJson::write_json(&self.context, out);
+        out.push('}');
+    }
+}
 impl WireEncode for PartitionResponse {
     fn encoded_size(&self) -> usize { 64 }
     fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
@@ -685,6 +829,22 @@ const _: () = assert!(PartitionRouteResponse::METADATA_OP_OFFSET + 8 <= 25);
 const _: () = assert!(PartitionRouteResponse::VIEW_OFFSET + 4 <= 25);
 const _: () = assert!(PartitionRouteResponse::PARTITIONS_COUNT_OFFSET + 4 <= 25);
 const _: () = assert!(PartitionRouteResponse::PRIMARY_REPLICA_OFFSET + 1 <= 25);
+impl iggy_wire::WireJson for PartitionRouteResponse {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"incarnation\":");
+        iggy_wire::WireJson::write_json(&self.incarnation, out);
+        out.push_str(",\"metadata_op\":");
+        iggy_wire::WireJson::write_json(&self.metadata_op, out);
+        out.push_str(",\"view\":");
+        iggy_wire::WireJson::write_json(&self.view, out);
+        out.push_str(",\"partitions_count\":");
+        iggy_wire::WireJson::write_json(&self.partitions_count, out);
+        out.push_str(",\"primary_replica\":");
+        iggy_wire::WireJson::write_json(&self.primary_replica, out);
+        out.push('}');
+    }
+}
 impl WireEncode for PartitionRouteResponse {
     fn encoded_size(&self) -> usize { 25 }
     fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
@@ -750,6 +910,20 @@ const _: () = assert!(SendMessagesConfirmationResponse::STREAM_ID_OFFSET + 4 <= 
 const _: () = assert!(SendMessagesConfirmationResponse::TOPIC_ID_OFFSET + 4 <= 20);
 const _: () = assert!(SendMessagesConfirmationResponse::PARTITION_ID_OFFSET + 4 <= 20);
 const _: () = assert!(SendMessagesConfirmationResponse::BASE_OFFSET_OFFSET + 8 <= 20);
+impl iggy_wire::WireJson for SendMessagesConfirmationResponse {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"stream_id\":");
+        iggy_wire::WireJson::write_json(&self.stream_id, out);
+        out.push_str(",\"topic_id\":");
+        iggy_wire::WireJson::write_json(&self.topic_id, out);
+        out.push_str(",\"partition_id\":");
+        iggy_wire::WireJson::write_json(&self.partition_id, out);
+        out.push_str(",\"base_offset\":");
+        iggy_wire::WireJson::write_json(&self.base_offset, out);
+        out.push('}');
+    }
+}
 impl WireEncode for SendMessagesConfirmationResponse {
     fn encoded_size(&self) -> usize { 20 }
     fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
@@ -809,6 +983,18 @@ const _: () = assert!(ConsumerOffsetResponse::SIZE == 20);
 const _: () = assert!(ConsumerOffsetResponse::PARTITION_ID_OFFSET + 4 <= 20);
 const _: () = assert!(ConsumerOffsetResponse::CURRENT_OFFSET_OFFSET + 8 <= 20);
 const _: () = assert!(ConsumerOffsetResponse::STORED_OFFSET_OFFSET + 8 <= 20);
+impl iggy_wire::WireJson for ConsumerOffsetResponse {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"partition_id\":");
+        iggy_wire::WireJson::write_json(&self.partition_id, out);
+        out.push_str(",\"current_offset\":");
+        iggy_wire::WireJson::write_json(&self.current_offset, out);
+        out.push_str(",\"stored_offset\":");
+        iggy_wire::WireJson::write_json(&self.stored_offset, out);
+        out.push('}');
+    }
+}
 impl WireEncode for ConsumerOffsetResponse {
     fn encoded_size(&self) -> usize { 20 }
     fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
@@ -910,6 +1096,32 @@ const _: () = assert!(WireGlobalPermissions::MANAGE_TOPICS_OFFSET + 1 <= 10);
 const _: () = assert!(WireGlobalPermissions::READ_TOPICS_OFFSET + 1 <= 10);
 const _: () = assert!(WireGlobalPermissions::POLL_MESSAGES_OFFSET + 1 <= 10);
 const _: () = assert!(WireGlobalPermissions::SEND_MESSAGES_OFFSET + 1 <= 10);
+impl iggy_wire::WireJson for WireGlobalPermissions {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"manage_servers\":");
+        iggy_wire::WireJson::write_json(&self.manage_servers, out);
+        out.push_str(",\"read_servers\":");
+        iggy_wire::WireJson::write_json(&self.read_servers, out);
+        out.push_str(",\"manage_users\":");
+        iggy_wire::WireJson::write_json(&self.manage_users, out);
+        out.push_str(",\"read_users\":");
+        iggy_wire::WireJson::write_json(&self.read_users, out);
+        out.push_str(",\"manage_streams\":");
+        iggy_wire::WireJson::write_json(&self.manage_streams, out);
+        out.push_str(",\"read_streams\":");
+        iggy_wire::WireJson::write_json(&self.read_streams, out);
+        out.push_str(",\"manage_topics\":");
+        iggy_wire::WireJson::write_json(&self.manage_topics, out);
+        out.push_str(",\"read_topics\":");
+        iggy_wire::WireJson::write_json(&self.read_topics, out);
+        out.push_str(",\"poll_messages\":");
+        iggy_wire::WireJson::write_json(&self.poll_messages, out);
+        out.push_str(",\"send_messages\":");
+        iggy_wire::WireJson::write_json(&self.send_messages, out);
+        out.push('}');
+    }
+}
 impl WireEncode for WireGlobalPermissions {
     fn encoded_size(&self) -> usize { 10 }
     fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
@@ -981,6 +1193,22 @@ const _: () = assert!(WireTopicPermissions::MANAGE_TOPIC_OFFSET + 1 <= 8);
 const _: () = assert!(WireTopicPermissions::READ_TOPIC_OFFSET + 1 <= 8);
 const _: () = assert!(WireTopicPermissions::POLL_MESSAGES_OFFSET + 1 <= 8);
 const _: () = assert!(WireTopicPermissions::SEND_MESSAGES_OFFSET + 1 <= 8);
+impl iggy_wire::WireJson for WireTopicPermissions {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"topic_id\":");
+        iggy_wire::WireJson::write_json(&self.topic_id, out);
+        out.push_str(",\"manage_topic\":");
+        iggy_wire::WireJson::write_json(&self.manage_topic, out);
+        out.push_str(",\"read_topic\":");
+        iggy_wire::WireJson::write_json(&self.read_topic, out);
+        out.push_str(",\"poll_messages\":");
+        iggy_wire::WireJson::write_json(&self.poll_messages, out);
+        out.push_str(",\"send_messages\":");
+        iggy_wire::WireJson::write_json(&self.send_messages, out);
+        out.push('}');
+    }
+}
 impl WireEncode for WireTopicPermissions {
     fn encoded_size(&self) -> usize { 8 }
     fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
@@ -1028,6 +1256,14 @@ impl Default for IdentityResponse {
 }
 const _: () = assert!(IdentityResponse::SIZE == 4);
 const _: () = assert!(IdentityResponse::USER_ID_OFFSET + 4 <= 4);
+impl iggy_wire::WireJson for IdentityResponse {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"user_id\":");
+        iggy_wire::WireJson::write_json(&self.user_id, out);
+        out.push('}');
+    }
+}
 impl WireEncode for IdentityResponse {
     fn encoded_size(&self) -> usize { 4 }
     fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
@@ -1075,6 +1311,14 @@ impl Default for GetClientRequest {
 }
 const _: () = assert!(GetClientRequest::SIZE == 4);
 const _: () = assert!(GetClientRequest::CLIENT_ID_OFFSET + 4 <= 4);
+impl iggy_wire::WireJson for GetClientRequest {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"client_id\":");
+        iggy_wire::WireJson::write_json(&self.client_id, out);
+        out.push('}');
+    }
+}
 impl WireEncode for GetClientRequest {
     fn encoded_size(&self) -> usize { 4 }
     fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
@@ -1134,6 +1378,18 @@ const _: () = assert!(ConsumerGroupInfoResponse::SIZE == 12);
 const _: () = assert!(ConsumerGroupInfoResponse::STREAM_ID_OFFSET + 4 <= 12);
 const _: () = assert!(ConsumerGroupInfoResponse::TOPIC_ID_OFFSET + 4 <= 12);
 const _: () = assert!(ConsumerGroupInfoResponse::GROUP_ID_OFFSET + 4 <= 12);
+impl iggy_wire::WireJson for ConsumerGroupInfoResponse {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"stream_id\":");
+        iggy_wire::WireJson::write_json(&self.stream_id, out);
+        out.push_str(",\"topic_id\":");
+        iggy_wire::WireJson::write_json(&self.topic_id, out);
+        out.push_str(",\"group_id\":");
+        iggy_wire::WireJson::write_json(&self.group_id, out);
+        out.push('}');
+    }
+}
 impl WireEncode for ConsumerGroupInfoResponse {
     fn encoded_size(&self) -> usize { 12 }
     fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
@@ -1212,6 +1468,24 @@ const _: () = assert!(CacheMetricEntry::PARTITION_ID_OFFSET + 4 <= 32);
 const _: () = assert!(CacheMetricEntry::HITS_OFFSET + 8 <= 32);
 const _: () = assert!(CacheMetricEntry::MISSES_OFFSET + 8 <= 32);
 const _: () = assert!(CacheMetricEntry::HIT_RATIO_OFFSET + 4 <= 32);
+impl iggy_wire::WireJson for CacheMetricEntry {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"stream_id\":");
+        iggy_wire::WireJson::write_json(&self.stream_id, out);
+        out.push_str(",\"topic_id\":");
+        iggy_wire::WireJson::write_json(&self.topic_id, out);
+        out.push_str(",\"partition_id\":");
+        iggy_wire::WireJson::write_json(&self.partition_id, out);
+        out.push_str(",\"hits\":");
+        iggy_wire::WireJson::write_json(&self.hits, out);
+        out.push_str(",\"misses\":");
+        iggy_wire::WireJson::write_json(&self.misses, out);
+        out.push_str(",\"hit_ratio\":");
+        iggy_wire::WireJson::write_json(&self.hit_ratio, out);
+        out.push('}');
+    }
+}
 impl WireEncode for CacheMetricEntry {
     fn encoded_size(&self) -> usize { 32 }
     fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
@@ -1259,6 +1533,14 @@ impl Default for DescribeOptionsRequest {
 }
 const _: () = assert!(DescribeOptionsRequest::SIZE == 1);
 const _: () = assert!(DescribeOptionsRequest::SCOPE_OFFSET + 1 <= 1);
+impl iggy_wire::WireJson for DescribeOptionsRequest {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"scope\":");
+        iggy_wire::WireJson::write_json(&self.scope, out);
+        out.push('}');
+    }
+}
 impl WireEncode for DescribeOptionsRequest {
     fn encoded_size(&self) -> usize { 1 }
     fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
@@ -1273,6 +1555,12 @@ impl<'a> WireDecode<'a> for DescribeOptionsRequest {
 /// Variable-length `Opaque`.
 #[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
 pub struct Opaque<'a> {
+    #[wire(rest)]
+    pub body: &'a [u8],
+}
+/// Variable-length `OptionsBlock`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct OptionsBlock<'a> {
     #[wire(rest)]
     pub body: &'a [u8],
 }

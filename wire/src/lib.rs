@@ -509,6 +509,95 @@ pub mod field {
     }
 }
 
+/// The decoded form of a wire value as canonical JSON (the `value` of a conformance vector):
+/// objects list fields in spec order with no spaces, integers are decimal numbers (u128 too),
+/// byte strings are lowercase hex strings, enums are their variant name, `None` is `null`.
+/// `iggy-codegen` renders the same form from the spec, so equal text means equal values.
+pub trait WireJson {
+    /// Appends the JSON form to `out`.
+    fn write_json(&self, out: &mut String);
+    /// The JSON form as a fresh string.
+    fn to_json(&self) -> String {
+        let mut s = String::new();
+        self.write_json(&mut s);
+        s
+    }
+}
+
+/// Appends `s` as a JSON string literal (escaping `"`, `\\` and control characters).
+pub fn json_str(s: &str, out: &mut String) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// Appends `b` as a JSON string of lowercase hex.
+pub fn json_hex(b: &[u8], out: &mut String) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.push('"');
+    for x in b {
+        out.push(HEX[(x >> 4) as usize] as char);
+        out.push(HEX[(x & 15) as usize] as char);
+    }
+    out.push('"');
+}
+
+macro_rules! impl_json_int {
+    ($($t:ty),*) => {$(
+        impl WireJson for $t {
+            fn write_json(&self, out: &mut String) { out.push_str(&self.to_string()); }
+        }
+    )*};
+}
+impl_json_int!(u8, u16, u32, u64, u128, i8, i16, i32, i64, i128);
+impl WireJson for bool {
+    fn write_json(&self, out: &mut String) {
+        out.push_str(if *self { "true" } else { "false" });
+    }
+}
+impl WireJson for &str {
+    fn write_json(&self, out: &mut String) {
+        json_str(self, out)
+    }
+}
+impl WireJson for &[u8] {
+    fn write_json(&self, out: &mut String) {
+        json_hex(self, out)
+    }
+}
+impl<const N: usize> WireJson for [u8; N] {
+    fn write_json(&self, out: &mut String) {
+        json_hex(self, out)
+    }
+}
+impl<T: WireJson> WireJson for Option<T> {
+    fn write_json(&self, out: &mut String) {
+        match self {
+            Some(v) => v.write_json(out),
+            None => out.push_str("null"),
+        }
+    }
+}
+impl<T: WireJson> WireJson for Vec<T> {
+    fn write_json(&self, out: &mut String) {
+        out.push('[');
+        for (i, v) in self.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            v.write_json(out);
+        }
+        out.push(']');
+    }
+}
+
 /// Reads a little-endian integer at a fixed offset of a fixed-size buffer (used by generated
 /// fixed-layout headers). The caller has checked the buffer length.
 #[inline]

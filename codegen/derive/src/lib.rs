@@ -14,6 +14,8 @@
 //! | `sized(K)` | u32 byte length then K filling it exactly | `T` |
 //! | `vec(u32, K)` / `vec(u8, K)` / `vec(rest, K)` | count-prefixed / to the end | `Vec<T>` |
 //! | `vec(flag, K)` | each element after a u8 1, closed by a u8 0 | `Vec<T>` |
+//!
+//! It also emits `WireJson` (the canonical decoded form of conformance vectors), field by field.
 use proc_macro::TokenStream;
 use proc_macro2::{TokenStream as Ts, TokenTree};
 use quote::{format_ident, quote};
@@ -110,7 +112,8 @@ fn expand(input: &DeriveInput) -> syn::Result<Ts> {
     let mut enc = Vec::new();
     let mut dec = Vec::new();
     let mut idents = Vec::new();
-    for field in &fields {
+    let mut json = Vec::new();
+    for (i, field) in fields.iter().enumerate() {
         let ident = field.ident.clone().unwrap();
         let ty = &field.ty;
         let mut c = quote!(::iggy_wire::field::Plain);
@@ -124,6 +127,8 @@ fn expand(input: &DeriveInput) -> syn::Result<Ts> {
         check.push(quote!(<#c as ::iggy_wire::field::Codec<'_, #ty>>::check(&self.#ident, #fname)?;));
         enc.push(quote!(<#c as ::iggy_wire::field::Codec<'_, #ty>>::encode(&self.#ident, out);));
         dec.push(quote!(let #ident = <#c as ::iggy_wire::field::Codec<'__w, #ty>>::decode(input, #fname)?;));
+        let key = format!("{}\"{fname}\":", if i == 0 { "" } else { "," });
+        json.push(quote!(out.push_str(#key); ::iggy_wire::WireJson::write_json(&self.#ident, out);));
         idents.push(ident);
     }
     // Decode borrows from the input with the struct's own lifetime if it has one.
@@ -167,6 +172,13 @@ fn expand(input: &DeriveInput) -> syn::Result<Ts> {
             pub fn check_encodable(&self) -> Result<(), ::iggy_wire::WireError> {
                 #(#check)*
                 Ok(())
+            }
+        }
+        impl #impl_g ::iggy_wire::WireJson for #name #ty_g #where_c {
+            fn write_json(&self, out: &mut String) {
+                out.push('{');
+                #(#json)*
+                out.push('}');
             }
         }
         #decode_impl
