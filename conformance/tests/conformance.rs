@@ -199,6 +199,20 @@ fn conformance() {
         };
         tally.check(&format!("command-table:{}", meta.code), result);
     }
+    // 1c. And the other way: every command our spec knows at 0.12.0 is an official code with
+    // the same name.
+    let current = iggy_generated::protocol::CURRENT.packed();
+    for c in iggy_generated::commands::COMMANDS
+        .iter()
+        .filter(|c| c.since <= current && current <= c.until)
+    {
+        let result = match official::COMMAND_TABLE.iter().find(|m| m.code == c.code) {
+            Some(m) if m.name == c.name => Ok(()),
+            Some(m) => Err(format!("official name {}", m.name)),
+            None => Err("not an official 0.12.0 command".into()),
+        };
+        tally.check(&format!("spec-command:{}", c.code), result);
+    }
     // 2. Headers: the bytemuck consensus headers, a handful of instances each.
     let mut structs = BTreeSet::new();
     for seed in [0u64, 1, 2, 3, 42] {
