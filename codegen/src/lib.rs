@@ -354,11 +354,17 @@ impl Model {
     /// Checks this file's items, resolving type names in `global` (every spec file merged).
     pub fn validate_with(&self, global: &Model) -> Vec<Diagnostic> {
         let mut out = Vec::new();
-        let mut names: BTreeMap<&str, ()> = BTreeMap::new();
-        for s in &self.structs {
-            if names.insert(&s.name, ()).is_some() {
-                out.push(diag(&s.file, s.line, format!("duplicate name `{}`", s.name)));
+        let mut items: Vec<(usize, &str, &str)> = self.enums.iter().map(|e| (e.line, e.name.as_str(), e.file.as_str())).collect();
+        items.extend(self.structs.iter().map(|s| (s.line, s.name.as_str(), s.file.as_str())));
+        items.sort();
+        let mut names: BTreeMap<&str, usize> = BTreeMap::new();
+        for (line, name, file) in items {
+            if let Some(first) = names.insert(name, line) {
+                out.push(diag(file, line, format!("duplicate name `{name}` (first at line {first})")));
+                names.insert(name, first);
             }
+        }
+        for s in &self.structs {
             let Some(size) = s.fixed else {
                 let set = borrowing(global);
                 let n = s.fields.len();

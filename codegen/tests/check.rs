@@ -18,8 +18,8 @@ fn overlapping_offsets_are_reported_with_file_and_line() {
     iggy_codegen::parse_file("u.spec", "struct B fixed=16\n  0 a u64\n  12 b u32\nend\nstruct B fixed=1\n  0 c nope\nend\n", &mut m).unwrap();
     let d: Vec<String> = m.validate().iter().map(|d| d.to_string()).collect();
     assert_eq!(d, vec![
+        "u.spec:5: duplicate name `B` (first at line 1)",
         "u.spec:3: gap before `b`: 8..12",
-        "u.spec:5: duplicate name `B`",
         "u.spec:6: unknown type `nope`",
         "u.spec:5: fields cover 0 bytes, fixed=1",
     ]);
