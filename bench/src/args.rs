@@ -1,0 +1,284 @@
+//! Hand-rolled command line: no argument-parsing dependency for a dozen flags.
+
+use std::path::PathBuf;
+
+pub const USAGE: &str = "\
+bench: throughput and latency of iggy-server through the official SDK, with the machine's
+disk and loopback limits measured in the same run.
+
+USAGE:
+    bench [SCENARIO] [OPTIONS]
+    bench --suite [--scale F] [OPTIONS]
+
+SCENARIOS:
+    pinned-producer       N producers, each sends to its own stream (partition 0)  [default]
+    pinned-consumer       seeds every stream, then N consumers poll their own stream by offset
+    balanced              producers send balanced over one topic's partitions while a
+                          consumer group (--consumers members) polls it with auto-commit
+    end-to-end            producing consumers: each actor sends a batch to its own stream and
+                          polls it back before the next (latency = send + poll)
+
+OPTIONS:
+    --message-size N | MIN..MAX   payload bytes per message (default 1000)
+    --messages-per-batch N        messages per send / poll count (default 1000)
+    --batches N                   batches per actor (default 200)
+    --producers N                 producing actors (default 2)
+    --consumers N                 consuming actors (default 2)
+    --partitions N                partitions per topic (default: 1 pinned, consumers balanced)
+    --durability replicated|persisted   server and topic durability policy (default replicated)
+    --nodelay                     set TCP_NODELAY on the client sockets
+    --server-address HOST:PORT    use a running server (root iggy/iggy) instead of starting one
+    --server-bin PATH             server binary to start (default target/release/iggy-server,
+                                  built with cargo if missing; or $IGGY_SERVER_BIN)
+    --data-dir PATH               where to measure disk bandwidth (default: the server's temp
+                                  data dir, or the system temp dir with --server-address)
+    --no-limits                   skip the disk and loopback measurements
+    --limits-only                 measure only the disk and loopback limits (no server)
+    --output FILE                 also write the report as JSON
+    --suite                       run the reference rows of issue 4 and print a markdown table
+    --scale F                     multiply the suite's batches per actor by F (default 1)
+    --quiet                       no progress lines
+    -h, --help                    this text
+";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Scenario {
+    PinnedProducer,
+    PinnedConsumer,
+    Balanced,
+    EndToEnd,
+}
+
+impl Scenario {
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::PinnedProducer => "pinned-producer",
+            Scenario::PinnedConsumer => "pinned-consumer",
+            Scenario::Balanced => "balanced",
+            Scenario::EndToEnd => "end-to-end",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "pinned-producer" | "pp" => Scenario::PinnedProducer,
+            "pinned-consumer" | "pc" => Scenario::PinnedConsumer,
+            "balanced" | "balanced-producer-and-consumer-group" | "bpcg" => Scenario::Balanced,
+            "end-to-end" | "producing-consumer" | "e2e" => Scenario::EndToEnd,
+            _ => return None,
+        })
+    }
+}
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Params {
+    pub scenario: Scenario,
+    pub message_size_min: u32,
+    pub message_size_max: u32,
+    pub messages_per_batch: u32,
+    pub batches: u64,
+    pub producers: u32,
+    pub consumers: u32,
+    pub partitions: u32,
+    pub durability: String,
+    pub nodelay: bool,
+}
+
+impl Params {
+    pub fn persisted(&self) -> bool {
+        self.durability == "persisted"
+    }
+
+    pub fn avg_message_size(&self) -> f64 {
+        (self.message_size_min as f64 + self.message_size_max as f64) / 2.0
+    }
+
+    /// Actors that produce in this scenario (the seeding producers of pinned-consumer count).
+    pub fn producing_actors(&self) -> u32 {
+        match self.scenario {
+            Scenario::PinnedConsumer => self.consumers,
+            _ => self.producers,
+        }
+    }
+
+    /// Streams the scenario uses (one per pinned actor, one for balanced).
+    pub fn streams(&self) -> u32 {
+        match self.scenario {
+            Scenario::PinnedProducer | Scenario::EndToEnd => self.producers,
+            Scenario::PinnedConsumer => self.consumers,
+            Scenario::Balanced => 1,
+        }
+    }
+
+    pub fn effective_partitions(&self) -> u32 {
+        if self.partitions > 0 {
+            self.partitions
+        } else if self.scenario == Scenario::Balanced {
+            self.consumers.max(1)
+        } else {
+            1
+        }
+    }
+
+    /// Payload bytes the scenario writes into the server.
+    pub fn volume_bytes(&self) -> u64 {
+        (self.producing_actors() as f64
+            * self.batches as f64
+            * self.messages_per_batch as f64
+            * self.avg_message_size()) as u64
+    }
+
+    pub fn batch_bytes(&self) -> u64 {
+        (self.messages_per_batch as f64 * self.avg_message_size()) as u64
+    }
+
+    pub fn describe(&self) -> String {
+        let size = if self.message_size_min == self.message_size_max {
+            format!("{} B", self.message_size_min)
+        } else {
+            format!("{}..{} B", self.message_size_min, self.message_size_max)
+        };
+        let actors = match self.scenario {
+            Scenario::PinnedProducer => format!("{} producers", self.producers),
+            Scenario::PinnedConsumer => format!("{} consumers", self.consumers),
+            Scenario::Balanced => format!(
+                "{} producers + {} group consumers, {} partitions",
+                self.producers,
+                self.consumers,
+                self.effective_partitions()
+            ),
+            Scenario::EndToEnd => format!("{} producing consumers", self.producers),
+        };
+        format!(
+            "{}: {actors}, {} msgs x {size} per batch, {} batches per actor, {}{}",
+            self.scenario.name(),
+            self.messages_per_batch,
+            self.batches,
+            self.durability,
+            if self.nodelay { ", nodelay" } else { "" }
+        )
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Args {
+    pub params: Params,
+    pub server_address: Option<String>,
+    pub server_bin: Option<PathBuf>,
+    pub data_dir: Option<PathBuf>,
+    pub limits: bool,
+    pub limits_only: bool,
+    pub output: Option<PathBuf>,
+    pub suite: bool,
+    pub scale: f64,
+    pub quiet: bool,
+}
+
+fn num<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, String> {
+    v.parse()
+        .map_err(|_| format!("{flag}: not a number: {v:?}"))
+}
+
+pub fn parse(argv: &[String]) -> Result<Args, String> {
+    let mut p = Params {
+        scenario: Scenario::PinnedProducer,
+        message_size_min: 1000,
+        message_size_max: 1000,
+        messages_per_batch: 1000,
+        batches: 200,
+        producers: 2,
+        consumers: 2,
+        partitions: 0,
+        durability: "replicated".into(),
+        nodelay: false,
+    };
+    let mut a = Args {
+        params: p.clone(),
+        server_address: None,
+        server_bin: None,
+        data_dir: None,
+        limits: true,
+        limits_only: false,
+        output: None,
+        suite: false,
+        scale: 1.0,
+        quiet: false,
+    };
+    let mut i = 0;
+    let mut scenario_seen = false;
+    while i < argv.len() {
+        let arg = argv[i].as_str();
+        let (flag, inline) = match arg.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
+            _ => (arg, None),
+        };
+        let mut value = || -> Result<String, String> {
+            if let Some(v) = &inline {
+                return Ok(v.clone());
+            }
+            i += 1;
+            argv.get(i)
+                .cloned()
+                .ok_or_else(|| format!("{flag} needs a value"))
+        };
+        match flag {
+            "-h" | "--help" => return Err(String::new()),
+            "--message-size" | "--message-size-bytes" => {
+                let v = value()?;
+                let (lo, hi) = match v.split_once("..") {
+                    Some((lo, hi)) => (num(flag, lo)?, num(flag, hi)?),
+                    None => {
+                        let n = num(flag, &v)?;
+                        (n, n)
+                    }
+                };
+                if lo == 0 || hi < lo {
+                    return Err(format!("{flag}: want N>0 or MIN..MAX with MIN<=MAX: {v:?}"));
+                }
+                p.message_size_min = lo;
+                p.message_size_max = hi;
+            }
+            "--messages-per-batch" => p.messages_per_batch = num(flag, &value()?)?,
+            "--batches" | "--message-batches" => p.batches = num(flag, &value()?)?,
+            "--producers" => p.producers = num(flag, &value()?)?,
+            "--consumers" => p.consumers = num(flag, &value()?)?,
+            "--partitions" => p.partitions = num(flag, &value()?)?,
+            "--durability" => {
+                let v = value()?;
+                if v != "replicated" && v != "persisted" {
+                    return Err(format!("--durability: replicated or persisted, not {v:?}"));
+                }
+                p.durability = v;
+            }
+            "--nodelay" => p.nodelay = true,
+            "--server-address" => a.server_address = Some(value()?),
+            "--server-bin" => a.server_bin = Some(value()?.into()),
+            "--data-dir" => a.data_dir = Some(value()?.into()),
+            "--no-limits" => a.limits = false,
+            "--limits-only" => a.limits_only = true,
+            "--output" => a.output = Some(value()?.into()),
+            "--suite" => a.suite = true,
+            "--scale" => a.scale = num(flag, &value()?)?,
+            "--quiet" => a.quiet = true,
+            other if !other.starts_with('-') && !scenario_seen => {
+                p.scenario =
+                    Scenario::parse(other).ok_or_else(|| format!("unknown scenario {other:?}"))?;
+                scenario_seen = true;
+            }
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+        i += 1;
+    }
+    if p.messages_per_batch == 0 || p.batches == 0 {
+        return Err("--messages-per-batch and --batches must be > 0".into());
+    }
+    if p.producing_actors() == 0 || (p.scenario == Scenario::Balanced && p.consumers == 0) {
+        return Err("the scenario needs at least one actor of each kind it uses".into());
+    }
+    if a.scale <= 0.0 {
+        return Err("--scale must be > 0".into());
+    }
+    a.params = p;
+    Ok(a)
+}

@@ -1,0 +1,192 @@
+//! Starts `iggy-server` as a child on a free port in a temp dir (as the e2e harness does),
+//! building the release binary first when it is missing.
+
+use std::fs::OpenOptions;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub struct ServerProc {
+    pub dir: tempfile::TempDir,
+    pub address: String,
+    child: Option<Child>,
+}
+
+fn workspace_root() -> PathBuf {
+    let compiled = Path::new(env!("CARGO_MANIFEST_DIR"));
+    match compiled.parent() {
+        Some(root) if root.join("Cargo.toml").is_file() => root.to_path_buf(),
+        _ => std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")),
+    }
+}
+
+fn target_dir(root: &Path) -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) if !dir.is_empty() => {
+            let dir = PathBuf::from(dir);
+            if dir.is_absolute() {
+                dir
+            } else {
+                root.join(dir)
+            }
+        }
+        _ => root.join("target"),
+    }
+}
+
+/// `explicit`, else `$IGGY_SERVER_BIN`, else `<target>/release/iggy-server`, built if missing.
+pub fn server_binary(explicit: Option<&Path>) -> Result<PathBuf, String> {
+    if let Some(bin) = explicit
+        .map(Path::to_path_buf)
+        .or_else(|| std::env::var_os("IGGY_SERVER_BIN").map(PathBuf::from))
+    {
+        return if bin.is_file() {
+            Ok(bin)
+        } else {
+            Err(format!("server binary {} is not a file", bin.display()))
+        };
+    }
+    let root = workspace_root();
+    let bin = target_dir(&root).join("release").join("iggy-server");
+    if bin.is_file() {
+        return Ok(bin);
+    }
+    eprintln!(
+        "bench: {} is missing; running `cargo build --release --bin iggy-server`",
+        bin.display()
+    );
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status = Command::new(cargo)
+        .args(["build", "--release", "--bin", "iggy-server"])
+        .current_dir(&root)
+        .stdin(Stdio::null())
+        .status()
+        .map_err(|e| format!("spawn cargo build: {e}"))?;
+    if !status.success() {
+        return Err(format!(
+            "`cargo build --release --bin iggy-server` failed ({status})"
+        ));
+    }
+    if bin.is_file() {
+        Ok(bin)
+    } else {
+        Err(format!(
+            "cargo build succeeded but {} is missing",
+            bin.display()
+        ))
+    }
+}
+
+fn free_port() -> Result<u16, String> {
+    let l = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("bind: {e}"))?;
+    Ok(l.local_addr().map_err(|e| e.to_string())?.port())
+}
+
+impl ServerProc {
+    pub fn start(bin: &Path, durability: &str) -> Result<ServerProc, String> {
+        let dir = tempfile::Builder::new()
+            .prefix("iggy-bench-")
+            .tempdir()
+            .map_err(|e| format!("temp dir: {e}"))?;
+        let address = format!("127.0.0.1:{}", free_port()?);
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.path().join("server.log"))
+            .map_err(|e| format!("server.log: {e}"))?;
+        let err = log.try_clone().map_err(|e| e.to_string())?;
+        let mut cmd = Command::new(bin);
+        cmd.arg("--with-default-root-credentials")
+            .current_dir(dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log))
+            .stderr(Stdio::from(err));
+        for (key, _) in std::env::vars_os() {
+            if key.to_string_lossy().starts_with("IGGY_") {
+                cmd.env_remove(key);
+            }
+        }
+        cmd.env("IGGY_TCP_ADDRESS", &address)
+            .env("IGGY_SYSTEM_PATH", dir.path().join("data"))
+            .env("IGGY_SYSTEM_DURABILITY", durability);
+        if std::env::var_os("RUST_LOG").is_none() {
+            cmd.env("RUST_LOG", "warn");
+        }
+        let child = cmd
+            .spawn()
+            .map_err(|e| format!("spawn {}: {e}", bin.display()))?;
+        let mut server = ServerProc {
+            dir,
+            address,
+            child: Some(child),
+        };
+        server.wait_ready()?;
+        Ok(server)
+    }
+
+    fn wait_ready(&mut self) -> Result<(), String> {
+        let addr: SocketAddr = self.address.parse().map_err(|e| format!("{e}"))?;
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
+                self.child = None;
+                return Err(format!(
+                    "iggy-server exited during startup ({status}):\n{}",
+                    self.log_tail(40)
+                ));
+            }
+            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "iggy-server did not accept on {addr} within {START_TIMEOUT:?}:\n{}",
+                    self.log_tail(40)
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Whether the child is still running (false after a crash).
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.as_mut().map(Child::try_wait), Some(Ok(None)))
+    }
+
+    pub fn log_tail(&self, lines: usize) -> String {
+        let text = std::fs::read_to_string(self.dir.path().join("server.log"))
+            .unwrap_or_else(|e| format!("<no server.log: {e}>"));
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
+    /// User + system CPU seconds the server has used so far (Linux /proc), if known.
+    pub fn cpu_seconds(&self) -> Option<f64> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid()?)).ok()?;
+        // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+        let rest = &stat[stat.rfind(')')? + 2..];
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let ticks = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+        Some(ticks / 100.0) // USER_HZ is 100 on Linux
+    }
+}
+
+impl Drop for ServerProc {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
