@@ -125,3 +125,65 @@ async fn kill9_during_a_stream_of_sends_keeps_every_acknowledged_batch() {
     let sent = send_to_partition(&c, &name("s"), &name("t"), 0, msgs("after", 1)).await;
     assert_eq!(sent.confirmations.first().map(|c| c.base_offset), Some(texts.len() as u64));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sends_riding_through_a_crash_restart_are_never_duplicated() {
+    // The SDK resends an in-flight send with the same identity after it reconnects; the server
+    // must deduplicate it. Whatever the outcome of each call, no batch may be stored twice,
+    // and every acknowledged batch must be stored once. The crash lands while sends are in
+    // flight: a separate thread kills and restarts the server after 300 ms.
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+    let server = Arc::new(Mutex::new(TestServer::start()));
+    // Through a wire tap, so a hang shows the frames around it.
+    let tap = crate::wiretap::WireTap::start(server.lock().unwrap().port()).await;
+    let c = IggyClient::from_connection_string(&format!("iggy://{ROOT_USER}:{ROOT_PASSWORD}@{}", tap.address()))
+        .expect("connection string");
+    ok("connect", within("connect", c.connect()).await);
+    create_stream_and_topic(&c, "s", "t", 1).await;
+    let killer = {
+        let server = server.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            server.lock().unwrap().kill9_and_restart();
+        })
+    };
+    let mut acked = Vec::new();
+    let mut failed = Vec::new();
+    let started = std::time::Instant::now();
+    let mut b = 0u32;
+    while started.elapsed() < Duration::from_secs(3) || !killer.is_finished() {
+        let mut batch = msgs(&format!("b{b}"), 3);
+        let r = tokio::time::timeout(
+            Duration::from_secs(20),
+            c.send_messages(&name("s"), &name("t"), &Partitioning::partition_id(0), &mut batch),
+        )
+        .await;
+        match r {
+            Ok(Ok(_)) => acked.push(b),
+            Ok(Err(IggyError::OperationUncertain(op))) => {
+                // Prove the outcome so the lane opens again.
+                let deadline = std::time::Instant::now() + Duration::from_secs(15);
+                match within_for(Duration::from_secs(20), "resolve_operation", c.resolve_operation(op, deadline)).await {
+                    Ok(()) => acked.push(b),
+                    Err(e) => failed.push(format!("b{b}: uncertain {op} resolved to {e} ({})", e.as_code())),
+                }
+            }
+            Ok(Err(e)) => failed.push(format!("b{b}: {e} ({})", e.as_code())),
+            Err(_) => panic!("batch b{b}: send hung for 20 s; frames around the crash:\n{}\n...\nlast frames:\n{}", tap.around_first_close(12, 30), tap.tail(6)),
+        }
+        b += 1;
+    }
+    killer.join().expect("killer thread");
+    assert!(acked.len() + 2 >= b as usize, "at most two sends fail around the crash: failed {failed:?}");
+    let polled = poll(&c, &name("s"), &name("t"), 0, &consumer("x"), PollingStrategy::first(), 100_000, false).await;
+    let texts = payloads(&polled);
+    let batches: Vec<String> = texts.chunks(3).map(|ch| ch[0].trim_end_matches("-0").to_string()).collect();
+    let unique: std::collections::BTreeSet<&String> = batches.iter().collect();
+    assert_eq!(unique.len(), batches.len(), "a batch is stored twice (failed sends: {failed:?})");
+    for b in &acked {
+        assert!(batches.contains(&format!("b{b}")), "acknowledged batch b{b} is missing (failed sends: {failed:?})");
+    }
+    assert_eq!(offsets(&polled), (0..texts.len() as u64).collect::<Vec<_>>());
+    assert!(b > 20, "the loop kept sending before and after the crash: {b} sends");
+}

@@ -137,6 +137,21 @@ impl Drop for FileLock<'_> {
     }
 }
 
+/// `IGGY_E2E_SDK_LOG=<env-filter>` (for example `iggy=debug`) prints the SDK's tracing to the
+/// test's stderr, which nextest shows for failing tests.
+fn init_sdk_logging() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if let Ok(filter) = std::env::var("IGGY_E2E_SDK_LOG") {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+                .with_writer(std::io::stderr)
+                .with_ansi(false)
+                .try_init();
+        }
+    });
+}
+
 fn free_port() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
     listener.local_addr().expect("local addr").port()
@@ -153,6 +168,7 @@ pub struct TestServer {
 impl TestServer {
     /// Spawns the server and waits until its TCP port accepts connections.
     pub fn start() -> Self {
+        init_sdk_logging();
         let bin = server_binary();
         let dir = tempfile::Builder::new()
             .prefix("iggy-e2e-")

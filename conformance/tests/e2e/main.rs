@@ -25,3 +25,4 @@ mod streams;
 mod system;
 mod topics;
 mod users;
+mod wiretap;

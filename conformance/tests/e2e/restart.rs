@@ -205,3 +205,38 @@ async fn sigterm_stops_the_server_with_exit_status_zero() {
     let c = server.root_client().await;
     assert!(ok("get", within("get", c.get_stream(&name("s"))).await).is_some());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_and_group_offsets_are_the_same_after_restart() {
+    let mut server = TestServer::start();
+    let before = {
+        let c = server.root_client().await;
+        create_stream_and_topic(&c, "a", "t", 3).await;
+        create_stream_and_topic(&c, "b", "t", 1).await;
+        send_to_partition(&c, &name("a"), &name("t"), 2, msgs("m", 7)).await;
+        ok("create group", within("cg", c.create_consumer_group(&name("a"), &name("t"), "g")).await);
+        ok("join", within("join", c.join_consumer_group(&name("a"), &name("t"), &name("g"))).await);
+        ok(
+            "store group offset",
+            within("store", c.store_consumer_offset(&Consumer::group(name("g")), &name("a"), &name("t"), Some(2), 5)).await,
+        );
+        ok("stats", within("stats", c.get_stats()).await)
+    };
+    tokio::task::block_in_place(|| server.restart());
+    let c = server.root_client().await;
+    let after = ok("stats", within("stats", c.get_stats()).await);
+    assert_eq!(
+        (after.streams_count, after.topics_count, after.partitions_count, after.messages_count, after.consumer_groups_count),
+        (before.streams_count, before.topics_count, before.partitions_count, before.messages_count, before.consumer_groups_count),
+        "stats counters after restart"
+    );
+    assert_eq!((after.streams_count, after.partitions_count, after.messages_count), (2, 4, 7));
+    assert_eq!(after.messages_size_bytes.as_bytes_u64(), before.messages_size_bytes.as_bytes_u64());
+    assert_ne!(after.process_id, before.process_id, "a new process");
+    let off = ok(
+        "group offset",
+        within("get", c.get_consumer_offset(&Consumer::group(name("g")), &name("a"), &name("t"), Some(2))).await,
+    )
+    .expect("group offset survives restart");
+    assert_eq!((off.stored_offset, off.current_offset), (5, 6));
+}

@@ -98,3 +98,35 @@ async fn delete_missing_stream_fails_with_stream_id_not_found() {
     let client = server.root_client().await;
     expect_code("delete missing stream", within("delete", client.delete_stream(&id(3))).await, 1009);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unicode_names_round_trip_and_resolve() {
+    let server = TestServer::start();
+    let client = server.root_client().await;
+    let stream = "łódź-ストリーム-🚀";
+    let topic = "тема.événements";
+    create_stream_and_topic(&client, stream, topic, 1).await;
+    let s = ok("get by unicode name", within("get", client.get_stream(&name(stream))).await).expect("stream");
+    assert_eq!(s.name, stream);
+    let t = ok("get topic by unicode name", within("get", client.get_topic(&name(stream), &name(topic))).await)
+        .expect("topic");
+    assert_eq!(t.name, topic);
+    send_to_partition(&client, &name(stream), &name(topic), 0, msgs("m", 1)).await;
+    assert!(ok("other case", within("get", client.get_stream(&name("ŁÓDŹ-ストリーム-🚀"))).await).is_none(), "names are case-sensitive");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hundred_streams_get_ids_zero_to_ninety_nine() {
+    let server = TestServer::start();
+    let client = server.root_client().await;
+    for i in 0..100 {
+        let s = ok("create", within("create", client.create_stream(&format!("stream-{i:03}"), &StreamCreateOptions::default())).await);
+        assert_eq!(s.id, i);
+    }
+    let mut streams = ok("list", within("list", client.get_streams()).await);
+    streams.sort_by_key(|s| s.id);
+    assert_eq!(streams.len(), 100);
+    for (i, s) in streams.iter().enumerate() {
+        assert_eq!((s.id as usize, s.name.clone()), (i, format!("stream-{i:03}")));
+    }
+}

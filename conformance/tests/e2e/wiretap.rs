@@ -1,0 +1,139 @@
+//! A logging TCP proxy between the SDK and the server, for diagnosing protocol hangs: every
+//! frame's header is summarized (request: op, code, session, request number; reply: request
+//! number, op, status, commit). Connect the SDK to `WireTap::address()`.
+
+#![allow(dead_code)]
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+#[derive(Clone)]
+pub struct WireTap {
+    port: u16,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+fn u32_at(h: &[u8], off: usize) -> u32 {
+    u32::from_le_bytes(h[off..off + 4].try_into().unwrap())
+}
+
+fn u64_at(h: &[u8], off: usize) -> u64 {
+    u64::from_le_bytes(h[off..off + 8].try_into().unwrap())
+}
+
+fn summarize(to_server: bool, h: &[u8], started: Instant) -> String {
+    let ms = started.elapsed().as_millis();
+    let size = u32_at(h, 48);
+    let command = h[60];
+    if to_server {
+        format!(
+            "{ms:>6}ms C->S cmd={command} size={size} request={} op={} session={} code={} incarnation={} min_meta_op={}",
+            u64_at(h, 168),
+            h[176],
+            u64_at(h, 184),
+            u32_at(h, 196),
+            u64_at(h, 200),
+            u64_at(h, 216),
+        )
+    } else if command == 13 {
+        format!("{ms:>6}ms S->C EVICTION reason={}", h[255])
+    } else {
+        format!(
+            "{ms:>6}ms S->C cmd={command} size={size} request={} op={} status={} commit={} committed_marker={}",
+            u64_at(h, 200),
+            h[208],
+            u32_at(h, 216),
+            u64_at(h, 184),
+            h[220],
+        )
+    }
+}
+
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    to_server: bool,
+    log: Arc<Mutex<Vec<String>>>,
+    started: Instant,
+) {
+    let mut header = [0u8; 256];
+    loop {
+        if from.read_exact(&mut header).await.is_err() {
+            break;
+        }
+        let size = u32_at(&header, 48) as usize;
+        log.lock().unwrap().push(summarize(to_server, &header, started));
+        let mut body = vec![0u8; size.saturating_sub(256)];
+        if from.read_exact(&mut body).await.is_err() {
+            break;
+        }
+        if to.write_all(&header).await.is_err() || to.write_all(&body).await.is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown().await;
+    log.lock().unwrap().push(format!(
+        "{:>6}ms {} closed",
+        started.elapsed().as_millis(),
+        if to_server { "client side" } else { "server side" }
+    ));
+}
+
+impl WireTap {
+    /// Listens on a free port and forwards each connection to `127.0.0.1:upstream_port`,
+    /// redialing for up to 10 s (the server may be restarting).
+    pub async fn start(upstream_port: u16) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind tap");
+        let port = listener.local_addr().unwrap().port();
+        let log: Arc<Mutex<Vec<String>>> = Arc::default();
+        let started = Instant::now();
+        let tap_log = log.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((client, _)) = listener.accept().await else { break };
+                let log = tap_log.clone();
+                tokio::spawn(async move {
+                    let deadline = Instant::now() + Duration::from_secs(10);
+                    let server = loop {
+                        match TcpStream::connect(("127.0.0.1", upstream_port)).await {
+                            Ok(s) => break s,
+                            Err(_) if Instant::now() < deadline => {
+                                tokio::time::sleep(Duration::from_millis(20)).await
+                            }
+                            Err(_) => return,
+                        }
+                    };
+                    log.lock().unwrap().push(format!("{:>6}ms connection", started.elapsed().as_millis()));
+                    let (cr, cw) = client.into_split();
+                    let (sr, sw) = server.into_split();
+                    tokio::join!(
+                        pump(cr, sw, true, log.clone(), started),
+                        pump(sr, cw, false, log.clone(), started)
+                    );
+                });
+            }
+        });
+        Self { port, log }
+    }
+
+    pub fn address(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// `before` lines before the first closed connection and `after` lines from it on.
+    pub fn around_first_close(&self, before: usize, after: usize) -> String {
+        let log = self.log.lock().unwrap();
+        let at = log.iter().position(|l| l.ends_with("closed")).unwrap_or(log.len());
+        let from = at.saturating_sub(before);
+        let to = (at + after).min(log.len());
+        log[from..to].join("\n")
+    }
+
+    /// The last `n` summary lines.
+    pub fn tail(&self, n: usize) -> String {
+        let log = self.log.lock().unwrap();
+        log[log.len().saturating_sub(n)..].join("\n")
+    }
+}
