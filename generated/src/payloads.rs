@@ -1552,6 +1552,101 @@ impl<'a> WireDecode<'a> for DescribeOptionsRequest {
     }
 }
 
+/// Fixed-layout `PartitionResponseV0111`, 40 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartitionResponseV0111 {
+    pub id: u32,
+    pub created_at: u64,
+    pub segments_count: u32,
+    pub current_offset: u64,
+    pub size_bytes: u64,
+    pub messages_count: u64,
+}
+impl PartitionResponseV0111 {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 40;
+    /// Byte offset of `id`.
+    pub const ID_OFFSET: usize = 0;
+    /// Byte offset of `created_at`.
+    pub const CREATED_AT_OFFSET: usize = 4;
+    /// Byte offset of `segments_count`.
+    pub const SEGMENTS_COUNT_OFFSET: usize = 12;
+    /// Byte offset of `current_offset`.
+    pub const CURRENT_OFFSET_OFFSET: usize = 16;
+    /// Byte offset of `size_bytes`.
+    pub const SIZE_BYTES_OFFSET: usize = 24;
+    /// Byte offset of `messages_count`.
+    pub const MESSAGES_COUNT_OFFSET: usize = 32;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd { needed: Self::SIZE, remaining: buf.len() });
+        }
+        let id = <u32>::decode_exact(&buf[0..0 + 4]).map_err(|_| WireError::InvalidValue { field: "id" })?;
+        let created_at = <u64>::decode_exact(&buf[4..4 + 8]).map_err(|_| WireError::InvalidValue { field: "created_at" })?;
+        let segments_count = <u32>::decode_exact(&buf[12..12 + 4]).map_err(|_| WireError::InvalidValue { field: "segments_count" })?;
+        let current_offset = <u64>::decode_exact(&buf[16..16 + 8]).map_err(|_| WireError::InvalidValue { field: "current_offset" })?;
+        let size_bytes = <u64>::decode_exact(&buf[24..24 + 8]).map_err(|_| WireError::InvalidValue { field: "size_bytes" })?;
+        let messages_count = <u64>::decode_exact(&buf[32..32 + 8]).map_err(|_| WireError::InvalidValue { field: "messages_count" })?;
+        Ok(Self { id, created_at, segments_count, current_offset, size_bytes, messages_count })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.id.to_wire_bytes());
+        iggy_wire::put_at(out, 4, &self.created_at.to_wire_bytes());
+        iggy_wire::put_at(out, 12, &self.segments_count.to_wire_bytes());
+        iggy_wire::put_at(out, 16, &self.current_offset.to_wire_bytes());
+        iggy_wire::put_at(out, 24, &self.size_bytes.to_wire_bytes());
+        iggy_wire::put_at(out, 32, &self.messages_count.to_wire_bytes());
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 40] {
+        let mut b = [0u8; 40];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for PartitionResponseV0111 {
+    /// All-zero bytes.
+    fn default() -> Self { Self::decode_fixed(&[0u8; 40]).expect("zero bytes decode") }
+}
+const _: () = assert!(PartitionResponseV0111::SIZE == 40);
+const _: () = assert!(PartitionResponseV0111::ID_OFFSET + 4 <= 40);
+const _: () = assert!(PartitionResponseV0111::CREATED_AT_OFFSET + 8 <= 40);
+const _: () = assert!(PartitionResponseV0111::SEGMENTS_COUNT_OFFSET + 4 <= 40);
+const _: () = assert!(PartitionResponseV0111::CURRENT_OFFSET_OFFSET + 8 <= 40);
+const _: () = assert!(PartitionResponseV0111::SIZE_BYTES_OFFSET + 8 <= 40);
+const _: () = assert!(PartitionResponseV0111::MESSAGES_COUNT_OFFSET + 8 <= 40);
+impl iggy_wire::WireJson for PartitionResponseV0111 {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"id\":");
+        iggy_wire::WireJson::write_json(&self.id, out);
+        out.push_str(",\"created_at\":");
+        iggy_wire::WireJson::write_json(&self.created_at, out);
+        out.push_str(",\"segments_count\":");
+        iggy_wire::WireJson::write_json(&self.segments_count, out);
+        out.push_str(",\"current_offset\":");
+        iggy_wire::WireJson::write_json(&self.current_offset, out);
+        out.push_str(",\"size_bytes\":");
+        iggy_wire::WireJson::write_json(&self.size_bytes, out);
+        out.push_str(",\"messages_count\":");
+        iggy_wire::WireJson::write_json(&self.messages_count, out);
+        out.push('}');
+    }
+}
+impl WireEncode for PartitionResponseV0111 {
+    fn encoded_size(&self) -> usize { 40 }
+    fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
+}
+impl<'a> WireDecode<'a> for PartitionResponseV0111 {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 40)?;
+        Self::decode_fixed(b)
+    }
+}
+
 /// Variable-length `Opaque`.
 #[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
 pub struct Opaque<'a> {
@@ -2321,4 +2416,193 @@ pub struct UserResourcePatch<'a> {
     pub reset: Vec<&'a str>,
     #[wire(rest)]
     pub options: &'a [u8],
+}
+/// Variable-length `StreamResponseV0111`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct StreamResponseV0111<'a> {
+    #[wire(plain)]
+    pub id: u32,
+    #[wire(plain)]
+    pub created_at: u64,
+    #[wire(plain)]
+    pub topics_count: u32,
+    #[wire(plain)]
+    pub size_bytes: u64,
+    #[wire(plain)]
+    pub messages_count: u64,
+    #[wire(name)]
+    pub name: &'a str,
+    #[wire(bytes(u32))]
+    pub options: &'a [u8],
+}
+/// Variable-length `TopicHeaderV0111`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct TopicHeaderV0111<'a> {
+    #[wire(plain)]
+    pub id: u32,
+    #[wire(plain)]
+    pub created_at: u64,
+    #[wire(plain)]
+    pub partitions_count: u32,
+    #[wire(plain)]
+    pub message_expiry: u64,
+    #[wire(plain)]
+    pub compression_algorithm: u8,
+    #[wire(plain)]
+    pub max_topic_size: u64,
+    #[wire(plain)]
+    pub size_bytes: u64,
+    #[wire(plain)]
+    pub messages_count: u64,
+    #[wire(name)]
+    pub name: &'a str,
+    #[wire(bytes(u32))]
+    pub options: &'a [u8],
+    #[wire(bytes(u32))]
+    pub derived_options: &'a [u8],
+}
+/// Variable-length `GetStreamResponseV0111`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct GetStreamResponseV0111<'a> {
+    #[wire(plain)]
+    pub stream: crate::payloads::StreamResponseV0111<'a>,
+    #[wire(vec(rest, plain))]
+    pub topics: Vec<crate::payloads::TopicHeaderV0111<'a>>,
+}
+/// Variable-length `GetStreamsResponseV0111`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct GetStreamsResponseV0111<'a> {
+    #[wire(vec(rest, plain))]
+    pub streams: Vec<crate::payloads::StreamResponseV0111<'a>>,
+}
+/// Variable-length `GetTopicResponseV0111`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct GetTopicResponseV0111<'a> {
+    #[wire(plain)]
+    pub topic: crate::payloads::TopicHeaderV0111<'a>,
+    #[wire(vec(rest, plain))]
+    pub partitions: Vec<crate::payloads::PartitionResponseV0111>,
+}
+/// Variable-length `GetTopicsResponseV0111`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct GetTopicsResponseV0111<'a> {
+    #[wire(vec(u32, plain))]
+    pub topics: Vec<crate::payloads::TopicHeaderV0111<'a>>,
+}
+/// Variable-length `UserResponseV0111`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct UserResponseV0111<'a> {
+    #[wire(plain)]
+    pub id: u32,
+    #[wire(plain)]
+    pub created_at: u64,
+    /// 1 active, 2 inactive
+    #[wire(plain)]
+    pub status: u8,
+    #[wire(name)]
+    pub username: &'a str,
+    #[wire(bytes(u32))]
+    pub options: &'a [u8],
+}
+/// Variable-length `UserDetailsResponseV0111`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct UserDetailsResponseV0111<'a> {
+    #[wire(plain)]
+    pub user: crate::payloads::UserResponseV0111<'a>,
+    #[wire(opt_pad(3, sized(plain)))]
+    pub permissions: Option<crate::payloads::WirePermissions>,
+}
+/// Variable-length `GetUsersResponseV0111`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct GetUsersResponseV0111<'a> {
+    #[wire(vec(rest, plain))]
+    pub users: Vec<crate::payloads::UserResponseV0111<'a>>,
+}
+/// Variable-length `OptionDescriptorV0111`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct OptionDescriptorV0111<'a> {
+    #[wire(name)]
+    pub key: &'a str,
+    #[wire(plain)]
+    pub kind: u8,
+    #[wire(bytes(u32))]
+    pub default_value: &'a [u8],
+    #[wire(string(u32))]
+    pub description: &'a str,
+}
+/// Variable-length `DescribeOptionsResponseV0111`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct DescribeOptionsResponseV0111<'a> {
+    #[wire(vec(u32, plain))]
+    pub entries: Vec<crate::payloads::OptionDescriptorV0111<'a>>,
+}
+/// Variable-length `UpdateStreamRequest`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct UpdateStreamRequest<'a> {
+    #[wire(plain)]
+    pub stream_id: crate::payloads::Identifier<'a>,
+    #[wire(name)]
+    pub name: &'a str,
+    #[wire(rest)]
+    pub options: &'a [u8],
+}
+/// Variable-length `UpdateTopicRequest`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct UpdateTopicRequest<'a> {
+    #[wire(plain)]
+    pub stream_id: crate::payloads::Identifier<'a>,
+    #[wire(plain)]
+    pub topic_id: crate::payloads::Identifier<'a>,
+    #[wire(name)]
+    pub name: &'a str,
+    #[wire(rest)]
+    pub options: &'a [u8],
+}
+/// Variable-length `UpdateUserRequest`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct UpdateUserRequest<'a> {
+    #[wire(plain)]
+    pub user_id: crate::payloads::Identifier<'a>,
+    #[wire(opt(name))]
+    pub username: Option<&'a str>,
+    #[wire(opt(plain))]
+    pub status: Option<u8>,
+    #[wire(rest)]
+    pub options: &'a [u8],
+}
+/// Variable-length `ClusterNodeResponseV0111`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct ClusterNodeResponseV0111<'a> {
+    #[wire(string(u32))]
+    pub name: &'a str,
+    #[wire(string(u32))]
+    pub ip: &'a str,
+    #[wire(plain)]
+    pub tcp_port: u16,
+    #[wire(plain)]
+    pub quic_port: u16,
+    #[wire(plain)]
+    pub http_port: u16,
+    #[wire(plain)]
+    pub websocket_port: u16,
+    #[wire(plain)]
+    pub role: crate::payloads::ClusterNodeRole,
+    #[wire(plain)]
+    pub status: crate::payloads::ClusterNodeStatus,
+}
+/// Variable-length `ClusterMetadataResponseV0111`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct ClusterMetadataResponseV0111<'a> {
+    #[wire(string(u32))]
+    pub name: &'a str,
+    #[wire(vec(u32, plain))]
+    pub nodes: Vec<crate::payloads::ClusterNodeResponseV0111<'a>>,
+}
+/// Variable-length `PollRoutingResponse`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct PollRoutingResponse<'a> {
+    #[wire(plain)]
+    pub consumer_session: crate::payloads::SessionIdentity,
+    #[wire(plain)]
+    pub primary: crate::payloads::ClusterNodeResponseV0111<'a>,
 }

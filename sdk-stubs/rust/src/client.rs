@@ -45,16 +45,16 @@ pub const COMMANDS: &[CommandRow] = &[
     CommandRow { code: 1, name: "ping", request: "Empty", response: "Empty", result_framed: false, since: 0, until: 4294967295 },
     CommandRow { code: 10, name: "stats", request: "Empty", response: "StatsResponse", result_framed: false, since: 0, until: 4294967295 },
     CommandRow { code: 11, name: "snapshot", request: "GetSnapshotRequest", response: "GetSnapshotResponse", result_framed: false, since: 0, until: 4294967295 },
-    CommandRow { code: 12, name: "cluster.metadata", request: "Empty", response: "ClusterMetadataResponse", result_framed: false, since: 0, until: 4294967295 },
-    CommandRow { code: 13, name: "options.describe", request: "DescribeOptionsRequest", response: "DescribeOptionsResponse", result_framed: false, since: 0, until: 4294967295 },
+    CommandRow { code: 12, name: "cluster.metadata", request: "Empty", response: "ClusterMetadataResponse", result_framed: false, since: 12288, until: 4294967295 },
+    CommandRow { code: 13, name: "options.describe", request: "DescribeOptionsRequest", response: "DescribeOptionsResponse", result_framed: false, since: 12288, until: 4294967295 },
     CommandRow { code: 15, name: "session.bind", request: "BindSessionRequest", response: "LoginRegisterResponse", result_framed: false, since: 0, until: 4294967295 },
-    CommandRow { code: 16, name: "resource.update", request: "UpdateResourceRequest", response: "Empty", result_framed: true, since: 0, until: 4294967295 },
+    CommandRow { code: 16, name: "resource.update", request: "UpdateResourceRequest", response: "Empty", result_framed: true, since: 12288, until: 4294967295 },
     CommandRow { code: 20, name: "me", request: "Empty", response: "ClientDetailsResponse", result_framed: false, since: 0, until: 4294967295 },
     CommandRow { code: 21, name: "client.get", request: "GetClientRequest", response: "ClientDetailsResponse", result_framed: false, since: 0, until: 4294967295 },
     CommandRow { code: 22, name: "client.list", request: "Empty", response: "GetClientsResponse", result_framed: false, since: 0, until: 4294967295 },
-    CommandRow { code: 31, name: "user.get", request: "GetUserRequest", response: "UserDetailsResponse", result_framed: false, since: 0, until: 4294967295 },
-    CommandRow { code: 32, name: "user.list", request: "Empty", response: "GetUsersResponse", result_framed: false, since: 0, until: 4294967295 },
-    CommandRow { code: 33, name: "user.create", request: "CreateUserRequest", response: "UserDetailsResponse", result_framed: true, since: 0, until: 4294967295 },
+    CommandRow { code: 31, name: "user.get", request: "GetUserRequest", response: "UserDetailsResponse", result_framed: false, since: 12288, until: 4294967295 },
+    CommandRow { code: 32, name: "user.list", request: "Empty", response: "GetUsersResponse", result_framed: false, since: 12288, until: 4294967295 },
+    CommandRow { code: 33, name: "user.create", request: "CreateUserRequest", response: "UserDetailsResponse", result_framed: true, since: 12288, until: 4294967295 },
     CommandRow { code: 34, name: "user.delete", request: "DeleteUserRequest", response: "Empty", result_framed: true, since: 0, until: 4294967295 },
     CommandRow { code: 36, name: "user.permissions", request: "UpdatePermissionsRequest", response: "Empty", result_framed: true, since: 0, until: 4294967295 },
     CommandRow { code: 37, name: "user.password", request: "ChangePasswordRequest", response: "Empty", result_framed: true, since: 0, until: 4294967295 },
@@ -72,13 +72,13 @@ pub const COMMANDS: &[CommandRow] = &[
     CommandRow { code: 120, name: "consumer_offset.get", request: "GetConsumerOffsetRequest", response: "ConsumerOffsetResponse", result_framed: false, since: 0, until: 4294967295 },
     CommandRow { code: 121, name: "consumer_offset.store", request: "StoreConsumerOffsetRequest", response: "Empty", result_framed: true, since: 0, until: 4294967295 },
     CommandRow { code: 122, name: "consumer_offset.delete", request: "DeleteConsumerOffsetRequest", response: "Empty", result_framed: true, since: 0, until: 4294967295 },
-    CommandRow { code: 200, name: "stream.get", request: "StreamIdRequest", response: "GetStreamResponse", result_framed: false, since: 0, until: 4294967295 },
-    CommandRow { code: 201, name: "stream.list", request: "Empty", response: "GetStreamsResponse", result_framed: false, since: 0, until: 4294967295 },
-    CommandRow { code: 202, name: "stream.create", request: "CreateStreamRequest", response: "GetStreamResponse", result_framed: true, since: 0, until: 4294967295 },
+    CommandRow { code: 200, name: "stream.get", request: "StreamIdRequest", response: "GetStreamResponse", result_framed: false, since: 12288, until: 4294967295 },
+    CommandRow { code: 201, name: "stream.list", request: "Empty", response: "GetStreamsResponse", result_framed: false, since: 12288, until: 4294967295 },
+    CommandRow { code: 202, name: "stream.create", request: "CreateStreamRequest", response: "GetStreamResponse", result_framed: true, since: 12288, until: 4294967295 },
     CommandRow { code: 203, name: "stream.delete", request: "StreamIdRequest", response: "Empty", result_framed: true, since: 0, until: 4294967295 },
-    CommandRow { code: 300, name: "topic.get", request: "TopicIdRequest", response: "GetTopicResponse", result_framed: false, since: 0, until: 4294967295 },
-    CommandRow { code: 301, name: "topic.list", request: "StreamIdRequest", response: "GetTopicsResponse", result_framed: false, since: 0, until: 4294967295 },
-    CommandRow { code: 302, name: "topic.create", request: "CreateTopicRequest", response: "GetTopicResponse", result_framed: true, since: 0, until: 4294967295 },
+    CommandRow { code: 300, name: "topic.get", request: "TopicIdRequest", response: "GetTopicResponse", result_framed: false, since: 12288, until: 4294967295 },
+    CommandRow { code: 301, name: "topic.list", request: "StreamIdRequest", response: "GetTopicsResponse", result_framed: false, since: 12288, until: 4294967295 },
+    CommandRow { code: 302, name: "topic.create", request: "CreateTopicRequest", response: "GetTopicResponse", result_framed: true, since: 12288, until: 4294967295 },
     CommandRow { code: 303, name: "topic.delete", request: "TopicIdRequest", response: "Empty", result_framed: true, since: 0, until: 4294967295 },
     CommandRow { code: 402, name: "partition.create", request: "CreatePartitionsRequest", response: "Empty", result_framed: true, since: 0, until: 4294967295 },
     CommandRow { code: 403, name: "partition.delete", request: "DeletePartitionsRequest", response: "Empty", result_framed: true, since: 0, until: 4294967295 },
@@ -90,6 +90,23 @@ pub const COMMANDS: &[CommandRow] = &[
     CommandRow { code: 604, name: "consumer_group.join", request: "ConsumerGroupIdRequest", response: "Empty", result_framed: true, since: 0, until: 4294967295 },
     CommandRow { code: 605, name: "consumer_group.leave", request: "ConsumerGroupIdRequest", response: "Empty", result_framed: true, since: 0, until: 4294967295 },
     CommandRow { code: 606, name: "consumer_group.sync", request: "ConsumerGroupIdRequest", response: "SyncConsumerGroupResponse", result_framed: false, since: 0, until: 4294967295 },
+    CommandRow { code: 12, name: "cluster.metadata", request: "Empty", response: "ClusterMetadataResponseV0111", result_framed: false, since: 0, until: 11265 },
+    CommandRow { code: 13, name: "options.describe", request: "DescribeOptionsRequest", response: "DescribeOptionsResponseV0111", result_framed: false, since: 0, until: 11265 },
+    CommandRow { code: 31, name: "user.get", request: "GetUserRequest", response: "UserDetailsResponseV0111", result_framed: false, since: 0, until: 11265 },
+    CommandRow { code: 32, name: "user.list", request: "Empty", response: "GetUsersResponseV0111", result_framed: false, since: 0, until: 11265 },
+    CommandRow { code: 33, name: "user.create", request: "CreateUserRequest", response: "UserDetailsResponseV0111", result_framed: true, since: 0, until: 11265 },
+    CommandRow { code: 35, name: "user.update", request: "UpdateUserRequest", response: "Empty", result_framed: true, since: 0, until: 11265 },
+    CommandRow { code: 103, name: "message.poll_routing", request: "PollMessagesRequest", response: "PollRoutingResponse", result_framed: false, since: 0, until: 11265 },
+    CommandRow { code: 104, name: "message.poll_primary", request: "PollMessagesRequest", response: "PollMessagesResponse", result_framed: false, since: 0, until: 11265 },
+    CommandRow { code: 123, name: "consumer_offset.routing", request: "GetConsumerOffsetRequest", response: "PollRoutingResponse", result_framed: false, since: 0, until: 11265 },
+    CommandRow { code: 200, name: "stream.get", request: "StreamIdRequest", response: "GetStreamResponseV0111", result_framed: false, since: 0, until: 11265 },
+    CommandRow { code: 201, name: "stream.list", request: "Empty", response: "GetStreamsResponseV0111", result_framed: false, since: 0, until: 11265 },
+    CommandRow { code: 202, name: "stream.create", request: "CreateStreamRequest", response: "GetStreamResponseV0111", result_framed: true, since: 0, until: 11265 },
+    CommandRow { code: 204, name: "stream.update", request: "UpdateStreamRequest", response: "Empty", result_framed: true, since: 0, until: 11265 },
+    CommandRow { code: 300, name: "topic.get", request: "TopicIdRequest", response: "GetTopicResponseV0111", result_framed: false, since: 0, until: 11265 },
+    CommandRow { code: 301, name: "topic.list", request: "StreamIdRequest", response: "GetTopicsResponseV0111", result_framed: false, since: 0, until: 11265 },
+    CommandRow { code: 302, name: "topic.create", request: "CreateTopicRequest", response: "GetTopicResponseV0111", result_framed: true, since: 0, until: 11265 },
+    CommandRow { code: 304, name: "topic.update", request: "UpdateTopicRequest", response: "Empty", result_framed: true, since: 0, until: 11265 },
 ];
 
 /// Code of `ping` (1), protocol 0.0.0..=current.
@@ -122,23 +139,23 @@ pub fn encode_snapshot(request: &crate::payloads::GetSnapshotRequest<'_>) -> Vec
 pub fn decode_snapshot_reply(body: &[u8]) -> Result<crate::payloads::GetSnapshotResponse<'_>, ReplyError> {
     Ok(<crate::payloads::GetSnapshotResponse>::decode_exact(body)?)
 }
-/// Code of `cluster.metadata` (12), protocol 0.0.0..=current.
+/// Code of `cluster.metadata` (12), protocol 0.12.0..=current.
 pub const CLUSTER_METADATA: u32 = 12;
-/// Request body of `cluster.metadata` (12), protocol 0.0.0..=current: empty.
+/// Request body of `cluster.metadata` (12), protocol 0.12.0..=current: empty.
 pub fn encode_cluster_metadata() -> Vec<u8> {
     Vec::new()
 }
-/// Reply body of `cluster.metadata` (12), protocol 0.0.0..=current: `ClusterMetadataResponse`.
+/// Reply body of `cluster.metadata` (12), protocol 0.12.0..=current: `ClusterMetadataResponse`.
 pub fn decode_cluster_metadata_reply(body: &[u8]) -> Result<crate::payloads::ClusterMetadataResponse<'_>, ReplyError> {
     Ok(<crate::payloads::ClusterMetadataResponse>::decode_exact(body)?)
 }
-/// Code of `options.describe` (13), protocol 0.0.0..=current.
+/// Code of `options.describe` (13), protocol 0.12.0..=current.
 pub const OPTIONS_DESCRIBE: u32 = 13;
-/// Request body of `options.describe` (13), protocol 0.0.0..=current: `DescribeOptionsRequest`.
+/// Request body of `options.describe` (13), protocol 0.12.0..=current: `DescribeOptionsRequest`.
 pub fn encode_options_describe(request: &crate::payloads::DescribeOptionsRequest) -> Vec<u8> {
     request.to_wire_bytes()
 }
-/// Reply body of `options.describe` (13), protocol 0.0.0..=current: `DescribeOptionsResponse`.
+/// Reply body of `options.describe` (13), protocol 0.12.0..=current: `DescribeOptionsResponse`.
 pub fn decode_options_describe_reply(body: &[u8]) -> Result<crate::payloads::DescribeOptionsResponse<'_>, ReplyError> {
     Ok(<crate::payloads::DescribeOptionsResponse>::decode_exact(body)?)
 }
@@ -152,13 +169,13 @@ pub fn encode_session_bind(request: &crate::payloads::BindSessionRequest<'_>) ->
 pub fn decode_session_bind_reply(body: &[u8]) -> Result<crate::payloads::LoginRegisterResponse<'_>, ReplyError> {
     Ok(<crate::payloads::LoginRegisterResponse>::decode_exact(body)?)
 }
-/// Code of `resource.update` (16), protocol 0.0.0..=current.
+/// Code of `resource.update` (16), protocol 0.12.0..=current.
 pub const RESOURCE_UPDATE: u32 = 16;
-/// Request body of `resource.update` (16), protocol 0.0.0..=current: `UpdateResourceRequest`.
+/// Request body of `resource.update` (16), protocol 0.12.0..=current: `UpdateResourceRequest`.
 pub fn encode_resource_update(request: &crate::payloads::UpdateResourceRequest<'_>) -> Vec<u8> {
     request.to_wire_bytes()
 }
-/// Reply body of `resource.update` (16), protocol 0.0.0..=current: empty after the result section.
+/// Reply body of `resource.update` (16), protocol 0.12.0..=current: empty after the result section.
 pub fn decode_resource_update_reply(body: &[u8]) -> Result<(), ReplyError> {
     let body = result_payload(body)?;
     if body.is_empty() { Ok(()) } else { Err(WireError::TrailingBytes { count: body.len() }.into()) }
@@ -193,33 +210,33 @@ pub fn encode_client_list() -> Vec<u8> {
 pub fn decode_client_list_reply(body: &[u8]) -> Result<crate::payloads::GetClientsResponse<'_>, ReplyError> {
     Ok(<crate::payloads::GetClientsResponse>::decode_exact(body)?)
 }
-/// Code of `user.get` (31), protocol 0.0.0..=current.
+/// Code of `user.get` (31), protocol 0.12.0..=current.
 pub const USER_GET: u32 = 31;
-/// Request body of `user.get` (31), protocol 0.0.0..=current: `GetUserRequest`.
+/// Request body of `user.get` (31), protocol 0.12.0..=current: `GetUserRequest`.
 pub fn encode_user_get(request: &crate::payloads::GetUserRequest<'_>) -> Vec<u8> {
     request.to_wire_bytes()
 }
-/// Reply body of `user.get` (31), protocol 0.0.0..=current: `UserDetailsResponse`.
+/// Reply body of `user.get` (31), protocol 0.12.0..=current: `UserDetailsResponse`.
 pub fn decode_user_get_reply(body: &[u8]) -> Result<crate::payloads::UserDetailsResponse<'_>, ReplyError> {
     Ok(<crate::payloads::UserDetailsResponse>::decode_exact(body)?)
 }
-/// Code of `user.list` (32), protocol 0.0.0..=current.
+/// Code of `user.list` (32), protocol 0.12.0..=current.
 pub const USER_LIST: u32 = 32;
-/// Request body of `user.list` (32), protocol 0.0.0..=current: empty.
+/// Request body of `user.list` (32), protocol 0.12.0..=current: empty.
 pub fn encode_user_list() -> Vec<u8> {
     Vec::new()
 }
-/// Reply body of `user.list` (32), protocol 0.0.0..=current: `GetUsersResponse`.
+/// Reply body of `user.list` (32), protocol 0.12.0..=current: `GetUsersResponse`.
 pub fn decode_user_list_reply(body: &[u8]) -> Result<crate::payloads::GetUsersResponse<'_>, ReplyError> {
     Ok(<crate::payloads::GetUsersResponse>::decode_exact(body)?)
 }
-/// Code of `user.create` (33), protocol 0.0.0..=current.
+/// Code of `user.create` (33), protocol 0.12.0..=current.
 pub const USER_CREATE: u32 = 33;
-/// Request body of `user.create` (33), protocol 0.0.0..=current: `CreateUserRequest`.
+/// Request body of `user.create` (33), protocol 0.12.0..=current: `CreateUserRequest`.
 pub fn encode_user_create(request: &crate::payloads::CreateUserRequest<'_>) -> Vec<u8> {
     request.to_wire_bytes()
 }
-/// Reply body of `user.create` (33), protocol 0.0.0..=current: `UserDetailsResponse` after the result section.
+/// Reply body of `user.create` (33), protocol 0.12.0..=current: `UserDetailsResponse` after the result section.
 pub fn decode_user_create_reply(body: &[u8]) -> Result<crate::payloads::UserDetailsResponse<'_>, ReplyError> {
     let body = result_payload(body)?;
     Ok(<crate::payloads::UserDetailsResponse>::decode_exact(body)?)
@@ -401,33 +418,33 @@ pub fn decode_consumer_offset_delete_reply(body: &[u8]) -> Result<(), ReplyError
     let body = result_payload(body)?;
     if body.is_empty() { Ok(()) } else { Err(WireError::TrailingBytes { count: body.len() }.into()) }
 }
-/// Code of `stream.get` (200), protocol 0.0.0..=current.
+/// Code of `stream.get` (200), protocol 0.12.0..=current.
 pub const STREAM_GET: u32 = 200;
-/// Request body of `stream.get` (200), protocol 0.0.0..=current: `StreamIdRequest`.
+/// Request body of `stream.get` (200), protocol 0.12.0..=current: `StreamIdRequest`.
 pub fn encode_stream_get(request: &crate::payloads::StreamIdRequest<'_>) -> Vec<u8> {
     request.to_wire_bytes()
 }
-/// Reply body of `stream.get` (200), protocol 0.0.0..=current: `GetStreamResponse`.
+/// Reply body of `stream.get` (200), protocol 0.12.0..=current: `GetStreamResponse`.
 pub fn decode_stream_get_reply(body: &[u8]) -> Result<crate::payloads::GetStreamResponse<'_>, ReplyError> {
     Ok(<crate::payloads::GetStreamResponse>::decode_exact(body)?)
 }
-/// Code of `stream.list` (201), protocol 0.0.0..=current.
+/// Code of `stream.list` (201), protocol 0.12.0..=current.
 pub const STREAM_LIST: u32 = 201;
-/// Request body of `stream.list` (201), protocol 0.0.0..=current: empty.
+/// Request body of `stream.list` (201), protocol 0.12.0..=current: empty.
 pub fn encode_stream_list() -> Vec<u8> {
     Vec::new()
 }
-/// Reply body of `stream.list` (201), protocol 0.0.0..=current: `GetStreamsResponse`.
+/// Reply body of `stream.list` (201), protocol 0.12.0..=current: `GetStreamsResponse`.
 pub fn decode_stream_list_reply(body: &[u8]) -> Result<crate::payloads::GetStreamsResponse<'_>, ReplyError> {
     Ok(<crate::payloads::GetStreamsResponse>::decode_exact(body)?)
 }
-/// Code of `stream.create` (202), protocol 0.0.0..=current.
+/// Code of `stream.create` (202), protocol 0.12.0..=current.
 pub const STREAM_CREATE: u32 = 202;
-/// Request body of `stream.create` (202), protocol 0.0.0..=current: `CreateStreamRequest`.
+/// Request body of `stream.create` (202), protocol 0.12.0..=current: `CreateStreamRequest`.
 pub fn encode_stream_create(request: &crate::payloads::CreateStreamRequest<'_>) -> Vec<u8> {
     request.to_wire_bytes()
 }
-/// Reply body of `stream.create` (202), protocol 0.0.0..=current: `GetStreamResponse` after the result section.
+/// Reply body of `stream.create` (202), protocol 0.12.0..=current: `GetStreamResponse` after the result section.
 pub fn decode_stream_create_reply(body: &[u8]) -> Result<crate::payloads::GetStreamResponse<'_>, ReplyError> {
     let body = result_payload(body)?;
     Ok(<crate::payloads::GetStreamResponse>::decode_exact(body)?)
@@ -443,33 +460,33 @@ pub fn decode_stream_delete_reply(body: &[u8]) -> Result<(), ReplyError> {
     let body = result_payload(body)?;
     if body.is_empty() { Ok(()) } else { Err(WireError::TrailingBytes { count: body.len() }.into()) }
 }
-/// Code of `topic.get` (300), protocol 0.0.0..=current.
+/// Code of `topic.get` (300), protocol 0.12.0..=current.
 pub const TOPIC_GET: u32 = 300;
-/// Request body of `topic.get` (300), protocol 0.0.0..=current: `TopicIdRequest`.
+/// Request body of `topic.get` (300), protocol 0.12.0..=current: `TopicIdRequest`.
 pub fn encode_topic_get(request: &crate::payloads::TopicIdRequest<'_>) -> Vec<u8> {
     request.to_wire_bytes()
 }
-/// Reply body of `topic.get` (300), protocol 0.0.0..=current: `GetTopicResponse`.
+/// Reply body of `topic.get` (300), protocol 0.12.0..=current: `GetTopicResponse`.
 pub fn decode_topic_get_reply(body: &[u8]) -> Result<crate::payloads::GetTopicResponse<'_>, ReplyError> {
     Ok(<crate::payloads::GetTopicResponse>::decode_exact(body)?)
 }
-/// Code of `topic.list` (301), protocol 0.0.0..=current.
+/// Code of `topic.list` (301), protocol 0.12.0..=current.
 pub const TOPIC_LIST: u32 = 301;
-/// Request body of `topic.list` (301), protocol 0.0.0..=current: `StreamIdRequest`.
+/// Request body of `topic.list` (301), protocol 0.12.0..=current: `StreamIdRequest`.
 pub fn encode_topic_list(request: &crate::payloads::StreamIdRequest<'_>) -> Vec<u8> {
     request.to_wire_bytes()
 }
-/// Reply body of `topic.list` (301), protocol 0.0.0..=current: `GetTopicsResponse`.
+/// Reply body of `topic.list` (301), protocol 0.12.0..=current: `GetTopicsResponse`.
 pub fn decode_topic_list_reply(body: &[u8]) -> Result<crate::payloads::GetTopicsResponse<'_>, ReplyError> {
     Ok(<crate::payloads::GetTopicsResponse>::decode_exact(body)?)
 }
-/// Code of `topic.create` (302), protocol 0.0.0..=current.
+/// Code of `topic.create` (302), protocol 0.12.0..=current.
 pub const TOPIC_CREATE: u32 = 302;
-/// Request body of `topic.create` (302), protocol 0.0.0..=current: `CreateTopicRequest`.
+/// Request body of `topic.create` (302), protocol 0.12.0..=current: `CreateTopicRequest`.
 pub fn encode_topic_create(request: &crate::payloads::CreateTopicRequest<'_>) -> Vec<u8> {
     request.to_wire_bytes()
 }
-/// Reply body of `topic.create` (302), protocol 0.0.0..=current: `GetTopicResponse` after the result section.
+/// Reply body of `topic.create` (302), protocol 0.12.0..=current: `GetTopicResponse` after the result section.
 pub fn decode_topic_create_reply(body: &[u8]) -> Result<crate::payloads::GetTopicResponse<'_>, ReplyError> {
     let body = result_payload(body)?;
     Ok(<crate::payloads::GetTopicResponse>::decode_exact(body)?)
@@ -591,6 +608,182 @@ pub fn encode_consumer_group_sync(request: &crate::payloads::ConsumerGroupIdRequ
 pub fn decode_consumer_group_sync_reply(body: &[u8]) -> Result<crate::payloads::SyncConsumerGroupResponse, ReplyError> {
     Ok(<crate::payloads::SyncConsumerGroupResponse>::decode_exact(body)?)
 }
+/// Code of `cluster.metadata` (12), protocol 0.0.0..=0.11.1.
+pub const CLUSTER_METADATA_V0_11_1: u32 = 12;
+/// Request body of `cluster.metadata` (12), protocol 0.0.0..=0.11.1: empty.
+pub fn encode_cluster_metadata_v0_11_1() -> Vec<u8> {
+    Vec::new()
+}
+/// Reply body of `cluster.metadata` (12), protocol 0.0.0..=0.11.1: `ClusterMetadataResponseV0111`.
+pub fn decode_cluster_metadata_v0_11_1_reply(body: &[u8]) -> Result<crate::payloads::ClusterMetadataResponseV0111<'_>, ReplyError> {
+    Ok(<crate::payloads::ClusterMetadataResponseV0111>::decode_exact(body)?)
+}
+/// Code of `options.describe` (13), protocol 0.0.0..=0.11.1.
+pub const OPTIONS_DESCRIBE_V0_11_1: u32 = 13;
+/// Request body of `options.describe` (13), protocol 0.0.0..=0.11.1: `DescribeOptionsRequest`.
+pub fn encode_options_describe_v0_11_1(request: &crate::payloads::DescribeOptionsRequest) -> Vec<u8> {
+    request.to_wire_bytes()
+}
+/// Reply body of `options.describe` (13), protocol 0.0.0..=0.11.1: `DescribeOptionsResponseV0111`.
+pub fn decode_options_describe_v0_11_1_reply(body: &[u8]) -> Result<crate::payloads::DescribeOptionsResponseV0111<'_>, ReplyError> {
+    Ok(<crate::payloads::DescribeOptionsResponseV0111>::decode_exact(body)?)
+}
+/// Code of `user.get` (31), protocol 0.0.0..=0.11.1.
+pub const USER_GET_V0_11_1: u32 = 31;
+/// Request body of `user.get` (31), protocol 0.0.0..=0.11.1: `GetUserRequest`.
+pub fn encode_user_get_v0_11_1(request: &crate::payloads::GetUserRequest<'_>) -> Vec<u8> {
+    request.to_wire_bytes()
+}
+/// Reply body of `user.get` (31), protocol 0.0.0..=0.11.1: `UserDetailsResponseV0111`.
+pub fn decode_user_get_v0_11_1_reply(body: &[u8]) -> Result<crate::payloads::UserDetailsResponseV0111<'_>, ReplyError> {
+    Ok(<crate::payloads::UserDetailsResponseV0111>::decode_exact(body)?)
+}
+/// Code of `user.list` (32), protocol 0.0.0..=0.11.1.
+pub const USER_LIST_V0_11_1: u32 = 32;
+/// Request body of `user.list` (32), protocol 0.0.0..=0.11.1: empty.
+pub fn encode_user_list_v0_11_1() -> Vec<u8> {
+    Vec::new()
+}
+/// Reply body of `user.list` (32), protocol 0.0.0..=0.11.1: `GetUsersResponseV0111`.
+pub fn decode_user_list_v0_11_1_reply(body: &[u8]) -> Result<crate::payloads::GetUsersResponseV0111<'_>, ReplyError> {
+    Ok(<crate::payloads::GetUsersResponseV0111>::decode_exact(body)?)
+}
+/// Code of `user.create` (33), protocol 0.0.0..=0.11.1.
+pub const USER_CREATE_V0_11_1: u32 = 33;
+/// Request body of `user.create` (33), protocol 0.0.0..=0.11.1: `CreateUserRequest`.
+pub fn encode_user_create_v0_11_1(request: &crate::payloads::CreateUserRequest<'_>) -> Vec<u8> {
+    request.to_wire_bytes()
+}
+/// Reply body of `user.create` (33), protocol 0.0.0..=0.11.1: `UserDetailsResponseV0111` after the result section.
+pub fn decode_user_create_v0_11_1_reply(body: &[u8]) -> Result<crate::payloads::UserDetailsResponseV0111<'_>, ReplyError> {
+    let body = result_payload(body)?;
+    Ok(<crate::payloads::UserDetailsResponseV0111>::decode_exact(body)?)
+}
+/// Code of `user.update` (35), protocol 0.0.0..=0.11.1.
+pub const USER_UPDATE: u32 = 35;
+/// Request body of `user.update` (35), protocol 0.0.0..=0.11.1: `UpdateUserRequest`.
+pub fn encode_user_update(request: &crate::payloads::UpdateUserRequest<'_>) -> Vec<u8> {
+    request.to_wire_bytes()
+}
+/// Reply body of `user.update` (35), protocol 0.0.0..=0.11.1: empty after the result section.
+pub fn decode_user_update_reply(body: &[u8]) -> Result<(), ReplyError> {
+    let body = result_payload(body)?;
+    if body.is_empty() { Ok(()) } else { Err(WireError::TrailingBytes { count: body.len() }.into()) }
+}
+/// Code of `message.poll_routing` (103), protocol 0.0.0..=0.11.1.
+pub const MESSAGE_POLL_ROUTING: u32 = 103;
+/// Request body of `message.poll_routing` (103), protocol 0.0.0..=0.11.1: `PollMessagesRequest`.
+pub fn encode_message_poll_routing(request: &crate::payloads::PollMessagesRequest<'_>) -> Vec<u8> {
+    request.to_wire_bytes()
+}
+/// Reply body of `message.poll_routing` (103), protocol 0.0.0..=0.11.1: `PollRoutingResponse`.
+pub fn decode_message_poll_routing_reply(body: &[u8]) -> Result<crate::payloads::PollRoutingResponse<'_>, ReplyError> {
+    Ok(<crate::payloads::PollRoutingResponse>::decode_exact(body)?)
+}
+/// Code of `message.poll_primary` (104), protocol 0.0.0..=0.11.1.
+pub const MESSAGE_POLL_PRIMARY: u32 = 104;
+/// Request body of `message.poll_primary` (104), protocol 0.0.0..=0.11.1: `PollMessagesRequest`.
+pub fn encode_message_poll_primary(request: &crate::payloads::PollMessagesRequest<'_>) -> Vec<u8> {
+    request.to_wire_bytes()
+}
+/// Reply body of `message.poll_primary` (104), protocol 0.0.0..=0.11.1: `PollMessagesResponse`.
+pub fn decode_message_poll_primary_reply(body: &[u8]) -> Result<crate::payloads::PollMessagesResponse<'_>, ReplyError> {
+    Ok(<crate::payloads::PollMessagesResponse>::decode_exact(body)?)
+}
+/// Code of `consumer_offset.routing` (123), protocol 0.0.0..=0.11.1.
+pub const CONSUMER_OFFSET_ROUTING: u32 = 123;
+/// Request body of `consumer_offset.routing` (123), protocol 0.0.0..=0.11.1: `GetConsumerOffsetRequest`.
+pub fn encode_consumer_offset_routing(request: &crate::payloads::GetConsumerOffsetRequest<'_>) -> Vec<u8> {
+    request.to_wire_bytes()
+}
+/// Reply body of `consumer_offset.routing` (123), protocol 0.0.0..=0.11.1: `PollRoutingResponse`.
+pub fn decode_consumer_offset_routing_reply(body: &[u8]) -> Result<crate::payloads::PollRoutingResponse<'_>, ReplyError> {
+    Ok(<crate::payloads::PollRoutingResponse>::decode_exact(body)?)
+}
+/// Code of `stream.get` (200), protocol 0.0.0..=0.11.1.
+pub const STREAM_GET_V0_11_1: u32 = 200;
+/// Request body of `stream.get` (200), protocol 0.0.0..=0.11.1: `StreamIdRequest`.
+pub fn encode_stream_get_v0_11_1(request: &crate::payloads::StreamIdRequest<'_>) -> Vec<u8> {
+    request.to_wire_bytes()
+}
+/// Reply body of `stream.get` (200), protocol 0.0.0..=0.11.1: `GetStreamResponseV0111`.
+pub fn decode_stream_get_v0_11_1_reply(body: &[u8]) -> Result<crate::payloads::GetStreamResponseV0111<'_>, ReplyError> {
+    Ok(<crate::payloads::GetStreamResponseV0111>::decode_exact(body)?)
+}
+/// Code of `stream.list` (201), protocol 0.0.0..=0.11.1.
+pub const STREAM_LIST_V0_11_1: u32 = 201;
+/// Request body of `stream.list` (201), protocol 0.0.0..=0.11.1: empty.
+pub fn encode_stream_list_v0_11_1() -> Vec<u8> {
+    Vec::new()
+}
+/// Reply body of `stream.list` (201), protocol 0.0.0..=0.11.1: `GetStreamsResponseV0111`.
+pub fn decode_stream_list_v0_11_1_reply(body: &[u8]) -> Result<crate::payloads::GetStreamsResponseV0111<'_>, ReplyError> {
+    Ok(<crate::payloads::GetStreamsResponseV0111>::decode_exact(body)?)
+}
+/// Code of `stream.create` (202), protocol 0.0.0..=0.11.1.
+pub const STREAM_CREATE_V0_11_1: u32 = 202;
+/// Request body of `stream.create` (202), protocol 0.0.0..=0.11.1: `CreateStreamRequest`.
+pub fn encode_stream_create_v0_11_1(request: &crate::payloads::CreateStreamRequest<'_>) -> Vec<u8> {
+    request.to_wire_bytes()
+}
+/// Reply body of `stream.create` (202), protocol 0.0.0..=0.11.1: `GetStreamResponseV0111` after the result section.
+pub fn decode_stream_create_v0_11_1_reply(body: &[u8]) -> Result<crate::payloads::GetStreamResponseV0111<'_>, ReplyError> {
+    let body = result_payload(body)?;
+    Ok(<crate::payloads::GetStreamResponseV0111>::decode_exact(body)?)
+}
+/// Code of `stream.update` (204), protocol 0.0.0..=0.11.1.
+pub const STREAM_UPDATE: u32 = 204;
+/// Request body of `stream.update` (204), protocol 0.0.0..=0.11.1: `UpdateStreamRequest`.
+pub fn encode_stream_update(request: &crate::payloads::UpdateStreamRequest<'_>) -> Vec<u8> {
+    request.to_wire_bytes()
+}
+/// Reply body of `stream.update` (204), protocol 0.0.0..=0.11.1: empty after the result section.
+pub fn decode_stream_update_reply(body: &[u8]) -> Result<(), ReplyError> {
+    let body = result_payload(body)?;
+    if body.is_empty() { Ok(()) } else { Err(WireError::TrailingBytes { count: body.len() }.into()) }
+}
+/// Code of `topic.get` (300), protocol 0.0.0..=0.11.1.
+pub const TOPIC_GET_V0_11_1: u32 = 300;
+/// Request body of `topic.get` (300), protocol 0.0.0..=0.11.1: `TopicIdRequest`.
+pub fn encode_topic_get_v0_11_1(request: &crate::payloads::TopicIdRequest<'_>) -> Vec<u8> {
+    request.to_wire_bytes()
+}
+/// Reply body of `topic.get` (300), protocol 0.0.0..=0.11.1: `GetTopicResponseV0111`.
+pub fn decode_topic_get_v0_11_1_reply(body: &[u8]) -> Result<crate::payloads::GetTopicResponseV0111<'_>, ReplyError> {
+    Ok(<crate::payloads::GetTopicResponseV0111>::decode_exact(body)?)
+}
+/// Code of `topic.list` (301), protocol 0.0.0..=0.11.1.
+pub const TOPIC_LIST_V0_11_1: u32 = 301;
+/// Request body of `topic.list` (301), protocol 0.0.0..=0.11.1: `StreamIdRequest`.
+pub fn encode_topic_list_v0_11_1(request: &crate::payloads::StreamIdRequest<'_>) -> Vec<u8> {
+    request.to_wire_bytes()
+}
+/// Reply body of `topic.list` (301), protocol 0.0.0..=0.11.1: `GetTopicsResponseV0111`.
+pub fn decode_topic_list_v0_11_1_reply(body: &[u8]) -> Result<crate::payloads::GetTopicsResponseV0111<'_>, ReplyError> {
+    Ok(<crate::payloads::GetTopicsResponseV0111>::decode_exact(body)?)
+}
+/// Code of `topic.create` (302), protocol 0.0.0..=0.11.1.
+pub const TOPIC_CREATE_V0_11_1: u32 = 302;
+/// Request body of `topic.create` (302), protocol 0.0.0..=0.11.1: `CreateTopicRequest`.
+pub fn encode_topic_create_v0_11_1(request: &crate::payloads::CreateTopicRequest<'_>) -> Vec<u8> {
+    request.to_wire_bytes()
+}
+/// Reply body of `topic.create` (302), protocol 0.0.0..=0.11.1: `GetTopicResponseV0111` after the result section.
+pub fn decode_topic_create_v0_11_1_reply(body: &[u8]) -> Result<crate::payloads::GetTopicResponseV0111<'_>, ReplyError> {
+    let body = result_payload(body)?;
+    Ok(<crate::payloads::GetTopicResponseV0111>::decode_exact(body)?)
+}
+/// Code of `topic.update` (304), protocol 0.0.0..=0.11.1.
+pub const TOPIC_UPDATE: u32 = 304;
+/// Request body of `topic.update` (304), protocol 0.0.0..=0.11.1: `UpdateTopicRequest`.
+pub fn encode_topic_update(request: &crate::payloads::UpdateTopicRequest<'_>) -> Vec<u8> {
+    request.to_wire_bytes()
+}
+/// Reply body of `topic.update` (304), protocol 0.0.0..=0.11.1: empty after the result section.
+pub fn decode_topic_update_reply(body: &[u8]) -> Result<(), ReplyError> {
+    let body = result_payload(body)?;
+    if body.is_empty() { Ok(()) } else { Err(WireError::TrailingBytes { count: body.len() }.into()) }
+}
 
 /// Decodes `body` as the request struct of command `code` at the packed `version` and
 /// encodes it with that command's `encode_*` (None: no such command in that version).
@@ -599,16 +792,16 @@ pub fn reencode_request(code: u32, version: u32, body: &[u8]) -> Option<Result<V
         1 if (0..=4294967295).contains(&version) => Some(if body.is_empty() { Ok(encode_ping()) } else { Err(WireError::TrailingBytes { count: body.len() }) }),
         10 if (0..=4294967295).contains(&version) => Some(if body.is_empty() { Ok(encode_stats()) } else { Err(WireError::TrailingBytes { count: body.len() }) }),
         11 if (0..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_snapshot(&<crate::payloads::GetSnapshotRequest>::decode_exact(body)?)) })()),
-        12 if (0..=4294967295).contains(&version) => Some(if body.is_empty() { Ok(encode_cluster_metadata()) } else { Err(WireError::TrailingBytes { count: body.len() }) }),
-        13 if (0..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_options_describe(&<crate::payloads::DescribeOptionsRequest>::decode_exact(body)?)) })()),
+        12 if (12288..=4294967295).contains(&version) => Some(if body.is_empty() { Ok(encode_cluster_metadata()) } else { Err(WireError::TrailingBytes { count: body.len() }) }),
+        13 if (12288..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_options_describe(&<crate::payloads::DescribeOptionsRequest>::decode_exact(body)?)) })()),
         15 if (0..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_session_bind(&<crate::payloads::BindSessionRequest>::decode_exact(body)?)) })()),
-        16 if (0..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_resource_update(&<crate::payloads::UpdateResourceRequest>::decode_exact(body)?)) })()),
+        16 if (12288..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_resource_update(&<crate::payloads::UpdateResourceRequest>::decode_exact(body)?)) })()),
         20 if (0..=4294967295).contains(&version) => Some(if body.is_empty() { Ok(encode_me()) } else { Err(WireError::TrailingBytes { count: body.len() }) }),
         21 if (0..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_client_get(&<crate::payloads::GetClientRequest>::decode_exact(body)?)) })()),
         22 if (0..=4294967295).contains(&version) => Some(if body.is_empty() { Ok(encode_client_list()) } else { Err(WireError::TrailingBytes { count: body.len() }) }),
-        31 if (0..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_user_get(&<crate::payloads::GetUserRequest>::decode_exact(body)?)) })()),
-        32 if (0..=4294967295).contains(&version) => Some(if body.is_empty() { Ok(encode_user_list()) } else { Err(WireError::TrailingBytes { count: body.len() }) }),
-        33 if (0..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_user_create(&<crate::payloads::CreateUserRequest>::decode_exact(body)?)) })()),
+        31 if (12288..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_user_get(&<crate::payloads::GetUserRequest>::decode_exact(body)?)) })()),
+        32 if (12288..=4294967295).contains(&version) => Some(if body.is_empty() { Ok(encode_user_list()) } else { Err(WireError::TrailingBytes { count: body.len() }) }),
+        33 if (12288..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_user_create(&<crate::payloads::CreateUserRequest>::decode_exact(body)?)) })()),
         34 if (0..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_user_delete(&<crate::payloads::DeleteUserRequest>::decode_exact(body)?)) })()),
         36 if (0..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_user_permissions(&<crate::payloads::UpdatePermissionsRequest>::decode_exact(body)?)) })()),
         37 if (0..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_user_password(&<crate::payloads::ChangePasswordRequest>::decode_exact(body)?)) })()),
@@ -626,13 +819,13 @@ pub fn reencode_request(code: u32, version: u32, body: &[u8]) -> Option<Result<V
         120 if (0..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_consumer_offset_get(&<crate::payloads::GetConsumerOffsetRequest>::decode_exact(body)?)) })()),
         121 if (0..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_consumer_offset_store(&<crate::payloads::StoreConsumerOffsetRequest>::decode_exact(body)?)) })()),
         122 if (0..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_consumer_offset_delete(&<crate::payloads::DeleteConsumerOffsetRequest>::decode_exact(body)?)) })()),
-        200 if (0..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_stream_get(&<crate::payloads::StreamIdRequest>::decode_exact(body)?)) })()),
-        201 if (0..=4294967295).contains(&version) => Some(if body.is_empty() { Ok(encode_stream_list()) } else { Err(WireError::TrailingBytes { count: body.len() }) }),
-        202 if (0..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_stream_create(&<crate::payloads::CreateStreamRequest>::decode_exact(body)?)) })()),
+        200 if (12288..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_stream_get(&<crate::payloads::StreamIdRequest>::decode_exact(body)?)) })()),
+        201 if (12288..=4294967295).contains(&version) => Some(if body.is_empty() { Ok(encode_stream_list()) } else { Err(WireError::TrailingBytes { count: body.len() }) }),
+        202 if (12288..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_stream_create(&<crate::payloads::CreateStreamRequest>::decode_exact(body)?)) })()),
         203 if (0..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_stream_delete(&<crate::payloads::StreamIdRequest>::decode_exact(body)?)) })()),
-        300 if (0..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_topic_get(&<crate::payloads::TopicIdRequest>::decode_exact(body)?)) })()),
-        301 if (0..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_topic_list(&<crate::payloads::StreamIdRequest>::decode_exact(body)?)) })()),
-        302 if (0..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_topic_create(&<crate::payloads::CreateTopicRequest>::decode_exact(body)?)) })()),
+        300 if (12288..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_topic_get(&<crate::payloads::TopicIdRequest>::decode_exact(body)?)) })()),
+        301 if (12288..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_topic_list(&<crate::payloads::StreamIdRequest>::decode_exact(body)?)) })()),
+        302 if (12288..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_topic_create(&<crate::payloads::CreateTopicRequest>::decode_exact(body)?)) })()),
         303 if (0..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_topic_delete(&<crate::payloads::TopicIdRequest>::decode_exact(body)?)) })()),
         402 if (0..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_partition_create(&<crate::payloads::CreatePartitionsRequest>::decode_exact(body)?)) })()),
         403 if (0..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_partition_delete(&<crate::payloads::DeletePartitionsRequest>::decode_exact(body)?)) })()),
@@ -644,6 +837,23 @@ pub fn reencode_request(code: u32, version: u32, body: &[u8]) -> Option<Result<V
         604 if (0..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_consumer_group_join(&<crate::payloads::ConsumerGroupIdRequest>::decode_exact(body)?)) })()),
         605 if (0..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_consumer_group_leave(&<crate::payloads::ConsumerGroupIdRequest>::decode_exact(body)?)) })()),
         606 if (0..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_consumer_group_sync(&<crate::payloads::ConsumerGroupIdRequest>::decode_exact(body)?)) })()),
+        12 if (0..=11265).contains(&version) => Some(if body.is_empty() { Ok(encode_cluster_metadata_v0_11_1()) } else { Err(WireError::TrailingBytes { count: body.len() }) }),
+        13 if (0..=11265).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_options_describe_v0_11_1(&<crate::payloads::DescribeOptionsRequest>::decode_exact(body)?)) })()),
+        31 if (0..=11265).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_user_get_v0_11_1(&<crate::payloads::GetUserRequest>::decode_exact(body)?)) })()),
+        32 if (0..=11265).contains(&version) => Some(if body.is_empty() { Ok(encode_user_list_v0_11_1()) } else { Err(WireError::TrailingBytes { count: body.len() }) }),
+        33 if (0..=11265).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_user_create_v0_11_1(&<crate::payloads::CreateUserRequest>::decode_exact(body)?)) })()),
+        35 if (0..=11265).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_user_update(&<crate::payloads::UpdateUserRequest>::decode_exact(body)?)) })()),
+        103 if (0..=11265).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_message_poll_routing(&<crate::payloads::PollMessagesRequest>::decode_exact(body)?)) })()),
+        104 if (0..=11265).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_message_poll_primary(&<crate::payloads::PollMessagesRequest>::decode_exact(body)?)) })()),
+        123 if (0..=11265).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_consumer_offset_routing(&<crate::payloads::GetConsumerOffsetRequest>::decode_exact(body)?)) })()),
+        200 if (0..=11265).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_stream_get_v0_11_1(&<crate::payloads::StreamIdRequest>::decode_exact(body)?)) })()),
+        201 if (0..=11265).contains(&version) => Some(if body.is_empty() { Ok(encode_stream_list_v0_11_1()) } else { Err(WireError::TrailingBytes { count: body.len() }) }),
+        202 if (0..=11265).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_stream_create_v0_11_1(&<crate::payloads::CreateStreamRequest>::decode_exact(body)?)) })()),
+        204 if (0..=11265).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_stream_update(&<crate::payloads::UpdateStreamRequest>::decode_exact(body)?)) })()),
+        300 if (0..=11265).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_topic_get_v0_11_1(&<crate::payloads::TopicIdRequest>::decode_exact(body)?)) })()),
+        301 if (0..=11265).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_topic_list_v0_11_1(&<crate::payloads::StreamIdRequest>::decode_exact(body)?)) })()),
+        302 if (0..=11265).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_topic_create_v0_11_1(&<crate::payloads::CreateTopicRequest>::decode_exact(body)?)) })()),
+        304 if (0..=11265).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_topic_update(&<crate::payloads::UpdateTopicRequest>::decode_exact(body)?)) })()),
         _ => None,
     }
 }
@@ -654,16 +864,16 @@ pub fn decode_reply_json(code: u32, version: u32, body: &[u8]) -> Option<Result<
         1 if (0..=4294967295).contains(&version) => Some(decode_ping_reply(body).map(|()| "{}".to_string())),
         10 if (0..=4294967295).contains(&version) => Some(decode_stats_reply(body).map(|v| v.to_json())),
         11 if (0..=4294967295).contains(&version) => Some(decode_snapshot_reply(body).map(|v| v.to_json())),
-        12 if (0..=4294967295).contains(&version) => Some(decode_cluster_metadata_reply(body).map(|v| v.to_json())),
-        13 if (0..=4294967295).contains(&version) => Some(decode_options_describe_reply(body).map(|v| v.to_json())),
+        12 if (12288..=4294967295).contains(&version) => Some(decode_cluster_metadata_reply(body).map(|v| v.to_json())),
+        13 if (12288..=4294967295).contains(&version) => Some(decode_options_describe_reply(body).map(|v| v.to_json())),
         15 if (0..=4294967295).contains(&version) => Some(decode_session_bind_reply(body).map(|v| v.to_json())),
-        16 if (0..=4294967295).contains(&version) => Some(decode_resource_update_reply(body).map(|()| "{}".to_string())),
+        16 if (12288..=4294967295).contains(&version) => Some(decode_resource_update_reply(body).map(|()| "{}".to_string())),
         20 if (0..=4294967295).contains(&version) => Some(decode_me_reply(body).map(|v| v.to_json())),
         21 if (0..=4294967295).contains(&version) => Some(decode_client_get_reply(body).map(|v| v.to_json())),
         22 if (0..=4294967295).contains(&version) => Some(decode_client_list_reply(body).map(|v| v.to_json())),
-        31 if (0..=4294967295).contains(&version) => Some(decode_user_get_reply(body).map(|v| v.to_json())),
-        32 if (0..=4294967295).contains(&version) => Some(decode_user_list_reply(body).map(|v| v.to_json())),
-        33 if (0..=4294967295).contains(&version) => Some(decode_user_create_reply(body).map(|v| v.to_json())),
+        31 if (12288..=4294967295).contains(&version) => Some(decode_user_get_reply(body).map(|v| v.to_json())),
+        32 if (12288..=4294967295).contains(&version) => Some(decode_user_list_reply(body).map(|v| v.to_json())),
+        33 if (12288..=4294967295).contains(&version) => Some(decode_user_create_reply(body).map(|v| v.to_json())),
         34 if (0..=4294967295).contains(&version) => Some(decode_user_delete_reply(body).map(|()| "{}".to_string())),
         36 if (0..=4294967295).contains(&version) => Some(decode_user_permissions_reply(body).map(|()| "{}".to_string())),
         37 if (0..=4294967295).contains(&version) => Some(decode_user_password_reply(body).map(|()| "{}".to_string())),
@@ -681,13 +891,13 @@ pub fn decode_reply_json(code: u32, version: u32, body: &[u8]) -> Option<Result<
         120 if (0..=4294967295).contains(&version) => Some(decode_consumer_offset_get_reply(body).map(|v| v.to_json())),
         121 if (0..=4294967295).contains(&version) => Some(decode_consumer_offset_store_reply(body).map(|()| "{}".to_string())),
         122 if (0..=4294967295).contains(&version) => Some(decode_consumer_offset_delete_reply(body).map(|()| "{}".to_string())),
-        200 if (0..=4294967295).contains(&version) => Some(decode_stream_get_reply(body).map(|v| v.to_json())),
-        201 if (0..=4294967295).contains(&version) => Some(decode_stream_list_reply(body).map(|v| v.to_json())),
-        202 if (0..=4294967295).contains(&version) => Some(decode_stream_create_reply(body).map(|v| v.to_json())),
+        200 if (12288..=4294967295).contains(&version) => Some(decode_stream_get_reply(body).map(|v| v.to_json())),
+        201 if (12288..=4294967295).contains(&version) => Some(decode_stream_list_reply(body).map(|v| v.to_json())),
+        202 if (12288..=4294967295).contains(&version) => Some(decode_stream_create_reply(body).map(|v| v.to_json())),
         203 if (0..=4294967295).contains(&version) => Some(decode_stream_delete_reply(body).map(|()| "{}".to_string())),
-        300 if (0..=4294967295).contains(&version) => Some(decode_topic_get_reply(body).map(|v| v.to_json())),
-        301 if (0..=4294967295).contains(&version) => Some(decode_topic_list_reply(body).map(|v| v.to_json())),
-        302 if (0..=4294967295).contains(&version) => Some(decode_topic_create_reply(body).map(|v| v.to_json())),
+        300 if (12288..=4294967295).contains(&version) => Some(decode_topic_get_reply(body).map(|v| v.to_json())),
+        301 if (12288..=4294967295).contains(&version) => Some(decode_topic_list_reply(body).map(|v| v.to_json())),
+        302 if (12288..=4294967295).contains(&version) => Some(decode_topic_create_reply(body).map(|v| v.to_json())),
         303 if (0..=4294967295).contains(&version) => Some(decode_topic_delete_reply(body).map(|()| "{}".to_string())),
         402 if (0..=4294967295).contains(&version) => Some(decode_partition_create_reply(body).map(|()| "{}".to_string())),
         403 if (0..=4294967295).contains(&version) => Some(decode_partition_delete_reply(body).map(|()| "{}".to_string())),
@@ -699,6 +909,23 @@ pub fn decode_reply_json(code: u32, version: u32, body: &[u8]) -> Option<Result<
         604 if (0..=4294967295).contains(&version) => Some(decode_consumer_group_join_reply(body).map(|()| "{}".to_string())),
         605 if (0..=4294967295).contains(&version) => Some(decode_consumer_group_leave_reply(body).map(|()| "{}".to_string())),
         606 if (0..=4294967295).contains(&version) => Some(decode_consumer_group_sync_reply(body).map(|v| v.to_json())),
+        12 if (0..=11265).contains(&version) => Some(decode_cluster_metadata_v0_11_1_reply(body).map(|v| v.to_json())),
+        13 if (0..=11265).contains(&version) => Some(decode_options_describe_v0_11_1_reply(body).map(|v| v.to_json())),
+        31 if (0..=11265).contains(&version) => Some(decode_user_get_v0_11_1_reply(body).map(|v| v.to_json())),
+        32 if (0..=11265).contains(&version) => Some(decode_user_list_v0_11_1_reply(body).map(|v| v.to_json())),
+        33 if (0..=11265).contains(&version) => Some(decode_user_create_v0_11_1_reply(body).map(|v| v.to_json())),
+        35 if (0..=11265).contains(&version) => Some(decode_user_update_reply(body).map(|()| "{}".to_string())),
+        103 if (0..=11265).contains(&version) => Some(decode_message_poll_routing_reply(body).map(|v| v.to_json())),
+        104 if (0..=11265).contains(&version) => Some(decode_message_poll_primary_reply(body).map(|v| v.to_json())),
+        123 if (0..=11265).contains(&version) => Some(decode_consumer_offset_routing_reply(body).map(|v| v.to_json())),
+        200 if (0..=11265).contains(&version) => Some(decode_stream_get_v0_11_1_reply(body).map(|v| v.to_json())),
+        201 if (0..=11265).contains(&version) => Some(decode_stream_list_v0_11_1_reply(body).map(|v| v.to_json())),
+        202 if (0..=11265).contains(&version) => Some(decode_stream_create_v0_11_1_reply(body).map(|v| v.to_json())),
+        204 if (0..=11265).contains(&version) => Some(decode_stream_update_reply(body).map(|()| "{}".to_string())),
+        300 if (0..=11265).contains(&version) => Some(decode_topic_get_v0_11_1_reply(body).map(|v| v.to_json())),
+        301 if (0..=11265).contains(&version) => Some(decode_topic_list_v0_11_1_reply(body).map(|v| v.to_json())),
+        302 if (0..=11265).contains(&version) => Some(decode_topic_create_v0_11_1_reply(body).map(|v| v.to_json())),
+        304 if (0..=11265).contains(&version) => Some(decode_topic_update_reply(body).map(|()| "{}".to_string())),
         _ => None,
     }
 }

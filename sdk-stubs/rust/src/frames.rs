@@ -164,8 +164,10 @@ pub enum Operation {
     UpdateUserResolved = 74,
     RewrapStreamKeys = 75,
     CreateStream = 128,
+    UpdateStream = 129,
     DeleteStream = 130,
     CreateTopic = 132,
+    UpdateTopic = 133,
     DeleteTopic = 134,
     CreatePartitions = 136,
     DeletePartitions = 137,
@@ -173,6 +175,7 @@ pub enum Operation {
     CreateConsumerGroup = 139,
     DeleteConsumerGroup = 140,
     CreateUser = 141,
+    UpdateUser = 142,
     DeleteUser = 143,
     ChangePassword = 144,
     UpdatePermissions = 145,
@@ -191,7 +194,7 @@ pub enum Operation {
 }
 impl Operation {
     /// Every variant, in spec order.
-    pub const ALL: &'static [Operation] = &[Operation::Reserved, Operation::Register, Operation::NonReplicated, Operation::Logout, Operation::CreateTopicWithAssignments, Operation::CreatePartitionsWithAssignments, Operation::RemoveConsumerGroupMember, Operation::CompleteConsumerGroupRevocation, Operation::TruncatePartition, Operation::FinalizeSession, Operation::CompleteLifecycle, Operation::UpdateStreamResolved, Operation::UpdateTopicResolved, Operation::UpdateUserResolved, Operation::RewrapStreamKeys, Operation::CreateStream, Operation::DeleteStream, Operation::CreateTopic, Operation::DeleteTopic, Operation::CreatePartitions, Operation::DeletePartitions, Operation::DeleteSegments, Operation::CreateConsumerGroup, Operation::DeleteConsumerGroup, Operation::CreateUser, Operation::DeleteUser, Operation::ChangePassword, Operation::UpdatePermissions, Operation::CreatePersonalAccessToken, Operation::DeletePersonalAccessToken, Operation::JoinConsumerGroup, Operation::LeaveConsumerGroup, Operation::UpdateResource, Operation::SendMessages, Operation::StoreConsumerOffset, Operation::DeleteConsumerOffset, Operation::RetireSession, Operation::InstallConsumerGroupOwner, Operation::TransitionPartitionHistory, Operation::RetireConsumerGroupOwners];
+    pub const ALL: &'static [Operation] = &[Operation::Reserved, Operation::Register, Operation::NonReplicated, Operation::Logout, Operation::CreateTopicWithAssignments, Operation::CreatePartitionsWithAssignments, Operation::RemoveConsumerGroupMember, Operation::CompleteConsumerGroupRevocation, Operation::TruncatePartition, Operation::FinalizeSession, Operation::CompleteLifecycle, Operation::UpdateStreamResolved, Operation::UpdateTopicResolved, Operation::UpdateUserResolved, Operation::RewrapStreamKeys, Operation::CreateStream, Operation::UpdateStream, Operation::DeleteStream, Operation::CreateTopic, Operation::UpdateTopic, Operation::DeleteTopic, Operation::CreatePartitions, Operation::DeletePartitions, Operation::DeleteSegments, Operation::CreateConsumerGroup, Operation::DeleteConsumerGroup, Operation::CreateUser, Operation::UpdateUser, Operation::DeleteUser, Operation::ChangePassword, Operation::UpdatePermissions, Operation::CreatePersonalAccessToken, Operation::DeletePersonalAccessToken, Operation::JoinConsumerGroup, Operation::LeaveConsumerGroup, Operation::UpdateResource, Operation::SendMessages, Operation::StoreConsumerOffset, Operation::DeleteConsumerOffset, Operation::RetireSession, Operation::InstallConsumerGroupOwner, Operation::TransitionPartitionHistory, Operation::RetireConsumerGroupOwners];
     /// The variant with this discriminant.
     pub fn from_repr(v: u8) -> Option<Self> {
         match v {
@@ -211,8 +214,10 @@ impl Operation {
             74 => Some(Self::UpdateUserResolved),
             75 => Some(Self::RewrapStreamKeys),
             128 => Some(Self::CreateStream),
+            129 => Some(Self::UpdateStream),
             130 => Some(Self::DeleteStream),
             132 => Some(Self::CreateTopic),
+            133 => Some(Self::UpdateTopic),
             134 => Some(Self::DeleteTopic),
             136 => Some(Self::CreatePartitions),
             137 => Some(Self::DeletePartitions),
@@ -220,6 +225,7 @@ impl Operation {
             139 => Some(Self::CreateConsumerGroup),
             140 => Some(Self::DeleteConsumerGroup),
             141 => Some(Self::CreateUser),
+            142 => Some(Self::UpdateUser),
             143 => Some(Self::DeleteUser),
             144 => Some(Self::ChangePassword),
             145 => Some(Self::UpdatePermissions),
@@ -271,8 +277,10 @@ impl iggy_wire::WireJson for Operation {
             Self::UpdateUserResolved => "UpdateUserResolved",
             Self::RewrapStreamKeys => "RewrapStreamKeys",
             Self::CreateStream => "CreateStream",
+            Self::UpdateStream => "UpdateStream",
             Self::DeleteStream => "DeleteStream",
             Self::CreateTopic => "CreateTopic",
+            Self::UpdateTopic => "UpdateTopic",
             Self::DeleteTopic => "DeleteTopic",
             Self::CreatePartitions => "CreatePartitions",
             Self::DeletePartitions => "DeletePartitions",
@@ -280,6 +288,7 @@ impl iggy_wire::WireJson for Operation {
             Self::CreateConsumerGroup => "CreateConsumerGroup",
             Self::DeleteConsumerGroup => "DeleteConsumerGroup",
             Self::CreateUser => "CreateUser",
+            Self::UpdateUser => "UpdateUser",
             Self::DeleteUser => "DeleteUser",
             Self::ChangePassword => "ChangePassword",
             Self::UpdatePermissions => "UpdatePermissions",
