@@ -317,3 +317,55 @@ async fn consumer_shutdown_leaves_the_group() {
     let g = ok("group", within("get", admin.get_consumer_group(&name("s"), &name("t"), &name("g"))).await).expect("g");
     assert_eq!(g.members_count, 0, "shutdown leaves the group");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_consumer_continues_across_a_server_restart_without_loss() {
+    const HALF: usize = 40;
+    let mut server = TestServer::start();
+    let admin = server.root_client().await;
+    create_stream_and_topic(&admin, "s", "t", 2).await;
+    for i in 0..HALF {
+        send_to_partition(&admin, &name("s"), &name("t"), (i % 2) as u32, vec![msg(format!("w-{i}"))]).await;
+    }
+    let cc = server.root_client().await;
+    let mut consumer = cc
+        .consumer_group("g", "s", "t")
+        .unwrap()
+        .create_consumer_group_if_not_exists()
+        .auto_join_consumer_group()
+        .polling_strategy(PollingStrategy::next())
+        .auto_commit(AutoCommit::When(AutoCommitWhen::PollingMessages))
+        .poll_interval(IggyDuration::from_str("10ms").unwrap())
+        .batch_length(5)
+        .build();
+    ok("init", within("init", consumer.init()).await);
+    let mut seen: Vec<String> = Vec::new();
+    let mut errors: Vec<String> = Vec::new();
+    while seen.len() < HALF {
+        match within("next", consumer.next()).await.expect("stream ended") {
+            Ok(m) => seen.push(String::from_utf8_lossy(&m.message.payload).into_owned()),
+            Err(e) => errors.push(format!("{e} ({})", e.as_code())),
+        }
+    }
+    tokio::task::block_in_place(|| server.restart());
+    for i in HALF..2 * HALF {
+        send_to_partition(&admin, &name("s"), &name("t"), (i % 2) as u32, vec![msg(format!("w-{i}"))]).await;
+    }
+    let rest = async {
+        loop {
+            let unique: BTreeSet<&String> = seen.iter().collect();
+            if unique.len() >= 2 * HALF {
+                break;
+            }
+            match consumer.next().await.expect("stream ended") {
+                Ok(m) => seen.push(String::from_utf8_lossy(&m.message.payload).into_owned()),
+                Err(e) => errors.push(format!("{e} ({})", e.as_code())),
+            }
+        }
+    };
+    within_for(Duration::from_secs(40), "consume after restart", rest).await;
+    let unique: BTreeSet<String> = seen.iter().cloned().collect();
+    let want: BTreeSet<String> = (0..2 * HALF).map(|i| format!("w-{i}")).collect();
+    assert_eq!(unique, want, "nothing lost across the restart (errors: {errors:?})");
+    assert_eq!(seen.len(), 2 * HALF, "nothing delivered twice (errors: {errors:?})");
+}
