@@ -523,3 +523,94 @@ async fn hostile_clients_do_not_disturb_a_good_client_or_the_server() {
     assert!(!log.contains("panicked"), "the server log holds a panic:\n{}", server.log_tail(40));
     assert!(peak <= RSS_BOUND_KIB, "peak RSS {peak} KiB exceeds the bound {RSS_BOUND_KIB} KiB");
 }
+
+/// `limits.max_connections` (from configuration): connections beyond it are closed at once —
+/// a raw client reads end-of-stream instead of a reply, an SDK client gets an error instead of
+/// hanging — and the slots come back as soon as the holders disconnect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_beyond_max_connections_are_refused_promptly_and_the_slots_come_back() {
+    const LIMIT: usize = 8;
+    let limit = LIMIT.to_string();
+    let mut server = Server::new(&[("IGGY_LIMITS_MAX_CONNECTIONS", &limit)]);
+    tokio::task::block_in_place(|| server.spawn(&[]));
+    let address = server.address();
+    let ping = header_bytes(&RequestHeader::for_request(PING_CODE, 9, 0, 0, &[]).unwrap());
+    let answered = |stream: &mut TcpStream| -> bool {
+        stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        stream.write_all(&ping).is_ok() && matches!(read_reply(stream), Ok(Reply::Reply { .. }))
+    };
+    // The readiness probe's connection may still hold a slot for a moment.
+    let holders: Vec<TcpStream> = tokio::task::block_in_place(|| {
+        let mut holders = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while holders.len() < LIMIT {
+            let mut stream = TcpStream::connect(&address).unwrap();
+            if answered(&mut stream) {
+                holders.push(stream);
+            } else {
+                assert!(Instant::now() < deadline, "could not fill {LIMIT} connection slots");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        holders
+    });
+    let over = tokio::task::block_in_place(|| {
+        let mut stream = TcpStream::connect(&address).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let _ = stream.write_all(&ping);
+        let mut byte = [0u8; 1];
+        stream.read(&mut byte)
+    });
+    assert!(
+        matches!(over, Ok(0)) || matches!(&over, Err(e) if e.kind() == ErrorKind::ConnectionReset),
+        "connection {} beyond the limit: expected an immediate close, got {over:?}",
+        LIMIT + 1
+    );
+    // An SDK client started while every slot is taken does not get in.
+    let waiting = {
+        let connection_string = server.connection_string();
+        tokio::spawn(async move {
+            let client = IggyClient::from_connection_string(&connection_string).unwrap();
+            let started = Instant::now();
+            let result = client.connect().await.map_err(|e| e.to_string());
+            (client, started.elapsed(), result)
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    if waiting.is_finished() {
+        let (_, after, result) = waiting.await.unwrap();
+        assert!(result.is_err(), "an SDK client beyond the limit connected (after {after:?})");
+        eprintln!("SDK client beyond the limit: {result:?} after {after:?}");
+    } else {
+        eprintln!("SDK client beyond the limit: still retrying after 3 s (the server closes without a frame)");
+        waiting.abort();
+    }
+    drop(holders);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let client = server.client().await;
+    within("ping after the holders left", client.ping()).await.expect("a slot is free again");
+    assert!(server.alive());
+}
+
+/// The issue: "refusals at capacity are clear errors". An SDK client that arrives when every
+/// connection slot is taken should fail promptly with an error it can show, not retry a silent
+/// close until its own deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "server: a connection beyond max_connections is closed without any frame, so the SDK retries instead of failing clearly, see /tmp/durability-findings.md"]
+async fn an_sdk_client_beyond_max_connections_gets_a_clear_error_promptly() {
+    let mut server = Server::new(&[("IGGY_LIMITS_MAX_CONNECTIONS", "4")]);
+    tokio::task::block_in_place(|| server.spawn(&[]));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut holders = Vec::new();
+    for _ in 0..4 {
+        holders.push(server.client().await);
+    }
+    let client = IggyClient::from_connection_string(&server.connection_string()).unwrap();
+    let started = Instant::now();
+    let result = tokio::time::timeout(Duration::from_secs(10), client.connect()).await;
+    match result {
+        Ok(Err(error)) => eprintln!("refused after {:?}: {error} (code {})", started.elapsed(), error.as_code()),
+        Ok(Ok(())) => panic!("a fifth client connected with max_connections = 4"),
+        Err(_) => panic!("an SDK client beyond max_connections got no error within 10 s"),
+    }
+}
