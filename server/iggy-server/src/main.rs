@@ -14,6 +14,7 @@ mod options;
 mod partition;
 mod replies;
 mod session;
+mod shard;
 mod snapshot;
 mod tcp;
 mod users;

@@ -31,6 +31,8 @@ pub struct Shared {
     pub metadata: RefCell<Metadata>,
     pub partitions: RefCell<HashMap<PartitionKey, PartitionEntry>>,
     pub started_at: std::time::Instant,
+    /// The shard threads partitions run on.
+    pub shards: crate::shard::Shards,
     /// The connection each session was last bound on: its public client id.
     pub session_connections: RefCell<HashMap<u128, u32>>,
     /// Per session: connections bound to it now, and when the last one went away.
@@ -129,20 +131,29 @@ impl Shared {
                 if segment_size > 0 {
                     log_config.segment_size = segment_size;
                 }
-                match PartitionHandle::open(
-                    &dir,
-                    partition,
-                    log_config,
-                    self.vsr_config(),
-                    self.durability,
-                    policies,
-                    (
-                        self.config.system.checkpoint_journal_bytes,
-                        self.config.system.checkpoint_journal_ops.max(1),
-                    ),
-                )
-                .await
-                {
+                let (vsr, durability) = (self.vsr_config(), self.durability);
+                let limits = (
+                    self.config.system.checkpoint_journal_bytes,
+                    self.config.system.checkpoint_journal_ops.max(1),
+                );
+                let shard = self.shards.owner(key);
+                let task_dir = dir.clone();
+                // The partition's log, journal and group live on its owning shard.
+                let opened = self
+                    .shards
+                    .run_on(shard, move || async move {
+                        PartitionHandle::open(
+                            &task_dir, partition, log_config, vsr, durability, policies, limits,
+                        )
+                        .await
+                    })
+                    .await;
+                let opened = opened.unwrap_or_else(|| {
+                    Err(iggy_storage::StorageError::Refused(format!(
+                        "shard {shard} is not running"
+                    )))
+                });
+                match opened {
                     Ok(handle) => {
                         self.partitions
                             .borrow_mut()
@@ -231,6 +242,7 @@ impl Node {
             _ => Durability::Replicated,
         };
         let max_connections = config.limits.max_connections;
+        let shard_count = config.shard_count();
         let shared = Rc::new(Shared {
             config,
             data,
@@ -239,6 +251,7 @@ impl Node {
             metadata: RefCell::new(Metadata::default()),
             partitions: RefCell::new(HashMap::new()),
             started_at: std::time::Instant::now(),
+            shards: crate::shard::Shards::start(shard_count)?,
             session_connections: RefCell::new(HashMap::new()),
             session_activity: RefCell::new(HashMap::new()),
         });

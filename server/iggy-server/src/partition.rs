@@ -13,10 +13,10 @@ use iggy_generated::errors::ErrorCode;
 use iggy_generated::frames::Operation;
 use iggy_storage::partition_log::{LogConfig, PartitionLog, ReadBatches};
 use iggy_storage::{StorageError, batch};
-use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Who an offset belongs to: a plain consumer or a consumer group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -206,11 +206,40 @@ pub struct PartitionInfo {
     pub next_offset: u64,
 }
 
+/// A partition's figures as its owning shard publishes them, readable from any shard without a
+/// lock (each figure is exact; a reader may see them from two neighbouring moments).
+#[derive(Debug, Default)]
+pub struct PartitionFigures {
+    messages: AtomicU64,
+    size_bytes: AtomicU64,
+    segments: AtomicU64,
+    next_offset: AtomicU64,
+}
+
+impl PartitionFigures {
+    fn set(&self, info: PartitionInfo) {
+        self.messages.store(info.messages, Ordering::Relaxed);
+        self.size_bytes.store(info.size_bytes, Ordering::Relaxed);
+        self.segments
+            .store(u64::from(info.segments), Ordering::Relaxed);
+        self.next_offset.store(info.next_offset, Ordering::Relaxed);
+    }
+
+    pub fn get(&self) -> PartitionInfo {
+        PartitionInfo {
+            messages: self.messages.load(Ordering::Relaxed),
+            size_bytes: self.size_bytes.load(Ordering::Relaxed),
+            segments: self.segments.load(Ordering::Relaxed) as u32,
+            next_offset: self.next_offset.load(Ordering::Relaxed),
+        }
+    }
+}
+
 /// The partition's replicated state.
 pub struct PartitionMachine {
     partition_id: u32,
     /// The partition's figures, published after every change for replies that list them.
-    stats: Rc<Cell<PartitionInfo>>,
+    stats: Arc<PartitionFigures>,
     /// The topic's policies: fsync sends / offset stores before acknowledging them.
     persist_messages: bool,
     persist_offsets: bool,
@@ -455,7 +484,7 @@ impl StateMachine for PartitionMachine {
 pub struct PartitionHandle {
     pub group: GroupHandle<PartitionRead>,
     pub dir: PathBuf,
-    pub stats: Rc<Cell<PartitionInfo>>,
+    pub stats: Arc<PartitionFigures>,
 }
 
 impl PartitionHandle {
@@ -482,7 +511,7 @@ impl PartitionHandle {
         let checkpoint = read_checkpoint(&checkpoint_path)
             .await
             .map_err(io(&checkpoint_path))?;
-        let stats = Rc::new(Cell::new(PartitionInfo::default()));
+        let stats = Arc::new(PartitionFigures::default());
         let mut machine = PartitionMachine {
             partition_id,
             stats: stats.clone(),
