@@ -212,6 +212,122 @@ pub const TABLE_BEGIN: &str = "<!-- BEGIN GENERATED COMMAND TABLE (cargo codegen
 pub const TABLE_END: &str = "<!-- END GENERATED COMMAND TABLE -->";
 
 /// ARCHITECTURE.md with its command table regenerated (None when the markers are absent).
-pub fn architecture(_root: &Path, _files: &[(String, String)]) -> Option<(std::path::PathBuf, String)> {
-    None
+/// One row per command row of the spec: where it is declared (spec file:line), generated,
+/// handled in the server (the function whose `match` names the code, or that dispatches on its
+/// operation) and tested (the conformance vectors of its structs, and the e2e file that calls
+/// the SDK method for it). Function names, not line numbers, so edits elsewhere in the server
+/// do not make the table stale.
+pub fn architecture(root: &Path, files: &[(String, String)]) -> Option<(std::path::PathBuf, String)> {
+    let path = root.join("ARCHITECTURE.md");
+    let doc = std::fs::read_to_string(&path).ok()?;
+    let (head, rest) = doc.split_once(TABLE_BEGIN)?;
+    let (_, tail) = rest.split_once(TABLE_END)?;
+    let spec = crate::load(files).ok()?;
+    let read = |rel: &str| std::fs::read_to_string(root.join(rel)).unwrap_or_default();
+    let server: Vec<(&str, String)> = ["server/iggy-server/src/dispatch.rs", "server/iggy-server/src/metadata_machine.rs", "server/iggy-server/src/wire_users.rs"]
+        .iter()
+        .map(|f| (*f, read(f)))
+        .collect();
+    let mut e2e: Vec<(String, String)> = std::fs::read_dir(root.join("conformance/tests/e2e"))
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "rs"))
+                .map(|p| (format!("conformance/tests/e2e/{}", p.file_name().unwrap().to_string_lossy()), std::fs::read_to_string(&p).unwrap_or_default()))
+                .collect()
+        })
+        .unwrap_or_default();
+    e2e.sort();
+    let mut t = String::from("| code | command | protocol | declared | generated | handled | tested |\n|---|---|---|---|---|---|---|\n");
+    for (file, m) in &spec.files {
+        let module = file.trim_end_matches(".spec");
+        for c in &m.commands {
+            let (since, until) = window(&c.since, &c.until);
+            let proto = match (since, until) {
+                (0, u32::MAX) => "all".to_string(),
+                (s, u32::MAX) => format!("{}+", unpack(s)),
+                (0, u) => format!("..{}", unpack(u)),
+                (s, u) => format!("{}..{}", unpack(s), unpack(u)),
+            };
+            let structs: Vec<String> = [&c.req, &c.resp]
+                .iter()
+                .filter_map(|n| spec.global.structs.iter().find(|s| &s.name == *n))
+                .map(|s| format!("`{}::{}`", module_of(&s.file), s.name))
+                .collect();
+            let generated = format!("generated/src/{module}.rs (`COMMANDS`, `decode_request`); {}", structs.join(", "));
+            let handled = handler(&server, c.code, &c.op);
+            let mut tested = vec!["conformance/tests/conformance.rs (vectors, stub)".to_string()];
+            if let Some(f) = sdk_calls(&c.name).iter().find_map(|m| e2e.iter().find(|(_, t)| t.contains(&format!(".{m}("))).map(|(f, _)| f.clone())) {
+                tested.push(f);
+            }
+            let _ = writeln!(t, "| {} | `{}` | {proto} | {}:{} | {generated} | {handled} | {} |", c.code, c.name, c.file, c.line, tested.join("; "));
+        }
+    }
+    let text = format!("{head}{TABLE_BEGIN}\n{t}{TABLE_END}{tail}");
+    Some((path, text))
+}
+
+/// The server function that handles `code`: one whose `match` arm names the code, else one
+/// that names `Operation::<op>`.
+fn handler(server: &[(&str, String)], code: u32, op: &str) -> String {
+    let arm = |line: &str| {
+        let l = line.trim_start();
+        let Some((pat, _)) = l.split_once("=>") else { return false };
+        pat.split('|').map(str::trim).any(|p| p == code.to_string())
+    };
+    let operation = format!("Operation::{op}");
+    let find = |pred: &dyn Fn(&str) -> bool| {
+        for (file, text) in server {
+            let lines: Vec<&str> = text.lines().collect();
+            for (i, l) in lines.iter().enumerate() {
+                // A code arm counts only inside a `match` on a code, not any numeric match.
+                let indent = |x: &str| x.len() - x.trim_start().len();
+                let on_code = || {
+                    lines[..i]
+                        .iter()
+                        .rev()
+                        .find(|x| x.contains("match ") && indent(x) + 4 == indent(l))
+                        .is_some_and(|x| x.contains("code"))
+                };
+                if pred(l) && (l.contains("Operation::") || on_code()) {
+                    let f = lines[..=i].iter().rev().find_map(|x| {
+                        let x = x.trim_start();
+                        let x = x.strip_prefix("pub ").unwrap_or(x);
+                        let x = x.strip_prefix("async ").unwrap_or(x);
+                        x.strip_prefix("fn ").map(|r| r.split(|c: char| !(c.is_alphanumeric() || c == '_')).next().unwrap_or("").to_string())
+                    });
+                    let name = file.rsplit('/').next().unwrap_or(file);
+                    return Some(format!("{name} `{}`", f.unwrap_or_default()));
+                }
+            }
+        }
+        None
+    };
+    find(&|l: &str| arm(l))
+        .or_else(|| if op == "NonReplicated" { None } else { find(&|l: &str| l.contains(&operation) && !l.trim_start().starts_with("//")) })
+        .unwrap_or_else(|| "not handled".into())
+}
+
+/// SDK client methods that send command `name` (`stream.create` -> `create_stream`).
+fn sdk_calls(name: &str) -> Vec<String> {
+    let (res, verb) = name.split_once('.').unwrap_or((name, ""));
+    let mut out = match (res, verb) {
+        ("ping", _) => vec!["ping".to_string()],
+        ("stats", _) => vec!["get_stats".into()],
+        ("me", _) => vec!["get_me".into()],
+        ("snapshot", _) => vec!["snapshot".into()],
+        ("cluster", "metadata") => vec!["get_cluster_metadata".into()],
+        ("options", "describe") => vec!["describe_options".into()],
+        ("user", "permissions") => vec!["update_permissions".into()],
+        ("user", "password") => vec!["change_password".into()],
+        ("user", "login_register") | ("user", "login") => vec!["login_user".into()],
+        ("user", "login_register_with_pat") | ("personal_access_token", "login") => vec!["login_with_personal_access_token".into()],
+        ("user", "logout") => vec!["logout_user".into()],
+        ("resource", "update") => vec!["update_topic".into(), "update_stream".into(), "update_user".into()],
+        (r, "list") => vec![format!("get_{r}s")],
+        (r, "poll") | (r, "send") => vec![format!("{verb}_{r}s")],
+        (r, v) => vec![format!("{v}_{r}"), format!("{v}_{r}s")],
+    };
+    out.retain(|m| !m.is_empty());
+    out
 }
