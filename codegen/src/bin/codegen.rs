@@ -22,6 +22,9 @@ fn main() {
     }
     for (p, t) in &outputs {
         if stale.contains(p) {
+            if let Some(dir) = p.parent() {
+                std::fs::create_dir_all(dir).expect("create output directory");
+            }
             std::fs::write(p, t).expect("write generated file");
             eprintln!("wrote {}", p.display());
         }
