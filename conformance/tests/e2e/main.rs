@@ -15,6 +15,7 @@ mod lifecycle;
 mod messages;
 mod offsets;
 mod partitions;
+mod replay;
 mod resources;
 mod pat;
 mod producer_consumer;

@@ -13,6 +13,16 @@ use tokio::net::{TcpListener, TcpStream};
 pub struct WireTap {
     port: u16,
     log: Arc<Mutex<Vec<String>>>,
+    fault: Arc<Mutex<Fault>>,
+}
+
+/// Lose the reply to the next request with a given operation: the request reaches the server,
+/// its reply is swallowed and the connection is closed, as when a link dies after the send.
+#[derive(Default)]
+struct Fault {
+    armed_operation: Option<u8>,
+    /// (connection, request number) whose reply is to be lost.
+    doomed: Option<(u64, u64)>,
 }
 
 fn u32_at(h: &[u8], off: usize) -> u32 {
@@ -51,11 +61,14 @@ fn summarize(to_server: bool, h: &[u8], started: Instant) -> String {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn pump(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
     to_server: bool,
     log: Arc<Mutex<Vec<String>>>,
+    fault: Arc<Mutex<Fault>>,
+    connection: u64,
     started: Instant,
 ) {
     let mut header = [0u8; 256];
@@ -68,6 +81,21 @@ async fn pump(
         let mut body = vec![0u8; size.saturating_sub(256)];
         if from.read_exact(&mut body).await.is_err() {
             break;
+        }
+        {
+            let mut fault = fault.lock().unwrap();
+            if to_server && header[60] == 5 && fault.armed_operation == Some(header[176]) {
+                fault.armed_operation = None;
+                fault.doomed = Some((connection, u64_at(&header, 168)));
+            } else if !to_server && header[60] == 8 && fault.doomed == Some((connection, u64_at(&header, 200))) {
+                fault.doomed = None;
+                log.lock().unwrap().push(format!(
+                    "{:>6}ms FAULT: reply to request {} lost, connection closed",
+                    started.elapsed().as_millis(),
+                    u64_at(&header, 200)
+                ));
+                break;
+            }
         }
         if to.write_all(&header).await.is_err() || to.write_all(&body).await.is_err() {
             break;
@@ -88,12 +116,13 @@ impl WireTap {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind tap");
         let port = listener.local_addr().unwrap().port();
         let log: Arc<Mutex<Vec<String>>> = Arc::default();
+        let fault: Arc<Mutex<Fault>> = Arc::default();
         let started = Instant::now();
-        let tap_log = log.clone();
+        let (tap_log, tap_fault) = (log.clone(), fault.clone());
         tokio::spawn(async move {
-            loop {
+            for connection in 0u64.. {
                 let Ok((client, _)) = listener.accept().await else { break };
-                let log = tap_log.clone();
+                let (log, fault) = (tap_log.clone(), tap_fault.clone());
                 tokio::spawn(async move {
                     let deadline = Instant::now() + Duration::from_secs(10);
                     let server = loop {
@@ -109,13 +138,23 @@ impl WireTap {
                     let (cr, cw) = client.into_split();
                     let (sr, sw) = server.into_split();
                     tokio::join!(
-                        pump(cr, sw, true, log.clone(), started),
-                        pump(sr, cw, false, log.clone(), started)
+                        pump(cr, sw, true, log.clone(), fault.clone(), connection, started),
+                        pump(sr, cw, false, log.clone(), fault.clone(), connection, started)
                     );
                 });
             }
         });
-        Self { port, log }
+        Self { port, log, fault }
+    }
+
+    /// The next request whose header operation is `operation` reaches the server, but its
+    /// reply is lost and the connection closed.
+    pub fn lose_next_reply_to(&self, operation: u8) {
+        self.fault.lock().unwrap().armed_operation = Some(operation);
+    }
+
+    pub fn lines(&self) -> Vec<String> {
+        self.log.lock().unwrap().clone()
     }
 
     pub fn address(&self) -> String {

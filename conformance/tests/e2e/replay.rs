@@ -1,0 +1,88 @@
+//! Lost replies: the request reaches the server and commits, the reply is lost with the link
+//! (injected by the wire tap). The SDK reconnects, binds its session again and replays the
+//! same frame; the server must answer from its dedup state, with the committed marker, and
+//! apply nothing twice.
+
+use crate::harness::*;
+use crate::wiretap::WireTap;
+use iggy::prelude::*;
+use std::time::Duration;
+
+const OP_CREATE_STREAM: u8 = 128;
+const OP_SEND_MESSAGES: u8 = 160;
+const OP_STORE_CONSUMER_OFFSET: u8 = 161;
+
+async fn tapped_client(server: &TestServer) -> (WireTap, IggyClient) {
+    let tap = WireTap::start(server.port()).await;
+    let client = IggyClient::from_connection_string(&format!("iggy://{ROOT_USER}:{ROOT_PASSWORD}@{}", tap.address()))
+        .expect("connection string");
+    ok("connect through the tap", within("connect", client.connect()).await);
+    (tap, client)
+}
+
+/// The SDK's own deadline is 30 s; a correct replay resolves in about a second.
+async fn resolved<T>(tap: &WireTap, what: &str, fut: impl std::future::Future<Output = Result<T, IggyError>>) -> T {
+    match tokio::time::timeout(Duration::from_secs(15), fut).await {
+        Ok(Ok(v)) => v,
+        Ok(Err(e)) => panic!("{what}: {e} (code {}); frames:\n{}", e.as_code(), tap.tail(30)),
+        Err(_) => panic!("{what}: not resolved within 15 s; frames:\n{}", tap.tail(30)),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn send_whose_reply_was_lost_is_resolved_once() {
+    let server = TestServer::start();
+    let (tap, c) = tapped_client(&server).await;
+    create_stream_and_topic(&c, "s", "t", 1).await;
+    send_to_partition(&c, &name("s"), &name("t"), 0, msgs("a", 3)).await;
+
+    tap.lose_next_reply_to(OP_SEND_MESSAGES);
+    let mut batch = msgs("b", 2);
+    let r = resolved(
+        &tap,
+        "send with a lost reply",
+        c.send_messages(&name("s"), &name("t"), &Partitioning::partition_id(0), &mut batch),
+    )
+    .await;
+    assert!(tap.lines().iter().any(|l| l.contains("FAULT")), "the fault fired");
+    if let Some(conf) = r.confirmations.first() {
+        assert_eq!(conf.base_offset, 3, "the replay reports the original offset");
+    }
+    send_to_partition(&c, &name("s"), &name("t"), 0, msgs("c", 1)).await;
+    let polled = poll(&c, &name("s"), &name("t"), 0, &consumer("x"), PollingStrategy::first(), 100, false).await;
+    assert_eq!(payloads(&polled), vec!["a-0", "a-1", "a-2", "b-0", "b-1", "c-0"], "the replayed batch is stored once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_stream_whose_reply_was_lost_is_resolved_once() {
+    let server = TestServer::start();
+    let (tap, c) = tapped_client(&server).await;
+    ok("create first", within("create", c.create_stream("first", &StreamCreateOptions::default())).await);
+
+    tap.lose_next_reply_to(OP_CREATE_STREAM);
+    let s = resolved(&tap, "create with a lost reply", c.create_stream("second", &StreamCreateOptions::default())).await;
+    assert_eq!((s.id, s.name.as_str()), (1, "second"), "the replay returns the original result");
+    let streams = ok("list", within("list", c.get_streams()).await);
+    let mut names: Vec<&str> = streams.iter().map(|s| s.name.as_str()).collect();
+    names.sort();
+    assert_eq!(names, vec!["first", "second"], "created once, not rejected as a duplicate");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_offset_whose_reply_was_lost_is_resolved() {
+    let server = TestServer::start();
+    let (tap, c) = tapped_client(&server).await;
+    create_stream_and_topic(&c, "s", "t", 1).await;
+    send_to_partition(&c, &name("s"), &name("t"), 0, msgs("m", 10)).await;
+
+    tap.lose_next_reply_to(OP_STORE_CONSUMER_OFFSET);
+    resolved(
+        &tap,
+        "store with a lost reply",
+        c.store_consumer_offset(&consumer("c"), &name("s"), &name("t"), Some(0), 6),
+    )
+    .await;
+    let off = ok("get", within("get", c.get_consumer_offset(&consumer("c"), &name("s"), &name("t"), Some(0))).await)
+        .expect("stored");
+    assert_eq!(off.stored_offset, 6);
+}
