@@ -11,6 +11,7 @@ mod clients;
 mod concurrency;
 mod consumer_groups;
 mod crash;
+mod framing;
 mod lifecycle;
 mod messages;
 mod offsets;

@@ -23,6 +23,10 @@ struct Fault {
     armed_operation: Option<u8>,
     /// (connection, request number) whose reply is to be lost.
     doomed: Option<(u64, u64)>,
+    /// Forward client bytes to the server in writes of at most this many bytes.
+    fragment: Option<usize>,
+    /// Hold client frames back and forward this many at once, in one write.
+    coalesce: Option<usize>,
 }
 
 fn u32_at(h: &[u8], off: usize) -> u32 {
@@ -72,6 +76,8 @@ async fn pump(
     started: Instant,
 ) {
     let mut header = [0u8; 256];
+    let mut held: Vec<u8> = Vec::new();
+    let mut held_frames = 0usize;
     loop {
         if from.read_exact(&mut header).await.is_err() {
             break;
@@ -97,7 +103,44 @@ async fn pump(
                 break;
             }
         }
-        if to.write_all(&header).await.is_err() || to.write_all(&body).await.is_err() {
+        let (fragment, coalesce) = {
+            let fault = fault.lock().unwrap();
+            (fault.fragment.filter(|_| to_server), fault.coalesce.filter(|_| to_server))
+        };
+        let mut frame = Vec::with_capacity(size.max(256));
+        frame.extend_from_slice(&header);
+        frame.extend_from_slice(&body);
+        if let Some(n) = coalesce {
+            held.extend_from_slice(&frame);
+            held_frames += 1;
+            if held_frames < n {
+                // Flush whatever is held if the client goes quiet (it may wait for a reply).
+                // `peek` waits for real bytes and consumes none, so a timeout loses nothing.
+                let mut probe = [0u8; 1];
+                if let Ok(Ok(n)) = tokio::time::timeout(Duration::from_millis(50), from.peek(&mut probe)).await
+                    && n > 0
+                {
+                    continue;
+                }
+            }
+            frame = std::mem::take(&mut held);
+            held_frames = 0;
+        }
+        let sent = match fragment {
+            Some(n) => {
+                let mut ok = true;
+                for chunk in frame.chunks(n.max(1)) {
+                    if to.write_all(chunk).await.is_err() || to.flush().await.is_err() {
+                        ok = false;
+                        break;
+                    }
+                    tokio::task::yield_now().await;
+                }
+                ok
+            }
+            None => to.write_all(&frame).await.is_ok(),
+        };
+        if !sent {
             break;
         }
     }
@@ -134,6 +177,7 @@ impl WireTap {
                             Err(_) => return,
                         }
                     };
+                    let _ = server.set_nodelay(true);
                     log.lock().unwrap().push(format!("{:>6}ms connection", started.elapsed().as_millis()));
                     let (cr, cw) = client.into_split();
                     let (sr, sw) = server.into_split();
@@ -151,6 +195,16 @@ impl WireTap {
     /// reply is lost and the connection closed.
     pub fn lose_next_reply_to(&self, operation: u8) {
         self.fault.lock().unwrap().armed_operation = Some(operation);
+    }
+
+    /// Split every client frame into writes of at most `bytes` bytes.
+    pub fn fragment_client_frames(&self, bytes: usize) {
+        self.fault.lock().unwrap().fragment = Some(bytes);
+    }
+
+    /// Forward client frames `frames` at a time in one write (or when the client pauses).
+    pub fn coalesce_client_frames(&self, frames: usize) {
+        self.fault.lock().unwrap().coalesce = Some(frames);
     }
 
     pub fn lines(&self) -> Vec<String> {
