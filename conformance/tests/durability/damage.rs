@@ -207,7 +207,7 @@ fn check_served(messages: &[IggyMessage], sent: &Sent, what: &str) {
         assert_eq!(message.header.offset, index as u64, "{what}: offsets must run 0,1,2,…");
         let (id, payload) = &sent[index];
         assert!(
-            message.header.id == *id && &message.payload[..] == &payload[..],
+            message.header.id == *id && message.payload[..] == payload[..],
             "{what}: offset {index} serves a message that is not the one written there (corrupt or invented)"
         );
     }

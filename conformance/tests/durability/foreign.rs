@@ -88,7 +88,7 @@ fn foreign_data_directories_are_refused_before_any_change() {
         assert!(log.contains(&path), "{what}: the refusal does not name the directory {path}:\n{log}");
         assert!(!log.contains("listening"), "{what}: the server listened before refusing:\n{log}");
         assert_same_tree(what, &before, &after);
-        eprintln!("refused ({what}): {}", log.lines().filter(|l| l.contains(&path)).last().unwrap_or(""));
+        eprintln!("refused ({what}): {}", log.lines().rfind(|l| l.contains(&path)).unwrap_or(""));
     }
 }
 

@@ -352,12 +352,12 @@ pub fn hash_tree(root: &Path) -> Tree {
         }
     }
     let mut out = Tree::new();
-    if let Ok(meta) = std::fs::symlink_metadata(root) {
-        if !meta.is_dir() {
-            let bytes = std::fs::read(root).unwrap_or_default();
-            out.insert(PathBuf::new(), format!("file {} {:016x}", bytes.len(), twox_hash::XxHash3_64::oneshot(&bytes)));
-            return out;
-        }
+    if let Ok(meta) = std::fs::symlink_metadata(root)
+        && !meta.is_dir()
+    {
+        let bytes = std::fs::read(root).unwrap_or_default();
+        out.insert(PathBuf::new(), format!("file {} {:016x}", bytes.len(), twox_hash::XxHash3_64::oneshot(&bytes)));
+        return out;
     }
     walk(root, root, &mut out);
     out
@@ -441,6 +441,7 @@ pub fn frame(code: u32, client: u128, request: u64, session: u64, payload: &[u8]
 
 /// What came back for one frame.
 #[derive(Debug)]
+#[allow(clippy::large_enum_variant)]
 pub enum Reply {
     Reply { header: ReplyHeader, body: Vec<u8> },
     /// An eviction frame (the connection is closed after it); the reason byte.
