@@ -52,6 +52,8 @@ pub struct Limits {
     pub max_frame_size: u32,
     pub max_connections: usize,
     pub clients_table_max: usize,
+    pub idle_timeout_secs: u64,
+    pub request_timeout_ms: u64,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]

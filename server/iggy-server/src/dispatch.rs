@@ -67,9 +67,23 @@ impl Request<'_> {
         Dispatched::Reply(frame::reply(
             self.header,
             operation,
-            ReplyMeta { commit, status: 0 },
+            ReplyMeta {
+                commit,
+                status: 0,
+                committed: false,
+            },
             body,
         ))
+    }
+
+    /// The committed result of a replicated op at `op`.
+    fn committed(&self, operation: Operation, op: u64, body: &[u8]) -> Dispatched {
+        let meta = ReplyMeta {
+            commit: op,
+            status: 0,
+            committed: true,
+        };
+        Dispatched::Reply(frame::reply(self.header, operation, meta, body))
     }
 
     fn reply(&self, body: &[u8]) -> Dispatched {
@@ -287,7 +301,7 @@ async fn logout(
         Outcome::Committed { op, .. } => {
             connection.bound = None;
             node.shared.session_unbound(bound.client);
-            Ok(request.ok(Operation::Logout, op, &[]))
+            Ok(request.committed(Operation::Logout, op, &[]))
         }
         Outcome::Refused(refusal) => Err(refusal_error(&refusal)),
         Outcome::Failed => Err(ErrorCode::TransientNotCommitted),
@@ -402,9 +416,9 @@ async fn metadata_write(
                 if let Some(code) = replies::rejection_of(&reply) {
                     return Err(code);
                 }
-                return Ok(request.ok(operation, op, &[]));
+                return Ok(request.committed(operation, op, &[]));
             }
-            Ok(request.ok(operation, op, &reply))
+            Ok(request.committed(operation, op, &reply))
         }
         Outcome::Refused(refusal) => Err(refusal_error(&refusal)),
         Outcome::Failed => Err(ErrorCode::TransientNotCommitted),
@@ -581,14 +595,17 @@ async fn partition_write(
         .shared
         .partition(key)
         .ok_or(ErrorCode::PartitionNotFound)?;
-    let result = partition.write(bound.client, header.request, write).await?;
-    match (request.operation, result) {
+    let (op, result) = partition.write(bound.client, header.request, write).await?;
+    let operation = request.operation;
+    match (operation, result) {
         (Operation::SendMessages, WriteResult::Appended { base_offset, .. }) => {
-            Ok(request.reply(&replies::send_confirmation(key, base_offset)))
+            Ok(request.committed(operation, op, &replies::send_confirmation(key, base_offset)))
         }
         (Operation::SendMessages, WriteResult::Failed(code)) => Err(code),
-        (_, WriteResult::Failed(code)) => Ok(request.reply(&replies::result_rejection(code))),
-        _ => Ok(request.reply(&replies::RESULT_OK)),
+        (_, WriteResult::Failed(code)) => {
+            Ok(request.committed(operation, op, &replies::result_rejection(code)))
+        }
+        _ => Ok(request.committed(operation, op, &replies::RESULT_OK)),
     }
 }
 

@@ -84,7 +84,13 @@ pub struct ReplyMeta {
     pub commit: u64,
     /// 0 = success; otherwise the error code, and the body is empty.
     pub status: u32,
+    /// A committed result of a replicated op: the reply carries the committed marker and
+    /// `op == commit`, which is what lets a client resolve a request it had to replay.
+    pub committed: bool,
 }
+
+/// Byte of `ReplyHeader::reserved` that marks a final committed result.
+const COMMITTED_MARKER: usize = 0;
 
 /// Encodes a reply to `request` as header + body, echoing `operation`.
 pub fn reply(
@@ -105,6 +111,10 @@ pub fn reply(
     header.operation = operation;
     header.status = meta.status;
     header.partition_incarnation = request.partition_incarnation;
+    if meta.committed && meta.status == 0 {
+        header.op = meta.commit;
+        header.reserved[COMMITTED_MARKER] = 1;
+    }
     header.encode_fixed(&mut out[..HEADER_SIZE]);
     out[HEADER_SIZE..].copy_from_slice(body);
     out
@@ -118,6 +128,7 @@ pub fn error_reply(request: &RequestHeader, operation: Operation, error: ErrorCo
         ReplyMeta {
             commit: 0,
             status: error.code(),
+            committed: false,
         },
         &[],
     )
@@ -204,6 +215,7 @@ mod tests {
             ReplyMeta {
                 commit: 9,
                 status: 0,
+                committed: false,
             },
             b"xy",
         );

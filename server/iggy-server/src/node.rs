@@ -209,6 +209,8 @@ pub struct Node {
     pub next_connection: Cell<u32>,
     pub clients: RefCell<HashMap<u32, crate::dispatch::ClientInfo>>,
     root_created: Cell<bool>,
+    /// Connections being refused at capacity (each gets an answer before it closes).
+    pub refusals: Cell<usize>,
 }
 
 impl Node {
@@ -285,6 +287,7 @@ impl Node {
             next_connection: Cell::new(1),
             clients: RefCell::new(HashMap::new()),
             root_created: Cell::new(false),
+            refusals: Cell::new(0),
         });
         node.ensure_root(root).await;
         Ok(node)

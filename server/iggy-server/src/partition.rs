@@ -563,13 +563,13 @@ impl PartitionHandle {
         client: u128,
         request: u64,
         write: PartitionWrite,
-    ) -> Result<WriteResult, ErrorCode> {
+    ) -> Result<(u64, WriteResult), ErrorCode> {
         match self
             .group
             .submit(client, request, write.operation(), write.encode())
             .await
         {
-            Outcome::Committed { reply, .. } => Ok(WriteResult::decode(&reply)),
+            Outcome::Committed { op, reply } => Ok((op, WriteResult::decode(&reply))),
             Outcome::Refused(refusal) => Err(crate::group::refusal_error(&refusal)),
             Outcome::Failed => Err(ErrorCode::CannotAppendMessage),
         }

@@ -24,6 +24,7 @@ pub async fn serve(listener: TcpListener, node: Rc<Node>) {
         }
         let Some(guard) = node.admit() else {
             tracing::warn!("tcp {peer}: refused, connection limit reached");
+            refuse_at_capacity(stream, &node);
             continue;
         };
         let node = node.clone();
@@ -35,6 +36,43 @@ pub async fn serve(listener: TcpListener, node: Rc<Node>) {
         })
         .detach();
     }
+}
+
+/// Answers a connection above `limits.max_connections`: its first request gets the status
+/// CannotEstablishConnection (the SDK reports it from `connect`, instead of redialing a silent
+/// close), then the connection closes. At most a few such answers run at once; beyond them the
+/// connection is closed at once.
+fn refuse_at_capacity(mut stream: TcpStream, node: &Rc<Node>) {
+    const REFUSALS_MAX: usize = 64;
+    if node.refusals.get() >= REFUSALS_MAX {
+        return;
+    }
+    node.refusals.set(node.refusals.get() + 1);
+    let node = node.clone();
+    compio::runtime::spawn(async move {
+        let wait = std::time::Duration::from_secs(2);
+        let header = [0u8; HEADER_SIZE];
+        if let Ok(BufResult(Ok(()), header)) =
+            compio::time::timeout(wait, stream.read_exact(header)).await
+        {
+            let reply = match frame::admit_header(&header, u32::MAX) {
+                Ok(admitted) => frame::error_reply(
+                    &admitted.header,
+                    admitted.operation,
+                    iggy_generated::errors::ErrorCode::CannotEstablishConnection,
+                ),
+                Err(error) => {
+                    let client = u128::from_le_bytes(header[128..144].try_into().unwrap());
+                    frame::eviction(client, error.eviction_reason())
+                }
+            };
+            let _ = stream.write_all(reply).await;
+            // Let the client read the answer before the close.
+            compio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        node.refusals.set(node.refusals.get() - 1);
+    })
+    .detach();
 }
 
 async fn connection(
@@ -53,9 +91,15 @@ async fn serve_connection(
     node: &Rc<Node>,
     connection: &mut Connection,
 ) -> std::io::Result<()> {
+    let limits = &node.shared.config.limits;
+    let idle = std::time::Duration::from_secs(limits.idle_timeout_secs.max(1));
+    let request_timeout = std::time::Duration::from_millis(limits.request_timeout_ms.max(1));
+    let timed_out = || std::io::Error::new(std::io::ErrorKind::TimedOut, "no request in time");
     let mut header = [0u8; HEADER_SIZE];
     loop {
-        let BufResult(read, buffer) = stream.read_exact(header).await;
+        let BufResult(read, buffer) = compio::time::timeout(idle, stream.read_exact(header))
+            .await
+            .map_err(|_| timed_out())?;
         header = buffer;
         match read {
             Ok(()) => {}
@@ -77,7 +121,10 @@ async fn serve_connection(
         let body = if admitted.body_len == 0 {
             body
         } else {
-            let BufResult(read, body) = stream.read_exact(body).await;
+            let BufResult(read, body) =
+                compio::time::timeout(request_timeout, stream.read_exact(body))
+                    .await
+                    .map_err(|_| timed_out())?;
             read?;
             body
         };
