@@ -20,12 +20,42 @@ async fn tapped_client(server: &TestServer) -> (WireTap, IggyClient) {
     (tap, client)
 }
 
-/// The SDK's own deadline is 30 s; a correct replay resolves in about a second.
-async fn resolved<T>(tap: &WireTap, what: &str, fut: impl std::future::Future<Output = Result<T, IggyError>>) -> T {
-    match tokio::time::timeout(Duration::from_secs(15), fut).await {
-        Ok(Ok(v)) => v,
-        Ok(Err(e)) => panic!("{what}: {e} (code {}); frames:\n{}", e.as_code(), tap.tail(30)),
+/// The SDK's own deadline is 30 s; a correct replay resolves in about a second. The SDK
+/// either replays by itself (the call returns the original result) or hands the uncertain
+/// operation back as `OperationUncertain(op)`, which `resolve_operation` must then prove
+/// (`None` here: the result value itself is not returned by the proof).
+async fn resolved<T>(
+    tap: &WireTap,
+    client: &IggyClient,
+    what: &str,
+    fut: impl std::future::Future<Output = Result<T, IggyError>>,
+) -> Option<T> {
+    let first = match tokio::time::timeout(Duration::from_secs(15), fut).await {
+        Ok(r) => r,
         Err(_) => panic!("{what}: not resolved within 15 s; frames:\n{}", tap.tail(30)),
+    };
+    match first {
+        Ok(v) => Some(v),
+        Err(IggyError::OperationUncertain(op)) => {
+            // Another OperationUncertain means "not proved yet" (the link may still be
+            // down): try again until the deadline.
+            let deadline = std::time::Instant::now() + Duration::from_secs(12);
+            loop {
+                match tokio::time::timeout(Duration::from_secs(15), client.resolve_operation(op, deadline)).await {
+                    Ok(Ok(())) => return None,
+                    Ok(Err(IggyError::OperationUncertain(_))) if std::time::Instant::now() < deadline => {
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                    Ok(Err(e)) => panic!(
+                        "{what}: uncertain operation {op} resolved to {e} (code {}); frames:\n{}",
+                        e.as_code(),
+                        tap.tail(30)
+                    ),
+                    Err(_) => panic!("{what}: resolve_operation({op}) hung; frames:\n{}", tap.tail(30)),
+                }
+            }
+        }
+        Err(e) => panic!("{what}: {e} (code {}); frames:\n{}", e.as_code(), tap.tail(30)),
     }
 }
 
@@ -40,12 +70,13 @@ async fn send_whose_reply_was_lost_is_resolved_once() {
     let mut batch = msgs("b", 2);
     let r = resolved(
         &tap,
+        &c,
         "send with a lost reply",
         c.send_messages(&name("s"), &name("t"), &Partitioning::partition_id(0), &mut batch),
     )
     .await;
     assert!(tap.lines().iter().any(|l| l.contains("FAULT")), "the fault fired");
-    if let Some(conf) = r.confirmations.first() {
+    if let Some(conf) = r.as_ref().and_then(|r| r.confirmations.first()) {
         assert_eq!(conf.base_offset, 3, "the replay reports the original offset");
     }
     send_to_partition(&c, &name("s"), &name("t"), 0, msgs("c", 1)).await;
@@ -60,8 +91,9 @@ async fn create_stream_whose_reply_was_lost_is_resolved_once() {
     ok("create first", within("create", c.create_stream("first", &StreamCreateOptions::default())).await);
 
     tap.lose_next_reply_to(OP_CREATE_STREAM);
-    let s = resolved(&tap, "create with a lost reply", c.create_stream("second", &StreamCreateOptions::default())).await;
-    assert_eq!((s.id, s.name.as_str()), (1, "second"), "the replay returns the original result");
+    if let Some(s) = resolved(&tap, &c, "create with a lost reply", c.create_stream("second", &StreamCreateOptions::default())).await {
+        assert_eq!((s.id, s.name.as_str()), (1, "second"), "the replay returns the original result");
+    }
     let streams = ok("list", within("list", c.get_streams()).await);
     let mut names: Vec<&str> = streams.iter().map(|s| s.name.as_str()).collect();
     names.sort();
@@ -78,6 +110,7 @@ async fn store_offset_whose_reply_was_lost_is_resolved() {
     tap.lose_next_reply_to(OP_STORE_CONSUMER_OFFSET);
     resolved(
         &tap,
+        &c,
         "store with a lost reply",
         c.store_consumer_offset(&consumer("c"), &name("s"), &name("t"), Some(0), 6),
     )
@@ -85,4 +118,44 @@ async fn store_offset_whose_reply_was_lost_is_resolved() {
     let off = ok("get", within("get", c.get_consumer_offset(&consumer("c"), &name("s"), &name("t"), Some(0))).await)
         .expect("stored");
     assert_eq!(off.stored_offset, 6);
+}
+
+const OP_REGISTER: u8 = 1;
+const OP_DELETE_STREAM: u8 = 130;
+const OP_JOIN_CONSUMER_GROUP: u8 = 148;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_stream_whose_reply_was_lost_reports_the_original_success() {
+    let server = TestServer::start();
+    let (tap, c) = tapped_client(&server).await;
+    ok("create", within("create", c.create_stream("doomed", &StreamCreateOptions::default())).await);
+    tap.lose_next_reply_to(OP_DELETE_STREAM);
+    // A replay answered by re-executing would say 1009 (not found); the dedup answer is OK.
+    resolved(&tap, &c, "delete with a lost reply", c.delete_stream(&name("doomed"))).await;
+    assert!(ok("get", within("get", c.get_stream(&name("doomed"))).await).is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn join_whose_reply_was_lost_leaves_one_membership() {
+    let server = TestServer::start();
+    let (tap, c) = tapped_client(&server).await;
+    create_stream_and_topic(&c, "s", "t", 2).await;
+    ok("create group", within("cg", c.create_consumer_group(&name("s"), &name("t"), "g")).await);
+    tap.lose_next_reply_to(OP_JOIN_CONSUMER_GROUP);
+    resolved(&tap, &c, "join with a lost reply", c.join_consumer_group(&name("s"), &name("t"), &name("g"))).await;
+    let g = ok("get group", within("get", c.get_consumer_group(&name("s"), &name("t"), &name("g"))).await).expect("g");
+    assert_eq!(g.members_count, 1, "one member, not two");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn login_whose_reply_was_lost_still_signs_in() {
+    let server = TestServer::start();
+    let tap = WireTap::start(server.port()).await;
+    tap.lose_next_reply_to(OP_REGISTER);
+    let c = IggyClient::from_connection_string(&format!("iggy://{ROOT_USER}:{ROOT_PASSWORD}@{}", tap.address()))
+        .expect("connection string");
+    resolved(&tap, &c, "connect with a lost Register reply", c.connect()).await;
+    assert!(tap.lines().iter().any(|l| l.contains("FAULT")), "the fault fired");
+    let me = ok("me", within("me", c.get_me()).await);
+    assert_eq!(me.user_id, Some(0));
 }
