@@ -13,6 +13,9 @@
 //! - the consumer offset stored last (acknowledged) survives, or one whose store was in flight
 //!   at the kill.
 //!
+//! A quarter of the restarts (by seed) are themselves killed 0-120 ms after spawn, in the middle
+//! of recovery, before the real restart.
+//!
 //! Short mode: 10 kills. Long mode: `DURABILITY_KILLS=100`. A companion test wipes the partition
 //! files between a kill and the restart and expects the checker to fail, so it is not vacuous.
 
@@ -79,6 +82,7 @@ struct State {
 #[derive(Default, Debug)]
 struct Figures {
     kills: u64,
+    recovery_kills: u64,
     persisted_cycles: u64,
     messages_checked: u64,
     offsets_checked: u64,
@@ -328,6 +332,12 @@ async fn crash_loop(seed: u64, kills: u64, sabotage: bool) {
             let persisted = rng.random_bool(0.5);
             server.set_env("IGGY_SYSTEM_DURABILITY", persisted.then_some("persisted"));
             figures.persisted_cycles += u64::from(persisted);
+            if !sabotage && rng.random_bool(0.25) {
+                // A crash during recovery itself: the next start must still find everything.
+                let delay = Duration::from_millis(rng.random_range(0..120));
+                tokio::task::block_in_place(|| server.start_and_kill_after(delay));
+                figures.recovery_kills += 1;
+            }
             tokio::task::block_in_place(|| server.spawn(&[]));
             let client = server.client().await;
             verify(&client, &state, &mut figures, cycle).await;
@@ -370,10 +380,11 @@ async fn crash_loop(seed: u64, kills: u64, sabotage: bool) {
     let stores: u64 = state.offsets.iter().map(|l| l.lock().unwrap().acknowledged).sum();
     let _ = figures.send_errors;
     eprintln!(
-        "crash loop figures: seed {seed}, kills survived {}, cycles under the persisted server policy {}, \
+        "crash loop figures: seed {seed}, kills survived {} (+{} during recovery), cycles under the persisted server policy {}, \
          acknowledged messages {acknowledged}, message checks after restarts {}, acknowledged offset stores {stores}, \
          consumer offsets checked {}, elapsed {:.1?}",
         figures.kills,
+        figures.recovery_kills,
         figures.persisted_cycles,
         figures.messages_checked,
         figures.offsets_checked,

@@ -245,6 +245,16 @@ impl Server {
         (status, log[before.min(log.len())..].to_string())
     }
 
+    /// Starts the server and SIGKILLs it `delay` later, whatever it is doing by then (opening
+    /// the data directory, replaying journals, truncating torn tails, rebuilding indexes).
+    pub fn start_and_kill_after(&mut self, delay: Duration) {
+        assert!(self.child.is_none(), "server already running");
+        let mut child = self.command(&[]).spawn().expect("spawn iggy-server");
+        std::thread::sleep(delay);
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
     /// SIGKILL and reap.
     pub fn kill9(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -598,6 +608,25 @@ pub fn confirmed_base_offset(body: &[u8]) -> u64 {
     use iggy_binary_protocol::responses::messages::send_messages::SendMessagesResponse;
     let response = SendMessagesResponse::decode_from(body).expect("send reply body");
     response.confirmations.first().expect("one confirmation").base_offset
+}
+
+/// Raises this process's open-file soft limit to the hard limit (children inherit it) and
+/// returns the new soft limit.
+pub fn raise_open_files_limit() -> u64 {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit on a valid, owned struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return 1024;
+        }
+        if limit.rlim_cur < limit.rlim_max {
+            let raised = libc::rlimit { rlim_cur: limit.rlim_max, rlim_max: limit.rlim_max };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                limit = raised;
+            }
+        }
+    }
+    limit.rlim_cur as u64
 }
 
 /// Random bytes.
