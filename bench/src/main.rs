@@ -33,7 +33,19 @@ struct RunReport {
     ratios: Vec<Ratio>,
     /// Server user+system CPU seconds during the scenario (only when bench started it).
     server_cpu_seconds: Option<f64>,
+    /// /proc/loadavg (1 min) before and after: other work on the machine skews every number.
+    load_before: Option<f64>,
+    load_after: Option<f64>,
     error: Option<String>,
+}
+
+fn load_1min() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 impl RunReport {
@@ -66,6 +78,8 @@ async fn run_one(a: &Args, p: &Params) -> RunReport {
         limits: None,
         ratios: Vec::new(),
         server_cpu_seconds: None,
+        load_before: load_1min(),
+        load_after: None,
         error: None,
     };
     let mut proc = None;
@@ -154,6 +168,7 @@ async fn run_one(a: &Args, p: &Params) -> RunReport {
     if let Some(l) = &report.limits {
         report.ratios = ratios(&report.kinds, l);
     }
+    report.load_after = load_1min();
     print_report(&report);
     report
 }
@@ -177,6 +192,17 @@ fn print_report(r: &RunReport) {
                 format!(" ({:.2} s per GB produced)", cpu / gb)
             } else {
                 String::new()
+            }
+        );
+    }
+    if let (Some(b), Some(a)) = (r.load_before, r.load_after) {
+        println!(
+            "  machine load (1 min avg) before {b:.2}, after {a:.2} on {} cores{}",
+            std::thread::available_parallelism().map_or(0, |n| n.get()),
+            if b > 1.0 {
+                "  (other work was running: numbers are skewed)"
+            } else {
+                ""
             }
         );
     }

@@ -327,6 +327,7 @@ impl PinnedConsumer {
             .await?;
             let latency = t.elapsed();
             if polled.messages.is_empty() {
+                r.empty_polls += 1;
                 if last_progress.elapsed() > STALL_TIMEOUT {
                     return Err(format!(
                         "consumer {}: poll at offset {offset} keeps returning nothing, though {expected} messages were sent (current_offset {})",
@@ -393,6 +394,7 @@ impl GroupConsumer {
             .await?;
             let latency = t.elapsed();
             if polled.messages.is_empty() {
+                r.empty_polls += 1;
                 if last_progress.elapsed() > STALL_TIMEOUT {
                     return Err(format!(
                         "group consumer {}: no message for {STALL_TIMEOUT:?} though the group has consumed {} of {total} (partition {})",
@@ -486,6 +488,8 @@ impl ProducingConsumer {
                 )
                 .await?;
                 if polled.messages.is_empty() {
+                    r.empty_polls += 1;
+                    r.empty_polls += 1;
                     if polled_from.elapsed() > STALL_TIMEOUT {
                         return Err(format!(
                             "producing consumer {}: batch {b} was acknowledged but polling offset {offset} returns nothing (current_offset {})",

@@ -183,8 +183,20 @@ impl ServerProc {
 }
 
 impl Drop for ServerProc {
+    /// SIGTERM (so a profiler wrapping the server writes its output), SIGKILL after 20 s.
     fn drop(&mut self) {
         if let Some(mut child) = self.child.take() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .stderr(Stdio::null())
+                .status();
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
             let _ = child.kill();
             let _ = child.wait();
         }

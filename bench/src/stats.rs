@@ -13,6 +13,8 @@ pub struct ActorResult {
     pub latencies_ns: Vec<u64>,
     /// From the shared start to this actor's last batch.
     pub elapsed: Duration,
+    /// Polls that returned no message (not counted in the latency samples).
+    pub empty_polls: u64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -78,6 +80,9 @@ pub struct KindReport {
     pub mb_per_s: f64,
     /// Latency of one batch: one send, one poll that returned messages, or send + poll back.
     pub latency: Latency,
+    /// Polls that returned nothing (consumers catching up with producers, or a poll racing
+    /// the send it follows in the end-to-end scenario).
+    pub empty_polls: u64,
     pub per_actor: Vec<ActorSummary>,
 }
 
@@ -121,6 +126,7 @@ impl KindReport {
             messages_per_s: messages as f64 / duration,
             mb_per_s: payload_bytes as f64 / duration / 1e6,
             latency: Latency::from_samples(&mut all),
+            empty_polls: actors.iter().map(|a| a.empty_polls).sum(),
             per_actor,
         }
     }
@@ -141,6 +147,9 @@ impl KindReport {
             "  {:<18} latency per batch (ms): avg {:.3}  p50 {:.3}  p90 {:.3}  p99 {:.3}  p999 {:.3}  p9999 {:.3}  max {:.3}",
             "", l.avg_ms, l.p50_ms, l.p90_ms, l.p99_ms, l.p999_ms, l.p9999_ms, l.max_ms
         );
+        if self.empty_polls > 0 {
+            println!("  {:<18} empty polls: {}", "", self.empty_polls);
+        }
     }
 }
 
