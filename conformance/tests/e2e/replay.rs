@@ -159,3 +159,121 @@ async fn login_whose_reply_was_lost_still_signs_in() {
     let me = ok("me", within("me", c.get_me()).await);
     assert_eq!(me.user_id, Some(0));
 }
+
+// Non-idempotent operations: re-executing the replay instead of answering it from the dedup
+// table gives a different answer (not found, already exists, wrong password) or applies twice.
+
+const OP_DELETE_TOPIC: u8 = 134;
+const OP_CREATE_PARTITIONS: u8 = 136;
+const OP_DELETE_CONSUMER_GROUP: u8 = 140;
+const OP_CREATE_USER: u8 = 141;
+const OP_DELETE_USER: u8 = 143;
+const OP_CHANGE_PASSWORD: u8 = 144;
+const OP_DELETE_PAT: u8 = 147;
+const OP_LEAVE_CONSUMER_GROUP: u8 = 149;
+const OP_DELETE_CONSUMER_OFFSET: u8 = 162;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_topic_whose_reply_was_lost_reports_the_original_success() {
+    let server = TestServer::start();
+    let (tap, c) = tapped_client(&server).await;
+    create_stream_and_topic(&c, "s", "t", 1).await;
+    tap.lose_next_reply_to(OP_DELETE_TOPIC);
+    resolved(&tap, &c, "delete topic with a lost reply", c.delete_topic(&name("s"), &name("t"))).await;
+    assert!(ok("get", within("get", c.get_topic(&name("s"), &name("t"))).await).is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_partitions_whose_reply_was_lost_adds_them_once() {
+    let server = TestServer::start();
+    let (tap, c) = tapped_client(&server).await;
+    create_stream_and_topic(&c, "s", "t", 1).await;
+    tap.lose_next_reply_to(OP_CREATE_PARTITIONS);
+    resolved(&tap, &c, "create partitions with a lost reply", c.create_partitions(&name("s"), &name("t"), 2)).await;
+    let t = ok("get", within("get", c.get_topic(&name("s"), &name("t"))).await).expect("t");
+    assert_eq!(t.partitions_count, 3, "two partitions added once, not twice");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_group_and_leave_whose_replies_were_lost_report_the_original_success() {
+    let server = TestServer::start();
+    let (tap, c) = tapped_client(&server).await;
+    create_stream_and_topic(&c, "s", "t", 1).await;
+    ok("create a", within("cg", c.create_consumer_group(&name("s"), &name("t"), "a")).await);
+    ok("create b", within("cg", c.create_consumer_group(&name("s"), &name("t"), "b")).await);
+    ok("join b", within("join", c.join_consumer_group(&name("s"), &name("t"), &name("b"))).await);
+    tap.lose_next_reply_to(OP_LEAVE_CONSUMER_GROUP);
+    resolved(&tap, &c, "leave with a lost reply", c.leave_consumer_group(&name("s"), &name("t"), &name("b"))).await;
+    tap.lose_next_reply_to(OP_DELETE_CONSUMER_GROUP);
+    resolved(&tap, &c, "delete group with a lost reply", c.delete_consumer_group(&name("s"), &name("t"), &name("a"))).await;
+    let groups = ok("list", within("list", c.get_consumer_groups(&name("s"), &name("t"))).await);
+    let got: Vec<(&str, u32)> = groups.iter().map(|g| (g.name.as_str(), g.members_count)).collect();
+    assert_eq!(got, vec![("b", 0)]);
+}
+
+async fn create_alice(c: &IggyClient) {
+    ok(
+        "create alice",
+        within("create", c.create_user("alice", "alice-secret", UserStatus::Active, None, &UserCreateOptions::default())).await,
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_user_whose_reply_was_lost_creates_once() {
+    let server = TestServer::start();
+    let (tap, c) = tapped_client(&server).await;
+    tap.lose_next_reply_to(OP_CREATE_USER);
+    resolved(
+        &tap,
+        &c,
+        "create user with a lost reply",
+        c.create_user("alice", "alice-secret", UserStatus::Active, None, &UserCreateOptions::default()),
+    )
+    .await;
+    let users = ok("list", within("list", c.get_users()).await);
+    assert_eq!(users.len(), 2, "root and alice");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn change_password_whose_reply_was_lost_reports_the_original_success() {
+    let server = TestServer::start();
+    let (tap, c) = tapped_client(&server).await;
+    create_alice(&c).await;
+    tap.lose_next_reply_to(OP_CHANGE_PASSWORD);
+    // Re-executed, the replay would check the old password against the new one (42).
+    resolved(&tap, &c, "change password with a lost reply", c.change_password(&name("alice"), "alice-secret", "alice-new")).await;
+    let fresh = server.anonymous_client().await;
+    ok("new password", within("login", fresh.login_user("alice", "alice-new")).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_user_whose_reply_was_lost_reports_the_original_success() {
+    let server = TestServer::start();
+    let (tap, c) = tapped_client(&server).await;
+    create_alice(&c).await;
+    tap.lose_next_reply_to(OP_DELETE_USER);
+    resolved(&tap, &c, "delete user with a lost reply", c.delete_user(&name("alice"))).await;
+    assert!(ok("get", within("get", c.get_user(&name("alice"))).await).is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_token_and_offset_whose_replies_were_lost_report_the_original_success() {
+    let server = TestServer::start();
+    let (tap, c) = tapped_client(&server).await;
+    create_stream_and_topic(&c, "s", "t", 1).await;
+    send_to_partition(&c, &name("s"), &name("t"), 0, msgs("m", 3)).await;
+    ok("store", within("store", c.store_consumer_offset(&consumer("c"), &name("s"), &name("t"), Some(0), 1)).await);
+    ok("create pat", within("pat", c.create_personal_access_token("ci-bot", PersonalAccessTokenExpiry::NeverExpire)).await);
+    tap.lose_next_reply_to(OP_DELETE_PAT);
+    resolved(&tap, &c, "delete PAT with a lost reply", c.delete_personal_access_token("ci-bot")).await;
+    tap.lose_next_reply_to(OP_DELETE_CONSUMER_OFFSET);
+    resolved(
+        &tap,
+        &c,
+        "delete offset with a lost reply",
+        c.delete_consumer_offset(&consumer("c"), &name("s"), &name("t"), Some(0)),
+    )
+    .await;
+    assert!(ok("list pats", within("list", c.get_personal_access_tokens()).await).is_empty());
+    assert!(ok("get offset", within("get", c.get_consumer_offset(&consumer("c"), &name("s"), &name("t"), Some(0))).await).is_none());
+}
