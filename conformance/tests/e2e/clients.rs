@@ -51,3 +51,23 @@ async fn snapshot_returns_a_zip_archive() {
     assert!(snap.0.len() > 22, "a zip has at least an end-of-central-directory record");
     assert_eq!(&snap.0[..2], b"PK", "zip magic");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reading_clients_and_stats_needs_read_servers() {
+    let server = TestServer::start();
+    let root = server.root_client().await;
+    ok(
+        "create",
+        within("create", root.create_user("plain", "plain-secret", UserStatus::Active, None, &UserCreateOptions::default())).await,
+    );
+    let root_me = ok("me", within("me", root.get_me()).await);
+    let plain = server.client_as("plain", "plain-secret").await;
+    let me = ok("me needs no permission", within("me", plain.get_me()).await);
+    assert_eq!(me.user_id, Some(1));
+    expect_code("get_clients", within("clients", plain.get_clients()).await, 41);
+    expect_code("get_client", within("client", plain.get_client(root_me.client_id)).await, 41);
+    expect_code("get_stats", within("stats", plain.get_stats()).await, 41);
+    ok("ping needs no permission", within("ping", plain.ping()).await);
+    let meta = ok("cluster metadata needs no permission", within("meta", plain.get_cluster_metadata()).await);
+    assert_eq!(meta.nodes.len(), 1);
+}

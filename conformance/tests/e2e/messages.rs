@@ -399,3 +399,35 @@ async fn sizes_add_up_from_partitions_to_topic_to_stream() {
     let stats = ok("stats", within("stats", client.get_stats()).await);
     assert_eq!(stats.messages_size_bytes.as_bytes_u64(), s.size.as_bytes_u64(), "stats messages_size_bytes");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn poll_edges_last_beyond_size_future_timestamp_and_empty_auto_commit() {
+    let server = TestServer::start();
+    let client = ten_messages(&server, 1).await;
+    let c = consumer("edge");
+    let last = poll(&client, &name("s"), &name("t"), 0, &c, PollingStrategy::last(), 50, false).await;
+    assert_eq!(offsets(&last), (0..10).collect::<Vec<u64>>(), "last with a count above the size returns everything");
+
+    let future = IggyTimestamp::from(IggyTimestamp::now().as_micros() + 3_600_000_000);
+    let none = poll(&client, &name("s"), &name("t"), 0, &c, PollingStrategy::timestamp(future), 10, false).await;
+    assert!(none.messages.is_empty(), "nothing is newer than an hour from now");
+
+    let past_end = poll(&client, &name("s"), &name("t"), 0, &c, PollingStrategy::offset(10), 10, true).await;
+    assert!(past_end.messages.is_empty());
+    let stored = ok("get offset", within("get", client.get_consumer_offset(&c, &name("s"), &name("t"), Some(0))).await);
+    assert!(stored.is_none(), "an empty auto-commit poll stores nothing: {stored:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn poll_count_one_walks_a_batch_message_by_message() {
+    let server = TestServer::start();
+    let client = ten_messages(&server, 1).await;
+    let c = consumer("walker");
+    let mut got = Vec::new();
+    for _ in 0..12 {
+        let p = poll(&client, &name("s"), &name("t"), 0, &c, PollingStrategy::next(), 1, true).await;
+        assert!(p.messages.len() <= 1, "count 1 returns at most one message: {:?}", offsets(&p));
+        got.extend(offsets(&p));
+    }
+    assert_eq!(got, (0..10).collect::<Vec<u64>>());
+}
