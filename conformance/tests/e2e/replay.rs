@@ -277,3 +277,104 @@ async fn delete_token_and_offset_whose_replies_were_lost_report_the_original_suc
     assert!(ok("list pats", within("list", c.get_personal_access_tokens()).await).is_empty());
     assert!(ok("get offset", within("get", c.get_consumer_offset(&consumer("c"), &name("s"), &name("t"), Some(0))).await).is_none());
 }
+
+// The dedup state must survive a restart: the reply is lost, the server restarts before the
+// SDK reconnects (the tap holds the reconnection), then the replay arrives.
+
+async fn lose_reply_across_restart<T>(
+    crash: bool,
+    server: &mut TestServer,
+    tap: &WireTap,
+    c: &IggyClient,
+    operation: u8,
+    what: &str,
+    call: impl std::future::Future<Output = Result<T, IggyError>>,
+) -> Option<T> {
+    tap.lose_next_reply_to(operation);
+    tap.hold_new_connections();
+    let call = resolved(tap, c, what, call);
+    tokio::pin!(call);
+    tokio::select! {
+        _ = &mut call => panic!("{what}: resolved before the restart"),
+        _ = tap.wait_for_fault() => {}
+    }
+    tokio::task::block_in_place(|| if crash { server.kill9_and_restart() } else { server.restart() });
+    tap.release_new_connections();
+    call.await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_stream_replayed_after_a_restart_is_answered_from_persisted_dedup_state() {
+    let mut server = TestServer::start();
+    let (tap, c) = tapped_client(&server).await;
+    ok("create first", within("create", c.create_stream("first", &StreamCreateOptions::default())).await);
+    let created = lose_reply_across_restart(
+        false,
+        &mut server,
+        &tap,
+        &c,
+        OP_CREATE_STREAM,
+        "create across a restart",
+        c.create_stream("second", &StreamCreateOptions::default()),
+    )
+    .await;
+    if let Some(s) = created {
+        assert_eq!((s.id, s.name.as_str()), (1, "second"));
+    }
+    let streams = ok("list", within("list", c.get_streams()).await);
+    assert_eq!(streams.len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn send_replayed_after_a_restart_is_stored_once() {
+    let mut server = TestServer::start();
+    let (tap, c) = tapped_client(&server).await;
+    create_stream_and_topic(&c, "s", "t", 1).await;
+    send_to_partition(&c, &name("s"), &name("t"), 0, msgs("a", 2)).await;
+    let mut batch = msgs("b", 2);
+    lose_reply_across_restart(
+        false,
+        &mut server,
+        &tap,
+        &c,
+        OP_SEND_MESSAGES,
+        "send across a restart",
+        c.send_messages(&name("s"), &name("t"), &Partitioning::partition_id(0), &mut batch),
+    )
+    .await;
+    let polled = poll(&c, &name("s"), &name("t"), 0, &consumer("x"), PollingStrategy::first(), 100, false).await;
+    assert_eq!(payloads(&polled), vec!["a-0", "a-1", "b-0", "b-1"], "stored once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn send_and_join_replayed_after_kill9_apply_once() {
+    let mut server = TestServer::start();
+    let (tap, c) = tapped_client(&server).await;
+    create_stream_and_topic(&c, "s", "t", 2).await;
+    ok("create group", within("cg", c.create_consumer_group(&name("s"), &name("t"), "g")).await);
+    let mut batch = msgs("b", 2);
+    lose_reply_across_restart(
+        true,
+        &mut server,
+        &tap,
+        &c,
+        OP_SEND_MESSAGES,
+        "send across kill -9",
+        c.send_messages(&name("s"), &name("t"), &Partitioning::partition_id(1), &mut batch),
+    )
+    .await;
+    lose_reply_across_restart(
+        true,
+        &mut server,
+        &tap,
+        &c,
+        OP_JOIN_CONSUMER_GROUP,
+        "join across kill -9",
+        c.join_consumer_group(&name("s"), &name("t"), &name("g")),
+    )
+    .await;
+    let polled = poll(&c, &name("s"), &name("t"), 1, &consumer("x"), PollingStrategy::first(), 100, false).await;
+    assert_eq!(payloads(&polled), vec!["b-0", "b-1"], "stored once");
+    let g = ok("get group", within("get", c.get_consumer_group(&name("s"), &name("t"), &name("g"))).await).expect("g");
+    assert_eq!(g.members_count, 1, "joined once");
+}

@@ -27,6 +27,8 @@ struct Fault {
     fragment: Option<usize>,
     /// Hold client frames back and forward this many at once, in one write.
     coalesce: Option<usize>,
+    /// New connections wait (accepted, not yet dialed upstream) while this is set.
+    hold: bool,
 }
 
 fn u32_at(h: &[u8], off: usize) -> u32 {
@@ -167,6 +169,9 @@ impl WireTap {
                 let Ok((client, _)) = listener.accept().await else { break };
                 let (log, fault) = (tap_log.clone(), tap_fault.clone());
                 tokio::spawn(async move {
+                    while fault.lock().unwrap().hold {
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
                     let deadline = Instant::now() + Duration::from_secs(10);
                     let server = loop {
                         match TcpStream::connect(("127.0.0.1", upstream_port)).await {
@@ -205,6 +210,24 @@ impl WireTap {
     /// Forward client frames `frames` at a time in one write (or when the client pauses).
     pub fn coalesce_client_frames(&self, frames: usize) {
         self.fault.lock().unwrap().coalesce = Some(frames);
+    }
+
+    /// New connections wait until `release`.
+    pub fn hold_new_connections(&self) {
+        self.fault.lock().unwrap().hold = true;
+    }
+
+    pub fn release_new_connections(&self) {
+        self.fault.lock().unwrap().hold = false;
+    }
+
+    /// Waits until the armed fault has fired (a reply was lost).
+    pub async fn wait_for_fault(&self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !self.lines().iter().any(|l| l.contains("FAULT")) {
+            assert!(Instant::now() < deadline, "the fault did not fire:\n{}", self.tail(20));
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
 
     pub fn lines(&self) -> Vec<String> {
