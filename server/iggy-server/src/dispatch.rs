@@ -381,12 +381,25 @@ async fn metadata_write(
     if command.class != "metadata" {
         return Err(ErrorCode::InvalidCommand);
     }
-    let need = metadata_need(node, operation, body)?;
-    if !node.shared.user_allows(bound.user_id, need) {
-        return Err(ErrorCode::Unauthorized);
-    }
-    // Secrets are turned into hashes before they reach the journal.
-    let prepared = crate::users::prepare(&node.shared, operation, bound.user_id, body)?;
+    // A retry of a committed request is answered from the client table: the checks below judge
+    // today's state (a stream the first attempt deleted is gone now) and must not refuse it.
+    let retry = node
+        .metadata
+        .already_committed(bound.client, request.header.request)
+        .await;
+    let prepared = if retry {
+        crate::users::Prepared {
+            body: None,
+            token: None,
+        }
+    } else {
+        let need = metadata_need(node, operation, body)?;
+        if !node.shared.user_allows(bound.user_id, need) {
+            return Err(ErrorCode::Unauthorized);
+        }
+        // Secrets are turned into hashes before they reach the journal.
+        crate::users::prepare(&node.shared, operation, bound.user_id, body)?
+    };
     let journaled = Envelope::encode(
         now_micros(),
         bound.user_id,

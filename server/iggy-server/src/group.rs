@@ -178,6 +178,12 @@ struct Submit {
 enum Job<R> {
     Write(Submit),
     Read(R),
+    /// Whether the client's request number is at or below its latest committed one.
+    Committed {
+        client: u128,
+        request: u64,
+        done: oneshot::Sender<bool>,
+    },
 }
 
 /// A handle to a running group; cheap to clone.
@@ -213,6 +219,24 @@ impl<R> GroupHandle<R> {
     /// Queues a read behind the writes already submitted. False if the group stopped.
     pub fn read(&self, read: R) -> bool {
         self.jobs.unbounded_send(Job::Read(read)).is_ok()
+    }
+
+    /// Whether `request` of `client` was already committed: a retry whose reply the replica
+    /// replays, so checks against today's state must not refuse it.
+    pub async fn already_committed(&self, client: u128, request: u64) -> bool {
+        let (done, answer) = oneshot::channel();
+        if self
+            .jobs
+            .unbounded_send(Job::Committed {
+                client,
+                request,
+                done,
+            })
+            .is_err()
+        {
+            return false;
+        }
+        answer.await.unwrap_or(false)
     }
 }
 
@@ -344,6 +368,19 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                 self.state.read(read).await;
             }
             Job::Write(submit) => self.on_submit(submit),
+            Job::Committed {
+                client,
+                request,
+                done,
+            } => {
+                self.drive().await;
+                let latest = self
+                    .replica
+                    .clients()
+                    .get(client)
+                    .map(|session| session.request);
+                let _ = done.send(latest.is_some_and(|latest| request <= latest));
+            }
         }
     }
 
