@@ -44,7 +44,9 @@ impl Entry {
         entry
     }
 
-    /// Recomputes the checksum from the fields (FNV-1a, 64 bit).
+    /// Recomputes the checksum from the fields: FNV-1a over the header fields and the body's
+    /// XxHash3-64 (the body can be megabytes: a byte-at-a-time hash over it dominated the
+    /// server's produce path).
     pub fn compute_checksum(&self) -> u64 {
         let mut hash = Fnv::new();
         hash.write(&self.op.to_le_bytes());
@@ -53,7 +55,7 @@ impl Entry {
         hash.write(&self.request.to_le_bytes());
         hash.write(&[self.operation]);
         hash.write(&(self.body.len() as u64).to_le_bytes());
-        hash.write(&self.body);
+        hash.write(&twox_hash::XxHash3_64::oneshot(&self.body).to_le_bytes());
         hash.finish()
     }
 
