@@ -103,3 +103,30 @@ async fn concurrent_producers_on_separate_partitions_keep_per_partition_order() 
     let t = ok("get", within("get", admin.get_topic(&name("s"), &name("t"))).await).expect("topic");
     assert_eq!(t.messages_count, (PRODUCERS as u64) * (SENDS as u64) * 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thirty_clients_connect_and_work_at_once() {
+    let server = TestServer::start();
+    let admin = server.root_client().await;
+    create_stream_and_topic(&admin, "s", "t", 1).await;
+    let clients = within_for(
+        std::time::Duration::from_secs(30),
+        "30 connects",
+        join_all((0..30).map(|_| server.root_client())),
+    )
+    .await;
+    let work = clients.iter().enumerate().map(|(i, c)| async move {
+        ok("ping", c.ping().await);
+        let mut m = vec![msg(format!("c{i}"))];
+        ok("send", c.send_messages(&name("s"), &name("t"), &Partitioning::partition_id(0), &mut m).await);
+    });
+    within_for(std::time::Duration::from_secs(30), "30 clients working", join_all(work)).await;
+    let polled = poll(&admin, &name("s"), &name("t"), 0, &consumer("x"), PollingStrategy::first(), 100, false).await;
+    let mut got = payloads(&polled);
+    got.sort();
+    let mut want: Vec<String> = (0..30).map(|i| format!("c{i}")).collect();
+    want.sort();
+    assert_eq!(got, want);
+    let clients_listed = ok("clients", within("clients", admin.get_clients()).await);
+    assert!(clients_listed.len() >= 31, "31 connected clients listed: {}", clients_listed.len());
+}

@@ -431,3 +431,75 @@ async fn poll_count_one_walks_a_batch_message_by_message() {
     }
     assert_eq!(got, (0..10).collect::<Vec<u64>>());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn largest_allowed_payload_round_trips() {
+    // MAX_PAYLOAD_SIZE (64,000,000 bytes) in one message: the send frame and the poll reply
+    // both stay under the 64 MiB frame limit.
+    let server = TestServer::start();
+    let client = server.root_client().await;
+    create_stream_and_topic(&client, "s", "t", 1).await;
+    let size = MAX_PAYLOAD_SIZE as usize;
+    let big: Vec<u8> = (0..size).map(|i| (i % 253) as u8).collect();
+    let sent = ok(
+        "send max payload",
+        within_for(
+            std::time::Duration::from_secs(30),
+            "send",
+            client.send_messages(&name("s"), &name("t"), &Partitioning::partition_id(0), &mut [msg(big.clone())]),
+        )
+        .await,
+    );
+    assert_eq!(sent.confirmations.first().map(|c| c.base_offset), Some(0));
+    let polled = ok(
+        "poll max payload",
+        within_for(
+            std::time::Duration::from_secs(30),
+            "poll",
+            client.poll_messages(&name("s"), &name("t"), Some(0), &consumer("c"), &PollingStrategy::offset(0), 1, false),
+        )
+        .await,
+    );
+    assert_eq!(polled.messages.len(), 1);
+    assert_eq!(polled.messages[0].payload.len(), size);
+    assert!(polled.messages[0].payload[..] == big[..], "payload differs");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_thousand_messages_are_consumed_in_order_with_auto_commit() {
+    let server = TestServer::start();
+    let client = server.root_client().await;
+    create_stream_and_topic(&client, "s", "t", 1).await;
+    for b in 0..20 {
+        let batch: Vec<IggyMessage> = (0..1000).map(|i| msg(format!("{}", b * 1000 + i))).collect();
+        send_to_partition(&client, &name("s"), &name("t"), 0, batch).await;
+    }
+    let c = consumer("bulk");
+    let mut next_expected = 0u64;
+    for _ in 0..25 {
+        let p = poll(&client, &name("s"), &name("t"), 0, &c, PollingStrategy::next(), 1000, true).await;
+        for m in &p.messages {
+            assert_eq!(m.header.offset, next_expected);
+            assert_eq!(String::from_utf8_lossy(&m.payload), next_expected.to_string());
+            next_expected += 1;
+        }
+    }
+    assert_eq!(next_expected, 20_000);
+    let t = ok("get", within("get", client.get_topic(&name("s"), &name("t"))).await).expect("t");
+    assert_eq!(t.messages_count, 20_000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topic_with_a_thousand_partitions_is_listed_and_addressable() {
+    let server = TestServer::start();
+    let client = server.root_client().await;
+    let (_, t) = create_stream_and_topic(&client, "s", "t", 1000).await;
+    assert_eq!(t.partitions_count, 1000);
+    let mut ids: Vec<u32> = t.partitions.iter().map(|p| p.id).collect();
+    ids.sort();
+    assert_eq!(ids, (0..1000).collect::<Vec<u32>>());
+    let sent = send_to_partition(&client, &name("s"), &name("t"), 999, msgs("last", 1)).await;
+    assert_eq!(sent.confirmations.first().map(|c| (c.partition_id, c.base_offset)), Some((999, 0)));
+    let p = poll(&client, &name("s"), &name("t"), 999, &consumer("c"), PollingStrategy::first(), 1, false).await;
+    assert_eq!(payloads(&p), strs(&["last-0"]));
+}
