@@ -247,3 +247,29 @@ async fn group_offsets_are_separate_from_consumer_offsets_of_the_same_name() {
         .expect("consumer offset");
     assert_eq!((g.stored_offset, c.stored_offset), (6, 2));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn added_and_deleted_partitions_are_reassigned_to_members() {
+    let server = TestServer::start();
+    let a = server.root_client().await;
+    create_stream_and_topic(&a, "s", "t", 2).await;
+    ok("create", within("create", a.create_consumer_group(&name("s"), &name("t"), "g")).await);
+    ok("join a", within("join", a.join_consumer_group(&name("s"), &name("t"), &name("g"))).await);
+    let b = server.root_client().await;
+    ok("join b", within("join", b.join_consumer_group(&name("s"), &name("t"), &name("g"))).await);
+    assert_eq!(member_partitions(&group(&a, &name("g")).await.unwrap()), vec![vec![0], vec![1]]);
+
+    ok("add 2 partitions", within("create", a.create_partitions(&name("s"), &name("t"), 2)).await);
+    let g = group(&a, &name("g")).await.expect("group");
+    assert_eq!(g.partitions_count, 4, "the group sees the new partitions");
+    let parts = member_partitions(&g);
+    let all: BTreeSet<u32> = parts.iter().flatten().copied().collect();
+    assert_eq!(all, BTreeSet::from([0, 1, 2, 3]), "new partitions assigned: {parts:?}");
+    assert_eq!(parts.iter().map(Vec::len).collect::<Vec<_>>(), vec![2, 2], "balanced: {parts:?}");
+
+    ok("delete 3 partitions", within("delete", a.delete_partitions(&name("s"), &name("t"), 3)).await);
+    let g = group(&a, &name("g")).await.expect("group");
+    assert_eq!(g.partitions_count, 1);
+    let parts = member_partitions(&g);
+    assert_eq!(parts, vec![vec![], vec![0]], "only partition 0 is left to assign: {parts:?}");
+}
