@@ -530,9 +530,9 @@ async fn hostile_clients_do_not_disturb_a_good_client_or_the_server() {
     assert!(peak <= RSS_BOUND_KIB, "peak RSS {peak} KiB exceeds the bound {RSS_BOUND_KIB} KiB");
 }
 
-/// `limits.max_connections` (from configuration): connections beyond it are closed at once —
-/// a raw client reads end-of-stream instead of a reply, an SDK client gets an error instead of
-/// hanging — and the slots come back as soon as the holders disconnect.
+/// `limits.max_connections` (from configuration): a connection beyond it gets the status
+/// CannotEstablishConnection for its first request and is closed; an SDK client started while
+/// every slot is taken does not get in; the slots come back as soon as the holders disconnect.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_beyond_max_connections_are_refused_promptly_and_the_slots_come_back() {
     const LIMIT: usize = 8;
@@ -560,17 +560,29 @@ async fn connections_beyond_max_connections_are_refused_promptly_and_the_slots_c
         }
         holders
     });
-    let over = tokio::task::block_in_place(|| {
+    // The connection beyond the limit gets a clear refusal for its first request, then the
+    // close: the status CannotEstablishConnection (or an eviction), never a served reply.
+    let (over, after) = tokio::task::block_in_place(|| {
         let mut stream = TcpStream::connect(&address).unwrap();
         stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         let _ = stream.write_all(&ping);
+        let over = read_reply(&mut stream);
         let mut byte = [0u8; 1];
-        stream.read(&mut byte)
+        (over, stream.read(&mut byte))
     });
+    let refusal = iggy_common::IggyError::CannotEstablishConnection.as_code();
+    match &over {
+        Ok(Reply::Reply { header, .. }) => assert_eq!(
+            header.status, refusal,
+            "connection {} beyond the limit: expected status {refusal} (CannotEstablishConnection)",
+            LIMIT + 1
+        ),
+        Ok(Reply::Eviction { .. }) => {}
+        Err(error) => panic!("connection {} beyond the limit: no refusal frame before the close ({error})", LIMIT + 1),
+    }
     assert!(
-        matches!(over, Ok(0)) || matches!(&over, Err(e) if e.kind() == ErrorKind::ConnectionReset),
-        "connection {} beyond the limit: expected an immediate close, got {over:?}",
-        LIMIT + 1
+        matches!(after, Ok(0)) || matches!(&after, Err(e) if e.kind() == ErrorKind::ConnectionReset),
+        "the refused connection must be closed after the refusal, got {after:?}"
     );
     // An SDK client started while every slot is taken does not get in.
     let waiting = {
@@ -602,7 +614,6 @@ async fn connections_beyond_max_connections_are_refused_promptly_and_the_slots_c
 /// connection slot is taken should fail promptly with an error it can show, not retry a silent
 /// close until its own deadline.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "server: a connection beyond max_connections is closed without any frame, so the SDK retries instead of failing clearly, see /tmp/durability-findings.md"]
 async fn an_sdk_client_beyond_max_connections_gets_a_clear_error_promptly() {
     let mut server = Server::new(&[("IGGY_LIMITS_MAX_CONNECTIONS", "4")]);
     tokio::task::block_in_place(|| server.spawn(&[]));
@@ -619,4 +630,61 @@ async fn an_sdk_client_beyond_max_connections_gets_a_clear_error_promptly() {
         Ok(Ok(())) => panic!("a fifth client connected with max_connections = 4"),
         Err(_) => panic!("an SDK client beyond max_connections got no error within 10 s"),
     }
+}
+
+/// `limits.idle_timeout_secs` and `limits.request_timeout_ms` (from configuration): a connection
+/// that sends nothing, or stops in the middle of a header, is closed after the idle timeout; one
+/// whose header arrived but whose body does not is closed after the request timeout; a bound SDK
+/// client that keeps working is not disturbed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_and_idle_connections_are_closed_by_the_configured_timeouts() {
+    let mut server = Server::new(&[("IGGY_LIMITS_IDLE_TIMEOUT_SECS", "2"), ("IGGY_LIMITS_REQUEST_TIMEOUT_MS", "500")]);
+    tokio::task::block_in_place(|| server.spawn(&[]));
+    let address = server.address();
+    let client = server.client().await;
+    let closed_after = |mut stream: TcpStream| {
+        move || -> Option<Duration> {
+            let started = Instant::now();
+            stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let mut buffer = [0u8; 512];
+            loop {
+                match stream.read(&mut buffer) {
+                    Ok(0) => return Some(started.elapsed()),
+                    Ok(_) => continue,
+                    Err(e) if e.kind() == ErrorKind::ConnectionReset => return Some(started.elapsed()),
+                    Err(_) => return None,
+                }
+            }
+        }
+    };
+    let header = |size: u32| {
+        let mut header = RequestHeader::for_request(PING_CODE, 11, 0, 0, &[]).unwrap();
+        header.size = size;
+        header_bytes(&header)
+    };
+    // Silent, half a header, a whole header whose body never comes.
+    let silent = TcpStream::connect(&address).unwrap();
+    let mut half = TcpStream::connect(&address).unwrap();
+    half.write_all(&header(256)[..100]).unwrap();
+    let mut bodiless = TcpStream::connect(&address).unwrap();
+    bodiless.write_all(&header(256 + 100)).unwrap();
+    let waits: Vec<_> = [silent, half, bodiless]
+        .into_iter()
+        .map(|stream| std::thread::spawn(closed_after(stream)))
+        .collect();
+    // The SDK client keeps working meanwhile (it pings when idle; here it polls).
+    for _ in 0..6 {
+        within("ping", client.ping()).await.expect("a working client is not closed");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let [silent, half, bodiless]: [Option<Duration>; 3] =
+        waits.into_iter().map(|w| w.join().unwrap()).collect::<Vec<_>>().try_into().unwrap();
+    let silent = silent.expect("a silent connection is closed by the idle timeout (2 s)");
+    let half = half.expect("a connection stalled mid-header is closed by the idle timeout (2 s)");
+    let bodiless = bodiless.expect("a frame whose body never comes is closed by the request timeout (500 ms)");
+    eprintln!("closed after: silent {silent:?}, half header {half:?}, missing body {bodiless:?}");
+    assert!(silent >= Duration::from_millis(1500) && silent < Duration::from_secs(6), "silent: {silent:?}");
+    assert!(half >= Duration::from_millis(1500) && half < Duration::from_secs(6), "half header: {half:?}");
+    assert!(bodiless < Duration::from_millis(1900), "missing body: closed after {bodiless:?}, the request timeout is 500 ms");
+    within("ping", client.ping()).await.expect("the working client survived");
 }
