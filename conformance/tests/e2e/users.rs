@@ -155,12 +155,20 @@ async fn deleted_user_is_gone_and_cannot_log_in() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn root_user_cannot_be_deleted() {
+async fn root_user_cannot_be_deleted_deactivated_or_restricted() {
     let server = TestServer::start();
     let root = server.root_client().await;
-    let r = within("delete root", root.delete_user(&id(DEFAULT_ROOT_USER_ID))).await;
-    assert!(r.is_err(), "deleting the root user must fail");
+    expect_code("delete root", within("delete root", root.delete_user(&id(DEFAULT_ROOT_USER_ID))).await, 48);
     assert!(ok("get root", within("get", root.get_user(&id(0))).await).is_some());
+    expect_code(
+        "change root's permissions",
+        within("perms", root.update_permissions(&id(0), Some(Permissions::default()))).await,
+        49,
+    );
+    let deactivate = UserUpdateOptions { status: Some(UserStatus::Inactive), ..Default::default() };
+    expect_code("deactivate root", within("update", root.update_user(&id(0), &deactivate)).await, 4108);
+    let r = ok("get root", within("get", root.get_user(&id(0))).await).expect("root");
+    assert_eq!((r.status, r.permissions), (UserStatus::Active, Some(Permissions::root())));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -252,4 +260,21 @@ async fn global_permissions_gate_each_admin_call() {
     );
     expect_code("no read_servers: stats", within("stats", ops.get_stats()).await, 41);
     ok("manage_streams covers topics: delete topic", within("delete", ops.delete_topic(&name("s"), &name("t"))).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_user_update_changes_nothing() {
+    // One update naming a valid new username and a refused status: the whole update is
+    // refused, the username included.
+    let server = TestServer::start();
+    let root = server.root_client().await;
+    let update = UserUpdateOptions {
+        username: Some("boss".into()),
+        status: Some(UserStatus::Inactive),
+        ..Default::default()
+    };
+    expect_code("rename and deactivate root", within("update", root.update_user(&id(0), &update)).await, 4108);
+    let r = ok("get root", within("get", root.get_user(&id(0))).await).expect("root");
+    assert_eq!(r.username, ROOT_USER, "the refused update must not rename root");
+    assert!(ok("get boss", within("get", root.get_user(&name("boss"))).await).is_none());
 }
