@@ -178,3 +178,35 @@ async fn renames_survive_a_restart() {
     assert_eq!((t.id, t.name.as_str()), (0, "t2"));
     assert!(ok("get old", within("get", client.get_stream(&name("s"))).await).is_none());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_only_topic_options_cannot_be_updated() {
+    // The catalog marks these keys create-only (describe_options: updatable = false); an
+    // update naming one is refused with OptionNotUpdatable (4103) and changes nothing.
+    let server = TestServer::start();
+    let client = server.root_client().await;
+    create_stream_and_topic(&client, "s", "t", 2).await;
+    let mut wrong = Vec::new();
+    for (key, value) in [
+        ("partition_resize_policy", "fixed"),
+        ("segment_size", "8MiB"),
+        ("compression_algorithm", "gzip"),
+        ("durability", "persisted"),
+    ] {
+        let update = TopicUpdateOptions {
+            raw: [(key.to_string(), value.to_string())].into_iter().collect(),
+            ..Default::default()
+        };
+        let r = within("update", client.update_topic(&name("s"), &name("t"), &update)).await;
+        let code = r.as_ref().err().map(IggyError::as_code);
+        if code != Some(4103) {
+            wrong.push(format!("{key}={value}: {r:?}"));
+        }
+    }
+    assert!(wrong.is_empty(), "create-only keys updated instead of refused with 4103: {wrong:?}");
+    let t = ok("get", within("get", client.get_topic(&name("s"), &name("t"))).await).expect("t");
+    let r = t.resolved_options();
+    assert_eq!(r.partition_resize_policy, PartitionResizePolicy::Mutable);
+    assert_eq!(r.compression_algorithm, CompressionAlgorithm::None);
+    ok("still resizable", within("create", client.create_partitions(&name("s"), &name("t"), 1)).await);
+}
