@@ -210,3 +210,26 @@ async fn create_only_topic_options_cannot_be_updated() {
     assert_eq!(r.compression_algorithm, CompressionAlgorithm::None);
     ok("still resizable", within("create", client.create_partitions(&name("s"), &name("t"), 1)).await);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reset_returns_an_updatable_option_to_its_default_and_refuses_create_only_keys() {
+    let server = TestServer::start();
+    let client = server.root_client().await;
+    create_stream_and_topic(&client, "s", "t", 1).await;
+    ok("create reference", within("create", client.create_topic(&name("s"), "defaults", &topic_options(1))).await);
+    let set = TopicUpdateOptions { message_expiry: Some(hour()), ..Default::default() };
+    ok("set expiry", within("update", client.update_topic(&name("s"), &name("t"), &set)).await);
+    let reset = TopicUpdateOptions { reset: [OptionKey::MessageExpiry].into_iter().collect(), ..Default::default() };
+    ok("reset expiry", within("update", client.update_topic(&name("s"), &name("t"), &reset)).await);
+    let t = ok("get t", within("get", client.get_topic(&name("s"), &name("t"))).await).expect("t");
+    let d = ok("get defaults", within("get", client.get_topic(&name("s"), &name("defaults"))).await).expect("defaults");
+    assert_eq!(
+        t.resolved_options().message_expiry,
+        d.resolved_options().message_expiry,
+        "reset brings back the default (options {:?})",
+        t.options
+    );
+
+    let bad = TopicUpdateOptions { raw_reset: ["segment_size".to_string()].into_iter().collect(), ..Default::default() };
+    expect_code("reset a create-only key", within("update", client.update_topic(&name("s"), &name("t"), &bad)).await, 4103);
+}
