@@ -114,9 +114,16 @@ pub async fn dispatch(
     node: &Rc<Node>,
     connection: &mut Connection,
     admitted: Admitted,
-    body: Bytes,
+    body: Vec<u8>,
 ) -> Dispatched {
     let header = admitted.header;
+    let mut body = Some(body);
+    // A batch is stamped in the buffer it arrived in, then journaled and applied from it.
+    let send = match admitted.operation {
+        Operation::SendMessages => body.take(),
+        _ => None,
+    };
+    let body = Bytes::from(body.unwrap_or_default());
     let request = Request {
         header: &header,
         operation: admitted.operation,
@@ -136,10 +143,17 @@ pub async fn dispatch(
             };
             let result = match operation {
                 Operation::Logout => logout(node, connection, &request, bound).await,
-                Operation::SendMessages
-                | Operation::StoreConsumerOffset
-                | Operation::DeleteConsumerOffset => {
-                    partition_write(node, &request, bound, &body).await
+                Operation::SendMessages => {
+                    match prepare_send(node, bound, send.unwrap_or_default()) {
+                        Ok(write) => partition_write(node, &request, bound, write).await,
+                        Err(error) => Err(error),
+                    }
+                }
+                Operation::StoreConsumerOffset | Operation::DeleteConsumerOffset => {
+                    match prepare_offset_write(node, &request, bound, &body) {
+                        Ok(write) => partition_write(node, &request, bound, write).await,
+                        Err(error) => Err(error),
+                    }
                 }
                 _ => metadata_write(node, &request, bound, &body).await,
             };
@@ -522,45 +536,54 @@ fn partition_arg(partition: &iggy_generated::payloads::OptionalPartitionId) -> O
     (partition.has == 1).then_some(partition.partition_id)
 }
 
-async fn partition_write(
+/// Checks a send and stamps its batch's `base_timestamp` in place (the primary's decision,
+/// journaled with the batch); the batch is then a zero-copy slice of the received buffer.
+fn prepare_send(
+    node: &Rc<Node>,
+    bound: Bound,
+    mut body: Vec<u8>,
+) -> Result<(PartitionKey, PartitionWrite), ErrorCode> {
+    let (key, offset) = {
+        let send: SendMessagesRequest = decode(&body)?;
+        if send.partitioning.kind != 2 || send.partitioning.value.len() != 4 {
+            return Err(ErrorCode::InvalidFormat);
+        }
+        let partition = u32::from_le_bytes(send.partitioning.value.try_into().expect("4 bytes"));
+        let key = resolve_partition(node, &send.stream_id, &send.topic_id, Some(partition))?;
+        if !node
+            .shared
+            .user_allows(bound.user_id, Need::SendMessages(key.0, key.1))
+        {
+            return Err(ErrorCode::Unauthorized);
+        }
+        // metadata_length counts stream id through messages count.
+        if send.metadata_length as usize != body.len() - 4 - send.batch.len() {
+            return Err(ErrorCode::InvalidFormat);
+        }
+        let count = iggy_storage::batch::verify(send.batch).map_err(replies::batch_error)?;
+        if count == 0 || count != send.messages_count {
+            return Err(ErrorCode::InvalidMessagesCount);
+        }
+        (key, body.len() - send.batch.len())
+    };
+    let at = offset + iggy_generated::frames::BatchHeader::BASE_TIMESTAMP_OFFSET;
+    body[at..at + 8].copy_from_slice(&now_micros().to_le_bytes());
+    let body = Bytes::from(body);
+    Ok((
+        key,
+        PartitionWrite::Send {
+            batch: body.slice(offset..),
+        },
+    ))
+}
+
+fn prepare_offset_write(
     node: &Rc<Node>,
     request: &Request<'_>,
     bound: Bound,
     body: &Bytes,
-) -> Result<Dispatched, ErrorCode> {
-    let header = request.header;
-    let (key, write) = match request.operation {
-        Operation::SendMessages => {
-            let send: SendMessagesRequest = decode(body)?;
-            if send.partitioning.kind != 2 || send.partitioning.value.len() != 4 {
-                return Err(ErrorCode::InvalidFormat);
-            }
-            let partition =
-                u32::from_le_bytes(send.partitioning.value.try_into().expect("4 bytes"));
-            let key = resolve_partition(node, &send.stream_id, &send.topic_id, Some(partition))?;
-            if !node
-                .shared
-                .user_allows(bound.user_id, Need::SendMessages(key.0, key.1))
-            {
-                return Err(ErrorCode::Unauthorized);
-            }
-            // metadata_length counts stream id through messages count.
-            if send.metadata_length as usize != body.len() - 4 - send.batch.len() {
-                return Err(ErrorCode::InvalidFormat);
-            }
-            let count = iggy_storage::batch::verify(send.batch).map_err(replies::batch_error)?;
-            if count == 0 || count != send.messages_count {
-                return Err(ErrorCode::InvalidMessagesCount);
-            }
-            let offset = body.len() - send.batch.len();
-            (
-                key,
-                PartitionWrite::Send {
-                    timestamp: now_micros(),
-                    batch: body.slice(offset..),
-                },
-            )
-        }
+) -> Result<(PartitionKey, PartitionWrite), ErrorCode> {
+    Ok(match request.operation {
         Operation::StoreConsumerOffset => {
             let store: StoreConsumerOffsetRequest = decode(body)?;
             let key = resolve_partition(
@@ -602,7 +625,16 @@ async fn partition_write(
             (key, PartitionWrite::DeleteOffset { owner })
         }
         _ => return Err(ErrorCode::InvalidCommand),
-    };
+    })
+}
+
+async fn partition_write(
+    node: &Rc<Node>,
+    request: &Request<'_>,
+    bound: Bound,
+    (key, write): (PartitionKey, PartitionWrite),
+) -> Result<Dispatched, ErrorCode> {
+    let header = request.header;
     check_incarnation(node, header, key)?;
     let partition = node
         .shared
@@ -888,5 +920,16 @@ async fn poll(
         owner_generation,
         metadata_op: commit,
     };
-    Ok(request.reply(&replies::polled(key.2, &polled, context)))
+    let mut frame = replies::polled(key.2, polled, context);
+    frame::reply_in_place(
+        header,
+        request.operation,
+        ReplyMeta {
+            commit: 0,
+            status: 0,
+            committed: false,
+        },
+        &mut frame,
+    );
+    Ok(Dispatched::Reply(frame))
 }

@@ -99,9 +99,22 @@ pub fn reply(
     meta: ReplyMeta,
     body: &[u8],
 ) -> Vec<u8> {
-    let mut out = vec![0u8; HEADER_SIZE + body.len()];
+    let header = reply_header(request, operation, meta, HEADER_SIZE + body.len());
+    let mut out = Vec::with_capacity(HEADER_SIZE + body.len());
+    out.extend_from_slice(&header.to_bytes());
+    out.extend_from_slice(body);
+    out
+}
+
+/// The reply header for a frame of `size` bytes answering `request`.
+fn reply_header(
+    request: &RequestHeader,
+    operation: Operation,
+    meta: ReplyMeta,
+    size: usize,
+) -> ReplyHeader {
     let mut header = ReplyHeader::default();
-    header.size = out.len() as u32;
+    header.size = size as u32;
     header.command = Command::Reply;
     header.cluster = request.cluster;
     header.request_checksum = request.request_checksum;
@@ -115,9 +128,18 @@ pub fn reply(
         header.op = meta.commit;
         header.reserved[COMMITTED_MARKER] = 1;
     }
-    header.encode_fixed(&mut out[..HEADER_SIZE]);
-    out[HEADER_SIZE..].copy_from_slice(body);
-    out
+    header
+}
+
+/// Encodes the reply header into the first `HEADER_SIZE` bytes of `frame`, whose rest is the
+/// body already in place.
+pub fn reply_in_place(
+    request: &RequestHeader,
+    operation: Operation,
+    meta: ReplyMeta,
+    frame: &mut [u8],
+) {
+    reply_header(request, operation, meta, frame.len()).encode_fixed(&mut frame[..HEADER_SIZE]);
 }
 
 /// Encodes a failed reply: status set, empty body.
@@ -145,17 +167,6 @@ pub fn eviction(client: u128, reason: EvictionReason) -> Vec<u8> {
     header.server_protocol_version_min = min.packed();
     header.reason = reason;
     header.to_bytes().to_vec()
-}
-
-/// Result section of result-framed replies: success.
-pub const RESULT_OK: [u8; 4] = [0; 4];
-
-/// Result section of result-framed replies: one rejection at index 0.
-pub fn result_rejection(error: ErrorCode) -> [u8; 12] {
-    let mut out = [0u8; 12];
-    out[..4].copy_from_slice(&1u32.to_le_bytes());
-    out[8..].copy_from_slice(&error.code().to_le_bytes());
-    out
 }
 
 #[cfg(test)]

@@ -333,10 +333,6 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
         }
     }
 
-    pub fn state(&self) -> &S {
-        &self.state
-    }
-
     /// Spawns the group's task on the current compio runtime.
     pub fn spawn(self) -> GroupHandle<S::Read>
     where

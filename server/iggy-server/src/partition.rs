@@ -50,9 +50,8 @@ impl OffsetOwner {
 /// The body of a partition op as journaled: the primary's decisions plus the client's bytes.
 /// Internal to this server (the journal is ours); the wire batch inside is the spec's layout.
 pub enum PartitionWrite {
-    /// `timestamp` stamps the batch; `batch` is the validated record as the producer sent it.
+    /// The validated record as the producer sent it, `base_timestamp` stamped by the primary.
     Send {
-        timestamp: u64,
         batch: Bytes,
     },
     StoreOffset {
@@ -75,12 +74,7 @@ impl PartitionWrite {
 
     pub fn encode(&self) -> Bytes {
         match self {
-            PartitionWrite::Send { timestamp, batch } => {
-                let mut out = Vec::with_capacity(8 + batch.len());
-                out.extend_from_slice(&timestamp.to_le_bytes());
-                out.extend_from_slice(batch);
-                out.into()
-            }
+            PartitionWrite::Send { batch } => batch.clone(),
             PartitionWrite::StoreOffset { owner, offset } => {
                 let mut out = owner.encode().to_vec();
                 out.extend_from_slice(&offset.to_le_bytes());
@@ -92,13 +86,9 @@ impl PartitionWrite {
 
     fn decode(operation: u8, body: &Bytes) -> Option<PartitionWrite> {
         match Operation::from_repr(operation)? {
-            Operation::SendMessages => {
-                let timestamp = u64::from_le_bytes(body.get(..8)?.try_into().ok()?);
-                Some(PartitionWrite::Send {
-                    timestamp,
-                    batch: body.slice(8..),
-                })
-            }
+            Operation::SendMessages => Some(PartitionWrite::Send {
+                batch: body.clone(),
+            }),
             Operation::StoreConsumerOffset => {
                 let owner = OffsetOwner::decode(body)?;
                 let offset = u64::from_le_bytes(body.get(5..13)?.try_into().ok()?);
@@ -192,6 +182,12 @@ pub enum StartAt {
     Next(OffsetOwner),
 }
 
+/// Bytes kept free in front of polled records for the reply header and the poll prefix, so the
+/// records travel from the segment to the socket in one buffer.
+pub const POLL_REPLY_HEADROOM: usize =
+    iggy_generated::frames::ReplyHeader::SIZE + iggy_generated::payloads::PollPrefix::SIZE;
+
+/// Polled records; `batches.bytes` starts with [`POLL_REPLY_HEADROOM`] free bytes.
 pub struct Polled {
     pub batches: ReadBatches,
     /// Last offset in the partition (0 when empty).
@@ -301,10 +297,15 @@ impl PartitionMachine {
         self.log.next_offset().saturating_sub(1)
     }
 
-    async fn send(&mut self, timestamp: u64, batch: &Bytes) -> WriteResult {
+    async fn send(&mut self, batch: &Bytes) -> WriteResult {
         let Ok(count) = batch::validate_layout(batch) else {
             return WriteResult::Failed(ErrorCode::InvalidMessagesSize);
         };
+        let Ok(header) = iggy_generated::frames::BatchHeader::decode_fixed(batch) else {
+            return WriteResult::Failed(ErrorCode::InvalidMessagesSize);
+        };
+        // The primary stamped the time before journaling the batch.
+        let timestamp = header.base_timestamp;
         let base_offset = self.replay_next_offset;
         self.replay_next_offset += u64::from(count);
         if base_offset < self.log.next_offset() {
@@ -342,7 +343,7 @@ impl PartitionMachine {
         let current_offset = self.current_offset();
         if start >= next || count == 0 {
             let batches = ReadBatches {
-                bytes: Vec::new(),
+                bytes: vec![0; POLL_REPLY_HEADROOM],
                 messages: 0,
                 last_offset: None,
             };
@@ -353,7 +354,7 @@ impl PartitionMachine {
         }
         let batches = self
             .log
-            .read_from(start.max(first), count)
+            .read_from_with_headroom(start.max(first), count, POLL_REPLY_HEADROOM)
             .await
             .map_err(|error| {
                 tracing::error!("partition {}: read failed: {error}", self.partition_id);
@@ -371,7 +372,7 @@ impl StateMachine for PartitionMachine {
 
     async fn apply(&mut self, _op: u64, _client: u128, operation: u8, body: Bytes) -> Bytes {
         let result = match PartitionWrite::decode(operation, &body) {
-            Some(PartitionWrite::Send { timestamp, batch }) => self.send(timestamp, &batch).await,
+            Some(PartitionWrite::Send { batch }) => self.send(&batch).await,
             Some(PartitionWrite::StoreOffset { owner, offset }) => {
                 self.offsets.insert(owner, offset);
                 WriteResult::Done

@@ -279,17 +279,19 @@ pub fn consumer_offset(partition_id: u32, current_offset: u64, stored_offset: u6
 }
 
 /// 100: the prefix, then the stored batch records as read.
-pub fn polled(partition_id: u32, polled: &Polled, context: PartitionContext) -> Vec<u8> {
+/// Fills the poll prefix in the headroom of `polled` and returns the buffer, whose first
+/// `ReplyHeader::SIZE` bytes are left for the reply header.
+pub fn polled(partition_id: u32, polled: Polled, context: PartitionContext) -> Vec<u8> {
     let prefix = PollPrefix {
         partition_id,
         current_offset: polled.current_offset,
         messages_count: polled.batches.messages,
         context,
     };
-    let mut out = Vec::with_capacity(PollPrefix::SIZE + polled.batches.bytes.len());
-    out.extend_from_slice(&prefix.to_bytes());
-    out.extend_from_slice(&polled.batches.bytes);
-    out
+    let mut frame = polled.batches.bytes;
+    let at = iggy_generated::frames::ReplyHeader::SIZE;
+    prefix.encode_fixed(&mut frame[at..at + PollPrefix::SIZE]);
+    frame
 }
 
 /// The error a client gets for a batch that fails admission.

@@ -128,7 +128,7 @@ async fn serve_connection(
             read?;
             body
         };
-        match crate::dispatch::dispatch(node, connection, admitted, body.into()).await {
+        match crate::dispatch::dispatch(node, connection, admitted, body).await {
             Dispatched::Reply(bytes) => {
                 let BufResult(written, _) = stream.write_all(bytes).await;
                 written?;

@@ -4,7 +4,7 @@
 
 use crate::dispatch::Connection;
 use crate::group::Outcome;
-use crate::metadata::{Ident, Metadata, Need, PersonalAccessToken, ROOT_USER_ID, UserStatus};
+use crate::metadata::{Metadata, Need, PersonalAccessToken, ROOT_USER_ID, UserStatus};
 use crate::metadata_machine::Envelope;
 use crate::node::{Node, Shared};
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
@@ -214,8 +214,4 @@ pub fn token_record(
         token_hash: token_hash(token),
         expiry_at,
     }
-}
-
-pub fn find_user_id(metadata: &Metadata, ident: &Ident) -> Result<u32, ErrorCode> {
-    metadata.user(ident).map(|u| u.id)
 }

@@ -654,7 +654,19 @@ impl PartitionLog {
         start: u64,
         max_messages: u32,
     ) -> Result<ReadBatches, StorageError> {
-        let mut out = Vec::new();
+        self.read_from_with_headroom(start, max_messages, 0).await
+    }
+
+    /// [`read_from`](Self::read_from), with `headroom` zero bytes in front of the records in
+    /// `ReadBatches::bytes`: room for the reply's headers, so the records are copied only once
+    /// on their way to the socket.
+    pub async fn read_from_with_headroom(
+        &self,
+        start: u64,
+        max_messages: u32,
+        headroom: usize,
+    ) -> Result<ReadBatches, StorageError> {
+        let mut out = vec![0u8; headroom];
         let start = start.max(self.first_offset());
         if max_messages == 0 || start >= self.next_offset() {
             return Ok(ReadBatches {
