@@ -233,3 +233,56 @@ async fn reset_returns_an_updatable_option_to_its_default_and_refuses_create_onl
     let bad = TopicUpdateOptions { raw_reset: ["segment_size".to_string()].into_iter().collect(), ..Default::default() };
     expect_code("reset a create-only key", within("update", client.update_topic(&name("s"), &name("t"), &bad)).await, 4103);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn option_admission_refuses_bad_values_unknown_keys_and_read_only_keys() {
+    let server = TestServer::start();
+    let client = server.root_client().await;
+    ok("create stream", within("create", client.create_stream("s", &StreamCreateOptions::default())).await);
+    let mut wrong = Vec::new();
+    let check = |wrong: &mut Vec<String>, what: &str, r: Result<TopicDetails, IggyError>, code: u32| {
+        let got = r.as_ref().err().map(IggyError::as_code);
+        if got != Some(code) {
+            wrong.push(format!("{what}: expected {code}, got {:?}", r.map(|t| t.name)));
+        }
+    };
+    // segment_size must lie in 1 MiB..=1 GiB and be a 512-byte multiple
+    // (C/types/options/mod.rs:436-458).
+    for (n, bytes) in [(1, 4096u64), (2, 1024 * 1024 + 100), (3, 2 * 1024 * 1024 * 1024)] {
+        let opts = TopicCreateOptions {
+            partitions_count: Some(1),
+            segment_size: Some(IggyByteSize::from(bytes)),
+            ..Default::default()
+        };
+        let r = within("create", client.create_topic(&name("s"), &format!("bad-seg-{n}"), &opts)).await;
+        check(&mut wrong, &format!("segment_size {bytes}"), r, 4042);
+    }
+    let unknown = TopicCreateOptions {
+        partitions_count: Some(1),
+        raw: [("no_such_option".to_string(), "1".to_string())].into_iter().collect(),
+        ..Default::default()
+    };
+    check(&mut wrong, "unknown key", within("create", client.create_topic(&name("s"), "unknown", &unknown)).await, 4041);
+    let stream_only = TopicCreateOptions {
+        partitions_count: Some(1),
+        raw: [("encryption_key_source".to_string(), "server".to_string())].into_iter().collect(),
+        ..Default::default()
+    };
+    check(
+        &mut wrong,
+        "stream-only read-only key on a topic",
+        within("create", client.create_topic(&name("s"), "ro", &stream_only)).await,
+        4041,
+    );
+    let read_only = StreamCreateOptions {
+        raw: [("encryption_key_source".to_string(), "server".to_string())].into_iter().collect(),
+        ..Default::default()
+    };
+    let r = within("create", client.create_stream("ro", &read_only)).await;
+    if r.as_ref().err().map(IggyError::as_code) != Some(4105) {
+        wrong.push(format!("read-only key on a stream create: expected 4105, got {:?}", r.map(|s| s.name)));
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+    let topics = ok("list", within("list", client.get_topics(&name("s"))).await);
+    assert!(topics.is_empty(), "no refused topic was created: {:?}", topics.iter().map(|t| &t.name).collect::<Vec<_>>());
+}
