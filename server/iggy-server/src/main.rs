@@ -16,6 +16,8 @@ mod replies;
 mod session;
 mod shard;
 mod snapshot;
+#[cfg(any(feature = "systemd", test))]
+mod systemd;
 mod tcp;
 mod users;
 mod wal;
@@ -89,8 +91,16 @@ fn main() -> ExitCode {
         }
     };
     if args.list_config_env_vars {
+        println!("# variable\tTOML path\ttype\tdefault");
         for (path, default) in config::leaves() {
-            println!("{}={default}", config::env_name(&path));
+            let kind = match &default {
+                toml::Value::String(_) => "string",
+                toml::Value::Integer(_) => "integer",
+                toml::Value::Boolean(_) => "boolean",
+                toml::Value::Float(_) => "float",
+                _ => "value",
+            };
+            println!("{}\t{path}\t{kind}\t{default}", config::env_name(&path));
         }
         return ExitCode::SUCCESS;
     }
@@ -169,9 +179,39 @@ async fn run(
     );
     compio::runtime::spawn(tcp::serve(listener, node.clone())).detach();
     compio::runtime::spawn(maintenance::run(node.clone())).detach();
+    #[cfg(feature = "systemd")]
+    let notifier = systemd_ready();
     wait_for_shutdown().await;
-    tracing::info!("shutting down");
+    tracing::info!("shutting down: draining in-flight requests");
+    #[cfg(feature = "systemd")]
+    if let Some(notifier) = &notifier {
+        let _ = notifier.notify("STOPPING=1");
+    }
+    node.drain(std::time::Duration::from_secs(10)).await;
+    tracing::info!("stopped");
     ExitCode::SUCCESS
+}
+
+/// Every listener accepts: tell systemd, and keep its watchdog fed.
+#[cfg(feature = "systemd")]
+fn systemd_ready() -> Option<std::rc::Rc<systemd::Notifier>> {
+    let notifier = std::rc::Rc::new(systemd::Notifier::from_env()?);
+    if let Err(error) = notifier.notify("READY=1") {
+        tracing::warn!("systemd notification failed: {error}");
+    }
+    if let Some(interval) =
+        systemd::watchdog_interval(std::env::var("WATCHDOG_USEC").ok().as_deref())
+    {
+        let pinger = notifier.clone();
+        compio::runtime::spawn(async move {
+            loop {
+                let _ = pinger.notify("WATCHDOG=1");
+                compio::time::sleep(interval).await;
+            }
+        })
+        .detach();
+    }
+    Some(notifier)
 }
 
 /// Binds the TCP listener. A previous process's io_uring may hold the port for a moment after

@@ -211,6 +211,8 @@ pub struct Node {
     root_created: Cell<bool>,
     /// Connections being refused at capacity (each gets an answer before it closes).
     pub refusals: Cell<usize>,
+    /// Requests being handled now, for the drain at shutdown.
+    pub in_flight: Cell<usize>,
 }
 
 impl Node {
@@ -224,6 +226,25 @@ impl Node {
         Some(ConnectionGuard {
             limiter: self.clone(),
         })
+    }
+
+    /// Waits until no request is in flight (or `limit` passes), then makes every partition's
+    /// log durable: what was acknowledged is on disk when the process exits.
+    pub async fn drain(&self, limit: std::time::Duration) {
+        let deadline = std::time::Instant::now() + limit;
+        while self.in_flight.get() > 0 && std::time::Instant::now() < deadline {
+            compio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        let partitions: Vec<_> = self
+            .shared
+            .partitions
+            .borrow()
+            .values()
+            .map(|e| e.handle.clone())
+            .collect();
+        for partition in partitions {
+            partition.sync().await;
+        }
     }
 
     /// Whether this start created the root user (its password is then shown once).
@@ -288,6 +309,7 @@ impl Node {
             clients: RefCell::new(HashMap::new()),
             root_created: Cell::new(false),
             refusals: Cell::new(0),
+            in_flight: Cell::new(0),
         });
         node.ensure_root(root).await;
         Ok(node)

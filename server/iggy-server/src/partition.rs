@@ -158,6 +158,8 @@ pub enum PartitionRead {
     Info {
         done: oneshot::Sender<PartitionInfo>,
     },
+    /// Makes the log durable (shutdown).
+    Sync { done: oneshot::Sender<()> },
     /// Applies the topic's retention limits as of `now` (microseconds).
     Retention {
         now: u64,
@@ -459,6 +461,12 @@ impl StateMachine for PartitionMachine {
                     ),
                 }
             }
+            PartitionRead::Sync { done } => {
+                if let Err(error) = self.log.sync().await {
+                    tracing::error!("partition {}: sync failed: {error}", self.partition_id);
+                }
+                let _ = done.send(());
+            }
             PartitionRead::DeleteSegments { count, done } => {
                 // Segments holding messages a consumer has not committed yet stay.
                 let keep_after = self.offsets.values().copied().min().unwrap_or(u64::MAX);
@@ -601,6 +609,14 @@ impl PartitionHandle {
             return PartitionInfo::default();
         }
         wait.await.unwrap_or_default()
+    }
+
+    /// Fsyncs the partition's log behind its queued writes.
+    pub async fn sync(&self) {
+        let (done, wait) = oneshot::channel();
+        if self.group.read(PartitionRead::Sync { done }) {
+            let _ = wait.await;
+        }
     }
 
     /// Queues a retention pass behind the partition's writes.

@@ -128,7 +128,10 @@ async fn serve_connection(
             read?;
             body
         };
-        match crate::dispatch::dispatch(node, connection, admitted, body).await {
+        node.in_flight.set(node.in_flight.get() + 1);
+        let dispatched = crate::dispatch::dispatch(node, connection, admitted, body).await;
+        node.in_flight.set(node.in_flight.get() - 1);
+        match dispatched {
             Dispatched::Reply(bytes) => {
                 let BufResult(written, _) = stream.write_all(bytes).await;
                 written?;
