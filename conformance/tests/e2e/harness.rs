@@ -407,7 +407,18 @@ pub fn ok<T>(what: &str, r: Result<T, IggyError>) -> T {
 #[track_caller]
 pub fn expect_code<T: std::fmt::Debug>(what: &str, r: Result<T, IggyError>, code: u32) {
     match r {
-        Ok(v) => panic!("{what}: expected error {code} ({}), got Ok({v:?})", IggyError::from_code_as_string(code)),
+        Ok(v) => {
+            let mut shown = format!("{v:?}");
+            if shown.len() > 400 {
+                let mut cut = 400;
+                while !shown.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                shown.truncate(cut);
+                shown.push_str("…");
+            }
+            panic!("{what}: expected error {code} ({}), got Ok({shown})", IggyError::from_code_as_string(code))
+        }
         Err(e) => assert_eq!(
             e.as_code(),
             code,
