@@ -130,3 +130,45 @@ async fn thirty_clients_connect_and_work_at_once() {
     let clients_listed = ok("clients", within("clients", admin.get_clients()).await);
     assert!(clients_listed.len() >= 31, "31 connected clients listed: {}", clients_listed.len());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn polls_racing_appends_always_see_a_consistent_prefix() {
+    const BATCHES: usize = 150;
+    const PER_BATCH: usize = 4;
+    let server = TestServer::start();
+    let writer_client = server.root_client().await;
+    let reader_client = server.root_client().await;
+    create_stream_and_topic(&writer_client, "s", "t", 1).await;
+    let expected = |offset: u64| format!("b{}-{}", offset as usize / PER_BATCH, offset as usize % PER_BATCH);
+
+    let writer = async {
+        for b in 0..BATCHES {
+            let mut batch = msgs(&format!("b{b}"), PER_BATCH);
+            ok("append", writer_client.send_messages(&name("s"), &name("t"), &Partitioning::partition_id(0), &mut batch).await);
+        }
+    };
+    let reader = async {
+        let mut polls = 0;
+        let mut last_seen = 0usize;
+        while last_seen < BATCHES * PER_BATCH {
+            let p = ok(
+                "racing poll",
+                reader_client
+                    .poll_messages(&name("s"), &name("t"), Some(0), &consumer("r"), &PollingStrategy::offset(0), 100_000, false)
+                    .await,
+            );
+            assert_eq!(p.count as usize, p.messages.len(), "prefix count matches the records");
+            assert_eq!(p.messages.len() % PER_BATCH, 0, "a batch is never served half-written");
+            for (i, m) in p.messages.iter().enumerate() {
+                assert_eq!(m.header.offset, i as u64, "contiguous from 0");
+                assert_eq!(String::from_utf8_lossy(&m.payload), expected(i as u64), "payload at offset {i}");
+            }
+            assert!(p.messages.len() >= last_seen, "a later poll never sees less");
+            last_seen = p.messages.len();
+            polls += 1;
+        }
+        polls
+    };
+    let (_, polls) = within_for(std::time::Duration::from_secs(60), "race", async { tokio::join!(writer, reader) }).await;
+    assert!(polls >= 2, "the reader polled while the writer appended ({polls} polls)");
+}
