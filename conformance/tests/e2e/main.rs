@@ -6,6 +6,7 @@ mod harness;
 
 mod auth;
 mod checkpoint;
+mod legacy;
 mod maintenance;
 mod clients;
 mod concurrency;

@@ -378,6 +378,15 @@ fn metadata_need(node: &Node, operation: Operation, body: &[u8]) -> Result<Need,
             let (s, t) = topic_of(&r.stream_id, &r.topic_id)?;
             Need::PollMessages(s, t)
         }
+        Operation::UpdateStream => {
+            let r: iggy_generated::payloads::UpdateStreamRequest = decode(body)?;
+            Need::ManageStream(stream_of(&r.stream_id)?)
+        }
+        Operation::UpdateTopic => {
+            let r: iggy_generated::payloads::UpdateTopicRequest = decode(body)?;
+            let (s, t) = topic_of(&r.stream_id, &r.topic_id)?;
+            Need::ManageTopic(s, t)
+        }
         _ => return crate::users::need(operation),
     })
 }
@@ -684,6 +693,7 @@ async fn non_replicated(
         return Err(ErrorCode::TransientNotAccepted);
     }
     let user = bound.user_id;
+    let codec = replies::Codec::of(bound.protocol);
     let allows = |need: Need| node.shared.user_allows(user, need);
     let metadata_read = |need: Need, body: Option<Vec<u8>>| -> Result<Dispatched, ErrorCode> {
         if !allows(need) {
@@ -692,7 +702,7 @@ async fn non_replicated(
         Ok(request.reply(&body.unwrap_or_default()))
     };
     match code {
-        12 => Ok(request.reply(&replies::cluster_metadata(&node.shared))),
+        12 => Ok(request.reply(&replies::cluster_metadata(&node.shared, codec))),
         200 => {
             let r: StreamIdRequest = decode(body)?;
             let id = node
@@ -706,14 +716,17 @@ async fn non_replicated(
                 Some(id) => {
                     let reply = {
                         let metadata = node.shared.metadata.borrow();
-                        replies::stream_details(&node.shared, &metadata.streams[&id])
+                        replies::stream_details(&node.shared, &metadata.streams[&id], codec)
                     };
                     metadata_read(Need::ReadStream(id), Some(reply))
                 }
                 None => metadata_read(Need::ReadStreams, None),
             }
         }
-        201 => metadata_read(Need::ReadStreams, Some(replies::stream_list(&node.shared))),
+        201 => metadata_read(
+            Need::ReadStreams,
+            Some(replies::stream_list(&node.shared, codec)),
+        ),
         300 => {
             let r: TopicIdRequest = decode(body)?;
             let found = node
@@ -727,7 +740,12 @@ async fn non_replicated(
                 Some((s, t)) => {
                     let reply = {
                         let metadata = node.shared.metadata.borrow();
-                        replies::topic_details(&node.shared, s, &metadata.streams[&s].topics[&t])
+                        replies::topic_details(
+                            &node.shared,
+                            s,
+                            &metadata.streams[&s].topics[&t],
+                            codec,
+                        )
                     };
                     metadata_read(Need::ReadTopic(s, t), Some(reply))
                 }
@@ -742,7 +760,7 @@ async fn non_replicated(
                 .borrow()
                 .stream(&ident(&r.stream_id)?)
                 .map(|s| s.id)?;
-            let reply = replies::topic_list(&node.shared, stream);
+            let reply = replies::topic_list(&node.shared, stream, codec);
             metadata_read(Need::ReadTopics(stream), Some(reply))
         }
         105 => {
@@ -753,7 +771,32 @@ async fn non_replicated(
             }
             Ok(request.reply(&replies::partition_route(&node.shared, key)))
         }
-        100 => poll(node, request, bound, body).await,
+        // 104 is 0.11.1's poll on the primary: this node is the primary of every partition.
+        100 | 104 => poll(node, request, bound, body).await,
+        // 0.11.1's routing lookups (poll, consumer offset): this node serves them.
+        103 | 123 => {
+            let (name, ip, ports) = replies::roster_entry_v0111(&node.shared);
+            let routing = iggy_generated::payloads::PollRoutingResponse {
+                consumer_session: iggy_generated::payloads::SessionIdentity {
+                    client_id: header.client,
+                    session: bound.session,
+                    metadata_watermark: commit,
+                },
+                primary: iggy_generated::payloads::ClusterNodeResponseV0111 {
+                    name: &name,
+                    ip: &ip,
+                    tcp_port: ports[0],
+                    quic_port: ports[1],
+                    http_port: ports[2],
+                    websocket_port: ports[3],
+                    role: iggy_generated::payloads::ClusterNodeRole::Leader,
+                    status: iggy_generated::payloads::ClusterNodeStatus::Healthy,
+                },
+            };
+            let mut out = Vec::new();
+            iggy_wire::WireEncode::encode_to(&routing, &mut out);
+            Ok(request.reply(&out))
+        }
         120 => {
             let r: GetConsumerOffsetRequest = decode(body)?;
             let key = resolve_partition(

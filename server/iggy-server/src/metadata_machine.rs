@@ -95,6 +95,8 @@ impl MetadataMachine {
         if client == crate::users::SYSTEM_CLIENT {
             metadata.system_requests += 1;
         }
+        // Replies use the layouts of the protocol the client logged in with.
+        let codec = replies::Codec::of(metadata.sessions.get(client).map_or(0, |s| s.protocol));
         let result: Result<Vec<u8>, ErrorCode> = (|| match operation {
             Operation::Logout => {
                 // The node ends an expired session by naming its client in the body.
@@ -116,6 +118,7 @@ impl MetadataMachine {
                 Ok(replies::stream_details(
                     &self.shared,
                     &metadata.streams[&id],
+                    codec,
                 ))
             }
             Operation::DeleteStream => {
@@ -137,7 +140,7 @@ impl MetadataMachine {
                 )?;
                 effects = opened;
                 let topic = &metadata.streams[&s].topics[&t];
-                Ok(replies::topic_details(&self.shared, s, topic))
+                Ok(replies::topic_details(&self.shared, s, topic, codec))
             }
             Operation::DeleteTopic => {
                 let request: TopicIdRequest = decode(request)?;
@@ -195,7 +198,26 @@ impl MetadataMachine {
                 Ok(Vec::new())
             }
             Operation::DeleteSegments => Ok(Vec::new()),
-            _ => crate::users::apply(metadata, operation, envelope.user_id, request, now),
+            // 0.11.1's per-resource updates (204, 304): a name and an options block.
+            Operation::UpdateStream => {
+                let request: iggy_generated::payloads::UpdateStreamRequest = decode(request)?;
+                let stream = ident(&request.stream_id)?;
+                metadata.rename_stream(&stream, request.name)?;
+                Ok(Vec::new())
+            }
+            Operation::UpdateTopic => {
+                let request: iggy_generated::payloads::UpdateTopicRequest = decode(request)?;
+                let (stream, topic) = (ident(&request.stream_id)?, ident(&request.topic_id)?);
+                let name = crate::options::encode(&[(
+                    "name",
+                    crate::options::kind::STRING,
+                    request.name.as_bytes(),
+                )]);
+                let block = crate::options::merge(&name, request.options, &[])?;
+                metadata.update_topic(&stream, &topic, &block, &[])?;
+                Ok(Vec::new())
+            }
+            _ => crate::users::apply(metadata, operation, envelope.user_id, request, now, codec),
         })();
         let reply = match operation {
             Operation::Logout | Operation::DeleteSegments => match result {

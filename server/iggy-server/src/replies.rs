@@ -5,12 +5,14 @@ use crate::node::{PartitionKey, Shared};
 use crate::partition::Polled;
 use iggy_generated::errors::ErrorCode;
 use iggy_generated::payloads::{
-    ClusterMetadataResponse, ClusterNodeResponse, ClusterNodeRole, ClusterNodeStatus,
-    ConsumerGroupDetailsResponse, ConsumerGroupMemberResponse, ConsumerGroupResponse,
-    ConsumerOffsetResponse, GetStreamResponse, GetTopicResponse, GetTopicsResponse,
-    LoginRegisterResponse, PartitionContext, PartitionResponse, PartitionRouteResponse, PollPrefix,
-    ReplyResultEntry, ReplyResultSection, SendMessagesConfirmationResponse, SendMessagesResponse,
-    StreamResponse, SyncConsumerGroupResponse, TopicHeader,
+    ClusterMetadataResponse, ClusterMetadataResponseV0111, ClusterNodeResponse,
+    ClusterNodeResponseV0111, ClusterNodeRole, ClusterNodeStatus, ConsumerGroupDetailsResponse,
+    ConsumerGroupMemberResponse, ConsumerGroupResponse, ConsumerOffsetResponse, GetStreamResponse,
+    GetStreamResponseV0111, GetTopicResponse, GetTopicResponseV0111, GetTopicsResponse,
+    GetTopicsResponseV0111, LoginRegisterResponse, PartitionContext, PartitionResponse,
+    PartitionResponseV0111, PartitionRouteResponse, PollPrefix, ReplyResultEntry,
+    ReplyResultSection, SendMessagesConfirmationResponse, SendMessagesResponse, StreamResponse,
+    StreamResponseV0111, SyncConsumerGroupResponse, TopicHeader, TopicHeaderV0111,
 };
 use iggy_generated::protocol;
 use iggy_storage::StorageError;
@@ -61,6 +63,55 @@ fn topic_figures(shared: &Shared, stream: u32, topic: &Topic) -> (u64, u64) {
     })
 }
 
+/// Which protocol's layouts a reply uses: the version the session logged in with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Codec {
+    /// Protocol 0.12.0, what the official SDK speaks.
+    Current,
+    /// The seed's development protocol 0.11.1.
+    V0_11_1,
+}
+
+impl Codec {
+    pub fn of(protocol: u32) -> Codec {
+        if protocol == iggy_generated::protocol::V0_11_1.packed() {
+            Codec::V0_11_1
+        } else {
+            Codec::Current
+        }
+    }
+}
+
+fn topic_header_v0111<'a>(shared: &Shared, stream: u32, topic: &'a Topic) -> TopicHeaderV0111<'a> {
+    let head = topic_header(shared, stream, topic);
+    TopicHeaderV0111 {
+        id: head.id,
+        created_at: head.created_at,
+        partitions_count: head.partitions_count,
+        message_expiry: topic.message_expiry,
+        compression_algorithm: topic.compression_algorithm,
+        max_topic_size: topic.max_topic_size,
+        size_bytes: head.size_bytes,
+        messages_count: head.messages_count,
+        name: head.name,
+        options: head.options,
+        derived_options: head.derived_options,
+    }
+}
+
+fn stream_header_v0111<'a>(shared: &Shared, stream: &'a Stream) -> StreamResponseV0111<'a> {
+    let head = stream_header(shared, stream);
+    StreamResponseV0111 {
+        id: head.id,
+        created_at: head.created_at,
+        topics_count: head.topics_count,
+        size_bytes: head.size_bytes,
+        messages_count: head.messages_count,
+        name: head.name,
+        options: head.options,
+    }
+}
+
 fn topic_header<'a>(shared: &Shared, stream: u32, topic: &'a Topic) -> TopicHeader<'a> {
     let (size_bytes, messages_count) = topic_figures(shared, stream, topic);
     TopicHeader {
@@ -96,7 +147,17 @@ fn stream_header<'a>(shared: &Shared, stream: &'a Stream) -> StreamResponse<'a> 
     }
 }
 
-pub fn stream_details(shared: &Shared, stream: &Stream) -> Vec<u8> {
+pub fn stream_details(shared: &Shared, stream: &Stream, codec: Codec) -> Vec<u8> {
+    if codec == Codec::V0_11_1 {
+        return encode(&GetStreamResponseV0111 {
+            stream: stream_header_v0111(shared, stream),
+            topics: stream
+                .topics
+                .values()
+                .map(|t| topic_header_v0111(shared, stream.id, t))
+                .collect(),
+        });
+    }
     encode(&GetStreamResponse {
         stream: stream_header(shared, stream),
         topics: stream
@@ -107,16 +168,40 @@ pub fn stream_details(shared: &Shared, stream: &Stream) -> Vec<u8> {
     })
 }
 
-pub fn stream_list(shared: &Shared) -> Vec<u8> {
+pub fn stream_list(shared: &Shared, codec: Codec) -> Vec<u8> {
     let metadata = shared.metadata.borrow();
     let mut out = Vec::new();
     for stream in metadata.streams.values() {
-        stream_header(shared, stream).encode_to(&mut out);
+        match codec {
+            Codec::Current => stream_header(shared, stream).encode_to(&mut out),
+            Codec::V0_11_1 => stream_header_v0111(shared, stream).encode_to(&mut out),
+        }
     }
     out
 }
 
-pub fn topic_details(shared: &Shared, stream: u32, topic: &Topic) -> Vec<u8> {
+pub fn topic_details(shared: &Shared, stream: u32, topic: &Topic, codec: Codec) -> Vec<u8> {
+    if codec == Codec::V0_11_1 {
+        let partitions = topic
+            .partitions
+            .values()
+            .map(|p| {
+                let info = shared.stats((stream, topic.id, p.id));
+                PartitionResponseV0111 {
+                    id: p.id,
+                    created_at: p.created_at,
+                    segments_count: info.segments,
+                    current_offset: info.next_offset.saturating_sub(1),
+                    size_bytes: info.size_bytes,
+                    messages_count: info.messages,
+                }
+            })
+            .collect();
+        return encode(&GetTopicResponseV0111 {
+            topic: topic_header_v0111(shared, stream, topic),
+            partitions,
+        });
+    }
     let partitions = topic
         .partitions
         .values()
@@ -143,8 +228,16 @@ pub fn topic_details(shared: &Shared, stream: u32, topic: &Topic) -> Vec<u8> {
     })
 }
 
-pub fn topic_list(shared: &Shared, stream: u32) -> Vec<u8> {
+pub fn topic_list(shared: &Shared, stream: u32, codec: Codec) -> Vec<u8> {
     let metadata = shared.metadata.borrow();
+    if codec == Codec::V0_11_1 {
+        let topics = metadata.streams[&stream]
+            .topics
+            .values()
+            .map(|t| topic_header_v0111(shared, stream, t))
+            .collect();
+        return encode(&GetTopicsResponseV0111 { topics });
+    }
     let topics = metadata.streams[&stream]
         .topics
         .values()
@@ -220,7 +313,41 @@ fn port_of(address: &str) -> u16 {
         .map_or(0, |a| a.port())
 }
 
-pub fn cluster_metadata(shared: &Shared) -> Vec<u8> {
+/// This node's roster entry in the 0.11.1 layout (no replica id).
+pub fn roster_entry_v0111(shared: &Shared) -> (String, String, [u16; 4]) {
+    let config = &shared.config;
+    let served = |t: &crate::config::Transport| if t.enabled { port_of(&t.address) } else { 0 };
+    let ports = [
+        served(&config.tcp),
+        served(&config.quic),
+        served(&config.http),
+        served(&config.websocket),
+    ];
+    (
+        format!("iggy-node-{}", shared.replica_id),
+        config.advertised_ip(),
+        ports,
+    )
+}
+
+pub fn cluster_metadata(shared: &Shared, codec: Codec) -> Vec<u8> {
+    if codec == Codec::V0_11_1 {
+        let (name, ip, ports) = roster_entry_v0111(shared);
+        let node = ClusterNodeResponseV0111 {
+            name: &name,
+            ip: &ip,
+            tcp_port: ports[0],
+            quic_port: ports[1],
+            http_port: ports[2],
+            websocket_port: ports[3],
+            role: ClusterNodeRole::Leader,
+            status: ClusterNodeStatus::Healthy,
+        };
+        return encode(&ClusterMetadataResponseV0111 {
+            name: "iggy-cluster",
+            nodes: vec![node],
+        });
+    }
     let config = &shared.config;
     let served = |t: &crate::config::Transport| if t.enabled { port_of(&t.address) } else { 0 };
     let ip = config.advertised_ip();

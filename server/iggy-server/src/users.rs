@@ -135,9 +135,10 @@ pub async fn create_root(
 /// The permission a user op needs.
 pub fn need(operation: Operation) -> Result<Need, ErrorCode> {
     match operation {
-        Operation::CreateUser | Operation::DeleteUser | Operation::UpdatePermissions => {
-            Ok(Need::ManageUsers)
-        }
+        Operation::CreateUser
+        | Operation::DeleteUser
+        | Operation::UpdatePermissions
+        | Operation::UpdateUser => Ok(Need::ManageUsers),
         // Changing one's own password or tokens needs no grant; others' needs manage_users
         // (checked in `prepare`, which knows the target).
         Operation::ChangePassword
@@ -182,8 +183,9 @@ pub fn apply(
     user_id: u32,
     request: &[u8],
     now: u64,
+    codec: crate::replies::Codec,
 ) -> Result<Vec<u8>, ErrorCode> {
-    crate::wire_users::apply(metadata, operation, user_id, request, now)
+    crate::wire_users::apply(metadata, operation, user_id, request, now, codec)
 }
 
 /// Serves the user, client and system reads.

@@ -7,6 +7,7 @@ use crate::metadata::{
 };
 use crate::metadata_machine::ident;
 use crate::node::{Node, Shared};
+use crate::replies::Codec;
 use crate::users::{Prepared, hash_password, new_token, token_record};
 use iggy_generated::errors::ErrorCode;
 use iggy_generated::frames::{Operation, RequestHeader};
@@ -16,8 +17,9 @@ use iggy_generated::payloads::{
     DeleteUserRequest, DescribeOptionsResponse, GetClientRequest, GetUserRequest,
     PersonalAccessTokenResponse, RawPersonalAccessTokenResponse, StatsResponse,
     StreamResourcePatch, TopicResourcePatch, UpdatePermissionsRequest, UpdateResourceRequest,
-    UserDetailsResponse, UserResourcePatch, UserResponse, WireGlobalPermissions, WirePermissions,
-    WireStreamPermissions, WireTopicPermissions,
+    UserDetailsResponse, UserDetailsResponseV0111, UserResourcePatch, UserResponse,
+    UserResponseV0111, WireGlobalPermissions, WirePermissions, WireStreamPermissions,
+    WireTopicPermissions,
 };
 use iggy_wire::{WireDecode, WireEncode};
 
@@ -128,16 +130,33 @@ fn status_from_wire(status: u8) -> Result<UserStatus, ErrorCode> {
     }
 }
 
-fn user_details(metadata: &Metadata, id: u32) -> Vec<u8> {
+fn user_details(metadata: &Metadata, id: u32, codec: Codec) -> Vec<u8> {
     let user = &metadata.users[&id];
-    encode(&UserDetailsResponse {
-        user: user_header(user),
-        permissions: if id == crate::metadata::ROOT_USER_ID {
-            Some(permissions_to_wire(&Permissions::all()))
-        } else {
-            user.permissions.as_ref().map(permissions_to_wire)
-        },
-    })
+    let permissions = if id == crate::metadata::ROOT_USER_ID {
+        Some(permissions_to_wire(&Permissions::all()))
+    } else {
+        user.permissions.as_ref().map(permissions_to_wire)
+    };
+    match codec {
+        Codec::Current => encode(&UserDetailsResponse {
+            user: user_header(user),
+            permissions,
+        }),
+        Codec::V0_11_1 => encode(&UserDetailsResponseV0111 {
+            user: user_header_v0111(user),
+            permissions,
+        }),
+    }
+}
+
+fn user_header_v0111(user: &crate::metadata::User) -> UserResponseV0111<'_> {
+    UserResponseV0111 {
+        id: user.id,
+        created_at: user.created_at,
+        status: user.status as u8,
+        username: &user.username,
+        options: &[],
+    }
 }
 
 fn user_header(user: &crate::metadata::User) -> UserResponse<'_> {
@@ -289,8 +308,16 @@ pub fn apply(
     user_id: u32,
     request: &[u8],
     now: u64,
+    codec: Codec,
 ) -> Result<Vec<u8>, ErrorCode> {
     match operation {
+        // 0.11.1's user update (35): name and status as fields.
+        Operation::UpdateUser => {
+            let request: iggy_generated::payloads::UpdateUserRequest = decode(request)?;
+            let status = request.status.map(status_from_wire).transpose()?;
+            metadata.update_user(&ident(&request.user_id)?, request.username, status)?;
+            Ok(Vec::new())
+        }
         Operation::CreateUser => {
             let request: CreateUserRequest = decode(request)?;
             let status = status_from_wire(request.status)?;
@@ -302,7 +329,7 @@ pub fn apply(
                 permissions,
                 now,
             )?;
-            Ok(user_details(metadata, id))
+            Ok(user_details(metadata, id, codec))
         }
         Operation::DeleteUser => {
             let request: DeleteUserRequest = decode(request)?;
@@ -485,7 +512,7 @@ pub async fn read(
             if user.id != bound.user_id && !allows(Need::ReadUsers) {
                 return Err(ErrorCode::Unauthorized);
             }
-            Ok(user_details(&metadata, user.id))
+            Ok(user_details(&metadata, user.id, Codec::of(bound.protocol)))
         }
         32 => {
             if !allows(Need::ReadUsers) {
@@ -494,7 +521,10 @@ pub async fn read(
             let metadata = shared.metadata.borrow();
             let mut out = Vec::new();
             for user in metadata.users.values() {
-                user_header(user).encode_to(&mut out);
+                match Codec::of(bound.protocol) {
+                    Codec::Current => user_header(user).encode_to(&mut out),
+                    Codec::V0_11_1 => user_header_v0111(user).encode_to(&mut out),
+                }
             }
             Ok(out)
         }
@@ -538,7 +568,7 @@ pub async fn read(
                 OptionsScope::Stream => crate::options::STREAM_OPTIONS,
                 OptionsScope::User => crate::options::USER_OPTIONS,
             };
-            let entries = catalog
+            let entries: Vec<OptionDescriptor> = catalog
                 .iter()
                 .map(|spec| OptionDescriptor {
                     key: spec.key,
@@ -548,6 +578,22 @@ pub async fn read(
                     description: spec.description,
                 })
                 .collect();
+            if Codec::of(bound.protocol) == Codec::V0_11_1 {
+                let entries = entries
+                    .into_iter()
+                    .map(
+                        |e: OptionDescriptor| iggy_generated::payloads::OptionDescriptorV0111 {
+                            key: e.key,
+                            kind: e.kind,
+                            default_value: e.default_value,
+                            description: e.description,
+                        },
+                    )
+                    .collect();
+                return Ok(encode(
+                    &iggy_generated::payloads::DescribeOptionsResponseV0111 { entries },
+                ));
+            }
             Ok(encode(&DescribeOptionsResponse { entries }))
         }
         _ => Err(ErrorCode::FeatureUnavailable),

@@ -1,0 +1,168 @@
+//! Protocol 0.11.1, the seed's development protocol: a client that logs in with it is admitted
+//! by the version gate and served with 0.11.1's layouts (50-byte topic head, one options block,
+//! roster without replica id) and commands (per-resource updates), not 0.12.0's. Raw frames built
+//! with the generated codec, since no official SDK speaks 0.11.1 here.
+
+use crate::harness::*;
+use iggy_generated::frames::{Command, Operation, ReplyHeader, RequestHeader};
+use iggy_generated::payloads::*;
+use iggy_generated::protocol::V0_11_1;
+use iggy_wire::{WireDecode, WireEncode};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+struct Legacy {
+    stream: TcpStream,
+    client: u128,
+    session: u64,
+    request: u64,
+}
+
+impl Legacy {
+    async fn frame(
+        &mut self,
+        operation: Operation,
+        code: u32,
+        body: &[u8],
+    ) -> (ReplyHeader, Vec<u8>) {
+        let mut header = RequestHeader::default();
+        header.command = Command::Request;
+        header.size = (RequestHeader::SIZE + body.len()) as u32;
+        header.client = self.client;
+        header.operation = operation.to_repr();
+        header.session = self.session;
+        if operation != Operation::Register {
+            self.request += 1;
+            header.request = self.request;
+        }
+        if operation == Operation::NonReplicated {
+            header.reserved = code.to_le_bytes();
+        } else {
+            header.request_checksum = u128::from(self.request) + 1;
+        }
+        let mut frame = header.to_bytes().to_vec();
+        frame.extend_from_slice(body);
+        self.stream.write_all(&frame).await.unwrap();
+        let mut head = [0u8; ReplyHeader::SIZE];
+        self.stream.read_exact(&mut head).await.unwrap();
+        let reply = ReplyHeader::decode_fixed(&head).unwrap();
+        let mut body = vec![0u8; reply.size as usize - ReplyHeader::SIZE];
+        self.stream.read_exact(&mut body).await.unwrap();
+        (reply, body)
+    }
+
+    /// A result-framed reply's payload, after checking its result section says success.
+    fn payload(reply: &(ReplyHeader, Vec<u8>)) -> &[u8] {
+        assert_eq!(reply.0.status, 0, "status");
+        assert_eq!(&reply.1[..4], &[0, 0, 0, 0], "result section: success");
+        &reply.1[4..]
+    }
+}
+
+fn encoded<T: WireEncode>(value: &T) -> Vec<u8> {
+    let mut out = Vec::new();
+    value.encode_to(&mut out);
+    out
+}
+
+async fn login(server: &TestServer) -> Legacy {
+    let stream = TcpStream::connect(server.address()).await.unwrap();
+    let mut legacy = Legacy {
+        stream,
+        client: 0x0111,
+        session: 0,
+        request: 0,
+    };
+    let body = encoded(&LoginRegisterRequest {
+        version_info: ClientVersionInfo {
+            protocol_version: V0_11_1.packed(),
+            sdk_name: "legacy-test",
+            sdk_version: "0.0.0",
+        },
+        bind_secret: [7; 32],
+        username: ROOT_USER,
+        password: ROOT_PASSWORD,
+        client_context: "",
+    });
+    let (reply, body) = legacy.frame(Operation::Register, 40, &body).await;
+    assert_eq!(reply.status, 0, "a 0.11.1 client is admitted");
+    legacy.session = LoginRegisterResponse::decode_exact(&body).unwrap().session;
+    legacy
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_0_11_1_session_is_served_with_0_11_1_layouts_and_commands() {
+    let server = TestServer::start();
+    let mut c = login(&server).await;
+
+    let created = c
+        .frame(
+            Operation::CreateStream,
+            202,
+            &encoded(&CreateStreamRequest {
+                name: "old",
+                options: &[],
+            }),
+        )
+        .await;
+    let stream = GetStreamResponseV0111::decode_exact(Legacy::payload(&created))
+        .expect("0.11.1 stream layout");
+    assert_eq!((stream.stream.id, stream.stream.name), (0, "old"));
+
+    let zero = 0u32.to_le_bytes();
+    let stream_0 = Identifier {
+        kind: 1,
+        value: &zero,
+    };
+    let topic_request = encoded(&CreateTopicRequest {
+        stream_id: stream_0.clone(),
+        partitions_count: 2,
+        name: "t",
+        options: &[],
+    });
+    let created = c.frame(Operation::CreateTopic, 302, &topic_request).await;
+    let topic = GetTopicResponseV0111::decode_exact(Legacy::payload(&created))
+        .expect("0.11.1 topic layout");
+    assert_eq!((topic.topic.name, topic.partitions.len()), ("t", 2));
+
+    let (reply, roster) = c.frame(Operation::NonReplicated, 12, &[]).await;
+    assert_eq!(reply.status, 0);
+    let roster = ClusterMetadataResponseV0111::decode_exact(&roster).expect("0.11.1 roster layout");
+    assert_eq!(roster.nodes[0].tcp_port, server.port());
+
+    // 204: 0.11.1's stream update, gone in 0.12.0.
+    let update = encoded(&UpdateStreamRequest {
+        stream_id: stream_0,
+        name: "new",
+        options: &[],
+    });
+    let updated = c.frame(Operation::UpdateStream, 204, &update).await;
+    Legacy::payload(&updated);
+    let (reply, body) = c
+        .frame(
+            Operation::NonReplicated,
+            200,
+            &encoded(&StreamIdRequest {
+                stream_id: Identifier {
+                    kind: 1,
+                    value: &zero,
+                },
+            }),
+        )
+        .await;
+    assert_eq!(reply.status, 0);
+    assert_eq!(
+        GetStreamResponseV0111::decode_exact(&body)
+            .unwrap()
+            .stream
+            .name,
+        "new"
+    );
+
+    // 16 (resource.update) exists only in 0.12.0: unknown to this session.
+    let (reply, _) = c.frame(Operation::NonReplicated, 16, &[]).await;
+    assert_eq!(
+        reply.status, 3,
+        "InvalidCommand for a command outside the session's protocol"
+    );
+}
