@@ -1,13 +1,17 @@
 //! iggy-codegen: reads `spec/*.spec`, validates, and emits `generated/src/*.rs`.
 //!
-//! This first cut handles the fixed-layout parts of the spec (protocol, enums, fixed structs,
-//! errors). Diagnostics name `file:line`.
+//! Stages: [`parse`] (nom, one combinator per line kind) fills a [`Model`] per file;
+//! [`Model::validate_with`] checks it against every file merged; the emitters write Rust, the
+//! conformance vectors and the SDK stubs. Diagnostics name `file:line`.
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 pub mod emit;
+pub mod parse;
 pub mod vectors;
+
+pub use parse::parse_file;
 
 /// A diagnostic tied to a spec line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,6 +38,8 @@ pub struct Model {
     pub errors: Vec<(u32, String, String, usize)>,
     pub commands: Vec<Command>,
     pub retired: Vec<Retired>,
+    /// `const` rows.
+    pub consts: Vec<Const>,
     /// `example` rows.
     pub examples: Vec<Example>,
     /// Files each item came from, for the generated header.
@@ -61,6 +67,19 @@ pub struct Retired {
     pub code: u32,
     pub name: String,
     pub since: Option<String>,
+    pub file: String,
+    pub line: usize,
+}
+/// One `const` row: a named constant of the file's generated module.
+#[derive(Debug, Clone)]
+pub struct Const {
+    pub name: String,
+    /// Spec type: an integer type, `string` or `bytes[N]`.
+    pub ty: String,
+    /// The value as written (a number, or the text between the quotes).
+    pub value: String,
+    /// Whether the value was quoted.
+    pub text: bool,
     pub file: String,
     pub line: usize,
 }
@@ -109,198 +128,6 @@ pub struct Struct {
 
 fn diag(file: &str, line: usize, message: impl Into<String>) -> Diagnostic {
     Diagnostic { file: file.to_string(), line, message: message.into() }
-}
-
-fn kv<'a>(tokens: &[&'a str], key: &str) -> Option<&'a str> {
-    tokens.iter().find_map(|t| t.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
-}
-
-/// Parses one spec file into `model`.
-pub fn parse_file(file: &str, text: &str, model: &mut Model) -> Result<(), Vec<Diagnostic>> {
-    let mut errs = Vec::new();
-    let lines: Vec<&str> = text.lines().collect();
-    let mut i = 0;
-    while i < lines.len() {
-        let ln = i + 1;
-        let raw = lines[i];
-        i += 1;
-        let t = raw.trim();
-        if t.is_empty() || t.starts_with('#') {
-            continue;
-        }
-        let toks: Vec<&str> = t.split_whitespace().collect();
-        match toks[0] {
-            "version" => {
-                let packed = kv(&toks, "packed")
-                    .and_then(|p| u32::from_str_radix(p.trim_start_matches("0x"), 16).ok());
-                match (toks.get(1), packed) {
-                    (Some(v), Some(p)) => {
-                        if pack(v) != Some(p) {
-                            errs.push(diag(file, ln, format!("packed value of {v} is wrong")));
-                        }
-                        model.versions.push((v.to_string(), p))
-                    }
-                    _ => errs.push(diag(file, ln, "expected `version <x.y.z> packed=<0xN>`")),
-                }
-            }
-            "range" => match (kv(&toks, "min"), kv(&toks, "max")) {
-                (Some(a), Some(b)) => model.ranges.push((a.into(), b.into())),
-                _ => errs.push(diag(file, ln, "expected `range min=<v> max=<v>`")),
-            },
-            "storage_marker" => model.storage_marker = toks.get(1).map(|s| s.to_string()),
-            "snapshot_format" => model.snapshot_format = toks.get(1).and_then(|s| s.parse().ok()),
-            "release" => {
-                for t in &toks[1..] {
-                    if let Some((k, v)) = t.split_once('=') {
-                        model.release.push((k.into(), v.into()));
-                    }
-                }
-            }
-            "error" => {
-                let rest = t["error".len()..].trim_start();
-                let mut parts = rest.splitn(3, ' ');
-                let code = parts.next().and_then(|c| c.parse::<u32>().ok());
-                let name = parts.next();
-                let msg = parts.next().map(|m| m.trim().trim_matches('"').to_string());
-                match (code, name, msg) {
-                    (Some(c), Some(n), Some(m)) => model.errors.push((c, n.into(), m, ln)),
-                    _ => errs.push(diag(file, ln, "expected `error <code> <Name> \"<message>\"`")),
-                }
-            }
-            "enum" => {
-                let (Some(name), Some(repr)) = (toks.get(1), toks.get(2)) else {
-                    errs.push(diag(file, ln, "expected `enum <Name> <repr>`"));
-                    continue;
-                };
-                let mut variants = Vec::new();
-                let mut variant_versions = Vec::new();
-                while i < lines.len() && lines[i].trim() != "end" {
-                    let r: Vec<&str> = lines[i].split_whitespace().collect();
-                    if !r.is_empty() && !r[0].starts_with('#') {
-                        match (r[0].parse::<u64>(), r.get(1)) {
-                            (Ok(v), Some(n)) => {
-                                variants.push((v, n.to_string()));
-                                variant_versions.push((kv(&r, "since").map(Into::into), kv(&r, "until").map(Into::into)));
-                            }
-                            _ => errs.push(diag(file, i + 1, "expected `<value> <Variant>`")),
-                        }
-                    }
-                    i += 1;
-                }
-                i += 1;
-                model.enums.push(Enum {
-                    name: name.to_string(),
-                    repr: repr.to_string(),
-                    variants,
-                    variant_versions,
-                    file: file.into(),
-                    line: ln,
-                });
-            }
-            "struct" => {
-                let Some(name) = toks.get(1) else {
-                    errs.push(diag(file, ln, "expected `struct <Name>`"));
-                    continue;
-                };
-                let fixed = kv(&toks, "fixed").and_then(|f| f.parse().ok());
-                let mut fields = Vec::new();
-                while i < lines.len() && lines[i].trim() != "end" {
-                    let fl = i + 1;
-                    let r: Vec<&str> = lines[i].split_whitespace().collect();
-                    i += 1;
-                    if r.is_empty() || r[0].starts_with('#') {
-                        continue;
-                    }
-                    let (offset, rest) = match r[0].parse::<usize>() {
-                        Ok(o) => (Some(o), &r[1..]),
-                        Err(_) => (None, &r[..]),
-                    };
-                    if rest.len() < 2 {
-                        errs.push(diag(file, fl, "expected `[offset] <field> <type> [doc]`"));
-                        continue;
-                    }
-                    let draw = kv(&rest[2..], "gen").map(String::from);
-                    let doc: Vec<&str> = rest[2..].iter().filter(|t| !t.starts_with("gen=")).copied().collect();
-                    fields.push(Field {
-                        offset,
-                        name: rest[0].into(),
-                        ty: rest[1].into(),
-                        doc: doc.join(" "),
-                        draw,
-                        line: fl,
-                    });
-                }
-                if i >= lines.len() {
-                    errs.push(diag(file, ln, format!("struct `{name}` has no `end`")));
-                }
-                i += 1;
-                let doc = t.split_once("doc=\"").and_then(|(_, r)| r.split_once('"')).map_or(String::new(), |(d, _)| d.to_string());
-                model.structs.push(Struct {
-                    name: name.to_string(),
-                    fixed,
-                    fields,
-                    since: kv(&toks, "since").map(Into::into),
-                    until: kv(&toks, "until").map(Into::into),
-                    draw: kv(&toks, "gen").map(Into::into),
-                    doc,
-                    file: file.into(),
-                    line: ln,
-                });
-            }
-            // Parsed by later stages; accepted here so a spec using them still generates.
-            "command" => {
-                let code = toks.get(1).and_then(|c| c.parse::<u32>().ok());
-                match (code, toks.get(2)) {
-                    (Some(code), Some(name)) => model.commands.push(Command {
-                        code,
-                        name: name.to_string(),
-                        op: kv(&toks, "op").unwrap_or("NonReplicated").into(),
-                        class: kv(&toks, "class").unwrap_or("none").into(),
-                        rf: kv(&toks, "rf") == Some("yes"),
-                        perm: kv(&toks, "perm").unwrap_or("none").into(),
-                        req: kv(&toks, "req").unwrap_or("").into(),
-                        resp: kv(&toks, "resp").unwrap_or("").into(),
-                        since: kv(&toks, "since").map(Into::into),
-                        until: kv(&toks, "until").map(Into::into),
-                        file: file.into(),
-                        line: ln,
-                    }),
-                    _ => errs.push(diag(file, ln, "expected `command <code> <name> key=value...`")),
-                }
-            }
-            "retired" => match toks.get(1).and_then(|c| c.parse::<u32>().ok()) {
-                Some(code) => model.retired.push(Retired {
-                    code,
-                    name: toks.get(2).unwrap_or(&"").to_string(),
-                    since: kv(&toks, "since").map(Into::into),
-                    file: file.into(),
-                    line: ln,
-                }),
-                None => errs.push(diag(file, ln, "expected `retired <code> <name> [since=<v>]`")),
-            },
-            "example" => match (toks.get(1), toks.get(2), toks.get(3)) {
-                (Some(n), Some(v), Some(h)) => model.examples.push(Example {
-                    name: n.to_string(),
-                    version: v.to_string(),
-                    hex: h.to_string(),
-                    file: file.into(),
-                    line: ln,
-                }),
-                (Some(n), Some(v), None) => model.examples.push(Example {
-                    name: n.to_string(),
-                    version: v.to_string(),
-                    hex: String::new(),
-                    file: file.into(),
-                    line: ln,
-                }),
-                _ => errs.push(diag(file, ln, "expected `example <Struct> <version> <hex>`")),
-            },
-            // Accepted so a spec using it still generates; nothing is emitted for it yet.
-            "const" => {}
-            other => errs.push(diag(file, ln, format!("unknown declaration `{other}`"))),
-        }
-    }
-    if errs.is_empty() { Ok(()) } else { Err(errs) }
 }
 
 /// `x.y.z` of a packed version.
