@@ -629,6 +629,13 @@ impl Metadata {
         let stream_id = self.stream(stream)?.id;
         let topic_id = self.topic(stream, topic)?.1.id;
         let mut updated = self.streams[&stream_id].topics[&topic_id].clone();
+        for key in reset {
+            match *key {
+                "message_expiry" => updated.message_expiry = 0,
+                "max_topic_size" => updated.max_topic_size = 0,
+                _ => {}
+            }
+        }
         for (key, value) in options {
             match key {
                 "name" => {

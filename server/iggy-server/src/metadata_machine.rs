@@ -114,6 +114,12 @@ impl MetadataMachine {
             }
             Operation::CreateStream => {
                 let request: CreateStreamRequest = decode(request)?;
+                crate::options::validate(
+                    crate::options::STREAM_OPTIONS,
+                    request.options,
+                    &[],
+                    true,
+                )?;
                 let id = metadata.create_stream(request.name, now)?;
                 Ok(replies::stream_details(
                     &self.shared,

@@ -120,6 +120,7 @@ pub mod kind {
 pub mod flag {
     pub const UPDATABLE: u8 = 1;
     pub const RESETTABLE: u8 = 1 << 1;
+    pub const READ_ONLY: u8 = 1 << 3;
 }
 
 /// One option this server understands, for options.describe.
@@ -209,13 +210,36 @@ pub const TOPIC_OPTIONS: &[OptionSpec] = &[
     },
 ];
 
-pub const STREAM_OPTIONS: &[OptionSpec] = &[OptionSpec {
-    key: "name",
-    kind: kind::STRING,
-    flags: flag::UPDATABLE,
-    default: b"",
-    description: "Stream name, unique on the server",
-}];
+pub const STREAM_OPTIONS: &[OptionSpec] = &[
+    OptionSpec {
+        key: "name",
+        kind: kind::STRING,
+        flags: flag::UPDATABLE,
+        default: b"",
+        description: "Stream name, unique on the server",
+    },
+    OptionSpec {
+        key: "encryption_key_source",
+        kind: kind::STRING,
+        flags: flag::READ_ONLY,
+        default: b"",
+        description: "Maintained by the server",
+    },
+    OptionSpec {
+        key: "encryption_key_fingerprint",
+        kind: kind::STRING,
+        flags: flag::READ_ONLY,
+        default: b"",
+        description: "Maintained by the server",
+    },
+    OptionSpec {
+        key: "encryption_kek_fingerprint",
+        kind: kind::STRING,
+        flags: flag::READ_ONLY,
+        default: b"",
+        description: "Maintained by the server",
+    },
+];
 
 pub const USER_OPTIONS: &[OptionSpec] = &[
     OptionSpec {
@@ -233,6 +257,89 @@ pub const USER_OPTIONS: &[OptionSpec] = &[
         description: "active or inactive; inactive users cannot log in",
     },
 ];
+
+/// Segment sizes a topic may ask for: 1 MiB..=1 GiB, in 512-byte steps.
+const SEGMENT_SIZE_MIN: u64 = 1 << 20;
+const SEGMENT_SIZE_MAX: u64 = 1 << 30;
+
+/// Checks an options block against a scope's catalog: every key known and writable now
+/// (`create`, or updatable), every value valid, every reset key resettable. Nothing is applied
+/// when any entry fails.
+pub fn validate(
+    catalog: &[OptionSpec],
+    block: &[u8],
+    reset: &[&str],
+    create: bool,
+) -> Result<(), ErrorCode> {
+    let spec_of = |key: &str| {
+        catalog
+            .iter()
+            .find(|spec| spec.key == key)
+            .ok_or(ErrorCode::UnsupportedOptionKey)
+    };
+    for (key, _kind, value) in typed_entries(block)? {
+        let spec = spec_of(key)?;
+        if spec.flags & flag::READ_ONLY != 0 {
+            return Err(ErrorCode::ReadOnlyOption);
+        }
+        if !create && spec.flags & flag::UPDATABLE == 0 {
+            return Err(ErrorCode::OptionNotUpdatable);
+        }
+        check_value(key, value)?;
+    }
+    for key in reset {
+        let spec = spec_of(key)?;
+        if spec.flags & flag::UPDATABLE == 0 {
+            return Err(ErrorCode::OptionNotUpdatable);
+        }
+        if spec.flags & flag::RESETTABLE == 0 {
+            return Err(ErrorCode::OptionNotResettable);
+        }
+    }
+    Ok(())
+}
+
+fn check_value(key: &str, value: &[u8]) -> Result<(), ErrorCode> {
+    let one_of = |allowed: &[&str]| {
+        let value = as_str(value)?;
+        if allowed.contains(&value) {
+            Ok(())
+        } else {
+            Err(ErrorCode::InvalidOptionValue)
+        }
+    };
+    match key {
+        "name" | "username" => {
+            let name = as_str(value)?;
+            if name.is_empty() || name.len() > 255 {
+                Err(ErrorCode::InvalidOptionValue)
+            } else {
+                Ok(())
+            }
+        }
+        "segment_size" => {
+            let size = as_u64(value)?;
+            let valid = (SEGMENT_SIZE_MIN..=SEGMENT_SIZE_MAX).contains(&size) && size % 512 == 0;
+            if valid {
+                Ok(())
+            } else {
+                Err(ErrorCode::InvalidOptionValue)
+            }
+        }
+        "message_expiry" | "max_topic_size" | "messages_required_to_save" => {
+            as_u64(value).map(|_| ())
+        }
+        "durability" | "consumer_offset_durability" => one_of(&["replicated", "persisted"]),
+        "partition_resize_policy" => one_of(&["mutable", "fixed"]),
+        "compression_algorithm" => one_of(&["none", "gzip"]),
+        "status" => one_of(&["active", "inactive"]),
+        "preallocate_segments" => match value {
+            [0] | [1] => Ok(()),
+            _ => Err(ErrorCode::InvalidOptionValue),
+        },
+        _ => Ok(()),
+    }
+}
 
 /// A size or expiry option: `u64::MAX` (and 0) mean unlimited.
 pub fn limit(value: u64) -> Option<u64> {

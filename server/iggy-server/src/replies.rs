@@ -432,6 +432,7 @@ pub fn batch_error(error: StorageError) -> ErrorCode {
 
 /// Topic settings from a create request's options block.
 pub fn topic_settings(options: &[u8]) -> Result<TopicSettings, ErrorCode> {
+    crate::options::validate(crate::options::TOPIC_OPTIONS, options, &[], true)?;
     let mut settings = TopicSettings {
         options: options.to_vec(),
         ..TopicSettings::default()

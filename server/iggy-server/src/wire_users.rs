@@ -379,6 +379,12 @@ fn update_resource(metadata: &mut Metadata, request: &[u8]) -> Result<Vec<u8>, E
     match request.scope {
         OptionsScope::Stream => {
             let patch: StreamResourcePatch = decode(request.patch)?;
+            crate::options::validate(
+                crate::options::STREAM_OPTIONS,
+                patch.options,
+                &patch.reset,
+                false,
+            )?;
             let stream = ident(&patch.stream_id)?;
             for (key, value) in crate::options::entries(patch.options)? {
                 match key {
@@ -389,11 +395,23 @@ fn update_resource(metadata: &mut Metadata, request: &[u8]) -> Result<Vec<u8>, E
         }
         OptionsScope::Topic => {
             let patch: TopicResourcePatch = decode(request.patch)?;
+            crate::options::validate(
+                crate::options::TOPIC_OPTIONS,
+                patch.options,
+                &patch.reset,
+                false,
+            )?;
             let (stream, topic) = (ident(&patch.stream_id)?, ident(&patch.topic_id)?);
             metadata.update_topic(&stream, &topic, patch.options, &patch.reset)?;
         }
         OptionsScope::User => {
             let patch: UserResourcePatch = decode(request.patch)?;
+            crate::options::validate(
+                crate::options::USER_OPTIONS,
+                patch.options,
+                &patch.reset,
+                false,
+            )?;
             let user = ident(&patch.user_id)?;
             for (key, value) in crate::options::entries(patch.options)? {
                 match key {
