@@ -301,7 +301,8 @@ async fn acknowledged_writes_survive_a_seeded_sigkill_loop() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[should_panic(expected = "is missing after the crash")]
 async fn the_crash_checker_catches_a_lost_acknowledged_write() {
-    let (seed, _guard) = seed("the_crash_checker_catches_a_lost_acknowledged_write");
+    let (seed, mut guard) = seed("the_crash_checker_catches_a_lost_acknowledged_write");
+    guard.failure_expected = true;
     crash_loop(seed, 1, true).await;
 }
 

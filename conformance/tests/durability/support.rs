@@ -48,7 +48,7 @@ pub fn seed(test: &str) -> (u64, SeedGuard) {
         }
     };
     eprintln!("{test}: DURABILITY_SEED={seed}");
-    (seed, SeedGuard { test: test.to_string(), seed })
+    (seed, SeedGuard { test: test.to_string(), seed, failure_expected: false })
 }
 
 pub fn rng(seed: u64, stream: u64) -> StdRng {
@@ -59,11 +59,13 @@ pub fn rng(seed: u64, stream: u64) -> StdRng {
 pub struct SeedGuard {
     test: String,
     pub seed: u64,
+    /// A `should_panic` test: its panic is the expected outcome, not a failure to replay.
+    pub failure_expected: bool,
 }
 
 impl Drop for SeedGuard {
     fn drop(&mut self) {
-        if std::thread::panicking() {
+        if std::thread::panicking() && !self.failure_expected {
             eprintln!(
                 "\n*** {} FAILED with DURABILITY_SEED={}; replay with:\n    DURABILITY_SEED={} \
                  cargo nextest run -p iggy-conformance --test durability {}\n",
