@@ -4,14 +4,16 @@
 //! [`Model::validate_with`] checks it against every file merged; the emitters write Rust, the
 //! conformance vectors and the SDK stubs. Diagnostics name `file:line`.
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 pub mod emit;
 pub mod parse;
+pub mod rust;
 pub mod vectors;
 
 pub use parse::parse_file;
+pub use rust::{emit_errors, emit_frames, emit_protocol};
+use rust::var_ty;
 
 /// A diagnostic tied to a spec line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -148,7 +150,7 @@ pub fn module_of(file: &str) -> String {
     base.trim_end_matches(".spec").to_string()
 }
 
-fn prim_size(ty: &str) -> Option<usize> {
+pub(crate) fn prim_size(ty: &str) -> Option<usize> {
     Some(match ty {
         "u8" | "i8" | "bool" => 1,
         "u16" | "i16" => 2,
@@ -158,12 +160,12 @@ fn prim_size(ty: &str) -> Option<usize> {
         _ => return None,
     })
 }
-fn array_len(ty: &str, kind: &str) -> Option<usize> {
+pub(crate) fn array_len(ty: &str, kind: &str) -> Option<usize> {
     ty.strip_prefix(kind)?.strip_prefix('[')?.strip_suffix(']')?.parse().ok()
 }
 
 impl Model {
-    fn fixed_size(&self, ty: &str) -> Option<usize> {
+    pub(crate) fn fixed_size(&self, ty: &str) -> Option<usize> {
         prim_size(ty)
             .or_else(|| array_len(ty, "bytes"))
             .or_else(|| array_len(ty, "zero"))
@@ -321,29 +323,6 @@ impl Model {
     }
 }
 
-fn rust_ty(ty: &str) -> String {
-    if let Some(n) = array_len(ty, "bytes") {
-        return format!("[u8; {n}]");
-    }
-    ty.to_string()
-}
-
-/// Emits `generated/src/frames.rs` (enums plus fixed structs).
-pub fn emit_frames(m: &Model, g: &Model, source: &str) -> String {
-    let mut o = header(source);
-    o.push_str("#[allow(unused_imports)]\nuse iggy_wire::{WireDecode, WireEncode, WireError};\n\n");
-    for e in &m.enums {
-        emit_enum(&mut o, e);
-    }
-    for s in m.structs.iter().filter(|s| s.fixed.is_some()) {
-        emit_fixed(&mut o, m, s);
-    }
-    emit_variable(&mut o, m, g);
-    emit_commands(&mut o, m);
-    emit_dispatch(&mut o, m, g);
-    o
-}
-
 fn variant_name(cmd: &str) -> String {
     cmd.split(|c: char| !c.is_ascii_alphanumeric())
         .filter(|p| !p.is_empty())
@@ -372,96 +351,8 @@ pub fn request_variants(m: &Model) -> Vec<String> {
     out
 }
 
-/// Emits `Request<'a>` and `decode_request(code, version, body)` for a file with commands.
-fn emit_dispatch(o: &mut String, m: &Model, g: &Model) {
-    if m.commands.is_empty() {
-        return;
-    }
-    let set = borrowing(g);
-    o.push_str("/// A decoded request body, one variant per command.\n#[derive(Debug, Clone, PartialEq, Eq)]\npub enum Request<'a> {\n");
-    let names = request_variants(m);
-    let mut declared = std::collections::BTreeSet::new();
-    let mut arms = Vec::new();
-    for (c, v) in m.commands.iter().zip(&names) {
-        let since = c.since.as_deref().and_then(pack).unwrap_or(0);
-        let until = c.until.as_deref().and_then(pack).unwrap_or(u32::MAX);
-        let guard = format!("{} if ({since}..={until}).contains(&version)", c.code);
-        match g.structs.iter().find(|s| s.name == c.req) {
-            Some(st) => {
-                let path = format!("crate::{}::{}", module_of(&st.file), st.name);
-                let ty = if set.contains(&st.name) { format!("{path}<'a>") } else { path.clone() };
-                if declared.insert(v.clone()) {
-                    let _ = writeln!(o, "    /// `{}` ({}).\n    {v}({ty}),", c.name, c.code);
-                }
-                arms.push(format!("        {guard} => Ok(Request::{v}(<{path}>::decode_exact(body)?)),"));
-            }
-            None => {
-                if declared.insert(v.clone()) {
-                    let _ = writeln!(o, "    /// `{}` ({}).\n    {v},", c.name, c.code);
-                }
-                arms.push(format!("        {guard} => {{ if !body.is_empty() {{ return Err(WireError::TrailingBytes {{ count: body.len() }}); }} Ok(Request::{v}) }}"));
-            }
-        }
-    }
-    o.push_str("    #[doc(hidden)]\n    _Borrow(std::marker::PhantomData<&'a ()>),\n}\n");
-    o.push_str("/// Decodes the body of command `code` as known to the packed `version`.\n/// Unknown, retired and out-of-version codes are `InvalidValue { field: \"code\" }`.\npub fn decode_request(code: u32, version: u32, body: &[u8]) -> Result<Request<'_>, WireError> {\n    if lookup(code, version).is_none() {\n        return Err(WireError::InvalidValue { field: \"code\" });\n    }\n    match code {\n");
-    for a in arms {
-        o.push_str(&a);
-        o.push('\n');
-    }
-    o.push_str("        _ => Err(WireError::InvalidValue { field: \"code\" }),\n    }\n}\n");
-}
-
-/// Maps a spec type to (Rust type, wire attribute, borrows). `lt` tells which structs borrow.
-fn var_ty(m: &Model, ty: &str, lt: &dyn Fn(&str) -> bool) -> Option<(String, String, bool)> {
-    if prim_size(ty).is_some() {
-        return Some((ty.into(), "plain".into(), false));
-    }
-    if let Some(n) = array_len(ty, "bytes") {
-        return Some((format!("[u8; {n}]"), "plain".into(), false));
-    }
-    match ty {
-        "name" => return Some(("&'a str".into(), "name".into(), true)),
-        "rest" => return Some(("&'a [u8]".into(), "rest".into(), true)),
-        "string(u8)" | "string(u32)" => return Some(("&'a str".into(), ty.into(), true)),
-        "bytes(u8)" | "bytes(u32)" => return Some(("&'a [u8]".into(), ty.into(), true)),
-        _ => {}
-    }
-    if let Some((inner, pad)) = ty.strip_prefix("opt<").and_then(|r| r.strip_suffix(')')?.rsplit_once(">(pad=")) {
-        let n: usize = pad.parse().ok()?;
-        let (t, a, b) = var_ty(m, inner, lt)?;
-        return Some((format!("Option<{t}>"), format!("opt_pad({n}, {a})"), b));
-    }
-    if let Some(inner) = ty.strip_prefix("opt<").and_then(|r| r.strip_suffix('>')) {
-        let (t, a, b) = var_ty(m, inner, lt)?;
-        return Some((format!("Option<{t}>"), format!("opt({a})"), b));
-    }
-    if let Some(inner) = ty.strip_prefix("sized<").and_then(|r| r.strip_suffix(">(u32)")) {
-        let (t, a, b) = var_ty(m, inner, lt)?;
-        return Some((t, format!("sized({a})"), b));
-    }
-    if let Some(r) = ty.strip_prefix("vec<") {
-        let (inner, kind) = r.rsplit_once(">(")?;
-        let kind = kind.strip_suffix(')')?;
-        if !matches!(kind, "u32" | "u8" | "rest" | "flag") {
-            return None;
-        }
-        let (t, a, b) = var_ty(m, inner, lt)?;
-        return Some((format!("Vec<{t}>"), format!("vec({kind}, {a})"), b));
-    }
-    if let Some(e) = m.enums.iter().find(|e| e.name == ty) {
-        return Some((format!("crate::{}::{ty}", module_of(&e.file)), "plain".into(), false));
-    }
-    if let Some(s) = m.structs.iter().find(|s| s.name == ty) {
-        let b = lt(ty);
-        let path = format!("crate::{}::{ty}", module_of(&s.file));
-        return Some((if b { format!("{path}<'a>") } else { path }, "plain".into(), b));
-    }
-    None
-}
-
 /// Names of variable structs that need a lifetime (borrow directly or through a nested struct).
-fn borrowing(m: &Model) -> std::collections::BTreeSet<String> {
+pub(crate) fn borrowing(m: &Model) -> std::collections::BTreeSet<String> {
     let mut set = std::collections::BTreeSet::new();
     loop {
         let before = set.len();
@@ -477,193 +368,6 @@ fn borrowing(m: &Model) -> std::collections::BTreeSet<String> {
             return set;
         }
     }
-}
-
-fn emit_variable(o: &mut String, m: &Model, g: &Model) {
-    let set = borrowing(g);
-    for s in m.structs.iter().filter(|s| s.fixed.is_none()) {
-        let lt = set.contains(&s.name);
-        let _ = writeln!(o, "/// Variable-length `{}`.\n#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]\npub struct {}{} {{", s.name, s.name, if lt { "<'a>" } else { "" });
-        for f in &s.fields {
-            let Some((t, a, _)) = var_ty(g, &f.ty, &|n| set.contains(n)) else { continue };
-            if !f.doc.is_empty() {
-                let _ = writeln!(o, "    /// {}", f.doc);
-            }
-            let _ = writeln!(o, "    #[wire({a})]\n    pub {}: {t},", f.name);
-        }
-        o.push_str("}\n");
-    }
-}
-
-fn header(source: &str) -> String {
-    format!("// @generated by cargo codegen from spec/{source}; do not edit.\n#![allow(clippy::all)]\n")
-}
-
-fn emit_enum(o: &mut String, e: &Enum) {
-    let r = &e.repr;
-    let _ = writeln!(o, "#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]\n#[repr({r})]\npub enum {} {{", e.name);
-    for (i, (v, n)) in e.variants.iter().enumerate() {
-        if i == 0 {
-            o.push_str("    #[default]\n");
-        }
-        let _ = writeln!(o, "    {n} = {v},");
-    }
-    o.push_str("}\n");
-    let _ = writeln!(o, "impl {} {{\n    /// Every variant, in spec order.\n    pub const ALL: &'static [{0}] = &[{1}];", e.name,
-        e.variants.iter().map(|(_, n)| format!("{}::{n}", e.name)).collect::<Vec<_>>().join(", "));
-    let _ = writeln!(o, "    /// The variant with this discriminant.\n    pub fn from_repr(v: {r}) -> Option<Self> {{\n        match v {{");
-    for (v, n) in &e.variants {
-        let _ = writeln!(o, "            {v} => Some(Self::{n}),");
-    }
-    let _ = writeln!(o, "            _ => None,\n        }}\n    }}\n    /// The discriminant.\n    pub fn to_repr(self) -> {r} {{ self as {r} }}\n}}");
-    let _ = writeln!(o, "impl WireEncode for {0} {{\n    fn encoded_size(&self) -> usize {{ std::mem::size_of::<{r}>() }}\n    fn encode_to(&self, out: &mut Vec<u8>) {{ out.extend_from_slice(&(*self as {r}).to_le_bytes()); }}\n}}", e.name);
-    let _ = writeln!(o, "impl<'a> WireDecode<'a> for {0} {{\n    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {{\n        let v = <{r}>::decode_from(input)?;\n        Self::from_repr(v).ok_or(WireError::InvalidValue {{ field: \"{0}\" }})\n    }}\n}}", e.name);
-    let _ = writeln!(o, "impl iggy_wire::WireJson for {0} {{\n    fn write_json(&self, out: &mut String) {{\n        out.push('\"');\n        out.push_str(match self {{", e.name);
-    for (_, n) in &e.variants {
-        let _ = writeln!(o, "            Self::{n} => {n:?},");
-    }
-    o.push_str("        });\n        out.push('\"');\n    }\n}\n\n");
-}
-
-fn emit_fixed(o: &mut String, m: &Model, s: &Struct) {
-    let size = s.fixed.unwrap();
-    let _ = writeln!(o, "/// Fixed-layout `{}`, {size} bytes.\n#[derive(Debug, Clone, Copy, PartialEq, Eq)]\npub struct {} {{", s.name, s.name);
-    for f in &s.fields {
-        if array_len(&f.ty, "zero").is_some() {
-            continue;
-        }
-        if !f.doc.is_empty() {
-            let _ = writeln!(o, "    /// {}", f.doc);
-        }
-        let _ = writeln!(o, "    pub {}: {},", f.name, rust_ty(&f.ty));
-    }
-    o.push_str("}\n");
-    let _ = writeln!(o, "impl {} {{\n    /// Encoded size in bytes.\n    pub const SIZE: usize = {size};", s.name);
-    for f in &s.fields {
-        let _ = writeln!(o, "    /// Byte offset of `{}`.\n    pub const {}_OFFSET: usize = {};", f.name, f.name.to_uppercase(), f.offset.unwrap_or(0));
-    }
-    let _ = writeln!(o, "    /// Decodes from the first `SIZE` bytes of `buf`.\n    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {{\n        if buf.len() < Self::SIZE {{\n            return Err(WireError::UnexpectedEnd {{ needed: Self::SIZE, remaining: buf.len() }});\n        }}");
-    for f in &s.fields {
-        let off = f.offset.unwrap_or(0);
-        let len = m.fixed_size(&f.ty).unwrap_or(0);
-        if array_len(&f.ty, "zero").is_some() {
-            let _ = writeln!(o, "        if !iggy_wire::is_zero_at(buf, {off}, {len}) {{ return Err(WireError::NonZeroReserved {{ field: \"{}\" }}); }}", f.name);
-        } else if array_len(&f.ty, "bytes").is_some() {
-            let _ = writeln!(o, "        let {} = iggy_wire::get_at::<{len}>(buf, {off});", f.name);
-        } else {
-            let _ = writeln!(o, "        let {0} = <{1}>::decode_exact(&buf[{off}..{off} + {len}]).map_err(|_| WireError::InvalidValue {{ field: \"{0}\" }})?;", f.name, rust_ty(&f.ty));
-        }
-    }
-    let names: Vec<&str> = s.fields.iter().filter(|f| array_len(&f.ty, "zero").is_none()).map(|f| f.name.as_str()).collect();
-    let _ = writeln!(o, "        Ok(Self {{ {} }})\n    }}", names.join(", "));
-    let _ = writeln!(o, "    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).\n    pub fn encode_fixed(&self, out: &mut [u8]) {{\n        assert!(out.len() >= Self::SIZE);");
-    for f in &s.fields {
-        let off = f.offset.unwrap_or(0);
-        if let Some(len) = array_len(&f.ty, "zero") {
-            let _ = writeln!(o, "        out[{off}..{off} + {len}].fill(0);");
-        } else if array_len(&f.ty, "bytes").is_some() {
-            let _ = writeln!(o, "        iggy_wire::put_at(out, {off}, &self.{});", f.name);
-        } else {
-            let _ = writeln!(o, "        iggy_wire::put_at(out, {off}, &self.{}.to_wire_bytes());", f.name);
-        }
-    }
-    let _ = writeln!(o, "    }}\n    /// The `SIZE` encoded bytes.\n    pub fn to_bytes(&self) -> [u8; {size}] {{\n        let mut b = [0u8; {size}];\n        self.encode_fixed(&mut b);\n        b\n    }}\n}}");
-    let _ = writeln!(o, "impl Default for {0} {{\n    /// All-zero bytes.\n    fn default() -> Self {{ Self::decode_fixed(&[0u8; {size}]).expect(\"zero bytes decode\") }}\n}}", s.name);
-    let _ = writeln!(o, "const _: () = assert!({}::SIZE == {size});", s.name);
-    for f in &s.fields {
-        let len = m.fixed_size(&f.ty).unwrap_or(0);
-        let _ = writeln!(o, "const _: () = assert!({}::{}_OFFSET + {len} <= {size});", s.name, f.name.to_uppercase());
-    }
-    let _ = writeln!(o, "impl iggy_wire::WireJson for {} {{\n    fn write_json(&self, out: &mut String) {{\n        out.push('{{');", s.name);
-    let mut first = true;
-    for f in s.fields.iter().filter(|f| array_len(&f.ty, "zero").is_none()) {
-        let key = format!("{}\"{}\":", if first { "" } else { "," }, f.name);
-        first = false;
-        let _ = writeln!(o, "        out.push_str({key:?});\n        iggy_wire::WireJson::write_json(&self.{}, out);", f.name);
-    }
-    o.push_str("        out.push('}');\n    }\n}\n");
-    let _ = writeln!(o, "impl WireEncode for {0} {{\n    fn encoded_size(&self) -> usize {{ {size} }}\n    fn encode_to(&self, out: &mut Vec<u8>) {{ out.extend_from_slice(&self.to_bytes()); }}\n}}\nimpl<'a> WireDecode<'a> for {0} {{\n    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {{\n        let b = iggy_wire::take(input, {size})?;\n        Self::decode_fixed(b)\n    }}\n}}\n", s.name);
-}
-
-/// Emits the `commands` table (when the file has command rows) for a module.
-pub fn emit_commands(o: &mut String, m: &Model) {
-    if m.commands.is_empty() && m.retired.is_empty() {
-        return;
-    }
-    o.push_str("/// One row of the command table.\n#[derive(Debug, Clone, Copy, PartialEq, Eq)]\npub struct CommandInfo {\n    pub code: u32,\n    pub name: &'static str,\n    /// `Operation` variant name sent in the request header.\n    pub operation: &'static str,\n    /// metadata, partition, session or none.\n    pub class: &'static str,\n    /// Whether the reply body starts with a result section.\n    pub result_framed: bool,\n    pub permission: &'static str,\n    pub request: &'static str,\n    pub response: &'static str,\n    /// Packed inclusive version bounds; 0 and u32::MAX when open.\n    pub since: u32,\n    pub until: u32,\n}\n/// Every live command.\npub const COMMANDS: &[CommandInfo] = &[\n");
-    for c in &m.commands {
-        let since = c.since.as_deref().and_then(pack).unwrap_or(0);
-        let until = c.until.as_deref().and_then(pack).unwrap_or(u32::MAX);
-        let _ = writeln!(o, "    CommandInfo {{ code: {}, name: {:?}, operation: {:?}, class: {:?}, result_framed: {}, permission: {:?}, request: {:?}, response: {:?}, since: {since}, until: {until} }},", c.code, c.name, c.op, c.class, c.rf, c.perm, c.req, c.resp);
-    }
-    o.push_str("];\n/// Retired codes (in any version): a spec that gives one to a command from its retirement on is rejected.\npub const RETIRED: &[u32] = &[");
-    for r in &m.retired {
-        let _ = write!(o, "{}, ", r.code);
-    }
-    o.push_str("];\n/// `(code, packed version from which it is retired)`; 0 = retired in every version.\npub const RETIRED_SINCE: &[(u32, u32)] = &[");
-    for r in &m.retired {
-        let _ = write!(o, "({}, {}), ", r.code, r.since.as_deref().and_then(pack).unwrap_or(0));
-    }
-    o.push_str("];\n/// The command with this code known to the packed `version`, or None (retired, unknown, or outside since/until).\npub fn lookup(code: u32, version: u32) -> Option<&'static CommandInfo> {\n    if RETIRED_SINCE.iter().any(|&(c, since)| c == code && version >= since) {\n        return None;\n    }\n    COMMANDS.iter().find(|c| c.code == code && c.since <= version && version <= c.until)\n}\n");
-}
-
-/// Emits `generated/src/protocol.rs`.
-pub fn emit_protocol(m: &Model) -> String {
-    let mut o = header("protocol.spec");
-    o.push_str("/// A protocol version as `major.minor.patch`.\n#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]\npub struct ProtocolVersion { pub major: u32, pub minor: u32, pub patch: u32 }\nimpl ProtocolVersion {\n    /// Packs as `major<<20 | minor<<10 | patch`.\n    pub const fn packed(self) -> u32 { self.major << 20 | self.minor << 10 | self.patch }\n    /// Unpacks a packed u32.\n    pub const fn from_packed(p: u32) -> Self { Self { major: p >> 20, minor: (p >> 10) & 0x3ff, patch: p & 0x3ff } }\n}\nimpl std::fmt::Display for ProtocolVersion {\n    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { write!(f, \"{}.{}.{}\", self.major, self.minor, self.patch) }\n}\n");
-    let vname = |v: &str| format!("V{}", v.replace('.', "_"));
-    let pv = |v: &str| {
-        let p: Vec<&str> = v.split('.').collect();
-        format!("ProtocolVersion {{ major: {}, minor: {}, patch: {} }}", p[0], p[1], p[2])
-    };
-    for (v, p) in &m.versions {
-        let _ = writeln!(o, "/// Protocol {v}, packed {p:#x}.\npub const {}: ProtocolVersion = {};\nconst _: () = assert!({0}.packed() == {p:#x});", vname(v), pv(v));
-    }
-    if let Some((v, _)) = m.versions.first() {
-        let _ = writeln!(o, "/// The version this server speaks natively.\npub const CURRENT: ProtocolVersion = {};", vname(v));
-    }
-    o.push_str("/// Inclusive admission windows; each admitted client is served with the codec of the window's max.\npub const ADMISSION: &[(ProtocolVersion, ProtocolVersion)] = &[");
-    for (a, b) in &m.ranges {
-        let _ = write!(o, "({}, {}), ", pv(a), pv(b));
-    }
-    o.push_str("];\n/// Admits a packed client version: returns the codec version to speak, or None.\npub fn admit(packed: u32) -> Option<ProtocolVersion> {\n    let v = ProtocolVersion::from_packed(packed);\n    ADMISSION.iter().find(|(lo, hi)| *lo <= v && v <= *hi).map(|(_, hi)| *hi)\n}\n/// Lowest and highest admitted versions (for the eviction window).\npub fn admission_window() -> (ProtocolVersion, ProtocolVersion) {\n    let lo = ADMISSION.iter().map(|r| r.0).min().unwrap();\n    let hi = ADMISSION.iter().map(|r| r.1).max().unwrap();\n    (lo, hi)\n}\n");
-    if let Some(s) = &m.storage_marker {
-        let _ = writeln!(o, "/// On-disk format marker.\npub const STORAGE_MARKER: &str = {s:?};");
-    }
-    if let Some(n) = m.snapshot_format {
-        let _ = writeln!(o, "/// Snapshot format number.\npub const SNAPSHOT_FORMAT: u32 = {n};");
-    }
-    for (k, v) in &m.release {
-        let _ = writeln!(o, "/// Release identity `{k}`.\npub const RELEASE_{}: &str = {v:?};", k.to_uppercase());
-    }
-    o
-}
-
-/// Emits `generated/src/errors.rs`.
-pub fn emit_errors(m: &Model) -> String {
-    let mut o = header("errors.spec");
-    o.push_str("/// Every wire error code (the u32 in `ReplyHeader.status` and result sections).\n#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]\n#[repr(u32)]\npub enum ErrorCode {\n");
-    for (c, n, msg, _) in &m.errors {
-        let _ = writeln!(o, "    /// {}\n    {n} = {c},", msg.replace('{', "(").replace('}', ")"));
-    }
-    o.push_str("}\nimpl ErrorCode {\n    /// Every code, in spec order.\n    pub const ALL: &'static [ErrorCode] = &[");
-    for (_, n, _, _) in &m.errors {
-        let _ = write!(o, "ErrorCode::{n}, ");
-    }
-    o.push_str("];\n    /// The numeric wire code.\n    pub fn code(self) -> u32 { self as u32 }\n    /// The code with this number.\n    pub fn from_code(code: u32) -> Option<Self> {\n        match code {\n");
-    for (c, n, _, _) in &m.errors {
-        let _ = writeln!(o, "            {c} => Some(Self::{n}),");
-    }
-    o.push_str("            _ => None,\n        }\n    }\n    /// The variant name.\n    pub fn name(self) -> &'static str {\n        match self {\n");
-    for (_, n, _, _) in &m.errors {
-        let _ = writeln!(o, "            Self::{n} => {n:?},");
-    }
-    o.push_str("        }\n    }\n    /// The message template.\n    pub fn message(self) -> &'static str {\n        match self {\n");
-    for (_, n, msg, _) in &m.errors {
-        let _ = writeln!(o, "            Self::{n} => {msg:?},");
-    }
-    o.push_str("        }\n    }\n}\nimpl std::fmt::Display for ErrorCode {\n    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { write!(f, \"{} ({})\", self.message(), self.code()) }\n}\n");
-    o
 }
 
 /// Every spec file parsed: per file, and merged for name resolution.
@@ -743,13 +447,9 @@ pub fn build(files: &[(String, String)]) -> Result<Vec<(String, String)>, Vec<Di
         .filter(|(_, m)| !m.structs.is_empty() || !m.enums.is_empty())
         .map(|(n, _)| n.trim_end_matches(".spec").to_string())
         .collect();
-    out.push(("generated/src/registry.rs".into(), emit::registry(&spec.global, "cargo codegen from spec/*.spec")));
+    out.push(("generated/src/registry.rs".into(), rust::registry(&spec.global, "cargo codegen from spec/*.spec")));
     mods.push("registry".into());
-    let mut lib = String::from("// @generated by cargo codegen from spec/*.spec; do not edit.\n//! iggy-generated: Rust generated from `spec/` by `cargo codegen`. See README.md.\n");
-    for m in &mods {
-        let _ = writeln!(lib, "pub mod {m};");
-    }
-    let _ = writeln!(lib, "/// Hash of every spec file, checked by build.rs.\npub const SPEC_HASH: u64 = {:#x};", spec.hash);
+    let lib = rust::emit_lib(&mods, spec.hash);
     out.push(("generated/src/lib.rs".into(), lib));
     out.extend(emit::vectors(&spec));
     for emitter in emit::stub_emitters() {

@@ -2,7 +2,6 @@
 #![allow(clippy::all)]
 #[allow(unused_imports)]
 use iggy_wire::{WireDecode, WireEncode, WireError};
-
 /// One row of the command table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CommandInfo {
@@ -23,76 +22,803 @@ pub struct CommandInfo {
 }
 /// Every live command.
 pub const COMMANDS: &[CommandInfo] = &[
-    CommandInfo { code: 1, name: "ping", operation: "NonReplicated", class: "none", result_framed: false, permission: "none", request: "Empty", response: "Empty", since: 0, until: 4294967295 },
-    CommandInfo { code: 10, name: "stats", operation: "NonReplicated", class: "none", result_framed: false, permission: "get_stats", request: "Empty", response: "StatsResponse", since: 0, until: 4294967295 },
-    CommandInfo { code: 11, name: "snapshot", operation: "NonReplicated", class: "none", result_framed: false, permission: "get_stats", request: "GetSnapshotRequest", response: "GetSnapshotResponse", since: 0, until: 4294967295 },
-    CommandInfo { code: 12, name: "cluster.metadata", operation: "NonReplicated", class: "none", result_framed: false, permission: "none", request: "Empty", response: "ClusterMetadataResponse", since: 12288, until: 4294967295 },
-    CommandInfo { code: 13, name: "options.describe", operation: "NonReplicated", class: "none", result_framed: false, permission: "none", request: "DescribeOptionsRequest", response: "DescribeOptionsResponse", since: 12288, until: 4294967295 },
-    CommandInfo { code: 15, name: "session.bind", operation: "NonReplicated", class: "none", result_framed: false, permission: "none", request: "BindSessionRequest", response: "LoginRegisterResponse", since: 0, until: 4294967295 },
-    CommandInfo { code: 16, name: "resource.update", operation: "UpdateResource", class: "metadata", result_framed: true, permission: "manage_resource", request: "UpdateResourceRequest", response: "Empty", since: 12288, until: 4294967295 },
-    CommandInfo { code: 20, name: "me", operation: "NonReplicated", class: "none", result_framed: false, permission: "none", request: "Empty", response: "ClientDetailsResponse", since: 0, until: 4294967295 },
-    CommandInfo { code: 21, name: "client.get", operation: "NonReplicated", class: "none", result_framed: false, permission: "read_servers", request: "GetClientRequest", response: "ClientDetailsResponse", since: 0, until: 4294967295 },
-    CommandInfo { code: 22, name: "client.list", operation: "NonReplicated", class: "none", result_framed: false, permission: "read_servers", request: "Empty", response: "GetClientsResponse", since: 0, until: 4294967295 },
-    CommandInfo { code: 31, name: "user.get", operation: "NonReplicated", class: "none", result_framed: false, permission: "read_users", request: "GetUserRequest", response: "UserDetailsResponse", since: 12288, until: 4294967295 },
-    CommandInfo { code: 32, name: "user.list", operation: "NonReplicated", class: "none", result_framed: false, permission: "read_users", request: "Empty", response: "GetUsersResponse", since: 12288, until: 4294967295 },
-    CommandInfo { code: 33, name: "user.create", operation: "CreateUser", class: "metadata", result_framed: true, permission: "manage_users", request: "CreateUserRequest", response: "UserDetailsResponse", since: 12288, until: 4294967295 },
-    CommandInfo { code: 34, name: "user.delete", operation: "DeleteUser", class: "metadata", result_framed: true, permission: "manage_users", request: "DeleteUserRequest", response: "Empty", since: 0, until: 4294967295 },
-    CommandInfo { code: 36, name: "user.permissions", operation: "UpdatePermissions", class: "metadata", result_framed: true, permission: "manage_users", request: "UpdatePermissionsRequest", response: "Empty", since: 0, until: 4294967295 },
-    CommandInfo { code: 37, name: "user.password", operation: "ChangePassword", class: "metadata", result_framed: true, permission: "manage_users", request: "ChangePasswordRequest", response: "Empty", since: 0, until: 4294967295 },
-    CommandInfo { code: 38, name: "user.login", operation: "NonReplicated", class: "none", result_framed: false, permission: "none", request: "LoginUserRequest", response: "IdentityResponse", since: 0, until: 4294967295 },
-    CommandInfo { code: 39, name: "user.logout", operation: "Logout", class: "session", result_framed: false, permission: "none", request: "Empty", response: "Empty", since: 0, until: 4294967295 },
-    CommandInfo { code: 40, name: "user.login_register", operation: "Register", class: "session", result_framed: false, permission: "none", request: "LoginRegisterRequest", response: "LoginRegisterResponse", since: 0, until: 4294967295 },
-    CommandInfo { code: 41, name: "personal_access_token.list", operation: "NonReplicated", class: "none", result_framed: false, permission: "none", request: "Empty", response: "GetPersonalAccessTokensResponse", since: 0, until: 4294967295 },
-    CommandInfo { code: 42, name: "personal_access_token.create", operation: "CreatePersonalAccessToken", class: "metadata", result_framed: true, permission: "none", request: "CreatePersonalAccessTokenRequest", response: "RawPersonalAccessTokenResponse", since: 0, until: 4294967295 },
-    CommandInfo { code: 43, name: "personal_access_token.delete", operation: "DeletePersonalAccessToken", class: "metadata", result_framed: true, permission: "none", request: "DeletePersonalAccessTokenRequest", response: "Empty", since: 0, until: 4294967295 },
-    CommandInfo { code: 44, name: "personal_access_token.login", operation: "NonReplicated", class: "none", result_framed: false, permission: "none", request: "LoginWithPersonalAccessTokenRequest", response: "IdentityResponse", since: 0, until: 4294967295 },
-    CommandInfo { code: 45, name: "user.login_register_with_pat", operation: "Register", class: "session", result_framed: false, permission: "none", request: "LoginRegisterWithPatRequest", response: "LoginRegisterResponse", since: 0, until: 4294967295 },
-    CommandInfo { code: 100, name: "message.poll", operation: "NonReplicated", class: "none", result_framed: false, permission: "poll_messages", request: "PollMessagesRequest", response: "PollMessagesResponse", since: 0, until: 4294967295 },
-    CommandInfo { code: 101, name: "message.send", operation: "SendMessages", class: "partition", result_framed: false, permission: "send_messages", request: "SendMessagesRequest", response: "SendMessagesResponse", since: 0, until: 4294967295 },
-    CommandInfo { code: 105, name: "partition.route", operation: "NonReplicated", class: "none", result_framed: false, permission: "read_topic", request: "GetPartitionRouteRequest", response: "PartitionRouteResponse", since: 0, until: 4294967295 },
-    CommandInfo { code: 120, name: "consumer_offset.get", operation: "NonReplicated", class: "none", result_framed: false, permission: "poll_messages", request: "GetConsumerOffsetRequest", response: "ConsumerOffsetResponse", since: 0, until: 4294967295 },
-    CommandInfo { code: 121, name: "consumer_offset.store", operation: "StoreConsumerOffset", class: "partition", result_framed: true, permission: "poll_messages", request: "StoreConsumerOffsetRequest", response: "Empty", since: 0, until: 4294967295 },
-    CommandInfo { code: 122, name: "consumer_offset.delete", operation: "DeleteConsumerOffset", class: "partition", result_framed: true, permission: "poll_messages", request: "DeleteConsumerOffsetRequest", response: "Empty", since: 0, until: 4294967295 },
-    CommandInfo { code: 200, name: "stream.get", operation: "NonReplicated", class: "none", result_framed: false, permission: "read_stream", request: "StreamIdRequest", response: "GetStreamResponse", since: 12288, until: 4294967295 },
-    CommandInfo { code: 201, name: "stream.list", operation: "NonReplicated", class: "none", result_framed: false, permission: "read_streams", request: "Empty", response: "GetStreamsResponse", since: 12288, until: 4294967295 },
-    CommandInfo { code: 202, name: "stream.create", operation: "CreateStream", class: "metadata", result_framed: true, permission: "manage_streams", request: "CreateStreamRequest", response: "GetStreamResponse", since: 12288, until: 4294967295 },
-    CommandInfo { code: 203, name: "stream.delete", operation: "DeleteStream", class: "metadata", result_framed: true, permission: "manage_stream", request: "StreamIdRequest", response: "Empty", since: 0, until: 4294967295 },
-    CommandInfo { code: 300, name: "topic.get", operation: "NonReplicated", class: "none", result_framed: false, permission: "read_topic", request: "TopicIdRequest", response: "GetTopicResponse", since: 12288, until: 4294967295 },
-    CommandInfo { code: 301, name: "topic.list", operation: "NonReplicated", class: "none", result_framed: false, permission: "read_topics", request: "StreamIdRequest", response: "GetTopicsResponse", since: 12288, until: 4294967295 },
-    CommandInfo { code: 302, name: "topic.create", operation: "CreateTopic", class: "metadata", result_framed: true, permission: "manage_topics", request: "CreateTopicRequest", response: "GetTopicResponse", since: 12288, until: 4294967295 },
-    CommandInfo { code: 303, name: "topic.delete", operation: "DeleteTopic", class: "metadata", result_framed: true, permission: "manage_topic", request: "TopicIdRequest", response: "Empty", since: 0, until: 4294967295 },
-    CommandInfo { code: 402, name: "partition.create", operation: "CreatePartitions", class: "metadata", result_framed: true, permission: "manage_topic", request: "CreatePartitionsRequest", response: "Empty", since: 0, until: 4294967295 },
-    CommandInfo { code: 403, name: "partition.delete", operation: "DeletePartitions", class: "metadata", result_framed: true, permission: "manage_topic", request: "DeletePartitionsRequest", response: "Empty", since: 0, until: 4294967295 },
-    CommandInfo { code: 503, name: "segment.delete", operation: "DeleteSegments", class: "metadata", result_framed: false, permission: "manage_topic", request: "DeleteSegmentsRequest", response: "Empty", since: 0, until: 4294967295 },
-    CommandInfo { code: 600, name: "consumer_group.get", operation: "NonReplicated", class: "none", result_framed: false, permission: "read_topic", request: "ConsumerGroupIdRequest", response: "ConsumerGroupDetailsResponse", since: 0, until: 4294967295 },
-    CommandInfo { code: 601, name: "consumer_group.list", operation: "NonReplicated", class: "none", result_framed: false, permission: "read_topic", request: "TopicIdRequest", response: "GetConsumerGroupsResponse", since: 0, until: 4294967295 },
-    CommandInfo { code: 602, name: "consumer_group.create", operation: "CreateConsumerGroup", class: "metadata", result_framed: true, permission: "manage_topic", request: "CreateConsumerGroupRequest", response: "ConsumerGroupDetailsResponse", since: 0, until: 4294967295 },
-    CommandInfo { code: 603, name: "consumer_group.delete", operation: "DeleteConsumerGroup", class: "metadata", result_framed: true, permission: "manage_topic", request: "ConsumerGroupIdRequest", response: "Empty", since: 0, until: 4294967295 },
-    CommandInfo { code: 604, name: "consumer_group.join", operation: "JoinConsumerGroup", class: "metadata", result_framed: true, permission: "poll_messages", request: "ConsumerGroupIdRequest", response: "Empty", since: 0, until: 4294967295 },
-    CommandInfo { code: 605, name: "consumer_group.leave", operation: "LeaveConsumerGroup", class: "metadata", result_framed: true, permission: "poll_messages", request: "ConsumerGroupIdRequest", response: "Empty", since: 0, until: 4294967295 },
-    CommandInfo { code: 606, name: "consumer_group.sync", operation: "NonReplicated", class: "none", result_framed: false, permission: "poll_messages", request: "ConsumerGroupIdRequest", response: "SyncConsumerGroupResponse", since: 0, until: 4294967295 },
-    CommandInfo { code: 12, name: "cluster.metadata", operation: "NonReplicated", class: "none", result_framed: false, permission: "none", request: "Empty", response: "ClusterMetadataResponseV0111", since: 0, until: 11265 },
-    CommandInfo { code: 13, name: "options.describe", operation: "NonReplicated", class: "none", result_framed: false, permission: "none", request: "DescribeOptionsRequest", response: "DescribeOptionsResponseV0111", since: 0, until: 11265 },
-    CommandInfo { code: 31, name: "user.get", operation: "NonReplicated", class: "none", result_framed: false, permission: "read_users", request: "GetUserRequest", response: "UserDetailsResponseV0111", since: 0, until: 11265 },
-    CommandInfo { code: 32, name: "user.list", operation: "NonReplicated", class: "none", result_framed: false, permission: "read_users", request: "Empty", response: "GetUsersResponseV0111", since: 0, until: 11265 },
-    CommandInfo { code: 33, name: "user.create", operation: "CreateUser", class: "metadata", result_framed: true, permission: "manage_users", request: "CreateUserRequest", response: "UserDetailsResponseV0111", since: 0, until: 11265 },
-    CommandInfo { code: 35, name: "user.update", operation: "UpdateUser", class: "metadata", result_framed: true, permission: "manage_users", request: "UpdateUserRequest", response: "Empty", since: 0, until: 11265 },
-    CommandInfo { code: 103, name: "message.poll_routing", operation: "NonReplicated", class: "none", result_framed: false, permission: "poll_messages", request: "PollMessagesRequest", response: "PollRoutingResponse", since: 0, until: 11265 },
-    CommandInfo { code: 104, name: "message.poll_primary", operation: "NonReplicated", class: "none", result_framed: false, permission: "poll_messages", request: "PollMessagesRequest", response: "PollMessagesResponse", since: 0, until: 11265 },
-    CommandInfo { code: 123, name: "consumer_offset.routing", operation: "NonReplicated", class: "none", result_framed: false, permission: "poll_messages", request: "GetConsumerOffsetRequest", response: "PollRoutingResponse", since: 0, until: 11265 },
-    CommandInfo { code: 200, name: "stream.get", operation: "NonReplicated", class: "none", result_framed: false, permission: "read_stream", request: "StreamIdRequest", response: "GetStreamResponseV0111", since: 0, until: 11265 },
-    CommandInfo { code: 201, name: "stream.list", operation: "NonReplicated", class: "none", result_framed: false, permission: "read_streams", request: "Empty", response: "GetStreamsResponseV0111", since: 0, until: 11265 },
-    CommandInfo { code: 202, name: "stream.create", operation: "CreateStream", class: "metadata", result_framed: true, permission: "manage_streams", request: "CreateStreamRequest", response: "GetStreamResponseV0111", since: 0, until: 11265 },
-    CommandInfo { code: 204, name: "stream.update", operation: "UpdateStream", class: "metadata", result_framed: true, permission: "manage_stream", request: "UpdateStreamRequest", response: "Empty", since: 0, until: 11265 },
-    CommandInfo { code: 300, name: "topic.get", operation: "NonReplicated", class: "none", result_framed: false, permission: "read_topic", request: "TopicIdRequest", response: "GetTopicResponseV0111", since: 0, until: 11265 },
-    CommandInfo { code: 301, name: "topic.list", operation: "NonReplicated", class: "none", result_framed: false, permission: "read_topics", request: "StreamIdRequest", response: "GetTopicsResponseV0111", since: 0, until: 11265 },
-    CommandInfo { code: 302, name: "topic.create", operation: "CreateTopic", class: "metadata", result_framed: true, permission: "manage_topics", request: "CreateTopicRequest", response: "GetTopicResponseV0111", since: 0, until: 11265 },
-    CommandInfo { code: 304, name: "topic.update", operation: "UpdateTopic", class: "metadata", result_framed: true, permission: "manage_topic", request: "UpdateTopicRequest", response: "Empty", since: 0, until: 11265 },
+    CommandInfo {
+        code: 1,
+        name: "ping",
+        operation: "NonReplicated",
+        class: "none",
+        result_framed: false,
+        permission: "none",
+        request: "Empty",
+        response: "Empty",
+        since: 0,
+        until: 4294967295,
+    },
+    CommandInfo {
+        code: 10,
+        name: "stats",
+        operation: "NonReplicated",
+        class: "none",
+        result_framed: false,
+        permission: "get_stats",
+        request: "Empty",
+        response: "StatsResponse",
+        since: 0,
+        until: 4294967295,
+    },
+    CommandInfo {
+        code: 11,
+        name: "snapshot",
+        operation: "NonReplicated",
+        class: "none",
+        result_framed: false,
+        permission: "get_stats",
+        request: "GetSnapshotRequest",
+        response: "GetSnapshotResponse",
+        since: 0,
+        until: 4294967295,
+    },
+    CommandInfo {
+        code: 12,
+        name: "cluster.metadata",
+        operation: "NonReplicated",
+        class: "none",
+        result_framed: false,
+        permission: "none",
+        request: "Empty",
+        response: "ClusterMetadataResponse",
+        since: 12288,
+        until: 4294967295,
+    },
+    CommandInfo {
+        code: 13,
+        name: "options.describe",
+        operation: "NonReplicated",
+        class: "none",
+        result_framed: false,
+        permission: "none",
+        request: "DescribeOptionsRequest",
+        response: "DescribeOptionsResponse",
+        since: 12288,
+        until: 4294967295,
+    },
+    CommandInfo {
+        code: 15,
+        name: "session.bind",
+        operation: "NonReplicated",
+        class: "none",
+        result_framed: false,
+        permission: "none",
+        request: "BindSessionRequest",
+        response: "LoginRegisterResponse",
+        since: 0,
+        until: 4294967295,
+    },
+    CommandInfo {
+        code: 16,
+        name: "resource.update",
+        operation: "UpdateResource",
+        class: "metadata",
+        result_framed: true,
+        permission: "manage_resource",
+        request: "UpdateResourceRequest",
+        response: "Empty",
+        since: 12288,
+        until: 4294967295,
+    },
+    CommandInfo {
+        code: 20,
+        name: "me",
+        operation: "NonReplicated",
+        class: "none",
+        result_framed: false,
+        permission: "none",
+        request: "Empty",
+        response: "ClientDetailsResponse",
+        since: 0,
+        until: 4294967295,
+    },
+    CommandInfo {
+        code: 21,
+        name: "client.get",
+        operation: "NonReplicated",
+        class: "none",
+        result_framed: false,
+        permission: "read_servers",
+        request: "GetClientRequest",
+        response: "ClientDetailsResponse",
+        since: 0,
+        until: 4294967295,
+    },
+    CommandInfo {
+        code: 22,
+        name: "client.list",
+        operation: "NonReplicated",
+        class: "none",
+        result_framed: false,
+        permission: "read_servers",
+        request: "Empty",
+        response: "GetClientsResponse",
+        since: 0,
+        until: 4294967295,
+    },
+    CommandInfo {
+        code: 31,
+        name: "user.get",
+        operation: "NonReplicated",
+        class: "none",
+        result_framed: false,
+        permission: "read_users",
+        request: "GetUserRequest",
+        response: "UserDetailsResponse",
+        since: 12288,
+        until: 4294967295,
+    },
+    CommandInfo {
+        code: 32,
+        name: "user.list",
+        operation: "NonReplicated",
+        class: "none",
+        result_framed: false,
+        permission: "read_users",
+        request: "Empty",
+        response: "GetUsersResponse",
+        since: 12288,
+        until: 4294967295,
+    },
+    CommandInfo {
+        code: 33,
+        name: "user.create",
+        operation: "CreateUser",
+        class: "metadata",
+        result_framed: true,
+        permission: "manage_users",
+        request: "CreateUserRequest",
+        response: "UserDetailsResponse",
+        since: 12288,
+        until: 4294967295,
+    },
+    CommandInfo {
+        code: 34,
+        name: "user.delete",
+        operation: "DeleteUser",
+        class: "metadata",
+        result_framed: true,
+        permission: "manage_users",
+        request: "DeleteUserRequest",
+        response: "Empty",
+        since: 0,
+        until: 4294967295,
+    },
+    CommandInfo {
+        code: 36,
+        name: "user.permissions",
+        operation: "UpdatePermissions",
+        class: "metadata",
+        result_framed: true,
+        permission: "manage_users",
+        request: "UpdatePermissionsRequest",
+        response: "Empty",
+        since: 0,
+        until: 4294967295,
+    },
+    CommandInfo {
+        code: 37,
+        name: "user.password",
+        operation: "ChangePassword",
+        class: "metadata",
+        result_framed: true,
+        permission: "manage_users",
+        request: "ChangePasswordRequest",
+        response: "Empty",
+        since: 0,
+        until: 4294967295,
+    },
+    CommandInfo {
+        code: 38,
+        name: "user.login",
+        operation: "NonReplicated",
+        class: "none",
+        result_framed: false,
+        permission: "none",
+        request: "LoginUserRequest",
+        response: "IdentityResponse",
+        since: 0,
+        until: 4294967295,
+    },
+    CommandInfo {
+        code: 39,
+        name: "user.logout",
+        operation: "Logout",
+        class: "session",
+        result_framed: false,
+        permission: "none",
+        request: "Empty",
+        response: "Empty",
+        since: 0,
+        until: 4294967295,
+    },
+    CommandInfo {
+        code: 40,
+        name: "user.login_register",
+        operation: "Register",
+        class: "session",
+        result_framed: false,
+        permission: "none",
+        request: "LoginRegisterRequest",
+        response: "LoginRegisterResponse",
+        since: 0,
+        until: 4294967295,
+    },
+    CommandInfo {
+        code: 41,
+        name: "personal_access_token.list",
+        operation: "NonReplicated",
+        class: "none",
+        result_framed: false,
+        permission: "none",
+        request: "Empty",
+        response: "GetPersonalAccessTokensResponse",
+        since: 0,
+        until: 4294967295,
+    },
+    CommandInfo {
+        code: 42,
+        name: "personal_access_token.create",
+        operation: "CreatePersonalAccessToken",
+        class: "metadata",
+        result_framed: true,
+        permission: "none",
+        request: "CreatePersonalAccessTokenRequest",
+        response: "RawPersonalAccessTokenResponse",
+        since: 0,
+        until: 4294967295,
+    },
+    CommandInfo {
+        code: 43,
+        name: "personal_access_token.delete",
+        operation: "DeletePersonalAccessToken",
+        class: "metadata",
+        result_framed: true,
+        permission: "none",
+        request: "DeletePersonalAccessTokenRequest",
+        response: "Empty",
+        since: 0,
+        until: 4294967295,
+    },
+    CommandInfo {
+        code: 44,
+        name: "personal_access_token.login",
+        operation: "NonReplicated",
+        class: "none",
+        result_framed: false,
+        permission: "none",
+        request: "LoginWithPersonalAccessTokenRequest",
+        response: "IdentityResponse",
+        since: 0,
+        until: 4294967295,
+    },
+    CommandInfo {
+        code: 45,
+        name: "user.login_register_with_pat",
+        operation: "Register",
+        class: "session",
+        result_framed: false,
+        permission: "none",
+        request: "LoginRegisterWithPatRequest",
+        response: "LoginRegisterResponse",
+        since: 0,
+        until: 4294967295,
+    },
+    CommandInfo {
+        code: 100,
+        name: "message.poll",
+        operation: "NonReplicated",
+        class: "none",
+        result_framed: false,
+        permission: "poll_messages",
+        request: "PollMessagesRequest",
+        response: "PollMessagesResponse",
+        since: 0,
+        until: 4294967295,
+    },
+    CommandInfo {
+        code: 101,
+        name: "message.send",
+        operation: "SendMessages",
+        class: "partition",
+        result_framed: false,
+        permission: "send_messages",
+        request: "SendMessagesRequest",
+        response: "SendMessagesResponse",
+        since: 0,
+        until: 4294967295,
+    },
+    CommandInfo {
+        code: 105,
+        name: "partition.route",
+        operation: "NonReplicated",
+        class: "none",
+        result_framed: false,
+        permission: "read_topic",
+        request: "GetPartitionRouteRequest",
+        response: "PartitionRouteResponse",
+        since: 0,
+        until: 4294967295,
+    },
+    CommandInfo {
+        code: 120,
+        name: "consumer_offset.get",
+        operation: "NonReplicated",
+        class: "none",
+        result_framed: false,
+        permission: "poll_messages",
+        request: "GetConsumerOffsetRequest",
+        response: "ConsumerOffsetResponse",
+        since: 0,
+        until: 4294967295,
+    },
+    CommandInfo {
+        code: 121,
+        name: "consumer_offset.store",
+        operation: "StoreConsumerOffset",
+        class: "partition",
+        result_framed: true,
+        permission: "poll_messages",
+        request: "StoreConsumerOffsetRequest",
+        response: "Empty",
+        since: 0,
+        until: 4294967295,
+    },
+    CommandInfo {
+        code: 122,
+        name: "consumer_offset.delete",
+        operation: "DeleteConsumerOffset",
+        class: "partition",
+        result_framed: true,
+        permission: "poll_messages",
+        request: "DeleteConsumerOffsetRequest",
+        response: "Empty",
+        since: 0,
+        until: 4294967295,
+    },
+    CommandInfo {
+        code: 200,
+        name: "stream.get",
+        operation: "NonReplicated",
+        class: "none",
+        result_framed: false,
+        permission: "read_stream",
+        request: "StreamIdRequest",
+        response: "GetStreamResponse",
+        since: 12288,
+        until: 4294967295,
+    },
+    CommandInfo {
+        code: 201,
+        name: "stream.list",
+        operation: "NonReplicated",
+        class: "none",
+        result_framed: false,
+        permission: "read_streams",
+        request: "Empty",
+        response: "GetStreamsResponse",
+        since: 12288,
+        until: 4294967295,
+    },
+    CommandInfo {
+        code: 202,
+        name: "stream.create",
+        operation: "CreateStream",
+        class: "metadata",
+        result_framed: true,
+        permission: "manage_streams",
+        request: "CreateStreamRequest",
+        response: "GetStreamResponse",
+        since: 12288,
+        until: 4294967295,
+    },
+    CommandInfo {
+        code: 203,
+        name: "stream.delete",
+        operation: "DeleteStream",
+        class: "metadata",
+        result_framed: true,
+        permission: "manage_stream",
+        request: "StreamIdRequest",
+        response: "Empty",
+        since: 0,
+        until: 4294967295,
+    },
+    CommandInfo {
+        code: 300,
+        name: "topic.get",
+        operation: "NonReplicated",
+        class: "none",
+        result_framed: false,
+        permission: "read_topic",
+        request: "TopicIdRequest",
+        response: "GetTopicResponse",
+        since: 12288,
+        until: 4294967295,
+    },
+    CommandInfo {
+        code: 301,
+        name: "topic.list",
+        operation: "NonReplicated",
+        class: "none",
+        result_framed: false,
+        permission: "read_topics",
+        request: "StreamIdRequest",
+        response: "GetTopicsResponse",
+        since: 12288,
+        until: 4294967295,
+    },
+    CommandInfo {
+        code: 302,
+        name: "topic.create",
+        operation: "CreateTopic",
+        class: "metadata",
+        result_framed: true,
+        permission: "manage_topics",
+        request: "CreateTopicRequest",
+        response: "GetTopicResponse",
+        since: 12288,
+        until: 4294967295,
+    },
+    CommandInfo {
+        code: 303,
+        name: "topic.delete",
+        operation: "DeleteTopic",
+        class: "metadata",
+        result_framed: true,
+        permission: "manage_topic",
+        request: "TopicIdRequest",
+        response: "Empty",
+        since: 0,
+        until: 4294967295,
+    },
+    CommandInfo {
+        code: 402,
+        name: "partition.create",
+        operation: "CreatePartitions",
+        class: "metadata",
+        result_framed: true,
+        permission: "manage_topic",
+        request: "CreatePartitionsRequest",
+        response: "Empty",
+        since: 0,
+        until: 4294967295,
+    },
+    CommandInfo {
+        code: 403,
+        name: "partition.delete",
+        operation: "DeletePartitions",
+        class: "metadata",
+        result_framed: true,
+        permission: "manage_topic",
+        request: "DeletePartitionsRequest",
+        response: "Empty",
+        since: 0,
+        until: 4294967295,
+    },
+    CommandInfo {
+        code: 503,
+        name: "segment.delete",
+        operation: "DeleteSegments",
+        class: "metadata",
+        result_framed: false,
+        permission: "manage_topic",
+        request: "DeleteSegmentsRequest",
+        response: "Empty",
+        since: 0,
+        until: 4294967295,
+    },
+    CommandInfo {
+        code: 600,
+        name: "consumer_group.get",
+        operation: "NonReplicated",
+        class: "none",
+        result_framed: false,
+        permission: "read_topic",
+        request: "ConsumerGroupIdRequest",
+        response: "ConsumerGroupDetailsResponse",
+        since: 0,
+        until: 4294967295,
+    },
+    CommandInfo {
+        code: 601,
+        name: "consumer_group.list",
+        operation: "NonReplicated",
+        class: "none",
+        result_framed: false,
+        permission: "read_topic",
+        request: "TopicIdRequest",
+        response: "GetConsumerGroupsResponse",
+        since: 0,
+        until: 4294967295,
+    },
+    CommandInfo {
+        code: 602,
+        name: "consumer_group.create",
+        operation: "CreateConsumerGroup",
+        class: "metadata",
+        result_framed: true,
+        permission: "manage_topic",
+        request: "CreateConsumerGroupRequest",
+        response: "ConsumerGroupDetailsResponse",
+        since: 0,
+        until: 4294967295,
+    },
+    CommandInfo {
+        code: 603,
+        name: "consumer_group.delete",
+        operation: "DeleteConsumerGroup",
+        class: "metadata",
+        result_framed: true,
+        permission: "manage_topic",
+        request: "ConsumerGroupIdRequest",
+        response: "Empty",
+        since: 0,
+        until: 4294967295,
+    },
+    CommandInfo {
+        code: 604,
+        name: "consumer_group.join",
+        operation: "JoinConsumerGroup",
+        class: "metadata",
+        result_framed: true,
+        permission: "poll_messages",
+        request: "ConsumerGroupIdRequest",
+        response: "Empty",
+        since: 0,
+        until: 4294967295,
+    },
+    CommandInfo {
+        code: 605,
+        name: "consumer_group.leave",
+        operation: "LeaveConsumerGroup",
+        class: "metadata",
+        result_framed: true,
+        permission: "poll_messages",
+        request: "ConsumerGroupIdRequest",
+        response: "Empty",
+        since: 0,
+        until: 4294967295,
+    },
+    CommandInfo {
+        code: 606,
+        name: "consumer_group.sync",
+        operation: "NonReplicated",
+        class: "none",
+        result_framed: false,
+        permission: "poll_messages",
+        request: "ConsumerGroupIdRequest",
+        response: "SyncConsumerGroupResponse",
+        since: 0,
+        until: 4294967295,
+    },
+    CommandInfo {
+        code: 12,
+        name: "cluster.metadata",
+        operation: "NonReplicated",
+        class: "none",
+        result_framed: false,
+        permission: "none",
+        request: "Empty",
+        response: "ClusterMetadataResponseV0111",
+        since: 0,
+        until: 11265,
+    },
+    CommandInfo {
+        code: 13,
+        name: "options.describe",
+        operation: "NonReplicated",
+        class: "none",
+        result_framed: false,
+        permission: "none",
+        request: "DescribeOptionsRequest",
+        response: "DescribeOptionsResponseV0111",
+        since: 0,
+        until: 11265,
+    },
+    CommandInfo {
+        code: 31,
+        name: "user.get",
+        operation: "NonReplicated",
+        class: "none",
+        result_framed: false,
+        permission: "read_users",
+        request: "GetUserRequest",
+        response: "UserDetailsResponseV0111",
+        since: 0,
+        until: 11265,
+    },
+    CommandInfo {
+        code: 32,
+        name: "user.list",
+        operation: "NonReplicated",
+        class: "none",
+        result_framed: false,
+        permission: "read_users",
+        request: "Empty",
+        response: "GetUsersResponseV0111",
+        since: 0,
+        until: 11265,
+    },
+    CommandInfo {
+        code: 33,
+        name: "user.create",
+        operation: "CreateUser",
+        class: "metadata",
+        result_framed: true,
+        permission: "manage_users",
+        request: "CreateUserRequest",
+        response: "UserDetailsResponseV0111",
+        since: 0,
+        until: 11265,
+    },
+    CommandInfo {
+        code: 35,
+        name: "user.update",
+        operation: "UpdateUser",
+        class: "metadata",
+        result_framed: true,
+        permission: "manage_users",
+        request: "UpdateUserRequest",
+        response: "Empty",
+        since: 0,
+        until: 11265,
+    },
+    CommandInfo {
+        code: 103,
+        name: "message.poll_routing",
+        operation: "NonReplicated",
+        class: "none",
+        result_framed: false,
+        permission: "poll_messages",
+        request: "PollMessagesRequest",
+        response: "PollRoutingResponse",
+        since: 0,
+        until: 11265,
+    },
+    CommandInfo {
+        code: 104,
+        name: "message.poll_primary",
+        operation: "NonReplicated",
+        class: "none",
+        result_framed: false,
+        permission: "poll_messages",
+        request: "PollMessagesRequest",
+        response: "PollMessagesResponse",
+        since: 0,
+        until: 11265,
+    },
+    CommandInfo {
+        code: 123,
+        name: "consumer_offset.routing",
+        operation: "NonReplicated",
+        class: "none",
+        result_framed: false,
+        permission: "poll_messages",
+        request: "GetConsumerOffsetRequest",
+        response: "PollRoutingResponse",
+        since: 0,
+        until: 11265,
+    },
+    CommandInfo {
+        code: 200,
+        name: "stream.get",
+        operation: "NonReplicated",
+        class: "none",
+        result_framed: false,
+        permission: "read_stream",
+        request: "StreamIdRequest",
+        response: "GetStreamResponseV0111",
+        since: 0,
+        until: 11265,
+    },
+    CommandInfo {
+        code: 201,
+        name: "stream.list",
+        operation: "NonReplicated",
+        class: "none",
+        result_framed: false,
+        permission: "read_streams",
+        request: "Empty",
+        response: "GetStreamsResponseV0111",
+        since: 0,
+        until: 11265,
+    },
+    CommandInfo {
+        code: 202,
+        name: "stream.create",
+        operation: "CreateStream",
+        class: "metadata",
+        result_framed: true,
+        permission: "manage_streams",
+        request: "CreateStreamRequest",
+        response: "GetStreamResponseV0111",
+        since: 0,
+        until: 11265,
+    },
+    CommandInfo {
+        code: 204,
+        name: "stream.update",
+        operation: "UpdateStream",
+        class: "metadata",
+        result_framed: true,
+        permission: "manage_stream",
+        request: "UpdateStreamRequest",
+        response: "Empty",
+        since: 0,
+        until: 11265,
+    },
+    CommandInfo {
+        code: 300,
+        name: "topic.get",
+        operation: "NonReplicated",
+        class: "none",
+        result_framed: false,
+        permission: "read_topic",
+        request: "TopicIdRequest",
+        response: "GetTopicResponseV0111",
+        since: 0,
+        until: 11265,
+    },
+    CommandInfo {
+        code: 301,
+        name: "topic.list",
+        operation: "NonReplicated",
+        class: "none",
+        result_framed: false,
+        permission: "read_topics",
+        request: "StreamIdRequest",
+        response: "GetTopicsResponseV0111",
+        since: 0,
+        until: 11265,
+    },
+    CommandInfo {
+        code: 302,
+        name: "topic.create",
+        operation: "CreateTopic",
+        class: "metadata",
+        result_framed: true,
+        permission: "manage_topics",
+        request: "CreateTopicRequest",
+        response: "GetTopicResponseV0111",
+        since: 0,
+        until: 11265,
+    },
+    CommandInfo {
+        code: 304,
+        name: "topic.update",
+        operation: "UpdateTopic",
+        class: "metadata",
+        result_framed: true,
+        permission: "manage_topic",
+        request: "UpdateTopicRequest",
+        response: "Empty",
+        since: 0,
+        until: 11265,
+    },
 ];
 /// Retired codes (in any version): a spec that gives one to a command from its retirement on is rejected.
-pub const RETIRED: &[u32] = &[14, 35, 102, 103, 104, 123, 124, 204, 205, 304, 305, ];
+pub const RETIRED: &[u32] = &[14, 35, 102, 103, 104, 123, 124, 204, 205, 304, 305];
 /// `(code, packed version from which it is retired)`; 0 = retired in every version.
-pub const RETIRED_SINCE: &[(u32, u32)] = &[(14, 0), (35, 12288), (102, 0), (103, 12288), (104, 12288), (123, 12288), (124, 0), (204, 12288), (205, 0), (304, 12288), (305, 0), ];
+pub const RETIRED_SINCE: &[(u32, u32)] = &[
+    (14, 0),
+    (35, 12288),
+    (102, 0),
+    (103, 12288),
+    (104, 12288),
+    (123, 12288),
+    (124, 0),
+    (204, 12288),
+    (205, 0),
+    (304, 12288),
+    (305, 0),
+];
 /// The command with this code known to the packed `version`, or None (retired, unknown, or outside since/until).
 pub fn lookup(code: u32, version: u32) -> Option<&'static CommandInfo> {
     if RETIRED_SINCE.iter().any(|&(c, since)| c == code && version >= since) {
@@ -216,76 +942,422 @@ pub enum Request<'a> {
 }
 /// Decodes the body of command `code` as known to the packed `version`.
 /// Unknown, retired and out-of-version codes are `InvalidValue { field: "code" }`.
-pub fn decode_request(code: u32, version: u32, body: &[u8]) -> Result<Request<'_>, WireError> {
+pub fn decode_request(
+    code: u32,
+    version: u32,
+    body: &[u8],
+) -> Result<Request<'_>, WireError> {
     if lookup(code, version).is_none() {
-        return Err(WireError::InvalidValue { field: "code" });
+        return Err(WireError::InvalidValue {
+            field: "code",
+        });
     }
     match code {
-        1 if (0..=4294967295).contains(&version) => Ok(Request::Ping(<crate::payloads::Empty>::decode_exact(body)?)),
-        10 if (0..=4294967295).contains(&version) => Ok(Request::Stats(<crate::payloads::Empty>::decode_exact(body)?)),
-        11 if (0..=4294967295).contains(&version) => Ok(Request::Snapshot(<crate::payloads::GetSnapshotRequest>::decode_exact(body)?)),
-        12 if (12288..=4294967295).contains(&version) => Ok(Request::ClusterMetadata(<crate::payloads::Empty>::decode_exact(body)?)),
-        13 if (12288..=4294967295).contains(&version) => Ok(Request::OptionsDescribe(<crate::payloads::DescribeOptionsRequest>::decode_exact(body)?)),
-        15 if (0..=4294967295).contains(&version) => Ok(Request::SessionBind(<crate::payloads::BindSessionRequest>::decode_exact(body)?)),
-        16 if (12288..=4294967295).contains(&version) => Ok(Request::ResourceUpdate(<crate::payloads::UpdateResourceRequest>::decode_exact(body)?)),
-        20 if (0..=4294967295).contains(&version) => Ok(Request::Me(<crate::payloads::Empty>::decode_exact(body)?)),
-        21 if (0..=4294967295).contains(&version) => Ok(Request::ClientGet(<crate::payloads::GetClientRequest>::decode_exact(body)?)),
-        22 if (0..=4294967295).contains(&version) => Ok(Request::ClientList(<crate::payloads::Empty>::decode_exact(body)?)),
-        31 if (12288..=4294967295).contains(&version) => Ok(Request::UserGet(<crate::payloads::GetUserRequest>::decode_exact(body)?)),
-        32 if (12288..=4294967295).contains(&version) => Ok(Request::UserList(<crate::payloads::Empty>::decode_exact(body)?)),
-        33 if (12288..=4294967295).contains(&version) => Ok(Request::UserCreate(<crate::payloads::CreateUserRequest>::decode_exact(body)?)),
-        34 if (0..=4294967295).contains(&version) => Ok(Request::UserDelete(<crate::payloads::DeleteUserRequest>::decode_exact(body)?)),
-        36 if (0..=4294967295).contains(&version) => Ok(Request::UserPermissions(<crate::payloads::UpdatePermissionsRequest>::decode_exact(body)?)),
-        37 if (0..=4294967295).contains(&version) => Ok(Request::UserPassword(<crate::payloads::ChangePasswordRequest>::decode_exact(body)?)),
-        38 if (0..=4294967295).contains(&version) => Ok(Request::UserLogin(<crate::payloads::LoginUserRequest>::decode_exact(body)?)),
-        39 if (0..=4294967295).contains(&version) => Ok(Request::UserLogout(<crate::payloads::Empty>::decode_exact(body)?)),
-        40 if (0..=4294967295).contains(&version) => Ok(Request::UserLoginRegister(<crate::payloads::LoginRegisterRequest>::decode_exact(body)?)),
-        41 if (0..=4294967295).contains(&version) => Ok(Request::PersonalAccessTokenList(<crate::payloads::Empty>::decode_exact(body)?)),
-        42 if (0..=4294967295).contains(&version) => Ok(Request::PersonalAccessTokenCreate(<crate::payloads::CreatePersonalAccessTokenRequest>::decode_exact(body)?)),
-        43 if (0..=4294967295).contains(&version) => Ok(Request::PersonalAccessTokenDelete(<crate::payloads::DeletePersonalAccessTokenRequest>::decode_exact(body)?)),
-        44 if (0..=4294967295).contains(&version) => Ok(Request::PersonalAccessTokenLogin(<crate::payloads::LoginWithPersonalAccessTokenRequest>::decode_exact(body)?)),
-        45 if (0..=4294967295).contains(&version) => Ok(Request::UserLoginRegisterWithPat(<crate::payloads::LoginRegisterWithPatRequest>::decode_exact(body)?)),
-        100 if (0..=4294967295).contains(&version) => Ok(Request::MessagePoll(<crate::payloads::PollMessagesRequest>::decode_exact(body)?)),
-        101 if (0..=4294967295).contains(&version) => Ok(Request::MessageSend(<crate::payloads::SendMessagesRequest>::decode_exact(body)?)),
-        105 if (0..=4294967295).contains(&version) => Ok(Request::PartitionRoute(<crate::payloads::GetPartitionRouteRequest>::decode_exact(body)?)),
-        120 if (0..=4294967295).contains(&version) => Ok(Request::ConsumerOffsetGet(<crate::payloads::GetConsumerOffsetRequest>::decode_exact(body)?)),
-        121 if (0..=4294967295).contains(&version) => Ok(Request::ConsumerOffsetStore(<crate::payloads::StoreConsumerOffsetRequest>::decode_exact(body)?)),
-        122 if (0..=4294967295).contains(&version) => Ok(Request::ConsumerOffsetDelete(<crate::payloads::DeleteConsumerOffsetRequest>::decode_exact(body)?)),
-        200 if (12288..=4294967295).contains(&version) => Ok(Request::StreamGet(<crate::payloads::StreamIdRequest>::decode_exact(body)?)),
-        201 if (12288..=4294967295).contains(&version) => Ok(Request::StreamList(<crate::payloads::Empty>::decode_exact(body)?)),
-        202 if (12288..=4294967295).contains(&version) => Ok(Request::StreamCreate(<crate::payloads::CreateStreamRequest>::decode_exact(body)?)),
-        203 if (0..=4294967295).contains(&version) => Ok(Request::StreamDelete(<crate::payloads::StreamIdRequest>::decode_exact(body)?)),
-        300 if (12288..=4294967295).contains(&version) => Ok(Request::TopicGet(<crate::payloads::TopicIdRequest>::decode_exact(body)?)),
-        301 if (12288..=4294967295).contains(&version) => Ok(Request::TopicList(<crate::payloads::StreamIdRequest>::decode_exact(body)?)),
-        302 if (12288..=4294967295).contains(&version) => Ok(Request::TopicCreate(<crate::payloads::CreateTopicRequest>::decode_exact(body)?)),
-        303 if (0..=4294967295).contains(&version) => Ok(Request::TopicDelete(<crate::payloads::TopicIdRequest>::decode_exact(body)?)),
-        402 if (0..=4294967295).contains(&version) => Ok(Request::PartitionCreate(<crate::payloads::CreatePartitionsRequest>::decode_exact(body)?)),
-        403 if (0..=4294967295).contains(&version) => Ok(Request::PartitionDelete(<crate::payloads::DeletePartitionsRequest>::decode_exact(body)?)),
-        503 if (0..=4294967295).contains(&version) => Ok(Request::SegmentDelete(<crate::payloads::DeleteSegmentsRequest>::decode_exact(body)?)),
-        600 if (0..=4294967295).contains(&version) => Ok(Request::ConsumerGroupGet(<crate::payloads::ConsumerGroupIdRequest>::decode_exact(body)?)),
-        601 if (0..=4294967295).contains(&version) => Ok(Request::ConsumerGroupList(<crate::payloads::TopicIdRequest>::decode_exact(body)?)),
-        602 if (0..=4294967295).contains(&version) => Ok(Request::ConsumerGroupCreate(<crate::payloads::CreateConsumerGroupRequest>::decode_exact(body)?)),
-        603 if (0..=4294967295).contains(&version) => Ok(Request::ConsumerGroupDelete(<crate::payloads::ConsumerGroupIdRequest>::decode_exact(body)?)),
-        604 if (0..=4294967295).contains(&version) => Ok(Request::ConsumerGroupJoin(<crate::payloads::ConsumerGroupIdRequest>::decode_exact(body)?)),
-        605 if (0..=4294967295).contains(&version) => Ok(Request::ConsumerGroupLeave(<crate::payloads::ConsumerGroupIdRequest>::decode_exact(body)?)),
-        606 if (0..=4294967295).contains(&version) => Ok(Request::ConsumerGroupSync(<crate::payloads::ConsumerGroupIdRequest>::decode_exact(body)?)),
-        12 if (0..=11265).contains(&version) => Ok(Request::ClusterMetadata(<crate::payloads::Empty>::decode_exact(body)?)),
-        13 if (0..=11265).contains(&version) => Ok(Request::OptionsDescribe(<crate::payloads::DescribeOptionsRequest>::decode_exact(body)?)),
-        31 if (0..=11265).contains(&version) => Ok(Request::UserGet(<crate::payloads::GetUserRequest>::decode_exact(body)?)),
-        32 if (0..=11265).contains(&version) => Ok(Request::UserList(<crate::payloads::Empty>::decode_exact(body)?)),
-        33 if (0..=11265).contains(&version) => Ok(Request::UserCreate(<crate::payloads::CreateUserRequest>::decode_exact(body)?)),
-        35 if (0..=11265).contains(&version) => Ok(Request::UserUpdate(<crate::payloads::UpdateUserRequest>::decode_exact(body)?)),
-        103 if (0..=11265).contains(&version) => Ok(Request::MessagePollRouting(<crate::payloads::PollMessagesRequest>::decode_exact(body)?)),
-        104 if (0..=11265).contains(&version) => Ok(Request::MessagePollPrimary(<crate::payloads::PollMessagesRequest>::decode_exact(body)?)),
-        123 if (0..=11265).contains(&version) => Ok(Request::ConsumerOffsetRouting(<crate::payloads::GetConsumerOffsetRequest>::decode_exact(body)?)),
-        200 if (0..=11265).contains(&version) => Ok(Request::StreamGet(<crate::payloads::StreamIdRequest>::decode_exact(body)?)),
-        201 if (0..=11265).contains(&version) => Ok(Request::StreamList(<crate::payloads::Empty>::decode_exact(body)?)),
-        202 if (0..=11265).contains(&version) => Ok(Request::StreamCreate(<crate::payloads::CreateStreamRequest>::decode_exact(body)?)),
-        204 if (0..=11265).contains(&version) => Ok(Request::StreamUpdate(<crate::payloads::UpdateStreamRequest>::decode_exact(body)?)),
-        300 if (0..=11265).contains(&version) => Ok(Request::TopicGet(<crate::payloads::TopicIdRequest>::decode_exact(body)?)),
-        301 if (0..=11265).contains(&version) => Ok(Request::TopicList(<crate::payloads::StreamIdRequest>::decode_exact(body)?)),
-        302 if (0..=11265).contains(&version) => Ok(Request::TopicCreate(<crate::payloads::CreateTopicRequest>::decode_exact(body)?)),
-        304 if (0..=11265).contains(&version) => Ok(Request::TopicUpdate(<crate::payloads::UpdateTopicRequest>::decode_exact(body)?)),
-        _ => Err(WireError::InvalidValue { field: "code" }),
+        1 if (0..=4294967295).contains(&version) => {
+            Ok(Request::Ping(<crate::payloads::Empty>::decode_exact(body)?))
+        }
+        10 if (0..=4294967295).contains(&version) => {
+            Ok(Request::Stats(<crate::payloads::Empty>::decode_exact(body)?))
+        }
+        11 if (0..=4294967295).contains(&version) => {
+            Ok(
+                Request::Snapshot(
+                    <crate::payloads::GetSnapshotRequest>::decode_exact(body)?,
+                ),
+            )
+        }
+        12 if (12288..=4294967295).contains(&version) => {
+            Ok(Request::ClusterMetadata(<crate::payloads::Empty>::decode_exact(body)?))
+        }
+        13 if (12288..=4294967295).contains(&version) => {
+            Ok(
+                Request::OptionsDescribe(
+                    <crate::payloads::DescribeOptionsRequest>::decode_exact(body)?,
+                ),
+            )
+        }
+        15 if (0..=4294967295).contains(&version) => {
+            Ok(
+                Request::SessionBind(
+                    <crate::payloads::BindSessionRequest>::decode_exact(body)?,
+                ),
+            )
+        }
+        16 if (12288..=4294967295).contains(&version) => {
+            Ok(
+                Request::ResourceUpdate(
+                    <crate::payloads::UpdateResourceRequest>::decode_exact(body)?,
+                ),
+            )
+        }
+        20 if (0..=4294967295).contains(&version) => {
+            Ok(Request::Me(<crate::payloads::Empty>::decode_exact(body)?))
+        }
+        21 if (0..=4294967295).contains(&version) => {
+            Ok(
+                Request::ClientGet(
+                    <crate::payloads::GetClientRequest>::decode_exact(body)?,
+                ),
+            )
+        }
+        22 if (0..=4294967295).contains(&version) => {
+            Ok(Request::ClientList(<crate::payloads::Empty>::decode_exact(body)?))
+        }
+        31 if (12288..=4294967295).contains(&version) => {
+            Ok(Request::UserGet(<crate::payloads::GetUserRequest>::decode_exact(body)?))
+        }
+        32 if (12288..=4294967295).contains(&version) => {
+            Ok(Request::UserList(<crate::payloads::Empty>::decode_exact(body)?))
+        }
+        33 if (12288..=4294967295).contains(&version) => {
+            Ok(
+                Request::UserCreate(
+                    <crate::payloads::CreateUserRequest>::decode_exact(body)?,
+                ),
+            )
+        }
+        34 if (0..=4294967295).contains(&version) => {
+            Ok(
+                Request::UserDelete(
+                    <crate::payloads::DeleteUserRequest>::decode_exact(body)?,
+                ),
+            )
+        }
+        36 if (0..=4294967295).contains(&version) => {
+            Ok(
+                Request::UserPermissions(
+                    <crate::payloads::UpdatePermissionsRequest>::decode_exact(body)?,
+                ),
+            )
+        }
+        37 if (0..=4294967295).contains(&version) => {
+            Ok(
+                Request::UserPassword(
+                    <crate::payloads::ChangePasswordRequest>::decode_exact(body)?,
+                ),
+            )
+        }
+        38 if (0..=4294967295).contains(&version) => {
+            Ok(
+                Request::UserLogin(
+                    <crate::payloads::LoginUserRequest>::decode_exact(body)?,
+                ),
+            )
+        }
+        39 if (0..=4294967295).contains(&version) => {
+            Ok(Request::UserLogout(<crate::payloads::Empty>::decode_exact(body)?))
+        }
+        40 if (0..=4294967295).contains(&version) => {
+            Ok(
+                Request::UserLoginRegister(
+                    <crate::payloads::LoginRegisterRequest>::decode_exact(body)?,
+                ),
+            )
+        }
+        41 if (0..=4294967295).contains(&version) => {
+            Ok(
+                Request::PersonalAccessTokenList(
+                    <crate::payloads::Empty>::decode_exact(body)?,
+                ),
+            )
+        }
+        42 if (0..=4294967295).contains(&version) => {
+            Ok(
+                Request::PersonalAccessTokenCreate(
+                    <crate::payloads::CreatePersonalAccessTokenRequest>::decode_exact(
+                        body,
+                    )?,
+                ),
+            )
+        }
+        43 if (0..=4294967295).contains(&version) => {
+            Ok(
+                Request::PersonalAccessTokenDelete(
+                    <crate::payloads::DeletePersonalAccessTokenRequest>::decode_exact(
+                        body,
+                    )?,
+                ),
+            )
+        }
+        44 if (0..=4294967295).contains(&version) => {
+            Ok(
+                Request::PersonalAccessTokenLogin(
+                    <crate::payloads::LoginWithPersonalAccessTokenRequest>::decode_exact(
+                        body,
+                    )?,
+                ),
+            )
+        }
+        45 if (0..=4294967295).contains(&version) => {
+            Ok(
+                Request::UserLoginRegisterWithPat(
+                    <crate::payloads::LoginRegisterWithPatRequest>::decode_exact(body)?,
+                ),
+            )
+        }
+        100 if (0..=4294967295).contains(&version) => {
+            Ok(
+                Request::MessagePoll(
+                    <crate::payloads::PollMessagesRequest>::decode_exact(body)?,
+                ),
+            )
+        }
+        101 if (0..=4294967295).contains(&version) => {
+            Ok(
+                Request::MessageSend(
+                    <crate::payloads::SendMessagesRequest>::decode_exact(body)?,
+                ),
+            )
+        }
+        105 if (0..=4294967295).contains(&version) => {
+            Ok(
+                Request::PartitionRoute(
+                    <crate::payloads::GetPartitionRouteRequest>::decode_exact(body)?,
+                ),
+            )
+        }
+        120 if (0..=4294967295).contains(&version) => {
+            Ok(
+                Request::ConsumerOffsetGet(
+                    <crate::payloads::GetConsumerOffsetRequest>::decode_exact(body)?,
+                ),
+            )
+        }
+        121 if (0..=4294967295).contains(&version) => {
+            Ok(
+                Request::ConsumerOffsetStore(
+                    <crate::payloads::StoreConsumerOffsetRequest>::decode_exact(body)?,
+                ),
+            )
+        }
+        122 if (0..=4294967295).contains(&version) => {
+            Ok(
+                Request::ConsumerOffsetDelete(
+                    <crate::payloads::DeleteConsumerOffsetRequest>::decode_exact(body)?,
+                ),
+            )
+        }
+        200 if (12288..=4294967295).contains(&version) => {
+            Ok(
+                Request::StreamGet(
+                    <crate::payloads::StreamIdRequest>::decode_exact(body)?,
+                ),
+            )
+        }
+        201 if (12288..=4294967295).contains(&version) => {
+            Ok(Request::StreamList(<crate::payloads::Empty>::decode_exact(body)?))
+        }
+        202 if (12288..=4294967295).contains(&version) => {
+            Ok(
+                Request::StreamCreate(
+                    <crate::payloads::CreateStreamRequest>::decode_exact(body)?,
+                ),
+            )
+        }
+        203 if (0..=4294967295).contains(&version) => {
+            Ok(
+                Request::StreamDelete(
+                    <crate::payloads::StreamIdRequest>::decode_exact(body)?,
+                ),
+            )
+        }
+        300 if (12288..=4294967295).contains(&version) => {
+            Ok(Request::TopicGet(<crate::payloads::TopicIdRequest>::decode_exact(body)?))
+        }
+        301 if (12288..=4294967295).contains(&version) => {
+            Ok(
+                Request::TopicList(
+                    <crate::payloads::StreamIdRequest>::decode_exact(body)?,
+                ),
+            )
+        }
+        302 if (12288..=4294967295).contains(&version) => {
+            Ok(
+                Request::TopicCreate(
+                    <crate::payloads::CreateTopicRequest>::decode_exact(body)?,
+                ),
+            )
+        }
+        303 if (0..=4294967295).contains(&version) => {
+            Ok(
+                Request::TopicDelete(
+                    <crate::payloads::TopicIdRequest>::decode_exact(body)?,
+                ),
+            )
+        }
+        402 if (0..=4294967295).contains(&version) => {
+            Ok(
+                Request::PartitionCreate(
+                    <crate::payloads::CreatePartitionsRequest>::decode_exact(body)?,
+                ),
+            )
+        }
+        403 if (0..=4294967295).contains(&version) => {
+            Ok(
+                Request::PartitionDelete(
+                    <crate::payloads::DeletePartitionsRequest>::decode_exact(body)?,
+                ),
+            )
+        }
+        503 if (0..=4294967295).contains(&version) => {
+            Ok(
+                Request::SegmentDelete(
+                    <crate::payloads::DeleteSegmentsRequest>::decode_exact(body)?,
+                ),
+            )
+        }
+        600 if (0..=4294967295).contains(&version) => {
+            Ok(
+                Request::ConsumerGroupGet(
+                    <crate::payloads::ConsumerGroupIdRequest>::decode_exact(body)?,
+                ),
+            )
+        }
+        601 if (0..=4294967295).contains(&version) => {
+            Ok(
+                Request::ConsumerGroupList(
+                    <crate::payloads::TopicIdRequest>::decode_exact(body)?,
+                ),
+            )
+        }
+        602 if (0..=4294967295).contains(&version) => {
+            Ok(
+                Request::ConsumerGroupCreate(
+                    <crate::payloads::CreateConsumerGroupRequest>::decode_exact(body)?,
+                ),
+            )
+        }
+        603 if (0..=4294967295).contains(&version) => {
+            Ok(
+                Request::ConsumerGroupDelete(
+                    <crate::payloads::ConsumerGroupIdRequest>::decode_exact(body)?,
+                ),
+            )
+        }
+        604 if (0..=4294967295).contains(&version) => {
+            Ok(
+                Request::ConsumerGroupJoin(
+                    <crate::payloads::ConsumerGroupIdRequest>::decode_exact(body)?,
+                ),
+            )
+        }
+        605 if (0..=4294967295).contains(&version) => {
+            Ok(
+                Request::ConsumerGroupLeave(
+                    <crate::payloads::ConsumerGroupIdRequest>::decode_exact(body)?,
+                ),
+            )
+        }
+        606 if (0..=4294967295).contains(&version) => {
+            Ok(
+                Request::ConsumerGroupSync(
+                    <crate::payloads::ConsumerGroupIdRequest>::decode_exact(body)?,
+                ),
+            )
+        }
+        12 if (0..=11265).contains(&version) => {
+            Ok(Request::ClusterMetadata(<crate::payloads::Empty>::decode_exact(body)?))
+        }
+        13 if (0..=11265).contains(&version) => {
+            Ok(
+                Request::OptionsDescribe(
+                    <crate::payloads::DescribeOptionsRequest>::decode_exact(body)?,
+                ),
+            )
+        }
+        31 if (0..=11265).contains(&version) => {
+            Ok(Request::UserGet(<crate::payloads::GetUserRequest>::decode_exact(body)?))
+        }
+        32 if (0..=11265).contains(&version) => {
+            Ok(Request::UserList(<crate::payloads::Empty>::decode_exact(body)?))
+        }
+        33 if (0..=11265).contains(&version) => {
+            Ok(
+                Request::UserCreate(
+                    <crate::payloads::CreateUserRequest>::decode_exact(body)?,
+                ),
+            )
+        }
+        35 if (0..=11265).contains(&version) => {
+            Ok(
+                Request::UserUpdate(
+                    <crate::payloads::UpdateUserRequest>::decode_exact(body)?,
+                ),
+            )
+        }
+        103 if (0..=11265).contains(&version) => {
+            Ok(
+                Request::MessagePollRouting(
+                    <crate::payloads::PollMessagesRequest>::decode_exact(body)?,
+                ),
+            )
+        }
+        104 if (0..=11265).contains(&version) => {
+            Ok(
+                Request::MessagePollPrimary(
+                    <crate::payloads::PollMessagesRequest>::decode_exact(body)?,
+                ),
+            )
+        }
+        123 if (0..=11265).contains(&version) => {
+            Ok(
+                Request::ConsumerOffsetRouting(
+                    <crate::payloads::GetConsumerOffsetRequest>::decode_exact(body)?,
+                ),
+            )
+        }
+        200 if (0..=11265).contains(&version) => {
+            Ok(
+                Request::StreamGet(
+                    <crate::payloads::StreamIdRequest>::decode_exact(body)?,
+                ),
+            )
+        }
+        201 if (0..=11265).contains(&version) => {
+            Ok(Request::StreamList(<crate::payloads::Empty>::decode_exact(body)?))
+        }
+        202 if (0..=11265).contains(&version) => {
+            Ok(
+                Request::StreamCreate(
+                    <crate::payloads::CreateStreamRequest>::decode_exact(body)?,
+                ),
+            )
+        }
+        204 if (0..=11265).contains(&version) => {
+            Ok(
+                Request::StreamUpdate(
+                    <crate::payloads::UpdateStreamRequest>::decode_exact(body)?,
+                ),
+            )
+        }
+        300 if (0..=11265).contains(&version) => {
+            Ok(Request::TopicGet(<crate::payloads::TopicIdRequest>::decode_exact(body)?))
+        }
+        301 if (0..=11265).contains(&version) => {
+            Ok(
+                Request::TopicList(
+                    <crate::payloads::StreamIdRequest>::decode_exact(body)?,
+                ),
+            )
+        }
+        302 if (0..=11265).contains(&version) => {
+            Ok(
+                Request::TopicCreate(
+                    <crate::payloads::CreateTopicRequest>::decode_exact(body)?,
+                ),
+            )
+        }
+        304 if (0..=11265).contains(&version) => {
+            Ok(
+                Request::TopicUpdate(
+                    <crate::payloads::UpdateTopicRequest>::decode_exact(body)?,
+                ),
+            )
+        }
+        _ => {
+            Err(WireError::InvalidValue {
+                field: "code",
+            })
+        }
     }
 }

@@ -525,9 +525,271 @@ pub enum ErrorCode {
 }
 impl ErrorCode {
     /// Every code, in spec order.
-    pub const ALL: &'static [ErrorCode] = &[ErrorCode::Error, ErrorCode::InvalidConfiguration, ErrorCode::InvalidCommand, ErrorCode::InvalidFormat, ErrorCode::FeatureUnavailable, ErrorCode::InvalidIdentifier, ErrorCode::InvalidVersion, ErrorCode::Disconnected, ErrorCode::CannotEstablishConnection, ErrorCode::CannotCreateBaseDirectory, ErrorCode::CannotCreateRuntimeDirectory, ErrorCode::CannotRemoveRuntimeDirectory, ErrorCode::CannotCreateStateDirectory, ErrorCode::StateFileNotFound, ErrorCode::StateFileCorrupted, ErrorCode::InvalidStateEntryChecksum, ErrorCode::CannotOpenDatabase, ErrorCode::ResourceNotFound, ErrorCode::CannotCloseWebSocketConnection, ErrorCode::StaleClient, ErrorCode::TcpError, ErrorCode::QuicError, ErrorCode::InvalidServerAddress, ErrorCode::InvalidClientAddress, ErrorCode::InvalidIpAddress, ErrorCode::HttpError, ErrorCode::InvalidApiUrl, ErrorCode::Unauthenticated, ErrorCode::Unauthorized, ErrorCode::InvalidCredentials, ErrorCode::InvalidUsername, ErrorCode::InvalidPassword, ErrorCode::InvalidUserStatus, ErrorCode::UserAlreadyExists, ErrorCode::UserInactive, ErrorCode::CannotDeleteUser, ErrorCode::CannotChangePermissions, ErrorCode::InvalidPersonalAccessTokenName, ErrorCode::PersonalAccessTokenAlreadyExists, ErrorCode::PersonalAccessTokensLimitReached, ErrorCode::InvalidPersonalAccessToken, ErrorCode::PersonalAccessTokenExpired, ErrorCode::UsersLimitReached, ErrorCode::InvalidPersonalAccessTokenExpiry, ErrorCode::TransientNotCommitted, ErrorCode::TransientNotAccepted, ErrorCode::RequestAlreadyApplied, ErrorCode::NotConnected, ErrorCode::ClientShutdown, ErrorCode::InvalidTlsDomain, ErrorCode::InvalidTlsCertificatePath, ErrorCode::InvalidTlsCertificate, ErrorCode::FailedToAddCertificate, ErrorCode::InvalidEncryptionKey, ErrorCode::CannotEncryptData, ErrorCode::CannotDecryptData, ErrorCode::InvalidJwtAlgorithm, ErrorCode::InvalidJwtSecret, ErrorCode::JwtMissing, ErrorCode::CannotGenerateJwt, ErrorCode::AccessTokenMissing, ErrorCode::InvalidAccessToken, ErrorCode::CannotFetchJwks, ErrorCode::InvalidSizeBytes, ErrorCode::InvalidUtf8, ErrorCode::InvalidNumberEncoding, ErrorCode::InvalidBooleanValue, ErrorCode::InvalidNumberValue, ErrorCode::RequestTooOld, ErrorCode::HistoryUnavailable, ErrorCode::LifecycleBusy, ErrorCode::NotPrimary, ErrorCode::ClientNotFound, ErrorCode::InvalidClientId, ErrorCode::ConnectionClosed, ErrorCode::CannotParseHeaderKind, ErrorCode::HttpResponseError, ErrorCode::InvalidHttpRequest, ErrorCode::InvalidJsonResponse, ErrorCode::InvalidBytesResponse, ErrorCode::EmptyResponse, ErrorCode::CannotCreateEndpoint, ErrorCode::CannotParseUrl, ErrorCode::WebSocketError, ErrorCode::WebSocketConnectionError, ErrorCode::WebSocketCloseError, ErrorCode::WebSocketReceiveError, ErrorCode::WebSocketSendError, ErrorCode::CannotCreateStreamsDirectory, ErrorCode::CannotCreateStreamDirectory, ErrorCode::CannotCreateStreamInfo, ErrorCode::CannotUpdateStreamInfo, ErrorCode::CannotOpenStreamInfo, ErrorCode::CannotReadStreamInfo, ErrorCode::CannotCreateStream, ErrorCode::CannotDeleteStream, ErrorCode::CannotDeleteStreamDirectory, ErrorCode::StreamIdNotFound, ErrorCode::StreamNameNotFound, ErrorCode::StreamDirectoryNotFound, ErrorCode::StreamNameAlreadyExists, ErrorCode::InvalidStreamName, ErrorCode::InvalidStreamId, ErrorCode::CannotReadStreams, ErrorCode::InvalidTopicSize, ErrorCode::TooManyStreams, ErrorCode::CannotCreateTopicsDirectory, ErrorCode::CannotCreateTopicDirectory, ErrorCode::CannotCreateTopicInfo, ErrorCode::CannotUpdateTopicInfo, ErrorCode::CannotOpenTopicInfo, ErrorCode::CannotReadTopicInfo, ErrorCode::CannotCreateTopic, ErrorCode::CannotDeleteTopic, ErrorCode::CannotDeleteTopicDirectory, ErrorCode::CannotPollTopic, ErrorCode::TopicIdNotFound, ErrorCode::TopicNameNotFound, ErrorCode::TopicNameAlreadyExists, ErrorCode::InvalidTopicName, ErrorCode::TooManyPartitions, ErrorCode::InvalidTopicId, ErrorCode::CannotReadTopics, ErrorCode::InvalidReplicationFactor, ErrorCode::InvalidPartitionsCount, ErrorCode::TopicDirectoryNotFound, ErrorCode::TooManyTopics, ErrorCode::PartitionsLimitReached, ErrorCode::PartitionResizeDisabled, ErrorCode::CannotCreatePartition, ErrorCode::CannotCreatePartitionsDirectory, ErrorCode::CannotCreatePartitionDirectory, ErrorCode::CannotOpenPartitionLogFile, ErrorCode::CannotReadPartitions, ErrorCode::CannotDeletePartition, ErrorCode::CannotDeletePartitionDirectory, ErrorCode::PartitionNotFound, ErrorCode::NoPartitions, ErrorCode::TopicFull, ErrorCode::CannotDeleteConsumerOffsetsDirectory, ErrorCode::CannotDeleteConsumerOffsetFile, ErrorCode::CannotCreateConsumerOffsetsDirectory, ErrorCode::PartitionIdSpaceExhausted, ErrorCode::PartitionHistoryChanged, ErrorCode::CannotReadConsumerOffsets, ErrorCode::ConsumerOffsetNotFound, ErrorCode::NotResolvedConsumer, ErrorCode::CannotOpenConsumerOffsetsFile, ErrorCode::TooManyConsumerOffsets, ErrorCode::SegmentNotFound, ErrorCode::SegmentClosed, ErrorCode::InvalidSegmentSize, ErrorCode::CannotCreateSegmentLogFile, ErrorCode::CannotCreateSegmentIndexFile, ErrorCode::CannotCreateSegmentTimeIndexFile, ErrorCode::CannotSaveMessagesToSegment, ErrorCode::CannotSaveIndexToSegment, ErrorCode::CannotSaveTimeIndexToSegment, ErrorCode::InvalidMessagesCount, ErrorCode::CannotAppendMessage, ErrorCode::CannotReadMessage, ErrorCode::CannotReadMessageId, ErrorCode::CannotReadMessageState, ErrorCode::CannotReadMessageTimestamp, ErrorCode::CannotReadHeadersLength, ErrorCode::CannotReadHeadersPayload, ErrorCode::TooBigUserHeaders, ErrorCode::InvalidHeaderKey, ErrorCode::InvalidHeaderValue, ErrorCode::CannotReadMessageLength, ErrorCode::CannotReadMessagePayload, ErrorCode::TooBigMessagePayload, ErrorCode::TooManyMessages, ErrorCode::EmptyMessagePayload, ErrorCode::InvalidMessagePayloadLength, ErrorCode::CannotReadMessageChecksum, ErrorCode::InvalidMessageChecksum, ErrorCode::InvalidKeyValueLength, ErrorCode::CommandLengthError, ErrorCode::InvalidSegmentsCount, ErrorCode::NonZeroOffset, ErrorCode::NonZeroTimestamp, ErrorCode::MissingIndex, ErrorCode::InvalidIndexesByteSize, ErrorCode::InvalidIndexesCount, ErrorCode::InvalidMessagesSize, ErrorCode::TooSmallMessage, ErrorCode::InvalidMessageTimestampDelta, ErrorCode::InvalidBatchChecksum, ErrorCode::InvalidHeaderKind, ErrorCode::UnsupportedOptionKey, ErrorCode::InvalidOptionValue, ErrorCode::OptionsBlockTooLarge, ErrorCode::CannotSendMessagesDueToClientDisconnection, ErrorCode::BackgroundSendError, ErrorCode::BackgroundSendTimeout, ErrorCode::BackgroundSendBufferFull, ErrorCode::BackgroundWorkerDisconnected, ErrorCode::BackgroundSendBufferOverflow, ErrorCode::ProducerSendFailed, ErrorCode::ProducerClosed, ErrorCode::InvalidOffset, ErrorCode::InvalidReservedField, ErrorCode::SegmentSizeMismatchAtOpen, ErrorCode::OptionNotUpdatable, ErrorCode::OptionNotResettable, ErrorCode::ReadOnlyOption, ErrorCode::StreamEncryptionUnavailable, ErrorCode::UnsupportedCriticalOption, ErrorCode::CannotModifyRootUser, ErrorCode::ConsumerGroupIdNotFound, ErrorCode::InvalidConsumerGroupId, ErrorCode::ConsumerGroupNameNotFound, ErrorCode::ConsumerGroupNameAlreadyExists, ErrorCode::InvalidConsumerGroupName, ErrorCode::ConsumerGroupMemberNotFound, ErrorCode::CannotCreateConsumerGroupInfo, ErrorCode::CannotDeleteConsumerGroupInfo, ErrorCode::ConsumerGroupPartitionNotOwned, ErrorCode::TooManyConsumerGroups, ErrorCode::MissingBaseOffsetRetainedMessageBatch, ErrorCode::MissingLastOffsetDeltaRetainedMessageBatch, ErrorCode::MissingMaxTimestampRetainedMessageBatch, ErrorCode::MissingLengthRetainedMessageBatch, ErrorCode::MissingPayloadRetainedMessageBatch, ErrorCode::CannotReadBatchBaseOffset, ErrorCode::CannotReadBatchLength, ErrorCode::CannotReadLastOffsetDelta, ErrorCode::CannotReadMaxTimestamp, ErrorCode::CannotReadBatchPayload, ErrorCode::InvalidConnectionString, ErrorCode::SnapshotFileCompletionFailed, ErrorCode::CannotSerializeResource, ErrorCode::CannotDeserializeResource, ErrorCode::CannotReadFile, ErrorCode::CannotReadFileMetadata, ErrorCode::CannotSeekFile, ErrorCode::CannotAppendToFile, ErrorCode::CannotWriteToFile, ErrorCode::CannotOverwriteFile, ErrorCode::CannotDeleteFile, ErrorCode::CannotSyncFile, ErrorCode::CannotReadIndexOffset, ErrorCode::CannotReadIndexPosition, ErrorCode::CannotReadIndexTimestamp, ErrorCode::TimestampOutOfRange, ErrorCode::ShardNotFound, ErrorCode::ShardCommunicationError, ErrorCode::CannotBindToSocket, ErrorCode::TaskTimeout, ErrorCode::IoError, ErrorCode::AlreadyAuthenticated, ErrorCode::InvalidSession, ErrorCode::IncompatibleProtocolVersion, ErrorCode::SessionMismatch, ErrorCode::RequestIdExhausted, ErrorCode::OperationUncertain, ErrorCode::LaneBlocked, ErrorCode::OperationNotRetained, ];
+    pub const ALL: &'static [ErrorCode] = &[
+        ErrorCode::Error,
+        ErrorCode::InvalidConfiguration,
+        ErrorCode::InvalidCommand,
+        ErrorCode::InvalidFormat,
+        ErrorCode::FeatureUnavailable,
+        ErrorCode::InvalidIdentifier,
+        ErrorCode::InvalidVersion,
+        ErrorCode::Disconnected,
+        ErrorCode::CannotEstablishConnection,
+        ErrorCode::CannotCreateBaseDirectory,
+        ErrorCode::CannotCreateRuntimeDirectory,
+        ErrorCode::CannotRemoveRuntimeDirectory,
+        ErrorCode::CannotCreateStateDirectory,
+        ErrorCode::StateFileNotFound,
+        ErrorCode::StateFileCorrupted,
+        ErrorCode::InvalidStateEntryChecksum,
+        ErrorCode::CannotOpenDatabase,
+        ErrorCode::ResourceNotFound,
+        ErrorCode::CannotCloseWebSocketConnection,
+        ErrorCode::StaleClient,
+        ErrorCode::TcpError,
+        ErrorCode::QuicError,
+        ErrorCode::InvalidServerAddress,
+        ErrorCode::InvalidClientAddress,
+        ErrorCode::InvalidIpAddress,
+        ErrorCode::HttpError,
+        ErrorCode::InvalidApiUrl,
+        ErrorCode::Unauthenticated,
+        ErrorCode::Unauthorized,
+        ErrorCode::InvalidCredentials,
+        ErrorCode::InvalidUsername,
+        ErrorCode::InvalidPassword,
+        ErrorCode::InvalidUserStatus,
+        ErrorCode::UserAlreadyExists,
+        ErrorCode::UserInactive,
+        ErrorCode::CannotDeleteUser,
+        ErrorCode::CannotChangePermissions,
+        ErrorCode::InvalidPersonalAccessTokenName,
+        ErrorCode::PersonalAccessTokenAlreadyExists,
+        ErrorCode::PersonalAccessTokensLimitReached,
+        ErrorCode::InvalidPersonalAccessToken,
+        ErrorCode::PersonalAccessTokenExpired,
+        ErrorCode::UsersLimitReached,
+        ErrorCode::InvalidPersonalAccessTokenExpiry,
+        ErrorCode::TransientNotCommitted,
+        ErrorCode::TransientNotAccepted,
+        ErrorCode::RequestAlreadyApplied,
+        ErrorCode::NotConnected,
+        ErrorCode::ClientShutdown,
+        ErrorCode::InvalidTlsDomain,
+        ErrorCode::InvalidTlsCertificatePath,
+        ErrorCode::InvalidTlsCertificate,
+        ErrorCode::FailedToAddCertificate,
+        ErrorCode::InvalidEncryptionKey,
+        ErrorCode::CannotEncryptData,
+        ErrorCode::CannotDecryptData,
+        ErrorCode::InvalidJwtAlgorithm,
+        ErrorCode::InvalidJwtSecret,
+        ErrorCode::JwtMissing,
+        ErrorCode::CannotGenerateJwt,
+        ErrorCode::AccessTokenMissing,
+        ErrorCode::InvalidAccessToken,
+        ErrorCode::CannotFetchJwks,
+        ErrorCode::InvalidSizeBytes,
+        ErrorCode::InvalidUtf8,
+        ErrorCode::InvalidNumberEncoding,
+        ErrorCode::InvalidBooleanValue,
+        ErrorCode::InvalidNumberValue,
+        ErrorCode::RequestTooOld,
+        ErrorCode::HistoryUnavailable,
+        ErrorCode::LifecycleBusy,
+        ErrorCode::NotPrimary,
+        ErrorCode::ClientNotFound,
+        ErrorCode::InvalidClientId,
+        ErrorCode::ConnectionClosed,
+        ErrorCode::CannotParseHeaderKind,
+        ErrorCode::HttpResponseError,
+        ErrorCode::InvalidHttpRequest,
+        ErrorCode::InvalidJsonResponse,
+        ErrorCode::InvalidBytesResponse,
+        ErrorCode::EmptyResponse,
+        ErrorCode::CannotCreateEndpoint,
+        ErrorCode::CannotParseUrl,
+        ErrorCode::WebSocketError,
+        ErrorCode::WebSocketConnectionError,
+        ErrorCode::WebSocketCloseError,
+        ErrorCode::WebSocketReceiveError,
+        ErrorCode::WebSocketSendError,
+        ErrorCode::CannotCreateStreamsDirectory,
+        ErrorCode::CannotCreateStreamDirectory,
+        ErrorCode::CannotCreateStreamInfo,
+        ErrorCode::CannotUpdateStreamInfo,
+        ErrorCode::CannotOpenStreamInfo,
+        ErrorCode::CannotReadStreamInfo,
+        ErrorCode::CannotCreateStream,
+        ErrorCode::CannotDeleteStream,
+        ErrorCode::CannotDeleteStreamDirectory,
+        ErrorCode::StreamIdNotFound,
+        ErrorCode::StreamNameNotFound,
+        ErrorCode::StreamDirectoryNotFound,
+        ErrorCode::StreamNameAlreadyExists,
+        ErrorCode::InvalidStreamName,
+        ErrorCode::InvalidStreamId,
+        ErrorCode::CannotReadStreams,
+        ErrorCode::InvalidTopicSize,
+        ErrorCode::TooManyStreams,
+        ErrorCode::CannotCreateTopicsDirectory,
+        ErrorCode::CannotCreateTopicDirectory,
+        ErrorCode::CannotCreateTopicInfo,
+        ErrorCode::CannotUpdateTopicInfo,
+        ErrorCode::CannotOpenTopicInfo,
+        ErrorCode::CannotReadTopicInfo,
+        ErrorCode::CannotCreateTopic,
+        ErrorCode::CannotDeleteTopic,
+        ErrorCode::CannotDeleteTopicDirectory,
+        ErrorCode::CannotPollTopic,
+        ErrorCode::TopicIdNotFound,
+        ErrorCode::TopicNameNotFound,
+        ErrorCode::TopicNameAlreadyExists,
+        ErrorCode::InvalidTopicName,
+        ErrorCode::TooManyPartitions,
+        ErrorCode::InvalidTopicId,
+        ErrorCode::CannotReadTopics,
+        ErrorCode::InvalidReplicationFactor,
+        ErrorCode::InvalidPartitionsCount,
+        ErrorCode::TopicDirectoryNotFound,
+        ErrorCode::TooManyTopics,
+        ErrorCode::PartitionsLimitReached,
+        ErrorCode::PartitionResizeDisabled,
+        ErrorCode::CannotCreatePartition,
+        ErrorCode::CannotCreatePartitionsDirectory,
+        ErrorCode::CannotCreatePartitionDirectory,
+        ErrorCode::CannotOpenPartitionLogFile,
+        ErrorCode::CannotReadPartitions,
+        ErrorCode::CannotDeletePartition,
+        ErrorCode::CannotDeletePartitionDirectory,
+        ErrorCode::PartitionNotFound,
+        ErrorCode::NoPartitions,
+        ErrorCode::TopicFull,
+        ErrorCode::CannotDeleteConsumerOffsetsDirectory,
+        ErrorCode::CannotDeleteConsumerOffsetFile,
+        ErrorCode::CannotCreateConsumerOffsetsDirectory,
+        ErrorCode::PartitionIdSpaceExhausted,
+        ErrorCode::PartitionHistoryChanged,
+        ErrorCode::CannotReadConsumerOffsets,
+        ErrorCode::ConsumerOffsetNotFound,
+        ErrorCode::NotResolvedConsumer,
+        ErrorCode::CannotOpenConsumerOffsetsFile,
+        ErrorCode::TooManyConsumerOffsets,
+        ErrorCode::SegmentNotFound,
+        ErrorCode::SegmentClosed,
+        ErrorCode::InvalidSegmentSize,
+        ErrorCode::CannotCreateSegmentLogFile,
+        ErrorCode::CannotCreateSegmentIndexFile,
+        ErrorCode::CannotCreateSegmentTimeIndexFile,
+        ErrorCode::CannotSaveMessagesToSegment,
+        ErrorCode::CannotSaveIndexToSegment,
+        ErrorCode::CannotSaveTimeIndexToSegment,
+        ErrorCode::InvalidMessagesCount,
+        ErrorCode::CannotAppendMessage,
+        ErrorCode::CannotReadMessage,
+        ErrorCode::CannotReadMessageId,
+        ErrorCode::CannotReadMessageState,
+        ErrorCode::CannotReadMessageTimestamp,
+        ErrorCode::CannotReadHeadersLength,
+        ErrorCode::CannotReadHeadersPayload,
+        ErrorCode::TooBigUserHeaders,
+        ErrorCode::InvalidHeaderKey,
+        ErrorCode::InvalidHeaderValue,
+        ErrorCode::CannotReadMessageLength,
+        ErrorCode::CannotReadMessagePayload,
+        ErrorCode::TooBigMessagePayload,
+        ErrorCode::TooManyMessages,
+        ErrorCode::EmptyMessagePayload,
+        ErrorCode::InvalidMessagePayloadLength,
+        ErrorCode::CannotReadMessageChecksum,
+        ErrorCode::InvalidMessageChecksum,
+        ErrorCode::InvalidKeyValueLength,
+        ErrorCode::CommandLengthError,
+        ErrorCode::InvalidSegmentsCount,
+        ErrorCode::NonZeroOffset,
+        ErrorCode::NonZeroTimestamp,
+        ErrorCode::MissingIndex,
+        ErrorCode::InvalidIndexesByteSize,
+        ErrorCode::InvalidIndexesCount,
+        ErrorCode::InvalidMessagesSize,
+        ErrorCode::TooSmallMessage,
+        ErrorCode::InvalidMessageTimestampDelta,
+        ErrorCode::InvalidBatchChecksum,
+        ErrorCode::InvalidHeaderKind,
+        ErrorCode::UnsupportedOptionKey,
+        ErrorCode::InvalidOptionValue,
+        ErrorCode::OptionsBlockTooLarge,
+        ErrorCode::CannotSendMessagesDueToClientDisconnection,
+        ErrorCode::BackgroundSendError,
+        ErrorCode::BackgroundSendTimeout,
+        ErrorCode::BackgroundSendBufferFull,
+        ErrorCode::BackgroundWorkerDisconnected,
+        ErrorCode::BackgroundSendBufferOverflow,
+        ErrorCode::ProducerSendFailed,
+        ErrorCode::ProducerClosed,
+        ErrorCode::InvalidOffset,
+        ErrorCode::InvalidReservedField,
+        ErrorCode::SegmentSizeMismatchAtOpen,
+        ErrorCode::OptionNotUpdatable,
+        ErrorCode::OptionNotResettable,
+        ErrorCode::ReadOnlyOption,
+        ErrorCode::StreamEncryptionUnavailable,
+        ErrorCode::UnsupportedCriticalOption,
+        ErrorCode::CannotModifyRootUser,
+        ErrorCode::ConsumerGroupIdNotFound,
+        ErrorCode::InvalidConsumerGroupId,
+        ErrorCode::ConsumerGroupNameNotFound,
+        ErrorCode::ConsumerGroupNameAlreadyExists,
+        ErrorCode::InvalidConsumerGroupName,
+        ErrorCode::ConsumerGroupMemberNotFound,
+        ErrorCode::CannotCreateConsumerGroupInfo,
+        ErrorCode::CannotDeleteConsumerGroupInfo,
+        ErrorCode::ConsumerGroupPartitionNotOwned,
+        ErrorCode::TooManyConsumerGroups,
+        ErrorCode::MissingBaseOffsetRetainedMessageBatch,
+        ErrorCode::MissingLastOffsetDeltaRetainedMessageBatch,
+        ErrorCode::MissingMaxTimestampRetainedMessageBatch,
+        ErrorCode::MissingLengthRetainedMessageBatch,
+        ErrorCode::MissingPayloadRetainedMessageBatch,
+        ErrorCode::CannotReadBatchBaseOffset,
+        ErrorCode::CannotReadBatchLength,
+        ErrorCode::CannotReadLastOffsetDelta,
+        ErrorCode::CannotReadMaxTimestamp,
+        ErrorCode::CannotReadBatchPayload,
+        ErrorCode::InvalidConnectionString,
+        ErrorCode::SnapshotFileCompletionFailed,
+        ErrorCode::CannotSerializeResource,
+        ErrorCode::CannotDeserializeResource,
+        ErrorCode::CannotReadFile,
+        ErrorCode::CannotReadFileMetadata,
+        ErrorCode::CannotSeekFile,
+        ErrorCode::CannotAppendToFile,
+        ErrorCode::CannotWriteToFile,
+        ErrorCode::CannotOverwriteFile,
+        ErrorCode::CannotDeleteFile,
+        ErrorCode::CannotSyncFile,
+        ErrorCode::CannotReadIndexOffset,
+        ErrorCode::CannotReadIndexPosition,
+        ErrorCode::CannotReadIndexTimestamp,
+        ErrorCode::TimestampOutOfRange,
+        ErrorCode::ShardNotFound,
+        ErrorCode::ShardCommunicationError,
+        ErrorCode::CannotBindToSocket,
+        ErrorCode::TaskTimeout,
+        ErrorCode::IoError,
+        ErrorCode::AlreadyAuthenticated,
+        ErrorCode::InvalidSession,
+        ErrorCode::IncompatibleProtocolVersion,
+        ErrorCode::SessionMismatch,
+        ErrorCode::RequestIdExhausted,
+        ErrorCode::OperationUncertain,
+        ErrorCode::LaneBlocked,
+        ErrorCode::OperationNotRetained,
+    ];
     /// The numeric wire code.
-    pub fn code(self) -> u32 { self as u32 }
+    pub fn code(self) -> u32 {
+        self as u32
+    }
     /// The code with this number.
     pub fn from_code(code: u32) -> Option<Self> {
         match code {
@@ -935,9 +1197,13 @@ impl ErrorCode {
             Self::PartitionNotFound => "PartitionNotFound",
             Self::NoPartitions => "NoPartitions",
             Self::TopicFull => "TopicFull",
-            Self::CannotDeleteConsumerOffsetsDirectory => "CannotDeleteConsumerOffsetsDirectory",
+            Self::CannotDeleteConsumerOffsetsDirectory => {
+                "CannotDeleteConsumerOffsetsDirectory"
+            }
             Self::CannotDeleteConsumerOffsetFile => "CannotDeleteConsumerOffsetFile",
-            Self::CannotCreateConsumerOffsetsDirectory => "CannotCreateConsumerOffsetsDirectory",
+            Self::CannotCreateConsumerOffsetsDirectory => {
+                "CannotCreateConsumerOffsetsDirectory"
+            }
             Self::PartitionIdSpaceExhausted => "PartitionIdSpaceExhausted",
             Self::PartitionHistoryChanged => "PartitionHistoryChanged",
             Self::CannotReadConsumerOffsets => "CannotReadConsumerOffsets",
@@ -989,7 +1255,9 @@ impl ErrorCode {
             Self::UnsupportedOptionKey => "UnsupportedOptionKey",
             Self::InvalidOptionValue => "InvalidOptionValue",
             Self::OptionsBlockTooLarge => "OptionsBlockTooLarge",
-            Self::CannotSendMessagesDueToClientDisconnection => "CannotSendMessagesDueToClientDisconnection",
+            Self::CannotSendMessagesDueToClientDisconnection => {
+                "CannotSendMessagesDueToClientDisconnection"
+            }
             Self::BackgroundSendError => "BackgroundSendError",
             Self::BackgroundSendTimeout => "BackgroundSendTimeout",
             Self::BackgroundSendBufferFull => "BackgroundSendBufferFull",
@@ -1016,11 +1284,21 @@ impl ErrorCode {
             Self::CannotDeleteConsumerGroupInfo => "CannotDeleteConsumerGroupInfo",
             Self::ConsumerGroupPartitionNotOwned => "ConsumerGroupPartitionNotOwned",
             Self::TooManyConsumerGroups => "TooManyConsumerGroups",
-            Self::MissingBaseOffsetRetainedMessageBatch => "MissingBaseOffsetRetainedMessageBatch",
-            Self::MissingLastOffsetDeltaRetainedMessageBatch => "MissingLastOffsetDeltaRetainedMessageBatch",
-            Self::MissingMaxTimestampRetainedMessageBatch => "MissingMaxTimestampRetainedMessageBatch",
-            Self::MissingLengthRetainedMessageBatch => "MissingLengthRetainedMessageBatch",
-            Self::MissingPayloadRetainedMessageBatch => "MissingPayloadRetainedMessageBatch",
+            Self::MissingBaseOffsetRetainedMessageBatch => {
+                "MissingBaseOffsetRetainedMessageBatch"
+            }
+            Self::MissingLastOffsetDeltaRetainedMessageBatch => {
+                "MissingLastOffsetDeltaRetainedMessageBatch"
+            }
+            Self::MissingMaxTimestampRetainedMessageBatch => {
+                "MissingMaxTimestampRetainedMessageBatch"
+            }
+            Self::MissingLengthRetainedMessageBatch => {
+                "MissingLengthRetainedMessageBatch"
+            }
+            Self::MissingPayloadRetainedMessageBatch => {
+                "MissingPayloadRetainedMessageBatch"
+            }
             Self::CannotReadBatchBaseOffset => "CannotReadBatchBaseOffset",
             Self::CannotReadBatchLength => "CannotReadBatchLength",
             Self::CannotReadLastOffsetDelta => "CannotReadLastOffsetDelta",
@@ -1070,12 +1348,20 @@ impl ErrorCode {
             Self::Disconnected => "Disconnected",
             Self::CannotEstablishConnection => "Cannot establish connection",
             Self::CannotCreateBaseDirectory => "Cannot create base directory, Path: {0}",
-            Self::CannotCreateRuntimeDirectory => "Cannot create runtime directory, Path: {0}",
-            Self::CannotRemoveRuntimeDirectory => "Cannot remove runtime directory, Path: {0}",
-            Self::CannotCreateStateDirectory => "Cannot create state directory, Path: {0}",
+            Self::CannotCreateRuntimeDirectory => {
+                "Cannot create runtime directory, Path: {0}"
+            }
+            Self::CannotRemoveRuntimeDirectory => {
+                "Cannot remove runtime directory, Path: {0}"
+            }
+            Self::CannotCreateStateDirectory => {
+                "Cannot create state directory, Path: {0}"
+            }
             Self::StateFileNotFound => "State file not found",
             Self::StateFileCorrupted => "State file corrupted",
-            Self::InvalidStateEntryChecksum => "Invalid state entry checksum: {0}, expected: {1}, for index: {2}",
+            Self::InvalidStateEntryChecksum => {
+                "Invalid state entry checksum: {0}, expected: {1}, for index: {2}"
+            }
             Self::CannotOpenDatabase => "Cannot open database, Path: {0}",
             Self::ResourceNotFound => "Resource with key: {0} was not found.",
             Self::CannotCloseWebSocketConnection => "Cannot close WebSocket connection",
@@ -1096,17 +1382,31 @@ impl ErrorCode {
             Self::UserAlreadyExists => "User already exists",
             Self::UserInactive => "User inactive",
             Self::CannotDeleteUser => "Cannot delete user with ID: {0}",
-            Self::CannotChangePermissions => "Cannot change permissions for user with ID: {0}",
+            Self::CannotChangePermissions => {
+                "Cannot change permissions for user with ID: {0}"
+            }
             Self::InvalidPersonalAccessTokenName => "Invalid personal access token name",
-            Self::PersonalAccessTokenAlreadyExists => "Personal access token: {0} for user with ID: {1} already exists",
-            Self::PersonalAccessTokensLimitReached => "User with ID: {0} has reached the maximum number of personal access tokens: {1}",
+            Self::PersonalAccessTokenAlreadyExists => {
+                "Personal access token: {0} for user with ID: {1} already exists"
+            }
+            Self::PersonalAccessTokensLimitReached => {
+                "User with ID: {0} has reached the maximum number of personal access tokens: {1}"
+            }
             Self::InvalidPersonalAccessToken => "Invalid personal access token",
-            Self::PersonalAccessTokenExpired => "Personal access token: {0} for user with ID: {1} has expired.",
+            Self::PersonalAccessTokenExpired => {
+                "Personal access token: {0} for user with ID: {1} has expired."
+            }
             Self::UsersLimitReached => "Users limit reached.",
-            Self::InvalidPersonalAccessTokenExpiry => "Invalid personal access token expiry",
+            Self::InvalidPersonalAccessTokenExpiry => {
+                "Invalid personal access token expiry"
+            }
             Self::TransientNotCommitted => "Request outcome unknown; it may have applied",
-            Self::TransientNotAccepted => "Request transiently not accepted; retry, on any replica",
-            Self::RequestAlreadyApplied => "Request already applied; its reply is no longer available",
+            Self::TransientNotAccepted => {
+                "Request transiently not accepted; retry, on any replica"
+            }
+            Self::RequestAlreadyApplied => {
+                "Request already applied; its reply is no longer available"
+            }
             Self::NotConnected => "Not connected",
             Self::ClientShutdown => "Client shutdown",
             Self::InvalidTlsDomain => "Invalid TLS domain",
@@ -1128,10 +1428,18 @@ impl ErrorCode {
             Self::InvalidNumberEncoding => "Invalid number encoding",
             Self::InvalidBooleanValue => "Invalid boolean value",
             Self::InvalidNumberValue => "Invalid number value",
-            Self::RequestTooOld => "Request is below the deduplication window; outcome unknown, resending may duplicate the write",
-            Self::HistoryUnavailable => "The partition history is no longer available; this request cannot execute again",
-            Self::LifecycleBusy => "A committed lifecycle operation prevents this mutation. Retry as a new request.",
-            Self::NotPrimary => "Request not accepted by a backup replica; retry on the primary of its group",
+            Self::RequestTooOld => {
+                "Request is below the deduplication window; outcome unknown, resending may duplicate the write"
+            }
+            Self::HistoryUnavailable => {
+                "The partition history is no longer available; this request cannot execute again"
+            }
+            Self::LifecycleBusy => {
+                "A committed lifecycle operation prevents this mutation. Retry as a new request."
+            }
+            Self::NotPrimary => {
+                "Request not accepted by a backup replica; retry on the primary of its group"
+            }
             Self::ClientNotFound => "Client with ID: {0} was not found.",
             Self::InvalidClientId => "Invalid client ID",
             Self::ConnectionClosed => "Connection closed",
@@ -1148,15 +1456,29 @@ impl ErrorCode {
             Self::WebSocketCloseError => "WebSocket close error",
             Self::WebSocketReceiveError => "WebSocket receive error",
             Self::WebSocketSendError => "WebSocket send error",
-            Self::CannotCreateStreamsDirectory => "Cannot create streams directory, Path: {0}",
-            Self::CannotCreateStreamDirectory => "Cannot create stream with ID: {0} directory, Path: {1}",
-            Self::CannotCreateStreamInfo => "Failed to create stream info file for stream with ID: {0}",
-            Self::CannotUpdateStreamInfo => "Failed to update stream info for stream with ID: {0}",
-            Self::CannotOpenStreamInfo => "Failed to open stream info file for stream with ID: {0}",
-            Self::CannotReadStreamInfo => "Failed to read stream info file for stream with ID: {0}",
+            Self::CannotCreateStreamsDirectory => {
+                "Cannot create streams directory, Path: {0}"
+            }
+            Self::CannotCreateStreamDirectory => {
+                "Cannot create stream with ID: {0} directory, Path: {1}"
+            }
+            Self::CannotCreateStreamInfo => {
+                "Failed to create stream info file for stream with ID: {0}"
+            }
+            Self::CannotUpdateStreamInfo => {
+                "Failed to update stream info for stream with ID: {0}"
+            }
+            Self::CannotOpenStreamInfo => {
+                "Failed to open stream info file for stream with ID: {0}"
+            }
+            Self::CannotReadStreamInfo => {
+                "Failed to read stream info file for stream with ID: {0}"
+            }
             Self::CannotCreateStream => "Failed to create stream with ID: {0}",
             Self::CannotDeleteStream => "Failed to delete stream with ID: {0}",
-            Self::CannotDeleteStreamDirectory => "Failed to delete stream directory with ID: {0}",
+            Self::CannotDeleteStreamDirectory => {
+                "Failed to delete stream directory with ID: {0}"
+            }
             Self::StreamIdNotFound => "Stream with ID: {0} was not found.",
             Self::StreamNameNotFound => "Stream with name: {0} was not found.",
             Self::StreamDirectoryNotFound => "Stream with directory {0} was not found.",
@@ -1164,21 +1486,47 @@ impl ErrorCode {
             Self::InvalidStreamName => "Invalid stream name",
             Self::InvalidStreamId => "Invalid stream ID",
             Self::CannotReadStreams => "Cannot read streams",
-            Self::InvalidTopicSize => "Max topic size cannot be lower than segment size. Max topic size: {0} < segment size: {1}.",
+            Self::InvalidTopicSize => {
+                "Max topic size cannot be lower than segment size. Max topic size: {0} < segment size: {1}."
+            }
             Self::TooManyStreams => "Too many streams",
-            Self::CannotCreateTopicsDirectory => "Cannot create topics directory for stream with ID: {0}, Path: {1}",
-            Self::CannotCreateTopicDirectory => "Failed to create directory for topic with ID: {0} for stream with ID: {1}, Path: {2}",
-            Self::CannotCreateTopicInfo => "Failed to create topic info file for topic with ID: {0} for stream with ID: {1}.",
-            Self::CannotUpdateTopicInfo => "Failed to update topic info for topic with ID: {0} for stream with ID: {1}.",
-            Self::CannotOpenTopicInfo => "Failed to open topic info file for topic with ID: {0} for stream with ID: {1}.",
-            Self::CannotReadTopicInfo => "Failed to read topic info file for topic with ID: {0} for stream with ID: {1}.",
-            Self::CannotCreateTopic => "Failed to create topic with ID: {0} for stream with ID: {1}.",
-            Self::CannotDeleteTopic => "Failed to delete topic with ID: {0} for stream with ID: {1}.",
-            Self::CannotDeleteTopicDirectory => "Failed to delete topic directory with ID: {0} for stream with ID: {1}, Path: {2}",
+            Self::CannotCreateTopicsDirectory => {
+                "Cannot create topics directory for stream with ID: {0}, Path: {1}"
+            }
+            Self::CannotCreateTopicDirectory => {
+                "Failed to create directory for topic with ID: {0} for stream with ID: {1}, Path: {2}"
+            }
+            Self::CannotCreateTopicInfo => {
+                "Failed to create topic info file for topic with ID: {0} for stream with ID: {1}."
+            }
+            Self::CannotUpdateTopicInfo => {
+                "Failed to update topic info for topic with ID: {0} for stream with ID: {1}."
+            }
+            Self::CannotOpenTopicInfo => {
+                "Failed to open topic info file for topic with ID: {0} for stream with ID: {1}."
+            }
+            Self::CannotReadTopicInfo => {
+                "Failed to read topic info file for topic with ID: {0} for stream with ID: {1}."
+            }
+            Self::CannotCreateTopic => {
+                "Failed to create topic with ID: {0} for stream with ID: {1}."
+            }
+            Self::CannotDeleteTopic => {
+                "Failed to delete topic with ID: {0} for stream with ID: {1}."
+            }
+            Self::CannotDeleteTopicDirectory => {
+                "Failed to delete topic directory with ID: {0} for stream with ID: {1}, Path: {2}"
+            }
             Self::CannotPollTopic => "Cannot poll topic",
-            Self::TopicIdNotFound => "Topic with ID: {0} for stream with ID: {1} was not found.",
-            Self::TopicNameNotFound => "Topic with name: {0} for stream with ID: {1} was not found.",
-            Self::TopicNameAlreadyExists => "Topic with name: {0} for stream with ID: {1} already exists.",
+            Self::TopicIdNotFound => {
+                "Topic with ID: {0} for stream with ID: {1} was not found."
+            }
+            Self::TopicNameNotFound => {
+                "Topic with name: {0} for stream with ID: {1} was not found."
+            }
+            Self::TopicNameAlreadyExists => {
+                "Topic with name: {0} for stream with ID: {1} already exists."
+            }
             Self::InvalidTopicName => "Invalid topic name",
             Self::TooManyPartitions => "Too many partitions",
             Self::InvalidTopicId => "Invalid topic ID",
@@ -1187,34 +1535,80 @@ impl ErrorCode {
             Self::InvalidPartitionsCount => "Invalid partitions count",
             Self::TopicDirectoryNotFound => "Topic directory: {0} not found",
             Self::TooManyTopics => "Too many topics",
-            Self::PartitionsLimitReached => "Partitions limit reached, raise [metadata] partitions_max",
-            Self::PartitionResizeDisabled => "Partition resizing is disabled for this fixed topic",
-            Self::CannotCreatePartition => "Cannot create partition with ID: {0} for stream with ID: {1} and topic with ID: {2}",
-            Self::CannotCreatePartitionsDirectory => "Failed to create directory for partitions for stream with ID: {0} and topic with ID: {1}",
-            Self::CannotCreatePartitionDirectory => "Failed to create directory for partition with ID: {0} for stream with ID: {1} and topic with ID: {2}",
+            Self::PartitionsLimitReached => {
+                "Partitions limit reached, raise [metadata] partitions_max"
+            }
+            Self::PartitionResizeDisabled => {
+                "Partition resizing is disabled for this fixed topic"
+            }
+            Self::CannotCreatePartition => {
+                "Cannot create partition with ID: {0} for stream with ID: {1} and topic with ID: {2}"
+            }
+            Self::CannotCreatePartitionsDirectory => {
+                "Failed to create directory for partitions for stream with ID: {0} and topic with ID: {1}"
+            }
+            Self::CannotCreatePartitionDirectory => {
+                "Failed to create directory for partition with ID: {0} for stream with ID: {1} and topic with ID: {2}"
+            }
             Self::CannotOpenPartitionLogFile => "Cannot open partition log file",
             Self::CannotReadPartitions => "Cannot read partitions directories.",
-            Self::CannotDeletePartition => "Failed to delete partition with ID: {0} for stream with ID: {1} and topic with ID: {2}",
-            Self::CannotDeletePartitionDirectory => "Failed to delete partition directory with ID: {0} for stream with ID: {1} and topic with ID: {2}",
-            Self::PartitionNotFound => "Partition with ID: {0} for topic with ID: {1} for stream with ID: {2} was not found.",
-            Self::NoPartitions => "Topic with ID: {0} for stream with ID: {1} has no partitions.",
-            Self::TopicFull => "Cannot read partitions for topic with ID: {0} for stream with ID: {1}",
-            Self::CannotDeleteConsumerOffsetsDirectory => "Failed to delete consumer offsets directory for path: {0}",
-            Self::CannotDeleteConsumerOffsetFile => "Failed to delete consumer offset file for path: {0}",
-            Self::CannotCreateConsumerOffsetsDirectory => "Failed to create consumer offsets directory for path: {0}",
-            Self::PartitionIdSpaceExhausted => "Partition id space exhausted for this topic",
-            Self::PartitionHistoryChanged => "Partition history changed after the request was resolved",
-            Self::CannotReadConsumerOffsets => "Failed to read consumers offsets from path: {0}",
-            Self::ConsumerOffsetNotFound => "Consumer offset for consumer with ID: {0} was not found.",
+            Self::CannotDeletePartition => {
+                "Failed to delete partition with ID: {0} for stream with ID: {1} and topic with ID: {2}"
+            }
+            Self::CannotDeletePartitionDirectory => {
+                "Failed to delete partition directory with ID: {0} for stream with ID: {1} and topic with ID: {2}"
+            }
+            Self::PartitionNotFound => {
+                "Partition with ID: {0} for topic with ID: {1} for stream with ID: {2} was not found."
+            }
+            Self::NoPartitions => {
+                "Topic with ID: {0} for stream with ID: {1} has no partitions."
+            }
+            Self::TopicFull => {
+                "Cannot read partitions for topic with ID: {0} for stream with ID: {1}"
+            }
+            Self::CannotDeleteConsumerOffsetsDirectory => {
+                "Failed to delete consumer offsets directory for path: {0}"
+            }
+            Self::CannotDeleteConsumerOffsetFile => {
+                "Failed to delete consumer offset file for path: {0}"
+            }
+            Self::CannotCreateConsumerOffsetsDirectory => {
+                "Failed to create consumer offsets directory for path: {0}"
+            }
+            Self::PartitionIdSpaceExhausted => {
+                "Partition id space exhausted for this topic"
+            }
+            Self::PartitionHistoryChanged => {
+                "Partition history changed after the request was resolved"
+            }
+            Self::CannotReadConsumerOffsets => {
+                "Failed to read consumers offsets from path: {0}"
+            }
+            Self::ConsumerOffsetNotFound => {
+                "Consumer offset for consumer with ID: {0} was not found."
+            }
             Self::NotResolvedConsumer => "Failed to resolve consumer with ID: {0}",
-            Self::CannotOpenConsumerOffsetsFile => "Cannot open consumer offsets file for path: {0}",
-            Self::TooManyConsumerOffsets => "Consumer offset limit reached for partition, raise [partition] consumer_offsets_max",
+            Self::CannotOpenConsumerOffsetsFile => {
+                "Cannot open consumer offsets file for path: {0}"
+            }
+            Self::TooManyConsumerOffsets => {
+                "Consumer offset limit reached for partition, raise [partition] consumer_offsets_max"
+            }
             Self::SegmentNotFound => "Segment not found",
-            Self::SegmentClosed => "Segment with start offset: {0} and partition with ID: {1} is closed",
+            Self::SegmentClosed => {
+                "Segment with start offset: {0} and partition with ID: {1} is closed"
+            }
             Self::InvalidSegmentSize => "Segment size is invalid",
-            Self::CannotCreateSegmentLogFile => "Failed to create segment log file for Path: {0}.",
-            Self::CannotCreateSegmentIndexFile => "Failed to create segment index file for Path: {0}.",
-            Self::CannotCreateSegmentTimeIndexFile => "Failed to create segment time index file for Path: {0}.",
+            Self::CannotCreateSegmentLogFile => {
+                "Failed to create segment log file for Path: {0}."
+            }
+            Self::CannotCreateSegmentIndexFile => {
+                "Failed to create segment index file for Path: {0}."
+            }
+            Self::CannotCreateSegmentTimeIndexFile => {
+                "Failed to create segment time index file for Path: {0}."
+            }
             Self::CannotSaveMessagesToSegment => "Cannot save messages to segment.",
             Self::CannotSaveIndexToSegment => "Cannot save index to segment.",
             Self::CannotSaveTimeIndexToSegment => "Cannot save time index to segment.",
@@ -1236,24 +1630,36 @@ impl ErrorCode {
             Self::EmptyMessagePayload => "Empty message payload",
             Self::InvalidMessagePayloadLength => "Invalid message payload length",
             Self::CannotReadMessageChecksum => "Cannot read message checksum",
-            Self::InvalidMessageChecksum => "Invalid message checksum: {0}, expected: {1}, for offset: {2}",
+            Self::InvalidMessageChecksum => {
+                "Invalid message checksum: {0}, expected: {1}, for offset: {2}"
+            }
             Self::InvalidKeyValueLength => "Invalid key value length",
             Self::CommandLengthError => "Command length error: {0}",
             Self::InvalidSegmentsCount => "Incorrect Segments Count size: {0}",
             Self::NonZeroOffset => "Non-zero offset: {0} at index: {1}",
             Self::NonZeroTimestamp => "Non-zero timestamp: {0} at index: {1}",
             Self::MissingIndex => "Missing index: {0}",
-            Self::InvalidIndexesByteSize => "Invalid indexes byte size: {0}B, should be divisible by 16",
+            Self::InvalidIndexesByteSize => {
+                "Invalid indexes byte size: {0}B, should be divisible by 16"
+            }
             Self::InvalidIndexesCount => "Invalid indexes count: {0}, expected: {1}",
-            Self::InvalidMessagesSize => "Invalid messages byte size: {0}B, expected: {1}B",
+            Self::InvalidMessagesSize => {
+                "Invalid messages byte size: {0}B, expected: {1}B"
+            }
             Self::TooSmallMessage => "Too small message: {0}B, expected: {1}B",
-            Self::InvalidMessageTimestampDelta => "Invalid message timestamp delta: {0} microseconds exceeds the per-batch limit",
-            Self::InvalidBatchChecksum => "Invalid batch checksum: {0}, expected: {1}, for base offset: {2}",
+            Self::InvalidMessageTimestampDelta => {
+                "Invalid message timestamp delta: {0} microseconds exceeds the per-batch limit"
+            }
+            Self::InvalidBatchChecksum => {
+                "Invalid batch checksum: {0}, expected: {1}, for base offset: {2}"
+            }
             Self::InvalidHeaderKind => "Invalid header kind code: {0}",
             Self::UnsupportedOptionKey => "Unsupported option key: {0}",
             Self::InvalidOptionValue => "Invalid option value for key: {0}",
             Self::OptionsBlockTooLarge => "Options block exceeds its limits: {0}",
-            Self::CannotSendMessagesDueToClientDisconnection => "Cannot sed messages due to client disconnection",
+            Self::CannotSendMessagesDueToClientDisconnection => {
+                "Cannot sed messages due to client disconnection"
+            }
             Self::BackgroundSendError => "Background send error",
             Self::BackgroundSendTimeout => "Background send timeout",
             Self::BackgroundSendBufferFull => "Background send buffer is full",
@@ -1262,26 +1668,50 @@ impl ErrorCode {
             Self::ProducerSendFailed => "Producer send failed",
             Self::ProducerClosed => "Producer closed",
             Self::InvalidOffset => "Invalid offset: {0}",
-            Self::InvalidReservedField => "Invalid reserved field value: {0}, expected: 0",
-            Self::SegmentSizeMismatchAtOpen => "Segment file size on disk: {0} does not match expected size: {1}",
+            Self::InvalidReservedField => {
+                "Invalid reserved field value: {0}, expected: 0"
+            }
+            Self::SegmentSizeMismatchAtOpen => {
+                "Segment file size on disk: {0} does not match expected size: {1}"
+            }
             Self::OptionNotUpdatable => "Option cannot be updated after creation: {0}",
             Self::OptionNotResettable => "Option cannot be reset: {0}",
             Self::ReadOnlyOption => "Option is read-only: {0}",
-            Self::StreamEncryptionUnavailable => "Stream encryption key requires a server encryption key",
+            Self::StreamEncryptionUnavailable => {
+                "Stream encryption key requires a server encryption key"
+            }
             Self::UnsupportedCriticalOption => "Unsupported critical option: {0}",
             Self::CannotModifyRootUser => "Cannot modify root user",
-            Self::ConsumerGroupIdNotFound => "Consumer group with ID: {0} for topic with ID: {1} was not found.",
+            Self::ConsumerGroupIdNotFound => {
+                "Consumer group with ID: {0} for topic with ID: {1} was not found."
+            }
             Self::InvalidConsumerGroupId => "Invalid consumer group ID",
-            Self::ConsumerGroupNameNotFound => "Consumer group with name: {0} for topic with ID: {1} was not found.",
-            Self::ConsumerGroupNameAlreadyExists => "Consumer group with name: {0} for topic with ID: {1} already exists.",
+            Self::ConsumerGroupNameNotFound => {
+                "Consumer group with name: {0} for topic with ID: {1} was not found."
+            }
+            Self::ConsumerGroupNameAlreadyExists => {
+                "Consumer group with name: {0} for topic with ID: {1} already exists."
+            }
             Self::InvalidConsumerGroupName => "Invalid consumer group name",
-            Self::ConsumerGroupMemberNotFound => "Consumer group member with client ID: {0} for group with ID: {1} for topic with ID: {2} was not found.",
-            Self::CannotCreateConsumerGroupInfo => "Failed to create consumer group info file for ID: {0} for topic with ID: {1} for stream with ID: {2}.",
-            Self::CannotDeleteConsumerGroupInfo => "Failed to delete consumer group info file for ID: {0} for topic with ID: {1} for stream with ID: {2}.",
-            Self::ConsumerGroupPartitionNotOwned => "Consumer group member with VSR client ID: {0} does not own partition: {1} at the current generation (rebalance in progress).",
-            Self::TooManyConsumerGroups => "Too many consumer groups in this topic (limit {max})",
+            Self::ConsumerGroupMemberNotFound => {
+                "Consumer group member with client ID: {0} for group with ID: {1} for topic with ID: {2} was not found."
+            }
+            Self::CannotCreateConsumerGroupInfo => {
+                "Failed to create consumer group info file for ID: {0} for topic with ID: {1} for stream with ID: {2}."
+            }
+            Self::CannotDeleteConsumerGroupInfo => {
+                "Failed to delete consumer group info file for ID: {0} for topic with ID: {1} for stream with ID: {2}."
+            }
+            Self::ConsumerGroupPartitionNotOwned => {
+                "Consumer group member with VSR client ID: {0} does not own partition: {1} at the current generation (rebalance in progress)."
+            }
+            Self::TooManyConsumerGroups => {
+                "Too many consumer groups in this topic (limit {max})"
+            }
             Self::MissingBaseOffsetRetainedMessageBatch => "Base offset is missing",
-            Self::MissingLastOffsetDeltaRetainedMessageBatch => "Last offset delta is missing",
+            Self::MissingLastOffsetDeltaRetainedMessageBatch => {
+                "Last offset delta is missing"
+            }
             Self::MissingMaxTimestampRetainedMessageBatch => "Max timestamp is missing",
             Self::MissingLengthRetainedMessageBatch => "Length is missing",
             Self::MissingPayloadRetainedMessageBatch => "Payload is missing",
@@ -1306,15 +1736,23 @@ impl ErrorCode {
             Self::CannotReadIndexPosition => "Cannot read index position",
             Self::CannotReadIndexTimestamp => "Cannot read index timestamp",
             Self::TimestampOutOfRange => "Timestamp out of range: {0}",
-            Self::ShardNotFound => "Shard not found for stream ID: {0}, topic ID: {1}, partition ID: {2}",
+            Self::ShardNotFound => {
+                "Shard not found for stream ID: {0}, topic ID: {1}, partition ID: {2}"
+            }
             Self::ShardCommunicationError => "Shard communication error",
             Self::CannotBindToSocket => "Cannot bind to socket with addr: {0}",
             Self::TaskTimeout => "Task execution timeout",
             Self::IoError => "IO error: {0}",
-            Self::AlreadyAuthenticated => "VSR session already bound; reset before re-binding",
+            Self::AlreadyAuthenticated => {
+                "VSR session already bound; reset before re-binding"
+            }
             Self::InvalidSession => "VSR session value {0} is invalid (must be non-zero)",
-            Self::IncompatibleProtocolVersion => "Incompatible binary protocol version: client {}, server accepts [{}, {}]",
-            Self::SessionMismatch => "VSR session mismatch: requested {0}, server bound {1}",
+            Self::IncompatibleProtocolVersion => {
+                "Incompatible binary protocol version: client {}, server accepts [{}, {}]"
+            }
+            Self::SessionMismatch => {
+                "VSR session mismatch: requested {0}, server bound {1}"
+            }
             Self::RequestIdExhausted => "VSR request IDs exhausted; create a new client",
             Self::OperationUncertain => "Operation {0} has an unknown outcome",
             Self::LaneBlocked => "Lane blocked by operation {0} with an unknown outcome",
@@ -1323,5 +1761,7 @@ impl ErrorCode {
     }
 }
 impl std::fmt::Display for ErrorCode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { write!(f, "{} ({})", self.message(), self.code()) }
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.message(), self.code())
+    }
 }

@@ -2,7 +2,6 @@
 #![allow(clippy::all)]
 #[allow(unused_imports)]
 use iggy_wire::{WireDecode, WireEncode, WireError};
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]
 pub enum Command {
@@ -45,7 +44,43 @@ pub enum Command {
 }
 impl Command {
     /// Every variant, in spec order.
-    pub const ALL: &'static [Command] = &[Command::Reserved, Command::Ping, Command::Pong, Command::PingClient, Command::PongClient, Command::Request, Command::Prepare, Command::PrepareOk, Command::Reply, Command::Commit, Command::StartViewChange, Command::DoViewChange, Command::StartView, Command::Eviction, Command::ReplicaHello, Command::ReplicaChallenge, Command::ReplicaFinish, Command::RequestStartView, Command::RequestPrepares, Command::RepairPrepare, Command::RepairDone, Command::RangeEvicted, Command::RequestStateTransfer, Command::StateTransferTarget, Command::RequestStateChunk, Command::StateChunk, Command::ForwardRegister, Command::ForwardRegisterResult, Command::ForwardLogout, Command::ForwardLogoutResult, Command::ConsumerSessionHeartbeat, Command::SessionRetirementProgress, Command::ForwardCompletion, Command::PrimaryRebalance, Command::SegmentDelete];
+    pub const ALL: &'static [Command] = &[
+        Command::Reserved,
+        Command::Ping,
+        Command::Pong,
+        Command::PingClient,
+        Command::PongClient,
+        Command::Request,
+        Command::Prepare,
+        Command::PrepareOk,
+        Command::Reply,
+        Command::Commit,
+        Command::StartViewChange,
+        Command::DoViewChange,
+        Command::StartView,
+        Command::Eviction,
+        Command::ReplicaHello,
+        Command::ReplicaChallenge,
+        Command::ReplicaFinish,
+        Command::RequestStartView,
+        Command::RequestPrepares,
+        Command::RepairPrepare,
+        Command::RepairDone,
+        Command::RangeEvicted,
+        Command::RequestStateTransfer,
+        Command::StateTransferTarget,
+        Command::RequestStateChunk,
+        Command::StateChunk,
+        Command::ForwardRegister,
+        Command::ForwardRegisterResult,
+        Command::ForwardLogout,
+        Command::ForwardLogoutResult,
+        Command::ConsumerSessionHeartbeat,
+        Command::SessionRetirementProgress,
+        Command::ForwardCompletion,
+        Command::PrimaryRebalance,
+        Command::SegmentDelete,
+    ];
     /// The variant with this discriminant.
     pub fn from_repr(v: u8) -> Option<Self> {
         match v {
@@ -88,62 +123,72 @@ impl Command {
         }
     }
     /// The discriminant.
-    pub fn to_repr(self) -> u8 { self as u8 }
+    pub fn to_repr(self) -> u8 {
+        self as u8
+    }
 }
 impl WireEncode for Command {
-    fn encoded_size(&self) -> usize { std::mem::size_of::<u8>() }
-    fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&(*self as u8).to_le_bytes()); }
+    fn encoded_size(&self) -> usize {
+        std::mem::size_of::<u8>()
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&(*self as u8).to_le_bytes());
+    }
 }
 impl<'a> WireDecode<'a> for Command {
     fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
         let v = <u8>::decode_from(input)?;
-        Self::from_repr(v).ok_or(WireError::InvalidValue { field: "Command" })
+        Self::from_repr(v)
+            .ok_or(WireError::InvalidValue {
+                field: "Command",
+            })
     }
 }
 impl iggy_wire::WireJson for Command {
     fn write_json(&self, out: &mut String) {
         out.push('"');
-        out.push_str(match self {
-            Self::Reserved => "Reserved",
-            Self::Ping => "Ping",
-            Self::Pong => "Pong",
-            Self::PingClient => "PingClient",
-            Self::PongClient => "PongClient",
-            Self::Request => "Request",
-            Self::Prepare => "Prepare",
-            Self::PrepareOk => "PrepareOk",
-            Self::Reply => "Reply",
-            Self::Commit => "Commit",
-            Self::StartViewChange => "StartViewChange",
-            Self::DoViewChange => "DoViewChange",
-            Self::StartView => "StartView",
-            Self::Eviction => "Eviction",
-            Self::ReplicaHello => "ReplicaHello",
-            Self::ReplicaChallenge => "ReplicaChallenge",
-            Self::ReplicaFinish => "ReplicaFinish",
-            Self::RequestStartView => "RequestStartView",
-            Self::RequestPrepares => "RequestPrepares",
-            Self::RepairPrepare => "RepairPrepare",
-            Self::RepairDone => "RepairDone",
-            Self::RangeEvicted => "RangeEvicted",
-            Self::RequestStateTransfer => "RequestStateTransfer",
-            Self::StateTransferTarget => "StateTransferTarget",
-            Self::RequestStateChunk => "RequestStateChunk",
-            Self::StateChunk => "StateChunk",
-            Self::ForwardRegister => "ForwardRegister",
-            Self::ForwardRegisterResult => "ForwardRegisterResult",
-            Self::ForwardLogout => "ForwardLogout",
-            Self::ForwardLogoutResult => "ForwardLogoutResult",
-            Self::ConsumerSessionHeartbeat => "ConsumerSessionHeartbeat",
-            Self::SessionRetirementProgress => "SessionRetirementProgress",
-            Self::ForwardCompletion => "ForwardCompletion",
-            Self::PrimaryRebalance => "PrimaryRebalance",
-            Self::SegmentDelete => "SegmentDelete",
-        });
+        out.push_str(
+            match self {
+                Self::Reserved => "Reserved",
+                Self::Ping => "Ping",
+                Self::Pong => "Pong",
+                Self::PingClient => "PingClient",
+                Self::PongClient => "PongClient",
+                Self::Request => "Request",
+                Self::Prepare => "Prepare",
+                Self::PrepareOk => "PrepareOk",
+                Self::Reply => "Reply",
+                Self::Commit => "Commit",
+                Self::StartViewChange => "StartViewChange",
+                Self::DoViewChange => "DoViewChange",
+                Self::StartView => "StartView",
+                Self::Eviction => "Eviction",
+                Self::ReplicaHello => "ReplicaHello",
+                Self::ReplicaChallenge => "ReplicaChallenge",
+                Self::ReplicaFinish => "ReplicaFinish",
+                Self::RequestStartView => "RequestStartView",
+                Self::RequestPrepares => "RequestPrepares",
+                Self::RepairPrepare => "RepairPrepare",
+                Self::RepairDone => "RepairDone",
+                Self::RangeEvicted => "RangeEvicted",
+                Self::RequestStateTransfer => "RequestStateTransfer",
+                Self::StateTransferTarget => "StateTransferTarget",
+                Self::RequestStateChunk => "RequestStateChunk",
+                Self::StateChunk => "StateChunk",
+                Self::ForwardRegister => "ForwardRegister",
+                Self::ForwardRegisterResult => "ForwardRegisterResult",
+                Self::ForwardLogout => "ForwardLogout",
+                Self::ForwardLogoutResult => "ForwardLogoutResult",
+                Self::ConsumerSessionHeartbeat => "ConsumerSessionHeartbeat",
+                Self::SessionRetirementProgress => "SessionRetirementProgress",
+                Self::ForwardCompletion => "ForwardCompletion",
+                Self::PrimaryRebalance => "PrimaryRebalance",
+                Self::SegmentDelete => "SegmentDelete",
+            },
+        );
         out.push('"');
     }
 }
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]
 pub enum Operation {
@@ -194,7 +239,51 @@ pub enum Operation {
 }
 impl Operation {
     /// Every variant, in spec order.
-    pub const ALL: &'static [Operation] = &[Operation::Reserved, Operation::Register, Operation::NonReplicated, Operation::Logout, Operation::CreateTopicWithAssignments, Operation::CreatePartitionsWithAssignments, Operation::RemoveConsumerGroupMember, Operation::CompleteConsumerGroupRevocation, Operation::TruncatePartition, Operation::FinalizeSession, Operation::CompleteLifecycle, Operation::UpdateStreamResolved, Operation::UpdateTopicResolved, Operation::UpdateUserResolved, Operation::RewrapStreamKeys, Operation::CreateStream, Operation::UpdateStream, Operation::DeleteStream, Operation::CreateTopic, Operation::UpdateTopic, Operation::DeleteTopic, Operation::CreatePartitions, Operation::DeletePartitions, Operation::DeleteSegments, Operation::CreateConsumerGroup, Operation::DeleteConsumerGroup, Operation::CreateUser, Operation::UpdateUser, Operation::DeleteUser, Operation::ChangePassword, Operation::UpdatePermissions, Operation::CreatePersonalAccessToken, Operation::DeletePersonalAccessToken, Operation::JoinConsumerGroup, Operation::LeaveConsumerGroup, Operation::UpdateResource, Operation::SendMessages, Operation::StoreConsumerOffset, Operation::DeleteConsumerOffset, Operation::RetireSession, Operation::InstallConsumerGroupOwner, Operation::TransitionPartitionHistory, Operation::RetireConsumerGroupOwners];
+    pub const ALL: &'static [Operation] = &[
+        Operation::Reserved,
+        Operation::Register,
+        Operation::NonReplicated,
+        Operation::Logout,
+        Operation::CreateTopicWithAssignments,
+        Operation::CreatePartitionsWithAssignments,
+        Operation::RemoveConsumerGroupMember,
+        Operation::CompleteConsumerGroupRevocation,
+        Operation::TruncatePartition,
+        Operation::FinalizeSession,
+        Operation::CompleteLifecycle,
+        Operation::UpdateStreamResolved,
+        Operation::UpdateTopicResolved,
+        Operation::UpdateUserResolved,
+        Operation::RewrapStreamKeys,
+        Operation::CreateStream,
+        Operation::UpdateStream,
+        Operation::DeleteStream,
+        Operation::CreateTopic,
+        Operation::UpdateTopic,
+        Operation::DeleteTopic,
+        Operation::CreatePartitions,
+        Operation::DeletePartitions,
+        Operation::DeleteSegments,
+        Operation::CreateConsumerGroup,
+        Operation::DeleteConsumerGroup,
+        Operation::CreateUser,
+        Operation::UpdateUser,
+        Operation::DeleteUser,
+        Operation::ChangePassword,
+        Operation::UpdatePermissions,
+        Operation::CreatePersonalAccessToken,
+        Operation::DeletePersonalAccessToken,
+        Operation::JoinConsumerGroup,
+        Operation::LeaveConsumerGroup,
+        Operation::UpdateResource,
+        Operation::SendMessages,
+        Operation::StoreConsumerOffset,
+        Operation::DeleteConsumerOffset,
+        Operation::RetireSession,
+        Operation::InstallConsumerGroupOwner,
+        Operation::TransitionPartitionHistory,
+        Operation::RetireConsumerGroupOwners,
+    ];
     /// The variant with this discriminant.
     pub fn from_repr(v: u8) -> Option<Self> {
         match v {
@@ -245,70 +334,84 @@ impl Operation {
         }
     }
     /// The discriminant.
-    pub fn to_repr(self) -> u8 { self as u8 }
+    pub fn to_repr(self) -> u8 {
+        self as u8
+    }
 }
 impl WireEncode for Operation {
-    fn encoded_size(&self) -> usize { std::mem::size_of::<u8>() }
-    fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&(*self as u8).to_le_bytes()); }
+    fn encoded_size(&self) -> usize {
+        std::mem::size_of::<u8>()
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&(*self as u8).to_le_bytes());
+    }
 }
 impl<'a> WireDecode<'a> for Operation {
     fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
         let v = <u8>::decode_from(input)?;
-        Self::from_repr(v).ok_or(WireError::InvalidValue { field: "Operation" })
+        Self::from_repr(v)
+            .ok_or(WireError::InvalidValue {
+                field: "Operation",
+            })
     }
 }
 impl iggy_wire::WireJson for Operation {
     fn write_json(&self, out: &mut String) {
         out.push('"');
-        out.push_str(match self {
-            Self::Reserved => "Reserved",
-            Self::Register => "Register",
-            Self::NonReplicated => "NonReplicated",
-            Self::Logout => "Logout",
-            Self::CreateTopicWithAssignments => "CreateTopicWithAssignments",
-            Self::CreatePartitionsWithAssignments => "CreatePartitionsWithAssignments",
-            Self::RemoveConsumerGroupMember => "RemoveConsumerGroupMember",
-            Self::CompleteConsumerGroupRevocation => "CompleteConsumerGroupRevocation",
-            Self::TruncatePartition => "TruncatePartition",
-            Self::FinalizeSession => "FinalizeSession",
-            Self::CompleteLifecycle => "CompleteLifecycle",
-            Self::UpdateStreamResolved => "UpdateStreamResolved",
-            Self::UpdateTopicResolved => "UpdateTopicResolved",
-            Self::UpdateUserResolved => "UpdateUserResolved",
-            Self::RewrapStreamKeys => "RewrapStreamKeys",
-            Self::CreateStream => "CreateStream",
-            Self::UpdateStream => "UpdateStream",
-            Self::DeleteStream => "DeleteStream",
-            Self::CreateTopic => "CreateTopic",
-            Self::UpdateTopic => "UpdateTopic",
-            Self::DeleteTopic => "DeleteTopic",
-            Self::CreatePartitions => "CreatePartitions",
-            Self::DeletePartitions => "DeletePartitions",
-            Self::DeleteSegments => "DeleteSegments",
-            Self::CreateConsumerGroup => "CreateConsumerGroup",
-            Self::DeleteConsumerGroup => "DeleteConsumerGroup",
-            Self::CreateUser => "CreateUser",
-            Self::UpdateUser => "UpdateUser",
-            Self::DeleteUser => "DeleteUser",
-            Self::ChangePassword => "ChangePassword",
-            Self::UpdatePermissions => "UpdatePermissions",
-            Self::CreatePersonalAccessToken => "CreatePersonalAccessToken",
-            Self::DeletePersonalAccessToken => "DeletePersonalAccessToken",
-            Self::JoinConsumerGroup => "JoinConsumerGroup",
-            Self::LeaveConsumerGroup => "LeaveConsumerGroup",
-            Self::UpdateResource => "UpdateResource",
-            Self::SendMessages => "SendMessages",
-            Self::StoreConsumerOffset => "StoreConsumerOffset",
-            Self::DeleteConsumerOffset => "DeleteConsumerOffset",
-            Self::RetireSession => "RetireSession",
-            Self::InstallConsumerGroupOwner => "InstallConsumerGroupOwner",
-            Self::TransitionPartitionHistory => "TransitionPartitionHistory",
-            Self::RetireConsumerGroupOwners => "RetireConsumerGroupOwners",
-        });
+        out.push_str(
+            match self {
+                Self::Reserved => "Reserved",
+                Self::Register => "Register",
+                Self::NonReplicated => "NonReplicated",
+                Self::Logout => "Logout",
+                Self::CreateTopicWithAssignments => "CreateTopicWithAssignments",
+                Self::CreatePartitionsWithAssignments => {
+                    "CreatePartitionsWithAssignments"
+                }
+                Self::RemoveConsumerGroupMember => "RemoveConsumerGroupMember",
+                Self::CompleteConsumerGroupRevocation => {
+                    "CompleteConsumerGroupRevocation"
+                }
+                Self::TruncatePartition => "TruncatePartition",
+                Self::FinalizeSession => "FinalizeSession",
+                Self::CompleteLifecycle => "CompleteLifecycle",
+                Self::UpdateStreamResolved => "UpdateStreamResolved",
+                Self::UpdateTopicResolved => "UpdateTopicResolved",
+                Self::UpdateUserResolved => "UpdateUserResolved",
+                Self::RewrapStreamKeys => "RewrapStreamKeys",
+                Self::CreateStream => "CreateStream",
+                Self::UpdateStream => "UpdateStream",
+                Self::DeleteStream => "DeleteStream",
+                Self::CreateTopic => "CreateTopic",
+                Self::UpdateTopic => "UpdateTopic",
+                Self::DeleteTopic => "DeleteTopic",
+                Self::CreatePartitions => "CreatePartitions",
+                Self::DeletePartitions => "DeletePartitions",
+                Self::DeleteSegments => "DeleteSegments",
+                Self::CreateConsumerGroup => "CreateConsumerGroup",
+                Self::DeleteConsumerGroup => "DeleteConsumerGroup",
+                Self::CreateUser => "CreateUser",
+                Self::UpdateUser => "UpdateUser",
+                Self::DeleteUser => "DeleteUser",
+                Self::ChangePassword => "ChangePassword",
+                Self::UpdatePermissions => "UpdatePermissions",
+                Self::CreatePersonalAccessToken => "CreatePersonalAccessToken",
+                Self::DeletePersonalAccessToken => "DeletePersonalAccessToken",
+                Self::JoinConsumerGroup => "JoinConsumerGroup",
+                Self::LeaveConsumerGroup => "LeaveConsumerGroup",
+                Self::UpdateResource => "UpdateResource",
+                Self::SendMessages => "SendMessages",
+                Self::StoreConsumerOffset => "StoreConsumerOffset",
+                Self::DeleteConsumerOffset => "DeleteConsumerOffset",
+                Self::RetireSession => "RetireSession",
+                Self::InstallConsumerGroupOwner => "InstallConsumerGroupOwner",
+                Self::TransitionPartitionHistory => "TransitionPartitionHistory",
+                Self::RetireConsumerGroupOwners => "RetireConsumerGroupOwners",
+            },
+        );
         out.push('"');
     }
 }
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]
 pub enum EvictionReason {
@@ -332,7 +435,24 @@ pub enum EvictionReason {
 }
 impl EvictionReason {
     /// Every variant, in spec order.
-    pub const ALL: &'static [EvictionReason] = &[EvictionReason::Reserved, EvictionReason::NoSession, EvictionReason::ClientReleaseTooLow, EvictionReason::ClientReleaseTooHigh, EvictionReason::InvalidRequestOperation, EvictionReason::InvalidRequestBody, EvictionReason::InvalidRequestBodySize, EvictionReason::SessionTooLow, EvictionReason::SessionReleaseMismatch, EvictionReason::InvalidCredentials, EvictionReason::InvalidToken, EvictionReason::UserInactive, EvictionReason::SessionError, EvictionReason::StaleClient, EvictionReason::IncompatibleProtocol, EvictionReason::MalformedLogin];
+    pub const ALL: &'static [EvictionReason] = &[
+        EvictionReason::Reserved,
+        EvictionReason::NoSession,
+        EvictionReason::ClientReleaseTooLow,
+        EvictionReason::ClientReleaseTooHigh,
+        EvictionReason::InvalidRequestOperation,
+        EvictionReason::InvalidRequestBody,
+        EvictionReason::InvalidRequestBodySize,
+        EvictionReason::SessionTooLow,
+        EvictionReason::SessionReleaseMismatch,
+        EvictionReason::InvalidCredentials,
+        EvictionReason::InvalidToken,
+        EvictionReason::UserInactive,
+        EvictionReason::SessionError,
+        EvictionReason::StaleClient,
+        EvictionReason::IncompatibleProtocol,
+        EvictionReason::MalformedLogin,
+    ];
     /// The variant with this discriminant.
     pub fn from_repr(v: u8) -> Option<Self> {
         match v {
@@ -356,43 +476,53 @@ impl EvictionReason {
         }
     }
     /// The discriminant.
-    pub fn to_repr(self) -> u8 { self as u8 }
+    pub fn to_repr(self) -> u8 {
+        self as u8
+    }
 }
 impl WireEncode for EvictionReason {
-    fn encoded_size(&self) -> usize { std::mem::size_of::<u8>() }
-    fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&(*self as u8).to_le_bytes()); }
+    fn encoded_size(&self) -> usize {
+        std::mem::size_of::<u8>()
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&(*self as u8).to_le_bytes());
+    }
 }
 impl<'a> WireDecode<'a> for EvictionReason {
     fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
         let v = <u8>::decode_from(input)?;
-        Self::from_repr(v).ok_or(WireError::InvalidValue { field: "EvictionReason" })
+        Self::from_repr(v)
+            .ok_or(WireError::InvalidValue {
+                field: "EvictionReason",
+            })
     }
 }
 impl iggy_wire::WireJson for EvictionReason {
     fn write_json(&self, out: &mut String) {
         out.push('"');
-        out.push_str(match self {
-            Self::Reserved => "Reserved",
-            Self::NoSession => "NoSession",
-            Self::ClientReleaseTooLow => "ClientReleaseTooLow",
-            Self::ClientReleaseTooHigh => "ClientReleaseTooHigh",
-            Self::InvalidRequestOperation => "InvalidRequestOperation",
-            Self::InvalidRequestBody => "InvalidRequestBody",
-            Self::InvalidRequestBodySize => "InvalidRequestBodySize",
-            Self::SessionTooLow => "SessionTooLow",
-            Self::SessionReleaseMismatch => "SessionReleaseMismatch",
-            Self::InvalidCredentials => "InvalidCredentials",
-            Self::InvalidToken => "InvalidToken",
-            Self::UserInactive => "UserInactive",
-            Self::SessionError => "SessionError",
-            Self::StaleClient => "StaleClient",
-            Self::IncompatibleProtocol => "IncompatibleProtocol",
-            Self::MalformedLogin => "MalformedLogin",
-        });
+        out.push_str(
+            match self {
+                Self::Reserved => "Reserved",
+                Self::NoSession => "NoSession",
+                Self::ClientReleaseTooLow => "ClientReleaseTooLow",
+                Self::ClientReleaseTooHigh => "ClientReleaseTooHigh",
+                Self::InvalidRequestOperation => "InvalidRequestOperation",
+                Self::InvalidRequestBody => "InvalidRequestBody",
+                Self::InvalidRequestBodySize => "InvalidRequestBodySize",
+                Self::SessionTooLow => "SessionTooLow",
+                Self::SessionReleaseMismatch => "SessionReleaseMismatch",
+                Self::InvalidCredentials => "InvalidCredentials",
+                Self::InvalidToken => "InvalidToken",
+                Self::UserInactive => "UserInactive",
+                Self::SessionError => "SessionError",
+                Self::StaleClient => "StaleClient",
+                Self::IncompatibleProtocol => "IncompatibleProtocol",
+                Self::MalformedLogin => "MalformedLogin",
+            },
+        );
         out.push('"');
     }
 }
-
 /// Fixed-layout `GenericHeader`, 256 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GenericHeader {
@@ -436,19 +566,57 @@ impl GenericHeader {
     /// Decodes from the first `SIZE` bytes of `buf`.
     pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
         if buf.len() < Self::SIZE {
-            return Err(WireError::UnexpectedEnd { needed: Self::SIZE, remaining: buf.len() });
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
         }
-        let checksum = <u128>::decode_exact(&buf[0..0 + 16]).map_err(|_| WireError::InvalidValue { field: "checksum" })?;
-        let checksum_body = <u128>::decode_exact(&buf[16..16 + 16]).map_err(|_| WireError::InvalidValue { field: "checksum_body" })?;
-        let cluster = <u128>::decode_exact(&buf[32..32 + 16]).map_err(|_| WireError::InvalidValue { field: "cluster" })?;
-        let size = <u32>::decode_exact(&buf[48..48 + 4]).map_err(|_| WireError::InvalidValue { field: "size" })?;
-        let view = <u32>::decode_exact(&buf[52..52 + 4]).map_err(|_| WireError::InvalidValue { field: "view" })?;
-        let release = <u32>::decode_exact(&buf[56..56 + 4]).map_err(|_| WireError::InvalidValue { field: "release" })?;
-        let command = <Command>::decode_exact(&buf[60..60 + 1]).map_err(|_| WireError::InvalidValue { field: "command" })?;
-        let replica = <u8>::decode_exact(&buf[61..61 + 1]).map_err(|_| WireError::InvalidValue { field: "replica" })?;
+        let checksum = <u128>::decode_exact(&buf[0..16])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum",
+            })?;
+        let checksum_body = <u128>::decode_exact(&buf[16..32])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum_body",
+            })?;
+        let cluster = <u128>::decode_exact(&buf[32..48])
+            .map_err(|_| WireError::InvalidValue {
+                field: "cluster",
+            })?;
+        let size = <u32>::decode_exact(&buf[48..52])
+            .map_err(|_| WireError::InvalidValue {
+                field: "size",
+            })?;
+        let view = <u32>::decode_exact(&buf[52..56])
+            .map_err(|_| WireError::InvalidValue {
+                field: "view",
+            })?;
+        let release = <u32>::decode_exact(&buf[56..60])
+            .map_err(|_| WireError::InvalidValue {
+                field: "release",
+            })?;
+        let command = <Command>::decode_exact(&buf[60..61])
+            .map_err(|_| WireError::InvalidValue {
+                field: "command",
+            })?;
+        let replica = <u8>::decode_exact(&buf[61..62])
+            .map_err(|_| WireError::InvalidValue {
+                field: "replica",
+            })?;
         let reserved_frame = iggy_wire::get_at::<66>(buf, 62);
         let reserved_command = iggy_wire::get_at::<128>(buf, 128);
-        Ok(Self { checksum, checksum_body, cluster, size, view, release, command, replica, reserved_frame, reserved_command })
+        Ok(Self {
+            checksum,
+            checksum_body,
+            cluster,
+            size,
+            view,
+            release,
+            command,
+            replica,
+            reserved_frame,
+            reserved_command,
+        })
     }
     /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
     pub fn encode_fixed(&self, out: &mut [u8]) {
@@ -473,7 +641,9 @@ impl GenericHeader {
 }
 impl Default for GenericHeader {
     /// All-zero bytes.
-    fn default() -> Self { Self::decode_fixed(&[0u8; 256]).expect("zero bytes decode") }
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 256]).expect("zero bytes decode")
+    }
 }
 const _: () = assert!(GenericHeader::SIZE == 256);
 const _: () = assert!(GenericHeader::CHECKSUM_OFFSET + 16 <= 256);
@@ -513,8 +683,12 @@ impl iggy_wire::WireJson for GenericHeader {
     }
 }
 impl WireEncode for GenericHeader {
-    fn encoded_size(&self) -> usize { 256 }
-    fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
+    fn encoded_size(&self) -> usize {
+        256
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
 }
 impl<'a> WireDecode<'a> for GenericHeader {
     fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
@@ -522,7 +696,6 @@ impl<'a> WireDecode<'a> for GenericHeader {
         Self::decode_fixed(b)
     }
 }
-
 /// Fixed-layout `RequestHeader`, 256 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RequestHeader {
@@ -606,31 +779,111 @@ impl RequestHeader {
     /// Decodes from the first `SIZE` bytes of `buf`.
     pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
         if buf.len() < Self::SIZE {
-            return Err(WireError::UnexpectedEnd { needed: Self::SIZE, remaining: buf.len() });
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
         }
-        let checksum = <u128>::decode_exact(&buf[0..0 + 16]).map_err(|_| WireError::InvalidValue { field: "checksum" })?;
-        let checksum_body = <u128>::decode_exact(&buf[16..16 + 16]).map_err(|_| WireError::InvalidValue { field: "checksum_body" })?;
-        let cluster = <u128>::decode_exact(&buf[32..32 + 16]).map_err(|_| WireError::InvalidValue { field: "cluster" })?;
-        let size = <u32>::decode_exact(&buf[48..48 + 4]).map_err(|_| WireError::InvalidValue { field: "size" })?;
-        let view = <u32>::decode_exact(&buf[52..52 + 4]).map_err(|_| WireError::InvalidValue { field: "view" })?;
-        let release = <u32>::decode_exact(&buf[56..56 + 4]).map_err(|_| WireError::InvalidValue { field: "release" })?;
-        let command = <Command>::decode_exact(&buf[60..60 + 1]).map_err(|_| WireError::InvalidValue { field: "command" })?;
-        let replica = <u8>::decode_exact(&buf[61..61 + 1]).map_err(|_| WireError::InvalidValue { field: "replica" })?;
+        let checksum = <u128>::decode_exact(&buf[0..16])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum",
+            })?;
+        let checksum_body = <u128>::decode_exact(&buf[16..32])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum_body",
+            })?;
+        let cluster = <u128>::decode_exact(&buf[32..48])
+            .map_err(|_| WireError::InvalidValue {
+                field: "cluster",
+            })?;
+        let size = <u32>::decode_exact(&buf[48..52])
+            .map_err(|_| WireError::InvalidValue {
+                field: "size",
+            })?;
+        let view = <u32>::decode_exact(&buf[52..56])
+            .map_err(|_| WireError::InvalidValue {
+                field: "view",
+            })?;
+        let release = <u32>::decode_exact(&buf[56..60])
+            .map_err(|_| WireError::InvalidValue {
+                field: "release",
+            })?;
+        let command = <Command>::decode_exact(&buf[60..61])
+            .map_err(|_| WireError::InvalidValue {
+                field: "command",
+            })?;
+        let replica = <u8>::decode_exact(&buf[61..62])
+            .map_err(|_| WireError::InvalidValue {
+                field: "replica",
+            })?;
         let reserved_frame = iggy_wire::get_at::<66>(buf, 62);
-        let client = <u128>::decode_exact(&buf[128..128 + 16]).map_err(|_| WireError::InvalidValue { field: "client" })?;
-        let request_checksum = <u128>::decode_exact(&buf[144..144 + 16]).map_err(|_| WireError::InvalidValue { field: "request_checksum" })?;
-        let timestamp = <u64>::decode_exact(&buf[160..160 + 8]).map_err(|_| WireError::InvalidValue { field: "timestamp" })?;
-        let request = <u64>::decode_exact(&buf[168..168 + 8]).map_err(|_| WireError::InvalidValue { field: "request" })?;
-        let operation = <u8>::decode_exact(&buf[176..176 + 1]).map_err(|_| WireError::InvalidValue { field: "operation" })?;
+        let client = <u128>::decode_exact(&buf[128..144])
+            .map_err(|_| WireError::InvalidValue {
+                field: "client",
+            })?;
+        let request_checksum = <u128>::decode_exact(&buf[144..160])
+            .map_err(|_| WireError::InvalidValue {
+                field: "request_checksum",
+            })?;
+        let timestamp = <u64>::decode_exact(&buf[160..168])
+            .map_err(|_| WireError::InvalidValue {
+                field: "timestamp",
+            })?;
+        let request = <u64>::decode_exact(&buf[168..176])
+            .map_err(|_| WireError::InvalidValue {
+                field: "request",
+            })?;
+        let operation = <u8>::decode_exact(&buf[176..177])
+            .map_err(|_| WireError::InvalidValue {
+                field: "operation",
+            })?;
         let operation_padding = iggy_wire::get_at::<7>(buf, 177);
-        let session = <u64>::decode_exact(&buf[184..184 + 8]).map_err(|_| WireError::InvalidValue { field: "session" })?;
-        let user_id = <u32>::decode_exact(&buf[192..192 + 4]).map_err(|_| WireError::InvalidValue { field: "user_id" })?;
+        let session = <u64>::decode_exact(&buf[184..192])
+            .map_err(|_| WireError::InvalidValue {
+                field: "session",
+            })?;
+        let user_id = <u32>::decode_exact(&buf[192..196])
+            .map_err(|_| WireError::InvalidValue {
+                field: "user_id",
+            })?;
         let reserved = iggy_wire::get_at::<4>(buf, 196);
-        let partition_incarnation = <u64>::decode_exact(&buf[200..200 + 8]).map_err(|_| WireError::InvalidValue { field: "partition_incarnation" })?;
-        let owner_generation = <u64>::decode_exact(&buf[208..208 + 8]).map_err(|_| WireError::InvalidValue { field: "owner_generation" })?;
-        let minimum_metadata_op = <u64>::decode_exact(&buf[216..216 + 8]).map_err(|_| WireError::InvalidValue { field: "minimum_metadata_op" })?;
+        let partition_incarnation = <u64>::decode_exact(&buf[200..208])
+            .map_err(|_| WireError::InvalidValue {
+                field: "partition_incarnation",
+            })?;
+        let owner_generation = <u64>::decode_exact(&buf[208..216])
+            .map_err(|_| WireError::InvalidValue {
+                field: "owner_generation",
+            })?;
+        let minimum_metadata_op = <u64>::decode_exact(&buf[216..224])
+            .map_err(|_| WireError::InvalidValue {
+                field: "minimum_metadata_op",
+            })?;
         let reserved_tail = iggy_wire::get_at::<32>(buf, 224);
-        Ok(Self { checksum, checksum_body, cluster, size, view, release, command, replica, reserved_frame, client, request_checksum, timestamp, request, operation, operation_padding, session, user_id, reserved, partition_incarnation, owner_generation, minimum_metadata_op, reserved_tail })
+        Ok(Self {
+            checksum,
+            checksum_body,
+            cluster,
+            size,
+            view,
+            release,
+            command,
+            replica,
+            reserved_frame,
+            client,
+            request_checksum,
+            timestamp,
+            request,
+            operation,
+            operation_padding,
+            session,
+            user_id,
+            reserved,
+            partition_incarnation,
+            owner_generation,
+            minimum_metadata_op,
+            reserved_tail,
+        })
     }
     /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
     pub fn encode_fixed(&self, out: &mut [u8]) {
@@ -667,7 +920,9 @@ impl RequestHeader {
 }
 impl Default for RequestHeader {
     /// All-zero bytes.
-    fn default() -> Self { Self::decode_fixed(&[0u8; 256]).expect("zero bytes decode") }
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 256]).expect("zero bytes decode")
+    }
 }
 const _: () = assert!(RequestHeader::SIZE == 256);
 const _: () = assert!(RequestHeader::CHECKSUM_OFFSET + 16 <= 256);
@@ -743,8 +998,12 @@ impl iggy_wire::WireJson for RequestHeader {
     }
 }
 impl WireEncode for RequestHeader {
-    fn encoded_size(&self) -> usize { 256 }
-    fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
+    fn encoded_size(&self) -> usize {
+        256
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
 }
 impl<'a> WireDecode<'a> for RequestHeader {
     fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
@@ -752,7 +1011,6 @@ impl<'a> WireDecode<'a> for RequestHeader {
         Self::decode_fixed(b)
     }
 }
-
 /// Fixed-layout `ReplyHeader`, 256 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReplyHeader {
@@ -833,31 +1091,111 @@ impl ReplyHeader {
     /// Decodes from the first `SIZE` bytes of `buf`.
     pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
         if buf.len() < Self::SIZE {
-            return Err(WireError::UnexpectedEnd { needed: Self::SIZE, remaining: buf.len() });
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
         }
-        let checksum = <u128>::decode_exact(&buf[0..0 + 16]).map_err(|_| WireError::InvalidValue { field: "checksum" })?;
-        let checksum_body = <u128>::decode_exact(&buf[16..16 + 16]).map_err(|_| WireError::InvalidValue { field: "checksum_body" })?;
-        let cluster = <u128>::decode_exact(&buf[32..32 + 16]).map_err(|_| WireError::InvalidValue { field: "cluster" })?;
-        let size = <u32>::decode_exact(&buf[48..48 + 4]).map_err(|_| WireError::InvalidValue { field: "size" })?;
-        let view = <u32>::decode_exact(&buf[52..52 + 4]).map_err(|_| WireError::InvalidValue { field: "view" })?;
-        let release = <u32>::decode_exact(&buf[56..56 + 4]).map_err(|_| WireError::InvalidValue { field: "release" })?;
-        let command = <Command>::decode_exact(&buf[60..60 + 1]).map_err(|_| WireError::InvalidValue { field: "command" })?;
-        let replica = <u8>::decode_exact(&buf[61..61 + 1]).map_err(|_| WireError::InvalidValue { field: "replica" })?;
+        let checksum = <u128>::decode_exact(&buf[0..16])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum",
+            })?;
+        let checksum_body = <u128>::decode_exact(&buf[16..32])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum_body",
+            })?;
+        let cluster = <u128>::decode_exact(&buf[32..48])
+            .map_err(|_| WireError::InvalidValue {
+                field: "cluster",
+            })?;
+        let size = <u32>::decode_exact(&buf[48..52])
+            .map_err(|_| WireError::InvalidValue {
+                field: "size",
+            })?;
+        let view = <u32>::decode_exact(&buf[52..56])
+            .map_err(|_| WireError::InvalidValue {
+                field: "view",
+            })?;
+        let release = <u32>::decode_exact(&buf[56..60])
+            .map_err(|_| WireError::InvalidValue {
+                field: "release",
+            })?;
+        let command = <Command>::decode_exact(&buf[60..61])
+            .map_err(|_| WireError::InvalidValue {
+                field: "command",
+            })?;
+        let replica = <u8>::decode_exact(&buf[61..62])
+            .map_err(|_| WireError::InvalidValue {
+                field: "replica",
+            })?;
         let reserved_frame = iggy_wire::get_at::<66>(buf, 62);
-        let request_checksum = <u128>::decode_exact(&buf[128..128 + 16]).map_err(|_| WireError::InvalidValue { field: "request_checksum" })?;
-        let context = <u128>::decode_exact(&buf[144..144 + 16]).map_err(|_| WireError::InvalidValue { field: "context" })?;
-        let client = <u128>::decode_exact(&buf[160..160 + 16]).map_err(|_| WireError::InvalidValue { field: "client" })?;
-        let op = <u64>::decode_exact(&buf[176..176 + 8]).map_err(|_| WireError::InvalidValue { field: "op" })?;
-        let commit = <u64>::decode_exact(&buf[184..184 + 8]).map_err(|_| WireError::InvalidValue { field: "commit" })?;
-        let timestamp = <u64>::decode_exact(&buf[192..192 + 8]).map_err(|_| WireError::InvalidValue { field: "timestamp" })?;
-        let request = <u64>::decode_exact(&buf[200..200 + 8]).map_err(|_| WireError::InvalidValue { field: "request" })?;
-        let operation = <Operation>::decode_exact(&buf[208..208 + 1]).map_err(|_| WireError::InvalidValue { field: "operation" })?;
+        let request_checksum = <u128>::decode_exact(&buf[128..144])
+            .map_err(|_| WireError::InvalidValue {
+                field: "request_checksum",
+            })?;
+        let context = <u128>::decode_exact(&buf[144..160])
+            .map_err(|_| WireError::InvalidValue {
+                field: "context",
+            })?;
+        let client = <u128>::decode_exact(&buf[160..176])
+            .map_err(|_| WireError::InvalidValue {
+                field: "client",
+            })?;
+        let op = <u64>::decode_exact(&buf[176..184])
+            .map_err(|_| WireError::InvalidValue {
+                field: "op",
+            })?;
+        let commit = <u64>::decode_exact(&buf[184..192])
+            .map_err(|_| WireError::InvalidValue {
+                field: "commit",
+            })?;
+        let timestamp = <u64>::decode_exact(&buf[192..200])
+            .map_err(|_| WireError::InvalidValue {
+                field: "timestamp",
+            })?;
+        let request = <u64>::decode_exact(&buf[200..208])
+            .map_err(|_| WireError::InvalidValue {
+                field: "request",
+            })?;
+        let operation = <Operation>::decode_exact(&buf[208..209])
+            .map_err(|_| WireError::InvalidValue {
+                field: "operation",
+            })?;
         let operation_padding = iggy_wire::get_at::<7>(buf, 209);
-        let status = <u32>::decode_exact(&buf[216..216 + 4]).map_err(|_| WireError::InvalidValue { field: "status" })?;
+        let status = <u32>::decode_exact(&buf[216..220])
+            .map_err(|_| WireError::InvalidValue {
+                field: "status",
+            })?;
         let reserved = iggy_wire::get_at::<4>(buf, 220);
-        let partition_incarnation = <u64>::decode_exact(&buf[224..224 + 8]).map_err(|_| WireError::InvalidValue { field: "partition_incarnation" })?;
+        let partition_incarnation = <u64>::decode_exact(&buf[224..232])
+            .map_err(|_| WireError::InvalidValue {
+                field: "partition_incarnation",
+            })?;
         let reserved_tail = iggy_wire::get_at::<24>(buf, 232);
-        Ok(Self { checksum, checksum_body, cluster, size, view, release, command, replica, reserved_frame, request_checksum, context, client, op, commit, timestamp, request, operation, operation_padding, status, reserved, partition_incarnation, reserved_tail })
+        Ok(Self {
+            checksum,
+            checksum_body,
+            cluster,
+            size,
+            view,
+            release,
+            command,
+            replica,
+            reserved_frame,
+            request_checksum,
+            context,
+            client,
+            op,
+            commit,
+            timestamp,
+            request,
+            operation,
+            operation_padding,
+            status,
+            reserved,
+            partition_incarnation,
+            reserved_tail,
+        })
     }
     /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
     pub fn encode_fixed(&self, out: &mut [u8]) {
@@ -894,7 +1232,9 @@ impl ReplyHeader {
 }
 impl Default for ReplyHeader {
     /// All-zero bytes.
-    fn default() -> Self { Self::decode_fixed(&[0u8; 256]).expect("zero bytes decode") }
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 256]).expect("zero bytes decode")
+    }
 }
 const _: () = assert!(ReplyHeader::SIZE == 256);
 const _: () = assert!(ReplyHeader::CHECKSUM_OFFSET + 16 <= 256);
@@ -970,8 +1310,12 @@ impl iggy_wire::WireJson for ReplyHeader {
     }
 }
 impl WireEncode for ReplyHeader {
-    fn encoded_size(&self) -> usize { 256 }
-    fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
+    fn encoded_size(&self) -> usize {
+        256
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
 }
 impl<'a> WireDecode<'a> for ReplyHeader {
     fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
@@ -979,7 +1323,6 @@ impl<'a> WireDecode<'a> for ReplyHeader {
         Self::decode_fixed(b)
     }
 }
-
 /// Fixed-layout `EvictionHeader`, 256 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EvictionHeader {
@@ -1034,23 +1377,77 @@ impl EvictionHeader {
     /// Decodes from the first `SIZE` bytes of `buf`.
     pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
         if buf.len() < Self::SIZE {
-            return Err(WireError::UnexpectedEnd { needed: Self::SIZE, remaining: buf.len() });
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
         }
-        let checksum = <u128>::decode_exact(&buf[0..0 + 16]).map_err(|_| WireError::InvalidValue { field: "checksum" })?;
-        let checksum_body = <u128>::decode_exact(&buf[16..16 + 16]).map_err(|_| WireError::InvalidValue { field: "checksum_body" })?;
-        let cluster = <u128>::decode_exact(&buf[32..32 + 16]).map_err(|_| WireError::InvalidValue { field: "cluster" })?;
-        let size = <u32>::decode_exact(&buf[48..48 + 4]).map_err(|_| WireError::InvalidValue { field: "size" })?;
-        let view = <u32>::decode_exact(&buf[52..52 + 4]).map_err(|_| WireError::InvalidValue { field: "view" })?;
-        let release = <u32>::decode_exact(&buf[56..56 + 4]).map_err(|_| WireError::InvalidValue { field: "release" })?;
-        let command = <Command>::decode_exact(&buf[60..60 + 1]).map_err(|_| WireError::InvalidValue { field: "command" })?;
-        let replica = <u8>::decode_exact(&buf[61..61 + 1]).map_err(|_| WireError::InvalidValue { field: "replica" })?;
+        let checksum = <u128>::decode_exact(&buf[0..16])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum",
+            })?;
+        let checksum_body = <u128>::decode_exact(&buf[16..32])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum_body",
+            })?;
+        let cluster = <u128>::decode_exact(&buf[32..48])
+            .map_err(|_| WireError::InvalidValue {
+                field: "cluster",
+            })?;
+        let size = <u32>::decode_exact(&buf[48..52])
+            .map_err(|_| WireError::InvalidValue {
+                field: "size",
+            })?;
+        let view = <u32>::decode_exact(&buf[52..56])
+            .map_err(|_| WireError::InvalidValue {
+                field: "view",
+            })?;
+        let release = <u32>::decode_exact(&buf[56..60])
+            .map_err(|_| WireError::InvalidValue {
+                field: "release",
+            })?;
+        let command = <Command>::decode_exact(&buf[60..61])
+            .map_err(|_| WireError::InvalidValue {
+                field: "command",
+            })?;
+        let replica = <u8>::decode_exact(&buf[61..62])
+            .map_err(|_| WireError::InvalidValue {
+                field: "replica",
+            })?;
         let reserved_frame = iggy_wire::get_at::<66>(buf, 62);
-        let client = <u128>::decode_exact(&buf[128..128 + 16]).map_err(|_| WireError::InvalidValue { field: "client" })?;
-        let server_protocol_version = <u32>::decode_exact(&buf[144..144 + 4]).map_err(|_| WireError::InvalidValue { field: "server_protocol_version" })?;
-        let server_protocol_version_min = <u32>::decode_exact(&buf[148..148 + 4]).map_err(|_| WireError::InvalidValue { field: "server_protocol_version_min" })?;
+        let client = <u128>::decode_exact(&buf[128..144])
+            .map_err(|_| WireError::InvalidValue {
+                field: "client",
+            })?;
+        let server_protocol_version = <u32>::decode_exact(&buf[144..148])
+            .map_err(|_| WireError::InvalidValue {
+                field: "server_protocol_version",
+            })?;
+        let server_protocol_version_min = <u32>::decode_exact(&buf[148..152])
+            .map_err(|_| WireError::InvalidValue {
+                field: "server_protocol_version_min",
+            })?;
         let reserved = iggy_wire::get_at::<103>(buf, 152);
-        let reason = <EvictionReason>::decode_exact(&buf[255..255 + 1]).map_err(|_| WireError::InvalidValue { field: "reason" })?;
-        Ok(Self { checksum, checksum_body, cluster, size, view, release, command, replica, reserved_frame, client, server_protocol_version, server_protocol_version_min, reserved, reason })
+        let reason = <EvictionReason>::decode_exact(&buf[255..256])
+            .map_err(|_| WireError::InvalidValue {
+                field: "reason",
+            })?;
+        Ok(Self {
+            checksum,
+            checksum_body,
+            cluster,
+            size,
+            view,
+            release,
+            command,
+            replica,
+            reserved_frame,
+            client,
+            server_protocol_version,
+            server_protocol_version_min,
+            reserved,
+            reason,
+        })
     }
     /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
     pub fn encode_fixed(&self, out: &mut [u8]) {
@@ -1079,7 +1476,9 @@ impl EvictionHeader {
 }
 impl Default for EvictionHeader {
     /// All-zero bytes.
-    fn default() -> Self { Self::decode_fixed(&[0u8; 256]).expect("zero bytes decode") }
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 256]).expect("zero bytes decode")
+    }
 }
 const _: () = assert!(EvictionHeader::SIZE == 256);
 const _: () = assert!(EvictionHeader::CHECKSUM_OFFSET + 16 <= 256);
@@ -1131,8 +1530,12 @@ impl iggy_wire::WireJson for EvictionHeader {
     }
 }
 impl WireEncode for EvictionHeader {
-    fn encoded_size(&self) -> usize { 256 }
-    fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
+    fn encoded_size(&self) -> usize {
+        256
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
 }
 impl<'a> WireDecode<'a> for EvictionHeader {
     fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
@@ -1140,7 +1543,6 @@ impl<'a> WireDecode<'a> for EvictionHeader {
         Self::decode_fixed(b)
     }
 }
-
 /// Fixed-layout `PrepareHeader`, 256 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PrepareHeader {
@@ -1225,33 +1627,124 @@ impl PrepareHeader {
     /// Decodes from the first `SIZE` bytes of `buf`.
     pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
         if buf.len() < Self::SIZE {
-            return Err(WireError::UnexpectedEnd { needed: Self::SIZE, remaining: buf.len() });
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
         }
-        let checksum = <u128>::decode_exact(&buf[0..0 + 16]).map_err(|_| WireError::InvalidValue { field: "checksum" })?;
-        let checksum_body = <u128>::decode_exact(&buf[16..16 + 16]).map_err(|_| WireError::InvalidValue { field: "checksum_body" })?;
-        let cluster = <u128>::decode_exact(&buf[32..32 + 16]).map_err(|_| WireError::InvalidValue { field: "cluster" })?;
-        let size = <u32>::decode_exact(&buf[48..48 + 4]).map_err(|_| WireError::InvalidValue { field: "size" })?;
-        let view = <u32>::decode_exact(&buf[52..52 + 4]).map_err(|_| WireError::InvalidValue { field: "view" })?;
-        let release = <u32>::decode_exact(&buf[56..56 + 4]).map_err(|_| WireError::InvalidValue { field: "release" })?;
-        let command = <Command>::decode_exact(&buf[60..60 + 1]).map_err(|_| WireError::InvalidValue { field: "command" })?;
-        let replica = <u8>::decode_exact(&buf[61..61 + 1]).map_err(|_| WireError::InvalidValue { field: "replica" })?;
+        let checksum = <u128>::decode_exact(&buf[0..16])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum",
+            })?;
+        let checksum_body = <u128>::decode_exact(&buf[16..32])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum_body",
+            })?;
+        let cluster = <u128>::decode_exact(&buf[32..48])
+            .map_err(|_| WireError::InvalidValue {
+                field: "cluster",
+            })?;
+        let size = <u32>::decode_exact(&buf[48..52])
+            .map_err(|_| WireError::InvalidValue {
+                field: "size",
+            })?;
+        let view = <u32>::decode_exact(&buf[52..56])
+            .map_err(|_| WireError::InvalidValue {
+                field: "view",
+            })?;
+        let release = <u32>::decode_exact(&buf[56..60])
+            .map_err(|_| WireError::InvalidValue {
+                field: "release",
+            })?;
+        let command = <Command>::decode_exact(&buf[60..61])
+            .map_err(|_| WireError::InvalidValue {
+                field: "command",
+            })?;
+        let replica = <u8>::decode_exact(&buf[61..62])
+            .map_err(|_| WireError::InvalidValue {
+                field: "replica",
+            })?;
         let reserved_frame = iggy_wire::get_at::<66>(buf, 62);
-        let client = <u128>::decode_exact(&buf[128..128 + 16]).map_err(|_| WireError::InvalidValue { field: "client" })?;
-        let parent = <u128>::decode_exact(&buf[144..144 + 16]).map_err(|_| WireError::InvalidValue { field: "parent" })?;
-        let request_checksum = <u128>::decode_exact(&buf[160..160 + 16]).map_err(|_| WireError::InvalidValue { field: "request_checksum" })?;
-        let op = <u64>::decode_exact(&buf[176..176 + 8]).map_err(|_| WireError::InvalidValue { field: "op" })?;
-        let commit = <u64>::decode_exact(&buf[184..184 + 8]).map_err(|_| WireError::InvalidValue { field: "commit" })?;
-        let timestamp = <u64>::decode_exact(&buf[192..192 + 8]).map_err(|_| WireError::InvalidValue { field: "timestamp" })?;
-        let request = <u64>::decode_exact(&buf[200..200 + 8]).map_err(|_| WireError::InvalidValue { field: "request" })?;
-        let operation = <Operation>::decode_exact(&buf[208..208 + 1]).map_err(|_| WireError::InvalidValue { field: "operation" })?;
+        let client = <u128>::decode_exact(&buf[128..144])
+            .map_err(|_| WireError::InvalidValue {
+                field: "client",
+            })?;
+        let parent = <u128>::decode_exact(&buf[144..160])
+            .map_err(|_| WireError::InvalidValue {
+                field: "parent",
+            })?;
+        let request_checksum = <u128>::decode_exact(&buf[160..176])
+            .map_err(|_| WireError::InvalidValue {
+                field: "request_checksum",
+            })?;
+        let op = <u64>::decode_exact(&buf[176..184])
+            .map_err(|_| WireError::InvalidValue {
+                field: "op",
+            })?;
+        let commit = <u64>::decode_exact(&buf[184..192])
+            .map_err(|_| WireError::InvalidValue {
+                field: "commit",
+            })?;
+        let timestamp = <u64>::decode_exact(&buf[192..200])
+            .map_err(|_| WireError::InvalidValue {
+                field: "timestamp",
+            })?;
+        let request = <u64>::decode_exact(&buf[200..208])
+            .map_err(|_| WireError::InvalidValue {
+                field: "request",
+            })?;
+        let operation = <Operation>::decode_exact(&buf[208..209])
+            .map_err(|_| WireError::InvalidValue {
+                field: "operation",
+            })?;
         let operation_padding = iggy_wire::get_at::<7>(buf, 209);
-        let group = <u64>::decode_exact(&buf[216..216 + 8]).map_err(|_| WireError::InvalidValue { field: "group" })?;
-        let user_id = <u32>::decode_exact(&buf[224..224 + 4]).map_err(|_| WireError::InvalidValue { field: "user_id" })?;
-        let retry_capacity = <u32>::decode_exact(&buf[228..228 + 4]).map_err(|_| WireError::InvalidValue { field: "retry_capacity" })?;
-        let partition_incarnation = <u64>::decode_exact(&buf[232..232 + 8]).map_err(|_| WireError::InvalidValue { field: "partition_incarnation" })?;
+        let group = <u64>::decode_exact(&buf[216..224])
+            .map_err(|_| WireError::InvalidValue {
+                field: "group",
+            })?;
+        let user_id = <u32>::decode_exact(&buf[224..228])
+            .map_err(|_| WireError::InvalidValue {
+                field: "user_id",
+            })?;
+        let retry_capacity = <u32>::decode_exact(&buf[228..232])
+            .map_err(|_| WireError::InvalidValue {
+                field: "retry_capacity",
+            })?;
+        let partition_incarnation = <u64>::decode_exact(&buf[232..240])
+            .map_err(|_| WireError::InvalidValue {
+                field: "partition_incarnation",
+            })?;
         let reserved = iggy_wire::get_at::<8>(buf, 240);
-        let session = <u64>::decode_exact(&buf[248..248 + 8]).map_err(|_| WireError::InvalidValue { field: "session" })?;
-        Ok(Self { checksum, checksum_body, cluster, size, view, release, command, replica, reserved_frame, client, parent, request_checksum, op, commit, timestamp, request, operation, operation_padding, group, user_id, retry_capacity, partition_incarnation, reserved, session })
+        let session = <u64>::decode_exact(&buf[248..256])
+            .map_err(|_| WireError::InvalidValue {
+                field: "session",
+            })?;
+        Ok(Self {
+            checksum,
+            checksum_body,
+            cluster,
+            size,
+            view,
+            release,
+            command,
+            replica,
+            reserved_frame,
+            client,
+            parent,
+            request_checksum,
+            op,
+            commit,
+            timestamp,
+            request,
+            operation,
+            operation_padding,
+            group,
+            user_id,
+            retry_capacity,
+            partition_incarnation,
+            reserved,
+            session,
+        })
     }
     /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
     pub fn encode_fixed(&self, out: &mut [u8]) {
@@ -1290,7 +1783,9 @@ impl PrepareHeader {
 }
 impl Default for PrepareHeader {
     /// All-zero bytes.
-    fn default() -> Self { Self::decode_fixed(&[0u8; 256]).expect("zero bytes decode") }
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 256]).expect("zero bytes decode")
+    }
 }
 const _: () = assert!(PrepareHeader::SIZE == 256);
 const _: () = assert!(PrepareHeader::CHECKSUM_OFFSET + 16 <= 256);
@@ -1372,8 +1867,12 @@ impl iggy_wire::WireJson for PrepareHeader {
     }
 }
 impl WireEncode for PrepareHeader {
-    fn encoded_size(&self) -> usize { 256 }
-    fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
+    fn encoded_size(&self) -> usize {
+        256
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
 }
 impl<'a> WireDecode<'a> for PrepareHeader {
     fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
@@ -1381,7 +1880,6 @@ impl<'a> WireDecode<'a> for PrepareHeader {
         Self::decode_fixed(b)
     }
 }
-
 /// Fixed-layout `BatchHeader`, 256 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BatchHeader {
@@ -1421,17 +1919,53 @@ impl BatchHeader {
     /// Decodes from the first `SIZE` bytes of `buf`.
     pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
         if buf.len() < Self::SIZE {
-            return Err(WireError::UnexpectedEnd { needed: Self::SIZE, remaining: buf.len() });
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
         }
-        let partition_id = <u64>::decode_exact(&buf[0..0 + 8]).map_err(|_| WireError::InvalidValue { field: "partition_id" })?;
-        let base_offset = <u64>::decode_exact(&buf[8..8 + 8]).map_err(|_| WireError::InvalidValue { field: "base_offset" })?;
-        let base_timestamp = <u64>::decode_exact(&buf[16..16 + 8]).map_err(|_| WireError::InvalidValue { field: "base_timestamp" })?;
-        let origin_timestamp = <u64>::decode_exact(&buf[24..24 + 8]).map_err(|_| WireError::InvalidValue { field: "origin_timestamp" })?;
-        let batch_length = <u64>::decode_exact(&buf[32..32 + 8]).map_err(|_| WireError::InvalidValue { field: "batch_length" })?;
-        let batch_checksum = <u64>::decode_exact(&buf[40..40 + 8]).map_err(|_| WireError::InvalidValue { field: "batch_checksum" })?;
-        let message_count = <u32>::decode_exact(&buf[48..48 + 4]).map_err(|_| WireError::InvalidValue { field: "message_count" })?;
-        if !iggy_wire::is_zero_at(buf, 52, 204) { return Err(WireError::NonZeroReserved { field: "reserved" }); }
-        Ok(Self { partition_id, base_offset, base_timestamp, origin_timestamp, batch_length, batch_checksum, message_count })
+        let partition_id = <u64>::decode_exact(&buf[0..8])
+            .map_err(|_| WireError::InvalidValue {
+                field: "partition_id",
+            })?;
+        let base_offset = <u64>::decode_exact(&buf[8..16])
+            .map_err(|_| WireError::InvalidValue {
+                field: "base_offset",
+            })?;
+        let base_timestamp = <u64>::decode_exact(&buf[16..24])
+            .map_err(|_| WireError::InvalidValue {
+                field: "base_timestamp",
+            })?;
+        let origin_timestamp = <u64>::decode_exact(&buf[24..32])
+            .map_err(|_| WireError::InvalidValue {
+                field: "origin_timestamp",
+            })?;
+        let batch_length = <u64>::decode_exact(&buf[32..40])
+            .map_err(|_| WireError::InvalidValue {
+                field: "batch_length",
+            })?;
+        let batch_checksum = <u64>::decode_exact(&buf[40..48])
+            .map_err(|_| WireError::InvalidValue {
+                field: "batch_checksum",
+            })?;
+        let message_count = <u32>::decode_exact(&buf[48..52])
+            .map_err(|_| WireError::InvalidValue {
+                field: "message_count",
+            })?;
+        if !iggy_wire::is_zero_at(buf, 52, 204) {
+            return Err(WireError::NonZeroReserved {
+                field: "reserved",
+            });
+        }
+        Ok(Self {
+            partition_id,
+            base_offset,
+            base_timestamp,
+            origin_timestamp,
+            batch_length,
+            batch_checksum,
+            message_count,
+        })
     }
     /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
     pub fn encode_fixed(&self, out: &mut [u8]) {
@@ -1443,7 +1977,7 @@ impl BatchHeader {
         iggy_wire::put_at(out, 32, &self.batch_length.to_wire_bytes());
         iggy_wire::put_at(out, 40, &self.batch_checksum.to_wire_bytes());
         iggy_wire::put_at(out, 48, &self.message_count.to_wire_bytes());
-        out[52..52 + 204].fill(0);
+        out[52..256].fill(0);
     }
     /// The `SIZE` encoded bytes.
     pub fn to_bytes(&self) -> [u8; 256] {
@@ -1454,7 +1988,9 @@ impl BatchHeader {
 }
 impl Default for BatchHeader {
     /// All-zero bytes.
-    fn default() -> Self { Self::decode_fixed(&[0u8; 256]).expect("zero bytes decode") }
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 256]).expect("zero bytes decode")
+    }
 }
 const _: () = assert!(BatchHeader::SIZE == 256);
 const _: () = assert!(BatchHeader::PARTITION_ID_OFFSET + 8 <= 256);
@@ -1486,8 +2022,12 @@ impl iggy_wire::WireJson for BatchHeader {
     }
 }
 impl WireEncode for BatchHeader {
-    fn encoded_size(&self) -> usize { 256 }
-    fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
+    fn encoded_size(&self) -> usize {
+        256
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
 }
 impl<'a> WireDecode<'a> for BatchHeader {
     fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
@@ -1495,7 +2035,6 @@ impl<'a> WireDecode<'a> for BatchHeader {
         Self::decode_fixed(b)
     }
 }
-
 /// Fixed-layout `MessageFrameHeader`, 48 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MessageFrameHeader {
@@ -1527,16 +2066,48 @@ impl MessageFrameHeader {
     /// Decodes from the first `SIZE` bytes of `buf`.
     pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
         if buf.len() < Self::SIZE {
-            return Err(WireError::UnexpectedEnd { needed: Self::SIZE, remaining: buf.len() });
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
         }
-        let checksum = <u64>::decode_exact(&buf[0..0 + 8]).map_err(|_| WireError::InvalidValue { field: "checksum" })?;
-        let id = <u128>::decode_exact(&buf[8..8 + 16]).map_err(|_| WireError::InvalidValue { field: "id" })?;
-        let offset_delta = <u32>::decode_exact(&buf[24..24 + 4]).map_err(|_| WireError::InvalidValue { field: "offset_delta" })?;
-        let timestamp_delta = <u32>::decode_exact(&buf[28..28 + 4]).map_err(|_| WireError::InvalidValue { field: "timestamp_delta" })?;
-        let user_headers_length = <u32>::decode_exact(&buf[32..32 + 4]).map_err(|_| WireError::InvalidValue { field: "user_headers_length" })?;
-        let payload_length = <u32>::decode_exact(&buf[36..36 + 4]).map_err(|_| WireError::InvalidValue { field: "payload_length" })?;
-        if !iggy_wire::is_zero_at(buf, 40, 8) { return Err(WireError::NonZeroReserved { field: "reserved" }); }
-        Ok(Self { checksum, id, offset_delta, timestamp_delta, user_headers_length, payload_length })
+        let checksum = <u64>::decode_exact(&buf[0..8])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum",
+            })?;
+        let id = <u128>::decode_exact(&buf[8..24])
+            .map_err(|_| WireError::InvalidValue {
+                field: "id",
+            })?;
+        let offset_delta = <u32>::decode_exact(&buf[24..28])
+            .map_err(|_| WireError::InvalidValue {
+                field: "offset_delta",
+            })?;
+        let timestamp_delta = <u32>::decode_exact(&buf[28..32])
+            .map_err(|_| WireError::InvalidValue {
+                field: "timestamp_delta",
+            })?;
+        let user_headers_length = <u32>::decode_exact(&buf[32..36])
+            .map_err(|_| WireError::InvalidValue {
+                field: "user_headers_length",
+            })?;
+        let payload_length = <u32>::decode_exact(&buf[36..40])
+            .map_err(|_| WireError::InvalidValue {
+                field: "payload_length",
+            })?;
+        if !iggy_wire::is_zero_at(buf, 40, 8) {
+            return Err(WireError::NonZeroReserved {
+                field: "reserved",
+            });
+        }
+        Ok(Self {
+            checksum,
+            id,
+            offset_delta,
+            timestamp_delta,
+            user_headers_length,
+            payload_length,
+        })
     }
     /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
     pub fn encode_fixed(&self, out: &mut [u8]) {
@@ -1547,7 +2118,7 @@ impl MessageFrameHeader {
         iggy_wire::put_at(out, 28, &self.timestamp_delta.to_wire_bytes());
         iggy_wire::put_at(out, 32, &self.user_headers_length.to_wire_bytes());
         iggy_wire::put_at(out, 36, &self.payload_length.to_wire_bytes());
-        out[40..40 + 8].fill(0);
+        out[40..48].fill(0);
     }
     /// The `SIZE` encoded bytes.
     pub fn to_bytes(&self) -> [u8; 48] {
@@ -1558,7 +2129,9 @@ impl MessageFrameHeader {
 }
 impl Default for MessageFrameHeader {
     /// All-zero bytes.
-    fn default() -> Self { Self::decode_fixed(&[0u8; 48]).expect("zero bytes decode") }
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 48]).expect("zero bytes decode")
+    }
 }
 const _: () = assert!(MessageFrameHeader::SIZE == 48);
 const _: () = assert!(MessageFrameHeader::CHECKSUM_OFFSET + 8 <= 48);
@@ -1587,8 +2160,12 @@ impl iggy_wire::WireJson for MessageFrameHeader {
     }
 }
 impl WireEncode for MessageFrameHeader {
-    fn encoded_size(&self) -> usize { 48 }
-    fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
+    fn encoded_size(&self) -> usize {
+        48
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
 }
 impl<'a> WireDecode<'a> for MessageFrameHeader {
     fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
@@ -1596,4 +2173,3 @@ impl<'a> WireDecode<'a> for MessageFrameHeader {
         Self::decode_fixed(b)
     }
 }
-

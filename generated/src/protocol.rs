@@ -2,26 +2,73 @@
 #![allow(clippy::all)]
 /// A protocol version as `major.minor.patch`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ProtocolVersion { pub major: u32, pub minor: u32, pub patch: u32 }
+pub struct ProtocolVersion {
+    pub major: u32,
+    pub minor: u32,
+    pub patch: u32,
+}
 impl ProtocolVersion {
     /// Packs as `major<<20 | minor<<10 | patch`.
-    pub const fn packed(self) -> u32 { self.major << 20 | self.minor << 10 | self.patch }
+    pub const fn packed(self) -> u32 {
+        self.major << 20 | self.minor << 10 | self.patch
+    }
     /// Unpacks a packed u32.
-    pub const fn from_packed(p: u32) -> Self { Self { major: p >> 20, minor: (p >> 10) & 0x3ff, patch: p & 0x3ff } }
+    pub const fn from_packed(p: u32) -> Self {
+        Self {
+            major: p >> 20,
+            minor: (p >> 10) & 0x3ff,
+            patch: p & 0x3ff,
+        }
+    }
 }
 impl std::fmt::Display for ProtocolVersion {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { write!(f, "{}.{}.{}", self.major, self.minor, self.patch) }
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}.{}", self.major, self.minor, self.patch)
+    }
 }
 /// Protocol 0.12.0, packed 0x3000.
-pub const V0_12_0: ProtocolVersion = ProtocolVersion { major: 0, minor: 12, patch: 0 };
+pub const V0_12_0: ProtocolVersion = ProtocolVersion {
+    major: 0,
+    minor: 12,
+    patch: 0,
+};
 const _: () = assert!(V0_12_0.packed() == 0x3000);
 /// Protocol 0.11.1, packed 0x2c01.
-pub const V0_11_1: ProtocolVersion = ProtocolVersion { major: 0, minor: 11, patch: 1 };
+pub const V0_11_1: ProtocolVersion = ProtocolVersion {
+    major: 0,
+    minor: 11,
+    patch: 1,
+};
 const _: () = assert!(V0_11_1.packed() == 0x2c01);
 /// The version this server speaks natively.
 pub const CURRENT: ProtocolVersion = V0_12_0;
 /// Inclusive admission windows; each admitted client is served with the codec of the window's max.
-pub const ADMISSION: &[(ProtocolVersion, ProtocolVersion)] = &[(ProtocolVersion { major: 0, minor: 12, patch: 0 }, ProtocolVersion { major: 0, minor: 12, patch: 0 }), (ProtocolVersion { major: 0, minor: 11, patch: 1 }, ProtocolVersion { major: 0, minor: 11, patch: 1 }), ];
+pub const ADMISSION: &[(ProtocolVersion, ProtocolVersion)] = &[
+    (
+        ProtocolVersion {
+            major: 0,
+            minor: 12,
+            patch: 0,
+        },
+        ProtocolVersion {
+            major: 0,
+            minor: 12,
+            patch: 0,
+        },
+    ),
+    (
+        ProtocolVersion {
+            major: 0,
+            minor: 11,
+            patch: 1,
+        },
+        ProtocolVersion {
+            major: 0,
+            minor: 11,
+            patch: 1,
+        },
+    ),
+];
 /// Admits a packed client version: returns the codec version to speak, or None.
 pub fn admit(packed: u32) -> Option<ProtocolVersion> {
     let v = ProtocolVersion::from_packed(packed);

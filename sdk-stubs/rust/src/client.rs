@@ -6,7 +6,6 @@
 //! when the server refused the request ([`ReplyError::Rejected`]).
 #[allow(unused_imports)]
 use iggy_wire::{WireDecode, WireEncode, WireError, WireJson};
-
 /// Why a reply body could not be read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReplyError {
@@ -42,73 +41,592 @@ pub struct CommandRow {
 }
 /// Every command row of the spec.
 pub const COMMANDS: &[CommandRow] = &[
-    CommandRow { code: 1, name: "ping", request: "Empty", response: "Empty", result_framed: false, since: 0, until: 4294967295 },
-    CommandRow { code: 10, name: "stats", request: "Empty", response: "StatsResponse", result_framed: false, since: 0, until: 4294967295 },
-    CommandRow { code: 11, name: "snapshot", request: "GetSnapshotRequest", response: "GetSnapshotResponse", result_framed: false, since: 0, until: 4294967295 },
-    CommandRow { code: 12, name: "cluster.metadata", request: "Empty", response: "ClusterMetadataResponse", result_framed: false, since: 12288, until: 4294967295 },
-    CommandRow { code: 13, name: "options.describe", request: "DescribeOptionsRequest", response: "DescribeOptionsResponse", result_framed: false, since: 12288, until: 4294967295 },
-    CommandRow { code: 15, name: "session.bind", request: "BindSessionRequest", response: "LoginRegisterResponse", result_framed: false, since: 0, until: 4294967295 },
-    CommandRow { code: 16, name: "resource.update", request: "UpdateResourceRequest", response: "Empty", result_framed: true, since: 12288, until: 4294967295 },
-    CommandRow { code: 20, name: "me", request: "Empty", response: "ClientDetailsResponse", result_framed: false, since: 0, until: 4294967295 },
-    CommandRow { code: 21, name: "client.get", request: "GetClientRequest", response: "ClientDetailsResponse", result_framed: false, since: 0, until: 4294967295 },
-    CommandRow { code: 22, name: "client.list", request: "Empty", response: "GetClientsResponse", result_framed: false, since: 0, until: 4294967295 },
-    CommandRow { code: 31, name: "user.get", request: "GetUserRequest", response: "UserDetailsResponse", result_framed: false, since: 12288, until: 4294967295 },
-    CommandRow { code: 32, name: "user.list", request: "Empty", response: "GetUsersResponse", result_framed: false, since: 12288, until: 4294967295 },
-    CommandRow { code: 33, name: "user.create", request: "CreateUserRequest", response: "UserDetailsResponse", result_framed: true, since: 12288, until: 4294967295 },
-    CommandRow { code: 34, name: "user.delete", request: "DeleteUserRequest", response: "Empty", result_framed: true, since: 0, until: 4294967295 },
-    CommandRow { code: 36, name: "user.permissions", request: "UpdatePermissionsRequest", response: "Empty", result_framed: true, since: 0, until: 4294967295 },
-    CommandRow { code: 37, name: "user.password", request: "ChangePasswordRequest", response: "Empty", result_framed: true, since: 0, until: 4294967295 },
-    CommandRow { code: 38, name: "user.login", request: "LoginUserRequest", response: "IdentityResponse", result_framed: false, since: 0, until: 4294967295 },
-    CommandRow { code: 39, name: "user.logout", request: "Empty", response: "Empty", result_framed: false, since: 0, until: 4294967295 },
-    CommandRow { code: 40, name: "user.login_register", request: "LoginRegisterRequest", response: "LoginRegisterResponse", result_framed: false, since: 0, until: 4294967295 },
-    CommandRow { code: 41, name: "personal_access_token.list", request: "Empty", response: "GetPersonalAccessTokensResponse", result_framed: false, since: 0, until: 4294967295 },
-    CommandRow { code: 42, name: "personal_access_token.create", request: "CreatePersonalAccessTokenRequest", response: "RawPersonalAccessTokenResponse", result_framed: true, since: 0, until: 4294967295 },
-    CommandRow { code: 43, name: "personal_access_token.delete", request: "DeletePersonalAccessTokenRequest", response: "Empty", result_framed: true, since: 0, until: 4294967295 },
-    CommandRow { code: 44, name: "personal_access_token.login", request: "LoginWithPersonalAccessTokenRequest", response: "IdentityResponse", result_framed: false, since: 0, until: 4294967295 },
-    CommandRow { code: 45, name: "user.login_register_with_pat", request: "LoginRegisterWithPatRequest", response: "LoginRegisterResponse", result_framed: false, since: 0, until: 4294967295 },
-    CommandRow { code: 100, name: "message.poll", request: "PollMessagesRequest", response: "PollMessagesResponse", result_framed: false, since: 0, until: 4294967295 },
-    CommandRow { code: 101, name: "message.send", request: "SendMessagesRequest", response: "SendMessagesResponse", result_framed: false, since: 0, until: 4294967295 },
-    CommandRow { code: 105, name: "partition.route", request: "GetPartitionRouteRequest", response: "PartitionRouteResponse", result_framed: false, since: 0, until: 4294967295 },
-    CommandRow { code: 120, name: "consumer_offset.get", request: "GetConsumerOffsetRequest", response: "ConsumerOffsetResponse", result_framed: false, since: 0, until: 4294967295 },
-    CommandRow { code: 121, name: "consumer_offset.store", request: "StoreConsumerOffsetRequest", response: "Empty", result_framed: true, since: 0, until: 4294967295 },
-    CommandRow { code: 122, name: "consumer_offset.delete", request: "DeleteConsumerOffsetRequest", response: "Empty", result_framed: true, since: 0, until: 4294967295 },
-    CommandRow { code: 200, name: "stream.get", request: "StreamIdRequest", response: "GetStreamResponse", result_framed: false, since: 12288, until: 4294967295 },
-    CommandRow { code: 201, name: "stream.list", request: "Empty", response: "GetStreamsResponse", result_framed: false, since: 12288, until: 4294967295 },
-    CommandRow { code: 202, name: "stream.create", request: "CreateStreamRequest", response: "GetStreamResponse", result_framed: true, since: 12288, until: 4294967295 },
-    CommandRow { code: 203, name: "stream.delete", request: "StreamIdRequest", response: "Empty", result_framed: true, since: 0, until: 4294967295 },
-    CommandRow { code: 300, name: "topic.get", request: "TopicIdRequest", response: "GetTopicResponse", result_framed: false, since: 12288, until: 4294967295 },
-    CommandRow { code: 301, name: "topic.list", request: "StreamIdRequest", response: "GetTopicsResponse", result_framed: false, since: 12288, until: 4294967295 },
-    CommandRow { code: 302, name: "topic.create", request: "CreateTopicRequest", response: "GetTopicResponse", result_framed: true, since: 12288, until: 4294967295 },
-    CommandRow { code: 303, name: "topic.delete", request: "TopicIdRequest", response: "Empty", result_framed: true, since: 0, until: 4294967295 },
-    CommandRow { code: 402, name: "partition.create", request: "CreatePartitionsRequest", response: "Empty", result_framed: true, since: 0, until: 4294967295 },
-    CommandRow { code: 403, name: "partition.delete", request: "DeletePartitionsRequest", response: "Empty", result_framed: true, since: 0, until: 4294967295 },
-    CommandRow { code: 503, name: "segment.delete", request: "DeleteSegmentsRequest", response: "Empty", result_framed: false, since: 0, until: 4294967295 },
-    CommandRow { code: 600, name: "consumer_group.get", request: "ConsumerGroupIdRequest", response: "ConsumerGroupDetailsResponse", result_framed: false, since: 0, until: 4294967295 },
-    CommandRow { code: 601, name: "consumer_group.list", request: "TopicIdRequest", response: "GetConsumerGroupsResponse", result_framed: false, since: 0, until: 4294967295 },
-    CommandRow { code: 602, name: "consumer_group.create", request: "CreateConsumerGroupRequest", response: "ConsumerGroupDetailsResponse", result_framed: true, since: 0, until: 4294967295 },
-    CommandRow { code: 603, name: "consumer_group.delete", request: "ConsumerGroupIdRequest", response: "Empty", result_framed: true, since: 0, until: 4294967295 },
-    CommandRow { code: 604, name: "consumer_group.join", request: "ConsumerGroupIdRequest", response: "Empty", result_framed: true, since: 0, until: 4294967295 },
-    CommandRow { code: 605, name: "consumer_group.leave", request: "ConsumerGroupIdRequest", response: "Empty", result_framed: true, since: 0, until: 4294967295 },
-    CommandRow { code: 606, name: "consumer_group.sync", request: "ConsumerGroupIdRequest", response: "SyncConsumerGroupResponse", result_framed: false, since: 0, until: 4294967295 },
-    CommandRow { code: 12, name: "cluster.metadata", request: "Empty", response: "ClusterMetadataResponseV0111", result_framed: false, since: 0, until: 11265 },
-    CommandRow { code: 13, name: "options.describe", request: "DescribeOptionsRequest", response: "DescribeOptionsResponseV0111", result_framed: false, since: 0, until: 11265 },
-    CommandRow { code: 31, name: "user.get", request: "GetUserRequest", response: "UserDetailsResponseV0111", result_framed: false, since: 0, until: 11265 },
-    CommandRow { code: 32, name: "user.list", request: "Empty", response: "GetUsersResponseV0111", result_framed: false, since: 0, until: 11265 },
-    CommandRow { code: 33, name: "user.create", request: "CreateUserRequest", response: "UserDetailsResponseV0111", result_framed: true, since: 0, until: 11265 },
-    CommandRow { code: 35, name: "user.update", request: "UpdateUserRequest", response: "Empty", result_framed: true, since: 0, until: 11265 },
-    CommandRow { code: 103, name: "message.poll_routing", request: "PollMessagesRequest", response: "PollRoutingResponse", result_framed: false, since: 0, until: 11265 },
-    CommandRow { code: 104, name: "message.poll_primary", request: "PollMessagesRequest", response: "PollMessagesResponse", result_framed: false, since: 0, until: 11265 },
-    CommandRow { code: 123, name: "consumer_offset.routing", request: "GetConsumerOffsetRequest", response: "PollRoutingResponse", result_framed: false, since: 0, until: 11265 },
-    CommandRow { code: 200, name: "stream.get", request: "StreamIdRequest", response: "GetStreamResponseV0111", result_framed: false, since: 0, until: 11265 },
-    CommandRow { code: 201, name: "stream.list", request: "Empty", response: "GetStreamsResponseV0111", result_framed: false, since: 0, until: 11265 },
-    CommandRow { code: 202, name: "stream.create", request: "CreateStreamRequest", response: "GetStreamResponseV0111", result_framed: true, since: 0, until: 11265 },
-    CommandRow { code: 204, name: "stream.update", request: "UpdateStreamRequest", response: "Empty", result_framed: true, since: 0, until: 11265 },
-    CommandRow { code: 300, name: "topic.get", request: "TopicIdRequest", response: "GetTopicResponseV0111", result_framed: false, since: 0, until: 11265 },
-    CommandRow { code: 301, name: "topic.list", request: "StreamIdRequest", response: "GetTopicsResponseV0111", result_framed: false, since: 0, until: 11265 },
-    CommandRow { code: 302, name: "topic.create", request: "CreateTopicRequest", response: "GetTopicResponseV0111", result_framed: true, since: 0, until: 11265 },
-    CommandRow { code: 304, name: "topic.update", request: "UpdateTopicRequest", response: "Empty", result_framed: true, since: 0, until: 11265 },
+    CommandRow {
+        code: 1,
+        name: "ping",
+        request: "Empty",
+        response: "Empty",
+        result_framed: false,
+        since: 0,
+        until: 4294967295,
+    },
+    CommandRow {
+        code: 10,
+        name: "stats",
+        request: "Empty",
+        response: "StatsResponse",
+        result_framed: false,
+        since: 0,
+        until: 4294967295,
+    },
+    CommandRow {
+        code: 11,
+        name: "snapshot",
+        request: "GetSnapshotRequest",
+        response: "GetSnapshotResponse",
+        result_framed: false,
+        since: 0,
+        until: 4294967295,
+    },
+    CommandRow {
+        code: 12,
+        name: "cluster.metadata",
+        request: "Empty",
+        response: "ClusterMetadataResponse",
+        result_framed: false,
+        since: 12288,
+        until: 4294967295,
+    },
+    CommandRow {
+        code: 13,
+        name: "options.describe",
+        request: "DescribeOptionsRequest",
+        response: "DescribeOptionsResponse",
+        result_framed: false,
+        since: 12288,
+        until: 4294967295,
+    },
+    CommandRow {
+        code: 15,
+        name: "session.bind",
+        request: "BindSessionRequest",
+        response: "LoginRegisterResponse",
+        result_framed: false,
+        since: 0,
+        until: 4294967295,
+    },
+    CommandRow {
+        code: 16,
+        name: "resource.update",
+        request: "UpdateResourceRequest",
+        response: "Empty",
+        result_framed: true,
+        since: 12288,
+        until: 4294967295,
+    },
+    CommandRow {
+        code: 20,
+        name: "me",
+        request: "Empty",
+        response: "ClientDetailsResponse",
+        result_framed: false,
+        since: 0,
+        until: 4294967295,
+    },
+    CommandRow {
+        code: 21,
+        name: "client.get",
+        request: "GetClientRequest",
+        response: "ClientDetailsResponse",
+        result_framed: false,
+        since: 0,
+        until: 4294967295,
+    },
+    CommandRow {
+        code: 22,
+        name: "client.list",
+        request: "Empty",
+        response: "GetClientsResponse",
+        result_framed: false,
+        since: 0,
+        until: 4294967295,
+    },
+    CommandRow {
+        code: 31,
+        name: "user.get",
+        request: "GetUserRequest",
+        response: "UserDetailsResponse",
+        result_framed: false,
+        since: 12288,
+        until: 4294967295,
+    },
+    CommandRow {
+        code: 32,
+        name: "user.list",
+        request: "Empty",
+        response: "GetUsersResponse",
+        result_framed: false,
+        since: 12288,
+        until: 4294967295,
+    },
+    CommandRow {
+        code: 33,
+        name: "user.create",
+        request: "CreateUserRequest",
+        response: "UserDetailsResponse",
+        result_framed: true,
+        since: 12288,
+        until: 4294967295,
+    },
+    CommandRow {
+        code: 34,
+        name: "user.delete",
+        request: "DeleteUserRequest",
+        response: "Empty",
+        result_framed: true,
+        since: 0,
+        until: 4294967295,
+    },
+    CommandRow {
+        code: 36,
+        name: "user.permissions",
+        request: "UpdatePermissionsRequest",
+        response: "Empty",
+        result_framed: true,
+        since: 0,
+        until: 4294967295,
+    },
+    CommandRow {
+        code: 37,
+        name: "user.password",
+        request: "ChangePasswordRequest",
+        response: "Empty",
+        result_framed: true,
+        since: 0,
+        until: 4294967295,
+    },
+    CommandRow {
+        code: 38,
+        name: "user.login",
+        request: "LoginUserRequest",
+        response: "IdentityResponse",
+        result_framed: false,
+        since: 0,
+        until: 4294967295,
+    },
+    CommandRow {
+        code: 39,
+        name: "user.logout",
+        request: "Empty",
+        response: "Empty",
+        result_framed: false,
+        since: 0,
+        until: 4294967295,
+    },
+    CommandRow {
+        code: 40,
+        name: "user.login_register",
+        request: "LoginRegisterRequest",
+        response: "LoginRegisterResponse",
+        result_framed: false,
+        since: 0,
+        until: 4294967295,
+    },
+    CommandRow {
+        code: 41,
+        name: "personal_access_token.list",
+        request: "Empty",
+        response: "GetPersonalAccessTokensResponse",
+        result_framed: false,
+        since: 0,
+        until: 4294967295,
+    },
+    CommandRow {
+        code: 42,
+        name: "personal_access_token.create",
+        request: "CreatePersonalAccessTokenRequest",
+        response: "RawPersonalAccessTokenResponse",
+        result_framed: true,
+        since: 0,
+        until: 4294967295,
+    },
+    CommandRow {
+        code: 43,
+        name: "personal_access_token.delete",
+        request: "DeletePersonalAccessTokenRequest",
+        response: "Empty",
+        result_framed: true,
+        since: 0,
+        until: 4294967295,
+    },
+    CommandRow {
+        code: 44,
+        name: "personal_access_token.login",
+        request: "LoginWithPersonalAccessTokenRequest",
+        response: "IdentityResponse",
+        result_framed: false,
+        since: 0,
+        until: 4294967295,
+    },
+    CommandRow {
+        code: 45,
+        name: "user.login_register_with_pat",
+        request: "LoginRegisterWithPatRequest",
+        response: "LoginRegisterResponse",
+        result_framed: false,
+        since: 0,
+        until: 4294967295,
+    },
+    CommandRow {
+        code: 100,
+        name: "message.poll",
+        request: "PollMessagesRequest",
+        response: "PollMessagesResponse",
+        result_framed: false,
+        since: 0,
+        until: 4294967295,
+    },
+    CommandRow {
+        code: 101,
+        name: "message.send",
+        request: "SendMessagesRequest",
+        response: "SendMessagesResponse",
+        result_framed: false,
+        since: 0,
+        until: 4294967295,
+    },
+    CommandRow {
+        code: 105,
+        name: "partition.route",
+        request: "GetPartitionRouteRequest",
+        response: "PartitionRouteResponse",
+        result_framed: false,
+        since: 0,
+        until: 4294967295,
+    },
+    CommandRow {
+        code: 120,
+        name: "consumer_offset.get",
+        request: "GetConsumerOffsetRequest",
+        response: "ConsumerOffsetResponse",
+        result_framed: false,
+        since: 0,
+        until: 4294967295,
+    },
+    CommandRow {
+        code: 121,
+        name: "consumer_offset.store",
+        request: "StoreConsumerOffsetRequest",
+        response: "Empty",
+        result_framed: true,
+        since: 0,
+        until: 4294967295,
+    },
+    CommandRow {
+        code: 122,
+        name: "consumer_offset.delete",
+        request: "DeleteConsumerOffsetRequest",
+        response: "Empty",
+        result_framed: true,
+        since: 0,
+        until: 4294967295,
+    },
+    CommandRow {
+        code: 200,
+        name: "stream.get",
+        request: "StreamIdRequest",
+        response: "GetStreamResponse",
+        result_framed: false,
+        since: 12288,
+        until: 4294967295,
+    },
+    CommandRow {
+        code: 201,
+        name: "stream.list",
+        request: "Empty",
+        response: "GetStreamsResponse",
+        result_framed: false,
+        since: 12288,
+        until: 4294967295,
+    },
+    CommandRow {
+        code: 202,
+        name: "stream.create",
+        request: "CreateStreamRequest",
+        response: "GetStreamResponse",
+        result_framed: true,
+        since: 12288,
+        until: 4294967295,
+    },
+    CommandRow {
+        code: 203,
+        name: "stream.delete",
+        request: "StreamIdRequest",
+        response: "Empty",
+        result_framed: true,
+        since: 0,
+        until: 4294967295,
+    },
+    CommandRow {
+        code: 300,
+        name: "topic.get",
+        request: "TopicIdRequest",
+        response: "GetTopicResponse",
+        result_framed: false,
+        since: 12288,
+        until: 4294967295,
+    },
+    CommandRow {
+        code: 301,
+        name: "topic.list",
+        request: "StreamIdRequest",
+        response: "GetTopicsResponse",
+        result_framed: false,
+        since: 12288,
+        until: 4294967295,
+    },
+    CommandRow {
+        code: 302,
+        name: "topic.create",
+        request: "CreateTopicRequest",
+        response: "GetTopicResponse",
+        result_framed: true,
+        since: 12288,
+        until: 4294967295,
+    },
+    CommandRow {
+        code: 303,
+        name: "topic.delete",
+        request: "TopicIdRequest",
+        response: "Empty",
+        result_framed: true,
+        since: 0,
+        until: 4294967295,
+    },
+    CommandRow {
+        code: 402,
+        name: "partition.create",
+        request: "CreatePartitionsRequest",
+        response: "Empty",
+        result_framed: true,
+        since: 0,
+        until: 4294967295,
+    },
+    CommandRow {
+        code: 403,
+        name: "partition.delete",
+        request: "DeletePartitionsRequest",
+        response: "Empty",
+        result_framed: true,
+        since: 0,
+        until: 4294967295,
+    },
+    CommandRow {
+        code: 503,
+        name: "segment.delete",
+        request: "DeleteSegmentsRequest",
+        response: "Empty",
+        result_framed: false,
+        since: 0,
+        until: 4294967295,
+    },
+    CommandRow {
+        code: 600,
+        name: "consumer_group.get",
+        request: "ConsumerGroupIdRequest",
+        response: "ConsumerGroupDetailsResponse",
+        result_framed: false,
+        since: 0,
+        until: 4294967295,
+    },
+    CommandRow {
+        code: 601,
+        name: "consumer_group.list",
+        request: "TopicIdRequest",
+        response: "GetConsumerGroupsResponse",
+        result_framed: false,
+        since: 0,
+        until: 4294967295,
+    },
+    CommandRow {
+        code: 602,
+        name: "consumer_group.create",
+        request: "CreateConsumerGroupRequest",
+        response: "ConsumerGroupDetailsResponse",
+        result_framed: true,
+        since: 0,
+        until: 4294967295,
+    },
+    CommandRow {
+        code: 603,
+        name: "consumer_group.delete",
+        request: "ConsumerGroupIdRequest",
+        response: "Empty",
+        result_framed: true,
+        since: 0,
+        until: 4294967295,
+    },
+    CommandRow {
+        code: 604,
+        name: "consumer_group.join",
+        request: "ConsumerGroupIdRequest",
+        response: "Empty",
+        result_framed: true,
+        since: 0,
+        until: 4294967295,
+    },
+    CommandRow {
+        code: 605,
+        name: "consumer_group.leave",
+        request: "ConsumerGroupIdRequest",
+        response: "Empty",
+        result_framed: true,
+        since: 0,
+        until: 4294967295,
+    },
+    CommandRow {
+        code: 606,
+        name: "consumer_group.sync",
+        request: "ConsumerGroupIdRequest",
+        response: "SyncConsumerGroupResponse",
+        result_framed: false,
+        since: 0,
+        until: 4294967295,
+    },
+    CommandRow {
+        code: 12,
+        name: "cluster.metadata",
+        request: "Empty",
+        response: "ClusterMetadataResponseV0111",
+        result_framed: false,
+        since: 0,
+        until: 11265,
+    },
+    CommandRow {
+        code: 13,
+        name: "options.describe",
+        request: "DescribeOptionsRequest",
+        response: "DescribeOptionsResponseV0111",
+        result_framed: false,
+        since: 0,
+        until: 11265,
+    },
+    CommandRow {
+        code: 31,
+        name: "user.get",
+        request: "GetUserRequest",
+        response: "UserDetailsResponseV0111",
+        result_framed: false,
+        since: 0,
+        until: 11265,
+    },
+    CommandRow {
+        code: 32,
+        name: "user.list",
+        request: "Empty",
+        response: "GetUsersResponseV0111",
+        result_framed: false,
+        since: 0,
+        until: 11265,
+    },
+    CommandRow {
+        code: 33,
+        name: "user.create",
+        request: "CreateUserRequest",
+        response: "UserDetailsResponseV0111",
+        result_framed: true,
+        since: 0,
+        until: 11265,
+    },
+    CommandRow {
+        code: 35,
+        name: "user.update",
+        request: "UpdateUserRequest",
+        response: "Empty",
+        result_framed: true,
+        since: 0,
+        until: 11265,
+    },
+    CommandRow {
+        code: 103,
+        name: "message.poll_routing",
+        request: "PollMessagesRequest",
+        response: "PollRoutingResponse",
+        result_framed: false,
+        since: 0,
+        until: 11265,
+    },
+    CommandRow {
+        code: 104,
+        name: "message.poll_primary",
+        request: "PollMessagesRequest",
+        response: "PollMessagesResponse",
+        result_framed: false,
+        since: 0,
+        until: 11265,
+    },
+    CommandRow {
+        code: 123,
+        name: "consumer_offset.routing",
+        request: "GetConsumerOffsetRequest",
+        response: "PollRoutingResponse",
+        result_framed: false,
+        since: 0,
+        until: 11265,
+    },
+    CommandRow {
+        code: 200,
+        name: "stream.get",
+        request: "StreamIdRequest",
+        response: "GetStreamResponseV0111",
+        result_framed: false,
+        since: 0,
+        until: 11265,
+    },
+    CommandRow {
+        code: 201,
+        name: "stream.list",
+        request: "Empty",
+        response: "GetStreamsResponseV0111",
+        result_framed: false,
+        since: 0,
+        until: 11265,
+    },
+    CommandRow {
+        code: 202,
+        name: "stream.create",
+        request: "CreateStreamRequest",
+        response: "GetStreamResponseV0111",
+        result_framed: true,
+        since: 0,
+        until: 11265,
+    },
+    CommandRow {
+        code: 204,
+        name: "stream.update",
+        request: "UpdateStreamRequest",
+        response: "Empty",
+        result_framed: true,
+        since: 0,
+        until: 11265,
+    },
+    CommandRow {
+        code: 300,
+        name: "topic.get",
+        request: "TopicIdRequest",
+        response: "GetTopicResponseV0111",
+        result_framed: false,
+        since: 0,
+        until: 11265,
+    },
+    CommandRow {
+        code: 301,
+        name: "topic.list",
+        request: "StreamIdRequest",
+        response: "GetTopicsResponseV0111",
+        result_framed: false,
+        since: 0,
+        until: 11265,
+    },
+    CommandRow {
+        code: 302,
+        name: "topic.create",
+        request: "CreateTopicRequest",
+        response: "GetTopicResponseV0111",
+        result_framed: true,
+        since: 0,
+        until: 11265,
+    },
+    CommandRow {
+        code: 304,
+        name: "topic.update",
+        request: "UpdateTopicRequest",
+        response: "Empty",
+        result_framed: true,
+        since: 0,
+        until: 11265,
+    },
 ];
-
 /// Code of `ping` (1), protocol 0.0.0..=current.
 pub const PING: u32 = 1;
 /// Request body of `ping` (1), protocol 0.0.0..=current: empty.
@@ -117,7 +635,16 @@ pub fn encode_ping() -> Vec<u8> {
 }
 /// Reply body of `ping` (1), protocol 0.0.0..=current: empty.
 pub fn decode_ping_reply(body: &[u8]) -> Result<(), ReplyError> {
-    if body.is_empty() { Ok(()) } else { Err(WireError::TrailingBytes { count: body.len() }.into()) }
+    if body.is_empty() {
+        Ok(())
+    } else {
+        Err(
+            WireError::TrailingBytes {
+                count: body.len(),
+            }
+                .into(),
+        )
+    }
 }
 /// Code of `stats` (10), protocol 0.0.0..=current.
 pub const STATS: u32 = 10;
@@ -126,7 +653,9 @@ pub fn encode_stats() -> Vec<u8> {
     Vec::new()
 }
 /// Reply body of `stats` (10), protocol 0.0.0..=current: `StatsResponse`.
-pub fn decode_stats_reply(body: &[u8]) -> Result<crate::payloads::StatsResponse<'_>, ReplyError> {
+pub fn decode_stats_reply(
+    body: &[u8],
+) -> Result<crate::payloads::StatsResponse<'_>, ReplyError> {
     Ok(<crate::payloads::StatsResponse>::decode_exact(body)?)
 }
 /// Code of `snapshot` (11), protocol 0.0.0..=current.
@@ -136,7 +665,9 @@ pub fn encode_snapshot(request: &crate::payloads::GetSnapshotRequest<'_>) -> Vec
     request.to_wire_bytes()
 }
 /// Reply body of `snapshot` (11), protocol 0.0.0..=current: `GetSnapshotResponse`.
-pub fn decode_snapshot_reply(body: &[u8]) -> Result<crate::payloads::GetSnapshotResponse<'_>, ReplyError> {
+pub fn decode_snapshot_reply(
+    body: &[u8],
+) -> Result<crate::payloads::GetSnapshotResponse<'_>, ReplyError> {
     Ok(<crate::payloads::GetSnapshotResponse>::decode_exact(body)?)
 }
 /// Code of `cluster.metadata` (12), protocol 0.12.0..=current.
@@ -146,39 +677,60 @@ pub fn encode_cluster_metadata() -> Vec<u8> {
     Vec::new()
 }
 /// Reply body of `cluster.metadata` (12), protocol 0.12.0..=current: `ClusterMetadataResponse`.
-pub fn decode_cluster_metadata_reply(body: &[u8]) -> Result<crate::payloads::ClusterMetadataResponse<'_>, ReplyError> {
+pub fn decode_cluster_metadata_reply(
+    body: &[u8],
+) -> Result<crate::payloads::ClusterMetadataResponse<'_>, ReplyError> {
     Ok(<crate::payloads::ClusterMetadataResponse>::decode_exact(body)?)
 }
 /// Code of `options.describe` (13), protocol 0.12.0..=current.
 pub const OPTIONS_DESCRIBE: u32 = 13;
 /// Request body of `options.describe` (13), protocol 0.12.0..=current: `DescribeOptionsRequest`.
-pub fn encode_options_describe(request: &crate::payloads::DescribeOptionsRequest) -> Vec<u8> {
+pub fn encode_options_describe(
+    request: &crate::payloads::DescribeOptionsRequest,
+) -> Vec<u8> {
     request.to_wire_bytes()
 }
 /// Reply body of `options.describe` (13), protocol 0.12.0..=current: `DescribeOptionsResponse`.
-pub fn decode_options_describe_reply(body: &[u8]) -> Result<crate::payloads::DescribeOptionsResponse<'_>, ReplyError> {
+pub fn decode_options_describe_reply(
+    body: &[u8],
+) -> Result<crate::payloads::DescribeOptionsResponse<'_>, ReplyError> {
     Ok(<crate::payloads::DescribeOptionsResponse>::decode_exact(body)?)
 }
 /// Code of `session.bind` (15), protocol 0.0.0..=current.
 pub const SESSION_BIND: u32 = 15;
 /// Request body of `session.bind` (15), protocol 0.0.0..=current: `BindSessionRequest`.
-pub fn encode_session_bind(request: &crate::payloads::BindSessionRequest<'_>) -> Vec<u8> {
+pub fn encode_session_bind(
+    request: &crate::payloads::BindSessionRequest<'_>,
+) -> Vec<u8> {
     request.to_wire_bytes()
 }
 /// Reply body of `session.bind` (15), protocol 0.0.0..=current: `LoginRegisterResponse`.
-pub fn decode_session_bind_reply(body: &[u8]) -> Result<crate::payloads::LoginRegisterResponse<'_>, ReplyError> {
+pub fn decode_session_bind_reply(
+    body: &[u8],
+) -> Result<crate::payloads::LoginRegisterResponse<'_>, ReplyError> {
     Ok(<crate::payloads::LoginRegisterResponse>::decode_exact(body)?)
 }
 /// Code of `resource.update` (16), protocol 0.12.0..=current.
 pub const RESOURCE_UPDATE: u32 = 16;
 /// Request body of `resource.update` (16), protocol 0.12.0..=current: `UpdateResourceRequest`.
-pub fn encode_resource_update(request: &crate::payloads::UpdateResourceRequest<'_>) -> Vec<u8> {
+pub fn encode_resource_update(
+    request: &crate::payloads::UpdateResourceRequest<'_>,
+) -> Vec<u8> {
     request.to_wire_bytes()
 }
 /// Reply body of `resource.update` (16), protocol 0.12.0..=current: empty after the result section.
 pub fn decode_resource_update_reply(body: &[u8]) -> Result<(), ReplyError> {
     let body = result_payload(body)?;
-    if body.is_empty() { Ok(()) } else { Err(WireError::TrailingBytes { count: body.len() }.into()) }
+    if body.is_empty() {
+        Ok(())
+    } else {
+        Err(
+            WireError::TrailingBytes {
+                count: body.len(),
+            }
+                .into(),
+        )
+    }
 }
 /// Code of `me` (20), protocol 0.0.0..=current.
 pub const ME: u32 = 20;
@@ -187,7 +739,9 @@ pub fn encode_me() -> Vec<u8> {
     Vec::new()
 }
 /// Reply body of `me` (20), protocol 0.0.0..=current: `ClientDetailsResponse`.
-pub fn decode_me_reply(body: &[u8]) -> Result<crate::payloads::ClientDetailsResponse<'_>, ReplyError> {
+pub fn decode_me_reply(
+    body: &[u8],
+) -> Result<crate::payloads::ClientDetailsResponse<'_>, ReplyError> {
     Ok(<crate::payloads::ClientDetailsResponse>::decode_exact(body)?)
 }
 /// Code of `client.get` (21), protocol 0.0.0..=current.
@@ -197,7 +751,9 @@ pub fn encode_client_get(request: &crate::payloads::GetClientRequest) -> Vec<u8>
     request.to_wire_bytes()
 }
 /// Reply body of `client.get` (21), protocol 0.0.0..=current: `ClientDetailsResponse`.
-pub fn decode_client_get_reply(body: &[u8]) -> Result<crate::payloads::ClientDetailsResponse<'_>, ReplyError> {
+pub fn decode_client_get_reply(
+    body: &[u8],
+) -> Result<crate::payloads::ClientDetailsResponse<'_>, ReplyError> {
     Ok(<crate::payloads::ClientDetailsResponse>::decode_exact(body)?)
 }
 /// Code of `client.list` (22), protocol 0.0.0..=current.
@@ -207,7 +763,9 @@ pub fn encode_client_list() -> Vec<u8> {
     Vec::new()
 }
 /// Reply body of `client.list` (22), protocol 0.0.0..=current: `GetClientsResponse`.
-pub fn decode_client_list_reply(body: &[u8]) -> Result<crate::payloads::GetClientsResponse<'_>, ReplyError> {
+pub fn decode_client_list_reply(
+    body: &[u8],
+) -> Result<crate::payloads::GetClientsResponse<'_>, ReplyError> {
     Ok(<crate::payloads::GetClientsResponse>::decode_exact(body)?)
 }
 /// Code of `user.get` (31), protocol 0.12.0..=current.
@@ -217,7 +775,9 @@ pub fn encode_user_get(request: &crate::payloads::GetUserRequest<'_>) -> Vec<u8>
     request.to_wire_bytes()
 }
 /// Reply body of `user.get` (31), protocol 0.12.0..=current: `UserDetailsResponse`.
-pub fn decode_user_get_reply(body: &[u8]) -> Result<crate::payloads::UserDetailsResponse<'_>, ReplyError> {
+pub fn decode_user_get_reply(
+    body: &[u8],
+) -> Result<crate::payloads::UserDetailsResponse<'_>, ReplyError> {
     Ok(<crate::payloads::UserDetailsResponse>::decode_exact(body)?)
 }
 /// Code of `user.list` (32), protocol 0.12.0..=current.
@@ -227,7 +787,9 @@ pub fn encode_user_list() -> Vec<u8> {
     Vec::new()
 }
 /// Reply body of `user.list` (32), protocol 0.12.0..=current: `GetUsersResponse`.
-pub fn decode_user_list_reply(body: &[u8]) -> Result<crate::payloads::GetUsersResponse<'_>, ReplyError> {
+pub fn decode_user_list_reply(
+    body: &[u8],
+) -> Result<crate::payloads::GetUsersResponse<'_>, ReplyError> {
     Ok(<crate::payloads::GetUsersResponse>::decode_exact(body)?)
 }
 /// Code of `user.create` (33), protocol 0.12.0..=current.
@@ -237,7 +799,9 @@ pub fn encode_user_create(request: &crate::payloads::CreateUserRequest<'_>) -> V
     request.to_wire_bytes()
 }
 /// Reply body of `user.create` (33), protocol 0.12.0..=current: `UserDetailsResponse` after the result section.
-pub fn decode_user_create_reply(body: &[u8]) -> Result<crate::payloads::UserDetailsResponse<'_>, ReplyError> {
+pub fn decode_user_create_reply(
+    body: &[u8],
+) -> Result<crate::payloads::UserDetailsResponse<'_>, ReplyError> {
     let body = result_payload(body)?;
     Ok(<crate::payloads::UserDetailsResponse>::decode_exact(body)?)
 }
@@ -250,29 +814,60 @@ pub fn encode_user_delete(request: &crate::payloads::DeleteUserRequest<'_>) -> V
 /// Reply body of `user.delete` (34), protocol 0.0.0..=current: empty after the result section.
 pub fn decode_user_delete_reply(body: &[u8]) -> Result<(), ReplyError> {
     let body = result_payload(body)?;
-    if body.is_empty() { Ok(()) } else { Err(WireError::TrailingBytes { count: body.len() }.into()) }
+    if body.is_empty() {
+        Ok(())
+    } else {
+        Err(
+            WireError::TrailingBytes {
+                count: body.len(),
+            }
+                .into(),
+        )
+    }
 }
 /// Code of `user.permissions` (36), protocol 0.0.0..=current.
 pub const USER_PERMISSIONS: u32 = 36;
 /// Request body of `user.permissions` (36), protocol 0.0.0..=current: `UpdatePermissionsRequest`.
-pub fn encode_user_permissions(request: &crate::payloads::UpdatePermissionsRequest<'_>) -> Vec<u8> {
+pub fn encode_user_permissions(
+    request: &crate::payloads::UpdatePermissionsRequest<'_>,
+) -> Vec<u8> {
     request.to_wire_bytes()
 }
 /// Reply body of `user.permissions` (36), protocol 0.0.0..=current: empty after the result section.
 pub fn decode_user_permissions_reply(body: &[u8]) -> Result<(), ReplyError> {
     let body = result_payload(body)?;
-    if body.is_empty() { Ok(()) } else { Err(WireError::TrailingBytes { count: body.len() }.into()) }
+    if body.is_empty() {
+        Ok(())
+    } else {
+        Err(
+            WireError::TrailingBytes {
+                count: body.len(),
+            }
+                .into(),
+        )
+    }
 }
 /// Code of `user.password` (37), protocol 0.0.0..=current.
 pub const USER_PASSWORD: u32 = 37;
 /// Request body of `user.password` (37), protocol 0.0.0..=current: `ChangePasswordRequest`.
-pub fn encode_user_password(request: &crate::payloads::ChangePasswordRequest<'_>) -> Vec<u8> {
+pub fn encode_user_password(
+    request: &crate::payloads::ChangePasswordRequest<'_>,
+) -> Vec<u8> {
     request.to_wire_bytes()
 }
 /// Reply body of `user.password` (37), protocol 0.0.0..=current: empty after the result section.
 pub fn decode_user_password_reply(body: &[u8]) -> Result<(), ReplyError> {
     let body = result_payload(body)?;
-    if body.is_empty() { Ok(()) } else { Err(WireError::TrailingBytes { count: body.len() }.into()) }
+    if body.is_empty() {
+        Ok(())
+    } else {
+        Err(
+            WireError::TrailingBytes {
+                count: body.len(),
+            }
+                .into(),
+        )
+    }
 }
 /// Code of `user.login` (38), protocol 0.0.0..=current.
 pub const USER_LOGIN: u32 = 38;
@@ -281,7 +876,9 @@ pub fn encode_user_login(request: &crate::payloads::LoginUserRequest<'_>) -> Vec
     request.to_wire_bytes()
 }
 /// Reply body of `user.login` (38), protocol 0.0.0..=current: `IdentityResponse`.
-pub fn decode_user_login_reply(body: &[u8]) -> Result<crate::payloads::IdentityResponse, ReplyError> {
+pub fn decode_user_login_reply(
+    body: &[u8],
+) -> Result<crate::payloads::IdentityResponse, ReplyError> {
     Ok(<crate::payloads::IdentityResponse>::decode_exact(body)?)
 }
 /// Code of `user.logout` (39), protocol 0.0.0..=current.
@@ -292,16 +889,29 @@ pub fn encode_user_logout() -> Vec<u8> {
 }
 /// Reply body of `user.logout` (39), protocol 0.0.0..=current: empty.
 pub fn decode_user_logout_reply(body: &[u8]) -> Result<(), ReplyError> {
-    if body.is_empty() { Ok(()) } else { Err(WireError::TrailingBytes { count: body.len() }.into()) }
+    if body.is_empty() {
+        Ok(())
+    } else {
+        Err(
+            WireError::TrailingBytes {
+                count: body.len(),
+            }
+                .into(),
+        )
+    }
 }
 /// Code of `user.login_register` (40), protocol 0.0.0..=current.
 pub const USER_LOGIN_REGISTER: u32 = 40;
 /// Request body of `user.login_register` (40), protocol 0.0.0..=current: `LoginRegisterRequest`.
-pub fn encode_user_login_register(request: &crate::payloads::LoginRegisterRequest<'_>) -> Vec<u8> {
+pub fn encode_user_login_register(
+    request: &crate::payloads::LoginRegisterRequest<'_>,
+) -> Vec<u8> {
     request.to_wire_bytes()
 }
 /// Reply body of `user.login_register` (40), protocol 0.0.0..=current: `LoginRegisterResponse`.
-pub fn decode_user_login_register_reply(body: &[u8]) -> Result<crate::payloads::LoginRegisterResponse<'_>, ReplyError> {
+pub fn decode_user_login_register_reply(
+    body: &[u8],
+) -> Result<crate::payloads::LoginRegisterResponse<'_>, ReplyError> {
     Ok(<crate::payloads::LoginRegisterResponse>::decode_exact(body)?)
 }
 /// Code of `personal_access_token.list` (41), protocol 0.0.0..=current.
@@ -311,112 +921,175 @@ pub fn encode_personal_access_token_list() -> Vec<u8> {
     Vec::new()
 }
 /// Reply body of `personal_access_token.list` (41), protocol 0.0.0..=current: `GetPersonalAccessTokensResponse`.
-pub fn decode_personal_access_token_list_reply(body: &[u8]) -> Result<crate::payloads::GetPersonalAccessTokensResponse<'_>, ReplyError> {
+pub fn decode_personal_access_token_list_reply(
+    body: &[u8],
+) -> Result<crate::payloads::GetPersonalAccessTokensResponse<'_>, ReplyError> {
     Ok(<crate::payloads::GetPersonalAccessTokensResponse>::decode_exact(body)?)
 }
 /// Code of `personal_access_token.create` (42), protocol 0.0.0..=current.
 pub const PERSONAL_ACCESS_TOKEN_CREATE: u32 = 42;
 /// Request body of `personal_access_token.create` (42), protocol 0.0.0..=current: `CreatePersonalAccessTokenRequest`.
-pub fn encode_personal_access_token_create(request: &crate::payloads::CreatePersonalAccessTokenRequest<'_>) -> Vec<u8> {
+pub fn encode_personal_access_token_create(
+    request: &crate::payloads::CreatePersonalAccessTokenRequest<'_>,
+) -> Vec<u8> {
     request.to_wire_bytes()
 }
 /// Reply body of `personal_access_token.create` (42), protocol 0.0.0..=current: `RawPersonalAccessTokenResponse` after the result section.
-pub fn decode_personal_access_token_create_reply(body: &[u8]) -> Result<crate::payloads::RawPersonalAccessTokenResponse<'_>, ReplyError> {
+pub fn decode_personal_access_token_create_reply(
+    body: &[u8],
+) -> Result<crate::payloads::RawPersonalAccessTokenResponse<'_>, ReplyError> {
     let body = result_payload(body)?;
     Ok(<crate::payloads::RawPersonalAccessTokenResponse>::decode_exact(body)?)
 }
 /// Code of `personal_access_token.delete` (43), protocol 0.0.0..=current.
 pub const PERSONAL_ACCESS_TOKEN_DELETE: u32 = 43;
 /// Request body of `personal_access_token.delete` (43), protocol 0.0.0..=current: `DeletePersonalAccessTokenRequest`.
-pub fn encode_personal_access_token_delete(request: &crate::payloads::DeletePersonalAccessTokenRequest<'_>) -> Vec<u8> {
+pub fn encode_personal_access_token_delete(
+    request: &crate::payloads::DeletePersonalAccessTokenRequest<'_>,
+) -> Vec<u8> {
     request.to_wire_bytes()
 }
 /// Reply body of `personal_access_token.delete` (43), protocol 0.0.0..=current: empty after the result section.
 pub fn decode_personal_access_token_delete_reply(body: &[u8]) -> Result<(), ReplyError> {
     let body = result_payload(body)?;
-    if body.is_empty() { Ok(()) } else { Err(WireError::TrailingBytes { count: body.len() }.into()) }
+    if body.is_empty() {
+        Ok(())
+    } else {
+        Err(
+            WireError::TrailingBytes {
+                count: body.len(),
+            }
+                .into(),
+        )
+    }
 }
 /// Code of `personal_access_token.login` (44), protocol 0.0.0..=current.
 pub const PERSONAL_ACCESS_TOKEN_LOGIN: u32 = 44;
 /// Request body of `personal_access_token.login` (44), protocol 0.0.0..=current: `LoginWithPersonalAccessTokenRequest`.
-pub fn encode_personal_access_token_login(request: &crate::payloads::LoginWithPersonalAccessTokenRequest<'_>) -> Vec<u8> {
+pub fn encode_personal_access_token_login(
+    request: &crate::payloads::LoginWithPersonalAccessTokenRequest<'_>,
+) -> Vec<u8> {
     request.to_wire_bytes()
 }
 /// Reply body of `personal_access_token.login` (44), protocol 0.0.0..=current: `IdentityResponse`.
-pub fn decode_personal_access_token_login_reply(body: &[u8]) -> Result<crate::payloads::IdentityResponse, ReplyError> {
+pub fn decode_personal_access_token_login_reply(
+    body: &[u8],
+) -> Result<crate::payloads::IdentityResponse, ReplyError> {
     Ok(<crate::payloads::IdentityResponse>::decode_exact(body)?)
 }
 /// Code of `user.login_register_with_pat` (45), protocol 0.0.0..=current.
 pub const USER_LOGIN_REGISTER_WITH_PAT: u32 = 45;
 /// Request body of `user.login_register_with_pat` (45), protocol 0.0.0..=current: `LoginRegisterWithPatRequest`.
-pub fn encode_user_login_register_with_pat(request: &crate::payloads::LoginRegisterWithPatRequest<'_>) -> Vec<u8> {
+pub fn encode_user_login_register_with_pat(
+    request: &crate::payloads::LoginRegisterWithPatRequest<'_>,
+) -> Vec<u8> {
     request.to_wire_bytes()
 }
 /// Reply body of `user.login_register_with_pat` (45), protocol 0.0.0..=current: `LoginRegisterResponse`.
-pub fn decode_user_login_register_with_pat_reply(body: &[u8]) -> Result<crate::payloads::LoginRegisterResponse<'_>, ReplyError> {
+pub fn decode_user_login_register_with_pat_reply(
+    body: &[u8],
+) -> Result<crate::payloads::LoginRegisterResponse<'_>, ReplyError> {
     Ok(<crate::payloads::LoginRegisterResponse>::decode_exact(body)?)
 }
 /// Code of `message.poll` (100), protocol 0.0.0..=current.
 pub const MESSAGE_POLL: u32 = 100;
 /// Request body of `message.poll` (100), protocol 0.0.0..=current: `PollMessagesRequest`.
-pub fn encode_message_poll(request: &crate::payloads::PollMessagesRequest<'_>) -> Vec<u8> {
+pub fn encode_message_poll(
+    request: &crate::payloads::PollMessagesRequest<'_>,
+) -> Vec<u8> {
     request.to_wire_bytes()
 }
 /// Reply body of `message.poll` (100), protocol 0.0.0..=current: `PollMessagesResponse`.
-pub fn decode_message_poll_reply(body: &[u8]) -> Result<crate::payloads::PollMessagesResponse<'_>, ReplyError> {
+pub fn decode_message_poll_reply(
+    body: &[u8],
+) -> Result<crate::payloads::PollMessagesResponse<'_>, ReplyError> {
     Ok(<crate::payloads::PollMessagesResponse>::decode_exact(body)?)
 }
 /// Code of `message.send` (101), protocol 0.0.0..=current.
 pub const MESSAGE_SEND: u32 = 101;
 /// Request body of `message.send` (101), protocol 0.0.0..=current: `SendMessagesRequest`.
-pub fn encode_message_send(request: &crate::payloads::SendMessagesRequest<'_>) -> Vec<u8> {
+pub fn encode_message_send(
+    request: &crate::payloads::SendMessagesRequest<'_>,
+) -> Vec<u8> {
     request.to_wire_bytes()
 }
 /// Reply body of `message.send` (101), protocol 0.0.0..=current: `SendMessagesResponse`.
-pub fn decode_message_send_reply(body: &[u8]) -> Result<crate::payloads::SendMessagesResponse, ReplyError> {
+pub fn decode_message_send_reply(
+    body: &[u8],
+) -> Result<crate::payloads::SendMessagesResponse, ReplyError> {
     Ok(<crate::payloads::SendMessagesResponse>::decode_exact(body)?)
 }
 /// Code of `partition.route` (105), protocol 0.0.0..=current.
 pub const PARTITION_ROUTE: u32 = 105;
 /// Request body of `partition.route` (105), protocol 0.0.0..=current: `GetPartitionRouteRequest`.
-pub fn encode_partition_route(request: &crate::payloads::GetPartitionRouteRequest<'_>) -> Vec<u8> {
+pub fn encode_partition_route(
+    request: &crate::payloads::GetPartitionRouteRequest<'_>,
+) -> Vec<u8> {
     request.to_wire_bytes()
 }
 /// Reply body of `partition.route` (105), protocol 0.0.0..=current: `PartitionRouteResponse`.
-pub fn decode_partition_route_reply(body: &[u8]) -> Result<crate::payloads::PartitionRouteResponse, ReplyError> {
+pub fn decode_partition_route_reply(
+    body: &[u8],
+) -> Result<crate::payloads::PartitionRouteResponse, ReplyError> {
     Ok(<crate::payloads::PartitionRouteResponse>::decode_exact(body)?)
 }
 /// Code of `consumer_offset.get` (120), protocol 0.0.0..=current.
 pub const CONSUMER_OFFSET_GET: u32 = 120;
 /// Request body of `consumer_offset.get` (120), protocol 0.0.0..=current: `GetConsumerOffsetRequest`.
-pub fn encode_consumer_offset_get(request: &crate::payloads::GetConsumerOffsetRequest<'_>) -> Vec<u8> {
+pub fn encode_consumer_offset_get(
+    request: &crate::payloads::GetConsumerOffsetRequest<'_>,
+) -> Vec<u8> {
     request.to_wire_bytes()
 }
 /// Reply body of `consumer_offset.get` (120), protocol 0.0.0..=current: `ConsumerOffsetResponse`.
-pub fn decode_consumer_offset_get_reply(body: &[u8]) -> Result<crate::payloads::ConsumerOffsetResponse, ReplyError> {
+pub fn decode_consumer_offset_get_reply(
+    body: &[u8],
+) -> Result<crate::payloads::ConsumerOffsetResponse, ReplyError> {
     Ok(<crate::payloads::ConsumerOffsetResponse>::decode_exact(body)?)
 }
 /// Code of `consumer_offset.store` (121), protocol 0.0.0..=current.
 pub const CONSUMER_OFFSET_STORE: u32 = 121;
 /// Request body of `consumer_offset.store` (121), protocol 0.0.0..=current: `StoreConsumerOffsetRequest`.
-pub fn encode_consumer_offset_store(request: &crate::payloads::StoreConsumerOffsetRequest<'_>) -> Vec<u8> {
+pub fn encode_consumer_offset_store(
+    request: &crate::payloads::StoreConsumerOffsetRequest<'_>,
+) -> Vec<u8> {
     request.to_wire_bytes()
 }
 /// Reply body of `consumer_offset.store` (121), protocol 0.0.0..=current: empty after the result section.
 pub fn decode_consumer_offset_store_reply(body: &[u8]) -> Result<(), ReplyError> {
     let body = result_payload(body)?;
-    if body.is_empty() { Ok(()) } else { Err(WireError::TrailingBytes { count: body.len() }.into()) }
+    if body.is_empty() {
+        Ok(())
+    } else {
+        Err(
+            WireError::TrailingBytes {
+                count: body.len(),
+            }
+                .into(),
+        )
+    }
 }
 /// Code of `consumer_offset.delete` (122), protocol 0.0.0..=current.
 pub const CONSUMER_OFFSET_DELETE: u32 = 122;
 /// Request body of `consumer_offset.delete` (122), protocol 0.0.0..=current: `DeleteConsumerOffsetRequest`.
-pub fn encode_consumer_offset_delete(request: &crate::payloads::DeleteConsumerOffsetRequest<'_>) -> Vec<u8> {
+pub fn encode_consumer_offset_delete(
+    request: &crate::payloads::DeleteConsumerOffsetRequest<'_>,
+) -> Vec<u8> {
     request.to_wire_bytes()
 }
 /// Reply body of `consumer_offset.delete` (122), protocol 0.0.0..=current: empty after the result section.
 pub fn decode_consumer_offset_delete_reply(body: &[u8]) -> Result<(), ReplyError> {
     let body = result_payload(body)?;
-    if body.is_empty() { Ok(()) } else { Err(WireError::TrailingBytes { count: body.len() }.into()) }
+    if body.is_empty() {
+        Ok(())
+    } else {
+        Err(
+            WireError::TrailingBytes {
+                count: body.len(),
+            }
+                .into(),
+        )
+    }
 }
 /// Code of `stream.get` (200), protocol 0.12.0..=current.
 pub const STREAM_GET: u32 = 200;
@@ -425,7 +1098,9 @@ pub fn encode_stream_get(request: &crate::payloads::StreamIdRequest<'_>) -> Vec<
     request.to_wire_bytes()
 }
 /// Reply body of `stream.get` (200), protocol 0.12.0..=current: `GetStreamResponse`.
-pub fn decode_stream_get_reply(body: &[u8]) -> Result<crate::payloads::GetStreamResponse<'_>, ReplyError> {
+pub fn decode_stream_get_reply(
+    body: &[u8],
+) -> Result<crate::payloads::GetStreamResponse<'_>, ReplyError> {
     Ok(<crate::payloads::GetStreamResponse>::decode_exact(body)?)
 }
 /// Code of `stream.list` (201), protocol 0.12.0..=current.
@@ -435,17 +1110,23 @@ pub fn encode_stream_list() -> Vec<u8> {
     Vec::new()
 }
 /// Reply body of `stream.list` (201), protocol 0.12.0..=current: `GetStreamsResponse`.
-pub fn decode_stream_list_reply(body: &[u8]) -> Result<crate::payloads::GetStreamsResponse<'_>, ReplyError> {
+pub fn decode_stream_list_reply(
+    body: &[u8],
+) -> Result<crate::payloads::GetStreamsResponse<'_>, ReplyError> {
     Ok(<crate::payloads::GetStreamsResponse>::decode_exact(body)?)
 }
 /// Code of `stream.create` (202), protocol 0.12.0..=current.
 pub const STREAM_CREATE: u32 = 202;
 /// Request body of `stream.create` (202), protocol 0.12.0..=current: `CreateStreamRequest`.
-pub fn encode_stream_create(request: &crate::payloads::CreateStreamRequest<'_>) -> Vec<u8> {
+pub fn encode_stream_create(
+    request: &crate::payloads::CreateStreamRequest<'_>,
+) -> Vec<u8> {
     request.to_wire_bytes()
 }
 /// Reply body of `stream.create` (202), protocol 0.12.0..=current: `GetStreamResponse` after the result section.
-pub fn decode_stream_create_reply(body: &[u8]) -> Result<crate::payloads::GetStreamResponse<'_>, ReplyError> {
+pub fn decode_stream_create_reply(
+    body: &[u8],
+) -> Result<crate::payloads::GetStreamResponse<'_>, ReplyError> {
     let body = result_payload(body)?;
     Ok(<crate::payloads::GetStreamResponse>::decode_exact(body)?)
 }
@@ -458,7 +1139,16 @@ pub fn encode_stream_delete(request: &crate::payloads::StreamIdRequest<'_>) -> V
 /// Reply body of `stream.delete` (203), protocol 0.0.0..=current: empty after the result section.
 pub fn decode_stream_delete_reply(body: &[u8]) -> Result<(), ReplyError> {
     let body = result_payload(body)?;
-    if body.is_empty() { Ok(()) } else { Err(WireError::TrailingBytes { count: body.len() }.into()) }
+    if body.is_empty() {
+        Ok(())
+    } else {
+        Err(
+            WireError::TrailingBytes {
+                count: body.len(),
+            }
+                .into(),
+        )
+    }
 }
 /// Code of `topic.get` (300), protocol 0.12.0..=current.
 pub const TOPIC_GET: u32 = 300;
@@ -467,7 +1157,9 @@ pub fn encode_topic_get(request: &crate::payloads::TopicIdRequest<'_>) -> Vec<u8
     request.to_wire_bytes()
 }
 /// Reply body of `topic.get` (300), protocol 0.12.0..=current: `GetTopicResponse`.
-pub fn decode_topic_get_reply(body: &[u8]) -> Result<crate::payloads::GetTopicResponse<'_>, ReplyError> {
+pub fn decode_topic_get_reply(
+    body: &[u8],
+) -> Result<crate::payloads::GetTopicResponse<'_>, ReplyError> {
     Ok(<crate::payloads::GetTopicResponse>::decode_exact(body)?)
 }
 /// Code of `topic.list` (301), protocol 0.12.0..=current.
@@ -477,17 +1169,23 @@ pub fn encode_topic_list(request: &crate::payloads::StreamIdRequest<'_>) -> Vec<
     request.to_wire_bytes()
 }
 /// Reply body of `topic.list` (301), protocol 0.12.0..=current: `GetTopicsResponse`.
-pub fn decode_topic_list_reply(body: &[u8]) -> Result<crate::payloads::GetTopicsResponse<'_>, ReplyError> {
+pub fn decode_topic_list_reply(
+    body: &[u8],
+) -> Result<crate::payloads::GetTopicsResponse<'_>, ReplyError> {
     Ok(<crate::payloads::GetTopicsResponse>::decode_exact(body)?)
 }
 /// Code of `topic.create` (302), protocol 0.12.0..=current.
 pub const TOPIC_CREATE: u32 = 302;
 /// Request body of `topic.create` (302), protocol 0.12.0..=current: `CreateTopicRequest`.
-pub fn encode_topic_create(request: &crate::payloads::CreateTopicRequest<'_>) -> Vec<u8> {
+pub fn encode_topic_create(
+    request: &crate::payloads::CreateTopicRequest<'_>,
+) -> Vec<u8> {
     request.to_wire_bytes()
 }
 /// Reply body of `topic.create` (302), protocol 0.12.0..=current: `GetTopicResponse` after the result section.
-pub fn decode_topic_create_reply(body: &[u8]) -> Result<crate::payloads::GetTopicResponse<'_>, ReplyError> {
+pub fn decode_topic_create_reply(
+    body: &[u8],
+) -> Result<crate::payloads::GetTopicResponse<'_>, ReplyError> {
     let body = result_payload(body)?;
     Ok(<crate::payloads::GetTopicResponse>::decode_exact(body)?)
 }
@@ -500,112 +1198,203 @@ pub fn encode_topic_delete(request: &crate::payloads::TopicIdRequest<'_>) -> Vec
 /// Reply body of `topic.delete` (303), protocol 0.0.0..=current: empty after the result section.
 pub fn decode_topic_delete_reply(body: &[u8]) -> Result<(), ReplyError> {
     let body = result_payload(body)?;
-    if body.is_empty() { Ok(()) } else { Err(WireError::TrailingBytes { count: body.len() }.into()) }
+    if body.is_empty() {
+        Ok(())
+    } else {
+        Err(
+            WireError::TrailingBytes {
+                count: body.len(),
+            }
+                .into(),
+        )
+    }
 }
 /// Code of `partition.create` (402), protocol 0.0.0..=current.
 pub const PARTITION_CREATE: u32 = 402;
 /// Request body of `partition.create` (402), protocol 0.0.0..=current: `CreatePartitionsRequest`.
-pub fn encode_partition_create(request: &crate::payloads::CreatePartitionsRequest<'_>) -> Vec<u8> {
+pub fn encode_partition_create(
+    request: &crate::payloads::CreatePartitionsRequest<'_>,
+) -> Vec<u8> {
     request.to_wire_bytes()
 }
 /// Reply body of `partition.create` (402), protocol 0.0.0..=current: empty after the result section.
 pub fn decode_partition_create_reply(body: &[u8]) -> Result<(), ReplyError> {
     let body = result_payload(body)?;
-    if body.is_empty() { Ok(()) } else { Err(WireError::TrailingBytes { count: body.len() }.into()) }
+    if body.is_empty() {
+        Ok(())
+    } else {
+        Err(
+            WireError::TrailingBytes {
+                count: body.len(),
+            }
+                .into(),
+        )
+    }
 }
 /// Code of `partition.delete` (403), protocol 0.0.0..=current.
 pub const PARTITION_DELETE: u32 = 403;
 /// Request body of `partition.delete` (403), protocol 0.0.0..=current: `DeletePartitionsRequest`.
-pub fn encode_partition_delete(request: &crate::payloads::DeletePartitionsRequest<'_>) -> Vec<u8> {
+pub fn encode_partition_delete(
+    request: &crate::payloads::DeletePartitionsRequest<'_>,
+) -> Vec<u8> {
     request.to_wire_bytes()
 }
 /// Reply body of `partition.delete` (403), protocol 0.0.0..=current: empty after the result section.
 pub fn decode_partition_delete_reply(body: &[u8]) -> Result<(), ReplyError> {
     let body = result_payload(body)?;
-    if body.is_empty() { Ok(()) } else { Err(WireError::TrailingBytes { count: body.len() }.into()) }
+    if body.is_empty() {
+        Ok(())
+    } else {
+        Err(
+            WireError::TrailingBytes {
+                count: body.len(),
+            }
+                .into(),
+        )
+    }
 }
 /// Code of `segment.delete` (503), protocol 0.0.0..=current.
 pub const SEGMENT_DELETE: u32 = 503;
 /// Request body of `segment.delete` (503), protocol 0.0.0..=current: `DeleteSegmentsRequest`.
-pub fn encode_segment_delete(request: &crate::payloads::DeleteSegmentsRequest<'_>) -> Vec<u8> {
+pub fn encode_segment_delete(
+    request: &crate::payloads::DeleteSegmentsRequest<'_>,
+) -> Vec<u8> {
     request.to_wire_bytes()
 }
 /// Reply body of `segment.delete` (503), protocol 0.0.0..=current: empty.
 pub fn decode_segment_delete_reply(body: &[u8]) -> Result<(), ReplyError> {
-    if body.is_empty() { Ok(()) } else { Err(WireError::TrailingBytes { count: body.len() }.into()) }
+    if body.is_empty() {
+        Ok(())
+    } else {
+        Err(
+            WireError::TrailingBytes {
+                count: body.len(),
+            }
+                .into(),
+        )
+    }
 }
 /// Code of `consumer_group.get` (600), protocol 0.0.0..=current.
 pub const CONSUMER_GROUP_GET: u32 = 600;
 /// Request body of `consumer_group.get` (600), protocol 0.0.0..=current: `ConsumerGroupIdRequest`.
-pub fn encode_consumer_group_get(request: &crate::payloads::ConsumerGroupIdRequest<'_>) -> Vec<u8> {
+pub fn encode_consumer_group_get(
+    request: &crate::payloads::ConsumerGroupIdRequest<'_>,
+) -> Vec<u8> {
     request.to_wire_bytes()
 }
 /// Reply body of `consumer_group.get` (600), protocol 0.0.0..=current: `ConsumerGroupDetailsResponse`.
-pub fn decode_consumer_group_get_reply(body: &[u8]) -> Result<crate::payloads::ConsumerGroupDetailsResponse<'_>, ReplyError> {
+pub fn decode_consumer_group_get_reply(
+    body: &[u8],
+) -> Result<crate::payloads::ConsumerGroupDetailsResponse<'_>, ReplyError> {
     Ok(<crate::payloads::ConsumerGroupDetailsResponse>::decode_exact(body)?)
 }
 /// Code of `consumer_group.list` (601), protocol 0.0.0..=current.
 pub const CONSUMER_GROUP_LIST: u32 = 601;
 /// Request body of `consumer_group.list` (601), protocol 0.0.0..=current: `TopicIdRequest`.
-pub fn encode_consumer_group_list(request: &crate::payloads::TopicIdRequest<'_>) -> Vec<u8> {
+pub fn encode_consumer_group_list(
+    request: &crate::payloads::TopicIdRequest<'_>,
+) -> Vec<u8> {
     request.to_wire_bytes()
 }
 /// Reply body of `consumer_group.list` (601), protocol 0.0.0..=current: `GetConsumerGroupsResponse`.
-pub fn decode_consumer_group_list_reply(body: &[u8]) -> Result<crate::payloads::GetConsumerGroupsResponse<'_>, ReplyError> {
+pub fn decode_consumer_group_list_reply(
+    body: &[u8],
+) -> Result<crate::payloads::GetConsumerGroupsResponse<'_>, ReplyError> {
     Ok(<crate::payloads::GetConsumerGroupsResponse>::decode_exact(body)?)
 }
 /// Code of `consumer_group.create` (602), protocol 0.0.0..=current.
 pub const CONSUMER_GROUP_CREATE: u32 = 602;
 /// Request body of `consumer_group.create` (602), protocol 0.0.0..=current: `CreateConsumerGroupRequest`.
-pub fn encode_consumer_group_create(request: &crate::payloads::CreateConsumerGroupRequest<'_>) -> Vec<u8> {
+pub fn encode_consumer_group_create(
+    request: &crate::payloads::CreateConsumerGroupRequest<'_>,
+) -> Vec<u8> {
     request.to_wire_bytes()
 }
 /// Reply body of `consumer_group.create` (602), protocol 0.0.0..=current: `ConsumerGroupDetailsResponse` after the result section.
-pub fn decode_consumer_group_create_reply(body: &[u8]) -> Result<crate::payloads::ConsumerGroupDetailsResponse<'_>, ReplyError> {
+pub fn decode_consumer_group_create_reply(
+    body: &[u8],
+) -> Result<crate::payloads::ConsumerGroupDetailsResponse<'_>, ReplyError> {
     let body = result_payload(body)?;
     Ok(<crate::payloads::ConsumerGroupDetailsResponse>::decode_exact(body)?)
 }
 /// Code of `consumer_group.delete` (603), protocol 0.0.0..=current.
 pub const CONSUMER_GROUP_DELETE: u32 = 603;
 /// Request body of `consumer_group.delete` (603), protocol 0.0.0..=current: `ConsumerGroupIdRequest`.
-pub fn encode_consumer_group_delete(request: &crate::payloads::ConsumerGroupIdRequest<'_>) -> Vec<u8> {
+pub fn encode_consumer_group_delete(
+    request: &crate::payloads::ConsumerGroupIdRequest<'_>,
+) -> Vec<u8> {
     request.to_wire_bytes()
 }
 /// Reply body of `consumer_group.delete` (603), protocol 0.0.0..=current: empty after the result section.
 pub fn decode_consumer_group_delete_reply(body: &[u8]) -> Result<(), ReplyError> {
     let body = result_payload(body)?;
-    if body.is_empty() { Ok(()) } else { Err(WireError::TrailingBytes { count: body.len() }.into()) }
+    if body.is_empty() {
+        Ok(())
+    } else {
+        Err(
+            WireError::TrailingBytes {
+                count: body.len(),
+            }
+                .into(),
+        )
+    }
 }
 /// Code of `consumer_group.join` (604), protocol 0.0.0..=current.
 pub const CONSUMER_GROUP_JOIN: u32 = 604;
 /// Request body of `consumer_group.join` (604), protocol 0.0.0..=current: `ConsumerGroupIdRequest`.
-pub fn encode_consumer_group_join(request: &crate::payloads::ConsumerGroupIdRequest<'_>) -> Vec<u8> {
+pub fn encode_consumer_group_join(
+    request: &crate::payloads::ConsumerGroupIdRequest<'_>,
+) -> Vec<u8> {
     request.to_wire_bytes()
 }
 /// Reply body of `consumer_group.join` (604), protocol 0.0.0..=current: empty after the result section.
 pub fn decode_consumer_group_join_reply(body: &[u8]) -> Result<(), ReplyError> {
     let body = result_payload(body)?;
-    if body.is_empty() { Ok(()) } else { Err(WireError::TrailingBytes { count: body.len() }.into()) }
+    if body.is_empty() {
+        Ok(())
+    } else {
+        Err(
+            WireError::TrailingBytes {
+                count: body.len(),
+            }
+                .into(),
+        )
+    }
 }
 /// Code of `consumer_group.leave` (605), protocol 0.0.0..=current.
 pub const CONSUMER_GROUP_LEAVE: u32 = 605;
 /// Request body of `consumer_group.leave` (605), protocol 0.0.0..=current: `ConsumerGroupIdRequest`.
-pub fn encode_consumer_group_leave(request: &crate::payloads::ConsumerGroupIdRequest<'_>) -> Vec<u8> {
+pub fn encode_consumer_group_leave(
+    request: &crate::payloads::ConsumerGroupIdRequest<'_>,
+) -> Vec<u8> {
     request.to_wire_bytes()
 }
 /// Reply body of `consumer_group.leave` (605), protocol 0.0.0..=current: empty after the result section.
 pub fn decode_consumer_group_leave_reply(body: &[u8]) -> Result<(), ReplyError> {
     let body = result_payload(body)?;
-    if body.is_empty() { Ok(()) } else { Err(WireError::TrailingBytes { count: body.len() }.into()) }
+    if body.is_empty() {
+        Ok(())
+    } else {
+        Err(
+            WireError::TrailingBytes {
+                count: body.len(),
+            }
+                .into(),
+        )
+    }
 }
 /// Code of `consumer_group.sync` (606), protocol 0.0.0..=current.
 pub const CONSUMER_GROUP_SYNC: u32 = 606;
 /// Request body of `consumer_group.sync` (606), protocol 0.0.0..=current: `ConsumerGroupIdRequest`.
-pub fn encode_consumer_group_sync(request: &crate::payloads::ConsumerGroupIdRequest<'_>) -> Vec<u8> {
+pub fn encode_consumer_group_sync(
+    request: &crate::payloads::ConsumerGroupIdRequest<'_>,
+) -> Vec<u8> {
     request.to_wire_bytes()
 }
 /// Reply body of `consumer_group.sync` (606), protocol 0.0.0..=current: `SyncConsumerGroupResponse`.
-pub fn decode_consumer_group_sync_reply(body: &[u8]) -> Result<crate::payloads::SyncConsumerGroupResponse, ReplyError> {
+pub fn decode_consumer_group_sync_reply(
+    body: &[u8],
+) -> Result<crate::payloads::SyncConsumerGroupResponse, ReplyError> {
     Ok(<crate::payloads::SyncConsumerGroupResponse>::decode_exact(body)?)
 }
 /// Code of `cluster.metadata` (12), protocol 0.0.0..=0.11.1.
@@ -615,27 +1404,37 @@ pub fn encode_cluster_metadata_v0_11_1() -> Vec<u8> {
     Vec::new()
 }
 /// Reply body of `cluster.metadata` (12), protocol 0.0.0..=0.11.1: `ClusterMetadataResponseV0111`.
-pub fn decode_cluster_metadata_v0_11_1_reply(body: &[u8]) -> Result<crate::payloads::ClusterMetadataResponseV0111<'_>, ReplyError> {
+pub fn decode_cluster_metadata_v0_11_1_reply(
+    body: &[u8],
+) -> Result<crate::payloads::ClusterMetadataResponseV0111<'_>, ReplyError> {
     Ok(<crate::payloads::ClusterMetadataResponseV0111>::decode_exact(body)?)
 }
 /// Code of `options.describe` (13), protocol 0.0.0..=0.11.1.
 pub const OPTIONS_DESCRIBE_V0_11_1: u32 = 13;
 /// Request body of `options.describe` (13), protocol 0.0.0..=0.11.1: `DescribeOptionsRequest`.
-pub fn encode_options_describe_v0_11_1(request: &crate::payloads::DescribeOptionsRequest) -> Vec<u8> {
+pub fn encode_options_describe_v0_11_1(
+    request: &crate::payloads::DescribeOptionsRequest,
+) -> Vec<u8> {
     request.to_wire_bytes()
 }
 /// Reply body of `options.describe` (13), protocol 0.0.0..=0.11.1: `DescribeOptionsResponseV0111`.
-pub fn decode_options_describe_v0_11_1_reply(body: &[u8]) -> Result<crate::payloads::DescribeOptionsResponseV0111<'_>, ReplyError> {
+pub fn decode_options_describe_v0_11_1_reply(
+    body: &[u8],
+) -> Result<crate::payloads::DescribeOptionsResponseV0111<'_>, ReplyError> {
     Ok(<crate::payloads::DescribeOptionsResponseV0111>::decode_exact(body)?)
 }
 /// Code of `user.get` (31), protocol 0.0.0..=0.11.1.
 pub const USER_GET_V0_11_1: u32 = 31;
 /// Request body of `user.get` (31), protocol 0.0.0..=0.11.1: `GetUserRequest`.
-pub fn encode_user_get_v0_11_1(request: &crate::payloads::GetUserRequest<'_>) -> Vec<u8> {
+pub fn encode_user_get_v0_11_1(
+    request: &crate::payloads::GetUserRequest<'_>,
+) -> Vec<u8> {
     request.to_wire_bytes()
 }
 /// Reply body of `user.get` (31), protocol 0.0.0..=0.11.1: `UserDetailsResponseV0111`.
-pub fn decode_user_get_v0_11_1_reply(body: &[u8]) -> Result<crate::payloads::UserDetailsResponseV0111<'_>, ReplyError> {
+pub fn decode_user_get_v0_11_1_reply(
+    body: &[u8],
+) -> Result<crate::payloads::UserDetailsResponseV0111<'_>, ReplyError> {
     Ok(<crate::payloads::UserDetailsResponseV0111>::decode_exact(body)?)
 }
 /// Code of `user.list` (32), protocol 0.0.0..=0.11.1.
@@ -645,17 +1444,23 @@ pub fn encode_user_list_v0_11_1() -> Vec<u8> {
     Vec::new()
 }
 /// Reply body of `user.list` (32), protocol 0.0.0..=0.11.1: `GetUsersResponseV0111`.
-pub fn decode_user_list_v0_11_1_reply(body: &[u8]) -> Result<crate::payloads::GetUsersResponseV0111<'_>, ReplyError> {
+pub fn decode_user_list_v0_11_1_reply(
+    body: &[u8],
+) -> Result<crate::payloads::GetUsersResponseV0111<'_>, ReplyError> {
     Ok(<crate::payloads::GetUsersResponseV0111>::decode_exact(body)?)
 }
 /// Code of `user.create` (33), protocol 0.0.0..=0.11.1.
 pub const USER_CREATE_V0_11_1: u32 = 33;
 /// Request body of `user.create` (33), protocol 0.0.0..=0.11.1: `CreateUserRequest`.
-pub fn encode_user_create_v0_11_1(request: &crate::payloads::CreateUserRequest<'_>) -> Vec<u8> {
+pub fn encode_user_create_v0_11_1(
+    request: &crate::payloads::CreateUserRequest<'_>,
+) -> Vec<u8> {
     request.to_wire_bytes()
 }
 /// Reply body of `user.create` (33), protocol 0.0.0..=0.11.1: `UserDetailsResponseV0111` after the result section.
-pub fn decode_user_create_v0_11_1_reply(body: &[u8]) -> Result<crate::payloads::UserDetailsResponseV0111<'_>, ReplyError> {
+pub fn decode_user_create_v0_11_1_reply(
+    body: &[u8],
+) -> Result<crate::payloads::UserDetailsResponseV0111<'_>, ReplyError> {
     let body = result_payload(body)?;
     Ok(<crate::payloads::UserDetailsResponseV0111>::decode_exact(body)?)
 }
@@ -668,46 +1473,71 @@ pub fn encode_user_update(request: &crate::payloads::UpdateUserRequest<'_>) -> V
 /// Reply body of `user.update` (35), protocol 0.0.0..=0.11.1: empty after the result section.
 pub fn decode_user_update_reply(body: &[u8]) -> Result<(), ReplyError> {
     let body = result_payload(body)?;
-    if body.is_empty() { Ok(()) } else { Err(WireError::TrailingBytes { count: body.len() }.into()) }
+    if body.is_empty() {
+        Ok(())
+    } else {
+        Err(
+            WireError::TrailingBytes {
+                count: body.len(),
+            }
+                .into(),
+        )
+    }
 }
 /// Code of `message.poll_routing` (103), protocol 0.0.0..=0.11.1.
 pub const MESSAGE_POLL_ROUTING: u32 = 103;
 /// Request body of `message.poll_routing` (103), protocol 0.0.0..=0.11.1: `PollMessagesRequest`.
-pub fn encode_message_poll_routing(request: &crate::payloads::PollMessagesRequest<'_>) -> Vec<u8> {
+pub fn encode_message_poll_routing(
+    request: &crate::payloads::PollMessagesRequest<'_>,
+) -> Vec<u8> {
     request.to_wire_bytes()
 }
 /// Reply body of `message.poll_routing` (103), protocol 0.0.0..=0.11.1: `PollRoutingResponse`.
-pub fn decode_message_poll_routing_reply(body: &[u8]) -> Result<crate::payloads::PollRoutingResponse<'_>, ReplyError> {
+pub fn decode_message_poll_routing_reply(
+    body: &[u8],
+) -> Result<crate::payloads::PollRoutingResponse<'_>, ReplyError> {
     Ok(<crate::payloads::PollRoutingResponse>::decode_exact(body)?)
 }
 /// Code of `message.poll_primary` (104), protocol 0.0.0..=0.11.1.
 pub const MESSAGE_POLL_PRIMARY: u32 = 104;
 /// Request body of `message.poll_primary` (104), protocol 0.0.0..=0.11.1: `PollMessagesRequest`.
-pub fn encode_message_poll_primary(request: &crate::payloads::PollMessagesRequest<'_>) -> Vec<u8> {
+pub fn encode_message_poll_primary(
+    request: &crate::payloads::PollMessagesRequest<'_>,
+) -> Vec<u8> {
     request.to_wire_bytes()
 }
 /// Reply body of `message.poll_primary` (104), protocol 0.0.0..=0.11.1: `PollMessagesResponse`.
-pub fn decode_message_poll_primary_reply(body: &[u8]) -> Result<crate::payloads::PollMessagesResponse<'_>, ReplyError> {
+pub fn decode_message_poll_primary_reply(
+    body: &[u8],
+) -> Result<crate::payloads::PollMessagesResponse<'_>, ReplyError> {
     Ok(<crate::payloads::PollMessagesResponse>::decode_exact(body)?)
 }
 /// Code of `consumer_offset.routing` (123), protocol 0.0.0..=0.11.1.
 pub const CONSUMER_OFFSET_ROUTING: u32 = 123;
 /// Request body of `consumer_offset.routing` (123), protocol 0.0.0..=0.11.1: `GetConsumerOffsetRequest`.
-pub fn encode_consumer_offset_routing(request: &crate::payloads::GetConsumerOffsetRequest<'_>) -> Vec<u8> {
+pub fn encode_consumer_offset_routing(
+    request: &crate::payloads::GetConsumerOffsetRequest<'_>,
+) -> Vec<u8> {
     request.to_wire_bytes()
 }
 /// Reply body of `consumer_offset.routing` (123), protocol 0.0.0..=0.11.1: `PollRoutingResponse`.
-pub fn decode_consumer_offset_routing_reply(body: &[u8]) -> Result<crate::payloads::PollRoutingResponse<'_>, ReplyError> {
+pub fn decode_consumer_offset_routing_reply(
+    body: &[u8],
+) -> Result<crate::payloads::PollRoutingResponse<'_>, ReplyError> {
     Ok(<crate::payloads::PollRoutingResponse>::decode_exact(body)?)
 }
 /// Code of `stream.get` (200), protocol 0.0.0..=0.11.1.
 pub const STREAM_GET_V0_11_1: u32 = 200;
 /// Request body of `stream.get` (200), protocol 0.0.0..=0.11.1: `StreamIdRequest`.
-pub fn encode_stream_get_v0_11_1(request: &crate::payloads::StreamIdRequest<'_>) -> Vec<u8> {
+pub fn encode_stream_get_v0_11_1(
+    request: &crate::payloads::StreamIdRequest<'_>,
+) -> Vec<u8> {
     request.to_wire_bytes()
 }
 /// Reply body of `stream.get` (200), protocol 0.0.0..=0.11.1: `GetStreamResponseV0111`.
-pub fn decode_stream_get_v0_11_1_reply(body: &[u8]) -> Result<crate::payloads::GetStreamResponseV0111<'_>, ReplyError> {
+pub fn decode_stream_get_v0_11_1_reply(
+    body: &[u8],
+) -> Result<crate::payloads::GetStreamResponseV0111<'_>, ReplyError> {
     Ok(<crate::payloads::GetStreamResponseV0111>::decode_exact(body)?)
 }
 /// Code of `stream.list` (201), protocol 0.0.0..=0.11.1.
@@ -717,215 +1547,1091 @@ pub fn encode_stream_list_v0_11_1() -> Vec<u8> {
     Vec::new()
 }
 /// Reply body of `stream.list` (201), protocol 0.0.0..=0.11.1: `GetStreamsResponseV0111`.
-pub fn decode_stream_list_v0_11_1_reply(body: &[u8]) -> Result<crate::payloads::GetStreamsResponseV0111<'_>, ReplyError> {
+pub fn decode_stream_list_v0_11_1_reply(
+    body: &[u8],
+) -> Result<crate::payloads::GetStreamsResponseV0111<'_>, ReplyError> {
     Ok(<crate::payloads::GetStreamsResponseV0111>::decode_exact(body)?)
 }
 /// Code of `stream.create` (202), protocol 0.0.0..=0.11.1.
 pub const STREAM_CREATE_V0_11_1: u32 = 202;
 /// Request body of `stream.create` (202), protocol 0.0.0..=0.11.1: `CreateStreamRequest`.
-pub fn encode_stream_create_v0_11_1(request: &crate::payloads::CreateStreamRequest<'_>) -> Vec<u8> {
+pub fn encode_stream_create_v0_11_1(
+    request: &crate::payloads::CreateStreamRequest<'_>,
+) -> Vec<u8> {
     request.to_wire_bytes()
 }
 /// Reply body of `stream.create` (202), protocol 0.0.0..=0.11.1: `GetStreamResponseV0111` after the result section.
-pub fn decode_stream_create_v0_11_1_reply(body: &[u8]) -> Result<crate::payloads::GetStreamResponseV0111<'_>, ReplyError> {
+pub fn decode_stream_create_v0_11_1_reply(
+    body: &[u8],
+) -> Result<crate::payloads::GetStreamResponseV0111<'_>, ReplyError> {
     let body = result_payload(body)?;
     Ok(<crate::payloads::GetStreamResponseV0111>::decode_exact(body)?)
 }
 /// Code of `stream.update` (204), protocol 0.0.0..=0.11.1.
 pub const STREAM_UPDATE: u32 = 204;
 /// Request body of `stream.update` (204), protocol 0.0.0..=0.11.1: `UpdateStreamRequest`.
-pub fn encode_stream_update(request: &crate::payloads::UpdateStreamRequest<'_>) -> Vec<u8> {
+pub fn encode_stream_update(
+    request: &crate::payloads::UpdateStreamRequest<'_>,
+) -> Vec<u8> {
     request.to_wire_bytes()
 }
 /// Reply body of `stream.update` (204), protocol 0.0.0..=0.11.1: empty after the result section.
 pub fn decode_stream_update_reply(body: &[u8]) -> Result<(), ReplyError> {
     let body = result_payload(body)?;
-    if body.is_empty() { Ok(()) } else { Err(WireError::TrailingBytes { count: body.len() }.into()) }
+    if body.is_empty() {
+        Ok(())
+    } else {
+        Err(
+            WireError::TrailingBytes {
+                count: body.len(),
+            }
+                .into(),
+        )
+    }
 }
 /// Code of `topic.get` (300), protocol 0.0.0..=0.11.1.
 pub const TOPIC_GET_V0_11_1: u32 = 300;
 /// Request body of `topic.get` (300), protocol 0.0.0..=0.11.1: `TopicIdRequest`.
-pub fn encode_topic_get_v0_11_1(request: &crate::payloads::TopicIdRequest<'_>) -> Vec<u8> {
+pub fn encode_topic_get_v0_11_1(
+    request: &crate::payloads::TopicIdRequest<'_>,
+) -> Vec<u8> {
     request.to_wire_bytes()
 }
 /// Reply body of `topic.get` (300), protocol 0.0.0..=0.11.1: `GetTopicResponseV0111`.
-pub fn decode_topic_get_v0_11_1_reply(body: &[u8]) -> Result<crate::payloads::GetTopicResponseV0111<'_>, ReplyError> {
+pub fn decode_topic_get_v0_11_1_reply(
+    body: &[u8],
+) -> Result<crate::payloads::GetTopicResponseV0111<'_>, ReplyError> {
     Ok(<crate::payloads::GetTopicResponseV0111>::decode_exact(body)?)
 }
 /// Code of `topic.list` (301), protocol 0.0.0..=0.11.1.
 pub const TOPIC_LIST_V0_11_1: u32 = 301;
 /// Request body of `topic.list` (301), protocol 0.0.0..=0.11.1: `StreamIdRequest`.
-pub fn encode_topic_list_v0_11_1(request: &crate::payloads::StreamIdRequest<'_>) -> Vec<u8> {
+pub fn encode_topic_list_v0_11_1(
+    request: &crate::payloads::StreamIdRequest<'_>,
+) -> Vec<u8> {
     request.to_wire_bytes()
 }
 /// Reply body of `topic.list` (301), protocol 0.0.0..=0.11.1: `GetTopicsResponseV0111`.
-pub fn decode_topic_list_v0_11_1_reply(body: &[u8]) -> Result<crate::payloads::GetTopicsResponseV0111<'_>, ReplyError> {
+pub fn decode_topic_list_v0_11_1_reply(
+    body: &[u8],
+) -> Result<crate::payloads::GetTopicsResponseV0111<'_>, ReplyError> {
     Ok(<crate::payloads::GetTopicsResponseV0111>::decode_exact(body)?)
 }
 /// Code of `topic.create` (302), protocol 0.0.0..=0.11.1.
 pub const TOPIC_CREATE_V0_11_1: u32 = 302;
 /// Request body of `topic.create` (302), protocol 0.0.0..=0.11.1: `CreateTopicRequest`.
-pub fn encode_topic_create_v0_11_1(request: &crate::payloads::CreateTopicRequest<'_>) -> Vec<u8> {
+pub fn encode_topic_create_v0_11_1(
+    request: &crate::payloads::CreateTopicRequest<'_>,
+) -> Vec<u8> {
     request.to_wire_bytes()
 }
 /// Reply body of `topic.create` (302), protocol 0.0.0..=0.11.1: `GetTopicResponseV0111` after the result section.
-pub fn decode_topic_create_v0_11_1_reply(body: &[u8]) -> Result<crate::payloads::GetTopicResponseV0111<'_>, ReplyError> {
+pub fn decode_topic_create_v0_11_1_reply(
+    body: &[u8],
+) -> Result<crate::payloads::GetTopicResponseV0111<'_>, ReplyError> {
     let body = result_payload(body)?;
     Ok(<crate::payloads::GetTopicResponseV0111>::decode_exact(body)?)
 }
 /// Code of `topic.update` (304), protocol 0.0.0..=0.11.1.
 pub const TOPIC_UPDATE: u32 = 304;
 /// Request body of `topic.update` (304), protocol 0.0.0..=0.11.1: `UpdateTopicRequest`.
-pub fn encode_topic_update(request: &crate::payloads::UpdateTopicRequest<'_>) -> Vec<u8> {
+pub fn encode_topic_update(
+    request: &crate::payloads::UpdateTopicRequest<'_>,
+) -> Vec<u8> {
     request.to_wire_bytes()
 }
 /// Reply body of `topic.update` (304), protocol 0.0.0..=0.11.1: empty after the result section.
 pub fn decode_topic_update_reply(body: &[u8]) -> Result<(), ReplyError> {
     let body = result_payload(body)?;
-    if body.is_empty() { Ok(()) } else { Err(WireError::TrailingBytes { count: body.len() }.into()) }
+    if body.is_empty() {
+        Ok(())
+    } else {
+        Err(
+            WireError::TrailingBytes {
+                count: body.len(),
+            }
+                .into(),
+        )
+    }
 }
-
 /// Decodes `body` as the request struct of command `code` at the packed `version` and
 /// encodes it with that command's `encode_*` (None: no such command in that version).
-pub fn reencode_request(code: u32, version: u32, body: &[u8]) -> Option<Result<Vec<u8>, WireError>> {
+pub fn reencode_request(
+    code: u32,
+    version: u32,
+    body: &[u8],
+) -> Option<Result<Vec<u8>, WireError>> {
     match code {
-        1 if (0..=4294967295).contains(&version) => Some(if body.is_empty() { Ok(encode_ping()) } else { Err(WireError::TrailingBytes { count: body.len() }) }),
-        10 if (0..=4294967295).contains(&version) => Some(if body.is_empty() { Ok(encode_stats()) } else { Err(WireError::TrailingBytes { count: body.len() }) }),
-        11 if (0..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_snapshot(&<crate::payloads::GetSnapshotRequest>::decode_exact(body)?)) })()),
-        12 if (12288..=4294967295).contains(&version) => Some(if body.is_empty() { Ok(encode_cluster_metadata()) } else { Err(WireError::TrailingBytes { count: body.len() }) }),
-        13 if (12288..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_options_describe(&<crate::payloads::DescribeOptionsRequest>::decode_exact(body)?)) })()),
-        15 if (0..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_session_bind(&<crate::payloads::BindSessionRequest>::decode_exact(body)?)) })()),
-        16 if (12288..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_resource_update(&<crate::payloads::UpdateResourceRequest>::decode_exact(body)?)) })()),
-        20 if (0..=4294967295).contains(&version) => Some(if body.is_empty() { Ok(encode_me()) } else { Err(WireError::TrailingBytes { count: body.len() }) }),
-        21 if (0..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_client_get(&<crate::payloads::GetClientRequest>::decode_exact(body)?)) })()),
-        22 if (0..=4294967295).contains(&version) => Some(if body.is_empty() { Ok(encode_client_list()) } else { Err(WireError::TrailingBytes { count: body.len() }) }),
-        31 if (12288..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_user_get(&<crate::payloads::GetUserRequest>::decode_exact(body)?)) })()),
-        32 if (12288..=4294967295).contains(&version) => Some(if body.is_empty() { Ok(encode_user_list()) } else { Err(WireError::TrailingBytes { count: body.len() }) }),
-        33 if (12288..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_user_create(&<crate::payloads::CreateUserRequest>::decode_exact(body)?)) })()),
-        34 if (0..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_user_delete(&<crate::payloads::DeleteUserRequest>::decode_exact(body)?)) })()),
-        36 if (0..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_user_permissions(&<crate::payloads::UpdatePermissionsRequest>::decode_exact(body)?)) })()),
-        37 if (0..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_user_password(&<crate::payloads::ChangePasswordRequest>::decode_exact(body)?)) })()),
-        38 if (0..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_user_login(&<crate::payloads::LoginUserRequest>::decode_exact(body)?)) })()),
-        39 if (0..=4294967295).contains(&version) => Some(if body.is_empty() { Ok(encode_user_logout()) } else { Err(WireError::TrailingBytes { count: body.len() }) }),
-        40 if (0..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_user_login_register(&<crate::payloads::LoginRegisterRequest>::decode_exact(body)?)) })()),
-        41 if (0..=4294967295).contains(&version) => Some(if body.is_empty() { Ok(encode_personal_access_token_list()) } else { Err(WireError::TrailingBytes { count: body.len() }) }),
-        42 if (0..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_personal_access_token_create(&<crate::payloads::CreatePersonalAccessTokenRequest>::decode_exact(body)?)) })()),
-        43 if (0..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_personal_access_token_delete(&<crate::payloads::DeletePersonalAccessTokenRequest>::decode_exact(body)?)) })()),
-        44 if (0..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_personal_access_token_login(&<crate::payloads::LoginWithPersonalAccessTokenRequest>::decode_exact(body)?)) })()),
-        45 if (0..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_user_login_register_with_pat(&<crate::payloads::LoginRegisterWithPatRequest>::decode_exact(body)?)) })()),
-        100 if (0..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_message_poll(&<crate::payloads::PollMessagesRequest>::decode_exact(body)?)) })()),
-        101 if (0..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_message_send(&<crate::payloads::SendMessagesRequest>::decode_exact(body)?)) })()),
-        105 if (0..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_partition_route(&<crate::payloads::GetPartitionRouteRequest>::decode_exact(body)?)) })()),
-        120 if (0..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_consumer_offset_get(&<crate::payloads::GetConsumerOffsetRequest>::decode_exact(body)?)) })()),
-        121 if (0..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_consumer_offset_store(&<crate::payloads::StoreConsumerOffsetRequest>::decode_exact(body)?)) })()),
-        122 if (0..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_consumer_offset_delete(&<crate::payloads::DeleteConsumerOffsetRequest>::decode_exact(body)?)) })()),
-        200 if (12288..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_stream_get(&<crate::payloads::StreamIdRequest>::decode_exact(body)?)) })()),
-        201 if (12288..=4294967295).contains(&version) => Some(if body.is_empty() { Ok(encode_stream_list()) } else { Err(WireError::TrailingBytes { count: body.len() }) }),
-        202 if (12288..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_stream_create(&<crate::payloads::CreateStreamRequest>::decode_exact(body)?)) })()),
-        203 if (0..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_stream_delete(&<crate::payloads::StreamIdRequest>::decode_exact(body)?)) })()),
-        300 if (12288..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_topic_get(&<crate::payloads::TopicIdRequest>::decode_exact(body)?)) })()),
-        301 if (12288..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_topic_list(&<crate::payloads::StreamIdRequest>::decode_exact(body)?)) })()),
-        302 if (12288..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_topic_create(&<crate::payloads::CreateTopicRequest>::decode_exact(body)?)) })()),
-        303 if (0..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_topic_delete(&<crate::payloads::TopicIdRequest>::decode_exact(body)?)) })()),
-        402 if (0..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_partition_create(&<crate::payloads::CreatePartitionsRequest>::decode_exact(body)?)) })()),
-        403 if (0..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_partition_delete(&<crate::payloads::DeletePartitionsRequest>::decode_exact(body)?)) })()),
-        503 if (0..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_segment_delete(&<crate::payloads::DeleteSegmentsRequest>::decode_exact(body)?)) })()),
-        600 if (0..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_consumer_group_get(&<crate::payloads::ConsumerGroupIdRequest>::decode_exact(body)?)) })()),
-        601 if (0..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_consumer_group_list(&<crate::payloads::TopicIdRequest>::decode_exact(body)?)) })()),
-        602 if (0..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_consumer_group_create(&<crate::payloads::CreateConsumerGroupRequest>::decode_exact(body)?)) })()),
-        603 if (0..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_consumer_group_delete(&<crate::payloads::ConsumerGroupIdRequest>::decode_exact(body)?)) })()),
-        604 if (0..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_consumer_group_join(&<crate::payloads::ConsumerGroupIdRequest>::decode_exact(body)?)) })()),
-        605 if (0..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_consumer_group_leave(&<crate::payloads::ConsumerGroupIdRequest>::decode_exact(body)?)) })()),
-        606 if (0..=4294967295).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_consumer_group_sync(&<crate::payloads::ConsumerGroupIdRequest>::decode_exact(body)?)) })()),
-        12 if (0..=11265).contains(&version) => Some(if body.is_empty() { Ok(encode_cluster_metadata_v0_11_1()) } else { Err(WireError::TrailingBytes { count: body.len() }) }),
-        13 if (0..=11265).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_options_describe_v0_11_1(&<crate::payloads::DescribeOptionsRequest>::decode_exact(body)?)) })()),
-        31 if (0..=11265).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_user_get_v0_11_1(&<crate::payloads::GetUserRequest>::decode_exact(body)?)) })()),
-        32 if (0..=11265).contains(&version) => Some(if body.is_empty() { Ok(encode_user_list_v0_11_1()) } else { Err(WireError::TrailingBytes { count: body.len() }) }),
-        33 if (0..=11265).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_user_create_v0_11_1(&<crate::payloads::CreateUserRequest>::decode_exact(body)?)) })()),
-        35 if (0..=11265).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_user_update(&<crate::payloads::UpdateUserRequest>::decode_exact(body)?)) })()),
-        103 if (0..=11265).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_message_poll_routing(&<crate::payloads::PollMessagesRequest>::decode_exact(body)?)) })()),
-        104 if (0..=11265).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_message_poll_primary(&<crate::payloads::PollMessagesRequest>::decode_exact(body)?)) })()),
-        123 if (0..=11265).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_consumer_offset_routing(&<crate::payloads::GetConsumerOffsetRequest>::decode_exact(body)?)) })()),
-        200 if (0..=11265).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_stream_get_v0_11_1(&<crate::payloads::StreamIdRequest>::decode_exact(body)?)) })()),
-        201 if (0..=11265).contains(&version) => Some(if body.is_empty() { Ok(encode_stream_list_v0_11_1()) } else { Err(WireError::TrailingBytes { count: body.len() }) }),
-        202 if (0..=11265).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_stream_create_v0_11_1(&<crate::payloads::CreateStreamRequest>::decode_exact(body)?)) })()),
-        204 if (0..=11265).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_stream_update(&<crate::payloads::UpdateStreamRequest>::decode_exact(body)?)) })()),
-        300 if (0..=11265).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_topic_get_v0_11_1(&<crate::payloads::TopicIdRequest>::decode_exact(body)?)) })()),
-        301 if (0..=11265).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_topic_list_v0_11_1(&<crate::payloads::StreamIdRequest>::decode_exact(body)?)) })()),
-        302 if (0..=11265).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_topic_create_v0_11_1(&<crate::payloads::CreateTopicRequest>::decode_exact(body)?)) })()),
-        304 if (0..=11265).contains(&version) => Some((|| -> Result<Vec<u8>, WireError> { Ok(encode_topic_update(&<crate::payloads::UpdateTopicRequest>::decode_exact(body)?)) })()),
+        1 if (0..=4294967295).contains(&version) => {
+            Some(
+                if body.is_empty() {
+                    Ok(encode_ping())
+                } else {
+                    Err(WireError::TrailingBytes {
+                        count: body.len(),
+                    })
+                },
+            )
+        }
+        10 if (0..=4294967295).contains(&version) => {
+            Some(
+                if body.is_empty() {
+                    Ok(encode_stats())
+                } else {
+                    Err(WireError::TrailingBytes {
+                        count: body.len(),
+                    })
+                },
+            )
+        }
+        11 if (0..=4294967295).contains(&version) => {
+            Some(
+                (|| -> Result<Vec<u8>, WireError> {
+                    Ok(
+                        encode_snapshot(
+                            &<crate::payloads::GetSnapshotRequest>::decode_exact(body)?,
+                        ),
+                    )
+                })(),
+            )
+        }
+        12 if (12288..=4294967295).contains(&version) => {
+            Some(
+                if body.is_empty() {
+                    Ok(encode_cluster_metadata())
+                } else {
+                    Err(WireError::TrailingBytes {
+                        count: body.len(),
+                    })
+                },
+            )
+        }
+        13 if (12288..=4294967295).contains(&version) => {
+            Some(
+                (|| -> Result<Vec<u8>, WireError> {
+                    Ok(
+                        encode_options_describe(
+                            &<crate::payloads::DescribeOptionsRequest>::decode_exact(
+                                body,
+                            )?,
+                        ),
+                    )
+                })(),
+            )
+        }
+        15 if (0..=4294967295).contains(&version) => {
+            Some(
+                (|| -> Result<Vec<u8>, WireError> {
+                    Ok(
+                        encode_session_bind(
+                            &<crate::payloads::BindSessionRequest>::decode_exact(body)?,
+                        ),
+                    )
+                })(),
+            )
+        }
+        16 if (12288..=4294967295).contains(&version) => {
+            Some(
+                (|| -> Result<Vec<u8>, WireError> {
+                    Ok(
+                        encode_resource_update(
+                            &<crate::payloads::UpdateResourceRequest>::decode_exact(
+                                body,
+                            )?,
+                        ),
+                    )
+                })(),
+            )
+        }
+        20 if (0..=4294967295).contains(&version) => {
+            Some(
+                if body.is_empty() {
+                    Ok(encode_me())
+                } else {
+                    Err(WireError::TrailingBytes {
+                        count: body.len(),
+                    })
+                },
+            )
+        }
+        21 if (0..=4294967295).contains(&version) => {
+            Some(
+                (|| -> Result<Vec<u8>, WireError> {
+                    Ok(
+                        encode_client_get(
+                            &<crate::payloads::GetClientRequest>::decode_exact(body)?,
+                        ),
+                    )
+                })(),
+            )
+        }
+        22 if (0..=4294967295).contains(&version) => {
+            Some(
+                if body.is_empty() {
+                    Ok(encode_client_list())
+                } else {
+                    Err(WireError::TrailingBytes {
+                        count: body.len(),
+                    })
+                },
+            )
+        }
+        31 if (12288..=4294967295).contains(&version) => {
+            Some(
+                (|| -> Result<Vec<u8>, WireError> {
+                    Ok(
+                        encode_user_get(
+                            &<crate::payloads::GetUserRequest>::decode_exact(body)?,
+                        ),
+                    )
+                })(),
+            )
+        }
+        32 if (12288..=4294967295).contains(&version) => {
+            Some(
+                if body.is_empty() {
+                    Ok(encode_user_list())
+                } else {
+                    Err(WireError::TrailingBytes {
+                        count: body.len(),
+                    })
+                },
+            )
+        }
+        33 if (12288..=4294967295).contains(&version) => {
+            Some(
+                (|| -> Result<Vec<u8>, WireError> {
+                    Ok(
+                        encode_user_create(
+                            &<crate::payloads::CreateUserRequest>::decode_exact(body)?,
+                        ),
+                    )
+                })(),
+            )
+        }
+        34 if (0..=4294967295).contains(&version) => {
+            Some(
+                (|| -> Result<Vec<u8>, WireError> {
+                    Ok(
+                        encode_user_delete(
+                            &<crate::payloads::DeleteUserRequest>::decode_exact(body)?,
+                        ),
+                    )
+                })(),
+            )
+        }
+        36 if (0..=4294967295).contains(&version) => {
+            Some(
+                (|| -> Result<Vec<u8>, WireError> {
+                    Ok(
+                        encode_user_permissions(
+                            &<crate::payloads::UpdatePermissionsRequest>::decode_exact(
+                                body,
+                            )?,
+                        ),
+                    )
+                })(),
+            )
+        }
+        37 if (0..=4294967295).contains(&version) => {
+            Some(
+                (|| -> Result<Vec<u8>, WireError> {
+                    Ok(
+                        encode_user_password(
+                            &<crate::payloads::ChangePasswordRequest>::decode_exact(
+                                body,
+                            )?,
+                        ),
+                    )
+                })(),
+            )
+        }
+        38 if (0..=4294967295).contains(&version) => {
+            Some(
+                (|| -> Result<Vec<u8>, WireError> {
+                    Ok(
+                        encode_user_login(
+                            &<crate::payloads::LoginUserRequest>::decode_exact(body)?,
+                        ),
+                    )
+                })(),
+            )
+        }
+        39 if (0..=4294967295).contains(&version) => {
+            Some(
+                if body.is_empty() {
+                    Ok(encode_user_logout())
+                } else {
+                    Err(WireError::TrailingBytes {
+                        count: body.len(),
+                    })
+                },
+            )
+        }
+        40 if (0..=4294967295).contains(&version) => {
+            Some(
+                (|| -> Result<Vec<u8>, WireError> {
+                    Ok(
+                        encode_user_login_register(
+                            &<crate::payloads::LoginRegisterRequest>::decode_exact(body)?,
+                        ),
+                    )
+                })(),
+            )
+        }
+        41 if (0..=4294967295).contains(&version) => {
+            Some(
+                if body.is_empty() {
+                    Ok(encode_personal_access_token_list())
+                } else {
+                    Err(WireError::TrailingBytes {
+                        count: body.len(),
+                    })
+                },
+            )
+        }
+        42 if (0..=4294967295).contains(&version) => {
+            Some(
+                (|| -> Result<Vec<u8>, WireError> {
+                    Ok(
+                        encode_personal_access_token_create(
+                            &<crate::payloads::CreatePersonalAccessTokenRequest>::decode_exact(
+                                body,
+                            )?,
+                        ),
+                    )
+                })(),
+            )
+        }
+        43 if (0..=4294967295).contains(&version) => {
+            Some(
+                (|| -> Result<Vec<u8>, WireError> {
+                    Ok(
+                        encode_personal_access_token_delete(
+                            &<crate::payloads::DeletePersonalAccessTokenRequest>::decode_exact(
+                                body,
+                            )?,
+                        ),
+                    )
+                })(),
+            )
+        }
+        44 if (0..=4294967295).contains(&version) => {
+            Some(
+                (|| -> Result<Vec<u8>, WireError> {
+                    Ok(
+                        encode_personal_access_token_login(
+                            &<crate::payloads::LoginWithPersonalAccessTokenRequest>::decode_exact(
+                                body,
+                            )?,
+                        ),
+                    )
+                })(),
+            )
+        }
+        45 if (0..=4294967295).contains(&version) => {
+            Some(
+                (|| -> Result<Vec<u8>, WireError> {
+                    Ok(
+                        encode_user_login_register_with_pat(
+                            &<crate::payloads::LoginRegisterWithPatRequest>::decode_exact(
+                                body,
+                            )?,
+                        ),
+                    )
+                })(),
+            )
+        }
+        100 if (0..=4294967295).contains(&version) => {
+            Some(
+                (|| -> Result<Vec<u8>, WireError> {
+                    Ok(
+                        encode_message_poll(
+                            &<crate::payloads::PollMessagesRequest>::decode_exact(body)?,
+                        ),
+                    )
+                })(),
+            )
+        }
+        101 if (0..=4294967295).contains(&version) => {
+            Some(
+                (|| -> Result<Vec<u8>, WireError> {
+                    Ok(
+                        encode_message_send(
+                            &<crate::payloads::SendMessagesRequest>::decode_exact(body)?,
+                        ),
+                    )
+                })(),
+            )
+        }
+        105 if (0..=4294967295).contains(&version) => {
+            Some(
+                (|| -> Result<Vec<u8>, WireError> {
+                    Ok(
+                        encode_partition_route(
+                            &<crate::payloads::GetPartitionRouteRequest>::decode_exact(
+                                body,
+                            )?,
+                        ),
+                    )
+                })(),
+            )
+        }
+        120 if (0..=4294967295).contains(&version) => {
+            Some(
+                (|| -> Result<Vec<u8>, WireError> {
+                    Ok(
+                        encode_consumer_offset_get(
+                            &<crate::payloads::GetConsumerOffsetRequest>::decode_exact(
+                                body,
+                            )?,
+                        ),
+                    )
+                })(),
+            )
+        }
+        121 if (0..=4294967295).contains(&version) => {
+            Some(
+                (|| -> Result<Vec<u8>, WireError> {
+                    Ok(
+                        encode_consumer_offset_store(
+                            &<crate::payloads::StoreConsumerOffsetRequest>::decode_exact(
+                                body,
+                            )?,
+                        ),
+                    )
+                })(),
+            )
+        }
+        122 if (0..=4294967295).contains(&version) => {
+            Some(
+                (|| -> Result<Vec<u8>, WireError> {
+                    Ok(
+                        encode_consumer_offset_delete(
+                            &<crate::payloads::DeleteConsumerOffsetRequest>::decode_exact(
+                                body,
+                            )?,
+                        ),
+                    )
+                })(),
+            )
+        }
+        200 if (12288..=4294967295).contains(&version) => {
+            Some(
+                (|| -> Result<Vec<u8>, WireError> {
+                    Ok(
+                        encode_stream_get(
+                            &<crate::payloads::StreamIdRequest>::decode_exact(body)?,
+                        ),
+                    )
+                })(),
+            )
+        }
+        201 if (12288..=4294967295).contains(&version) => {
+            Some(
+                if body.is_empty() {
+                    Ok(encode_stream_list())
+                } else {
+                    Err(WireError::TrailingBytes {
+                        count: body.len(),
+                    })
+                },
+            )
+        }
+        202 if (12288..=4294967295).contains(&version) => {
+            Some(
+                (|| -> Result<Vec<u8>, WireError> {
+                    Ok(
+                        encode_stream_create(
+                            &<crate::payloads::CreateStreamRequest>::decode_exact(body)?,
+                        ),
+                    )
+                })(),
+            )
+        }
+        203 if (0..=4294967295).contains(&version) => {
+            Some(
+                (|| -> Result<Vec<u8>, WireError> {
+                    Ok(
+                        encode_stream_delete(
+                            &<crate::payloads::StreamIdRequest>::decode_exact(body)?,
+                        ),
+                    )
+                })(),
+            )
+        }
+        300 if (12288..=4294967295).contains(&version) => {
+            Some(
+                (|| -> Result<Vec<u8>, WireError> {
+                    Ok(
+                        encode_topic_get(
+                            &<crate::payloads::TopicIdRequest>::decode_exact(body)?,
+                        ),
+                    )
+                })(),
+            )
+        }
+        301 if (12288..=4294967295).contains(&version) => {
+            Some(
+                (|| -> Result<Vec<u8>, WireError> {
+                    Ok(
+                        encode_topic_list(
+                            &<crate::payloads::StreamIdRequest>::decode_exact(body)?,
+                        ),
+                    )
+                })(),
+            )
+        }
+        302 if (12288..=4294967295).contains(&version) => {
+            Some(
+                (|| -> Result<Vec<u8>, WireError> {
+                    Ok(
+                        encode_topic_create(
+                            &<crate::payloads::CreateTopicRequest>::decode_exact(body)?,
+                        ),
+                    )
+                })(),
+            )
+        }
+        303 if (0..=4294967295).contains(&version) => {
+            Some(
+                (|| -> Result<Vec<u8>, WireError> {
+                    Ok(
+                        encode_topic_delete(
+                            &<crate::payloads::TopicIdRequest>::decode_exact(body)?,
+                        ),
+                    )
+                })(),
+            )
+        }
+        402 if (0..=4294967295).contains(&version) => {
+            Some(
+                (|| -> Result<Vec<u8>, WireError> {
+                    Ok(
+                        encode_partition_create(
+                            &<crate::payloads::CreatePartitionsRequest>::decode_exact(
+                                body,
+                            )?,
+                        ),
+                    )
+                })(),
+            )
+        }
+        403 if (0..=4294967295).contains(&version) => {
+            Some(
+                (|| -> Result<Vec<u8>, WireError> {
+                    Ok(
+                        encode_partition_delete(
+                            &<crate::payloads::DeletePartitionsRequest>::decode_exact(
+                                body,
+                            )?,
+                        ),
+                    )
+                })(),
+            )
+        }
+        503 if (0..=4294967295).contains(&version) => {
+            Some(
+                (|| -> Result<Vec<u8>, WireError> {
+                    Ok(
+                        encode_segment_delete(
+                            &<crate::payloads::DeleteSegmentsRequest>::decode_exact(
+                                body,
+                            )?,
+                        ),
+                    )
+                })(),
+            )
+        }
+        600 if (0..=4294967295).contains(&version) => {
+            Some(
+                (|| -> Result<Vec<u8>, WireError> {
+                    Ok(
+                        encode_consumer_group_get(
+                            &<crate::payloads::ConsumerGroupIdRequest>::decode_exact(
+                                body,
+                            )?,
+                        ),
+                    )
+                })(),
+            )
+        }
+        601 if (0..=4294967295).contains(&version) => {
+            Some(
+                (|| -> Result<Vec<u8>, WireError> {
+                    Ok(
+                        encode_consumer_group_list(
+                            &<crate::payloads::TopicIdRequest>::decode_exact(body)?,
+                        ),
+                    )
+                })(),
+            )
+        }
+        602 if (0..=4294967295).contains(&version) => {
+            Some(
+                (|| -> Result<Vec<u8>, WireError> {
+                    Ok(
+                        encode_consumer_group_create(
+                            &<crate::payloads::CreateConsumerGroupRequest>::decode_exact(
+                                body,
+                            )?,
+                        ),
+                    )
+                })(),
+            )
+        }
+        603 if (0..=4294967295).contains(&version) => {
+            Some(
+                (|| -> Result<Vec<u8>, WireError> {
+                    Ok(
+                        encode_consumer_group_delete(
+                            &<crate::payloads::ConsumerGroupIdRequest>::decode_exact(
+                                body,
+                            )?,
+                        ),
+                    )
+                })(),
+            )
+        }
+        604 if (0..=4294967295).contains(&version) => {
+            Some(
+                (|| -> Result<Vec<u8>, WireError> {
+                    Ok(
+                        encode_consumer_group_join(
+                            &<crate::payloads::ConsumerGroupIdRequest>::decode_exact(
+                                body,
+                            )?,
+                        ),
+                    )
+                })(),
+            )
+        }
+        605 if (0..=4294967295).contains(&version) => {
+            Some(
+                (|| -> Result<Vec<u8>, WireError> {
+                    Ok(
+                        encode_consumer_group_leave(
+                            &<crate::payloads::ConsumerGroupIdRequest>::decode_exact(
+                                body,
+                            )?,
+                        ),
+                    )
+                })(),
+            )
+        }
+        606 if (0..=4294967295).contains(&version) => {
+            Some(
+                (|| -> Result<Vec<u8>, WireError> {
+                    Ok(
+                        encode_consumer_group_sync(
+                            &<crate::payloads::ConsumerGroupIdRequest>::decode_exact(
+                                body,
+                            )?,
+                        ),
+                    )
+                })(),
+            )
+        }
+        12 if (0..=11265).contains(&version) => {
+            Some(
+                if body.is_empty() {
+                    Ok(encode_cluster_metadata_v0_11_1())
+                } else {
+                    Err(WireError::TrailingBytes {
+                        count: body.len(),
+                    })
+                },
+            )
+        }
+        13 if (0..=11265).contains(&version) => {
+            Some(
+                (|| -> Result<Vec<u8>, WireError> {
+                    Ok(
+                        encode_options_describe_v0_11_1(
+                            &<crate::payloads::DescribeOptionsRequest>::decode_exact(
+                                body,
+                            )?,
+                        ),
+                    )
+                })(),
+            )
+        }
+        31 if (0..=11265).contains(&version) => {
+            Some(
+                (|| -> Result<Vec<u8>, WireError> {
+                    Ok(
+                        encode_user_get_v0_11_1(
+                            &<crate::payloads::GetUserRequest>::decode_exact(body)?,
+                        ),
+                    )
+                })(),
+            )
+        }
+        32 if (0..=11265).contains(&version) => {
+            Some(
+                if body.is_empty() {
+                    Ok(encode_user_list_v0_11_1())
+                } else {
+                    Err(WireError::TrailingBytes {
+                        count: body.len(),
+                    })
+                },
+            )
+        }
+        33 if (0..=11265).contains(&version) => {
+            Some(
+                (|| -> Result<Vec<u8>, WireError> {
+                    Ok(
+                        encode_user_create_v0_11_1(
+                            &<crate::payloads::CreateUserRequest>::decode_exact(body)?,
+                        ),
+                    )
+                })(),
+            )
+        }
+        35 if (0..=11265).contains(&version) => {
+            Some(
+                (|| -> Result<Vec<u8>, WireError> {
+                    Ok(
+                        encode_user_update(
+                            &<crate::payloads::UpdateUserRequest>::decode_exact(body)?,
+                        ),
+                    )
+                })(),
+            )
+        }
+        103 if (0..=11265).contains(&version) => {
+            Some(
+                (|| -> Result<Vec<u8>, WireError> {
+                    Ok(
+                        encode_message_poll_routing(
+                            &<crate::payloads::PollMessagesRequest>::decode_exact(body)?,
+                        ),
+                    )
+                })(),
+            )
+        }
+        104 if (0..=11265).contains(&version) => {
+            Some(
+                (|| -> Result<Vec<u8>, WireError> {
+                    Ok(
+                        encode_message_poll_primary(
+                            &<crate::payloads::PollMessagesRequest>::decode_exact(body)?,
+                        ),
+                    )
+                })(),
+            )
+        }
+        123 if (0..=11265).contains(&version) => {
+            Some(
+                (|| -> Result<Vec<u8>, WireError> {
+                    Ok(
+                        encode_consumer_offset_routing(
+                            &<crate::payloads::GetConsumerOffsetRequest>::decode_exact(
+                                body,
+                            )?,
+                        ),
+                    )
+                })(),
+            )
+        }
+        200 if (0..=11265).contains(&version) => {
+            Some(
+                (|| -> Result<Vec<u8>, WireError> {
+                    Ok(
+                        encode_stream_get_v0_11_1(
+                            &<crate::payloads::StreamIdRequest>::decode_exact(body)?,
+                        ),
+                    )
+                })(),
+            )
+        }
+        201 if (0..=11265).contains(&version) => {
+            Some(
+                if body.is_empty() {
+                    Ok(encode_stream_list_v0_11_1())
+                } else {
+                    Err(WireError::TrailingBytes {
+                        count: body.len(),
+                    })
+                },
+            )
+        }
+        202 if (0..=11265).contains(&version) => {
+            Some(
+                (|| -> Result<Vec<u8>, WireError> {
+                    Ok(
+                        encode_stream_create_v0_11_1(
+                            &<crate::payloads::CreateStreamRequest>::decode_exact(body)?,
+                        ),
+                    )
+                })(),
+            )
+        }
+        204 if (0..=11265).contains(&version) => {
+            Some(
+                (|| -> Result<Vec<u8>, WireError> {
+                    Ok(
+                        encode_stream_update(
+                            &<crate::payloads::UpdateStreamRequest>::decode_exact(body)?,
+                        ),
+                    )
+                })(),
+            )
+        }
+        300 if (0..=11265).contains(&version) => {
+            Some(
+                (|| -> Result<Vec<u8>, WireError> {
+                    Ok(
+                        encode_topic_get_v0_11_1(
+                            &<crate::payloads::TopicIdRequest>::decode_exact(body)?,
+                        ),
+                    )
+                })(),
+            )
+        }
+        301 if (0..=11265).contains(&version) => {
+            Some(
+                (|| -> Result<Vec<u8>, WireError> {
+                    Ok(
+                        encode_topic_list_v0_11_1(
+                            &<crate::payloads::StreamIdRequest>::decode_exact(body)?,
+                        ),
+                    )
+                })(),
+            )
+        }
+        302 if (0..=11265).contains(&version) => {
+            Some(
+                (|| -> Result<Vec<u8>, WireError> {
+                    Ok(
+                        encode_topic_create_v0_11_1(
+                            &<crate::payloads::CreateTopicRequest>::decode_exact(body)?,
+                        ),
+                    )
+                })(),
+            )
+        }
+        304 if (0..=11265).contains(&version) => {
+            Some(
+                (|| -> Result<Vec<u8>, WireError> {
+                    Ok(
+                        encode_topic_update(
+                            &<crate::payloads::UpdateTopicRequest>::decode_exact(body)?,
+                        ),
+                    )
+                })(),
+            )
+        }
         _ => None,
     }
 }
 /// Reads a reply body of command `code` at the packed `version` with its `decode_*_reply`,
 /// returning the payload's JSON form (`{}` for an empty payload).
-pub fn decode_reply_json(code: u32, version: u32, body: &[u8]) -> Option<Result<String, ReplyError>> {
+pub fn decode_reply_json(
+    code: u32,
+    version: u32,
+    body: &[u8],
+) -> Option<Result<String, ReplyError>> {
     match code {
-        1 if (0..=4294967295).contains(&version) => Some(decode_ping_reply(body).map(|()| "{}".to_string())),
-        10 if (0..=4294967295).contains(&version) => Some(decode_stats_reply(body).map(|v| v.to_json())),
-        11 if (0..=4294967295).contains(&version) => Some(decode_snapshot_reply(body).map(|v| v.to_json())),
-        12 if (12288..=4294967295).contains(&version) => Some(decode_cluster_metadata_reply(body).map(|v| v.to_json())),
-        13 if (12288..=4294967295).contains(&version) => Some(decode_options_describe_reply(body).map(|v| v.to_json())),
-        15 if (0..=4294967295).contains(&version) => Some(decode_session_bind_reply(body).map(|v| v.to_json())),
-        16 if (12288..=4294967295).contains(&version) => Some(decode_resource_update_reply(body).map(|()| "{}".to_string())),
-        20 if (0..=4294967295).contains(&version) => Some(decode_me_reply(body).map(|v| v.to_json())),
-        21 if (0..=4294967295).contains(&version) => Some(decode_client_get_reply(body).map(|v| v.to_json())),
-        22 if (0..=4294967295).contains(&version) => Some(decode_client_list_reply(body).map(|v| v.to_json())),
-        31 if (12288..=4294967295).contains(&version) => Some(decode_user_get_reply(body).map(|v| v.to_json())),
-        32 if (12288..=4294967295).contains(&version) => Some(decode_user_list_reply(body).map(|v| v.to_json())),
-        33 if (12288..=4294967295).contains(&version) => Some(decode_user_create_reply(body).map(|v| v.to_json())),
-        34 if (0..=4294967295).contains(&version) => Some(decode_user_delete_reply(body).map(|()| "{}".to_string())),
-        36 if (0..=4294967295).contains(&version) => Some(decode_user_permissions_reply(body).map(|()| "{}".to_string())),
-        37 if (0..=4294967295).contains(&version) => Some(decode_user_password_reply(body).map(|()| "{}".to_string())),
-        38 if (0..=4294967295).contains(&version) => Some(decode_user_login_reply(body).map(|v| v.to_json())),
-        39 if (0..=4294967295).contains(&version) => Some(decode_user_logout_reply(body).map(|()| "{}".to_string())),
-        40 if (0..=4294967295).contains(&version) => Some(decode_user_login_register_reply(body).map(|v| v.to_json())),
-        41 if (0..=4294967295).contains(&version) => Some(decode_personal_access_token_list_reply(body).map(|v| v.to_json())),
-        42 if (0..=4294967295).contains(&version) => Some(decode_personal_access_token_create_reply(body).map(|v| v.to_json())),
-        43 if (0..=4294967295).contains(&version) => Some(decode_personal_access_token_delete_reply(body).map(|()| "{}".to_string())),
-        44 if (0..=4294967295).contains(&version) => Some(decode_personal_access_token_login_reply(body).map(|v| v.to_json())),
-        45 if (0..=4294967295).contains(&version) => Some(decode_user_login_register_with_pat_reply(body).map(|v| v.to_json())),
-        100 if (0..=4294967295).contains(&version) => Some(decode_message_poll_reply(body).map(|v| v.to_json())),
-        101 if (0..=4294967295).contains(&version) => Some(decode_message_send_reply(body).map(|v| v.to_json())),
-        105 if (0..=4294967295).contains(&version) => Some(decode_partition_route_reply(body).map(|v| v.to_json())),
-        120 if (0..=4294967295).contains(&version) => Some(decode_consumer_offset_get_reply(body).map(|v| v.to_json())),
-        121 if (0..=4294967295).contains(&version) => Some(decode_consumer_offset_store_reply(body).map(|()| "{}".to_string())),
-        122 if (0..=4294967295).contains(&version) => Some(decode_consumer_offset_delete_reply(body).map(|()| "{}".to_string())),
-        200 if (12288..=4294967295).contains(&version) => Some(decode_stream_get_reply(body).map(|v| v.to_json())),
-        201 if (12288..=4294967295).contains(&version) => Some(decode_stream_list_reply(body).map(|v| v.to_json())),
-        202 if (12288..=4294967295).contains(&version) => Some(decode_stream_create_reply(body).map(|v| v.to_json())),
-        203 if (0..=4294967295).contains(&version) => Some(decode_stream_delete_reply(body).map(|()| "{}".to_string())),
-        300 if (12288..=4294967295).contains(&version) => Some(decode_topic_get_reply(body).map(|v| v.to_json())),
-        301 if (12288..=4294967295).contains(&version) => Some(decode_topic_list_reply(body).map(|v| v.to_json())),
-        302 if (12288..=4294967295).contains(&version) => Some(decode_topic_create_reply(body).map(|v| v.to_json())),
-        303 if (0..=4294967295).contains(&version) => Some(decode_topic_delete_reply(body).map(|()| "{}".to_string())),
-        402 if (0..=4294967295).contains(&version) => Some(decode_partition_create_reply(body).map(|()| "{}".to_string())),
-        403 if (0..=4294967295).contains(&version) => Some(decode_partition_delete_reply(body).map(|()| "{}".to_string())),
-        503 if (0..=4294967295).contains(&version) => Some(decode_segment_delete_reply(body).map(|()| "{}".to_string())),
-        600 if (0..=4294967295).contains(&version) => Some(decode_consumer_group_get_reply(body).map(|v| v.to_json())),
-        601 if (0..=4294967295).contains(&version) => Some(decode_consumer_group_list_reply(body).map(|v| v.to_json())),
-        602 if (0..=4294967295).contains(&version) => Some(decode_consumer_group_create_reply(body).map(|v| v.to_json())),
-        603 if (0..=4294967295).contains(&version) => Some(decode_consumer_group_delete_reply(body).map(|()| "{}".to_string())),
-        604 if (0..=4294967295).contains(&version) => Some(decode_consumer_group_join_reply(body).map(|()| "{}".to_string())),
-        605 if (0..=4294967295).contains(&version) => Some(decode_consumer_group_leave_reply(body).map(|()| "{}".to_string())),
-        606 if (0..=4294967295).contains(&version) => Some(decode_consumer_group_sync_reply(body).map(|v| v.to_json())),
-        12 if (0..=11265).contains(&version) => Some(decode_cluster_metadata_v0_11_1_reply(body).map(|v| v.to_json())),
-        13 if (0..=11265).contains(&version) => Some(decode_options_describe_v0_11_1_reply(body).map(|v| v.to_json())),
-        31 if (0..=11265).contains(&version) => Some(decode_user_get_v0_11_1_reply(body).map(|v| v.to_json())),
-        32 if (0..=11265).contains(&version) => Some(decode_user_list_v0_11_1_reply(body).map(|v| v.to_json())),
-        33 if (0..=11265).contains(&version) => Some(decode_user_create_v0_11_1_reply(body).map(|v| v.to_json())),
-        35 if (0..=11265).contains(&version) => Some(decode_user_update_reply(body).map(|()| "{}".to_string())),
-        103 if (0..=11265).contains(&version) => Some(decode_message_poll_routing_reply(body).map(|v| v.to_json())),
-        104 if (0..=11265).contains(&version) => Some(decode_message_poll_primary_reply(body).map(|v| v.to_json())),
-        123 if (0..=11265).contains(&version) => Some(decode_consumer_offset_routing_reply(body).map(|v| v.to_json())),
-        200 if (0..=11265).contains(&version) => Some(decode_stream_get_v0_11_1_reply(body).map(|v| v.to_json())),
-        201 if (0..=11265).contains(&version) => Some(decode_stream_list_v0_11_1_reply(body).map(|v| v.to_json())),
-        202 if (0..=11265).contains(&version) => Some(decode_stream_create_v0_11_1_reply(body).map(|v| v.to_json())),
-        204 if (0..=11265).contains(&version) => Some(decode_stream_update_reply(body).map(|()| "{}".to_string())),
-        300 if (0..=11265).contains(&version) => Some(decode_topic_get_v0_11_1_reply(body).map(|v| v.to_json())),
-        301 if (0..=11265).contains(&version) => Some(decode_topic_list_v0_11_1_reply(body).map(|v| v.to_json())),
-        302 if (0..=11265).contains(&version) => Some(decode_topic_create_v0_11_1_reply(body).map(|v| v.to_json())),
-        304 if (0..=11265).contains(&version) => Some(decode_topic_update_reply(body).map(|()| "{}".to_string())),
+        1 if (0..=4294967295).contains(&version) => {
+            Some(decode_ping_reply(body).map(|()| "{}".to_string()))
+        }
+        10 if (0..=4294967295).contains(&version) => {
+            Some(decode_stats_reply(body).map(|v| v.to_json()))
+        }
+        11 if (0..=4294967295).contains(&version) => {
+            Some(decode_snapshot_reply(body).map(|v| v.to_json()))
+        }
+        12 if (12288..=4294967295).contains(&version) => {
+            Some(decode_cluster_metadata_reply(body).map(|v| v.to_json()))
+        }
+        13 if (12288..=4294967295).contains(&version) => {
+            Some(decode_options_describe_reply(body).map(|v| v.to_json()))
+        }
+        15 if (0..=4294967295).contains(&version) => {
+            Some(decode_session_bind_reply(body).map(|v| v.to_json()))
+        }
+        16 if (12288..=4294967295).contains(&version) => {
+            Some(decode_resource_update_reply(body).map(|()| "{}".to_string()))
+        }
+        20 if (0..=4294967295).contains(&version) => {
+            Some(decode_me_reply(body).map(|v| v.to_json()))
+        }
+        21 if (0..=4294967295).contains(&version) => {
+            Some(decode_client_get_reply(body).map(|v| v.to_json()))
+        }
+        22 if (0..=4294967295).contains(&version) => {
+            Some(decode_client_list_reply(body).map(|v| v.to_json()))
+        }
+        31 if (12288..=4294967295).contains(&version) => {
+            Some(decode_user_get_reply(body).map(|v| v.to_json()))
+        }
+        32 if (12288..=4294967295).contains(&version) => {
+            Some(decode_user_list_reply(body).map(|v| v.to_json()))
+        }
+        33 if (12288..=4294967295).contains(&version) => {
+            Some(decode_user_create_reply(body).map(|v| v.to_json()))
+        }
+        34 if (0..=4294967295).contains(&version) => {
+            Some(decode_user_delete_reply(body).map(|()| "{}".to_string()))
+        }
+        36 if (0..=4294967295).contains(&version) => {
+            Some(decode_user_permissions_reply(body).map(|()| "{}".to_string()))
+        }
+        37 if (0..=4294967295).contains(&version) => {
+            Some(decode_user_password_reply(body).map(|()| "{}".to_string()))
+        }
+        38 if (0..=4294967295).contains(&version) => {
+            Some(decode_user_login_reply(body).map(|v| v.to_json()))
+        }
+        39 if (0..=4294967295).contains(&version) => {
+            Some(decode_user_logout_reply(body).map(|()| "{}".to_string()))
+        }
+        40 if (0..=4294967295).contains(&version) => {
+            Some(decode_user_login_register_reply(body).map(|v| v.to_json()))
+        }
+        41 if (0..=4294967295).contains(&version) => {
+            Some(decode_personal_access_token_list_reply(body).map(|v| v.to_json()))
+        }
+        42 if (0..=4294967295).contains(&version) => {
+            Some(decode_personal_access_token_create_reply(body).map(|v| v.to_json()))
+        }
+        43 if (0..=4294967295).contains(&version) => {
+            Some(
+                decode_personal_access_token_delete_reply(body)
+                    .map(|()| "{}".to_string()),
+            )
+        }
+        44 if (0..=4294967295).contains(&version) => {
+            Some(decode_personal_access_token_login_reply(body).map(|v| v.to_json()))
+        }
+        45 if (0..=4294967295).contains(&version) => {
+            Some(decode_user_login_register_with_pat_reply(body).map(|v| v.to_json()))
+        }
+        100 if (0..=4294967295).contains(&version) => {
+            Some(decode_message_poll_reply(body).map(|v| v.to_json()))
+        }
+        101 if (0..=4294967295).contains(&version) => {
+            Some(decode_message_send_reply(body).map(|v| v.to_json()))
+        }
+        105 if (0..=4294967295).contains(&version) => {
+            Some(decode_partition_route_reply(body).map(|v| v.to_json()))
+        }
+        120 if (0..=4294967295).contains(&version) => {
+            Some(decode_consumer_offset_get_reply(body).map(|v| v.to_json()))
+        }
+        121 if (0..=4294967295).contains(&version) => {
+            Some(decode_consumer_offset_store_reply(body).map(|()| "{}".to_string()))
+        }
+        122 if (0..=4294967295).contains(&version) => {
+            Some(decode_consumer_offset_delete_reply(body).map(|()| "{}".to_string()))
+        }
+        200 if (12288..=4294967295).contains(&version) => {
+            Some(decode_stream_get_reply(body).map(|v| v.to_json()))
+        }
+        201 if (12288..=4294967295).contains(&version) => {
+            Some(decode_stream_list_reply(body).map(|v| v.to_json()))
+        }
+        202 if (12288..=4294967295).contains(&version) => {
+            Some(decode_stream_create_reply(body).map(|v| v.to_json()))
+        }
+        203 if (0..=4294967295).contains(&version) => {
+            Some(decode_stream_delete_reply(body).map(|()| "{}".to_string()))
+        }
+        300 if (12288..=4294967295).contains(&version) => {
+            Some(decode_topic_get_reply(body).map(|v| v.to_json()))
+        }
+        301 if (12288..=4294967295).contains(&version) => {
+            Some(decode_topic_list_reply(body).map(|v| v.to_json()))
+        }
+        302 if (12288..=4294967295).contains(&version) => {
+            Some(decode_topic_create_reply(body).map(|v| v.to_json()))
+        }
+        303 if (0..=4294967295).contains(&version) => {
+            Some(decode_topic_delete_reply(body).map(|()| "{}".to_string()))
+        }
+        402 if (0..=4294967295).contains(&version) => {
+            Some(decode_partition_create_reply(body).map(|()| "{}".to_string()))
+        }
+        403 if (0..=4294967295).contains(&version) => {
+            Some(decode_partition_delete_reply(body).map(|()| "{}".to_string()))
+        }
+        503 if (0..=4294967295).contains(&version) => {
+            Some(decode_segment_delete_reply(body).map(|()| "{}".to_string()))
+        }
+        600 if (0..=4294967295).contains(&version) => {
+            Some(decode_consumer_group_get_reply(body).map(|v| v.to_json()))
+        }
+        601 if (0..=4294967295).contains(&version) => {
+            Some(decode_consumer_group_list_reply(body).map(|v| v.to_json()))
+        }
+        602 if (0..=4294967295).contains(&version) => {
+            Some(decode_consumer_group_create_reply(body).map(|v| v.to_json()))
+        }
+        603 if (0..=4294967295).contains(&version) => {
+            Some(decode_consumer_group_delete_reply(body).map(|()| "{}".to_string()))
+        }
+        604 if (0..=4294967295).contains(&version) => {
+            Some(decode_consumer_group_join_reply(body).map(|()| "{}".to_string()))
+        }
+        605 if (0..=4294967295).contains(&version) => {
+            Some(decode_consumer_group_leave_reply(body).map(|()| "{}".to_string()))
+        }
+        606 if (0..=4294967295).contains(&version) => {
+            Some(decode_consumer_group_sync_reply(body).map(|v| v.to_json()))
+        }
+        12 if (0..=11265).contains(&version) => {
+            Some(decode_cluster_metadata_v0_11_1_reply(body).map(|v| v.to_json()))
+        }
+        13 if (0..=11265).contains(&version) => {
+            Some(decode_options_describe_v0_11_1_reply(body).map(|v| v.to_json()))
+        }
+        31 if (0..=11265).contains(&version) => {
+            Some(decode_user_get_v0_11_1_reply(body).map(|v| v.to_json()))
+        }
+        32 if (0..=11265).contains(&version) => {
+            Some(decode_user_list_v0_11_1_reply(body).map(|v| v.to_json()))
+        }
+        33 if (0..=11265).contains(&version) => {
+            Some(decode_user_create_v0_11_1_reply(body).map(|v| v.to_json()))
+        }
+        35 if (0..=11265).contains(&version) => {
+            Some(decode_user_update_reply(body).map(|()| "{}".to_string()))
+        }
+        103 if (0..=11265).contains(&version) => {
+            Some(decode_message_poll_routing_reply(body).map(|v| v.to_json()))
+        }
+        104 if (0..=11265).contains(&version) => {
+            Some(decode_message_poll_primary_reply(body).map(|v| v.to_json()))
+        }
+        123 if (0..=11265).contains(&version) => {
+            Some(decode_consumer_offset_routing_reply(body).map(|v| v.to_json()))
+        }
+        200 if (0..=11265).contains(&version) => {
+            Some(decode_stream_get_v0_11_1_reply(body).map(|v| v.to_json()))
+        }
+        201 if (0..=11265).contains(&version) => {
+            Some(decode_stream_list_v0_11_1_reply(body).map(|v| v.to_json()))
+        }
+        202 if (0..=11265).contains(&version) => {
+            Some(decode_stream_create_v0_11_1_reply(body).map(|v| v.to_json()))
+        }
+        204 if (0..=11265).contains(&version) => {
+            Some(decode_stream_update_reply(body).map(|()| "{}".to_string()))
+        }
+        300 if (0..=11265).contains(&version) => {
+            Some(decode_topic_get_v0_11_1_reply(body).map(|v| v.to_json()))
+        }
+        301 if (0..=11265).contains(&version) => {
+            Some(decode_topic_list_v0_11_1_reply(body).map(|v| v.to_json()))
+        }
+        302 if (0..=11265).contains(&version) => {
+            Some(decode_topic_create_v0_11_1_reply(body).map(|v| v.to_json()))
+        }
+        304 if (0..=11265).contains(&version) => {
+            Some(decode_topic_update_reply(body).map(|()| "{}".to_string()))
+        }
         _ => None,
     }
 }

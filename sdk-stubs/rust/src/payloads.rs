@@ -2,7 +2,6 @@
 #![allow(clippy::all)]
 #[allow(unused_imports)]
 use iggy_wire::{WireDecode, WireEncode, WireError};
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]
 pub enum AckLevel {
@@ -22,29 +21,39 @@ impl AckLevel {
         }
     }
     /// The discriminant.
-    pub fn to_repr(self) -> u8 { self as u8 }
+    pub fn to_repr(self) -> u8 {
+        self as u8
+    }
 }
 impl WireEncode for AckLevel {
-    fn encoded_size(&self) -> usize { std::mem::size_of::<u8>() }
-    fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&(*self as u8).to_le_bytes()); }
+    fn encoded_size(&self) -> usize {
+        std::mem::size_of::<u8>()
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&(*self as u8).to_le_bytes());
+    }
 }
 impl<'a> WireDecode<'a> for AckLevel {
     fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
         let v = <u8>::decode_from(input)?;
-        Self::from_repr(v).ok_or(WireError::InvalidValue { field: "AckLevel" })
+        Self::from_repr(v)
+            .ok_or(WireError::InvalidValue {
+                field: "AckLevel",
+            })
     }
 }
 impl iggy_wire::WireJson for AckLevel {
     fn write_json(&self, out: &mut String) {
         out.push('"');
-        out.push_str(match self {
-            Self::NoAck => "NoAck",
-            Self::Quorum => "Quorum",
-        });
+        out.push_str(
+            match self {
+                Self::NoAck => "NoAck",
+                Self::Quorum => "Quorum",
+            },
+        );
         out.push('"');
     }
 }
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]
 pub enum ClusterNodeRole {
@@ -54,7 +63,10 @@ pub enum ClusterNodeRole {
 }
 impl ClusterNodeRole {
     /// Every variant, in spec order.
-    pub const ALL: &'static [ClusterNodeRole] = &[ClusterNodeRole::Leader, ClusterNodeRole::Follower];
+    pub const ALL: &'static [ClusterNodeRole] = &[
+        ClusterNodeRole::Leader,
+        ClusterNodeRole::Follower,
+    ];
     /// The variant with this discriminant.
     pub fn from_repr(v: u8) -> Option<Self> {
         match v {
@@ -64,29 +76,39 @@ impl ClusterNodeRole {
         }
     }
     /// The discriminant.
-    pub fn to_repr(self) -> u8 { self as u8 }
+    pub fn to_repr(self) -> u8 {
+        self as u8
+    }
 }
 impl WireEncode for ClusterNodeRole {
-    fn encoded_size(&self) -> usize { std::mem::size_of::<u8>() }
-    fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&(*self as u8).to_le_bytes()); }
+    fn encoded_size(&self) -> usize {
+        std::mem::size_of::<u8>()
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&(*self as u8).to_le_bytes());
+    }
 }
 impl<'a> WireDecode<'a> for ClusterNodeRole {
     fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
         let v = <u8>::decode_from(input)?;
-        Self::from_repr(v).ok_or(WireError::InvalidValue { field: "ClusterNodeRole" })
+        Self::from_repr(v)
+            .ok_or(WireError::InvalidValue {
+                field: "ClusterNodeRole",
+            })
     }
 }
 impl iggy_wire::WireJson for ClusterNodeRole {
     fn write_json(&self, out: &mut String) {
         out.push('"');
-        out.push_str(match self {
-            Self::Leader => "Leader",
-            Self::Follower => "Follower",
-        });
+        out.push_str(
+            match self {
+                Self::Leader => "Leader",
+                Self::Follower => "Follower",
+            },
+        );
         out.push('"');
     }
 }
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]
 pub enum ClusterNodeStatus {
@@ -99,7 +121,13 @@ pub enum ClusterNodeStatus {
 }
 impl ClusterNodeStatus {
     /// Every variant, in spec order.
-    pub const ALL: &'static [ClusterNodeStatus] = &[ClusterNodeStatus::Healthy, ClusterNodeStatus::Starting, ClusterNodeStatus::Stopping, ClusterNodeStatus::Unreachable, ClusterNodeStatus::Maintenance];
+    pub const ALL: &'static [ClusterNodeStatus] = &[
+        ClusterNodeStatus::Healthy,
+        ClusterNodeStatus::Starting,
+        ClusterNodeStatus::Stopping,
+        ClusterNodeStatus::Unreachable,
+        ClusterNodeStatus::Maintenance,
+    ];
     /// The variant with this discriminant.
     pub fn from_repr(v: u8) -> Option<Self> {
         match v {
@@ -112,32 +140,42 @@ impl ClusterNodeStatus {
         }
     }
     /// The discriminant.
-    pub fn to_repr(self) -> u8 { self as u8 }
+    pub fn to_repr(self) -> u8 {
+        self as u8
+    }
 }
 impl WireEncode for ClusterNodeStatus {
-    fn encoded_size(&self) -> usize { std::mem::size_of::<u8>() }
-    fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&(*self as u8).to_le_bytes()); }
+    fn encoded_size(&self) -> usize {
+        std::mem::size_of::<u8>()
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&(*self as u8).to_le_bytes());
+    }
 }
 impl<'a> WireDecode<'a> for ClusterNodeStatus {
     fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
         let v = <u8>::decode_from(input)?;
-        Self::from_repr(v).ok_or(WireError::InvalidValue { field: "ClusterNodeStatus" })
+        Self::from_repr(v)
+            .ok_or(WireError::InvalidValue {
+                field: "ClusterNodeStatus",
+            })
     }
 }
 impl iggy_wire::WireJson for ClusterNodeStatus {
     fn write_json(&self, out: &mut String) {
         out.push('"');
-        out.push_str(match self {
-            Self::Healthy => "Healthy",
-            Self::Starting => "Starting",
-            Self::Stopping => "Stopping",
-            Self::Unreachable => "Unreachable",
-            Self::Maintenance => "Maintenance",
-        });
+        out.push_str(
+            match self {
+                Self::Healthy => "Healthy",
+                Self::Starting => "Starting",
+                Self::Stopping => "Stopping",
+                Self::Unreachable => "Unreachable",
+                Self::Maintenance => "Maintenance",
+            },
+        );
         out.push('"');
     }
 }
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]
 pub enum OptionsScope {
@@ -148,7 +186,11 @@ pub enum OptionsScope {
 }
 impl OptionsScope {
     /// Every variant, in spec order.
-    pub const ALL: &'static [OptionsScope] = &[OptionsScope::Topic, OptionsScope::Stream, OptionsScope::User];
+    pub const ALL: &'static [OptionsScope] = &[
+        OptionsScope::Topic,
+        OptionsScope::Stream,
+        OptionsScope::User,
+    ];
     /// The variant with this discriminant.
     pub fn from_repr(v: u8) -> Option<Self> {
         match v {
@@ -159,30 +201,40 @@ impl OptionsScope {
         }
     }
     /// The discriminant.
-    pub fn to_repr(self) -> u8 { self as u8 }
+    pub fn to_repr(self) -> u8 {
+        self as u8
+    }
 }
 impl WireEncode for OptionsScope {
-    fn encoded_size(&self) -> usize { std::mem::size_of::<u8>() }
-    fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&(*self as u8).to_le_bytes()); }
+    fn encoded_size(&self) -> usize {
+        std::mem::size_of::<u8>()
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&(*self as u8).to_le_bytes());
+    }
 }
 impl<'a> WireDecode<'a> for OptionsScope {
     fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
         let v = <u8>::decode_from(input)?;
-        Self::from_repr(v).ok_or(WireError::InvalidValue { field: "OptionsScope" })
+        Self::from_repr(v)
+            .ok_or(WireError::InvalidValue {
+                field: "OptionsScope",
+            })
     }
 }
 impl iggy_wire::WireJson for OptionsScope {
     fn write_json(&self, out: &mut String) {
         out.push('"');
-        out.push_str(match self {
-            Self::Topic => "Topic",
-            Self::Stream => "Stream",
-            Self::User => "User",
-        });
+        out.push_str(
+            match self {
+                Self::Topic => "Topic",
+                Self::Stream => "Stream",
+                Self::User => "User",
+            },
+        );
         out.push('"');
     }
 }
-
 /// Fixed-layout `OptionalPartitionId`, 5 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OptionalPartitionId {
@@ -200,10 +252,19 @@ impl OptionalPartitionId {
     /// Decodes from the first `SIZE` bytes of `buf`.
     pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
         if buf.len() < Self::SIZE {
-            return Err(WireError::UnexpectedEnd { needed: Self::SIZE, remaining: buf.len() });
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
         }
-        let has = <u8>::decode_exact(&buf[0..0 + 1]).map_err(|_| WireError::InvalidValue { field: "has" })?;
-        let partition_id = <u32>::decode_exact(&buf[1..1 + 4]).map_err(|_| WireError::InvalidValue { field: "partition_id" })?;
+        let has = <u8>::decode_exact(&buf[0..1])
+            .map_err(|_| WireError::InvalidValue {
+                field: "has",
+            })?;
+        let partition_id = <u32>::decode_exact(&buf[1..5])
+            .map_err(|_| WireError::InvalidValue {
+                field: "partition_id",
+            })?;
         Ok(Self { has, partition_id })
     }
     /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
@@ -221,7 +282,9 @@ impl OptionalPartitionId {
 }
 impl Default for OptionalPartitionId {
     /// All-zero bytes.
-    fn default() -> Self { Self::decode_fixed(&[0u8; 5]).expect("zero bytes decode") }
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 5]).expect("zero bytes decode")
+    }
 }
 const _: () = assert!(OptionalPartitionId::SIZE == 5);
 const _: () = assert!(OptionalPartitionId::HAS_OFFSET + 1 <= 5);
@@ -237,8 +300,12 @@ impl iggy_wire::WireJson for OptionalPartitionId {
     }
 }
 impl WireEncode for OptionalPartitionId {
-    fn encoded_size(&self) -> usize { 5 }
-    fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
+    fn encoded_size(&self) -> usize {
+        5
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
 }
 impl<'a> WireDecode<'a> for OptionalPartitionId {
     fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
@@ -246,7 +313,6 @@ impl<'a> WireDecode<'a> for OptionalPartitionId {
         Self::decode_fixed(b)
     }
 }
-
 /// Fixed-layout `PartitionContext`, 24 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PartitionContext {
@@ -266,12 +332,28 @@ impl PartitionContext {
     /// Decodes from the first `SIZE` bytes of `buf`.
     pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
         if buf.len() < Self::SIZE {
-            return Err(WireError::UnexpectedEnd { needed: Self::SIZE, remaining: buf.len() });
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
         }
-        let incarnation = <u64>::decode_exact(&buf[0..0 + 8]).map_err(|_| WireError::InvalidValue { field: "incarnation" })?;
-        let owner_generation = <u64>::decode_exact(&buf[8..8 + 8]).map_err(|_| WireError::InvalidValue { field: "owner_generation" })?;
-        let metadata_op = <u64>::decode_exact(&buf[16..16 + 8]).map_err(|_| WireError::InvalidValue { field: "metadata_op" })?;
-        Ok(Self { incarnation, owner_generation, metadata_op })
+        let incarnation = <u64>::decode_exact(&buf[0..8])
+            .map_err(|_| WireError::InvalidValue {
+                field: "incarnation",
+            })?;
+        let owner_generation = <u64>::decode_exact(&buf[8..16])
+            .map_err(|_| WireError::InvalidValue {
+                field: "owner_generation",
+            })?;
+        let metadata_op = <u64>::decode_exact(&buf[16..24])
+            .map_err(|_| WireError::InvalidValue {
+                field: "metadata_op",
+            })?;
+        Ok(Self {
+            incarnation,
+            owner_generation,
+            metadata_op,
+        })
     }
     /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
     pub fn encode_fixed(&self, out: &mut [u8]) {
@@ -289,7 +371,9 @@ impl PartitionContext {
 }
 impl Default for PartitionContext {
     /// All-zero bytes.
-    fn default() -> Self { Self::decode_fixed(&[0u8; 24]).expect("zero bytes decode") }
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 24]).expect("zero bytes decode")
+    }
 }
 const _: () = assert!(PartitionContext::SIZE == 24);
 const _: () = assert!(PartitionContext::INCARNATION_OFFSET + 8 <= 24);
@@ -308,8 +392,12 @@ impl iggy_wire::WireJson for PartitionContext {
     }
 }
 impl WireEncode for PartitionContext {
-    fn encoded_size(&self) -> usize { 24 }
-    fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
+    fn encoded_size(&self) -> usize {
+        24
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
 }
 impl<'a> WireDecode<'a> for PartitionContext {
     fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
@@ -317,7 +405,6 @@ impl<'a> WireDecode<'a> for PartitionContext {
         Self::decode_fixed(b)
     }
 }
-
 /// Fixed-layout `ReplyResultEntry`, 8 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReplyResultEntry {
@@ -335,10 +422,19 @@ impl ReplyResultEntry {
     /// Decodes from the first `SIZE` bytes of `buf`.
     pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
         if buf.len() < Self::SIZE {
-            return Err(WireError::UnexpectedEnd { needed: Self::SIZE, remaining: buf.len() });
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
         }
-        let index = <u32>::decode_exact(&buf[0..0 + 4]).map_err(|_| WireError::InvalidValue { field: "index" })?;
-        let result = <u32>::decode_exact(&buf[4..4 + 4]).map_err(|_| WireError::InvalidValue { field: "result" })?;
+        let index = <u32>::decode_exact(&buf[0..4])
+            .map_err(|_| WireError::InvalidValue {
+                field: "index",
+            })?;
+        let result = <u32>::decode_exact(&buf[4..8])
+            .map_err(|_| WireError::InvalidValue {
+                field: "result",
+            })?;
         Ok(Self { index, result })
     }
     /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
@@ -356,7 +452,9 @@ impl ReplyResultEntry {
 }
 impl Default for ReplyResultEntry {
     /// All-zero bytes.
-    fn default() -> Self { Self::decode_fixed(&[0u8; 8]).expect("zero bytes decode") }
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 8]).expect("zero bytes decode")
+    }
 }
 const _: () = assert!(ReplyResultEntry::SIZE == 8);
 const _: () = assert!(ReplyResultEntry::INDEX_OFFSET + 4 <= 8);
@@ -372,8 +470,12 @@ impl iggy_wire::WireJson for ReplyResultEntry {
     }
 }
 impl WireEncode for ReplyResultEntry {
-    fn encoded_size(&self) -> usize { 8 }
-    fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
+    fn encoded_size(&self) -> usize {
+        8
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
 }
 impl<'a> WireDecode<'a> for ReplyResultEntry {
     fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
@@ -381,7 +483,6 @@ impl<'a> WireDecode<'a> for ReplyResultEntry {
         Self::decode_fixed(b)
     }
 }
-
 /// Fixed-layout `PollingStrategy`, 9 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PollingStrategy {
@@ -398,10 +499,19 @@ impl PollingStrategy {
     /// Decodes from the first `SIZE` bytes of `buf`.
     pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
         if buf.len() < Self::SIZE {
-            return Err(WireError::UnexpectedEnd { needed: Self::SIZE, remaining: buf.len() });
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
         }
-        let kind = <u8>::decode_exact(&buf[0..0 + 1]).map_err(|_| WireError::InvalidValue { field: "kind" })?;
-        let value = <u64>::decode_exact(&buf[1..1 + 8]).map_err(|_| WireError::InvalidValue { field: "value" })?;
+        let kind = <u8>::decode_exact(&buf[0..1])
+            .map_err(|_| WireError::InvalidValue {
+                field: "kind",
+            })?;
+        let value = <u64>::decode_exact(&buf[1..9])
+            .map_err(|_| WireError::InvalidValue {
+                field: "value",
+            })?;
         Ok(Self { kind, value })
     }
     /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
@@ -419,7 +529,9 @@ impl PollingStrategy {
 }
 impl Default for PollingStrategy {
     /// All-zero bytes.
-    fn default() -> Self { Self::decode_fixed(&[0u8; 9]).expect("zero bytes decode") }
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 9]).expect("zero bytes decode")
+    }
 }
 const _: () = assert!(PollingStrategy::SIZE == 9);
 const _: () = assert!(PollingStrategy::KIND_OFFSET + 1 <= 9);
@@ -435,8 +547,12 @@ impl iggy_wire::WireJson for PollingStrategy {
     }
 }
 impl WireEncode for PollingStrategy {
-    fn encoded_size(&self) -> usize { 9 }
-    fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
+    fn encoded_size(&self) -> usize {
+        9
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
 }
 impl<'a> WireDecode<'a> for PollingStrategy {
     fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
@@ -444,7 +560,6 @@ impl<'a> WireDecode<'a> for PollingStrategy {
         Self::decode_fixed(b)
     }
 }
-
 /// Fixed-layout `SessionIdentity`, 32 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SessionIdentity {
@@ -464,12 +579,28 @@ impl SessionIdentity {
     /// Decodes from the first `SIZE` bytes of `buf`.
     pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
         if buf.len() < Self::SIZE {
-            return Err(WireError::UnexpectedEnd { needed: Self::SIZE, remaining: buf.len() });
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
         }
-        let client_id = <u128>::decode_exact(&buf[0..0 + 16]).map_err(|_| WireError::InvalidValue { field: "client_id" })?;
-        let session = <u64>::decode_exact(&buf[16..16 + 8]).map_err(|_| WireError::InvalidValue { field: "session" })?;
-        let metadata_watermark = <u64>::decode_exact(&buf[24..24 + 8]).map_err(|_| WireError::InvalidValue { field: "metadata_watermark" })?;
-        Ok(Self { client_id, session, metadata_watermark })
+        let client_id = <u128>::decode_exact(&buf[0..16])
+            .map_err(|_| WireError::InvalidValue {
+                field: "client_id",
+            })?;
+        let session = <u64>::decode_exact(&buf[16..24])
+            .map_err(|_| WireError::InvalidValue {
+                field: "session",
+            })?;
+        let metadata_watermark = <u64>::decode_exact(&buf[24..32])
+            .map_err(|_| WireError::InvalidValue {
+                field: "metadata_watermark",
+            })?;
+        Ok(Self {
+            client_id,
+            session,
+            metadata_watermark,
+        })
     }
     /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
     pub fn encode_fixed(&self, out: &mut [u8]) {
@@ -487,7 +618,9 @@ impl SessionIdentity {
 }
 impl Default for SessionIdentity {
     /// All-zero bytes.
-    fn default() -> Self { Self::decode_fixed(&[0u8; 32]).expect("zero bytes decode") }
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 32]).expect("zero bytes decode")
+    }
 }
 const _: () = assert!(SessionIdentity::SIZE == 32);
 const _: () = assert!(SessionIdentity::CLIENT_ID_OFFSET + 16 <= 32);
@@ -506,8 +639,12 @@ impl iggy_wire::WireJson for SessionIdentity {
     }
 }
 impl WireEncode for SessionIdentity {
-    fn encoded_size(&self) -> usize { 32 }
-    fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
+    fn encoded_size(&self) -> usize {
+        32
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
 }
 impl<'a> WireDecode<'a> for SessionIdentity {
     fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
@@ -515,7 +652,6 @@ impl<'a> WireDecode<'a> for SessionIdentity {
         Self::decode_fixed(b)
     }
 }
-
 /// Fixed-layout `SessionRecord`, 40 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SessionRecord {
@@ -535,12 +671,25 @@ impl SessionRecord {
     /// Decodes from the first `SIZE` bytes of `buf`.
     pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
         if buf.len() < Self::SIZE {
-            return Err(WireError::UnexpectedEnd { needed: Self::SIZE, remaining: buf.len() });
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
         }
-        let user_id = <u32>::decode_exact(&buf[0..0 + 4]).map_err(|_| WireError::InvalidValue { field: "user_id" })?;
-        let protocol_version = <u32>::decode_exact(&buf[4..4 + 4]).map_err(|_| WireError::InvalidValue { field: "protocol_version" })?;
+        let user_id = <u32>::decode_exact(&buf[0..4])
+            .map_err(|_| WireError::InvalidValue {
+                field: "user_id",
+            })?;
+        let protocol_version = <u32>::decode_exact(&buf[4..8])
+            .map_err(|_| WireError::InvalidValue {
+                field: "protocol_version",
+            })?;
         let bind_secret = iggy_wire::get_at::<32>(buf, 8);
-        Ok(Self { user_id, protocol_version, bind_secret })
+        Ok(Self {
+            user_id,
+            protocol_version,
+            bind_secret,
+        })
     }
     /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
     pub fn encode_fixed(&self, out: &mut [u8]) {
@@ -558,7 +707,9 @@ impl SessionRecord {
 }
 impl Default for SessionRecord {
     /// All-zero bytes.
-    fn default() -> Self { Self::decode_fixed(&[0u8; 40]).expect("zero bytes decode") }
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 40]).expect("zero bytes decode")
+    }
 }
 const _: () = assert!(SessionRecord::SIZE == 40);
 const _: () = assert!(SessionRecord::USER_ID_OFFSET + 4 <= 40);
@@ -577,8 +728,12 @@ impl iggy_wire::WireJson for SessionRecord {
     }
 }
 impl WireEncode for SessionRecord {
-    fn encoded_size(&self) -> usize { 40 }
-    fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
+    fn encoded_size(&self) -> usize {
+        40
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
 }
 impl<'a> WireDecode<'a> for SessionRecord {
     fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
@@ -586,7 +741,6 @@ impl<'a> WireDecode<'a> for SessionRecord {
         Self::decode_fixed(b)
     }
 }
-
 /// Fixed-layout `PollPrefix`, 40 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PollPrefix {
@@ -609,13 +763,33 @@ impl PollPrefix {
     /// Decodes from the first `SIZE` bytes of `buf`.
     pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
         if buf.len() < Self::SIZE {
-            return Err(WireError::UnexpectedEnd { needed: Self::SIZE, remaining: buf.len() });
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
         }
-        let partition_id = <u32>::decode_exact(&buf[0..0 + 4]).map_err(|_| WireError::InvalidValue { field: "partition_id" })?;
-        let current_offset = <u64>::decode_exact(&buf[4..4 + 8]).map_err(|_| WireError::InvalidValue { field: "current_offset" })?;
-        let messages_count = <u32>::decode_exact(&buf[12..12 + 4]).map_err(|_| WireError::InvalidValue { field: "messages_count" })?;
-        let context = <PartitionContext>::decode_exact(&buf[16..16 + 24]).map_err(|_| WireError::InvalidValue { field: "context" })?;
-        Ok(Self { partition_id, current_offset, messages_count, context })
+        let partition_id = <u32>::decode_exact(&buf[0..4])
+            .map_err(|_| WireError::InvalidValue {
+                field: "partition_id",
+            })?;
+        let current_offset = <u64>::decode_exact(&buf[4..12])
+            .map_err(|_| WireError::InvalidValue {
+                field: "current_offset",
+            })?;
+        let messages_count = <u32>::decode_exact(&buf[12..16])
+            .map_err(|_| WireError::InvalidValue {
+                field: "messages_count",
+            })?;
+        let context = <PartitionContext>::decode_exact(&buf[16..40])
+            .map_err(|_| WireError::InvalidValue {
+                field: "context",
+            })?;
+        Ok(Self {
+            partition_id,
+            current_offset,
+            messages_count,
+            context,
+        })
     }
     /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
     pub fn encode_fixed(&self, out: &mut [u8]) {
@@ -634,7 +808,9 @@ impl PollPrefix {
 }
 impl Default for PollPrefix {
     /// All-zero bytes.
-    fn default() -> Self { Self::decode_fixed(&[0u8; 40]).expect("zero bytes decode") }
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 40]).expect("zero bytes decode")
+    }
 }
 const _: () = assert!(PollPrefix::SIZE == 40);
 const _: () = assert!(PollPrefix::PARTITION_ID_OFFSET + 4 <= 40);
@@ -656,8 +832,12 @@ impl iggy_wire::WireJson for PollPrefix {
     }
 }
 impl WireEncode for PollPrefix {
-    fn encoded_size(&self) -> usize { 40 }
-    fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
+    fn encoded_size(&self) -> usize {
+        40
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
 }
 impl<'a> WireDecode<'a> for PollPrefix {
     fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
@@ -665,7 +845,6 @@ impl<'a> WireDecode<'a> for PollPrefix {
         Self::decode_fixed(b)
     }
 }
-
 /// Fixed-layout `PartitionResponse`, 64 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PartitionResponse {
@@ -697,16 +876,48 @@ impl PartitionResponse {
     /// Decodes from the first `SIZE` bytes of `buf`.
     pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
         if buf.len() < Self::SIZE {
-            return Err(WireError::UnexpectedEnd { needed: Self::SIZE, remaining: buf.len() });
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
         }
-        let id = <u32>::decode_exact(&buf[0..0 + 4]).map_err(|_| WireError::InvalidValue { field: "id" })?;
-        let created_at = <u64>::decode_exact(&buf[4..4 + 8]).map_err(|_| WireError::InvalidValue { field: "created_at" })?;
-        let segments_count = <u32>::decode_exact(&buf[12..12 + 4]).map_err(|_| WireError::InvalidValue { field: "segments_count" })?;
-        let current_offset = <u64>::decode_exact(&buf[16..16 + 8]).map_err(|_| WireError::InvalidValue { field: "current_offset" })?;
-        let size_bytes = <u64>::decode_exact(&buf[24..24 + 8]).map_err(|_| WireError::InvalidValue { field: "size_bytes" })?;
-        let messages_count = <u64>::decode_exact(&buf[32..32 + 8]).map_err(|_| WireError::InvalidValue { field: "messages_count" })?;
-        let context = <PartitionContext>::decode_exact(&buf[40..40 + 24]).map_err(|_| WireError::InvalidValue { field: "context" })?;
-        Ok(Self { id, created_at, segments_count, current_offset, size_bytes, messages_count, context })
+        let id = <u32>::decode_exact(&buf[0..4])
+            .map_err(|_| WireError::InvalidValue {
+                field: "id",
+            })?;
+        let created_at = <u64>::decode_exact(&buf[4..12])
+            .map_err(|_| WireError::InvalidValue {
+                field: "created_at",
+            })?;
+        let segments_count = <u32>::decode_exact(&buf[12..16])
+            .map_err(|_| WireError::InvalidValue {
+                field: "segments_count",
+            })?;
+        let current_offset = <u64>::decode_exact(&buf[16..24])
+            .map_err(|_| WireError::InvalidValue {
+                field: "current_offset",
+            })?;
+        let size_bytes = <u64>::decode_exact(&buf[24..32])
+            .map_err(|_| WireError::InvalidValue {
+                field: "size_bytes",
+            })?;
+        let messages_count = <u64>::decode_exact(&buf[32..40])
+            .map_err(|_| WireError::InvalidValue {
+                field: "messages_count",
+            })?;
+        let context = <PartitionContext>::decode_exact(&buf[40..64])
+            .map_err(|_| WireError::InvalidValue {
+                field: "context",
+            })?;
+        Ok(Self {
+            id,
+            created_at,
+            segments_count,
+            current_offset,
+            size_bytes,
+            messages_count,
+            context,
+        })
     }
     /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
     pub fn encode_fixed(&self, out: &mut [u8]) {
@@ -728,7 +939,9 @@ impl PartitionResponse {
 }
 impl Default for PartitionResponse {
     /// All-zero bytes.
-    fn default() -> Self { Self::decode_fixed(&[0u8; 64]).expect("zero bytes decode") }
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 64]).expect("zero bytes decode")
+    }
 }
 const _: () = assert!(PartitionResponse::SIZE == 64);
 const _: () = assert!(PartitionResponse::ID_OFFSET + 4 <= 64);
@@ -759,8 +972,12 @@ impl iggy_wire::WireJson for PartitionResponse {
     }
 }
 impl WireEncode for PartitionResponse {
-    fn encoded_size(&self) -> usize { 64 }
-    fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
+    fn encoded_size(&self) -> usize {
+        64
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
 }
 impl<'a> WireDecode<'a> for PartitionResponse {
     fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
@@ -768,7 +985,6 @@ impl<'a> WireDecode<'a> for PartitionResponse {
         Self::decode_fixed(b)
     }
 }
-
 /// Fixed-layout `PartitionRouteResponse`, 25 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PartitionRouteResponse {
@@ -794,14 +1010,38 @@ impl PartitionRouteResponse {
     /// Decodes from the first `SIZE` bytes of `buf`.
     pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
         if buf.len() < Self::SIZE {
-            return Err(WireError::UnexpectedEnd { needed: Self::SIZE, remaining: buf.len() });
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
         }
-        let incarnation = <u64>::decode_exact(&buf[0..0 + 8]).map_err(|_| WireError::InvalidValue { field: "incarnation" })?;
-        let metadata_op = <u64>::decode_exact(&buf[8..8 + 8]).map_err(|_| WireError::InvalidValue { field: "metadata_op" })?;
-        let view = <u32>::decode_exact(&buf[16..16 + 4]).map_err(|_| WireError::InvalidValue { field: "view" })?;
-        let partitions_count = <u32>::decode_exact(&buf[20..20 + 4]).map_err(|_| WireError::InvalidValue { field: "partitions_count" })?;
-        let primary_replica = <u8>::decode_exact(&buf[24..24 + 1]).map_err(|_| WireError::InvalidValue { field: "primary_replica" })?;
-        Ok(Self { incarnation, metadata_op, view, partitions_count, primary_replica })
+        let incarnation = <u64>::decode_exact(&buf[0..8])
+            .map_err(|_| WireError::InvalidValue {
+                field: "incarnation",
+            })?;
+        let metadata_op = <u64>::decode_exact(&buf[8..16])
+            .map_err(|_| WireError::InvalidValue {
+                field: "metadata_op",
+            })?;
+        let view = <u32>::decode_exact(&buf[16..20])
+            .map_err(|_| WireError::InvalidValue {
+                field: "view",
+            })?;
+        let partitions_count = <u32>::decode_exact(&buf[20..24])
+            .map_err(|_| WireError::InvalidValue {
+                field: "partitions_count",
+            })?;
+        let primary_replica = <u8>::decode_exact(&buf[24..25])
+            .map_err(|_| WireError::InvalidValue {
+                field: "primary_replica",
+            })?;
+        Ok(Self {
+            incarnation,
+            metadata_op,
+            view,
+            partitions_count,
+            primary_replica,
+        })
     }
     /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
     pub fn encode_fixed(&self, out: &mut [u8]) {
@@ -821,7 +1061,9 @@ impl PartitionRouteResponse {
 }
 impl Default for PartitionRouteResponse {
     /// All-zero bytes.
-    fn default() -> Self { Self::decode_fixed(&[0u8; 25]).expect("zero bytes decode") }
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 25]).expect("zero bytes decode")
+    }
 }
 const _: () = assert!(PartitionRouteResponse::SIZE == 25);
 const _: () = assert!(PartitionRouteResponse::INCARNATION_OFFSET + 8 <= 25);
@@ -846,8 +1088,12 @@ impl iggy_wire::WireJson for PartitionRouteResponse {
     }
 }
 impl WireEncode for PartitionRouteResponse {
-    fn encoded_size(&self) -> usize { 25 }
-    fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
+    fn encoded_size(&self) -> usize {
+        25
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
 }
 impl<'a> WireDecode<'a> for PartitionRouteResponse {
     fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
@@ -855,7 +1101,6 @@ impl<'a> WireDecode<'a> for PartitionRouteResponse {
         Self::decode_fixed(b)
     }
 }
-
 /// Fixed-layout `SendMessagesConfirmationResponse`, 20 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SendMessagesConfirmationResponse {
@@ -878,13 +1123,33 @@ impl SendMessagesConfirmationResponse {
     /// Decodes from the first `SIZE` bytes of `buf`.
     pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
         if buf.len() < Self::SIZE {
-            return Err(WireError::UnexpectedEnd { needed: Self::SIZE, remaining: buf.len() });
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
         }
-        let stream_id = <u32>::decode_exact(&buf[0..0 + 4]).map_err(|_| WireError::InvalidValue { field: "stream_id" })?;
-        let topic_id = <u32>::decode_exact(&buf[4..4 + 4]).map_err(|_| WireError::InvalidValue { field: "topic_id" })?;
-        let partition_id = <u32>::decode_exact(&buf[8..8 + 4]).map_err(|_| WireError::InvalidValue { field: "partition_id" })?;
-        let base_offset = <u64>::decode_exact(&buf[12..12 + 8]).map_err(|_| WireError::InvalidValue { field: "base_offset" })?;
-        Ok(Self { stream_id, topic_id, partition_id, base_offset })
+        let stream_id = <u32>::decode_exact(&buf[0..4])
+            .map_err(|_| WireError::InvalidValue {
+                field: "stream_id",
+            })?;
+        let topic_id = <u32>::decode_exact(&buf[4..8])
+            .map_err(|_| WireError::InvalidValue {
+                field: "topic_id",
+            })?;
+        let partition_id = <u32>::decode_exact(&buf[8..12])
+            .map_err(|_| WireError::InvalidValue {
+                field: "partition_id",
+            })?;
+        let base_offset = <u64>::decode_exact(&buf[12..20])
+            .map_err(|_| WireError::InvalidValue {
+                field: "base_offset",
+            })?;
+        Ok(Self {
+            stream_id,
+            topic_id,
+            partition_id,
+            base_offset,
+        })
     }
     /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
     pub fn encode_fixed(&self, out: &mut [u8]) {
@@ -903,7 +1168,9 @@ impl SendMessagesConfirmationResponse {
 }
 impl Default for SendMessagesConfirmationResponse {
     /// All-zero bytes.
-    fn default() -> Self { Self::decode_fixed(&[0u8; 20]).expect("zero bytes decode") }
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 20]).expect("zero bytes decode")
+    }
 }
 const _: () = assert!(SendMessagesConfirmationResponse::SIZE == 20);
 const _: () = assert!(SendMessagesConfirmationResponse::STREAM_ID_OFFSET + 4 <= 20);
@@ -925,8 +1192,12 @@ impl iggy_wire::WireJson for SendMessagesConfirmationResponse {
     }
 }
 impl WireEncode for SendMessagesConfirmationResponse {
-    fn encoded_size(&self) -> usize { 20 }
-    fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
+    fn encoded_size(&self) -> usize {
+        20
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
 }
 impl<'a> WireDecode<'a> for SendMessagesConfirmationResponse {
     fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
@@ -934,7 +1205,6 @@ impl<'a> WireDecode<'a> for SendMessagesConfirmationResponse {
         Self::decode_fixed(b)
     }
 }
-
 /// Fixed-layout `ConsumerOffsetResponse`, 20 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConsumerOffsetResponse {
@@ -954,12 +1224,28 @@ impl ConsumerOffsetResponse {
     /// Decodes from the first `SIZE` bytes of `buf`.
     pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
         if buf.len() < Self::SIZE {
-            return Err(WireError::UnexpectedEnd { needed: Self::SIZE, remaining: buf.len() });
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
         }
-        let partition_id = <u32>::decode_exact(&buf[0..0 + 4]).map_err(|_| WireError::InvalidValue { field: "partition_id" })?;
-        let current_offset = <u64>::decode_exact(&buf[4..4 + 8]).map_err(|_| WireError::InvalidValue { field: "current_offset" })?;
-        let stored_offset = <u64>::decode_exact(&buf[12..12 + 8]).map_err(|_| WireError::InvalidValue { field: "stored_offset" })?;
-        Ok(Self { partition_id, current_offset, stored_offset })
+        let partition_id = <u32>::decode_exact(&buf[0..4])
+            .map_err(|_| WireError::InvalidValue {
+                field: "partition_id",
+            })?;
+        let current_offset = <u64>::decode_exact(&buf[4..12])
+            .map_err(|_| WireError::InvalidValue {
+                field: "current_offset",
+            })?;
+        let stored_offset = <u64>::decode_exact(&buf[12..20])
+            .map_err(|_| WireError::InvalidValue {
+                field: "stored_offset",
+            })?;
+        Ok(Self {
+            partition_id,
+            current_offset,
+            stored_offset,
+        })
     }
     /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
     pub fn encode_fixed(&self, out: &mut [u8]) {
@@ -977,7 +1263,9 @@ impl ConsumerOffsetResponse {
 }
 impl Default for ConsumerOffsetResponse {
     /// All-zero bytes.
-    fn default() -> Self { Self::decode_fixed(&[0u8; 20]).expect("zero bytes decode") }
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 20]).expect("zero bytes decode")
+    }
 }
 const _: () = assert!(ConsumerOffsetResponse::SIZE == 20);
 const _: () = assert!(ConsumerOffsetResponse::PARTITION_ID_OFFSET + 4 <= 20);
@@ -996,8 +1284,12 @@ impl iggy_wire::WireJson for ConsumerOffsetResponse {
     }
 }
 impl WireEncode for ConsumerOffsetResponse {
-    fn encoded_size(&self) -> usize { 20 }
-    fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
+    fn encoded_size(&self) -> usize {
+        20
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
 }
 impl<'a> WireDecode<'a> for ConsumerOffsetResponse {
     fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
@@ -1005,7 +1297,6 @@ impl<'a> WireDecode<'a> for ConsumerOffsetResponse {
         Self::decode_fixed(b)
     }
 }
-
 /// Fixed-layout `WireGlobalPermissions`, 10 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WireGlobalPermissions {
@@ -1046,19 +1337,63 @@ impl WireGlobalPermissions {
     /// Decodes from the first `SIZE` bytes of `buf`.
     pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
         if buf.len() < Self::SIZE {
-            return Err(WireError::UnexpectedEnd { needed: Self::SIZE, remaining: buf.len() });
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
         }
-        let manage_servers = <bool>::decode_exact(&buf[0..0 + 1]).map_err(|_| WireError::InvalidValue { field: "manage_servers" })?;
-        let read_servers = <bool>::decode_exact(&buf[1..1 + 1]).map_err(|_| WireError::InvalidValue { field: "read_servers" })?;
-        let manage_users = <bool>::decode_exact(&buf[2..2 + 1]).map_err(|_| WireError::InvalidValue { field: "manage_users" })?;
-        let read_users = <bool>::decode_exact(&buf[3..3 + 1]).map_err(|_| WireError::InvalidValue { field: "read_users" })?;
-        let manage_streams = <bool>::decode_exact(&buf[4..4 + 1]).map_err(|_| WireError::InvalidValue { field: "manage_streams" })?;
-        let read_streams = <bool>::decode_exact(&buf[5..5 + 1]).map_err(|_| WireError::InvalidValue { field: "read_streams" })?;
-        let manage_topics = <bool>::decode_exact(&buf[6..6 + 1]).map_err(|_| WireError::InvalidValue { field: "manage_topics" })?;
-        let read_topics = <bool>::decode_exact(&buf[7..7 + 1]).map_err(|_| WireError::InvalidValue { field: "read_topics" })?;
-        let poll_messages = <bool>::decode_exact(&buf[8..8 + 1]).map_err(|_| WireError::InvalidValue { field: "poll_messages" })?;
-        let send_messages = <bool>::decode_exact(&buf[9..9 + 1]).map_err(|_| WireError::InvalidValue { field: "send_messages" })?;
-        Ok(Self { manage_servers, read_servers, manage_users, read_users, manage_streams, read_streams, manage_topics, read_topics, poll_messages, send_messages })
+        let manage_servers = <bool>::decode_exact(&buf[0..1])
+            .map_err(|_| WireError::InvalidValue {
+                field: "manage_servers",
+            })?;
+        let read_servers = <bool>::decode_exact(&buf[1..2])
+            .map_err(|_| WireError::InvalidValue {
+                field: "read_servers",
+            })?;
+        let manage_users = <bool>::decode_exact(&buf[2..3])
+            .map_err(|_| WireError::InvalidValue {
+                field: "manage_users",
+            })?;
+        let read_users = <bool>::decode_exact(&buf[3..4])
+            .map_err(|_| WireError::InvalidValue {
+                field: "read_users",
+            })?;
+        let manage_streams = <bool>::decode_exact(&buf[4..5])
+            .map_err(|_| WireError::InvalidValue {
+                field: "manage_streams",
+            })?;
+        let read_streams = <bool>::decode_exact(&buf[5..6])
+            .map_err(|_| WireError::InvalidValue {
+                field: "read_streams",
+            })?;
+        let manage_topics = <bool>::decode_exact(&buf[6..7])
+            .map_err(|_| WireError::InvalidValue {
+                field: "manage_topics",
+            })?;
+        let read_topics = <bool>::decode_exact(&buf[7..8])
+            .map_err(|_| WireError::InvalidValue {
+                field: "read_topics",
+            })?;
+        let poll_messages = <bool>::decode_exact(&buf[8..9])
+            .map_err(|_| WireError::InvalidValue {
+                field: "poll_messages",
+            })?;
+        let send_messages = <bool>::decode_exact(&buf[9..10])
+            .map_err(|_| WireError::InvalidValue {
+                field: "send_messages",
+            })?;
+        Ok(Self {
+            manage_servers,
+            read_servers,
+            manage_users,
+            read_users,
+            manage_streams,
+            read_streams,
+            manage_topics,
+            read_topics,
+            poll_messages,
+            send_messages,
+        })
     }
     /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
     pub fn encode_fixed(&self, out: &mut [u8]) {
@@ -1083,7 +1418,9 @@ impl WireGlobalPermissions {
 }
 impl Default for WireGlobalPermissions {
     /// All-zero bytes.
-    fn default() -> Self { Self::decode_fixed(&[0u8; 10]).expect("zero bytes decode") }
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 10]).expect("zero bytes decode")
+    }
 }
 const _: () = assert!(WireGlobalPermissions::SIZE == 10);
 const _: () = assert!(WireGlobalPermissions::MANAGE_SERVERS_OFFSET + 1 <= 10);
@@ -1123,8 +1460,12 @@ impl iggy_wire::WireJson for WireGlobalPermissions {
     }
 }
 impl WireEncode for WireGlobalPermissions {
-    fn encoded_size(&self) -> usize { 10 }
-    fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
+    fn encoded_size(&self) -> usize {
+        10
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
 }
 impl<'a> WireDecode<'a> for WireGlobalPermissions {
     fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
@@ -1132,7 +1473,6 @@ impl<'a> WireDecode<'a> for WireGlobalPermissions {
         Self::decode_fixed(b)
     }
 }
-
 /// Fixed-layout `WireTopicPermissions`, 8 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WireTopicPermissions {
@@ -1158,14 +1498,38 @@ impl WireTopicPermissions {
     /// Decodes from the first `SIZE` bytes of `buf`.
     pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
         if buf.len() < Self::SIZE {
-            return Err(WireError::UnexpectedEnd { needed: Self::SIZE, remaining: buf.len() });
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
         }
-        let topic_id = <u32>::decode_exact(&buf[0..0 + 4]).map_err(|_| WireError::InvalidValue { field: "topic_id" })?;
-        let manage_topic = <bool>::decode_exact(&buf[4..4 + 1]).map_err(|_| WireError::InvalidValue { field: "manage_topic" })?;
-        let read_topic = <bool>::decode_exact(&buf[5..5 + 1]).map_err(|_| WireError::InvalidValue { field: "read_topic" })?;
-        let poll_messages = <bool>::decode_exact(&buf[6..6 + 1]).map_err(|_| WireError::InvalidValue { field: "poll_messages" })?;
-        let send_messages = <bool>::decode_exact(&buf[7..7 + 1]).map_err(|_| WireError::InvalidValue { field: "send_messages" })?;
-        Ok(Self { topic_id, manage_topic, read_topic, poll_messages, send_messages })
+        let topic_id = <u32>::decode_exact(&buf[0..4])
+            .map_err(|_| WireError::InvalidValue {
+                field: "topic_id",
+            })?;
+        let manage_topic = <bool>::decode_exact(&buf[4..5])
+            .map_err(|_| WireError::InvalidValue {
+                field: "manage_topic",
+            })?;
+        let read_topic = <bool>::decode_exact(&buf[5..6])
+            .map_err(|_| WireError::InvalidValue {
+                field: "read_topic",
+            })?;
+        let poll_messages = <bool>::decode_exact(&buf[6..7])
+            .map_err(|_| WireError::InvalidValue {
+                field: "poll_messages",
+            })?;
+        let send_messages = <bool>::decode_exact(&buf[7..8])
+            .map_err(|_| WireError::InvalidValue {
+                field: "send_messages",
+            })?;
+        Ok(Self {
+            topic_id,
+            manage_topic,
+            read_topic,
+            poll_messages,
+            send_messages,
+        })
     }
     /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
     pub fn encode_fixed(&self, out: &mut [u8]) {
@@ -1185,7 +1549,9 @@ impl WireTopicPermissions {
 }
 impl Default for WireTopicPermissions {
     /// All-zero bytes.
-    fn default() -> Self { Self::decode_fixed(&[0u8; 8]).expect("zero bytes decode") }
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 8]).expect("zero bytes decode")
+    }
 }
 const _: () = assert!(WireTopicPermissions::SIZE == 8);
 const _: () = assert!(WireTopicPermissions::TOPIC_ID_OFFSET + 4 <= 8);
@@ -1210,8 +1576,12 @@ impl iggy_wire::WireJson for WireTopicPermissions {
     }
 }
 impl WireEncode for WireTopicPermissions {
-    fn encoded_size(&self) -> usize { 8 }
-    fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
+    fn encoded_size(&self) -> usize {
+        8
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
 }
 impl<'a> WireDecode<'a> for WireTopicPermissions {
     fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
@@ -1219,7 +1589,6 @@ impl<'a> WireDecode<'a> for WireTopicPermissions {
         Self::decode_fixed(b)
     }
 }
-
 /// Fixed-layout `IdentityResponse`, 4 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IdentityResponse {
@@ -1233,9 +1602,15 @@ impl IdentityResponse {
     /// Decodes from the first `SIZE` bytes of `buf`.
     pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
         if buf.len() < Self::SIZE {
-            return Err(WireError::UnexpectedEnd { needed: Self::SIZE, remaining: buf.len() });
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
         }
-        let user_id = <u32>::decode_exact(&buf[0..0 + 4]).map_err(|_| WireError::InvalidValue { field: "user_id" })?;
+        let user_id = <u32>::decode_exact(&buf[0..4])
+            .map_err(|_| WireError::InvalidValue {
+                field: "user_id",
+            })?;
         Ok(Self { user_id })
     }
     /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
@@ -1252,7 +1627,9 @@ impl IdentityResponse {
 }
 impl Default for IdentityResponse {
     /// All-zero bytes.
-    fn default() -> Self { Self::decode_fixed(&[0u8; 4]).expect("zero bytes decode") }
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 4]).expect("zero bytes decode")
+    }
 }
 const _: () = assert!(IdentityResponse::SIZE == 4);
 const _: () = assert!(IdentityResponse::USER_ID_OFFSET + 4 <= 4);
@@ -1265,8 +1642,12 @@ impl iggy_wire::WireJson for IdentityResponse {
     }
 }
 impl WireEncode for IdentityResponse {
-    fn encoded_size(&self) -> usize { 4 }
-    fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
+    fn encoded_size(&self) -> usize {
+        4
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
 }
 impl<'a> WireDecode<'a> for IdentityResponse {
     fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
@@ -1274,7 +1655,6 @@ impl<'a> WireDecode<'a> for IdentityResponse {
         Self::decode_fixed(b)
     }
 }
-
 /// Fixed-layout `GetClientRequest`, 4 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GetClientRequest {
@@ -1288,9 +1668,15 @@ impl GetClientRequest {
     /// Decodes from the first `SIZE` bytes of `buf`.
     pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
         if buf.len() < Self::SIZE {
-            return Err(WireError::UnexpectedEnd { needed: Self::SIZE, remaining: buf.len() });
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
         }
-        let client_id = <u32>::decode_exact(&buf[0..0 + 4]).map_err(|_| WireError::InvalidValue { field: "client_id" })?;
+        let client_id = <u32>::decode_exact(&buf[0..4])
+            .map_err(|_| WireError::InvalidValue {
+                field: "client_id",
+            })?;
         Ok(Self { client_id })
     }
     /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
@@ -1307,7 +1693,9 @@ impl GetClientRequest {
 }
 impl Default for GetClientRequest {
     /// All-zero bytes.
-    fn default() -> Self { Self::decode_fixed(&[0u8; 4]).expect("zero bytes decode") }
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 4]).expect("zero bytes decode")
+    }
 }
 const _: () = assert!(GetClientRequest::SIZE == 4);
 const _: () = assert!(GetClientRequest::CLIENT_ID_OFFSET + 4 <= 4);
@@ -1320,8 +1708,12 @@ impl iggy_wire::WireJson for GetClientRequest {
     }
 }
 impl WireEncode for GetClientRequest {
-    fn encoded_size(&self) -> usize { 4 }
-    fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
+    fn encoded_size(&self) -> usize {
+        4
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
 }
 impl<'a> WireDecode<'a> for GetClientRequest {
     fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
@@ -1329,7 +1721,6 @@ impl<'a> WireDecode<'a> for GetClientRequest {
         Self::decode_fixed(b)
     }
 }
-
 /// Fixed-layout `ConsumerGroupInfoResponse`, 12 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConsumerGroupInfoResponse {
@@ -1349,12 +1740,28 @@ impl ConsumerGroupInfoResponse {
     /// Decodes from the first `SIZE` bytes of `buf`.
     pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
         if buf.len() < Self::SIZE {
-            return Err(WireError::UnexpectedEnd { needed: Self::SIZE, remaining: buf.len() });
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
         }
-        let stream_id = <u32>::decode_exact(&buf[0..0 + 4]).map_err(|_| WireError::InvalidValue { field: "stream_id" })?;
-        let topic_id = <u32>::decode_exact(&buf[4..4 + 4]).map_err(|_| WireError::InvalidValue { field: "topic_id" })?;
-        let group_id = <u32>::decode_exact(&buf[8..8 + 4]).map_err(|_| WireError::InvalidValue { field: "group_id" })?;
-        Ok(Self { stream_id, topic_id, group_id })
+        let stream_id = <u32>::decode_exact(&buf[0..4])
+            .map_err(|_| WireError::InvalidValue {
+                field: "stream_id",
+            })?;
+        let topic_id = <u32>::decode_exact(&buf[4..8])
+            .map_err(|_| WireError::InvalidValue {
+                field: "topic_id",
+            })?;
+        let group_id = <u32>::decode_exact(&buf[8..12])
+            .map_err(|_| WireError::InvalidValue {
+                field: "group_id",
+            })?;
+        Ok(Self {
+            stream_id,
+            topic_id,
+            group_id,
+        })
     }
     /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
     pub fn encode_fixed(&self, out: &mut [u8]) {
@@ -1372,7 +1779,9 @@ impl ConsumerGroupInfoResponse {
 }
 impl Default for ConsumerGroupInfoResponse {
     /// All-zero bytes.
-    fn default() -> Self { Self::decode_fixed(&[0u8; 12]).expect("zero bytes decode") }
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 12]).expect("zero bytes decode")
+    }
 }
 const _: () = assert!(ConsumerGroupInfoResponse::SIZE == 12);
 const _: () = assert!(ConsumerGroupInfoResponse::STREAM_ID_OFFSET + 4 <= 12);
@@ -1391,8 +1800,12 @@ impl iggy_wire::WireJson for ConsumerGroupInfoResponse {
     }
 }
 impl WireEncode for ConsumerGroupInfoResponse {
-    fn encoded_size(&self) -> usize { 12 }
-    fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
+    fn encoded_size(&self) -> usize {
+        12
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
 }
 impl<'a> WireDecode<'a> for ConsumerGroupInfoResponse {
     fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
@@ -1400,7 +1813,6 @@ impl<'a> WireDecode<'a> for ConsumerGroupInfoResponse {
         Self::decode_fixed(b)
     }
 }
-
 /// Fixed-layout `CacheMetricEntry`, 32 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CacheMetricEntry {
@@ -1430,15 +1842,43 @@ impl CacheMetricEntry {
     /// Decodes from the first `SIZE` bytes of `buf`.
     pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
         if buf.len() < Self::SIZE {
-            return Err(WireError::UnexpectedEnd { needed: Self::SIZE, remaining: buf.len() });
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
         }
-        let stream_id = <u32>::decode_exact(&buf[0..0 + 4]).map_err(|_| WireError::InvalidValue { field: "stream_id" })?;
-        let topic_id = <u32>::decode_exact(&buf[4..4 + 4]).map_err(|_| WireError::InvalidValue { field: "topic_id" })?;
-        let partition_id = <u32>::decode_exact(&buf[8..8 + 4]).map_err(|_| WireError::InvalidValue { field: "partition_id" })?;
-        let hits = <u64>::decode_exact(&buf[12..12 + 8]).map_err(|_| WireError::InvalidValue { field: "hits" })?;
-        let misses = <u64>::decode_exact(&buf[20..20 + 8]).map_err(|_| WireError::InvalidValue { field: "misses" })?;
-        let hit_ratio = <u32>::decode_exact(&buf[28..28 + 4]).map_err(|_| WireError::InvalidValue { field: "hit_ratio" })?;
-        Ok(Self { stream_id, topic_id, partition_id, hits, misses, hit_ratio })
+        let stream_id = <u32>::decode_exact(&buf[0..4])
+            .map_err(|_| WireError::InvalidValue {
+                field: "stream_id",
+            })?;
+        let topic_id = <u32>::decode_exact(&buf[4..8])
+            .map_err(|_| WireError::InvalidValue {
+                field: "topic_id",
+            })?;
+        let partition_id = <u32>::decode_exact(&buf[8..12])
+            .map_err(|_| WireError::InvalidValue {
+                field: "partition_id",
+            })?;
+        let hits = <u64>::decode_exact(&buf[12..20])
+            .map_err(|_| WireError::InvalidValue {
+                field: "hits",
+            })?;
+        let misses = <u64>::decode_exact(&buf[20..28])
+            .map_err(|_| WireError::InvalidValue {
+                field: "misses",
+            })?;
+        let hit_ratio = <u32>::decode_exact(&buf[28..32])
+            .map_err(|_| WireError::InvalidValue {
+                field: "hit_ratio",
+            })?;
+        Ok(Self {
+            stream_id,
+            topic_id,
+            partition_id,
+            hits,
+            misses,
+            hit_ratio,
+        })
     }
     /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
     pub fn encode_fixed(&self, out: &mut [u8]) {
@@ -1459,7 +1899,9 @@ impl CacheMetricEntry {
 }
 impl Default for CacheMetricEntry {
     /// All-zero bytes.
-    fn default() -> Self { Self::decode_fixed(&[0u8; 32]).expect("zero bytes decode") }
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 32]).expect("zero bytes decode")
+    }
 }
 const _: () = assert!(CacheMetricEntry::SIZE == 32);
 const _: () = assert!(CacheMetricEntry::STREAM_ID_OFFSET + 4 <= 32);
@@ -1487,8 +1929,12 @@ impl iggy_wire::WireJson for CacheMetricEntry {
     }
 }
 impl WireEncode for CacheMetricEntry {
-    fn encoded_size(&self) -> usize { 32 }
-    fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
+    fn encoded_size(&self) -> usize {
+        32
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
 }
 impl<'a> WireDecode<'a> for CacheMetricEntry {
     fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
@@ -1496,7 +1942,6 @@ impl<'a> WireDecode<'a> for CacheMetricEntry {
         Self::decode_fixed(b)
     }
 }
-
 /// Fixed-layout `DescribeOptionsRequest`, 1 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DescribeOptionsRequest {
@@ -1510,9 +1955,15 @@ impl DescribeOptionsRequest {
     /// Decodes from the first `SIZE` bytes of `buf`.
     pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
         if buf.len() < Self::SIZE {
-            return Err(WireError::UnexpectedEnd { needed: Self::SIZE, remaining: buf.len() });
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
         }
-        let scope = <OptionsScope>::decode_exact(&buf[0..0 + 1]).map_err(|_| WireError::InvalidValue { field: "scope" })?;
+        let scope = <OptionsScope>::decode_exact(&buf[0..1])
+            .map_err(|_| WireError::InvalidValue {
+                field: "scope",
+            })?;
         Ok(Self { scope })
     }
     /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
@@ -1529,7 +1980,9 @@ impl DescribeOptionsRequest {
 }
 impl Default for DescribeOptionsRequest {
     /// All-zero bytes.
-    fn default() -> Self { Self::decode_fixed(&[0u8; 1]).expect("zero bytes decode") }
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 1]).expect("zero bytes decode")
+    }
 }
 const _: () = assert!(DescribeOptionsRequest::SIZE == 1);
 const _: () = assert!(DescribeOptionsRequest::SCOPE_OFFSET + 1 <= 1);
@@ -1542,8 +1995,12 @@ impl iggy_wire::WireJson for DescribeOptionsRequest {
     }
 }
 impl WireEncode for DescribeOptionsRequest {
-    fn encoded_size(&self) -> usize { 1 }
-    fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
+    fn encoded_size(&self) -> usize {
+        1
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
 }
 impl<'a> WireDecode<'a> for DescribeOptionsRequest {
     fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
@@ -1551,7 +2008,6 @@ impl<'a> WireDecode<'a> for DescribeOptionsRequest {
         Self::decode_fixed(b)
     }
 }
-
 /// Fixed-layout `PartitionResponseV0111`, 40 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PartitionResponseV0111 {
@@ -1580,15 +2036,43 @@ impl PartitionResponseV0111 {
     /// Decodes from the first `SIZE` bytes of `buf`.
     pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
         if buf.len() < Self::SIZE {
-            return Err(WireError::UnexpectedEnd { needed: Self::SIZE, remaining: buf.len() });
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
         }
-        let id = <u32>::decode_exact(&buf[0..0 + 4]).map_err(|_| WireError::InvalidValue { field: "id" })?;
-        let created_at = <u64>::decode_exact(&buf[4..4 + 8]).map_err(|_| WireError::InvalidValue { field: "created_at" })?;
-        let segments_count = <u32>::decode_exact(&buf[12..12 + 4]).map_err(|_| WireError::InvalidValue { field: "segments_count" })?;
-        let current_offset = <u64>::decode_exact(&buf[16..16 + 8]).map_err(|_| WireError::InvalidValue { field: "current_offset" })?;
-        let size_bytes = <u64>::decode_exact(&buf[24..24 + 8]).map_err(|_| WireError::InvalidValue { field: "size_bytes" })?;
-        let messages_count = <u64>::decode_exact(&buf[32..32 + 8]).map_err(|_| WireError::InvalidValue { field: "messages_count" })?;
-        Ok(Self { id, created_at, segments_count, current_offset, size_bytes, messages_count })
+        let id = <u32>::decode_exact(&buf[0..4])
+            .map_err(|_| WireError::InvalidValue {
+                field: "id",
+            })?;
+        let created_at = <u64>::decode_exact(&buf[4..12])
+            .map_err(|_| WireError::InvalidValue {
+                field: "created_at",
+            })?;
+        let segments_count = <u32>::decode_exact(&buf[12..16])
+            .map_err(|_| WireError::InvalidValue {
+                field: "segments_count",
+            })?;
+        let current_offset = <u64>::decode_exact(&buf[16..24])
+            .map_err(|_| WireError::InvalidValue {
+                field: "current_offset",
+            })?;
+        let size_bytes = <u64>::decode_exact(&buf[24..32])
+            .map_err(|_| WireError::InvalidValue {
+                field: "size_bytes",
+            })?;
+        let messages_count = <u64>::decode_exact(&buf[32..40])
+            .map_err(|_| WireError::InvalidValue {
+                field: "messages_count",
+            })?;
+        Ok(Self {
+            id,
+            created_at,
+            segments_count,
+            current_offset,
+            size_bytes,
+            messages_count,
+        })
     }
     /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
     pub fn encode_fixed(&self, out: &mut [u8]) {
@@ -1609,7 +2093,9 @@ impl PartitionResponseV0111 {
 }
 impl Default for PartitionResponseV0111 {
     /// All-zero bytes.
-    fn default() -> Self { Self::decode_fixed(&[0u8; 40]).expect("zero bytes decode") }
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 40]).expect("zero bytes decode")
+    }
 }
 const _: () = assert!(PartitionResponseV0111::SIZE == 40);
 const _: () = assert!(PartitionResponseV0111::ID_OFFSET + 4 <= 40);
@@ -1637,8 +2123,12 @@ impl iggy_wire::WireJson for PartitionResponseV0111 {
     }
 }
 impl WireEncode for PartitionResponseV0111 {
-    fn encoded_size(&self) -> usize { 40 }
-    fn encode_to(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_bytes()); }
+    fn encoded_size(&self) -> usize {
+        40
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
 }
 impl<'a> WireDecode<'a> for PartitionResponseV0111 {
     fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
@@ -1646,7 +2136,6 @@ impl<'a> WireDecode<'a> for PartitionResponseV0111 {
         Self::decode_fixed(b)
     }
 }
-
 /// Variable-length `Opaque`.
 #[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
 pub struct Opaque<'a> {
@@ -1661,8 +2150,7 @@ pub struct OptionsBlock<'a> {
 }
 /// Variable-length `Empty`.
 #[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
-pub struct Empty {
-}
+pub struct Empty {}
 /// Variable-length `ReplyResultSection`.
 #[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
 pub struct ReplyResultSection {
