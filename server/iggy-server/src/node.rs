@@ -106,9 +106,13 @@ impl Shared {
                 stream,
                 topic,
                 partition,
-                ..
+                incarnation,
             } => {
                 let key = (stream, topic, partition);
+                let namespace = self
+                    .data
+                    .partition_initialization_dir(&format!("{stream}-{topic}-{partition}"));
+                let incarnation_record = (namespace, incarnation);
                 let dir = self.partition_dir(key);
                 let (policies, segment_size) = {
                     use crate::metadata::TopicDurability::Persisted;
@@ -143,7 +147,14 @@ impl Shared {
                     .shards
                     .run_on(shard, move || async move {
                         PartitionHandle::open(
-                            &task_dir, partition, log_config, vsr, durability, policies, limits,
+                            &task_dir,
+                            partition,
+                            incarnation_record,
+                            log_config,
+                            vsr,
+                            durability,
+                            policies,
+                            limits,
                         )
                         .await
                     })

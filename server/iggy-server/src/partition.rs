@@ -508,19 +508,29 @@ pub struct PartitionHandle {
 
 impl PartitionHandle {
     /// Opens the partition's log and journal in `dir`, replays the journal and starts its task.
+    #[allow(clippy::too_many_arguments)]
     pub async fn open(
         dir: &Path,
         partition_id: u32,
+        (namespace_dir, incarnation): (PathBuf, u64),
         config: LogConfig,
         vsr: iggy_vsr::Config,
         durability: Durability,
         (persist_messages, persist_offsets): (bool, bool),
         (journal_bytes, journal_ops): (u64, usize),
     ) -> Result<PartitionHandle, StorageError> {
-        std::fs::create_dir_all(dir).map_err(|error| StorageError::Io {
-            path: dir.to_path_buf(),
-            error,
-        })?;
+        // The incarnation's records: a directory left by an older incarnation of the same ids is
+        // deleted, a fenced incarnation is refused, and the incarnation is published outside the
+        // partition directory before the partition serves.
+        let state =
+            iggy_storage::revision::prepare_partition_dir(dir, &namespace_dir, incarnation).await?;
+        if state != iggy_storage::revision::PartitionDirState::Existing {
+            tracing::info!(
+                "partition {}: directory {:?} for incarnation {incarnation}",
+                dir.display(),
+                state
+            );
+        }
         let io = |path: &Path| {
             let path = path.to_path_buf();
             move |error| StorageError::Io { path, error }
