@@ -13,7 +13,8 @@
 //! - the consumer offset stored last (acknowledged) survives, or one whose store was in flight
 //!   at the kill.
 //!
-//! A quarter of the restarts (by seed) are themselves killed 0-120 ms after spawn, in the middle
+//! Each restart picks a partition checkpoint interval (8, 64, 512 or 8192 ops) by seed, so kills
+//! land before, during and after checkpoints. A quarter of the restarts (by seed) are themselves killed 0-120 ms after spawn, in the middle
 //! of recovery, before the real restart.
 //!
 //! Short mode: 10 kills. Long mode: `DURABILITY_KILLS=100`. A companion test wipes the partition
@@ -333,6 +334,10 @@ async fn crash_loop(seed: u64, kills: u64, sabotage: bool) {
             let persisted = rng.random_bool(0.5);
             server.set_env("IGGY_SYSTEM_DURABILITY", persisted.then_some("persisted"));
             figures.persisted_cycles += u64::from(persisted);
+            // Partition checkpoints (segments synced per policy, journal emptied) at seeded
+            // intervals, so crashes land before, during and after them.
+            let checkpoint_ops = ["8", "64", "512", "8192"][rng.random_range(0..4)];
+            server.set_env("IGGY_SYSTEM_CHECKPOINT_JOURNAL_OPS", Some(checkpoint_ops));
             if !sabotage && rng.random_bool(0.25) {
                 // A crash during recovery itself: the next start must still find everything.
                 let delay = Duration::from_millis(rng.random_range(0..120));
