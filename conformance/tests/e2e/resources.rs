@@ -286,3 +286,44 @@ async fn option_admission_refuses_bad_values_unknown_keys_and_read_only_keys() {
     let topics = ok("list", within("list", client.get_topics(&name("s"))).await);
     assert!(topics.is_empty(), "no refused topic was created: {:?}", topics.iter().map(|t| &t.name).collect::<Vec<_>>());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn options_outside_their_scope_are_refused() {
+    let server = TestServer::start();
+    let client = server.root_client().await;
+    ok("create", within("create", client.create_stream("s", &StreamCreateOptions::default())).await);
+    let topic_key_on_stream = StreamUpdateOptions {
+        raw: [("message_expiry".to_string(), "1h".to_string())].into_iter().collect(),
+        ..Default::default()
+    };
+    expect_code(
+        "a topic-only key on a stream update",
+        within("update", client.update_stream(&name("s"), &topic_key_on_stream)).await,
+        4041,
+    );
+    let unknown_user_key = UserCreateOptions { raw: [("colour".to_string(), "blue".to_string())].into_iter().collect() };
+    expect_code(
+        "an unknown key on a user create",
+        within("create", client.create_user("alice", "alice-secret", UserStatus::Active, None, &unknown_user_key)).await,
+        4041,
+    );
+    assert!(ok("get alice", within("get", client.get_user(&name("alice"))).await).is_none(), "not created");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_count_down_after_deletes() {
+    let server = TestServer::start();
+    let client = server.root_client().await;
+    create_stream_and_topic(&client, "a", "t", 2).await;
+    create_stream_and_topic(&client, "b", "t", 3).await;
+    send_to_partition(&client, &name("a"), &name("t"), 0, msgs("m", 5)).await;
+    send_to_partition(&client, &name("b"), &name("t"), 2, msgs("m", 4)).await;
+    ok("group", within("cg", client.create_consumer_group(&name("b"), &name("t"), "g")).await);
+    ok("delete stream b", within("delete", client.delete_stream(&name("b"))).await);
+    let stats = ok("stats", within("stats", client.get_stats()).await);
+    assert_eq!(
+        (stats.streams_count, stats.topics_count, stats.partitions_count, stats.messages_count, stats.consumer_groups_count),
+        (1, 1, 2, 5, 0),
+        "stats after deleting stream b"
+    );
+}

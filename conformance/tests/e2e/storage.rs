@@ -90,6 +90,8 @@ async fn delete_segments_removes_the_oldest_sealed_segments() {
     assert_eq!(first_offset(&client).await, vec![12], "the first two segments are gone");
     let t = ok("get", within("get", client.get_topic(&name("s"), &name("t"))).await).expect("topic");
     assert_eq!(t.partitions[0].current_offset, COUNT as u64 - 1, "the head does not move");
+    assert_eq!(t.partitions[0].messages_count, COUNT as u64 - 12, "twelve messages were deleted with their segments");
+    assert_eq!(t.messages_count, COUNT as u64 - 12);
     let polled = poll(&client, &name("s"), &name("t"), 0, &consumer("x"), PollingStrategy::offset(12), 1, false).await;
     assert!(polled.messages[0].payload[..] == payload(12)[..]);
     let sent = send_to_partition(&client, &name("s"), &name("t"), 0, vec![msg("tail")]).await;
