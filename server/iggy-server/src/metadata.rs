@@ -87,7 +87,6 @@ impl Permissions {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Need {
     None,
-    ManageServers,
     ReadServers,
     ManageUsers,
     ReadUsers,
@@ -112,7 +111,6 @@ impl Permissions {
         let topic = |s: u32, t: u32| stream(s).and_then(|sp| sp.topics.get(&t));
         match need {
             Need::None => true,
-            Need::ManageServers => g.manage_servers,
             Need::ReadServers => g.manage_servers || g.read_servers,
             Need::ManageUsers => g.manage_users,
             Need::ReadUsers => g.manage_users || g.read_users,

@@ -155,9 +155,6 @@ pub enum PartitionRead {
         owner: OffsetOwner,
         done: oneshot::Sender<(u64, Option<u64>)>,
     },
-    Info {
-        done: oneshot::Sender<PartitionInfo>,
-    },
     /// Makes the log durable (shutdown).
     Sync { done: oneshot::Sender<()> },
     /// Applies the topic's retention limits as of `now` (microseconds).
@@ -442,14 +439,6 @@ impl StateMachine for PartitionMachine {
             PartitionRead::Offset { owner, done } => {
                 let _ = done.send((self.current_offset(), self.offsets.get(&owner).copied()));
             }
-            PartitionRead::Info { done } => {
-                let _ = done.send(PartitionInfo {
-                    messages: self.log.messages_count(),
-                    size_bytes: self.log.size_bytes(),
-                    segments: self.log.segments_count(),
-                    next_offset: self.log.next_offset(),
-                });
-            }
             PartitionRead::Retention {
                 now,
                 message_expiry_us,
@@ -502,7 +491,6 @@ impl StateMachine for PartitionMachine {
 #[derive(Clone)]
 pub struct PartitionHandle {
     pub group: GroupHandle<PartitionRead>,
-    pub dir: PathBuf,
     pub stats: Arc<PartitionFigures>,
 }
 
@@ -585,7 +573,6 @@ impl PartitionHandle {
         .await;
         Ok(PartitionHandle {
             group: group.spawn(),
-            dir: dir.to_path_buf(),
             stats,
         })
     }
@@ -624,14 +611,6 @@ impl PartitionHandle {
             return None;
         }
         wait.await.ok()
-    }
-
-    pub async fn info(&self) -> PartitionInfo {
-        let (done, wait) = oneshot::channel();
-        if !self.group.read(PartitionRead::Info { done }) {
-            return PartitionInfo::default();
-        }
-        wait.await.unwrap_or_default()
     }
 
     /// Fsyncs the partition's log behind its queued writes.

@@ -60,10 +60,6 @@ impl Sessions {
         Ok(*found)
     }
 
-    pub fn len(&self) -> usize {
-        self.by_client.len()
-    }
-
     pub fn iter(&self) -> impl Iterator<Item = (&u128, &Session)> {
         self.by_client.iter()
     }

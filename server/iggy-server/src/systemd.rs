@@ -13,6 +13,7 @@ pub struct Notifier {
 
 impl Notifier {
     /// From the environment; `None` when not started by systemd with `Type=notify`.
+    #[cfg_attr(not(feature = "systemd"), allow(dead_code))]
     pub fn from_env() -> Option<Notifier> {
         Notifier::new(&std::env::var("NOTIFY_SOCKET").ok()?)
     }

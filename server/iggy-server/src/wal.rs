@@ -11,13 +11,12 @@ use compio::fs::{File, OpenOptions};
 use compio::io::AsyncWriteAtExt;
 use iggy_generated::frames::{Command, Operation, PrepareHeader};
 use iggy_vsr::Entry;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 const HEADER_SIZE: usize = PrepareHeader::SIZE;
 
 /// A group's journal file, open for appends.
 pub struct FileJournal {
-    path: PathBuf,
     file: File,
     /// The op before the first record: the checkpoint the journal continues from.
     base: u64,
@@ -131,17 +130,12 @@ impl FileJournal {
         let skipped = (checkpoint + 1 - first_op) as usize;
         let kept = entries.split_off(skipped.min(entries.len()));
         let journal = FileJournal {
-            path: path.to_path_buf(),
             file,
             base: first_op - 1,
             positions,
             len: position as u64,
         };
         Ok((journal, kept))
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
     }
 }
 
