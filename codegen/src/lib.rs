@@ -308,6 +308,15 @@ impl Model {
                 out.push(diag(&ex.file, ex.line, format!("bad version `{}`", ex.version)));
             }
         }
+        let mut consts: BTreeMap<&str, usize> = BTreeMap::new();
+        for c in &self.consts {
+            if let Some(first) = consts.insert(c.name.as_str(), c.line) {
+                out.push(diag(&c.file, c.line, format!("duplicate const `{}` (first at line {first})", c.name)));
+            }
+            if let Some(problem) = const_problem(c) {
+                out.push(diag(&c.file, c.line, format!("const `{}`: {problem}", c.name)));
+            }
+        }
         let mut codes = BTreeMap::new();
         let mut enames = BTreeMap::new();
         for (c, n, _, line) in &self.errors {
@@ -367,6 +376,34 @@ pub(crate) fn borrowing(m: &Model) -> std::collections::BTreeSet<String> {
         if set.len() == before {
             return set;
         }
+    }
+}
+
+/// What is wrong with a `const` row, if anything: its type is an integer type (the value a
+/// decimal or `0x` hex number that fits), `string` (a quoted value) or `bytes[N]` (a quoted
+/// value of exactly N ASCII bytes).
+fn const_problem(c: &Const) -> Option<String> {
+    if c.ty == "string" {
+        return (!c.text).then(|| "a string value is quoted".into());
+    }
+    if let Some(n) = array_len(&c.ty, "bytes") {
+        return match (c.text, c.value.len() == n && c.value.is_ascii()) {
+            (true, true) => None,
+            _ => Some(format!("a bytes[{n}] value is {n} quoted ASCII characters")),
+        };
+    }
+    let Some(size) = prim_size(&c.ty).filter(|_| c.ty != "bool") else {
+        return Some(format!("unknown type `{}` (an integer type, string or bytes[N])", c.ty));
+    };
+    let parsed = match c.value.strip_prefix("0x") {
+        Some(h) => u128::from_str_radix(h, 16).ok(),
+        None => c.value.parse::<u128>().ok(),
+    };
+    let bits = if c.ty.starts_with('i') { size * 8 - 1 } else { size * 8 };
+    match parsed {
+        Some(v) if c.text => Some(format!("an integer value is not quoted ({v})")),
+        Some(v) if bits >= 128 || v >> bits == 0 => None,
+        _ => Some(format!("`{}` is not a {} value", c.value, c.ty)),
     }
 }
 

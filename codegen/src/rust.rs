@@ -220,9 +220,10 @@ fn emit_fixed(m: &Model, s: &Struct) -> TokenStream {
         quote!(#fd pub #n: #t,)
     });
     let offsets = s.fields.iter().map(|f| {
-        let c = format_ident!("{}_OFFSET", f.name.to_uppercase());
+        let (c, z) = (format_ident!("{}_OFFSET", f.name.to_uppercase()), format_ident!("{}_SIZE", f.name.to_uppercase()));
         let (d, off) = (doc(&format!("Byte offset of `{}`.", f.name)), num(f.offset.unwrap_or(0)));
-        quote!(#d pub const #c: usize = #off;)
+        let (dz, len) = (doc(&format!("Size of `{}` in bytes.", f.name)), num(m.fixed_size(&f.ty).unwrap_or(0)));
+        quote!(#d pub const #c: usize = #off; #dz pub const #z: usize = #len;)
     });
     let decodes = s.fields.iter().map(|f| {
         let (off, len) = (f.offset.unwrap_or(0), m.fixed_size(&f.ty).unwrap_or(0));

@@ -36,3 +36,17 @@ fn a_command_reusing_a_retired_code_is_rejected() {
         "c.spec:4: duplicate command code 1 (first at line 2)",
     ]);
 }
+
+#[test]
+fn const_rows_are_checked() {
+    let mut m = iggy_codegen::Model::default();
+    let text = "const A u8 256\nconst B string 5\nconst C bytes[4] \"abc\"\nconst A u16 1\nconst D u64 0x10\nconst E string \"ok\"\n";
+    iggy_codegen::parse_file("k.spec", text, &mut m).unwrap();
+    let d: Vec<String> = m.validate().iter().map(|d| d.to_string()).collect();
+    assert_eq!(d, vec![
+        "k.spec:1: const `A`: `256` is not a u8 value",
+        "k.spec:2: const `B`: a string value is quoted",
+        "k.spec:3: const `C`: a bytes[4] value is 4 quoted ASCII characters",
+        "k.spec:4: duplicate const `A` (first at line 1)",
+    ]);
+}

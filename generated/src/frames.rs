@@ -545,24 +545,44 @@ impl GenericHeader {
     pub const SIZE: usize = 256;
     /// Byte offset of `checksum`.
     pub const CHECKSUM_OFFSET: usize = 0;
+    /// Size of `checksum` in bytes.
+    pub const CHECKSUM_SIZE: usize = 16;
     /// Byte offset of `checksum_body`.
     pub const CHECKSUM_BODY_OFFSET: usize = 16;
+    /// Size of `checksum_body` in bytes.
+    pub const CHECKSUM_BODY_SIZE: usize = 16;
     /// Byte offset of `cluster`.
     pub const CLUSTER_OFFSET: usize = 32;
+    /// Size of `cluster` in bytes.
+    pub const CLUSTER_SIZE: usize = 16;
     /// Byte offset of `size`.
     pub const SIZE_OFFSET: usize = 48;
+    /// Size of `size` in bytes.
+    pub const SIZE_SIZE: usize = 4;
     /// Byte offset of `view`.
     pub const VIEW_OFFSET: usize = 52;
+    /// Size of `view` in bytes.
+    pub const VIEW_SIZE: usize = 4;
     /// Byte offset of `release`.
     pub const RELEASE_OFFSET: usize = 56;
+    /// Size of `release` in bytes.
+    pub const RELEASE_SIZE: usize = 4;
     /// Byte offset of `command`.
     pub const COMMAND_OFFSET: usize = 60;
+    /// Size of `command` in bytes.
+    pub const COMMAND_SIZE: usize = 1;
     /// Byte offset of `replica`.
     pub const REPLICA_OFFSET: usize = 61;
+    /// Size of `replica` in bytes.
+    pub const REPLICA_SIZE: usize = 1;
     /// Byte offset of `reserved_frame`.
     pub const RESERVED_FRAME_OFFSET: usize = 62;
+    /// Size of `reserved_frame` in bytes.
+    pub const RESERVED_FRAME_SIZE: usize = 66;
     /// Byte offset of `reserved_command`.
     pub const RESERVED_COMMAND_OFFSET: usize = 128;
+    /// Size of `reserved_command` in bytes.
+    pub const RESERVED_COMMAND_SIZE: usize = 128;
     /// Decodes from the first `SIZE` bytes of `buf`.
     pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
         if buf.len() < Self::SIZE {
@@ -734,48 +754,92 @@ impl RequestHeader {
     pub const SIZE: usize = 256;
     /// Byte offset of `checksum`.
     pub const CHECKSUM_OFFSET: usize = 0;
+    /// Size of `checksum` in bytes.
+    pub const CHECKSUM_SIZE: usize = 16;
     /// Byte offset of `checksum_body`.
     pub const CHECKSUM_BODY_OFFSET: usize = 16;
+    /// Size of `checksum_body` in bytes.
+    pub const CHECKSUM_BODY_SIZE: usize = 16;
     /// Byte offset of `cluster`.
     pub const CLUSTER_OFFSET: usize = 32;
+    /// Size of `cluster` in bytes.
+    pub const CLUSTER_SIZE: usize = 16;
     /// Byte offset of `size`.
     pub const SIZE_OFFSET: usize = 48;
+    /// Size of `size` in bytes.
+    pub const SIZE_SIZE: usize = 4;
     /// Byte offset of `view`.
     pub const VIEW_OFFSET: usize = 52;
+    /// Size of `view` in bytes.
+    pub const VIEW_SIZE: usize = 4;
     /// Byte offset of `release`.
     pub const RELEASE_OFFSET: usize = 56;
+    /// Size of `release` in bytes.
+    pub const RELEASE_SIZE: usize = 4;
     /// Byte offset of `command`.
     pub const COMMAND_OFFSET: usize = 60;
+    /// Size of `command` in bytes.
+    pub const COMMAND_SIZE: usize = 1;
     /// Byte offset of `replica`.
     pub const REPLICA_OFFSET: usize = 61;
+    /// Size of `replica` in bytes.
+    pub const REPLICA_SIZE: usize = 1;
     /// Byte offset of `reserved_frame`.
     pub const RESERVED_FRAME_OFFSET: usize = 62;
+    /// Size of `reserved_frame` in bytes.
+    pub const RESERVED_FRAME_SIZE: usize = 66;
     /// Byte offset of `client`.
     pub const CLIENT_OFFSET: usize = 128;
+    /// Size of `client` in bytes.
+    pub const CLIENT_SIZE: usize = 16;
     /// Byte offset of `request_checksum`.
     pub const REQUEST_CHECKSUM_OFFSET: usize = 144;
+    /// Size of `request_checksum` in bytes.
+    pub const REQUEST_CHECKSUM_SIZE: usize = 16;
     /// Byte offset of `timestamp`.
     pub const TIMESTAMP_OFFSET: usize = 160;
+    /// Size of `timestamp` in bytes.
+    pub const TIMESTAMP_SIZE: usize = 8;
     /// Byte offset of `request`.
     pub const REQUEST_OFFSET: usize = 168;
+    /// Size of `request` in bytes.
+    pub const REQUEST_SIZE: usize = 8;
     /// Byte offset of `operation`.
     pub const OPERATION_OFFSET: usize = 176;
+    /// Size of `operation` in bytes.
+    pub const OPERATION_SIZE: usize = 1;
     /// Byte offset of `operation_padding`.
     pub const OPERATION_PADDING_OFFSET: usize = 177;
+    /// Size of `operation_padding` in bytes.
+    pub const OPERATION_PADDING_SIZE: usize = 7;
     /// Byte offset of `session`.
     pub const SESSION_OFFSET: usize = 184;
+    /// Size of `session` in bytes.
+    pub const SESSION_SIZE: usize = 8;
     /// Byte offset of `user_id`.
     pub const USER_ID_OFFSET: usize = 192;
+    /// Size of `user_id` in bytes.
+    pub const USER_ID_SIZE: usize = 4;
     /// Byte offset of `reserved`.
     pub const RESERVED_OFFSET: usize = 196;
+    /// Size of `reserved` in bytes.
+    pub const RESERVED_SIZE: usize = 4;
     /// Byte offset of `partition_incarnation`.
     pub const PARTITION_INCARNATION_OFFSET: usize = 200;
+    /// Size of `partition_incarnation` in bytes.
+    pub const PARTITION_INCARNATION_SIZE: usize = 8;
     /// Byte offset of `owner_generation`.
     pub const OWNER_GENERATION_OFFSET: usize = 208;
+    /// Size of `owner_generation` in bytes.
+    pub const OWNER_GENERATION_SIZE: usize = 8;
     /// Byte offset of `minimum_metadata_op`.
     pub const MINIMUM_METADATA_OP_OFFSET: usize = 216;
+    /// Size of `minimum_metadata_op` in bytes.
+    pub const MINIMUM_METADATA_OP_SIZE: usize = 8;
     /// Byte offset of `reserved_tail`.
     pub const RESERVED_TAIL_OFFSET: usize = 224;
+    /// Size of `reserved_tail` in bytes.
+    pub const RESERVED_TAIL_SIZE: usize = 32;
     /// Decodes from the first `SIZE` bytes of `buf`.
     pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
         if buf.len() < Self::SIZE {
@@ -1046,48 +1110,92 @@ impl ReplyHeader {
     pub const SIZE: usize = 256;
     /// Byte offset of `checksum`.
     pub const CHECKSUM_OFFSET: usize = 0;
+    /// Size of `checksum` in bytes.
+    pub const CHECKSUM_SIZE: usize = 16;
     /// Byte offset of `checksum_body`.
     pub const CHECKSUM_BODY_OFFSET: usize = 16;
+    /// Size of `checksum_body` in bytes.
+    pub const CHECKSUM_BODY_SIZE: usize = 16;
     /// Byte offset of `cluster`.
     pub const CLUSTER_OFFSET: usize = 32;
+    /// Size of `cluster` in bytes.
+    pub const CLUSTER_SIZE: usize = 16;
     /// Byte offset of `size`.
     pub const SIZE_OFFSET: usize = 48;
+    /// Size of `size` in bytes.
+    pub const SIZE_SIZE: usize = 4;
     /// Byte offset of `view`.
     pub const VIEW_OFFSET: usize = 52;
+    /// Size of `view` in bytes.
+    pub const VIEW_SIZE: usize = 4;
     /// Byte offset of `release`.
     pub const RELEASE_OFFSET: usize = 56;
+    /// Size of `release` in bytes.
+    pub const RELEASE_SIZE: usize = 4;
     /// Byte offset of `command`.
     pub const COMMAND_OFFSET: usize = 60;
+    /// Size of `command` in bytes.
+    pub const COMMAND_SIZE: usize = 1;
     /// Byte offset of `replica`.
     pub const REPLICA_OFFSET: usize = 61;
+    /// Size of `replica` in bytes.
+    pub const REPLICA_SIZE: usize = 1;
     /// Byte offset of `reserved_frame`.
     pub const RESERVED_FRAME_OFFSET: usize = 62;
+    /// Size of `reserved_frame` in bytes.
+    pub const RESERVED_FRAME_SIZE: usize = 66;
     /// Byte offset of `request_checksum`.
     pub const REQUEST_CHECKSUM_OFFSET: usize = 128;
+    /// Size of `request_checksum` in bytes.
+    pub const REQUEST_CHECKSUM_SIZE: usize = 16;
     /// Byte offset of `context`.
     pub const CONTEXT_OFFSET: usize = 144;
+    /// Size of `context` in bytes.
+    pub const CONTEXT_SIZE: usize = 16;
     /// Byte offset of `client`.
     pub const CLIENT_OFFSET: usize = 160;
+    /// Size of `client` in bytes.
+    pub const CLIENT_SIZE: usize = 16;
     /// Byte offset of `op`.
     pub const OP_OFFSET: usize = 176;
+    /// Size of `op` in bytes.
+    pub const OP_SIZE: usize = 8;
     /// Byte offset of `commit`.
     pub const COMMIT_OFFSET: usize = 184;
+    /// Size of `commit` in bytes.
+    pub const COMMIT_SIZE: usize = 8;
     /// Byte offset of `timestamp`.
     pub const TIMESTAMP_OFFSET: usize = 192;
+    /// Size of `timestamp` in bytes.
+    pub const TIMESTAMP_SIZE: usize = 8;
     /// Byte offset of `request`.
     pub const REQUEST_OFFSET: usize = 200;
+    /// Size of `request` in bytes.
+    pub const REQUEST_SIZE: usize = 8;
     /// Byte offset of `operation`.
     pub const OPERATION_OFFSET: usize = 208;
+    /// Size of `operation` in bytes.
+    pub const OPERATION_SIZE: usize = 1;
     /// Byte offset of `operation_padding`.
     pub const OPERATION_PADDING_OFFSET: usize = 209;
+    /// Size of `operation_padding` in bytes.
+    pub const OPERATION_PADDING_SIZE: usize = 7;
     /// Byte offset of `status`.
     pub const STATUS_OFFSET: usize = 216;
+    /// Size of `status` in bytes.
+    pub const STATUS_SIZE: usize = 4;
     /// Byte offset of `reserved`.
     pub const RESERVED_OFFSET: usize = 220;
+    /// Size of `reserved` in bytes.
+    pub const RESERVED_SIZE: usize = 4;
     /// Byte offset of `partition_incarnation`.
     pub const PARTITION_INCARNATION_OFFSET: usize = 224;
+    /// Size of `partition_incarnation` in bytes.
+    pub const PARTITION_INCARNATION_SIZE: usize = 8;
     /// Byte offset of `reserved_tail`.
     pub const RESERVED_TAIL_OFFSET: usize = 232;
+    /// Size of `reserved_tail` in bytes.
+    pub const RESERVED_TAIL_SIZE: usize = 24;
     /// Decodes from the first `SIZE` bytes of `buf`.
     pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
         if buf.len() < Self::SIZE {
@@ -1348,32 +1456,60 @@ impl EvictionHeader {
     pub const SIZE: usize = 256;
     /// Byte offset of `checksum`.
     pub const CHECKSUM_OFFSET: usize = 0;
+    /// Size of `checksum` in bytes.
+    pub const CHECKSUM_SIZE: usize = 16;
     /// Byte offset of `checksum_body`.
     pub const CHECKSUM_BODY_OFFSET: usize = 16;
+    /// Size of `checksum_body` in bytes.
+    pub const CHECKSUM_BODY_SIZE: usize = 16;
     /// Byte offset of `cluster`.
     pub const CLUSTER_OFFSET: usize = 32;
+    /// Size of `cluster` in bytes.
+    pub const CLUSTER_SIZE: usize = 16;
     /// Byte offset of `size`.
     pub const SIZE_OFFSET: usize = 48;
+    /// Size of `size` in bytes.
+    pub const SIZE_SIZE: usize = 4;
     /// Byte offset of `view`.
     pub const VIEW_OFFSET: usize = 52;
+    /// Size of `view` in bytes.
+    pub const VIEW_SIZE: usize = 4;
     /// Byte offset of `release`.
     pub const RELEASE_OFFSET: usize = 56;
+    /// Size of `release` in bytes.
+    pub const RELEASE_SIZE: usize = 4;
     /// Byte offset of `command`.
     pub const COMMAND_OFFSET: usize = 60;
+    /// Size of `command` in bytes.
+    pub const COMMAND_SIZE: usize = 1;
     /// Byte offset of `replica`.
     pub const REPLICA_OFFSET: usize = 61;
+    /// Size of `replica` in bytes.
+    pub const REPLICA_SIZE: usize = 1;
     /// Byte offset of `reserved_frame`.
     pub const RESERVED_FRAME_OFFSET: usize = 62;
+    /// Size of `reserved_frame` in bytes.
+    pub const RESERVED_FRAME_SIZE: usize = 66;
     /// Byte offset of `client`.
     pub const CLIENT_OFFSET: usize = 128;
+    /// Size of `client` in bytes.
+    pub const CLIENT_SIZE: usize = 16;
     /// Byte offset of `server_protocol_version`.
     pub const SERVER_PROTOCOL_VERSION_OFFSET: usize = 144;
+    /// Size of `server_protocol_version` in bytes.
+    pub const SERVER_PROTOCOL_VERSION_SIZE: usize = 4;
     /// Byte offset of `server_protocol_version_min`.
     pub const SERVER_PROTOCOL_VERSION_MIN_OFFSET: usize = 148;
+    /// Size of `server_protocol_version_min` in bytes.
+    pub const SERVER_PROTOCOL_VERSION_MIN_SIZE: usize = 4;
     /// Byte offset of `reserved`.
     pub const RESERVED_OFFSET: usize = 152;
+    /// Size of `reserved` in bytes.
+    pub const RESERVED_SIZE: usize = 103;
     /// Byte offset of `reason`.
     pub const REASON_OFFSET: usize = 255;
+    /// Size of `reason` in bytes.
+    pub const REASON_SIZE: usize = 1;
     /// Decodes from the first `SIZE` bytes of `buf`.
     pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
         if buf.len() < Self::SIZE {
@@ -1578,52 +1714,100 @@ impl PrepareHeader {
     pub const SIZE: usize = 256;
     /// Byte offset of `checksum`.
     pub const CHECKSUM_OFFSET: usize = 0;
+    /// Size of `checksum` in bytes.
+    pub const CHECKSUM_SIZE: usize = 16;
     /// Byte offset of `checksum_body`.
     pub const CHECKSUM_BODY_OFFSET: usize = 16;
+    /// Size of `checksum_body` in bytes.
+    pub const CHECKSUM_BODY_SIZE: usize = 16;
     /// Byte offset of `cluster`.
     pub const CLUSTER_OFFSET: usize = 32;
+    /// Size of `cluster` in bytes.
+    pub const CLUSTER_SIZE: usize = 16;
     /// Byte offset of `size`.
     pub const SIZE_OFFSET: usize = 48;
+    /// Size of `size` in bytes.
+    pub const SIZE_SIZE: usize = 4;
     /// Byte offset of `view`.
     pub const VIEW_OFFSET: usize = 52;
+    /// Size of `view` in bytes.
+    pub const VIEW_SIZE: usize = 4;
     /// Byte offset of `release`.
     pub const RELEASE_OFFSET: usize = 56;
+    /// Size of `release` in bytes.
+    pub const RELEASE_SIZE: usize = 4;
     /// Byte offset of `command`.
     pub const COMMAND_OFFSET: usize = 60;
+    /// Size of `command` in bytes.
+    pub const COMMAND_SIZE: usize = 1;
     /// Byte offset of `replica`.
     pub const REPLICA_OFFSET: usize = 61;
+    /// Size of `replica` in bytes.
+    pub const REPLICA_SIZE: usize = 1;
     /// Byte offset of `reserved_frame`.
     pub const RESERVED_FRAME_OFFSET: usize = 62;
+    /// Size of `reserved_frame` in bytes.
+    pub const RESERVED_FRAME_SIZE: usize = 66;
     /// Byte offset of `client`.
     pub const CLIENT_OFFSET: usize = 128;
+    /// Size of `client` in bytes.
+    pub const CLIENT_SIZE: usize = 16;
     /// Byte offset of `parent`.
     pub const PARENT_OFFSET: usize = 144;
+    /// Size of `parent` in bytes.
+    pub const PARENT_SIZE: usize = 16;
     /// Byte offset of `request_checksum`.
     pub const REQUEST_CHECKSUM_OFFSET: usize = 160;
+    /// Size of `request_checksum` in bytes.
+    pub const REQUEST_CHECKSUM_SIZE: usize = 16;
     /// Byte offset of `op`.
     pub const OP_OFFSET: usize = 176;
+    /// Size of `op` in bytes.
+    pub const OP_SIZE: usize = 8;
     /// Byte offset of `commit`.
     pub const COMMIT_OFFSET: usize = 184;
+    /// Size of `commit` in bytes.
+    pub const COMMIT_SIZE: usize = 8;
     /// Byte offset of `timestamp`.
     pub const TIMESTAMP_OFFSET: usize = 192;
+    /// Size of `timestamp` in bytes.
+    pub const TIMESTAMP_SIZE: usize = 8;
     /// Byte offset of `request`.
     pub const REQUEST_OFFSET: usize = 200;
+    /// Size of `request` in bytes.
+    pub const REQUEST_SIZE: usize = 8;
     /// Byte offset of `operation`.
     pub const OPERATION_OFFSET: usize = 208;
+    /// Size of `operation` in bytes.
+    pub const OPERATION_SIZE: usize = 1;
     /// Byte offset of `operation_padding`.
     pub const OPERATION_PADDING_OFFSET: usize = 209;
+    /// Size of `operation_padding` in bytes.
+    pub const OPERATION_PADDING_SIZE: usize = 7;
     /// Byte offset of `group`.
     pub const GROUP_OFFSET: usize = 216;
+    /// Size of `group` in bytes.
+    pub const GROUP_SIZE: usize = 8;
     /// Byte offset of `user_id`.
     pub const USER_ID_OFFSET: usize = 224;
+    /// Size of `user_id` in bytes.
+    pub const USER_ID_SIZE: usize = 4;
     /// Byte offset of `retry_capacity`.
     pub const RETRY_CAPACITY_OFFSET: usize = 228;
+    /// Size of `retry_capacity` in bytes.
+    pub const RETRY_CAPACITY_SIZE: usize = 4;
     /// Byte offset of `partition_incarnation`.
     pub const PARTITION_INCARNATION_OFFSET: usize = 232;
+    /// Size of `partition_incarnation` in bytes.
+    pub const PARTITION_INCARNATION_SIZE: usize = 8;
     /// Byte offset of `reserved`.
     pub const RESERVED_OFFSET: usize = 240;
+    /// Size of `reserved` in bytes.
+    pub const RESERVED_SIZE: usize = 8;
     /// Byte offset of `session`.
     pub const SESSION_OFFSET: usize = 248;
+    /// Size of `session` in bytes.
+    pub const SESSION_SIZE: usize = 8;
     /// Decodes from the first `SIZE` bytes of `buf`.
     pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
         if buf.len() < Self::SIZE {
@@ -1902,20 +2086,36 @@ impl BatchHeader {
     pub const SIZE: usize = 256;
     /// Byte offset of `partition_id`.
     pub const PARTITION_ID_OFFSET: usize = 0;
+    /// Size of `partition_id` in bytes.
+    pub const PARTITION_ID_SIZE: usize = 8;
     /// Byte offset of `base_offset`.
     pub const BASE_OFFSET_OFFSET: usize = 8;
+    /// Size of `base_offset` in bytes.
+    pub const BASE_OFFSET_SIZE: usize = 8;
     /// Byte offset of `base_timestamp`.
     pub const BASE_TIMESTAMP_OFFSET: usize = 16;
+    /// Size of `base_timestamp` in bytes.
+    pub const BASE_TIMESTAMP_SIZE: usize = 8;
     /// Byte offset of `origin_timestamp`.
     pub const ORIGIN_TIMESTAMP_OFFSET: usize = 24;
+    /// Size of `origin_timestamp` in bytes.
+    pub const ORIGIN_TIMESTAMP_SIZE: usize = 8;
     /// Byte offset of `batch_length`.
     pub const BATCH_LENGTH_OFFSET: usize = 32;
+    /// Size of `batch_length` in bytes.
+    pub const BATCH_LENGTH_SIZE: usize = 8;
     /// Byte offset of `batch_checksum`.
     pub const BATCH_CHECKSUM_OFFSET: usize = 40;
+    /// Size of `batch_checksum` in bytes.
+    pub const BATCH_CHECKSUM_SIZE: usize = 8;
     /// Byte offset of `message_count`.
     pub const MESSAGE_COUNT_OFFSET: usize = 48;
+    /// Size of `message_count` in bytes.
+    pub const MESSAGE_COUNT_SIZE: usize = 4;
     /// Byte offset of `reserved`.
     pub const RESERVED_OFFSET: usize = 52;
+    /// Size of `reserved` in bytes.
+    pub const RESERVED_SIZE: usize = 204;
     /// Decodes from the first `SIZE` bytes of `buf`.
     pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
         if buf.len() < Self::SIZE {
@@ -2051,18 +2251,32 @@ impl MessageFrameHeader {
     pub const SIZE: usize = 48;
     /// Byte offset of `checksum`.
     pub const CHECKSUM_OFFSET: usize = 0;
+    /// Size of `checksum` in bytes.
+    pub const CHECKSUM_SIZE: usize = 8;
     /// Byte offset of `id`.
     pub const ID_OFFSET: usize = 8;
+    /// Size of `id` in bytes.
+    pub const ID_SIZE: usize = 16;
     /// Byte offset of `offset_delta`.
     pub const OFFSET_DELTA_OFFSET: usize = 24;
+    /// Size of `offset_delta` in bytes.
+    pub const OFFSET_DELTA_SIZE: usize = 4;
     /// Byte offset of `timestamp_delta`.
     pub const TIMESTAMP_DELTA_OFFSET: usize = 28;
+    /// Size of `timestamp_delta` in bytes.
+    pub const TIMESTAMP_DELTA_SIZE: usize = 4;
     /// Byte offset of `user_headers_length`.
     pub const USER_HEADERS_LENGTH_OFFSET: usize = 32;
+    /// Size of `user_headers_length` in bytes.
+    pub const USER_HEADERS_LENGTH_SIZE: usize = 4;
     /// Byte offset of `payload_length`.
     pub const PAYLOAD_LENGTH_OFFSET: usize = 36;
+    /// Size of `payload_length` in bytes.
+    pub const PAYLOAD_LENGTH_SIZE: usize = 4;
     /// Byte offset of `reserved`.
     pub const RESERVED_OFFSET: usize = 40;
+    /// Size of `reserved` in bytes.
+    pub const RESERVED_SIZE: usize = 8;
     /// Decodes from the first `SIZE` bytes of `buf`.
     pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
         if buf.len() < Self::SIZE {

@@ -5,6 +5,7 @@ pub mod errors;
 pub mod frames;
 pub mod payloads;
 pub mod protocol;
+pub mod storage;
 pub mod registry;
 /// Hash of every spec file, checked by build.rs.
-pub const SPEC_HASH: u64 = 0x9db1f67ef72e308e;
+pub const SPEC_HASH: u64 = 0x53519b9b22243417;

@@ -247,8 +247,12 @@ impl OptionalPartitionId {
     pub const SIZE: usize = 5;
     /// Byte offset of `has`.
     pub const HAS_OFFSET: usize = 0;
+    /// Size of `has` in bytes.
+    pub const HAS_SIZE: usize = 1;
     /// Byte offset of `partition_id`.
     pub const PARTITION_ID_OFFSET: usize = 1;
+    /// Size of `partition_id` in bytes.
+    pub const PARTITION_ID_SIZE: usize = 4;
     /// Decodes from the first `SIZE` bytes of `buf`.
     pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
         if buf.len() < Self::SIZE {
@@ -325,10 +329,16 @@ impl PartitionContext {
     pub const SIZE: usize = 24;
     /// Byte offset of `incarnation`.
     pub const INCARNATION_OFFSET: usize = 0;
+    /// Size of `incarnation` in bytes.
+    pub const INCARNATION_SIZE: usize = 8;
     /// Byte offset of `owner_generation`.
     pub const OWNER_GENERATION_OFFSET: usize = 8;
+    /// Size of `owner_generation` in bytes.
+    pub const OWNER_GENERATION_SIZE: usize = 8;
     /// Byte offset of `metadata_op`.
     pub const METADATA_OP_OFFSET: usize = 16;
+    /// Size of `metadata_op` in bytes.
+    pub const METADATA_OP_SIZE: usize = 8;
     /// Decodes from the first `SIZE` bytes of `buf`.
     pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
         if buf.len() < Self::SIZE {
@@ -417,8 +427,12 @@ impl ReplyResultEntry {
     pub const SIZE: usize = 8;
     /// Byte offset of `index`.
     pub const INDEX_OFFSET: usize = 0;
+    /// Size of `index` in bytes.
+    pub const INDEX_SIZE: usize = 4;
     /// Byte offset of `result`.
     pub const RESULT_OFFSET: usize = 4;
+    /// Size of `result` in bytes.
+    pub const RESULT_SIZE: usize = 4;
     /// Decodes from the first `SIZE` bytes of `buf`.
     pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
         if buf.len() < Self::SIZE {
@@ -494,8 +508,12 @@ impl PollingStrategy {
     pub const SIZE: usize = 9;
     /// Byte offset of `kind`.
     pub const KIND_OFFSET: usize = 0;
+    /// Size of `kind` in bytes.
+    pub const KIND_SIZE: usize = 1;
     /// Byte offset of `value`.
     pub const VALUE_OFFSET: usize = 1;
+    /// Size of `value` in bytes.
+    pub const VALUE_SIZE: usize = 8;
     /// Decodes from the first `SIZE` bytes of `buf`.
     pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
         if buf.len() < Self::SIZE {
@@ -572,10 +590,16 @@ impl SessionIdentity {
     pub const SIZE: usize = 32;
     /// Byte offset of `client_id`.
     pub const CLIENT_ID_OFFSET: usize = 0;
+    /// Size of `client_id` in bytes.
+    pub const CLIENT_ID_SIZE: usize = 16;
     /// Byte offset of `session`.
     pub const SESSION_OFFSET: usize = 16;
+    /// Size of `session` in bytes.
+    pub const SESSION_SIZE: usize = 8;
     /// Byte offset of `metadata_watermark`.
     pub const METADATA_WATERMARK_OFFSET: usize = 24;
+    /// Size of `metadata_watermark` in bytes.
+    pub const METADATA_WATERMARK_SIZE: usize = 8;
     /// Decodes from the first `SIZE` bytes of `buf`.
     pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
         if buf.len() < Self::SIZE {
@@ -664,10 +688,16 @@ impl SessionRecord {
     pub const SIZE: usize = 40;
     /// Byte offset of `user_id`.
     pub const USER_ID_OFFSET: usize = 0;
+    /// Size of `user_id` in bytes.
+    pub const USER_ID_SIZE: usize = 4;
     /// Byte offset of `protocol_version`.
     pub const PROTOCOL_VERSION_OFFSET: usize = 4;
+    /// Size of `protocol_version` in bytes.
+    pub const PROTOCOL_VERSION_SIZE: usize = 4;
     /// Byte offset of `bind_secret`.
     pub const BIND_SECRET_OFFSET: usize = 8;
+    /// Size of `bind_secret` in bytes.
+    pub const BIND_SECRET_SIZE: usize = 32;
     /// Decodes from the first `SIZE` bytes of `buf`.
     pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
         if buf.len() < Self::SIZE {
@@ -754,12 +784,20 @@ impl PollPrefix {
     pub const SIZE: usize = 40;
     /// Byte offset of `partition_id`.
     pub const PARTITION_ID_OFFSET: usize = 0;
+    /// Size of `partition_id` in bytes.
+    pub const PARTITION_ID_SIZE: usize = 4;
     /// Byte offset of `current_offset`.
     pub const CURRENT_OFFSET_OFFSET: usize = 4;
+    /// Size of `current_offset` in bytes.
+    pub const CURRENT_OFFSET_SIZE: usize = 8;
     /// Byte offset of `messages_count`.
     pub const MESSAGES_COUNT_OFFSET: usize = 12;
+    /// Size of `messages_count` in bytes.
+    pub const MESSAGES_COUNT_SIZE: usize = 4;
     /// Byte offset of `context`.
     pub const CONTEXT_OFFSET: usize = 16;
+    /// Size of `context` in bytes.
+    pub const CONTEXT_SIZE: usize = 24;
     /// Decodes from the first `SIZE` bytes of `buf`.
     pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
         if buf.len() < Self::SIZE {
@@ -861,18 +899,32 @@ impl PartitionResponse {
     pub const SIZE: usize = 64;
     /// Byte offset of `id`.
     pub const ID_OFFSET: usize = 0;
+    /// Size of `id` in bytes.
+    pub const ID_SIZE: usize = 4;
     /// Byte offset of `created_at`.
     pub const CREATED_AT_OFFSET: usize = 4;
+    /// Size of `created_at` in bytes.
+    pub const CREATED_AT_SIZE: usize = 8;
     /// Byte offset of `segments_count`.
     pub const SEGMENTS_COUNT_OFFSET: usize = 12;
+    /// Size of `segments_count` in bytes.
+    pub const SEGMENTS_COUNT_SIZE: usize = 4;
     /// Byte offset of `current_offset`.
     pub const CURRENT_OFFSET_OFFSET: usize = 16;
+    /// Size of `current_offset` in bytes.
+    pub const CURRENT_OFFSET_SIZE: usize = 8;
     /// Byte offset of `size_bytes`.
     pub const SIZE_BYTES_OFFSET: usize = 24;
+    /// Size of `size_bytes` in bytes.
+    pub const SIZE_BYTES_SIZE: usize = 8;
     /// Byte offset of `messages_count`.
     pub const MESSAGES_COUNT_OFFSET: usize = 32;
+    /// Size of `messages_count` in bytes.
+    pub const MESSAGES_COUNT_SIZE: usize = 8;
     /// Byte offset of `context`.
     pub const CONTEXT_OFFSET: usize = 40;
+    /// Size of `context` in bytes.
+    pub const CONTEXT_SIZE: usize = 24;
     /// Decodes from the first `SIZE` bytes of `buf`.
     pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
         if buf.len() < Self::SIZE {
@@ -999,14 +1051,24 @@ impl PartitionRouteResponse {
     pub const SIZE: usize = 25;
     /// Byte offset of `incarnation`.
     pub const INCARNATION_OFFSET: usize = 0;
+    /// Size of `incarnation` in bytes.
+    pub const INCARNATION_SIZE: usize = 8;
     /// Byte offset of `metadata_op`.
     pub const METADATA_OP_OFFSET: usize = 8;
+    /// Size of `metadata_op` in bytes.
+    pub const METADATA_OP_SIZE: usize = 8;
     /// Byte offset of `view`.
     pub const VIEW_OFFSET: usize = 16;
+    /// Size of `view` in bytes.
+    pub const VIEW_SIZE: usize = 4;
     /// Byte offset of `partitions_count`.
     pub const PARTITIONS_COUNT_OFFSET: usize = 20;
+    /// Size of `partitions_count` in bytes.
+    pub const PARTITIONS_COUNT_SIZE: usize = 4;
     /// Byte offset of `primary_replica`.
     pub const PRIMARY_REPLICA_OFFSET: usize = 24;
+    /// Size of `primary_replica` in bytes.
+    pub const PRIMARY_REPLICA_SIZE: usize = 1;
     /// Decodes from the first `SIZE` bytes of `buf`.
     pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
         if buf.len() < Self::SIZE {
@@ -1114,12 +1176,20 @@ impl SendMessagesConfirmationResponse {
     pub const SIZE: usize = 20;
     /// Byte offset of `stream_id`.
     pub const STREAM_ID_OFFSET: usize = 0;
+    /// Size of `stream_id` in bytes.
+    pub const STREAM_ID_SIZE: usize = 4;
     /// Byte offset of `topic_id`.
     pub const TOPIC_ID_OFFSET: usize = 4;
+    /// Size of `topic_id` in bytes.
+    pub const TOPIC_ID_SIZE: usize = 4;
     /// Byte offset of `partition_id`.
     pub const PARTITION_ID_OFFSET: usize = 8;
+    /// Size of `partition_id` in bytes.
+    pub const PARTITION_ID_SIZE: usize = 4;
     /// Byte offset of `base_offset`.
     pub const BASE_OFFSET_OFFSET: usize = 12;
+    /// Size of `base_offset` in bytes.
+    pub const BASE_OFFSET_SIZE: usize = 8;
     /// Decodes from the first `SIZE` bytes of `buf`.
     pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
         if buf.len() < Self::SIZE {
@@ -1217,10 +1287,16 @@ impl ConsumerOffsetResponse {
     pub const SIZE: usize = 20;
     /// Byte offset of `partition_id`.
     pub const PARTITION_ID_OFFSET: usize = 0;
+    /// Size of `partition_id` in bytes.
+    pub const PARTITION_ID_SIZE: usize = 4;
     /// Byte offset of `current_offset`.
     pub const CURRENT_OFFSET_OFFSET: usize = 4;
+    /// Size of `current_offset` in bytes.
+    pub const CURRENT_OFFSET_SIZE: usize = 8;
     /// Byte offset of `stored_offset`.
     pub const STORED_OFFSET_OFFSET: usize = 12;
+    /// Size of `stored_offset` in bytes.
+    pub const STORED_OFFSET_SIZE: usize = 8;
     /// Decodes from the first `SIZE` bytes of `buf`.
     pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
         if buf.len() < Self::SIZE {
@@ -1316,24 +1392,44 @@ impl WireGlobalPermissions {
     pub const SIZE: usize = 10;
     /// Byte offset of `manage_servers`.
     pub const MANAGE_SERVERS_OFFSET: usize = 0;
+    /// Size of `manage_servers` in bytes.
+    pub const MANAGE_SERVERS_SIZE: usize = 1;
     /// Byte offset of `read_servers`.
     pub const READ_SERVERS_OFFSET: usize = 1;
+    /// Size of `read_servers` in bytes.
+    pub const READ_SERVERS_SIZE: usize = 1;
     /// Byte offset of `manage_users`.
     pub const MANAGE_USERS_OFFSET: usize = 2;
+    /// Size of `manage_users` in bytes.
+    pub const MANAGE_USERS_SIZE: usize = 1;
     /// Byte offset of `read_users`.
     pub const READ_USERS_OFFSET: usize = 3;
+    /// Size of `read_users` in bytes.
+    pub const READ_USERS_SIZE: usize = 1;
     /// Byte offset of `manage_streams`.
     pub const MANAGE_STREAMS_OFFSET: usize = 4;
+    /// Size of `manage_streams` in bytes.
+    pub const MANAGE_STREAMS_SIZE: usize = 1;
     /// Byte offset of `read_streams`.
     pub const READ_STREAMS_OFFSET: usize = 5;
+    /// Size of `read_streams` in bytes.
+    pub const READ_STREAMS_SIZE: usize = 1;
     /// Byte offset of `manage_topics`.
     pub const MANAGE_TOPICS_OFFSET: usize = 6;
+    /// Size of `manage_topics` in bytes.
+    pub const MANAGE_TOPICS_SIZE: usize = 1;
     /// Byte offset of `read_topics`.
     pub const READ_TOPICS_OFFSET: usize = 7;
+    /// Size of `read_topics` in bytes.
+    pub const READ_TOPICS_SIZE: usize = 1;
     /// Byte offset of `poll_messages`.
     pub const POLL_MESSAGES_OFFSET: usize = 8;
+    /// Size of `poll_messages` in bytes.
+    pub const POLL_MESSAGES_SIZE: usize = 1;
     /// Byte offset of `send_messages`.
     pub const SEND_MESSAGES_OFFSET: usize = 9;
+    /// Size of `send_messages` in bytes.
+    pub const SEND_MESSAGES_SIZE: usize = 1;
     /// Decodes from the first `SIZE` bytes of `buf`.
     pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
         if buf.len() < Self::SIZE {
@@ -1487,14 +1583,24 @@ impl WireTopicPermissions {
     pub const SIZE: usize = 8;
     /// Byte offset of `topic_id`.
     pub const TOPIC_ID_OFFSET: usize = 0;
+    /// Size of `topic_id` in bytes.
+    pub const TOPIC_ID_SIZE: usize = 4;
     /// Byte offset of `manage_topic`.
     pub const MANAGE_TOPIC_OFFSET: usize = 4;
+    /// Size of `manage_topic` in bytes.
+    pub const MANAGE_TOPIC_SIZE: usize = 1;
     /// Byte offset of `read_topic`.
     pub const READ_TOPIC_OFFSET: usize = 5;
+    /// Size of `read_topic` in bytes.
+    pub const READ_TOPIC_SIZE: usize = 1;
     /// Byte offset of `poll_messages`.
     pub const POLL_MESSAGES_OFFSET: usize = 6;
+    /// Size of `poll_messages` in bytes.
+    pub const POLL_MESSAGES_SIZE: usize = 1;
     /// Byte offset of `send_messages`.
     pub const SEND_MESSAGES_OFFSET: usize = 7;
+    /// Size of `send_messages` in bytes.
+    pub const SEND_MESSAGES_SIZE: usize = 1;
     /// Decodes from the first `SIZE` bytes of `buf`.
     pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
         if buf.len() < Self::SIZE {
@@ -1599,6 +1705,8 @@ impl IdentityResponse {
     pub const SIZE: usize = 4;
     /// Byte offset of `user_id`.
     pub const USER_ID_OFFSET: usize = 0;
+    /// Size of `user_id` in bytes.
+    pub const USER_ID_SIZE: usize = 4;
     /// Decodes from the first `SIZE` bytes of `buf`.
     pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
         if buf.len() < Self::SIZE {
@@ -1665,6 +1773,8 @@ impl GetClientRequest {
     pub const SIZE: usize = 4;
     /// Byte offset of `client_id`.
     pub const CLIENT_ID_OFFSET: usize = 0;
+    /// Size of `client_id` in bytes.
+    pub const CLIENT_ID_SIZE: usize = 4;
     /// Decodes from the first `SIZE` bytes of `buf`.
     pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
         if buf.len() < Self::SIZE {
@@ -1733,10 +1843,16 @@ impl ConsumerGroupInfoResponse {
     pub const SIZE: usize = 12;
     /// Byte offset of `stream_id`.
     pub const STREAM_ID_OFFSET: usize = 0;
+    /// Size of `stream_id` in bytes.
+    pub const STREAM_ID_SIZE: usize = 4;
     /// Byte offset of `topic_id`.
     pub const TOPIC_ID_OFFSET: usize = 4;
+    /// Size of `topic_id` in bytes.
+    pub const TOPIC_ID_SIZE: usize = 4;
     /// Byte offset of `group_id`.
     pub const GROUP_ID_OFFSET: usize = 8;
+    /// Size of `group_id` in bytes.
+    pub const GROUP_ID_SIZE: usize = 4;
     /// Decodes from the first `SIZE` bytes of `buf`.
     pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
         if buf.len() < Self::SIZE {
@@ -1829,16 +1945,28 @@ impl CacheMetricEntry {
     pub const SIZE: usize = 32;
     /// Byte offset of `stream_id`.
     pub const STREAM_ID_OFFSET: usize = 0;
+    /// Size of `stream_id` in bytes.
+    pub const STREAM_ID_SIZE: usize = 4;
     /// Byte offset of `topic_id`.
     pub const TOPIC_ID_OFFSET: usize = 4;
+    /// Size of `topic_id` in bytes.
+    pub const TOPIC_ID_SIZE: usize = 4;
     /// Byte offset of `partition_id`.
     pub const PARTITION_ID_OFFSET: usize = 8;
+    /// Size of `partition_id` in bytes.
+    pub const PARTITION_ID_SIZE: usize = 4;
     /// Byte offset of `hits`.
     pub const HITS_OFFSET: usize = 12;
+    /// Size of `hits` in bytes.
+    pub const HITS_SIZE: usize = 8;
     /// Byte offset of `misses`.
     pub const MISSES_OFFSET: usize = 20;
+    /// Size of `misses` in bytes.
+    pub const MISSES_SIZE: usize = 8;
     /// Byte offset of `hit_ratio`.
     pub const HIT_RATIO_OFFSET: usize = 28;
+    /// Size of `hit_ratio` in bytes.
+    pub const HIT_RATIO_SIZE: usize = 4;
     /// Decodes from the first `SIZE` bytes of `buf`.
     pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
         if buf.len() < Self::SIZE {
@@ -1952,6 +2080,8 @@ impl DescribeOptionsRequest {
     pub const SIZE: usize = 1;
     /// Byte offset of `scope`.
     pub const SCOPE_OFFSET: usize = 0;
+    /// Size of `scope` in bytes.
+    pub const SCOPE_SIZE: usize = 1;
     /// Decodes from the first `SIZE` bytes of `buf`.
     pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
         if buf.len() < Self::SIZE {
@@ -2023,16 +2153,28 @@ impl PartitionResponseV0111 {
     pub const SIZE: usize = 40;
     /// Byte offset of `id`.
     pub const ID_OFFSET: usize = 0;
+    /// Size of `id` in bytes.
+    pub const ID_SIZE: usize = 4;
     /// Byte offset of `created_at`.
     pub const CREATED_AT_OFFSET: usize = 4;
+    /// Size of `created_at` in bytes.
+    pub const CREATED_AT_SIZE: usize = 8;
     /// Byte offset of `segments_count`.
     pub const SEGMENTS_COUNT_OFFSET: usize = 12;
+    /// Size of `segments_count` in bytes.
+    pub const SEGMENTS_COUNT_SIZE: usize = 4;
     /// Byte offset of `current_offset`.
     pub const CURRENT_OFFSET_OFFSET: usize = 16;
+    /// Size of `current_offset` in bytes.
+    pub const CURRENT_OFFSET_SIZE: usize = 8;
     /// Byte offset of `size_bytes`.
     pub const SIZE_BYTES_OFFSET: usize = 24;
+    /// Size of `size_bytes` in bytes.
+    pub const SIZE_BYTES_SIZE: usize = 8;
     /// Byte offset of `messages_count`.
     pub const MESSAGES_COUNT_OFFSET: usize = 32;
+    /// Size of `messages_count` in bytes.
+    pub const MESSAGES_COUNT_SIZE: usize = 8;
     /// Decodes from the first `SIZE` bytes of `buf`.
     pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
         if buf.len() < Self::SIZE {

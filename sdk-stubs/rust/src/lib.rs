@@ -4,5 +4,6 @@
 //! one pair per command and protocol version) and `registry` (every struct by name).
 pub mod frames;
 pub mod payloads;
+pub mod storage;
 pub mod client;
 pub mod registry;

@@ -817,6 +817,27 @@ pub const STRUCTS: &[StructInfo] = &[
         since: 0,
         until: 11265,
     },
+    StructInfo {
+        name: "IndexEntry",
+        module: "storage",
+        fixed: Some(24),
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
+        name: "CheckedU64",
+        module: "storage",
+        fixed: Some(16),
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
+        name: "SnapshotHeader",
+        module: "storage",
+        fixed: Some(64),
+        since: 0,
+        until: 4294967295,
+    },
 ];
 /// Decoded, re-encoded and rendered.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -1009,6 +1030,9 @@ pub fn roundtrip(name: &str, input: &[u8]) -> Option<Result<Roundtrip, WireError
             rt!(crate ::payloads::ClusterMetadataResponseV0111, input)
         }
         "PollRoutingResponse" => rt!(crate ::payloads::PollRoutingResponse, input),
+        "IndexEntry" => rt!(crate ::storage::IndexEntry, input),
+        "CheckedU64" => rt!(crate ::storage::CheckedU64, input),
+        "SnapshotHeader" => rt!(crate ::storage::SnapshotHeader, input),
         _ => None,
     }
 }
