@@ -14,9 +14,11 @@
 //! Each test prints its figures (kills survived, acknowledged messages checked, bad inputs sent,
 //! peak RSS) on stderr; `--no-capture` shows them.
 //!
-//! Not built yet (the server does not apply these partition-history rules, so a test could not
-//! pass): created.revision replacement and adoption, retirement.fence, log_view below
-//! created_view, log_view zero raised to created_view, no-WAL-frontier fencing.
+//! Partition-history rules with tests (history.rs): created.revision of an older revision,
+//! no created.revision, retirement.fence. Not built yet (the server has no views in its
+//! superblock/WAL certificates, so a test could not pass): a nonzero log_view below the committed
+//! created_view (tombstone, files preserved), log_view zero raised to created_view before any
+//! view-scoped send, an initialized partition with no durable WAL frontier staying fenced.
 //!
 //! Every random choice comes from a seed printed at the start of each test and again on
 //! failure; `DURABILITY_SEED=<n>` replays it (timing-dependent interleavings aside).
@@ -29,4 +31,5 @@ mod crash_loop;
 mod damage;
 mod dedup;
 mod foreign;
+mod history;
 mod hostile;
