@@ -278,3 +278,35 @@ async fn refused_user_update_changes_nothing() {
     assert_eq!(r.username, ROOT_USER, "the refused update must not rename root");
     assert!(ok("get boss", within("get", root.get_user(&name("boss"))).await).is_none());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topic_scoped_permissions_cover_only_that_topic() {
+    let server = TestServer::start();
+    let root = server.root_client().await;
+    create_stream_and_topic(&root, "s", "t0", 1).await;
+    ok("create t1", within("create", root.create_topic(&name("s"), "t1", &topic_options(1))).await);
+    send_to_partition(&root, &name("s"), &name("t0"), 0, msgs("m", 2)).await;
+    send_to_partition(&root, &name("s"), &name("t1"), 0, msgs("m", 2)).await;
+    let mut topics = BTreeMap::new();
+    topics.insert(1usize, TopicPermissions { read_topic: true, poll_messages: true, send_messages: true, manage_topic: false });
+    let mut streams = BTreeMap::new();
+    streams.insert(0usize, StreamPermissions { topics: Some(topics), ..Default::default() });
+    create_user(&root, "narrow", "narrow-secret", Some(Permissions { global: GlobalPermissions::default(), streams: Some(streams) })).await;
+    let narrow = server.client_as("narrow", "narrow-secret").await;
+
+    let polled = poll(&narrow, &id(0), &id(1), 0, &consumer("n"), PollingStrategy::first(), 10, false).await;
+    assert_eq!(offsets(&polled), vec![0, 1], "topic 1 is readable");
+    send_to_partition(&narrow, &id(0), &id(1), 0, msgs("n", 1)).await;
+    expect_code(
+        "poll topic 0",
+        within("poll", narrow.poll_messages(&id(0), &id(0), Some(0), &consumer("n"), &PollingStrategy::first(), 10, false)).await,
+        41,
+    );
+    let mut m = msgs("x", 1);
+    expect_code(
+        "send to topic 0",
+        within("send", narrow.send_messages(&id(0), &id(0), &Partitioning::partition_id(0), &mut m)).await,
+        41,
+    );
+    expect_code("delete topic 1 without manage_topic", within("delete", narrow.delete_topic(&id(0), &id(1))).await, 41);
+}
