@@ -148,15 +148,23 @@ impl Journal for FileJournal {
             )
         })?;
         let position = self.len;
-        let compio::BufResult(written, _) = self.file.write_all_at(header.to_vec(), position).await;
-        written?;
-        if !entry.body.is_empty() {
-            let compio::BufResult(written, _) = self
-                .file
-                .write_all_at(entry.body.clone(), position + HEADER_SIZE as u64)
-                .await;
-            written?;
-        }
+        // Header and body go to the kernel together: two positional writes in flight at once.
+        let (mut header_file, mut body_file) = (&self.file, &self.file);
+        let body_position = position + HEADER_SIZE as u64;
+        let (header_written, body_written) = futures_util::future::join(
+            header_file.write_all_at(header.to_vec(), position),
+            async {
+                if entry.body.is_empty() {
+                    return compio::BufResult(Ok(()), entry.body.clone());
+                }
+                body_file
+                    .write_all_at(entry.body.clone(), body_position)
+                    .await
+            },
+        )
+        .await;
+        header_written.0?;
+        body_written.0?;
         self.positions.truncate((entry.op - self.base) as usize - 1);
         self.positions.push(position);
         self.len = position + (HEADER_SIZE + entry.body.len()) as u64;

@@ -588,19 +588,19 @@ impl PartitionLog {
         };
         active.unsynced = true;
         let index_position = active.index_size();
-        let written =
-            match write_all(&mut active.log, &active.log_path, record, entry.position).await {
-                Ok(()) => {
-                    write_all(
-                        &mut active.index,
-                        &active.index_path,
-                        index_bytes(&entry),
-                        index_position,
-                    )
-                    .await
-                }
-                Err(error) => Err(error),
-            };
+        // The record and its index entry go to the kernel together (two positional writes in
+        // flight at once), not one after the other.
+        let (mut log, mut index) = (&active.log, &active.index);
+        let (log_written, index_written) = futures_util::future::join(
+            log.write_all_at(record, entry.position),
+            index.write_all_at(index_bytes(&entry), index_position),
+        )
+        .await;
+        let written = match (log_written.0, index_written.0) {
+            (Err(error), _) => Err(io_error(&active.log_path, error)),
+            (_, Err(error)) => Err(io_error(&active.index_path, error)),
+            _ => Ok(()),
+        };
         if let Err(error) = written {
             // Best effort: leave no partial record behind, which would be a corrupt record in
             // a closed segment once the log rolls.
