@@ -320,6 +320,7 @@ pub fn apply(
         }
         Operation::CreateUser => {
             let request: CreateUserRequest = decode(request)?;
+            crate::options::validate(crate::options::USER_OPTIONS, request.options, &[], true)?;
             let status = status_from_wire(request.status)?;
             let permissions = request.permissions.as_ref().map(permissions_from_wire);
             let id = metadata.create_user(
