@@ -261,7 +261,14 @@ impl TestServer {
                     );
                 }
             }
-            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+            // Right after a SIGKILL the dead process's listener can still accept for a moment
+            // (its io_uring is torn down asynchronously): only this start's own "listening"
+            // line proves the new process serves the port.
+            let log = self.log();
+            let this_start = log.rsplit("===== e2e harness: start #").next().unwrap_or("");
+            if this_start.contains("listening on tcp")
+                && TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
+            {
                 return;
             }
             if Instant::now() >= deadline {
