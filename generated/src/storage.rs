@@ -360,3 +360,338 @@ impl<'a> WireDecode<'a> for SnapshotHeader {
         Self::decode_fixed(b)
     }
 }
+/// Fixed-layout `SnapshotPartition`, 20 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SnapshotPartition {
+    pub id: u32,
+    pub created_at: u64,
+    pub incarnation: u64,
+}
+impl SnapshotPartition {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 20;
+    /// Byte offset of `id`.
+    pub const ID_OFFSET: usize = 0;
+    /// Size of `id` in bytes.
+    pub const ID_SIZE: usize = 4;
+    /// Byte offset of `created_at`.
+    pub const CREATED_AT_OFFSET: usize = 4;
+    /// Size of `created_at` in bytes.
+    pub const CREATED_AT_SIZE: usize = 8;
+    /// Byte offset of `incarnation`.
+    pub const INCARNATION_OFFSET: usize = 12;
+    /// Size of `incarnation` in bytes.
+    pub const INCARNATION_SIZE: usize = 8;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
+        }
+        let id = <u32>::decode_exact(&buf[0..4])
+            .map_err(|_| WireError::InvalidValue {
+                field: "id",
+            })?;
+        let created_at = <u64>::decode_exact(&buf[4..12])
+            .map_err(|_| WireError::InvalidValue {
+                field: "created_at",
+            })?;
+        let incarnation = <u64>::decode_exact(&buf[12..20])
+            .map_err(|_| WireError::InvalidValue {
+                field: "incarnation",
+            })?;
+        Ok(Self {
+            id,
+            created_at,
+            incarnation,
+        })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.id.to_wire_bytes());
+        iggy_wire::put_at(out, 4, &self.created_at.to_wire_bytes());
+        iggy_wire::put_at(out, 12, &self.incarnation.to_wire_bytes());
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 20] {
+        let mut b = [0u8; 20];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for SnapshotPartition {
+    /// All-zero bytes.
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 20]).expect("zero bytes decode")
+    }
+}
+const _: () = assert!(SnapshotPartition::SIZE == 20);
+const _: () = assert!(SnapshotPartition::ID_OFFSET + 4 <= 20);
+const _: () = assert!(SnapshotPartition::CREATED_AT_OFFSET + 8 <= 20);
+const _: () = assert!(SnapshotPartition::INCARNATION_OFFSET + 8 <= 20);
+impl iggy_wire::WireJson for SnapshotPartition {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"id\":");
+        iggy_wire::WireJson::write_json(&self.id, out);
+        out.push_str(",\"created_at\":");
+        iggy_wire::WireJson::write_json(&self.created_at, out);
+        out.push_str(",\"incarnation\":");
+        iggy_wire::WireJson::write_json(&self.incarnation, out);
+        out.push('}');
+    }
+}
+impl WireEncode for SnapshotPartition {
+    fn encoded_size(&self) -> usize {
+        20
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for SnapshotPartition {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 20)?;
+        Self::decode_fixed(b)
+    }
+}
+/// Fixed-layout `SnapshotSession`, 72 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SnapshotSession {
+    pub client: u128,
+    pub session: u64,
+    pub user_id: u32,
+    pub protocol: u32,
+    pub bind_secret: [u8; 32],
+}
+impl SnapshotSession {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 72;
+    /// Byte offset of `client`.
+    pub const CLIENT_OFFSET: usize = 0;
+    /// Size of `client` in bytes.
+    pub const CLIENT_SIZE: usize = 16;
+    /// Byte offset of `session`.
+    pub const SESSION_OFFSET: usize = 16;
+    /// Size of `session` in bytes.
+    pub const SESSION_SIZE: usize = 8;
+    /// Byte offset of `user_id`.
+    pub const USER_ID_OFFSET: usize = 24;
+    /// Size of `user_id` in bytes.
+    pub const USER_ID_SIZE: usize = 4;
+    /// Byte offset of `protocol`.
+    pub const PROTOCOL_OFFSET: usize = 28;
+    /// Size of `protocol` in bytes.
+    pub const PROTOCOL_SIZE: usize = 4;
+    /// Byte offset of `bind_secret`.
+    pub const BIND_SECRET_OFFSET: usize = 32;
+    /// Size of `bind_secret` in bytes.
+    pub const BIND_SECRET_SIZE: usize = 32;
+    /// Byte offset of `reserved`.
+    pub const RESERVED_OFFSET: usize = 64;
+    /// Size of `reserved` in bytes.
+    pub const RESERVED_SIZE: usize = 8;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
+        }
+        let client = <u128>::decode_exact(&buf[0..16])
+            .map_err(|_| WireError::InvalidValue {
+                field: "client",
+            })?;
+        let session = <u64>::decode_exact(&buf[16..24])
+            .map_err(|_| WireError::InvalidValue {
+                field: "session",
+            })?;
+        let user_id = <u32>::decode_exact(&buf[24..28])
+            .map_err(|_| WireError::InvalidValue {
+                field: "user_id",
+            })?;
+        let protocol = <u32>::decode_exact(&buf[28..32])
+            .map_err(|_| WireError::InvalidValue {
+                field: "protocol",
+            })?;
+        let bind_secret = iggy_wire::get_at::<32>(buf, 32);
+        if !iggy_wire::is_zero_at(buf, 64, 8) {
+            return Err(WireError::NonZeroReserved {
+                field: "reserved",
+            });
+        }
+        Ok(Self {
+            client,
+            session,
+            user_id,
+            protocol,
+            bind_secret,
+        })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.client.to_wire_bytes());
+        iggy_wire::put_at(out, 16, &self.session.to_wire_bytes());
+        iggy_wire::put_at(out, 24, &self.user_id.to_wire_bytes());
+        iggy_wire::put_at(out, 28, &self.protocol.to_wire_bytes());
+        iggy_wire::put_at(out, 32, &self.bind_secret);
+        out[64..72].fill(0);
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 72] {
+        let mut b = [0u8; 72];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for SnapshotSession {
+    /// All-zero bytes.
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 72]).expect("zero bytes decode")
+    }
+}
+const _: () = assert!(SnapshotSession::SIZE == 72);
+const _: () = assert!(SnapshotSession::CLIENT_OFFSET + 16 <= 72);
+const _: () = assert!(SnapshotSession::SESSION_OFFSET + 8 <= 72);
+const _: () = assert!(SnapshotSession::USER_ID_OFFSET + 4 <= 72);
+const _: () = assert!(SnapshotSession::PROTOCOL_OFFSET + 4 <= 72);
+const _: () = assert!(SnapshotSession::BIND_SECRET_OFFSET + 32 <= 72);
+const _: () = assert!(SnapshotSession::RESERVED_OFFSET + 8 <= 72);
+impl iggy_wire::WireJson for SnapshotSession {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"client\":");
+        iggy_wire::WireJson::write_json(&self.client, out);
+        out.push_str(",\"session\":");
+        iggy_wire::WireJson::write_json(&self.session, out);
+        out.push_str(",\"user_id\":");
+        iggy_wire::WireJson::write_json(&self.user_id, out);
+        out.push_str(",\"protocol\":");
+        iggy_wire::WireJson::write_json(&self.protocol, out);
+        out.push_str(",\"bind_secret\":");
+        iggy_wire::WireJson::write_json(&self.bind_secret, out);
+        out.push('}');
+    }
+}
+impl WireEncode for SnapshotSession {
+    fn encoded_size(&self) -> usize {
+        72
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for SnapshotSession {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 72)?;
+        Self::decode_fixed(b)
+    }
+}
+/// Variable-length `SnapshotConsumerGroup`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct SnapshotConsumerGroup<'a> {
+    #[wire(plain)]
+    pub id: u32,
+    #[wire(name)]
+    pub name: &'a str,
+    #[wire(plain)]
+    pub generation: u64,
+    #[wire(vec(u32, plain))]
+    pub members: Vec<u128>,
+}
+/// Variable-length `SnapshotTopic`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct SnapshotTopic<'a> {
+    #[wire(plain)]
+    pub id: u32,
+    #[wire(name)]
+    pub name: &'a str,
+    #[wire(plain)]
+    pub created_at: u64,
+    #[wire(plain)]
+    pub message_expiry: u64,
+    #[wire(plain)]
+    pub max_topic_size: u64,
+    #[wire(plain)]
+    pub compression_algorithm: u8,
+    #[wire(plain)]
+    pub replication_factor: u8,
+    #[wire(plain)]
+    pub resize_policy: u8,
+    #[wire(plain)]
+    pub durability: u8,
+    #[wire(plain)]
+    pub consumer_offset_durability: u8,
+    #[wire(plain)]
+    pub segment_size: u64,
+    #[wire(bytes(u32))]
+    pub options: &'a [u8],
+    #[wire(vec(u32, plain))]
+    pub partitions: Vec<crate::storage::SnapshotPartition>,
+    #[wire(vec(u32, plain))]
+    pub consumer_groups: Vec<crate::storage::SnapshotConsumerGroup<'a>>,
+}
+/// Variable-length `SnapshotStream`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct SnapshotStream<'a> {
+    #[wire(plain)]
+    pub id: u32,
+    #[wire(name)]
+    pub name: &'a str,
+    #[wire(plain)]
+    pub created_at: u64,
+    #[wire(vec(u32, plain))]
+    pub topics: Vec<crate::storage::SnapshotTopic<'a>>,
+}
+/// Variable-length `SnapshotUser`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct SnapshotUser<'a> {
+    #[wire(plain)]
+    pub id: u32,
+    #[wire(name)]
+    pub username: &'a str,
+    /// argon2id PHC string
+    #[wire(string(u8))]
+    pub password_hash: &'a str,
+    #[wire(plain)]
+    pub status: u8,
+    #[wire(plain)]
+    pub created_at: u64,
+    #[wire(opt(sized(plain)))]
+    pub permissions: Option<crate::payloads::WirePermissions>,
+}
+/// Variable-length `SnapshotToken`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct SnapshotToken<'a> {
+    #[wire(plain)]
+    pub user_id: u32,
+    #[wire(name)]
+    pub name: &'a str,
+    #[wire(plain)]
+    pub token_hash: [u8; 32],
+    /// 0 = never
+    #[wire(plain)]
+    pub expiry_at: u64,
+}
+/// Variable-length `MetadataSnapshot`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct MetadataSnapshot<'a> {
+    /// the last metadata op applied
+    #[wire(plain)]
+    pub commit: u64,
+    #[wire(plain)]
+    pub system_requests: u64,
+    #[wire(vec(u32, plain))]
+    pub streams: Vec<crate::storage::SnapshotStream<'a>>,
+    #[wire(vec(u32, plain))]
+    pub users: Vec<crate::storage::SnapshotUser<'a>>,
+    #[wire(vec(u32, plain))]
+    pub tokens: Vec<crate::storage::SnapshotToken<'a>>,
+    #[wire(vec(u32, plain))]
+    pub sessions: Vec<crate::storage::SnapshotSession>,
+}

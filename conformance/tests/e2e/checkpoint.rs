@@ -24,6 +24,14 @@ async fn checkpoints_bound_the_journal_and_a_crash_after_them_loses_nothing() {
             send_to_partition(&c, &name("s"), &name("t"), 0, msgs(&format!("b{b}"), 3)).await;
         }
         ok("store", within("store", c.store_consumer_offset(&consumer("c"), &name("s"), &name("t"), Some(0), 7)).await);
+        ok("group", within("group", c.create_consumer_group(&name("s"), &name("t"), "g")).await);
+        let options = UserCreateOptions::default();
+        let user = c.create_user("alice", "alice-secret", UserStatus::Active, None, &options);
+        ok("user", within("user", user).await);
+        for i in 0..6 {
+            ok("stream", within("stream", c.create_stream(&format!("extra-{i}"), &StreamCreateOptions::default())).await);
+        }
+        assert!(server.data_dir().join("metadata/checkpoint").exists(), "the metadata group took a checkpoint");
         assert!(
             server.data_dir().join("streams/0/topics/0/partitions/0/checkpoint").exists(),
             "a checkpoint was taken"
@@ -38,6 +46,11 @@ async fn checkpoints_bound_the_journal_and_a_crash_after_them_loses_nothing() {
     let stored = ok("get", within("get", c.get_consumer_offset(&consumer("c"), &name("s"), &name("t"), Some(0))).await)
         .expect("offset survives the checkpoint and the crash");
     assert_eq!(stored.stored_offset, 7);
+    let streams = ok("streams", within("streams", c.get_streams()).await);
+    assert_eq!(streams.len(), 7, "every stream survives the metadata checkpoint and the crash");
+    assert!(ok("group", within("group", c.get_consumer_group(&name("s"), &name("t"), &name("g"))).await).is_some());
+    let alice = server.client_as("alice", "alice-secret").await;
+    ok("alice logs in after the restart", within("ping", alice.ping()).await);
     let sent = send_to_partition(&c, &name("s"), &name("t"), 0, msgs("late", 1)).await;
     assert_eq!(sent.confirmations.first().map(|c| c.base_offset), Some(60));
 }

@@ -838,6 +838,62 @@ pub const STRUCTS: &[StructInfo] = &[
         since: 0,
         until: 4294967295,
     },
+    StructInfo {
+        name: "SnapshotPartition",
+        module: "storage",
+        fixed: Some(20),
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
+        name: "SnapshotConsumerGroup",
+        module: "storage",
+        fixed: None,
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
+        name: "SnapshotTopic",
+        module: "storage",
+        fixed: None,
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
+        name: "SnapshotStream",
+        module: "storage",
+        fixed: None,
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
+        name: "SnapshotUser",
+        module: "storage",
+        fixed: None,
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
+        name: "SnapshotToken",
+        module: "storage",
+        fixed: None,
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
+        name: "SnapshotSession",
+        module: "storage",
+        fixed: Some(72),
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
+        name: "MetadataSnapshot",
+        module: "storage",
+        fixed: None,
+        since: 0,
+        until: 4294967295,
+    },
 ];
 /// Decoded, re-encoded and rendered.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -1033,6 +1089,14 @@ pub fn roundtrip(name: &str, input: &[u8]) -> Option<Result<Roundtrip, WireError
         "IndexEntry" => rt!(crate ::storage::IndexEntry, input),
         "CheckedU64" => rt!(crate ::storage::CheckedU64, input),
         "SnapshotHeader" => rt!(crate ::storage::SnapshotHeader, input),
+        "SnapshotPartition" => rt!(crate ::storage::SnapshotPartition, input),
+        "SnapshotConsumerGroup" => rt!(crate ::storage::SnapshotConsumerGroup, input),
+        "SnapshotTopic" => rt!(crate ::storage::SnapshotTopic, input),
+        "SnapshotStream" => rt!(crate ::storage::SnapshotStream, input),
+        "SnapshotUser" => rt!(crate ::storage::SnapshotUser, input),
+        "SnapshotToken" => rt!(crate ::storage::SnapshotToken, input),
+        "SnapshotSession" => rt!(crate ::storage::SnapshotSession, input),
+        "MetadataSnapshot" => rt!(crate ::storage::MetadataSnapshot, input),
         _ => None,
     }
 }

@@ -9,6 +9,7 @@ mod group;
 mod maintenance;
 mod metadata;
 mod metadata_machine;
+mod metadata_snapshot;
 mod node;
 mod options;
 mod partition;

@@ -435,6 +435,24 @@ impl Metadata {
         find(&self.users, ident, |u| &u.username).ok_or(ErrorCode::ResourceNotFound)
     }
 
+    /// The effects that open every partition of the model (start-up from a checkpoint).
+    pub fn open_effects(&self) -> Vec<Effect> {
+        let mut effects = Vec::new();
+        for stream in self.streams.values() {
+            for topic in stream.topics.values() {
+                for partition in topic.partitions.values() {
+                    effects.push(Effect::OpenPartition {
+                        stream: stream.id,
+                        topic: topic.id,
+                        partition: partition.id,
+                        incarnation: partition.incarnation,
+                    });
+                }
+            }
+        }
+        effects
+    }
+
     // ----- streams -----
 
     pub fn create_stream(&mut self, name: &str, now: u64) -> Result<u32, ErrorCode> {

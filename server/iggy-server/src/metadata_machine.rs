@@ -273,6 +273,13 @@ impl StateMachine for MetadataMachine {
         }
     }
 
+    async fn checkpoint(&mut self) -> std::io::Result<Vec<u8>> {
+        // Partition logs keep their own checkpoints; the model is the whole metadata state.
+        Ok(crate::metadata_snapshot::encode(
+            &self.shared.metadata.borrow(),
+        ))
+    }
+
     async fn read(&mut self, _read: ()) {}
 }
 

@@ -3,7 +3,7 @@
 //! borrow is held across an `.await`.
 
 use crate::config::Config;
-use crate::group::{Durability, Group, GroupHandle};
+use crate::group::{Checkpointing, Durability, Group, GroupHandle, read_checkpoint};
 use crate::metadata::{Effect, Metadata};
 use crate::metadata_machine::MetadataMachine;
 use crate::partition::{PartitionHandle, PartitionInfo};
@@ -291,21 +291,47 @@ impl Node {
         });
         let metadata_dir = shared.data.root().join("metadata");
         std::fs::create_dir_all(&metadata_dir)?;
-        let (journal, entries) = FileJournal::open(&metadata_dir.join("journal.wal"), 0).await?;
-        tracing::info!("metadata journal: replaying {} ops", entries.len());
+        // The checkpoint holds the model as of its op (the spec's MetadataSnapshot); the
+        // journal holds the ops after it.
+        let checkpoint_path = metadata_dir.join("checkpoint");
+        let (checkpoint, checkpoint_op) = match read_checkpoint(&checkpoint_path).await? {
+            Some((replica, state)) => {
+                let model = crate::metadata_snapshot::decode(&state)
+                    .map_err(|why| std::io::Error::new(std::io::ErrorKind::InvalidData, why))?;
+                *shared.metadata.borrow_mut() = model;
+                let op = replica.op;
+                (Some(replica), op)
+            }
+            None => (None, 0),
+        };
+        // Partitions the checkpoint knows are opened before the later ops replay.
+        let opening = shared.metadata.borrow().open_effects();
+        for effect in opening {
+            shared.run_effect(effect).await;
+        }
+        let (journal, entries) =
+            FileJournal::open(&metadata_dir.join("journal.wal"), checkpoint_op).await?;
+        tracing::info!(
+            "metadata: checkpoint at op {checkpoint_op}, replaying {} journaled ops",
+            entries.len()
+        );
         let machine = MetadataMachine {
             shared: shared.clone(),
         };
-        // The metadata journal is replayed whole: metadata snapshots are not built yet.
+        let checkpointing = Checkpointing {
+            path: checkpoint_path,
+            journal_bytes: shared.config.system.checkpoint_journal_bytes,
+            journal_ops: shared.config.system.checkpoint_journal_ops.max(1),
+        };
         let group = Group::open(
             shared.vsr_config(),
             journal,
-            None,
+            checkpoint,
             entries,
             machine,
             durability,
             false,
-            None,
+            Some(checkpointing),
         )
         .await;
         let metadata = group.spawn();

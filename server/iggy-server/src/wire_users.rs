@@ -35,7 +35,7 @@ fn decode<'a, T: WireDecode<'a>>(bytes: &'a [u8]) -> Result<T, ErrorCode> {
 
 // ----- permissions -----
 
-fn permissions_from_wire(wire: &WirePermissions) -> Permissions {
+pub(crate) fn permissions_from_wire(wire: &WirePermissions) -> Permissions {
     let g = &wire.global;
     let global = GlobalPermissions {
         manage_servers: g.manage_servers,
@@ -81,7 +81,7 @@ fn permissions_from_wire(wire: &WirePermissions) -> Permissions {
     Permissions { global, streams }
 }
 
-fn permissions_to_wire(permissions: &Permissions) -> WirePermissions {
+pub(crate) fn permissions_to_wire(permissions: &Permissions) -> WirePermissions {
     let g = &permissions.global;
     let global = WireGlobalPermissions {
         manage_servers: g.manage_servers,

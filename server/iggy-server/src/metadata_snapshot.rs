@@ -1,0 +1,281 @@
+//! The metadata model as a snapshot (the spec's `MetadataSnapshot`): what the metadata group's
+//! checkpoint keeps, so its journal can be emptied and a start replays only the ops after it.
+
+use crate::metadata::{
+    ConsumerGroup, Metadata, Partition, PersonalAccessToken, ResizePolicy, Stream, Topic,
+    TopicDurability, User, UserStatus,
+};
+use crate::session::Session;
+use crate::wire_users::{permissions_from_wire, permissions_to_wire};
+use iggy_generated::storage::{
+    MetadataSnapshot, SnapshotConsumerGroup, SnapshotPartition, SnapshotSession, SnapshotStream,
+    SnapshotToken, SnapshotTopic, SnapshotUser,
+};
+use iggy_wire::{WireDecode, WireEncode};
+use std::collections::BTreeMap;
+
+fn durability_code(durability: TopicDurability) -> u8 {
+    match durability {
+        TopicDurability::Replicated => 0,
+        TopicDurability::Persisted => 1,
+    }
+}
+
+fn durability_of(code: u8) -> TopicDurability {
+    if code == 1 {
+        TopicDurability::Persisted
+    } else {
+        TopicDurability::Replicated
+    }
+}
+
+fn topic_snapshot(topic: &Topic) -> SnapshotTopic<'_> {
+    SnapshotTopic {
+        id: topic.id,
+        name: &topic.name,
+        created_at: topic.created_at,
+        message_expiry: topic.message_expiry,
+        max_topic_size: topic.max_topic_size,
+        compression_algorithm: topic.compression_algorithm,
+        replication_factor: topic.replication_factor,
+        resize_policy: u8::from(topic.resize_policy == ResizePolicy::Fixed),
+        durability: durability_code(topic.durability),
+        consumer_offset_durability: durability_code(topic.consumer_offset_durability),
+        segment_size: topic.segment_size,
+        options: &topic.options,
+        partitions: topic
+            .partitions
+            .values()
+            .map(|p| SnapshotPartition {
+                id: p.id,
+                created_at: p.created_at,
+                incarnation: p.incarnation,
+            })
+            .collect(),
+        consumer_groups: topic
+            .consumer_groups
+            .values()
+            .map(|g| SnapshotConsumerGroup {
+                id: g.id,
+                name: &g.name,
+                generation: g.generation,
+                members: g.members.clone(),
+            })
+            .collect(),
+    }
+}
+
+/// Encodes the whole model.
+pub fn encode(metadata: &Metadata) -> Vec<u8> {
+    let snapshot = MetadataSnapshot {
+        commit: metadata.commit,
+        system_requests: metadata.system_requests,
+        streams: metadata
+            .streams
+            .values()
+            .map(|s| SnapshotStream {
+                id: s.id,
+                name: &s.name,
+                created_at: s.created_at,
+                topics: s.topics.values().map(topic_snapshot).collect(),
+            })
+            .collect(),
+        users: metadata
+            .users
+            .values()
+            .map(|u| SnapshotUser {
+                id: u.id,
+                username: &u.username,
+                password_hash: &u.password_hash,
+                status: u.status as u8,
+                created_at: u.created_at,
+                permissions: u.permissions.as_ref().map(permissions_to_wire),
+            })
+            .collect(),
+        tokens: metadata
+            .tokens
+            .iter()
+            .map(|t| SnapshotToken {
+                user_id: t.user_id,
+                name: &t.name,
+                token_hash: t.token_hash,
+                expiry_at: t.expiry_at.unwrap_or(0),
+            })
+            .collect(),
+        sessions: metadata
+            .sessions
+            .iter()
+            .map(|(client, s)| SnapshotSession {
+                client: *client,
+                session: s.session,
+                user_id: s.user_id,
+                protocol: s.protocol,
+                bind_secret: s.bind_secret,
+            })
+            .collect(),
+    };
+    let mut out = Vec::with_capacity(snapshot.encoded_size());
+    snapshot.encode_to(&mut out);
+    out
+}
+
+/// Decodes a snapshot into a model.
+pub fn decode(bytes: &[u8]) -> Result<Metadata, String> {
+    let snapshot = MetadataSnapshot::decode_exact(bytes)
+        .map_err(|error| format!("metadata snapshot: {error:?}"))?;
+    let mut metadata = Metadata {
+        commit: snapshot.commit,
+        system_requests: snapshot.system_requests,
+        ..Default::default()
+    };
+    for s in &snapshot.streams {
+        let topics = s
+            .topics
+            .iter()
+            .map(|t| {
+                let topic = Topic {
+                    id: t.id,
+                    name: t.name.to_string(),
+                    created_at: t.created_at,
+                    partitions: t
+                        .partitions
+                        .iter()
+                        .map(|p| {
+                            (
+                                p.id,
+                                Partition {
+                                    id: p.id,
+                                    created_at: p.created_at,
+                                    incarnation: p.incarnation,
+                                },
+                            )
+                        })
+                        .collect(),
+                    message_expiry: t.message_expiry,
+                    max_topic_size: t.max_topic_size,
+                    compression_algorithm: t.compression_algorithm,
+                    replication_factor: t.replication_factor,
+                    resize_policy: if t.resize_policy == 1 {
+                        ResizePolicy::Fixed
+                    } else {
+                        ResizePolicy::Dynamic
+                    },
+                    durability: durability_of(t.durability),
+                    consumer_offset_durability: durability_of(t.consumer_offset_durability),
+                    segment_size: t.segment_size,
+                    options: t.options.to_vec(),
+                    consumer_groups: t
+                        .consumer_groups
+                        .iter()
+                        .map(|g| {
+                            let group = ConsumerGroup {
+                                id: g.id,
+                                name: g.name.to_string(),
+                                members: g.members.clone(),
+                                generation: g.generation,
+                            };
+                            (g.id, group)
+                        })
+                        .collect(),
+                };
+                (t.id, topic)
+            })
+            .collect::<BTreeMap<_, _>>();
+        let stream = Stream {
+            id: s.id,
+            name: s.name.to_string(),
+            created_at: s.created_at,
+            topics,
+        };
+        metadata.streams.insert(s.id, stream);
+    }
+    for u in &snapshot.users {
+        let user = User {
+            id: u.id,
+            username: u.username.to_string(),
+            password_hash: u.password_hash.to_string(),
+            status: if u.status == 2 {
+                UserStatus::Inactive
+            } else {
+                UserStatus::Active
+            },
+            permissions: u.permissions.as_ref().map(permissions_from_wire),
+            created_at: u.created_at,
+        };
+        metadata.users.insert(u.id, user);
+    }
+    metadata.tokens = snapshot
+        .tokens
+        .iter()
+        .map(|t| PersonalAccessToken {
+            user_id: t.user_id,
+            name: t.name.to_string(),
+            token_hash: t.token_hash,
+            expiry_at: (t.expiry_at != 0).then_some(t.expiry_at),
+        })
+        .collect();
+    for s in &snapshot.sessions {
+        let session = Session {
+            session: s.session,
+            user_id: s.user_id,
+            protocol: s.protocol,
+            bind_secret: s.bind_secret,
+        };
+        metadata.sessions.register(s.client, session);
+    }
+    Ok(metadata)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metadata::{Ident, TopicSettings};
+
+    #[test]
+    fn a_model_survives_its_snapshot() {
+        let mut metadata = Metadata::default();
+        metadata.create_stream("orders", 10).unwrap();
+        let settings = TopicSettings {
+            options: vec![1, 2, 3],
+            ..Default::default()
+        };
+        metadata
+            .create_topic(&Ident::Id(0), "created", 3, settings, 7, 11)
+            .unwrap();
+        metadata
+            .create_group(&Ident::Id(0), &Ident::Id(0), "g")
+            .unwrap();
+        metadata
+            .join_group(&Ident::Id(0), &Ident::Id(0), &Ident::Id(0), 99)
+            .unwrap();
+        metadata
+            .create_user("alice", "hash".into(), UserStatus::Active, None, 12)
+            .unwrap();
+        metadata.sessions.register(
+            99,
+            Session {
+                session: 4,
+                user_id: 0,
+                protocol: 0x3000,
+                bind_secret: [5; 32],
+            },
+        );
+        metadata.commit = 42;
+        let restored = decode(&encode(&metadata)).unwrap();
+        assert_eq!(encode(&restored), encode(&metadata));
+        assert_eq!(restored.commit, 42);
+        let (_, topic) = restored
+            .topic(
+                &Ident::Name("orders".into()),
+                &Ident::Name("created".into()),
+            )
+            .unwrap();
+        assert_eq!(
+            (topic.partitions.len(), topic.options.clone()),
+            (3, vec![1, 2, 3])
+        );
+        assert_eq!(topic.consumer_groups[&0].members, vec![99]);
+        assert_eq!(restored.sessions.get(99).unwrap().session, 4);
+        assert!(decode(&encode(&metadata)[..20]).is_err());
+    }
+}
