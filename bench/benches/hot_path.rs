@@ -1,0 +1,136 @@
+//! Micro-benchmarks of the server's hot path, so a regression shows up as a number:
+//! the generated codec (request header, send request), batch verification and stamping, and the
+//! partition log's append. Run with `cargo bench -p iggy-bench --bench hot_path`.
+
+use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
+use iggy_generated::frames::{Command, RequestHeader};
+use iggy_generated::payloads::{Identifier, Partitioning, SendMessagesRequest};
+use iggy_storage::batch;
+use iggy_storage::partition_log::{LogConfig, PartitionLog};
+use iggy_wire::{WireDecode, WireEncode};
+
+/// A batch record of `count` messages of `size` bytes each, checksums valid, as a producer
+/// sends it (server fields zero).
+fn batch_record(count: u32, size: usize) -> Vec<u8> {
+    use iggy_generated::frames::{BatchHeader, MessageFrameHeader};
+    let mut record = vec![0u8; BatchHeader::SIZE];
+    for i in 0..count {
+        let mut frame = MessageFrameHeader::default();
+        frame.id = u128::from(i) + 1;
+        frame.offset_delta = i;
+        frame.payload_length = size as u32;
+        let mut bytes = frame.to_bytes().to_vec();
+        bytes.extend(std::iter::repeat_n(i as u8, size));
+        let checksum = twox_hash::XxHash3_64::oneshot(&bytes[8..]);
+        bytes[..8].copy_from_slice(&checksum.to_le_bytes());
+        record.extend_from_slice(&bytes);
+    }
+    let mut header = BatchHeader::default();
+    header.batch_length = record.len() as u64;
+    header.message_count = count;
+    header.encode_fixed(&mut record[..BatchHeader::SIZE]);
+    let checksum = batch::compute_checksum(&record);
+    let at = BatchHeader::BATCH_CHECKSUM_OFFSET;
+    record[at..at + 8].copy_from_slice(&checksum.to_le_bytes());
+    record
+}
+
+fn codec(c: &mut Criterion) {
+    let mut header = RequestHeader::default();
+    header.command = Command::Request;
+    header.size = 256;
+    header.client = 42;
+    let bytes = header.to_bytes();
+    c.bench_function("codec/request_header_decode", |b| {
+        b.iter(|| RequestHeader::decode_fixed(&bytes).unwrap())
+    });
+
+    let record = batch_record(1000, 100);
+    let stream = 1u32.to_le_bytes();
+    let partition = 0u32.to_le_bytes();
+    let request = SendMessagesRequest {
+        metadata_length: 0,
+        stream_id: Identifier {
+            kind: 1,
+            value: &stream,
+        },
+        topic_id: Identifier {
+            kind: 1,
+            value: &stream,
+        },
+        partitioning: Partitioning {
+            kind: 2,
+            value: &partition,
+        },
+        messages_count: 1000,
+        batch: &record,
+    };
+    let mut body = Vec::new();
+    request.encode_to(&mut body);
+    let mut group = c.benchmark_group("codec");
+    group.throughput(Throughput::Bytes(body.len() as u64));
+    group.bench_function("send_request_decode_100KB", |b| {
+        b.iter(|| SendMessagesRequest::decode_exact(&body).unwrap())
+    });
+    group.finish();
+}
+
+fn batches(c: &mut Criterion) {
+    let record = batch_record(1000, 1000);
+    let mut group = c.benchmark_group("batch");
+    group.throughput(Throughput::Bytes(record.len() as u64));
+    group.bench_function("verify_1MB", |b| b.iter(|| batch::verify(&record).unwrap()));
+    group.bench_function("stamp_1MB", |b| {
+        b.iter_batched(
+            || record.clone(),
+            |mut r| batch::stamp(&mut r, 0, 7, 1_700_000_000_000_000),
+            BatchSize::LargeInput,
+        )
+    });
+    group.finish();
+}
+
+fn log_append(c: &mut Criterion) {
+    let runtime = compio::runtime::Runtime::new().expect("io_uring runtime");
+    let dir = tempfile::tempdir().unwrap();
+    // Retention keeps the benchmark's disk use near 192 MiB however many appends it measures.
+    let config = LogConfig {
+        segment_size: 64 << 20,
+        message_expiry_us: None,
+        max_size: Some(128 << 20),
+    };
+    let log = std::cell::RefCell::new(
+        runtime
+            .block_on(PartitionLog::open(dir.path(), config))
+            .unwrap(),
+    );
+    let template = batch_record(1000, 1000);
+    let mut group = c.benchmark_group("log");
+    group.throughput(Throughput::Bytes(template.len() as u64));
+    group.sample_size(30);
+    group.measurement_time(std::time::Duration::from_secs(3));
+    group.bench_function("append_1MB_buffered", |b| {
+        b.iter_batched(
+            || {
+                runtime
+                    .block_on(log.borrow_mut().apply_retention(0))
+                    .unwrap();
+                let mut record = template.clone();
+                batch::stamp(
+                    &mut record,
+                    0,
+                    log.borrow().next_offset(),
+                    1_700_000_000_000_000,
+                );
+                record
+            },
+            |record| runtime.block_on(log.borrow_mut().append(record)).unwrap(),
+            // Each record carries the next offset: it is made right before its append.
+            BatchSize::PerIteration,
+        )
+    });
+    group.finish();
+}
+
+criterion_group!(hot_path, codec, batches, log_append);
+criterion_main!(hot_path);
