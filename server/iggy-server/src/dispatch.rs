@@ -421,7 +421,7 @@ async fn metadata_write(
             return Err(ErrorCode::Unauthorized);
         }
         // Secrets are turned into hashes before they reach the journal.
-        crate::users::prepare(&node.shared, operation, bound.user_id, body)?
+        crate::wire_users::prepare(&node.shared, operation, bound.user_id, body)?
     };
     let journaled = Envelope::encode(
         now_micros(),
@@ -775,27 +775,12 @@ async fn non_replicated(
         100 | 104 => poll(node, request, bound, body).await,
         // 0.11.1's routing lookups (poll, consumer offset): this node serves them.
         103 | 123 => {
-            let (name, ip, ports) = replies::roster_entry_v0111(&node.shared);
-            let routing = iggy_generated::payloads::PollRoutingResponse {
-                consumer_session: iggy_generated::payloads::SessionIdentity {
-                    client_id: header.client,
-                    session: bound.session,
-                    metadata_watermark: commit,
-                },
-                primary: iggy_generated::payloads::ClusterNodeResponseV0111 {
-                    name: &name,
-                    ip: &ip,
-                    tcp_port: ports[0],
-                    quic_port: ports[1],
-                    http_port: ports[2],
-                    websocket_port: ports[3],
-                    role: iggy_generated::payloads::ClusterNodeRole::Leader,
-                    status: iggy_generated::payloads::ClusterNodeStatus::Healthy,
-                },
+            let session = iggy_generated::payloads::SessionIdentity {
+                client_id: header.client,
+                session: bound.session,
+                metadata_watermark: commit,
             };
-            let mut out = Vec::new();
-            iggy_wire::WireEncode::encode_to(&routing, &mut out);
-            Ok(request.reply(&out))
+            Ok(request.reply(&replies::poll_routing(&node.shared, session)))
         }
         120 => {
             let r: GetConsumerOffsetRequest = decode(body)?;
@@ -858,7 +843,7 @@ async fn non_replicated(
             }
             Ok(request.reply(&replies::group_list(t)))
         }
-        _ => crate::users::read(node, connection, request.header, code, body)
+        _ => crate::wire_users::read(node, connection, request.header, code, body)
             .await
             .map(|reply| request.reply(&reply)),
     }

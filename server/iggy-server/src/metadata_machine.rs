@@ -223,7 +223,9 @@ impl MetadataMachine {
                 metadata.update_topic(&stream, &topic, &block, &[])?;
                 Ok(Vec::new())
             }
-            _ => crate::users::apply(metadata, operation, envelope.user_id, request, now, codec),
+            _ => {
+                crate::wire_users::apply(metadata, operation, envelope.user_id, request, now, codec)
+            }
         })();
         let reply = match operation {
             Operation::Logout | Operation::DeleteSegments => match result {

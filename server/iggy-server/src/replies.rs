@@ -181,28 +181,7 @@ pub fn stream_list(shared: &Shared, codec: Codec) -> Vec<u8> {
 }
 
 pub fn topic_details(shared: &Shared, stream: u32, topic: &Topic, codec: Codec) -> Vec<u8> {
-    if codec == Codec::V0_11_1 {
-        let partitions = topic
-            .partitions
-            .values()
-            .map(|p| {
-                let info = shared.stats((stream, topic.id, p.id));
-                PartitionResponseV0111 {
-                    id: p.id,
-                    created_at: p.created_at,
-                    segments_count: info.segments,
-                    current_offset: info.next_offset.saturating_sub(1),
-                    size_bytes: info.size_bytes,
-                    messages_count: info.messages,
-                }
-            })
-            .collect();
-        return encode(&GetTopicResponseV0111 {
-            topic: topic_header_v0111(shared, stream, topic),
-            partitions,
-        });
-    }
-    let partitions = topic
+    let partitions: Vec<PartitionResponse> = topic
         .partitions
         .values()
         .map(|p| {
@@ -222,10 +201,27 @@ pub fn topic_details(shared: &Shared, stream: u32, topic: &Topic, codec: Codec) 
             }
         })
         .collect();
-    encode(&GetTopicResponse {
-        topic: topic_header(shared, stream, topic),
-        partitions,
-    })
+    match codec {
+        Codec::Current => encode(&GetTopicResponse {
+            topic: topic_header(shared, stream, topic),
+            partitions,
+        }),
+        Codec::V0_11_1 => encode(&GetTopicResponseV0111 {
+            topic: topic_header_v0111(shared, stream, topic),
+            // 0.11.1 partitions carry no partition context.
+            partitions: partitions
+                .iter()
+                .map(|p| PartitionResponseV0111 {
+                    id: p.id,
+                    created_at: p.created_at,
+                    segments_count: p.segments_count,
+                    current_offset: p.current_offset,
+                    size_bytes: p.size_bytes,
+                    messages_count: p.messages_count,
+                })
+                .collect(),
+        }),
+    }
 }
 
 pub fn topic_list(shared: &Shared, stream: u32, codec: Codec) -> Vec<u8> {
@@ -313,39 +309,49 @@ fn port_of(address: &str) -> u16 {
         .map_or(0, |a| a.port())
 }
 
-/// This node's roster entry in the 0.11.1 layout (no replica id).
-pub fn roster_entry_v0111(shared: &Shared) -> (String, String, [u16; 4]) {
+/// Encodes a reply that holds this node's roster entry in the 0.11.1 layout (no replica id).
+fn with_roster_entry_v0111(
+    shared: &Shared,
+    reply: impl FnOnce(ClusterNodeResponseV0111<'_>) -> Vec<u8>,
+) -> Vec<u8> {
     let config = &shared.config;
     let served = |t: &crate::config::Transport| if t.enabled { port_of(&t.address) } else { 0 };
-    let ports = [
-        served(&config.tcp),
-        served(&config.quic),
-        served(&config.http),
-        served(&config.websocket),
-    ];
-    (
+    let (name, ip) = (
         format!("iggy-node-{}", shared.replica_id),
         config.advertised_ip(),
-        ports,
-    )
+    );
+    reply(ClusterNodeResponseV0111 {
+        name: &name,
+        ip: &ip,
+        tcp_port: served(&config.tcp),
+        quic_port: served(&config.quic),
+        http_port: served(&config.http),
+        websocket_port: served(&config.websocket),
+        role: ClusterNodeRole::Leader,
+        status: ClusterNodeStatus::Healthy,
+    })
+}
+
+/// 103 and 123 (0.11.1): the caller's session and the primary, which is this node.
+pub fn poll_routing(
+    shared: &Shared,
+    consumer_session: iggy_generated::payloads::SessionIdentity,
+) -> Vec<u8> {
+    with_roster_entry_v0111(shared, |primary| {
+        encode(&iggy_generated::payloads::PollRoutingResponse {
+            consumer_session,
+            primary,
+        })
+    })
 }
 
 pub fn cluster_metadata(shared: &Shared, codec: Codec) -> Vec<u8> {
     if codec == Codec::V0_11_1 {
-        let (name, ip, ports) = roster_entry_v0111(shared);
-        let node = ClusterNodeResponseV0111 {
-            name: &name,
-            ip: &ip,
-            tcp_port: ports[0],
-            quic_port: ports[1],
-            http_port: ports[2],
-            websocket_port: ports[3],
-            role: ClusterNodeRole::Leader,
-            status: ClusterNodeStatus::Healthy,
-        };
-        return encode(&ClusterMetadataResponseV0111 {
-            name: "iggy-cluster",
-            nodes: vec![node],
+        return with_roster_entry_v0111(shared, |node| {
+            encode(&ClusterMetadataResponseV0111 {
+                name: "iggy-cluster",
+                nodes: vec![node],
+            })
         });
     }
     let config = &shared.config;

@@ -2,15 +2,14 @@
 //! user op needs, and the user ops of the metadata state machine. Passwords and tokens are
 //! hashed before they reach the journal; a new token is shown to its creator once.
 
-use crate::dispatch::Connection;
 use crate::group::Outcome;
-use crate::metadata::{Metadata, Need, PersonalAccessToken, ROOT_USER_ID, UserStatus};
+use crate::metadata::{Need, PersonalAccessToken, ROOT_USER_ID, UserStatus};
 use crate::metadata_machine::Envelope;
 use crate::node::{Node, Shared};
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use bytes::Bytes;
 use iggy_generated::errors::ErrorCode;
-use iggy_generated::frames::{Operation, RequestHeader};
+use iggy_generated::frames::Operation;
 use std::hash::Hasher;
 
 /// The node's own client id for ops it submits itself (the root user at first start).
@@ -165,38 +164,6 @@ impl Prepared {
             _ => reply.to_vec(),
         }
     }
-}
-
-pub fn prepare(
-    shared: &Shared,
-    operation: Operation,
-    user_id: u32,
-    body: &[u8],
-) -> Result<Prepared, ErrorCode> {
-    crate::wire_users::prepare(shared, operation, user_id, body)
-}
-
-/// Applies a committed user op.
-pub fn apply(
-    metadata: &mut Metadata,
-    operation: Operation,
-    user_id: u32,
-    request: &[u8],
-    now: u64,
-    codec: crate::replies::Codec,
-) -> Result<Vec<u8>, ErrorCode> {
-    crate::wire_users::apply(metadata, operation, user_id, request, now, codec)
-}
-
-/// Serves the user, client and system reads.
-pub async fn read(
-    node: &Node,
-    connection: &Connection,
-    header: &RequestHeader,
-    code: u32,
-    body: &[u8],
-) -> Result<Vec<u8>, ErrorCode> {
-    crate::wire_users::read(node, connection, header, code, body).await
 }
 
 pub fn new_token() -> String {
