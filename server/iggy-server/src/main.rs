@@ -6,6 +6,7 @@ mod config;
 mod dispatch;
 mod frame;
 mod group;
+mod host;
 mod maintenance;
 mod metadata;
 mod metadata_machine;

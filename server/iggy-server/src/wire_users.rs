@@ -642,16 +642,17 @@ fn stats(node: &Node) -> Vec<u8> {
     let run_time = shared.started_at.elapsed().as_micros() as u64;
     let now = crate::dispatch::now_micros();
     let version = iggy_generated::protocol::RELEASE_VERSION;
+    let host = crate::host::figures();
     encode(&StatsResponse {
         process_id: std::process::id(),
         cpu_usage: 0f32.to_bits(),
         total_cpu_usage: 0f32.to_bits(),
-        memory_usage: 0,
-        total_memory: 0,
-        available_memory: 0,
+        memory_usage: host.memory_usage,
+        total_memory: host.total_memory,
+        available_memory: host.available_memory,
         run_time,
         start_time: now.saturating_sub(run_time),
-        read_bytes: 0,
+        read_bytes: host.read_bytes,
         written_bytes: size,
         messages_size_bytes: size,
         streams_count: metadata.streams.len() as u32,
@@ -661,17 +662,17 @@ fn stats(node: &Node) -> Vec<u8> {
         messages_count: messages,
         clients_count: node.clients.borrow().len() as u32,
         consumer_groups_count: groups,
-        hostname: "localhost",
+        hostname: &host.hostname,
         os_name: std::env::consts::OS,
-        os_version: "",
-        kernel_version: "",
+        os_version: &host.os_version,
+        kernel_version: &host.kernel_version,
         iggy_server_version: version,
         iggy_server_semver: 0,
         cache_metrics: Vec::new(),
-        threads_count: 1,
+        threads_count: host.threads,
         free_disk_space: 0,
         total_disk_space: 0,
-        open_files_count: 0,
-        open_files_limit: 0,
+        open_files_count: host.open_files,
+        open_files_limit: host.open_files_limit,
     })
 }
