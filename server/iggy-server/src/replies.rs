@@ -126,6 +126,15 @@ fn topic_header<'a>(shared: &Shared, stream: u32, topic: &'a Topic) -> TopicHead
     }
 }
 
+/// Derived options of every stream: stored unencrypted (stream encryption is not built).
+static PLAINTEXT_STREAM: std::sync::LazyLock<Vec<u8>> = std::sync::LazyLock::new(|| {
+    crate::options::encode(&[(
+        "encryption_key_source",
+        crate::options::kind::STRING,
+        b"none",
+    )])
+});
+
 fn stream_header<'a>(shared: &Shared, stream: &'a Stream) -> StreamResponse<'a> {
     let (size_bytes, messages_count) =
         stream
@@ -143,7 +152,7 @@ fn stream_header<'a>(shared: &Shared, stream: &'a Stream) -> StreamResponse<'a> 
         messages_count,
         name: &stream.name,
         options: &[],
-        derived_options: &[],
+        derived_options: &PLAINTEXT_STREAM,
     }
 }
 
