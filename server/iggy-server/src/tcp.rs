@@ -5,7 +5,8 @@ use crate::dispatch::{Connection, Dispatched};
 use crate::frame::{self, HEADER_SIZE};
 use crate::node::Node;
 use compio::BufResult;
-use compio::io::{AsyncReadExt, AsyncWriteExt};
+use compio::buf::{IntoInner, IoBuf};
+use compio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use compio::net::{TcpListener, TcpStream};
 use std::rc::Rc;
 
@@ -86,6 +87,9 @@ async fn connection(
     result
 }
 
+/// How much a connection reads at a time when it waits for a request.
+const READ_CHUNK: usize = 64 * 1024;
+
 async fn serve_connection(
     stream: &mut TcpStream,
     node: &Rc<Node>,
@@ -95,17 +99,34 @@ async fn serve_connection(
     let idle = std::time::Duration::from_secs(limits.idle_timeout_secs.max(1));
     let request_timeout = std::time::Duration::from_millis(limits.request_timeout_ms.max(1));
     let timed_out = || std::io::Error::new(std::io::ErrorKind::TimedOut, "no request in time");
-    let mut header = [0u8; HEADER_SIZE];
+    // Bytes received but not yet consumed: one read usually brings a whole small request (or
+    // several pipelined ones), so a request costs one read, not one for its header and one for
+    // its body.
+    let mut pending: Vec<u8> = Vec::with_capacity(READ_CHUNK);
     loop {
-        let BufResult(read, buffer) = compio::time::timeout(idle, stream.read_exact(header))
-            .await
-            .map_err(|_| timed_out())?;
-        header = buffer;
-        match read {
-            Ok(()) => {}
-            Err(error) if error.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
-            Err(error) => return Err(error),
+        // A header must arrive whole within the idle timeout from its first byte (a slow-loris
+        // header is cut), a body within the request timeout.
+        let mut header_begun: Option<std::time::Instant> = None;
+        while pending.len() < HEADER_SIZE {
+            let wait = match header_begun {
+                Some(begun) => idle.saturating_sub(begun.elapsed()),
+                None => idle,
+            };
+            pending.reserve(READ_CHUNK);
+            let have = pending.len();
+            // Appended after what is already pending.
+            let BufResult(read, buffer) =
+                compio::time::timeout(wait, stream.read(pending.slice(have..)))
+                    .await
+                    .map_err(|_| timed_out())?;
+            pending = buffer.into_inner();
+            header_begun.get_or_insert_with(std::time::Instant::now);
+            if read? == 0 {
+                // The peer closed; a partial header is dropped with the connection.
+                return Ok(());
+            }
         }
+        let header: [u8; HEADER_SIZE] = pending[..HEADER_SIZE].try_into().expect("a whole header");
         let admitted = match frame::admit_header(&header, node.shared.config.limits.max_frame_size)
         {
             Ok(admitted) => admitted,
@@ -117,16 +138,23 @@ async fn serve_connection(
                 return Ok(());
             }
         };
-        let body = Vec::with_capacity(admitted.body_len);
-        let body = if admitted.body_len == 0 {
+        let frame_len = HEADER_SIZE + admitted.body_len;
+        let body = if pending.len() >= frame_len {
+            let body = pending[HEADER_SIZE..frame_len].to_vec();
+            pending.drain(..frame_len);
             body
         } else {
-            let BufResult(read, body) =
-                compio::time::timeout(request_timeout, stream.read_exact(body))
+            // The rest of a large body is read straight into it.
+            let mut body = Vec::with_capacity(admitted.body_len);
+            body.extend_from_slice(&pending[HEADER_SIZE..]);
+            pending.clear();
+            let have = body.len();
+            let BufResult(read, filled) =
+                compio::time::timeout(request_timeout, stream.read_exact(body.slice(have..)))
                     .await
                     .map_err(|_| timed_out())?;
             read?;
-            body
+            filled.into_inner()
         };
         node.in_flight.set(node.in_flight.get() + 1);
         let dispatched = crate::dispatch::dispatch(node, connection, admitted, body).await;

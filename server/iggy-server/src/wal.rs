@@ -148,6 +148,17 @@ impl Journal for FileJournal {
             )
         })?;
         let position = self.len;
+        if entry.body.len() <= iggy_storage::small_write::SMALL_WRITE_MAX {
+            // Small records are copied into the page cache in place (see small_write).
+            let mut record = Vec::with_capacity(HEADER_SIZE + entry.body.len());
+            record.extend_from_slice(&header);
+            record.extend_from_slice(&entry.body);
+            iggy_storage::small_write::write_all_at(&self.file, &record, position)?;
+            self.positions.truncate((entry.op - self.base) as usize - 1);
+            self.positions.push(position);
+            self.len = position + record.len() as u64;
+            return Ok(());
+        }
         // Header and body go to the kernel together: two positional writes in flight at once.
         let (mut header_file, mut body_file) = (&self.file, &self.file);
         let body_position = position + HEADER_SIZE as u64;

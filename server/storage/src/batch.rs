@@ -10,14 +10,20 @@ use crate::layout::{batch, frame, read_u32, read_u64, write_u64};
 /// Checks that the frames tile `message_count` exactly and returns that count.
 pub fn validate_layout(record: &[u8]) -> Result<u32, StorageError> {
     if record.len() < batch::HEADER_SIZE {
-        return Err(StorageError::InvalidBatch("shorter than the 256-byte header"));
+        return Err(StorageError::InvalidBatch(
+            "shorter than the 256-byte header",
+        ));
     }
     if read_u64(record, batch::BATCH_LENGTH) != record.len() as u64 {
-        return Err(StorageError::InvalidBatch("batch_length differs from the record size"));
+        return Err(StorageError::InvalidBatch(
+            "batch_length differs from the record size",
+        ));
     }
     let reserved = &record[batch::RESERVED..batch::RESERVED + batch::RESERVED_SIZE];
     if reserved.iter().any(|byte| *byte != 0) {
-        return Err(StorageError::InvalidBatch("reserved header bytes are not zero"));
+        return Err(StorageError::InvalidBatch(
+            "reserved header bytes are not zero",
+        ));
     }
     let count = read_u32(record, batch::MESSAGE_COUNT);
     let mut position = batch::HEADER_SIZE;
@@ -39,7 +45,9 @@ fn frame_end(record: &[u8], start: usize) -> Result<usize, StorageError> {
     let payload = read_u32(record, start + frame::PAYLOAD_LENGTH) as usize;
     let end = start + frame::HEADER_SIZE + payload + headers;
     if end > record.len() {
-        return Err(StorageError::InvalidBatch("message frame overruns the batch"));
+        return Err(StorageError::InvalidBatch(
+            "message frame overruns the batch",
+        ));
     }
     Ok(end)
 }

@@ -35,7 +35,10 @@ impl DataDir {
 }
 
 fn io_error(context: &Path, error: std::io::Error) -> StorageError {
-    StorageError::Io { path: context.to_path_buf(), error }
+    StorageError::Io {
+        path: context.to_path_buf(),
+        error,
+    }
 }
 
 /// Opens `path` as a data directory. A missing or empty directory is initialized with the

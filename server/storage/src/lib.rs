@@ -34,6 +34,7 @@ pub mod layout;
 pub mod partition_log;
 pub mod records;
 pub mod revision;
+pub mod small_write;
 
 use std::path::PathBuf;
 
@@ -43,7 +44,10 @@ pub use data_dir::{DataDir, open_data_dir};
 #[derive(Debug)]
 pub enum StorageError {
     /// An I/O error on `path`.
-    Io { path: PathBuf, error: std::io::Error },
+    Io {
+        path: PathBuf,
+        error: std::io::Error,
+    },
     /// The data directory is not ours; nothing was modified.
     Refused(String),
     /// A batch record is malformed.

@@ -26,6 +26,7 @@ use compio::io::{AsyncReadAtExt, AsyncWriteAtExt};
 use crate::StorageError;
 use crate::batch;
 use crate::layout::{self, frame, index_entry, read_u32, read_u64, segment, write_u32, write_u64};
+use crate::small_write::SMALL_WRITE_MAX;
 
 /// Bytes read at a time while walking a segment during recovery.
 const SCAN_CHUNK: usize = 1 << 20;
@@ -588,18 +589,33 @@ impl PartitionLog {
         };
         active.unsynced = true;
         let index_position = active.index_size();
-        // The record and its index entry go to the kernel together (two positional writes in
-        // flight at once), not one after the other.
-        let (mut log, mut index) = (&active.log, &active.index);
-        let (log_written, index_written) = futures_util::future::join(
-            log.write_all_at(record, entry.position),
-            index.write_all_at(index_bytes(&entry), index_position),
-        )
-        .await;
-        let written = match (log_written.0, index_written.0) {
-            (Err(error), _) => Err(io_error(&active.log_path, error)),
-            (_, Err(error)) => Err(io_error(&active.index_path, error)),
-            _ => Ok(()),
+        let written = if record.len() <= SMALL_WRITE_MAX {
+            // A small record goes to the page cache at once: an io_uring buffered write is
+            // punted to a kernel worker, whose round trip costs more than the copy itself.
+            crate::small_write::write_all_at(&active.log, &record, entry.position)
+                .map_err(|error| io_error(&active.log_path, error))
+                .and_then(|()| {
+                    crate::small_write::write_all_at(
+                        &active.index,
+                        &index_bytes(&entry),
+                        index_position,
+                    )
+                    .map_err(|error| io_error(&active.index_path, error))
+                })
+        } else {
+            // The record and its index entry go to the kernel together (two positional writes
+            // in flight at once), not one after the other.
+            let (mut log, mut index) = (&active.log, &active.index);
+            let (log_written, index_written) = futures_util::future::join(
+                log.write_all_at(record, entry.position),
+                index.write_all_at(index_bytes(&entry), index_position),
+            )
+            .await;
+            match (log_written.0, index_written.0) {
+                (Err(error), _) => Err(io_error(&active.log_path, error)),
+                (_, Err(error)) => Err(io_error(&active.index_path, error)),
+                _ => Ok(()),
+            }
         };
         if let Err(error) = written {
             // Best effort: leave no partial record behind, which would be a corrupt record in

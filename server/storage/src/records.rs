@@ -9,19 +9,35 @@ use crate::StorageError;
 use crate::layout::{checked_u64, read_u64, write_u64};
 
 fn io_error(path: &Path, error: std::io::Error) -> StorageError {
-    StorageError::Io { path: path.to_path_buf(), error }
+    StorageError::Io {
+        path: path.to_path_buf(),
+        error,
+    }
 }
 
 /// Writes `value` to `path` atomically: temp file, fsync, rename.
 pub async fn write_checked_u64(path: &Path, value: u64) -> Result<(), StorageError> {
     let mut record = vec![0u8; checked_u64::SIZE];
     write_u64(&mut record, checked_u64::VALUE, value);
-    write_u64(&mut record, checked_u64::CHECKSUM, XxHash3_64::oneshot(&value.to_le_bytes()));
+    write_u64(
+        &mut record,
+        checked_u64::CHECKSUM,
+        XxHash3_64::oneshot(&value.to_le_bytes()),
+    );
     let temporary = path.with_extension("tmp");
-    compio::fs::write(&temporary, record).await.0.map_err(|error| io_error(&temporary, error))?;
-    let file = compio::fs::File::open(&temporary).await.map_err(|e| io_error(&temporary, e))?;
-    file.sync_all().await.map_err(|error| io_error(&temporary, error))?;
-    compio::fs::rename(&temporary, path).await.map_err(|error| io_error(path, error))
+    compio::fs::write(&temporary, record)
+        .await
+        .0
+        .map_err(|error| io_error(&temporary, error))?;
+    let file = compio::fs::File::open(&temporary)
+        .await
+        .map_err(|e| io_error(&temporary, e))?;
+    file.sync_all()
+        .await
+        .map_err(|error| io_error(&temporary, error))?;
+    compio::fs::rename(&temporary, path)
+        .await
+        .map_err(|error| io_error(path, error))
 }
 
 /// Reads a checked u64 record; `Ok(None)` when the file does not exist.

@@ -24,7 +24,10 @@ pub enum PartitionDirState {
 }
 
 fn io_error(path: &Path, error: std::io::Error) -> StorageError {
-    StorageError::Io { path: path.to_path_buf(), error }
+    StorageError::Io {
+        path: path.to_path_buf(),
+        error,
+    }
 }
 
 /// Applies the created.revision rules to `partition_dir` for `revision`, refusing when the
@@ -77,7 +80,10 @@ pub async fn prepare_partition_dir(
 }
 
 /// Writes the retirement fence naming `revision` in `namespace_dir`.
-pub async fn write_retirement_fence(namespace_dir: &Path, revision: u64) -> Result<(), StorageError> {
+pub async fn write_retirement_fence(
+    namespace_dir: &Path,
+    revision: u64,
+) -> Result<(), StorageError> {
     std::fs::create_dir_all(namespace_dir).map_err(|e| io_error(namespace_dir, e))?;
     write_checked_u64(&namespace_dir.join(RETIREMENT_FENCE), revision).await
 }
