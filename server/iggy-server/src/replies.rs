@@ -318,10 +318,10 @@ fn port_of(address: &str) -> u16 {
         .map_or(0, |a| a.port())
 }
 
-/// Encodes a reply that holds this node's roster entry in the 0.11.1 layout (no replica id).
-fn with_roster_entry_v0111(
+/// Encodes a reply that holds this node's roster entry.
+fn with_roster_entry(
     shared: &Shared,
-    reply: impl FnOnce(ClusterNodeResponseV0111<'_>) -> Vec<u8>,
+    reply: impl FnOnce(ClusterNodeResponse<'_>) -> Vec<u8>,
 ) -> Vec<u8> {
     let config = &shared.config;
     let served = |t: &crate::config::Transport| if t.enabled { port_of(&t.address) } else { 0 };
@@ -329,45 +329,7 @@ fn with_roster_entry_v0111(
         format!("iggy-node-{}", shared.replica_id),
         config.advertised_ip(),
     );
-    reply(ClusterNodeResponseV0111 {
-        name: &name,
-        ip: &ip,
-        tcp_port: served(&config.tcp),
-        quic_port: served(&config.quic),
-        http_port: served(&config.http),
-        websocket_port: served(&config.websocket),
-        role: ClusterNodeRole::Leader,
-        status: ClusterNodeStatus::Healthy,
-    })
-}
-
-/// 103 and 123 (0.11.1): the caller's session and the primary, which is this node.
-pub fn poll_routing(
-    shared: &Shared,
-    consumer_session: iggy_generated::payloads::SessionIdentity,
-) -> Vec<u8> {
-    with_roster_entry_v0111(shared, |primary| {
-        encode(&iggy_generated::payloads::PollRoutingResponse {
-            consumer_session,
-            primary,
-        })
-    })
-}
-
-pub fn cluster_metadata(shared: &Shared, codec: Codec) -> Vec<u8> {
-    if codec == Codec::V0_11_1 {
-        return with_roster_entry_v0111(shared, |node| {
-            encode(&ClusterMetadataResponseV0111 {
-                name: "iggy-cluster",
-                nodes: vec![node],
-            })
-        });
-    }
-    let config = &shared.config;
-    let served = |t: &crate::config::Transport| if t.enabled { port_of(&t.address) } else { 0 };
-    let ip = config.advertised_ip();
-    let name = format!("iggy-node-{}", shared.replica_id);
-    let node = ClusterNodeResponse {
+    reply(ClusterNodeResponse {
         replica_id: shared.replica_id,
         name: &name,
         ip: &ip,
@@ -377,10 +339,46 @@ pub fn cluster_metadata(shared: &Shared, codec: Codec) -> Vec<u8> {
         websocket_port: served(&config.websocket),
         role: ClusterNodeRole::Leader,
         status: ClusterNodeStatus::Healthy,
-    };
-    encode(&ClusterMetadataResponse {
-        name: "iggy-cluster",
-        nodes: vec![node],
+    })
+}
+
+/// A roster entry in the 0.11.1 layout, which has no replica id.
+fn roster_entry_v0111(node: ClusterNodeResponse<'_>) -> ClusterNodeResponseV0111<'_> {
+    ClusterNodeResponseV0111 {
+        name: node.name,
+        ip: node.ip,
+        tcp_port: node.tcp_port,
+        quic_port: node.quic_port,
+        http_port: node.http_port,
+        websocket_port: node.websocket_port,
+        role: node.role,
+        status: node.status,
+    }
+}
+
+/// 103 and 123 (0.11.1): the caller's session and the primary, which is this node.
+pub fn poll_routing(
+    shared: &Shared,
+    consumer_session: iggy_generated::payloads::SessionIdentity,
+) -> Vec<u8> {
+    with_roster_entry(shared, |node| {
+        encode(&iggy_generated::payloads::PollRoutingResponse {
+            consumer_session,
+            primary: roster_entry_v0111(node),
+        })
+    })
+}
+
+pub fn cluster_metadata(shared: &Shared, codec: Codec) -> Vec<u8> {
+    with_roster_entry(shared, |node| match codec {
+        Codec::Current => encode(&ClusterMetadataResponse {
+            name: "iggy-cluster",
+            nodes: vec![node],
+        }),
+        Codec::V0_11_1 => encode(&ClusterMetadataResponseV0111 {
+            name: "iggy-cluster",
+            nodes: vec![roster_entry_v0111(node)],
+        }),
     })
 }
 
