@@ -316,14 +316,12 @@ impl PartitionMachine {
             // Journal replay of a batch that reached the log before the restart.
             return WriteResult::Appended { base_offset, count };
         }
-        let mut record = batch.to_vec();
-        batch::stamp(
-            &mut record,
-            u64::from(self.partition_id),
-            base_offset,
-            timestamp,
-        );
-        match self.log.append(record).await {
+        // Stored from the received buffer: only the stamped header is new.
+        let appended = self
+            .log
+            .append_batch(batch, u64::from(self.partition_id), base_offset, timestamp)
+            .await;
+        match appended {
             Ok(()) => WriteResult::Appended { base_offset, count },
             Err(error) => {
                 tracing::error!("partition {}: append failed: {error}", self.partition_id);

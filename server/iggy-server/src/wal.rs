@@ -4,6 +4,13 @@
 //! Recovery reads the valid prefix: the first record that is torn, fails its checksum or breaks
 //! the op sequence ends the journal, and the file is cut there (logged), so a crash in the
 //! middle of an append loses only the unacknowledged tail.
+//!
+//! After a checkpoint the journal starts again at position 0 over its old records instead of
+//! being truncated: overwriting pages already in the page cache is cheaper than allocating new
+//! ones, and an overwrite does not change the file size, so a `fdatasync` has no metadata to
+//! write. The old records beyond the new end carry ops at or below the checkpoint, so they end
+//! the recovery walk as out of sequence (the file never holds more than one checkpoint's worth
+//! of journal plus one record).
 
 use crate::group::Journal;
 use bytes::Bytes;
@@ -88,6 +95,9 @@ impl FileJournal {
         let mut positions = Vec::new();
         let mut position = 0usize;
         let mut first_op = None;
+        // Whether the walk stopped at a torn or corrupt record (cut from the file) rather than
+        // at the records of an earlier cycle (overwritten by later appends).
+        let mut damaged = false;
         while position < bytes.len() {
             let expected = first_op.map(|first: u64| first + entries.len() as u64);
             match decode_record(&bytes.slice(position..), expected) {
@@ -97,12 +107,21 @@ impl FileJournal {
                     entries.push(entry);
                     position += size;
                 }
+                Err(_)
+                    if expected.is_some_and(|expected| {
+                        decode_record(&bytes.slice(position..), None)
+                            .is_ok_and(|(stale, _)| stale.op < expected && stale.op <= checkpoint)
+                    }) =>
+                {
+                    break;
+                }
                 Err(why) => {
                     tracing::warn!(
                         "journal {}: dropping {} bytes from position {position}: {why}",
                         path.display(),
                         bytes.len() - position
                     );
+                    damaged = true;
                     break;
                 }
             }
@@ -123,12 +142,23 @@ impl FileJournal {
                 ),
             ));
         }
-        if position < bytes.len() {
+        if damaged {
             file.set_len(position as u64).await?;
             file.sync_all().await?;
         }
         let skipped = (checkpoint + 1 - first_op) as usize;
         let kept = entries.split_off(skipped.min(entries.len()));
+        if kept.is_empty() {
+            // Every record is covered by the checkpoint: start over at position 0.
+            let mut journal = FileJournal {
+                file,
+                base: checkpoint,
+                positions: Vec::new(),
+                len: 0,
+            };
+            journal.reset_after_checkpoint(checkpoint).await?;
+            return Ok((journal, kept));
+        }
         let journal = FileJournal {
             file,
             base: first_op - 1,
@@ -150,32 +180,17 @@ impl Journal for FileJournal {
         let position = self.len;
         if entry.body.len() <= iggy_storage::small_write::SMALL_WRITE_MAX {
             // Small records are copied into the page cache in place (see small_write).
-            let mut record = Vec::with_capacity(HEADER_SIZE + entry.body.len());
-            record.extend_from_slice(&header);
-            record.extend_from_slice(&entry.body);
-            iggy_storage::small_write::write_all_at(&self.file, &record, position)?;
-            self.positions.truncate((entry.op - self.base) as usize - 1);
-            self.positions.push(position);
-            self.len = position + record.len() as u64;
-            return Ok(());
+            iggy_storage::small_write::write_all_vectored_at(
+                &self.file,
+                &[&header, &entry.body],
+                position,
+            )?;
+        } else {
+            // The body is written from the received buffer, behind its header, in one write.
+            let mut file = &self.file;
+            let parts = [Bytes::copy_from_slice(&header), entry.body.clone()];
+            file.write_vectored_all_at(parts, position).await.0?;
         }
-        // Header and body go to the kernel together: two positional writes in flight at once.
-        let (mut header_file, mut body_file) = (&self.file, &self.file);
-        let body_position = position + HEADER_SIZE as u64;
-        let (header_written, body_written) = futures_util::future::join(
-            header_file.write_all_at(header.to_vec(), position),
-            async {
-                if entry.body.is_empty() {
-                    return compio::BufResult(Ok(()), entry.body.clone());
-                }
-                body_file
-                    .write_all_at(entry.body.clone(), body_position)
-                    .await
-            },
-        )
-        .await;
-        header_written.0?;
-        body_written.0?;
         self.positions.truncate((entry.op - self.base) as usize - 1);
         self.positions.push(position);
         self.len = position + (HEADER_SIZE + entry.body.len()) as u64;
@@ -206,10 +221,9 @@ impl Journal for FileJournal {
 }
 
 impl FileJournal {
-    /// Empties the journal after a checkpoint at `op` made every entry redundant.
+    /// Empties the journal after a checkpoint at `op` made every entry redundant: the next
+    /// append overwrites the first record (see the module note).
     pub async fn reset_after_checkpoint(&mut self, op: u64) -> std::io::Result<()> {
-        self.file.set_len(0).await?;
-        self.file.sync_all().await?;
         self.base = op;
         self.positions.clear();
         self.len = 0;
@@ -279,6 +293,47 @@ mod tests {
             FileJournal::open(&path, 2).await.is_err(),
             "ops 3 and 4 are missing"
         );
+    }
+
+    #[compio::test]
+    async fn after_a_checkpoint_records_are_overwritten_in_place_and_old_ones_end_recovery() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.wal");
+        let (mut journal, _) = FileJournal::open(&path, 0).await.unwrap();
+        for op in 1..=5 {
+            journal.append(&entry(op, b"abcd")).await.unwrap();
+        }
+        let full = std::fs::metadata(&path).unwrap().len();
+        journal.reset_after_checkpoint(5).await.unwrap();
+        for op in 6..=7 {
+            journal.append(&entry(op, b"abcd")).await.unwrap();
+        }
+        drop(journal);
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().len(),
+            full,
+            "overwritten, not grown"
+        );
+        let (mut journal, entries) = FileJournal::open(&path, 5).await.unwrap();
+        assert_eq!(entries, vec![entry(6, b"abcd"), entry(7, b"abcd")]);
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().len(),
+            full,
+            "old records are not a damaged tail"
+        );
+        // Appends continue after op 7, over the old op 3.
+        journal.append(&entry(8, b"abcd")).await.unwrap();
+        drop(journal);
+        let (_, entries) = FileJournal::open(&path, 5).await.unwrap();
+        assert_eq!(entries.last(), Some(&entry(8, b"abcd")));
+        assert_eq!(entries.len(), 3);
+        // A checkpoint past every record: the journal starts over at position 0.
+        let (mut journal, entries) = FileJournal::open(&path, 8).await.unwrap();
+        assert!(entries.is_empty());
+        journal.append(&entry(9, b"abcd")).await.unwrap();
+        drop(journal);
+        let (_, entries) = FileJournal::open(&path, 8).await.unwrap();
+        assert_eq!(entries, vec![entry(9, b"abcd")]);
     }
 
     #[compio::test]

@@ -55,6 +55,11 @@ fn frame_end(record: &[u8], start: usize) -> Result<usize, StorageError> {
 /// Computes the batch checksum: header fields, then each frame's checksum field.
 /// The record must have passed [`validate_layout`].
 pub fn compute_checksum(record: &[u8]) -> u64 {
+    checksum_under_header(&record[..batch::HEADER_SIZE], record)
+}
+
+/// The checksum `record` would have with `header` in place of its own header.
+fn checksum_under_header(header: &[u8], record: &[u8]) -> u64 {
     let mut hasher = XxHash3_64::new();
     for field in [
         batch::PARTITION_ID,
@@ -63,9 +68,9 @@ pub fn compute_checksum(record: &[u8]) -> u64 {
         batch::ORIGIN_TIMESTAMP,
         batch::BATCH_LENGTH,
     ] {
-        hasher.write(&record[field..field + 8]);
+        hasher.write(&header[field..field + 8]);
     }
-    hasher.write(&record[batch::MESSAGE_COUNT..batch::MESSAGE_COUNT + 4]);
+    hasher.write(&header[batch::MESSAGE_COUNT..batch::MESSAGE_COUNT + 4]);
     let count = read_u32(record, batch::MESSAGE_COUNT);
     let mut position = batch::HEADER_SIZE;
     for _ in 0..count {
@@ -92,6 +97,26 @@ pub fn verify(record: &[u8]) -> Result<u32, StorageError> {
         return Err(StorageError::ChecksumMismatch("batch checksum"));
     }
     Ok(count)
+}
+
+/// The header of `record` with the server-owned fields stamped and the batch checksum
+/// recomputed, leaving `record` untouched: the frames are then stored straight from the
+/// received buffer. The record must have passed [`validate_layout`].
+pub fn stamped_header(
+    record: &[u8],
+    partition_id: u64,
+    base_offset: u64,
+    base_timestamp: u64,
+) -> [u8; batch::HEADER_SIZE] {
+    let mut header: [u8; batch::HEADER_SIZE] = record[..batch::HEADER_SIZE]
+        .try_into()
+        .expect("a validated record holds a whole header");
+    write_u64(&mut header, batch::PARTITION_ID, partition_id);
+    write_u64(&mut header, batch::BASE_OFFSET, base_offset);
+    write_u64(&mut header, batch::BASE_TIMESTAMP, base_timestamp);
+    let checksum = checksum_under_header(&header, record);
+    write_u64(&mut header, batch::BATCH_CHECKSUM, checksum);
+    header
 }
 
 /// Stamps the server-owned fields in place and recomputes the batch checksum.

@@ -18,6 +18,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
+use bytes::Bytes;
 use compio::BufResult;
 use compio::buf::{IntoInner, IoBuf};
 use compio::fs::{File, OpenOptions};
@@ -558,23 +559,56 @@ impl PartitionLog {
         Ok(())
     }
 
-    /// Appends one stamped record whose `base_offset` is [`Self::next_offset`]: one write to the
-    /// active `.log`, one 24-byte entry to its `.index`, then a roll if the segment is full.
-    /// Buffered (page cache); [`Self::sync`] makes it durable.
+    /// Appends one stamped record whose `base_offset` is [`Self::next_offset`]. Buffered (page
+    /// cache); [`Self::sync`] makes it durable.
     pub async fn append(&mut self, record: Vec<u8>) -> Result<(), StorageError> {
-        // Layout only (no hashing, no allocation): reads and truncation walk the frames later.
+        let record = Bytes::from(record);
+        let header = record
+            .get(..layout::batch::HEADER_SIZE)
+            .ok_or(StorageError::InvalidBatch(
+                "shorter than the 256-byte header",
+            ))?
+            .try_into()
+            .expect("a header-sized slice");
         let count = batch::validate_layout(&record)?;
+        self.append_with_header(header, &record, count).await
+    }
+
+    /// Appends `batch` as the producer sent it with the server-owned fields stamped: the
+    /// partition id, `base_offset` (which must be [`Self::next_offset`]) and the base timestamp.
+    /// The frames are written from `batch` itself; only the 256-byte header is rebuilt.
+    pub async fn append_batch(
+        &mut self,
+        batch: &Bytes,
+        partition_id: u64,
+        base_offset: u64,
+        base_timestamp: u64,
+    ) -> Result<(), StorageError> {
+        let count = batch::validate_layout(batch)?;
+        let header = batch::stamped_header(batch, partition_id, base_offset, base_timestamp);
+        self.append_with_header(header, batch, count).await
+    }
+
+    /// Appends `record` (whose layout holds `count` messages) with `header` in place of its
+    /// own: one vectored write of header and frames to the active `.log`, one 24-byte entry to
+    /// its `.index`, then a roll if the segment is full.
+    async fn append_with_header(
+        &mut self,
+        header: [u8; layout::batch::HEADER_SIZE],
+        record: &Bytes,
+        count: u32,
+    ) -> Result<(), StorageError> {
         if count == 0 {
             return Err(StorageError::InvalidBatch("batch holds no messages"));
         }
         let length = record.len() as u64;
-        let offset = read_u64(&record, layout::batch::BASE_OFFSET);
+        let offset = read_u64(&header, layout::batch::BASE_OFFSET);
         if offset != self.next_offset() {
             return Err(StorageError::InvalidBatch(
                 "base_offset is not the log's next offset",
             ));
         }
-        let timestamp = read_u64(&record, layout::batch::BASE_TIMESTAMP);
+        let timestamp = read_u64(&header, layout::batch::BASE_TIMESTAMP);
         let active = self
             .segments
             .last_mut()
@@ -589,25 +623,33 @@ impl PartitionLog {
         };
         active.unsynced = true;
         let index_position = active.index_size();
+        let frames = record.slice(layout::batch::HEADER_SIZE..);
         let written = if record.len() <= SMALL_WRITE_MAX {
             // A small record goes to the page cache at once: an io_uring buffered write is
             // punted to a kernel worker, whose round trip costs more than the copy itself.
-            crate::small_write::write_all_at(&active.log, &record, entry.position)
-                .map_err(|error| io_error(&active.log_path, error))
-                .and_then(|()| {
-                    crate::small_write::write_all_at(
-                        &active.index,
-                        &index_bytes(&entry),
-                        index_position,
-                    )
-                    .map_err(|error| io_error(&active.index_path, error))
-                })
+            crate::small_write::write_all_vectored_at(
+                &active.log,
+                &[&header, &frames],
+                entry.position,
+            )
+            .map_err(|error| io_error(&active.log_path, error))
+            .and_then(|()| {
+                crate::small_write::write_all_at(
+                    &active.index,
+                    &index_bytes(&entry),
+                    index_position,
+                )
+                .map_err(|error| io_error(&active.index_path, error))
+            })
         } else {
             // The record and its index entry go to the kernel together (two positional writes
             // in flight at once), not one after the other.
             let (mut log, mut index) = (&active.log, &active.index);
             let (log_written, index_written) = futures_util::future::join(
-                log.write_all_at(record, entry.position),
+                log.write_vectored_all_at(
+                    [Bytes::copy_from_slice(&header), frames],
+                    entry.position,
+                ),
                 index.write_all_at(index_bytes(&entry), index_position),
             )
             .await;

@@ -17,3 +17,43 @@ pub fn write_all_at(file: &compio::fs::File, bytes: &[u8], position: u64) -> io:
     let std_file = ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(file.as_raw_fd()) });
     std_file.write_all_at(bytes, position)
 }
+
+/// Writes `parts` back to back from `position` with one pwritev(2), on this thread: a record
+/// assembled from pieces (a new header before received frames) without copying them together.
+pub fn write_all_vectored_at(
+    file: &compio::fs::File,
+    parts: &[&[u8]],
+    position: u64,
+) -> io::Result<()> {
+    let vectors: Vec<libc::iovec> = parts
+        .iter()
+        .map(|part| libc::iovec {
+            iov_base: part.as_ptr() as *mut libc::c_void,
+            iov_len: part.len(),
+        })
+        .collect();
+    let total: usize = parts.iter().map(|part| part.len()).sum();
+    // SAFETY: every iovec points into a slice borrowed for the duration of the call.
+    let written = unsafe {
+        libc::pwritev(
+            file.as_raw_fd(),
+            vectors.as_ptr(),
+            vectors.len() as libc::c_int,
+            position as libc::off_t,
+        )
+    };
+    let written = usize::try_from(written).map_err(|_| io::Error::last_os_error())?;
+    if written == total {
+        return Ok(());
+    }
+    // A short write (rare on a regular file): the rest piece by piece.
+    let mut skip = written;
+    let mut at = position + written as u64;
+    for part in parts {
+        let rest = &part[skip.min(part.len())..];
+        skip = skip.saturating_sub(part.len());
+        write_all_at(file, rest, at)?;
+        at += rest.len() as u64;
+    }
+    Ok(())
+}

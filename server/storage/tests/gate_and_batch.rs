@@ -73,6 +73,17 @@ fn build_batch(payloads: &[&[u8]]) -> Vec<u8> {
 }
 
 #[test]
+fn a_stamped_header_is_the_header_stamping_in_place_gives_and_leaves_the_record_alone() {
+    let record = build_batch(&[b"one", b"two", b"three"]);
+    let header = iggy_storage::batch::stamped_header(&record, 7, 100, 5_000);
+    let mut stamped = record.clone();
+    iggy_storage::batch::stamp(&mut stamped, 7, 100, 5_000);
+    assert_eq!(&header[..], &stamped[..batch::HEADER_SIZE]);
+    assert_eq!(record[batch::HEADER_SIZE..], stamped[batch::HEADER_SIZE..]);
+    assert_eq!(read_u64(&record, batch::BASE_OFFSET), 0, "the received record is untouched");
+}
+
+#[test]
 fn stamp_recomputes_checksum_and_verify_detects_flips() {
     let mut record = build_batch(&[b"one", b"two", b"three"]);
     assert_eq!(iggy_storage::batch::verify(&record).unwrap(), 3);

@@ -189,6 +189,41 @@ fn flip_bit(path: &Path, position: usize) {
 }
 
 #[test]
+fn received_batches_are_stored_with_stamped_headers_small_and_large() {
+    run(async {
+        let temporary = tempfile::tempdir().unwrap();
+        let dir = temporary.path();
+        let mut log = PartitionLog::open(dir, config(1 << 30)).await.unwrap();
+        let mut expected = Vec::new();
+        // Below and above SMALL_WRITE_MAX: written in place, and through io_uring.
+        for count in [3u32, 4000, 2] {
+            let base = log.next_offset();
+            let stamped = make_batch(base, count, timestamp_of(base));
+            // As the producer sent it: the server-owned fields are not filled in.
+            let mut received = stamped.clone();
+            for field in [
+                batch::PARTITION_ID,
+                batch::BASE_OFFSET,
+                batch::BASE_TIMESTAMP,
+            ] {
+                write_u64(&mut received, field, 0);
+            }
+            write_u64(&mut received, batch::BATCH_CHECKSUM, 0x5EED);
+            log.append_batch(&received.into(), PARTITION, base, timestamp_of(base))
+                .await
+                .unwrap();
+            let read = log.read_from(base, count).await.unwrap();
+            assert_eq!(read.bytes, stamped, "{count} messages");
+            expected.extend_from_slice(&stamped);
+        }
+        assert!(expected.len() > 2 * iggy_storage::small_write::SMALL_WRITE_MAX);
+        drop(log);
+        let log = PartitionLog::open(dir, config(1 << 30)).await.unwrap();
+        assert_eq!(log.read_from(0, u32::MAX).await.unwrap().bytes, expected);
+    });
+}
+
+#[test]
 fn empty_log_then_append_and_read_round_trip() {
     run(async {
         let temporary = tempfile::tempdir().unwrap();
