@@ -2,17 +2,17 @@
 #![allow(clippy::all)]
 #[allow(unused_imports)]
 use iggy_wire::{WireDecode, WireEncode, WireError};
-/// `SEGMENT_LOG_EXTENSION` (spec/storage.spec:17).
+/// `SEGMENT_LOG_EXTENSION` (spec/storage.spec:20).
 pub const SEGMENT_LOG_EXTENSION: &str = "log";
-/// `SEGMENT_INDEX_EXTENSION` (spec/storage.spec:18).
+/// `SEGMENT_INDEX_EXTENSION` (spec/storage.spec:21).
 pub const SEGMENT_INDEX_EXTENSION: &str = "index";
-/// `SEGMENT_NAME_DIGITS` (spec/storage.spec:19).
+/// `SEGMENT_NAME_DIGITS` (spec/storage.spec:22).
 pub const SEGMENT_NAME_DIGITS: u32 = 20;
-/// `SNAPSHOT_MAGIC` (spec/storage.spec:35).
+/// `SNAPSHOT_MAGIC` (spec/storage.spec:49).
 pub const SNAPSHOT_MAGIC: [u8; 8] = *b"IGGYMETA";
-/// `STORAGE_MARKER_FILE` (spec/storage.spec:49).
+/// `STORAGE_MARKER_FILE` (spec/storage.spec:63).
 pub const STORAGE_MARKER_FILE: &str = "storage.format";
-/// `STORAGE_MARKER_SIZE_MAX` (spec/storage.spec:50).
+/// `STORAGE_MARKER_SIZE_MAX` (spec/storage.spec:64).
 pub const STORAGE_MARKER_SIZE_MAX: u64 = 256;
 /// Fixed-layout `IndexEntry`, 24 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,6 +112,148 @@ impl WireEncode for IndexEntry {
 impl<'a> WireDecode<'a> for IndexEntry {
     fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
         let b = iggy_wire::take(input, 24)?;
+        Self::decode_fixed(b)
+    }
+}
+/// Fixed-layout `StowedBatch`, 48 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StowedBatch {
+    /// offset of the batch record in the partition log (its stamped base_offset)
+    pub base_offset: u64,
+    /// bytes of the batch record
+    pub length: u64,
+    /// the batch header's partition_id as journaled, before the log stamped it
+    pub received_partition_id: u64,
+    /// the batch header's base_offset as journaled
+    pub received_base_offset: u64,
+    /// the batch header's batch_checksum as journaled
+    pub received_checksum: u64,
+}
+impl StowedBatch {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 48;
+    /// Byte offset of `base_offset`.
+    pub const BASE_OFFSET_OFFSET: usize = 0;
+    /// Size of `base_offset` in bytes.
+    pub const BASE_OFFSET_SIZE: usize = 8;
+    /// Byte offset of `length`.
+    pub const LENGTH_OFFSET: usize = 8;
+    /// Size of `length` in bytes.
+    pub const LENGTH_SIZE: usize = 8;
+    /// Byte offset of `received_partition_id`.
+    pub const RECEIVED_PARTITION_ID_OFFSET: usize = 16;
+    /// Size of `received_partition_id` in bytes.
+    pub const RECEIVED_PARTITION_ID_SIZE: usize = 8;
+    /// Byte offset of `received_base_offset`.
+    pub const RECEIVED_BASE_OFFSET_OFFSET: usize = 24;
+    /// Size of `received_base_offset` in bytes.
+    pub const RECEIVED_BASE_OFFSET_SIZE: usize = 8;
+    /// Byte offset of `received_checksum`.
+    pub const RECEIVED_CHECKSUM_OFFSET: usize = 32;
+    /// Size of `received_checksum` in bytes.
+    pub const RECEIVED_CHECKSUM_SIZE: usize = 8;
+    /// Byte offset of `reserved`.
+    pub const RESERVED_OFFSET: usize = 40;
+    /// Size of `reserved` in bytes.
+    pub const RESERVED_SIZE: usize = 8;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
+        }
+        let base_offset = <u64>::decode_exact(&buf[0..8])
+            .map_err(|_| WireError::InvalidValue {
+                field: "base_offset",
+            })?;
+        let length = <u64>::decode_exact(&buf[8..16])
+            .map_err(|_| WireError::InvalidValue {
+                field: "length",
+            })?;
+        let received_partition_id = <u64>::decode_exact(&buf[16..24])
+            .map_err(|_| WireError::InvalidValue {
+                field: "received_partition_id",
+            })?;
+        let received_base_offset = <u64>::decode_exact(&buf[24..32])
+            .map_err(|_| WireError::InvalidValue {
+                field: "received_base_offset",
+            })?;
+        let received_checksum = <u64>::decode_exact(&buf[32..40])
+            .map_err(|_| WireError::InvalidValue {
+                field: "received_checksum",
+            })?;
+        if !iggy_wire::is_zero_at(buf, 40, 8) {
+            return Err(WireError::NonZeroReserved {
+                field: "reserved",
+            });
+        }
+        Ok(Self {
+            base_offset,
+            length,
+            received_partition_id,
+            received_base_offset,
+            received_checksum,
+        })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.base_offset.to_wire_bytes());
+        iggy_wire::put_at(out, 8, &self.length.to_wire_bytes());
+        iggy_wire::put_at(out, 16, &self.received_partition_id.to_wire_bytes());
+        iggy_wire::put_at(out, 24, &self.received_base_offset.to_wire_bytes());
+        iggy_wire::put_at(out, 32, &self.received_checksum.to_wire_bytes());
+        out[40..48].fill(0);
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 48] {
+        let mut b = [0u8; 48];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for StowedBatch {
+    /// All-zero bytes.
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 48]).expect("zero bytes decode")
+    }
+}
+const _: () = assert!(StowedBatch::SIZE == 48);
+const _: () = assert!(StowedBatch::BASE_OFFSET_OFFSET + 8 <= 48);
+const _: () = assert!(StowedBatch::LENGTH_OFFSET + 8 <= 48);
+const _: () = assert!(StowedBatch::RECEIVED_PARTITION_ID_OFFSET + 8 <= 48);
+const _: () = assert!(StowedBatch::RECEIVED_BASE_OFFSET_OFFSET + 8 <= 48);
+const _: () = assert!(StowedBatch::RECEIVED_CHECKSUM_OFFSET + 8 <= 48);
+const _: () = assert!(StowedBatch::RESERVED_OFFSET + 8 <= 48);
+impl iggy_wire::WireJson for StowedBatch {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"base_offset\":");
+        iggy_wire::WireJson::write_json(&self.base_offset, out);
+        out.push_str(",\"length\":");
+        iggy_wire::WireJson::write_json(&self.length, out);
+        out.push_str(",\"received_partition_id\":");
+        iggy_wire::WireJson::write_json(&self.received_partition_id, out);
+        out.push_str(",\"received_base_offset\":");
+        iggy_wire::WireJson::write_json(&self.received_base_offset, out);
+        out.push_str(",\"received_checksum\":");
+        iggy_wire::WireJson::write_json(&self.received_checksum, out);
+        out.push('}');
+    }
+}
+impl WireEncode for StowedBatch {
+    fn encoded_size(&self) -> usize {
+        48
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for StowedBatch {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 48)?;
         Self::decode_fixed(b)
     }
 }

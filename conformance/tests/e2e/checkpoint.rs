@@ -59,3 +59,37 @@ async fn checkpoints_bound_the_journal_and_a_crash_after_them_loses_nothing() {
     let sent = send_to_partition(&c, &name("s"), &name("t"), 0, msgs("late", 1)).await;
     assert_eq!(sent.confirmations.first().map(|c| c.base_offset), Some(60));
 }
+
+/// Sent bytes are written once: the batch goes to the partition's segment and the journal
+/// record holds a 48-byte stand-in for it, which a restart after SIGKILL resolves from the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sent_batch_is_written_once_and_replayed_from_the_log_after_a_kill() {
+    let mut server = TestServer::start();
+    let payload = |b: usize, i: usize| format!("{b}-{i}-").repeat(10_000);
+    {
+        let c = server.root_client().await;
+        create_stream_and_topic(&c, "s", "t", 1).await;
+        for b in 0..10 {
+            let batch = (0..3).map(|i| msg(payload(b, i))).collect();
+            send_to_partition(&c, &name("s"), &name("t"), 0, batch).await;
+        }
+    }
+    let partition = server.data_dir().join("streams/0/topics/0/partitions/0");
+    let segments: u64 = std::fs::read_dir(&partition)
+        .unwrap()
+        .filter_map(|entry| entry.ok())
+        .filter(|entry| entry.path().extension().is_some_and(|e| e == "log"))
+        .map(|entry| entry.metadata().unwrap().len())
+        .sum();
+    let journal = journal_bytes(&server);
+    assert!(segments > 30 * 40_000, "the segment holds every batch: {segments} bytes");
+    assert!(journal < 10 * RECORD_MAX, "the journal holds stand-ins, not batches: {journal} bytes");
+    tokio::task::block_in_place(|| server.kill9_and_restart());
+    let c = server.root_client().await;
+    let polled = poll(&c, &name("s"), &name("t"), 0, &consumer("x"), PollingStrategy::first(), 100, false).await;
+    assert_eq!(offsets(&polled), (0..30).collect::<Vec<u64>>());
+    let expected: Vec<String> = (0..10).flat_map(|b| (0..3).map(move |i| payload(b, i))).collect();
+    assert_eq!(payloads(&polled), expected);
+    let sent = send_to_partition(&c, &name("s"), &name("t"), 0, msgs("late", 1)).await;
+    assert_eq!(sent.confirmations.first().map(|c| c.base_offset), Some(30));
+}

@@ -825,6 +825,13 @@ pub const STRUCTS: &[StructInfo] = &[
         until: 4294967295,
     },
     StructInfo {
+        name: "StowedBatch",
+        module: "storage",
+        fixed: Some(48),
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
         name: "CheckedU64",
         module: "storage",
         fixed: Some(16),
@@ -1087,6 +1094,7 @@ pub fn roundtrip(name: &str, input: &[u8]) -> Option<Result<Roundtrip, WireError
         }
         "PollRoutingResponse" => rt!(crate ::payloads::PollRoutingResponse, input),
         "IndexEntry" => rt!(crate ::storage::IndexEntry, input),
+        "StowedBatch" => rt!(crate ::storage::StowedBatch, input),
         "CheckedU64" => rt!(crate ::storage::CheckedU64, input),
         "SnapshotHeader" => rt!(crate ::storage::SnapshotHeader, input),
         "SnapshotPartition" => rt!(crate ::storage::SnapshotPartition, input),

@@ -13,8 +13,13 @@ use std::collections::HashMap;
 
 /// Where a group's prepares are journaled.
 pub trait Journal {
-    /// Appends `entry` (ops are appended in order, after any truncation).
-    fn append(&mut self, entry: &Entry) -> impl Future<Output = std::io::Result<()>>;
+    /// Appends `entry` (ops are appended in order, after any truncation), with `stand_in` in
+    /// place of its body when the state machine stowed the body (see [`StateMachine::stow`]).
+    fn append(
+        &mut self,
+        entry: &Entry,
+        stand_in: Option<&Bytes>,
+    ) -> impl Future<Output = std::io::Result<()>>;
     /// Makes every appended entry durable.
     fn sync(&mut self) -> impl Future<Output = std::io::Result<()>>;
     /// Drops every entry above `op`.
@@ -56,6 +61,23 @@ pub trait StateMachine {
     }
     /// Serves a read.
     fn read(&mut self, read: Self::Read) -> impl Future<Output = ()>;
+
+    /// Called before `entry` is journaled. A machine that keeps the body in its own files
+    /// anyway (a partition's log) writes it there now and returns a short stand-in for the
+    /// journal record, so the bytes are written once; `None` journals the body itself. A
+    /// stowed body must be in place before the op commits, be made durable by
+    /// [`Self::sync_stowed`], and be dropped again by [`Self::unstow_after`].
+    fn stow(&mut self, _entry: &Entry) -> impl Future<Output = std::io::Result<Option<Bytes>>> {
+        async { Ok(None) }
+    }
+    /// Makes every stowed body durable (the journal's own sync covers the stand-ins).
+    fn sync_stowed(&mut self) -> impl Future<Output = std::io::Result<()>> {
+        async { Ok(()) }
+    }
+    /// The journal dropped every op after `op`: drops their stowed bodies.
+    fn unstow_after(&mut self, _op: u64) -> impl Future<Output = std::io::Result<()>> {
+        async { Ok(()) }
+    }
 }
 
 /// The error a client gets for a refused request.
@@ -420,8 +442,13 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                 }
                 let sync = must_sync || self.durability == Durability::Persisted;
                 must_sync = false;
-                if sync && self.journal.sync().await.is_err() {
-                    return self.journal_failed();
+                if sync {
+                    let (journal, stowed) =
+                        futures_util::future::join(self.journal.sync(), self.state.sync_stowed())
+                            .await;
+                    if journal.is_err() || stowed.is_err() {
+                        return self.journal_failed();
+                    }
                 }
                 for op in unsynced.drain(..) {
                     self.replica.on_write_done(op);
@@ -430,14 +457,28 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
             };
             match action {
                 Action::WritePrepare { op, entry } => {
-                    if self.journal.append(&entry).await.is_err() {
+                    let stand_in = match self.state.stow(&entry).await {
+                        Ok(stand_in) => stand_in,
+                        Err(error) => {
+                            tracing::error!("op {op}: body not stored: {error}");
+                            return self.journal_failed();
+                        }
+                    };
+                    if self
+                        .journal
+                        .append(&entry, stand_in.as_ref())
+                        .await
+                        .is_err()
+                    {
                         return self.journal_failed();
                     }
                     must_sync |= self.state.persisted(entry.operation);
                     unsynced.push(op);
                 }
                 Action::TruncateJournal { after_op } => {
-                    if self.journal.truncate_after(after_op).await.is_err() {
+                    if self.journal.truncate_after(after_op).await.is_err()
+                        || self.state.unstow_after(after_op).await.is_err()
+                    {
                         return self.journal_failed();
                     }
                 }

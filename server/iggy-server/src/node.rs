@@ -7,7 +7,7 @@ use crate::group::{Checkpointing, Durability, Group, GroupHandle, read_checkpoin
 use crate::metadata::{Effect, Metadata};
 use crate::metadata_machine::MetadataMachine;
 use crate::partition::{PartitionHandle, PartitionInfo};
-use crate::wal::FileJournal;
+use crate::wal::{FileJournal, JournalEntry};
 use iggy_storage::DataDir;
 use iggy_storage::partition_log::LogConfig;
 use std::cell::{Cell, RefCell};
@@ -309,8 +309,23 @@ impl Node {
         for effect in opening {
             shared.run_effect(effect).await;
         }
-        let (journal, entries) =
-            FileJournal::open(&metadata_dir.join("journal.wal"), checkpoint_op).await?;
+        let journal_path = metadata_dir.join("journal.wal");
+        let (journal, entries) = FileJournal::open(&journal_path, checkpoint_op).await?;
+        // The metadata machine stows nothing: a stand-in here is not a journal of ours.
+        let entries = entries
+            .into_iter()
+            .map(|entry| match entry {
+                JournalEntry::Whole(entry) => Ok(entry),
+                JournalEntry::Stowed(entry) => Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!(
+                        "journal {}: op {} holds a stand-in, but metadata ops are journaled whole",
+                        journal_path.display(),
+                        entry.op
+                    ),
+                )),
+            })
+            .collect::<std::io::Result<Vec<_>>>()?;
         tracing::info!(
             "metadata: checkpoint at op {checkpoint_op}, replaying {} journaled ops",
             entries.len()

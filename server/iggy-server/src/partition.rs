@@ -4,16 +4,17 @@
 //! sees every acknowledged send.
 
 use crate::group::{
-    Checkpointing, Durability, Group, GroupHandle, Outcome, StateMachine, read_checkpoint,
+    Checkpointing, Durability, Group, GroupHandle, Journal, Outcome, StateMachine, read_checkpoint,
 };
-use crate::wal::FileJournal;
+use crate::wal::{FileJournal, JournalEntry};
 use bytes::Bytes;
 use futures_channel::oneshot;
 use iggy_generated::errors::ErrorCode;
 use iggy_generated::frames::Operation;
 use iggy_storage::partition_log::{LogConfig, PartitionLog, ReadBatches};
 use iggy_storage::{StorageError, batch};
-use std::collections::BTreeMap;
+use iggy_vsr::Entry;
+use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -245,6 +246,9 @@ pub struct PartitionMachine {
     /// The partition's next offset as the replay of the journal reaches it; ops whose messages
     /// are already in the log (written before a restart) are not appended again.
     replay_next_offset: u64,
+    /// Sends whose batch went to the log before their journal record (`stow`) and that are not
+    /// applied yet: (op, base offset), so a journal truncation can take them back.
+    stowed: VecDeque<(u64, u64)>,
 }
 
 impl PartitionMachine {
@@ -297,8 +301,42 @@ impl PartitionMachine {
         Ok(())
     }
 
+    /// The op `entry` as journaled, its body read back from the log where `stow` put it;
+    /// `None` when the log does not hold that batch (lost with the machine, or damaged).
+    async fn unstow(&self, entry: &Entry) -> Option<Entry> {
+        let stand_in = iggy_generated::storage::StowedBatch::decode_fixed(&entry.body).ok()?;
+        let mut record = match self
+            .log
+            .record_at(stand_in.base_offset, stand_in.length)
+            .await
+        {
+            Ok(record) => record?,
+            Err(error) => {
+                tracing::error!("partition {}: {error}", self.partition_id);
+                return None;
+            }
+        };
+        batch::unstamp(
+            &mut record,
+            stand_in.received_partition_id,
+            stand_in.received_base_offset,
+            stand_in.received_checksum,
+        );
+        let entry = Entry {
+            body: record.into(),
+            ..entry.clone()
+        };
+        entry.is_valid().then_some(entry)
+    }
+
+    /// The offset after the last applied send: a stowed batch is in the log before its op
+    /// commits, and is not served until then.
+    fn committed_next_offset(&self) -> u64 {
+        self.replay_next_offset.min(self.log.next_offset())
+    }
+
     fn current_offset(&self) -> u64 {
-        self.log.next_offset().saturating_sub(1)
+        self.committed_next_offset().saturating_sub(1)
     }
 
     async fn send(&mut self, batch: &Bytes) -> WriteResult {
@@ -311,9 +349,10 @@ impl PartitionMachine {
         // The primary stamped the time before journaling the batch.
         let timestamp = header.base_timestamp;
         let base_offset = self.replay_next_offset;
-        self.replay_next_offset += u64::from(count);
         if base_offset < self.log.next_offset() {
-            // Journal replay of a batch that reached the log before the restart.
+            // Stowed when it was prepared, or a journal replay of a batch that reached the log
+            // before the restart.
+            self.replay_next_offset += u64::from(count);
             return WriteResult::Appended { base_offset, count };
         }
         // Stored from the received buffer: only the stamped header is new.
@@ -322,7 +361,10 @@ impl PartitionMachine {
             .append_batch(batch, u64::from(self.partition_id), base_offset, timestamp)
             .await;
         match appended {
-            Ok(()) => WriteResult::Appended { base_offset, count },
+            Ok(()) => {
+                self.replay_next_offset += u64::from(count);
+                WriteResult::Appended { base_offset, count }
+            }
             Err(error) => {
                 tracing::error!("partition {}: append failed: {error}", self.partition_id);
                 WriteResult::Failed(ErrorCode::CannotAppendMessage)
@@ -331,7 +373,7 @@ impl PartitionMachine {
     }
 
     async fn poll(&mut self, start: StartAt, count: u32) -> Result<Polled, ErrorCode> {
-        let next = self.log.next_offset();
+        let next = self.committed_next_offset();
         let first = self.log.first_offset();
         let start = match start {
             StartAt::Offset(offset) => offset,
@@ -354,9 +396,11 @@ impl PartitionMachine {
                 current_offset,
             });
         }
+        let start = start.max(first);
+        let count = count.min(u32::try_from(next - start).unwrap_or(u32::MAX));
         let batches = self
             .log
-            .read_from_with_headroom(start.max(first), count, POLL_REPLY_HEADROOM)
+            .read_from_with_headroom(start, count, POLL_REPLY_HEADROOM)
             .await
             .map_err(|error| {
                 tracing::error!("partition {}: read failed: {error}", self.partition_id);
@@ -372,7 +416,10 @@ impl PartitionMachine {
 impl StateMachine for PartitionMachine {
     type Read = PartitionRead;
 
-    async fn apply(&mut self, _op: u64, _client: u128, operation: u8, body: Bytes) -> Bytes {
+    async fn apply(&mut self, op: u64, _client: u128, operation: u8, body: Bytes) -> Bytes {
+        while self.stowed.front().is_some_and(|(stowed, _)| *stowed <= op) {
+            self.stowed.pop_front();
+        }
         let result = match PartitionWrite::decode(operation, &body) {
             Some(PartitionWrite::Send { batch }) => self.send(&batch).await,
             Some(PartitionWrite::StoreOffset { owner, offset }) => {
@@ -390,6 +437,58 @@ impl StateMachine for PartitionMachine {
     }
 
     fn registered(&mut self, _op: u64, _client: u128, _body: &Bytes) {}
+
+    /// A send's batch goes to the log now, stamped with the offsets it takes (ops are prepared
+    /// in order, so those are the offsets its apply assigns), and the journal keeps a 48-byte
+    /// stand-in: the batch is written once. Its apply then finds it in the log.
+    async fn stow(&mut self, entry: &Entry) -> std::io::Result<Option<Bytes>> {
+        if Operation::from_repr(entry.operation) != Some(Operation::SendMessages) {
+            return Ok(None);
+        }
+        let batch = &entry.body;
+        // A batch the apply refuses is journaled as it came.
+        let valid = batch::validate_layout(batch).is_ok_and(|count| count > 0);
+        let header = iggy_generated::frames::BatchHeader::decode_fixed(batch);
+        let (true, Ok(header)) = (valid, header) else {
+            return Ok(None);
+        };
+        let base_offset = self.log.next_offset();
+        self.log
+            .append_batch(
+                batch,
+                u64::from(self.partition_id),
+                base_offset,
+                header.base_timestamp,
+            )
+            .await
+            .map_err(std::io::Error::other)?;
+        self.stowed.push_back((entry.op, base_offset));
+        let stand_in = iggy_generated::storage::StowedBatch {
+            base_offset,
+            length: batch.len() as u64,
+            received_partition_id: header.partition_id,
+            received_base_offset: header.base_offset,
+            received_checksum: header.batch_checksum,
+            ..Default::default()
+        };
+        Ok(Some(Bytes::copy_from_slice(&stand_in.to_bytes())))
+    }
+
+    async fn sync_stowed(&mut self) -> std::io::Result<()> {
+        self.log.sync_records().await.map_err(std::io::Error::other)
+    }
+
+    async fn unstow_after(&mut self, op: u64) -> std::io::Result<()> {
+        let Some(first) = self.stowed.iter().position(|(stowed, _)| *stowed > op) else {
+            return Ok(());
+        };
+        let from = self.stowed[first].1;
+        self.stowed.truncate(first);
+        self.log
+            .truncate_from(from)
+            .await
+            .map_err(std::io::Error::other)
+    }
 
     async fn checkpoint(&mut self) -> std::io::Result<Vec<u8>> {
         // Under the persisted policy the journal being emptied is the fsynced copy: the segments
@@ -538,6 +637,7 @@ impl PartitionHandle {
             log,
             offsets: BTreeMap::new(),
             replay_next_offset: 0,
+            stowed: VecDeque::new(),
         };
         let (checkpoint, checkpoint_op) = match checkpoint {
             Some((replica, state)) => {
@@ -550,9 +650,34 @@ impl PartitionHandle {
             None => (None, 0),
         };
         let journal_path = dir.join("journal.wal");
-        let (journal, entries) = FileJournal::open(&journal_path, checkpoint_op)
+        let (mut journal, recovered) = FileJournal::open(&journal_path, checkpoint_op)
             .await
             .map_err(io(&journal_path))?;
+        let mut entries = Vec::with_capacity(recovered.len());
+        for record in recovered {
+            let entry = match record {
+                JournalEntry::Whole(entry) => entry,
+                JournalEntry::Stowed(stand_in) => match machine.unstow(&stand_in).await {
+                    Some(entry) => entry,
+                    None => {
+                        // Written to the log before its journal record, so only a machine crash
+                        // under the replicated policy (which may lose acknowledged writes) or
+                        // damage leaves a record without its batch: the journal ends there.
+                        tracing::warn!(
+                            "partition {}: journal op {} names a batch the log does not hold; the journal ends before it",
+                            dir.display(),
+                            stand_in.op
+                        );
+                        journal
+                            .truncate_after(stand_in.op - 1)
+                            .await
+                            .map_err(io(&journal_path))?;
+                        break;
+                    }
+                },
+            };
+            entries.push(entry);
+        }
         let checkpointing = Checkpointing {
             path: checkpoint_path,
             journal_bytes,

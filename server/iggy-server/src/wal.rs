@@ -32,10 +32,28 @@ pub struct FileJournal {
     len: u64,
 }
 
-fn encode_header(entry: &Entry) -> Option<[u8; HEADER_SIZE]> {
+/// One record of a journal as recovered.
+#[derive(Debug, PartialEq)]
+pub enum JournalEntry {
+    /// The op with its body.
+    Whole(Entry),
+    /// The op whose record holds a stand-in (`entry.body`) for a body the group's state
+    /// machine wrote to its own files first (see `StateMachine::stow`); its checksum covers
+    /// the real body.
+    Stowed(Entry),
+}
+
+/// `checksum_body` of a record holding a stand-in: never zero (zero marks a whole body).
+fn stand_in_checksum(stand_in: &[u8]) -> u128 {
+    (1u128 << 64) | u128::from(twox_hash::XxHash3_64::oneshot(stand_in))
+}
+
+fn encode_header(entry: &Entry, stand_in: Option<&Bytes>) -> Option<[u8; HEADER_SIZE]> {
     let mut header = PrepareHeader::default();
     header.checksum = u128::from(entry.checksum);
-    header.size = u32::try_from(HEADER_SIZE + entry.body.len()).ok()?;
+    let body_len = stand_in.map_or(entry.body.len(), |stand_in| stand_in.len());
+    header.size = u32::try_from(HEADER_SIZE + body_len).ok()?;
+    header.checksum_body = stand_in.map_or(0, |stand_in| stand_in_checksum(stand_in));
     header.view = entry.view;
     header.command = Command::Prepare;
     header.client = entry.client;
@@ -47,7 +65,7 @@ fn encode_header(entry: &Entry) -> Option<[u8; HEADER_SIZE]> {
 
 /// Decodes the record at the start of `bytes` if it is whole and valid and carries `op` (any
 /// op for the first record).
-fn decode_record(bytes: &Bytes, op: Option<u64>) -> Result<(Entry, usize), &'static str> {
+fn decode_record(bytes: &Bytes, op: Option<u64>) -> Result<(JournalEntry, usize), &'static str> {
     if bytes.len() < HEADER_SIZE {
         return Err("torn header");
     }
@@ -75,17 +93,37 @@ fn decode_record(bytes: &Bytes, op: Option<u64>) -> Result<(Entry, usize), &'sta
         body: bytes.slice(HEADER_SIZE..size),
         checksum: header.checksum as u64,
     };
-    if header.checksum >> 64 != 0 || !entry.is_valid() {
+    if header.checksum >> 64 != 0 {
         return Err("checksum mismatch");
     }
-    Ok((entry, size))
+    if header.checksum_body != 0 {
+        if header.checksum_body != stand_in_checksum(&entry.body) {
+            return Err("stand-in checksum mismatch");
+        }
+        return Ok((JournalEntry::Stowed(entry), size));
+    }
+    if !entry.is_valid() {
+        return Err("checksum mismatch");
+    }
+    Ok((JournalEntry::Whole(entry), size))
+}
+
+impl JournalEntry {
+    pub fn entry(&self) -> &Entry {
+        match self {
+            JournalEntry::Whole(entry) | JournalEntry::Stowed(entry) => entry,
+        }
+    }
 }
 
 impl FileJournal {
     /// Opens (or creates) the journal at `path` and returns it with its valid entries above
     /// `checkpoint` (ops at or below it are covered by a checkpoint: a crash between writing the
     /// checkpoint and emptying the journal leaves them behind, and they are skipped).
-    pub async fn open(path: &Path, checkpoint: u64) -> std::io::Result<(FileJournal, Vec<Entry>)> {
+    pub async fn open(
+        path: &Path,
+        checkpoint: u64,
+    ) -> std::io::Result<(FileJournal, Vec<JournalEntry>)> {
         let bytes = match compio::fs::read(path).await {
             Ok(bytes) => Bytes::from(bytes),
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => Bytes::new(),
@@ -102,15 +140,16 @@ impl FileJournal {
             let expected = first_op.map(|first: u64| first + entries.len() as u64);
             match decode_record(&bytes.slice(position..), expected) {
                 Ok((entry, size)) => {
-                    first_op.get_or_insert(entry.op);
+                    first_op.get_or_insert(entry.entry().op);
                     positions.push(position as u64);
                     entries.push(entry);
                     position += size;
                 }
                 Err(_)
                     if expected.is_some_and(|expected| {
-                        decode_record(&bytes.slice(position..), None)
-                            .is_ok_and(|(stale, _)| stale.op < expected && stale.op <= checkpoint)
+                        decode_record(&bytes.slice(position..), None).is_ok_and(|(stale, _)| {
+                            stale.entry().op < expected && stale.entry().op <= checkpoint
+                        })
                     }) =>
                 {
                     break;
@@ -170,30 +209,31 @@ impl FileJournal {
 }
 
 impl Journal for FileJournal {
-    async fn append(&mut self, entry: &Entry) -> std::io::Result<()> {
-        let header = encode_header(entry).ok_or_else(|| {
+    async fn append(&mut self, entry: &Entry, stand_in: Option<&Bytes>) -> std::io::Result<()> {
+        let header = encode_header(entry, stand_in).ok_or_else(|| {
             std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
                 "entry not encodable as a prepare",
             )
         })?;
         let position = self.len;
-        if entry.body.len() <= iggy_storage::small_write::SMALL_WRITE_MAX {
+        let body = stand_in.unwrap_or(&entry.body);
+        if body.len() <= iggy_storage::small_write::SMALL_WRITE_MAX {
             // Small records are copied into the page cache in place (see small_write).
             iggy_storage::small_write::write_all_vectored_at(
                 &self.file,
-                &[&header, &entry.body],
+                &[&header, body],
                 position,
             )?;
         } else {
             // The body is written from the received buffer, behind its header, in one write.
             let mut file = &self.file;
-            let parts = [Bytes::copy_from_slice(&header), entry.body.clone()];
+            let parts = [Bytes::copy_from_slice(&header), body.clone()];
             file.write_vectored_all_at(parts, position).await.0?;
         }
         self.positions.truncate((entry.op - self.base) as usize - 1);
         self.positions.push(position);
-        self.len = position + (HEADER_SIZE + entry.body.len()) as u64;
+        self.len = position + (HEADER_SIZE + body.len()) as u64;
         Ok(())
     }
 
@@ -235,6 +275,22 @@ impl FileJournal {
 mod tests {
     use super::*;
 
+    /// Opens the journal and expects only whole records.
+    async fn open_whole(
+        path: &Path,
+        checkpoint: u64,
+    ) -> std::io::Result<(FileJournal, Vec<Entry>)> {
+        let (journal, entries) = FileJournal::open(path, checkpoint).await?;
+        let whole = entries
+            .into_iter()
+            .map(|entry| match entry {
+                JournalEntry::Whole(entry) => entry,
+                JournalEntry::Stowed(entry) => panic!("op {} is stowed", entry.op),
+            })
+            .collect();
+        Ok((journal, whole))
+    }
+
     fn entry(op: u64, body: &'static [u8]) -> Entry {
         Entry::new(
             op,
@@ -250,10 +306,10 @@ mod tests {
     async fn appended_entries_survive_reopen_and_a_torn_tail_is_cut() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("journal.wal");
-        let (mut journal, entries) = FileJournal::open(&path, 0).await.unwrap();
+        let (mut journal, entries) = open_whole(&path, 0).await.unwrap();
         assert!(entries.is_empty());
         for op in 1..=3 {
-            journal.append(&entry(op, b"hello")).await.unwrap();
+            journal.append(&entry(op, b"hello"), None).await.unwrap();
         }
         journal.sync().await.unwrap();
         drop(journal);
@@ -265,7 +321,7 @@ mod tests {
             .unwrap()
             .set_len(full - 2)
             .unwrap();
-        let (_, entries) = FileJournal::open(&path, 0).await.unwrap();
+        let (_, entries) = open_whole(&path, 0).await.unwrap();
         assert_eq!(entries, vec![entry(1, b"hello"), entry(2, b"hello")]);
         assert_eq!(
             std::fs::metadata(&path).unwrap().len(),
@@ -279,15 +335,15 @@ mod tests {
         let path = dir.path().join("journal.wal");
         let (mut journal, _) = FileJournal::open(&path, 0).await.unwrap();
         for op in 1..=4 {
-            journal.append(&entry(op, b"x")).await.unwrap();
+            journal.append(&entry(op, b"x"), None).await.unwrap();
         }
         drop(journal);
-        let (mut journal, entries) = FileJournal::open(&path, 2).await.unwrap();
+        let (mut journal, entries) = open_whole(&path, 2).await.unwrap();
         assert_eq!(entries, vec![entry(3, b"x"), entry(4, b"x")]);
         journal.reset_after_checkpoint(4).await.unwrap();
-        journal.append(&entry(5, b"y")).await.unwrap();
+        journal.append(&entry(5, b"y"), None).await.unwrap();
         drop(journal);
-        let (_, entries) = FileJournal::open(&path, 4).await.unwrap();
+        let (_, entries) = open_whole(&path, 4).await.unwrap();
         assert_eq!(entries, vec![entry(5, b"y")]);
         assert!(
             FileJournal::open(&path, 2).await.is_err(),
@@ -301,12 +357,12 @@ mod tests {
         let path = dir.path().join("journal.wal");
         let (mut journal, _) = FileJournal::open(&path, 0).await.unwrap();
         for op in 1..=5 {
-            journal.append(&entry(op, b"abcd")).await.unwrap();
+            journal.append(&entry(op, b"abcd"), None).await.unwrap();
         }
         let full = std::fs::metadata(&path).unwrap().len();
         journal.reset_after_checkpoint(5).await.unwrap();
         for op in 6..=7 {
-            journal.append(&entry(op, b"abcd")).await.unwrap();
+            journal.append(&entry(op, b"abcd"), None).await.unwrap();
         }
         drop(journal);
         assert_eq!(
@@ -314,7 +370,7 @@ mod tests {
             full,
             "overwritten, not grown"
         );
-        let (mut journal, entries) = FileJournal::open(&path, 5).await.unwrap();
+        let (mut journal, entries) = open_whole(&path, 5).await.unwrap();
         assert_eq!(entries, vec![entry(6, b"abcd"), entry(7, b"abcd")]);
         assert_eq!(
             std::fs::metadata(&path).unwrap().len(),
@@ -322,18 +378,58 @@ mod tests {
             "old records are not a damaged tail"
         );
         // Appends continue after op 7, over the old op 3.
-        journal.append(&entry(8, b"abcd")).await.unwrap();
+        journal.append(&entry(8, b"abcd"), None).await.unwrap();
         drop(journal);
-        let (_, entries) = FileJournal::open(&path, 5).await.unwrap();
+        let (_, entries) = open_whole(&path, 5).await.unwrap();
         assert_eq!(entries.last(), Some(&entry(8, b"abcd")));
         assert_eq!(entries.len(), 3);
         // A checkpoint past every record: the journal starts over at position 0.
-        let (mut journal, entries) = FileJournal::open(&path, 8).await.unwrap();
+        let (mut journal, entries) = open_whole(&path, 8).await.unwrap();
         assert!(entries.is_empty());
-        journal.append(&entry(9, b"abcd")).await.unwrap();
+        journal.append(&entry(9, b"abcd"), None).await.unwrap();
         drop(journal);
-        let (_, entries) = FileJournal::open(&path, 8).await.unwrap();
+        let (_, entries) = open_whole(&path, 8).await.unwrap();
         assert_eq!(entries, vec![entry(9, b"abcd")]);
+    }
+
+    #[compio::test]
+    async fn a_stowed_record_keeps_the_ops_checksum_and_its_stand_in_is_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.wal");
+        let (mut journal, _) = FileJournal::open(&path, 0).await.unwrap();
+        let stowed = entry(1, b"the body, kept elsewhere");
+        let stand_in = Bytes::from_static(b"where");
+        journal.append(&stowed, Some(&stand_in)).await.unwrap();
+        journal.append(&entry(2, b"whole"), None).await.unwrap();
+        drop(journal);
+        let written = std::fs::metadata(&path).unwrap().len();
+        assert_eq!(
+            written,
+            2 * HEADER_SIZE as u64 + 5 + 5,
+            "the stand-in, not the body"
+        );
+        let (_, entries) = FileJournal::open(&path, 0).await.unwrap();
+        let recovered = Entry {
+            body: stand_in,
+            ..stowed.clone()
+        };
+        assert_eq!(
+            recovered.checksum, stowed.checksum,
+            "the op's checksum is kept"
+        );
+        assert_eq!(
+            entries,
+            vec![
+                JournalEntry::Stowed(recovered),
+                JournalEntry::Whole(entry(2, b"whole"))
+            ]
+        );
+        // A damaged stand-in ends the journal before its op.
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[HEADER_SIZE + 2] ^= 1;
+        std::fs::write(&path, bytes).unwrap();
+        let (_, entries) = FileJournal::open(&path, 0).await.unwrap();
+        assert!(entries.is_empty());
     }
 
     #[compio::test]
@@ -342,13 +438,13 @@ mod tests {
         let path = dir.path().join("journal.wal");
         let (mut journal, _) = FileJournal::open(&path, 0).await.unwrap();
         for op in 1..=3 {
-            journal.append(&entry(op, b"abc")).await.unwrap();
+            journal.append(&entry(op, b"abc"), None).await.unwrap();
         }
         drop(journal);
         let mut bytes = std::fs::read(&path).unwrap();
         bytes[HEADER_SIZE + 3 + HEADER_SIZE + 1] ^= 1;
         std::fs::write(&path, bytes).unwrap();
-        let (_, entries) = FileJournal::open(&path, 0).await.unwrap();
+        let (_, entries) = open_whole(&path, 0).await.unwrap();
         assert_eq!(entries, vec![entry(1, b"abc")]);
     }
 }

@@ -119,6 +119,14 @@ pub fn stamped_header(
     header
 }
 
+/// Puts back the header fields a stamp replaced, as they were before it: the inverse of
+/// [`stamped_header`] for a header whose `base_timestamp` was already set.
+pub fn unstamp(record: &mut [u8], partition_id: u64, base_offset: u64, batch_checksum: u64) {
+    write_u64(record, batch::PARTITION_ID, partition_id);
+    write_u64(record, batch::BASE_OFFSET, base_offset);
+    write_u64(record, batch::BATCH_CHECKSUM, batch_checksum);
+}
+
 /// Stamps the server-owned fields in place and recomputes the batch checksum.
 pub fn stamp(record: &mut [u8], partition_id: u64, base_offset: u64, base_timestamp: u64) {
     write_u64(record, batch::PARTITION_ID, partition_id);

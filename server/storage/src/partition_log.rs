@@ -78,6 +78,8 @@ struct Segment {
     entries: Vec<BatchEntry>,
     /// Written to since the last fsync.
     unsynced: bool,
+    /// The `.log` file written to since its last fsync (the `.index` can be rebuilt from it).
+    records_unsynced: bool,
 }
 
 impl Segment {
@@ -481,6 +483,7 @@ impl PartitionLog {
                 log_size: scan.valid_len,
                 entries: scan.entries,
                 unsynced: scan.failure.is_some() || !matches,
+                records_unsynced: scan.failure.is_some(),
             });
         }
         log.maybe_roll().await?;
@@ -544,6 +547,7 @@ impl PartitionLog {
             log_size: 0,
             entries: Vec::new(),
             unsynced: true,
+            records_unsynced: true,
         });
         self.dir_unsynced = true;
         Ok(())
@@ -622,6 +626,7 @@ impl PartitionLog {
             max_timestamp: active.max_timestamp().max(timestamp),
         };
         active.unsynced = true;
+        active.records_unsynced = true;
         let index_position = active.index_size();
         let frames = record.slice(layout::batch::HEADER_SIZE..);
         let written = if record.len() <= SMALL_WRITE_MAX {
@@ -688,7 +693,27 @@ impl PartitionLog {
                 .await
                 .map_err(|error| io_error(&segment.index_path, error))?;
             segment.unsynced = false;
+            segment.records_unsynced = false;
         }
+        self.sync_dir().await
+    }
+
+    /// Fsyncs the `.log` files written since their last fsync (and the directory when segment
+    /// files were created or removed), not the `.index` files: enough for every appended
+    /// record to survive a machine crash, since recovery rebuilds an index from its log.
+    pub async fn sync_records(&mut self) -> Result<(), StorageError> {
+        for segment in self.segments.iter_mut().filter(|s| s.records_unsynced) {
+            segment
+                .log
+                .sync_data()
+                .await
+                .map_err(|error| io_error(&segment.log_path, error))?;
+            segment.records_unsynced = false;
+        }
+        self.sync_dir().await
+    }
+
+    async fn sync_dir(&mut self) -> Result<(), StorageError> {
         if self.dir_unsynced {
             let dir = File::open(&self.dir)
                 .await
@@ -699,6 +724,41 @@ impl PartitionLog {
             self.dir_unsynced = false;
         }
         Ok(())
+    }
+
+    /// The whole record whose first message is `base_offset`, if the log holds one of `length`
+    /// bytes there (a journal's stand-in names a record this way).
+    pub async fn record_at(
+        &self,
+        base_offset: u64,
+        length: u64,
+    ) -> Result<Option<Vec<u8>>, StorageError> {
+        let Some(segment) = self
+            .segments
+            .iter()
+            .rev()
+            .find(|segment| segment.start_offset <= base_offset)
+        else {
+            return Ok(None);
+        };
+        let Ok(index) = segment
+            .entries
+            .binary_search_by_key(&base_offset, |entry| entry.offset)
+        else {
+            return Ok(None);
+        };
+        let entry = segment.entries[index];
+        if entry.length != length {
+            return Ok(None);
+        }
+        let record = read_vec(
+            &segment.log,
+            &segment.log_path,
+            entry.position,
+            entry.length as usize,
+        )
+        .await?;
+        Ok(Some(record))
     }
 
     /// Records covering messages `[start, start + max_messages)`, read from the `.log` files.
@@ -895,6 +955,7 @@ impl PartitionLog {
         segment.log_size = new_size;
         segment.end_offset = offset;
         segment.unsynced = true;
+        segment.records_unsynced = true;
         self.maybe_roll().await
     }
 
