@@ -93,3 +93,22 @@ async fn a_sent_batch_is_written_once_and_replayed_from_the_log_after_a_kill() {
     let sent = send_to_partition(&c, &name("s"), &name("t"), 0, msgs("late", 1)).await;
     assert_eq!(sent.confirmations.first().map(|c| c.base_offset), Some(30));
 }
+
+/// The replica holds every op's body in memory until a checkpoint, so the byte limit counts
+/// the batches sent, not the journal file (which holds only stand-ins for them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_checkpoint_byte_limit_counts_sent_batches_not_their_stand_ins() {
+    let mut server = TestServer::start();
+    std::fs::write(server.dir().join("config.toml"), "[system]\ncheckpoint_journal_bytes = 300000\n").unwrap();
+    tokio::task::block_in_place(|| server.restart());
+    let c = server.root_client().await;
+    create_stream_and_topic(&c, "s", "t", 1).await;
+    let checkpoint = server.data_dir().join("streams/0/topics/0/partitions/0/checkpoint");
+    for b in 0..4 {
+        let batch = (0..2).map(|i| msg(format!("{b}-{i}-").repeat(25_000))).collect();
+        send_to_partition(&c, &name("s"), &name("t"), 0, batch).await;
+    }
+    // 4 batches of 200 KB each passed 300 KB; their stand-ins are a few hundred bytes.
+    assert!(checkpoint.exists(), "a checkpoint was taken once the batches passed the limit");
+    assert!(journal_bytes(&server) < 4 * RECORD_MAX);
+}

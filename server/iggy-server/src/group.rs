@@ -97,7 +97,8 @@ pub fn refusal_error(refusal: &Refusal) -> iggy_generated::errors::ErrorCode {
 /// Where a group keeps its checkpoint, and when it takes one.
 pub struct Checkpointing {
     pub path: std::path::PathBuf,
-    /// Checkpoint once the journal holds this many bytes...
+    /// Checkpoint once the journal holds this many bytes (or the replica this many bytes of
+    /// op bodies in memory)...
     pub journal_bytes: u64,
     /// ...or this many ops.
     pub journal_ops: usize,
@@ -284,6 +285,9 @@ pub struct Group<J: Journal, S: StateMachine> {
     /// group registers them through an explicit login).
     implicit_register: bool,
     checkpointing: Option<Checkpointing>,
+    /// Body bytes of the ops prepared since the last checkpoint: the replica holds them in
+    /// memory until a checkpoint, even when the journal file holds only stand-ins.
+    held_bytes: u64,
 }
 
 impl<J: Journal, S: StateMachine> Group<J, S> {
@@ -300,6 +304,7 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
         checkpointing: Option<Checkpointing>,
     ) -> Self {
         let nonce = entries.len() as u64 + 1;
+        let held_bytes = entries.iter().map(|entry| entry.body.len() as u64).sum();
         let replica = match checkpoint {
             Some(checkpoint) => Replica::open_from_checkpoint(config, checkpoint, entries, nonce),
             None => Replica::open(config, entries, nonce),
@@ -313,6 +318,7 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
             registering: HashMap::new(),
             implicit_register,
             checkpointing,
+            held_bytes,
         };
         group.drive().await;
         group.state.replayed().await;
@@ -327,7 +333,7 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
             return;
         };
         let op = self.replica.op();
-        let grown = self.journal.len_bytes() >= checkpointing.journal_bytes
+        let grown = self.journal.len_bytes().max(self.held_bytes) >= checkpointing.journal_bytes
             || self.replica.journal_len() >= checkpointing.journal_ops;
         if !grown || op == 0 || self.replica.commit_min() != op {
             return;
@@ -353,6 +359,7 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                 path.display()
             );
         }
+        self.held_bytes = 0;
     }
 
     /// Spawns the group's task on the current compio runtime.
@@ -472,6 +479,7 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                     {
                         return self.journal_failed();
                     }
+                    self.held_bytes += entry.body.len() as u64;
                     must_sync |= self.state.persisted(entry.operation);
                     unsynced.push(op);
                 }
