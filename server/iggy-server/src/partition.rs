@@ -339,26 +339,37 @@ impl PartitionMachine {
         self.committed_next_offset().saturating_sub(1)
     }
 
-    async fn send(&mut self, batch: &Bytes) -> WriteResult {
-        let Ok(count) = batch::validate_layout(batch) else {
-            return WriteResult::Failed(ErrorCode::InvalidMessagesSize);
-        };
+    /// Applies a send; `stowed` when its batch went to the log as the op was prepared.
+    async fn send(&mut self, batch: &Bytes, stowed: bool) -> WriteResult {
         let Ok(header) = iggy_generated::frames::BatchHeader::decode_fixed(batch) else {
             return WriteResult::Failed(ErrorCode::InvalidMessagesSize);
         };
-        // The primary stamped the time before journaling the batch.
-        let timestamp = header.base_timestamp;
         let base_offset = self.replay_next_offset;
-        if base_offset < self.log.next_offset() {
-            // Stowed when it was prepared, or a journal replay of a batch that reached the log
-            // before the restart.
+        if stowed {
+            // Written to the log when it was prepared, its layout checked then.
+            let count = header.message_count;
             self.replay_next_offset += u64::from(count);
             return WriteResult::Appended { base_offset, count };
         }
-        // Stored from the received buffer: only the stamped header is new.
+        let Ok(batch) = batch::ValidBatch::check(batch.clone()) else {
+            return WriteResult::Failed(ErrorCode::InvalidMessagesSize);
+        };
+        let count = batch.count();
+        if base_offset < self.log.next_offset() {
+            // A journal replay of a batch that reached the log before the restart.
+            self.replay_next_offset += u64::from(count);
+            return WriteResult::Appended { base_offset, count };
+        }
+        // Stored from the received buffer: only the stamped header is new. The primary
+        // stamped the time before journaling the batch.
         let appended = self
             .log
-            .append_batch(batch, u64::from(self.partition_id), base_offset, timestamp)
+            .append_batch(
+                &batch,
+                u64::from(self.partition_id),
+                base_offset,
+                header.base_timestamp,
+            )
             .await;
         match appended {
             Ok(()) => {
@@ -417,11 +428,15 @@ impl StateMachine for PartitionMachine {
     type Read = PartitionRead;
 
     async fn apply(&mut self, op: u64, _client: u128, operation: u8, body: Bytes) -> Bytes {
-        while self.stowed.front().is_some_and(|(stowed, _)| *stowed <= op) {
+        let mut stowed = false;
+        while let Some(&(stowed_op, _)) = self.stowed.front()
+            && stowed_op <= op
+        {
+            stowed |= stowed_op == op;
             self.stowed.pop_front();
         }
         let result = match PartitionWrite::decode(operation, &body) {
-            Some(PartitionWrite::Send { batch }) => self.send(&batch).await,
+            Some(PartitionWrite::Send { batch }) => self.send(&batch, stowed).await,
             Some(PartitionWrite::StoreOffset { owner, offset }) => {
                 self.offsets.insert(owner, offset);
                 WriteResult::Done
@@ -445,17 +460,19 @@ impl StateMachine for PartitionMachine {
         if Operation::from_repr(entry.operation) != Some(Operation::SendMessages) {
             return Ok(None);
         }
-        let batch = &entry.body;
         // A batch the apply refuses is journaled as it came.
-        let valid = batch::validate_layout(batch).is_ok_and(|count| count > 0);
-        let header = iggy_generated::frames::BatchHeader::decode_fixed(batch);
-        let (true, Ok(header)) = (valid, header) else {
+        let batch = batch::ValidBatch::check(entry.body.clone());
+        let header = iggy_generated::frames::BatchHeader::decode_fixed(&entry.body);
+        let (Ok(batch), Ok(header)) = (batch, header) else {
             return Ok(None);
         };
+        if batch.count() == 0 {
+            return Ok(None);
+        }
         let base_offset = self.log.next_offset();
         self.log
             .append_batch(
-                batch,
+                &batch,
                 u64::from(self.partition_id),
                 base_offset,
                 header.base_timestamp,
@@ -465,7 +482,7 @@ impl StateMachine for PartitionMachine {
         self.stowed.push_back((entry.op, base_offset));
         let stand_in = iggy_generated::storage::StowedBatch {
             base_offset,
-            length: batch.len() as u64,
+            length: entry.body.len() as u64,
             received_partition_id: header.partition_id,
             received_base_offset: header.base_offset,
             received_checksum: header.batch_checksum,

@@ -7,6 +7,29 @@ use twox_hash::XxHash3_64;
 use crate::StorageError;
 use crate::layout::{batch, frame, read_u32, read_u64, write_u64};
 
+/// A batch whose frames were checked to tile it exactly ([`validate_layout`]), with its
+/// message count: later steps need not walk the frames again to trust the layout.
+#[derive(Debug, Clone)]
+pub struct ValidBatch {
+    bytes: bytes::Bytes,
+    count: u32,
+}
+
+impl ValidBatch {
+    pub fn check(bytes: bytes::Bytes) -> Result<ValidBatch, StorageError> {
+        let count = validate_layout(&bytes)?;
+        Ok(ValidBatch { bytes, count })
+    }
+
+    pub fn bytes(&self) -> &bytes::Bytes {
+        &self.bytes
+    }
+
+    pub fn count(&self) -> u32 {
+        self.count
+    }
+}
+
 /// Checks that the frames tile `message_count` exactly and returns that count.
 pub fn validate_layout(record: &[u8]) -> Result<u32, StorageError> {
     if record.len() < batch::HEADER_SIZE {

@@ -583,14 +583,15 @@ impl PartitionLog {
     /// The frames are written from `batch` itself; only the 256-byte header is rebuilt.
     pub async fn append_batch(
         &mut self,
-        batch: &Bytes,
+        batch: &batch::ValidBatch,
         partition_id: u64,
         base_offset: u64,
         base_timestamp: u64,
     ) -> Result<(), StorageError> {
-        let count = batch::validate_layout(batch)?;
-        let header = batch::stamped_header(batch, partition_id, base_offset, base_timestamp);
-        self.append_with_header(header, batch, count).await
+        let header =
+            batch::stamped_header(batch.bytes(), partition_id, base_offset, base_timestamp);
+        self.append_with_header(header, batch.bytes(), batch.count())
+            .await
     }
 
     /// Appends `record` (whose layout holds `count` messages) with `header` in place of its

@@ -209,7 +209,8 @@ fn received_batches_are_stored_with_stamped_headers_small_and_large() {
                 write_u64(&mut received, field, 0);
             }
             write_u64(&mut received, batch::BATCH_CHECKSUM, 0x5EED);
-            log.append_batch(&received.into(), PARTITION, base, timestamp_of(base))
+            let received = iggy_storage::batch::ValidBatch::check(received.into()).unwrap();
+            log.append_batch(&received, PARTITION, base, timestamp_of(base))
                 .await
                 .unwrap();
             let read = log.read_from(base, count).await.unwrap();
