@@ -682,21 +682,16 @@ impl PartitionLog {
     /// Fsyncs every segment written since the last sync (the active one, and any rolled since),
     /// and the directory when segment files were created or removed.
     pub async fn sync(&mut self) -> Result<(), StorageError> {
+        self.sync_records().await?;
         for segment in self.segments.iter_mut().filter(|segment| segment.unsynced) {
-            segment
-                .log
-                .sync_data()
-                .await
-                .map_err(|error| io_error(&segment.log_path, error))?;
             segment
                 .index
                 .sync_data()
                 .await
                 .map_err(|error| io_error(&segment.index_path, error))?;
             segment.unsynced = false;
-            segment.records_unsynced = false;
         }
-        self.sync_dir().await
+        Ok(())
     }
 
     /// Fsyncs the `.log` files written since their last fsync (and the directory when segment
