@@ -285,8 +285,9 @@ pub struct Group<J: Journal, S: StateMachine> {
     /// group registers them through an explicit login).
     implicit_register: bool,
     checkpointing: Option<Checkpointing>,
-    /// Body bytes of the ops prepared since the last checkpoint: the replica holds them in
-    /// memory until a checkpoint, even when the journal file holds only stand-ins.
+    /// Body bytes of the ops prepared since the last checkpoint, even when the journal file
+    /// holds only stand-ins: a replica with peers holds them in memory until a checkpoint, and
+    /// a recovery reads stowed ones back from the log, so the checkpoint byte limit bounds both.
     held_bytes: u64,
 }
 
@@ -321,8 +322,18 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
             held_bytes,
         };
         group.drive().await;
+        group.release_applied_bodies();
         group.state.replayed().await;
         group
+    }
+
+    /// A group of one has applied its committed ops and no peer will ask for them: their
+    /// bodies (a send's batch: the received buffer) go back to the allocator now, not at the
+    /// next checkpoint.
+    fn release_applied_bodies(&mut self) {
+        if self.replica.is_solo() {
+            self.replica.release_committed_bodies();
+        }
     }
 
     /// Takes a checkpoint when the journal has grown past the limits and every prepared op is
@@ -381,6 +392,7 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                 self.accept(job).await;
             }
             self.drive().await;
+            self.release_applied_bodies();
             self.maybe_checkpoint().await;
         }
     }

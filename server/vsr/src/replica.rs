@@ -167,6 +167,8 @@ pub struct Replica {
     sent_heartbeat_at: u64,
     resent_at: u64,
     actions: VecDeque<Action>,
+    /// Committed ops whose bodies were released (`release_committed_bodies`).
+    released_through: u64,
 }
 
 impl Replica {
@@ -237,6 +239,7 @@ impl Replica {
             sent_heartbeat_at: 0,
             resent_at: 0,
             actions: VecDeque::new(),
+            released_through: checkpoint.op,
         };
         if solo {
             replica.commit_max = replica.journal.op();
@@ -314,6 +317,36 @@ impl Replica {
         self.journal.get(op)
     }
     /// Number of journal entries held in memory (ops above the latest checkpoint).
+    /// Drops the bodies of committed entries from memory (registers keep theirs). Only a
+    /// replica without peers may: no backup will ever ask it for an entry, and the state
+    /// machine has applied them, so a send's batch need not stay in memory until the next
+    /// checkpoint. Checksums stay, so the log still chains.
+    pub fn release_committed_bodies(&mut self) {
+        assert_eq!(
+            self.config.replica_count, 1,
+            "peers may still ask for committed entries"
+        );
+        if self.commit_min > self.released_through {
+            self.journal
+                .release_bodies(self.released_through + 1, self.commit_min);
+            self.released_through = self.commit_min;
+        }
+    }
+
+    /// Whether the group has no other replica.
+    pub fn is_solo(&self) -> bool {
+        self.config.replica_count == 1
+    }
+
+    /// Bytes of entry bodies held in memory.
+    pub fn held_body_bytes(&self) -> u64 {
+        self.journal
+            .entries()
+            .iter()
+            .map(|entry| entry.body.len() as u64)
+            .sum()
+    }
+
     pub fn journal_len(&self) -> usize {
         self.journal.len()
     }

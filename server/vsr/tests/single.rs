@@ -383,3 +383,25 @@ fn torn_checkpoint_bytes_are_rejected() {
         Err(iggy_vsr::CheckpointError::Checksum)
     );
 }
+
+#[test]
+fn a_solo_replica_releases_committed_bodies_keeping_registers_and_cached_replies() {
+    let mut journal = Vec::new();
+    let mut replica = Replica::open(Config::new(1, 0), Vec::new(), 1);
+    replica.on_request(7, 0, OPERATION_REGISTER, Bytes::from_static(b"who"));
+    drive(&mut replica, &mut journal);
+    replica.on_request(7, 1, 9, Bytes::from_static(b"a batch"));
+    let first = drive(&mut replica, &mut journal);
+    assert_eq!(replica.held_body_bytes(), 3 + 7);
+    replica.release_committed_bodies();
+    assert_eq!(replica.held_body_bytes(), 3, "the register keeps its body");
+    // A retry replays the cached reply; later requests commit; a checkpoint reads registers.
+    replica.on_request(7, 1, 9, Bytes::from_static(b"a batch"));
+    assert_eq!(drive(&mut replica, &mut journal), first);
+    replica.on_request(7, 2, 9, Bytes::from_static(b"more"));
+    let reply = drive(&mut replica, &mut journal);
+    assert!(matches!(&reply[..], [Action::Reply { request: 2, reply, .. }] if reply == "MORE"));
+    replica.release_committed_bodies();
+    assert_eq!(replica.checkpoint(3).op, 3);
+    assert_eq!(replica.held_body_bytes(), 0);
+}
