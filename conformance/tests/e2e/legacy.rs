@@ -57,6 +57,26 @@ impl Legacy {
         assert_eq!(&reply.1[..4], &[0, 0, 0, 0], "result section: success");
         &reply.1[4..]
     }
+
+    /// The error code a result-framed reply's result section carries (0 for success).
+    fn result_code(reply: &(ReplyHeader, Vec<u8>)) -> u32 {
+        assert_eq!(reply.0.status, 0, "status");
+        let section = ReplyResultSection::decode_from(&mut &reply.1[..]).expect("result section");
+        section.results.first().map_or(0, |entry| entry.result)
+    }
+}
+
+/// One entry of an options block: the user-headers TLV (`[kind u8][len u32][bytes]` for the key,
+/// then for the value). The spec declares no payload for it, so there is no generated encoder.
+fn option_entry(key: &str, value_kind: u8, value: &[u8]) -> Vec<u8> {
+    const STRING_KIND: u8 = 2;
+    let mut out = vec![STRING_KIND];
+    out.extend_from_slice(&(key.len() as u32).to_le_bytes());
+    out.extend_from_slice(key.as_bytes());
+    out.push(value_kind);
+    out.extend_from_slice(&(value.len() as u32).to_le_bytes());
+    out.extend_from_slice(value);
+    out
 }
 
 fn encoded<T: WireEncode>(value: &T) -> Vec<u8> {
@@ -164,5 +184,96 @@ async fn a_0_11_1_session_is_served_with_0_11_1_layouts_and_commands() {
     assert_eq!(
         reply.status, 3,
         "InvalidCommand for a command outside the session's protocol"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_0_11_1_topic_update_is_checked_against_the_option_catalog_like_0_12_0() {
+    use iggy::prelude::{IggyError, TopicClient, TopicUpdateOptions};
+    const STRING: u8 = 2;
+    const UINT64: u8 = 12;
+    let server = TestServer::start();
+    let current = server.root_client().await;
+    create_stream_and_topic(&current, "s", "t", 1).await;
+    let mut c = login(&server).await;
+    let zero = 0u32.to_le_bytes();
+    let id_0 = || Identifier {
+        kind: 1,
+        value: &zero,
+    };
+
+    // Create-only keys: 0.12.0's resource.update refuses them with OptionNotUpdatable (4103).
+    // 0.11.1's topic.update once stored "gzip" read as an integer and refused "durability"
+    // as an unknown key.
+    for (key, value) in [
+        ("compression_algorithm", "gzip"),
+        ("durability", "persisted"),
+    ] {
+        let update = TopicUpdateOptions {
+            name: Some("renamed".into()),
+            raw: [(key.to_string(), value.to_string())].into_iter().collect(),
+            ..Default::default()
+        };
+        let r = within(
+            "update",
+            current.update_topic(&name("s"), &name("t"), &update),
+        )
+        .await;
+        let current_code = r.as_ref().err().map(IggyError::as_code);
+        assert_eq!(current_code, Some(4103), "0.12.0 {key}={value}: {r:?}");
+
+        let options = option_entry(key, STRING, value.as_bytes());
+        let request = encoded(&UpdateTopicRequest {
+            stream_id: id_0(),
+            topic_id: id_0(),
+            name: "renamed",
+            options: &options,
+        });
+        let reply = c.frame(Operation::UpdateTopic, 304, &request).await;
+        assert_eq!(
+            Some(Legacy::result_code(&reply)),
+            current_code,
+            "0.11.1 {key}={value} is refused as 0.12.0 refuses it"
+        );
+    }
+
+    // A value of the wrong size for an updatable key: InvalidOptionValue (4042).
+    let options = option_entry("message_expiry", UINT64, &[1, 2, 3]);
+    let request = encoded(&UpdateTopicRequest {
+        stream_id: id_0(),
+        topic_id: id_0(),
+        name: "renamed",
+        options: &options,
+    });
+    let reply = c.frame(Operation::UpdateTopic, 304, &request).await;
+    assert_eq!(Legacy::result_code(&reply), 4042, "a 3-byte message_expiry");
+
+    let t = ok(
+        "get",
+        within("get", current.get_topic(&name("s"), &name("t"))).await,
+    )
+    .expect("a refused update changes nothing, not even the name");
+    assert_eq!(
+        t.resolved_options().compression_algorithm,
+        iggy::prelude::CompressionAlgorithm::None
+    );
+
+    // An update the catalog allows still applies.
+    let options = option_entry("message_expiry", UINT64, &3_600_000_000u64.to_le_bytes());
+    let request = encoded(&UpdateTopicRequest {
+        stream_id: id_0(),
+        topic_id: id_0(),
+        name: "renamed",
+        options: &options,
+    });
+    let reply = c.frame(Operation::UpdateTopic, 304, &request).await;
+    assert_eq!(Legacy::result_code(&reply), 0, "a valid 0.11.1 update");
+    assert!(
+        ok(
+            "get",
+            within("get", current.get_topic(&name("s"), &name("renamed"))).await
+        )
+        .is_some(),
+        "renamed by the valid update"
     );
 }

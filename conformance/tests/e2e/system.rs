@@ -59,6 +59,11 @@ async fn stats_count_streams_topics_partitions_and_messages() {
     assert_eq!(empty.consumer_groups_count, 0, "consumer_groups_count on an empty server");
     assert_eq!(empty.process_id, server.pid().unwrap(), "process_id is the server's pid");
     assert!(empty.clients_count >= 1, "clients_count counts this client: {}", empty.clients_count);
+    let (free, total) = (empty.free_disk_space.as_bytes_u64(), empty.total_disk_space.as_bytes_u64());
+    assert!(total > 0, "total_disk_space of the data directory's filesystem is measured");
+    assert!(free <= total, "free_disk_space {free} <= total_disk_space {total}");
+    assert!((0.0..=100.0).contains(&empty.total_cpu_usage), "total_cpu_usage {}", empty.total_cpu_usage);
+    assert!(empty.cpu_usage >= 0.0 && empty.cpu_usage.is_finite(), "cpu_usage {}", empty.cpu_usage);
 
     create_stream_and_topic(&client, "s1", "t1", 3).await;
     create_stream_and_topic(&client, "s2", "t2", 2).await;

@@ -1,5 +1,8 @@
 //! What the host reports about this process and machine (for stats, command 10), read from
-//! Linux's /proc. A figure that cannot be read is reported as 0 or empty.
+//! Linux's /proc and statvfs(2). A figure that cannot be read is reported as 0 or empty.
+
+use std::path::Path;
+use std::sync::{Mutex, PoisonError};
 
 /// Bytes of a `Key:   N kB` line in a /proc status-like file.
 fn kilobytes(text: &str, key: &str) -> u64 {
@@ -20,6 +23,10 @@ fn read(path: &str) -> String {
 }
 
 pub struct HostFigures {
+    /// This process's CPU use in percent of one core (up to 100 per core).
+    pub cpu_usage: f32,
+    /// The whole machine's busy time in percent of all its cores (0..=100).
+    pub total_cpu_usage: f32,
     pub memory_usage: u64,
     pub total_memory: u64,
     pub available_memory: u64,
@@ -30,15 +37,23 @@ pub struct HostFigures {
     pub threads: u32,
     pub open_files: u64,
     pub open_files_limit: u64,
+    /// Bytes of the data directory's filesystem an unprivileged writer may still use.
+    pub free_disk_space: u64,
+    pub total_disk_space: u64,
 }
 
-pub fn figures() -> HostFigures {
+/// The figures now; disk space is that of the filesystem holding `data_dir`.
+pub fn figures(data_dir: &Path) -> HostFigures {
     let status = read("/proc/self/status");
     let meminfo = read("/proc/meminfo");
     let io = read("/proc/self/io");
     let os_release = read("/etc/os-release");
     let limits = read("/proc/self/limits");
+    let cpu = cpu_usage();
+    let disk = disk_space(data_dir);
     HostFigures {
+        cpu_usage: cpu.process,
+        total_cpu_usage: cpu.machine,
         memory_usage: kilobytes(&status, "VmRSS:"),
         total_memory: kilobytes(&meminfo, "MemTotal:"),
         available_memory: kilobytes(&meminfo, "MemAvailable:"),
@@ -66,14 +81,210 @@ pub fn figures() -> HostFigures {
             .and_then(|line| line.split_whitespace().nth(3))
             .and_then(|soft| soft.parse().ok())
             .unwrap_or(0),
+        free_disk_space: disk.free,
+        total_disk_space: disk.total,
     }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct DiskSpace {
+    free: u64,
+    total: u64,
+}
+
+/// Space of the filesystem holding `path`: free counts only blocks an unprivileged writer may
+/// use (`f_bavail`), since the server does not run as root.
+fn disk_space(path: &Path) -> DiskSpace {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(path) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return DiskSpace::default();
+    };
+    let mut stat = std::mem::MaybeUninit::<libc::statvfs>::zeroed();
+    // SAFETY: `path` is NUL-terminated and `stat` is writable memory of the right type.
+    if unsafe { libc::statvfs(path.as_ptr(), stat.as_mut_ptr()) } != 0 {
+        return DiskSpace::default();
+    }
+    // SAFETY: statvfs succeeded, so it filled `stat` (and it was zeroed before).
+    let stat = unsafe { stat.assume_init() };
+    // The fields are 32-bit on 32-bit targets.
+    #[allow(clippy::unnecessary_cast)]
+    let (fragment, available, blocks) = (
+        stat.f_frsize as u64,
+        stat.f_bavail as u64,
+        stat.f_blocks as u64,
+    );
+    DiskSpace {
+        free: available.saturating_mul(fragment),
+        total: blocks.saturating_mul(fragment),
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct CpuUsage {
+    /// This process, in percent of one core: up to `100 * cores`.
+    process: f32,
+    /// The machine, in percent of all its cores: up to 100.
+    machine: f32,
+}
+
+/// CPU time counters read together, so that two samples bound one interval.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct CpuSample {
+    /// Seconds since boot (/proc/uptime): the clock /proc/self/stat's start time counts on.
+    uptime: f64,
+    /// This process's user and system time (all threads), in clock ticks.
+    process_ticks: u64,
+    /// When this process started, in seconds since boot.
+    process_started_at: f64,
+    /// The machine's busy time (everything but idle and iowait), in clock ticks, all cores.
+    machine_busy_ticks: u64,
+    machine_total_ticks: u64,
+    cores: u32,
+    ticks_per_second: f64,
+}
+
+impl CpuSample {
+    fn read() -> Option<CpuSample> {
+        // SAFETY: sysconf only reads a configuration value.
+        let ticks_per_second = match unsafe { libc::sysconf(libc::_SC_CLK_TCK) } {
+            ticks if ticks > 0 => ticks as f64,
+            _ => 100.0,
+        };
+        let uptime = read("/proc/uptime")
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()?;
+        let process = process_stat(&read("/proc/self/stat"))?;
+        let machine = machine_stat(&read("/proc/stat"))?;
+        Some(CpuSample {
+            uptime,
+            process_ticks: process.cpu_ticks,
+            process_started_at: process.start_ticks as f64 / ticks_per_second,
+            machine_busy_ticks: machine.busy_ticks,
+            machine_total_ticks: machine.total_ticks,
+            cores: machine.cores,
+            ticks_per_second,
+        })
+    }
+
+    /// The counters as they stood when this process started: no process CPU time yet, and
+    /// the machine's counters taken as zero (so the first figure covers the time since boot).
+    fn at_process_start(&self) -> CpuSample {
+        CpuSample {
+            uptime: self.process_started_at,
+            process_ticks: 0,
+            machine_busy_ticks: 0,
+            machine_total_ticks: 0,
+            ..*self
+        }
+    }
+}
+
+/// Usage between two samples; an empty interval reads as 0.
+fn usage_between(earlier: &CpuSample, later: &CpuSample) -> CpuUsage {
+    let wall_seconds = later.uptime - earlier.uptime;
+    let process_seconds =
+        later.process_ticks.saturating_sub(earlier.process_ticks) as f64 / later.ticks_per_second;
+    let process = if wall_seconds > 0.0 {
+        process_seconds / wall_seconds * 100.0
+    } else {
+        0.0
+    };
+    let busy = later
+        .machine_busy_ticks
+        .saturating_sub(earlier.machine_busy_ticks);
+    let total = later
+        .machine_total_ticks
+        .saturating_sub(earlier.machine_total_ticks);
+    let machine = if total > 0 {
+        busy as f64 / total as f64 * 100.0
+    } else {
+        0.0
+    };
+    // Tick and uptime granularity (10 ms) can push a short interval's ratio past its bound.
+    CpuUsage {
+        process: process.clamp(0.0, 100.0 * f64::from(later.cores.max(1))) as f32,
+        machine: machine.clamp(0.0, 100.0) as f32,
+    }
+}
+
+/// An interval shorter than this would be mostly tick rounding; a stats call that comes
+/// sooner gets the previous call's figures.
+const CPU_INTERVAL_MIN_SECONDS: f64 = 1.0;
+
+/// The sample the previous figure was measured up to, and that figure.
+static LAST_CPU: Mutex<Option<(CpuSample, CpuUsage)>> = Mutex::new(None);
+
+/// CPU usage since the previous call (at least `CPU_INTERVAL_MIN_SECONDS` back); the first
+/// call measures the process since it started and the machine since boot.
+fn cpu_usage() -> CpuUsage {
+    let Some(now) = CpuSample::read() else {
+        return CpuUsage::default();
+    };
+    let mut last = LAST_CPU.lock().unwrap_or_else(PoisonError::into_inner);
+    let usage = match *last {
+        Some((previous, usage)) if now.uptime - previous.uptime < CPU_INTERVAL_MIN_SECONDS => {
+            return usage;
+        }
+        Some((previous, _)) => usage_between(&previous, &now),
+        None => usage_between(&now.at_process_start(), &now),
+    };
+    *last = Some((now, usage));
+    usage
+}
+
+struct ProcessStat {
+    cpu_ticks: u64,
+    start_ticks: u64,
+}
+
+/// utime + stime (fields 14, 15) and starttime (22) of a /proc/<pid>/stat line.
+fn process_stat(stat: &str) -> Option<ProcessStat> {
+    // The command name (field 2) may hold spaces and parentheses; fields after it are plain.
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    let field = |number: usize| fields.get(number - 3)?.parse::<u64>().ok();
+    Some(ProcessStat {
+        cpu_ticks: field(14)? + field(15)?,
+        start_ticks: field(22)?,
+    })
+}
+
+struct MachineStat {
+    busy_ticks: u64,
+    total_ticks: u64,
+    cores: u32,
+}
+
+/// The first `cpu` line of /proc/stat: user nice system idle iowait irq softirq steal guest
+/// guest_nice. Guest time is already counted in user and nice, so it is left out of the total.
+fn machine_stat(stat: &str) -> Option<MachineStat> {
+    let mut lines = stat.lines();
+    let times: Vec<u64> = lines
+        .next()?
+        .strip_prefix("cpu ")?
+        .split_whitespace()
+        .take(8)
+        .map(|n| n.parse().ok())
+        .collect::<Option<_>>()?;
+    let total: u64 = times.iter().sum();
+    let idle = times.get(3).copied().unwrap_or(0) + times.get(4).copied().unwrap_or(0);
+    let cores = lines.take_while(|line| line.starts_with("cpu")).count() as u32;
+    Some(MachineStat {
+        busy_ticks: total.saturating_sub(idle),
+        total_ticks: total,
+        cores,
+    })
 }
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn this_process_has_memory_threads_and_open_files() {
-        let figures = super::figures();
+        let figures = figures(Path::new("."));
         assert!(figures.memory_usage > 0 && figures.total_memory >= figures.memory_usage);
         assert!(
             figures.threads >= 1
@@ -81,5 +292,78 @@ mod tests {
                 && figures.open_files_limit >= figures.open_files
         );
         assert!(!figures.kernel_version.is_empty());
+    }
+
+    #[test]
+    fn disk_space_of_a_directory_is_measured_and_free_fits_in_total() {
+        let dir = tempfile::tempdir().unwrap();
+        let space = disk_space(dir.path());
+        assert!(space.total > 0, "{space:?}");
+        assert!(space.free <= space.total, "{space:?}");
+        assert_eq!(
+            disk_space(&dir.path().join("missing")),
+            DiskSpace::default()
+        );
+    }
+
+    #[test]
+    fn cpu_usage_is_within_its_bounds_and_counts_this_process_working() {
+        let cores = CpuSample::read().expect("/proc is readable").cores;
+        assert!(cores >= 1);
+        let first = cpu_usage();
+        // Burn CPU for longer than the minimum interval so the second figure is a new one.
+        let until = std::time::Instant::now() + std::time::Duration::from_millis(1100);
+        let mut spin = 0u64;
+        while std::time::Instant::now() < until {
+            spin = std::hint::black_box(spin.wrapping_add(1));
+        }
+        let second = cpu_usage();
+        for usage in [first, second] {
+            assert!(
+                (0.0..=100.0 * cores as f32).contains(&usage.process),
+                "{usage:?} on {cores} cores"
+            );
+            assert!((0.0..=100.0).contains(&usage.machine), "{usage:?}");
+        }
+        assert!(second.process > 0.0, "a busy second shows: {second:?}");
+        assert!(second.machine > 0.0, "{second:?}");
+    }
+
+    #[test]
+    fn proc_stat_lines_are_parsed() {
+        let process = process_stat("42 (a b) c) S 1 1 1 0 -1 0 0 0 0 0 7 5 0 0 20 0 3 0 900 0 0")
+            .expect("parsed");
+        assert_eq!((process.cpu_ticks, process.start_ticks), (12, 900));
+        let machine = machine_stat(
+            "cpu  10 2 3 80 5 0 0 0 4 0\ncpu0 5 1 1 40 2 0 0 0 2 0\ncpu1 5 1 2 40 3 0 0 0 2 0\nintr 1",
+        )
+        .expect("parsed");
+        assert_eq!(
+            (machine.busy_ticks, machine.total_ticks, machine.cores),
+            (15, 100, 2)
+        );
+        let earlier = CpuSample {
+            uptime: 10.0,
+            process_ticks: 100,
+            process_started_at: 1.0,
+            machine_busy_ticks: 50,
+            machine_total_ticks: 400,
+            cores: 2,
+            ticks_per_second: 100.0,
+        };
+        let later = CpuSample {
+            uptime: 12.0,
+            process_ticks: 250,
+            machine_busy_ticks: 150,
+            machine_total_ticks: 800,
+            ..earlier
+        };
+        assert_eq!(
+            usage_between(&earlier, &later),
+            CpuUsage {
+                process: 75.0,
+                machine: 25.0
+            }
+        );
     }
 }

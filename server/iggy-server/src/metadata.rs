@@ -633,7 +633,9 @@ impl Metadata {
     }
 
     /// Applies `name`, `message_expiry`, `max_topic_size`, `compression_algorithm`,
-    /// `replication_factor` and `partition_resize_policy` options to a topic.
+    /// `replication_factor` and `partition_resize_policy` options to a topic. The block and
+    /// the reset keys are checked against the topic catalog first, here, so that 0.12.0's
+    /// resource.update (16) and 0.11.1's topic.update (304) refuse the same updates.
     pub fn update_topic(
         &mut self,
         stream: &Ident,
@@ -641,6 +643,7 @@ impl Metadata {
         block: &[u8],
         reset: &[&str],
     ) -> Result<(), ErrorCode> {
+        crate::options::validate(crate::options::TOPIC_OPTIONS, block, reset, false)?;
         let options = crate::options::entries(block)?;
         let stream_id = self.stream(stream)?.id;
         let topic_id = self.topic(stream, topic)?.1.id;
@@ -671,7 +674,7 @@ impl Metadata {
                 "message_expiry" => updated.message_expiry = crate::options::as_u64(value)?,
                 "max_topic_size" => updated.max_topic_size = crate::options::as_u64(value)?,
                 "compression_algorithm" => {
-                    updated.compression_algorithm = crate::options::as_u64(value)? as u8
+                    updated.compression_algorithm = crate::options::compression_algorithm(value)?
                 }
                 "replication_factor" => {
                     updated.replication_factor = crate::options::as_u64(value)? as u8
@@ -1020,6 +1023,51 @@ mod tests {
             m.delete_partitions(&s, &t, 1),
             Err(ErrorCode::PartitionResizeDisabled)
         );
+    }
+
+    #[test]
+    fn topic_updates_are_checked_against_the_catalog_and_refused_whole() {
+        use crate::options::{encode, kind};
+        let mut m = Metadata::default();
+        m.create_stream("s", 1).unwrap();
+        m.create_topic(&Ident::Id(0), "t", 1, TopicSettings::default(), 2, 1)
+            .unwrap();
+        let (s, t) = (Ident::Id(0), Ident::Id(0));
+        let rename = ("name", kind::STRING, &b"renamed"[..]);
+        let refused = [
+            // Create-only: "gzip" was once read as the integer 0x70697a67.
+            (
+                encode(&[rename, ("compression_algorithm", kind::STRING, b"gzip")]),
+                ErrorCode::OptionNotUpdatable,
+            ),
+            (
+                encode(&[rename, ("durability", kind::STRING, b"persisted")]),
+                ErrorCode::OptionNotUpdatable,
+            ),
+            (
+                encode(&[rename, ("message_expiry", kind::UINT64, &[1, 2, 3])]),
+                ErrorCode::InvalidOptionValue,
+            ),
+            (
+                encode(&[rename, ("no_such_option", kind::STRING, b"x")]),
+                ErrorCode::UnsupportedOptionKey,
+            ),
+        ];
+        for (block, code) in refused {
+            assert_eq!(m.update_topic(&s, &t, &block, &[]), Err(code));
+        }
+        assert_eq!(
+            m.update_topic(&s, &t, &encode(&[rename]), &["segment_size"]),
+            Err(ErrorCode::OptionNotUpdatable)
+        );
+        let topic = &m.streams[&0].topics[&0];
+        assert_eq!((topic.name.as_str(), topic.compression_algorithm), ("t", 1));
+
+        let expiry = 7u64.to_le_bytes();
+        let accepted = encode(&[rename, ("message_expiry", kind::UINT64, &expiry)]);
+        m.update_topic(&s, &t, &accepted, &[]).unwrap();
+        let topic = &m.streams[&0].topics[&0];
+        assert_eq!((topic.name.as_str(), topic.message_expiry), ("renamed", 7));
     }
 
     #[test]

@@ -80,6 +80,16 @@ pub fn as_str(value: &[u8]) -> Result<&str, ErrorCode> {
     std::str::from_utf8(value).map_err(|_| ErrorCode::InvalidOptionValue)
 }
 
+/// A `compression_algorithm` value (`none` or `gzip`) as the code topics carry on the wire:
+/// 1 none, 2 gzip, as in the official SDK's `CompressionAlgorithm`.
+pub fn compression_algorithm(value: &[u8]) -> Result<u8, ErrorCode> {
+    match as_str(value)? {
+        "none" => Ok(1),
+        "gzip" => Ok(2),
+        _ => Err(ErrorCode::InvalidOptionValue),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -105,6 +115,20 @@ mod tests {
         twice.extend(entry("a", 2, b"y"));
         assert!(entries(&twice).is_err());
         assert!(entries(&block[..block.len() - 1]).is_err());
+    }
+
+    #[test]
+    fn compression_algorithm_is_read_from_its_name_not_from_integer_bytes() {
+        assert_eq!(compression_algorithm(b"none"), Ok(1));
+        assert_eq!(compression_algorithm(b"gzip"), Ok(2));
+        // Four bytes once read as a u32 (and then truncated) instead of refused.
+        for bad in [&b"zstd"[..], b"GZIP", b"", &2u32.to_le_bytes(), &[0xff]] {
+            assert_eq!(
+                compression_algorithm(bad),
+                Err(ErrorCode::InvalidOptionValue),
+                "{bad:?}"
+            );
+        }
     }
 }
 
@@ -331,7 +355,7 @@ fn check_value(key: &str, value: &[u8]) -> Result<(), ErrorCode> {
         }
         "durability" | "consumer_offset_durability" => one_of(&["replicated", "persisted"]),
         "partition_resize_policy" => one_of(&["mutable", "fixed"]),
-        "compression_algorithm" => one_of(&["none", "gzip"]),
+        "compression_algorithm" => compression_algorithm(value).map(|_| ()),
         "status" => one_of(&["active", "inactive"]),
         "preallocate_segments" => match value {
             [0] | [1] => Ok(()),

@@ -396,12 +396,7 @@ fn update_resource(metadata: &mut Metadata, request: &[u8]) -> Result<Vec<u8>, E
         }
         OptionsScope::Topic => {
             let patch: TopicResourcePatch = decode(request.patch)?;
-            crate::options::validate(
-                crate::options::TOPIC_OPTIONS,
-                patch.options,
-                &patch.reset,
-                false,
-            )?;
+            // update_topic checks the options against the catalog: 0.11.1's 304 reaches it too.
             let (stream, topic) = (ident(&patch.stream_id)?, ident(&patch.topic_id)?);
             metadata.update_topic(&stream, &topic, patch.options, &patch.reset)?;
         }
@@ -642,11 +637,11 @@ fn stats(node: &Node) -> Vec<u8> {
     let run_time = shared.started_at.elapsed().as_micros() as u64;
     let now = crate::dispatch::now_micros();
     let version = iggy_generated::protocol::RELEASE_VERSION;
-    let host = crate::host::figures();
+    let host = crate::host::figures(shared.data.root());
     encode(&StatsResponse {
         process_id: std::process::id(),
-        cpu_usage: 0f32.to_bits(),
-        total_cpu_usage: 0f32.to_bits(),
+        cpu_usage: host.cpu_usage.to_bits(),
+        total_cpu_usage: host.total_cpu_usage.to_bits(),
         memory_usage: host.memory_usage,
         total_memory: host.total_memory,
         available_memory: host.available_memory,
@@ -670,8 +665,8 @@ fn stats(node: &Node) -> Vec<u8> {
         iggy_server_semver: 0,
         cache_metrics: Vec::new(),
         threads_count: host.threads,
-        free_disk_space: 0,
-        total_disk_space: 0,
+        free_disk_space: host.free_disk_space,
+        total_disk_space: host.total_disk_space,
         open_files_count: host.open_files,
         open_files_limit: host.open_files_limit,
     })
