@@ -277,3 +277,122 @@ async fn a_0_11_1_topic_update_is_checked_against_the_option_catalog_like_0_12_0
         "renamed by the valid update"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_0_11_1_topic_created_with_gzip_reports_compression_2_and_keeps_it_over_a_restart() {
+    use iggy::prelude::{CompressionAlgorithm, StreamClient, StreamCreateOptions, TopicClient};
+    const STRING: u8 = 2;
+    let mut server = TestServer::start();
+    // A metadata checkpoint every 4 ops, so the restart reads the topic from the snapshot.
+    std::fs::write(
+        server.dir().join("config.toml"),
+        "[system]\ncheckpoint_journal_ops = 4\n",
+    )
+    .unwrap();
+    tokio::task::block_in_place(|| server.restart());
+    let zero = 0u32.to_le_bytes();
+    let id_0 = || Identifier {
+        kind: 1,
+        value: &zero,
+    };
+    let get_topic = encoded(&TopicIdRequest {
+        stream_id: id_0(),
+        topic_id: id_0(),
+    });
+    {
+        let mut c = login(&server).await;
+        let created = c
+            .frame(
+                Operation::CreateStream,
+                202,
+                &encoded(&CreateStreamRequest {
+                    name: "s",
+                    options: &[],
+                }),
+            )
+            .await;
+        Legacy::payload(&created);
+
+        // A value outside the catalog's none/gzip: InvalidOptionValue (4042), nothing created.
+        let zstd = option_entry("compression_algorithm", STRING, b"zstd");
+        let request = encoded(&CreateTopicRequest {
+            stream_id: id_0(),
+            partitions_count: 1,
+            name: "t",
+            options: &zstd,
+        });
+        let reply = c.frame(Operation::CreateTopic, 302, &request).await;
+        assert_eq!(
+            Legacy::result_code(&reply),
+            4042,
+            "compression_algorithm=zstd"
+        );
+
+        let gzip = option_entry("compression_algorithm", STRING, b"gzip");
+        let request = encoded(&CreateTopicRequest {
+            stream_id: id_0(),
+            partitions_count: 1,
+            name: "t",
+            options: &gzip,
+        });
+        let created = c.frame(Operation::CreateTopic, 302, &request).await;
+        let topic = GetTopicResponseV0111::decode_exact(Legacy::payload(&created))
+            .expect("0.11.1 topic layout");
+        assert_eq!(
+            (topic.topic.name, topic.topic.compression_algorithm),
+            ("t", 2),
+            "the created topic's head reports gzip"
+        );
+        let (reply, body) = c.frame(Operation::NonReplicated, 300, &get_topic).await;
+        assert_eq!(reply.status, 0);
+        let topic = GetTopicResponseV0111::decode_exact(&body).expect("0.11.1 topic layout");
+        assert_eq!(
+            topic.topic.compression_algorithm, 2,
+            "topic.get reports gzip"
+        );
+
+        let current = server.root_client().await;
+        for i in 0..5 {
+            let extra = format!("extra-{i}");
+            let r = within(
+                "stream",
+                current.create_stream(&extra, &StreamCreateOptions::default()),
+            )
+            .await;
+            ok("stream", r);
+        }
+        assert!(
+            server.data_dir().join("metadata/checkpoint").exists(),
+            "the metadata group took a checkpoint after the topic was created"
+        );
+    }
+
+    tokio::task::block_in_place(|| server.restart());
+    let mut c = login(&server).await;
+    let log = server.log();
+    let last_start = log.rsplit("e2e harness: start").next().unwrap_or_default();
+    assert!(
+        last_start.contains("metadata: checkpoint at op")
+            && !last_start.contains("metadata: checkpoint at op 0,"),
+        "the restart starts from a metadata snapshot"
+    );
+    let (reply, body) = c.frame(Operation::NonReplicated, 300, &get_topic).await;
+    assert_eq!(reply.status, 0);
+    let topic = GetTopicResponseV0111::decode_exact(&body).expect("0.11.1 topic layout");
+    assert_eq!(
+        (topic.topic.name, topic.topic.compression_algorithm),
+        ("t", 2),
+        "gzip survives the restart"
+    );
+    let current = server.root_client().await;
+    let t = ok(
+        "get",
+        within("get", current.get_topic(&name("s"), &name("t"))).await,
+    )
+    .expect("topic t");
+    assert_eq!(
+        t.resolved_options().compression_algorithm,
+        CompressionAlgorithm::Gzip,
+        "0.12.0 reports the same topic as gzip"
+    );
+}

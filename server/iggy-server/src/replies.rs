@@ -454,6 +454,10 @@ pub fn topic_settings(options: &[u8]) -> Result<TopicSettings, ErrorCode> {
         match key {
             "message_expiry" => settings.message_expiry = crate::options::as_u64(value)?,
             "max_topic_size" => settings.max_topic_size = crate::options::as_u64(value)?,
+            // Recorded and reported (0.11.1's topic head); messages are stored as sent.
+            "compression_algorithm" => {
+                settings.compression_algorithm = crate::options::compression_algorithm(value)?
+            }
             "partition_resize_policy" => {
                 settings.resize_policy = match crate::options::as_str(value)? {
                     "fixed" => ResizePolicy::Fixed,
@@ -475,4 +479,46 @@ pub fn topic_settings(options: &[u8]) -> Result<TopicSettings, ErrorCode> {
         }
     }
     Ok(settings)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metadata::{Ident, Metadata};
+    use crate::options::{encode, kind};
+
+    #[test]
+    fn a_topic_created_with_gzip_keeps_compression_algorithm_2() {
+        let block = |value: &[u8]| encode(&[("compression_algorithm", kind::STRING, value)]);
+        assert_eq!(topic_settings(&[]).unwrap().compression_algorithm, 1);
+        assert_eq!(
+            topic_settings(&block(b"none"))
+                .unwrap()
+                .compression_algorithm,
+            1
+        );
+        for bad in [&b"zstd"[..], b"GZIP", &2u32.to_le_bytes()] {
+            assert_eq!(
+                topic_settings(&block(bad)).map(|s| s.compression_algorithm),
+                Err(ErrorCode::InvalidOptionValue),
+                "{bad:?}"
+            );
+        }
+
+        let gzip = block(b"gzip");
+        let settings = topic_settings(&gzip).unwrap();
+        assert_eq!(settings.compression_algorithm, 2);
+        let mut m = Metadata::default();
+        m.create_stream("s", 1).unwrap();
+        let (s, t, _) = m
+            .create_topic(&Ident::Id(0), "zipped", 1, settings, 2, 1)
+            .unwrap();
+        let topic = &m.streams[&s].topics[&t];
+        // What the 0.11.1 topic head reports (`topic_header_v0111`) and the snapshot keeps.
+        assert_eq!(topic.compression_algorithm, 2);
+        assert_eq!(topic.options, gzip, "the block is still reported as sent");
+        let restored = crate::metadata_snapshot::decode(&crate::metadata_snapshot::encode(&m))
+            .expect("snapshot");
+        assert_eq!(restored.streams[&s].topics[&t].compression_algorithm, 2);
+    }
 }
