@@ -106,3 +106,26 @@ async fn a_retirement_fence_keeps_the_incarnation_offline_across_boots_and_its_f
         assert_same_tree("the fenced partition's files", &before, &hash_tree(&partition_dir));
     }
 }
+
+/// A metadata journal cut exactly between two records looks like a journal that never held the
+/// later ops; the partition directory those ops created is still on disk, and the log names it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_metadata_journal_cut_at_a_record_boundary_leaves_a_named_unserved_partition() {
+    let (mut server, partition_dir, _) = written_partition().await;
+    let journal = server.system_path.join("metadata/journal.wal");
+    let bytes = std::fs::read(&journal).unwrap();
+    // Keep the first record only (the root user): `size` is the prepare header's u32 at 48.
+    let first = u32::from_le_bytes(bytes[48..52].try_into().unwrap()) as usize;
+    assert!(first < bytes.len(), "the stream and topic ops follow the first record");
+    std::fs::write(&journal, &bytes[..first]).unwrap();
+    tokio::task::block_in_place(|| server.spawn(&[]));
+    let client = server.client().await;
+    assert!(within("get stream", client.get_stream(&ident("h"))).await.unwrap().is_none());
+    let log = server.log();
+    assert!(
+        log.contains(&format!("{}: not in the metadata", partition_dir.display())),
+        "the log names the partition the metadata lost:\n{}",
+        server.log_tail(20)
+    );
+    assert!(partition_dir.join("created.revision").exists(), "its files are left in place");
+}

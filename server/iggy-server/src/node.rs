@@ -350,6 +350,7 @@ impl Node {
         )
         .await;
         let metadata = group.spawn();
+        warn_of_partition_dirs_unknown_to_the_metadata(&shared);
         let node = Rc::new(Node {
             shared,
             metadata,
@@ -412,6 +413,42 @@ impl Node {
         self.clients.borrow_mut().remove(&connection.id);
         if let Some(bound) = connection.bound {
             self.shared.session_unbound(bound.client);
+        }
+    }
+}
+
+/// Partition directories whose partition the metadata does not hold: the ops that created it
+/// are gone (a damaged or cut metadata journal), so its messages are not served. The files are
+/// left for the operator; the log names each directory.
+fn warn_of_partition_dirs_unknown_to_the_metadata(shared: &Shared) {
+    let metadata = shared.metadata.borrow();
+    let known = |stream: u32, topic: u32, partition: u32| {
+        metadata
+            .streams
+            .get(&stream)
+            .and_then(|s| s.topics.get(&topic))
+            .is_some_and(|t| t.partitions.contains_key(&partition))
+    };
+    // The numbered subdirectories of `dir`.
+    let numbered = |dir: &std::path::Path| -> Vec<(u32, std::path::PathBuf)> {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return Vec::new();
+        };
+        entries
+            .flatten()
+            .filter_map(|entry| Some((entry.file_name().to_str()?.parse().ok()?, entry.path())))
+            .collect()
+    };
+    for (stream, stream_dir) in numbered(&shared.data.root().join("streams")) {
+        for (topic, topic_dir) in numbered(&stream_dir.join("topics")) {
+            for (partition, dir) in numbered(&topic_dir.join("partitions")) {
+                if !known(stream, topic, partition) {
+                    tracing::warn!(
+                        "{}: not in the metadata (the ops that created it are missing: a damaged metadata journal?); its messages are not served, its files are left in place",
+                        dir.display()
+                    );
+                }
+            }
         }
     }
 }
