@@ -196,6 +196,12 @@ async fn write_all(
     result.map_err(|error| io_error(path, error))
 }
 
+async fn sync_data(file: &File, path: &Path) -> Result<(), StorageError> {
+    file.sync_data()
+        .await
+        .map_err(|error| io_error(path, error))
+}
+
 async fn set_len(file: &File, path: &Path, length: u64) -> Result<(), StorageError> {
     file.set_len(length)
         .await
@@ -684,11 +690,7 @@ impl PartitionLog {
     pub async fn sync(&mut self) -> Result<(), StorageError> {
         self.sync_records().await?;
         for segment in self.segments.iter_mut().filter(|segment| segment.unsynced) {
-            segment
-                .index
-                .sync_data()
-                .await
-                .map_err(|error| io_error(&segment.index_path, error))?;
+            sync_data(&segment.index, &segment.index_path).await?;
             segment.unsynced = false;
         }
         Ok(())
@@ -699,11 +701,7 @@ impl PartitionLog {
     /// record to survive a machine crash, since recovery rebuilds an index from its log.
     pub async fn sync_records(&mut self) -> Result<(), StorageError> {
         for segment in self.segments.iter_mut().filter(|s| s.records_unsynced) {
-            segment
-                .log
-                .sync_data()
-                .await
-                .map_err(|error| io_error(&segment.log_path, error))?;
+            sync_data(&segment.log, &segment.log_path).await?;
             segment.records_unsynced = false;
         }
         self.sync_dir().await
