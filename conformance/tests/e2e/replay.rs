@@ -378,3 +378,27 @@ async fn send_and_join_replayed_after_kill9_apply_once() {
     let g = ok("get group", within("get", c.get_consumer_group(&name("s"), &name("t"), &name("g"))).await).expect("g");
     assert_eq!(g.members_count, 1, "joined once");
 }
+
+const OP_CREATE_PAT: u8 = 146;
+
+/// A token is shown only in its creation's reply; when that reply is lost, the retry gets the
+/// same token again (the node remembers it in memory, never in the journal).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_token_whose_reply_was_lost_shows_the_token_on_the_retry() {
+    let server = TestServer::start();
+    let (tap, c) = tapped_client(&server).await;
+    tap.lose_next_reply_to(OP_CREATE_PAT);
+    let created = resolved(
+        &tap,
+        &c,
+        "create token with a lost reply",
+        c.create_personal_access_token("ci-bot", PersonalAccessTokenExpiry::NeverExpire),
+    )
+    .await
+    .expect("the SDK retries the creation and decodes the token from the replayed reply");
+    assert!(!created.token.is_empty());
+    let tokens = ok("list", within("list", c.get_personal_access_tokens()).await);
+    assert_eq!(tokens.len(), 1, "created once");
+    let fresh = server.anonymous_client().await;
+    ok("login with the token", within("login", fresh.login_with_personal_access_token(&created.token)).await);
+}

@@ -413,7 +413,9 @@ async fn metadata_write(
     let prepared = if retry {
         crate::users::Prepared {
             body: None,
-            token: None,
+            // A token is shown once; a retry of its creation gets it again while this process
+            // remembers it.
+            token: node.shown_token(bound.client, request.header.request),
         }
     } else {
         let need = metadata_need(node, operation, body)?;
@@ -444,6 +446,19 @@ async fn metadata_write(
                 let key = resolve_partition(node, &r.stream_id, &r.topic_id, Some(r.partition_id))?;
                 if let Some(partition) = node.shared.partition(key) {
                     partition.delete_segments(r.segments_count).await?;
+                }
+            }
+            if operation == Operation::CreatePersonalAccessToken
+                && replies::rejection_of(&reply).is_none()
+            {
+                match &prepared.token {
+                    Some(token) if !retry => {
+                        node.remember_token(bound.client, request.header.request, token)
+                    }
+                    Some(_) => {}
+                    // Created before a restart (or long ago): the token exists, but its secret
+                    // is only ever kept as a hash, so it cannot be shown again.
+                    None => return Err(ErrorCode::PersonalAccessTokenAlreadyExists),
                 }
             }
             let reply = prepared.reveal(reply);

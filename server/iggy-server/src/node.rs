@@ -224,9 +224,33 @@ pub struct Node {
     pub refusals: Cell<usize>,
     /// Requests being handled now, for the drain at shutdown.
     pub in_flight: Cell<usize>,
+    /// Personal access tokens lately shown to their creators, by (client, request): a retry
+    /// whose first reply was lost gets its token again. Never journaled; see `remember_token`.
+    shown_tokens: RefCell<std::collections::VecDeque<((u128, u64), String)>>,
 }
 
+/// How many shown tokens a node remembers for retries.
+const SHOWN_TOKENS_MAX: usize = 64;
+
 impl Node {
+    /// Remembers a token shown for `request` of `client`, for a retry of that request.
+    pub fn remember_token(&self, client: u128, request: u64, token: &str) {
+        let mut shown = self.shown_tokens.borrow_mut();
+        if shown.len() == SHOWN_TOKENS_MAX {
+            shown.pop_front();
+        }
+        shown.push_back(((client, request), token.to_string()));
+    }
+
+    /// The token shown for `request` of `client`, if this process still remembers it.
+    pub fn shown_token(&self, client: u128, request: u64) -> Option<String> {
+        self.shown_tokens
+            .borrow()
+            .iter()
+            .find(|(key, _)| *key == (client, request))
+            .map(|(_, token)| token.clone())
+    }
+
     /// Admits one more connection, or `None` at the limit.
     pub fn admit(self: &Rc<Self>) -> Option<ConnectionGuard> {
         let open = &self.connections.open;
@@ -363,6 +387,7 @@ impl Node {
             root_created: Cell::new(false),
             refusals: Cell::new(0),
             in_flight: Cell::new(0),
+            shown_tokens: RefCell::new(std::collections::VecDeque::new()),
         });
         node.ensure_root(root).await;
         Ok(node)
