@@ -80,11 +80,13 @@ fn root_credentials(default: bool, env: impl Fn(&str) -> Option<String>) -> (Str
 /// Keeps freed request and record buffers in the process. By default glibc serves each
 /// megabyte-sized request body with a fresh mmap (or trims its heap after the free), so every
 /// large request faults its pages in and the kernel zeroes them; reused heap pages cost neither.
+/// Bodies above 4 MiB still get their own mapping, and at most 32 MiB of free heap top is kept
+/// per arena, so a burst of large frames does not leave the process holding its peak.
 fn keep_freed_buffers() {
     // SAFETY: mallopt only tunes the allocator; it is called before any thread starts.
     unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 256 << 20);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 4 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 32 << 20);
     }
 }
 
