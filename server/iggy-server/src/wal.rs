@@ -189,13 +189,12 @@ impl FileJournal {
         let kept = entries.split_off(skipped.min(entries.len()));
         if kept.is_empty() {
             // Every record is covered by the checkpoint: start over at position 0.
-            let mut journal = FileJournal {
+            let journal = FileJournal {
                 file,
                 base: checkpoint,
                 positions: Vec::new(),
                 len: 0,
             };
-            journal.reset_after_checkpoint(checkpoint).await?;
             return Ok((journal, kept));
         }
         let journal = FileJournal {

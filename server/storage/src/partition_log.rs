@@ -573,14 +573,10 @@ impl PartitionLog {
     /// cache); [`Self::sync`] makes it durable.
     pub async fn append(&mut self, record: Vec<u8>) -> Result<(), StorageError> {
         let record = Bytes::from(record);
-        let header = record
-            .get(..layout::batch::HEADER_SIZE)
-            .ok_or(StorageError::InvalidBatch(
-                "shorter than the 256-byte header",
-            ))?
-            .try_into()
-            .expect("a header-sized slice");
         let count = batch::validate_layout(&record)?;
+        let header = record[..layout::batch::HEADER_SIZE]
+            .try_into()
+            .expect("a validated record holds a whole header");
         self.append_with_header(header, &record, count).await
     }
 
