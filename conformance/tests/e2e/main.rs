@@ -13,6 +13,7 @@ mod concurrency;
 mod consumer_groups;
 mod crash;
 mod framing;
+mod id_reuse;
 mod lifecycle;
 mod messages;
 mod offsets;

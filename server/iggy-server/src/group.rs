@@ -207,6 +207,8 @@ enum Job<R> {
         request: u64,
         done: oneshot::Sender<bool>,
     },
+    /// Finish what was accepted before, close the group's files, then answer.
+    Stop(oneshot::Sender<()>),
 }
 
 /// A handle to a running group; cheap to clone.
@@ -242,6 +244,15 @@ impl<R> GroupHandle<R> {
     /// Queues a read behind the writes already submitted. False if the group stopped.
     pub fn read(&self, read: R) -> bool {
         self.jobs.unbounded_send(Job::Read(read)).is_ok()
+    }
+
+    /// Stops the group: jobs queued before this one are handled, later ones fail, and the
+    /// group's files are closed when this returns. A group already stopped returns at once.
+    pub async fn stop(&self) {
+        let (done, stopped) = oneshot::channel();
+        if self.jobs.unbounded_send(Job::Stop(done)).is_ok() {
+            let _ = stopped.await;
+        }
     }
 
     /// Whether `request` of `client` was already committed: a retry whose reply the replica
@@ -385,19 +396,35 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
     }
 
     async fn run(mut self, mut jobs: mpsc::UnboundedReceiver<Job<S::Read>>) {
-        while let Some(job) = jobs.next().await {
-            self.accept(job).await;
+        let stopped = 'run: loop {
+            let Some(mut job) = jobs.next().await else {
+                break None;
+            };
             // Group commit: take everything already queued before driving the journal.
-            while let Ok(job) = jobs.try_recv() {
-                self.accept(job).await;
+            loop {
+                if let Some(done) = self.accept(job).await {
+                    self.drive().await;
+                    break 'run Some(done);
+                }
+                match jobs.try_recv() {
+                    Ok(next) => job = next,
+                    Err(_) => break,
+                }
             }
             self.drive().await;
             self.release_applied_bodies();
             self.maybe_checkpoint().await;
+        };
+        // Jobs behind the stop fail; the journal and the state machine's files close here.
+        drop(jobs);
+        drop(self);
+        if let Some(done) = stopped {
+            let _ = done.send(());
         }
     }
 
-    async fn accept(&mut self, job: Job<S::Read>) {
+    /// Handles one job; a stop request is handed back to the run loop.
+    async fn accept(&mut self, job: Job<S::Read>) -> Option<oneshot::Sender<()>> {
         match job {
             Job::Read(read) => {
                 // Reads observe every write accepted before them.
@@ -405,6 +432,7 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                 self.state.read(read).await;
             }
             Job::Write(submit) => self.on_submit(submit),
+            Job::Stop(done) => return Some(done),
             Job::Committed {
                 client,
                 request,
@@ -419,6 +447,7 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                 let _ = done.send(latest.is_some_and(|latest| request <= latest));
             }
         }
+        None
     }
 
     fn on_submit(&mut self, submit: Submit) {

@@ -14,6 +14,7 @@ mod metadata_snapshot;
 mod node;
 mod options;
 mod partition;
+mod reconcile;
 mod replies;
 mod session;
 mod shard;

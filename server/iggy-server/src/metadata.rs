@@ -322,11 +322,13 @@ pub enum Effect {
         partition: u32,
         incarnation: u64,
     },
-    /// Close a partition and delete its files.
+    /// Stop a partition and delete its files, which only the named (deleted) incarnation's
+    /// directory may hold: a later incarnation of the same ids is never touched.
     DeletePartition {
         stream: u32,
         topic: u32,
         partition: u32,
+        incarnation: u64,
     },
 }
 
@@ -435,22 +437,17 @@ impl Metadata {
         find(&self.users, ident, |u| &u.username).ok_or(ErrorCode::ResourceNotFound)
     }
 
-    /// The effects that open every partition of the model (start-up from a checkpoint).
-    pub fn open_effects(&self) -> Vec<Effect> {
-        let mut effects = Vec::new();
+    /// Every live partition, by key, with its incarnation.
+    pub fn live_partitions(&self) -> BTreeMap<(u32, u32, u32), u64> {
+        let mut live = BTreeMap::new();
         for stream in self.streams.values() {
             for topic in stream.topics.values() {
                 for partition in topic.partitions.values() {
-                    effects.push(Effect::OpenPartition {
-                        stream: stream.id,
-                        topic: topic.id,
-                        partition: partition.id,
-                        incarnation: partition.incarnation,
-                    });
+                    live.insert((stream.id, topic.id, partition.id), partition.incarnation);
                 }
             }
         }
-        effects
+        live
     }
 
     // ----- streams -----
@@ -480,10 +477,11 @@ impl Metadata {
             .topics
             .values()
             .flat_map(|t| {
-                t.partitions.keys().map(move |p| Effect::DeletePartition {
+                t.partitions.values().map(move |p| Effect::DeletePartition {
                     stream: id,
                     topic: t.id,
-                    partition: *p,
+                    partition: p.id,
+                    incarnation: p.incarnation,
                 })
             })
             .collect())
@@ -563,11 +561,12 @@ impl Metadata {
             .expect("found");
         Ok(topic
             .partitions
-            .keys()
+            .values()
             .map(|p| Effect::DeletePartition {
                 stream: s,
                 topic: t,
-                partition: *p,
+                partition: p.id,
+                incarnation: p.incarnation,
             })
             .collect())
     }
@@ -616,18 +615,20 @@ impl Metadata {
             .take(count as usize)
             .copied()
             .collect();
-        for id in &doomed {
-            topic.partitions.remove(id);
-        }
+        let removed: Vec<Partition> = doomed
+            .iter()
+            .filter_map(|id| topic.partitions.remove(id))
+            .collect();
         for group in topic.consumer_groups.values_mut() {
             group.generation += 1;
         }
-        Ok(doomed
+        Ok(removed
             .into_iter()
             .map(|partition| Effect::DeletePartition {
                 stream: stream_id,
                 topic: topic.id,
-                partition,
+                partition: partition.id,
+                incarnation: partition.incarnation,
             })
             .collect())
     }

@@ -4,7 +4,7 @@
 
 use crate::group::StateMachine;
 use crate::metadata::{Effect, Ident};
-use crate::node::Shared;
+use crate::node::{PartitionKey, Shared};
 use crate::replies;
 use crate::session::Session;
 use bytes::Bytes;
@@ -16,6 +16,7 @@ use iggy_generated::payloads::{
     StreamIdRequest, TopicIdRequest,
 };
 use iggy_wire::{WireDecode, WireEncode};
+use std::collections::HashSet;
 use std::rc::Rc;
 
 /// A metadata op's body as journaled: what the primary decided (time, acting user) and the
@@ -59,6 +60,10 @@ pub fn ident(identifier: &iggy_generated::payloads::Identifier<'_>) -> Result<Id
 
 pub struct MetadataMachine {
     pub shared: Rc<Shared>,
+    /// While the journal replays at start: the partition incarnations its committed deletes
+    /// removed. No op's disk effect runs during the replay; the directories are reconciled
+    /// with the final model once, in [`StateMachine::replayed`].
+    replay_deletes: Option<HashSet<(PartitionKey, u64)>>,
 }
 
 /// Result-framed reply: success with `payload`, or the rejection.
@@ -78,6 +83,14 @@ fn decode<'a, T: WireDecode<'a>>(bytes: &'a [u8]) -> Result<T, ErrorCode> {
 }
 
 impl MetadataMachine {
+    /// A machine about to replay its journal (see `replay_deletes`).
+    pub fn replaying(shared: Rc<Shared>) -> Self {
+        MetadataMachine {
+            shared,
+            replay_deletes: Some(HashSet::new()),
+        }
+    }
+
     /// Applies one op to the state; returns the reply and the effects to run.
     fn apply_op(&self, op: u64, client: u128, operation: u8, body: &[u8]) -> (Bytes, Vec<Effect>) {
         let Some(envelope) = Envelope::decode(body) else {
@@ -243,10 +256,32 @@ impl StateMachine for MetadataMachine {
 
     async fn apply(&mut self, op: u64, client: u128, operation: u8, body: Bytes) -> Bytes {
         let (reply, effects) = self.apply_op(op, client, operation, &body);
-        for effect in effects {
-            self.shared.run_effect(effect).await;
+        match &mut self.replay_deletes {
+            Some(deletes) => {
+                for effect in effects {
+                    if let Effect::DeletePartition {
+                        stream,
+                        topic,
+                        partition,
+                        incarnation,
+                    } = effect
+                    {
+                        deletes.insert(((stream, topic, partition), incarnation));
+                    }
+                }
+            }
+            None => {
+                for effect in effects {
+                    self.shared.run_effect(effect).await;
+                }
+            }
         }
         reply
+    }
+
+    async fn replayed(&mut self) {
+        let deletes = self.replay_deletes.take().unwrap_or_default();
+        self.shared.reconcile_partitions(&deletes).await;
     }
 
     fn registered(&mut self, op: u64, client: u128, body: &Bytes) {

@@ -7,11 +7,13 @@ use crate::group::{Checkpointing, Durability, Group, GroupHandle, read_checkpoin
 use crate::metadata::{Effect, Metadata};
 use crate::metadata_machine::MetadataMachine;
 use crate::partition::{PartitionHandle, PartitionInfo};
+use crate::reconcile::DiskAction;
 use crate::wal::{FileJournal, JournalEntry};
 use iggy_storage::DataDir;
 use iggy_storage::partition_log::LogConfig;
+use iggy_storage::revision::Discarded;
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::rc::Rc;
 
@@ -112,7 +114,8 @@ impl Shared {
                 let namespace = self
                     .data
                     .partition_initialization_dir(&format!("{stream}-{topic}-{partition}"));
-                let incarnation_record = (namespace, incarnation);
+                let incarnation_record =
+                    (namespace, self.data.discarded_partitions_dir(), incarnation);
                 let dir = self.partition_dir(key);
                 let (policies, segment_size) = {
                     use crate::metadata::TopicDurability::Persisted;
@@ -179,19 +182,129 @@ impl Shared {
                 stream,
                 topic,
                 partition,
+                incarnation,
             } => {
                 let key = (stream, topic, partition);
-                // Dropping the handle closes the group's queue; its task ends.
-                self.partitions.borrow_mut().remove(&key);
-                let dir = self.partition_dir(key);
-                if let Err(error) = std::fs::remove_dir_all(&dir)
-                    && error.kind() != std::io::ErrorKind::NotFound
-                {
-                    tracing::error!("partition {}: cannot delete: {error}", dir.display());
+                // The group stops (its queued work done, its files closed) before its directory
+                // goes: no checkpoint can be renamed into a path a later incarnation will own.
+                let entry = self.partitions.borrow_mut().remove(&key);
+                if let Some(entry) = entry {
+                    entry.handle.group.stop().await;
+                }
+                self.discard_partition_dir(key, incarnation, "deleted")
+                    .await;
+            }
+        }
+    }
+
+    /// Removes the directory of partition `key` if it names the deleted `incarnation`.
+    async fn discard_partition_dir(&self, key: PartitionKey, incarnation: u64, why: &str) {
+        let live = self.metadata.borrow().live_partitions().get(&key).copied();
+        if live == Some(incarnation) {
+            // Unreachable by construction (an effect names an incarnation the model dropped);
+            // refusing costs nothing and guards the files.
+            return tracing::error!(
+                "partition {key:?}: refusing to discard live incarnation {incarnation}"
+            );
+        }
+        let dir = self.partition_dir(key);
+        let discarded = self.data.discarded_partitions_dir();
+        match iggy_storage::revision::discard_partition_dir(&dir, &discarded, incarnation).await {
+            Ok(Discarded::Removed) => tracing::info!(
+                "partition {}: incarnation {incarnation} {why}, its directory removed",
+                dir.display()
+            ),
+            Ok(Discarded::Absent) => {}
+            Ok(Discarded::Kept { found }) => tracing::warn!(
+                "partition {}: incarnation {incarnation} {why}, but the directory names {found:?}; left in place",
+                dir.display()
+            ),
+            Err(error) => {
+                tracing::error!("partition {}: cannot delete: {error}", dir.display())
+            }
+        }
+    }
+
+    /// After the metadata journal was replayed into the model (no disk effect run), brings the
+    /// partition directories in line with it once; see `reconcile` for the rules.
+    pub async fn reconcile_partitions(&self, deleted: &HashSet<(PartitionKey, u64)>) {
+        match iggy_storage::revision::finish_discards(&self.data.discarded_partitions_dir()) {
+            Ok(0) => {}
+            Ok(finished) => tracing::info!(
+                "finished removing {finished} partition directories a crash left half deleted"
+            ),
+            Err(error) => tracing::error!("cannot finish interrupted partition deletes: {error}"),
+        }
+        let mut on_disk = Vec::new();
+        for (key, dir) in partition_dirs_on_disk(self.data.root()) {
+            let record = dir.join(iggy_storage::revision::CREATED_REVISION);
+            let found = iggy_storage::records::read_checked_u64(&record)
+                .await
+                .unwrap_or_else(|error| {
+                    tracing::warn!("{}: unreadable: {error}", record.display());
+                    None
+                });
+            on_disk.push((key, found));
+        }
+        let (live, commit) = {
+            let metadata = self.metadata.borrow();
+            (metadata.live_partitions(), metadata.commit)
+        };
+        for action in crate::reconcile::plan(&live, deleted, &on_disk) {
+            match action {
+                DiskAction::Open { key, incarnation } => {
+                    self.run_effect(Effect::OpenPartition {
+                        stream: key.0,
+                        topic: key.1,
+                        partition: key.2,
+                        incarnation,
+                    })
+                    .await
+                }
+                DiskAction::Discard { key, revision } => {
+                    self.discard_partition_dir(key, revision, "deleted by a replayed op")
+                        .await
+                }
+                DiskAction::Keep { key, found } => {
+                    let newer = found.is_some_and(|revision| revision >> 20 > commit);
+                    tracing::warn!(
+                        "{}: not in the metadata ({}); its messages are not served, its files are left in place",
+                        self.partition_dir(key).display(),
+                        if newer {
+                            "it names an incarnation newer than any committed op"
+                        } else {
+                            "the ops that created it are missing: a damaged metadata journal?"
+                        }
+                    );
                 }
             }
         }
     }
+}
+
+/// Every `streams/<s>/topics/<t>/partitions/<p>` directory under `root`.
+fn partition_dirs_on_disk(root: &std::path::Path) -> Vec<(PartitionKey, PathBuf)> {
+    // The numbered subdirectories of `dir`.
+    let numbered = |dir: &std::path::Path| -> Vec<(u32, PathBuf)> {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return Vec::new();
+        };
+        let mut found: Vec<(u32, PathBuf)> = entries
+            .flatten()
+            .filter_map(|entry| Some((entry.file_name().to_str()?.parse().ok()?, entry.path())))
+            .collect();
+        found.sort();
+        found
+    };
+    let mut dirs = Vec::new();
+    for (stream, stream_dir) in numbered(&root.join("streams")) {
+        for (topic, topic_dir) in numbered(&stream_dir.join("topics")) {
+            for (partition, dir) in numbered(&topic_dir.join("partitions")) {
+                dirs.push(((stream, topic, partition), dir));
+            }
+        }
+    }
+    dirs
 }
 
 /// Counts open connections against `limits.max_connections`.
@@ -328,11 +441,8 @@ impl Node {
             }
             None => (None, 0),
         };
-        // Partitions the checkpoint knows are opened before the later ops replay.
-        let opening = shared.metadata.borrow().open_effects();
-        for effect in opening {
-            shared.run_effect(effect).await;
-        }
+        // Partitions are opened once the journal has been replayed into the model: see
+        // `MetadataMachine::replayed` and `Shared::reconcile_partitions`.
         let journal_path = metadata_dir.join("journal.wal");
         let (journal, entries) = FileJournal::open(&journal_path, checkpoint_op).await?;
         // The metadata machine stows nothing: a stand-in here is not a journal of ours.
@@ -354,9 +464,7 @@ impl Node {
             "metadata: checkpoint at op {checkpoint_op}, replaying {} journaled ops",
             entries.len()
         );
-        let machine = MetadataMachine {
-            shared: shared.clone(),
-        };
+        let machine = MetadataMachine::replaying(shared.clone());
         let checkpointing = Checkpointing {
             path: checkpoint_path,
             journal_bytes: shared.config.system.checkpoint_journal_bytes,
@@ -374,7 +482,6 @@ impl Node {
         )
         .await;
         let metadata = group.spawn();
-        warn_of_partition_dirs_unknown_to_the_metadata(&shared);
         let node = Rc::new(Node {
             shared,
             metadata,
@@ -438,42 +545,6 @@ impl Node {
         self.clients.borrow_mut().remove(&connection.id);
         if let Some(bound) = connection.bound {
             self.shared.session_unbound(bound.client);
-        }
-    }
-}
-
-/// Partition directories whose partition the metadata does not hold: the ops that created it
-/// are gone (a damaged or cut metadata journal), so its messages are not served. The files are
-/// left for the operator; the log names each directory.
-fn warn_of_partition_dirs_unknown_to_the_metadata(shared: &Shared) {
-    let metadata = shared.metadata.borrow();
-    let known = |stream: u32, topic: u32, partition: u32| {
-        metadata
-            .streams
-            .get(&stream)
-            .and_then(|s| s.topics.get(&topic))
-            .is_some_and(|t| t.partitions.contains_key(&partition))
-    };
-    // The numbered subdirectories of `dir`.
-    let numbered = |dir: &std::path::Path| -> Vec<(u32, std::path::PathBuf)> {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            return Vec::new();
-        };
-        entries
-            .flatten()
-            .filter_map(|entry| Some((entry.file_name().to_str()?.parse().ok()?, entry.path())))
-            .collect()
-    };
-    for (stream, stream_dir) in numbered(&shared.data.root().join("streams")) {
-        for (topic, topic_dir) in numbered(&stream_dir.join("topics")) {
-            for (partition, dir) in numbered(&topic_dir.join("partitions")) {
-                if !known(stream, topic, partition) {
-                    tracing::warn!(
-                        "{}: not in the metadata (the ops that created it are missing: a damaged metadata journal?); its messages are not served, its files are left in place",
-                        dir.display()
-                    );
-                }
-            }
         }
     }
 }

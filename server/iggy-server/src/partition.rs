@@ -614,7 +614,7 @@ impl PartitionHandle {
     pub async fn open(
         dir: &Path,
         partition_id: u32,
-        (namespace_dir, incarnation): (PathBuf, u64),
+        (namespace_dir, discarded_root, incarnation): (PathBuf, PathBuf, u64),
         config: LogConfig,
         vsr: iggy_vsr::Config,
         durability: Durability,
@@ -622,10 +622,15 @@ impl PartitionHandle {
         (journal_bytes, journal_ops): (u64, usize),
     ) -> Result<PartitionHandle, StorageError> {
         // The incarnation's records: a directory left by an older incarnation of the same ids is
-        // deleted, a fenced incarnation is refused, and the incarnation is published outside the
-        // partition directory before the partition serves.
-        let state =
-            iggy_storage::revision::prepare_partition_dir(dir, &namespace_dir, incarnation).await?;
+        // discarded, a fenced incarnation is refused, and the incarnation is published outside
+        // the partition directory before the partition serves.
+        let state = iggy_storage::revision::prepare_partition_dir(
+            dir,
+            &namespace_dir,
+            &discarded_root,
+            incarnation,
+        )
+        .await?;
         if state != iggy_storage::revision::PartitionDirState::Existing {
             tracing::info!(
                 "partition {}: directory {:?} for incarnation {incarnation}",

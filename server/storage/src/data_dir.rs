@@ -28,6 +28,12 @@ impl DataDir {
             .join(partition.to_string())
     }
 
+    /// `{root}/discarded-partitions`: where a partition directory is moved, atomically, before
+    /// it is removed (see [`crate::revision::discard_partition_dir`]).
+    pub fn discarded_partitions_dir(&self) -> PathBuf {
+        self.root.join("discarded-partitions")
+    }
+
     /// `{root}/partition-initialization/{namespace}`.
     pub fn partition_initialization_dir(&self, namespace: &str) -> PathBuf {
         self.root.join("partition-initialization").join(namespace)

@@ -11,9 +11,13 @@
 //!   `[u64 value][u64 xxh3]` record (consumer offsets, created.revision, retirement.fence),
 //!   written atomically with compio (temp, fsync, rename).
 //!
-//! - [`revision::prepare_partition_dir`]: created.revision rules (older revision deleted,
-//!   legacy dir adopted with a warning, newer refused), retirement.fence refusal, and the
+//! - [`revision::prepare_partition_dir`]: created.revision rules (older revision discarded,
+//!   legacy dir adopted with a warning, newer refused, a published incarnation whose directory
+//!   is missing refused), retirement.fence refusal, and the
 //!   `partition-initialization/<namespace>/created.revision` publication;
+//!   [`revision::discard_partition_dir`] removes a directory only when it names the given
+//!   revision (renamed into `discarded-partitions/` first, so a crash never leaves half of it
+//!   at the partition's path; [`revision::finish_discards`] completes such a removal at start);
 //!   [`revision::write_retirement_fence`].
 //!
 //! - [`partition_log::PartitionLog`]: the append-only log of one partition. Segments

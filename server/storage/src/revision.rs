@@ -17,10 +17,21 @@ pub enum PartitionDirState {
     Created,
     /// The directory already belongs to `revision`.
     Existing,
-    /// The directory named an older revision; it was deleted and starts empty.
+    /// The directory named an older revision; it was discarded and starts empty.
     ReplacedOlder { older: u64 },
     /// A nonempty directory without created.revision was adopted (logged as a warning).
     AdoptedLegacy,
+}
+
+/// What [`discard_partition_dir`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Discarded {
+    /// The directory belonged to the revision and is gone.
+    Removed,
+    /// There was no directory.
+    Absent,
+    /// The directory belongs to another revision (`found`), or names none: left untouched.
+    Kept { found: Option<u64> },
 }
 
 fn io_error(path: &Path, error: std::io::Error) -> StorageError {
@@ -30,12 +41,24 @@ fn io_error(path: &Path, error: std::io::Error) -> StorageError {
     }
 }
 
+fn sync_dir(dir: &Path) -> Result<(), StorageError> {
+    std::fs::File::open(dir)
+        .and_then(|file| file.sync_all())
+        .map_err(|error| io_error(dir, error))
+}
+
 /// Applies the created.revision rules to `partition_dir` for `revision`, refusing when the
 /// namespace's retirement.fence names this revision, then publishes
-/// `{namespace_dir}/created.revision`.
+/// `{namespace_dir}/created.revision`. An older revision's directory is discarded through
+/// `discarded_root` (see [`discard_partition_dir`]).
+///
+/// A missing directory whose namespace already publishes `revision` is refused: the partition
+/// served once and its files are gone, and missing files are not evidence that its data may be
+/// discarded (the operator restores a backup, or deletes and recreates the partition).
 pub async fn prepare_partition_dir(
     partition_dir: &Path,
     namespace_dir: &Path,
+    discarded_root: &Path,
     revision: u64,
 ) -> Result<PartitionDirState, StorageError> {
     assert!(revision > 0, "revisions are non-zero");
@@ -46,15 +69,28 @@ pub async fn prepare_partition_dir(
         )));
     }
     let record = partition_dir.join(CREATED_REVISION);
-    let nonempty = std::fs::read_dir(partition_dir)
-        .map(|mut entries| entries.next().is_some())
-        .unwrap_or(false);
+    let entries = match std::fs::read_dir(partition_dir) {
+        Ok(entries) => Some(entries),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => None,
+        Err(error) => return Err(io_error(partition_dir, error)),
+    };
+    let exists = entries.is_some();
+    let nonempty = entries.is_some_and(|mut entries| entries.next().is_some());
+    let published = read_checked_u64(&namespace_dir.join(CREATED_REVISION)).await?;
+    if !exists && published == Some(revision) {
+        return Err(StorageError::Refused(format!(
+            "{} is missing, but {} says incarnation {revision} was initialized there; \
+             restore its files from a backup, or delete and recreate the partition",
+            partition_dir.display(),
+            namespace_dir.join(CREATED_REVISION).display()
+        )));
+    }
     let state = match read_checked_u64(&record).await? {
         Some(found) if found == revision => PartitionDirState::Existing,
         Some(found) if found < revision => {
             tracing::warn!(dir = %partition_dir.display(), older = found, revision,
-                "deleting partition directory of an older revision");
-            std::fs::remove_dir_all(partition_dir).map_err(|e| io_error(partition_dir, e))?;
+                "discarding partition directory of an older revision");
+            discard_partition_dir(partition_dir, discarded_root, found).await?;
             PartitionDirState::ReplacedOlder { older: found }
         }
         Some(found) => {
@@ -73,10 +109,70 @@ pub async fn prepare_partition_dir(
     if state != PartitionDirState::Existing {
         std::fs::create_dir_all(partition_dir).map_err(|e| io_error(partition_dir, e))?;
         write_checked_u64(&record, revision).await?;
+        if let Some(parent) = partition_dir.parent() {
+            sync_dir(parent)?;
+        }
     }
     std::fs::create_dir_all(namespace_dir).map_err(|e| io_error(namespace_dir, e))?;
     write_checked_u64(&namespace_dir.join(CREATED_REVISION), revision).await?;
     Ok(state)
+}
+
+/// Removes `partition_dir` only if its created.revision names `revision`; a directory of any
+/// other revision, or without the record, is kept. The directory is first renamed into
+/// `discarded_root` (atomic, and the rename is fsynced), so the partition path is either
+/// whole or free, never half removed; then the moved tree is removed. A crash in between
+/// leaves the tree in `discarded_root`, which [`finish_discards`] empties at the next start.
+///
+/// The caller stops every task that writes into the directory first: a checkpoint renamed into
+/// it afterwards would land in whatever incarnation holds the path next.
+pub async fn discard_partition_dir(
+    partition_dir: &Path,
+    discarded_root: &Path,
+    revision: u64,
+) -> Result<Discarded, StorageError> {
+    if !partition_dir.exists() {
+        return Ok(Discarded::Absent);
+    }
+    let found = read_checked_u64(&partition_dir.join(CREATED_REVISION)).await?;
+    if found != Some(revision) {
+        return Ok(Discarded::Kept { found });
+    }
+    std::fs::create_dir_all(discarded_root).map_err(|e| io_error(discarded_root, e))?;
+    let mut target = discarded_root.join(revision.to_string());
+    let mut attempt = 0;
+    while target.exists() {
+        attempt += 1;
+        target = discarded_root.join(format!("{revision}.{attempt}"));
+    }
+    std::fs::rename(partition_dir, &target).map_err(|e| io_error(partition_dir, e))?;
+    if let Some(parent) = partition_dir.parent() {
+        sync_dir(parent)?;
+    }
+    sync_dir(discarded_root)?;
+    std::fs::remove_dir_all(&target).map_err(|e| io_error(&target, e))?;
+    sync_dir(discarded_root)?;
+    Ok(Discarded::Removed)
+}
+
+/// Removes every tree left in `discarded_root` by a discard a crash interrupted. Everything
+/// there was renamed in by [`discard_partition_dir`] after its revision was checked.
+pub fn finish_discards(discarded_root: &Path) -> Result<usize, StorageError> {
+    let entries = match std::fs::read_dir(discarded_root) {
+        Ok(entries) => entries,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(error) => return Err(io_error(discarded_root, error)),
+    };
+    let mut finished = 0;
+    for entry in entries {
+        let path = entry.map_err(|e| io_error(discarded_root, e))?.path();
+        std::fs::remove_dir_all(&path).map_err(|e| io_error(&path, e))?;
+        finished += 1;
+    }
+    if finished > 0 {
+        sync_dir(discarded_root)?;
+    }
+    Ok(finished)
 }
 
 /// Writes the retirement fence naming `revision` in `namespace_dir`.
