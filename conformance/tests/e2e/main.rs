@@ -24,6 +24,7 @@ mod pat;
 mod producer_consumer;
 mod restart;
 mod session;
+mod shutdown;
 mod storage;
 mod streams;
 mod system;

@@ -109,6 +109,58 @@ fn decode<'a, T: WireDecode<'a>>(body: &'a [u8]) -> Result<T, ErrorCode> {
     T::decode_exact(body).map_err(|_| ErrorCode::InvalidFormat)
 }
 
+/// Handles one request, answering within `deadline` whatever it waits on: a request still
+/// pending then gets TransientNotCommitted (57) when it may commit (the SDK replays it with the
+/// same id and gets the committed reply) or TransientNotAccepted (58) for a read, and the log
+/// says what it waited on. A client is never left waiting for a reply that will not come.
+pub async fn dispatch_within(
+    node: &Rc<Node>,
+    connection: &mut Connection,
+    admitted: Admitted,
+    body: Vec<u8>,
+    deadline: std::time::Duration,
+) -> Dispatched {
+    let (header, operation) = (admitted.header, admitted.operation);
+    let code = admitted.non_replicated_code();
+    answer_within(
+        deadline,
+        &header,
+        operation,
+        code,
+        dispatch(node, connection, admitted, body),
+    )
+    .await
+}
+
+async fn answer_within(
+    deadline: std::time::Duration,
+    header: &RequestHeader,
+    operation: Operation,
+    code: u32,
+    handling: impl Future<Output = Dispatched>,
+) -> Dispatched {
+    if let Ok(dispatched) = compio::time::timeout(deadline, handling).await {
+        return dispatched;
+    }
+    let (error, waited_on) = match operation {
+        Operation::NonReplicated => (ErrorCode::TransientNotAccepted, "a read"),
+        Operation::Register => (ErrorCode::TransientNotCommitted, "the metadata group"),
+        Operation::SendMessages
+        | Operation::StoreConsumerOffset
+        | Operation::DeleteConsumerOffset => {
+            (ErrorCode::TransientNotCommitted, "the partition's group")
+        }
+        _ => (ErrorCode::TransientNotCommitted, "the metadata group"),
+    };
+    tracing::warn!(
+        client = format_args!("{:032x}", header.client),
+        session = header.session,
+        request = header.request,
+        "{operation:?} (code {code}) still pending after {deadline:?}, waiting on {waited_on}; answered {error:?}"
+    );
+    Dispatched::Reply(frame::error_reply(header, operation, error))
+}
+
 /// Handles one request.
 pub async fn dispatch(
     node: &Rc<Node>,
@@ -975,4 +1027,59 @@ async fn poll(
         &mut frame,
     );
     Ok(Dispatched::Reply(frame))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(operation: Operation) -> RequestHeader {
+        let mut header = RequestHeader::default();
+        header.command = iggy_generated::frames::Command::Request;
+        header.size = 256;
+        header.client = 7;
+        header.session = 3;
+        header.request = 11;
+        header.operation = operation.to_repr();
+        header
+    }
+
+    fn status(dispatched: Dispatched) -> u32 {
+        let Dispatched::Reply(bytes) = dispatched else {
+            panic!("a reply, not a close");
+        };
+        let reply = iggy_generated::frames::ReplyHeader::decode_fixed(&bytes[..256]).unwrap();
+        assert_eq!(
+            (reply.client, reply.request),
+            (7, 11),
+            "the reply answers the request"
+        );
+        reply.status
+    }
+
+    #[test]
+    fn a_request_pending_at_its_deadline_is_answered() {
+        compio::runtime::Runtime::new().unwrap().block_on(async {
+            let deadline = std::time::Duration::from_millis(5);
+            let never = std::future::pending::<Dispatched>();
+            let write = header(Operation::StoreConsumerOffset);
+            let answered =
+                answer_within(deadline, &write, Operation::StoreConsumerOffset, 0, never);
+            assert_eq!(
+                status(answered.await),
+                ErrorCode::TransientNotCommitted.code()
+            );
+            let read = header(Operation::NonReplicated);
+            let never = std::future::pending::<Dispatched>();
+            let answered = answer_within(deadline, &read, Operation::NonReplicated, 100, never);
+            assert_eq!(
+                status(answered.await),
+                ErrorCode::TransientNotAccepted.code()
+            );
+            // A request handled in time gets its own reply.
+            let done = async { Dispatched::Close(vec![1]) };
+            let answered = answer_within(deadline, &read, Operation::NonReplicated, 1, done).await;
+            assert!(matches!(answered, Dispatched::Close(bytes) if bytes == [1]));
+        });
+    }
 }

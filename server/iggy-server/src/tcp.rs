@@ -157,7 +157,9 @@ async fn serve_connection(
             filled.into_inner()
         };
         node.in_flight.set(node.in_flight.get() + 1);
-        let dispatched = crate::dispatch::dispatch(node, connection, admitted, body).await;
+        let dispatched =
+            crate::dispatch::dispatch_within(node, connection, admitted, body, request_timeout)
+                .await;
         node.in_flight.set(node.in_flight.get() - 1);
         match dispatched {
             Dispatched::Reply(bytes) => {
