@@ -398,14 +398,17 @@ impl Replica {
             return;
         }
         let register = operation == OPERATION_REGISTER;
-        let in_pipeline = self
-            .journal
-            .entries_after(self.commit_min)
-            .iter()
-            .any(|entry| entry.client == client && (entry.request >= request || register));
-        if in_pipeline {
+        let pipelined = self.journal.entries_after(self.commit_min);
+        let mut pipelined = pipelined.iter().filter(|entry| entry.client == client);
+        if pipelined
+            .clone()
+            .any(|entry| entry.request == request || register)
+        {
             return; // Already being prepared; the reply follows its commit.
         }
+        // A newer request of this client is being prepared: this one may never commit after
+        // it (the client table only moves forward), and it must not be left unanswered.
+        let newer_pipelined = pipelined.any(|entry| entry.request > request);
         match self.clients.check(client, request, register) {
             RequestCheck::Duplicate { op, reply } => {
                 self.actions.push_back(Action::Reply {
@@ -431,6 +434,9 @@ impl Replica {
                     Refusal::SessionUnknown
                 };
                 return self.refuse(client, request, refusal);
+            }
+            RequestCheck::New if newer_pipelined => {
+                return self.refuse(client, request, Refusal::RequestTooOld);
             }
             RequestCheck::New => {}
         }

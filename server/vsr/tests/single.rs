@@ -405,3 +405,34 @@ fn a_solo_replica_releases_committed_bodies_keeping_registers_and_cached_replies
     assert_eq!(replica.checkpoint(3).op, 3);
     assert_eq!(replica.held_body_bytes(), 0);
 }
+
+#[test]
+fn an_older_request_behind_a_pipelined_newer_one_is_answered_not_dropped() {
+    let mut journal = Vec::new();
+    let mut replica = Replica::open(Config::new(1, 0), Vec::new(), 1);
+    replica.on_request(7, 0, OPERATION_REGISTER, Bytes::new());
+    drive(&mut replica, &mut journal);
+    // Request 3 is prepared; its journal write has not completed.
+    replica.on_request(7, 3, 5, Bytes::from_static(b"three"));
+    let pending = drain(&mut replica);
+    assert!(matches!(pending.as_slice(), [Action::WritePrepare { op: 2, .. }]), "{pending:?}");
+    // Request 2 arrives after it (another connection of the same session): it can no longer
+    // commit, and it is refused at once instead of waiting for a reply that never comes.
+    replica.on_request(7, 2, 5, Bytes::from_static(b"two"));
+    assert_eq!(
+        drain(&mut replica),
+        vec![Action::Refuse { client: 7, request: 2, refusal: Refusal::RequestTooOld }]
+    );
+    // A resend of request 3 while it is prepared waits for the same commit.
+    replica.on_request(7, 3, 5, Bytes::from_static(b"three"));
+    assert_eq!(drain(&mut replica), Vec::new());
+    journal.push(match &pending[0] {
+        Action::WritePrepare { entry, .. } => entry.clone(),
+        _ => unreachable!(),
+    });
+    replica.on_write_done(2);
+    assert_eq!(
+        drive(&mut replica, &mut journal),
+        vec![Action::Reply { client: 7, request: 3, op: 2, reply: Bytes::from_static(b"THREE") }]
+    );
+}
