@@ -1034,14 +1034,15 @@ mod tests {
     use super::*;
 
     fn header(operation: Operation) -> RequestHeader {
-        let mut header = RequestHeader::default();
-        header.command = iggy_generated::frames::Command::Request;
-        header.size = 256;
-        header.client = 7;
-        header.session = 3;
-        header.request = 11;
-        header.operation = operation.to_repr();
-        header
+        RequestHeader {
+            command: iggy_generated::frames::Command::Request,
+            size: 256,
+            client: 7,
+            session: 3,
+            request: 11,
+            operation: operation.to_repr(),
+            ..Default::default()
+        }
     }
 
     fn status(dispatched: Dispatched) -> u32 {
