@@ -9,6 +9,8 @@
 //! - The child runs in the temp dir with `--with-default-root-credentials`,
 //!   `IGGY_TCP_ADDRESS=127.0.0.1:<port>` and `IGGY_SYSTEM_PATH=<tempdir>/data`; its stdout and
 //!   stderr go to `<tempdir>/server.log`, which is printed when the test panics.
+//! - `TestServer::start_with_env` adds environment variables for the child (configuration as
+//!   `IGGY_<SECTION>_<KEY>`, `RUST_LOG`), applied after the ones above at every start.
 //! - `Drop` kills the child (SIGKILL) and reaps it. `IGGY_E2E_KEEP=1` keeps the temp dir of
 //!   a failed test and prints its path.
 //! - The binary is not rebuilt when it exists: run `cargo build --bin iggy-server` (or set
@@ -163,18 +165,28 @@ pub struct TestServer {
     port: u16,
     child: Option<Child>,
     starts: u32,
+    /// Set on the child at every start, after the harness's own variables (so they win).
+    env: Vec<(String, String)>,
 }
 
 impl TestServer {
     /// Spawns the server and waits until its TCP port accepts connections.
     pub fn start() -> Self {
+        Self::start_with_env(&[])
+    }
+
+    /// `start` with extra environment variables for the child (`IGGY_*` configuration,
+    /// `RUST_LOG`), kept for every restart. They are set after the harness's own, so
+    /// `("RUST_LOG", "")` clears the harness's `RUST_LOG=info`.
+    pub fn start_with_env(env: &[(&str, &str)]) -> Self {
         init_sdk_logging();
         let bin = server_binary();
         let dir = tempfile::Builder::new()
             .prefix("iggy-e2e-")
             .tempdir()
             .expect("create temp dir");
-        let mut server = Self { dir, port: free_port(), child: None, starts: 0 };
+        let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let mut server = Self { dir, port: free_port(), child: None, starts: 0, env };
         server.spawn(&bin);
         server
     }
@@ -239,6 +251,9 @@ impl TestServer {
             .env("IGGY_SYSTEM_PATH", self.data_dir());
         if std::env::var_os("RUST_LOG").is_none() {
             cmd.env("RUST_LOG", "info");
+        }
+        for (key, value) in &self.env {
+            cmd.env(key, value);
         }
         let child = cmd
             .spawn()

@@ -1,19 +1,71 @@
-//! Sessions over time: heartbeats keep an idle client alive, a client outlives a server
-//! restart by reconnecting, and sessions are independent.
+//! Sessions over time: a silent connection is closed at the idle timeout while heartbeats keep
+//! an idle client connected, a client outlives a server restart by reconnecting, sessions are
+//! independent, and deactivating a user ends its sessions.
 
 use crate::harness::*;
 use iggy::prelude::*;
 use std::time::Duration;
 
+/// The idle timeout these tests configure (`limits.idle_timeout_secs`), well below their sleeps.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(3);
+
+fn short_idle_timeout() -> TestServer {
+    let secs = IDLE_TIMEOUT.as_secs().to_string();
+    TestServer::start_with_env(&[("IGGY_LIMITS_IDLE_TIMEOUT_SECS", &secs), ("RUST_LOG", "debug")])
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn idle_client_stays_usable_past_the_heartbeat_interval() {
-    let server = TestServer::start();
-    let client = server.root_client().await;
+async fn a_silent_connection_is_closed_by_the_server_after_the_idle_timeout() {
+    let server = short_idle_timeout();
+    let address = server.address();
+    let (closed_after, read) = tokio::task::spawn_blocking(move || {
+        use std::io::Read;
+        let mut socket = std::net::TcpStream::connect(address).expect("connect");
+        // The server closes first or the test fails: it waits far past the timeout.
+        socket.set_read_timeout(Some(IDLE_TIMEOUT * 5)).unwrap();
+        let began = std::time::Instant::now();
+        let read = socket.read(&mut [0u8; 64]).map_err(|e| e.kind());
+        (began.elapsed(), read)
+    })
+    .await
+    .unwrap();
+    assert_eq!(read, Ok(0), "the server closes a connection that sends nothing (EOF, no bytes)");
+    assert!(
+        closed_after >= IDLE_TIMEOUT - Duration::from_millis(50),
+        "closed after {closed_after:?}, before the idle timeout {IDLE_TIMEOUT:?}"
+    );
+    let log = server.log();
+    assert!(
+        log.lines().any(|l| l.contains("closed: no request in time")),
+        "the server logs the close as idleness:\n{log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heartbeats_keep_an_idle_client_connected_past_the_idle_timeout() {
+    let server = short_idle_timeout();
+    // Heartbeats (pings) every second, against a 3 s idle timeout.
+    let client = IggyClient::from_connection_string(&format!(
+        "{}?heartbeat_interval=1s",
+        server.connection_string(ROOT_USER, ROOT_PASSWORD)
+    ))
+    .expect("valid connection string");
+    ok("connect", within("connect + auto-login", client.connect()).await);
     ok("create", within("create", client.create_stream("s", &StreamCreateOptions::default())).await);
-    tokio::time::sleep(Duration::from_secs(7)).await;
-    ok("ping after idling", within("ping", client.ping()).await);
+    let before = ok("me before idling", within("me", client.get_me()).await);
+    tokio::time::sleep(IDLE_TIMEOUT * 2).await;
+    let after = ok("me after idling", within("me", client.get_me()).await);
+    assert_eq!(
+        after.client_id, before.client_id,
+        "the same connection serves the client (a close for idleness would have made it redial)"
+    );
     let streams = ok("list after idling", within("list", client.get_streams()).await);
     assert_eq!(streams.len(), 1);
+    let log = server.log();
+    assert!(
+        !log.contains("no request in time"),
+        "no connection was closed for idleness:\n{log}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -97,5 +149,6 @@ async fn deactivating_a_user_ends_its_live_session() {
     let deactivate = UserUpdateOptions { status: Some(UserStatus::Inactive), ..Default::default() };
     ok("deactivate alice", within("update", root.update_user(&name("alice"), &deactivate)).await);
     let r = within_for(Duration::from_secs(15), "alice after deactivation", alice.get_streams()).await;
-    assert!(r.is_err(), "an inactive user's session must end, got {r:?}");
+    // 40 Unauthenticated: the session itself is gone (41 Unauthorized would be a permission).
+    expect_code("alice's session ended with her deactivation", r, 40);
 }
