@@ -8,6 +8,7 @@ mod auth;
 mod checkpoint;
 mod legacy;
 mod maintenance;
+mod operator;
 mod clients;
 mod concurrency;
 mod consumer_groups;

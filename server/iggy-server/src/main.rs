@@ -28,34 +28,76 @@ mod wire_users;
 
 use std::process::ExitCode;
 
-#[derive(Debug, Default, PartialEq)]
+/// The command line. Configuration proper comes from `config.toml` and `IGGY_*` variables
+/// (`--list-config-env-vars` lists them); flags only choose what this start does.
+#[derive(Debug, Default, PartialEq, clap::Parser)]
+#[command(
+    name = "iggy-server",
+    version = version_text(),
+    about = "A persistent message-streaming log speaking the Apache Iggy binary protocol.",
+    after_help = "Configuration: embedded defaults, then config.toml in the working directory \
+                  (or the file IGGY_CONFIG_PATH names), then IGGY_<SECTION>_<KEY> variables. "
+)]
 struct Args {
+    /// This node's replica id in its cluster (0 for a standalone node).
+    #[arg(long, value_name = "N", default_value_t = 0)]
     replica_id: u8,
+    /// Delete the configured data directory (system.path) before starting; nothing is
+    /// deleted without this flag.
+    #[arg(short = 'f', long)]
     fresh: bool,
+    /// On first start, create the root user as iggy/iggy instead of a generated password
+    /// (IGGY_ROOT_USERNAME and IGGY_ROOT_PASSWORD set them otherwise).
+    #[arg(long = "with-default-root-credentials")]
     default_root_credentials: bool,
+    /// Print every configuration key as its IGGY_ variable, TOML path, type and default, then
+    /// exit.
+    #[arg(long)]
     list_config_env_vars: bool,
 }
 
-fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
-    let mut a = Args::default();
-    while let Some(arg) = it.next() {
-        match arg.as_str() {
-            "--fresh" | "-f" => a.fresh = true,
-            "--with-default-root-credentials" => a.default_root_credentials = true,
-            "--list-config-env-vars" => a.list_config_env_vars = true,
-            "--replica-id" => {
-                let v = it.next().ok_or("--replica-id needs a value")?;
-                a.replica_id = v.parse().map_err(|_| format!("bad --replica-id {v:?}"))?;
-            }
-            other => match other.strip_prefix("--replica-id=") {
-                Some(v) => {
-                    a.replica_id = v.parse().map_err(|_| format!("bad --replica-id {v:?}"))?
-                }
-                None => return Err(format!("unknown argument {other:?}")),
-            },
-        }
+fn parse_args<T: Into<std::ffi::OsString> + Clone>(
+    args: impl IntoIterator<Item = T>,
+) -> Result<Args, clap::Error> {
+    <Args as clap::Parser>::try_parse_from(args)
+}
+
+/// A flag error as printed: clap's message, with the usage line where clap leaves it out (a
+/// missing value).
+fn flag_error(error: &clap::Error) -> String {
+    let mut shown = error.render().to_string();
+    if !shown.contains("Usage:") {
+        let usage = <Args as clap::CommandFactory>::command().render_usage();
+        shown = format!("{}\n\n{usage}\n", shown.trim_end());
     }
-    Ok(a)
+    shown
+}
+
+/// `--version`: the release, the protocol versions a client may log in with, and the storage
+/// format this build reads and writes.
+fn version_text() -> &'static str {
+    static TEXT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TEXT.get_or_init(|| {
+        use iggy_generated::protocol;
+        let (min, max) = protocol::admission_window();
+        let admitted: Vec<String> = protocol::ADMISSION
+            .iter()
+            .map(|(lo, hi)| {
+                if lo == hi {
+                    lo.to_string()
+                } else {
+                    format!("{lo} to {hi}")
+                }
+            })
+            .collect();
+        format!(
+            "{}\nprotocol {min} to {max} (admitted: {}; native {})\nstorage format {}",
+            env!("CARGO_PKG_VERSION"),
+            admitted.join(", "),
+            protocol::CURRENT,
+            iggy_storage::layout::marker::VALUE,
+        )
+    })
 }
 
 /// Root credentials: defaults, else IGGY_ROOT_USERNAME/IGGY_ROOT_PASSWORD, else generated.
@@ -100,10 +142,15 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let args = match parse_args(std::env::args().skip(1)) {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("iggy-server: {e}");
+    let args = match parse_args(std::env::args_os()) {
+        Ok(args) => args,
+        // --help and --version: printed to stdout, exit 0.
+        Err(shown) if !shown.use_stderr() => {
+            let _ = shown.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(error) => {
+            eprint!("{}", flag_error(&error));
             return ExitCode::from(2);
         }
     };
@@ -273,8 +320,8 @@ const fn libc_sigterm() -> i32 {
 mod tests {
     use super::*;
 
-    fn p(v: &[&str]) -> Result<Args, String> {
-        parse_args(v.iter().map(|s| s.to_string()))
+    fn p(v: &[&str]) -> Result<Args, clap::Error> {
+        parse_args(std::iter::once("iggy-server").chain(v.iter().copied()))
     }
 
     #[test]
@@ -285,8 +332,76 @@ mod tests {
             (3, true, true)
         );
         assert_eq!(p(&["--replica-id=7"]).unwrap().replica_id, 7);
-        assert!(p(&["--bogus"]).is_err());
+        assert!(
+            p(&["--fresh", "--list-config-env-vars"])
+                .unwrap()
+                .list_config_env_vars
+        );
+        assert_eq!(p(&[]).unwrap(), Args::default());
         assert!(p(&["--replica-id"]).is_err());
+        assert!(p(&["--replica-id", "256"]).is_err());
+    }
+
+    #[test]
+    fn a_bad_flag_is_a_usage_error_with_exit_code_2() {
+        for bad in [
+            &["--bogus"][..],
+            &["--replica-id"],
+            &["--replica-id=x"],
+            &["extra"],
+        ] {
+            let error = p(bad).unwrap_err();
+            assert_eq!(error.exit_code(), 2, "{bad:?}");
+            let shown = flag_error(&error);
+            assert!(shown.contains("Usage: iggy-server"), "{bad:?}: {shown}");
+            assert!(shown.starts_with("error: "), "{bad:?}: {shown}");
+        }
+        assert_eq!(
+            p(&["--bogus"]).unwrap_err().kind(),
+            clap::error::ErrorKind::UnknownArgument
+        );
+    }
+
+    #[test]
+    fn help_lists_every_flag_with_its_meaning() {
+        <Args as clap::CommandFactory>::command().debug_assert();
+        let error = p(&["--help"]).unwrap_err();
+        assert_eq!(error.kind(), clap::error::ErrorKind::DisplayHelp);
+        assert_eq!(error.exit_code(), 0);
+        let help = error.render().to_string();
+        for flag in [
+            "--replica-id <N>",
+            "-f, --fresh",
+            "--with-default-root-credentials",
+            "--list-config-env-vars",
+            "-h, --help",
+            "-V, --version",
+        ] {
+            assert!(help.contains(flag), "{flag} missing from:\n{help}");
+        }
+        let command = <Args as clap::CommandFactory>::command();
+        for arg in command.get_arguments() {
+            assert!(arg.get_help().is_some(), "{} has no help", arg.get_id());
+        }
+        assert!(help.contains("data directory"), "{help}");
+    }
+
+    #[test]
+    fn version_names_release_protocol_range_and_storage_format() {
+        let error = p(&["--version"]).unwrap_err();
+        assert_eq!(error.kind(), clap::error::ErrorKind::DisplayVersion);
+        assert_eq!(error.exit_code(), 0);
+        let version = error.render().to_string();
+        assert!(
+            version.starts_with(&format!("iggy-server {}\n", env!("CARGO_PKG_VERSION"))),
+            "{version}"
+        );
+        assert!(version.contains("protocol 0.11.1 to 0.12.0"), "{version}");
+        assert!(
+            version.contains("storage format IGGY-OWNERSHIP-HISTORY-5"),
+            "{version}"
+        );
+        assert!(version.contains(iggy_storage::layout::marker::VALUE));
     }
 
     #[test]
