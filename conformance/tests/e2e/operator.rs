@@ -1,6 +1,9 @@
-//! What an operator sees: `--help`, `--version` and flag errors of the real binary.
+//! What an operator sees: `--help`, `--version` and flag errors of the real binary, and the
+//! server's log (plain text in a file, one debug line per request, session start and end,
+//! `system.logging` level and format with `RUST_LOG` overriding the level).
 
 use crate::harness::*;
+use iggy::prelude::*;
 use std::process::{Command, Output, Stdio};
 
 fn run(args: &[&str]) -> Output {
@@ -90,4 +93,151 @@ fn a_bad_flag_exits_2_with_the_usage_line_on_stderr() {
             text(&out.stdout)
         );
     }
+}
+
+/// The lines this start of `server` wrote (after the harness's start marker).
+fn this_start(server: &TestServer) -> String {
+    let log = server.log();
+    log.rsplit("===== e2e harness: start #")
+        .next()
+        .unwrap_or("")
+        .to_string()
+}
+
+async fn ping(server: &TestServer) {
+    let client = server.root_client().await;
+    ok("ping", within("ping", client.ping()).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_log_in_a_file_has_no_colour() {
+    let server = TestServer::start_with_env(&[("RUST_LOG", "debug")]);
+    ping(&server).await;
+    let log = server.log();
+    assert!(log.contains("listening on tcp"), "{log}");
+    assert!(log.contains(" DEBUG "), "debug lines were written: {log}");
+    assert!(
+        !log.contains("\x1b["),
+        "no ANSI escape in a log that is not a terminal:\n{log:?}"
+    );
+}
+
+/// The request lines of `log` for `command`.
+fn request_lines<'a>(log: &'a str, command: &str) -> Vec<&'a str> {
+    let field = format!(" command={command} ");
+    log.lines()
+        .filter(|l| l.contains(" request ") && l.contains(&field))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rust_log_debug_logs_every_request_with_command_partition_status_and_duration() {
+    // RUST_LOG replaces the configured level.
+    let server =
+        TestServer::start_with_env(&[("RUST_LOG", "debug"), ("IGGY_SYSTEM_LOGGING_LEVEL", "info")]);
+    let client = server.root_client().await;
+    ok("ping", within("ping", client.ping()).await);
+    create_stream_and_topic(&client, "s", "t", 2).await;
+    send_to_partition(&client, &name("s"), &name("t"), 1, msgs("m", 1)).await;
+    let refused = within("delete", client.delete_stream(&name("nope")))
+        .await
+        .expect_err("no such stream");
+    let log = this_start(&server);
+
+    let pings = request_lines(&log, "ping");
+    assert!(!pings.is_empty(), "a ping is logged by name:\n{log}");
+    let line = pings.last().unwrap();
+    assert!(line.contains(" DEBUG "), "{line}");
+    assert!(line.contains(" session="), "the session: {line}");
+    assert!(line.contains(" status=0 "), "the status: {line}");
+    assert!(line.contains(" duration="), "the duration: {line}");
+
+    let sends = request_lines(&log, "message.send");
+    assert_eq!(sends.len(), 1, "one line per request:\n{log}");
+    assert!(
+        sends[0].contains(" partition=1 "),
+        "the partition of a send: {}",
+        sends[0]
+    );
+    assert!(sends[0].contains(" status=0 "), "{}", sends[0]);
+    let creates = request_lines(&log, "stream.create");
+    assert!(
+        creates.len() == 1 && !creates[0].contains(" partition="),
+        "{creates:?}"
+    );
+    let deletes = request_lines(&log, "stream.delete");
+    let status = format!(" status={} error=", refused.as_code());
+    assert!(
+        deletes.len() == 1 && deletes[0].contains(&status),
+        "a refused request's status ({status}): {deletes:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_configured_level_applies_when_rust_log_is_unset() {
+    let server =
+        TestServer::start_with_env(&[("RUST_LOG", ""), ("IGGY_SYSTEM_LOGGING_LEVEL", "debug")]);
+    ping(&server).await;
+    let log = this_start(&server);
+    assert!(
+        !request_lines(&log, "ping").is_empty(),
+        "system.logging.level = debug:\n{log}"
+    );
+
+    let quiet = TestServer::start_with_env(&[("RUST_LOG", "")]);
+    ping(&quiet).await;
+    let log = this_start(&quiet);
+    assert!(log.contains(" INFO "), "{log}");
+    assert!(
+        request_lines(&log, "ping").is_empty(),
+        "the default level info has no request lines:\n{log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_are_logged_when_they_start_and_end() {
+    let server = TestServer::start();
+    let client = server.root_client().await;
+    ok("logout", within("logout", client.logout_user()).await);
+    let log = this_start(&server);
+    let bound = log
+        .lines()
+        .find(|l| l.contains(" INFO ") && l.contains("bound to connection"))
+        .unwrap_or_else(|| panic!("a session start is logged:\n{log}"));
+    let session = bound
+        .split("session ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .expect("the line names its session");
+    assert!(
+        log.lines().any(|l| l.contains(" INFO ")
+            && l.contains(&format!("session {session} of client"))
+            && l.contains("ended by logout")),
+        "the logout of session {session} is logged:\n{log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_format_writes_one_object_per_line() {
+    let server = TestServer::start_with_env(&[
+        ("IGGY_SYSTEM_LOGGING_FORMAT", "json"),
+        ("RUST_LOG", "debug"),
+    ]);
+    ping(&server).await;
+    let log = this_start(&server);
+    let lines: Vec<&str> = log.lines().skip(1).filter(|l| !l.is_empty()).collect();
+    assert!(lines.len() > 2, "{log}");
+    for line in &lines {
+        assert!(
+            line.starts_with('{') && line.ends_with('}') && line.contains("\"level\":\""),
+            "a JSON object per line: {line}"
+        );
+    }
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("\"message\":\"request\"") && l.contains("\"command\":\"ping\"")),
+        "the request line as JSON:\n{log}"
+    );
+    assert!(!log.contains("\x1b["), "{log:?}");
 }

@@ -32,7 +32,20 @@ pub struct System {
     pub checkpoint_journal_ops: usize,
     pub session_lease_secs: u64,
     pub maintenance_interval_ms: u64,
+    pub logging: Logging,
 }
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Logging {
+    /// trace, debug, info, warn, error or off; `RUST_LOG` replaces it when set.
+    pub level: String,
+    /// `text` or `json`.
+    pub format: String,
+}
+
+/// The values `system.logging.level` admits.
+pub const LOG_LEVELS: &[&str] = &["trace", "debug", "info", "warn", "error", "off"];
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -247,6 +260,21 @@ impl Config {
                 expected: "durability (replicated or persisted)",
             });
         }
+        let logging = &self.system.logging;
+        if !LOG_LEVELS.contains(&logging.level.to_ascii_lowercase().as_str()) {
+            return Err(ConfigError::BadValue {
+                key: "system.logging.level".into(),
+                value: logging.level.clone(),
+                expected: "log level (trace, debug, info, warn, error or off)",
+            });
+        }
+        if !matches!(logging.format.as_str(), "text" | "json") {
+            return Err(ConfigError::BadValue {
+                key: "system.logging.format".into(),
+                value: logging.format.clone(),
+                expected: "log format (text or json)",
+            });
+        }
         for (name, t) in self.transports() {
             if !t.enabled {
                 continue;
@@ -360,8 +388,49 @@ mod tests {
     }
 
     #[test]
+    fn logging_defaults_overrides_and_refusals() {
+        let c = load(None, none).unwrap();
+        assert_eq!(
+            (
+                c.system.logging.level.as_str(),
+                c.system.logging.format.as_str()
+            ),
+            ("info", "text")
+        );
+        let c = load(Some("[system.logging]\nformat = \"json\"\n"), |k: &str| {
+            (k == "IGGY_SYSTEM_LOGGING_LEVEL").then(|| "debug".into())
+        })
+        .unwrap();
+        assert_eq!(
+            (
+                c.system.logging.level.as_str(),
+                c.system.logging.format.as_str()
+            ),
+            ("debug", "json")
+        );
+        let e = load(None, |k: &str| {
+            (k == "IGGY_SYSTEM_LOGGING_FORMAT").then(|| "xml".into())
+        })
+        .unwrap_err();
+        assert!(
+            matches!(&e, ConfigError::BadValue { key, value, .. }
+                if key == "system.logging.format" && value == "xml"),
+            "{e}"
+        );
+        let e = load(Some("[system.logging]\nlevel = \"loud\"\n"), none).unwrap_err();
+        assert!(e.to_string().contains("system.logging.level"), "{e}");
+        let e = load(Some("[system.logging]\ncolour = true\n"), none).unwrap_err();
+        assert_eq!(e, ConfigError::UnknownKey("system.logging.colour".into()));
+    }
+
+    #[test]
     fn env_names() {
         assert_eq!(env_name("tcp.address"), "IGGY_TCP_ADDRESS");
         assert!(leaves().contains_key("node.advertised_address"));
+        assert_eq!(
+            env_name("system.logging.level"),
+            "IGGY_SYSTEM_LOGGING_LEVEL"
+        );
+        assert!(leaves().contains_key("system.logging.format"));
     }
 }

@@ -341,6 +341,10 @@ fn bind(
     if let Some(info) = node.clients.borrow_mut().get_mut(&connection.id) {
         info.user_id = Some(user_id);
     }
+    tracing::info!(
+        "session {session} of client {client:032x} (user {user_id}) bound to connection {}",
+        connection.id
+    );
     let commit = node.shared.metadata.borrow().commit;
     let body = replies::login_response(user_id, session);
     // A plain LoginRegisterResponse under NonReplicated: the SDK accepts it for 40, 45 and 15.
@@ -367,6 +371,11 @@ async fn logout(
         Outcome::Committed { op, .. } => {
             connection.bound = None;
             node.shared.session_unbound(bound.client);
+            tracing::info!(
+                "session {} of client {:032x} ended by logout",
+                bound.session,
+                bound.client
+            );
             Ok(request.committed(Operation::Logout, op, &[]))
         }
         Outcome::Refused(refusal) => Err(refusal_error(&refusal)),

@@ -36,7 +36,8 @@ use std::process::ExitCode;
     version = version_text(),
     about = "A persistent message-streaming log speaking the Apache Iggy binary protocol.",
     after_help = "Configuration: embedded defaults, then config.toml in the working directory \
-                  (or the file IGGY_CONFIG_PATH names), then IGGY_<SECTION>_<KEY> variables. "
+                  (or the file IGGY_CONFIG_PATH names), then IGGY_<SECTION>_<KEY> variables. \
+                  RUST_LOG overrides system.logging.level."
 )]
 struct Args {
     /// This node's replica id in its cluster (0 for a standalone node).
@@ -120,6 +121,36 @@ fn root_credentials(default: bool, env: impl Fn(&str) -> Option<String>) -> (Str
     }
 }
 
+/// The log goes to stderr: `system.logging.format` `text` (coloured only when stderr is a
+/// terminal) or `json` (one object per line).
+fn init_logging(logging: &config::Logging, rust_log: Option<&str>) {
+    use std::io::IsTerminal;
+    let fmt = tracing_subscriber::fmt()
+        .with_env_filter(log_filter(&logging.level, rust_log))
+        .with_writer(std::io::stderr);
+    if logging.format == "json" {
+        fmt.json().with_ansi(false).init();
+    } else {
+        fmt.with_ansi(std::io::stderr().is_terminal()).init();
+    }
+}
+
+/// `RUST_LOG`, when set and not empty, replaces `system.logging.level` (full directives, such
+/// as `info,iggy_server::tcp=debug`); unparsable directives fall back to the level.
+fn log_filter(level: &str, rust_log: Option<&str>) -> tracing_subscriber::EnvFilter {
+    use tracing_subscriber::EnvFilter;
+    if let Some(directives) = rust_log.filter(|d| !d.trim().is_empty()) {
+        match EnvFilter::try_new(directives) {
+            Ok(filter) => return filter,
+            Err(error) => eprintln!(
+                "iggy-server: RUST_LOG={directives:?} ignored ({error}); \
+                 using system.logging.level {level:?}"
+            ),
+        }
+    }
+    EnvFilter::new(level)
+}
+
 /// Keeps freed request and record buffers in the process. By default glibc serves each
 /// megabyte-sized request body with a fresh mmap (or trims its heap after the free), so every
 /// large request faults its pages in and the kernel zeroes them; reused heap pages cost neither.
@@ -135,13 +166,6 @@ fn keep_freed_buffers() {
 
 fn main() -> ExitCode {
     keep_freed_buffers();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let args = match parse_args(std::env::args_os()) {
         Ok(args) => args,
         // --help and --version: printed to stdout, exit 0.
@@ -184,6 +208,10 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    init_logging(
+        &cfg.system.logging,
+        std::env::var("RUST_LOG").ok().as_deref(),
+    );
     if args.fresh && std::path::Path::new(&cfg.system.path).exists() {
         if let Err(e) = std::fs::remove_dir_all(&cfg.system.path) {
             eprintln!(
@@ -402,6 +430,16 @@ mod tests {
             "{version}"
         );
         assert!(version.contains(iggy_storage::layout::marker::VALUE));
+    }
+
+    #[test]
+    fn rust_log_replaces_the_configured_level() {
+        use tracing_subscriber::filter::LevelFilter;
+        let hint = |level, rust_log| log_filter(level, rust_log).max_level_hint();
+        assert_eq!(hint("info", None), Some(LevelFilter::INFO));
+        assert_eq!(hint("warn", Some("debug")), Some(LevelFilter::DEBUG));
+        assert_eq!(hint("debug", Some("  ")), Some(LevelFilter::DEBUG));
+        assert_eq!(hint("info", Some("x=notalevel")), Some(LevelFilter::INFO));
     }
 
     #[test]
