@@ -8,11 +8,11 @@ pub const SEGMENT_LOG_EXTENSION: &str = "log";
 pub const SEGMENT_INDEX_EXTENSION: &str = "index";
 /// `SEGMENT_NAME_DIGITS` (spec/storage.spec:22).
 pub const SEGMENT_NAME_DIGITS: u32 = 20;
-/// `SNAPSHOT_MAGIC` (spec/storage.spec:49).
+/// `SNAPSHOT_MAGIC` (spec/storage.spec:50).
 pub const SNAPSHOT_MAGIC: [u8; 8] = *b"IGGYMETA";
-/// `STORAGE_MARKER_FILE` (spec/storage.spec:63).
+/// `STORAGE_MARKER_FILE` (spec/storage.spec:64).
 pub const STORAGE_MARKER_FILE: &str = "storage.format";
-/// `STORAGE_MARKER_SIZE_MAX` (spec/storage.spec:64).
+/// `STORAGE_MARKER_SIZE_MAX` (spec/storage.spec:65).
 pub const STORAGE_MARKER_SIZE_MAX: u64 = 256;
 /// Fixed-layout `IndexEntry`, 24 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,6 +128,8 @@ pub struct StowedBatch {
     pub received_base_offset: u64,
     /// the batch header's batch_checksum as journaled
     pub received_checksum: u64,
+    /// messages in the batch, so a replay can account for a batch whose segment was deleted since (0 in records written before this field)
+    pub message_count: u32,
 }
 impl StowedBatch {
     /// Encoded size in bytes.
@@ -152,10 +154,14 @@ impl StowedBatch {
     pub const RECEIVED_CHECKSUM_OFFSET: usize = 32;
     /// Size of `received_checksum` in bytes.
     pub const RECEIVED_CHECKSUM_SIZE: usize = 8;
+    /// Byte offset of `message_count`.
+    pub const MESSAGE_COUNT_OFFSET: usize = 40;
+    /// Size of `message_count` in bytes.
+    pub const MESSAGE_COUNT_SIZE: usize = 4;
     /// Byte offset of `reserved`.
-    pub const RESERVED_OFFSET: usize = 40;
+    pub const RESERVED_OFFSET: usize = 44;
     /// Size of `reserved` in bytes.
-    pub const RESERVED_SIZE: usize = 8;
+    pub const RESERVED_SIZE: usize = 4;
     /// Decodes from the first `SIZE` bytes of `buf`.
     pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
         if buf.len() < Self::SIZE {
@@ -184,7 +190,11 @@ impl StowedBatch {
             .map_err(|_| WireError::InvalidValue {
                 field: "received_checksum",
             })?;
-        if !iggy_wire::is_zero_at(buf, 40, 8) {
+        let message_count = <u32>::decode_exact(&buf[40..44])
+            .map_err(|_| WireError::InvalidValue {
+                field: "message_count",
+            })?;
+        if !iggy_wire::is_zero_at(buf, 44, 4) {
             return Err(WireError::NonZeroReserved {
                 field: "reserved",
             });
@@ -195,6 +205,7 @@ impl StowedBatch {
             received_partition_id,
             received_base_offset,
             received_checksum,
+            message_count,
         })
     }
     /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
@@ -205,7 +216,8 @@ impl StowedBatch {
         iggy_wire::put_at(out, 16, &self.received_partition_id.to_wire_bytes());
         iggy_wire::put_at(out, 24, &self.received_base_offset.to_wire_bytes());
         iggy_wire::put_at(out, 32, &self.received_checksum.to_wire_bytes());
-        out[40..48].fill(0);
+        iggy_wire::put_at(out, 40, &self.message_count.to_wire_bytes());
+        out[44..48].fill(0);
     }
     /// The `SIZE` encoded bytes.
     pub fn to_bytes(&self) -> [u8; 48] {
@@ -226,7 +238,8 @@ const _: () = assert!(StowedBatch::LENGTH_OFFSET + 8 <= 48);
 const _: () = assert!(StowedBatch::RECEIVED_PARTITION_ID_OFFSET + 8 <= 48);
 const _: () = assert!(StowedBatch::RECEIVED_BASE_OFFSET_OFFSET + 8 <= 48);
 const _: () = assert!(StowedBatch::RECEIVED_CHECKSUM_OFFSET + 8 <= 48);
-const _: () = assert!(StowedBatch::RESERVED_OFFSET + 8 <= 48);
+const _: () = assert!(StowedBatch::MESSAGE_COUNT_OFFSET + 4 <= 48);
+const _: () = assert!(StowedBatch::RESERVED_OFFSET + 4 <= 48);
 impl iggy_wire::WireJson for StowedBatch {
     fn write_json(&self, out: &mut String) {
         out.push('{');
@@ -240,6 +253,8 @@ impl iggy_wire::WireJson for StowedBatch {
         iggy_wire::WireJson::write_json(&self.received_base_offset, out);
         out.push_str(",\"received_checksum\":");
         iggy_wire::WireJson::write_json(&self.received_checksum, out);
+        out.push_str(",\"message_count\":");
+        iggy_wire::WireJson::write_json(&self.message_count, out);
         out.push('}');
     }
 }

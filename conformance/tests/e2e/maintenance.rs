@@ -36,6 +36,15 @@ async fn max_topic_size_deletes_the_oldest_closed_segments() {
     let offsets = offsets(&polled);
     assert!(offsets[0] > 0, "the oldest messages are gone");
     assert_eq!(*offsets.last().unwrap(), 23, "the newest messages stay");
+    // The sends of the deleted segments are still in the partition's journal: a crash restart
+    // replays them without their batches and keeps every retained message.
+    drop(c);
+    tokio::task::block_in_place(|| server.kill9_and_restart());
+    let c = server.root_client().await;
+    let after = poll(&c, &name("s"), &name("t"), 0, &consumer("c"), PollingStrategy::first(), 100, false).await;
+    assert_eq!(super::harness::offsets(&after), offsets, "the retained messages survive a crash restart");
+    let sent = send_to_partition(&c, &name("s"), &name("t"), 0, vec![msg("tail")]).await;
+    assert_eq!(sent.confirmations.first().map(|c| c.base_offset), Some(24), "appends continue after offset 23");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -402,3 +402,31 @@ async fn create_token_whose_reply_was_lost_shows_the_token_on_the_retry() {
     let fresh = server.anonymous_client().await;
     ok("login with the token", within("login", fresh.login_with_personal_access_token(&created.token)).await);
 }
+
+const OP_DELETE_SEGMENTS: u8 = 138;
+
+/// A DeleteSegments whose reply is lost is retried by the SDK with the same request number:
+/// the retry replays the committed reply and deletes nothing more (it used to delete another
+/// `count` segments).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_segments_whose_reply_was_lost_deletes_once() {
+    const SEGMENT: u64 = 1024 * 1024;
+    let server = TestServer::start();
+    let (tap, c) = tapped_client(&server).await;
+    ok("create stream", within("create", c.create_stream("s", &StreamCreateOptions::default())).await);
+    let options = TopicCreateOptions {
+        partitions_count: Some(1),
+        segment_size: Some(IggyByteSize::from(SEGMENT)),
+        ..Default::default()
+    };
+    ok("create topic", within("create", c.create_topic(&name("s"), "t", &options)).await);
+    // 200 KiB messages, six to a 1 MiB segment: segments start at 0, 6, 12, 18, 24.
+    for i in 0..24 {
+        send_to_partition(&c, &name("s"), &name("t"), 0, vec![msg(vec![i as u8; 200 * 1024])]).await;
+    }
+    tap.lose_next_reply_to(OP_DELETE_SEGMENTS);
+    resolved(&tap, &c, "delete segments with a lost reply", c.delete_segments(&name("s"), &name("t"), 0, 1)).await;
+    assert!(tap.lines().iter().any(|l| l.contains("FAULT")), "the fault fired");
+    let first = poll(&c, &name("s"), &name("t"), 0, &consumer("x"), PollingStrategy::first(), 1, false).await;
+    assert_eq!(offsets(&first), vec![6], "one segment deleted, not two; frames:\n{}", tap.tail(20));
+}

@@ -113,3 +113,32 @@ async fn delete_segments_stops_at_the_lowest_committed_offset() {
     let next = poll(&client, &name("s"), &name("t"), 0, &consumer("slow"), PollingStrategy::next(), 2, false).await;
     assert_eq!(offsets(&next), vec![9, 10], "the slow consumer loses nothing");
 }
+
+/// Segments deleted while the sends that filled them are still in the partition's journal (no
+/// checkpoint since): a crash restart replays that journal, and every message after the
+/// deleted segments, acknowledged before or after the delete, is still there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_after_deleted_segments_survive_a_crash_restart() {
+    let mut server = TestServer::start();
+    let client = server.root_client().await;
+    fill_small_segments(&client).await;
+    ok("delete 2 segments", within("delete", client.delete_segments(&name("s"), &name("t"), 0, 2)).await);
+    let sent = send_to_partition(&client, &name("s"), &name("t"), 0, vec![msg("tail")]).await;
+    assert_eq!(sent.confirmations.first().map(|c| c.base_offset), Some(COUNT as u64));
+    drop(client);
+    for restart in ["SIGKILL", "SIGTERM"] {
+        match restart {
+            "SIGKILL" => tokio::task::block_in_place(|| server.kill9_and_restart()),
+            _ => tokio::task::block_in_place(|| server.restart()),
+        }
+        let client = server.root_client().await;
+        assert_eq!(first_offset(&client).await, vec![12], "after {restart}: the deleted segments stay deleted");
+        let polled =
+            poll(&client, &name("s"), &name("t"), 0, &consumer("x"), PollingStrategy::offset(12), 100, false).await;
+        assert_eq!(offsets(&polled), (12..=COUNT as u64).collect::<Vec<_>>(), "after {restart}: every later message");
+        for m in &polled.messages[..COUNT - 12] {
+            assert!(m.payload[..] == payload(m.header.offset as usize)[..], "payload of offset {}", m.header.offset);
+        }
+        assert_eq!(polled.messages[COUNT - 12].payload, "tail".as_bytes());
+    }
+}

@@ -142,14 +142,10 @@ async fn answer_within(
     if let Ok(dispatched) = compio::time::timeout(deadline, handling).await {
         return dispatched;
     }
-    let (error, waited_on) = match operation {
-        Operation::NonReplicated => (ErrorCode::TransientNotAccepted, "a read"),
-        Operation::Register => (ErrorCode::TransientNotCommitted, "the metadata group"),
-        Operation::SendMessages
-        | Operation::StoreConsumerOffset
-        | Operation::DeleteConsumerOffset => {
-            (ErrorCode::TransientNotCommitted, "the partition's group")
-        }
+    // A read is simply not answered yet; anything else may still commit.
+    let (error, waited_on) = match command_for(operation).map(|command| command.class) {
+        _ if operation == Operation::NonReplicated => (ErrorCode::TransientNotAccepted, "a read"),
+        Some("partition") => (ErrorCode::TransientNotCommitted, "the partition's group"),
         _ => (ErrorCode::TransientNotCommitted, "the metadata group"),
     };
     tracing::warn!(
@@ -207,6 +203,7 @@ pub async fn dispatch(
                         Err(error) => Err(error),
                     }
                 }
+                Operation::DeleteSegments => delete_segments(node, &request, bound, &body).await,
                 _ => metadata_write(node, &request, bound, &body).await,
             };
             result.unwrap_or_else(|error| request.fail(error))
@@ -502,13 +499,6 @@ async fn metadata_write(
         .await;
     match outcome {
         Outcome::Committed { op, reply } => {
-            if operation == Operation::DeleteSegments && reply.is_empty() {
-                let r: DeleteSegmentsRequest = decode(body)?;
-                let key = resolve_partition(node, &r.stream_id, &r.topic_id, Some(r.partition_id))?;
-                if let Some(partition) = node.shared.partition(key) {
-                    partition.delete_segments(r.segments_count).await?;
-                }
-            }
             if operation == Operation::CreatePersonalAccessToken
                 && replies::rejection_of(&reply).is_none()
             {
@@ -736,6 +726,57 @@ async fn partition_write(
             Ok(request.committed(operation, op, &replies::result_rejection(code)))
         }
         _ => Ok(request.committed(operation, op, &replies::RESULT_OK)),
+    }
+}
+
+/// DeleteSegments (503) is a committed op of the partition's group: the primary turns "the
+/// oldest `count` segments" into "every segment below offset X" now, so a retry whose reply was
+/// lost replays that reply from the client table and a journal replay deletes nothing more.
+async fn delete_segments(
+    node: &Rc<Node>,
+    request: &Request<'_>,
+    bound: Bound,
+    body: &[u8],
+) -> Result<Dispatched, ErrorCode> {
+    let need = metadata_need(node, request.operation, body)?;
+    if !node.shared.user_allows(bound.user_id, need) {
+        return Err(ErrorCode::Unauthorized);
+    }
+    let delete: DeleteSegmentsRequest = decode(body)?;
+    let key = resolve_partition(
+        node,
+        &delete.stream_id,
+        &delete.topic_id,
+        Some(delete.partition_id),
+    )?;
+    let partition = node
+        .shared
+        .partition(key)
+        .ok_or(ErrorCode::PartitionNotFound)?;
+    let request_number = request.header.request;
+    // A committed retry is answered from the client table whatever its body says.
+    let keep_from = if partition
+        .group
+        .already_committed(bound.client, request_number)
+        .await
+    {
+        0
+    } else {
+        partition
+            .plan_segment_retirement(delete.segments_count)
+            .await?
+    };
+    let write = PartitionWrite::RetireSegments { keep_from };
+    match partition.write(bound.client, request_number, write).await? {
+        (_, WriteResult::Failed(code)) => Err(code),
+        // Not result-framed: the reply is the status alone. The SDK files 503 under the
+        // metadata plane and keeps the reply's commit as its metadata watermark (sent back as
+        // `minimum_metadata_op` on reads), so the commit is the metadata group's, not the
+        // partition op's.
+        (_, _) => {
+            let commit = node.shared.metadata.borrow().commit;
+            Ok(request.committed(request.operation, commit, &[]))
+        }
     }
 }
 

@@ -14,7 +14,7 @@ use iggy_generated::frames::Operation;
 use iggy_storage::partition_log::{LogConfig, PartitionLog, ReadBatches};
 use iggy_storage::{StorageError, batch};
 use iggy_vsr::Entry;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -62,6 +62,11 @@ pub enum PartitionWrite {
     DeleteOffset {
         owner: OffsetOwner,
     },
+    /// DeleteSegments: every closed segment whose messages all lie below `keep_from`, as the
+    /// primary planned it from the request. Applying it twice deletes nothing more.
+    RetireSegments {
+        keep_from: u64,
+    },
 }
 
 impl PartitionWrite {
@@ -70,6 +75,7 @@ impl PartitionWrite {
             PartitionWrite::Send { .. } => Operation::SendMessages.to_repr(),
             PartitionWrite::StoreOffset { .. } => Operation::StoreConsumerOffset.to_repr(),
             PartitionWrite::DeleteOffset { .. } => Operation::DeleteConsumerOffset.to_repr(),
+            PartitionWrite::RetireSegments { .. } => Operation::DeleteSegments.to_repr(),
         }
     }
 
@@ -82,6 +88,9 @@ impl PartitionWrite {
                 out.into()
             }
             PartitionWrite::DeleteOffset { owner } => Bytes::copy_from_slice(&owner.encode()),
+            PartitionWrite::RetireSegments { keep_from } => {
+                Bytes::copy_from_slice(&keep_from.to_le_bytes())
+            }
         }
     }
 
@@ -97,6 +106,9 @@ impl PartitionWrite {
             }
             Operation::DeleteConsumerOffset => Some(PartitionWrite::DeleteOffset {
                 owner: OffsetOwner::decode(body)?,
+            }),
+            Operation::DeleteSegments => Some(PartitionWrite::RetireSegments {
+                keep_from: u64::from_le_bytes(body.get(..8)?.try_into().ok()?),
             }),
             _ => None,
         }
@@ -164,9 +176,11 @@ pub enum PartitionRead {
         message_expiry_us: Option<u64>,
         max_size: Option<u64>,
     },
-    DeleteSegments {
+    /// Where a deletion of up to `count` of the oldest segments keeps the log from: segments
+    /// holding messages a consumer has not committed yet stay.
+    PlanSegmentRetirement {
         count: u32,
-        done: oneshot::Sender<Result<u32, ErrorCode>>,
+        done: oneshot::Sender<u64>,
     },
 }
 
@@ -249,6 +263,10 @@ pub struct PartitionMachine {
     /// Sends whose batch went to the log before their journal record (`stow`) and that are not
     /// applied yet: (op, base offset), so a journal truncation can take them back.
     stowed: VecDeque<(u64, u64)>,
+    /// Journaled sends found at recovery whose batch a later segment deletion (DeleteSegments
+    /// or retention) removed: op → (base offset, message count). Their apply only accounts
+    /// for the offsets they took.
+    retired: HashMap<u64, (u64, u32)>,
 }
 
 impl PartitionMachine {
@@ -299,6 +317,21 @@ impl PartitionMachine {
         }
         self.replay_next_offset = next.min(self.log.next_offset());
         Ok(())
+    }
+
+    /// Whether the stand-in `entry` names a batch below the log's first retained offset: its
+    /// segment was deleted after the op (DeleteSegments or retention), so the batch is not lost
+    /// but retired, and the op is recorded in `retired` to be accounted for when it replays.
+    fn retire_if_deleted(&mut self, entry: &Entry) -> bool {
+        let Ok(stand_in) = iggy_generated::storage::StowedBatch::decode_fixed(&entry.body) else {
+            return false;
+        };
+        if stand_in.base_offset >= self.log.first_offset() {
+            return false;
+        }
+        self.retired
+            .insert(entry.op, (stand_in.base_offset, stand_in.message_count));
+        true
     }
 
     /// The op `entry` as journaled, its body read back from the log where `stow` put it;
@@ -435,6 +468,17 @@ impl StateMachine for PartitionMachine {
             stowed |= stowed_op == op;
             self.stowed.pop_front();
         }
+        if let Some((base_offset, count)) = self.retired.remove(&op) {
+            // Accounted for, not appended: its segment is gone. A record from before the
+            // stand-in carried the count knows only that the batch lies below the log.
+            let next = match count {
+                0 => self.log.first_offset(),
+                count => base_offset + u64::from(count),
+            };
+            self.replay_next_offset = self.replay_next_offset.max(next);
+            self.publish();
+            return WriteResult::Appended { base_offset, count }.encode();
+        }
         let result = match PartitionWrite::decode(operation, &body) {
             Some(PartitionWrite::Send { batch }) => self.send(&batch, stowed).await,
             Some(PartitionWrite::StoreOffset { owner, offset }) => {
@@ -445,6 +489,26 @@ impl StateMachine for PartitionMachine {
                 Some(_) => WriteResult::Done,
                 None => WriteResult::Failed(ErrorCode::ConsumerOffsetNotFound),
             },
+            Some(PartitionWrite::RetireSegments { keep_from }) => {
+                match self.log.retire_below(keep_from).await {
+                    Ok(deleted) => {
+                        if deleted > 0 {
+                            tracing::info!(
+                                "partition {}: deleted {deleted} segments below offset {keep_from}",
+                                self.partition_id
+                            );
+                        }
+                        WriteResult::Done
+                    }
+                    Err(error) => {
+                        tracing::error!(
+                            "partition {}: segment delete failed: {error}",
+                            self.partition_id
+                        );
+                        WriteResult::Failed(ErrorCode::CannotDeleteFile)
+                    }
+                }
+            }
             None => WriteResult::Failed(ErrorCode::InvalidCommand),
         };
         self.publish();
@@ -486,6 +550,7 @@ impl StateMachine for PartitionMachine {
             received_partition_id: header.partition_id,
             received_base_offset: header.base_offset,
             received_checksum: header.batch_checksum,
+            message_count: batch.count(),
             ..Default::default()
         };
         Ok(Some(Bytes::copy_from_slice(&stand_in.to_bytes())))
@@ -580,22 +645,9 @@ impl StateMachine for PartitionMachine {
                 }
                 let _ = done.send(());
             }
-            PartitionRead::DeleteSegments { count, done } => {
-                // Segments holding messages a consumer has not committed yet stay.
+            PartitionRead::PlanSegmentRetirement { count, done } => {
                 let keep_after = self.offsets.values().copied().min().unwrap_or(u64::MAX);
-                let result = self
-                    .log
-                    .delete_oldest_segments_through(count, keep_after)
-                    .await
-                    .map_err(|error| {
-                        tracing::error!(
-                            "partition {}: segment delete failed: {error}",
-                            self.partition_id
-                        );
-                        ErrorCode::CannotDeleteFile
-                    });
-                self.publish();
-                let _ = done.send(result);
+                let _ = done.send(self.log.retire_point(count, keep_after));
             }
         }
     }
@@ -660,6 +712,7 @@ impl PartitionHandle {
             offsets: BTreeMap::new(),
             replay_next_offset: 0,
             stowed: VecDeque::new(),
+            retired: HashMap::new(),
         };
         let (checkpoint, checkpoint_op) = match checkpoint {
             Some((replica, state)) => {
@@ -679,6 +732,7 @@ impl PartitionHandle {
         for record in recovered {
             let entry = match record {
                 JournalEntry::Whole(entry) => entry,
+                JournalEntry::Stowed(stand_in) if machine.retire_if_deleted(&stand_in) => stand_in,
                 JournalEntry::Stowed(stand_in) => match machine.unstow(&stand_in).await {
                     Some(entry) => entry,
                     None => {
@@ -775,14 +829,15 @@ impl PartitionHandle {
         });
     }
 
-    pub async fn delete_segments(&self, count: u32) -> Result<u32, ErrorCode> {
+    /// The offset a deletion of up to `count` of the oldest segments keeps the log from.
+    pub async fn plan_segment_retirement(&self, count: u32) -> Result<u64, ErrorCode> {
         let (done, wait) = oneshot::channel();
         if !self
             .group
-            .read(PartitionRead::DeleteSegments { count, done })
+            .read(PartitionRead::PlanSegmentRetirement { count, done })
         {
             return Err(ErrorCode::PartitionNotFound);
         }
-        wait.await.unwrap_or(Err(ErrorCode::PartitionNotFound))
+        wait.await.map_err(|_| ErrorCode::PartitionNotFound)
     }
 }

@@ -987,11 +987,30 @@ impl PartitionLog {
         count: u32,
         keep_after: u64,
     ) -> Result<u32, StorageError> {
-        let mut deleted = 0;
-        while deleted < count
-            && self.segments.len() > 1
-            && self.segments[0].end_offset.saturating_sub(1) <= keep_after
+        let keep_from = self.retire_point(count, keep_after);
+        self.retire_below(keep_from).await
+    }
+
+    /// The offset from which a deletion of up to `count` of the oldest closed segments keeps
+    /// the log, stopping at the first segment holding a message above `keep_after`: the start
+    /// of the first segment kept. [`Self::retire_below`] that offset performs the deletion.
+    pub fn retire_point(&self, count: u32, keep_after: u64) -> u64 {
+        let mut kept = 0;
+        while kept < count as usize
+            && kept + 1 < self.segments.len()
+            && self.segments[kept].end_offset.saturating_sub(1) <= keep_after
         {
+            kept += 1;
+        }
+        self.segments[kept].start_offset
+    }
+
+    /// Deletes every closed segment whose messages all lie below `keep_from`. Idempotent: a
+    /// second call (a journal replay of the same op) deletes nothing more. Returns how many
+    /// segments were deleted.
+    pub async fn retire_below(&mut self, keep_from: u64) -> Result<u32, StorageError> {
+        let mut deleted = 0;
+        while self.segments.len() > 1 && self.segments[0].end_offset <= keep_from {
             self.remove_segment(0).await?;
             deleted += 1;
         }
