@@ -109,6 +109,8 @@ enum Step {
     Send { at: At, p: u32, messages: Vec<(u128, Vec<u8>)> },
     Poll { at: At, p: u32, offset: u64, count: u32 },
     StoreOffset { at: At, p: u32, consumer: u8, offset: u64 },
+    /// DeleteSegments: up to `count` of the partition's oldest closed segments.
+    DeleteSegments { at: At, p: u32, count: u32 },
     /// Create the group, then join it (when the create succeeds).
     CreateGroup { at: At, g: u8 },
     DeleteGroup { at: At, g: u8 },
@@ -159,6 +161,9 @@ impl fmt::Display for Step {
                 consumer_name(*consumer),
                 how(at.by_id)
             ),
+            Step::DeleteSegments { at, p, count } => {
+                write!(f, "delete {count} segment(s) of {at} partition {p} ({})", how(at.by_id))
+            }
             Step::CreateGroup { at, g } => {
                 write!(f, "create consumer group {} on {at} and join it ({})", group_name(*g), how(at.by_id))
             }
@@ -197,7 +202,9 @@ impl Config {
             )),
             shards: if rng.random_bool(0.4) { 2 } else { 1 },
             persisted: rng.random_bool(0.3),
-            segment_size: rng.random_bool(0.3).then(|| rng.random_range(4096..=65536)),
+            // Small enough that a few sends roll a segment, so DeleteSegments has closed
+            // segments to retire while their sends are still journaled.
+            segment_size: rng.random_bool(0.4).then(|| rng.random_range(512..=4096)),
         }
     }
 
@@ -282,6 +289,9 @@ struct MTopic {
 struct MPartition {
     /// (id, payload) in offset order.
     messages: Vec<(u128, Vec<u8>)>,
+    /// The first offset still served: DeleteSegments retired everything below it (the server
+    /// decides where segments end, so the runner learns it from the server and checks it).
+    first: u64,
     /// Consumer pool index -> stored offset.
     offsets: BTreeMap<u8, u64>,
 }
@@ -449,9 +459,14 @@ impl Model {
                 partition.messages.extend(messages.iter().cloned());
                 Expect::Sent { stream, topic, partition: *p, base }
             }
+            Step::DeleteSegments { at, p, .. } => {
+                self.partition_mut(*at, *p)?;
+                Expect::Ok
+            }
             Step::Poll { at, p, offset, count } => {
                 let (_, _, partition) = self.partition_mut(*at, *p)?;
-                let from = (*offset as usize).min(partition.messages.len());
+                let from = (*offset).max(partition.first) as usize;
+                let from = from.min(partition.messages.len());
                 let to = (from + *count as usize).min(partition.messages.len());
                 Expect::Polled(
                     partition.messages[from..to]
@@ -545,6 +560,7 @@ enum Kind {
     Send,
     Poll,
     StoreOffset,
+    DeleteSegments,
     CreateGroup,
     DeleteGroup,
     CreateUser,
@@ -555,7 +571,7 @@ enum Kind {
     RestartKill,
 }
 
-const KINDS: [(Kind, u32, bool); 17] = [
+const KINDS: [(Kind, u32, bool); 18] = [
     // (kind, weight, is a delete)
     (Kind::CreateStream, 6, false),
     (Kind::DeleteStream, 4, true),
@@ -566,6 +582,7 @@ const KINDS: [(Kind, u32, bool); 17] = [
     (Kind::Send, 24, false),
     (Kind::Poll, 4, false),
     (Kind::StoreOffset, 4, false),
+    (Kind::DeleteSegments, 3, true),
     (Kind::CreateGroup, 2, false),
     (Kind::DeleteGroup, 1, true),
     (Kind::CreateUser, 2, false),
@@ -718,6 +735,11 @@ impl Generator {
                 let offset = rng.random_range(0..=held as u64);
                 Some(Step::Poll { at: at(rng, s, t), p, offset, count: rng.random_range(1..=30) })
             }
+            Kind::DeleteSegments => {
+                // The partition sent to most: only a partition with closed segments has any.
+                let (s, t, p, _) = self.partitions().into_iter().max_by_key(|(.., held)| *held)?;
+                Some(Step::DeleteSegments { at: at(rng, s, t), p, count: rng.random_range(1..=3) })
+            }
             Kind::StoreOffset => {
                 let (s, t, p, held) = pick(rng, &self.partitions())?;
                 let offset = rng.random_range(0..held.max(1) as u64);
@@ -811,6 +833,8 @@ struct Figures {
     metadata_checkpoint_starts: u64,
     /// Partitions found holding a checkpoint file at a full check.
     partition_checkpoints: u64,
+    /// Messages retired by DeleteSegments steps (the partition's first offset moved).
+    messages_retired: u64,
 }
 
 struct Runner<'a> {
@@ -975,6 +999,43 @@ impl Runner<'_> {
                         );
                     }
                     self.figures.messages_acknowledged += messages.len() as u64;
+                }
+                self.count(&expect);
+            }
+            Step::DeleteSegments { at, p, count } => {
+                let (stream, topic) = (m.stream_ident(at.s, at.by_id), m.topic_ident(*at));
+                let expect = self.model.apply(step);
+                let got = within("delete segments", c.delete_segments(&stream, &topic, *p, *count)).await;
+                if outcome(i, step, &expect, got)?.is_some() {
+                    // Where the partition now starts: never earlier than before, never past
+                    // its end, never past a message a consumer has not committed.
+                    let consumer = Consumer::new(named("checker"));
+                    let polled = within(
+                        "poll first",
+                        c.poll_messages(&stream, &topic, Some(*p), &consumer, &PollingStrategy::first(), 1, false),
+                    )
+                    .await;
+                    let polled = match polled {
+                        Ok(polled) => polled,
+                        Err(e) => return fail(i, "a read failed", format!("step {}: poll first: {e}", i + 1)),
+                    };
+                    let (_, _, partition) = self.model.partition_mut(*at, *p).expect("applied above");
+                    let end = partition.messages.len() as u64;
+                    let first = polled.messages.first().map_or(end, |m| m.header.offset);
+                    let committed = partition.offsets.values().min().map_or(u64::MAX, |o| o + 1);
+                    if first < partition.first || first > end || (first > partition.first && first > committed) {
+                        return fail(
+                            i,
+                            "segment deletion out of bounds",
+                            format!(
+                                "step {}: {step}: the partition now starts at {first}; before {}, end {end}, lowest committed offset + 1 = {committed}",
+                                i + 1,
+                                partition.first
+                            ),
+                        );
+                    }
+                    self.figures.messages_retired += first - partition.first;
+                    partition.first = first;
                 }
                 self.count(&expect);
             }
@@ -1169,7 +1230,7 @@ impl Runner<'_> {
                 };
                 let got: BTreeMap<u32, u64> = details.partitions.iter().map(|p| (p.id, p.messages_count)).collect();
                 let want: BTreeMap<u32, u64> =
-                    topic.partitions.iter().map(|(id, p)| (*id, p.messages.len() as u64)).collect();
+                    topic.partitions.iter().map(|(id, p)| (*id, p.messages.len() as u64 - p.first)).collect();
                 if got.keys().ne(want.keys()) || details.partitions_count != want.len() as u32 {
                     return fail(
                         i,
@@ -1189,6 +1250,7 @@ impl Runner<'_> {
                         .messages
                         .iter()
                         .enumerate()
+                        .skip(partition.first as usize)
                         .map(|(o, (id, payload))| (o as u64, *id, payload.clone()))
                         .collect();
                     if served != want {
@@ -1560,7 +1622,8 @@ fn print_figures(figures: &Figures, started: Instant) {
     eprintln!(
         "histories figures: histories {}, steps {} ({} refused as the model predicted), restarts {} (SIGTERM {}, SIGKILL {}), \
          full checks {}, messages acknowledged {}, message reads checked {}, stored consumer offsets checked {}, \
-         starts from a metadata checkpoint past op 0 {}, partitions holding a checkpoint at a full check {}, elapsed {:.1?}",
+         starts from a metadata checkpoint past op 0 {}, partitions holding a checkpoint at a full check {}, \
+         messages retired by segment deletion {}, elapsed {:.1?}",
         figures.histories,
         figures.steps,
         figures.expected_errors,
@@ -1573,6 +1636,7 @@ fn print_figures(figures: &Figures, started: Instant) {
         figures.offsets_checked,
         figures.metadata_checkpoint_starts,
         figures.partition_checkpoints,
+        figures.messages_retired,
         started.elapsed()
     );
 }
