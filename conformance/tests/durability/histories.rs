@@ -195,11 +195,12 @@ impl Config {
         let checkpoint_bytes = (4096f64 * (1_000_000f64 / 4096f64).powf(rng.random::<f64>())) as u64;
         Config {
             // Half the histories checkpoint every few ops: a partition sees only a few ops in a
-            // history, the metadata group a few dozen.
-            checkpoint: Some((
-                if rng.random_bool(0.5) { rng.random_range(2..=5) } else { rng.random_range(6..=40) },
-                checkpoint_bytes,
-            )),
+            // history, the metadata group a few dozen. A fifth keep the defaults, so a journal
+            // spans many small segments (what a segment deletion then has to replay around).
+            checkpoint: (!rng.random_bool(0.2)).then(|| {
+                let ops = if rng.random_bool(0.5) { rng.random_range(2..=5) } else { rng.random_range(6..=40) };
+                (ops, checkpoint_bytes)
+            }),
             shards: if rng.random_bool(0.4) { 2 } else { 1 },
             persisted: rng.random_bool(0.3),
             // Small enough that a few sends roll a segment, so DeleteSegments has closed
@@ -797,9 +798,16 @@ fn generate(rng: &mut StdRng, len: usize, deletes: bool) -> History {
     while steps.len() < len {
         if let Some(step) = generator.draw(rng) {
             generator.model.apply(&step);
+            // A deletion's segments are retired while the sends that filled them may still be
+            // journaled: a restart soon after replays exactly those.
+            let retires = matches!(step, Step::DeleteSegments { .. });
             steps.push(step);
+            if retires && rng.random_bool(0.5) {
+                steps.push(Step::Restart { kill: rng.random_bool(0.5) });
+            }
         }
     }
+    steps.truncate(len);
     History { config, steps }
 }
 
