@@ -13,6 +13,7 @@ mod clients;
 mod concurrency;
 mod consumer_groups;
 mod crash;
+mod external_offsets;
 mod framing;
 mod id_reuse;
 mod lifecycle;

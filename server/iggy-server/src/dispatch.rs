@@ -568,6 +568,16 @@ fn check_incarnation(
 }
 
 /// Who an offset belongs to, for a consumer of `kind` (1 consumer, 2 group, 3 external group).
+///
+/// Kind 3 (`Consumer::external_group`) names an existing Iggy consumer group of the topic,
+/// whose membership is managed outside Iggy: its offsets have their own slot
+/// ([`OffsetOwner::External`], apart from the group's kind-2 offsets), are stored with no
+/// membership and no range check, are never polled, and go when the group is deleted. The
+/// group must exist: a store, get or delete naming a missing group fails with
+/// ConsumerGroupIdNotFound (5000) for a numeric id and ConsumerGroupNameNotFound (5003) for a
+/// name, the codes the SDK documents for a missing group on delete; a get answers "no offset"
+/// only when the group resolves. (Offsets for a group that does not exist would have no owner
+/// whose deletion removes them.)
 fn offset_owner(
     node: &Node,
     consumer: &iggy_generated::payloads::Consumer<'_>,
@@ -586,13 +596,14 @@ fn offset_owner(
                 Ident::Id(id) => topic.consumer_groups.get(id),
                 Ident::Name(name) => topic.consumer_groups.values().find(|g| &g.name == name),
             };
-            match group {
-                Some(group) => Ok(OffsetOwner::Group(group.id)),
-                None if consumer.kind == 3 => Ok(OffsetOwner::Group(match id {
-                    Ident::Id(id) => id,
-                    Ident::Name(name) => name_hash(&name),
-                })),
-                None => Err(ErrorCode::ConsumerGroupIdNotFound),
+            match (group, consumer.kind) {
+                (Some(group), 2) => Ok(OffsetOwner::Group(group.id)),
+                (Some(group), _) => Ok(OffsetOwner::External(group.id)),
+                (None, 2) => Err(ErrorCode::ConsumerGroupIdNotFound),
+                (None, _) => Err(match id {
+                    Ident::Id(_) => ErrorCode::ConsumerGroupIdNotFound,
+                    Ident::Name(_) => ErrorCode::ConsumerGroupNameNotFound,
+                }),
             }
         }
         _ => Err(ErrorCode::InvalidFormat),
@@ -679,6 +690,7 @@ fn prepare_offset_write(
                 PartitionWrite::StoreOffset {
                     owner,
                     offset: store.offset,
+                    resolved_at: node.shared.metadata.borrow().commit,
                 },
             )
         }
@@ -697,7 +709,8 @@ fn prepare_offset_write(
                 return Err(ErrorCode::Unauthorized);
             }
             let owner = offset_owner(node, &delete.consumer, key)?;
-            (key, PartitionWrite::DeleteOffset { owner })
+            let resolved_at = node.shared.metadata.borrow().commit;
+            (key, PartitionWrite::DeleteOffset { owner, resolved_at })
         }
         _ => return Err(ErrorCode::InvalidCommand),
     })
@@ -912,7 +925,11 @@ async fn non_replicated(
             }
             let owner = match offset_owner(node, &r.consumer, key) {
                 Ok(owner) => owner,
-                Err(ErrorCode::ConsumerGroupIdNotFound) => return Ok(request.reply(&[])),
+                // A missing consumer group (kind 2) has no offset; an external group (kind 3)
+                // must name an existing group (see `offset_owner`).
+                Err(ErrorCode::ConsumerGroupIdNotFound) if r.consumer.kind == 2 => {
+                    return Ok(request.reply(&[]));
+                }
                 Err(error) => return Err(error),
             };
             let partition = node
@@ -1007,6 +1024,11 @@ async fn poll(
 ) -> Result<Dispatched, ErrorCode> {
     let header = request.header;
     let poll: PollMessagesRequest = decode(body)?;
+    if poll.consumer.kind == 3 {
+        // An external group's offsets are kept for a consumer Iggy does not manage: never
+        // polled (`Consumer::external_group`), whatever the stream, topic or group.
+        return Err(ErrorCode::FeatureUnavailable);
+    }
     let key = resolve_partition(
         node,
         &poll.stream_id,
@@ -1021,6 +1043,8 @@ async fn poll(
     }
     check_incarnation(node, header, key)?;
     let owner = offset_owner(node, &poll.consumer, key)?;
+    // The auto-commit below follows an await: a group deleted meanwhile refuses it.
+    let resolved_at = node.shared.metadata.borrow().commit;
     let owner_generation = match owner {
         OffsetOwner::Group(group) if poll.consumer.kind == 2 => {
             let metadata = node.shared.metadata.borrow();
@@ -1052,6 +1076,7 @@ async fn poll(
         let store = PartitionWrite::StoreOffset {
             owner,
             offset: last,
+            resolved_at,
         };
         // Best effort: the messages are served even if the commit is refused (a concurrent
         // request of the same client with a higher number already committed).

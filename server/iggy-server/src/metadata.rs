@@ -330,6 +330,15 @@ pub enum Effect {
         partition: u32,
         incarnation: u64,
     },
+    /// A consumer group was deleted by metadata op `op`: its offsets (kind 2 and kind 3) go
+    /// from every partition of its topic, through a committed op of each partition's group
+    /// that names `op` (applied once, and never to a partition created after `op`).
+    DeleteGroupOffsets {
+        stream: u32,
+        topic: u32,
+        group: u32,
+        op: u64,
+    },
 }
 
 /// Lowest unused key: ids are 0-based and reused after deletion, like a slab.
@@ -727,15 +736,29 @@ impl Metadata {
         Ok(id)
     }
 
+    /// Deletes the group (metadata op `op`); its offsets in the topic's partitions go with it
+    /// (the returned effect).
     pub fn delete_group(
         &mut self,
         stream: &Ident,
         topic: &Ident,
         group: &Ident,
-    ) -> Result<(), ErrorCode> {
-        let id = self.group(stream, topic, group)?.2.id;
-        self.topic_mut(stream, topic)?.consumer_groups.remove(&id);
-        Ok(())
+        op: u64,
+    ) -> Result<Effect, ErrorCode> {
+        let (s, t, g) = self.group(stream, topic, group)?;
+        let (stream, topic, group) = (s.id, t.id, g.id);
+        self.streams
+            .get_mut(&stream)
+            .and_then(|s| s.topics.get_mut(&topic))
+            .expect("found")
+            .consumer_groups
+            .remove(&group);
+        Ok(Effect::DeleteGroupOffsets {
+            stream,
+            topic,
+            group,
+            op,
+        })
     }
 
     fn group_mut(

@@ -64,6 +64,10 @@ pub struct MetadataMachine {
     /// removed. No op's disk effect runs during the replay; the directories are reconciled
     /// with the final model once, in [`StateMachine::replayed`].
     replay_deletes: Option<HashSet<(PartitionKey, u64)>>,
+    /// While the journal replays at start: the group deletions it holds, in op order. Their
+    /// offsets go from the reopened partitions in [`StateMachine::replayed`] (a crash may have
+    /// interrupted the deletion; a partition that already applied it ignores it).
+    replay_group_deletes: Vec<Effect>,
 }
 
 /// Result-framed reply: success with `payload`, or the rejection.
@@ -88,6 +92,7 @@ impl MetadataMachine {
         MetadataMachine {
             shared,
             replay_deletes: Some(HashSet::new()),
+            replay_group_deletes: Vec::new(),
         }
     }
 
@@ -193,7 +198,7 @@ impl MetadataMachine {
                     ident(&request.topic_id)?,
                     ident(&request.group_id)?,
                 );
-                metadata.delete_group(&ids.0, &ids.1, &ids.2)?;
+                effects = vec![metadata.delete_group(&ids.0, &ids.1, &ids.2, op)?];
                 Ok(Vec::new())
             }
             Operation::JoinConsumerGroup => {
@@ -259,14 +264,19 @@ impl StateMachine for MetadataMachine {
         match &mut self.replay_deletes {
             Some(deletes) => {
                 for effect in effects {
-                    if let Effect::DeletePartition {
-                        stream,
-                        topic,
-                        partition,
-                        incarnation,
-                    } = effect
-                    {
-                        deletes.insert(((stream, topic, partition), incarnation));
+                    match effect {
+                        Effect::DeletePartition {
+                            stream,
+                            topic,
+                            partition,
+                            incarnation,
+                        } => {
+                            deletes.insert(((stream, topic, partition), incarnation));
+                        }
+                        Effect::DeleteGroupOffsets { .. } => {
+                            self.replay_group_deletes.push(effect);
+                        }
+                        Effect::OpenPartition { .. } => {}
                     }
                 }
             }
@@ -282,6 +292,9 @@ impl StateMachine for MetadataMachine {
     async fn replayed(&mut self) {
         let deletes = self.replay_deletes.take().unwrap_or_default();
         self.shared.reconcile_partitions(&deletes).await;
+        for effect in std::mem::take(&mut self.replay_group_deletes) {
+            self.shared.run_effect(effect).await;
+        }
     }
 
     fn registered(&mut self, op: u64, client: u128, body: &Bytes) {

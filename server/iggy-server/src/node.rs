@@ -194,6 +194,51 @@ impl Shared {
                 self.discard_partition_dir(key, incarnation, "deleted")
                     .await;
             }
+            Effect::DeleteGroupOffsets {
+                stream,
+                topic,
+                group,
+                op,
+            } => {
+                let mut partitions: Vec<(PartitionKey, PartitionHandle)> = self
+                    .partitions
+                    .borrow()
+                    .iter()
+                    .filter(|(key, _)| (key.0, key.1) == (stream, topic))
+                    .map(|(key, entry)| (*key, entry.handle.clone()))
+                    .collect();
+                partitions.sort_by_key(|(key, _)| *key);
+                // The node's own client, numbered by the metadata op: a resubmission at start
+                // is a duplicate the partition answers from its client table (and the write
+                // names `op`, so one the table forgot is not applied twice either).
+                let write = || crate::partition::PartitionWrite::DeleteGroupOffsets {
+                    group,
+                    metadata_op: op,
+                };
+                use iggy_generated::errors::ErrorCode;
+                for (key, handle) in partitions {
+                    // A full pipeline refuses for a moment: wait for it rather than leave the
+                    // offsets to a later group with the same id.
+                    let mut attempts = 0;
+                    loop {
+                        let written = handle.write(crate::users::SYSTEM_CLIENT, op, write()).await;
+                        match written {
+                            Err(ErrorCode::TransientNotAccepted) if attempts < 1000 => {
+                                attempts += 1;
+                                compio::time::sleep(std::time::Duration::from_millis(5)).await;
+                            }
+                            // Already applied (a resubmission at start): nothing to do.
+                            Ok(_) | Err(ErrorCode::RequestTooOld) => break,
+                            Err(error) => {
+                                tracing::error!(
+                                    "partition {key:?}: offsets of deleted consumer group {group} (op {op}) not deleted: {error:?}"
+                                );
+                                break;
+                            }
+                        }
+                    }
+                }
+            }
         }
     }
 

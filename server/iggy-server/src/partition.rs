@@ -19,11 +19,16 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Who an offset belongs to: a plain consumer or a consumer group.
+/// Who an offset belongs to, journaled and checkpointed as the wire's consumer kind byte and a
+/// u32: a plain consumer (1), a consumer group (2), or an external group (3): the offsets an
+/// Iggy consumer group keeps for a membership managed outside Iggy (a Kafka group, say). A
+/// group's kind-2 and kind-3 offsets are separate slots and never overwrite each other; a
+/// kind-3 offset is never polled and holds no segment back, and both go with the group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum OffsetOwner {
     Consumer(u32),
     Group(u32),
+    External(u32),
 }
 
 impl OffsetOwner {
@@ -31,6 +36,7 @@ impl OffsetOwner {
         let (kind, id) = match self {
             OffsetOwner::Consumer(id) => (1u8, id),
             OffsetOwner::Group(id) => (2u8, id),
+            OffsetOwner::External(id) => (3u8, id),
         };
         let mut out = [0u8; 5];
         out[0] = kind;
@@ -43,6 +49,7 @@ impl OffsetOwner {
         match bytes.first()? {
             1 => Some(OffsetOwner::Consumer(id)),
             2 => Some(OffsetOwner::Group(id)),
+            3 => Some(OffsetOwner::External(id)),
             _ => None,
         }
     }
@@ -52,21 +59,29 @@ impl OffsetOwner {
 /// Internal to this server (the journal is ours); the wire batch inside is the spec's layout.
 pub enum PartitionWrite {
     /// The validated record as the producer sent it, `base_timestamp` stamped by the primary.
-    Send {
-        batch: Bytes,
-    },
+    Send { batch: Bytes },
+    /// `resolved_at`: the metadata op the owner was resolved at (a group's offsets: the group
+    /// existed then). Refused if the owner's group was deleted by a later op, so a request in
+    /// flight across a group's deletion leaves nothing a later group with that id would find.
+    /// A record journaled before the field existed reads as `u64::MAX` (never refused).
     StoreOffset {
         owner: OffsetOwner,
         offset: u64,
+        resolved_at: u64,
     },
     DeleteOffset {
         owner: OffsetOwner,
+        resolved_at: u64,
     },
     /// DeleteSegments: every closed segment whose messages all lie below `keep_from`, as the
     /// primary planned it from the request. Applying it twice deletes nothing more.
-    RetireSegments {
-        keep_from: u64,
-    },
+    RetireSegments { keep_from: u64 },
+    /// The consumer group `group` was deleted by metadata op `metadata_op`: its offsets (kind 2
+    /// and kind 3) go, so a group created later with the same id starts with none. Applied
+    /// only when `metadata_op` is above the latest deletion of `group` the partition applied
+    /// and above the op that created the partition, so a deletion submitted again (a restart
+    /// finishing one a crash interrupted) never removes a later group's offsets.
+    DeleteGroupOffsets { group: u32, metadata_op: u64 },
 }
 
 impl PartitionWrite {
@@ -76,20 +91,35 @@ impl PartitionWrite {
             PartitionWrite::StoreOffset { .. } => Operation::StoreConsumerOffset.to_repr(),
             PartitionWrite::DeleteOffset { .. } => Operation::DeleteConsumerOffset.to_repr(),
             PartitionWrite::RetireSegments { .. } => Operation::DeleteSegments.to_repr(),
+            PartitionWrite::DeleteGroupOffsets { .. } => Operation::DeleteConsumerGroup.to_repr(),
         }
     }
 
     pub fn encode(&self) -> Bytes {
         match self {
             PartitionWrite::Send { batch } => batch.clone(),
-            PartitionWrite::StoreOffset { owner, offset } => {
+            PartitionWrite::StoreOffset {
+                owner,
+                offset,
+                resolved_at,
+            } => {
                 let mut out = owner.encode().to_vec();
                 out.extend_from_slice(&offset.to_le_bytes());
+                out.extend_from_slice(&resolved_at.to_le_bytes());
                 out.into()
             }
-            PartitionWrite::DeleteOffset { owner } => Bytes::copy_from_slice(&owner.encode()),
+            PartitionWrite::DeleteOffset { owner, resolved_at } => {
+                let mut out = owner.encode().to_vec();
+                out.extend_from_slice(&resolved_at.to_le_bytes());
+                out.into()
+            }
             PartitionWrite::RetireSegments { keep_from } => {
                 Bytes::copy_from_slice(&keep_from.to_le_bytes())
+            }
+            PartitionWrite::DeleteGroupOffsets { group, metadata_op } => {
+                let mut out = group.to_le_bytes().to_vec();
+                out.extend_from_slice(&metadata_op.to_le_bytes());
+                out.into()
             }
         }
     }
@@ -99,16 +129,34 @@ impl PartitionWrite {
             Operation::SendMessages => Some(PartitionWrite::Send {
                 batch: body.clone(),
             }),
+            // `[owner 5][offset 8][resolved_at 8]`; older records end before `resolved_at`.
             Operation::StoreConsumerOffset => {
                 let owner = OffsetOwner::decode(body)?;
                 let offset = u64::from_le_bytes(body.get(5..13)?.try_into().ok()?);
-                Some(PartitionWrite::StoreOffset { owner, offset })
+                let resolved_at = match body.get(13..21) {
+                    Some(bytes) => u64::from_le_bytes(bytes.try_into().ok()?),
+                    None => u64::MAX,
+                };
+                Some(PartitionWrite::StoreOffset {
+                    owner,
+                    offset,
+                    resolved_at,
+                })
             }
+            // `[owner 5][resolved_at 8]`; older records end after the owner.
             Operation::DeleteConsumerOffset => Some(PartitionWrite::DeleteOffset {
                 owner: OffsetOwner::decode(body)?,
+                resolved_at: match body.get(5..13) {
+                    Some(bytes) => u64::from_le_bytes(bytes.try_into().ok()?),
+                    None => u64::MAX,
+                },
             }),
             Operation::DeleteSegments => Some(PartitionWrite::RetireSegments {
                 keep_from: u64::from_le_bytes(body.get(..8)?.try_into().ok()?),
+            }),
+            Operation::DeleteConsumerGroup => Some(PartitionWrite::DeleteGroupOffsets {
+                group: u32::from_le_bytes(body.get(..4)?.try_into().ok()?),
+                metadata_op: u64::from_le_bytes(body.get(4..12)?.try_into().ok()?),
             }),
             _ => None,
         }
@@ -257,6 +305,13 @@ pub struct PartitionMachine {
     sync_on_checkpoint: bool,
     log: PartitionLog,
     offsets: BTreeMap<OffsetOwner, u64>,
+    /// The metadata op that created this incarnation of the partition: no group deleted
+    /// before it has offsets here.
+    created_at_op: u64,
+    /// Per consumer group id, the metadata op of its latest deletion applied here: a
+    /// [`PartitionWrite::DeleteGroupOffsets`] at or below it changes nothing, and an offset
+    /// write for that id resolved before it is refused.
+    group_deletions: BTreeMap<u32, u64>,
     /// The partition's next offset as the replay of the journal reaches it; ops whose messages
     /// are already in the log (written before a restart) are not appended again.
     replay_next_offset: u64,
@@ -279,16 +334,24 @@ impl PartitionMachine {
         });
     }
 
-    /// The state a checkpoint keeps besides the log itself: the next offset and the consumer
-    /// offsets, as `[u64 next_offset][u32 n][u8 kind, u32 id, u64 offset]*n`.
+    /// The state a checkpoint keeps besides the log itself: the next offset, the consumer
+    /// offsets and the group deletions applied, as
+    /// `[u64 next_offset][u32 n][u8 kind, u32 id, u64 offset]*n[u32 m][u32 group, u64 op]*m`
+    /// (kind 1 consumer, 2 group, 3 external group; a checkpoint written before the group
+    /// deletions were kept ends after the offsets and restores none).
     // TODO(spec): declare this record in a storage spec and generate it.
     fn encode_state(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(12 + 13 * self.offsets.len());
+        let mut out = Vec::with_capacity(20 + 13 * self.offsets.len());
         out.extend_from_slice(&self.replay_next_offset.to_le_bytes());
         out.extend_from_slice(&(self.offsets.len() as u32).to_le_bytes());
         for (owner, offset) in &self.offsets {
             out.extend_from_slice(&owner.encode());
             out.extend_from_slice(&offset.to_le_bytes());
+        }
+        out.extend_from_slice(&(self.group_deletions.len() as u32).to_le_bytes());
+        for (group, op) in &self.group_deletions {
+            out.extend_from_slice(&group.to_le_bytes());
+            out.extend_from_slice(&op.to_le_bytes());
         }
         out
     }
@@ -305,6 +368,19 @@ impl PartitionMachine {
             self.offsets
                 .insert(owner, u64::from_le_bytes(record[5..13].try_into().unwrap()));
             rest = &rest[13..];
+        }
+        if !rest.is_empty() {
+            let count =
+                u32::from_le_bytes(rest.get(..4).ok_or_else(bad)?.try_into().unwrap()) as usize;
+            rest = &rest[4..];
+            for _ in 0..count {
+                let record = rest.get(..12).ok_or_else(bad)?;
+                self.group_deletions.insert(
+                    u32::from_le_bytes(record[..4].try_into().unwrap()),
+                    u64::from_le_bytes(record[4..12].try_into().unwrap()),
+                );
+                rest = &rest[12..];
+            }
         }
         if next > self.log.next_offset() {
             // Only a machine crash under the replicated policy loses segment pages the
@@ -360,6 +436,18 @@ impl PartitionMachine {
             ..entry.clone()
         };
         entry.is_valid().then_some(entry)
+    }
+
+    /// Whether `owner` is a group (kind 2 or 3) deleted after the metadata op `resolved_at`
+    /// its offset write was resolved at.
+    fn group_deleted_after(&self, owner: OffsetOwner, resolved_at: u64) -> bool {
+        let group = match owner {
+            OffsetOwner::Consumer(_) => return false,
+            OffsetOwner::Group(group) | OffsetOwner::External(group) => group,
+        };
+        self.group_deletions
+            .get(&group)
+            .is_some_and(|deleted| *deleted > resolved_at)
     }
 
     /// The offset after the last applied send: a stowed batch is in the log before its op
@@ -481,14 +569,36 @@ impl StateMachine for PartitionMachine {
         }
         let result = match PartitionWrite::decode(operation, &body) {
             Some(PartitionWrite::Send { batch }) => self.send(&batch, stowed).await,
-            Some(PartitionWrite::StoreOffset { owner, offset }) => {
-                self.offsets.insert(owner, offset);
+            Some(PartitionWrite::StoreOffset {
+                owner,
+                offset,
+                resolved_at,
+            }) => {
+                if self.group_deleted_after(owner, resolved_at) {
+                    WriteResult::Failed(ErrorCode::ConsumerGroupIdNotFound)
+                } else {
+                    self.offsets.insert(owner, offset);
+                    WriteResult::Done
+                }
+            }
+            Some(PartitionWrite::DeleteOffset { owner, resolved_at }) => {
+                if self.group_deleted_after(owner, resolved_at) {
+                    WriteResult::Failed(ErrorCode::ConsumerGroupIdNotFound)
+                } else if self.offsets.remove(&owner).is_some() {
+                    WriteResult::Done
+                } else {
+                    WriteResult::Failed(ErrorCode::ConsumerOffsetNotFound)
+                }
+            }
+            Some(PartitionWrite::DeleteGroupOffsets { group, metadata_op }) => {
+                let latest = self.group_deletions.get(&group).copied().unwrap_or(0);
+                if metadata_op > self.created_at_op && metadata_op > latest {
+                    self.group_deletions.insert(group, metadata_op);
+                    self.offsets.remove(&OffsetOwner::Group(group));
+                    self.offsets.remove(&OffsetOwner::External(group));
+                }
                 WriteResult::Done
             }
-            Some(PartitionWrite::DeleteOffset { owner }) => match self.offsets.remove(&owner) {
-                Some(_) => WriteResult::Done,
-                None => WriteResult::Failed(ErrorCode::ConsumerOffsetNotFound),
-            },
             Some(PartitionWrite::RetireSegments { keep_from }) => {
                 match self.log.retire_below(keep_from).await {
                     Ok(deleted) => {
@@ -603,9 +713,11 @@ impl StateMachine for PartitionMachine {
     fn persisted(&self, operation: u8) -> bool {
         match Operation::from_repr(operation) {
             Some(Operation::SendMessages) => self.persist_messages,
-            Some(Operation::StoreConsumerOffset | Operation::DeleteConsumerOffset) => {
-                self.persist_offsets
-            }
+            Some(
+                Operation::StoreConsumerOffset
+                | Operation::DeleteConsumerOffset
+                | Operation::DeleteConsumerGroup,
+            ) => self.persist_offsets,
             _ => false,
         }
     }
@@ -646,7 +758,15 @@ impl StateMachine for PartitionMachine {
                 let _ = done.send(());
             }
             PartitionRead::PlanSegmentRetirement { count, done } => {
-                let keep_after = self.offsets.values().copied().min().unwrap_or(u64::MAX);
+                // External groups' offsets hold nothing back: Iggy does not manage their
+                // consumers, and their offsets may lie anywhere.
+                let keep_after = self
+                    .offsets
+                    .iter()
+                    .filter(|(owner, _)| !matches!(owner, OffsetOwner::External(_)))
+                    .map(|(_, offset)| *offset)
+                    .min()
+                    .unwrap_or(u64::MAX);
                 let _ = done.send(self.log.retire_point(count, keep_after));
             }
         }
@@ -710,6 +830,8 @@ impl PartitionHandle {
                 || durability == Durability::Persisted,
             log,
             offsets: BTreeMap::new(),
+            created_at_op: incarnation >> 20,
+            group_deletions: BTreeMap::new(),
             replay_next_offset: 0,
             stowed: VecDeque::new(),
             retired: HashMap::new(),
@@ -839,5 +961,204 @@ impl PartitionHandle {
             return Err(ErrorCode::PartitionNotFound);
         }
         wait.await.map_err(|_| ErrorCode::PartitionNotFound)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn machine(dir: &Path, created_at_op: u64) -> PartitionMachine {
+        let config = LogConfig {
+            segment_size: 1 << 20,
+            message_expiry_us: None,
+            max_size: None,
+        };
+        PartitionMachine {
+            partition_id: 0,
+            stats: Arc::new(PartitionFigures::default()),
+            persist_messages: false,
+            persist_offsets: false,
+            sync_on_checkpoint: false,
+            log: PartitionLog::open(dir, config).await.unwrap(),
+            offsets: BTreeMap::new(),
+            created_at_op,
+            group_deletions: BTreeMap::new(),
+            replay_next_offset: 0,
+            stowed: VecDeque::new(),
+            retired: HashMap::new(),
+        }
+    }
+
+    async fn apply(machine: &mut PartitionMachine, op: u64, write: PartitionWrite) -> WriteResult {
+        let reply = machine
+            .apply(op, 1, write.operation(), write.encode())
+            .await;
+        WriteResult::decode(&reply)
+    }
+
+    /// A store whose owner was resolved at metadata op `resolved_at`.
+    fn store(owner: OffsetOwner, offset: u64, resolved_at: u64) -> PartitionWrite {
+        PartitionWrite::StoreOffset {
+            owner,
+            offset,
+            resolved_at,
+        }
+    }
+
+    fn delete_group(group: u32, metadata_op: u64) -> PartitionWrite {
+        PartitionWrite::DeleteGroupOffsets { group, metadata_op }
+    }
+
+    #[test]
+    fn offset_owner_kinds_1_and_2_keep_their_encoding_and_kind_3_is_its_own() {
+        let id = 0x0102_0304u32;
+        for (owner, kind) in [
+            (OffsetOwner::Consumer(id), 1u8),
+            (OffsetOwner::Group(id), 2),
+            (OffsetOwner::External(id), 3),
+        ] {
+            let bytes = owner.encode();
+            assert_eq!(bytes, [kind, 4, 3, 2, 1]);
+            assert_eq!(OffsetOwner::decode(&bytes), Some(owner));
+        }
+        assert_eq!(OffsetOwner::decode(&[4, 0, 0, 0, 0]), None);
+        let write = delete_group(7, 1 << 40);
+        let decoded = PartitionWrite::decode(write.operation(), &write.encode());
+        assert!(matches!(
+            decoded,
+            Some(PartitionWrite::DeleteGroupOffsets { group: 7, metadata_op }) if metadata_op == 1 << 40
+        ));
+    }
+
+    #[test]
+    fn offset_writes_journaled_before_resolved_at_existed_still_decode() {
+        let operation = Operation::StoreConsumerOffset.to_repr();
+        let old = Bytes::from_static(&[3, 9, 0, 0, 0, 42, 0, 0, 0, 0, 0, 0, 0]);
+        assert!(matches!(
+            PartitionWrite::decode(operation, &old),
+            Some(PartitionWrite::StoreOffset {
+                owner: OffsetOwner::External(9),
+                offset: 42,
+                resolved_at: u64::MAX
+            })
+        ));
+        let new = store(OffsetOwner::Group(9), 42, 77);
+        assert!(matches!(
+            PartitionWrite::decode(operation, &new.encode()),
+            Some(PartitionWrite::StoreOffset {
+                owner: OffsetOwner::Group(9),
+                offset: 42,
+                resolved_at: 77
+            })
+        ));
+        let operation = Operation::DeleteConsumerOffset.to_repr();
+        let old = Bytes::from_static(&[2, 9, 0, 0, 0]);
+        assert!(matches!(
+            PartitionWrite::decode(operation, &old),
+            Some(PartitionWrite::DeleteOffset {
+                owner: OffsetOwner::Group(9),
+                resolved_at: u64::MAX
+            })
+        ));
+    }
+
+    #[compio::test]
+    async fn a_group_deletion_removes_both_slots_once_and_never_a_later_groups_offsets() {
+        let dir = tempfile::tempdir().unwrap();
+        // The partition was created by metadata op 3.
+        let mut machine = machine(dir.path(), 3).await;
+        apply(&mut machine, 1, store(OffsetOwner::Group(0), 4, 5)).await;
+        apply(&mut machine, 2, store(OffsetOwner::External(0), 900, 5)).await;
+        apply(&mut machine, 3, store(OffsetOwner::External(1), 5, 5)).await;
+        assert_eq!(
+            machine.offsets.len(),
+            3,
+            "kind 2 and kind 3 are separate slots"
+        );
+        // Older than the partition: nothing of it can be here.
+        apply(&mut machine, 4, delete_group(0, 2)).await;
+        assert_eq!(machine.offsets.len(), 3);
+        apply(&mut machine, 5, delete_group(0, 10)).await;
+        assert_eq!(
+            machine.offsets.keys().copied().collect::<Vec<_>>(),
+            vec![OffsetOwner::External(1)],
+            "group 0's kind-2 and kind-3 offsets went, group 1's stayed"
+        );
+        // A write resolved before the deletion (in flight across it) is refused.
+        assert_eq!(
+            apply(&mut machine, 6, store(OffsetOwner::Group(0), 7, 9)).await,
+            WriteResult::Failed(ErrorCode::ConsumerGroupIdNotFound)
+        );
+        let delete = PartitionWrite::DeleteOffset {
+            owner: OffsetOwner::External(0),
+            resolved_at: 9,
+        };
+        assert_eq!(
+            apply(&mut machine, 7, delete).await,
+            WriteResult::Failed(ErrorCode::ConsumerGroupIdNotFound)
+        );
+        assert_eq!(machine.offsets.get(&OffsetOwner::Group(0)), None);
+        // A group created later with id 0 stores again; the same deletion submitted again (a
+        // restart finishing it) and an older one change nothing.
+        apply(&mut machine, 8, store(OffsetOwner::External(0), 12, 11)).await;
+        apply(&mut machine, 9, delete_group(0, 10)).await;
+        apply(&mut machine, 10, delete_group(0, 9)).await;
+        assert_eq!(machine.offsets.get(&OffsetOwner::External(0)), Some(&12));
+        // Group 1's deletion is its own.
+        apply(&mut machine, 11, delete_group(1, 8)).await;
+        assert_eq!(machine.offsets.get(&OffsetOwner::External(1)), None);
+        assert_eq!(machine.offsets.get(&OffsetOwner::External(0)), Some(&12));
+        apply(&mut machine, 12, delete_group(0, 12)).await;
+        assert_eq!(machine.offsets.get(&OffsetOwner::External(0)), None);
+        // Plain consumers are never refused.
+        assert_eq!(
+            apply(&mut machine, 13, store(OffsetOwner::Consumer(0), 1, 0)).await,
+            WriteResult::Done
+        );
+    }
+
+    #[compio::test]
+    async fn checkpoint_state_keeps_kind_3_and_the_group_deletions() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut machine = machine(dir.path(), 0).await;
+        apply(&mut machine, 1, store(OffsetOwner::Group(0), 4, 1)).await;
+        apply(
+            &mut machine,
+            2,
+            store(OffsetOwner::External(0), u64::MAX, 1),
+        )
+        .await;
+        apply(&mut machine, 3, store(OffsetOwner::Consumer(9), 1, 1)).await;
+        apply(&mut machine, 4, delete_group(5, 40)).await;
+        apply(&mut machine, 5, delete_group(6, 41)).await;
+        let state = machine.encode_state();
+
+        let other = tempfile::tempdir().unwrap();
+        let mut restored = self::machine(other.path(), 0).await;
+        restored.restore(&state).unwrap();
+        assert_eq!(restored.offsets, machine.offsets);
+        assert_eq!(restored.group_deletions, machine.group_deletions);
+        apply(&mut restored, 6, store(OffsetOwner::External(5), 1, 45)).await;
+        apply(&mut restored, 7, delete_group(5, 40)).await;
+        assert_eq!(restored.offsets.get(&OffsetOwner::External(5)), Some(&1));
+
+        // A checkpoint written before the group deletions were kept.
+        let old = &state[..state.len() - 4 - 2 * 12];
+        let third = tempfile::tempdir().unwrap();
+        let mut restored = self::machine(third.path(), 0).await;
+        restored.restore(old).unwrap();
+        assert_eq!(restored.offsets, machine.offsets);
+        assert!(restored.group_deletions.is_empty());
+        // A truncated deletion record is refused.
+        let mut torn = state.clone();
+        torn.truncate(state.len() - 1);
+        let fourth = tempfile::tempdir().unwrap();
+        assert!(
+            self::machine(fourth.path(), 0)
+                .await
+                .restore(&torn)
+                .is_err()
+        );
     }
 }
