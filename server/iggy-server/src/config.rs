@@ -154,6 +154,61 @@ pub fn env_name(path: &str) -> String {
     format!("IGGY_{}", path.replace('.', "_").to_ascii_uppercase())
 }
 
+/// Where the configuration reference lives, relative to this crate.
+#[cfg(test)]
+pub const REFERENCE_PATH: &str = "config.reference.toml";
+
+/// The configuration reference (`config.reference.toml`): every key of [`leaves`] with its
+/// default, its `IGGY_` variable and type (the table `--list-config-env-vars` prints), and the
+/// comments `defaults.toml` gives it, in `defaults.toml`'s order. Valid TOML equal to the
+/// defaults.
+#[cfg(test)]
+pub fn reference() -> String {
+    let mut values = leaves();
+    let mut out = String::from(
+        "# iggy-server configuration reference: every key, its default and its environment\n\
+         # variable. Generated from the embedded defaults (server/iggy-server/src/defaults.toml)\n\
+         # by a unit test; do not edit (regenerate: IGGY_WRITE_CONFIG_REFERENCE=1\n\
+         # cargo nextest run -p iggy-server config_reference).\n\
+         #\n\
+         # The server reads config.toml from its working directory (or the file IGGY_CONFIG_PATH\n\
+         # names) over the defaults, then IGGY_<SECTION>_<KEY> variables over both. Copy the keys\n\
+         # you change; unknown keys and bad values are refused with the key's name.\n",
+    );
+    let mut section = String::new();
+    let mut comments: Vec<&str> = Vec::new();
+    for line in DEFAULTS.lines().map(str::trim) {
+        if let Some(comment) = line.strip_prefix('#') {
+            comments.push(comment);
+        } else if let Some(name) = line.strip_prefix('[') {
+            section = name.trim_end_matches(']').trim().to_string();
+            out.push_str(&format!("\n[{section}]\n"));
+            for comment in comments.drain(..) {
+                out.push_str(&format!("#{comment}\n"));
+            }
+        } else if let Some((key, _)) = line.split_once('=') {
+            let path = format!("{section}.{}", key.trim());
+            let value = values
+                .remove(&path)
+                .unwrap_or_else(|| panic!("{path} in defaults.toml is not a leaf"));
+            for comment in comments.drain(..) {
+                out.push_str(&format!("#{comment}\n"));
+            }
+            out.push_str(&format!(
+                "# {} ({}, default {value})\n{} = {value}\n",
+                env_name(&path),
+                type_name(&value),
+                key.trim(),
+            ));
+        } else {
+            // A blank line: comments before it belong to the file, not to a key.
+            comments.clear();
+        }
+    }
+    assert!(values.is_empty(), "leaves not rendered: {values:?}");
+    out
+}
+
 fn merge(base: &mut Table, over: &Table, prefix: &str) -> Result<(), ConfigError> {
     for (k, v) in over {
         let path = if prefix.is_empty() {
@@ -421,6 +476,66 @@ mod tests {
         assert!(e.to_string().contains("system.logging.level"), "{e}");
         let e = load(Some("[system.logging]\ncolour = true\n"), none).unwrap_err();
         assert_eq!(e, ConfigError::UnknownKey("system.logging.colour".into()));
+    }
+
+    /// The committed reference is the rendered one; `IGGY_WRITE_CONFIG_REFERENCE=1` rewrites it.
+    #[test]
+    fn config_reference_is_current() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(REFERENCE_PATH);
+        let rendered = reference();
+        if std::env::var("IGGY_WRITE_CONFIG_REFERENCE").is_ok_and(|v| v == "1") {
+            std::fs::write(&path, &rendered).unwrap();
+        }
+        let committed = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            committed == rendered,
+            "{} is stale or missing; regenerate it with\n  \
+             IGGY_WRITE_CONFIG_REFERENCE=1 cargo nextest run -p iggy-server config_reference",
+            path.display()
+        );
+    }
+
+    /// Every leaf appears as its key with its default, preceded by its `IGGY_` variable and
+    /// type, and the server accepts the file unchanged as the defaults.
+    #[test]
+    fn config_reference_names_every_key_and_loads_as_the_defaults() {
+        let text = reference();
+        let lines: Vec<&str> = text.lines().collect();
+        let mut section = String::new();
+        let mut seen = BTreeMap::new();
+        for (i, line) in lines.iter().enumerate() {
+            if line.starts_with('#') {
+                continue;
+            } else if let Some(name) = line.strip_prefix('[') {
+                section = name.trim_end_matches(']').to_string();
+            } else if let Some((key, value)) = line.split_once(" = ") {
+                let path = format!("{section}.{key}");
+                seen.insert(path.clone(), (value.to_string(), lines[i - 1].to_string()));
+            }
+        }
+        let leaves = leaves();
+        assert_eq!(
+            seen.keys().collect::<Vec<_>>(),
+            leaves.keys().collect::<Vec<_>>()
+        );
+        for (path, default) in &leaves {
+            let (value, above) = &seen[path];
+            assert_eq!(value, &default.to_string(), "{path}");
+            assert_eq!(
+                above,
+                &format!(
+                    "# {} ({}, default {default})",
+                    env_name(path),
+                    type_name(default)
+                ),
+                "{path}"
+            );
+        }
+        assert_eq!(load(Some(&text), none), load(None, none));
+        let flat = text.parse::<Table>().unwrap();
+        let mut parsed = BTreeMap::new();
+        flatten("", &flat, &mut parsed);
+        assert_eq!(parsed, leaves);
     }
 
     #[test]
