@@ -30,6 +30,7 @@ mod shutdown;
 mod storage;
 mod streams;
 mod system;
+mod systemd;
 mod topics;
 mod users;
 mod wiretap;
