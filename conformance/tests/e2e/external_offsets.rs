@@ -480,7 +480,7 @@ async fn kind_3_offsets_survive_restarts_apart_from_the_groups_offsets() {
         let mut server =
             TestServer::start_with_env(&[("IGGY_SYSTEM_CHECKPOINT_JOURNAL_OPS", checkpoint_ops)]);
         let (group, ext) = (Consumer::group(name("g")), external(name("g")));
-        let (keep, keep_ext) = (Consumer::group(name("keep")), external(name("keep")));
+        let keep_ext = external(name("keep"));
         {
             let client = setup(&server, 2).await;
             ok(

@@ -38,7 +38,7 @@ pub const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 pub const ROOT_USER: &str = "iggy";
 pub const ROOT_PASSWORD: &str = "iggy";
 
-fn workspace_root() -> PathBuf {
+pub fn workspace_root() -> PathBuf {
     // Run time first: cargo and nextest export CARGO_MANIFEST_DIR to the test process, so a
     // test binary built from another checkout that shares the target dir still finds its own
     // workspace. The compile-time value is the fallback.
@@ -48,7 +48,7 @@ fn workspace_root() -> PathBuf {
     manifest.parent().expect("conformance/ has a parent").to_path_buf()
 }
 
-fn target_dir(root: &Path) -> PathBuf {
+pub fn target_dir(root: &Path) -> PathBuf {
     match std::env::var_os("CARGO_TARGET_DIR") {
         Some(dir) if !dir.is_empty() => {
             let dir = PathBuf::from(dir);
@@ -82,9 +82,27 @@ fn find_or_build() -> Result<PathBuf, String> {
     if bin.is_file() && !force {
         return Ok(bin);
     }
-    std::fs::create_dir_all(&target).map_err(|e| format!("create {}: {e}", target.display()))?;
-    // Cross-process lock: the first test process builds, the others wait and then find it.
-    let lock_path = target.join("iggy-e2e-build.lock");
+    // The first test process builds, the others wait and then find it.
+    build_locked(&root, &target, &[], "iggy-e2e-build.lock", || bin.is_file() && !force)?;
+    if bin.is_file() {
+        Ok(bin)
+    } else {
+        Err(format!("cargo build succeeded but {} is missing", bin.display()))
+    }
+}
+
+/// `cargo build --bin iggy-server <extra>` into `target`, under an exclusive file lock named
+/// `lock_name` in `target` (nextest runs every test in its own process); skipped when `done()`
+/// holds once the lock is taken.
+pub fn build_locked(
+    root: &Path,
+    target: &Path,
+    extra: &[&str],
+    lock_name: &str,
+    done: impl Fn() -> bool,
+) -> Result<(), String> {
+    std::fs::create_dir_all(target).map_err(|e| format!("create {}: {e}", target.display()))?;
+    let lock_path = target.join(lock_name);
     let lock = OpenOptions::new()
         .create(true)
         .truncate(false)
@@ -92,29 +110,27 @@ fn find_or_build() -> Result<PathBuf, String> {
         .open(&lock_path)
         .map_err(|e| format!("open {}: {e}", lock_path.display()))?;
     let _guard = FileLock::exclusive(&lock)?;
-    if bin.is_file() && !force {
-        return Ok(bin);
+    if done() {
+        return Ok(());
     }
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let out = Command::new(cargo)
         .args(["build", "--bin", "iggy-server"])
-        .current_dir(&root)
-        .env("CARGO_TARGET_DIR", &target)
+        .args(extra)
+        .current_dir(root)
+        .env("CARGO_TARGET_DIR", target)
         .stdin(Stdio::null())
         .output()
         .map_err(|e| format!("spawn cargo build: {e}"))?;
     if !out.status.success() {
         return Err(format!(
-            "`cargo build --bin iggy-server` failed ({}):\n{}",
+            "`cargo build --bin iggy-server {}` failed ({}):\n{}",
+            extra.join(" "),
             out.status,
             String::from_utf8_lossy(&out.stderr)
         ));
     }
-    if bin.is_file() {
-        Ok(bin)
-    } else {
-        Err(format!("cargo build succeeded but {} is missing", bin.display()))
-    }
+    Ok(())
 }
 
 struct FileLock<'a>(&'a File);

@@ -8,40 +8,16 @@
 //! - `WATCHDOG=1` repeats at half of `WATCHDOG_USEC`, and not at all without it.
 //! - `STOPPING=1` is sent on SIGTERM, before the process exits (cleanly).
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::unix::net::UnixDatagram;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// How long the server gets from spawn to `READY=1` (the first build is not counted).
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
-
-fn workspace_root() -> PathBuf {
-    let manifest = std::env::var_os("CARGO_MANIFEST_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
-    manifest
-        .parent()
-        .expect("conformance/ has a parent")
-        .to_path_buf()
-}
-
-fn target_dir(root: &Path) -> PathBuf {
-    match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(dir) if !dir.is_empty() => {
-            let dir = PathBuf::from(dir);
-            if dir.is_absolute() {
-                dir
-            } else {
-                root.join(dir)
-            }
-        }
-        _ => root.join("target"),
-    }
-}
 
 /// `cargo build --bin iggy-server --features iggy-server/systemd` into `<target>/systemd`:
 /// once per process, under an exclusive file lock across processes (nextest runs each test in
@@ -55,64 +31,15 @@ fn systemd_binary() -> PathBuf {
 }
 
 fn build() -> Result<PathBuf, String> {
-    let root = workspace_root();
-    let target = target_dir(&root).join("systemd");
-    std::fs::create_dir_all(&target).map_err(|e| format!("create {}: {e}", target.display()))?;
-    let lock_path = target.join("iggy-e2e-systemd-build.lock");
-    let lock = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .map_err(|e| format!("open {}: {e}", lock_path.display()))?;
-    let _guard = FileLock::exclusive(&lock)?;
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let out = Command::new(cargo)
-        .args([
-            "build",
-            "--bin",
-            "iggy-server",
-            "--features",
-            "iggy-server/systemd",
-        ])
-        .current_dir(&root)
-        .env("CARGO_TARGET_DIR", &target)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("spawn cargo build: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "`cargo build --features iggy-server/systemd` failed ({}):\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
+    let root = crate::harness::workspace_root();
+    let target = crate::harness::target_dir(&root).join("systemd");
+    let features = ["--features", "iggy-server/systemd"];
+    crate::harness::build_locked(&root, &target, &features, "iggy-e2e-systemd-build.lock", || false)?;
     let bin = target.join("debug").join("iggy-server");
     if bin.is_file() {
         Ok(bin)
     } else {
         Err(format!("{} is missing", bin.display()))
-    }
-}
-
-struct FileLock<'a>(&'a File);
-
-impl<'a> FileLock<'a> {
-    fn exclusive(file: &'a File) -> Result<Self, String> {
-        use std::os::fd::AsRawFd;
-        // SAFETY: flock on a valid, open descriptor; the File outlives the guard.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
-            return Err(format!("flock: {}", std::io::Error::last_os_error()));
-        }
-        Ok(Self(file))
-    }
-}
-
-impl Drop for FileLock<'_> {
-    fn drop(&mut self) {
-        use std::os::fd::AsRawFd;
-        // SAFETY: as above.
-        unsafe { libc::flock(self.0.as_raw_fd(), libc::LOCK_UN) };
     }
 }
 
