@@ -336,26 +336,8 @@ async fn deleting_the_group_deletes_its_kind_2_and_kind_3_offsets() {
         GROUP_ID_NOT_FOUND,
     );
     // A group created later takes the same id and name: it inherits nothing.
-    let again = ok(
-        "create again",
-        within(
-            "create",
-            client.create_consumer_group(&name("s"), &name("t"), "g"),
-        )
-        .await,
-    );
-    assert_eq!(again.id, 0, "the id is reused");
+    recreate_group_inheriting_nothing(&client, &group, &ext, "").await;
     for partition in [0, 1] {
-        assert_eq!(
-            stored(&client, &ext, partition).await,
-            None,
-            "kind 3 of partition {partition}"
-        );
-        assert_eq!(
-            stored(&client, &group, partition).await,
-            None,
-            "kind 2 of partition {partition}"
-        );
         assert_eq!(
             stored(&client, &other, partition).await,
             Some(1),
@@ -554,27 +536,7 @@ async fn kind_3_offsets_survive_restarts_apart_from_the_groups_offsets() {
                 Some(77),
                 "the other group's kind 3 {what}"
             );
-            let again = ok(
-                "create again",
-                within(
-                    "create",
-                    client.create_consumer_group(&name("s"), &name("t"), "g"),
-                )
-                .await,
-            );
-            assert_eq!(again.id, 0, "the id is reused {what}");
-            for partition in [0, 1] {
-                assert_eq!(
-                    stored(&client, &ext, partition).await,
-                    None,
-                    "kind 3 of partition {partition} {what}"
-                );
-                assert_eq!(
-                    stored(&client, &group, partition).await,
-                    None,
-                    "kind 2 of partition {partition} {what}"
-                );
-            }
+            recreate_group_inheriting_nothing(&client, &group, &ext, &what).await;
             // The new group's own offsets survive a restart that replays the old deletion.
             ok("store new kind 3", store(&client, &ext, 0, 12).await);
             ok("store new kind 2", store(&client, &group, 0, 1).await);
@@ -598,5 +560,36 @@ async fn kind_3_offsets_survive_restarts_apart_from_the_groups_offsets() {
                 .await,
             );
         }
+    }
+}
+
+/// Creates group "g" of s/t again after its deletion: it takes id 0 again and inherits neither
+/// kind-2 nor kind-3 offsets in partitions 0 and 1.
+async fn recreate_group_inheriting_nothing(
+    client: &IggyClient,
+    group: &Consumer,
+    ext: &Consumer,
+    what: &str,
+) {
+    let again = ok(
+        "create again",
+        within(
+            "create",
+            client.create_consumer_group(&name("s"), &name("t"), "g"),
+        )
+        .await,
+    );
+    assert_eq!(again.id, 0, "the id is reused {what}");
+    for partition in [0, 1] {
+        assert_eq!(
+            stored(client, ext, partition).await,
+            None,
+            "kind 3 of partition {partition} {what}"
+        );
+        assert_eq!(
+            stored(client, group, partition).await,
+            None,
+            "kind 2 of partition {partition} {what}"
+        );
     }
 }
