@@ -131,7 +131,7 @@ pub fn architecture(root: &Path, files: &[(String, String)]) -> Option<(std::pat
     let (_, tail) = rest.split_once(TABLE_END)?;
     let spec = crate::load(files).ok()?;
     let read = |rel: &str| std::fs::read_to_string(root.join(rel)).unwrap_or_default();
-    let server: Vec<(&str, String)> = ["server/iggy-server/src/dispatch.rs", "server/iggy-server/src/metadata_machine.rs", "server/iggy-server/src/wire_users.rs"]
+    let server: Vec<(&str, String)> = ["server/iggy-server/src/dispatch.rs", "server/metadata/src/machine.rs", "server/iggy-server/src/wire_users.rs"]
         .iter()
         .map(|f| (*f, read(f)))
         .collect();
@@ -203,7 +203,8 @@ fn handler(server: &[(&str, String)], code: u32, op: &str) -> String {
                         let x = x.strip_prefix("async ").unwrap_or(x);
                         x.strip_prefix("fn ").map(|r| r.split(|c: char| !(c.is_alphanumeric() || c == '_')).next().unwrap_or("").to_string())
                     });
-                    let name = file.rsplit('/').next().unwrap_or(file);
+                    // Named from `server/`, so a crate's file is told from the shell's.
+                    let name = file.strip_prefix("server/").unwrap_or(file);
                     return Some(format!("{name} `{}`", f.unwrap_or_default()));
                 }
             }

@@ -4,8 +4,6 @@
 
 use crate::frame::{self, Admitted, ReplyMeta};
 use crate::group::{Outcome, refusal_error};
-use crate::metadata::{Ident, Need};
-use crate::metadata_machine::{Envelope, ident, session_record};
 use crate::node::{Node, PartitionKey};
 use crate::partition::{OffsetOwner, PartitionWrite, StartAt, WriteResult};
 use crate::replies;
@@ -22,6 +20,9 @@ use iggy_generated::payloads::{
     TopicIdRequest,
 };
 use iggy_generated::protocol;
+use iggy_metadata::machine::{Envelope, ident, session_record};
+use iggy_metadata::replies::{self as model_replies, Codec};
+use iggy_metadata::{Ident, Need};
 use iggy_wire::WireDecode;
 use std::rc::Rc;
 
@@ -343,7 +344,7 @@ fn bind(
         connection.id
     );
     let commit = node.shared.metadata.borrow().commit;
-    let body = replies::login_response(user_id, session);
+    let body = model_replies::login_response(user_id, session);
     // A plain LoginRegisterResponse under NonReplicated: the SDK accepts it for 40, 45 and 15.
     request.ok(Operation::NonReplicated, commit.max(session), &body)
 }
@@ -500,7 +501,7 @@ async fn metadata_write(
     match outcome {
         Outcome::Committed { op, reply } => {
             if operation == Operation::CreatePersonalAccessToken
-                && replies::rejection_of(&reply).is_none()
+                && model_replies::rejection_of(&reply).is_none()
             {
                 match &prepared.token {
                     Some(token) if !retry => {
@@ -515,7 +516,7 @@ async fn metadata_write(
             let reply = prepared.reveal(reply);
             if !command.result_framed {
                 // Not result-framed (138): a rejection travels in the status.
-                if let Some(code) = replies::rejection_of(&reply) {
+                if let Some(code) = model_replies::rejection_of(&reply) {
                     return Err(code);
                 }
                 return Ok(request.committed(operation, op, &[]));
@@ -736,9 +737,9 @@ async fn partition_write(
         }
         (Operation::SendMessages, WriteResult::Failed(code)) => Err(code),
         (_, WriteResult::Failed(code)) => {
-            Ok(request.committed(operation, op, &replies::result_rejection(code)))
+            Ok(request.committed(operation, op, &model_replies::result_rejection(code)))
         }
-        _ => Ok(request.committed(operation, op, &replies::RESULT_OK)),
+        _ => Ok(request.committed(operation, op, &model_replies::RESULT_OK)),
     }
 }
 
@@ -823,7 +824,7 @@ async fn non_replicated(
         return Err(ErrorCode::TransientNotAccepted);
     }
     let user = bound.user_id;
-    let codec = replies::Codec::of(bound.protocol);
+    let codec = Codec::of(bound.protocol);
     let allows = |need: Need| node.shared.user_allows(user, need);
     let metadata_read = |need: Need, body: Option<Vec<u8>>| -> Result<Dispatched, ErrorCode> {
         if !allows(need) {
@@ -846,7 +847,7 @@ async fn non_replicated(
                 Some(id) => {
                     let reply = {
                         let metadata = node.shared.metadata.borrow();
-                        replies::stream_details(&node.shared, &metadata.streams[&id], codec)
+                        model_replies::stream_details(&*node.shared, &metadata.streams[&id], codec)
                     };
                     metadata_read(Need::ReadStream(id), Some(reply))
                 }
@@ -855,7 +856,11 @@ async fn non_replicated(
         }
         201 => metadata_read(
             Need::ReadStreams,
-            Some(replies::stream_list(&node.shared, codec)),
+            Some(model_replies::stream_list(
+                &node.shared.metadata.borrow(),
+                &*node.shared,
+                codec,
+            )),
         ),
         300 => {
             let r: TopicIdRequest = decode(body)?;
@@ -870,8 +875,8 @@ async fn non_replicated(
                 Some((s, t)) => {
                     let reply = {
                         let metadata = node.shared.metadata.borrow();
-                        replies::topic_details(
-                            &node.shared,
+                        model_replies::topic_details(
+                            &*node.shared,
                             s,
                             &metadata.streams[&s].topics[&t],
                             codec,
@@ -890,7 +895,12 @@ async fn non_replicated(
                 .borrow()
                 .stream(&ident(&r.stream_id)?)
                 .map(|s| s.id)?;
-            let reply = replies::topic_list(&node.shared, stream, codec);
+            let reply = model_replies::topic_list(
+                &node.shared.metadata.borrow(),
+                &*node.shared,
+                stream,
+                codec,
+            );
             metadata_read(Need::ReadTopics(stream), Some(reply))
         }
         105 => {
@@ -962,9 +972,9 @@ async fn non_replicated(
                 return Ok(request.reply(&[]));
             };
             let reply = if code == 600 {
-                replies::group_details(&node.shared, topic, group)
+                model_replies::group_details(&*node.shared, topic, group)
             } else {
-                replies::group_sync(topic, group, bound.client)
+                model_replies::group_sync(topic, group, bound.client)
             };
             Ok(request.reply(&reply))
         }
@@ -975,7 +985,7 @@ async fn non_replicated(
             if !allows(Need::ReadTopic(s.id, t.id)) {
                 return Err(ErrorCode::Unauthorized);
             }
-            Ok(request.reply(&replies::group_list(t)))
+            Ok(request.reply(&model_replies::group_list(t)))
         }
         _ => crate::wire_users::read(node, connection, request.header, code, body)
             .await

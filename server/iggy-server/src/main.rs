@@ -8,15 +8,15 @@ mod frame;
 mod group;
 mod host;
 mod maintenance;
-mod metadata;
+
 mod metadata_machine;
-mod metadata_snapshot;
+
 mod node;
-mod options;
+
 mod partition;
 mod reconcile;
 mod replies;
-mod session;
+
 mod shard;
 mod snapshot;
 #[cfg(any(feature = "systemd", test))]

@@ -2,12 +2,12 @@
 //! size) and the leases of sessions no connection is bound to.
 
 use crate::group::Outcome;
-use crate::metadata::Metadata;
-use crate::metadata_machine::Envelope;
 use crate::node::{Node, PartitionKey, SessionActivity};
-use crate::options::limit;
-use crate::users::SYSTEM_CLIENT;
 use iggy_generated::frames::Operation;
+use iggy_metadata::Metadata;
+use iggy_metadata::machine::Envelope;
+use iggy_metadata::machine::SYSTEM_CLIENT;
+use iggy_metadata::options::limit;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -77,7 +77,7 @@ async fn expire_sessions(node: &Node, lease: Duration) {
         let request = node.shared.metadata.borrow().system_requests + 1;
         let body = Envelope::encode(
             crate::dispatch::now_micros(),
-            crate::metadata::ROOT_USER_ID,
+            iggy_metadata::ROOT_USER_ID,
             &client.to_le_bytes(),
         );
         match node

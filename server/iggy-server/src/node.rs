@@ -4,11 +4,11 @@
 
 use crate::config::Config;
 use crate::group::{Checkpointing, Durability, Group, GroupHandle, read_checkpoint};
-use crate::metadata::{Effect, Metadata};
 use crate::metadata_machine::MetadataMachine;
 use crate::partition::{PartitionHandle, PartitionInfo};
 use crate::reconcile::DiskAction;
 use crate::wal::{FileJournal, JournalEntry};
+use iggy_metadata::{Effect, Metadata};
 use iggy_storage::DataDir;
 use iggy_storage::partition_log::LogConfig;
 use iggy_storage::revision::Discarded;
@@ -118,7 +118,7 @@ impl Shared {
                     (namespace, self.data.discarded_partitions_dir(), incarnation);
                 let dir = self.partition_dir(key);
                 let (policies, segment_size) = {
-                    use crate::metadata::TopicDurability::Persisted;
+                    use iggy_metadata::TopicDurability::Persisted;
                     let metadata = self.metadata.borrow();
                     let topic = metadata
                         .streams
@@ -221,7 +221,9 @@ impl Shared {
                     // offsets to a later group with the same id.
                     let mut attempts = 0;
                     loop {
-                        let written = handle.write(crate::users::SYSTEM_CLIENT, op, write()).await;
+                        let written = handle
+                            .write(iggy_metadata::machine::SYSTEM_CLIENT, op, write())
+                            .await;
                         match written {
                             Err(ErrorCode::TransientNotAccepted) if attempts < 1000 => {
                                 attempts += 1;
@@ -478,7 +480,7 @@ impl Node {
         let checkpoint_path = metadata_dir.join("checkpoint");
         let (checkpoint, checkpoint_op) = match read_checkpoint(&checkpoint_path).await? {
             Some((replica, state)) => {
-                let model = crate::metadata_snapshot::decode(&state)
+                let model = iggy_metadata::snapshot::decode(&state)
                     .map_err(|why| std::io::Error::new(std::io::ErrorKind::InvalidData, why))?;
                 *shared.metadata.borrow_mut() = model;
                 let op = replica.op;
@@ -552,7 +554,7 @@ impl Node {
             .metadata
             .borrow()
             .users
-            .contains_key(&crate::metadata::ROOT_USER_ID)
+            .contains_key(&iggy_metadata::ROOT_USER_ID)
         {
             return;
         }

@@ -3,17 +3,14 @@
 //! hashed before they reach the journal; a new token is shown to its creator once.
 
 use crate::group::Outcome;
-use crate::metadata::{Need, PersonalAccessToken, ROOT_USER_ID, UserStatus};
-use crate::metadata_machine::Envelope;
 use crate::node::{Node, Shared};
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use bytes::Bytes;
 use iggy_generated::errors::ErrorCode;
 use iggy_generated::frames::Operation;
-use std::hash::Hasher;
-
-/// The node's own client id for ops it submits itself (the root user at first start).
-pub const SYSTEM_CLIENT: u128 = u128::MAX;
+use iggy_metadata::machine::Envelope;
+use iggy_metadata::machine::{SYSTEM_CLIENT, token_hash};
+use iggy_metadata::{Need, ROOT_USER_ID, UserStatus};
 
 fn argon() -> argon2::Argon2<'static> {
     argon2::Argon2::default()
@@ -33,17 +30,6 @@ fn password_matches(hash: &str, password: &str) -> bool {
             .verify_password(password.as_bytes(), &parsed)
             .is_ok()
     })
-}
-
-fn token_hash(token: &str) -> [u8; 32] {
-    // Tokens are 32 random bytes: a fast hash suffices (no dictionary to attack).
-    let mut out = [0u8; 32];
-    for (i, chunk) in out.chunks_mut(8).enumerate() {
-        let mut hasher = twox_hash::XxHash3_64::with_seed(i as u64);
-        hasher.write(token.as_bytes());
-        chunk.copy_from_slice(&hasher.finish().to_le_bytes());
-    }
-    out
 }
 
 /// Checks a username and password; the user's id, or the error the client gets.
@@ -109,7 +95,7 @@ pub async fn create_root(
             SYSTEM_CLIENT,
             0,
             iggy_vsr::OPERATION_REGISTER,
-            crate::metadata_machine::session_record(ROOT_USER_ID, 0, [0; 32]),
+            iggy_metadata::machine::session_record(ROOT_USER_ID, 0, [0; 32]),
         )
         .await
     {
@@ -123,7 +109,7 @@ pub async fn create_root(
         .submit(SYSTEM_CLIENT, 1, Operation::CreateUser.to_repr(), body)
         .await
     {
-        Outcome::Committed { reply, .. } => match crate::replies::rejection_of(&reply) {
+        Outcome::Committed { reply, .. } => match iggy_metadata::replies::rejection_of(&reply) {
             Some(code) => Err(code),
             None => Ok(()),
         },
@@ -159,7 +145,7 @@ pub struct Prepared {
 impl Prepared {
     /// The reply the client gets: the committed reply with the new token, if any.
     pub fn reveal(&self, reply: Bytes) -> Vec<u8> {
-        match (&self.token, crate::replies::rejection_of(&reply)) {
+        match (&self.token, iggy_metadata::replies::rejection_of(&reply)) {
             (Some(token), None) => crate::wire_users::token_reply(token),
             _ => reply.to_vec(),
         }
@@ -169,18 +155,4 @@ impl Prepared {
 pub fn new_token() -> String {
     let bytes: [u8; 32] = rand::random();
     bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-pub fn token_record(
-    user_id: u32,
-    name: &str,
-    token: &str,
-    expiry_at: Option<u64>,
-) -> PersonalAccessToken {
-    PersonalAccessToken {
-        user_id,
-        name: name.to_string(),
-        token_hash: token_hash(token),
-        expiry_at,
-    }
 }

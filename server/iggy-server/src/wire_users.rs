@@ -2,25 +2,21 @@
 //! to and from the metadata model.
 
 use crate::dispatch::Connection;
-use crate::metadata::{
-    GlobalPermissions, Metadata, Need, Permissions, StreamPermissions, TopicPermissions, UserStatus,
-};
-use crate::metadata_machine::ident;
 use crate::node::{Node, Shared};
-use crate::replies::Codec;
-use crate::users::{Prepared, hash_password, new_token, token_record};
+use crate::users::{Prepared, hash_password, new_token};
 use iggy_generated::errors::ErrorCode;
 use iggy_generated::frames::{Operation, RequestHeader};
 use iggy_generated::payloads::{
     ChangePasswordRequest, ClientDetailsResponse, ClientResponse, ConsumerGroupInfoResponse,
-    CreatePersonalAccessTokenRequest, CreateUserRequest, DeletePersonalAccessTokenRequest,
-    DeleteUserRequest, DescribeOptionsResponse, GetClientRequest, GetUserRequest,
-    PersonalAccessTokenResponse, RawPersonalAccessTokenResponse, StatsResponse,
-    StreamResourcePatch, TopicResourcePatch, UpdatePermissionsRequest, UpdateResourceRequest,
-    UserDetailsResponse, UserDetailsResponseV0111, UserResourcePatch, UserResponse,
-    UserResponseV0111, WireGlobalPermissions, WirePermissions, WireStreamPermissions,
-    WireTopicPermissions,
+    CreatePersonalAccessTokenRequest, CreateUserRequest, DescribeOptionsResponse, GetClientRequest,
+    GetUserRequest, PersonalAccessTokenResponse, RawPersonalAccessTokenResponse, StatsResponse,
+    StreamResourcePatch, TopicResourcePatch, UpdateResourceRequest,
 };
+use iggy_metadata::machine::ident;
+use iggy_metadata::machine::{status_from_wire, token_record};
+use iggy_metadata::permissions::permissions_to_wire;
+use iggy_metadata::replies::{Codec, user_details, user_header, user_header_v0111};
+use iggy_metadata::{Metadata, Need, Permissions, UserStatus};
 use iggy_wire::{WireDecode, WireEncode};
 
 fn encode<T: WireEncode>(value: &T) -> Vec<u8> {
@@ -31,143 +27,6 @@ fn encode<T: WireEncode>(value: &T) -> Vec<u8> {
 
 fn decode<'a, T: WireDecode<'a>>(bytes: &'a [u8]) -> Result<T, ErrorCode> {
     T::decode_exact(bytes).map_err(|_| ErrorCode::InvalidFormat)
-}
-
-// ----- permissions -----
-
-pub(crate) fn permissions_from_wire(wire: &WirePermissions) -> Permissions {
-    let g = &wire.global;
-    let global = GlobalPermissions {
-        manage_servers: g.manage_servers,
-        read_servers: g.read_servers,
-        manage_users: g.manage_users,
-        read_users: g.read_users,
-        manage_streams: g.manage_streams,
-        read_streams: g.read_streams,
-        manage_topics: g.manage_topics,
-        read_topics: g.read_topics,
-        poll_messages: g.poll_messages,
-        send_messages: g.send_messages,
-    };
-    let streams = wire
-        .streams
-        .iter()
-        .map(|s| {
-            let topics = s
-                .topics
-                .iter()
-                .map(|t| {
-                    let topic = TopicPermissions {
-                        manage_topic: t.manage_topic,
-                        read_topic: t.read_topic,
-                        poll_messages: t.poll_messages,
-                        send_messages: t.send_messages,
-                    };
-                    (t.topic_id, topic)
-                })
-                .collect();
-            let stream = StreamPermissions {
-                manage_stream: s.manage_stream,
-                read_stream: s.read_stream,
-                manage_topics: s.manage_topics,
-                read_topics: s.read_topics,
-                poll_messages: s.poll_messages,
-                send_messages: s.send_messages,
-                topics,
-            };
-            (s.stream_id, stream)
-        })
-        .collect();
-    Permissions { global, streams }
-}
-
-pub(crate) fn permissions_to_wire(permissions: &Permissions) -> WirePermissions {
-    let g = &permissions.global;
-    let global = WireGlobalPermissions {
-        manage_servers: g.manage_servers,
-        read_servers: g.read_servers,
-        manage_users: g.manage_users,
-        read_users: g.read_users,
-        manage_streams: g.manage_streams,
-        read_streams: g.read_streams,
-        manage_topics: g.manage_topics,
-        read_topics: g.read_topics,
-        poll_messages: g.poll_messages,
-        send_messages: g.send_messages,
-    };
-    let streams = permissions
-        .streams
-        .iter()
-        .map(|(id, s)| WireStreamPermissions {
-            stream_id: *id,
-            manage_stream: s.manage_stream,
-            read_stream: s.read_stream,
-            manage_topics: s.manage_topics,
-            read_topics: s.read_topics,
-            poll_messages: s.poll_messages,
-            send_messages: s.send_messages,
-            topics: s
-                .topics
-                .iter()
-                .map(|(topic_id, t)| WireTopicPermissions {
-                    topic_id: *topic_id,
-                    manage_topic: t.manage_topic,
-                    read_topic: t.read_topic,
-                    poll_messages: t.poll_messages,
-                    send_messages: t.send_messages,
-                })
-                .collect(),
-        })
-        .collect();
-    WirePermissions { global, streams }
-}
-
-fn status_from_wire(status: u8) -> Result<UserStatus, ErrorCode> {
-    match status {
-        1 => Ok(UserStatus::Active),
-        2 => Ok(UserStatus::Inactive),
-        _ => Err(ErrorCode::InvalidUserStatus),
-    }
-}
-
-fn user_details(metadata: &Metadata, id: u32, codec: Codec) -> Vec<u8> {
-    let user = &metadata.users[&id];
-    let permissions = if id == crate::metadata::ROOT_USER_ID {
-        Some(permissions_to_wire(&Permissions::all()))
-    } else {
-        user.permissions.as_ref().map(permissions_to_wire)
-    };
-    match codec {
-        Codec::Current => encode(&UserDetailsResponse {
-            user: user_header(user),
-            permissions,
-        }),
-        Codec::V0_11_1 => encode(&UserDetailsResponseV0111 {
-            user: user_header_v0111(user),
-            permissions,
-        }),
-    }
-}
-
-fn user_header_v0111(user: &crate::metadata::User) -> UserResponseV0111<'_> {
-    UserResponseV0111 {
-        id: user.id,
-        created_at: user.created_at,
-        status: user.status as u8,
-        username: &user.username,
-        options: &[],
-    }
-}
-
-fn user_header(user: &crate::metadata::User) -> UserResponse<'_> {
-    UserResponse {
-        id: user.id,
-        created_at: user.created_at,
-        status: user.status as u8,
-        username: &user.username,
-        options: &[],
-        derived_options: &[],
-    }
 }
 
 const PASSWORD_MIN: usize = 3;
@@ -198,7 +57,7 @@ pub fn create_user_request(
 }
 
 pub fn token_reply(token: &str) -> Vec<u8> {
-    let mut out = crate::replies::RESULT_OK.to_vec();
+    let mut out = iggy_metadata::replies::RESULT_OK.to_vec();
     RawPersonalAccessTokenResponse { token }.encode_to(&mut out);
     out
 }
@@ -299,135 +158,6 @@ fn argon2_check(hash: &str, password: &str) -> bool {
             .verify_password(password.as_bytes(), &parsed)
             .is_ok()
     })
-}
-
-/// Applies a committed user, token or resource op.
-pub fn apply(
-    metadata: &mut Metadata,
-    operation: Operation,
-    user_id: u32,
-    request: &[u8],
-    now: u64,
-    codec: Codec,
-) -> Result<Vec<u8>, ErrorCode> {
-    match operation {
-        // 0.11.1's user update (35): name and status as fields.
-        Operation::UpdateUser => {
-            let request: iggy_generated::payloads::UpdateUserRequest = decode(request)?;
-            let status = request.status.map(status_from_wire).transpose()?;
-            metadata.update_user(&ident(&request.user_id)?, request.username, status)?;
-            Ok(Vec::new())
-        }
-        Operation::CreateUser => {
-            let request: CreateUserRequest = decode(request)?;
-            crate::options::validate(crate::options::USER_OPTIONS, request.options, &[], true)?;
-            let status = status_from_wire(request.status)?;
-            let permissions = request.permissions.as_ref().map(permissions_from_wire);
-            let id = metadata.create_user(
-                request.username,
-                request.password.to_string(),
-                status,
-                permissions,
-                now,
-            )?;
-            Ok(user_details(metadata, id, codec))
-        }
-        Operation::DeleteUser => {
-            let request: DeleteUserRequest = decode(request)?;
-            metadata.delete_user(&ident(&request.user_id)?)?;
-            Ok(Vec::new())
-        }
-        Operation::UpdatePermissions => {
-            let request: UpdatePermissionsRequest = decode(request)?;
-            let permissions = request.permissions.as_ref().map(permissions_from_wire);
-            metadata.update_permissions(&ident(&request.user_id)?, permissions)?;
-            Ok(Vec::new())
-        }
-        Operation::ChangePassword => {
-            let request: ChangePasswordRequest = decode(request)?;
-            metadata.set_password(&ident(&request.user_id)?, request.new_password.to_string())?;
-            Ok(Vec::new())
-        }
-        Operation::CreatePersonalAccessToken => {
-            let split = request
-                .len()
-                .checked_sub(32)
-                .ok_or(ErrorCode::InvalidFormat)?;
-            let (body, hash) = request.split_at(split);
-            let token: CreatePersonalAccessTokenRequest = decode(body)?;
-            // 0 and u64::MAX both mean that the token never expires.
-            let expiry_at = (token.expiry != 0 && token.expiry != u64::MAX)
-                .then(|| now.saturating_add(token.expiry));
-            let mut record = token_record(user_id, token.name, "", expiry_at);
-            record.token_hash.copy_from_slice(hash);
-            metadata.create_token(record)?;
-            // The token itself is added to the reply by the primary that made it.
-            Ok(Vec::new())
-        }
-        Operation::DeletePersonalAccessToken => {
-            let request: DeletePersonalAccessTokenRequest = decode(request)?;
-            metadata.delete_token(user_id, request.name)?;
-            Ok(Vec::new())
-        }
-        Operation::UpdateResource => update_resource(metadata, request),
-        _ => Err(ErrorCode::FeatureUnavailable),
-    }
-}
-
-fn update_resource(metadata: &mut Metadata, request: &[u8]) -> Result<Vec<u8>, ErrorCode> {
-    use iggy_generated::payloads::OptionsScope;
-    let request: UpdateResourceRequest = decode(request)?;
-    match request.scope {
-        OptionsScope::Stream => {
-            let patch: StreamResourcePatch = decode(request.patch)?;
-            crate::options::validate(
-                crate::options::STREAM_OPTIONS,
-                patch.options,
-                &patch.reset,
-                false,
-            )?;
-            let stream = ident(&patch.stream_id)?;
-            for (key, value) in crate::options::entries(patch.options)? {
-                match key {
-                    "name" => metadata.rename_stream(&stream, crate::options::as_str(value)?)?,
-                    _ => return Err(ErrorCode::UnsupportedOptionKey),
-                }
-            }
-        }
-        OptionsScope::Topic => {
-            let patch: TopicResourcePatch = decode(request.patch)?;
-            // update_topic checks the options against the catalog: 0.11.1's 304 reaches it too.
-            let (stream, topic) = (ident(&patch.stream_id)?, ident(&patch.topic_id)?);
-            metadata.update_topic(&stream, &topic, patch.options, &patch.reset)?;
-        }
-        OptionsScope::User => {
-            let patch: UserResourcePatch = decode(request.patch)?;
-            crate::options::validate(
-                crate::options::USER_OPTIONS,
-                patch.options,
-                &patch.reset,
-                false,
-            )?;
-            let user = ident(&patch.user_id)?;
-            for (key, value) in crate::options::entries(patch.options)? {
-                match key {
-                    "username" | "name" => {
-                        metadata.update_user(&user, Some(crate::options::as_str(value)?), None)?
-                    }
-                    "status" => {
-                        let status = match crate::options::as_str(value) {
-                            Ok("active") => UserStatus::Active,
-                            Ok("inactive") => UserStatus::Inactive,
-                            _ => status_from_wire(crate::options::as_u64(value)? as u8)?,
-                        };
-                        metadata.update_user(&user, None, Some(status))?
-                    }
-                    _ => return Err(ErrorCode::UnsupportedOptionKey),
-                }
-            }
-        }
-    }
-    Ok(Vec::new())
 }
 
 // ----- reads -----
@@ -578,9 +308,9 @@ pub async fn read(
             let request =
                 DescribeOptionsRequest::decode_fixed(body).map_err(|_| ErrorCode::InvalidFormat)?;
             let catalog = match request.scope {
-                OptionsScope::Topic => crate::options::TOPIC_OPTIONS,
-                OptionsScope::Stream => crate::options::STREAM_OPTIONS,
-                OptionsScope::User => crate::options::USER_OPTIONS,
+                OptionsScope::Topic => iggy_metadata::options::TOPIC_OPTIONS,
+                OptionsScope::Stream => iggy_metadata::options::STREAM_OPTIONS,
+                OptionsScope::User => iggy_metadata::options::USER_OPTIONS,
             };
             let entries: Vec<OptionDescriptor> = catalog
                 .iter()

@@ -1,1 +1,22 @@
-//! iggy-metadata (placeholder until its owner lands it).
+//! iggy-metadata: the replicated metadata state and its state machine, sans-IO.
+//!
+//! - [`model`]: streams, topics, partitions, consumer groups, users, tokens, sessions;
+//! - [`machine`]: `apply(op) -> (reply, effects)` over `&mut Metadata`, the journaled
+//!   [`machine::Envelope`], registers and evictions;
+//! - [`replies`]: reply bodies encoded from the model (with partition figures supplied by the
+//!   caller), [`options`]: option blocks and their catalog, [`snapshot`]: the checkpointed model,
+//!   [`permissions`]: permissions to and from the wire.
+//!
+//! **Architecture Invariant:** no compio, no clock, no filesystem or network, no randomness: the
+//! same committed ops give every replica the same model, replies and effects. Secrets arrive
+//! hashed (the service layer hashes before proposing).
+
+pub mod machine;
+pub mod model;
+pub mod options;
+pub mod permissions;
+pub mod replies;
+pub mod session;
+pub mod snapshot;
+
+pub use model::*;

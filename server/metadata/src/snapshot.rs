@@ -1,12 +1,12 @@
 //! The metadata model as a snapshot (the spec's `MetadataSnapshot`): what the metadata group's
 //! checkpoint keeps, so its journal can be emptied and a start replays only the ops after it.
 
-use crate::metadata::{
+use crate::model::{
     ConsumerGroup, Metadata, Partition, PersonalAccessToken, ResizePolicy, Stream, Topic,
     TopicDurability, User, UserStatus,
 };
+use crate::permissions::{permissions_from_wire, permissions_to_wire};
 use crate::session::Session;
-use crate::wire_users::{permissions_from_wire, permissions_to_wire};
 use iggy_generated::storage::{
     MetadataSnapshot, SnapshotConsumerGroup, SnapshotPartition, SnapshotSession, SnapshotStream,
     SnapshotToken, SnapshotTopic, SnapshotUser,
@@ -229,7 +229,7 @@ pub fn decode(bytes: &[u8]) -> Result<Metadata, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metadata::{Ident, TopicSettings};
+    use crate::model::{Ident, TopicSettings};
 
     #[test]
     fn a_model_survives_its_snapshot() {

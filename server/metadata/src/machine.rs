@@ -1,0 +1,587 @@
+//! The metadata group's state machine, pure: a committed op's journaled body (its
+//! [`Envelope`]) is decoded with the generated codec and applied to [`Metadata`]; the result is
+//! the reply the client gets (result section, then the payload) and the [`Effect`]s the shell
+//! runs on disk. No clock, no I/O, no runtime: the same op gives every replica the same model,
+//! reply and effects.
+
+use crate::model::{Effect, Ident, Metadata, PersonalAccessToken, UserStatus};
+use crate::replies::{Codec, Fresh};
+use crate::session::Session;
+use bytes::Bytes;
+use iggy_generated::errors::ErrorCode;
+use iggy_generated::frames::Operation;
+use iggy_generated::payloads::{
+    ChangePasswordRequest, ConsumerGroupIdRequest, CreateConsumerGroupRequest,
+    CreatePartitionsRequest, CreatePersonalAccessTokenRequest, CreateStreamRequest,
+    CreateTopicRequest, CreateUserRequest, DeletePartitionsRequest,
+    DeletePersonalAccessTokenRequest, DeleteUserRequest, SessionRecord, StreamIdRequest,
+    StreamResourcePatch, TopicIdRequest, TopicResourcePatch, UpdatePermissionsRequest,
+    UpdateResourceRequest, UserResourcePatch,
+};
+use iggy_wire::{WireDecode, WireEncode as _};
+use std::hash::Hasher;
+
+/// The node's own client id for ops it submits itself (the root user at first start, the end
+/// of an expired session).
+pub const SYSTEM_CLIENT: u128 = u128::MAX;
+
+fn decode<'a, T: WireDecode<'a>>(bytes: &'a [u8]) -> Result<T, ErrorCode> {
+    T::decode_exact(bytes).map_err(|_| ErrorCode::InvalidFormat)
+}
+
+/// A metadata op's body as journaled: what the primary decided (time, acting user) and the
+/// client's request bytes. `Envelope` is this server's journal format, not a wire type.
+pub struct Envelope<'a> {
+    pub timestamp: u64,
+    pub user_id: u32,
+    pub request: &'a [u8],
+}
+
+impl<'a> Envelope<'a> {
+    pub fn encode(timestamp: u64, user_id: u32, request: &[u8]) -> Bytes {
+        let mut out = Vec::with_capacity(12 + request.len());
+        out.extend_from_slice(&timestamp.to_le_bytes());
+        out.extend_from_slice(&user_id.to_le_bytes());
+        out.extend_from_slice(request);
+        out.into()
+    }
+
+    pub fn decode(body: &'a [u8]) -> Option<Envelope<'a>> {
+        Some(Envelope {
+            timestamp: u64::from_le_bytes(body.get(..8)?.try_into().ok()?),
+            user_id: u32::from_le_bytes(body.get(8..12)?.try_into().ok()?),
+            request: &body[12..],
+        })
+    }
+}
+
+/// Decodes a wire identifier into a metadata [`Ident`].
+pub fn ident(identifier: &iggy_generated::payloads::Identifier<'_>) -> Result<Ident, ErrorCode> {
+    match (identifier.kind, identifier.value.len()) {
+        (1, 4) => Ok(Ident::Id(u32::from_le_bytes(
+            identifier.value.try_into().expect("4 bytes"),
+        ))),
+        (2, 1..=255) => std::str::from_utf8(identifier.value)
+            .map(|name| Ident::Name(name.to_string()))
+            .map_err(|_| ErrorCode::InvalidIdentifier),
+        _ => Err(ErrorCode::InvalidIdentifier),
+    }
+}
+
+/// Result-framed reply: success with `payload`, or the rejection.
+fn framed(result: Result<Vec<u8>, ErrorCode>) -> Bytes {
+    match result {
+        Ok(payload) => {
+            let mut out = crate::replies::RESULT_OK.to_vec();
+            out.extend_from_slice(&payload);
+            out.into()
+        }
+        Err(code) => Bytes::copy_from_slice(&crate::replies::result_rejection(code)),
+    }
+}
+
+/// Applies one committed op to the model; returns the reply and the effects the shell runs.
+/// Pure: the reply depends only on the model and the op, so every replica encodes the same one.
+pub fn apply(
+    metadata: &mut Metadata,
+    op: u64,
+    client: u128,
+    operation: u8,
+    body: &[u8],
+) -> (Bytes, Vec<Effect>) {
+    let Some(envelope) = Envelope::decode(body) else {
+        return (framed(Err(ErrorCode::InvalidCommand)), Vec::new());
+    };
+    let Some(operation) = Operation::from_repr(operation) else {
+        return (framed(Err(ErrorCode::InvalidCommand)), Vec::new());
+    };
+    let now = envelope.timestamp;
+    metadata.commit = op;
+    let mut effects = Vec::new();
+    let request = envelope.request;
+    if client == SYSTEM_CLIENT {
+        metadata.system_requests += 1;
+    }
+    // Replies use the layouts of the protocol the client logged in with.
+    let codec = crate::replies::Codec::of(metadata.sessions.get(client).map_or(0, |s| s.protocol));
+    let result: Result<Vec<u8>, ErrorCode> = (|| match operation {
+        Operation::Logout => {
+            // The node ends an expired session by naming its client in the body.
+            let target = match <[u8; 16]>::try_from(request) {
+                Ok(bytes) if client == SYSTEM_CLIENT => u128::from_le_bytes(bytes),
+                _ => client,
+            };
+            if metadata.sessions.end(target).is_some() {
+                metadata.leave_all_groups(target);
+            }
+            // Logout's reply is not result-framed.
+            Ok(Vec::new())
+        }
+        Operation::CreateStream => {
+            let request: CreateStreamRequest = decode(request)?;
+            crate::options::validate(crate::options::STREAM_OPTIONS, request.options, &[], true)?;
+            let id = metadata.create_stream(request.name, now)?;
+            Ok(crate::replies::stream_details(
+                &Fresh,
+                &metadata.streams[&id],
+                codec,
+            ))
+        }
+        Operation::DeleteStream => {
+            let request: StreamIdRequest = decode(request)?;
+            effects = metadata.delete_stream(&ident(&request.stream_id)?)?;
+            Ok(Vec::new())
+        }
+        Operation::CreateTopic => {
+            let request: CreateTopicRequest = decode(request)?;
+            let settings = crate::replies::topic_settings(request.options)?;
+            let stream = ident(&request.stream_id)?;
+            let (s, t, opened) = metadata.create_topic(
+                &stream,
+                request.name,
+                request.partitions_count,
+                settings,
+                op,
+                now,
+            )?;
+            effects = opened;
+            let topic = &metadata.streams[&s].topics[&t];
+            Ok(crate::replies::topic_details(&Fresh, s, topic, codec))
+        }
+        Operation::DeleteTopic => {
+            let request: TopicIdRequest = decode(request)?;
+            effects =
+                metadata.delete_topic(&ident(&request.stream_id)?, &ident(&request.topic_id)?)?;
+            Ok(Vec::new())
+        }
+        Operation::CreatePartitions => {
+            let request: CreatePartitionsRequest = decode(request)?;
+            let (s, t) = (ident(&request.stream_id)?, ident(&request.topic_id)?);
+            effects = metadata.create_partitions(&s, &t, request.partitions_count, op, now)?;
+            Ok(Vec::new())
+        }
+        Operation::DeletePartitions => {
+            let request: DeletePartitionsRequest = decode(request)?;
+            let (s, t) = (ident(&request.stream_id)?, ident(&request.topic_id)?);
+            effects = metadata.delete_partitions(&s, &t, request.partitions_count)?;
+            Ok(Vec::new())
+        }
+        Operation::CreateConsumerGroup => {
+            let request: CreateConsumerGroupRequest = decode(request)?;
+            let (s, t) = (ident(&request.stream_id)?, ident(&request.topic_id)?);
+            let id = metadata.create_group(&s, &t, request.name)?;
+            let (_, topic, group) = metadata.group(&s, &t, &Ident::Id(id))?;
+            Ok(crate::replies::group_details(&Fresh, topic, group))
+        }
+        Operation::DeleteConsumerGroup => {
+            let request: ConsumerGroupIdRequest = decode(request)?;
+            let ids = (
+                ident(&request.stream_id)?,
+                ident(&request.topic_id)?,
+                ident(&request.group_id)?,
+            );
+            effects = vec![metadata.delete_group(&ids.0, &ids.1, &ids.2, op)?];
+            Ok(Vec::new())
+        }
+        Operation::JoinConsumerGroup => {
+            let request: ConsumerGroupIdRequest = decode(request)?;
+            let ids = (
+                ident(&request.stream_id)?,
+                ident(&request.topic_id)?,
+                ident(&request.group_id)?,
+            );
+            metadata.join_group(&ids.0, &ids.1, &ids.2, client)?;
+            Ok(Vec::new())
+        }
+        Operation::LeaveConsumerGroup => {
+            let request: ConsumerGroupIdRequest = decode(request)?;
+            let ids = (
+                ident(&request.stream_id)?,
+                ident(&request.topic_id)?,
+                ident(&request.group_id)?,
+            );
+            metadata.leave_group(&ids.0, &ids.1, &ids.2, client)?;
+            Ok(Vec::new())
+        }
+        Operation::DeleteSegments => Ok(Vec::new()),
+        // 0.11.1's per-resource updates (204, 304): a name and an options block.
+        Operation::UpdateStream => {
+            let request: iggy_generated::payloads::UpdateStreamRequest = decode(request)?;
+            let stream = ident(&request.stream_id)?;
+            metadata.rename_stream(&stream, request.name)?;
+            Ok(Vec::new())
+        }
+        Operation::UpdateTopic => {
+            let request: iggy_generated::payloads::UpdateTopicRequest = decode(request)?;
+            let (stream, topic) = (ident(&request.stream_id)?, ident(&request.topic_id)?);
+            let name = crate::options::encode(&[(
+                "name",
+                crate::options::kind::STRING,
+                request.name.as_bytes(),
+            )]);
+            let block = crate::options::merge(&name, request.options, &[])?;
+            metadata.update_topic(&stream, &topic, &block, &[])?;
+            Ok(Vec::new())
+        }
+        _ => apply_user_op(metadata, operation, envelope.user_id, request, now, codec),
+    })();
+    let reply = match operation {
+        Operation::Logout | Operation::DeleteSegments => match result {
+            Ok(payload) => payload.into(),
+            Err(code) => Bytes::copy_from_slice(&crate::replies::result_rejection(code)),
+        },
+        _ => framed(result),
+    };
+    (reply, effects)
+}
+
+/// Applies a committed register: the session it creates. Refused when the journaled session
+/// record does not decode (the caller logs it).
+pub fn register(
+    metadata: &mut Metadata,
+    op: u64,
+    client: u128,
+    body: &[u8],
+) -> Result<(), ErrorCode> {
+    metadata.commit = op;
+    let record = SessionRecord::decode_fixed(body).map_err(|_| ErrorCode::InvalidFormat)?;
+    metadata.sessions.register(
+        client,
+        Session {
+            session: op,
+            user_id: record.user_id,
+            protocol: record.protocol_version,
+            bind_secret: record.bind_secret,
+        },
+    );
+    Ok(())
+}
+
+/// A session pushed out of the full client table ends as a logout would. Whether it had one.
+pub fn evict(metadata: &mut Metadata, client: u128) -> bool {
+    let ended = metadata.sessions.end(client).is_some();
+    if ended {
+        metadata.leave_all_groups(client);
+    }
+    ended
+}
+
+/// Encodes a session record for a register.
+pub fn session_record(user_id: u32, protocol: u32, bind_secret: [u8; 32]) -> Bytes {
+    let record = SessionRecord {
+        user_id,
+        protocol_version: protocol,
+        bind_secret,
+    };
+    let mut out = Vec::with_capacity(SessionRecord::SIZE);
+    record.encode_to(&mut out);
+    out.into()
+}
+
+pub fn status_from_wire(status: u8) -> Result<UserStatus, ErrorCode> {
+    match status {
+        1 => Ok(UserStatus::Active),
+        2 => Ok(UserStatus::Inactive),
+        _ => Err(ErrorCode::InvalidUserStatus),
+    }
+}
+
+/// Applies a committed user, token or resource op.
+fn apply_user_op(
+    metadata: &mut Metadata,
+    operation: Operation,
+    user_id: u32,
+    request: &[u8],
+    now: u64,
+    codec: Codec,
+) -> Result<Vec<u8>, ErrorCode> {
+    match operation {
+        // 0.11.1's user update (35): name and status as fields.
+        Operation::UpdateUser => {
+            let request: iggy_generated::payloads::UpdateUserRequest = decode(request)?;
+            let status = request.status.map(status_from_wire).transpose()?;
+            metadata.update_user(&ident(&request.user_id)?, request.username, status)?;
+            Ok(Vec::new())
+        }
+        Operation::CreateUser => {
+            let request: CreateUserRequest = decode(request)?;
+            crate::options::validate(crate::options::USER_OPTIONS, request.options, &[], true)?;
+            let status = status_from_wire(request.status)?;
+            let permissions = request
+                .permissions
+                .as_ref()
+                .map(crate::permissions::permissions_from_wire);
+            let id = metadata.create_user(
+                request.username,
+                request.password.to_string(),
+                status,
+                permissions,
+                now,
+            )?;
+            Ok(crate::replies::user_details(metadata, id, codec))
+        }
+        Operation::DeleteUser => {
+            let request: DeleteUserRequest = decode(request)?;
+            metadata.delete_user(&ident(&request.user_id)?)?;
+            Ok(Vec::new())
+        }
+        Operation::UpdatePermissions => {
+            let request: UpdatePermissionsRequest = decode(request)?;
+            let permissions = request
+                .permissions
+                .as_ref()
+                .map(crate::permissions::permissions_from_wire);
+            metadata.update_permissions(&ident(&request.user_id)?, permissions)?;
+            Ok(Vec::new())
+        }
+        Operation::ChangePassword => {
+            let request: ChangePasswordRequest = decode(request)?;
+            metadata.set_password(&ident(&request.user_id)?, request.new_password.to_string())?;
+            Ok(Vec::new())
+        }
+        Operation::CreatePersonalAccessToken => {
+            let split = request
+                .len()
+                .checked_sub(32)
+                .ok_or(ErrorCode::InvalidFormat)?;
+            let (body, hash) = request.split_at(split);
+            let token: CreatePersonalAccessTokenRequest = decode(body)?;
+            // 0 and u64::MAX both mean that the token never expires.
+            let expiry_at = (token.expiry != 0 && token.expiry != u64::MAX)
+                .then(|| now.saturating_add(token.expiry));
+            let mut record = token_record(user_id, token.name, "", expiry_at);
+            record.token_hash.copy_from_slice(hash);
+            metadata.create_token(record)?;
+            // The token itself is added to the reply by the primary that made it.
+            Ok(Vec::new())
+        }
+        Operation::DeletePersonalAccessToken => {
+            let request: DeletePersonalAccessTokenRequest = decode(request)?;
+            metadata.delete_token(user_id, request.name)?;
+            Ok(Vec::new())
+        }
+        Operation::UpdateResource => update_resource(metadata, request),
+        _ => Err(ErrorCode::FeatureUnavailable),
+    }
+}
+
+fn update_resource(metadata: &mut Metadata, request: &[u8]) -> Result<Vec<u8>, ErrorCode> {
+    use iggy_generated::payloads::OptionsScope;
+    let request: UpdateResourceRequest = decode(request)?;
+    match request.scope {
+        OptionsScope::Stream => {
+            let patch: StreamResourcePatch = decode(request.patch)?;
+            crate::options::validate(
+                crate::options::STREAM_OPTIONS,
+                patch.options,
+                &patch.reset,
+                false,
+            )?;
+            let stream = ident(&patch.stream_id)?;
+            for (key, value) in crate::options::entries(patch.options)? {
+                match key {
+                    "name" => metadata.rename_stream(&stream, crate::options::as_str(value)?)?,
+                    _ => return Err(ErrorCode::UnsupportedOptionKey),
+                }
+            }
+        }
+        OptionsScope::Topic => {
+            let patch: TopicResourcePatch = decode(request.patch)?;
+            // update_topic checks the options against the catalog: 0.11.1's 304 reaches it too.
+            let (stream, topic) = (ident(&patch.stream_id)?, ident(&patch.topic_id)?);
+            metadata.update_topic(&stream, &topic, patch.options, &patch.reset)?;
+        }
+        OptionsScope::User => {
+            let patch: UserResourcePatch = decode(request.patch)?;
+            crate::options::validate(
+                crate::options::USER_OPTIONS,
+                patch.options,
+                &patch.reset,
+                false,
+            )?;
+            let user = ident(&patch.user_id)?;
+            for (key, value) in crate::options::entries(patch.options)? {
+                match key {
+                    "username" | "name" => {
+                        metadata.update_user(&user, Some(crate::options::as_str(value)?), None)?
+                    }
+                    "status" => {
+                        let status = match crate::options::as_str(value) {
+                            Ok("active") => UserStatus::Active,
+                            Ok("inactive") => UserStatus::Inactive,
+                            _ => status_from_wire(crate::options::as_u64(value)? as u8)?,
+                        };
+                        metadata.update_user(&user, None, Some(status))?
+                    }
+                    _ => return Err(ErrorCode::UnsupportedOptionKey),
+                }
+            }
+        }
+    }
+    Ok(Vec::new())
+}
+
+/// A personal access token as the model keeps it: its hash, never the token.
+pub fn token_record(
+    user_id: u32,
+    name: &str,
+    token: &str,
+    expiry_at: Option<u64>,
+) -> PersonalAccessToken {
+    PersonalAccessToken {
+        user_id,
+        name: name.to_string(),
+        token_hash: token_hash(token),
+        expiry_at,
+    }
+}
+
+pub fn token_hash(token: &str) -> [u8; 32] {
+    // Tokens are 32 random bytes: a fast hash suffices (no dictionary to attack).
+    let mut out = [0u8; 32];
+    for (i, chunk) in out.chunks_mut(8).enumerate() {
+        let mut hasher = twox_hash::XxHash3_64::with_seed(i as u64);
+        hasher.write(token.as_bytes());
+        chunk.copy_from_slice(&hasher.finish().to_le_bytes());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iggy_generated::payloads::Identifier;
+    use iggy_wire::WireEncode;
+
+    fn request<T: WireEncode>(value: &T) -> Vec<u8> {
+        let mut out = Vec::new();
+        value.encode_to(&mut out);
+        out
+    }
+
+    fn id(value: &[u8; 4]) -> Identifier<'_> {
+        Identifier {
+            kind: 1,
+            value: &value[..],
+        }
+    }
+
+    /// The ops of a short history: a stream, a topic of two partitions, its deletion, the
+    /// stream re-created under the reused id.
+    fn history() -> Vec<(u8, Vec<u8>)> {
+        let zero = 0u32.to_le_bytes();
+        vec![
+            (
+                Operation::CreateStream.to_repr(),
+                request(&CreateStreamRequest {
+                    name: "orders",
+                    options: &[],
+                }),
+            ),
+            (
+                Operation::CreateTopic.to_repr(),
+                request(&CreateTopicRequest {
+                    stream_id: id(&zero),
+                    partitions_count: 2,
+                    name: "eu",
+                    options: &[],
+                }),
+            ),
+            (
+                Operation::DeleteStream.to_repr(),
+                request(&StreamIdRequest {
+                    stream_id: id(&zero),
+                }),
+            ),
+            (
+                Operation::CreateStream.to_repr(),
+                request(&CreateStreamRequest {
+                    name: "orders",
+                    options: &[],
+                }),
+            ),
+        ]
+    }
+
+    fn run(history: &[(u8, Vec<u8>)]) -> (Metadata, Vec<(Bytes, Vec<Effect>)>) {
+        let mut metadata = Metadata::default();
+        let outcomes = history
+            .iter()
+            .enumerate()
+            .map(|(at, (operation, body))| {
+                let op = at as u64 + 1;
+                let envelope = Envelope::encode(1_000 + op, crate::ROOT_USER_ID, body);
+                apply(&mut metadata, op, 7, *operation, &envelope)
+            })
+            .collect();
+        (metadata, outcomes)
+    }
+
+    #[test]
+    fn committed_ops_give_every_replica_the_same_model_replies_and_effects() {
+        let history = history();
+        let (first, first_outcomes) = run(&history);
+        let (second, second_outcomes) = run(&history);
+        assert_eq!(first_outcomes, second_outcomes);
+        assert_eq!(
+            crate::snapshot::encode(&first),
+            crate::snapshot::encode(&second)
+        );
+
+        // The topic's creation opens its two partitions, named by the creating op.
+        let (_, topic_effects) = &first_outcomes[1];
+        assert_eq!(topic_effects.len(), 2);
+        assert!(topic_effects.iter().all(|effect| matches!(
+            effect,
+            Effect::OpenPartition { stream: 0, topic: 0, incarnation, .. } if incarnation >> 20 == 2
+        )));
+        // Deleting the stream deletes exactly those incarnations.
+        let (reply, delete_effects) = &first_outcomes[2];
+        assert_eq!(crate::replies::rejection_of(reply), None);
+        assert_eq!(delete_effects.len(), 2);
+        assert!(delete_effects.iter().all(|effect| matches!(
+            effect,
+            Effect::DeletePartition { incarnation, .. } if incarnation >> 20 == 2
+        )));
+        // The id is reused; the created stream is the new, empty one.
+        assert_eq!(first.streams[&0].topics.len(), 0);
+        assert_eq!(first.streams[&0].created_at, 1_004);
+    }
+
+    #[test]
+    fn a_refused_op_leaves_the_model_unchanged_and_replies_its_error() {
+        let mut metadata = Metadata::default();
+        let before = crate::snapshot::encode(&metadata);
+        let missing = 9u32.to_le_bytes();
+        let body = request(&StreamIdRequest {
+            stream_id: id(&missing),
+        });
+        let envelope = Envelope::encode(5, crate::ROOT_USER_ID, &body);
+        let (reply, effects) = apply(
+            &mut metadata,
+            1,
+            7,
+            Operation::DeleteStream.to_repr(),
+            &envelope,
+        );
+        assert_eq!(
+            crate::replies::rejection_of(&reply),
+            Some(ErrorCode::StreamIdNotFound)
+        );
+        assert!(effects.is_empty());
+        metadata.commit = 0;
+        assert_eq!(crate::snapshot::encode(&metadata), before);
+
+        let (reply, _) = apply(
+            &mut metadata,
+            2,
+            7,
+            Operation::CreateStream.to_repr(),
+            b"short",
+        );
+        assert_eq!(
+            crate::replies::rejection_of(&reply),
+            Some(ErrorCode::InvalidCommand)
+        );
+    }
+}
