@@ -131,7 +131,7 @@ pub fn architecture(root: &Path, files: &[(String, String)]) -> Option<(std::pat
     let (_, tail) = rest.split_once(TABLE_END)?;
     let spec = crate::load(files).ok()?;
     let read = |rel: &str| std::fs::read_to_string(root.join(rel)).unwrap_or_default();
-    let server: Vec<(&str, String)> = ["server/iggy-server/src/dispatch.rs", "server/metadata/src/machine.rs", "server/iggy-server/src/wire_users.rs"]
+    let server: Vec<(&str, String)> = ["server/iggy-server/src/service/dispatch.rs", "server/metadata/src/machine.rs", "server/iggy-server/src/service/user_commands.rs"]
         .iter()
         .map(|f| (*f, read(f)))
         .collect();

@@ -24,7 +24,10 @@ const FORBIDDEN_DEPENDENCIES: &[&str] = &[
 ];
 
 fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 fn dependency_names(manifest: &toml::Table) -> Vec<(String, String)> {
@@ -60,7 +63,11 @@ fn server_crates_do_not_depend_on_codegen_conformance_or_official_sdk() {
             }
         }
     }
-    assert!(violations.is_empty(), "forbidden dependencies:\n{}", violations.join("\n"));
+    assert!(
+        violations.is_empty(),
+        "forbidden dependencies:\n{}",
+        violations.join("\n")
+    );
 }
 
 #[test]
@@ -70,11 +77,148 @@ fn official_sdk_is_pinned_exactly() {
     let dependencies = manifest["workspace"]["dependencies"].as_table().unwrap();
     for name in ["iggy", "iggy_binary_protocol", "iggy_common"] {
         let requirement = dependencies[name].as_str().unwrap_or_else(|| {
-            dependencies[name]["version"].as_str().expect("a version requirement")
+            dependencies[name]["version"]
+                .as_str()
+                .expect("a version requirement")
         });
         assert!(
             requirement.starts_with('='),
             "{name} must be pinned with `=` (a caret on an edge version floats): {requirement}"
         );
     }
+}
+
+/// The server's layers, outermost first: a transport calls the service layer, the service
+/// layer calls the runtime, the runtime drives consensus groups; never the other way.
+const SERVER_LAYERS: &[&str] = &["transport", "service", "runtime", "consensus"];
+
+#[test]
+fn server_modules_form_no_cycle_and_import_only_inward() {
+    let src = workspace_root().join("server/iggy-server/src");
+    let sources = iggy_tidy::read_sources(&src);
+    for layer in SERVER_LAYERS {
+        assert!(
+            sources.contains_key(*layer),
+            "server/iggy-server/src/{layer}/mod.rs is missing"
+        );
+    }
+    let graph = iggy_tidy::module_graph(&sources);
+    let cycles = iggy_tidy::cycles(&graph);
+    assert!(
+        cycles.is_empty(),
+        "import cycles between server modules:\n{}",
+        cycles
+            .iter()
+            .map(|cycle| cycle.join(" <-> "))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    let backwards = iggy_tidy::backward_imports(&graph, SERVER_LAYERS);
+    assert!(
+        backwards.is_empty(),
+        "imports against the layer order {SERVER_LAYERS:?}:\n{}",
+        backwards.join("\n")
+    );
+}
+
+/// The crates that decide (sans-IO) and what each may depend on: no runtime, no server, no
+/// clock or randomness crate. Their sources must not reach the filesystem, the network or the
+/// clock through `std` either.
+const SANS_IO_CRATES: &[(&str, &[&str])] = &[
+    ("server/vsr", &["bytes", "twox-hash"]),
+    (
+        "server/metadata",
+        &["bytes", "twox-hash", "iggy-wire", "iggy-generated"],
+    ),
+];
+
+/// `std` paths a sans-IO crate may not name.
+const SANS_IO_BANNED_PATHS: &[&str] = &["std::fs", "std::net", "Instant::now", "SystemTime::now"];
+
+fn manifest(krate: &str) -> toml::Table {
+    let path = workspace_root().join(krate).join("Cargo.toml");
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|error| panic!("cannot read {}: {error}", path.display()))
+        .parse()
+        .expect("valid Cargo.toml")
+}
+
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut directories = vec![dir.to_path_buf()];
+    while let Some(directory) = directories.pop() {
+        for entry in std::fs::read_dir(&directory).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                directories.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
+            }
+        }
+    }
+    files
+}
+
+#[test]
+fn sans_io_crates_depend_only_on_their_allowed_crates_and_never_on_io() {
+    let mut violations = Vec::new();
+    for (krate, allowed) in SANS_IO_CRATES {
+        for (section, name) in dependency_names(&manifest(krate)) {
+            if section == "dependencies" && !allowed.contains(&name.as_str()) {
+                violations.push(format!("{krate}/Cargo.toml depends on {name}"));
+            }
+        }
+        let files = rust_files(&workspace_root().join(krate).join("src"));
+        assert!(!files.is_empty(), "{krate} has no sources");
+        for file in files {
+            let text = std::fs::read_to_string(&file).unwrap();
+            for (number, line) in text.lines().enumerate() {
+                let code = line.split("//").next().unwrap_or("");
+                for banned in SANS_IO_BANNED_PATHS {
+                    if code.contains(banned) {
+                        violations.push(format!(
+                            "{}:{}: names {banned}",
+                            file.display(),
+                            number + 1
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        violations.is_empty(),
+        "sans-IO violations:\n{}",
+        violations.join("\n")
+    );
+}
+
+#[test]
+fn no_crate_depends_on_the_server_and_storage_uses_compio_only_for_files() {
+    let mut violations = Vec::new();
+    for krate in SERVER_CRATES.iter().filter(|k| **k != "server/iggy-server") {
+        let manifest = manifest(krate);
+        for (section, name) in dependency_names(&manifest) {
+            if name == "iggy-server" {
+                violations.push(format!("{krate} [{section}] depends on the server"));
+            }
+        }
+        let compio = manifest
+            .get("dependencies")
+            .and_then(|d| d.get("compio"))
+            .and_then(|c| c.get("features"))
+            .and_then(|f| f.as_array());
+        if let Some(features) = compio {
+            if *krate != "server/storage" {
+                violations.push(format!("{krate} depends on compio"));
+            }
+            for feature in features.iter().filter_map(|f| f.as_str()) {
+                // The runtime and its io_uring driver run the file operations; no sockets.
+                if !["runtime", "io-uring", "fs"].contains(&feature) {
+                    violations.push(format!("{krate} uses compio feature {feature}"));
+                }
+            }
+        }
+    }
+    assert!(violations.is_empty(), "{}", violations.join("\n"));
 }

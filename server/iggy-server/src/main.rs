@@ -3,28 +3,15 @@
 //! runtime with its transports. See ARCHITECTURE.md for the request path.
 
 mod config;
-mod dispatch;
-mod frame;
-mod group;
-mod host;
-mod maintenance;
+mod consensus;
+mod runtime;
+mod service;
+mod transport;
 
-mod metadata_machine;
-
-mod node;
-
-mod partition;
-mod reconcile;
-mod replies;
-
-mod shard;
-mod snapshot;
 #[cfg(any(feature = "systemd", test))]
-mod systemd;
-mod tcp;
-mod users;
-mod wal;
-mod wire_users;
+use runtime::systemd;
+use runtime::{maintenance, node};
+use transport::tcp;
 
 use std::process::ExitCode;
 
@@ -247,15 +234,15 @@ async fn run(
     root: (String, String, bool),
 ) -> ExitCode {
     let (user, pw, generated) = root;
-    let node =
-        match node::Node::start(cfg.clone(), data, replica_id, (user.clone(), pw.clone())).await {
-            Ok(node) => node,
-            Err(error) => {
-                eprintln!("iggy-server: cannot open the data directory: {error}");
-                return ExitCode::FAILURE;
-            }
-        };
-    if generated && node.created_root() {
+    let node = match node::Node::start(cfg.clone(), data, replica_id).await {
+        Ok(node) => node,
+        Err(error) => {
+            eprintln!("iggy-server: cannot open the data directory: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    service::auth::ensure_root(&node, (user.clone(), pw.clone())).await;
+    if generated && node.root_created.get() {
         println!("root user {user:?} generated password: {pw}");
     }
     let listener = match bind_tcp(&cfg.tcp.address).await {

@@ -25,6 +25,12 @@ use std::hash::Hasher;
 /// of an expired session).
 pub const SYSTEM_CLIENT: u128 = u128::MAX;
 
+fn encode_request<T: iggy_wire::WireEncode>(value: &T) -> Vec<u8> {
+    let mut out = Vec::with_capacity(value.encoded_size());
+    value.encode_to(&mut out);
+    out
+}
+
 fn decode<'a, T: WireDecode<'a>>(bytes: &'a [u8]) -> Result<T, ErrorCode> {
     T::decode_exact(bytes).map_err(|_| ErrorCode::InvalidFormat)
 }
@@ -264,6 +270,22 @@ pub fn evict(metadata: &mut Metadata, client: u128) -> bool {
         metadata.leave_all_groups(client);
     }
     ended
+}
+
+/// The root user's create request, with its password already hashed.
+pub fn create_user_request(
+    username: &str,
+    password_hash: &str,
+    status: UserStatus,
+    permissions: Option<&crate::model::Permissions>,
+) -> Vec<u8> {
+    encode_request(&CreateUserRequest {
+        username,
+        password: password_hash,
+        status: status as u8,
+        permissions: permissions.map(crate::permissions::permissions_to_wire),
+        options: &[],
+    })
 }
 
 /// Encodes a session record for a register.

@@ -7,6 +7,9 @@ use crate::session::Sessions;
 use iggy_generated::errors::ErrorCode;
 use std::collections::BTreeMap;
 
+/// A partition by its stream, topic and partition ids.
+pub type PartitionKey = (u32, u32, u32);
+
 /// A resource named by number or by name (the wire `Identifier`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Ident {

@@ -383,6 +383,13 @@ pub fn user_header(user: &User) -> UserResponse<'_> {
     }
 }
 
+/// The reply to a token creation: the committed success with the new token, shown once.
+pub fn token_reply(token: &str) -> Vec<u8> {
+    let mut out = RESULT_OK.to_vec();
+    iggy_generated::payloads::RawPersonalAccessTokenResponse { token }.encode_to(&mut out);
+    out
+}
+
 /// Topic settings from a create request's options block.
 pub fn topic_settings(options: &[u8]) -> Result<TopicSettings, ErrorCode> {
     crate::options::validate(crate::options::TOPIC_OPTIONS, options, &[], true)?;

@@ -2,8 +2,8 @@
 //! [`iggy_metadata::machine`] and runs their effects on disk (partition logs opened or deleted),
 //! or, while the journal replays at start, collects them for one reconciliation.
 
-use crate::group::StateMachine;
-use crate::node::{PartitionKey, Shared};
+use crate::consensus::group::StateMachine;
+use crate::runtime::shared::{PartitionKey, Shared};
 use bytes::Bytes;
 use iggy_metadata::Effect;
 use iggy_metadata::machine;

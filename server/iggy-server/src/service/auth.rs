@@ -2,8 +2,9 @@
 //! user op needs, and the user ops of the metadata state machine. Passwords and tokens are
 //! hashed before they reach the journal; a new token is shown to its creator once.
 
-use crate::group::Outcome;
-use crate::node::{Node, Shared};
+use crate::consensus::group::Outcome;
+use crate::runtime::node::Node;
+use crate::runtime::shared::Shared;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use bytes::Bytes;
 use iggy_generated::errors::ErrorCode;
@@ -83,6 +84,28 @@ impl Shared {
     }
 }
 
+/// The root user is created by a committed op the first time the node starts.
+/// The root user is created by a committed op the first time the node starts.
+pub async fn ensure_root(node: &Node, (username, password): (String, String)) {
+    if node
+        .shared
+        .metadata
+        .borrow()
+        .users
+        .contains_key(&iggy_metadata::ROOT_USER_ID)
+    {
+        return;
+    }
+    let hash = hash_password(&password);
+    match create_root(node, &username, &hash).await {
+        Ok(()) => {
+            node.root_created.set(true);
+            tracing::info!("created root user {username:?}");
+        }
+        Err(code) => tracing::error!("cannot create the root user: {code:?}"),
+    }
+}
+
 /// Creates the root user through the metadata group, as the node's own client.
 pub async fn create_root(
     node: &Node,
@@ -102,9 +125,13 @@ pub async fn create_root(
         Outcome::Committed { .. } => {}
         _ => return Err(ErrorCode::CannotCreateStateDirectory),
     }
-    let request =
-        crate::wire_users::create_user_request(username, password_hash, UserStatus::Active, None);
-    let body = Envelope::encode(crate::dispatch::now_micros(), ROOT_USER_ID, &request);
+    let request = iggy_metadata::machine::create_user_request(
+        username,
+        password_hash,
+        UserStatus::Active,
+        None,
+    );
+    let body = Envelope::encode(crate::runtime::clock::now_micros(), ROOT_USER_ID, &request);
     match group
         .submit(SYSTEM_CLIENT, 1, Operation::CreateUser.to_repr(), body)
         .await
@@ -146,7 +173,7 @@ impl Prepared {
     /// The reply the client gets: the committed reply with the new token, if any.
     pub fn reveal(&self, reply: Bytes) -> Vec<u8> {
         match (&self.token, iggy_metadata::replies::rejection_of(&reply)) {
-            (Some(token), None) => crate::wire_users::token_reply(token),
+            (Some(token), None) => iggy_metadata::replies::token_reply(token),
             _ => reply.to_vec(),
         }
     }

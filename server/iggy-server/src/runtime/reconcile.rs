@@ -17,7 +17,7 @@
 //! creating op's number and the partition id), so the directory of a live incarnation never
 //! names a deleted one.
 
-use crate::node::PartitionKey;
+use iggy_metadata::PartitionKey;
 use std::collections::{BTreeMap, HashSet};
 
 /// What start-up does with one partition path.

@@ -2,11 +2,14 @@
 //! the generated codec, permission checks, and routing to the metadata group, a partition group
 //! or a read. Transport-independent: TCP, QUIC and WebSocket all call [`dispatch`].
 
-use crate::frame::{self, Admitted, ReplyMeta};
-use crate::group::{Outcome, refusal_error};
-use crate::node::{Node, PartitionKey};
-use crate::partition::{OffsetOwner, PartitionWrite, StartAt, WriteResult};
-use crate::replies;
+use crate::consensus::group::{Outcome, refusal_error};
+use crate::runtime::clock::now_micros;
+use crate::runtime::connection::{Bound, Connection};
+use crate::runtime::node::Node;
+use crate::runtime::partition::{OffsetOwner, PartitionWrite, StartAt, WriteResult};
+use crate::runtime::shared::PartitionKey;
+use crate::service::frame::{self, Admitted, ReplyMeta};
+use crate::service::replies;
 use bytes::Bytes;
 use iggy_generated::commands::{self, CommandInfo};
 use iggy_generated::errors::ErrorCode;
@@ -25,31 +28,6 @@ use iggy_metadata::replies::{self as model_replies, Codec};
 use iggy_metadata::{Ident, Need};
 use iggy_wire::WireDecode;
 use std::rc::Rc;
-
-/// What a connection knows about its peer, for `me` and the client list.
-#[derive(Debug, Clone)]
-pub struct ClientInfo {
-    pub id: u32,
-    pub address: String,
-    pub transport: &'static str,
-    pub user_id: Option<u32>,
-}
-
-/// The session a connection is bound to.
-#[derive(Debug, Clone, Copy)]
-pub struct Bound {
-    pub client: u128,
-    pub session: u64,
-    pub user_id: u32,
-    pub protocol: u32,
-}
-
-/// Per-connection state.
-#[derive(Debug, Default)]
-pub struct Connection {
-    pub id: u32,
-    pub bound: Option<Bound>,
-}
 
 /// What the transport does with the outcome.
 pub enum Dispatched {
@@ -98,12 +76,6 @@ impl Request<'_> {
     fn evict(&self, reason: EvictionReason) -> Dispatched {
         Dispatched::Close(frame::eviction(self.header.client, reason))
     }
-}
-
-pub fn now_micros() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as u64)
 }
 
 fn decode<'a, T: WireDecode<'a>>(body: &'a [u8]) -> Result<T, ErrorCode> {
@@ -275,9 +247,11 @@ async fn register(
     }
     let user_id = match login {
         Login::Password { username, password } => {
-            crate::users::verify_password(&node.shared, username, password)
+            crate::service::auth::verify_password(&node.shared, username, password)
         }
-        Login::Token(token) => crate::users::verify_token(&node.shared, token, now_micros()),
+        Login::Token(token) => {
+            crate::service::auth::verify_token(&node.shared, token, now_micros())
+        }
     };
     let user_id = match user_id {
         Ok(user_id) => user_id,
@@ -446,7 +420,7 @@ fn metadata_need(node: &Node, operation: Operation, body: &[u8]) -> Result<Need,
             let (s, t) = topic_of(&r.stream_id, &r.topic_id)?;
             Need::ManageTopic(s, t)
         }
-        _ => return crate::users::need(operation),
+        _ => return crate::service::auth::need(operation),
     })
 }
 
@@ -470,7 +444,7 @@ async fn metadata_write(
         .already_committed(bound.client, request.header.request)
         .await;
     let prepared = if retry {
-        crate::users::Prepared {
+        crate::service::auth::Prepared {
             body: None,
             // A token is shown once; a retry of its creation gets it again while this process
             // remembers it.
@@ -482,7 +456,7 @@ async fn metadata_write(
             return Err(ErrorCode::Unauthorized);
         }
         // Secrets are turned into hashes before they reach the journal.
-        crate::wire_users::prepare(&node.shared, operation, bound.user_id, body)?
+        crate::service::user_commands::prepare(&node.shared, operation, bound.user_id, body)?
     };
     let journaled = Envelope::encode(
         now_micros(),
@@ -987,7 +961,7 @@ async fn non_replicated(
             }
             Ok(request.reply(&model_replies::group_list(t)))
         }
-        _ => crate::wire_users::read(node, connection, request.header, code, body)
+        _ => crate::service::user_commands::read(node, connection, request.header, code, body)
             .await
             .map(|reply| request.reply(&reply)),
     }

@@ -1,9 +1,10 @@
 //! TCP transport: frames are a 256-byte request header then `size - 256` body bytes. The
 //! transport only moves bytes; admission and dispatch live in `frame` and `dispatch`.
 
-use crate::dispatch::{Connection, Dispatched};
-use crate::frame::{self, HEADER_SIZE};
-use crate::node::Node;
+use crate::runtime::connection::Connection;
+use crate::runtime::node::Node;
+use crate::service::dispatch::Dispatched;
+use crate::service::frame::{self, HEADER_SIZE};
 use compio::BufResult;
 use compio::buf::{IntoInner, IoBuf};
 use compio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
@@ -163,9 +164,14 @@ async fn serve_connection(
         let trace = tracing::enabled!(tracing::Level::DEBUG)
             .then(|| RequestTrace::begin(connection, &admitted, &body));
         node.in_flight.set(node.in_flight.get() + 1);
-        let dispatched =
-            crate::dispatch::dispatch_within(node, connection, admitted, body, request_timeout)
-                .await;
+        let dispatched = crate::service::dispatch::dispatch_within(
+            node,
+            connection,
+            admitted,
+            body,
+            request_timeout,
+        )
+        .await;
         node.in_flight.set(node.in_flight.get() - 1);
         if let Some(trace) = trace {
             trace.end(connection, &dispatched);

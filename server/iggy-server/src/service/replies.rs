@@ -2,8 +2,8 @@
 //! with the generated codec; the model's reply bodies are `iggy_metadata::replies`, fed the live
 //! partition figures through [`Figures`].
 
-use crate::node::{PartitionKey, Shared};
-use crate::partition::Polled;
+use crate::runtime::partition::Polled;
+use crate::runtime::shared::{PartitionKey, Shared};
 use iggy_generated::errors::ErrorCode;
 use iggy_generated::payloads::{
     ClusterMetadataResponse, ClusterMetadataResponseV0111, ClusterNodeResponse,

@@ -1,8 +1,9 @@
 //! Background upkeep on the node's runtime: topic retention (message expiry, maximum topic
 //! size) and the leases of sessions no connection is bound to.
 
-use crate::group::Outcome;
-use crate::node::{Node, PartitionKey, SessionActivity};
+use crate::consensus::group::Outcome;
+use crate::runtime::node::Node;
+use crate::runtime::shared::{PartitionKey, SessionActivity};
 use iggy_generated::frames::Operation;
 use iggy_metadata::Metadata;
 use iggy_metadata::machine::Envelope;
@@ -41,7 +42,7 @@ fn retention_limits(metadata: &Metadata) -> Vec<(PartitionKey, Option<u64>, Opti
 
 fn retention(node: &Node) {
     let limits = retention_limits(&node.shared.metadata.borrow());
-    let now = crate::dispatch::now_micros();
+    let now = crate::runtime::clock::now_micros();
     for (key, expiry, max_size) in limits {
         if (expiry.is_some() || max_size.is_some())
             && let Some(partition) = node.shared.partition(key)
@@ -76,7 +77,7 @@ async fn expire_sessions(node: &Node, lease: Duration) {
     for client in expired(node, lease, Instant::now()) {
         let request = node.shared.metadata.borrow().system_requests + 1;
         let body = Envelope::encode(
-            crate::dispatch::now_micros(),
+            crate::runtime::clock::now_micros(),
             iggy_metadata::ROOT_USER_ID,
             &client.to_le_bytes(),
         );

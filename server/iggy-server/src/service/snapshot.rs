@@ -1,7 +1,7 @@
 //! System snapshot (command 11): a ZIP archive of diagnostic files for an operator or a bug
 //! report. Entries are stored uncompressed whatever compression the client asks for.
 
-use crate::node::Node;
+use crate::runtime::node::Node;
 use iggy_generated::errors::ErrorCode;
 use std::io::Write;
 

@@ -1,22 +1,22 @@
 //! User, token, client and system commands on the wire: generated request and response types
 //! to and from the metadata model.
 
-use crate::dispatch::Connection;
-use crate::node::{Node, Shared};
-use crate::users::{Prepared, hash_password, new_token};
+use crate::runtime::connection::Connection;
+use crate::runtime::node::Node;
+use crate::runtime::shared::Shared;
+use crate::service::auth::{Prepared, hash_password, new_token};
 use iggy_generated::errors::ErrorCode;
 use iggy_generated::frames::{Operation, RequestHeader};
 use iggy_generated::payloads::{
     ChangePasswordRequest, ClientDetailsResponse, ClientResponse, ConsumerGroupInfoResponse,
     CreatePersonalAccessTokenRequest, CreateUserRequest, DescribeOptionsResponse, GetClientRequest,
-    GetUserRequest, PersonalAccessTokenResponse, RawPersonalAccessTokenResponse, StatsResponse,
-    StreamResourcePatch, TopicResourcePatch, UpdateResourceRequest,
+    GetUserRequest, PersonalAccessTokenResponse, StatsResponse, StreamResourcePatch,
+    TopicResourcePatch, UpdateResourceRequest,
 };
 use iggy_metadata::machine::ident;
 use iggy_metadata::machine::{status_from_wire, token_record};
-use iggy_metadata::permissions::permissions_to_wire;
 use iggy_metadata::replies::{Codec, user_details, user_header, user_header_v0111};
-use iggy_metadata::{Metadata, Need, Permissions, UserStatus};
+use iggy_metadata::{Metadata, Need};
 use iggy_wire::{WireDecode, WireEncode};
 
 fn encode<T: WireEncode>(value: &T) -> Vec<u8> {
@@ -38,28 +38,6 @@ fn check_password(password: &str) -> Result<(), ErrorCode> {
     } else {
         Err(ErrorCode::InvalidPassword)
     }
-}
-
-/// The root user's create request, with its password already hashed.
-pub fn create_user_request(
-    username: &str,
-    password_hash: &str,
-    status: UserStatus,
-    permissions: Option<&Permissions>,
-) -> Vec<u8> {
-    encode(&CreateUserRequest {
-        username,
-        password: password_hash,
-        status: status as u8,
-        permissions: permissions.map(permissions_to_wire),
-        options: &[],
-    })
-}
-
-pub fn token_reply(token: &str) -> Vec<u8> {
-    let mut out = iggy_metadata::replies::RESULT_OK.to_vec();
-    RawPersonalAccessTokenResponse { token }.encode_to(&mut out);
-    out
 }
 
 /// Checks what only the primary can check (current passwords, the target of a password change)
@@ -162,7 +140,10 @@ fn argon2_check(hash: &str, password: &str) -> bool {
 
 // ----- reads -----
 
-fn client_response<'a>(info: &'a crate::dispatch::ClientInfo, groups: u32) -> ClientResponse<'a> {
+fn client_response<'a>(
+    info: &'a crate::runtime::connection::ClientInfo,
+    groups: u32,
+) -> ClientResponse<'a> {
     ClientResponse {
         client_id: info.id,
         user_id: info.user_id.unwrap_or(u32::MAX),
@@ -299,7 +280,7 @@ pub async fn read(
                 return Err(ErrorCode::Unauthorized);
             }
             let request: iggy_generated::payloads::GetSnapshotRequest = decode(body)?;
-            crate::snapshot::archive(node, request.snapshot_types)
+            crate::service::snapshot::archive(node, request.snapshot_types)
         }
         13 => {
             use iggy_generated::payloads::{
@@ -365,9 +346,9 @@ fn stats(node: &Node) -> Vec<u8> {
                 (s + info.size_bytes, m + info.messages, g + info.segments)
             });
     let run_time = shared.started_at.elapsed().as_micros() as u64;
-    let now = crate::dispatch::now_micros();
+    let now = crate::runtime::clock::now_micros();
     let version = iggy_generated::protocol::RELEASE_VERSION;
-    let host = crate::host::figures(shared.data.root());
+    let host = crate::runtime::host::figures(shared.data.root());
     encode(&StatsResponse {
         process_id: std::process::id(),
         cpu_usage: host.cpu_usage.to_bits(),

@@ -3,10 +3,10 @@
 //! the group's VSR replica; reads are queued behind the writes already accepted, so a poll
 //! sees every acknowledged send.
 
-use crate::group::{
+use crate::consensus::group::{
     Checkpointing, Durability, Group, GroupHandle, Journal, Outcome, StateMachine, read_checkpoint,
 };
-use crate::wal::{FileJournal, JournalEntry};
+use crate::consensus::wal::{FileJournal, JournalEntry};
 use bytes::Bytes;
 use futures_channel::oneshot;
 use iggy_generated::errors::ErrorCode;
@@ -910,7 +910,7 @@ impl PartitionHandle {
             .await
         {
             Outcome::Committed { op, reply } => Ok((op, WriteResult::decode(&reply))),
-            Outcome::Refused(refusal) => Err(crate::group::refusal_error(&refusal)),
+            Outcome::Refused(refusal) => Err(crate::consensus::group::refusal_error(&refusal)),
             Outcome::Failed => Err(ErrorCode::CannotAppendMessage),
         }
     }

@@ -12,7 +12,7 @@
 //! the recovery walk as out of sequence (the file never holds more than one checkpoint's worth
 //! of journal plus one record).
 
-use crate::group::Journal;
+use crate::consensus::group::Journal;
 use bytes::Bytes;
 use compio::fs::{File, OpenOptions};
 use compio::io::AsyncWriteAtExt;

@@ -1,0 +1,4 @@
+//! Consensus groups: the I/O shell around an `iggy_vsr::Replica` and its journal file.
+
+pub mod group;
+pub mod wal;

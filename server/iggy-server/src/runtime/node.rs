@@ -1,0 +1,224 @@
+//! A running node: the metadata group, the partition groups it owns and what connections
+//! share. Everything here lives on one compio runtime thread, so plain `RefCell`s suffice: no
+//! borrow is held across an `.await`.
+
+use crate::config::Config;
+use crate::consensus::group::{Checkpointing, Durability, Group, GroupHandle, read_checkpoint};
+use crate::consensus::wal::{FileJournal, JournalEntry};
+use crate::runtime::metadata_machine::MetadataMachine;
+use crate::runtime::shared::Shared;
+use iggy_metadata::Metadata;
+use iggy_storage::DataDir;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+
+/// Counts open connections against `limits.max_connections`.
+pub struct ConnectionLimiter {
+    open: Cell<usize>,
+    max: usize,
+}
+
+pub struct ConnectionGuard {
+    limiter: Rc<Node>,
+}
+
+impl Drop for ConnectionGuard {
+    fn drop(&mut self) {
+        let open = &self.limiter.connections.open;
+        open.set(open.get() - 1);
+    }
+}
+
+/// The node as connections see it.
+pub struct Node {
+    pub shared: Rc<Shared>,
+    pub metadata: GroupHandle<()>,
+    pub connections: ConnectionLimiter,
+    /// Connection ids handed out, for `me` and client listings.
+    pub next_connection: Cell<u32>,
+    pub clients: RefCell<HashMap<u32, crate::runtime::connection::ClientInfo>>,
+    /// Whether this start created the root user (its password is then shown once).
+    pub root_created: Cell<bool>,
+    /// Connections being refused at capacity (each gets an answer before it closes).
+    pub refusals: Cell<usize>,
+    /// Requests being handled now, for the drain at shutdown.
+    pub in_flight: Cell<usize>,
+    /// Personal access tokens lately shown to their creators, by (client, request): a retry
+    /// whose first reply was lost gets its token again. Never journaled; see `remember_token`.
+    shown_tokens: RefCell<std::collections::VecDeque<((u128, u64), String)>>,
+}
+
+/// How many shown tokens a node remembers for retries.
+const SHOWN_TOKENS_MAX: usize = 64;
+
+impl Node {
+    /// Remembers a token shown for `request` of `client`, for a retry of that request.
+    pub fn remember_token(&self, client: u128, request: u64, token: &str) {
+        let mut shown = self.shown_tokens.borrow_mut();
+        if shown.len() == SHOWN_TOKENS_MAX {
+            shown.pop_front();
+        }
+        shown.push_back(((client, request), token.to_string()));
+    }
+
+    /// The token shown for `request` of `client`, if this process still remembers it.
+    pub fn shown_token(&self, client: u128, request: u64) -> Option<String> {
+        self.shown_tokens
+            .borrow()
+            .iter()
+            .find(|(key, _)| *key == (client, request))
+            .map(|(_, token)| token.clone())
+    }
+
+    /// Admits one more connection, or `None` at the limit.
+    pub fn admit(self: &Rc<Self>) -> Option<ConnectionGuard> {
+        let open = &self.connections.open;
+        if open.get() >= self.connections.max {
+            return None;
+        }
+        open.set(open.get() + 1);
+        Some(ConnectionGuard {
+            limiter: self.clone(),
+        })
+    }
+
+    /// Waits until no request is in flight (or `limit` passes), then makes every partition's
+    /// log durable: what was acknowledged is on disk when the process exits.
+    pub async fn drain(&self, limit: std::time::Duration) {
+        let deadline = std::time::Instant::now() + limit;
+        while self.in_flight.get() > 0 && std::time::Instant::now() < deadline {
+            compio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        let partitions: Vec<_> = self
+            .shared
+            .partitions
+            .borrow()
+            .values()
+            .map(|e| e.handle.clone())
+            .collect();
+        for partition in partitions {
+            partition.sync().await;
+        }
+    }
+
+    /// Opens the metadata journal and replays it (which reopens every partition).
+    pub async fn start(config: Config, data: DataDir, replica_id: u8) -> std::io::Result<Rc<Node>> {
+        let durability = match config.system.durability.as_str() {
+            "persisted" => Durability::Persisted,
+            _ => Durability::Replicated,
+        };
+        let max_connections = config.limits.max_connections;
+        let shard_count = config.shard_count();
+        let shared = Rc::new(Shared {
+            config,
+            data,
+            durability,
+            replica_id,
+            metadata: RefCell::new(Metadata::default()),
+            partitions: RefCell::new(HashMap::new()),
+            started_at: std::time::Instant::now(),
+            shards: crate::runtime::shard::Shards::start(shard_count)?,
+            session_connections: RefCell::new(HashMap::new()),
+            session_activity: RefCell::new(HashMap::new()),
+        });
+        let metadata_dir = shared.data.root().join("metadata");
+        std::fs::create_dir_all(&metadata_dir)?;
+        // The checkpoint holds the model as of its op (the spec's MetadataSnapshot); the
+        // journal holds the ops after it.
+        let checkpoint_path = metadata_dir.join("checkpoint");
+        let (checkpoint, checkpoint_op) = match read_checkpoint(&checkpoint_path).await? {
+            Some((replica, state)) => {
+                let model = iggy_metadata::snapshot::decode(&state)
+                    .map_err(|why| std::io::Error::new(std::io::ErrorKind::InvalidData, why))?;
+                *shared.metadata.borrow_mut() = model;
+                let op = replica.op;
+                (Some(replica), op)
+            }
+            None => (None, 0),
+        };
+        // Partitions are opened once the journal has been replayed into the model: see
+        // `MetadataMachine::replayed` and `Shared::reconcile_partitions`.
+        let journal_path = metadata_dir.join("journal.wal");
+        let (journal, entries) = FileJournal::open(&journal_path, checkpoint_op).await?;
+        // The metadata machine stows nothing: a stand-in here is not a journal of ours.
+        let entries = entries
+            .into_iter()
+            .map(|entry| match entry {
+                JournalEntry::Whole(entry) => Ok(entry),
+                JournalEntry::Stowed(entry) => Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!(
+                        "journal {}: op {} holds a stand-in, but metadata ops are journaled whole",
+                        journal_path.display(),
+                        entry.op
+                    ),
+                )),
+            })
+            .collect::<std::io::Result<Vec<_>>>()?;
+        tracing::info!(
+            "metadata: checkpoint at op {checkpoint_op}, replaying {} journaled ops",
+            entries.len()
+        );
+        let machine = MetadataMachine::replaying(shared.clone());
+        let checkpointing = Checkpointing {
+            path: checkpoint_path,
+            journal_bytes: shared.config.system.checkpoint_journal_bytes,
+            journal_ops: shared.config.system.checkpoint_journal_ops.max(1),
+        };
+        let group = Group::open(
+            shared.vsr_config(),
+            journal,
+            checkpoint,
+            entries,
+            machine,
+            durability,
+            false,
+            Some(checkpointing),
+        )
+        .await;
+        let metadata = group.spawn();
+        let node = Rc::new(Node {
+            shared,
+            metadata,
+            connections: ConnectionLimiter {
+                open: Cell::new(0),
+                max: max_connections,
+            },
+            next_connection: Cell::new(1),
+            clients: RefCell::new(HashMap::new()),
+            root_created: Cell::new(false),
+            refusals: Cell::new(0),
+            in_flight: Cell::new(0),
+            shown_tokens: RefCell::new(std::collections::VecDeque::new()),
+        });
+        Ok(node)
+    }
+}
+
+impl Node {
+    /// Registers a new connection for `me` and the client list.
+    pub fn open_connection(
+        &self,
+        address: String,
+        transport: &'static str,
+    ) -> crate::runtime::connection::Connection {
+        let id = self.next_connection.get();
+        self.next_connection.set(id.wrapping_add(1).max(1));
+        let info = crate::runtime::connection::ClientInfo {
+            id,
+            address,
+            transport,
+            user_id: None,
+        };
+        self.clients.borrow_mut().insert(id, info);
+        crate::runtime::connection::Connection { id, bound: None }
+    }
+
+    pub fn close_connection(&self, connection: &crate::runtime::connection::Connection) {
+        self.clients.borrow_mut().remove(&connection.id);
+        if let Some(bound) = connection.bound {
+            self.shared.session_unbound(bound.client);
+        }
+    }
+}

@@ -1,0 +1,4 @@
+//! Transports: each reads whole request frames from its connections and writes the replies the
+//! service layer returns. Nothing here knows a command.
+
+pub mod tcp;
