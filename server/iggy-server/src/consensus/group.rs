@@ -5,11 +5,12 @@
 //! Requests that arrive together are prepared together and made durable with one journal
 //! sync (group commit) before any of them is acknowledged.
 
+use crate::consensus::core::{CheckpointPolicy, GroupCore, Pending, Step};
+pub use crate::consensus::core::{Durability, Outcome};
 use bytes::Bytes;
 use futures_channel::{mpsc, oneshot};
 use futures_util::StreamExt;
-use iggy_vsr::{Action, Config, Entry, OPERATION_REGISTER, Refusal, Replica};
-use std::collections::HashMap;
+use iggy_vsr::{Config, Entry, Refusal};
 
 /// Where a group's prepares are journaled.
 pub trait Journal {
@@ -178,25 +179,7 @@ pub async fn read_checkpoint(
     Ok(Some((replica, state)))
 }
 
-/// The answer to a submitted write.
-#[derive(Debug, Clone)]
-pub enum Outcome {
-    Committed {
-        op: u64,
-        reply: Bytes,
-    },
-    Refused(Refusal),
-    /// The journal failed; nothing was acknowledged.
-    Failed,
-}
-
-struct Submit {
-    client: u128,
-    request: u64,
-    operation: u8,
-    body: Bytes,
-    done: oneshot::Sender<Outcome>,
-}
+type Submit = Pending<oneshot::Sender<Outcome>>;
 
 enum Job<R> {
     Write(Submit),
@@ -233,7 +216,7 @@ impl<R> GroupHandle<R> {
             request,
             operation,
             body,
-            done,
+            waiter: done,
         });
         if self.jobs.unbounded_send(job).is_err() {
             return Outcome::Failed;
@@ -274,32 +257,13 @@ impl<R> GroupHandle<R> {
     }
 }
 
-/// Durability of acknowledged writes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Durability {
-    /// Journaled (written to the OS) before the reply; survives a process crash.
-    Replicated,
-    /// Journal fsynced before the reply; survives a machine crash.
-    Persisted,
-}
-
-/// One group's task state.
+/// One group's task: the sans-IO core and the I/O it asks for.
 pub struct Group<J: Journal, S: StateMachine> {
-    replica: Replica,
+    core: GroupCore<oneshot::Sender<Outcome>>,
     journal: J,
     state: S,
-    durability: Durability,
-    waiting: HashMap<(u128, u64), Vec<oneshot::Sender<Outcome>>>,
-    /// Requests held back until their client's implicit register commits.
-    registering: HashMap<u128, Vec<Submit>>,
-    /// Whether this group registers unknown clients itself (partition groups do; the metadata
-    /// group registers them through an explicit login).
-    implicit_register: bool,
-    checkpointing: Option<Checkpointing>,
-    /// Body bytes of the ops prepared since the last checkpoint, even when the journal file
-    /// holds only stand-ins: a replica with peers holds them in memory until a checkpoint, and
-    /// a recovery reads stowed ones back from the log, so the checkpoint byte limit bounds both.
-    held_bytes: u64,
+    /// Where the checkpoint goes (the core decides when).
+    checkpoint_path: Option<std::path::PathBuf>,
 }
 
 impl<J: Journal, S: StateMachine> Group<J, S> {
@@ -315,52 +279,40 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
         implicit_register: bool,
         checkpointing: Option<Checkpointing>,
     ) -> Self {
-        let nonce = entries.len() as u64 + 1;
-        let held_bytes = entries.iter().map(|entry| entry.body.len() as u64).sum();
-        let replica = match checkpoint {
-            Some(checkpoint) => Replica::open_from_checkpoint(config, checkpoint, entries, nonce),
-            None => Replica::open(config, entries, nonce),
-        };
+        let policy = checkpointing.as_ref().map(|c| CheckpointPolicy {
+            journal_bytes: c.journal_bytes,
+            journal_ops: c.journal_ops,
+        });
+        let core = GroupCore::open(
+            config,
+            checkpoint,
+            entries,
+            durability,
+            implicit_register,
+            policy,
+        );
         let mut group = Group {
-            replica,
+            core,
             journal,
             state,
-            durability,
-            waiting: HashMap::new(),
-            registering: HashMap::new(),
-            implicit_register,
-            checkpointing,
-            held_bytes,
+            checkpoint_path: checkpointing.map(|c| c.path),
         };
         group.drive().await;
-        group.release_applied_bodies();
+        group.core.release_applied_bodies();
         group.state.replayed().await;
         group
     }
 
-    /// A group of one has applied its committed ops and no peer will ask for them: their
-    /// bodies (a send's batch: the received buffer) go back to the allocator now, not at the
-    /// next checkpoint.
-    fn release_applied_bodies(&mut self) {
-        if self.replica.is_solo() {
-            self.replica.release_committed_bodies();
-        }
-    }
-
-    /// Takes a checkpoint when the journal has grown past the limits and every prepared op is
-    /// committed: the state machine makes its effects durable, the checkpoint is written, and
-    /// the journal and the replica's in-memory log are emptied.
+    /// Takes a checkpoint when the core says one is due: the state machine makes its effects
+    /// durable, the checkpoint is written, and the journal and the replica's in-memory log are
+    /// emptied.
     async fn maybe_checkpoint(&mut self) {
-        let Some(checkpointing) = &self.checkpointing else {
+        let (Some(path), Some(op)) = (
+            self.checkpoint_path.clone(),
+            self.core.checkpoint_due(self.journal.len_bytes()),
+        ) else {
             return;
         };
-        let op = self.replica.op();
-        let grown = self.journal.len_bytes().max(self.held_bytes) >= checkpointing.journal_bytes
-            || self.replica.journal_len() >= checkpointing.journal_ops;
-        if !grown || op == 0 || self.replica.commit_min() != op {
-            return;
-        }
-        let path = checkpointing.path.clone();
         let state = match self.state.checkpoint().await {
             Ok(state) => state,
             Err(error) => {
@@ -370,7 +322,7 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                 );
             }
         };
-        let replica = self.replica.checkpoint(op).encode();
+        let replica = self.core.checkpoint_record(op);
         if let Err(error) = write_checkpoint(&path, &replica, &state).await {
             // The journal still holds every op; the next attempt retries.
             return tracing::error!("checkpoint {}: {error}", path.display());
@@ -381,7 +333,7 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                 path.display()
             );
         }
-        self.held_bytes = 0;
+        self.core.checkpointed();
     }
 
     /// Spawns the group's task on the current compio runtime.
@@ -412,7 +364,7 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                 }
             }
             self.drive().await;
-            self.release_applied_bodies();
+            self.core.release_applied_bodies();
             self.maybe_checkpoint().await;
         };
         // Jobs behind the stop fail; the journal and the state machine's files close here.
@@ -431,7 +383,7 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                 self.drive().await;
                 self.state.read(read).await;
             }
-            Job::Write(submit) => self.on_submit(submit),
+            Job::Write(submit) => self.core.submit(submit),
             Job::Stop(done) => return Some(done),
             Job::Committed {
                 client,
@@ -439,77 +391,23 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                 done,
             } => {
                 self.drive().await;
-                let latest = self
-                    .replica
-                    .clients()
-                    .get(client)
-                    .map(|session| session.request);
-                let _ = done.send(latest.is_some_and(|latest| request <= latest));
+                let _ = done.send(self.core.already_committed(client, request));
             }
         }
         None
     }
 
-    fn on_submit(&mut self, submit: Submit) {
-        let known = self.replica.clients().get(submit.client).is_some();
-        if self.implicit_register && !known && submit.operation != OPERATION_REGISTER {
-            let queue = self.registering.entry(submit.client).or_default();
-            if queue.is_empty() {
-                self.replica
-                    .on_request(submit.client, 0, OPERATION_REGISTER, Bytes::new());
-            }
-            queue.push(submit);
-            return;
-        }
-        self.forward(submit);
-    }
-
-    fn forward(&mut self, submit: Submit) {
-        let Submit {
-            client,
-            request,
-            operation,
-            body,
-            done,
-        } = submit;
-        self.waiting
-            .entry((client, request))
-            .or_default()
-            .push(done);
-        self.replica.on_request(client, request, operation, body);
-    }
-
-    /// Executes the replica's actions until it has nothing left to do.
+    /// Carries out the core's steps until it has nothing left to do.
     async fn drive(&mut self) {
-        let mut unsynced = Vec::new();
-        let mut must_sync = false;
-        loop {
-            let Some(action) = self.replica.poll_action() else {
-                if unsynced.is_empty() {
-                    return;
-                }
-                let sync = must_sync || self.durability == Durability::Persisted;
-                must_sync = false;
-                if sync {
-                    let (journal, stowed) =
-                        futures_util::future::join(self.journal.sync(), self.state.sync_stowed())
-                            .await;
-                    if journal.is_err() || stowed.is_err() {
-                        return self.journal_failed();
-                    }
-                }
-                for op in unsynced.drain(..) {
-                    self.replica.on_write_done(op);
-                }
-                continue;
-            };
-            match action {
-                Action::WritePrepare { op, entry } => {
+        while let Some(step) = self.core.poll() {
+            match step {
+                Step::Journal { op, entry } => {
                     let stand_in = match self.state.stow(&entry).await {
                         Ok(stand_in) => stand_in,
                         Err(error) => {
                             tracing::error!("op {op}: body not stored: {error}");
-                            return self.journal_failed();
+                            self.journal_failed();
+                            continue;
                         }
                     };
                     if self
@@ -518,73 +416,45 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                         .await
                         .is_err()
                     {
-                        return self.journal_failed();
+                        self.journal_failed();
+                        continue;
                     }
-                    self.held_bytes += entry.body.len() as u64;
-                    must_sync |= self.state.persisted(entry.operation);
-                    unsynced.push(op);
+                    let must_sync = self.state.persisted(entry.operation);
+                    self.core.journaled(op, must_sync);
                 }
-                Action::TruncateJournal { after_op } => {
+                Step::Sync => {
+                    let (journal, stowed) =
+                        futures_util::future::join(self.journal.sync(), self.state.sync_stowed())
+                            .await;
+                    if journal.is_err() || stowed.is_err() {
+                        self.journal_failed();
+                        continue;
+                    }
+                    self.core.synced();
+                }
+                Step::Truncate { after_op } => {
                     if self.journal.truncate_after(after_op).await.is_err()
                         || self.state.unstow_after(after_op).await.is_err()
                     {
-                        return self.journal_failed();
+                        self.journal_failed();
                     }
                 }
-                Action::Commit {
+                Step::Apply {
                     op,
                     client,
                     operation,
                     body,
-                    ..
                 } => {
                     let reply = self.state.apply(op, client, operation, body).await;
-                    self.replica.on_committed_reply(op, reply);
+                    self.core.applied(op, reply);
                 }
-                Action::Registered { op, client, body } => {
+                Step::Registered { op, client, body } => {
                     self.state.registered(op, client, &body);
-                    if let Some(held) = self.registering.remove(&client) {
-                        for submit in held {
-                            self.forward(submit);
-                        }
-                    }
                 }
-                Action::Reply {
-                    client,
-                    request,
-                    op,
-                    reply,
-                } => {
-                    self.answer(client, request, Outcome::Committed { op, reply });
+                Step::Evicted { client } => self.state.evicted(client),
+                Step::Answer { waiter, outcome } => {
+                    let _ = waiter.send(outcome);
                 }
-                Action::Refuse {
-                    client,
-                    request,
-                    refusal,
-                } => {
-                    if let Some(held) = self.registering.remove(&client) {
-                        for submit in held {
-                            let _ = submit.done.send(Outcome::Refused(refusal.clone()));
-                        }
-                    }
-                    self.answer(client, request, Outcome::Refused(refusal));
-                }
-                // A group of one has no peers.
-                Action::Send { .. } => {}
-                Action::Evicted { client } => {
-                    self.state.evicted(client);
-                    for submit in self.registering.remove(&client).unwrap_or_default() {
-                        let _ = submit.done.send(Outcome::Refused(Refusal::SessionUnknown));
-                    }
-                }
-            }
-        }
-    }
-
-    fn answer(&mut self, client: u128, request: u64, outcome: Outcome) {
-        if let Some(waiters) = self.waiting.remove(&(client, request)) {
-            for waiter in waiters {
-                let _ = waiter.send(outcome.clone());
             }
         }
     }
@@ -593,10 +463,6 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
     /// the group stops accepting (the operator must look at the disk).
     fn journal_failed(&mut self) {
         tracing::error!("journal write failed; failing every pending request of this group");
-        for (_, waiters) in self.waiting.drain() {
-            for waiter in waiters {
-                let _ = waiter.send(Outcome::Failed);
-            }
-        }
+        self.core.failed();
     }
 }

@@ -1,0 +1,561 @@
+//! The decisions of one consensus group, sans-IO: a [`GroupCore`] owns the `iggy_vsr::Replica`,
+//! the requests waiting for their commit, the requests held until their client's implicit
+//! register commits, the journal-sync batching (group commit) and the checkpoint policy. It
+//! takes inputs (a submitted request, "journaled", "synced", "applied", "failed") and hands out
+//! [`Step`]s for the shell to carry out; it never awaits, reads a clock or touches a file, so a
+//! test drives it with plain calls (see the tests below) and the compio task in `group.rs` is
+//! a loop that performs each step.
+
+use bytes::Bytes;
+use iggy_vsr::{Action, Config, Entry, OPERATION_REGISTER, Refusal, Replica};
+use std::collections::{HashMap, VecDeque};
+
+/// Durability of acknowledged writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// Journaled (written to the OS) before the reply; survives a process crash.
+    Replicated,
+    /// Journal fsynced before the reply; survives a machine crash.
+    Persisted,
+}
+
+/// The answer to a submitted write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Committed {
+        op: u64,
+        reply: Bytes,
+    },
+    Refused(Refusal),
+    /// The journal failed; nothing was acknowledged.
+    Failed,
+}
+
+/// A client request waiting to be proposed, with whatever the shell uses to answer it.
+pub struct Pending<W> {
+    pub client: u128,
+    pub request: u64,
+    pub operation: u8,
+    pub body: Bytes,
+    pub waiter: W,
+}
+
+/// When a group takes a checkpoint.
+#[derive(Debug, Clone, Copy)]
+pub struct CheckpointPolicy {
+    /// Once the journal holds this many bytes (or the replica this many bytes of op bodies in
+    /// memory)...
+    pub journal_bytes: u64,
+    /// ...or this many ops.
+    pub journal_ops: usize,
+}
+
+/// What the shell must do next. Steps that end in an input say which.
+#[derive(Debug)]
+pub enum Step<W> {
+    /// Journal `entry` (its body stowed by the state machine, or in the record), then call
+    /// [`GroupCore::journaled`].
+    Journal { op: u64, entry: Entry },
+    /// Make every journaled op durable (journal and stowed bodies), then call
+    /// [`GroupCore::synced`].
+    Sync,
+    /// Drop every journaled op above `after_op` and its stowed body.
+    Truncate { after_op: u64 },
+    /// Apply the committed op to the state machine, then call [`GroupCore::applied`].
+    Apply {
+        op: u64,
+        client: u128,
+        operation: u8,
+        body: Bytes,
+    },
+    /// A register committed at `op`: the state machine records the session.
+    Registered { op: u64, client: u128, body: Bytes },
+    /// The replica evicted `client` from its client table.
+    Evicted { client: u128 },
+    /// Hand `outcome` to the waiter.
+    Answer { waiter: W, outcome: Outcome },
+}
+
+pub struct GroupCore<W> {
+    replica: Replica,
+    durability: Durability,
+    waiting: HashMap<(u128, u64), Vec<W>>,
+    /// Requests held back until their client's implicit register commits.
+    registering: HashMap<u128, Vec<Pending<W>>>,
+    /// Whether this group registers unknown clients itself (partition groups do; the metadata
+    /// group registers them through an explicit login).
+    implicit_register: bool,
+    policy: Option<CheckpointPolicy>,
+    /// Body bytes of the ops prepared since the last checkpoint, even when the journal file
+    /// holds only stand-ins: a replica with peers holds them in memory until a checkpoint, and
+    /// a recovery reads stowed ones back from the log, so the checkpoint byte limit bounds both.
+    held_bytes: u64,
+    /// Journaled ops not yet reported written to the replica (group commit: one sync for all).
+    unsynced: Vec<u64>,
+    /// Whether one of `unsynced` must be fsynced whatever the group's durability.
+    must_sync: bool,
+    /// A step was handed out whose input has not arrived yet.
+    awaiting: Option<Awaiting>,
+    answers: VecDeque<(W, Outcome)>,
+    /// The journal failed: nothing more is accepted or acknowledged.
+    failed: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Awaiting {
+    Journaled(u64),
+    Synced,
+    Applied(u64),
+}
+
+impl<W> GroupCore<W> {
+    /// A group over its recovered journal prefix (and checkpoint); [`Self::poll`] then replays
+    /// the prefix as `Apply` steps.
+    pub fn open(
+        config: Config,
+        checkpoint: Option<iggy_vsr::Checkpoint>,
+        entries: Vec<Entry>,
+        durability: Durability,
+        implicit_register: bool,
+        policy: Option<CheckpointPolicy>,
+    ) -> Self {
+        let nonce = entries.len() as u64 + 1;
+        let held_bytes = entries.iter().map(|entry| entry.body.len() as u64).sum();
+        let replica = match checkpoint {
+            Some(checkpoint) => Replica::open_from_checkpoint(config, checkpoint, entries, nonce),
+            None => Replica::open(config, entries, nonce),
+        };
+        GroupCore {
+            replica,
+            durability,
+            waiting: HashMap::new(),
+            registering: HashMap::new(),
+            implicit_register,
+            policy,
+            held_bytes,
+            unsynced: Vec::new(),
+            must_sync: false,
+            awaiting: None,
+            answers: VecDeque::new(),
+            failed: false,
+        }
+    }
+
+    /// A client request. An unknown client of a group that registers implicitly is registered
+    /// first; its requests wait for that register.
+    pub fn submit(&mut self, pending: Pending<W>) {
+        if self.failed {
+            self.answers.push_back((pending.waiter, Outcome::Failed));
+            return;
+        }
+        let known = self.replica.clients().get(pending.client).is_some();
+        if self.implicit_register && !known && pending.operation != OPERATION_REGISTER {
+            let queue = self.registering.entry(pending.client).or_default();
+            if queue.is_empty() {
+                self.replica
+                    .on_request(pending.client, 0, OPERATION_REGISTER, Bytes::new());
+            }
+            queue.push(pending);
+            return;
+        }
+        self.forward(pending);
+    }
+
+    fn forward(&mut self, pending: Pending<W>) {
+        let Pending {
+            client,
+            request,
+            operation,
+            body,
+            waiter,
+        } = pending;
+        self.waiting
+            .entry((client, request))
+            .or_default()
+            .push(waiter);
+        self.replica.on_request(client, request, operation, body);
+    }
+
+    /// The next step, or `None` when nothing is left to do until an input arrives.
+    pub fn poll(&mut self) -> Option<Step<W>> {
+        loop {
+            if let Some((waiter, outcome)) = self.answers.pop_front() {
+                return Some(Step::Answer { waiter, outcome });
+            }
+            if self.failed || self.awaiting.is_some() {
+                return None;
+            }
+            let Some(action) = self.replica.poll_action() else {
+                if self.unsynced.is_empty() {
+                    return None;
+                }
+                if std::mem::take(&mut self.must_sync) || self.durability == Durability::Persisted {
+                    self.awaiting = Some(Awaiting::Synced);
+                    return Some(Step::Sync);
+                }
+                self.writes_done();
+                continue;
+            };
+            match action {
+                Action::WritePrepare { op, entry } => {
+                    self.held_bytes += entry.body.len() as u64;
+                    self.awaiting = Some(Awaiting::Journaled(op));
+                    return Some(Step::Journal { op, entry });
+                }
+                Action::TruncateJournal { after_op } => return Some(Step::Truncate { after_op }),
+                Action::Commit {
+                    op,
+                    client,
+                    operation,
+                    body,
+                    ..
+                } => {
+                    self.awaiting = Some(Awaiting::Applied(op));
+                    return Some(Step::Apply {
+                        op,
+                        client,
+                        operation,
+                        body,
+                    });
+                }
+                Action::Registered { op, client, body } => {
+                    for pending in self.registering.remove(&client).unwrap_or_default() {
+                        self.forward(pending);
+                    }
+                    return Some(Step::Registered { op, client, body });
+                }
+                Action::Reply {
+                    client,
+                    request,
+                    op,
+                    reply,
+                } => self.answer(client, request, Outcome::Committed { op, reply }),
+                Action::Refuse {
+                    client,
+                    request,
+                    refusal,
+                } => {
+                    for pending in self.registering.remove(&client).unwrap_or_default() {
+                        let outcome = Outcome::Refused(refusal.clone());
+                        self.answers.push_back((pending.waiter, outcome));
+                    }
+                    self.answer(client, request, Outcome::Refused(refusal));
+                }
+                // A group of one has no peers.
+                Action::Send { .. } => {}
+                Action::Evicted { client } => {
+                    for pending in self.registering.remove(&client).unwrap_or_default() {
+                        let outcome = Outcome::Refused(Refusal::SessionUnknown);
+                        self.answers.push_back((pending.waiter, outcome));
+                    }
+                    return Some(Step::Evicted { client });
+                }
+            }
+        }
+    }
+
+    fn answer(&mut self, client: u128, request: u64, outcome: Outcome) {
+        for waiter in self.waiting.remove(&(client, request)).unwrap_or_default() {
+            self.answers.push_back((waiter, outcome.clone()));
+        }
+    }
+
+    fn writes_done(&mut self) {
+        for op in std::mem::take(&mut self.unsynced) {
+            self.replica.on_write_done(op);
+        }
+    }
+
+    /// The entry of `op` is in the journal; `must_sync` when its state machine asks for an
+    /// fsync before the acknowledgement whatever the group's durability.
+    pub fn journaled(&mut self, op: u64, must_sync: bool) {
+        debug_assert_eq!(self.awaiting, Some(Awaiting::Journaled(op)));
+        self.awaiting = None;
+        self.must_sync |= must_sync;
+        self.unsynced.push(op);
+    }
+
+    /// Every journaled op is durable.
+    pub fn synced(&mut self) {
+        debug_assert_eq!(self.awaiting, Some(Awaiting::Synced));
+        self.awaiting = None;
+        self.writes_done();
+    }
+
+    /// The committed `op` was applied; `reply` is cached for retries and sent to the waiters.
+    pub fn applied(&mut self, op: u64, reply: Bytes) {
+        debug_assert_eq!(self.awaiting, Some(Awaiting::Applied(op)));
+        self.awaiting = None;
+        self.replica.on_committed_reply(op, reply);
+    }
+
+    /// A journal or stowed-body write failed: nothing unsynced may be acknowledged, so every
+    /// waiter fails and the group accepts nothing more.
+    pub fn failed(&mut self) {
+        self.failed = true;
+        self.awaiting = None;
+        let waiting = std::mem::take(&mut self.waiting).into_values().flatten();
+        let held = std::mem::take(&mut self.registering)
+            .into_values()
+            .flatten()
+            .map(|pending| pending.waiter);
+        let failed: Vec<W> = waiting.chain(held).collect();
+        self.answers
+            .extend(failed.into_iter().map(|waiter| (waiter, Outcome::Failed)));
+    }
+
+    /// Whether `request` of `client` was already committed: a retry whose reply the replica
+    /// replays, so checks against today's state must not refuse it.
+    pub fn already_committed(&self, client: u128, request: u64) -> bool {
+        self.replica
+            .clients()
+            .get(client)
+            .is_some_and(|session| request <= session.request)
+    }
+
+    /// A group of one has applied its committed ops and no peer will ask for them: their
+    /// bodies (a send's batch: the received buffer) go back to the allocator now, not at the
+    /// next checkpoint.
+    pub fn release_applied_bodies(&mut self) {
+        if self.replica.is_solo() {
+            self.replica.release_committed_bodies();
+        }
+    }
+
+    /// The op to checkpoint at, when the journal (`journal_bytes` on disk) has grown past the
+    /// policy and every prepared op is committed.
+    pub fn checkpoint_due(&self, journal_bytes: u64) -> Option<u64> {
+        let policy = self.policy?;
+        let op = self.replica.op();
+        let grown = journal_bytes.max(self.held_bytes) >= policy.journal_bytes
+            || self.replica.journal_len() >= policy.journal_ops;
+        (grown && op != 0 && self.replica.commit_min() == op && !self.failed).then_some(op)
+    }
+
+    /// The replica's part of a checkpoint at `op` (its client table and position), encoded;
+    /// the replica's in-memory log up to `op` is released.
+    pub fn checkpoint_record(&mut self, op: u64) -> Vec<u8> {
+        self.replica.checkpoint(op).encode()
+    }
+
+    /// The checkpoint is durable and the journal emptied.
+    pub fn checkpointed(&mut self) {
+        self.held_bytes = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Carries out steps like the shell would, with an in-memory journal and a state machine
+    /// that replies with the op's body reversed; returns the answers in order.
+    struct Shell {
+        journal: Vec<u64>,
+        syncs: usize,
+        applied: Vec<u64>,
+        registered: Vec<u128>,
+        answers: Vec<(u32, Outcome)>,
+        /// Stop before handing back this input, to look at the core mid-way.
+        hold_sync: bool,
+    }
+
+    impl Shell {
+        fn new() -> Self {
+            Shell {
+                journal: Vec::new(),
+                syncs: 0,
+                applied: Vec::new(),
+                registered: Vec::new(),
+                answers: Vec::new(),
+                hold_sync: false,
+            }
+        }
+
+        /// Runs until the core is idle (or waits for a held sync); whether a sync is held.
+        fn run(&mut self, core: &mut GroupCore<u32>) -> bool {
+            while let Some(step) = core.poll() {
+                match step {
+                    Step::Journal { op, .. } => {
+                        self.journal.push(op);
+                        core.journaled(op, false);
+                    }
+                    Step::Sync if self.hold_sync => return true,
+                    Step::Sync => {
+                        self.syncs += 1;
+                        core.synced();
+                    }
+                    Step::Truncate { after_op } => self.journal.retain(|op| *op <= after_op),
+                    Step::Apply { op, body, .. } => {
+                        self.applied.push(op);
+                        let reply: Vec<u8> = body.iter().rev().copied().collect();
+                        core.applied(op, reply.into());
+                    }
+                    Step::Registered { client, .. } => self.registered.push(client),
+                    Step::Evicted { .. } => {}
+                    Step::Answer { waiter, outcome } => self.answers.push((waiter, outcome)),
+                }
+            }
+            false
+        }
+    }
+
+    fn core(durability: Durability, implicit_register: bool) -> GroupCore<u32> {
+        GroupCore::open(
+            Config::new(1, 0),
+            None,
+            Vec::new(),
+            durability,
+            implicit_register,
+            Some(CheckpointPolicy {
+                journal_bytes: 1 << 20,
+                journal_ops: 4,
+            }),
+        )
+    }
+
+    fn request(client: u128, request: u64, body: &'static [u8], waiter: u32) -> Pending<u32> {
+        Pending {
+            client,
+            request,
+            operation: 200,
+            body: Bytes::from_static(body),
+            waiter,
+        }
+    }
+
+    #[test]
+    fn an_unknown_client_is_registered_first_and_its_requests_commit_in_order_with_one_sync() {
+        let mut core = core(Durability::Persisted, true);
+        let mut shell = Shell::new();
+        core.submit(request(7, 1, b"ab", 10));
+        core.submit(request(7, 2, b"cd", 11));
+        shell.run(&mut core);
+        assert_eq!(shell.registered, [7]);
+        // The register (op 1), then both requests prepared together.
+        assert_eq!(shell.journal, [1, 2, 3]);
+        assert_eq!(shell.applied, [2, 3]);
+        assert_eq!(
+            shell.answers,
+            [
+                (
+                    10,
+                    Outcome::Committed {
+                        op: 2,
+                        reply: Bytes::from_static(b"ba")
+                    }
+                ),
+                (
+                    11,
+                    Outcome::Committed {
+                        op: 3,
+                        reply: Bytes::from_static(b"dc")
+                    }
+                ),
+            ]
+        );
+        // One sync for the register, one for the two requests (group commit).
+        assert_eq!(shell.syncs, 2);
+    }
+
+    #[test]
+    fn under_persisted_durability_nothing_is_applied_or_answered_before_the_sync() {
+        let mut core = core(Durability::Persisted, false);
+        let mut shell = Shell::new();
+        core.submit(Pending {
+            operation: OPERATION_REGISTER,
+            ..request(7, 0, b"", 1)
+        });
+        shell.run(&mut core);
+        core.submit(request(7, 1, b"xy", 2));
+        shell.hold_sync = true;
+        assert!(shell.run(&mut core), "the sync is asked for");
+        assert_eq!(shell.journal, [1, 2]);
+        assert!(!shell.applied.contains(&2));
+        assert!(shell.answers.iter().all(|(waiter, _)| *waiter != 2));
+        // Until synced, the core hands out nothing more.
+        assert!(core.poll().is_none());
+        core.synced();
+        shell.hold_sync = false;
+        shell.run(&mut core);
+        assert_eq!(
+            shell.answers.last(),
+            Some(&(
+                2,
+                Outcome::Committed {
+                    op: 2,
+                    reply: Bytes::from_static(b"yx")
+                }
+            ))
+        );
+    }
+
+    #[test]
+    fn under_replicated_durability_no_sync_is_asked_for() {
+        let mut core = core(Durability::Replicated, true);
+        let mut shell = Shell::new();
+        core.submit(request(3, 1, b"a", 1));
+        shell.run(&mut core);
+        assert_eq!(shell.syncs, 0);
+        assert!(matches!(
+            shell.answers[..],
+            [(1, Outcome::Committed { op: 2, .. })]
+        ));
+    }
+
+    #[test]
+    fn a_retried_request_gets_the_cached_reply_without_a_second_apply() {
+        let mut core = core(Durability::Replicated, true);
+        let mut shell = Shell::new();
+        core.submit(request(3, 1, b"once", 1));
+        shell.run(&mut core);
+        assert!(core.already_committed(3, 1));
+        assert!(!core.already_committed(3, 2));
+        core.submit(request(3, 1, b"once", 2));
+        shell.run(&mut core);
+        assert_eq!(shell.applied, [2], "applied once");
+        assert_eq!(shell.answers[0].1, shell.answers[1].1);
+    }
+
+    #[test]
+    fn a_failed_journal_fails_every_waiter_and_every_later_request() {
+        let mut core = core(Durability::Persisted, true);
+        let mut shell = Shell::new();
+        core.submit(request(7, 1, b"a", 1));
+        core.submit(request(8, 1, b"b", 2));
+        // The first journal write fails.
+        let Some(Step::Journal { .. }) = core.poll() else {
+            panic!("a journal step first");
+        };
+        core.failed();
+        core.submit(request(7, 2, b"c", 3));
+        shell.run(&mut core);
+        let mut failed: Vec<u32> = shell
+            .answers
+            .iter()
+            .filter(|(_, outcome)| *outcome == Outcome::Failed)
+            .map(|(waiter, _)| *waiter)
+            .collect();
+        failed.sort();
+        assert_eq!(failed, [1, 2, 3]);
+        assert!(shell.applied.is_empty());
+        assert_eq!(core.checkpoint_due(u64::MAX), None);
+    }
+
+    #[test]
+    fn a_checkpoint_is_due_once_the_journal_outgrows_the_policy_and_everything_committed() {
+        let mut core = core(Durability::Replicated, true);
+        let mut shell = Shell::new();
+        core.submit(request(1, 1, b"a", 1));
+        shell.run(&mut core);
+        assert_eq!(core.checkpoint_due(0), None, "2 ops of 4");
+        assert_eq!(core.checkpoint_due(1 << 20), Some(2), "the byte limit");
+        core.submit(request(1, 2, b"b", 2));
+        core.submit(request(1, 3, b"c", 3));
+        shell.run(&mut core);
+        assert_eq!(core.checkpoint_due(0), Some(4), "the op limit");
+        let record = core.checkpoint_record(4);
+        assert!(!record.is_empty());
+        core.checkpointed();
+    }
+}
