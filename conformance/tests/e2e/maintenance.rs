@@ -12,6 +12,26 @@ fn fast_maintenance(server: &mut TestServer) {
     tokio::task::block_in_place(|| server.restart());
 }
 
+/// A configuration with no maintenance pass within any test's lifetime.
+const NO_MAINTENANCE: &str = "[system]\nmaintenance_interval_ms = 3600000\n";
+
+/// Every segment file (`.log` and `.index`) under the data directory, with its bytes.
+fn segment_files(dir: &std::path::Path) -> std::collections::BTreeMap<std::path::PathBuf, Vec<u8>> {
+    let mut files = std::collections::BTreeMap::new();
+    let mut directories = vec![dir.to_path_buf()];
+    while let Some(directory) = directories.pop() {
+        for entry in std::fs::read_dir(&directory).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                directories.push(path);
+            } else if path.extension().is_some_and(|e| e == "log" || e == "index") {
+                files.insert(path.clone(), std::fs::read(&path).unwrap());
+            }
+        }
+    }
+    files
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_topic_size_deletes_the_oldest_closed_segments() {
     let mut server = TestServer::start();
@@ -73,4 +93,65 @@ async fn an_unbound_session_expires_and_leaves_its_consumer_group() {
     }
     assert_eq!(members, 0, "the expired member left the group");
     ok("admin session still works", within("ping", admin.ping()).await);
+}
+
+/// Retention is a committed op of the partition's group, planned by the primary: a crash after
+/// it committed but before its files went (played here by putting the deleted files back) is
+/// repaired by the journal's replay, which deletes exactly the same segments although no
+/// maintenance pass runs after the restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_replayed_from_the_journal_deletes_the_same_segments() {
+    let mut server = TestServer::start();
+    std::fs::write(server.dir().join("config.toml"), NO_MAINTENANCE).unwrap();
+    tokio::task::block_in_place(|| server.restart());
+    let c = server.root_client().await;
+    ok("create stream", within("create", c.create_stream("s", &StreamCreateOptions::default())).await);
+    let segment = 1024 * 1024u64;
+    let opts = TopicCreateOptions {
+        partitions_count: Some(1),
+        segment_size: Some(IggyByteSize::from(segment)),
+        max_topic_size: Some(MaxTopicSize::Custom(IggyByteSize::from(2 * segment))),
+        ..Default::default()
+    };
+    ok("create topic", within("create", c.create_topic(&name("s"), "t", &opts)).await);
+    for i in 0..24 {
+        send_to_partition(&c, &name("s"), &name("t"), 0, vec![msg(vec![i as u8; 200 * 1024])]).await;
+    }
+    drop(c);
+    let before = segment_files(&server.data_dir());
+    assert!(before.len() >= 8, "several segments: {:?}", before.keys());
+
+    fast_maintenance(&mut server);
+    let c = server.root_client().await;
+    let mut first = 0;
+    for _ in 0..50 {
+        let polled = poll(&c, &name("s"), &name("t"), 0, &consumer("c"), PollingStrategy::first(), 1, false).await;
+        first = offsets(&polled)[0];
+        if first > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(first > 0, "retention ran");
+    drop(c);
+    tokio::task::block_in_place(|| server.kill9());
+    let retained = segment_files(&server.data_dir());
+    assert!(retained.len() < before.len());
+
+    // The files retention deleted come back, as if the crash came before their deletion.
+    for (path, bytes) in &before {
+        if !retained.contains_key(path) {
+            std::fs::write(path, bytes).unwrap();
+        }
+    }
+    assert_eq!(segment_files(&server.data_dir()).len(), before.len());
+    std::fs::write(server.dir().join("config.toml"), NO_MAINTENANCE).unwrap();
+    tokio::task::block_in_place(|| server.start_again());
+    let c = server.root_client().await;
+    let polled = poll(&c, &name("s"), &name("t"), 0, &consumer("c"), PollingStrategy::first(), 100, false).await;
+    assert_eq!(offsets(&polled)[0], first, "the replay kept the log from the same offset");
+    assert_eq!(*offsets(&polled).last().unwrap(), 23);
+    let replayed: Vec<_> = segment_files(&server.data_dir()).into_keys().collect();
+    let expected: Vec<_> = retained.into_keys().collect();
+    assert_eq!(replayed, expected, "the replayed journal deleted the same segment files");
 }

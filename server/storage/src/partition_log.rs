@@ -32,15 +32,13 @@ use crate::small_write::SMALL_WRITE_MAX;
 /// Bytes read at a time while walking a segment during recovery.
 const SCAN_CHUNK: usize = 1 << 20;
 
-/// How a partition log rolls and retains segments.
+/// How a partition log rolls segments. (Retention is decided by the caller from the topic's
+/// limits, [`PartitionLog::retention_point`], and carried out by a committed op,
+/// [`PartitionLog::retire_below`], so every replica deletes the same segments.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LogConfig {
     /// Roll to a new segment when the active `.log` reaches this many bytes.
     pub segment_size: u64,
-    /// Closed segments whose newest message is older than this (µs) are deleted by retention.
-    pub message_expiry_us: Option<u64>,
-    /// Oldest closed segments are deleted by retention while the log is larger than this.
-    pub max_size: Option<u64>,
 }
 
 /// Whole batch records read from the log, sliced to the requested messages.
@@ -1017,31 +1015,37 @@ impl PartitionLog {
         Ok(deleted)
     }
 
-    /// Changes the retention limits (a topic's `message_expiry` or `max_topic_size` was updated).
-    pub fn set_retention(&mut self, message_expiry_us: Option<u64>, max_size: Option<u64>) {
-        self.config.message_expiry_us = message_expiry_us;
-        self.config.max_size = max_size;
-    }
-
-    /// Retention: deletes the oldest closed segments while their newest message is older than
-    /// `now_us - message_expiry`, then the oldest closed segments while the log is larger than
-    /// `max_size`. Deletion always proceeds from the oldest segment, so the retained offsets
-    /// stay contiguous. Returns how many segments were deleted.
-    pub async fn apply_retention(&mut self, now_us: u64) -> Result<u32, StorageError> {
-        let mut deleted = 0;
-        if let Some(expiry) = self.config.message_expiry_us {
+    /// Where retention as of `now_us` keeps the log from: past the oldest closed segments whose
+    /// newest message is older than `now_us - message_expiry_us`, then past the oldest closed
+    /// segments while the log is larger than `max_size`. Always from the oldest segment, so the
+    /// retained offsets stay contiguous; the active segment stays. `None` when nothing is due.
+    /// Pure: the primary decides with its clock, and [`Self::retire_below`] applies the
+    /// decision the same way on every replica.
+    pub fn retention_point(
+        &self,
+        now_us: u64,
+        message_expiry_us: Option<u64>,
+        max_size: Option<u64>,
+    ) -> Option<u64> {
+        let closed = self.segments.len() - 1;
+        let mut retired = 0;
+        if let Some(expiry) = message_expiry_us {
             let cutoff = now_us.saturating_sub(expiry);
-            while self.segments.len() > 1 && self.segments[0].max_timestamp() < cutoff {
-                self.remove_segment(0).await?;
-                deleted += 1;
+            while retired < closed && self.segments[retired].max_timestamp() < cutoff {
+                retired += 1;
             }
         }
-        if let Some(max_size) = self.config.max_size {
-            while self.segments.len() > 1 && self.size_bytes > max_size {
-                self.remove_segment(0).await?;
-                deleted += 1;
+        if let Some(max_size) = max_size {
+            let mut size = self.size_bytes
+                - self.segments[..retired]
+                    .iter()
+                    .map(|segment| segment.log_size)
+                    .sum::<u64>();
+            while retired < closed && size > max_size {
+                size -= self.segments[retired].log_size;
+                retired += 1;
             }
         }
-        Ok(deleted)
+        (retired > 0).then(|| self.segments[retired - 1].end_offset)
     }
 }

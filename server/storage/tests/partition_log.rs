@@ -13,11 +13,7 @@ fn run<F: Future>(future: F) -> F::Output {
 }
 
 fn config(segment_size: u64) -> LogConfig {
-    LogConfig {
-        segment_size,
-        message_expiry_us: None,
-        max_size: None,
-    }
+    LogConfig { segment_size }
 }
 
 fn payload(offset: u64) -> Vec<u8> {
@@ -704,6 +700,19 @@ fn delete_oldest_segments_never_deletes_the_active_one() {
     });
 }
 
+/// Retention as the node runs it: the point decided, then the segments below it retired.
+async fn retain(
+    log: &mut PartitionLog,
+    now_us: u64,
+    message_expiry_us: Option<u64>,
+    max_size: Option<u64>,
+) -> u32 {
+    match log.retention_point(now_us, message_expiry_us, max_size) {
+        Some(keep_from) => log.retire_below(keep_from).await.unwrap(),
+        None => 0,
+    }
+}
+
 #[test]
 fn retention_by_size() {
     run(async {
@@ -712,34 +721,22 @@ fn retention_by_size() {
         let mut log = PartitionLog::open(dir, config(1024)).await.unwrap();
         append_batches(&mut log, &ROLL_SIZES).await;
         let size = log.size_bytes();
-        assert_eq!(log.apply_retention(u64::MAX).await.unwrap(), 0);
+        assert_eq!(retain(&mut log, u64::MAX, None, None).await, 0);
         drop(log);
 
         let max_size = size / 2;
-        let config = LogConfig {
-            segment_size: 1024,
-            message_expiry_us: None,
-            max_size: Some(max_size),
-        };
-        let mut log = PartitionLog::open(dir, config).await.unwrap();
+        let mut log = PartitionLog::open(dir, config(1024)).await.unwrap();
         let segments = log.segments_count();
-        let deleted = log.apply_retention(0).await.unwrap();
+        let deleted = retain(&mut log, 0, None, Some(max_size)).await;
         assert!(deleted > 0);
         assert_eq!(log.segments_count(), segments - deleted);
         assert!(log.size_bytes() <= max_size);
         assert_eq!(log.size_bytes(), total_log_bytes(dir));
         // Already within the limit: nothing more to delete.
-        assert_eq!(log.apply_retention(0).await.unwrap(), 0);
+        assert_eq!(retain(&mut log, 0, None, Some(max_size)).await, 0);
         check_all_reads(&log, &batch_bases(&ROLL_SIZES)).await;
 
-        let tiny = LogConfig {
-            segment_size: 1024,
-            message_expiry_us: None,
-            max_size: Some(1),
-        };
-        drop(log);
-        let mut log = PartitionLog::open(dir, tiny).await.unwrap();
-        log.apply_retention(0).await.unwrap();
+        retain(&mut log, 0, None, Some(1)).await;
         assert_eq!(log.segments_count(), 1);
     });
 }
@@ -750,12 +747,7 @@ fn retention_by_expiry() {
         let temporary = tempfile::tempdir().unwrap();
         let dir = temporary.path();
         let expiry = 1_000;
-        let config = LogConfig {
-            segment_size: 1024,
-            message_expiry_us: Some(expiry),
-            max_size: None,
-        };
-        let mut log = PartitionLog::open(dir, config).await.unwrap();
+        let mut log = PartitionLog::open(dir, config(1024)).await.unwrap();
         append_batches(&mut log, &ROLL_SIZES).await;
         let logs = segment_files(dir, "log");
         let second_start: u64 = logs[1]
@@ -790,24 +782,23 @@ fn retention_by_expiry() {
         );
 
         // Not yet older than now - expiry.
-        assert_eq!(log.apply_retention(newest_first + expiry).await.unwrap(), 0);
-        assert_eq!(log.apply_retention(0).await.unwrap(), 0);
         assert_eq!(
-            log.apply_retention(newest_first + expiry + 1)
-                .await
-                .unwrap(),
+            retain(&mut log, newest_first + expiry, Some(expiry), None).await,
+            0
+        );
+        assert_eq!(retain(&mut log, 0, Some(expiry), None).await, 0);
+        assert_eq!(
+            retain(&mut log, newest_first + expiry + 1, Some(expiry), None).await,
             1
         );
         assert_eq!(log.first_offset(), second_start);
         assert_eq!(
-            log.apply_retention(newest_second + expiry + 1)
-                .await
-                .unwrap(),
+            retain(&mut log, newest_second + expiry + 1, Some(expiry), None).await,
             1
         );
         assert_eq!(log.first_offset(), third_start);
         // Everything expired: only the active segment stays.
-        log.apply_retention(u64::MAX).await.unwrap();
+        retain(&mut log, u64::MAX, Some(expiry), None).await;
         assert_eq!(log.segments_count(), 1);
         assert_eq!(
             log.next_offset(),

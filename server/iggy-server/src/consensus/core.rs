@@ -99,6 +99,8 @@ pub struct GroupCore<W> {
     answers: VecDeque<(W, Outcome)>,
     /// The journal failed: nothing more is accepted or acknowledged.
     failed: bool,
+    /// The latest request number handed out by [`Self::next_request`], per client.
+    issued: HashMap<u128, u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -138,6 +140,7 @@ impl<W> GroupCore<W> {
             awaiting: None,
             answers: VecDeque::new(),
             failed: false,
+            issued: HashMap::new(),
         }
     }
 
@@ -302,6 +305,19 @@ impl<W> GroupCore<W> {
         let failed: Vec<W> = waiting.chain(held).collect();
         self.answers
             .extend(failed.into_iter().map(|waiter| (waiter, Outcome::Failed)));
+    }
+
+    /// The next request number of one of the node's own clients (a retention pass): above its
+    /// latest committed request and above every number handed out before.
+    pub fn next_request(&mut self, client: u128) -> u64 {
+        let committed = self
+            .replica
+            .clients()
+            .get(client)
+            .map_or(0, |session| session.request);
+        let issued = self.issued.entry(client).or_insert(0);
+        *issued = (*issued).max(committed) + 1;
+        *issued
     }
 
     /// Whether `request` of `client` was already committed: a retry whose reply the replica
@@ -515,6 +531,17 @@ mod tests {
         shell.run(&mut core);
         assert_eq!(shell.applied, [2], "applied once");
         assert_eq!(shell.answers[0].1, shell.answers[1].1);
+    }
+
+    #[test]
+    fn the_nodes_own_requests_are_numbered_above_everything_committed_or_issued() {
+        let mut core = core(Durability::Replicated, true);
+        let mut shell = Shell::new();
+        assert_eq!(core.next_request(9), 1);
+        assert_eq!(core.next_request(9), 2, "issued, not yet committed");
+        core.submit(request(5, 7, b"x", 1));
+        shell.run(&mut core);
+        assert_eq!(core.next_request(5), 8, "above the committed request");
     }
 
     #[test]

@@ -183,6 +183,13 @@ type Submit = Pending<oneshot::Sender<Outcome>>;
 
 enum Job<R> {
     Write(Submit),
+    /// A request of one of the node's own clients, numbered by the group.
+    WriteNext {
+        client: u128,
+        operation: u8,
+        body: Bytes,
+        done: oneshot::Sender<Outcome>,
+    },
     Read(R),
     /// Whether the client's request number is at or below its latest committed one.
     Committed {
@@ -218,6 +225,22 @@ impl<R> GroupHandle<R> {
             body,
             waiter: done,
         });
+        if self.jobs.unbounded_send(job).is_err() {
+            return Outcome::Failed;
+        }
+        wait.await.unwrap_or(Outcome::Failed)
+    }
+
+    /// Submits a request of one of the node's own clients, which the group numbers (above its
+    /// latest committed one), and waits for its commit (or refusal).
+    pub async fn submit_next(&self, client: u128, operation: u8, body: Bytes) -> Outcome {
+        let (done, wait) = oneshot::channel();
+        let job = Job::WriteNext {
+            client,
+            operation,
+            body,
+            done,
+        };
         if self.jobs.unbounded_send(job).is_err() {
             return Outcome::Failed;
         }
@@ -384,6 +407,23 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                 self.state.read(read).await;
             }
             Job::Write(submit) => self.core.submit(submit),
+            Job::WriteNext {
+                client,
+                operation,
+                body,
+                done,
+            } => {
+                // Committed state decides the number: catch up first.
+                self.drive().await;
+                let request = self.core.next_request(client);
+                self.core.submit(Pending {
+                    client,
+                    request,
+                    operation,
+                    body,
+                    waiter: done,
+                });
+            }
             Job::Stop(done) => return Some(done),
             Job::Committed {
                 client,

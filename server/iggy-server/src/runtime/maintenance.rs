@@ -19,7 +19,7 @@ pub async fn run(node: Rc<Node>) {
     let lease = Duration::from_secs(config.session_lease_secs);
     loop {
         compio::time::sleep(interval).await;
-        retention(&node);
+        retention(&node).await;
         expire_sessions(&node, lease).await;
     }
 }
@@ -40,14 +40,25 @@ fn retention_limits(metadata: &Metadata) -> Vec<(PartitionKey, Option<u64>, Opti
     out
 }
 
-fn retention(node: &Node) {
+/// One retention pass: each partition over a limit retires its oldest segments through a
+/// committed op (planned here, with this node's clock, as the primary).
+async fn retention(node: &Node) {
     let limits = retention_limits(&node.shared.metadata.borrow());
     let now = crate::runtime::clock::now_micros();
     for (key, expiry, max_size) in limits {
-        if (expiry.is_some() || max_size.is_some())
-            && let Some(partition) = node.shared.partition(key)
-        {
-            partition.retention(now, expiry, max_size);
+        if expiry.is_none() && max_size.is_none() {
+            continue;
+        }
+        let Some(partition) = node.shared.partition(key) else {
+            continue;
+        };
+        match partition.retention(now, expiry, max_size).await {
+            Ok(Some(keep_from)) => {
+                tracing::debug!("partition {key:?}: retention kept the log from offset {keep_from}")
+            }
+            Ok(None) => {}
+            // The next pass plans again from the log as it is then.
+            Err(error) => tracing::warn!("partition {key:?}: retention not committed: {error:?}"),
         }
     }
 }

@@ -218,11 +218,13 @@ pub enum PartitionRead {
     },
     /// Makes the log durable (shutdown).
     Sync { done: oneshot::Sender<()> },
-    /// Applies the topic's retention limits as of `now` (microseconds).
-    Retention {
+    /// Where the topic's retention limits as of `now` (microseconds) keep the log from, if
+    /// anything is due (see `PartitionLog::retention_point`).
+    PlanRetention {
         now: u64,
         message_expiry_us: Option<u64>,
         max_size: Option<u64>,
+        done: oneshot::Sender<Option<u64>>,
     },
     /// Where a deletion of up to `count` of the oldest segments keeps the log from: segments
     /// holding messages a consumer has not committed yet stay.
@@ -730,26 +732,13 @@ impl StateMachine for PartitionMachine {
             PartitionRead::Offset { owner, done } => {
                 let _ = done.send((self.current_offset(), self.offsets.get(&owner).copied()));
             }
-            PartitionRead::Retention {
+            PartitionRead::PlanRetention {
                 now,
                 message_expiry_us,
                 max_size,
+                done,
             } => {
-                self.log.set_retention(message_expiry_us, max_size);
-                match self.log.apply_retention(now).await {
-                    Ok(0) => {}
-                    Ok(deleted) => {
-                        tracing::info!(
-                            "partition {}: retention deleted {deleted} segments",
-                            self.partition_id
-                        );
-                        self.publish();
-                    }
-                    Err(error) => tracing::error!(
-                        "partition {}: retention failed: {error}",
-                        self.partition_id
-                    ),
-                }
+                let _ = done.send(self.log.retention_point(now, message_expiry_us, max_size));
             }
             PartitionRead::Sync { done } => {
                 if let Err(error) = self.log.sync().await {
@@ -772,6 +761,10 @@ impl StateMachine for PartitionMachine {
         }
     }
 }
+
+/// The node's own client that proposes retention retirements on every partition group (apart
+/// from the system client, whose partition requests are numbered by metadata ops).
+pub const RETENTION_CLIENT: u128 = u128::MAX - 1;
 
 /// A running partition: its group handle and its identity.
 #[derive(Clone)]
@@ -942,13 +935,42 @@ impl PartitionHandle {
         }
     }
 
-    /// Queues a retention pass behind the partition's writes.
-    pub fn retention(&self, now: u64, message_expiry_us: Option<u64>, max_size: Option<u64>) {
-        let _ = self.group.read(PartitionRead::Retention {
+    /// Retention: the primary plans, with its clock and the topic's limits, where the log is
+    /// kept from, then proposes that retirement as a committed op of the node's retention
+    /// client, so every replica (and every replay of the journal) deletes the same segments.
+    /// The offset the log is kept from afterwards, or `None` when nothing was due.
+    pub async fn retention(
+        &self,
+        now: u64,
+        message_expiry_us: Option<u64>,
+        max_size: Option<u64>,
+    ) -> Result<Option<u64>, ErrorCode> {
+        let (done, wait) = oneshot::channel();
+        let planned = self.group.read(PartitionRead::PlanRetention {
             now,
             message_expiry_us,
             max_size,
+            done,
         });
+        if !planned {
+            return Err(ErrorCode::PartitionNotFound);
+        }
+        let Some(keep_from) = wait.await.map_err(|_| ErrorCode::PartitionNotFound)? else {
+            return Ok(None);
+        };
+        let write = PartitionWrite::RetireSegments { keep_from };
+        match self
+            .group
+            .submit_next(RETENTION_CLIENT, write.operation(), write.encode())
+            .await
+        {
+            Outcome::Committed { reply, .. } => match WriteResult::decode(&reply) {
+                WriteResult::Failed(code) => Err(code),
+                _ => Ok(Some(keep_from)),
+            },
+            Outcome::Refused(refusal) => Err(crate::consensus::group::refusal_error(&refusal)),
+            Outcome::Failed => Err(ErrorCode::CannotDeleteFile),
+        }
     }
 
     /// The offset a deletion of up to `count` of the oldest segments keeps the log from.
@@ -971,8 +993,6 @@ mod tests {
     async fn machine(dir: &Path, created_at_op: u64) -> PartitionMachine {
         let config = LogConfig {
             segment_size: 1 << 20,
-            message_expiry_us: None,
-            max_size: None,
         };
         PartitionMachine {
             partition_id: 0,

@@ -57,8 +57,6 @@ impl Shared {
     fn log_config(&self) -> LogConfig {
         LogConfig {
             segment_size: self.config.system.segment_size,
-            message_expiry_us: None,
-            max_size: None,
         }
     }
 
