@@ -101,6 +101,10 @@ pub struct Enum {
     pub variants: Vec<(u64, String)>,
     /// `since`/`until` of each variant row (parallel to `variants`).
     pub variant_versions: Vec<(Option<String>, Option<String>)>,
+    /// `scope=journal` of each variant row (parallel to `variants`): a value only this server's
+    /// journal holds, never on a client's wire, so vectors checked against the official crates
+    /// never draw it.
+    pub variant_journal_only: Vec<bool>,
     pub file: String,
     pub line: usize,
 }

@@ -328,12 +328,18 @@ pub fn parse_file(file: &str, text: &str, model: &mut Model) -> Result<(), Vec<D
                 }
                 let mut variants = Vec::new();
                 let mut variant_versions = Vec::new();
+                let mut variant_journal_only = Vec::new();
                 let closed = block(&mut lines, |rl, row| match whole(row, variant_row) {
                     Some((value, name, pairs)) => {
                         let a = Attrs { pairs };
-                        a.check(&["since", "until"], "an enum variant", file, rl, &mut errs);
+                        a.check(&["since", "until", "scope"], "an enum variant", file, rl, &mut errs);
+                        let scope = a.string("scope");
+                        if scope.as_deref().is_some_and(|scope| scope != "journal") {
+                            errs.push(diag(file, rl, "scope= on an enum variant must be `journal`"));
+                        }
                         variants.push((value, name.to_string()));
                         variant_versions.push((a.string("since"), a.string("until")));
+                        variant_journal_only.push(scope.is_some());
                     }
                     None => errs.push(diag(file, rl, "expected `<value> <Variant>`")),
                 });
@@ -341,7 +347,7 @@ pub fn parse_file(file: &str, text: &str, model: &mut Model) -> Result<(), Vec<D
                 if !closed {
                     errs.push(diag(file, ln, format!("enum `{name}` has no `end`")));
                 }
-                model.enums.push(Enum { name: name.into(), repr: repr.into(), variants, variant_versions, file: file.into(), line: ln });
+                model.enums.push(Enum { name: name.into(), repr: repr.into(), variants, variant_versions, variant_journal_only, file: file.into(), line: ln });
             }
             "struct" => {
                 let header = whole(t, struct_line);

@@ -444,8 +444,11 @@ impl Gen<'_> {
                     .variants
                     .iter()
                     .zip(e.variant_versions.iter())
-                    .filter(|(_, (since, until))| in_range(self.version, since.as_deref(), until.as_deref()))
-                    .map(|(v, _)| v)
+                    .zip(e.variant_journal_only.iter())
+                    .filter(|((_, (since, until)), journal_only)| {
+                        !**journal_only && in_range(self.version, since.as_deref(), until.as_deref())
+                    })
+                    .map(|((v, _), _)| v)
                     .collect();
                 let (raw, n) = live[rng.below(live.len() as u64) as usize];
                 Value::Enum(n.clone(), *raw)

@@ -17,6 +17,7 @@ mod external_offsets;
 mod framing;
 mod id_reuse;
 mod lifecycle;
+mod limits;
 mod messages;
 mod offsets;
 mod partitions;

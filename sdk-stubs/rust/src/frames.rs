@@ -197,6 +197,7 @@ pub enum Operation {
     Register = 1,
     NonReplicated = 2,
     Logout = 3,
+    NominateLimits = 4,
     CreateTopicWithAssignments = 64,
     CreatePartitionsWithAssignments = 65,
     RemoveConsumerGroupMember = 66,
@@ -244,6 +245,7 @@ impl Operation {
         Operation::Register,
         Operation::NonReplicated,
         Operation::Logout,
+        Operation::NominateLimits,
         Operation::CreateTopicWithAssignments,
         Operation::CreatePartitionsWithAssignments,
         Operation::RemoveConsumerGroupMember,
@@ -291,6 +293,7 @@ impl Operation {
             1 => Some(Self::Register),
             2 => Some(Self::NonReplicated),
             3 => Some(Self::Logout),
+            4 => Some(Self::NominateLimits),
             64 => Some(Self::CreateTopicWithAssignments),
             65 => Some(Self::CreatePartitionsWithAssignments),
             66 => Some(Self::RemoveConsumerGroupMember),
@@ -364,6 +367,7 @@ impl iggy_wire::WireJson for Operation {
                 Self::Register => "Register",
                 Self::NonReplicated => "NonReplicated",
                 Self::Logout => "Logout",
+                Self::NominateLimits => "NominateLimits",
                 Self::CreateTopicWithAssignments => "CreateTopicWithAssignments",
                 Self::CreatePartitionsWithAssignments => {
                     "CreatePartitionsWithAssignments"

@@ -65,6 +65,7 @@ pub struct Limits {
     pub max_frame_size: u32,
     pub max_connections: usize,
     pub clients_table_max: usize,
+    pub dedup_clients_max: usize,
     pub idle_timeout_secs: u64,
     pub request_timeout_ms: u64,
 }
@@ -314,6 +315,18 @@ impl Config {
                 value: self.system.durability.clone(),
                 expected: "durability (replicated or persisted)",
             });
+        }
+        for (key, value) in [
+            ("limits.clients_table_max", self.limits.clients_table_max),
+            ("limits.dedup_clients_max", self.limits.dedup_clients_max),
+        ] {
+            if value == 0 || value > u32::MAX as usize {
+                return Err(ConfigError::BadValue {
+                    key: key.into(),
+                    value: value.to_string(),
+                    expected: "client table capacity (1 to 4294967295)",
+                });
+            }
         }
         let logging = &self.system.logging;
         if !LOG_LEVELS.contains(&logging.level.to_ascii_lowercase().as_str()) {

@@ -6,7 +6,8 @@
 //! checksum of the entry at `op`).
 //!
 //! Encoding (little-endian): magic `u32`, total length `u64` (every byte, checksum included),
-//! `op u64`, `view u32`, `checksum u64`, client count `u32`, then per client `client u128`,
+//! `op u64`, `view u32`, `checksum u64`, the committed client-table capacity `u32` (0: none
+//! nominated yet; absent in checkpoints with the older magic), client count `u32`, then per client `client u128`,
 //! `session u64`, `request u64`, `reply_op u64`, reply length `u32`, reply bytes; and last the
 //! FNV-1a checksum `u64` of every preceding byte. A torn or truncated checkpoint fails `decode`.
 
@@ -14,8 +15,10 @@ use crate::client_table::ClientSession;
 use crate::message::Fnv;
 use bytes::Bytes;
 
-const MAGIC: u32 = 0x4b50_5356; // "VSPK"
-const HEADER: usize = 4 + 8 + 8 + 4 + 8 + 4;
+const MAGIC: u32 = 0x4c50_5356; // "VSPL"
+/// Checkpoints written before the capacity was kept (no `clients_max` field).
+const MAGIC_WITHOUT_LIMITS: u32 = 0x4b50_5356; // "VSPK"
+const HEADER: usize = 4 + 8 + 8 + 4 + 8 + 4 + 4;
 const ROW: usize = 16 + 8 + 8 + 8 + 4;
 
 /// Replicated state through `op`, persisted by the shell next to its state machine.
@@ -30,6 +33,8 @@ pub struct Checkpoint {
     pub checksum: u64,
     /// Client table as of `op`, client id order.
     pub clients: Vec<(u128, ClientSession)>,
+    /// The client table's committed capacity, once the group nominated one.
+    pub clients_max: Option<usize>,
 }
 
 /// Why checkpoint bytes were rejected.
@@ -70,6 +75,10 @@ impl Checkpoint {
         out.extend_from_slice(&self.op.to_le_bytes());
         out.extend_from_slice(&self.view.to_le_bytes());
         out.extend_from_slice(&self.checksum.to_le_bytes());
+        let clients_max = self.clients_max.map_or(0, |max| {
+            u32::try_from(max).expect("client table capacity fits u32")
+        });
+        out.extend_from_slice(&clients_max.to_le_bytes());
         let count = u32::try_from(self.clients.len()).expect("client count fits u32");
         out.extend_from_slice(&count.to_le_bytes());
         for (client, session) in &self.clients {
@@ -90,13 +99,15 @@ impl Checkpoint {
 
     /// Parses and verifies bytes produced by [`Checkpoint::encode`].
     pub fn decode(bytes: &[u8]) -> Result<Checkpoint, CheckpointError> {
-        if bytes.len() < HEADER + 8 {
+        if bytes.len() < HEADER - 4 + 8 {
             return Err(CheckpointError::Truncated);
         }
         let mut reader = Reader { bytes, at: 0 };
-        if reader.u32()? != MAGIC {
-            return Err(CheckpointError::BadMagic);
-        }
+        let with_limits = match reader.u32()? {
+            MAGIC => true,
+            MAGIC_WITHOUT_LIMITS => false,
+            _ => return Err(CheckpointError::BadMagic),
+        };
         let total = reader.u64()?;
         if total != bytes.len() as u64 {
             return Err(if total > bytes.len() as u64 {
@@ -119,6 +130,10 @@ impl Checkpoint {
         let op = reader.u64()?;
         let view = reader.u32()?;
         let checksum = reader.u64()?;
+        let clients_max = match with_limits {
+            true => Some(reader.u32()? as usize).filter(|max| *max > 0),
+            false => None,
+        };
         let count = reader.u32()? as usize;
         if count > body.len() / ROW {
             return Err(CheckpointError::Malformed);
@@ -152,6 +167,7 @@ impl Checkpoint {
             view,
             checksum,
             clients,
+            clients_max,
         })
     }
 }
@@ -211,7 +227,25 @@ mod tests {
                     },
                 ),
             ],
+            clients_max: Some(16),
         }
+    }
+
+    #[test]
+    fn a_checkpoint_written_before_the_capacity_was_kept_reads_as_not_nominated() {
+        // The older layout: its magic, and no capacity field after the checksum.
+        let new = sample().encode();
+        let mut old = MAGIC_WITHOUT_LIMITS.to_le_bytes().to_vec();
+        old.extend_from_slice(&(new.len() as u64 - 4).to_le_bytes());
+        old.extend_from_slice(&new[12..32]);
+        old.extend_from_slice(&new[36..new.len() - 8]);
+        let mut hash = Fnv::new();
+        hash.write(&old);
+        old.extend_from_slice(&hash.finish().to_le_bytes());
+        let decoded = Checkpoint::decode(&old).expect("older layout decodes");
+        assert_eq!(decoded.clients_max, None);
+        assert_eq!(decoded.clients, sample().clients);
+        assert_eq!(decoded.op, 9);
     }
 
     #[test]

@@ -56,6 +56,8 @@ impl Registration {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClientTable {
     clients_max: usize,
+    /// Whether `clients_max` is the group's committed nomination (else the configuration's).
+    nominated: bool,
     sessions: BTreeMap<u128, ClientSession>,
 }
 
@@ -65,7 +67,27 @@ impl ClientTable {
         assert!(clients_max > 0);
         ClientTable {
             clients_max,
+            nominated: false,
             sessions: BTreeMap::new(),
+        }
+    }
+
+    /// The capacity.
+    pub fn clients_max(&self) -> usize {
+        self.clients_max
+    }
+
+    /// The committed capacity, once the group nominated one.
+    pub fn nominated(&self) -> Option<usize> {
+        self.nominated.then_some(self.clients_max)
+    }
+
+    /// A committed nomination: fixes the capacity unless one was committed before. Sessions
+    /// beyond a smaller capacity stay until registers push the oldest out.
+    pub fn nominate(&mut self, clients_max: usize) {
+        if !self.nominated {
+            self.clients_max = clients_max;
+            self.nominated = true;
         }
     }
 
@@ -149,9 +171,16 @@ impl ClientTable {
             .collect()
     }
 
-    /// A table restored from `rows`. Beyond `clients_max` rows the oldest are dropped.
-    pub fn from_rows(clients_max: usize, rows: Vec<(u128, ClientSession)>) -> Self {
-        let mut table = ClientTable::new(clients_max);
+    /// A table restored from `rows`, with the committed capacity `nominated` if there is one
+    /// (else `clients_max`). Beyond the capacity the oldest rows are dropped.
+    pub fn from_rows(
+        clients_max: usize,
+        nominated: Option<usize>,
+        rows: Vec<(u128, ClientSession)>,
+    ) -> Self {
+        let mut table = ClientTable::new(nominated.unwrap_or(clients_max));
+        table.nominated = nominated.is_some();
+        let clients_max = table.clients_max;
         table.sessions.extend(rows);
         while table.sessions.len() > clients_max {
             let oldest = table.oldest().expect("non-empty");
@@ -225,7 +254,7 @@ mod tests {
         // Re-registering a live client is idempotent even at capacity.
         assert_eq!(table.register(1, 5), Registration::Existing { session: 1 });
         assert_eq!(table.len(), 2);
-        let restored = ClientTable::from_rows(2, table.rows());
+        let restored = ClientTable::from_rows(2, None, table.rows());
         assert_eq!(restored, table);
     }
 }

@@ -9,7 +9,7 @@
 //! Entries at or below the checkpoint op (the journal's *base*) are forgotten: `get` returns
 //! `None` for them, `entries` starts at `base + 1`, and `op` stays absolute.
 
-use crate::message::{Entry, OPERATION_REGISTER};
+use crate::message::{Entry, OPERATION_NOMINATE_LIMITS, OPERATION_REGISTER};
 use std::collections::BTreeMap;
 
 /// The last op covered by a checkpoint: the journal holds only the ops after it.
@@ -98,14 +98,16 @@ impl Journal {
         &self.entries[skip as usize..]
     }
 
-    /// Drops the bodies of the held entries `from..=through` except registers (a checkpoint
-    /// reads those), keeping their checksums: for entries no one will read again.
+    /// Drops the bodies of the held entries `from..=through` except registers and limit
+    /// nominations (a checkpoint reads those), keeping their checksums: for entries no one will
+    /// read again.
     pub fn release_bodies(&mut self, from: u64, through: u64) {
         let from = from.max(self.base.op + 1);
         let through = through.min(self.op());
         for op in from..=through {
             let entry = &mut self.entries[(op - self.base.op - 1) as usize];
-            if entry.operation != OPERATION_REGISTER {
+            if entry.operation != OPERATION_REGISTER && entry.operation != OPERATION_NOMINATE_LIMITS
+            {
                 entry.body = bytes::Bytes::new();
             }
         }

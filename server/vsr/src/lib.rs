@@ -124,5 +124,8 @@ pub mod sim;
 
 pub use checkpoint::{Checkpoint, CheckpointError};
 pub use client_table::{ClientSession, ClientTable, Registration, RequestCheck};
-pub use message::{Entry, Log, Message, OPERATION_REGISTER, ReplicaId};
+pub use message::{
+    Entry, Log, Message, OPERATION_NOMINATE_LIMITS, OPERATION_REGISTER, ReplicaId,
+    nominated_clients_max,
+};
 pub use replica::{Action, Config, Refusal, Replica, StateTransferNeeded, Status};

@@ -9,6 +9,20 @@ pub type ReplicaId = u8;
 /// replica itself (they create a client-table entry) and never reach the state machine.
 pub const OPERATION_REGISTER: u8 = 0;
 
+/// Operation code of a group's limits nomination, executed by the replica itself: its body is
+/// the client table's capacity (`u32`, little-endian). The first one a group commits fixes the
+/// capacity for good (checkpoints keep it); later ones change nothing, so a changed
+/// configuration never resizes a group that has committed its limit. The spec declares it
+/// (`Operation::NominateLimits` in spec/frames.spec), so journal records carry it.
+pub const OPERATION_NOMINATE_LIMITS: u8 = 4;
+
+/// The capacity a nomination's body names (`None` when malformed or zero).
+pub fn nominated_clients_max(body: &[u8]) -> Option<usize> {
+    let bytes: [u8; 4] = body.try_into().ok()?;
+    let clients_max = u32::from_le_bytes(bytes) as usize;
+    (clients_max > 0).then_some(clients_max)
+}
+
 /// One prepared operation: the unit that is journaled, replicated and committed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Entry {

@@ -6,7 +6,10 @@
 use crate::checkpoint::Checkpoint;
 use crate::client_table::{ClientTable, Registration, RequestCheck};
 use crate::journal::{Base, Journal};
-use crate::message::{Entry, Log, Message, OPERATION_REGISTER, ReplicaId};
+use crate::message::{
+    Entry, Log, Message, OPERATION_NOMINATE_LIMITS, OPERATION_REGISTER, ReplicaId,
+    nominated_clients_max,
+};
 use bytes::Bytes;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -207,7 +210,11 @@ impl Replica {
             .max()
             .unwrap_or(0)
             .max(checkpoint.view);
-        let clients = ClientTable::from_rows(config.clients_table_max, checkpoint.clients);
+        let clients = ClientTable::from_rows(
+            config.clients_table_max,
+            checkpoint.clients_max,
+            checkpoint.clients,
+        );
         let solo = config.replica_count == 1;
         let mut replica = Replica {
             base_clients: clients.clone(),
@@ -265,6 +272,10 @@ impl Replica {
             let entry = self.journal.get(at).expect("committed op held");
             if entry.operation == OPERATION_REGISTER {
                 self.base_clients.register(entry.client, at);
+            } else if entry.operation == OPERATION_NOMINATE_LIMITS {
+                if let Some(clients_max) = nominated_clients_max(&entry.body) {
+                    self.base_clients.nominate(clients_max);
+                }
             } else if let Some(reply) = self.executed.remove(&at) {
                 self.base_clients
                     .record(entry.client, entry.request, at, reply);
@@ -278,6 +289,7 @@ impl Replica {
             view: base.view,
             checksum: base.checksum,
             clients: self.base_clients.rows(),
+            clients_max: self.base_clients.nominated(),
         }
     }
 
@@ -463,6 +475,39 @@ impl Replica {
             request,
             operation,
             body,
+        );
+        self.append_and_write(entry.clone());
+        self.prepare_oks.insert(entry.op, BTreeSet::new());
+        for to in self.others() {
+            let message = Message::Prepare {
+                view: self.view,
+                commit: self.commit_max,
+                entry: entry.clone(),
+            };
+            self.send(to, message);
+        }
+    }
+
+    /// Proposes the group's limits (the client table's capacity from the configuration) unless
+    /// the group has committed a nomination or one is being prepared. Only a primary proposes;
+    /// the first nomination committed wins (see [`OPERATION_NOMINATE_LIMITS`]).
+    pub fn nominate_limits(&mut self, clients_max: usize) {
+        let pending = self
+            .journal
+            .entries_after(self.commit_min)
+            .iter()
+            .any(|entry| entry.operation == OPERATION_NOMINATE_LIMITS);
+        if !self.is_primary() || self.clients.nominated().is_some() || pending || clients_max == 0 {
+            return;
+        }
+        let clients_max = u32::try_from(clients_max).expect("client table capacity fits u32");
+        let entry = Entry::new(
+            self.journal.op() + 1,
+            self.view,
+            0,
+            0,
+            OPERATION_NOMINATE_LIMITS,
+            Bytes::copy_from_slice(&clients_max.to_le_bytes()),
         );
         self.append_and_write(entry.clone());
         self.prepare_oks.insert(entry.op, BTreeSet::new());
@@ -792,6 +837,14 @@ impl Replica {
         while self.commit_in_flight.is_none() && self.commit_min < self.commit_max {
             let op = self.commit_min + 1;
             let entry = self.journal.get(op).expect("committed op in log").clone();
+            if entry.operation == OPERATION_NOMINATE_LIMITS {
+                // Executed by the replica, identically everywhere; no client waits for it.
+                if let Some(clients_max) = nominated_clients_max(&entry.body) {
+                    self.clients.nominate(clients_max);
+                }
+                self.commit_min = op;
+                continue;
+            }
             if entry.operation == OPERATION_REGISTER {
                 let registration = self.clients.register(entry.client, op);
                 self.commit_min = op;

@@ -415,13 +415,20 @@ fn an_older_request_behind_a_pipelined_newer_one_is_answered_not_dropped() {
     // Request 3 is prepared; its journal write has not completed.
     replica.on_request(7, 3, 5, Bytes::from_static(b"three"));
     let pending = drain(&mut replica);
-    assert!(matches!(pending.as_slice(), [Action::WritePrepare { op: 2, .. }]), "{pending:?}");
+    assert!(
+        matches!(pending.as_slice(), [Action::WritePrepare { op: 2, .. }]),
+        "{pending:?}"
+    );
     // Request 2 arrives after it (another connection of the same session): it can no longer
     // commit, and it is refused at once instead of waiting for a reply that never comes.
     replica.on_request(7, 2, 5, Bytes::from_static(b"two"));
     assert_eq!(
         drain(&mut replica),
-        vec![Action::Refuse { client: 7, request: 2, refusal: Refusal::RequestTooOld }]
+        vec![Action::Refuse {
+            client: 7,
+            request: 2,
+            refusal: Refusal::RequestTooOld
+        }]
     );
     // A resend of request 3 while it is prepared waits for the same commit.
     replica.on_request(7, 3, 5, Bytes::from_static(b"three"));
@@ -433,6 +440,49 @@ fn an_older_request_behind_a_pipelined_newer_one_is_answered_not_dropped() {
     replica.on_write_done(2);
     assert_eq!(
         drive(&mut replica, &mut journal),
-        vec![Action::Reply { client: 7, request: 3, op: 2, reply: Bytes::from_static(b"THREE") }]
+        vec![Action::Reply {
+            client: 7,
+            request: 3,
+            op: 2,
+            reply: Bytes::from_static(b"THREE")
+        }]
     );
+}
+
+#[test]
+fn the_first_committed_nomination_fixes_the_client_table_capacity_for_good() {
+    let mut config = Config::new(1, 0);
+    config.clients_table_max = 2;
+    let mut journal = Vec::new();
+    let mut replica = Replica::open(config.clone(), Vec::new(), 1);
+    assert_eq!(replica.clients().nominated(), None);
+    replica.nominate_limits(2);
+    replica.nominate_limits(2); // already being prepared: nothing more
+    drive(&mut replica, &mut journal);
+    assert_eq!(journal.len(), 1);
+    assert_eq!(replica.clients().nominated(), Some(2));
+    // A later nomination, with another value, changes nothing and is not even proposed.
+    replica.nominate_limits(50);
+    drive(&mut replica, &mut journal);
+    assert_eq!(journal.len(), 1);
+
+    // The committed capacity holds: a third client evicts the oldest.
+    for client in [7, 8, 9] {
+        replica.on_request(client, 0, OPERATION_REGISTER, Bytes::new());
+        drive(&mut replica, &mut journal);
+    }
+    assert_eq!(replica.clients().len(), 2);
+    assert!(replica.clients().get(7).is_none());
+
+    // A restart configured for 50 replays the nomination and keeps 2, with or without a
+    // checkpoint.
+    config.clients_table_max = 50;
+    let replayed = Replica::open(config.clone(), journal.clone(), 2);
+    assert_eq!(replayed.clients().nominated(), Some(2));
+    let checkpoint = replica.checkpoint(replica.commit_min());
+    assert_eq!(checkpoint.clients_max, Some(2));
+    let decoded = iggy_vsr::Checkpoint::decode(&checkpoint.encode()).unwrap();
+    let restored = Replica::open_from_checkpoint(config, decoded, Vec::new(), 3);
+    assert_eq!(restored.clients().nominated(), Some(2));
+    assert_eq!(restored.clients().clients_max(), 2);
 }

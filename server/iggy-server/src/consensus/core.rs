@@ -101,6 +101,8 @@ pub struct GroupCore<W> {
     failed: bool,
     /// The latest request number handed out by [`Self::next_request`], per client.
     issued: HashMap<u128, u64>,
+    /// The client table capacity the group had committed when it opened, and the configured one.
+    limits_at_open: (Option<usize>, usize),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -123,10 +125,16 @@ impl<W> GroupCore<W> {
     ) -> Self {
         let nonce = entries.len() as u64 + 1;
         let held_bytes = entries.iter().map(|entry| entry.body.len() as u64).sum();
-        let replica = match checkpoint {
+        let configured_clients_max = config.clients_table_max;
+        let mut replica = match checkpoint {
             Some(checkpoint) => Replica::open_from_checkpoint(config, checkpoint, entries, nonce),
             None => Replica::open(config, entries, nonce),
         };
+        // The seed's rule: the first op a group commits nominates its limits; after that the
+        // configuration no longer changes them. (A group from before nominations commits one
+        // now.)
+        let committed_clients_max = replica.clients().nominated();
+        replica.nominate_limits(configured_clients_max);
         GroupCore {
             replica,
             durability,
@@ -141,6 +149,18 @@ impl<W> GroupCore<W> {
             answers: VecDeque::new(),
             failed: false,
             issued: HashMap::new(),
+            limits_at_open: (committed_clients_max, configured_clients_max),
+        }
+    }
+
+    /// The committed client table capacity and the configured one, when they differ at open (the
+    /// committed one is kept).
+    pub fn limits_mismatch(&self) -> Option<(usize, usize)> {
+        match self.limits_at_open {
+            (Some(committed), configured) if committed != configured => {
+                Some((committed, configured))
+            }
+            _ => None,
         }
     }
 
@@ -448,29 +468,31 @@ mod tests {
         core.submit(request(7, 2, b"cd", 11));
         shell.run(&mut core);
         assert_eq!(shell.registered, [7]);
-        // The register (op 1), then both requests prepared together.
-        assert_eq!(shell.journal, [1, 2, 3]);
-        assert_eq!(shell.applied, [2, 3]);
+        // The group's limits nomination (op 1), the register (op 2), then both requests
+        // prepared together.
+        assert_eq!(shell.journal, [1, 2, 3, 4]);
+        assert_eq!(shell.applied, [3, 4]);
         assert_eq!(
             shell.answers,
             [
                 (
                     10,
                     Outcome::Committed {
-                        op: 2,
+                        op: 3,
                         reply: Bytes::from_static(b"ba")
                     }
                 ),
                 (
                     11,
                     Outcome::Committed {
-                        op: 3,
+                        op: 4,
                         reply: Bytes::from_static(b"dc")
                     }
                 ),
             ]
         );
-        // One sync for the register, one for the two requests (group commit).
+        // One sync for the nomination and the register, one for the two requests (group
+        // commit).
         assert_eq!(shell.syncs, 2);
     }
 
@@ -486,8 +508,8 @@ mod tests {
         core.submit(request(7, 1, b"xy", 2));
         shell.hold_sync = true;
         assert!(shell.run(&mut core), "the sync is asked for");
-        assert_eq!(shell.journal, [1, 2]);
-        assert!(!shell.applied.contains(&2));
+        assert_eq!(shell.journal, [1, 2, 3]);
+        assert!(!shell.applied.contains(&3));
         assert!(shell.answers.iter().all(|(waiter, _)| *waiter != 2));
         // Until synced, the core hands out nothing more.
         assert!(core.poll().is_none());
@@ -499,7 +521,7 @@ mod tests {
             Some(&(
                 2,
                 Outcome::Committed {
-                    op: 2,
+                    op: 3,
                     reply: Bytes::from_static(b"yx")
                 }
             ))
@@ -515,7 +537,7 @@ mod tests {
         assert_eq!(shell.syncs, 0);
         assert!(matches!(
             shell.answers[..],
-            [(1, Outcome::Committed { op: 2, .. })]
+            [(1, Outcome::Committed { op: 3, .. })]
         ));
     }
 
@@ -529,8 +551,29 @@ mod tests {
         assert!(!core.already_committed(3, 2));
         core.submit(request(3, 1, b"once", 2));
         shell.run(&mut core);
-        assert_eq!(shell.applied, [2], "applied once");
+        assert_eq!(shell.applied, [3], "applied once");
         assert_eq!(shell.answers[0].1, shell.answers[1].1);
+    }
+
+    #[test]
+    fn a_group_opened_with_another_configured_capacity_keeps_the_committed_one() {
+        let mut first = core(Durability::Replicated, true);
+        let mut shell = Shell::new();
+        shell.run(&mut first);
+        assert_eq!(first.limits_mismatch(), None);
+        let record = first.checkpoint_record(1);
+        let checkpoint = iggy_vsr::Checkpoint::decode(&record).unwrap();
+        let mut config = Config::new(1, 0);
+        config.clients_table_max = 3;
+        let reopened: GroupCore<u32> = GroupCore::open(
+            config,
+            Some(checkpoint),
+            Vec::new(),
+            Durability::Replicated,
+            true,
+            None,
+        );
+        assert_eq!(reopened.limits_mismatch(), Some((64, 3)));
     }
 
     #[test]
@@ -575,10 +618,9 @@ mod tests {
         let mut shell = Shell::new();
         core.submit(request(1, 1, b"a", 1));
         shell.run(&mut core);
-        assert_eq!(core.checkpoint_due(0), None, "2 ops of 4");
-        assert_eq!(core.checkpoint_due(1 << 20), Some(2), "the byte limit");
+        assert_eq!(core.checkpoint_due(0), None, "3 ops of 4");
+        assert_eq!(core.checkpoint_due(1 << 20), Some(3), "the byte limit");
         core.submit(request(1, 2, b"b", 2));
-        core.submit(request(1, 3, b"c", 3));
         shell.run(&mut core);
         assert_eq!(core.checkpoint_due(0), Some(4), "the op limit");
         let record = core.checkpoint_record(4);

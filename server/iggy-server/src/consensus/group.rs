@@ -301,6 +301,7 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
         durability: Durability,
         implicit_register: bool,
         checkpointing: Option<Checkpointing>,
+        limit_name: &str,
     ) -> Self {
         let policy = checkpointing.as_ref().map(|c| CheckpointPolicy {
             journal_bytes: c.journal_bytes,
@@ -314,6 +315,15 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
             implicit_register,
             policy,
         );
+        if let Some((committed, configured)) = core.limits_mismatch() {
+            tracing::warn!(
+                "{limit_name} is {configured} in the configuration, but the group of {} committed {committed} with its first op; keeping {committed}",
+                checkpointing
+                    .as_ref()
+                    .and_then(|c| c.path.parent())
+                    .map_or("a consensus group".into(), |dir| dir.display().to_string()),
+            );
+        }
         let mut group = Group {
             core,
             journal,

@@ -274,6 +274,25 @@ impl FileJournal {
 mod tests {
     use super::*;
 
+    #[test]
+    fn the_replicas_own_operations_are_declared_operations_so_records_carry_them() {
+        for operation in [
+            iggy_vsr::OPERATION_REGISTER,
+            iggy_vsr::OPERATION_NOMINATE_LIMITS,
+        ] {
+            let entry = Entry::new(1, 0, 0, 0, operation, Bytes::from_static(b"\x10\0\0\0"));
+            let header = encode_header(&entry, None).expect("a declared operation");
+            let mut record = header.to_vec();
+            record.extend_from_slice(&entry.body);
+            let (decoded, _) = decode_record(&Bytes::from(record), Some(1)).unwrap();
+            assert_eq!(decoded.entry(), &entry);
+        }
+        assert_eq!(
+            Operation::NominateLimits.to_repr(),
+            iggy_vsr::OPERATION_NOMINATE_LIMITS
+        );
+    }
+
     /// Opens the journal and expects only whole records.
     async fn open_whole(
         path: &Path,

@@ -175,6 +175,7 @@ impl Node {
             durability,
             false,
             Some(checkpointing),
+            "limits.clients_table_max",
         )
         .await;
         let metadata = group.spawn();

@@ -883,6 +883,7 @@ impl PartitionHandle {
             durability,
             true,
             Some(checkpointing),
+            "limits.dedup_clients_max",
         )
         .await;
         Ok(PartitionHandle {

@@ -47,10 +47,18 @@ pub struct SessionActivity {
 }
 
 impl Shared {
+    /// The metadata group's replica configuration.
     pub fn vsr_config(&self) -> iggy_vsr::Config {
         let mut config = iggy_vsr::Config::new(1, 0);
         config.clients_table_max = self.config.limits.clients_table_max;
         config.pipeline_max = 256;
+        config
+    }
+
+    /// A partition group's replica configuration: its client table holds writers.
+    pub fn partition_vsr_config(&self) -> iggy_vsr::Config {
+        let mut config = self.vsr_config();
+        config.clients_table_max = self.config.limits.dedup_clients_max;
         config
     }
 
@@ -134,7 +142,7 @@ impl Shared {
                 if segment_size > 0 {
                     log_config.segment_size = segment_size;
                 }
-                let (vsr, durability) = (self.vsr_config(), self.durability);
+                let (vsr, durability) = (self.partition_vsr_config(), self.durability);
                 let limits = (
                     self.config.system.checkpoint_journal_bytes,
                     self.config.system.checkpoint_journal_ops.max(1),

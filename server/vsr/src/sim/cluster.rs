@@ -281,7 +281,14 @@ impl Cluster {
                     .unwrap()
                     .on_write_done(op);
             }
-            self.nodes[index].replica.as_mut().unwrap().on_tick(now);
+            let replica = self.nodes[index].replica.as_mut().unwrap();
+            replica.on_tick(now);
+            // The shell proposes its limits now and then (only a primary without a committed
+            // or pending nomination prepares one), so nominations meet view changes, crashes
+            // and checkpoints.
+            if now % 97 == (index as u64) * 13 {
+                replica.nominate_limits(self.clients_table_max);
+            }
             self.drain(index);
         }
         for packet in self.network.deliver(self.now) {
@@ -665,6 +672,13 @@ impl Cluster {
             assert!(
                 replica.clients().len() <= self.clients_table_max,
                 "seed {seed}: replica {index} client table over its bound"
+            );
+            assert!(
+                replica
+                    .clients()
+                    .nominated()
+                    .is_none_or(|max| max == self.clients_table_max),
+                "seed {seed}: replica {index} nominated another capacity"
             );
             let from = node.checked_commit.max(replica.checkpoint_op()) + 1;
             for op in from..=replica.commit_min() {
