@@ -14,6 +14,65 @@ pub const SNAPSHOT_MAGIC: [u8; 8] = *b"IGGYMETA";
 pub const STORAGE_MARKER_FILE: &str = "storage.format";
 /// `STORAGE_MARKER_SIZE_MAX` (spec/storage.spec:65).
 pub const STORAGE_MARKER_SIZE_MAX: u64 = 256;
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[repr(u8)]
+pub enum OffsetOwnerKind {
+    #[default]
+    Consumer = 1,
+    ConsumerGroup = 2,
+    ExternalGroup = 3,
+}
+impl OffsetOwnerKind {
+    /// Every variant, in spec order.
+    pub const ALL: &'static [OffsetOwnerKind] = &[
+        OffsetOwnerKind::Consumer,
+        OffsetOwnerKind::ConsumerGroup,
+        OffsetOwnerKind::ExternalGroup,
+    ];
+    /// The variant with this discriminant.
+    pub fn from_repr(v: u8) -> Option<Self> {
+        match v {
+            1 => Some(Self::Consumer),
+            2 => Some(Self::ConsumerGroup),
+            3 => Some(Self::ExternalGroup),
+            _ => None,
+        }
+    }
+    /// The discriminant.
+    pub fn to_repr(self) -> u8 {
+        self as u8
+    }
+}
+impl WireEncode for OffsetOwnerKind {
+    fn encoded_size(&self) -> usize {
+        std::mem::size_of::<u8>()
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&(*self as u8).to_le_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for OffsetOwnerKind {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let v = <u8>::decode_from(input)?;
+        Self::from_repr(v)
+            .ok_or(WireError::InvalidValue {
+                field: "OffsetOwnerKind",
+            })
+    }
+}
+impl iggy_wire::WireJson for OffsetOwnerKind {
+    fn write_json(&self, out: &mut String) {
+        out.push('"');
+        out.push_str(
+            match self {
+                Self::Consumer => "Consumer",
+                Self::ConsumerGroup => "ConsumerGroup",
+                Self::ExternalGroup => "ExternalGroup",
+            },
+        );
+        out.push('"');
+    }
+}
 /// Fixed-layout `IndexEntry`, 24 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IndexEntry {
@@ -749,6 +808,887 @@ impl<'a> WireDecode<'a> for SnapshotSession {
         Self::decode_fixed(b)
     }
 }
+/// Fixed-layout `OffsetOwnerRecord`, 5 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OffsetOwnerRecord {
+    pub kind: OffsetOwnerKind,
+    pub id: u32,
+}
+impl OffsetOwnerRecord {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 5;
+    /// Byte offset of `kind`.
+    pub const KIND_OFFSET: usize = 0;
+    /// Size of `kind` in bytes.
+    pub const KIND_SIZE: usize = 1;
+    /// Byte offset of `id`.
+    pub const ID_OFFSET: usize = 1;
+    /// Size of `id` in bytes.
+    pub const ID_SIZE: usize = 4;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
+        }
+        let kind = <OffsetOwnerKind>::decode_exact(&buf[0..1])
+            .map_err(|_| WireError::InvalidValue {
+                field: "kind",
+            })?;
+        let id = <u32>::decode_exact(&buf[1..5])
+            .map_err(|_| WireError::InvalidValue {
+                field: "id",
+            })?;
+        Ok(Self { kind, id })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.kind.to_wire_bytes());
+        iggy_wire::put_at(out, 1, &self.id.to_wire_bytes());
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 5] {
+        let mut b = [0u8; 5];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for OffsetOwnerRecord {
+    /// All-zero bytes.
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 5]).expect("zero bytes decode")
+    }
+}
+const _: () = assert!(OffsetOwnerRecord::SIZE == 5);
+const _: () = assert!(OffsetOwnerRecord::KIND_OFFSET + 1 <= 5);
+const _: () = assert!(OffsetOwnerRecord::ID_OFFSET + 4 <= 5);
+impl iggy_wire::WireJson for OffsetOwnerRecord {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"kind\":");
+        iggy_wire::WireJson::write_json(&self.kind, out);
+        out.push_str(",\"id\":");
+        iggy_wire::WireJson::write_json(&self.id, out);
+        out.push('}');
+    }
+}
+impl WireEncode for OffsetOwnerRecord {
+    fn encoded_size(&self) -> usize {
+        5
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for OffsetOwnerRecord {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 5)?;
+        Self::decode_fixed(b)
+    }
+}
+/// Fixed-layout `StoreOffsetOp`, 21 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreOffsetOp {
+    pub owner: OffsetOwnerRecord,
+    pub offset: u64,
+    /// the metadata op the owner was resolved at; refused when its group was deleted after
+    pub resolved_at: u64,
+}
+impl StoreOffsetOp {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 21;
+    /// Byte offset of `owner`.
+    pub const OWNER_OFFSET: usize = 0;
+    /// Size of `owner` in bytes.
+    pub const OWNER_SIZE: usize = 5;
+    /// Byte offset of `offset`.
+    pub const OFFSET_OFFSET: usize = 5;
+    /// Size of `offset` in bytes.
+    pub const OFFSET_SIZE: usize = 8;
+    /// Byte offset of `resolved_at`.
+    pub const RESOLVED_AT_OFFSET: usize = 13;
+    /// Size of `resolved_at` in bytes.
+    pub const RESOLVED_AT_SIZE: usize = 8;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
+        }
+        let owner = <OffsetOwnerRecord>::decode_exact(&buf[0..5])
+            .map_err(|_| WireError::InvalidValue {
+                field: "owner",
+            })?;
+        let offset = <u64>::decode_exact(&buf[5..13])
+            .map_err(|_| WireError::InvalidValue {
+                field: "offset",
+            })?;
+        let resolved_at = <u64>::decode_exact(&buf[13..21])
+            .map_err(|_| WireError::InvalidValue {
+                field: "resolved_at",
+            })?;
+        Ok(Self { owner, offset, resolved_at })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.owner.to_wire_bytes());
+        iggy_wire::put_at(out, 5, &self.offset.to_wire_bytes());
+        iggy_wire::put_at(out, 13, &self.resolved_at.to_wire_bytes());
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 21] {
+        let mut b = [0u8; 21];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for StoreOffsetOp {
+    /// All-zero bytes.
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 21]).expect("zero bytes decode")
+    }
+}
+const _: () = assert!(StoreOffsetOp::SIZE == 21);
+const _: () = assert!(StoreOffsetOp::OWNER_OFFSET + 5 <= 21);
+const _: () = assert!(StoreOffsetOp::OFFSET_OFFSET + 8 <= 21);
+const _: () = assert!(StoreOffsetOp::RESOLVED_AT_OFFSET + 8 <= 21);
+impl iggy_wire::WireJson for StoreOffsetOp {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"owner\":");
+        iggy_wire::WireJson::write_json(&self.owner, out);
+        out.push_str(",\"offset\":");
+        iggy_wire::WireJson::write_json(&self.offset, out);
+        out.push_str(",\"resolved_at\":");
+        iggy_wire::WireJson::write_json(&self.resolved_at, out);
+        out.push('}');
+    }
+}
+impl WireEncode for StoreOffsetOp {
+    fn encoded_size(&self) -> usize {
+        21
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for StoreOffsetOp {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 21)?;
+        Self::decode_fixed(b)
+    }
+}
+/// Fixed-layout `StoreOffsetOpV0`, 13 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreOffsetOpV0 {
+    pub owner: OffsetOwnerRecord,
+    pub offset: u64,
+}
+impl StoreOffsetOpV0 {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 13;
+    /// Byte offset of `owner`.
+    pub const OWNER_OFFSET: usize = 0;
+    /// Size of `owner` in bytes.
+    pub const OWNER_SIZE: usize = 5;
+    /// Byte offset of `offset`.
+    pub const OFFSET_OFFSET: usize = 5;
+    /// Size of `offset` in bytes.
+    pub const OFFSET_SIZE: usize = 8;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
+        }
+        let owner = <OffsetOwnerRecord>::decode_exact(&buf[0..5])
+            .map_err(|_| WireError::InvalidValue {
+                field: "owner",
+            })?;
+        let offset = <u64>::decode_exact(&buf[5..13])
+            .map_err(|_| WireError::InvalidValue {
+                field: "offset",
+            })?;
+        Ok(Self { owner, offset })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.owner.to_wire_bytes());
+        iggy_wire::put_at(out, 5, &self.offset.to_wire_bytes());
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 13] {
+        let mut b = [0u8; 13];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for StoreOffsetOpV0 {
+    /// All-zero bytes.
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 13]).expect("zero bytes decode")
+    }
+}
+const _: () = assert!(StoreOffsetOpV0::SIZE == 13);
+const _: () = assert!(StoreOffsetOpV0::OWNER_OFFSET + 5 <= 13);
+const _: () = assert!(StoreOffsetOpV0::OFFSET_OFFSET + 8 <= 13);
+impl iggy_wire::WireJson for StoreOffsetOpV0 {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"owner\":");
+        iggy_wire::WireJson::write_json(&self.owner, out);
+        out.push_str(",\"offset\":");
+        iggy_wire::WireJson::write_json(&self.offset, out);
+        out.push('}');
+    }
+}
+impl WireEncode for StoreOffsetOpV0 {
+    fn encoded_size(&self) -> usize {
+        13
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for StoreOffsetOpV0 {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 13)?;
+        Self::decode_fixed(b)
+    }
+}
+/// Fixed-layout `DeleteOffsetOp`, 13 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeleteOffsetOp {
+    pub owner: OffsetOwnerRecord,
+    pub resolved_at: u64,
+}
+impl DeleteOffsetOp {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 13;
+    /// Byte offset of `owner`.
+    pub const OWNER_OFFSET: usize = 0;
+    /// Size of `owner` in bytes.
+    pub const OWNER_SIZE: usize = 5;
+    /// Byte offset of `resolved_at`.
+    pub const RESOLVED_AT_OFFSET: usize = 5;
+    /// Size of `resolved_at` in bytes.
+    pub const RESOLVED_AT_SIZE: usize = 8;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
+        }
+        let owner = <OffsetOwnerRecord>::decode_exact(&buf[0..5])
+            .map_err(|_| WireError::InvalidValue {
+                field: "owner",
+            })?;
+        let resolved_at = <u64>::decode_exact(&buf[5..13])
+            .map_err(|_| WireError::InvalidValue {
+                field: "resolved_at",
+            })?;
+        Ok(Self { owner, resolved_at })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.owner.to_wire_bytes());
+        iggy_wire::put_at(out, 5, &self.resolved_at.to_wire_bytes());
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 13] {
+        let mut b = [0u8; 13];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for DeleteOffsetOp {
+    /// All-zero bytes.
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 13]).expect("zero bytes decode")
+    }
+}
+const _: () = assert!(DeleteOffsetOp::SIZE == 13);
+const _: () = assert!(DeleteOffsetOp::OWNER_OFFSET + 5 <= 13);
+const _: () = assert!(DeleteOffsetOp::RESOLVED_AT_OFFSET + 8 <= 13);
+impl iggy_wire::WireJson for DeleteOffsetOp {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"owner\":");
+        iggy_wire::WireJson::write_json(&self.owner, out);
+        out.push_str(",\"resolved_at\":");
+        iggy_wire::WireJson::write_json(&self.resolved_at, out);
+        out.push('}');
+    }
+}
+impl WireEncode for DeleteOffsetOp {
+    fn encoded_size(&self) -> usize {
+        13
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for DeleteOffsetOp {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 13)?;
+        Self::decode_fixed(b)
+    }
+}
+/// Fixed-layout `DeleteOffsetOpV0`, 5 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeleteOffsetOpV0 {
+    pub owner: OffsetOwnerRecord,
+}
+impl DeleteOffsetOpV0 {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 5;
+    /// Byte offset of `owner`.
+    pub const OWNER_OFFSET: usize = 0;
+    /// Size of `owner` in bytes.
+    pub const OWNER_SIZE: usize = 5;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
+        }
+        let owner = <OffsetOwnerRecord>::decode_exact(&buf[0..5])
+            .map_err(|_| WireError::InvalidValue {
+                field: "owner",
+            })?;
+        Ok(Self { owner })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.owner.to_wire_bytes());
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 5] {
+        let mut b = [0u8; 5];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for DeleteOffsetOpV0 {
+    /// All-zero bytes.
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 5]).expect("zero bytes decode")
+    }
+}
+const _: () = assert!(DeleteOffsetOpV0::SIZE == 5);
+const _: () = assert!(DeleteOffsetOpV0::OWNER_OFFSET + 5 <= 5);
+impl iggy_wire::WireJson for DeleteOffsetOpV0 {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"owner\":");
+        iggy_wire::WireJson::write_json(&self.owner, out);
+        out.push('}');
+    }
+}
+impl WireEncode for DeleteOffsetOpV0 {
+    fn encoded_size(&self) -> usize {
+        5
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for DeleteOffsetOpV0 {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 5)?;
+        Self::decode_fixed(b)
+    }
+}
+/// Fixed-layout `RetireSegmentsOp`, 8 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetireSegmentsOp {
+    /// every closed segment whose messages all lie below this offset goes
+    pub keep_from: u64,
+}
+impl RetireSegmentsOp {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 8;
+    /// Byte offset of `keep_from`.
+    pub const KEEP_FROM_OFFSET: usize = 0;
+    /// Size of `keep_from` in bytes.
+    pub const KEEP_FROM_SIZE: usize = 8;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
+        }
+        let keep_from = <u64>::decode_exact(&buf[0..8])
+            .map_err(|_| WireError::InvalidValue {
+                field: "keep_from",
+            })?;
+        Ok(Self { keep_from })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.keep_from.to_wire_bytes());
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 8] {
+        let mut b = [0u8; 8];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for RetireSegmentsOp {
+    /// All-zero bytes.
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 8]).expect("zero bytes decode")
+    }
+}
+const _: () = assert!(RetireSegmentsOp::SIZE == 8);
+const _: () = assert!(RetireSegmentsOp::KEEP_FROM_OFFSET + 8 <= 8);
+impl iggy_wire::WireJson for RetireSegmentsOp {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"keep_from\":");
+        iggy_wire::WireJson::write_json(&self.keep_from, out);
+        out.push('}');
+    }
+}
+impl WireEncode for RetireSegmentsOp {
+    fn encoded_size(&self) -> usize {
+        8
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for RetireSegmentsOp {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 8)?;
+        Self::decode_fixed(b)
+    }
+}
+/// Fixed-layout `DeleteGroupOffsetsOp`, 12 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeleteGroupOffsetsOp {
+    pub group: u32,
+    /// the metadata op that deleted the group
+    pub metadata_op: u64,
+}
+impl DeleteGroupOffsetsOp {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 12;
+    /// Byte offset of `group`.
+    pub const GROUP_OFFSET: usize = 0;
+    /// Size of `group` in bytes.
+    pub const GROUP_SIZE: usize = 4;
+    /// Byte offset of `metadata_op`.
+    pub const METADATA_OP_OFFSET: usize = 4;
+    /// Size of `metadata_op` in bytes.
+    pub const METADATA_OP_SIZE: usize = 8;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
+        }
+        let group = <u32>::decode_exact(&buf[0..4])
+            .map_err(|_| WireError::InvalidValue {
+                field: "group",
+            })?;
+        let metadata_op = <u64>::decode_exact(&buf[4..12])
+            .map_err(|_| WireError::InvalidValue {
+                field: "metadata_op",
+            })?;
+        Ok(Self { group, metadata_op })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.group.to_wire_bytes());
+        iggy_wire::put_at(out, 4, &self.metadata_op.to_wire_bytes());
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 12] {
+        let mut b = [0u8; 12];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for DeleteGroupOffsetsOp {
+    /// All-zero bytes.
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 12]).expect("zero bytes decode")
+    }
+}
+const _: () = assert!(DeleteGroupOffsetsOp::SIZE == 12);
+const _: () = assert!(DeleteGroupOffsetsOp::GROUP_OFFSET + 4 <= 12);
+const _: () = assert!(DeleteGroupOffsetsOp::METADATA_OP_OFFSET + 8 <= 12);
+impl iggy_wire::WireJson for DeleteGroupOffsetsOp {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"group\":");
+        iggy_wire::WireJson::write_json(&self.group, out);
+        out.push_str(",\"metadata_op\":");
+        iggy_wire::WireJson::write_json(&self.metadata_op, out);
+        out.push('}');
+    }
+}
+impl WireEncode for DeleteGroupOffsetsOp {
+    fn encoded_size(&self) -> usize {
+        12
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for DeleteGroupOffsetsOp {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 12)?;
+        Self::decode_fixed(b)
+    }
+}
+/// Fixed-layout `WriteStatus`, 4 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteStatus {
+    pub status: u32,
+}
+impl WriteStatus {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 4;
+    /// Byte offset of `status`.
+    pub const STATUS_OFFSET: usize = 0;
+    /// Size of `status` in bytes.
+    pub const STATUS_SIZE: usize = 4;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
+        }
+        let status = <u32>::decode_exact(&buf[0..4])
+            .map_err(|_| WireError::InvalidValue {
+                field: "status",
+            })?;
+        Ok(Self { status })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.status.to_wire_bytes());
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 4] {
+        let mut b = [0u8; 4];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for WriteStatus {
+    /// All-zero bytes.
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 4]).expect("zero bytes decode")
+    }
+}
+const _: () = assert!(WriteStatus::SIZE == 4);
+const _: () = assert!(WriteStatus::STATUS_OFFSET + 4 <= 4);
+impl iggy_wire::WireJson for WriteStatus {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"status\":");
+        iggy_wire::WireJson::write_json(&self.status, out);
+        out.push('}');
+    }
+}
+impl WireEncode for WriteStatus {
+    fn encoded_size(&self) -> usize {
+        4
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for WriteStatus {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 4)?;
+        Self::decode_fixed(b)
+    }
+}
+/// Fixed-layout `WriteAppended`, 16 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteAppended {
+    pub status: u32,
+    pub base_offset: u64,
+    pub count: u32,
+}
+impl WriteAppended {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 16;
+    /// Byte offset of `status`.
+    pub const STATUS_OFFSET: usize = 0;
+    /// Size of `status` in bytes.
+    pub const STATUS_SIZE: usize = 4;
+    /// Byte offset of `base_offset`.
+    pub const BASE_OFFSET_OFFSET: usize = 4;
+    /// Size of `base_offset` in bytes.
+    pub const BASE_OFFSET_SIZE: usize = 8;
+    /// Byte offset of `count`.
+    pub const COUNT_OFFSET: usize = 12;
+    /// Size of `count` in bytes.
+    pub const COUNT_SIZE: usize = 4;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
+        }
+        let status = <u32>::decode_exact(&buf[0..4])
+            .map_err(|_| WireError::InvalidValue {
+                field: "status",
+            })?;
+        let base_offset = <u64>::decode_exact(&buf[4..12])
+            .map_err(|_| WireError::InvalidValue {
+                field: "base_offset",
+            })?;
+        let count = <u32>::decode_exact(&buf[12..16])
+            .map_err(|_| WireError::InvalidValue {
+                field: "count",
+            })?;
+        Ok(Self { status, base_offset, count })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.status.to_wire_bytes());
+        iggy_wire::put_at(out, 4, &self.base_offset.to_wire_bytes());
+        iggy_wire::put_at(out, 12, &self.count.to_wire_bytes());
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 16] {
+        let mut b = [0u8; 16];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for WriteAppended {
+    /// All-zero bytes.
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 16]).expect("zero bytes decode")
+    }
+}
+const _: () = assert!(WriteAppended::SIZE == 16);
+const _: () = assert!(WriteAppended::STATUS_OFFSET + 4 <= 16);
+const _: () = assert!(WriteAppended::BASE_OFFSET_OFFSET + 8 <= 16);
+const _: () = assert!(WriteAppended::COUNT_OFFSET + 4 <= 16);
+impl iggy_wire::WireJson for WriteAppended {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"status\":");
+        iggy_wire::WireJson::write_json(&self.status, out);
+        out.push_str(",\"base_offset\":");
+        iggy_wire::WireJson::write_json(&self.base_offset, out);
+        out.push_str(",\"count\":");
+        iggy_wire::WireJson::write_json(&self.count, out);
+        out.push('}');
+    }
+}
+impl WireEncode for WriteAppended {
+    fn encoded_size(&self) -> usize {
+        16
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for WriteAppended {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 16)?;
+        Self::decode_fixed(b)
+    }
+}
+/// Fixed-layout `StoredOffset`, 13 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoredOffset {
+    pub owner: OffsetOwnerRecord,
+    pub offset: u64,
+}
+impl StoredOffset {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 13;
+    /// Byte offset of `owner`.
+    pub const OWNER_OFFSET: usize = 0;
+    /// Size of `owner` in bytes.
+    pub const OWNER_SIZE: usize = 5;
+    /// Byte offset of `offset`.
+    pub const OFFSET_OFFSET: usize = 5;
+    /// Size of `offset` in bytes.
+    pub const OFFSET_SIZE: usize = 8;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
+        }
+        let owner = <OffsetOwnerRecord>::decode_exact(&buf[0..5])
+            .map_err(|_| WireError::InvalidValue {
+                field: "owner",
+            })?;
+        let offset = <u64>::decode_exact(&buf[5..13])
+            .map_err(|_| WireError::InvalidValue {
+                field: "offset",
+            })?;
+        Ok(Self { owner, offset })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.owner.to_wire_bytes());
+        iggy_wire::put_at(out, 5, &self.offset.to_wire_bytes());
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 13] {
+        let mut b = [0u8; 13];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for StoredOffset {
+    /// All-zero bytes.
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 13]).expect("zero bytes decode")
+    }
+}
+const _: () = assert!(StoredOffset::SIZE == 13);
+const _: () = assert!(StoredOffset::OWNER_OFFSET + 5 <= 13);
+const _: () = assert!(StoredOffset::OFFSET_OFFSET + 8 <= 13);
+impl iggy_wire::WireJson for StoredOffset {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"owner\":");
+        iggy_wire::WireJson::write_json(&self.owner, out);
+        out.push_str(",\"offset\":");
+        iggy_wire::WireJson::write_json(&self.offset, out);
+        out.push('}');
+    }
+}
+impl WireEncode for StoredOffset {
+    fn encoded_size(&self) -> usize {
+        13
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for StoredOffset {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 13)?;
+        Self::decode_fixed(b)
+    }
+}
+/// Fixed-layout `GroupDeletion`, 12 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupDeletion {
+    pub group: u32,
+    pub metadata_op: u64,
+}
+impl GroupDeletion {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 12;
+    /// Byte offset of `group`.
+    pub const GROUP_OFFSET: usize = 0;
+    /// Size of `group` in bytes.
+    pub const GROUP_SIZE: usize = 4;
+    /// Byte offset of `metadata_op`.
+    pub const METADATA_OP_OFFSET: usize = 4;
+    /// Size of `metadata_op` in bytes.
+    pub const METADATA_OP_SIZE: usize = 8;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
+        }
+        let group = <u32>::decode_exact(&buf[0..4])
+            .map_err(|_| WireError::InvalidValue {
+                field: "group",
+            })?;
+        let metadata_op = <u64>::decode_exact(&buf[4..12])
+            .map_err(|_| WireError::InvalidValue {
+                field: "metadata_op",
+            })?;
+        Ok(Self { group, metadata_op })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.group.to_wire_bytes());
+        iggy_wire::put_at(out, 4, &self.metadata_op.to_wire_bytes());
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 12] {
+        let mut b = [0u8; 12];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for GroupDeletion {
+    /// All-zero bytes.
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 12]).expect("zero bytes decode")
+    }
+}
+const _: () = assert!(GroupDeletion::SIZE == 12);
+const _: () = assert!(GroupDeletion::GROUP_OFFSET + 4 <= 12);
+const _: () = assert!(GroupDeletion::METADATA_OP_OFFSET + 8 <= 12);
+impl iggy_wire::WireJson for GroupDeletion {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"group\":");
+        iggy_wire::WireJson::write_json(&self.group, out);
+        out.push_str(",\"metadata_op\":");
+        iggy_wire::WireJson::write_json(&self.metadata_op, out);
+        out.push('}');
+    }
+}
+impl WireEncode for GroupDeletion {
+    fn encoded_size(&self) -> usize {
+        12
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for GroupDeletion {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 12)?;
+        Self::decode_fixed(b)
+    }
+}
 /// Variable-length `SnapshotConsumerGroup`.
 #[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
 pub struct SnapshotConsumerGroup<'a> {
@@ -851,4 +1791,36 @@ pub struct MetadataSnapshot<'a> {
     pub tokens: Vec<crate::storage::SnapshotToken<'a>>,
     #[wire(vec(u32, plain))]
     pub sessions: Vec<crate::storage::SnapshotSession>,
+}
+/// Variable-length `MetadataOpEnvelope`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct MetadataOpEnvelope<'a> {
+    /// microseconds since the Unix epoch on the primary's clock when it prepared the op
+    #[wire(plain)]
+    pub timestamp: u64,
+    /// the acting user
+    #[wire(plain)]
+    pub user_id: u32,
+    /// the client's request body as sent (secrets replaced by their hashes)
+    #[wire(rest)]
+    pub request: &'a [u8],
+}
+/// Variable-length `PartitionCheckpointState`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct PartitionCheckpointState {
+    /// the offset after the last message the checkpoint covers
+    #[wire(plain)]
+    pub next_offset: u64,
+    #[wire(vec(u32, plain))]
+    pub offsets: Vec<crate::storage::StoredOffset>,
+    #[wire(vec(u32, plain))]
+    pub group_deletions: Vec<crate::storage::GroupDeletion>,
+}
+/// Variable-length `PartitionCheckpointStateV0`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct PartitionCheckpointStateV0 {
+    #[wire(plain)]
+    pub next_offset: u64,
+    #[wire(vec(u32, plain))]
+    pub offsets: Vec<crate::storage::StoredOffset>,
 }

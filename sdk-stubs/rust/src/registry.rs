@@ -901,6 +901,104 @@ pub const STRUCTS: &[StructInfo] = &[
         since: 0,
         until: 4294967295,
     },
+    StructInfo {
+        name: "MetadataOpEnvelope",
+        module: "storage",
+        fixed: None,
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
+        name: "OffsetOwnerRecord",
+        module: "storage",
+        fixed: Some(5),
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
+        name: "StoreOffsetOp",
+        module: "storage",
+        fixed: Some(21),
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
+        name: "StoreOffsetOpV0",
+        module: "storage",
+        fixed: Some(13),
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
+        name: "DeleteOffsetOp",
+        module: "storage",
+        fixed: Some(13),
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
+        name: "DeleteOffsetOpV0",
+        module: "storage",
+        fixed: Some(5),
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
+        name: "RetireSegmentsOp",
+        module: "storage",
+        fixed: Some(8),
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
+        name: "DeleteGroupOffsetsOp",
+        module: "storage",
+        fixed: Some(12),
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
+        name: "WriteStatus",
+        module: "storage",
+        fixed: Some(4),
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
+        name: "WriteAppended",
+        module: "storage",
+        fixed: Some(16),
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
+        name: "StoredOffset",
+        module: "storage",
+        fixed: Some(13),
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
+        name: "GroupDeletion",
+        module: "storage",
+        fixed: Some(12),
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
+        name: "PartitionCheckpointState",
+        module: "storage",
+        fixed: None,
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
+        name: "PartitionCheckpointStateV0",
+        module: "storage",
+        fixed: None,
+        since: 0,
+        until: 4294967295,
+    },
 ];
 /// Decoded, re-encoded and rendered.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -1105,6 +1203,24 @@ pub fn roundtrip(name: &str, input: &[u8]) -> Option<Result<Roundtrip, WireError
         "SnapshotToken" => rt!(crate ::storage::SnapshotToken, input),
         "SnapshotSession" => rt!(crate ::storage::SnapshotSession, input),
         "MetadataSnapshot" => rt!(crate ::storage::MetadataSnapshot, input),
+        "MetadataOpEnvelope" => rt!(crate ::storage::MetadataOpEnvelope, input),
+        "OffsetOwnerRecord" => rt!(crate ::storage::OffsetOwnerRecord, input),
+        "StoreOffsetOp" => rt!(crate ::storage::StoreOffsetOp, input),
+        "StoreOffsetOpV0" => rt!(crate ::storage::StoreOffsetOpV0, input),
+        "DeleteOffsetOp" => rt!(crate ::storage::DeleteOffsetOp, input),
+        "DeleteOffsetOpV0" => rt!(crate ::storage::DeleteOffsetOpV0, input),
+        "RetireSegmentsOp" => rt!(crate ::storage::RetireSegmentsOp, input),
+        "DeleteGroupOffsetsOp" => rt!(crate ::storage::DeleteGroupOffsetsOp, input),
+        "WriteStatus" => rt!(crate ::storage::WriteStatus, input),
+        "WriteAppended" => rt!(crate ::storage::WriteAppended, input),
+        "StoredOffset" => rt!(crate ::storage::StoredOffset, input),
+        "GroupDeletion" => rt!(crate ::storage::GroupDeletion, input),
+        "PartitionCheckpointState" => {
+            rt!(crate ::storage::PartitionCheckpointState, input)
+        }
+        "PartitionCheckpointStateV0" => {
+            rt!(crate ::storage::PartitionCheckpointStateV0, input)
+        }
         _ => None,
     }
 }

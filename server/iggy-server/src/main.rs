@@ -8,7 +8,7 @@ mod runtime;
 mod service;
 mod transport;
 
-#[cfg(any(feature = "systemd", test))]
+#[cfg(feature = "systemd")]
 use runtime::systemd;
 use runtime::{maintenance, node};
 use transport::tcp;

@@ -18,7 +18,7 @@ use iggy_generated::payloads::{
     StreamResourcePatch, TopicIdRequest, TopicResourcePatch, UpdatePermissionsRequest,
     UpdateResourceRequest, UserResourcePatch,
 };
-use iggy_wire::{WireDecode, WireEncode as _};
+use iggy_wire::{WireDecode, WireEncode};
 use std::hash::Hasher;
 
 /// The node's own client id for ops it submits itself (the root user at first start, the end
@@ -36,29 +36,19 @@ fn decode<'a, T: WireDecode<'a>>(bytes: &'a [u8]) -> Result<T, ErrorCode> {
 }
 
 /// A metadata op's body as journaled: what the primary decided (time, acting user) and the
-/// client's request bytes. `Envelope` is this server's journal format, not a wire type.
-pub struct Envelope<'a> {
-    pub timestamp: u64,
-    pub user_id: u32,
-    pub request: &'a [u8],
-}
+/// client's request bytes (the spec's `MetadataOpEnvelope`, spec/storage.spec).
+pub use iggy_generated::storage::MetadataOpEnvelope as Envelope;
 
-impl<'a> Envelope<'a> {
-    pub fn encode(timestamp: u64, user_id: u32, request: &[u8]) -> Bytes {
-        let mut out = Vec::with_capacity(12 + request.len());
-        out.extend_from_slice(&timestamp.to_le_bytes());
-        out.extend_from_slice(&user_id.to_le_bytes());
-        out.extend_from_slice(request);
-        out.into()
-    }
-
-    pub fn decode(body: &'a [u8]) -> Option<Envelope<'a>> {
-        Some(Envelope {
-            timestamp: u64::from_le_bytes(body.get(..8)?.try_into().ok()?),
-            user_id: u32::from_le_bytes(body.get(8..12)?.try_into().ok()?),
-            request: &body[12..],
-        })
-    }
+/// Encodes a metadata op's journaled body.
+pub fn envelope(timestamp: u64, user_id: u32, request: &[u8]) -> Bytes {
+    let envelope = Envelope {
+        timestamp,
+        user_id,
+        request,
+    };
+    let mut out = Vec::with_capacity(envelope.encoded_size());
+    envelope.encode_to(&mut out);
+    out.into()
 }
 
 /// Decodes a wire identifier into a metadata [`Ident`].
@@ -95,7 +85,7 @@ pub fn apply(
     operation: u8,
     body: &[u8],
 ) -> (Bytes, Vec<Effect>) {
-    let Some(envelope) = Envelope::decode(body) else {
+    let Ok(envelope) = Envelope::decode_exact(body) else {
         return (framed(Err(ErrorCode::InvalidCommand)), Vec::new());
     };
     let Some(operation) = Operation::from_repr(operation) else {
@@ -532,7 +522,7 @@ mod tests {
             .enumerate()
             .map(|(at, (operation, body))| {
                 let op = at as u64 + 1;
-                let envelope = Envelope::encode(1_000 + op, crate::ROOT_USER_ID, body);
+                let envelope = envelope(1_000 + op, crate::ROOT_USER_ID, body);
                 apply(&mut metadata, op, 7, *operation, &envelope)
             })
             .collect();
@@ -578,7 +568,7 @@ mod tests {
         let body = request(&StreamIdRequest {
             stream_id: id(&missing),
         });
-        let envelope = Envelope::encode(5, crate::ROOT_USER_ID, &body);
+        let envelope = envelope(5, crate::ROOT_USER_ID, &body);
         let (reply, effects) = apply(
             &mut metadata,
             1,

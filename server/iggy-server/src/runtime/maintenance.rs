@@ -6,8 +6,8 @@ use crate::runtime::node::Node;
 use crate::runtime::shared::{PartitionKey, SessionActivity};
 use iggy_generated::frames::Operation;
 use iggy_metadata::Metadata;
-use iggy_metadata::machine::Envelope;
 use iggy_metadata::machine::SYSTEM_CLIENT;
+use iggy_metadata::machine::envelope;
 use iggy_metadata::options::limit;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -87,7 +87,7 @@ fn expired(node: &Node, lease: Duration, now: Instant) -> Vec<u128> {
 async fn expire_sessions(node: &Node, lease: Duration) {
     for client in expired(node, lease, Instant::now()) {
         let request = node.shared.metadata.borrow().system_requests + 1;
-        let body = Envelope::encode(
+        let body = envelope(
             crate::runtime::clock::now_micros(),
             iggy_metadata::ROOT_USER_ID,
             &client.to_le_bytes(),

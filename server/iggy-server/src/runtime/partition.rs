@@ -11,9 +11,15 @@ use bytes::Bytes;
 use futures_channel::oneshot;
 use iggy_generated::errors::ErrorCode;
 use iggy_generated::frames::Operation;
+use iggy_generated::storage::{
+    DeleteGroupOffsetsOp, DeleteOffsetOp, DeleteOffsetOpV0, GroupDeletion, OffsetOwnerKind,
+    OffsetOwnerRecord, PartitionCheckpointState, PartitionCheckpointStateV0, RetireSegmentsOp,
+    StoreOffsetOp, StoreOffsetOpV0, StoredOffset, WriteAppended, WriteStatus,
+};
 use iggy_storage::partition_log::{LogConfig, PartitionLog, ReadBatches};
 use iggy_storage::{StorageError, batch};
 use iggy_vsr::Entry;
+use iggy_wire::{WireDecode, WireEncode};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -32,27 +38,29 @@ pub enum OffsetOwner {
 }
 
 impl OffsetOwner {
-    fn encode(self) -> [u8; 5] {
+    fn record(self) -> OffsetOwnerRecord {
         let (kind, id) = match self {
-            OffsetOwner::Consumer(id) => (1u8, id),
-            OffsetOwner::Group(id) => (2u8, id),
-            OffsetOwner::External(id) => (3u8, id),
+            OffsetOwner::Consumer(id) => (OffsetOwnerKind::Consumer, id),
+            OffsetOwner::Group(id) => (OffsetOwnerKind::ConsumerGroup, id),
+            OffsetOwner::External(id) => (OffsetOwnerKind::ExternalGroup, id),
         };
-        let mut out = [0u8; 5];
-        out[0] = kind;
-        out[1..].copy_from_slice(&id.to_le_bytes());
-        out
+        OffsetOwnerRecord { kind, id }
     }
 
-    fn decode(bytes: &[u8]) -> Option<OffsetOwner> {
-        let id = u32::from_le_bytes(bytes.get(1..5)?.try_into().ok()?);
-        match bytes.first()? {
-            1 => Some(OffsetOwner::Consumer(id)),
-            2 => Some(OffsetOwner::Group(id)),
-            3 => Some(OffsetOwner::External(id)),
-            _ => None,
+    fn of(record: OffsetOwnerRecord) -> OffsetOwner {
+        match record.kind {
+            OffsetOwnerKind::Consumer => OffsetOwner::Consumer(record.id),
+            OffsetOwnerKind::ConsumerGroup => OffsetOwner::Group(record.id),
+            OffsetOwnerKind::ExternalGroup => OffsetOwner::External(record.id),
         }
     }
+}
+
+/// A fixed record of the spec, encoded.
+fn fixed<T: WireEncode>(record: &T) -> Bytes {
+    let mut out = Vec::with_capacity(record.encoded_size());
+    record.encode_to(&mut out);
+    out.into()
 }
 
 /// The body of a partition op as journaled: the primary's decisions plus the client's bytes.
@@ -95,69 +103,74 @@ impl PartitionWrite {
         }
     }
 
+    /// The journaled body: the client's batch, or the spec's record of the op
+    /// (spec/storage.spec: `StoreOffsetOp`, `DeleteOffsetOp`, `RetireSegmentsOp`,
+    /// `DeleteGroupOffsetsOp`).
     pub fn encode(&self) -> Bytes {
-        match self {
-            PartitionWrite::Send { batch } => batch.clone(),
+        match *self {
+            PartitionWrite::Send { ref batch } => batch.clone(),
             PartitionWrite::StoreOffset {
                 owner,
                 offset,
                 resolved_at,
-            } => {
-                let mut out = owner.encode().to_vec();
-                out.extend_from_slice(&offset.to_le_bytes());
-                out.extend_from_slice(&resolved_at.to_le_bytes());
-                out.into()
-            }
-            PartitionWrite::DeleteOffset { owner, resolved_at } => {
-                let mut out = owner.encode().to_vec();
-                out.extend_from_slice(&resolved_at.to_le_bytes());
-                out.into()
-            }
-            PartitionWrite::RetireSegments { keep_from } => {
-                Bytes::copy_from_slice(&keep_from.to_le_bytes())
-            }
+            } => fixed(&StoreOffsetOp {
+                owner: owner.record(),
+                offset,
+                resolved_at,
+            }),
+            PartitionWrite::DeleteOffset { owner, resolved_at } => fixed(&DeleteOffsetOp {
+                owner: owner.record(),
+                resolved_at,
+            }),
+            PartitionWrite::RetireSegments { keep_from } => fixed(&RetireSegmentsOp { keep_from }),
             PartitionWrite::DeleteGroupOffsets { group, metadata_op } => {
-                let mut out = group.to_le_bytes().to_vec();
-                out.extend_from_slice(&metadata_op.to_le_bytes());
-                out.into()
+                fixed(&DeleteGroupOffsetsOp { group, metadata_op })
             }
         }
     }
 
     fn decode(operation: u8, body: &Bytes) -> Option<PartitionWrite> {
+        // Records journaled before `resolved_at` existed (the `V0` layouts) read as resolved
+        // at `u64::MAX`: never refused.
         match Operation::from_repr(operation)? {
             Operation::SendMessages => Some(PartitionWrite::Send {
                 batch: body.clone(),
             }),
-            // `[owner 5][offset 8][resolved_at 8]`; older records end before `resolved_at`.
-            Operation::StoreConsumerOffset => {
-                let owner = OffsetOwner::decode(body)?;
-                let offset = u64::from_le_bytes(body.get(5..13)?.try_into().ok()?);
-                let resolved_at = match body.get(13..21) {
-                    Some(bytes) => u64::from_le_bytes(bytes.try_into().ok()?),
-                    None => u64::MAX,
-                };
-                Some(PartitionWrite::StoreOffset {
-                    owner,
-                    offset,
-                    resolved_at,
+            Operation::StoreConsumerOffset => match StoreOffsetOp::decode_exact(body) {
+                Ok(op) => Some(PartitionWrite::StoreOffset {
+                    owner: OffsetOwner::of(op.owner),
+                    offset: op.offset,
+                    resolved_at: op.resolved_at,
+                }),
+                Err(_) => {
+                    let op = StoreOffsetOpV0::decode_exact(body).ok()?;
+                    Some(PartitionWrite::StoreOffset {
+                        owner: OffsetOwner::of(op.owner),
+                        offset: op.offset,
+                        resolved_at: u64::MAX,
+                    })
+                }
+            },
+            Operation::DeleteConsumerOffset => match DeleteOffsetOp::decode_exact(body) {
+                Ok(op) => Some(PartitionWrite::DeleteOffset {
+                    owner: OffsetOwner::of(op.owner),
+                    resolved_at: op.resolved_at,
+                }),
+                Err(_) => Some(PartitionWrite::DeleteOffset {
+                    owner: OffsetOwner::of(DeleteOffsetOpV0::decode_exact(body).ok()?.owner),
+                    resolved_at: u64::MAX,
+                }),
+            },
+            Operation::DeleteSegments => Some(PartitionWrite::RetireSegments {
+                keep_from: RetireSegmentsOp::decode_exact(body).ok()?.keep_from,
+            }),
+            Operation::DeleteConsumerGroup => {
+                let op = DeleteGroupOffsetsOp::decode_exact(body).ok()?;
+                Some(PartitionWrite::DeleteGroupOffsets {
+                    group: op.group,
+                    metadata_op: op.metadata_op,
                 })
             }
-            // `[owner 5][resolved_at 8]`; older records end after the owner.
-            Operation::DeleteConsumerOffset => Some(PartitionWrite::DeleteOffset {
-                owner: OffsetOwner::decode(body)?,
-                resolved_at: match body.get(5..13) {
-                    Some(bytes) => u64::from_le_bytes(bytes.try_into().ok()?),
-                    None => u64::MAX,
-                },
-            }),
-            Operation::DeleteSegments => Some(PartitionWrite::RetireSegments {
-                keep_from: u64::from_le_bytes(body.get(..8)?.try_into().ok()?),
-            }),
-            Operation::DeleteConsumerGroup => Some(PartitionWrite::DeleteGroupOffsets {
-                group: u32::from_le_bytes(body.get(..4)?.try_into().ok()?),
-                metadata_op: u64::from_le_bytes(body.get(4..12)?.try_into().ok()?),
-            }),
             _ => None,
         }
     }
@@ -172,35 +185,33 @@ pub enum WriteResult {
 }
 
 impl WriteResult {
+    /// The spec's `WriteAppended` or `WriteStatus` record.
     fn encode(self) -> Bytes {
-        let mut out = vec![0u8; 16];
         match self {
-            WriteResult::Appended { base_offset, count } => {
-                out[4..12].copy_from_slice(&base_offset.to_le_bytes());
-                out[12..16].copy_from_slice(&count.to_le_bytes());
-            }
-            WriteResult::Done => out.truncate(4),
-            WriteResult::Failed(code) => {
-                out.truncate(4);
-                out.copy_from_slice(&code.code().to_le_bytes());
-            }
+            WriteResult::Appended { base_offset, count } => fixed(&WriteAppended {
+                status: 0,
+                base_offset,
+                count,
+            }),
+            WriteResult::Done => fixed(&WriteStatus { status: 0 }),
+            WriteResult::Failed(code) => fixed(&WriteStatus {
+                status: code.code(),
+            }),
         }
-        out.into()
     }
 
     pub fn decode(bytes: &[u8]) -> WriteResult {
-        let status = bytes
-            .get(..4)
-            .map_or(1, |b| u32::from_le_bytes(b.try_into().unwrap()));
+        let status = WriteStatus::decode_fixed(bytes.get(..WriteStatus::SIZE).unwrap_or(&[]))
+            .map_or(1, |record| record.status);
         if status != 0 {
             return WriteResult::Failed(ErrorCode::from_code(status).unwrap_or(ErrorCode::Error));
         }
-        match bytes.len() {
-            16 => WriteResult::Appended {
-                base_offset: u64::from_le_bytes(bytes[4..12].try_into().unwrap()),
-                count: u32::from_le_bytes(bytes[12..16].try_into().unwrap()),
+        match WriteAppended::decode_exact(bytes) {
+            Ok(appended) => WriteResult::Appended {
+                base_offset: appended.base_offset,
+                count: appended.count,
             },
-            _ => WriteResult::Done,
+            Err(_) => WriteResult::Done,
         }
     }
 }
@@ -336,53 +347,51 @@ impl PartitionMachine {
         });
     }
 
-    /// The state a checkpoint keeps besides the log itself: the next offset, the consumer
-    /// offsets and the group deletions applied, as
-    /// `[u64 next_offset][u32 n][u8 kind, u32 id, u64 offset]*n[u32 m][u32 group, u64 op]*m`
-    /// (kind 1 consumer, 2 group, 3 external group; a checkpoint written before the group
-    /// deletions were kept ends after the offsets and restores none).
-    // TODO(spec): declare this record in a storage spec and generate it.
+    /// The state a checkpoint keeps besides the log itself (the spec's
+    /// `PartitionCheckpointState`): the next offset, the consumer offsets and the group
+    /// deletions applied. A checkpoint written before the group deletions were kept
+    /// (`PartitionCheckpointStateV0`) restores none.
     fn encode_state(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(20 + 13 * self.offsets.len());
-        out.extend_from_slice(&self.replay_next_offset.to_le_bytes());
-        out.extend_from_slice(&(self.offsets.len() as u32).to_le_bytes());
-        for (owner, offset) in &self.offsets {
-            out.extend_from_slice(&owner.encode());
-            out.extend_from_slice(&offset.to_le_bytes());
-        }
-        out.extend_from_slice(&(self.group_deletions.len() as u32).to_le_bytes());
-        for (group, op) in &self.group_deletions {
-            out.extend_from_slice(&group.to_le_bytes());
-            out.extend_from_slice(&op.to_le_bytes());
-        }
+        let state = PartitionCheckpointState {
+            next_offset: self.replay_next_offset,
+            offsets: self
+                .offsets
+                .iter()
+                .map(|(owner, offset)| StoredOffset {
+                    owner: owner.record(),
+                    offset: *offset,
+                })
+                .collect(),
+            group_deletions: self
+                .group_deletions
+                .iter()
+                .map(|(group, op)| GroupDeletion {
+                    group: *group,
+                    metadata_op: *op,
+                })
+                .collect(),
+        };
+        let mut out = Vec::with_capacity(state.encoded_size());
+        state.encode_to(&mut out);
         out
     }
 
     fn restore(&mut self, state: &[u8]) -> Result<(), String> {
-        let bad = || "partition checkpoint state is malformed".to_string();
-        let next = u64::from_le_bytes(state.get(..8).ok_or_else(bad)?.try_into().unwrap());
-        let count =
-            u32::from_le_bytes(state.get(8..12).ok_or_else(bad)?.try_into().unwrap()) as usize;
-        let mut rest = &state[12..];
-        for _ in 0..count {
-            let record = rest.get(..13).ok_or_else(bad)?;
-            let owner = OffsetOwner::decode(&record[..5]).ok_or_else(bad)?;
-            self.offsets
-                .insert(owner, u64::from_le_bytes(record[5..13].try_into().unwrap()));
-            rest = &rest[13..];
-        }
-        if !rest.is_empty() {
-            let count =
-                u32::from_le_bytes(rest.get(..4).ok_or_else(bad)?.try_into().unwrap()) as usize;
-            rest = &rest[4..];
-            for _ in 0..count {
-                let record = rest.get(..12).ok_or_else(bad)?;
-                self.group_deletions.insert(
-                    u32::from_le_bytes(record[..4].try_into().unwrap()),
-                    u64::from_le_bytes(record[4..12].try_into().unwrap()),
-                );
-                rest = &rest[12..];
+        let bad = |_| "partition checkpoint state is malformed".to_string();
+        let (next, offsets, group_deletions) = match PartitionCheckpointState::decode_exact(state) {
+            Ok(state) => (state.next_offset, state.offsets, state.group_deletions),
+            Err(_) => {
+                let state = PartitionCheckpointStateV0::decode_exact(state).map_err(bad)?;
+                (state.next_offset, state.offsets, Vec::new())
             }
+        };
+        for stored in offsets {
+            self.offsets
+                .insert(OffsetOwner::of(stored.owner), stored.offset);
+        }
+        for deletion in group_deletions {
+            self.group_deletions
+                .insert(deletion.group, deletion.metadata_op);
         }
         if next > self.log.next_offset() {
             // Only a machine crash under the replicated policy loses segment pages the
@@ -1039,11 +1048,12 @@ mod tests {
             (OffsetOwner::Group(id), 2),
             (OffsetOwner::External(id), 3),
         ] {
-            let bytes = owner.encode();
-            assert_eq!(bytes, [kind, 4, 3, 2, 1]);
-            assert_eq!(OffsetOwner::decode(&bytes), Some(owner));
+            let bytes = fixed(&owner.record());
+            assert_eq!(bytes[..], [kind, 4, 3, 2, 1]);
+            let record = OffsetOwnerRecord::decode_fixed(&bytes).unwrap();
+            assert_eq!(OffsetOwner::of(record), owner);
         }
-        assert_eq!(OffsetOwner::decode(&[4, 0, 0, 0, 0]), None);
+        assert!(OffsetOwnerRecord::decode_fixed(&[4, 0, 0, 0, 0]).is_err());
         let write = delete_group(7, 1 << 40);
         let decoded = PartitionWrite::decode(write.operation(), &write.encode());
         assert!(matches!(

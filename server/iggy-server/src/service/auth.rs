@@ -9,7 +9,7 @@ use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, Salt
 use bytes::Bytes;
 use iggy_generated::errors::ErrorCode;
 use iggy_generated::frames::Operation;
-use iggy_metadata::machine::Envelope;
+use iggy_metadata::machine::envelope;
 use iggy_metadata::machine::{SYSTEM_CLIENT, token_hash};
 use iggy_metadata::{Need, ROOT_USER_ID, UserStatus};
 
@@ -131,7 +131,7 @@ pub async fn create_root(
         UserStatus::Active,
         None,
     );
-    let body = Envelope::encode(crate::runtime::clock::now_micros(), ROOT_USER_ID, &request);
+    let body = envelope(crate::runtime::clock::now_micros(), ROOT_USER_ID, &request);
     match group
         .submit(SYSTEM_CLIENT, 1, Operation::CreateUser.to_repr(), body)
         .await

@@ -23,7 +23,7 @@ use iggy_generated::payloads::{
     TopicIdRequest,
 };
 use iggy_generated::protocol;
-use iggy_metadata::machine::{Envelope, ident, session_record};
+use iggy_metadata::machine::{envelope, ident, session_record};
 use iggy_metadata::replies::{self as model_replies, Codec};
 use iggy_metadata::{Ident, Need};
 use iggy_wire::WireDecode;
@@ -329,7 +329,7 @@ async fn logout(
     request: &Request<'_>,
     bound: Bound,
 ) -> Result<Dispatched, ErrorCode> {
-    let body = Envelope::encode(now_micros(), bound.user_id, &[]);
+    let body = envelope(now_micros(), bound.user_id, &[]);
     match node
         .metadata
         .submit(
@@ -458,7 +458,7 @@ async fn metadata_write(
         // Secrets are turned into hashes before they reach the journal.
         crate::service::user_commands::prepare(&node.shared, operation, bound.user_id, body)?
     };
-    let journaled = Envelope::encode(
+    let journaled = envelope(
         now_micros(),
         bound.user_id,
         prepared.body.as_deref().unwrap_or(body),

@@ -157,6 +157,16 @@ pub fn error_reply(request: &RequestHeader, operation: Operation, error: ErrorCo
 }
 
 /// A session-terminal eviction frame, carrying the admission window.
+/// The client id of a request header that failed admission (so it cannot be decoded whole):
+/// read at the generated `RequestHeader` position, for the eviction that answers it.
+pub fn client_of(bytes: &[u8; HEADER_SIZE]) -> u128 {
+    let at = RequestHeader::CLIENT_OFFSET;
+    let client: [u8; RequestHeader::CLIENT_SIZE] = bytes[at..at + RequestHeader::CLIENT_SIZE]
+        .try_into()
+        .expect("inside the header");
+    u128::from_le_bytes(client)
+}
+
 pub fn eviction(client: u128, reason: EvictionReason) -> Vec<u8> {
     let (min, max) = protocol::admission_window();
     let mut header = EvictionHeader::default();

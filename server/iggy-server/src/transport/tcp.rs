@@ -68,7 +68,7 @@ fn refuse_at_capacity(mut stream: TcpStream, node: &Rc<Node>) {
                     iggy_generated::errors::ErrorCode::CannotEstablishConnection,
                 ),
                 Err(error) => {
-                    let client = u128::from_le_bytes(header[128..144].try_into().unwrap());
+                    let client = frame::client_of(&header);
                     frame::eviction(client, error.eviction_reason())
                 }
             };
@@ -137,7 +137,7 @@ async fn serve_connection(
             Ok(admitted) => admitted,
             Err(error) => {
                 tracing::debug!("refused request header: {error:?}");
-                let client = u128::from_le_bytes(header[128..144].try_into().unwrap());
+                let client = frame::client_of(&header);
                 let eviction = frame::eviction(client, error.eviction_reason());
                 let _ = stream.write_all(eviction).await;
                 return Ok(());
