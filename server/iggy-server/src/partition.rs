@@ -4,7 +4,7 @@
 //! sees every acknowledged send.
 
 use crate::group::{
-    Checkpointing, Durability, Group, GroupHandle, Journal, Outcome, StateMachine, read_checkpoint,
+    Checkpointing, Durability, Group, GroupHandle, Journal, Outcome, StateMachine, load_checkpoint,
 };
 use crate::wal::{FileJournal, JournalEntry};
 use bytes::Bytes;
@@ -600,24 +600,14 @@ impl StateMachine for PartitionMachine {
                 WriteResult::Done
             }
             Some(PartitionWrite::RetireSegments { keep_from }) => {
-                match self.log.retire_below(keep_from).await {
-                    Ok(deleted) => {
-                        if deleted > 0 {
-                            tracing::info!(
-                                "partition {}: deleted {deleted} segments below offset {keep_from}",
-                                self.partition_id
-                            );
-                        }
-                        WriteResult::Done
-                    }
-                    Err(error) => {
-                        tracing::error!(
-                            "partition {}: segment delete failed: {error}",
-                            self.partition_id
-                        );
-                        WriteResult::Failed(ErrorCode::CannotDeleteFile)
-                    }
+                let deleted = self.log.retire_below(keep_from).await;
+                if deleted > 0 {
+                    tracing::info!(
+                        "partition {}: deleted {deleted} segments below offset {keep_from}",
+                        self.partition_id
+                    );
                 }
+                WriteResult::Done
             }
             None => WriteResult::Failed(ErrorCode::InvalidCommand),
         };
@@ -667,7 +657,8 @@ impl StateMachine for PartitionMachine {
     }
 
     async fn sync_stowed(&mut self) -> std::io::Result<()> {
-        self.log.sync_records().await.map_err(std::io::Error::other)
+        self.log.sync_records().await;
+        Ok(())
     }
 
     async fn unstow_after(&mut self, op: u64) -> std::io::Result<()> {
@@ -687,7 +678,7 @@ impl StateMachine for PartitionMachine {
         // must be durable first. Under the replicated policy acknowledged writes only have to
         // survive a process crash, which the page cache does, so no fsync stalls the partition.
         if self.sync_on_checkpoint {
-            self.log.sync().await.map_err(std::io::Error::other)?;
+            self.log.sync().await;
         }
         Ok(self.encode_state())
     }
@@ -736,25 +727,17 @@ impl StateMachine for PartitionMachine {
                 max_size,
             } => {
                 self.log.set_retention(message_expiry_us, max_size);
-                match self.log.apply_retention(now).await {
-                    Ok(0) => {}
-                    Ok(deleted) => {
-                        tracing::info!(
-                            "partition {}: retention deleted {deleted} segments",
-                            self.partition_id
-                        );
-                        self.publish();
-                    }
-                    Err(error) => tracing::error!(
-                        "partition {}: retention failed: {error}",
+                let deleted = self.log.apply_retention(now).await;
+                if deleted > 0 {
+                    tracing::info!(
+                        "partition {}: retention deleted {deleted} segments",
                         self.partition_id
-                    ),
+                    );
+                    self.publish();
                 }
             }
             PartitionRead::Sync { done } => {
-                if let Err(error) = self.log.sync().await {
-                    tracing::error!("partition {}: sync failed: {error}", self.partition_id);
-                }
+                self.log.sync().await;
                 let _ = done.send(());
             }
             PartitionRead::PlanSegmentRetirement { count, done } => {
@@ -815,10 +798,7 @@ impl PartitionHandle {
             move |error| StorageError::Io { path, error }
         };
         let log = PartitionLog::open(dir, config).await?;
-        let checkpoint_path = dir.join("checkpoint");
-        let checkpoint = read_checkpoint(&checkpoint_path)
-            .await
-            .map_err(io(&checkpoint_path))?;
+        let (checkpoint, slots) = load_checkpoint(dir).await?;
         let stats = Arc::new(PartitionFigures::default());
         let mut machine = PartitionMachine {
             partition_id,
@@ -836,20 +816,20 @@ impl PartitionHandle {
             stowed: VecDeque::new(),
             retired: HashMap::new(),
         };
-        let (checkpoint, checkpoint_op) = match checkpoint {
-            Some((replica, state)) => {
-                machine.restore(&state).map_err(|why| {
-                    io(&checkpoint_path)(std::io::Error::new(std::io::ErrorKind::InvalidData, why))
+        let (checkpoint, checkpoint_op, damaged) = match checkpoint {
+            Some(loaded) => {
+                machine.restore(&loaded.state).map_err(|why| {
+                    io(&loaded.path)(std::io::Error::new(std::io::ErrorKind::InvalidData, why))
                 })?;
-                let op = replica.op;
-                (Some(replica), op)
+                (Some(loaded.replica), loaded.op, loaded.damaged)
             }
-            None => (None, 0),
+            None => (None, 0, Vec::new()),
         };
         let journal_path = dir.join("journal.wal");
-        let (mut journal, recovered) = FileJournal::open(&journal_path, checkpoint_op)
-            .await
-            .map_err(io(&journal_path))?;
+        let (mut journal, recovered) =
+            FileJournal::open_after_checkpoint(&journal_path, checkpoint_op, &damaged)
+                .await
+                .map_err(io(&journal_path))?;
         let mut entries = Vec::with_capacity(recovered.len());
         for record in recovered {
             let entry = match record {
@@ -866,10 +846,7 @@ impl PartitionHandle {
                             dir.display(),
                             stand_in.op
                         );
-                        journal
-                            .truncate_after(stand_in.op - 1)
-                            .await
-                            .map_err(io(&journal_path))?;
+                        journal.truncate_after(stand_in.op - 1).await;
                         break;
                     }
                 },
@@ -877,7 +854,7 @@ impl PartitionHandle {
             entries.push(entry);
         }
         let checkpointing = Checkpointing {
-            path: checkpoint_path,
+            slots,
             journal_bytes,
             journal_ops,
         };
@@ -934,12 +911,13 @@ impl PartitionHandle {
         wait.await.ok()
     }
 
-    /// Fsyncs the partition's log behind its queued writes.
+    /// Fsyncs the partition's log and journal behind its queued writes.
     pub async fn sync(&self) {
         let (done, wait) = oneshot::channel();
         if self.group.read(PartitionRead::Sync { done }) {
             let _ = wait.await;
         }
+        self.group.sync_journal().await;
     }
 
     /// Queues a retention pass behind the partition's writes.

@@ -33,7 +33,9 @@
 //! spec/storage.spec (layouts are local in [`layout`] until then).
 
 pub mod batch;
+pub mod checkpoint;
 pub mod data_dir;
+pub mod fail_stop;
 pub mod layout;
 pub mod partition_log;
 pub mod records;
