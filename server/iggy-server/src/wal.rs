@@ -488,6 +488,84 @@ mod tests {
         assert!(entries.is_empty());
     }
 
+    /// A group's checkpoint at `op`, written as `maybe_checkpoint` does: into the next slot,
+    /// then the journal emptied.
+    async fn checkpoint_at(
+        slots: &mut iggy_storage::checkpoint::CheckpointSlots,
+        journal: &mut FileJournal,
+        op: u64,
+    ) -> std::path::PathBuf {
+        let replica = iggy_vsr::Checkpoint {
+            op,
+            view: 0,
+            checksum: 0,
+            clients: Vec::new(),
+        };
+        let slot = slots.write(&replica.encode(), b"state").await;
+        journal.reset_after_checkpoint(op);
+        slot
+    }
+
+    fn damage(path: &Path) {
+        let mut bytes = std::fs::read(path).unwrap();
+        bytes[3] ^= 1;
+        std::fs::write(path, bytes).unwrap();
+    }
+
+    /// The start after a damaged newest checkpoint: the older slot is used while the journal
+    /// still holds the ops after it (a crash right after the checkpoint write), and refused,
+    /// naming the damaged slot, once later ops overwrote them.
+    #[compio::test]
+    async fn a_damaged_newest_checkpoint_falls_back_only_while_the_journal_covers_the_older_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.wal");
+        let (_, mut slots) = crate::group::load_checkpoint(dir.path()).await.unwrap();
+        let (mut journal, _) = FileJournal::open(&path, 0).await.unwrap();
+        for op in 1..=3 {
+            journal.append(&entry(op, b"abcd"), None).await.unwrap();
+        }
+        checkpoint_at(&mut slots, &mut journal, 3).await;
+        for op in 4..=6 {
+            journal.append(&entry(op, b"abcd"), None).await.unwrap();
+        }
+        let newest = checkpoint_at(&mut slots, &mut journal, 6).await;
+        drop(journal);
+        damage(&newest);
+
+        let (loaded, _) = crate::group::load_checkpoint(dir.path()).await.unwrap();
+        let loaded = loaded.expect("the older slot is valid");
+        assert_eq!(loaded.op, 3, "the start uses the older checkpoint");
+        assert_eq!(loaded.damaged[0].0, newest);
+        let (mut journal, entries) =
+            FileJournal::open_after_checkpoint(&path, loaded.op, &loaded.damaged)
+                .await
+                .unwrap();
+        let ops: Vec<u64> = entries.iter().map(|entry| entry.entry().op).collect();
+        assert_eq!(
+            ops,
+            vec![4, 5, 6],
+            "the journal still holds every op after it"
+        );
+
+        // The group went on: checkpoint 6 rewritten, op 7 over the journal's first record.
+        let (_, mut slots) = crate::group::load_checkpoint(dir.path()).await.unwrap();
+        let rewritten = checkpoint_at(&mut slots, &mut journal, 6).await;
+        assert_eq!(rewritten, newest, "the damaged slot is the one rewritten");
+        journal.append(&entry(7, b"abcd"), None).await.unwrap();
+        drop(journal);
+        damage(&rewritten);
+        let (loaded, _) = crate::group::load_checkpoint(dir.path()).await.unwrap();
+        let loaded = loaded.unwrap();
+        assert_eq!(loaded.op, 3);
+        let refused = FileJournal::open_after_checkpoint(&path, loaded.op, &loaded.damaged)
+            .await
+            .err()
+            .expect("ops 4 to 6 are gone from the journal");
+        let message = refused.to_string();
+        assert!(message.contains("ops are missing"), "{message}");
+        assert!(message.contains(&newest.display().to_string()), "{message}");
+    }
+
     #[compio::test]
     async fn a_flipped_bit_ends_the_journal_at_that_record() {
         let dir = tempfile::tempdir().unwrap();
