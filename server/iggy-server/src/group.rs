@@ -114,13 +114,7 @@ pub struct Checkpointing {
 /// next. The caller opens the journal with [`crate::wal::FileJournal::open_after_checkpoint`].
 pub async fn load_checkpoint(
     dir: &std::path::Path,
-) -> Result<
-    (
-        Option<iggy_storage::checkpoint::Loaded<iggy_vsr::Checkpoint>>,
-        iggy_storage::checkpoint::CheckpointSlots,
-    ),
-    iggy_storage::StorageError,
-> {
+) -> Result<iggy_storage::checkpoint::Start<iggy_vsr::Checkpoint>, iggy_storage::StorageError> {
     iggy_storage::checkpoint::load(dir, |bytes| {
         let checkpoint =
             iggy_vsr::Checkpoint::decode(bytes).map_err(|error| format!("{error:?}"))?;

@@ -477,10 +477,11 @@ impl Node {
         iggy_storage::fail_stop::create_dir_all(&metadata_dir);
         // The checkpoint holds the model as of its op (the spec's MetadataSnapshot); the
         // journal holds the ops after it.
-        let (checkpoint, slots) = load_checkpoint(&metadata_dir).await.map_err(|error| {
+        let start = load_checkpoint(&metadata_dir).await.map_err(|error| {
             std::io::Error::new(std::io::ErrorKind::InvalidData, error.to_string())
         })?;
-        let (checkpoint, checkpoint_op, damaged) = match checkpoint {
+        let checkpoint_op = start.op();
+        let checkpoint = match start.checkpoint {
             Some(loaded) => {
                 let model = crate::metadata_snapshot::decode(&loaded.state).map_err(|why| {
                     std::io::Error::new(
@@ -489,15 +490,16 @@ impl Node {
                     )
                 })?;
                 *shared.metadata.borrow_mut() = model;
-                (Some(loaded.replica), loaded.op, loaded.damaged)
+                Some(loaded.replica)
             }
-            None => (None, 0, Vec::new()),
+            None => None,
         };
         // Partitions are opened once the journal has been replayed into the model: see
         // `MetadataMachine::replayed` and `Shared::reconcile_partitions`.
         let journal_path = metadata_dir.join("journal.wal");
         let (journal, entries) =
-            FileJournal::open_after_checkpoint(&journal_path, checkpoint_op, &damaged).await?;
+            FileJournal::open_after_checkpoint(&journal_path, checkpoint_op, &start.damaged)
+                .await?;
         // The metadata machine stows nothing: a stand-in here is not a journal of ours.
         let entries = entries
             .into_iter()
@@ -519,7 +521,7 @@ impl Node {
         );
         let machine = MetadataMachine::replaying(shared.clone());
         let checkpointing = Checkpointing {
-            slots,
+            slots: start.slots,
             journal_bytes: shared.config.system.checkpoint_journal_bytes,
             journal_ops: shared.config.system.checkpoint_journal_ops.max(1),
         };

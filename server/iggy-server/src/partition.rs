@@ -798,7 +798,7 @@ impl PartitionHandle {
             move |error| StorageError::Io { path, error }
         };
         let log = PartitionLog::open(dir, config).await?;
-        let (checkpoint, slots) = load_checkpoint(dir).await?;
+        let start = load_checkpoint(dir).await?;
         let stats = Arc::new(PartitionFigures::default());
         let mut machine = PartitionMachine {
             partition_id,
@@ -816,18 +816,19 @@ impl PartitionHandle {
             stowed: VecDeque::new(),
             retired: HashMap::new(),
         };
-        let (checkpoint, checkpoint_op, damaged) = match checkpoint {
+        let checkpoint_op = start.op();
+        let checkpoint = match start.checkpoint {
             Some(loaded) => {
                 machine.restore(&loaded.state).map_err(|why| {
                     io(&loaded.path)(std::io::Error::new(std::io::ErrorKind::InvalidData, why))
                 })?;
-                (Some(loaded.replica), loaded.op, loaded.damaged)
+                Some(loaded.replica)
             }
-            None => (None, 0, Vec::new()),
+            None => None,
         };
         let journal_path = dir.join("journal.wal");
         let (mut journal, recovered) =
-            FileJournal::open_after_checkpoint(&journal_path, checkpoint_op, &damaged)
+            FileJournal::open_after_checkpoint(&journal_path, checkpoint_op, &start.damaged)
                 .await
                 .map_err(io(&journal_path))?;
         let mut entries = Vec::with_capacity(recovered.len());
@@ -854,7 +855,7 @@ impl PartitionHandle {
             entries.push(entry);
         }
         let checkpointing = Checkpointing {
-            slots,
+            slots: start.slots,
             journal_bytes,
             journal_ops,
         };

@@ -519,7 +519,10 @@ mod tests {
     async fn a_damaged_newest_checkpoint_falls_back_only_while_the_journal_covers_the_older_one() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("journal.wal");
-        let (_, mut slots) = crate::group::load_checkpoint(dir.path()).await.unwrap();
+        let mut slots = crate::group::load_checkpoint(dir.path())
+            .await
+            .unwrap()
+            .slots;
         let (mut journal, _) = FileJournal::open(&path, 0).await.unwrap();
         for op in 1..=3 {
             journal.append(&entry(op, b"abcd"), None).await.unwrap();
@@ -532,12 +535,12 @@ mod tests {
         drop(journal);
         damage(&newest);
 
-        let (loaded, _) = crate::group::load_checkpoint(dir.path()).await.unwrap();
-        let loaded = loaded.expect("the older slot is valid");
-        assert_eq!(loaded.op, 3, "the start uses the older checkpoint");
-        assert_eq!(loaded.damaged[0].0, newest);
+        let start = crate::group::load_checkpoint(dir.path()).await.unwrap();
+        assert!(start.checkpoint.is_some(), "the older slot is valid");
+        assert_eq!(start.op(), 3, "the start uses the older checkpoint");
+        assert_eq!(start.damaged[0].0, newest);
         let (mut journal, entries) =
-            FileJournal::open_after_checkpoint(&path, loaded.op, &loaded.damaged)
+            FileJournal::open_after_checkpoint(&path, start.op(), &start.damaged)
                 .await
                 .unwrap();
         let ops: Vec<u64> = entries.iter().map(|entry| entry.entry().op).collect();
@@ -548,16 +551,18 @@ mod tests {
         );
 
         // The group went on: checkpoint 6 rewritten, op 7 over the journal's first record.
-        let (_, mut slots) = crate::group::load_checkpoint(dir.path()).await.unwrap();
+        let mut slots = crate::group::load_checkpoint(dir.path())
+            .await
+            .unwrap()
+            .slots;
         let rewritten = checkpoint_at(&mut slots, &mut journal, 6).await;
         assert_eq!(rewritten, newest, "the damaged slot is the one rewritten");
         journal.append(&entry(7, b"abcd"), None).await.unwrap();
         drop(journal);
         damage(&rewritten);
-        let (loaded, _) = crate::group::load_checkpoint(dir.path()).await.unwrap();
-        let loaded = loaded.unwrap();
-        assert_eq!(loaded.op, 3);
-        let refused = FileJournal::open_after_checkpoint(&path, loaded.op, &loaded.damaged)
+        let start = crate::group::load_checkpoint(dir.path()).await.unwrap();
+        assert_eq!(start.op(), 3);
+        let refused = FileJournal::open_after_checkpoint(&path, start.op(), &start.damaged)
             .await
             .err()
             .expect("ops 4 to 6 are gone from the journal");

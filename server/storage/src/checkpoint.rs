@@ -11,15 +11,17 @@
 //! previous checkpoint.
 //!
 //! **Loading.** Both slots are read (and `checkpoint`, the single file earlier builds wrote,
-//! read only). The valid one with the highest op is used; a damaged one is logged as a warning
-//! naming the file; when every file present is damaged the start is refused, naming them.
+//! read only). The valid one with the highest op is used; a damaged one (a crash in the middle
+//! of its write tears it) is logged as a warning naming the file. When no file is valid the
+//! group starts from op 0, as before its first checkpoint.
 //!
 //! **The fallback rule.** A group empties its journal after each durable checkpoint and then
-//! overwrites it from the start, so when the newest slot is damaged the older checkpoint is
-//! usable only while the journal still holds every op after it. That is the case after a crash
-//! during (or just after) the checkpoint write, before new ops overwrote the journal. The
-//! caller opens the journal from the loaded checkpoint's op, and a journal that starts after
-//! that op is refused ("ops are missing"), naming the damaged slot: never a silent gap.
+//! overwrites it from the start, so when the newest slot is damaged the older checkpoint (or,
+//! with no valid slot, op 0) is usable only while the journal still holds every op after it.
+//! That is the case after a crash during (or just after) the checkpoint write, before new ops
+//! overwrote the journal. The caller opens the journal from the op loaded, and a journal that
+//! starts after that op is refused ("ops are missing"), naming the damaged slots: never a
+//! silent gap.
 
 use std::hash::Hasher;
 use std::path::{Path, PathBuf};
@@ -124,7 +126,7 @@ impl CheckpointSlots {
     }
 }
 
-/// The checkpoint a group starts from.
+/// The newest valid checkpoint of a group.
 #[derive(Debug)]
 pub struct Loaded<T> {
     /// The replica's checkpoint, as the caller decoded it.
@@ -132,18 +134,33 @@ pub struct Loaded<T> {
     pub state: Vec<u8>,
     pub op: u64,
     pub path: PathBuf,
-    /// Checkpoint files found damaged, with why: when there is one, the checkpoint loaded may be
-    /// older than the newest one written (see the module's fallback rule).
-    pub damaged: Vec<(PathBuf, String)>,
 }
 
-/// Reads the slots in `dir` and returns the valid checkpoint with the highest op (`None` when
-/// there is no checkpoint file), with the slots to write next. `decode_replica` decodes the
-/// replica's bytes and returns the checkpoint's op.
+/// What a group starts from: [`load`]'s answer.
+#[derive(Debug)]
+pub struct Start<T> {
+    /// The valid checkpoint with the highest op; `None`: start from op 0.
+    pub checkpoint: Option<Loaded<T>>,
+    /// Checkpoint files found damaged, with why: when there is one, the start may be older than
+    /// the newest checkpoint written (see the module's fallback rule).
+    pub damaged: Vec<(PathBuf, String)>,
+    /// Where the group's next checkpoints go.
+    pub slots: CheckpointSlots,
+}
+
+impl<T> Start<T> {
+    /// The op the group's journal must continue from.
+    pub fn op(&self) -> u64 {
+        self.checkpoint.as_ref().map_or(0, |loaded| loaded.op)
+    }
+}
+
+/// Reads the checkpoint files in `dir`. `decode_replica` decodes the replica's bytes and
+/// returns the checkpoint's op. An error is a file that cannot be read.
 pub async fn load<T>(
     dir: &Path,
     decode_replica: impl Fn(&[u8]) -> Result<(T, u64), String>,
-) -> Result<(Option<Loaded<T>>, CheckpointSlots), StorageError> {
+) -> Result<Start<T>, StorageError> {
     let candidates = [
         (Some(0), SLOT_FILE_NAMES[0]),
         (Some(1), SLOT_FILE_NAMES[1]),
@@ -175,28 +192,19 @@ pub async fn load<T>(
                 state,
                 op,
                 path,
-                damaged: Vec::new(),
             };
             best = Some((slot, loaded));
         }
     }
-    match best {
-        Some((slot, mut loaded)) => {
-            loaded.damaged = damaged;
-            Ok((Some(loaded), CheckpointSlots::new(dir, slot)))
-        }
-        None if damaged.is_empty() => Ok((None, CheckpointSlots::new(dir, None))),
-        None => {
-            let files: Vec<String> = damaged
-                .iter()
-                .map(|(path, why)| format!("{} ({why})", path.display()))
-                .collect();
-            Err(StorageError::Refused(format!(
-                "no usable checkpoint: {}; restore the group's directory from a backup",
-                files.join(", ")
-            )))
-        }
-    }
+    let (slot, checkpoint) = match best {
+        Some((slot, loaded)) => (slot, Some(loaded)),
+        None => (None, None),
+    };
+    Ok(Start {
+        checkpoint,
+        damaged,
+        slots: CheckpointSlots::new(dir, slot),
+    })
 }
 
 #[cfg(test)]
@@ -213,8 +221,8 @@ mod tests {
         Ok((op, op))
     }
 
-    async fn load_ops(dir: &Path) -> Result<(Option<Loaded<u64>>, CheckpointSlots), StorageError> {
-        load(dir, decode_op).await
+    async fn load_ops(dir: &Path) -> Start<u64> {
+        load(dir, decode_op).await.unwrap()
     }
 
     fn flip_a_bit(path: &Path) {
@@ -227,22 +235,22 @@ mod tests {
     fn checkpoints_alternate_and_the_newest_valid_one_is_loaded() {
         block_on(async {
             let dir = tempfile::tempdir().unwrap();
-            let (loaded, mut slots) = load_ops(dir.path()).await.unwrap();
-            assert!(loaded.is_none());
-            let first = slots.write(&5u64.to_le_bytes(), b"five").await;
-            let second = slots.write(&9u64.to_le_bytes(), b"nine").await;
+            let mut start = load_ops(dir.path()).await;
+            assert!(start.checkpoint.is_none() && start.damaged.is_empty());
+            let first = start.slots.write(&5u64.to_le_bytes(), b"five").await;
+            let second = start.slots.write(&9u64.to_le_bytes(), b"nine").await;
             assert_ne!(
                 first, second,
                 "the second checkpoint goes to the other slot"
             );
-            let (loaded, mut slots) = load_ops(dir.path()).await.unwrap();
-            let loaded = loaded.unwrap();
+            let mut start = load_ops(dir.path()).await;
+            assert!(start.damaged.is_empty());
+            let loaded = start.checkpoint.as_ref().unwrap();
             assert_eq!((loaded.op, loaded.state.as_slice()), (9, &b"nine"[..]));
-            assert!(loaded.damaged.is_empty());
             // The next checkpoint replaces the older one (op 5), never the one loaded.
-            assert_eq!(slots.write(&12u64.to_le_bytes(), b"twelve").await, first);
-            let (loaded, _) = load_ops(dir.path()).await.unwrap();
-            assert_eq!(loaded.unwrap().op, 12);
+            let third = start.slots.write(&12u64.to_le_bytes(), b"twelve").await;
+            assert_eq!(third, first);
+            assert_eq!(load_ops(dir.path()).await.op(), 12);
         });
     }
 
@@ -250,19 +258,19 @@ mod tests {
     fn a_damaged_newest_slot_falls_back_to_the_older_one_which_is_kept() {
         block_on(async {
             let dir = tempfile::tempdir().unwrap();
-            let (_, mut slots) = load_ops(dir.path()).await.unwrap();
-            let older = slots.write(&5u64.to_le_bytes(), b"five").await;
-            let newest = slots.write(&9u64.to_le_bytes(), b"nine").await;
+            let mut start = load_ops(dir.path()).await;
+            let older = start.slots.write(&5u64.to_le_bytes(), b"five").await;
+            let newest = start.slots.write(&9u64.to_le_bytes(), b"nine").await;
             flip_a_bit(&newest);
-            let (loaded, mut slots) = load_ops(dir.path()).await.unwrap();
-            let loaded = loaded.unwrap();
+            let mut start = load_ops(dir.path()).await;
+            let loaded = start.checkpoint.as_ref().unwrap();
             assert_eq!((loaded.op, loaded.path.as_path()), (5, older.as_path()));
-            assert_eq!(loaded.damaged.len(), 1);
-            assert_eq!(loaded.damaged[0].0, newest);
+            assert_eq!(start.damaged.len(), 1);
+            assert_eq!(start.damaged[0].0, newest);
             // The next checkpoint overwrites the damaged slot, not the one the start used.
-            assert_eq!(slots.write(&10u64.to_le_bytes(), b"ten").await, newest);
-            let (loaded, _) = load_ops(dir.path()).await.unwrap();
-            assert_eq!(loaded.unwrap().op, 10);
+            let next = start.slots.write(&10u64.to_le_bytes(), b"ten").await;
+            assert_eq!(next, newest);
+            assert_eq!(load_ops(dir.path()).await.op(), 10);
         });
     }
 
@@ -270,12 +278,12 @@ mod tests {
     fn a_torn_slot_write_leaves_the_other_slot_in_use() {
         block_on(async {
             let dir = tempfile::tempdir().unwrap();
-            let (_, mut slots) = load_ops(dir.path()).await.unwrap();
-            slots.write(&5u64.to_le_bytes(), b"five").await;
-            let newest = slots.write(&9u64.to_le_bytes(), b"nine").await;
+            let mut start = load_ops(dir.path()).await;
+            start.slots.write(&5u64.to_le_bytes(), b"five").await;
+            let newest = start.slots.write(&9u64.to_le_bytes(), b"nine").await;
             // A longer checkpoint torn halfway over the older slot's bytes.
-            let (_, mut slots) = load_ops(dir.path()).await.unwrap();
-            let torn = slots.write(&13u64.to_le_bytes(), &[7; 64]).await;
+            let mut start = load_ops(dir.path()).await;
+            let torn = start.slots.write(&13u64.to_le_bytes(), &[7; 64]).await;
             let length = std::fs::metadata(&torn).unwrap().len();
             std::fs::OpenOptions::new()
                 .write(true)
@@ -283,26 +291,33 @@ mod tests {
                 .unwrap()
                 .set_len(length / 2)
                 .unwrap();
-            let (loaded, _) = load_ops(dir.path()).await.unwrap();
-            let loaded = loaded.unwrap();
+            let start = load_ops(dir.path()).await;
+            let loaded = start.checkpoint.unwrap();
             assert_eq!((loaded.op, loaded.path), (9, newest));
-            assert_eq!(loaded.damaged[0].0, torn);
+            assert_eq!(start.damaged[0].0, torn);
         });
     }
 
+    /// No valid file: the start goes back to op 0 (a crash tore the first checkpoint), naming
+    /// the damaged files for the journal check to refuse with when ops are missing.
     #[test]
-    fn every_checkpoint_damaged_is_refused_naming_the_files() {
+    fn with_every_checkpoint_damaged_the_start_is_op_0_naming_them() {
         block_on(async {
             let dir = tempfile::tempdir().unwrap();
-            let (_, mut slots) = load_ops(dir.path()).await.unwrap();
-            let first = slots.write(&5u64.to_le_bytes(), b"five").await;
-            let second = slots.write(&9u64.to_le_bytes(), b"nine").await;
+            let mut start = load_ops(dir.path()).await;
+            let first = start.slots.write(&5u64.to_le_bytes(), b"five").await;
+            let second = start.slots.write(&9u64.to_le_bytes(), b"nine").await;
             flip_a_bit(&first);
             flip_a_bit(&second);
-            let error = load_ops(dir.path()).await.unwrap_err().to_string();
-            for path in [&first, &second] {
-                assert!(error.contains(&path.display().to_string()), "{error}");
-            }
+            let start = load_ops(dir.path()).await;
+            assert!(start.checkpoint.is_none());
+            assert_eq!(start.op(), 0);
+            let named: Vec<&Path> = start
+                .damaged
+                .iter()
+                .map(|(path, _)| path.as_path())
+                .collect();
+            assert_eq!(named, vec![first.as_path(), second.as_path()]);
         });
     }
 
@@ -315,11 +330,10 @@ mod tests {
                 encode(&3u64.to_le_bytes(), b"three"),
             )
             .unwrap();
-            let (loaded, mut slots) = load_ops(dir.path()).await.unwrap();
-            assert_eq!(loaded.unwrap().op, 3);
-            slots.write(&4u64.to_le_bytes(), b"four").await;
-            let (loaded, _) = load_ops(dir.path()).await.unwrap();
-            assert_eq!(loaded.unwrap().op, 4);
+            let mut start = load_ops(dir.path()).await;
+            assert_eq!(start.op(), 3);
+            start.slots.write(&4u64.to_le_bytes(), b"four").await;
+            assert_eq!(load_ops(dir.path()).await.op(), 4);
         });
     }
 }
