@@ -309,7 +309,7 @@ async fn the_crash_checker_catches_a_lost_acknowledged_write() {
 
 /// Removes every partition's journal and segments (the metadata stays).
 fn wipe_partitions(data: &std::path::Path) {
-    for suffix in [".log", ".index", "journal.wal", "checkpoint"] {
+    for suffix in [".log", ".index", "journal.wal", "checkpoint.0", "checkpoint.1"] {
         for file in files_named(&data.join("streams"), suffix) {
             std::fs::remove_file(file).unwrap();
         }

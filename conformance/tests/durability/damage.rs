@@ -1,7 +1,7 @@
 //! Damaged storage: a data directory written by the server (Persisted topic, small segments) is
 //! copied, one or two of its files are damaged at seeded random positions — the last segment,
-//! a closed segment, an index, the partition journal, the metadata journal, the checkpoint; cut
-//! short or with bits flipped — and the server is started on the copy. It must either refuse
+//! a closed segment, an index, the partition journal, the metadata journal, a checkpoint slot;
+//! cut short or with bits flipped — and the server is started on the copy. It must either refuse
 //! with a non-zero exit and a message naming the damaged file, or start; when it starts:
 //!
 //! - every message it serves is exactly the one acknowledged at that offset (never a corrupt or
@@ -101,19 +101,24 @@ struct Targets {
     indexes: Vec<PathBuf>,
     partition_journal: PathBuf,
     metadata_journal: PathBuf,
-    checkpoint: Option<PathBuf>,
+    /// The partition's checkpoint slots that were written.
+    checkpoints: Vec<PathBuf>,
 }
 
 fn targets(data: &Path) -> Targets {
     let logs = files_named(data, ".log");
     assert!(logs.len() >= 3, "small segments give several .log files: {logs:?}");
     let partition_dir = logs[0].parent().unwrap().to_path_buf();
-    let checkpoint = partition_dir.join("checkpoint");
+    let checkpoints = ["checkpoint.0", "checkpoint.1"]
+        .into_iter()
+        .map(|slot| partition_dir.join(slot))
+        .filter(|slot| slot.exists())
+        .collect();
     Targets {
         indexes: files_named(data, ".index"),
         partition_journal: partition_dir.join("journal.wal"),
         metadata_journal: data.join("metadata").join("journal.wal"),
-        checkpoint: checkpoint.exists().then_some(checkpoint),
+        checkpoints,
         logs,
     }
 }
@@ -153,7 +158,9 @@ fn choose(rng: &mut StdRng, t: &Targets) -> Vec<Damage> {
             7 => vec![pick(rng, &t.metadata_journal, true)],
             8 => vec![pick(rng, closed, true)],
             9 => vec![pick(rng, last, false), pick(rng, &t.partition_journal, false)],
-            _ => match &t.checkpoint {
+            _ => match t.checkpoints.choose(rng) {
+                // Either slot: damage to the older one is survived, damage to the newest falls
+                // back to the older one only while the journal still holds the ops after it.
                 Some(checkpoint) => {
                     let flip = rng.random_bool(0.5);
                     vec![pick(rng, checkpoint, flip)]

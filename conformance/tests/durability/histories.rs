@@ -1345,7 +1345,7 @@ impl Runner<'_> {
             if !dir.is_dir() {
                 return fail(i, "a partition directory is missing", format!("{when}: {} does not exist", dir.display()));
             }
-            self.figures.partition_checkpoints += u64::from(dir.join("checkpoint").is_file());
+            self.figures.partition_checkpoints += u64::from(dir.join("checkpoint.0").is_file());
         }
         Ok(())
     }
@@ -1421,7 +1421,7 @@ fn stop_gracefully(server: &mut Server) -> Result<(), Duration> {
 
 /// Removes every partition's journal, segments and checkpoint (the metadata stays).
 fn wipe_partitions(data: &Path) {
-    for suffix in [".log", ".index", "journal.wal", "checkpoint"] {
+    for suffix in [".log", ".index", "journal.wal", "checkpoint.0", "checkpoint.1"] {
         for file in files_named(&data.join("streams"), suffix) {
             std::fs::remove_file(file).unwrap();
         }

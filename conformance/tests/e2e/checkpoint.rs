@@ -33,11 +33,14 @@ async fn checkpoints_bound_the_journal_and_a_crash_after_them_loses_nothing() {
         for i in 0..6 {
             ok("stream", within("stream", c.create_stream(&format!("extra-{i}"), &StreamCreateOptions::default())).await);
         }
-        assert!(server.data_dir().join("metadata/checkpoint").exists(), "the metadata group took a checkpoint");
-        assert!(
-            server.data_dir().join("streams/0/topics/0/partitions/0/checkpoint").exists(),
-            "a checkpoint was taken"
-        );
+        assert!(server.data_dir().join("metadata/checkpoint.0").exists(), "the metadata group took a checkpoint");
+        // Five partition checkpoints alternate between the two slots.
+        for slot in ["checkpoint.0", "checkpoint.1"] {
+            assert!(
+                server.data_dir().join("streams/0/topics/0/partitions/0").join(slot).exists(),
+                "partition checkpoints alternate: {slot} was written"
+            );
+        }
         // 21 partition ops were journaled; a checkpoint every 4 ops lets the journal start over
         // (in place), so the file never holds more than 4 records plus the one that triggers.
         let bytes = journal_bytes(&server);
@@ -103,7 +106,7 @@ async fn the_checkpoint_byte_limit_counts_sent_batches_not_their_stand_ins() {
     tokio::task::block_in_place(|| server.restart());
     let c = server.root_client().await;
     create_stream_and_topic(&c, "s", "t", 1).await;
-    let checkpoint = server.data_dir().join("streams/0/topics/0/partitions/0/checkpoint");
+    let checkpoint = server.data_dir().join("streams/0/topics/0/partitions/0/checkpoint.0");
     for b in 0..4 {
         let batch = (0..2).map(|i| msg(format!("{b}-{i}-").repeat(25_000))).collect();
         send_to_partition(&c, &name("s"), &name("t"), 0, batch).await;

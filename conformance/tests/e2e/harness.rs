@@ -11,6 +11,10 @@
 //!   stderr go to `<tempdir>/server.log`, which is printed when the test panics.
 //! - `TestServer::start_with_env` adds environment variables for the child (configuration as
 //!   `IGGY_<SECTION>_<KEY>`, `RUST_LOG`), applied after the ones above at every start.
+//! - `TestServer::start_with_file_size_limit` runs the child with `RLIMIT_FSIZE` (SIGXFSZ
+//!   ignored): a write that would grow any file past the limit fails with EFBIG, a real storage
+//!   error injected without a hook in the server. `set_file_size_limit(None)` lifts it for the
+//!   next start; `wait_exit` waits for a child that stops by itself.
 //! - `Drop` kills the child (SIGKILL) and reaps it. `IGGY_E2E_KEEP=1` keeps the temp dir of
 //!   a failed test and prints its path.
 //! - The binary is not rebuilt when it exists: run `cargo build --bin iggy-server` (or set
@@ -183,6 +187,8 @@ pub struct TestServer {
     starts: u32,
     /// Set on the child at every start, after the harness's own variables (so they win).
     env: Vec<(String, String)>,
+    /// The child's `RLIMIT_FSIZE` in bytes, from its next start.
+    file_size_limit: Option<u64>,
 }
 
 impl TestServer {
@@ -195,6 +201,15 @@ impl TestServer {
     /// `RUST_LOG`), kept for every restart. They are set after the harness's own, so
     /// `("RUST_LOG", "")` clears the harness's `RUST_LOG=info`.
     pub fn start_with_env(env: &[(&str, &str)]) -> Self {
+        Self::start_configured(env, None)
+    }
+
+    /// `start_with_env` with the child's files limited to `bytes` (see the module notes).
+    pub fn start_with_file_size_limit(env: &[(&str, &str)], bytes: u64) -> Self {
+        Self::start_configured(env, Some(bytes))
+    }
+
+    fn start_configured(env: &[(&str, &str)], file_size_limit: Option<u64>) -> Self {
         init_sdk_logging();
         let bin = server_binary();
         let dir = tempfile::Builder::new()
@@ -202,7 +217,7 @@ impl TestServer {
             .tempdir()
             .expect("create temp dir");
         let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        let mut server = Self { dir, port: free_port(), child: None, starts: 0, env };
+        let mut server = Self { dir, port: free_port(), child: None, starts: 0, env, file_size_limit };
         server.spawn(&bin);
         server
     }
@@ -270,6 +285,21 @@ impl TestServer {
         }
         for (key, value) in &self.env {
             cmd.env(key, value);
+        }
+        if let Some(limit) = self.file_size_limit {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: between fork and exec the closure calls only signal(2) and setrlimit(2),
+            // both async-signal-safe. An ignored signal stays ignored across exec.
+            unsafe {
+                cmd.pre_exec(move || {
+                    libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+                    let limit = libc::rlimit { rlim_cur: limit, rlim_max: limit };
+                    if libc::setrlimit(libc::RLIMIT_FSIZE, &limit) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
         }
         let child = cmd
             .spawn()
@@ -339,6 +369,28 @@ impl TestServer {
         };
         self.child = None;
         Some(status)
+    }
+
+    /// The child's `RLIMIT_FSIZE` from its next start; `None` lifts it.
+    pub fn set_file_size_limit(&mut self, bytes: Option<u64>) {
+        self.file_size_limit = bytes;
+    }
+
+    /// Waits up to `limit` for the child to exit by itself and reaps it; `None` if it is still
+    /// running then (it is left running) or none was started.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + limit;
+        let child = self.child.as_mut()?;
+        loop {
+            match child.try_wait() {
+                Ok(Some(status)) => {
+                    self.child = None;
+                    return Some(status);
+                }
+                Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+                _ => return None,
+            }
+        }
     }
 
     /// SIGKILL and reap: a crash, nothing gets flushed or closed by the server.

@@ -362,7 +362,7 @@ async fn a_0_11_1_topic_created_with_gzip_reports_compression_2_and_keeps_it_ove
             ok("stream", r);
         }
         assert!(
-            server.data_dir().join("metadata/checkpoint").exists(),
+            server.data_dir().join("metadata/checkpoint.0").exists(),
             "the metadata group took a checkpoint after the topic was created"
         );
     }

@@ -14,6 +14,7 @@ mod concurrency;
 mod consumer_groups;
 mod crash;
 mod external_offsets;
+mod fail_stop;
 mod framing;
 mod id_reuse;
 mod lifecycle;

@@ -50,16 +50,34 @@ fn io_error(context: &Path, error: std::io::Error) -> StorageError {
 /// Opens `path` as a data directory. A missing or empty directory is initialized with the
 /// format marker. Anything else must carry our marker: a directory without it, with another
 /// marker, or with foreign files is refused before any other file is read or changed.
+///
+/// The marker is written atomically (temporary file, fsync, rename, directory fsync), so a
+/// crash during the first start leaves the directory empty, marked, or holding only the
+/// temporary marker; that last one is an interrupted first start (its bytes are a prefix of
+/// ours) and is initialized again instead of being refused forever.
 pub fn open_data_dir(path: impl AsRef<Path>) -> Result<DataDir, StorageError> {
     let root = path.as_ref().to_path_buf();
     let marker_path = root.join(marker::FILE_NAME);
     if !root.exists() {
-        std::fs::create_dir_all(&root).map_err(|error| io_error(&root, error))?;
+        crate::fail_stop::create_dir_all(&root);
     }
-    let mut entries = std::fs::read_dir(&root).map_err(|error| io_error(&root, error))?;
-    let empty = entries.next().is_none();
-    if empty {
-        write_marker(&root, &marker_path)?;
+    let entries = std::fs::read_dir(&root)
+        .and_then(|entries| entries.collect::<Result<Vec<_>, _>>())
+        .map_err(|error| io_error(&root, error))?;
+    let temporary = crate::fail_stop::temporary_path(&marker_path);
+    let interrupted_first_start = match entries.as_slice() {
+        [only] => only.path() == temporary && holds_a_marker_prefix(&temporary),
+        _ => false,
+    };
+    if interrupted_first_start {
+        tracing::warn!(
+            "data directory {}: finishing a first start interrupted while writing {}",
+            root.display(),
+            marker::FILE_NAME
+        );
+    }
+    if entries.is_empty() || interrupted_first_start {
+        write_marker(&marker_path);
         return Ok(DataDir { root });
     }
     let metadata = match std::fs::metadata(&marker_path) {
@@ -96,12 +114,18 @@ pub fn open_data_dir(path: impl AsRef<Path>) -> Result<DataDir, StorageError> {
     Ok(DataDir { root })
 }
 
-fn write_marker(root: &Path, marker_path: &Path) -> Result<(), StorageError> {
-    let temporary = root.join(format!("{}.tmp", marker::FILE_NAME));
-    std::fs::write(&temporary, format!("{}\n", marker::VALUE))
-        .map_err(|error| io_error(&temporary, error))?;
-    std::fs::File::open(&temporary)
-        .and_then(|file| file.sync_all())
-        .map_err(|error| io_error(&temporary, error))?;
-    std::fs::rename(&temporary, marker_path).map_err(|error| io_error(marker_path, error))
+/// Whether `path` is a file no longer than the marker whose bytes begin our marker's: what a
+/// crash while writing the temporary marker leaves.
+fn holds_a_marker_prefix(path: &Path) -> bool {
+    let expected = format!("{}\n", marker::VALUE);
+    let small = std::fs::metadata(path)
+        .is_ok_and(|metadata| metadata.is_file() && metadata.len() <= expected.len() as u64);
+    small && std::fs::read(path).is_ok_and(|found| expected.as_bytes().starts_with(&found))
+}
+
+fn write_marker(marker_path: &Path) {
+    crate::fail_stop::write_atomically_blocking(
+        marker_path,
+        format!("{}\n", marker::VALUE).as_bytes(),
+    );
 }

@@ -2,14 +2,23 @@
 //!
 //! API for the server:
 //! - [`open_data_dir`] gates a data directory on the `IGGY-OWNERSHIP-HISTORY-5` marker,
-//!   initializing a missing or empty directory and refusing anything else unmodified.
+//!   initializing a missing or empty directory (or one holding only the temporary marker of
+//!   an interrupted first start) and refusing anything else unmodified.
 //! - [`batch::validate_layout`], [`batch::verify`], [`batch::stamp`] validate a batch record,
 //!   verify its checksums and stamp `partition_id`/`base_offset`/`base_timestamp` in place
 //!   (recomputing the XxHash3-64 batch checksum).
 //!
+//! - [`fail_stop`]: a failed write, fsync, create, rename or remove of a durable file logs
+//!   `storage failure: <op> <file>: <error>; stopping` and exits with [`fail_stop::EXIT_CODE`]
+//!   (74); the directory helpers fsync a directory after an entry in it changed, and
+//!   [`fail_stop::write_atomically`] writes a file whole (temp, fsync, rename, directory fsync).
+//!
 //! - [`records::write_checked_u64`] / [`records::read_checked_u64`]: the 16-byte
-//!   `[u64 value][u64 xxh3]` record (consumer offsets, created.revision, retirement.fence),
-//!   written atomically with compio (temp, fsync, rename).
+//!   `[u64 value][u64 xxh3]` record (created.revision, retirement.fence), written atomically.
+//!
+//! - [`checkpoint`]: a consensus group's checkpoint in two alternating slots
+//!   (`checkpoint.0`, `checkpoint.1`), the newest valid one loaded, the older one a fallback
+//!   while the journal still covers it.
 //!
 //! - [`revision::prepare_partition_dir`]: created.revision rules (older revision discarded,
 //!   legacy dir adopted with a warning, newer refused, a published incarnation whose directory
@@ -33,7 +42,9 @@
 //! spec/storage.spec (layouts are local in [`layout`] until then).
 
 pub mod batch;
+pub mod checkpoint;
 pub mod data_dir;
+pub mod fail_stop;
 pub mod layout;
 pub mod partition_log;
 pub mod records;

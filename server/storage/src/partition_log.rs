@@ -26,6 +26,7 @@ use compio::io::{AsyncReadAtExt, AsyncWriteAtExt};
 
 use crate::StorageError;
 use crate::batch;
+use crate::fail_stop::OrStop;
 use crate::layout::{self, frame, index_entry, read_u32, read_u64, segment, write_u32, write_u64};
 use crate::small_write::SMALL_WRITE_MAX;
 
@@ -102,8 +103,6 @@ pub struct PartitionLog {
     /// Oldest first; never empty; the last one is active.
     segments: Vec<Segment>,
     size_bytes: u64,
-    /// A segment file was created or removed since the last directory fsync.
-    dir_unsynced: bool,
 }
 
 impl std::fmt::Debug for PartitionLog {
@@ -184,36 +183,49 @@ async fn read_vec(
     result.map(|()| bytes)
 }
 
-async fn write_all(
-    file: &mut File,
-    path: &Path,
-    bytes: impl IoBuf,
-    position: u64,
-) -> Result<(), StorageError> {
+// Writes, fsyncs, truncations, creations and removals of segment files stop the process when
+// they fail (see `fail_stop`); reads return errors.
+
+async fn write_all(file: &mut File, path: &Path, bytes: impl IoBuf, position: u64) {
     let BufResult(result, _) = file.write_all_at(bytes, position).await;
-    result.map_err(|error| io_error(path, error))
+    result.or_stop("write", path);
 }
 
-async fn sync_data(file: &File, path: &Path) -> Result<(), StorageError> {
-    file.sync_data()
-        .await
-        .map_err(|error| io_error(path, error))
+async fn sync_data(file: &File, path: &Path) {
+    file.sync_data().await.or_stop("fsync", path);
 }
 
-async fn set_len(file: &File, path: &Path, length: u64) -> Result<(), StorageError> {
-    file.set_len(length)
-        .await
-        .map_err(|error| io_error(path, error))
+async fn set_len(file: &File, path: &Path, length: u64) {
+    file.set_len(length).await.or_stop("truncate", path);
 }
 
-async fn open_read_write(path: &Path, create: bool) -> Result<File, StorageError> {
+/// Opens an existing segment file for reading and writing.
+async fn open_read_write(path: &Path) -> Result<File, StorageError> {
     OpenOptions::new()
         .read(true)
         .write(true)
-        .create(create)
         .open(path)
         .await
         .map_err(|error| io_error(path, error))
+}
+
+/// Creates (or empties) a segment file; the caller fsyncs the directory.
+async fn create_file(path: &Path) -> File {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)
+        .await
+        .or_stop("create", path)
+}
+
+async fn remove_file(path: &Path) {
+    match compio::fs::remove_file(path).await {
+        Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+        removed => removed.or_stop("remove", path),
+    }
 }
 
 async fn file_len(file: &File, path: &Path) -> Result<u64, StorageError> {
@@ -382,9 +394,7 @@ impl PartitionLog {
     /// from the walk (missing, short, stale) is rewritten. `.index` files without a `.log` are
     /// removed. An empty directory gets a first segment starting at offset 0.
     pub async fn open(dir: &Path, config: LogConfig) -> Result<PartitionLog, StorageError> {
-        compio::fs::create_dir_all(dir)
-            .await
-            .map_err(|error| io_error(dir, error))?;
+        crate::fail_stop::create_dir_all(dir);
         let mut log_starts = Vec::new();
         let mut index_starts = Vec::new();
         // compio is built without `fs-dir`; listing a directory once at open is fine blocking.
@@ -400,14 +410,17 @@ impl PartitionLog {
             }
         }
         log_starts.sort_unstable();
+        let mut removed = false;
         for start in index_starts {
             if log_starts.binary_search(&start).is_err() {
                 let (_, index_path) = segment_paths(dir, start);
                 tracing::warn!("{}: removing an index without a log", index_path.display());
-                compio::fs::remove_file(&index_path)
-                    .await
-                    .map_err(|error| io_error(&index_path, error))?;
+                remove_file(&index_path).await;
+                removed = true;
             }
+        }
+        if removed {
+            crate::fail_stop::sync_dir_async(dir).await;
         }
 
         let mut log = PartitionLog {
@@ -415,10 +428,9 @@ impl PartitionLog {
             config,
             segments: Vec::new(),
             size_bytes: 0,
-            dir_unsynced: false,
         };
         if log_starts.is_empty() {
-            log.create_segment(0).await?;
+            log.create_segment(0).await;
             return Ok(log);
         }
         let last = log_starts.len() - 1;
@@ -435,7 +447,7 @@ impl PartitionLog {
                     ),
                 ));
             }
-            let log_file = open_read_write(&log_path, false).await?;
+            let log_file = open_read_write(&log_path).await?;
             let (scan, log_len) = scan_segment(&log_file, &log_path, start_offset).await?;
             if let Some((position, reason)) = &scan.failure {
                 if number != last {
@@ -449,9 +461,15 @@ impl PartitionLog {
                     log_path.display(),
                     log_len - position,
                 );
-                set_len(&log_file, &log_path, scan.valid_len).await?;
+                set_len(&log_file, &log_path, scan.valid_len).await;
             }
-            let mut index_file = open_read_write(&index_path, true).await?;
+            let mut index_file = if index_path.exists() {
+                open_read_write(&index_path).await?
+            } else {
+                let index_file = create_file(&index_path).await;
+                crate::fail_stop::sync_dir_async(dir).await;
+                index_file
+            };
             let mut expected = Vec::with_capacity(scan.entries.len() * index_entry::SIZE);
             for entry in &scan.entries {
                 expected.extend_from_slice(&index_bytes(entry));
@@ -467,14 +485,14 @@ impl PartitionLog {
                     expected.len(),
                 );
                 if !expected.is_empty() {
-                    write_all(&mut index_file, &index_path, expected, 0).await?;
+                    write_all(&mut index_file, &index_path, expected, 0).await;
                 }
                 set_len(
                     &index_file,
                     &index_path,
                     (scan.entries.len() * index_entry::SIZE) as u64,
                 )
-                .await?;
+                .await;
             }
             log.size_bytes += scan.valid_len;
             log.segments.push(Segment {
@@ -490,7 +508,7 @@ impl PartitionLog {
                 records_unsynced: scan.failure.is_some(),
             });
         }
-        log.maybe_roll().await?;
+        log.maybe_roll().await;
         Ok(log)
     }
 
@@ -523,24 +541,13 @@ impl PartitionLog {
             .expect("a log always has an active segment")
     }
 
-    async fn create_segment(&mut self, start_offset: u64) -> Result<(), StorageError> {
+    /// Creates the segment files starting at `start_offset` and fsyncs the directory: a
+    /// segment rolls at most once per `segment_size`, so the directory fsync costs little.
+    async fn create_segment(&mut self, start_offset: u64) {
         let (log_path, index_path) = segment_paths(&self.dir, start_offset);
-        let log = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&log_path)
-            .await
-            .map_err(|error| io_error(&log_path, error))?;
-        let index = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&index_path)
-            .await
-            .map_err(|error| io_error(&index_path, error))?;
+        let log = create_file(&log_path).await;
+        let index = create_file(&index_path).await;
+        crate::fail_stop::sync_dir_async(&self.dir).await;
         self.segments.push(Segment {
             start_offset,
             end_offset: start_offset,
@@ -553,18 +560,15 @@ impl PartitionLog {
             unsynced: true,
             records_unsynced: true,
         });
-        self.dir_unsynced = true;
-        Ok(())
     }
 
     /// Rolls to a new segment when the active one holds records and reached `segment_size`.
-    async fn maybe_roll(&mut self) -> Result<(), StorageError> {
+    async fn maybe_roll(&mut self) {
         let active = self.active();
         if !active.entries.is_empty() && active.log_size >= self.config.segment_size {
             let start = active.end_offset;
-            self.create_segment(start).await?;
+            self.create_segment(start).await;
         }
-        Ok(())
     }
 
     /// Appends one stamped record whose `base_offset` is [`Self::next_offset`]. Buffered (page
@@ -630,7 +634,7 @@ impl PartitionLog {
         active.records_unsynced = true;
         let index_position = active.index_size();
         let frames = record.slice(layout::batch::HEADER_SIZE..);
-        let written = if record.len() <= SMALL_WRITE_MAX {
+        if record.len() <= SMALL_WRITE_MAX {
             // A small record goes to the page cache at once: an io_uring buffered write is
             // punted to a kernel worker, whose round trip costs more than the copy itself.
             crate::small_write::write_all_vectored_at(
@@ -638,15 +642,9 @@ impl PartitionLog {
                 &[&header, &frames],
                 entry.position,
             )
-            .map_err(|error| io_error(&active.log_path, error))
-            .and_then(|()| {
-                crate::small_write::write_all_at(
-                    &active.index,
-                    &index_bytes(&entry),
-                    index_position,
-                )
-                .map_err(|error| io_error(&active.index_path, error))
-            })
+            .or_stop("write", &active.log_path);
+            crate::small_write::write_all_at(&active.index, &index_bytes(&entry), index_position)
+                .or_stop("write", &active.index_path);
         } else {
             // The record and its index entry go to the kernel together (two positional writes
             // in flight at once), not one after the other.
@@ -659,59 +657,34 @@ impl PartitionLog {
                 index.write_all_at(index_bytes(&entry), index_position),
             )
             .await;
-            match (log_written.0, index_written.0) {
-                (Err(error), _) => Err(io_error(&active.log_path, error)),
-                (_, Err(error)) => Err(io_error(&active.index_path, error)),
-                _ => Ok(()),
-            }
-        };
-        if let Err(error) = written {
-            // Best effort: leave no partial record behind, which would be a corrupt record in
-            // a closed segment once the log rolls.
-            let _ = active.log.set_len(entry.position).await;
-            let _ = active.index.set_len(index_position).await;
-            return Err(error);
+            log_written.0.or_stop("write", &active.log_path);
+            index_written.0.or_stop("write", &active.index_path);
         }
         active.entries.push(entry);
         active.log_size += length;
         active.end_offset += u64::from(count);
         self.size_bytes += length;
-        self.maybe_roll().await
+        self.maybe_roll().await;
+        Ok(())
     }
 
-    /// Fsyncs every segment written since the last sync (the active one, and any rolled since),
-    /// and the directory when segment files were created or removed.
-    pub async fn sync(&mut self) -> Result<(), StorageError> {
-        self.sync_records().await?;
+    /// Fsyncs every segment written since the last sync (the active one, and any rolled since).
+    /// The directory needs none here: it is fsynced whenever a segment file is created or removed.
+    pub async fn sync(&mut self) {
+        self.sync_records().await;
         for segment in self.segments.iter_mut().filter(|segment| segment.unsynced) {
-            sync_data(&segment.index, &segment.index_path).await?;
+            sync_data(&segment.index, &segment.index_path).await;
             segment.unsynced = false;
         }
-        Ok(())
     }
 
-    /// Fsyncs the `.log` files written since their last fsync (and the directory when segment
-    /// files were created or removed), not the `.index` files: enough for every appended
+    /// Fsyncs the `.log` files written since their last fsync, not the `.index` files: enough for every appended
     /// record to survive a machine crash, since recovery rebuilds an index from its log.
-    pub async fn sync_records(&mut self) -> Result<(), StorageError> {
+    pub async fn sync_records(&mut self) {
         for segment in self.segments.iter_mut().filter(|s| s.records_unsynced) {
-            sync_data(&segment.log, &segment.log_path).await?;
+            sync_data(&segment.log, &segment.log_path).await;
             segment.records_unsynced = false;
         }
-        self.sync_dir().await
-    }
-
-    async fn sync_dir(&mut self) -> Result<(), StorageError> {
-        if self.dir_unsynced {
-            let dir = File::open(&self.dir)
-                .await
-                .map_err(|error| io_error(&self.dir, error))?;
-            dir.sync_all()
-                .await
-                .map_err(|error| io_error(&self.dir, error))?;
-            self.dir_unsynced = false;
-        }
-        Ok(())
     }
 
     /// The whole record whose first message is `base_offset`, if the log holds one of `length`
@@ -894,15 +867,16 @@ impl PartitionLog {
         }
         if offset < self.first_offset() {
             while !self.segments.is_empty() {
-                self.remove_segment(self.segments.len() - 1).await?;
+                self.remove_segment(self.segments.len() - 1).await;
             }
-            return self.create_segment(offset).await;
+            self.create_segment(offset).await;
+            return Ok(());
         }
         let keep = self
             .segments
             .partition_point(|segment| segment.start_offset <= offset);
         while self.segments.len() > keep {
-            self.remove_segment(self.segments.len() - 1).await?;
+            self.remove_segment(self.segments.len() - 1).await;
         }
         let segment = self
             .segments
@@ -932,25 +906,27 @@ impl PartitionLog {
             record.truncate(cut);
             rewrite_sliced_header(&mut record, keep_frames);
             record.truncate(layout::batch::HEADER_SIZE);
-            write_all(&mut segment.log, &segment.log_path, record, entry.position).await?;
+            write_all(&mut segment.log, &segment.log_path, record, entry.position).await;
             entry.count = keep_frames;
             entry.length = cut as u64;
             new_size = entry.position + entry.length;
         }
-        set_len(&segment.log, &segment.log_path, new_size).await?;
-        set_len(&segment.index, &segment.index_path, segment.index_size()).await?;
+        set_len(&segment.log, &segment.log_path, new_size).await;
+        set_len(&segment.index, &segment.index_path, segment.index_size()).await;
         self.size_bytes -= segment.log_size - new_size;
         segment.log_size = new_size;
         segment.end_offset = offset;
         segment.unsynced = true;
         segment.records_unsynced = true;
-        self.maybe_roll().await
+        self.maybe_roll().await;
+        Ok(())
     }
 
-    async fn remove_segment(&mut self, index: usize) -> Result<(), StorageError> {
+    /// Removes a segment's files and fsyncs the directory (segments go rarely, and a removal
+    /// undone by a machine crash would bring back messages a committed deletion retired).
+    async fn remove_segment(&mut self, index: usize) {
         let segment = self.segments.remove(index);
         self.size_bytes -= segment.log_size;
-        self.dir_unsynced = true;
         let Segment {
             log_path,
             index_path,
@@ -960,31 +936,21 @@ impl PartitionLog {
         } = segment;
         drop(log);
         drop(index);
-        compio::fs::remove_file(&log_path)
-            .await
-            .map_err(|error| io_error(&log_path, error))?;
-        match compio::fs::remove_file(&index_path).await {
-            Err(error) if error.kind() != io::ErrorKind::NotFound => {
-                Err(io_error(&index_path, error))
-            }
-            _ => Ok(()),
-        }
+        remove_file(&log_path).await;
+        remove_file(&index_path).await;
+        crate::fail_stop::sync_dir_async(&self.dir).await;
     }
 
     /// Deletes the oldest `count` closed segments (never the active one); returns how many
     /// were deleted.
-    pub async fn delete_oldest_segments(&mut self, count: u32) -> Result<u32, StorageError> {
+    pub async fn delete_oldest_segments(&mut self, count: u32) -> u32 {
         self.delete_oldest_segments_through(count, u64::MAX).await
     }
 
     /// Deletes up to `count` of the oldest closed segments, stopping at the first one that
     /// holds a message above `keep_after` (the lowest offset a consumer has committed: later
     /// messages are still to be read). Returns how many were deleted.
-    pub async fn delete_oldest_segments_through(
-        &mut self,
-        count: u32,
-        keep_after: u64,
-    ) -> Result<u32, StorageError> {
+    pub async fn delete_oldest_segments_through(&mut self, count: u32, keep_after: u64) -> u32 {
         let keep_from = self.retire_point(count, keep_after);
         self.retire_below(keep_from).await
     }
@@ -1006,13 +972,13 @@ impl PartitionLog {
     /// Deletes every closed segment whose messages all lie below `keep_from`. Idempotent: a
     /// second call (a journal replay of the same op) deletes nothing more. Returns how many
     /// segments were deleted.
-    pub async fn retire_below(&mut self, keep_from: u64) -> Result<u32, StorageError> {
+    pub async fn retire_below(&mut self, keep_from: u64) -> u32 {
         let mut deleted = 0;
         while self.segments.len() > 1 && self.segments[0].end_offset <= keep_from {
-            self.remove_segment(0).await?;
+            self.remove_segment(0).await;
             deleted += 1;
         }
-        Ok(deleted)
+        deleted
     }
 
     /// Where retention as of `now_us` keeps the log from: past the oldest closed segments whose

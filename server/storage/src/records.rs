@@ -1,5 +1,5 @@
-//! Checked u64 records (`[u64 value][u64 xxh3(value)]`): consumer offsets, created.revision
-//! and retirement.fence, written atomically (temp file, fsync, rename) with compio.
+//! Checked u64 records (`[u64 value][u64 xxh3(value)]`): created.revision and
+//! retirement.fence, written atomically (temp file, fsync, rename, directory fsync) with compio.
 
 use std::path::Path;
 
@@ -15,8 +15,9 @@ fn io_error(path: &Path, error: std::io::Error) -> StorageError {
     }
 }
 
-/// Writes `value` to `path` atomically: temp file, fsync, rename.
-pub async fn write_checked_u64(path: &Path, value: u64) -> Result<(), StorageError> {
+/// Writes `value` to `path` atomically (see [`crate::fail_stop::write_atomically`]); a failed
+/// write or fsync stops the process.
+pub async fn write_checked_u64(path: &Path, value: u64) {
     let mut record = vec![0u8; checked_u64::SIZE];
     write_u64(&mut record, checked_u64::VALUE, value);
     write_u64(
@@ -24,20 +25,7 @@ pub async fn write_checked_u64(path: &Path, value: u64) -> Result<(), StorageErr
         checked_u64::CHECKSUM,
         XxHash3_64::oneshot(&value.to_le_bytes()),
     );
-    let temporary = path.with_extension("tmp");
-    compio::fs::write(&temporary, record)
-        .await
-        .0
-        .map_err(|error| io_error(&temporary, error))?;
-    let file = compio::fs::File::open(&temporary)
-        .await
-        .map_err(|e| io_error(&temporary, e))?;
-    file.sync_all()
-        .await
-        .map_err(|error| io_error(&temporary, error))?;
-    compio::fs::rename(&temporary, path)
-        .await
-        .map_err(|error| io_error(path, error))
+    crate::fail_stop::write_atomically(path, record).await;
 }
 
 /// Reads a checked u64 record; `Ok(None)` when the file does not exist.

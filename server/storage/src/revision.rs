@@ -3,6 +3,7 @@
 use std::path::Path;
 
 use crate::StorageError;
+use crate::fail_stop;
 use crate::records::{read_checked_u64, write_checked_u64};
 
 /// File name of the revision record in a partition dir and in its initialization namespace.
@@ -39,12 +40,6 @@ fn io_error(path: &Path, error: std::io::Error) -> StorageError {
         path: path.to_path_buf(),
         error,
     }
-}
-
-fn sync_dir(dir: &Path) -> Result<(), StorageError> {
-    std::fs::File::open(dir)
-        .and_then(|file| file.sync_all())
-        .map_err(|error| io_error(dir, error))
 }
 
 /// Applies the created.revision rules to `partition_dir` for `revision`, refusing when the
@@ -107,14 +102,11 @@ pub async fn prepare_partition_dir(
         None => PartitionDirState::Created,
     };
     if state != PartitionDirState::Existing {
-        std::fs::create_dir_all(partition_dir).map_err(|e| io_error(partition_dir, e))?;
-        write_checked_u64(&record, revision).await?;
-        if let Some(parent) = partition_dir.parent() {
-            sync_dir(parent)?;
-        }
+        fail_stop::create_dir_all(partition_dir);
+        write_checked_u64(&record, revision).await;
     }
-    std::fs::create_dir_all(namespace_dir).map_err(|e| io_error(namespace_dir, e))?;
-    write_checked_u64(&namespace_dir.join(CREATED_REVISION), revision).await?;
+    fail_stop::create_dir_all(namespace_dir);
+    write_checked_u64(&namespace_dir.join(CREATED_REVISION), revision).await;
     Ok(state)
 }
 
@@ -138,20 +130,15 @@ pub async fn discard_partition_dir(
     if found != Some(revision) {
         return Ok(Discarded::Kept { found });
     }
-    std::fs::create_dir_all(discarded_root).map_err(|e| io_error(discarded_root, e))?;
+    fail_stop::create_dir_all(discarded_root);
     let mut target = discarded_root.join(revision.to_string());
     let mut attempt = 0;
     while target.exists() {
         attempt += 1;
         target = discarded_root.join(format!("{revision}.{attempt}"));
     }
-    std::fs::rename(partition_dir, &target).map_err(|e| io_error(partition_dir, e))?;
-    if let Some(parent) = partition_dir.parent() {
-        sync_dir(parent)?;
-    }
-    sync_dir(discarded_root)?;
-    std::fs::remove_dir_all(&target).map_err(|e| io_error(&target, e))?;
-    sync_dir(discarded_root)?;
+    fail_stop::rename(partition_dir, &target);
+    fail_stop::remove_dir_all(&target);
     Ok(Discarded::Removed)
 }
 
@@ -166,20 +153,14 @@ pub fn finish_discards(discarded_root: &Path) -> Result<usize, StorageError> {
     let mut finished = 0;
     for entry in entries {
         let path = entry.map_err(|e| io_error(discarded_root, e))?.path();
-        std::fs::remove_dir_all(&path).map_err(|e| io_error(&path, e))?;
+        fail_stop::remove_dir_all(&path);
         finished += 1;
-    }
-    if finished > 0 {
-        sync_dir(discarded_root)?;
     }
     Ok(finished)
 }
 
 /// Writes the retirement fence naming `revision` in `namespace_dir`.
-pub async fn write_retirement_fence(
-    namespace_dir: &Path,
-    revision: u64,
-) -> Result<(), StorageError> {
-    std::fs::create_dir_all(namespace_dir).map_err(|e| io_error(namespace_dir, e))?;
-    write_checked_u64(&namespace_dir.join(RETIREMENT_FENCE), revision).await
+pub async fn write_retirement_fence(namespace_dir: &Path, revision: u64) {
+    fail_stop::create_dir_all(namespace_dir);
+    write_checked_u64(&namespace_dir.join(RETIREMENT_FENCE), revision).await;
 }

@@ -52,6 +52,49 @@ fn foreign_and_older_dirs_are_refused_unmodified() {
     assert_eq!(before, snapshot(&older));
 }
 
+/// A crash during the first start, while the marker was written, leaves only its temporary
+/// file (empty, cut short or whole): the next start finishes the initialization instead of
+/// refusing the directory forever.
+#[test]
+fn a_first_start_interrupted_while_writing_the_marker_is_finished_by_the_next_start() {
+    let temporary = tempfile::tempdir().unwrap();
+    let whole = format!("{}\n", marker::VALUE);
+    for (case, left) in [("empty", ""), ("cut short", &whole[..7]), ("whole", &whole[..])] {
+        let root = temporary.path().join(case.replace(' ', "-"));
+        std::fs::create_dir_all(&root).unwrap();
+        let leftover = root.join(format!("{}.tmp", marker::FILE_NAME));
+        std::fs::write(&leftover, left).unwrap();
+        open_data_dir(&root).unwrap_or_else(|error| panic!("{case}: {error}"));
+        let written = std::fs::read_to_string(root.join(marker::FILE_NAME)).unwrap();
+        assert_eq!(written, whole, "{case}");
+        assert!(!leftover.exists(), "{case}: the temporary marker was renamed into place");
+        open_data_dir(&root).unwrap();
+    }
+}
+
+/// Only our own unfinished marker is taken over: a temporary marker with other bytes, or
+/// beside other files, is refused like any foreign directory, before anything is changed.
+#[test]
+fn a_temporary_marker_that_is_not_ours_is_refused_unmodified() {
+    let temporary = tempfile::tempdir().unwrap();
+    let tmp_name = format!("{}.tmp", marker::FILE_NAME);
+
+    let foreign_bytes = temporary.path().join("foreign-bytes");
+    std::fs::create_dir_all(&foreign_bytes).unwrap();
+    std::fs::write(foreign_bytes.join(&tmp_name), b"SOMEONE-ELSES-FORMAT\n").unwrap();
+    let before = snapshot(&foreign_bytes);
+    assert!(matches!(open_data_dir(&foreign_bytes), Err(StorageError::Refused(_))));
+    assert_eq!(before, snapshot(&foreign_bytes));
+
+    let with_files = temporary.path().join("with-files");
+    std::fs::create_dir_all(&with_files).unwrap();
+    std::fs::write(with_files.join(&tmp_name), b"IGGY").unwrap();
+    std::fs::write(with_files.join("wal"), b"prepares").unwrap();
+    let before = snapshot(&with_files);
+    assert!(matches!(open_data_dir(&with_files), Err(StorageError::Refused(_))));
+    assert_eq!(before, snapshot(&with_files));
+}
+
 fn build_batch(payloads: &[&[u8]]) -> Vec<u8> {
     let mut record = vec![0u8; batch::HEADER_SIZE];
     for (delta, payload) in payloads.iter().enumerate() {

@@ -245,7 +245,7 @@ fn empty_log_then_append_and_read_round_trip() {
         assert_eq!(log.messages_count(), 11);
         assert_eq!(log.size_bytes(), lengths.iter().sum::<usize>() as u64);
         assert_eq!(log.size_bytes(), total_log_bytes(&dir));
-        log.sync().await.unwrap();
+        log.sync().await;
 
         // Whole batches come back byte for byte.
         let whole = log.read_from(0, 1000).await.unwrap();
@@ -361,7 +361,7 @@ fn rolls_segments_reads_across_them_and_reopens() {
         check_all_reads(&log, &bases).await;
         let whole = log.read_from(0, u32::MAX).await.unwrap();
         let (next, segments) = (log.next_offset(), log.segments_count());
-        log.sync().await.unwrap();
+        log.sync().await;
         drop(log);
 
         let mut log = PartitionLog::open(dir, config(1024)).await.unwrap();
@@ -614,7 +614,7 @@ fn truncate_from_boundaries_mid_batch_and_earlier_segments() {
         log.truncate_from(middle).await.unwrap();
         assert_eq!(log.next_offset(), middle);
         check_all_reads(&log, &bases).await;
-        log.sync().await.unwrap();
+        log.sync().await;
         drop(log);
         let mut log = PartitionLog::open(dir, config(1024)).await.unwrap();
         assert_eq!(log.next_offset(), middle);
@@ -646,7 +646,7 @@ fn truncate_below_the_first_offset_restarts_there() {
         let dir = temporary.path();
         let mut log = PartitionLog::open(dir, config(1024)).await.unwrap();
         append_batches(&mut log, &ROLL_SIZES).await;
-        log.delete_oldest_segments(2).await.unwrap();
+        log.delete_oldest_segments(2).await;
         let first = log.first_offset();
         assert!(first > 5);
         log.truncate_from(5).await.unwrap();
@@ -676,8 +676,8 @@ fn delete_oldest_segments_never_deletes_the_active_one() {
         let bases = batch_bases(&ROLL_SIZES);
         let segments = log.segments_count();
         let next = log.next_offset();
-        assert_eq!(log.delete_oldest_segments(0).await.unwrap(), 0);
-        assert_eq!(log.delete_oldest_segments(1).await.unwrap(), 1);
+        assert_eq!(log.delete_oldest_segments(0).await, 0);
+        assert_eq!(log.delete_oldest_segments(1).await, 1);
         let first = log.first_offset();
         assert!(first > 0 && bases.contains(&first));
         assert_eq!(log.messages_count(), next - first);
@@ -688,9 +688,9 @@ fn delete_oldest_segments_never_deletes_the_active_one() {
         check_all_reads(&log, &bases).await;
         assert_eq!(log.read_from(0, 1).await.unwrap().last_offset, Some(first));
 
-        assert_eq!(log.delete_oldest_segments(100).await.unwrap(), segments - 2);
+        assert_eq!(log.delete_oldest_segments(100).await, segments - 2);
         assert_eq!(log.segments_count(), 1);
-        assert_eq!(log.delete_oldest_segments(1).await.unwrap(), 0);
+        assert_eq!(log.delete_oldest_segments(1).await, 0);
         assert_eq!(log.next_offset(), next);
         check_all_reads(&log, &bases).await;
         drop(log);
@@ -708,7 +708,7 @@ async fn retain(
     max_size: Option<u64>,
 ) -> u32 {
     match log.retention_point(now_us, message_expiry_us, max_size) {
-        Some(keep_from) => log.retire_below(keep_from).await.unwrap(),
+        Some(keep_from) => log.retire_below(keep_from).await,
         None => 0,
     }
 }
@@ -962,14 +962,13 @@ fn random_operations_match_a_model() {
                     let before = log.segments_count();
                     let deleted = log
                         .delete_oldest_segments(random.random_range(0..3))
-                        .await
-                        .unwrap();
+                        .await;
                     assert_eq!(log.segments_count(), before - deleted);
                     let first = log.first_offset();
                     model.retain(|message| message.offset >= first);
                 }
                 80..90 => {
-                    log.sync().await.unwrap();
+                    log.sync().await;
                     drop(log);
                     log = PartitionLog::open(dir, config(segment_size)).await.unwrap();
                 }

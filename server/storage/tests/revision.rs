@@ -32,7 +32,7 @@ fn created_revision_rules_and_fence() {
         );
         assert!(legacy.join("00000000000000000000.log").exists());
 
-        write_retirement_fence(&namespace, 5).await.unwrap();
+        write_retirement_fence(&namespace, 5).await;
         std::fs::remove_dir_all(&partition).unwrap();
         assert!(prepare_partition_dir(&partition, &namespace, &discarded, 5).await.is_err());
     });

@@ -1,7 +1,7 @@
 //! The decisions of one consensus group, sans-IO: a [`GroupCore`] owns the `iggy_vsr::Replica`,
 //! the requests waiting for their commit, the requests held until their client's implicit
 //! register commits, the journal-sync batching (group commit) and the checkpoint policy. It
-//! takes inputs (a submitted request, "journaled", "synced", "applied", "failed") and hands out
+//! takes inputs (a submitted request, "journaled", "synced", "applied") and hands out
 //! [`Step`]s for the shell to carry out; it never awaits, reads a clock or touches a file, so a
 //! test drives it with plain calls (see the tests below) and the compio task in `group.rs` is
 //! a loop that performs each step.
@@ -27,7 +27,7 @@ pub enum Outcome {
         reply: Bytes,
     },
     Refused(Refusal),
-    /// The journal failed; nothing was acknowledged.
+    /// The group stopped before answering; nothing was acknowledged.
     Failed,
 }
 
@@ -97,8 +97,6 @@ pub struct GroupCore<W> {
     /// A step was handed out whose input has not arrived yet.
     awaiting: Option<Awaiting>,
     answers: VecDeque<(W, Outcome)>,
-    /// The journal failed: nothing more is accepted or acknowledged.
-    failed: bool,
     /// The latest request number handed out by [`Self::next_request`], per client.
     issued: HashMap<u128, u64>,
     /// The client table capacity the group had committed when it opened, and the configured one.
@@ -147,7 +145,6 @@ impl<W> GroupCore<W> {
             must_sync: false,
             awaiting: None,
             answers: VecDeque::new(),
-            failed: false,
             issued: HashMap::new(),
             limits_at_open: (committed_clients_max, configured_clients_max),
         }
@@ -167,10 +164,6 @@ impl<W> GroupCore<W> {
     /// A client request. An unknown client of a group that registers implicitly is registered
     /// first; its requests wait for that register.
     pub fn submit(&mut self, pending: Pending<W>) {
-        if self.failed {
-            self.answers.push_back((pending.waiter, Outcome::Failed));
-            return;
-        }
         let known = self.replica.clients().get(pending.client).is_some();
         if self.implicit_register && !known && pending.operation != OPERATION_REGISTER {
             let queue = self.registering.entry(pending.client).or_default();
@@ -205,7 +198,7 @@ impl<W> GroupCore<W> {
             if let Some((waiter, outcome)) = self.answers.pop_front() {
                 return Some(Step::Answer { waiter, outcome });
             }
-            if self.failed || self.awaiting.is_some() {
+            if self.awaiting.is_some() {
                 return None;
             }
             let Some(action) = self.replica.poll_action() else {
@@ -312,21 +305,6 @@ impl<W> GroupCore<W> {
         self.replica.on_committed_reply(op, reply);
     }
 
-    /// A journal or stowed-body write failed: nothing unsynced may be acknowledged, so every
-    /// waiter fails and the group accepts nothing more.
-    pub fn failed(&mut self) {
-        self.failed = true;
-        self.awaiting = None;
-        let waiting = std::mem::take(&mut self.waiting).into_values().flatten();
-        let held = std::mem::take(&mut self.registering)
-            .into_values()
-            .flatten()
-            .map(|pending| pending.waiter);
-        let failed: Vec<W> = waiting.chain(held).collect();
-        self.answers
-            .extend(failed.into_iter().map(|waiter| (waiter, Outcome::Failed)));
-    }
-
     /// The next request number of one of the node's own clients (a retention pass): above its
     /// latest committed request and above every number handed out before.
     pub fn next_request(&mut self, client: u128) -> u64 {
@@ -365,7 +343,7 @@ impl<W> GroupCore<W> {
         let op = self.replica.op();
         let grown = journal_bytes.max(self.held_bytes) >= policy.journal_bytes
             || self.replica.journal_len() >= policy.journal_ops;
-        (grown && op != 0 && self.replica.commit_min() == op && !self.failed).then_some(op)
+        (grown && op != 0 && self.replica.commit_min() == op).then_some(op)
     }
 
     /// The replica's part of a checkpoint at `op` (its client table and position), encoded;
@@ -585,31 +563,6 @@ mod tests {
         core.submit(request(5, 7, b"x", 1));
         shell.run(&mut core);
         assert_eq!(core.next_request(5), 8, "above the committed request");
-    }
-
-    #[test]
-    fn a_failed_journal_fails_every_waiter_and_every_later_request() {
-        let mut core = core(Durability::Persisted, true);
-        let mut shell = Shell::new();
-        core.submit(request(7, 1, b"a", 1));
-        core.submit(request(8, 1, b"b", 2));
-        // The first journal write fails.
-        let Some(Step::Journal { .. }) = core.poll() else {
-            panic!("a journal step first");
-        };
-        core.failed();
-        core.submit(request(7, 2, b"c", 3));
-        shell.run(&mut core);
-        let mut failed: Vec<u32> = shell
-            .answers
-            .iter()
-            .filter(|(_, outcome)| *outcome == Outcome::Failed)
-            .map(|(waiter, _)| *waiter)
-            .collect();
-        failed.sort();
-        assert_eq!(failed, [1, 2, 3]);
-        assert!(shell.applied.is_empty());
-        assert_eq!(core.checkpoint_due(u64::MAX), None);
     }
 
     #[test]

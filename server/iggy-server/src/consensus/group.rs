@@ -4,6 +4,10 @@
 //!
 //! Requests that arrive together are prepared together and made durable with one journal
 //! sync (group commit) before any of them is acknowledged.
+//!
+//! Storage is fail-stop: the journal, the state machine's files and the checkpoint slots stop
+//! the process when a write or fsync fails (`iggy_storage::fail_stop`), so a group never
+//! acknowledges, or goes on accepting, after its disk failed.
 
 use crate::consensus::core::{CheckpointPolicy, GroupCore, Pending, Step};
 pub use crate::consensus::core::{Durability, Outcome};
@@ -12,21 +16,22 @@ use futures_channel::{mpsc, oneshot};
 use futures_util::StreamExt;
 use iggy_vsr::{Config, Entry, Refusal};
 
-/// Where a group's prepares are journaled.
+/// Where a group's prepares are journaled. A failed write or fsync stops the process.
 pub trait Journal {
     /// Appends `entry` (ops are appended in order, after any truncation), with `stand_in` in
     /// place of its body when the state machine stowed the body (see [`StateMachine::stow`]).
+    /// An error is an entry the journal cannot hold.
     fn append(
         &mut self,
         entry: &Entry,
         stand_in: Option<&Bytes>,
     ) -> impl Future<Output = std::io::Result<()>>;
     /// Makes every appended entry durable.
-    fn sync(&mut self) -> impl Future<Output = std::io::Result<()>>;
+    fn sync(&mut self) -> impl Future<Output = ()>;
     /// Drops every entry above `op`.
-    fn truncate_after(&mut self, op: u64) -> impl Future<Output = std::io::Result<()>>;
+    fn truncate_after(&mut self, op: u64) -> impl Future<Output = ()>;
     /// Drops every entry: a durable checkpoint at `op` covers them all.
-    fn reset_after_checkpoint(&mut self, op: u64) -> impl Future<Output = std::io::Result<()>>;
+    fn reset_after_checkpoint(&mut self, op: u64);
     /// Bytes the journal holds.
     fn len_bytes(&self) -> u64;
 }
@@ -97,7 +102,8 @@ pub fn refusal_error(refusal: &Refusal) -> iggy_generated::errors::ErrorCode {
 
 /// Where a group keeps its checkpoint, and when it takes one.
 pub struct Checkpointing {
-    pub path: std::path::PathBuf,
+    /// The two alternating checkpoint files (see `iggy_storage::checkpoint`).
+    pub slots: iggy_storage::checkpoint::CheckpointSlots,
     /// Checkpoint once the journal holds this many bytes (or the replica this many bytes of
     /// op bodies in memory)...
     pub journal_bytes: u64,
@@ -105,78 +111,18 @@ pub struct Checkpointing {
     pub journal_ops: usize,
 }
 
-/// A checkpoint file: `[u32 len][replica checkpoint][u32 len][state][u64 xxh3 of all before]`.
-/// Written to a temporary file, fsynced and renamed, so a crash leaves the old or the new one.
-// TODO(spec): declare this record in a storage spec and generate it.
-pub async fn write_checkpoint(
-    path: &std::path::Path,
-    replica: &[u8],
-    state: &[u8],
-) -> std::io::Result<()> {
-    use std::hash::Hasher;
-    let mut bytes = Vec::with_capacity(16 + replica.len() + state.len());
-    for part in [replica, state] {
-        bytes.extend_from_slice(&(part.len() as u32).to_le_bytes());
-        bytes.extend_from_slice(part);
-    }
-    let mut hasher = twox_hash::XxHash3_64::new();
-    hasher.write(&bytes);
-    bytes.extend_from_slice(&hasher.finish().to_le_bytes());
-    let temporary = path.with_extension("tmp");
-    let compio::BufResult(written, _) = compio::fs::write(&temporary, bytes).await;
-    written?;
-    compio::fs::File::open(&temporary).await?.sync_all().await?;
-    compio::fs::rename(&temporary, path).await?;
-    if let Some(dir) = path.parent() {
-        std::fs::File::open(dir)?.sync_all()?;
-    }
-    Ok(())
-}
-
-/// Reads a checkpoint file: the replica's checkpoint and the state machine's bytes.
-pub async fn read_checkpoint(
-    path: &std::path::Path,
-) -> std::io::Result<Option<(iggy_vsr::Checkpoint, Vec<u8>)>> {
-    use std::hash::Hasher;
-    let bytes = match compio::fs::read(path).await {
-        Ok(bytes) => bytes,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(error) => return Err(error),
-    };
-    let corrupt = |why: &str| {
-        std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("checkpoint {}: {why}", path.display()),
-        )
-    };
-    let (body, sum) = bytes.split_at(
-        bytes
-            .len()
-            .checked_sub(8)
-            .ok_or_else(|| corrupt("truncated"))?,
-    );
-    let mut hasher = twox_hash::XxHash3_64::new();
-    hasher.write(body);
-    if hasher.finish().to_le_bytes() != sum {
-        return Err(corrupt("checksum mismatch"));
-    }
-    let mut parts = Vec::new();
-    let mut rest = body;
-    for _ in 0..2 {
-        let len = u32::from_le_bytes(
-            rest.get(..4)
-                .ok_or_else(|| corrupt("truncated"))?
-                .try_into()
-                .unwrap(),
-        ) as usize;
-        let part = rest.get(4..4 + len).ok_or_else(|| corrupt("truncated"))?;
-        parts.push(part.to_vec());
-        rest = &rest[4 + len..];
-    }
-    let state = parts.pop().expect("two parts");
-    let replica =
-        iggy_vsr::Checkpoint::decode(&parts[0]).map_err(|error| corrupt(&format!("{error:?}")))?;
-    Ok(Some((replica, state)))
+/// The checkpoint a group in `dir` starts from (the newest valid slot) and the slots to write
+/// next. The caller opens the journal with [`crate::wal::FileJournal::open_after_checkpoint`].
+pub async fn load_checkpoint(
+    dir: &std::path::Path,
+) -> Result<iggy_storage::checkpoint::Start<iggy_vsr::Checkpoint>, iggy_storage::StorageError> {
+    iggy_storage::checkpoint::load(dir, |bytes| {
+        let checkpoint =
+            iggy_vsr::Checkpoint::decode(bytes).map_err(|error| format!("{error:?}"))?;
+        let op = checkpoint.op;
+        Ok((checkpoint, op))
+    })
+    .await
 }
 
 type Submit = Pending<oneshot::Sender<Outcome>>;
@@ -199,6 +145,8 @@ enum Job<R> {
     },
     /// Finish what was accepted before, close the group's files, then answer.
     Stop(oneshot::Sender<()>),
+    /// Fsync the journal behind the jobs accepted before, then answer.
+    SyncJournal(oneshot::Sender<()>),
 }
 
 /// A handle to a running group; cheap to clone.
@@ -261,6 +209,15 @@ impl<R> GroupHandle<R> {
         }
     }
 
+    /// Fsyncs the group's journal behind the jobs queued before (the shutdown drain: records
+    /// written to the OS only, under the replicated policy, become durable).
+    pub async fn sync_journal(&self) {
+        let (done, synced) = oneshot::channel();
+        if self.jobs.unbounded_send(Job::SyncJournal(done)).is_ok() {
+            let _ = synced.await;
+        }
+    }
+
     /// Whether `request` of `client` was already committed: a retry whose reply the replica
     /// replays, so checks against today's state must not refuse it.
     pub async fn already_committed(&self, client: u128, request: u64) -> bool {
@@ -286,7 +243,7 @@ pub struct Group<J: Journal, S: StateMachine> {
     journal: J,
     state: S,
     /// Where the checkpoint goes (the core decides when).
-    checkpoint_path: Option<std::path::PathBuf>,
+    slots: Option<iggy_storage::checkpoint::CheckpointSlots>,
 }
 
 impl<J: Journal, S: StateMachine> Group<J, S> {
@@ -320,15 +277,18 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                 "{limit_name} is {configured} in the configuration, but the group of {} committed {committed} with its first op; keeping {committed}",
                 checkpointing
                     .as_ref()
-                    .and_then(|c| c.path.parent())
-                    .map_or("a consensus group".into(), |dir| dir.display().to_string()),
+                    .map_or("a consensus group".into(), |c| c
+                        .slots
+                        .dir()
+                        .display()
+                        .to_string()),
             );
         }
         let mut group = Group {
             core,
             journal,
             state,
-            checkpoint_path: checkpointing.map(|c| c.path),
+            slots: checkpointing.map(|c| c.slots),
         };
         group.drive().await;
         group.core.release_applied_bodies();
@@ -340,32 +300,29 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
     /// durable, the checkpoint is written, and the journal and the replica's in-memory log are
     /// emptied.
     async fn maybe_checkpoint(&mut self) {
-        let (Some(path), Some(op)) = (
-            self.checkpoint_path.clone(),
-            self.core.checkpoint_due(self.journal.len_bytes()),
-        ) else {
+        if self.slots.is_none() {
+            return;
+        }
+        let Some(op) = self.core.checkpoint_due(self.journal.len_bytes()) else {
             return;
         };
         let state = match self.state.checkpoint().await {
             Ok(state) => state,
             Err(error) => {
+                let dir = self.slots.as_ref().map(|slots| slots.dir().to_path_buf());
                 return tracing::error!(
-                    "checkpoint {}: state not durable: {error}",
-                    path.display()
+                    "checkpoint in {}: state not durable: {error}",
+                    dir.unwrap_or_default().display()
                 );
             }
         };
         let replica = self.core.checkpoint_record(op);
-        if let Err(error) = write_checkpoint(&path, &replica, &state).await {
-            // The journal still holds every op; the next attempt retries.
-            return tracing::error!("checkpoint {}: {error}", path.display());
-        }
-        if let Err(error) = self.journal.reset_after_checkpoint(op).await {
-            tracing::error!(
-                "checkpoint {}: journal not emptied: {error}",
-                path.display()
-            );
-        }
+        let Some(slots) = &mut self.slots else {
+            return;
+        };
+        slots.write(&replica, &state).await;
+        // Only after the checkpoint is durable: until then the journal is what a start needs.
+        self.journal.reset_after_checkpoint(op);
         self.core.checkpointed();
     }
 
@@ -435,6 +392,11 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                 });
             }
             Job::Stop(done) => return Some(done),
+            Job::SyncJournal(done) => {
+                self.drive().await;
+                self.journal.sync().await;
+                let _ = done.send(());
+            }
             Job::Committed {
                 client,
                 request,
@@ -454,39 +416,30 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                 Step::Journal { op, entry } => {
                     let stand_in = match self.state.stow(&entry).await {
                         Ok(stand_in) => stand_in,
-                        Err(error) => {
-                            tracing::error!("op {op}: body not stored: {error}");
-                            self.journal_failed();
-                            continue;
-                        }
+                        Err(error) => self.stop_failed(&format!("stow op {op}"), &error),
                     };
-                    if self
-                        .journal
-                        .append(&entry, stand_in.as_ref())
-                        .await
-                        .is_err()
-                    {
-                        self.journal_failed();
-                        continue;
+                    if let Err(error) = self.journal.append(&entry, stand_in.as_ref()).await {
+                        self.stop_failed(&format!("journal op {op}"), &error);
                     }
                     let must_sync = self.state.persisted(entry.operation);
                     self.core.journaled(op, must_sync);
                 }
                 Step::Sync => {
-                    let (journal, stowed) =
+                    let ((), stowed) =
                         futures_util::future::join(self.journal.sync(), self.state.sync_stowed())
                             .await;
-                    if journal.is_err() || stowed.is_err() {
-                        self.journal_failed();
-                        continue;
+                    if let Err(error) = stowed {
+                        self.stop_failed("fsync stowed bodies", &error);
                     }
                     self.core.synced();
                 }
                 Step::Truncate { after_op } => {
-                    if self.journal.truncate_after(after_op).await.is_err()
-                        || self.state.unstow_after(after_op).await.is_err()
-                    {
-                        self.journal_failed();
+                    self.journal.truncate_after(after_op).await;
+                    if let Err(error) = self.state.unstow_after(after_op).await {
+                        self.stop_failed(
+                            &format!("drop stowed bodies after op {after_op}"),
+                            &error,
+                        );
                     }
                 }
                 Step::Apply {
@@ -509,10 +462,15 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
         }
     }
 
-    /// A journal write failed: nothing unsynced may be acknowledged, so every waiter fails and
-    /// the group stops accepting (the operator must look at the disk).
-    fn journal_failed(&mut self) {
-        tracing::error!("journal write failed; failing every pending request of this group");
-        self.core.failed();
+    /// The replica prepared an op the group cannot make durable (the files stop the process
+    /// themselves when a write or fsync fails; this is a record they refused). Failing its
+    /// waiters and accepting on would wedge the group behind an op that is never written, so
+    /// the process stops like on a storage failure.
+    fn stop_failed(&self, operation: &str, error: &std::io::Error) -> ! {
+        let dir = self
+            .slots
+            .as_ref()
+            .map_or(std::path::Path::new("<group>"), |slots| slots.dir());
+        iggy_storage::fail_stop::fail_stop(operation, dir, error)
     }
 }

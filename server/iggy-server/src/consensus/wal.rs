@@ -11,20 +11,26 @@
 //! write. The old records beyond the new end carry ops at or below the checkpoint, so they end
 //! the recovery walk as out of sequence (the file never holds more than one checkpoint's worth
 //! of journal plus one record).
+//!
+//! A failed write, truncation or fsync of the journal stops the process (see
+//! `iggy_storage::fail_stop`): an op whose record may not be on disk is never acknowledged, and
+//! the group does not go on accepting over a journal it cannot trust.
 
 use crate::consensus::group::Journal;
 use bytes::Bytes;
 use compio::fs::{File, OpenOptions};
 use compio::io::AsyncWriteAtExt;
 use iggy_generated::frames::{Command, Operation, PrepareHeader};
+use iggy_storage::fail_stop::OrStop;
 use iggy_vsr::Entry;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 const HEADER_SIZE: usize = PrepareHeader::SIZE;
 
 /// A group's journal file, open for appends.
 pub struct FileJournal {
     file: File,
+    path: PathBuf,
     /// The op before the first record: the checkpoint the journal continues from.
     base: u64,
     /// File position of each op's record: `positions[op - base - 1]`.
@@ -124,9 +130,9 @@ impl FileJournal {
         path: &Path,
         checkpoint: u64,
     ) -> std::io::Result<(FileJournal, Vec<JournalEntry>)> {
-        let bytes = match compio::fs::read(path).await {
-            Ok(bytes) => Bytes::from(bytes),
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Bytes::new(),
+        let (bytes, created) = match compio::fs::read(path).await {
+            Ok(bytes) => (Bytes::from(bytes), false),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => (Bytes::new(), true),
             Err(error) => return Err(error),
         };
         let mut entries = Vec::new();
@@ -170,7 +176,11 @@ impl FileJournal {
             .write(true)
             .read(true)
             .open(path)
-            .await?;
+            .await
+            .or_stop("open", path);
+        if created {
+            iggy_storage::fail_stop::sync_parent(path);
+        }
         let first_op = first_op.unwrap_or(checkpoint + 1);
         if first_op > checkpoint + 1 {
             return Err(std::io::Error::new(
@@ -182,8 +192,10 @@ impl FileJournal {
             ));
         }
         if damaged {
-            file.set_len(position as u64).await?;
-            file.sync_all().await?;
+            file.set_len(position as u64)
+                .await
+                .or_stop("truncate", path);
+            file.sync_all().await.or_stop("fsync", path);
         }
         let skipped = (checkpoint + 1 - first_op) as usize;
         let kept = entries.split_off(skipped.min(entries.len()));
@@ -191,6 +203,7 @@ impl FileJournal {
             // Every record is covered by the checkpoint: start over at position 0.
             let journal = FileJournal {
                 file,
+                path: path.to_path_buf(),
                 base: checkpoint,
                 positions: Vec::new(),
                 len: 0,
@@ -199,11 +212,50 @@ impl FileJournal {
         }
         let journal = FileJournal {
             file,
+            path: path.to_path_buf(),
             base: first_op - 1,
             positions,
             len: position as u64,
         };
         Ok((journal, kept))
+    }
+}
+
+impl FileJournal {
+    /// [`FileJournal::open`] after the checkpoint a group starts from. When a checkpoint file
+    /// was found `damaged`, the one loaded may be older than the newest written, and it is
+    /// usable only while the journal still holds every op after it (the fallback rule of
+    /// `iggy_storage::checkpoint`): otherwise the start is refused naming the damaged file.
+    pub async fn open_after_checkpoint(
+        path: &Path,
+        checkpoint: u64,
+        damaged: &[(PathBuf, String)],
+    ) -> std::io::Result<(FileJournal, Vec<JournalEntry>)> {
+        let opened = FileJournal::open(path, checkpoint).await;
+        if damaged.is_empty() {
+            return opened;
+        }
+        let damaged: Vec<String> = damaged
+            .iter()
+            .map(|(file, why)| format!("{} ({why})", file.display()))
+            .collect();
+        match opened {
+            Ok(opened) => {
+                tracing::warn!(
+                    "journal {}: continues from the checkpoint at op {checkpoint}; damaged: {}",
+                    path.display(),
+                    damaged.join(", ")
+                );
+                Ok(opened)
+            }
+            Err(error) => Err(std::io::Error::new(
+                error.kind(),
+                format!(
+                    "{error}; the checkpoint that covered them is damaged: {}",
+                    damaged.join(", ")
+                ),
+            )),
+        }
     }
 }
 
@@ -223,12 +275,16 @@ impl Journal for FileJournal {
                 &self.file,
                 &[&header, body],
                 position,
-            )?;
+            )
+            .or_stop("write", &self.path);
         } else {
             // The body is written from the received buffer, behind its header, in one write.
             let mut file = &self.file;
             let parts = [Bytes::copy_from_slice(&header), body.clone()];
-            file.write_vectored_all_at(parts, position).await.0?;
+            file.write_vectored_all_at(parts, position)
+                .await
+                .0
+                .or_stop("write", &self.path);
         }
         self.positions.truncate((entry.op - self.base) as usize - 1);
         self.positions.push(position);
@@ -236,37 +292,38 @@ impl Journal for FileJournal {
         Ok(())
     }
 
-    async fn sync(&mut self) -> std::io::Result<()> {
-        self.file.sync_data().await
+    async fn sync(&mut self) {
+        self.file.sync_data().await.or_stop("fsync", &self.path);
     }
 
-    async fn reset_after_checkpoint(&mut self, op: u64) -> std::io::Result<()> {
-        FileJournal::reset_after_checkpoint(self, op).await
+    fn reset_after_checkpoint(&mut self, op: u64) {
+        FileJournal::reset_after_checkpoint(self, op)
     }
 
     fn len_bytes(&self) -> u64 {
         self.len
     }
 
-    async fn truncate_after(&mut self, op: u64) -> std::io::Result<()> {
+    async fn truncate_after(&mut self, op: u64) {
         let index = op.saturating_sub(self.base) as usize;
         if let Some(&position) = self.positions.get(index) {
             self.positions.truncate(index);
             self.len = position;
-            self.file.set_len(position).await?;
+            self.file
+                .set_len(position)
+                .await
+                .or_stop("truncate", &self.path);
         }
-        Ok(())
     }
 }
 
 impl FileJournal {
     /// Empties the journal after a checkpoint at `op` made every entry redundant: the next
     /// append overwrites the first record (see the module note).
-    pub async fn reset_after_checkpoint(&mut self, op: u64) -> std::io::Result<()> {
+    pub fn reset_after_checkpoint(&mut self, op: u64) {
         self.base = op;
         self.positions.clear();
         self.len = 0;
-        Ok(())
     }
 }
 
@@ -329,7 +386,7 @@ mod tests {
         for op in 1..=3 {
             journal.append(&entry(op, b"hello"), None).await.unwrap();
         }
-        journal.sync().await.unwrap();
+        journal.sync().await;
         drop(journal);
         let full = std::fs::metadata(&path).unwrap().len();
         // Tear the last record in the middle of its body.
@@ -358,7 +415,7 @@ mod tests {
         drop(journal);
         let (mut journal, entries) = open_whole(&path, 2).await.unwrap();
         assert_eq!(entries, vec![entry(3, b"x"), entry(4, b"x")]);
-        journal.reset_after_checkpoint(4).await.unwrap();
+        journal.reset_after_checkpoint(4);
         journal.append(&entry(5, b"y"), None).await.unwrap();
         drop(journal);
         let (_, entries) = open_whole(&path, 4).await.unwrap();
@@ -378,7 +435,7 @@ mod tests {
             journal.append(&entry(op, b"abcd"), None).await.unwrap();
         }
         let full = std::fs::metadata(&path).unwrap().len();
-        journal.reset_after_checkpoint(5).await.unwrap();
+        journal.reset_after_checkpoint(5);
         for op in 6..=7 {
             journal.append(&entry(op, b"abcd"), None).await.unwrap();
         }
@@ -448,6 +505,90 @@ mod tests {
         std::fs::write(&path, bytes).unwrap();
         let (_, entries) = FileJournal::open(&path, 0).await.unwrap();
         assert!(entries.is_empty());
+    }
+
+    /// A group's checkpoint at `op`, written as `maybe_checkpoint` does: into the next slot,
+    /// then the journal emptied.
+    async fn checkpoint_at(
+        slots: &mut iggy_storage::checkpoint::CheckpointSlots,
+        journal: &mut FileJournal,
+        op: u64,
+    ) -> std::path::PathBuf {
+        let replica = iggy_vsr::Checkpoint {
+            op,
+            view: 0,
+            checksum: 0,
+            clients: Vec::new(),
+            clients_max: None,
+        };
+        let slot = slots.write(&replica.encode(), b"state").await;
+        journal.reset_after_checkpoint(op);
+        slot
+    }
+
+    fn damage(path: &Path) {
+        let mut bytes = std::fs::read(path).unwrap();
+        bytes[3] ^= 1;
+        std::fs::write(path, bytes).unwrap();
+    }
+
+    /// The start after a damaged newest checkpoint: the older slot is used while the journal
+    /// still holds the ops after it (a crash right after the checkpoint write), and refused,
+    /// naming the damaged slot, once later ops overwrote them.
+    #[compio::test]
+    async fn a_damaged_newest_checkpoint_falls_back_only_while_the_journal_covers_the_older_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.wal");
+        let mut slots = crate::consensus::group::load_checkpoint(dir.path())
+            .await
+            .unwrap()
+            .slots;
+        let (mut journal, _) = FileJournal::open(&path, 0).await.unwrap();
+        for op in 1..=3 {
+            journal.append(&entry(op, b"abcd"), None).await.unwrap();
+        }
+        checkpoint_at(&mut slots, &mut journal, 3).await;
+        for op in 4..=6 {
+            journal.append(&entry(op, b"abcd"), None).await.unwrap();
+        }
+        let newest = checkpoint_at(&mut slots, &mut journal, 6).await;
+        drop(journal);
+        damage(&newest);
+
+        let start = crate::consensus::group::load_checkpoint(dir.path()).await.unwrap();
+        assert!(start.checkpoint.is_some(), "the older slot is valid");
+        assert_eq!(start.op(), 3, "the start uses the older checkpoint");
+        assert_eq!(start.damaged[0].0, newest);
+        let (mut journal, entries) =
+            FileJournal::open_after_checkpoint(&path, start.op(), &start.damaged)
+                .await
+                .unwrap();
+        let ops: Vec<u64> = entries.iter().map(|entry| entry.entry().op).collect();
+        assert_eq!(
+            ops,
+            vec![4, 5, 6],
+            "the journal still holds every op after it"
+        );
+
+        // The group went on: checkpoint 6 rewritten, op 7 over the journal's first record.
+        let mut slots = crate::consensus::group::load_checkpoint(dir.path())
+            .await
+            .unwrap()
+            .slots;
+        let rewritten = checkpoint_at(&mut slots, &mut journal, 6).await;
+        assert_eq!(rewritten, newest, "the damaged slot is the one rewritten");
+        journal.append(&entry(7, b"abcd"), None).await.unwrap();
+        drop(journal);
+        damage(&rewritten);
+        let start = crate::consensus::group::load_checkpoint(dir.path()).await.unwrap();
+        assert_eq!(start.op(), 3);
+        let refused = FileJournal::open_after_checkpoint(&path, start.op(), &start.damaged)
+            .await
+            .err()
+            .expect("ops 4 to 6 are gone from the journal");
+        let message = refused.to_string();
+        assert!(message.contains("ops are missing"), "{message}");
+        assert!(message.contains(&newest.display().to_string()), "{message}");
     }
 
     #[compio::test]

@@ -3,7 +3,7 @@
 //! borrow is held across an `.await`.
 
 use crate::config::Config;
-use crate::consensus::group::{Checkpointing, Durability, Group, GroupHandle, read_checkpoint};
+use crate::consensus::group::{Checkpointing, Durability, Group, GroupHandle, load_checkpoint};
 use crate::consensus::wal::{FileJournal, JournalEntry};
 use crate::runtime::metadata_machine::MetadataMachine;
 use crate::runtime::shared::Shared;
@@ -84,7 +84,8 @@ impl Node {
     }
 
     /// Waits until no request is in flight (or `limit` passes), then makes every partition's
-    /// log durable: what was acknowledged is on disk when the process exits.
+    /// log and every group's journal durable: what was acknowledged is on disk when the process
+    /// exits, under the replicated policy too.
     pub async fn drain(&self, limit: std::time::Duration) {
         let deadline = std::time::Instant::now() + limit;
         while self.in_flight.get() > 0 && std::time::Instant::now() < deadline {
@@ -100,6 +101,7 @@ impl Node {
         for partition in partitions {
             partition.sync().await;
         }
+        self.metadata.sync_journal().await;
     }
 
     /// Opens the metadata journal and replays it (which reopens every partition).
@@ -123,24 +125,32 @@ impl Node {
             session_activity: RefCell::new(HashMap::new()),
         });
         let metadata_dir = shared.data.root().join("metadata");
-        std::fs::create_dir_all(&metadata_dir)?;
+        iggy_storage::fail_stop::create_dir_all(&metadata_dir);
         // The checkpoint holds the model as of its op (the spec's MetadataSnapshot); the
         // journal holds the ops after it.
-        let checkpoint_path = metadata_dir.join("checkpoint");
-        let (checkpoint, checkpoint_op) = match read_checkpoint(&checkpoint_path).await? {
-            Some((replica, state)) => {
-                let model = iggy_metadata::snapshot::decode(&state)
-                    .map_err(|why| std::io::Error::new(std::io::ErrorKind::InvalidData, why))?;
+        let start = load_checkpoint(&metadata_dir).await.map_err(|error| {
+            std::io::Error::new(std::io::ErrorKind::InvalidData, error.to_string())
+        })?;
+        let checkpoint_op = start.op();
+        let checkpoint = match start.checkpoint {
+            Some(loaded) => {
+                let model = iggy_metadata::snapshot::decode(&loaded.state).map_err(|why| {
+                    std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        format!("checkpoint {}: {why}", loaded.path.display()),
+                    )
+                })?;
                 *shared.metadata.borrow_mut() = model;
-                let op = replica.op;
-                (Some(replica), op)
+                Some(loaded.replica)
             }
-            None => (None, 0),
+            None => None,
         };
         // Partitions are opened once the journal has been replayed into the model: see
         // `MetadataMachine::replayed` and `Shared::reconcile_partitions`.
         let journal_path = metadata_dir.join("journal.wal");
-        let (journal, entries) = FileJournal::open(&journal_path, checkpoint_op).await?;
+        let (journal, entries) =
+            FileJournal::open_after_checkpoint(&journal_path, checkpoint_op, &start.damaged)
+                .await?;
         // The metadata machine stows nothing: a stand-in here is not a journal of ours.
         let entries = entries
             .into_iter()
@@ -162,7 +172,7 @@ impl Node {
         );
         let machine = MetadataMachine::replaying(shared.clone());
         let checkpointing = Checkpointing {
-            path: checkpoint_path,
+            slots: start.slots,
             journal_bytes: shared.config.system.checkpoint_journal_bytes,
             journal_ops: shared.config.system.checkpoint_journal_ops.max(1),
         };

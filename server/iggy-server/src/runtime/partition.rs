@@ -4,7 +4,7 @@
 //! sees every acknowledged send.
 
 use crate::consensus::group::{
-    Checkpointing, Durability, Group, GroupHandle, Journal, Outcome, StateMachine, read_checkpoint,
+    Checkpointing, Durability, Group, GroupHandle, Journal, Outcome, StateMachine, load_checkpoint,
 };
 use crate::consensus::wal::{FileJournal, JournalEntry};
 use bytes::Bytes;
@@ -611,24 +611,14 @@ impl StateMachine for PartitionMachine {
                 WriteResult::Done
             }
             Some(PartitionWrite::RetireSegments { keep_from }) => {
-                match self.log.retire_below(keep_from).await {
-                    Ok(deleted) => {
-                        if deleted > 0 {
-                            tracing::info!(
-                                "partition {}: deleted {deleted} segments below offset {keep_from}",
-                                self.partition_id
-                            );
-                        }
-                        WriteResult::Done
-                    }
-                    Err(error) => {
-                        tracing::error!(
-                            "partition {}: segment delete failed: {error}",
-                            self.partition_id
-                        );
-                        WriteResult::Failed(ErrorCode::CannotDeleteFile)
-                    }
+                let deleted = self.log.retire_below(keep_from).await;
+                if deleted > 0 {
+                    tracing::info!(
+                        "partition {}: deleted {deleted} segments below offset {keep_from}",
+                        self.partition_id
+                    );
                 }
+                WriteResult::Done
             }
             None => WriteResult::Failed(ErrorCode::InvalidCommand),
         };
@@ -678,7 +668,8 @@ impl StateMachine for PartitionMachine {
     }
 
     async fn sync_stowed(&mut self) -> std::io::Result<()> {
-        self.log.sync_records().await.map_err(std::io::Error::other)
+        self.log.sync_records().await;
+        Ok(())
     }
 
     async fn unstow_after(&mut self, op: u64) -> std::io::Result<()> {
@@ -698,7 +689,7 @@ impl StateMachine for PartitionMachine {
         // must be durable first. Under the replicated policy acknowledged writes only have to
         // survive a process crash, which the page cache does, so no fsync stalls the partition.
         if self.sync_on_checkpoint {
-            self.log.sync().await.map_err(std::io::Error::other)?;
+            self.log.sync().await;
         }
         Ok(self.encode_state())
     }
@@ -750,9 +741,7 @@ impl StateMachine for PartitionMachine {
                 let _ = done.send(self.log.retention_point(now, message_expiry_us, max_size));
             }
             PartitionRead::Sync { done } => {
-                if let Err(error) = self.log.sync().await {
-                    tracing::error!("partition {}: sync failed: {error}", self.partition_id);
-                }
+                self.log.sync().await;
                 let _ = done.send(());
             }
             PartitionRead::PlanSegmentRetirement { count, done } => {
@@ -817,10 +806,7 @@ impl PartitionHandle {
             move |error| StorageError::Io { path, error }
         };
         let log = PartitionLog::open(dir, config).await?;
-        let checkpoint_path = dir.join("checkpoint");
-        let checkpoint = read_checkpoint(&checkpoint_path)
-            .await
-            .map_err(io(&checkpoint_path))?;
+        let start = load_checkpoint(dir).await?;
         let stats = Arc::new(PartitionFigures::default());
         let mut machine = PartitionMachine {
             partition_id,
@@ -838,20 +824,21 @@ impl PartitionHandle {
             stowed: VecDeque::new(),
             retired: HashMap::new(),
         };
-        let (checkpoint, checkpoint_op) = match checkpoint {
-            Some((replica, state)) => {
-                machine.restore(&state).map_err(|why| {
-                    io(&checkpoint_path)(std::io::Error::new(std::io::ErrorKind::InvalidData, why))
+        let checkpoint_op = start.op();
+        let checkpoint = match start.checkpoint {
+            Some(loaded) => {
+                machine.restore(&loaded.state).map_err(|why| {
+                    io(&loaded.path)(std::io::Error::new(std::io::ErrorKind::InvalidData, why))
                 })?;
-                let op = replica.op;
-                (Some(replica), op)
+                Some(loaded.replica)
             }
-            None => (None, 0),
+            None => None,
         };
         let journal_path = dir.join("journal.wal");
-        let (mut journal, recovered) = FileJournal::open(&journal_path, checkpoint_op)
-            .await
-            .map_err(io(&journal_path))?;
+        let (mut journal, recovered) =
+            FileJournal::open_after_checkpoint(&journal_path, checkpoint_op, &start.damaged)
+                .await
+                .map_err(io(&journal_path))?;
         let mut entries = Vec::with_capacity(recovered.len());
         for record in recovered {
             let entry = match record {
@@ -868,10 +855,7 @@ impl PartitionHandle {
                             dir.display(),
                             stand_in.op
                         );
-                        journal
-                            .truncate_after(stand_in.op - 1)
-                            .await
-                            .map_err(io(&journal_path))?;
+                        journal.truncate_after(stand_in.op - 1).await;
                         break;
                     }
                 },
@@ -879,7 +863,7 @@ impl PartitionHandle {
             entries.push(entry);
         }
         let checkpointing = Checkpointing {
-            path: checkpoint_path,
+            slots: start.slots,
             journal_bytes,
             journal_ops,
         };
@@ -937,12 +921,13 @@ impl PartitionHandle {
         wait.await.ok()
     }
 
-    /// Fsyncs the partition's log behind its queued writes.
+    /// Fsyncs the partition's log and journal behind its queued writes.
     pub async fn sync(&self) {
         let (done, wait) = oneshot::channel();
         if self.group.read(PartitionRead::Sync { done }) {
             let _ = wait.await;
         }
+        self.group.sync_journal().await;
     }
 
     /// Retention: the primary plans, with its clock and the topic's limits, where the log is

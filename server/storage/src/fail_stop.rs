@@ -1,0 +1,171 @@
+//! Fail-stop storage: a failed write, fsync, create, rename or remove of a durable file stops
+//! the process.
+//!
+//! After a failed fsync the kernel may have dropped the dirty pages it could not write, and a
+//! later fsync can succeed without them, so nothing the process still holds in the page cache
+//! can be trusted. A group that kept accepting would acknowledge writes it may not keep; a
+//! crash loses nothing acknowledged, and the restart recovers from what is on disk. The stop
+//! is immediate: no drain, no further write.
+//!
+//! Every durable write goes through [`OrStop`] (or [`fail_stop`]) at the place that knows the
+//! file, and the directory helpers here fsync a directory after an entry in it was created,
+//! renamed or removed. Bad data found at recovery is not a storage failure: the caller refuses
+//! it or cuts it with a message, as before.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// The process exit code after a storage failure (sysexits' `EX_IOERR`).
+pub const EXIT_CODE: i32 = 74;
+
+/// Logs `storage failure: <operation> <path>: <error>; stopping` and exits with [`EXIT_CODE`].
+pub fn fail_stop(operation: &str, path: &Path, error: &io::Error) -> ! {
+    let message = format!(
+        "storage failure: {operation} {}: {error}; stopping",
+        path.display()
+    );
+    if tracing::enabled!(tracing::Level::ERROR) {
+        tracing::error!("{message}");
+    } else {
+        // No subscriber would show it (none installed, or filtered out): the reason for the
+        // stop must still reach the operator.
+        eprintln!("iggy-server: {message}");
+    }
+    std::process::exit(EXIT_CODE)
+}
+
+/// `io::Result<T>` → `T`, or [`fail_stop`] naming `operation` and `path`.
+pub trait OrStop<T> {
+    fn or_stop(self, operation: &str, path: &Path) -> T;
+}
+
+impl<T> OrStop<T> for io::Result<T> {
+    fn or_stop(self, operation: &str, path: &Path) -> T {
+        self.unwrap_or_else(|error| fail_stop(operation, path, &error))
+    }
+}
+
+/// The directory holding `path` (`.` for a bare file name).
+fn parent_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    }
+}
+
+/// Fsyncs `dir`, so an entry created, renamed or removed in it survives a machine crash.
+/// Blocking: for start-up and for the rare directory changes of partition lifecycles.
+pub fn sync_dir(dir: &Path) {
+    std::fs::File::open(dir)
+        .and_then(|file| file.sync_all())
+        .or_stop("fsync directory", dir);
+}
+
+/// [`sync_dir`] on compio, for the paths a partition's task runs on.
+pub async fn sync_dir_async(dir: &Path) {
+    let file = compio::fs::File::open(dir)
+        .await
+        .or_stop("fsync directory", dir);
+    file.sync_all().await.or_stop("fsync directory", dir);
+}
+
+/// Fsyncs the directory holding `path` (after `path` was created, renamed or removed).
+pub fn sync_parent(path: &Path) {
+    sync_dir(parent_of(path));
+}
+
+/// Creates `dir` and its missing parents, fsyncing the parent of each one created.
+pub fn create_dir_all(dir: &Path) {
+    if dir.is_dir() {
+        return;
+    }
+    let parent = parent_of(dir);
+    if dir
+        .parent()
+        .is_some_and(|parent| !parent.as_os_str().is_empty())
+    {
+        create_dir_all(parent);
+    }
+    match std::fs::create_dir(dir) {
+        Ok(()) => sync_dir(parent),
+        Err(error) if error.kind() == io::ErrorKind::AlreadyExists && dir.is_dir() => {}
+        Err(error) => fail_stop("create directory", dir, &error),
+    }
+}
+
+/// Renames `from` to `to` and fsyncs both directories.
+pub fn rename(from: &Path, to: &Path) {
+    std::fs::rename(from, to).or_stop("rename to", to);
+    sync_parent(to);
+    if parent_of(from) != parent_of(to) {
+        sync_parent(from);
+    }
+}
+
+/// Removes the tree at `path` and fsyncs the directory that held it.
+pub fn remove_dir_all(path: &Path) {
+    std::fs::remove_dir_all(path).or_stop("remove", path);
+    sync_parent(path);
+}
+
+/// The temporary file an atomic write of `path` goes through: `{name}.tmp` beside it.
+pub fn temporary_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".tmp");
+    path.with_file_name(name)
+}
+
+/// Replaces `path` with `bytes` atomically: written to [`temporary_path`], fsynced, renamed
+/// over `path`, and the directory fsynced. A crash leaves the old file or the new one, and at
+/// most a temporary file beside it.
+pub async fn write_atomically(path: &Path, bytes: Vec<u8>) {
+    let temporary = temporary_path(path);
+    let compio::BufResult(written, _) = compio::fs::write(&temporary, bytes).await;
+    written.or_stop("write", &temporary);
+    let file = compio::fs::File::open(&temporary)
+        .await
+        .or_stop("open", &temporary);
+    file.sync_all().await.or_stop("fsync", &temporary);
+    drop(file);
+    compio::fs::rename(&temporary, path)
+        .await
+        .or_stop("rename to", path);
+    sync_dir_async(parent_of(path)).await;
+}
+
+/// [`write_atomically`] with blocking std calls, for start-up before any runtime runs.
+pub fn write_atomically_blocking(path: &Path, bytes: &[u8]) {
+    let temporary = temporary_path(path);
+    std::fs::write(&temporary, bytes).or_stop("write", &temporary);
+    std::fs::File::open(&temporary)
+        .and_then(|file| file.sync_all())
+        .or_stop("fsync", &temporary);
+    std::fs::rename(&temporary, path).or_stop("rename to", path);
+    sync_parent(path);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_temporary_path_keeps_the_whole_name() {
+        assert_eq!(
+            temporary_path(Path::new("/d/created.revision")),
+            Path::new("/d/created.revision.tmp")
+        );
+        assert_eq!(
+            temporary_path(Path::new("storage.format")),
+            Path::new("storage.format.tmp")
+        );
+    }
+
+    #[test]
+    fn create_dir_all_creates_every_missing_level() {
+        let root = tempfile::tempdir().unwrap();
+        let deep = root.path().join("a/b/c");
+        create_dir_all(&deep);
+        assert!(deep.is_dir());
+        create_dir_all(&deep);
+    }
+}
