@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 pub mod emit;
 pub mod parse;
 pub mod rust;
+pub mod rust_stub;
 pub mod vectors;
 
 pub use parse::parse_file;
@@ -482,19 +483,13 @@ pub fn build(files: &[(String, String)]) -> Result<Vec<(String, String)>, Vec<Di
         mods.push(stem.to_string());
         out.push((format!("generated/src/{stem}.rs"), text));
     }
-    let struct_mods: Vec<String> = spec
-        .files
-        .iter()
-        .filter(|(_, m)| !m.structs.is_empty() || !m.enums.is_empty())
-        .map(|(n, _)| n.trim_end_matches(".spec").to_string())
-        .collect();
     out.push(("generated/src/registry.rs".into(), rust::registry(&spec.global, "cargo codegen from spec/*.spec")));
     mods.push("registry".into());
     let lib = rust::emit_lib(&mods, spec.hash);
     out.push(("generated/src/lib.rs".into(), lib));
     out.extend(emit::vectors(&spec));
     for emitter in emit::stub_emitters() {
-        out.extend(emitter.emit(&spec, &struct_mods));
+        out.extend(emitter.emit(&spec));
     }
     Ok(out)
 }

@@ -2,7 +2,7 @@
 //! [`Model`], parsed back with `syn` (so a malformed emitter fails here, not in the generated
 //! crate) and printed with `prettyplease`. Only the first line, the `@generated` header, is text:
 //! a pretty-printer keeps no plain comments.
-use crate::{Command, Const, Enum, Model, Struct, array_len, borrowing, module_of, pack, prim_size, unpack};
+use crate::{Command, Const, Enum, Model, Struct, array_len, borrowing, module_of, pack, prim_size};
 use proc_macro2::{Ident, Literal, Span, TokenStream};
 use quote::{ToTokens, format_ident, quote};
 
@@ -402,7 +402,7 @@ fn emit_commands(m: &Model) -> TokenStream {
 }
 
 /// A match guard `code if (since..=until).contains(&version)` of a command row.
-fn guard(c: &Command) -> TokenStream {
+pub(crate) fn guard(c: &Command) -> TokenStream {
     let (since, until) = window(&c.since, &c.until);
     let (code, since, until) = (num(c.code), num(since), num(until));
     quote!(#code if (#since..=#until).contains(&version))
@@ -674,184 +674,6 @@ pub fn registry(g: &Model, source: &str) -> String {
             pub fn roundtrip(name: &str, input: &[u8]) -> Option<Result<Roundtrip, WireError>> {
                 match name {
                     #(#arms)*
-                    _ => None,
-                }
-            }
-        },
-    )
-}
-
-/// `lib.rs` of the SDK stub: the struct modules, `client` and `registry`.
-pub fn emit_stub_lib(struct_modules: &[String]) -> String {
-    let mods = struct_modules.iter().map(|m| ident(m));
-    file(
-        "cargo codegen from spec/*.spec",
-        quote! {
-            //! iggy-sdk-stub: a client-side codec generated from the same spec as the server's
-            //! `iggy-generated`: the wire types, `client` (request bodies encode, response bodies decode,
-            //! one pair per command and protocol version) and `registry` (every struct by name).
-            #(pub mod #mods;)*
-            pub mod client;
-            pub mod registry;
-        },
-    )
-}
-
-fn snake(name: &str) -> String {
-    name.split(|c: char| !c.is_ascii_alphanumeric()).filter(|p| !p.is_empty()).collect::<Vec<_>>().join("_")
-}
-
-/// Per command row, a unique snake name: the command name, with the version suffix when an
-/// earlier row has the same name (`topic_get_v0_11_1`).
-fn row_names(cmds: &[Command]) -> Vec<String> {
-    cmds.iter()
-        .enumerate()
-        .map(|(k, c)| {
-            let base = snake(&c.name);
-            if cmds[..k].iter().any(|p| p.name == c.name) {
-                let tag = c.until.as_deref().or(c.since.as_deref()).unwrap_or("x").replace('.', "_");
-                format!("{base}_v{tag}")
-            } else {
-                base
-            }
-        })
-        .collect()
-}
-
-/// `client.rs` of the SDK stub: per command row, `encode_<name>` and `decode_<name>_reply`.
-pub fn emit_client(g: &Model, cmds: &[Command]) -> String {
-    let rows = cmds.iter().map(|c| {
-        let (since, until) = window(&c.since, &c.until);
-        let (code, since, until, rf) = (num(c.code), num(since), num(until), c.rf);
-        let (name, req, resp) = (&c.name, &c.req, &c.resp);
-        quote!(CommandRow { code: #code, name: #name, request: #req, response: #resp, result_framed: #rf, since: #since, until: #until },)
-    });
-    let lt = borrowing(g);
-    let path = |st: &str| g.structs.iter().find(|s| s.name == st).map(|s| path_of(&s.file, &s.name));
-    let typed = |p: &TokenStream, st: &str| if lt.contains(st) { quote!(#p<'_>) } else { p.clone() };
-    let is_empty = |st: &str| st.is_empty() || g.structs.iter().any(|s| s.name == st && s.fields.is_empty());
-    let names = row_names(cmds);
-    let mut items = Vec::new();
-    let mut enc_arms = Vec::new();
-    let mut dec_arms = Vec::new();
-    for (c, n) in cmds.iter().zip(&names) {
-        let (since, until) = window(&c.since, &c.until);
-        let shown = format!(
-            "`{}` ({}), protocol {}..={}",
-            c.name,
-            c.code,
-            unpack(since),
-            if until == u32::MAX { "current".to_string() } else { unpack(until) }
-        );
-        let guard = guard(c);
-        let (code_name, code) = (format_ident!("{}", n.to_uppercase()), num(c.code));
-        let (enc, dec) = (format_ident!("encode_{n}"), format_ident!("decode_{n}_reply"));
-        let d = doc(&format!("Code of {shown}."));
-        items.push(quote!(#d pub const #code_name: u32 = #code;));
-        match (is_empty(&c.req), path(&c.req)) {
-            (false, Some(p)) => {
-                let (d, t) = (doc(&format!("Request body of {shown}: `{}`.", c.req)), typed(&p, &c.req));
-                items.push(quote! {
-                    #d
-                    pub fn #enc(request: &#t) -> Vec<u8> { request.to_wire_bytes() }
-                });
-                enc_arms.push(quote!(#guard => Some((|| -> Result<Vec<u8>, WireError> { Ok(#enc(&<#p>::decode_exact(body)?)) })()),));
-            }
-            _ => {
-                let d = doc(&format!("Request body of {shown}: empty."));
-                items.push(quote! {
-                    #d
-                    pub fn #enc() -> Vec<u8> { Vec::new() }
-                });
-                enc_arms.push(quote!(#guard => Some(if body.is_empty() { Ok(#enc()) } else { Err(WireError::TrailingBytes { count: body.len() }) }),));
-            }
-        }
-        let framed = c.rf.then(|| quote!(let body = result_payload(body)?;));
-        let after = if c.rf { " after the result section" } else { "" };
-        match (is_empty(&c.resp), path(&c.resp)) {
-            (false, Some(p)) => {
-                let (d, t) = (doc(&format!("Reply body of {shown}: `{}`{after}.", c.resp)), typed(&p, &c.resp));
-                items.push(quote! {
-                    #d
-                    pub fn #dec(body: &[u8]) -> Result<#t, ReplyError> {
-                        #framed
-                        Ok(<#p>::decode_exact(body)?)
-                    }
-                });
-                dec_arms.push(quote!(#guard => Some(#dec(body).map(|v| v.to_json())),));
-            }
-            _ => {
-                let d = doc(&format!("Reply body of {shown}: empty{after}."));
-                items.push(quote! {
-                    #d
-                    pub fn #dec(body: &[u8]) -> Result<(), ReplyError> {
-                        #framed
-                        if body.is_empty() { Ok(()) } else { Err(WireError::TrailingBytes { count: body.len() }.into()) }
-                    }
-                });
-                dec_arms.push(quote!(#guard => Some(#dec(body).map(|()| "{}".to_string())),));
-            }
-        }
-    }
-    file(
-        "cargo codegen from spec/commands.spec",
-        quote! {
-            #![allow(clippy::all)]
-            //! Client-side codec, one pair per command row: `encode_<name>` writes a request body,
-            //! `decode_<name>_reply` reads a reply body (after the 256-byte reply header). Result-framed
-            //! replies carry a result section first: count 0 then the payload, or one `[index][code]` entry
-            //! when the server refused the request ([`ReplyError::Rejected`]).
-            #[allow(unused_imports)]
-            use iggy_wire::{WireDecode, WireEncode, WireError, WireJson};
-            /// Why a reply body could not be read.
-            #[derive(Debug, Clone, PartialEq, Eq)]
-            pub enum ReplyError {
-                /// The bytes do not decode.
-                Wire(WireError),
-                /// The server refused the request with this error code.
-                Rejected(u32),
-            }
-            impl From<WireError> for ReplyError {
-                fn from(e: WireError) -> Self {
-                    ReplyError::Wire(e)
-                }
-            }
-            /// The payload after a result section, or the refusal it carries.
-            pub fn result_payload(body: &[u8]) -> Result<&[u8], ReplyError> {
-                let mut input = body;
-                let section = crate::payloads::ReplyResultSection::decode_from(&mut input)?;
-                match section.results.first() {
-                    None => Ok(input),
-                    Some(entry) => Err(ReplyError::Rejected(entry.result)),
-                }
-            }
-            /// One command row: code, name, request and response struct, packed version window.
-            #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-            pub struct CommandRow {
-                pub code: u32,
-                pub name: &'static str,
-                pub request: &'static str,
-                pub response: &'static str,
-                pub result_framed: bool,
-                pub since: u32,
-                pub until: u32,
-            }
-            /// Every command row of the spec.
-            pub const COMMANDS: &[CommandRow] = &[#(#rows)*];
-            #(#items)*
-            /// Decodes `body` as the request struct of command `code` at the packed `version` and
-            /// encodes it with that command's `encode_*` (None: no such command in that version).
-            pub fn reencode_request(code: u32, version: u32, body: &[u8]) -> Option<Result<Vec<u8>, WireError>> {
-                match code {
-                    #(#enc_arms)*
-                    _ => None,
-                }
-            }
-            /// Reads a reply body of command `code` at the packed `version` with its `decode_*_reply`,
-            /// returning the payload's JSON form (`{}` for an empty payload).
-            pub fn decode_reply_json(code: u32, version: u32, body: &[u8]) -> Option<Result<String, ReplyError>> {
-                match code {
-                    #(#dec_arms)*
                     _ => None,
                 }
             }
