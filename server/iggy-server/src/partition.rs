@@ -324,6 +324,51 @@ pub struct PartitionMachine {
     retired: HashMap<u64, (u64, u32)>,
 }
 
+/// The state a partition checkpoint keeps (see `PartitionMachine::encode_state`).
+#[derive(Debug, Default, PartialEq)]
+pub struct CheckpointState {
+    /// The offset after the last applied send.
+    pub next_offset: u64,
+    pub offsets: BTreeMap<OffsetOwner, u64>,
+    /// Deleted group id and the metadata op that deleted it.
+    pub group_deletions: BTreeMap<u32, u64>,
+}
+
+impl CheckpointState {
+    pub fn decode(state: &[u8]) -> Result<CheckpointState, String> {
+        let bad = || "partition checkpoint state is malformed".to_string();
+        let mut decoded = CheckpointState {
+            next_offset: u64::from_le_bytes(state.get(..8).ok_or_else(bad)?.try_into().unwrap()),
+            ..CheckpointState::default()
+        };
+        let count =
+            u32::from_le_bytes(state.get(8..12).ok_or_else(bad)?.try_into().unwrap()) as usize;
+        let mut rest = &state[12..];
+        for _ in 0..count {
+            let record = rest.get(..13).ok_or_else(bad)?;
+            let owner = OffsetOwner::decode(&record[..5]).ok_or_else(bad)?;
+            decoded
+                .offsets
+                .insert(owner, u64::from_le_bytes(record[5..13].try_into().unwrap()));
+            rest = &rest[13..];
+        }
+        if !rest.is_empty() {
+            let count =
+                u32::from_le_bytes(rest.get(..4).ok_or_else(bad)?.try_into().unwrap()) as usize;
+            rest = &rest[4..];
+            for _ in 0..count {
+                let record = rest.get(..12).ok_or_else(bad)?;
+                decoded.group_deletions.insert(
+                    u32::from_le_bytes(record[..4].try_into().unwrap()),
+                    u64::from_le_bytes(record[4..12].try_into().unwrap()),
+                );
+                rest = &rest[12..];
+            }
+        }
+        Ok(decoded)
+    }
+}
+
 impl PartitionMachine {
     fn publish(&self) {
         self.stats.set(PartitionInfo {
@@ -357,31 +402,13 @@ impl PartitionMachine {
     }
 
     fn restore(&mut self, state: &[u8]) -> Result<(), String> {
-        let bad = || "partition checkpoint state is malformed".to_string();
-        let next = u64::from_le_bytes(state.get(..8).ok_or_else(bad)?.try_into().unwrap());
-        let count =
-            u32::from_le_bytes(state.get(8..12).ok_or_else(bad)?.try_into().unwrap()) as usize;
-        let mut rest = &state[12..];
-        for _ in 0..count {
-            let record = rest.get(..13).ok_or_else(bad)?;
-            let owner = OffsetOwner::decode(&record[..5]).ok_or_else(bad)?;
-            self.offsets
-                .insert(owner, u64::from_le_bytes(record[5..13].try_into().unwrap()));
-            rest = &rest[13..];
-        }
-        if !rest.is_empty() {
-            let count =
-                u32::from_le_bytes(rest.get(..4).ok_or_else(bad)?.try_into().unwrap()) as usize;
-            rest = &rest[4..];
-            for _ in 0..count {
-                let record = rest.get(..12).ok_or_else(bad)?;
-                self.group_deletions.insert(
-                    u32::from_le_bytes(record[..4].try_into().unwrap()),
-                    u64::from_le_bytes(record[4..12].try_into().unwrap()),
-                );
-                rest = &rest[12..];
-            }
-        }
+        let CheckpointState {
+            next_offset: next,
+            offsets,
+            group_deletions,
+        } = CheckpointState::decode(state)?;
+        self.offsets.extend(offsets);
+        self.group_deletions.extend(group_deletions);
         if next > self.log.next_offset() {
             // Only a machine crash under the replicated policy loses segment pages the
             // checkpoint counted; that policy does not promise them, and the log is what is left.
