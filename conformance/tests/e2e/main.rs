@@ -5,6 +5,7 @@
 mod harness;
 
 mod auth;
+mod backup;
 mod checkpoint;
 mod legacy;
 mod maintenance;

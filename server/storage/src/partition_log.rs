@@ -1112,6 +1112,7 @@ pub async fn check(dir: &Path) -> Result<LogCheck, StorageError> {
     let mut previous_end = None;
     for (number, start_offset) in log_starts.into_iter().enumerate() {
         let (log_path, index_path) = segment_paths(dir, start_offset);
+        // After a segment whose walk failed, where it should have ended is unknown.
         if let Some(end) = previous_end
             && end != start_offset
         {
@@ -1142,7 +1143,8 @@ pub async fn check(dir: &Path) -> Result<LogCheck, StorageError> {
                 Finding::warning(&log_path, Some(*position), message)
             } else {
                 let message = format!(
-                    "corrupt record: {reason}; recovery would drop it and the {} bytes after it",
+                    "corrupt record: {reason}; recovery would cut the log here ({} bytes, \
+                     acknowledged messages among them)",
                     log_len - position
                 );
                 Finding::error(&log_path, Some(*position), message)
@@ -1155,7 +1157,8 @@ pub async fn check(dir: &Path) -> Result<LogCheck, StorageError> {
             Err(error) if error.kind() == io::ErrorKind::NotFound => Vec::new(),
             Err(error) => return Err(io_error(&index_path, error)),
         };
-        if index != expected {
+        // An index is only compared with a log that verified: open rebuilds it either way.
+        if scan.failure.is_none() && index != expected {
             let differs_at = index
                 .iter()
                 .zip(&expected)
@@ -1179,7 +1182,7 @@ pub async fn check(dir: &Path) -> Result<LogCheck, StorageError> {
                 .map(|entry| (entry.offset, entry.length)),
         );
         found.next_offset = scan.end_offset;
-        previous_end = Some(scan.end_offset);
+        previous_end = scan.failure.is_none().then_some(scan.end_offset);
     }
     Ok(found)
 }
