@@ -395,6 +395,17 @@ mod tests {
                 .list_config_env_vars
         );
         assert_eq!(p(&[]).unwrap(), Args::default());
+        assert_eq!(
+            p(&["verify", "--path", "/backup/data"]).unwrap().command,
+            Some(Subcommand::Verify {
+                path: Some("/backup/data".into())
+            })
+        );
+        assert_eq!(
+            p(&["verify"]).unwrap().command,
+            Some(Subcommand::Verify { path: None })
+        );
+        assert!(p(&["verify", "--path"]).is_err());
         assert!(p(&["--replica-id"]).is_err());
         assert!(p(&["--replica-id", "256"]).is_err());
     }
