@@ -14,6 +14,7 @@ mod clients;
 mod concurrency;
 mod consumer_groups;
 mod crash;
+mod docker_image;
 mod external_offsets;
 mod framing;
 mod id_reuse;
