@@ -182,19 +182,19 @@ pub async fn check_partition_revision(
     }
     match initialization.created {
         Some(published) if published == revision => {}
-        Some(published) if published < revision => {
+        Some(published) if published > revision => {
             let message = format!(
-                "incarnation {revision} is not yet published (the namespace names {published}); \
-                 start-up publishes it"
+                "incarnation {revision}, but its partition-initialization namespace publishes \
+                 the newer {published}: the directory is not the one initialized there"
             );
-            findings.push(Finding::warning(&record, None, message));
+            findings.push(Finding::error(&record, None, message));
         }
         published => {
             let message = format!(
-                "incarnation {revision}, but its partition-initialization namespace publishes \
-                 {published:?}: the directory is not the one initialized there"
+                "incarnation {revision} is not yet published (the namespace names {published:?}); \
+                 start-up publishes it"
             );
-            findings.push(Finding::error(&record, None, message));
+            findings.push(Finding::warning(&record, None, message));
         }
     }
     findings
