@@ -278,7 +278,7 @@ fn continuation(
     if let Some(found) = declared.and_then(current) {
         return Some(found);
     }
-    (damaged + 1..bytes.len().saturating_sub(HEADER_SIZE)).find_map(current)
+    (damaged + 1..=bytes.len().saturating_sub(HEADER_SIZE)).find_map(current)
 }
 
 impl JournalEntry {
