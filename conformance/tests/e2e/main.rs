@@ -5,6 +5,7 @@
 mod harness;
 
 mod auth;
+mod backup;
 mod checkpoint;
 mod legacy;
 mod maintenance;
@@ -13,6 +14,7 @@ mod clients;
 mod concurrency;
 mod consumer_groups;
 mod crash;
+mod docker_image;
 mod external_offsets;
 mod fail_stop;
 mod framing;

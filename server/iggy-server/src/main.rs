@@ -7,6 +7,7 @@ mod consensus;
 mod runtime;
 mod service;
 mod transport;
+mod verify;
 
 #[cfg(feature = "systemd")]
 use runtime::systemd;
@@ -42,6 +43,21 @@ struct Args {
     /// exit.
     #[arg(long)]
     list_config_env_vars: bool,
+    #[command(subcommand)]
+    command: Option<Subcommand>,
+}
+
+/// What the binary does instead of serving.
+#[derive(Debug, PartialEq, clap::Subcommand)]
+enum Subcommand {
+    /// Check a stopped node's data directory (or a backup copy) without changing a byte: one
+    /// line per problem, then a summary; exit 0 when it verifies (warnings allowed), 1 when
+    /// there is an error.
+    Verify {
+        /// The data directory to check (default: the configured system.path).
+        #[arg(long, value_name = "DIR")]
+        path: Option<std::path::PathBuf>,
+    },
 }
 
 fn parse_args<T: Into<std::ffi::OsString> + Clone>(
@@ -86,6 +102,18 @@ fn version_text() -> &'static str {
             iggy_storage::layout::marker::VALUE,
         )
     })
+}
+
+/// The layered configuration: embedded defaults, then `config.toml` (or the file
+/// `IGGY_CONFIG_PATH` names), then `IGGY_*` variables.
+fn configuration() -> Result<config::Config, String> {
+    let path = std::env::var("IGGY_CONFIG_PATH").unwrap_or_else(|_| "config.toml".into());
+    let file = match std::fs::read_to_string(&path) {
+        Ok(t) => Some(t),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(format!("cannot read {path}: {e}")),
+    };
+    config::load(file.as_deref(), |k| std::env::var(k).ok()).map_err(|e| e.to_string())
 }
 
 /// Root credentials: defaults, else IGGY_ROOT_USERNAME/IGGY_ROOT_PASSWORD, else generated.
@@ -179,22 +207,23 @@ fn main() -> ExitCode {
         }
         return ExitCode::SUCCESS;
     }
-    let path = std::env::var("IGGY_CONFIG_PATH").unwrap_or_else(|_| "config.toml".into());
-    let file = match std::fs::read_to_string(&path) {
-        Ok(t) => Some(t),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => {
-            eprintln!("iggy-server: cannot read {path}: {e}");
-            return ExitCode::FAILURE;
-        }
+    let verify_path = match &args.command {
+        Some(Subcommand::Verify { path: Some(path) }) => Some(path.clone()),
+        _ => None,
     };
-    let cfg = match config::load(file.as_deref(), |k| std::env::var(k).ok()) {
+    if let Some(path) = verify_path {
+        return verify::main(&path);
+    }
+    let cfg = match configuration() {
         Ok(c) => c,
         Err(e) => {
             eprintln!("iggy-server: {e}");
             return ExitCode::FAILURE;
         }
     };
+    if let Some(Subcommand::Verify { path: None }) = &args.command {
+        return verify::main(std::path::Path::new(&cfg.system.path));
+    }
     init_logging(
         &cfg.system.logging,
         std::env::var("RUST_LOG").ok().as_deref(),
@@ -353,6 +382,17 @@ mod tests {
                 .list_config_env_vars
         );
         assert_eq!(p(&[]).unwrap(), Args::default());
+        assert_eq!(
+            p(&["verify", "--path", "/backup/data"]).unwrap().command,
+            Some(Subcommand::Verify {
+                path: Some("/backup/data".into())
+            })
+        );
+        assert_eq!(
+            p(&["verify"]).unwrap().command,
+            Some(Subcommand::Verify { path: None })
+        );
+        assert!(p(&["verify", "--path"]).is_err());
         assert!(p(&["--replica-id"]).is_err());
         assert!(p(&["--replica-id", "256"]).is_err());
     }

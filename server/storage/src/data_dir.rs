@@ -80,6 +80,14 @@ pub fn open_data_dir(path: impl AsRef<Path>) -> Result<DataDir, StorageError> {
         write_marker(&marker_path);
         return Ok(DataDir { root });
     }
+    check_marker(&root)?;
+    Ok(DataDir { root })
+}
+
+/// Checks, reading only the marker file, that the nonempty data directory `root` carries our
+/// storage-format marker. The start-up gate and the offline verifier share it.
+pub fn check_marker(root: &Path) -> Result<(), StorageError> {
+    let marker_path = root.join(marker::FILE_NAME);
     let metadata = match std::fs::metadata(&marker_path) {
         Ok(metadata) => metadata,
         Err(_) => {
@@ -111,7 +119,7 @@ pub fn open_data_dir(path: impl AsRef<Path>) -> Result<DataDir, StorageError> {
             marker::VALUE
         )));
     }
-    Ok(DataDir { root })
+    Ok(())
 }
 
 /// Whether `path` is a file no longer than the marker whose bytes begin our marker's: what a

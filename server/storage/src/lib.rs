@@ -37,6 +37,10 @@
 //!   truncated with a warning, corruption elsewhere is an error naming the file, and `.index`
 //!   files are rebuilt from the `.log`.
 //!
+//! - [`verify`] and [`partition_log::check`]: the read-only checks of the offline verifier
+//!   (`iggy-server verify`): the format marker, segments and indexes, `created.revision`,
+//!   `partition-initialization` records and fences, each reported as a [`verify::Finding`].
+//!
 //! Work in progress:
 //! NOT YET BUILT: consumer offset file paths, metadata snapshot, WAL and superblock, and
 //! spec/storage.spec (layouts are local in [`layout`] until then).
@@ -50,6 +54,7 @@ pub mod partition_log;
 pub mod records;
 pub mod revision;
 pub mod small_write;
+pub mod verify;
 
 use std::path::PathBuf;
 

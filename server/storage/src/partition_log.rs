@@ -29,6 +29,7 @@ use crate::batch;
 use crate::fail_stop::OrStop;
 use crate::layout::{self, frame, index_entry, read_u32, read_u64, segment, write_u32, write_u64};
 use crate::small_write::SMALL_WRITE_MAX;
+use crate::verify::Finding;
 
 /// Bytes read at a time while walking a segment during recovery.
 const SCAN_CHUNK: usize = 1 << 20;
@@ -291,6 +292,35 @@ impl Scanner<'_> {
     }
 }
 
+/// The start offsets of the `.log` files (sorted) and of the `.index` files in `dir`.
+fn list_segments(dir: &Path) -> Result<(Vec<u64>, Vec<u64>), StorageError> {
+    let mut log_starts = Vec::new();
+    let mut index_starts = Vec::new();
+    // compio is built without `fs-dir`; listing a directory once at open is fine blocking.
+    for entry in std::fs::read_dir(dir).map_err(|error| io_error(dir, error))? {
+        let entry = entry.map_err(|error| io_error(dir, error))?;
+        let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+            continue;
+        };
+        if let Some(start) = parse_segment_name(&name, segment::LOG_EXTENSION) {
+            log_starts.push(start);
+        } else if let Some(start) = parse_segment_name(&name, segment::INDEX_EXTENSION) {
+            index_starts.push(start);
+        }
+    }
+    log_starts.sort_unstable();
+    Ok((log_starts, index_starts))
+}
+
+/// The `.index` bytes a segment walk implies.
+fn expected_index(entries: &[BatchEntry]) -> Vec<u8> {
+    let mut expected = Vec::with_capacity(entries.len() * index_entry::SIZE);
+    for entry in entries {
+        expected.extend_from_slice(&index_bytes(entry));
+    }
+    expected
+}
+
 /// What the recovery walk found in one `.log`.
 struct Scan {
     entries: Vec<BatchEntry>,
@@ -298,6 +328,9 @@ struct Scan {
     valid_len: u64,
     /// Byte position and reason of the first record that is torn or fails verification.
     failure: Option<(u64, String)>,
+    /// The failing record runs past the end of the file: an append a crash cut short, as
+    /// opposed to a whole record that fails verification.
+    torn: bool,
 }
 
 async fn scan_segment(
@@ -318,11 +351,13 @@ async fn scan_segment(
     let mut expected = start_offset;
     let mut max_timestamp = 0u64;
     let header_size = layout::batch::HEADER_SIZE as u64;
+    let mut torn = false;
     let failure = loop {
         if position == file_len {
             break None;
         }
         if file_len - position < header_size {
+            torn = true;
             break Some((
                 position,
                 format!("torn batch header ({} bytes)", file_len - position),
@@ -337,6 +372,7 @@ async fn scan_segment(
             ));
         }
         if length > file_len - position {
+            torn = true;
             break Some((
                 position,
                 format!(
@@ -379,6 +415,7 @@ async fn scan_segment(
             end_offset: expected,
             valid_len: position,
             failure,
+            torn,
         },
         file_len,
     ))
@@ -395,21 +432,7 @@ impl PartitionLog {
     /// removed. An empty directory gets a first segment starting at offset 0.
     pub async fn open(dir: &Path, config: LogConfig) -> Result<PartitionLog, StorageError> {
         crate::fail_stop::create_dir_all(dir);
-        let mut log_starts = Vec::new();
-        let mut index_starts = Vec::new();
-        // compio is built without `fs-dir`; listing a directory once at open is fine blocking.
-        for entry in std::fs::read_dir(dir).map_err(|error| io_error(dir, error))? {
-            let entry = entry.map_err(|error| io_error(dir, error))?;
-            let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
-                continue;
-            };
-            if let Some(start) = parse_segment_name(&name, segment::LOG_EXTENSION) {
-                log_starts.push(start);
-            } else if let Some(start) = parse_segment_name(&name, segment::INDEX_EXTENSION) {
-                index_starts.push(start);
-            }
-        }
-        log_starts.sort_unstable();
+        let (log_starts, index_starts) = list_segments(dir)?;
         let mut removed = false;
         for start in index_starts {
             if log_starts.binary_search(&start).is_err() {
@@ -470,10 +493,7 @@ impl PartitionLog {
                 crate::fail_stop::sync_dir_async(dir).await;
                 index_file
             };
-            let mut expected = Vec::with_capacity(scan.entries.len() * index_entry::SIZE);
-            for entry in &scan.entries {
-                expected.extend_from_slice(&index_bytes(entry));
-            }
+            let expected = expected_index(&scan.entries);
             let index_len = file_len(&index_file, &index_path).await?;
             let matches = index_len == expected.len() as u64
                 && (expected.is_empty()
@@ -1014,4 +1034,125 @@ impl PartitionLog {
         }
         (retired > 0).then(|| self.segments[retired - 1].end_offset)
     }
+}
+
+/// What [`check`] found in one partition's segments, reading only.
+#[derive(Debug, Default)]
+pub struct LogCheck {
+    pub findings: Vec<Finding>,
+    /// `(base_offset, length)` of every batch recovery keeps, oldest first.
+    pub batches: Vec<(u64, u64)>,
+    /// The offset of the oldest retained message (0 for a log never written).
+    pub first_offset: u64,
+    /// The offset after the newest message recovery keeps.
+    pub next_offset: u64,
+}
+
+impl LogCheck {
+    /// Whether the log holds the batch record at `base_offset` of `length` bytes.
+    pub fn holds(&self, base_offset: u64, length: u64) -> bool {
+        self.batches
+            .binary_search_by_key(&base_offset, |(offset, _)| *offset)
+            .is_ok_and(|at| self.batches[at].1 == length)
+    }
+}
+
+/// Runs the recovery walk of [`PartitionLog::open`] over the segments in `dir` without
+/// changing a byte: every file is opened read-only. A torn tail of the last segment (a record
+/// running past the end of the file) is what open cuts after a crash, reported as a warning;
+/// a whole record that fails verification, a record in the middle of the log, and a gap between
+/// segments are errors (open refuses the partition, or drops acknowledged messages). An
+/// `.index` that differs from its `.log` is a warning: open rebuilds it from the log.
+pub async fn check(dir: &Path) -> Result<LogCheck, StorageError> {
+    let (log_starts, index_starts) = list_segments(dir)?;
+    let mut found = LogCheck {
+        first_offset: log_starts.first().copied().unwrap_or(0),
+        ..LogCheck::default()
+    };
+    for start in index_starts {
+        if log_starts.binary_search(&start).is_err() {
+            let (_, index_path) = segment_paths(dir, start);
+            let message = "an index without a log (removed at start)";
+            found
+                .findings
+                .push(Finding::warning(&index_path, None, message));
+        }
+    }
+    let last = log_starts.len().saturating_sub(1);
+    let mut previous_end = None;
+    for (number, start_offset) in log_starts.into_iter().enumerate() {
+        let (log_path, index_path) = segment_paths(dir, start_offset);
+        // After a segment whose walk failed, where it should have ended is unknown.
+        if let Some(end) = previous_end
+            && end != start_offset
+        {
+            let message = format!(
+                "segment starts at offset {start_offset} but the previous one ends at {end}; \
+                 recovery refuses the partition"
+            );
+            found
+                .findings
+                .push(Finding::error(&log_path, None, message));
+        }
+        let log_file = OpenOptions::new()
+            .read(true)
+            .open(&log_path)
+            .await
+            .map_err(|error| io_error(&log_path, error))?;
+        let (scan, log_len) = scan_segment(&log_file, &log_path, start_offset).await?;
+        if let Some((position, reason)) = &scan.failure {
+            let finding = if number != last {
+                let message = format!("corrupt record: {reason}; recovery refuses the partition");
+                Finding::error(&log_path, Some(*position), message)
+            } else if scan.torn {
+                let message = format!(
+                    "torn tail ({} bytes): {reason}; recovery cuts it (an append a crash \
+                     interrupted)",
+                    log_len - position
+                );
+                Finding::warning(&log_path, Some(*position), message)
+            } else {
+                let message = format!(
+                    "corrupt record: {reason}; recovery would cut the log here ({} bytes, \
+                     acknowledged messages among them)",
+                    log_len - position
+                );
+                Finding::error(&log_path, Some(*position), message)
+            };
+            found.findings.push(finding);
+        }
+        let expected = expected_index(&scan.entries);
+        let index = match compio::fs::read(&index_path).await {
+            Ok(index) => index,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => Vec::new(),
+            Err(error) => return Err(io_error(&index_path, error)),
+        };
+        // An index is only compared with a log that verified: open rebuilds it either way.
+        if scan.failure.is_none() && index != expected {
+            let differs_at = index
+                .iter()
+                .zip(&expected)
+                .position(|(stored, walked)| stored != walked)
+                .unwrap_or(index.len().min(expected.len()));
+            let message = format!(
+                "differs from its log from byte {differs_at} ({} bytes, {} expected); \
+                 rebuilt from the log at start",
+                index.len(),
+                expected.len()
+            );
+            found.findings.push(Finding::warning(
+                &index_path,
+                Some(differs_at as u64),
+                message,
+            ));
+        }
+        found.batches.extend(
+            scan.entries
+                .iter()
+                .map(|entry| (entry.offset, entry.length)),
+        );
+        found.next_offset = scan.end_offset;
+        previous_end = scan.failure.is_none().then_some(scan.end_offset);
+    }
+    Ok(found)
 }

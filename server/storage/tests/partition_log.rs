@@ -997,3 +997,119 @@ fn random_operations_match_a_model() {
         assert!(most_segments >= 5, "{most_segments}");
     });
 }
+
+fn segment_logs(dir: &Path) -> Vec<PathBuf> {
+    let mut logs: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|extension| extension == "log"))
+        .collect();
+    logs.sort();
+    logs
+}
+
+fn every_file(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut files: Vec<(PathBuf, Vec<u8>)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .map(|path| {
+            let bytes = std::fs::read(&path).unwrap();
+            (path, bytes)
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+fn flip(path: &Path, at: usize) {
+    let mut bytes = std::fs::read(path).unwrap();
+    bytes[at] ^= 0x01;
+    std::fs::write(path, bytes).unwrap();
+}
+
+/// The verifier's walk reads what open reads and changes nothing: a torn tail of the last
+/// segment is a warning, a whole record failing its checksum is an error in the last segment
+/// as in any other, and a stale index is a warning (open rebuilds it).
+#[test]
+fn check_tells_a_torn_tail_from_corruption_and_changes_nothing() {
+    use iggy_storage::partition_log::check;
+    use iggy_storage::verify::Severity;
+    run(async {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path();
+        let mut log = PartitionLog::open(path, config(600)).await.unwrap();
+        // Two batches per segment; the ninth alone in the last one.
+        for base in (0..36).step_by(4) {
+            log.append(make_batch(base, 4, 100 + base)).await.unwrap();
+        }
+        drop(log);
+        let clean = check(path).await.unwrap();
+        assert_eq!(clean.findings, vec![]);
+        assert_eq!((clean.first_offset, clean.next_offset), (0, 36));
+        assert_eq!(clean.batches.len(), 9);
+        let (last_batch, last_length) = *clean.batches.last().unwrap();
+        assert!(clean.holds(last_batch, last_length) && !clean.holds(last_batch, last_length + 1));
+        let logs = segment_logs(path);
+        assert_eq!(logs.len(), 5);
+        let last = logs.last().unwrap().clone();
+        let whole = std::fs::read(&last).unwrap();
+        assert_eq!(whole.len() as u64, last_length);
+
+        // Torn: the last record runs past the end of the file.
+        std::fs::write(&last, &whole[..whole.len() - 5]).unwrap();
+        let before = every_file(path);
+        let torn = check(path).await.unwrap();
+        assert_eq!(every_file(path), before, "check changed a file");
+        assert_eq!(torn.findings.len(), 1, "{:?}", torn.findings);
+        let finding = &torn.findings[0];
+        assert_eq!(
+            (finding.severity, &finding.path, finding.offset),
+            (Severity::Warning, &last, Some(0))
+        );
+        assert!(
+            finding.message.starts_with("torn tail"),
+            "{}",
+            finding.message
+        );
+        assert_eq!(torn.next_offset, 32);
+
+        // Whole but damaged: an error, though open would cut it like a tail.
+        std::fs::write(&last, &whole).unwrap();
+        flip(&last, batch::HEADER_SIZE + frame::HEADER_SIZE);
+        let corrupt = check(path).await.unwrap();
+        assert_eq!(corrupt.findings.len(), 1, "{:?}", corrupt.findings);
+        assert_eq!(corrupt.findings[0].severity, Severity::Error);
+        assert!(
+            corrupt.findings[0].message.contains("message checksum"),
+            "{}",
+            corrupt.findings[0]
+        );
+        std::fs::write(&last, &whole).unwrap();
+
+        // A closed segment: open refuses the partition.
+        flip(&logs[1], batch::HEADER_SIZE + frame::HEADER_SIZE);
+        let closed = check(path).await.unwrap();
+        assert_eq!(closed.findings.len(), 1, "{:?}", closed.findings);
+        assert_eq!(
+            (closed.findings[0].severity, &closed.findings[0].path),
+            (Severity::Error, &logs[1])
+        );
+        assert!(closed.findings[0].message.contains("refuses the partition"));
+        flip(&logs[1], batch::HEADER_SIZE + frame::HEADER_SIZE);
+
+        // A damaged index: a warning naming the byte where it departs from the log.
+        let index = logs[2].with_extension("index");
+        flip(&index, index_entry::SIZE + 1);
+        let stale = check(path).await.unwrap();
+        assert_eq!(stale.findings.len(), 1, "{:?}", stale.findings);
+        let finding = &stale.findings[0];
+        assert_eq!(
+            (finding.severity, &finding.path, finding.offset),
+            (
+                Severity::Warning,
+                &index,
+                Some(index_entry::SIZE as u64 + 1)
+            )
+        );
+    });
+}

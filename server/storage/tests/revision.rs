@@ -95,3 +95,93 @@ fn a_discard_interrupted_after_its_rename_is_finished_at_the_next_start() {
     assert_eq!(std::fs::read_dir(&discarded).unwrap().count(), 0);
     assert_eq!(finish_discards(&temporary.path().join("absent")).unwrap(), 0);
 }
+
+/// The verifier reads the incarnation records as start-up applies them: a directory whose
+/// namespace publishes it verifies; a fenced one, a newer publication and a damaged record are
+/// errors; an unpublished one (a crash between the two writes) is a warning.
+#[test]
+fn verify_reads_incarnation_records_as_start_up_applies_them() {
+    use iggy_storage::verify::{
+        Severity, check_discarded, check_initialization, check_partition_revision, partition_dirs,
+    };
+    compio::runtime::Runtime::new().unwrap().block_on(async {
+        let temporary = tempfile::tempdir().unwrap();
+        let root = temporary.path();
+        let discarded = root.join("discarded-partitions");
+        for (partition, revision) in [(0, 3), (1, 4), (2, 6)] {
+            let dir = root.join(format!("streams/0/topics/0/partitions/{partition}"));
+            let namespace = root.join(format!("partition-initialization/0-0-{partition}"));
+            prepare_partition_dir(&dir, &namespace, &discarded, revision)
+                .await
+                .unwrap();
+        }
+        let severities = |findings: &[iggy_storage::verify::Finding]| {
+            findings
+                .iter()
+                .map(|finding| finding.severity)
+                .collect::<Vec<_>>()
+        };
+        let check_all = || async {
+            let (namespaces, mut findings) = check_initialization(root).await;
+            let (dirs, listed) = partition_dirs(root);
+            findings.extend(listed);
+            assert_eq!(dirs.len(), 3);
+            let mut per_dir = Vec::new();
+            for dir in &dirs {
+                per_dir.push(check_partition_revision(dir, namespaces.get(&dir.namespace)).await);
+            }
+            (findings, per_dir)
+        };
+        let (findings, per_dir) = check_all().await;
+        assert_eq!(findings, vec![]);
+        assert!(per_dir.iter().all(Vec::is_empty), "{per_dir:?}");
+
+        write_retirement_fence(&root.join("partition-initialization/0-0-0"), 3).await;
+        iggy_storage::records::write_checked_u64(
+            &root.join("partition-initialization/0-0-1/created.revision"),
+            9,
+        )
+        .await;
+        iggy_storage::records::write_checked_u64(
+            &root.join("partition-initialization/0-0-2/created.revision"),
+            5,
+        )
+        .await;
+        let (findings, per_dir) = check_all().await;
+        assert_eq!(findings, vec![]);
+        assert_eq!(
+            severities(&per_dir[0]),
+            [Severity::Error],
+            "fenced: {:?}",
+            per_dir[0]
+        );
+        assert!(per_dir[0][0].message.contains("fenced"));
+        assert_eq!(
+            severities(&per_dir[1]),
+            [Severity::Error],
+            "newer publication: {:?}",
+            per_dir[1]
+        );
+        assert_eq!(
+            severities(&per_dir[2]),
+            [Severity::Warning],
+            "unpublished: {:?}",
+            per_dir[2]
+        );
+
+        let record = root.join("streams/0/topics/0/partitions/2/created.revision");
+        let mut bytes = std::fs::read(&record).unwrap();
+        bytes[3] ^= 1;
+        std::fs::write(&record, bytes).unwrap();
+        let (_, per_dir) = check_all().await;
+        assert_eq!(severities(&per_dir[2]), [Severity::Error]);
+        assert_eq!(
+            (&per_dir[2][0].path, per_dir[2][0].offset),
+            (&record, Some(0))
+        );
+
+        assert_eq!(check_discarded(root), vec![]);
+        std::fs::create_dir_all(discarded.join("7")).unwrap();
+        assert_eq!(severities(&check_discarded(root)), [Severity::Warning]);
+    });
+}

@@ -22,6 +22,7 @@ use compio::fs::{File, OpenOptions};
 use compio::io::AsyncWriteAtExt;
 use iggy_generated::frames::{Command, Operation, PrepareHeader};
 use iggy_storage::fail_stop::OrStop;
+use iggy_storage::verify::Severity;
 use iggy_vsr::Entry;
 use std::path::{Path, PathBuf};
 
@@ -114,6 +115,178 @@ fn decode_record(bytes: &Bytes, op: Option<u64>) -> Result<(JournalEntry, usize)
     Ok((JournalEntry::Whole(entry), size))
 }
 
+/// What a recovery walk found in a journal's bytes.
+struct Walk {
+    /// The valid records from the start of the file, in op order.
+    entries: Vec<JournalEntry>,
+    /// File position of each of `entries`.
+    positions: Vec<u64>,
+    /// Where the valid records end.
+    end: usize,
+    /// Position and reason of the torn or corrupt record that ended the walk; `None` when it
+    /// ended at the end of the file or at the records of an earlier cycle (overwritten by
+    /// later appends, see the module note).
+    damage: Option<(usize, &'static str)>,
+}
+
+/// Walks the valid prefix of a journal whose group checkpointed at `checkpoint`.
+fn walk(bytes: &Bytes, checkpoint: u64) -> Walk {
+    let mut entries: Vec<JournalEntry> = Vec::new();
+    let mut positions = Vec::new();
+    let mut position = 0usize;
+    let damage = loop {
+        if position >= bytes.len() {
+            break None;
+        }
+        let expected = entries
+            .first()
+            .map(|first| first.entry().op + entries.len() as u64);
+        match decode_record(&bytes.slice(position..), expected) {
+            Ok((entry, size)) => {
+                positions.push(position as u64);
+                entries.push(entry);
+                position += size;
+            }
+            Err(_)
+                if expected
+                    .is_some_and(|expected| stale(bytes, position, expected, checkpoint)) =>
+            {
+                break None;
+            }
+            Err(why) => break Some((position, why)),
+        }
+    };
+    Walk {
+        entries,
+        positions,
+        end: position,
+        damage,
+    }
+}
+
+/// Whether a whole record of an earlier cycle (an op the checkpoint covers, below `expected`)
+/// starts at `position`.
+fn stale(bytes: &Bytes, position: usize, expected: u64, checkpoint: u64) -> bool {
+    decode_record(&bytes.slice(position..), None)
+        .is_ok_and(|(old, _)| old.entry().op < expected && old.entry().op <= checkpoint)
+}
+
+fn gap(first_op: u64, checkpoint: u64) -> String {
+    format!("starts at op {first_op}, after its checkpoint at op {checkpoint}: ops are missing")
+}
+
+/// The verifier's reading of a journal: the records recovery keeps, and what is wrong.
+#[derive(Debug, Default)]
+pub struct JournalCheck {
+    /// The records above the checkpoint that recovery replays, with their file positions.
+    pub entries: Vec<(u64, JournalEntry)>,
+    /// `(severity, byte position, message)` of each problem.
+    pub problems: Vec<(Severity, Option<u64>, String)>,
+}
+
+/// Checks the bytes of a journal whose group checkpointed at `checkpoint`, as
+/// [`FileJournal::open`] would recover it but without cutting anything.
+///
+/// The record that ends the walk is a *torn tail* (a warning: recovery cuts it, and it held no
+/// acknowledged op) when it runs past the end of the file, or when it is whole but nothing
+/// after it continues the op sequence (an append over an earlier cycle's records that a crash
+/// cut short looks like that). It is *corruption* (an error) when a valid record of the same
+/// cycle follows it: recovery would drop that acknowledged op and every one after it.
+pub fn check(bytes: &Bytes, checkpoint: u64) -> JournalCheck {
+    let Walk {
+        entries,
+        positions,
+        damage,
+        ..
+    } = walk(bytes, checkpoint);
+    let mut problems = Vec::new();
+    if let Some((at, why)) = damage {
+        let expected = entries
+            .last()
+            .map_or(checkpoint + 1, |last| last.entry().op + 1);
+        let left = bytes.len() - at;
+        match continuation(bytes, at, expected, checkpoint) {
+            Some((next_at, op)) => problems.push((
+                Severity::Error,
+                Some(at as u64),
+                format!(
+                    "corrupt record ({why}) in the middle: op {op} follows at byte {next_at}; \
+                     recovery would drop op {expected} and every op after it"
+                ),
+            )),
+            None => problems.push((
+                Severity::Warning,
+                Some(at as u64),
+                format!(
+                    "torn tail ({left} bytes, {why}): an append a crash cut short; recovery \
+                     cuts it"
+                ),
+            )),
+        }
+    }
+    for (position, record) in positions.iter().zip(&entries) {
+        if !header_as_written(bytes, *position as usize, record) {
+            problems.push((
+                Severity::Error,
+                Some(*position),
+                format!(
+                    "op {}: header bytes outside its checksum differ from what the server \
+                     writes (damage recovery does not detect)",
+                    record.entry().op
+                ),
+            ));
+        }
+    }
+    let first_op = entries
+        .first()
+        .map_or(checkpoint + 1, |entry| entry.entry().op);
+    if first_op > checkpoint + 1 {
+        problems.push((Severity::Error, Some(0), gap(first_op, checkpoint)));
+    }
+    let skipped = (checkpoint + 1).saturating_sub(first_op) as usize;
+    JournalCheck {
+        entries: positions.into_iter().zip(entries).skip(skipped).collect(),
+        problems,
+    }
+}
+
+/// Whether the header at `position` is byte for byte the one `append` writes for `record`:
+/// the op's checksum does not cover every header byte.
+fn header_as_written(bytes: &Bytes, position: usize, record: &JournalEntry) -> bool {
+    let written = match record {
+        JournalEntry::Whole(entry) => encode_header(entry, None),
+        JournalEntry::Stowed(entry) => encode_header(entry, Some(&entry.body)),
+    };
+    written.is_some_and(|header| bytes.get(position..position + HEADER_SIZE) == Some(&header[..]))
+}
+
+/// The first whole record after the damaged one at `damaged` that belongs to the current
+/// cycle (op at or above `expected` and above the checkpoint): its position and op. The
+/// damaged record's size is followed when its header holds one that lands on such a record;
+/// otherwise every later position is tried.
+fn continuation(
+    bytes: &Bytes,
+    damaged: usize,
+    expected: u64,
+    checkpoint: u64,
+) -> Option<(usize, u64)> {
+    let current = |at: usize| {
+        decode_record(&bytes.slice(at..), None)
+            .ok()
+            .map(|(entry, _)| entry.entry().op)
+            .filter(|op| *op >= expected && *op > checkpoint)
+            .map(|op| (at, op))
+    };
+    let declared = PrepareHeader::decode_fixed(bytes.get(damaged..damaged + HEADER_SIZE)?)
+        .ok()
+        .map(|header| damaged + header.size as usize)
+        .filter(|next| *next > damaged + HEADER_SIZE && *next < bytes.len());
+    if let Some(found) = declared.and_then(current) {
+        return Some(found);
+    }
+    (damaged + 1..=bytes.len().saturating_sub(HEADER_SIZE)).find_map(current)
+}
+
 impl JournalEntry {
     pub fn entry(&self) -> &Entry {
         match self {
@@ -135,42 +308,21 @@ impl FileJournal {
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => (Bytes::new(), true),
             Err(error) => return Err(error),
         };
-        let mut entries = Vec::new();
-        let mut positions = Vec::new();
-        let mut position = 0usize;
-        let mut first_op = None;
-        // Whether the walk stopped at a torn or corrupt record (cut from the file) rather than
-        // at the records of an earlier cycle (overwritten by later appends).
-        let mut damaged = false;
-        while position < bytes.len() {
-            let expected = first_op.map(|first: u64| first + entries.len() as u64);
-            match decode_record(&bytes.slice(position..), expected) {
-                Ok((entry, size)) => {
-                    first_op.get_or_insert(entry.entry().op);
-                    positions.push(position as u64);
-                    entries.push(entry);
-                    position += size;
-                }
-                Err(_)
-                    if expected.is_some_and(|expected| {
-                        decode_record(&bytes.slice(position..), None).is_ok_and(|(stale, _)| {
-                            stale.entry().op < expected && stale.entry().op <= checkpoint
-                        })
-                    }) =>
-                {
-                    break;
-                }
-                Err(why) => {
-                    tracing::warn!(
-                        "journal {}: dropping {} bytes from position {position}: {why}",
-                        path.display(),
-                        bytes.len() - position
-                    );
-                    damaged = true;
-                    break;
-                }
-            }
+        let Walk {
+            mut entries,
+            positions,
+            end: position,
+            damage,
+        } = walk(&bytes, checkpoint);
+        if let Some((at, why)) = damage {
+            tracing::warn!(
+                "journal {}: dropping {} bytes from position {at}: {why}",
+                path.display(),
+                bytes.len() - at
+            );
         }
+        let damaged = damage.is_some();
+        let first_op = entries.first().map(|entry| entry.entry().op);
         let file = OpenOptions::new()
             .create(true)
             .write(true)
@@ -185,10 +337,7 @@ impl FileJournal {
         if first_op > checkpoint + 1 {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidData,
-                format!(
-                    "journal {} starts at op {first_op}, after its checkpoint at op {checkpoint}: ops are missing",
-                    path.display()
-                ),
+                format!("journal {}: {}", path.display(), gap(first_op, checkpoint)),
             ));
         }
         if damaged {
@@ -555,7 +704,9 @@ mod tests {
         drop(journal);
         damage(&newest);
 
-        let start = crate::consensus::group::load_checkpoint(dir.path()).await.unwrap();
+        let start = crate::consensus::group::load_checkpoint(dir.path())
+            .await
+            .unwrap();
         assert!(start.checkpoint.is_some(), "the older slot is valid");
         assert_eq!(start.op(), 3, "the start uses the older checkpoint");
         assert_eq!(start.damaged[0].0, newest);
@@ -580,7 +731,9 @@ mod tests {
         journal.append(&entry(7, b"abcd"), None).await.unwrap();
         drop(journal);
         damage(&rewritten);
-        let start = crate::consensus::group::load_checkpoint(dir.path()).await.unwrap();
+        let start = crate::consensus::group::load_checkpoint(dir.path())
+            .await
+            .unwrap();
         assert_eq!(start.op(), 3);
         let refused = FileJournal::open_after_checkpoint(&path, start.op(), &start.damaged)
             .await
@@ -605,5 +758,108 @@ mod tests {
         std::fs::write(&path, bytes).unwrap();
         let (_, entries) = open_whole(&path, 0).await.unwrap();
         assert_eq!(entries, vec![entry(1, b"abc")]);
+    }
+
+    /// `check` (the verifier) reads a journal as `open` recovers it, without cutting: a
+    /// record running past the end, or a damaged last record, is a torn tail (warning); a
+    /// damaged record that live ops follow is corruption (error); an earlier cycle's records
+    /// after a checkpoint are no problem; a journal starting after its checkpoint's next op is
+    /// an error.
+    #[compio::test]
+    async fn check_tells_a_torn_tail_from_corruption_in_the_middle() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.wal");
+        let (mut journal, _) = FileJournal::open(&path, 0).await.unwrap();
+        for op in 1..=4 {
+            journal.append(&entry(op, b"abcd"), None).await.unwrap();
+        }
+        drop(journal);
+        let record = HEADER_SIZE + 4;
+        let whole = Bytes::from(std::fs::read(&path).unwrap());
+        let clean = check(&whole, 0);
+        assert!(clean.problems.is_empty(), "{:?}", clean.problems);
+        let positions: Vec<u64> = clean.entries.iter().map(|(at, _)| *at).collect();
+        assert_eq!(positions, vec![0, 260, 520, 780]);
+        assert_eq!(
+            check(&whole, 2).entries.len(),
+            2,
+            "ops above the checkpoint"
+        );
+
+        let torn = check(&whole.slice(..whole.len() - 3), 0);
+        assert_eq!(torn.entries.len(), 3);
+        assert_eq!(torn.problems.len(), 1);
+        let (severity, at, message) = &torn.problems[0];
+        assert_eq!(
+            (*severity, *at),
+            (Severity::Warning, Some(3 * record as u64))
+        );
+        assert!(
+            message.starts_with("torn tail (257 bytes, torn body)"),
+            "{message}"
+        );
+
+        let flipped = |at: usize| {
+            let mut bytes = whole.to_vec();
+            bytes[at] ^= 1;
+            Bytes::from(bytes)
+        };
+        let last = check(&flipped(3 * record + HEADER_SIZE + 1), 0);
+        assert_eq!(last.problems[0].0, Severity::Warning, "{:?}", last.problems);
+        // In the body, in the op number, in the size: recovery would stop at op 2.
+        let (op_field, size_field) = (PrepareHeader::OP_OFFSET, PrepareHeader::SIZE_OFFSET);
+        for at in [
+            record + HEADER_SIZE + 1,
+            record + op_field,
+            record + size_field,
+        ] {
+            let middle = check(&flipped(at), 0);
+            assert_eq!(middle.entries.len(), 1, "byte {at}");
+            let (severity, position, message) = &middle.problems[0];
+            assert_eq!(
+                (*severity, *position),
+                (Severity::Error, Some(record as u64)),
+                "byte {at}"
+            );
+            assert!(
+                message.contains("in the middle: op 3 follows at byte 520"),
+                "{message}"
+            );
+        }
+        // A header byte no checksum covers (the cluster id): recovery replays the op anyway.
+        let unchecked = check(&flipped(record + 40), 0);
+        assert_eq!(unchecked.entries.len(), 4);
+        assert_eq!(unchecked.problems.len(), 1, "{:?}", unchecked.problems);
+        let (severity, position, message) = &unchecked.problems[0];
+        assert_eq!(
+            (*severity, *position),
+            (Severity::Error, Some(record as u64))
+        );
+        assert!(
+            message.contains("op 2: header bytes outside its checksum"),
+            "{message}"
+        );
+
+        // A checkpoint at op 4, then ops 5 and 6 over the old ops 1 and 2: ops 3 and 4 behind
+        // them are an earlier cycle, not damage.
+        let (mut journal, _) = FileJournal::open(&path, 4).await.unwrap();
+        for op in 5..=6 {
+            journal.append(&entry(op, b"abcd"), None).await.unwrap();
+        }
+        drop(journal);
+        let cycled = Bytes::from(std::fs::read(&path).unwrap());
+        let after = check(&cycled, 4);
+        assert!(after.problems.is_empty(), "{:?}", after.problems);
+        assert_eq!(after.entries.len(), 2);
+        let gap = check(&cycled, 2);
+        assert!(
+            gap.problems.iter().any(|(severity, at, message)| {
+                *severity == Severity::Error
+                    && *at == Some(0)
+                    && message.contains("ops are missing")
+            }),
+            "{:?}",
+            gap.problems
+        );
     }
 }

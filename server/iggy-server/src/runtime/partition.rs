@@ -337,6 +337,43 @@ pub struct PartitionMachine {
     retired: HashMap<u64, (u64, u32)>,
 }
 
+/// The state a partition checkpoint keeps (see `PartitionMachine::encode_state`).
+#[derive(Debug, Default, PartialEq)]
+pub struct CheckpointState {
+    /// The offset after the last applied send.
+    pub next_offset: u64,
+    pub offsets: BTreeMap<OffsetOwner, u64>,
+    /// Deleted group id and the metadata op that deleted it.
+    pub group_deletions: BTreeMap<u32, u64>,
+}
+
+impl CheckpointState {
+    /// Decodes the spec's `PartitionCheckpointState`, or the older
+    /// `PartitionCheckpointStateV0` (no group deletions).
+    pub fn decode(state: &[u8]) -> Result<CheckpointState, String> {
+        let bad = |_| "partition checkpoint state is malformed".to_string();
+        let (next_offset, offsets, group_deletions) =
+            match PartitionCheckpointState::decode_exact(state) {
+                Ok(state) => (state.next_offset, state.offsets, state.group_deletions),
+                Err(_) => {
+                    let state = PartitionCheckpointStateV0::decode_exact(state).map_err(bad)?;
+                    (state.next_offset, state.offsets, Vec::new())
+                }
+            };
+        Ok(CheckpointState {
+            next_offset,
+            offsets: offsets
+                .into_iter()
+                .map(|stored| (OffsetOwner::of(stored.owner), stored.offset))
+                .collect(),
+            group_deletions: group_deletions
+                .into_iter()
+                .map(|deletion| (deletion.group, deletion.metadata_op))
+                .collect(),
+        })
+    }
+}
+
 impl PartitionMachine {
     fn publish(&self) {
         self.stats.set(PartitionInfo {
@@ -377,22 +414,13 @@ impl PartitionMachine {
     }
 
     fn restore(&mut self, state: &[u8]) -> Result<(), String> {
-        let bad = |_| "partition checkpoint state is malformed".to_string();
-        let (next, offsets, group_deletions) = match PartitionCheckpointState::decode_exact(state) {
-            Ok(state) => (state.next_offset, state.offsets, state.group_deletions),
-            Err(_) => {
-                let state = PartitionCheckpointStateV0::decode_exact(state).map_err(bad)?;
-                (state.next_offset, state.offsets, Vec::new())
-            }
-        };
-        for stored in offsets {
-            self.offsets
-                .insert(OffsetOwner::of(stored.owner), stored.offset);
-        }
-        for deletion in group_deletions {
-            self.group_deletions
-                .insert(deletion.group, deletion.metadata_op);
-        }
+        let CheckpointState {
+            next_offset: next,
+            offsets,
+            group_deletions,
+        } = CheckpointState::decode(state)?;
+        self.offsets.extend(offsets);
+        self.group_deletions.extend(group_deletions);
         if next > self.log.next_offset() {
             // Only a machine crash under the replicated policy loses segment pages the
             // checkpoint counted; that policy does not promise them, and the log is what is left.

@@ -1,0 +1,242 @@
+//! `iggy-server verify [--path DIR]`: the offline verifier of a stopped node's data directory
+//! (or a backup copy of one). It reads what start-up reads, through the same decoders (the
+//! format gate, `load_checkpoint`, the journal walk of `wal.rs`, the segment walk of
+//! `iggy_storage::partition_log`, the checked records), and never opens a file for writing.
+//!
+//! One line per problem (`error:` or `warning:`, the file, the byte offset where known), then a
+//! summary line. Warnings are what start-up repairs without losing an acknowledged write (a
+//! torn tail a crash left, an index rebuilt from its log); errors are what makes start-up
+//! refuse data or drop records that verified once. Exit code: 0 when there is no error
+//! (warnings allowed), 1 when there is at least one, 2 for a bad flag (clap).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use bytes::Bytes;
+use iggy_storage::partition_log::{self, LogCheck};
+use iggy_storage::verify::{self as checks, Finding, Severity};
+
+use crate::consensus::group::load_checkpoint;
+use crate::consensus::wal::{self, JournalCheck, JournalEntry};
+
+/// Exit code when at least one error was found.
+pub const EXIT_ERRORS: u8 = 1;
+
+/// Everything the verifier found in one data directory.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub findings: Vec<Finding>,
+    /// Consensus groups whose checkpoint and journal were read (metadata and partitions).
+    pub groups: usize,
+    /// Partition directories whose segments were walked.
+    pub partitions: usize,
+}
+
+impl Report {
+    pub fn count(&self, severity: Severity) -> usize {
+        self.findings
+            .iter()
+            .filter(|finding| finding.severity == severity)
+            .count()
+    }
+
+    /// The last line the verifier prints.
+    pub fn summary(&self, root: &Path) -> String {
+        let errors = self.count(Severity::Error);
+        let verdict = if errors == 0 { "verified" } else { "FAILED" };
+        format!(
+            "{verdict}: {} ({} groups, {} partitions): {errors} errors, {} warnings",
+            root.display(),
+            self.groups,
+            self.partitions,
+            self.count(Severity::Warning),
+        )
+    }
+}
+
+/// Runs the verifier on `root`, prints its findings and summary to stdout, and returns the
+/// exit code.
+pub fn main(root: &Path) -> ExitCode {
+    let runtime = match compio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("iggy-server verify: cannot start the io_uring runtime: {error}");
+            return ExitCode::from(EXIT_ERRORS);
+        }
+    };
+    let report = runtime.block_on(verify(root));
+    for finding in &report.findings {
+        println!("{finding}");
+    }
+    println!("{}", report.summary(root));
+    if report.count(Severity::Error) == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_ERRORS)
+    }
+}
+
+/// Checks the data directory `root` without changing it.
+pub async fn verify(root: &Path) -> Report {
+    let mut report = Report::default();
+    if !root.is_dir() {
+        let message = "not a directory (no data directory to verify)";
+        report.findings.push(Finding::error(root, None, message));
+        return report;
+    }
+    if let Some(finding) = checks::check_marker(root) {
+        // Not ours (or of another format): start-up reads nothing else in it, nor does this.
+        report.findings.push(finding);
+        return report;
+    }
+    let metadata_dir = root.join("metadata");
+    check_group(&metadata_dir, GroupKind::Metadata, &mut report).await;
+    let (namespaces, findings) = checks::check_initialization(root).await;
+    report.findings.extend(findings);
+    let (partitions, findings) = checks::partition_dirs(root);
+    report.findings.extend(findings);
+    for partition in partitions {
+        let initialization = namespaces.get(&partition.namespace);
+        let findings = checks::check_partition_revision(&partition, initialization).await;
+        report.findings.extend(findings);
+        report.partitions += 1;
+        match partition_log::check(&partition.path).await {
+            Ok(log) => {
+                report.findings.extend(log.findings.iter().cloned());
+                check_group(&partition.path, GroupKind::Partition(&log), &mut report).await;
+            }
+            Err(error) => report
+                .findings
+                .push(Finding::unreadable(&partition.path, &error)),
+        }
+    }
+    report.findings.extend(checks::check_discarded(root));
+    report
+}
+
+enum GroupKind<'a> {
+    /// The metadata group: a `MetadataSnapshot` checkpoint, every op journaled whole.
+    Metadata,
+    /// A partition's group over its checked log: stand-ins name batches in that log.
+    Partition(&'a LogCheck),
+}
+
+/// A group's checkpoint (the newest valid slot, through `load_checkpoint` as start-up reads it)
+/// and its journal after that checkpoint.
+async fn check_group(dir: &Path, kind: GroupKind<'_>, report: &mut Report) {
+    report.groups += 1;
+    let start = match load_checkpoint(dir).await {
+        Ok(start) => start,
+        Err(error) => {
+            // Start-up refuses the group; its journal cannot be judged without the checkpoint.
+            let message = format!("{error}; start-up refuses the group");
+            report.findings.push(Finding::error(dir, None, message));
+            return;
+        }
+    };
+    // A slot torn by a crash during its in-place write is what the other slot is for; whether
+    // the fallback holds is the journal check's question (a gap after the older op is an error).
+    for (path, why) in &start.damaged {
+        let message = format!("damaged ({why}); start-up uses the other slot");
+        report.findings.push(Finding::warning(path, None, message));
+    }
+    let checkpoint_op = start.op();
+    let (checkpoint_path, state) = match start.checkpoint {
+        Some(loaded) => (loaded.path, Some(loaded.state)),
+        None => (dir.join("checkpoint.0"), None),
+    };
+    if let Some(state) = &state {
+        let decoded = match &kind {
+            GroupKind::Metadata => iggy_metadata::snapshot::decode(state).map(|_| ()),
+            GroupKind::Partition(log) => crate::runtime::partition::CheckpointState::decode(state)
+                .map(|decoded| {
+                    check_next_offset(&checkpoint_path, decoded.next_offset, log, report)
+                }),
+        };
+        if let Err(why) = decoded {
+            let message = format!("state does not decode: {why}; start-up refuses the group");
+            report
+                .findings
+                .push(Finding::error(&checkpoint_path, None, message));
+        }
+    }
+    let journal_path = dir.join("journal.wal");
+    let bytes = match std::fs::read(&journal_path) {
+        Ok(bytes) => Bytes::from(bytes),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Bytes::new(),
+        Err(error) => {
+            let message = format!("unreadable: {error}");
+            report
+                .findings
+                .push(Finding::error(&journal_path, None, message));
+            return;
+        }
+    };
+    let journal = wal::check(&bytes, checkpoint_op);
+    report
+        .findings
+        .extend(journal_findings(&journal_path, &journal, &kind));
+}
+
+fn journal_findings(path: &Path, journal: &JournalCheck, kind: &GroupKind<'_>) -> Vec<Finding> {
+    let mut findings: Vec<Finding> = journal
+        .problems
+        .iter()
+        .map(|(severity, offset, message)| Finding {
+            severity: *severity,
+            path: PathBuf::from(path),
+            offset: *offset,
+            message: message.clone(),
+        })
+        .collect();
+    for (position, record) in &journal.entries {
+        let at = Some(*position);
+        match (kind, record) {
+            (_, JournalEntry::Whole(_)) => {}
+            (GroupKind::Metadata, JournalEntry::Stowed(entry)) => {
+                let message = format!(
+                    "op {} holds a stand-in, but metadata ops are journaled whole; start-up \
+                     refuses the journal",
+                    entry.op
+                );
+                findings.push(Finding::error(path, at, message));
+            }
+            (GroupKind::Partition(log), JournalEntry::Stowed(entry)) => {
+                if let Some(message) = stand_in_problem(entry, log) {
+                    findings.push(Finding::error(path, at, message));
+                }
+            }
+        }
+    }
+    findings
+}
+
+/// Why the stand-in `entry` names a batch recovery cannot read back from the log, if it does.
+/// A batch below the log's first offset was retired with its segment since, which is fine.
+fn stand_in_problem(entry: &iggy_vsr::Entry, log: &LogCheck) -> Option<String> {
+    let Ok(stand_in) = iggy_generated::storage::StowedBatch::decode_fixed(&entry.body) else {
+        return Some(format!("op {}: its stand-in does not decode", entry.op));
+    };
+    if stand_in.base_offset < log.first_offset || log.holds(stand_in.base_offset, stand_in.length) {
+        return None;
+    }
+    Some(format!(
+        "op {} names the batch at offset {} ({} bytes), which the log does not hold; \
+         recovery ends the journal before it (acknowledged messages lost)",
+        entry.op, stand_in.base_offset, stand_in.length
+    ))
+}
+
+/// A checkpoint counting messages the log no longer holds: only a machine crash under the
+/// replicated policy (which does not promise them) or damage loses them; start-up serves what
+/// is left, with a warning.
+fn check_next_offset(path: &Path, next_offset: u64, log: &LogCheck, report: &mut Report) {
+    if next_offset > log.next_offset {
+        let message = format!(
+            "counts messages up to offset {next_offset}, but the log ends at {}; start-up \
+             serves what the log holds",
+            log.next_offset
+        );
+        report.findings.push(Finding::warning(path, None, message));
+    }
+}
