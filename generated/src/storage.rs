@@ -14,7 +14,7 @@ pub const SNAPSHOT_MAGIC: [u8; 8] = *b"IGGYMETA";
 pub const STORAGE_MARKER_FILE: &str = "storage.format";
 /// `STORAGE_MARKER_SIZE_MAX` (spec/storage.spec:65).
 pub const STORAGE_MARKER_SIZE_MAX: u64 = 256;
-/// Fixed-layout `IndexEntry`, 24 bytes.
+/// Fixed-layout `IndexEntry`, 24 bytes: one entry of a segment .index file per batch record of its .log file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IndexEntry {
     /// base offset of the batch
@@ -115,7 +115,7 @@ impl<'a> WireDecode<'a> for IndexEntry {
         Self::decode_fixed(b)
     }
 }
-/// Fixed-layout `StowedBatch`, 48 bytes.
+/// Fixed-layout `StowedBatch`, 48 bytes: journal stand-in for a send whose batch was written to the partition log before its journal record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StowedBatch {
     /// offset of the batch record in the partition log (its stamped base_offset)
@@ -272,7 +272,7 @@ impl<'a> WireDecode<'a> for StowedBatch {
         Self::decode_fixed(b)
     }
 }
-/// Fixed-layout `CheckedU64`, 16 bytes.
+/// Fixed-layout `CheckedU64`, 16 bytes: a checked u64 file: consumer offsets, created.revision and retirement.fence.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CheckedU64 {
     pub value: u64,
@@ -354,7 +354,7 @@ impl<'a> WireDecode<'a> for CheckedU64 {
         Self::decode_fixed(b)
     }
 }
-/// Fixed-layout `SnapshotHeader`, 64 bytes.
+/// Fixed-layout `SnapshotHeader`, 64 bytes: metadata snapshot header, followed by body_length body bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SnapshotHeader {
     /// SNAPSHOT_MAGIC
@@ -517,7 +517,7 @@ impl<'a> WireDecode<'a> for SnapshotHeader {
         Self::decode_fixed(b)
     }
 }
-/// Fixed-layout `SnapshotPartition`, 20 bytes.
+/// Fixed-layout `SnapshotPartition`, 20 bytes: one partition of a topic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SnapshotPartition {
     pub id: u32,
@@ -615,7 +615,7 @@ impl<'a> WireDecode<'a> for SnapshotPartition {
         Self::decode_fixed(b)
     }
 }
-/// Fixed-layout `SnapshotSession`, 72 bytes.
+/// Fixed-layout `SnapshotSession`, 72 bytes: a logical session: what a BindSession must prove.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SnapshotSession {
     pub client: u128,
