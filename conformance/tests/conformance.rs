@@ -5,6 +5,9 @@ use iggy_binary_protocol as official;
 use iggy_generated::{errors::ErrorCode, frames};
 use std::collections::BTreeSet;
 
+#[path = "conformance/replica_frames.rs"]
+mod replica_frames;
+
 #[derive(Default)]
 struct Tally {
     failed: Vec<(String, String)>,
@@ -1573,7 +1576,9 @@ fn vectors(tally: &mut Tally) -> (usize, BTreeSet<String>) {
         tally.check(&format!("{case}:stub"), check_registry("stub", stub, v));
         // (b) the official crate, for the protocol it speaks.
         if v.version == "0.12.0" {
-            if let Some(result) = official_roundtrip(&v.name, &v.bytes) {
+            let official =
+                replica_frames::check(v).or_else(|| official_roundtrip(&v.name, &v.bytes));
+            if let Some(result) = official {
                 official_checked.insert(v.name.clone());
                 tally.check(&format!("{case}:official"), result);
             }
@@ -1585,7 +1590,14 @@ fn vectors(tally: &mut Tally) -> (usize, BTreeSet<String>) {
         let result = if structs.contains(s.name) { Ok(()) } else { Err("no vectors".into()) };
         tally.check(&format!("vectors-cover:{}", s.name), result);
     }
-    for name in OFFICIAL_COUNTERPARTS {
+    let handshake = replica_frames::HANDSHAKE_FRAMES
+        .iter()
+        .map(|(name, _)| name);
+    for name in OFFICIAL_COUNTERPARTS
+        .iter()
+        .chain(replica_frames::FRAME_COUNTERPARTS)
+        .chain(handshake)
+    {
         let result = if official_checked.contains(*name) {
             Ok(())
         } else {
@@ -1699,7 +1711,6 @@ official_map! {
     "RequestHeader" => bytemuck_roundtrip(official::RequestHeader),
     "ReplyHeader" => bytemuck_roundtrip(official::ReplyHeader),
     "EvictionHeader" => bytemuck_roundtrip(official::EvictionHeader),
-    "PrepareHeader" => bytemuck_roundtrip(official::PrepareHeader),
     "PartitionContext" => wire_roundtrip(official::PartitionContext),
     "Identifier" => wire_roundtrip(official::WireIdentifier),
     "Partitioning" => wire_roundtrip(official::WirePartitioning),
