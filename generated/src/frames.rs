@@ -2448,7 +2448,7 @@ impl<'a> WireDecode<'a> for PrepareHeader {
 pub struct PrepareOkHeader {
     /// seal: XxHash3-64 of bytes 16..256, widened
     pub checksum: u128,
-    /// XxHash3-64 of the body, 0 without one
+    /// XxHash3-64 of bytes 256..size, widened (ours: the crate fixes the range only); 0 if header-only
     pub checksum_body: u128,
     pub cluster: u128,
     /// whole frame including this header
@@ -2768,7 +2768,7 @@ impl<'a> WireDecode<'a> for PrepareOkHeader {
 pub struct CommitHeader {
     /// seal: XxHash3-64 of bytes 16..256, widened
     pub checksum: u128,
-    /// XxHash3-64 of the body, 0 without one
+    /// XxHash3-64 of bytes 256..size, widened (ours: the crate fixes the range only); 0 if header-only
     pub checksum_body: u128,
     pub cluster: u128,
     /// whole frame including this header
@@ -3050,7 +3050,7 @@ impl<'a> WireDecode<'a> for CommitHeader {
 pub struct StartViewChangeHeader {
     /// seal: XxHash3-64 of bytes 16..256, widened
     pub checksum: u128,
-    /// XxHash3-64 of the body, 0 without one
+    /// XxHash3-64 of bytes 256..size, widened (ours: the crate fixes the range only); 0 if header-only
     pub checksum_body: u128,
     pub cluster: u128,
     /// whole frame including this header
@@ -3273,7 +3273,7 @@ impl<'a> WireDecode<'a> for StartViewChangeHeader {
 pub struct DoViewChangeHeader {
     /// seal: XxHash3-64 of bytes 16..256, widened
     pub checksum: u128,
-    /// XxHash3-64 of the body, 0 without one
+    /// XxHash3-64 of bytes 256..size, widened (ours: the crate fixes the range only); 0 if header-only
     pub checksum_body: u128,
     pub cluster: u128,
     /// whole frame including this header
@@ -3570,7 +3570,7 @@ impl<'a> WireDecode<'a> for DoViewChangeHeader {
 pub struct StartViewHeader {
     /// seal: XxHash3-64 of bytes 16..256, widened
     pub checksum: u128,
-    /// XxHash3-64 of the body, 0 without one
+    /// XxHash3-64 of bytes 256..size, widened (ours: the crate fixes the range only); 0 if header-only
     pub checksum_body: u128,
     pub cluster: u128,
     /// whole frame including this header
@@ -3946,7 +3946,7 @@ impl<'a> WireDecode<'a> for ReplicaIdentity {
 pub struct ReplicaHelloHeader {
     /// seal: XxHash3-64 of bytes 16..256, widened
     pub checksum: u128,
-    /// XxHash3-64 of the body, 0 without one
+    /// XxHash3-64 of bytes 256..size, widened (ours: the crate fixes the range only); 0 if header-only
     pub checksum_body: u128,
     pub cluster: u128,
     /// whole frame including this header
@@ -4167,7 +4167,7 @@ impl<'a> WireDecode<'a> for ReplicaHelloHeader {
 pub struct ReplicaChallengeHeader {
     /// seal: XxHash3-64 of bytes 16..256, widened
     pub checksum: u128,
-    /// XxHash3-64 of the body, 0 without one
+    /// XxHash3-64 of bytes 256..size, widened (ours: the crate fixes the range only); 0 if header-only
     pub checksum_body: u128,
     pub cluster: u128,
     /// whole frame including this header
@@ -4414,7 +4414,7 @@ impl<'a> WireDecode<'a> for ReplicaChallengeHeader {
 pub struct ReplicaFinishHeader {
     /// seal: XxHash3-64 of bytes 16..256, widened
     pub checksum: u128,
-    /// XxHash3-64 of the body, 0 without one
+    /// XxHash3-64 of bytes 256..size, widened (ours: the crate fixes the range only); 0 if header-only
     pub checksum_body: u128,
     pub cluster: u128,
     /// whole frame including this header
@@ -4620,7 +4620,7 @@ impl<'a> WireDecode<'a> for ReplicaFinishHeader {
 pub struct RequestStartViewHeader {
     /// seal: XxHash3-64 of bytes 16..256, widened
     pub checksum: u128,
-    /// XxHash3-64 of the body, 0 without one
+    /// XxHash3-64 of bytes 256..size, widened (ours: the crate fixes the range only); 0 if header-only
     pub checksum_body: u128,
     pub cluster: u128,
     /// whole frame including this header
@@ -4858,7 +4858,7 @@ impl<'a> WireDecode<'a> for RequestStartViewHeader {
 pub struct RequestPreparesHeader {
     /// seal: XxHash3-64 of bytes 16..256, widened
     pub checksum: u128,
-    /// XxHash3-64 of the body, 0 without one
+    /// XxHash3-64 of bytes 256..size, widened (ours: the crate fixes the range only); 0 if header-only
     pub checksum_body: u128,
     pub cluster: u128,
     /// whole frame including this header
@@ -5191,7 +5191,7 @@ impl<'a> WireDecode<'a> for RepairPrepareHeader {
 pub struct RepairRangeReplyHeader {
     /// seal: XxHash3-64 of bytes 16..256, widened
     pub checksum: u128,
-    /// XxHash3-64 of the body, 0 without one
+    /// XxHash3-64 of bytes 256..size, widened (ours: the crate fixes the range only); 0 if header-only
     pub checksum_body: u128,
     pub cluster: u128,
     /// whole frame including this header
@@ -5443,7 +5443,7 @@ impl<'a> WireDecode<'a> for RepairRangeReplyHeader {
 pub struct RequestStateTransferHeader {
     /// seal: XxHash3-64 of bytes 16..256, widened
     pub checksum: u128,
-    /// XxHash3-64 of the body, 0 without one
+    /// XxHash3-64 of bytes 256..size, widened (ours: the crate fixes the range only); 0 if header-only
     pub checksum_body: u128,
     pub cluster: u128,
     /// whole frame including this header
@@ -5683,7 +5683,7 @@ impl<'a> WireDecode<'a> for RequestStateTransferHeader {
 pub struct StateTransferTargetHeader {
     /// seal: XxHash3-64 of bytes 16..256, widened
     pub checksum: u128,
-    /// XxHash3-64 of the body, 0 without one
+    /// XxHash3-64 of bytes 256..size, widened (ours: the crate fixes the range only); 0 if header-only
     pub checksum_body: u128,
     pub cluster: u128,
     /// whole frame including this header
@@ -5995,7 +5995,7 @@ impl<'a> WireDecode<'a> for StateTransferTargetHeader {
 pub struct RequestStateChunkHeader {
     /// seal: XxHash3-64 of bytes 16..256, widened
     pub checksum: u128,
-    /// XxHash3-64 of the body, 0 without one
+    /// XxHash3-64 of bytes 256..size, widened (ours: the crate fixes the range only); 0 if header-only
     pub checksum_body: u128,
     pub cluster: u128,
     /// whole frame including this header
@@ -6276,7 +6276,7 @@ impl<'a> WireDecode<'a> for RequestStateChunkHeader {
 pub struct StateChunkHeader {
     /// seal: XxHash3-64 of bytes 16..256, widened
     pub checksum: u128,
-    /// XxHash3-64 of the body, 0 without one
+    /// XxHash3-64 of bytes 256..size, widened (ours: the crate fixes the range only); 0 if header-only
     pub checksum_body: u128,
     pub cluster: u128,
     /// whole frame including this header
@@ -6541,7 +6541,7 @@ impl<'a> WireDecode<'a> for StateChunkHeader {
 pub struct ForwardRegisterHeader {
     /// seal: XxHash3-64 of bytes 16..256, widened
     pub checksum: u128,
-    /// XxHash3-64 of the body, 0 without one
+    /// XxHash3-64 of bytes 256..size, widened (ours: the crate fixes the range only); 0 if header-only
     pub checksum_body: u128,
     pub cluster: u128,
     /// whole frame including this header
@@ -6781,7 +6781,7 @@ impl<'a> WireDecode<'a> for ForwardRegisterHeader {
 pub struct ForwardRegisterResultHeader {
     /// seal: XxHash3-64 of bytes 16..256, widened
     pub checksum: u128,
-    /// XxHash3-64 of the body, 0 without one
+    /// XxHash3-64 of bytes 256..size, widened (ours: the crate fixes the range only); 0 if header-only
     pub checksum_body: u128,
     pub cluster: u128,
     /// whole frame including this header
@@ -7048,7 +7048,7 @@ impl<'a> WireDecode<'a> for ForwardRegisterResultHeader {
 pub struct ForwardLogoutHeader {
     /// seal: XxHash3-64 of bytes 16..256, widened
     pub checksum: u128,
-    /// XxHash3-64 of the body, 0 without one
+    /// XxHash3-64 of bytes 256..size, widened (ours: the crate fixes the range only); 0 if header-only
     pub checksum_body: u128,
     pub cluster: u128,
     /// whole frame including this header
@@ -7303,7 +7303,7 @@ impl<'a> WireDecode<'a> for ForwardLogoutHeader {
 pub struct ForwardLogoutResultHeader {
     /// seal: XxHash3-64 of bytes 16..256, widened
     pub checksum: u128,
-    /// XxHash3-64 of the body, 0 without one
+    /// XxHash3-64 of bytes 256..size, widened (ours: the crate fixes the range only); 0 if header-only
     pub checksum_body: u128,
     pub cluster: u128,
     /// whole frame including this header
@@ -7555,7 +7555,7 @@ impl<'a> WireDecode<'a> for ForwardLogoutResultHeader {
 pub struct ConsumerSessionHeartbeatHeader {
     /// seal: XxHash3-64 of bytes 16..256, widened
     pub checksum: u128,
-    /// XxHash3-64 of the body, 0 without one
+    /// XxHash3-64 of bytes 256..size, widened (ours: the crate fixes the range only); 0 if header-only
     pub checksum_body: u128,
     pub cluster: u128,
     /// whole frame including this header
@@ -7782,7 +7782,7 @@ impl<'a> WireDecode<'a> for ConsumerSessionHeartbeatHeader {
 pub struct ForwardCompletionHeader {
     /// seal: XxHash3-64 of bytes 16..256, widened
     pub checksum: u128,
-    /// XxHash3-64 of the body, 0 without one
+    /// XxHash3-64 of bytes 256..size, widened (ours: the crate fixes the range only); 0 if header-only
     pub checksum_body: u128,
     pub cluster: u128,
     /// whole frame including this header
@@ -8006,7 +8006,7 @@ impl<'a> WireDecode<'a> for ForwardCompletionHeader {
 pub struct PrimaryRebalanceHeader {
     /// seal: XxHash3-64 of bytes 16..256, widened
     pub checksum: u128,
-    /// XxHash3-64 of the body, 0 without one
+    /// XxHash3-64 of bytes 256..size, widened (ours: the crate fixes the range only); 0 if header-only
     pub checksum_body: u128,
     pub cluster: u128,
     /// whole frame including this header
@@ -8329,7 +8329,7 @@ impl<'a> WireDecode<'a> for PrimaryRebalanceHeader {
 pub struct SegmentDeleteHeader {
     /// seal: XxHash3-64 of bytes 16..256, widened
     pub checksum: u128,
-    /// XxHash3-64 of the body, 0 without one
+    /// XxHash3-64 of bytes 256..size, widened (ours: the crate fixes the range only); 0 if header-only
     pub checksum_body: u128,
     pub cluster: u128,
     /// whole frame including this header
