@@ -213,7 +213,11 @@ fn emit_fixed(m: &Model, s: &Struct) -> TokenStream {
     let size = s.fixed.unwrap();
     let size_lit = num(size);
     let name = ident(&s.name);
-    let d = doc(&format!("Fixed-layout `{}`, {size} bytes.", s.name));
+    let summary = match s.doc.trim_end_matches('.') {
+        "" => String::new(),
+        text => format!(": {text}"),
+    };
+    let d = doc(&format!("Fixed-layout `{}`, {size} bytes{summary}.", s.name));
     let stored: Vec<_> = s.fields.iter().filter(|f| array_len(&f.ty, "zero").is_none()).collect();
     let field_defs = stored.iter().map(|f| {
         let (fd, n, t) = ((!f.doc.is_empty()).then(|| doc(&f.doc)), ident(&f.name), fixed_ty(&f.ty));

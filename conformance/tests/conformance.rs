@@ -5,6 +5,9 @@ use iggy_binary_protocol as official;
 use iggy_generated::{errors::ErrorCode, frames};
 use std::collections::BTreeSet;
 
+#[path = "conformance/replica_frames.rs"]
+mod replica_frames;
+
 #[derive(Default)]
 struct Tally {
     failed: Vec<(String, String)>,
@@ -1584,7 +1587,9 @@ fn vectors(tally: &mut Tally) -> (usize, BTreeSet<String>) {
         }
         // (b) the official crate, for the protocol it speaks.
         if v.version == "0.12.0" {
-            if let Some(result) = official_roundtrip(&v.name, &v.bytes) {
+            let official =
+                replica_frames::check(v).or_else(|| official_roundtrip(&v.name, &v.bytes));
+            if let Some(result) = official {
                 official_checked.insert(v.name.clone());
                 tally.check(&format!("{case}:official"), result);
             }
@@ -1608,7 +1613,14 @@ fn vectors(tally: &mut Tally) -> (usize, BTreeSet<String>) {
         };
         tally.check(&format!("stub-cover:{name}"), result);
     }
-    for name in OFFICIAL_COUNTERPARTS {
+    let handshake = replica_frames::HANDSHAKE_FRAMES
+        .iter()
+        .map(|(name, _)| name);
+    for name in OFFICIAL_COUNTERPARTS
+        .iter()
+        .chain(replica_frames::FRAME_COUNTERPARTS)
+        .chain(handshake)
+    {
         let result = if official_checked.contains(*name) {
             Ok(())
         } else {
@@ -1765,7 +1777,6 @@ official_map! {
     "RequestHeader" => bytemuck_reencode(official::RequestHeader),
     "ReplyHeader" => bytemuck_reencode(official::ReplyHeader),
     "EvictionHeader" => bytemuck_reencode(official::EvictionHeader),
-    "PrepareHeader" => bytemuck_reencode(official::PrepareHeader),
     "PartitionContext" => wire_reencode(official::PartitionContext),
     "Identifier" => wire_reencode(official::WireIdentifier),
     "Partitioning" => wire_reencode(official::WirePartitioning),

@@ -2,6 +2,14 @@
 #![allow(clippy::all)]
 #[allow(unused_imports)]
 use iggy_wire::{WireDecode, WireEncode, WireError};
+/// `FRAME_SEALED_COMMANDS` (spec/frames.spec:302).
+pub const FRAME_SEALED_COMMANDS: u64 = 0x7fff7de80;
+/// `IDENTITY_CHECKSUM_COMMANDS` (spec/frames.spec:304).
+pub const IDENTITY_CHECKSUM_COMMANDS: u64 = 0x80040;
+/// `METADATA_GROUP` (spec/frames.spec:306).
+pub const METADATA_GROUP: u64 = 0x8000000000000000;
+/// `DVC_HEADERS_MAX` (spec/frames.spec:308).
+pub const DVC_HEADERS_MAX: u32 = 128;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]
 pub enum Command {
@@ -522,6 +530,377 @@ impl iggy_wire::WireJson for EvictionReason {
                 Self::StaleClient => "StaleClient",
                 Self::IncompatibleProtocol => "IncompatibleProtocol",
                 Self::MalformedLogin => "MalformedLogin",
+            },
+        );
+        out.push('"');
+    }
+}
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[repr(u8)]
+pub enum ForwardRegisterOutcome {
+    #[default]
+    Ok = 0,
+    NotPrimary = 1,
+    NotCaughtUp = 2,
+    PipelineFull = 3,
+    InProgress = 4,
+    Canceled = 5,
+    ClientIdOwnedByAnotherUser = 6,
+    Unauthenticated = 7,
+}
+impl ForwardRegisterOutcome {
+    /// Every variant, in spec order.
+    pub const ALL: &'static [ForwardRegisterOutcome] = &[
+        ForwardRegisterOutcome::Ok,
+        ForwardRegisterOutcome::NotPrimary,
+        ForwardRegisterOutcome::NotCaughtUp,
+        ForwardRegisterOutcome::PipelineFull,
+        ForwardRegisterOutcome::InProgress,
+        ForwardRegisterOutcome::Canceled,
+        ForwardRegisterOutcome::ClientIdOwnedByAnotherUser,
+        ForwardRegisterOutcome::Unauthenticated,
+    ];
+    /// The variant with this discriminant.
+    pub fn from_repr(v: u8) -> Option<Self> {
+        match v {
+            0 => Some(Self::Ok),
+            1 => Some(Self::NotPrimary),
+            2 => Some(Self::NotCaughtUp),
+            3 => Some(Self::PipelineFull),
+            4 => Some(Self::InProgress),
+            5 => Some(Self::Canceled),
+            6 => Some(Self::ClientIdOwnedByAnotherUser),
+            7 => Some(Self::Unauthenticated),
+            _ => None,
+        }
+    }
+    /// The discriminant.
+    pub fn to_repr(self) -> u8 {
+        self as u8
+    }
+}
+impl WireEncode for ForwardRegisterOutcome {
+    fn encoded_size(&self) -> usize {
+        std::mem::size_of::<u8>()
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&(*self as u8).to_le_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for ForwardRegisterOutcome {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let v = <u8>::decode_from(input)?;
+        Self::from_repr(v)
+            .ok_or(WireError::InvalidValue {
+                field: "ForwardRegisterOutcome",
+            })
+    }
+}
+impl iggy_wire::WireJson for ForwardRegisterOutcome {
+    fn write_json(&self, out: &mut String) {
+        out.push('"');
+        out.push_str(
+            match self {
+                Self::Ok => "Ok",
+                Self::NotPrimary => "NotPrimary",
+                Self::NotCaughtUp => "NotCaughtUp",
+                Self::PipelineFull => "PipelineFull",
+                Self::InProgress => "InProgress",
+                Self::Canceled => "Canceled",
+                Self::ClientIdOwnedByAnotherUser => "ClientIdOwnedByAnotherUser",
+                Self::Unauthenticated => "Unauthenticated",
+            },
+        );
+        out.push('"');
+    }
+}
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[repr(u8)]
+pub enum ForwardLogoutOutcome {
+    #[default]
+    Ok = 0,
+    NotPrimary = 1,
+    PipelineFull = 2,
+    InProgress = 3,
+    Canceled = 4,
+    RequestTooOld = 5,
+    OperationMismatch = 6,
+}
+impl ForwardLogoutOutcome {
+    /// Every variant, in spec order.
+    pub const ALL: &'static [ForwardLogoutOutcome] = &[
+        ForwardLogoutOutcome::Ok,
+        ForwardLogoutOutcome::NotPrimary,
+        ForwardLogoutOutcome::PipelineFull,
+        ForwardLogoutOutcome::InProgress,
+        ForwardLogoutOutcome::Canceled,
+        ForwardLogoutOutcome::RequestTooOld,
+        ForwardLogoutOutcome::OperationMismatch,
+    ];
+    /// The variant with this discriminant.
+    pub fn from_repr(v: u8) -> Option<Self> {
+        match v {
+            0 => Some(Self::Ok),
+            1 => Some(Self::NotPrimary),
+            2 => Some(Self::PipelineFull),
+            3 => Some(Self::InProgress),
+            4 => Some(Self::Canceled),
+            5 => Some(Self::RequestTooOld),
+            6 => Some(Self::OperationMismatch),
+            _ => None,
+        }
+    }
+    /// The discriminant.
+    pub fn to_repr(self) -> u8 {
+        self as u8
+    }
+}
+impl WireEncode for ForwardLogoutOutcome {
+    fn encoded_size(&self) -> usize {
+        std::mem::size_of::<u8>()
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&(*self as u8).to_le_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for ForwardLogoutOutcome {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let v = <u8>::decode_from(input)?;
+        Self::from_repr(v)
+            .ok_or(WireError::InvalidValue {
+                field: "ForwardLogoutOutcome",
+            })
+    }
+}
+impl iggy_wire::WireJson for ForwardLogoutOutcome {
+    fn write_json(&self, out: &mut String) {
+        out.push('"');
+        out.push_str(
+            match self {
+                Self::Ok => "Ok",
+                Self::NotPrimary => "NotPrimary",
+                Self::PipelineFull => "PipelineFull",
+                Self::InProgress => "InProgress",
+                Self::Canceled => "Canceled",
+                Self::RequestTooOld => "RequestTooOld",
+                Self::OperationMismatch => "OperationMismatch",
+            },
+        );
+        out.push('"');
+    }
+}
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[repr(u8)]
+pub enum PrimaryRebalanceKind {
+    #[default]
+    MetadataProbe = 0,
+    MetadataReply = 1,
+    PartitionProbe = 2,
+    PartitionReply = 3,
+    SourceProbe = 4,
+    SourceReply = 5,
+    PrimaryTransfer = 6,
+}
+impl PrimaryRebalanceKind {
+    /// Every variant, in spec order.
+    pub const ALL: &'static [PrimaryRebalanceKind] = &[
+        PrimaryRebalanceKind::MetadataProbe,
+        PrimaryRebalanceKind::MetadataReply,
+        PrimaryRebalanceKind::PartitionProbe,
+        PrimaryRebalanceKind::PartitionReply,
+        PrimaryRebalanceKind::SourceProbe,
+        PrimaryRebalanceKind::SourceReply,
+        PrimaryRebalanceKind::PrimaryTransfer,
+    ];
+    /// The variant with this discriminant.
+    pub fn from_repr(v: u8) -> Option<Self> {
+        match v {
+            0 => Some(Self::MetadataProbe),
+            1 => Some(Self::MetadataReply),
+            2 => Some(Self::PartitionProbe),
+            3 => Some(Self::PartitionReply),
+            4 => Some(Self::SourceProbe),
+            5 => Some(Self::SourceReply),
+            6 => Some(Self::PrimaryTransfer),
+            _ => None,
+        }
+    }
+    /// The discriminant.
+    pub fn to_repr(self) -> u8 {
+        self as u8
+    }
+}
+impl WireEncode for PrimaryRebalanceKind {
+    fn encoded_size(&self) -> usize {
+        std::mem::size_of::<u8>()
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&(*self as u8).to_le_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for PrimaryRebalanceKind {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let v = <u8>::decode_from(input)?;
+        Self::from_repr(v)
+            .ok_or(WireError::InvalidValue {
+                field: "PrimaryRebalanceKind",
+            })
+    }
+}
+impl iggy_wire::WireJson for PrimaryRebalanceKind {
+    fn write_json(&self, out: &mut String) {
+        out.push('"');
+        out.push_str(
+            match self {
+                Self::MetadataProbe => "MetadataProbe",
+                Self::MetadataReply => "MetadataReply",
+                Self::PartitionProbe => "PartitionProbe",
+                Self::PartitionReply => "PartitionReply",
+                Self::SourceProbe => "SourceProbe",
+                Self::SourceReply => "SourceReply",
+                Self::PrimaryTransfer => "PrimaryTransfer",
+            },
+        );
+        out.push('"');
+    }
+}
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[repr(u8)]
+pub enum SegmentDeleteKind {
+    #[default]
+    Query = 0,
+    Resolved = 1,
+    Retry = 2,
+}
+impl SegmentDeleteKind {
+    /// Every variant, in spec order.
+    pub const ALL: &'static [SegmentDeleteKind] = &[
+        SegmentDeleteKind::Query,
+        SegmentDeleteKind::Resolved,
+        SegmentDeleteKind::Retry,
+    ];
+    /// The variant with this discriminant.
+    pub fn from_repr(v: u8) -> Option<Self> {
+        match v {
+            0 => Some(Self::Query),
+            1 => Some(Self::Resolved),
+            2 => Some(Self::Retry),
+            _ => None,
+        }
+    }
+    /// The discriminant.
+    pub fn to_repr(self) -> u8 {
+        self as u8
+    }
+}
+impl WireEncode for SegmentDeleteKind {
+    fn encoded_size(&self) -> usize {
+        std::mem::size_of::<u8>()
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&(*self as u8).to_le_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for SegmentDeleteKind {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let v = <u8>::decode_from(input)?;
+        Self::from_repr(v)
+            .ok_or(WireError::InvalidValue {
+                field: "SegmentDeleteKind",
+            })
+    }
+}
+impl iggy_wire::WireJson for SegmentDeleteKind {
+    fn write_json(&self, out: &mut String) {
+        out.push('"');
+        out.push_str(
+            match self {
+                Self::Query => "Query",
+                Self::Resolved => "Resolved",
+                Self::Retry => "Retry",
+            },
+        );
+        out.push('"');
+    }
+}
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[repr(u8)]
+pub enum ReplicaHandshakeStatus {
+    #[default]
+    Ok = 0,
+    UnknownCommand = 1,
+    ClusterMismatch = 2,
+    DirectionalRule = 3,
+    AuthRequired = 4,
+    MacMismatch = 5,
+    ProtocolMismatch = 6,
+    ReleaseMismatch = 7,
+    StorageFormatMismatch = 8,
+}
+impl ReplicaHandshakeStatus {
+    /// Every variant, in spec order.
+    pub const ALL: &'static [ReplicaHandshakeStatus] = &[
+        ReplicaHandshakeStatus::Ok,
+        ReplicaHandshakeStatus::UnknownCommand,
+        ReplicaHandshakeStatus::ClusterMismatch,
+        ReplicaHandshakeStatus::DirectionalRule,
+        ReplicaHandshakeStatus::AuthRequired,
+        ReplicaHandshakeStatus::MacMismatch,
+        ReplicaHandshakeStatus::ProtocolMismatch,
+        ReplicaHandshakeStatus::ReleaseMismatch,
+        ReplicaHandshakeStatus::StorageFormatMismatch,
+    ];
+    /// The variant with this discriminant.
+    pub fn from_repr(v: u8) -> Option<Self> {
+        match v {
+            0 => Some(Self::Ok),
+            1 => Some(Self::UnknownCommand),
+            2 => Some(Self::ClusterMismatch),
+            3 => Some(Self::DirectionalRule),
+            4 => Some(Self::AuthRequired),
+            5 => Some(Self::MacMismatch),
+            6 => Some(Self::ProtocolMismatch),
+            7 => Some(Self::ReleaseMismatch),
+            8 => Some(Self::StorageFormatMismatch),
+            _ => None,
+        }
+    }
+    /// The discriminant.
+    pub fn to_repr(self) -> u8 {
+        self as u8
+    }
+}
+impl WireEncode for ReplicaHandshakeStatus {
+    fn encoded_size(&self) -> usize {
+        std::mem::size_of::<u8>()
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&(*self as u8).to_le_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for ReplicaHandshakeStatus {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let v = <u8>::decode_from(input)?;
+        Self::from_repr(v)
+            .ok_or(WireError::InvalidValue {
+                field: "ReplicaHandshakeStatus",
+            })
+    }
+}
+impl iggy_wire::WireJson for ReplicaHandshakeStatus {
+    fn write_json(&self, out: &mut String) {
+        out.push('"');
+        out.push_str(
+            match self {
+                Self::Ok => "Ok",
+                Self::UnknownCommand => "UnknownCommand",
+                Self::ClusterMismatch => "ClusterMismatch",
+                Self::DirectionalRule => "DirectionalRule",
+                Self::AuthRequired => "AuthRequired",
+                Self::MacMismatch => "MacMismatch",
+                Self::ProtocolMismatch => "ProtocolMismatch",
+                Self::ReleaseMismatch => "ReleaseMismatch",
+                Self::StorageFormatMismatch => "StorageFormatMismatch",
             },
         );
         out.push('"');
@@ -1683,10 +2062,10 @@ impl<'a> WireDecode<'a> for EvictionHeader {
         Self::decode_fixed(b)
     }
 }
-/// Fixed-layout `PrepareHeader`, 256 bytes.
+/// Fixed-layout `PrepareHeader`, 256 bytes: primary -> backups (ring): replicate one op; the journal's record header. Identity checksum.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PrepareHeader {
-    /// unused on client frames
+    /// identity checksum over bytes 0..256 with checksum and view zeroed
     pub checksum: u128,
     pub checksum_body: u128,
     pub cluster: u128,
@@ -2063,6 +2442,6181 @@ impl WireEncode for PrepareHeader {
     }
 }
 impl<'a> WireDecode<'a> for PrepareHeader {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 256)?;
+        Self::decode_fixed(b)
+    }
+}
+/// Fixed-layout `PrepareOkHeader`, 256 bytes: backup -> primary: prepare `op` is journaled here. Sealed. Carries no partition_incarnation (official layout).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PrepareOkHeader {
+    /// seal: XxHash3-64 of bytes 16..256, widened
+    pub checksum: u128,
+    /// XxHash3-64 of bytes 256..size, widened (ours: the crate fixes the range only); 0 if header-only
+    pub checksum_body: u128,
+    pub cluster: u128,
+    /// whole frame including this header
+    pub size: u32,
+    pub view: u32,
+    /// always 0: release identity travels only in the handshake
+    pub release: u32,
+    pub command: Command,
+    /// sender
+    pub replica: u8,
+    pub reserved_frame: [u8; 66],
+    /// the acknowledged prepare's parent
+    pub parent: u128,
+    /// the acknowledged prepare's identity checksum
+    pub prepare_checksum: u128,
+    pub op: u64,
+    pub commit: u64,
+    pub timestamp: u64,
+    pub request: u64,
+    pub operation: Operation,
+    pub operation_padding: [u8; 7],
+    pub group: u64,
+}
+impl PrepareOkHeader {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 256;
+    /// Byte offset of `checksum`.
+    pub const CHECKSUM_OFFSET: usize = 0;
+    /// Size of `checksum` in bytes.
+    pub const CHECKSUM_SIZE: usize = 16;
+    /// Byte offset of `checksum_body`.
+    pub const CHECKSUM_BODY_OFFSET: usize = 16;
+    /// Size of `checksum_body` in bytes.
+    pub const CHECKSUM_BODY_SIZE: usize = 16;
+    /// Byte offset of `cluster`.
+    pub const CLUSTER_OFFSET: usize = 32;
+    /// Size of `cluster` in bytes.
+    pub const CLUSTER_SIZE: usize = 16;
+    /// Byte offset of `size`.
+    pub const SIZE_OFFSET: usize = 48;
+    /// Size of `size` in bytes.
+    pub const SIZE_SIZE: usize = 4;
+    /// Byte offset of `view`.
+    pub const VIEW_OFFSET: usize = 52;
+    /// Size of `view` in bytes.
+    pub const VIEW_SIZE: usize = 4;
+    /// Byte offset of `release`.
+    pub const RELEASE_OFFSET: usize = 56;
+    /// Size of `release` in bytes.
+    pub const RELEASE_SIZE: usize = 4;
+    /// Byte offset of `command`.
+    pub const COMMAND_OFFSET: usize = 60;
+    /// Size of `command` in bytes.
+    pub const COMMAND_SIZE: usize = 1;
+    /// Byte offset of `replica`.
+    pub const REPLICA_OFFSET: usize = 61;
+    /// Size of `replica` in bytes.
+    pub const REPLICA_SIZE: usize = 1;
+    /// Byte offset of `reserved_frame`.
+    pub const RESERVED_FRAME_OFFSET: usize = 62;
+    /// Size of `reserved_frame` in bytes.
+    pub const RESERVED_FRAME_SIZE: usize = 66;
+    /// Byte offset of `parent`.
+    pub const PARENT_OFFSET: usize = 128;
+    /// Size of `parent` in bytes.
+    pub const PARENT_SIZE: usize = 16;
+    /// Byte offset of `prepare_checksum`.
+    pub const PREPARE_CHECKSUM_OFFSET: usize = 144;
+    /// Size of `prepare_checksum` in bytes.
+    pub const PREPARE_CHECKSUM_SIZE: usize = 16;
+    /// Byte offset of `op`.
+    pub const OP_OFFSET: usize = 160;
+    /// Size of `op` in bytes.
+    pub const OP_SIZE: usize = 8;
+    /// Byte offset of `commit`.
+    pub const COMMIT_OFFSET: usize = 168;
+    /// Size of `commit` in bytes.
+    pub const COMMIT_SIZE: usize = 8;
+    /// Byte offset of `timestamp`.
+    pub const TIMESTAMP_OFFSET: usize = 176;
+    /// Size of `timestamp` in bytes.
+    pub const TIMESTAMP_SIZE: usize = 8;
+    /// Byte offset of `request`.
+    pub const REQUEST_OFFSET: usize = 184;
+    /// Size of `request` in bytes.
+    pub const REQUEST_SIZE: usize = 8;
+    /// Byte offset of `operation`.
+    pub const OPERATION_OFFSET: usize = 192;
+    /// Size of `operation` in bytes.
+    pub const OPERATION_SIZE: usize = 1;
+    /// Byte offset of `operation_padding`.
+    pub const OPERATION_PADDING_OFFSET: usize = 193;
+    /// Size of `operation_padding` in bytes.
+    pub const OPERATION_PADDING_SIZE: usize = 7;
+    /// Byte offset of `group`.
+    pub const GROUP_OFFSET: usize = 200;
+    /// Size of `group` in bytes.
+    pub const GROUP_SIZE: usize = 8;
+    /// Byte offset of `reserved`.
+    pub const RESERVED_OFFSET: usize = 208;
+    /// Size of `reserved` in bytes.
+    pub const RESERVED_SIZE: usize = 48;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
+        }
+        let checksum = <u128>::decode_exact(&buf[0..16])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum",
+            })?;
+        let checksum_body = <u128>::decode_exact(&buf[16..32])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum_body",
+            })?;
+        let cluster = <u128>::decode_exact(&buf[32..48])
+            .map_err(|_| WireError::InvalidValue {
+                field: "cluster",
+            })?;
+        let size = <u32>::decode_exact(&buf[48..52])
+            .map_err(|_| WireError::InvalidValue {
+                field: "size",
+            })?;
+        let view = <u32>::decode_exact(&buf[52..56])
+            .map_err(|_| WireError::InvalidValue {
+                field: "view",
+            })?;
+        let release = <u32>::decode_exact(&buf[56..60])
+            .map_err(|_| WireError::InvalidValue {
+                field: "release",
+            })?;
+        let command = <Command>::decode_exact(&buf[60..61])
+            .map_err(|_| WireError::InvalidValue {
+                field: "command",
+            })?;
+        let replica = <u8>::decode_exact(&buf[61..62])
+            .map_err(|_| WireError::InvalidValue {
+                field: "replica",
+            })?;
+        let reserved_frame = iggy_wire::get_at::<66>(buf, 62);
+        let parent = <u128>::decode_exact(&buf[128..144])
+            .map_err(|_| WireError::InvalidValue {
+                field: "parent",
+            })?;
+        let prepare_checksum = <u128>::decode_exact(&buf[144..160])
+            .map_err(|_| WireError::InvalidValue {
+                field: "prepare_checksum",
+            })?;
+        let op = <u64>::decode_exact(&buf[160..168])
+            .map_err(|_| WireError::InvalidValue {
+                field: "op",
+            })?;
+        let commit = <u64>::decode_exact(&buf[168..176])
+            .map_err(|_| WireError::InvalidValue {
+                field: "commit",
+            })?;
+        let timestamp = <u64>::decode_exact(&buf[176..184])
+            .map_err(|_| WireError::InvalidValue {
+                field: "timestamp",
+            })?;
+        let request = <u64>::decode_exact(&buf[184..192])
+            .map_err(|_| WireError::InvalidValue {
+                field: "request",
+            })?;
+        let operation = <Operation>::decode_exact(&buf[192..193])
+            .map_err(|_| WireError::InvalidValue {
+                field: "operation",
+            })?;
+        let operation_padding = iggy_wire::get_at::<7>(buf, 193);
+        let group = <u64>::decode_exact(&buf[200..208])
+            .map_err(|_| WireError::InvalidValue {
+                field: "group",
+            })?;
+        if !iggy_wire::is_zero_at(buf, 208, 48) {
+            return Err(WireError::NonZeroReserved {
+                field: "reserved",
+            });
+        }
+        Ok(Self {
+            checksum,
+            checksum_body,
+            cluster,
+            size,
+            view,
+            release,
+            command,
+            replica,
+            reserved_frame,
+            parent,
+            prepare_checksum,
+            op,
+            commit,
+            timestamp,
+            request,
+            operation,
+            operation_padding,
+            group,
+        })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.checksum.to_wire_bytes());
+        iggy_wire::put_at(out, 16, &self.checksum_body.to_wire_bytes());
+        iggy_wire::put_at(out, 32, &self.cluster.to_wire_bytes());
+        iggy_wire::put_at(out, 48, &self.size.to_wire_bytes());
+        iggy_wire::put_at(out, 52, &self.view.to_wire_bytes());
+        iggy_wire::put_at(out, 56, &self.release.to_wire_bytes());
+        iggy_wire::put_at(out, 60, &self.command.to_wire_bytes());
+        iggy_wire::put_at(out, 61, &self.replica.to_wire_bytes());
+        iggy_wire::put_at(out, 62, &self.reserved_frame);
+        iggy_wire::put_at(out, 128, &self.parent.to_wire_bytes());
+        iggy_wire::put_at(out, 144, &self.prepare_checksum.to_wire_bytes());
+        iggy_wire::put_at(out, 160, &self.op.to_wire_bytes());
+        iggy_wire::put_at(out, 168, &self.commit.to_wire_bytes());
+        iggy_wire::put_at(out, 176, &self.timestamp.to_wire_bytes());
+        iggy_wire::put_at(out, 184, &self.request.to_wire_bytes());
+        iggy_wire::put_at(out, 192, &self.operation.to_wire_bytes());
+        iggy_wire::put_at(out, 193, &self.operation_padding);
+        iggy_wire::put_at(out, 200, &self.group.to_wire_bytes());
+        out[208..256].fill(0);
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 256] {
+        let mut b = [0u8; 256];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for PrepareOkHeader {
+    /// All-zero bytes.
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 256]).expect("zero bytes decode")
+    }
+}
+const _: () = assert!(PrepareOkHeader::SIZE == 256);
+const _: () = assert!(PrepareOkHeader::CHECKSUM_OFFSET + 16 <= 256);
+const _: () = assert!(PrepareOkHeader::CHECKSUM_BODY_OFFSET + 16 <= 256);
+const _: () = assert!(PrepareOkHeader::CLUSTER_OFFSET + 16 <= 256);
+const _: () = assert!(PrepareOkHeader::SIZE_OFFSET + 4 <= 256);
+const _: () = assert!(PrepareOkHeader::VIEW_OFFSET + 4 <= 256);
+const _: () = assert!(PrepareOkHeader::RELEASE_OFFSET + 4 <= 256);
+const _: () = assert!(PrepareOkHeader::COMMAND_OFFSET + 1 <= 256);
+const _: () = assert!(PrepareOkHeader::REPLICA_OFFSET + 1 <= 256);
+const _: () = assert!(PrepareOkHeader::RESERVED_FRAME_OFFSET + 66 <= 256);
+const _: () = assert!(PrepareOkHeader::PARENT_OFFSET + 16 <= 256);
+const _: () = assert!(PrepareOkHeader::PREPARE_CHECKSUM_OFFSET + 16 <= 256);
+const _: () = assert!(PrepareOkHeader::OP_OFFSET + 8 <= 256);
+const _: () = assert!(PrepareOkHeader::COMMIT_OFFSET + 8 <= 256);
+const _: () = assert!(PrepareOkHeader::TIMESTAMP_OFFSET + 8 <= 256);
+const _: () = assert!(PrepareOkHeader::REQUEST_OFFSET + 8 <= 256);
+const _: () = assert!(PrepareOkHeader::OPERATION_OFFSET + 1 <= 256);
+const _: () = assert!(PrepareOkHeader::OPERATION_PADDING_OFFSET + 7 <= 256);
+const _: () = assert!(PrepareOkHeader::GROUP_OFFSET + 8 <= 256);
+const _: () = assert!(PrepareOkHeader::RESERVED_OFFSET + 48 <= 256);
+impl iggy_wire::WireJson for PrepareOkHeader {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"checksum\":");
+        iggy_wire::WireJson::write_json(&self.checksum, out);
+        out.push_str(",\"checksum_body\":");
+        iggy_wire::WireJson::write_json(&self.checksum_body, out);
+        out.push_str(",\"cluster\":");
+        iggy_wire::WireJson::write_json(&self.cluster, out);
+        out.push_str(",\"size\":");
+        iggy_wire::WireJson::write_json(&self.size, out);
+        out.push_str(",\"view\":");
+        iggy_wire::WireJson::write_json(&self.view, out);
+        out.push_str(",\"release\":");
+        iggy_wire::WireJson::write_json(&self.release, out);
+        out.push_str(",\"command\":");
+        iggy_wire::WireJson::write_json(&self.command, out);
+        out.push_str(",\"replica\":");
+        iggy_wire::WireJson::write_json(&self.replica, out);
+        out.push_str(",\"reserved_frame\":");
+        iggy_wire::WireJson::write_json(&self.reserved_frame, out);
+        out.push_str(",\"parent\":");
+        iggy_wire::WireJson::write_json(&self.parent, out);
+        out.push_str(",\"prepare_checksum\":");
+        iggy_wire::WireJson::write_json(&self.prepare_checksum, out);
+        out.push_str(",\"op\":");
+        iggy_wire::WireJson::write_json(&self.op, out);
+        out.push_str(",\"commit\":");
+        iggy_wire::WireJson::write_json(&self.commit, out);
+        out.push_str(",\"timestamp\":");
+        iggy_wire::WireJson::write_json(&self.timestamp, out);
+        out.push_str(",\"request\":");
+        iggy_wire::WireJson::write_json(&self.request, out);
+        out.push_str(",\"operation\":");
+        iggy_wire::WireJson::write_json(&self.operation, out);
+        out.push_str(",\"operation_padding\":");
+        iggy_wire::WireJson::write_json(&self.operation_padding, out);
+        out.push_str(",\"group\":");
+        iggy_wire::WireJson::write_json(&self.group, out);
+        out.push('}');
+    }
+}
+impl WireEncode for PrepareOkHeader {
+    fn encoded_size(&self) -> usize {
+        256
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for PrepareOkHeader {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 256)?;
+        Self::decode_fixed(b)
+    }
+}
+/// Fixed-layout `CommitHeader`, 256 bytes: primary -> backups: commit through `commit`; the primary's heartbeat. Header only. Sealed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CommitHeader {
+    /// seal: XxHash3-64 of bytes 16..256, widened
+    pub checksum: u128,
+    /// XxHash3-64 of bytes 256..size, widened (ours: the crate fixes the range only); 0 if header-only
+    pub checksum_body: u128,
+    pub cluster: u128,
+    /// whole frame including this header
+    pub size: u32,
+    pub view: u32,
+    /// always 0: release identity travels only in the handshake
+    pub release: u32,
+    pub command: Command,
+    /// sender
+    pub replica: u8,
+    pub reserved_frame: [u8; 66],
+    /// identity checksum of op `commit`
+    pub commit_checksum: u128,
+    /// strictly increasing per primary; older ones are ignored
+    pub timestamp_monotonic: u64,
+    pub commit: u64,
+    pub checkpoint_op: u64,
+    pub group: u64,
+    /// 0 for the metadata group
+    pub partition_incarnation: u64,
+}
+impl CommitHeader {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 256;
+    /// Byte offset of `checksum`.
+    pub const CHECKSUM_OFFSET: usize = 0;
+    /// Size of `checksum` in bytes.
+    pub const CHECKSUM_SIZE: usize = 16;
+    /// Byte offset of `checksum_body`.
+    pub const CHECKSUM_BODY_OFFSET: usize = 16;
+    /// Size of `checksum_body` in bytes.
+    pub const CHECKSUM_BODY_SIZE: usize = 16;
+    /// Byte offset of `cluster`.
+    pub const CLUSTER_OFFSET: usize = 32;
+    /// Size of `cluster` in bytes.
+    pub const CLUSTER_SIZE: usize = 16;
+    /// Byte offset of `size`.
+    pub const SIZE_OFFSET: usize = 48;
+    /// Size of `size` in bytes.
+    pub const SIZE_SIZE: usize = 4;
+    /// Byte offset of `view`.
+    pub const VIEW_OFFSET: usize = 52;
+    /// Size of `view` in bytes.
+    pub const VIEW_SIZE: usize = 4;
+    /// Byte offset of `release`.
+    pub const RELEASE_OFFSET: usize = 56;
+    /// Size of `release` in bytes.
+    pub const RELEASE_SIZE: usize = 4;
+    /// Byte offset of `command`.
+    pub const COMMAND_OFFSET: usize = 60;
+    /// Size of `command` in bytes.
+    pub const COMMAND_SIZE: usize = 1;
+    /// Byte offset of `replica`.
+    pub const REPLICA_OFFSET: usize = 61;
+    /// Size of `replica` in bytes.
+    pub const REPLICA_SIZE: usize = 1;
+    /// Byte offset of `reserved_frame`.
+    pub const RESERVED_FRAME_OFFSET: usize = 62;
+    /// Size of `reserved_frame` in bytes.
+    pub const RESERVED_FRAME_SIZE: usize = 66;
+    /// Byte offset of `commit_checksum`.
+    pub const COMMIT_CHECKSUM_OFFSET: usize = 128;
+    /// Size of `commit_checksum` in bytes.
+    pub const COMMIT_CHECKSUM_SIZE: usize = 16;
+    /// Byte offset of `timestamp_monotonic`.
+    pub const TIMESTAMP_MONOTONIC_OFFSET: usize = 144;
+    /// Size of `timestamp_monotonic` in bytes.
+    pub const TIMESTAMP_MONOTONIC_SIZE: usize = 8;
+    /// Byte offset of `commit`.
+    pub const COMMIT_OFFSET: usize = 152;
+    /// Size of `commit` in bytes.
+    pub const COMMIT_SIZE: usize = 8;
+    /// Byte offset of `checkpoint_op`.
+    pub const CHECKPOINT_OP_OFFSET: usize = 160;
+    /// Size of `checkpoint_op` in bytes.
+    pub const CHECKPOINT_OP_SIZE: usize = 8;
+    /// Byte offset of `group`.
+    pub const GROUP_OFFSET: usize = 168;
+    /// Size of `group` in bytes.
+    pub const GROUP_SIZE: usize = 8;
+    /// Byte offset of `partition_incarnation`.
+    pub const PARTITION_INCARNATION_OFFSET: usize = 176;
+    /// Size of `partition_incarnation` in bytes.
+    pub const PARTITION_INCARNATION_SIZE: usize = 8;
+    /// Byte offset of `reserved`.
+    pub const RESERVED_OFFSET: usize = 184;
+    /// Size of `reserved` in bytes.
+    pub const RESERVED_SIZE: usize = 72;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
+        }
+        let checksum = <u128>::decode_exact(&buf[0..16])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum",
+            })?;
+        let checksum_body = <u128>::decode_exact(&buf[16..32])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum_body",
+            })?;
+        let cluster = <u128>::decode_exact(&buf[32..48])
+            .map_err(|_| WireError::InvalidValue {
+                field: "cluster",
+            })?;
+        let size = <u32>::decode_exact(&buf[48..52])
+            .map_err(|_| WireError::InvalidValue {
+                field: "size",
+            })?;
+        let view = <u32>::decode_exact(&buf[52..56])
+            .map_err(|_| WireError::InvalidValue {
+                field: "view",
+            })?;
+        let release = <u32>::decode_exact(&buf[56..60])
+            .map_err(|_| WireError::InvalidValue {
+                field: "release",
+            })?;
+        let command = <Command>::decode_exact(&buf[60..61])
+            .map_err(|_| WireError::InvalidValue {
+                field: "command",
+            })?;
+        let replica = <u8>::decode_exact(&buf[61..62])
+            .map_err(|_| WireError::InvalidValue {
+                field: "replica",
+            })?;
+        let reserved_frame = iggy_wire::get_at::<66>(buf, 62);
+        let commit_checksum = <u128>::decode_exact(&buf[128..144])
+            .map_err(|_| WireError::InvalidValue {
+                field: "commit_checksum",
+            })?;
+        let timestamp_monotonic = <u64>::decode_exact(&buf[144..152])
+            .map_err(|_| WireError::InvalidValue {
+                field: "timestamp_monotonic",
+            })?;
+        let commit = <u64>::decode_exact(&buf[152..160])
+            .map_err(|_| WireError::InvalidValue {
+                field: "commit",
+            })?;
+        let checkpoint_op = <u64>::decode_exact(&buf[160..168])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checkpoint_op",
+            })?;
+        let group = <u64>::decode_exact(&buf[168..176])
+            .map_err(|_| WireError::InvalidValue {
+                field: "group",
+            })?;
+        let partition_incarnation = <u64>::decode_exact(&buf[176..184])
+            .map_err(|_| WireError::InvalidValue {
+                field: "partition_incarnation",
+            })?;
+        if !iggy_wire::is_zero_at(buf, 184, 72) {
+            return Err(WireError::NonZeroReserved {
+                field: "reserved",
+            });
+        }
+        Ok(Self {
+            checksum,
+            checksum_body,
+            cluster,
+            size,
+            view,
+            release,
+            command,
+            replica,
+            reserved_frame,
+            commit_checksum,
+            timestamp_monotonic,
+            commit,
+            checkpoint_op,
+            group,
+            partition_incarnation,
+        })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.checksum.to_wire_bytes());
+        iggy_wire::put_at(out, 16, &self.checksum_body.to_wire_bytes());
+        iggy_wire::put_at(out, 32, &self.cluster.to_wire_bytes());
+        iggy_wire::put_at(out, 48, &self.size.to_wire_bytes());
+        iggy_wire::put_at(out, 52, &self.view.to_wire_bytes());
+        iggy_wire::put_at(out, 56, &self.release.to_wire_bytes());
+        iggy_wire::put_at(out, 60, &self.command.to_wire_bytes());
+        iggy_wire::put_at(out, 61, &self.replica.to_wire_bytes());
+        iggy_wire::put_at(out, 62, &self.reserved_frame);
+        iggy_wire::put_at(out, 128, &self.commit_checksum.to_wire_bytes());
+        iggy_wire::put_at(out, 144, &self.timestamp_monotonic.to_wire_bytes());
+        iggy_wire::put_at(out, 152, &self.commit.to_wire_bytes());
+        iggy_wire::put_at(out, 160, &self.checkpoint_op.to_wire_bytes());
+        iggy_wire::put_at(out, 168, &self.group.to_wire_bytes());
+        iggy_wire::put_at(out, 176, &self.partition_incarnation.to_wire_bytes());
+        out[184..256].fill(0);
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 256] {
+        let mut b = [0u8; 256];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for CommitHeader {
+    /// All-zero bytes.
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 256]).expect("zero bytes decode")
+    }
+}
+const _: () = assert!(CommitHeader::SIZE == 256);
+const _: () = assert!(CommitHeader::CHECKSUM_OFFSET + 16 <= 256);
+const _: () = assert!(CommitHeader::CHECKSUM_BODY_OFFSET + 16 <= 256);
+const _: () = assert!(CommitHeader::CLUSTER_OFFSET + 16 <= 256);
+const _: () = assert!(CommitHeader::SIZE_OFFSET + 4 <= 256);
+const _: () = assert!(CommitHeader::VIEW_OFFSET + 4 <= 256);
+const _: () = assert!(CommitHeader::RELEASE_OFFSET + 4 <= 256);
+const _: () = assert!(CommitHeader::COMMAND_OFFSET + 1 <= 256);
+const _: () = assert!(CommitHeader::REPLICA_OFFSET + 1 <= 256);
+const _: () = assert!(CommitHeader::RESERVED_FRAME_OFFSET + 66 <= 256);
+const _: () = assert!(CommitHeader::COMMIT_CHECKSUM_OFFSET + 16 <= 256);
+const _: () = assert!(CommitHeader::TIMESTAMP_MONOTONIC_OFFSET + 8 <= 256);
+const _: () = assert!(CommitHeader::COMMIT_OFFSET + 8 <= 256);
+const _: () = assert!(CommitHeader::CHECKPOINT_OP_OFFSET + 8 <= 256);
+const _: () = assert!(CommitHeader::GROUP_OFFSET + 8 <= 256);
+const _: () = assert!(CommitHeader::PARTITION_INCARNATION_OFFSET + 8 <= 256);
+const _: () = assert!(CommitHeader::RESERVED_OFFSET + 72 <= 256);
+impl iggy_wire::WireJson for CommitHeader {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"checksum\":");
+        iggy_wire::WireJson::write_json(&self.checksum, out);
+        out.push_str(",\"checksum_body\":");
+        iggy_wire::WireJson::write_json(&self.checksum_body, out);
+        out.push_str(",\"cluster\":");
+        iggy_wire::WireJson::write_json(&self.cluster, out);
+        out.push_str(",\"size\":");
+        iggy_wire::WireJson::write_json(&self.size, out);
+        out.push_str(",\"view\":");
+        iggy_wire::WireJson::write_json(&self.view, out);
+        out.push_str(",\"release\":");
+        iggy_wire::WireJson::write_json(&self.release, out);
+        out.push_str(",\"command\":");
+        iggy_wire::WireJson::write_json(&self.command, out);
+        out.push_str(",\"replica\":");
+        iggy_wire::WireJson::write_json(&self.replica, out);
+        out.push_str(",\"reserved_frame\":");
+        iggy_wire::WireJson::write_json(&self.reserved_frame, out);
+        out.push_str(",\"commit_checksum\":");
+        iggy_wire::WireJson::write_json(&self.commit_checksum, out);
+        out.push_str(",\"timestamp_monotonic\":");
+        iggy_wire::WireJson::write_json(&self.timestamp_monotonic, out);
+        out.push_str(",\"commit\":");
+        iggy_wire::WireJson::write_json(&self.commit, out);
+        out.push_str(",\"checkpoint_op\":");
+        iggy_wire::WireJson::write_json(&self.checkpoint_op, out);
+        out.push_str(",\"group\":");
+        iggy_wire::WireJson::write_json(&self.group, out);
+        out.push_str(",\"partition_incarnation\":");
+        iggy_wire::WireJson::write_json(&self.partition_incarnation, out);
+        out.push('}');
+    }
+}
+impl WireEncode for CommitHeader {
+    fn encoded_size(&self) -> usize {
+        256
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for CommitHeader {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 256)?;
+        Self::decode_fixed(b)
+    }
+}
+/// Fixed-layout `StartViewChangeHeader`, 256 bytes: any replica -> all: suspect the primary of `view`. Header only. Sealed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StartViewChangeHeader {
+    /// seal: XxHash3-64 of bytes 16..256, widened
+    pub checksum: u128,
+    /// XxHash3-64 of bytes 256..size, widened (ours: the crate fixes the range only); 0 if header-only
+    pub checksum_body: u128,
+    pub cluster: u128,
+    /// whole frame including this header
+    pub size: u32,
+    pub view: u32,
+    /// always 0: release identity travels only in the handshake
+    pub release: u32,
+    pub command: Command,
+    /// sender
+    pub replica: u8,
+    pub reserved_frame: [u8; 66],
+    pub group: u64,
+    pub partition_incarnation: u64,
+}
+impl StartViewChangeHeader {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 256;
+    /// Byte offset of `checksum`.
+    pub const CHECKSUM_OFFSET: usize = 0;
+    /// Size of `checksum` in bytes.
+    pub const CHECKSUM_SIZE: usize = 16;
+    /// Byte offset of `checksum_body`.
+    pub const CHECKSUM_BODY_OFFSET: usize = 16;
+    /// Size of `checksum_body` in bytes.
+    pub const CHECKSUM_BODY_SIZE: usize = 16;
+    /// Byte offset of `cluster`.
+    pub const CLUSTER_OFFSET: usize = 32;
+    /// Size of `cluster` in bytes.
+    pub const CLUSTER_SIZE: usize = 16;
+    /// Byte offset of `size`.
+    pub const SIZE_OFFSET: usize = 48;
+    /// Size of `size` in bytes.
+    pub const SIZE_SIZE: usize = 4;
+    /// Byte offset of `view`.
+    pub const VIEW_OFFSET: usize = 52;
+    /// Size of `view` in bytes.
+    pub const VIEW_SIZE: usize = 4;
+    /// Byte offset of `release`.
+    pub const RELEASE_OFFSET: usize = 56;
+    /// Size of `release` in bytes.
+    pub const RELEASE_SIZE: usize = 4;
+    /// Byte offset of `command`.
+    pub const COMMAND_OFFSET: usize = 60;
+    /// Size of `command` in bytes.
+    pub const COMMAND_SIZE: usize = 1;
+    /// Byte offset of `replica`.
+    pub const REPLICA_OFFSET: usize = 61;
+    /// Size of `replica` in bytes.
+    pub const REPLICA_SIZE: usize = 1;
+    /// Byte offset of `reserved_frame`.
+    pub const RESERVED_FRAME_OFFSET: usize = 62;
+    /// Size of `reserved_frame` in bytes.
+    pub const RESERVED_FRAME_SIZE: usize = 66;
+    /// Byte offset of `group`.
+    pub const GROUP_OFFSET: usize = 128;
+    /// Size of `group` in bytes.
+    pub const GROUP_SIZE: usize = 8;
+    /// Byte offset of `partition_incarnation`.
+    pub const PARTITION_INCARNATION_OFFSET: usize = 136;
+    /// Size of `partition_incarnation` in bytes.
+    pub const PARTITION_INCARNATION_SIZE: usize = 8;
+    /// Byte offset of `reserved`.
+    pub const RESERVED_OFFSET: usize = 144;
+    /// Size of `reserved` in bytes.
+    pub const RESERVED_SIZE: usize = 112;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
+        }
+        let checksum = <u128>::decode_exact(&buf[0..16])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum",
+            })?;
+        let checksum_body = <u128>::decode_exact(&buf[16..32])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum_body",
+            })?;
+        let cluster = <u128>::decode_exact(&buf[32..48])
+            .map_err(|_| WireError::InvalidValue {
+                field: "cluster",
+            })?;
+        let size = <u32>::decode_exact(&buf[48..52])
+            .map_err(|_| WireError::InvalidValue {
+                field: "size",
+            })?;
+        let view = <u32>::decode_exact(&buf[52..56])
+            .map_err(|_| WireError::InvalidValue {
+                field: "view",
+            })?;
+        let release = <u32>::decode_exact(&buf[56..60])
+            .map_err(|_| WireError::InvalidValue {
+                field: "release",
+            })?;
+        let command = <Command>::decode_exact(&buf[60..61])
+            .map_err(|_| WireError::InvalidValue {
+                field: "command",
+            })?;
+        let replica = <u8>::decode_exact(&buf[61..62])
+            .map_err(|_| WireError::InvalidValue {
+                field: "replica",
+            })?;
+        let reserved_frame = iggy_wire::get_at::<66>(buf, 62);
+        let group = <u64>::decode_exact(&buf[128..136])
+            .map_err(|_| WireError::InvalidValue {
+                field: "group",
+            })?;
+        let partition_incarnation = <u64>::decode_exact(&buf[136..144])
+            .map_err(|_| WireError::InvalidValue {
+                field: "partition_incarnation",
+            })?;
+        if !iggy_wire::is_zero_at(buf, 144, 112) {
+            return Err(WireError::NonZeroReserved {
+                field: "reserved",
+            });
+        }
+        Ok(Self {
+            checksum,
+            checksum_body,
+            cluster,
+            size,
+            view,
+            release,
+            command,
+            replica,
+            reserved_frame,
+            group,
+            partition_incarnation,
+        })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.checksum.to_wire_bytes());
+        iggy_wire::put_at(out, 16, &self.checksum_body.to_wire_bytes());
+        iggy_wire::put_at(out, 32, &self.cluster.to_wire_bytes());
+        iggy_wire::put_at(out, 48, &self.size.to_wire_bytes());
+        iggy_wire::put_at(out, 52, &self.view.to_wire_bytes());
+        iggy_wire::put_at(out, 56, &self.release.to_wire_bytes());
+        iggy_wire::put_at(out, 60, &self.command.to_wire_bytes());
+        iggy_wire::put_at(out, 61, &self.replica.to_wire_bytes());
+        iggy_wire::put_at(out, 62, &self.reserved_frame);
+        iggy_wire::put_at(out, 128, &self.group.to_wire_bytes());
+        iggy_wire::put_at(out, 136, &self.partition_incarnation.to_wire_bytes());
+        out[144..256].fill(0);
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 256] {
+        let mut b = [0u8; 256];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for StartViewChangeHeader {
+    /// All-zero bytes.
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 256]).expect("zero bytes decode")
+    }
+}
+const _: () = assert!(StartViewChangeHeader::SIZE == 256);
+const _: () = assert!(StartViewChangeHeader::CHECKSUM_OFFSET + 16 <= 256);
+const _: () = assert!(StartViewChangeHeader::CHECKSUM_BODY_OFFSET + 16 <= 256);
+const _: () = assert!(StartViewChangeHeader::CLUSTER_OFFSET + 16 <= 256);
+const _: () = assert!(StartViewChangeHeader::SIZE_OFFSET + 4 <= 256);
+const _: () = assert!(StartViewChangeHeader::VIEW_OFFSET + 4 <= 256);
+const _: () = assert!(StartViewChangeHeader::RELEASE_OFFSET + 4 <= 256);
+const _: () = assert!(StartViewChangeHeader::COMMAND_OFFSET + 1 <= 256);
+const _: () = assert!(StartViewChangeHeader::REPLICA_OFFSET + 1 <= 256);
+const _: () = assert!(StartViewChangeHeader::RESERVED_FRAME_OFFSET + 66 <= 256);
+const _: () = assert!(StartViewChangeHeader::GROUP_OFFSET + 8 <= 256);
+const _: () = assert!(StartViewChangeHeader::PARTITION_INCARNATION_OFFSET + 8 <= 256);
+const _: () = assert!(StartViewChangeHeader::RESERVED_OFFSET + 112 <= 256);
+impl iggy_wire::WireJson for StartViewChangeHeader {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"checksum\":");
+        iggy_wire::WireJson::write_json(&self.checksum, out);
+        out.push_str(",\"checksum_body\":");
+        iggy_wire::WireJson::write_json(&self.checksum_body, out);
+        out.push_str(",\"cluster\":");
+        iggy_wire::WireJson::write_json(&self.cluster, out);
+        out.push_str(",\"size\":");
+        iggy_wire::WireJson::write_json(&self.size, out);
+        out.push_str(",\"view\":");
+        iggy_wire::WireJson::write_json(&self.view, out);
+        out.push_str(",\"release\":");
+        iggy_wire::WireJson::write_json(&self.release, out);
+        out.push_str(",\"command\":");
+        iggy_wire::WireJson::write_json(&self.command, out);
+        out.push_str(",\"replica\":");
+        iggy_wire::WireJson::write_json(&self.replica, out);
+        out.push_str(",\"reserved_frame\":");
+        iggy_wire::WireJson::write_json(&self.reserved_frame, out);
+        out.push_str(",\"group\":");
+        iggy_wire::WireJson::write_json(&self.group, out);
+        out.push_str(",\"partition_incarnation\":");
+        iggy_wire::WireJson::write_json(&self.partition_incarnation, out);
+        out.push('}');
+    }
+}
+impl WireEncode for StartViewChangeHeader {
+    fn encoded_size(&self) -> usize {
+        256
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for StartViewChangeHeader {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 256)?;
+        Self::decode_fixed(b)
+    }
+}
+/// Fixed-layout `DoViewChangeHeader`, 256 bytes: replica -> new primary: vote with log_view, op, commit and a suffix of up to 128 PrepareHeaders (high op first). Sealed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DoViewChangeHeader {
+    /// seal: XxHash3-64 of bytes 16..256, widened
+    pub checksum: u128,
+    /// XxHash3-64 of bytes 256..size, widened (ours: the crate fixes the range only); 0 if header-only
+    pub checksum_body: u128,
+    pub cluster: u128,
+    /// whole frame including this header
+    pub size: u32,
+    pub view: u32,
+    /// always 0: release identity travels only in the handshake
+    pub release: u32,
+    pub command: Command,
+    /// sender
+    pub replica: u8,
+    pub reserved_frame: [u8; 66],
+    /// highest op in the sender's log
+    pub op: u64,
+    pub commit: u64,
+    pub group: u64,
+    /// view of the last normal status; not above view
+    pub log_view: u32,
+    pub partition_incarnation: u64,
+    /// bit i: suffix entry i provably never prepared here
+    pub nack_bitset: u128,
+    /// bit i: the sender holds suffix entry i's body
+    pub present_bitset: u128,
+}
+impl DoViewChangeHeader {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 256;
+    /// Byte offset of `checksum`.
+    pub const CHECKSUM_OFFSET: usize = 0;
+    /// Size of `checksum` in bytes.
+    pub const CHECKSUM_SIZE: usize = 16;
+    /// Byte offset of `checksum_body`.
+    pub const CHECKSUM_BODY_OFFSET: usize = 16;
+    /// Size of `checksum_body` in bytes.
+    pub const CHECKSUM_BODY_SIZE: usize = 16;
+    /// Byte offset of `cluster`.
+    pub const CLUSTER_OFFSET: usize = 32;
+    /// Size of `cluster` in bytes.
+    pub const CLUSTER_SIZE: usize = 16;
+    /// Byte offset of `size`.
+    pub const SIZE_OFFSET: usize = 48;
+    /// Size of `size` in bytes.
+    pub const SIZE_SIZE: usize = 4;
+    /// Byte offset of `view`.
+    pub const VIEW_OFFSET: usize = 52;
+    /// Size of `view` in bytes.
+    pub const VIEW_SIZE: usize = 4;
+    /// Byte offset of `release`.
+    pub const RELEASE_OFFSET: usize = 56;
+    /// Size of `release` in bytes.
+    pub const RELEASE_SIZE: usize = 4;
+    /// Byte offset of `command`.
+    pub const COMMAND_OFFSET: usize = 60;
+    /// Size of `command` in bytes.
+    pub const COMMAND_SIZE: usize = 1;
+    /// Byte offset of `replica`.
+    pub const REPLICA_OFFSET: usize = 61;
+    /// Size of `replica` in bytes.
+    pub const REPLICA_SIZE: usize = 1;
+    /// Byte offset of `reserved_frame`.
+    pub const RESERVED_FRAME_OFFSET: usize = 62;
+    /// Size of `reserved_frame` in bytes.
+    pub const RESERVED_FRAME_SIZE: usize = 66;
+    /// Byte offset of `op`.
+    pub const OP_OFFSET: usize = 128;
+    /// Size of `op` in bytes.
+    pub const OP_SIZE: usize = 8;
+    /// Byte offset of `commit`.
+    pub const COMMIT_OFFSET: usize = 136;
+    /// Size of `commit` in bytes.
+    pub const COMMIT_SIZE: usize = 8;
+    /// Byte offset of `group`.
+    pub const GROUP_OFFSET: usize = 144;
+    /// Size of `group` in bytes.
+    pub const GROUP_SIZE: usize = 8;
+    /// Byte offset of `log_view`.
+    pub const LOG_VIEW_OFFSET: usize = 152;
+    /// Size of `log_view` in bytes.
+    pub const LOG_VIEW_SIZE: usize = 4;
+    /// Byte offset of `reserved`.
+    pub const RESERVED_OFFSET: usize = 156;
+    /// Size of `reserved` in bytes.
+    pub const RESERVED_SIZE: usize = 60;
+    /// Byte offset of `partition_incarnation`.
+    pub const PARTITION_INCARNATION_OFFSET: usize = 216;
+    /// Size of `partition_incarnation` in bytes.
+    pub const PARTITION_INCARNATION_SIZE: usize = 8;
+    /// Byte offset of `nack_bitset`.
+    pub const NACK_BITSET_OFFSET: usize = 224;
+    /// Size of `nack_bitset` in bytes.
+    pub const NACK_BITSET_SIZE: usize = 16;
+    /// Byte offset of `present_bitset`.
+    pub const PRESENT_BITSET_OFFSET: usize = 240;
+    /// Size of `present_bitset` in bytes.
+    pub const PRESENT_BITSET_SIZE: usize = 16;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
+        }
+        let checksum = <u128>::decode_exact(&buf[0..16])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum",
+            })?;
+        let checksum_body = <u128>::decode_exact(&buf[16..32])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum_body",
+            })?;
+        let cluster = <u128>::decode_exact(&buf[32..48])
+            .map_err(|_| WireError::InvalidValue {
+                field: "cluster",
+            })?;
+        let size = <u32>::decode_exact(&buf[48..52])
+            .map_err(|_| WireError::InvalidValue {
+                field: "size",
+            })?;
+        let view = <u32>::decode_exact(&buf[52..56])
+            .map_err(|_| WireError::InvalidValue {
+                field: "view",
+            })?;
+        let release = <u32>::decode_exact(&buf[56..60])
+            .map_err(|_| WireError::InvalidValue {
+                field: "release",
+            })?;
+        let command = <Command>::decode_exact(&buf[60..61])
+            .map_err(|_| WireError::InvalidValue {
+                field: "command",
+            })?;
+        let replica = <u8>::decode_exact(&buf[61..62])
+            .map_err(|_| WireError::InvalidValue {
+                field: "replica",
+            })?;
+        let reserved_frame = iggy_wire::get_at::<66>(buf, 62);
+        let op = <u64>::decode_exact(&buf[128..136])
+            .map_err(|_| WireError::InvalidValue {
+                field: "op",
+            })?;
+        let commit = <u64>::decode_exact(&buf[136..144])
+            .map_err(|_| WireError::InvalidValue {
+                field: "commit",
+            })?;
+        let group = <u64>::decode_exact(&buf[144..152])
+            .map_err(|_| WireError::InvalidValue {
+                field: "group",
+            })?;
+        let log_view = <u32>::decode_exact(&buf[152..156])
+            .map_err(|_| WireError::InvalidValue {
+                field: "log_view",
+            })?;
+        if !iggy_wire::is_zero_at(buf, 156, 60) {
+            return Err(WireError::NonZeroReserved {
+                field: "reserved",
+            });
+        }
+        let partition_incarnation = <u64>::decode_exact(&buf[216..224])
+            .map_err(|_| WireError::InvalidValue {
+                field: "partition_incarnation",
+            })?;
+        let nack_bitset = <u128>::decode_exact(&buf[224..240])
+            .map_err(|_| WireError::InvalidValue {
+                field: "nack_bitset",
+            })?;
+        let present_bitset = <u128>::decode_exact(&buf[240..256])
+            .map_err(|_| WireError::InvalidValue {
+                field: "present_bitset",
+            })?;
+        Ok(Self {
+            checksum,
+            checksum_body,
+            cluster,
+            size,
+            view,
+            release,
+            command,
+            replica,
+            reserved_frame,
+            op,
+            commit,
+            group,
+            log_view,
+            partition_incarnation,
+            nack_bitset,
+            present_bitset,
+        })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.checksum.to_wire_bytes());
+        iggy_wire::put_at(out, 16, &self.checksum_body.to_wire_bytes());
+        iggy_wire::put_at(out, 32, &self.cluster.to_wire_bytes());
+        iggy_wire::put_at(out, 48, &self.size.to_wire_bytes());
+        iggy_wire::put_at(out, 52, &self.view.to_wire_bytes());
+        iggy_wire::put_at(out, 56, &self.release.to_wire_bytes());
+        iggy_wire::put_at(out, 60, &self.command.to_wire_bytes());
+        iggy_wire::put_at(out, 61, &self.replica.to_wire_bytes());
+        iggy_wire::put_at(out, 62, &self.reserved_frame);
+        iggy_wire::put_at(out, 128, &self.op.to_wire_bytes());
+        iggy_wire::put_at(out, 136, &self.commit.to_wire_bytes());
+        iggy_wire::put_at(out, 144, &self.group.to_wire_bytes());
+        iggy_wire::put_at(out, 152, &self.log_view.to_wire_bytes());
+        out[156..216].fill(0);
+        iggy_wire::put_at(out, 216, &self.partition_incarnation.to_wire_bytes());
+        iggy_wire::put_at(out, 224, &self.nack_bitset.to_wire_bytes());
+        iggy_wire::put_at(out, 240, &self.present_bitset.to_wire_bytes());
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 256] {
+        let mut b = [0u8; 256];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for DoViewChangeHeader {
+    /// All-zero bytes.
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 256]).expect("zero bytes decode")
+    }
+}
+const _: () = assert!(DoViewChangeHeader::SIZE == 256);
+const _: () = assert!(DoViewChangeHeader::CHECKSUM_OFFSET + 16 <= 256);
+const _: () = assert!(DoViewChangeHeader::CHECKSUM_BODY_OFFSET + 16 <= 256);
+const _: () = assert!(DoViewChangeHeader::CLUSTER_OFFSET + 16 <= 256);
+const _: () = assert!(DoViewChangeHeader::SIZE_OFFSET + 4 <= 256);
+const _: () = assert!(DoViewChangeHeader::VIEW_OFFSET + 4 <= 256);
+const _: () = assert!(DoViewChangeHeader::RELEASE_OFFSET + 4 <= 256);
+const _: () = assert!(DoViewChangeHeader::COMMAND_OFFSET + 1 <= 256);
+const _: () = assert!(DoViewChangeHeader::REPLICA_OFFSET + 1 <= 256);
+const _: () = assert!(DoViewChangeHeader::RESERVED_FRAME_OFFSET + 66 <= 256);
+const _: () = assert!(DoViewChangeHeader::OP_OFFSET + 8 <= 256);
+const _: () = assert!(DoViewChangeHeader::COMMIT_OFFSET + 8 <= 256);
+const _: () = assert!(DoViewChangeHeader::GROUP_OFFSET + 8 <= 256);
+const _: () = assert!(DoViewChangeHeader::LOG_VIEW_OFFSET + 4 <= 256);
+const _: () = assert!(DoViewChangeHeader::RESERVED_OFFSET + 60 <= 256);
+const _: () = assert!(DoViewChangeHeader::PARTITION_INCARNATION_OFFSET + 8 <= 256);
+const _: () = assert!(DoViewChangeHeader::NACK_BITSET_OFFSET + 16 <= 256);
+const _: () = assert!(DoViewChangeHeader::PRESENT_BITSET_OFFSET + 16 <= 256);
+impl iggy_wire::WireJson for DoViewChangeHeader {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"checksum\":");
+        iggy_wire::WireJson::write_json(&self.checksum, out);
+        out.push_str(",\"checksum_body\":");
+        iggy_wire::WireJson::write_json(&self.checksum_body, out);
+        out.push_str(",\"cluster\":");
+        iggy_wire::WireJson::write_json(&self.cluster, out);
+        out.push_str(",\"size\":");
+        iggy_wire::WireJson::write_json(&self.size, out);
+        out.push_str(",\"view\":");
+        iggy_wire::WireJson::write_json(&self.view, out);
+        out.push_str(",\"release\":");
+        iggy_wire::WireJson::write_json(&self.release, out);
+        out.push_str(",\"command\":");
+        iggy_wire::WireJson::write_json(&self.command, out);
+        out.push_str(",\"replica\":");
+        iggy_wire::WireJson::write_json(&self.replica, out);
+        out.push_str(",\"reserved_frame\":");
+        iggy_wire::WireJson::write_json(&self.reserved_frame, out);
+        out.push_str(",\"op\":");
+        iggy_wire::WireJson::write_json(&self.op, out);
+        out.push_str(",\"commit\":");
+        iggy_wire::WireJson::write_json(&self.commit, out);
+        out.push_str(",\"group\":");
+        iggy_wire::WireJson::write_json(&self.group, out);
+        out.push_str(",\"log_view\":");
+        iggy_wire::WireJson::write_json(&self.log_view, out);
+        out.push_str(",\"partition_incarnation\":");
+        iggy_wire::WireJson::write_json(&self.partition_incarnation, out);
+        out.push_str(",\"nack_bitset\":");
+        iggy_wire::WireJson::write_json(&self.nack_bitset, out);
+        out.push_str(",\"present_bitset\":");
+        iggy_wire::WireJson::write_json(&self.present_bitset, out);
+        out.push('}');
+    }
+}
+impl WireEncode for DoViewChangeHeader {
+    fn encoded_size(&self) -> usize {
+        256
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for DoViewChangeHeader {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 256)?;
+        Self::decode_fixed(b)
+    }
+}
+/// Fixed-layout `StartViewHeader`, 256 bytes: new primary -> backups: the view starts; body is the suffix of PrepareHeaders, high op first. Sealed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StartViewHeader {
+    /// seal: XxHash3-64 of bytes 16..256, widened
+    pub checksum: u128,
+    /// XxHash3-64 of bytes 256..size, widened (ours: the crate fixes the range only); 0 if header-only
+    pub checksum_body: u128,
+    pub cluster: u128,
+    /// whole frame including this header
+    pub size: u32,
+    pub view: u32,
+    /// always 0: release identity travels only in the handshake
+    pub release: u32,
+    pub command: Command,
+    /// sender
+    pub replica: u8,
+    pub reserved_frame: [u8; 66],
+    pub op: u64,
+    pub commit: u64,
+    pub group: u64,
+    pub partition_incarnation: u64,
+    /// echo of the RequestStartView nonce; 0 when unsolicited
+    pub incarnation: u128,
+}
+impl StartViewHeader {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 256;
+    /// Byte offset of `checksum`.
+    pub const CHECKSUM_OFFSET: usize = 0;
+    /// Size of `checksum` in bytes.
+    pub const CHECKSUM_SIZE: usize = 16;
+    /// Byte offset of `checksum_body`.
+    pub const CHECKSUM_BODY_OFFSET: usize = 16;
+    /// Size of `checksum_body` in bytes.
+    pub const CHECKSUM_BODY_SIZE: usize = 16;
+    /// Byte offset of `cluster`.
+    pub const CLUSTER_OFFSET: usize = 32;
+    /// Size of `cluster` in bytes.
+    pub const CLUSTER_SIZE: usize = 16;
+    /// Byte offset of `size`.
+    pub const SIZE_OFFSET: usize = 48;
+    /// Size of `size` in bytes.
+    pub const SIZE_SIZE: usize = 4;
+    /// Byte offset of `view`.
+    pub const VIEW_OFFSET: usize = 52;
+    /// Size of `view` in bytes.
+    pub const VIEW_SIZE: usize = 4;
+    /// Byte offset of `release`.
+    pub const RELEASE_OFFSET: usize = 56;
+    /// Size of `release` in bytes.
+    pub const RELEASE_SIZE: usize = 4;
+    /// Byte offset of `command`.
+    pub const COMMAND_OFFSET: usize = 60;
+    /// Size of `command` in bytes.
+    pub const COMMAND_SIZE: usize = 1;
+    /// Byte offset of `replica`.
+    pub const REPLICA_OFFSET: usize = 61;
+    /// Size of `replica` in bytes.
+    pub const REPLICA_SIZE: usize = 1;
+    /// Byte offset of `reserved_frame`.
+    pub const RESERVED_FRAME_OFFSET: usize = 62;
+    /// Size of `reserved_frame` in bytes.
+    pub const RESERVED_FRAME_SIZE: usize = 66;
+    /// Byte offset of `op`.
+    pub const OP_OFFSET: usize = 128;
+    /// Size of `op` in bytes.
+    pub const OP_SIZE: usize = 8;
+    /// Byte offset of `commit`.
+    pub const COMMIT_OFFSET: usize = 136;
+    /// Size of `commit` in bytes.
+    pub const COMMIT_SIZE: usize = 8;
+    /// Byte offset of `group`.
+    pub const GROUP_OFFSET: usize = 144;
+    /// Size of `group` in bytes.
+    pub const GROUP_SIZE: usize = 8;
+    /// Byte offset of `partition_incarnation`.
+    pub const PARTITION_INCARNATION_OFFSET: usize = 152;
+    /// Size of `partition_incarnation` in bytes.
+    pub const PARTITION_INCARNATION_SIZE: usize = 8;
+    /// Byte offset of `reserved`.
+    pub const RESERVED_OFFSET: usize = 160;
+    /// Size of `reserved` in bytes.
+    pub const RESERVED_SIZE: usize = 80;
+    /// Byte offset of `incarnation`.
+    pub const INCARNATION_OFFSET: usize = 240;
+    /// Size of `incarnation` in bytes.
+    pub const INCARNATION_SIZE: usize = 16;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
+        }
+        let checksum = <u128>::decode_exact(&buf[0..16])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum",
+            })?;
+        let checksum_body = <u128>::decode_exact(&buf[16..32])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum_body",
+            })?;
+        let cluster = <u128>::decode_exact(&buf[32..48])
+            .map_err(|_| WireError::InvalidValue {
+                field: "cluster",
+            })?;
+        let size = <u32>::decode_exact(&buf[48..52])
+            .map_err(|_| WireError::InvalidValue {
+                field: "size",
+            })?;
+        let view = <u32>::decode_exact(&buf[52..56])
+            .map_err(|_| WireError::InvalidValue {
+                field: "view",
+            })?;
+        let release = <u32>::decode_exact(&buf[56..60])
+            .map_err(|_| WireError::InvalidValue {
+                field: "release",
+            })?;
+        let command = <Command>::decode_exact(&buf[60..61])
+            .map_err(|_| WireError::InvalidValue {
+                field: "command",
+            })?;
+        let replica = <u8>::decode_exact(&buf[61..62])
+            .map_err(|_| WireError::InvalidValue {
+                field: "replica",
+            })?;
+        let reserved_frame = iggy_wire::get_at::<66>(buf, 62);
+        let op = <u64>::decode_exact(&buf[128..136])
+            .map_err(|_| WireError::InvalidValue {
+                field: "op",
+            })?;
+        let commit = <u64>::decode_exact(&buf[136..144])
+            .map_err(|_| WireError::InvalidValue {
+                field: "commit",
+            })?;
+        let group = <u64>::decode_exact(&buf[144..152])
+            .map_err(|_| WireError::InvalidValue {
+                field: "group",
+            })?;
+        let partition_incarnation = <u64>::decode_exact(&buf[152..160])
+            .map_err(|_| WireError::InvalidValue {
+                field: "partition_incarnation",
+            })?;
+        if !iggy_wire::is_zero_at(buf, 160, 80) {
+            return Err(WireError::NonZeroReserved {
+                field: "reserved",
+            });
+        }
+        let incarnation = <u128>::decode_exact(&buf[240..256])
+            .map_err(|_| WireError::InvalidValue {
+                field: "incarnation",
+            })?;
+        Ok(Self {
+            checksum,
+            checksum_body,
+            cluster,
+            size,
+            view,
+            release,
+            command,
+            replica,
+            reserved_frame,
+            op,
+            commit,
+            group,
+            partition_incarnation,
+            incarnation,
+        })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.checksum.to_wire_bytes());
+        iggy_wire::put_at(out, 16, &self.checksum_body.to_wire_bytes());
+        iggy_wire::put_at(out, 32, &self.cluster.to_wire_bytes());
+        iggy_wire::put_at(out, 48, &self.size.to_wire_bytes());
+        iggy_wire::put_at(out, 52, &self.view.to_wire_bytes());
+        iggy_wire::put_at(out, 56, &self.release.to_wire_bytes());
+        iggy_wire::put_at(out, 60, &self.command.to_wire_bytes());
+        iggy_wire::put_at(out, 61, &self.replica.to_wire_bytes());
+        iggy_wire::put_at(out, 62, &self.reserved_frame);
+        iggy_wire::put_at(out, 128, &self.op.to_wire_bytes());
+        iggy_wire::put_at(out, 136, &self.commit.to_wire_bytes());
+        iggy_wire::put_at(out, 144, &self.group.to_wire_bytes());
+        iggy_wire::put_at(out, 152, &self.partition_incarnation.to_wire_bytes());
+        out[160..240].fill(0);
+        iggy_wire::put_at(out, 240, &self.incarnation.to_wire_bytes());
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 256] {
+        let mut b = [0u8; 256];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for StartViewHeader {
+    /// All-zero bytes.
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 256]).expect("zero bytes decode")
+    }
+}
+const _: () = assert!(StartViewHeader::SIZE == 256);
+const _: () = assert!(StartViewHeader::CHECKSUM_OFFSET + 16 <= 256);
+const _: () = assert!(StartViewHeader::CHECKSUM_BODY_OFFSET + 16 <= 256);
+const _: () = assert!(StartViewHeader::CLUSTER_OFFSET + 16 <= 256);
+const _: () = assert!(StartViewHeader::SIZE_OFFSET + 4 <= 256);
+const _: () = assert!(StartViewHeader::VIEW_OFFSET + 4 <= 256);
+const _: () = assert!(StartViewHeader::RELEASE_OFFSET + 4 <= 256);
+const _: () = assert!(StartViewHeader::COMMAND_OFFSET + 1 <= 256);
+const _: () = assert!(StartViewHeader::REPLICA_OFFSET + 1 <= 256);
+const _: () = assert!(StartViewHeader::RESERVED_FRAME_OFFSET + 66 <= 256);
+const _: () = assert!(StartViewHeader::OP_OFFSET + 8 <= 256);
+const _: () = assert!(StartViewHeader::COMMIT_OFFSET + 8 <= 256);
+const _: () = assert!(StartViewHeader::GROUP_OFFSET + 8 <= 256);
+const _: () = assert!(StartViewHeader::PARTITION_INCARNATION_OFFSET + 8 <= 256);
+const _: () = assert!(StartViewHeader::RESERVED_OFFSET + 80 <= 256);
+const _: () = assert!(StartViewHeader::INCARNATION_OFFSET + 16 <= 256);
+impl iggy_wire::WireJson for StartViewHeader {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"checksum\":");
+        iggy_wire::WireJson::write_json(&self.checksum, out);
+        out.push_str(",\"checksum_body\":");
+        iggy_wire::WireJson::write_json(&self.checksum_body, out);
+        out.push_str(",\"cluster\":");
+        iggy_wire::WireJson::write_json(&self.cluster, out);
+        out.push_str(",\"size\":");
+        iggy_wire::WireJson::write_json(&self.size, out);
+        out.push_str(",\"view\":");
+        iggy_wire::WireJson::write_json(&self.view, out);
+        out.push_str(",\"release\":");
+        iggy_wire::WireJson::write_json(&self.release, out);
+        out.push_str(",\"command\":");
+        iggy_wire::WireJson::write_json(&self.command, out);
+        out.push_str(",\"replica\":");
+        iggy_wire::WireJson::write_json(&self.replica, out);
+        out.push_str(",\"reserved_frame\":");
+        iggy_wire::WireJson::write_json(&self.reserved_frame, out);
+        out.push_str(",\"op\":");
+        iggy_wire::WireJson::write_json(&self.op, out);
+        out.push_str(",\"commit\":");
+        iggy_wire::WireJson::write_json(&self.commit, out);
+        out.push_str(",\"group\":");
+        iggy_wire::WireJson::write_json(&self.group, out);
+        out.push_str(",\"partition_incarnation\":");
+        iggy_wire::WireJson::write_json(&self.partition_incarnation, out);
+        out.push_str(",\"incarnation\":");
+        iggy_wire::WireJson::write_json(&self.incarnation, out);
+        out.push('}');
+    }
+}
+impl WireEncode for StartViewHeader {
+    fn encoded_size(&self) -> usize {
+        256
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for StartViewHeader {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 256)?;
+        Self::decode_fixed(b)
+    }
+}
+/// Fixed-layout `ReplicaIdentity`, 60 bytes: what a replica runs: compared byte for byte at admission.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplicaIdentity {
+    /// packed major<<20 | minor<<10 | patch of protocol.spec's current version
+    pub protocol_version: u32,
+    /// protocol.spec snapshot_format
+    pub snapshot_format: u32,
+    /// "<name>/<version>" of protocol.spec's release row, ASCII, NUL-padded
+    pub release: [u8; 20],
+    /// protocol.spec storage_marker, ASCII, NUL-padded
+    pub storage_marker: [u8; 32],
+}
+impl ReplicaIdentity {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 60;
+    /// Byte offset of `protocol_version`.
+    pub const PROTOCOL_VERSION_OFFSET: usize = 0;
+    /// Size of `protocol_version` in bytes.
+    pub const PROTOCOL_VERSION_SIZE: usize = 4;
+    /// Byte offset of `snapshot_format`.
+    pub const SNAPSHOT_FORMAT_OFFSET: usize = 4;
+    /// Size of `snapshot_format` in bytes.
+    pub const SNAPSHOT_FORMAT_SIZE: usize = 4;
+    /// Byte offset of `release`.
+    pub const RELEASE_OFFSET: usize = 8;
+    /// Size of `release` in bytes.
+    pub const RELEASE_SIZE: usize = 20;
+    /// Byte offset of `storage_marker`.
+    pub const STORAGE_MARKER_OFFSET: usize = 28;
+    /// Size of `storage_marker` in bytes.
+    pub const STORAGE_MARKER_SIZE: usize = 32;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
+        }
+        let protocol_version = <u32>::decode_exact(&buf[0..4])
+            .map_err(|_| WireError::InvalidValue {
+                field: "protocol_version",
+            })?;
+        let snapshot_format = <u32>::decode_exact(&buf[4..8])
+            .map_err(|_| WireError::InvalidValue {
+                field: "snapshot_format",
+            })?;
+        let release = iggy_wire::get_at::<20>(buf, 8);
+        let storage_marker = iggy_wire::get_at::<32>(buf, 28);
+        Ok(Self {
+            protocol_version,
+            snapshot_format,
+            release,
+            storage_marker,
+        })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.protocol_version.to_wire_bytes());
+        iggy_wire::put_at(out, 4, &self.snapshot_format.to_wire_bytes());
+        iggy_wire::put_at(out, 8, &self.release);
+        iggy_wire::put_at(out, 28, &self.storage_marker);
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 60] {
+        let mut b = [0u8; 60];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for ReplicaIdentity {
+    /// All-zero bytes.
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 60]).expect("zero bytes decode")
+    }
+}
+const _: () = assert!(ReplicaIdentity::SIZE == 60);
+const _: () = assert!(ReplicaIdentity::PROTOCOL_VERSION_OFFSET + 4 <= 60);
+const _: () = assert!(ReplicaIdentity::SNAPSHOT_FORMAT_OFFSET + 4 <= 60);
+const _: () = assert!(ReplicaIdentity::RELEASE_OFFSET + 20 <= 60);
+const _: () = assert!(ReplicaIdentity::STORAGE_MARKER_OFFSET + 32 <= 60);
+impl iggy_wire::WireJson for ReplicaIdentity {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"protocol_version\":");
+        iggy_wire::WireJson::write_json(&self.protocol_version, out);
+        out.push_str(",\"snapshot_format\":");
+        iggy_wire::WireJson::write_json(&self.snapshot_format, out);
+        out.push_str(",\"release\":");
+        iggy_wire::WireJson::write_json(&self.release, out);
+        out.push_str(",\"storage_marker\":");
+        iggy_wire::WireJson::write_json(&self.storage_marker, out);
+        out.push('}');
+    }
+}
+impl WireEncode for ReplicaIdentity {
+    fn encoded_size(&self) -> usize {
+        60
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for ReplicaIdentity {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 60)?;
+        Self::decode_fixed(b)
+    }
+}
+/// Fixed-layout `ReplicaHelloHeader`, 256 bytes: dialer -> acceptor, first frame of a replica link: who I am and what I run. Sealed. Ours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplicaHelloHeader {
+    /// seal: XxHash3-64 of bytes 16..256, widened
+    pub checksum: u128,
+    /// XxHash3-64 of bytes 256..size, widened (ours: the crate fixes the range only); 0 if header-only
+    pub checksum_body: u128,
+    pub cluster: u128,
+    /// whole frame including this header
+    pub size: u32,
+    pub view: u32,
+    /// always 0: release identity travels only in the handshake
+    pub release: u32,
+    pub command: Command,
+    /// sender
+    pub replica: u8,
+    pub reserved_frame: [u8; 66],
+    /// dialer nonce of the PSK exchange; zero when auth is off
+    pub nonce: [u8; 32],
+    pub identity: ReplicaIdentity,
+}
+impl ReplicaHelloHeader {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 256;
+    /// Byte offset of `checksum`.
+    pub const CHECKSUM_OFFSET: usize = 0;
+    /// Size of `checksum` in bytes.
+    pub const CHECKSUM_SIZE: usize = 16;
+    /// Byte offset of `checksum_body`.
+    pub const CHECKSUM_BODY_OFFSET: usize = 16;
+    /// Size of `checksum_body` in bytes.
+    pub const CHECKSUM_BODY_SIZE: usize = 16;
+    /// Byte offset of `cluster`.
+    pub const CLUSTER_OFFSET: usize = 32;
+    /// Size of `cluster` in bytes.
+    pub const CLUSTER_SIZE: usize = 16;
+    /// Byte offset of `size`.
+    pub const SIZE_OFFSET: usize = 48;
+    /// Size of `size` in bytes.
+    pub const SIZE_SIZE: usize = 4;
+    /// Byte offset of `view`.
+    pub const VIEW_OFFSET: usize = 52;
+    /// Size of `view` in bytes.
+    pub const VIEW_SIZE: usize = 4;
+    /// Byte offset of `release`.
+    pub const RELEASE_OFFSET: usize = 56;
+    /// Size of `release` in bytes.
+    pub const RELEASE_SIZE: usize = 4;
+    /// Byte offset of `command`.
+    pub const COMMAND_OFFSET: usize = 60;
+    /// Size of `command` in bytes.
+    pub const COMMAND_SIZE: usize = 1;
+    /// Byte offset of `replica`.
+    pub const REPLICA_OFFSET: usize = 61;
+    /// Size of `replica` in bytes.
+    pub const REPLICA_SIZE: usize = 1;
+    /// Byte offset of `reserved_frame`.
+    pub const RESERVED_FRAME_OFFSET: usize = 62;
+    /// Size of `reserved_frame` in bytes.
+    pub const RESERVED_FRAME_SIZE: usize = 66;
+    /// Byte offset of `nonce`.
+    pub const NONCE_OFFSET: usize = 128;
+    /// Size of `nonce` in bytes.
+    pub const NONCE_SIZE: usize = 32;
+    /// Byte offset of `reserved`.
+    pub const RESERVED_OFFSET: usize = 160;
+    /// Size of `reserved` in bytes.
+    pub const RESERVED_SIZE: usize = 36;
+    /// Byte offset of `identity`.
+    pub const IDENTITY_OFFSET: usize = 196;
+    /// Size of `identity` in bytes.
+    pub const IDENTITY_SIZE: usize = 60;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
+        }
+        let checksum = <u128>::decode_exact(&buf[0..16])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum",
+            })?;
+        let checksum_body = <u128>::decode_exact(&buf[16..32])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum_body",
+            })?;
+        let cluster = <u128>::decode_exact(&buf[32..48])
+            .map_err(|_| WireError::InvalidValue {
+                field: "cluster",
+            })?;
+        let size = <u32>::decode_exact(&buf[48..52])
+            .map_err(|_| WireError::InvalidValue {
+                field: "size",
+            })?;
+        let view = <u32>::decode_exact(&buf[52..56])
+            .map_err(|_| WireError::InvalidValue {
+                field: "view",
+            })?;
+        let release = <u32>::decode_exact(&buf[56..60])
+            .map_err(|_| WireError::InvalidValue {
+                field: "release",
+            })?;
+        let command = <Command>::decode_exact(&buf[60..61])
+            .map_err(|_| WireError::InvalidValue {
+                field: "command",
+            })?;
+        let replica = <u8>::decode_exact(&buf[61..62])
+            .map_err(|_| WireError::InvalidValue {
+                field: "replica",
+            })?;
+        let reserved_frame = iggy_wire::get_at::<66>(buf, 62);
+        let nonce = iggy_wire::get_at::<32>(buf, 128);
+        if !iggy_wire::is_zero_at(buf, 160, 36) {
+            return Err(WireError::NonZeroReserved {
+                field: "reserved",
+            });
+        }
+        let identity = <ReplicaIdentity>::decode_exact(&buf[196..256])
+            .map_err(|_| WireError::InvalidValue {
+                field: "identity",
+            })?;
+        Ok(Self {
+            checksum,
+            checksum_body,
+            cluster,
+            size,
+            view,
+            release,
+            command,
+            replica,
+            reserved_frame,
+            nonce,
+            identity,
+        })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.checksum.to_wire_bytes());
+        iggy_wire::put_at(out, 16, &self.checksum_body.to_wire_bytes());
+        iggy_wire::put_at(out, 32, &self.cluster.to_wire_bytes());
+        iggy_wire::put_at(out, 48, &self.size.to_wire_bytes());
+        iggy_wire::put_at(out, 52, &self.view.to_wire_bytes());
+        iggy_wire::put_at(out, 56, &self.release.to_wire_bytes());
+        iggy_wire::put_at(out, 60, &self.command.to_wire_bytes());
+        iggy_wire::put_at(out, 61, &self.replica.to_wire_bytes());
+        iggy_wire::put_at(out, 62, &self.reserved_frame);
+        iggy_wire::put_at(out, 128, &self.nonce);
+        out[160..196].fill(0);
+        iggy_wire::put_at(out, 196, &self.identity.to_wire_bytes());
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 256] {
+        let mut b = [0u8; 256];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for ReplicaHelloHeader {
+    /// All-zero bytes.
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 256]).expect("zero bytes decode")
+    }
+}
+const _: () = assert!(ReplicaHelloHeader::SIZE == 256);
+const _: () = assert!(ReplicaHelloHeader::CHECKSUM_OFFSET + 16 <= 256);
+const _: () = assert!(ReplicaHelloHeader::CHECKSUM_BODY_OFFSET + 16 <= 256);
+const _: () = assert!(ReplicaHelloHeader::CLUSTER_OFFSET + 16 <= 256);
+const _: () = assert!(ReplicaHelloHeader::SIZE_OFFSET + 4 <= 256);
+const _: () = assert!(ReplicaHelloHeader::VIEW_OFFSET + 4 <= 256);
+const _: () = assert!(ReplicaHelloHeader::RELEASE_OFFSET + 4 <= 256);
+const _: () = assert!(ReplicaHelloHeader::COMMAND_OFFSET + 1 <= 256);
+const _: () = assert!(ReplicaHelloHeader::REPLICA_OFFSET + 1 <= 256);
+const _: () = assert!(ReplicaHelloHeader::RESERVED_FRAME_OFFSET + 66 <= 256);
+const _: () = assert!(ReplicaHelloHeader::NONCE_OFFSET + 32 <= 256);
+const _: () = assert!(ReplicaHelloHeader::RESERVED_OFFSET + 36 <= 256);
+const _: () = assert!(ReplicaHelloHeader::IDENTITY_OFFSET + 60 <= 256);
+impl iggy_wire::WireJson for ReplicaHelloHeader {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"checksum\":");
+        iggy_wire::WireJson::write_json(&self.checksum, out);
+        out.push_str(",\"checksum_body\":");
+        iggy_wire::WireJson::write_json(&self.checksum_body, out);
+        out.push_str(",\"cluster\":");
+        iggy_wire::WireJson::write_json(&self.cluster, out);
+        out.push_str(",\"size\":");
+        iggy_wire::WireJson::write_json(&self.size, out);
+        out.push_str(",\"view\":");
+        iggy_wire::WireJson::write_json(&self.view, out);
+        out.push_str(",\"release\":");
+        iggy_wire::WireJson::write_json(&self.release, out);
+        out.push_str(",\"command\":");
+        iggy_wire::WireJson::write_json(&self.command, out);
+        out.push_str(",\"replica\":");
+        iggy_wire::WireJson::write_json(&self.replica, out);
+        out.push_str(",\"reserved_frame\":");
+        iggy_wire::WireJson::write_json(&self.reserved_frame, out);
+        out.push_str(",\"nonce\":");
+        iggy_wire::WireJson::write_json(&self.nonce, out);
+        out.push_str(",\"identity\":");
+        iggy_wire::WireJson::write_json(&self.identity, out);
+        out.push('}');
+    }
+}
+impl WireEncode for ReplicaHelloHeader {
+    fn encoded_size(&self) -> usize {
+        256
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for ReplicaHelloHeader {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 256)?;
+        Self::decode_fixed(b)
+    }
+}
+/// Fixed-layout `ReplicaChallengeHeader`, 256 bytes: acceptor -> dialer, always sent: the verdict and the acceptor's own identity. Sealed. Ours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplicaChallengeHeader {
+    /// seal: XxHash3-64 of bytes 16..256, widened
+    pub checksum: u128,
+    /// XxHash3-64 of bytes 256..size, widened (ours: the crate fixes the range only); 0 if header-only
+    pub checksum_body: u128,
+    pub cluster: u128,
+    /// whole frame including this header
+    pub size: u32,
+    pub view: u32,
+    /// always 0: release identity travels only in the handshake
+    pub release: u32,
+    pub command: Command,
+    /// sender
+    pub replica: u8,
+    pub reserved_frame: [u8; 66],
+    /// acceptor nonce of the PSK exchange; zero when auth is off
+    pub nonce: [u8; 32],
+    /// acceptor MAC of the PSK exchange; zero when auth is off
+    pub mac: [u8; 32],
+    pub status: ReplicaHandshakeStatus,
+    pub identity: ReplicaIdentity,
+}
+impl ReplicaChallengeHeader {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 256;
+    /// Byte offset of `checksum`.
+    pub const CHECKSUM_OFFSET: usize = 0;
+    /// Size of `checksum` in bytes.
+    pub const CHECKSUM_SIZE: usize = 16;
+    /// Byte offset of `checksum_body`.
+    pub const CHECKSUM_BODY_OFFSET: usize = 16;
+    /// Size of `checksum_body` in bytes.
+    pub const CHECKSUM_BODY_SIZE: usize = 16;
+    /// Byte offset of `cluster`.
+    pub const CLUSTER_OFFSET: usize = 32;
+    /// Size of `cluster` in bytes.
+    pub const CLUSTER_SIZE: usize = 16;
+    /// Byte offset of `size`.
+    pub const SIZE_OFFSET: usize = 48;
+    /// Size of `size` in bytes.
+    pub const SIZE_SIZE: usize = 4;
+    /// Byte offset of `view`.
+    pub const VIEW_OFFSET: usize = 52;
+    /// Size of `view` in bytes.
+    pub const VIEW_SIZE: usize = 4;
+    /// Byte offset of `release`.
+    pub const RELEASE_OFFSET: usize = 56;
+    /// Size of `release` in bytes.
+    pub const RELEASE_SIZE: usize = 4;
+    /// Byte offset of `command`.
+    pub const COMMAND_OFFSET: usize = 60;
+    /// Size of `command` in bytes.
+    pub const COMMAND_SIZE: usize = 1;
+    /// Byte offset of `replica`.
+    pub const REPLICA_OFFSET: usize = 61;
+    /// Size of `replica` in bytes.
+    pub const REPLICA_SIZE: usize = 1;
+    /// Byte offset of `reserved_frame`.
+    pub const RESERVED_FRAME_OFFSET: usize = 62;
+    /// Size of `reserved_frame` in bytes.
+    pub const RESERVED_FRAME_SIZE: usize = 66;
+    /// Byte offset of `nonce`.
+    pub const NONCE_OFFSET: usize = 128;
+    /// Size of `nonce` in bytes.
+    pub const NONCE_SIZE: usize = 32;
+    /// Byte offset of `mac`.
+    pub const MAC_OFFSET: usize = 160;
+    /// Size of `mac` in bytes.
+    pub const MAC_SIZE: usize = 32;
+    /// Byte offset of `status`.
+    pub const STATUS_OFFSET: usize = 192;
+    /// Size of `status` in bytes.
+    pub const STATUS_SIZE: usize = 1;
+    /// Byte offset of `reserved`.
+    pub const RESERVED_OFFSET: usize = 193;
+    /// Size of `reserved` in bytes.
+    pub const RESERVED_SIZE: usize = 3;
+    /// Byte offset of `identity`.
+    pub const IDENTITY_OFFSET: usize = 196;
+    /// Size of `identity` in bytes.
+    pub const IDENTITY_SIZE: usize = 60;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
+        }
+        let checksum = <u128>::decode_exact(&buf[0..16])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum",
+            })?;
+        let checksum_body = <u128>::decode_exact(&buf[16..32])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum_body",
+            })?;
+        let cluster = <u128>::decode_exact(&buf[32..48])
+            .map_err(|_| WireError::InvalidValue {
+                field: "cluster",
+            })?;
+        let size = <u32>::decode_exact(&buf[48..52])
+            .map_err(|_| WireError::InvalidValue {
+                field: "size",
+            })?;
+        let view = <u32>::decode_exact(&buf[52..56])
+            .map_err(|_| WireError::InvalidValue {
+                field: "view",
+            })?;
+        let release = <u32>::decode_exact(&buf[56..60])
+            .map_err(|_| WireError::InvalidValue {
+                field: "release",
+            })?;
+        let command = <Command>::decode_exact(&buf[60..61])
+            .map_err(|_| WireError::InvalidValue {
+                field: "command",
+            })?;
+        let replica = <u8>::decode_exact(&buf[61..62])
+            .map_err(|_| WireError::InvalidValue {
+                field: "replica",
+            })?;
+        let reserved_frame = iggy_wire::get_at::<66>(buf, 62);
+        let nonce = iggy_wire::get_at::<32>(buf, 128);
+        let mac = iggy_wire::get_at::<32>(buf, 160);
+        let status = <ReplicaHandshakeStatus>::decode_exact(&buf[192..193])
+            .map_err(|_| WireError::InvalidValue {
+                field: "status",
+            })?;
+        if !iggy_wire::is_zero_at(buf, 193, 3) {
+            return Err(WireError::NonZeroReserved {
+                field: "reserved",
+            });
+        }
+        let identity = <ReplicaIdentity>::decode_exact(&buf[196..256])
+            .map_err(|_| WireError::InvalidValue {
+                field: "identity",
+            })?;
+        Ok(Self {
+            checksum,
+            checksum_body,
+            cluster,
+            size,
+            view,
+            release,
+            command,
+            replica,
+            reserved_frame,
+            nonce,
+            mac,
+            status,
+            identity,
+        })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.checksum.to_wire_bytes());
+        iggy_wire::put_at(out, 16, &self.checksum_body.to_wire_bytes());
+        iggy_wire::put_at(out, 32, &self.cluster.to_wire_bytes());
+        iggy_wire::put_at(out, 48, &self.size.to_wire_bytes());
+        iggy_wire::put_at(out, 52, &self.view.to_wire_bytes());
+        iggy_wire::put_at(out, 56, &self.release.to_wire_bytes());
+        iggy_wire::put_at(out, 60, &self.command.to_wire_bytes());
+        iggy_wire::put_at(out, 61, &self.replica.to_wire_bytes());
+        iggy_wire::put_at(out, 62, &self.reserved_frame);
+        iggy_wire::put_at(out, 128, &self.nonce);
+        iggy_wire::put_at(out, 160, &self.mac);
+        iggy_wire::put_at(out, 192, &self.status.to_wire_bytes());
+        out[193..196].fill(0);
+        iggy_wire::put_at(out, 196, &self.identity.to_wire_bytes());
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 256] {
+        let mut b = [0u8; 256];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for ReplicaChallengeHeader {
+    /// All-zero bytes.
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 256]).expect("zero bytes decode")
+    }
+}
+const _: () = assert!(ReplicaChallengeHeader::SIZE == 256);
+const _: () = assert!(ReplicaChallengeHeader::CHECKSUM_OFFSET + 16 <= 256);
+const _: () = assert!(ReplicaChallengeHeader::CHECKSUM_BODY_OFFSET + 16 <= 256);
+const _: () = assert!(ReplicaChallengeHeader::CLUSTER_OFFSET + 16 <= 256);
+const _: () = assert!(ReplicaChallengeHeader::SIZE_OFFSET + 4 <= 256);
+const _: () = assert!(ReplicaChallengeHeader::VIEW_OFFSET + 4 <= 256);
+const _: () = assert!(ReplicaChallengeHeader::RELEASE_OFFSET + 4 <= 256);
+const _: () = assert!(ReplicaChallengeHeader::COMMAND_OFFSET + 1 <= 256);
+const _: () = assert!(ReplicaChallengeHeader::REPLICA_OFFSET + 1 <= 256);
+const _: () = assert!(ReplicaChallengeHeader::RESERVED_FRAME_OFFSET + 66 <= 256);
+const _: () = assert!(ReplicaChallengeHeader::NONCE_OFFSET + 32 <= 256);
+const _: () = assert!(ReplicaChallengeHeader::MAC_OFFSET + 32 <= 256);
+const _: () = assert!(ReplicaChallengeHeader::STATUS_OFFSET + 1 <= 256);
+const _: () = assert!(ReplicaChallengeHeader::RESERVED_OFFSET + 3 <= 256);
+const _: () = assert!(ReplicaChallengeHeader::IDENTITY_OFFSET + 60 <= 256);
+impl iggy_wire::WireJson for ReplicaChallengeHeader {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"checksum\":");
+        iggy_wire::WireJson::write_json(&self.checksum, out);
+        out.push_str(",\"checksum_body\":");
+        iggy_wire::WireJson::write_json(&self.checksum_body, out);
+        out.push_str(",\"cluster\":");
+        iggy_wire::WireJson::write_json(&self.cluster, out);
+        out.push_str(",\"size\":");
+        iggy_wire::WireJson::write_json(&self.size, out);
+        out.push_str(",\"view\":");
+        iggy_wire::WireJson::write_json(&self.view, out);
+        out.push_str(",\"release\":");
+        iggy_wire::WireJson::write_json(&self.release, out);
+        out.push_str(",\"command\":");
+        iggy_wire::WireJson::write_json(&self.command, out);
+        out.push_str(",\"replica\":");
+        iggy_wire::WireJson::write_json(&self.replica, out);
+        out.push_str(",\"reserved_frame\":");
+        iggy_wire::WireJson::write_json(&self.reserved_frame, out);
+        out.push_str(",\"nonce\":");
+        iggy_wire::WireJson::write_json(&self.nonce, out);
+        out.push_str(",\"mac\":");
+        iggy_wire::WireJson::write_json(&self.mac, out);
+        out.push_str(",\"status\":");
+        iggy_wire::WireJson::write_json(&self.status, out);
+        out.push_str(",\"identity\":");
+        iggy_wire::WireJson::write_json(&self.identity, out);
+        out.push('}');
+    }
+}
+impl WireEncode for ReplicaChallengeHeader {
+    fn encoded_size(&self) -> usize {
+        256
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for ReplicaChallengeHeader {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 256)?;
+        Self::decode_fixed(b)
+    }
+}
+/// Fixed-layout `ReplicaFinishHeader`, 256 bytes: dialer -> acceptor, PSK mode only: the dialer's MAC. Sealed. Ours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplicaFinishHeader {
+    /// seal: XxHash3-64 of bytes 16..256, widened
+    pub checksum: u128,
+    /// XxHash3-64 of bytes 256..size, widened (ours: the crate fixes the range only); 0 if header-only
+    pub checksum_body: u128,
+    pub cluster: u128,
+    /// whole frame including this header
+    pub size: u32,
+    pub view: u32,
+    /// always 0: release identity travels only in the handshake
+    pub release: u32,
+    pub command: Command,
+    /// sender
+    pub replica: u8,
+    pub reserved_frame: [u8; 66],
+    pub mac: [u8; 32],
+}
+impl ReplicaFinishHeader {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 256;
+    /// Byte offset of `checksum`.
+    pub const CHECKSUM_OFFSET: usize = 0;
+    /// Size of `checksum` in bytes.
+    pub const CHECKSUM_SIZE: usize = 16;
+    /// Byte offset of `checksum_body`.
+    pub const CHECKSUM_BODY_OFFSET: usize = 16;
+    /// Size of `checksum_body` in bytes.
+    pub const CHECKSUM_BODY_SIZE: usize = 16;
+    /// Byte offset of `cluster`.
+    pub const CLUSTER_OFFSET: usize = 32;
+    /// Size of `cluster` in bytes.
+    pub const CLUSTER_SIZE: usize = 16;
+    /// Byte offset of `size`.
+    pub const SIZE_OFFSET: usize = 48;
+    /// Size of `size` in bytes.
+    pub const SIZE_SIZE: usize = 4;
+    /// Byte offset of `view`.
+    pub const VIEW_OFFSET: usize = 52;
+    /// Size of `view` in bytes.
+    pub const VIEW_SIZE: usize = 4;
+    /// Byte offset of `release`.
+    pub const RELEASE_OFFSET: usize = 56;
+    /// Size of `release` in bytes.
+    pub const RELEASE_SIZE: usize = 4;
+    /// Byte offset of `command`.
+    pub const COMMAND_OFFSET: usize = 60;
+    /// Size of `command` in bytes.
+    pub const COMMAND_SIZE: usize = 1;
+    /// Byte offset of `replica`.
+    pub const REPLICA_OFFSET: usize = 61;
+    /// Size of `replica` in bytes.
+    pub const REPLICA_SIZE: usize = 1;
+    /// Byte offset of `reserved_frame`.
+    pub const RESERVED_FRAME_OFFSET: usize = 62;
+    /// Size of `reserved_frame` in bytes.
+    pub const RESERVED_FRAME_SIZE: usize = 66;
+    /// Byte offset of `mac`.
+    pub const MAC_OFFSET: usize = 128;
+    /// Size of `mac` in bytes.
+    pub const MAC_SIZE: usize = 32;
+    /// Byte offset of `reserved`.
+    pub const RESERVED_OFFSET: usize = 160;
+    /// Size of `reserved` in bytes.
+    pub const RESERVED_SIZE: usize = 96;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
+        }
+        let checksum = <u128>::decode_exact(&buf[0..16])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum",
+            })?;
+        let checksum_body = <u128>::decode_exact(&buf[16..32])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum_body",
+            })?;
+        let cluster = <u128>::decode_exact(&buf[32..48])
+            .map_err(|_| WireError::InvalidValue {
+                field: "cluster",
+            })?;
+        let size = <u32>::decode_exact(&buf[48..52])
+            .map_err(|_| WireError::InvalidValue {
+                field: "size",
+            })?;
+        let view = <u32>::decode_exact(&buf[52..56])
+            .map_err(|_| WireError::InvalidValue {
+                field: "view",
+            })?;
+        let release = <u32>::decode_exact(&buf[56..60])
+            .map_err(|_| WireError::InvalidValue {
+                field: "release",
+            })?;
+        let command = <Command>::decode_exact(&buf[60..61])
+            .map_err(|_| WireError::InvalidValue {
+                field: "command",
+            })?;
+        let replica = <u8>::decode_exact(&buf[61..62])
+            .map_err(|_| WireError::InvalidValue {
+                field: "replica",
+            })?;
+        let reserved_frame = iggy_wire::get_at::<66>(buf, 62);
+        let mac = iggy_wire::get_at::<32>(buf, 128);
+        if !iggy_wire::is_zero_at(buf, 160, 96) {
+            return Err(WireError::NonZeroReserved {
+                field: "reserved",
+            });
+        }
+        Ok(Self {
+            checksum,
+            checksum_body,
+            cluster,
+            size,
+            view,
+            release,
+            command,
+            replica,
+            reserved_frame,
+            mac,
+        })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.checksum.to_wire_bytes());
+        iggy_wire::put_at(out, 16, &self.checksum_body.to_wire_bytes());
+        iggy_wire::put_at(out, 32, &self.cluster.to_wire_bytes());
+        iggy_wire::put_at(out, 48, &self.size.to_wire_bytes());
+        iggy_wire::put_at(out, 52, &self.view.to_wire_bytes());
+        iggy_wire::put_at(out, 56, &self.release.to_wire_bytes());
+        iggy_wire::put_at(out, 60, &self.command.to_wire_bytes());
+        iggy_wire::put_at(out, 61, &self.replica.to_wire_bytes());
+        iggy_wire::put_at(out, 62, &self.reserved_frame);
+        iggy_wire::put_at(out, 128, &self.mac);
+        out[160..256].fill(0);
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 256] {
+        let mut b = [0u8; 256];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for ReplicaFinishHeader {
+    /// All-zero bytes.
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 256]).expect("zero bytes decode")
+    }
+}
+const _: () = assert!(ReplicaFinishHeader::SIZE == 256);
+const _: () = assert!(ReplicaFinishHeader::CHECKSUM_OFFSET + 16 <= 256);
+const _: () = assert!(ReplicaFinishHeader::CHECKSUM_BODY_OFFSET + 16 <= 256);
+const _: () = assert!(ReplicaFinishHeader::CLUSTER_OFFSET + 16 <= 256);
+const _: () = assert!(ReplicaFinishHeader::SIZE_OFFSET + 4 <= 256);
+const _: () = assert!(ReplicaFinishHeader::VIEW_OFFSET + 4 <= 256);
+const _: () = assert!(ReplicaFinishHeader::RELEASE_OFFSET + 4 <= 256);
+const _: () = assert!(ReplicaFinishHeader::COMMAND_OFFSET + 1 <= 256);
+const _: () = assert!(ReplicaFinishHeader::REPLICA_OFFSET + 1 <= 256);
+const _: () = assert!(ReplicaFinishHeader::RESERVED_FRAME_OFFSET + 66 <= 256);
+const _: () = assert!(ReplicaFinishHeader::MAC_OFFSET + 32 <= 256);
+const _: () = assert!(ReplicaFinishHeader::RESERVED_OFFSET + 96 <= 256);
+impl iggy_wire::WireJson for ReplicaFinishHeader {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"checksum\":");
+        iggy_wire::WireJson::write_json(&self.checksum, out);
+        out.push_str(",\"checksum_body\":");
+        iggy_wire::WireJson::write_json(&self.checksum_body, out);
+        out.push_str(",\"cluster\":");
+        iggy_wire::WireJson::write_json(&self.cluster, out);
+        out.push_str(",\"size\":");
+        iggy_wire::WireJson::write_json(&self.size, out);
+        out.push_str(",\"view\":");
+        iggy_wire::WireJson::write_json(&self.view, out);
+        out.push_str(",\"release\":");
+        iggy_wire::WireJson::write_json(&self.release, out);
+        out.push_str(",\"command\":");
+        iggy_wire::WireJson::write_json(&self.command, out);
+        out.push_str(",\"replica\":");
+        iggy_wire::WireJson::write_json(&self.replica, out);
+        out.push_str(",\"reserved_frame\":");
+        iggy_wire::WireJson::write_json(&self.reserved_frame, out);
+        out.push_str(",\"mac\":");
+        iggy_wire::WireJson::write_json(&self.mac, out);
+        out.push('}');
+    }
+}
+impl WireEncode for ReplicaFinishHeader {
+    fn encoded_size(&self) -> usize {
+        256
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for ReplicaFinishHeader {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 256)?;
+        Self::decode_fixed(b)
+    }
+}
+/// Fixed-layout `RequestStartViewHeader`, 256 bytes: recovering replica -> all: resend the current StartView, echoing my per-boot nonce. Header only. Sealed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestStartViewHeader {
+    /// seal: XxHash3-64 of bytes 16..256, widened
+    pub checksum: u128,
+    /// XxHash3-64 of bytes 256..size, widened (ours: the crate fixes the range only); 0 if header-only
+    pub checksum_body: u128,
+    pub cluster: u128,
+    /// whole frame including this header
+    pub size: u32,
+    pub view: u32,
+    /// always 0: release identity travels only in the handshake
+    pub release: u32,
+    pub command: Command,
+    /// sender
+    pub replica: u8,
+    pub reserved_frame: [u8; 66],
+    pub group: u64,
+    pub partition_incarnation: u64,
+    /// per-boot nonce, echoed by the answering StartView
+    pub incarnation: u128,
+}
+impl RequestStartViewHeader {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 256;
+    /// Byte offset of `checksum`.
+    pub const CHECKSUM_OFFSET: usize = 0;
+    /// Size of `checksum` in bytes.
+    pub const CHECKSUM_SIZE: usize = 16;
+    /// Byte offset of `checksum_body`.
+    pub const CHECKSUM_BODY_OFFSET: usize = 16;
+    /// Size of `checksum_body` in bytes.
+    pub const CHECKSUM_BODY_SIZE: usize = 16;
+    /// Byte offset of `cluster`.
+    pub const CLUSTER_OFFSET: usize = 32;
+    /// Size of `cluster` in bytes.
+    pub const CLUSTER_SIZE: usize = 16;
+    /// Byte offset of `size`.
+    pub const SIZE_OFFSET: usize = 48;
+    /// Size of `size` in bytes.
+    pub const SIZE_SIZE: usize = 4;
+    /// Byte offset of `view`.
+    pub const VIEW_OFFSET: usize = 52;
+    /// Size of `view` in bytes.
+    pub const VIEW_SIZE: usize = 4;
+    /// Byte offset of `release`.
+    pub const RELEASE_OFFSET: usize = 56;
+    /// Size of `release` in bytes.
+    pub const RELEASE_SIZE: usize = 4;
+    /// Byte offset of `command`.
+    pub const COMMAND_OFFSET: usize = 60;
+    /// Size of `command` in bytes.
+    pub const COMMAND_SIZE: usize = 1;
+    /// Byte offset of `replica`.
+    pub const REPLICA_OFFSET: usize = 61;
+    /// Size of `replica` in bytes.
+    pub const REPLICA_SIZE: usize = 1;
+    /// Byte offset of `reserved_frame`.
+    pub const RESERVED_FRAME_OFFSET: usize = 62;
+    /// Size of `reserved_frame` in bytes.
+    pub const RESERVED_FRAME_SIZE: usize = 66;
+    /// Byte offset of `group`.
+    pub const GROUP_OFFSET: usize = 128;
+    /// Size of `group` in bytes.
+    pub const GROUP_SIZE: usize = 8;
+    /// Byte offset of `partition_incarnation`.
+    pub const PARTITION_INCARNATION_OFFSET: usize = 136;
+    /// Size of `partition_incarnation` in bytes.
+    pub const PARTITION_INCARNATION_SIZE: usize = 8;
+    /// Byte offset of `reserved`.
+    pub const RESERVED_OFFSET: usize = 144;
+    /// Size of `reserved` in bytes.
+    pub const RESERVED_SIZE: usize = 96;
+    /// Byte offset of `incarnation`.
+    pub const INCARNATION_OFFSET: usize = 240;
+    /// Size of `incarnation` in bytes.
+    pub const INCARNATION_SIZE: usize = 16;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
+        }
+        let checksum = <u128>::decode_exact(&buf[0..16])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum",
+            })?;
+        let checksum_body = <u128>::decode_exact(&buf[16..32])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum_body",
+            })?;
+        let cluster = <u128>::decode_exact(&buf[32..48])
+            .map_err(|_| WireError::InvalidValue {
+                field: "cluster",
+            })?;
+        let size = <u32>::decode_exact(&buf[48..52])
+            .map_err(|_| WireError::InvalidValue {
+                field: "size",
+            })?;
+        let view = <u32>::decode_exact(&buf[52..56])
+            .map_err(|_| WireError::InvalidValue {
+                field: "view",
+            })?;
+        let release = <u32>::decode_exact(&buf[56..60])
+            .map_err(|_| WireError::InvalidValue {
+                field: "release",
+            })?;
+        let command = <Command>::decode_exact(&buf[60..61])
+            .map_err(|_| WireError::InvalidValue {
+                field: "command",
+            })?;
+        let replica = <u8>::decode_exact(&buf[61..62])
+            .map_err(|_| WireError::InvalidValue {
+                field: "replica",
+            })?;
+        let reserved_frame = iggy_wire::get_at::<66>(buf, 62);
+        let group = <u64>::decode_exact(&buf[128..136])
+            .map_err(|_| WireError::InvalidValue {
+                field: "group",
+            })?;
+        let partition_incarnation = <u64>::decode_exact(&buf[136..144])
+            .map_err(|_| WireError::InvalidValue {
+                field: "partition_incarnation",
+            })?;
+        if !iggy_wire::is_zero_at(buf, 144, 96) {
+            return Err(WireError::NonZeroReserved {
+                field: "reserved",
+            });
+        }
+        let incarnation = <u128>::decode_exact(&buf[240..256])
+            .map_err(|_| WireError::InvalidValue {
+                field: "incarnation",
+            })?;
+        Ok(Self {
+            checksum,
+            checksum_body,
+            cluster,
+            size,
+            view,
+            release,
+            command,
+            replica,
+            reserved_frame,
+            group,
+            partition_incarnation,
+            incarnation,
+        })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.checksum.to_wire_bytes());
+        iggy_wire::put_at(out, 16, &self.checksum_body.to_wire_bytes());
+        iggy_wire::put_at(out, 32, &self.cluster.to_wire_bytes());
+        iggy_wire::put_at(out, 48, &self.size.to_wire_bytes());
+        iggy_wire::put_at(out, 52, &self.view.to_wire_bytes());
+        iggy_wire::put_at(out, 56, &self.release.to_wire_bytes());
+        iggy_wire::put_at(out, 60, &self.command.to_wire_bytes());
+        iggy_wire::put_at(out, 61, &self.replica.to_wire_bytes());
+        iggy_wire::put_at(out, 62, &self.reserved_frame);
+        iggy_wire::put_at(out, 128, &self.group.to_wire_bytes());
+        iggy_wire::put_at(out, 136, &self.partition_incarnation.to_wire_bytes());
+        out[144..240].fill(0);
+        iggy_wire::put_at(out, 240, &self.incarnation.to_wire_bytes());
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 256] {
+        let mut b = [0u8; 256];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for RequestStartViewHeader {
+    /// All-zero bytes.
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 256]).expect("zero bytes decode")
+    }
+}
+const _: () = assert!(RequestStartViewHeader::SIZE == 256);
+const _: () = assert!(RequestStartViewHeader::CHECKSUM_OFFSET + 16 <= 256);
+const _: () = assert!(RequestStartViewHeader::CHECKSUM_BODY_OFFSET + 16 <= 256);
+const _: () = assert!(RequestStartViewHeader::CLUSTER_OFFSET + 16 <= 256);
+const _: () = assert!(RequestStartViewHeader::SIZE_OFFSET + 4 <= 256);
+const _: () = assert!(RequestStartViewHeader::VIEW_OFFSET + 4 <= 256);
+const _: () = assert!(RequestStartViewHeader::RELEASE_OFFSET + 4 <= 256);
+const _: () = assert!(RequestStartViewHeader::COMMAND_OFFSET + 1 <= 256);
+const _: () = assert!(RequestStartViewHeader::REPLICA_OFFSET + 1 <= 256);
+const _: () = assert!(RequestStartViewHeader::RESERVED_FRAME_OFFSET + 66 <= 256);
+const _: () = assert!(RequestStartViewHeader::GROUP_OFFSET + 8 <= 256);
+const _: () = assert!(RequestStartViewHeader::PARTITION_INCARNATION_OFFSET + 8 <= 256);
+const _: () = assert!(RequestStartViewHeader::RESERVED_OFFSET + 96 <= 256);
+const _: () = assert!(RequestStartViewHeader::INCARNATION_OFFSET + 16 <= 256);
+impl iggy_wire::WireJson for RequestStartViewHeader {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"checksum\":");
+        iggy_wire::WireJson::write_json(&self.checksum, out);
+        out.push_str(",\"checksum_body\":");
+        iggy_wire::WireJson::write_json(&self.checksum_body, out);
+        out.push_str(",\"cluster\":");
+        iggy_wire::WireJson::write_json(&self.cluster, out);
+        out.push_str(",\"size\":");
+        iggy_wire::WireJson::write_json(&self.size, out);
+        out.push_str(",\"view\":");
+        iggy_wire::WireJson::write_json(&self.view, out);
+        out.push_str(",\"release\":");
+        iggy_wire::WireJson::write_json(&self.release, out);
+        out.push_str(",\"command\":");
+        iggy_wire::WireJson::write_json(&self.command, out);
+        out.push_str(",\"replica\":");
+        iggy_wire::WireJson::write_json(&self.replica, out);
+        out.push_str(",\"reserved_frame\":");
+        iggy_wire::WireJson::write_json(&self.reserved_frame, out);
+        out.push_str(",\"group\":");
+        iggy_wire::WireJson::write_json(&self.group, out);
+        out.push_str(",\"partition_incarnation\":");
+        iggy_wire::WireJson::write_json(&self.partition_incarnation, out);
+        out.push_str(",\"incarnation\":");
+        iggy_wire::WireJson::write_json(&self.incarnation, out);
+        out.push('}');
+    }
+}
+impl WireEncode for RequestStartViewHeader {
+    fn encoded_size(&self) -> usize {
+        256
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for RequestStartViewHeader {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 256)?;
+        Self::decode_fixed(b)
+    }
+}
+/// Fixed-layout `RequestPreparesHeader`, 256 bytes: lagging replica -> primary first: send prepares from_op..=to_op (1-based, non-empty). Header only. Sealed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestPreparesHeader {
+    /// seal: XxHash3-64 of bytes 16..256, widened
+    pub checksum: u128,
+    /// XxHash3-64 of bytes 256..size, widened (ours: the crate fixes the range only); 0 if header-only
+    pub checksum_body: u128,
+    pub cluster: u128,
+    /// whole frame including this header
+    pub size: u32,
+    pub view: u32,
+    /// always 0: release identity travels only in the handshake
+    pub release: u32,
+    pub command: Command,
+    /// sender
+    pub replica: u8,
+    pub reserved_frame: [u8; 66],
+    pub nonce: u128,
+    pub from_op: u64,
+    pub to_op: u64,
+    pub group: u64,
+    pub partition_incarnation: u64,
+}
+impl RequestPreparesHeader {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 256;
+    /// Byte offset of `checksum`.
+    pub const CHECKSUM_OFFSET: usize = 0;
+    /// Size of `checksum` in bytes.
+    pub const CHECKSUM_SIZE: usize = 16;
+    /// Byte offset of `checksum_body`.
+    pub const CHECKSUM_BODY_OFFSET: usize = 16;
+    /// Size of `checksum_body` in bytes.
+    pub const CHECKSUM_BODY_SIZE: usize = 16;
+    /// Byte offset of `cluster`.
+    pub const CLUSTER_OFFSET: usize = 32;
+    /// Size of `cluster` in bytes.
+    pub const CLUSTER_SIZE: usize = 16;
+    /// Byte offset of `size`.
+    pub const SIZE_OFFSET: usize = 48;
+    /// Size of `size` in bytes.
+    pub const SIZE_SIZE: usize = 4;
+    /// Byte offset of `view`.
+    pub const VIEW_OFFSET: usize = 52;
+    /// Size of `view` in bytes.
+    pub const VIEW_SIZE: usize = 4;
+    /// Byte offset of `release`.
+    pub const RELEASE_OFFSET: usize = 56;
+    /// Size of `release` in bytes.
+    pub const RELEASE_SIZE: usize = 4;
+    /// Byte offset of `command`.
+    pub const COMMAND_OFFSET: usize = 60;
+    /// Size of `command` in bytes.
+    pub const COMMAND_SIZE: usize = 1;
+    /// Byte offset of `replica`.
+    pub const REPLICA_OFFSET: usize = 61;
+    /// Size of `replica` in bytes.
+    pub const REPLICA_SIZE: usize = 1;
+    /// Byte offset of `reserved_frame`.
+    pub const RESERVED_FRAME_OFFSET: usize = 62;
+    /// Size of `reserved_frame` in bytes.
+    pub const RESERVED_FRAME_SIZE: usize = 66;
+    /// Byte offset of `nonce`.
+    pub const NONCE_OFFSET: usize = 128;
+    /// Size of `nonce` in bytes.
+    pub const NONCE_SIZE: usize = 16;
+    /// Byte offset of `from_op`.
+    pub const FROM_OP_OFFSET: usize = 144;
+    /// Size of `from_op` in bytes.
+    pub const FROM_OP_SIZE: usize = 8;
+    /// Byte offset of `to_op`.
+    pub const TO_OP_OFFSET: usize = 152;
+    /// Size of `to_op` in bytes.
+    pub const TO_OP_SIZE: usize = 8;
+    /// Byte offset of `group`.
+    pub const GROUP_OFFSET: usize = 160;
+    /// Size of `group` in bytes.
+    pub const GROUP_SIZE: usize = 8;
+    /// Byte offset of `partition_incarnation`.
+    pub const PARTITION_INCARNATION_OFFSET: usize = 168;
+    /// Size of `partition_incarnation` in bytes.
+    pub const PARTITION_INCARNATION_SIZE: usize = 8;
+    /// Byte offset of `reserved`.
+    pub const RESERVED_OFFSET: usize = 176;
+    /// Size of `reserved` in bytes.
+    pub const RESERVED_SIZE: usize = 80;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
+        }
+        let checksum = <u128>::decode_exact(&buf[0..16])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum",
+            })?;
+        let checksum_body = <u128>::decode_exact(&buf[16..32])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum_body",
+            })?;
+        let cluster = <u128>::decode_exact(&buf[32..48])
+            .map_err(|_| WireError::InvalidValue {
+                field: "cluster",
+            })?;
+        let size = <u32>::decode_exact(&buf[48..52])
+            .map_err(|_| WireError::InvalidValue {
+                field: "size",
+            })?;
+        let view = <u32>::decode_exact(&buf[52..56])
+            .map_err(|_| WireError::InvalidValue {
+                field: "view",
+            })?;
+        let release = <u32>::decode_exact(&buf[56..60])
+            .map_err(|_| WireError::InvalidValue {
+                field: "release",
+            })?;
+        let command = <Command>::decode_exact(&buf[60..61])
+            .map_err(|_| WireError::InvalidValue {
+                field: "command",
+            })?;
+        let replica = <u8>::decode_exact(&buf[61..62])
+            .map_err(|_| WireError::InvalidValue {
+                field: "replica",
+            })?;
+        let reserved_frame = iggy_wire::get_at::<66>(buf, 62);
+        let nonce = <u128>::decode_exact(&buf[128..144])
+            .map_err(|_| WireError::InvalidValue {
+                field: "nonce",
+            })?;
+        let from_op = <u64>::decode_exact(&buf[144..152])
+            .map_err(|_| WireError::InvalidValue {
+                field: "from_op",
+            })?;
+        let to_op = <u64>::decode_exact(&buf[152..160])
+            .map_err(|_| WireError::InvalidValue {
+                field: "to_op",
+            })?;
+        let group = <u64>::decode_exact(&buf[160..168])
+            .map_err(|_| WireError::InvalidValue {
+                field: "group",
+            })?;
+        let partition_incarnation = <u64>::decode_exact(&buf[168..176])
+            .map_err(|_| WireError::InvalidValue {
+                field: "partition_incarnation",
+            })?;
+        if !iggy_wire::is_zero_at(buf, 176, 80) {
+            return Err(WireError::NonZeroReserved {
+                field: "reserved",
+            });
+        }
+        Ok(Self {
+            checksum,
+            checksum_body,
+            cluster,
+            size,
+            view,
+            release,
+            command,
+            replica,
+            reserved_frame,
+            nonce,
+            from_op,
+            to_op,
+            group,
+            partition_incarnation,
+        })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.checksum.to_wire_bytes());
+        iggy_wire::put_at(out, 16, &self.checksum_body.to_wire_bytes());
+        iggy_wire::put_at(out, 32, &self.cluster.to_wire_bytes());
+        iggy_wire::put_at(out, 48, &self.size.to_wire_bytes());
+        iggy_wire::put_at(out, 52, &self.view.to_wire_bytes());
+        iggy_wire::put_at(out, 56, &self.release.to_wire_bytes());
+        iggy_wire::put_at(out, 60, &self.command.to_wire_bytes());
+        iggy_wire::put_at(out, 61, &self.replica.to_wire_bytes());
+        iggy_wire::put_at(out, 62, &self.reserved_frame);
+        iggy_wire::put_at(out, 128, &self.nonce.to_wire_bytes());
+        iggy_wire::put_at(out, 144, &self.from_op.to_wire_bytes());
+        iggy_wire::put_at(out, 152, &self.to_op.to_wire_bytes());
+        iggy_wire::put_at(out, 160, &self.group.to_wire_bytes());
+        iggy_wire::put_at(out, 168, &self.partition_incarnation.to_wire_bytes());
+        out[176..256].fill(0);
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 256] {
+        let mut b = [0u8; 256];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for RequestPreparesHeader {
+    /// All-zero bytes.
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 256]).expect("zero bytes decode")
+    }
+}
+const _: () = assert!(RequestPreparesHeader::SIZE == 256);
+const _: () = assert!(RequestPreparesHeader::CHECKSUM_OFFSET + 16 <= 256);
+const _: () = assert!(RequestPreparesHeader::CHECKSUM_BODY_OFFSET + 16 <= 256);
+const _: () = assert!(RequestPreparesHeader::CLUSTER_OFFSET + 16 <= 256);
+const _: () = assert!(RequestPreparesHeader::SIZE_OFFSET + 4 <= 256);
+const _: () = assert!(RequestPreparesHeader::VIEW_OFFSET + 4 <= 256);
+const _: () = assert!(RequestPreparesHeader::RELEASE_OFFSET + 4 <= 256);
+const _: () = assert!(RequestPreparesHeader::COMMAND_OFFSET + 1 <= 256);
+const _: () = assert!(RequestPreparesHeader::REPLICA_OFFSET + 1 <= 256);
+const _: () = assert!(RequestPreparesHeader::RESERVED_FRAME_OFFSET + 66 <= 256);
+const _: () = assert!(RequestPreparesHeader::NONCE_OFFSET + 16 <= 256);
+const _: () = assert!(RequestPreparesHeader::FROM_OP_OFFSET + 8 <= 256);
+const _: () = assert!(RequestPreparesHeader::TO_OP_OFFSET + 8 <= 256);
+const _: () = assert!(RequestPreparesHeader::GROUP_OFFSET + 8 <= 256);
+const _: () = assert!(RequestPreparesHeader::PARTITION_INCARNATION_OFFSET + 8 <= 256);
+const _: () = assert!(RequestPreparesHeader::RESERVED_OFFSET + 80 <= 256);
+impl iggy_wire::WireJson for RequestPreparesHeader {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"checksum\":");
+        iggy_wire::WireJson::write_json(&self.checksum, out);
+        out.push_str(",\"checksum_body\":");
+        iggy_wire::WireJson::write_json(&self.checksum_body, out);
+        out.push_str(",\"cluster\":");
+        iggy_wire::WireJson::write_json(&self.cluster, out);
+        out.push_str(",\"size\":");
+        iggy_wire::WireJson::write_json(&self.size, out);
+        out.push_str(",\"view\":");
+        iggy_wire::WireJson::write_json(&self.view, out);
+        out.push_str(",\"release\":");
+        iggy_wire::WireJson::write_json(&self.release, out);
+        out.push_str(",\"command\":");
+        iggy_wire::WireJson::write_json(&self.command, out);
+        out.push_str(",\"replica\":");
+        iggy_wire::WireJson::write_json(&self.replica, out);
+        out.push_str(",\"reserved_frame\":");
+        iggy_wire::WireJson::write_json(&self.reserved_frame, out);
+        out.push_str(",\"nonce\":");
+        iggy_wire::WireJson::write_json(&self.nonce, out);
+        out.push_str(",\"from_op\":");
+        iggy_wire::WireJson::write_json(&self.from_op, out);
+        out.push_str(",\"to_op\":");
+        iggy_wire::WireJson::write_json(&self.to_op, out);
+        out.push_str(",\"group\":");
+        iggy_wire::WireJson::write_json(&self.group, out);
+        out.push_str(",\"partition_incarnation\":");
+        iggy_wire::WireJson::write_json(&self.partition_incarnation, out);
+        out.push('}');
+    }
+}
+impl WireEncode for RequestPreparesHeader {
+    fn encoded_size(&self) -> usize {
+        256
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for RequestPreparesHeader {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 256)?;
+        Self::decode_fixed(b)
+    }
+}
+/// Fixed-layout `RepairPrepareHeader`, 256 bytes: repair peer -> requester: one stored prepare, PrepareHeader with command 19. Identity checksum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RepairPrepareHeader {
+    pub prepare: PrepareHeader,
+}
+impl RepairPrepareHeader {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 256;
+    /// Byte offset of `prepare`.
+    pub const PREPARE_OFFSET: usize = 0;
+    /// Size of `prepare` in bytes.
+    pub const PREPARE_SIZE: usize = 256;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
+        }
+        let prepare = <PrepareHeader>::decode_exact(&buf[0..256])
+            .map_err(|_| WireError::InvalidValue {
+                field: "prepare",
+            })?;
+        Ok(Self { prepare })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.prepare.to_wire_bytes());
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 256] {
+        let mut b = [0u8; 256];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for RepairPrepareHeader {
+    /// All-zero bytes.
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 256]).expect("zero bytes decode")
+    }
+}
+const _: () = assert!(RepairPrepareHeader::SIZE == 256);
+const _: () = assert!(RepairPrepareHeader::PREPARE_OFFSET + 256 <= 256);
+impl iggy_wire::WireJson for RepairPrepareHeader {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"prepare\":");
+        iggy_wire::WireJson::write_json(&self.prepare, out);
+        out.push('}');
+    }
+}
+impl WireEncode for RepairPrepareHeader {
+    fn encoded_size(&self) -> usize {
+        256
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for RepairPrepareHeader {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 256)?;
+        Self::decode_fixed(b)
+    }
+}
+/// Fixed-layout `RepairRangeReplyHeader`, 256 bytes: repair terminator: RepairDone (op = last served) or RangeEvicted (op = oldest retained). Header only. Sealed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RepairRangeReplyHeader {
+    /// seal: XxHash3-64 of bytes 16..256, widened
+    pub checksum: u128,
+    /// XxHash3-64 of bytes 256..size, widened (ours: the crate fixes the range only); 0 if header-only
+    pub checksum_body: u128,
+    pub cluster: u128,
+    /// whole frame including this header
+    pub size: u32,
+    pub view: u32,
+    /// always 0: release identity travels only in the handshake
+    pub release: u32,
+    pub command: Command,
+    /// sender
+    pub replica: u8,
+    pub reserved_frame: [u8; 66],
+    /// echo of RequestPrepares
+    pub nonce: u128,
+    pub op: u64,
+    pub group: u64,
+    pub partition_incarnation: u64,
+}
+impl RepairRangeReplyHeader {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 256;
+    /// Byte offset of `checksum`.
+    pub const CHECKSUM_OFFSET: usize = 0;
+    /// Size of `checksum` in bytes.
+    pub const CHECKSUM_SIZE: usize = 16;
+    /// Byte offset of `checksum_body`.
+    pub const CHECKSUM_BODY_OFFSET: usize = 16;
+    /// Size of `checksum_body` in bytes.
+    pub const CHECKSUM_BODY_SIZE: usize = 16;
+    /// Byte offset of `cluster`.
+    pub const CLUSTER_OFFSET: usize = 32;
+    /// Size of `cluster` in bytes.
+    pub const CLUSTER_SIZE: usize = 16;
+    /// Byte offset of `size`.
+    pub const SIZE_OFFSET: usize = 48;
+    /// Size of `size` in bytes.
+    pub const SIZE_SIZE: usize = 4;
+    /// Byte offset of `view`.
+    pub const VIEW_OFFSET: usize = 52;
+    /// Size of `view` in bytes.
+    pub const VIEW_SIZE: usize = 4;
+    /// Byte offset of `release`.
+    pub const RELEASE_OFFSET: usize = 56;
+    /// Size of `release` in bytes.
+    pub const RELEASE_SIZE: usize = 4;
+    /// Byte offset of `command`.
+    pub const COMMAND_OFFSET: usize = 60;
+    /// Size of `command` in bytes.
+    pub const COMMAND_SIZE: usize = 1;
+    /// Byte offset of `replica`.
+    pub const REPLICA_OFFSET: usize = 61;
+    /// Size of `replica` in bytes.
+    pub const REPLICA_SIZE: usize = 1;
+    /// Byte offset of `reserved_frame`.
+    pub const RESERVED_FRAME_OFFSET: usize = 62;
+    /// Size of `reserved_frame` in bytes.
+    pub const RESERVED_FRAME_SIZE: usize = 66;
+    /// Byte offset of `nonce`.
+    pub const NONCE_OFFSET: usize = 128;
+    /// Size of `nonce` in bytes.
+    pub const NONCE_SIZE: usize = 16;
+    /// Byte offset of `op`.
+    pub const OP_OFFSET: usize = 144;
+    /// Size of `op` in bytes.
+    pub const OP_SIZE: usize = 8;
+    /// Byte offset of `group`.
+    pub const GROUP_OFFSET: usize = 152;
+    /// Size of `group` in bytes.
+    pub const GROUP_SIZE: usize = 8;
+    /// Byte offset of `partition_incarnation`.
+    pub const PARTITION_INCARNATION_OFFSET: usize = 160;
+    /// Size of `partition_incarnation` in bytes.
+    pub const PARTITION_INCARNATION_SIZE: usize = 8;
+    /// Byte offset of `reserved`.
+    pub const RESERVED_OFFSET: usize = 168;
+    /// Size of `reserved` in bytes.
+    pub const RESERVED_SIZE: usize = 88;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
+        }
+        let checksum = <u128>::decode_exact(&buf[0..16])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum",
+            })?;
+        let checksum_body = <u128>::decode_exact(&buf[16..32])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum_body",
+            })?;
+        let cluster = <u128>::decode_exact(&buf[32..48])
+            .map_err(|_| WireError::InvalidValue {
+                field: "cluster",
+            })?;
+        let size = <u32>::decode_exact(&buf[48..52])
+            .map_err(|_| WireError::InvalidValue {
+                field: "size",
+            })?;
+        let view = <u32>::decode_exact(&buf[52..56])
+            .map_err(|_| WireError::InvalidValue {
+                field: "view",
+            })?;
+        let release = <u32>::decode_exact(&buf[56..60])
+            .map_err(|_| WireError::InvalidValue {
+                field: "release",
+            })?;
+        let command = <Command>::decode_exact(&buf[60..61])
+            .map_err(|_| WireError::InvalidValue {
+                field: "command",
+            })?;
+        let replica = <u8>::decode_exact(&buf[61..62])
+            .map_err(|_| WireError::InvalidValue {
+                field: "replica",
+            })?;
+        let reserved_frame = iggy_wire::get_at::<66>(buf, 62);
+        let nonce = <u128>::decode_exact(&buf[128..144])
+            .map_err(|_| WireError::InvalidValue {
+                field: "nonce",
+            })?;
+        let op = <u64>::decode_exact(&buf[144..152])
+            .map_err(|_| WireError::InvalidValue {
+                field: "op",
+            })?;
+        let group = <u64>::decode_exact(&buf[152..160])
+            .map_err(|_| WireError::InvalidValue {
+                field: "group",
+            })?;
+        let partition_incarnation = <u64>::decode_exact(&buf[160..168])
+            .map_err(|_| WireError::InvalidValue {
+                field: "partition_incarnation",
+            })?;
+        if !iggy_wire::is_zero_at(buf, 168, 88) {
+            return Err(WireError::NonZeroReserved {
+                field: "reserved",
+            });
+        }
+        Ok(Self {
+            checksum,
+            checksum_body,
+            cluster,
+            size,
+            view,
+            release,
+            command,
+            replica,
+            reserved_frame,
+            nonce,
+            op,
+            group,
+            partition_incarnation,
+        })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.checksum.to_wire_bytes());
+        iggy_wire::put_at(out, 16, &self.checksum_body.to_wire_bytes());
+        iggy_wire::put_at(out, 32, &self.cluster.to_wire_bytes());
+        iggy_wire::put_at(out, 48, &self.size.to_wire_bytes());
+        iggy_wire::put_at(out, 52, &self.view.to_wire_bytes());
+        iggy_wire::put_at(out, 56, &self.release.to_wire_bytes());
+        iggy_wire::put_at(out, 60, &self.command.to_wire_bytes());
+        iggy_wire::put_at(out, 61, &self.replica.to_wire_bytes());
+        iggy_wire::put_at(out, 62, &self.reserved_frame);
+        iggy_wire::put_at(out, 128, &self.nonce.to_wire_bytes());
+        iggy_wire::put_at(out, 144, &self.op.to_wire_bytes());
+        iggy_wire::put_at(out, 152, &self.group.to_wire_bytes());
+        iggy_wire::put_at(out, 160, &self.partition_incarnation.to_wire_bytes());
+        out[168..256].fill(0);
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 256] {
+        let mut b = [0u8; 256];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for RepairRangeReplyHeader {
+    /// All-zero bytes.
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 256]).expect("zero bytes decode")
+    }
+}
+const _: () = assert!(RepairRangeReplyHeader::SIZE == 256);
+const _: () = assert!(RepairRangeReplyHeader::CHECKSUM_OFFSET + 16 <= 256);
+const _: () = assert!(RepairRangeReplyHeader::CHECKSUM_BODY_OFFSET + 16 <= 256);
+const _: () = assert!(RepairRangeReplyHeader::CLUSTER_OFFSET + 16 <= 256);
+const _: () = assert!(RepairRangeReplyHeader::SIZE_OFFSET + 4 <= 256);
+const _: () = assert!(RepairRangeReplyHeader::VIEW_OFFSET + 4 <= 256);
+const _: () = assert!(RepairRangeReplyHeader::RELEASE_OFFSET + 4 <= 256);
+const _: () = assert!(RepairRangeReplyHeader::COMMAND_OFFSET + 1 <= 256);
+const _: () = assert!(RepairRangeReplyHeader::REPLICA_OFFSET + 1 <= 256);
+const _: () = assert!(RepairRangeReplyHeader::RESERVED_FRAME_OFFSET + 66 <= 256);
+const _: () = assert!(RepairRangeReplyHeader::NONCE_OFFSET + 16 <= 256);
+const _: () = assert!(RepairRangeReplyHeader::OP_OFFSET + 8 <= 256);
+const _: () = assert!(RepairRangeReplyHeader::GROUP_OFFSET + 8 <= 256);
+const _: () = assert!(RepairRangeReplyHeader::PARTITION_INCARNATION_OFFSET + 8 <= 256);
+const _: () = assert!(RepairRangeReplyHeader::RESERVED_OFFSET + 88 <= 256);
+impl iggy_wire::WireJson for RepairRangeReplyHeader {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"checksum\":");
+        iggy_wire::WireJson::write_json(&self.checksum, out);
+        out.push_str(",\"checksum_body\":");
+        iggy_wire::WireJson::write_json(&self.checksum_body, out);
+        out.push_str(",\"cluster\":");
+        iggy_wire::WireJson::write_json(&self.cluster, out);
+        out.push_str(",\"size\":");
+        iggy_wire::WireJson::write_json(&self.size, out);
+        out.push_str(",\"view\":");
+        iggy_wire::WireJson::write_json(&self.view, out);
+        out.push_str(",\"release\":");
+        iggy_wire::WireJson::write_json(&self.release, out);
+        out.push_str(",\"command\":");
+        iggy_wire::WireJson::write_json(&self.command, out);
+        out.push_str(",\"replica\":");
+        iggy_wire::WireJson::write_json(&self.replica, out);
+        out.push_str(",\"reserved_frame\":");
+        iggy_wire::WireJson::write_json(&self.reserved_frame, out);
+        out.push_str(",\"nonce\":");
+        iggy_wire::WireJson::write_json(&self.nonce, out);
+        out.push_str(",\"op\":");
+        iggy_wire::WireJson::write_json(&self.op, out);
+        out.push_str(",\"group\":");
+        iggy_wire::WireJson::write_json(&self.group, out);
+        out.push_str(",\"partition_incarnation\":");
+        iggy_wire::WireJson::write_json(&self.partition_incarnation, out);
+        out.push('}');
+    }
+}
+impl WireEncode for RepairRangeReplyHeader {
+    fn encoded_size(&self) -> usize {
+        256
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for RepairRangeReplyHeader {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 256)?;
+        Self::decode_fixed(b)
+    }
+}
+/// Fixed-layout `RequestStateTransferHeader`, 256 bytes: replica -> primary: offer me a state-transfer target. Header only. Sealed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestStateTransferHeader {
+    /// seal: XxHash3-64 of bytes 16..256, widened
+    pub checksum: u128,
+    /// XxHash3-64 of bytes 256..size, widened (ours: the crate fixes the range only); 0 if header-only
+    pub checksum_body: u128,
+    pub cluster: u128,
+    /// whole frame including this header
+    pub size: u32,
+    pub view: u32,
+    /// always 0: release identity travels only in the handshake
+    pub release: u32,
+    pub command: Command,
+    /// sender
+    pub replica: u8,
+    pub reserved_frame: [u8; 66],
+    /// names the whole transfer session
+    pub nonce: u128,
+    pub group: u64,
+    pub partition_incarnation: u64,
+}
+impl RequestStateTransferHeader {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 256;
+    /// Byte offset of `checksum`.
+    pub const CHECKSUM_OFFSET: usize = 0;
+    /// Size of `checksum` in bytes.
+    pub const CHECKSUM_SIZE: usize = 16;
+    /// Byte offset of `checksum_body`.
+    pub const CHECKSUM_BODY_OFFSET: usize = 16;
+    /// Size of `checksum_body` in bytes.
+    pub const CHECKSUM_BODY_SIZE: usize = 16;
+    /// Byte offset of `cluster`.
+    pub const CLUSTER_OFFSET: usize = 32;
+    /// Size of `cluster` in bytes.
+    pub const CLUSTER_SIZE: usize = 16;
+    /// Byte offset of `size`.
+    pub const SIZE_OFFSET: usize = 48;
+    /// Size of `size` in bytes.
+    pub const SIZE_SIZE: usize = 4;
+    /// Byte offset of `view`.
+    pub const VIEW_OFFSET: usize = 52;
+    /// Size of `view` in bytes.
+    pub const VIEW_SIZE: usize = 4;
+    /// Byte offset of `release`.
+    pub const RELEASE_OFFSET: usize = 56;
+    /// Size of `release` in bytes.
+    pub const RELEASE_SIZE: usize = 4;
+    /// Byte offset of `command`.
+    pub const COMMAND_OFFSET: usize = 60;
+    /// Size of `command` in bytes.
+    pub const COMMAND_SIZE: usize = 1;
+    /// Byte offset of `replica`.
+    pub const REPLICA_OFFSET: usize = 61;
+    /// Size of `replica` in bytes.
+    pub const REPLICA_SIZE: usize = 1;
+    /// Byte offset of `reserved_frame`.
+    pub const RESERVED_FRAME_OFFSET: usize = 62;
+    /// Size of `reserved_frame` in bytes.
+    pub const RESERVED_FRAME_SIZE: usize = 66;
+    /// Byte offset of `nonce`.
+    pub const NONCE_OFFSET: usize = 128;
+    /// Size of `nonce` in bytes.
+    pub const NONCE_SIZE: usize = 16;
+    /// Byte offset of `group`.
+    pub const GROUP_OFFSET: usize = 144;
+    /// Size of `group` in bytes.
+    pub const GROUP_SIZE: usize = 8;
+    /// Byte offset of `partition_incarnation`.
+    pub const PARTITION_INCARNATION_OFFSET: usize = 152;
+    /// Size of `partition_incarnation` in bytes.
+    pub const PARTITION_INCARNATION_SIZE: usize = 8;
+    /// Byte offset of `reserved`.
+    pub const RESERVED_OFFSET: usize = 160;
+    /// Size of `reserved` in bytes.
+    pub const RESERVED_SIZE: usize = 96;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
+        }
+        let checksum = <u128>::decode_exact(&buf[0..16])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum",
+            })?;
+        let checksum_body = <u128>::decode_exact(&buf[16..32])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum_body",
+            })?;
+        let cluster = <u128>::decode_exact(&buf[32..48])
+            .map_err(|_| WireError::InvalidValue {
+                field: "cluster",
+            })?;
+        let size = <u32>::decode_exact(&buf[48..52])
+            .map_err(|_| WireError::InvalidValue {
+                field: "size",
+            })?;
+        let view = <u32>::decode_exact(&buf[52..56])
+            .map_err(|_| WireError::InvalidValue {
+                field: "view",
+            })?;
+        let release = <u32>::decode_exact(&buf[56..60])
+            .map_err(|_| WireError::InvalidValue {
+                field: "release",
+            })?;
+        let command = <Command>::decode_exact(&buf[60..61])
+            .map_err(|_| WireError::InvalidValue {
+                field: "command",
+            })?;
+        let replica = <u8>::decode_exact(&buf[61..62])
+            .map_err(|_| WireError::InvalidValue {
+                field: "replica",
+            })?;
+        let reserved_frame = iggy_wire::get_at::<66>(buf, 62);
+        let nonce = <u128>::decode_exact(&buf[128..144])
+            .map_err(|_| WireError::InvalidValue {
+                field: "nonce",
+            })?;
+        let group = <u64>::decode_exact(&buf[144..152])
+            .map_err(|_| WireError::InvalidValue {
+                field: "group",
+            })?;
+        let partition_incarnation = <u64>::decode_exact(&buf[152..160])
+            .map_err(|_| WireError::InvalidValue {
+                field: "partition_incarnation",
+            })?;
+        if !iggy_wire::is_zero_at(buf, 160, 96) {
+            return Err(WireError::NonZeroReserved {
+                field: "reserved",
+            });
+        }
+        Ok(Self {
+            checksum,
+            checksum_body,
+            cluster,
+            size,
+            view,
+            release,
+            command,
+            replica,
+            reserved_frame,
+            nonce,
+            group,
+            partition_incarnation,
+        })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.checksum.to_wire_bytes());
+        iggy_wire::put_at(out, 16, &self.checksum_body.to_wire_bytes());
+        iggy_wire::put_at(out, 32, &self.cluster.to_wire_bytes());
+        iggy_wire::put_at(out, 48, &self.size.to_wire_bytes());
+        iggy_wire::put_at(out, 52, &self.view.to_wire_bytes());
+        iggy_wire::put_at(out, 56, &self.release.to_wire_bytes());
+        iggy_wire::put_at(out, 60, &self.command.to_wire_bytes());
+        iggy_wire::put_at(out, 61, &self.replica.to_wire_bytes());
+        iggy_wire::put_at(out, 62, &self.reserved_frame);
+        iggy_wire::put_at(out, 128, &self.nonce.to_wire_bytes());
+        iggy_wire::put_at(out, 144, &self.group.to_wire_bytes());
+        iggy_wire::put_at(out, 152, &self.partition_incarnation.to_wire_bytes());
+        out[160..256].fill(0);
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 256] {
+        let mut b = [0u8; 256];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for RequestStateTransferHeader {
+    /// All-zero bytes.
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 256]).expect("zero bytes decode")
+    }
+}
+const _: () = assert!(RequestStateTransferHeader::SIZE == 256);
+const _: () = assert!(RequestStateTransferHeader::CHECKSUM_OFFSET + 16 <= 256);
+const _: () = assert!(RequestStateTransferHeader::CHECKSUM_BODY_OFFSET + 16 <= 256);
+const _: () = assert!(RequestStateTransferHeader::CLUSTER_OFFSET + 16 <= 256);
+const _: () = assert!(RequestStateTransferHeader::SIZE_OFFSET + 4 <= 256);
+const _: () = assert!(RequestStateTransferHeader::VIEW_OFFSET + 4 <= 256);
+const _: () = assert!(RequestStateTransferHeader::RELEASE_OFFSET + 4 <= 256);
+const _: () = assert!(RequestStateTransferHeader::COMMAND_OFFSET + 1 <= 256);
+const _: () = assert!(RequestStateTransferHeader::REPLICA_OFFSET + 1 <= 256);
+const _: () = assert!(RequestStateTransferHeader::RESERVED_FRAME_OFFSET + 66 <= 256);
+const _: () = assert!(RequestStateTransferHeader::NONCE_OFFSET + 16 <= 256);
+const _: () = assert!(RequestStateTransferHeader::GROUP_OFFSET + 8 <= 256);
+const _: () = assert!(
+    RequestStateTransferHeader::PARTITION_INCARNATION_OFFSET + 8 <= 256
+);
+const _: () = assert!(RequestStateTransferHeader::RESERVED_OFFSET + 96 <= 256);
+impl iggy_wire::WireJson for RequestStateTransferHeader {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"checksum\":");
+        iggy_wire::WireJson::write_json(&self.checksum, out);
+        out.push_str(",\"checksum_body\":");
+        iggy_wire::WireJson::write_json(&self.checksum_body, out);
+        out.push_str(",\"cluster\":");
+        iggy_wire::WireJson::write_json(&self.cluster, out);
+        out.push_str(",\"size\":");
+        iggy_wire::WireJson::write_json(&self.size, out);
+        out.push_str(",\"view\":");
+        iggy_wire::WireJson::write_json(&self.view, out);
+        out.push_str(",\"release\":");
+        iggy_wire::WireJson::write_json(&self.release, out);
+        out.push_str(",\"command\":");
+        iggy_wire::WireJson::write_json(&self.command, out);
+        out.push_str(",\"replica\":");
+        iggy_wire::WireJson::write_json(&self.replica, out);
+        out.push_str(",\"reserved_frame\":");
+        iggy_wire::WireJson::write_json(&self.reserved_frame, out);
+        out.push_str(",\"nonce\":");
+        iggy_wire::WireJson::write_json(&self.nonce, out);
+        out.push_str(",\"group\":");
+        iggy_wire::WireJson::write_json(&self.group, out);
+        out.push_str(",\"partition_incarnation\":");
+        iggy_wire::WireJson::write_json(&self.partition_incarnation, out);
+        out.push('}');
+    }
+}
+impl WireEncode for RequestStateTransferHeader {
+    fn encoded_size(&self) -> usize {
+        256
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for RequestStateTransferHeader {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 256)?;
+        Self::decode_fixed(b)
+    }
+}
+/// Fixed-layout `StateTransferTargetHeader`, 256 bytes: primary -> requester: the offer; body is the state manifest when available. Sealed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StateTransferTargetHeader {
+    /// seal: XxHash3-64 of bytes 16..256, widened
+    pub checksum: u128,
+    /// XxHash3-64 of bytes 256..size, widened (ours: the crate fixes the range only); 0 if header-only
+    pub checksum_body: u128,
+    pub cluster: u128,
+    /// whole frame including this header
+    pub size: u32,
+    pub view: u32,
+    /// always 0: release identity travels only in the handshake
+    pub release: u32,
+    pub command: Command,
+    /// sender
+    pub replica: u8,
+    pub reserved_frame: [u8; 66],
+    pub nonce: u128,
+    /// the server's applied frontier when it built the manifest
+    pub commit_op: u64,
+    pub group: u64,
+    /// 0: no offer and no body
+    pub available: bool,
+    /// a refusal that means retry without backoff
+    pub unavailable_transient: bool,
+    /// a partition receiver refuses an offer below its own
+    pub commit_max: u64,
+    pub partition_incarnation: u64,
+}
+impl StateTransferTargetHeader {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 256;
+    /// Byte offset of `checksum`.
+    pub const CHECKSUM_OFFSET: usize = 0;
+    /// Size of `checksum` in bytes.
+    pub const CHECKSUM_SIZE: usize = 16;
+    /// Byte offset of `checksum_body`.
+    pub const CHECKSUM_BODY_OFFSET: usize = 16;
+    /// Size of `checksum_body` in bytes.
+    pub const CHECKSUM_BODY_SIZE: usize = 16;
+    /// Byte offset of `cluster`.
+    pub const CLUSTER_OFFSET: usize = 32;
+    /// Size of `cluster` in bytes.
+    pub const CLUSTER_SIZE: usize = 16;
+    /// Byte offset of `size`.
+    pub const SIZE_OFFSET: usize = 48;
+    /// Size of `size` in bytes.
+    pub const SIZE_SIZE: usize = 4;
+    /// Byte offset of `view`.
+    pub const VIEW_OFFSET: usize = 52;
+    /// Size of `view` in bytes.
+    pub const VIEW_SIZE: usize = 4;
+    /// Byte offset of `release`.
+    pub const RELEASE_OFFSET: usize = 56;
+    /// Size of `release` in bytes.
+    pub const RELEASE_SIZE: usize = 4;
+    /// Byte offset of `command`.
+    pub const COMMAND_OFFSET: usize = 60;
+    /// Size of `command` in bytes.
+    pub const COMMAND_SIZE: usize = 1;
+    /// Byte offset of `replica`.
+    pub const REPLICA_OFFSET: usize = 61;
+    /// Size of `replica` in bytes.
+    pub const REPLICA_SIZE: usize = 1;
+    /// Byte offset of `reserved_frame`.
+    pub const RESERVED_FRAME_OFFSET: usize = 62;
+    /// Size of `reserved_frame` in bytes.
+    pub const RESERVED_FRAME_SIZE: usize = 66;
+    /// Byte offset of `nonce`.
+    pub const NONCE_OFFSET: usize = 128;
+    /// Size of `nonce` in bytes.
+    pub const NONCE_SIZE: usize = 16;
+    /// Byte offset of `commit_op`.
+    pub const COMMIT_OP_OFFSET: usize = 144;
+    /// Size of `commit_op` in bytes.
+    pub const COMMIT_OP_SIZE: usize = 8;
+    /// Byte offset of `group`.
+    pub const GROUP_OFFSET: usize = 152;
+    /// Size of `group` in bytes.
+    pub const GROUP_SIZE: usize = 8;
+    /// Byte offset of `available`.
+    pub const AVAILABLE_OFFSET: usize = 160;
+    /// Size of `available` in bytes.
+    pub const AVAILABLE_SIZE: usize = 1;
+    /// Byte offset of `unavailable_transient`.
+    pub const UNAVAILABLE_TRANSIENT_OFFSET: usize = 161;
+    /// Size of `unavailable_transient` in bytes.
+    pub const UNAVAILABLE_TRANSIENT_SIZE: usize = 1;
+    /// Byte offset of `reserved_alignment`.
+    pub const RESERVED_ALIGNMENT_OFFSET: usize = 162;
+    /// Size of `reserved_alignment` in bytes.
+    pub const RESERVED_ALIGNMENT_SIZE: usize = 6;
+    /// Byte offset of `commit_max`.
+    pub const COMMIT_MAX_OFFSET: usize = 168;
+    /// Size of `commit_max` in bytes.
+    pub const COMMIT_MAX_SIZE: usize = 8;
+    /// Byte offset of `partition_incarnation`.
+    pub const PARTITION_INCARNATION_OFFSET: usize = 176;
+    /// Size of `partition_incarnation` in bytes.
+    pub const PARTITION_INCARNATION_SIZE: usize = 8;
+    /// Byte offset of `reserved`.
+    pub const RESERVED_OFFSET: usize = 184;
+    /// Size of `reserved` in bytes.
+    pub const RESERVED_SIZE: usize = 72;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
+        }
+        let checksum = <u128>::decode_exact(&buf[0..16])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum",
+            })?;
+        let checksum_body = <u128>::decode_exact(&buf[16..32])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum_body",
+            })?;
+        let cluster = <u128>::decode_exact(&buf[32..48])
+            .map_err(|_| WireError::InvalidValue {
+                field: "cluster",
+            })?;
+        let size = <u32>::decode_exact(&buf[48..52])
+            .map_err(|_| WireError::InvalidValue {
+                field: "size",
+            })?;
+        let view = <u32>::decode_exact(&buf[52..56])
+            .map_err(|_| WireError::InvalidValue {
+                field: "view",
+            })?;
+        let release = <u32>::decode_exact(&buf[56..60])
+            .map_err(|_| WireError::InvalidValue {
+                field: "release",
+            })?;
+        let command = <Command>::decode_exact(&buf[60..61])
+            .map_err(|_| WireError::InvalidValue {
+                field: "command",
+            })?;
+        let replica = <u8>::decode_exact(&buf[61..62])
+            .map_err(|_| WireError::InvalidValue {
+                field: "replica",
+            })?;
+        let reserved_frame = iggy_wire::get_at::<66>(buf, 62);
+        let nonce = <u128>::decode_exact(&buf[128..144])
+            .map_err(|_| WireError::InvalidValue {
+                field: "nonce",
+            })?;
+        let commit_op = <u64>::decode_exact(&buf[144..152])
+            .map_err(|_| WireError::InvalidValue {
+                field: "commit_op",
+            })?;
+        let group = <u64>::decode_exact(&buf[152..160])
+            .map_err(|_| WireError::InvalidValue {
+                field: "group",
+            })?;
+        let available = <bool>::decode_exact(&buf[160..161])
+            .map_err(|_| WireError::InvalidValue {
+                field: "available",
+            })?;
+        let unavailable_transient = <bool>::decode_exact(&buf[161..162])
+            .map_err(|_| WireError::InvalidValue {
+                field: "unavailable_transient",
+            })?;
+        if !iggy_wire::is_zero_at(buf, 162, 6) {
+            return Err(WireError::NonZeroReserved {
+                field: "reserved_alignment",
+            });
+        }
+        let commit_max = <u64>::decode_exact(&buf[168..176])
+            .map_err(|_| WireError::InvalidValue {
+                field: "commit_max",
+            })?;
+        let partition_incarnation = <u64>::decode_exact(&buf[176..184])
+            .map_err(|_| WireError::InvalidValue {
+                field: "partition_incarnation",
+            })?;
+        if !iggy_wire::is_zero_at(buf, 184, 72) {
+            return Err(WireError::NonZeroReserved {
+                field: "reserved",
+            });
+        }
+        Ok(Self {
+            checksum,
+            checksum_body,
+            cluster,
+            size,
+            view,
+            release,
+            command,
+            replica,
+            reserved_frame,
+            nonce,
+            commit_op,
+            group,
+            available,
+            unavailable_transient,
+            commit_max,
+            partition_incarnation,
+        })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.checksum.to_wire_bytes());
+        iggy_wire::put_at(out, 16, &self.checksum_body.to_wire_bytes());
+        iggy_wire::put_at(out, 32, &self.cluster.to_wire_bytes());
+        iggy_wire::put_at(out, 48, &self.size.to_wire_bytes());
+        iggy_wire::put_at(out, 52, &self.view.to_wire_bytes());
+        iggy_wire::put_at(out, 56, &self.release.to_wire_bytes());
+        iggy_wire::put_at(out, 60, &self.command.to_wire_bytes());
+        iggy_wire::put_at(out, 61, &self.replica.to_wire_bytes());
+        iggy_wire::put_at(out, 62, &self.reserved_frame);
+        iggy_wire::put_at(out, 128, &self.nonce.to_wire_bytes());
+        iggy_wire::put_at(out, 144, &self.commit_op.to_wire_bytes());
+        iggy_wire::put_at(out, 152, &self.group.to_wire_bytes());
+        iggy_wire::put_at(out, 160, &self.available.to_wire_bytes());
+        iggy_wire::put_at(out, 161, &self.unavailable_transient.to_wire_bytes());
+        out[162..168].fill(0);
+        iggy_wire::put_at(out, 168, &self.commit_max.to_wire_bytes());
+        iggy_wire::put_at(out, 176, &self.partition_incarnation.to_wire_bytes());
+        out[184..256].fill(0);
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 256] {
+        let mut b = [0u8; 256];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for StateTransferTargetHeader {
+    /// All-zero bytes.
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 256]).expect("zero bytes decode")
+    }
+}
+const _: () = assert!(StateTransferTargetHeader::SIZE == 256);
+const _: () = assert!(StateTransferTargetHeader::CHECKSUM_OFFSET + 16 <= 256);
+const _: () = assert!(StateTransferTargetHeader::CHECKSUM_BODY_OFFSET + 16 <= 256);
+const _: () = assert!(StateTransferTargetHeader::CLUSTER_OFFSET + 16 <= 256);
+const _: () = assert!(StateTransferTargetHeader::SIZE_OFFSET + 4 <= 256);
+const _: () = assert!(StateTransferTargetHeader::VIEW_OFFSET + 4 <= 256);
+const _: () = assert!(StateTransferTargetHeader::RELEASE_OFFSET + 4 <= 256);
+const _: () = assert!(StateTransferTargetHeader::COMMAND_OFFSET + 1 <= 256);
+const _: () = assert!(StateTransferTargetHeader::REPLICA_OFFSET + 1 <= 256);
+const _: () = assert!(StateTransferTargetHeader::RESERVED_FRAME_OFFSET + 66 <= 256);
+const _: () = assert!(StateTransferTargetHeader::NONCE_OFFSET + 16 <= 256);
+const _: () = assert!(StateTransferTargetHeader::COMMIT_OP_OFFSET + 8 <= 256);
+const _: () = assert!(StateTransferTargetHeader::GROUP_OFFSET + 8 <= 256);
+const _: () = assert!(StateTransferTargetHeader::AVAILABLE_OFFSET + 1 <= 256);
+const _: () = assert!(
+    StateTransferTargetHeader::UNAVAILABLE_TRANSIENT_OFFSET + 1 <= 256
+);
+const _: () = assert!(StateTransferTargetHeader::RESERVED_ALIGNMENT_OFFSET + 6 <= 256);
+const _: () = assert!(StateTransferTargetHeader::COMMIT_MAX_OFFSET + 8 <= 256);
+const _: () = assert!(
+    StateTransferTargetHeader::PARTITION_INCARNATION_OFFSET + 8 <= 256
+);
+const _: () = assert!(StateTransferTargetHeader::RESERVED_OFFSET + 72 <= 256);
+impl iggy_wire::WireJson for StateTransferTargetHeader {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"checksum\":");
+        iggy_wire::WireJson::write_json(&self.checksum, out);
+        out.push_str(",\"checksum_body\":");
+        iggy_wire::WireJson::write_json(&self.checksum_body, out);
+        out.push_str(",\"cluster\":");
+        iggy_wire::WireJson::write_json(&self.cluster, out);
+        out.push_str(",\"size\":");
+        iggy_wire::WireJson::write_json(&self.size, out);
+        out.push_str(",\"view\":");
+        iggy_wire::WireJson::write_json(&self.view, out);
+        out.push_str(",\"release\":");
+        iggy_wire::WireJson::write_json(&self.release, out);
+        out.push_str(",\"command\":");
+        iggy_wire::WireJson::write_json(&self.command, out);
+        out.push_str(",\"replica\":");
+        iggy_wire::WireJson::write_json(&self.replica, out);
+        out.push_str(",\"reserved_frame\":");
+        iggy_wire::WireJson::write_json(&self.reserved_frame, out);
+        out.push_str(",\"nonce\":");
+        iggy_wire::WireJson::write_json(&self.nonce, out);
+        out.push_str(",\"commit_op\":");
+        iggy_wire::WireJson::write_json(&self.commit_op, out);
+        out.push_str(",\"group\":");
+        iggy_wire::WireJson::write_json(&self.group, out);
+        out.push_str(",\"available\":");
+        iggy_wire::WireJson::write_json(&self.available, out);
+        out.push_str(",\"unavailable_transient\":");
+        iggy_wire::WireJson::write_json(&self.unavailable_transient, out);
+        out.push_str(",\"commit_max\":");
+        iggy_wire::WireJson::write_json(&self.commit_max, out);
+        out.push_str(",\"partition_incarnation\":");
+        iggy_wire::WireJson::write_json(&self.partition_incarnation, out);
+        out.push('}');
+    }
+}
+impl WireEncode for StateTransferTargetHeader {
+    fn encoded_size(&self) -> usize {
+        256
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for StateTransferTargetHeader {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 256)?;
+        Self::decode_fixed(b)
+    }
+}
+/// Fixed-layout `RequestStateChunkHeader`, 256 bytes: requester -> primary: send len bytes of manifest artifact at offset; one in flight. Header only. Sealed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestStateChunkHeader {
+    /// seal: XxHash3-64 of bytes 16..256, widened
+    pub checksum: u128,
+    /// XxHash3-64 of bytes 256..size, widened (ours: the crate fixes the range only); 0 if header-only
+    pub checksum_body: u128,
+    pub cluster: u128,
+    /// whole frame including this header
+    pub size: u32,
+    pub view: u32,
+    /// always 0: release identity travels only in the handshake
+    pub release: u32,
+    pub command: Command,
+    /// sender
+    pub replica: u8,
+    pub reserved_frame: [u8; 66],
+    pub nonce: u128,
+    pub offset: u64,
+    pub group: u64,
+    /// non-zero
+    pub len: u32,
+    /// index into the manifest
+    pub artifact: u32,
+    pub partition_incarnation: u64,
+}
+impl RequestStateChunkHeader {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 256;
+    /// Byte offset of `checksum`.
+    pub const CHECKSUM_OFFSET: usize = 0;
+    /// Size of `checksum` in bytes.
+    pub const CHECKSUM_SIZE: usize = 16;
+    /// Byte offset of `checksum_body`.
+    pub const CHECKSUM_BODY_OFFSET: usize = 16;
+    /// Size of `checksum_body` in bytes.
+    pub const CHECKSUM_BODY_SIZE: usize = 16;
+    /// Byte offset of `cluster`.
+    pub const CLUSTER_OFFSET: usize = 32;
+    /// Size of `cluster` in bytes.
+    pub const CLUSTER_SIZE: usize = 16;
+    /// Byte offset of `size`.
+    pub const SIZE_OFFSET: usize = 48;
+    /// Size of `size` in bytes.
+    pub const SIZE_SIZE: usize = 4;
+    /// Byte offset of `view`.
+    pub const VIEW_OFFSET: usize = 52;
+    /// Size of `view` in bytes.
+    pub const VIEW_SIZE: usize = 4;
+    /// Byte offset of `release`.
+    pub const RELEASE_OFFSET: usize = 56;
+    /// Size of `release` in bytes.
+    pub const RELEASE_SIZE: usize = 4;
+    /// Byte offset of `command`.
+    pub const COMMAND_OFFSET: usize = 60;
+    /// Size of `command` in bytes.
+    pub const COMMAND_SIZE: usize = 1;
+    /// Byte offset of `replica`.
+    pub const REPLICA_OFFSET: usize = 61;
+    /// Size of `replica` in bytes.
+    pub const REPLICA_SIZE: usize = 1;
+    /// Byte offset of `reserved_frame`.
+    pub const RESERVED_FRAME_OFFSET: usize = 62;
+    /// Size of `reserved_frame` in bytes.
+    pub const RESERVED_FRAME_SIZE: usize = 66;
+    /// Byte offset of `nonce`.
+    pub const NONCE_OFFSET: usize = 128;
+    /// Size of `nonce` in bytes.
+    pub const NONCE_SIZE: usize = 16;
+    /// Byte offset of `offset`.
+    pub const OFFSET_OFFSET: usize = 144;
+    /// Size of `offset` in bytes.
+    pub const OFFSET_SIZE: usize = 8;
+    /// Byte offset of `group`.
+    pub const GROUP_OFFSET: usize = 152;
+    /// Size of `group` in bytes.
+    pub const GROUP_SIZE: usize = 8;
+    /// Byte offset of `len`.
+    pub const LEN_OFFSET: usize = 160;
+    /// Size of `len` in bytes.
+    pub const LEN_SIZE: usize = 4;
+    /// Byte offset of `artifact`.
+    pub const ARTIFACT_OFFSET: usize = 164;
+    /// Size of `artifact` in bytes.
+    pub const ARTIFACT_SIZE: usize = 4;
+    /// Byte offset of `partition_incarnation`.
+    pub const PARTITION_INCARNATION_OFFSET: usize = 168;
+    /// Size of `partition_incarnation` in bytes.
+    pub const PARTITION_INCARNATION_SIZE: usize = 8;
+    /// Byte offset of `reserved`.
+    pub const RESERVED_OFFSET: usize = 176;
+    /// Size of `reserved` in bytes.
+    pub const RESERVED_SIZE: usize = 80;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
+        }
+        let checksum = <u128>::decode_exact(&buf[0..16])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum",
+            })?;
+        let checksum_body = <u128>::decode_exact(&buf[16..32])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum_body",
+            })?;
+        let cluster = <u128>::decode_exact(&buf[32..48])
+            .map_err(|_| WireError::InvalidValue {
+                field: "cluster",
+            })?;
+        let size = <u32>::decode_exact(&buf[48..52])
+            .map_err(|_| WireError::InvalidValue {
+                field: "size",
+            })?;
+        let view = <u32>::decode_exact(&buf[52..56])
+            .map_err(|_| WireError::InvalidValue {
+                field: "view",
+            })?;
+        let release = <u32>::decode_exact(&buf[56..60])
+            .map_err(|_| WireError::InvalidValue {
+                field: "release",
+            })?;
+        let command = <Command>::decode_exact(&buf[60..61])
+            .map_err(|_| WireError::InvalidValue {
+                field: "command",
+            })?;
+        let replica = <u8>::decode_exact(&buf[61..62])
+            .map_err(|_| WireError::InvalidValue {
+                field: "replica",
+            })?;
+        let reserved_frame = iggy_wire::get_at::<66>(buf, 62);
+        let nonce = <u128>::decode_exact(&buf[128..144])
+            .map_err(|_| WireError::InvalidValue {
+                field: "nonce",
+            })?;
+        let offset = <u64>::decode_exact(&buf[144..152])
+            .map_err(|_| WireError::InvalidValue {
+                field: "offset",
+            })?;
+        let group = <u64>::decode_exact(&buf[152..160])
+            .map_err(|_| WireError::InvalidValue {
+                field: "group",
+            })?;
+        let len = <u32>::decode_exact(&buf[160..164])
+            .map_err(|_| WireError::InvalidValue {
+                field: "len",
+            })?;
+        let artifact = <u32>::decode_exact(&buf[164..168])
+            .map_err(|_| WireError::InvalidValue {
+                field: "artifact",
+            })?;
+        let partition_incarnation = <u64>::decode_exact(&buf[168..176])
+            .map_err(|_| WireError::InvalidValue {
+                field: "partition_incarnation",
+            })?;
+        if !iggy_wire::is_zero_at(buf, 176, 80) {
+            return Err(WireError::NonZeroReserved {
+                field: "reserved",
+            });
+        }
+        Ok(Self {
+            checksum,
+            checksum_body,
+            cluster,
+            size,
+            view,
+            release,
+            command,
+            replica,
+            reserved_frame,
+            nonce,
+            offset,
+            group,
+            len,
+            artifact,
+            partition_incarnation,
+        })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.checksum.to_wire_bytes());
+        iggy_wire::put_at(out, 16, &self.checksum_body.to_wire_bytes());
+        iggy_wire::put_at(out, 32, &self.cluster.to_wire_bytes());
+        iggy_wire::put_at(out, 48, &self.size.to_wire_bytes());
+        iggy_wire::put_at(out, 52, &self.view.to_wire_bytes());
+        iggy_wire::put_at(out, 56, &self.release.to_wire_bytes());
+        iggy_wire::put_at(out, 60, &self.command.to_wire_bytes());
+        iggy_wire::put_at(out, 61, &self.replica.to_wire_bytes());
+        iggy_wire::put_at(out, 62, &self.reserved_frame);
+        iggy_wire::put_at(out, 128, &self.nonce.to_wire_bytes());
+        iggy_wire::put_at(out, 144, &self.offset.to_wire_bytes());
+        iggy_wire::put_at(out, 152, &self.group.to_wire_bytes());
+        iggy_wire::put_at(out, 160, &self.len.to_wire_bytes());
+        iggy_wire::put_at(out, 164, &self.artifact.to_wire_bytes());
+        iggy_wire::put_at(out, 168, &self.partition_incarnation.to_wire_bytes());
+        out[176..256].fill(0);
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 256] {
+        let mut b = [0u8; 256];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for RequestStateChunkHeader {
+    /// All-zero bytes.
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 256]).expect("zero bytes decode")
+    }
+}
+const _: () = assert!(RequestStateChunkHeader::SIZE == 256);
+const _: () = assert!(RequestStateChunkHeader::CHECKSUM_OFFSET + 16 <= 256);
+const _: () = assert!(RequestStateChunkHeader::CHECKSUM_BODY_OFFSET + 16 <= 256);
+const _: () = assert!(RequestStateChunkHeader::CLUSTER_OFFSET + 16 <= 256);
+const _: () = assert!(RequestStateChunkHeader::SIZE_OFFSET + 4 <= 256);
+const _: () = assert!(RequestStateChunkHeader::VIEW_OFFSET + 4 <= 256);
+const _: () = assert!(RequestStateChunkHeader::RELEASE_OFFSET + 4 <= 256);
+const _: () = assert!(RequestStateChunkHeader::COMMAND_OFFSET + 1 <= 256);
+const _: () = assert!(RequestStateChunkHeader::REPLICA_OFFSET + 1 <= 256);
+const _: () = assert!(RequestStateChunkHeader::RESERVED_FRAME_OFFSET + 66 <= 256);
+const _: () = assert!(RequestStateChunkHeader::NONCE_OFFSET + 16 <= 256);
+const _: () = assert!(RequestStateChunkHeader::OFFSET_OFFSET + 8 <= 256);
+const _: () = assert!(RequestStateChunkHeader::GROUP_OFFSET + 8 <= 256);
+const _: () = assert!(RequestStateChunkHeader::LEN_OFFSET + 4 <= 256);
+const _: () = assert!(RequestStateChunkHeader::ARTIFACT_OFFSET + 4 <= 256);
+const _: () = assert!(RequestStateChunkHeader::PARTITION_INCARNATION_OFFSET + 8 <= 256);
+const _: () = assert!(RequestStateChunkHeader::RESERVED_OFFSET + 80 <= 256);
+impl iggy_wire::WireJson for RequestStateChunkHeader {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"checksum\":");
+        iggy_wire::WireJson::write_json(&self.checksum, out);
+        out.push_str(",\"checksum_body\":");
+        iggy_wire::WireJson::write_json(&self.checksum_body, out);
+        out.push_str(",\"cluster\":");
+        iggy_wire::WireJson::write_json(&self.cluster, out);
+        out.push_str(",\"size\":");
+        iggy_wire::WireJson::write_json(&self.size, out);
+        out.push_str(",\"view\":");
+        iggy_wire::WireJson::write_json(&self.view, out);
+        out.push_str(",\"release\":");
+        iggy_wire::WireJson::write_json(&self.release, out);
+        out.push_str(",\"command\":");
+        iggy_wire::WireJson::write_json(&self.command, out);
+        out.push_str(",\"replica\":");
+        iggy_wire::WireJson::write_json(&self.replica, out);
+        out.push_str(",\"reserved_frame\":");
+        iggy_wire::WireJson::write_json(&self.reserved_frame, out);
+        out.push_str(",\"nonce\":");
+        iggy_wire::WireJson::write_json(&self.nonce, out);
+        out.push_str(",\"offset\":");
+        iggy_wire::WireJson::write_json(&self.offset, out);
+        out.push_str(",\"group\":");
+        iggy_wire::WireJson::write_json(&self.group, out);
+        out.push_str(",\"len\":");
+        iggy_wire::WireJson::write_json(&self.len, out);
+        out.push_str(",\"artifact\":");
+        iggy_wire::WireJson::write_json(&self.artifact, out);
+        out.push_str(",\"partition_incarnation\":");
+        iggy_wire::WireJson::write_json(&self.partition_incarnation, out);
+        out.push('}');
+    }
+}
+impl WireEncode for RequestStateChunkHeader {
+    fn encoded_size(&self) -> usize {
+        256
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for RequestStateChunkHeader {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 256)?;
+        Self::decode_fixed(b)
+    }
+}
+/// Fixed-layout `StateChunkHeader`, 256 bytes: primary -> requester: artifact bytes at offset in the body; the manifest checksums the artifact. Sealed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StateChunkHeader {
+    /// seal: XxHash3-64 of bytes 16..256, widened
+    pub checksum: u128,
+    /// XxHash3-64 of bytes 256..size, widened (ours: the crate fixes the range only); 0 if header-only
+    pub checksum_body: u128,
+    pub cluster: u128,
+    /// whole frame including this header
+    pub size: u32,
+    pub view: u32,
+    /// always 0: release identity travels only in the handshake
+    pub release: u32,
+    pub command: Command,
+    /// sender
+    pub replica: u8,
+    pub reserved_frame: [u8; 66],
+    pub nonce: u128,
+    pub offset: u64,
+    pub group: u64,
+    pub artifact: u32,
+    pub partition_incarnation: u64,
+}
+impl StateChunkHeader {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 256;
+    /// Byte offset of `checksum`.
+    pub const CHECKSUM_OFFSET: usize = 0;
+    /// Size of `checksum` in bytes.
+    pub const CHECKSUM_SIZE: usize = 16;
+    /// Byte offset of `checksum_body`.
+    pub const CHECKSUM_BODY_OFFSET: usize = 16;
+    /// Size of `checksum_body` in bytes.
+    pub const CHECKSUM_BODY_SIZE: usize = 16;
+    /// Byte offset of `cluster`.
+    pub const CLUSTER_OFFSET: usize = 32;
+    /// Size of `cluster` in bytes.
+    pub const CLUSTER_SIZE: usize = 16;
+    /// Byte offset of `size`.
+    pub const SIZE_OFFSET: usize = 48;
+    /// Size of `size` in bytes.
+    pub const SIZE_SIZE: usize = 4;
+    /// Byte offset of `view`.
+    pub const VIEW_OFFSET: usize = 52;
+    /// Size of `view` in bytes.
+    pub const VIEW_SIZE: usize = 4;
+    /// Byte offset of `release`.
+    pub const RELEASE_OFFSET: usize = 56;
+    /// Size of `release` in bytes.
+    pub const RELEASE_SIZE: usize = 4;
+    /// Byte offset of `command`.
+    pub const COMMAND_OFFSET: usize = 60;
+    /// Size of `command` in bytes.
+    pub const COMMAND_SIZE: usize = 1;
+    /// Byte offset of `replica`.
+    pub const REPLICA_OFFSET: usize = 61;
+    /// Size of `replica` in bytes.
+    pub const REPLICA_SIZE: usize = 1;
+    /// Byte offset of `reserved_frame`.
+    pub const RESERVED_FRAME_OFFSET: usize = 62;
+    /// Size of `reserved_frame` in bytes.
+    pub const RESERVED_FRAME_SIZE: usize = 66;
+    /// Byte offset of `nonce`.
+    pub const NONCE_OFFSET: usize = 128;
+    /// Size of `nonce` in bytes.
+    pub const NONCE_SIZE: usize = 16;
+    /// Byte offset of `offset`.
+    pub const OFFSET_OFFSET: usize = 144;
+    /// Size of `offset` in bytes.
+    pub const OFFSET_SIZE: usize = 8;
+    /// Byte offset of `group`.
+    pub const GROUP_OFFSET: usize = 152;
+    /// Size of `group` in bytes.
+    pub const GROUP_SIZE: usize = 8;
+    /// Byte offset of `artifact`.
+    pub const ARTIFACT_OFFSET: usize = 160;
+    /// Size of `artifact` in bytes.
+    pub const ARTIFACT_SIZE: usize = 4;
+    /// Byte offset of `reserved`.
+    pub const RESERVED_OFFSET: usize = 164;
+    /// Size of `reserved` in bytes.
+    pub const RESERVED_SIZE: usize = 84;
+    /// Byte offset of `partition_incarnation`.
+    pub const PARTITION_INCARNATION_OFFSET: usize = 248;
+    /// Size of `partition_incarnation` in bytes.
+    pub const PARTITION_INCARNATION_SIZE: usize = 8;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
+        }
+        let checksum = <u128>::decode_exact(&buf[0..16])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum",
+            })?;
+        let checksum_body = <u128>::decode_exact(&buf[16..32])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum_body",
+            })?;
+        let cluster = <u128>::decode_exact(&buf[32..48])
+            .map_err(|_| WireError::InvalidValue {
+                field: "cluster",
+            })?;
+        let size = <u32>::decode_exact(&buf[48..52])
+            .map_err(|_| WireError::InvalidValue {
+                field: "size",
+            })?;
+        let view = <u32>::decode_exact(&buf[52..56])
+            .map_err(|_| WireError::InvalidValue {
+                field: "view",
+            })?;
+        let release = <u32>::decode_exact(&buf[56..60])
+            .map_err(|_| WireError::InvalidValue {
+                field: "release",
+            })?;
+        let command = <Command>::decode_exact(&buf[60..61])
+            .map_err(|_| WireError::InvalidValue {
+                field: "command",
+            })?;
+        let replica = <u8>::decode_exact(&buf[61..62])
+            .map_err(|_| WireError::InvalidValue {
+                field: "replica",
+            })?;
+        let reserved_frame = iggy_wire::get_at::<66>(buf, 62);
+        let nonce = <u128>::decode_exact(&buf[128..144])
+            .map_err(|_| WireError::InvalidValue {
+                field: "nonce",
+            })?;
+        let offset = <u64>::decode_exact(&buf[144..152])
+            .map_err(|_| WireError::InvalidValue {
+                field: "offset",
+            })?;
+        let group = <u64>::decode_exact(&buf[152..160])
+            .map_err(|_| WireError::InvalidValue {
+                field: "group",
+            })?;
+        let artifact = <u32>::decode_exact(&buf[160..164])
+            .map_err(|_| WireError::InvalidValue {
+                field: "artifact",
+            })?;
+        if !iggy_wire::is_zero_at(buf, 164, 84) {
+            return Err(WireError::NonZeroReserved {
+                field: "reserved",
+            });
+        }
+        let partition_incarnation = <u64>::decode_exact(&buf[248..256])
+            .map_err(|_| WireError::InvalidValue {
+                field: "partition_incarnation",
+            })?;
+        Ok(Self {
+            checksum,
+            checksum_body,
+            cluster,
+            size,
+            view,
+            release,
+            command,
+            replica,
+            reserved_frame,
+            nonce,
+            offset,
+            group,
+            artifact,
+            partition_incarnation,
+        })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.checksum.to_wire_bytes());
+        iggy_wire::put_at(out, 16, &self.checksum_body.to_wire_bytes());
+        iggy_wire::put_at(out, 32, &self.cluster.to_wire_bytes());
+        iggy_wire::put_at(out, 48, &self.size.to_wire_bytes());
+        iggy_wire::put_at(out, 52, &self.view.to_wire_bytes());
+        iggy_wire::put_at(out, 56, &self.release.to_wire_bytes());
+        iggy_wire::put_at(out, 60, &self.command.to_wire_bytes());
+        iggy_wire::put_at(out, 61, &self.replica.to_wire_bytes());
+        iggy_wire::put_at(out, 62, &self.reserved_frame);
+        iggy_wire::put_at(out, 128, &self.nonce.to_wire_bytes());
+        iggy_wire::put_at(out, 144, &self.offset.to_wire_bytes());
+        iggy_wire::put_at(out, 152, &self.group.to_wire_bytes());
+        iggy_wire::put_at(out, 160, &self.artifact.to_wire_bytes());
+        out[164..248].fill(0);
+        iggy_wire::put_at(out, 248, &self.partition_incarnation.to_wire_bytes());
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 256] {
+        let mut b = [0u8; 256];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for StateChunkHeader {
+    /// All-zero bytes.
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 256]).expect("zero bytes decode")
+    }
+}
+const _: () = assert!(StateChunkHeader::SIZE == 256);
+const _: () = assert!(StateChunkHeader::CHECKSUM_OFFSET + 16 <= 256);
+const _: () = assert!(StateChunkHeader::CHECKSUM_BODY_OFFSET + 16 <= 256);
+const _: () = assert!(StateChunkHeader::CLUSTER_OFFSET + 16 <= 256);
+const _: () = assert!(StateChunkHeader::SIZE_OFFSET + 4 <= 256);
+const _: () = assert!(StateChunkHeader::VIEW_OFFSET + 4 <= 256);
+const _: () = assert!(StateChunkHeader::RELEASE_OFFSET + 4 <= 256);
+const _: () = assert!(StateChunkHeader::COMMAND_OFFSET + 1 <= 256);
+const _: () = assert!(StateChunkHeader::REPLICA_OFFSET + 1 <= 256);
+const _: () = assert!(StateChunkHeader::RESERVED_FRAME_OFFSET + 66 <= 256);
+const _: () = assert!(StateChunkHeader::NONCE_OFFSET + 16 <= 256);
+const _: () = assert!(StateChunkHeader::OFFSET_OFFSET + 8 <= 256);
+const _: () = assert!(StateChunkHeader::GROUP_OFFSET + 8 <= 256);
+const _: () = assert!(StateChunkHeader::ARTIFACT_OFFSET + 4 <= 256);
+const _: () = assert!(StateChunkHeader::RESERVED_OFFSET + 84 <= 256);
+const _: () = assert!(StateChunkHeader::PARTITION_INCARNATION_OFFSET + 8 <= 256);
+impl iggy_wire::WireJson for StateChunkHeader {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"checksum\":");
+        iggy_wire::WireJson::write_json(&self.checksum, out);
+        out.push_str(",\"checksum_body\":");
+        iggy_wire::WireJson::write_json(&self.checksum_body, out);
+        out.push_str(",\"cluster\":");
+        iggy_wire::WireJson::write_json(&self.cluster, out);
+        out.push_str(",\"size\":");
+        iggy_wire::WireJson::write_json(&self.size, out);
+        out.push_str(",\"view\":");
+        iggy_wire::WireJson::write_json(&self.view, out);
+        out.push_str(",\"release\":");
+        iggy_wire::WireJson::write_json(&self.release, out);
+        out.push_str(",\"command\":");
+        iggy_wire::WireJson::write_json(&self.command, out);
+        out.push_str(",\"replica\":");
+        iggy_wire::WireJson::write_json(&self.replica, out);
+        out.push_str(",\"reserved_frame\":");
+        iggy_wire::WireJson::write_json(&self.reserved_frame, out);
+        out.push_str(",\"nonce\":");
+        iggy_wire::WireJson::write_json(&self.nonce, out);
+        out.push_str(",\"offset\":");
+        iggy_wire::WireJson::write_json(&self.offset, out);
+        out.push_str(",\"group\":");
+        iggy_wire::WireJson::write_json(&self.group, out);
+        out.push_str(",\"artifact\":");
+        iggy_wire::WireJson::write_json(&self.artifact, out);
+        out.push_str(",\"partition_incarnation\":");
+        iggy_wire::WireJson::write_json(&self.partition_incarnation, out);
+        out.push('}');
+    }
+}
+impl WireEncode for StateChunkHeader {
+    fn encoded_size(&self) -> usize {
+        256
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for StateChunkHeader {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 256)?;
+        Self::decode_fixed(b)
+    }
+}
+/// Fixed-layout `ForwardRegisterHeader`, 256 bytes: backup -> metadata primary: propose a Register the backup authenticated; body is the register request. Sealed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ForwardRegisterHeader {
+    /// seal: XxHash3-64 of bytes 16..256, widened
+    pub checksum: u128,
+    /// XxHash3-64 of bytes 256..size, widened (ours: the crate fixes the range only); 0 if header-only
+    pub checksum_body: u128,
+    pub cluster: u128,
+    /// whole frame including this header
+    pub size: u32,
+    pub view: u32,
+    /// always 0: release identity travels only in the handshake
+    pub release: u32,
+    pub command: Command,
+    /// sender
+    pub replica: u8,
+    pub reserved_frame: [u8; 66],
+    /// non-zero
+    pub client: u128,
+    /// non-zero, unique per in-flight forward
+    pub nonce: u128,
+    /// the verified user
+    pub user_id: u32,
+}
+impl ForwardRegisterHeader {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 256;
+    /// Byte offset of `checksum`.
+    pub const CHECKSUM_OFFSET: usize = 0;
+    /// Size of `checksum` in bytes.
+    pub const CHECKSUM_SIZE: usize = 16;
+    /// Byte offset of `checksum_body`.
+    pub const CHECKSUM_BODY_OFFSET: usize = 16;
+    /// Size of `checksum_body` in bytes.
+    pub const CHECKSUM_BODY_SIZE: usize = 16;
+    /// Byte offset of `cluster`.
+    pub const CLUSTER_OFFSET: usize = 32;
+    /// Size of `cluster` in bytes.
+    pub const CLUSTER_SIZE: usize = 16;
+    /// Byte offset of `size`.
+    pub const SIZE_OFFSET: usize = 48;
+    /// Size of `size` in bytes.
+    pub const SIZE_SIZE: usize = 4;
+    /// Byte offset of `view`.
+    pub const VIEW_OFFSET: usize = 52;
+    /// Size of `view` in bytes.
+    pub const VIEW_SIZE: usize = 4;
+    /// Byte offset of `release`.
+    pub const RELEASE_OFFSET: usize = 56;
+    /// Size of `release` in bytes.
+    pub const RELEASE_SIZE: usize = 4;
+    /// Byte offset of `command`.
+    pub const COMMAND_OFFSET: usize = 60;
+    /// Size of `command` in bytes.
+    pub const COMMAND_SIZE: usize = 1;
+    /// Byte offset of `replica`.
+    pub const REPLICA_OFFSET: usize = 61;
+    /// Size of `replica` in bytes.
+    pub const REPLICA_SIZE: usize = 1;
+    /// Byte offset of `reserved_frame`.
+    pub const RESERVED_FRAME_OFFSET: usize = 62;
+    /// Size of `reserved_frame` in bytes.
+    pub const RESERVED_FRAME_SIZE: usize = 66;
+    /// Byte offset of `client`.
+    pub const CLIENT_OFFSET: usize = 128;
+    /// Size of `client` in bytes.
+    pub const CLIENT_SIZE: usize = 16;
+    /// Byte offset of `nonce`.
+    pub const NONCE_OFFSET: usize = 144;
+    /// Size of `nonce` in bytes.
+    pub const NONCE_SIZE: usize = 16;
+    /// Byte offset of `user_id`.
+    pub const USER_ID_OFFSET: usize = 160;
+    /// Size of `user_id` in bytes.
+    pub const USER_ID_SIZE: usize = 4;
+    /// Byte offset of `reserved`.
+    pub const RESERVED_OFFSET: usize = 164;
+    /// Size of `reserved` in bytes.
+    pub const RESERVED_SIZE: usize = 92;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
+        }
+        let checksum = <u128>::decode_exact(&buf[0..16])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum",
+            })?;
+        let checksum_body = <u128>::decode_exact(&buf[16..32])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum_body",
+            })?;
+        let cluster = <u128>::decode_exact(&buf[32..48])
+            .map_err(|_| WireError::InvalidValue {
+                field: "cluster",
+            })?;
+        let size = <u32>::decode_exact(&buf[48..52])
+            .map_err(|_| WireError::InvalidValue {
+                field: "size",
+            })?;
+        let view = <u32>::decode_exact(&buf[52..56])
+            .map_err(|_| WireError::InvalidValue {
+                field: "view",
+            })?;
+        let release = <u32>::decode_exact(&buf[56..60])
+            .map_err(|_| WireError::InvalidValue {
+                field: "release",
+            })?;
+        let command = <Command>::decode_exact(&buf[60..61])
+            .map_err(|_| WireError::InvalidValue {
+                field: "command",
+            })?;
+        let replica = <u8>::decode_exact(&buf[61..62])
+            .map_err(|_| WireError::InvalidValue {
+                field: "replica",
+            })?;
+        let reserved_frame = iggy_wire::get_at::<66>(buf, 62);
+        let client = <u128>::decode_exact(&buf[128..144])
+            .map_err(|_| WireError::InvalidValue {
+                field: "client",
+            })?;
+        let nonce = <u128>::decode_exact(&buf[144..160])
+            .map_err(|_| WireError::InvalidValue {
+                field: "nonce",
+            })?;
+        let user_id = <u32>::decode_exact(&buf[160..164])
+            .map_err(|_| WireError::InvalidValue {
+                field: "user_id",
+            })?;
+        if !iggy_wire::is_zero_at(buf, 164, 92) {
+            return Err(WireError::NonZeroReserved {
+                field: "reserved",
+            });
+        }
+        Ok(Self {
+            checksum,
+            checksum_body,
+            cluster,
+            size,
+            view,
+            release,
+            command,
+            replica,
+            reserved_frame,
+            client,
+            nonce,
+            user_id,
+        })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.checksum.to_wire_bytes());
+        iggy_wire::put_at(out, 16, &self.checksum_body.to_wire_bytes());
+        iggy_wire::put_at(out, 32, &self.cluster.to_wire_bytes());
+        iggy_wire::put_at(out, 48, &self.size.to_wire_bytes());
+        iggy_wire::put_at(out, 52, &self.view.to_wire_bytes());
+        iggy_wire::put_at(out, 56, &self.release.to_wire_bytes());
+        iggy_wire::put_at(out, 60, &self.command.to_wire_bytes());
+        iggy_wire::put_at(out, 61, &self.replica.to_wire_bytes());
+        iggy_wire::put_at(out, 62, &self.reserved_frame);
+        iggy_wire::put_at(out, 128, &self.client.to_wire_bytes());
+        iggy_wire::put_at(out, 144, &self.nonce.to_wire_bytes());
+        iggy_wire::put_at(out, 160, &self.user_id.to_wire_bytes());
+        out[164..256].fill(0);
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 256] {
+        let mut b = [0u8; 256];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for ForwardRegisterHeader {
+    /// All-zero bytes.
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 256]).expect("zero bytes decode")
+    }
+}
+const _: () = assert!(ForwardRegisterHeader::SIZE == 256);
+const _: () = assert!(ForwardRegisterHeader::CHECKSUM_OFFSET + 16 <= 256);
+const _: () = assert!(ForwardRegisterHeader::CHECKSUM_BODY_OFFSET + 16 <= 256);
+const _: () = assert!(ForwardRegisterHeader::CLUSTER_OFFSET + 16 <= 256);
+const _: () = assert!(ForwardRegisterHeader::SIZE_OFFSET + 4 <= 256);
+const _: () = assert!(ForwardRegisterHeader::VIEW_OFFSET + 4 <= 256);
+const _: () = assert!(ForwardRegisterHeader::RELEASE_OFFSET + 4 <= 256);
+const _: () = assert!(ForwardRegisterHeader::COMMAND_OFFSET + 1 <= 256);
+const _: () = assert!(ForwardRegisterHeader::REPLICA_OFFSET + 1 <= 256);
+const _: () = assert!(ForwardRegisterHeader::RESERVED_FRAME_OFFSET + 66 <= 256);
+const _: () = assert!(ForwardRegisterHeader::CLIENT_OFFSET + 16 <= 256);
+const _: () = assert!(ForwardRegisterHeader::NONCE_OFFSET + 16 <= 256);
+const _: () = assert!(ForwardRegisterHeader::USER_ID_OFFSET + 4 <= 256);
+const _: () = assert!(ForwardRegisterHeader::RESERVED_OFFSET + 92 <= 256);
+impl iggy_wire::WireJson for ForwardRegisterHeader {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"checksum\":");
+        iggy_wire::WireJson::write_json(&self.checksum, out);
+        out.push_str(",\"checksum_body\":");
+        iggy_wire::WireJson::write_json(&self.checksum_body, out);
+        out.push_str(",\"cluster\":");
+        iggy_wire::WireJson::write_json(&self.cluster, out);
+        out.push_str(",\"size\":");
+        iggy_wire::WireJson::write_json(&self.size, out);
+        out.push_str(",\"view\":");
+        iggy_wire::WireJson::write_json(&self.view, out);
+        out.push_str(",\"release\":");
+        iggy_wire::WireJson::write_json(&self.release, out);
+        out.push_str(",\"command\":");
+        iggy_wire::WireJson::write_json(&self.command, out);
+        out.push_str(",\"replica\":");
+        iggy_wire::WireJson::write_json(&self.replica, out);
+        out.push_str(",\"reserved_frame\":");
+        iggy_wire::WireJson::write_json(&self.reserved_frame, out);
+        out.push_str(",\"client\":");
+        iggy_wire::WireJson::write_json(&self.client, out);
+        out.push_str(",\"nonce\":");
+        iggy_wire::WireJson::write_json(&self.nonce, out);
+        out.push_str(",\"user_id\":");
+        iggy_wire::WireJson::write_json(&self.user_id, out);
+        out.push('}');
+    }
+}
+impl WireEncode for ForwardRegisterHeader {
+    fn encoded_size(&self) -> usize {
+        256
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for ForwardRegisterHeader {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 256)?;
+        Self::decode_fixed(b)
+    }
+}
+/// Fixed-layout `ForwardRegisterResultHeader`, 256 bytes: metadata primary -> backup: the Register verdict. Header only. Sealed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ForwardRegisterResultHeader {
+    /// seal: XxHash3-64 of bytes 16..256, widened
+    pub checksum: u128,
+    /// XxHash3-64 of bytes 256..size, widened (ours: the crate fixes the range only); 0 if header-only
+    pub checksum_body: u128,
+    pub cluster: u128,
+    /// whole frame including this header
+    pub size: u32,
+    pub view: u32,
+    /// always 0: release identity travels only in the handshake
+    pub release: u32,
+    pub command: Command,
+    /// sender
+    pub replica: u8,
+    pub reserved_frame: [u8; 66],
+    pub nonce: u128,
+    pub client: u128,
+    /// committed register op; 0 unless Ok
+    pub epoch: u64,
+    /// highest committed request; 0 unless Ok
+    pub watermark: u64,
+    pub outcome: ForwardRegisterOutcome,
+}
+impl ForwardRegisterResultHeader {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 256;
+    /// Byte offset of `checksum`.
+    pub const CHECKSUM_OFFSET: usize = 0;
+    /// Size of `checksum` in bytes.
+    pub const CHECKSUM_SIZE: usize = 16;
+    /// Byte offset of `checksum_body`.
+    pub const CHECKSUM_BODY_OFFSET: usize = 16;
+    /// Size of `checksum_body` in bytes.
+    pub const CHECKSUM_BODY_SIZE: usize = 16;
+    /// Byte offset of `cluster`.
+    pub const CLUSTER_OFFSET: usize = 32;
+    /// Size of `cluster` in bytes.
+    pub const CLUSTER_SIZE: usize = 16;
+    /// Byte offset of `size`.
+    pub const SIZE_OFFSET: usize = 48;
+    /// Size of `size` in bytes.
+    pub const SIZE_SIZE: usize = 4;
+    /// Byte offset of `view`.
+    pub const VIEW_OFFSET: usize = 52;
+    /// Size of `view` in bytes.
+    pub const VIEW_SIZE: usize = 4;
+    /// Byte offset of `release`.
+    pub const RELEASE_OFFSET: usize = 56;
+    /// Size of `release` in bytes.
+    pub const RELEASE_SIZE: usize = 4;
+    /// Byte offset of `command`.
+    pub const COMMAND_OFFSET: usize = 60;
+    /// Size of `command` in bytes.
+    pub const COMMAND_SIZE: usize = 1;
+    /// Byte offset of `replica`.
+    pub const REPLICA_OFFSET: usize = 61;
+    /// Size of `replica` in bytes.
+    pub const REPLICA_SIZE: usize = 1;
+    /// Byte offset of `reserved_frame`.
+    pub const RESERVED_FRAME_OFFSET: usize = 62;
+    /// Size of `reserved_frame` in bytes.
+    pub const RESERVED_FRAME_SIZE: usize = 66;
+    /// Byte offset of `nonce`.
+    pub const NONCE_OFFSET: usize = 128;
+    /// Size of `nonce` in bytes.
+    pub const NONCE_SIZE: usize = 16;
+    /// Byte offset of `client`.
+    pub const CLIENT_OFFSET: usize = 144;
+    /// Size of `client` in bytes.
+    pub const CLIENT_SIZE: usize = 16;
+    /// Byte offset of `epoch`.
+    pub const EPOCH_OFFSET: usize = 160;
+    /// Size of `epoch` in bytes.
+    pub const EPOCH_SIZE: usize = 8;
+    /// Byte offset of `watermark`.
+    pub const WATERMARK_OFFSET: usize = 168;
+    /// Size of `watermark` in bytes.
+    pub const WATERMARK_SIZE: usize = 8;
+    /// Byte offset of `reserved`.
+    pub const RESERVED_OFFSET: usize = 176;
+    /// Size of `reserved` in bytes.
+    pub const RESERVED_SIZE: usize = 79;
+    /// Byte offset of `outcome`.
+    pub const OUTCOME_OFFSET: usize = 255;
+    /// Size of `outcome` in bytes.
+    pub const OUTCOME_SIZE: usize = 1;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
+        }
+        let checksum = <u128>::decode_exact(&buf[0..16])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum",
+            })?;
+        let checksum_body = <u128>::decode_exact(&buf[16..32])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum_body",
+            })?;
+        let cluster = <u128>::decode_exact(&buf[32..48])
+            .map_err(|_| WireError::InvalidValue {
+                field: "cluster",
+            })?;
+        let size = <u32>::decode_exact(&buf[48..52])
+            .map_err(|_| WireError::InvalidValue {
+                field: "size",
+            })?;
+        let view = <u32>::decode_exact(&buf[52..56])
+            .map_err(|_| WireError::InvalidValue {
+                field: "view",
+            })?;
+        let release = <u32>::decode_exact(&buf[56..60])
+            .map_err(|_| WireError::InvalidValue {
+                field: "release",
+            })?;
+        let command = <Command>::decode_exact(&buf[60..61])
+            .map_err(|_| WireError::InvalidValue {
+                field: "command",
+            })?;
+        let replica = <u8>::decode_exact(&buf[61..62])
+            .map_err(|_| WireError::InvalidValue {
+                field: "replica",
+            })?;
+        let reserved_frame = iggy_wire::get_at::<66>(buf, 62);
+        let nonce = <u128>::decode_exact(&buf[128..144])
+            .map_err(|_| WireError::InvalidValue {
+                field: "nonce",
+            })?;
+        let client = <u128>::decode_exact(&buf[144..160])
+            .map_err(|_| WireError::InvalidValue {
+                field: "client",
+            })?;
+        let epoch = <u64>::decode_exact(&buf[160..168])
+            .map_err(|_| WireError::InvalidValue {
+                field: "epoch",
+            })?;
+        let watermark = <u64>::decode_exact(&buf[168..176])
+            .map_err(|_| WireError::InvalidValue {
+                field: "watermark",
+            })?;
+        if !iggy_wire::is_zero_at(buf, 176, 79) {
+            return Err(WireError::NonZeroReserved {
+                field: "reserved",
+            });
+        }
+        let outcome = <ForwardRegisterOutcome>::decode_exact(&buf[255..256])
+            .map_err(|_| WireError::InvalidValue {
+                field: "outcome",
+            })?;
+        Ok(Self {
+            checksum,
+            checksum_body,
+            cluster,
+            size,
+            view,
+            release,
+            command,
+            replica,
+            reserved_frame,
+            nonce,
+            client,
+            epoch,
+            watermark,
+            outcome,
+        })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.checksum.to_wire_bytes());
+        iggy_wire::put_at(out, 16, &self.checksum_body.to_wire_bytes());
+        iggy_wire::put_at(out, 32, &self.cluster.to_wire_bytes());
+        iggy_wire::put_at(out, 48, &self.size.to_wire_bytes());
+        iggy_wire::put_at(out, 52, &self.view.to_wire_bytes());
+        iggy_wire::put_at(out, 56, &self.release.to_wire_bytes());
+        iggy_wire::put_at(out, 60, &self.command.to_wire_bytes());
+        iggy_wire::put_at(out, 61, &self.replica.to_wire_bytes());
+        iggy_wire::put_at(out, 62, &self.reserved_frame);
+        iggy_wire::put_at(out, 128, &self.nonce.to_wire_bytes());
+        iggy_wire::put_at(out, 144, &self.client.to_wire_bytes());
+        iggy_wire::put_at(out, 160, &self.epoch.to_wire_bytes());
+        iggy_wire::put_at(out, 168, &self.watermark.to_wire_bytes());
+        out[176..255].fill(0);
+        iggy_wire::put_at(out, 255, &self.outcome.to_wire_bytes());
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 256] {
+        let mut b = [0u8; 256];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for ForwardRegisterResultHeader {
+    /// All-zero bytes.
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 256]).expect("zero bytes decode")
+    }
+}
+const _: () = assert!(ForwardRegisterResultHeader::SIZE == 256);
+const _: () = assert!(ForwardRegisterResultHeader::CHECKSUM_OFFSET + 16 <= 256);
+const _: () = assert!(ForwardRegisterResultHeader::CHECKSUM_BODY_OFFSET + 16 <= 256);
+const _: () = assert!(ForwardRegisterResultHeader::CLUSTER_OFFSET + 16 <= 256);
+const _: () = assert!(ForwardRegisterResultHeader::SIZE_OFFSET + 4 <= 256);
+const _: () = assert!(ForwardRegisterResultHeader::VIEW_OFFSET + 4 <= 256);
+const _: () = assert!(ForwardRegisterResultHeader::RELEASE_OFFSET + 4 <= 256);
+const _: () = assert!(ForwardRegisterResultHeader::COMMAND_OFFSET + 1 <= 256);
+const _: () = assert!(ForwardRegisterResultHeader::REPLICA_OFFSET + 1 <= 256);
+const _: () = assert!(ForwardRegisterResultHeader::RESERVED_FRAME_OFFSET + 66 <= 256);
+const _: () = assert!(ForwardRegisterResultHeader::NONCE_OFFSET + 16 <= 256);
+const _: () = assert!(ForwardRegisterResultHeader::CLIENT_OFFSET + 16 <= 256);
+const _: () = assert!(ForwardRegisterResultHeader::EPOCH_OFFSET + 8 <= 256);
+const _: () = assert!(ForwardRegisterResultHeader::WATERMARK_OFFSET + 8 <= 256);
+const _: () = assert!(ForwardRegisterResultHeader::RESERVED_OFFSET + 79 <= 256);
+const _: () = assert!(ForwardRegisterResultHeader::OUTCOME_OFFSET + 1 <= 256);
+impl iggy_wire::WireJson for ForwardRegisterResultHeader {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"checksum\":");
+        iggy_wire::WireJson::write_json(&self.checksum, out);
+        out.push_str(",\"checksum_body\":");
+        iggy_wire::WireJson::write_json(&self.checksum_body, out);
+        out.push_str(",\"cluster\":");
+        iggy_wire::WireJson::write_json(&self.cluster, out);
+        out.push_str(",\"size\":");
+        iggy_wire::WireJson::write_json(&self.size, out);
+        out.push_str(",\"view\":");
+        iggy_wire::WireJson::write_json(&self.view, out);
+        out.push_str(",\"release\":");
+        iggy_wire::WireJson::write_json(&self.release, out);
+        out.push_str(",\"command\":");
+        iggy_wire::WireJson::write_json(&self.command, out);
+        out.push_str(",\"replica\":");
+        iggy_wire::WireJson::write_json(&self.replica, out);
+        out.push_str(",\"reserved_frame\":");
+        iggy_wire::WireJson::write_json(&self.reserved_frame, out);
+        out.push_str(",\"nonce\":");
+        iggy_wire::WireJson::write_json(&self.nonce, out);
+        out.push_str(",\"client\":");
+        iggy_wire::WireJson::write_json(&self.client, out);
+        out.push_str(",\"epoch\":");
+        iggy_wire::WireJson::write_json(&self.epoch, out);
+        out.push_str(",\"watermark\":");
+        iggy_wire::WireJson::write_json(&self.watermark, out);
+        out.push_str(",\"outcome\":");
+        iggy_wire::WireJson::write_json(&self.outcome, out);
+        out.push('}');
+    }
+}
+impl WireEncode for ForwardRegisterResultHeader {
+    fn encoded_size(&self) -> usize {
+        256
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for ForwardRegisterResultHeader {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 256)?;
+        Self::decode_fixed(b)
+    }
+}
+/// Fixed-layout `ForwardLogoutHeader`, 256 bytes: backup -> metadata primary: commit this session's Logout. Header only. Sealed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ForwardLogoutHeader {
+    /// seal: XxHash3-64 of bytes 16..256, widened
+    pub checksum: u128,
+    /// XxHash3-64 of bytes 256..size, widened (ours: the crate fixes the range only); 0 if header-only
+    pub checksum_body: u128,
+    pub cluster: u128,
+    /// whole frame including this header
+    pub size: u32,
+    pub view: u32,
+    /// always 0: release identity travels only in the handshake
+    pub release: u32,
+    pub command: Command,
+    /// sender
+    pub replica: u8,
+    pub reserved_frame: [u8; 66],
+    /// non-zero
+    pub client: u128,
+    /// non-zero
+    pub nonce: u128,
+    /// non-zero
+    pub session: u64,
+    /// non-zero
+    pub request: u64,
+}
+impl ForwardLogoutHeader {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 256;
+    /// Byte offset of `checksum`.
+    pub const CHECKSUM_OFFSET: usize = 0;
+    /// Size of `checksum` in bytes.
+    pub const CHECKSUM_SIZE: usize = 16;
+    /// Byte offset of `checksum_body`.
+    pub const CHECKSUM_BODY_OFFSET: usize = 16;
+    /// Size of `checksum_body` in bytes.
+    pub const CHECKSUM_BODY_SIZE: usize = 16;
+    /// Byte offset of `cluster`.
+    pub const CLUSTER_OFFSET: usize = 32;
+    /// Size of `cluster` in bytes.
+    pub const CLUSTER_SIZE: usize = 16;
+    /// Byte offset of `size`.
+    pub const SIZE_OFFSET: usize = 48;
+    /// Size of `size` in bytes.
+    pub const SIZE_SIZE: usize = 4;
+    /// Byte offset of `view`.
+    pub const VIEW_OFFSET: usize = 52;
+    /// Size of `view` in bytes.
+    pub const VIEW_SIZE: usize = 4;
+    /// Byte offset of `release`.
+    pub const RELEASE_OFFSET: usize = 56;
+    /// Size of `release` in bytes.
+    pub const RELEASE_SIZE: usize = 4;
+    /// Byte offset of `command`.
+    pub const COMMAND_OFFSET: usize = 60;
+    /// Size of `command` in bytes.
+    pub const COMMAND_SIZE: usize = 1;
+    /// Byte offset of `replica`.
+    pub const REPLICA_OFFSET: usize = 61;
+    /// Size of `replica` in bytes.
+    pub const REPLICA_SIZE: usize = 1;
+    /// Byte offset of `reserved_frame`.
+    pub const RESERVED_FRAME_OFFSET: usize = 62;
+    /// Size of `reserved_frame` in bytes.
+    pub const RESERVED_FRAME_SIZE: usize = 66;
+    /// Byte offset of `client`.
+    pub const CLIENT_OFFSET: usize = 128;
+    /// Size of `client` in bytes.
+    pub const CLIENT_SIZE: usize = 16;
+    /// Byte offset of `nonce`.
+    pub const NONCE_OFFSET: usize = 144;
+    /// Size of `nonce` in bytes.
+    pub const NONCE_SIZE: usize = 16;
+    /// Byte offset of `session`.
+    pub const SESSION_OFFSET: usize = 160;
+    /// Size of `session` in bytes.
+    pub const SESSION_SIZE: usize = 8;
+    /// Byte offset of `request`.
+    pub const REQUEST_OFFSET: usize = 168;
+    /// Size of `request` in bytes.
+    pub const REQUEST_SIZE: usize = 8;
+    /// Byte offset of `reserved`.
+    pub const RESERVED_OFFSET: usize = 176;
+    /// Size of `reserved` in bytes.
+    pub const RESERVED_SIZE: usize = 80;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
+        }
+        let checksum = <u128>::decode_exact(&buf[0..16])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum",
+            })?;
+        let checksum_body = <u128>::decode_exact(&buf[16..32])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum_body",
+            })?;
+        let cluster = <u128>::decode_exact(&buf[32..48])
+            .map_err(|_| WireError::InvalidValue {
+                field: "cluster",
+            })?;
+        let size = <u32>::decode_exact(&buf[48..52])
+            .map_err(|_| WireError::InvalidValue {
+                field: "size",
+            })?;
+        let view = <u32>::decode_exact(&buf[52..56])
+            .map_err(|_| WireError::InvalidValue {
+                field: "view",
+            })?;
+        let release = <u32>::decode_exact(&buf[56..60])
+            .map_err(|_| WireError::InvalidValue {
+                field: "release",
+            })?;
+        let command = <Command>::decode_exact(&buf[60..61])
+            .map_err(|_| WireError::InvalidValue {
+                field: "command",
+            })?;
+        let replica = <u8>::decode_exact(&buf[61..62])
+            .map_err(|_| WireError::InvalidValue {
+                field: "replica",
+            })?;
+        let reserved_frame = iggy_wire::get_at::<66>(buf, 62);
+        let client = <u128>::decode_exact(&buf[128..144])
+            .map_err(|_| WireError::InvalidValue {
+                field: "client",
+            })?;
+        let nonce = <u128>::decode_exact(&buf[144..160])
+            .map_err(|_| WireError::InvalidValue {
+                field: "nonce",
+            })?;
+        let session = <u64>::decode_exact(&buf[160..168])
+            .map_err(|_| WireError::InvalidValue {
+                field: "session",
+            })?;
+        let request = <u64>::decode_exact(&buf[168..176])
+            .map_err(|_| WireError::InvalidValue {
+                field: "request",
+            })?;
+        if !iggy_wire::is_zero_at(buf, 176, 80) {
+            return Err(WireError::NonZeroReserved {
+                field: "reserved",
+            });
+        }
+        Ok(Self {
+            checksum,
+            checksum_body,
+            cluster,
+            size,
+            view,
+            release,
+            command,
+            replica,
+            reserved_frame,
+            client,
+            nonce,
+            session,
+            request,
+        })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.checksum.to_wire_bytes());
+        iggy_wire::put_at(out, 16, &self.checksum_body.to_wire_bytes());
+        iggy_wire::put_at(out, 32, &self.cluster.to_wire_bytes());
+        iggy_wire::put_at(out, 48, &self.size.to_wire_bytes());
+        iggy_wire::put_at(out, 52, &self.view.to_wire_bytes());
+        iggy_wire::put_at(out, 56, &self.release.to_wire_bytes());
+        iggy_wire::put_at(out, 60, &self.command.to_wire_bytes());
+        iggy_wire::put_at(out, 61, &self.replica.to_wire_bytes());
+        iggy_wire::put_at(out, 62, &self.reserved_frame);
+        iggy_wire::put_at(out, 128, &self.client.to_wire_bytes());
+        iggy_wire::put_at(out, 144, &self.nonce.to_wire_bytes());
+        iggy_wire::put_at(out, 160, &self.session.to_wire_bytes());
+        iggy_wire::put_at(out, 168, &self.request.to_wire_bytes());
+        out[176..256].fill(0);
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 256] {
+        let mut b = [0u8; 256];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for ForwardLogoutHeader {
+    /// All-zero bytes.
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 256]).expect("zero bytes decode")
+    }
+}
+const _: () = assert!(ForwardLogoutHeader::SIZE == 256);
+const _: () = assert!(ForwardLogoutHeader::CHECKSUM_OFFSET + 16 <= 256);
+const _: () = assert!(ForwardLogoutHeader::CHECKSUM_BODY_OFFSET + 16 <= 256);
+const _: () = assert!(ForwardLogoutHeader::CLUSTER_OFFSET + 16 <= 256);
+const _: () = assert!(ForwardLogoutHeader::SIZE_OFFSET + 4 <= 256);
+const _: () = assert!(ForwardLogoutHeader::VIEW_OFFSET + 4 <= 256);
+const _: () = assert!(ForwardLogoutHeader::RELEASE_OFFSET + 4 <= 256);
+const _: () = assert!(ForwardLogoutHeader::COMMAND_OFFSET + 1 <= 256);
+const _: () = assert!(ForwardLogoutHeader::REPLICA_OFFSET + 1 <= 256);
+const _: () = assert!(ForwardLogoutHeader::RESERVED_FRAME_OFFSET + 66 <= 256);
+const _: () = assert!(ForwardLogoutHeader::CLIENT_OFFSET + 16 <= 256);
+const _: () = assert!(ForwardLogoutHeader::NONCE_OFFSET + 16 <= 256);
+const _: () = assert!(ForwardLogoutHeader::SESSION_OFFSET + 8 <= 256);
+const _: () = assert!(ForwardLogoutHeader::REQUEST_OFFSET + 8 <= 256);
+const _: () = assert!(ForwardLogoutHeader::RESERVED_OFFSET + 80 <= 256);
+impl iggy_wire::WireJson for ForwardLogoutHeader {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"checksum\":");
+        iggy_wire::WireJson::write_json(&self.checksum, out);
+        out.push_str(",\"checksum_body\":");
+        iggy_wire::WireJson::write_json(&self.checksum_body, out);
+        out.push_str(",\"cluster\":");
+        iggy_wire::WireJson::write_json(&self.cluster, out);
+        out.push_str(",\"size\":");
+        iggy_wire::WireJson::write_json(&self.size, out);
+        out.push_str(",\"view\":");
+        iggy_wire::WireJson::write_json(&self.view, out);
+        out.push_str(",\"release\":");
+        iggy_wire::WireJson::write_json(&self.release, out);
+        out.push_str(",\"command\":");
+        iggy_wire::WireJson::write_json(&self.command, out);
+        out.push_str(",\"replica\":");
+        iggy_wire::WireJson::write_json(&self.replica, out);
+        out.push_str(",\"reserved_frame\":");
+        iggy_wire::WireJson::write_json(&self.reserved_frame, out);
+        out.push_str(",\"client\":");
+        iggy_wire::WireJson::write_json(&self.client, out);
+        out.push_str(",\"nonce\":");
+        iggy_wire::WireJson::write_json(&self.nonce, out);
+        out.push_str(",\"session\":");
+        iggy_wire::WireJson::write_json(&self.session, out);
+        out.push_str(",\"request\":");
+        iggy_wire::WireJson::write_json(&self.request, out);
+        out.push('}');
+    }
+}
+impl WireEncode for ForwardLogoutHeader {
+    fn encoded_size(&self) -> usize {
+        256
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for ForwardLogoutHeader {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 256)?;
+        Self::decode_fixed(b)
+    }
+}
+/// Fixed-layout `ForwardLogoutResultHeader`, 256 bytes: metadata primary -> backup: the Logout verdict. Header only. Sealed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ForwardLogoutResultHeader {
+    /// seal: XxHash3-64 of bytes 16..256, widened
+    pub checksum: u128,
+    /// XxHash3-64 of bytes 256..size, widened (ours: the crate fixes the range only); 0 if header-only
+    pub checksum_body: u128,
+    pub cluster: u128,
+    /// whole frame including this header
+    pub size: u32,
+    pub view: u32,
+    /// always 0: release identity travels only in the handshake
+    pub release: u32,
+    pub command: Command,
+    /// sender
+    pub replica: u8,
+    pub reserved_frame: [u8; 66],
+    pub nonce: u128,
+    pub client: u128,
+    /// 0 unless Ok
+    pub commit: u64,
+    pub outcome: ForwardLogoutOutcome,
+}
+impl ForwardLogoutResultHeader {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 256;
+    /// Byte offset of `checksum`.
+    pub const CHECKSUM_OFFSET: usize = 0;
+    /// Size of `checksum` in bytes.
+    pub const CHECKSUM_SIZE: usize = 16;
+    /// Byte offset of `checksum_body`.
+    pub const CHECKSUM_BODY_OFFSET: usize = 16;
+    /// Size of `checksum_body` in bytes.
+    pub const CHECKSUM_BODY_SIZE: usize = 16;
+    /// Byte offset of `cluster`.
+    pub const CLUSTER_OFFSET: usize = 32;
+    /// Size of `cluster` in bytes.
+    pub const CLUSTER_SIZE: usize = 16;
+    /// Byte offset of `size`.
+    pub const SIZE_OFFSET: usize = 48;
+    /// Size of `size` in bytes.
+    pub const SIZE_SIZE: usize = 4;
+    /// Byte offset of `view`.
+    pub const VIEW_OFFSET: usize = 52;
+    /// Size of `view` in bytes.
+    pub const VIEW_SIZE: usize = 4;
+    /// Byte offset of `release`.
+    pub const RELEASE_OFFSET: usize = 56;
+    /// Size of `release` in bytes.
+    pub const RELEASE_SIZE: usize = 4;
+    /// Byte offset of `command`.
+    pub const COMMAND_OFFSET: usize = 60;
+    /// Size of `command` in bytes.
+    pub const COMMAND_SIZE: usize = 1;
+    /// Byte offset of `replica`.
+    pub const REPLICA_OFFSET: usize = 61;
+    /// Size of `replica` in bytes.
+    pub const REPLICA_SIZE: usize = 1;
+    /// Byte offset of `reserved_frame`.
+    pub const RESERVED_FRAME_OFFSET: usize = 62;
+    /// Size of `reserved_frame` in bytes.
+    pub const RESERVED_FRAME_SIZE: usize = 66;
+    /// Byte offset of `nonce`.
+    pub const NONCE_OFFSET: usize = 128;
+    /// Size of `nonce` in bytes.
+    pub const NONCE_SIZE: usize = 16;
+    /// Byte offset of `client`.
+    pub const CLIENT_OFFSET: usize = 144;
+    /// Size of `client` in bytes.
+    pub const CLIENT_SIZE: usize = 16;
+    /// Byte offset of `commit`.
+    pub const COMMIT_OFFSET: usize = 160;
+    /// Size of `commit` in bytes.
+    pub const COMMIT_SIZE: usize = 8;
+    /// Byte offset of `reserved`.
+    pub const RESERVED_OFFSET: usize = 168;
+    /// Size of `reserved` in bytes.
+    pub const RESERVED_SIZE: usize = 87;
+    /// Byte offset of `outcome`.
+    pub const OUTCOME_OFFSET: usize = 255;
+    /// Size of `outcome` in bytes.
+    pub const OUTCOME_SIZE: usize = 1;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
+        }
+        let checksum = <u128>::decode_exact(&buf[0..16])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum",
+            })?;
+        let checksum_body = <u128>::decode_exact(&buf[16..32])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum_body",
+            })?;
+        let cluster = <u128>::decode_exact(&buf[32..48])
+            .map_err(|_| WireError::InvalidValue {
+                field: "cluster",
+            })?;
+        let size = <u32>::decode_exact(&buf[48..52])
+            .map_err(|_| WireError::InvalidValue {
+                field: "size",
+            })?;
+        let view = <u32>::decode_exact(&buf[52..56])
+            .map_err(|_| WireError::InvalidValue {
+                field: "view",
+            })?;
+        let release = <u32>::decode_exact(&buf[56..60])
+            .map_err(|_| WireError::InvalidValue {
+                field: "release",
+            })?;
+        let command = <Command>::decode_exact(&buf[60..61])
+            .map_err(|_| WireError::InvalidValue {
+                field: "command",
+            })?;
+        let replica = <u8>::decode_exact(&buf[61..62])
+            .map_err(|_| WireError::InvalidValue {
+                field: "replica",
+            })?;
+        let reserved_frame = iggy_wire::get_at::<66>(buf, 62);
+        let nonce = <u128>::decode_exact(&buf[128..144])
+            .map_err(|_| WireError::InvalidValue {
+                field: "nonce",
+            })?;
+        let client = <u128>::decode_exact(&buf[144..160])
+            .map_err(|_| WireError::InvalidValue {
+                field: "client",
+            })?;
+        let commit = <u64>::decode_exact(&buf[160..168])
+            .map_err(|_| WireError::InvalidValue {
+                field: "commit",
+            })?;
+        if !iggy_wire::is_zero_at(buf, 168, 87) {
+            return Err(WireError::NonZeroReserved {
+                field: "reserved",
+            });
+        }
+        let outcome = <ForwardLogoutOutcome>::decode_exact(&buf[255..256])
+            .map_err(|_| WireError::InvalidValue {
+                field: "outcome",
+            })?;
+        Ok(Self {
+            checksum,
+            checksum_body,
+            cluster,
+            size,
+            view,
+            release,
+            command,
+            replica,
+            reserved_frame,
+            nonce,
+            client,
+            commit,
+            outcome,
+        })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.checksum.to_wire_bytes());
+        iggy_wire::put_at(out, 16, &self.checksum_body.to_wire_bytes());
+        iggy_wire::put_at(out, 32, &self.cluster.to_wire_bytes());
+        iggy_wire::put_at(out, 48, &self.size.to_wire_bytes());
+        iggy_wire::put_at(out, 52, &self.view.to_wire_bytes());
+        iggy_wire::put_at(out, 56, &self.release.to_wire_bytes());
+        iggy_wire::put_at(out, 60, &self.command.to_wire_bytes());
+        iggy_wire::put_at(out, 61, &self.replica.to_wire_bytes());
+        iggy_wire::put_at(out, 62, &self.reserved_frame);
+        iggy_wire::put_at(out, 128, &self.nonce.to_wire_bytes());
+        iggy_wire::put_at(out, 144, &self.client.to_wire_bytes());
+        iggy_wire::put_at(out, 160, &self.commit.to_wire_bytes());
+        out[168..255].fill(0);
+        iggy_wire::put_at(out, 255, &self.outcome.to_wire_bytes());
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 256] {
+        let mut b = [0u8; 256];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for ForwardLogoutResultHeader {
+    /// All-zero bytes.
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 256]).expect("zero bytes decode")
+    }
+}
+const _: () = assert!(ForwardLogoutResultHeader::SIZE == 256);
+const _: () = assert!(ForwardLogoutResultHeader::CHECKSUM_OFFSET + 16 <= 256);
+const _: () = assert!(ForwardLogoutResultHeader::CHECKSUM_BODY_OFFSET + 16 <= 256);
+const _: () = assert!(ForwardLogoutResultHeader::CLUSTER_OFFSET + 16 <= 256);
+const _: () = assert!(ForwardLogoutResultHeader::SIZE_OFFSET + 4 <= 256);
+const _: () = assert!(ForwardLogoutResultHeader::VIEW_OFFSET + 4 <= 256);
+const _: () = assert!(ForwardLogoutResultHeader::RELEASE_OFFSET + 4 <= 256);
+const _: () = assert!(ForwardLogoutResultHeader::COMMAND_OFFSET + 1 <= 256);
+const _: () = assert!(ForwardLogoutResultHeader::REPLICA_OFFSET + 1 <= 256);
+const _: () = assert!(ForwardLogoutResultHeader::RESERVED_FRAME_OFFSET + 66 <= 256);
+const _: () = assert!(ForwardLogoutResultHeader::NONCE_OFFSET + 16 <= 256);
+const _: () = assert!(ForwardLogoutResultHeader::CLIENT_OFFSET + 16 <= 256);
+const _: () = assert!(ForwardLogoutResultHeader::COMMIT_OFFSET + 8 <= 256);
+const _: () = assert!(ForwardLogoutResultHeader::RESERVED_OFFSET + 87 <= 256);
+const _: () = assert!(ForwardLogoutResultHeader::OUTCOME_OFFSET + 1 <= 256);
+impl iggy_wire::WireJson for ForwardLogoutResultHeader {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"checksum\":");
+        iggy_wire::WireJson::write_json(&self.checksum, out);
+        out.push_str(",\"checksum_body\":");
+        iggy_wire::WireJson::write_json(&self.checksum_body, out);
+        out.push_str(",\"cluster\":");
+        iggy_wire::WireJson::write_json(&self.cluster, out);
+        out.push_str(",\"size\":");
+        iggy_wire::WireJson::write_json(&self.size, out);
+        out.push_str(",\"view\":");
+        iggy_wire::WireJson::write_json(&self.view, out);
+        out.push_str(",\"release\":");
+        iggy_wire::WireJson::write_json(&self.release, out);
+        out.push_str(",\"command\":");
+        iggy_wire::WireJson::write_json(&self.command, out);
+        out.push_str(",\"replica\":");
+        iggy_wire::WireJson::write_json(&self.replica, out);
+        out.push_str(",\"reserved_frame\":");
+        iggy_wire::WireJson::write_json(&self.reserved_frame, out);
+        out.push_str(",\"nonce\":");
+        iggy_wire::WireJson::write_json(&self.nonce, out);
+        out.push_str(",\"client\":");
+        iggy_wire::WireJson::write_json(&self.client, out);
+        out.push_str(",\"commit\":");
+        iggy_wire::WireJson::write_json(&self.commit, out);
+        out.push_str(",\"outcome\":");
+        iggy_wire::WireJson::write_json(&self.outcome, out);
+        out.push('}');
+    }
+}
+impl WireEncode for ForwardLogoutResultHeader {
+    fn encoded_size(&self) -> usize {
+        256
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for ForwardLogoutResultHeader {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 256)?;
+        Self::decode_fixed(b)
+    }
+}
+/// Fixed-layout `ConsumerSessionHeartbeatHeader`, 256 bytes: backup -> metadata primary: sessions bound here (30) or retirement progress (31); body is (client u128, session u64) entries. Sealed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConsumerSessionHeartbeatHeader {
+    /// seal: XxHash3-64 of bytes 16..256, widened
+    pub checksum: u128,
+    /// XxHash3-64 of bytes 256..size, widened (ours: the crate fixes the range only); 0 if header-only
+    pub checksum_body: u128,
+    pub cluster: u128,
+    /// whole frame including this header
+    pub size: u32,
+    pub view: u32,
+    /// always 0: release identity travels only in the handshake
+    pub release: u32,
+    pub command: Command,
+    /// sender
+    pub replica: u8,
+    pub reserved_frame: [u8; 66],
+    /// a shard did not report
+    pub incomplete: bool,
+    /// 0 on a heartbeat
+    pub namespace_revision: u64,
+}
+impl ConsumerSessionHeartbeatHeader {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 256;
+    /// Byte offset of `checksum`.
+    pub const CHECKSUM_OFFSET: usize = 0;
+    /// Size of `checksum` in bytes.
+    pub const CHECKSUM_SIZE: usize = 16;
+    /// Byte offset of `checksum_body`.
+    pub const CHECKSUM_BODY_OFFSET: usize = 16;
+    /// Size of `checksum_body` in bytes.
+    pub const CHECKSUM_BODY_SIZE: usize = 16;
+    /// Byte offset of `cluster`.
+    pub const CLUSTER_OFFSET: usize = 32;
+    /// Size of `cluster` in bytes.
+    pub const CLUSTER_SIZE: usize = 16;
+    /// Byte offset of `size`.
+    pub const SIZE_OFFSET: usize = 48;
+    /// Size of `size` in bytes.
+    pub const SIZE_SIZE: usize = 4;
+    /// Byte offset of `view`.
+    pub const VIEW_OFFSET: usize = 52;
+    /// Size of `view` in bytes.
+    pub const VIEW_SIZE: usize = 4;
+    /// Byte offset of `release`.
+    pub const RELEASE_OFFSET: usize = 56;
+    /// Size of `release` in bytes.
+    pub const RELEASE_SIZE: usize = 4;
+    /// Byte offset of `command`.
+    pub const COMMAND_OFFSET: usize = 60;
+    /// Size of `command` in bytes.
+    pub const COMMAND_SIZE: usize = 1;
+    /// Byte offset of `replica`.
+    pub const REPLICA_OFFSET: usize = 61;
+    /// Size of `replica` in bytes.
+    pub const REPLICA_SIZE: usize = 1;
+    /// Byte offset of `reserved_frame`.
+    pub const RESERVED_FRAME_OFFSET: usize = 62;
+    /// Size of `reserved_frame` in bytes.
+    pub const RESERVED_FRAME_SIZE: usize = 66;
+    /// Byte offset of `incomplete`.
+    pub const INCOMPLETE_OFFSET: usize = 128;
+    /// Size of `incomplete` in bytes.
+    pub const INCOMPLETE_SIZE: usize = 1;
+    /// Byte offset of `reserved`.
+    pub const RESERVED_OFFSET: usize = 129;
+    /// Size of `reserved` in bytes.
+    pub const RESERVED_SIZE: usize = 119;
+    /// Byte offset of `namespace_revision`.
+    pub const NAMESPACE_REVISION_OFFSET: usize = 248;
+    /// Size of `namespace_revision` in bytes.
+    pub const NAMESPACE_REVISION_SIZE: usize = 8;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
+        }
+        let checksum = <u128>::decode_exact(&buf[0..16])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum",
+            })?;
+        let checksum_body = <u128>::decode_exact(&buf[16..32])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum_body",
+            })?;
+        let cluster = <u128>::decode_exact(&buf[32..48])
+            .map_err(|_| WireError::InvalidValue {
+                field: "cluster",
+            })?;
+        let size = <u32>::decode_exact(&buf[48..52])
+            .map_err(|_| WireError::InvalidValue {
+                field: "size",
+            })?;
+        let view = <u32>::decode_exact(&buf[52..56])
+            .map_err(|_| WireError::InvalidValue {
+                field: "view",
+            })?;
+        let release = <u32>::decode_exact(&buf[56..60])
+            .map_err(|_| WireError::InvalidValue {
+                field: "release",
+            })?;
+        let command = <Command>::decode_exact(&buf[60..61])
+            .map_err(|_| WireError::InvalidValue {
+                field: "command",
+            })?;
+        let replica = <u8>::decode_exact(&buf[61..62])
+            .map_err(|_| WireError::InvalidValue {
+                field: "replica",
+            })?;
+        let reserved_frame = iggy_wire::get_at::<66>(buf, 62);
+        let incomplete = <bool>::decode_exact(&buf[128..129])
+            .map_err(|_| WireError::InvalidValue {
+                field: "incomplete",
+            })?;
+        if !iggy_wire::is_zero_at(buf, 129, 119) {
+            return Err(WireError::NonZeroReserved {
+                field: "reserved",
+            });
+        }
+        let namespace_revision = <u64>::decode_exact(&buf[248..256])
+            .map_err(|_| WireError::InvalidValue {
+                field: "namespace_revision",
+            })?;
+        Ok(Self {
+            checksum,
+            checksum_body,
+            cluster,
+            size,
+            view,
+            release,
+            command,
+            replica,
+            reserved_frame,
+            incomplete,
+            namespace_revision,
+        })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.checksum.to_wire_bytes());
+        iggy_wire::put_at(out, 16, &self.checksum_body.to_wire_bytes());
+        iggy_wire::put_at(out, 32, &self.cluster.to_wire_bytes());
+        iggy_wire::put_at(out, 48, &self.size.to_wire_bytes());
+        iggy_wire::put_at(out, 52, &self.view.to_wire_bytes());
+        iggy_wire::put_at(out, 56, &self.release.to_wire_bytes());
+        iggy_wire::put_at(out, 60, &self.command.to_wire_bytes());
+        iggy_wire::put_at(out, 61, &self.replica.to_wire_bytes());
+        iggy_wire::put_at(out, 62, &self.reserved_frame);
+        iggy_wire::put_at(out, 128, &self.incomplete.to_wire_bytes());
+        out[129..248].fill(0);
+        iggy_wire::put_at(out, 248, &self.namespace_revision.to_wire_bytes());
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 256] {
+        let mut b = [0u8; 256];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for ConsumerSessionHeartbeatHeader {
+    /// All-zero bytes.
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 256]).expect("zero bytes decode")
+    }
+}
+const _: () = assert!(ConsumerSessionHeartbeatHeader::SIZE == 256);
+const _: () = assert!(ConsumerSessionHeartbeatHeader::CHECKSUM_OFFSET + 16 <= 256);
+const _: () = assert!(ConsumerSessionHeartbeatHeader::CHECKSUM_BODY_OFFSET + 16 <= 256);
+const _: () = assert!(ConsumerSessionHeartbeatHeader::CLUSTER_OFFSET + 16 <= 256);
+const _: () = assert!(ConsumerSessionHeartbeatHeader::SIZE_OFFSET + 4 <= 256);
+const _: () = assert!(ConsumerSessionHeartbeatHeader::VIEW_OFFSET + 4 <= 256);
+const _: () = assert!(ConsumerSessionHeartbeatHeader::RELEASE_OFFSET + 4 <= 256);
+const _: () = assert!(ConsumerSessionHeartbeatHeader::COMMAND_OFFSET + 1 <= 256);
+const _: () = assert!(ConsumerSessionHeartbeatHeader::REPLICA_OFFSET + 1 <= 256);
+const _: () = assert!(ConsumerSessionHeartbeatHeader::RESERVED_FRAME_OFFSET + 66 <= 256);
+const _: () = assert!(ConsumerSessionHeartbeatHeader::INCOMPLETE_OFFSET + 1 <= 256);
+const _: () = assert!(ConsumerSessionHeartbeatHeader::RESERVED_OFFSET + 119 <= 256);
+const _: () = assert!(
+    ConsumerSessionHeartbeatHeader::NAMESPACE_REVISION_OFFSET + 8 <= 256
+);
+impl iggy_wire::WireJson for ConsumerSessionHeartbeatHeader {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"checksum\":");
+        iggy_wire::WireJson::write_json(&self.checksum, out);
+        out.push_str(",\"checksum_body\":");
+        iggy_wire::WireJson::write_json(&self.checksum_body, out);
+        out.push_str(",\"cluster\":");
+        iggy_wire::WireJson::write_json(&self.cluster, out);
+        out.push_str(",\"size\":");
+        iggy_wire::WireJson::write_json(&self.size, out);
+        out.push_str(",\"view\":");
+        iggy_wire::WireJson::write_json(&self.view, out);
+        out.push_str(",\"release\":");
+        iggy_wire::WireJson::write_json(&self.release, out);
+        out.push_str(",\"command\":");
+        iggy_wire::WireJson::write_json(&self.command, out);
+        out.push_str(",\"replica\":");
+        iggy_wire::WireJson::write_json(&self.replica, out);
+        out.push_str(",\"reserved_frame\":");
+        iggy_wire::WireJson::write_json(&self.reserved_frame, out);
+        out.push_str(",\"incomplete\":");
+        iggy_wire::WireJson::write_json(&self.incomplete, out);
+        out.push_str(",\"namespace_revision\":");
+        iggy_wire::WireJson::write_json(&self.namespace_revision, out);
+        out.push('}');
+    }
+}
+impl WireEncode for ConsumerSessionHeartbeatHeader {
+    fn encoded_size(&self) -> usize {
+        256
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for ConsumerSessionHeartbeatHeader {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 256)?;
+        Self::decode_fixed(b)
+    }
+}
+/// Fixed-layout `ForwardCompletionHeader`, 256 bytes: backup -> metadata primary: relay a partition completion proposed as operation; body is the batch. Sealed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ForwardCompletionHeader {
+    /// seal: XxHash3-64 of bytes 16..256, widened
+    pub checksum: u128,
+    /// XxHash3-64 of bytes 256..size, widened (ours: the crate fixes the range only); 0 if header-only
+    pub checksum_body: u128,
+    pub cluster: u128,
+    /// whole frame including this header
+    pub size: u32,
+    pub view: u32,
+    /// always 0: release identity travels only in the handshake
+    pub release: u32,
+    pub command: Command,
+    /// sender
+    pub replica: u8,
+    pub reserved_frame: [u8; 66],
+    /// the shard that built the batch
+    pub reporter: u16,
+    pub operation: Operation,
+}
+impl ForwardCompletionHeader {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 256;
+    /// Byte offset of `checksum`.
+    pub const CHECKSUM_OFFSET: usize = 0;
+    /// Size of `checksum` in bytes.
+    pub const CHECKSUM_SIZE: usize = 16;
+    /// Byte offset of `checksum_body`.
+    pub const CHECKSUM_BODY_OFFSET: usize = 16;
+    /// Size of `checksum_body` in bytes.
+    pub const CHECKSUM_BODY_SIZE: usize = 16;
+    /// Byte offset of `cluster`.
+    pub const CLUSTER_OFFSET: usize = 32;
+    /// Size of `cluster` in bytes.
+    pub const CLUSTER_SIZE: usize = 16;
+    /// Byte offset of `size`.
+    pub const SIZE_OFFSET: usize = 48;
+    /// Size of `size` in bytes.
+    pub const SIZE_SIZE: usize = 4;
+    /// Byte offset of `view`.
+    pub const VIEW_OFFSET: usize = 52;
+    /// Size of `view` in bytes.
+    pub const VIEW_SIZE: usize = 4;
+    /// Byte offset of `release`.
+    pub const RELEASE_OFFSET: usize = 56;
+    /// Size of `release` in bytes.
+    pub const RELEASE_SIZE: usize = 4;
+    /// Byte offset of `command`.
+    pub const COMMAND_OFFSET: usize = 60;
+    /// Size of `command` in bytes.
+    pub const COMMAND_SIZE: usize = 1;
+    /// Byte offset of `replica`.
+    pub const REPLICA_OFFSET: usize = 61;
+    /// Size of `replica` in bytes.
+    pub const REPLICA_SIZE: usize = 1;
+    /// Byte offset of `reserved_frame`.
+    pub const RESERVED_FRAME_OFFSET: usize = 62;
+    /// Size of `reserved_frame` in bytes.
+    pub const RESERVED_FRAME_SIZE: usize = 66;
+    /// Byte offset of `reporter`.
+    pub const REPORTER_OFFSET: usize = 128;
+    /// Size of `reporter` in bytes.
+    pub const REPORTER_SIZE: usize = 2;
+    /// Byte offset of `operation`.
+    pub const OPERATION_OFFSET: usize = 130;
+    /// Size of `operation` in bytes.
+    pub const OPERATION_SIZE: usize = 1;
+    /// Byte offset of `reserved`.
+    pub const RESERVED_OFFSET: usize = 131;
+    /// Size of `reserved` in bytes.
+    pub const RESERVED_SIZE: usize = 125;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
+        }
+        let checksum = <u128>::decode_exact(&buf[0..16])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum",
+            })?;
+        let checksum_body = <u128>::decode_exact(&buf[16..32])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum_body",
+            })?;
+        let cluster = <u128>::decode_exact(&buf[32..48])
+            .map_err(|_| WireError::InvalidValue {
+                field: "cluster",
+            })?;
+        let size = <u32>::decode_exact(&buf[48..52])
+            .map_err(|_| WireError::InvalidValue {
+                field: "size",
+            })?;
+        let view = <u32>::decode_exact(&buf[52..56])
+            .map_err(|_| WireError::InvalidValue {
+                field: "view",
+            })?;
+        let release = <u32>::decode_exact(&buf[56..60])
+            .map_err(|_| WireError::InvalidValue {
+                field: "release",
+            })?;
+        let command = <Command>::decode_exact(&buf[60..61])
+            .map_err(|_| WireError::InvalidValue {
+                field: "command",
+            })?;
+        let replica = <u8>::decode_exact(&buf[61..62])
+            .map_err(|_| WireError::InvalidValue {
+                field: "replica",
+            })?;
+        let reserved_frame = iggy_wire::get_at::<66>(buf, 62);
+        let reporter = <u16>::decode_exact(&buf[128..130])
+            .map_err(|_| WireError::InvalidValue {
+                field: "reporter",
+            })?;
+        let operation = <Operation>::decode_exact(&buf[130..131])
+            .map_err(|_| WireError::InvalidValue {
+                field: "operation",
+            })?;
+        if !iggy_wire::is_zero_at(buf, 131, 125) {
+            return Err(WireError::NonZeroReserved {
+                field: "reserved",
+            });
+        }
+        Ok(Self {
+            checksum,
+            checksum_body,
+            cluster,
+            size,
+            view,
+            release,
+            command,
+            replica,
+            reserved_frame,
+            reporter,
+            operation,
+        })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.checksum.to_wire_bytes());
+        iggy_wire::put_at(out, 16, &self.checksum_body.to_wire_bytes());
+        iggy_wire::put_at(out, 32, &self.cluster.to_wire_bytes());
+        iggy_wire::put_at(out, 48, &self.size.to_wire_bytes());
+        iggy_wire::put_at(out, 52, &self.view.to_wire_bytes());
+        iggy_wire::put_at(out, 56, &self.release.to_wire_bytes());
+        iggy_wire::put_at(out, 60, &self.command.to_wire_bytes());
+        iggy_wire::put_at(out, 61, &self.replica.to_wire_bytes());
+        iggy_wire::put_at(out, 62, &self.reserved_frame);
+        iggy_wire::put_at(out, 128, &self.reporter.to_wire_bytes());
+        iggy_wire::put_at(out, 130, &self.operation.to_wire_bytes());
+        out[131..256].fill(0);
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 256] {
+        let mut b = [0u8; 256];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for ForwardCompletionHeader {
+    /// All-zero bytes.
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 256]).expect("zero bytes decode")
+    }
+}
+const _: () = assert!(ForwardCompletionHeader::SIZE == 256);
+const _: () = assert!(ForwardCompletionHeader::CHECKSUM_OFFSET + 16 <= 256);
+const _: () = assert!(ForwardCompletionHeader::CHECKSUM_BODY_OFFSET + 16 <= 256);
+const _: () = assert!(ForwardCompletionHeader::CLUSTER_OFFSET + 16 <= 256);
+const _: () = assert!(ForwardCompletionHeader::SIZE_OFFSET + 4 <= 256);
+const _: () = assert!(ForwardCompletionHeader::VIEW_OFFSET + 4 <= 256);
+const _: () = assert!(ForwardCompletionHeader::RELEASE_OFFSET + 4 <= 256);
+const _: () = assert!(ForwardCompletionHeader::COMMAND_OFFSET + 1 <= 256);
+const _: () = assert!(ForwardCompletionHeader::REPLICA_OFFSET + 1 <= 256);
+const _: () = assert!(ForwardCompletionHeader::RESERVED_FRAME_OFFSET + 66 <= 256);
+const _: () = assert!(ForwardCompletionHeader::REPORTER_OFFSET + 2 <= 256);
+const _: () = assert!(ForwardCompletionHeader::OPERATION_OFFSET + 1 <= 256);
+const _: () = assert!(ForwardCompletionHeader::RESERVED_OFFSET + 125 <= 256);
+impl iggy_wire::WireJson for ForwardCompletionHeader {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"checksum\":");
+        iggy_wire::WireJson::write_json(&self.checksum, out);
+        out.push_str(",\"checksum_body\":");
+        iggy_wire::WireJson::write_json(&self.checksum_body, out);
+        out.push_str(",\"cluster\":");
+        iggy_wire::WireJson::write_json(&self.cluster, out);
+        out.push_str(",\"size\":");
+        iggy_wire::WireJson::write_json(&self.size, out);
+        out.push_str(",\"view\":");
+        iggy_wire::WireJson::write_json(&self.view, out);
+        out.push_str(",\"release\":");
+        iggy_wire::WireJson::write_json(&self.release, out);
+        out.push_str(",\"command\":");
+        iggy_wire::WireJson::write_json(&self.command, out);
+        out.push_str(",\"replica\":");
+        iggy_wire::WireJson::write_json(&self.replica, out);
+        out.push_str(",\"reserved_frame\":");
+        iggy_wire::WireJson::write_json(&self.reserved_frame, out);
+        out.push_str(",\"reporter\":");
+        iggy_wire::WireJson::write_json(&self.reporter, out);
+        out.push_str(",\"operation\":");
+        iggy_wire::WireJson::write_json(&self.operation, out);
+        out.push('}');
+    }
+}
+impl WireEncode for ForwardCompletionHeader {
+    fn encoded_size(&self) -> usize {
+        256
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for ForwardCompletionHeader {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 256)?;
+        Self::decode_fixed(b)
+    }
+}
+/// Fixed-layout `PrimaryRebalanceHeader`, 256 bytes: rebalance exchange through the metadata primary: probes, replies, and the PrimaryTransfer grant. Header only. Sealed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PrimaryRebalanceHeader {
+    /// seal: XxHash3-64 of bytes 16..256, widened
+    pub checksum: u128,
+    /// XxHash3-64 of bytes 256..size, widened (ours: the crate fixes the range only); 0 if header-only
+    pub checksum_body: u128,
+    pub cluster: u128,
+    /// whole frame including this header
+    pub size: u32,
+    pub view: u32,
+    /// always 0: release identity travels only in the handshake
+    pub release: u32,
+    pub command: Command,
+    /// sender
+    pub replica: u8,
+    pub reserved_frame: [u8; 66],
+    pub nonce: u128,
+    pub namespace: u64,
+    pub created_revision: u64,
+    pub commit: u64,
+    /// u64::MAX unless a metadata probe
+    pub quorum_age_ns: u64,
+    pub partition_view: u32,
+    pub kind: PrimaryRebalanceKind,
+    pub ready: bool,
+    /// the grant's new primary; 0 otherwise
+    pub target: u8,
+}
+impl PrimaryRebalanceHeader {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 256;
+    /// Byte offset of `checksum`.
+    pub const CHECKSUM_OFFSET: usize = 0;
+    /// Size of `checksum` in bytes.
+    pub const CHECKSUM_SIZE: usize = 16;
+    /// Byte offset of `checksum_body`.
+    pub const CHECKSUM_BODY_OFFSET: usize = 16;
+    /// Size of `checksum_body` in bytes.
+    pub const CHECKSUM_BODY_SIZE: usize = 16;
+    /// Byte offset of `cluster`.
+    pub const CLUSTER_OFFSET: usize = 32;
+    /// Size of `cluster` in bytes.
+    pub const CLUSTER_SIZE: usize = 16;
+    /// Byte offset of `size`.
+    pub const SIZE_OFFSET: usize = 48;
+    /// Size of `size` in bytes.
+    pub const SIZE_SIZE: usize = 4;
+    /// Byte offset of `view`.
+    pub const VIEW_OFFSET: usize = 52;
+    /// Size of `view` in bytes.
+    pub const VIEW_SIZE: usize = 4;
+    /// Byte offset of `release`.
+    pub const RELEASE_OFFSET: usize = 56;
+    /// Size of `release` in bytes.
+    pub const RELEASE_SIZE: usize = 4;
+    /// Byte offset of `command`.
+    pub const COMMAND_OFFSET: usize = 60;
+    /// Size of `command` in bytes.
+    pub const COMMAND_SIZE: usize = 1;
+    /// Byte offset of `replica`.
+    pub const REPLICA_OFFSET: usize = 61;
+    /// Size of `replica` in bytes.
+    pub const REPLICA_SIZE: usize = 1;
+    /// Byte offset of `reserved_frame`.
+    pub const RESERVED_FRAME_OFFSET: usize = 62;
+    /// Size of `reserved_frame` in bytes.
+    pub const RESERVED_FRAME_SIZE: usize = 66;
+    /// Byte offset of `nonce`.
+    pub const NONCE_OFFSET: usize = 128;
+    /// Size of `nonce` in bytes.
+    pub const NONCE_SIZE: usize = 16;
+    /// Byte offset of `namespace`.
+    pub const NAMESPACE_OFFSET: usize = 144;
+    /// Size of `namespace` in bytes.
+    pub const NAMESPACE_SIZE: usize = 8;
+    /// Byte offset of `created_revision`.
+    pub const CREATED_REVISION_OFFSET: usize = 152;
+    /// Size of `created_revision` in bytes.
+    pub const CREATED_REVISION_SIZE: usize = 8;
+    /// Byte offset of `commit`.
+    pub const COMMIT_OFFSET: usize = 160;
+    /// Size of `commit` in bytes.
+    pub const COMMIT_SIZE: usize = 8;
+    /// Byte offset of `quorum_age_ns`.
+    pub const QUORUM_AGE_NS_OFFSET: usize = 168;
+    /// Size of `quorum_age_ns` in bytes.
+    pub const QUORUM_AGE_NS_SIZE: usize = 8;
+    /// Byte offset of `partition_view`.
+    pub const PARTITION_VIEW_OFFSET: usize = 176;
+    /// Size of `partition_view` in bytes.
+    pub const PARTITION_VIEW_SIZE: usize = 4;
+    /// Byte offset of `kind`.
+    pub const KIND_OFFSET: usize = 180;
+    /// Size of `kind` in bytes.
+    pub const KIND_SIZE: usize = 1;
+    /// Byte offset of `ready`.
+    pub const READY_OFFSET: usize = 181;
+    /// Size of `ready` in bytes.
+    pub const READY_SIZE: usize = 1;
+    /// Byte offset of `target`.
+    pub const TARGET_OFFSET: usize = 182;
+    /// Size of `target` in bytes.
+    pub const TARGET_SIZE: usize = 1;
+    /// Byte offset of `reserved`.
+    pub const RESERVED_OFFSET: usize = 183;
+    /// Size of `reserved` in bytes.
+    pub const RESERVED_SIZE: usize = 73;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
+        }
+        let checksum = <u128>::decode_exact(&buf[0..16])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum",
+            })?;
+        let checksum_body = <u128>::decode_exact(&buf[16..32])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum_body",
+            })?;
+        let cluster = <u128>::decode_exact(&buf[32..48])
+            .map_err(|_| WireError::InvalidValue {
+                field: "cluster",
+            })?;
+        let size = <u32>::decode_exact(&buf[48..52])
+            .map_err(|_| WireError::InvalidValue {
+                field: "size",
+            })?;
+        let view = <u32>::decode_exact(&buf[52..56])
+            .map_err(|_| WireError::InvalidValue {
+                field: "view",
+            })?;
+        let release = <u32>::decode_exact(&buf[56..60])
+            .map_err(|_| WireError::InvalidValue {
+                field: "release",
+            })?;
+        let command = <Command>::decode_exact(&buf[60..61])
+            .map_err(|_| WireError::InvalidValue {
+                field: "command",
+            })?;
+        let replica = <u8>::decode_exact(&buf[61..62])
+            .map_err(|_| WireError::InvalidValue {
+                field: "replica",
+            })?;
+        let reserved_frame = iggy_wire::get_at::<66>(buf, 62);
+        let nonce = <u128>::decode_exact(&buf[128..144])
+            .map_err(|_| WireError::InvalidValue {
+                field: "nonce",
+            })?;
+        let namespace = <u64>::decode_exact(&buf[144..152])
+            .map_err(|_| WireError::InvalidValue {
+                field: "namespace",
+            })?;
+        let created_revision = <u64>::decode_exact(&buf[152..160])
+            .map_err(|_| WireError::InvalidValue {
+                field: "created_revision",
+            })?;
+        let commit = <u64>::decode_exact(&buf[160..168])
+            .map_err(|_| WireError::InvalidValue {
+                field: "commit",
+            })?;
+        let quorum_age_ns = <u64>::decode_exact(&buf[168..176])
+            .map_err(|_| WireError::InvalidValue {
+                field: "quorum_age_ns",
+            })?;
+        let partition_view = <u32>::decode_exact(&buf[176..180])
+            .map_err(|_| WireError::InvalidValue {
+                field: "partition_view",
+            })?;
+        let kind = <PrimaryRebalanceKind>::decode_exact(&buf[180..181])
+            .map_err(|_| WireError::InvalidValue {
+                field: "kind",
+            })?;
+        let ready = <bool>::decode_exact(&buf[181..182])
+            .map_err(|_| WireError::InvalidValue {
+                field: "ready",
+            })?;
+        let target = <u8>::decode_exact(&buf[182..183])
+            .map_err(|_| WireError::InvalidValue {
+                field: "target",
+            })?;
+        if !iggy_wire::is_zero_at(buf, 183, 73) {
+            return Err(WireError::NonZeroReserved {
+                field: "reserved",
+            });
+        }
+        Ok(Self {
+            checksum,
+            checksum_body,
+            cluster,
+            size,
+            view,
+            release,
+            command,
+            replica,
+            reserved_frame,
+            nonce,
+            namespace,
+            created_revision,
+            commit,
+            quorum_age_ns,
+            partition_view,
+            kind,
+            ready,
+            target,
+        })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.checksum.to_wire_bytes());
+        iggy_wire::put_at(out, 16, &self.checksum_body.to_wire_bytes());
+        iggy_wire::put_at(out, 32, &self.cluster.to_wire_bytes());
+        iggy_wire::put_at(out, 48, &self.size.to_wire_bytes());
+        iggy_wire::put_at(out, 52, &self.view.to_wire_bytes());
+        iggy_wire::put_at(out, 56, &self.release.to_wire_bytes());
+        iggy_wire::put_at(out, 60, &self.command.to_wire_bytes());
+        iggy_wire::put_at(out, 61, &self.replica.to_wire_bytes());
+        iggy_wire::put_at(out, 62, &self.reserved_frame);
+        iggy_wire::put_at(out, 128, &self.nonce.to_wire_bytes());
+        iggy_wire::put_at(out, 144, &self.namespace.to_wire_bytes());
+        iggy_wire::put_at(out, 152, &self.created_revision.to_wire_bytes());
+        iggy_wire::put_at(out, 160, &self.commit.to_wire_bytes());
+        iggy_wire::put_at(out, 168, &self.quorum_age_ns.to_wire_bytes());
+        iggy_wire::put_at(out, 176, &self.partition_view.to_wire_bytes());
+        iggy_wire::put_at(out, 180, &self.kind.to_wire_bytes());
+        iggy_wire::put_at(out, 181, &self.ready.to_wire_bytes());
+        iggy_wire::put_at(out, 182, &self.target.to_wire_bytes());
+        out[183..256].fill(0);
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 256] {
+        let mut b = [0u8; 256];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for PrimaryRebalanceHeader {
+    /// All-zero bytes.
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 256]).expect("zero bytes decode")
+    }
+}
+const _: () = assert!(PrimaryRebalanceHeader::SIZE == 256);
+const _: () = assert!(PrimaryRebalanceHeader::CHECKSUM_OFFSET + 16 <= 256);
+const _: () = assert!(PrimaryRebalanceHeader::CHECKSUM_BODY_OFFSET + 16 <= 256);
+const _: () = assert!(PrimaryRebalanceHeader::CLUSTER_OFFSET + 16 <= 256);
+const _: () = assert!(PrimaryRebalanceHeader::SIZE_OFFSET + 4 <= 256);
+const _: () = assert!(PrimaryRebalanceHeader::VIEW_OFFSET + 4 <= 256);
+const _: () = assert!(PrimaryRebalanceHeader::RELEASE_OFFSET + 4 <= 256);
+const _: () = assert!(PrimaryRebalanceHeader::COMMAND_OFFSET + 1 <= 256);
+const _: () = assert!(PrimaryRebalanceHeader::REPLICA_OFFSET + 1 <= 256);
+const _: () = assert!(PrimaryRebalanceHeader::RESERVED_FRAME_OFFSET + 66 <= 256);
+const _: () = assert!(PrimaryRebalanceHeader::NONCE_OFFSET + 16 <= 256);
+const _: () = assert!(PrimaryRebalanceHeader::NAMESPACE_OFFSET + 8 <= 256);
+const _: () = assert!(PrimaryRebalanceHeader::CREATED_REVISION_OFFSET + 8 <= 256);
+const _: () = assert!(PrimaryRebalanceHeader::COMMIT_OFFSET + 8 <= 256);
+const _: () = assert!(PrimaryRebalanceHeader::QUORUM_AGE_NS_OFFSET + 8 <= 256);
+const _: () = assert!(PrimaryRebalanceHeader::PARTITION_VIEW_OFFSET + 4 <= 256);
+const _: () = assert!(PrimaryRebalanceHeader::KIND_OFFSET + 1 <= 256);
+const _: () = assert!(PrimaryRebalanceHeader::READY_OFFSET + 1 <= 256);
+const _: () = assert!(PrimaryRebalanceHeader::TARGET_OFFSET + 1 <= 256);
+const _: () = assert!(PrimaryRebalanceHeader::RESERVED_OFFSET + 73 <= 256);
+impl iggy_wire::WireJson for PrimaryRebalanceHeader {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"checksum\":");
+        iggy_wire::WireJson::write_json(&self.checksum, out);
+        out.push_str(",\"checksum_body\":");
+        iggy_wire::WireJson::write_json(&self.checksum_body, out);
+        out.push_str(",\"cluster\":");
+        iggy_wire::WireJson::write_json(&self.cluster, out);
+        out.push_str(",\"size\":");
+        iggy_wire::WireJson::write_json(&self.size, out);
+        out.push_str(",\"view\":");
+        iggy_wire::WireJson::write_json(&self.view, out);
+        out.push_str(",\"release\":");
+        iggy_wire::WireJson::write_json(&self.release, out);
+        out.push_str(",\"command\":");
+        iggy_wire::WireJson::write_json(&self.command, out);
+        out.push_str(",\"replica\":");
+        iggy_wire::WireJson::write_json(&self.replica, out);
+        out.push_str(",\"reserved_frame\":");
+        iggy_wire::WireJson::write_json(&self.reserved_frame, out);
+        out.push_str(",\"nonce\":");
+        iggy_wire::WireJson::write_json(&self.nonce, out);
+        out.push_str(",\"namespace\":");
+        iggy_wire::WireJson::write_json(&self.namespace, out);
+        out.push_str(",\"created_revision\":");
+        iggy_wire::WireJson::write_json(&self.created_revision, out);
+        out.push_str(",\"commit\":");
+        iggy_wire::WireJson::write_json(&self.commit, out);
+        out.push_str(",\"quorum_age_ns\":");
+        iggy_wire::WireJson::write_json(&self.quorum_age_ns, out);
+        out.push_str(",\"partition_view\":");
+        iggy_wire::WireJson::write_json(&self.partition_view, out);
+        out.push_str(",\"kind\":");
+        iggy_wire::WireJson::write_json(&self.kind, out);
+        out.push_str(",\"ready\":");
+        iggy_wire::WireJson::write_json(&self.ready, out);
+        out.push_str(",\"target\":");
+        iggy_wire::WireJson::write_json(&self.target, out);
+        out.push('}');
+    }
+}
+impl WireEncode for PrimaryRebalanceHeader {
+    fn encoded_size(&self) -> usize {
+        256
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for PrimaryRebalanceHeader {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 256)?;
+        Self::decode_fixed(b)
+    }
+}
+/// Fixed-layout `SegmentDeleteHeader`, 256 bytes: metadata primary <-> partition primary: resolve a segment count before the truncation commits. Header only. Sealed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentDeleteHeader {
+    /// seal: XxHash3-64 of bytes 16..256, widened
+    pub checksum: u128,
+    /// XxHash3-64 of bytes 256..size, widened (ours: the crate fixes the range only); 0 if header-only
+    pub checksum_body: u128,
+    pub cluster: u128,
+    /// whole frame including this header
+    pub size: u32,
+    pub view: u32,
+    /// always 0: release identity travels only in the handshake
+    pub release: u32,
+    pub command: Command,
+    /// sender
+    pub replica: u8,
+    pub reserved_frame: [u8; 66],
+    pub nonce: u128,
+    pub namespace: u64,
+    pub created_revision: u64,
+    pub minimum_metadata_op: u64,
+    /// 0 unless resolved
+    pub up_to_offset: u64,
+    pub segments_count: u32,
+    pub kind: SegmentDeleteKind,
+}
+impl SegmentDeleteHeader {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 256;
+    /// Byte offset of `checksum`.
+    pub const CHECKSUM_OFFSET: usize = 0;
+    /// Size of `checksum` in bytes.
+    pub const CHECKSUM_SIZE: usize = 16;
+    /// Byte offset of `checksum_body`.
+    pub const CHECKSUM_BODY_OFFSET: usize = 16;
+    /// Size of `checksum_body` in bytes.
+    pub const CHECKSUM_BODY_SIZE: usize = 16;
+    /// Byte offset of `cluster`.
+    pub const CLUSTER_OFFSET: usize = 32;
+    /// Size of `cluster` in bytes.
+    pub const CLUSTER_SIZE: usize = 16;
+    /// Byte offset of `size`.
+    pub const SIZE_OFFSET: usize = 48;
+    /// Size of `size` in bytes.
+    pub const SIZE_SIZE: usize = 4;
+    /// Byte offset of `view`.
+    pub const VIEW_OFFSET: usize = 52;
+    /// Size of `view` in bytes.
+    pub const VIEW_SIZE: usize = 4;
+    /// Byte offset of `release`.
+    pub const RELEASE_OFFSET: usize = 56;
+    /// Size of `release` in bytes.
+    pub const RELEASE_SIZE: usize = 4;
+    /// Byte offset of `command`.
+    pub const COMMAND_OFFSET: usize = 60;
+    /// Size of `command` in bytes.
+    pub const COMMAND_SIZE: usize = 1;
+    /// Byte offset of `replica`.
+    pub const REPLICA_OFFSET: usize = 61;
+    /// Size of `replica` in bytes.
+    pub const REPLICA_SIZE: usize = 1;
+    /// Byte offset of `reserved_frame`.
+    pub const RESERVED_FRAME_OFFSET: usize = 62;
+    /// Size of `reserved_frame` in bytes.
+    pub const RESERVED_FRAME_SIZE: usize = 66;
+    /// Byte offset of `nonce`.
+    pub const NONCE_OFFSET: usize = 128;
+    /// Size of `nonce` in bytes.
+    pub const NONCE_SIZE: usize = 16;
+    /// Byte offset of `namespace`.
+    pub const NAMESPACE_OFFSET: usize = 144;
+    /// Size of `namespace` in bytes.
+    pub const NAMESPACE_SIZE: usize = 8;
+    /// Byte offset of `created_revision`.
+    pub const CREATED_REVISION_OFFSET: usize = 152;
+    /// Size of `created_revision` in bytes.
+    pub const CREATED_REVISION_SIZE: usize = 8;
+    /// Byte offset of `minimum_metadata_op`.
+    pub const MINIMUM_METADATA_OP_OFFSET: usize = 160;
+    /// Size of `minimum_metadata_op` in bytes.
+    pub const MINIMUM_METADATA_OP_SIZE: usize = 8;
+    /// Byte offset of `up_to_offset`.
+    pub const UP_TO_OFFSET_OFFSET: usize = 168;
+    /// Size of `up_to_offset` in bytes.
+    pub const UP_TO_OFFSET_SIZE: usize = 8;
+    /// Byte offset of `segments_count`.
+    pub const SEGMENTS_COUNT_OFFSET: usize = 176;
+    /// Size of `segments_count` in bytes.
+    pub const SEGMENTS_COUNT_SIZE: usize = 4;
+    /// Byte offset of `kind`.
+    pub const KIND_OFFSET: usize = 180;
+    /// Size of `kind` in bytes.
+    pub const KIND_SIZE: usize = 1;
+    /// Byte offset of `reserved`.
+    pub const RESERVED_OFFSET: usize = 181;
+    /// Size of `reserved` in bytes.
+    pub const RESERVED_SIZE: usize = 75;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
+        }
+        let checksum = <u128>::decode_exact(&buf[0..16])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum",
+            })?;
+        let checksum_body = <u128>::decode_exact(&buf[16..32])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum_body",
+            })?;
+        let cluster = <u128>::decode_exact(&buf[32..48])
+            .map_err(|_| WireError::InvalidValue {
+                field: "cluster",
+            })?;
+        let size = <u32>::decode_exact(&buf[48..52])
+            .map_err(|_| WireError::InvalidValue {
+                field: "size",
+            })?;
+        let view = <u32>::decode_exact(&buf[52..56])
+            .map_err(|_| WireError::InvalidValue {
+                field: "view",
+            })?;
+        let release = <u32>::decode_exact(&buf[56..60])
+            .map_err(|_| WireError::InvalidValue {
+                field: "release",
+            })?;
+        let command = <Command>::decode_exact(&buf[60..61])
+            .map_err(|_| WireError::InvalidValue {
+                field: "command",
+            })?;
+        let replica = <u8>::decode_exact(&buf[61..62])
+            .map_err(|_| WireError::InvalidValue {
+                field: "replica",
+            })?;
+        let reserved_frame = iggy_wire::get_at::<66>(buf, 62);
+        let nonce = <u128>::decode_exact(&buf[128..144])
+            .map_err(|_| WireError::InvalidValue {
+                field: "nonce",
+            })?;
+        let namespace = <u64>::decode_exact(&buf[144..152])
+            .map_err(|_| WireError::InvalidValue {
+                field: "namespace",
+            })?;
+        let created_revision = <u64>::decode_exact(&buf[152..160])
+            .map_err(|_| WireError::InvalidValue {
+                field: "created_revision",
+            })?;
+        let minimum_metadata_op = <u64>::decode_exact(&buf[160..168])
+            .map_err(|_| WireError::InvalidValue {
+                field: "minimum_metadata_op",
+            })?;
+        let up_to_offset = <u64>::decode_exact(&buf[168..176])
+            .map_err(|_| WireError::InvalidValue {
+                field: "up_to_offset",
+            })?;
+        let segments_count = <u32>::decode_exact(&buf[176..180])
+            .map_err(|_| WireError::InvalidValue {
+                field: "segments_count",
+            })?;
+        let kind = <SegmentDeleteKind>::decode_exact(&buf[180..181])
+            .map_err(|_| WireError::InvalidValue {
+                field: "kind",
+            })?;
+        if !iggy_wire::is_zero_at(buf, 181, 75) {
+            return Err(WireError::NonZeroReserved {
+                field: "reserved",
+            });
+        }
+        Ok(Self {
+            checksum,
+            checksum_body,
+            cluster,
+            size,
+            view,
+            release,
+            command,
+            replica,
+            reserved_frame,
+            nonce,
+            namespace,
+            created_revision,
+            minimum_metadata_op,
+            up_to_offset,
+            segments_count,
+            kind,
+        })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.checksum.to_wire_bytes());
+        iggy_wire::put_at(out, 16, &self.checksum_body.to_wire_bytes());
+        iggy_wire::put_at(out, 32, &self.cluster.to_wire_bytes());
+        iggy_wire::put_at(out, 48, &self.size.to_wire_bytes());
+        iggy_wire::put_at(out, 52, &self.view.to_wire_bytes());
+        iggy_wire::put_at(out, 56, &self.release.to_wire_bytes());
+        iggy_wire::put_at(out, 60, &self.command.to_wire_bytes());
+        iggy_wire::put_at(out, 61, &self.replica.to_wire_bytes());
+        iggy_wire::put_at(out, 62, &self.reserved_frame);
+        iggy_wire::put_at(out, 128, &self.nonce.to_wire_bytes());
+        iggy_wire::put_at(out, 144, &self.namespace.to_wire_bytes());
+        iggy_wire::put_at(out, 152, &self.created_revision.to_wire_bytes());
+        iggy_wire::put_at(out, 160, &self.minimum_metadata_op.to_wire_bytes());
+        iggy_wire::put_at(out, 168, &self.up_to_offset.to_wire_bytes());
+        iggy_wire::put_at(out, 176, &self.segments_count.to_wire_bytes());
+        iggy_wire::put_at(out, 180, &self.kind.to_wire_bytes());
+        out[181..256].fill(0);
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 256] {
+        let mut b = [0u8; 256];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for SegmentDeleteHeader {
+    /// All-zero bytes.
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 256]).expect("zero bytes decode")
+    }
+}
+const _: () = assert!(SegmentDeleteHeader::SIZE == 256);
+const _: () = assert!(SegmentDeleteHeader::CHECKSUM_OFFSET + 16 <= 256);
+const _: () = assert!(SegmentDeleteHeader::CHECKSUM_BODY_OFFSET + 16 <= 256);
+const _: () = assert!(SegmentDeleteHeader::CLUSTER_OFFSET + 16 <= 256);
+const _: () = assert!(SegmentDeleteHeader::SIZE_OFFSET + 4 <= 256);
+const _: () = assert!(SegmentDeleteHeader::VIEW_OFFSET + 4 <= 256);
+const _: () = assert!(SegmentDeleteHeader::RELEASE_OFFSET + 4 <= 256);
+const _: () = assert!(SegmentDeleteHeader::COMMAND_OFFSET + 1 <= 256);
+const _: () = assert!(SegmentDeleteHeader::REPLICA_OFFSET + 1 <= 256);
+const _: () = assert!(SegmentDeleteHeader::RESERVED_FRAME_OFFSET + 66 <= 256);
+const _: () = assert!(SegmentDeleteHeader::NONCE_OFFSET + 16 <= 256);
+const _: () = assert!(SegmentDeleteHeader::NAMESPACE_OFFSET + 8 <= 256);
+const _: () = assert!(SegmentDeleteHeader::CREATED_REVISION_OFFSET + 8 <= 256);
+const _: () = assert!(SegmentDeleteHeader::MINIMUM_METADATA_OP_OFFSET + 8 <= 256);
+const _: () = assert!(SegmentDeleteHeader::UP_TO_OFFSET_OFFSET + 8 <= 256);
+const _: () = assert!(SegmentDeleteHeader::SEGMENTS_COUNT_OFFSET + 4 <= 256);
+const _: () = assert!(SegmentDeleteHeader::KIND_OFFSET + 1 <= 256);
+const _: () = assert!(SegmentDeleteHeader::RESERVED_OFFSET + 75 <= 256);
+impl iggy_wire::WireJson for SegmentDeleteHeader {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"checksum\":");
+        iggy_wire::WireJson::write_json(&self.checksum, out);
+        out.push_str(",\"checksum_body\":");
+        iggy_wire::WireJson::write_json(&self.checksum_body, out);
+        out.push_str(",\"cluster\":");
+        iggy_wire::WireJson::write_json(&self.cluster, out);
+        out.push_str(",\"size\":");
+        iggy_wire::WireJson::write_json(&self.size, out);
+        out.push_str(",\"view\":");
+        iggy_wire::WireJson::write_json(&self.view, out);
+        out.push_str(",\"release\":");
+        iggy_wire::WireJson::write_json(&self.release, out);
+        out.push_str(",\"command\":");
+        iggy_wire::WireJson::write_json(&self.command, out);
+        out.push_str(",\"replica\":");
+        iggy_wire::WireJson::write_json(&self.replica, out);
+        out.push_str(",\"reserved_frame\":");
+        iggy_wire::WireJson::write_json(&self.reserved_frame, out);
+        out.push_str(",\"nonce\":");
+        iggy_wire::WireJson::write_json(&self.nonce, out);
+        out.push_str(",\"namespace\":");
+        iggy_wire::WireJson::write_json(&self.namespace, out);
+        out.push_str(",\"created_revision\":");
+        iggy_wire::WireJson::write_json(&self.created_revision, out);
+        out.push_str(",\"minimum_metadata_op\":");
+        iggy_wire::WireJson::write_json(&self.minimum_metadata_op, out);
+        out.push_str(",\"up_to_offset\":");
+        iggy_wire::WireJson::write_json(&self.up_to_offset, out);
+        out.push_str(",\"segments_count\":");
+        iggy_wire::WireJson::write_json(&self.segments_count, out);
+        out.push_str(",\"kind\":");
+        iggy_wire::WireJson::write_json(&self.kind, out);
+        out.push('}');
+    }
+}
+impl WireEncode for SegmentDeleteHeader {
+    fn encoded_size(&self) -> usize {
+        256
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for SegmentDeleteHeader {
     fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
         let b = iggy_wire::take(input, 256)?;
         Self::decode_fixed(b)

@@ -235,7 +235,7 @@ impl iggy_wire::WireJson for OptionsScope {
         out.push('"');
     }
 }
-/// Fixed-layout `OptionalPartitionId`, 5 bytes.
+/// Fixed-layout `OptionalPartitionId`, 5 bytes: crate Option<u32> partition id: flag 1 = Some; the u32 is always written (0 when None).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OptionalPartitionId {
     /// 1 means Some, anything else None
@@ -497,7 +497,7 @@ impl<'a> WireDecode<'a> for ReplyResultEntry {
         Self::decode_fixed(b)
     }
 }
-/// Fixed-layout `PollingStrategy`, 9 bytes.
+/// Fixed-layout `PollingStrategy`, 9 bytes: kind 1 offset, 2 timestamp, 3 first, 4 last, 5 next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PollingStrategy {
     pub kind: u8,
@@ -676,7 +676,7 @@ impl<'a> WireDecode<'a> for SessionIdentity {
         Self::decode_fixed(b)
     }
 }
-/// Fixed-layout `SessionRecord`, 40 bytes.
+/// Fixed-layout `SessionRecord`, 40 bytes: journaled body of a committed register: what a session is bound to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SessionRecord {
     pub user_id: u32,
@@ -771,7 +771,7 @@ impl<'a> WireDecode<'a> for SessionRecord {
         Self::decode_fixed(b)
     }
 }
-/// Fixed-layout `PollPrefix`, 40 bytes.
+/// Fixed-layout `PollPrefix`, 40 bytes: crate PollMessagesResponseHeader.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PollPrefix {
     pub partition_id: u32,
@@ -1037,7 +1037,7 @@ impl<'a> WireDecode<'a> for PartitionResponse {
         Self::decode_fixed(b)
     }
 }
-/// Fixed-layout `PartitionRouteResponse`, 25 bytes.
+/// Fixed-layout `PartitionRouteResponse`, 25 bytes: 105: exactly 25 bytes, the SDK rejects trailing bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PartitionRouteResponse {
     pub incarnation: u64,
@@ -1275,7 +1275,7 @@ impl<'a> WireDecode<'a> for SendMessagesConfirmationResponse {
         Self::decode_fixed(b)
     }
 }
-/// Fixed-layout `ConsumerOffsetResponse`, 20 bytes.
+/// Fixed-layout `ConsumerOffsetResponse`, 20 bytes: 120: or an empty body when no offset is stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConsumerOffsetResponse {
     pub partition_id: u32,
@@ -1695,7 +1695,7 @@ impl<'a> WireDecode<'a> for WireTopicPermissions {
         Self::decode_fixed(b)
     }
 }
-/// Fixed-layout `IdentityResponse`, 4 bytes.
+/// Fixed-layout `IdentityResponse`, 4 bytes: 38 and 44.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IdentityResponse {
     pub user_id: u32,
@@ -2138,7 +2138,7 @@ impl<'a> WireDecode<'a> for DescribeOptionsRequest {
         Self::decode_fixed(b)
     }
 }
-/// Fixed-layout `PartitionResponseV0111`, 40 bytes.
+/// Fixed-layout `PartitionResponseV0111`, 40 bytes: 0.11.1 partition: no partition context.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PartitionResponseV0111 {
     pub id: u32,

@@ -73,7 +73,7 @@ impl iggy_wire::WireJson for OffsetOwnerKind {
         out.push('"');
     }
 }
-/// Fixed-layout `IndexEntry`, 24 bytes.
+/// Fixed-layout `IndexEntry`, 24 bytes: one entry of a segment .index file per batch record of its .log file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IndexEntry {
     /// base offset of the batch
@@ -174,7 +174,7 @@ impl<'a> WireDecode<'a> for IndexEntry {
         Self::decode_fixed(b)
     }
 }
-/// Fixed-layout `StowedBatch`, 48 bytes.
+/// Fixed-layout `StowedBatch`, 48 bytes: journal stand-in for a send whose batch was written to the partition log before its journal record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StowedBatch {
     /// offset of the batch record in the partition log (its stamped base_offset)
@@ -331,7 +331,7 @@ impl<'a> WireDecode<'a> for StowedBatch {
         Self::decode_fixed(b)
     }
 }
-/// Fixed-layout `CheckedU64`, 16 bytes.
+/// Fixed-layout `CheckedU64`, 16 bytes: a checked u64 file: consumer offsets, created.revision and retirement.fence.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CheckedU64 {
     pub value: u64,
@@ -413,7 +413,7 @@ impl<'a> WireDecode<'a> for CheckedU64 {
         Self::decode_fixed(b)
     }
 }
-/// Fixed-layout `SnapshotHeader`, 64 bytes.
+/// Fixed-layout `SnapshotHeader`, 64 bytes: metadata snapshot header, followed by body_length body bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SnapshotHeader {
     /// SNAPSHOT_MAGIC
@@ -576,7 +576,7 @@ impl<'a> WireDecode<'a> for SnapshotHeader {
         Self::decode_fixed(b)
     }
 }
-/// Fixed-layout `SnapshotPartition`, 20 bytes.
+/// Fixed-layout `SnapshotPartition`, 20 bytes: one partition of a topic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SnapshotPartition {
     pub id: u32,
@@ -674,7 +674,7 @@ impl<'a> WireDecode<'a> for SnapshotPartition {
         Self::decode_fixed(b)
     }
 }
-/// Fixed-layout `SnapshotSession`, 72 bytes.
+/// Fixed-layout `SnapshotSession`, 72 bytes: a logical session: what a BindSession must prove.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SnapshotSession {
     pub client: u128,
@@ -808,7 +808,7 @@ impl<'a> WireDecode<'a> for SnapshotSession {
         Self::decode_fixed(b)
     }
 }
-/// Fixed-layout `OffsetOwnerRecord`, 5 bytes.
+/// Fixed-layout `OffsetOwnerRecord`, 5 bytes: whose consumer offset: a consumer, a consumer group, or an external group (kind 3: its own slot).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OffsetOwnerRecord {
     pub kind: OffsetOwnerKind,
@@ -889,7 +889,7 @@ impl<'a> WireDecode<'a> for OffsetOwnerRecord {
         Self::decode_fixed(b)
     }
 }
-/// Fixed-layout `StoreOffsetOp`, 21 bytes.
+/// Fixed-layout `StoreOffsetOp`, 21 bytes: journaled body of a partition's offset store (operation StoreConsumerOffset).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StoreOffsetOp {
     pub owner: OffsetOwnerRecord,
@@ -984,7 +984,7 @@ impl<'a> WireDecode<'a> for StoreOffsetOp {
         Self::decode_fixed(b)
     }
 }
-/// Fixed-layout `StoreOffsetOpV0`, 13 bytes.
+/// Fixed-layout `StoreOffsetOpV0`, 13 bytes: StoreOffsetOp as journaled before resolved_at existed (read as resolved_at = u64::MAX).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StoreOffsetOpV0 {
     pub owner: OffsetOwnerRecord,
@@ -1065,7 +1065,7 @@ impl<'a> WireDecode<'a> for StoreOffsetOpV0 {
         Self::decode_fixed(b)
     }
 }
-/// Fixed-layout `DeleteOffsetOp`, 13 bytes.
+/// Fixed-layout `DeleteOffsetOp`, 13 bytes: journaled body of a partition's offset delete (operation DeleteConsumerOffset).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DeleteOffsetOp {
     pub owner: OffsetOwnerRecord,
@@ -1146,7 +1146,7 @@ impl<'a> WireDecode<'a> for DeleteOffsetOp {
         Self::decode_fixed(b)
     }
 }
-/// Fixed-layout `DeleteOffsetOpV0`, 5 bytes.
+/// Fixed-layout `DeleteOffsetOpV0`, 5 bytes: DeleteOffsetOp as journaled before resolved_at existed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DeleteOffsetOpV0 {
     pub owner: OffsetOwnerRecord,
@@ -1214,7 +1214,7 @@ impl<'a> WireDecode<'a> for DeleteOffsetOpV0 {
         Self::decode_fixed(b)
     }
 }
-/// Fixed-layout `RetireSegmentsOp`, 8 bytes.
+/// Fixed-layout `RetireSegmentsOp`, 8 bytes: journaled body of a segment retirement (operation DeleteSegments: a 503 or a retention pass).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetireSegmentsOp {
     /// every closed segment whose messages all lie below this offset goes
@@ -1283,7 +1283,7 @@ impl<'a> WireDecode<'a> for RetireSegmentsOp {
         Self::decode_fixed(b)
     }
 }
-/// Fixed-layout `DeleteGroupOffsetsOp`, 12 bytes.
+/// Fixed-layout `DeleteGroupOffsetsOp`, 12 bytes: journaled body of a deleted consumer group's offsets going from a partition (operation DeleteConsumerGroup).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DeleteGroupOffsetsOp {
     pub group: u32,
@@ -1365,7 +1365,7 @@ impl<'a> WireDecode<'a> for DeleteGroupOffsetsOp {
         Self::decode_fixed(b)
     }
 }
-/// Fixed-layout `WriteStatus`, 4 bytes.
+/// Fixed-layout `WriteStatus`, 4 bytes: result of a partition write that appended nothing: 0 or the error code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WriteStatus {
     pub status: u32,
@@ -1433,7 +1433,7 @@ impl<'a> WireDecode<'a> for WriteStatus {
         Self::decode_fixed(b)
     }
 }
-/// Fixed-layout `WriteAppended`, 16 bytes.
+/// Fixed-layout `WriteAppended`, 16 bytes: result of an append: status 0, the batch's base offset and message count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WriteAppended {
     pub status: u32,
@@ -1527,7 +1527,7 @@ impl<'a> WireDecode<'a> for WriteAppended {
         Self::decode_fixed(b)
     }
 }
-/// Fixed-layout `StoredOffset`, 13 bytes.
+/// Fixed-layout `StoredOffset`, 13 bytes: one consumer offset in a partition checkpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StoredOffset {
     pub owner: OffsetOwnerRecord,
@@ -1608,7 +1608,7 @@ impl<'a> WireDecode<'a> for StoredOffset {
         Self::decode_fixed(b)
     }
 }
-/// Fixed-layout `GroupDeletion`, 12 bytes.
+/// Fixed-layout `GroupDeletion`, 12 bytes: the latest deletion of a consumer group a partition applied, in its checkpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GroupDeletion {
     pub group: u32,

@@ -114,3 +114,51 @@ fn fuzz_fixed_headers_roundtrip() {
     }
     assert!(decoded > 100_000);
 }
+
+/// What this release puts in the handshake must fit the fixed identity fields, and the
+/// identity block must sit past the PSK nonce, MAC and status in both frames that carry it.
+#[test]
+fn replica_identity_of_this_release_fits_the_handshake() {
+    let release = format!("{}/{}", protocol::RELEASE_NAME, protocol::RELEASE_VERSION);
+    assert!(release.len() <= ReplicaIdentity::RELEASE_SIZE, "{release}");
+    assert!(protocol::STORAGE_MARKER.len() <= ReplicaIdentity::STORAGE_MARKER_SIZE);
+    assert_eq!(
+        ReplicaHelloHeader::IDENTITY_OFFSET + ReplicaIdentity::SIZE,
+        256
+    );
+    assert_eq!(
+        ReplicaChallengeHeader::IDENTITY_OFFSET,
+        ReplicaHelloHeader::IDENTITY_OFFSET
+    );
+    // Offsets only: checked when the test compiles.
+    const {
+        assert!(ReplicaHelloHeader::NONCE_OFFSET + 32 <= ReplicaHelloHeader::IDENTITY_OFFSET);
+        assert!(ReplicaChallengeHeader::STATUS_OFFSET < ReplicaChallengeHeader::IDENTITY_OFFSET);
+    }
+}
+
+/// Every replica command has exactly one checksum meaning; the client frames have neither.
+#[test]
+fn every_replica_command_is_sealed_or_identity_checksummed() {
+    let sealed = |c: Command| FRAME_SEALED_COMMANDS >> c as u8 & 1 == 1;
+    let identity = |c: Command| IDENTITY_CHECKSUM_COMMANDS >> c as u8 & 1 == 1;
+    let client = [Command::Request, Command::Reply, Command::Eviction];
+    let liveness = [
+        Command::Ping,
+        Command::Pong,
+        Command::PingClient,
+        Command::PongClient,
+    ];
+    for &c in Command::ALL.iter().filter(|&&c| c != Command::Reserved) {
+        if client.contains(&c) || liveness.contains(&c) {
+            assert!(!sealed(c) && !identity(c), "{c:?}");
+        } else {
+            assert!(
+                sealed(c) != identity(c),
+                "{c:?} must be exactly one of sealed, identity"
+            );
+        }
+    }
+    assert!(identity(Command::Prepare) && identity(Command::RepairPrepare));
+    assert_eq!(FRAME_SEALED_COMMANDS >> (Command::ALL.len() as u32), 0);
+}
