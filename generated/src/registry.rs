@@ -1174,6 +1174,13 @@ pub const STRUCTS: &[StructInfo] = &[
         since: 0,
         until: 4294967295,
     },
+    StructInfo {
+        name: "CheckpointSlot",
+        module: "storage",
+        fixed: None,
+        since: 0,
+        until: 4294967295,
+    },
 ];
 /// Decoded, re-encoded and rendered.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -1431,6 +1438,7 @@ pub fn roundtrip(name: &str, input: &[u8]) -> Option<Result<Roundtrip, WireError
         "PartitionCheckpointStateV0" => {
             rt!(crate ::storage::PartitionCheckpointStateV0, input)
         }
+        "CheckpointSlot" => rt!(crate ::storage::CheckpointSlot, input),
         _ => None,
     }
 }

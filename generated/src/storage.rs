@@ -1824,3 +1824,16 @@ pub struct PartitionCheckpointStateV0 {
     #[wire(vec(u32, plain))]
     pub offsets: Vec<crate::storage::StoredOffset>,
 }
+/// Variable-length `CheckpointSlot`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct CheckpointSlot<'a> {
+    /// the replica's checkpoint (the iggy_vsr::Checkpoint encoding)
+    #[wire(bytes(u32))]
+    pub replica: &'a [u8],
+    /// the state machine's checkpoint (the metadata snapshot, or a PartitionCheckpointState)
+    #[wire(bytes(u32))]
+    pub state: &'a [u8],
+    /// XxHash3-64 of every byte before it
+    #[wire(plain)]
+    pub checksum: u64,
+}

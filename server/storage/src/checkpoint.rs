@@ -1,9 +1,9 @@
 //! A consensus group's checkpoint file, kept in two alternating slots.
 //!
-//! A slot is `checkpoint.0` or `checkpoint.1` in the group's directory, holding
-//! `[u32 replica_length][replica checkpoint][u32 state_length][state][u64 xxh3 of all before]`
-//! (little-endian; the replica's and the state machine's bytes are opaque here). This module is
-//! the only place that lays the file out.
+//! A slot is `checkpoint.0` or `checkpoint.1` in the group's directory, holding the spec's
+//! `CheckpointSlot` (spec/storage.spec): the replica's checkpoint, the state machine's, then the
+//! XxHash3-64 of every byte before it (the replica's and the state machine's bytes are opaque
+//! here).
 //!
 //! **Writing.** Each checkpoint overwrites, in place, the slot that does not hold the newest
 //! valid checkpoint, then fsyncs it (the directory too, the first time a slot file is written
@@ -28,6 +28,9 @@ use std::path::{Path, PathBuf};
 
 use compio::io::AsyncWriteAtExt;
 
+use iggy_generated::storage::CheckpointSlot;
+use iggy_wire::{WireDecode, WireEncode};
+
 use crate::StorageError;
 use crate::fail_stop::{OrStop, sync_dir_async};
 
@@ -36,44 +39,39 @@ pub const SLOT_FILE_NAMES: [&str; 2] = ["checkpoint.0", "checkpoint.1"];
 /// The single checkpoint file of earlier builds, read at start and never written.
 pub const EARLIER_FILE_NAME: &str = "checkpoint";
 
-const LENGTH_SIZE: usize = 4;
+/// The bytes of a slot holding `replica` and `state`.
+pub fn encode(replica: &[u8], state: &[u8]) -> Vec<u8> {
+    let mut slot = CheckpointSlot {
+        replica,
+        state,
+        checksum: 0,
+    };
+    let mut bytes = Vec::with_capacity(slot.encoded_size());
+    slot.encode_to(&mut bytes);
+    // The checksum covers every byte before it: encode once to learn them, then for good.
+    slot.checksum = checksum(&bytes[..bytes.len() - CHECKSUM_SIZE]);
+    bytes.clear();
+    slot.encode_to(&mut bytes);
+    bytes
+}
+
+/// The size of the trailing checksum, which covers every byte before it.
 const CHECKSUM_SIZE: usize = 8;
 
-/// The bytes of a slot holding `replica` and `state`.
-// TODO(spec): declare this record in spec/storage.spec and generate it.
-pub fn encode(replica: &[u8], state: &[u8]) -> Vec<u8> {
-    let mut bytes =
-        Vec::with_capacity(2 * LENGTH_SIZE + replica.len() + state.len() + CHECKSUM_SIZE);
-    for part in [replica, state] {
-        bytes.extend_from_slice(&(part.len() as u32).to_le_bytes());
-        bytes.extend_from_slice(part);
-    }
+fn checksum(bytes: &[u8]) -> u64 {
     let mut hasher = twox_hash::XxHash3_64::new();
-    hasher.write(&bytes);
-    bytes.extend_from_slice(&hasher.finish().to_le_bytes());
-    bytes
+    hasher.write(bytes);
+    hasher.finish()
 }
 
 /// The replica's and the state machine's bytes of a slot, or why the slot is damaged.
 pub fn decode(bytes: &[u8]) -> Result<(&[u8], &[u8]), &'static str> {
-    let body_length = bytes.len().checked_sub(CHECKSUM_SIZE).ok_or("truncated")?;
-    let (body, checksum) = bytes.split_at(body_length);
-    let mut hasher = twox_hash::XxHash3_64::new();
-    hasher.write(body);
-    if hasher.finish().to_le_bytes() != checksum {
+    let covered = bytes.len().checked_sub(CHECKSUM_SIZE).ok_or("truncated")?;
+    let slot = CheckpointSlot::decode_exact(bytes).map_err(|_| "truncated or malformed")?;
+    if checksum(&bytes[..covered]) != slot.checksum {
         return Err("checksum mismatch");
     }
-    let mut rest = body;
-    let mut part = || -> Result<&[u8], &'static str> {
-        let length = rest.get(..LENGTH_SIZE).ok_or("truncated")?;
-        let length = u32::from_le_bytes(length.try_into().expect("4 bytes")) as usize;
-        let part = rest
-            .get(LENGTH_SIZE..LENGTH_SIZE + length)
-            .ok_or("truncated")?;
-        rest = &rest[LENGTH_SIZE + length..];
-        Ok(part)
-    };
-    Ok((part()?, part()?))
+    Ok((slot.replica, slot.state))
 }
 
 /// Where the next checkpoint of a group goes.
@@ -210,6 +208,20 @@ pub async fn load<T>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_slot_is_the_layout_earlier_builds_wrote_so_their_checkpoints_still_read() {
+        // `[u32 length][replica][u32 length][state][u64 XxHash3-64 of every byte before]`.
+        let mut expected = vec![2, 0, 0, 0, b'a', b'b', 1, 0, 0, 0, b'c'];
+        let sum = twox_hash::XxHash3_64::oneshot(&expected);
+        expected.extend_from_slice(&sum.to_le_bytes());
+        assert_eq!(encode(b"ab", b"c"), expected);
+        assert_eq!(decode(&expected), Ok((&b"ab"[..], &b"c"[..])));
+        let mut flipped = expected.clone();
+        flipped[4] ^= 1;
+        assert_eq!(decode(&flipped), Err("checksum mismatch"));
+        assert!(decode(&expected[..expected.len() - 1]).is_err());
+    }
 
     fn block_on(test: impl Future<Output = ()>) {
         compio::runtime::Runtime::new().unwrap().block_on(test);
