@@ -2290,6 +2290,20 @@ pub struct OptionsBlock<'a> {
     #[wire(rest)]
     pub body: &'a [u8],
 }
+/// Variable-length `OptionEntry`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct OptionEntry<'a> {
+    /// 2 = a UTF-8 string key, the only kind served
+    #[wire(plain)]
+    pub key_kind: u8,
+    #[wire(bytes(u32))]
+    pub key: &'a [u8],
+    /// how the value reads (string, integer, ...)
+    #[wire(plain)]
+    pub value_kind: u8,
+    #[wire(bytes(u32))]
+    pub value: &'a [u8],
+}
 /// Variable-length `Empty`.
 #[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
 pub struct Empty {}

@@ -258,6 +258,13 @@ pub const STRUCTS: &[StructInfo] = &[
         until: 4294967295,
     },
     StructInfo {
+        name: "OptionEntry",
+        module: "payloads",
+        fixed: None,
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
         name: "Empty",
         module: "payloads",
         fixed: None,
@@ -1247,6 +1254,7 @@ pub fn roundtrip(name: &str, input: &[u8]) -> Option<Result<Roundtrip, WireError
         "MessageFrameHeader" => rt!(crate ::frames::MessageFrameHeader, input),
         "Opaque" => rt!(crate ::payloads::Opaque, input),
         "OptionsBlock" => rt!(crate ::payloads::OptionsBlock, input),
+        "OptionEntry" => rt!(crate ::payloads::OptionEntry, input),
         "Empty" => rt!(crate ::payloads::Empty, input),
         "OptionalPartitionId" => rt!(crate ::payloads::OptionalPartitionId, input),
         "PartitionContext" => rt!(crate ::payloads::PartitionContext, input),

@@ -2,7 +2,7 @@
 //!Client types declared in spec/payloads.spec.
 #![allow(clippy::all)]
 use crate::codec;
-/// `AckLevel` (spec/payloads.spec:22), a `u8` on the wire.
+/// `AckLevel` (spec/payloads.spec:30), a `u8` on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]
 pub enum AckLevel {
@@ -35,7 +35,7 @@ impl codec::Wire for AckLevel {
         );
     }
 }
-/// `ClusterNodeRole` (spec/payloads.spec:27), a `u8` on the wire.
+/// `ClusterNodeRole` (spec/payloads.spec:35), a `u8` on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]
 pub enum ClusterNodeRole {
@@ -68,7 +68,7 @@ impl codec::Wire for ClusterNodeRole {
         );
     }
 }
-/// `ClusterNodeStatus` (spec/payloads.spec:33), a `u8` on the wire.
+/// `ClusterNodeStatus` (spec/payloads.spec:41), a `u8` on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]
 pub enum ClusterNodeStatus {
@@ -110,7 +110,7 @@ impl codec::Wire for ClusterNodeStatus {
         );
     }
 }
-/// `OptionsScope` (spec/payloads.spec:580), a `u8` on the wire.
+/// `OptionsScope` (spec/payloads.spec:588), a `u8` on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]
 pub enum OptionsScope {
@@ -146,7 +146,7 @@ impl codec::Wire for OptionsScope {
         );
     }
 }
-/// `OptionalPartitionId` (spec/payloads.spec:41): crate Option<u32> partition id: flag 1 = Some; the u32 is always written (0 when None).
+/// `OptionalPartitionId` (spec/payloads.spec:49): crate Option<u32> partition id: flag 1 = Some; the u32 is always written (0 when None).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OptionalPartitionId {
     /// 1 means Some, anything else None
@@ -182,7 +182,7 @@ impl codec::Wire for OptionalPartitionId {
         out.push('}');
     }
 }
-/// `PartitionContext` (spec/payloads.spec:46).
+/// `PartitionContext` (spec/payloads.spec:54).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PartitionContext {
     pub incarnation: u64,
@@ -223,7 +223,7 @@ impl codec::Wire for PartitionContext {
         out.push('}');
     }
 }
-/// `ReplyResultEntry` (spec/payloads.spec:52).
+/// `ReplyResultEntry` (spec/payloads.spec:60).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReplyResultEntry {
     pub index: u32,
@@ -256,7 +256,7 @@ impl codec::Wire for ReplyResultEntry {
         out.push('}');
     }
 }
-/// `ReplyResultSection` (spec/payloads.spec:57): head of every result-framed reply body: count 0 then the payload, or [1][0][code].
+/// `ReplyResultSection` (spec/payloads.spec:65): head of every result-framed reply body: count 0 then the payload, or [1][0][code].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReplyResultSection {
     pub results: Vec<crate::payloads::ReplyResultEntry>,
@@ -298,7 +298,7 @@ impl codec::Wire for ReplyResultSection {
         out.push('}');
     }
 }
-/// `Identifier` (spec/payloads.spec:61): kind 1 numeric (len 4, u32 LE), kind 2 string (len 1..255).
+/// `Identifier` (spec/payloads.spec:69): kind 1 numeric (len 4, u32 LE), kind 2 string (len 1..255).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Identifier {
     pub kind: u8,
@@ -330,7 +330,7 @@ impl codec::Wire for Identifier {
         out.push('}');
     }
 }
-/// `Partitioning` (spec/payloads.spec:66): kind 1 balanced (len 0), 2 partition id (len 4), 3 messages key.
+/// `Partitioning` (spec/payloads.spec:74): kind 1 balanced (len 0), 2 partition id (len 4), 3 messages key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Partitioning {
     pub kind: u8,
@@ -362,7 +362,7 @@ impl codec::Wire for Partitioning {
         out.push('}');
     }
 }
-/// `PollingStrategy` (spec/payloads.spec:71): kind 1 offset, 2 timestamp, 3 first, 4 last, 5 next.
+/// `PollingStrategy` (spec/payloads.spec:79): kind 1 offset, 2 timestamp, 3 first, 4 last, 5 next.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PollingStrategy {
     pub kind: u8,
@@ -394,7 +394,7 @@ impl codec::Wire for PollingStrategy {
         out.push('}');
     }
 }
-/// `Consumer` (spec/payloads.spec:76): kind 1 consumer, 2 consumer group, 3 external group.
+/// `Consumer` (spec/payloads.spec:84): kind 1 consumer, 2 consumer group, 3 external group.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Consumer {
     pub kind: u8,
@@ -422,7 +422,7 @@ impl codec::Wire for Consumer {
         out.push('}');
     }
 }
-/// `ClientVersionInfo` (spec/payloads.spec:81).
+/// `ClientVersionInfo` (spec/payloads.spec:89).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClientVersionInfo {
     pub protocol_version: u32,
@@ -467,7 +467,7 @@ impl codec::Wire for ClientVersionInfo {
         out.push('}');
     }
 }
-/// `SessionIdentity` (spec/payloads.spec:87).
+/// `SessionIdentity` (spec/payloads.spec:95).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionIdentity {
     pub client_id: u128,
@@ -508,7 +508,7 @@ impl codec::Wire for SessionIdentity {
         out.push('}');
     }
 }
-/// `LoginRegisterRequest` (spec/payloads.spec:93).
+/// `LoginRegisterRequest` (spec/payloads.spec:101).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LoginRegisterRequest {
     pub version_info: crate::payloads::ClientVersionInfo,
@@ -583,7 +583,7 @@ impl codec::Wire for LoginRegisterRequest {
         out.push('}');
     }
 }
-/// `LoginRegisterWithPatRequest` (spec/payloads.spec:101): code 45: told apart from 40 by its body.
+/// `LoginRegisterWithPatRequest` (spec/payloads.spec:109): code 45: told apart from 40 by its body.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LoginRegisterWithPatRequest {
     pub version_info: crate::payloads::ClientVersionInfo,
@@ -646,7 +646,7 @@ impl codec::Wire for LoginRegisterWithPatRequest {
         out.push('}');
     }
 }
-/// `LoginRegisterResponse` (spec/payloads.spec:114).
+/// `LoginRegisterResponse` (spec/payloads.spec:122).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LoginRegisterResponse {
     pub user_id: u32,
@@ -703,7 +703,7 @@ impl codec::Wire for LoginRegisterResponse {
         out.push('}');
     }
 }
-/// `BindSessionRequest` (spec/payloads.spec:121).
+/// `BindSessionRequest` (spec/payloads.spec:129).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BindSessionRequest {
     pub version_info: crate::payloads::ClientVersionInfo,
@@ -742,7 +742,7 @@ impl codec::Wire for BindSessionRequest {
         out.push('}');
     }
 }
-/// `StreamIdRequest` (spec/payloads.spec:127): delete stream / get stream.
+/// `StreamIdRequest` (spec/payloads.spec:135): delete stream / get stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StreamIdRequest {
     pub stream_id: crate::payloads::Identifier,
@@ -765,7 +765,7 @@ impl codec::Wire for StreamIdRequest {
         out.push('}');
     }
 }
-/// `CreateStreamRequest` (spec/payloads.spec:131): options TLV block runs to the end of the body.
+/// `CreateStreamRequest` (spec/payloads.spec:139): options TLV block runs to the end of the body.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CreateStreamRequest {
     pub name: String,
@@ -800,7 +800,7 @@ impl codec::Wire for CreateStreamRequest {
         out.push('}');
     }
 }
-/// `TopicIdRequest` (spec/payloads.spec:136): get / delete topic.
+/// `TopicIdRequest` (spec/payloads.spec:144): get / delete topic.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicIdRequest {
     pub stream_id: crate::payloads::Identifier,
@@ -831,7 +831,7 @@ impl codec::Wire for TopicIdRequest {
         out.push('}');
     }
 }
-/// `CreateTopicRequest` (spec/payloads.spec:141).
+/// `CreateTopicRequest` (spec/payloads.spec:149).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CreateTopicRequest {
     pub stream_id: crate::payloads::Identifier,
@@ -878,7 +878,7 @@ impl codec::Wire for CreateTopicRequest {
         out.push('}');
     }
 }
-/// `GetPartitionRouteRequest` (spec/payloads.spec:148).
+/// `GetPartitionRouteRequest` (spec/payloads.spec:156).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GetPartitionRouteRequest {
     pub stream_id: crate::payloads::Identifier,
@@ -915,7 +915,7 @@ impl codec::Wire for GetPartitionRouteRequest {
         out.push('}');
     }
 }
-/// `ConsumerGroupIdRequest` (spec/payloads.spec:154): get / delete / join / leave / sync consumer group.
+/// `ConsumerGroupIdRequest` (spec/payloads.spec:162): get / delete / join / leave / sync consumer group.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConsumerGroupIdRequest {
     pub stream_id: crate::payloads::Identifier,
@@ -952,7 +952,7 @@ impl codec::Wire for ConsumerGroupIdRequest {
         out.push('}');
     }
 }
-/// `SendMessagesRequest` (spec/payloads.spec:160): metadata_length counts stream_id..messages_count; batch = BatchHeader + frames.
+/// `SendMessagesRequest` (spec/payloads.spec:168): metadata_length counts stream_id..messages_count; batch = BatchHeader + frames.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SendMessagesRequest {
     pub metadata_length: u32,
@@ -1021,7 +1021,7 @@ impl codec::Wire for SendMessagesRequest {
         out.push('}');
     }
 }
-/// `PollMessagesRequest` (spec/payloads.spec:169).
+/// `PollMessagesRequest` (spec/payloads.spec:177).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PollMessagesRequest {
     pub consumer: crate::payloads::Consumer,
@@ -1100,7 +1100,7 @@ impl codec::Wire for PollMessagesRequest {
         out.push('}');
     }
 }
-/// `PollPrefix` (spec/payloads.spec:179): crate PollMessagesResponseHeader.
+/// `PollPrefix` (spec/payloads.spec:187): crate PollMessagesResponseHeader.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PollPrefix {
     pub partition_id: u32,
@@ -1147,7 +1147,7 @@ impl codec::Wire for PollPrefix {
         out.push('}');
     }
 }
-/// `PollMessagesResponse` (spec/payloads.spec:186).
+/// `PollMessagesResponse` (spec/payloads.spec:194).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PollMessagesResponse {
     pub prefix: crate::payloads::PollPrefix,
@@ -1178,7 +1178,7 @@ impl codec::Wire for PollMessagesResponse {
         out.push('}');
     }
 }
-/// `StreamResponse` (spec/payloads.spec:193): one stream: list element (201) and head of GetStreamResponse.
+/// `StreamResponse` (spec/payloads.spec:201): one stream: list element (201) and head of GetStreamResponse.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StreamResponse {
     pub id: u32,
@@ -1278,7 +1278,7 @@ impl codec::Wire for StreamResponse {
         out.push('}');
     }
 }
-/// `TopicHeader` (spec/payloads.spec:204): one topic: element of GetStreamResponse and GetTopicsResponse, head of GetTopicResponse.
+/// `TopicHeader` (spec/payloads.spec:212): one topic: element of GetStreamResponse and GetTopicsResponse, head of GetTopicResponse.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicHeader {
     pub id: u32,
@@ -1375,7 +1375,7 @@ impl codec::Wire for TopicHeader {
         out.push('}');
     }
 }
-/// `GetStreamResponse` (spec/payloads.spec:215): 200 and 202 (after the result section); count-driven: topics.len() == stream.topics_count.
+/// `GetStreamResponse` (spec/payloads.spec:223): 200 and 202 (after the result section); count-driven: topics.len() == stream.topics_count.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GetStreamResponse {
     pub stream: crate::payloads::StreamResponse,
@@ -1427,7 +1427,7 @@ impl codec::Wire for GetStreamResponse {
         out.push('}');
     }
 }
-/// `GetStreamsResponse` (spec/payloads.spec:220): 201: streams back to back until the body ends.
+/// `GetStreamsResponse` (spec/payloads.spec:228): 201: streams back to back until the body ends.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GetStreamsResponse {
     pub streams: Vec<crate::payloads::StreamResponse>,
@@ -1473,7 +1473,7 @@ impl codec::Wire for GetStreamsResponse {
         out.push('}');
     }
 }
-/// `PartitionResponse` (spec/payloads.spec:226).
+/// `PartitionResponse` (spec/payloads.spec:234).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PartitionResponse {
     pub id: u32,
@@ -1554,7 +1554,7 @@ impl codec::Wire for PartitionResponse {
         out.push('}');
     }
 }
-/// `GetTopicResponse` (spec/payloads.spec:236): 300 and 302 (after the result section); count-driven: partitions.len() == topic.partitions_count.
+/// `GetTopicResponse` (spec/payloads.spec:244): 300 and 302 (after the result section); count-driven: partitions.len() == topic.partitions_count.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GetTopicResponse {
     pub topic: crate::payloads::TopicHeader,
@@ -1608,7 +1608,7 @@ impl codec::Wire for GetTopicResponse {
         out.push('}');
     }
 }
-/// `GetTopicsResponse` (spec/payloads.spec:241): 301.
+/// `GetTopicsResponse` (spec/payloads.spec:249): 301.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GetTopicsResponse {
     pub topics: Vec<crate::payloads::TopicHeader>,
@@ -1648,7 +1648,7 @@ impl codec::Wire for GetTopicsResponse {
         out.push('}');
     }
 }
-/// `ClusterNodeResponse` (spec/payloads.spec:247).
+/// `ClusterNodeResponse` (spec/payloads.spec:255).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterNodeResponse {
     pub replica_id: u8,
@@ -1750,7 +1750,7 @@ impl codec::Wire for ClusterNodeResponse {
         out.push('}');
     }
 }
-/// `ClusterMetadataResponse` (spec/payloads.spec:259).
+/// `ClusterMetadataResponse` (spec/payloads.spec:267).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterMetadataResponse {
     pub name: String,
@@ -1804,7 +1804,7 @@ impl codec::Wire for ClusterMetadataResponse {
         out.push('}');
     }
 }
-/// `PartitionRouteResponse` (spec/payloads.spec:266): 105: exactly 25 bytes, the SDK rejects trailing bytes.
+/// `PartitionRouteResponse` (spec/payloads.spec:274): 105: exactly 25 bytes, the SDK rejects trailing bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PartitionRouteResponse {
     pub incarnation: u64,
@@ -1869,7 +1869,7 @@ impl codec::Wire for PartitionRouteResponse {
         out.push('}');
     }
 }
-/// `SendMessagesConfirmationResponse` (spec/payloads.spec:274).
+/// `SendMessagesConfirmationResponse` (spec/payloads.spec:282).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SendMessagesConfirmationResponse {
     pub stream_id: u32,
@@ -1926,7 +1926,7 @@ impl codec::Wire for SendMessagesConfirmationResponse {
         out.push('}');
     }
 }
-/// `SendMessagesResponse` (spec/payloads.spec:281): 101: not result-framed; the SDK rejects trailing bytes.
+/// `SendMessagesResponse` (spec/payloads.spec:289): 101: not result-framed; the SDK rejects trailing bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SendMessagesResponse {
     pub confirmations: Vec<crate::payloads::SendMessagesConfirmationResponse>,
@@ -1972,7 +1972,7 @@ impl codec::Wire for SendMessagesResponse {
         out.push('}');
     }
 }
-/// `GetConsumerOffsetRequest` (spec/payloads.spec:287).
+/// `GetConsumerOffsetRequest` (spec/payloads.spec:295).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GetConsumerOffsetRequest {
     pub consumer: crate::payloads::Consumer,
@@ -2017,7 +2017,7 @@ impl codec::Wire for GetConsumerOffsetRequest {
         out.push('}');
     }
 }
-/// `StoreConsumerOffsetRequest` (spec/payloads.spec:294).
+/// `StoreConsumerOffsetRequest` (spec/payloads.spec:302).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoreConsumerOffsetRequest {
     pub consumer: crate::payloads::Consumer,
@@ -2088,7 +2088,7 @@ impl codec::Wire for StoreConsumerOffsetRequest {
         out.push('}');
     }
 }
-/// `DeleteConsumerOffsetRequest` (spec/payloads.spec:303).
+/// `DeleteConsumerOffsetRequest` (spec/payloads.spec:311).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeleteConsumerOffsetRequest {
     pub consumer: crate::payloads::Consumer,
@@ -2151,7 +2151,7 @@ impl codec::Wire for DeleteConsumerOffsetRequest {
         out.push('}');
     }
 }
-/// `ConsumerOffsetResponse` (spec/payloads.spec:311): 120: or an empty body when no offset is stored.
+/// `ConsumerOffsetResponse` (spec/payloads.spec:319): 120: or an empty body when no offset is stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConsumerOffsetResponse {
     pub partition_id: u32,
@@ -2192,7 +2192,7 @@ impl codec::Wire for ConsumerOffsetResponse {
         out.push('}');
     }
 }
-/// `CreatePartitionsRequest` (spec/payloads.spec:319).
+/// `CreatePartitionsRequest` (spec/payloads.spec:327).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CreatePartitionsRequest {
     pub stream_id: crate::payloads::Identifier,
@@ -2229,7 +2229,7 @@ impl codec::Wire for CreatePartitionsRequest {
         out.push('}');
     }
 }
-/// `DeletePartitionsRequest` (spec/payloads.spec:325).
+/// `DeletePartitionsRequest` (spec/payloads.spec:333).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeletePartitionsRequest {
     pub stream_id: crate::payloads::Identifier,
@@ -2266,7 +2266,7 @@ impl codec::Wire for DeletePartitionsRequest {
         out.push('}');
     }
 }
-/// `DeleteSegmentsRequest` (spec/payloads.spec:331).
+/// `DeleteSegmentsRequest` (spec/payloads.spec:339).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeleteSegmentsRequest {
     pub stream_id: crate::payloads::Identifier,
@@ -2319,7 +2319,7 @@ impl codec::Wire for DeleteSegmentsRequest {
         out.push('}');
     }
 }
-/// `CreateConsumerGroupRequest` (spec/payloads.spec:340).
+/// `CreateConsumerGroupRequest` (spec/payloads.spec:348).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CreateConsumerGroupRequest {
     pub stream_id: crate::payloads::Identifier,
@@ -2360,7 +2360,7 @@ impl codec::Wire for CreateConsumerGroupRequest {
         out.push('}');
     }
 }
-/// `ConsumerGroupResponse` (spec/payloads.spec:346): 601 list element and head of ConsumerGroupDetailsResponse.
+/// `ConsumerGroupResponse` (spec/payloads.spec:354): 601 list element and head of ConsumerGroupDetailsResponse.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConsumerGroupResponse {
     pub id: u32,
@@ -2407,7 +2407,7 @@ impl codec::Wire for ConsumerGroupResponse {
         out.push('}');
     }
 }
-/// `ConsumerGroupMemberResponse` (spec/payloads.spec:353): the crate's partitions_count field is the u32 count of the partitions list.
+/// `ConsumerGroupMemberResponse` (spec/payloads.spec:361): the crate's partitions_count field is the u32 count of the partitions list.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConsumerGroupMemberResponse {
     pub id: u32,
@@ -2455,7 +2455,7 @@ impl codec::Wire for ConsumerGroupMemberResponse {
         out.push('}');
     }
 }
-/// `ConsumerGroupDetailsResponse` (spec/payloads.spec:358): 600 and 602 (after the result section); count-driven: members.len() == group.members_count.
+/// `ConsumerGroupDetailsResponse` (spec/payloads.spec:366): 600 and 602 (after the result section); count-driven: members.len() == group.members_count.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConsumerGroupDetailsResponse {
     pub group: crate::payloads::ConsumerGroupResponse,
@@ -2513,7 +2513,7 @@ impl codec::Wire for ConsumerGroupDetailsResponse {
         out.push('}');
     }
 }
-/// `GetConsumerGroupsResponse` (spec/payloads.spec:363): 601: groups back to back until the body ends.
+/// `GetConsumerGroupsResponse` (spec/payloads.spec:371): 601: groups back to back until the body ends.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GetConsumerGroupsResponse {
     pub groups: Vec<crate::payloads::ConsumerGroupResponse>,
@@ -2561,7 +2561,7 @@ impl codec::Wire for GetConsumerGroupsResponse {
         out.push('}');
     }
 }
-/// `SyncConsumerGroupResponse` (spec/payloads.spec:367): 606: or an empty body when the caller is not a member.
+/// `SyncConsumerGroupResponse` (spec/payloads.spec:375): 606: or an empty body when the caller is not a member.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SyncConsumerGroupResponse {
     pub generation: u64,
@@ -2609,7 +2609,7 @@ impl codec::Wire for SyncConsumerGroupResponse {
         out.push('}');
     }
 }
-/// `WireGlobalPermissions` (spec/payloads.spec:375).
+/// `WireGlobalPermissions` (spec/payloads.spec:383).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WireGlobalPermissions {
     pub manage_servers: bool,
@@ -2714,7 +2714,7 @@ impl codec::Wire for WireGlobalPermissions {
         out.push('}');
     }
 }
-/// `WireTopicPermissions` (spec/payloads.spec:388).
+/// `WireTopicPermissions` (spec/payloads.spec:396).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WireTopicPermissions {
     pub topic_id: u32,
@@ -2779,7 +2779,7 @@ impl codec::Wire for WireTopicPermissions {
         out.push('}');
     }
 }
-/// `WireStreamPermissions` (spec/payloads.spec:396).
+/// `WireStreamPermissions` (spec/payloads.spec:404).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WireStreamPermissions {
     pub stream_id: u32,
@@ -2883,7 +2883,7 @@ impl codec::Wire for WireStreamPermissions {
         out.push('}');
     }
 }
-/// `WirePermissions` (spec/payloads.spec:407).
+/// `WirePermissions` (spec/payloads.spec:415).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WirePermissions {
     pub global: crate::payloads::WireGlobalPermissions,
@@ -2932,7 +2932,7 @@ impl codec::Wire for WirePermissions {
         out.push('}');
     }
 }
-/// `UserResponse` (spec/payloads.spec:414): 32 list element and head of UserDetailsResponse.
+/// `UserResponse` (spec/payloads.spec:422): 32 list element and head of UserDetailsResponse.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UserResponse {
     pub id: u32,
@@ -3014,7 +3014,7 @@ impl codec::Wire for UserResponse {
         out.push('}');
     }
 }
-/// `UserDetailsResponse` (spec/payloads.spec:423): 31 and 33 (after the result section); no permissions = four zero bytes.
+/// `UserDetailsResponse` (spec/payloads.spec:431): 31 and 33 (after the result section); no permissions = four zero bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UserDetailsResponse {
     pub user: crate::payloads::UserResponse,
@@ -3076,7 +3076,7 @@ impl codec::Wire for UserDetailsResponse {
         out.push('}');
     }
 }
-/// `GetUsersResponse` (spec/payloads.spec:428): 32: users back to back until the body ends.
+/// `GetUsersResponse` (spec/payloads.spec:436): 32: users back to back until the body ends.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GetUsersResponse {
     pub users: Vec<crate::payloads::UserResponse>,
@@ -3120,7 +3120,7 @@ impl codec::Wire for GetUsersResponse {
         out.push('}');
     }
 }
-/// `GetUserRequest` (spec/payloads.spec:432).
+/// `GetUserRequest` (spec/payloads.spec:440).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GetUserRequest {
     pub user_id: crate::payloads::Identifier,
@@ -3143,7 +3143,7 @@ impl codec::Wire for GetUserRequest {
         out.push('}');
     }
 }
-/// `DeleteUserRequest` (spec/payloads.spec:436).
+/// `DeleteUserRequest` (spec/payloads.spec:444).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeleteUserRequest {
     pub user_id: crate::payloads::Identifier,
@@ -3166,7 +3166,7 @@ impl codec::Wire for DeleteUserRequest {
         out.push('}');
     }
 }
-/// `CreateUserRequest` (spec/payloads.spec:440).
+/// `CreateUserRequest` (spec/payloads.spec:448).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CreateUserRequest {
     pub username: String,
@@ -3255,7 +3255,7 @@ impl codec::Wire for CreateUserRequest {
         out.push('}');
     }
 }
-/// `UpdatePermissionsRequest` (spec/payloads.spec:448).
+/// `UpdatePermissionsRequest` (spec/payloads.spec:456).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UpdatePermissionsRequest {
     pub user_id: crate::payloads::Identifier,
@@ -3316,7 +3316,7 @@ impl codec::Wire for UpdatePermissionsRequest {
         out.push('}');
     }
 }
-/// `ChangePasswordRequest` (spec/payloads.spec:453).
+/// `ChangePasswordRequest` (spec/payloads.spec:461).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChangePasswordRequest {
     pub user_id: crate::payloads::Identifier,
@@ -3361,7 +3361,7 @@ impl codec::Wire for ChangePasswordRequest {
         out.push('}');
     }
 }
-/// `LoginUserRequest` (spec/payloads.spec:459): 38 (legacy, never sent by the SDK).
+/// `LoginUserRequest` (spec/payloads.spec:467): 38 (legacy, never sent by the SDK).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LoginUserRequest {
     pub username: String,
@@ -3422,7 +3422,7 @@ impl codec::Wire for LoginUserRequest {
         out.push('}');
     }
 }
-/// `IdentityResponse` (spec/payloads.spec:466): 38 and 44.
+/// `IdentityResponse` (spec/payloads.spec:474): 38 and 44.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IdentityResponse {
     pub user_id: u32,
@@ -3449,7 +3449,7 @@ impl codec::Wire for IdentityResponse {
         out.push('}');
     }
 }
-/// `CreatePersonalAccessTokenRequest` (spec/payloads.spec:472).
+/// `CreatePersonalAccessTokenRequest` (spec/payloads.spec:480).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CreatePersonalAccessTokenRequest {
     pub name: String,
@@ -3485,7 +3485,7 @@ impl codec::Wire for CreatePersonalAccessTokenRequest {
         out.push('}');
     }
 }
-/// `DeletePersonalAccessTokenRequest` (spec/payloads.spec:477).
+/// `DeletePersonalAccessTokenRequest` (spec/payloads.spec:485).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeletePersonalAccessTokenRequest {
     pub name: String,
@@ -3514,7 +3514,7 @@ impl codec::Wire for DeletePersonalAccessTokenRequest {
         out.push('}');
     }
 }
-/// `LoginWithPersonalAccessTokenRequest` (spec/payloads.spec:481): 44 (legacy, never sent by the SDK).
+/// `LoginWithPersonalAccessTokenRequest` (spec/payloads.spec:489): 44 (legacy, never sent by the SDK).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LoginWithPersonalAccessTokenRequest {
     pub token: String,
@@ -3543,7 +3543,7 @@ impl codec::Wire for LoginWithPersonalAccessTokenRequest {
         out.push('}');
     }
 }
-/// `RawPersonalAccessTokenResponse` (spec/payloads.spec:485): 42 (after the result section).
+/// `RawPersonalAccessTokenResponse` (spec/payloads.spec:493): 42 (after the result section).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RawPersonalAccessTokenResponse {
     pub token: String,
@@ -3572,7 +3572,7 @@ impl codec::Wire for RawPersonalAccessTokenResponse {
         out.push('}');
     }
 }
-/// `PersonalAccessTokenResponse` (spec/payloads.spec:489).
+/// `PersonalAccessTokenResponse` (spec/payloads.spec:497).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PersonalAccessTokenResponse {
     pub name: String,
@@ -3607,7 +3607,7 @@ impl codec::Wire for PersonalAccessTokenResponse {
         out.push('}');
     }
 }
-/// `GetPersonalAccessTokensResponse` (spec/payloads.spec:494): 41: tokens back to back until the body ends.
+/// `GetPersonalAccessTokensResponse` (spec/payloads.spec:502): 41: tokens back to back until the body ends.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GetPersonalAccessTokensResponse {
     pub tokens: Vec<crate::payloads::PersonalAccessTokenResponse>,
@@ -3657,7 +3657,7 @@ impl codec::Wire for GetPersonalAccessTokensResponse {
         out.push('}');
     }
 }
-/// `GetClientRequest` (spec/payloads.spec:500).
+/// `GetClientRequest` (spec/payloads.spec:508).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GetClientRequest {
     pub client_id: u32,
@@ -3684,7 +3684,7 @@ impl codec::Wire for GetClientRequest {
         out.push('}');
     }
 }
-/// `ConsumerGroupInfoResponse` (spec/payloads.spec:504).
+/// `ConsumerGroupInfoResponse` (spec/payloads.spec:512).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConsumerGroupInfoResponse {
     pub stream_id: u32,
@@ -3725,7 +3725,7 @@ impl codec::Wire for ConsumerGroupInfoResponse {
         out.push('}');
     }
 }
-/// `ClientResponse` (spec/payloads.spec:510): 22 list element and head of ClientDetailsResponse.
+/// `ClientResponse` (spec/payloads.spec:518): 22 list element and head of ClientDetailsResponse.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClientResponse {
     pub client_id: u32,
@@ -3792,7 +3792,7 @@ impl codec::Wire for ClientResponse {
         out.push('}');
     }
 }
-/// `ClientDetailsResponse` (spec/payloads.spec:518): 20 and 21; count-driven: consumer_groups.len() == client.consumer_groups_count.
+/// `ClientDetailsResponse` (spec/payloads.spec:526): 20 and 21; count-driven: consumer_groups.len() == client.consumer_groups_count.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClientDetailsResponse {
     pub client: crate::payloads::ClientResponse,
@@ -3848,7 +3848,7 @@ impl codec::Wire for ClientDetailsResponse {
         out.push('}');
     }
 }
-/// `GetClientsResponse` (spec/payloads.spec:523): 22: clients back to back until the body ends.
+/// `GetClientsResponse` (spec/payloads.spec:531): 22: clients back to back until the body ends.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GetClientsResponse {
     pub clients: Vec<crate::payloads::ClientResponse>,
@@ -3894,7 +3894,7 @@ impl codec::Wire for GetClientsResponse {
         out.push('}');
     }
 }
-/// `CacheMetricEntry` (spec/payloads.spec:529).
+/// `CacheMetricEntry` (spec/payloads.spec:537).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CacheMetricEntry {
     pub stream_id: u32,
@@ -3968,7 +3968,7 @@ impl codec::Wire for CacheMetricEntry {
         out.push('}');
     }
 }
-/// `StatsResponse` (spec/payloads.spec:538): 10.
+/// `StatsResponse` (spec/payloads.spec:546): 10.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StatsResponse {
     pub process_id: u32,
@@ -4272,7 +4272,7 @@ impl codec::Wire for StatsResponse {
         out.push('}');
     }
 }
-/// `GetSnapshotRequest` (spec/payloads.spec:571).
+/// `GetSnapshotRequest` (spec/payloads.spec:579).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GetSnapshotRequest {
     pub compression: u8,
@@ -4308,7 +4308,7 @@ impl codec::Wire for GetSnapshotRequest {
         out.push('}');
     }
 }
-/// `GetSnapshotResponse` (spec/payloads.spec:576): 11: raw archive bytes.
+/// `GetSnapshotResponse` (spec/payloads.spec:584): 11: raw archive bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GetSnapshotResponse {
     pub data: Vec<u8>,
@@ -4331,7 +4331,7 @@ impl codec::Wire for GetSnapshotResponse {
         out.push('}');
     }
 }
-/// `DescribeOptionsRequest` (spec/payloads.spec:586).
+/// `DescribeOptionsRequest` (spec/payloads.spec:594).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DescribeOptionsRequest {
     pub scope: crate::payloads::OptionsScope,
@@ -4358,7 +4358,7 @@ impl codec::Wire for DescribeOptionsRequest {
         out.push('}');
     }
 }
-/// `OptionDescriptor` (spec/payloads.spec:590).
+/// `OptionDescriptor` (spec/payloads.spec:598).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OptionDescriptor {
     pub key: String,
@@ -4420,7 +4420,7 @@ impl codec::Wire for OptionDescriptor {
         out.push('}');
     }
 }
-/// `DescribeOptionsResponse` (spec/payloads.spec:598): 13.
+/// `DescribeOptionsResponse` (spec/payloads.spec:606): 13.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DescribeOptionsResponse {
     pub entries: Vec<crate::payloads::OptionDescriptor>,
@@ -4462,7 +4462,7 @@ impl codec::Wire for DescribeOptionsResponse {
         out.push('}');
     }
 }
-/// `UpdateResourceRequest` (spec/payloads.spec:605).
+/// `UpdateResourceRequest` (spec/payloads.spec:613).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UpdateResourceRequest {
     pub scope: crate::payloads::OptionsScope,
@@ -4494,7 +4494,7 @@ impl codec::Wire for UpdateResourceRequest {
         out.push('}');
     }
 }
-/// `TopicResourcePatch` (spec/payloads.spec:610).
+/// `TopicResourcePatch` (spec/payloads.spec:618).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicResourcePatch {
     pub stream_id: crate::payloads::Identifier,
@@ -4559,7 +4559,7 @@ impl codec::Wire for TopicResourcePatch {
         out.push('}');
     }
 }
-/// `StreamResourcePatch` (spec/payloads.spec:617).
+/// `StreamResourcePatch` (spec/payloads.spec:625).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StreamResourcePatch {
     pub stream_id: crate::payloads::Identifier,
@@ -4617,7 +4617,7 @@ impl codec::Wire for StreamResourcePatch {
         out.push('}');
     }
 }
-/// `UserResourcePatch` (spec/payloads.spec:623).
+/// `UserResourcePatch` (spec/payloads.spec:631).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UserResourcePatch {
     pub user_id: crate::payloads::Identifier,
@@ -4675,7 +4675,7 @@ impl codec::Wire for UserResourcePatch {
         out.push('}');
     }
 }
-/// `StreamResponseV0111` (spec/payloads.spec:633): 0.11.1 stream: one options block, no derived block.
+/// `StreamResponseV0111` (spec/payloads.spec:641): 0.11.1 stream: one options block, no derived block.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StreamResponseV0111 {
     pub id: u32,
@@ -4760,7 +4760,7 @@ impl codec::Wire for StreamResponseV0111 {
         out.push('}');
     }
 }
-/// `TopicHeaderV0111` (spec/payloads.spec:643): 0.11.1 topic: the 50-byte head (expiry, compression and size cap still on the wire).
+/// `TopicHeaderV0111` (spec/payloads.spec:651): 0.11.1 topic: the 50-byte head (expiry, compression and size cap still on the wire).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicHeaderV0111 {
     pub id: u32,
@@ -4881,7 +4881,7 @@ impl codec::Wire for TopicHeaderV0111 {
         out.push('}');
     }
 }
-/// `PartitionResponseV0111` (spec/payloads.spec:657): 0.11.1 partition: no partition context.
+/// `PartitionResponseV0111` (spec/payloads.spec:665): 0.11.1 partition: no partition context.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PartitionResponseV0111 {
     pub id: u32,
@@ -4954,7 +4954,7 @@ impl codec::Wire for PartitionResponseV0111 {
         out.push('}');
     }
 }
-/// `GetStreamResponseV0111` (spec/payloads.spec:666): 200 and 202 in 0.11.1; count-driven.
+/// `GetStreamResponseV0111` (spec/payloads.spec:674): 200 and 202 in 0.11.1; count-driven.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GetStreamResponseV0111 {
     pub stream: crate::payloads::StreamResponseV0111,
@@ -5008,7 +5008,7 @@ impl codec::Wire for GetStreamResponseV0111 {
         out.push('}');
     }
 }
-/// `GetStreamsResponseV0111` (spec/payloads.spec:671): 201 in 0.11.1.
+/// `GetStreamsResponseV0111` (spec/payloads.spec:679): 201 in 0.11.1.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GetStreamsResponseV0111 {
     pub streams: Vec<crate::payloads::StreamResponseV0111>,
@@ -5054,7 +5054,7 @@ impl codec::Wire for GetStreamsResponseV0111 {
         out.push('}');
     }
 }
-/// `GetTopicResponseV0111` (spec/payloads.spec:675): 300 and 302 in 0.11.1; count-driven.
+/// `GetTopicResponseV0111` (spec/payloads.spec:683): 300 and 302 in 0.11.1; count-driven.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GetTopicResponseV0111 {
     pub topic: crate::payloads::TopicHeaderV0111,
@@ -5110,7 +5110,7 @@ impl codec::Wire for GetTopicResponseV0111 {
         out.push('}');
     }
 }
-/// `GetTopicsResponseV0111` (spec/payloads.spec:680): 301 in 0.11.1.
+/// `GetTopicsResponseV0111` (spec/payloads.spec:688): 301 in 0.11.1.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GetTopicsResponseV0111 {
     pub topics: Vec<crate::payloads::TopicHeaderV0111>,
@@ -5152,7 +5152,7 @@ impl codec::Wire for GetTopicsResponseV0111 {
         out.push('}');
     }
 }
-/// `UserResponseV0111` (spec/payloads.spec:684): 0.11.1 user: one options block.
+/// `UserResponseV0111` (spec/payloads.spec:692): 0.11.1 user: one options block.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UserResponseV0111 {
     pub id: u32,
@@ -5210,7 +5210,7 @@ impl codec::Wire for UserResponseV0111 {
         out.push('}');
     }
 }
-/// `UserDetailsResponseV0111` (spec/payloads.spec:692): 31 and 33 in 0.11.1.
+/// `UserDetailsResponseV0111` (spec/payloads.spec:700): 31 and 33 in 0.11.1.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UserDetailsResponseV0111 {
     pub user: crate::payloads::UserResponseV0111,
@@ -5272,7 +5272,7 @@ impl codec::Wire for UserDetailsResponseV0111 {
         out.push('}');
     }
 }
-/// `GetUsersResponseV0111` (spec/payloads.spec:697): 32 in 0.11.1.
+/// `GetUsersResponseV0111` (spec/payloads.spec:705): 32 in 0.11.1.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GetUsersResponseV0111 {
     pub users: Vec<crate::payloads::UserResponseV0111>,
@@ -5318,7 +5318,7 @@ impl codec::Wire for GetUsersResponseV0111 {
         out.push('}');
     }
 }
-/// `OptionDescriptorV0111` (spec/payloads.spec:701): 0.11.1 descriptor: no flags byte.
+/// `OptionDescriptorV0111` (spec/payloads.spec:709): 0.11.1 descriptor: no flags byte.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OptionDescriptorV0111 {
     pub key: String,
@@ -5373,7 +5373,7 @@ impl codec::Wire for OptionDescriptorV0111 {
         out.push('}');
     }
 }
-/// `DescribeOptionsResponseV0111` (spec/payloads.spec:708): 13 in 0.11.1.
+/// `DescribeOptionsResponseV0111` (spec/payloads.spec:716): 13 in 0.11.1.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DescribeOptionsResponseV0111 {
     pub entries: Vec<crate::payloads::OptionDescriptorV0111>,
@@ -5417,7 +5417,7 @@ impl codec::Wire for DescribeOptionsResponseV0111 {
         out.push('}');
     }
 }
-/// `UpdateStreamRequest` (spec/payloads.spec:712): 204 (0.11.1).
+/// `UpdateStreamRequest` (spec/payloads.spec:720): 204 (0.11.1).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UpdateStreamRequest {
     pub stream_id: crate::payloads::Identifier,
@@ -5458,7 +5458,7 @@ impl codec::Wire for UpdateStreamRequest {
         out.push('}');
     }
 }
-/// `UpdateTopicRequest` (spec/payloads.spec:718): 304 (0.11.1).
+/// `UpdateTopicRequest` (spec/payloads.spec:726): 304 (0.11.1).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UpdateTopicRequest {
     pub stream_id: crate::payloads::Identifier,
@@ -5505,7 +5505,7 @@ impl codec::Wire for UpdateTopicRequest {
         out.push('}');
     }
 }
-/// `UpdateUserRequest` (spec/payloads.spec:725): 35 (0.11.1).
+/// `UpdateUserRequest` (spec/payloads.spec:733): 35 (0.11.1).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UpdateUserRequest {
     pub user_id: crate::payloads::Identifier,
@@ -5582,7 +5582,7 @@ impl codec::Wire for UpdateUserRequest {
         out.push('}');
     }
 }
-/// `ClusterNodeResponseV0111` (spec/payloads.spec:732): 0.11.1 roster entry: no replica id.
+/// `ClusterNodeResponseV0111` (spec/payloads.spec:740): 0.11.1 roster entry: no replica id.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterNodeResponseV0111 {
     pub name: String,
@@ -5675,7 +5675,7 @@ impl codec::Wire for ClusterNodeResponseV0111 {
         out.push('}');
     }
 }
-/// `ClusterMetadataResponseV0111` (spec/payloads.spec:743): 12 in 0.11.1.
+/// `ClusterMetadataResponseV0111` (spec/payloads.spec:751): 12 in 0.11.1.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterMetadataResponseV0111 {
     pub name: String,
@@ -5731,7 +5731,7 @@ impl codec::Wire for ClusterMetadataResponseV0111 {
         out.push('}');
     }
 }
-/// `PollRoutingResponse` (spec/payloads.spec:748): 103 and 123 (0.11.1): the consumer session, then the primary's roster entry.
+/// `PollRoutingResponse` (spec/payloads.spec:756): 103 and 123 (0.11.1): the consumer session, then the primary's roster entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PollRoutingResponse {
     pub consumer_session: crate::payloads::SessionIdentity,

@@ -1,9 +1,9 @@
-//! Option blocks of create and update requests: `[u8 key_kind][u32 len][key][u8 value_kind]
-//! [u32 len][value]` entries to the end of the block, string keys only.
-// TODO(spec): declare the option entry in spec/payloads.spec and decode it with the generated codec.
+//! Option blocks of create and update requests: the spec's `OptionEntry` records back to back
+//! to the end of the block, string keys only.
 
 use iggy_generated::errors::ErrorCode;
-use iggy_wire::{WireDecode, take};
+use iggy_generated::payloads::OptionEntry;
+use iggy_wire::{WireDecode, WireEncode};
 
 const STRING_KIND: u8 = 2;
 const ENTRIES_MAX: usize = 1024;
@@ -20,12 +20,12 @@ pub fn entries(block: &[u8]) -> Result<Vec<(&str, &[u8])>, ErrorCode> {
 pub fn typed_entries(mut block: &[u8]) -> Result<Vec<(&str, u8, &[u8])>, ErrorCode> {
     let mut out: Vec<(&str, u8, &[u8])> = Vec::new();
     while !block.is_empty() {
-        let key_kind = u8::decode_from(&mut block).map_err(|_| ErrorCode::InvalidFormat)?;
-        let key_len = u32::decode_from(&mut block).map_err(|_| ErrorCode::InvalidFormat)?;
-        let key = take(&mut block, key_len as usize).map_err(|_| ErrorCode::InvalidFormat)?;
-        let value_kind = u8::decode_from(&mut block).map_err(|_| ErrorCode::InvalidFormat)?;
-        let value_len = u32::decode_from(&mut block).map_err(|_| ErrorCode::InvalidFormat)?;
-        let value = take(&mut block, value_len as usize).map_err(|_| ErrorCode::InvalidFormat)?;
+        let OptionEntry {
+            key_kind,
+            key,
+            value_kind,
+            value,
+        } = OptionEntry::decode_from(&mut block).map_err(|_| ErrorCode::InvalidFormat)?;
         if key_kind != STRING_KIND {
             return Err(ErrorCode::UnsupportedOptionKey);
         }
@@ -54,12 +54,13 @@ pub fn merge(current: &[u8], update: &[u8], reset: &[&str]) -> Result<Vec<u8>, E
 pub fn encode(entries: &[(&str, u8, &[u8])]) -> Vec<u8> {
     let mut out = Vec::new();
     for (key, kind, value) in entries {
-        out.push(STRING_KIND);
-        out.extend_from_slice(&(key.len() as u32).to_le_bytes());
-        out.extend_from_slice(key.as_bytes());
-        out.push(*kind);
-        out.extend_from_slice(&(value.len() as u32).to_le_bytes());
-        out.extend_from_slice(value);
+        let entry = OptionEntry {
+            key_kind: STRING_KIND,
+            key: key.as_bytes(),
+            value_kind: *kind,
+            value,
+        };
+        entry.encode_to(&mut out);
     }
     out
 }
