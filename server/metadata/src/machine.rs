@@ -25,12 +25,6 @@ use std::hash::Hasher;
 /// of an expired session).
 pub const SYSTEM_CLIENT: u128 = u128::MAX;
 
-fn encode_request<T: iggy_wire::WireEncode>(value: &T) -> Vec<u8> {
-    let mut out = Vec::with_capacity(value.encoded_size());
-    value.encode_to(&mut out);
-    out
-}
-
 fn decode<'a, T: WireDecode<'a>>(bytes: &'a [u8]) -> Result<T, ErrorCode> {
     T::decode_exact(bytes).map_err(|_| ErrorCode::InvalidFormat)
 }
@@ -41,14 +35,13 @@ pub use iggy_generated::storage::MetadataOpEnvelope as Envelope;
 
 /// Encodes a metadata op's journaled body.
 pub fn envelope(timestamp: u64, user_id: u32, request: &[u8]) -> Bytes {
-    let envelope = Envelope {
+    Envelope {
         timestamp,
         user_id,
         request,
-    };
-    let mut out = Vec::with_capacity(envelope.encoded_size());
-    envelope.encode_to(&mut out);
-    out.into()
+    }
+    .to_wire_bytes()
+    .into()
 }
 
 /// Decodes a wire identifier into a metadata [`Ident`].
@@ -269,13 +262,14 @@ pub fn create_user_request(
     status: UserStatus,
     permissions: Option<&crate::model::Permissions>,
 ) -> Vec<u8> {
-    encode_request(&CreateUserRequest {
+    (CreateUserRequest {
         username,
         password: password_hash,
         status: status as u8,
         permissions: permissions.map(crate::permissions::permissions_to_wire),
         options: &[],
     })
+    .to_wire_bytes()
 }
 
 /// Encodes a session record for a register.

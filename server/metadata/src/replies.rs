@@ -49,23 +49,18 @@ impl Figures for Fresh {
     }
 }
 
-fn encode<T: WireEncode>(value: &T) -> Vec<u8> {
-    let mut out = Vec::with_capacity(value.encoded_size());
-    value.encode_to(&mut out);
-    out
-}
-
 /// Result section of a successful result-framed reply.
 pub const RESULT_OK: [u8; 4] = [0; 4];
 
 /// Result section rejecting the request at index 0.
 pub fn result_rejection(code: ErrorCode) -> Vec<u8> {
-    encode(&ReplyResultSection {
+    (ReplyResultSection {
         results: vec![ReplyResultEntry {
             index: 0,
             result: code.code(),
         }],
     })
+    .to_wire_bytes()
 }
 
 /// The rejection a result section carries, if any.
@@ -79,12 +74,13 @@ pub fn rejection_of(reply: &[u8]) -> Option<ErrorCode> {
 }
 
 pub fn login_response(user_id: u32, session: u64) -> Vec<u8> {
-    encode(&LoginRegisterResponse {
+    (LoginRegisterResponse {
         user_id,
         session,
         server_protocol: protocol::CURRENT.packed(),
         server_version: protocol::RELEASE_VERSION,
     })
+    .to_wire_bytes()
 }
 
 fn topic_figures(figures: &impl Figures, stream: u32, topic: &Topic) -> (u64, u64) {
@@ -193,16 +189,17 @@ fn stream_header<'a>(figures: &impl Figures, stream: &'a Stream) -> StreamRespon
 
 pub fn stream_details(figures: &impl Figures, stream: &Stream, codec: Codec) -> Vec<u8> {
     if codec == Codec::V0_11_1 {
-        return encode(&GetStreamResponseV0111 {
+        return (GetStreamResponseV0111 {
             stream: stream_header_v0111(figures, stream),
             topics: stream
                 .topics
                 .values()
                 .map(|t| topic_header_v0111(figures, stream.id, t))
                 .collect(),
-        });
+        })
+        .to_wire_bytes();
     }
-    encode(&GetStreamResponse {
+    (GetStreamResponse {
         stream: stream_header(figures, stream),
         topics: stream
             .topics
@@ -210,6 +207,7 @@ pub fn stream_details(figures: &impl Figures, stream: &Stream, codec: Codec) -> 
             .map(|t| topic_header(figures, stream.id, t))
             .collect(),
     })
+    .to_wire_bytes()
 }
 
 pub fn stream_list(metadata: &Metadata, figures: &impl Figures, codec: Codec) -> Vec<u8> {
@@ -245,11 +243,12 @@ pub fn topic_details(figures: &impl Figures, stream: u32, topic: &Topic, codec: 
         })
         .collect();
     match codec {
-        Codec::Current => encode(&GetTopicResponse {
+        Codec::Current => (GetTopicResponse {
             topic: topic_header(figures, stream, topic),
             partitions,
-        }),
-        Codec::V0_11_1 => encode(&GetTopicResponseV0111 {
+        })
+        .to_wire_bytes(),
+        Codec::V0_11_1 => (GetTopicResponseV0111 {
             topic: topic_header_v0111(figures, stream, topic),
             // 0.11.1 partitions carry no partition context.
             partitions: partitions
@@ -263,7 +262,8 @@ pub fn topic_details(figures: &impl Figures, stream: u32, topic: &Topic, codec: 
                     messages_count: p.messages_count,
                 })
                 .collect(),
-        }),
+        })
+        .to_wire_bytes(),
     }
 }
 
@@ -279,14 +279,14 @@ pub fn topic_list(
             .values()
             .map(|t| topic_header_v0111(figures, stream, t))
             .collect();
-        return encode(&GetTopicsResponseV0111 { topics });
+        return (GetTopicsResponseV0111 { topics }).to_wire_bytes();
     }
     let topics = metadata.streams[&stream]
         .topics
         .values()
         .map(|t| topic_header(figures, stream, t))
         .collect();
-    encode(&GetTopicsResponse { topics })
+    (GetTopicsResponse { topics }).to_wire_bytes()
 }
 
 fn group_header(topic: &Topic, group: &ConsumerGroup) -> ConsumerGroupResponse<'static> {
@@ -312,10 +312,11 @@ pub fn group_details(figures: &impl Figures, topic: &Topic, group: &ConsumerGrou
         .collect();
     let mut head = group_header(topic, group);
     head.name = &group.name;
-    encode(&ConsumerGroupDetailsResponse {
+    (ConsumerGroupDetailsResponse {
         group: head,
         members,
     })
+    .to_wire_bytes()
 }
 
 pub fn group_list(topic: &Topic) -> Vec<u8> {
@@ -331,10 +332,11 @@ pub fn group_list(topic: &Topic) -> Vec<u8> {
 /// 606: the caller's assignment, or empty when it is not a member.
 pub fn group_sync(topic: &Topic, group: &ConsumerGroup, client: u128) -> Vec<u8> {
     match group.assignment(client, &topic.partition_ids()) {
-        Some(partitions) => encode(&SyncConsumerGroupResponse {
+        Some(partitions) => (SyncConsumerGroupResponse {
             generation: group.generation,
             partitions,
-        }),
+        })
+        .to_wire_bytes(),
         None => Vec::new(),
     }
 }
@@ -351,14 +353,16 @@ pub fn user_details(metadata: &Metadata, id: u32, codec: Codec) -> Vec<u8> {
             .map(crate::permissions::permissions_to_wire)
     };
     match codec {
-        Codec::Current => encode(&UserDetailsResponse {
+        Codec::Current => (UserDetailsResponse {
             user: user_header(user),
             permissions,
-        }),
-        Codec::V0_11_1 => encode(&UserDetailsResponseV0111 {
+        })
+        .to_wire_bytes(),
+        Codec::V0_11_1 => (UserDetailsResponseV0111 {
             user: user_header_v0111(user),
             permissions,
-        }),
+        })
+        .to_wire_bytes(),
     }
 }
 

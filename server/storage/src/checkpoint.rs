@@ -46,13 +46,10 @@ pub fn encode(replica: &[u8], state: &[u8]) -> Vec<u8> {
         state,
         checksum: 0,
     };
-    let mut bytes = Vec::with_capacity(slot.encoded_size());
-    slot.encode_to(&mut bytes);
     // The checksum covers every byte before it: encode once to learn them, then for good.
+    let bytes = slot.to_wire_bytes();
     slot.checksum = checksum(&bytes[..bytes.len() - CHECKSUM_SIZE]);
-    bytes.clear();
-    slot.encode_to(&mut bytes);
-    bytes
+    slot.to_wire_bytes()
 }
 
 /// The size of the trailing checksum, which covers every byte before it.

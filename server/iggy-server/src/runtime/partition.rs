@@ -56,13 +56,6 @@ impl OffsetOwner {
     }
 }
 
-/// A fixed record of the spec, encoded.
-fn fixed<T: WireEncode>(record: &T) -> Bytes {
-    let mut out = Vec::with_capacity(record.encoded_size());
-    record.encode_to(&mut out);
-    out.into()
-}
-
 /// The body of a partition op as journaled: the primary's decisions plus the client's bytes.
 /// Internal to this server (the journal is ours); the wire batch inside is the spec's layout.
 pub enum PartitionWrite {
@@ -113,18 +106,26 @@ impl PartitionWrite {
                 owner,
                 offset,
                 resolved_at,
-            } => fixed(&StoreOffsetOp {
+            } => (StoreOffsetOp {
                 owner: owner.record(),
                 offset,
                 resolved_at,
-            }),
-            PartitionWrite::DeleteOffset { owner, resolved_at } => fixed(&DeleteOffsetOp {
+            })
+            .to_wire_bytes()
+            .into(),
+            PartitionWrite::DeleteOffset { owner, resolved_at } => (DeleteOffsetOp {
                 owner: owner.record(),
                 resolved_at,
-            }),
-            PartitionWrite::RetireSegments { keep_from } => fixed(&RetireSegmentsOp { keep_from }),
+            })
+            .to_wire_bytes()
+            .into(),
+            PartitionWrite::RetireSegments { keep_from } => {
+                (RetireSegmentsOp { keep_from }).to_wire_bytes().into()
+            }
             PartitionWrite::DeleteGroupOffsets { group, metadata_op } => {
-                fixed(&DeleteGroupOffsetsOp { group, metadata_op })
+                (DeleteGroupOffsetsOp { group, metadata_op })
+                    .to_wire_bytes()
+                    .into()
             }
         }
     }
@@ -188,15 +189,19 @@ impl WriteResult {
     /// The spec's `WriteAppended` or `WriteStatus` record.
     fn encode(self) -> Bytes {
         match self {
-            WriteResult::Appended { base_offset, count } => fixed(&WriteAppended {
+            WriteResult::Appended { base_offset, count } => (WriteAppended {
                 status: 0,
                 base_offset,
                 count,
-            }),
-            WriteResult::Done => fixed(&WriteStatus { status: 0 }),
-            WriteResult::Failed(code) => fixed(&WriteStatus {
+            })
+            .to_wire_bytes()
+            .into(),
+            WriteResult::Done => (WriteStatus { status: 0 }).to_wire_bytes().into(),
+            WriteResult::Failed(code) => (WriteStatus {
                 status: code.code(),
-            }),
+            })
+            .to_wire_bytes()
+            .into(),
         }
     }
 
@@ -408,9 +413,7 @@ impl PartitionMachine {
                 })
                 .collect(),
         };
-        let mut out = Vec::with_capacity(state.encoded_size());
-        state.encode_to(&mut out);
-        out
+        state.to_wire_bytes()
     }
 
     fn restore(&mut self, state: &[u8]) -> Result<(), String> {
@@ -1061,7 +1064,7 @@ mod tests {
             (OffsetOwner::Group(id), 2),
             (OffsetOwner::External(id), 3),
         ] {
-            let bytes = fixed(&owner.record());
+            let bytes = owner.record().to_wire_bytes();
             assert_eq!(bytes[..], [kind, 4, 3, 2, 1]);
             let record = OffsetOwnerRecord::decode_fixed(&bytes).unwrap();
             assert_eq!(OffsetOwner::of(record), owner);

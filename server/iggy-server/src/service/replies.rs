@@ -15,12 +15,6 @@ use iggy_metadata::replies::{Codec, Figures, PartitionFigures};
 use iggy_storage::StorageError;
 use iggy_wire::WireEncode;
 
-fn encode<T: WireEncode>(value: &T) -> Vec<u8> {
-    let mut out = Vec::with_capacity(value.encoded_size());
-    value.encode_to(&mut out);
-    out
-}
-
 impl Figures for Shared {
     fn partition(&self, key: (u32, u32, u32)) -> PartitionFigures {
         let info = self.stats(key);
@@ -91,23 +85,26 @@ pub fn poll_routing(
     consumer_session: iggy_generated::payloads::SessionIdentity,
 ) -> Vec<u8> {
     with_roster_entry(shared, |node| {
-        encode(&iggy_generated::payloads::PollRoutingResponse {
+        (iggy_generated::payloads::PollRoutingResponse {
             consumer_session,
             primary: roster_entry_v0111(node),
         })
+        .to_wire_bytes()
     })
 }
 
 pub fn cluster_metadata(shared: &Shared, codec: Codec) -> Vec<u8> {
     with_roster_entry(shared, |node| match codec {
-        Codec::Current => encode(&ClusterMetadataResponse {
+        Codec::Current => (ClusterMetadataResponse {
             name: "iggy-cluster",
             nodes: vec![node],
-        }),
-        Codec::V0_11_1 => encode(&ClusterMetadataResponseV0111 {
+        })
+        .to_wire_bytes(),
+        Codec::V0_11_1 => (ClusterMetadataResponseV0111 {
             name: "iggy-cluster",
             nodes: vec![roster_entry_v0111(node)],
-        }),
+        })
+        .to_wire_bytes(),
     })
 }
 
@@ -132,9 +129,10 @@ pub fn send_confirmation(key: PartitionKey, base_offset: u64) -> Vec<u8> {
         partition_id: key.2,
         base_offset,
     };
-    encode(&SendMessagesResponse {
+    (SendMessagesResponse {
         confirmations: vec![confirmation],
     })
+    .to_wire_bytes()
 }
 
 pub fn consumer_offset(partition_id: u32, current_offset: u64, stored_offset: u64) -> Vec<u8> {

@@ -19,12 +19,6 @@ use iggy_metadata::replies::{Codec, user_details, user_header, user_header_v0111
 use iggy_metadata::{Metadata, Need};
 use iggy_wire::{WireDecode, WireEncode};
 
-fn encode<T: WireEncode>(value: &T) -> Vec<u8> {
-    let mut out = Vec::with_capacity(value.encoded_size());
-    value.encode_to(&mut out);
-    out
-}
-
 fn decode<'a, T: WireDecode<'a>>(bytes: &'a [u8]) -> Result<T, ErrorCode> {
     T::decode_exact(bytes).map_err(|_| ErrorCode::InvalidFormat)
 }
@@ -60,7 +54,7 @@ pub fn prepare(
             let hash = hash_password(request.password);
             request.password = &hash;
             Ok(Prepared {
-                body: Some(encode(&request)),
+                body: Some(request.to_wire_bytes()),
                 token: None,
             })
         }
@@ -84,7 +78,7 @@ pub fn prepare(
             request.current_password = "";
             request.new_password = &hash;
             Ok(Prepared {
-                body: Some(encode(&request)),
+                body: Some(request.to_wire_bytes()),
                 token: None,
             })
         }
@@ -184,10 +178,13 @@ fn client_details(node: &Node, connection_id: u32, client: Option<u128>) -> Opti
     let info = clients.get(&connection_id)?;
     let metadata = node.shared.metadata.borrow();
     let consumer_groups = groups_of(&metadata, client);
-    Some(encode(&ClientDetailsResponse {
-        client: client_response(info, consumer_groups.len() as u32),
-        consumer_groups,
-    }))
+    Some(
+        (ClientDetailsResponse {
+            client: client_response(info, consumer_groups.len() as u32),
+            consumer_groups,
+        })
+        .to_wire_bytes(),
+    )
 }
 
 /// Serves the user, client and system reads.
@@ -315,11 +312,12 @@ pub async fn read(
                         },
                     )
                     .collect();
-                return Ok(encode(
-                    &iggy_generated::payloads::DescribeOptionsResponseV0111 { entries },
-                ));
+                return Ok(
+                    (iggy_generated::payloads::DescribeOptionsResponseV0111 { entries })
+                        .to_wire_bytes(),
+                );
             }
-            Ok(encode(&DescribeOptionsResponse { entries }))
+            Ok((DescribeOptionsResponse { entries }).to_wire_bytes())
         }
         _ => Err(ErrorCode::FeatureUnavailable),
     }
@@ -349,7 +347,7 @@ fn stats(node: &Node) -> Vec<u8> {
     let now = crate::runtime::clock::now_micros();
     let version = iggy_generated::protocol::RELEASE_VERSION;
     let host = crate::runtime::host::figures(shared.data.root());
-    encode(&StatsResponse {
+    (StatsResponse {
         process_id: std::process::id(),
         cpu_usage: host.cpu_usage.to_bits(),
         total_cpu_usage: host.total_cpu_usage.to_bits(),
@@ -381,4 +379,5 @@ fn stats(node: &Node) -> Vec<u8> {
         open_files_count: host.open_files,
         open_files_limit: host.open_files_limit,
     })
+    .to_wire_bytes()
 }
