@@ -2,7 +2,7 @@
 //! its `crate::` paths), its cycles and the direction of its layers.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Module path of a source file relative to `src/`: `main.rs`/`lib.rs` are the root (`""`),
 /// `a/mod.rs` is `a`, `a/b.rs` is `a::b`.
@@ -231,23 +231,33 @@ pub fn backward_imports(
     found
 }
 
-/// The `(module, source)` of every `.rs` file under `src`.
-pub fn read_sources(src: &Path) -> BTreeMap<String, String> {
-    let mut sources = BTreeMap::new();
-    let mut directories = vec![src.to_path_buf()];
+/// Every `.rs` file under `dir`, at any depth.
+pub fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut directories = vec![dir.to_path_buf()];
     while let Some(directory) = directories.pop() {
         for entry in std::fs::read_dir(&directory).expect("readable source directory") {
             let path = entry.expect("directory entry").path();
             if path.is_dir() {
                 directories.push(path);
             } else if path.extension().is_some_and(|e| e == "rs") {
-                let relative = path.strip_prefix(src).expect("under src");
-                let text = std::fs::read_to_string(&path).expect("readable source");
-                sources.insert(module_of(relative), text);
+                files.push(path);
             }
         }
     }
-    sources
+    files
+}
+
+/// The `(module, source)` of every `.rs` file under `src`.
+pub fn read_sources(src: &Path) -> BTreeMap<String, String> {
+    rust_files(src)
+        .into_iter()
+        .map(|path| {
+            let relative = path.strip_prefix(src).expect("under src");
+            let text = std::fs::read_to_string(&path).expect("readable source");
+            (module_of(relative), text)
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -143,22 +143,6 @@ fn manifest(krate: &str) -> toml::Table {
         .expect("valid Cargo.toml")
 }
 
-fn rust_files(dir: &Path) -> Vec<PathBuf> {
-    let mut files = Vec::new();
-    let mut directories = vec![dir.to_path_buf()];
-    while let Some(directory) = directories.pop() {
-        for entry in std::fs::read_dir(&directory).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                directories.push(path);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                files.push(path);
-            }
-        }
-    }
-    files
-}
-
 #[test]
 fn sans_io_crates_depend_only_on_their_allowed_crates_and_never_on_io() {
     let mut violations = Vec::new();
@@ -168,7 +152,7 @@ fn sans_io_crates_depend_only_on_their_allowed_crates_and_never_on_io() {
                 violations.push(format!("{krate}/Cargo.toml depends on {name}"));
             }
         }
-        let files = rust_files(&workspace_root().join(krate).join("src"));
+        let files = iggy_tidy::rust_files(&workspace_root().join(krate).join("src"));
         assert!(!files.is_empty(), "{krate} has no sources");
         for file in files {
             let text = std::fs::read_to_string(&file).unwrap();
