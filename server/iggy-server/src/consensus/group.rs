@@ -165,34 +165,28 @@ impl<R> Clone for GroupHandle<R> {
 impl<R> GroupHandle<R> {
     /// Submits a client request and waits for its commit (or refusal).
     pub async fn submit(&self, client: u128, request: u64, operation: u8, body: Bytes) -> Outcome {
-        let (done, wait) = oneshot::channel();
-        let job = Job::Write(Submit {
-            client,
-            request,
-            operation,
-            body,
-            waiter: done,
-        });
-        if self.jobs.unbounded_send(job).is_err() {
-            return Outcome::Failed;
-        }
-        wait.await.unwrap_or(Outcome::Failed)
+        let submit = |waiter| {
+            Job::Write(Submit {
+                client,
+                request,
+                operation,
+                body,
+                waiter,
+            })
+        };
+        self.ask(submit, Outcome::Failed).await
     }
 
     /// Submits a request of one of the node's own clients, which the group numbers (above its
     /// latest committed one), and waits for its commit (or refusal).
     pub async fn submit_next(&self, client: u128, operation: u8, body: Bytes) -> Outcome {
-        let (done, wait) = oneshot::channel();
-        let job = Job::WriteNext {
+        let submit = |done| Job::WriteNext {
             client,
             operation,
             body,
             done,
         };
-        if self.jobs.unbounded_send(job).is_err() {
-            return Outcome::Failed;
-        }
-        wait.await.unwrap_or(Outcome::Failed)
+        self.ask(submit, Outcome::Failed).await
     }
 
     /// Queues a read behind the writes already submitted. False if the group stopped.
@@ -203,37 +197,34 @@ impl<R> GroupHandle<R> {
     /// Stops the group: jobs queued before this one are handled, later ones fail, and the
     /// group's files are closed when this returns. A group already stopped returns at once.
     pub async fn stop(&self) {
-        let (done, stopped) = oneshot::channel();
-        if self.jobs.unbounded_send(Job::Stop(done)).is_ok() {
-            let _ = stopped.await;
-        }
+        self.ask(Job::Stop, ()).await
     }
 
     /// Fsyncs the group's journal behind the jobs queued before (the shutdown drain: records
     /// written to the OS only, under the replicated policy, become durable).
     pub async fn sync_journal(&self) {
-        let (done, synced) = oneshot::channel();
-        if self.jobs.unbounded_send(Job::SyncJournal(done)).is_ok() {
-            let _ = synced.await;
-        }
+        self.ask(Job::SyncJournal, ()).await
     }
 
     /// Whether `request` of `client` was already committed: a retry whose reply the replica
     /// replays, so checks against today's state must not refuse it.
     pub async fn already_committed(&self, client: u128, request: u64) -> bool {
+        let ask = |done| Job::Committed {
+            client,
+            request,
+            done,
+        };
+        self.ask(ask, false).await
+    }
+
+    /// Queues the job `make` builds around an answer channel and waits for the answer, or
+    /// returns `gone` when the group has stopped (the job is refused or dropped unanswered).
+    async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> Job<R>, gone: T) -> T {
         let (done, answer) = oneshot::channel();
-        if self
-            .jobs
-            .unbounded_send(Job::Committed {
-                client,
-                request,
-                done,
-            })
-            .is_err()
-        {
-            return false;
+        if self.jobs.unbounded_send(make(done)).is_err() {
+            return gone;
         }
-        answer.await.unwrap_or(false)
+        answer.await.unwrap_or(gone)
     }
 }
 
