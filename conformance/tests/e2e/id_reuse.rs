@@ -131,18 +131,6 @@ async fn reused_topic_and_partition_ids_keep_their_messages_across_sigkill() {
     assert_eq!(all_messages(&c, "s", "t2", 1).await, expected("one", 5));
 }
 
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap().flatten() {
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_tree(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
-}
-
 /// A crash after a stream delete committed but before its directory went (put back here by
 /// hand): the restart finishes that delete, and a tree a crash left half removed in
 /// `discarded-partitions/` is removed too; a directory no committed op explains is kept.

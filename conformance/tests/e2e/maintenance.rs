@@ -17,19 +17,14 @@ const NO_MAINTENANCE: &str = "[system]\nmaintenance_interval_ms = 3600000\n";
 
 /// Every segment file (`.log` and `.index`) under the data directory, with its bytes.
 fn segment_files(dir: &std::path::Path) -> std::collections::BTreeMap<std::path::PathBuf, Vec<u8>> {
-    let mut files = std::collections::BTreeMap::new();
-    let mut directories = vec![dir.to_path_buf()];
-    while let Some(directory) = directories.pop() {
-        for entry in std::fs::read_dir(&directory).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                directories.push(path);
-            } else if path.extension().is_some_and(|e| e == "log" || e == "index") {
-                files.insert(path.clone(), std::fs::read(&path).unwrap());
-            }
-        }
-    }
-    files
+    files_under(dir)
+        .into_iter()
+        .filter(|path| path.extension().is_some_and(|e| e == "log" || e == "index"))
+        .map(|path| {
+            let bytes = std::fs::read(&path).unwrap();
+            (path, bytes)
+        })
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
