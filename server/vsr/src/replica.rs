@@ -468,6 +468,12 @@ impl Replica {
         if (self.journal.op() - self.commit_max) as usize >= self.config.pipeline_max {
             return self.refuse(client, request, Refusal::Busy);
         }
+        self.prepare(client, request, operation, body);
+    }
+
+    /// As the primary: appends the next op to the journal (the shell writes it) and sends it
+    /// to the other replicas, whose PrepareOks then count towards its quorum.
+    fn prepare(&mut self, client: u128, request: u64, operation: u8, body: Bytes) {
         let entry = Entry::new(
             self.journal.op() + 1,
             self.view,
@@ -501,24 +507,8 @@ impl Replica {
             return;
         }
         let clients_max = u32::try_from(clients_max).expect("client table capacity fits u32");
-        let entry = Entry::new(
-            self.journal.op() + 1,
-            self.view,
-            0,
-            0,
-            OPERATION_NOMINATE_LIMITS,
-            Bytes::copy_from_slice(&clients_max.to_le_bytes()),
-        );
-        self.append_and_write(entry.clone());
-        self.prepare_oks.insert(entry.op, BTreeSet::new());
-        for to in self.others() {
-            let message = Message::Prepare {
-                view: self.view,
-                commit: self.commit_max,
-                entry: entry.clone(),
-            };
-            self.send(to, message);
-        }
+        let body = Bytes::copy_from_slice(&clients_max.to_le_bytes());
+        self.prepare(0, 0, OPERATION_NOMINATE_LIMITS, body);
     }
 
     /// The shell finished the journal write for `op`.
