@@ -2,8 +2,9 @@
 //!
 //! The table is part of the replicated state: every replica updates it while committing, in log
 //! order, so all replicas hold the same table. It is bounded by `clients_table_max`: a register
-//! committed at capacity evicts the client whose latest committed request is oldest (smallest
-//! `reply_op`), decided from committed state only, so every replica evicts the same client.
+//! committed at capacity is refused, never paid for by evicting a live client (its retry
+//! protection would go with it). Slots come back only by ordered retirement: a committed op
+//! names the clients whose sessions ended, and every replica retires them at that op.
 
 use bytes::Bytes;
 use std::collections::BTreeMap;
@@ -37,17 +38,21 @@ pub enum RequestCheck {
 /// Outcome of committing a register.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Registration {
-    /// A new session numbered `session` (the register's op); `evicted` made room for it.
-    New { session: u64, evicted: Option<u128> },
+    /// A new session numbered `session` (the register's op).
+    New { session: u64 },
     /// The client already had session `session`; nothing changed.
     Existing { session: u64 },
+    /// Every slot is taken: nothing changed, the client stays unregistered.
+    Full,
 }
 
 impl Registration {
-    /// The session number, which is also the register's reply (8 little-endian bytes).
-    pub fn session(&self) -> u64 {
+    /// The session number, which is also the register's reply (8 little-endian bytes); `None`
+    /// for a register refused at capacity.
+    pub fn session(&self) -> Option<u64> {
         match self {
-            Registration::New { session, .. } | Registration::Existing { session } => *session,
+            Registration::New { session } | Registration::Existing { session } => Some(*session),
+            Registration::Full => None,
         }
     }
 }
@@ -83,7 +88,7 @@ impl ClientTable {
     }
 
     /// A committed nomination: fixes the capacity unless one was committed before. Sessions
-    /// beyond a smaller capacity stay until registers push the oldest out.
+    /// beyond a smaller capacity stay until they are retired.
     pub fn nominate(&mut self, clients_max: usize) {
         if !self.nominated {
             self.clients_max = clients_max;
@@ -130,17 +135,16 @@ impl ClientTable {
         }
     }
 
-    /// Registers `client` with session number `op`. At capacity the client whose latest
-    /// committed request is oldest is evicted first. Registering a live client changes nothing.
+    /// Registers `client` with session number `op`. At capacity nothing changes and the register
+    /// is refused. Registering a live client changes nothing.
     pub fn register(&mut self, client: u128, op: u64) -> Registration {
         if let Some(existing) = self.sessions.get(&client) {
             return Registration::Existing {
                 session: existing.session,
             };
         }
-        let evicted = if self.is_full() { self.oldest() } else { None };
-        if let Some(evicted) = evicted {
-            self.sessions.remove(&evicted);
+        if self.is_full() {
+            return Registration::Full;
         }
         let session = ClientSession {
             session: op,
@@ -149,18 +153,13 @@ impl ClientTable {
             reply: Bytes::copy_from_slice(&op.to_le_bytes()),
         };
         self.sessions.insert(client, session);
-        Registration::New {
-            session: op,
-            evicted,
-        }
+        Registration::New { session: op }
     }
 
-    /// The client whose latest committed request (or register) committed at the smallest op.
-    pub fn oldest(&self) -> Option<u128> {
-        self.sessions
-            .iter()
-            .min_by_key(|(client, session)| (session.reply_op, **client))
-            .map(|(client, _)| *client)
+    /// Retires `client` (its session ended by a committed op): its slot is free for a new
+    /// register. Whether it was registered.
+    pub fn retire(&mut self, client: u128) -> bool {
+        self.sessions.remove(&client).is_some()
     }
 
     /// Every session, client id order (for checkpoints).
@@ -172,7 +171,10 @@ impl ClientTable {
     }
 
     /// A table restored from `rows`, with the committed capacity `nominated` if there is one
-    /// (else `clients_max`). Beyond the capacity the oldest rows are dropped.
+    /// (else `clients_max`). Every row is kept, even beyond the capacity (a checkpoint of an
+    /// earlier build, or a capacity configured smaller before any was committed): a live
+    /// session's retry protection is never dropped, and registers are refused until enough
+    /// sessions retire.
     pub fn from_rows(
         clients_max: usize,
         nominated: Option<usize>,
@@ -180,12 +182,7 @@ impl ClientTable {
     ) -> Self {
         let mut table = ClientTable::new(nominated.unwrap_or(clients_max));
         table.nominated = nominated.is_some();
-        let clients_max = table.clients_max;
         table.sessions.extend(rows);
-        while table.sessions.len() > clients_max {
-            let oldest = table.oldest().expect("non-empty");
-            table.sessions.remove(&oldest);
-        }
         table
     }
 
@@ -229,32 +226,48 @@ mod tests {
     }
 
     #[test]
-    fn capacity_evicts_the_client_with_the_oldest_request() {
+    fn capacity_refuses_new_clients_until_one_retires() {
         let mut table = ClientTable::new(2);
-        assert_eq!(
-            table.register(1, 1),
-            Registration::New {
-                session: 1,
-                evicted: None
-            }
-        );
+        assert_eq!(table.register(1, 1), Registration::New { session: 1 });
         table.register(2, 2);
         assert!(table.is_full());
         table.record(1, 1, 3, Bytes::from_static(b"r"));
-        // Client 2's latest committed op (its register at 2) is older than client 1's (3).
+        // Full: the third client is refused and both live sessions keep their replies.
+        assert_eq!(table.register(3, 4), Registration::Full);
+        assert_eq!(Registration::Full.session(), None);
+        assert!(table.get(3).is_none());
         assert_eq!(
-            table.register(3, 4),
-            Registration::New {
-                session: 4,
-                evicted: Some(2)
+            table.check(1, 1, false),
+            RequestCheck::Duplicate {
+                op: 3,
+                reply: Bytes::from_static(b"r")
             }
         );
-        assert!(table.get(2).is_none());
-        assert_eq!(table.len(), 2);
         // Re-registering a live client is idempotent even at capacity.
         assert_eq!(table.register(1, 5), Registration::Existing { session: 1 });
         assert_eq!(table.len(), 2);
+        // A retirement frees one slot, once.
+        assert!(table.retire(2));
+        assert!(!table.retire(2));
+        assert_eq!(table.register(3, 6), Registration::New { session: 6 });
         let restored = ClientTable::from_rows(2, None, table.rows());
         assert_eq!(restored, table);
+    }
+
+    #[test]
+    fn a_restored_table_over_its_capacity_keeps_every_session() {
+        let mut table = ClientTable::new(3);
+        for client in 1..=3 {
+            table.register(client, client as u64);
+        }
+        let restored = ClientTable::from_rows(3, Some(2), table.rows());
+        assert_eq!(restored.len(), 3, "no live session is dropped");
+        assert_eq!(restored.clients_max(), 2);
+        let mut restored = restored;
+        assert_eq!(restored.register(4, 9), Registration::Full);
+        restored.retire(1);
+        assert_eq!(restored.register(4, 9), Registration::Full, "still at capacity");
+        restored.retire(2);
+        assert_eq!(restored.register(4, 9), Registration::New { session: 9 });
     }
 }

@@ -31,9 +31,8 @@
 //!     it, skip already-applied ops but still answer with their replies).
 //!   - `Registered{op, client, body}`: a register committed at `op` (the session number); the
 //!     state machine records the session from the register's body (no answer expected).
-//!   - `Evicted{client}`: the register committed next evicted `client` (emitted right before
-//!     that register's `Registered`, on every replica, replays included); drop its session and
-//!     tell the client. No answer expected.
+//!   - While a `Commit` is being applied, the shell may call `retire_with_commit(clients)`
+//!     when the committed op ends those clients' sessions; their slots free up with that op.
 //!   - `Reply{client, request, op, reply}` / `Refuse{client, request, refusal}`: answer the client.
 //!     `Refusal::NotPrimary{primary, ..}` tells the client where to go.
 //!
@@ -44,19 +43,20 @@
 //!
 //! Per client id: session, latest request number, its op and its cached reply. A duplicate of
 //! the latest request replays the cached reply without re-executing; older requests get
-//! `Refusal::RequestTooOld`. The table is bounded by `Config::clients_table_max`: a register that
-//! commits at capacity evicts the client whose latest committed request has the smallest op
-//! (decided in the commit path from committed state, so identically on every replica) and the
-//! replica emits `Action::Evicted`. The evicted client's later requests (and its requests still
-//! in the pipeline when the register committed) are refused with `Refusal::SessionUnknown`.
-//! A register is refused with `Refusal::ClientsTableFull` only when the uncommitted pipeline
-//! already holds `clients_table_max` registers.
+//! `Refusal::RequestTooOld`. The table is bounded by the group's committed capacity (nominated
+//! by its first op from `Config::clients_table_max`). A live session is never evicted: a
+//! register is refused with `Refusal::ClientsTableFull` while live sessions and the registers in
+//! the pipeline hold every slot, and a register that still commits at capacity (one prepared by
+//! an earlier primary) registers nothing. Slots come back by ordered retirement only: a
+//! committed op whose application ends sessions (the shell calls `retire_with_commit`) frees
+//! their slots at that op on every replica; a retired client's later requests (and its
+//! requests still in the pipeline) are refused with `Refusal::SessionUnknown`.
 //!
-//! Requests do not carry the session number, so the table cannot tell an evicted session's
-//! request from a new session's request with the same id and number. After `Evicted` (or
-//! `SessionUnknown`) a client must not retry an unanswered request under a new session: its
-//! outcome is unknown. Re-registering with the same id starts a new session (request numbers
-//! restart at 1); using a new client id per session is safer.
+//! Requests do not carry the session number, so the table cannot tell a retired session's
+//! request from a new session's request with the same id and number. After `SessionUnknown`
+//! a client must not retry an unanswered request under a new session: its outcome is unknown.
+//! Re-registering with the same id starts a new session (request numbers restart at 1); using
+//! a new client id per session is safer.
 //!
 //! ## Checkpoints
 //!
@@ -106,11 +106,12 @@
 //! its commit; larger groups only at an op every replica has committed and holds durably);
 //! checkpoints go to two alternating slots and a crash may tear the one being written, so a
 //! restart falls back to the previous one. Some seeds run with a client table smaller than the
-//! number of clients, so sessions are evicted constantly; an evicted client starts a new session
-//! under a new id. Checkers after each step: no two replicas commit different entries or replies
+//! number of clients; there clients end their sessions after a few requests (a committed logout
+//! that retires them), waiting registers are refused until then, and a client starts each new
+//! session under a new id. Checkers after each step: no two replicas commit different entries or replies
 //! at the same op, committed ops are never lost, every client reply is the committed reply of
-//! its request, no request executes twice within a session, every replica evicts the same
-//! client at the same register, checkpoints at the same op are byte-identical on every replica,
+//! its request, no request executes twice within a session, every replica retires the same
+//! clients at the same op, checkpoints at the same op are byte-identical on every replica,
 //! the client table stays within its bound, and no replica ever needs state transfer. After the fault phase the network heals and every
 //! client must finish (liveness). `cargo test -p iggy-vsr --test sim` runs 70 seeds per group
 //! size; `VSR_SIM_SEEDS=N` runs N. A failure prints `replicas=R seed=S`; the seed replays it.

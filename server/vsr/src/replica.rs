@@ -71,10 +71,10 @@ pub enum Refusal {
     NotPrimary { view: u32, primary: ReplicaId },
     /// The request number is older than the client's latest committed request.
     RequestTooOld,
-    /// Every slot of the client table is claimed by registers still in the uncommitted
-    /// pipeline; retry later.
+    /// Every slot of the client table is taken by a live session or a register still in the
+    /// pipeline; retry once a session has retired.
     ClientsTableFull,
-    /// The client never registered, its register has not committed, or it was evicted.
+    /// The client never registered, its register has not committed, or it was retired.
     SessionUnknown,
     /// The pipeline is full; retry later.
     Busy,
@@ -100,13 +100,10 @@ pub enum Action {
         body: Bytes,
     },
     /// A register committed at `op` (the session number): the state machine records the session
-    /// from `body`. Emitted on every replica, in op order with `Commit`s; needs no answer.
+    /// from `body`. Emitted on every replica, in op order with `Commit`s; needs no answer. A
+    /// register committed at capacity registers nothing and emits nothing (the primary refuses
+    /// it with `Refusal::ClientsTableFull`).
     Registered { op: u64, client: u128, body: Bytes },
-    /// A register committed at capacity evicted `client` (the one whose latest committed request
-    /// was oldest). Emitted on every replica, in op order, right before that register's
-    /// `Registered`; the shell drops the session and tells the client, whose later requests are
-    /// refused with `Refusal::SessionUnknown`. Needs no answer.
-    Evicted { client: u128 },
     /// Answer `client`'s `request` with `reply` (committed at `op`).
     Reply {
         client: u128,
@@ -153,6 +150,11 @@ pub struct Replica {
     base_clients: ClientTable,
     /// Replies of the ops executed above the journal base, to roll `base_clients` forward.
     executed: BTreeMap<u64, Bytes>,
+    /// Clients the op being applied retires (see `retire_with_commit`).
+    retiring: Vec<u128>,
+    /// Clients retired by the ops executed above the journal base, to roll `base_clients`
+    /// forward.
+    retired: BTreeMap<u64, Vec<u128>>,
     /// Set when a log from another replica could not be installed for lack of state transfer.
     state_transfer: Option<StateTransferNeeded>,
     /// A voluntary recovery (entered for lack of state transfer) only accepts a view this high.
@@ -220,6 +222,8 @@ impl Replica {
             base_clients: clients.clone(),
             clients,
             executed: BTreeMap::new(),
+            retiring: Vec::new(),
+            retired: BTreeMap::new(),
             state_transfer: None,
             recovery_view_min: 0,
             config,
@@ -279,6 +283,9 @@ impl Replica {
             } else if let Some(reply) = self.executed.remove(&at) {
                 self.base_clients
                     .record(entry.client, entry.request, at, reply);
+            }
+            for client in self.retired.remove(&at).unwrap_or_default() {
+                self.base_clients.retire(client);
             }
         }
         self.journal.forget_through(op);
@@ -453,15 +460,15 @@ impl Replica {
             RequestCheck::New => {}
         }
         if register {
-            // At capacity a committed register evicts the oldest client, unless every slot
-            // would go to a register still in the pipeline.
+            // Live sessions and the registers in the pipeline hold every slot: refused until a
+            // session retires (a register that still reached a full table commits as a no-op).
             let registers_pending = self
                 .journal
                 .entries_after(self.commit_min)
                 .iter()
                 .filter(|entry| entry.operation == OPERATION_REGISTER)
                 .count();
-            if registers_pending >= self.config.clients_table_max {
+            if self.clients.len() + registers_pending >= self.clients.clients_max() {
                 return self.refuse(client, request, Refusal::ClientsTableFull);
             }
         }
@@ -519,6 +526,20 @@ impl Replica {
         self.acknowledge(op);
     }
 
+    /// The `Commit` being applied ends the sessions of `clients` (a logout or an expiry that
+    /// every earlier op of theirs has been retired behind): once its reply is recorded, their
+    /// client-table slots are free. Called by the shell between the `Commit` and its
+    /// `on_committed_reply`, from the committed op alone, so every replica retires the same
+    /// clients at the same op. Retiring the op's own client drops its retry protection with it:
+    /// a retry of that request is answered as from an unknown session.
+    pub fn retire_with_commit(&mut self, clients: &[u128]) {
+        assert!(
+            self.commit_in_flight.is_some(),
+            "retirements belong to the Commit being applied"
+        );
+        self.retiring.extend_from_slice(clients);
+    }
+
     /// The state machine applied the `Commit` at `op` and produced `reply`.
     pub fn on_committed_reply(&mut self, op: u64, reply: Bytes) {
         assert_eq!(
@@ -535,6 +556,13 @@ impl Replica {
         self.clients
             .record(entry.client, entry.request, op, reply.clone());
         self.executed.insert(op, reply.clone());
+        if !self.retiring.is_empty() {
+            let retiring = std::mem::take(&mut self.retiring);
+            for client in &retiring {
+                self.clients.retire(*client);
+            }
+            self.retired.insert(op, retiring);
+        }
         self.commit_min = op;
         if self.is_primary() {
             let (client, request) = (entry.client, entry.request);
@@ -838,10 +866,7 @@ impl Replica {
             if entry.operation == OPERATION_REGISTER {
                 let registration = self.clients.register(entry.client, op);
                 self.commit_min = op;
-                if let Registration::New { evicted, .. } = registration {
-                    if let Some(client) = evicted {
-                        self.actions.push_back(Action::Evicted { client });
-                    }
+                if let Registration::New { .. } = registration {
                     self.actions.push_back(Action::Registered {
                         op,
                         client: entry.client,
@@ -849,20 +874,24 @@ impl Replica {
                     });
                 }
                 if self.is_primary() {
-                    let session = registration.session();
-                    self.actions.push_back(Action::Reply {
-                        client: entry.client,
-                        request: entry.request,
-                        op: session,
-                        reply: Bytes::copy_from_slice(&session.to_le_bytes()),
-                    });
+                    match registration.session() {
+                        Some(session) => self.actions.push_back(Action::Reply {
+                            client: entry.client,
+                            request: entry.request,
+                            op: session,
+                            reply: Bytes::copy_from_slice(&session.to_le_bytes()),
+                        }),
+                        None => {
+                            self.refuse(entry.client, entry.request, Refusal::ClientsTableFull)
+                        }
+                    }
                 }
                 continue;
             }
             let session = self.clients.get(entry.client);
             let fresh = session.is_some_and(|s| entry.request > s.request);
             if !fresh {
-                // Unregistered (e.g. evicted while the request was in the pipeline) or stale:
+                // Unregistered (e.g. retired while the request was in the pipeline) or stale:
                 // skipped identically on every replica.
                 self.commit_min = op;
                 if session.is_none() && self.is_primary() {

@@ -10,7 +10,7 @@ fn seeds() -> u64 {
 }
 
 fn run(replica_count: u8) {
-    let (mut committed, mut checkpoints, mut evictions) = (0, 0, 0);
+    let (mut committed, mut checkpoints, mut retirements, mut refused_full) = (0, 0, 0, 0);
     for seed in 0..seeds() {
         let seed = seed * 1_000 + u64::from(replica_count);
         let result = std::panic::catch_unwind(|| {
@@ -20,7 +20,8 @@ fn run(replica_count: u8) {
             Ok(summary) => {
                 committed += summary.committed;
                 checkpoints += summary.checkpoints;
-                evictions += summary.evictions;
+                retirements += summary.retirements;
+                refused_full += summary.refused_full;
             }
             Err(panic) => {
                 eprintln!("VSR simulation failed: replicas={replica_count} seed={seed}");
@@ -32,11 +33,14 @@ fn run(replica_count: u8) {
         committed >= seeds() * 3 * 21,
         "every seed commits registers and requests"
     );
-    eprintln!("replicas={replica_count}: {checkpoints} checkpoints, {evictions} evictions");
+    eprintln!(
+        "replicas={replica_count}: {checkpoints} checkpoints, {retirements} retirements, \
+         {refused_full} registers refused at capacity"
+    );
     assert!(checkpoints > 0, "checkpoints are exercised");
     assert!(
-        seeds() < 10 || evictions > 0,
-        "evictions are exercised (seeds with a small client table)"
+        seeds() < 10 || (retirements > 0 && refused_full > 0),
+        "retirement and refusal at capacity are exercised (seeds with a small client table)"
     );
 }
 

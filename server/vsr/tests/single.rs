@@ -7,6 +7,10 @@ fn drain(replica: &mut Replica) -> Vec<Action> {
     std::iter::from_fn(|| replica.poll_action()).collect()
 }
 
+/// Operation code the test state machine treats as a logout: applying it ends the session of
+/// the op's client (the shell retires it with the commit).
+const LOGOUT: u8 = 42;
+
 /// Runs the shell loop: journal writes complete at once, the state machine echoes upper-case.
 fn drive(replica: &mut Replica, journal: &mut Vec<iggy_vsr::Entry>) -> Vec<Action> {
     let mut out = Vec::new();
@@ -22,14 +26,30 @@ fn drive(replica: &mut Replica, journal: &mut Vec<iggy_vsr::Entry>) -> Vec<Actio
                     journal.push(entry.clone());
                     replica.on_write_done(*op);
                 }
-                Action::Commit { op, body, .. } => {
-                    replica.on_committed_reply(*op, Bytes::from(body.to_ascii_uppercase()));
-                }
+                Action::Commit { .. } => apply(replica, &action),
                 _ => out.push(action),
             }
         }
     }
     panic!("shell loop did not settle");
+}
+
+/// Applies a `Commit` as the test state machine does.
+fn apply(replica: &mut Replica, commit: &Action) {
+    let Action::Commit {
+        op,
+        client,
+        operation,
+        body,
+        ..
+    } = commit
+    else {
+        panic!("not a commit: {commit:?}");
+    };
+    if *operation == LOGOUT {
+        replica.retire_with_commit(&[*client]);
+    }
+    replica.on_committed_reply(*op, Bytes::from(body.to_ascii_uppercase()));
 }
 
 #[test]
@@ -86,48 +106,64 @@ fn register_request_duplicate_and_restart() {
         }]
     );
 
-    // Capacity: a second client evicts the first (the oldest latest request).
+    // Capacity: a second client is refused while the first is live, and nothing is journaled.
+    replica.on_request(8, 0, OPERATION_REGISTER, Bytes::new());
+    assert_eq!(
+        drive(&mut replica, &mut journal),
+        vec![Action::Refuse {
+            client: 8,
+            request: 0,
+            refusal: Refusal::ClientsTableFull
+        }]
+    );
+    assert_eq!(journal.len(), 3);
+    // The first logs out (op 4 retires it); then the second registers.
+    replica.on_request(7, 3, LOGOUT, Bytes::from_static(b"bye"));
+    assert!(matches!(
+        drive(&mut replica, &mut journal).as_slice(),
+        [Action::Reply { op: 4, .. }]
+    ));
     replica.on_request(8, 0, OPERATION_REGISTER, Bytes::new());
     assert_eq!(
         drive(&mut replica, &mut journal),
         vec![
-            Action::Evicted { client: 7 },
             Action::Registered {
-                op: 4,
+                op: 5,
                 client: 8,
                 body: Bytes::new()
             },
             Action::Reply {
                 client: 8,
                 request: 0,
-                op: 4,
-                reply: Bytes::copy_from_slice(&4u64.to_le_bytes())
+                op: 5,
+                reply: Bytes::copy_from_slice(&5u64.to_le_bytes())
             }
         ]
     );
-    replica.on_request(7, 3, 5, Bytes::new());
+    replica.on_request(7, 4, 5, Bytes::new());
     assert_eq!(
         drive(&mut replica, &mut journal),
         vec![Action::Refuse {
             client: 7,
-            request: 3,
+            request: 4,
             refusal: Refusal::SessionUnknown
         }]
     );
 
-    // Restart from the journal: every op is replayed to a fresh state machine.
+    // Restart from the journal: every op is replayed to a fresh state machine, which retires
+    // the logged-out client again at the same op.
     let mut restarted = Replica::open(config, journal.clone(), 2);
     let mut replayed = Vec::new();
     while let Some(action) = restarted.poll_action() {
-        if let Action::Commit { op, body, .. } = action {
+        if let Action::Commit { op, .. } = action {
             replayed.push(op);
-            restarted.on_committed_reply(op, Bytes::from(body.to_ascii_uppercase()));
+            apply(&mut restarted, &action);
         }
     }
-    assert_eq!(replayed, vec![2, 3]);
-    assert_eq!(restarted.commit_min(), 4);
-    assert!(restarted.clients().get(7).is_none(), "the eviction replays");
-    assert_eq!(restarted.clients().get(8).unwrap().session, 4);
+    assert_eq!(replayed, vec![2, 3, 4]);
+    assert_eq!(restarted.commit_min(), 5);
+    assert!(restarted.clients().get(7).is_none(), "the retirement replays");
+    assert_eq!(restarted.clients().get(8).unwrap().session, 5);
 }
 
 #[test]
@@ -178,31 +214,43 @@ fn register_and_request(
 }
 
 #[test]
-fn eviction_picks_the_oldest_latest_request_and_the_evicted_client_registers_again() {
+fn a_full_table_refuses_registers_until_a_logout_retires_a_session() {
     let mut config = Config::new(1, 0);
     config.clients_table_max = 2;
     let mut journal = Vec::new();
-    let mut replica = Replica::open(config, Vec::new(), 1);
+    let mut replica = Replica::open(config.clone(), Vec::new(), 1);
     register_and_request(&mut replica, &mut journal, 1, 1..=1); // ops 1, 2
     register_and_request(&mut replica, &mut journal, 2, 1..=1); // ops 3, 4
-    // Client 1 registered first but is now the most recent: client 2 is the oldest.
-    register_and_request(&mut replica, &mut journal, 1, 2..=2); // op 5
-    replica.on_request(3, 0, OPERATION_REGISTER, Bytes::new());
-    let out = drive(&mut replica, &mut journal);
-    assert_eq!(out[0], Action::Evicted { client: 2 });
-    assert!(matches!(
-        out[1],
-        Action::Registered {
-            op: 6,
-            client: 3,
-            ..
-        }
-    ));
-    assert_eq!(replica.clients().len(), 2);
-    assert!(replica.clients().get(2).is_none());
+    for _ in 0..2 {
+        replica.on_request(3, 0, OPERATION_REGISTER, Bytes::new());
+        assert_eq!(
+            drive(&mut replica, &mut journal),
+            vec![Action::Refuse {
+                client: 3,
+                request: 0,
+                refusal: Refusal::ClientsTableFull
+            }]
+        );
+    }
+    // Both live sessions keep their retry protection: a duplicate replays its reply.
+    replica.on_request(1, 1, 5, Bytes::from_static(b"c1r1"));
+    assert_eq!(
+        drive(&mut replica, &mut journal),
+        vec![Action::Reply {
+            client: 1,
+            request: 1,
+            op: 2,
+            reply: Bytes::from_static(b"C1R1")
+        }]
+    );
 
-    // The evicted client's next request (and a duplicate of its last one) is refused.
-    for request in [2, 1] {
+    // Client 2 logs out at op 5; its slot goes to client 3.
+    replica.on_request(2, 2, LOGOUT, Bytes::from_static(b"bye"));
+    drive(&mut replica, &mut journal);
+    assert!(replica.clients().get(2).is_none());
+    register_and_request(&mut replica, &mut journal, 3, 1..=1); // ops 6, 7
+    // The retired client's requests, a retry of its logout included, find no session.
+    for request in [2, 3] {
         replica.on_request(2, request, 5, Bytes::from_static(b"late"));
         assert_eq!(
             drive(&mut replica, &mut journal),
@@ -214,34 +262,34 @@ fn eviction_picks_the_oldest_latest_request_and_the_evicted_client_registers_aga
         );
     }
 
-    // It registers again under the same id: a new session; now client 1 is the oldest.
-    replica.on_request(2, 0, OPERATION_REGISTER, Bytes::new());
-    let out = drive(&mut replica, &mut journal);
-    assert_eq!(out[0], Action::Evicted { client: 1 });
-    assert_eq!(
-        out[2],
-        Action::Reply {
-            client: 2,
-            request: 0,
-            op: 7,
-            reply: Bytes::copy_from_slice(&7u64.to_le_bytes())
-        }
-    );
-    assert_eq!(replica.clients().get(2).unwrap().session, 7);
-    register_and_request(&mut replica, &mut journal, 2, 1..=2);
-    assert_eq!(replica.clients().get(2).unwrap().request, 2);
+    // A checkpoint taken after the retirement holds clients 1 and 3 only, and a replica
+    // restored from it is full again.
+    let checkpoint = replica.checkpoint(replica.commit_min());
+    let clients: Vec<u128> = checkpoint.clients.iter().map(|(client, _)| *client).collect();
+    assert_eq!(clients, vec![1, 3]);
+    let decoded = iggy_vsr::Checkpoint::decode(&checkpoint.encode()).unwrap();
+    let mut restored = Replica::open_from_checkpoint(config, decoded, Vec::new(), 2);
+    assert_eq!(restored.clients(), replica.clients());
+    restored.on_request(4, 0, OPERATION_REGISTER, Bytes::new());
+    assert!(matches!(
+        drain(&mut restored).as_slice(),
+        [Action::Refuse {
+            refusal: Refusal::ClientsTableFull,
+            ..
+        }]
+    ));
 }
 
 #[test]
-fn a_request_pipelined_before_its_client_was_evicted_is_refused_at_commit() {
+fn a_request_pipelined_behind_its_clients_logout_is_refused_at_commit() {
     let mut config = Config::new(1, 0);
     config.clients_table_max = 1;
     let mut replica = Replica::open(config, Vec::new(), 1);
     let mut journal = Vec::new();
     register_and_request(&mut replica, &mut journal, 1, 1..=1);
-    // Both prepared before either commits: the register evicts client 1 first.
-    replica.on_request(2, 0, OPERATION_REGISTER, Bytes::new());
-    replica.on_request(1, 2, 5, Bytes::from_static(b"x"));
+    // Both prepared before either commits: the logout retires client 1 first.
+    replica.on_request(1, 2, LOGOUT, Bytes::from_static(b"bye"));
+    replica.on_request(1, 3, 5, Bytes::from_static(b"x"));
     let mut writes = Vec::new();
     while let Some(action) = replica.poll_action() {
         if let Action::WritePrepare { op, .. } = action {
@@ -251,17 +299,23 @@ fn a_request_pipelined_before_its_client_was_evicted_is_refused_at_commit() {
     assert_eq!(writes, vec![3, 4]);
     replica.on_write_done(3);
     replica.on_write_done(4);
-    let out: Vec<Action> = std::iter::from_fn(|| replica.poll_action()).collect();
-    assert!(out.contains(&Action::Evicted { client: 1 }));
-    assert!(
-        !out.iter().any(|a| matches!(a, Action::Commit { .. })),
-        "the evicted client's request never executes: {out:?}"
-    );
+    let mut commits = Vec::new();
+    let mut out = Vec::new();
+    while let Some(action) = replica.poll_action() {
+        match action {
+            Action::Commit { op, .. } => {
+                commits.push(op);
+                apply(&mut replica, &action);
+            }
+            other => out.push(other),
+        }
+    }
+    assert_eq!(commits, vec![3], "the retired client's request never executes");
     assert_eq!(
         out.last(),
         Some(&Action::Refuse {
             client: 1,
-            request: 2,
+            request: 3,
             refusal: Refusal::SessionUnknown
         })
     );
@@ -466,13 +520,13 @@ fn the_first_committed_nomination_fixes_the_client_table_capacity_for_good() {
     drive(&mut replica, &mut journal);
     assert_eq!(journal.len(), 1);
 
-    // The committed capacity holds: a third client evicts the oldest.
+    // The committed capacity holds: a third client is refused.
     for client in [7, 8, 9] {
         replica.on_request(client, 0, OPERATION_REGISTER, Bytes::new());
         drive(&mut replica, &mut journal);
     }
     assert_eq!(replica.clients().len(), 2);
-    assert!(replica.clients().get(7).is_none());
+    assert!(replica.clients().get(9).is_none());
 
     // A restart configured for 50 replays the nomination and keeps 2, with or without a
     // checkpoint.

@@ -31,7 +31,7 @@ enum Packet {
 
 #[derive(Debug)]
 struct Client {
-    /// Current client id: a new one per session, since an evicted session's requests may or
+    /// Current client id: a new one per session, since a retired session's requests may or
     /// may not have executed and must not be retried under a later session.
     id: u128,
     /// Id of the first session; later sessions add `incarnation << 64`.
@@ -39,6 +39,8 @@ struct Client {
     incarnation: u64,
     /// Request number within the current session (0: registering).
     request: u64,
+    /// Whether the request in flight is the session's logout.
+    logging_out: bool,
     /// Requests (numbers 1 and up) answered, over every session.
     completed: u64,
     requests_total: u64,
@@ -57,8 +59,6 @@ struct Node {
     checkpoint_state: u64,
     restart_at: u64,
     checked_commit: u64,
-    /// An `Evicted` seen in this drain, paired with the `Registered` that follows it.
-    evicted: Option<u128>,
 }
 
 /// Outcome summary of one seed.
@@ -74,8 +74,10 @@ pub struct Summary {
     pub view_max: u32,
     /// Checkpoints taken (over all replicas).
     pub checkpoints: u64,
-    /// Client sessions evicted (canonical).
-    pub evictions: u64,
+    /// Client sessions retired by a committed logout (canonical).
+    pub retirements: u64,
+    /// Registers refused because the client table was full.
+    pub refused_full: u64,
 }
 
 /// The simulated world for one seed.
@@ -97,14 +99,19 @@ pub struct Cluster {
     clients_table_max: usize,
     /// Checkpoint once this many ops are committed above the previous checkpoint.
     checkpoint_every: u64,
-    /// Per register op: the client it evicted; identical on every replica.
-    evictions: BTreeMap<u64, Option<u128>>,
+    /// With a small client table: a session logs out after this many requests, freeing its
+    /// slot for a waiting client.
+    logout_every: Option<u64>,
     /// Per checkpoint op: the encoded checkpoint; identical on every replica.
     checkpoints: BTreeMap<u64, Vec<u8>>,
-    /// Checkpoints taken, sessions evicted and torn-or-not restarts from a checkpoint.
+    /// Checkpoints taken, sessions retired and registers refused at capacity.
     checkpoints_taken: u64,
-    evicted_total: u64,
+    retired_total: u64,
+    refused_full: u64,
 }
+
+/// Operation code of a simulated logout: applying it ends the session of the op's client.
+const OPERATION_LOGOUT: u8 = 2;
 
 const INITIAL_STATE: u64 = 0x1234_5678;
 
@@ -126,6 +133,8 @@ impl Cluster {
             64
         };
         let checkpoint_every = 2 + choices.below(12);
+        let logout_every =
+            (clients_table_max < usize::from(client_count)).then(|| 1 + choices.below(6));
         let mut rng = Rng::new(seed);
         let options = PacketOptions {
             drop_percent: rng.below(10),
@@ -146,7 +155,6 @@ impl Cluster {
                 checkpoint_state: INITIAL_STATE,
                 restart_at: 0,
                 checked_commit: 0,
-                evicted: None,
             })
             .collect();
         let clients = (0..client_count)
@@ -155,6 +163,7 @@ impl Cluster {
                 base_id: 1000 + u128::from(index),
                 incarnation: 0,
                 request: 0,
+                logging_out: false,
                 completed: 0,
                 requests_total: requests_per_client,
                 target: 0,
@@ -177,10 +186,11 @@ impl Cluster {
             isolated_until: vec![0; usize::from(replica_count)],
             clients_table_max,
             checkpoint_every,
-            evictions: BTreeMap::new(),
+            logout_every,
             checkpoints: BTreeMap::new(),
             checkpoints_taken: 0,
-            evicted_total: 0,
+            retired_total: 0,
+            refused_full: 0,
         }
     }
 
@@ -192,11 +202,11 @@ impl Cluster {
                 self.heal();
             }
             self.step();
-            if self.clients.iter().all(|c| c.completed >= c.requests_total) {
+            if self.clients.iter().all(|c| c.done(self.logout_every)) {
                 break;
             }
         }
-        let done = self.clients.iter().all(|c| c.completed >= c.requests_total);
+        let done = self.clients.iter().all(|c| c.done(self.logout_every));
         assert!(
             done,
             "seed {}: clients did not finish by tick {}: {:?}",
@@ -216,7 +226,8 @@ impl Cluster {
             ticks: self.now,
             view_max,
             checkpoints: self.checkpoints_taken,
-            evictions: self.evicted_total,
+            retirements: self.retired_total,
+            refused_full: self.refused_full,
         }
     }
 
@@ -248,7 +259,6 @@ impl Cluster {
                     let (checkpoint, entries) = node.storage.open();
                     let config = config(self.replica_count, index as u8, self.clients_table_max);
                     node.states.clear();
-                    node.evicted = None;
                     let replica = match checkpoint {
                         None => {
                             node.state = INITIAL_STATE;
@@ -423,37 +433,37 @@ impl Cluster {
                 Action::TruncateJournal { after_op } => {
                     self.nodes[index].storage.truncate(after_op)
                 }
-                Action::Commit { op, body, .. } => {
+                Action::Commit {
+                    op,
+                    client,
+                    operation,
+                    body,
+                    ..
+                } => {
                     let node = &mut self.nodes[index];
                     node.state = apply(node.state, &body);
                     node.states.insert(op, node.state);
                     let reply = Bytes::copy_from_slice(&node.state.to_le_bytes());
                     let entry = node.replica.as_ref().unwrap().entry(op).unwrap().clone();
-                    self.check_commit(index, op, &entry, &reply);
-                    self.nodes[index]
-                        .replica
-                        .as_mut()
-                        .unwrap()
-                        .on_committed_reply(op, reply);
+                    let fresh = self.check_commit(index, op, &entry, &reply);
+                    let replica = self.nodes[index].replica.as_mut().unwrap();
+                    if operation == OPERATION_LOGOUT {
+                        // Decided from the committed op alone, like the server's logout.
+                        replica.retire_with_commit(&[client]);
+                        self.retired_total += u64::from(fresh);
+                    }
+                    replica.on_committed_reply(op, reply);
                 }
-                // The simulated state machine keeps no per-session state; the checker pairs an
-                // eviction with the register that caused it.
-                Action::Evicted { client } => {
-                    let node = &mut self.nodes[index];
-                    assert!(
-                        node.evicted.is_none(),
-                        "seed {}: two evictions for one register",
-                        self.seed
-                    );
-                    node.evicted = Some(client);
-                    let packet = Packet::Response { client, action };
-                    self.network.submit(&mut self.rng, self.now, packet);
-                }
-                Action::Registered { op, .. } => {
-                    let evicted = self.nodes[index].evicted.take();
-                    self.check_eviction(index, op, evicted);
-                }
+                // The simulated state machine keeps no per-session state.
+                Action::Registered { .. } => {}
                 Action::Reply { client, .. } | Action::Refuse { client, .. } => {
+                    if let Action::Refuse {
+                        refusal: Refusal::ClientsTableFull,
+                        ..
+                    } = action
+                    {
+                        self.refused_full += 1;
+                    }
                     self.check_response(&action);
                     let packet = Packet::Response { client, action };
                     self.network.submit(&mut self.rng, self.now, packet);
@@ -516,21 +526,23 @@ impl Cluster {
                 if request > 0 {
                     client.completed += 1;
                 }
-                client.request += 1;
                 client.sent_at = None;
                 client.retry_at = now + self.rng.below(30);
+                if client.logging_out {
+                    client.new_session(now);
+                } else {
+                    client.request += 1;
+                }
             }
-            // Evicted: start a new session under a new id.
-            Action::Evicted { .. }
-            | Action::Refuse {
+            // Retired (its logout's reply was lost): start a new session under a new id.
+            Action::Refuse {
                 refusal: Refusal::SessionUnknown,
                 ..
             } if client.request > 0 => {
-                client.incarnation += 1;
-                client.id = client.base_id + (u128::from(client.incarnation) << 64);
-                client.request = 0;
-                client.sent_at = None;
-                client.retry_at = now + 1;
+                if client.logging_out {
+                    client.completed += 1;
+                }
+                client.new_session(now);
             }
             Action::Refuse {
                 request, refusal, ..
@@ -557,7 +569,7 @@ impl Cluster {
         let count = self.replica_count;
         for index in 0..self.clients.len() {
             let client = &mut self.clients[index];
-            if client.completed >= client.requests_total {
+            if client.done(self.logout_every) {
                 continue;
             }
             if let Some(sent_at) = client.sent_at {
@@ -569,8 +581,15 @@ impl Cluster {
                 continue;
             }
             client.sent_at = Some(self.now);
+            // A finished client logs out too, or its slot would never come back.
+            let finished = client.completed >= client.requests_total;
+            client.logging_out = self
+                .logout_every
+                .is_some_and(|every| client.request > 0 && (finished || client.request > every));
             let operation = if client.request == 0 {
                 OPERATION_REGISTER
+            } else if client.logging_out {
+                OPERATION_LOGOUT
             } else {
                 1
             };
@@ -589,7 +608,8 @@ impl Cluster {
     // ----- checkers -----
 
     /// A Commit at `op` must carry the same entry and produce the same reply on every replica.
-    fn check_commit(&mut self, index: usize, op: u64, entry: &Entry, reply: &Bytes) {
+    /// Whether it is the first time `op` commits anywhere.
+    fn check_commit(&mut self, index: usize, op: u64, entry: &Entry, reply: &Bytes) -> bool {
         let seed = self.seed;
         match self.canonical.get(&op) {
             Some((canonical, canonical_reply)) => {
@@ -601,24 +621,11 @@ impl Cluster {
                     canonical_reply, reply,
                     "seed {seed}: replica {index} diverged at op {op}"
                 );
+                false
             }
             None => {
                 self.canonical.insert(op, (entry.clone(), reply.clone()));
-            }
-        }
-    }
-
-    /// Every replica evicts the same client (or none) when committing the register at `op`.
-    fn check_eviction(&mut self, index: usize, op: u64, evicted: Option<u128>) {
-        let seed = self.seed;
-        match self.evictions.get(&op) {
-            Some(canonical) => assert_eq!(
-                *canonical, evicted,
-                "seed {seed}: replica {index} evicted differently at op {op}"
-            ),
-            None => {
-                self.evicted_total += u64::from(evicted.is_some());
-                self.evictions.insert(op, evicted);
+                true
             }
         }
     }
@@ -724,12 +731,9 @@ impl Cluster {
                 );
             }
         }
-        // An evicted client may register again (with the same id): its history restarts.
+        // Each session has its own client id, so a (client, request) pair executes once ever.
         let mut executed: BTreeMap<(u128, u64), u64> = BTreeMap::new();
         for (op, (entry, _)) in &self.canonical {
-            if let Some(Some(evicted)) = self.evictions.get(op) {
-                executed.retain(|(client, _), _| client != evicted);
-            }
             if let Some(previous) = executed.insert((entry.client, entry.request), *op) {
                 panic!(
                     "seed {seed}: request {:?} committed twice (ops {previous} and {op})",
@@ -744,4 +748,21 @@ fn config(replica_count: u8, replica: ReplicaId, clients_table_max: usize) -> Co
     let mut config = Config::new(replica_count, replica);
     config.clients_table_max = clients_table_max;
     config
+}
+
+impl Client {
+    /// Every request answered, and with a small client table the last session logged out.
+    fn done(&self, logout_every: Option<u64>) -> bool {
+        self.completed >= self.requests_total && (logout_every.is_none() || self.request == 0)
+    }
+
+    /// The session ended (logged out, or found retired): the next one registers under a new id.
+    fn new_session(&mut self, now: u64) {
+        self.incarnation += 1;
+        self.id = self.base_id + (u128::from(self.incarnation) << 64);
+        self.request = 0;
+        self.logging_out = false;
+        self.sent_at = None;
+        self.retry_at = now + 1;
+    }
 }
