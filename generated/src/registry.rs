@@ -1133,6 +1133,13 @@ pub const STRUCTS: &[StructInfo] = &[
         until: 4294967295,
     },
     StructInfo {
+        name: "SessionRetirementOp",
+        module: "storage",
+        fixed: None,
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
         name: "DeleteGroupOffsetsOp",
         module: "storage",
         fixed: Some(12),
@@ -1435,6 +1442,7 @@ pub fn roundtrip(name: &str, input: &[u8]) -> Option<Result<Roundtrip, WireError
         "DeleteOffsetOp" => rt!(crate ::storage::DeleteOffsetOp, input),
         "DeleteOffsetOpV0" => rt!(crate ::storage::DeleteOffsetOpV0, input),
         "RetireSegmentsOp" => rt!(crate ::storage::RetireSegmentsOp, input),
+        "SessionRetirementOp" => rt!(crate ::storage::SessionRetirementOp, input),
         "DeleteGroupOffsetsOp" => rt!(crate ::storage::DeleteGroupOffsetsOp, input),
         "WriteStatus" => rt!(crate ::storage::WriteStatus, input),
         "WriteAppended" => rt!(crate ::storage::WriteAppended, input),

@@ -1805,6 +1805,13 @@ pub struct MetadataOpEnvelope<'a> {
     #[wire(rest)]
     pub request: &'a [u8],
 }
+/// Variable-length `SessionRetirementOp`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct SessionRetirementOp {
+    /// client id, its session in that group, the metadata commit when proposed
+    #[wire(vec(rest, plain))]
+    pub sessions: Vec<crate::payloads::SessionIdentity>,
+}
 /// Variable-length `PartitionCheckpointState`.
 #[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
 pub struct PartitionCheckpointState {

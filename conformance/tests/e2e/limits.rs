@@ -43,3 +43,121 @@ async fn a_restart_with_a_smaller_clients_table_max_keeps_the_committed_capacity
         server.log()
     );
 }
+
+/// Waits up to `limit` for `fut`; `None` when it has not finished by then.
+async fn finished_within<F: std::future::Future>(
+    limit: std::time::Duration,
+    fut: F,
+) -> Option<F::Output> {
+    tokio::time::timeout(limit, fut).await.ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_session_table_refuses_logins_until_a_logout_is_retired_in_order() {
+    let server = TestServer::start_with_env(&[
+        ("IGGY_LIMITS_CLIENTS_TABLE_MAX", "2"),
+        ("IGGY_SYSTEM_MAINTENANCE_INTERVAL_MS", "100"),
+    ]);
+    let first = server.root_client().await;
+    let second = server.root_client().await;
+
+    // A third login finds every slot held by a live session: refused (the SDK re-sends the
+    // refusal, TransientNotAccepted, until its deadline) and nobody is evicted.
+    let third =
+        IggyClient::from_connection_string(&server.connection_string(ROOT_USER, ROOT_PASSWORD))
+            .expect("valid connection string");
+    let mut login = Box::pin(third.connect());
+    assert!(
+        finished_within(std::time::Duration::from_secs(2), &mut login)
+            .await
+            .is_none(),
+        "a third session was admitted into a table of two"
+    );
+    for (what, client) in [("first", &first), ("second", &second)] {
+        ok(
+            &format!("{what} session still works"),
+            within("streams", client.get_streams()).await,
+        );
+    }
+
+    // The first logs out: the next retirement passes release its slot, and the waiting login
+    // gets it.
+    ok("logout", within("logout", first.logout_user()).await);
+    let connected = finished_within(std::time::Duration::from_secs(20), login).await;
+    assert!(
+        matches!(connected, Some(Ok(()))),
+        "the login waiting for a slot got the released one: {connected:?}\n{}",
+        server.log()
+    );
+    ok(
+        "third session works",
+        within("streams", third.get_streams()).await,
+    );
+    assert!(
+        server
+            .log()
+            .contains("released the slots of 1 ended sessions"),
+        "{}",
+        server.log()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_full_of_writers_refuses_a_new_one_until_an_ended_session_is_retired() {
+    let server = TestServer::start_with_env(&[
+        ("IGGY_LIMITS_DEDUP_CLIENTS_MAX", "1"),
+        ("IGGY_SYSTEM_MAINTENANCE_INTERVAL_MS", "100"),
+    ]);
+    let first = server.root_client().await;
+    create_stream_and_topic(&first, "writers", "events", 1).await;
+    send_to_partition(
+        &first,
+        &name("writers"),
+        &name("events"),
+        0,
+        msgs("first", 2),
+    )
+    .await;
+
+    // The partition's one writer slot is the first session's: a second writer is refused
+    // (and re-sends) while the first is live; its retry protection is kept.
+    let second = server.root_client().await;
+    let mut messages = msgs("second", 3);
+    let (stream, topic, partitioning) = (
+        name("writers"),
+        name("events"),
+        Partitioning::partition_id(0),
+    );
+    let mut send = Box::pin(second.send_messages(&stream, &topic, &partitioning, &mut messages));
+    assert!(
+        finished_within(std::time::Duration::from_secs(2), &mut send)
+            .await
+            .is_none(),
+        "a second writer got a slot in a partition of one"
+    );
+
+    // The first session ends: the partition retires its slot, and the waiting send lands.
+    ok("logout", within("logout", first.logout_user()).await);
+    let sent = finished_within(std::time::Duration::from_secs(20), send).await;
+    assert!(
+        matches!(sent, Some(Ok(_))),
+        "the waiting send landed: {sent:?}\n{}",
+        server.log()
+    );
+    let polled = poll(
+        &second,
+        &name("writers"),
+        &name("events"),
+        0,
+        &consumer("reader"),
+        PollingStrategy::offset(0),
+        10,
+        false,
+    )
+    .await;
+    assert_eq!(
+        payloads(&polled),
+        ["first-0", "first-1", "second-0", "second-1", "second-2"],
+        "every acknowledged message once, in order"
+    );
+}

@@ -18,6 +18,7 @@ use iggy_generated::payloads::{
     StreamResourcePatch, TopicIdRequest, TopicResourcePatch, UpdatePermissionsRequest,
     UpdateResourceRequest, UserResourcePatch,
 };
+use iggy_generated::storage::SessionRetirementOp;
 use iggy_wire::{WireDecode, WireEncode};
 use std::hash::Hasher;
 
@@ -104,6 +105,18 @@ pub fn apply(
                 metadata.leave_all_groups(target);
             }
             // Logout's reply is not result-framed.
+            Ok(Vec::new())
+        }
+        Operation::FinalizeSession if client == SYSTEM_CLIENT => {
+            let request: SessionRetirementOp = decode(request)?;
+            // A session still live keeps its slot whatever the op names.
+            let clients: Vec<u128> = request
+                .sessions
+                .iter()
+                .map(|identity| identity.client_id)
+                .filter(|client| metadata.sessions.get(*client).is_none())
+                .collect();
+            effects.push(Effect::ReleaseSessionSlots { clients });
             Ok(Vec::new())
         }
         Operation::CreateStream => {
@@ -244,15 +257,6 @@ pub fn register(
         },
     );
     Ok(())
-}
-
-/// A session pushed out of the full client table ends as a logout would. Whether it had one.
-pub fn evict(metadata: &mut Metadata, client: u128) -> bool {
-    let ended = metadata.sessions.end(client).is_some();
-    if ended {
-        metadata.leave_all_groups(client);
-    }
-    ended
 }
 
 /// The root user's create request, with its password already hashed.
@@ -589,5 +593,40 @@ mod tests {
             crate::replies::rejection_of(&reply),
             Some(ErrorCode::InvalidCommand)
         );
+    }
+
+    #[test]
+    fn a_finalize_releases_only_ended_sessions_and_only_from_the_system_client() {
+        let mut metadata = Metadata::default();
+        for (op, client) in [(1, 21), (2, 22)] {
+            let record = session_record(crate::ROOT_USER_ID, 0, [0; 32]);
+            register(&mut metadata, op, client, &record).unwrap();
+        }
+        let logout = envelope(3, crate::ROOT_USER_ID, &[]);
+        apply(&mut metadata, 3, 21, Operation::Logout.to_repr(), &logout);
+        let identity = |client_id| iggy_generated::payloads::SessionIdentity {
+            client_id,
+            session: 1,
+            metadata_watermark: 3,
+        };
+        let named = SessionRetirementOp {
+            sessions: vec![identity(21), identity(22)],
+        };
+        let body = envelope(4, crate::ROOT_USER_ID, &named.to_wire_bytes());
+        let finalize = Operation::FinalizeSession.to_repr();
+
+        // From a client's session: not an op a client may send.
+        let (reply, effects) = apply(&mut metadata, 4, 22, finalize, &body);
+        assert!(crate::replies::rejection_of(&reply).is_some());
+        assert!(effects.is_empty());
+
+        // From the system client: the ended session 21 is released, the live 22 is kept.
+        let (reply, effects) = apply(&mut metadata, 5, SYSTEM_CLIENT, finalize, &body);
+        assert_eq!(crate::replies::rejection_of(&reply), None);
+        assert_eq!(
+            effects,
+            vec![Effect::ReleaseSessionSlots { clients: vec![21] }]
+        );
+        assert!(metadata.sessions.get(22).is_some());
     }
 }

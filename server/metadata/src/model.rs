@@ -342,6 +342,10 @@ pub enum Effect {
         group: u32,
         op: u64,
     },
+    /// The sessions of `clients` ended and every partition retired them: their slots in the
+    /// metadata group's client table free up with this op (the last step of an ordered
+    /// retirement).
+    ReleaseSessionSlots { clients: Vec<u128> },
 }
 
 /// Lowest unused key: ids are 0-based and reused after deletion, like a slab.

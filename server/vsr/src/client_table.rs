@@ -9,6 +9,11 @@
 use bytes::Bytes;
 use std::collections::BTreeMap;
 
+/// Client ids from this one up are the node's own clients (the system client that proposes
+/// expiries and retirements, the retention pass): always admitted and not counted against the
+/// capacity, so a table full of users can still be retired.
+pub const NODE_CLIENTS_MIN: u128 = u128::MAX - 15;
+
 /// What the table holds for one registered client.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClientSession {
@@ -106,9 +111,14 @@ impl ClientTable {
         self.sessions.is_empty()
     }
 
-    /// True when one more register would exceed the bound.
+    /// Sessions that count against the capacity (every one but the node's own clients).
+    pub fn counted(&self) -> usize {
+        self.sessions.len() - self.sessions.range(NODE_CLIENTS_MIN..).count()
+    }
+
+    /// True when one more register of a counted client would exceed the bound.
     pub fn is_full(&self) -> bool {
-        self.sessions.len() >= self.clients_max
+        self.counted() >= self.clients_max
     }
 
     /// The session of `client`, if registered.
@@ -143,7 +153,7 @@ impl ClientTable {
                 session: existing.session,
             };
         }
-        if self.is_full() {
+        if client < NODE_CLIENTS_MIN && self.is_full() {
             return Registration::Full;
         }
         let session = ClientSession {
@@ -255,6 +265,25 @@ mod tests {
     }
 
     #[test]
+    fn the_nodes_own_clients_are_admitted_at_capacity_and_not_counted() {
+        let mut table = ClientTable::new(1);
+        table.register(1, 1);
+        assert!(table.is_full());
+        assert_eq!(
+            table.register(u128::MAX, 2),
+            Registration::New { session: 2 }
+        );
+        assert_eq!(
+            table.register(NODE_CLIENTS_MIN, 3),
+            Registration::New { session: 3 }
+        );
+        assert_eq!(table.counted(), 1);
+        assert_eq!(table.register(NODE_CLIENTS_MIN - 1, 4), Registration::Full);
+        table.retire(1);
+        assert_eq!(table.register(2, 5), Registration::New { session: 5 });
+    }
+
+    #[test]
     fn a_restored_table_over_its_capacity_keeps_every_session() {
         let mut table = ClientTable::new(3);
         for client in 1..=3 {
@@ -266,7 +295,11 @@ mod tests {
         let mut restored = restored;
         assert_eq!(restored.register(4, 9), Registration::Full);
         restored.retire(1);
-        assert_eq!(restored.register(4, 9), Registration::Full, "still at capacity");
+        assert_eq!(
+            restored.register(4, 9),
+            Registration::Full,
+            "still at capacity"
+        );
         restored.retire(2);
         assert_eq!(restored.register(4, 9), Registration::New { session: 9 });
     }

@@ -124,7 +124,7 @@ pub mod replica;
 pub mod sim;
 
 pub use checkpoint::{Checkpoint, CheckpointError};
-pub use client_table::{ClientSession, ClientTable, Registration, RequestCheck};
+pub use client_table::{ClientSession, ClientTable, NODE_CLIENTS_MIN, Registration, RequestCheck};
 pub use message::{
     Entry, Log, Message, OPERATION_NOMINATE_LIMITS, OPERATION_REGISTER, ReplicaId,
     nominated_clients_max,

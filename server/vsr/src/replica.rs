@@ -4,7 +4,7 @@
 //! The replica never performs I/O and never reads a clock: time is `on_tick(now_ticks)`.
 
 use crate::checkpoint::Checkpoint;
-use crate::client_table::{ClientTable, Registration, RequestCheck};
+use crate::client_table::{ClientTable, NODE_CLIENTS_MIN, Registration, RequestCheck};
 use crate::journal::{Base, Journal};
 use crate::message::{
     Entry, Log, Message, OPERATION_NOMINATE_LIMITS, OPERATION_REGISTER, ReplicaId,
@@ -468,7 +468,8 @@ impl Replica {
                 .iter()
                 .filter(|entry| entry.operation == OPERATION_REGISTER)
                 .count();
-            if self.clients.len() + registers_pending >= self.clients.clients_max() {
+            let counted = client < NODE_CLIENTS_MIN;
+            if counted && self.clients.counted() + registers_pending >= self.clients.clients_max() {
                 return self.refuse(client, request, Refusal::ClientsTableFull);
             }
         }
@@ -881,9 +882,7 @@ impl Replica {
                             op: session,
                             reply: Bytes::copy_from_slice(&session.to_le_bytes()),
                         }),
-                        None => {
-                            self.refuse(entry.client, entry.request, Refusal::ClientsTableFull)
-                        }
+                        None => self.refuse(entry.client, entry.request, Refusal::ClientsTableFull),
                     }
                 }
                 continue;

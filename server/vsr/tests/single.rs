@@ -162,7 +162,10 @@ fn register_request_duplicate_and_restart() {
     }
     assert_eq!(replayed, vec![2, 3, 4]);
     assert_eq!(restarted.commit_min(), 5);
-    assert!(restarted.clients().get(7).is_none(), "the retirement replays");
+    assert!(
+        restarted.clients().get(7).is_none(),
+        "the retirement replays"
+    );
     assert_eq!(restarted.clients().get(8).unwrap().session, 5);
 }
 
@@ -265,7 +268,11 @@ fn a_full_table_refuses_registers_until_a_logout_retires_a_session() {
     // A checkpoint taken after the retirement holds clients 1 and 3 only, and a replica
     // restored from it is full again.
     let checkpoint = replica.checkpoint(replica.commit_min());
-    let clients: Vec<u128> = checkpoint.clients.iter().map(|(client, _)| *client).collect();
+    let clients: Vec<u128> = checkpoint
+        .clients
+        .iter()
+        .map(|(client, _)| *client)
+        .collect();
     assert_eq!(clients, vec![1, 3]);
     let decoded = iggy_vsr::Checkpoint::decode(&checkpoint.encode()).unwrap();
     let mut restored = Replica::open_from_checkpoint(config, decoded, Vec::new(), 2);
@@ -310,7 +317,11 @@ fn a_request_pipelined_behind_its_clients_logout_is_refused_at_commit() {
             other => out.push(other),
         }
     }
-    assert_eq!(commits, vec![3], "the retired client's request never executes");
+    assert_eq!(
+        commits,
+        vec![3],
+        "the retired client's request never executes"
+    );
     assert_eq!(
         out.last(),
         Some(&Action::Refuse {

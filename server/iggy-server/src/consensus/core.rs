@@ -70,8 +70,6 @@ pub enum Step<W> {
     },
     /// A register committed at `op`: the state machine records the session.
     Registered { op: u64, client: u128, body: Bytes },
-    /// The replica evicted `client` from its client table.
-    Evicted { client: u128 },
     /// Hand `outcome` to the waiter.
     Answer { waiter: W, outcome: Outcome },
 }
@@ -259,13 +257,6 @@ impl<W> GroupCore<W> {
                 }
                 // A group of one has no peers.
                 Action::Send { .. } => {}
-                Action::Evicted { client } => {
-                    for pending in self.registering.remove(&client).unwrap_or_default() {
-                        let outcome = Outcome::Refused(Refusal::SessionUnknown);
-                        self.answers.push_back((pending.waiter, outcome));
-                    }
-                    return Some(Step::Evicted { client });
-                }
             }
         }
     }
@@ -299,10 +290,27 @@ impl<W> GroupCore<W> {
     }
 
     /// The committed `op` was applied; `reply` is cached for retries and sent to the waiters.
-    pub fn applied(&mut self, op: u64, reply: Bytes) {
+    /// `retired` are the clients whose sessions the op ended: their client-table slots free up
+    /// with it (the state machine decides them from the op alone, so every replica agrees).
+    pub fn applied(&mut self, op: u64, reply: Bytes, retired: &[u128]) {
         debug_assert_eq!(self.awaiting, Some(Awaiting::Applied(op)));
         self.awaiting = None;
+        if !retired.is_empty() {
+            self.replica.retire_with_commit(retired);
+        }
         self.replica.on_committed_reply(op, reply);
+    }
+
+    /// Every client in the group's client table with its session number, the node's own
+    /// clients left out: what an ordered retirement compares with the live sessions.
+    pub fn clients(&self) -> Vec<(u128, u64)> {
+        self.replica
+            .clients()
+            .rows()
+            .into_iter()
+            .filter(|(client, _)| *client < iggy_vsr::NODE_CLIENTS_MIN)
+            .map(|(client, session)| (client, session.session))
+            .collect()
     }
 
     /// The next request number of one of the node's own clients (a retention pass): above its
@@ -403,10 +411,9 @@ mod tests {
                     Step::Apply { op, body, .. } => {
                         self.applied.push(op);
                         let reply: Vec<u8> = body.iter().rev().copied().collect();
-                        core.applied(op, reply.into());
+                        core.applied(op, reply.into(), &[]);
                     }
                     Step::Registered { client, .. } => self.registered.push(client),
-                    Step::Evicted { .. } => {}
                     Step::Answer { waiter, outcome } => self.answers.push((waiter, outcome)),
                 }
             }

@@ -55,8 +55,11 @@ pub trait StateMachine {
     fn persisted(&self, _operation: u8) -> bool {
         false
     }
-    /// The replica evicted `client` from its client table (a newer client needed the room).
-    fn evicted(&mut self, _client: u128) {}
+    /// The clients whose sessions the op just applied ended (an ordered retirement): their
+    /// client-table slots free up with that op. Decided from the op alone.
+    fn take_retired(&mut self) -> Vec<u128> {
+        Vec::new()
+    }
     /// Makes the effects of every applied op durable and returns the state a checkpoint keeps.
     fn checkpoint(&mut self) -> impl Future<Output = std::io::Result<Vec<u8>>> {
         async { Ok(Vec::new()) }
@@ -147,6 +150,8 @@ enum Job<R> {
     Stop(oneshot::Sender<()>),
     /// Fsync the journal behind the jobs accepted before, then answer.
     SyncJournal(oneshot::Sender<()>),
+    /// The client table's clients and their sessions, after the jobs accepted before.
+    Clients(oneshot::Sender<Vec<(u128, u64)>>),
 }
 
 /// A handle to a running group; cheap to clone.
@@ -204,6 +209,12 @@ impl<R> GroupHandle<R> {
     /// written to the OS only, under the replicated policy, become durable).
     pub async fn sync_journal(&self) {
         self.ask(Job::SyncJournal, ()).await
+    }
+
+    /// The clients in the group's client table (the node's own left out) with their session
+    /// numbers; empty when the group has stopped.
+    pub async fn clients(&self) -> Vec<(u128, u64)> {
+        self.ask(Job::Clients, Vec::new()).await
     }
 
     /// Whether `request` of `client` was already committed: a retry whose reply the replica
@@ -396,6 +407,10 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                 self.drive().await;
                 let _ = done.send(self.core.already_committed(client, request));
             }
+            Job::Clients(done) => {
+                self.drive().await;
+                let _ = done.send(self.core.clients());
+            }
         }
         None
     }
@@ -440,12 +455,12 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                     body,
                 } => {
                     let reply = self.state.apply(op, client, operation, body).await;
-                    self.core.applied(op, reply);
+                    let retired = self.state.take_retired();
+                    self.core.applied(op, reply, &retired);
                 }
                 Step::Registered { op, client, body } => {
                     self.state.registered(op, client, &body);
                 }
-                Step::Evicted { client } => self.state.evicted(client),
                 Step::Answer { waiter, outcome } => {
                     let _ = waiter.send(outcome);
                 }

@@ -1,26 +1,33 @@
 //! Background upkeep on the node's runtime: topic retention (message expiry, maximum topic
-//! size) and the leases of sessions no connection is bound to.
+//! size), the leases of sessions no connection is bound to, and the ordered retirement that
+//! gives an ended session's client-table slots back.
 
 use crate::consensus::group::Outcome;
 use crate::runtime::node::Node;
 use crate::runtime::shared::{PartitionKey, SessionActivity};
 use iggy_generated::frames::Operation;
+use iggy_generated::payloads::SessionIdentity;
+use iggy_generated::storage::SessionRetirementOp;
 use iggy_metadata::Metadata;
 use iggy_metadata::machine::SYSTEM_CLIENT;
 use iggy_metadata::machine::envelope;
 use iggy_metadata::options::limit;
+use iggy_wire::WireEncode;
+use std::collections::HashSet;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-/// Runs forever: one retention pass and one lease check per interval.
+/// Runs forever: one retention pass, one lease check and one retirement pass per interval.
 pub async fn run(node: Rc<Node>) {
     let config = &node.shared.config.system;
     let interval = Duration::from_millis(config.maintenance_interval_ms.max(10));
     let lease = Duration::from_secs(config.session_lease_secs);
-    loop {
+    let mut retirement = Retirement::default();
+    for pass in 1u64.. {
         compio::time::sleep(interval).await;
         retention(&node).await;
         expire_sessions(&node, lease).await;
+        retirement.pass(&node, pass).await;
     }
 }
 
@@ -107,5 +114,131 @@ async fn expire_sessions(node: &Node, lease: Duration) {
                 tracing::warn!("session expiry of client {client:032x} not committed: {outcome:?}")
             }
         }
+    }
+}
+
+/// Sessions one retirement op names at most (the official `MAX_SESSIONS_PER_RETIREMENT`).
+const SESSIONS_PER_OP: usize = 128;
+
+/// With no ended session waiting, the partitions are still scanned every this many passes for
+/// writer slots a write racing its session's end left behind.
+const IDLE_SCAN_EVERY: u64 = 60;
+
+/// Ordered retirement of ended sessions (logout or lease expiry): a full client table refuses
+/// new sessions and writers, and never evicts a live one, so an ended session's slots must come
+/// back in order. First each partition group commits a RetireSession op naming the sessions
+/// that still hold a writer slot there; then, once two passes in a row found no partition
+/// holding a slot of a session (a write admitted just before its session ended can still
+/// register a moment later), the metadata group commits a FinalizeSession op that releases its
+/// session slot. Only then may the same client id register again: no partition keeps an old
+/// session's request numbers that a new session's requests could collide with. The metadata
+/// machine re-checks at apply that a named session is not live.
+#[derive(Default)]
+struct Retirement {
+    /// Ended sessions no partition held at the previous pass.
+    clean: HashSet<u128>,
+}
+
+impl Retirement {
+    async fn pass(&mut self, node: &Node, pass: u64) {
+        // The metadata group's slots whose sessions ended (the node's own clients left out).
+        let slots = node.metadata.clients().await;
+        let live_now = live_sessions(node);
+        let ended: Vec<(u128, u64)> = slots
+            .into_iter()
+            .filter(|(client, _)| !live_now.contains(client))
+            .collect();
+        if ended.is_empty() && !pass.is_multiple_of(IDLE_SCAN_EVERY) {
+            self.clean.clear();
+            return;
+        }
+        let keys: Vec<_> = node
+            .shared
+            .metadata
+            .borrow()
+            .live_partitions()
+            .into_keys()
+            .collect();
+        let mut found = HashSet::new();
+        for key in keys {
+            let Some(partition) = node.shared.partition(key) else {
+                continue;
+            };
+            let writers = partition.writers().await;
+            // Read after the writers: a writer slot exists only for a session that was live
+            // when it registered, so one missing here has ended for good.
+            let live = live_sessions(node);
+            let commit = node.shared.metadata.borrow().commit;
+            let retiring: Vec<SessionIdentity> = writers
+                .into_iter()
+                .filter(|(client, _)| !live.contains(client))
+                .map(|(client, session)| identity(client, session, commit))
+                .collect();
+            for batch in retiring.chunks(SESSIONS_PER_OP) {
+                found.extend(batch.iter().map(|identity| identity.client_id));
+                if let Err(error) = partition.retire_sessions(batch.to_vec()).await {
+                    tracing::warn!(
+                        "partition {key:?}: retirement of {} ended sessions not committed: {error:?}",
+                        batch.len()
+                    );
+                }
+            }
+        }
+        let commit = node.shared.metadata.borrow().commit;
+        let releasable: Vec<SessionIdentity> = ended
+            .iter()
+            .filter(|(client, _)| self.clean.contains(client) && !found.contains(client))
+            .map(|(client, session)| identity(*client, *session, commit))
+            .collect();
+        self.clean = ended
+            .iter()
+            .map(|(client, _)| *client)
+            .filter(|client| !found.contains(client))
+            .collect();
+        for batch in releasable.chunks(SESSIONS_PER_OP) {
+            let request = node.shared.metadata.borrow().system_requests + 1;
+            let retirement = SessionRetirementOp {
+                sessions: batch.to_vec(),
+            };
+            let body = envelope(
+                crate::runtime::clock::now_micros(),
+                iggy_metadata::ROOT_USER_ID,
+                &retirement.to_wire_bytes(),
+            );
+            let operation = Operation::FinalizeSession.to_repr();
+            match node
+                .metadata
+                .submit(SYSTEM_CLIENT, request, operation, body)
+                .await
+            {
+                Outcome::Committed { .. } => {
+                    for identity in batch {
+                        self.clean.remove(&identity.client_id);
+                    }
+                    tracing::info!("released the slots of {} ended sessions", batch.len());
+                }
+                outcome => tracing::warn!(
+                    "release of {} ended sessions not committed: {outcome:?}",
+                    batch.len()
+                ),
+            }
+        }
+    }
+}
+
+fn live_sessions(node: &Node) -> HashSet<u128> {
+    let metadata = node.shared.metadata.borrow();
+    metadata
+        .sessions
+        .iter()
+        .map(|(client, _)| *client)
+        .collect()
+}
+
+fn identity(client: u128, session: u64, metadata_commit: u64) -> SessionIdentity {
+    SessionIdentity {
+        client_id: client,
+        session,
+        metadata_watermark: metadata_commit.max(session),
     }
 }

@@ -20,6 +20,8 @@ pub struct MetadataMachine {
     /// offsets go from the reopened partitions in [`StateMachine::replayed`] (a crash may have
     /// interrupted the deletion; a partition that already applied it ignores it).
     replay_group_deletes: Vec<Effect>,
+    /// The clients whose session slots the op being applied released.
+    released: Vec<u128>,
 }
 
 impl MetadataMachine {
@@ -29,6 +31,7 @@ impl MetadataMachine {
             shared,
             replay_deletes: Some(HashSet::new()),
             replay_group_deletes: Vec::new(),
+            released: Vec::new(),
         }
     }
 }
@@ -44,6 +47,14 @@ impl StateMachine for MetadataMachine {
             operation,
             &body,
         );
+        let mut effects = effects;
+        effects.retain_mut(|effect| match effect {
+            Effect::ReleaseSessionSlots { clients } => {
+                self.released.append(clients);
+                false
+            }
+            _ => true,
+        });
         match &mut self.replay_deletes {
             Some(deletes) => {
                 for effect in effects {
@@ -59,7 +70,7 @@ impl StateMachine for MetadataMachine {
                         Effect::DeleteGroupOffsets { .. } => {
                             self.replay_group_deletes.push(effect);
                         }
-                        Effect::OpenPartition { .. } => {}
+                        Effect::OpenPartition { .. } | Effect::ReleaseSessionSlots { .. } => {}
                     }
                 }
             }
@@ -87,11 +98,8 @@ impl StateMachine for MetadataMachine {
         }
     }
 
-    /// A session pushed out of the full client table ends as a logout would.
-    fn evicted(&mut self, client: u128) {
-        if machine::evict(&mut self.shared.metadata.borrow_mut(), client) {
-            tracing::info!("session of client {client:032x} evicted from the full client table");
-        }
+    fn take_retired(&mut self) -> Vec<u128> {
+        std::mem::take(&mut self.released)
     }
 
     async fn checkpoint(&mut self) -> std::io::Result<Vec<u8>> {

@@ -11,10 +11,11 @@ use bytes::Bytes;
 use futures_channel::oneshot;
 use iggy_generated::errors::ErrorCode;
 use iggy_generated::frames::Operation;
+use iggy_generated::payloads::SessionIdentity;
 use iggy_generated::storage::{
     DeleteGroupOffsetsOp, DeleteOffsetOp, DeleteOffsetOpV0, GroupDeletion, OffsetOwnerKind,
     OffsetOwnerRecord, PartitionCheckpointState, PartitionCheckpointStateV0, RetireSegmentsOp,
-    StoreOffsetOp, StoreOffsetOpV0, StoredOffset, WriteAppended, WriteStatus,
+    SessionRetirementOp, StoreOffsetOp, StoreOffsetOpV0, StoredOffset, WriteAppended, WriteStatus,
 };
 use iggy_storage::partition_log::{LogConfig, PartitionLog, ReadBatches};
 use iggy_storage::{StorageError, batch};
@@ -83,6 +84,9 @@ pub enum PartitionWrite {
     /// and above the op that created the partition, so a deletion submitted again (a restart
     /// finishing one a crash interrupted) never removes a later group's offsets.
     DeleteGroupOffsets { group: u32, metadata_op: u64 },
+    /// An ordered retirement: these sessions ended in the metadata group, so their writer slots
+    /// (client-table rows, with their retry protection) go from this partition's group.
+    RetireSessions { sessions: Vec<SessionIdentity> },
 }
 
 impl PartitionWrite {
@@ -93,12 +97,13 @@ impl PartitionWrite {
             PartitionWrite::DeleteOffset { .. } => Operation::DeleteConsumerOffset.to_repr(),
             PartitionWrite::RetireSegments { .. } => Operation::DeleteSegments.to_repr(),
             PartitionWrite::DeleteGroupOffsets { .. } => Operation::DeleteConsumerGroup.to_repr(),
+            PartitionWrite::RetireSessions { .. } => Operation::RetireSession.to_repr(),
         }
     }
 
     /// The journaled body: the client's batch, or the spec's record of the op
     /// (spec/storage.spec: `StoreOffsetOp`, `DeleteOffsetOp`, `RetireSegmentsOp`,
-    /// `DeleteGroupOffsetsOp`).
+    /// `DeleteGroupOffsetsOp`, `SessionRetirementOp`).
     pub fn encode(&self) -> Bytes {
         match *self {
             PartitionWrite::Send { ref batch } => batch.clone(),
@@ -127,6 +132,11 @@ impl PartitionWrite {
                     .to_wire_bytes()
                     .into()
             }
+            PartitionWrite::RetireSessions { ref sessions } => (SessionRetirementOp {
+                sessions: sessions.clone(),
+            })
+            .to_wire_bytes()
+            .into(),
         }
     }
 
@@ -172,6 +182,9 @@ impl PartitionWrite {
                     metadata_op: op.metadata_op,
                 })
             }
+            Operation::RetireSession => Some(PartitionWrite::RetireSessions {
+                sessions: SessionRetirementOp::decode_exact(body).ok()?.sessions,
+            }),
             _ => None,
         }
     }
@@ -340,6 +353,8 @@ pub struct PartitionMachine {
     /// or retention) removed: op → (base offset, message count). Their apply only accounts
     /// for the offsets they took.
     retired: HashMap<u64, (u64, u32)>,
+    /// The clients the op being applied retires (see `StateMachine::take_retired`).
+    retired_sessions: Vec<u128>,
 }
 
 /// The state a partition checkpoint keeps (see `PartitionMachine::encode_state`).
@@ -641,6 +656,10 @@ impl StateMachine for PartitionMachine {
                 }
                 WriteResult::Done
             }
+            Some(PartitionWrite::RetireSessions { sessions }) => {
+                self.retired_sessions = sessions.iter().map(|s| s.client_id).collect();
+                WriteResult::Done
+            }
             Some(PartitionWrite::RetireSegments { keep_from }) => {
                 let deleted = self.log.retire_below(keep_from).await;
                 if deleted > 0 {
@@ -658,6 +677,10 @@ impl StateMachine for PartitionMachine {
     }
 
     fn registered(&mut self, _op: u64, _client: u128, _body: &Bytes) {}
+
+    fn take_retired(&mut self) -> Vec<u128> {
+        std::mem::take(&mut self.retired_sessions)
+    }
 
     /// A send's batch goes to the log now, stamped with the offsets it takes (ops are prepared
     /// in order, so those are the offsets its apply assigns), and the journal keeps a 48-byte
@@ -854,6 +877,7 @@ impl PartitionHandle {
             replay_next_offset: 0,
             stowed: VecDeque::new(),
             retired: HashMap::new(),
+            retired_sessions: Vec::new(),
         };
         let checkpoint_op = start.op();
         let checkpoint = match start.checkpoint {
@@ -999,6 +1023,26 @@ impl PartitionHandle {
         }
     }
 
+    /// The writers in this partition's client table, with their sessions in it.
+    pub async fn writers(&self) -> Vec<(u128, u64)> {
+        self.group.clients().await
+    }
+
+    /// Retires the writer slots of `sessions` (ended in the metadata group) through a committed
+    /// op of the node's own client.
+    pub async fn retire_sessions(&self, sessions: Vec<SessionIdentity>) -> Result<(), ErrorCode> {
+        let write = PartitionWrite::RetireSessions { sessions };
+        match self
+            .group
+            .submit_next(RETENTION_CLIENT, write.operation(), write.encode())
+            .await
+        {
+            Outcome::Committed { .. } => Ok(()),
+            Outcome::Refused(refusal) => Err(crate::consensus::group::refusal_error(&refusal)),
+            Outcome::Failed => Err(ErrorCode::TransientNotCommitted),
+        }
+    }
+
     /// The offset a deletion of up to `count` of the oldest segments keeps the log from.
     pub async fn plan_segment_retirement(&self, count: u32) -> Result<u64, ErrorCode> {
         let (done, wait) = oneshot::channel();
@@ -1033,6 +1077,7 @@ mod tests {
             replay_next_offset: 0,
             stowed: VecDeque::new(),
             retired: HashMap::new(),
+            retired_sessions: Vec::new(),
         }
     }
 

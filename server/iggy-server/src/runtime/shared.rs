@@ -108,6 +108,8 @@ impl Shared {
     /// Runs a committed op's effect on disk.
     pub async fn run_effect(&self, effect: Effect) {
         match effect {
+            // Released by the metadata group itself (`StateMachine::take_retired`).
+            Effect::ReleaseSessionSlots { .. } => {}
             Effect::OpenPartition {
                 stream,
                 topic,
