@@ -4,6 +4,10 @@
 //! The crate performs no I/O, spawns no threads and never reads a clock: the shell (an io_uring
 //! server, or the deterministic simulator in [`sim`]) feeds inputs and executes outputs.
 //!
+//! A server drives a replica through [`group::GroupCore`], which adds what every group's shell
+//! needs around it (the requests waiting for their commit, implicit registers, group-commit
+//! sync batching, the checkpoint policy) and is what the simulator runs too.
+//!
 //! ## Driving a replica
 //!
 //! * Create with [`Replica::open`]`(config, journal_prefix, nonce)` where `journal_prefix` is the
@@ -98,7 +102,8 @@
 
 //! ## Simulator
 //!
-//! [`sim::cluster::Cluster`] runs 1, 3 or 5 replicas and a few clients on virtual time over a
+//! [`sim::cluster::Cluster`] runs 1, 3 or 5 replicas, each a [`group::GroupCore`] performing its
+//! steps as the server's shell does, and a few clients on virtual time over a
 //! seeded packet simulator (drop, duplicate, delay/reorder) and simulated storage (in-order
 //! writes; a crash loses pending writes and may tear the one in progress). Replicas crash and
 //! restart (volatile state lost, durable journal and checkpoints kept), at most `f` at a time in
@@ -118,6 +123,7 @@
 
 pub mod checkpoint;
 pub mod client_table;
+pub mod group;
 pub mod journal;
 pub mod message;
 pub mod replica;

@@ -312,6 +312,11 @@ impl Replica {
     // ----- getters -----
 
     /// Current status.
+    /// The configuration the replica was opened with.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
     pub fn status(&self) -> Status {
         self.status
     }

@@ -9,11 +9,11 @@
 //! the process when a write or fsync fails (`iggy_storage::fail_stop`), so a group never
 //! acknowledges, or goes on accepting, after its disk failed.
 
-use crate::consensus::core::{CheckpointPolicy, GroupCore, Pending, Step};
-pub use crate::consensus::core::{Durability, Outcome};
 use bytes::Bytes;
 use futures_channel::{mpsc, oneshot};
 use futures_util::StreamExt;
+use iggy_vsr::group::{CheckpointPolicy, GroupCore, Pending, Step};
+pub use iggy_vsr::group::{Durability, Outcome};
 use iggy_vsr::{Config, Entry, Refusal};
 
 /// Where a group's prepares are journaled. A failed write or fsync stops the process.
@@ -266,10 +266,16 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
             journal_bytes: c.journal_bytes,
             journal_ops: c.journal_ops,
         });
+        // A fresh recovery nonce per start: the wall clock's microseconds never repeat across
+        // this replica's starts.
+        let nonce = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |since| since.as_micros() as u64);
         let core = GroupCore::open(
             config,
             checkpoint,
             entries,
+            nonce,
             durability,
             implicit_register,
             policy,
@@ -460,6 +466,10 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                 }
                 Step::Registered { op, client, body } => {
                     self.state.registered(op, client, &body);
+                }
+                // Only groups of one run so far: a replica never addresses a peer.
+                Step::Send { to, .. } => {
+                    tracing::error!("consensus group: no replica network to reach replica {to}")
                 }
                 Step::Answer { waiter, outcome } => {
                     let _ = waiter.send(outcome);

@@ -1,5 +1,4 @@
 //! Consensus groups: the I/O shell around an `iggy_vsr::Replica` and its journal file.
 
-pub mod core;
 pub mod group;
 pub mod wal;

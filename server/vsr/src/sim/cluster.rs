@@ -1,10 +1,13 @@
-//! A simulated cluster: replicas, clients, faulty network and storage, and the checkers.
+//! A simulated cluster: replicas, clients, faulty network and storage, and the checkers. Each
+//! node runs the server's own [`GroupCore`] (the replica with its waiting requests, group-commit
+//! syncs and retirements) and performs its steps as the server's shell does, on virtual time.
 
 use super::Rng;
 use super::packet::{PacketOptions, PacketSimulator};
 use super::storage::Storage;
+use crate::group::{Durability, GroupCore, Outcome, Pending, Step};
 use crate::message::{Entry, Fnv, Message, OPERATION_REGISTER, ReplicaId};
-use crate::replica::{Action, Config, Refusal, Replica};
+use crate::replica::{Config, Refusal, Replica};
 use bytes::Bytes;
 use std::collections::BTreeMap;
 
@@ -25,7 +28,8 @@ enum Packet {
     },
     Response {
         client: u128,
-        action: Action,
+        request: u64,
+        outcome: Outcome,
     },
 }
 
@@ -49,8 +53,13 @@ struct Client {
     retry_at: u64,
 }
 
+/// What a node's core waits on: the client request it answers.
+type Waiter = (u128, u64);
+
 struct Node {
-    replica: Option<Replica>,
+    core: Option<GroupCore<Waiter>>,
+    /// The core asked for a sync that the storage has not finished yet.
+    sync_pending: bool,
     storage: Storage,
     state: u64,
     /// State machine after each applied op above the latest checkpoint.
@@ -144,11 +153,13 @@ impl Cluster {
         };
         let nodes = (0..replica_count)
             .map(|replica| Node {
-                replica: Some(Replica::new(config(
-                    replica_count,
-                    replica,
-                    clients_table_max,
-                ))),
+                core: Some(GroupCore::format(
+                    config(replica_count, replica, clients_table_max),
+                    Durability::Persisted,
+                    false,
+                    None,
+                )),
+                sync_pending: false,
                 storage: Storage::default(),
                 state: INITIAL_STATE,
                 states: BTreeMap::new(),
@@ -216,7 +227,7 @@ impl Cluster {
         let view_max = self
             .nodes
             .iter()
-            .filter_map(|n| n.replica.as_ref())
+            .filter_map(Node::replica)
             .map(|r| r.view())
             .max()
             .unwrap_or(0);
@@ -237,7 +248,7 @@ impl Cluster {
         self.network.options.drop_percent = 0;
         self.network.options.duplicate_percent = 0;
         for index in 0..self.nodes.len() {
-            if self.nodes[index].replica.is_none() {
+            if self.nodes[index].core.is_none() {
                 self.nodes[index].restart_at = self.now;
             }
         }
@@ -253,51 +264,52 @@ impl Cluster {
         for index in 0..self.nodes.len() {
             let now = self.now;
             let node = &mut self.nodes[index];
-            if node.replica.is_none() {
+            if node.core.is_none() {
                 if now >= node.restart_at {
                     self.restarts += 1;
                     let (checkpoint, entries) = node.storage.open();
                     let config = config(self.replica_count, index as u8, self.clients_table_max);
                     node.states.clear();
-                    let replica = match checkpoint {
+                    let checkpoint = match checkpoint {
                         None => {
                             node.state = INITIAL_STATE;
                             node.checkpoint_state = INITIAL_STATE;
                             node.checked_commit = 0;
-                            Replica::open(config, entries, self.restarts)
+                            None
                         }
                         Some((checkpoint, state)) => {
                             node.state = state;
                             node.checkpoint_state = state;
                             node.checked_commit = checkpoint.op;
-                            Replica::open_from_checkpoint(
-                                config,
-                                checkpoint,
-                                entries,
-                                self.restarts,
-                            )
+                            Some(checkpoint)
                         }
                     };
-                    node.replica = Some(replica);
+                    node.core = Some(GroupCore::open(
+                        config,
+                        checkpoint,
+                        entries,
+                        self.restarts,
+                        Durability::Persisted,
+                        false,
+                        None,
+                    ));
+                    node.sync_pending = false;
                     self.drain(index);
                 }
                 continue;
             }
-            let done = node.storage.tick(now);
-            for op in done {
-                self.nodes[index]
-                    .replica
-                    .as_mut()
-                    .unwrap()
-                    .on_write_done(op);
+            node.storage.tick(now);
+            let core = node.core.as_mut().unwrap();
+            if node.sync_pending && !node.storage.prepares_pending() {
+                node.sync_pending = false;
+                core.synced();
             }
-            let replica = self.nodes[index].replica.as_mut().unwrap();
-            replica.on_tick(now);
+            core.on_tick(now);
             // The shell proposes its limits now and then (only a primary without a committed
             // or pending nomination prepares one), so nominations meet view changes, crashes
             // and checkpoints.
             if now % 97 == (index as u64) * 13 {
-                replica.nominate_limits(self.clients_table_max);
+                core.nominate_limits(self.clients_table_max);
             }
             self.drain(index);
         }
@@ -314,18 +326,14 @@ impl Cluster {
     /// replica has committed and every replica's durable journal holds (or checkpointed), so
     /// no replica ever needs an op another one forgot (that needs state transfer).
     fn take_checkpoints(&mut self) {
-        let live = self.nodes.iter().filter_map(|n| n.replica.as_ref());
+        let live = self.nodes.iter().filter_map(Node::replica);
         let Some(commit_min) = live.map(|r| r.commit_min()).min() else {
             return;
         };
-        let due = self
-            .nodes
-            .iter()
-            .filter_map(|n| n.replica.as_ref())
-            .any(|r| {
-                r.commit_min() >= r.checkpoint_op() + self.checkpoint_every
-                    && r.commit_min() > r.checkpoint_op()
-            });
+        let due = self.nodes.iter().filter_map(Node::replica).any(|r| {
+            r.commit_min() >= r.checkpoint_op() + self.checkpoint_every
+                && r.commit_min() > r.checkpoint_op()
+        });
         if !due {
             return;
         }
@@ -351,17 +359,19 @@ impl Cluster {
             let now = self.now;
             let every = self.checkpoint_every;
             let node = &mut self.nodes[index];
-            let Some(replica) = node.replica.as_mut() else {
+            let Some(core) = node.core.as_mut() else {
                 continue;
             };
+            let replica = core.replica();
             let op = target.min(replica.commit_min());
             if op <= replica.checkpoint_op() || op < replica.checkpoint_op() + every {
                 continue;
             }
             let journal_before = replica.journal_len();
-            let checkpoint = replica.checkpoint(op);
-            assert_eq!(replica.checkpoint_op(), op);
-            assert!(replica.journal_len() <= journal_before);
+            let bytes = core.checkpoint_record(op);
+            core.checkpointed();
+            assert_eq!(core.replica().checkpoint_op(), op);
+            assert!(core.replica().journal_len() <= journal_before);
             let state = node
                 .states
                 .range(..=op)
@@ -369,7 +379,6 @@ impl Cluster {
                 .map_or(node.checkpoint_state, |(_, state)| *state);
             node.states.retain(|at, _| *at > op);
             node.checkpoint_state = state;
-            let bytes = checkpoint.encode();
             let at = now + 1 + self.rng.below(3);
             node.storage.write_checkpoint(at, op, bytes.clone(), state);
             self.checkpoints_taken += 1;
@@ -394,31 +403,37 @@ impl Cluster {
         let faulty = self
             .nodes
             .iter()
-            .filter(|n| match &n.replica {
+            .filter(|n| match n.replica() {
                 None => true,
                 Some(r) => r.status() == crate::replica::Status::Recovering,
             })
             .count();
         let tolerated = (usize::from(self.replica_count) - 1) / 2;
         let solo = self.replica_count == 1;
-        if self.nodes[index].replica.is_none() || (!solo && faulty >= tolerated) {
+        if self.nodes[index].core.is_none() || (!solo && faulty >= tolerated) {
             return;
         }
         self.crashes += 1;
         let restart_at = self.now + 1 + self.rng.below(40);
         let node = &mut self.nodes[index];
-        node.replica = None;
+        node.core = None;
+        node.sync_pending = false;
         node.restart_at = restart_at;
         node.storage.crash(&mut self.rng);
     }
 
+    /// Performs the node's steps until its core has nothing to do (or waits for storage).
     fn drain(&mut self, index: usize) {
         for _ in 0..100_000 {
-            let Some(action) = self.nodes[index].replica.as_mut().unwrap().poll_action() else {
+            let node = &mut self.nodes[index];
+            let Some(core) = node.core.as_mut() else {
                 return;
             };
-            match action {
-                Action::Send { to, message } => {
+            let Some(step) = core.poll() else {
+                return;
+            };
+            match step {
+                Step::Send { to, message } => {
                     let packet = Packet::Replica {
                         from: index as u8,
                         to,
@@ -426,52 +441,57 @@ impl Cluster {
                     };
                     self.network.submit(&mut self.rng, self.now, packet);
                 }
-                Action::WritePrepare { entry, .. } => {
+                Step::Journal { op, entry } => {
                     let at = self.now + 1 + self.rng.below(3);
-                    self.nodes[index].storage.write(at, entry);
+                    node.storage.write(at, entry);
+                    core.journaled(op, false);
                 }
-                Action::TruncateJournal { after_op } => {
-                    self.nodes[index].storage.truncate(after_op)
-                }
-                Action::Commit {
+                // Durable once the storage has finished every queued write (see `step`).
+                Step::Sync if node.storage.prepares_pending() => node.sync_pending = true,
+                Step::Sync => core.synced(),
+                Step::Truncate { after_op } => node.storage.truncate(after_op),
+                Step::Apply {
                     op,
                     client,
                     operation,
                     body,
-                    ..
                 } => {
-                    let node = &mut self.nodes[index];
                     node.state = apply(node.state, &body);
                     node.states.insert(op, node.state);
                     let reply = Bytes::copy_from_slice(&node.state.to_le_bytes());
-                    let entry = node.replica.as_ref().unwrap().entry(op).unwrap().clone();
+                    let entry = core.replica().entry(op).unwrap().clone();
                     let fresh = self.check_commit(index, op, &entry, &reply);
-                    let replica = self.nodes[index].replica.as_mut().unwrap();
-                    if operation == OPERATION_LOGOUT {
-                        // Decided from the committed op alone, like the server's logout.
-                        replica.retire_with_commit(&[client]);
+                    let core = self.nodes[index].core.as_mut().unwrap();
+                    // Decided from the committed op alone, like the server's logout.
+                    let retired: &[u128] = if operation == OPERATION_LOGOUT {
                         self.retired_total += u64::from(fresh);
-                    }
-                    replica.on_committed_reply(op, reply);
+                        &[client]
+                    } else {
+                        &[]
+                    };
+                    core.applied(op, reply, retired);
                 }
                 // The simulated state machine keeps no per-session state.
-                Action::Registered { .. } => {}
-                Action::Reply { client, .. } | Action::Refuse { client, .. } => {
-                    if let Action::Refuse {
-                        refusal: Refusal::ClientsTableFull,
-                        ..
-                    } = action
-                    {
+                Step::Registered { .. } => {}
+                Step::Answer {
+                    waiter: (client, request),
+                    outcome,
+                } => {
+                    if outcome == Outcome::Refused(Refusal::ClientsTableFull) {
                         self.refused_full += 1;
                     }
-                    self.check_response(&action);
-                    let packet = Packet::Response { client, action };
+                    self.check_response(client, request, &outcome);
+                    let packet = Packet::Response {
+                        client,
+                        request,
+                        outcome,
+                    };
                     self.network.submit(&mut self.rng, self.now, packet);
                 }
             }
         }
         panic!(
-            "seed {}: replica {index} produced unbounded actions",
+            "seed {}: replica {index} produced unbounded steps",
             self.seed
         );
     }
@@ -492,8 +512,8 @@ impl Cluster {
         match packet {
             Packet::Replica { from, to, message } => {
                 let index = usize::from(to);
-                if let Some(replica) = self.nodes[index].replica.as_mut() {
-                    replica.on_message(from, message);
+                if let Some(core) = self.nodes[index].core.as_mut() {
+                    core.on_message(from, message);
                     self.drain(index);
                 }
             }
@@ -505,24 +525,34 @@ impl Cluster {
                 body,
             } => {
                 let index = usize::from(to);
-                if let Some(replica) = self.nodes[index].replica.as_mut() {
-                    replica.on_request(client, request, operation, body);
+                if let Some(core) = self.nodes[index].core.as_mut() {
+                    core.submit(Pending {
+                        client,
+                        request,
+                        operation,
+                        body,
+                        waiter: (client, request),
+                    });
                     self.drain(index);
                 }
             }
-            Packet::Response { client, action } => self.on_response(client, action),
+            Packet::Response {
+                client,
+                request,
+                outcome,
+            } => self.on_response(client, request, outcome),
         }
     }
 
-    fn on_response(&mut self, client_id: u128, action: Action) {
+    fn on_response(&mut self, client_id: u128, request: u64, outcome: Outcome) {
         let count = self.replica_count;
         let now = self.now;
         // Responses to an earlier session of a client are ignored.
         let Some(client) = self.clients.iter_mut().find(|c| c.id == client_id) else {
             return;
         };
-        match action {
-            Action::Reply { request, .. } if request == client.request => {
+        match outcome {
+            Outcome::Committed { .. } if request == client.request => {
                 if request > 0 {
                     client.completed += 1;
                 }
@@ -535,18 +565,13 @@ impl Cluster {
                 }
             }
             // Retired (its logout's reply was lost): start a new session under a new id.
-            Action::Refuse {
-                refusal: Refusal::SessionUnknown,
-                ..
-            } if client.request > 0 => {
+            Outcome::Refused(Refusal::SessionUnknown) if client.request > 0 => {
                 if client.logging_out {
                     client.completed += 1;
                 }
                 client.new_session(now);
             }
-            Action::Refuse {
-                request, refusal, ..
-            } if request == client.request => {
+            Outcome::Refused(refusal) if request == client.request => {
                 match refusal {
                     Refusal::NotPrimary { primary, .. } => {
                         client.target = if primary == client.target {
@@ -631,37 +656,32 @@ impl Cluster {
     }
 
     /// A client reply must be the canonical reply of a committed op of that client and request.
-    fn check_response(&mut self, action: &Action) {
+    fn check_response(&mut self, client: u128, request: u64, outcome: &Outcome) {
         let seed = self.seed;
-        if let Action::Reply {
-            client,
-            request,
-            op,
-            reply,
-        } = action
-        {
-            if *request == 0 {
-                assert_eq!(
-                    reply.as_ref(),
-                    op.to_le_bytes(),
-                    "seed {seed}: session number is the register op"
-                );
-                return;
-            }
-            let (entry, canonical_reply) = self
-                .canonical
-                .get(op)
-                .unwrap_or_else(|| panic!("seed {seed}: reply for uncommitted op {op}"));
+        let Outcome::Committed { op, reply } = outcome else {
+            return;
+        };
+        if request == 0 {
             assert_eq!(
-                (entry.client, entry.request),
-                (*client, *request),
-                "seed {seed}: reply for a different request"
+                reply.as_ref(),
+                op.to_le_bytes(),
+                "seed {seed}: session number is the register op"
             );
-            assert_eq!(
-                canonical_reply, reply,
-                "seed {seed}: reply differs from the committed reply"
-            );
+            return;
         }
+        let (entry, canonical_reply) = self
+            .canonical
+            .get(op)
+            .unwrap_or_else(|| panic!("seed {seed}: reply for uncommitted op {op}"));
+        assert_eq!(
+            (entry.client, entry.request),
+            (client, request),
+            "seed {seed}: reply for a different request"
+        );
+        assert_eq!(
+            canonical_reply, reply,
+            "seed {seed}: reply differs from the committed reply"
+        );
     }
 
     /// After every step: committed prefixes agree with the canonical log (registers included).
@@ -669,7 +689,7 @@ impl Cluster {
         let seed = self.seed;
         for index in 0..self.nodes.len() {
             let node = &mut self.nodes[index];
-            let Some(replica) = node.replica.as_ref() else {
+            let Some(replica) = node.core.as_ref().map(GroupCore::replica) else {
                 continue;
             };
             assert!(
@@ -717,7 +737,7 @@ impl Cluster {
     fn check_all(&self) {
         let seed = self.seed;
         for (index, node) in self.nodes.iter().enumerate() {
-            let Some(replica) = node.replica.as_ref() else {
+            let Some(replica) = node.replica() else {
                 continue;
             };
             for op in replica.checkpoint_op() + 1..=replica.commit_min() {
@@ -764,5 +784,11 @@ impl Client {
         self.logging_out = false;
         self.sent_at = None;
         self.retry_at = now + 1;
+    }
+}
+
+impl Node {
+    fn replica(&self) -> Option<&Replica> {
+        self.core.as_ref().map(GroupCore::replica)
     }
 }

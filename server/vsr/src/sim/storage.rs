@@ -53,6 +53,13 @@ impl Storage {
             .push_back((at, Write::Checkpoint { op, bytes, state }));
     }
 
+    /// Whether journal writes (prepares or truncations) are still queued.
+    pub fn prepares_pending(&self) -> bool {
+        self.pending
+            .iter()
+            .any(|(_, write)| !matches!(write, Write::Checkpoint { .. }))
+    }
+
     /// Completes due operations; returns the ops whose prepare writes completed.
     pub fn tick(&mut self, now: u64) -> Vec<u64> {
         let mut done = Vec::new();

@@ -1,13 +1,14 @@
-//! The decisions of one consensus group, sans-IO: a [`GroupCore`] owns the `iggy_vsr::Replica`,
-//! the requests waiting for their commit, the requests held until their client's implicit
-//! register commits, the journal-sync batching (group commit) and the checkpoint policy. It
-//! takes inputs (a submitted request, "journaled", "synced", "applied") and hands out
-//! [`Step`]s for the shell to carry out; it never awaits, reads a clock or touches a file, so a
-//! test drives it with plain calls (see the tests below) and the compio task in `group.rs` is
-//! a loop that performs each step.
+//! The decisions of one consensus group, sans-IO: a [`GroupCore`] owns the [`Replica`], the
+//! requests waiting for their commit, the requests held until their client's implicit register
+//! commits, the journal-sync batching (group commit) and the checkpoint policy. It takes inputs
+//! (a submitted request, a peer's message, a tick, "journaled", "synced", "applied") and hands
+//! out [`Step`]s for the shell to carry out; it never awaits, reads a clock or touches a file,
+//! so a test drives it with plain calls (see the tests below), the simulator runs it on virtual
+//! time (`sim::cluster`), and the server's compio task is a loop that performs each step.
 
+use crate::message::{Message, ReplicaId};
+use crate::{Action, Checkpoint, Config, Entry, OPERATION_REGISTER, Refusal, Replica};
 use bytes::Bytes;
-use iggy_vsr::{Action, Config, Entry, OPERATION_REGISTER, Refusal, Replica};
 use std::collections::{HashMap, VecDeque};
 
 /// Durability of acknowledged writes.
@@ -70,6 +71,8 @@ pub enum Step<W> {
     },
     /// A register committed at `op`: the state machine records the session.
     Registered { op: u64, client: u128, body: Bytes },
+    /// Send `message` to the group's replica `to`.
+    Send { to: ReplicaId, message: Message },
     /// Hand `outcome` to the waiter.
     Answer { waiter: W, outcome: Outcome },
 }
@@ -110,22 +113,50 @@ enum Awaiting {
 
 impl<W> GroupCore<W> {
     /// A group over its recovered journal prefix (and checkpoint); [`Self::poll`] then replays
-    /// the prefix as `Apply` steps.
+    /// the prefix as `Apply` steps. `nonce` must differ at every start of this replica (a
+    /// recovery asks its peers with it, and must not take an answer to an earlier start).
     pub fn open(
         config: Config,
-        checkpoint: Option<iggy_vsr::Checkpoint>,
+        checkpoint: Option<Checkpoint>,
         entries: Vec<Entry>,
+        nonce: u64,
         durability: Durability,
         implicit_register: bool,
         policy: Option<CheckpointPolicy>,
     ) -> Self {
-        let nonce = entries.len() as u64 + 1;
         let held_bytes = entries.iter().map(|entry| entry.body.len() as u64).sum();
-        let configured_clients_max = config.clients_table_max;
-        let mut replica = match checkpoint {
+        let replica = match checkpoint {
             Some(checkpoint) => Replica::open_from_checkpoint(config, checkpoint, entries, nonce),
             None => Replica::open(config, entries, nonce),
         };
+        GroupCore::over(replica, held_bytes, durability, implicit_register, policy)
+    }
+
+    /// The first start of a new group: every replica formats an empty log in view 0 and starts
+    /// in normal status (a later start is [`Self::open`], which recovers).
+    pub fn format(
+        config: Config,
+        durability: Durability,
+        implicit_register: bool,
+        policy: Option<CheckpointPolicy>,
+    ) -> Self {
+        GroupCore::over(
+            Replica::new(config),
+            0,
+            durability,
+            implicit_register,
+            policy,
+        )
+    }
+
+    fn over(
+        mut replica: Replica,
+        held_bytes: u64,
+        durability: Durability,
+        implicit_register: bool,
+        policy: Option<CheckpointPolicy>,
+    ) -> Self {
+        let configured_clients_max = replica.config().clients_table_max;
         // The seed's rule: the first op a group commits nominates its limits; after that the
         // configuration no longer changes them. (A group from before nominations commits one
         // now.)
@@ -255,8 +286,7 @@ impl<W> GroupCore<W> {
                     }
                     self.answer(client, request, Outcome::Refused(refusal));
                 }
-                // A group of one has no peers.
-                Action::Send { .. } => {}
+                Action::Send { to, message } => return Some(Step::Send { to, message }),
             }
         }
     }
@@ -308,9 +338,30 @@ impl<W> GroupCore<W> {
             .clients()
             .rows()
             .into_iter()
-            .filter(|(client, _)| *client < iggy_vsr::NODE_CLIENTS_MIN)
+            .filter(|(client, _)| *client < crate::NODE_CLIENTS_MIN)
             .map(|(client, session)| (client, session.session))
             .collect()
+    }
+
+    /// A message from the group's replica `from`.
+    pub fn on_message(&mut self, from: ReplicaId, message: Message) {
+        self.replica.on_message(from, message);
+    }
+
+    /// Time advanced to `now_ticks` (heartbeats, retransmissions, view-change timeouts).
+    pub fn on_tick(&mut self, now_ticks: u64) {
+        self.replica.on_tick(now_ticks);
+    }
+
+    /// Proposes the group's limits when it is the primary and none is committed or pending
+    /// (see [`Replica::nominate_limits`]).
+    pub fn nominate_limits(&mut self, clients_max: usize) {
+        self.replica.nominate_limits(clients_max);
+    }
+
+    /// The replica, to read its state.
+    pub fn replica(&self) -> &Replica {
+        &self.replica
     }
 
     /// The next request number of one of the node's own clients (a retention pass): above its
@@ -414,6 +465,7 @@ mod tests {
                         core.applied(op, reply.into(), &[]);
                     }
                     Step::Registered { client, .. } => self.registered.push(client),
+                    Step::Send { .. } => panic!("a group of one sends nothing"),
                     Step::Answer { waiter, outcome } => self.answers.push((waiter, outcome)),
                 }
             }
@@ -426,6 +478,7 @@ mod tests {
             Config::new(1, 0),
             None,
             Vec::new(),
+            1,
             durability,
             implicit_register,
             Some(CheckpointPolicy {
@@ -547,13 +600,14 @@ mod tests {
         shell.run(&mut first);
         assert_eq!(first.limits_mismatch(), None);
         let record = first.checkpoint_record(1);
-        let checkpoint = iggy_vsr::Checkpoint::decode(&record).unwrap();
+        let checkpoint = Checkpoint::decode(&record).unwrap();
         let mut config = Config::new(1, 0);
         config.clients_table_max = 3;
         let reopened: GroupCore<u32> = GroupCore::open(
             config,
             Some(checkpoint),
             Vec::new(),
+            2,
             Durability::Replicated,
             true,
             None,
