@@ -95,6 +95,28 @@ fn a_bad_flag_exits_2_with_the_usage_line_on_stderr() {
     }
 }
 
+#[test]
+fn a_replica_id_other_than_0_without_a_cluster_is_refused_before_the_data_is_touched() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let out = Command::new(server_binary())
+        .args(["--replica-id", "1", "--fresh"])
+        .env_remove("RUST_LOG")
+        .env("IGGY_SYSTEM_PATH", &data)
+        .env("IGGY_TCP_ADDRESS", "127.0.0.1:0")
+        .current_dir(dir.path())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run iggy-server");
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("--replica-id 1"),
+        "names the flag: {stderr}"
+    );
+    assert!(!data.exists(), "no data directory was formatted");
+}
+
 /// The lines this start of `server` wrote (after the harness's start marker).
 fn this_start(server: &TestServer) -> String {
     let log = server.log();

@@ -224,6 +224,12 @@ fn main() -> ExitCode {
     if let Some(Subcommand::Verify { path: None }) = &args.command {
         return verify::main(std::path::Path::new(&cfg.system.path));
     }
+    // Refused before the data directory is touched (not even by --fresh): a node started as
+    // another replica must not format or serve a standalone history.
+    if let Err(refusal) = standalone_replica(args.replica_id) {
+        eprintln!("iggy-server: {refusal}");
+        return ExitCode::FAILURE;
+    }
     init_logging(
         &cfg.system.logging,
         std::env::var("RUST_LOG").ok().as_deref(),
@@ -254,6 +260,18 @@ fn main() -> ExitCode {
         }
     };
     runtime.block_on(run(cfg, data, args.replica_id, (user, pw, generated)))
+}
+
+/// A standalone node is replica 0 of a cluster of one; any other id names a place in a
+/// cluster's roster, which this build does not run.
+fn standalone_replica(replica_id: u8) -> Result<(), String> {
+    if replica_id == 0 {
+        return Ok(());
+    }
+    Err(format!(
+        "--replica-id {replica_id}: a standalone node is replica 0; another id needs a \
+         multi-node cluster with that replica in its roster, which this build does not run"
+    ))
 }
 
 async fn run(
@@ -395,6 +413,13 @@ mod tests {
         assert!(p(&["verify", "--path"]).is_err());
         assert!(p(&["--replica-id"]).is_err());
         assert!(p(&["--replica-id", "256"]).is_err());
+    }
+
+    #[test]
+    fn only_replica_0_starts_a_standalone_node() {
+        assert_eq!(standalone_replica(0), Ok(()));
+        let refusal = standalone_replica(1).unwrap_err();
+        assert!(refusal.starts_with("--replica-id 1:"), "{refusal}");
     }
 
     #[test]
