@@ -148,10 +148,11 @@ async fn check_group(dir: &Path, kind: GroupKind<'_>, report: &mut Report) {
     if let Some(state) = &state {
         let decoded = match &kind {
             GroupKind::Metadata => iggy_metadata::snapshot::decode(state).map(|_| ()),
-            GroupKind::Partition(log) => crate::runtime::partition::CheckpointState::decode(state)
-                .map(|decoded| {
+            GroupKind::Partition(log) => {
+                iggy_partition::CheckpointState::decode(state).map(|decoded| {
                     check_next_offset(&checkpoint_path, decoded.next_offset, log, report)
-                }),
+                })
+            }
         };
         if let Err(why) = decoded {
             let message = format!("state does not decode: {why}; start-up refuses the group");

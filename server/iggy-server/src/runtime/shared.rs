@@ -217,7 +217,7 @@ impl Shared {
                 // The node's own client, numbered by the metadata op: a resubmission at start
                 // is a duplicate the partition answers from its client table (and the write
                 // names `op`, so one the table forgot is not applied twice either).
-                let write = || crate::runtime::partition::PartitionWrite::DeleteGroupOffsets {
+                let write = || iggy_partition::PartitionWrite::DeleteGroupOffsets {
                     group,
                     metadata_op: op,
                 };

@@ -6,7 +6,6 @@ use crate::consensus::group::{Outcome, refusal_error};
 use crate::runtime::clock::now_micros;
 use crate::runtime::connection::{Bound, Connection};
 use crate::runtime::node::Node;
-use crate::runtime::partition::{OffsetOwner, PartitionWrite, StartAt, WriteResult};
 use crate::runtime::shared::PartitionKey;
 use crate::service::frame::{self, Admitted, ReplyMeta};
 use crate::service::replies;
@@ -26,6 +25,7 @@ use iggy_generated::protocol;
 use iggy_metadata::machine::{envelope, ident, session_record};
 use iggy_metadata::replies::{self as model_replies, Codec};
 use iggy_metadata::{Ident, Need};
+use iggy_partition::{OffsetOwner, PartitionWrite, StartAt, WriteResult};
 use iggy_wire::WireDecode;
 use std::rc::Rc;
 

@@ -1,0 +1,760 @@
+//! The partition's state machine: what a committed op does to the consumer offsets, the group
+//! deletions and the offsets the log has handed out, and what it asks of the log. The shell
+//! reports the log's facts through [`Log`], carries out what a call returns ([`Applied`],
+//! [`Stow`], a truncation point) and reports back where the core needs to know it happened
+//! ([`Partition::appended`], [`Partition::stowed`]).
+
+use crate::checkpoint::CheckpointState;
+use crate::write::{OffsetOwner, PartitionWrite, WriteResult};
+use bytes::Bytes;
+use iggy_generated::errors::ErrorCode;
+use iggy_generated::frames::{BatchHeader, Operation};
+use iggy_generated::storage::StowedBatch;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+/// What the core reads from the partition's log: facts, never I/O.
+pub trait Log {
+    /// A batch whose frames the log checked against its record layout, in the form its append
+    /// takes (so the frames are walked once).
+    type Batch;
+    /// The offset after the last message the log holds (stowed sends included).
+    fn next_offset(&self) -> u64;
+    /// The first offset the log still holds (segments below it were retired).
+    fn first_offset(&self) -> u64;
+    /// The base offset of the first batch stamped at or after `timestamp` (microseconds).
+    fn offset_at_timestamp(&self, timestamp: u64) -> Option<u64>;
+    /// `batch` checked against the log's record layout, with its message count; `None` when its
+    /// frames do not tile it.
+    fn check(&self, batch: Bytes) -> Option<(Self::Batch, u32)>;
+}
+
+/// What a committed op asks of the log.
+#[derive(Debug)]
+pub enum Applied<B> {
+    /// Nothing: the reply is decided.
+    Reply(WriteResult),
+    /// A send journaled whole (a replay of an older journal): append `batch` at `base_offset`
+    /// with the primary's `base_timestamp`, then report it with [`Partition::appended`], which
+    /// gives the reply. A failed append replies `CannotAppendMessage` and changes nothing.
+    Append {
+        batch: B,
+        base_offset: u64,
+        base_timestamp: u64,
+    },
+    /// Retire every closed segment whose messages all lie below `keep_from`; the reply is
+    /// [`WriteResult::Done`] whatever it removes, so applying it twice deletes nothing more.
+    Retire { keep_from: u64 },
+}
+
+/// A send to write to the log as it is prepared, before its journal record: append `batch` at
+/// `base_offset`, report it with [`Partition::stowed`], and journal `stand_in` instead of the
+/// body.
+#[derive(Debug)]
+pub struct Stow<B> {
+    pub batch: B,
+    pub base_offset: u64,
+    pub base_timestamp: u64,
+    /// The spec's 48-byte `StowedBatch`.
+    pub stand_in: Bytes,
+}
+
+/// Where a poll starts.
+#[derive(Debug, Clone, Copy)]
+pub enum StartAt {
+    Offset(u64),
+    Timestamp(u64),
+    First,
+    /// The last `count` messages.
+    Last,
+    /// After the owner's stored offset (or the first message).
+    Next(OffsetOwner),
+}
+
+/// What a poll reads: `count` messages from `start`, or nothing when `count` is 0.
+/// `current_offset` is the last committed offset (0 when empty).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PollRange {
+    pub start: u64,
+    pub count: u32,
+    pub current_offset: u64,
+}
+
+/// The partition's replicated state.
+#[derive(Debug)]
+pub struct Partition {
+    /// The metadata op that created this incarnation of the partition: no group deleted
+    /// before it has offsets here.
+    created_at_op: u64,
+    /// The consumer offsets, the group deletions applied (per group id, the metadata op of its
+    /// latest deletion: a [`PartitionWrite::DeleteGroupOffsets`] at or below it changes
+    /// nothing, and an offset write for that id resolved before it is refused), and the
+    /// offset after the last applied send. Ops replayed from the journal whose messages are
+    /// already in the log (written before a restart) are not appended again.
+    state: CheckpointState,
+    /// Sends whose batch went to the log before their journal record (`stow`) and that are not
+    /// applied yet: (op, base offset), so a journal truncation can take them back.
+    stowed: VecDeque<(u64, u64)>,
+    /// Journaled sends found at recovery whose batch a later segment deletion (DeleteSegments
+    /// or retention) removed: op → (base offset, message count). Their apply only accounts
+    /// for the offsets they took.
+    retired: HashMap<u64, (u64, u32)>,
+    /// The clients the op being applied retires (see [`Partition::take_retired`]).
+    retired_sessions: Vec<u128>,
+}
+
+impl Partition {
+    /// An empty partition created by the metadata op `created_at_op`.
+    pub fn new(created_at_op: u64) -> Partition {
+        Partition {
+            created_at_op,
+            state: CheckpointState::default(),
+            stowed: VecDeque::new(),
+            retired: HashMap::new(),
+            retired_sessions: Vec::new(),
+        }
+    }
+
+    /// The clients whose writer slots the op just applied retired (a `RetireSessions`): the
+    /// group frees their client-table rows with that op.
+    pub fn take_retired(&mut self) -> Vec<u128> {
+        std::mem::take(&mut self.retired_sessions)
+    }
+
+    /// The offsets stored for consumers and groups.
+    pub fn offsets(&self) -> &BTreeMap<OffsetOwner, u64> {
+        &self.state.offsets
+    }
+
+    /// The offset stored for `owner`.
+    pub fn offset(&self, owner: OffsetOwner) -> Option<u64> {
+        self.state.offsets.get(&owner).copied()
+    }
+
+    /// The state a checkpoint keeps besides the log itself (the spec's
+    /// `PartitionCheckpointState`): the next offset, the consumer offsets and the group
+    /// deletions applied.
+    pub fn encode_state(&self) -> Vec<u8> {
+        self.state.encode()
+    }
+
+    /// Restores a checkpoint's `state` over a log ending at `log_next_offset`. `Ok(Some(next))`
+    /// when the checkpoint counted offsets up to `next` that the log no longer holds: only a
+    /// machine crash under the replicated policy loses segment pages a checkpoint counted; that
+    /// policy does not promise them, and the log is what is left.
+    pub fn restore(&mut self, state: &[u8], log_next_offset: u64) -> Result<Option<u64>, String> {
+        let CheckpointState {
+            next_offset,
+            offsets,
+            group_deletions,
+        } = CheckpointState::decode(state)?;
+        self.state.offsets.extend(offsets);
+        self.state.group_deletions.extend(group_deletions);
+        self.state.next_offset = next_offset.min(log_next_offset);
+        Ok((next_offset > log_next_offset).then_some(next_offset))
+    }
+
+    /// Whether the journal's stand-in for op `op` (`body`) names a batch below the log's first
+    /// retained offset: its segment was deleted after the op (DeleteSegments or retention), so
+    /// the batch is not lost but retired, and its apply accounts for the offsets it took.
+    pub fn retire_if_deleted(&mut self, op: u64, body: &[u8], log_first_offset: u64) -> bool {
+        let Ok(stand_in) = StowedBatch::decode_fixed(body) else {
+            return false;
+        };
+        if stand_in.base_offset >= log_first_offset {
+            return false;
+        }
+        self.retired
+            .insert(op, (stand_in.base_offset, stand_in.message_count));
+        true
+    }
+
+    /// Whether `owner` is a group (kind 2 or 3) deleted after the metadata op `resolved_at`
+    /// its offset write was resolved at.
+    fn group_deleted_after(&self, owner: OffsetOwner, resolved_at: u64) -> bool {
+        let group = match owner {
+            OffsetOwner::Consumer(_) => return false,
+            OffsetOwner::Group(group) | OffsetOwner::External(group) => group,
+        };
+        self.state
+            .group_deletions
+            .get(&group)
+            .is_some_and(|deleted| *deleted > resolved_at)
+    }
+
+    /// The offset after the last applied send: a stowed batch is in the log before its op
+    /// commits, and is not served until then.
+    pub fn committed_next_offset(&self, log_next_offset: u64) -> u64 {
+        self.state.next_offset.min(log_next_offset)
+    }
+
+    /// The last committed offset (0 when empty).
+    pub fn current_offset(&self, log_next_offset: u64) -> u64 {
+        self.committed_next_offset(log_next_offset)
+            .saturating_sub(1)
+    }
+
+    /// Applies the committed `op` of `operation` with its journaled `body`.
+    pub fn apply<L: Log>(
+        &mut self,
+        op: u64,
+        operation: u8,
+        body: &Bytes,
+        log: &L,
+    ) -> Applied<L::Batch> {
+        let mut stowed = false;
+        while let Some(&(stowed_op, _)) = self.stowed.front()
+            && stowed_op <= op
+        {
+            stowed |= stowed_op == op;
+            self.stowed.pop_front();
+        }
+        if let Some((base_offset, count)) = self.retired.remove(&op) {
+            // Accounted for, not appended: its segment is gone. A record from before the
+            // stand-in carried the count knows only that the batch lies below the log.
+            let next = match count {
+                0 => log.first_offset(),
+                count => base_offset + u64::from(count),
+            };
+            self.state.next_offset = self.state.next_offset.max(next);
+            return Applied::Reply(WriteResult::Appended { base_offset, count });
+        }
+        let result = match PartitionWrite::decode(operation, body) {
+            Some(PartitionWrite::Send { batch }) => return self.send(batch, stowed, log),
+            Some(PartitionWrite::StoreOffset {
+                owner,
+                offset,
+                resolved_at,
+            }) => {
+                if self.group_deleted_after(owner, resolved_at) {
+                    WriteResult::Failed(ErrorCode::ConsumerGroupIdNotFound)
+                } else {
+                    self.state.offsets.insert(owner, offset);
+                    WriteResult::Done
+                }
+            }
+            Some(PartitionWrite::DeleteOffset { owner, resolved_at }) => {
+                if self.group_deleted_after(owner, resolved_at) {
+                    WriteResult::Failed(ErrorCode::ConsumerGroupIdNotFound)
+                } else if self.state.offsets.remove(&owner).is_some() {
+                    WriteResult::Done
+                } else {
+                    WriteResult::Failed(ErrorCode::ConsumerOffsetNotFound)
+                }
+            }
+            Some(PartitionWrite::DeleteGroupOffsets { group, metadata_op }) => {
+                let latest = self.state.group_deletions.get(&group).copied();
+                if metadata_op > self.created_at_op && metadata_op > latest.unwrap_or(0) {
+                    self.state.group_deletions.insert(group, metadata_op);
+                    self.state.offsets.remove(&OffsetOwner::Group(group));
+                    self.state.offsets.remove(&OffsetOwner::External(group));
+                }
+                WriteResult::Done
+            }
+            Some(PartitionWrite::RetireSegments { keep_from }) => {
+                return Applied::Retire { keep_from };
+            }
+            Some(PartitionWrite::RetireSessions { sessions }) => {
+                self.retired_sessions = sessions.iter().map(|s| s.client_id).collect();
+                WriteResult::Done
+            }
+            None => WriteResult::Failed(ErrorCode::InvalidCommand),
+        };
+        Applied::Reply(result)
+    }
+
+    /// A send; `stowed` when its batch went to the log as the op was prepared.
+    fn send<L: Log>(&mut self, batch: Bytes, stowed: bool, log: &L) -> Applied<L::Batch> {
+        let Ok(header) = BatchHeader::decode_fixed(&batch) else {
+            return Applied::Reply(WriteResult::Failed(ErrorCode::InvalidMessagesSize));
+        };
+        let base_offset = self.state.next_offset;
+        if stowed {
+            // Written to the log when it was prepared, its layout checked then.
+            let count = header.message_count;
+            self.state.next_offset += u64::from(count);
+            return Applied::Reply(WriteResult::Appended { base_offset, count });
+        }
+        let Some((batch, count)) = log.check(batch) else {
+            return Applied::Reply(WriteResult::Failed(ErrorCode::InvalidMessagesSize));
+        };
+        if base_offset < log.next_offset() {
+            // A journal replay of a batch that reached the log before the restart.
+            self.state.next_offset += u64::from(count);
+            return Applied::Reply(WriteResult::Appended { base_offset, count });
+        }
+        // Stored from the received buffer: only the stamped header is new. The primary
+        // stamped the time before journaling the batch.
+        Applied::Append {
+            batch,
+            base_offset,
+            base_timestamp: header.base_timestamp,
+        }
+    }
+
+    /// The log appended the `count` messages of [`Applied::Append`] at `base_offset`.
+    pub fn appended(&mut self, base_offset: u64, count: u32) -> WriteResult {
+        debug_assert_eq!(base_offset, self.state.next_offset);
+        self.state.next_offset += u64::from(count);
+        WriteResult::Appended { base_offset, count }
+    }
+
+    /// Whether op `op` of `operation` is a send to write to the log now, stamped with the
+    /// offsets it takes (ops are prepared in order, so those are the offsets its apply
+    /// assigns), with a 48-byte stand-in journaled instead: the batch is written once. `None`
+    /// journals the body as it came (not a send, or a batch the apply refuses or that holds
+    /// nothing).
+    pub fn stow<L: Log>(&self, operation: u8, body: &Bytes, log: &L) -> Option<Stow<L::Batch>> {
+        if Operation::from_repr(operation) != Some(Operation::SendMessages) {
+            return None;
+        }
+        let header = BatchHeader::decode_fixed(body).ok()?;
+        let (batch, count) = log.check(body.clone())?;
+        if count == 0 {
+            return None;
+        }
+        let base_offset = log.next_offset();
+        let stand_in = StowedBatch {
+            base_offset,
+            length: body.len() as u64,
+            received_partition_id: header.partition_id,
+            received_base_offset: header.base_offset,
+            received_checksum: header.batch_checksum,
+            message_count: count,
+        };
+        Some(Stow {
+            batch,
+            base_offset,
+            base_timestamp: header.base_timestamp,
+            stand_in: Bytes::copy_from_slice(&stand_in.to_bytes()),
+        })
+    }
+
+    /// The log holds op `op`'s stowed batch at `base_offset`.
+    pub fn stowed(&mut self, op: u64, base_offset: u64) {
+        self.stowed.push_back((op, base_offset));
+    }
+
+    /// The journal dropped every op after `op`: the offset the log must be truncated from to
+    /// drop their stowed batches, if any was stowed.
+    pub fn unstow_after(&mut self, op: u64) -> Option<u64> {
+        let first = self.stowed.iter().position(|(stowed, _)| *stowed > op)?;
+        let from = self.stowed[first].1;
+        self.stowed.truncate(first);
+        Some(from)
+    }
+
+    /// Every journaled op has been replayed: the offset from which the log holds messages no
+    /// journaled op accounts for, if any. They were never acknowledged (their journal write was
+    /// lost with the machine), and are dropped so offsets and the client table agree.
+    pub fn unaccounted_from(&self, log_next_offset: u64) -> Option<u64> {
+        (log_next_offset > self.state.next_offset).then_some(self.state.next_offset)
+    }
+
+    /// Where a poll of `count` messages from `start` reads, over a log holding
+    /// `[first_offset, next_offset)` of which only committed sends are served.
+    pub fn poll_range<L: Log>(&self, start: StartAt, count: u32, log: &L) -> PollRange {
+        let next = self.committed_next_offset(log.next_offset());
+        let first = log.first_offset();
+        let start = match start {
+            StartAt::Offset(offset) => offset,
+            StartAt::Timestamp(timestamp) => log.offset_at_timestamp(timestamp).unwrap_or(next),
+            StartAt::First => first,
+            StartAt::Last => next.saturating_sub(u64::from(count)).max(first),
+            StartAt::Next(owner) => self.offset(owner).map_or(first, |stored| stored + 1),
+        };
+        let current_offset = next.saturating_sub(1);
+        if start >= next || count == 0 {
+            return PollRange {
+                start: next,
+                count: 0,
+                current_offset,
+            };
+        }
+        let start = start.max(first);
+        PollRange {
+            start,
+            count: count.min(u32::try_from(next - start).unwrap_or(u32::MAX)),
+            current_offset,
+        }
+    }
+
+    /// The offset below which a segment retirement may go without dropping messages a
+    /// consumer has not committed yet. External groups' offsets hold nothing back: Iggy does not
+    /// manage their consumers, and their offsets may lie anywhere.
+    pub fn retirement_floor(&self) -> u64 {
+        self.state
+            .offsets
+            .iter()
+            .filter(|(owner, _)| !matches!(owner, OffsetOwner::External(_)))
+            .map(|(_, offset)| *offset)
+            .min()
+            .unwrap_or(u64::MAX)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A log that reports what a test sets; a batch is valid when its header's `batch_length`
+    /// is its size.
+    #[derive(Default)]
+    struct FakeLog {
+        first_offset: u64,
+        next_offset: u64,
+    }
+
+    impl Log for FakeLog {
+        type Batch = Bytes;
+        fn next_offset(&self) -> u64 {
+            self.next_offset
+        }
+        fn first_offset(&self) -> u64 {
+            self.first_offset
+        }
+        fn offset_at_timestamp(&self, _timestamp: u64) -> Option<u64> {
+            None
+        }
+        fn check(&self, batch: Bytes) -> Option<(Bytes, u32)> {
+            let header = BatchHeader::decode_fixed(&batch).ok()?;
+            (header.batch_length == batch.len() as u64).then_some((batch, header.message_count))
+        }
+    }
+
+    fn batch(message_count: u32, valid: bool) -> Bytes {
+        let header = BatchHeader {
+            partition_id: 0,
+            base_offset: 0,
+            base_timestamp: 17,
+            origin_timestamp: 0,
+            batch_length: if valid { 256 } else { 255 },
+            batch_checksum: 0,
+            message_count,
+        };
+        Bytes::copy_from_slice(&header.to_bytes())
+    }
+
+    fn send_operation() -> u8 {
+        Operation::SendMessages.to_repr()
+    }
+
+    fn apply(partition: &mut Partition, op: u64, write: PartitionWrite) -> WriteResult {
+        match partition.apply(op, write.operation(), &write.encode(), &FakeLog::default()) {
+            Applied::Reply(result) => result,
+            other => panic!("op {op} asked the log for {other:?}"),
+        }
+    }
+
+    /// A store whose owner was resolved at metadata op `resolved_at`.
+    fn store(owner: OffsetOwner, offset: u64, resolved_at: u64) -> PartitionWrite {
+        PartitionWrite::StoreOffset {
+            owner,
+            offset,
+            resolved_at,
+        }
+    }
+
+    fn delete_group(group: u32, metadata_op: u64) -> PartitionWrite {
+        PartitionWrite::DeleteGroupOffsets { group, metadata_op }
+    }
+
+    #[test]
+    fn a_group_deletion_removes_both_slots_once_and_never_a_later_groups_offsets() {
+        // The partition was created by metadata op 3.
+        let mut partition = Partition::new(3);
+        apply(&mut partition, 1, store(OffsetOwner::Group(0), 4, 5));
+        apply(&mut partition, 2, store(OffsetOwner::External(0), 900, 5));
+        apply(&mut partition, 3, store(OffsetOwner::External(1), 5, 5));
+        assert_eq!(
+            partition.offsets().len(),
+            3,
+            "kind 2 and kind 3 are separate slots"
+        );
+        // Older than the partition: nothing of it can be here.
+        apply(&mut partition, 4, delete_group(0, 2));
+        assert_eq!(partition.offsets().len(), 3);
+        apply(&mut partition, 5, delete_group(0, 10));
+        assert_eq!(
+            partition.offsets().keys().copied().collect::<Vec<_>>(),
+            vec![OffsetOwner::External(1)],
+            "group 0's kind-2 and kind-3 offsets went, group 1's stayed"
+        );
+        // A write resolved before the deletion (in flight across it) is refused.
+        assert_eq!(
+            apply(&mut partition, 6, store(OffsetOwner::Group(0), 7, 9)),
+            WriteResult::Failed(ErrorCode::ConsumerGroupIdNotFound)
+        );
+        let delete = PartitionWrite::DeleteOffset {
+            owner: OffsetOwner::External(0),
+            resolved_at: 9,
+        };
+        assert_eq!(
+            apply(&mut partition, 7, delete),
+            WriteResult::Failed(ErrorCode::ConsumerGroupIdNotFound)
+        );
+        assert_eq!(partition.offset(OffsetOwner::Group(0)), None);
+        // A group created later with id 0 stores again; the same deletion submitted again (a
+        // restart finishing it) and an older one change nothing.
+        apply(&mut partition, 8, store(OffsetOwner::External(0), 12, 11));
+        apply(&mut partition, 9, delete_group(0, 10));
+        apply(&mut partition, 10, delete_group(0, 9));
+        assert_eq!(partition.offset(OffsetOwner::External(0)), Some(12));
+        // Group 1's deletion is its own.
+        apply(&mut partition, 11, delete_group(1, 8));
+        assert_eq!(partition.offset(OffsetOwner::External(1)), None);
+        assert_eq!(partition.offset(OffsetOwner::External(0)), Some(12));
+        apply(&mut partition, 12, delete_group(0, 12));
+        assert_eq!(partition.offset(OffsetOwner::External(0)), None);
+        // Plain consumers are never refused.
+        assert_eq!(
+            apply(&mut partition, 13, store(OffsetOwner::Consumer(0), 1, 0)),
+            WriteResult::Done
+        );
+    }
+
+    #[test]
+    fn a_session_retirement_names_its_clients_for_the_group_once_and_changes_no_offset() {
+        let mut partition = Partition::new(0);
+        apply(&mut partition, 1, store(OffsetOwner::Consumer(1), 4, 1));
+        let identity = |client_id| iggy_generated::payloads::SessionIdentity {
+            client_id,
+            session: 2,
+            metadata_watermark: 9,
+        };
+        let retire = PartitionWrite::RetireSessions {
+            sessions: vec![identity(21), identity(22)],
+        };
+        assert_eq!(apply(&mut partition, 2, retire), WriteResult::Done);
+        assert_eq!(partition.take_retired(), vec![21, 22]);
+        assert!(partition.take_retired().is_empty(), "taken once");
+        apply(&mut partition, 3, store(OffsetOwner::Consumer(2), 5, 1));
+        assert!(
+            partition.take_retired().is_empty(),
+            "other ops retire nobody"
+        );
+        assert_eq!(partition.offsets().len(), 2);
+    }
+
+    #[test]
+    fn checkpoint_state_keeps_kind_3_and_the_group_deletions() {
+        let mut partition = Partition::new(0);
+        apply(&mut partition, 1, store(OffsetOwner::Group(0), 4, 1));
+        apply(
+            &mut partition,
+            2,
+            store(OffsetOwner::External(0), u64::MAX, 1),
+        );
+        apply(&mut partition, 3, store(OffsetOwner::Consumer(9), 1, 1));
+        apply(&mut partition, 4, delete_group(5, 40));
+        apply(&mut partition, 5, delete_group(6, 41));
+        let state = partition.encode_state();
+
+        let mut restored = Partition::new(0);
+        assert_eq!(restored.restore(&state, 0), Ok(None));
+        assert_eq!(restored.state, partition.state);
+        apply(&mut restored, 6, store(OffsetOwner::External(5), 1, 45));
+        apply(&mut restored, 7, delete_group(5, 40));
+        assert_eq!(restored.offset(OffsetOwner::External(5)), Some(1));
+
+        // A checkpoint written before the group deletions were kept.
+        let old = &state[..state.len() - 4 - 2 * 12];
+        let mut restored = Partition::new(0);
+        restored.restore(old, 0).unwrap();
+        assert_eq!(restored.offsets(), partition.offsets());
+        assert!(restored.state.group_deletions.is_empty());
+        // A truncated deletion record is refused.
+        let torn = &state[..state.len() - 1];
+        assert!(Partition::new(0).restore(torn, 0).is_err());
+    }
+
+    #[test]
+    fn a_restored_next_offset_past_the_log_is_reported_and_cut_to_the_log() {
+        let mut partition = Partition::new(0);
+        let log = FakeLog {
+            first_offset: 0,
+            next_offset: 9,
+        };
+        assert!(matches!(
+            partition.apply(1, send_operation(), &batch(9, true), &log),
+            Applied::Reply(WriteResult::Appended {
+                base_offset: 0,
+                count: 9
+            })
+        ));
+        let state = partition.encode_state();
+        let mut restored = Partition::new(0);
+        assert_eq!(restored.restore(&state, 4), Ok(Some(9)));
+        assert_eq!(restored.committed_next_offset(100), 4);
+    }
+
+    #[test]
+    fn a_send_is_appended_once_and_a_bad_batch_never_takes_offsets() {
+        let mut partition = Partition::new(0);
+        let mut log = FakeLog::default();
+        // Journaled whole at the log's end: the log appends it, then the core counts it.
+        let Applied::Append {
+            base_offset: 0,
+            base_timestamp: 17,
+            ..
+        } = partition.apply(1, send_operation(), &batch(3, true), &log)
+        else {
+            panic!("a send at the log's end is appended");
+        };
+        assert_eq!(partition.committed_next_offset(u64::MAX), 0);
+        assert_eq!(
+            partition.appended(0, 3),
+            WriteResult::Appended {
+                base_offset: 0,
+                count: 3
+            }
+        );
+        // A replay whose batch is already in the log (it holds offsets up to 5): counted, not
+        // appended again.
+        let mut replay = Partition::new(0);
+        log.next_offset = 5;
+        assert!(matches!(
+            replay.apply(1, send_operation(), &batch(3, true), &log),
+            Applied::Reply(WriteResult::Appended {
+                base_offset: 0,
+                count: 3
+            })
+        ));
+        // A malformed batch is refused even below the log's end, and takes no offsets.
+        assert!(matches!(
+            replay.apply(2, send_operation(), &batch(2, false), &log),
+            Applied::Reply(WriteResult::Failed(ErrorCode::InvalidMessagesSize))
+        ));
+        assert!(matches!(
+            replay.apply(3, send_operation(), &batch(2, true), &log),
+            Applied::Reply(WriteResult::Appended {
+                base_offset: 3,
+                count: 2
+            })
+        ));
+        assert_eq!(replay.unaccounted_from(log.next_offset), None);
+        assert_eq!(replay.unaccounted_from(8), Some(5));
+    }
+
+    #[test]
+    fn a_stowed_send_is_served_only_once_applied_and_a_journal_truncation_takes_it_back() {
+        let mut partition = Partition::new(0);
+        let mut log = FakeLog::default();
+        assert!(
+            partition
+                .stow(send_operation(), &batch(0, true), &log)
+                .is_none(),
+            "an empty batch is journaled whole"
+        );
+        assert!(
+            partition
+                .stow(send_operation(), &batch(1, false), &log)
+                .is_none()
+        );
+        let store = store(OffsetOwner::Consumer(1), 0, 0);
+        assert!(
+            partition
+                .stow(store.operation(), &store.encode(), &log)
+                .is_none()
+        );
+        for (op, count) in [(1, 4), (2, 2), (3, 1)] {
+            let stow = partition
+                .stow(send_operation(), &batch(count, true), &log)
+                .expect("a valid send is stowed");
+            assert_eq!(stow.base_offset, log.next_offset);
+            let stand_in = StowedBatch::decode_fixed(&stow.stand_in).unwrap();
+            assert_eq!(
+                (
+                    stand_in.base_offset,
+                    stand_in.message_count,
+                    stand_in.length
+                ),
+                (log.next_offset, count, 256)
+            );
+            partition.stowed(op, stow.base_offset);
+            log.next_offset += u64::from(count);
+        }
+        let range = partition.poll_range(StartAt::First, 10, &log);
+        assert_eq!(range.count, 0, "nothing is committed yet");
+        assert!(matches!(
+            partition.apply(1, send_operation(), &batch(4, true), &log),
+            Applied::Reply(WriteResult::Appended {
+                base_offset: 0,
+                count: 4
+            })
+        ));
+        assert_eq!(
+            partition.poll_range(StartAt::First, 10, &log),
+            PollRange {
+                start: 0,
+                count: 4,
+                current_offset: 3
+            }
+        );
+        // The journal drops ops 3 and later: the log drops op 3's batch.
+        assert_eq!(partition.unstow_after(2), Some(6));
+        assert_eq!(partition.unstow_after(2), None);
+        log.next_offset = 6;
+        assert!(matches!(
+            partition.apply(2, send_operation(), &batch(2, true), &log),
+            Applied::Reply(WriteResult::Appended {
+                base_offset: 4,
+                count: 2
+            })
+        ));
+    }
+
+    #[test]
+    fn a_send_whose_segment_was_retired_is_accounted_for_and_retirement_is_idempotent() {
+        let mut partition = Partition::new(0);
+        let log = FakeLog {
+            first_offset: 10,
+            next_offset: 12,
+        };
+        let stand_in = |base_offset, message_count| StowedBatch {
+            base_offset,
+            length: 256,
+            received_partition_id: 0,
+            received_base_offset: 0,
+            received_checksum: 0,
+            message_count,
+        };
+        assert!(!partition.retire_if_deleted(3, &stand_in(10, 2).to_bytes(), 10));
+        assert!(partition.retire_if_deleted(1, &stand_in(0, 6).to_bytes(), 10));
+        // Written before the stand-in carried its count: it lies below the log.
+        assert!(partition.retire_if_deleted(2, &stand_in(6, 0).to_bytes(), 10));
+        let retired = partition.apply(1, send_operation(), &Bytes::new(), &log);
+        assert!(matches!(
+            retired,
+            Applied::Reply(WriteResult::Appended {
+                base_offset: 0,
+                count: 6
+            })
+        ));
+        partition.apply(2, send_operation(), &Bytes::new(), &log);
+        assert_eq!(partition.committed_next_offset(log.next_offset), 10);
+        let retire = PartitionWrite::RetireSegments { keep_from: 10 };
+        for op in [3, 4] {
+            assert!(matches!(
+                partition.apply(op, retire.operation(), &retire.encode(), &log),
+                Applied::Retire { keep_from: 10 }
+            ));
+        }
+    }
+
+    #[test]
+    fn only_consumers_and_iggy_groups_hold_segments_back() {
+        let mut partition = Partition::new(0);
+        assert_eq!(partition.retirement_floor(), u64::MAX);
+        apply(&mut partition, 1, store(OffsetOwner::External(1), 2, 0));
+        assert_eq!(partition.retirement_floor(), u64::MAX);
+        apply(&mut partition, 2, store(OffsetOwner::Group(1), 9, 0));
+        apply(&mut partition, 3, store(OffsetOwner::Consumer(1), 7, 0));
+        assert_eq!(partition.retirement_floor(), 7);
+        let log = FakeLog {
+            first_offset: 0,
+            next_offset: 0,
+        };
+        let next = partition.poll_range(StartAt::Next(OffsetOwner::Consumer(1)), 1, &log);
+        assert_eq!(next.count, 0);
+    }
+}
