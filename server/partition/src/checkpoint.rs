@@ -68,3 +68,39 @@ impl CheckpointState {
         .to_wire_bytes()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The bytes earlier builds wrote (spec/storage.spec: next offset, the u32-counted
+    /// `StoredOffset`s of kind, id and offset, the u32-counted `GroupDeletion`s), so a data
+    /// directory they left restores.
+    #[test]
+    fn the_state_keeps_the_layout_earlier_builds_wrote() {
+        let state = CheckpointState {
+            next_offset: 0x0102_0304_0506_0708,
+            offsets: BTreeMap::from([(OffsetOwner::Consumer(9), 4), (OffsetOwner::External(2), 7)]),
+            group_deletions: BTreeMap::from([(5, 40)]),
+        };
+        #[rustfmt::skip]
+        let written: &[u8] = &[
+            8, 7, 6, 5, 4, 3, 2, 1,
+            2, 0, 0, 0,
+            1, 9, 0, 0, 0, 4, 0, 0, 0, 0, 0, 0, 0,
+            3, 2, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0,
+            1, 0, 0, 0,
+            5, 0, 0, 0, 40, 0, 0, 0, 0, 0, 0, 0,
+        ];
+        assert_eq!(state.encode(), written);
+        assert_eq!(CheckpointState::decode(written).unwrap(), state);
+        // Without the deletions: the layout written before they were kept.
+        let v0 = &written[..written.len() - 16];
+        let restored = CheckpointState::decode(v0).unwrap();
+        assert_eq!(
+            (restored.next_offset, &restored.offsets),
+            (state.next_offset, &state.offsets)
+        );
+        assert!(restored.group_deletions.is_empty());
+    }
+}

@@ -287,6 +287,44 @@ mod tests {
         ));
     }
 
+    /// The journal bodies and cached results earlier builds wrote (spec/storage.spec), so their
+    /// journals replay and their client tables answer retries.
+    #[test]
+    fn op_bodies_and_results_keep_the_layouts_earlier_builds_wrote() {
+        let store = PartitionWrite::StoreOffset {
+            owner: OffsetOwner::Group(9),
+            offset: 42,
+            resolved_at: 7,
+        };
+        #[rustfmt::skip]
+        let written: &[u8] = &[2, 9, 0, 0, 0, 42, 0, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0];
+        assert_eq!(store.encode()[..], written[..]);
+        let delete = PartitionWrite::DeleteOffset {
+            owner: OffsetOwner::Consumer(9),
+            resolved_at: 7,
+        };
+        assert_eq!(delete.encode()[..], [1, 9, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0]);
+        let retire = PartitionWrite::RetireSegments { keep_from: 300 };
+        assert_eq!(retire.encode()[..], [44, 1, 0, 0, 0, 0, 0, 0]);
+        let deletion = PartitionWrite::DeleteGroupOffsets {
+            group: 3,
+            metadata_op: 5,
+        };
+        assert_eq!(deletion.encode()[..], [3, 0, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0]);
+        let appended = WriteResult::Appended {
+            base_offset: 258,
+            count: 3,
+        };
+        assert_eq!(
+            appended.encode()[..],
+            [0, 0, 0, 0, 2, 1, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0]
+        );
+        assert_eq!(WriteResult::Done.encode()[..], [0, 0, 0, 0]);
+        let failed = WriteResult::Failed(ErrorCode::ConsumerOffsetNotFound);
+        let code = ErrorCode::ConsumerOffsetNotFound.code().to_le_bytes();
+        assert_eq!(failed.encode()[..], code);
+    }
+
     #[test]
     fn write_results_round_trip_through_their_records() {
         for result in [
