@@ -2,17 +2,19 @@
 #![allow(clippy::all)]
 #[allow(unused_imports)]
 use iggy_wire::{WireDecode, WireEncode, WireError};
-/// `SEGMENT_LOG_EXTENSION` (spec/storage.spec:20).
+/// `CLUSTER_NAME_DEFAULT` (spec/storage.spec:27).
+pub const CLUSTER_NAME_DEFAULT: &str = "iggy";
+/// `SEGMENT_LOG_EXTENSION` (spec/storage.spec:30).
 pub const SEGMENT_LOG_EXTENSION: &str = "log";
-/// `SEGMENT_INDEX_EXTENSION` (spec/storage.spec:21).
+/// `SEGMENT_INDEX_EXTENSION` (spec/storage.spec:31).
 pub const SEGMENT_INDEX_EXTENSION: &str = "index";
-/// `SEGMENT_NAME_DIGITS` (spec/storage.spec:22).
+/// `SEGMENT_NAME_DIGITS` (spec/storage.spec:32).
 pub const SEGMENT_NAME_DIGITS: u32 = 20;
-/// `SNAPSHOT_MAGIC` (spec/storage.spec:50).
+/// `SNAPSHOT_MAGIC` (spec/storage.spec:60).
 pub const SNAPSHOT_MAGIC: [u8; 8] = *b"IGGYMETA";
-/// `STORAGE_MARKER_FILE` (spec/storage.spec:64).
+/// `STORAGE_MARKER_FILE` (spec/storage.spec:74).
 pub const STORAGE_MARKER_FILE: &str = "storage.format";
-/// `STORAGE_MARKER_SIZE_MAX` (spec/storage.spec:65).
+/// `STORAGE_MARKER_SIZE_MAX` (spec/storage.spec:75).
 pub const STORAGE_MARKER_SIZE_MAX: u64 = 256;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]

@@ -6,7 +6,7 @@
 use crate::consensus::group::{
     Checkpointing, Durability, Group, GroupHandle, Journal, Outcome, StateMachine, load_checkpoint,
 };
-use crate::consensus::wal::{FileJournal, JournalEntry};
+use crate::consensus::wal::{Anchor, FileJournal, JournalEntry};
 use bytes::Bytes;
 use futures_channel::oneshot;
 use iggy_generated::errors::ErrorCode;
@@ -855,7 +855,6 @@ impl PartitionHandle {
             stowed: VecDeque::new(),
             retired: HashMap::new(),
         };
-        let checkpoint_op = start.op();
         let checkpoint = match start.checkpoint {
             Some(loaded) => {
                 machine.restore(&loaded.state).map_err(|why| {
@@ -866,10 +865,13 @@ impl PartitionHandle {
             None => None,
         };
         let journal_path = dir.join("journal.wal");
-        let (mut journal, recovered) =
-            FileJournal::open_after_checkpoint(&journal_path, checkpoint_op, &start.damaged)
-                .await
-                .map_err(io(&journal_path))?;
+        let (mut journal, recovered) = FileJournal::open_after_checkpoint(
+            &journal_path,
+            Anchor::after(checkpoint.as_ref()),
+            &start.damaged,
+        )
+        .await
+        .map_err(io(&journal_path))?;
         let mut entries = Vec::with_capacity(recovered.len());
         for record in recovered {
             let entry = match record {
