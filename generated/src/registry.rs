@@ -1182,6 +1182,41 @@ pub const STRUCTS: &[StructInfo] = &[
         until: 4294967295,
     },
     StructInfo {
+        name: "VsrCheckpointPrefix",
+        module: "storage",
+        fixed: Some(12),
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
+        name: "VsrClientSession",
+        module: "storage",
+        fixed: None,
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
+        name: "VsrCheckpoint",
+        module: "storage",
+        fixed: None,
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
+        name: "VsrCheckpointV0",
+        module: "storage",
+        fixed: None,
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
+        name: "EntryChecksumInput",
+        module: "storage",
+        fixed: Some(53),
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
         name: "CheckpointSlot",
         module: "storage",
         fixed: None,
@@ -1446,6 +1481,11 @@ pub fn roundtrip(name: &str, input: &[u8]) -> Option<Result<Roundtrip, WireError
         "PartitionCheckpointStateV0" => {
             rt!(crate ::storage::PartitionCheckpointStateV0, input)
         }
+        "VsrCheckpointPrefix" => rt!(crate ::storage::VsrCheckpointPrefix, input),
+        "VsrClientSession" => rt!(crate ::storage::VsrClientSession, input),
+        "VsrCheckpoint" => rt!(crate ::storage::VsrCheckpoint, input),
+        "VsrCheckpointV0" => rt!(crate ::storage::VsrCheckpointV0, input),
+        "EntryChecksumInput" => rt!(crate ::storage::EntryChecksumInput, input),
         "CheckpointSlot" => rt!(crate ::storage::CheckpointSlot, input),
         _ => None,
     }
