@@ -1091,6 +1091,13 @@ pub const STRUCTS: &[StructInfo] = &[
         until: 4294967295,
     },
     StructInfo {
+        name: "PatCreateOp",
+        module: "storage",
+        fixed: None,
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
         name: "OffsetOwnerRecord",
         module: "storage",
         fixed: Some(5),
@@ -1464,6 +1471,7 @@ pub fn roundtrip(name: &str, input: &[u8]) -> Option<Result<Roundtrip, WireError
         "SnapshotSession" => rt!(crate ::storage::SnapshotSession, input),
         "MetadataSnapshot" => rt!(crate ::storage::MetadataSnapshot, input),
         "MetadataOpEnvelope" => rt!(crate ::storage::MetadataOpEnvelope, input),
+        "PatCreateOp" => rt!(crate ::storage::PatCreateOp, input),
         "OffsetOwnerRecord" => rt!(crate ::storage::OffsetOwnerRecord, input),
         "StoreOffsetOp" => rt!(crate ::storage::StoreOffsetOp, input),
         "StoreOffsetOpV0" => rt!(crate ::storage::StoreOffsetOpV0, input),

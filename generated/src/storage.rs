@@ -16,9 +16,9 @@ pub const SNAPSHOT_MAGIC: [u8; 8] = *b"IGGYMETA";
 pub const STORAGE_MARKER_FILE: &str = "storage.format";
 /// `STORAGE_MARKER_SIZE_MAX` (spec/storage.spec:75).
 pub const STORAGE_MARKER_SIZE_MAX: u64 = 256;
-/// `VSR_CHECKPOINT_MAGIC` (spec/storage.spec:230).
+/// `VSR_CHECKPOINT_MAGIC` (spec/storage.spec:237).
 pub const VSR_CHECKPOINT_MAGIC: [u8; 4] = *b"VSPL";
-/// `VSR_CHECKPOINT_MAGIC_V0` (spec/storage.spec:231).
+/// `VSR_CHECKPOINT_MAGIC_V0` (spec/storage.spec:238).
 pub const VSR_CHECKPOINT_MAGIC_V0: [u8; 4] = *b"VSPK";
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]
@@ -2045,6 +2045,16 @@ pub struct MetadataOpEnvelope<'a> {
     /// the client's request body as sent (secrets replaced by their hashes)
     #[wire(rest)]
     pub request: &'a [u8],
+}
+/// Variable-length `PatCreateOp`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct PatCreateOp<'a> {
+    /// the client's request as sent
+    #[wire(plain)]
+    pub request: crate::payloads::CreatePersonalAccessTokenRequest<'a>,
+    /// what the model keeps (iggy_metadata::machine::token_hash of the token)
+    #[wire(plain)]
+    pub token_hash: [u8; 32],
 }
 /// Variable-length `PartitionCheckpointState`.
 #[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
