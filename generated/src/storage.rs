@@ -2,23 +2,23 @@
 #![allow(clippy::all)]
 #[allow(unused_imports)]
 use iggy_wire::{WireDecode, WireEncode, WireError};
-/// `CLUSTER_NAME_DEFAULT` (spec/storage.spec:27).
+/// `CLUSTER_NAME_DEFAULT` (spec/storage.spec:28).
 pub const CLUSTER_NAME_DEFAULT: &str = "iggy";
-/// `SEGMENT_LOG_EXTENSION` (spec/storage.spec:30).
+/// `SEGMENT_LOG_EXTENSION` (spec/storage.spec:31).
 pub const SEGMENT_LOG_EXTENSION: &str = "log";
-/// `SEGMENT_INDEX_EXTENSION` (spec/storage.spec:31).
+/// `SEGMENT_INDEX_EXTENSION` (spec/storage.spec:32).
 pub const SEGMENT_INDEX_EXTENSION: &str = "index";
-/// `SEGMENT_NAME_DIGITS` (spec/storage.spec:32).
+/// `SEGMENT_NAME_DIGITS` (spec/storage.spec:33).
 pub const SEGMENT_NAME_DIGITS: u32 = 20;
-/// `SNAPSHOT_MAGIC` (spec/storage.spec:60).
+/// `SNAPSHOT_MAGIC` (spec/storage.spec:61).
 pub const SNAPSHOT_MAGIC: [u8; 8] = *b"IGGYMETA";
-/// `STORAGE_MARKER_FILE` (spec/storage.spec:74).
+/// `STORAGE_MARKER_FILE` (spec/storage.spec:75).
 pub const STORAGE_MARKER_FILE: &str = "storage.format";
-/// `STORAGE_MARKER_SIZE_MAX` (spec/storage.spec:75).
+/// `STORAGE_MARKER_SIZE_MAX` (spec/storage.spec:76).
 pub const STORAGE_MARKER_SIZE_MAX: u64 = 256;
-/// `VSR_CHECKPOINT_MAGIC` (spec/storage.spec:237).
+/// `VSR_CHECKPOINT_MAGIC` (spec/storage.spec:238).
 pub const VSR_CHECKPOINT_MAGIC: [u8; 4] = *b"VSPL";
-/// `VSR_CHECKPOINT_MAGIC_V0` (spec/storage.spec:238).
+/// `VSR_CHECKPOINT_MAGIC_V0` (spec/storage.spec:239).
 pub const VSR_CHECKPOINT_MAGIC_V0: [u8; 4] = *b"VSPK";
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]

@@ -13,8 +13,10 @@
 //! records only ever precede chained ones), and never after it.
 //!
 //! Cluster: every record carries its cluster's id (`cluster`, see `consensus::cluster`); a
-//! record of another cluster refuses the start before anything is changed. Cluster 0 is a
-//! record of an earlier build, accepted.
+//! journal whose first record is of another cluster refuses the start before anything is
+//! changed. A later record is judged by its chain: the cluster is outside the op's checksum,
+//! so one that chains to the record before it is ours with damaged cluster bytes. Cluster 0 is
+//! a record of an earlier build, accepted.
 //!
 //! After a checkpoint the journal starts again at position 0 over its old records instead of
 //! being truncated: overwriting pages already in the page cache is cheaper than allocating new
@@ -216,11 +218,7 @@ fn foreign(record: &Record, ours: u128) -> bool {
 }
 
 /// The start-up error for a record of another cluster at `position` of `path`.
-pub fn foreign_error(
-    path: &Path,
-    (position, op, cluster): (usize, u64, u128),
-    ours: u128,
-) -> String {
+fn foreign_error(path: &Path, (position, op, cluster): (usize, u64, u128), ours: u128) -> String {
     format!(
         "journal {}: the record at byte {position} (op {op}) belongs to cluster {cluster:032x}, \
          not this node's cluster {ours:032x} (a journal of another cluster, or a damaged \
@@ -262,7 +260,9 @@ fn walk(bytes: &Bytes, anchor: Anchor) -> Walk {
             .first()
             .map(|first| first.entry().op + entries.len() as u64);
         match decode_record(&bytes.slice(position..), expected) {
-            Ok(record) if foreign(&record, anchor.cluster) => {
+            // The first record says whose journal it is; a later one that chains to it is
+            // ours whatever its cluster bytes say (damage the verifier reports).
+            Ok(record) if entries.is_empty() && foreign(&record, anchor.cluster) => {
                 foreign_record = Some((position, record.entry.entry().op, record.cluster));
                 break None;
             }
@@ -380,7 +380,7 @@ pub fn check(bytes: &Bytes, anchor: Anchor) -> JournalCheck {
         }
     }
     for (position, record) in positions.iter().zip(&entries) {
-        if !header_as_written(bytes, *position as usize, record) {
+        if !header_as_written(bytes, *position as usize, record, anchor.cluster) {
             problems.push((
                 Severity::Error,
                 Some(*position),
@@ -405,17 +405,18 @@ pub fn check(bytes: &Bytes, anchor: Anchor) -> JournalCheck {
     }
 }
 
-/// Whether the header at `position` is byte for byte the one `append` writes for `record`:
-/// the op's checksum does not cover every header byte (the walk has judged its parent and
-/// cluster already, so they are taken as read).
-fn header_as_written(bytes: &Bytes, position: usize, record: &JournalEntry) -> bool {
+/// Whether the header at `position` is byte for byte the one `append` writes for `record` in
+/// a journal of `cluster`: the op's checksum does not cover every header byte (the walk has
+/// judged its parent already, so it is taken as read; cluster 0 is an earlier build's).
+fn header_as_written(bytes: &Bytes, position: usize, record: &JournalEntry, cluster: u128) -> bool {
     let Some(Ok(read)) = bytes
         .get(position..position + HEADER_SIZE)
         .map(PrepareHeader::decode_fixed)
     else {
         return false;
     };
-    let (parent, cluster) = (read.parent as u64, read.cluster);
+    let parent = read.parent as u64;
+    let cluster = if read.cluster == 0 { 0 } else { cluster };
     let written = match record {
         JournalEntry::Whole(entry) => encode_header(entry, None, parent, cluster),
         JournalEntry::Stowed(entry) => encode_header(entry, Some(&entry.body), parent, cluster),
@@ -560,6 +561,33 @@ impl FileJournal {
 }
 
 impl FileJournal {
+    /// Refuses the journal at `path` when its first record belongs to a cluster other than
+    /// `cluster`, reading only that header: a group whose state machine repairs its own files
+    /// on open asks this first, so a foreign directory is refused before anything in it
+    /// changes. A missing, short or undecodable journal is left to [`FileJournal::open`].
+    pub fn refuse_foreign(path: &Path, cluster: u128) -> std::io::Result<()> {
+        use std::io::Read;
+        let mut header = [0u8; HEADER_SIZE];
+        let read = match std::fs::File::open(path) {
+            Ok(mut file) => file.read_exact(&mut header),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(error) => return Err(error),
+        };
+        let Some(first) = read
+            .ok()
+            .and_then(|()| PrepareHeader::decode_fixed(&header).ok())
+        else {
+            return Ok(());
+        };
+        if first.cluster == 0 || first.cluster == cluster {
+            return Ok(());
+        }
+        Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            foreign_error(path, (0, first.op, first.cluster), cluster),
+        ))
+    }
+
     /// [`FileJournal::open`] after the checkpoint a group starts from. When a checkpoint file
     /// was found `damaged`, the one loaded may be older than the newest written, and it is
     /// usable only while the journal still holds every op after it (the fallback rule of
@@ -1036,12 +1064,13 @@ mod tests {
         };
         let last = check(&flipped(3 * record + HEADER_SIZE + 1), anchor(0, b"abcd"));
         assert_eq!(last.problems[0].0, Severity::Warning, "{:?}", last.problems);
-        // In the body, in the op number, in the size: recovery would stop at op 2.
+        // In the body, in the op number, in the size, in the parent: recovery would stop at op 2.
         let (op_field, size_field) = (PrepareHeader::OP_OFFSET, PrepareHeader::SIZE_OFFSET);
         for at in [
             record + HEADER_SIZE + 1,
             record + op_field,
             record + size_field,
+            record + PrepareHeader::PARENT_OFFSET,
         ] {
             let middle = check(&flipped(at), anchor(0, b"abcd"));
             assert_eq!(middle.entries.len(), 1, "byte {at}");
@@ -1071,19 +1100,28 @@ mod tests {
             "{message}"
         );
 
-        // The cluster id is judged by the walk: a damaged one reads as another cluster's,
-        // which start-up refuses.
+        // A later record's cluster bytes are outside its checksum too: it chains to op 1, so
+        // it is op 2 of this journal with damaged bytes. The first record's are another
+        // cluster's, which start-up refuses.
         let cluster = check(
             &flipped(record + PrepareHeader::CLUSTER_OFFSET),
             anchor(0, b"abcd"),
         );
-        assert_eq!(cluster.entries.len(), 1);
+        assert_eq!(cluster.entries.len(), 4);
         let (severity, position, message) = &cluster.problems[0];
         assert_eq!(
             (*severity, *position),
             (Severity::Error, Some(record as u64))
         );
-        assert!(message.contains("op 2 belongs to cluster"), "{message}");
+        assert!(
+            message.contains("op 2: header bytes outside its checksum"),
+            "{message}"
+        );
+        let first = check(&flipped(PrepareHeader::CLUSTER_OFFSET), anchor(0, b"abcd"));
+        assert!(first.entries.is_empty());
+        let (severity, position, message) = &first.problems[0];
+        assert_eq!((*severity, *position), (Severity::Error, Some(0)));
+        assert!(message.contains("op 1 belongs to cluster"), "{message}");
 
         // A checkpoint at op 4, then ops 5 and 6 over the old ops 1 and 2: ops 3 and 4 behind
         // them are an earlier cycle, not damage.
@@ -1322,6 +1360,9 @@ mod tests {
         bytes.extend_from_slice(b"torn");
         std::fs::write(&path, &bytes).unwrap();
         let ours = anchor(0, b"");
+        let early = FileJournal::refuse_foreign(&path, ours.cluster).expect_err("refused");
+        assert!(early.to_string().contains("belongs to cluster"), "{early}");
+        FileJournal::refuse_foreign(&path, theirs.cluster).expect("its own cluster's");
         let refused = FileJournal::open(&path, ours).await.err().expect("refused");
         let message = refused.to_string();
         assert!(message.contains(&path.display().to_string()), "{message}");

@@ -836,6 +836,10 @@ impl PartitionHandle {
             let path = path.to_path_buf();
             move |error| StorageError::Io { path, error }
         };
+        let journal_path = dir.join("journal.wal");
+        // The log's open repairs segments: a journal of another cluster is refused first.
+        FileJournal::refuse_foreign(&journal_path, crate::consensus::cluster::node_cluster())
+            .map_err(io(&journal_path))?;
         let log = PartitionLog::open(dir, config).await?;
         let start = load_checkpoint(dir).await?;
         let stats = Arc::new(PartitionFigures::default());
@@ -864,7 +868,6 @@ impl PartitionHandle {
             }
             None => None,
         };
-        let journal_path = dir.join("journal.wal");
         let (mut journal, recovered) = FileJournal::open_after_checkpoint(
             &journal_path,
             Anchor::after(checkpoint.as_ref()),
