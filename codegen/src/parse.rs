@@ -187,8 +187,11 @@ enum ConstValue<'a> {
 }
 
 /// Runs a line combinator over the whole line.
+/// An `option` row: scope, key, kind, attributes.
+type OptionLine<'a> = (&'a str, &'a str, &'a str, Vec<(&'a str, &'a str)>);
+
 /// `option <Scope> <key> <kind> key=value...` (default=, flags=, doc=).
-fn option_line(i: &str) -> Res<'_, (&str, &str, &str, Vec<(&str, &str)>)> {
+fn option_line(i: &str) -> Res<'_, OptionLine<'_>> {
     preceded(keyword("option"), (terminated(ident, space1), terminated(ident, space1), ident, attrs)).parse(i)
 }
 

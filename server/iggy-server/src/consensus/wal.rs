@@ -103,19 +103,21 @@ fn encode_header(
     parent: u64,
     cluster: u128,
 ) -> Option<[u8; HEADER_SIZE]> {
-    let mut header = PrepareHeader::default();
-    header.checksum = u128::from(entry.checksum);
-    header.parent = u128::from(parent);
-    header.cluster = cluster;
     let body_len = stand_in.map_or(entry.body.len(), |stand_in| stand_in.len());
-    header.size = u32::try_from(HEADER_SIZE + body_len).ok()?;
-    header.checksum_body = stand_in.map_or(0, |stand_in| stand_in_checksum(stand_in));
-    header.view = entry.view;
-    header.command = Command::Prepare;
-    header.client = entry.client;
-    header.op = entry.op;
-    header.request = entry.request;
-    header.operation = Operation::from_repr(entry.operation)?;
+    let header = PrepareHeader {
+        checksum: u128::from(entry.checksum),
+        checksum_body: stand_in.map_or(0, |stand_in| stand_in_checksum(stand_in)),
+        cluster,
+        size: u32::try_from(HEADER_SIZE + body_len).ok()?,
+        view: entry.view,
+        command: Command::Prepare,
+        client: entry.client,
+        parent: u128::from(parent),
+        op: entry.op,
+        request: entry.request,
+        operation: Operation::from_repr(entry.operation)?,
+        ..PrepareHeader::default()
+    };
     Some(header.to_bytes())
 }
 
