@@ -45,6 +45,8 @@ pub struct Model {
     pub consts: Vec<Const>,
     /// `example` rows.
     pub examples: Vec<Example>,
+    /// `option` rows: the option catalog, per scope.
+    pub options: Vec<OptionRow>,
     /// Files each item came from, for the generated header.
     pub sources: BTreeMap<String, String>,
 }
@@ -86,6 +88,47 @@ pub struct Const {
     pub file: String,
     pub line: usize,
 }
+/// One `option` row: an option of a scope's catalog (options.describe and validation).
+#[derive(Debug, Clone)]
+pub struct OptionRow {
+    /// A variant of the `OptionsScope` enum.
+    pub scope: String,
+    pub key: String,
+    /// Names the file's `OPTION_KIND_<KIND>` const.
+    pub kind: String,
+    /// Each names the file's `OPTION_FLAG_<FLAG>` const.
+    pub flags: Vec<String>,
+    /// The default as written: text for a string kind, `true`/`false`, or a number.
+    pub default: String,
+    pub description: String,
+    pub file: String,
+    pub line: usize,
+}
+
+impl OptionRow {
+    /// The default's value bytes as options carry them (integers little-endian), if it is
+    /// one of the kind's.
+    pub fn default_bytes(&self) -> Option<Vec<u8>> {
+        let number = |text: &str| match text.strip_prefix("0x") {
+            Some(hex) => u64::from_str_radix(hex, 16).ok(),
+            None => text.parse::<u64>().ok(),
+        };
+        match self.kind.as_str() {
+            "string" => Some(self.default.as_bytes().to_vec()),
+            "bool" => match self.default.as_str() {
+                "false" => Some(vec![0]),
+                "true" => Some(vec![1]),
+                _ => None,
+            },
+            "uint32" => number(&self.default)
+                .and_then(|n| u32::try_from(n).ok())
+                .map(|n| n.to_le_bytes().to_vec()),
+            "uint64" => number(&self.default).map(|n| n.to_le_bytes().to_vec()),
+            _ => None,
+        }
+    }
+}
+
 /// One `example` row.
 #[derive(Debug, Clone)]
 pub struct Example {
@@ -331,6 +374,38 @@ impl Model {
             }
             if enames.insert(n.clone(), ()).is_some() {
                 out.push(diag(&f, *line, format!("duplicate error name {n}")));
+            }
+        }
+        out.extend(self.validate_options(global));
+        out
+    }
+
+    /// `option` rows: a known scope, kind and flags (consts of the same file), a default of
+    /// the kind, and each key once per scope.
+    fn validate_options(&self, global: &Model) -> Vec<Diagnostic> {
+        let mut out = Vec::new();
+        let scopes = global.enums.iter().find(|e| e.name == "OptionsScope");
+        let has_const = |name: &str| self.consts.iter().any(|c| c.name == name);
+        let mut keys: BTreeMap<(&str, &str), usize> = BTreeMap::new();
+        for o in &self.options {
+            let mut bad = |message: String| out.push(diag(&o.file, o.line, message));
+            if !scopes.is_some_and(|e| e.variants.iter().any(|(_, v)| *v == o.scope)) {
+                bad(format!("option scope `{}` is not an OptionsScope variant", o.scope));
+            }
+            let kind = format!("OPTION_KIND_{}", o.kind.to_uppercase());
+            if !has_const(&kind) {
+                bad(format!("option kind `{}`: no const {kind} in this file", o.kind));
+            } else if o.default_bytes().is_none() {
+                bad(format!("default `{}` is not a {} value", o.default, o.kind));
+            }
+            for flag in &o.flags {
+                let flag = format!("OPTION_FLAG_{}", flag.to_uppercase());
+                if !has_const(&flag) {
+                    bad(format!("option flag: no const {flag} in this file"));
+                }
+            }
+            if let Some(first) = keys.insert((o.scope.as_str(), o.key.as_str()), o.line) {
+                bad(format!("duplicate option `{}` in scope {} (first at line {first})", o.key, o.scope));
             }
         }
         out

@@ -5,7 +5,7 @@
 //! Each line combinator reads one trimmed line completely (`all_consuming`); what the line
 //! means beyond its shape (versions, types, offsets, duplicates) is checked later by
 //! [`crate::Model::validate_with`], so those diagnostics stay the same whatever the syntax.
-use crate::{Command, Const, Diagnostic, Enum, Example, Field, Model, Retired, Struct, diag};
+use crate::{Command, Const, Diagnostic, Enum, Example, Field, Model, OptionRow, Retired, Struct, diag};
 use nom::branch::alt;
 use nom::bytes::complete::{tag, take_till, take_while1};
 use nom::character::complete::{char, digit1, hex_digit1, space1};
@@ -187,6 +187,14 @@ enum ConstValue<'a> {
 }
 
 /// Runs a line combinator over the whole line.
+/// An `option` row: scope, key, kind, attributes.
+type OptionLine<'a> = (&'a str, &'a str, &'a str, Vec<(&'a str, &'a str)>);
+
+/// `option <Scope> <key> <kind> key=value...` (default=, flags=, doc=).
+fn option_line(i: &str) -> Res<'_, OptionLine<'_>> {
+    preceded(keyword("option"), (terminated(ident, space1), terminated(ident, space1), ident, attrs)).parse(i)
+}
+
 fn whole<'a, O>(line: &'a str, p: impl Parser<&'a str, Output = O, Error = nom::error::Error<&'a str>>) -> Option<O> {
     all_consuming(p).parse(line).ok().map(|(_, o)| o)
 }
@@ -310,6 +318,24 @@ pub fn parse_file(file: &str, text: &str, model: &mut Model) -> Result<(), Vec<D
                     model.retired.push(Retired { code, name: name.unwrap_or("").into(), since: a.string("since"), file: file.into(), line: ln });
                 }
                 None => errs.push(expected("retired <code> <name> [since=<v>]")),
+            },
+            "option" => match whole(t, option_line) {
+                Some((scope, key, kind, pairs)) => {
+                    let a = Attrs { pairs };
+                    a.check(&["default", "flags", "doc"], "an option", file, ln, &mut errs);
+                    let flags = a.get("flags").map_or(Vec::new(), |f| f.split(',').map(String::from).collect());
+                    model.options.push(OptionRow {
+                        scope: scope.into(),
+                        key: key.into(),
+                        kind: kind.into(),
+                        flags,
+                        default: a.get("default").unwrap_or("").into(),
+                        description: a.get("doc").unwrap_or("").into(),
+                        file: file.into(),
+                        line: ln,
+                    });
+                }
+                None => errs.push(expected("option <Scope> <key> <kind> [default=<v>] [flags=<a,b>] [doc=\"...\"]")),
             },
             "example" => match whole(t, example_line) {
                 Some((name, version, hex)) => model.examples.push(Example {
@@ -437,6 +463,10 @@ mod tests {
         assert_eq!(whole("error 7 InvalidVersion \"unclosed", error_line), None);
         assert_eq!(whole("example Id 0.12.0 0104", example_line), Some(("Id", "0.12.0", Some("0104"))));
         assert_eq!(whole("example Empty 0.12.0", example_line), Some(("Empty", "0.12.0", None)));
+        assert_eq!(
+            whole("option Topic segment_size uint64 default=1073741824 flags=updatable,resettable doc=\"a b\"", option_line),
+            Some(("Topic", "segment_size", "uint64", vec![("default", "1073741824"), ("flags", "updatable,resettable"), ("doc", "a b")]))
+        );
     }
 
     #[test]

@@ -124,6 +124,7 @@ pub fn emit_frames(m: &Model, g: &Model, source: &str) -> String {
     let consts = m.consts.iter().map(emit_const);
     let commands = emit_commands(m);
     let dispatch = emit_dispatch(m, g);
+    let options = emit_options(m);
     file(
         &from_spec(source),
         quote! {
@@ -136,8 +137,54 @@ pub fn emit_frames(m: &Model, g: &Model, source: &str) -> String {
             #variable
             #commands
             #dispatch
+            #options
         },
     )
+}
+
+/// The option catalog of a file's `option` rows: an `OptionSpec` type and one
+/// `<SCOPE>_OPTIONS` slice per scope, rows in spec order. Nothing when there are none.
+fn emit_options(m: &Model) -> TokenStream {
+    if m.options.is_empty() {
+        return quote!();
+    }
+    let mut scopes: Vec<&str> = Vec::new();
+    for o in &m.options {
+        if !scopes.contains(&o.scope.as_str()) {
+            scopes.push(&o.scope);
+        }
+    }
+    let catalogs = scopes.iter().map(|scope| {
+        let name = format_ident!("{}_OPTIONS", scope.to_uppercase());
+        let d = doc(&format!("The `{scope}` scope's options (`option {scope}` rows of spec/{}).", m.options[0].file.trim_start_matches("spec/")));
+        let rows = m.options.iter().filter(|o| o.scope == *scope).map(|o| {
+            let (key, description) = (o.key.as_str(), o.description.as_str());
+            let kind = format_ident!("OPTION_KIND_{}", o.kind.to_uppercase());
+            let flags: Vec<Ident> = o.flags.iter().map(|f| format_ident!("OPTION_FLAG_{}", f.to_uppercase())).collect();
+            let flags = if flags.is_empty() { quote!(0) } else { quote!(#(#flags)|*) };
+            let default = Literal::byte_string(&o.default_bytes().expect("validated default"));
+            quote! {
+                OptionSpec { key: #key, kind: #kind, flags: #flags, default: #default, description: #description },
+            }
+        });
+        quote! { #d pub const #name: &[OptionSpec] = &[#(#rows)*]; }
+    });
+    quote! {
+        /// One option of a scope's catalog: what options.describe reports and what create and
+        /// update requests are validated against.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub struct OptionSpec {
+            pub key: &'static str,
+            /// An `OPTION_KIND_*` value kind.
+            pub kind: u8,
+            /// `OPTION_FLAG_*` bits.
+            pub flags: u8,
+            /// The value bytes a describe reports as the default.
+            pub default: &'static [u8],
+            pub description: &'static str,
+        }
+        #(#catalogs)*
+    }
 }
 
 /// `pub const NAME: <type> = <value>;` of a `const` row.

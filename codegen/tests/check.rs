@@ -50,3 +50,24 @@ fn const_rows_are_checked() {
         "k.spec:4: duplicate const `A` (first at line 1)",
     ]);
 }
+
+#[test]
+fn option_rows_are_checked() {
+    let mut m = iggy_codegen::Model::default();
+    let text = "enum OptionsScope u8\n  1 Topic\nend\nconst OPTION_KIND_UINT32 u8 11\nconst OPTION_FLAG_UPDATABLE u8 1\n\
+        option Topic a uint32 default=7 flags=updatable\n\
+        option Topic a uint32 default=8\n\
+        option Topic b uint32 default=4294967296\n\
+        option Topic c string default=x\n\
+        option Topic d uint32 default=1 flags=hidden\n\
+        option Queue e uint32 default=1\n";
+    iggy_codegen::parse_file("o.spec", text, &mut m).unwrap();
+    let d: Vec<String> = m.validate().iter().map(|d| d.to_string()).collect();
+    assert_eq!(d, vec![
+        "o.spec:7: duplicate option `a` in scope Topic (first at line 6)",
+        "o.spec:8: default `4294967296` is not a uint32 value",
+        "o.spec:9: option kind `string`: no const OPTION_KIND_STRING in this file",
+        "o.spec:10: option flag: no const OPTION_FLAG_HIDDEN in this file",
+        "o.spec:11: option scope `Queue` is not an OptionsScope variant",
+    ]);
+}

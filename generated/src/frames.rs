@@ -2,13 +2,13 @@
 #![allow(clippy::all)]
 #[allow(unused_imports)]
 use iggy_wire::{WireDecode, WireEncode, WireError};
-/// `FRAME_SEALED_COMMANDS` (spec/frames.spec:302).
+/// `FRAME_SEALED_COMMANDS` (spec/frames.spec:304).
 pub const FRAME_SEALED_COMMANDS: u64 = 0x7fff7de80;
-/// `IDENTITY_CHECKSUM_COMMANDS` (spec/frames.spec:304).
+/// `IDENTITY_CHECKSUM_COMMANDS` (spec/frames.spec:306).
 pub const IDENTITY_CHECKSUM_COMMANDS: u64 = 0x80040;
-/// `METADATA_GROUP` (spec/frames.spec:306).
+/// `METADATA_GROUP` (spec/frames.spec:308).
 pub const METADATA_GROUP: u64 = 0x8000000000000000;
-/// `DVC_HEADERS_MAX` (spec/frames.spec:308).
+/// `DVC_HEADERS_MAX` (spec/frames.spec:310).
 pub const DVC_HEADERS_MAX: u32 = 128;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]

@@ -3,9 +3,10 @@
 pub mod commands;
 pub mod errors;
 pub mod frames;
+pub mod options;
 pub mod payloads;
 pub mod protocol;
 pub mod storage;
 pub mod registry;
 /// Hash of every spec file, checked by build.rs.
-pub const SPEC_HASH: u64 = 0xaffc7ba7a8dc4c75;
+pub const SPEC_HASH: u64 = 0xceb0d420033cd97a;

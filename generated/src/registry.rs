@@ -1091,6 +1091,13 @@ pub const STRUCTS: &[StructInfo] = &[
         until: 4294967295,
     },
     StructInfo {
+        name: "PatCreateOp",
+        module: "storage",
+        fixed: None,
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
         name: "OffsetOwnerRecord",
         module: "storage",
         fixed: Some(5),
@@ -1185,6 +1192,41 @@ pub const STRUCTS: &[StructInfo] = &[
         name: "PartitionCheckpointStateV0",
         module: "storage",
         fixed: None,
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
+        name: "VsrCheckpointPrefix",
+        module: "storage",
+        fixed: Some(12),
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
+        name: "VsrClientSession",
+        module: "storage",
+        fixed: None,
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
+        name: "VsrCheckpoint",
+        module: "storage",
+        fixed: None,
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
+        name: "VsrCheckpointV0",
+        module: "storage",
+        fixed: None,
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
+        name: "EntryChecksumInput",
+        module: "storage",
+        fixed: Some(53),
         since: 0,
         until: 4294967295,
     },
@@ -1436,6 +1478,7 @@ pub fn roundtrip(name: &str, input: &[u8]) -> Option<Result<Roundtrip, WireError
         "SnapshotSession" => rt!(crate ::storage::SnapshotSession, input),
         "MetadataSnapshot" => rt!(crate ::storage::MetadataSnapshot, input),
         "MetadataOpEnvelope" => rt!(crate ::storage::MetadataOpEnvelope, input),
+        "PatCreateOp" => rt!(crate ::storage::PatCreateOp, input),
         "OffsetOwnerRecord" => rt!(crate ::storage::OffsetOwnerRecord, input),
         "StoreOffsetOp" => rt!(crate ::storage::StoreOffsetOp, input),
         "StoreOffsetOpV0" => rt!(crate ::storage::StoreOffsetOpV0, input),
@@ -1454,6 +1497,11 @@ pub fn roundtrip(name: &str, input: &[u8]) -> Option<Result<Roundtrip, WireError
         "PartitionCheckpointStateV0" => {
             rt!(crate ::storage::PartitionCheckpointStateV0, input)
         }
+        "VsrCheckpointPrefix" => rt!(crate ::storage::VsrCheckpointPrefix, input),
+        "VsrClientSession" => rt!(crate ::storage::VsrClientSession, input),
+        "VsrCheckpoint" => rt!(crate ::storage::VsrCheckpoint, input),
+        "VsrCheckpointV0" => rt!(crate ::storage::VsrCheckpointV0, input),
+        "EntryChecksumInput" => rt!(crate ::storage::EntryChecksumInput, input),
         "CheckpointSlot" => rt!(crate ::storage::CheckpointSlot, input),
         _ => None,
     }

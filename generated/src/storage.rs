@@ -2,18 +2,24 @@
 #![allow(clippy::all)]
 #[allow(unused_imports)]
 use iggy_wire::{WireDecode, WireEncode, WireError};
-/// `SEGMENT_LOG_EXTENSION` (spec/storage.spec:20).
+/// `CLUSTER_NAME_DEFAULT` (spec/storage.spec:28).
+pub const CLUSTER_NAME_DEFAULT: &str = "iggy";
+/// `SEGMENT_LOG_EXTENSION` (spec/storage.spec:31).
 pub const SEGMENT_LOG_EXTENSION: &str = "log";
-/// `SEGMENT_INDEX_EXTENSION` (spec/storage.spec:21).
+/// `SEGMENT_INDEX_EXTENSION` (spec/storage.spec:32).
 pub const SEGMENT_INDEX_EXTENSION: &str = "index";
-/// `SEGMENT_NAME_DIGITS` (spec/storage.spec:22).
+/// `SEGMENT_NAME_DIGITS` (spec/storage.spec:33).
 pub const SEGMENT_NAME_DIGITS: u32 = 20;
-/// `SNAPSHOT_MAGIC` (spec/storage.spec:50).
+/// `SNAPSHOT_MAGIC` (spec/storage.spec:61).
 pub const SNAPSHOT_MAGIC: [u8; 8] = *b"IGGYMETA";
-/// `STORAGE_MARKER_FILE` (spec/storage.spec:64).
+/// `STORAGE_MARKER_FILE` (spec/storage.spec:75).
 pub const STORAGE_MARKER_FILE: &str = "storage.format";
-/// `STORAGE_MARKER_SIZE_MAX` (spec/storage.spec:65).
+/// `STORAGE_MARKER_SIZE_MAX` (spec/storage.spec:76).
 pub const STORAGE_MARKER_SIZE_MAX: u64 = 256;
+/// `VSR_CHECKPOINT_MAGIC` (spec/storage.spec:247).
+pub const VSR_CHECKPOINT_MAGIC: [u8; 4] = *b"VSPL";
+/// `VSR_CHECKPOINT_MAGIC_V0` (spec/storage.spec:248).
+pub const VSR_CHECKPOINT_MAGIC_V0: [u8; 4] = *b"VSPK";
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]
 pub enum OffsetOwnerKind {
@@ -1689,6 +1695,241 @@ impl<'a> WireDecode<'a> for GroupDeletion {
         Self::decode_fixed(b)
     }
 }
+/// Fixed-layout `VsrCheckpointPrefix`, 12 bytes: the first bytes of a vsr checkpoint, either layout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VsrCheckpointPrefix {
+    /// VSR_CHECKPOINT_MAGIC, or VSR_CHECKPOINT_MAGIC_V0 for VsrCheckpointV0
+    pub magic: [u8; 4],
+    /// every byte of the checkpoint, seal included
+    pub total_length: u64,
+}
+impl VsrCheckpointPrefix {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 12;
+    /// Byte offset of `magic`.
+    pub const MAGIC_OFFSET: usize = 0;
+    /// Size of `magic` in bytes.
+    pub const MAGIC_SIZE: usize = 4;
+    /// Byte offset of `total_length`.
+    pub const TOTAL_LENGTH_OFFSET: usize = 4;
+    /// Size of `total_length` in bytes.
+    pub const TOTAL_LENGTH_SIZE: usize = 8;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
+        }
+        let magic = iggy_wire::get_at::<4>(buf, 0);
+        let total_length = <u64>::decode_exact(&buf[4..12])
+            .map_err(|_| WireError::InvalidValue {
+                field: "total_length",
+            })?;
+        Ok(Self { magic, total_length })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.magic);
+        iggy_wire::put_at(out, 4, &self.total_length.to_wire_bytes());
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 12] {
+        let mut b = [0u8; 12];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for VsrCheckpointPrefix {
+    /// All-zero bytes.
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 12]).expect("zero bytes decode")
+    }
+}
+const _: () = assert!(VsrCheckpointPrefix::SIZE == 12);
+const _: () = assert!(VsrCheckpointPrefix::MAGIC_OFFSET + 4 <= 12);
+const _: () = assert!(VsrCheckpointPrefix::TOTAL_LENGTH_OFFSET + 8 <= 12);
+impl iggy_wire::WireJson for VsrCheckpointPrefix {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"magic\":");
+        iggy_wire::WireJson::write_json(&self.magic, out);
+        out.push_str(",\"total_length\":");
+        iggy_wire::WireJson::write_json(&self.total_length, out);
+        out.push('}');
+    }
+}
+impl WireEncode for VsrCheckpointPrefix {
+    fn encoded_size(&self) -> usize {
+        12
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for VsrCheckpointPrefix {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 12)?;
+        Self::decode_fixed(b)
+    }
+}
+/// Fixed-layout `EntryChecksumInput`, 53 bytes: what an entry's checksum hashes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EntryChecksumInput {
+    pub op: u64,
+    pub view: u32,
+    pub client: u128,
+    pub request: u64,
+    pub operation: u8,
+    pub body_length: u64,
+    /// XxHash3-64 of the body
+    pub body_hash: u64,
+}
+impl EntryChecksumInput {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 53;
+    /// Byte offset of `op`.
+    pub const OP_OFFSET: usize = 0;
+    /// Size of `op` in bytes.
+    pub const OP_SIZE: usize = 8;
+    /// Byte offset of `view`.
+    pub const VIEW_OFFSET: usize = 8;
+    /// Size of `view` in bytes.
+    pub const VIEW_SIZE: usize = 4;
+    /// Byte offset of `client`.
+    pub const CLIENT_OFFSET: usize = 12;
+    /// Size of `client` in bytes.
+    pub const CLIENT_SIZE: usize = 16;
+    /// Byte offset of `request`.
+    pub const REQUEST_OFFSET: usize = 28;
+    /// Size of `request` in bytes.
+    pub const REQUEST_SIZE: usize = 8;
+    /// Byte offset of `operation`.
+    pub const OPERATION_OFFSET: usize = 36;
+    /// Size of `operation` in bytes.
+    pub const OPERATION_SIZE: usize = 1;
+    /// Byte offset of `body_length`.
+    pub const BODY_LENGTH_OFFSET: usize = 37;
+    /// Size of `body_length` in bytes.
+    pub const BODY_LENGTH_SIZE: usize = 8;
+    /// Byte offset of `body_hash`.
+    pub const BODY_HASH_OFFSET: usize = 45;
+    /// Size of `body_hash` in bytes.
+    pub const BODY_HASH_SIZE: usize = 8;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
+        }
+        let op = <u64>::decode_exact(&buf[0..8])
+            .map_err(|_| WireError::InvalidValue {
+                field: "op",
+            })?;
+        let view = <u32>::decode_exact(&buf[8..12])
+            .map_err(|_| WireError::InvalidValue {
+                field: "view",
+            })?;
+        let client = <u128>::decode_exact(&buf[12..28])
+            .map_err(|_| WireError::InvalidValue {
+                field: "client",
+            })?;
+        let request = <u64>::decode_exact(&buf[28..36])
+            .map_err(|_| WireError::InvalidValue {
+                field: "request",
+            })?;
+        let operation = <u8>::decode_exact(&buf[36..37])
+            .map_err(|_| WireError::InvalidValue {
+                field: "operation",
+            })?;
+        let body_length = <u64>::decode_exact(&buf[37..45])
+            .map_err(|_| WireError::InvalidValue {
+                field: "body_length",
+            })?;
+        let body_hash = <u64>::decode_exact(&buf[45..53])
+            .map_err(|_| WireError::InvalidValue {
+                field: "body_hash",
+            })?;
+        Ok(Self {
+            op,
+            view,
+            client,
+            request,
+            operation,
+            body_length,
+            body_hash,
+        })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.op.to_wire_bytes());
+        iggy_wire::put_at(out, 8, &self.view.to_wire_bytes());
+        iggy_wire::put_at(out, 12, &self.client.to_wire_bytes());
+        iggy_wire::put_at(out, 28, &self.request.to_wire_bytes());
+        iggy_wire::put_at(out, 36, &self.operation.to_wire_bytes());
+        iggy_wire::put_at(out, 37, &self.body_length.to_wire_bytes());
+        iggy_wire::put_at(out, 45, &self.body_hash.to_wire_bytes());
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 53] {
+        let mut b = [0u8; 53];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for EntryChecksumInput {
+    /// All-zero bytes.
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 53]).expect("zero bytes decode")
+    }
+}
+const _: () = assert!(EntryChecksumInput::SIZE == 53);
+const _: () = assert!(EntryChecksumInput::OP_OFFSET + 8 <= 53);
+const _: () = assert!(EntryChecksumInput::VIEW_OFFSET + 4 <= 53);
+const _: () = assert!(EntryChecksumInput::CLIENT_OFFSET + 16 <= 53);
+const _: () = assert!(EntryChecksumInput::REQUEST_OFFSET + 8 <= 53);
+const _: () = assert!(EntryChecksumInput::OPERATION_OFFSET + 1 <= 53);
+const _: () = assert!(EntryChecksumInput::BODY_LENGTH_OFFSET + 8 <= 53);
+const _: () = assert!(EntryChecksumInput::BODY_HASH_OFFSET + 8 <= 53);
+impl iggy_wire::WireJson for EntryChecksumInput {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"op\":");
+        iggy_wire::WireJson::write_json(&self.op, out);
+        out.push_str(",\"view\":");
+        iggy_wire::WireJson::write_json(&self.view, out);
+        out.push_str(",\"client\":");
+        iggy_wire::WireJson::write_json(&self.client, out);
+        out.push_str(",\"request\":");
+        iggy_wire::WireJson::write_json(&self.request, out);
+        out.push_str(",\"operation\":");
+        iggy_wire::WireJson::write_json(&self.operation, out);
+        out.push_str(",\"body_length\":");
+        iggy_wire::WireJson::write_json(&self.body_length, out);
+        out.push_str(",\"body_hash\":");
+        iggy_wire::WireJson::write_json(&self.body_hash, out);
+        out.push('}');
+    }
+}
+impl WireEncode for EntryChecksumInput {
+    fn encoded_size(&self) -> usize {
+        53
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for EntryChecksumInput {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 53)?;
+        Self::decode_fixed(b)
+    }
+}
 /// Variable-length `SnapshotConsumerGroup`.
 #[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
 pub struct SnapshotConsumerGroup<'a> {
@@ -1805,6 +2046,16 @@ pub struct MetadataOpEnvelope<'a> {
     #[wire(rest)]
     pub request: &'a [u8],
 }
+/// Variable-length `PatCreateOp`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct PatCreateOp<'a> {
+    /// the client's request as sent
+    #[wire(plain)]
+    pub request: crate::payloads::CreatePersonalAccessTokenRequest<'a>,
+    /// what the model keeps (iggy_metadata::machine::token_hash of the token)
+    #[wire(plain)]
+    pub token_hash: [u8; 32],
+}
 /// Variable-length `SessionRetirementOp`.
 #[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
 pub struct SessionRetirementOp {
@@ -1830,6 +2081,67 @@ pub struct PartitionCheckpointStateV0 {
     pub next_offset: u64,
     #[wire(vec(u32, plain))]
     pub offsets: Vec<crate::storage::StoredOffset>,
+}
+/// Variable-length `VsrClientSession`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct VsrClientSession<'a> {
+    #[wire(plain)]
+    pub client: u128,
+    /// the op the client's register committed at
+    #[wire(plain)]
+    pub session: u64,
+    /// the client's latest committed request number
+    #[wire(plain)]
+    pub request: u64,
+    /// the op that request committed at (at or below the checkpoint's op)
+    #[wire(plain)]
+    pub reply_op: u64,
+    /// its reply, replayed to a duplicate
+    #[wire(bytes(u32))]
+    pub reply: &'a [u8],
+}
+/// Variable-length `VsrCheckpoint`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct VsrCheckpoint<'a> {
+    /// VSR_CHECKPOINT_MAGIC
+    #[wire(plain)]
+    pub magic: [u8; 4],
+    #[wire(plain)]
+    pub total_length: u64,
+    #[wire(plain)]
+    pub op: u64,
+    /// of the entry at op (0 when op is 0)
+    #[wire(plain)]
+    pub view: u32,
+    /// of the entry at op (0 when op is 0): the parent of the journal's next record
+    #[wire(plain)]
+    pub checksum: u64,
+    /// the client table's committed capacity; 0 while none is nominated
+    #[wire(plain)]
+    pub clients_max: u32,
+    #[wire(vec(u32, plain))]
+    pub clients: Vec<crate::storage::VsrClientSession<'a>>,
+    #[wire(plain)]
+    pub seal: u64,
+}
+/// Variable-length `VsrCheckpointV0`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct VsrCheckpointV0<'a> {
+    /// VSR_CHECKPOINT_MAGIC_V0
+    #[wire(plain)]
+    pub magic: [u8; 4],
+    #[wire(plain)]
+    pub total_length: u64,
+    #[wire(plain)]
+    pub op: u64,
+    #[wire(plain)]
+    pub view: u32,
+    #[wire(plain)]
+    pub checksum: u64,
+    #[wire(vec(u32, plain))]
+    pub clients: Vec<crate::storage::VsrClientSession<'a>>,
+    #[wire(plain)]
+    pub seal: u64,
 }
 /// Variable-length `CheckpointSlot`.
 #[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]

@@ -19,6 +19,7 @@ mod external_offsets;
 mod fail_stop;
 mod framing;
 mod id_reuse;
+mod journal;
 mod lifecycle;
 mod limits;
 mod messages;

@@ -17,7 +17,7 @@ use iggy_storage::partition_log::{self, LogCheck};
 use iggy_storage::verify::{self as checks, Finding, Severity};
 
 use crate::consensus::group::load_checkpoint;
-use crate::consensus::wal::{self, JournalCheck, JournalEntry};
+use crate::consensus::wal::{self, Anchor, JournalCheck, JournalEntry};
 
 /// Exit code when at least one error was found.
 pub const EXIT_ERRORS: u8 = 1;
@@ -140,7 +140,7 @@ async fn check_group(dir: &Path, kind: GroupKind<'_>, report: &mut Report) {
         let message = format!("damaged ({why}); start-up uses the other slot");
         report.findings.push(Finding::warning(path, None, message));
     }
-    let checkpoint_op = start.op();
+    let anchor = Anchor::after(start.checkpoint.as_ref().map(|loaded| &loaded.replica));
     let (checkpoint_path, state) = match start.checkpoint {
         Some(loaded) => (loaded.path, Some(loaded.state)),
         None => (dir.join("checkpoint.0"), None),
@@ -173,7 +173,7 @@ async fn check_group(dir: &Path, kind: GroupKind<'_>, report: &mut Report) {
             return;
         }
     };
-    let journal = wal::check(&bytes, checkpoint_op);
+    let journal = wal::check(&bytes, anchor);
     report
         .findings
         .extend(journal_findings(&journal_path, &journal, &kind));

@@ -12,11 +12,10 @@ use iggy_generated::errors::ErrorCode;
 use iggy_generated::frames::Operation;
 use iggy_generated::payloads::{
     ChangePasswordRequest, ConsumerGroupIdRequest, CreateConsumerGroupRequest,
-    CreatePartitionsRequest, CreatePersonalAccessTokenRequest, CreateStreamRequest,
-    CreateTopicRequest, CreateUserRequest, DeletePartitionsRequest,
-    DeletePersonalAccessTokenRequest, DeleteUserRequest, SessionRecord, StreamIdRequest,
-    StreamResourcePatch, TopicIdRequest, TopicResourcePatch, UpdatePermissionsRequest,
-    UpdateResourceRequest, UserResourcePatch,
+    CreatePartitionsRequest, CreateStreamRequest, CreateTopicRequest, CreateUserRequest,
+    DeletePartitionsRequest, DeletePersonalAccessTokenRequest, DeleteUserRequest, SessionRecord,
+    StreamIdRequest, StreamResourcePatch, TopicIdRequest, TopicResourcePatch,
+    UpdatePermissionsRequest, UpdateResourceRequest, UserResourcePatch,
 };
 use iggy_generated::storage::SessionRetirementOp;
 use iggy_wire::{WireDecode, WireEncode};
@@ -33,6 +32,7 @@ fn decode<'a, T: WireDecode<'a>>(bytes: &'a [u8]) -> Result<T, ErrorCode> {
 /// A metadata op's body as journaled: what the primary decided (time, acting user) and the
 /// client's request bytes (the spec's `MetadataOpEnvelope`, spec/storage.spec).
 pub use iggy_generated::storage::MetadataOpEnvelope as Envelope;
+use iggy_generated::storage::PatCreateOp;
 
 /// Encodes a metadata op's journaled body.
 pub fn envelope(timestamp: u64, user_id: u32, request: &[u8]) -> Bytes {
@@ -350,17 +350,15 @@ fn apply_user_op(
             Ok(Vec::new())
         }
         Operation::CreatePersonalAccessToken => {
-            let split = request
-                .len()
-                .checked_sub(32)
-                .ok_or(ErrorCode::InvalidFormat)?;
-            let (body, hash) = request.split_at(split);
-            let token: CreatePersonalAccessTokenRequest = decode(body)?;
+            let PatCreateOp {
+                request: token,
+                token_hash,
+            } = decode(request)?;
             // 0 and u64::MAX both mean that the token never expires.
             let expiry_at = (token.expiry != 0 && token.expiry != u64::MAX)
                 .then(|| now.saturating_add(token.expiry));
             let mut record = token_record(user_id, token.name, "", expiry_at);
-            record.token_hash.copy_from_slice(hash);
+            record.token_hash = token_hash;
             metadata.create_token(record)?;
             // The token itself is added to the reply by the primary that made it.
             Ok(Vec::new())
@@ -462,6 +460,24 @@ mod tests {
     use super::*;
     use iggy_generated::payloads::Identifier;
     use iggy_wire::WireEncode;
+
+    /// Journals written before the spec declared `PatCreateOp` hold the client's request bytes
+    /// with the 32-byte hash appended: the generated layout is those bytes.
+    #[test]
+    fn a_pat_create_body_is_the_request_then_the_hash_as_journaled_before() {
+        let request = iggy_generated::payloads::CreatePersonalAccessTokenRequest {
+            name: "ci",
+            expiry: 5,
+        };
+        let mut written_before = request.to_wire_bytes();
+        written_before.extend_from_slice(&[7; 32]);
+        let op = PatCreateOp {
+            request,
+            token_hash: [7; 32],
+        };
+        assert_eq!(op.to_wire_bytes(), written_before);
+        assert_eq!(decode::<PatCreateOp>(&written_before), Ok(op));
+    }
 
     fn request<T: WireEncode>(value: &T) -> Vec<u8> {
         let mut out = Vec::new();

@@ -133,155 +133,24 @@ mod tests {
     }
 }
 
-/// Value kinds of option entries (the user-header kinds).
+/// Value kinds of option entries (the user-header kinds), spec/options.spec.
 pub mod kind {
-    pub const STRING: u8 = 2;
-    pub const BOOL: u8 = 3;
-    pub const UINT32: u8 = 11;
-    pub const UINT64: u8 = 12;
+    pub use iggy_generated::options::{
+        OPTION_KIND_BOOL as BOOL, OPTION_KIND_STRING as STRING, OPTION_KIND_UINT32 as UINT32,
+        OPTION_KIND_UINT64 as UINT64,
+    };
 }
 
-/// Descriptor flags reported by options.describe (13).
+/// Descriptor flags reported by options.describe (13), spec/options.spec.
 pub mod flag {
-    pub const UPDATABLE: u8 = 1;
-    pub const RESETTABLE: u8 = 1 << 1;
-    pub const READ_ONLY: u8 = 1 << 3;
+    pub use iggy_generated::options::{
+        OPTION_FLAG_READ_ONLY as READ_ONLY, OPTION_FLAG_RESETTABLE as RESETTABLE,
+        OPTION_FLAG_UPDATABLE as UPDATABLE,
+    };
 }
 
-/// One option this server understands, for options.describe.
-pub struct OptionSpec {
-    pub key: &'static str,
-    pub kind: u8,
-    pub flags: u8,
-    pub default: &'static [u8],
-    pub description: &'static str,
-}
-
-const NEVER: &[u8] = &u64::MAX.to_le_bytes();
-const ONE_GIB: &[u8] = &(1u64 << 30).to_le_bytes();
-const SAVE_EVERY: &[u8] = &1024u32.to_le_bytes();
-
-// TODO(spec): the option catalog is data; move it into spec/ with the other declarations.
-pub const TOPIC_OPTIONS: &[OptionSpec] = &[
-    OptionSpec {
-        key: "name",
-        kind: kind::STRING,
-        flags: flag::UPDATABLE,
-        default: b"",
-        description: "Topic name, unique in its stream",
-    },
-    OptionSpec {
-        key: "compression_algorithm",
-        kind: kind::STRING,
-        flags: 0,
-        default: b"none",
-        description: "Compression of stored messages: none or gzip",
-    },
-    OptionSpec {
-        key: "message_expiry",
-        kind: kind::UINT64,
-        flags: flag::UPDATABLE | flag::RESETTABLE,
-        default: NEVER,
-        description: "Messages older than this many microseconds are deleted with their segment; u64::MAX never expires",
-    },
-    OptionSpec {
-        key: "max_topic_size",
-        kind: kind::UINT64,
-        flags: flag::UPDATABLE | flag::RESETTABLE,
-        default: NEVER,
-        description: "Oldest closed segments are deleted while the topic is larger, in bytes; u64::MAX is unlimited",
-    },
-    OptionSpec {
-        key: "segment_size",
-        kind: kind::UINT64,
-        flags: 0,
-        default: ONE_GIB,
-        description: "Segment size in bytes",
-    },
-    OptionSpec {
-        key: "durability",
-        kind: kind::STRING,
-        flags: 0,
-        default: b"replicated",
-        description: "Message acknowledgement: replicated (journaled) or persisted (fsynced)",
-    },
-    OptionSpec {
-        key: "consumer_offset_durability",
-        kind: kind::STRING,
-        flags: 0,
-        default: b"replicated",
-        description: "Offset acknowledgement: replicated (journaled) or persisted (fsynced)",
-    },
-    OptionSpec {
-        key: "partition_resize_policy",
-        kind: kind::STRING,
-        flags: 0,
-        default: b"mutable",
-        description: "mutable allows adding and deleting partitions; fixed refuses both",
-    },
-    OptionSpec {
-        key: "messages_required_to_save",
-        kind: kind::UINT32,
-        flags: 0,
-        default: SAVE_EVERY,
-        description: "Accepted for compatibility; every message is journaled on arrival",
-    },
-    OptionSpec {
-        key: "preallocate_segments",
-        kind: kind::BOOL,
-        flags: 0,
-        default: &[0],
-        description: "Accepted for compatibility; segments grow as written",
-    },
-];
-
-pub const STREAM_OPTIONS: &[OptionSpec] = &[
-    OptionSpec {
-        key: "name",
-        kind: kind::STRING,
-        flags: flag::UPDATABLE,
-        default: b"",
-        description: "Stream name, unique on the server",
-    },
-    OptionSpec {
-        key: "encryption_key_source",
-        kind: kind::STRING,
-        flags: flag::READ_ONLY,
-        default: b"",
-        description: "Maintained by the server",
-    },
-    OptionSpec {
-        key: "encryption_key_fingerprint",
-        kind: kind::STRING,
-        flags: flag::READ_ONLY,
-        default: b"",
-        description: "Maintained by the server",
-    },
-    OptionSpec {
-        key: "encryption_kek_fingerprint",
-        kind: kind::STRING,
-        flags: flag::READ_ONLY,
-        default: b"",
-        description: "Maintained by the server",
-    },
-];
-
-pub const USER_OPTIONS: &[OptionSpec] = &[
-    OptionSpec {
-        key: "username",
-        kind: kind::STRING,
-        flags: flag::UPDATABLE,
-        default: b"",
-        description: "Login name, unique on the server",
-    },
-    OptionSpec {
-        key: "status",
-        kind: kind::STRING,
-        flags: flag::UPDATABLE,
-        default: b"active",
-        description: "active or inactive; inactive users cannot log in",
-    },
-];
+/// The option catalog is data: declared in spec/options.spec, generated.
+pub use iggy_generated::options::{OptionSpec, STREAM_OPTIONS, TOPIC_OPTIONS, USER_OPTIONS};
 
 /// Segment sizes a topic may ask for: 1 MiB..=1 GiB, in 512-byte steps.
 const SEGMENT_SIZE_MIN: u64 = 1 << 20;
@@ -369,4 +238,158 @@ fn check_value(key: &str, value: &[u8]) -> Result<(), ErrorCode> {
 /// A size or expiry option: `u64::MAX` (and 0) mean unlimited.
 pub fn limit(value: u64) -> Option<u64> {
     (value != 0 && value != u64::MAX).then_some(value)
+}
+
+/// The catalog as it was written by hand before spec/options.spec declared it: the generated
+/// one must describe exactly the same options, in the same order.
+#[cfg(test)]
+mod catalog_before_spec {
+    use super::OptionSpec;
+
+    /// Value kinds of option entries (the user-header kinds).
+    mod kind {
+        pub const STRING: u8 = 2;
+        pub const BOOL: u8 = 3;
+        pub const UINT32: u8 = 11;
+        pub const UINT64: u8 = 12;
+    }
+
+    /// Descriptor flags reported by options.describe (13).
+    mod flag {
+        pub const UPDATABLE: u8 = 1;
+        pub const RESETTABLE: u8 = 1 << 1;
+        pub const READ_ONLY: u8 = 1 << 3;
+    }
+
+    const NEVER: &[u8] = &u64::MAX.to_le_bytes();
+    const ONE_GIB: &[u8] = &(1u64 << 30).to_le_bytes();
+    const SAVE_EVERY: &[u8] = &1024u32.to_le_bytes();
+
+    pub(super) const TOPIC_OPTIONS: &[OptionSpec] = &[
+        OptionSpec {
+            key: "name",
+            kind: kind::STRING,
+            flags: flag::UPDATABLE,
+            default: b"",
+            description: "Topic name, unique in its stream",
+        },
+        OptionSpec {
+            key: "compression_algorithm",
+            kind: kind::STRING,
+            flags: 0,
+            default: b"none",
+            description: "Compression of stored messages: none or gzip",
+        },
+        OptionSpec {
+            key: "message_expiry",
+            kind: kind::UINT64,
+            flags: flag::UPDATABLE | flag::RESETTABLE,
+            default: NEVER,
+            description: "Messages older than this many microseconds are deleted with their segment; u64::MAX never expires",
+        },
+        OptionSpec {
+            key: "max_topic_size",
+            kind: kind::UINT64,
+            flags: flag::UPDATABLE | flag::RESETTABLE,
+            default: NEVER,
+            description: "Oldest closed segments are deleted while the topic is larger, in bytes; u64::MAX is unlimited",
+        },
+        OptionSpec {
+            key: "segment_size",
+            kind: kind::UINT64,
+            flags: 0,
+            default: ONE_GIB,
+            description: "Segment size in bytes",
+        },
+        OptionSpec {
+            key: "durability",
+            kind: kind::STRING,
+            flags: 0,
+            default: b"replicated",
+            description: "Message acknowledgement: replicated (journaled) or persisted (fsynced)",
+        },
+        OptionSpec {
+            key: "consumer_offset_durability",
+            kind: kind::STRING,
+            flags: 0,
+            default: b"replicated",
+            description: "Offset acknowledgement: replicated (journaled) or persisted (fsynced)",
+        },
+        OptionSpec {
+            key: "partition_resize_policy",
+            kind: kind::STRING,
+            flags: 0,
+            default: b"mutable",
+            description: "mutable allows adding and deleting partitions; fixed refuses both",
+        },
+        OptionSpec {
+            key: "messages_required_to_save",
+            kind: kind::UINT32,
+            flags: 0,
+            default: SAVE_EVERY,
+            description: "Accepted for compatibility; every message is journaled on arrival",
+        },
+        OptionSpec {
+            key: "preallocate_segments",
+            kind: kind::BOOL,
+            flags: 0,
+            default: &[0],
+            description: "Accepted for compatibility; segments grow as written",
+        },
+    ];
+
+    pub(super) const STREAM_OPTIONS: &[OptionSpec] = &[
+        OptionSpec {
+            key: "name",
+            kind: kind::STRING,
+            flags: flag::UPDATABLE,
+            default: b"",
+            description: "Stream name, unique on the server",
+        },
+        OptionSpec {
+            key: "encryption_key_source",
+            kind: kind::STRING,
+            flags: flag::READ_ONLY,
+            default: b"",
+            description: "Maintained by the server",
+        },
+        OptionSpec {
+            key: "encryption_key_fingerprint",
+            kind: kind::STRING,
+            flags: flag::READ_ONLY,
+            default: b"",
+            description: "Maintained by the server",
+        },
+        OptionSpec {
+            key: "encryption_kek_fingerprint",
+            kind: kind::STRING,
+            flags: flag::READ_ONLY,
+            default: b"",
+            description: "Maintained by the server",
+        },
+    ];
+
+    pub(super) const USER_OPTIONS: &[OptionSpec] = &[
+        OptionSpec {
+            key: "username",
+            kind: kind::STRING,
+            flags: flag::UPDATABLE,
+            default: b"",
+            description: "Login name, unique on the server",
+        },
+        OptionSpec {
+            key: "status",
+            kind: kind::STRING,
+            flags: flag::UPDATABLE,
+            default: b"active",
+            description: "active or inactive; inactive users cannot log in",
+        },
+    ];
+
+    #[test]
+    fn the_generated_catalog_is_the_hand_written_one() {
+        assert_eq!(super::TOPIC_OPTIONS, TOPIC_OPTIONS);
+        assert_eq!(super::STREAM_OPTIONS, STREAM_OPTIONS);
+        assert_eq!(super::USER_OPTIONS, USER_OPTIONS);
+    }
 }

@@ -5,21 +5,22 @@
 //! checkpoint still replay their replies) and the position of the log (`op`, the view and
 //! checksum of the entry at `op`).
 //!
-//! Encoding (little-endian): magic `u32`, total length `u64` (every byte, checksum included),
-//! `op u64`, `view u32`, `checksum u64`, the committed client-table capacity `u32` (0: none
-//! nominated yet; absent in checkpoints with the older magic), client count `u32`, then per client `client u128`,
-//! `session u64`, `request u64`, `reply_op u64`, reply length `u32`, reply bytes; and last the
-//! FNV-1a checksum `u64` of every preceding byte. A torn or truncated checkpoint fails `decode`.
+//! Encoding: `VsrCheckpoint` of spec/storage.spec (the generated `iggy_generated::storage`
+//! codec), sealed by the FNV-1a checksum of every byte before the seal; checkpoints of the
+//! earlier layout (`VsrCheckpointV0`, no capacity) still decode. A torn or truncated checkpoint
+//! fails `decode`.
 
 use crate::client_table::ClientSession;
 use crate::message::Fnv;
 use bytes::Bytes;
+use iggy_generated::storage::{
+    VSR_CHECKPOINT_MAGIC, VSR_CHECKPOINT_MAGIC_V0, VsrCheckpoint, VsrCheckpointPrefix,
+    VsrCheckpointV0, VsrClientSession,
+};
+use iggy_wire::{WireDecode, WireEncode};
 
-const MAGIC: u32 = 0x4c50_5356; // "VSPL"
-/// Checkpoints written before the capacity was kept (no `clients_max` field).
-const MAGIC_WITHOUT_LIMITS: u32 = 0x4b50_5356; // "VSPK"
-const HEADER: usize = 4 + 8 + 8 + 4 + 8 + 4 + 4;
-const ROW: usize = 16 + 8 + 8 + 8 + 4;
+/// The trailing seal (`seal u64`), which covers every byte before it.
+const SEAL_SIZE: usize = size_of::<u64>();
 
 /// Replicated state through `op`, persisted by the shell next to its state machine.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -65,102 +66,91 @@ impl std::fmt::Display for CheckpointError {
 impl std::error::Error for CheckpointError {}
 
 impl Checkpoint {
-    /// Serializes the checkpoint (see the module doc for the layout).
+    /// Serializes the checkpoint (spec/storage.spec `VsrCheckpoint`).
     pub fn encode(&self) -> Vec<u8> {
-        let replies: usize = self.clients.iter().map(|(_, s)| s.reply.len()).sum();
-        let total = HEADER + self.clients.len() * ROW + replies + 8;
-        let mut out = Vec::with_capacity(total);
-        out.extend_from_slice(&MAGIC.to_le_bytes());
-        out.extend_from_slice(&(total as u64).to_le_bytes());
-        out.extend_from_slice(&self.op.to_le_bytes());
-        out.extend_from_slice(&self.view.to_le_bytes());
-        out.extend_from_slice(&self.checksum.to_le_bytes());
         let clients_max = self.clients_max.map_or(0, |max| {
             u32::try_from(max).expect("client table capacity fits u32")
         });
-        out.extend_from_slice(&clients_max.to_le_bytes());
-        let count = u32::try_from(self.clients.len()).expect("client count fits u32");
-        out.extend_from_slice(&count.to_le_bytes());
-        for (client, session) in &self.clients {
-            out.extend_from_slice(&client.to_le_bytes());
-            out.extend_from_slice(&session.session.to_le_bytes());
-            out.extend_from_slice(&session.request.to_le_bytes());
-            out.extend_from_slice(&session.reply_op.to_le_bytes());
-            let len = u32::try_from(session.reply.len()).expect("reply length fits u32");
-            out.extend_from_slice(&len.to_le_bytes());
-            out.extend_from_slice(&session.reply);
-        }
-        let mut hash = Fnv::new();
-        hash.write(&out);
-        out.extend_from_slice(&hash.finish().to_le_bytes());
-        debug_assert_eq!(out.len(), total);
+        let clients = self
+            .clients
+            .iter()
+            .map(|(client, session)| VsrClientSession {
+                client: *client,
+                session: session.session,
+                request: session.request,
+                reply_op: session.reply_op,
+                reply: &session.reply,
+            })
+            .collect();
+        let mut record = VsrCheckpoint {
+            magic: VSR_CHECKPOINT_MAGIC,
+            total_length: 0,
+            op: self.op,
+            view: self.view,
+            checksum: self.checksum,
+            clients_max,
+            clients,
+            seal: 0,
+        };
+        record.total_length = record.encoded_size() as u64;
+        let mut out = record.to_wire_bytes();
+        let sealed = out.len() - SEAL_SIZE;
+        let seal = fnv(&out[..sealed]);
+        out[sealed..].copy_from_slice(&seal.to_le_bytes());
         out
     }
 
-    /// Parses and verifies bytes produced by [`Checkpoint::encode`].
+    /// Parses and verifies bytes produced by [`Checkpoint::encode`] (or by a build that wrote
+    /// `VsrCheckpointV0`).
     pub fn decode(bytes: &[u8]) -> Result<Checkpoint, CheckpointError> {
-        if bytes.len() < HEADER - 4 + 8 {
-            return Err(CheckpointError::Truncated);
-        }
-        let mut reader = Reader { bytes, at: 0 };
-        let with_limits = match reader.u32()? {
-            MAGIC => true,
-            MAGIC_WITHOUT_LIMITS => false,
+        let prefix = bytes
+            .get(..VsrCheckpointPrefix::SIZE)
+            .and_then(|prefix| VsrCheckpointPrefix::decode_fixed(prefix).ok())
+            .ok_or(CheckpointError::Truncated)?;
+        let with_limits = match prefix.magic {
+            VSR_CHECKPOINT_MAGIC => true,
+            VSR_CHECKPOINT_MAGIC_V0 => false,
             _ => return Err(CheckpointError::BadMagic),
         };
-        let total = reader.u64()?;
-        if total != bytes.len() as u64 {
-            return Err(if total > bytes.len() as u64 {
+        if prefix.total_length != bytes.len() as u64 {
+            return Err(if prefix.total_length > bytes.len() as u64 {
                 CheckpointError::Truncated
             } else {
                 CheckpointError::Malformed
             });
         }
-        let body = &bytes[..bytes.len() - 8];
-        let stored = u64::from_le_bytes(bytes[bytes.len() - 8..].try_into().unwrap());
-        let mut hash = Fnv::new();
-        hash.write(body);
-        if hash.finish() != stored {
+        let sealed = bytes
+            .len()
+            .checked_sub(SEAL_SIZE)
+            .ok_or(CheckpointError::Truncated)?;
+        if seal_of(bytes, sealed) != fnv(&bytes[..sealed]) {
             return Err(CheckpointError::Checksum);
         }
-        let mut reader = Reader {
-            bytes: body,
-            at: 12,
+        let malformed = |_| CheckpointError::Malformed;
+        let (op, view, checksum, clients_max, rows) = if with_limits {
+            let record = VsrCheckpoint::decode_exact(bytes).map_err(malformed)?;
+            let clients_max = Some(record.clients_max as usize).filter(|max| *max > 0);
+            let (op, view, checksum) = (record.op, record.view, record.checksum);
+            (op, view, checksum, clients_max, record.clients)
+        } else {
+            let record = VsrCheckpointV0::decode_exact(bytes).map_err(malformed)?;
+            let (op, view, checksum) = (record.op, record.view, record.checksum);
+            (op, view, checksum, None, record.clients)
         };
-        let op = reader.u64()?;
-        let view = reader.u32()?;
-        let checksum = reader.u64()?;
-        let clients_max = match with_limits {
-            true => Some(reader.u32()? as usize).filter(|max| *max > 0),
-            false => None,
-        };
-        let count = reader.u32()? as usize;
-        if count > body.len() / ROW {
-            return Err(CheckpointError::Malformed);
-        }
-        let mut clients: Vec<(u128, ClientSession)> = Vec::with_capacity(count);
-        for _ in 0..count {
-            let client = reader.u128()?;
-            let session = reader.u64()?;
-            let request = reader.u64()?;
-            let reply_op = reader.u64()?;
-            let len = reader.u32()? as usize;
-            let reply = Bytes::copy_from_slice(reader.take(len)?);
-            if clients.last().is_some_and(|(last, _)| *last >= client) || reply_op > op {
+        let mut clients: Vec<(u128, ClientSession)> = Vec::with_capacity(rows.len());
+        for row in rows {
+            if clients.last().is_some_and(|(last, _)| *last >= row.client) || row.reply_op > op {
                 return Err(CheckpointError::Malformed);
             }
             clients.push((
-                client,
+                row.client,
                 ClientSession {
-                    session,
-                    request,
-                    reply_op,
-                    reply,
+                    session: row.session,
+                    request: row.request,
+                    reply_op: row.reply_op,
+                    reply: Bytes::copy_from_slice(row.reply),
                 },
             ));
-        }
-        if reader.at != body.len() {
-            return Err(CheckpointError::Malformed);
         }
         Ok(Checkpoint {
             op,
@@ -172,30 +162,17 @@ impl Checkpoint {
     }
 }
 
-struct Reader<'a> {
-    bytes: &'a [u8],
-    at: usize,
+fn fnv(bytes: &[u8]) -> u64 {
+    let mut hash = Fnv::new();
+    hash.write(bytes);
+    hash.finish()
 }
 
-impl<'a> Reader<'a> {
-    fn take(&mut self, len: usize) -> Result<&'a [u8], CheckpointError> {
-        let end = self.at.checked_add(len).ok_or(CheckpointError::Malformed)?;
-        let slice = self
-            .bytes
-            .get(self.at..end)
-            .ok_or(CheckpointError::Malformed)?;
-        self.at = end;
-        Ok(slice)
-    }
-    fn u32(&mut self) -> Result<u32, CheckpointError> {
-        Ok(u32::from_le_bytes(self.take(4)?.try_into().unwrap()))
-    }
-    fn u64(&mut self) -> Result<u64, CheckpointError> {
-        Ok(u64::from_le_bytes(self.take(8)?.try_into().unwrap()))
-    }
-    fn u128(&mut self) -> Result<u128, CheckpointError> {
-        Ok(u128::from_le_bytes(self.take(16)?.try_into().unwrap()))
-    }
+/// The seal stored from `sealed` on: the last field, read before the fields it vouches for.
+fn seal_of(bytes: &[u8], sealed: usize) -> u64 {
+    let mut seal = [0u8; SEAL_SIZE];
+    seal.copy_from_slice(&bytes[sealed..]);
+    u64::from_le_bytes(seal)
 }
 
 #[cfg(test)]
@@ -235,7 +212,7 @@ mod tests {
     fn a_checkpoint_written_before_the_capacity_was_kept_reads_as_not_nominated() {
         // The older layout: its magic, and no capacity field after the checksum.
         let new = sample().encode();
-        let mut old = MAGIC_WITHOUT_LIMITS.to_le_bytes().to_vec();
+        let mut old = VSR_CHECKPOINT_MAGIC_V0.to_vec();
         old.extend_from_slice(&(new.len() as u64 - 4).to_le_bytes());
         old.extend_from_slice(&new[12..32]);
         old.extend_from_slice(&new[36..new.len() - 8]);
@@ -246,6 +223,22 @@ mod tests {
         assert_eq!(decoded.clients_max, None);
         assert_eq!(decoded.clients, sample().clients);
         assert_eq!(decoded.op, 9);
+    }
+
+    /// The layout written before the spec declared it (a hand-written encoder): the
+    /// generated codec writes and reads the same bytes, so old checkpoints still load.
+    #[test]
+    fn the_encoding_is_byte_identical_to_the_hand_written_one() {
+        let written_before = "5653504c95000000000000000900000000000000020000004d0000000000000010000000\
+            0200000005000000000000000000000000000000010000000000000003000000000000000800000000\
+            000000050000007265706c79060000000000000000000000000000000400000000000000000000000000\
+            0000040000000000000008000000040000000000000029d36167cbd98193";
+        let hex: String = sample()
+            .encode()
+            .iter()
+            .map(|byte| format!("{byte:02x}"))
+            .collect();
+        assert_eq!(hex, written_before.replace(' ', ""));
     }
 
     #[test]

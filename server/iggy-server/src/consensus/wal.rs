@@ -1,9 +1,22 @@
 //! The write-ahead journal of one consensus group: a file of `[PrepareHeader][body]` records
 //! (the generated 256-byte `PrepareHeader`), one per prepared op, in op order.
 //!
-//! Recovery reads the valid prefix: the first record that is torn, fails its checksum or breaks
-//! the op sequence ends the journal, and the file is cut there (logged), so a crash in the
-//! middle of an append loses only the unacknowledged tail.
+//! Recovery reads the valid prefix: the first record that is torn, fails its checksum, breaks
+//! the op sequence or does not chain to its predecessor ends the journal, and the file is cut
+//! there (logged), so a crash in the middle of an append loses only the unacknowledged tail.
+//!
+//! Chain: every record's `parent` is the checksum of the op before it (the first op after a
+//! checkpoint: the checkpoint's, which `iggy_vsr::Checkpoint::checksum` keeps), so a whole,
+//! valid record that a reused file still holds after the journal's end, with the very op
+//! number recovery expects next, is never replayed. Journals of earlier builds have parent 0
+//! everywhere: a zero parent is accepted until the first record with a nonzero one (legacy
+//! records only ever precede chained ones), and never after it.
+//!
+//! Cluster: every record carries its cluster's id (`cluster`, see `consensus::cluster`); a
+//! journal whose first record is of another cluster refuses the start before anything is
+//! changed. A later record is judged by its chain: the cluster is outside the op's checksum,
+//! so one that chains to the record before it is ours with damaged cluster bytes. Cluster 0 is
+//! a record of an earlier build, accepted.
 //!
 //! After a checkpoint the journal starts again at position 0 over its old records instead of
 //! being truncated: overwriting pages already in the page cache is cheaper than allocating new
@@ -32,12 +45,41 @@ const HEADER_SIZE: usize = PrepareHeader::SIZE;
 pub struct FileJournal {
     file: File,
     path: PathBuf,
+    /// Stamped on every record.
+    cluster: u128,
     /// The op before the first record: the checkpoint the journal continues from.
     base: u64,
+    /// Checksum of the op at `base`: the parent of a record appended at `base + 1`.
+    base_checksum: u64,
     /// File position of each op's record: `positions[op - base - 1]`.
     positions: Vec<u64>,
+    /// Checksum of each op's record, beside `positions`: the parent of the next one.
+    checksums: Vec<u64>,
     len: u64,
 }
+
+/// What a journal continues from and whose it is: the checkpoint's op and the checksum of its
+/// entry (the first record's parent), and the cluster every record must carry.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Anchor {
+    pub cluster: u128,
+    pub op: u64,
+    pub checksum: u64,
+}
+
+impl Anchor {
+    /// The anchor of this node's group that starts from `checkpoint` (`None`: from op 0).
+    pub fn after(checkpoint: Option<&iggy_vsr::Checkpoint>) -> Anchor {
+        Anchor {
+            cluster: crate::consensus::cluster::node_cluster(),
+            op: checkpoint.map_or(0, |checkpoint| checkpoint.op),
+            checksum: checkpoint.map_or(0, |checkpoint| checkpoint.checksum),
+        }
+    }
+}
+
+/// Why a walk ended at a whole, valid record that does not continue the chain.
+const CHAIN_BROKEN: &str = "parent does not chain to the op before it";
 
 /// One record of a journal as recovered.
 #[derive(Debug, PartialEq)]
@@ -55,24 +97,41 @@ fn stand_in_checksum(stand_in: &[u8]) -> u128 {
     (1u128 << 64) | u128::from(twox_hash::XxHash3_64::oneshot(stand_in))
 }
 
-fn encode_header(entry: &Entry, stand_in: Option<&Bytes>) -> Option<[u8; HEADER_SIZE]> {
-    let mut header = PrepareHeader::default();
-    header.checksum = u128::from(entry.checksum);
+fn encode_header(
+    entry: &Entry,
+    stand_in: Option<&Bytes>,
+    parent: u64,
+    cluster: u128,
+) -> Option<[u8; HEADER_SIZE]> {
     let body_len = stand_in.map_or(entry.body.len(), |stand_in| stand_in.len());
-    header.size = u32::try_from(HEADER_SIZE + body_len).ok()?;
-    header.checksum_body = stand_in.map_or(0, |stand_in| stand_in_checksum(stand_in));
-    header.view = entry.view;
-    header.command = Command::Prepare;
-    header.client = entry.client;
-    header.op = entry.op;
-    header.request = entry.request;
-    header.operation = Operation::from_repr(entry.operation)?;
+    let header = PrepareHeader {
+        checksum: u128::from(entry.checksum),
+        checksum_body: stand_in.map_or(0, |stand_in| stand_in_checksum(stand_in)),
+        cluster,
+        size: u32::try_from(HEADER_SIZE + body_len).ok()?,
+        view: entry.view,
+        command: Command::Prepare,
+        client: entry.client,
+        parent: u128::from(parent),
+        op: entry.op,
+        request: entry.request,
+        operation: Operation::from_repr(entry.operation)?,
+        ..PrepareHeader::default()
+    };
     Some(header.to_bytes())
 }
 
+/// A whole record whose checksum holds.
+struct Record {
+    entry: JournalEntry,
+    size: usize,
+    parent: u128,
+    cluster: u128,
+}
+
 /// Decodes the record at the start of `bytes` if it is whole and valid and carries `op` (any
-/// op for the first record).
-fn decode_record(bytes: &Bytes, op: Option<u64>) -> Result<(JournalEntry, usize), &'static str> {
+/// op for the first record). Its parent and cluster are the walk's to judge.
+fn decode_record(bytes: &Bytes, op: Option<u64>) -> Result<Record, &'static str> {
     if bytes.len() < HEADER_SIZE {
         return Err("torn header");
     }
@@ -107,12 +166,67 @@ fn decode_record(bytes: &Bytes, op: Option<u64>) -> Result<(JournalEntry, usize)
         if header.checksum_body != stand_in_checksum(&entry.body) {
             return Err("stand-in checksum mismatch");
         }
-        return Ok((JournalEntry::Stowed(entry), size));
+        return Ok(Record {
+            entry: JournalEntry::Stowed(entry),
+            size,
+            parent: header.parent,
+            cluster: header.cluster,
+        });
     }
     if !entry.is_valid() {
         return Err("checksum mismatch");
     }
-    Ok((JournalEntry::Whole(entry), size))
+    Ok(Record {
+        entry: JournalEntry::Whole(entry),
+        size,
+        parent: header.parent,
+        cluster: header.cluster,
+    })
+}
+
+/// Whether `record` may follow `previous` (the walk's last record, `None` at the start of the
+/// file) in a journal anchored at `anchor`, and if so whether the journal is chained from it
+/// on (`chained`: a record with a nonzero parent was seen; after one, a zero parent is a record
+/// of an earlier build left behind, not a legacy journal going on).
+fn chain(
+    record: &Record,
+    previous: Option<&JournalEntry>,
+    anchor: Anchor,
+    chained: bool,
+) -> Result<bool, &'static str> {
+    let op = record.entry.entry().op;
+    let expected = match previous {
+        Some(previous) => Some(previous.entry().checksum),
+        None if op == anchor.op + 1 => Some(anchor.checksum),
+        // The file starts with ops the checkpoint covers: their predecessor is gone.
+        None => None,
+    };
+    let linked = match expected {
+        Some(expected) => record.parent == u128::from(expected),
+        None => true,
+    };
+    if linked {
+        Ok(chained || record.parent != 0)
+    } else if record.parent == 0 && !chained {
+        Ok(false)
+    } else {
+        Err(CHAIN_BROKEN)
+    }
+}
+
+/// A record of a cluster other than `ours` (0 is an earlier build's record: any cluster's).
+fn foreign(record: &Record, ours: u128) -> bool {
+    record.cluster != 0 && record.cluster != ours
+}
+
+/// The start-up error for a record of another cluster at `position` of `path`.
+fn foreign_error(path: &Path, (position, op, cluster): (usize, u64, u128), ours: u128) -> String {
+    format!(
+        "journal {}: the record at byte {position} (op {op}) belongs to cluster {cluster:032x}, \
+         not this node's cluster {ours:032x} (a journal of another cluster, or a damaged \
+         header); start-up refuses it and changes nothing",
+        path.display()
+    )
 }
 
 /// What a recovery walk found in a journal's bytes.
@@ -127,13 +241,19 @@ struct Walk {
     /// ended at the end of the file or at the records of an earlier cycle (overwritten by
     /// later appends, see the module note).
     damage: Option<(usize, &'static str)>,
+    /// A record of another cluster where the walk stood: its position, op and cluster. The
+    /// walk stops there; start-up refuses the journal.
+    foreign: Option<(usize, u64, u128)>,
 }
 
-/// Walks the valid prefix of a journal whose group checkpointed at `checkpoint`.
-fn walk(bytes: &Bytes, checkpoint: u64) -> Walk {
+/// Walks the valid prefix of a journal anchored at `anchor`.
+fn walk(bytes: &Bytes, anchor: Anchor) -> Walk {
+    let checkpoint = anchor.op;
     let mut entries: Vec<JournalEntry> = Vec::new();
     let mut positions = Vec::new();
     let mut position = 0usize;
+    let mut chained = false;
+    let mut foreign_record = None;
     let damage = loop {
         if position >= bytes.len() {
             break None;
@@ -142,11 +262,21 @@ fn walk(bytes: &Bytes, checkpoint: u64) -> Walk {
             .first()
             .map(|first| first.entry().op + entries.len() as u64);
         match decode_record(&bytes.slice(position..), expected) {
-            Ok((entry, size)) => {
-                positions.push(position as u64);
-                entries.push(entry);
-                position += size;
+            // The first record says whose journal it is; a later one that chains to it is
+            // ours whatever its cluster bytes say (damage the verifier reports).
+            Ok(record) if entries.is_empty() && foreign(&record, anchor.cluster) => {
+                foreign_record = Some((position, record.entry.entry().op, record.cluster));
+                break None;
             }
+            Ok(record) => match chain(&record, entries.last(), anchor, chained) {
+                Ok(now_chained) => {
+                    chained = now_chained;
+                    positions.push(position as u64);
+                    entries.push(record.entry);
+                    position += record.size;
+                }
+                Err(why) => break Some((position, why)),
+            },
             Err(_)
                 if expected
                     .is_some_and(|expected| stale(bytes, position, expected, checkpoint)) =>
@@ -161,14 +291,17 @@ fn walk(bytes: &Bytes, checkpoint: u64) -> Walk {
         positions,
         end: position,
         damage,
+        foreign: foreign_record,
     }
 }
 
 /// Whether a whole record of an earlier cycle (an op the checkpoint covers, below `expected`)
 /// starts at `position`.
 fn stale(bytes: &Bytes, position: usize, expected: u64, checkpoint: u64) -> bool {
-    decode_record(&bytes.slice(position..), None)
-        .is_ok_and(|(old, _)| old.entry().op < expected && old.entry().op <= checkpoint)
+    decode_record(&bytes.slice(position..), None).is_ok_and(|old| {
+        let op = old.entry.entry().op;
+        op < expected && op <= checkpoint
+    })
 }
 
 fn gap(first_op: u64, checkpoint: u64) -> String {
@@ -184,22 +317,38 @@ pub struct JournalCheck {
     pub problems: Vec<(Severity, Option<u64>, String)>,
 }
 
-/// Checks the bytes of a journal whose group checkpointed at `checkpoint`, as
-/// [`FileJournal::open`] would recover it but without cutting anything.
+/// Checks the bytes of a journal anchored at `anchor`, as [`FileJournal::open`] would recover
+/// it but without cutting anything.
 ///
 /// The record that ends the walk is a *torn tail* (a warning: recovery cuts it, and it held no
 /// acknowledged op) when it runs past the end of the file, or when it is whole but nothing
 /// after it continues the op sequence (an append over an earlier cycle's records that a crash
 /// cut short looks like that). It is *corruption* (an error) when a valid record of the same
-/// cycle follows it: recovery would drop that acknowledged op and every one after it.
-pub fn check(bytes: &Bytes, checkpoint: u64) -> JournalCheck {
+/// cycle follows it: recovery would drop that acknowledged op and every one after it. A record
+/// that does not chain with nothing of the current cycle after it is a *stale record* a reused
+/// file still holds (a warning: recovery cuts it). A record of another cluster is an error:
+/// start-up refuses the journal.
+pub fn check(bytes: &Bytes, anchor: Anchor) -> JournalCheck {
+    let checkpoint = anchor.op;
     let Walk {
         entries,
         positions,
         damage,
+        foreign,
         ..
-    } = walk(bytes, checkpoint);
+    } = walk(bytes, anchor);
     let mut problems = Vec::new();
+    if let Some((at, op, cluster)) = foreign {
+        problems.push((
+            Severity::Error,
+            Some(at as u64),
+            format!(
+                "op {op} belongs to cluster {cluster:032x}, not this node's cluster {:032x}; \
+                 start-up refuses the journal",
+                anchor.cluster
+            ),
+        ));
+    }
     if let Some((at, why)) = damage {
         let expected = entries
             .last()
@@ -214,6 +363,14 @@ pub fn check(bytes: &Bytes, checkpoint: u64) -> JournalCheck {
                      recovery would drop op {expected} and every op after it"
                 ),
             )),
+            None if why == CHAIN_BROKEN => problems.push((
+                Severity::Warning,
+                Some(at as u64),
+                format!(
+                    "stale record ({left} bytes, op {expected} whose {why}): an earlier use of \
+                     the file left it; recovery cuts it"
+                ),
+            )),
             None => problems.push((
                 Severity::Warning,
                 Some(at as u64),
@@ -225,7 +382,7 @@ pub fn check(bytes: &Bytes, checkpoint: u64) -> JournalCheck {
         }
     }
     for (position, record) in positions.iter().zip(&entries) {
-        if !header_as_written(bytes, *position as usize, record) {
+        if !header_as_written(bytes, *position as usize, record, anchor.cluster) {
             problems.push((
                 Severity::Error,
                 Some(*position),
@@ -250,12 +407,21 @@ pub fn check(bytes: &Bytes, checkpoint: u64) -> JournalCheck {
     }
 }
 
-/// Whether the header at `position` is byte for byte the one `append` writes for `record`:
-/// the op's checksum does not cover every header byte.
-fn header_as_written(bytes: &Bytes, position: usize, record: &JournalEntry) -> bool {
+/// Whether the header at `position` is byte for byte the one `append` writes for `record` in
+/// a journal of `cluster`: the op's checksum does not cover every header byte (the walk has
+/// judged its parent already, so it is taken as read; cluster 0 is an earlier build's).
+fn header_as_written(bytes: &Bytes, position: usize, record: &JournalEntry, cluster: u128) -> bool {
+    let Some(Ok(read)) = bytes
+        .get(position..position + HEADER_SIZE)
+        .map(PrepareHeader::decode_fixed)
+    else {
+        return false;
+    };
+    let parent = read.parent as u64;
+    let cluster = if read.cluster == 0 { 0 } else { cluster };
     let written = match record {
-        JournalEntry::Whole(entry) => encode_header(entry, None),
-        JournalEntry::Stowed(entry) => encode_header(entry, Some(&entry.body)),
+        JournalEntry::Whole(entry) => encode_header(entry, None, parent, cluster),
+        JournalEntry::Stowed(entry) => encode_header(entry, Some(&entry.body), parent, cluster),
     };
     written.is_some_and(|header| bytes.get(position..position + HEADER_SIZE) == Some(&header[..]))
 }
@@ -273,7 +439,7 @@ fn continuation(
     let current = |at: usize| {
         decode_record(&bytes.slice(at..), None)
             .ok()
-            .map(|(entry, _)| entry.entry().op)
+            .map(|record| record.entry.entry().op)
             .filter(|op| *op >= expected && *op > checkpoint)
             .map(|op| (at, op))
     };
@@ -297,12 +463,14 @@ impl JournalEntry {
 
 impl FileJournal {
     /// Opens (or creates) the journal at `path` and returns it with its valid entries above
-    /// `checkpoint` (ops at or below it are covered by a checkpoint: a crash between writing the
-    /// checkpoint and emptying the journal leaves them behind, and they are skipped).
+    /// the anchor's checkpoint (ops at or below it are covered by a checkpoint: a crash between
+    /// writing the checkpoint and emptying the journal leaves them behind, and they are
+    /// skipped). A record of another cluster refuses the journal before the file is touched.
     pub async fn open(
         path: &Path,
-        checkpoint: u64,
+        anchor: Anchor,
     ) -> std::io::Result<(FileJournal, Vec<JournalEntry>)> {
+        let checkpoint = anchor.op;
         let (bytes, created) = match compio::fs::read(path).await {
             Ok(bytes) => (Bytes::from(bytes), false),
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => (Bytes::new(), true),
@@ -313,7 +481,14 @@ impl FileJournal {
             positions,
             end: position,
             damage,
-        } = walk(&bytes, checkpoint);
+            foreign,
+        } = walk(&bytes, anchor);
+        if let Some(foreign) = foreign {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                foreign_error(path, foreign, anchor.cluster),
+            ));
+        }
         if let Some((at, why)) = damage {
             tracing::warn!(
                 "journal {}: dropping {} bytes from position {at}: {why}",
@@ -353,17 +528,34 @@ impl FileJournal {
             let journal = FileJournal {
                 file,
                 path: path.to_path_buf(),
+                cluster: anchor.cluster,
                 base: checkpoint,
+                base_checksum: anchor.checksum,
                 positions: Vec::new(),
+                checksums: Vec::new(),
                 len: 0,
             };
             return Ok((journal, kept));
         }
+        let checksums = entries
+            .iter()
+            .chain(&kept)
+            .map(|record| record.entry().checksum)
+            .collect();
+        // Appends go above the records, never at `base + 1`, unless `base` is the checkpoint.
+        let base_checksum = if first_op == checkpoint + 1 {
+            anchor.checksum
+        } else {
+            0
+        };
         let journal = FileJournal {
             file,
             path: path.to_path_buf(),
+            cluster: anchor.cluster,
             base: first_op - 1,
+            base_checksum,
             positions,
+            checksums,
             len: position as u64,
         };
         Ok((journal, kept))
@@ -371,16 +563,44 @@ impl FileJournal {
 }
 
 impl FileJournal {
+    /// Refuses the journal at `path` when its first record belongs to a cluster other than
+    /// `cluster`, reading only that header: a group whose state machine repairs its own files
+    /// on open asks this first, so a foreign directory is refused before anything in it
+    /// changes. A missing, short or undecodable journal is left to [`FileJournal::open`].
+    pub fn refuse_foreign(path: &Path, cluster: u128) -> std::io::Result<()> {
+        use std::io::Read;
+        let mut header = [0u8; HEADER_SIZE];
+        let read = match std::fs::File::open(path) {
+            Ok(mut file) => file.read_exact(&mut header),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(error) => return Err(error),
+        };
+        let Some(first) = read
+            .ok()
+            .and_then(|()| PrepareHeader::decode_fixed(&header).ok())
+        else {
+            return Ok(());
+        };
+        if first.cluster == 0 || first.cluster == cluster {
+            return Ok(());
+        }
+        Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            foreign_error(path, (0, first.op, first.cluster), cluster),
+        ))
+    }
+
     /// [`FileJournal::open`] after the checkpoint a group starts from. When a checkpoint file
     /// was found `damaged`, the one loaded may be older than the newest written, and it is
     /// usable only while the journal still holds every op after it (the fallback rule of
     /// `iggy_storage::checkpoint`): otherwise the start is refused naming the damaged file.
     pub async fn open_after_checkpoint(
         path: &Path,
-        checkpoint: u64,
+        anchor: Anchor,
         damaged: &[(PathBuf, String)],
     ) -> std::io::Result<(FileJournal, Vec<JournalEntry>)> {
-        let opened = FileJournal::open(path, checkpoint).await;
+        let checkpoint = anchor.op;
+        let opened = FileJournal::open(path, anchor).await;
         if damaged.is_empty() {
             return opened;
         }
@@ -410,12 +630,24 @@ impl FileJournal {
 
 impl Journal for FileJournal {
     async fn append(&mut self, entry: &Entry, stand_in: Option<&Bytes>) -> std::io::Result<()> {
-        let header = encode_header(entry, stand_in).ok_or_else(|| {
+        let unencodable = |why: &str| {
             std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
-                "entry not encodable as a prepare",
+                format!("op {}: {why}", entry.op),
             )
-        })?;
+        };
+        let index = entry
+            .op
+            .checked_sub(self.base + 1)
+            .filter(|index| *index as usize <= self.positions.len())
+            .ok_or_else(|| unencodable("does not follow the journal"))?
+            as usize;
+        let parent = match index {
+            0 => self.base_checksum,
+            _ => self.checksums[index - 1],
+        };
+        let header = encode_header(entry, stand_in, parent, self.cluster)
+            .ok_or_else(|| unencodable("not encodable as a prepare"))?;
         let position = self.len;
         let body = stand_in.unwrap_or(&entry.body);
         if body.len() <= iggy_storage::small_write::SMALL_WRITE_MAX {
@@ -435,8 +667,10 @@ impl Journal for FileJournal {
                 .0
                 .or_stop("write", &self.path);
         }
-        self.positions.truncate((entry.op - self.base) as usize - 1);
+        self.positions.truncate(index);
         self.positions.push(position);
+        self.checksums.truncate(index);
+        self.checksums.push(entry.checksum);
         self.len = position + (HEADER_SIZE + body.len()) as u64;
         Ok(())
     }
@@ -457,6 +691,7 @@ impl Journal for FileJournal {
         let index = op.saturating_sub(self.base) as usize;
         if let Some(&position) = self.positions.get(index) {
             self.positions.truncate(index);
+            self.checksums.truncate(index);
             self.len = position;
             self.file
                 .set_len(position)
@@ -468,10 +703,23 @@ impl Journal for FileJournal {
 
 impl FileJournal {
     /// Empties the journal after a checkpoint at `op` made every entry redundant: the next
-    /// append overwrites the first record (see the module note).
+    /// append overwrites the first record (see the module note) and chains to op `op`, which
+    /// the journal holds (a checkpoint is taken at a journaled op).
     pub fn reset_after_checkpoint(&mut self, op: u64) {
+        self.base_checksum = match op.checked_sub(self.base) {
+            Some(0) => self.base_checksum,
+            Some(held) => *self
+                .checksums
+                .get(held as usize - 1)
+                .expect("a checkpoint at an op the journal holds"),
+            None => panic!(
+                "a checkpoint at op {op}, below the journal's base {}",
+                self.base
+            ),
+        };
         self.base = op;
         self.positions.clear();
+        self.checksums.clear();
         self.len = 0;
     }
 }
@@ -487,11 +735,11 @@ mod tests {
             iggy_vsr::OPERATION_NOMINATE_LIMITS,
         ] {
             let entry = Entry::new(1, 0, 0, 0, operation, Bytes::from_static(b"\x10\0\0\0"));
-            let header = encode_header(&entry, None).expect("a declared operation");
+            let header = encode_header(&entry, None, 0, 1).expect("a declared operation");
             let mut record = header.to_vec();
             record.extend_from_slice(&entry.body);
-            let (decoded, _) = decode_record(&Bytes::from(record), Some(1)).unwrap();
-            assert_eq!(decoded.entry(), &entry);
+            let decoded = decode_record(&Bytes::from(record), Some(1)).unwrap();
+            assert_eq!(decoded.entry.entry(), &entry);
         }
         assert_eq!(
             Operation::NominateLimits.to_repr(),
@@ -500,11 +748,8 @@ mod tests {
     }
 
     /// Opens the journal and expects only whole records.
-    async fn open_whole(
-        path: &Path,
-        checkpoint: u64,
-    ) -> std::io::Result<(FileJournal, Vec<Entry>)> {
-        let (journal, entries) = FileJournal::open(path, checkpoint).await?;
+    async fn open_whole(path: &Path, anchor: Anchor) -> std::io::Result<(FileJournal, Vec<Entry>)> {
+        let (journal, entries) = FileJournal::open(path, anchor).await?;
         let whole = entries
             .into_iter()
             .map(|entry| match entry {
@@ -513,6 +758,20 @@ mod tests {
             })
             .collect();
         Ok((journal, whole))
+    }
+
+    /// The anchor of a journal of this node's cluster checkpointed at `op`, whose ops all
+    /// carry `body` (see `entry`).
+    fn anchor(op: u64, body: &'static [u8]) -> Anchor {
+        Anchor {
+            cluster: crate::consensus::cluster::node_cluster(),
+            op,
+            checksum: if op == 0 { 0 } else { entry(op, body).checksum },
+        }
+    }
+
+    fn start_anchor(start: &iggy_storage::checkpoint::Start<iggy_vsr::Checkpoint>) -> Anchor {
+        Anchor::after(start.checkpoint.as_ref().map(|loaded| &loaded.replica))
     }
 
     fn entry(op: u64, body: &'static [u8]) -> Entry {
@@ -530,7 +789,7 @@ mod tests {
     async fn appended_entries_survive_reopen_and_a_torn_tail_is_cut() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("journal.wal");
-        let (mut journal, entries) = open_whole(&path, 0).await.unwrap();
+        let (mut journal, entries) = open_whole(&path, anchor(0, b"abcd")).await.unwrap();
         assert!(entries.is_empty());
         for op in 1..=3 {
             journal.append(&entry(op, b"hello"), None).await.unwrap();
@@ -545,7 +804,7 @@ mod tests {
             .unwrap()
             .set_len(full - 2)
             .unwrap();
-        let (_, entries) = open_whole(&path, 0).await.unwrap();
+        let (_, entries) = open_whole(&path, anchor(0, b"abcd")).await.unwrap();
         assert_eq!(entries, vec![entry(1, b"hello"), entry(2, b"hello")]);
         assert_eq!(
             std::fs::metadata(&path).unwrap().len(),
@@ -557,20 +816,20 @@ mod tests {
     async fn ops_covered_by_the_checkpoint_are_skipped_and_a_gap_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("journal.wal");
-        let (mut journal, _) = FileJournal::open(&path, 0).await.unwrap();
+        let (mut journal, _) = FileJournal::open(&path, anchor(0, b"x")).await.unwrap();
         for op in 1..=4 {
             journal.append(&entry(op, b"x"), None).await.unwrap();
         }
         drop(journal);
-        let (mut journal, entries) = open_whole(&path, 2).await.unwrap();
+        let (mut journal, entries) = open_whole(&path, anchor(2, b"x")).await.unwrap();
         assert_eq!(entries, vec![entry(3, b"x"), entry(4, b"x")]);
         journal.reset_after_checkpoint(4);
         journal.append(&entry(5, b"y"), None).await.unwrap();
         drop(journal);
-        let (_, entries) = open_whole(&path, 4).await.unwrap();
+        let (_, entries) = open_whole(&path, anchor(4, b"x")).await.unwrap();
         assert_eq!(entries, vec![entry(5, b"y")]);
         assert!(
-            FileJournal::open(&path, 2).await.is_err(),
+            FileJournal::open(&path, anchor(2, b"x")).await.is_err(),
             "ops 3 and 4 are missing"
         );
     }
@@ -579,7 +838,7 @@ mod tests {
     async fn after_a_checkpoint_records_are_overwritten_in_place_and_old_ones_end_recovery() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("journal.wal");
-        let (mut journal, _) = FileJournal::open(&path, 0).await.unwrap();
+        let (mut journal, _) = FileJournal::open(&path, anchor(0, b"abcd")).await.unwrap();
         for op in 1..=5 {
             journal.append(&entry(op, b"abcd"), None).await.unwrap();
         }
@@ -594,7 +853,7 @@ mod tests {
             full,
             "overwritten, not grown"
         );
-        let (mut journal, entries) = open_whole(&path, 5).await.unwrap();
+        let (mut journal, entries) = open_whole(&path, anchor(5, b"abcd")).await.unwrap();
         assert_eq!(entries, vec![entry(6, b"abcd"), entry(7, b"abcd")]);
         assert_eq!(
             std::fs::metadata(&path).unwrap().len(),
@@ -604,15 +863,15 @@ mod tests {
         // Appends continue after op 7, over the old op 3.
         journal.append(&entry(8, b"abcd"), None).await.unwrap();
         drop(journal);
-        let (_, entries) = open_whole(&path, 5).await.unwrap();
+        let (_, entries) = open_whole(&path, anchor(5, b"abcd")).await.unwrap();
         assert_eq!(entries.last(), Some(&entry(8, b"abcd")));
         assert_eq!(entries.len(), 3);
         // A checkpoint past every record: the journal starts over at position 0.
-        let (mut journal, entries) = open_whole(&path, 8).await.unwrap();
+        let (mut journal, entries) = open_whole(&path, anchor(8, b"abcd")).await.unwrap();
         assert!(entries.is_empty());
         journal.append(&entry(9, b"abcd"), None).await.unwrap();
         drop(journal);
-        let (_, entries) = open_whole(&path, 8).await.unwrap();
+        let (_, entries) = open_whole(&path, anchor(8, b"abcd")).await.unwrap();
         assert_eq!(entries, vec![entry(9, b"abcd")]);
     }
 
@@ -620,7 +879,7 @@ mod tests {
     async fn a_stowed_record_keeps_the_ops_checksum_and_its_stand_in_is_checked() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("journal.wal");
-        let (mut journal, _) = FileJournal::open(&path, 0).await.unwrap();
+        let (mut journal, _) = FileJournal::open(&path, anchor(0, b"abcd")).await.unwrap();
         let stowed = entry(1, b"the body, kept elsewhere");
         let stand_in = Bytes::from_static(b"where");
         journal.append(&stowed, Some(&stand_in)).await.unwrap();
@@ -632,7 +891,7 @@ mod tests {
             2 * HEADER_SIZE as u64 + 5 + 5,
             "the stand-in, not the body"
         );
-        let (_, entries) = FileJournal::open(&path, 0).await.unwrap();
+        let (_, entries) = FileJournal::open(&path, anchor(0, b"abcd")).await.unwrap();
         let recovered = Entry {
             body: stand_in,
             ..stowed.clone()
@@ -652,7 +911,7 @@ mod tests {
         let mut bytes = std::fs::read(&path).unwrap();
         bytes[HEADER_SIZE + 2] ^= 1;
         std::fs::write(&path, bytes).unwrap();
-        let (_, entries) = FileJournal::open(&path, 0).await.unwrap();
+        let (_, entries) = FileJournal::open(&path, anchor(0, b"abcd")).await.unwrap();
         assert!(entries.is_empty());
     }
 
@@ -666,7 +925,7 @@ mod tests {
         let replica = iggy_vsr::Checkpoint {
             op,
             view: 0,
-            checksum: 0,
+            checksum: entry(op, b"abcd").checksum,
             clients: Vec::new(),
             clients_max: None,
         };
@@ -692,7 +951,7 @@ mod tests {
             .await
             .unwrap()
             .slots;
-        let (mut journal, _) = FileJournal::open(&path, 0).await.unwrap();
+        let (mut journal, _) = FileJournal::open(&path, anchor(0, b"abcd")).await.unwrap();
         for op in 1..=3 {
             journal.append(&entry(op, b"abcd"), None).await.unwrap();
         }
@@ -711,7 +970,7 @@ mod tests {
         assert_eq!(start.op(), 3, "the start uses the older checkpoint");
         assert_eq!(start.damaged[0].0, newest);
         let (mut journal, entries) =
-            FileJournal::open_after_checkpoint(&path, start.op(), &start.damaged)
+            FileJournal::open_after_checkpoint(&path, start_anchor(&start), &start.damaged)
                 .await
                 .unwrap();
         let ops: Vec<u64> = entries.iter().map(|entry| entry.entry().op).collect();
@@ -735,10 +994,11 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(start.op(), 3);
-        let refused = FileJournal::open_after_checkpoint(&path, start.op(), &start.damaged)
-            .await
-            .err()
-            .expect("ops 4 to 6 are gone from the journal");
+        let refused =
+            FileJournal::open_after_checkpoint(&path, start_anchor(&start), &start.damaged)
+                .await
+                .err()
+                .expect("ops 4 to 6 are gone from the journal");
         let message = refused.to_string();
         assert!(message.contains("ops are missing"), "{message}");
         assert!(message.contains(&newest.display().to_string()), "{message}");
@@ -748,7 +1008,7 @@ mod tests {
     async fn a_flipped_bit_ends_the_journal_at_that_record() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("journal.wal");
-        let (mut journal, _) = FileJournal::open(&path, 0).await.unwrap();
+        let (mut journal, _) = FileJournal::open(&path, anchor(0, b"abcd")).await.unwrap();
         for op in 1..=3 {
             journal.append(&entry(op, b"abc"), None).await.unwrap();
         }
@@ -756,7 +1016,7 @@ mod tests {
         let mut bytes = std::fs::read(&path).unwrap();
         bytes[HEADER_SIZE + 3 + HEADER_SIZE + 1] ^= 1;
         std::fs::write(&path, bytes).unwrap();
-        let (_, entries) = open_whole(&path, 0).await.unwrap();
+        let (_, entries) = open_whole(&path, anchor(0, b"abcd")).await.unwrap();
         assert_eq!(entries, vec![entry(1, b"abc")]);
     }
 
@@ -769,24 +1029,24 @@ mod tests {
     async fn check_tells_a_torn_tail_from_corruption_in_the_middle() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("journal.wal");
-        let (mut journal, _) = FileJournal::open(&path, 0).await.unwrap();
+        let (mut journal, _) = FileJournal::open(&path, anchor(0, b"abcd")).await.unwrap();
         for op in 1..=4 {
             journal.append(&entry(op, b"abcd"), None).await.unwrap();
         }
         drop(journal);
         let record = HEADER_SIZE + 4;
         let whole = Bytes::from(std::fs::read(&path).unwrap());
-        let clean = check(&whole, 0);
+        let clean = check(&whole, anchor(0, b"abcd"));
         assert!(clean.problems.is_empty(), "{:?}", clean.problems);
         let positions: Vec<u64> = clean.entries.iter().map(|(at, _)| *at).collect();
         assert_eq!(positions, vec![0, 260, 520, 780]);
         assert_eq!(
-            check(&whole, 2).entries.len(),
+            check(&whole, anchor(2, b"abcd")).entries.len(),
             2,
             "ops above the checkpoint"
         );
 
-        let torn = check(&whole.slice(..whole.len() - 3), 0);
+        let torn = check(&whole.slice(..whole.len() - 3), anchor(0, b"abcd"));
         assert_eq!(torn.entries.len(), 3);
         assert_eq!(torn.problems.len(), 1);
         let (severity, at, message) = &torn.problems[0];
@@ -804,16 +1064,17 @@ mod tests {
             bytes[at] ^= 1;
             Bytes::from(bytes)
         };
-        let last = check(&flipped(3 * record + HEADER_SIZE + 1), 0);
+        let last = check(&flipped(3 * record + HEADER_SIZE + 1), anchor(0, b"abcd"));
         assert_eq!(last.problems[0].0, Severity::Warning, "{:?}", last.problems);
-        // In the body, in the op number, in the size: recovery would stop at op 2.
+        // In the body, in the op number, in the size, in the parent: recovery would stop at op 2.
         let (op_field, size_field) = (PrepareHeader::OP_OFFSET, PrepareHeader::SIZE_OFFSET);
         for at in [
             record + HEADER_SIZE + 1,
             record + op_field,
             record + size_field,
+            record + PrepareHeader::PARENT_OFFSET,
         ] {
-            let middle = check(&flipped(at), 0);
+            let middle = check(&flipped(at), anchor(0, b"abcd"));
             assert_eq!(middle.entries.len(), 1, "byte {at}");
             let (severity, position, message) = &middle.problems[0];
             assert_eq!(
@@ -826,8 +1087,9 @@ mod tests {
                 "{message}"
             );
         }
-        // A header byte no checksum covers (the cluster id): recovery replays the op anyway.
-        let unchecked = check(&flipped(record + 40), 0);
+        // A header byte no checksum covers (reserved): recovery replays the op anyway.
+        let reserved = PrepareHeader::RESERVED_FRAME_OFFSET;
+        let unchecked = check(&flipped(record + reserved), anchor(0, b"abcd"));
         assert_eq!(unchecked.entries.len(), 4);
         assert_eq!(unchecked.problems.len(), 1, "{:?}", unchecked.problems);
         let (severity, position, message) = &unchecked.problems[0];
@@ -840,18 +1102,41 @@ mod tests {
             "{message}"
         );
 
+        // A later record's cluster bytes are outside its checksum too: it chains to op 1, so
+        // it is op 2 of this journal with damaged bytes. The first record's are another
+        // cluster's, which start-up refuses.
+        let cluster = check(
+            &flipped(record + PrepareHeader::CLUSTER_OFFSET),
+            anchor(0, b"abcd"),
+        );
+        assert_eq!(cluster.entries.len(), 4);
+        let (severity, position, message) = &cluster.problems[0];
+        assert_eq!(
+            (*severity, *position),
+            (Severity::Error, Some(record as u64))
+        );
+        assert!(
+            message.contains("op 2: header bytes outside its checksum"),
+            "{message}"
+        );
+        let first = check(&flipped(PrepareHeader::CLUSTER_OFFSET), anchor(0, b"abcd"));
+        assert!(first.entries.is_empty());
+        let (severity, position, message) = &first.problems[0];
+        assert_eq!((*severity, *position), (Severity::Error, Some(0)));
+        assert!(message.contains("op 1 belongs to cluster"), "{message}");
+
         // A checkpoint at op 4, then ops 5 and 6 over the old ops 1 and 2: ops 3 and 4 behind
         // them are an earlier cycle, not damage.
-        let (mut journal, _) = FileJournal::open(&path, 4).await.unwrap();
+        let (mut journal, _) = FileJournal::open(&path, anchor(4, b"abcd")).await.unwrap();
         for op in 5..=6 {
             journal.append(&entry(op, b"abcd"), None).await.unwrap();
         }
         drop(journal);
         let cycled = Bytes::from(std::fs::read(&path).unwrap());
-        let after = check(&cycled, 4);
+        let after = check(&cycled, anchor(4, b"abcd"));
         assert!(after.problems.is_empty(), "{:?}", after.problems);
         assert_eq!(after.entries.len(), 2);
-        let gap = check(&cycled, 2);
+        let gap = check(&cycled, anchor(2, b"abcd"));
         assert!(
             gap.problems.iter().any(|(severity, at, message)| {
                 *severity == Severity::Error
@@ -861,5 +1146,246 @@ mod tests {
             "{:?}",
             gap.problems
         );
+    }
+
+    /// Rewrites the header of the record at `at` through `change`.
+    fn rewrite_header(bytes: &mut [u8], at: usize, change: impl FnOnce(&mut PrepareHeader)) {
+        let mut header = PrepareHeader::decode_fixed(&bytes[at..at + HEADER_SIZE]).unwrap();
+        change(&mut header);
+        bytes[at..at + HEADER_SIZE].copy_from_slice(&header.to_bytes());
+    }
+
+    /// The parent `append` wrote in the record at `at`.
+    fn parent_at(bytes: &[u8], at: usize) -> u128 {
+        PrepareHeader::decode_fixed(&bytes[at..at + HEADER_SIZE])
+            .unwrap()
+            .parent
+    }
+
+    #[test]
+    fn a_record_follows_only_the_record_its_parent_names() {
+        let record = |op: u64, parent: u64| Record {
+            entry: JournalEntry::Whole(entry(op, b"abcd")),
+            size: HEADER_SIZE + 4,
+            parent: u128::from(parent),
+            cluster: 1,
+        };
+        let previous = JournalEntry::Whole(entry(4, b"abcd"));
+        let checksum = previous.entry().checksum;
+        let anchor = anchor(4, b"abcd");
+        // Linked to the previous record, or to the checkpoint at the start of the file.
+        assert_eq!(
+            chain(&record(5, checksum), Some(&previous), anchor, false),
+            Ok(true)
+        );
+        assert_eq!(chain(&record(5, checksum), None, anchor, false), Ok(true));
+        // Another parent: a record of another history.
+        assert_eq!(
+            chain(&record(5, checksum ^ 1), Some(&previous), anchor, false),
+            Err(CHAIN_BROKEN)
+        );
+        assert_eq!(
+            chain(&record(5, checksum ^ 1), None, anchor, false),
+            Err(CHAIN_BROKEN)
+        );
+        // Parent 0: an earlier build's record, until the journal is chained.
+        assert_eq!(
+            chain(&record(5, 0), Some(&previous), anchor, false),
+            Ok(false)
+        );
+        assert_eq!(
+            chain(&record(5, 0), Some(&previous), anchor, true),
+            Err(CHAIN_BROKEN)
+        );
+        // The file starts with an op the checkpoint covers: its predecessor is gone.
+        assert_eq!(chain(&record(3, 77), None, anchor, false), Ok(true));
+        // Op 1 chains to op 0, whose checksum is 0.
+        assert_eq!(
+            chain(&record(1, 0), None, Anchor::default(), false),
+            Ok(false)
+        );
+    }
+
+    /// A reused file: the journal of one history (ops 1 to 4) overwritten by a shorter one
+    /// (ops 1 and 2) of the same record sizes. The old op 3 behind the new op 2 is whole, valid
+    /// and the op recovery expects next; only its parent tells it is not the new op 2's
+    /// successor.
+    #[compio::test]
+    async fn a_stale_record_with_the_expected_op_after_the_end_is_not_replayed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.wal");
+        let (mut journal, _) = FileJournal::open(&path, anchor(0, b"")).await.unwrap();
+        for op in 1..=4 {
+            journal.append(&entry(op, b"old!"), None).await.unwrap();
+        }
+        drop(journal);
+        let old = std::fs::read(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let (mut journal, _) = FileJournal::open(&path, anchor(0, b"")).await.unwrap();
+        for op in 1..=2 {
+            journal.append(&entry(op, b"new!"), None).await.unwrap();
+        }
+        drop(journal);
+        let mut reused = std::fs::read(&path).unwrap();
+        let record = reused.len() / 2;
+        reused.extend_from_slice(&old[2 * record..]);
+        std::fs::write(&path, &reused).unwrap();
+        let stale = Bytes::from(reused.clone());
+        assert!(
+            decode_record(&stale.slice(2 * record..), Some(3)).is_ok(),
+            "the old op 3 is a valid record of the op expected next"
+        );
+
+        let checked = check(&stale, anchor(0, b""));
+        assert_eq!(checked.entries.len(), 2);
+        let (severity, position, message) = &checked.problems[0];
+        assert_eq!(
+            (*severity, *position),
+            (Severity::Error, Some(2 * record as u64)),
+            "the old op 4 follows it: the verifier cannot tell it from damage"
+        );
+        assert!(message.contains(CHAIN_BROKEN), "{message}");
+
+        let (_, entries) = open_whole(&path, anchor(0, b"")).await.unwrap();
+        assert_eq!(entries, vec![entry(1, b"new!"), entry(2, b"new!")]);
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().len(),
+            2 * record as u64,
+            "recovery cuts the stale records"
+        );
+
+        // Without parents (an earlier build's records) the same file replays the old ops.
+        for at in (0..reused.len()).step_by(record) {
+            rewrite_header(&mut reused, at, |header| header.parent = 0);
+        }
+        std::fs::write(&path, &reused).unwrap();
+        let (_, entries) = open_whole(&path, anchor(0, b"")).await.unwrap();
+        assert_eq!(
+            entries,
+            vec![
+                entry(1, b"new!"),
+                entry(2, b"new!"),
+                entry(3, b"old!"),
+                entry(4, b"old!")
+            ]
+        );
+    }
+
+    /// The first record after a checkpoint chains to the checkpoint's op, and a journal of an
+    /// earlier build (parents 0) goes on chained: its legacy records replay, the new ones
+    /// chain, and a zero parent after them ends the journal.
+    #[compio::test]
+    async fn records_chain_across_a_checkpoint_and_after_a_legacy_journal() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.wal");
+        let (mut journal, _) = FileJournal::open(&path, anchor(0, b"")).await.unwrap();
+        for op in 1..=3 {
+            journal.append(&entry(op, b"abcd"), None).await.unwrap();
+        }
+        journal.reset_after_checkpoint(3);
+        journal.append(&entry(4, b"abcd"), None).await.unwrap();
+        drop(journal);
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(
+            parent_at(&bytes, 0),
+            u128::from(entry(3, b"abcd").checksum),
+            "op 4 chains to the checkpoint's op"
+        );
+        let (_, entries) = open_whole(&path, anchor(3, b"abcd")).await.unwrap();
+        assert_eq!(entries, vec![entry(4, b"abcd")]);
+        let other = Anchor {
+            checksum: 99,
+            ..anchor(3, b"abcd")
+        };
+        let (_, entries) = open_whole(&path, other).await.unwrap();
+        assert!(entries.is_empty(), "a checkpoint of another history");
+
+        // An earlier build's journal: no parent, no cluster.
+        std::fs::remove_file(&path).unwrap();
+        let (mut journal, _) = FileJournal::open(&path, anchor(0, b"")).await.unwrap();
+        for op in 1..=2 {
+            journal.append(&entry(op, b"abcd"), None).await.unwrap();
+        }
+        drop(journal);
+        let mut legacy = std::fs::read(&path).unwrap();
+        let record = legacy.len() / 2;
+        for at in [0, record] {
+            rewrite_header(&mut legacy, at, |header| {
+                header.parent = 0;
+                header.cluster = 0;
+            });
+        }
+        std::fs::write(&path, &legacy).unwrap();
+        let (mut journal, entries) = open_whole(&path, anchor(0, b"")).await.unwrap();
+        assert_eq!(entries.len(), 2, "a legacy journal recovers");
+        journal.append(&entry(3, b"abcd"), None).await.unwrap();
+        drop(journal);
+        let mut bytes = std::fs::read(&path).unwrap();
+        assert_eq!(
+            parent_at(&bytes, 2 * record),
+            u128::from(entry(2, b"abcd").checksum)
+        );
+        let (_, entries) = open_whole(&path, anchor(0, b"")).await.unwrap();
+        assert_eq!(entries.len(), 3);
+        // A legacy record after a chained one is one an earlier build left behind.
+        let legacy_op_4 = entry(4, b"abcd");
+        bytes.extend_from_slice(&encode_header(&legacy_op_4, None, 0, 0).unwrap());
+        bytes.extend_from_slice(&legacy_op_4.body);
+        let stale = Bytes::from(bytes.clone());
+        assert!(decode_record(&stale.slice(3 * record..), Some(4)).is_ok());
+        std::fs::write(&path, &bytes).unwrap();
+        let (_, entries) = open_whole(&path, anchor(0, b"")).await.unwrap();
+        assert_eq!(
+            entries.len(),
+            3,
+            "the zero parent after a chained record ends it"
+        );
+    }
+
+    /// A journal of another cluster is refused, naming the file and both ids, and left as it
+    /// was; records of an earlier build (cluster 0) are any cluster's.
+    #[compio::test]
+    async fn a_journal_of_another_cluster_is_refused_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.wal");
+        let theirs = Anchor {
+            cluster: crate::consensus::cluster::cluster_id("theirs"),
+            ..anchor(0, b"")
+        };
+        let (mut journal, _) = FileJournal::open(&path, theirs).await.unwrap();
+        for op in 1..=2 {
+            journal.append(&entry(op, b"abcd"), None).await.unwrap();
+        }
+        drop(journal);
+        // A torn tail recovery would otherwise cut.
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes.extend_from_slice(b"torn");
+        std::fs::write(&path, &bytes).unwrap();
+        let ours = anchor(0, b"");
+        let early = FileJournal::refuse_foreign(&path, ours.cluster).expect_err("refused");
+        assert!(early.to_string().contains("belongs to cluster"), "{early}");
+        FileJournal::refuse_foreign(&path, theirs.cluster).expect("its own cluster's");
+        let refused = FileJournal::open(&path, ours).await.err().expect("refused");
+        let message = refused.to_string();
+        assert!(message.contains(&path.display().to_string()), "{message}");
+        assert!(
+            message.contains(&format!("{:032x}", theirs.cluster)),
+            "{message}"
+        );
+        assert!(
+            message.contains(&format!("{:032x}", ours.cluster)),
+            "{message}"
+        );
+        assert_eq!(std::fs::read(&path).unwrap(), bytes, "nothing changed");
+        let checked = check(&Bytes::from(bytes.clone()), ours);
+        assert_eq!(checked.problems[0].0, Severity::Error);
+
+        let record = (bytes.len() - 4) / 2;
+        for at in [0, record] {
+            rewrite_header(&mut bytes, at, |header| header.cluster = 0);
+        }
+        std::fs::write(&path, &bytes).unwrap();
+        let (_, entries) = open_whole(&path, ours).await.unwrap();
+        assert_eq!(entries.len(), 2, "cluster 0: an earlier build's records");
     }
 }

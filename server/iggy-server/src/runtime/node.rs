@@ -4,7 +4,7 @@
 
 use crate::config::Config;
 use crate::consensus::group::{Checkpointing, Durability, Group, GroupHandle, load_checkpoint};
-use crate::consensus::wal::{FileJournal, JournalEntry};
+use crate::consensus::wal::{Anchor, FileJournal, JournalEntry};
 use crate::runtime::metadata_machine::MetadataMachine;
 use crate::runtime::shared::Shared;
 use iggy_metadata::Metadata;
@@ -148,9 +148,12 @@ impl Node {
         // Partitions are opened once the journal has been replayed into the model: see
         // `MetadataMachine::replayed` and `Shared::reconcile_partitions`.
         let journal_path = metadata_dir.join("journal.wal");
-        let (journal, entries) =
-            FileJournal::open_after_checkpoint(&journal_path, checkpoint_op, &start.damaged)
-                .await?;
+        let (journal, entries) = FileJournal::open_after_checkpoint(
+            &journal_path,
+            Anchor::after(checkpoint.as_ref()),
+            &start.damaged,
+        )
+        .await?;
         // The metadata machine stows nothing: a stand-in here is not a journal of ours.
         let entries = entries
             .into_iter()

@@ -8,7 +8,7 @@
 use crate::consensus::group::{
     Checkpointing, Durability, Group, GroupHandle, Journal, Outcome, StateMachine, load_checkpoint,
 };
-use crate::consensus::wal::{FileJournal, JournalEntry};
+use crate::consensus::wal::{Anchor, FileJournal, JournalEntry};
 use bytes::Bytes;
 use futures_channel::oneshot;
 use iggy_generated::errors::ErrorCode;
@@ -419,6 +419,10 @@ impl PartitionHandle {
             let path = path.to_path_buf();
             move |error| StorageError::Io { path, error }
         };
+        let journal_path = dir.join("journal.wal");
+        // The log's open repairs segments: a journal of another cluster is refused first.
+        FileJournal::refuse_foreign(&journal_path, crate::consensus::cluster::node_cluster())
+            .map_err(io(&journal_path))?;
         let log = PartitionLog::open(dir, config).await?;
         let start = load_checkpoint(dir).await?;
         let stats = Arc::new(PartitionFigures::default());
@@ -433,7 +437,6 @@ impl PartitionHandle {
             log,
             core: Partition::new(incarnation >> 20),
         };
-        let checkpoint_op = start.op();
         let checkpoint = match start.checkpoint {
             Some(loaded) => {
                 machine.restore(&loaded.state).map_err(|why| {
@@ -443,11 +446,13 @@ impl PartitionHandle {
             }
             None => None,
         };
-        let journal_path = dir.join("journal.wal");
-        let (mut journal, recovered) =
-            FileJournal::open_after_checkpoint(&journal_path, checkpoint_op, &start.damaged)
-                .await
-                .map_err(io(&journal_path))?;
+        let (mut journal, recovered) = FileJournal::open_after_checkpoint(
+            &journal_path,
+            Anchor::after(checkpoint.as_ref()),
+            &start.damaged,
+        )
+        .await
+        .map_err(io(&journal_path))?;
         let mut entries = Vec::with_capacity(recovered.len());
         for record in recovered {
             let entry = match record {

@@ -83,13 +83,15 @@ pub fn prepare(
             })
         }
         Operation::CreatePersonalAccessToken => {
-            let _: CreatePersonalAccessTokenRequest = decode(body)?;
+            let request: CreatePersonalAccessTokenRequest = decode(body)?;
             let token = new_token();
             // The journal keeps the token's hash after the request, never the token.
-            let mut journaled = body.to_vec();
-            journaled.extend_from_slice(&token_record(user_id, "", &token, None).token_hash);
+            let journaled = iggy_generated::storage::PatCreateOp {
+                request,
+                token_hash: token_record(user_id, "", &token, None).token_hash,
+            };
             Ok(Prepared {
-                body: Some(journaled),
+                body: Some(journaled.to_wire_bytes()),
                 token: Some(token),
             })
         }
