@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 pub mod emit;
+pub mod http;
 pub mod parse;
 pub mod rust;
 pub mod rust_stub;
@@ -45,6 +46,8 @@ pub struct Model {
     pub consts: Vec<Const>,
     /// `example` rows.
     pub examples: Vec<Example>,
+    /// `route` rows (spec/http.spec).
+    pub routes: Vec<http::Route>,
     /// Files each item came from, for the generated header.
     pub sources: BTreeMap<String, String>,
 }
@@ -462,6 +465,10 @@ pub fn load(files: &[(String, String)]) -> Result<Spec, Vec<Diagnostic>> {
     for (_, m) in &per_file {
         errs.extend(m.validate_with(&global));
     }
+    let commands: Vec<&Command> = per_file.iter().flat_map(|(_, m)| m.commands.iter()).collect();
+    for (_, m) in &per_file {
+        errs.extend(http::validate(&m.routes, &commands));
+    }
     if !errs.is_empty() {
         return Err(errs);
     }
@@ -478,6 +485,7 @@ pub fn build(files: &[(String, String)]) -> Result<Vec<(String, String)>, Vec<Di
         let text = match stem {
             "protocol" => emit_protocol(m),
             "errors" => emit_errors(m),
+            "http" => http::emit_routes(m, name),
             _ => emit_frames(m, &spec.global, name),
         };
         mods.push(stem.to_string());
@@ -487,6 +495,10 @@ pub fn build(files: &[(String, String)]) -> Result<Vec<(String, String)>, Vec<Di
     mods.push("registry".into());
     let lib = rust::emit_lib(&mods, spec.hash);
     out.push(("generated/src/lib.rs".into(), lib));
+    let routes: Vec<&http::Route> = spec.files.iter().flat_map(|(_, m)| m.routes.iter()).collect();
+    if !routes.is_empty() {
+        out.push(("generated/openapi.json".into(), http::openapi(&routes, &spec.global)));
+    }
     out.extend(emit::vectors(&spec));
     for emitter in emit::stub_emitters() {
         out.extend(emitter.emit(&spec));

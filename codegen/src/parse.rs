@@ -174,6 +174,11 @@ fn error_line(i: &str) -> Res<'_, (u32, &str, &str)> {
     .parse(i)
 }
 
+/// `route <METHOD> <path> <command> status=<N> [auth=public]`.
+fn route_line(i: &str) -> Res<'_, (&str, &str, &str, Vec<(&str, &str)>)> {
+    preceded(keyword("route"), (terminated(ident, space1), terminated(word, space1), command_name, attrs)).parse(i)
+}
+
 /// `example <Struct> <version> [hex]` (no hex: the empty encoding).
 fn example_line(i: &str) -> Res<'_, (&str, &str, Option<&str>)> {
     preceded(keyword("example"), (ident, preceded(space1, word), opt(preceded(space1, word)))).parse(i)
@@ -310,6 +315,37 @@ pub fn parse_file(file: &str, text: &str, model: &mut Model) -> Result<(), Vec<D
                     model.retired.push(Retired { code, name: name.unwrap_or("").into(), since: a.string("since"), file: file.into(), line: ln });
                 }
                 None => errs.push(expected("retired <code> <name> [since=<v>]")),
+            },
+            "route" => match whole(t, route_line) {
+                Some((method, path, command, pairs)) => {
+                    let a = Attrs { pairs };
+                    a.check(&["status", "auth"], "a route", file, ln, &mut errs);
+                    let status = match a.get("status").map(str::parse::<u16>) {
+                        Some(Ok(status)) => status,
+                        _ => {
+                            errs.push(diag(file, ln, "a route needs status=<N>"));
+                            0
+                        }
+                    };
+                    let public = match a.get("auth") {
+                        None | Some("bearer") => false,
+                        Some("public") => true,
+                        Some(other) => {
+                            errs.push(diag(file, ln, format!("auth={other}: expected public or bearer")));
+                            false
+                        }
+                    };
+                    model.routes.push(crate::http::Route {
+                        method: method.into(),
+                        path: path.into(),
+                        command: command.into(),
+                        status,
+                        public,
+                        file: file.into(),
+                        line: ln,
+                    });
+                }
+                None => errs.push(expected("route <METHOD> <path> <command> status=<N> [auth=public]")),
             },
             "example" => match whole(t, example_line) {
                 Some((name, version, hex)) => model.examples.push(Example {

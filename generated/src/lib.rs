@@ -3,9 +3,10 @@
 pub mod commands;
 pub mod errors;
 pub mod frames;
+pub mod http;
 pub mod payloads;
 pub mod protocol;
 pub mod storage;
 pub mod registry;
 /// Hash of every spec file, checked by build.rs.
-pub const SPEC_HASH: u64 = 0xdefe941435b849b5;
+pub const SPEC_HASH: u64 = 0x68b62968c7f8734;
