@@ -176,6 +176,39 @@ async fn sdk_http_client_manages_users_and_personal_access_tokens() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_http_client_reads_system_state_and_updates_resources() {
+    let (_server, api) = TestServer::start_with_http(&[]);
+    let client = http_client(&api).await;
+    create_stream_and_topic(&client, "s", "t", 1).await;
+
+    let stats = ok("stats", within("stats", client.get_stats()).await);
+    assert_eq!((stats.streams_count, stats.topics_count, stats.partitions_count), (1, 1, 1));
+    let clients = ok("clients", within("clients", client.get_clients()).await);
+    assert!(!clients.is_empty(), "the HTTP connection is listed");
+    let first = clients[0].client_id;
+    assert!(ok("client", within("client", client.get_client(first)).await).is_some());
+    assert!(ok("missing client", within("client", client.get_client(u32::MAX - 7)).await).is_none());
+    let options = ok("describe", within("describe", client.describe_options(OptionsScope::Topic)).await);
+    assert!(options.iter().any(|o| o.key == "message_expiry"), "{options:?}");
+    let metadata = ok("cluster", within("cluster", client.get_cluster_metadata()).await);
+    let port: u16 = api.rsplit(':').next().unwrap().parse().unwrap();
+    assert_eq!(metadata.nodes[0].endpoints.http, port, "the http port is advertised");
+    let zip = ok("snapshot", within("snapshot", client.snapshot(SnapshotCompression::Stored, vec![SystemSnapshotType::Test])).await);
+    assert!(zip.0.starts_with(b"PK"), "a zip archive");
+
+    let rename = StreamUpdateOptions { name: Some("renamed".into()), ..Default::default() };
+    ok("rename stream", within("update", client.update_stream(&name("s"), &rename)).await);
+    assert!(ok("old name", within("get", client.get_stream(&name("s"))).await).is_none());
+    let rename = TopicUpdateOptions { name: Some("t2".into()), ..Default::default() };
+    ok("rename topic", within("update", client.update_topic(&name("renamed"), &name("t"), &rename)).await);
+    assert!(ok("new topic name", within("get", client.get_topic(&name("renamed"), &name("t2"))).await).is_some());
+    ok("create user", within("create", client.create_user("bob", "bob-secret", UserStatus::Active, None, &UserCreateOptions::default())).await);
+    let rename = UserUpdateOptions { username: Some("robert".into()), ..Default::default() };
+    ok("rename user", within("update", client.update_user(&name("bob"), &rename)).await);
+    assert!(ok("renamed user", within("get", client.get_user(&name("robert"))).await).is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn logout_revokes_the_token_and_refresh_issues_a_new_one() {
     let (_server, api) = TestServer::start_with_http(&[]);
     let token = raw_token(&api).await;

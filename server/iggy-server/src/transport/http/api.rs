@@ -1418,6 +1418,176 @@ async fn route_handler(
                 &serde_json::json!({ "name": metadata.name, "nodes": nodes }),
             )
         }
+        "stats" => {
+            let reply = call.run("stats", Vec::new(), none).await?;
+            let stats: wire::StatsResponse = decode(&reply)?;
+            ok_json(status, &json::Stats::of(&stats))
+        }
+        "client.list" => {
+            let reply = call.run("client.list", Vec::new(), none).await?;
+            let list: wire::GetClientsResponse = decode(&reply)?;
+            ok_json(
+                status,
+                &list
+                    .clients
+                    .iter()
+                    .map(|c| json::Client::of(c, None))
+                    .collect::<Vec<_>>(),
+            )
+        }
+        "client.get" => {
+            let client: u32 = params[0].parse().map_err(|_| ErrorCode::ClientNotFound)?;
+            let reply = call
+                .run(
+                    "client.get",
+                    wire::GetClientRequest { client_id: client }.to_wire_bytes(),
+                    none,
+                )
+                .await?;
+            if reply.is_empty() {
+                return Err(ErrorCode::ClientNotFound.into());
+            }
+            let details: wire::ClientDetailsResponse = decode(&reply)?;
+            ok_json(
+                status,
+                &json::Client::of(&details.client, Some(&details.consumer_groups)),
+            )
+        }
+        "options.describe" => {
+            let scope = match params[0].as_str() {
+                "topic" => wire::OptionsScope::Topic,
+                "stream" => wire::OptionsScope::Stream,
+                "user" => wire::OptionsScope::User,
+                _ => return Err(bad_json("scope is topic, stream or user").into()),
+            };
+            let reply = call
+                .run(
+                    "options.describe",
+                    wire::DescribeOptionsRequest { scope }.to_wire_bytes(),
+                    none,
+                )
+                .await?;
+            let described: wire::DescribeOptionsResponse = decode(&reply)?;
+            ok_json(
+                status,
+                &described
+                    .entries
+                    .iter()
+                    .map(json::OptionSpec::of)
+                    .collect::<Vec<_>>(),
+            )
+        }
+        "snapshot" => {
+            #[derive(Deserialize)]
+            struct Snapshot {
+                #[serde(default)]
+                compression: Option<String>,
+                #[serde(default)]
+                snapshot_types: Vec<String>,
+            }
+            let snapshot: Snapshot = body(request)?;
+            let compression = match snapshot.compression.as_deref().unwrap_or("Deflated") {
+                "Stored" => 1,
+                "Deflated" => 2,
+                "Bzip2" => 3,
+                "Zstd" => 4,
+                "Lzma" => 5,
+                "Xz" => 6,
+                other => return Err(bad_json(format!("unknown compression `{other}`")).into()),
+            };
+            let types = snapshot
+                .snapshot_types
+                .iter()
+                .map(|t| match t.as_str() {
+                    "FilesystemOverview" => Ok(1),
+                    "ProcessList" => Ok(2),
+                    "ResourceUsage" => Ok(3),
+                    "Test" => Ok(4),
+                    "ServerLogs" => Ok(5),
+                    "ServerConfig" => Ok(6),
+                    "All" => Ok(100),
+                    other => Err(bad_json(format!("unknown snapshot type `{other}`"))),
+                })
+                .collect::<Result<Vec<u8>, Response>>()?;
+            let body = wire::GetSnapshotRequest {
+                compression,
+                snapshot_types: &types,
+            }
+            .to_wire_bytes();
+            let reply = call.run("snapshot", body, none).await?;
+            Response {
+                status,
+                content_type: "application/zip",
+                headers: Vec::new(),
+                body: reply,
+            }
+        }
+        "resource.update" => {
+            let update: serde_json::Map<String, serde_json::Value> = body(request)?;
+            let (scope, catalog) = match params.len() {
+                2 => (
+                    wire::OptionsScope::Topic,
+                    iggy_metadata::options::TOPIC_OPTIONS,
+                ),
+                _ if route.path.starts_with("/users") => (
+                    wire::OptionsScope::User,
+                    iggy_metadata::options::USER_OPTIONS,
+                ),
+                _ => (
+                    wire::OptionsScope::Stream,
+                    iggy_metadata::options::STREAM_OPTIONS,
+                ),
+            };
+            let mut set = update.clone();
+            let reset: Vec<String> = match set.remove("reset") {
+                None | Some(serde_json::Value::Null) => Vec::new(),
+                Some(serde_json::Value::Array(keys)) => keys
+                    .into_iter()
+                    .map(|k| {
+                        k.as_str()
+                            .map(str::to_string)
+                            .ok_or_else(|| bad_json("reset lists option keys"))
+                    })
+                    .collect::<Result<_, _>>()?,
+                Some(_) => return Err(bad_json("reset lists option keys").into()),
+            };
+            // null changes nothing (serializers write unset fields as null).
+            set.retain(|_, v| !v.is_null());
+            let options = json::options_block(&set, catalog)?;
+            let reset: Vec<&str> = reset.iter().map(String::as_str).collect();
+            let first = param(0)?;
+            let patch = match scope {
+                wire::OptionsScope::Topic => {
+                    let topic = param(1)?;
+                    wire::TopicResourcePatch {
+                        stream_id: wire_id(&first),
+                        topic_id: wire_id(&topic),
+                        reset,
+                        options: &options,
+                    }
+                    .to_wire_bytes()
+                }
+                wire::OptionsScope::Stream => wire::StreamResourcePatch {
+                    stream_id: wire_id(&first),
+                    reset,
+                    options: &options,
+                }
+                .to_wire_bytes(),
+                wire::OptionsScope::User => wire::UserResourcePatch {
+                    user_id: wire_id(&first),
+                    reset,
+                    options: &options,
+                }
+                .to_wire_bytes(),
+            };
+            let body = wire::UpdateResourceRequest {
+                scope,
+                patch: &patch,
+            }
+            .to_wire_bytes();
+            call.run("resource.update", body, none).await?;
+            Response::empty(status)
+        }
         // Declared, not yet translated: refused before anything runs.
         _ => return Err(ErrorCode::FeatureUnavailable.into()),
     })

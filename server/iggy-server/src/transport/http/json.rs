@@ -100,6 +100,24 @@ pub fn options_block(
                     _ => (kind::UINT64, n.to_le_bytes().to_vec()),
                 }
             }
+            // A number may travel as decimal text (above 2^53 the official client sends it so).
+            serde_json::Value::String(s)
+                if matches!(declared, Some(kind::UINT64 | kind::UINT32))
+                    && s.bytes().all(|b| b.is_ascii_digit())
+                    && !s.is_empty() =>
+            {
+                let n: u64 = s.parse().map_err(|_| ErrorCode::InvalidOptionValue)?;
+                match declared {
+                    Some(kind::UINT32) => (
+                        kind::UINT32,
+                        u32::try_from(n)
+                            .map_err(|_| ErrorCode::InvalidOptionValue)?
+                            .to_le_bytes()
+                            .to_vec(),
+                    ),
+                    _ => (kind::UINT64, n.to_le_bytes().to_vec()),
+                }
+            }
             serde_json::Value::String(s) => (kind::STRING, s.as_bytes().to_vec()),
             _ => return Err(ErrorCode::InvalidOptionValue),
         };
@@ -534,6 +552,176 @@ impl User {
             username: u.username.to_string(),
             permissions,
             options: options(u.options, u.derived_options),
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct Stats {
+    pub process_id: u32,
+    pub cpu_usage: f32,
+    pub total_cpu_usage: f32,
+    pub memory_usage: u64,
+    pub total_memory: u64,
+    pub available_memory: u64,
+    pub run_time: u64,
+    pub start_time: u64,
+    pub read_bytes: u64,
+    pub written_bytes: u64,
+    pub messages_size_bytes: u64,
+    pub streams_count: u32,
+    pub topics_count: u32,
+    pub partitions_count: u32,
+    pub segments_count: u32,
+    pub messages_count: u64,
+    pub clients_count: u32,
+    pub consumer_groups_count: u32,
+    pub hostname: String,
+    pub os_name: String,
+    pub os_version: String,
+    pub kernel_version: String,
+    pub iggy_server_version: String,
+    pub iggy_server_semver: Option<u32>,
+    /// Keyed `"<stream>-<topic>-<partition>"`.
+    pub cache_metrics: BTreeMap<String, CacheMetrics>,
+    pub threads_count: u32,
+    pub free_disk_space: u64,
+    pub total_disk_space: u64,
+    pub open_files_count: u64,
+    pub open_files_limit: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct CacheMetrics {
+    pub hits: u64,
+    pub misses: u64,
+    pub hit_ratio: f32,
+}
+
+impl Stats {
+    pub fn of(s: &wire::StatsResponse<'_>) -> Self {
+        Self {
+            process_id: s.process_id,
+            cpu_usage: f32::from_bits(s.cpu_usage),
+            total_cpu_usage: f32::from_bits(s.total_cpu_usage),
+            memory_usage: s.memory_usage,
+            total_memory: s.total_memory,
+            available_memory: s.available_memory,
+            run_time: s.run_time,
+            start_time: s.start_time,
+            read_bytes: s.read_bytes,
+            written_bytes: s.written_bytes,
+            messages_size_bytes: s.messages_size_bytes,
+            streams_count: s.streams_count,
+            topics_count: s.topics_count,
+            partitions_count: s.partitions_count,
+            segments_count: s.segments_count,
+            messages_count: s.messages_count,
+            clients_count: s.clients_count,
+            consumer_groups_count: s.consumer_groups_count,
+            hostname: s.hostname.to_string(),
+            os_name: s.os_name.to_string(),
+            os_version: s.os_version.to_string(),
+            kernel_version: s.kernel_version.to_string(),
+            iggy_server_version: s.iggy_server_version.to_string(),
+            iggy_server_semver: (s.iggy_server_semver != 0).then_some(s.iggy_server_semver),
+            cache_metrics: s
+                .cache_metrics
+                .iter()
+                .map(|m| {
+                    (
+                        format!("{}-{}-{}", m.stream_id, m.topic_id, m.partition_id),
+                        CacheMetrics {
+                            hits: m.hits,
+                            misses: m.misses,
+                            hit_ratio: f32::from_bits(m.hit_ratio),
+                        },
+                    )
+                })
+                .collect(),
+            threads_count: s.threads_count,
+            free_disk_space: s.free_disk_space,
+            total_disk_space: s.total_disk_space,
+            open_files_count: s.open_files_count,
+            open_files_limit: s.open_files_limit,
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct Client {
+    pub client_id: u32,
+    pub user_id: Option<u32>,
+    pub address: String,
+    pub transport: &'static str,
+    pub consumer_groups_count: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub consumer_groups: Option<Vec<ConsumerGroupInfo>>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ConsumerGroupInfo {
+    pub stream_id: u32,
+    pub topic_id: u32,
+    pub group_id: u32,
+}
+
+impl Client {
+    pub fn of(
+        c: &wire::ClientResponse<'_>,
+        groups: Option<&[wire::ConsumerGroupInfoResponse]>,
+    ) -> Self {
+        Self {
+            client_id: c.client_id,
+            user_id: (c.user_id != u32::MAX).then_some(c.user_id),
+            address: c.address.to_string(),
+            transport: match c.transport {
+                1 => "tcp",
+                2 => "quic",
+                3 => "http",
+                4 => "websocket",
+                _ => "unknown",
+            },
+            consumer_groups_count: c.consumer_groups_count,
+            consumer_groups: groups.map(|g| {
+                g.iter()
+                    .map(|g| ConsumerGroupInfo {
+                        stream_id: g.stream_id,
+                        topic_id: g.topic_id,
+                        group_id: g.group_id,
+                    })
+                    .collect()
+            }),
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct OptionSpec {
+    pub key: String,
+    pub kind: &'static str,
+    pub updatable: bool,
+    pub resettable: bool,
+    pub secret: bool,
+    pub read_only: bool,
+    pub critical: bool,
+    pub default_value: Vec<u8>,
+    pub description: String,
+}
+
+impl OptionSpec {
+    pub fn of(o: &wire::OptionDescriptor<'_>) -> Self {
+        let flag = |bit: u8| o.flags & (1 << bit) != 0;
+        Self {
+            key: o.key.to_string(),
+            kind: KINDS.get(o.kind as usize).copied().unwrap_or("raw"),
+            updatable: flag(0),
+            resettable: flag(1),
+            secret: flag(2),
+            read_only: flag(3),
+            critical: flag(4),
+            default_value: o.default_value.to_vec(),
+            description: o.description.to_string(),
         }
     }
 }
