@@ -334,6 +334,56 @@ async fn our_json_decodes_with_the_official_types() {
     assert_eq!(openapi["openapi"], "3.1.0");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writes_of_one_session_to_one_partition_all_land_and_ack_none_is_202() {
+    let (_server, api) = TestServer::start_with_http(&[]);
+    let token = raw_token(&api).await;
+    let t = Some(token.as_str());
+    assert_eq!(raw(&api, "POST", "/streams", t, br#"{"name":"s"}"#).await.0, 201);
+    assert_eq!(raw(&api, "POST", "/streams/s/topics", t, br#"{"name":"t","partitions_count":2}"#).await.0, 201);
+    // Partition 0 is AAAAAA== (u32 0 LE), partition 1 AQAAAA==.
+    let send = |partition: &'static str, i: usize, ack: &'static str| {
+        let (api, token) = (api.clone(), token.clone());
+        async move {
+            let body = format!(
+                r#"{{"partitioning":{{"kind":"partition_id","value":"{partition}"}},"messages":[{{"id":{i},"payload":"bQ=="}}]}}"#
+            );
+            let path = format!("/streams/s/topics/t/messages{ack}");
+            raw(&api, "POST", &path, Some(&token), body.as_bytes()).await
+        }
+    };
+    // One session, many connections at once: every write gets its own request number in the
+    // order it passes the partition gate, so none is refused as a stale request.
+    let mut writes = Vec::new();
+    for i in 1..=16 {
+        let (partition, ack) = match i % 4 {
+            0 => ("AQAAAA==", ""),
+            1 => ("AQAAAA==", "?ack=none"),
+            2 => ("AAAAAA==", "?ack=none"),
+            _ => ("AAAAAA==", ""),
+        };
+        writes.push(tokio::spawn(send(partition, i, ack)));
+    }
+    for (i, write) in writes.into_iter().enumerate() {
+        let (status, body) = write.await.unwrap();
+        let expected = if (i + 1) % 4 == 1 || (i + 1) % 4 == 2 { 202 } else { 201 };
+        assert_eq!(status, expected, "write {}: {}", i + 1, String::from_utf8_lossy(&body));
+    }
+    // The poll waits behind the session's unacknowledged writes to the partition.
+    for (partition, ids) in [(0, [2u128, 3, 6, 7, 10, 11, 14, 15]), (1, [1, 4, 5, 8, 9, 12, 13, 16])] {
+        let query = format!("/streams/s/topics/t/messages?consumer_id=1&partition_id={partition}&kind=first&count=100");
+        let (status, body) = raw(&api, "GET", &query, t, b"").await;
+        assert_eq!(status, 200);
+        let polled: PolledMessages = serde_json::from_slice(&body).expect("PolledMessages");
+        let mut got: Vec<u128> = polled.messages.iter().map(|m| m.header.id).collect();
+        assert_eq!(polled.messages.iter().map(|m| m.header.offset).collect::<Vec<_>>(), (0..8).collect::<Vec<u64>>());
+        got.sort();
+        assert_eq!(got, ids, "partition {partition}");
+    }
+    let (status, _) = raw(&api, "POST", "/streams/s/topics/t/messages?ack=maybe", t, br#"{"partitioning":{"kind":"balanced","value":""},"messages":[{"payload":"bQ=="}]}"#).await;
+    assert_eq!(status, 400, "an unknown ack");
+}
+
 /// Every call of the official HttpClient (its src/http/*.rs) and the route it uses.
 const SDK_CALLS: &[(&str, &str)] = &[
     ("GET", "/ping"),

@@ -84,6 +84,8 @@ pub struct Http {
     pub enabled: bool,
     pub address: String,
     pub max_request_size: u64,
+    pub max_in_flight_per_session: usize,
+    pub max_in_flight: usize,
     pub cors: Cors,
     pub jwt: Jwt,
 }

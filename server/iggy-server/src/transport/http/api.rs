@@ -9,6 +9,7 @@ use super::session::HttpState;
 use super::{Request, Response};
 use crate::runtime::connection::{Bound, Connection};
 use crate::runtime::node::Node;
+use crate::runtime::shared::PartitionKey;
 use crate::service::dispatch::{Dispatched, dispatch_within};
 use crate::service::frame;
 use base64ct::{Base64, Encoding};
@@ -219,13 +220,39 @@ struct Header {
     partition_incarnation: u64,
     owner_generation: u64,
     minimum_metadata_op: u64,
+    /// The partition the request reads or writes, by numeric ids: its session's requests to it
+    /// run one at a time (the partition gate).
+    partition: Option<PartitionKey>,
     /// A read that writes (a poll with auto-commit stores an offset under its request number).
     writes: bool,
 }
 
+/// Why a call did not run or what it was refused with.
+enum Refused {
+    Error(ErrorCode),
+    /// An in-flight limit: 429 for the session's, 503 for the node's; never executed.
+    Busy(u16),
+}
+
+impl From<ErrorCode> for Refused {
+    fn from(error: ErrorCode) -> Self {
+        Refused::Error(error)
+    }
+}
+
+/// A call admitted to run: its gate and permit held, its request number taken.
+struct Admitted {
+    command: &'static CommandInfo,
+    operation: Operation,
+    bound: Bound,
+    request: u64,
+    _gate: Option<futures_util::lock::OwnedMutexGuard<()>>,
+    _permit: Permit,
+}
+
 struct Call<'a> {
     node: &'a Rc<Node>,
-    state: &'a HttpState,
+    state: &'a Rc<HttpState>,
     connection: &'a mut Connection,
     bound: Option<Bound>,
 }
@@ -233,44 +260,116 @@ struct Call<'a> {
 impl Call<'_> {
     /// Runs `name` with `body` and returns its reply payload (after the result section of a
     /// result-framed reply), or the error it was refused with.
-    async fn run(
-        &mut self,
-        name: &str,
-        body: Vec<u8>,
-        header: Header,
-    ) -> Result<Vec<u8>, ErrorCode> {
+    async fn run(&mut self, name: &str, body: Vec<u8>, header: Header) -> Result<Vec<u8>, Refused> {
+        let Some(bound) = self.bound else {
+            let command = command(name);
+            let client = self.state.anonymous_client;
+            let operation = operation_of(command);
+            return Ok(dispatch_call(
+                self.node,
+                self.connection,
+                command,
+                operation,
+                (client, 0, 0),
+                body,
+                header,
+            )
+            .await?);
+        };
+        let admitted = self.admit(name, bound, header).await?;
+        self.connection.bound = Some(bound);
+        let identity = (bound.client, bound.session, admitted.request);
+        Ok(dispatch_call(
+            self.node,
+            self.connection,
+            admitted.command,
+            admitted.operation,
+            identity,
+            body,
+            header,
+        )
+        .await?)
+    }
+
+    /// The partition gate (a write of the metadata group takes the session's metadata gate),
+    /// then an in-flight permit, then the request number: a waiter holds no permit, and a
+    /// session's writes to one group reach its client table in number order.
+    async fn admit(&self, name: &str, bound: Bound, header: Header) -> Result<Admitted, Refused> {
         let command = command(name);
         let operation = operation_of(command);
         let writes = operation != Operation::NonReplicated || header.writes;
-        let Some(bound) = self.bound else {
-            let client = self.state.anonymous_client;
-            return self
-                .dispatch(command, operation, client, 0, 0, body, header)
-                .await;
+        let gate_key = match (header.partition, writes) {
+            (Some(partition), _) => Some(Some(partition)),
+            (None, true) => Some(None),
+            (None, false) => None,
         };
-        // A session's writes take its gate before their request number, so they reach the
-        // client table in number order.
-        let gate = if writes {
-            Some(
-                self.state
-                    .write_gate(bound.client)
-                    .ok_or(ErrorCode::Unauthenticated)?,
-            )
-        } else {
-            None
-        };
-        let _held = match &gate {
-            Some(gate) => Some(gate.lock().await),
+        let gate = match gate_key {
+            Some(key) => {
+                let gate = self
+                    .state
+                    .gate(bound.client, key)
+                    .ok_or(ErrorCode::Unauthenticated)?;
+                Some(gate.lock_owned().await)
+            }
             None => None,
         };
+        let permit = Permit::take(self.state, bound.client).map_err(Refused::Busy)?;
         let request = self
             .state
             .next_request(bound.client)
             .ok_or(ErrorCode::Unauthenticated)?;
-        let (client, session) = (bound.client, bound.session);
-        self.connection.bound = self.bound;
-        self.dispatch(command, operation, client, session, request, body, header)
-            .await
+        Ok(Admitted {
+            command,
+            operation,
+            bound,
+            request,
+            _gate: gate,
+            _permit: permit,
+        })
+    }
+
+    /// `?ack=none`: admits the call (gate, permit, request number), then lets it run on its own
+    /// while the caller answers 202. It keeps the partition gate until it settles (its reply or
+    /// its deadline), so the session's next request to the partition waits for it.
+    async fn run_detached(
+        &mut self,
+        name: &str,
+        body: Vec<u8>,
+        header: Header,
+    ) -> Result<(), Refused> {
+        let bound = self.bound.ok_or(ErrorCode::Unauthenticated)?;
+        let admitted = self.admit(name, bound, header).await?;
+        let node = self.node.clone();
+        let mut connection = Connection {
+            id: self.connection.id,
+            bound: Some(bound),
+        };
+        compio::runtime::spawn(async move {
+            let identity = (
+                admitted.bound.client,
+                admitted.bound.session,
+                admitted.request,
+            );
+            let result = dispatch_call(
+                &node,
+                &mut connection,
+                admitted.command,
+                admitted.operation,
+                identity,
+                body,
+                header,
+            )
+            .await;
+            if let Err(error) = result {
+                tracing::debug!(
+                    "http: unacknowledged {} refused: {error:?}",
+                    admitted.command.name
+                );
+            }
+            drop(admitted);
+        })
+        .detach();
+        Ok(())
     }
 
     /// A register (login): a new client id, and the session it binds.
@@ -278,12 +377,12 @@ impl Call<'_> {
         let command = command(name);
         let client = rand::random::<u128>() | 1;
         self.connection.bound = None;
-        self.dispatch(
+        dispatch_call(
+            self.node,
+            self.connection,
             command,
             Operation::Register,
-            client,
-            0,
-            0,
+            (client, 0, 0),
             body,
             Header::default(),
         )
@@ -293,64 +392,86 @@ impl Call<'_> {
             .take()
             .ok_or(ErrorCode::Unauthenticated)
     }
+}
 
-    #[allow(clippy::too_many_arguments)]
-    async fn dispatch(
-        &mut self,
-        command: &CommandInfo,
-        operation: Operation,
-        client: u128,
-        session: u64,
-        request: u64,
-        body: Vec<u8>,
-        extra: Header,
-    ) -> Result<Vec<u8>, ErrorCode> {
-        let header = RequestHeader {
-            command: Command::Request,
-            size: (frame::HEADER_SIZE + body.len()) as u32,
+/// An in-flight request of a session: counted against `http.max_in_flight_per_session` and the
+/// node's `http.max_in_flight` until dropped.
+struct Permit {
+    state: Rc<HttpState>,
+    client: u128,
+}
+
+impl Permit {
+    /// A permit, or the status that refuses the request unexecuted (429 session, 503 node).
+    fn take(state: &Rc<HttpState>, client: u128) -> Result<Self, u16> {
+        state.acquire(client)?;
+        Ok(Self {
+            state: state.clone(),
             client,
-            session,
-            request,
-            operation: operation.to_repr(),
-            reserved: if operation == Operation::NonReplicated {
-                command.code.to_le_bytes()
-            } else {
-                [0; 4]
-            },
-            partition_incarnation: extra.partition_incarnation,
-            owner_generation: extra.owner_generation,
-            minimum_metadata_op: extra.minimum_metadata_op,
-            ..Default::default()
-        };
-        let limits = &self.node.shared.config.limits;
-        let admitted = frame::admit_header(&header.to_bytes(), u32::MAX)
-            .map_err(|_| ErrorCode::InvalidFormat)?;
-        let deadline = std::time::Duration::from_millis(limits.request_timeout_ms.max(1));
-        let reply =
-            match dispatch_within(self.node, self.connection, admitted, body, deadline).await {
-                Dispatched::Reply(reply) => reply,
-                Dispatched::Close(eviction) => {
-                    let reason = EvictionHeader::decode_fixed(&eviction).map(|e| e.reason);
-                    tracing::debug!("http: {} refused with eviction {reason:?}", command.name);
-                    return Err(ErrorCode::InvalidFormat);
-                }
-            };
-        let head = ReplyHeader::decode_fixed(&reply[..frame::HEADER_SIZE])
-            .map_err(|_| ErrorCode::Error)?;
-        if head.status != 0 {
-            return Err(ErrorCode::from_code(head.status).unwrap_or(ErrorCode::Error));
-        }
-        let payload = &reply[frame::HEADER_SIZE..];
-        if command.result_framed && !payload.is_empty() {
-            if let Some(error) = iggy_metadata::replies::rejection_of(payload) {
-                return Err(error);
-            }
-            let mut rest = payload;
-            wire::ReplyResultSection::decode_from(&mut rest).map_err(|_| ErrorCode::Error)?;
-            return Ok(rest.to_vec());
-        }
-        Ok(payload.to_vec())
+        })
     }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        self.state.release(self.client);
+    }
+}
+
+/// Runs one command through `service::dispatch` as client `(client, session, request)`.
+async fn dispatch_call(
+    node: &Rc<Node>,
+    connection: &mut Connection,
+    command: &CommandInfo,
+    operation: Operation,
+    (client, session, request): (u128, u64, u64),
+    body: Vec<u8>,
+    extra: Header,
+) -> Result<Vec<u8>, ErrorCode> {
+    let header = RequestHeader {
+        command: Command::Request,
+        size: (frame::HEADER_SIZE + body.len()) as u32,
+        client,
+        session,
+        request,
+        operation: operation.to_repr(),
+        reserved: if operation == Operation::NonReplicated {
+            command.code.to_le_bytes()
+        } else {
+            [0; 4]
+        },
+        partition_incarnation: extra.partition_incarnation,
+        owner_generation: extra.owner_generation,
+        minimum_metadata_op: extra.minimum_metadata_op,
+        ..Default::default()
+    };
+    let limits = &node.shared.config.limits;
+    let admitted =
+        frame::admit_header(&header.to_bytes(), u32::MAX).map_err(|_| ErrorCode::InvalidFormat)?;
+    let deadline = std::time::Duration::from_millis(limits.request_timeout_ms.max(1));
+    let reply = match dispatch_within(node, connection, admitted, body, deadline).await {
+        Dispatched::Reply(reply) => reply,
+        Dispatched::Close(eviction) => {
+            let reason = EvictionHeader::decode_fixed(&eviction).map(|e| e.reason);
+            tracing::debug!("http: {} refused with eviction {reason:?}", command.name);
+            return Err(ErrorCode::InvalidFormat);
+        }
+    };
+    let head =
+        ReplyHeader::decode_fixed(&reply[..frame::HEADER_SIZE]).map_err(|_| ErrorCode::Error)?;
+    if head.status != 0 {
+        return Err(ErrorCode::from_code(head.status).unwrap_or(ErrorCode::Error));
+    }
+    let payload = &reply[frame::HEADER_SIZE..];
+    if command.result_framed && !payload.is_empty() {
+        if let Some(error) = iggy_metadata::replies::rejection_of(payload) {
+            return Err(error);
+        }
+        let mut rest = payload;
+        wire::ReplyResultSection::decode_from(&mut rest).map_err(|_| ErrorCode::Error)?;
+        return Ok(rest.to_vec());
+    }
+    Ok(payload.to_vec())
 }
 
 /// Decodes a JSON body into `T`, or the 400 that says why not.
@@ -365,7 +486,7 @@ fn decode<'a, T: WireDecode<'a>>(bytes: &'a [u8]) -> Result<T, ErrorCode> {
 /// Handles one request.
 pub async fn handle(
     node: &Rc<Node>,
-    state: &HttpState,
+    state: &Rc<HttpState>,
     connection: &mut Connection,
     request: &Request,
 ) -> Response {
@@ -428,6 +549,31 @@ enum Failure {
 impl From<ErrorCode> for Failure {
     fn from(error: ErrorCode) -> Self {
         Failure::Refused(error)
+    }
+}
+
+impl From<Refused> for Failure {
+    fn from(refused: Refused) -> Self {
+        match refused {
+            Refused::Error(error) => Failure::Refused(error),
+            Refused::Busy(status) => {
+                let (code, reason) = if status == 429 {
+                    (
+                        "too_many_requests",
+                        "the session's in-flight limit is reached; not executed",
+                    )
+                } else {
+                    (
+                        "server_busy",
+                        "the node's in-flight limit is reached; not executed",
+                    )
+                };
+                let mut response =
+                    Response::error(status, &refusal_text(status as u32, code, reason));
+                response.headers.push(("retry-after", "1".into()));
+                Failure::Response(response)
+            }
+        }
     }
 }
 
@@ -677,18 +823,31 @@ fn incarnation_now(
     ))
 }
 
-/// The partition ids of a topic, in order.
-fn partition_ids(
+/// The numeric stream and topic ids of a topic, and its partition ids in order.
+fn topic_key(
     node: &Node,
     stream: &(u8, Vec<u8>),
     topic: &(u8, Vec<u8>),
-) -> Result<Vec<u32>, ErrorCode> {
+) -> Result<(u32, u32, Vec<u32>), ErrorCode> {
     let metadata = node.shared.metadata.borrow();
-    let (_, t) = metadata.topic(
+    let (s, t) = metadata.topic(
         &iggy_metadata::machine::ident(&wire_id(stream))?,
         &iggy_metadata::machine::ident(&wire_id(topic))?,
     )?;
-    Ok(t.partitions.keys().copied().collect())
+    Ok((s.id, t.id, t.partitions.keys().copied().collect()))
+}
+
+/// The partition a request names, by numeric ids, when its topic exists (the command reports
+/// a missing one).
+fn partition_key(
+    node: &Node,
+    stream: &(u8, Vec<u8>),
+    topic: &(u8, Vec<u8>),
+    partition: u32,
+) -> Option<PartitionKey> {
+    topic_key(node, stream, topic)
+        .ok()
+        .map(|(s, t, _)| (s, t, partition))
 }
 
 thread_local! {
@@ -927,7 +1086,11 @@ async fn route_handler(
                 segments_count: count,
             }
             .to_wire_bytes();
-            call.run("segment.delete", body, none).await?;
+            let header = Header {
+                partition: partition_key(node, &stream, &topic, partition),
+                ..none
+            };
+            call.run("segment.delete", body, header).await?;
             Response::empty(status)
         }
         "consumer_group.list" => {
@@ -1003,7 +1166,7 @@ async fn route_handler(
             let value = Base64::decode_vec(&send.partitioning.value)
                 .map_err(|_| bad_json("partitioning value is not base64"))?;
             // The binary protocol names the partition; balanced and keyed sends pick it here.
-            let ids = partition_ids(node, &stream, &topic)?;
+            let (stream_key, topic_key_id, ids) = topic_key(node, &stream, &topic)?;
             if ids.is_empty() {
                 return Err(ErrorCode::PartitionNotFound.into());
             }
@@ -1052,8 +1215,21 @@ async fn route_handler(
                 partition_incarnation: context.incarnation,
                 owner_generation: context.owner_generation,
                 minimum_metadata_op: 0,
+                partition: Some((stream_key, topic_key_id, partition)),
                 writes: false,
             };
+            match query_param(query, "ack") {
+                None | Some("replicated") => {}
+                Some("none") => {
+                    call.run_detached("message.send", bytes, header).await?;
+                    return Ok(Response::empty(202));
+                }
+                Some(other) => {
+                    return Err(
+                        bad_json(format!("ack is none or replicated, not `{other}`")).into(),
+                    );
+                }
+            }
             let reply = call.run("message.send", bytes, header).await?;
             let confirmations: wire::SendMessagesResponse = decode(&reply)?;
             #[derive(Serialize)]
@@ -1151,6 +1327,7 @@ async fn route_handler(
                 partition_incarnation: context.incarnation,
                 owner_generation: context.owner_generation,
                 minimum_metadata_op: 0,
+                partition: partition_key(node, &stream, &topic, partition.unwrap_or(0)),
                 writes: auto_commit,
             };
             let reply = call.run("message.poll", body, header).await?;
@@ -1230,6 +1407,7 @@ async fn route_handler(
                 partition_incarnation: context.incarnation,
                 owner_generation: context.owner_generation,
                 minimum_metadata_op: 0,
+                partition: partition_key(node, &stream, &topic, store.partition_id.unwrap_or(0)),
                 writes: false,
             };
             call.run("consumer_offset.store", body, header).await?;
@@ -1259,6 +1437,7 @@ async fn route_handler(
             .to_wire_bytes();
             let header = Header {
                 partition_incarnation: incarnation,
+                partition: partition_key(node, &stream, &topic, partition.unwrap_or(0)),
                 ..none
             };
             call.run("consumer_offset.delete", body, header).await?;

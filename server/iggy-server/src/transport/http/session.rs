@@ -9,11 +9,16 @@
 use super::jwt::{Claims, Signer};
 use crate::config::Http;
 use crate::runtime::connection::Bound;
+use crate::runtime::shared::PartitionKey;
 use crate::runtime::shared::Shared;
 use iggy_generated::errors::ErrorCode;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use std::rc::Rc;
+use std::sync::Arc;
+
+/// What a session's requests serialize on: one partition, or (`None`) the metadata group.
+pub type GateKey = Option<PartitionKey>;
+type Gate = Arc<futures_util::lock::Mutex<()>>;
 
 /// A session some token names.
 struct Live {
@@ -21,9 +26,11 @@ struct Live {
     /// Seconds: the latest expiry of a token issued for it.
     expires_at: u64,
     next_request: u64,
-    /// Writes of one session run one at a time: the VSR client table takes a session's requests
-    /// in order, and a write's reply (or its deadline) comes before the next starts.
-    writes: Rc<futures_util::lock::Mutex<()>>,
+    /// A session's requests to one partition (and its metadata writes) run one at a time: a
+    /// group's client table takes a session's requests in number order, and a write's reply (or
+    /// its deadline) comes before the next request to that partition starts.
+    gates: HashMap<GateKey, Gate>,
+    in_flight: usize,
 }
 
 /// The HTTP API's state on the shard that serves it.
@@ -31,6 +38,8 @@ pub struct HttpState {
     pub config: Http,
     signer: Signer,
     live: RefCell<HashMap<u128, Live>>,
+    /// Requests of every session in flight on this node.
+    in_flight: Cell<usize>,
     /// Identifies this node's anonymous requests (ping, login) to the service layer.
     pub anonymous_client: u128,
 }
@@ -73,6 +82,7 @@ impl HttpState {
             ),
             config: config.clone(),
             live: RefCell::new(HashMap::new()),
+            in_flight: Cell::new(0),
             anonymous_client: rand::random::<u128>() | 1,
         })
     }
@@ -97,7 +107,8 @@ impl HttpState {
             bound,
             expires_at: 0,
             next_request: 1,
-            writes: Rc::new(futures_util::lock::Mutex::new(())),
+            gates: HashMap::new(),
+            in_flight: 0,
         });
         entry.expires_at = entry.expires_at.max(claims.exp);
         (self.signer.sign(&claims), claims.exp)
@@ -131,12 +142,37 @@ impl HttpState {
         Some(request)
     }
 
-    /// The gate a write of `client`'s session holds while it runs.
-    pub fn write_gate(&self, client: u128) -> Option<Rc<futures_util::lock::Mutex<()>>> {
-        self.live
-            .borrow()
-            .get(&client)
-            .map(|entry| entry.writes.clone())
+    /// The gate `client`'s session holds while a request to `key` runs.
+    pub fn gate(&self, client: u128, key: GateKey) -> Option<Gate> {
+        let mut live = self.live.borrow_mut();
+        let entry = live.get_mut(&client)?;
+        Some(entry.gates.entry(key).or_default().clone())
+    }
+
+    /// Counts a request of `client` in flight, or says which limit refuses it: 429 the
+    /// session's (`http.max_in_flight_per_session`), 503 the node's (`http.max_in_flight`).
+    pub fn acquire(&self, client: u128) -> Result<(), u16> {
+        let mut live = self.live.borrow_mut();
+        let Some(entry) = live.get_mut(&client) else {
+            return Err(503);
+        };
+        if entry.in_flight >= self.config.max_in_flight_per_session {
+            return Err(429);
+        }
+        if self.in_flight.get() >= self.config.max_in_flight {
+            return Err(503);
+        }
+        entry.in_flight += 1;
+        self.in_flight.set(self.in_flight.get() + 1);
+        Ok(())
+    }
+
+    /// A request counted by [`HttpState::acquire`] ended.
+    pub fn release(&self, client: u128) {
+        if let Some(entry) = self.live.borrow_mut().get_mut(&client) {
+            entry.in_flight = entry.in_flight.saturating_sub(1);
+        }
+        self.in_flight.set(self.in_flight.get().saturating_sub(1));
     }
 
     /// The session ended by logout (the service layer already unbound it).
@@ -164,7 +200,9 @@ impl HttpState {
             return Vec::new();
         };
         let any = cors.allowed_origins.iter().any(|o| o == "*");
-        let allowed = if any && !cors.allow_credentials {
+        // A wildcard answer cannot carry credentials: the origin is echoed then, and varies.
+        let wildcard = any && !cors.allow_credentials;
+        let allowed = if wildcard {
             "*".to_string()
         } else if any || cors.allowed_origins.iter().any(|o| o == origin) {
             origin.to_string()
@@ -172,7 +210,7 @@ impl HttpState {
             return Vec::new();
         };
         let mut out = vec![("access-control-allow-origin", allowed)];
-        if !(any && !cors.allow_credentials) {
+        if !wildcard {
             out.push(("vary", "origin".into()));
         }
         if cors.allow_credentials {
@@ -205,5 +243,77 @@ impl HttpState {
             out.push(("access-control-allow-private-network", "true".into()));
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(per_session: usize, total: usize) -> HttpState {
+        let mut config = crate::config::load(None, |_| None).unwrap().http;
+        config.max_in_flight_per_session = per_session;
+        config.max_in_flight = total;
+        HttpState::new(&config).unwrap()
+    }
+
+    fn session(state: &HttpState, client: u128) -> String {
+        let bound = Bound {
+            client,
+            session: 9,
+            user_id: 0,
+            protocol: 0,
+        };
+        state.issue(bound).0
+    }
+
+    #[test]
+    fn in_flight_limits_answer_429_for_the_session_and_503_for_the_node() {
+        let state = state(2, 3);
+        session(&state, 1);
+        session(&state, 2);
+        assert_eq!(state.acquire(1), Ok(()));
+        assert_eq!(state.acquire(1), Ok(()));
+        assert_eq!(state.acquire(1), Err(429), "the session's third");
+        assert_eq!(state.acquire(2), Ok(()));
+        assert_eq!(state.acquire(2), Err(503), "the node's fourth");
+        state.release(1);
+        assert_eq!(state.acquire(2), Ok(()), "a slot came back");
+        assert_eq!(state.acquire(3), Err(503), "no session, no slot");
+    }
+
+    #[test]
+    fn a_token_names_its_session_until_logout() {
+        let state = state(32, 128);
+        let token = session(&state, 7);
+        let bound = state.resolve(&token).unwrap();
+        assert_eq!((bound.client, bound.session), (7, 9));
+        assert_eq!(state.next_request(7), Some(1));
+        assert_eq!(state.next_request(7), Some(2), "numbers advance");
+        state.forget(7);
+        assert_eq!(
+            state.resolve(&token).err(),
+            Some(ErrorCode::Unauthenticated)
+        );
+        assert_eq!(state.resolve("").err(), Some(ErrorCode::AccessTokenMissing));
+        assert_eq!(
+            state.resolve("x.y.z").err(),
+            Some(ErrorCode::InvalidAccessToken)
+        );
+    }
+
+    #[test]
+    fn one_gate_per_session_and_partition() {
+        let state = state(32, 128);
+        session(&state, 7);
+        let a = state.gate(7, Some((0, 0, 1))).unwrap();
+        let again = state.gate(7, Some((0, 0, 1))).unwrap();
+        let other = state.gate(7, Some((0, 0, 2))).unwrap();
+        assert!(Arc::ptr_eq(&a, &again));
+        assert!(!Arc::ptr_eq(&a, &other), "other partitions do not wait");
+        let held = a.try_lock().unwrap();
+        assert!(again.try_lock().is_none(), "the same partition waits");
+        assert!(other.try_lock().is_some());
+        drop(held);
     }
 }
