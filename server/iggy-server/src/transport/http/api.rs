@@ -498,7 +498,6 @@ pub async fn handle(
         response.headers = state.preflight_headers(private);
         return response;
     }
-    state.sweep(&node.shared);
     let (route, params) = match find_route(&request.method, &request.path) {
         Ok(found) => found,
         Err(true) => {

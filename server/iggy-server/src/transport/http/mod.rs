@@ -21,6 +21,15 @@ use std::rc::Rc;
 
 /// Accepts connections until the listener fails; each connection runs on its own task.
 pub async fn serve(listener: TcpListener, node: Rc<Node>, api: Rc<session::HttpState>) {
+    // Sessions whose tokens all expired are let go even when no request comes.
+    let (sweeper_node, sweeper) = (node.clone(), api.clone());
+    compio::runtime::spawn(async move {
+        loop {
+            compio::time::sleep(std::time::Duration::from_secs(1)).await;
+            sweeper.sweep(&sweeper_node.shared);
+        }
+    })
+    .detach();
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
@@ -288,6 +297,16 @@ async fn serve_connection(
             request.body = pending[head_len..frame_len].to_vec();
             pending.drain(..frame_len);
         } else {
+            // curl and browsers may wait for this before a large body.
+            if request
+                .header("expect")
+                .is_some_and(|e| e.trim().eq_ignore_ascii_case("100-continue"))
+            {
+                let BufResult(written, _) = stream
+                    .write_all(b"HTTP/1.1 100 Continue\r\n\r\n".to_vec())
+                    .await;
+                written?;
+            }
             let mut body = Vec::with_capacity(body_len);
             body.extend_from_slice(&pending[head_len..]);
             pending.clear();
