@@ -148,6 +148,25 @@ async fn sdk_http_client_manages_users_and_personal_access_tokens() {
     assert_eq!(alice.status, UserStatus::Active);
     assert!(alice.permissions.is_none());
 
+    // Nested permissions round-trip through the JSON maps keyed by stream and topic id.
+    let topic = TopicPermissions { manage_topic: false, read_topic: true, poll_messages: true, send_messages: false };
+    let stream = StreamPermissions {
+        read_stream: true,
+        send_messages: true,
+        topics: Some([(3usize, topic)].into_iter().collect()),
+        ..Default::default()
+    };
+    let granted = Permissions {
+        global: GlobalPermissions { read_servers: true, ..Default::default() },
+        streams: Some([(2usize, stream)].into_iter().collect()),
+    };
+    ok("grant", within("grant", root.update_permissions(&name("alice"), Some(granted.clone()))).await);
+    let alice = ok("get", within("get", root.get_user(&name("alice"))).await).expect("alice");
+    assert_eq!(alice.permissions, Some(granted));
+    ok("revoke", within("revoke", root.update_permissions(&name("alice"), None)).await);
+    let alice = ok("get", within("get", root.get_user(&name("alice"))).await).expect("alice");
+    assert_eq!(alice.permissions, None);
+
     // alice may not create streams: 403 → Unauthorized.
     let as_alice = IggyClient::builder().with_http().with_api_url(api.clone()).build().unwrap();
     ok("alice login", within("login", as_alice.login_user("alice", "secret-1")).await);
