@@ -347,6 +347,17 @@ async fn our_json_decodes_with_the_official_types() {
         };
         decoded.unwrap_or_else(|e| panic!("{path}: {e}: {}", String::from_utf8_lossy(&body)));
     }
+    let (status, body) = raw(&api, "GET", "/metrics", None, b"").await;
+    assert_eq!(status, 200);
+    let metrics = String::from_utf8(body).expect("text");
+    for line in [
+        "iggy_requests_total{command=\"stream.create\",status=\"0\"} 1",
+        "iggy_requests_total{command=\"message.send\",status=\"0\"} 1",
+        "iggy_request_duration_seconds_count{command=\"message.poll\"} 1",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "missing `{line}` in\n{metrics}");
+    }
+    assert!(metrics.contains("iggy_connections{transport=\"http\"}"), "{metrics}");
     let (status, body) = raw(&api, "GET", "/openapi.json", None, b"").await;
     assert_eq!(status, 200);
     let openapi: serde_json::Value = serde_json::from_slice(&body).expect("OpenAPI JSON");

@@ -88,6 +88,15 @@ pub struct Http {
     pub max_in_flight: usize,
     pub cors: Cors,
     pub jwt: Jwt,
+    pub metrics: Metrics,
+}
+
+/// `[http.metrics]`: the Prometheus endpoint.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Metrics {
+    pub enabled: bool,
+    pub endpoint: String,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -142,6 +151,13 @@ impl Http {
                 "http.jwt.decoding_secret",
                 String::new(),
                 "secret (both secrets set, or both empty for a random one)",
+            ));
+        }
+        if self.metrics.enabled && !self.metrics.endpoint.starts_with('/') {
+            return Err(bad(
+                "http.metrics.endpoint",
+                self.metrics.endpoint.clone(),
+                "path (starting with /)",
             ));
         }
         if self.max_request_size == 0 {

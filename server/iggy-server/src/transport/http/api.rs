@@ -483,6 +483,25 @@ fn decode<'a, T: WireDecode<'a>>(bytes: &'a [u8]) -> Result<T, ErrorCode> {
     T::decode_exact(bytes).map_err(|_| ErrorCode::Error)
 }
 
+/// The node's metrics as Prometheus text.
+fn prometheus(node: &Node) -> Response {
+    let mut connections = std::collections::BTreeMap::new();
+    for client in node.clients.borrow().values() {
+        *connections.entry(client.transport).or_insert(0) += 1;
+    }
+    let gauges = crate::runtime::metrics::Gauges {
+        connections,
+        sessions: node.shared.metadata.borrow().sessions.iter().count() as u64,
+        metadata_commit: node.shared.metadata.borrow().commit,
+    };
+    Response {
+        status: 200,
+        content_type: "text/plain; version=0.0.4",
+        headers: Vec::new(),
+        body: node.metrics.render(&gauges).into_bytes(),
+    }
+}
+
 /// Handles one request.
 pub async fn handle(
     node: &Rc<Node>,
@@ -497,6 +516,10 @@ pub async fn handle(
         let mut response = Response::empty(204);
         response.headers = state.preflight_headers(private);
         return response;
+    }
+    let metrics = &state.config.metrics;
+    if metrics.enabled && request.method == "GET" && request.path == metrics.endpoint {
+        return prometheus(node);
     }
     let (route, params) = match find_route(&request.method, &request.path) {
         Ok(found) => found,
