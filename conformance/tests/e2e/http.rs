@@ -414,6 +414,35 @@ async fn concurrent_writes_of_one_session_to_one_partition_all_land_and_ack_none
     assert_eq!(status, 400, "an unknown ack");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_trickled_byte_by_byte_is_cut_at_the_idle_timeout() {
+    let (_server, api) = TestServer::start_with_http(&[("IGGY_LIMITS_IDLE_TIMEOUT_SECS", "1")]);
+    let address = api.trim_start_matches("http://").to_string();
+    let mut stream = tokio::net::TcpStream::connect(&address).await.expect("connect");
+    let started = std::time::Instant::now();
+    // One byte every 200 ms never completes a head; each byte alone is well inside the timeout.
+    let head = b"GET /ping HTTP/1.1\r\nx-slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    let mut closed = false;
+    for byte in head.iter() {
+        if stream.write_all(&[*byte]).await.is_err() {
+            closed = true;
+            break;
+        }
+        let mut buffer = [0u8; 64];
+        match tokio::time::timeout(std::time::Duration::from_millis(200), stream.read(&mut buffer)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => {
+                closed = true;
+                break;
+            }
+            _ => {}
+        }
+    }
+    assert!(closed, "the connection was still open after {:?}", started.elapsed());
+    assert!(started.elapsed() < std::time::Duration::from_secs(8), "cut after {:?}", started.elapsed());
+    // Others are still served.
+    assert_eq!(raw(&api, "GET", "/ping", None, b"").await.0, 200);
+}
+
 /// Every call of the official HttpClient (its src/http/*.rs) and the route it uses.
 const SDK_CALLS: &[(&str, &str)] = &[
     ("GET", "/ping"),

@@ -344,6 +344,8 @@ impl Call<'_> {
             id: self.connection.id,
             bound: Some(bound),
         };
+        // Counted for the drain at shutdown until it settles.
+        node.in_flight.set(node.in_flight.get() + 1);
         compio::runtime::spawn(async move {
             let identity = (
                 admitted.bound.client,
@@ -367,6 +369,7 @@ impl Call<'_> {
                 );
             }
             drop(admitted);
+            node.in_flight.set(node.in_flight.get() - 1);
         })
         .detach();
         Ok(())

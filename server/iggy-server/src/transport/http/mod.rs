@@ -235,6 +235,10 @@ async fn serve_connection(
     let timed_out = || std::io::Error::new(std::io::ErrorKind::TimedOut, "no request in time");
     let mut pending: Vec<u8> = Vec::with_capacity(READ_CHUNK);
     loop {
+        // A head must arrive whole within the idle timeout from its first byte: a slow-loris
+        // head is cut like on TCP.
+        let mut head_begun: Option<std::time::Instant> =
+            (!pending.is_empty()).then(std::time::Instant::now);
         let (request, head_len, body_len) = loop {
             match parse_head(&pending) {
                 Ok(Head::Complete(request, head_len, body_len)) => {
@@ -265,11 +269,13 @@ async fn serve_connection(
             }
             pending.reserve(READ_CHUNK);
             let have = pending.len();
+            let wait = head_begun.map_or(idle, |begun| idle.saturating_sub(begun.elapsed()));
             let BufResult(read, buffer) =
-                compio::time::timeout(idle, stream.read(pending.slice(have..)))
+                compio::time::timeout(wait, stream.read(pending.slice(have..)))
                     .await
                     .map_err(|_| timed_out())?;
             pending = buffer.into_inner();
+            head_begun.get_or_insert_with(std::time::Instant::now);
             if read? == 0 {
                 return Ok(());
             }
@@ -321,7 +327,10 @@ async fn serve_connection(
         let close = request
             .header("connection")
             .is_some_and(|c| c.trim().eq_ignore_ascii_case("close"));
+        // Counted for the drain at shutdown, like a TCP request.
+        node.in_flight.set(node.in_flight.get() + 1);
         let response = api::handle(node, api, connection, &request).await;
+        node.in_flight.set(node.in_flight.get() - 1);
         // A token's session is bound for the request only; the connection keeps none.
         connection.bound = None;
         let BufResult(written, _) = stream
