@@ -134,6 +134,39 @@ async fn sdk_http_client_sends_polls_and_stores_offsets() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_http_client_round_trips_user_headers() {
+    use std::str::FromStr;
+    let (_server, api) = TestServer::start_with_http(&[]);
+    let client = http_client(&api).await;
+    create_stream_and_topic(&client, "s", "t", 1).await;
+    let mut headers = std::collections::BTreeMap::new();
+    headers.insert(HeaderKey::from_str("content-type").unwrap(), HeaderValue::from_str("application/json").unwrap());
+    headers.insert(HeaderKey::from_str("flag").unwrap(), HeaderValue::from(true));
+    headers.insert(HeaderKey::from_str("count").unwrap(), HeaderValue::from(123_456_789_012u64));
+    headers.insert(HeaderKey::from_str("delta").unwrap(), HeaderValue::from(-42i32));
+    let with_headers = IggyMessage::builder()
+        .id(42)
+        .payload(bytes::Bytes::from_static(b"with headers"))
+        .user_headers(headers.clone())
+        .build()
+        .unwrap();
+    let mut batch = vec![with_headers, numbered(43, "plain")];
+    ok("send", within("send", client.send_messages(&name("s"), &name("t"), &Partitioning::partition_id(0), &mut batch)).await);
+    let c = consumer("c");
+    let polled = ok(
+        "poll",
+        within("poll", client.poll_messages(&name("s"), &name("t"), Some(0), &c, &PollingStrategy::first(), 10, false)).await,
+    );
+    assert_eq!(polled.messages.len(), 2);
+    let got = polled.messages[0].user_headers_map().expect("decodable headers").expect("headers present");
+    assert_eq!(got, headers);
+    // No headers travel as `[]`, as the official type writes them (it reads that back as an
+    // empty map).
+    assert_eq!(polled.messages[1].header.user_headers_length, 0);
+    assert!(polled.messages[1].user_headers_map().expect("decodable").unwrap_or_default().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sdk_http_client_manages_users_and_personal_access_tokens() {
     let (_server, api) = TestServer::start_with_http(&[]);
     let root = http_client(&api).await;

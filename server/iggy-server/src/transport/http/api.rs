@@ -816,8 +816,10 @@ fn outgoing(values: &[serde_json::Value]) -> Result<Vec<OutgoingMessage>, Respon
                 Some(serde_json::Value::String(raw)) => {
                     Base64::decode_vec(raw).map_err(|_| bad_json("user_headers is not base64"))?
                 }
-                Some(serde_json::Value::Array(entries)) if entries.is_empty() => Vec::new(),
-                Some(_) => return Err(fail(ErrorCode::FeatureUnavailable)),
+                Some(serde_json::Value::Array(entries)) => {
+                    json::user_headers(entries).map_err(bad_json)?
+                }
+                Some(_) => return Err(bad_json("user_headers is a list or base64 text")),
             };
             Ok(OutgoingMessage {
                 id,

@@ -5,6 +5,7 @@ use base64ct::{Base64, Encoding};
 use iggy_generated::errors::ErrorCode;
 use iggy_generated::frames::{BatchHeader, MessageFrameHeader};
 use iggy_generated::payloads as wire;
+use iggy_wire::WireEncode;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -23,6 +24,50 @@ const KINDS: [&str; 16] = [
     "", "raw", "string", "bool", "int8", "int16", "int32", "int64", "int128", "uint8", "uint16",
     "uint32", "uint64", "uint128", "float32", "float64",
 ];
+
+/// The wire code of a user-header kind name (`"uint64"` → 12).
+fn kind_code(name: &str) -> Option<u8> {
+    KINDS
+        .iter()
+        .position(|k| !k.is_empty() && *k == name)
+        .map(|code| code as u8)
+}
+
+/// The binary user headers of a send from the official client's structured list: entries
+/// `{"key":{"kind","value"},"value":{"kind","value"}}` with base64 values, each written as the
+/// key kind, u32 length, key, value kind, u32 length, value.
+pub fn user_headers(entries: &[serde_json::Value]) -> Result<Vec<u8>, String> {
+    let field = |entry: &serde_json::Value, name: &str| -> Result<(u8, Vec<u8>), String> {
+        let field = entry
+            .get(name)
+            .ok_or_else(|| format!("a user header needs `{name}`"))?;
+        let kind = field
+            .get("kind")
+            .and_then(|k| k.as_str())
+            .and_then(kind_code)
+            .ok_or_else(|| format!("user header `{name}` has no known kind"))?;
+        let value = field
+            .get("value")
+            .and_then(|v| v.as_str())
+            .ok_or_else(|| format!("user header `{name}` needs a base64 value"))?;
+        let value =
+            Base64::decode_vec(value).map_err(|_| format!("user header `{name}` is not base64"))?;
+        Ok((kind, value))
+    };
+    let mut out = Vec::new();
+    for entry in entries {
+        let (key_kind, key) = field(entry, "key")?;
+        let (value_kind, value) = field(entry, "value")?;
+        wire::OptionEntry {
+            key_kind,
+            key: &key,
+            value_kind,
+            value: &value,
+        }
+        .encode_to(&mut out);
+    }
+    Ok(out)
+}
 
 /// The reversible text of an option value of `kind`.
 fn option_text(kind: u8, value: &[u8]) -> Option<String> {
