@@ -254,6 +254,15 @@ async fn sdk_http_client_reads_system_state_and_updates_resources() {
     let rename = TopicUpdateOptions { name: Some("t2".into()), ..Default::default() };
     ok("rename topic", within("update", client.update_topic(&name("renamed"), &name("t"), &rename)).await);
     assert!(ok("new topic name", within("get", client.get_topic(&name("renamed"), &name("t2"))).await).is_some());
+    let hour = IggyExpiry::ExpireDuration(IggyDuration::from(3_600_000_000u64));
+    let expiry = TopicUpdateOptions { message_expiry: Some(hour), ..Default::default() };
+    ok("set expiry", within("update", client.update_topic(&name("renamed"), &name("t2"), &expiry)).await);
+    let topic = ok("get", within("get", client.get_topic(&name("renamed"), &name("t2"))).await).expect("topic");
+    assert_eq!(topic.resolved_options().message_expiry, hour, "options {:?}", topic.options);
+    let reset = TopicUpdateOptions { reset: [OptionKey::MessageExpiry].into_iter().collect(), ..Default::default() };
+    ok("reset expiry", within("update", client.update_topic(&name("renamed"), &name("t2"), &reset)).await);
+    let topic = ok("get", within("get", client.get_topic(&name("renamed"), &name("t2"))).await).expect("topic");
+    assert_ne!(topic.resolved_options().message_expiry, hour, "reset");
     ok("create user", within("create", client.create_user("bob", "bob-secret", UserStatus::Active, None, &UserCreateOptions::default())).await);
     let rename = UserUpdateOptions { username: Some("robert".into()), ..Default::default() };
     ok("rename user", within("update", client.update_user(&name("bob"), &rename)).await);
