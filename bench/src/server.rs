@@ -111,7 +111,9 @@ impl ServerProc {
         }
         cmd.env("IGGY_TCP_ADDRESS", &address)
             .env("IGGY_SYSTEM_PATH", dir.path().join("data"))
-            .env("IGGY_SYSTEM_DURABILITY", durability);
+            .env("IGGY_SYSTEM_DURABILITY", durability)
+            // The bench drives TCP; the HTTP API's fixed default port could be taken.
+            .env("IGGY_HTTP_ENABLED", "false");
         if std::env::var_os("RUST_LOG").is_none() {
             cmd.env("RUST_LOG", "warn");
         }

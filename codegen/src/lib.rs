@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 pub mod emit;
+pub mod http;
 pub mod parse;
 pub mod rust;
 pub mod rust_stub;
@@ -47,6 +48,8 @@ pub struct Model {
     pub examples: Vec<Example>,
     /// `option` rows: the option catalog, per scope.
     pub options: Vec<OptionRow>,
+    /// `route` rows (spec/http.spec).
+    pub routes: Vec<http::Route>,
     /// Files each item came from, for the generated header.
     pub sources: BTreeMap<String, String>,
 }
@@ -537,6 +540,10 @@ pub fn load(files: &[(String, String)]) -> Result<Spec, Vec<Diagnostic>> {
     for (_, m) in &per_file {
         errs.extend(m.validate_with(&global));
     }
+    let commands: Vec<&Command> = per_file.iter().flat_map(|(_, m)| m.commands.iter()).collect();
+    for (_, m) in &per_file {
+        errs.extend(http::validate(&m.routes, &commands));
+    }
     if !errs.is_empty() {
         return Err(errs);
     }
@@ -553,6 +560,7 @@ pub fn build(files: &[(String, String)]) -> Result<Vec<(String, String)>, Vec<Di
         let text = match stem {
             "protocol" => emit_protocol(m),
             "errors" => emit_errors(m),
+            "http" => http::emit_routes(m, name),
             _ => emit_frames(m, &spec.global, name),
         };
         mods.push(stem.to_string());
@@ -562,6 +570,10 @@ pub fn build(files: &[(String, String)]) -> Result<Vec<(String, String)>, Vec<Di
     mods.push("registry".into());
     let lib = rust::emit_lib(&mods, spec.hash);
     out.push(("generated/src/lib.rs".into(), lib));
+    let routes: Vec<&http::Route> = spec.files.iter().flat_map(|(_, m)| m.routes.iter()).collect();
+    if !routes.is_empty() {
+        out.push(("generated/openapi.json".into(), http::openapi(&routes, &spec.global)));
+    }
     out.extend(emit::vectors(&spec));
     for emitter in emit::stub_emitters() {
         out.extend(emitter.emit(&spec));

@@ -235,6 +235,11 @@ impl<'a> Iterator for Lines<'a> {
     }
 }
 
+/// `route <METHOD> <path> <command> status=<N> [auth=public]`.
+fn route_line(i: &str) -> Res<'_, (&str, &str, &str, Vec<(&str, &str)>)> {
+    preceded(keyword("route"), (terminated(ident, space1), terminated(word, space1), command_name, attrs)).parse(i)
+}
+
 /// Parses one spec file into `model`.
 pub fn parse_file(file: &str, text: &str, model: &mut Model) -> Result<(), Vec<Diagnostic>> {
     let mut errs = Vec::new();
@@ -336,6 +341,37 @@ pub fn parse_file(file: &str, text: &str, model: &mut Model) -> Result<(), Vec<D
                     });
                 }
                 None => errs.push(expected("option <Scope> <key> <kind> [default=<v>] [flags=<a,b>] [doc=\"...\"]")),
+            },
+            "route" => match whole(t, route_line) {
+                Some((method, path, command, pairs)) => {
+                    let a = Attrs { pairs };
+                    a.check(&["status", "auth"], "a route", file, ln, &mut errs);
+                    let status = match a.get("status").map(str::parse::<u16>) {
+                        Some(Ok(status)) => status,
+                        _ => {
+                            errs.push(diag(file, ln, "a route needs status=<N>"));
+                            0
+                        }
+                    };
+                    let public = match a.get("auth") {
+                        None | Some("bearer") => false,
+                        Some("public") => true,
+                        Some(other) => {
+                            errs.push(diag(file, ln, format!("auth={other}: expected public or bearer")));
+                            false
+                        }
+                    };
+                    model.routes.push(crate::http::Route {
+                        method: method.into(),
+                        path: path.into(),
+                        command: command.into(),
+                        status,
+                        public,
+                        file: file.into(),
+                        line: ln,
+                    });
+                }
+                None => errs.push(expected("route <METHOD> <path> <command> status=<N> [auth=public]")),
             },
             "example" => match whole(t, example_line) {
                 Some((name, version, hex)) => model.examples.push(Example {

@@ -204,6 +204,14 @@ impl TestServer {
         Self::start_configured(env, None)
     }
 
+    /// `start` with the HTTP API on a free port, returned with the server.
+    pub fn start_with_http(env: &[(&str, &str)]) -> (Self, String) {
+        let address = format!("127.0.0.1:{}", free_port());
+        let mut all = vec![("IGGY_HTTP_ENABLED", "true"), ("IGGY_HTTP_ADDRESS", address.as_str())];
+        all.extend_from_slice(env);
+        (Self::start_with_env(&all), format!("http://{address}"))
+    }
+
     /// `start_with_env` with the child's files limited to `bytes` (see the module notes).
     pub fn start_with_file_size_limit(env: &[(&str, &str)], bytes: u64) -> Self {
         Self::start_configured(env, Some(bytes))
@@ -279,7 +287,10 @@ impl TestServer {
             }
         }
         cmd.env("IGGY_TCP_ADDRESS", self.address())
-            .env("IGGY_SYSTEM_PATH", self.data_dir());
+            .env("IGGY_SYSTEM_PATH", self.data_dir())
+            // Served by default on a fixed port; tests that use it pass IGGY_HTTP_ENABLED=true
+            // and a free port (`start_with_http`).
+            .env("IGGY_HTTP_ENABLED", "false");
         if std::env::var_os("RUST_LOG").is_none() {
             cmd.env("RUST_LOG", "info");
         }

@@ -18,6 +18,7 @@ mod docker_image;
 mod external_offsets;
 mod fail_stop;
 mod framing;
+mod http;
 mod id_reuse;
 mod journal;
 mod lifecycle;

@@ -18,7 +18,7 @@ pub struct Config {
     pub limits: Limits,
     pub tcp: Transport,
     pub quic: Transport,
-    pub http: Transport,
+    pub http: Http,
     pub websocket: Transport,
 }
 
@@ -75,6 +75,100 @@ pub struct Limits {
 pub struct Transport {
     pub enabled: bool,
     pub address: String,
+}
+
+/// `[http]`: the REST API's listener, request limit, CORS and access tokens.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Http {
+    pub enabled: bool,
+    pub address: String,
+    pub max_request_size: u64,
+    pub max_in_flight_per_session: usize,
+    pub max_in_flight: usize,
+    pub cors: Cors,
+    pub jwt: Jwt,
+    pub metrics: Metrics,
+}
+
+/// `[http.metrics]`: the Prometheus endpoint.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Metrics {
+    pub enabled: bool,
+    pub endpoint: String,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Cors {
+    pub enabled: bool,
+    pub allowed_methods: Vec<String>,
+    pub allowed_origins: Vec<String>,
+    pub allowed_headers: Vec<String>,
+    pub exposed_headers: Vec<String>,
+    pub allow_credentials: bool,
+    pub allow_private_network: bool,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Jwt {
+    pub algorithm: String,
+    pub issuer: String,
+    pub audience: String,
+    pub access_token_expiry_secs: u64,
+    pub clock_skew_secs: u64,
+    pub not_before_secs: u64,
+    pub encoding_secret: String,
+    pub decoding_secret: String,
+    pub use_base64_secret: bool,
+}
+
+impl Http {
+    fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |key: &str, value: String, expected: &'static str| ConfigError::BadValue {
+            key: key.into(),
+            value,
+            expected,
+        };
+        if self.jwt.algorithm != "HS256" {
+            return Err(bad(
+                "http.jwt.algorithm",
+                self.jwt.algorithm.clone(),
+                "token algorithm (HS256)",
+            ));
+        }
+        if self.jwt.access_token_expiry_secs == 0 {
+            return Err(bad(
+                "http.jwt.access_token_expiry_secs",
+                "0".into(),
+                "token lifetime (at least 1 second)",
+            ));
+        }
+        if self.jwt.encoding_secret.is_empty() != self.jwt.decoding_secret.is_empty() {
+            return Err(bad(
+                "http.jwt.decoding_secret",
+                String::new(),
+                "secret (both secrets set, or both empty for a random one)",
+            ));
+        }
+        if self.metrics.enabled && !self.metrics.endpoint.starts_with('/') {
+            return Err(bad(
+                "http.metrics.endpoint",
+                self.metrics.endpoint.clone(),
+                "path (starting with /)",
+            ));
+        }
+        if self.max_request_size == 0 {
+            return Err(bad(
+                "http.max_request_size",
+                "0".into(),
+                "size (at least 1 byte)",
+            ));
+        }
+        Ok(())
+    }
 }
 
 #[derive(Debug, PartialEq)]
@@ -241,6 +335,7 @@ fn type_name(v: &Value) -> &'static str {
         Value::Boolean(_) => "boolean",
         Value::Integer(_) => "integer",
         Value::Float(_) => "float",
+        Value::Array(_) => "list (comma-separated in the environment)",
         _ => "string",
     }
 }
@@ -287,6 +382,14 @@ pub fn load(
             }),
             Value::Integer(_) => Value::Integer(raw.trim().parse().map_err(|_| bad())?),
             Value::Float(_) => Value::Float(raw.trim().parse().map_err(|_| bad())?),
+            // A list from the environment is comma-separated.
+            Value::Array(_) => Value::Array(
+                raw.split(',')
+                    .map(str::trim)
+                    .filter(|item| !item.is_empty())
+                    .map(|item| Value::String(item.to_string()))
+                    .collect(),
+            ),
             _ => Value::String(raw.clone()),
         };
         set_path(&mut table, &path, v);
@@ -299,12 +402,13 @@ pub fn load(
 }
 
 impl Config {
-    fn transports(&self) -> [(&'static str, &Transport); 4] {
+    /// Each transport's name, whether it is enabled, and its address.
+    fn transports(&self) -> [(&'static str, bool, &str); 4] {
         [
-            ("tcp", &self.tcp),
-            ("quic", &self.quic),
-            ("http", &self.http),
-            ("websocket", &self.websocket),
+            ("tcp", self.tcp.enabled, &self.tcp.address),
+            ("quic", self.quic.enabled, &self.quic.address),
+            ("http", self.http.enabled, &self.http.address),
+            ("websocket", self.websocket.enabled, &self.websocket.address),
         ]
     }
 
@@ -343,20 +447,20 @@ impl Config {
                 expected: "log format (text or json)",
             });
         }
-        for (name, t) in self.transports() {
-            if !t.enabled {
+        for (name, enabled, address) in self.transports() {
+            if !enabled {
                 continue;
             }
             let key = format!("{name}.address");
-            let addr: SocketAddr = t.address.parse().map_err(|_| ConfigError::BadAddress {
+            let addr: SocketAddr = address.parse().map_err(|_| ConfigError::BadAddress {
                 key: key.clone(),
-                value: t.address.clone(),
+                value: address.to_string(),
             })?;
             if addr.ip().is_unspecified() && self.node.advertised_address.trim().is_empty() {
                 return Err(ConfigError::WildcardWithoutAdvertised { key });
             }
         }
-        Ok(())
+        self.http.validate()
     }
 
     /// The address other nodes and clients are told about (cluster metadata).
@@ -388,6 +492,29 @@ mod tests {
 
     fn none(_: &str) -> Option<String> {
         None
+    }
+
+    #[test]
+    fn http_lists_and_secrets_load_from_the_environment() {
+        let env = |name: &str| match name {
+            "IGGY_HTTP_CORS_ALLOWED_ORIGINS" => Some("https://a.example, https://b.example".into()),
+            "IGGY_HTTP_JWT_ENCODING_SECRET" => Some("only-one".into()),
+            _ => None,
+        };
+        // One secret without the other is refused: tokens could not be checked.
+        let e = load(None, env).unwrap_err();
+        assert!(e.to_string().contains("http.jwt.decoding_secret"), "{e}");
+        let env = |name: &str| match name {
+            "IGGY_HTTP_CORS_ALLOWED_ORIGINS" => Some("https://a.example, https://b.example".into()),
+            _ => None,
+        };
+        let c = load(None, env).unwrap();
+        assert_eq!(
+            c.http.cors.allowed_origins,
+            ["https://a.example", "https://b.example"]
+        );
+        assert!(c.http.enabled, "served by default, as upstream");
+        assert_eq!(c.http.max_request_size, 2_000_000);
     }
 
     #[test]

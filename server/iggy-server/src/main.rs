@@ -304,6 +304,12 @@ async fn run(
         cfg.tcp.address
     );
     compio::runtime::spawn(tcp::serve(listener, node.clone())).detach();
+    if cfg.http.enabled
+        && let Err(error) = start_http(&cfg.http, &node).await
+    {
+        eprintln!("iggy-server: {error}");
+        return ExitCode::FAILURE;
+    }
     compio::runtime::spawn(maintenance::run(node.clone())).detach();
     #[cfg(feature = "systemd")]
     let notifier = systemd_ready();
@@ -355,6 +361,18 @@ async fn bind_tcp(address: &str) -> std::io::Result<compio::net::TcpListener> {
             result => return result,
         }
     }
+}
+
+/// Binds the HTTP REST listener and serves it on this (the first) shard.
+async fn start_http(config: &config::Http, node: &std::rc::Rc<node::Node>) -> Result<(), String> {
+    let state = transport::http::session::HttpState::new(config)?;
+    let listener = bind_tcp(&config.address)
+        .await
+        .map_err(|error| format!("cannot bind http {}: {error}", config.address))?;
+    tracing::info!("listening on http {}", config.address);
+    let serve = transport::http::serve(listener, node.clone(), std::rc::Rc::new(state));
+    compio::runtime::spawn(serve).detach();
+    Ok(())
 }
 
 /// Resolves on SIGINT or SIGTERM.

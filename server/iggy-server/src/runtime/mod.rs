@@ -7,6 +7,7 @@ pub mod connection;
 pub mod host;
 pub mod maintenance;
 pub mod metadata_machine;
+pub mod metrics;
 pub mod node;
 pub mod partition;
 pub mod reconcile;

@@ -44,6 +44,8 @@ pub struct Node {
     pub refusals: Cell<usize>,
     /// Requests being handled now, for the drain at shutdown.
     pub in_flight: Cell<usize>,
+    /// Requests by command and status, and their latencies (`/metrics`).
+    pub metrics: crate::runtime::metrics::Metrics,
     /// Personal access tokens lately shown to their creators, by (client, request): a retry
     /// whose first reply was lost gets its token again. Never journaled; see `remember_token`.
     shown_tokens: RefCell<std::collections::VecDeque<((u128, u64), String)>>,
@@ -204,6 +206,7 @@ impl Node {
             root_created: Cell::new(false),
             refusals: Cell::new(0),
             in_flight: Cell::new(0),
+            metrics: Default::default(),
             shown_tokens: RefCell::new(std::collections::VecDeque::new()),
         });
         Ok(node)

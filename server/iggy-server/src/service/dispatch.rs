@@ -95,14 +95,43 @@ pub async fn dispatch_within(
 ) -> Dispatched {
     let (header, operation) = (admitted.header, admitted.operation);
     let code = admitted.non_replicated_code();
-    answer_within(
+    let started = std::time::Instant::now();
+    let dispatched = answer_within(
         deadline,
         &header,
         operation,
         code,
         dispatch(node, connection, admitted, body),
     )
-    .await
+    .await;
+    record(node, operation, code, &dispatched, started.elapsed());
+    dispatched
+}
+
+/// Counts an answered request in the node's metrics under its command's name.
+fn record(
+    node: &Node,
+    operation: Operation,
+    code: u32,
+    dispatched: &Dispatched,
+    elapsed: std::time::Duration,
+) {
+    use crate::runtime::metrics::Outcome;
+    let command = match operation {
+        Operation::NonReplicated => commands::COMMANDS.iter().find(|c| c.code == code),
+        _ => command_for(operation),
+    }
+    .map_or("unknown", |c| c.name);
+    let outcome = match dispatched {
+        Dispatched::Reply(reply) => Outcome::Status(
+            iggy_generated::frames::ReplyHeader::decode_fixed(
+                &reply[..frame::HEADER_SIZE.min(reply.len())],
+            )
+            .map_or(u32::MAX, |h| h.status),
+        ),
+        Dispatched::Close(_) => Outcome::Evicted,
+    };
+    node.metrics.record(command, outcome, elapsed);
 }
 
 async fn answer_within(

@@ -58,7 +58,11 @@ fn with_roster_entry(
         ip: &ip,
         tcp_port: served(&config.tcp),
         quic_port: served(&config.quic),
-        http_port: served(&config.http),
+        http_port: if config.http.enabled {
+            port_of(&config.http.address)
+        } else {
+            0
+        },
         websocket_port: served(&config.websocket),
         role: ClusterNodeRole::Leader,
         status: ClusterNodeStatus::Healthy,

@@ -1,0 +1,546 @@
+//! The HTTP REST API with the official SDK's HttpClient, raw HTTP for what the SDK never sends
+//! (bad JSON, forged tokens, huge bodies), and the JSON shapes decoded with the official types.
+
+use crate::harness::*;
+use iggy::prelude::*;
+use iggy_generated::http::ROUTES;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// A message with an explicit id: the SDK's HTTP serializer writes the id as a JSON number and
+/// cannot write one above u64::MAX (the random ids its builder mints).
+fn numbered(id: u128, payload: &str) -> IggyMessage {
+    IggyMessage::builder()
+        .id(id)
+        .payload(bytes::Bytes::from(payload.to_string()))
+        .build()
+        .expect("valid message")
+}
+
+async fn http_client(api_url: &str) -> IggyClient {
+    let client = IggyClient::builder()
+        .with_http()
+        .with_api_url(api_url.to_string())
+        .build()
+        .expect("http client");
+    ok("login", within("login", client.login_user(ROOT_USER, ROOT_PASSWORD)).await);
+    client
+}
+
+/// One HTTP/1.1 exchange on a fresh connection: the status and the body.
+async fn raw(api_url: &str, method: &str, path: &str, token: Option<&str>, body: &[u8]) -> (u16, Vec<u8>) {
+    let address = api_url.trim_start_matches("http://");
+    let mut stream = within("connect", tokio::net::TcpStream::connect(address)).await.expect("connect");
+    let mut head = format!("{method} {path} HTTP/1.1\r\nhost: {address}\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\n", body.len());
+    if let Some(token) = token {
+        head.push_str(&format!("authorization: Bearer {token}\r\n"));
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes()).await.expect("write head");
+    // A refused body may be left unread by the server, which then closes: ignore the write error.
+    let _ = stream.write_all(body).await;
+    let mut reply = Vec::new();
+    let _ = within("read reply", stream.read_to_end(&mut reply)).await;
+    let text = String::from_utf8_lossy(&reply);
+    let status: u16 = text.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("no status in {text:?}"));
+    let body_at = reply.windows(4).position(|w| w == b"\r\n\r\n").map_or(reply.len(), |p| p + 4);
+    (status, reply[body_at..].to_vec())
+}
+
+async fn raw_token(api_url: &str) -> String {
+    let login = br#"{"username":"iggy","password":"iggy","version":"0.11.1-edge.2"}"#;
+    let (status, body) = raw(api_url, "POST", "/users/login", None, login).await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    let identity: iggy_common::IdentityInfo = serde_json::from_slice(&body).expect("IdentityInfo");
+    identity.access_token.expect("an access token").token
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_http_client_manages_streams_topics_and_partitions() {
+    let (_server, api) = TestServer::start_with_http(&[]);
+    let client = http_client(&api).await;
+    ok("ping", within("ping", client.ping()).await);
+
+    let stream = ok("create stream", within("create", client.create_stream("orders", &StreamCreateOptions::default())).await);
+    assert_eq!((stream.id, stream.name.as_str()), (0, "orders"));
+    let topic = ok("create topic", within("create", client.create_topic(&name("orders"), "eu-west", &topic_options(3))).await);
+    assert_eq!((topic.partitions_count, topic.partitions.len()), (3, 3));
+
+    // Names travel percent-encoded (`-` is %2D).
+    let got = ok("get topic", within("get", client.get_topic(&name("orders"), &name("eu-west"))).await).expect("topic exists");
+    assert_eq!(got.id, topic.id);
+    assert_eq!(got.partitions.iter().map(|p| p.id).collect::<Vec<_>>(), [0, 1, 2]);
+    let streams = ok("list", within("list", client.get_streams()).await);
+    assert_eq!(streams.iter().map(|s| (s.name.as_str(), s.topics_count)).collect::<Vec<_>>(), [("orders", 1)]);
+    let topics = ok("list topics", within("list", client.get_topics(&id(0))).await);
+    assert_eq!(topics.len(), 1);
+
+    ok("add partitions", within("add", client.create_partitions(&name("orders"), &name("eu-west"), 2)).await);
+    ok("drop partitions", within("drop", client.delete_partitions(&name("orders"), &name("eu-west"), 1)).await);
+    let got = ok("get topic", within("get", client.get_topic(&name("orders"), &name("eu-west"))).await).expect("topic");
+    assert_eq!(got.partitions_count, 4);
+
+    // Missing resources are None, not errors.
+    assert!(ok("missing stream", within("get", client.get_stream(&name("ghost"))).await).is_none());
+    assert!(ok("missing topic", within("get", client.get_topic(&name("orders"), &id(9))).await).is_none());
+    assert!(ok("missing user", within("get", client.get_user(&name("ghost"))).await).is_none());
+
+    ok("delete topic", within("delete", client.delete_topic(&name("orders"), &name("eu-west"))).await);
+    ok("delete stream", within("delete", client.delete_stream(&id(0))).await);
+    assert!(ok("list", within("list", client.get_streams()).await).is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_http_client_sends_polls_and_stores_offsets() {
+    let (_server, api) = TestServer::start_with_http(&[]);
+    let client = http_client(&api).await;
+    create_stream_and_topic(&client, "s", "t", 2).await;
+    let mut first: Vec<IggyMessage> = (1..=3).map(|i| numbered(i, &format!("p0-{i}"))).collect();
+    ok("send", within("send", client.send_messages(&name("s"), &name("t"), &Partitioning::partition_id(0), &mut first)).await);
+    let mut more: Vec<IggyMessage> = (4..=5).map(|i| numbered(i, &format!("p0-{i}"))).collect();
+    ok("send", within("send", client.send_messages(&name("s"), &name("t"), &Partitioning::partition_id(0), &mut more)).await);
+    let mut balanced = vec![numbered(10, "b")];
+    ok("balanced", within("send", client.send_messages(&name("s"), &name("t"), &Partitioning::balanced(), &mut balanced)).await);
+
+    let c = consumer("reader");
+    let poll = |strategy: PollingStrategy, count: u32, auto_commit: bool| {
+        let (client, c) = (&client, &c);
+        async move {
+            ok("poll", within("poll", client.poll_messages(&name("s"), &name("t"), Some(0), c, &strategy, count, auto_commit)).await)
+        }
+    };
+    let all = poll(PollingStrategy::offset(0), 10, false).await;
+    assert_eq!(payloads(&all), ["p0-1", "p0-2", "p0-3", "p0-4", "p0-5"]);
+    assert_eq!(offsets(&all), [0, 1, 2, 3, 4]);
+    assert_eq!(all.messages.iter().map(|m| m.header.id).collect::<Vec<_>>(), [1, 2, 3, 4, 5]);
+    assert_eq!(all.current_offset, 4);
+    assert_eq!(payloads(&poll(PollingStrategy::offset(3), 10, false).await), ["p0-4", "p0-5"]);
+    assert_eq!(payloads(&poll(PollingStrategy::first(), 2, false).await), ["p0-1", "p0-2"]);
+    assert_eq!(payloads(&poll(PollingStrategy::last(), 1, false).await), ["p0-5"]);
+
+    // next + auto-commit walks forward from the stored offset.
+    assert_eq!(payloads(&poll(PollingStrategy::next(), 2, true).await), ["p0-1", "p0-2"]);
+    assert_eq!(payloads(&poll(PollingStrategy::next(), 2, true).await), ["p0-3", "p0-4"]);
+    let stored = ok("get offset", within("get", client.get_consumer_offset(&c, &name("s"), &name("t"), Some(0))).await).expect("stored");
+    assert_eq!((stored.stored_offset, stored.current_offset), (3, 4));
+
+    ok("store", within("store", client.store_consumer_offset(&c, &name("s"), &name("t"), Some(0), 1)).await);
+    let stored = ok("get offset", within("get", client.get_consumer_offset(&c, &name("s"), &name("t"), Some(0))).await).expect("stored");
+    assert_eq!(stored.stored_offset, 1);
+    assert_eq!(payloads(&poll(PollingStrategy::next(), 1, false).await), ["p0-3"]);
+    ok("delete offset", within("delete", client.delete_consumer_offset(&c, &name("s"), &name("t"), Some(0))).await);
+    let other = consumer("never-stored");
+    assert!(ok("no offset", within("get", client.get_consumer_offset(&other, &name("s"), &name("t"), Some(0))).await).is_none());
+    assert!(ok("deleted offset", within("get", client.get_consumer_offset(&c, &name("s"), &name("t"), Some(0))).await).is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_http_client_round_trips_user_headers() {
+    use std::str::FromStr;
+    let (_server, api) = TestServer::start_with_http(&[]);
+    let client = http_client(&api).await;
+    create_stream_and_topic(&client, "s", "t", 1).await;
+    let mut headers = std::collections::BTreeMap::new();
+    headers.insert(HeaderKey::from_str("content-type").unwrap(), HeaderValue::from_str("application/json").unwrap());
+    headers.insert(HeaderKey::from_str("flag").unwrap(), HeaderValue::from(true));
+    headers.insert(HeaderKey::from_str("count").unwrap(), HeaderValue::from(123_456_789_012u64));
+    headers.insert(HeaderKey::from_str("delta").unwrap(), HeaderValue::from(-42i32));
+    let with_headers = IggyMessage::builder()
+        .id(42)
+        .payload(bytes::Bytes::from_static(b"with headers"))
+        .user_headers(headers.clone())
+        .build()
+        .unwrap();
+    let mut batch = vec![with_headers, numbered(43, "plain")];
+    ok("send", within("send", client.send_messages(&name("s"), &name("t"), &Partitioning::partition_id(0), &mut batch)).await);
+    let c = consumer("c");
+    let polled = ok(
+        "poll",
+        within("poll", client.poll_messages(&name("s"), &name("t"), Some(0), &c, &PollingStrategy::first(), 10, false)).await,
+    );
+    assert_eq!(polled.messages.len(), 2);
+    let got = polled.messages[0].user_headers_map().expect("decodable headers").expect("headers present");
+    assert_eq!(got, headers);
+    // No headers travel as `[]`, as the official type writes them (it reads that back as an
+    // empty map).
+    assert_eq!(polled.messages[1].header.user_headers_length, 0);
+    assert!(polled.messages[1].user_headers_map().expect("decodable").unwrap_or_default().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_http_client_manages_users_and_personal_access_tokens() {
+    let (_server, api) = TestServer::start_with_http(&[]);
+    let root = http_client(&api).await;
+    let user = ok(
+        "create user",
+        within("create", root.create_user("alice", "secret-1", UserStatus::Active, None, &UserCreateOptions::default())).await,
+    );
+    assert_eq!(user.username, "alice");
+    let users = ok("list", within("list", root.get_users()).await);
+    assert!(users.iter().any(|u| u.username == "alice"));
+    let alice = ok("get", within("get", root.get_user(&name("alice"))).await).expect("alice");
+    assert_eq!(alice.status, UserStatus::Active);
+    assert!(alice.permissions.is_none());
+
+    // Nested permissions round-trip through the JSON maps keyed by stream and topic id.
+    let topic = TopicPermissions { manage_topic: false, read_topic: true, poll_messages: true, send_messages: false };
+    let stream = StreamPermissions {
+        read_stream: true,
+        send_messages: true,
+        topics: Some([(3usize, topic)].into_iter().collect()),
+        ..Default::default()
+    };
+    let granted = Permissions {
+        global: GlobalPermissions { read_servers: true, ..Default::default() },
+        streams: Some([(2usize, stream)].into_iter().collect()),
+    };
+    ok("grant", within("grant", root.update_permissions(&name("alice"), Some(granted.clone()))).await);
+    let alice = ok("get", within("get", root.get_user(&name("alice"))).await).expect("alice");
+    assert_eq!(alice.permissions, Some(granted));
+    ok("revoke", within("revoke", root.update_permissions(&name("alice"), None)).await);
+    let alice = ok("get", within("get", root.get_user(&name("alice"))).await).expect("alice");
+    assert_eq!(alice.permissions, None);
+
+    // alice may not create streams: 403 → Unauthorized.
+    let as_alice = IggyClient::builder().with_http().with_api_url(api.clone()).build().unwrap();
+    ok("alice login", within("login", as_alice.login_user("alice", "secret-1")).await);
+    expect_code("create as alice", within("create", as_alice.create_stream("x", &StreamCreateOptions::default())).await, 41);
+    ok("change password", within("password", root.change_password(&name("alice"), "secret-1", "secret-2")).await);
+
+    let raw = ok("create pat", within("create", root.create_personal_access_token("ci-bot", PersonalAccessTokenExpiry::NeverExpire)).await);
+    let tokens = ok("list pats", within("list", root.get_personal_access_tokens()).await);
+    assert_eq!(tokens.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), ["ci-bot"]);
+    let by_pat = IggyClient::builder().with_http().with_api_url(api.clone()).build().unwrap();
+    let identity = ok("pat login", within("login", by_pat.login_with_personal_access_token(&raw.token)).await);
+    assert_eq!(identity.user_id, 0);
+    ok("pat client works", within("list", by_pat.get_streams()).await);
+    ok("delete pat", within("delete", root.delete_personal_access_token("ci-bot")).await);
+    let refused = IggyClient::builder().with_http().with_api_url(api.clone()).build().unwrap();
+    expect_code("deleted pat", within("login", refused.login_with_personal_access_token(&raw.token)).await, 40);
+
+    ok("delete user", within("delete", root.delete_user(&name("alice"))).await);
+    assert!(ok("gone", within("get", root.get_user(&name("alice"))).await).is_none());
+
+    // Logout ends the session: the same token is refused afterwards.
+    ok("logout", within("logout", by_pat.logout_user()).await);
+    let after = IggyClient::builder().with_http().with_api_url(api.clone()).build().unwrap();
+    ok("login", within("login", after.login_user(ROOT_USER, ROOT_PASSWORD)).await);
+    ok("works", within("list", after.get_streams()).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_http_client_reads_system_state_and_updates_resources() {
+    let (_server, api) = TestServer::start_with_http(&[]);
+    let client = http_client(&api).await;
+    create_stream_and_topic(&client, "s", "t", 1).await;
+
+    let stats = ok("stats", within("stats", client.get_stats()).await);
+    assert_eq!((stats.streams_count, stats.topics_count, stats.partitions_count), (1, 1, 1));
+    let clients = ok("clients", within("clients", client.get_clients()).await);
+    assert!(!clients.is_empty(), "the HTTP connection is listed");
+    let first = clients[0].client_id;
+    assert!(ok("client", within("client", client.get_client(first)).await).is_some());
+    assert!(ok("missing client", within("client", client.get_client(u32::MAX - 7)).await).is_none());
+    let options = ok("describe", within("describe", client.describe_options(OptionsScope::Topic)).await);
+    assert!(options.iter().any(|o| o.key == "message_expiry"), "{options:?}");
+    let metadata = ok("cluster", within("cluster", client.get_cluster_metadata()).await);
+    let port: u16 = api.rsplit(':').next().unwrap().parse().unwrap();
+    assert_eq!(metadata.nodes[0].endpoints.http, port, "the http port is advertised");
+    let zip = ok("snapshot", within("snapshot", client.snapshot(SnapshotCompression::Stored, vec![SystemSnapshotType::Test])).await);
+    assert!(zip.0.starts_with(b"PK"), "a zip archive");
+
+    let rename = StreamUpdateOptions { name: Some("renamed".into()), ..Default::default() };
+    ok("rename stream", within("update", client.update_stream(&name("s"), &rename)).await);
+    assert!(ok("old name", within("get", client.get_stream(&name("s"))).await).is_none());
+    let rename = TopicUpdateOptions { name: Some("t2".into()), ..Default::default() };
+    ok("rename topic", within("update", client.update_topic(&name("renamed"), &name("t"), &rename)).await);
+    assert!(ok("new topic name", within("get", client.get_topic(&name("renamed"), &name("t2"))).await).is_some());
+    let hour = IggyExpiry::ExpireDuration(IggyDuration::from(3_600_000_000u64));
+    let expiry = TopicUpdateOptions { message_expiry: Some(hour), ..Default::default() };
+    ok("set expiry", within("update", client.update_topic(&name("renamed"), &name("t2"), &expiry)).await);
+    let topic = ok("get", within("get", client.get_topic(&name("renamed"), &name("t2"))).await).expect("topic");
+    assert_eq!(topic.resolved_options().message_expiry, hour, "options {:?}", topic.options);
+    let reset = TopicUpdateOptions { reset: [OptionKey::MessageExpiry].into_iter().collect(), ..Default::default() };
+    ok("reset expiry", within("update", client.update_topic(&name("renamed"), &name("t2"), &reset)).await);
+    let topic = ok("get", within("get", client.get_topic(&name("renamed"), &name("t2"))).await).expect("topic");
+    assert_ne!(topic.resolved_options().message_expiry, hour, "reset");
+    ok("create user", within("create", client.create_user("bob", "bob-secret", UserStatus::Active, None, &UserCreateOptions::default())).await);
+    let rename = UserUpdateOptions { username: Some("robert".into()), ..Default::default() };
+    ok("rename user", within("update", client.update_user(&name("bob"), &rename)).await);
+    assert!(ok("renamed user", within("get", client.get_user(&name("robert"))).await).is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logout_revokes_the_token_and_refresh_issues_a_new_one() {
+    let (_server, api) = TestServer::start_with_http(&[]);
+    let token = raw_token(&api).await;
+    assert_eq!(raw(&api, "GET", "/streams", Some(&token), b"").await.0, 200);
+    let refresh = format!(r#"{{"token":"{token}"}}"#);
+    let (status, body) = raw(&api, "POST", "/users/refresh-token", None, refresh.as_bytes()).await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    let refreshed: iggy_common::IdentityInfo = serde_json::from_slice(&body).expect("IdentityInfo");
+    let refreshed = refreshed.access_token.expect("token").token;
+    assert_ne!(refreshed, token);
+    assert_eq!(raw(&api, "GET", "/streams", Some(&refreshed), b"").await.0, 200);
+    assert_eq!(raw(&api, "DELETE", "/users/logout", Some(&token), b"").await.0, 204);
+    // Both tokens named the session that ended.
+    assert_eq!(raw(&api, "GET", "/streams", Some(&token), b"").await.0, 401);
+    assert_eq!(raw(&api, "GET", "/streams", Some(&refreshed), b"").await.0, 401);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_get_clear_statuses_and_the_server_stays_up() {
+    let (_server, api) = TestServer::start_with_http(&[("IGGY_HTTP_MAX_REQUEST_SIZE", "100000")]);
+    let token = raw_token(&api).await;
+    let t = Some(token.as_str());
+    let refusal = |body: &[u8]| -> serde_json::Value { serde_json::from_slice(body).expect("a JSON refusal") };
+
+    let (status, body) = raw(&api, "POST", "/streams", t, b"{not json").await;
+    assert_eq!(status, 400);
+    assert_eq!(refusal(&body)["id"], 4, "InvalidFormat");
+    let (status, _) = raw(&api, "POST", "/streams", t, br#"{"name": 7}"#).await;
+    assert_eq!(status, 400, "a wrong type");
+    let (status, _) = raw(&api, "POST", "/streams/s/topics", t, br#"{"name":"t","partitions_count":"many"}"#).await;
+    assert_eq!(status, 400, "a wrong type");
+
+    let (status, body) = raw(&api, "GET", "/streams", None, b"").await;
+    assert_eq!(status, 401, "no token");
+    assert_eq!(refusal(&body)["id"], 77, "AccessTokenMissing");
+    let forged = format!("{}x", &token[..token.len() - 1]);
+    assert_eq!(raw(&api, "GET", "/streams", Some(&forged), b"").await.0, 401, "a forged signature");
+    assert_eq!(raw(&api, "GET", "/streams", Some("a.b.c"), b"").await.0, 401, "garbage");
+
+    let (status, body) = raw(&api, "GET", "/no/such/route", t, b"").await;
+    assert_eq!((status, refusal(&body)["id"].as_u64()), (404, Some(404)));
+    let (status, _) = raw(&api, "PATCH", "/streams", t, b"").await;
+    assert_eq!(status, 405);
+
+    let huge = vec![b'x'; 200_000];
+    assert_eq!(raw(&api, "POST", "/streams", t, &huge).await.0, 413);
+
+    let bad_login = br#"{"username":"iggy","password":"wrong"}"#;
+    assert_eq!(raw(&api, "POST", "/users/login", None, bad_login).await.0, 401);
+
+    // Still serving, with the same token.
+    assert_eq!(raw(&api, "GET", "/ping", None, b"").await.0, 200);
+    assert_eq!(raw(&api, "POST", "/streams", t, br#"{"name":"ok"}"#).await.0, 201);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_token_is_refused() {
+    let env = [("IGGY_HTTP_JWT_ACCESS_TOKEN_EXPIRY_SECS", "1"), ("IGGY_HTTP_JWT_CLOCK_SKEW_SECS", "0")];
+    let (_server, api) = TestServer::start_with_http(&env);
+    let token = raw_token(&api).await;
+    assert_eq!(raw(&api, "GET", "/streams", Some(&token), b"").await.0, 200);
+    // exp is whole seconds: two seconds later it has passed whatever the sub-second phase.
+    tokio::time::sleep(std::time::Duration::from_millis(2100)).await;
+    let (status, body) = raw(&api, "GET", "/streams", Some(&token), b"").await;
+    assert_eq!(status, 401, "{}", String::from_utf8_lossy(&body));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn our_json_decodes_with_the_official_types() {
+    let (_server, api) = TestServer::start_with_http(&[]);
+    let token = raw_token(&api).await;
+    let t = Some(token.as_str());
+    let (status, body) = raw(&api, "POST", "/streams", t, br#"{"name":"s"}"#).await;
+    assert_eq!(status, 201);
+    serde_json::from_slice::<iggy_common::StreamDetails>(&body).expect("StreamDetails");
+    let create = br#"{"name":"t","partitions_count":2,"options":{"message_expiry":60000000}}"#;
+    let (status, body) = raw(&api, "POST", "/streams/s/topics", t, create).await;
+    assert_eq!(status, 201, "{}", String::from_utf8_lossy(&body));
+    let topic: iggy_common::TopicDetails = serde_json::from_slice(&body).expect("TopicDetails");
+    assert_eq!(topic.partitions.len(), 2);
+    assert!(topic.partitions[1].context.incarnation > 0, "partition context carried");
+
+    // The official SendMessages serializer's body, sent as it is.
+    let messages = vec![numbered(7, "hello")];
+    let send = iggy_common::SendMessages {
+        stream_id: name("s"),
+        topic_id: name("t"),
+        partitioning: Partitioning::partition_id(1),
+        batch: iggy_common::IggyMessagesBatch::from(&messages),
+        context: Some(topic.partitions[1].context),
+        ..Default::default()
+    };
+    let send = serde_json::to_vec(&send).expect("official JSON");
+    let (status, body) = raw(&api, "POST", "/streams/s/topics/t/messages", t, &send).await;
+    assert_eq!(status, 201, "{}", String::from_utf8_lossy(&body));
+    let confirmations: iggy_common::SendMessagesConfirmations = serde_json::from_slice(&body).expect("confirmations");
+    assert_eq!(confirmations.confirmations[0].partition_id, 1);
+
+    let query = "/streams/s/topics/t/messages?consumer_kind=consumer&consumer_id=1&partition_id=1&kind=first&value=0&count=5";
+    let (status, body) = raw(&api, "GET", query, t, b"").await;
+    assert_eq!(status, 200);
+    let polled: PolledMessages = serde_json::from_slice(&body).expect("PolledMessages");
+    assert_eq!(polled.messages.len(), 1);
+    assert_eq!((polled.messages[0].header.id, &polled.messages[0].payload[..]), (7, &b"hello"[..]));
+
+    for (path, what) in [("/streams", "streams"), ("/streams/s/topics", "topics"), ("/users", "users"), ("/cluster/metadata", "cluster")] {
+        let (status, body) = raw(&api, "GET", path, t, b"").await;
+        assert_eq!(status, 200, "{path}");
+        let decoded = match what {
+            "streams" => serde_json::from_slice::<Vec<iggy_common::Stream>>(&body).map(|_| ()),
+            "topics" => serde_json::from_slice::<Vec<iggy_common::Topic>>(&body).map(|_| ()),
+            "users" => serde_json::from_slice::<Vec<iggy_common::UserInfo>>(&body).map(|_| ()),
+            _ => serde_json::from_slice::<iggy_common::ClusterMetadata>(&body).map(|metadata| {
+                let port: u16 = api.rsplit(':').next().unwrap().parse().unwrap();
+                assert_eq!(metadata.nodes[0].endpoints.http, port, "the http port is advertised");
+            }),
+        };
+        decoded.unwrap_or_else(|e| panic!("{path}: {e}: {}", String::from_utf8_lossy(&body)));
+    }
+    let (status, body) = raw(&api, "GET", "/metrics", None, b"").await;
+    assert_eq!(status, 200);
+    let metrics = String::from_utf8(body).expect("text");
+    for line in [
+        "iggy_requests_total{command=\"stream.create\",status=\"0\"} 1",
+        "iggy_requests_total{command=\"message.send\",status=\"0\"} 1",
+        "iggy_request_duration_seconds_count{command=\"message.poll\"} 1",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "missing `{line}` in\n{metrics}");
+    }
+    assert!(metrics.contains("iggy_connections{transport=\"http\"}"), "{metrics}");
+    let (status, body) = raw(&api, "GET", "/openapi.json", None, b"").await;
+    assert_eq!(status, 200);
+    let openapi: serde_json::Value = serde_json::from_slice(&body).expect("OpenAPI JSON");
+    assert_eq!(openapi["openapi"], "3.1.0");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writes_of_one_session_to_one_partition_all_land_and_ack_none_is_202() {
+    let (_server, api) = TestServer::start_with_http(&[]);
+    let token = raw_token(&api).await;
+    let t = Some(token.as_str());
+    assert_eq!(raw(&api, "POST", "/streams", t, br#"{"name":"s"}"#).await.0, 201);
+    assert_eq!(raw(&api, "POST", "/streams/s/topics", t, br#"{"name":"t","partitions_count":2}"#).await.0, 201);
+    // Partition 0 is AAAAAA== (u32 0 LE), partition 1 AQAAAA==.
+    let send = |partition: &'static str, i: usize, ack: &'static str| {
+        let (api, token) = (api.clone(), token.clone());
+        async move {
+            let body = format!(
+                r#"{{"partitioning":{{"kind":"partition_id","value":"{partition}"}},"messages":[{{"id":{i},"payload":"bQ=="}}]}}"#
+            );
+            let path = format!("/streams/s/topics/t/messages{ack}");
+            raw(&api, "POST", &path, Some(&token), body.as_bytes()).await
+        }
+    };
+    // One session, many connections at once: every write gets its own request number in the
+    // order it passes the partition gate, so none is refused as a stale request.
+    let mut writes = Vec::new();
+    for i in 1..=16 {
+        let (partition, ack) = match i % 4 {
+            0 => ("AQAAAA==", ""),
+            1 => ("AQAAAA==", "?ack=none"),
+            2 => ("AAAAAA==", "?ack=none"),
+            _ => ("AAAAAA==", ""),
+        };
+        writes.push(tokio::spawn(send(partition, i, ack)));
+    }
+    for (i, write) in writes.into_iter().enumerate() {
+        let (status, body) = write.await.unwrap();
+        let expected = if (i + 1) % 4 == 1 || (i + 1) % 4 == 2 { 202 } else { 201 };
+        assert_eq!(status, expected, "write {}: {}", i + 1, String::from_utf8_lossy(&body));
+    }
+    // The poll waits behind the session's unacknowledged writes to the partition.
+    for (partition, ids) in [(0, [2u128, 3, 6, 7, 10, 11, 14, 15]), (1, [1, 4, 5, 8, 9, 12, 13, 16])] {
+        let query = format!("/streams/s/topics/t/messages?consumer_id=1&partition_id={partition}&kind=first&count=100");
+        let (status, body) = raw(&api, "GET", &query, t, b"").await;
+        assert_eq!(status, 200);
+        let polled: PolledMessages = serde_json::from_slice(&body).expect("PolledMessages");
+        let mut got: Vec<u128> = polled.messages.iter().map(|m| m.header.id).collect();
+        assert_eq!(polled.messages.iter().map(|m| m.header.offset).collect::<Vec<_>>(), (0..8).collect::<Vec<u64>>());
+        got.sort();
+        assert_eq!(got, ids, "partition {partition}");
+    }
+    let (status, _) = raw(&api, "POST", "/streams/s/topics/t/messages?ack=maybe", t, br#"{"partitioning":{"kind":"balanced","value":""},"messages":[{"payload":"bQ=="}]}"#).await;
+    assert_eq!(status, 400, "an unknown ack");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_trickled_byte_by_byte_is_cut_at_the_idle_timeout() {
+    let (_server, api) = TestServer::start_with_http(&[("IGGY_LIMITS_IDLE_TIMEOUT_SECS", "1")]);
+    let address = api.trim_start_matches("http://").to_string();
+    let mut stream = tokio::net::TcpStream::connect(&address).await.expect("connect");
+    let started = std::time::Instant::now();
+    // One byte every 200 ms never completes a head; each byte alone is well inside the timeout.
+    let head = b"GET /ping HTTP/1.1\r\nx-slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    let mut closed = false;
+    for byte in head.iter() {
+        if stream.write_all(&[*byte]).await.is_err() {
+            closed = true;
+            break;
+        }
+        let mut buffer = [0u8; 64];
+        match tokio::time::timeout(std::time::Duration::from_millis(200), stream.read(&mut buffer)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => {
+                closed = true;
+                break;
+            }
+            _ => {}
+        }
+    }
+    assert!(closed, "the connection was still open after {:?}", started.elapsed());
+    assert!(started.elapsed() < std::time::Duration::from_secs(8), "cut after {:?}", started.elapsed());
+    // Others are still served.
+    assert_eq!(raw(&api, "GET", "/ping", None, b"").await.0, 200);
+}
+
+/// Every call of the official HttpClient (its src/http/*.rs) and the route it uses.
+const SDK_CALLS: &[(&str, &str)] = &[
+    ("GET", "/ping"),
+    ("GET", "/stats"),
+    ("POST", "/snapshot"),
+    ("GET", "/cluster/metadata"),
+    ("GET", "/options/topic"),
+    ("GET", "/clients"),
+    ("GET", "/clients/1"),
+    ("POST", "/users/login"),
+    ("POST", "/users/refresh-token"),
+    ("DELETE", "/users/logout"),
+    ("GET", "/users"),
+    ("POST", "/users"),
+    ("GET", "/users/1"),
+    ("PUT", "/users/1"),
+    ("DELETE", "/users/1"),
+    ("PUT", "/users/1/permissions"),
+    ("PUT", "/users/1/password"),
+    ("POST", "/personal-access-tokens/login"),
+    ("GET", "/personal-access-tokens"),
+    ("POST", "/personal-access-tokens"),
+    ("DELETE", "/personal-access-tokens/ci"),
+    ("GET", "/streams"),
+    ("POST", "/streams"),
+    ("GET", "/streams/s"),
+    ("PUT", "/streams/s"),
+    ("DELETE", "/streams/s"),
+    ("GET", "/streams/s/topics"),
+    ("POST", "/streams/s/topics"),
+    ("GET", "/streams/s/topics/t"),
+    ("PUT", "/streams/s/topics/t"),
+    ("DELETE", "/streams/s/topics/t"),
+    ("POST", "/streams/s/topics/t/partitions"),
+    ("DELETE", "/streams/s/topics/t/partitions"),
+    ("DELETE", "/streams/s/topics/t/partitions/0"),
+    ("GET", "/streams/s/topics/t/consumer-groups"),
+    ("POST", "/streams/s/topics/t/consumer-groups"),
+    ("GET", "/streams/s/topics/t/consumer-groups/g"),
+    ("DELETE", "/streams/s/topics/t/consumer-groups/g"),
+    ("GET", "/streams/s/topics/t/messages"),
+    ("POST", "/streams/s/topics/t/messages"),
+    ("GET", "/streams/s/topics/t/consumer-offsets"),
+    ("PUT", "/streams/s/topics/t/consumer-offsets"),
+    ("DELETE", "/streams/s/topics/t/consumer-offsets/c"),
+];
+
+#[test]
+fn every_route_the_official_client_calls_is_declared() {
+    let matches = |template: &str, path: &str| {
+        let (t, p): (Vec<&str>, Vec<&str>) = (template.split('/').collect(), path.split('/').collect());
+        t.len() == p.len() && t.iter().zip(&p).all(|(t, p)| t.starts_with('{') || t == p)
+    };
+    let missing: Vec<_> = SDK_CALLS
+        .iter()
+        .filter(|(method, path)| !ROUTES.iter().any(|r| r.method == *method && matches(r.path, path)))
+        .collect();
+    assert!(missing.is_empty(), "routes the official client calls but spec/http.spec lacks: {missing:?}");
+}

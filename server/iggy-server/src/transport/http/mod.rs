@@ -1,0 +1,344 @@
+//! The HTTP REST API: HTTP/1.1 with keep-alive on a compio listener, JSON in and out. Routes come
+//! from the generated table (spec/http.spec); each runs its command through the same service
+//! layer as the binary transports (`api`), translating JSON to the command's binary request and
+//! its binary reply back to JSON. Access tokens ride on VSR sessions (`session`).
+//!
+//! Bodies are read by `content-length` only (the official client always sends one); a chunked
+//! body is refused with 411. A request whose head and body exceed `http.max_request_size` gets
+//! 413 and the connection closes.
+
+mod api;
+mod json;
+pub mod jwt;
+pub mod session;
+
+use crate::runtime::node::Node;
+use compio::BufResult;
+use compio::buf::{IntoInner, IoBuf};
+use compio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use compio::net::{TcpListener, TcpStream};
+use std::rc::Rc;
+
+/// Accepts connections until the listener fails; each connection runs on its own task.
+pub async fn serve(listener: TcpListener, node: Rc<Node>, api: Rc<session::HttpState>) {
+    // Sessions whose tokens all expired are let go even when no request comes.
+    let (sweeper_node, sweeper) = (node.clone(), api.clone());
+    compio::runtime::spawn(async move {
+        loop {
+            compio::time::sleep(std::time::Duration::from_secs(1)).await;
+            sweeper.sweep(&sweeper_node.shared);
+        }
+    })
+    .detach();
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(error) => {
+                tracing::warn!("http accept failed: {error}");
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let Some(guard) = node.admit() else {
+            tracing::warn!("http {peer}: refused, connection limit reached");
+            let mut stream = stream;
+            let reply = Response::error(
+                503,
+                &api::refusal(iggy_generated::errors::ErrorCode::CannotEstablishConnection),
+            );
+            compio::runtime::spawn(async move {
+                let _ = stream.write_all(reply.encode(None, &[], true)).await;
+            })
+            .detach();
+            continue;
+        };
+        let (node, api) = (node.clone(), api.clone());
+        compio::runtime::spawn(async move {
+            let _guard = guard;
+            let mut connection = node.open_connection(peer.to_string(), "http");
+            if let Err(error) = serve_connection(stream, &node, &api, &mut connection).await {
+                tracing::debug!("http {peer}: closed: {error}");
+            }
+            connection.bound = None;
+            node.close_connection(&connection);
+        })
+        .detach();
+    }
+}
+
+/// One parsed request.
+pub struct Request {
+    pub method: String,
+    /// The path without its query, still percent-encoded.
+    pub path: String,
+    pub query: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Request {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// One response: status, extra headers, body.
+pub struct Response {
+    pub status: u16,
+    pub content_type: &'static str,
+    pub headers: Vec<(&'static str, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    pub fn json(status: u16, body: Vec<u8>) -> Self {
+        Self {
+            status,
+            content_type: "application/json",
+            headers: Vec::new(),
+            body,
+        }
+    }
+
+    pub fn empty(status: u16) -> Self {
+        Self::json(status, Vec::new())
+    }
+
+    pub fn error(status: u16, body: &impl serde::Serialize) -> Self {
+        Self::json(
+            status,
+            serde_json::to_vec(body).expect("error body serializes"),
+        )
+    }
+
+    fn reason(status: u16) -> &'static str {
+        match status {
+            200 => "OK",
+            201 => "Created",
+            202 => "Accepted",
+            204 => "No Content",
+            400 => "Bad Request",
+            401 => "Unauthorized",
+            403 => "Forbidden",
+            404 => "Not Found",
+            405 => "Method Not Allowed",
+            408 => "Request Timeout",
+            411 => "Length Required",
+            413 => "Payload Too Large",
+            429 => "Too Many Requests",
+            500 => "Internal Server Error",
+            503 => "Service Unavailable",
+            504 => "Gateway Timeout",
+            _ => "",
+        }
+    }
+
+    /// The response bytes; `cors` adds the CORS headers for a request from that origin.
+    fn encode(
+        &self,
+        origin: Option<&str>,
+        cors: &[(&'static str, String)],
+        close: bool,
+    ) -> Vec<u8> {
+        let mut head = format!("HTTP/1.1 {} {}\r\n", self.status, Self::reason(self.status));
+        if self.status != 204 {
+            head.push_str(&format!(
+                "content-type: {}\r\ncontent-length: {}\r\n",
+                self.content_type,
+                self.body.len()
+            ));
+        }
+        for (name, value) in self
+            .headers
+            .iter()
+            .chain(if origin.is_some() { cors } else { &[] })
+        {
+            head.push_str(&format!("{name}: {value}\r\n"));
+        }
+        if close {
+            head.push_str("connection: close\r\n");
+        }
+        head.push_str("\r\n");
+        let mut out = head.into_bytes();
+        if self.status != 204 {
+            out.extend_from_slice(&self.body);
+        }
+        out
+    }
+}
+
+const HEADERS_MAX: usize = 64;
+const READ_CHUNK: usize = 16 * 1024;
+
+enum Head {
+    /// A whole head of `len` bytes.
+    Complete(Request, usize, usize),
+    Partial,
+}
+
+fn parse_head(buffer: &[u8]) -> Result<Head, &'static str> {
+    let mut headers = [httparse::EMPTY_HEADER; HEADERS_MAX];
+    let mut request = httparse::Request::new(&mut headers);
+    let len = match request.parse(buffer) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => return Ok(Head::Partial),
+        Err(_) => return Err("malformed request head"),
+    };
+    let target = request.path.unwrap_or("/");
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    let headers: Vec<(String, String)> = request
+        .headers
+        .iter()
+        .map(|h| {
+            (
+                h.name.to_string(),
+                String::from_utf8_lossy(h.value).into_owned(),
+            )
+        })
+        .collect();
+    let parsed = Request {
+        method: request.method.unwrap_or("").to_string(),
+        path: path.to_string(),
+        query: query.to_string(),
+        headers,
+        body: Vec::new(),
+    };
+    let content_length = match parsed.header("content-length") {
+        Some(value) => value
+            .trim()
+            .parse::<usize>()
+            .map_err(|_| "bad content-length")?,
+        None => 0,
+    };
+    if parsed
+        .header("transfer-encoding")
+        .is_some_and(|te| !te.trim().eq_ignore_ascii_case("identity"))
+    {
+        return Err("chunked");
+    }
+    Ok(Head::Complete(parsed, len, content_length))
+}
+
+async fn serve_connection(
+    mut stream: TcpStream,
+    node: &Rc<Node>,
+    api: &Rc<session::HttpState>,
+    connection: &mut crate::runtime::connection::Connection,
+) -> std::io::Result<()> {
+    let limits = &node.shared.config.limits;
+    let idle = std::time::Duration::from_secs(limits.idle_timeout_secs.max(1));
+    let body_timeout = std::time::Duration::from_millis(limits.request_timeout_ms.max(1));
+    let max = node.shared.config.http.max_request_size as usize;
+    let timed_out = || std::io::Error::new(std::io::ErrorKind::TimedOut, "no request in time");
+    let mut pending: Vec<u8> = Vec::with_capacity(READ_CHUNK);
+    loop {
+        // A head must arrive whole within the idle timeout from its first byte: a slow-loris
+        // head is cut like on TCP.
+        let mut head_begun: Option<std::time::Instant> =
+            (!pending.is_empty()).then(std::time::Instant::now);
+        let (request, head_len, body_len) = loop {
+            match parse_head(&pending) {
+                Ok(Head::Complete(request, head_len, body_len)) => {
+                    break (request, head_len, body_len);
+                }
+                Ok(Head::Partial) if pending.len() > max => {
+                    let reply = Response::error(
+                        413,
+                        &api::refusal_text(
+                            413,
+                            "request_too_large",
+                            "request head exceeds http.max_request_size",
+                        ),
+                    );
+                    let _ = stream.write_all(reply.encode(None, &[], true)).await;
+                    return Ok(());
+                }
+                Ok(Head::Partial) => {}
+                Err(why) => {
+                    let status = if why == "chunked" { 411 } else { 400 };
+                    let reply = Response::error(
+                        status,
+                        &api::refusal_text(status as u32, "bad_request", why),
+                    );
+                    let _ = stream.write_all(reply.encode(None, &[], true)).await;
+                    return Ok(());
+                }
+            }
+            pending.reserve(READ_CHUNK);
+            let have = pending.len();
+            let wait = head_begun.map_or(idle, |begun| idle.saturating_sub(begun.elapsed()));
+            let BufResult(read, buffer) =
+                compio::time::timeout(wait, stream.read(pending.slice(have..)))
+                    .await
+                    .map_err(|_| timed_out())?;
+            pending = buffer.into_inner();
+            head_begun.get_or_insert_with(std::time::Instant::now);
+            if read? == 0 {
+                return Ok(());
+            }
+        };
+        let origin = request.header("origin").map(str::to_string);
+        let cors = api.cors_headers(origin.as_deref());
+        if head_len + body_len > max {
+            // Not read: the body may be large, and the client is told why before the close.
+            let reply = Response::error(
+                413,
+                &api::refusal_text(
+                    413,
+                    "request_too_large",
+                    "request exceeds http.max_request_size",
+                ),
+            );
+            let _ = stream
+                .write_all(reply.encode(origin.as_deref(), &cors, true))
+                .await;
+            return Ok(());
+        }
+        let mut request = request;
+        let frame_len = head_len + body_len;
+        if pending.len() >= frame_len {
+            request.body = pending[head_len..frame_len].to_vec();
+            pending.drain(..frame_len);
+        } else {
+            // curl and browsers may wait for this before a large body.
+            if request
+                .header("expect")
+                .is_some_and(|e| e.trim().eq_ignore_ascii_case("100-continue"))
+            {
+                let BufResult(written, _) = stream
+                    .write_all(b"HTTP/1.1 100 Continue\r\n\r\n".to_vec())
+                    .await;
+                written?;
+            }
+            let mut body = Vec::with_capacity(body_len);
+            body.extend_from_slice(&pending[head_len..]);
+            pending.clear();
+            let have = body.len();
+            let BufResult(read, filled) =
+                compio::time::timeout(body_timeout, stream.read_exact(body.slice(have..)))
+                    .await
+                    .map_err(|_| timed_out())?;
+            read?;
+            request.body = filled.into_inner();
+        }
+        let close = request
+            .header("connection")
+            .is_some_and(|c| c.trim().eq_ignore_ascii_case("close"));
+        // Counted for the drain at shutdown, like a TCP request.
+        node.in_flight.set(node.in_flight.get() + 1);
+        let response = api::handle(node, api, connection, &request).await;
+        node.in_flight.set(node.in_flight.get() - 1);
+        // A token's session is bound for the request only; the connection keeps none.
+        connection.bound = None;
+        let BufResult(written, _) = stream
+            .write_all(response.encode(origin.as_deref(), &cors, close))
+            .await;
+        written?;
+        if close {
+            return Ok(());
+        }
+    }
+}
