@@ -246,6 +246,30 @@ fn lookup<'a>(node: &'a Table, key: &str) -> Option<&'a Value> {
     }
 }
 
+/// An integer roster field that fits `T` (`u8` for a replica id, `u16` for a port).
+fn integer_field<T: TryFrom<i64>>(
+    node: &Table,
+    index: usize,
+    key: &str,
+) -> Result<Option<T>, ConfigError> {
+    let Some(value) = lookup(node, key) else {
+        return Ok(None);
+    };
+    value
+        .as_integer()
+        .and_then(|n| T::try_from(n).ok())
+        .map(Some)
+        .ok_or_else(|| ConfigError::BadValue {
+            key: node_key(index, key),
+            value: value.to_string(),
+            expected: if key == "replica_id" {
+                "replica id (0 to 255)"
+            } else {
+                "port (0 to 65535; 0 is refused when the cluster is enabled)"
+            },
+        })
+}
+
 /// One roster entry, each unknown key or bad value refused with its `cluster.nodes[i]` path.
 fn parse_node(index: usize, node: &Table) -> Result<ClusterNode, ConfigError> {
     for (key, value) in node {
@@ -280,21 +304,7 @@ fn parse_node(index: usize, node: &Table) -> Result<ClusterNode, ConfigError> {
             }),
         }
     };
-    let integer = |key: &str, max: i64| -> Result<Option<i64>, ConfigError> {
-        match lookup(node, key) {
-            None => Ok(None),
-            Some(Value::Integer(n)) if (0..=max).contains(n) => Ok(Some(*n)),
-            Some(other) => Err(ConfigError::BadValue {
-                key: node_key(index, key),
-                value: other.to_string(),
-                expected: if max == i64::from(u8::MAX) {
-                    "replica id (0 to 255)"
-                } else {
-                    "port (1 to 65535)"
-                },
-            }),
-        }
-    };
+    let integer = |key: &str| integer_field(node, index, key);
     for field in NODE_FIELDS.iter().filter(|f| f.required) {
         if lookup(node, field.key).is_none() {
             return Err(ConfigError::Cluster {
@@ -309,13 +319,11 @@ fn parse_node(index: usize, node: &Table) -> Result<ClusterNode, ConfigError> {
         value: ip_text.clone(),
         expected: "literal IP address (the replica plane dials it; no host names)",
     })?;
-    let port = |key: &str| -> Result<Option<u16>, ConfigError> {
-        Ok(integer(key, i64::from(u16::MAX))?.map(|p| p as u16))
-    };
+    let port = |key: &str| integer_field::<u16>(node, index, key);
     Ok(ClusterNode {
         name: string("name")?.unwrap_or_default(),
         ip,
-        replica_id: integer("replica_id", i64::from(u8::MAX))?.unwrap_or_default() as u8,
+        replica_id: integer("replica_id")?.unwrap_or_default(),
         // Empty means unset, as in upstream's files.
         advertised_address: string("advertised_address")?.filter(|a| !a.trim().is_empty()),
         ports: NodePorts {
