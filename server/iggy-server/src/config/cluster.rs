@@ -858,6 +858,37 @@ mod tests {
     }
 
     #[test]
+    fn timing_rules_admit_their_bounds() {
+        let with = |timing: &str| {
+            three_nodes().replacen("name = \"c1\"", &format!("name = \"c1\"\n{timing}"), 1)
+        };
+        for timing in [
+            "heartbeat_timeout = \"2s\"",
+            "heartbeat_timeout = \"4s\"\ncommit_broadcast_interval = \"1s\"",
+            "view_change_status_timeout = \"2s\"",
+            "prepare_retransmit_interval = \"1ms\"",
+        ] {
+            assert!(load(Some(&with(timing)), none).is_ok(), "{timing}");
+        }
+        for (timing, key) in [
+            (
+                "heartbeat_timeout = \"1999ms\"",
+                "cluster.heartbeat_timeout",
+            ),
+            (
+                "heartbeat_timeout = \"4s\"\ncommit_broadcast_interval = \"1001ms\"",
+                "cluster.heartbeat_timeout",
+            ),
+            (
+                "view_change_status_timeout = \"1999ms\"",
+                "cluster.view_change_status_timeout",
+            ),
+        ] {
+            assert_eq!(refused_key(&with(timing), none), key, "{timing}");
+        }
+    }
+
+    #[test]
     fn a_disabled_cluster_checks_only_the_values() {
         // The roster rules wait for enabled = true, so a half-written roster does not stop a
         // standalone node; a value that does not parse still does.
