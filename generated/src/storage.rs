@@ -3,7 +3,7 @@
 #[allow(unused_imports)]
 use iggy_wire::{WireDecode, WireEncode, WireError};
 /// `CLUSTER_NAME_DEFAULT` (spec/storage.spec:28).
-pub const CLUSTER_NAME_DEFAULT: &str = "iggy";
+pub const CLUSTER_NAME_DEFAULT: &str = "iggy-cluster";
 /// `SEGMENT_LOG_EXTENSION` (spec/storage.spec:31).
 pub const SEGMENT_LOG_EXTENSION: &str = "log";
 /// `SEGMENT_INDEX_EXTENSION` (spec/storage.spec:32).

@@ -11,6 +11,7 @@ mod legacy;
 mod maintenance;
 mod operator;
 mod clients;
+mod cluster_config;
 mod concurrency;
 mod consumer_groups;
 mod crash;

@@ -6,6 +6,9 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use toml::{Table, Value};
 
+mod cluster;
+pub use cluster::{Cluster, roster_env_vars};
+
 /// The embedded defaults, also the catalogue of every known key.
 pub const DEFAULTS: &str = include_str!("defaults.toml");
 
@@ -20,6 +23,9 @@ pub struct Config {
     pub quic: Transport,
     pub http: Http,
     pub websocket: Transport,
+    /// Built by `load` from `[cluster]` and the roster, which serde does not see.
+    #[serde(skip)]
+    pub cluster: Cluster,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -187,6 +193,13 @@ pub enum ConfigError {
     WildcardWithoutAdvertised {
         key: String,
     },
+    /// A `[cluster]` rule broken: the key and what is wrong with it.
+    Cluster {
+        key: String,
+        problem: String,
+    },
+    /// `--replica-id` does not fit the configuration.
+    ReplicaId(String),
 }
 
 impl std::fmt::Display for ConfigError {
@@ -209,6 +222,8 @@ impl std::fmt::Display for ConfigError {
                 "config: `{key}` binds a wildcard address; set node.advertised_address \
                  (IGGY_NODE_ADVERTISED_ADDRESS)"
             ),
+            Self::Cluster { key, problem } => write!(f, "config: `{key}` {problem}"),
+            Self::ReplicaId(m) => write!(f, "{m}"),
         }
     }
 }
@@ -359,12 +374,15 @@ pub fn load(
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<Config, ConfigError> {
     let mut table = defaults_table();
+    let mut roster = Vec::new();
     if let Some(text) = file {
-        let over = text
+        let mut over = text
             .parse::<Table>()
             .map_err(|e| ConfigError::Toml(e.to_string()))?;
+        roster = cluster::take_file_roster(&mut over)?;
         merge(&mut table, &over, "")?;
     }
+    cluster::apply_env_roster(&mut roster, &env)?;
     for (path, default) in leaves() {
         let Some(raw) = env(&env_name(&path)) else {
             continue;
@@ -394,9 +412,13 @@ pub fn load(
         };
         set_path(&mut table, &path, v);
     }
-    let cfg: Config = Value::Table(table)
+    let Some(Value::Table(cluster_section)) = table.remove("cluster") else {
+        unreachable!("defaults.toml has a [cluster] section");
+    };
+    let mut cfg: Config = Value::Table(table)
         .try_into()
         .map_err(|e: toml::de::Error| ConfigError::Toml(e.to_string()))?;
+    cfg.cluster = cluster::build(cluster_section, &roster)?;
     cfg.validate()?;
     Ok(cfg)
 }
@@ -460,6 +482,8 @@ impl Config {
                 return Err(ConfigError::WildcardWithoutAdvertised { key });
             }
         }
+        let enabled = self.transports().map(|(name, enabled, _)| (name, enabled));
+        self.cluster.validate(&enabled)?;
         self.http.validate()
     }
 

@@ -28,9 +28,9 @@ use std::process::ExitCode;
                   RUST_LOG overrides system.logging.level."
 )]
 struct Args {
-    /// This node's replica id in its cluster (0 for a standalone node).
-    #[arg(long, value_name = "N", default_value_t = 0)]
-    replica_id: u8,
+    /// This node's replica id in its cluster: required with cluster.enabled, else absent or 0.
+    #[arg(long, value_name = "N")]
+    replica_id: Option<u8>,
     /// Delete the configured data directory (system.path) before starting; nothing is
     /// deleted without this flag.
     #[arg(short = 'f', long)]
@@ -205,16 +205,26 @@ fn main() -> ExitCode {
             };
             println!("{}\t{path}\t{kind}\t{default}", config::env_name(&path));
         }
+        // The roster has no defaults: one row per field, <i> being the node's index from 0.
+        for (variable, path, kind) in config::roster_env_vars() {
+            println!("{variable}\t{path}\t{kind}\t(none)");
+        }
         return ExitCode::SUCCESS;
     }
     let verify_path = match &args.command {
         Some(Subcommand::Verify { path: Some(path) }) => Some(path.clone()),
         _ => None,
     };
+    let loaded = configuration();
+    if let Ok(cfg) = &loaded {
+        consensus::cluster::name_node_cluster(&cfg.cluster.name);
+    }
     if let Some(path) = verify_path {
+        // An explicit path verifies offline, under the configured cluster name when the
+        // configuration reads (the default name otherwise).
         return verify::main(&path);
     }
-    let cfg = match configuration() {
+    let cfg = match loaded {
         Ok(c) => c,
         Err(e) => {
             eprintln!("iggy-server: {e}");
@@ -226,8 +236,18 @@ fn main() -> ExitCode {
     }
     // Refused before the data directory is touched (not even by --fresh): a node started as
     // another replica must not format or serve a standalone history.
-    if let Err(refusal) = standalone_replica(args.replica_id) {
-        eprintln!("iggy-server: {refusal}");
+    let replica_id = match cfg.cluster.replica_id(args.replica_id) {
+        Ok(id) => id,
+        Err(refusal) => {
+            eprintln!("iggy-server: {refusal}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if cfg.cluster.enabled {
+        eprintln!(
+            "iggy-server: {}",
+            cluster_not_served(&cfg.cluster, replica_id)
+        );
         return ExitCode::FAILURE;
     }
     init_logging(
@@ -259,19 +279,21 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    runtime.block_on(run(cfg, data, args.replica_id, (user, pw, generated)))
+    runtime.block_on(run(cfg, data, replica_id, (user, pw, generated)))
 }
 
-/// A standalone node is replica 0 of a cluster of one; any other id names a place in a
-/// cluster's roster, which this build does not run.
-fn standalone_replica(replica_id: u8) -> Result<(), String> {
-    if replica_id == 0 {
-        return Ok(());
-    }
-    Err(format!(
-        "--replica-id {replica_id}: a standalone node is replica 0; another id needs a \
-         multi-node cluster with that replica in its roster, which this build does not run"
-    ))
+/// Why a valid cluster configuration stops the start: the replica network does not exist yet,
+/// and serving a standalone node in its place would fork the cluster's history.
+fn cluster_not_served(cluster: &config::Cluster, replica_id: u8) -> String {
+    format!(
+        "cluster.enabled = true: the configuration is valid (cluster {:?}, {} node(s), this is \
+         replica {replica_id}), but a multi-node cluster is not served yet: this build has no \
+         replica network (tcp_replica listener, peer admission, replication, view change). \
+         Nothing was started and the data directory was not touched; set cluster.enabled = \
+         false to run a standalone node.",
+        cluster.name,
+        cluster.nodes.len()
+    )
 }
 
 async fn run(
@@ -409,9 +431,10 @@ mod tests {
         let a = p(&["--replica-id", "3", "-f", "--with-default-root-credentials"]).unwrap();
         assert_eq!(
             (a.replica_id, a.fresh, a.default_root_credentials),
-            (3, true, true)
+            (Some(3), true, true)
         );
-        assert_eq!(p(&["--replica-id=7"]).unwrap().replica_id, 7);
+        assert_eq!(p(&["--replica-id=7"]).unwrap().replica_id, Some(7));
+        assert_eq!(p(&[]).unwrap().replica_id, None);
         assert!(
             p(&["--fresh", "--list-config-env-vars"])
                 .unwrap()
@@ -435,8 +458,10 @@ mod tests {
 
     #[test]
     fn only_replica_0_starts_a_standalone_node() {
-        assert_eq!(standalone_replica(0), Ok(()));
-        let refusal = standalone_replica(1).unwrap_err();
+        let standalone = config::load(None, |_| None).unwrap().cluster;
+        assert_eq!(standalone.replica_id(None), Ok(0));
+        assert_eq!(standalone.replica_id(Some(0)), Ok(0));
+        let refusal = standalone.replica_id(Some(1)).unwrap_err().to_string();
         assert!(refusal.starts_with("--replica-id 1:"), "{refusal}");
     }
 

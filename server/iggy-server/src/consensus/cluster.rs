@@ -2,6 +2,10 @@
 //! `PrepareHeader`), so a journal of another cluster is refused instead of replayed.
 
 use iggy_generated::storage::CLUSTER_NAME_DEFAULT;
+use std::sync::OnceLock;
+
+/// This process's cluster id, fixed once from `[cluster] name` at start.
+static NODE_CLUSTER: OnceLock<u128> = OnceLock::new();
 
 /// The id of the cluster named `name` (spec/storage.spec, `CLUSTER_NAME_DEFAULT`): 128 bits of
 /// the name's hash, so two names practically never share an id. Never 0, which marks a record
@@ -12,10 +16,19 @@ pub fn cluster_id(name: &str) -> u128 {
     ((u128::from(high) << 64) | u128::from(low)).max(1)
 }
 
-/// This node's cluster id. The configuration has no `[cluster] name` yet, so every node is in
-/// the default-named cluster; the key, once it exists, is read here and nowhere else.
+/// Fixes this node's cluster from `[cluster] name` (the configuration's only reader of it). Called
+/// once at start, before any journal is opened; a later call changes nothing.
+pub fn name_node_cluster(name: &str) {
+    let _ = NODE_CLUSTER.set(cluster_id(name));
+}
+
+/// This node's cluster id: the configured name's, or the default name's before the
+/// configuration was read (tests, `verify` without a readable configuration).
 pub fn node_cluster() -> u128 {
-    cluster_id(CLUSTER_NAME_DEFAULT)
+    NODE_CLUSTER
+        .get()
+        .copied()
+        .unwrap_or_else(|| cluster_id(CLUSTER_NAME_DEFAULT))
 }
 
 #[cfg(test)]
@@ -26,12 +39,15 @@ mod tests {
     fn the_default_cluster_id_is_fixed_and_names_tell_clusters_apart() {
         // Pinned: the id is on disk in every record, so changing its derivation is a format
         // change.
-        assert_eq!(node_cluster(), cluster_id("iggy"));
+        assert_eq!(node_cluster(), cluster_id("iggy-cluster"));
         assert_eq!(
-            cluster_id("iggy") as u64,
-            twox_hash::XxHash3_64::oneshot_with_seed(0, b"iggy")
+            cluster_id("iggy-cluster") as u64,
+            twox_hash::XxHash3_64::oneshot_with_seed(0, b"iggy-cluster")
         );
-        assert_ne!(cluster_id("iggy"), cluster_id("iggy2"));
+        assert_ne!(cluster_id("iggy-cluster"), cluster_id("iggy-cluster2"));
         assert_ne!(cluster_id(""), 0);
+        // The configuration's default name is the spec's.
+        let defaults = crate::config::load(None, |_| None).unwrap();
+        assert_eq!(defaults.cluster.name, CLUSTER_NAME_DEFAULT);
     }
 }

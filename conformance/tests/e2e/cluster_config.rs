@@ -1,0 +1,151 @@
+//! The cluster configuration as an operator meets it today: a cluster file is validated at
+//! start, and a valid one with `cluster.enabled = true` stops the start (the replica network is
+//! not served yet) instead of silently running a standalone node; neither touches the data.
+
+use crate::harness::*;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Three nodes on one machine, as README.md shows.
+fn three_node_file() -> String {
+    let mut text = String::from("[cluster]\nenabled = true\nname = \"e2e-cluster\"\n");
+    for id in 0..3 {
+        text.push_str(&format!(
+            "\n[[cluster.nodes]]\nname = \"node-{id}\"\nip = \"127.0.0.1\"\nreplica_id = {id}\n\
+             [cluster.nodes.ports]\ntcp = {}\ntcp_replica = {}\n",
+            18090 + id,
+            18100 + id
+        ));
+    }
+    text
+}
+
+/// Starts the real binary in `dir` with `config.toml` there, a data directory holding one
+/// file, and `--fresh` (which would delete it were the start to get that far).
+fn start(dir: &Path, config: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
+    std::fs::write(dir.join("config.toml"), config).unwrap();
+    let data = dir.join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("keep"), b"untouched").unwrap();
+    let mut command = Command::new(server_binary());
+    command
+        .args(args)
+        .arg("--fresh")
+        .env_remove("RUST_LOG")
+        .env("IGGY_SYSTEM_PATH", &data)
+        .current_dir(dir)
+        .stdin(Stdio::null());
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run iggy-server");
+    // A refusal comes at once; the bound only keeps a binary that serves instead from hanging
+    // the test.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().expect("poll iggy-server").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "iggy-server kept running instead of refusing:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("iggy-server output")
+}
+
+fn assert_refused_untouched(dir: &Path, out: &Output) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let data = dir.join("data");
+    let entries: Vec<_> = std::fs::read_dir(&data)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(entries, vec!["keep"], "data directory untouched: {stderr}");
+    assert_eq!(std::fs::read(data.join("keep")).unwrap(), b"untouched");
+    stderr
+}
+
+#[test]
+fn a_valid_cluster_file_is_checked_then_refused_as_not_served_yet() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = start(dir.path(), &three_node_file(), &["--replica-id", "1"], &[]);
+    let stderr = assert_refused_untouched(dir.path(), &out);
+    assert!(stderr.contains("not served yet"), "{stderr}");
+    assert!(stderr.contains("configuration is valid"), "{stderr}");
+    assert!(stderr.contains("replica 1"), "{stderr}");
+    assert!(stderr.contains("3 node(s)"), "{stderr}");
+}
+
+#[test]
+fn a_duplicate_replica_id_is_refused_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = three_node_file().replacen("replica_id = 2", "replica_id = 1", 1);
+    let out = start(dir.path(), &file, &["--replica-id", "1"], &[]);
+    let stderr = assert_refused_untouched(dir.path(), &out);
+    assert!(stderr.contains("`cluster.nodes[2].replica_id`"), "{stderr}");
+    assert!(
+        !stderr.contains("not served yet"),
+        "validation comes first: {stderr}"
+    );
+}
+
+#[test]
+fn the_replica_id_flag_must_name_a_roster_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = start(dir.path(), &three_node_file(), &[], &[]);
+    let stderr = assert_refused_untouched(dir.path(), &out);
+    assert!(stderr.contains("--replica-id is required"), "{stderr}");
+    let out = start(dir.path(), &three_node_file(), &["--replica-id", "3"], &[]);
+    let stderr = assert_refused_untouched(dir.path(), &out);
+    assert!(stderr.contains("--replica-id 3"), "{stderr}");
+}
+
+#[test]
+fn a_roster_given_only_by_environment_is_validated() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = [
+        ("IGGY_CLUSTER_ENABLED", "true"),
+        ("IGGY_CLUSTER_NODES_0_NAME", "solo"),
+        ("IGGY_CLUSTER_NODES_0_IP", "127.0.0.1"),
+        ("IGGY_CLUSTER_NODES_0_REPLICA_ID", "0"),
+        ("IGGY_CLUSTER_NODES_0_PORTS_TCP", "18090"),
+    ];
+    // tcp_replica is missing: named.
+    let out = start(dir.path(), "", &["--replica-id", "0"], &env);
+    let stderr = assert_refused_untouched(dir.path(), &out);
+    assert!(
+        stderr.contains("`cluster.nodes[0].ports.tcp_replica`"),
+        "{stderr}"
+    );
+    let mut env = env.to_vec();
+    env.push(("IGGY_CLUSTER_NODES_0_PORTS_TCP_REPLICA", "18100"));
+    let out = start(dir.path(), "", &["--replica-id", "0"], &env);
+    let stderr = assert_refused_untouched(dir.path(), &out);
+    assert!(stderr.contains("not served yet"), "{stderr}");
+}
+
+#[test]
+fn the_roster_variables_are_listed() {
+    let out = Command::new(server_binary())
+        .arg("--list-config-env-vars")
+        .output()
+        .expect("run iggy-server");
+    let listed = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0));
+    for line in [
+        "IGGY_CLUSTER_HEARTBEAT_TIMEOUT\tcluster.heartbeat_timeout\tstring\t\"5s\"",
+        "IGGY_CLUSTER_NODES_<i>_REPLICA_ID\tcluster.nodes[<i>].replica_id\tinteger",
+        "IGGY_CLUSTER_NODES_<i>_PORTS_TCP_REPLICA\tcluster.nodes[<i>].ports.tcp_replica\tinteger",
+    ] {
+        assert!(listed.contains(line), "{line:?} in:\n{listed}");
+    }
+}

@@ -1,0 +1,940 @@
+//! `[cluster]` and its roster `[[cluster.nodes]]`: upstream's keys and defaults, so an operator
+//! can reuse a cluster file. The scalar keys live in the flat catalogue (`defaults.toml`); the
+//! roster is an array of tables, which the catalogue cannot describe, so it is read here from
+//! the file and from `IGGY_CLUSTER_NODES_<i>_<FIELD>` variables.
+
+use super::ConfigError;
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+use std::time::Duration;
+use toml::{Table, Value};
+
+/// Most replicas a cluster may have (upstream's `REPLICAS_MAX`).
+pub const REPLICAS_MAX: usize = 32;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Cluster {
+    pub enabled: bool,
+    /// The cluster id derives from it; renaming a cluster means starting from empty data.
+    pub name: String,
+    pub heartbeat_timeout: Duration,
+    pub commit_broadcast_interval: Duration,
+    pub prepare_retransmit_interval: Duration,
+    pub view_change_retransmit_interval: Duration,
+    pub view_change_status_timeout: Duration,
+    /// Identical on every node; `--replica-id` picks this node's entry.
+    pub nodes: Vec<ClusterNode>,
+}
+
+impl Default for Cluster {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            name: "iggy-cluster".into(),
+            heartbeat_timeout: Duration::from_secs(5),
+            commit_broadcast_interval: Duration::from_millis(500),
+            prepare_retransmit_interval: Duration::from_millis(250),
+            view_change_retransmit_interval: Duration::from_millis(500),
+            view_change_status_timeout: Duration::from_secs(5),
+            nodes: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClusterNode {
+    pub name: String,
+    /// A literal IP: the replica listener binds it and peers dial it.
+    pub ip: IpAddr,
+    pub replica_id: u8,
+    /// What clients are told instead of `ip` (an IP or a host name, no port).
+    pub advertised_address: Option<String>,
+    pub ports: NodePorts,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NodePorts {
+    pub tcp: Option<u16>,
+    pub quic: Option<u16>,
+    pub http: Option<u16>,
+    pub websocket: Option<u16>,
+    pub tcp_replica: Option<u16>,
+}
+
+impl NodePorts {
+    /// Every port slot by its key under `ports`.
+    pub fn slots(&self) -> [(&'static str, Option<u16>); 5] {
+        [
+            ("tcp", self.tcp),
+            ("quic", self.quic),
+            ("http", self.http),
+            ("websocket", self.websocket),
+            ("tcp_replica", self.tcp_replica),
+        ]
+    }
+}
+
+/// A roster field: its key inside a node table and its value type.
+struct NodeField {
+    key: &'static str,
+    integer: bool,
+    required: bool,
+}
+
+const NODE_FIELDS: &[NodeField] = &[
+    NodeField {
+        key: "name",
+        integer: false,
+        required: true,
+    },
+    NodeField {
+        key: "ip",
+        integer: false,
+        required: true,
+    },
+    NodeField {
+        key: "replica_id",
+        integer: true,
+        required: true,
+    },
+    NodeField {
+        key: "advertised_address",
+        integer: false,
+        required: false,
+    },
+    NodeField {
+        key: "ports.tcp",
+        integer: true,
+        required: false,
+    },
+    NodeField {
+        key: "ports.quic",
+        integer: true,
+        required: false,
+    },
+    NodeField {
+        key: "ports.http",
+        integer: true,
+        required: false,
+    },
+    NodeField {
+        key: "ports.websocket",
+        integer: true,
+        required: false,
+    },
+    NodeField {
+        key: "ports.tcp_replica",
+        integer: true,
+        required: false,
+    },
+];
+
+fn node_key(index: usize, field: &str) -> String {
+    format!("cluster.nodes[{index}].{field}")
+}
+
+/// `IGGY_CLUSTER_NODES_<i>_<FIELD>` for a roster field (`ports.tcp` -> `PORTS_TCP`).
+pub fn node_env_name(index: &str, field: &str) -> String {
+    format!(
+        "IGGY_CLUSTER_NODES_{index}_{}",
+        field.replace('.', "_").to_ascii_uppercase()
+    )
+}
+
+/// The roster's variables as `--list-config-env-vars` prints them: variable pattern, TOML
+/// path pattern, type.
+pub fn roster_env_vars() -> Vec<(String, String, &'static str)> {
+    NODE_FIELDS
+        .iter()
+        .map(|f| {
+            (
+                node_env_name("<i>", f.key),
+                format!("cluster.nodes[<i>].{}", f.key),
+                if f.integer { "integer" } else { "string" },
+            )
+        })
+        .collect()
+}
+
+/// Takes `cluster.nodes` out of a parsed config file: the flat merge knows no arrays.
+pub(super) fn take_file_roster(file: &mut Table) -> Result<Vec<Table>, ConfigError> {
+    let Some(Value::Table(cluster)) = file.get_mut("cluster") else {
+        return Ok(Vec::new());
+    };
+    let Some(nodes) = cluster.remove("nodes") else {
+        return Ok(Vec::new());
+    };
+    let Value::Array(nodes) = nodes else {
+        return Err(ConfigError::BadValue {
+            key: "cluster.nodes".into(),
+            value: nodes.to_string(),
+            expected: "array of tables ([[cluster.nodes]])",
+        });
+    };
+    nodes
+        .into_iter()
+        .enumerate()
+        .map(|(i, node)| match node {
+            Value::Table(t) => Ok(t),
+            other => Err(ConfigError::BadValue {
+                key: format!("cluster.nodes[{i}]"),
+                value: other.to_string(),
+                expected: "table",
+            }),
+        })
+        .collect()
+}
+
+/// Applies `IGGY_CLUSTER_NODES_<i>_<FIELD>` over the file's roster. Indices are probed from 0
+/// to `REPLICAS_MAX` (one past the limit, so a 33rd node is seen and refused); a variable for
+/// index i overrides node i of the file or, at the roster's end, adds a node, so a roster may
+/// come from the environment alone. An index past the end leaves a hole and is refused.
+pub(super) fn apply_env_roster(
+    nodes: &mut Vec<Table>,
+    env: &impl Fn(&str) -> Option<String>,
+) -> Result<(), ConfigError> {
+    for index in 0..=REPLICAS_MAX {
+        for field in NODE_FIELDS {
+            let var = node_env_name(&index.to_string(), field.key);
+            let Some(raw) = env(&var) else { continue };
+            if index > nodes.len() {
+                return Err(ConfigError::Cluster {
+                    key: var,
+                    problem: format!(
+                        "names node {index} but the roster has {} node(s); nodes are numbered \
+                         from 0 without gaps",
+                        nodes.len()
+                    ),
+                });
+            }
+            if index == nodes.len() {
+                nodes.push(Table::new());
+            }
+            let value = if field.integer {
+                Value::Integer(raw.trim().parse().map_err(|_| ConfigError::BadValue {
+                    key: node_key(index, field.key),
+                    value: raw.clone(),
+                    expected: "integer",
+                })?)
+            } else {
+                Value::String(raw)
+            };
+            let node = &mut nodes[index];
+            match field.key.split_once('.') {
+                Some((table, key)) => {
+                    let inner = node
+                        .entry(table)
+                        .or_insert_with(|| Value::Table(Table::new()));
+                    // A file's non-table `ports` is refused when the node is parsed.
+                    if let Value::Table(inner) = inner {
+                        inner.insert(key.into(), value);
+                    }
+                }
+                None => {
+                    node.insert(field.key.into(), value);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn lookup<'a>(node: &'a Table, key: &str) -> Option<&'a Value> {
+    match key.split_once('.') {
+        Some((table, inner)) => node.get(table)?.as_table()?.get(inner),
+        None => node.get(key),
+    }
+}
+
+/// An integer roster field that fits `T` (`u8` for a replica id, `u16` for a port).
+fn integer_field<T: TryFrom<i64>>(
+    node: &Table,
+    index: usize,
+    key: &str,
+) -> Result<Option<T>, ConfigError> {
+    let Some(value) = lookup(node, key) else {
+        return Ok(None);
+    };
+    value
+        .as_integer()
+        .and_then(|n| T::try_from(n).ok())
+        .map(Some)
+        .ok_or_else(|| ConfigError::BadValue {
+            key: node_key(index, key),
+            value: value.to_string(),
+            expected: if key == "replica_id" {
+                "replica id (0 to 255)"
+            } else {
+                "port (0 to 65535; 0 is refused when the cluster is enabled)"
+            },
+        })
+}
+
+/// One roster entry, each unknown key or bad value refused with its `cluster.nodes[i]` path.
+fn parse_node(index: usize, node: &Table) -> Result<ClusterNode, ConfigError> {
+    for (key, value) in node {
+        match (key.as_str(), value) {
+            ("ports", Value::Table(ports)) => {
+                for inner in ports.keys() {
+                    let path = format!("ports.{inner}");
+                    if !NODE_FIELDS.iter().any(|f| f.key == path) {
+                        return Err(ConfigError::UnknownKey(node_key(index, &path)));
+                    }
+                }
+            }
+            ("ports", other) => {
+                return Err(ConfigError::BadValue {
+                    key: node_key(index, "ports"),
+                    value: other.to_string(),
+                    expected: "table ([cluster.nodes.ports])",
+                });
+            }
+            (key, _) if NODE_FIELDS.iter().any(|f| f.key == key) => {}
+            (key, _) => return Err(ConfigError::UnknownKey(node_key(index, key))),
+        }
+    }
+    let string = |key: &str| -> Result<Option<String>, ConfigError> {
+        match lookup(node, key) {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(other) => Err(ConfigError::BadValue {
+                key: node_key(index, key),
+                value: other.to_string(),
+                expected: "string",
+            }),
+        }
+    };
+    let integer = |key: &str| integer_field(node, index, key);
+    for field in NODE_FIELDS.iter().filter(|f| f.required) {
+        if lookup(node, field.key).is_none() {
+            return Err(ConfigError::Cluster {
+                key: node_key(index, field.key),
+                problem: "is required".into(),
+            });
+        }
+    }
+    let ip_text = string("ip")?.unwrap_or_default();
+    let ip = ip_text.trim().parse().map_err(|_| ConfigError::BadValue {
+        key: node_key(index, "ip"),
+        value: ip_text.clone(),
+        expected: "literal IP address (the replica plane dials it; no host names)",
+    })?;
+    let port = |key: &str| integer_field::<u16>(node, index, key);
+    Ok(ClusterNode {
+        name: string("name")?.unwrap_or_default(),
+        ip,
+        replica_id: integer("replica_id")?.unwrap_or_default(),
+        // Empty means unset, as in upstream's files.
+        advertised_address: string("advertised_address")?.filter(|a| !a.trim().is_empty()),
+        ports: NodePorts {
+            tcp: port("ports.tcp")?,
+            quic: port("ports.quic")?,
+            http: port("ports.http")?,
+            websocket: port("ports.websocket")?,
+            tcp_replica: port("ports.tcp_replica")?,
+        },
+    })
+}
+
+/// A duration as upstream writes them: a whole number and one unit, `ms`, `s`, `m` or `h`
+/// ("500ms", "5s", "2m"). Anything else (no unit, fractions, spaces, compound forms) is
+/// refused, so a typo never becomes a surprising timeout.
+pub fn parse_duration(text: &str) -> Option<Duration> {
+    let digits_end = text.find(|c: char| !c.is_ascii_digit())?;
+    let (number, unit) = text.split_at(digits_end);
+    if number.is_empty() {
+        return None;
+    }
+    let number: u64 = number.parse().ok()?;
+    let millis = match unit {
+        "ms" => number,
+        "s" => number.checked_mul(1_000)?,
+        "m" => number.checked_mul(60_000)?,
+        "h" => number.checked_mul(3_600_000)?,
+        _ => return None,
+    };
+    Some(Duration::from_millis(millis))
+}
+
+/// Builds `[cluster]` from the merged table's section and the roster.
+pub(super) fn build(section: Table, nodes: &[Table]) -> Result<Cluster, ConfigError> {
+    let text = |key: &str| -> String {
+        section
+            .get(key)
+            .and_then(Value::as_str)
+            .expect("defaults give every [cluster] key its type")
+            .to_string()
+    };
+    let duration = |key: &str| -> Result<Duration, ConfigError> {
+        let raw = text(key);
+        parse_duration(raw.trim()).ok_or_else(|| ConfigError::BadValue {
+            key: format!("cluster.{key}"),
+            value: raw,
+            expected: "duration (a whole number with ms, s, m or h: \"500ms\", \"5s\")",
+        })
+    };
+    Ok(Cluster {
+        enabled: section
+            .get("enabled")
+            .and_then(Value::as_bool)
+            .expect("defaults give cluster.enabled its type"),
+        name: text("name"),
+        heartbeat_timeout: duration("heartbeat_timeout")?,
+        commit_broadcast_interval: duration("commit_broadcast_interval")?,
+        prepare_retransmit_interval: duration("prepare_retransmit_interval")?,
+        view_change_retransmit_interval: duration("view_change_retransmit_interval")?,
+        view_change_status_timeout: duration("view_change_status_timeout")?,
+        nodes: nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| parse_node(i, n))
+            .collect::<Result<_, _>>()?,
+    })
+}
+
+fn refuse(key: impl Into<String>, problem: impl Into<String>) -> ConfigError {
+    ConfigError::Cluster {
+        key: key.into(),
+        problem: problem.into(),
+    }
+}
+
+impl Cluster {
+    /// The start-time rules for an enabled cluster. `transports` are the client transports
+    /// by section name with their `enabled`; each enabled one needs its port in every roster
+    /// entry.
+    pub fn validate(&self, transports: &[(&'static str, bool)]) -> Result<(), ConfigError> {
+        if !self.enabled {
+            return Ok(());
+        }
+        if self.name.trim().is_empty() {
+            return Err(refuse(
+                "cluster.name",
+                "must not be empty (the cluster id derives from it)",
+            ));
+        }
+        self.validate_timing()?;
+        if self.nodes.is_empty() {
+            return Err(refuse(
+                "cluster.nodes",
+                "an enabled cluster needs at least one [[cluster.nodes]] entry",
+            ));
+        }
+        if self.nodes.len() > REPLICAS_MAX {
+            return Err(refuse(
+                "cluster.nodes",
+                format!("has {} nodes; at most {REPLICAS_MAX}", self.nodes.len()),
+            ));
+        }
+        let mut names = BTreeSet::new();
+        let mut ids = BTreeSet::new();
+        let mut endpoints = std::collections::BTreeMap::new();
+        for (i, node) in self.nodes.iter().enumerate() {
+            if node.name.trim().is_empty() {
+                return Err(refuse(node_key(i, "name"), "must not be empty"));
+            }
+            if !names.insert(node.name.as_str()) {
+                return Err(refuse(
+                    node_key(i, "name"),
+                    format!("{:?} names another node too; names are unique", node.name),
+                ));
+            }
+            if usize::from(node.replica_id) >= self.nodes.len() {
+                return Err(refuse(
+                    node_key(i, "replica_id"),
+                    format!(
+                        "is {}; replica ids are exactly 0 to {} for {} nodes",
+                        node.replica_id,
+                        self.nodes.len() - 1,
+                        self.nodes.len()
+                    ),
+                ));
+            }
+            if !ids.insert(node.replica_id) {
+                return Err(refuse(
+                    node_key(i, "replica_id"),
+                    format!("{} is another node's replica id too", node.replica_id),
+                ));
+            }
+            if let Some(advertised) = &node.advertised_address
+                && !is_host(advertised)
+            {
+                return Err(ConfigError::BadValue {
+                    key: node_key(i, "advertised_address"),
+                    value: advertised.clone(),
+                    expected: "IP address or host name without a port",
+                });
+            }
+            for (slot, port) in node.ports.slots() {
+                let key = node_key(i, &format!("ports.{slot}"));
+                let Some(port) = port else { continue };
+                if port == 0 {
+                    return Err(refuse(key, "must not be 0"));
+                }
+                if let Some(other) = endpoints.insert((node.ip, port), key.clone()) {
+                    return Err(refuse(key, format!("{}:{port} is also {other}", node.ip)));
+                }
+            }
+            for &(transport, enabled) in transports {
+                let port = node
+                    .ports
+                    .slots()
+                    .into_iter()
+                    .find(|(s, _)| *s == transport);
+                if enabled && port.is_none_or(|(_, p)| p.is_none()) {
+                    return Err(refuse(
+                        node_key(i, &format!("ports.{transport}")),
+                        format!("is required: {transport}.enabled is true"),
+                    ));
+                }
+            }
+            if node.ports.tcp_replica.is_none() {
+                return Err(refuse(
+                    node_key(i, "ports.tcp_replica"),
+                    "is required (the replica listener)",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn validate_timing(&self) -> Result<(), ConfigError> {
+        for (key, value) in [
+            ("commit_broadcast_interval", self.commit_broadcast_interval),
+            (
+                "prepare_retransmit_interval",
+                self.prepare_retransmit_interval,
+            ),
+            (
+                "view_change_retransmit_interval",
+                self.view_change_retransmit_interval,
+            ),
+        ] {
+            if value.is_zero() {
+                return Err(refuse(format!("cluster.{key}"), "must not be zero"));
+            }
+        }
+        // A backup must miss several commit broadcasts before it suspects the primary.
+        let heartbeat_floor = Duration::from_secs(2).max(4 * self.commit_broadcast_interval);
+        if self.heartbeat_timeout < heartbeat_floor {
+            return Err(refuse(
+                "cluster.heartbeat_timeout",
+                format!(
+                    "is {:?}; it must be at least 2s and 4 x cluster.commit_broadcast_interval \
+                     ({:?})",
+                    self.heartbeat_timeout,
+                    4 * self.commit_broadcast_interval
+                ),
+            ));
+        }
+        if self.view_change_status_timeout < 4 * self.view_change_retransmit_interval {
+            return Err(refuse(
+                "cluster.view_change_status_timeout",
+                format!(
+                    "is {:?}; it must be at least 4 x cluster.view_change_retransmit_interval \
+                     ({:?})",
+                    self.view_change_status_timeout,
+                    4 * self.view_change_retransmit_interval
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// This start's replica id from `--replica-id`: a standalone node is replica 0 of a
+    /// cluster of one; with a cluster the flag is required and must name a roster entry.
+    pub fn replica_id(&self, flag: Option<u8>) -> Result<u8, ConfigError> {
+        match (self.enabled, flag) {
+            (false, None | Some(0)) => Ok(0),
+            (false, Some(id)) => Err(ConfigError::ReplicaId(format!(
+                "--replica-id {id}: a standalone node is replica 0; another id needs \
+                 cluster.enabled = true with that replica in [[cluster.nodes]]"
+            ))),
+            (true, None) => Err(ConfigError::ReplicaId(
+                "--replica-id is required when cluster.enabled is true: it picks this node's \
+                 [[cluster.nodes]] entry"
+                    .into(),
+            )),
+            (true, Some(id)) if self.node(id).is_some() => Ok(id),
+            (true, Some(id)) => Err(ConfigError::ReplicaId(format!(
+                "--replica-id {id}: no cluster.nodes entry has replica_id = {id}"
+            ))),
+        }
+    }
+
+    /// The roster entry with this replica id.
+    pub fn node(&self, replica_id: u8) -> Option<&ClusterNode> {
+        self.nodes.iter().find(|n| n.replica_id == replica_id)
+    }
+}
+
+/// An IP literal or an RFC 1123 host name (no port).
+fn is_host(text: &str) -> bool {
+    if text.parse::<IpAddr>().is_ok() {
+        return true;
+    }
+    !text.is_empty()
+        && text.len() <= 253
+        && text.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+                && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Config, load};
+    use super::*;
+
+    fn none(_: &str) -> Option<String> {
+        None
+    }
+
+    /// Every transport but TCP off, so a roster needs only tcp and tcp_replica ports.
+    const OTHER_TRANSPORTS_OFF: &str =
+        "[quic]\nenabled = false\n[http]\nenabled = false\n[websocket]\nenabled = false\n";
+
+    /// Three nodes on one machine, tcp and tcp_replica ports each (the other transports off).
+    fn three_nodes() -> String {
+        let mut text = String::from(OTHER_TRANSPORTS_OFF);
+        text.push_str("[cluster]\nenabled = true\nname = \"c1\"\n");
+        for id in 0..3 {
+            text.push_str(&format!(
+                "[[cluster.nodes]]\nname = \"node-{id}\"\nip = \"127.0.0.1\"\nreplica_id = {id}\n\
+                 [cluster.nodes.ports]\ntcp = {}\ntcp_replica = {}\n",
+                8090 + id,
+                8100 + id
+            ));
+        }
+        text
+    }
+
+    fn refused_key(file: &str, env: impl Fn(&str) -> Option<String>) -> String {
+        match load(Some(file), env) {
+            Ok(_) => panic!("accepted:\n{file}"),
+            Err(ConfigError::Cluster { key, .. })
+            | Err(ConfigError::BadValue { key, .. })
+            | Err(ConfigError::UnknownKey(key)) => key,
+            Err(other) => panic!("{other}"),
+        }
+    }
+
+    #[test]
+    fn defaults_are_upstreams() {
+        let c = load(None, none).unwrap().cluster;
+        assert_eq!(c, Cluster::default());
+        assert!(!c.enabled);
+        assert_eq!(c.name, "iggy-cluster");
+        assert_eq!(c.heartbeat_timeout, Duration::from_secs(5));
+        assert_eq!(c.commit_broadcast_interval, Duration::from_millis(500));
+        assert_eq!(c.prepare_retransmit_interval, Duration::from_millis(250));
+        assert_eq!(
+            c.view_change_retransmit_interval,
+            Duration::from_millis(500)
+        );
+        assert_eq!(c.view_change_status_timeout, Duration::from_secs(5));
+        assert!(c.nodes.is_empty());
+    }
+
+    #[test]
+    fn durations_take_one_whole_number_and_unit() {
+        assert_eq!(parse_duration("500ms"), Some(Duration::from_millis(500)));
+        assert_eq!(parse_duration("5s"), Some(Duration::from_secs(5)));
+        assert_eq!(parse_duration("2m"), Some(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1h"), Some(Duration::from_secs(3600)));
+        for bad in [
+            "5",
+            "s",
+            "1.5s",
+            "5 s",
+            "5sec",
+            "1m30s",
+            "-1s",
+            "",
+            "99999999999999999999h",
+        ] {
+            assert_eq!(parse_duration(bad), None, "{bad:?}");
+        }
+        let e = load(Some("[cluster]\nheartbeat_timeout = \"5 seconds\"\n"), none).unwrap_err();
+        assert!(
+            matches!(&e, ConfigError::BadValue { key, .. } if key == "cluster.heartbeat_timeout"),
+            "{e}"
+        );
+        let env = |k: &str| (k == "IGGY_CLUSTER_COMMIT_BROADCAST_INTERVAL").then(|| "250ms".into());
+        let c = load(None, env).unwrap().cluster;
+        assert_eq!(c.commit_broadcast_interval, Duration::from_millis(250));
+    }
+
+    #[test]
+    fn roster_from_file() {
+        let c = load(Some(&three_nodes()), none).unwrap().cluster;
+        assert!(c.enabled);
+        assert_eq!(c.nodes.len(), 3);
+        let node = c.node(2).unwrap();
+        assert_eq!(node.name, "node-2");
+        assert_eq!(node.ip, "127.0.0.1".parse::<IpAddr>().unwrap());
+        assert_eq!(node.ports.tcp, Some(8092));
+        assert_eq!(node.ports.tcp_replica, Some(8102));
+        assert_eq!(node.ports.quic, None);
+        assert_eq!(node.advertised_address, None);
+        assert_eq!(c.replica_id(Some(1)), Ok(1));
+    }
+
+    #[test]
+    fn roster_from_env_alone_and_over_a_file() {
+        let vars: Vec<(String, String)> = (0..2)
+            .flat_map(|i| {
+                [
+                    (format!("IGGY_CLUSTER_NODES_{i}_NAME"), format!("env-{i}")),
+                    (format!("IGGY_CLUSTER_NODES_{i}_IP"), "10.0.0.1".to_string()),
+                    (format!("IGGY_CLUSTER_NODES_{i}_REPLICA_ID"), i.to_string()),
+                    (
+                        format!("IGGY_CLUSTER_NODES_{i}_PORTS_TCP"),
+                        (9000 + i).to_string(),
+                    ),
+                    (
+                        format!("IGGY_CLUSTER_NODES_{i}_PORTS_TCP_REPLICA"),
+                        (9100 + i).to_string(),
+                    ),
+                ]
+            })
+            .chain([
+                ("IGGY_CLUSTER_ENABLED".to_string(), "true".to_string()),
+                ("IGGY_QUIC_ENABLED".to_string(), "false".to_string()),
+                ("IGGY_HTTP_ENABLED".to_string(), "false".to_string()),
+                (
+                    "IGGY_CLUSTER_NODES_1_ADVERTISED_ADDRESS".into(),
+                    "node1.example".into(),
+                ),
+            ])
+            .collect();
+        let env = |k: &str| {
+            vars.iter()
+                .find(|(name, _)| name == k)
+                .map(|(_, v)| v.clone())
+        };
+        let c = load(None, env).unwrap().cluster;
+        assert_eq!(c.nodes.len(), 2);
+        assert_eq!(c.nodes[1].name, "env-1");
+        assert_eq!(c.nodes[1].ports.tcp_replica, Some(9101));
+        assert_eq!(
+            c.nodes[1].advertised_address.as_deref(),
+            Some("node1.example")
+        );
+
+        // Over a file: node 1's tcp port changes, a fourth node is added at the end.
+        let over = |k: &str| {
+            let v = match k {
+                "IGGY_CLUSTER_NODES_1_PORTS_TCP" => "7001",
+                "IGGY_CLUSTER_NODES_3_NAME" => "node-3",
+                "IGGY_CLUSTER_NODES_3_IP" => "127.0.0.2",
+                "IGGY_CLUSTER_NODES_3_REPLICA_ID" => "3",
+                "IGGY_CLUSTER_NODES_3_PORTS_TCP" => "8090",
+                "IGGY_CLUSTER_NODES_3_PORTS_TCP_REPLICA" => "8100",
+                _ => return None,
+            };
+            Some(v.to_string())
+        };
+        let c = load(Some(&three_nodes()), over).unwrap().cluster;
+        assert_eq!(c.nodes.len(), 4);
+        assert_eq!(c.nodes[1].ports.tcp, Some(7001));
+        assert_eq!(c.nodes[1].ports.tcp_replica, Some(8101));
+        assert_eq!(c.nodes[3].ip, "127.0.0.2".parse::<IpAddr>().unwrap());
+
+        // A gap in the indices is refused naming the variable.
+        let gap = |k: &str| (k == "IGGY_CLUSTER_NODES_4_NAME").then(|| "x".to_string());
+        assert_eq!(
+            refused_key(&three_nodes(), gap),
+            "IGGY_CLUSTER_NODES_4_NAME"
+        );
+        let bad = |k: &str| (k == "IGGY_CLUSTER_NODES_0_PORTS_TCP").then(|| "ten".to_string());
+        assert_eq!(
+            refused_key(&three_nodes(), bad),
+            "cluster.nodes[0].ports.tcp"
+        );
+    }
+
+    /// Each rule refuses with its key named; the same file with the rule satisfied loads.
+    #[test]
+    fn each_refusal_names_its_key() {
+        let base = three_nodes();
+        assert!(load(Some(&base), none).is_ok());
+        let cases: &[(&str, &str, &str)] = &[
+            (
+                "name = \"node-1\"",
+                "name = \"node-0\"",
+                "cluster.nodes[1].name",
+            ),
+            ("name = \"node-1\"", "name = \" \"", "cluster.nodes[1].name"),
+            (
+                "ip = \"127.0.0.1\"\nreplica_id = 2",
+                "ip = \"localhost\"\nreplica_id = 2",
+                "cluster.nodes[2].ip",
+            ),
+            (
+                "replica_id = 2",
+                "replica_id = 1",
+                "cluster.nodes[2].replica_id",
+            ),
+            (
+                "replica_id = 2",
+                "replica_id = 3",
+                "cluster.nodes[2].replica_id",
+            ),
+            (
+                "replica_id = 2",
+                "replica_id = 256",
+                "cluster.nodes[2].replica_id",
+            ),
+            ("tcp = 8091", "tcp = 0", "cluster.nodes[1].ports.tcp"),
+            ("tcp = 8091", "tcp = 70000", "cluster.nodes[1].ports.tcp"),
+            (
+                "tcp_replica = 8102",
+                "tcp_replica = 8090",
+                "cluster.nodes[2].ports.tcp_replica",
+            ),
+            (
+                "tcp = 8091\ntcp_replica = 8101",
+                "tcp = 8091",
+                "cluster.nodes[1].ports.tcp_replica",
+            ),
+            ("tcp = 8091\n", "", "cluster.nodes[1].ports.tcp"),
+            (
+                "tcp = 8091",
+                "tcp = 8091\nudp = 1",
+                "cluster.nodes[1].ports.udp",
+            ),
+            (
+                "ip = \"127.0.0.1\"\nreplica_id = 1",
+                "ip = \"127.0.0.1\"\nreplica_id = 1\nzone = 1",
+                "cluster.nodes[1].zone",
+            ),
+            ("name = \"c1\"", "name = \"\"", "cluster.name"),
+            (
+                "name = \"c1\"",
+                "name = \"c1\"\nheartbeat_timeout = \"1s\"",
+                "cluster.heartbeat_timeout",
+            ),
+            (
+                "name = \"c1\"",
+                "name = \"c1\"\ncommit_broadcast_interval = \"2s\"",
+                "cluster.heartbeat_timeout",
+            ),
+            (
+                "name = \"c1\"",
+                "name = \"c1\"\ncommit_broadcast_interval = \"0ms\"",
+                "cluster.commit_broadcast_interval",
+            ),
+            (
+                "name = \"c1\"",
+                "name = \"c1\"\nprepare_retransmit_interval = \"0s\"",
+                "cluster.prepare_retransmit_interval",
+            ),
+            (
+                "name = \"c1\"",
+                "name = \"c1\"\nview_change_retransmit_interval = \"2s\"",
+                "cluster.view_change_status_timeout",
+            ),
+        ];
+        for (from, to, key) in cases {
+            let text = base.replacen(from, to, 1);
+            assert_ne!(text, base, "{from:?} not in the base file");
+            assert_eq!(&refused_key(&text, none), key, "{from:?} -> {to:?}");
+        }
+        // One node's name at index 1 is replaced above; the text after replacen keeps node-0.
+        let enabled_transport = |k: &str| (k == "IGGY_HTTP_ENABLED").then(|| "true".into());
+        assert_eq!(
+            refused_key(&base, enabled_transport),
+            "cluster.nodes[0].ports.http"
+        );
+        let no_nodes = "[cluster]\nenabled = true\n";
+        assert_eq!(refused_key(no_nodes, none), "cluster.nodes");
+        let mut many = String::from("[cluster]\nenabled = true\n");
+        for id in 0..=REPLICAS_MAX {
+            many.push_str(&format!(
+                "[[cluster.nodes]]\nname = \"n{id}\"\nip = \"127.0.0.1\"\nreplica_id = {id}\n\
+                 [cluster.nodes.ports]\ntcp = {}\ntcp_replica = {}\n",
+                10_000 + id,
+                20_000 + id
+            ));
+        }
+        assert_eq!(refused_key(&many, none), "cluster.nodes");
+    }
+
+    #[test]
+    fn timing_rules_admit_their_bounds() {
+        let with = |timing: &str| {
+            three_nodes().replacen("name = \"c1\"", &format!("name = \"c1\"\n{timing}"), 1)
+        };
+        for timing in [
+            "heartbeat_timeout = \"2s\"",
+            "heartbeat_timeout = \"4s\"\ncommit_broadcast_interval = \"1s\"",
+            "view_change_status_timeout = \"2s\"",
+            "prepare_retransmit_interval = \"1ms\"",
+        ] {
+            assert!(load(Some(&with(timing)), none).is_ok(), "{timing}");
+        }
+        for (timing, key) in [
+            (
+                "heartbeat_timeout = \"1999ms\"",
+                "cluster.heartbeat_timeout",
+            ),
+            (
+                "heartbeat_timeout = \"4s\"\ncommit_broadcast_interval = \"1001ms\"",
+                "cluster.heartbeat_timeout",
+            ),
+            (
+                "view_change_status_timeout = \"1999ms\"",
+                "cluster.view_change_status_timeout",
+            ),
+        ] {
+            assert_eq!(refused_key(&with(timing), none), key, "{timing}");
+        }
+    }
+
+    #[test]
+    fn a_disabled_cluster_checks_only_the_values() {
+        // The roster rules wait for enabled = true, so a half-written roster does not stop a
+        // standalone node; a value that does not parse still does.
+        let text = three_nodes().replace("enabled = true", "enabled = false");
+        let dup = text.replacen("replica_id = 2", "replica_id = 1", 1);
+        assert!(load(Some(&dup), none).is_ok());
+        let bad = text.replacen("ip = \"127.0.0.1\"", "ip = \"host\"", 1);
+        assert_eq!(refused_key(&bad, none), "cluster.nodes[0].ip");
+    }
+
+    #[test]
+    fn replica_id_flag_against_the_roster() {
+        let c: Config = load(Some(&three_nodes()), none).unwrap();
+        assert_eq!(c.cluster.replica_id(Some(2)), Ok(2));
+        let missing = c.cluster.replica_id(None).unwrap_err().to_string();
+        assert!(missing.contains("--replica-id is required"), "{missing}");
+        let unknown = c.cluster.replica_id(Some(3)).unwrap_err().to_string();
+        assert!(unknown.starts_with("--replica-id 3:"), "{unknown}");
+        assert!(unknown.contains("cluster.nodes"), "{unknown}");
+    }
+
+    #[test]
+    fn roster_variables_are_listed() {
+        let listed: Vec<String> = roster_env_vars().into_iter().map(|(v, _, _)| v).collect();
+        for field in [
+            "NAME",
+            "IP",
+            "REPLICA_ID",
+            "ADVERTISED_ADDRESS",
+            "PORTS_TCP",
+            "PORTS_QUIC",
+            "PORTS_HTTP",
+            "PORTS_WEBSOCKET",
+            "PORTS_TCP_REPLICA",
+        ] {
+            assert!(
+                listed.contains(&format!("IGGY_CLUSTER_NODES_<i>_{field}")),
+                "{field}"
+            );
+        }
+    }
+}
