@@ -110,6 +110,7 @@ impl ServerProc {
             }
         }
         cmd.env("IGGY_TCP_ADDRESS", &address)
+            .env("IGGY_QUIC_ADDRESS", "127.0.0.1:0")
             .env("IGGY_SYSTEM_PATH", dir.path().join("data"))
             .env("IGGY_SYSTEM_DURABILITY", durability);
         if std::env::var_os("RUST_LOG").is_none() {

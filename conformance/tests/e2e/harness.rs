@@ -278,7 +278,10 @@ impl TestServer {
                 cmd.env_remove(key);
             }
         }
+        // QUIC is on by default: an ephemeral port keeps parallel servers apart (cluster
+        // metadata tells the bound port).
         cmd.env("IGGY_TCP_ADDRESS", self.address())
+            .env("IGGY_QUIC_ADDRESS", "127.0.0.1:0")
             .env("IGGY_SYSTEM_PATH", self.data_dir());
         if std::env::var_os("RUST_LOG").is_none() {
             cmd.env("RUST_LOG", "info");

@@ -79,6 +79,7 @@ impl Notified {
             }
         }
         cmd.env("IGGY_TCP_ADDRESS", address.to_string())
+            .env("IGGY_QUIC_ADDRESS", "127.0.0.1:0")
             .env("IGGY_SYSTEM_PATH", dir.path().join("data"))
             .env("RUST_LOG", "info")
             .env("NOTIFY_SOCKET", &notify_path)
@@ -181,8 +182,8 @@ impl Drop for Notified {
 fn ready_arrives_only_once_the_tcp_listener_accepts() {
     let mut server = Notified::start(None);
     server.ready();
-    // Dialled at once, no retry: READY=1 promises every enabled listener accepts (TCP is the
-    // only transport served; quic, http and websocket are disabled by default).
+    // Dialled at once, no retry: READY=1 promises every enabled listener accepts (TCP here;
+    // QUIC, the other default, is bound before READY=1 too).
     TcpStream::connect_timeout(&server.address, Duration::from_secs(2))
         .unwrap_or_else(|e| panic!("READY=1 arrived but {} refused: {e}", server.address));
     // Without WATCHDOG_USEC there is no watchdog to feed.

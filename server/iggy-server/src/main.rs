@@ -12,7 +12,6 @@ mod verify;
 #[cfg(feature = "systemd")]
 use runtime::systemd;
 use runtime::{maintenance, node};
-use transport::tcp;
 
 use std::process::ExitCode;
 
@@ -274,18 +273,11 @@ async fn run(
     if generated && node.root_created.get() {
         println!("root user {user:?} generated password: {pw}");
     }
-    let listener = match bind_tcp(&cfg.tcp.address).await {
-        Ok(listener) => listener,
-        Err(error) => {
-            eprintln!("iggy-server: cannot bind tcp {}: {error}", cfg.tcp.address);
-            return ExitCode::FAILURE;
-        }
-    };
-    tracing::info!(
-        "iggy-server replica {replica_id} listening on tcp {}",
-        cfg.tcp.address
-    );
-    compio::runtime::spawn(tcp::serve(listener, node.clone())).detach();
+    if let Err(error) = transport::listen(&cfg, &node).await {
+        eprintln!("iggy-server: {error}");
+        return ExitCode::FAILURE;
+    }
+    tracing::info!("iggy-server replica {replica_id} serving");
     compio::runtime::spawn(maintenance::run(node.clone())).detach();
     #[cfg(feature = "systemd")]
     let notifier = systemd_ready();
@@ -320,23 +312,6 @@ fn systemd_ready() -> Option<std::rc::Rc<systemd::Notifier>> {
         .detach();
     }
     Some(notifier)
-}
-
-/// Binds the TCP listener. A previous process's io_uring may hold the port for a moment after
-/// it died (its ring is torn down asynchronously), so `AddrInUse` is retried for a few seconds.
-async fn bind_tcp(address: &str) -> std::io::Result<compio::net::TcpListener> {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    loop {
-        match compio::net::TcpListener::bind(address).await {
-            Err(error)
-                if error.kind() == std::io::ErrorKind::AddrInUse
-                    && std::time::Instant::now() < deadline =>
-            {
-                compio::time::sleep(std::time::Duration::from_millis(100)).await;
-            }
-            result => return result,
-        }
-    }
 }
 
 /// Resolves on SIGINT or SIGTERM.

@@ -37,6 +37,8 @@ pub struct Shared {
     pub session_connections: RefCell<HashMap<u128, u32>>,
     /// Per session: connections bound to it now, and when the last one went away.
     pub session_activity: RefCell<HashMap<u128, SessionActivity>>,
+    /// The ports the transports listen on.
+    pub listening: crate::transport::ListeningPorts,
 }
 
 /// Whether a session is in use, for its lease.
