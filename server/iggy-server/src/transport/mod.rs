@@ -28,58 +28,79 @@ impl ListeningPorts {
     }
 }
 
-/// Binds every enabled binary transport (TCP or TCP+TLS, QUIC, WebSocket or WSS) and starts
-/// serving it. The first that cannot bind (or whose certificate cannot be had) stops the
-/// start: the error names the transport and its address.
+/// Binds every enabled binary transport (TCP or TCP+TLS, QUIC, WebSocket or WSS), then starts
+/// serving them: each "listening on" line is logged once every listener is bound. The first
+/// that cannot bind (or whose certificate cannot be had) stops the start: the error names the
+/// transport and its address.
 pub async fn listen(config: &Config, node: &Rc<Node>) -> Result<(), String> {
-    let ports = &node.shared.listening;
     let failed = |name: &str, address: &str, error: &dyn std::fmt::Display| {
         format!("cannot bind {name} {address}: {error}")
     };
-    if config.tcp.enabled {
-        let (address, tls) = (&config.tcp.address, &config.tcp.tls);
-        let acceptor = match tls.enabled {
-            true => Some(tls::acceptor("tcp.tls", tls).map_err(|e| failed("tcp", address, &e))?),
-            false => None,
-        };
-        let listener = bind_tcp(address)
-            .await
-            .map_err(|e| failed("tcp", address, &e))?;
-        let local = listener
-            .local_addr()
-            .map_err(|e| failed("tcp", address, &e))?;
+    let tcp = match config.tcp.enabled {
+        true => {
+            let (address, tls) = (&config.tcp.address, &config.tcp.tls);
+            let acceptor = match tls.enabled {
+                true => {
+                    Some(tls::acceptor("tcp.tls", tls).map_err(|e| failed("tcp", address, &e))?)
+                }
+                false => None,
+            };
+            let listener = bind_tcp(address)
+                .await
+                .map_err(|e| failed("tcp", address, &e))?;
+            let local = listener
+                .local_addr()
+                .map_err(|e| failed("tcp", address, &e))?;
+            Some((listener, local, acceptor))
+        }
+        false => None,
+    };
+    let quic = match config.quic.enabled {
+        true => {
+            let address = &config.quic.address;
+            let endpoint = quic::bind(&config.quic)
+                .await
+                .map_err(|e| failed("quic", address, &e))?;
+            let local = endpoint
+                .local_addr()
+                .map_err(|e| failed("quic", address, &e))?;
+            Some((endpoint, local))
+        }
+        false => None,
+    };
+    let websocket = match config.websocket.enabled {
+        true => {
+            let (address, tls) = (&config.websocket.address, &config.websocket.tls);
+            let acceptor = match tls.enabled {
+                true => Some(
+                    tls::acceptor("websocket.tls", tls)
+                        .map_err(|e| failed("websocket", address, &e))?,
+                ),
+                false => None,
+            };
+            let listener = bind_tcp(address)
+                .await
+                .map_err(|e| failed("websocket", address, &e))?;
+            let local = listener
+                .local_addr()
+                .map_err(|e| failed("websocket", address, &e))?;
+            Some((listener, local, acceptor))
+        }
+        false => None,
+    };
+    let ports = &node.shared.listening;
+    if let Some((listener, local, acceptor)) = tcp {
         ports.set("tcp", local.port());
         let name = if acceptor.is_some() { "tcp+tls" } else { "tcp" };
         tracing::info!("listening on {name} {local}");
         compio::runtime::spawn(tcp::serve(listener, node.clone(), acceptor)).detach();
     }
-    if config.quic.enabled {
-        let address = &config.quic.address;
-        let endpoint = quic::bind(&config.quic)
-            .await
-            .map_err(|e| failed("quic", address, &e))?;
-        let local = endpoint
-            .local_addr()
-            .map_err(|e| failed("quic", address, &e))?;
+    if let Some((endpoint, local)) = quic {
         ports.set("quic", local.port());
         tracing::info!("listening on quic {local}");
         compio::runtime::spawn(quic::serve(endpoint, node.clone())).detach();
     }
-    if config.websocket.enabled {
-        let (address, tls) = (&config.websocket.address, &config.websocket.tls);
-        let acceptor = match tls.enabled {
-            true => Some(
-                tls::acceptor("websocket.tls", tls)
-                    .map_err(|e| failed("websocket", address, &e))?,
-            ),
-            false => None,
-        };
-        let listener = bind_tcp(address)
-            .await
-            .map_err(|e| failed("websocket", address, &e))?;
-        let local = listener
-            .local_addr()
-            .map_err(|e| failed("websocket", address, &e))?;
+    if let Some((listener, local, acceptor)) = websocket {
         ports.set("websocket", local.port());
         let name = if acceptor.is_some() { "wss" } else { "ws" };
         tracing::info!("listening on {name} {local}");

@@ -41,14 +41,12 @@ pub async fn serve(listener: TcpListener, node: Rc<Node>, tls: Option<TlsAccepto
         compio::runtime::spawn(async move {
             let _guard = guard;
             let result = match tls {
-                None => connection(ByteStream::new(stream), peer, transport, node).await,
+                None => connection(ByteStream::new(stream), peer, node).await,
                 Some(acceptor) => {
                     let limits = &node.shared.config.limits;
                     let within = Duration::from_millis(limits.request_timeout_ms.max(1));
                     match compio::time::timeout(within, acceptor.accept(stream)).await {
-                        Ok(Ok(stream)) => {
-                            connection(ByteStream::new(stream), peer, transport, node).await
-                        }
+                        Ok(Ok(stream)) => connection(ByteStream::new(stream), peer, node).await,
                         Ok(Err(error)) => Err(error),
                         Err(_) => Err(connection_loop::timed_out()),
                     }
@@ -102,10 +100,10 @@ fn refuse_at_capacity(mut stream: TcpStream, node: &Rc<Node>) {
 async fn connection(
     mut link: impl FrameIo,
     peer: std::net::SocketAddr,
-    transport: &'static str,
     node: Rc<Node>,
 ) -> std::io::Result<()> {
-    let mut connection = node.open_connection(peer.to_string(), transport);
+    // Clients see TLS connections as TCP ones (the client list has no TLS kind).
+    let mut connection = node.open_connection(peer.to_string(), "tcp");
     let result = connection_loop::serve_frames(&mut link, &node, &mut connection).await;
     node.close_connection(&connection);
     result

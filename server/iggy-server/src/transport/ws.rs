@@ -78,7 +78,7 @@ pub async fn serve(listener: TcpListener, node: Rc<Node>, tls: Option<TlsAccepto
                 message: Bytes::new(),
                 close: None,
             };
-            let mut connection = node.open_connection(peer.to_string(), transport);
+            let mut connection = node.open_connection(peer.to_string(), "websocket");
             let result = connection_loop::serve_frames(&mut link, &node, &mut connection).await;
             node.close_connection(&connection);
             if let Err(error) = &result {
