@@ -122,10 +122,10 @@ struct SharedConnection {
 
 impl SharedConnection {
     fn connection(&self) -> Connection {
-        let mut connection = Connection::default();
-        connection.id = self.id;
-        connection.bound = self.bound.get();
-        connection
+        Connection {
+            id: self.id,
+            bound: self.bound.get(),
+        }
     }
 }
 
