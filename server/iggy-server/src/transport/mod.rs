@@ -9,24 +9,7 @@ pub mod ws;
 
 use crate::config::Config;
 use crate::runtime::node::Node;
-use std::cell::RefCell;
-use std::collections::BTreeMap;
 use std::rc::Rc;
-
-/// The port each running transport listens on, once bound (a configured port 0 binds an
-/// ephemeral one): what cluster metadata advertises.
-#[derive(Debug, Default)]
-pub struct ListeningPorts(RefCell<BTreeMap<&'static str, u16>>);
-
-impl ListeningPorts {
-    pub fn set(&self, transport: &'static str, port: u16) {
-        self.0.borrow_mut().insert(transport, port);
-    }
-
-    pub fn get(&self, transport: &str) -> Option<u16> {
-        self.0.borrow().get(transport).copied()
-    }
-}
 
 /// Binds every enabled binary transport (TCP or TCP+TLS, QUIC, WebSocket or WSS), then starts
 /// serving them: each "listening on" line is logged once every listener is bound. The first
