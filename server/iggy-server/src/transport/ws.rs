@@ -8,6 +8,8 @@ use crate::config::WebSocket;
 use crate::runtime::node::Node;
 use crate::service::frame::HEADER_SIZE;
 use bytes::Bytes;
+use compio::BufResult;
+use compio::io::AsyncRead;
 use compio::net::{TcpListener, TcpStream};
 use compio::tls::TlsAcceptor;
 use compio::ws::tungstenite::Message;
@@ -121,11 +123,30 @@ struct MessageLink {
 impl MessageLink {
     /// Ends the WebSocket: a close frame with the reason when the server ends it.
     async fn close(mut self) {
+        let server_ends = self.close.is_some();
         let frame = self.close.map(|(code, reason)| CloseFrame {
             code,
             reason: reason.into(),
         });
         let _ = compio::time::timeout(Duration::from_secs(2), self.ws.close(frame)).await;
+        if server_ends {
+            // The peer may still be sending (the rest of an oversized message). Closing the
+            // socket with unread bytes makes the kernel answer with a reset, which can reach
+            // the peer before it reads the close frame; what it sends is read out first, for
+            // a bounded time.
+            let drain = async {
+                let mut buffer = Vec::with_capacity(64 * 1024);
+                loop {
+                    let BufResult(read, returned) = self.ws.get_mut().read(buffer).await;
+                    buffer = returned;
+                    buffer.clear();
+                    if !matches!(read, Ok(n) if n > 0) {
+                        break;
+                    }
+                }
+            };
+            let _ = compio::time::timeout(Duration::from_secs(1), drain).await;
+        }
     }
 
     fn malformed(&mut self, reason: &'static str) -> ReadFailure {
