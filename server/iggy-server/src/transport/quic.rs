@@ -177,11 +177,9 @@ async fn serve_stream(
 ) {
     let mut connection = shared.connection();
     let bound_before = connection.bound.map(|bound| bound.session);
-    let max_frame = shared.node.shared.config.limits.max_frame_size as usize;
     let mut link = StreamLink {
         send,
         recv,
-        max_frame,
         answered: false,
         closing: false,
     };
@@ -205,7 +203,6 @@ async fn serve_stream(
 struct StreamLink {
     send: SendStream,
     recv: RecvStream,
-    max_frame: usize,
     /// The reply was written: the link has nothing more to read.
     answered: bool,
     /// The written frame was not a reply (an eviction): the connection closes.
@@ -238,7 +235,6 @@ impl FrameIo for StreamLink {
     }
 
     async fn read_body(&mut self, len: usize, within: Duration) -> Result<Vec<u8>, ReadFailure> {
-        debug_assert!(len + HEADER_SIZE <= self.max_frame.max(HEADER_SIZE));
         let read_all = async {
             let BufResult(read, body) = self.recv.read_exact(Vec::with_capacity(len)).await;
             read.map_err(short_or_long)?;
