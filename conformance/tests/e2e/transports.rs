@@ -666,6 +666,18 @@ fn status(frame: &[u8]) -> u32 {
 
 /// A raw QUIC connection to `port`, trusting `ca_der`.
 async fn quic_connect(port: u16, ca_der: &[u8]) -> (quinn::Endpoint, quinn::Connection) {
+    let (endpoint, connection) = quic_dial(port, ca_der).await;
+    (endpoint, connection.expect("quic handshake"))
+}
+
+/// A raw QUIC handshake with `port`, trusting `ca_der`: the connection or why there is none.
+async fn quic_dial(
+    port: u16,
+    ca_der: &[u8],
+) -> (
+    quinn::Endpoint,
+    Result<quinn::Connection, quinn::ConnectionError>,
+) {
     let mut roots = rustls::RootCertStore::empty();
     roots
         .add(rustls::pki_types::CertificateDer::from(ca_der.to_vec()))
@@ -685,8 +697,7 @@ async fn quic_connect(port: u16, ca_der: &[u8]) -> (quinn::Endpoint, quinn::Conn
         "quic handshake",
         endpoint.connect(address, "localhost").unwrap(),
     )
-    .await
-    .expect("quic handshake");
+    .await;
     (endpoint, connection)
 }
 
@@ -701,11 +712,60 @@ async fn quic_exchange(connection: &quinn::Connection, bytes: &[u8]) -> Vec<u8> 
 }
 
 fn quic_server(certs: &TestCertificates) -> TestServer {
-    TestServer::start_with_env(&[
+    quic_server_with(certs, &[])
+}
+
+fn quic_server_with(certs: &TestCertificates, extra: &[(&str, &str)]) -> TestServer {
+    let mut env = vec![
         ("IGGY_QUIC_CERTIFICATE_SELF_SIGNED", "false"),
         ("IGGY_QUIC_CERTIFICATE_CERT_FILE", path(&certs.cert_file)),
         ("IGGY_QUIC_CERTIFICATE_KEY_FILE", path(&certs.key_file)),
-    ])
+    ];
+    env.extend_from_slice(extra);
+    TestServer::start_with_env(&env)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quic_connections_count_against_max_connections_and_free_their_slot_on_close() {
+    let certs = test_certificates();
+    let port = std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let address = format!("127.0.0.1:{port}");
+    let _server = quic_server_with(
+        &certs,
+        &[
+            ("IGGY_LIMITS_MAX_CONNECTIONS", "2"),
+            ("IGGY_QUIC_ADDRESS", &address),
+        ],
+    );
+    // Two QUIC connections fill the slots (the harness's readiness probe may still hold one
+    // for a moment: a refused dial is retried).
+    let dial_until_admitted = || async {
+        within_for(Duration::from_secs(10), "a QUIC slot", async {
+            loop {
+                let (endpoint, dialed) = quic_dial(port, &certs.ca_der).await;
+                if let Ok(connection) = dialed {
+                    return (endpoint, connection);
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+        .await
+    };
+    let first = dial_until_admitted().await;
+    let _second = dial_until_admitted().await;
+    let (_endpoint, refused) = quic_dial(port, &certs.ca_der).await;
+    assert!(
+        matches!(refused, Err(quinn::ConnectionError::ConnectionClosed(_))),
+        "a connection over the limit is refused: {refused:?}"
+    );
+    first.1.close(0u32.into(), b"done");
+    let admitted = dial_until_admitted().await;
+    let me = quic_exchange(&admitted.1, &me_frame(0x7a11_0006, 0, 1)).await;
+    assert_eq!(status(&me), IggyError::Unauthenticated.as_code(), "served");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
