@@ -454,6 +454,26 @@ async fn the_sdk_runs_the_scenario_over_tcp_with_tls_validating_against_a_ca_fil
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_tls_serves_a_generated_certificate_when_no_file_is_given() {
+    let server = TestServer::start_with_env(&[("IGGY_TCP_TLS_ENABLED", "true")]);
+    let client = IggyClient::builder()
+        .with_tcp()
+        .with_server_address(server.address())
+        .with_tls_enabled(true)
+        .with_tls_domain("localhost".to_string())
+        .with_tls_validate_certificate(false)
+        .build()
+        .expect("tls client");
+    let client = connected("tcp+tls, self-signed", client).await;
+    still_served(&client).await;
+    assert!(
+        server.log().contains("listening on tcp+tls"),
+        "{}",
+        server.log()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sdk_runs_the_scenario_over_websocket_with_tls() {
     let certs = test_certificates();
     let server = TestServer::start_with_env(&[
