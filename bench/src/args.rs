@@ -26,7 +26,9 @@ OPTIONS:
     --consumers N                 consuming actors (default 2)
     --partitions N                partitions per topic (default: 1 pinned, consumers balanced)
     --durability replicated|persisted   server and topic durability policy (default replicated)
-    --nodelay                     set TCP_NODELAY on the client sockets
+    --nodelay                     set TCP_NODELAY on the client sockets (tcp only)
+    --transport tcp|quic|ws       the SDK's transport (default tcp); a started server serves
+                                  all three
     --server-address HOST:PORT    use a running server (root iggy/iggy) instead of starting one
     --server-bin PATH             server binary to start (default target/release/iggy-server,
                                   built with cargo if missing; or $IGGY_SERVER_BIN)
@@ -71,6 +73,34 @@ impl Scenario {
     }
 }
 
+/// The transport the SDK clients use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Transport {
+    Tcp,
+    Quic,
+    Ws,
+}
+
+impl Transport {
+    fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "tcp" => Transport::Tcp,
+            "quic" => Transport::Quic,
+            "ws" | "websocket" => Transport::Ws,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Transport::Tcp => "tcp",
+            Transport::Quic => "quic",
+            Transport::Ws => "ws",
+        }
+    }
+}
+
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Params {
     pub scenario: Scenario,
@@ -83,6 +113,7 @@ pub struct Params {
     pub partitions: u32,
     pub durability: String,
     pub nodelay: bool,
+    pub transport: Transport,
 }
 
 impl Params {
@@ -151,12 +182,16 @@ impl Params {
             Scenario::EndToEnd => format!("{} producing consumers", self.producers),
         };
         format!(
-            "{}: {actors}, {} msgs x {size} per batch, {} batches per actor, {}{}",
+            "{}: {actors}, {} msgs x {size} per batch, {} batches per actor, {}{}{}",
             self.scenario.name(),
             self.messages_per_batch,
             self.batches,
             self.durability,
-            if self.nodelay { ", nodelay" } else { "" }
+            if self.nodelay { ", nodelay" } else { "" },
+            match self.transport {
+                Transport::Tcp => String::new(),
+                other => format!(", over {}", other.name()),
+            }
         )
     }
 }
@@ -192,6 +227,7 @@ pub fn parse(argv: &[String]) -> Result<Args, String> {
         partitions: 0,
         durability: "replicated".into(),
         nodelay: false,
+        transport: Transport::Tcp,
     };
     let mut a = Args {
         params: p.clone(),
@@ -252,6 +288,11 @@ pub fn parse(argv: &[String]) -> Result<Args, String> {
                 p.durability = v;
             }
             "--nodelay" => p.nodelay = true,
+            "--transport" => {
+                let v = value()?;
+                p.transport = Transport::parse(&v)
+                    .ok_or_else(|| format!("--transport: tcp, quic or ws, not {v:?}"))?;
+            }
             "--server-address" => a.server_address = Some(value()?),
             "--server-bin" => a.server_bin = Some(value()?.into()),
             "--data-dir" => a.data_dir = Some(value()?.into()),

@@ -113,7 +113,7 @@ async fn run_one(a: &Args, p: &Params) -> RunReport {
                         s.address,
                         s.dir.path().display()
                     );
-                    let addr = s.address.clone();
+                    let addr = s.address_for(p.transport);
                     proc = Some(s);
                     addr
                 }
@@ -252,6 +252,7 @@ fn suite_rows(scale: f64) -> Vec<(Reference, Params)> {
         partitions: 0,
         durability: "replicated".into(),
         nodelay,
+        transport: args::Transport::Tcp,
     };
     let r = |row, kind, m: f64, mb: f64, p99: f64| Reference {
         row,
@@ -381,6 +382,7 @@ async fn main() {
         let mut rows = Vec::new();
         for (reference, mut p) in suite_rows(a.scale) {
             p.nodelay |= a.params.nodelay;
+            p.transport = a.params.transport;
             let report = run_one(&a, &p).await;
             failed |= report.error.is_some();
             let ratio_to_reference = match (report.kind(reference.kind), reference.msgs_per_s) {

@@ -1,7 +1,7 @@
 //! The four scenarios, driven through the official SDK's low-level `send_messages` and
 //! `poll_messages` (one TCP connection per actor), with data checks on what comes back.
 
-use crate::args::{Params, Scenario};
+use crate::args::{Params, Scenario, Transport};
 use crate::stats::{ActorResult, KindReport, fmt_int};
 use bytes::Bytes;
 use iggy::prelude::*;
@@ -37,11 +37,15 @@ fn stream_name(i: u32) -> String {
     format!("bench-{i}")
 }
 
-pub async fn connect(address: &str, nodelay: bool) -> Result<IggyClient, String> {
-    let conn = format!(
-        "iggy://iggy:iggy@{address}{}",
-        if nodelay { "?nodelay=true" } else { "" }
-    );
+pub async fn connect(address: &str, p: &Params, nodelay: bool) -> Result<IggyClient, String> {
+    let conn = match p.transport {
+        Transport::Tcp => format!(
+            "iggy://iggy:iggy@{address}{}",
+            if nodelay { "?nodelay=true" } else { "" }
+        ),
+        Transport::Quic => format!("iggy+quic://iggy:iggy@{address}"),
+        Transport::Ws => format!("iggy+ws://iggy:iggy@{address}"),
+    };
     let client = IggyClient::from_connection_string(&conn).map_err(|e| format!("client: {e}"))?;
     call("connect + login", client.connect()).await?;
     Ok(client)
@@ -549,7 +553,7 @@ async fn producers(
         let stream = if balanced { 0 } else { actor };
         list.push(Producer {
             actor,
-            client: connect(address, p.nodelay).await?,
+            client: connect(address, p, p.nodelay).await?,
             stream: ident(&stream_name(stream)),
             partitioning: if balanced {
                 Partitioning::balanced()
@@ -577,7 +581,7 @@ async fn producers(
 
 /// Runs the scenario against the server at `address`; one report per actor kind.
 pub async fn run(address: &str, p: &Params, quiet: bool) -> Result<Vec<KindReport>, String> {
-    let admin = connect(address, false).await?;
+    let admin = connect(address, p, false).await?;
     setup(&admin, p).await?;
     let per_actor = p.batches * p.messages_per_batch as u64;
     let progress = Progress::default();
@@ -597,7 +601,7 @@ pub async fn run(address: &str, p: &Params, quiet: bool) -> Result<Vec<KindRepor
             for actor in 0..p.consumers {
                 list.push(PinnedConsumer {
                     actor,
-                    client: connect(address, p.nodelay).await?,
+                    client: connect(address, p, p.nodelay).await?,
                     stream: ident(&stream_name(actor)),
                     payloads: Payloads::new(p, actor),
                 });
@@ -621,7 +625,7 @@ pub async fn run(address: &str, p: &Params, quiet: bool) -> Result<Vec<KindRepor
             let total = per_actor * p.producers as u64;
             let mut group = Vec::new();
             for actor in 0..p.consumers {
-                let client = connect(address, p.nodelay).await?;
+                let client = connect(address, p, p.nodelay).await?;
                 call(
                     &format!("group consumer {actor} join"),
                     client.join_consumer_group(
@@ -658,7 +662,7 @@ pub async fn run(address: &str, p: &Params, quiet: bool) -> Result<Vec<KindRepor
                 let payloads = Payloads::new(p, actor);
                 list.push(ProducingConsumer {
                     actor,
-                    client: connect(address, p.nodelay).await?,
+                    client: connect(address, p, p.nodelay).await?,
                     stream: ident(&stream_name(actor)),
                     batches: payloads.messages(),
                     payloads,

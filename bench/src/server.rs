@@ -12,6 +12,9 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 pub struct ServerProc {
     pub dir: tempfile::TempDir,
     pub address: String,
+    /// QUIC and WebSocket, served beside TCP.
+    pub quic_address: String,
+    pub ws_address: String,
     child: Option<Child>,
 }
 
@@ -85,13 +88,30 @@ fn free_port() -> Result<u16, String> {
     Ok(l.local_addr().map_err(|e| e.to_string())?.port())
 }
 
+fn free_udp_port() -> Result<u16, String> {
+    let s = std::net::UdpSocket::bind("127.0.0.1:0").map_err(|e| format!("bind: {e}"))?;
+    Ok(s.local_addr().map_err(|e| e.to_string())?.port())
+}
+
 impl ServerProc {
+    /// The address clients of `transport` dial.
+    pub fn address_for(&self, transport: crate::args::Transport) -> String {
+        use crate::args::Transport;
+        match transport {
+            Transport::Tcp => self.address.clone(),
+            Transport::Quic => self.quic_address.clone(),
+            Transport::Ws => self.ws_address.clone(),
+        }
+    }
+
     pub fn start(bin: &Path, durability: &str) -> Result<ServerProc, String> {
         let dir = tempfile::Builder::new()
             .prefix("iggy-bench-")
             .tempdir()
             .map_err(|e| format!("temp dir: {e}"))?;
         let address = format!("127.0.0.1:{}", free_port()?);
+        let quic_address = format!("127.0.0.1:{}", free_udp_port()?);
+        let ws_address = format!("127.0.0.1:{}", free_port()?);
         let log = OpenOptions::new()
             .create(true)
             .append(true)
@@ -110,6 +130,9 @@ impl ServerProc {
             }
         }
         cmd.env("IGGY_TCP_ADDRESS", &address)
+            .env("IGGY_QUIC_ADDRESS", &quic_address)
+            .env("IGGY_WEBSOCKET_ENABLED", "true")
+            .env("IGGY_WEBSOCKET_ADDRESS", &ws_address)
             .env("IGGY_SYSTEM_PATH", dir.path().join("data"))
             .env("IGGY_SYSTEM_DURABILITY", durability)
             // The bench drives TCP; the HTTP API's fixed default port could be taken.
@@ -123,6 +146,8 @@ impl ServerProc {
         let mut server = ServerProc {
             dir,
             address,
+            quic_address,
+            ws_address,
             child: Some(child),
         };
         server.wait_ready()?;

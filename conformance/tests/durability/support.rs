@@ -183,6 +183,8 @@ impl Server {
             }
         }
         cmd.env("IGGY_TCP_ADDRESS", self.address()).env("IGGY_SYSTEM_PATH", &self.system_path);
+        // QUIC is on by default: an ephemeral port keeps parallel servers apart.
+        cmd.env("IGGY_QUIC_ADDRESS", "127.0.0.1:0");
         if std::env::var_os("RUST_LOG").is_none() {
             cmd.env("RUST_LOG", "info");
         }

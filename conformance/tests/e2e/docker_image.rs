@@ -73,6 +73,12 @@ fn image_command(dir: &Path, port: u16, advertised: Option<&str>) -> Command {
                 assert_eq!(value, "0.0.0.0:8090", "the image's TCP listener");
                 format!("0.0.0.0:{port}")
             }
+            // The image's QUIC listener (on by default) on an ephemeral port, so that
+            // parallel tests do not collide on 8080/udp.
+            "IGGY_QUIC_ADDRESS" => {
+                assert_eq!(value, "0.0.0.0:8080", "the image's QUIC listener");
+                "0.0.0.0:0".to_string()
+            }
             _ => value,
         };
         command.env(key, value);

@@ -286,7 +286,10 @@ impl TestServer {
                 cmd.env_remove(key);
             }
         }
+        // QUIC is on by default: an ephemeral port keeps parallel servers apart (cluster
+        // metadata tells the bound port).
         cmd.env("IGGY_TCP_ADDRESS", self.address())
+            .env("IGGY_QUIC_ADDRESS", "127.0.0.1:0")
             .env("IGGY_SYSTEM_PATH", self.data_dir())
             // Served by default on a fixed port; tests that use it pass IGGY_HTTP_ENABLED=true
             // and a free port (`start_with_http`).

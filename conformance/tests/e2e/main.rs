@@ -39,5 +39,6 @@ mod streams;
 mod system;
 mod systemd;
 mod topics;
+mod transports;
 mod users;
 mod wiretap;

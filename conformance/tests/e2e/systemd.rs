@@ -48,6 +48,9 @@ fn build() -> Result<PathBuf, String> {
 struct Notified {
     dir: tempfile::TempDir,
     address: SocketAddr,
+    /// QUIC (UDP) and WebSocket listeners, bound before READY=1 like TCP.
+    quic: SocketAddr,
+    websocket: SocketAddr,
     socket: UnixDatagram,
     child: Option<Child>,
 }
@@ -66,6 +69,8 @@ impl Notified {
             probe.local_addr().unwrap().port()
         };
         let address: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let quic = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let websocket = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
         let log = File::create(dir.path().join("server.log")).unwrap();
         let mut cmd = Command::new(&bin);
         cmd.arg("--with-default-root-credentials")
@@ -79,6 +84,9 @@ impl Notified {
             }
         }
         cmd.env("IGGY_TCP_ADDRESS", address.to_string())
+            .env("IGGY_QUIC_ADDRESS", quic.to_string())
+            .env("IGGY_WEBSOCKET_ENABLED", "true")
+            .env("IGGY_WEBSOCKET_ADDRESS", websocket.to_string())
             .env("IGGY_SYSTEM_PATH", dir.path().join("data"))
             .env("RUST_LOG", "info")
             .env("NOTIFY_SOCKET", &notify_path)
@@ -93,6 +101,8 @@ impl Notified {
         Self {
             dir,
             address,
+            quic,
+            websocket,
             socket,
             child: Some(child),
         }
@@ -181,10 +191,14 @@ impl Drop for Notified {
 fn ready_arrives_only_once_the_tcp_listener_accepts() {
     let mut server = Notified::start(None);
     server.ready();
-    // Dialled at once, no retry: READY=1 promises every enabled listener accepts (TCP is the
-    // only transport served; quic, http and websocket are disabled by default).
+    // Dialled at once, no retry: READY=1 promises every enabled listener accepts (TCP,
+    // WebSocket, and QUIC's UDP socket is bound).
     TcpStream::connect_timeout(&server.address, Duration::from_secs(2))
         .unwrap_or_else(|e| panic!("READY=1 arrived but {} refused: {e}", server.address));
+    TcpStream::connect_timeout(&server.websocket, Duration::from_secs(2))
+        .unwrap_or_else(|e| panic!("READY=1 arrived but websocket {} refused: {e}", server.websocket));
+    let taken = std::net::UdpSocket::bind(server.quic).map(|_| ()).map_err(|e| e.kind());
+    assert_eq!(taken, Err(std::io::ErrorKind::AddrInUse), "READY=1 arrived but quic {} is not bound", server.quic);
     // Without WATCHDOG_USEC there is no watchdog to feed.
     assert_eq!(
         server.next(Duration::from_secs(1)),

@@ -19,10 +19,10 @@ pub struct Config {
     pub runtime: Runtime,
     pub node: Node,
     pub limits: Limits,
-    pub tcp: Transport,
-    pub quic: Transport,
+    pub tcp: Tcp,
+    pub quic: Quic,
     pub http: Http,
-    pub websocket: Transport,
+    pub websocket: WebSocket,
     /// Built by `load` from `[cluster]` and the roster, which serde does not see.
     #[serde(skip)]
     pub cluster: Cluster,
@@ -74,13 +74,6 @@ pub struct Limits {
     pub dedup_clients_max: usize,
     pub idle_timeout_secs: u64,
     pub request_timeout_ms: u64,
-}
-
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct Transport {
-    pub enabled: bool,
-    pub address: String,
 }
 
 /// `[http]`: the REST API's listener, request limit, CORS and access tokens.
@@ -175,6 +168,61 @@ impl Http {
         }
         Ok(())
     }
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Tcp {
+    pub enabled: bool,
+    pub address: String,
+    pub tls: Tls,
+}
+
+/// A TLS listener's certificate: the PEM files, or one generated at start.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Tls {
+    pub enabled: bool,
+    pub self_signed: bool,
+    pub cert_file: String,
+    pub key_file: String,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Quic {
+    pub enabled: bool,
+    pub address: String,
+    pub max_concurrent_bidi_streams: u64,
+    pub datagram_send_buffer_size: u64,
+    pub initial_mtu: u16,
+    pub send_window: u64,
+    pub receive_window: u64,
+    pub keep_alive_interval_ms: u64,
+    pub max_idle_timeout_ms: u64,
+    pub certificate: QuicCertificate,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct QuicCertificate {
+    pub self_signed: bool,
+    pub cert_file: String,
+    pub key_file: String,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct WebSocket {
+    pub enabled: bool,
+    pub address: String,
+    pub read_buffer_size: usize,
+    pub write_buffer_size: usize,
+    pub max_write_buffer_size: usize,
+    pub max_message_size: usize,
+    pub max_frame_size: usize,
+    pub accept_unmasked_frames: bool,
+    pub tls: Tls,
 }
 
 #[derive(Debug, PartialEq)]
@@ -425,7 +473,7 @@ pub fn load(
 
 impl Config {
     /// Each transport's name, whether it is enabled, and its address.
-    fn transports(&self) -> [(&'static str, bool, &str); 4] {
+    pub fn transports(&self) -> [(&'static str, bool, &str); 4] {
         [
             ("tcp", self.tcp.enabled, &self.tcp.address),
             ("quic", self.quic.enabled, &self.quic.address),
@@ -484,7 +532,8 @@ impl Config {
         }
         let enabled = self.transports().map(|(name, enabled, _)| (name, enabled));
         self.cluster.validate(&enabled)?;
-        self.http.validate()
+        self.http.validate()?;
+        self.validate_transports()
     }
 
     /// The address other nodes and clients are told about (cluster metadata).
@@ -508,6 +557,106 @@ impl Config {
                 .unwrap_or(1)
         }
     }
+}
+
+/// The binary transports' own rules (QUIC, WebSocket, TLS).
+impl Config {
+    fn validate_transports(&self) -> Result<(), ConfigError> {
+        let bad = |key: &str, value: String, expected| ConfigError::BadValue {
+            key: key.into(),
+            value,
+            expected,
+        };
+        let certificates = [
+            (
+                "tcp.tls",
+                self.tcp.enabled && self.tcp.tls.enabled,
+                &self.tcp.tls,
+            ),
+            (
+                "websocket.tls",
+                self.websocket.enabled && self.websocket.tls.enabled,
+                &self.websocket.tls,
+            ),
+        ];
+        for (section, used, tls) in certificates {
+            if used {
+                certificate_source(section, tls.self_signed, &tls.cert_file, &tls.key_file)?;
+            }
+        }
+        let quic = &self.quic;
+        if quic.enabled {
+            let certificate = &quic.certificate;
+            certificate_source(
+                "quic.certificate",
+                certificate.self_signed,
+                &certificate.cert_file,
+                &certificate.key_file,
+            )?;
+            if quic.initial_mtu < 1200 {
+                return Err(bad(
+                    "quic.initial_mtu",
+                    quic.initial_mtu.to_string(),
+                    "MTU (at least 1200, QUIC's minimum)",
+                ));
+            }
+            // QUIC variable-length integers stop at 2^62.
+            let varint_max = (1u64 << 62) - 1;
+            for (key, value) in [
+                (
+                    "quic.max_concurrent_bidi_streams",
+                    quic.max_concurrent_bidi_streams,
+                ),
+                ("quic.receive_window", quic.receive_window),
+                ("quic.max_idle_timeout_ms", quic.max_idle_timeout_ms),
+            ] {
+                if value > varint_max {
+                    return Err(bad(key, value.to_string(), "QUIC integer (below 2^62)"));
+                }
+            }
+            if quic.max_concurrent_bidi_streams == 0 {
+                return Err(bad(
+                    "quic.max_concurrent_bidi_streams",
+                    "0".into(),
+                    "stream count (at least 1: every request is a stream)",
+                ));
+            }
+        }
+        let ws = &self.websocket;
+        if ws.enabled && (ws.max_frame_size == 0 || ws.max_frame_size > ws.max_message_size) {
+            return Err(bad(
+                "websocket.max_frame_size",
+                ws.max_frame_size.to_string(),
+                "frame size (1 to websocket.max_message_size)",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A certificate comes from `cert_file` and `key_file` when `cert_file` is set, else is
+/// generated when `self_signed`; a section with neither cannot serve.
+fn certificate_source(
+    section: &str,
+    self_signed: bool,
+    cert_file: &str,
+    key_file: &str,
+) -> Result<(), ConfigError> {
+    if cert_file.is_empty() && self_signed {
+        return Ok(());
+    }
+    let (key, value) = if cert_file.is_empty() {
+        ("cert_file", cert_file)
+    } else if key_file.is_empty() {
+        ("key_file", key_file)
+    } else {
+        return Ok(());
+    };
+    Err(ConfigError::BadValue {
+        key: format!("{section}.{key}"),
+        value: value.to_string(),
+        expected: "PEM file path (required unless self_signed and no cert_file)",
+    })
 }
 
 #[cfg(test)]
@@ -700,6 +849,46 @@ mod tests {
         let mut parsed = BTreeMap::new();
         flatten("", &flat, &mut parsed);
         assert_eq!(parsed, leaves);
+    }
+
+    #[test]
+    fn transport_sections_refuse_what_cannot_serve() {
+        let c = load(None, none).unwrap();
+        assert!(c.quic.enabled && c.quic.certificate.self_signed);
+        assert!(!c.tcp.tls.enabled && !c.websocket.enabled);
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(key, _)| *key == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        // No certificate files and no self-signed one.
+        let e = load(None, env(&[("IGGY_QUIC_CERTIFICATE_SELF_SIGNED", "false")])).unwrap_err();
+        assert!(e.to_string().contains("quic.certificate.cert_file"), "{e}");
+        let e = load(
+            None,
+            env(&[
+                ("IGGY_TCP_TLS_ENABLED", "true"),
+                ("IGGY_TCP_TLS_CERT_FILE", "/etc/cert.pem"),
+            ]),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("tcp.tls.key_file"), "{e}");
+        // A disabled section is not checked.
+        load(None, env(&[("IGGY_TCP_TLS_SELF_SIGNED", "false")])).unwrap();
+        let e = load(
+            None,
+            env(&[
+                ("IGGY_WEBSOCKET_ENABLED", "true"),
+                ("IGGY_WEBSOCKET_MAX_FRAME_SIZE", "100000000"),
+            ]),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("websocket.max_frame_size"), "{e}");
+        let e = load(None, env(&[("IGGY_QUIC_INITIAL_MTU", "1000")])).unwrap_err();
+        assert!(e.to_string().contains("quic.initial_mtu"), "{e}");
     }
 
     #[test]

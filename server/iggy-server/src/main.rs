@@ -12,7 +12,6 @@ mod verify;
 #[cfg(feature = "systemd")]
 use runtime::systemd;
 use runtime::{maintenance, node};
-use transport::tcp;
 
 use std::process::ExitCode;
 
@@ -314,24 +313,17 @@ async fn run(
     if generated && node.root_created.get() {
         println!("root user {user:?} generated password: {pw}");
     }
-    let listener = match bind_tcp(&cfg.tcp.address).await {
-        Ok(listener) => listener,
-        Err(error) => {
-            eprintln!("iggy-server: cannot bind tcp {}: {error}", cfg.tcp.address);
-            return ExitCode::FAILURE;
-        }
-    };
-    tracing::info!(
-        "iggy-server replica {replica_id} listening on tcp {}",
-        cfg.tcp.address
-    );
-    compio::runtime::spawn(tcp::serve(listener, node.clone())).detach();
+    if let Err(error) = transport::listen(&cfg, &node).await {
+        eprintln!("iggy-server: {error}");
+        return ExitCode::FAILURE;
+    }
     if cfg.http.enabled
         && let Err(error) = start_http(&cfg.http, &node).await
     {
         eprintln!("iggy-server: {error}");
         return ExitCode::FAILURE;
     }
+    tracing::info!("iggy-server replica {replica_id} serving");
     compio::runtime::spawn(maintenance::run(node.clone())).detach();
     #[cfg(feature = "systemd")]
     let notifier = systemd_ready();
@@ -368,30 +360,15 @@ fn systemd_ready() -> Option<std::rc::Rc<systemd::Notifier>> {
     Some(notifier)
 }
 
-/// Binds the TCP listener. A previous process's io_uring may hold the port for a moment after
-/// it died (its ring is torn down asynchronously), so `AddrInUse` is retried for a few seconds.
-async fn bind_tcp(address: &str) -> std::io::Result<compio::net::TcpListener> {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    loop {
-        match compio::net::TcpListener::bind(address).await {
-            Err(error)
-                if error.kind() == std::io::ErrorKind::AddrInUse
-                    && std::time::Instant::now() < deadline =>
-            {
-                compio::time::sleep(std::time::Duration::from_millis(100)).await;
-            }
-            result => return result,
-        }
-    }
-}
-
-/// Binds the HTTP REST listener and serves it on this (the first) shard.
+/// Binds the HTTP REST listener and serves it on this (the first) shard; cluster metadata
+/// advertises the port it bound.
 async fn start_http(config: &config::Http, node: &std::rc::Rc<node::Node>) -> Result<(), String> {
     let state = transport::http::session::HttpState::new(config)?;
-    let listener = bind_tcp(&config.address)
-        .await
-        .map_err(|error| format!("cannot bind http {}: {error}", config.address))?;
-    tracing::info!("listening on http {}", config.address);
+    let failed = |error: std::io::Error| format!("cannot bind http {}: {error}", config.address);
+    let listener = transport::bind_tcp(&config.address).await.map_err(failed)?;
+    let local = listener.local_addr().map_err(failed)?;
+    node.shared.listening.set("http", local.port());
+    tracing::info!("listening on http {local}");
     let serve = transport::http::serve(listener, node.clone(), std::rc::Rc::new(state));
     compio::runtime::spawn(serve).detach();
     Ok(())

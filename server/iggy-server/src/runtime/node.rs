@@ -125,6 +125,7 @@ impl Node {
             shards: crate::runtime::shard::Shards::start(shard_count)?,
             session_connections: RefCell::new(HashMap::new()),
             session_activity: RefCell::new(HashMap::new()),
+            listening: Default::default(),
         });
         let metadata_dir = shared.data.root().join("metadata");
         iggy_storage::fail_stop::create_dir_all(&metadata_dir);

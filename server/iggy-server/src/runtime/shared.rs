@@ -37,6 +37,23 @@ pub struct Shared {
     pub session_connections: RefCell<HashMap<u128, u32>>,
     /// Per session: connections bound to it now, and when the last one went away.
     pub session_activity: RefCell<HashMap<u128, SessionActivity>>,
+    /// The ports the transports listen on.
+    pub listening: ListeningPorts,
+}
+
+/// The port each running transport listens on, once bound (a configured port 0 binds an
+/// ephemeral one): what cluster metadata advertises.
+#[derive(Debug, Default)]
+pub struct ListeningPorts(RefCell<std::collections::BTreeMap<&'static str, u16>>);
+
+impl ListeningPorts {
+    pub fn set(&self, transport: &'static str, port: u16) {
+        self.0.borrow_mut().insert(transport, port);
+    }
+
+    pub fn get(&self, transport: &str) -> Option<u16> {
+        self.0.borrow().get(transport).copied()
+    }
 }
 
 /// Whether a session is in use, for its lease.

@@ -47,7 +47,21 @@ fn with_roster_entry(
     reply: impl FnOnce(ClusterNodeResponse<'_>) -> Vec<u8>,
 ) -> Vec<u8> {
     let config = &shared.config;
-    let served = |t: &crate::config::Transport| if t.enabled { port_of(&t.address) } else { 0 };
+    // The bound port (a configured 0 binds an ephemeral one); 0 for a disabled transport.
+    let served = |name: &str| {
+        let (_, enabled, address) = config
+            .transports()
+            .into_iter()
+            .find(|(transport, _, _)| *transport == name)
+            .expect("a known transport");
+        match enabled {
+            true => shared
+                .listening
+                .get(name)
+                .unwrap_or_else(|| port_of(address)),
+            false => 0,
+        }
+    };
     let (name, ip) = (
         format!("iggy-node-{}", shared.replica_id),
         config.advertised_ip(),
@@ -56,14 +70,10 @@ fn with_roster_entry(
         replica_id: shared.replica_id,
         name: &name,
         ip: &ip,
-        tcp_port: served(&config.tcp),
-        quic_port: served(&config.quic),
-        http_port: if config.http.enabled {
-            port_of(&config.http.address)
-        } else {
-            0
-        },
-        websocket_port: served(&config.websocket),
+        tcp_port: served("tcp"),
+        quic_port: served("quic"),
+        http_port: served("http"),
+        websocket_port: served("websocket"),
         role: ClusterNodeRole::Leader,
         status: ClusterNodeStatus::Healthy,
     })

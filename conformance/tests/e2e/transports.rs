@@ -1,0 +1,1012 @@
+//! The binary transports beside plain TCP: QUIC, WebSocket, TCP with TLS and WebSocket with TLS
+//! carry the same frames through the same connection loop. The official SDK runs one scenario
+//! over each (login, streams and topics, sends and polls, offsets, a consumer group, a batch
+//! near the frame limit); a session registered over TCP binds over QUIC and WebSocket; and
+//! malformed input on each gets a clear eviction or close while the server and other clients
+//! carry on.
+
+use crate::harness::*;
+use futures_util::{SinkExt, StreamExt};
+use iggy::prelude::*;
+use iggy_generated::frames::{
+    Command, EvictionHeader, EvictionReason, Operation, ReplyHeader, RequestHeader,
+};
+use iggy_generated::payloads::{
+    BindSessionRequest, ClientVersionInfo, LoginRegisterRequest, LoginRegisterResponse,
+    SessionIdentity,
+};
+use iggy_generated::protocol;
+use iggy_wire::{WireDecode, WireEncode};
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+
+/// WebSocket on, on an ephemeral port (QUIC is on by default; the harness puts it on one too).
+const WEBSOCKET_ON: [(&str, &str); 2] = [
+    ("IGGY_WEBSOCKET_ENABLED", "true"),
+    ("IGGY_WEBSOCKET_ADDRESS", "127.0.0.1:0"),
+];
+
+/// The ports the server advertises in cluster metadata: the bound ones, 0 for a disabled
+/// transport.
+async fn endpoints(client: &IggyClient) -> TransportEndpoints {
+    let metadata = ok(
+        "cluster metadata",
+        within("get_cluster_metadata", client.get_cluster_metadata()).await,
+    );
+    assert_eq!(metadata.nodes.len(), 1, "one node");
+    metadata.nodes[0].endpoints.clone()
+}
+
+async fn connected(what: &str, client: IggyClient) -> IggyClient {
+    within(what, client.connect())
+        .await
+        .unwrap_or_else(|e| panic!("{what}: connect: {e} (code {})", e.as_code()));
+    ok(
+        &format!("{what}: login"),
+        within("login", client.login_user(ROOT_USER, ROOT_PASSWORD)).await,
+    );
+    client
+}
+
+async fn quic_client(port: u16) -> IggyClient {
+    let url = format!("iggy+quic://{ROOT_USER}:{ROOT_PASSWORD}@127.0.0.1:{port}");
+    let client = IggyClient::from_connection_string(&url).expect("quic connection string");
+    within("quic connect + auto-login", client.connect())
+        .await
+        .unwrap_or_else(|e| panic!("quic connect: {e} (code {})", e.as_code()));
+    client
+}
+
+async fn ws_client(port: u16) -> IggyClient {
+    let url = format!("iggy+ws://{ROOT_USER}:{ROOT_PASSWORD}@127.0.0.1:{port}");
+    let client = IggyClient::from_connection_string(&url).expect("ws connection string");
+    within("ws connect + auto-login", client.connect())
+        .await
+        .unwrap_or_else(|e| panic!("ws connect: {e} (code {})", e.as_code()));
+    client
+}
+
+/// A CA and a certificate it signed for localhost and 127.0.0.1, as PEM files.
+struct TestCertificates {
+    _dir: tempfile::TempDir,
+    ca_file: PathBuf,
+    cert_file: PathBuf,
+    key_file: PathBuf,
+    ca_der: Vec<u8>,
+}
+
+fn test_certificates() -> TestCertificates {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "iggy e2e test CA");
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let params =
+        rcgen::CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
+            .unwrap();
+    let cert = params.signed_by(&key, &ca, &ca_key).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (ca_file, cert_file, key_file) = (
+        dir.path().join("ca.pem"),
+        dir.path().join("cert.pem"),
+        dir.path().join("key.pem"),
+    );
+    std::fs::write(&ca_file, ca.pem()).unwrap();
+    std::fs::write(&cert_file, cert.pem()).unwrap();
+    std::fs::write(&key_file, key.serialize_pem()).unwrap();
+    TestCertificates {
+        _dir: dir,
+        ca_file,
+        cert_file,
+        key_file,
+        ca_der: ca.der().to_vec(),
+    }
+}
+
+fn path(p: &std::path::Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+/// The same scenario over any transport: streams and topics, a send and every polling strategy,
+/// stored offsets, a consumer group fed by a producer, and a ~60 MiB batch (the frame limit is
+/// 64 MiB) polled back `big_poll` messages at a time.
+async fn scenario(client: &IggyClient, other: &IggyClient, big_poll: u32) {
+    let (stream, topic) = (name("s"), name("t"));
+    create_stream_and_topic(client, "s", "t", 3).await;
+    let streams = ok(
+        "get streams",
+        within("get_streams", client.get_streams()).await,
+    );
+    assert_eq!(
+        streams.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(),
+        ["s"]
+    );
+
+    let sent = send_to_partition(client, &stream, &topic, 0, msgs("m", 10)).await;
+    assert_eq!(
+        sent.confirmations
+            .iter()
+            .map(|c| (c.partition_id, c.base_offset))
+            .collect::<Vec<_>>(),
+        [(0, 0)]
+    );
+    let c = consumer("c");
+    let polled = poll(
+        client,
+        &stream,
+        &topic,
+        0,
+        &c,
+        PollingStrategy::offset(4),
+        3,
+        false,
+    )
+    .await;
+    assert_eq!(offsets(&polled), [4, 5, 6]);
+    assert_eq!(payloads(&polled), ["m-4", "m-5", "m-6"]);
+    assert_eq!(
+        offsets(
+            &poll(
+                client,
+                &stream,
+                &topic,
+                0,
+                &c,
+                PollingStrategy::first(),
+                2,
+                false
+            )
+            .await
+        ),
+        [0, 1]
+    );
+    assert_eq!(
+        offsets(
+            &poll(
+                client,
+                &stream,
+                &topic,
+                0,
+                &c,
+                PollingStrategy::last(),
+                2,
+                false
+            )
+            .await
+        ),
+        [8, 9]
+    );
+    assert_eq!(
+        offsets(
+            &poll(
+                client,
+                &stream,
+                &topic,
+                0,
+                &c,
+                PollingStrategy::timestamp(0.into()),
+                10,
+                false
+            )
+            .await
+        )
+        .len(),
+        10
+    );
+    assert_eq!(
+        offsets(
+            &poll(
+                client,
+                &stream,
+                &topic,
+                0,
+                &c,
+                PollingStrategy::next(),
+                4,
+                true
+            )
+            .await
+        ),
+        [0, 1, 2, 3]
+    );
+    assert_eq!(
+        offsets(
+            &poll(
+                client,
+                &stream,
+                &topic,
+                0,
+                &c,
+                PollingStrategy::next(),
+                4,
+                true
+            )
+            .await
+        ),
+        [4, 5, 6, 7]
+    );
+
+    let stored = consumer("stored");
+    ok(
+        "store offset",
+        within(
+            "store",
+            client.store_consumer_offset(&stored, &stream, &topic, Some(0), 5),
+        )
+        .await,
+    );
+    let info = ok(
+        "get offset",
+        within(
+            "get",
+            client.get_consumer_offset(&stored, &stream, &topic, Some(0)),
+        )
+        .await,
+    )
+    .expect("a stored offset");
+    assert_eq!((info.stored_offset, info.current_offset), (5, 9));
+    // What one client stored, another (here over plain TCP) reads.
+    let seen = ok(
+        "get offset elsewhere",
+        within(
+            "get",
+            other.get_consumer_offset(&stored, &stream, &topic, Some(0)),
+        )
+        .await,
+    );
+    assert_eq!(seen.map(|info| info.stored_offset), Some(5));
+
+    // A consumer group member on this transport receives what a producer on it sends.
+    let mut member = client
+        .consumer_group("g", "s", "t")
+        .unwrap()
+        .create_consumer_group_if_not_exists()
+        .auto_join_consumer_group()
+        .polling_strategy(PollingStrategy::next())
+        .auto_commit(AutoCommit::When(AutoCommitWhen::PollingMessages))
+        .poll_interval(IggyDuration::from_str("10ms").unwrap())
+        .batch_length(5)
+        .build();
+    ok(
+        "group member init",
+        within("member init", member.init()).await,
+    );
+    let producer = client
+        .producer("s", "t")
+        .unwrap()
+        .direct(DirectConfig::builder().build())
+        .partitioning(Partitioning::balanced())
+        .build();
+    ok(
+        "producer init",
+        within("producer init", producer.init()).await,
+    );
+    ok(
+        "producer send",
+        within("producer send", producer.send(msgs("g", 12))).await,
+    );
+    let mut got = BTreeSet::new();
+    let collect = async {
+        // Partition 0 holds ten earlier messages "m-*"; the group reads those too.
+        while got.iter().filter(|p: &&String| p.starts_with("g-")).count() < 12 {
+            let m = ok(
+                "group message",
+                member.next().await.expect("the member's stream ended"),
+            );
+            got.insert(String::from_utf8_lossy(&m.message.payload).into_owned());
+        }
+    };
+    within_for(
+        Duration::from_secs(30),
+        "the group member receives the batch",
+        collect,
+    )
+    .await;
+    let want: BTreeSet<String> = (0..12).map(|i| format!("g-{i}")).collect();
+    assert!(
+        want.is_subset(&got),
+        "every produced message reached the member: {got:?}"
+    );
+    let group = ok(
+        "get group",
+        within(
+            "get group",
+            client.get_consumer_group(&stream, &topic, &name("g")),
+        )
+        .await,
+    )
+    .expect("the member created the group");
+    assert_eq!(group.members_count, 1);
+
+    // Twelve 5 MiB messages, one ~60 MiB frame.
+    let big: Vec<IggyMessage> = (0..12u8).map(|i| msg(vec![i; 5 * 1024 * 1024])).collect();
+    let mut big = big;
+    let sent = within_for(
+        Duration::from_secs(90),
+        "send the big batch",
+        client.send_messages(&stream, &topic, &Partitioning::partition_id(1), &mut big),
+    )
+    .await;
+    let sent = ok("send big", sent);
+    assert_eq!(sent.confirmations.len(), 1);
+    let start = sent.confirmations[0].base_offset;
+    let back = within_for(
+        Duration::from_secs(60),
+        "poll the big batch",
+        client.poll_messages(
+            &stream,
+            &topic,
+            Some(1),
+            &c,
+            &PollingStrategy::offset(start + 2),
+            big_poll,
+            false,
+        ),
+    )
+    .await;
+    let back = ok("poll big", back);
+    assert_eq!(back.messages.len(), big_poll as usize);
+    for (i, m) in back.messages.iter().enumerate() {
+        assert_eq!(m.payload.len(), 5 * 1024 * 1024);
+        assert!(
+            m.payload.iter().all(|b| *b == i as u8 + 2),
+            "message {} intact",
+            i + 2
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sdk_runs_the_scenario_over_quic_with_the_default_self_signed_certificate() {
+    // The SDK's QUIC send window (100 kB) makes a 60 MiB request take well over the default
+    // 10 s request timeout on this server.
+    let server = TestServer::start_with_env(&[("IGGY_LIMITS_REQUEST_TIMEOUT_MS", "60000")]);
+    let tcp = server.root_client().await;
+    let ports = endpoints(&tcp).await;
+    assert!(
+        ports.quic != 0,
+        "QUIC is served by default and advertised: {ports:?}"
+    );
+    assert_eq!(
+        (ports.tcp, ports.websocket, ports.http),
+        (server.port(), 0, 0),
+        "disabled transports advertise 0"
+    );
+    let quic = quic_client(ports.quic).await;
+    // The QUIC client reads the same roster.
+    assert_eq!(endpoints(&quic).await.quic, ports.quic);
+    // The SDK's QUIC reply buffer is 10 MB: one 5 MiB message per poll.
+    scenario(&quic, &tcp, 1).await;
+    let me = ok("me", within("get_me", quic.get_me()).await);
+    assert_eq!(me.transport, "QUIC");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sdk_runs_the_scenario_over_websocket() {
+    let server = TestServer::start_with_env(&WEBSOCKET_ON);
+    let tcp = server.root_client().await;
+    let ports = endpoints(&tcp).await;
+    assert!(ports.websocket != 0, "{ports:?}");
+    let ws = ws_client(ports.websocket).await;
+    // Four 5 MiB messages: a 20 MiB reply, over the client's 16 MiB frame limit, arrives in
+    // two messages.
+    scenario(&ws, &tcp, 4).await;
+    let me = ok("me", within("get_me", ws.get_me()).await);
+    assert_eq!(me.transport, "WebSocket");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sdk_runs_the_scenario_over_tcp_with_tls_validating_against_a_ca_file() {
+    let certs = test_certificates();
+    let server = TestServer::start_with_env(&[
+        ("IGGY_TCP_TLS_ENABLED", "true"),
+        ("IGGY_TCP_TLS_CERT_FILE", path(&certs.cert_file)),
+        ("IGGY_TCP_TLS_KEY_FILE", path(&certs.key_file)),
+    ]);
+    let tls_client = || {
+        IggyClient::builder()
+            .with_tcp()
+            .with_server_address(server.address())
+            .with_tls_enabled(true)
+            .with_tls_domain("localhost".to_string())
+            .with_tls_ca_file(path(&certs.ca_file).to_string())
+            .with_tls_validate_certificate(true)
+            .build()
+            .expect("tls client")
+    };
+    let client = connected("tcp+tls", tls_client()).await;
+    let other = connected("tcp+tls (second)", tls_client()).await;
+    let ports = endpoints(&client).await;
+    assert_eq!(
+        ports.tcp,
+        server.port(),
+        "TLS replaces plain TCP on the same port"
+    );
+    scenario(&client, &other, 4).await;
+    let me = ok("me", within("get_me", client.get_me()).await);
+    assert_eq!(me.transport, "TCP", "the client list has no TLS kind");
+    // A plain-TCP client on the TLS port gets no service.
+    let plain = IggyClient::builder()
+        .with_tcp()
+        .with_server_address(server.address())
+        .with_reconnection_max_retries(Some(0))
+        .build()
+        .unwrap();
+    let refused = within_for(
+        Duration::from_secs(20),
+        "plain tcp on the tls port",
+        async {
+            plain.connect().await?;
+            plain.ping().await
+        },
+    )
+    .await;
+    assert!(refused.is_err(), "plain TCP is not served on the TLS port");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_tls_serves_a_generated_certificate_when_no_file_is_given() {
+    let server = TestServer::start_with_env(&[("IGGY_TCP_TLS_ENABLED", "true")]);
+    let client = IggyClient::builder()
+        .with_tcp()
+        .with_server_address(server.address())
+        .with_tls_enabled(true)
+        .with_tls_domain("localhost".to_string())
+        .with_tls_validate_certificate(false)
+        .build()
+        .expect("tls client");
+    let client = connected("tcp+tls, self-signed", client).await;
+    still_served(&client).await;
+    assert!(
+        server.log().contains("listening on tcp+tls"),
+        "{}",
+        server.log()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sdk_runs_the_scenario_over_websocket_with_tls() {
+    let certs = test_certificates();
+    let server = TestServer::start_with_env(&[
+        WEBSOCKET_ON[0],
+        WEBSOCKET_ON[1],
+        ("IGGY_WEBSOCKET_TLS_ENABLED", "true"),
+        ("IGGY_WEBSOCKET_TLS_CERT_FILE", path(&certs.cert_file)),
+        ("IGGY_WEBSOCKET_TLS_KEY_FILE", path(&certs.key_file)),
+    ]);
+    let tcp = server.root_client().await;
+    let port = endpoints(&tcp).await.websocket;
+    let wss = IggyClient::builder()
+        .with_websocket()
+        .with_server_address(format!("127.0.0.1:{port}"))
+        .with_tls_enabled(true)
+        .with_tls_domain("localhost".to_string())
+        .with_tls_ca_file(path(&certs.ca_file).to_string())
+        .with_tls_validate_certificate(true)
+        .build()
+        .expect("wss client");
+    let wss = connected("wss", wss).await;
+    scenario(&wss, &tcp, 4).await;
+    let me = ok("me", within("get_me", wss.get_me()).await);
+    assert_eq!(me.transport, "WebSocket");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_can_be_disabled_and_an_unbindable_transport_stops_the_start() {
+    // QUIC alone: the roster advertises TCP as 0.
+    let port = std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = tempfile::tempdir().unwrap();
+    let quic_only = std::process::Command::new(server_binary())
+        .arg("--with-default-root-credentials")
+        .current_dir(dir.path())
+        .env("IGGY_TCP_ENABLED", "false")
+        .env("IGGY_QUIC_ADDRESS", format!("127.0.0.1:{port}"))
+        .env("IGGY_SYSTEM_PATH", dir.path().join("data"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _quic_only = Kill(quic_only);
+    let client = within_for(Duration::from_secs(20), "quic-only server", async {
+        loop {
+            let url = format!("iggy+quic://{ROOT_USER}:{ROOT_PASSWORD}@127.0.0.1:{port}");
+            let client = IggyClient::from_connection_string(&url).unwrap();
+            if client.connect().await.is_ok() && client.ping().await.is_ok() {
+                return client;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    let ports = endpoints(&client).await;
+    assert_eq!(
+        (ports.tcp, ports.quic),
+        (0, port),
+        "tcp.enabled = false: not served, advertised as 0"
+    );
+
+    // A WebSocket address already taken: the start fails naming the transport and address.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = taken.local_addr().unwrap().to_string();
+    let failed = std::process::Command::new(server_binary())
+        .arg("--with-default-root-credentials")
+        .current_dir(dir.path())
+        .env("IGGY_TCP_ADDRESS", "127.0.0.1:0")
+        .env("IGGY_QUIC_ADDRESS", "127.0.0.1:0")
+        .env("IGGY_WEBSOCKET_ENABLED", "true")
+        .env("IGGY_WEBSOCKET_ADDRESS", &address)
+        .env("IGGY_SYSTEM_PATH", dir.path().join("data-2"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&failed.stderr);
+    assert!(!failed.status.success(), "the start fails: {stderr}");
+    assert!(
+        stderr.contains(&format!("cannot bind websocket {address}")),
+        "{stderr}"
+    );
+}
+
+// ----- raw frames -----
+
+/// A request frame as the official client builds one.
+fn request_frame(
+    client: u128,
+    session: u64,
+    request: u64,
+    operation: Operation,
+    code: u32,
+    body: &[u8],
+) -> Vec<u8> {
+    let mut header = RequestHeader {
+        command: Command::Request,
+        size: (RequestHeader::SIZE + body.len()) as u32,
+        client,
+        operation: operation.to_repr(),
+        session,
+        request,
+        ..Default::default()
+    };
+    if operation == Operation::NonReplicated {
+        header.reserved = code.to_le_bytes();
+    } else {
+        header.request_checksum = u128::from(request) + 1;
+    }
+    let mut frame = header.to_bytes().to_vec();
+    frame.extend_from_slice(body);
+    frame
+}
+
+fn version_info() -> ClientVersionInfo<'static> {
+    ClientVersionInfo {
+        protocol_version: protocol::CURRENT.packed(),
+        sdk_name: "transports-test",
+        sdk_version: "0.0.0",
+    }
+}
+
+const SECRET: [u8; 32] = [9; 32];
+
+/// A reply frame's header and body; an eviction's reason instead when it is one.
+fn parse_reply(frame: &[u8]) -> Result<(ReplyHeader, Vec<u8>), EvictionReason> {
+    assert!(
+        frame.len() >= ReplyHeader::SIZE,
+        "a whole frame header: {} bytes",
+        frame.len()
+    );
+    if frame[ReplyHeader::COMMAND_OFFSET] == Command::Eviction.to_repr() {
+        return Err(
+            EvictionReason::from_repr(frame[EvictionHeader::REASON_OFFSET])
+                .expect("a known reason"),
+        );
+    }
+    let header = ReplyHeader::decode_fixed(&frame[..ReplyHeader::SIZE]).unwrap();
+    assert_eq!(header.size as usize, frame.len(), "one frame");
+    Ok((header, frame[ReplyHeader::SIZE..].to_vec()))
+}
+
+/// Registers client `client` as root over plain TCP: its session.
+async fn register_over_tcp(server: &TestServer, client: u128) -> u64 {
+    let mut stream = tokio::net::TcpStream::connect(server.address())
+        .await
+        .unwrap();
+    let body = LoginRegisterRequest {
+        version_info: version_info(),
+        bind_secret: SECRET,
+        username: ROOT_USER,
+        password: ROOT_PASSWORD,
+        client_context: "",
+    }
+    .to_wire_bytes();
+    stream
+        .write_all(&request_frame(client, 0, 0, Operation::Register, 40, &body))
+        .await
+        .unwrap();
+    let mut head = [0u8; ReplyHeader::SIZE];
+    stream.read_exact(&mut head).await.unwrap();
+    let reply = ReplyHeader::decode_fixed(&head).unwrap();
+    let mut body = vec![0u8; reply.size as usize - ReplyHeader::SIZE];
+    stream.read_exact(&mut body).await.unwrap();
+    assert_eq!(reply.status, 0, "register");
+    LoginRegisterResponse::decode_exact(&body).unwrap().session
+    // The TCP connection closes here; the session outlives it (its lease).
+}
+
+fn bind_frame(client: u128, session: u64, request: u64) -> Vec<u8> {
+    let body = BindSessionRequest {
+        version_info: version_info(),
+        identity: SessionIdentity {
+            client_id: client,
+            session,
+            metadata_watermark: 0,
+        },
+        bind_secret: SECRET,
+    }
+    .to_wire_bytes();
+    request_frame(
+        client,
+        session,
+        request,
+        Operation::NonReplicated,
+        15,
+        &body,
+    )
+}
+
+/// `me` (code 20): answered only on a bound connection.
+fn me_frame(client: u128, session: u64, request: u64) -> Vec<u8> {
+    request_frame(client, session, request, Operation::NonReplicated, 20, &[])
+}
+
+fn status(frame: &[u8]) -> u32 {
+    parse_reply(frame)
+        .expect("a reply, not an eviction")
+        .0
+        .status
+}
+
+/// A raw QUIC connection to `port`, trusting `ca_der`.
+async fn quic_connect(port: u16, ca_der: &[u8]) -> (quinn::Endpoint, quinn::Connection) {
+    let (endpoint, connection) = quic_dial(port, ca_der).await;
+    (endpoint, connection.expect("quic handshake"))
+}
+
+/// A raw QUIC handshake with `port`, trusting `ca_der`: the connection or why there is none.
+async fn quic_dial(
+    port: u16,
+    ca_der: &[u8],
+) -> (
+    quinn::Endpoint,
+    Result<quinn::Connection, quinn::ConnectionError>,
+) {
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(rustls::pki_types::CertificateDer::from(ca_der.to_vec()))
+        .unwrap();
+    let crypto = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_protocol_versions(&[&rustls::version::TLS13])
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(crypto).unwrap();
+    let mut endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
+    endpoint.set_default_client_config(quinn::ClientConfig::new(Arc::new(crypto)));
+    let address = format!("127.0.0.1:{port}").parse().unwrap();
+    let connection = within(
+        "quic handshake",
+        endpoint.connect(address, "localhost").unwrap(),
+    )
+    .await;
+    (endpoint, connection)
+}
+
+/// Sends `bytes` on a new stream, finishes it, and reads the stream's whole answer.
+async fn quic_exchange(connection: &quinn::Connection, bytes: &[u8]) -> Vec<u8> {
+    let (mut send, mut recv) = within("open_bi", connection.open_bi()).await.unwrap();
+    send.write_all(bytes).await.unwrap();
+    send.finish().unwrap();
+    within("quic answer", recv.read_to_end(1 << 20))
+        .await
+        .expect("the stream's answer")
+}
+
+fn quic_server(certs: &TestCertificates) -> TestServer {
+    quic_server_with(certs, &[])
+}
+
+fn quic_server_with(certs: &TestCertificates, extra: &[(&str, &str)]) -> TestServer {
+    let mut env = vec![
+        ("IGGY_QUIC_CERTIFICATE_SELF_SIGNED", "false"),
+        ("IGGY_QUIC_CERTIFICATE_CERT_FILE", path(&certs.cert_file)),
+        ("IGGY_QUIC_CERTIFICATE_KEY_FILE", path(&certs.key_file)),
+    ];
+    env.extend_from_slice(extra);
+    TestServer::start_with_env(&env)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quic_connections_count_against_max_connections_and_free_their_slot_on_close() {
+    let certs = test_certificates();
+    let port = std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let address = format!("127.0.0.1:{port}");
+    let _server = quic_server_with(
+        &certs,
+        &[
+            ("IGGY_LIMITS_MAX_CONNECTIONS", "2"),
+            ("IGGY_QUIC_ADDRESS", &address),
+        ],
+    );
+    // Two QUIC connections fill the slots (the harness's readiness probe may still hold one
+    // for a moment: a refused dial is retried).
+    let dial_until_admitted = || async {
+        within_for(Duration::from_secs(10), "a QUIC slot", async {
+            loop {
+                let (endpoint, dialed) = quic_dial(port, &certs.ca_der).await;
+                if let Ok(connection) = dialed {
+                    return (endpoint, connection);
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+        .await
+    };
+    let first = dial_until_admitted().await;
+    let _second = dial_until_admitted().await;
+    let (_endpoint, refused) = quic_dial(port, &certs.ca_der).await;
+    assert!(
+        matches!(refused, Err(quinn::ConnectionError::ConnectionClosed(_))),
+        "a connection over the limit is refused: {refused:?}"
+    );
+    first.1.close(0u32.into(), b"done");
+    let admitted = dial_until_admitted().await;
+    let me = quic_exchange(&admitted.1, &me_frame(0x7a11_0006, 0, 1)).await;
+    assert_eq!(status(&me), IggyError::Unauthenticated.as_code(), "served");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_registered_over_tcp_binds_over_quic_and_serves_later_streams() {
+    let certs = test_certificates();
+    let server = quic_server(&certs);
+    let port = endpoints(&server.root_client().await).await.quic;
+    let client = 0x7a11_0001;
+    let session = register_over_tcp(&server, client).await;
+    let (_endpoint, quic) = quic_connect(port, &certs.ca_der).await;
+    let unbound = quic_exchange(&quic, &me_frame(client, session, 1)).await;
+    assert_eq!(
+        status(&unbound),
+        IggyError::Unauthenticated.as_code(),
+        "not bound yet"
+    );
+    assert_eq!(
+        status(&quic_exchange(&quic, &bind_frame(client, session, 2)).await),
+        0,
+        "BindSession over QUIC"
+    );
+    // The binding holds for the connection's later (and concurrent) streams.
+    let (me_a, me_b) = (me_frame(client, session, 3), me_frame(client, session, 4));
+    let (a, b) = tokio::join!(quic_exchange(&quic, &me_a), quic_exchange(&quic, &me_b));
+    assert_eq!((status(&a), status(&b)), (0, 0), "bound streams are served");
+    // A wrong secret does not bind another connection.
+    let (_endpoint2, other) = quic_connect(port, &certs.ca_der).await;
+    let mut wrong = bind_frame(client, session, 5);
+    let at = wrong.len() - 1;
+    wrong[at] ^= 1;
+    assert_eq!(
+        status(&quic_exchange(&other, &wrong).await),
+        IggyError::Unauthenticated.as_code()
+    );
+}
+
+/// A raw WebSocket connection to `port`.
+async fn ws_connect(
+    port: u16,
+) -> tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>> {
+    let url = format!("ws://127.0.0.1:{port}/any/path");
+    within("ws handshake", tokio_tungstenite::connect_async(url))
+        .await
+        .expect("ws handshake")
+        .0
+}
+
+/// The next binary message, or the close frame's code and reason.
+async fn ws_next(
+    ws: &mut tokio_tungstenite::WebSocketStream<
+        tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
+    >,
+) -> Result<Vec<u8>, (CloseCode, String)> {
+    loop {
+        match within("ws message", ws.next()).await {
+            Some(Ok(Message::Binary(bytes))) => return Ok(bytes.to_vec()),
+            Some(Ok(Message::Close(Some(frame)))) => {
+                return Err((frame.code, frame.reason.to_string()));
+            }
+            Some(Ok(Message::Close(None))) | None => {
+                return Err((CloseCode::Status, String::new()));
+            }
+            Some(Ok(_)) => continue,
+            Some(Err(error)) => panic!("ws read: {error}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_registered_over_tcp_binds_over_websocket_on_any_path() {
+    let server = TestServer::start_with_env(&WEBSOCKET_ON);
+    let port = endpoints(&server.root_client().await).await.websocket;
+    let client = 0x7a11_0002;
+    let session = register_over_tcp(&server, client).await;
+    let mut ws = ws_connect(port).await;
+    ws.send(Message::Binary(me_frame(client, session, 1).into()))
+        .await
+        .unwrap();
+    assert_eq!(
+        status(&ws_next(&mut ws).await.unwrap()),
+        IggyError::Unauthenticated.as_code(),
+        "not bound yet"
+    );
+    ws.send(Message::Binary(bind_frame(client, session, 2).into()))
+        .await
+        .unwrap();
+    assert_eq!(
+        status(&ws_next(&mut ws).await.unwrap()),
+        0,
+        "BindSession over WebSocket"
+    );
+    ws.send(Message::Binary(me_frame(client, session, 3).into()))
+        .await
+        .unwrap();
+    assert_eq!(status(&ws_next(&mut ws).await.unwrap()), 0, "bound");
+}
+
+/// The server still serves: an SDK client on `transport` pings and lists streams.
+async fn still_served(client: &IggyClient) {
+    ok("ping", within("ping", client.ping()).await);
+    ok(
+        "get streams",
+        within("get_streams", client.get_streams()).await,
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_quic_streams_are_evicted_and_the_server_and_other_clients_carry_on() {
+    let certs = test_certificates();
+    let server = quic_server(&certs);
+    let port = endpoints(&server.root_client().await).await.quic;
+    // Another connection, bound before the bad input, keeps working.
+    let client = 0x7a11_0003;
+    let session = register_over_tcp(&server, client).await;
+    let (_endpoint, good) = quic_connect(port, &certs.ca_der).await;
+    assert_eq!(
+        status(&quic_exchange(&good, &bind_frame(client, session, 1)).await),
+        0
+    );
+
+    let valid = me_frame(0x7a11_0004, 0, 1);
+    let mut truncated = request_frame(0x7a11_0004, 0, 1, Operation::NonReplicated, 20, &[0; 1000]);
+    truncated.truncate(RequestHeader::SIZE + 500);
+    let mut trailing = valid.clone();
+    trailing.extend_from_slice(&[0; 10]);
+    let cases: [(&str, Vec<u8>, EvictionReason); 5] = [
+        (
+            "a short header",
+            valid[..100].to_vec(),
+            EvictionReason::InvalidRequestBodySize,
+        ),
+        (
+            "an empty stream",
+            Vec::new(),
+            EvictionReason::InvalidRequestBodySize,
+        ),
+        (
+            "garbage",
+            (0..RequestHeader::SIZE)
+                .map(|i| (i * 37 % 251) as u8)
+                .collect(),
+            EvictionReason::InvalidRequestBody,
+        ),
+        (
+            "a truncated body",
+            truncated,
+            EvictionReason::InvalidRequestBodySize,
+        ),
+        (
+            "bytes after the frame",
+            trailing,
+            EvictionReason::InvalidRequestBodySize,
+        ),
+    ];
+    for (what, bytes, reason) in cases {
+        let (_endpoint, bad) = quic_connect(port, &certs.ca_der).await;
+        let answer = quic_exchange(&bad, &bytes).await;
+        assert_eq!(
+            parse_reply(&answer).err(),
+            Some(reason),
+            "{what}: evicted with {reason:?}"
+        );
+        // An eviction ends the whole connection, as on TCP.
+        within("the evicted connection closes", bad.closed()).await;
+        let me = quic_exchange(&good, &me_frame(client, session, 2)).await;
+        assert_eq!(
+            status(&me),
+            0,
+            "after {what}: the other connection is served"
+        );
+    }
+    still_served(&quic_client(port).await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_websocket_messages_get_a_clear_close_and_the_server_and_other_clients_carry_on() {
+    let server = TestServer::start_with_env(&[
+        WEBSOCKET_ON[0],
+        WEBSOCKET_ON[1],
+        ("IGGY_WEBSOCKET_MAX_MESSAGE_SIZE", "1048576"),
+        ("IGGY_WEBSOCKET_MAX_FRAME_SIZE", "1048576"),
+    ]);
+    let port = endpoints(&server.root_client().await).await.websocket;
+    let other = ws_client(port).await;
+
+    let mut ws = ws_connect(port).await;
+    ws.send(Message::Text("hello".into())).await.unwrap();
+    let (code, reason) = ws_next(&mut ws).await.unwrap_err();
+    assert_eq!(code, CloseCode::Unsupported, "a text message: {reason}");
+    assert!(reason.contains("binary"), "{reason}");
+
+    let mut ws = ws_connect(port).await;
+    ws.send(Message::Binary(vec![0u8; 2 * 1024 * 1024].into()))
+        .await
+        .unwrap();
+    let (code, reason) = ws_next(&mut ws).await.unwrap_err();
+    assert_eq!(code, CloseCode::Size, "an oversized message: {reason}");
+
+    for (what, bytes) in [
+        (
+            "a short message",
+            me_frame(0x7a11_0005, 0, 1)[..100].to_vec(),
+        ),
+        ("a truncated frame", {
+            let mut frame =
+                request_frame(0x7a11_0005, 0, 1, Operation::NonReplicated, 20, &[0; 1000]);
+            frame.truncate(RequestHeader::SIZE + 10);
+            frame
+        }),
+    ] {
+        let mut ws = ws_connect(port).await;
+        ws.send(Message::Binary(bytes.into())).await.unwrap();
+        let evicted = ws_next(&mut ws).await.expect("an eviction frame");
+        assert_eq!(
+            parse_reply(&evicted).err(),
+            Some(EvictionReason::InvalidRequestBodySize),
+            "{what}"
+        );
+        let (code, reason) = ws_next(&mut ws).await.unwrap_err();
+        assert_eq!(code, CloseCode::Policy, "{what}: {reason}");
+    }
+    still_served(&other).await;
+    still_served(&ws_client(port).await).await;
+}

@@ -1,0 +1,342 @@
+//! The one connection loop every binary transport runs: read a request frame, admit its
+//! header, dispatch it, write the reply; evict on a bad frame; apply the idle and request
+//! timeouts. A transport supplies only how frames are carried ([`FrameIo`]): a TCP (or TLS)
+//! byte stream, a QUIC stream, WebSocket messages.
+
+use crate::runtime::connection::Connection;
+use crate::runtime::node::Node;
+use crate::service::dispatch::Dispatched;
+use crate::service::frame::{self, HEADER_SIZE};
+use iggy_generated::commands;
+use iggy_generated::errors::ErrorCode;
+use iggy_generated::frames::{EvictionHeader, EvictionReason, Operation, ReplyHeader};
+use iggy_generated::protocol;
+use std::rc::Rc;
+use std::time::Duration;
+
+/// Why a request frame could not be read.
+#[derive(Debug)]
+pub enum ReadFailure {
+    /// The link failed or timed out; it closes without an answer.
+    Io(std::io::Error),
+    /// The transport's container does not hold one whole frame (a message shorter than a
+    /// header, or whose length is not the header's size): evicted with this reason.
+    Malformed(EvictionReason),
+}
+
+impl From<std::io::Error> for ReadFailure {
+    fn from(error: std::io::Error) -> Self {
+        Self::Io(error)
+    }
+}
+
+/// How one transport carries request and reply frames.
+#[allow(async_fn_in_trait)] // Single-threaded runtime: the futures need not be Send.
+pub trait FrameIo {
+    /// The next request's header, waiting at most `idle` for it; `None` when the peer closed
+    /// (or, for a one-request link, its request was answered).
+    async fn read_header(
+        &mut self,
+        idle: Duration,
+    ) -> Result<Option<[u8; HEADER_SIZE]>, ReadFailure>;
+
+    /// The `len` body bytes of the request whose header was just read, within `within`.
+    async fn read_body(&mut self, len: usize, within: Duration) -> Result<Vec<u8>, ReadFailure>;
+
+    /// Writes one reply (or eviction) frame.
+    async fn write_frame(&mut self, frame: Vec<u8>) -> std::io::Result<()>;
+}
+
+/// Serves requests from `link` until the peer closes, a frame is refused (evicted) or the link
+/// fails.
+pub async fn serve_frames(
+    link: &mut impl FrameIo,
+    node: &Rc<Node>,
+    connection: &mut Connection,
+) -> std::io::Result<()> {
+    let limits = &node.shared.config.limits;
+    let idle = Duration::from_secs(limits.idle_timeout_secs.max(1));
+    let request_timeout = Duration::from_millis(limits.request_timeout_ms.max(1));
+    loop {
+        let header = match link.read_header(idle).await {
+            Ok(Some(header)) => header,
+            Ok(None) => return Ok(()),
+            Err(ReadFailure::Io(error)) => return Err(error),
+            Err(ReadFailure::Malformed(reason)) => {
+                // No whole header: no client to name.
+                let _ = link.write_frame(frame::eviction(0, reason)).await;
+                return Ok(());
+            }
+        };
+        let admitted = match frame::admit_header(&header, limits.max_frame_size) {
+            Ok(admitted) => admitted,
+            Err(error) => {
+                tracing::debug!("refused request header: {error:?}");
+                let client = frame::client_of(&header);
+                let eviction = frame::eviction(client, error.eviction_reason());
+                let _ = link.write_frame(eviction).await;
+                return Ok(());
+            }
+        };
+        let body = match link.read_body(admitted.body_len, request_timeout).await {
+            Ok(body) => body,
+            Err(ReadFailure::Io(error)) => return Err(error),
+            Err(ReadFailure::Malformed(reason)) => {
+                let eviction = frame::eviction(admitted.header.client, reason);
+                let _ = link.write_frame(eviction).await;
+                return Ok(());
+            }
+        };
+        let trace = tracing::enabled!(tracing::Level::DEBUG)
+            .then(|| RequestTrace::begin(connection, &admitted, &body));
+        node.in_flight.set(node.in_flight.get() + 1);
+        let dispatched = crate::service::dispatch::dispatch_within(
+            node,
+            connection,
+            admitted,
+            body,
+            request_timeout,
+        )
+        .await;
+        node.in_flight.set(node.in_flight.get() - 1);
+        if let Some(trace) = trace {
+            trace.end(connection, &dispatched);
+        }
+        match dispatched {
+            Dispatched::Reply(bytes) => link.write_frame(bytes).await?,
+            Dispatched::Close(bytes) => {
+                let _ = link.write_frame(bytes).await;
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// A timeout as the loop reports it.
+pub fn timed_out() -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::TimedOut, "no request in time")
+}
+
+/// The debug line of one request: what it is, taken before dispatch (the body moves into it),
+/// then its status and duration once answered.
+struct RequestTrace {
+    started: std::time::Instant,
+    session: Option<u64>,
+    command: String,
+    partition: Option<u32>,
+}
+
+impl RequestTrace {
+    fn begin(connection: &Connection, admitted: &frame::Admitted, body: &[u8]) -> Self {
+        let command = command_of(connection, admitted);
+        let name = match (command, admitted.operation) {
+            (Some(command), _) => command.name.to_string(),
+            (None, Operation::NonReplicated) => {
+                format!("unknown command {}", admitted.non_replicated_code())
+            }
+            (None, operation) => format!("{operation:?}"),
+        };
+        Self {
+            started: std::time::Instant::now(),
+            session: connection.bound.map(|bound| bound.session),
+            command: name,
+            partition: command.and_then(|command| partition_of(command, body)),
+        }
+    }
+
+    /// `status` is the reply's status code (0 = success) with `error` naming a failure; an
+    /// eviction has `evicted` with its reason instead.
+    fn end(self, connection: &Connection, dispatched: &Dispatched) {
+        let (status, evicted) = match dispatched {
+            Dispatched::Reply(bytes) => (reply_status(bytes), None),
+            Dispatched::Close(bytes) => {
+                let reason = bytes
+                    .get(EvictionHeader::REASON_OFFSET)
+                    .and_then(|reason| EvictionReason::from_repr(*reason));
+                (None, Some(format!("{reason:?}")))
+            }
+        };
+        let error = status
+            .filter(|status| *status != 0)
+            .and_then(ErrorCode::from_code)
+            .map(ErrorCode::name);
+        tracing::debug!(
+            connection = connection.id,
+            // A register's session is the one it bound.
+            session = self
+                .session
+                .or(connection.bound.map(|bound| bound.session)),
+            command = %self.command,
+            partition = self.partition,
+            status,
+            error,
+            evicted,
+            duration = ?self.started.elapsed(),
+            "request"
+        );
+    }
+}
+
+/// The command row of a request: by its code for NonReplicated (in the session's protocol),
+/// else by its operation when the operation names one command.
+fn command_of(
+    connection: &Connection,
+    admitted: &frame::Admitted,
+) -> Option<&'static commands::CommandInfo> {
+    if admitted.operation == Operation::NonReplicated {
+        let version = connection
+            .bound
+            .map_or(protocol::CURRENT.packed(), |bound| bound.protocol);
+        return commands::lookup(admitted.non_replicated_code(), version);
+    }
+    let operation = format!("{:?}", admitted.operation);
+    let mut rows = commands::COMMANDS
+        .iter()
+        .filter(|command| command.operation == operation);
+    let first = rows.next()?;
+    rows.all(|command| command.name == first.name)
+        .then_some(first)
+}
+
+/// The partition a request names, if it names one.
+fn partition_of(command: &commands::CommandInfo, body: &[u8]) -> Option<u32> {
+    use iggy_generated::payloads::{
+        DeleteConsumerOffsetRequest, GetConsumerOffsetRequest, GetPartitionRouteRequest,
+        OptionalPartitionId, PollMessagesRequest, SendMessagesRequest, StoreConsumerOffsetRequest,
+    };
+    use iggy_wire::WireDecode;
+    let optional = |id: OptionalPartitionId| (id.has == 1).then_some(id.partition_id);
+    match command.request {
+        "SendMessagesRequest" => {
+            let partitioning = SendMessagesRequest::decode_exact(body).ok()?.partitioning;
+            let value: [u8; 4] = partitioning.value.try_into().ok()?;
+            (partitioning.kind == 2).then_some(u32::from_le_bytes(value))
+        }
+        "PollMessagesRequest" => {
+            optional(PollMessagesRequest::decode_exact(body).ok()?.partition_id)
+        }
+        "GetConsumerOffsetRequest" => optional(
+            GetConsumerOffsetRequest::decode_exact(body)
+                .ok()?
+                .partition_id,
+        ),
+        "StoreConsumerOffsetRequest" => optional(
+            StoreConsumerOffsetRequest::decode_exact(body)
+                .ok()?
+                .partition_id,
+        ),
+        "DeleteConsumerOffsetRequest" => optional(
+            DeleteConsumerOffsetRequest::decode_exact(body)
+                .ok()?
+                .partition_id,
+        ),
+        "GetPartitionRouteRequest" => Some(
+            GetPartitionRouteRequest::decode_exact(body)
+                .ok()?
+                .partition_id,
+        ),
+        _ => None,
+    }
+}
+
+/// A reply's status code, from its header.
+fn reply_status(reply: &[u8]) -> Option<u32> {
+    let at = ReplyHeader::STATUS_OFFSET;
+    let status = reply.get(at..at + 4)?;
+    Some(u32::from_le_bytes(status.try_into().expect("4 bytes")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iggy_generated::frames::{Command, RequestHeader};
+
+    fn admitted(operation: Operation, code: u32) -> frame::Admitted {
+        let header = RequestHeader {
+            command: Command::Request,
+            size: HEADER_SIZE as u32,
+            client: 7,
+            operation: operation.to_repr(),
+            reserved: code.to_le_bytes(),
+            ..Default::default()
+        };
+        frame::admit_header(&header.to_bytes(), u32::MAX).unwrap()
+    }
+
+    #[test]
+    fn requests_are_named_by_code_or_operation() {
+        let connection = Connection::default();
+        let name = |operation, code| {
+            command_of(&connection, &admitted(operation, code)).map(|command| command.name)
+        };
+        assert_eq!(name(Operation::NonReplicated, 1), Some("ping"));
+        assert_eq!(name(Operation::NonReplicated, 100), Some("message.poll"));
+        assert_eq!(name(Operation::NonReplicated, 9999), None);
+        assert_eq!(name(Operation::SendMessages, 0), Some("message.send"));
+        assert_eq!(name(Operation::CreateStream, 0), Some("stream.create"));
+        // 40 and 45 share the Register operation: the line says Register.
+        assert_eq!(name(Operation::Register, 0), None);
+        let trace = RequestTrace::begin(&connection, &admitted(Operation::Register, 0), &[]);
+        assert_eq!(trace.command, "Register");
+        let trace =
+            RequestTrace::begin(&connection, &admitted(Operation::NonReplicated, 9999), &[]);
+        assert_eq!(trace.command, "unknown command 9999");
+    }
+
+    #[test]
+    fn the_partition_is_read_from_requests_that_name_one() {
+        use iggy_generated::payloads::{
+            Consumer, GetConsumerOffsetRequest, GetPartitionRouteRequest, Identifier,
+            OptionalPartitionId,
+        };
+        use iggy_wire::WireEncode;
+        let id = |value: &'static [u8]| Identifier { kind: 1, value };
+        let command = |code| commands::lookup(code, protocol::CURRENT.packed()).unwrap();
+        let offset = |has, partition_id| {
+            GetConsumerOffsetRequest {
+                consumer: Consumer {
+                    kind: 1,
+                    id: id(&[1, 0, 0, 0]),
+                },
+                stream_id: id(&[2, 0, 0, 0]),
+                topic_id: id(&[3, 0, 0, 0]),
+                partition_id: OptionalPartitionId { has, partition_id },
+            }
+            .to_wire_bytes()
+        };
+        assert_eq!(partition_of(command(120), &offset(1, 4)), Some(4));
+        assert_eq!(partition_of(command(120), &offset(0, 4)), None);
+        let route = GetPartitionRouteRequest {
+            stream_id: id(&[2, 0, 0, 0]),
+            topic_id: id(&[3, 0, 0, 0]),
+            partition_id: 9,
+        }
+        .to_wire_bytes();
+        assert_eq!(partition_of(command(105), &route), Some(9));
+        assert_eq!(partition_of(command(1), &[]), None);
+        // An undecodable body names no partition (its reply says what was wrong).
+        assert_eq!(partition_of(command(120), &[1, 2, 3]), None);
+    }
+
+    #[test]
+    fn reply_status_is_read_from_the_header() {
+        let request = admitted(Operation::NonReplicated, 1).header;
+        let ok = frame::reply(
+            &request,
+            Operation::NonReplicated,
+            frame::ReplyMeta::default(),
+            b"",
+        );
+        assert_eq!(reply_status(&ok), Some(0));
+        let failed = frame::error_reply(
+            &request,
+            Operation::NonReplicated,
+            ErrorCode::InvalidCommand,
+        );
+        assert_eq!(
+            reply_status(&failed),
+            Some(ErrorCode::InvalidCommand.code())
+        );
+        assert_eq!(reply_status(&failed[..100]), None);
+    }
+}

@@ -1,0 +1,266 @@
+//! QUIC transport: one bidirectional stream per request carrying the TCP frame (256-byte header
+//! and body), one reply frame back on the same stream, then FIN. A connection's streams are
+//! served concurrently; they share the connection's session binding.
+
+use super::connection_loop::{self, FrameIo, ReadFailure};
+use super::tls;
+use crate::config::Quic;
+use crate::runtime::connection::{Bound, Connection};
+use crate::runtime::node::{ConnectionGuard, Node};
+use crate::service::frame::HEADER_SIZE;
+use compio::BufResult;
+use compio::buf::IoBuf;
+use compio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use compio::quic::{
+    Endpoint, IdleTimeout, RecvStream, SendStream, ServerConfig, TransportConfig, VarInt,
+};
+use iggy_generated::frames::EvictionReason;
+use std::cell::Cell;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A client's handshake must complete within this.
+const HANDSHAKE_WITHIN: Duration = Duration::from_secs(10);
+
+/// Builds the server configuration (certificate, transport parameters) and binds the UDP
+/// endpoint.
+pub async fn bind(config: &Quic) -> Result<Endpoint, String> {
+    let server = server_config(config)?;
+    Endpoint::server(config.address.as_str(), server)
+        .await
+        .map_err(|error| error.to_string())
+}
+
+fn server_config(config: &Quic) -> Result<ServerConfig, String> {
+    let certificate = &config.certificate;
+    let certificate = tls::Certificate::load_or_generate(
+        "quic.certificate",
+        certificate.self_signed,
+        &certificate.cert_file,
+        &certificate.key_file,
+    )?;
+    let crypto = tls::server_config(certificate, &[&rustls::version::TLS13])?;
+    let crypto = compio::quic::crypto::rustls::QuicServerConfig::try_from(crypto)
+        .map_err(|error| format!("quic crypto: {error}"))?;
+    let varint = |key: &str, value: u64| {
+        VarInt::from_u64(value).map_err(|_| format!("quic.{key} = {value} is too large"))
+    };
+    let mut transport = TransportConfig::default();
+    transport
+        .max_concurrent_bidi_streams(varint(
+            "max_concurrent_bidi_streams",
+            config.max_concurrent_bidi_streams,
+        )?)
+        // Clients open no unidirectional streams.
+        .max_concurrent_uni_streams(VarInt::from_u32(0))
+        .initial_mtu(config.initial_mtu)
+        .send_window(config.send_window)
+        .receive_window(varint("receive_window", config.receive_window)?)
+        .stream_receive_window(varint("receive_window", config.receive_window)?)
+        .datagram_send_buffer_size(config.datagram_send_buffer_size as usize)
+        .keep_alive_interval(
+            (config.keep_alive_interval_ms > 0)
+                .then(|| Duration::from_millis(config.keep_alive_interval_ms)),
+        );
+    let idle = match config.max_idle_timeout_ms {
+        0 => None,
+        ms => Some(
+            IdleTimeout::try_from(Duration::from_millis(ms))
+                .map_err(|_| format!("quic.max_idle_timeout_ms = {ms} is too large"))?,
+        ),
+    };
+    transport.max_idle_timeout(idle);
+    let mut server = ServerConfig::with_crypto(Arc::new(crypto));
+    server.transport_config(Arc::new(transport));
+    Ok(server)
+}
+
+/// Accepts connections until the endpoint closes; each connection runs on its own task.
+pub async fn serve(endpoint: Endpoint, node: Rc<Node>) {
+    while let Some(incoming) = endpoint.wait_incoming().await {
+        let peer = incoming.remote_address();
+        let Some(guard) = node.admit() else {
+            tracing::warn!("quic {peer}: refused, connection limit reached");
+            incoming.refuse();
+            continue;
+        };
+        let node = node.clone();
+        compio::runtime::spawn(async move {
+            let connecting = match incoming.accept() {
+                Ok(connecting) => connecting,
+                Err(error) => {
+                    tracing::debug!("quic {peer}: not accepted: {error}");
+                    return;
+                }
+            };
+            let connection = match compio::time::timeout(HANDSHAKE_WITHIN, connecting).await {
+                Ok(Ok(connection)) => connection,
+                Ok(Err(error)) => {
+                    tracing::debug!("quic {peer}: handshake failed: {error}");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!("quic {peer}: handshake timed out");
+                    return;
+                }
+            };
+            serve_connection(connection, peer, node, guard).await;
+        })
+        .detach();
+    }
+}
+
+/// What a QUIC connection's streams share: the node's record of the connection and the session
+/// it is bound to. The record closes when the connection and its last stream are done.
+struct SharedConnection {
+    node: Rc<Node>,
+    id: u32,
+    bound: Cell<Option<Bound>>,
+    _guard: ConnectionGuard,
+}
+
+impl SharedConnection {
+    fn connection(&self) -> Connection {
+        Connection {
+            id: self.id,
+            bound: self.bound.get(),
+        }
+    }
+}
+
+impl Drop for SharedConnection {
+    fn drop(&mut self) {
+        self.node.close_connection(&self.connection());
+    }
+}
+
+async fn serve_connection(
+    quic: compio::quic::Connection,
+    peer: std::net::SocketAddr,
+    node: Rc<Node>,
+    guard: ConnectionGuard,
+) {
+    let record = node.open_connection(peer.to_string(), "quic");
+    let shared = Rc::new(SharedConnection {
+        node: node.clone(),
+        id: record.id,
+        bound: Cell::new(record.bound),
+        _guard: guard,
+    });
+    let idle = Duration::from_secs(node.shared.config.limits.idle_timeout_secs.max(1));
+    loop {
+        let (send, recv) = match compio::time::timeout(idle, quic.accept_bi()).await {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(error)) => {
+                tracing::debug!("quic {peer}: closed: {error}");
+                return;
+            }
+            Err(_) => {
+                tracing::debug!("quic {peer}: idle, closed");
+                quic.close(VarInt::from_u32(0), b"idle");
+                return;
+            }
+        };
+        let (shared, quic) = (shared.clone(), quic.clone());
+        compio::runtime::spawn(serve_stream(send, recv, shared, quic)).detach();
+    }
+}
+
+/// One request on its stream. A request that binds or unbinds the session (register, bind,
+/// logout) updates what the connection's later streams see.
+async fn serve_stream(
+    send: SendStream,
+    recv: RecvStream,
+    shared: Rc<SharedConnection>,
+    quic: compio::quic::Connection,
+) {
+    let mut connection = shared.connection();
+    let bound_before = connection.bound.map(|bound| bound.session);
+    let mut link = StreamLink {
+        send,
+        recv,
+        answered: false,
+        closing: false,
+    };
+    let result = connection_loop::serve_frames(&mut link, &shared.node, &mut connection).await;
+    if connection.bound.map(|bound| bound.session) != bound_before {
+        shared.bound.set(connection.bound);
+    }
+    if let Err(error) = result {
+        tracing::debug!("quic stream: {error}");
+    }
+    let _ = link.send.finish();
+    if link.closing {
+        // An eviction (or refused frame) ends the connection, as on TCP; its frame is let
+        // through first.
+        let _ = compio::time::timeout(Duration::from_secs(2), link.send.stopped()).await;
+        quic.close(VarInt::from_u32(0), b"evicted");
+    }
+}
+
+/// One stream: exactly one request frame in, one reply frame out.
+struct StreamLink {
+    send: SendStream,
+    recv: RecvStream,
+    /// The reply was written: the link has nothing more to read.
+    answered: bool,
+    /// The written frame was not a reply (an eviction): the connection closes.
+    closing: bool,
+}
+
+/// A stream that ends before its frame does, or goes on after it.
+fn short_or_long(error: std::io::Error) -> ReadFailure {
+    if error.kind() == std::io::ErrorKind::UnexpectedEof {
+        ReadFailure::Malformed(EvictionReason::InvalidRequestBodySize)
+    } else {
+        ReadFailure::Io(error)
+    }
+}
+
+impl FrameIo for StreamLink {
+    async fn read_header(
+        &mut self,
+        idle: Duration,
+    ) -> Result<Option<[u8; HEADER_SIZE]>, ReadFailure> {
+        if self.answered {
+            return Ok(None);
+        }
+        let BufResult(read, header) =
+            compio::time::timeout(idle, self.recv.read_exact(Vec::with_capacity(HEADER_SIZE)))
+                .await
+                .map_err(|_| connection_loop::timed_out())?;
+        read.map_err(short_or_long)?;
+        Ok(Some(header.try_into().expect("a whole header")))
+    }
+
+    async fn read_body(&mut self, len: usize, within: Duration) -> Result<Vec<u8>, ReadFailure> {
+        let read_all = async {
+            let BufResult(read, body) = self.recv.read_exact(Vec::with_capacity(len)).await;
+            read.map_err(short_or_long)?;
+            // The frame must be the whole stream.
+            let BufResult(extra, _) = self.recv.read(Vec::with_capacity(1).slice(..)).await;
+            match extra? {
+                0 => Ok(body),
+                _ => Err(ReadFailure::Malformed(
+                    EvictionReason::InvalidRequestBodySize,
+                )),
+            }
+        };
+        compio::time::timeout(within, read_all)
+            .await
+            .map_err(|_| connection_loop::timed_out())?
+    }
+
+    async fn write_frame(&mut self, frame: Vec<u8>) -> std::io::Result<()> {
+        use iggy_generated::frames::Command;
+        let command = frame
+            .get(iggy_generated::frames::ReplyHeader::COMMAND_OFFSET)
+            .copied();
+        self.closing = command != Some(Command::Reply.to_repr());
+        self.answered = true;
+        let BufResult(written, _) = self.send.write_all(frame).await;
+        written?;
+        Ok(())
+    }
+}

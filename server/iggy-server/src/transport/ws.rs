@@ -1,0 +1,225 @@
+//! WebSocket transport (plain or over TLS): each request is one binary message holding one
+//! frame (256-byte header and body, the TCP bytes), each reply goes out as binary messages.
+//! Any request path is accepted and no subprotocol is offered. A message that is not a frame
+//! gets a close frame that says why.
+
+use super::connection_loop::{self, FrameIo, ReadFailure};
+use crate::config::WebSocket;
+use crate::runtime::node::Node;
+use crate::service::frame::HEADER_SIZE;
+use bytes::Bytes;
+use compio::BufResult;
+use compio::io::AsyncRead;
+use compio::net::{TcpListener, TcpStream};
+use compio::tls::TlsAcceptor;
+use compio::ws::tungstenite::Message;
+use compio::ws::tungstenite::protocol::WebSocketConfig;
+use compio::ws::tungstenite::protocol::frame::CloseFrame;
+use compio::ws::tungstenite::protocol::frame::coding::CloseCode;
+use compio::ws::{WebSocketStream, tungstenite};
+use iggy_generated::frames::{Command, EvictionReason, ReplyHeader};
+use std::rc::Rc;
+use std::time::Duration;
+
+/// The official client drops a link on a frame over 16 MiB (tungstenite's default), so longer
+/// replies go out as several messages; the client joins messages into one byte stream.
+pub const REPLY_MESSAGE_MAX: usize = 16 * 1024 * 1024;
+
+/// The tungstenite limits `[websocket]` sets.
+pub fn websocket_config(config: &WebSocket) -> WebSocketConfig {
+    let unlimited = |size: usize| if size == 0 { usize::MAX } else { size };
+    WebSocketConfig::default()
+        .read_buffer_size(config.read_buffer_size)
+        .write_buffer_size(config.write_buffer_size)
+        .max_write_buffer_size(unlimited(config.max_write_buffer_size))
+        .max_message_size(Some(config.max_message_size))
+        .max_frame_size(Some(config.max_frame_size))
+        .accept_unmasked_frames(config.accept_unmasked_frames)
+}
+
+/// Accepts connections until the listener fails; each connection runs on its own task. With
+/// `tls`, the TLS handshake comes before the WebSocket one; both must finish within the
+/// request timeout.
+pub async fn serve(listener: TcpListener, node: Rc<Node>, tls: Option<TlsAcceptor>) {
+    let transport = if tls.is_some() { "wss" } else { "ws" };
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(error) => {
+                tracing::warn!("{transport} accept failed: {error}");
+                continue;
+            }
+        };
+        if let Err(error) = stream.set_nodelay(true) {
+            tracing::warn!("{transport} {peer}: cannot set TCP_NODELAY: {error}");
+        }
+        let Some(guard) = node.admit() else {
+            tracing::warn!("{transport} {peer}: refused, connection limit reached");
+            continue;
+        };
+        let node = node.clone();
+        let tls = tls.clone();
+        compio::runtime::spawn(async move {
+            let _guard = guard;
+            let limits = &node.shared.config.limits;
+            let within = Duration::from_millis(limits.request_timeout_ms.max(1));
+            let handshake = compio::time::timeout(within, handshake(stream, tls, &node)).await;
+            let link = match handshake {
+                Ok(Ok(link)) => link,
+                Ok(Err(error)) => {
+                    tracing::debug!("{transport} {peer}: handshake failed: {error}");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!("{transport} {peer}: handshake timed out");
+                    return;
+                }
+            };
+            let mut link = MessageLink {
+                ws: link,
+                message: Bytes::new(),
+                close: None,
+            };
+            let mut connection = node.open_connection(peer.to_string(), "websocket");
+            let result = connection_loop::serve_frames(&mut link, &node, &mut connection).await;
+            node.close_connection(&connection);
+            if let Err(error) = &result {
+                tracing::debug!("{transport} {peer}: closed: {error}");
+            }
+            link.close().await;
+        })
+        .detach();
+    }
+}
+
+async fn handshake(
+    stream: TcpStream,
+    tls: Option<TlsAcceptor>,
+    node: &Node,
+) -> Result<WebSocketStream<TcpStream>, String> {
+    let config = websocket_config(&node.shared.config.websocket);
+    let result = match tls {
+        None => compio::ws::accept_async_with_config(stream, Some(config)).await,
+        Some(acceptor) => {
+            let stream = acceptor
+                .accept(stream)
+                .await
+                .map_err(|error| format!("tls: {error}"))?;
+            compio::ws::accept_async_with_config(stream, Some(config)).await
+        }
+    };
+    result.map_err(|error| error.to_string())
+}
+
+/// Frames in WebSocket messages.
+struct MessageLink {
+    ws: WebSocketStream<TcpStream>,
+    /// The message whose header was just read.
+    message: Bytes,
+    /// Why the server ends the connection, sent in its close frame.
+    close: Option<(CloseCode, &'static str)>,
+}
+
+impl MessageLink {
+    /// Ends the WebSocket: a close frame with the reason when the server ends it.
+    async fn close(mut self) {
+        let server_ends = self.close.is_some();
+        let frame = self.close.map(|(code, reason)| CloseFrame {
+            code,
+            reason: reason.into(),
+        });
+        let _ = compio::time::timeout(Duration::from_secs(2), self.ws.close(frame)).await;
+        if server_ends {
+            // The peer may still be sending (the rest of an oversized message). Closing the
+            // socket with unread bytes makes the kernel answer with a reset, which can reach
+            // the peer before it reads the close frame; what it sends is read out first, for
+            // a bounded time.
+            let drain = async {
+                let mut buffer = Vec::with_capacity(64 * 1024);
+                loop {
+                    let BufResult(read, returned) = self.ws.get_mut().read(buffer).await;
+                    buffer = returned;
+                    buffer.clear();
+                    if !matches!(read, Ok(n) if n > 0) {
+                        break;
+                    }
+                }
+            };
+            let _ = compio::time::timeout(Duration::from_secs(1), drain).await;
+        }
+    }
+
+    fn malformed(&mut self, reason: &'static str) -> ReadFailure {
+        self.close = Some((CloseCode::Policy, reason));
+        ReadFailure::Malformed(EvictionReason::InvalidRequestBodySize)
+    }
+}
+
+impl FrameIo for MessageLink {
+    async fn read_header(
+        &mut self,
+        idle: Duration,
+    ) -> Result<Option<[u8; HEADER_SIZE]>, ReadFailure> {
+        loop {
+            let read = compio::time::timeout(idle, self.ws.read())
+                .await
+                .map_err(|_| connection_loop::timed_out())?;
+            let message = match read {
+                Ok(Message::Binary(message)) => message,
+                // Answered by tungstenite.
+                Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_)) => continue,
+                Ok(Message::Close(_)) => return Ok(None),
+                Ok(Message::Text(_)) => {
+                    self.close = Some((CloseCode::Unsupported, "requests are binary messages"));
+                    return Ok(None);
+                }
+                Err(tungstenite::Error::Capacity(error)) => {
+                    tracing::debug!("ws message refused: {error}");
+                    self.close = Some((CloseCode::Size, "message too big"));
+                    return Ok(None);
+                }
+                Err(tungstenite::Error::ConnectionClosed | tungstenite::Error::AlreadyClosed) => {
+                    return Ok(None);
+                }
+                Err(tungstenite::Error::Io(error)) => return Err(ReadFailure::Io(error)),
+                Err(error) => {
+                    tracing::debug!("ws protocol error: {error}");
+                    self.close = Some((CloseCode::Protocol, "websocket protocol error"));
+                    return Ok(None);
+                }
+            };
+            if message.len() < HEADER_SIZE {
+                return Err(self.malformed("message shorter than a frame header"));
+            }
+            let header = message[..HEADER_SIZE].try_into().expect("a whole header");
+            self.message = message;
+            return Ok(Some(header));
+        }
+    }
+
+    async fn read_body(&mut self, len: usize, _within: Duration) -> Result<Vec<u8>, ReadFailure> {
+        let message = std::mem::take(&mut self.message);
+        if message.len() != HEADER_SIZE + len {
+            return Err(self.malformed("message length is not the frame's size"));
+        }
+        Ok(message[HEADER_SIZE..].to_vec())
+    }
+
+    async fn write_frame(&mut self, frame: Vec<u8>) -> std::io::Result<()> {
+        let command = frame.get(ReplyHeader::COMMAND_OFFSET).copied();
+        if command != Some(Command::Reply.to_repr()) && self.close.is_none() {
+            self.close = Some((CloseCode::Policy, "evicted"));
+        }
+        let frame = Bytes::from(frame);
+        let mut at = 0;
+        while at < frame.len() {
+            let end = (at + REPLY_MESSAGE_MAX).min(frame.len());
+            self.ws
+                .send(Message::Binary(frame.slice(at..end)))
+                .await
+                .map_err(std::io::Error::other)?;
+            at = end;
+        }
+        Ok(())
+    }
+}
