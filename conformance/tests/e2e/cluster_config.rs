@@ -7,14 +7,17 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-/// Three nodes on one machine, as README.md shows.
+/// Three nodes on one machine, as README.md shows (QUIC and HTTP are on by default, so they
+/// have ports too).
 fn three_node_file() -> String {
     let mut text = String::from("[cluster]\nenabled = true\nname = \"e2e-cluster\"\n");
     for id in 0..3 {
         text.push_str(&format!(
             "\n[[cluster.nodes]]\nname = \"node-{id}\"\nip = \"127.0.0.1\"\nreplica_id = {id}\n\
-             [cluster.nodes.ports]\ntcp = {}\ntcp_replica = {}\n",
+             [cluster.nodes.ports]\ntcp = {}\nquic = {}\nhttp = {}\ntcp_replica = {}\n",
             18090 + id,
+            18080 + id,
+            13000 + id,
             18100 + id
         ));
     }
@@ -118,6 +121,8 @@ fn a_roster_given_only_by_environment_is_validated() {
         ("IGGY_CLUSTER_NODES_0_IP", "127.0.0.1"),
         ("IGGY_CLUSTER_NODES_0_REPLICA_ID", "0"),
         ("IGGY_CLUSTER_NODES_0_PORTS_TCP", "18090"),
+        ("IGGY_CLUSTER_NODES_0_PORTS_QUIC", "18080"),
+        ("IGGY_CLUSTER_NODES_0_PORTS_HTTP", "13000"),
     ];
     // tcp_replica is missing: named.
     let out = start(dir.path(), "", &["--replica-id", "0"], &env);
