@@ -407,15 +407,26 @@ pub struct OutgoingMessage {
     pub user_headers: Vec<u8>,
 }
 
+/// A random UUIDv4 as a u128 (what the official binary client puts in place of a zero id).
+fn uuid_v4() -> u128 {
+    let random: u128 = rand::random();
+    let versioned = (random & !(0xf << 76)) | (0x4 << 76);
+    (versioned & !(0x3 << 62)) | (0x2 << 62)
+}
+
 /// The batch record of a send: header (server fields zero) and message frames with their
-/// checksums, as a client builds it.
+/// checksums, as a client builds it. A zero id becomes a random UUIDv4, as the official binary
+/// client does before it checksums a message, so a message sent over HTTP without an id gets one.
 pub fn batch(messages: &[OutgoingMessage], origin_timestamp: u64) -> Vec<u8> {
     let mut out = vec![0u8; BatchHeader::SIZE];
     for (index, message) in messages.iter().enumerate() {
         let start = out.len();
         let frame = MessageFrameHeader {
             checksum: 0,
-            id: message.id,
+            id: match message.id {
+                0 => uuid_v4(),
+                id => id,
+            },
             offset_delta: index as u32,
             timestamp_delta: 0,
             user_headers_length: message.user_headers.len() as u32,
@@ -768,5 +779,42 @@ impl OptionSpec {
             default_value: o.default_value.to_vec(),
             description: o.description.to_string(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame_ids(batch: &[u8]) -> Vec<u128> {
+        let mut ids = Vec::new();
+        let mut at = BatchHeader::SIZE;
+        while at < batch.len() {
+            let frame = MessageFrameHeader::decode_fixed(&batch[at..at + MessageFrameHeader::SIZE])
+                .unwrap();
+            ids.push(frame.id);
+            at += MessageFrameHeader::SIZE
+                + frame.payload_length as usize
+                + frame.user_headers_length as usize;
+        }
+        ids
+    }
+
+    #[test]
+    fn a_zero_id_becomes_a_random_uuid_v4_and_a_given_id_is_kept() {
+        let message = |id| OutgoingMessage {
+            id,
+            payload: b"x".to_vec(),
+            user_headers: Vec::new(),
+        };
+        let ids = frame_ids(&batch(&[message(0), message(0), message(42)], 1));
+        assert_eq!(ids.len(), 3);
+        for id in &ids[..2] {
+            assert_ne!(*id, 0);
+            assert_eq!((id >> 76) & 0xf, 4, "version 4: {id:032x}");
+            assert_eq!((id >> 62) & 0x3, 2, "RFC 4122 variant: {id:032x}");
+        }
+        assert_ne!(ids[0], ids[1], "each message its own id");
+        assert_eq!(ids[2], 42);
     }
 }
