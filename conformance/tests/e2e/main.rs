@@ -10,6 +10,7 @@ mod checkpoint;
 mod legacy;
 mod maintenance;
 mod operator;
+mod cli;
 mod clients;
 mod cluster_config;
 mod concurrency;
