@@ -76,6 +76,19 @@ pub struct Limits {
     pub request_timeout_ms: u64,
 }
 
+impl Limits {
+    /// How long a connection may wait for its next request (at least a second).
+    pub fn idle_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.idle_timeout_secs.max(1))
+    }
+
+    /// How long a request may take once begun: its body, a handshake, its dispatch (at least a
+    /// millisecond).
+    pub fn request_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.request_timeout_ms.max(1))
+    }
+}
+
 /// `[http]`: the REST API's listener, request limit, CORS and access tokens.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]

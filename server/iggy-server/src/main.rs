@@ -364,9 +364,7 @@ fn systemd_ready() -> Option<std::rc::Rc<systemd::Notifier>> {
 /// advertises the port it bound.
 async fn start_http(config: &config::Http, node: &std::rc::Rc<node::Node>) -> Result<(), String> {
     let state = transport::http::session::HttpState::new(config)?;
-    let failed = |error: std::io::Error| format!("cannot bind http {}: {error}", config.address);
-    let listener = transport::bind_tcp(&config.address).await.map_err(failed)?;
-    let local = listener.local_addr().map_err(failed)?;
+    let (listener, local, _) = transport::bind_stream("http", &config.address, None).await?;
     node.shared.listening.set("http", local.port());
     tracing::info!("listening on http {local}");
     let serve = transport::http::serve(listener, node.clone(), std::rc::Rc::new(state));

@@ -55,8 +55,7 @@ pub async fn serve_frames(
     connection: &mut Connection,
 ) -> std::io::Result<()> {
     let limits = &node.shared.config.limits;
-    let idle = Duration::from_secs(limits.idle_timeout_secs.max(1));
-    let request_timeout = Duration::from_millis(limits.request_timeout_ms.max(1));
+    let (idle, request_timeout) = (limits.idle_timeout(), limits.request_timeout());
     loop {
         let header = match link.read_header(idle).await {
             Ok(Some(header)) => header,

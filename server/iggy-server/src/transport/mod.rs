@@ -10,7 +10,60 @@ pub mod ws;
 
 use crate::config::Config;
 use crate::runtime::node::Node;
+use compio::net::TcpListener;
+use compio::tls::TlsAcceptor;
+use std::net::SocketAddr;
 use std::rc::Rc;
+
+/// A bound stream listener: the listener, the address it bound, and its TLS acceptor if any.
+pub type Bound = (TcpListener, SocketAddr, Option<TlsAcceptor>);
+
+/// The next connection `listener` accepts (a failed accept is logged and skipped), with
+/// TCP_NODELAY set, and its slot under `limits.max_connections`: `None` at the limit, logged.
+pub async fn accept(
+    listener: &TcpListener,
+    node: &Rc<Node>,
+    transport: &str,
+) -> (
+    compio::net::TcpStream,
+    SocketAddr,
+    Option<crate::runtime::node::ConnectionGuard>,
+) {
+    let (stream, peer) = loop {
+        match listener.accept().await {
+            Ok(accepted) => break accepted,
+            Err(error) => tracing::warn!("{transport} accept failed: {error}"),
+        }
+    };
+    if let Err(error) = stream.set_nodelay(true) {
+        tracing::warn!("{transport} {peer}: cannot set TCP_NODELAY: {error}");
+    }
+    let guard = node.admit();
+    if guard.is_none() {
+        tracing::warn!("{transport} {peer}: refused, connection limit reached");
+    }
+    (stream, peer, guard)
+}
+
+/// Binds the stream listener of transport `name` at `address`, with the TLS acceptor of `tls`
+/// (its config section and settings) when TLS is enabled. An error names the transport and the
+/// address.
+pub async fn bind_stream(
+    name: &str,
+    address: &str,
+    tls: Option<(&str, &crate::config::Tls)>,
+) -> Result<Bound, String> {
+    let failed = |error: &dyn std::fmt::Display| format!("cannot bind {name} {address}: {error}");
+    let acceptor = match tls {
+        Some((section, tls)) if tls.enabled => {
+            Some(tls::acceptor(section, tls).map_err(|e| failed(&e))?)
+        }
+        _ => None,
+    };
+    let listener = bind_tcp(address).await.map_err(|e| failed(&e))?;
+    let local = listener.local_addr().map_err(|e| failed(&e))?;
+    Ok((listener, local, acceptor))
+}
 
 /// Binds every enabled binary transport (TCP or TCP+TLS, QUIC, WebSocket or WSS), then starts
 /// serving them: each "listening on" line is logged once every listener is bound. The first
@@ -22,20 +75,8 @@ pub async fn listen(config: &Config, node: &Rc<Node>) -> Result<(), String> {
     };
     let tcp = match config.tcp.enabled {
         true => {
-            let (address, tls) = (&config.tcp.address, &config.tcp.tls);
-            let acceptor = match tls.enabled {
-                true => {
-                    Some(tls::acceptor("tcp.tls", tls).map_err(|e| failed("tcp", address, &e))?)
-                }
-                false => None,
-            };
-            let listener = bind_tcp(address)
-                .await
-                .map_err(|e| failed("tcp", address, &e))?;
-            let local = listener
-                .local_addr()
-                .map_err(|e| failed("tcp", address, &e))?;
-            Some((listener, local, acceptor))
+            let tls = Some(("tcp.tls", &config.tcp.tls));
+            Some(bind_stream("tcp", &config.tcp.address, tls).await?)
         }
         false => None,
     };
@@ -54,21 +95,8 @@ pub async fn listen(config: &Config, node: &Rc<Node>) -> Result<(), String> {
     };
     let websocket = match config.websocket.enabled {
         true => {
-            let (address, tls) = (&config.websocket.address, &config.websocket.tls);
-            let acceptor = match tls.enabled {
-                true => Some(
-                    tls::acceptor("websocket.tls", tls)
-                        .map_err(|e| failed("websocket", address, &e))?,
-                ),
-                false => None,
-            };
-            let listener = bind_tcp(address)
-                .await
-                .map_err(|e| failed("websocket", address, &e))?;
-            let local = listener
-                .local_addr()
-                .map_err(|e| failed("websocket", address, &e))?;
-            Some((listener, local, acceptor))
+            let tls = Some(("websocket.tls", &config.websocket.tls));
+            Some(bind_stream("websocket", &config.websocket.address, tls).await?)
         }
         false => None,
     };

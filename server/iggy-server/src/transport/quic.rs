@@ -148,7 +148,7 @@ async fn serve_connection(
         bound: Cell::new(record.bound),
         _guard: guard,
     });
-    let idle = Duration::from_secs(node.shared.config.limits.idle_timeout_secs.max(1));
+    let idle = node.shared.config.limits.idle_timeout();
     loop {
         let (send, recv) = match compio::time::timeout(idle, quic.accept_bi()).await {
             Ok(Ok(stream)) => stream,

@@ -18,18 +18,8 @@ use std::time::Duration;
 pub async fn serve(listener: TcpListener, node: Rc<Node>, tls: Option<TlsAcceptor>) {
     let transport = if tls.is_some() { "tcp+tls" } else { "tcp" };
     loop {
-        let (stream, peer) = match listener.accept().await {
-            Ok(accepted) => accepted,
-            Err(error) => {
-                tracing::warn!("tcp accept failed: {error}");
-                continue;
-            }
-        };
-        if let Err(error) = stream.set_nodelay(true) {
-            tracing::warn!("tcp {peer}: cannot set TCP_NODELAY: {error}");
-        }
-        let Some(guard) = node.admit() else {
-            tracing::warn!("{transport} {peer}: refused, connection limit reached");
+        let (stream, peer, guard) = super::accept(&listener, &node, transport).await;
+        let Some(guard) = guard else {
             // A TLS client would need a handshake to read the refusal: it is closed instead.
             if tls.is_none() {
                 refuse_at_capacity(stream, &node);
@@ -43,8 +33,7 @@ pub async fn serve(listener: TcpListener, node: Rc<Node>, tls: Option<TlsAccepto
             let result = match tls {
                 None => connection(ByteStream::new(stream), peer, node).await,
                 Some(acceptor) => {
-                    let limits = &node.shared.config.limits;
-                    let within = Duration::from_millis(limits.request_timeout_ms.max(1));
+                    let within = node.shared.config.limits.request_timeout();
                     match compio::time::timeout(within, acceptor.accept(stream)).await {
                         Ok(Ok(stream)) => connection(ByteStream::new(stream), peer, node).await,
                         Ok(Err(error)) => Err(error),

@@ -43,26 +43,15 @@ pub fn websocket_config(config: &WebSocket) -> WebSocketConfig {
 pub async fn serve(listener: TcpListener, node: Rc<Node>, tls: Option<TlsAcceptor>) {
     let transport = if tls.is_some() { "wss" } else { "ws" };
     loop {
-        let (stream, peer) = match listener.accept().await {
-            Ok(accepted) => accepted,
-            Err(error) => {
-                tracing::warn!("{transport} accept failed: {error}");
-                continue;
-            }
-        };
-        if let Err(error) = stream.set_nodelay(true) {
-            tracing::warn!("{transport} {peer}: cannot set TCP_NODELAY: {error}");
-        }
-        let Some(guard) = node.admit() else {
-            tracing::warn!("{transport} {peer}: refused, connection limit reached");
+        let (stream, peer, guard) = super::accept(&listener, &node, transport).await;
+        let Some(guard) = guard else {
             continue;
         };
         let node = node.clone();
         let tls = tls.clone();
         compio::runtime::spawn(async move {
             let _guard = guard;
-            let limits = &node.shared.config.limits;
-            let within = Duration::from_millis(limits.request_timeout_ms.max(1));
+            let within = node.shared.config.limits.request_timeout();
             let handshake = compio::time::timeout(within, handshake(stream, tls, &node)).await;
             let link = match handshake {
                 Ok(Ok(link)) => link,

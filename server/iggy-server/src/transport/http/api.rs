@@ -451,7 +451,7 @@ async fn dispatch_call(
     let limits = &node.shared.config.limits;
     let admitted =
         frame::admit_header(&header.to_bytes(), u32::MAX).map_err(|_| ErrorCode::InvalidFormat)?;
-    let deadline = std::time::Duration::from_millis(limits.request_timeout_ms.max(1));
+    let deadline = limits.request_timeout();
     let reply = match dispatch_within(node, connection, admitted, body, deadline).await {
         Dispatched::Reply(reply) => reply,
         Dispatched::Close(eviction) => {

@@ -31,16 +31,8 @@ pub async fn serve(listener: TcpListener, node: Rc<Node>, api: Rc<session::HttpS
     })
     .detach();
     loop {
-        let (stream, peer) = match listener.accept().await {
-            Ok(accepted) => accepted,
-            Err(error) => {
-                tracing::warn!("http accept failed: {error}");
-                continue;
-            }
-        };
-        let _ = stream.set_nodelay(true);
-        let Some(guard) = node.admit() else {
-            tracing::warn!("http {peer}: refused, connection limit reached");
+        let (stream, peer, guard) = crate::transport::accept(&listener, &node, "http").await;
+        let Some(guard) = guard else {
             let mut stream = stream;
             let reply = Response::error(
                 503,
@@ -229,8 +221,7 @@ async fn serve_connection(
     connection: &mut crate::runtime::connection::Connection,
 ) -> std::io::Result<()> {
     let limits = &node.shared.config.limits;
-    let idle = std::time::Duration::from_secs(limits.idle_timeout_secs.max(1));
-    let body_timeout = std::time::Duration::from_millis(limits.request_timeout_ms.max(1));
+    let (idle, body_timeout) = (limits.idle_timeout(), limits.request_timeout());
     let max = node.shared.config.http.max_request_size as usize;
     let timed_out = || std::io::Error::new(std::io::ErrorKind::TimedOut, "no request in time");
     let mut pending: Vec<u8> = Vec::with_capacity(READ_CHUNK);
