@@ -143,10 +143,9 @@ impl Retirement {
     async fn pass(&mut self, node: &Node, pass: u64) {
         // The metadata group's slots whose sessions ended (the node's own clients left out).
         let slots = node.metadata.clients().await;
-        let live_now = live_sessions(node);
         let ended: Vec<(u128, u64)> = slots
             .into_iter()
-            .filter(|(client, _)| !live_now.contains(client))
+            .filter(|(client, _)| !live(node, *client))
             .collect();
         if ended.is_empty() && !pass.is_multiple_of(IDLE_SCAN_EVERY) {
             self.clean.clear();
@@ -165,13 +164,12 @@ impl Retirement {
                 continue;
             };
             let writers = partition.writers().await;
-            // Read after the writers: a writer slot exists only for a session that was live
-            // when it registered, so one missing here has ended for good.
-            let live = live_sessions(node);
+            // Checked after the writers are read: a writer slot exists only for a session that
+            // was live when it registered, so one missing now has ended for good.
             let commit = node.shared.metadata.borrow().commit;
             let retiring: Vec<SessionIdentity> = writers
                 .into_iter()
-                .filter(|(client, _)| !live.contains(client))
+                .filter(|(client, _)| !live(node, *client))
                 .map(|(client, session)| identity(client, session, commit))
                 .collect();
             for batch in retiring.chunks(SESSIONS_PER_OP) {
@@ -226,13 +224,9 @@ impl Retirement {
     }
 }
 
-fn live_sessions(node: &Node) -> HashSet<u128> {
-    let metadata = node.shared.metadata.borrow();
-    metadata
-        .sessions
-        .iter()
-        .map(|(client, _)| *client)
-        .collect()
+/// Whether `client` has a live session in the metadata model.
+fn live(node: &Node, client: u128) -> bool {
+    node.shared.metadata.borrow().sessions.get(client).is_some()
 }
 
 fn identity(client: u128, session: u64, metadata_commit: u64) -> SessionIdentity {
