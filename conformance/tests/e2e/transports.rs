@@ -140,100 +140,19 @@ async fn scenario(client: &IggyClient, other: &IggyClient, big_poll: u32) {
         [(0, 0)]
     );
     let c = consumer("c");
-    let polled = poll(
-        client,
-        &stream,
-        &topic,
-        0,
-        &c,
-        PollingStrategy::offset(4),
-        3,
-        false,
-    )
-    .await;
+    // Partition 0 with consumer `c`: `count` messages from `strategy`.
+    let read = |strategy: PollingStrategy, count: u32, auto_commit: bool| {
+        poll(client, &stream, &topic, 0, &c, strategy, count, auto_commit)
+    };
+    let polled = read(PollingStrategy::offset(4), 3, false).await;
     assert_eq!(offsets(&polled), [4, 5, 6]);
     assert_eq!(payloads(&polled), ["m-4", "m-5", "m-6"]);
-    assert_eq!(
-        offsets(
-            &poll(
-                client,
-                &stream,
-                &topic,
-                0,
-                &c,
-                PollingStrategy::first(),
-                2,
-                false
-            )
-            .await
-        ),
-        [0, 1]
-    );
-    assert_eq!(
-        offsets(
-            &poll(
-                client,
-                &stream,
-                &topic,
-                0,
-                &c,
-                PollingStrategy::last(),
-                2,
-                false
-            )
-            .await
-        ),
-        [8, 9]
-    );
-    assert_eq!(
-        offsets(
-            &poll(
-                client,
-                &stream,
-                &topic,
-                0,
-                &c,
-                PollingStrategy::timestamp(0.into()),
-                10,
-                false
-            )
-            .await
-        )
-        .len(),
-        10
-    );
-    assert_eq!(
-        offsets(
-            &poll(
-                client,
-                &stream,
-                &topic,
-                0,
-                &c,
-                PollingStrategy::next(),
-                4,
-                true
-            )
-            .await
-        ),
-        [0, 1, 2, 3]
-    );
-    assert_eq!(
-        offsets(
-            &poll(
-                client,
-                &stream,
-                &topic,
-                0,
-                &c,
-                PollingStrategy::next(),
-                4,
-                true
-            )
-            .await
-        ),
-        [4, 5, 6, 7]
-    );
+    assert_eq!(offsets(&read(PollingStrategy::first(), 2, false).await), [0, 1]);
+    assert_eq!(offsets(&read(PollingStrategy::last(), 2, false).await), [8, 9]);
+    let since_epoch = read(PollingStrategy::timestamp(0.into()), 10, false).await;
+    assert_eq!(offsets(&since_epoch).len(), 10);
+    assert_eq!(offsets(&read(PollingStrategy::next(), 4, true).await), [0, 1, 2, 3]);
+    assert_eq!(offsets(&read(PollingStrategy::next(), 4, true).await), [4, 5, 6, 7]);
 
     let stored = consumer("stored");
     ok(
