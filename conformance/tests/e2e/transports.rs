@@ -420,6 +420,73 @@ async fn the_sdk_runs_the_scenario_over_websocket_with_tls() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sdk_http_client_works_over_https_validating_against_a_ca_file() {
+    let certs = test_certificates();
+    let (server, api) = TestServer::start_with_http(&[
+        ("IGGY_HTTP_TLS_ENABLED", "true"),
+        ("IGGY_HTTP_TLS_CERT_FILE", path(&certs.cert_file)),
+        ("IGGY_HTTP_TLS_KEY_FILE", path(&certs.key_file)),
+    ]);
+    assert!(server.log().contains("listening on https"), "{}", server.log());
+    // The SDK's reqwest verifies against the platform roots, which SSL_CERT_FILE replaces (this
+    // test runs in a process of its own under nextest).
+    unsafe { std::env::set_var("SSL_CERT_FILE", &certs.ca_file) };
+    let https = api.replace("http://127.0.0.1", "https://localhost");
+    let client = IggyClient::builder()
+        .with_http()
+        .with_api_url(https.clone())
+        .build()
+        .expect("https client");
+    ok("login", within("login", client.login_user(ROOT_USER, ROOT_PASSWORD)).await);
+    ok("create stream", within("create", client.create_stream("tls", &StreamCreateOptions::default())).await);
+    ok("create topic", within("create", client.create_topic(&name("tls"), "t", &topic_options(1))).await);
+    let mut messages: Vec<IggyMessage> = (1..=3u128)
+        .map(|i| {
+            IggyMessage::builder()
+                .id(i)
+                .payload(bytes::Bytes::from(format!("secure-{i}")))
+                .build()
+                .expect("message")
+        })
+        .collect();
+    let partitioning = Partitioning::partition_id(0);
+    ok(
+        "send",
+        within("send", client.send_messages(&name("tls"), &name("t"), &partitioning, &mut messages)).await,
+    );
+    let polled = ok(
+        "poll",
+        within(
+            "poll",
+            client.poll_messages(
+                &name("tls"),
+                &name("t"),
+                Some(0),
+                &Consumer::default(),
+                &PollingStrategy::offset(0),
+                10,
+                false,
+            ),
+        )
+        .await,
+    );
+    let payloads: Vec<_> = polled.messages.iter().map(|m| m.payload.to_vec()).collect();
+    assert_eq!(payloads, [b"secure-1".to_vec(), b"secure-2".to_vec(), b"secure-3".to_vec()]);
+    // Plain HTTP on the HTTPS port gets no HTTP answer.
+    let address = api.trim_start_matches("http://");
+    let mut plain = within("connect", tokio::net::TcpStream::connect(address)).await.expect("connect");
+    plain
+        .write_all(b"GET /ping HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        .await
+        .expect("write");
+    let mut reply = Vec::new();
+    let _ = within("read", plain.read_to_end(&mut reply)).await;
+    assert!(!reply.starts_with(b"HTTP/1.1 200"), "plain HTTP served on the HTTPS port");
+    // The server still serves TLS clients after that.
+    ok("ping", within("ping", client.ping()).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tcp_can_be_disabled_and_an_unbindable_transport_stops_the_start() {
     // QUIC alone: the roster advertises TCP as 0.
     let port = std::net::UdpSocket::bind("127.0.0.1:0")

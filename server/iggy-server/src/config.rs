@@ -101,6 +101,8 @@ pub struct Http {
     pub cors: Cors,
     pub jwt: Jwt,
     pub metrics: Metrics,
+    /// `[http.tls]`: HTTPS on the same address in place of plain HTTP.
+    pub tls: Tls,
 }
 
 /// `[http.metrics]`: the Prometheus endpoint.
@@ -591,6 +593,11 @@ impl Config {
                 self.websocket.enabled && self.websocket.tls.enabled,
                 &self.websocket.tls,
             ),
+            (
+                "http.tls",
+                self.http.enabled && self.http.tls.enabled,
+                &self.http.tls,
+            ),
         ];
         for (section, used, tls) in certificates {
             if used {
@@ -889,6 +896,15 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.to_string().contains("tcp.tls.key_file"), "{e}");
+        let e = load(
+            None,
+            env(&[
+                ("IGGY_HTTP_TLS_ENABLED", "true"),
+                ("IGGY_HTTP_TLS_SELF_SIGNED", "false"),
+            ]),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("http.tls.cert_file"), "{e}");
         // A disabled section is not checked.
         load(None, env(&[("IGGY_TCP_TLS_SELF_SIGNED", "false")])).unwrap();
         let e = load(

@@ -364,10 +364,13 @@ fn systemd_ready() -> Option<std::rc::Rc<systemd::Notifier>> {
 /// advertises the port it bound.
 async fn start_http(config: &config::Http, node: &std::rc::Rc<node::Node>) -> Result<(), String> {
     let state = transport::http::session::HttpState::new(config)?;
-    let (listener, local, _) = transport::bind_stream("http", &config.address, None).await?;
+    let tls = Some(("http.tls", &config.tls));
+    let (listener, local, acceptor) = transport::bind_stream("http", &config.address, tls).await?;
     node.shared.listening.set("http", local.port());
-    tracing::info!("listening on http {local}");
-    let serve = transport::http::serve(listener, node.clone(), std::rc::Rc::new(state));
+    let name = if acceptor.is_some() { "https" } else { "http" };
+    tracing::info!("listening on {name} {local}");
+    let api = std::rc::Rc::new(state);
+    let serve = transport::http::serve(listener, node.clone(), api, acceptor);
     compio::runtime::spawn(serve).detach();
     Ok(())
 }

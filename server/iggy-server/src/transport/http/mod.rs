@@ -15,12 +15,20 @@ pub mod session;
 use crate::runtime::node::Node;
 use compio::BufResult;
 use compio::buf::{IntoInner, IoBuf};
-use compio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
-use compio::net::{TcpListener, TcpStream};
+use compio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use compio::net::TcpListener;
+use compio::tls::TlsAcceptor;
 use std::rc::Rc;
 
-/// Accepts connections until the listener fails; each connection runs on its own task.
-pub async fn serve(listener: TcpListener, node: Rc<Node>, api: Rc<session::HttpState>) {
+/// Accepts connections until the listener fails; each connection runs on its own task. With
+/// `tls` (HTTPS), each connection first completes a TLS handshake within the request timeout.
+pub async fn serve(
+    listener: TcpListener,
+    node: Rc<Node>,
+    api: Rc<session::HttpState>,
+    tls: Option<TlsAcceptor>,
+) {
+    let transport = if tls.is_some() { "https" } else { "http" };
     // Sessions whose tokens all expired are let go even when no request comes.
     let (sweeper_node, sweeper) = (node.clone(), api.clone());
     compio::runtime::spawn(async move {
@@ -31,25 +39,42 @@ pub async fn serve(listener: TcpListener, node: Rc<Node>, api: Rc<session::HttpS
     })
     .detach();
     loop {
-        let (stream, peer, guard) = crate::transport::accept(&listener, &node, "http").await;
+        let (stream, peer, guard) = crate::transport::accept(&listener, &node, transport).await;
         let Some(guard) = guard else {
+            // A TLS client would need a handshake to read the refusal: it is closed instead.
+            if tls.is_some() {
+                continue;
+            }
             let mut stream = stream;
             let reply = Response::error(
                 503,
                 &api::refusal(iggy_generated::errors::ErrorCode::CannotEstablishConnection),
             );
             compio::runtime::spawn(async move {
-                let _ = stream.write_all(reply.encode(None, &[], true)).await;
+                let _ = send(&mut stream, reply.encode(None, &[], true)).await;
             })
             .detach();
             continue;
         };
-        let (node, api) = (node.clone(), api.clone());
+        let (node, api, tls) = (node.clone(), api.clone(), tls.clone());
         compio::runtime::spawn(async move {
             let _guard = guard;
-            let mut connection = node.open_connection(peer.to_string(), "http");
-            if let Err(error) = serve_connection(stream, &node, &api, &mut connection).await {
-                tracing::debug!("http {peer}: closed: {error}");
+            let mut connection = node.open_connection(peer.to_string(), transport);
+            let result = match tls {
+                None => serve_connection(stream, &node, &api, &mut connection).await,
+                Some(acceptor) => {
+                    let within = node.shared.config.limits.request_timeout();
+                    match compio::time::timeout(within, acceptor.accept(stream)).await {
+                        Ok(Ok(stream)) => {
+                            serve_connection(stream, &node, &api, &mut connection).await
+                        }
+                        Ok(Err(error)) => Err(error),
+                        Err(_) => Err(crate::transport::connection_loop::timed_out()),
+                    }
+                }
+            };
+            if let Err(error) = result {
+                tracing::debug!("{transport} {peer}: closed: {error}");
             }
             connection.bound = None;
             node.close_connection(&connection);
@@ -214,8 +239,15 @@ fn parse_head(buffer: &[u8]) -> Result<Head, &'static str> {
     Ok(Head::Complete(parsed, len, content_length))
 }
 
-async fn serve_connection(
-    mut stream: TcpStream,
+/// Writes `bytes` and flushes them (a TLS stream buffers records until flushed).
+async fn send<S: AsyncWrite>(stream: &mut S, bytes: Vec<u8>) -> std::io::Result<()> {
+    let BufResult(written, _) = stream.write_all(bytes).await;
+    written?;
+    stream.flush().await
+}
+
+async fn serve_connection<S: AsyncRead + AsyncWrite>(
+    mut stream: S,
     node: &Rc<Node>,
     api: &Rc<session::HttpState>,
     connection: &mut crate::runtime::connection::Connection,
@@ -244,7 +276,7 @@ async fn serve_connection(
                             "request head exceeds http.max_request_size",
                         ),
                     );
-                    let _ = stream.write_all(reply.encode(None, &[], true)).await;
+                    let _ = send(&mut stream, reply.encode(None, &[], true)).await;
                     return Ok(());
                 }
                 Ok(Head::Partial) => {}
@@ -254,7 +286,7 @@ async fn serve_connection(
                         status,
                         &api::refusal_text(status as u32, "bad_request", why),
                     );
-                    let _ = stream.write_all(reply.encode(None, &[], true)).await;
+                    let _ = send(&mut stream, reply.encode(None, &[], true)).await;
                     return Ok(());
                 }
             }
@@ -283,9 +315,7 @@ async fn serve_connection(
                     "request exceeds http.max_request_size",
                 ),
             );
-            let _ = stream
-                .write_all(reply.encode(origin.as_deref(), &cors, true))
-                .await;
+            let _ = send(&mut stream, reply.encode(origin.as_deref(), &cors, true)).await;
             return Ok(());
         }
         let mut request = request;
@@ -299,10 +329,7 @@ async fn serve_connection(
                 .header("expect")
                 .is_some_and(|e| e.trim().eq_ignore_ascii_case("100-continue"))
             {
-                let BufResult(written, _) = stream
-                    .write_all(b"HTTP/1.1 100 Continue\r\n\r\n".to_vec())
-                    .await;
-                written?;
+                send(&mut stream, b"HTTP/1.1 100 Continue\r\n\r\n".to_vec()).await?;
             }
             let mut body = Vec::with_capacity(body_len);
             body.extend_from_slice(&pending[head_len..]);
@@ -324,10 +351,11 @@ async fn serve_connection(
         node.in_flight.set(node.in_flight.get() - 1);
         // A token's session is bound for the request only; the connection keeps none.
         connection.bound = None;
-        let BufResult(written, _) = stream
-            .write_all(response.encode(origin.as_deref(), &cors, close))
-            .await;
-        written?;
+        send(
+            &mut stream,
+            response.encode(origin.as_deref(), &cors, close),
+        )
+        .await?;
         if close {
             return Ok(());
         }
