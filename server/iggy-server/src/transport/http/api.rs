@@ -48,12 +48,67 @@ fn snake(name: &str) -> String {
 }
 
 pub fn refusal(error: ErrorCode) -> Refusal {
+    refusal_on(error, "", &[])
+}
+
+/// `refusal` for a request to the route `path` (its template) with path parameters `params`:
+/// the reason names the resources the path gave.
+fn refusal_on(error: ErrorCode, path: &str, params: &[String]) -> Refusal {
     Refusal {
         id: error.code(),
         code: snake(error.name()),
-        reason: error.message().to_string(),
+        reason: reason(error.message(), path, params),
         field: None,
     }
+}
+
+/// The error's message with its `{n}` placeholders filled from the path: the resource a
+/// placeholder stands for is the last resource word before it ("Topic with ID: {0} for stream
+/// with ID: {1}"), and a route's `{stream_id}` gives the stream. A placeholder the path does not
+/// give is cut with its label ("Stream with name: {0} already exists." → "Stream already
+/// exists."): only the binary reply's code is machine-readable, and a half-filled text misleads.
+fn reason(message: &str, path: &str, params: &[String]) -> String {
+    const KINDS: [(&str, &str); 6] = [
+        ("stream", "{stream_id}"),
+        ("topic", "{topic_id}"),
+        ("partition", "{partition_id}"),
+        ("group", "{group_id}"),
+        ("user", "{user_id}"),
+        ("client", "{client_id}"),
+    ];
+    let templates = path.split('/').filter(|segment| segment.starts_with('{'));
+    let given: Vec<(&str, &str)> = templates
+        .zip(params)
+        .map(|(t, v)| (t, v.as_str()))
+        .collect();
+    let mut out = String::with_capacity(message.len() + 16);
+    let mut rest = message;
+    while let Some(open) = rest.find('{') {
+        let Some(close) = rest[open..].find('}').map(|c| open + c) else {
+            break;
+        };
+        let before = &rest[..open];
+        let lowered = before.to_ascii_lowercase();
+        let kind = KINDS
+            .iter()
+            .filter_map(|(word, template)| lowered.rfind(word).map(|at| (at, *template)))
+            .max_by_key(|(at, _)| *at)
+            .map(|(_, template)| template);
+        let value = kind.and_then(|t| given.iter().find(|(g, _)| *g == t).map(|(_, v)| *v));
+        match value {
+            Some(value) => {
+                out.push_str(before);
+                out.push_str(value);
+            }
+            None => {
+                let label = before.rfind(" with ").or_else(|| before.rfind(':'));
+                out.push_str(before[..label.unwrap_or(before.len())].trim_end());
+            }
+        }
+        rest = &rest[close + 1..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// A refusal of the HTTP layer itself (no Iggy error code fits: 404 route, 413, 411).
@@ -87,7 +142,12 @@ fn status_of(error: ErrorCode) -> u16 {
 }
 
 fn fail(error: ErrorCode) -> Response {
-    let mut response = Response::error(status_of(error), &refusal(error));
+    fail_on(error, "", &[])
+}
+
+/// `fail` for a request to route `path` with path parameters `params` (see `reason`).
+fn fail_on(error: ErrorCode, path: &str, params: &[String]) -> Response {
+    let mut response = Response::error(status_of(error), &refusal_on(error, path, params));
     if response.status == 503 {
         response.headers.push(("retry-after", "1".into()));
     }
@@ -561,7 +621,7 @@ pub async fn handle(
     let query = parse_query(&request.query);
     match route_handler(&mut call, route, &params, &query, request).await {
         Ok(response) => response,
-        Err(Failure::Refused(error)) => fail(error),
+        Err(Failure::Refused(error)) => fail_on(error, route.path, &params),
         Err(Failure::Response(response)) => response,
     }
 }
@@ -1797,4 +1857,67 @@ async fn route_handler(
         // Declared, not yet translated: refused before anything runs.
         _ => return Err(ErrorCode::FeatureUnavailable.into()),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(values: &[&str]) -> Vec<String> {
+        values.iter().map(|v| v.to_string()).collect()
+    }
+
+    #[test]
+    fn reasons_name_what_the_path_gave_and_cut_what_it_did_not() {
+        let topic_path = "/streams/{stream_id}/topics/{topic_id}";
+        let cases = [
+            (
+                ErrorCode::StreamIdNotFound,
+                "/streams/{stream_id}",
+                params(&["7"]),
+                "Stream with ID: 7 was not found.",
+            ),
+            (
+                ErrorCode::TopicIdNotFound,
+                topic_path,
+                params(&["3", "9"]),
+                "Topic with ID: 9 for stream with ID: 3 was not found.",
+            ),
+            (
+                ErrorCode::StreamNameAlreadyExists,
+                "/streams",
+                params(&[]),
+                "Stream already exists.",
+            ),
+            (
+                ErrorCode::TopicNameAlreadyExists,
+                "/streams/{stream_id}/topics",
+                params(&["orders"]),
+                "Topic for stream with ID: orders already exists.",
+            ),
+            (ErrorCode::InvalidOffset, "", params(&[]), "Invalid offset"),
+            (
+                ErrorCode::Unauthenticated,
+                "",
+                params(&[]),
+                ErrorCode::Unauthenticated.message(),
+            ),
+        ];
+        for (error, path, given, expected) in cases {
+            let refusal = refusal_on(error, path, &given);
+            assert_eq!(refusal.reason, expected, "{error:?}");
+            assert!(!refusal.reason.contains('{'), "{}", refusal.reason);
+        }
+    }
+
+    #[test]
+    fn no_error_message_keeps_a_placeholder() {
+        for &error in ErrorCode::ALL {
+            let reason = reason(error.message(), "", &[]);
+            assert!(
+                !reason.contains("{0}") && !reason.contains("{1}"),
+                "{error:?}: {reason}"
+            );
+        }
+    }
 }
