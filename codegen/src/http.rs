@@ -631,6 +631,31 @@ fn content(ty: &JsonType) -> String {
     format!(r#"{{"{media}": {{"schema": {}}}}}"#, type_schema(ty))
 }
 
+/// `<command>_<method>`, unique in the document: a command several routes run (resource.update)
+/// takes the path's literal segments after it.
+fn operation_id(r: &Route, routes: &[&Route]) -> String {
+    let base = format!(
+        "{}_{}",
+        r.command.replace('.', "_"),
+        r.method.to_lowercase()
+    );
+    if routes
+        .iter()
+        .filter(|o| o.command == r.command && o.method == r.method)
+        .count()
+        == 1
+    {
+        return base;
+    }
+    let literal: Vec<String> = r
+        .path
+        .split('/')
+        .filter(|s| !s.is_empty() && !s.starts_with('{'))
+        .map(|s| s.replace(['-', '.'], "_"))
+        .collect();
+    format!("{base}_{}", literal.join("_"))
+}
+
 /// What a `{name}` segment without a `param` row is.
 const IDENTIFIER_DOC: &str = "an Identifier: digits are a numeric id, anything else a name";
 
@@ -666,11 +691,7 @@ pub fn openapi(routes: &[&Route], schemas: &[&Schema], global: &Model) -> String
             let _ = writeln!(
                 o,
                 "        \"operationId\": {},",
-                json_string(&format!(
-                    "{}_{}",
-                    r.command.replace('.', "_"),
-                    r.method.to_lowercase()
-                ))
+                json_string(&operation_id(r, routes))
             );
             let _ = writeln!(
                 o,
