@@ -50,6 +50,8 @@ pub struct Model {
     pub options: Vec<OptionRow>,
     /// `route` rows (spec/http.spec).
     pub routes: Vec<http::Route>,
+    /// `schema`, `strings` and `alias` rows (spec/http.spec): the JSON shapes of the routes.
+    pub schemas: Vec<http::Schema>,
     /// Files each item came from, for the generated header.
     pub sources: BTreeMap<String, String>,
 }
@@ -544,6 +546,9 @@ pub fn load(files: &[(String, String)]) -> Result<Spec, Vec<Diagnostic>> {
     for (_, m) in &per_file {
         errs.extend(http::validate(&m.routes, &commands));
     }
+    let schemas: Vec<&http::Schema> = per_file.iter().flat_map(|(_, m)| m.schemas.iter()).collect();
+    let routes: Vec<&http::Route> = per_file.iter().flat_map(|(_, m)| m.routes.iter()).collect();
+    errs.extend(http::validate_schemas(&schemas, &routes));
     if !errs.is_empty() {
         return Err(errs);
     }
@@ -572,7 +577,8 @@ pub fn build(files: &[(String, String)]) -> Result<Vec<(String, String)>, Vec<Di
     out.push(("generated/src/lib.rs".into(), lib));
     let routes: Vec<&http::Route> = spec.files.iter().flat_map(|(_, m)| m.routes.iter()).collect();
     if !routes.is_empty() {
-        out.push(("generated/openapi.json".into(), http::openapi(&routes, &spec.global)));
+        let schemas: Vec<&http::Schema> = spec.files.iter().flat_map(|(_, m)| m.schemas.iter()).collect();
+        out.push(("generated/openapi.json".into(), http::openapi(&routes, &schemas, &spec.global)));
     }
     out.extend(emit::vectors(&spec));
     for emitter in emit::stub_emitters() {

@@ -240,6 +240,81 @@ fn route_line(i: &str) -> Res<'_, (&str, &str, &str, Vec<(&str, &str)>)> {
     preceded(keyword("route"), (terminated(ident, space1), terminated(word, space1), command_name, attrs)).parse(i)
 }
 
+/// `schema <Name> [extra=<type>] [doc="..."]`.
+fn schema_line(i: &str) -> Res<'_, (&str, Vec<(&str, &str)>)> {
+    preceded(keyword("schema"), (ident, attrs)).parse(i)
+}
+
+/// `  <field> <type> [optional] [doc...]` inside a schema block.
+fn schema_row(i: &str) -> Res<'_, (&str, &str, bool, Option<&str>)> {
+    map(
+        (
+            ident,
+            preceded(space1, word),
+            opt(preceded(space1, tag("optional"))),
+            opt(preceded(space1, rest)),
+        ),
+        |(name, ty, optional, doc)| (name, ty, optional.is_some(), doc),
+    )
+    .parse(i)
+}
+
+/// `strings <Name> <value>...`.
+fn strings_line(i: &str) -> Res<'_, (&str, Vec<&str>)> {
+    preceded(keyword("strings"), (ident, many1(preceded(space1, word)))).parse(i)
+}
+
+/// `alias <Name> <type> [doc="..."]`.
+fn alias_line(i: &str) -> Res<'_, (&str, &str, Vec<(&str, &str)>)> {
+    preceded(keyword("alias"), (ident, preceded(space1, word), attrs)).parse(i)
+}
+
+/// `param <name> <type> [doc...]` or `query <name> <type> [required] [doc...]` under a route.
+fn param_line<'a>(
+    k: &'static str,
+) -> impl Parser<
+    &'a str,
+    Output = (&'a str, &'a str, bool, Option<&'a str>),
+    Error = nom::error::Error<&'a str>,
+> {
+    preceded(
+        keyword(k),
+        map(
+            (
+                ident,
+                preceded(space1, word),
+                opt(preceded(space1, tag("required"))),
+                opt(preceded(space1, rest)),
+            ),
+            |(name, ty, required, doc)| (name, ty, required.is_some(), doc),
+        ),
+    )
+}
+
+/// A JSON type of spec/http.spec, or a diagnostic naming the line.
+fn json_type(
+    text: &str,
+    file: &str,
+    line: usize,
+    errs: &mut Vec<Diagnostic>,
+) -> crate::http::JsonType {
+    crate::http::parse_type(text).unwrap_or_else(|| {
+        errs.push(diag(
+            file,
+            line,
+            format!("`{text}` is not a JSON type (see spec/FORMAT.md)"),
+        ));
+        crate::http::JsonType::Any
+    })
+}
+
+/// Free text after a row's positional tokens, blanks collapsed.
+fn doc_text(doc: Option<&str>) -> String {
+    doc.map_or(String::new(), |d| {
+        d.split_whitespace().collect::<Vec<_>>().join(" ")
+    })
+}
+
 /// Parses one spec file into `model`.
 pub fn parse_file(file: &str, text: &str, model: &mut Model) -> Result<(), Vec<Diagnostic>> {
     let mut errs = Vec::new();
@@ -345,7 +420,9 @@ pub fn parse_file(file: &str, text: &str, model: &mut Model) -> Result<(), Vec<D
             "route" => match whole(t, route_line) {
                 Some((method, path, command, pairs)) => {
                     let a = Attrs { pairs };
-                    a.check(&["status", "auth"], "a route", file, ln, &mut errs);
+                    a.check(&["status", "auth", "req", "resp"], "a route", file, ln, &mut errs);
+                    let req = a.get("req").map(|t| json_type(t, file, ln, &mut errs));
+                    let resp = a.get("resp").map(|t| json_type(t, file, ln, &mut errs));
                     let status = match a.get("status").map(str::parse::<u16>) {
                         Some(Ok(status)) => status,
                         _ => {
@@ -367,12 +444,82 @@ pub fn parse_file(file: &str, text: &str, model: &mut Model) -> Result<(), Vec<D
                         command: command.into(),
                         status,
                         public,
+                        req,
+                        resp,
+                        params: Vec::new(),
+                        query: Vec::new(),
                         file: file.into(),
                         line: ln,
                     });
                 }
-                None => errs.push(expected("route <METHOD> <path> <command> status=<N> [auth=public]")),
+                None => errs.push(expected("route <METHOD> <path> <command> status=<N> [auth=public] [req=<type>] [resp=<type>]")),
             },
+            "param" | "query" => match whole(t, param_line(if kind == "param" { "param" } else { "query" })) {
+                Some((name, ty, required, doc)) => {
+                    let ty = json_type(ty, file, ln, &mut errs);
+                    let row = crate::http::Param { name: name.into(), ty, required, doc: doc_text(doc), line: ln };
+                    match model.routes.last_mut() {
+                        None => errs.push(diag(file, ln, format!("a `{kind}` row belongs under a `route` row"))),
+                        Some(_) if kind == "param" && required => errs.push(diag(file, ln, "a path parameter is always required")),
+                        Some(route) if kind == "param" => route.params.push(row),
+                        Some(route) => route.query.push(row),
+                    }
+                }
+                None => errs.push(expected(&format!("{kind} <name> <type>{} [doc...]", if kind == "query" { " [required]" } else { "" }))),
+            },
+            "alias" => match whole(t, alias_line) {
+                Some((name, ty, pairs)) => {
+                    let a = Attrs { pairs };
+                    a.check(&["doc"], "an alias", file, ln, &mut errs);
+                    let ty = json_type(ty, file, ln, &mut errs);
+                    model.schemas.push(crate::http::Schema {
+                        name: name.into(),
+                        body: crate::http::SchemaBody::Alias(ty),
+                        doc: a.string("doc").unwrap_or_default(),
+                        file: file.into(),
+                        line: ln,
+                    });
+                }
+                None => errs.push(expected("alias <Name> <type> [doc=\"...\"]")),
+            },
+            "strings" => match whole(t, strings_line) {
+                Some((name, values)) => model.schemas.push(crate::http::Schema {
+                    name: name.into(),
+                    body: crate::http::SchemaBody::Strings(values.into_iter().map(String::from).collect()),
+                    doc: String::new(),
+                    file: file.into(),
+                    line: ln,
+                }),
+                None => errs.push(expected("strings <Name> <value>...")),
+            },
+            "schema" => {
+                let header = whole(t, schema_line);
+                if header.is_none() {
+                    errs.push(expected("schema <Name> [extra=<type>] [doc=\"...\"]"));
+                }
+                let mut fields = Vec::new();
+                let closed = block(&mut lines, |rl, row| match whole(row, schema_row) {
+                    Some((name, ty, optional, doc)) => {
+                        let ty = json_type(ty, file, rl, &mut errs);
+                        fields.push(crate::http::SchemaField { name: name.into(), ty, optional, doc: doc_text(doc), line: rl });
+                    }
+                    None => errs.push(diag(file, rl, "expected `<field> <type> [optional] [doc]`")),
+                });
+                let Some((name, pairs)) = header else { continue };
+                if !closed {
+                    errs.push(diag(file, ln, format!("schema `{name}` has no `end`")));
+                }
+                let a = Attrs { pairs };
+                a.check(&["extra", "doc"], "a schema", file, ln, &mut errs);
+                let extra = a.get("extra").map(|t| json_type(t, file, ln, &mut errs));
+                model.schemas.push(crate::http::Schema {
+                    name: name.into(),
+                    body: crate::http::SchemaBody::Object { fields, extra },
+                    doc: a.string("doc").unwrap_or_default(),
+                    file: file.into(),
+                    line: ln,
+                });
+            }
             "example" => match whole(t, example_line) {
                 Some((name, version, hex)) => model.examples.push(Example {
                     name: name.into(),

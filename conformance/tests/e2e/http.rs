@@ -6,6 +6,18 @@ use iggy::prelude::*;
 use iggy_generated::http::ROUTES;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+#[path = "../openapi_check/mod.rs"]
+mod openapi_check;
+
+/// A live reply against the success body `method route` declares in generated/openapi.json.
+fn fits_declared(method: &str, route: &str, body: &[u8]) {
+    let doc: serde_json::Value = serde_json::from_str(iggy_generated::http::OPENAPI_JSON).unwrap();
+    let schema = openapi_check::body_schema(&doc, method, route, false).unwrap_or_else(|| panic!("{method} {route}: no JSON reply"));
+    let value: serde_json::Value = serde_json::from_slice(body).expect("JSON reply");
+    let mut checker = openapi_check::Checker::new(&doc);
+    checker.check(schema, &value, &format!("{method} {route}")).unwrap_or_else(|e| panic!("{e}\n{value}"));
+}
+
 /// A message with an explicit id: the SDK's HTTP serializer writes the id as a JSON number and
 /// cannot write one above u64::MAX (the random ids its builder mints).
 fn numbered(id: u128, payload: &str) -> IggyMessage {
@@ -345,10 +357,12 @@ async fn our_json_decodes_with_the_official_types() {
     let (status, body) = raw(&api, "POST", "/streams", t, br#"{"name":"s"}"#).await;
     assert_eq!(status, 201);
     serde_json::from_slice::<iggy_common::StreamDetails>(&body).expect("StreamDetails");
+    fits_declared("POST", "/streams", &body);
     let create = br#"{"name":"t","partitions_count":2,"options":{"message_expiry":60000000}}"#;
     let (status, body) = raw(&api, "POST", "/streams/s/topics", t, create).await;
     assert_eq!(status, 201, "{}", String::from_utf8_lossy(&body));
     let topic: iggy_common::TopicDetails = serde_json::from_slice(&body).expect("TopicDetails");
+    fits_declared("POST", "/streams/{stream_id}/topics", &body);
     assert_eq!(topic.partitions.len(), 2);
     assert!(topic.partitions[1].context.incarnation > 0, "partition context carried");
 
@@ -366,18 +380,22 @@ async fn our_json_decodes_with_the_official_types() {
     let (status, body) = raw(&api, "POST", "/streams/s/topics/t/messages", t, &send).await;
     assert_eq!(status, 201, "{}", String::from_utf8_lossy(&body));
     let confirmations: iggy_common::SendMessagesConfirmations = serde_json::from_slice(&body).expect("confirmations");
+    fits_declared("POST", "/streams/{stream_id}/topics/{topic_id}/messages", &body);
     assert_eq!(confirmations.confirmations[0].partition_id, 1);
 
     let query = "/streams/s/topics/t/messages?consumer_kind=consumer&consumer_id=1&partition_id=1&kind=first&value=0&count=5";
     let (status, body) = raw(&api, "GET", query, t, b"").await;
     assert_eq!(status, 200);
     let polled: PolledMessages = serde_json::from_slice(&body).expect("PolledMessages");
+    fits_declared("GET", "/streams/{stream_id}/topics/{topic_id}/messages", &body);
     assert_eq!(polled.messages.len(), 1);
     assert_eq!((polled.messages[0].header.id, &polled.messages[0].payload[..]), (7, &b"hello"[..]));
 
     for (path, what) in [("/streams", "streams"), ("/streams/s/topics", "topics"), ("/users", "users"), ("/cluster/metadata", "cluster")] {
         let (status, body) = raw(&api, "GET", path, t, b"").await;
         assert_eq!(status, 200, "{path}");
+        let route = if path == "/streams/s/topics" { "/streams/{stream_id}/topics" } else { path };
+        fits_declared("GET", route, &body);
         let decoded = match what {
             "streams" => serde_json::from_slice::<Vec<iggy_common::Stream>>(&body).map(|_| ()),
             "topics" => serde_json::from_slice::<Vec<iggy_common::Topic>>(&body).map(|_| ()),
@@ -388,6 +406,35 @@ async fn our_json_decodes_with_the_official_types() {
             }),
         };
         decoded.unwrap_or_else(|e| panic!("{path}: {e}: {}", String::from_utf8_lossy(&body)));
+    }
+    // The rest of the JSON replies, live, against their declared shapes.
+    let (status, body) = raw(&api, "POST", "/streams/s/topics/t/consumer-groups", t, br#"{"name":"g"}"#).await;
+    assert_eq!(status, 201, "{}", String::from_utf8_lossy(&body));
+    fits_declared("POST", "/streams/{stream_id}/topics/{topic_id}/consumer-groups", &body);
+    let (status, body) = raw(&api, "POST", "/personal-access-tokens", t, br#"{"name":"ci-token","expiry":0}"#).await;
+    assert_eq!(status, 201, "{}", String::from_utf8_lossy(&body));
+    fits_declared("POST", "/personal-access-tokens", &body);
+    let offset = br#"{"consumer_kind":"consumer","consumer_id":"1","partition_id":1,"offset":0}"#;
+    let (status, body) = raw(&api, "PUT", "/streams/s/topics/t/consumer-offsets", t, offset).await;
+    assert_eq!(status, 204, "{}", String::from_utf8_lossy(&body));
+    for (path, route) in [
+        ("/stats", "/stats"),
+        ("/clients", "/clients"),
+        ("/options/topic", "/options/{scope}"),
+        ("/users/iggy", "/users/{user_id}"),
+        ("/personal-access-tokens", "/personal-access-tokens"),
+        ("/streams/s", "/streams/{stream_id}"),
+        ("/streams/s/topics/t", "/streams/{stream_id}/topics/{topic_id}"),
+        ("/streams/s/topics/t/consumer-groups", "/streams/{stream_id}/topics/{topic_id}/consumer-groups"),
+        ("/streams/s/topics/t/consumer-groups/g", "/streams/{stream_id}/topics/{topic_id}/consumer-groups/{group_id}"),
+        (
+            "/streams/s/topics/t/consumer-offsets?consumer_kind=consumer&consumer_id=1&partition_id=1",
+            "/streams/{stream_id}/topics/{topic_id}/consumer-offsets",
+        ),
+    ] {
+        let (status, body) = raw(&api, "GET", path, t, b"").await;
+        assert_eq!(status, 200, "{path}: {}", String::from_utf8_lossy(&body));
+        fits_declared("GET", route, &body);
     }
     let (status, body) = raw(&api, "GET", "/metrics", None, b"").await;
     assert_eq!(status, 200);

@@ -9,6 +9,8 @@
 
 mod api;
 mod json;
+#[cfg(test)]
+mod openapi_tests;
 pub mod jwt;
 pub mod session;
 
