@@ -26,6 +26,7 @@ mod journal;
 mod lifecycle;
 mod limits;
 mod messages;
+mod metrics;
 mod offsets;
 mod partitions;
 mod replay;

@@ -112,6 +112,7 @@ impl CheckpointSlots {
         written.or_stop("write", &path);
         file.set_len(length).await.or_stop("truncate", &path);
         file.sync_all().await.or_stop("fsync", &path);
+        crate::fail_stop::count_fsync(crate::fail_stop::Synced::Checkpoint);
         if !self.dir_synced[slot] {
             sync_dir_async(&self.dir).await;
             self.dir_synced[slot] = true;

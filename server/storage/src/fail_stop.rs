@@ -14,6 +14,60 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The kind of file an fsync made durable, the label of the node's fsync counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Synced {
+    /// A consensus group's `journal.wal`.
+    Journal,
+    /// A segment's `.log`.
+    Segment,
+    /// A segment's `.index`.
+    Index,
+    /// A checkpoint slot.
+    Checkpoint,
+    /// A directory, after an entry in it changed.
+    Directory,
+    /// A small record written atomically (revision records, the format marker).
+    Record,
+}
+
+impl Synced {
+    pub const ALL: [Synced; 6] = [
+        Synced::Journal,
+        Synced::Segment,
+        Synced::Index,
+        Synced::Checkpoint,
+        Synced::Directory,
+        Synced::Record,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Synced::Journal => "journal",
+            Synced::Segment => "segment",
+            Synced::Index => "index",
+            Synced::Checkpoint => "checkpoint",
+            Synced::Directory => "directory",
+            Synced::Record => "record",
+        }
+    }
+}
+
+/// Fsyncs done since the process started, by [`Synced`] kind. Process-wide statics keep this
+/// crate free of the server's types; an fsync costs far more than the relaxed add.
+static FSYNCS: [AtomicU64; Synced::ALL.len()] = [const { AtomicU64::new(0) }; Synced::ALL.len()];
+
+/// Counts one completed fsync of a `file` (every fsync of a durable file passes here).
+pub fn count_fsync(file: Synced) {
+    FSYNCS[file as usize].fetch_add(1, Ordering::Relaxed);
+}
+
+/// The fsyncs of `file` counted since the process started.
+pub fn fsyncs(file: Synced) -> u64 {
+    FSYNCS[file as usize].load(Ordering::Relaxed)
+}
 
 /// The process exit code after a storage failure (sysexits' `EX_IOERR`).
 pub const EXIT_CODE: i32 = 74;
@@ -59,6 +113,7 @@ pub fn sync_dir(dir: &Path) {
     std::fs::File::open(dir)
         .and_then(|file| file.sync_all())
         .or_stop("fsync directory", dir);
+    count_fsync(Synced::Directory);
 }
 
 /// [`sync_dir`] on compio, for the paths a partition's task runs on.
@@ -67,6 +122,7 @@ pub async fn sync_dir_async(dir: &Path) {
         .await
         .or_stop("fsync directory", dir);
     file.sync_all().await.or_stop("fsync directory", dir);
+    count_fsync(Synced::Directory);
 }
 
 /// Fsyncs the directory holding `path` (after `path` was created, renamed or removed).
@@ -126,6 +182,7 @@ pub async fn write_atomically(path: &Path, bytes: Vec<u8>) {
         .await
         .or_stop("open", &temporary);
     file.sync_all().await.or_stop("fsync", &temporary);
+    count_fsync(Synced::Record);
     drop(file);
     compio::fs::rename(&temporary, path)
         .await
@@ -140,6 +197,7 @@ pub fn write_atomically_blocking(path: &Path, bytes: &[u8]) {
     std::fs::File::open(&temporary)
         .and_then(|file| file.sync_all())
         .or_stop("fsync", &temporary);
+    count_fsync(Synced::Record);
     std::fs::rename(&temporary, path).or_stop("rename to", path);
     sync_parent(path);
 }
@@ -167,5 +225,28 @@ mod tests {
         create_dir_all(&deep);
         assert!(deep.is_dir());
         create_dir_all(&deep);
+    }
+
+    #[test]
+    fn every_fsync_here_is_counted_by_its_kind() {
+        // The counters are process-wide and other tests fsync too: only growth is asserted.
+        let root = tempfile::tempdir().unwrap();
+        let (directories, records) = (fsyncs(Synced::Directory), fsyncs(Synced::Record));
+        sync_dir(root.path());
+        write_atomically_blocking(&root.path().join("marker"), b"x");
+        assert!(fsyncs(Synced::Directory) >= directories + 2);
+        assert!(fsyncs(Synced::Record) > records);
+        let labels: Vec<_> = Synced::ALL.iter().map(|kind| kind.label()).collect();
+        assert_eq!(
+            labels,
+            [
+                "journal",
+                "segment",
+                "index",
+                "checkpoint",
+                "directory",
+                "record"
+            ]
+        );
     }
 }

@@ -26,7 +26,7 @@ use compio::io::{AsyncReadAtExt, AsyncWriteAtExt};
 
 use crate::StorageError;
 use crate::batch;
-use crate::fail_stop::OrStop;
+use crate::fail_stop::{OrStop, Synced, count_fsync};
 use crate::layout::{self, frame, index_entry, read_u32, read_u64, segment, write_u32, write_u64};
 use crate::small_write::SMALL_WRITE_MAX;
 use crate::verify::Finding;
@@ -192,8 +192,9 @@ async fn write_all(file: &mut File, path: &Path, bytes: impl IoBuf, position: u6
     result.or_stop("write", path);
 }
 
-async fn sync_data(file: &File, path: &Path) {
+async fn sync_data(file: &File, path: &Path, kind: Synced) {
     file.sync_data().await.or_stop("fsync", path);
+    count_fsync(kind);
 }
 
 async fn set_len(file: &File, path: &Path, length: u64) {
@@ -693,7 +694,7 @@ impl PartitionLog {
     pub async fn sync(&mut self) {
         self.sync_records().await;
         for segment in self.segments.iter_mut().filter(|segment| segment.unsynced) {
-            sync_data(&segment.index, &segment.index_path).await;
+            sync_data(&segment.index, &segment.index_path, Synced::Index).await;
             segment.unsynced = false;
         }
     }
@@ -702,7 +703,7 @@ impl PartitionLog {
     /// record to survive a machine crash, since recovery rebuilds an index from its log.
     pub async fn sync_records(&mut self) {
         for segment in self.segments.iter_mut().filter(|s| s.records_unsynced) {
-            sync_data(&segment.log, &segment.log_path).await;
+            sync_data(&segment.log, &segment.log_path, Synced::Segment).await;
             segment.records_unsynced = false;
         }
     }

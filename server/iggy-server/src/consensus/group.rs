@@ -9,6 +9,7 @@
 //! the process when a write or fsync fails (`iggy_storage::fail_stop`), so a group never
 //! acknowledges, or goes on accepting, after its disk failed.
 
+use crate::consensus::figures::{GroupFigures, GroupKind, checkpoint_taken};
 use bytes::Bytes;
 use futures_channel::{mpsc, oneshot};
 use futures_util::StreamExt;
@@ -105,6 +106,8 @@ pub fn refusal_error(refusal: &Refusal) -> iggy_generated::errors::ErrorCode {
 
 /// Where a group keeps its checkpoint, and when it takes one.
 pub struct Checkpointing {
+    /// The kind of group, for its checkpoint duration metric.
+    pub kind: GroupKind,
     /// The two alternating checkpoint files (see `iggy_storage::checkpoint`).
     pub slots: iggy_storage::checkpoint::CheckpointSlots,
     /// Checkpoint once the journal holds this many bytes (or the replica this many bytes of
@@ -157,17 +160,24 @@ enum Job<R> {
 /// A handle to a running group; cheap to clone.
 pub struct GroupHandle<R> {
     jobs: mpsc::UnboundedSender<Job<R>>,
+    figures: std::sync::Arc<GroupFigures>,
 }
 
 impl<R> Clone for GroupHandle<R> {
     fn clone(&self) -> Self {
         GroupHandle {
             jobs: self.jobs.clone(),
+            figures: self.figures.clone(),
         }
     }
 }
 
 impl<R> GroupHandle<R> {
+    /// The view and commit the group's task last published (readable from any thread).
+    pub fn figures(&self) -> &GroupFigures {
+        &self.figures
+    }
+
     /// Submits a client request and waits for its commit (or refusal).
     pub async fn submit(&self, client: u128, request: u64, operation: u8, body: Bytes) -> Outcome {
         let submit = |waiter| {
@@ -246,6 +256,10 @@ pub struct Group<J: Journal, S: StateMachine> {
     state: S,
     /// Where the checkpoint goes (the core decides when).
     slots: Option<iggy_storage::checkpoint::CheckpointSlots>,
+    /// The kind of group its checkpoints are timed as.
+    kind: GroupKind,
+    /// The replica's view and commit, published after each drive for the metrics.
+    figures: std::sync::Arc<GroupFigures>,
 }
 
 impl<J: Journal, S: StateMachine> Group<J, S> {
@@ -296,7 +310,11 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
             core,
             journal,
             state,
+            kind: checkpointing
+                .as_ref()
+                .map_or(GroupKind::Partition, |c| c.kind),
             slots: checkpointing.map(|c| c.slots),
+            figures: Default::default(),
         };
         group.drive().await;
         group.core.release_applied_bodies();
@@ -314,6 +332,7 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
         let Some(op) = self.core.checkpoint_due(self.journal.len_bytes()) else {
             return;
         };
+        let started = std::time::Instant::now();
         let state = match self.state.checkpoint().await {
             Ok(state) => state,
             Err(error) => {
@@ -332,6 +351,7 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
         // Only after the checkpoint is durable: until then the journal is what a start needs.
         self.journal.reset_after_checkpoint(op);
         self.core.checkpointed();
+        checkpoint_taken(self.kind, started.elapsed());
     }
 
     /// Spawns the group's task on the current compio runtime.
@@ -341,8 +361,9 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
         S: 'static,
     {
         let (jobs, receiver) = mpsc::unbounded();
+        let figures = self.figures.clone();
         compio::runtime::spawn(self.run(receiver)).detach();
-        GroupHandle { jobs }
+        GroupHandle { jobs, figures }
     }
 
     async fn run(mut self, mut jobs: mpsc::UnboundedReceiver<Job<S::Read>>) {
@@ -476,6 +497,8 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                 }
             }
         }
+        let replica = self.core.replica();
+        self.figures.publish(replica.view(), replica.commit_max());
     }
 
     /// The replica prepared an op the group cannot make durable (the files stop the process

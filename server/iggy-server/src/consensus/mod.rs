@@ -4,5 +4,6 @@ pub mod cluster;
 // The replica network that calls it does not exist yet; until then only its tests do.
 #[cfg_attr(not(test), allow(dead_code))]
 pub mod admission;
+pub mod figures;
 pub mod group;
 pub mod wal;

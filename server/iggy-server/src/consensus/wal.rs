@@ -520,6 +520,7 @@ impl FileJournal {
                 .await
                 .or_stop("truncate", path);
             file.sync_all().await.or_stop("fsync", path);
+            iggy_storage::fail_stop::count_fsync(iggy_storage::fail_stop::Synced::Journal);
         }
         let skipped = (checkpoint + 1 - first_op) as usize;
         let kept = entries.split_off(skipped.min(entries.len()));
@@ -677,6 +678,7 @@ impl Journal for FileJournal {
 
     async fn sync(&mut self) {
         self.file.sync_data().await.or_stop("fsync", &self.path);
+        iggy_storage::fail_stop::count_fsync(iggy_storage::fail_stop::Synced::Journal);
     }
 
     fn reset_after_checkpoint(&mut self, op: u64) {

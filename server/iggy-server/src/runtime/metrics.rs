@@ -1,8 +1,14 @@
-//! Request metrics of the node in the Prometheus text format: requests by command and status and
-//! their latency per command (every transport, recorded where a request is answered), open
-//! connections per transport, sessions, and the metadata group's commit. Counters only change
-//! on this shard, so a request costs a map lookup and a few additions.
+//! The node's metrics in the Prometheus text format. Requests by command and status and their
+//! latency per command (every transport, recorded where a request is answered) only change on
+//! this shard, so a request costs a map lookup and a few additions. Everything else is read
+//! when the metrics render ([`Gauges`]): open connections per transport, sessions, messages
+//! and bytes in and out per topic (relaxed atomics each partition's shard adds to once per
+//! batch), fsyncs by file kind (counted where `iggy_storage::fail_stop` and the journal sync),
+//! checkpoint durations by group kind, and every group's VSR view and commit.
 
+use crate::consensus::figures::{CHECKPOINT_BOUNDS, HistogramCounts};
+use crate::runtime::partition::Traffic;
+use crate::runtime::shared::PartitionKey;
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -33,11 +39,74 @@ pub struct Metrics {
     latency: RefCell<BTreeMap<&'static str, Histogram>>,
 }
 
-/// The gauges read from the node when the metrics are rendered.
+/// A consensus group, as its metrics label it: `group="metadata"`, or `group="partition"` with
+/// the partition's `stream`, `topic` and `partition` ids.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum GroupLabel {
+    Metadata,
+    Partition(PartitionKey),
+}
+
+impl std::fmt::Display for GroupLabel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GroupLabel::Metadata => write!(f, "group=\"metadata\""),
+            GroupLabel::Partition((stream, topic, partition)) => write!(
+                f,
+                "group=\"partition\",stream=\"{stream}\",topic=\"{topic}\",partition=\"{partition}\""
+            ),
+        }
+    }
+}
+
+/// A group's replica figures.
+#[derive(Debug, Clone, Copy)]
+pub struct GroupGauge {
+    pub group: GroupLabel,
+    pub view: u64,
+    pub commit: u64,
+}
+
+/// The figures read from the node when the metrics are rendered.
 pub struct Gauges {
     pub connections: BTreeMap<&'static str, u64>,
     pub sessions: u64,
-    pub metadata_commit: u64,
+    /// Every topic by (stream, topic) id, with its partitions' traffic.
+    pub topics: BTreeMap<(u32, u32), Traffic>,
+    /// Every running group (the metadata group first).
+    pub groups: Vec<GroupGauge>,
+    /// Fsyncs by file kind.
+    pub fsyncs: Vec<(&'static str, u64)>,
+    /// Checkpoint durations by group kind.
+    pub checkpoints: Vec<(&'static str, HistogramCounts)>,
+}
+
+/// Reads one figure of a topic's traffic.
+type TrafficFigure = fn(&Traffic) -> u64;
+
+/// One histogram's series; `buckets` are per bound, not cumulative.
+fn histogram(
+    out: &mut String,
+    name: &str,
+    labels: &str,
+    bounds: &[f64],
+    buckets: &[u64],
+    (count, sum): (u64, f64),
+) {
+    let mut cumulative = 0;
+    for (bound, bucket) in bounds.iter().zip(buckets) {
+        cumulative += bucket;
+        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{bound}\"}} {cumulative}");
+    }
+    let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {count}");
+    let _ = writeln!(out, "{name}_sum{{{labels}}} {sum}");
+    let _ = writeln!(out, "{name}_count{{{labels}}} {count}");
+}
+
+/// The `# HELP` and `# TYPE` lines of a family.
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
 }
 
 impl Metrics {
@@ -76,29 +145,14 @@ impl Metrics {
         }
         out.push_str("# HELP iggy_request_duration_seconds Time from a request's dispatch to its reply, by command.\n");
         out.push_str("# TYPE iggy_request_duration_seconds histogram\n");
-        for (command, histogram) in self.latency.borrow().iter() {
-            let mut cumulative = 0;
-            for (bound, count) in BOUNDS.iter().zip(histogram.buckets) {
-                cumulative += count;
-                let _ = writeln!(
-                    out,
-                    "iggy_request_duration_seconds_bucket{{command=\"{command}\",le=\"{bound}\"}} {cumulative}"
-                );
-            }
-            let _ = writeln!(
-                out,
-                "iggy_request_duration_seconds_bucket{{command=\"{command}\",le=\"+Inf\"}} {}",
-                histogram.count
-            );
-            let _ = writeln!(
-                out,
-                "iggy_request_duration_seconds_sum{{command=\"{command}\"}} {}",
-                histogram.sum
-            );
-            let _ = writeln!(
-                out,
-                "iggy_request_duration_seconds_count{{command=\"{command}\"}} {}",
-                histogram.count
+        for (command, latency) in self.latency.borrow().iter() {
+            histogram(
+                &mut out,
+                "iggy_request_duration_seconds",
+                &format!("command=\"{command}\""),
+                &BOUNDS,
+                &latency.buckets,
+                (latency.count, latency.sum),
             );
         }
         out.push_str("# HELP iggy_connections Open client connections, by transport.\n");
@@ -109,13 +163,81 @@ impl Metrics {
         out.push_str("# HELP iggy_sessions Client sessions the metadata group holds.\n");
         out.push_str("# TYPE iggy_sessions gauge\n");
         let _ = writeln!(out, "iggy_sessions {}", gauges.sessions);
-        out.push_str("# HELP iggy_vsr_commit The metadata group's commit op.\n");
-        out.push_str("# TYPE iggy_vsr_commit gauge\n");
-        let _ = writeln!(
-            out,
-            "iggy_vsr_commit{{group=\"metadata\"}} {}",
-            gauges.metadata_commit
+        let traffic: [(&str, &str, TrafficFigure); 4] = [
+            (
+                "iggy_messages_in_total",
+                "Messages of the sends committed, by stream and topic id.",
+                |t| t.messages_in,
+            ),
+            (
+                "iggy_bytes_in_total",
+                "Bytes of the batches committed (headers included), by stream and topic id.",
+                |t| t.bytes_in,
+            ),
+            (
+                "iggy_messages_out_total",
+                "Messages served to polls, by stream and topic id.",
+                |t| t.messages_out,
+            ),
+            (
+                "iggy_bytes_out_total",
+                "Bytes of the records served to polls, by stream and topic id.",
+                |t| t.bytes_out,
+            ),
+        ];
+        for (name, help, figure) in traffic {
+            family(&mut out, name, "counter", help);
+            for ((stream, topic), traffic) in &gauges.topics {
+                let _ = writeln!(
+                    out,
+                    "{name}{{stream=\"{stream}\",topic=\"{topic}\"}} {}",
+                    figure(traffic)
+                );
+            }
+        }
+        family(
+            &mut out,
+            "iggy_fsyncs_total",
+            "counter",
+            "Fsyncs the node issued, by the kind of file made durable.",
         );
+        for (file, count) in &gauges.fsyncs {
+            let _ = writeln!(out, "iggy_fsyncs_total{{file=\"{file}\"}} {count}");
+        }
+        family(
+            &mut out,
+            "iggy_checkpoint_duration_seconds",
+            "histogram",
+            "Time a group's checkpoint took (state made durable, slot written and fsynced), by group kind.",
+        );
+        for (kind, counts) in &gauges.checkpoints {
+            histogram(
+                &mut out,
+                "iggy_checkpoint_duration_seconds",
+                &format!("group_kind=\"{kind}\""),
+                &CHECKPOINT_BOUNDS,
+                &counts.buckets,
+                (counts.count, counts.sum_seconds),
+            );
+        }
+        family(
+            &mut out,
+            "iggy_vsr_view",
+            "gauge",
+            "Each consensus group's VSR view.",
+        );
+        for group in &gauges.groups {
+            let _ = writeln!(out, "iggy_vsr_view{{{}}} {}", group.group, group.view);
+        }
+        family(
+            &mut out,
+            "iggy_vsr_commit",
+            "gauge",
+            "Each consensus group's VSR commit number (the highest op known committed).",
+        );
+        for group in &gauges.groups {
+            let _ = writeln!(out, "iggy_vsr_commit{{{}}} {}", group.group, group.commit);
+        }
         out
     }
 }
@@ -123,6 +245,161 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn gauges() -> Gauges {
+        Gauges {
+            connections: [("http", 2), ("tcp", 1)].into_iter().collect(),
+            sessions: 0,
+            topics: BTreeMap::new(),
+            groups: Vec::new(),
+            fsyncs: Vec::new(),
+            checkpoints: Vec::new(),
+        }
+    }
+
+    /// Every line is a comment or `name{labels} value` with a number for the value; the
+    /// samples by `name{labels}`.
+    fn parse(text: &str) -> BTreeMap<String, f64> {
+        let mut samples = BTreeMap::new();
+        for line in text.lines() {
+            if line.starts_with("# HELP ") || line.starts_with("# TYPE ") {
+                continue;
+            }
+            let (series, value) = line.rsplit_once(' ').expect(line);
+            let name_end = series.find('{').unwrap_or(series.len());
+            let name = &series[..name_end];
+            assert!(
+                !name.is_empty()
+                    && name
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':'),
+                "{line}"
+            );
+            if name_end < series.len() {
+                let labels = series[name_end + 1..].strip_suffix('}').expect(line);
+                for label in labels.split(',') {
+                    let (key, quoted) = label.split_once('=').expect(line);
+                    assert!(
+                        key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'),
+                        "{line}"
+                    );
+                    assert!(
+                        quoted.len() >= 2 && quoted.starts_with('"') && quoted.ends_with('"'),
+                        "{line}"
+                    );
+                }
+            }
+            let value = match value {
+                "+Inf" => f64::INFINITY,
+                value => value.parse().expect(line),
+            };
+            assert!(
+                samples.insert(series.to_string(), value).is_none(),
+                "twice: {line}"
+            );
+        }
+        samples
+    }
+
+    #[test]
+    fn topics_fsyncs_checkpoints_and_groups_render_as_prometheus_text() {
+        let traffic = Traffic {
+            messages_in: 10,
+            bytes_in: 2560,
+            messages_out: 4,
+            bytes_out: 1024,
+        };
+        let mut checkpoint = HistogramCounts::default();
+        checkpoint.buckets[1] = 2;
+        checkpoint.buckets[4] = 1;
+        checkpoint.count = 4;
+        checkpoint.sum_seconds = 7.5;
+        let gauges = Gauges {
+            topics: [((1, 2), traffic), ((3, 0), Traffic::default())]
+                .into_iter()
+                .collect(),
+            groups: vec![
+                GroupGauge {
+                    group: GroupLabel::Metadata,
+                    view: 2,
+                    commit: 9,
+                },
+                GroupGauge {
+                    group: GroupLabel::Partition((1, 2, 3)),
+                    view: 0,
+                    commit: 5,
+                },
+            ],
+            fsyncs: vec![("journal", 7), ("segment", 0)],
+            checkpoints: vec![
+                ("metadata", HistogramCounts::default()),
+                ("partition", checkpoint),
+            ],
+            ..gauges()
+        };
+        let text = Metrics::default().render(&gauges);
+        let samples = parse(&text);
+        for (series, value) in [
+            ("iggy_messages_in_total{stream=\"1\",topic=\"2\"}", 10.0),
+            ("iggy_bytes_in_total{stream=\"1\",topic=\"2\"}", 2560.0),
+            ("iggy_messages_out_total{stream=\"1\",topic=\"2\"}", 4.0),
+            ("iggy_bytes_out_total{stream=\"1\",topic=\"2\"}", 1024.0),
+            ("iggy_messages_in_total{stream=\"3\",topic=\"0\"}", 0.0),
+            ("iggy_fsyncs_total{file=\"journal\"}", 7.0),
+            ("iggy_fsyncs_total{file=\"segment\"}", 0.0),
+            (
+                "iggy_checkpoint_duration_seconds_bucket{group_kind=\"partition\",le=\"0.001\"}",
+                0.0,
+            ),
+            (
+                "iggy_checkpoint_duration_seconds_bucket{group_kind=\"partition\",le=\"0.0025\"}",
+                2.0,
+            ),
+            (
+                "iggy_checkpoint_duration_seconds_bucket{group_kind=\"partition\",le=\"0.025\"}",
+                3.0,
+            ),
+            (
+                "iggy_checkpoint_duration_seconds_bucket{group_kind=\"partition\",le=\"5\"}",
+                3.0,
+            ),
+            (
+                "iggy_checkpoint_duration_seconds_bucket{group_kind=\"partition\",le=\"+Inf\"}",
+                4.0,
+            ),
+            (
+                "iggy_checkpoint_duration_seconds_sum{group_kind=\"partition\"}",
+                7.5,
+            ),
+            (
+                "iggy_checkpoint_duration_seconds_count{group_kind=\"metadata\"}",
+                0.0,
+            ),
+            ("iggy_vsr_view{group=\"metadata\"}", 2.0),
+            ("iggy_vsr_commit{group=\"metadata\"}", 9.0),
+            (
+                "iggy_vsr_view{group=\"partition\",stream=\"1\",topic=\"2\",partition=\"3\"}",
+                0.0,
+            ),
+            (
+                "iggy_vsr_commit{group=\"partition\",stream=\"1\",topic=\"2\",partition=\"3\"}",
+                5.0,
+            ),
+        ] {
+            assert_eq!(samples.get(series), Some(&value), "{series} in\n{text}");
+        }
+        // One HELP and one TYPE per family, before its samples.
+        for name in [
+            "iggy_messages_in_total counter",
+            "iggy_fsyncs_total counter",
+            "iggy_checkpoint_duration_seconds histogram",
+            "iggy_vsr_view gauge",
+            "iggy_vsr_commit gauge",
+        ] {
+            let line = format!("# TYPE {name}");
+            assert_eq!(text.lines().filter(|l| *l == line).count(), 1, "{line}");
+        }
+    }
 
     #[test]
     fn requests_and_latencies_render_as_prometheus_text() {
@@ -144,11 +421,16 @@ mod tests {
         );
         metrics.record("ping", Outcome::Evicted, std::time::Duration::ZERO);
         let gauges = Gauges {
-            connections: [("http", 2), ("tcp", 1)].into_iter().collect(),
             sessions: 3,
-            metadata_commit: 41,
+            groups: vec![GroupGauge {
+                group: GroupLabel::Metadata,
+                view: 0,
+                commit: 41,
+            }],
+            ..gauges()
         };
         let text = metrics.render(&gauges);
+        parse(&text);
         for line in [
             "iggy_requests_total{command=\"stream.create\",status=\"0\"} 2",
             "iggy_requests_total{command=\"stream.create\",status=\"1012\"} 1",

@@ -126,6 +126,7 @@ impl Node {
             session_connections: RefCell::new(HashMap::new()),
             session_activity: RefCell::new(HashMap::new()),
             listening: Default::default(),
+            retired_traffic: Default::default(),
         });
         let metadata_dir = shared.data.root().join("metadata");
         iggy_storage::fail_stop::create_dir_all(&metadata_dir);
@@ -178,6 +179,7 @@ impl Node {
         );
         let machine = MetadataMachine::replaying(shared.clone());
         let checkpointing = Checkpointing {
+            kind: crate::consensus::figures::GroupKind::Metadata,
             slots: start.slots,
             journal_bytes: shared.config.system.checkpoint_journal_bytes,
             journal_ops: shared.config.system.checkpoint_journal_ops.max(1),
@@ -215,6 +217,68 @@ impl Node {
 }
 
 impl Node {
+    /// The node's metrics as Prometheus text: the request counters kept here, and the figures
+    /// other shards publish (partition traffic, group views and commits), read now.
+    pub fn render_metrics(&self) -> String {
+        use crate::consensus::figures::{GroupKind, checkpoint_durations};
+        use crate::runtime::metrics::{Gauges, GroupGauge, GroupLabel};
+        use iggy_storage::fail_stop::{Synced, fsyncs};
+        let mut connections = std::collections::BTreeMap::new();
+        for client in self.clients.borrow().values() {
+            *connections.entry(client.transport).or_insert(0) += 1;
+        }
+        let metadata = self.shared.metadata.borrow();
+        // Every topic the model holds, with its running partitions' traffic and that of its
+        // deleted ones.
+        let mut topics = std::collections::BTreeMap::new();
+        let retired = self.shared.retired_traffic.borrow();
+        for (stream_id, stream) in &metadata.streams {
+            for (topic_id, topic) in &stream.topics {
+                let key = (*stream_id, *topic_id);
+                let traffic = match retired.get(&key) {
+                    Some((created_at, traffic)) if *created_at == topic.created_at => *traffic,
+                    _ => Default::default(),
+                };
+                topics.insert(key, traffic);
+            }
+        }
+        let figures = self.metadata.figures();
+        let mut groups = vec![GroupGauge {
+            group: GroupLabel::Metadata,
+            view: figures.view(),
+            commit: figures.commit(),
+        }];
+        let mut partitions: Vec<GroupGauge> = Vec::new();
+        for (key, entry) in self.shared.partitions.borrow().iter() {
+            if let Some(traffic) = topics.get_mut(&(key.0, key.1)) {
+                *traffic += entry.handle.stats.traffic();
+            }
+            let figures = entry.handle.group.figures();
+            partitions.push(GroupGauge {
+                group: GroupLabel::Partition(*key),
+                view: figures.view(),
+                commit: figures.commit(),
+            });
+        }
+        partitions.sort_by_key(|gauge| gauge.group);
+        groups.extend(partitions);
+        let gauges = Gauges {
+            connections,
+            sessions: metadata.sessions.iter().count() as u64,
+            topics,
+            groups,
+            fsyncs: Synced::ALL
+                .iter()
+                .map(|file| (file.label(), fsyncs(*file)))
+                .collect(),
+            checkpoints: GroupKind::ALL
+                .iter()
+                .map(|kind| (kind.label(), checkpoint_durations(*kind)))
+                .collect(),
+        };
+        self.metrics.render(&gauges)
+    }
+
     /// Registers a new connection for `me` and the client list.
     pub fn open_connection(
         &self,

@@ -79,6 +79,30 @@ pub struct PartitionFigures {
     size_bytes: AtomicU64,
     segments: AtomicU64,
     next_offset: AtomicU64,
+    /// Messages and bytes of the sends this process committed (journal replays left out).
+    messages_in: AtomicU64,
+    bytes_in: AtomicU64,
+    /// Messages and record bytes this process served to polls.
+    messages_out: AtomicU64,
+    bytes_out: AtomicU64,
+}
+
+/// Messages and bytes sent to and polled from partitions since the process started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Traffic {
+    pub messages_in: u64,
+    pub bytes_in: u64,
+    pub messages_out: u64,
+    pub bytes_out: u64,
+}
+
+impl std::ops::AddAssign for Traffic {
+    fn add_assign(&mut self, other: Traffic) {
+        self.messages_in += other.messages_in;
+        self.bytes_in += other.bytes_in;
+        self.messages_out += other.messages_out;
+        self.bytes_out += other.bytes_out;
+    }
 }
 
 impl PartitionFigures {
@@ -88,6 +112,29 @@ impl PartitionFigures {
         self.segments
             .store(u64::from(info.segments), Ordering::Relaxed);
         self.next_offset.store(info.next_offset, Ordering::Relaxed);
+    }
+
+    /// One committed batch (counted once, whatever its message count).
+    fn count_in(&self, messages: u32, bytes: usize) {
+        self.messages_in
+            .fetch_add(u64::from(messages), Ordering::Relaxed);
+        self.bytes_in.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    /// One served poll.
+    fn count_out(&self, messages: u32, bytes: usize) {
+        self.messages_out
+            .fetch_add(u64::from(messages), Ordering::Relaxed);
+        self.bytes_out.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    pub fn traffic(&self) -> Traffic {
+        Traffic {
+            messages_in: self.messages_in.load(Ordering::Relaxed),
+            bytes_in: self.bytes_in.load(Ordering::Relaxed),
+            messages_out: self.messages_out.load(Ordering::Relaxed),
+            bytes_out: self.bytes_out.load(Ordering::Relaxed),
+        }
     }
 
     pub fn get(&self) -> PartitionInfo {
@@ -110,6 +157,8 @@ pub struct PartitionMachine {
     persist_offsets: bool,
     /// Whether a checkpoint must fsync the segments first (any persisted policy).
     sync_on_checkpoint: bool,
+    /// Whether the journal replay is over: replayed sends are not new traffic.
+    live: bool,
     log: PartitionLog,
     core: Partition,
 }
@@ -263,6 +312,14 @@ impl StateMachine for PartitionMachine {
                 WriteResult::Done
             }
         };
+        // A committed send, counted once per batch; a retry answered from the client table
+        // never reaches the apply.
+        if let WriteResult::Appended { count, .. } = result
+            && self.live
+            && operation == Operation::SendMessages.to_repr()
+        {
+            self.stats.count_in(count, body.len());
+        }
         self.publish();
         result.encode()
     }
@@ -321,6 +378,7 @@ impl StateMachine for PartitionMachine {
     }
 
     async fn replayed(&mut self) {
+        self.live = true;
         self.publish();
         if let Some(from) = self.core.unaccounted_from(self.log.next_offset()) {
             tracing::warn!(
@@ -349,7 +407,12 @@ impl StateMachine for PartitionMachine {
     async fn read(&mut self, read: PartitionRead) {
         match read {
             PartitionRead::Messages { start, count, done } => {
-                let _ = done.send(self.poll(start, count).await);
+                let polled = self.poll(start, count).await;
+                if let Ok(polled) = &polled {
+                    let records = polled.batches.bytes.len() - POLL_REPLY_HEADROOM;
+                    self.stats.count_out(polled.batches.messages, records);
+                }
+                let _ = done.send(polled);
             }
             PartitionRead::Offset { owner, done } => {
                 let _ = done.send((self.current_offset(), self.core.offset(owner)));
@@ -434,6 +497,7 @@ impl PartitionHandle {
             sync_on_checkpoint: persist_messages
                 || persist_offsets
                 || durability == Durability::Persisted,
+            live: false,
             log,
             core: Partition::new(incarnation >> 20),
         };
@@ -485,6 +549,7 @@ impl PartitionHandle {
             entries.push(entry);
         }
         let checkpointing = Checkpointing {
+            kind: crate::consensus::figures::GroupKind::Partition,
             slots: start.slots,
             journal_bytes,
             journal_ops,
@@ -638,6 +703,7 @@ mod tests {
             persist_messages: false,
             persist_offsets: false,
             sync_on_checkpoint: false,
+            live: true,
             log: PartitionLog::open(dir, config).await.unwrap(),
             core: Partition::new(0),
         }
@@ -692,6 +758,43 @@ mod tests {
             .unwrap()
             .batches
             .messages
+    }
+
+    #[compio::test]
+    async fn traffic_counts_each_committed_batch_and_served_poll_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut machine = machine(dir.path()).await;
+        // A journal replay is not traffic of this process.
+        machine.live = false;
+        apply(&mut machine, &send(1, 4)).await;
+        assert_eq!(machine.stats.traffic(), Traffic::default());
+        machine.replayed().await;
+        apply(&mut machine, &send(2, 2)).await;
+        let stowed = send(3, 3);
+        machine.stow(&stowed).await.unwrap().unwrap();
+        // Stowed, not committed yet: not counted until its apply.
+        assert_eq!(machine.stats.traffic().messages_in, 2);
+        apply(&mut machine, &stowed).await;
+        let sent = (batch(2).len() + batch(3).len()) as u64;
+        let (done, answer) = oneshot::channel();
+        machine
+            .read(PartitionRead::Messages {
+                start: StartAt::First,
+                count: 100,
+                done,
+            })
+            .await;
+        let polled = answer.await.unwrap().unwrap();
+        assert_eq!(polled.batches.messages, 9);
+        assert_eq!(
+            machine.stats.traffic(),
+            Traffic {
+                messages_in: 5,
+                bytes_in: sent,
+                messages_out: 9,
+                bytes_out: (polled.batches.bytes.len() - POLL_REPLY_HEADROOM) as u64,
+            }
+        );
     }
 
     #[compio::test]

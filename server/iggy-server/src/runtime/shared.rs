@@ -5,7 +5,7 @@
 
 use crate::config::Config;
 use crate::consensus::group::Durability;
-use crate::runtime::partition::{PartitionHandle, PartitionInfo};
+use crate::runtime::partition::{PartitionHandle, PartitionInfo, Traffic};
 use crate::runtime::reconcile::DiskAction;
 use iggy_metadata::{Effect, Metadata};
 use iggy_storage::DataDir;
@@ -39,6 +39,10 @@ pub struct Shared {
     pub session_activity: RefCell<HashMap<u128, SessionActivity>>,
     /// The ports the transports listen on.
     pub listening: ListeningPorts,
+    /// The traffic of deleted partitions whose topic lives on, by (stream, topic) with the
+    /// topic's `created_at` (a topic recreated under the same ids starts from zero), so a
+    /// topic's counters never go down when one of its partitions goes.
+    pub retired_traffic: RefCell<HashMap<(u32, u32), (u64, Traffic)>>,
 }
 
 /// The port each running transport listens on, once bound (a configured port 0 binds an
@@ -213,6 +217,7 @@ impl Shared {
                 let entry = self.partitions.borrow_mut().remove(&key);
                 if let Some(entry) = entry {
                     entry.handle.group.stop().await;
+                    self.retire_traffic(key, entry.handle.stats.traffic());
                 }
                 self.discard_partition_dir(key, incarnation, "deleted")
                     .await;
@@ -263,6 +268,33 @@ impl Shared {
                         }
                     }
                 }
+            }
+        }
+    }
+
+    /// Keeps a deleted partition's traffic for its topic's counters while the topic lives.
+    fn retire_traffic(&self, key: PartitionKey, traffic: Traffic) {
+        let topic = (key.0, key.1);
+        let created_at = {
+            let metadata = self.metadata.borrow();
+            let topic = metadata
+                .streams
+                .get(&key.0)
+                .and_then(|s| s.topics.get(&key.1));
+            topic.map(|topic| topic.created_at)
+        };
+        let mut retired = self.retired_traffic.borrow_mut();
+        match created_at {
+            Some(created_at) => {
+                let entry = retired.entry(topic).or_default();
+                if entry.0 != created_at {
+                    *entry = (created_at, Traffic::default());
+                }
+                entry.1 += traffic;
+            }
+            // The topic went with it: its counters go too.
+            None => {
+                retired.remove(&topic);
             }
         }
     }

@@ -548,20 +548,11 @@ fn decode<'a, T: WireDecode<'a>>(bytes: &'a [u8]) -> Result<T, ErrorCode> {
 
 /// The node's metrics as Prometheus text.
 fn prometheus(node: &Node) -> Response {
-    let mut connections = std::collections::BTreeMap::new();
-    for client in node.clients.borrow().values() {
-        *connections.entry(client.transport).or_insert(0) += 1;
-    }
-    let gauges = crate::runtime::metrics::Gauges {
-        connections,
-        sessions: node.shared.metadata.borrow().sessions.iter().count() as u64,
-        metadata_commit: node.shared.metadata.borrow().commit,
-    };
     Response {
         status: 200,
         content_type: "text/plain; version=0.0.4",
         headers: Vec::new(),
-        body: node.metrics.render(&gauges).into_bytes(),
+        body: node.render_metrics().into_bytes(),
     }
 }
 

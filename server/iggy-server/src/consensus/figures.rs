@@ -1,0 +1,134 @@
+//! What a consensus group publishes for the node's metrics: its replica's view and commit, and
+//! how long its checkpoints take. A group's task writes them with relaxed atomic stores (it
+//! may run on any shard); `/metrics` reads them on shard 0 when it renders. Each figure is
+//! exact on its own; two figures may be read from neighbouring moments.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Which kind of group a figure belongs to (a label of the metrics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupKind {
+    Metadata,
+    Partition,
+}
+
+impl GroupKind {
+    pub const ALL: [GroupKind; 2] = [GroupKind::Metadata, GroupKind::Partition];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            GroupKind::Metadata => "metadata",
+            GroupKind::Partition => "partition",
+        }
+    }
+}
+
+/// A group's replica state as its task last published it.
+#[derive(Debug, Default)]
+pub struct GroupFigures {
+    view: AtomicU64,
+    commit: AtomicU64,
+}
+
+impl GroupFigures {
+    pub(crate) fn publish(&self, view: u32, commit: u64) {
+        self.view.store(u64::from(view), Ordering::Relaxed);
+        self.commit.store(commit, Ordering::Relaxed);
+    }
+
+    pub fn view(&self) -> u64 {
+        self.view.load(Ordering::Relaxed)
+    }
+
+    /// The highest op the replica knows committed (its VSR commit number).
+    pub fn commit(&self) -> u64 {
+        self.commit.load(Ordering::Relaxed)
+    }
+}
+
+/// Upper bounds (seconds) of the checkpoint duration buckets: from a small partition's state
+/// written to the page cache to a large model behind fsynced segments.
+pub const CHECKPOINT_BOUNDS: [f64; 10] =
+    [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0];
+
+/// A histogram many threads add to without a lock.
+pub struct AtomicHistogram {
+    /// Per bound, the observations at most it and above the bound before (not cumulative).
+    buckets: [AtomicU64; CHECKPOINT_BOUNDS.len()],
+    count: AtomicU64,
+    sum_nanos: AtomicU64,
+}
+
+/// A histogram's counts read at one moment.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct HistogramCounts {
+    pub buckets: [u64; CHECKPOINT_BOUNDS.len()],
+    pub count: u64,
+    pub sum_seconds: f64,
+}
+
+impl AtomicHistogram {
+    const fn new() -> Self {
+        AtomicHistogram {
+            buckets: [const { AtomicU64::new(0) }; CHECKPOINT_BOUNDS.len()],
+            count: AtomicU64::new(0),
+            sum_nanos: AtomicU64::new(0),
+        }
+    }
+
+    pub fn observe(&self, elapsed: Duration) {
+        let seconds = elapsed.as_secs_f64();
+        if let Some(bucket) = CHECKPOINT_BOUNDS.iter().position(|bound| seconds <= *bound) {
+            self.buckets[bucket].fetch_add(1, Ordering::Relaxed);
+        }
+        let nanos = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
+        self.sum_nanos.fetch_add(nanos, Ordering::Relaxed);
+        self.count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn counts(&self) -> HistogramCounts {
+        HistogramCounts {
+            buckets: std::array::from_fn(|i| self.buckets[i].load(Ordering::Relaxed)),
+            count: self.count.load(Ordering::Relaxed),
+            sum_seconds: self.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9,
+        }
+    }
+}
+
+/// Checkpoint durations of every group since the process started, by [`GroupKind`]: a
+/// checkpoint is rare and the groups of a kind are many, so one histogram per kind.
+static CHECKPOINTS: [AtomicHistogram; GroupKind::ALL.len()] =
+    [AtomicHistogram::new(), AtomicHistogram::new()];
+
+/// A group of `kind` took a checkpoint in `elapsed` (state made durable, slot written).
+pub fn checkpoint_taken(kind: GroupKind, elapsed: Duration) {
+    CHECKPOINTS[kind as usize].observe(elapsed);
+}
+
+pub fn checkpoint_durations(kind: GroupKind) -> HistogramCounts {
+    CHECKPOINTS[kind as usize].counts()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_histogram_buckets_each_observation_once() {
+        let histogram = AtomicHistogram::new();
+        histogram.observe(Duration::from_micros(500));
+        histogram.observe(Duration::from_millis(30));
+        histogram.observe(Duration::from_secs(60));
+        let counts = histogram.counts();
+        assert_eq!(counts.count, 3);
+        assert_eq!(counts.buckets[0], 1);
+        assert_eq!(counts.buckets[5], 1, "0.03 s falls under 0.05");
+        assert_eq!(
+            counts.buckets.iter().sum::<u64>(),
+            2,
+            "60 s is only in +Inf"
+        );
+        assert!((counts.sum_seconds - 60.0305).abs() < 1e-9);
+    }
+}
