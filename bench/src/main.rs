@@ -134,6 +134,7 @@ async fn run_one(a: &Args, p: &Params) -> RunReport {
                 }
                 Err(e) => {
                     report.error = Some(e);
+                    print_report(&report);
                     return report;
                 }
             }

@@ -45,8 +45,8 @@ pub async fn connect(address: &str, p: &Params, nodelay: bool) -> Result<IggyCli
         ),
         Transport::Quic => format!("iggy+quic://iggy:iggy@{address}"),
         Transport::Ws => format!("iggy+ws://iggy:iggy@{address}"),
-        // The HTTP client ignores the credentials of its connection string.
-        Transport::Http => format!("iggy+http://{address}"),
+        // The credentials are required by the parser but not used: no auto-login over HTTP.
+        Transport::Http => format!("iggy+http://iggy:iggy@{address}"),
     };
     let client = IggyClient::from_connection_string(&conn).map_err(|e| format!("client: {e}"))?;
     call("connect + login", client.connect()).await?;

@@ -47,8 +47,10 @@ pub fn server_binary(explicit: Option<&Path>) -> Result<PathBuf, String> {
         .map(Path::to_path_buf)
         .or_else(|| std::env::var_os("IGGY_SERVER_BIN").map(PathBuf::from))
     {
+        // Absolute: the server is spawned with its temp dir as working directory.
         return if bin.is_file() {
-            Ok(bin)
+            bin.canonicalize()
+                .map_err(|e| format!("server binary {}: {e}", bin.display()))
         } else {
             Err(format!("server binary {} is not a file", bin.display()))
         };
