@@ -27,9 +27,14 @@ OPTIONS:
     --partitions N                partitions per topic (default: 1 pinned, consumers balanced)
     --durability replicated|persisted   server and topic durability policy (default replicated)
     --nodelay                     set TCP_NODELAY on the client sockets (tcp only)
-    --transport tcp|quic|ws       the SDK's transport (default tcp); a started server serves
-                                  all three
+    --transport tcp|quic|ws|http  the SDK's transport (default tcp); a started server serves
+                                  all four. http logs in after connecting, cannot join a
+                                  consumer group (no balanced), and a started server's
+                                  http.max_request_size is raised to fit the batch in JSON
     --server-address HOST:PORT    use a running server (root iggy/iggy) instead of starting one
+                                  (with http, the HTTP API's address)
+    --server-env KEY=VALUE        set an environment variable of the started server, after
+                                  the bench's own (repeatable), e.g. IGGY_HTTP_METRICS_ENABLED=false
     --server-bin PATH             server binary to start (default target/release/iggy-server,
                                   built with cargo if missing; or $IGGY_SERVER_BIN)
     --data-dir PATH               where to measure disk bandwidth (default: the server's temp
@@ -80,6 +85,7 @@ pub enum Transport {
     Tcp,
     Quic,
     Ws,
+    Http,
 }
 
 impl Transport {
@@ -88,6 +94,7 @@ impl Transport {
             "tcp" => Transport::Tcp,
             "quic" => Transport::Quic,
             "ws" | "websocket" => Transport::Ws,
+            "http" => Transport::Http,
             _ => return None,
         })
     }
@@ -97,6 +104,7 @@ impl Transport {
             Transport::Tcp => "tcp",
             Transport::Quic => "quic",
             Transport::Ws => "ws",
+            Transport::Http => "http",
         }
     }
 }
@@ -160,6 +168,14 @@ impl Params {
             * self.avg_message_size()) as u64
     }
 
+    /// An HTTP request carrying the largest batch: each payload in padded base64 plus its JSON
+    /// object (id, keys), and the partitioning and context around them. At least the server's
+    /// default `http.max_request_size` (2 MB), which the reference shapes fit.
+    pub fn http_max_request_size(&self) -> u64 {
+        let per_message = (self.message_size_max as u64).div_ceil(3) * 4 + 128;
+        (self.messages_per_batch as u64 * per_message + 4096).max(2_000_000)
+    }
+
     pub fn batch_bytes(&self) -> u64 {
         (self.messages_per_batch as f64 * self.avg_message_size()) as u64
     }
@@ -201,6 +217,8 @@ pub struct Args {
     pub params: Params,
     pub server_address: Option<String>,
     pub server_bin: Option<PathBuf>,
+    /// Extra environment of a started server, applied over the bench's own settings.
+    pub server_env: Vec<(String, String)>,
     pub data_dir: Option<PathBuf>,
     pub limits: bool,
     pub limits_only: bool,
@@ -233,6 +251,7 @@ pub fn parse(argv: &[String]) -> Result<Args, String> {
         params: p.clone(),
         server_address: None,
         server_bin: None,
+        server_env: Vec::new(),
         data_dir: None,
         limits: true,
         limits_only: false,
@@ -291,10 +310,19 @@ pub fn parse(argv: &[String]) -> Result<Args, String> {
             "--transport" => {
                 let v = value()?;
                 p.transport = Transport::parse(&v)
-                    .ok_or_else(|| format!("--transport: tcp, quic or ws, not {v:?}"))?;
+                    .ok_or_else(|| format!("--transport: tcp, quic, ws or http, not {v:?}"))?;
             }
             "--server-address" => a.server_address = Some(value()?),
             "--server-bin" => a.server_bin = Some(value()?.into()),
+            "--server-env" => {
+                let v = value()?;
+                match v.split_once('=') {
+                    Some((k, val)) if !k.is_empty() => {
+                        a.server_env.push((k.to_string(), val.to_string()))
+                    }
+                    _ => return Err(format!("--server-env: want KEY=VALUE, not {v:?}")),
+                }
+            }
             "--data-dir" => a.data_dir = Some(value()?.into()),
             "--no-limits" => a.limits = false,
             "--limits-only" => a.limits_only = true,
@@ -316,6 +344,10 @@ pub fn parse(argv: &[String]) -> Result<Args, String> {
     }
     if p.producing_actors() == 0 || (p.scenario == Scenario::Balanced && p.consumers == 0) {
         return Err("the scenario needs at least one actor of each kind it uses".into());
+    }
+    // The SDK's HTTP client refuses join_consumer_group (FeatureUnavailable) on its side.
+    if p.transport == Transport::Http && p.scenario == Scenario::Balanced && !a.suite {
+        return Err("balanced needs a consumer group, which the SDK cannot join over http".into());
     }
     if a.scale <= 0.0 {
         return Err("--scale must be > 0".into());

@@ -28,6 +28,8 @@ struct RunReport {
     description: String,
     params: Params,
     server: String,
+    /// `--server-env` settings of a started server (e.g. metrics off).
+    server_env: Vec<String>,
     kinds: Vec<KindReport>,
     limits: Option<Limits>,
     ratios: Vec<Ratio>,
@@ -74,6 +76,7 @@ async fn run_one(a: &Args, p: &Params) -> RunReport {
         description: p.describe(),
         params: p.clone(),
         server: String::new(),
+        server_env: Vec::new(),
         kinds: Vec::new(),
         limits: None,
         ratios: Vec::new(),
@@ -103,22 +106,35 @@ async fn run_one(a: &Args, p: &Params) -> RunReport {
     let address = match &a.server_address {
         Some(addr) => addr.clone(),
         None => {
-            let started = server::server_binary(a.server_bin.as_deref())
-                .and_then(|bin| ServerProc::start(&bin, &p.durability).map(|s| (bin, s)));
+            let started = server::server_binary(a.server_bin.as_deref()).and_then(|bin| {
+                ServerProc::start(
+                    &bin,
+                    &p.durability,
+                    p.http_max_request_size(),
+                    &a.server_env,
+                )
+                .map(|s| (bin, s))
+            });
             match started {
                 Ok((bin, s)) => {
+                    let addr = s.address_for(p.transport);
                     report.server = format!(
-                        "{} on {} in {}",
+                        "{} on {addr} ({}) in {}",
                         bin.display(),
-                        s.address,
+                        p.transport.name(),
                         s.dir.path().display()
                     );
-                    let addr = s.address_for(p.transport);
+                    report.server_env = a
+                        .server_env
+                        .iter()
+                        .map(|(k, v)| format!("{k}={v}"))
+                        .collect();
                     proc = Some(s);
                     addr
                 }
                 Err(e) => {
                     report.error = Some(e);
+                    print_report(&report);
                     return report;
                 }
             }
@@ -175,6 +191,9 @@ async fn run_one(a: &Args, p: &Params) -> RunReport {
 
 fn print_report(r: &RunReport) {
     println!("  server: {}", r.server);
+    if !r.server_env.is_empty() {
+        println!("  server env: {}", r.server_env.join(" "));
+    }
     if let Some(e) = &r.error {
         println!("  ERROR: {e}");
     }

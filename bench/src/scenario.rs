@@ -1,5 +1,5 @@
 //! The four scenarios, driven through the official SDK's low-level `send_messages` and
-//! `poll_messages` (one TCP connection per actor), with data checks on what comes back.
+//! `poll_messages` (one connection, or over http one login, per actor), with data checks on what comes back.
 
 use crate::args::{Params, Scenario, Transport};
 use crate::stats::{ActorResult, KindReport, fmt_int};
@@ -45,9 +45,15 @@ pub async fn connect(address: &str, p: &Params, nodelay: bool) -> Result<IggyCli
         ),
         Transport::Quic => format!("iggy+quic://iggy:iggy@{address}"),
         Transport::Ws => format!("iggy+ws://iggy:iggy@{address}"),
+        // The credentials are required by the parser but not used: no auto-login over HTTP.
+        Transport::Http => format!("iggy+http://iggy:iggy@{address}"),
     };
     let client = IggyClient::from_connection_string(&conn).map_err(|e| format!("client: {e}"))?;
     call("connect + login", client.connect()).await?;
+    if p.transport == Transport::Http {
+        // No auto-login over HTTP: each client gets its own token (its own session).
+        call("login", client.login_user("iggy", "iggy")).await?;
+    }
     Ok(client)
 }
 

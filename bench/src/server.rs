@@ -12,9 +12,10 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 pub struct ServerProc {
     pub dir: tempfile::TempDir,
     pub address: String,
-    /// QUIC and WebSocket, served beside TCP.
+    /// QUIC, WebSocket and the HTTP API, served beside TCP.
     pub quic_address: String,
     pub ws_address: String,
+    pub http_address: String,
     child: Option<Child>,
 }
 
@@ -46,8 +47,10 @@ pub fn server_binary(explicit: Option<&Path>) -> Result<PathBuf, String> {
         .map(Path::to_path_buf)
         .or_else(|| std::env::var_os("IGGY_SERVER_BIN").map(PathBuf::from))
     {
+        // Absolute: the server is spawned with its temp dir as working directory.
         return if bin.is_file() {
-            Ok(bin)
+            bin.canonicalize()
+                .map_err(|e| format!("server binary {}: {e}", bin.display()))
         } else {
             Err(format!("server binary {} is not a file", bin.display()))
         };
@@ -101,10 +104,18 @@ impl ServerProc {
             Transport::Tcp => self.address.clone(),
             Transport::Quic => self.quic_address.clone(),
             Transport::Ws => self.ws_address.clone(),
+            Transport::Http => self.http_address.clone(),
         }
     }
 
-    pub fn start(bin: &Path, durability: &str) -> Result<ServerProc, String> {
+    /// `http_max_request_size`: the HTTP API's request limit (a batch travels as base64 JSON);
+    /// `extra_env` is applied last, so it can override any of the bench's settings.
+    pub fn start(
+        bin: &Path,
+        durability: &str,
+        http_max_request_size: u64,
+        extra_env: &[(String, String)],
+    ) -> Result<ServerProc, String> {
         let dir = tempfile::Builder::new()
             .prefix("iggy-bench-")
             .tempdir()
@@ -112,6 +123,7 @@ impl ServerProc {
         let address = format!("127.0.0.1:{}", free_port()?);
         let quic_address = format!("127.0.0.1:{}", free_udp_port()?);
         let ws_address = format!("127.0.0.1:{}", free_port()?);
+        let http_address = format!("127.0.0.1:{}", free_port()?);
         let log = OpenOptions::new()
             .create(true)
             .append(true)
@@ -135,8 +147,17 @@ impl ServerProc {
             .env("IGGY_WEBSOCKET_ADDRESS", &ws_address)
             .env("IGGY_SYSTEM_PATH", dir.path().join("data"))
             .env("IGGY_SYSTEM_DURABILITY", durability)
-            // The bench drives TCP; the HTTP API's fixed default port could be taken.
-            .env("IGGY_HTTP_ENABLED", "false");
+            // On a free port (the default 3000 could be taken): the http transport's listener,
+            // and the server's default configuration, under which request metrics are recorded.
+            .env("IGGY_HTTP_ENABLED", "true")
+            .env("IGGY_HTTP_ADDRESS", &http_address)
+            .env(
+                "IGGY_HTTP_MAX_REQUEST_SIZE",
+                http_max_request_size.to_string(),
+            );
+        for (key, value) in extra_env {
+            cmd.env(key, value);
+        }
         if std::env::var_os("RUST_LOG").is_none() {
             cmd.env("RUST_LOG", "warn");
         }
@@ -148,6 +169,7 @@ impl ServerProc {
             address,
             quic_address,
             ws_address,
+            http_address,
             child: Some(child),
         };
         server.wait_ready()?;
