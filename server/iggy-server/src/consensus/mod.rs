@@ -5,4 +5,5 @@ pub mod cluster;
 #[cfg_attr(not(test), allow(dead_code))]
 pub mod admission;
 pub mod group;
+pub mod view_file;
 pub mod wal;

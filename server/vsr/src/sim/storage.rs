@@ -4,10 +4,15 @@
 //! Checkpoints are written to two alternating slots with the state machine snapshot beside
 //! them; the journal prefix is dropped only once a checkpoint write completes, so a torn
 //! checkpoint falls back to the previous slot with the journal it still needs.
+//!
+//! The view state goes to two slots of its own, through the same ordered queue (it lands after
+//! every journal write queued before it, as the server syncs the journal before writing it): a
+//! crash loses a pending view write or tears it, and a restart takes the newer valid slot.
 
 use super::Rng;
 use crate::checkpoint::Checkpoint;
 use crate::message::Entry;
+use crate::view_state::ViewState;
 use bytes::Bytes;
 use std::collections::{BTreeMap, VecDeque};
 
@@ -17,7 +22,11 @@ enum Write {
     Prepare(Entry),
     Truncate(u64),
     Checkpoint { op: u64, bytes: Vec<u8>, state: u64 },
+    View { slot: usize, bytes: Vec<u8> },
 }
+
+/// The simulator's cluster id: view states name it like the server's do.
+const CLUSTER: u128 = 0x5157;
 
 /// Durable journal of one replica plus its write queue.
 #[derive(Debug, Default)]
@@ -30,6 +39,8 @@ pub struct Storage {
     next_slot: usize,
     /// Op of the latest completed checkpoint.
     checkpoint_op: u64,
+    /// The view state's two slots.
+    view_slots: [Option<Vec<u8>>; 2],
 }
 
 impl Storage {
@@ -53,11 +64,36 @@ impl Storage {
             .push_back((at, Write::Checkpoint { op, bytes, state }));
     }
 
+    /// Queues a write of `replica`'s view state completing at `at`, into the slot that does not
+    /// hold the latest valid state.
+    pub fn write_view(&mut self, at: u64, replica: u8, state: ViewState) {
+        let at = self.pending.back().map_or(at, |(last, _)| at.max(*last));
+        let slots = [self.view_slots[0].as_deref(), self.view_slots[1].as_deref()];
+        let (_, slot) = ViewState::latest(slots, CLUSTER, replica).expect("own view state");
+        let bytes = state.encode(CLUSTER, replica).to_vec();
+        self.pending.push_back((at, Write::View { slot, bytes }));
+    }
+
+    /// Whether a view state write is still queued.
+    pub fn view_pending(&self) -> bool {
+        self.pending
+            .iter()
+            .any(|(_, write)| matches!(write, Write::View { .. }))
+    }
+
+    /// The latest durable view state of `replica`, as a restart reads it.
+    pub fn view_state(&self, replica: u8) -> ViewState {
+        let slots = [self.view_slots[0].as_deref(), self.view_slots[1].as_deref()];
+        ViewState::latest(slots, CLUSTER, replica)
+            .expect("a torn write leaves the other slot valid")
+            .0
+    }
+
     /// Whether journal writes (prepares or truncations) are still queued.
     pub fn prepares_pending(&self) -> bool {
         self.pending
             .iter()
-            .any(|(_, write)| !matches!(write, Write::Checkpoint { .. }))
+            .any(|(_, write)| matches!(write, Write::Prepare(_) | Write::Truncate(_)))
     }
 
     /// Completes due operations; returns the ops whose prepare writes completed.
@@ -78,6 +114,7 @@ impl Storage {
                     self.checkpoint_op = self.checkpoint_op.max(op);
                     self.durable.retain(|at, _| *at > op);
                 }
+                Write::View { slot, bytes } => self.view_slots[slot] = Some(bytes),
             }
         }
         done
@@ -96,6 +133,9 @@ impl Storage {
                 let torn = bytes[..bytes.len() / 2].to_vec();
                 // The torn slot held the older checkpoint; the next write reuses it.
                 self.slots[self.next_slot] = Some((torn, *state));
+            }
+            Some((_, Write::View { slot, bytes })) if rng.chance(50) => {
+                self.view_slots[*slot] = Some(bytes[..bytes.len() / 2].to_vec());
             }
             _ => {}
         }
