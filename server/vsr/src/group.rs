@@ -669,6 +669,57 @@ mod tests {
     }
 
     #[test]
+    fn a_view_state_is_persisted_only_after_the_log_it_names_is_synced_whatever_the_durability() {
+        let mut core: GroupCore<u32> =
+            GroupCore::format(Config::new(3, 1), Durability::Replicated, false, None);
+        let log: Vec<Entry> = (1..=2)
+            .map(|op| Entry::new(op, 2, 9, op, 5, Bytes::from_static(b"x")))
+            .collect();
+        let start_view = Message::StartView {
+            view: 2,
+            commit: 0,
+            log: crate::Log {
+                base: 0,
+                base_checksum: 0,
+                entries: log,
+            },
+        };
+        core.on_message(2, start_view);
+        let mut steps = Vec::new();
+        while let Some(step) = core.poll() {
+            match step {
+                Step::Journal { op, .. } => {
+                    steps.push(format!("journal {op}"));
+                    core.journaled(op, false);
+                }
+                Step::Truncate { after_op } => steps.push(format!("truncate {after_op}")),
+                Step::Sync => {
+                    steps.push("sync".into());
+                    core.synced();
+                }
+                Step::PersistView { state } => {
+                    steps.push(format!("persist {}/{}", state.view, state.log_view));
+                    core.view_persisted(state);
+                }
+                Step::Send { to, message } => steps.push(format!("send {} {to}", message.name())),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert_eq!(
+            steps,
+            [
+                "truncate 0",
+                "journal 1",
+                "journal 2",
+                "sync",
+                "persist 2/2",
+                "send prepare_ok 2",
+                "send prepare_ok 2",
+            ]
+        );
+    }
+
+    #[test]
     fn a_checkpoint_is_due_once_the_journal_outgrows_the_policy_and_everything_committed() {
         let mut core = core(Durability::Replicated, true);
         let mut shell = Shell::new();

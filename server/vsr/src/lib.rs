@@ -136,7 +136,8 @@
 //! steps as the server's shell does, and a few clients on virtual time over a
 //! seeded packet simulator (drop, duplicate, delay/reorder) and simulated storage (in-order
 //! writes; a crash loses pending writes and may tear the one in progress; the view state in two
-//! slots, written through the same queue, so a torn one falls back to the older slot). Replicas
+//! slots of a separate file, ordered after the journal only by the sync the core asks for
+//! first, so a crash may lose or tear it and a restart falls back to the older slot). Replicas
 //! crash and restart (volatile state lost, durable journal, checkpoints and view state kept), at
 //! most `f` at a time in groups of three or more, and about half the seeds also crash every
 //! replica at once (each losing its unsynced writes), after which the group must elect a

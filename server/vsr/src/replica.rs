@@ -1233,11 +1233,12 @@ impl Replica {
     /// and wait for a `StartView` we can install. No timeout here: a replica that cannot
     /// catch up must not keep replacing primaries that serve the others.
     fn recover_for_state_transfer(&mut self) {
+        // Also when rejoining after a restart: the group is alive, we just cannot follow it.
+        self.rejoin_times_out = false;
         if self.status == Status::Recovering {
             return;
         }
         self.status = Status::Recovering;
-        self.rejoin_times_out = false;
         self.rejoin_since = None;
         self.prepare_oks.clear();
         self.request_start_view();

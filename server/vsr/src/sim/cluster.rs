@@ -519,7 +519,7 @@ impl Cluster {
                 Step::Sync if node.storage.prepares_pending() => node.sync_pending = true,
                 Step::Sync => core.synced(),
                 Step::Truncate { after_op } => node.storage.truncate(after_op),
-                // Written after every journal write queued before it (see `Storage`).
+                // The core synced the journal before handing this out (see `Storage`).
                 Step::PersistView { state } => {
                     let at = self.now + 1 + self.rng.below(3);
                     node.storage.write_view(at, index as u8, state);
