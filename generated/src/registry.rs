@@ -1224,6 +1224,13 @@ pub const STRUCTS: &[StructInfo] = &[
         until: 4294967295,
     },
     StructInfo {
+        name: "VsrViewState",
+        module: "storage",
+        fixed: Some(37),
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
         name: "EntryChecksumInput",
         module: "storage",
         fixed: Some(53),
@@ -1501,6 +1508,7 @@ pub fn roundtrip(name: &str, input: &[u8]) -> Option<Result<Roundtrip, WireError
         "VsrClientSession" => rt!(crate ::storage::VsrClientSession, input),
         "VsrCheckpoint" => rt!(crate ::storage::VsrCheckpoint, input),
         "VsrCheckpointV0" => rt!(crate ::storage::VsrCheckpointV0, input),
+        "VsrViewState" => rt!(crate ::storage::VsrViewState, input),
         "EntryChecksumInput" => rt!(crate ::storage::EntryChecksumInput, input),
         "CheckpointSlot" => rt!(crate ::storage::CheckpointSlot, input),
         _ => None,

@@ -20,6 +20,8 @@ pub const STORAGE_MARKER_SIZE_MAX: u64 = 256;
 pub const VSR_CHECKPOINT_MAGIC: [u8; 4] = *b"VSPL";
 /// `VSR_CHECKPOINT_MAGIC_V0` (spec/storage.spec:248).
 pub const VSR_CHECKPOINT_MAGIC_V0: [u8; 4] = *b"VSPK";
+/// `VSR_VIEW_STATE_MAGIC` (spec/storage.spec:288).
+pub const VSR_VIEW_STATE_MAGIC: [u8; 4] = *b"VSVW";
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]
 pub enum OffsetOwnerKind {
@@ -1772,6 +1774,148 @@ impl WireEncode for VsrCheckpointPrefix {
 impl<'a> WireDecode<'a> for VsrCheckpointPrefix {
     fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
         let b = iggy_wire::take(input, 12)?;
+        Self::decode_fixed(b)
+    }
+}
+/// Fixed-layout `VsrViewState`, 37 bytes: a replica's durable view state: the highest view it took part in and the view of its log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VsrViewState {
+    /// VSR_VIEW_STATE_MAGIC
+    pub magic: [u8; 4],
+    /// the cluster id the state belongs to (0 in the simulator): foreign state is refused
+    pub cluster: u128,
+    /// the replica id that wrote it: another replica's state is refused
+    pub replica: u8,
+    /// the highest view this replica voted in or entered
+    pub view: u32,
+    /// the view whose log the journal holds (at most view)
+    pub log_view: u32,
+    pub seal: u64,
+}
+impl VsrViewState {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 37;
+    /// Byte offset of `magic`.
+    pub const MAGIC_OFFSET: usize = 0;
+    /// Size of `magic` in bytes.
+    pub const MAGIC_SIZE: usize = 4;
+    /// Byte offset of `cluster`.
+    pub const CLUSTER_OFFSET: usize = 4;
+    /// Size of `cluster` in bytes.
+    pub const CLUSTER_SIZE: usize = 16;
+    /// Byte offset of `replica`.
+    pub const REPLICA_OFFSET: usize = 20;
+    /// Size of `replica` in bytes.
+    pub const REPLICA_SIZE: usize = 1;
+    /// Byte offset of `view`.
+    pub const VIEW_OFFSET: usize = 21;
+    /// Size of `view` in bytes.
+    pub const VIEW_SIZE: usize = 4;
+    /// Byte offset of `log_view`.
+    pub const LOG_VIEW_OFFSET: usize = 25;
+    /// Size of `log_view` in bytes.
+    pub const LOG_VIEW_SIZE: usize = 4;
+    /// Byte offset of `seal`.
+    pub const SEAL_OFFSET: usize = 29;
+    /// Size of `seal` in bytes.
+    pub const SEAL_SIZE: usize = 8;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
+        }
+        let magic = iggy_wire::get_at::<4>(buf, 0);
+        let cluster = <u128>::decode_exact(&buf[4..20])
+            .map_err(|_| WireError::InvalidValue {
+                field: "cluster",
+            })?;
+        let replica = <u8>::decode_exact(&buf[20..21])
+            .map_err(|_| WireError::InvalidValue {
+                field: "replica",
+            })?;
+        let view = <u32>::decode_exact(&buf[21..25])
+            .map_err(|_| WireError::InvalidValue {
+                field: "view",
+            })?;
+        let log_view = <u32>::decode_exact(&buf[25..29])
+            .map_err(|_| WireError::InvalidValue {
+                field: "log_view",
+            })?;
+        let seal = <u64>::decode_exact(&buf[29..37])
+            .map_err(|_| WireError::InvalidValue {
+                field: "seal",
+            })?;
+        Ok(Self {
+            magic,
+            cluster,
+            replica,
+            view,
+            log_view,
+            seal,
+        })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.magic);
+        iggy_wire::put_at(out, 4, &self.cluster.to_wire_bytes());
+        iggy_wire::put_at(out, 20, &self.replica.to_wire_bytes());
+        iggy_wire::put_at(out, 21, &self.view.to_wire_bytes());
+        iggy_wire::put_at(out, 25, &self.log_view.to_wire_bytes());
+        iggy_wire::put_at(out, 29, &self.seal.to_wire_bytes());
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 37] {
+        let mut b = [0u8; 37];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for VsrViewState {
+    /// All-zero bytes.
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 37]).expect("zero bytes decode")
+    }
+}
+const _: () = assert!(VsrViewState::SIZE == 37);
+const _: () = assert!(VsrViewState::MAGIC_OFFSET + 4 <= 37);
+const _: () = assert!(VsrViewState::CLUSTER_OFFSET + 16 <= 37);
+const _: () = assert!(VsrViewState::REPLICA_OFFSET + 1 <= 37);
+const _: () = assert!(VsrViewState::VIEW_OFFSET + 4 <= 37);
+const _: () = assert!(VsrViewState::LOG_VIEW_OFFSET + 4 <= 37);
+const _: () = assert!(VsrViewState::SEAL_OFFSET + 8 <= 37);
+impl iggy_wire::WireJson for VsrViewState {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"magic\":");
+        iggy_wire::WireJson::write_json(&self.magic, out);
+        out.push_str(",\"cluster\":");
+        iggy_wire::WireJson::write_json(&self.cluster, out);
+        out.push_str(",\"replica\":");
+        iggy_wire::WireJson::write_json(&self.replica, out);
+        out.push_str(",\"view\":");
+        iggy_wire::WireJson::write_json(&self.view, out);
+        out.push_str(",\"log_view\":");
+        iggy_wire::WireJson::write_json(&self.log_view, out);
+        out.push_str(",\"seal\":");
+        iggy_wire::WireJson::write_json(&self.seal, out);
+        out.push('}');
+    }
+}
+impl WireEncode for VsrViewState {
+    fn encoded_size(&self) -> usize {
+        37
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for VsrViewState {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 37)?;
         Self::decode_fixed(b)
     }
 }

@@ -7,7 +7,7 @@
 //! time (`sim::cluster`), and the server's compio task is a loop that performs each step.
 
 use crate::message::{Message, ReplicaId};
-use crate::{Action, Checkpoint, Config, Entry, OPERATION_REGISTER, Refusal, Replica};
+use crate::{Action, Checkpoint, Config, Entry, OPERATION_REGISTER, Refusal, Replica, ViewState};
 use bytes::Bytes;
 use std::collections::{HashMap, VecDeque};
 
@@ -73,6 +73,11 @@ pub enum Step<W> {
     Registered { op: u64, client: u128, body: Bytes },
     /// Send `message` to the group's replica `to`.
     Send { to: ReplicaId, message: Message },
+    /// Durably write the group's view state (two alternating slots, fsynced), then call
+    /// [`GroupCore::view_persisted`]. Every journal write and truncation handed out before it
+    /// is already durable (a `Sync` precedes it), so the persisted log view never names a log
+    /// the journal does not hold. Only groups of more than one replica ever persist a view.
+    PersistView { state: ViewState },
     /// Hand `outcome` to the waiter.
     Answer { waiter: W, outcome: Outcome },
 }
@@ -95,6 +100,10 @@ pub struct GroupCore<W> {
     unsynced: Vec<u64>,
     /// Whether one of `unsynced` must be fsynced whatever the group's durability.
     must_sync: bool,
+    /// A truncation was handed out since the last sync.
+    truncated: bool,
+    /// A view state to persist once the journal handed out before it is synced.
+    persist_after_sync: Option<ViewState>,
     /// A step was handed out whose input has not arrived yet.
     awaiting: Option<Awaiting>,
     answers: VecDeque<(W, Outcome)>,
@@ -109,25 +118,29 @@ enum Awaiting {
     Journaled(u64),
     Synced,
     Applied(u64),
+    ViewPersisted(ViewState),
 }
 
 impl<W> GroupCore<W> {
-    /// A group over its recovered journal prefix (and checkpoint); [`Self::poll`] then replays
-    /// the prefix as `Apply` steps. `nonce` must differ at every start of this replica (a
-    /// recovery asks its peers with it, and must not take an answer to an earlier start).
+    /// A group over its recovered journal prefix (and checkpoint) and its durable view state
+    /// (`ViewState::default()` when none was persisted); [`Self::poll`] then replays the prefix
+    /// as `Apply` steps. A replica of a larger group rejoins as a backup (see
+    /// [`Replica::open_from_checkpoint`]).
     pub fn open(
         config: Config,
         checkpoint: Option<Checkpoint>,
         entries: Vec<Entry>,
-        nonce: u64,
+        view_state: ViewState,
         durability: Durability,
         implicit_register: bool,
         policy: Option<CheckpointPolicy>,
     ) -> Self {
         let held_bytes = entries.iter().map(|entry| entry.body.len() as u64).sum();
         let replica = match checkpoint {
-            Some(checkpoint) => Replica::open_from_checkpoint(config, checkpoint, entries, nonce),
-            None => Replica::open(config, entries, nonce),
+            Some(checkpoint) => {
+                Replica::open_from_checkpoint(config, checkpoint, entries, view_state)
+            }
+            None => Replica::open(config, entries, view_state),
         };
         GroupCore::over(replica, held_bytes, durability, implicit_register, policy)
     }
@@ -172,6 +185,8 @@ impl<W> GroupCore<W> {
             held_bytes,
             unsynced: Vec::new(),
             must_sync: false,
+            truncated: false,
+            persist_after_sync: None,
             awaiting: None,
             answers: VecDeque::new(),
             issued: HashMap::new(),
@@ -230,6 +245,10 @@ impl<W> GroupCore<W> {
             if self.awaiting.is_some() {
                 return None;
             }
+            if let Some(state) = self.persist_after_sync.take() {
+                self.awaiting = Some(Awaiting::ViewPersisted(state));
+                return Some(Step::PersistView { state });
+            }
             let Some(action) = self.replica.poll_action() else {
                 if self.unsynced.is_empty() {
                     return None;
@@ -247,7 +266,20 @@ impl<W> GroupCore<W> {
                     self.awaiting = Some(Awaiting::Journaled(op));
                     return Some(Step::Journal { op, entry });
                 }
-                Action::TruncateJournal { after_op } => return Some(Step::Truncate { after_op }),
+                Action::TruncateJournal { after_op } => {
+                    self.truncated = true;
+                    return Some(Step::Truncate { after_op });
+                }
+                Action::PersistView { state } => {
+                    if self.unsynced.is_empty() && !self.truncated {
+                        self.awaiting = Some(Awaiting::ViewPersisted(state));
+                        return Some(Step::PersistView { state });
+                    }
+                    // The log the state names must be durable first, whatever the durability.
+                    self.persist_after_sync = Some(state);
+                    self.awaiting = Some(Awaiting::Synced);
+                    return Some(Step::Sync);
+                }
                 Action::Commit {
                     op,
                     client,
@@ -316,7 +348,16 @@ impl<W> GroupCore<W> {
     pub fn synced(&mut self) {
         debug_assert_eq!(self.awaiting, Some(Awaiting::Synced));
         self.awaiting = None;
+        self.truncated = false;
+        self.must_sync = false;
         self.writes_done();
+    }
+
+    /// The view state of the last [`Step::PersistView`] is durable: messages naming it may go.
+    pub fn view_persisted(&mut self, state: ViewState) {
+        debug_assert_eq!(self.awaiting, Some(Awaiting::ViewPersisted(state)));
+        self.awaiting = None;
+        self.replica.on_view_persisted(state);
     }
 
     /// The committed `op` was applied; `reply` is cached for retries and sent to the waiters.
@@ -466,6 +507,7 @@ mod tests {
                     }
                     Step::Registered { client, .. } => self.registered.push(client),
                     Step::Send { .. } => panic!("a group of one sends nothing"),
+                    Step::PersistView { .. } => panic!("a group of one never changes view"),
                     Step::Answer { waiter, outcome } => self.answers.push((waiter, outcome)),
                 }
             }
@@ -478,7 +520,7 @@ mod tests {
             Config::new(1, 0),
             None,
             Vec::new(),
-            1,
+            ViewState::default(),
             durability,
             implicit_register,
             Some(CheckpointPolicy {
@@ -607,7 +649,7 @@ mod tests {
             config,
             Some(checkpoint),
             Vec::new(),
-            2,
+            ViewState::default(),
             Durability::Replicated,
             true,
             None,
@@ -624,6 +666,57 @@ mod tests {
         core.submit(request(5, 7, b"x", 1));
         shell.run(&mut core);
         assert_eq!(core.next_request(5), 8, "above the committed request");
+    }
+
+    #[test]
+    fn a_view_state_is_persisted_only_after_the_log_it_names_is_synced_whatever_the_durability() {
+        let mut core: GroupCore<u32> =
+            GroupCore::format(Config::new(3, 1), Durability::Replicated, false, None);
+        let log: Vec<Entry> = (1..=2)
+            .map(|op| Entry::new(op, 2, 9, op, 5, Bytes::from_static(b"x")))
+            .collect();
+        let start_view = Message::StartView {
+            view: 2,
+            commit: 0,
+            log: crate::Log {
+                base: 0,
+                base_checksum: 0,
+                entries: log,
+            },
+        };
+        core.on_message(2, start_view);
+        let mut steps = Vec::new();
+        while let Some(step) = core.poll() {
+            match step {
+                Step::Journal { op, .. } => {
+                    steps.push(format!("journal {op}"));
+                    core.journaled(op, false);
+                }
+                Step::Truncate { after_op } => steps.push(format!("truncate {after_op}")),
+                Step::Sync => {
+                    steps.push("sync".into());
+                    core.synced();
+                }
+                Step::PersistView { state } => {
+                    steps.push(format!("persist {}/{}", state.view, state.log_view));
+                    core.view_persisted(state);
+                }
+                Step::Send { to, message } => steps.push(format!("send {} {to}", message.name())),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert_eq!(
+            steps,
+            [
+                "truncate 0",
+                "journal 1",
+                "journal 2",
+                "sync",
+                "persist 2/2",
+                "send prepare_ok 2",
+                "send prepare_ok 2",
+            ]
+        );
     }
 
     #[test]

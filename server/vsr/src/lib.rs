@@ -10,11 +10,13 @@
 //!
 //! ## Driving a replica
 //!
-//! * Create with [`Replica::open`]`(config, journal_prefix, nonce)` where `journal_prefix` is the
-//!   valid prefix (ops `1..=n`, checksums verified with [`Entry::is_valid`]) of the durable journal,
-//!   or, once checkpoints exist, with [`Replica::open_from_checkpoint`]`(config, checkpoint,
-//!   suffix, nonce)` where `suffix` is the valid journal prefix after `checkpoint.op` (see
-//!   *Checkpoints*). `open` is `open_from_checkpoint` with an empty checkpoint.
+//! * Create with [`Replica::open`]`(config, journal_prefix, view_state)` where `journal_prefix`
+//!   is the valid prefix (ops `1..=n`, checksums verified with [`Entry::is_valid`]) of the
+//!   durable journal and `view_state` the latest durable [`ViewState`] (`ViewState::default()`
+//!   when none was ever persisted), or, once checkpoints exist, with
+//!   [`Replica::open_from_checkpoint`]`(config, checkpoint, suffix, view_state)` where `suffix`
+//!   is the valid journal prefix after `checkpoint.op` (see *Checkpoints*). `open` is
+//!   `open_from_checkpoint` with an empty checkpoint.
 //! * Inputs (`on_*`):
 //!   - [`Replica::on_request`]`(client, request_no, operation, body)` — a client request.
 //!     Operation [`OPERATION_REGISTER`] registers a session (request number 0); its reply is the
@@ -26,6 +28,12 @@
 //! * Outputs: after every input, drain [`Replica::poll_action`] until `None`, executing each
 //!   [`Action`] in order:
 //!   - `Send{to, message}`: deliver to replica `to` (loss, duplication, reordering are tolerated).
+//!   - `PersistView{state}`: make every journal write and truncation emitted before it durable,
+//!     then write `state` durably (two alternating slots: [`ViewState::encode`], read back with
+//!     [`ViewState::latest`]) and call [`Replica::on_view_persisted`]`(state)`. The replica
+//!     sends no message naming a view (StartViewChange, DoViewChange, StartView, Prepare,
+//!     PrepareOk, Commit) before the view state naming it is durable: such messages wait inside
+//!     it. A group of one never emits it (its view never changes).
 //!   - `WritePrepare{op, entry}` / `TruncateJournal{after_op}`: journal operations, executed in
 //!     the order emitted; call `on_write_done(op)` when a write is durable.
 //!   - `Commit{op, client, request, operation, body}`: apply to the state machine, answer with
@@ -83,10 +91,11 @@
 //! are the committed ones. Otherwise it needs **state transfer, which is not implemented**: it
 //! installs nothing and commits nothing, records why in [`Replica::state_transfer_needed`], and
 //! - as a new primary, stays in view change (the view times out and another replica leads);
-//! - while recovering, stays recovering;
+//! - while rejoining after a restart, stays recovering;
 //! - as a backup receiving such a `StartView` (or the `StartView` a primary sends instead of
-//!   prepares it checkpointed), enters recovery with a nonce derived from its current one and
-//!   accepts only a view at least as high as the one it left.
+//!   prepares it checkpointed), leaves normal status (`Status::Recovering`, without the
+//!   rejoin timeout, so it does not keep replacing primaries that serve the others) and waits for
+//!   a `StartView` it can install.
 //!
 //! Such a replica is lost to the group until state transfer lands. To avoid it, checkpoint a
 //! multi-replica group only at ops every replica has committed and holds durably, as the
@@ -95,19 +104,44 @@
 //! ## Protocol
 //!
 //! Viewstamped Replication Revisited: normal operation (Prepare/PrepareOk/Commit heartbeat),
-//! view change (StartViewChange/DoViewChange/StartView, full-log transfer), recovery of a
-//! restarted replica (Recovery/RecoveryResponse) and prepare repair (RequestPrepare answered by
-//! Prepare). A restarted replica of a multi-replica group does not trust its own state until the
-//! group answers; a group of one recovers from its journal alone.
+//! view change (StartViewChange/DoViewChange/StartView, full-log transfer) and prepare repair
+//! (RequestPrepare answered by Prepare), with the view made durable instead of VRR's Recovery
+//! protocol (which needs a quorum that did not restart, so cannot survive a restart of every
+//! replica). What makes a restart safe:
+//!
+//! - the view state (`view`, `log_view`) is persisted before any message naming it leaves, so
+//!   a restarted replica never votes twice in a view or forgets a view it acked ops in;
+//! - a replica acks (PrepareOk, or counts its own ack as primary) only ops its journal holds
+//!   durably, so a crash loses only unacknowledged writes and a DoViewChange after a restart
+//!   never claims an op the replica no longer holds (it carries its durable log, nothing more);
+//! - a new `log_view` is persisted only after the journal holds that view's log (the shell
+//!   syncs the journal first), so the journal is never labelled with a view whose log it lacks;
+//!   a crash in between leaves a log labelled with the older view, which the view change's
+//!   choice (highest log view, then longest log) still handles;
+//! - a restarted replica rejoins as a backup (`Status::Recovering`: no acks, no commits) and
+//!   asks the primary of its persisted view for its `StartView` (`RequestStartView`; a later
+//!   view's primary answers the Prepare or Commit it hears with the same request). The primary
+//!   of the persisted view does not resume (it may have lost prepares its backups acked, and
+//!   must not prepare a different op under the same view): it starts a view change. A rejoining
+//!   replica whose primary stays silent starts a view change after the usual timeout, so a
+//!   restart of every replica elects a primary from the persisted views and durable journals.
+//!
+//! An op is discarded only when the view change's quorum of DoViewChange logs lacks it, and every
+//! committed op is durable on a quorum with a log view at least its own, so the quorum always
+//! holds it. A group of one recovers from its journal alone.
 
 //! ## Simulator
 //!
 //! [`sim::cluster::Cluster`] runs 1, 3 or 5 replicas, each a [`group::GroupCore`] performing its
 //! steps as the server's shell does, and a few clients on virtual time over a
 //! seeded packet simulator (drop, duplicate, delay/reorder) and simulated storage (in-order
-//! writes; a crash loses pending writes and may tear the one in progress). Replicas crash and
-//! restart (volatile state lost, durable journal and checkpoints kept), at most `f` at a time in
-//! groups of three or more. Replicas checkpoint every few ops (a group of one at or just below
+//! writes; a crash loses pending writes and may tear the one in progress; the view state in two
+//! slots of a separate file, ordered after the journal only by the sync the core asks for
+//! first, so a crash may lose or tear it and a restart falls back to the older slot). Replicas
+//! crash and restart (volatile state lost, durable journal, checkpoints and view state kept), at
+//! most `f` at a time in groups of three or more, and about half the seeds also crash every
+//! replica at once (each losing its unsynced writes), after which the group must elect a
+//! primary from its persisted views and finish without losing a committed op. Replicas checkpoint every few ops (a group of one at or just below
 //! its commit; larger groups only at an op every replica has committed and holds durably);
 //! checkpoints go to two alternating slots and a crash may tear the one being written, so a
 //! restart falls back to the previous one. Some seeds run with a client table smaller than the
@@ -117,7 +151,9 @@
 //! at the same op, committed ops are never lost, every client reply is the committed reply of
 //! its request, no request executes twice within a session, every replica retires the same
 //! clients at the same op, checkpoints at the same op are byte-identical on every replica,
-//! the client table stays within its bound, and no replica ever needs state transfer. After the fault phase the network heals and every
+//! the client table stays within its bound, no replica ever needs state transfer, and no message
+//! leaves a replica before the view (and log view) it names is durable in its storage. After the
+//! fault phase the network heals and every
 //! client must finish (liveness). `cargo test -p iggy-vsr --test sim` runs 70 seeds per group
 //! size; `VSR_SIM_SEEDS=N` runs N. A failure prints `replicas=R seed=S`; the seed replays it.
 
@@ -128,6 +164,7 @@ pub mod journal;
 pub mod message;
 pub mod replica;
 pub mod sim;
+pub mod view_state;
 
 pub use checkpoint::{Checkpoint, CheckpointError};
 pub use client_table::{ClientSession, ClientTable, NODE_CLIENTS_MIN, Registration, RequestCheck};
@@ -136,3 +173,4 @@ pub use message::{
     nominated_clients_max,
 };
 pub use replica::{Action, Config, Refusal, Replica, StateTransferNeeded, Status};
+pub use view_state::{ViewState, ViewStateError};

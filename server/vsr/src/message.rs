@@ -170,20 +170,26 @@ pub enum Message {
         op: u64,
         replica: ReplicaId,
     },
-    /// A lagging replica asks the primary of `view` for its `StartView`.
+    /// A lagging or restarted replica asks the primary of `view` (or of a later view) for its
+    /// `StartView`.
     RequestStartView { view: u32, replica: ReplicaId },
-    /// A restarted replica (volatile state lost) asks the others for the current state.
-    Recovery { replica: ReplicaId, nonce: u64 },
-    /// Answer to `Recovery`; only the primary of `view` includes its log and commit number.
-    RecoveryResponse {
-        view: u32,
-        nonce: u64,
-        replica: ReplicaId,
-        primary_state: Option<(u64, Log)>,
-    },
 }
 
 impl Message {
+    /// The view the message names.
+    pub fn view(&self) -> u32 {
+        match self {
+            Message::Prepare { view, .. }
+            | Message::PrepareOk { view, .. }
+            | Message::Commit { view, .. }
+            | Message::StartViewChange { view, .. }
+            | Message::DoViewChange { view, .. }
+            | Message::StartView { view, .. }
+            | Message::RequestPrepare { view, .. }
+            | Message::RequestStartView { view, .. } => *view,
+        }
+    }
+
     /// Short name for logs and traces.
     pub fn name(&self) -> &'static str {
         match self {
@@ -195,8 +201,6 @@ impl Message {
             Message::StartView { .. } => "start_view",
             Message::RequestPrepare { .. } => "request_prepare",
             Message::RequestStartView { .. } => "request_start_view",
-            Message::Recovery { .. } => "recovery",
-            Message::RecoveryResponse { .. } => "recovery_response",
         }
     }
 }

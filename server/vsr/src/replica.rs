@@ -1,4 +1,5 @@
-//! The replica state machine: normal operation, view change, recovery and prepare repair.
+//! The replica state machine: normal operation, view change, rejoining after a restart and
+//! prepare repair.
 //!
 //! Inputs are the `on_*` methods; outputs are drained with `poll_action` after every input.
 //! The replica never performs I/O and never reads a clock: time is `on_tick(now_ticks)`.
@@ -10,6 +11,7 @@ use crate::message::{
     Entry, Log, Message, OPERATION_NOMINATE_LIMITS, OPERATION_REGISTER, ReplicaId,
     nominated_clients_max,
 };
+use crate::view_state::ViewState;
 use bytes::Bytes;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -29,7 +31,7 @@ pub struct Config {
     /// Silence from the primary after which a backup starts a view change; also the time after
     /// which a stalled view change moves on to the next view.
     pub view_change_timeout_ticks: u64,
-    /// Retransmission period for prepares, view-change and recovery messages.
+    /// Retransmission period for prepares, view-change and rejoin messages.
     pub resend_ticks: u64,
 }
 
@@ -60,7 +62,8 @@ pub enum Status {
     Normal,
     /// Moving to a new view.
     ViewChange,
-    /// Restarted; waiting for the group to tell it the current state.
+    /// Restarted (or unable to install a log without state transfer): a backup that acks
+    /// nothing until a `StartView` of its view or a later one installs the group's log.
     Recovering,
 }
 
@@ -85,6 +88,10 @@ pub enum Refusal {
 pub enum Action {
     /// Send `message` to replica `to`.
     Send { to: ReplicaId, message: Message },
+    /// Durably record `state` (after every journal write and truncation emitted before it is
+    /// durable: the log must already be the one `state.log_view` names), then call
+    /// `on_view_persisted(state)`. Until then no message naming the new view is sent.
+    PersistView { state: ViewState },
     /// Durably write `entry` at `op` in the journal, then call `on_write_done(op)`.
     WritePrepare { op: u64, entry: Entry },
     /// Remove every journal entry with an op greater than `after_op` (no callback; ordered
@@ -118,9 +125,6 @@ pub enum Action {
         refusal: Refusal,
     },
 }
-
-/// A recovery response: the responder's view and, from the primary, its commit and log.
-type RecoveryAnswer = (u32, Option<(u64, Log)>);
 
 /// Why a replica cannot join the group's log without state transfer (not implemented yet).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -157,15 +161,22 @@ pub struct Replica {
     retired: BTreeMap<u64, Vec<u128>>,
     /// Set when a log from another replica could not be installed for lack of state transfer.
     state_transfer: Option<StateTransferNeeded>,
-    /// A voluntary recovery (entered for lack of state transfer) only accepts a view this high.
-    recovery_view_min: u32,
+    /// The view state the shell reported durable.
+    persisted: ViewState,
+    /// The view state being persisted (at most one write in flight).
+    persisting: Option<ViewState>,
+    /// Messages waiting for the current view state to be durable.
+    held: Vec<(ReplicaId, Message)>,
+    /// Recovering after a restart (not for lack of state transfer): a silent primary is
+    /// replaced after the view-change timeout, as a backup's would be.
+    rejoin_times_out: bool,
+    /// When the current rejoin started (set at the first tick after it began).
+    rejoin_since: Option<u64>,
     /// Primary only: replicas that acknowledged each uncommitted op in this view.
     prepare_oks: BTreeMap<u64, BTreeSet<ReplicaId>>,
     start_view_change_from: BTreeSet<ReplicaId>,
     do_view_change_from: BTreeMap<ReplicaId, (u32, u64, Log)>,
     do_view_change_sent: bool,
-    recovery_nonce: u64,
-    recovery_responses: BTreeMap<ReplicaId, RecoveryAnswer>,
     now: u64,
     heard_from_primary_at: u64,
     view_change_started_at: u64,
@@ -178,26 +189,53 @@ pub struct Replica {
 
 impl Replica {
     /// Opens a replica over the valid prefix of its durable journal (ops `1..=n`, torn tail
-    /// already dropped by the shell). `nonce` must differ across restarts of this replica.
+    /// already dropped by the shell) and its durable view state (`ViewState::default()` when
+    /// none was ever persisted).
     ///
     /// A group of one commits its whole journal at once (every written entry had its quorum).
-    /// A larger group starts in `Status::Recovering` and asks the others for the current view.
-    /// Either way the replica re-emits `Commit` for every op from 1 on: the shell applies them
-    /// to a fresh state machine. Same as `open_from_checkpoint` with an empty checkpoint.
-    pub fn open(config: Config, journal_entries: Vec<Entry>, nonce: u64) -> Self {
-        Replica::open_from_checkpoint(config, Checkpoint::default(), journal_entries, nonce)
+    /// A larger group rejoins as a backup (see `open_from_checkpoint`). Either way the replica
+    /// re-emits `Commit` for every op from 1 on: the shell applies them to a fresh state
+    /// machine. Same as `open_from_checkpoint` with an empty checkpoint.
+    pub fn open(config: Config, journal_entries: Vec<Entry>, view_state: ViewState) -> Self {
+        Replica::open_from_checkpoint(config, Checkpoint::default(), journal_entries, view_state)
     }
 
-    /// Opens a replica from its latest durable `checkpoint` and the valid prefix of the journal
-    /// after it (`suffix` holds ops `checkpoint.op + 1..=n`, in order). The client table is
-    /// restored from the checkpoint; `Commit` is replayed only for ops above `checkpoint.op`
-    /// (the shell's state machine is restored to `checkpoint.op` by the shell). A group of one
-    /// commits the whole suffix; a larger group recovers as in `open`.
+    /// Opens a replica from its latest durable `checkpoint`, the valid prefix of the journal
+    /// after it (`suffix` holds ops `checkpoint.op + 1..=n`, in order) and its durable view
+    /// state. The client table is restored from the checkpoint; `Commit` is replayed only for
+    /// ops above `checkpoint.op` (the shell's state machine is restored to `checkpoint.op` by
+    /// the shell). A group of one commits the whole suffix.
+    ///
+    /// A replica of a larger group rejoins as a backup in `Status::Recovering`: it acks and
+    /// commits nothing until it installs a `StartView` of its persisted view or a later one,
+    /// which it asks the primary of its view for (`RequestStartView`). It still takes part in
+    /// view changes: its journal holds every op it ever acknowledged and its view state every
+    /// view it voted in. The primary of the persisted view does not resume leading (it may have
+    /// lost prepares its backups hold), it starts a view change to the next view.
     pub fn open_from_checkpoint(
         config: Config,
         checkpoint: Checkpoint,
         suffix: Vec<Entry>,
-        nonce: u64,
+        view_state: ViewState,
+    ) -> Self {
+        let mut replica = Replica::restored(config, checkpoint, suffix, view_state);
+        if replica.is_solo() {
+            replica.commit_max = replica.journal.op();
+            replica.commit_advance();
+        } else if replica.primary_of(replica.view) == replica.config.replica {
+            replica.start_view_change(replica.view + 1);
+        } else {
+            replica.request_start_view();
+        }
+        replica
+    }
+
+    /// The replica's state as persisted, before it does anything.
+    fn restored(
+        config: Config,
+        checkpoint: Checkpoint,
+        suffix: Vec<Entry>,
+        view_state: ViewState,
     ) -> Self {
         let base = Base {
             op: checkpoint.op,
@@ -205,27 +243,35 @@ impl Replica {
             checksum: checkpoint.checksum,
         };
         let journal = Journal::from_entries(base, suffix);
+        // An install of a later view's log may have reached the journal before the view state
+        // naming it did (the shell persists the view after the journal): never stay below a
+        // view our own entries were prepared in.
         let view = journal
             .entries()
             .iter()
             .map(|entry| entry.view)
             .max()
             .unwrap_or(0)
-            .max(checkpoint.view);
+            .max(checkpoint.view)
+            .max(view_state.view);
         let clients = ClientTable::from_rows(
             config.clients_table_max,
             checkpoint.clients_max,
             checkpoint.clients,
         );
         let solo = config.replica_count == 1;
-        let mut replica = Replica {
+        Replica {
             base_clients: clients.clone(),
             clients,
             executed: BTreeMap::new(),
             retiring: Vec::new(),
             retired: BTreeMap::new(),
             state_transfer: None,
-            recovery_view_min: 0,
+            persisted: view_state,
+            persisting: None,
+            held: Vec::new(),
+            rejoin_times_out: true,
+            rejoin_since: None,
             config,
             status: if solo {
                 Status::Normal
@@ -233,7 +279,8 @@ impl Replica {
                 Status::Recovering
             },
             view,
-            log_view: view,
+            // A group of one's log is its own: the view it was prepared in is its log's view.
+            log_view: if solo { view } else { view_state.log_view },
             commit_max: checkpoint.op,
             commit_min: checkpoint.op,
             commit_in_flight: None,
@@ -242,8 +289,6 @@ impl Replica {
             start_view_change_from: BTreeSet::new(),
             do_view_change_from: BTreeMap::new(),
             do_view_change_sent: false,
-            recovery_nonce: nonce,
-            recovery_responses: BTreeMap::new(),
             now: 0,
             heard_from_primary_at: 0,
             view_change_started_at: 0,
@@ -251,14 +296,7 @@ impl Replica {
             resent_at: 0,
             actions: VecDeque::new(),
             released_through: checkpoint.op,
-        };
-        if solo {
-            replica.commit_max = replica.journal.op();
-            replica.commit_advance();
-        } else {
-            replica.send_recovery();
         }
-        replica
     }
 
     /// Checkpoints at `op` (at most `commit_min`): forgets the journal entries at or below `op`
@@ -266,7 +304,7 @@ impl Replica {
     ///
     /// Call it once the state machine's effects of every op `<= op` are durable; after the
     /// returned checkpoint is durable, the shell may drop its journal prefix `<= op`. A later
-    /// `open_from_checkpoint(config, checkpoint, suffix, nonce)` resumes from it. `op` below the
+    /// `open_from_checkpoint(config, checkpoint, suffix, view_state)` resumes from it. `op` below the
     /// previous checkpoint is not allowed; `op` equal to it returns the same checkpoint again.
     pub fn checkpoint(&mut self, op: u64) -> Checkpoint {
         assert!(op <= self.commit_min, "checkpoint above commit_min");
@@ -303,9 +341,13 @@ impl Replica {
     /// A replica of a freshly formatted group (empty journal, view 0, normal status). Use
     /// `open` for every later start.
     pub fn new(config: Config) -> Self {
-        let mut replica = Replica::open(config, Vec::new(), 0);
+        let mut replica = Replica::restored(
+            config,
+            Checkpoint::default(),
+            Vec::new(),
+            ViewState::default(),
+        );
         replica.status = Status::Normal;
-        replica.actions.clear();
         replica
     }
 
@@ -402,7 +444,38 @@ impl Replica {
 
     /// Next output, if any. Drain after every input.
     pub fn poll_action(&mut self) -> Option<Action> {
+        if self.actions.is_empty() {
+            // Last, after the journal writes of the same input: the view state must not name
+            // a log the journal does not hold yet.
+            let state = self.view_state();
+            if !self.is_solo() && self.persisting.is_none() && self.persisted != state {
+                self.persisting = Some(state);
+                return Some(Action::PersistView { state });
+            }
+        }
         self.actions.pop_front()
+    }
+
+    /// The view state last reported durable (`on_view_persisted`).
+    pub fn persisted_view_state(&self) -> ViewState {
+        self.persisted
+    }
+
+    /// The shell made `state` (the last `PersistView`) durable. Messages held for it are sent
+    /// once the replica's current view state is durable (it may have moved on meanwhile: then
+    /// the next `PersistView` follows).
+    pub fn on_view_persisted(&mut self, state: ViewState) {
+        assert_eq!(
+            self.persisting.take(),
+            Some(state),
+            "only the PersistView handed out is reported durable"
+        );
+        self.persisted = state;
+        if self.persisted == self.view_state() {
+            for (to, message) in std::mem::take(&mut self.held) {
+                self.actions.push_back(Action::Send { to, message });
+            }
+        }
     }
 
     // ----- inputs -----
@@ -591,8 +664,15 @@ impl Replica {
         }
         match self.status {
             Status::Recovering => {
-                if self.now >= self.resent_at + self.config.resend_ticks {
-                    self.send_recovery();
+                let since = *self.rejoin_since.get_or_insert(self.now);
+                let timeout =
+                    self.config.view_change_timeout_ticks + 3 * u64::from(self.config.replica);
+                if self.rejoin_times_out && self.now >= since + timeout {
+                    // Nobody answered as the primary of our view or a later one: replace it,
+                    // as a backup that stopped hearing from its primary would.
+                    self.start_view_change(self.view + 1);
+                } else if self.now >= self.resent_at + self.config.resend_ticks {
+                    self.request_start_view();
                 }
             }
             Status::ViewChange => {
@@ -621,18 +701,9 @@ impl Replica {
         if from >= self.config.replica_count || from == self.config.replica {
             return;
         }
-        if self.status == Status::Recovering {
-            if let Message::RecoveryResponse {
-                view,
-                nonce,
-                replica,
-                primary_state,
-            } = message
-            {
-                self.on_recovery_response(view, nonce, replica, primary_state);
-            }
-            return;
-        }
+        // A recovering replica goes through the same handlers: it acks nothing (it is not in
+        // normal status), answers a primary's Prepare or Commit with a RequestStartView, installs
+        // a StartView of its view or a later one, and takes part in view changes.
         match message {
             Message::Prepare {
                 view,
@@ -654,12 +725,12 @@ impl Replica {
                 self.on_request_prepare(view, op, replica)
             }
             Message::RequestStartView { view, replica } => {
-                if view == self.view && self.is_primary() {
+                // A restarted replica asks the primary of the view it persisted; a later view's
+                // StartView serves it as well.
+                if view <= self.view && self.is_primary() {
                     self.send_start_view(replica);
                 }
             }
-            Message::Recovery { replica, nonce } => self.on_recovery(replica, nonce),
-            Message::RecoveryResponse { .. } => {}
         }
     }
 }
@@ -672,9 +743,23 @@ impl Replica {
             .collect()
     }
 
+    /// Sends `message`, or holds it until the current view state is durable: no message
+    /// naming a view leaves before the view (and the log's view) is persisted.
     fn send(&mut self, to: ReplicaId, message: Message) {
         debug_assert_ne!(to, self.config.replica);
-        self.actions.push_back(Action::Send { to, message });
+        if self.persisted == self.view_state() {
+            self.actions.push_back(Action::Send { to, message });
+        } else {
+            self.held.push((to, message));
+        }
+    }
+
+    /// The view state the replica is in now (persisted or not).
+    fn view_state(&self) -> ViewState {
+        ViewState {
+            view: self.view,
+            log_view: self.log_view,
+        }
     }
 
     fn refuse(&mut self, client: u128, request: u64, refusal: Refusal) {
@@ -918,7 +1003,7 @@ impl Replica {
 // ----- private: view change -----
 impl Replica {
     fn start_view_change(&mut self, view: u32) {
-        assert!(view > self.view || self.status == Status::Normal);
+        assert!(view > self.view || self.status != Status::ViewChange);
         self.view = view;
         self.status = Status::ViewChange;
         self.view_change_started_at = self.now;
@@ -948,7 +1033,7 @@ impl Replica {
         if view < self.view || (view == self.view && self.status == Status::Normal) {
             return;
         }
-        if view > self.view {
+        if view > self.view || self.status == Status::Recovering {
             self.start_view_change(view);
         }
         self.start_view_change_from.insert(replica);
@@ -987,6 +1072,9 @@ impl Replica {
     ) {
         if view < self.view || self.primary_of(view) != self.config.replica {
             return;
+        }
+        if view == self.view && self.status == Status::Recovering {
+            return; // Left this view for lack of state transfer; only a later one is joined.
         }
         if view == self.view && self.status == Status::Normal {
             // Already started this view: the sender missed StartView.
@@ -1125,100 +1213,34 @@ impl Replica {
     }
 }
 
-// ----- private: recovery -----
+// ----- private: rejoining -----
 impl Replica {
-    fn send_recovery(&mut self) {
+    /// Asks the primary of our view for its `StartView` (any later view's primary answers
+    /// the Prepare or Commit we then hear from it the same way).
+    fn request_start_view(&mut self) {
         self.resent_at = self.now;
-        for to in self.others() {
-            self.send(
-                to,
-                Message::Recovery {
-                    replica: self.config.replica,
-                    nonce: self.recovery_nonce,
-                },
-            );
+        let primary = self.primary_of(self.view);
+        if primary != self.config.replica {
+            let message = Message::RequestStartView {
+                view: self.view,
+                replica: self.config.replica,
+            };
+            self.send(primary, message);
         }
     }
 
-    fn on_recovery(&mut self, replica: ReplicaId, nonce: u64) {
-        if self.status != Status::Normal {
-            return;
-        }
-        let primary_state = if self.is_primary() {
-            Some((self.commit_max, self.log()))
-        } else {
-            None
-        };
-        let message = Message::RecoveryResponse {
-            view: self.view,
-            nonce,
-            replica: self.config.replica,
-            primary_state,
-        };
-        self.send(replica, message);
-    }
-
-    fn on_recovery_response(
-        &mut self,
-        view: u32,
-        nonce: u64,
-        replica: ReplicaId,
-        state: Option<(u64, Log)>,
-    ) {
-        if nonce != self.recovery_nonce {
-            return;
-        }
-        self.recovery_responses.insert(replica, (view, state));
-        if self.recovery_responses.len() < self.config.quorum() {
-            return;
-        }
-        let view_max = self
-            .recovery_responses
-            .values()
-            .map(|(view, _)| *view)
-            .max()
-            .unwrap();
-        if view_max < self.recovery_view_min {
-            return;
-        }
-        let primary = self.primary_of(view_max);
-        let Some((view, Some((commit, log)))) = self.recovery_responses.get(&primary).cloned()
-        else {
-            return;
-        };
-        if view != view_max {
-            return;
-        }
-        self.recovery_responses.clear();
-        if !self.install_log(log) {
-            return; // Stay recovering; the next round of responses is tried again.
-        }
-        self.view = view;
-        self.log_view = view;
-        self.status = Status::Normal;
-        self.heard_from_primary_at = self.now;
-        self.learn_commit(commit);
-        for op in self.commit_max + 1..=self.journal.op() {
-            if self.journal.is_durable(op) {
-                self.acknowledge(op);
-            }
-        }
-    }
-
-    /// A log could not be installed for lack of state transfer: leave the protocol (no acks,
-    /// no votes) and recover with a fresh nonce, accepting only a view at least as high as ours.
+    /// A log could not be installed for lack of state transfer: leave the protocol (no acks)
+    /// and wait for a `StartView` we can install. No timeout here: a replica that cannot
+    /// catch up must not keep replacing primaries that serve the others.
     fn recover_for_state_transfer(&mut self) {
+        // Also when rejoining after a restart: the group is alive, we just cannot follow it.
+        self.rejoin_times_out = false;
         if self.status == Status::Recovering {
             return;
         }
         self.status = Status::Recovering;
-        self.recovery_view_min = self.view;
-        self.recovery_nonce = self
-            .recovery_nonce
-            .rotate_left(29)
-            .wrapping_add(0x9e37_79b9_7f4a_7c15);
-        self.recovery_responses.clear();
+        self.rejoin_since = None;
         self.prepare_oks.clear();
-        self.send_recovery();
+        self.request_start_view();
     }
 }

@@ -11,6 +11,7 @@ fn seeds() -> u64 {
 
 fn run(replica_count: u8) {
     let (mut committed, mut checkpoints, mut retirements, mut refused_full) = (0, 0, 0, 0);
+    let (mut restarts_all, mut views_persisted, mut view_max) = (0, 0, 0);
     for seed in 0..seeds() {
         let seed = seed * 1_000 + u64::from(replica_count);
         let result = std::panic::catch_unwind(|| {
@@ -22,6 +23,9 @@ fn run(replica_count: u8) {
                 checkpoints += summary.checkpoints;
                 retirements += summary.retirements;
                 refused_full += summary.refused_full;
+                restarts_all += summary.restarts_all;
+                views_persisted += summary.views_persisted;
+                view_max = view_max.max(summary.view_max);
             }
             Err(panic) => {
                 eprintln!("VSR simulation failed: replicas={replica_count} seed={seed}");
@@ -34,8 +38,22 @@ fn run(replica_count: u8) {
         "every seed commits registers and requests"
     );
     eprintln!(
-        "replicas={replica_count}: {checkpoints} checkpoints, {retirements} retirements, \
-         {refused_full} registers refused at capacity"
+        "replicas={replica_count}: {committed} ops committed, {checkpoints} checkpoints, \
+         {retirements} retirements, {refused_full} registers refused at capacity, \
+         {restarts_all} restarts of every replica, {views_persisted} view states persisted \
+         (highest view {view_max})"
+    );
+    assert!(
+        seeds() < 10 || restarts_all > 0,
+        "restarts of every replica at once are exercised"
+    );
+    assert!(
+        replica_count == 1 || views_persisted > 0,
+        "view changes persist view states"
+    );
+    assert!(
+        replica_count > 1 || views_persisted == 0,
+        "a group of one never persists a view"
     );
     assert!(checkpoints > 0, "checkpoints are exercised");
     assert!(
@@ -72,4 +90,34 @@ fn a_seed_replays_exactly() {
     let first = Cluster::new(7, 5, 3, 20).run(1_500, 30_000);
     let second = Cluster::new(7, 5, 3, 20).run(1_500, 30_000);
     assert_eq!(format!("{first:?}"), format!("{second:?}"));
+}
+
+/// Every replica crashes at once (pending journal and view-state writes lost or torn on each),
+/// several times over: nobody can learn the view from a replica that did not restart, yet the
+/// group elects a primary again from the persisted view states and loses no committed op.
+#[test]
+fn every_replica_restarting_at_once_loses_nothing() {
+    for replica_count in [3, 5] {
+        for seed in 0..12u64 {
+            let seed = 90_000 + seed * 10 + u64::from(replica_count);
+            let at = 60 + (seed * 37) % 200;
+            let result = std::panic::catch_unwind(|| {
+                Cluster::new(seed, replica_count, 3, 20)
+                    .restart_all_at(at)
+                    .run(1_500, 30_000)
+            });
+            match result {
+                Ok(summary) => {
+                    assert_eq!(summary.restarts_all, 1, "seed {seed}: {summary:?}");
+                    assert!(summary.committed >= 3 * 21, "seed {seed}: {summary:?}");
+                }
+                Err(panic) => {
+                    eprintln!(
+                        "restart of every replica failed: replicas={replica_count} seed={seed}"
+                    );
+                    std::panic::resume_unwind(panic);
+                }
+            }
+        }
+    }
 }

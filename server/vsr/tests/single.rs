@@ -1,7 +1,7 @@
 //! Cluster of one: request → WritePrepare → on_write_done → Commit → reply.
 
 use bytes::Bytes;
-use iggy_vsr::{Action, Config, OPERATION_REGISTER, Refusal, Replica};
+use iggy_vsr::{Action, Config, OPERATION_REGISTER, Refusal, Replica, ViewState};
 
 fn drain(replica: &mut Replica) -> Vec<Action> {
     std::iter::from_fn(|| replica.poll_action()).collect()
@@ -57,7 +57,7 @@ fn register_request_duplicate_and_restart() {
     let mut config = Config::new(1, 0);
     config.clients_table_max = 1;
     let mut journal = Vec::new();
-    let mut replica = Replica::open(config.clone(), Vec::new(), 1);
+    let mut replica = Replica::open(config.clone(), Vec::new(), ViewState::default());
     replica.on_request(7, 0, OPERATION_REGISTER, Bytes::new());
     let out = drive(&mut replica, &mut journal);
     assert_eq!(
@@ -152,7 +152,7 @@ fn register_request_duplicate_and_restart() {
 
     // Restart from the journal: every op is replayed to a fresh state machine, which retires
     // the logged-out client again at the same op.
-    let mut restarted = Replica::open(config, journal.clone(), 2);
+    let mut restarted = Replica::open(config, journal.clone(), ViewState::default());
     let mut replayed = Vec::new();
     while let Some(action) = restarted.poll_action() {
         if let Action::Commit { op, .. } = action {
@@ -221,7 +221,7 @@ fn a_full_table_refuses_registers_until_a_logout_retires_a_session() {
     let mut config = Config::new(1, 0);
     config.clients_table_max = 2;
     let mut journal = Vec::new();
-    let mut replica = Replica::open(config.clone(), Vec::new(), 1);
+    let mut replica = Replica::open(config.clone(), Vec::new(), ViewState::default());
     register_and_request(&mut replica, &mut journal, 1, 1..=1); // ops 1, 2
     register_and_request(&mut replica, &mut journal, 2, 1..=1); // ops 3, 4
     for _ in 0..2 {
@@ -275,7 +275,8 @@ fn a_full_table_refuses_registers_until_a_logout_retires_a_session() {
         .collect();
     assert_eq!(clients, vec![1, 3]);
     let decoded = iggy_vsr::Checkpoint::decode(&checkpoint.encode()).unwrap();
-    let mut restored = Replica::open_from_checkpoint(config, decoded, Vec::new(), 2);
+    let mut restored =
+        Replica::open_from_checkpoint(config, decoded, Vec::new(), ViewState::default());
     assert_eq!(restored.clients(), replica.clients());
     restored.on_request(4, 0, OPERATION_REGISTER, Bytes::new());
     assert!(matches!(
@@ -291,7 +292,7 @@ fn a_full_table_refuses_registers_until_a_logout_retires_a_session() {
 fn a_request_pipelined_behind_its_clients_logout_is_refused_at_commit() {
     let mut config = Config::new(1, 0);
     config.clients_table_max = 1;
-    let mut replica = Replica::open(config, Vec::new(), 1);
+    let mut replica = Replica::open(config, Vec::new(), ViewState::default());
     let mut journal = Vec::new();
     register_and_request(&mut replica, &mut journal, 1, 1..=1);
     // Both prepared before either commits: the logout retires client 1 first.
@@ -337,7 +338,7 @@ fn a_request_pipelined_behind_its_clients_logout_is_refused_at_commit() {
 fn registers_are_refused_only_when_the_pipeline_holds_a_full_table_of_them() {
     let mut config = Config::new(1, 0);
     config.clients_table_max = 2;
-    let mut replica = Replica::open(config, Vec::new(), 1);
+    let mut replica = Replica::open(config, Vec::new(), ViewState::default());
     for client in 1..=3 {
         replica.on_request(client, 0, OPERATION_REGISTER, Bytes::new());
     }
@@ -356,7 +357,7 @@ fn registers_are_refused_only_when_the_pipeline_holds_a_full_table_of_them() {
 fn checkpoint_then_reopen_replays_only_the_suffix_and_keeps_dedup() {
     let config = Config::new(1, 0);
     let mut journal = Vec::new();
-    let mut replica = Replica::open(config.clone(), Vec::new(), 1);
+    let mut replica = Replica::open(config.clone(), Vec::new(), ViewState::default());
     register_and_request(&mut replica, &mut journal, 7, 1..=2); // ops 1..=3
     register_and_request(&mut replica, &mut journal, 8, 1..=1); // ops 4, 5
     assert_eq!(replica.journal_len(), 5);
@@ -380,7 +381,8 @@ fn checkpoint_then_reopen_replays_only_the_suffix_and_keeps_dedup() {
     let decoded = iggy_vsr::Checkpoint::decode(&bytes).unwrap();
     assert_eq!(decoded, checkpoint);
 
-    let mut reopened = Replica::open_from_checkpoint(config.clone(), decoded, suffix, 2);
+    let mut reopened =
+        Replica::open_from_checkpoint(config.clone(), decoded, suffix, ViewState::default());
     let mut replayed = Vec::new();
     while let Some(action) = reopened.poll_action() {
         match action {
@@ -400,7 +402,8 @@ fn checkpoint_then_reopen_replays_only_the_suffix_and_keeps_dedup() {
     // still replays its cached reply, and an older one is refused.
     let full = reopened.checkpoint(6);
     assert_eq!(reopened.journal_len(), 0);
-    let mut reopened = Replica::open_from_checkpoint(config, full, Vec::new(), 3);
+    let mut reopened =
+        Replica::open_from_checkpoint(config, full, Vec::new(), ViewState::default());
     assert_eq!(reopened.poll_action(), None, "nothing to replay");
     assert_eq!(reopened.op(), 6);
     let mut tail = Vec::new();
@@ -433,7 +436,7 @@ fn checkpoint_then_reopen_replays_only_the_suffix_and_keeps_dedup() {
 #[test]
 fn torn_checkpoint_bytes_are_rejected() {
     let mut journal = Vec::new();
-    let mut replica = Replica::open(Config::new(1, 0), Vec::new(), 1);
+    let mut replica = Replica::open(Config::new(1, 0), Vec::new(), ViewState::default());
     register_and_request(&mut replica, &mut journal, 7, 1..=3);
     let bytes = replica.checkpoint(4).encode();
     assert!(iggy_vsr::Checkpoint::decode(&bytes).is_ok());
@@ -452,7 +455,7 @@ fn torn_checkpoint_bytes_are_rejected() {
 #[test]
 fn a_solo_replica_releases_committed_bodies_keeping_registers_and_cached_replies() {
     let mut journal = Vec::new();
-    let mut replica = Replica::open(Config::new(1, 0), Vec::new(), 1);
+    let mut replica = Replica::open(Config::new(1, 0), Vec::new(), ViewState::default());
     replica.on_request(7, 0, OPERATION_REGISTER, Bytes::from_static(b"who"));
     drive(&mut replica, &mut journal);
     replica.on_request(7, 1, 9, Bytes::from_static(b"a batch"));
@@ -474,7 +477,7 @@ fn a_solo_replica_releases_committed_bodies_keeping_registers_and_cached_replies
 #[test]
 fn an_older_request_behind_a_pipelined_newer_one_is_answered_not_dropped() {
     let mut journal = Vec::new();
-    let mut replica = Replica::open(Config::new(1, 0), Vec::new(), 1);
+    let mut replica = Replica::open(Config::new(1, 0), Vec::new(), ViewState::default());
     replica.on_request(7, 0, OPERATION_REGISTER, Bytes::new());
     drive(&mut replica, &mut journal);
     // Request 3 is prepared; its journal write has not completed.
@@ -519,7 +522,7 @@ fn the_first_committed_nomination_fixes_the_client_table_capacity_for_good() {
     let mut config = Config::new(1, 0);
     config.clients_table_max = 2;
     let mut journal = Vec::new();
-    let mut replica = Replica::open(config.clone(), Vec::new(), 1);
+    let mut replica = Replica::open(config.clone(), Vec::new(), ViewState::default());
     assert_eq!(replica.clients().nominated(), None);
     replica.nominate_limits(2);
     replica.nominate_limits(2); // already being prepared: nothing more
@@ -542,12 +545,12 @@ fn the_first_committed_nomination_fixes_the_client_table_capacity_for_good() {
     // A restart configured for 50 replays the nomination and keeps 2, with or without a
     // checkpoint.
     config.clients_table_max = 50;
-    let replayed = Replica::open(config.clone(), journal.clone(), 2);
+    let replayed = Replica::open(config.clone(), journal.clone(), ViewState::default());
     assert_eq!(replayed.clients().nominated(), Some(2));
     let checkpoint = replica.checkpoint(replica.commit_min());
     assert_eq!(checkpoint.clients_max, Some(2));
     let decoded = iggy_vsr::Checkpoint::decode(&checkpoint.encode()).unwrap();
-    let restored = Replica::open_from_checkpoint(config, decoded, Vec::new(), 3);
+    let restored = Replica::open_from_checkpoint(config, decoded, Vec::new(), ViewState::default());
     assert_eq!(restored.clients().nominated(), Some(2));
     assert_eq!(restored.clients().clients_max(), 2);
 }

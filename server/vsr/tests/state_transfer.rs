@@ -5,6 +5,7 @@
 use bytes::Bytes;
 use iggy_vsr::{
     Action, Config, Entry, Log, Message, OPERATION_REGISTER, Replica, StateTransferNeeded, Status,
+    ViewState,
 };
 
 fn log_of(view: u32) -> Vec<Entry> {
@@ -23,29 +24,34 @@ fn log_of(view: u32) -> Vec<Entry> {
         .collect()
 }
 
-/// Recovery responses for nonce 5: the primary (replica 0, view 0) checkpointed at op 8 and
-/// holds ops 9 and 10, all committed.
-fn recover(replica: &mut Replica, entries: &[Entry]) -> Vec<Action> {
+/// The answer to a restarted replica's RequestStartView: the primary (replica 0, view 0)
+/// checkpointed at op 8 and holds ops 9 and 10, all committed.
+fn rejoin(replica: &mut Replica, entries: &[Entry]) -> Vec<Action> {
     let log = Log {
         base: 8,
         base_checksum: entries[7].checksum,
         entries: entries[8..].to_vec(),
     };
-    std::iter::from_fn(|| replica.poll_action()).for_each(drop);
-    let primary = Message::RecoveryResponse {
+    let asked: Vec<Action> = std::iter::from_fn(|| replica.poll_action()).collect();
+    assert!(
+        asked.iter().any(|a| matches!(
+            a,
+            Action::Send {
+                to: 0,
+                message: Message::RequestStartView {
+                    view: 0,
+                    replica: 1
+                }
+            }
+        )),
+        "a restarted backup asks the primary of its view: {asked:?}"
+    );
+    let start_view = Message::StartView {
         view: 0,
-        nonce: 5,
-        replica: 0,
-        primary_state: Some((10, log)),
+        commit: 10,
+        log,
     };
-    let other = Message::RecoveryResponse {
-        view: 0,
-        nonce: 5,
-        replica: 2,
-        primary_state: None,
-    };
-    replica.on_message(0, primary);
-    replica.on_message(2, other);
+    replica.on_message(0, start_view);
     let mut out = Vec::new();
     while let Some(action) = replica.poll_action() {
         if let Action::Commit { op, .. } = action {
@@ -59,8 +65,12 @@ fn recover(replica: &mut Replica, entries: &[Entry]) -> Vec<Action> {
 #[test]
 fn a_replica_without_the_checkpointed_ops_stays_recovering() {
     let entries = log_of(0);
-    let mut replica = Replica::open(Config::new(3, 1), entries[..5].to_vec(), 5);
-    let out = recover(&mut replica, &entries);
+    let mut replica = Replica::open(
+        Config::new(3, 1),
+        entries[..5].to_vec(),
+        ViewState::default(),
+    );
+    let out = rejoin(&mut replica, &entries);
     assert_eq!(replica.status(), Status::Recovering);
     assert_eq!(
         replica.state_transfer_needed(),
@@ -82,18 +92,22 @@ fn a_replica_with_a_different_entry_at_the_checkpoint_stays_recovering() {
     let entries = log_of(0);
     let mut ours = entries[..8].to_vec();
     ours[7] = Entry::new(8, 0, 9, 7, 5, Bytes::from_static(b"uncommitted"));
-    let mut replica = Replica::open(Config::new(3, 1), ours, 5);
-    let out = recover(&mut replica, &entries);
+    let mut replica = Replica::open(Config::new(3, 1), ours, ViewState::default());
+    let out = rejoin(&mut replica, &entries);
     assert_eq!(replica.status(), Status::Recovering);
     assert!(replica.state_transfer_needed().is_some());
     assert!(!out.iter().any(|a| matches!(a, Action::Commit { .. })));
 }
 
 #[test]
-fn a_replica_holding_the_checkpoint_entry_recovers_and_commits_its_own_prefix() {
+fn a_replica_holding_the_checkpoint_entry_rejoins_and_commits_its_own_prefix() {
     let entries = log_of(0);
-    let mut replica = Replica::open(Config::new(3, 1), entries[..8].to_vec(), 5);
-    let out = recover(&mut replica, &entries);
+    let mut replica = Replica::open(
+        Config::new(3, 1),
+        entries[..8].to_vec(),
+        ViewState::default(),
+    );
+    let out = rejoin(&mut replica, &entries);
     assert_eq!(replica.status(), Status::Normal);
     assert_eq!(replica.state_transfer_needed(), None);
     let writes: Vec<u64> = out

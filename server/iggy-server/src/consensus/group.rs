@@ -5,6 +5,9 @@
 //! Requests that arrive together are prepared together and made durable with one journal
 //! sync (group commit) before any of them is acknowledged.
 //!
+//! A group with a directory keeps its view state there (`consensus/view_file.rs`), written only
+//! when the replica's view changes: never in a group of one, whose view stays 0.
+//!
 //! Storage is fail-stop: the journal, the state machine's files and the checkpoint slots stop
 //! the process when a write or fsync fails (`iggy_storage::fail_stop`), so a group never
 //! acknowledges, or goes on accepting, after its disk failed.
@@ -15,7 +18,7 @@ use futures_channel::{mpsc, oneshot};
 use futures_util::StreamExt;
 use iggy_vsr::group::{CheckpointPolicy, GroupCore, Pending, Step};
 pub use iggy_vsr::group::{Durability, Outcome};
-use iggy_vsr::{Config, Entry, Refusal};
+use iggy_vsr::{Config, Entry, Refusal, ViewState};
 
 /// Where a group's prepares are journaled. A failed write or fsync stops the process.
 pub trait Journal {
@@ -260,6 +263,8 @@ pub struct Group<J: Journal, S: StateMachine> {
     kind: GroupKind,
     /// The replica's view and commit, published after each drive for the metrics.
     figures: std::sync::Arc<GroupFigures>,
+    /// The view state's slots, beside the checkpoint's.
+    view: Option<super::view_file::ViewFile>,
 }
 
 impl<J: Journal, S: StateMachine> Group<J, S> {
@@ -280,16 +285,27 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
             journal_bytes: c.journal_bytes,
             journal_ops: c.journal_ops,
         });
-        // A fresh recovery nonce per start: the wall clock's microseconds never repeat across
-        // this replica's starts.
-        let nonce = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(1, |since| since.as_micros() as u64);
+        // The view the replica last spoke in: it must never forget one across a restart.
+        let (view_state, view) = match &checkpointing {
+            Some(c) => {
+                let dir = c.slots.dir();
+                let cluster = super::cluster::node_cluster();
+                match super::view_file::ViewFile::load(dir, cluster, config.replica) {
+                    Ok((state, file)) => (state, Some(file)),
+                    Err(error) => iggy_storage::fail_stop::fail_stop(
+                        "read the view state",
+                        dir,
+                        &std::io::Error::other(error),
+                    ),
+                }
+            }
+            None => (ViewState::default(), None),
+        };
         let core = GroupCore::open(
             config,
             checkpoint,
             entries,
-            nonce,
+            view_state,
             durability,
             implicit_register,
             policy,
@@ -315,6 +331,7 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                 .map_or(GroupKind::Partition, |c| c.kind),
             slots: checkpointing.map(|c| c.slots),
             figures: Default::default(),
+            view,
         };
         group.drive().await;
         group.core.release_applied_bodies();
@@ -487,6 +504,17 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                 }
                 Step::Registered { op, client, body } => {
                     self.state.registered(op, client, &body);
+                }
+                // The core synced the journal before handing this out.
+                Step::PersistView { state } => {
+                    match &mut self.view {
+                        Some(view) => view.persist(state).await,
+                        None => {
+                            let error = std::io::Error::other("a group without a directory");
+                            self.stop_failed("persist the view state", &error)
+                        }
+                    }
+                    self.core.view_persisted(state);
                 }
                 // Only groups of one run so far: a replica never addresses a peer.
                 Step::Send { to, .. } => {

@@ -6,4 +6,5 @@ pub mod cluster;
 pub mod admission;
 pub mod figures;
 pub mod group;
+pub mod view_file;
 pub mod wal;

@@ -8,6 +8,7 @@ use super::storage::Storage;
 use crate::group::{Durability, GroupCore, Outcome, Pending, Step};
 use crate::message::{Entry, Fnv, Message, OPERATION_REGISTER, ReplicaId};
 use crate::replica::{Config, Refusal, Replica};
+use crate::view_state::ViewState;
 use bytes::Bytes;
 use std::collections::BTreeMap;
 
@@ -60,6 +61,8 @@ struct Node {
     core: Option<GroupCore<Waiter>>,
     /// The core asked for a sync that the storage has not finished yet.
     sync_pending: bool,
+    /// The view state the core asked to persist, until the storage has written it.
+    view_pending: Option<ViewState>,
     storage: Storage,
     state: u64,
     /// State machine after each applied op above the latest checkpoint.
@@ -87,6 +90,10 @@ pub struct Summary {
     pub retirements: u64,
     /// Registers refused because the client table was full.
     pub refused_full: u64,
+    /// Restarts of every replica at once.
+    pub restarts_all: u64,
+    /// View states persisted (over all replicas).
+    pub views_persisted: u64,
 }
 
 /// The simulated world for one seed.
@@ -117,6 +124,10 @@ pub struct Cluster {
     checkpoints_taken: u64,
     retired_total: u64,
     refused_full: u64,
+    /// The tick at which every replica crashes at once (losing unsynced writes), if any.
+    restart_all_at: Option<u64>,
+    restarts_all: u64,
+    views_persisted: u64,
 }
 
 /// Operation code of a simulated logout: applying it ends the session of the op's client.
@@ -144,6 +155,7 @@ impl Cluster {
         let checkpoint_every = 2 + choices.below(12);
         let logout_every =
             (clients_table_max < usize::from(client_count)).then(|| 1 + choices.below(6));
+        let restart_all_at = choices.chance(50).then(|| 100 + choices.below(1_200));
         let mut rng = Rng::new(seed);
         let options = PacketOptions {
             drop_percent: rng.below(10),
@@ -160,6 +172,7 @@ impl Cluster {
                     None,
                 )),
                 sync_pending: false,
+                view_pending: None,
                 storage: Storage::default(),
                 state: INITIAL_STATE,
                 states: BTreeMap::new(),
@@ -202,7 +215,16 @@ impl Cluster {
             checkpoints_taken: 0,
             retired_total: 0,
             refused_full: 0,
+            restart_all_at,
+            restarts_all: 0,
+            views_persisted: 0,
         }
+    }
+
+    /// The same world with every replica crashing at once at tick `at` (and at no other tick).
+    pub fn restart_all_at(mut self, at: u64) -> Self {
+        self.restart_all_at = Some(at);
+        self
     }
 
     /// Runs: faults for `fault_ticks`, then a healed network until every client is done.
@@ -239,6 +261,8 @@ impl Cluster {
             checkpoints: self.checkpoints_taken,
             retirements: self.retired_total,
             refused_full: self.refused_full,
+            restarts_all: self.restarts_all,
+            views_persisted: self.views_persisted,
         }
     }
 
@@ -284,16 +308,18 @@ impl Cluster {
                             Some(checkpoint)
                         }
                     };
+                    let view_state = node.storage.view_state(index as u8);
                     node.core = Some(GroupCore::open(
                         config,
                         checkpoint,
                         entries,
-                        self.restarts,
+                        view_state,
                         Durability::Persisted,
                         false,
                         None,
                     ));
                     node.sync_pending = false;
+                    node.view_pending = None;
                     self.drain(index);
                 }
                 continue;
@@ -303,6 +329,12 @@ impl Cluster {
             if node.sync_pending && !node.storage.prepares_pending() {
                 node.sync_pending = false;
                 core.synced();
+            }
+            if let Some(state) = node.view_pending
+                && !node.storage.view_pending()
+            {
+                node.view_pending = None;
+                core.view_persisted(state);
             }
             core.on_tick(now);
             // The shell proposes its limits now and then (only a primary without a committed
@@ -396,6 +428,17 @@ impl Cluster {
     }
 
     fn inject_crashes(&mut self) {
+        if self.faults && self.restart_all_at == Some(self.now) {
+            // Every replica at once: pending writes (journal, checkpoint, view state) are lost
+            // or torn everywhere, so no replica can learn the views from another.
+            self.restarts_all += 1;
+            for index in 0..self.nodes.len() {
+                if self.nodes[index].core.is_some() {
+                    self.crash(index);
+                }
+            }
+            return;
+        }
         if !self.faults || !self.rng.chance(2) {
             return;
         }
@@ -413,11 +456,17 @@ impl Cluster {
         if self.nodes[index].core.is_none() || (!solo && faulty >= tolerated) {
             return;
         }
+        self.crash(index);
+    }
+
+    /// Crashes replica `index`: volatile state and pending writes are lost; it restarts later.
+    fn crash(&mut self, index: usize) {
         self.crashes += 1;
         let restart_at = self.now + 1 + self.rng.below(40);
         let node = &mut self.nodes[index];
         node.core = None;
         node.sync_pending = false;
+        node.view_pending = None;
         node.restart_at = restart_at;
         node.storage.crash(&mut self.rng);
     }
@@ -434,6 +483,26 @@ impl Cluster {
             };
             match step {
                 Step::Send { to, message } => {
+                    // The view a message names is durable on its sender before it leaves, so a
+                    // restart (even of every replica) never forgets a vote or a view it acked in.
+                    // (A RequestStartView names the view of the primary it asks, not one its
+                    // sender entered.)
+                    let durable = node.storage.view_state(index as u8);
+                    let log_view = match &message {
+                        Message::DoViewChange { log_view, .. } => Some(*log_view),
+                        Message::Prepare { view, .. }
+                        | Message::PrepareOk { view, .. }
+                        | Message::StartView { view, .. } => Some(*view),
+                        _ => None,
+                    };
+                    assert!(
+                        (matches!(message, Message::RequestStartView { .. })
+                            || message.view() <= durable.view)
+                            && log_view.is_none_or(|log_view| log_view <= durable.log_view),
+                        "seed {}: replica {index} sent {message:?} before persisting its view \
+                         (durable {durable:?})",
+                        self.seed
+                    );
                     let packet = Packet::Replica {
                         from: index as u8,
                         to,
@@ -450,6 +519,13 @@ impl Cluster {
                 Step::Sync if node.storage.prepares_pending() => node.sync_pending = true,
                 Step::Sync => core.synced(),
                 Step::Truncate { after_op } => node.storage.truncate(after_op),
+                // The core synced the journal before handing this out (see `Storage`).
+                Step::PersistView { state } => {
+                    let at = self.now + 1 + self.rng.below(3);
+                    node.storage.write_view(at, index as u8, state);
+                    node.view_pending = Some(state);
+                    self.views_persisted += 1;
+                }
                 Step::Apply {
                     op,
                     client,

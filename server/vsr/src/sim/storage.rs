@@ -4,10 +4,16 @@
 //! Checkpoints are written to two alternating slots with the state machine snapshot beside
 //! them; the journal prefix is dropped only once a checkpoint write completes, so a torn
 //! checkpoint falls back to the previous slot with the journal it still needs.
+//!
+//! The view state goes to two slots of its own, written independently of the journal queue (a
+//! separate file: nothing orders it behind journal writes except the sync the group core asks
+//! for first): a crash loses a pending view write or tears it, and a restart takes the newer
+//! valid slot.
 
 use super::Rng;
 use crate::checkpoint::Checkpoint;
 use crate::message::Entry;
+use crate::view_state::ViewState;
 use bytes::Bytes;
 use std::collections::{BTreeMap, VecDeque};
 
@@ -18,6 +24,12 @@ enum Write {
     Truncate(u64),
     Checkpoint { op: u64, bytes: Vec<u8>, state: u64 },
 }
+
+/// A view state write in flight: completion tick, slot and bytes.
+type ViewWrite = (u64, usize, Vec<u8>);
+
+/// The simulator's cluster id: view states name it like the server's do.
+const CLUSTER: u128 = 0x5157;
 
 /// Durable journal of one replica plus its write queue.
 #[derive(Debug, Default)]
@@ -30,6 +42,10 @@ pub struct Storage {
     next_slot: usize,
     /// Op of the latest completed checkpoint.
     checkpoint_op: u64,
+    /// The view state's two slots.
+    view_slots: [Option<Vec<u8>>; 2],
+    /// The view state write in flight (the core waits for it before asking for another).
+    view_write: Option<ViewWrite>,
 }
 
 impl Storage {
@@ -53,15 +69,46 @@ impl Storage {
             .push_back((at, Write::Checkpoint { op, bytes, state }));
     }
 
+    /// Queues a write of `replica`'s view state completing at `at`, into the slot that does not
+    /// hold the latest valid state.
+    pub fn write_view(&mut self, at: u64, replica: u8, state: ViewState) {
+        assert!(self.view_write.is_none(), "one view state write at a time");
+        let slots = [self.view_slots[0].as_deref(), self.view_slots[1].as_deref()];
+        let (_, slot) = ViewState::latest(slots, CLUSTER, replica).expect("own view state");
+        let bytes = state.encode(CLUSTER, replica).to_vec();
+        self.view_write = Some((at, slot, bytes));
+    }
+
+    /// Whether a view state write is still queued.
+    pub fn view_pending(&self) -> bool {
+        self.view_write.is_some()
+    }
+
+    /// The latest durable view state of `replica`, as a restart reads it.
+    pub fn view_state(&self, replica: u8) -> ViewState {
+        let slots = [self.view_slots[0].as_deref(), self.view_slots[1].as_deref()];
+        ViewState::latest(slots, CLUSTER, replica)
+            .expect("a torn write leaves the other slot valid")
+            .0
+    }
+
     /// Whether journal writes (prepares or truncations) are still queued.
     pub fn prepares_pending(&self) -> bool {
         self.pending
             .iter()
-            .any(|(_, write)| !matches!(write, Write::Checkpoint { .. }))
+            .any(|(_, write)| matches!(write, Write::Prepare(_) | Write::Truncate(_)))
     }
 
     /// Completes due operations; returns the ops whose prepare writes completed.
     pub fn tick(&mut self, now: u64) -> Vec<u64> {
+        if self
+            .view_write
+            .as_ref()
+            .is_some_and(|(at, _, _)| *at <= now)
+        {
+            let (_, slot, bytes) = self.view_write.take().unwrap();
+            self.view_slots[slot] = Some(bytes);
+        }
         let mut done = Vec::new();
         while self.pending.front().is_some_and(|(at, _)| *at <= now) {
             match self.pending.pop_front().unwrap().1 {
@@ -100,6 +147,11 @@ impl Storage {
             _ => {}
         }
         self.pending.clear();
+        if let Some((_, slot, bytes)) = self.view_write.take()
+            && rng.chance(50)
+        {
+            self.view_slots[slot] = Some(bytes[..bytes.len() / 2].to_vec());
+        }
     }
 
     /// Op of the latest completed checkpoint (0 when none).

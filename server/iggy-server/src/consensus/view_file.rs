@@ -1,0 +1,99 @@
+//! A consensus group's durable view state (`iggy_vsr::ViewState`): two slot files, `view.0` and
+//! `view.1`, beside the group's checkpoint slots, each a spec/storage.spec `VsrViewState`
+//! record. The replica asks for a write only when its view changes (never in a group of one),
+//! after the journal is synced; the shell writes the slot not holding the latest state, fsyncs
+//! it (fail-stop), and only then lets the replica send messages naming the view.
+//!
+//! Absent files are view 0, log view 0: a new group, or a data directory written before view
+//! states existed (only groups of one ran, and their view never changes).
+
+use iggy_vsr::{ReplicaId, ViewState};
+use std::path::{Path, PathBuf};
+
+const SLOTS: [&str; 2] = ["view.0", "view.1"];
+
+/// The view state slots of one group's directory.
+#[derive(Debug)]
+pub struct ViewFile {
+    dir: PathBuf,
+    cluster: u128,
+    replica: ReplicaId,
+    /// The slot the next write goes to (not the one holding the latest state).
+    next_slot: usize,
+}
+
+impl ViewFile {
+    /// Reads the latest valid state of `dir`'s slots, written by `replica` of `cluster`. A
+    /// foreign record, or two slots both torn, is an error: the group must not guess a view.
+    pub fn load(
+        dir: &Path,
+        cluster: u128,
+        replica: ReplicaId,
+    ) -> Result<(ViewState, ViewFile), String> {
+        let mut slots: [Option<Vec<u8>>; 2] = [None, None];
+        for (slot, name) in SLOTS.iter().enumerate() {
+            let path = dir.join(name);
+            match std::fs::read(&path) {
+                Ok(bytes) => slots[slot] = Some(bytes),
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+                Err(error) => return Err(format!("{}: {error}", path.display())),
+            }
+        }
+        let (state, next_slot) =
+            ViewState::latest([slots[0].as_deref(), slots[1].as_deref()], cluster, replica)
+                .map_err(|error| format!("{}: {error}", dir.display()))?;
+        let file = ViewFile {
+            dir: dir.to_path_buf(),
+            cluster,
+            replica,
+            next_slot,
+        };
+        Ok((state, file))
+    }
+
+    /// Writes `state` durably into the older slot (a failed write or fsync stops the process).
+    pub async fn persist(&mut self, state: ViewState) {
+        let path = self.dir.join(SLOTS[self.next_slot]);
+        let bytes = state.encode(self.cluster, self.replica).to_vec();
+        iggy_storage::fail_stop::write_atomically(&path, bytes).await;
+        self.next_slot = 1 - self.next_slot;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[compio::test]
+    async fn absent_slots_are_view_zero_and_a_written_state_reads_back_from_alternating_slots() {
+        let dir = tempfile::tempdir().unwrap();
+        let (state, mut file) = ViewFile::load(dir.path(), 7, 2).unwrap();
+        assert_eq!(state, ViewState::default());
+        let first = ViewState {
+            view: 4,
+            log_view: 3,
+        };
+        let second = ViewState {
+            view: 5,
+            log_view: 5,
+        };
+        file.persist(first).await;
+        file.persist(second).await;
+        assert!(dir.path().join("view.0").exists() && dir.path().join("view.1").exists());
+        let (state, _) = ViewFile::load(dir.path(), 7, 2).unwrap();
+        assert_eq!(state, second);
+        // A torn newest slot falls back to the older one.
+        let newest = dir.path().join("view.1");
+        let bytes = std::fs::read(&newest).unwrap();
+        std::fs::write(&newest, &bytes[..bytes.len() / 2]).unwrap();
+        assert_eq!(ViewFile::load(dir.path(), 7, 2).unwrap().0, first);
+        assert!(
+            ViewFile::load(dir.path(), 7, 1).is_err(),
+            "another replica's state is refused"
+        );
+        assert!(
+            ViewFile::load(dir.path(), 8, 2).is_err(),
+            "another cluster's state is refused"
+        );
+    }
+}

@@ -1,0 +1,178 @@
+//! The durable view: no message naming a view leaves before the view state is persisted, and a
+//! restarted replica rejoins from its persisted view as a backup.
+
+use bytes::Bytes;
+use iggy_vsr::{Action, Config, Entry, Log, Message, Replica, Status, ViewState};
+
+fn drain(replica: &mut Replica) -> Vec<Action> {
+    std::iter::from_fn(|| replica.poll_action()).collect()
+}
+
+fn sends(actions: &[Action]) -> Vec<(u8, Message)> {
+    actions
+        .iter()
+        .filter_map(|action| match action {
+            Action::Send { to, message } => Some((*to, message.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn entries(view: u32, ops: u64) -> Vec<Entry> {
+    (1..=ops)
+        .map(|op| Entry::new(op, view, 9, op, 5, Bytes::from(format!("b{op}"))))
+        .collect()
+}
+
+#[test]
+fn a_vote_for_a_new_view_waits_until_the_view_is_persisted() {
+    let mut replica = Replica::new(Config::new(3, 1));
+    replica.on_tick(1_000);
+    let out = drain(&mut replica);
+    assert_eq!(replica.status(), Status::ViewChange);
+    assert_eq!(
+        out,
+        [Action::PersistView {
+            state: ViewState {
+                view: 1,
+                log_view: 0
+            }
+        }],
+        "the vote for view 1 is held until the view is durable"
+    );
+    let state = ViewState {
+        view: 1,
+        log_view: 0,
+    };
+    replica.on_view_persisted(state);
+    let out = drain(&mut replica);
+    let votes = sends(&out);
+    assert_eq!(votes.len(), 2, "{out:?}");
+    assert!(votes.iter().all(|(_, m)| matches!(
+        m,
+        Message::StartViewChange {
+            view: 1,
+            replica: 1
+        }
+    )));
+    assert_eq!(replica.persisted_view_state(), state);
+}
+
+#[test]
+fn a_restarted_primary_does_not_resume_its_view() {
+    let state = ViewState {
+        view: 3,
+        log_view: 3,
+    };
+    // Replica 0 was the primary of view 3 in a group of three.
+    let mut replica = Replica::open(Config::new(3, 0), entries(3, 4), state);
+    assert_eq!(replica.status(), Status::ViewChange);
+    assert_eq!(replica.view(), 4);
+    let out = drain(&mut replica);
+    assert_eq!(
+        out,
+        [Action::PersistView {
+            state: ViewState {
+                view: 4,
+                log_view: 3
+            }
+        }]
+    );
+}
+
+#[test]
+fn a_restarted_backup_acks_nothing_until_the_start_view_and_its_persisted_log_view() {
+    let state = ViewState {
+        view: 2,
+        log_view: 2,
+    };
+    let journal = entries(2, 3);
+    let mut replica = Replica::open(Config::new(3, 1), journal.clone(), state);
+    assert_eq!(replica.status(), Status::Recovering);
+    let out = drain(&mut replica);
+    assert_eq!(
+        sends(&out),
+        [(
+            2,
+            Message::RequestStartView {
+                view: 2,
+                replica: 1
+            }
+        )]
+    );
+    // A Prepare of a later view is not acked: it asks that primary for its StartView.
+    let mut later = entries(5, 4);
+    later[3] = Entry::new(4, 5, 9, 4, 5, Bytes::from_static(b"new"));
+    replica.on_message(
+        2,
+        Message::Prepare {
+            view: 5,
+            commit: 0,
+            entry: later[3].clone(),
+        },
+    );
+    let out = drain(&mut replica);
+    assert!(
+        sends(&out)
+            .iter()
+            .all(|(_, m)| matches!(m, Message::RequestStartView { view: 5, .. })),
+        "{out:?}"
+    );
+    // The StartView of view 5 (primary 2): its log keeps ops 1..=3 and adds op 4.
+    let mut log_entries = journal.clone();
+    log_entries.push(later[3].clone());
+    replica.on_message(
+        2,
+        Message::StartView {
+            view: 5,
+            commit: 2,
+            log: Log {
+                base: 0,
+                base_checksum: 0,
+                entries: log_entries,
+            },
+        },
+    );
+    assert_eq!(replica.status(), Status::Normal);
+    let out = drain(&mut replica);
+    assert!(
+        out.iter()
+            .any(|a| matches!(a, Action::WritePrepare { op: 4, .. })),
+        "{out:?}"
+    );
+    assert!(
+        !out.iter().any(|a| matches!(a, Action::Send { .. })),
+        "no PrepareOk before view 5 is durable: {out:?}"
+    );
+    let persisted = ViewState {
+        view: 5,
+        log_view: 5,
+    };
+    assert_eq!(
+        out.last(),
+        Some(&Action::PersistView { state: persisted }),
+        "the view state comes after the journal write it names"
+    );
+    replica.on_view_persisted(persisted);
+    let out = drain(&mut replica);
+    let acks: Vec<u64> = sends(&out)
+        .into_iter()
+        .filter_map(|(to, m)| match m {
+            Message::PrepareOk { view: 5, op, .. } if to == 2 => Some(op),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        acks,
+        [3],
+        "only durable, uncommitted ops are acked: {out:?}"
+    );
+    replica.on_write_done(4);
+    let out = drain(&mut replica);
+    assert!(
+        sends(&out)
+            .iter()
+            .any(|(_, m)| matches!(m, Message::PrepareOk { view: 5, op: 4, .. })),
+        "{out:?}"
+    );
+}
