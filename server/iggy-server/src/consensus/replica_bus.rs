@@ -867,8 +867,32 @@ mod tests {
 
     #[compio::test]
     async fn a_peer_under_another_replica_id_than_the_roster_says_is_refused_on_both_sides() {
+        // At the address the roster gives replica 1 runs a node started as replica 2: the
+        // hello names the replica 0 meant to reach, so the impostor refuses too.
+        let roster = free_addresses(2);
+        let mut honest = start(config(0, &roster)).await;
+        let mut impostor = config(1, &roster);
+        impostor.local.replica = 2;
+        impostor.local.replica_count = 3;
+        let mut impostor = start(impostor).await;
+        let refused = |e: &BusEvent| matches!(e, BusEvent::Refused { .. });
+        let at_impostor = wait_for(&mut impostor, "a refusal at the impostor", refused).await;
+        let at_honest = wait_for(&mut honest, "a refusal at the dialer", refused).await;
+        assert_eq!(
+            (field(&at_impostor), field(&at_honest)),
+            ("replica", "replica")
+        );
+        match &at_impostor {
+            BusEvent::Refused { detail, .. } => {
+                assert!(detail.contains("dialed replica 1"), "{detail}")
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(honest.bus.connected().is_empty() && impostor.bus.connected().is_empty());
+        drop((honest, impostor));
+
         // Replica 0's roster is another one: it believes it is replica 2 of 4 and that the
-        // honest replica 1's address is replica 3's, so it dials there with the wrong id.
+        // honest replica 1's address is replica 3's, so it dials there as a higher id.
         let (at_acceptor, at_dialer) = refusals(|c| {
             let honest = c.peers[&1];
             c.local.replica = 2;

@@ -53,7 +53,7 @@ impl DialerHandshake {
 
     /// The first frame on the connection (`ReplicaHello`).
     pub fn opening(&self) -> [u8; admission::FRAME_SIZE] {
-        admission::hello(&self.local)
+        admission::hello(&self.local, self.peer)
     }
 
     /// The verdict on the acceptor's answer (`admission::FRAME_SIZE` bytes). A refusal of the
