@@ -538,7 +538,12 @@ async fn run_link(shared: &Rc<Shared>, stream: TcpStream, peer: u8) {
     };
     let outbox = shared.outboxes.get(&peer).cloned();
     let (reader, writer) = stream.into_split();
-    let reading = Box::pin(read_frames(reader, check, shared.router.clone()));
+    let reading = Box::pin(read_frames(
+        reader,
+        check,
+        shared.router.clone(),
+        shared.config.handshake_timeout,
+    ));
     let writing = Box::pin(async move {
         match outbox {
             Some(outbox) => write_frames(writer, &outbox).await,
@@ -570,8 +575,15 @@ async fn run_link(shared: &Rc<Shared>, stream: TcpStream, peer: u8) {
     shared.event(BusEvent::Closed { peer, reason });
 }
 
-/// Reads, verifies and routes frames; returns why it stopped.
-async fn read_frames(mut stream: TcpStream, check: FrameCheck, router: Arc<Router>) -> String {
+/// Reads, verifies and routes frames; returns why it stopped. A link may be idle between
+/// frames (the consensus heartbeats judge a silent peer), but a body must follow its header
+/// within `body_within`, so a stalled peer cannot hold a half-read frame forever.
+async fn read_frames(
+    mut stream: TcpStream,
+    check: FrameCheck,
+    router: Arc<Router>,
+    body_within: Duration,
+) -> String {
     loop {
         let BufResult(read, header) = stream.read_exact([0u8; HEADER_SIZE]).await;
         if let Err(error) = read {
@@ -585,13 +597,18 @@ async fn read_frames(mut stream: TcpStream, check: FrameCheck, router: Arc<Route
         let body = if len == 0 {
             Vec::new()
         } else {
-            let BufResult(read, body) = stream
-                .read_exact(Vec::with_capacity(len).slice(..len))
-                .await;
-            if let Err(error) = read {
-                return closed(error);
+            let reading = stream.read_exact(Vec::with_capacity(len).slice(..len));
+            match compio::time::timeout(body_within, reading).await {
+                Ok(BufResult(Ok(()), body)) => body.into_inner(),
+                Ok(BufResult(Err(error), _)) => return closed(error),
+                Err(_) => {
+                    return format!(
+                        "the body of a {:?} frame ({len} bytes) did not arrive within \
+                         {body_within:?}",
+                        verified.command
+                    );
+                }
             }
-            body.into_inner()
         };
         if let Err(reject) = check.body(&verified, &body) {
             return reject.to_string();
@@ -1020,6 +1037,70 @@ mod tests {
         assert_eq!(b.bus.local_addr(), roster[1]);
         admitted(&mut a, 1).await;
         admitted(&mut b, 0).await;
+    }
+
+    #[compio::test]
+    async fn a_newer_link_from_the_same_replica_replaces_the_older() {
+        // A restarted peer may redial before its old connection is seen dead: the newer
+        // admitted link wins. Here a second bus under replica 0's id plays the restarted one.
+        let roster = free_addresses(2);
+        let mut old = start(config(0, &roster)).await;
+        let mut b = start(config(1, &roster)).await;
+        admitted(&mut old, 1).await;
+        admitted(&mut b, 0).await;
+        let mut restarted = config(0, &roster);
+        restarted.listen = free_addresses(1)[0];
+        let mut new = start(restarted).await;
+        admitted(&mut new, 1).await;
+        let closed = wait_for(&mut b, "the older link replaced", |e| {
+            matches!(e, BusEvent::Closed { peer: 0, .. })
+        })
+        .await;
+        match closed {
+            BusEvent::Closed { reason, .. } => assert!(reason.contains("newer link"), "{reason}"),
+            other => panic!("{other:?}"),
+        }
+        // The old one sees its link end; the new one carries frames. (Two live nodes under
+        // one id keep replacing each other, each time logged: a misconfiguration to fix.)
+        wait_for(&mut old, "the replaced link closing", |e| {
+            matches!(e, BusEvent::Closed { peer: 1, .. })
+        })
+        .await;
+        drop(old);
+        deliver(&new, &mut b, b"from the restarted one").await;
+    }
+
+    #[compio::test]
+    async fn a_body_that_never_follows_its_header_closes_the_link() {
+        let roster = free_addresses(2);
+        let mut acceptor = config(1, &roster);
+        acceptor.handshake_timeout = Duration::from_millis(300);
+        let mut b = start(acceptor).await;
+        // A raw replica 0: handshake, then a header announcing 10 body bytes, then silence.
+        let mut stream = TcpStream::connect(roster[1]).await.unwrap();
+        let dialer = config(0, &roster).local;
+        let BufResult(written, _) = stream
+            .write_all(admission::hello(&dialer, 1).to_vec())
+            .await;
+        written.unwrap();
+        let BufResult(read, answer) = stream.read_exact([0u8; HEADER_SIZE]).await;
+        read.unwrap();
+        admission::admit_challenge(&dialer, 1, &answer).unwrap();
+        admitted(&mut b, 0).await;
+        let frame = commit_frame(0, METADATA_GROUP, 0, b"ten bytes!");
+        let BufResult(written, _) = stream.write_all(frame[..HEADER_SIZE].to_vec()).await;
+        written.unwrap();
+        let closed = wait_for(&mut b, "the stalled link closing", |e| {
+            matches!(e, BusEvent::Closed { peer: 0, .. })
+        })
+        .await;
+        match closed {
+            BusEvent::Closed { reason, .. } => {
+                assert!(reason.contains("did not arrive within"), "{reason}")
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(b.inbox.try_recv().is_err());
     }
 
     #[compio::test]

@@ -327,7 +327,12 @@ impl FrameCheck {
             ));
         }
         // Verified: the fields may be read from here on.
-        let command = Command::from_repr(command_byte).expect("the masks name known commands");
+        let Some(command) = Command::from_repr(command_byte) else {
+            return Err(reject(
+                "command",
+                format!("command {command_byte} is unknown"),
+            ));
+        };
         if matches!(
             command,
             Command::ReplicaHello | Command::ReplicaChallenge | Command::ReplicaFinish
