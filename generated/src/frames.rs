@@ -3964,6 +3964,8 @@ pub struct ReplicaHelloHeader {
     pub reserved_frame: [u8; 66],
     /// dialer nonce of the PSK exchange; zero when auth is off
     pub nonce: [u8; 32],
+    /// the replica the dialer's roster puts at the address it dialed
+    pub target: u8,
     pub identity: ReplicaIdentity,
 }
 impl ReplicaHelloHeader {
@@ -4009,10 +4011,14 @@ impl ReplicaHelloHeader {
     pub const NONCE_OFFSET: usize = 128;
     /// Size of `nonce` in bytes.
     pub const NONCE_SIZE: usize = 32;
+    /// Byte offset of `target`.
+    pub const TARGET_OFFSET: usize = 160;
+    /// Size of `target` in bytes.
+    pub const TARGET_SIZE: usize = 1;
     /// Byte offset of `reserved`.
-    pub const RESERVED_OFFSET: usize = 160;
+    pub const RESERVED_OFFSET: usize = 161;
     /// Size of `reserved` in bytes.
-    pub const RESERVED_SIZE: usize = 36;
+    pub const RESERVED_SIZE: usize = 35;
     /// Byte offset of `identity`.
     pub const IDENTITY_OFFSET: usize = 196;
     /// Size of `identity` in bytes.
@@ -4059,7 +4065,11 @@ impl ReplicaHelloHeader {
             })?;
         let reserved_frame = iggy_wire::get_at::<66>(buf, 62);
         let nonce = iggy_wire::get_at::<32>(buf, 128);
-        if !iggy_wire::is_zero_at(buf, 160, 36) {
+        let target = <u8>::decode_exact(&buf[160..161])
+            .map_err(|_| WireError::InvalidValue {
+                field: "target",
+            })?;
+        if !iggy_wire::is_zero_at(buf, 161, 35) {
             return Err(WireError::NonZeroReserved {
                 field: "reserved",
             });
@@ -4079,6 +4089,7 @@ impl ReplicaHelloHeader {
             replica,
             reserved_frame,
             nonce,
+            target,
             identity,
         })
     }
@@ -4095,7 +4106,8 @@ impl ReplicaHelloHeader {
         iggy_wire::put_at(out, 61, &self.replica.to_wire_bytes());
         iggy_wire::put_at(out, 62, &self.reserved_frame);
         iggy_wire::put_at(out, 128, &self.nonce);
-        out[160..196].fill(0);
+        iggy_wire::put_at(out, 160, &self.target.to_wire_bytes());
+        out[161..196].fill(0);
         iggy_wire::put_at(out, 196, &self.identity.to_wire_bytes());
     }
     /// The `SIZE` encoded bytes.
@@ -4122,7 +4134,8 @@ const _: () = assert!(ReplicaHelloHeader::COMMAND_OFFSET + 1 <= 256);
 const _: () = assert!(ReplicaHelloHeader::REPLICA_OFFSET + 1 <= 256);
 const _: () = assert!(ReplicaHelloHeader::RESERVED_FRAME_OFFSET + 66 <= 256);
 const _: () = assert!(ReplicaHelloHeader::NONCE_OFFSET + 32 <= 256);
-const _: () = assert!(ReplicaHelloHeader::RESERVED_OFFSET + 36 <= 256);
+const _: () = assert!(ReplicaHelloHeader::TARGET_OFFSET + 1 <= 256);
+const _: () = assert!(ReplicaHelloHeader::RESERVED_OFFSET + 35 <= 256);
 const _: () = assert!(ReplicaHelloHeader::IDENTITY_OFFSET + 60 <= 256);
 impl iggy_wire::WireJson for ReplicaHelloHeader {
     fn write_json(&self, out: &mut String) {
@@ -4147,6 +4160,8 @@ impl iggy_wire::WireJson for ReplicaHelloHeader {
         iggy_wire::WireJson::write_json(&self.reserved_frame, out);
         out.push_str(",\"nonce\":");
         iggy_wire::WireJson::write_json(&self.nonce, out);
+        out.push_str(",\"target\":");
+        iggy_wire::WireJson::write_json(&self.target, out);
         out.push_str(",\"identity\":");
         iggy_wire::WireJson::write_json(&self.identity, out);
         out.push('}');

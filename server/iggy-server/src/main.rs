@@ -281,13 +281,14 @@ fn main() -> ExitCode {
     runtime.block_on(run(cfg, data, replica_id, (user, pw, generated)))
 }
 
-/// Why a valid cluster configuration stops the start: the replica network does not exist yet,
-/// and serving a standalone node in its place would fork the cluster's history.
+/// Why a valid cluster configuration stops the start: the replica bus exists
+/// (`consensus::replica_bus`) but the consensus groups do not replicate over it yet, and serving
+/// a standalone node in its place would fork the cluster's history.
 fn cluster_not_served(cluster: &config::Cluster, replica_id: u8) -> String {
     format!(
         "cluster.enabled = true: the configuration is valid (cluster {:?}, {} node(s), this is \
-         replica {replica_id}), but a multi-node cluster is not served yet: this build has no \
-         replica network (tcp_replica listener, peer admission, replication, view change). \
+         replica {replica_id}), but a multi-node cluster is not served yet: this build's \
+         consensus groups do not replicate over the replica links (replication, view change). \
          Nothing was started and the data directory was not touched; set cluster.enabled = \
          false to run a standalone node.",
         cluster.name,

@@ -95,8 +95,8 @@ fn seal_holds(frame: &[u8]) -> bool {
     frame[..SEALED_FROM] == expected.to_le_bytes()
 }
 
-/// The dialer's first frame.
-pub fn hello(local: &Local) -> [u8; FRAME_SIZE] {
+/// The dialer's first frame, to the replica its roster names `target`.
+pub fn hello(local: &Local, target: u8) -> [u8; FRAME_SIZE] {
     let mut frame = ReplicaHelloHeader {
         checksum: 0,
         checksum_body: 0,
@@ -108,6 +108,7 @@ pub fn hello(local: &Local) -> [u8; FRAME_SIZE] {
         replica: local.replica,
         reserved_frame: [0; 66],
         nonce: [0; 32],
+        target,
         identity: local.identity,
     }
     .to_bytes();
@@ -181,6 +182,17 @@ pub fn admit_hello(local: &Local, frame: &[u8]) -> Result<Admitted, Refusal> {
     unsealed(frame, Command::ReplicaHello)?;
     let hello = ReplicaHelloHeader::decode_fixed(frame).map_err(undecodable)?;
     compare_cluster(local, hello.cluster)?;
+    // The dialer's roster and ours disagree about who listens here.
+    if hello.target != local.replica {
+        return Err(Refusal {
+            status: Some(ReplicaHandshakeStatus::DirectionalRule),
+            field: "replica",
+            detail: format!(
+                "replica {} dialed replica {} at this address; this is replica {}",
+                hello.replica, hello.target, local.replica
+            ),
+        });
+    }
     if hello.replica >= local.replica_count || !dials(hello.replica, local.replica) {
         return Err(Refusal {
             status: Some(ReplicaHandshakeStatus::DirectionalRule),
@@ -217,9 +229,15 @@ pub fn admit_challenge(local: &Local, peer: u8, frame: &[u8]) -> Result<Admitted
     }
     compare_identity(&local.identity, &answer.identity)?;
     if answer.status != ReplicaHandshakeStatus::Ok {
+        // Cluster and identity were compared above; what is left to name is the acceptor's
+        // view of the replica ids, or a status without a field of its own.
+        let field = match answer.status {
+            ReplicaHandshakeStatus::DirectionalRule => "replica",
+            _ => "status",
+        };
         return Err(Refusal {
             status: Some(answer.status),
-            field: "status",
+            field,
             detail: format!("replica {peer} refused this replica: {:?}", answer.status),
         });
     }
@@ -298,7 +316,8 @@ mod tests {
     /// The spec's examples (spec/frames.spec "Peer handshake (ours)"), so these frames match
     /// the layouts the conformance vectors pin.
     const IDENTITY_EXAMPLE: &str = "003000000a000000696767792d72732f302e312e3000000000000000494747592d4f574e4552534849502d484953544f52592d350000000000000000";
-    const HELLO_FROM_0: &str = "335d98fa2910be7e000000000000000000000000000000000000000000000000137c0b2df4a6e891350c7d4b9e2a1f6c0001000000000000000000000e000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000003000000a000000696767792d72732f302e312e3000000000000000494747592d4f574e4552534849502d484953544f52592d350000000000000000";
+    /// Replica 0 dialing replica 2.
+    const HELLO_FROM_0: &str = "7d515d336f788a72000000000000000000000000000000000000000000000000137c0b2df4a6e891350c7d4b9e2a1f6c0001000000000000000000000e000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000020000000000000000000000000000000000000000000000000000000000000000000000003000000a000000696767792d72732f302e312e3000000000000000494747592d4f574e4552534849502d484953544f52592d350000000000000000";
     const CHALLENGE_OK_FROM_2: &str = "3bb68b48519e5cd2000000000000000000000000000000000000000000000000137c0b2df4a6e891350c7d4b9e2a1f6c0001000000000000000000000f020000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000003000000a000000696767792d72732f302e312e3000000000000000494747592d4f574e4552534849502d484953544f52592d350000000000000000";
     /// Replica 2 refusing a peer whose storage marker is IGGY-OWNERSHIP-HISTORY-4.
     const CHALLENGE_OLD_STORAGE_FROM_2: &str = "fd836ae4e62e984d000000000000000000000000000000000000000000000000137c0b2df4a6e891350c7d4b9e2a1f6c0001000000000000000000000f020000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000008000000003000000a000000696767792d72732f302e312e3000000000000000494747592d4f574e4552534849502d484953544f52592d340000000000000000";
@@ -326,7 +345,7 @@ mod tests {
         dialer: &Local,
         acceptor: &Local,
     ) -> (Result<Admitted, Refusal>, Result<Admitted, Refusal>) {
-        let at_acceptor = admit_hello(acceptor, &hello(dialer));
+        let at_acceptor = admit_hello(acceptor, &hello(dialer, acceptor.replica));
         let status = match &at_acceptor {
             Ok(_) => ReplicaHandshakeStatus::Ok,
             Err(refusal) => refusal.status.unwrap(),
@@ -349,7 +368,7 @@ mod tests {
 
     #[test]
     fn frames_match_the_spec_examples_seal_included() {
-        assert_eq!(hello(&replica(0)).to_vec(), bytes(HELLO_FROM_0));
+        assert_eq!(hello(&replica(0), 2).to_vec(), bytes(HELLO_FROM_0));
         assert_eq!(
             challenge(&replica(2), ReplicaHandshakeStatus::Ok).to_vec(),
             bytes(CHALLENGE_OK_FROM_2)
@@ -452,7 +471,7 @@ mod tests {
     #[test]
     fn replica_ids_follow_the_roster_and_the_dial_direction() {
         let refused = |dialer: u8, acceptor: Local| {
-            admit_hello(&acceptor, &hello(&replica(dialer))).unwrap_err()
+            admit_hello(&acceptor, &hello(&replica(dialer), acceptor.replica)).unwrap_err()
         };
         for (dialer, acceptor) in [(2, replica(0)), (2, replica(1)), (1, replica(1))] {
             let refusal = refused(dialer, acceptor);
@@ -466,13 +485,34 @@ mod tests {
         // A replica id outside the acceptor's roster.
         let refusal = admit_hello(
             &replica(2),
-            &hello(&Local {
-                replica_count: 9,
-                ..replica(7)
-            }),
+            &hello(
+                &Local {
+                    replica_count: 9,
+                    ..replica(7)
+                },
+                2,
+            ),
         )
         .unwrap_err();
         assert_eq!(refusal.field, "replica");
+        // Rosters that disagree about who listens at an address: replica 0 dialed what its
+        // roster calls replica 1 and reached replica 2. Both sides name `replica`.
+        let (at_acceptor, at_dialer) = {
+            let at_acceptor = admit_hello(&replica(2), &hello(&replica(0), 1));
+            let status = at_acceptor.as_ref().unwrap_err().status.unwrap();
+            let at_dialer = admit_challenge(&replica(0), 1, &challenge(&replica(2), status));
+            (at_acceptor.unwrap_err(), at_dialer.unwrap_err())
+        };
+        assert_eq!(
+            (at_acceptor.status, at_acceptor.field),
+            (Some(ReplicaHandshakeStatus::DirectionalRule), "replica"),
+            "{at_acceptor}"
+        );
+        assert!(
+            at_acceptor.detail.contains("dialed replica 1"),
+            "{at_acceptor}"
+        );
+        assert_eq!(at_dialer.field, "replica", "{at_dialer}");
         // The dialer expects the replica it dialed to answer.
         let refusal = admit_challenge(
             &replica(0),
@@ -497,7 +537,7 @@ mod tests {
 
     #[test]
     fn a_bad_seal_is_refused_before_any_field_is_read() {
-        let good = hello(&replica(0));
+        let good = hello(&replica(0), 2);
         // A torn frame: the identity's tail never arrived (zeroed), so the seal fails.
         let mut torn = good;
         torn[240..].fill(0);

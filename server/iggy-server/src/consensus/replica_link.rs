@@ -1,0 +1,754 @@
+//! One replica link, sans-IO: who dials, the handshake steps (through `admission`), the
+//! reconnect schedule, and the check every inbound frame passes before anything reads it.
+//! `replica_bus` owns the sockets and carries out what this module decides.
+//!
+//! The inbound check follows spec/frames.spec ("Replica-to-replica frames"): the command byte
+//! only picks the checksum kind (sealed or prepare identity), and that checksum is verified
+//! before any other field is read. Then the generic fields (release, cluster, sender, size),
+//! then the group and, for a partition group, its incarnation. The body is checked against
+//! `checksum_body` once it has been read. Every failure is a `Reject` naming its reason: the
+//! shell closes the link and logs it; nothing here panics on a peer's bytes.
+
+use super::admission::{self, Admitted, Local, Refusal};
+use iggy_generated::frames::{
+    Command, CommitHeader, DoViewChangeHeader, FRAME_SEALED_COMMANDS, GenericHeader,
+    IDENTITY_CHECKSUM_COMMANDS, METADATA_GROUP, PrepareHeader, PrepareOkHeader,
+    RepairRangeReplyHeader, ReplicaHandshakeStatus, RequestPreparesHeader, RequestStartViewHeader,
+    RequestStateChunkHeader, RequestStateTransferHeader, StartViewChangeHeader, StartViewHeader,
+    StateChunkHeader, StateTransferTargetHeader,
+};
+use std::time::Duration;
+
+/// Every replica frame starts with one header of this size.
+pub const HEADER_SIZE: usize = GenericHeader::SIZE;
+
+/// Whether this node dials `peer` (the lower id dials) or waits for it to dial.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Dialer,
+    Acceptor,
+}
+
+/// This node's role on the link to `peer`; `None` for itself.
+pub fn role(local: u8, peer: u8) -> Option<Role> {
+    if admission::dials(local, peer) {
+        Some(Role::Dialer)
+    } else if admission::dials(peer, local) {
+        Some(Role::Acceptor)
+    } else {
+        None
+    }
+}
+
+/// The dialer's handshake: it writes `opening()`, reads one handshake frame and decides.
+pub struct DialerHandshake {
+    local: Local,
+    peer: u8,
+}
+
+impl DialerHandshake {
+    pub fn new(local: Local, peer: u8) -> Self {
+        Self { local, peer }
+    }
+
+    /// The first frame on the connection (`ReplicaHello`).
+    pub fn opening(&self) -> [u8; admission::FRAME_SIZE] {
+        admission::hello(&self.local, self.peer)
+    }
+
+    /// The verdict on the acceptor's answer (`admission::FRAME_SIZE` bytes). A refusal of the
+    /// acceptor's own arrives here too, with the field it named.
+    pub fn answer(&self, frame: &[u8]) -> Result<Admitted, Refusal> {
+        admission::admit_challenge(&self.local, self.peer, frame)
+    }
+}
+
+/// What the acceptor does with a dialer's hello.
+#[derive(Debug)]
+pub struct AcceptorStep {
+    /// The frame to write before anything else: the challenge with its status. `None` when
+    /// the hello's seal does not hold: nothing in it can be trusted, not even whom to answer.
+    pub answer: Option<[u8; admission::FRAME_SIZE]>,
+    /// Admitted, or refused (the connection closes after the answer is written).
+    pub verdict: Result<Admitted, Refusal>,
+}
+
+/// The acceptor's handshake: one hello in, one answer out.
+pub fn accept_hello(local: &Local, frame: &[u8]) -> AcceptorStep {
+    let verdict = admission::admit_hello(local, frame);
+    let answer = match &verdict {
+        Ok(_) => Some(admission::challenge(local, ReplicaHandshakeStatus::Ok)),
+        Err(refusal) => refusal
+            .status
+            .map(|status| admission::challenge(local, status)),
+    };
+    AcceptorStep { answer, verdict }
+}
+
+/// The reconnect schedule: exponential from `base` up to `max`, each delay drawn from the
+/// upper half of its step by a seeded generator, so nodes that lost each other together do
+/// not redial in lockstep, and a test with a fixed seed sees fixed delays.
+#[derive(Debug, Clone)]
+pub struct Backoff {
+    base: Duration,
+    max: Duration,
+    attempt: u32,
+    state: u64,
+}
+
+impl Backoff {
+    pub fn new(base: Duration, max: Duration, seed: u64) -> Self {
+        Self {
+            base: base.max(Duration::from_millis(1)),
+            max: max.max(base),
+            attempt: 0,
+            state: seed,
+        }
+    }
+
+    /// The wait before the next attempt; each call is one more failure.
+    pub fn next_delay(&mut self) -> Duration {
+        // 2^20 steps reach any `max` that fits a Duration long before the shift overflows.
+        let step = self.attempt.min(20);
+        self.attempt = self.attempt.saturating_add(1);
+        let ceiling = self.base.saturating_mul(1 << step).min(self.max);
+        let half = ceiling / 2;
+        let span = u64::try_from((ceiling - half).as_micros()).unwrap_or(u64::MAX);
+        let jitter = Duration::from_micros(self.random() % span.saturating_add(1));
+        half + jitter
+    }
+
+    /// An admitted link starts the schedule over.
+    pub fn reset(&mut self) {
+        self.attempt = 0;
+    }
+
+    /// splitmix64: small, fast and good enough to spread delays.
+    fn random(&mut self) -> u64 {
+        self.state = self.state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+}
+
+/// How a command's `checksum` is computed (spec/frames.spec).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChecksumKind {
+    /// XxHash3-64 of header bytes 16..256, widened.
+    Sealed,
+    /// XxHash3-64 of the 256 bytes with checksum and view zeroed (a Prepare; a RepairPrepare
+    /// hashes as the Prepare it was stored as).
+    PrepareIdentity,
+}
+
+/// The checksum kind the spec's masks give `command`, for frames carried between replicas.
+fn checksum_kind(command: u8) -> Option<ChecksumKind> {
+    let bit = 1u64.checked_shl(u32::from(command))?;
+    if FRAME_SEALED_COMMANDS & bit != 0 {
+        Some(ChecksumKind::Sealed)
+    } else if IDENTITY_CHECKSUM_COMMANDS & bit != 0 {
+        Some(ChecksumKind::PrepareIdentity)
+    } else {
+        None
+    }
+}
+
+/// Where a command's header keeps its consensus group and its partition incarnation. Frames
+/// without a group field are metadata-plane traffic (forwards, heartbeats, rebalance and
+/// segment-delete exchanges all go through the metadata primary).
+fn group_fields(command: Command) -> (Option<usize>, Option<usize>) {
+    use Command as C;
+    match command {
+        C::Prepare | C::RepairPrepare => (
+            Some(PrepareHeader::GROUP_OFFSET),
+            Some(PrepareHeader::PARTITION_INCARNATION_OFFSET),
+        ),
+        // The official layout has no incarnation here.
+        C::PrepareOk => (Some(PrepareOkHeader::GROUP_OFFSET), None),
+        C::Commit => (
+            Some(CommitHeader::GROUP_OFFSET),
+            Some(CommitHeader::PARTITION_INCARNATION_OFFSET),
+        ),
+        C::StartViewChange => (
+            Some(StartViewChangeHeader::GROUP_OFFSET),
+            Some(StartViewChangeHeader::PARTITION_INCARNATION_OFFSET),
+        ),
+        C::DoViewChange => (
+            Some(DoViewChangeHeader::GROUP_OFFSET),
+            Some(DoViewChangeHeader::PARTITION_INCARNATION_OFFSET),
+        ),
+        C::StartView => (
+            Some(StartViewHeader::GROUP_OFFSET),
+            Some(StartViewHeader::PARTITION_INCARNATION_OFFSET),
+        ),
+        C::RequestStartView => (
+            Some(RequestStartViewHeader::GROUP_OFFSET),
+            Some(RequestStartViewHeader::PARTITION_INCARNATION_OFFSET),
+        ),
+        C::RequestPrepares => (
+            Some(RequestPreparesHeader::GROUP_OFFSET),
+            Some(RequestPreparesHeader::PARTITION_INCARNATION_OFFSET),
+        ),
+        C::RepairDone | C::RangeEvicted => (
+            Some(RepairRangeReplyHeader::GROUP_OFFSET),
+            Some(RepairRangeReplyHeader::PARTITION_INCARNATION_OFFSET),
+        ),
+        C::RequestStateTransfer => (
+            Some(RequestStateTransferHeader::GROUP_OFFSET),
+            Some(RequestStateTransferHeader::PARTITION_INCARNATION_OFFSET),
+        ),
+        C::StateTransferTarget => (
+            Some(StateTransferTargetHeader::GROUP_OFFSET),
+            Some(StateTransferTargetHeader::PARTITION_INCARNATION_OFFSET),
+        ),
+        C::RequestStateChunk => (
+            Some(RequestStateChunkHeader::GROUP_OFFSET),
+            Some(RequestStateChunkHeader::PARTITION_INCARNATION_OFFSET),
+        ),
+        C::StateChunk => (
+            Some(StateChunkHeader::GROUP_OFFSET),
+            Some(StateChunkHeader::PARTITION_INCARNATION_OFFSET),
+        ),
+        _ => (None, None),
+    }
+}
+
+/// Why an inbound frame closed its link.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reject {
+    /// What failed: `checksum`, `command`, `release`, `cluster`, `replica`, `size`,
+    /// `checksum_body`, `partition_incarnation`.
+    pub reason: &'static str,
+    pub detail: String,
+}
+
+impl std::fmt::Display for Reject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "frame refused: `{}` {}", self.reason, self.detail)
+    }
+}
+
+fn reject(reason: &'static str, detail: impl Into<String>) -> Reject {
+    Reject {
+        reason,
+        detail: detail.into(),
+    }
+}
+
+/// A header that passed `FrameCheck::header`: what the shell needs to read the body and
+/// route the frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Verified {
+    pub command: Command,
+    /// The whole frame, header included.
+    pub size: u32,
+    /// The consensus group (`METADATA_GROUP` for metadata-plane frames).
+    pub group: u64,
+    checksum_body: u128,
+}
+
+impl Verified {
+    /// Body bytes still to read after the header.
+    pub fn body_len(&self) -> usize {
+        self.size as usize - HEADER_SIZE
+    }
+}
+
+/// The inbound check of one admitted link.
+#[derive(Debug, Clone, Copy)]
+pub struct FrameCheck {
+    pub cluster: u128,
+    /// The admitted peer: every frame on the link must name it as sender.
+    pub peer: u8,
+    pub max_frame_size: u32,
+}
+
+fn u32_at(bytes: &[u8; HEADER_SIZE], at: usize) -> u32 {
+    u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"))
+}
+
+fn u64_at(bytes: &[u8; HEADER_SIZE], at: usize) -> u64 {
+    u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"))
+}
+
+fn u128_at(bytes: &[u8; HEADER_SIZE], at: usize) -> u128 {
+    u128::from_le_bytes(bytes[at..at + 16].try_into().expect("16 bytes"))
+}
+
+/// The seal: XxHash3-64 of bytes 16..256, widened.
+pub fn seal_of(header: &[u8; HEADER_SIZE]) -> u128 {
+    u128::from(twox_hash::XxHash3_64::oneshot(
+        &header[GenericHeader::CHECKSUM_BODY_OFFSET..],
+    ))
+}
+
+/// A prepare's identity: XxHash3-64 of the header with checksum and view zeroed, computed as
+/// a Prepare (a RepairPrepare keeps the identity of the Prepare it was stored as).
+pub fn prepare_identity_of(header: &[u8; HEADER_SIZE]) -> u128 {
+    let mut covered = *header;
+    covered[..GenericHeader::CHECKSUM_SIZE].fill(0);
+    covered[GenericHeader::VIEW_OFFSET..GenericHeader::VIEW_OFFSET + GenericHeader::VIEW_SIZE]
+        .fill(0);
+    covered[GenericHeader::COMMAND_OFFSET] = Command::Prepare as u8;
+    u128::from(twox_hash::XxHash3_64::oneshot(&covered))
+}
+
+/// `checksum_body` for `body`: XxHash3-64 widened, 0 for a header-only frame.
+pub fn body_checksum_of(body: &[u8]) -> u128 {
+    if body.is_empty() {
+        0
+    } else {
+        u128::from(twox_hash::XxHash3_64::oneshot(body))
+    }
+}
+
+impl FrameCheck {
+    /// Checks a header read from the link. The command byte picks the checksum kind and the
+    /// checksum is verified before any other field is read: a torn or forged header cannot
+    /// steer the size of the next read, the routing or the log line.
+    pub fn header(&self, header: &[u8; HEADER_SIZE]) -> Result<Verified, Reject> {
+        let command_byte = header[GenericHeader::COMMAND_OFFSET];
+        let Some(kind) = checksum_kind(command_byte) else {
+            return Err(reject(
+                "command",
+                format!("command {command_byte} is not a replica frame"),
+            ));
+        };
+        let (expected, what) = match kind {
+            ChecksumKind::Sealed => (seal_of(header), "seal"),
+            ChecksumKind::PrepareIdentity => (prepare_identity_of(header), "prepare identity"),
+        };
+        if u128_at(header, GenericHeader::CHECKSUM_OFFSET) != expected {
+            return Err(reject(
+                "checksum",
+                format!("the {what} of a command {command_byte} frame does not hold"),
+            ));
+        }
+        // Verified: the fields may be read from here on.
+        let Some(command) = Command::from_repr(command_byte) else {
+            return Err(reject(
+                "command",
+                format!("command {command_byte} is unknown"),
+            ));
+        };
+        if matches!(
+            command,
+            Command::ReplicaHello | Command::ReplicaChallenge | Command::ReplicaFinish
+        ) {
+            return Err(reject(
+                "command",
+                format!("{command:?} after the link was admitted"),
+            ));
+        }
+        let release = u32_at(header, GenericHeader::RELEASE_OFFSET);
+        if release != 0 {
+            return Err(reject(
+                "release",
+                format!("{command:?} carries release {release}; replica frames carry 0"),
+            ));
+        }
+        let cluster = u128_at(header, GenericHeader::CLUSTER_OFFSET);
+        if cluster != self.cluster {
+            return Err(reject(
+                "cluster",
+                format!("ours {:032x}, the frame's {cluster:032x}", self.cluster),
+            ));
+        }
+        let sender = header[GenericHeader::REPLICA_OFFSET];
+        if sender != self.peer {
+            return Err(reject(
+                "replica",
+                format!(
+                    "{command:?} names sender {sender} on the link admitted for replica {}",
+                    self.peer
+                ),
+            ));
+        }
+        let size = u32_at(header, GenericHeader::SIZE_OFFSET);
+        if (size as usize) < HEADER_SIZE || size > self.max_frame_size {
+            return Err(reject(
+                "size",
+                format!(
+                    "{command:?} of {size} bytes, outside {HEADER_SIZE}..={}",
+                    self.max_frame_size
+                ),
+            ));
+        }
+        let checksum_body = u128_at(header, GenericHeader::CHECKSUM_BODY_OFFSET);
+        if size as usize == HEADER_SIZE && checksum_body != 0 {
+            return Err(reject(
+                "checksum_body",
+                format!("{command:?} has no body but a body checksum {checksum_body:032x}"),
+            ));
+        }
+        let (group_at, incarnation_at) = group_fields(command);
+        let group = group_at.map_or(METADATA_GROUP, |at| u64_at(header, at));
+        if let Some(at) = incarnation_at
+            && group != METADATA_GROUP
+            && u64_at(header, at) == 0
+        {
+            return Err(reject(
+                "partition_incarnation",
+                format!(
+                    "{command:?} for partition group {group:#x} carries incarnation 0 (a frame \
+                     of an older server)"
+                ),
+            ));
+        }
+        Ok(Verified {
+            command,
+            size,
+            group,
+            checksum_body,
+        })
+    }
+
+    /// Checks the body read after a verified header.
+    pub fn body(&self, verified: &Verified, body: &[u8]) -> Result<(), Reject> {
+        if body.len() != verified.body_len() {
+            return Err(reject(
+                "size",
+                format!(
+                    "{:?} body of {} bytes, the header says {}",
+                    verified.command,
+                    body.len(),
+                    verified.body_len()
+                ),
+            ));
+        }
+        let found = body_checksum_of(body);
+        if found != verified.checksum_body {
+            return Err(reject(
+                "checksum_body",
+                format!(
+                    "{:?} body hashes to {found:032x}, the header says {:032x}",
+                    verified.command, verified.checksum_body
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::consensus::admission::local_identity;
+
+    pub const CLUSTER: u128 = 0x1234_5678_9abc_def0_0fed_cba9_8765_4321;
+
+    fn local(replica: u8) -> Local {
+        Local {
+            cluster: CLUSTER,
+            replica,
+            replica_count: 3,
+            identity: local_identity(),
+        }
+    }
+
+    /// A sealed Commit from `sender` for `group`, with a body when `body` is non-empty (the
+    /// layouts allow one on any frame; the check does not care which command carries it).
+    pub fn commit_frame(sender: u8, group: u64, incarnation: u64, body: &[u8]) -> Vec<u8> {
+        let mut header = [0u8; HEADER_SIZE];
+        header[GenericHeader::CLUSTER_OFFSET..][..16].copy_from_slice(&CLUSTER.to_le_bytes());
+        let size = (HEADER_SIZE + body.len()) as u32;
+        header[GenericHeader::SIZE_OFFSET..][..4].copy_from_slice(&size.to_le_bytes());
+        header[GenericHeader::COMMAND_OFFSET] = Command::Commit as u8;
+        header[GenericHeader::REPLICA_OFFSET] = sender;
+        header[CommitHeader::COMMIT_OFFSET..][..8].copy_from_slice(&42u64.to_le_bytes());
+        header[CommitHeader::GROUP_OFFSET..][..8].copy_from_slice(&group.to_le_bytes());
+        header[CommitHeader::PARTITION_INCARNATION_OFFSET..][..8]
+            .copy_from_slice(&incarnation.to_le_bytes());
+        header[GenericHeader::CHECKSUM_BODY_OFFSET..][..16]
+            .copy_from_slice(&body_checksum_of(body).to_le_bytes());
+        let seal = seal_of(&header);
+        header[..16].copy_from_slice(&seal.to_le_bytes());
+        let mut frame = header.to_vec();
+        frame.extend_from_slice(body);
+        frame
+    }
+
+    fn prepare_frame(command: Command, view: u32, body: &[u8]) -> [u8; HEADER_SIZE] {
+        let mut header = [0u8; HEADER_SIZE];
+        header[GenericHeader::CLUSTER_OFFSET..][..16].copy_from_slice(&CLUSTER.to_le_bytes());
+        let size = (HEADER_SIZE + body.len()) as u32;
+        header[GenericHeader::SIZE_OFFSET..][..4].copy_from_slice(&size.to_le_bytes());
+        header[GenericHeader::VIEW_OFFSET..][..4].copy_from_slice(&view.to_le_bytes());
+        header[GenericHeader::COMMAND_OFFSET] = Command::Prepare as u8;
+        header[GenericHeader::REPLICA_OFFSET] = 0;
+        header[PrepareHeader::OP_OFFSET..][..8].copy_from_slice(&7u64.to_le_bytes());
+        header[PrepareHeader::GROUP_OFFSET..][..8].copy_from_slice(&METADATA_GROUP.to_le_bytes());
+        header[GenericHeader::CHECKSUM_BODY_OFFSET..][..16]
+            .copy_from_slice(&body_checksum_of(body).to_le_bytes());
+        let identity = prepare_identity_of(&header);
+        header[..16].copy_from_slice(&identity.to_le_bytes());
+        header[GenericHeader::COMMAND_OFFSET] = command as u8;
+        header
+    }
+
+    fn check() -> FrameCheck {
+        FrameCheck {
+            cluster: CLUSTER,
+            peer: 0,
+            max_frame_size: 1024,
+        }
+    }
+
+    fn head(frame: &[u8]) -> [u8; HEADER_SIZE] {
+        frame[..HEADER_SIZE].try_into().unwrap()
+    }
+
+    #[test]
+    fn roles_follow_the_dial_rule() {
+        assert_eq!(role(0, 1), Some(Role::Dialer));
+        assert_eq!(role(2, 1), Some(Role::Acceptor));
+        assert_eq!(role(1, 1), None);
+    }
+
+    #[test]
+    fn the_handshake_steps_admit_both_sides_or_refuse_both() {
+        let dialer = DialerHandshake::new(local(0), 2);
+        let step = accept_hello(&local(2), &dialer.opening());
+        assert_eq!(step.verdict.unwrap().replica, 0);
+        assert_eq!(dialer.answer(&step.answer.unwrap()).unwrap().replica, 2);
+
+        // Another cluster: the acceptor answers with the status, both name `cluster`.
+        let other = Local {
+            cluster: CLUSTER ^ 1,
+            ..local(0)
+        };
+        let dialer = DialerHandshake::new(other, 2);
+        let step = accept_hello(&local(2), &dialer.opening());
+        assert_eq!(step.verdict.unwrap_err().field, "cluster");
+        assert_eq!(
+            dialer.answer(&step.answer.unwrap()).unwrap_err().field,
+            "cluster"
+        );
+
+        // A dialer that is not the lower id of the pair (a node started under another
+        // replica id than the roster gives its address): both name `replica`.
+        let dialer = DialerHandshake::new(local(2), 1);
+        let step = accept_hello(&local(1), &dialer.opening());
+        assert_eq!(step.verdict.unwrap_err().field, "replica");
+        assert_eq!(
+            dialer.answer(&step.answer.unwrap()).unwrap_err().field,
+            "replica"
+        );
+
+        // A torn hello gets no answer at all.
+        let mut torn = DialerHandshake::new(local(0), 2).opening();
+        torn[200] ^= 1;
+        let step = accept_hello(&local(2), &torn);
+        assert!(step.answer.is_none());
+        assert_eq!(step.verdict.unwrap_err().field, "checksum");
+    }
+
+    #[test]
+    fn backoff_grows_to_its_bound_jittered_and_deterministically() {
+        let base = Duration::from_millis(10);
+        let max = Duration::from_millis(500);
+        let mut a = Backoff::new(base, max, 7);
+        let delays: Vec<Duration> = (0..12).map(|_| a.next_delay()).collect();
+        for (i, delay) in delays.iter().enumerate() {
+            let ceiling = base.saturating_mul(1 << i.min(20)).min(max);
+            assert!(
+                *delay >= ceiling / 2 && *delay <= ceiling,
+                "{i}: {delay:?} outside {:?}..={ceiling:?}",
+                ceiling / 2
+            );
+        }
+        assert!(delays.iter().all(|d| *d <= max));
+        // The same seed gives the same schedule; another seed another one.
+        let mut same = Backoff::new(base, max, 7);
+        assert_eq!(
+            (0..12).map(|_| same.next_delay()).collect::<Vec<_>>(),
+            delays
+        );
+        let mut other = Backoff::new(base, max, 8);
+        assert_ne!(
+            (0..12).map(|_| other.next_delay()).collect::<Vec<_>>(),
+            delays
+        );
+        // An admitted link starts over from the base.
+        a.reset();
+        assert!(a.next_delay() <= base);
+        // Many failures never overflow.
+        let mut long = Backoff::new(base, Duration::from_secs(3600), 1);
+        for _ in 0..1000 {
+            assert!(long.next_delay() <= Duration::from_secs(3600));
+        }
+    }
+
+    #[test]
+    fn a_sealed_frame_passes_and_its_body_is_checked_after_the_header() {
+        let frame = commit_frame(0, 5 << 32 | 1 << 20 | 3, 9, b"body bytes");
+        let verified = check().header(&head(&frame)).unwrap();
+        assert_eq!(verified.command, Command::Commit);
+        assert_eq!(verified.group, 5 << 32 | 1 << 20 | 3);
+        assert_eq!(verified.body_len(), 10);
+        check().body(&verified, &frame[HEADER_SIZE..]).unwrap();
+        assert_eq!(
+            check().body(&verified, b"body bytez").unwrap_err().reason,
+            "checksum_body"
+        );
+        assert_eq!(
+            check().body(&verified, b"short").unwrap_err().reason,
+            "size"
+        );
+    }
+
+    #[test]
+    fn any_flipped_header_byte_fails_the_seal_first() {
+        let frame = commit_frame(0, METADATA_GROUP, 0, b"");
+        for at in 0..HEADER_SIZE {
+            if at == GenericHeader::COMMAND_OFFSET {
+                continue;
+            }
+            let mut bad = head(&frame);
+            bad[at] ^= 0x40;
+            let reject = check().header(&bad).unwrap_err();
+            assert_eq!(reject.reason, "checksum", "byte {at}: {reject}");
+        }
+        // A flipped command byte either names no replica frame or fails its own checksum.
+        for flipped in 0..=255u8 {
+            let mut bad = head(&frame);
+            if flipped == Command::Commit as u8 {
+                continue;
+            }
+            bad[GenericHeader::COMMAND_OFFSET] = flipped;
+            let reason = check().header(&bad).unwrap_err().reason;
+            assert!(
+                reason == "checksum" || reason == "command",
+                "{flipped}: {reason}"
+            );
+        }
+    }
+
+    #[test]
+    fn prepares_carry_an_identity_that_ignores_the_view() {
+        let body = b"op body";
+        let prepare = prepare_frame(Command::Prepare, 3, body);
+        let verified = check().header(&prepare).unwrap();
+        assert_eq!(
+            (verified.command, verified.group),
+            (Command::Prepare, METADATA_GROUP)
+        );
+        check().body(&verified, body).unwrap();
+        // Re-stamped by a later view: the same identity.
+        let mut later = prepare;
+        later[GenericHeader::VIEW_OFFSET] = 9;
+        check().header(&later).unwrap();
+        // A repair carries the stored prepare's identity with only the command rewritten.
+        let repair = prepare_frame(Command::RepairPrepare, 3, body);
+        assert_eq!(
+            check().header(&repair).unwrap().command,
+            Command::RepairPrepare
+        );
+        let mut bad = prepare;
+        bad[PrepareHeader::OP_OFFSET] ^= 1;
+        assert_eq!(check().header(&bad).unwrap_err().reason, "checksum");
+        // A seal is not an identity: a Prepare sealed like a control frame is refused.
+        let mut sealed = prepare;
+        let seal = seal_of(&sealed);
+        sealed[..16].copy_from_slice(&seal.to_le_bytes());
+        assert_eq!(check().header(&sealed).unwrap_err().reason, "checksum");
+    }
+
+    /// Reseals `frame` after `change`, so only the field check can catch it.
+    fn resealed(frame: &[u8], change: impl Fn(&mut [u8; HEADER_SIZE])) -> [u8; HEADER_SIZE] {
+        let mut header = head(frame);
+        change(&mut header);
+        let seal = seal_of(&header);
+        header[..16].copy_from_slice(&seal.to_le_bytes());
+        header
+    }
+
+    #[test]
+    fn sealed_fields_are_checked_against_the_link() {
+        let frame = commit_frame(0, METADATA_GROUP, 0, b"");
+        let cases: [(fn(&mut [u8; HEADER_SIZE]), &str); 8] = [
+            (|h| h[GenericHeader::CLUSTER_OFFSET] ^= 1, "cluster"),
+            (|h| h[GenericHeader::REPLICA_OFFSET] = 1, "replica"),
+            (|h| h[GenericHeader::RELEASE_OFFSET] = 1, "release"),
+            (
+                |h| h[GenericHeader::SIZE_OFFSET..][..4].copy_from_slice(&255u32.to_le_bytes()),
+                "size",
+            ),
+            (
+                |h| h[GenericHeader::SIZE_OFFSET..][..4].copy_from_slice(&1025u32.to_le_bytes()),
+                "size",
+            ),
+            (
+                |h| h[GenericHeader::CHECKSUM_BODY_OFFSET] = 1,
+                "checksum_body",
+            ),
+            (
+                |h| h[GenericHeader::COMMAND_OFFSET] = Command::ReplicaHello as u8,
+                "command",
+            ),
+            (
+                |h| h[GenericHeader::COMMAND_OFFSET] = Command::Request as u8,
+                "command",
+            ),
+        ];
+        for (change, reason) in cases {
+            let reject = check().header(&resealed(&frame, change)).unwrap_err();
+            assert_eq!(reject.reason, reason, "{reject}");
+        }
+        // The largest frame the limits allow passes; the size is the whole frame.
+        let at_limit = resealed(&frame, |h| {
+            h[GenericHeader::SIZE_OFFSET..][..4].copy_from_slice(&1024u32.to_le_bytes());
+            h[GenericHeader::CHECKSUM_BODY_OFFSET] = 1;
+        });
+        assert_eq!(check().header(&at_limit).unwrap().body_len(), 768);
+    }
+
+    #[test]
+    fn partition_frames_with_incarnation_zero_are_refused() {
+        let partition = 1 << 32 | 1 << 20 | 1;
+        let reject = check()
+            .header(&head(&commit_frame(0, partition, 0, b"")))
+            .unwrap_err();
+        assert_eq!(reject.reason, "partition_incarnation", "{reject}");
+        check()
+            .header(&head(&commit_frame(0, partition, 1 << 20 | 1, b"")))
+            .unwrap();
+        // The metadata group has no incarnation.
+        check()
+            .header(&head(&commit_frame(0, METADATA_GROUP, 0, b"")))
+            .unwrap();
+        // PrepareOk has no incarnation field (official layout): nothing to refuse.
+        let ok = resealed(&commit_frame(0, METADATA_GROUP, 0, b""), |h| {
+            h[128..].fill(0);
+            h[GenericHeader::COMMAND_OFFSET] = Command::PrepareOk as u8;
+            h[PrepareOkHeader::GROUP_OFFSET..][..8].copy_from_slice(&partition.to_le_bytes());
+        });
+        assert_eq!(check().header(&ok).unwrap().group, partition);
+    }
+
+    #[test]
+    fn every_replica_command_has_a_checksum_kind_and_a_group() {
+        for command in Command::ALL {
+            let kind = checksum_kind(*command as u8);
+            let carried = !matches!(
+                command,
+                Command::Reserved
+                    | Command::Ping
+                    | Command::Pong
+                    | Command::PingClient
+                    | Command::PongClient
+                    | Command::Request
+                    | Command::Reply
+                    | Command::Eviction
+            );
+            assert_eq!(kind.is_some(), carried, "{command:?}");
+            let (group, incarnation) = group_fields(*command);
+            // A frame with an incarnation field always has a group to judge it by.
+            assert!(incarnation.is_none() || group.is_some(), "{command:?}");
+        }
+        assert_eq!(checksum_kind(64), None);
+        assert_eq!(checksum_kind(255), None);
+    }
+}
