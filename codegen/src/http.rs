@@ -917,9 +917,9 @@ mod tests {
         }
     }
 
-    #[test]
-    fn openapi_carries_schemas_bodies_and_query() {
-        let spec = load("alias Size u64|string\nschema A doc=\"an a\"\n  n Size\n  s string? optional doc\nend\nroute POST /a ping status=201 req=A resp=array<A>\n  query q bool required\n").unwrap();
+    /// The OpenAPI document of the routes and schemas in `text`.
+    fn document(text: &str) -> String {
+        let spec = load(text).unwrap();
         let routes: Vec<&super::Route> = spec
             .files
             .iter()
@@ -930,7 +930,12 @@ mod tests {
             .iter()
             .flat_map(|(_, m)| m.schemas.iter())
             .collect();
-        let doc = super::openapi(&routes, &schemas, &spec.global);
+        super::openapi(&routes, &schemas, &spec.global)
+    }
+
+    #[test]
+    fn openapi_carries_schemas_bodies_and_query() {
+        let doc = document("alias Size u64|string\nschema A doc=\"an a\"\n  n Size\n  s string? optional doc\nend\nroute POST /a ping status=201 req=A resp=array<A>\n  query q bool required\n");
         assert!(doc.contains(r##""requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/A"}}}}"##), "{doc}");
         assert!(doc.contains(r##""201": {"description": "success", "content": {"application/json": {"schema": {"type": "array", "items": {"$ref": "#/components/schemas/A"}}}}}"##), "{doc}");
         assert!(
@@ -945,18 +950,7 @@ mod tests {
 
     #[test]
     fn openapi_lists_every_route_with_its_parameters() {
-        let spec = load("route GET /ping ping status=200 auth=public\nroute DELETE /s/{stream_id} ping status=204\n").unwrap();
-        let routes: Vec<&super::Route> = spec
-            .files
-            .iter()
-            .flat_map(|(_, m)| m.routes.iter())
-            .collect();
-        let schemas: Vec<&super::Schema> = spec
-            .files
-            .iter()
-            .flat_map(|(_, m)| m.schemas.iter())
-            .collect();
-        let doc = super::openapi(&routes, &schemas, &spec.global);
+        let doc = document("route GET /ping ping status=200 auth=public\nroute DELETE /s/{stream_id} ping status=204\n");
         assert!(doc.contains("\"openapi\": \"3.1.0\""));
         assert!(
             doc.contains("\"/s/{stream_id}\": {\n      \"delete\""),
