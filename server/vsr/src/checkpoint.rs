@@ -95,7 +95,7 @@ impl Checkpoint {
         record.total_length = record.encoded_size() as u64;
         let mut out = record.to_wire_bytes();
         let sealed = out.len() - SEAL_SIZE;
-        let seal = fnv(&out[..sealed]);
+        let seal = Fnv::oneshot(&out[..sealed]);
         out[sealed..].copy_from_slice(&seal.to_le_bytes());
         out
     }
@@ -123,7 +123,7 @@ impl Checkpoint {
             .len()
             .checked_sub(SEAL_SIZE)
             .ok_or(CheckpointError::Truncated)?;
-        if seal_of(bytes, sealed) != fnv(&bytes[..sealed]) {
+        if seal_of(bytes, sealed) != Fnv::oneshot(&bytes[..sealed]) {
             return Err(CheckpointError::Checksum);
         }
         let malformed = |_| CheckpointError::Malformed;
@@ -160,12 +160,6 @@ impl Checkpoint {
             clients_max,
         })
     }
-}
-
-fn fnv(bytes: &[u8]) -> u64 {
-    let mut hash = Fnv::new();
-    hash.write(bytes);
-    hash.finish()
 }
 
 /// The seal stored from `sealed` on: the last field, read before the fields it vouches for.
@@ -216,9 +210,8 @@ mod tests {
         old.extend_from_slice(&(new.len() as u64 - 4).to_le_bytes());
         old.extend_from_slice(&new[12..32]);
         old.extend_from_slice(&new[36..new.len() - 8]);
-        let mut hash = Fnv::new();
-        hash.write(&old);
-        old.extend_from_slice(&hash.finish().to_le_bytes());
+        let seal = Fnv::oneshot(&old);
+        old.extend_from_slice(&seal.to_le_bytes());
         let decoded = Checkpoint::decode(&old).expect("older layout decodes");
         assert_eq!(decoded.clients_max, None);
         assert_eq!(decoded.clients, sample().clients);

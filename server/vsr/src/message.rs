@@ -72,9 +72,7 @@ impl Entry {
             body_length: self.body.len() as u64,
             body_hash: twox_hash::XxHash3_64::oneshot(&self.body),
         };
-        let mut hash = Fnv::new();
-        hash.write(&input.to_bytes());
-        hash.finish()
+        Fnv::oneshot(&input.to_bytes())
     }
 
     /// True when the stored checksum matches the fields.
@@ -102,6 +100,12 @@ impl Fnv {
     /// The hash so far.
     pub fn finish(&self) -> u64 {
         self.0
+    }
+    /// The hash of `bytes` alone.
+    pub fn oneshot(bytes: &[u8]) -> u64 {
+        let mut hash = Fnv::new();
+        hash.write(bytes);
+        hash.finish()
     }
 }
 

@@ -67,7 +67,7 @@ impl ViewState {
             seal: 0,
         }
         .to_bytes();
-        let seal = seal(&bytes[..SEALED]);
+        let seal = Fnv::oneshot(&bytes[..SEALED]);
         bytes[SEALED..].copy_from_slice(&seal.to_le_bytes());
         bytes
     }
@@ -78,7 +78,7 @@ impl ViewState {
             return Err(ViewStateError::Invalid);
         }
         let record = VsrViewState::decode_fixed(bytes).map_err(|_| ViewStateError::Invalid)?;
-        if record.magic != VSR_VIEW_STATE_MAGIC || record.seal != seal(&bytes[..SEALED]) {
+        if record.magic != VSR_VIEW_STATE_MAGIC || record.seal != Fnv::oneshot(&bytes[..SEALED]) {
             return Err(ViewStateError::Invalid);
         }
         if record.cluster != cluster || record.replica != replica {
@@ -126,12 +126,6 @@ impl ViewState {
             [None, None] => (ViewState::default(), 0),
         })
     }
-}
-
-fn seal(bytes: &[u8]) -> u64 {
-    let mut hash = Fnv::new();
-    hash.write(bytes);
-    hash.finish()
 }
 
 #[cfg(test)]
