@@ -29,12 +29,56 @@ impl GroupKind {
 pub struct GroupFigures {
     view: AtomicU64,
     commit: AtomicU64,
+    /// The status (low byte: 0 normal, 1 view change, 2 recovering) and the primary of `view`
+    /// (second byte), packed so a reader never sees one without the other.
+    role: AtomicU64,
+}
+
+/// Where a group's replica stands, as the routing of client requests needs it.
+#[cfg_attr(not(test), allow(dead_code))] // read by the cluster's routing, landing next
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupRole {
+    pub status: iggy_vsr::Status,
+    /// The primary of the replica's current view (the one it serves, or moves to).
+    pub primary: u8,
+}
+
+#[cfg_attr(not(test), allow(dead_code))]
+impl GroupRole {
+    /// Whether this replica, `me`, serves as the primary of its view right now.
+    pub fn is_primary(&self, me: u8) -> bool {
+        self.status == iggy_vsr::Status::Normal && self.primary == me
+    }
 }
 
 impl GroupFigures {
-    pub(crate) fn publish(&self, view: u32, commit: u64) {
-        self.view.store(u64::from(view), Ordering::Relaxed);
-        self.commit.store(commit, Ordering::Relaxed);
+    pub(crate) fn publish(&self, replica: &iggy_vsr::Replica) {
+        use iggy_vsr::Status;
+        let status = match replica.status() {
+            Status::Normal => 0,
+            Status::ViewChange => 1,
+            Status::Recovering => 2,
+        };
+        let primary = u64::from(replica.primary_of(replica.view()));
+        self.view
+            .store(u64::from(replica.view()), Ordering::Relaxed);
+        self.commit.store(replica.commit_max(), Ordering::Relaxed);
+        self.role.store(status | primary << 8, Ordering::Relaxed);
+    }
+
+    /// The replica's status and its view's primary.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub fn role(&self) -> GroupRole {
+        use iggy_vsr::Status;
+        let role = self.role.load(Ordering::Relaxed);
+        GroupRole {
+            status: match role & 0xff {
+                0 => Status::Normal,
+                1 => Status::ViewChange,
+                _ => Status::Recovering,
+            },
+            primary: (role >> 8) as u8,
+        }
     }
 
     pub fn view(&self) -> u64 {
@@ -113,6 +157,32 @@ pub fn checkpoint_durations(kind: GroupKind) -> HistogramCounts {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_published_role_names_the_status_and_the_primary_of_the_view() {
+        let figures = GroupFigures::default();
+        // A backup (replica 2) of a group of three in view 4: replica 1 leads.
+        let replica = iggy_vsr::Replica::open(
+            iggy_vsr::Config::new(3, 2),
+            Vec::new(),
+            iggy_vsr::ViewState {
+                view: 4,
+                log_view: 4,
+            },
+        );
+        figures.publish(&replica);
+        let role = figures.role();
+        assert_eq!(figures.view(), 4);
+        assert_eq!(role.primary, 1);
+        // A restarted replica rejoins as a backup: not serving, whoever its view names.
+        assert_eq!(role.status, iggy_vsr::Status::Recovering);
+        assert!(!role.is_primary(1) && !role.is_primary(2));
+        let normal = GroupRole {
+            status: iggy_vsr::Status::Normal,
+            primary: 1,
+        };
+        assert!(normal.is_primary(1) && !normal.is_primary(2));
+    }
 
     #[test]
     fn a_histogram_buckets_each_observation_once() {

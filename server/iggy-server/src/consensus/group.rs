@@ -525,8 +525,7 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                 }
             }
         }
-        let replica = self.core.replica();
-        self.figures.publish(replica.view(), replica.commit_max());
+        self.figures.publish(self.core.replica());
     }
 
     /// The replica prepared an op the group cannot make durable (the files stop the process
