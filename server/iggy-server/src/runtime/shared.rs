@@ -68,6 +68,16 @@ pub struct SessionActivity {
 }
 
 impl Shared {
+    /// Replicas in every consensus group: the roster's size in a cluster, else 1.
+    #[cfg_attr(not(test), allow(dead_code))] // the cluster start lands next
+    pub fn replica_count(&self) -> u8 {
+        if self.config.cluster.enabled {
+            u8::try_from(self.config.cluster.nodes.len()).unwrap_or(u8::MAX)
+        } else {
+            1
+        }
+    }
+
     /// The metadata group's replica configuration.
     pub fn vsr_config(&self) -> iggy_vsr::Config {
         let mut config = iggy_vsr::Config::new(1, 0);
