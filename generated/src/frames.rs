@@ -2077,7 +2077,9 @@ pub struct PrepareHeader {
     pub replica: u8,
     pub reserved_frame: [u8; 66],
     pub client: u128,
+    /// journal: the entry checksum of the op before, widened; 0 on the wire (ours: a frame is judged by its own checksums, the receiver chains its journal itself)
     pub parent: u128,
+    /// ours, on the wire: the iggy_vsr entry checksum, widened; the receiver rebuilds the entry and refuses it when the checksums differ
     pub request_checksum: u128,
     pub op: u64,
     pub commit: u64,
@@ -2089,6 +2091,7 @@ pub struct PrepareHeader {
     pub user_id: u32,
     pub retry_capacity: u32,
     pub partition_incarnation: u64,
+    /// ours, on the wire: bytes 240..244 the view the op was prepared in (u32), which a repair re-sends in a later view; the rest 0
     pub reserved: [u8; 8],
     pub session: u64,
 }
@@ -3272,7 +3275,7 @@ impl<'a> WireDecode<'a> for StartViewChangeHeader {
         Self::decode_fixed(b)
     }
 }
-/// Fixed-layout `DoViewChangeHeader`, 256 bytes: replica -> new primary: vote with log_view, op, commit and a suffix of up to 128 PrepareHeaders (high op first). Sealed.
+/// Fixed-layout `DoViewChangeHeader`, 256 bytes: replica -> new primary: vote with log_view, op, commit and the sender's log (ours: the body is a ReplicaLogPrefix and its entries). Sealed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DoViewChangeHeader {
     /// seal: XxHash3-64 of bytes 16..256, widened
@@ -3569,7 +3572,7 @@ impl<'a> WireDecode<'a> for DoViewChangeHeader {
         Self::decode_fixed(b)
     }
 }
-/// Fixed-layout `StartViewHeader`, 256 bytes: new primary -> backups: the view starts; body is the suffix of PrepareHeaders, high op first. Sealed.
+/// Fixed-layout `StartViewHeader`, 256 bytes: new primary -> backups: the view starts; the body is the canonical log (ours: a ReplicaLogPrefix and its entries). Sealed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StartViewHeader {
     /// seal: XxHash3-64 of bytes 16..256, widened
@@ -3832,6 +3835,117 @@ impl WireEncode for StartViewHeader {
 impl<'a> WireDecode<'a> for StartViewHeader {
     fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
         let b = iggy_wire::take(input, 256)?;
+        Self::decode_fixed(b)
+    }
+}
+/// Fixed-layout `ReplicaLogPrefix`, 32 bytes: head of a DoViewChange or StartView body: the log's checkpoint and entry count. Ours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplicaLogPrefix {
+    /// the sender's checkpoint op: the entries are ops base+1..=base+entry_count
+    pub base: u64,
+    /// the entry checksum of op `base` (0 when base is 0)
+    pub base_checksum: u64,
+    pub entry_count: u32,
+}
+impl ReplicaLogPrefix {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 32;
+    /// Byte offset of `base`.
+    pub const BASE_OFFSET: usize = 0;
+    /// Size of `base` in bytes.
+    pub const BASE_SIZE: usize = 8;
+    /// Byte offset of `base_checksum`.
+    pub const BASE_CHECKSUM_OFFSET: usize = 8;
+    /// Size of `base_checksum` in bytes.
+    pub const BASE_CHECKSUM_SIZE: usize = 8;
+    /// Byte offset of `entry_count`.
+    pub const ENTRY_COUNT_OFFSET: usize = 16;
+    /// Size of `entry_count` in bytes.
+    pub const ENTRY_COUNT_SIZE: usize = 4;
+    /// Byte offset of `reserved`.
+    pub const RESERVED_OFFSET: usize = 20;
+    /// Size of `reserved` in bytes.
+    pub const RESERVED_SIZE: usize = 12;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
+        }
+        let base = <u64>::decode_exact(&buf[0..8])
+            .map_err(|_| WireError::InvalidValue {
+                field: "base",
+            })?;
+        let base_checksum = <u64>::decode_exact(&buf[8..16])
+            .map_err(|_| WireError::InvalidValue {
+                field: "base_checksum",
+            })?;
+        let entry_count = <u32>::decode_exact(&buf[16..20])
+            .map_err(|_| WireError::InvalidValue {
+                field: "entry_count",
+            })?;
+        if !iggy_wire::is_zero_at(buf, 20, 12) {
+            return Err(WireError::NonZeroReserved {
+                field: "reserved",
+            });
+        }
+        Ok(Self {
+            base,
+            base_checksum,
+            entry_count,
+        })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.base.to_wire_bytes());
+        iggy_wire::put_at(out, 8, &self.base_checksum.to_wire_bytes());
+        iggy_wire::put_at(out, 16, &self.entry_count.to_wire_bytes());
+        out[20..32].fill(0);
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 32] {
+        let mut b = [0u8; 32];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for ReplicaLogPrefix {
+    /// All-zero bytes.
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 32]).expect("zero bytes decode")
+    }
+}
+const _: () = assert!(ReplicaLogPrefix::SIZE == 32);
+const _: () = assert!(ReplicaLogPrefix::BASE_OFFSET + 8 <= 32);
+const _: () = assert!(ReplicaLogPrefix::BASE_CHECKSUM_OFFSET + 8 <= 32);
+const _: () = assert!(ReplicaLogPrefix::ENTRY_COUNT_OFFSET + 4 <= 32);
+const _: () = assert!(ReplicaLogPrefix::RESERVED_OFFSET + 12 <= 32);
+impl iggy_wire::WireJson for ReplicaLogPrefix {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"base\":");
+        iggy_wire::WireJson::write_json(&self.base, out);
+        out.push_str(",\"base_checksum\":");
+        iggy_wire::WireJson::write_json(&self.base_checksum, out);
+        out.push_str(",\"entry_count\":");
+        iggy_wire::WireJson::write_json(&self.entry_count, out);
+        out.push('}');
+    }
+}
+impl WireEncode for ReplicaLogPrefix {
+    fn encoded_size(&self) -> usize {
+        32
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for ReplicaLogPrefix {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 32)?;
         Self::decode_fixed(b)
     }
 }

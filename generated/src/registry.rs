@@ -90,6 +90,13 @@ pub const STRUCTS: &[StructInfo] = &[
         until: 4294967295,
     },
     StructInfo {
+        name: "ReplicaLogPrefix",
+        module: "frames",
+        fixed: Some(32),
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
         name: "ReplicaIdentity",
         module: "frames",
         fixed: Some(60),
@@ -1276,6 +1283,7 @@ pub fn roundtrip(name: &str, input: &[u8]) -> Option<Result<Roundtrip, WireError
         "StartViewChangeHeader" => rt!(crate ::frames::StartViewChangeHeader, input),
         "DoViewChangeHeader" => rt!(crate ::frames::DoViewChangeHeader, input),
         "StartViewHeader" => rt!(crate ::frames::StartViewHeader, input),
+        "ReplicaLogPrefix" => rt!(crate ::frames::ReplicaLogPrefix, input),
         "ReplicaIdentity" => rt!(crate ::frames::ReplicaIdentity, input),
         "ReplicaHelloHeader" => rt!(crate ::frames::ReplicaHelloHeader, input),
         "ReplicaChallengeHeader" => rt!(crate ::frames::ReplicaChallengeHeader, input),
