@@ -97,6 +97,23 @@ fn stand_in_checksum(stand_in: &[u8]) -> u128 {
     (1u128 << 64) | u128::from(twox_hash::XxHash3_64::oneshot(stand_in))
 }
 
+/// The `PrepareHeader` fields `entry` decides: command, op, view, client, request, operation,
+/// and the size of a record whose body is `body_len` bytes. Checksums, cluster, parent and
+/// routing are the caller's (the journal here, the replica codec on the wire). `None` when the
+/// operation is not a declared `Operation` or the record would not fit a u32 size.
+pub(crate) fn entry_header(entry: &Entry, body_len: usize) -> Option<PrepareHeader> {
+    Some(PrepareHeader {
+        size: u32::try_from(HEADER_SIZE + body_len).ok()?,
+        view: entry.view,
+        command: Command::Prepare,
+        client: entry.client,
+        op: entry.op,
+        request: entry.request,
+        operation: Operation::from_repr(entry.operation)?,
+        ..PrepareHeader::default()
+    })
+}
+
 fn encode_header(
     entry: &Entry,
     stand_in: Option<&Bytes>,
@@ -108,15 +125,8 @@ fn encode_header(
         checksum: u128::from(entry.checksum),
         checksum_body: stand_in.map_or(0, |stand_in| stand_in_checksum(stand_in)),
         cluster,
-        size: u32::try_from(HEADER_SIZE + body_len).ok()?,
-        view: entry.view,
-        command: Command::Prepare,
-        client: entry.client,
         parent: u128::from(parent),
-        op: entry.op,
-        request: entry.request,
-        operation: Operation::from_repr(entry.operation)?,
-        ..PrepareHeader::default()
+        ..entry_header(entry, body_len)?
     };
     Some(header.to_bytes())
 }
