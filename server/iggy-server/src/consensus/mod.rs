@@ -11,6 +11,8 @@ pub mod group;
 #[cfg_attr(not(test), allow(dead_code))]
 pub mod replica_bus;
 #[cfg_attr(not(test), allow(dead_code))]
+pub mod replica_codec;
+#[cfg_attr(not(test), allow(dead_code))]
 pub mod replica_link;
 pub mod view_file;
 pub mod wal;

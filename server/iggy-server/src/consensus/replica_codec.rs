@@ -1,0 +1,1025 @@
+//! The replica codec, sans-IO: `iggy_vsr::Message` values to whole replica frames and back
+//! (spec/frames.spec, "Replica-to-replica frames" and "View-change log body").
+//!
+//! `encode` writes one frame, header first, with its checksum (a seal, or a Prepare's identity)
+//! and `checksum_body` set, into one buffer sized up front. `decode` reads a frame the bus has
+//! already verified (`replica_link::FrameCheck`: checksums, release, cluster, sender, size) and
+//! judges what the check cannot: that the frame is for the receiver's group and incarnation,
+//! that it is a command the VSR core speaks, that its body is well formed, and that every entry
+//! it carries rebuilds to the checksum its sender computed. Nothing here panics on a peer's bytes.
+//!
+//! A Prepare carries its entry's checksum in `request_checksum`: the frame's identity checksum
+//! proves the header arrived as sent, the entry checksum that the sender's entry was whole. The
+//! frame's `view` is the view it is sent in and bytes 240..244 the view the op was prepared in,
+//! so a repair re-sent in a later view keeps both (the identity ignores the frame's view).
+//! DoViewChange and StartView bodies carry the whole `iggy_vsr::Log`: a `ReplicaLogPrefix`,
+//! then per entry a PrepareHeader stamped as a Prepare and its body.
+
+use super::replica_bus::Inbound;
+use super::replica_link::{HEADER_SIZE, body_checksum_of, prepare_identity_of, seal_of};
+use super::wal;
+use bytes::{BufMut, Bytes, BytesMut};
+use iggy_generated::frames::{
+    Command, CommitHeader, DoViewChangeHeader, GenericHeader, PrepareHeader, PrepareOkHeader,
+    ReplicaLogPrefix, RequestPreparesHeader, RequestStartViewHeader, StartViewChangeHeader,
+    StartViewHeader,
+};
+use iggy_vsr::{Entry, Log, Message, ReplicaId};
+
+/// Who frames are written by, or read for, and which group they belong to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameContext {
+    pub cluster: u128,
+    /// The writing replica (on decode: the receiving one; the sender is the frame's).
+    pub sender: ReplicaId,
+    /// The consensus group (`METADATA_GROUP`, or stream<<32 | topic<<20 | partition).
+    pub group: u64,
+    /// The partition's incarnation; 0 only for the metadata group.
+    pub incarnation: u64,
+}
+
+/// Why a verified frame is not a message for this group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CodecError {
+    /// A replica command the VSR core has no message for (repair ranges, state transfer,
+    /// forwards, ...).
+    Unsupported(Command),
+    /// The frame belongs to another consensus group.
+    Group { ours: u64, frame: u64 },
+    /// A frame of another incarnation of the group's id: for a partition, a deleted partition
+    /// whose id was reused (or the new one's, seen by a replica of the old).
+    Incarnation { group: u64, ours: u64, frame: u64 },
+    /// The header names a sender other than the peer the frame came from.
+    Sender { peer: ReplicaId, named: ReplicaId },
+    /// A header or body that is not its command's layout.
+    Malformed { command: Command, detail: String },
+    /// An entry whose rebuilt checksum differs from the one its sender computed.
+    EntryChecksum { op: u64, sent: u128, rebuilt: u64 },
+}
+
+impl std::fmt::Display for CodecError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CodecError::Unsupported(command) => {
+                write!(f, "{command:?} is not a message of the consensus core")
+            }
+            CodecError::Group { ours, frame } => {
+                write!(f, "a frame of group {frame:#x} reached group {ours:#x}")
+            }
+            CodecError::Incarnation { group, ours, frame } => write!(
+                f,
+                "a frame of incarnation {frame} of group {group:#x}, which is at incarnation \
+                 {ours} here"
+            ),
+            CodecError::Sender { peer, named } => {
+                write!(f, "a frame from replica {peer} names replica {named}")
+            }
+            CodecError::Malformed { command, detail } => {
+                write!(f, "malformed {command:?}: {detail}")
+            }
+            CodecError::EntryChecksum { op, sent, rebuilt } => write!(
+                f,
+                "op {op} rebuilds to checksum {rebuilt:016x}, its sender's is {sent:032x}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for CodecError {}
+
+fn malformed(command: Command, detail: impl Into<String>) -> CodecError {
+    CodecError::Malformed {
+        command,
+        detail: detail.into(),
+    }
+}
+
+/// The whole frame of `message`, written by `context.sender` for `context.group`.
+///
+/// # Panics
+/// When a message's `replica` is not `context.sender` (a replica speaks only for itself), when
+/// an entry's operation is not a declared `Operation` (the journal refuses such an entry
+/// before any replica could hold it), or when a frame would exceed `u32::MAX` bytes.
+pub fn encode(context: &FrameContext, message: &Message) -> Bytes {
+    let (group, incarnation) = (context.group, context.incarnation);
+    match message {
+        Message::Prepare {
+            view,
+            commit,
+            entry,
+        } => encode_prepare(context, *view, *commit, entry),
+        Message::PrepareOk { view, op, replica } => {
+            speaks_for_itself(context, *replica);
+            // The official layout has no incarnation field here.
+            let header = PrepareOkHeader {
+                op: *op,
+                group,
+                ..PrepareOkHeader::default()
+            };
+            control_frame(context, Command::PrepareOk, *view, header.to_bytes())
+        }
+        Message::Commit { view, commit } => {
+            let header = CommitHeader {
+                commit: *commit,
+                group,
+                partition_incarnation: incarnation,
+                ..CommitHeader::default()
+            };
+            control_frame(context, Command::Commit, *view, header.to_bytes())
+        }
+        Message::StartViewChange { view, replica } => {
+            speaks_for_itself(context, *replica);
+            let header = StartViewChangeHeader {
+                group,
+                partition_incarnation: incarnation,
+                ..StartViewChangeHeader::default()
+            };
+            control_frame(context, Command::StartViewChange, *view, header.to_bytes())
+        }
+        Message::DoViewChange {
+            view,
+            replica,
+            log_view,
+            commit,
+            log,
+        } => {
+            speaks_for_itself(context, *replica);
+            let header = DoViewChangeHeader {
+                op: log.op(),
+                commit: *commit,
+                group,
+                log_view: *log_view,
+                partition_incarnation: incarnation,
+                ..DoViewChangeHeader::default()
+            };
+            log_frame(
+                context,
+                Command::DoViewChange,
+                *view,
+                header.to_bytes(),
+                log,
+            )
+        }
+        Message::StartView { view, commit, log } => {
+            let header = StartViewHeader {
+                op: log.op(),
+                commit: *commit,
+                group,
+                partition_incarnation: incarnation,
+                ..StartViewHeader::default()
+            };
+            log_frame(context, Command::StartView, *view, header.to_bytes(), log)
+        }
+        Message::RequestPrepare { view, op, replica } => {
+            speaks_for_itself(context, *replica);
+            let header = RequestPreparesHeader {
+                from_op: *op,
+                to_op: *op,
+                group,
+                partition_incarnation: incarnation,
+                ..RequestPreparesHeader::default()
+            };
+            control_frame(context, Command::RequestPrepares, *view, header.to_bytes())
+        }
+        Message::RequestStartView { view, replica } => {
+            speaks_for_itself(context, *replica);
+            let header = RequestStartViewHeader {
+                group,
+                partition_incarnation: incarnation,
+                ..RequestStartViewHeader::default()
+            };
+            control_frame(context, Command::RequestStartView, *view, header.to_bytes())
+        }
+    }
+}
+
+fn speaks_for_itself(context: &FrameContext, replica: ReplicaId) {
+    assert_eq!(
+        replica, context.sender,
+        "replica {} encodes a message in the name of replica {replica}",
+        context.sender
+    );
+}
+
+fn frame_size(size: usize) -> u32 {
+    u32::try_from(size).unwrap_or_else(|_| panic!("a replica frame of {size} bytes"))
+}
+
+/// Writes the fields every replica frame shares into `header` (the command-specific half is
+/// already there). `release` stays 0: release identity travels only in the handshake.
+fn stamp_generic(
+    header: &mut [u8; HEADER_SIZE],
+    context: &FrameContext,
+    command: Command,
+    view: u32,
+    size: usize,
+    checksum_body: u128,
+) {
+    let mut put = |at: usize, bytes: &[u8]| header[at..at + bytes.len()].copy_from_slice(bytes);
+    put(
+        GenericHeader::CHECKSUM_BODY_OFFSET,
+        &checksum_body.to_le_bytes(),
+    );
+    put(
+        GenericHeader::CLUSTER_OFFSET,
+        &context.cluster.to_le_bytes(),
+    );
+    put(GenericHeader::SIZE_OFFSET, &frame_size(size).to_le_bytes());
+    put(GenericHeader::VIEW_OFFSET, &view.to_le_bytes());
+    put(GenericHeader::RELEASE_OFFSET, &0u32.to_le_bytes());
+    put(GenericHeader::COMMAND_OFFSET, &[command as u8]);
+    put(GenericHeader::REPLICA_OFFSET, &[context.sender]);
+}
+
+fn seal(header: &mut [u8; HEADER_SIZE]) {
+    let seal = seal_of(header);
+    header[..GenericHeader::CHECKSUM_SIZE].copy_from_slice(&seal.to_le_bytes());
+}
+
+/// A header-only control frame.
+fn control_frame(
+    context: &FrameContext,
+    command: Command,
+    view: u32,
+    mut header: [u8; HEADER_SIZE],
+) -> Bytes {
+    stamp_generic(&mut header, context, command, view, HEADER_SIZE, 0);
+    seal(&mut header);
+    Bytes::copy_from_slice(&header)
+}
+
+/// The header of a Prepare of `entry` sent in `view`, identity-stamped. `parent` stays 0: the
+/// frame is judged by its own checksums, and the receiver chains its journal itself.
+fn prepare_header(
+    context: &FrameContext,
+    entry: &Entry,
+    view: u32,
+    commit: u64,
+) -> [u8; HEADER_SIZE] {
+    let fields = wal::entry_header(entry, entry.body.len()).unwrap_or_else(|| {
+        panic!(
+            "op {}: operation {} is not a declared Operation, or its body does not fit a frame",
+            entry.op, entry.operation
+        )
+    });
+    let mut reserved = [0u8; 8];
+    reserved[..4].copy_from_slice(&entry.view.to_le_bytes());
+    let header = PrepareHeader {
+        checksum_body: body_checksum_of(&entry.body),
+        cluster: context.cluster,
+        view,
+        replica: context.sender,
+        request_checksum: u128::from(entry.checksum),
+        commit,
+        group: context.group,
+        partition_incarnation: context.incarnation,
+        reserved,
+        ..fields
+    };
+    let mut bytes = header.to_bytes();
+    let identity = prepare_identity_of(&bytes);
+    bytes[..PrepareHeader::CHECKSUM_SIZE].copy_from_slice(&identity.to_le_bytes());
+    bytes
+}
+
+fn encode_prepare(context: &FrameContext, view: u32, commit: u64, entry: &Entry) -> Bytes {
+    let size = HEADER_SIZE + entry.body.len();
+    let mut frame = BytesMut::with_capacity(size);
+    frame.put_slice(&prepare_header(context, entry, view, commit));
+    frame.put_slice(&entry.body);
+    debug_assert_eq!(frame.len(), size);
+    frame.freeze()
+}
+
+/// The bytes of `log` as a DoViewChange or StartView body.
+fn log_body_len(log: &Log) -> usize {
+    let entries: usize = log
+        .entries
+        .iter()
+        .map(|entry| HEADER_SIZE + entry.body.len())
+        .sum();
+    ReplicaLogPrefix::SIZE + entries
+}
+
+/// A DoViewChange or StartView: `header` (its command half), then the log as its body.
+fn log_frame(
+    context: &FrameContext,
+    command: Command,
+    view: u32,
+    mut header: [u8; HEADER_SIZE],
+    log: &Log,
+) -> Bytes {
+    let size = HEADER_SIZE + log_body_len(log);
+    let mut frame = BytesMut::with_capacity(size);
+    let capacity = frame.capacity();
+    frame.put_bytes(0, HEADER_SIZE);
+    let prefix = ReplicaLogPrefix {
+        base: log.base,
+        base_checksum: log.base_checksum,
+        entry_count: u32::try_from(log.entries.len()).expect("a log of fewer than 2^32 entries"),
+    };
+    frame.put_slice(&prefix.to_bytes());
+    for entry in &log.entries {
+        // Each entry is stamped as the Prepare of the view it was prepared in, commit 0.
+        frame.put_slice(&prepare_header(context, entry, entry.view, 0));
+        frame.put_slice(&entry.body);
+    }
+    debug_assert_eq!((frame.len(), frame.capacity()), (size, capacity));
+    let checksum_body = body_checksum_of(&frame[HEADER_SIZE..]);
+    stamp_generic(&mut header, context, command, view, size, checksum_body);
+    seal(&mut header);
+    frame[..HEADER_SIZE].copy_from_slice(&header);
+    frame.freeze()
+}
+
+/// The message of a frame the bus verified, for the group `context` names (the receiver's).
+pub fn decode(context: &FrameContext, inbound: &Inbound) -> Result<Message, CodecError> {
+    let command = inbound.command;
+    let header: &[u8; HEADER_SIZE] = &inbound.header;
+    if header[GenericHeader::COMMAND_OFFSET] != command as u8 {
+        return Err(malformed(command, "the header names another command"));
+    }
+    let named = header[GenericHeader::REPLICA_OFFSET];
+    if named != inbound.from {
+        return Err(CodecError::Sender {
+            peer: inbound.from,
+            named,
+        });
+    }
+    let header_only = !matches!(
+        command,
+        Command::Prepare | Command::DoViewChange | Command::StartView
+    );
+    if header_only && !inbound.body.is_empty() {
+        return Err(malformed(
+            command,
+            format!("a body of {} bytes", inbound.body.len()),
+        ));
+    }
+    let undecodable = |error: iggy_wire::WireError| malformed(command, error.to_string());
+    match command {
+        Command::Prepare => {
+            let prepare = PrepareHeader::decode_fixed(header).map_err(undecodable)?;
+            same_group(context, prepare.group, Some(prepare.partition_incarnation))?;
+            if prepare.size as usize != HEADER_SIZE + inbound.body.len() {
+                return Err(malformed(command, "the size differs from the frame's"));
+            }
+            let entry = entry_of(&prepare, Bytes::copy_from_slice(&inbound.body))?;
+            Ok(Message::Prepare {
+                view: prepare.view,
+                commit: prepare.commit,
+                entry,
+            })
+        }
+        Command::DoViewChange | Command::StartView => decode_log_frame(context, inbound),
+        _ => decode_control(context, command, header, named),
+    }
+}
+
+/// The header-only messages.
+fn decode_control(
+    context: &FrameContext,
+    command: Command,
+    header: &[u8; HEADER_SIZE],
+    sender: ReplicaId,
+) -> Result<Message, CodecError> {
+    let undecodable = |error: iggy_wire::WireError| malformed(command, error.to_string());
+    match command {
+        Command::PrepareOk => {
+            let ok = PrepareOkHeader::decode_fixed(header).map_err(undecodable)?;
+            // No incarnation to judge: the official layout has no field for it.
+            same_group(context, ok.group, None)?;
+            Ok(Message::PrepareOk {
+                view: ok.view,
+                op: ok.op,
+                replica: sender,
+            })
+        }
+        Command::Commit => {
+            let commit = CommitHeader::decode_fixed(header).map_err(undecodable)?;
+            same_group(context, commit.group, Some(commit.partition_incarnation))?;
+            Ok(Message::Commit {
+                view: commit.view,
+                commit: commit.commit,
+            })
+        }
+        Command::StartViewChange => {
+            let vote = StartViewChangeHeader::decode_fixed(header).map_err(undecodable)?;
+            same_group(context, vote.group, Some(vote.partition_incarnation))?;
+            Ok(Message::StartViewChange {
+                view: vote.view,
+                replica: sender,
+            })
+        }
+        Command::RequestPrepares => {
+            let request = RequestPreparesHeader::decode_fixed(header).map_err(undecodable)?;
+            same_group(context, request.group, Some(request.partition_incarnation))?;
+            // The core asks for one op (and its primary sends a few after it).
+            if request.from_op != request.to_op {
+                return Err(malformed(
+                    command,
+                    format!("ops {}..={}, not one op", request.from_op, request.to_op),
+                ));
+            }
+            Ok(Message::RequestPrepare {
+                view: request.view,
+                op: request.from_op,
+                replica: sender,
+            })
+        }
+        Command::RequestStartView => {
+            let request = RequestStartViewHeader::decode_fixed(header).map_err(undecodable)?;
+            same_group(context, request.group, Some(request.partition_incarnation))?;
+            Ok(Message::RequestStartView {
+                view: request.view,
+                replica: sender,
+            })
+        }
+        other => Err(CodecError::Unsupported(other)),
+    }
+}
+
+/// Refuses a frame of another group, or of another incarnation of this group's id.
+fn same_group(
+    context: &FrameContext,
+    group: u64,
+    incarnation: Option<u64>,
+) -> Result<(), CodecError> {
+    if group != context.group {
+        return Err(CodecError::Group {
+            ours: context.group,
+            frame: group,
+        });
+    }
+    match incarnation {
+        Some(frame) if frame != context.incarnation => Err(CodecError::Incarnation {
+            group,
+            ours: context.incarnation,
+            frame,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// The entry a Prepare header and its body carry, rebuilt and held to its sender's checksum.
+fn entry_of(prepare: &PrepareHeader, body: Bytes) -> Result<Entry, CodecError> {
+    if prepare.op == 0 {
+        return Err(malformed(Command::Prepare, "op 0"));
+    }
+    let prepared_view = u32::from_le_bytes(prepare.reserved[..4].try_into().expect("4 bytes"));
+    let entry = Entry::new(
+        prepare.op,
+        prepared_view,
+        prepare.client,
+        prepare.request,
+        prepare.operation.to_repr(),
+        body,
+    );
+    if u128::from(entry.checksum) != prepare.request_checksum {
+        return Err(CodecError::EntryChecksum {
+            op: prepare.op,
+            sent: prepare.request_checksum,
+            rebuilt: entry.checksum,
+        });
+    }
+    Ok(entry)
+}
+
+fn decode_log_frame(context: &FrameContext, inbound: &Inbound) -> Result<Message, CodecError> {
+    let command = inbound.command;
+    let undecodable = |error: iggy_wire::WireError| malformed(command, error.to_string());
+    // (view, op, commit, group, incarnation, log_view: a DoViewChange's only)
+    let fields = if command == Command::DoViewChange {
+        let vote = DoViewChangeHeader::decode_fixed(&inbound.header[..]).map_err(undecodable)?;
+        let (group, incarnation) = (vote.group, vote.partition_incarnation);
+        (
+            vote.view,
+            vote.op,
+            vote.commit,
+            group,
+            incarnation,
+            Some(vote.log_view),
+        )
+    } else {
+        let start = StartViewHeader::decode_fixed(&inbound.header[..]).map_err(undecodable)?;
+        let (group, incarnation) = (start.group, start.partition_incarnation);
+        (start.view, start.op, start.commit, group, incarnation, None)
+    };
+    let (view, op, commit, group, incarnation, log_view) = fields;
+    same_group(context, group, Some(incarnation))?;
+    let cluster = u128::from_le_bytes(
+        inbound.header[GenericHeader::CLUSTER_OFFSET..][..16]
+            .try_into()
+            .expect("16 bytes"),
+    );
+    let log = decode_log(context, cluster, command, &inbound.body)?;
+    if log.op() != op {
+        return Err(malformed(
+            command,
+            format!("the header names op {op}, the log ends at op {}", log.op()),
+        ));
+    }
+    Ok(match log_view {
+        Some(log_view) => Message::DoViewChange {
+            view,
+            replica: inbound.from,
+            log_view,
+            commit,
+            log,
+        },
+        None => Message::StartView { view, commit, log },
+    })
+}
+
+/// The log of a DoViewChange or StartView body. The body is copied once; the entries' bodies
+/// are slices of that copy.
+fn decode_log(
+    context: &FrameContext,
+    cluster: u128,
+    command: Command,
+    body: &[u8],
+) -> Result<Log, CodecError> {
+    let prefix = ReplicaLogPrefix::decode_fixed(body)
+        .map_err(|error| malformed(command, format!("log prefix: {error}")))?;
+    let count = prefix.entry_count as usize;
+    let room = (body.len() - ReplicaLogPrefix::SIZE) / HEADER_SIZE;
+    if count > room {
+        return Err(malformed(
+            command,
+            format!("{count} entries in a body with room for {room} headers"),
+        ));
+    }
+    let body = Bytes::copy_from_slice(body);
+    let mut entries = Vec::with_capacity(count);
+    let mut at = ReplicaLogPrefix::SIZE;
+    for index in 0..count as u64 {
+        let op = prefix
+            .base
+            .checked_add(index + 1)
+            .ok_or_else(|| malformed(command, "ops beyond u64"))?;
+        let (entry, end) = log_entry(context, (cluster, command), &body, at, op)?;
+        entries.push(entry);
+        at = end;
+    }
+    if at != body.len() {
+        return Err(malformed(
+            command,
+            format!("{} bytes after the last entry", body.len() - at),
+        ));
+    }
+    Ok(Log {
+        base: prefix.base,
+        base_checksum: prefix.base_checksum,
+        entries,
+    })
+}
+
+/// The entry whose header starts at `at` of a log body of `command`, and where it ends.
+fn log_entry(
+    context: &FrameContext,
+    (cluster, command): (u128, Command),
+    body: &Bytes,
+    at: usize,
+    op: u64,
+) -> Result<(Entry, usize), CodecError> {
+    let bad = |detail: &str| malformed(command, format!("the entry of op {op}: {detail}"));
+    let header: &[u8; HEADER_SIZE] = body
+        .get(at..at + HEADER_SIZE)
+        .and_then(|bytes| bytes.try_into().ok())
+        .ok_or_else(|| bad("its header is cut short"))?;
+    if header[GenericHeader::COMMAND_OFFSET] != Command::Prepare as u8 {
+        return Err(bad("its header is not a Prepare's"));
+    }
+    let identity = u128::from_le_bytes(header[..16].try_into().expect("16 bytes"));
+    if identity != prepare_identity_of(header) {
+        return Err(bad("its header's prepare identity does not hold"));
+    }
+    let prepare = PrepareHeader::decode_fixed(header).map_err(|error| bad(&error.to_string()))?;
+    let size = prepare.size as usize;
+    if size < HEADER_SIZE || at + size > body.len() {
+        return Err(bad(&format!("its size {size} runs past the body")));
+    }
+    let entry_body = body.slice(at + HEADER_SIZE..at + size);
+    if body_checksum_of(&entry_body) != prepare.checksum_body {
+        return Err(bad("its body does not hash to its checksum_body"));
+    }
+    if prepare.op != op {
+        return Err(bad(&format!("its header names op {}", prepare.op)));
+    }
+    if (
+        prepare.cluster,
+        prepare.group,
+        prepare.partition_incarnation,
+    ) != (cluster, context.group, context.incarnation)
+    {
+        return Err(bad(
+            "its header names another cluster, group or incarnation",
+        ));
+    }
+    if prepare.reserved[..4] != prepare.view.to_le_bytes() {
+        return Err(bad("its view is not the view it was prepared in"));
+    }
+    Ok((entry_of(&prepare, entry_body)?, at + size))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::consensus::replica_link::tests::CLUSTER;
+    use crate::consensus::replica_link::{FrameCheck, Reject};
+    use iggy_generated::frames::{METADATA_GROUP, Operation, RepairRangeReplyHeader};
+
+    const PARTITION: u64 = 2 << 32 | 1 << 20 | 3;
+    const INCARNATION: u64 = 7;
+    const SENDER: ReplicaId = 1;
+    const RECEIVER: ReplicaId = 2;
+
+    fn partition(replica: ReplicaId) -> FrameContext {
+        FrameContext {
+            cluster: CLUSTER,
+            sender: replica,
+            group: PARTITION,
+            incarnation: INCARNATION,
+        }
+    }
+
+    fn metadata(replica: ReplicaId) -> FrameContext {
+        FrameContext {
+            group: METADATA_GROUP,
+            incarnation: 0,
+            ..partition(replica)
+        }
+    }
+
+    /// What the bus does with the bytes a peer wrote: the header check, the body check, then
+    /// the `Inbound` it routes.
+    fn deliver(frame: &[u8], peer: ReplicaId) -> Result<Inbound, Reject> {
+        let check = FrameCheck {
+            cluster: CLUSTER,
+            peer,
+            max_frame_size: 1 << 20,
+        };
+        let header: [u8; HEADER_SIZE] = frame[..HEADER_SIZE].try_into().unwrap();
+        let verified = check.header(&header)?;
+        let body = frame[HEADER_SIZE..].to_vec();
+        check.body(&verified, &body)?;
+        Ok(Inbound {
+            from: peer,
+            command: verified.command,
+            group: verified.group,
+            header: Box::new(header),
+            body,
+        })
+    }
+
+    fn entry(op: u64, view: u32, body: &'static [u8]) -> Entry {
+        let operation = Operation::SendMessages.to_repr();
+        Entry::new(
+            op,
+            view,
+            0xc1_1e47,
+            op + 100,
+            operation,
+            Bytes::from_static(body),
+        )
+    }
+
+    fn log(base: u64) -> Log {
+        Log {
+            base,
+            base_checksum: if base == 0 { 0 } else { 0xba5e_c4ec },
+            entries: vec![
+                entry(base + 1, 3, b"first body"),
+                entry(base + 2, 3, b""),
+                entry(base + 3, 4, &[0xa5; 700]),
+            ],
+        }
+    }
+
+    fn every_message() -> Vec<Message> {
+        vec![
+            Message::Prepare {
+                view: 4,
+                commit: 9,
+                entry: entry(10, 4, b"a prepared body"),
+            },
+            // A repair re-sends an op of an earlier view; an empty body has no body checksum.
+            Message::Prepare {
+                view: 6,
+                commit: 9,
+                entry: entry(10, 2, b""),
+            },
+            Message::PrepareOk {
+                view: 4,
+                op: 10,
+                replica: SENDER,
+            },
+            Message::Commit { view: 4, commit: 9 },
+            Message::StartViewChange {
+                view: 5,
+                replica: SENDER,
+            },
+            Message::DoViewChange {
+                view: 5,
+                replica: SENDER,
+                log_view: 4,
+                commit: 11,
+                log: log(10),
+            },
+            Message::DoViewChange {
+                view: 1,
+                replica: SENDER,
+                log_view: 0,
+                commit: 0,
+                log: Log::default(),
+            },
+            Message::StartView {
+                view: 5,
+                commit: 12,
+                log: log(0),
+            },
+            Message::StartView {
+                view: 5,
+                commit: 40,
+                log: Log {
+                    base: 40,
+                    base_checksum: 0x40,
+                    entries: Vec::new(),
+                },
+            },
+            Message::RequestPrepare {
+                view: 5,
+                op: 11,
+                replica: SENDER,
+            },
+            Message::RequestStartView {
+                view: 6,
+                replica: SENDER,
+            },
+        ]
+    }
+
+    #[test]
+    fn every_message_round_trips_through_the_bus_check() {
+        for context in [partition, metadata] {
+            for message in every_message() {
+                let frame = encode(&context(SENDER), &message);
+                let inbound = deliver(&frame, SENDER)
+                    .unwrap_or_else(|reject| panic!("{}: {reject}", message.name()));
+                assert_eq!(inbound.group, context(SENDER).group);
+                let decoded = decode(&context(RECEIVER), &inbound);
+                assert_eq!(decoded.as_ref(), Ok(&message), "{}", message.name());
+            }
+        }
+    }
+
+    #[test]
+    fn a_prepare_carries_its_identity_and_the_entry_checksum() {
+        let message = &every_message()[1];
+        let Message::Prepare { entry, .. } = message else {
+            unreachable!()
+        };
+        let frame = encode(&partition(SENDER), message);
+        let header: [u8; HEADER_SIZE] = frame[..HEADER_SIZE].try_into().unwrap();
+        let prepare = PrepareHeader::decode_fixed(&header).unwrap();
+        assert_eq!(prepare.checksum, prepare_identity_of(&header));
+        assert_eq!(prepare.request_checksum, u128::from(entry.checksum));
+        assert_eq!((prepare.view, prepare.reserved[0]), (6, 2));
+        assert_eq!(prepare.parent, 0);
+        assert_eq!(prepare.size as usize, frame.len());
+        // Re-sent in another view, the prepare keeps its identity.
+        let later = Message::Prepare {
+            view: 9,
+            commit: 9,
+            entry: entry.clone(),
+        };
+        assert_eq!(
+            encode(&partition(SENDER), &later)[..16],
+            frame[..16],
+            "the identity ignores the frame's view"
+        );
+    }
+
+    #[test]
+    fn a_flipped_body_byte_fails_the_bus_check() {
+        for message in [&every_message()[0], &every_message()[5]] {
+            let mut frame = encode(&partition(SENDER), message).to_vec();
+            let last = frame.len() - 1;
+            frame[last] ^= 1;
+            let reject = deliver(&frame, SENDER).unwrap_err();
+            assert_eq!(reject.reason, "checksum_body", "{}", message.name());
+        }
+    }
+
+    /// Rewrites the Prepare header at `at` of `frame` and stamps its identity again.
+    fn forge_prepare(frame: &mut [u8], at: usize, change: impl Fn(&mut PrepareHeader)) {
+        let mut prepare = PrepareHeader::decode_fixed(&frame[at..at + HEADER_SIZE]).unwrap();
+        change(&mut prepare);
+        let mut header = prepare.to_bytes();
+        let identity = prepare_identity_of(&header);
+        header[..16].copy_from_slice(&identity.to_le_bytes());
+        frame[at..at + HEADER_SIZE].copy_from_slice(&header);
+    }
+
+    /// Sets the body checksum of a sealed frame and seals it again, so only decode can object.
+    fn reseal(frame: &mut [u8]) {
+        let checksum_body = body_checksum_of(&frame[HEADER_SIZE..]);
+        let header: &mut [u8; HEADER_SIZE] = (&mut frame[..HEADER_SIZE]).try_into().unwrap();
+        header[GenericHeader::CHECKSUM_BODY_OFFSET..][..16]
+            .copy_from_slice(&checksum_body.to_le_bytes());
+        seal(header);
+    }
+
+    #[test]
+    fn a_forged_entry_checksum_under_a_valid_identity_is_refused() {
+        let forge = |prepare: &mut PrepareHeader| prepare.request_checksum ^= 1;
+        let mut prepare = encode(&partition(SENDER), &every_message()[0]).to_vec();
+        forge_prepare(&mut prepare, 0, forge);
+        let inbound = deliver(&prepare, SENDER).expect("the identity holds");
+        let refused = decode(&partition(RECEIVER), &inbound).unwrap_err();
+        assert!(
+            matches!(refused, CodecError::EntryChecksum { op: 10, .. }),
+            "{refused}"
+        );
+
+        // The second entry of a DoViewChange's log, its identity and the frame's seal redone.
+        let mut vote = encode(&partition(SENDER), &every_message()[5]).to_vec();
+        let second = HEADER_SIZE + ReplicaLogPrefix::SIZE + HEADER_SIZE + b"first body".len();
+        forge_prepare(&mut vote, second, forge);
+        reseal(&mut vote);
+        let inbound = deliver(&vote, SENDER).expect("the seal holds");
+        let refused = decode(&partition(RECEIVER), &inbound).unwrap_err();
+        assert!(
+            matches!(refused, CodecError::EntryChecksum { op: 12, .. }),
+            "{refused}"
+        );
+
+        // A changed field the entry checksum covers is caught the same way.
+        let mut prepare = encode(&partition(SENDER), &every_message()[0]).to_vec();
+        forge_prepare(&mut prepare, 0, |prepare| prepare.client ^= 1);
+        let inbound = deliver(&prepare, SENDER).unwrap();
+        assert!(matches!(
+            decode(&partition(RECEIVER), &inbound),
+            Err(CodecError::EntryChecksum { .. })
+        ));
+    }
+
+    #[test]
+    fn frames_of_another_incarnation_or_group_are_refused() {
+        let recreated = FrameContext {
+            incarnation: INCARNATION + 1,
+            ..partition(RECEIVER)
+        };
+        let other_group = FrameContext {
+            group: PARTITION + 1,
+            ..partition(RECEIVER)
+        };
+        for message in every_message() {
+            let inbound = deliver(&encode(&partition(SENDER), &message), SENDER).unwrap();
+            let refused = decode(&recreated, &inbound);
+            if matches!(message, Message::PrepareOk { .. }) {
+                // The official PrepareOk layout has no incarnation to judge.
+                assert_eq!(refused, Ok(message.clone()));
+            } else {
+                let expected = CodecError::Incarnation {
+                    group: PARTITION,
+                    ours: INCARNATION + 1,
+                    frame: INCARNATION,
+                };
+                assert_eq!(refused, Err(expected), "{}", message.name());
+            }
+            let expected = CodecError::Group {
+                ours: PARTITION + 1,
+                frame: PARTITION,
+            };
+            let refused = decode(&other_group, &inbound);
+            assert_eq!(refused, Err(expected), "{}", message.name());
+            // A metadata group never takes a partition's frame.
+            let refused = decode(&metadata(RECEIVER), &inbound).unwrap_err();
+            assert!(matches!(refused, CodecError::Group { .. }), "{refused}");
+        }
+    }
+
+    #[test]
+    fn a_frame_naming_another_sender_is_refused() {
+        for message in every_message() {
+            let mut inbound = deliver(&encode(&partition(SENDER), &message), SENDER).unwrap();
+            inbound.from = 0;
+            let refused = decode(&partition(RECEIVER), &inbound);
+            let expected = CodecError::Sender {
+                peer: 0,
+                named: SENDER,
+            };
+            assert_eq!(refused, Err(expected), "{}", message.name());
+        }
+        // A replica never encodes a message in another replica's name.
+        let vote = Message::StartViewChange {
+            view: 5,
+            replica: 0,
+        };
+        let encoded = std::panic::catch_unwind(|| encode(&partition(SENDER), &vote));
+        assert!(encoded.is_err());
+    }
+
+    /// A sealed header-only frame of `command` whose command half is `half`.
+    fn control(command: Command, half: [u8; HEADER_SIZE]) -> Vec<u8> {
+        control_frame(&partition(SENDER), command, 5, half).to_vec()
+    }
+
+    #[test]
+    fn commands_the_core_does_not_speak_are_refused() {
+        let header = RepairRangeReplyHeader {
+            op: 3,
+            group: PARTITION,
+            partition_incarnation: INCARNATION,
+            ..RepairRangeReplyHeader::default()
+        };
+        let inbound = deliver(&control(Command::RepairDone, header.to_bytes()), SENDER).unwrap();
+        assert_eq!(
+            decode(&partition(RECEIVER), &inbound),
+            Err(CodecError::Unsupported(Command::RepairDone))
+        );
+    }
+
+    fn refused_as_malformed(frame: &[u8]) -> String {
+        let inbound = deliver(frame, SENDER).expect("the bus check passes");
+        match decode(&partition(RECEIVER), &inbound) {
+            Err(CodecError::Malformed { detail, .. }) => detail,
+            other => panic!("not refused as malformed: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn malformed_frames_are_refused() {
+        // A request for a range of ops: the core asks for one.
+        let range = RequestPreparesHeader {
+            from_op: 3,
+            to_op: 5,
+            group: PARTITION,
+            partition_incarnation: INCARNATION,
+            ..RequestPreparesHeader::default()
+        };
+        let detail = refused_as_malformed(&control(Command::RequestPrepares, range.to_bytes()));
+        assert!(detail.contains("3..=5"), "{detail}");
+
+        // A body on a header-only frame.
+        let mut commit = encode(&partition(SENDER), &every_message()[3]).to_vec();
+        commit.extend_from_slice(b"extra");
+        let size = commit.len() as u32;
+        commit[GenericHeader::SIZE_OFFSET..][..4].copy_from_slice(&size.to_le_bytes());
+        reseal(&mut commit);
+        assert!(refused_as_malformed(&commit).contains("a body of 5 bytes"));
+
+        let vote = encode(&partition(SENDER), &every_message()[5]).to_vec();
+        const PREFIX: usize = HEADER_SIZE;
+        const COUNT_AT: usize = PREFIX + ReplicaLogPrefix::ENTRY_COUNT_OFFSET;
+        type Damage = fn(&mut Vec<u8>);
+        let cases: [(Damage, &str); 5] = [
+            // More entries than the body has room for.
+            (|v| v[COUNT_AT] = 200, "room for"),
+            // One entry fewer: the last one's bytes are left over.
+            (|v| v[COUNT_AT] = 2, "bytes after the last entry"),
+            // The log ends at another op than the header names.
+            (
+                |v| v[PREFIX + ReplicaLogPrefix::BASE_OFFSET] = 11,
+                "the entry of op 12",
+            ),
+            // A cut body.
+            (|v| v.truncate(v.len() - 1), "runs past the body"),
+            // An entry's header damaged: its identity no longer holds.
+            (
+                |v| v[PREFIX + ReplicaLogPrefix::SIZE + 180] ^= 1,
+                "identity",
+            ),
+        ];
+        for (change, expected) in cases {
+            let mut bad = vote.clone();
+            change(&mut bad);
+            let size = bad.len() as u32;
+            bad[GenericHeader::SIZE_OFFSET..][..4].copy_from_slice(&size.to_le_bytes());
+            reseal(&mut bad);
+            let detail = refused_as_malformed(&bad);
+            assert!(detail.contains(expected), "{expected}: {detail}");
+        }
+
+        // The header's op differs from the log's end.
+        let mut start = encode(&partition(SENDER), &every_message()[7]).to_vec();
+        start[StartViewHeader::OP_OFFSET] = 9;
+        reseal(&mut start);
+        assert!(refused_as_malformed(&start).contains("names op 9"));
+    }
+
+    #[test]
+    fn encode_sizes_the_frame_up_front() {
+        for message in every_message() {
+            let frame = encode(&partition(SENDER), &message);
+            let size =
+                u32::from_le_bytes(frame[GenericHeader::SIZE_OFFSET..][..4].try_into().unwrap());
+            assert_eq!(size as usize, frame.len(), "{}", message.name());
+        }
+        let Message::DoViewChange { log, .. } = &every_message()[5] else {
+            unreachable!()
+        };
+        assert_eq!(log_body_len(log), 32 + 3 * 256 + 10 + 700);
+    }
+}
