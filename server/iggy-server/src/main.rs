@@ -242,12 +242,24 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    if cfg.cluster.enabled {
-        eprintln!(
-            "iggy-server: {}",
-            cluster_not_served(&cfg.cluster, replica_id)
-        );
-        return ExitCode::FAILURE;
+    let mut cfg = cfg;
+    if let Some(node) = cfg
+        .cluster
+        .enabled
+        .then(|| cfg.cluster.node(replica_id))
+        .flatten()
+    {
+        // Validation made sure an enabled transport has its roster port.
+        let ports = node.ports.clone();
+        let bind = |address: &mut String, port: Option<u16>| {
+            if let Some(port) = port {
+                *address = config::with_port(address, port);
+            }
+        };
+        bind(&mut cfg.tcp.address, ports.tcp);
+        bind(&mut cfg.quic.address, ports.quic);
+        bind(&mut cfg.http.address, ports.http);
+        bind(&mut cfg.websocket.address, ports.websocket);
     }
     init_logging(
         &cfg.system.logging,
@@ -281,21 +293,6 @@ fn main() -> ExitCode {
     runtime.block_on(run(cfg, data, replica_id, (user, pw, generated)))
 }
 
-/// Why a valid cluster configuration stops the start: the replica bus exists
-/// (`consensus::replica_bus`) but the consensus groups do not replicate over it yet, and serving
-/// a standalone node in its place would fork the cluster's history.
-fn cluster_not_served(cluster: &config::Cluster, replica_id: u8) -> String {
-    format!(
-        "cluster.enabled = true: the configuration is valid (cluster {:?}, {} node(s), this is \
-         replica {replica_id}), but a multi-node cluster is not served yet: this build's \
-         consensus groups do not replicate over the replica links (replication, view change). \
-         Nothing was started and the data directory was not touched; set cluster.enabled = \
-         false to run a standalone node.",
-        cluster.name,
-        cluster.nodes.len()
-    )
-}
-
 async fn run(
     cfg: config::Config,
     data: iggy_storage::DataDir,
@@ -310,9 +307,29 @@ async fn run(
             return ExitCode::FAILURE;
         }
     };
-    service::auth::ensure_root(&node, (user.clone(), pw.clone())).await;
-    if generated && node.root_created.get() {
-        println!("root user {user:?} generated password: {pw}");
+    if node.shared.plane.is_none() {
+        service::auth::ensure_root(&node, (user.clone(), pw.clone())).await;
+        if generated && node.root_created.get() {
+            println!("root user {user:?} generated password: {pw}");
+        }
+    } else {
+        // In a cluster the root user is one committed op: the first metadata primary creates
+        // it, the others learn it by replication (so every node must be given the same
+        // credentials).
+        let node = node.clone();
+        compio::runtime::spawn(async move {
+            let me = node.shared.replica_id;
+            while !node.root_exists() {
+                if node.metadata.figures().role().is_primary(me) {
+                    service::auth::ensure_root(&node, (user.clone(), pw.clone())).await;
+                    if generated && node.root_created.get() {
+                        println!("root user {user:?} generated password: {pw}");
+                    }
+                }
+                compio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        })
+        .detach();
     }
     if let Err(error) = transport::listen(&cfg, &node).await {
         eprintln!("iggy-server: {error}");

@@ -568,6 +568,22 @@ impl Cluster {
     }
 }
 
+/// `address` (a `*.address` setting, `ip:port`) with its port replaced by `port`: in a cluster
+/// each client listener binds the IP of its setting and the roster's port for this node.
+pub fn with_port(address: &str, port: u16) -> String {
+    let host = match address.parse::<std::net::SocketAddr>() {
+        Ok(socket) => socket.ip().to_string(),
+        Err(_) => address
+            .rsplit_once(':')
+            .map_or(address, |(host, _)| host)
+            .to_string(),
+    };
+    match host.parse::<IpAddr>() {
+        Ok(IpAddr::V6(_)) => format!("[{host}]:{port}"),
+        _ => format!("{host}:{port}"),
+    }
+}
+
 /// An IP literal or an RFC 1123 host name (no port).
 fn is_host(text: &str) -> bool {
     if text.parse::<IpAddr>().is_ok() {
@@ -586,6 +602,13 @@ fn is_host(text: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_listener_keeps_its_ip_and_takes_the_roster_port() {
+        assert_eq!(super::with_port("0.0.0.0:8090", 18091), "0.0.0.0:18091");
+        assert_eq!(super::with_port("[::1]:8090", 18091), "[::1]:18091");
+        assert_eq!(super::with_port("localhost:8090", 7), "localhost:7");
+    }
+
     use super::super::{Config, load};
     use super::*;
 

@@ -35,7 +35,6 @@ pub struct GroupFigures {
 }
 
 /// Where a group's replica stands, as the routing of client requests needs it.
-#[cfg_attr(not(test), allow(dead_code))] // read by the cluster's routing, landing next
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GroupRole {
     pub status: iggy_vsr::Status,
@@ -43,7 +42,6 @@ pub struct GroupRole {
     pub primary: u8,
 }
 
-#[cfg_attr(not(test), allow(dead_code))]
 impl GroupRole {
     /// Whether this replica, `me`, serves as the primary of its view right now.
     pub fn is_primary(&self, me: u8) -> bool {
@@ -67,7 +65,6 @@ impl GroupFigures {
     }
 
     /// The replica's status and its view's primary.
-    #[cfg_attr(not(test), allow(dead_code))]
     pub fn role(&self) -> GroupRole {
         use iggy_vsr::Status;
         let role = self.role.load(Ordering::Relaxed);

@@ -13,6 +13,8 @@
 //! acknowledges, or goes on accepting, after its disk failed.
 
 use crate::consensus::figures::{GroupFigures, GroupKind, checkpoint_taken};
+use crate::consensus::plane::Peers;
+use crate::consensus::replica_bus::Inbound;
 use bytes::Bytes;
 use futures_channel::{mpsc, oneshot};
 use futures_util::StreamExt;
@@ -158,6 +160,10 @@ enum Job<R> {
     SyncJournal(oneshot::Sender<()>),
     /// The client table's clients and their sessions, after the jobs accepted before.
     Clients(oneshot::Sender<Vec<(u128, u64)>>),
+    /// A frame from a peer replica of the group.
+    Peer(Inbound),
+    /// The replica's clock advanced one tick.
+    Tick,
 }
 
 /// A handle to a running group; cheap to clone.
@@ -265,6 +271,10 @@ pub struct Group<J: Journal, S: StateMachine> {
     figures: std::sync::Arc<GroupFigures>,
     /// The view state's slots, beside the checkpoint's.
     view: Option<super::view_file::ViewFile>,
+    /// The group's peers in a cluster; `None` in a group of one.
+    peers: Option<Peers>,
+    /// Ticks since the group opened (the replica's clock).
+    ticks: u64,
 }
 
 impl<J: Journal, S: StateMachine> Group<J, S> {
@@ -280,6 +290,7 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
         implicit_register: bool,
         checkpointing: Option<Checkpointing>,
         limit_name: &str,
+        peers: Option<Peers>,
     ) -> Self {
         let policy = checkpointing.as_ref().map(|c| CheckpointPolicy {
             journal_bytes: c.journal_bytes,
@@ -332,6 +343,8 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
             slots: checkpointing.map(|c| c.slots),
             figures: Default::default(),
             view,
+            peers,
+            ticks: 0,
         };
         group.drive().await;
         group.core.release_applied_bodies();
@@ -384,8 +397,9 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
     }
 
     async fn run(mut self, mut jobs: mpsc::UnboundedReceiver<Job<S::Read>>) {
+        let mut next_tick = std::time::Instant::now();
         let stopped = 'run: loop {
-            let Some(mut job) = jobs.next().await else {
+            let Some(mut job) = self.next_job(&mut jobs, &mut next_tick).await else {
                 break None;
             };
             // Group commit: take everything already queued before driving the journal.
@@ -396,7 +410,10 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                 }
                 match jobs.try_recv() {
                     Ok(next) => job = next,
-                    Err(_) => break,
+                    Err(_) => match self.peers.as_mut().map(|p| p.inbound.try_recv()) {
+                        Some(Ok(frame)) => job = Job::Peer(frame),
+                        _ => break,
+                    },
                 }
             }
             self.drive().await;
@@ -408,6 +425,51 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
         drop(self);
         if let Some(done) = stopped {
             let _ = done.send(());
+        }
+    }
+
+    /// The next job: a request from the node, or, in a cluster, a peer's frame or a tick of
+    /// the replica's clock. `None` once the node dropped every handle.
+    async fn next_job(
+        &mut self,
+        jobs: &mut mpsc::UnboundedReceiver<Job<S::Read>>,
+        next_tick: &mut std::time::Instant,
+    ) -> Option<Job<S::Read>> {
+        use futures_util::future::{Either, select};
+        let Some(peers) = self.peers.as_mut() else {
+            return jobs.next().await;
+        };
+        enum Woken<J> {
+            Job(Option<J>),
+            Frame(Option<Inbound>),
+            Tick,
+        }
+        let woken = {
+            let tick = std::pin::pin!(compio::time::sleep_until(*next_tick));
+            let peer = std::pin::pin!(peers.inbound.next());
+            match select(jobs.next(), select(peer, tick)).await {
+                Either::Left((job, _)) => Woken::Job(job),
+                Either::Right((Either::Left((frame, _)), _)) => Woken::Frame(frame),
+                Either::Right((Either::Right(((), _)), _)) => Woken::Tick,
+            }
+        };
+        match woken {
+            Woken::Job(job) => job,
+            Woken::Frame(Some(frame)) => Some(Job::Peer(frame)),
+            // The bus is gone (the node is stopping): go on serving the node's jobs.
+            Woken::Frame(None) => {
+                self.peers = None;
+                jobs.next().await
+            }
+            Woken::Tick => {
+                *next_tick += peers.tick;
+                // A group that fell behind (a long fsync) takes one tick, not a burst.
+                let now = std::time::Instant::now();
+                if *next_tick < now {
+                    *next_tick = now + peers.tick;
+                }
+                Some(Job::Tick)
+            }
         }
     }
 
@@ -454,6 +516,26 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
             Job::Clients(done) => {
                 self.drive().await;
                 let _ = done.send(self.core.clients());
+            }
+            Job::Tick => {
+                self.ticks += 1;
+                self.core.on_tick(self.ticks);
+            }
+            Job::Peer(frame) => {
+                let Some(peers) = &self.peers else {
+                    return None;
+                };
+                match super::replica_codec::decode(&peers.frames, &frame) {
+                    Ok(message) => self.core.on_message(frame.from, message),
+                    // Checked frames from an admitted peer: a mismatch here is a stale
+                    // partition incarnation or a bug, never worth the link.
+                    Err(error) => tracing::warn!(
+                        "group {:#x}: frame {:?} from replica {}: {error}",
+                        peers.frames.group,
+                        frame.command,
+                        frame.from
+                    ),
+                }
             }
         }
         None
@@ -516,16 +598,45 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                     }
                     self.core.view_persisted(state);
                 }
-                // Only groups of one run so far: a replica never addresses a peer.
-                Step::Send { to, .. } => {
-                    tracing::error!("consensus group: no replica network to reach replica {to}")
-                }
+                Step::Send { to, message } => match &self.peers {
+                    // Lossy by design: a full queue or a down link drops the frame and the
+                    // replica's timers send it again.
+                    Some(peers) => {
+                        let frame = super::replica_codec::encode(&peers.frames, &message);
+                        if let Err(error) = peers.bus.send(to, frame) {
+                            tracing::trace!(
+                                "group {:#x}: {} to replica {to} dropped: {error:?}",
+                                peers.frames.group,
+                                message.name()
+                            );
+                        }
+                    }
+                    None => tracing::error!(
+                        "consensus group of one asked to reach replica {to}: no peers"
+                    ),
+                },
                 Step::Answer { waiter, outcome } => {
                     let _ = waiter.send(outcome);
                 }
             }
         }
+        let before = self.figures.role();
         self.figures.publish(self.core.replica());
+        if let Some(peers) = &self.peers {
+            let (role, replica) = (self.figures.role(), self.core.replica());
+            if role != before {
+                tracing::info!(
+                    "group {:#x}: replica {} is {:?} in view {} (primary {}), op {}, commit {}",
+                    peers.frames.group,
+                    replica.replica(),
+                    role.status,
+                    replica.view(),
+                    role.primary,
+                    replica.op(),
+                    replica.commit_max()
+                );
+            }
+        }
     }
 
     /// The replica prepared an op the group cannot make durable (the files stop the process

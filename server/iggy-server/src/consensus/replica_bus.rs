@@ -211,6 +211,7 @@ impl BusSender {
     }
 
     /// Frames dropped so far because `peer`'s queue was full.
+    #[cfg_attr(not(test), allow(dead_code))] // for tests and diagnostics
     pub fn dropped(&self, peer: u8) -> u64 {
         self.outboxes
             .get(&peer)
@@ -239,6 +240,7 @@ impl Router {
     }
 
     /// Frames dropped so far: no consumer for their group, or its channel full.
+    #[cfg_attr(not(test), allow(dead_code))] // for tests and diagnostics
     pub fn undeliverable(&self) -> u64 {
         self.undeliverable.load(Ordering::Relaxed)
     }
@@ -304,6 +306,7 @@ impl Shared {
 /// links close.
 pub struct ReplicaBus {
     shared: Rc<Shared>,
+    #[cfg_attr(not(test), allow(dead_code))]
     local_addr: SocketAddr,
     _tasks: Vec<JoinHandle<()>>,
 }
@@ -363,6 +366,7 @@ impl ReplicaBus {
     }
 
     /// The address the replica listener bound (the configured one, with its port resolved).
+    #[cfg_attr(not(test), allow(dead_code))] // for tests and diagnostics
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
     }
@@ -379,6 +383,7 @@ impl ReplicaBus {
     }
 
     /// The peers with an admitted link right now.
+    #[cfg_attr(not(test), allow(dead_code))] // for tests and diagnostics
     pub fn connected(&self) -> Vec<u8> {
         let mut peers: Vec<u8> = self.shared.links.borrow().keys().copied().collect();
         peers.sort_unstable();

@@ -114,6 +114,16 @@ impl Node {
         };
         let max_connections = config.limits.max_connections;
         let shard_count = config.shard_count();
+        // In a cluster the replica listener is bound before any group opens: a group's first
+        // steps (a rejoin, a view change) already address its peers.
+        let plane = if config.cluster.enabled {
+            let plane = crate::consensus::plane::ReplicaPlane::start(&config, replica_id)
+                .await
+                .map_err(std::io::Error::other)?;
+            Some(plane)
+        } else {
+            None
+        };
         let shared = Rc::new(Shared {
             config,
             data,
@@ -127,6 +137,7 @@ impl Node {
             session_activity: RefCell::new(HashMap::new()),
             listening: Default::default(),
             retired_traffic: Default::default(),
+            plane,
         });
         let metadata_dir = shared.data.root().join("metadata");
         iggy_storage::fail_stop::create_dir_all(&metadata_dir);
@@ -181,9 +192,10 @@ impl Node {
         let checkpointing = Checkpointing {
             kind: crate::consensus::figures::GroupKind::Metadata,
             slots: start.slots,
-            journal_bytes: shared.config.system.checkpoint_journal_bytes,
+            journal_bytes: shared.checkpoint_journal_bytes(),
             journal_ops: shared.config.system.checkpoint_journal_ops.max(1),
         };
+        let peers = shared.plane.as_ref().map(|plane| plane.metadata_peers());
         let group = Group::open(
             shared.vsr_config(),
             journal,
@@ -194,6 +206,7 @@ impl Node {
             false,
             Some(checkpointing),
             "limits.clients_table_max",
+            peers,
         )
         .await;
         let metadata = group.spawn();
@@ -217,6 +230,15 @@ impl Node {
 }
 
 impl Node {
+    /// Whether the metadata holds the root user.
+    pub fn root_exists(&self) -> bool {
+        self.shared
+            .metadata
+            .borrow()
+            .users
+            .contains_key(&iggy_metadata::ROOT_USER_ID)
+    }
+
     /// The node's metrics as Prometheus text: the request counters kept here, and the figures
     /// other shards publish (partition traffic, group views and commits), read now.
     pub fn render_metrics(&self) -> String {

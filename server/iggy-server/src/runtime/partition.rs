@@ -460,6 +460,7 @@ impl PartitionHandle {
         durability: Durability,
         (persist_messages, persist_offsets): (bool, bool),
         (journal_bytes, journal_ops): (u64, usize),
+        peers: Option<crate::consensus::plane::Peers>,
     ) -> Result<PartitionHandle, StorageError> {
         // The incarnation's records: a directory left by an older incarnation of the same ids is
         // discarded, a fenced incarnation is refused, and the incarnation is published outside
@@ -564,6 +565,7 @@ impl PartitionHandle {
             true,
             Some(checkpointing),
             "limits.dedup_clients_max",
+            peers,
         )
         .await;
         Ok(PartitionHandle {

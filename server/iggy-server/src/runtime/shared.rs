@@ -43,6 +43,8 @@ pub struct Shared {
     /// topic's `created_at` (a topic recreated under the same ids starts from zero), so a
     /// topic's counters never go down when one of its partitions goes.
     pub retired_traffic: RefCell<HashMap<(u32, u32), (u64, Traffic)>>,
+    /// The replica bus and the groups' part in it, in a cluster; `None` standalone.
+    pub plane: Option<crate::consensus::plane::ReplicaPlane>,
 }
 
 /// The port each running transport listens on, once bound (a configured port 0 binds an
@@ -69,12 +71,18 @@ pub struct SessionActivity {
 
 impl Shared {
     /// Replicas in every consensus group: the roster's size in a cluster, else 1.
-    #[cfg_attr(not(test), allow(dead_code))] // the cluster start lands next
     pub fn replica_count(&self) -> u8 {
-        if self.config.cluster.enabled {
-            u8::try_from(self.config.cluster.nodes.len()).unwrap_or(u8::MAX)
-        } else {
-            1
+        self.plane.as_ref().map_or(1, |plane| plane.replica_count())
+    }
+
+    /// A group checkpoints once its journal holds this many bytes. In a cluster a view change
+    /// carries a group's log above its checkpoint in one frame, so the log stays well inside
+    /// `limits.max_frame_size`.
+    pub fn checkpoint_journal_bytes(&self) -> u64 {
+        let configured = self.config.system.checkpoint_journal_bytes;
+        match self.plane {
+            Some(_) => configured.min(u64::from(self.config.limits.max_frame_size) / 4),
+            None => configured,
         }
     }
 
@@ -83,7 +91,10 @@ impl Shared {
         let mut config = iggy_vsr::Config::new(1, 0);
         config.clients_table_max = self.config.limits.clients_table_max;
         config.pipeline_max = 256;
-        config
+        match &self.plane {
+            Some(plane) => plane.vsr_config(config),
+            None => config,
+        }
     }
 
     /// A partition group's replica configuration: its client table holds writers.
@@ -176,8 +187,12 @@ impl Shared {
                     log_config.segment_size = segment_size;
                 }
                 let (vsr, durability) = (self.partition_vsr_config(), self.durability);
+                let peers = self
+                    .plane
+                    .as_ref()
+                    .map(|plane| plane.partition_peers(key, incarnation));
                 let limits = (
-                    self.config.system.checkpoint_journal_bytes,
+                    self.checkpoint_journal_bytes(),
                     self.config.system.checkpoint_journal_ops.max(1),
                 );
                 let shard = self.shards.owner(key);
@@ -195,6 +210,7 @@ impl Shared {
                             durability,
                             policies,
                             limits,
+                            peers,
                         )
                         .await
                     })
@@ -269,6 +285,8 @@ impl Shared {
                             }
                             // Already applied (a resubmission at start): nothing to do.
                             Ok(_) | Err(ErrorCode::RequestTooOld) => break,
+                            // In a cluster the partition's primary (another node) submits it.
+                            Err(ErrorCode::NotPrimary) => break,
                             Err(error) => {
                                 tracing::error!(
                                     "partition {key:?}: offsets of deleted consumer group {group} (op {op}) not deleted: {error:?}"

@@ -9,9 +9,9 @@
 
 mod api;
 mod json;
+pub mod jwt;
 #[cfg(test)]
 mod openapi_tests;
-pub mod jwt;
 pub mod session;
 
 use crate::runtime::node::Node;

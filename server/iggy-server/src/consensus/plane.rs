@@ -1,0 +1,163 @@
+//! The replica plane of a node in a cluster: the bus it started, and what each consensus group
+//! needs to take part (its frames' identity, its inbound frames, its clock and its replica
+//! configuration). A standalone node has none: its groups are clusters of one.
+
+use super::replica_bus::{BusConfig, BusSender, Inbound, ReplicaBus, Router};
+use super::replica_codec::FrameContext;
+use futures_channel::mpsc;
+use iggy_generated::frames::METADATA_GROUP;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// One tick of every group's replica clock. The `[cluster]` intervals are counted in it, so it
+/// is shorter than the shortest of them; a longer tick would wake idle groups less often.
+pub const TICK: Duration = Duration::from_millis(50);
+
+/// Inbound frames a group's channel holds before the bus drops more (VSR retransmits).
+const GROUP_INBOUND_CAPACITY: usize = 1024;
+
+/// The running plane, kept by the node (the bus lives on the thread that started it).
+pub struct ReplicaPlane {
+    _bus: ReplicaBus,
+    sender: BusSender,
+    router: Arc<Router>,
+    cluster: u128,
+    replica: u8,
+    replica_count: u8,
+    timing: Timing,
+}
+
+/// The `[cluster]` intervals, in ticks of [`TICK`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timing {
+    pub heartbeat_ticks: u64,
+    pub view_change_timeout_ticks: u64,
+    pub resend_ticks: u64,
+}
+
+impl Timing {
+    /// The primary's commit heartbeat every `commit_broadcast_interval`; a backup that hears
+    /// nothing for `heartbeat_timeout` starts a view change; prepares and view-change messages
+    /// are resent every `prepare_retransmit_interval`. Each is at least one tick.
+    pub fn from_config(cluster: &crate::config::Cluster) -> Self {
+        let ticks = |interval: Duration| (interval.as_millis() / TICK.as_millis()).max(1) as u64;
+        Timing {
+            heartbeat_ticks: ticks(cluster.commit_broadcast_interval),
+            view_change_timeout_ticks: ticks(cluster.heartbeat_timeout),
+            resend_ticks: ticks(cluster.prepare_retransmit_interval),
+        }
+    }
+}
+
+/// What one group needs to reach its peers: handed to `Group::open`.
+pub struct Peers {
+    pub bus: BusSender,
+    pub inbound: mpsc::Receiver<Inbound>,
+    pub frames: FrameContext,
+    pub tick: Duration,
+}
+
+impl ReplicaPlane {
+    /// Binds this replica's listener and starts dialing its peers.
+    pub async fn start(config: &crate::config::Config, replica: u8) -> Result<Self, String> {
+        let bus_config = BusConfig::from_config(config, replica)?;
+        let listen = bus_config.listen;
+        let replica_count = bus_config.local.replica_count;
+        let cluster = bus_config.local.cluster;
+        let (bus, mut events) = ReplicaBus::start(bus_config)
+            .await
+            .map_err(|error| format!("cannot bind the replica listener {listen}: {error}"))?;
+        // The bus logs every event itself; nobody else watches them in a running node.
+        compio::runtime::spawn(async move {
+            use futures_util::StreamExt;
+            while events.next().await.is_some() {}
+        })
+        .detach();
+        Ok(ReplicaPlane {
+            sender: bus.sender(),
+            router: bus.router(),
+            _bus: bus,
+            cluster,
+            replica,
+            replica_count,
+            timing: Timing::from_config(&config.cluster),
+        })
+    }
+
+    pub fn replica_count(&self) -> u8 {
+        self.replica_count
+    }
+
+    /// A replica configuration of a group of this cluster with the cluster's timing.
+    pub fn vsr_config(&self, mut config: iggy_vsr::Config) -> iggy_vsr::Config {
+        config.replica_count = self.replica_count;
+        config.replica = self.replica;
+        config.heartbeat_ticks = self.timing.heartbeat_ticks;
+        config.view_change_timeout_ticks = self.timing.view_change_timeout_ticks;
+        config.resend_ticks = self.timing.resend_ticks;
+        config
+    }
+
+    /// The metadata group's peers.
+    pub fn metadata_peers(&self) -> Peers {
+        self.peers(METADATA_GROUP, 0)
+    }
+
+    /// A partition group's peers: frames of another incarnation of the same ids are refused.
+    pub fn partition_peers(&self, key: (u32, u32, u32), incarnation: u64) -> Peers {
+        self.peers(partition_group(key), incarnation)
+    }
+
+    fn peers(&self, group: u64, incarnation: u64) -> Peers {
+        Peers {
+            bus: self.sender.clone(),
+            inbound: self.router.subscribe(group, GROUP_INBOUND_CAPACITY),
+            frames: FrameContext {
+                cluster: self.cluster,
+                sender: self.replica,
+                group,
+                incarnation,
+            },
+            tick: TICK,
+        }
+    }
+}
+
+/// A partition's consensus group id on the replica wire (spec/frames.spec): stream in the high
+/// 32 bits, topic in the next 12, partition in the low 20.
+pub fn partition_group((stream, topic, partition): (u32, u32, u32)) -> u64 {
+    (u64::from(stream) << 32) | (u64::from(topic) << 20) | u64::from(partition)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cluster_intervals_become_ticks() {
+        let cluster = crate::config::Cluster::default();
+        // Upstream's defaults: 500 ms heartbeat, 5 s timeout, 250 ms prepare resend.
+        assert_eq!(
+            Timing::from_config(&cluster),
+            Timing {
+                heartbeat_ticks: 10,
+                view_change_timeout_ticks: 100,
+                resend_ticks: 5
+            }
+        );
+        let tiny = crate::config::Cluster {
+            prepare_retransmit_interval: Duration::from_millis(1),
+            ..cluster
+        };
+        assert_eq!(Timing::from_config(&tiny).resend_ticks, 1);
+    }
+
+    #[test]
+    fn partition_groups_pack_their_ids_apart_from_the_metadata_group() {
+        assert_eq!(partition_group((3, 2, 1)), 0x3_0020_0001);
+        assert_ne!(
+            partition_group((u32::MAX >> 1, 4095, 0xfffff)),
+            METADATA_GROUP
+        );
+    }
+}
