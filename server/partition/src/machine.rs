@@ -54,6 +54,8 @@ pub struct Stow<B> {
     pub batch: B,
     pub base_offset: u64,
     pub base_timestamp: u64,
+    /// Messages in the batch.
+    pub count: u32,
     /// The spec's 48-byte `StowedBatch`.
     pub stand_in: Bytes,
 }
@@ -92,8 +94,9 @@ pub struct Partition {
     /// already in the log (written before a restart) are not appended again.
     state: CheckpointState,
     /// Sends whose batch went to the log before their journal record (`stow`) and that are not
-    /// applied yet: (op, base offset), so a journal truncation can take them back.
-    stowed: VecDeque<(u64, u64)>,
+    /// applied yet: (op, base offset, offset after its last message), so a journal truncation
+    /// can take them back.
+    stowed: VecDeque<(u64, u64, u64)>,
     /// Journaled sends found at recovery whose batch a later segment deletion (DeleteSegments
     /// or retention) removed: op → (base offset, message count). Their apply only accounts
     /// for the offsets they took.
@@ -202,7 +205,7 @@ impl Partition {
         log: &L,
     ) -> Applied<L::Batch> {
         let mut stowed = false;
-        while let Some(&(stowed_op, _)) = self.stowed.front()
+        while let Some(&(stowed_op, _, _)) = self.stowed.front()
             && stowed_op <= op
         {
             stowed |= stowed_op == op;
@@ -325,19 +328,23 @@ impl Partition {
             batch,
             base_offset,
             base_timestamp: header.base_timestamp,
+            count,
             stand_in: Bytes::copy_from_slice(&stand_in.to_bytes()),
         })
     }
 
-    /// The log holds op `op`'s stowed batch at `base_offset`.
-    pub fn stowed(&mut self, op: u64, base_offset: u64) {
-        self.stowed.push_back((op, base_offset));
+    /// The log holds op `op`'s stowed batch of `count` messages at `base_offset`: when it was
+    /// prepared, or, in a group of more than one, found in the journal at a restart (the
+    /// replica commits it once it has rejoined its group).
+    pub fn stowed(&mut self, op: u64, base_offset: u64, count: u32) {
+        self.stowed
+            .push_back((op, base_offset, base_offset + u64::from(count)));
     }
 
     /// The journal dropped every op after `op`: the offset the log must be truncated from to
     /// drop their stowed batches, if any was stowed.
     pub fn unstow_after(&mut self, op: u64) -> Option<u64> {
-        let first = self.stowed.iter().position(|(stowed, _)| *stowed > op)?;
+        let first = self.stowed.iter().position(|(stowed, _, _)| *stowed > op)?;
         let from = self.stowed[first].1;
         self.stowed.truncate(first);
         Some(from)
@@ -347,7 +354,14 @@ impl Partition {
     /// journaled op accounts for, if any. They were never acknowledged (their journal write was
     /// lost with the machine), and are dropped so offsets and the client table agree.
     pub fn unaccounted_from(&self, log_next_offset: u64) -> Option<u64> {
-        (log_next_offset > self.state.next_offset).then_some(self.state.next_offset)
+        // Stowed batches of ops not committed yet are accounted for by their journal records.
+        let accounted = self
+            .stowed
+            .back()
+            .map_or(self.state.next_offset, |&(_, _, end)| {
+                end.max(self.state.next_offset)
+            });
+        (log_next_offset > accounted).then_some(accounted)
     }
 
     /// Where a poll of `count` messages from `start` reads, over a log holding
@@ -670,9 +684,16 @@ mod tests {
                 ),
                 (log.next_offset, count, 256)
             );
-            partition.stowed(op, stow.base_offset);
+            assert_eq!(stow.count, count);
+            partition.stowed(op, stow.base_offset, stow.count);
             log.next_offset += u64::from(count);
         }
+        // Stowed and journaled, not committed (a rejoining replica's journal): accounted for.
+        assert_eq!(partition.unaccounted_from(log.next_offset), None);
+        assert_eq!(
+            partition.unaccounted_from(log.next_offset + 1),
+            Some(log.next_offset)
+        );
         let range = partition.poll_range(StartAt::First, 10, &log);
         assert_eq!(range.count, 0, "nothing is committed yet");
         assert!(matches!(

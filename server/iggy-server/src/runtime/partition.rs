@@ -348,7 +348,7 @@ impl StateMachine for PartitionMachine {
             )
             .await
             .map_err(std::io::Error::other)?;
-        self.core.stowed(entry.op, stow.base_offset);
+        self.core.stowed(entry.op, stow.base_offset, stow.count);
         Ok(Some(stow.stand_in))
     }
 
@@ -532,6 +532,18 @@ impl PartitionHandle {
                     stand_in
                 }
                 JournalEntry::Stowed(stand_in) => match machine.unstow(&stand_in).await {
+                    // A replica of a larger group commits its journal only once it rejoined:
+                    // until then the journal accounts for the batches in the log.
+                    Some(entry) if peers.is_some() => {
+                        if let Ok(stowed) =
+                            iggy_generated::storage::StowedBatch::decode_fixed(&stand_in.body)
+                        {
+                            machine
+                                .core
+                                .stowed(entry.op, stowed.base_offset, stowed.message_count);
+                        }
+                        entry
+                    }
                     Some(entry) => entry,
                     None => {
                         // Written to the log before its journal record, so only a machine crash
