@@ -153,8 +153,20 @@ impl<W> GroupCore<W> {
         implicit_register: bool,
         policy: Option<CheckpointPolicy>,
     ) -> Self {
+        GroupCore::format_in_view(config, 0, durability, implicit_register, policy)
+    }
+
+    /// [`Self::format`] in `view` ([`Replica::format_in_view`]): a group created while the
+    /// cluster runs starts with the primary its creation chose.
+    pub fn format_in_view(
+        config: Config,
+        view: u32,
+        durability: Durability,
+        implicit_register: bool,
+        policy: Option<CheckpointPolicy>,
+    ) -> Self {
         GroupCore::over(
-            Replica::new(config),
+            Replica::format_in_view(config, view),
             0,
             durability,
             implicit_register,

@@ -351,6 +351,18 @@ impl Replica {
         replica
     }
 
+    /// A replica of a group created in `view`: every replica of the group formats the same
+    /// view (the op that created the group decides it, so groups spread their first primaries
+    /// over the replicas), with an empty journal and normal status. The view state is
+    /// persisted before the first message naming the view leaves. Use `open` for every later
+    /// start.
+    pub fn format_in_view(config: Config, view: u32) -> Self {
+        let mut replica = Replica::new(config);
+        replica.view = view;
+        replica.log_view = view;
+        replica
+    }
+
     // ----- getters -----
 
     /// Current status.

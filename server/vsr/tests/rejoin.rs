@@ -176,3 +176,34 @@ fn a_restarted_backup_acks_nothing_until_the_start_view_and_its_persisted_log_vi
         "{out:?}"
     );
 }
+
+#[test]
+fn a_group_formatted_in_a_view_is_led_by_that_views_primary_once_the_view_is_durable() {
+    // Created in view 4 of three replicas: replica 1 leads, the others follow at once.
+    let mut primary = Replica::format_in_view(Config::new(3, 1), 4);
+    let backup = Replica::format_in_view(Config::new(3, 2), 4);
+    assert!(primary.is_primary() && !backup.is_primary());
+    assert_eq!(
+        (primary.status(), backup.status()),
+        (Status::Normal, Status::Normal)
+    );
+    primary.on_request(7, 0, iggy_vsr::OPERATION_REGISTER, Bytes::new());
+    let out = drain(&mut primary);
+    let state = ViewState {
+        view: 4,
+        log_view: 4,
+    };
+    assert!(
+        out.contains(&Action::PersistView { state }),
+        "the view is made durable first: {out:?}"
+    );
+    assert!(sends(&out).is_empty(), "no prepare before it: {out:?}");
+    primary.on_view_persisted(state);
+    let prepares = sends(&drain(&mut primary));
+    assert!(
+        prepares
+            .iter()
+            .any(|(_, m)| matches!(m, Message::Prepare { view: 4, .. })),
+        "{prepares:?}"
+    );
+}

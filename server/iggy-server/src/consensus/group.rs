@@ -312,15 +312,21 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
             }
             None => (ViewState::default(), None),
         };
-        let core = GroupCore::open(
-            config,
-            checkpoint,
-            entries,
-            view_state,
-            durability,
-            implicit_register,
-            policy,
-        );
+        let created_view = peers.as_ref().and_then(|peers| peers.created_view);
+        let core = match created_view {
+            Some(view) if checkpoint.is_none() && entries.is_empty() && view_state.view == 0 => {
+                GroupCore::format_in_view(config, view, durability, implicit_register, policy)
+            }
+            _ => GroupCore::open(
+                config,
+                checkpoint,
+                entries,
+                view_state,
+                durability,
+                implicit_register,
+                policy,
+            ),
+        };
         if let Some((committed, configured)) = core.limits_mismatch() {
             tracing::warn!(
                 "{limit_name} is {configured} in the configuration, but the group of {} committed {committed} with its first op; keeping {committed}",

@@ -55,6 +55,9 @@ pub struct Peers {
     pub inbound: mpsc::Receiver<Inbound>,
     pub frames: FrameContext,
     pub tick: Duration,
+    /// Set for a group created just now (no journal, no view state): the view every replica
+    /// formats it in, chosen by its creation ([`created_view`]).
+    pub created_view: Option<u32>,
 }
 
 impl ReplicaPlane {
@@ -119,8 +122,18 @@ impl ReplicaPlane {
                 incarnation,
             },
             tick: TICK,
+            created_view: None,
         }
     }
+}
+
+/// The view a new partition's group starts in, so the partitions a cluster creates spread their
+/// primaries over the replicas (primary = view mod replicas): the metadata op that created it
+/// (the incarnation's high bits, committed, so every replica computes the same) plus the
+/// partition id.
+pub fn created_view(incarnation: u64, partition: u32, replica_count: u8) -> u32 {
+    let op = incarnation >> 20;
+    ((op + u64::from(partition)) % u64::from(replica_count.max(1))) as u32
 }
 
 /// A partition's consensus group id on the replica wire (spec/frames.spec): stream in the high
@@ -150,6 +163,14 @@ mod tests {
             ..cluster
         };
         assert_eq!(Timing::from_config(&tiny).resend_ticks, 1);
+    }
+
+    #[test]
+    fn the_partitions_of_one_creation_spread_their_primaries() {
+        let incarnation = 7 << 20 | 3;
+        let views: Vec<u32> = (0..6).map(|p| created_view(incarnation, p, 3)).collect();
+        assert_eq!(views, [1, 2, 0, 1, 2, 0]);
+        assert_eq!(created_view(incarnation, 5, 1), 0);
     }
 
     #[test]

@@ -472,6 +472,17 @@ impl PartitionHandle {
             incarnation,
         )
         .await?;
+        let mut peers = peers;
+        if let Some(peers) = peers.as_mut()
+            && state != iggy_storage::revision::PartitionDirState::Existing
+        {
+            let replicas = vsr.replica_count;
+            peers.created_view = Some(crate::consensus::plane::created_view(
+                incarnation,
+                partition_id,
+                replicas,
+            ));
+        }
         if state != iggy_storage::revision::PartitionDirState::Existing {
             tracing::info!(
                 "partition {}: directory {:?} for incarnation {incarnation}",
