@@ -300,7 +300,18 @@ async fn run(
     root: (String, String, bool),
 ) -> ExitCode {
     let (user, pw, generated) = root;
-    let node = match node::Node::start(cfg.clone(), data, replica_id).await {
+    let plane = if cfg.cluster.enabled {
+        match consensus::plane::ReplicaPlane::start(&cfg, replica_id).await {
+            Ok(plane) => Some(plane),
+            Err(error) => {
+                eprintln!("iggy-server: replica plane: {error}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        None
+    };
+    let node = match node::Node::start(cfg.clone(), data, replica_id, plane).await {
         Ok(node) => node,
         Err(error) => {
             eprintln!("iggy-server: cannot open the data directory: {error}");

@@ -107,23 +107,20 @@ impl Node {
     }
 
     /// Opens the metadata journal and replays it (which reopens every partition).
-    pub async fn start(config: Config, data: DataDir, replica_id: u8) -> std::io::Result<Rc<Node>> {
+    /// `plane` is the cluster's replica plane (`None` standalone), started before any group
+    /// opens: a group's first steps (a rejoin, a view change) already address its peers.
+    pub async fn start(
+        config: Config,
+        data: DataDir,
+        replica_id: u8,
+        plane: Option<crate::consensus::plane::ReplicaPlane>,
+    ) -> std::io::Result<Rc<Node>> {
         let durability = match config.system.durability.as_str() {
             "persisted" => Durability::Persisted,
             _ => Durability::Replicated,
         };
         let max_connections = config.limits.max_connections;
         let shard_count = config.shard_count();
-        // In a cluster the replica listener is bound before any group opens: a group's first
-        // steps (a rejoin, a view change) already address its peers.
-        let plane = if config.cluster.enabled {
-            let plane = crate::consensus::plane::ReplicaPlane::start(&config, replica_id)
-                .await
-                .map_err(std::io::Error::other)?;
-            Some(plane)
-        } else {
-            None
-        };
         let shared = Rc::new(Shared {
             config,
             data,
