@@ -21,6 +21,7 @@ use futures_util::StreamExt;
 use iggy_vsr::group::{CheckpointPolicy, GroupCore, Pending, Step};
 pub use iggy_vsr::group::{Durability, Outcome};
 use iggy_vsr::{Config, Entry, Refusal, ViewState};
+use std::collections::HashMap;
 
 /// Where a group's prepares are journaled. A failed write or fsync stops the process.
 pub trait Journal {
@@ -160,6 +161,14 @@ enum Job<R> {
     SyncJournal(oneshot::Sender<()>),
     /// The client table's clients and their sessions, after the jobs accepted before.
     Clients(oneshot::Sender<Vec<(u128, u64)>>),
+    /// A session register the node checked the credentials of: committed here when this
+    /// replica leads, else forwarded to the primary (metadata group only).
+    Register {
+        client: u128,
+        user_id: u32,
+        record: Bytes,
+        done: oneshot::Sender<Outcome>,
+    },
     /// A frame from a peer replica of the group.
     Peer(Inbound),
     /// The replica's clock advanced one tick.
@@ -211,6 +220,19 @@ impl<R> GroupHandle<R> {
             done,
         };
         self.ask(submit, Outcome::Failed).await
+    }
+
+    /// Registers a session for `client` (its register record built from `user_id`'s checked
+    /// credentials) and waits for the commit: on a backup of a cluster the metadata primary
+    /// commits it (a forward over the replica plane). The outcome's `op` is the session.
+    pub async fn register(&self, client: u128, user_id: u32, record: Bytes) -> Outcome {
+        let register = |done| Job::Register {
+            client,
+            user_id,
+            record,
+            done,
+        };
+        self.ask(register, Outcome::Failed).await
     }
 
     /// Queues a read behind the writes already submitted. False if the group stopped.
@@ -275,7 +297,13 @@ pub struct Group<J: Journal, S: StateMachine> {
     peers: Option<Peers>,
     /// Ticks since the group opened (the replica's clock).
     ticks: u64,
+    /// Registers forwarded to the primary, by nonce: who waits, and the tick it gives up at.
+    forwarded: HashMap<u128, (oneshot::Sender<Outcome>, u64)>,
+    next_nonce: u128,
 }
+
+/// Ticks a forwarded register waits for the primary's verdict (5 s at the 50 ms tick).
+const FORWARD_TIMEOUT_TICKS: u64 = 100;
 
 impl<J: Journal, S: StateMachine> Group<J, S> {
     /// Opens the group over its recovered journal prefix and replays it into `state`.
@@ -351,6 +379,8 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
             view,
             peers,
             ticks: 0,
+            forwarded: HashMap::new(),
+            next_nonce: 0,
         };
         group.drive().await;
         group.core.release_applied_bodies();
@@ -526,6 +556,30 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
             Job::Tick => {
                 self.ticks += 1;
                 self.core.on_tick(self.ticks);
+                let now = self.ticks;
+                let expired: Vec<u128> = self
+                    .forwarded
+                    .iter()
+                    .filter(|(_, (_, deadline))| *deadline <= now)
+                    .map(|(nonce, _)| *nonce)
+                    .collect();
+                for nonce in expired {
+                    if let Some((done, _)) = self.forwarded.remove(&nonce) {
+                        let _ = done.send(Outcome::Refused(Refusal::Busy));
+                    }
+                }
+            }
+            Job::Register {
+                client,
+                user_id,
+                record,
+                done,
+            } => {
+                self.drive().await;
+                self.register(client, user_id, record, done);
+            }
+            Job::Peer(frame) if super::forward::is_forward(frame.command) => {
+                self.on_forward(frame);
             }
             Job::Peer(frame) => {
                 let Some(peers) = &self.peers else {
@@ -545,6 +599,140 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
             }
         }
         None
+    }
+
+    /// A register: committed here by the primary (or a group of one), forwarded by a backup
+    /// in normal status, refused for now (a transient refusal) during a view change.
+    fn register(
+        &mut self,
+        client: u128,
+        user_id: u32,
+        record: Bytes,
+        done: oneshot::Sender<Outcome>,
+    ) {
+        let replica = self.core.replica();
+        let leads = replica.status() == iggy_vsr::Status::Normal && replica.is_primary();
+        let primary = replica.primary_of(replica.view());
+        let view = replica.view();
+        match &self.peers {
+            Some(peers) if !leads => {
+                if replica.status() != iggy_vsr::Status::Normal {
+                    let _ = done.send(Outcome::Refused(Refusal::Busy));
+                    return;
+                }
+                self.next_nonce += 1;
+                let nonce = self.next_nonce;
+                let forward = super::forward::Forward::Register {
+                    client,
+                    nonce,
+                    user_id,
+                    record,
+                };
+                let frame = super::forward::encode(&peers.frames, view, &forward);
+                if peers.bus.send(primary, frame).is_err() {
+                    let _ = done.send(Outcome::Refused(Refusal::Busy));
+                    return;
+                }
+                self.forwarded
+                    .insert(nonce, (done, self.ticks + FORWARD_TIMEOUT_TICKS));
+            }
+            _ => self.core.submit(Pending {
+                client,
+                request: 0,
+                operation: iggy_vsr::OPERATION_REGISTER,
+                body: record,
+                waiter: done,
+            }),
+        }
+    }
+
+    /// A forwarding frame: a backup's register to commit (as primary), or the primary's
+    /// verdict on one this replica forwarded.
+    fn on_forward(&mut self, frame: Inbound) {
+        use super::forward::{Forward, decode, encode};
+        use iggy_generated::frames::ForwardRegisterOutcome;
+        let Some(peers) = &self.peers else {
+            return;
+        };
+        let forward = match decode(&frame) {
+            Ok(forward) => forward,
+            Err(error) => {
+                return tracing::warn!(
+                    "forward {:?} from replica {}: {error}",
+                    frame.command,
+                    frame.from
+                );
+            }
+        };
+        match forward {
+            Forward::Register {
+                client,
+                nonce,
+                user_id: _,
+                record,
+            } => {
+                let replica = self.core.replica();
+                let view = replica.view();
+                let (bus, frames, backup) = (peers.bus.clone(), peers.frames, frame.from);
+                let verdict = move |session, outcome| {
+                    let result = Forward::RegisterResult {
+                        nonce,
+                        client,
+                        session,
+                        outcome,
+                    };
+                    let _ = bus.send(backup, encode(&frames, view, &result));
+                };
+                if replica.status() != iggy_vsr::Status::Normal || !replica.is_primary() {
+                    return verdict(0, ForwardRegisterOutcome::NotPrimary);
+                }
+                let (waiter, answer) = oneshot::channel();
+                self.core.submit(Pending {
+                    client,
+                    request: 0,
+                    operation: iggy_vsr::OPERATION_REGISTER,
+                    body: record,
+                    waiter,
+                });
+                compio::runtime::spawn(async move {
+                    match answer.await {
+                        Ok(Outcome::Committed { op, .. }) => {
+                            verdict(op, ForwardRegisterOutcome::Ok)
+                        }
+                        Ok(Outcome::Refused(Refusal::NotPrimary { .. })) => {
+                            verdict(0, ForwardRegisterOutcome::NotPrimary)
+                        }
+                        Ok(Outcome::Refused(_)) => verdict(0, ForwardRegisterOutcome::PipelineFull),
+                        Ok(Outcome::Failed) | Err(_) => {
+                            verdict(0, ForwardRegisterOutcome::Canceled)
+                        }
+                    }
+                })
+                .detach();
+            }
+            Forward::RegisterResult {
+                nonce,
+                session,
+                outcome,
+                ..
+            } => {
+                let Some((done, _)) = self.forwarded.remove(&nonce) else {
+                    return;
+                };
+                let outcome = match outcome {
+                    ForwardRegisterOutcome::Ok => Outcome::Committed {
+                        op: session,
+                        reply: Bytes::copy_from_slice(&session.to_le_bytes()),
+                    },
+                    ForwardRegisterOutcome::Unauthenticated => {
+                        Outcome::Refused(Refusal::SessionUnknown)
+                    }
+                    // The primary moved or is busy: the client tries again.
+                    _ => Outcome::Refused(Refusal::Busy),
+                };
+                let _ = done.send(outcome);
+            }
+        }
     }
 
     /// Carries out the core's steps until it has nothing left to do.

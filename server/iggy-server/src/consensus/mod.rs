@@ -4,6 +4,7 @@
 pub mod admission;
 pub mod cluster;
 pub mod figures;
+pub mod forward;
 pub mod group;
 pub mod plane;
 pub mod replica_bus;

@@ -87,7 +87,7 @@ impl std::fmt::Display for CodecError {
 
 impl std::error::Error for CodecError {}
 
-fn malformed(command: Command, detail: impl Into<String>) -> CodecError {
+pub(super) fn malformed(command: Command, detail: impl Into<String>) -> CodecError {
     CodecError::Malformed {
         command,
         detail: detail.into(),
@@ -207,7 +207,7 @@ fn frame_size(size: usize) -> u32 {
 
 /// Writes the fields every replica frame shares into `header` (the command-specific half is
 /// already there). `release` stays 0: release identity travels only in the handshake.
-fn stamp_generic(
+pub(super) fn stamp_generic(
     header: &mut [u8; HEADER_SIZE],
     context: &FrameContext,
     command: Command,
@@ -231,7 +231,7 @@ fn stamp_generic(
     put(GenericHeader::REPLICA_OFFSET, &[context.sender]);
 }
 
-fn seal(header: &mut [u8; HEADER_SIZE]) {
+pub(super) fn seal(header: &mut [u8; HEADER_SIZE]) {
     let seal = seal_of(header);
     header[..GenericHeader::CHECKSUM_SIZE].copy_from_slice(&seal.to_le_bytes());
 }

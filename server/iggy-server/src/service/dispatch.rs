@@ -313,16 +313,33 @@ async fn register(
         );
     }
     let record = session_record(user_id, version, secret);
-    match node
-        .metadata
-        .submit(client, 0, iggy_vsr::OPERATION_REGISTER, record)
-        .await
-    {
+    match node.metadata.register(client, user_id, record).await {
         Outcome::Committed { op, .. } => {
+            // A register forwarded to the metadata primary is committed there first: the
+            // session serves here once this replica has applied it too.
+            if !session_applied(node, client, op).await {
+                return request.fail(ErrorCode::TransientNotAccepted);
+            }
             bind(node, connection, request, client, op, user_id, version)
         }
         Outcome::Refused(refusal) => request.fail(refusal_error(&refusal)),
         Outcome::Failed => request.fail(ErrorCode::TransientNotCommitted),
+    }
+}
+
+/// Waits (at most a few seconds) until this replica's metadata holds session `session` of
+/// `client`; at once on the replica that committed it.
+async fn session_applied(node: &Rc<Node>, client: u128, session: u64) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let applied = node.shared.metadata.borrow().sessions.get(client).copied();
+        if applied.is_some_and(|applied| applied.session >= session) {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        compio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
 }
 
