@@ -114,7 +114,7 @@ pub fn decode(inbound: &Inbound) -> Result<Forward, CodecError> {
                 client: header.client,
                 nonce: header.nonce,
                 user_id: header.user_id,
-                record: Bytes::copy_from_slice(&inbound.body),
+                record: inbound.body.clone(),
             })
         }
         Command::ForwardRegisterResult => {
@@ -165,7 +165,7 @@ mod tests {
             command: verified.command,
             group: verified.group,
             header: Box::new(header),
-            body: frame[HEADER_SIZE..].to_vec(),
+            body: frame.slice(HEADER_SIZE..),
         }
     }
 

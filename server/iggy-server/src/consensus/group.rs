@@ -20,7 +20,7 @@ use futures_channel::{mpsc, oneshot};
 use futures_util::StreamExt;
 use iggy_vsr::group::{CheckpointPolicy, GroupCore, Pending, Step};
 pub use iggy_vsr::group::{Durability, Outcome};
-use iggy_vsr::{Config, Entry, Refusal, ViewState};
+use iggy_vsr::{Config, Entry, Message, Refusal, ViewState};
 use std::collections::HashMap;
 
 /// Where a group's prepares are journaled. A failed write or fsync stops the process.
@@ -300,6 +300,8 @@ pub struct Group<J: Journal, S: StateMachine> {
     /// Registers forwarded to the primary, by nonce: who waits, and the tick it gives up at.
     forwarded: HashMap<u128, (oneshot::Sender<Outcome>, u64)>,
     next_nonce: u128,
+    /// The last prepare frame sent, by (view, commit, op, entry checksum).
+    last_prepare: Option<((u32, u64, u64, u64), Bytes)>,
 }
 
 /// Ticks a forwarded register waits for the primary's verdict (5 s at the 50 ms tick).
@@ -381,6 +383,7 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
             ticks: 0,
             forwarded: HashMap::new(),
             next_nonce: 0,
+            last_prepare: None,
         };
         group.drive().await;
         group.core.release_applied_bodies();
@@ -796,7 +799,26 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                     // Lossy by design: a full queue or a down link drops the frame and the
                     // replica's timers send it again.
                     Some(peers) => {
-                        let frame = super::replica_codec::encode(&peers.frames, &message);
+                        // A prepare goes to every backup in a row: its frame (a copy of the
+                        // body) is built once and shared.
+                        let key = match &message {
+                            Message::Prepare {
+                                view,
+                                commit,
+                                entry,
+                            } => Some((*view, *commit, entry.op, entry.checksum)),
+                            _ => None,
+                        };
+                        let frame = match (&self.last_prepare, key) {
+                            (Some((last, frame)), Some(key)) if *last == key => frame.clone(),
+                            _ => {
+                                let frame = super::replica_codec::encode(&peers.frames, &message);
+                                if let Some(key) = key {
+                                    self.last_prepare = Some((key, frame.clone()));
+                                }
+                                frame
+                            }
+                        };
                         if let Err(error) = peers.bus.send(to, frame) {
                             tracing::trace!(
                                 "group {:#x}: {} to replica {to} dropped: {error:?}",

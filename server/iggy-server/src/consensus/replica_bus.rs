@@ -106,7 +106,8 @@ pub struct Inbound {
     pub command: Command,
     pub group: u64,
     pub header: Box<[u8; HEADER_SIZE]>,
-    pub body: Vec<u8>,
+    /// The buffer the body was read into, kept (a Prepare's entry shares it).
+    pub body: Bytes,
 }
 
 /// What happened on the bus, for whoever watches it (tests, diagnostics). Each is logged too.
@@ -623,7 +624,7 @@ async fn read_frames(
             command: verified.command,
             group: verified.group,
             header: Box::new(header),
-            body,
+            body: Bytes::from(body),
         });
     }
 }

@@ -364,7 +364,7 @@ pub fn decode(context: &FrameContext, inbound: &Inbound) -> Result<Message, Code
             if prepare.size as usize != HEADER_SIZE + inbound.body.len() {
                 return Err(malformed(command, "the size differs from the frame's"));
             }
-            let entry = entry_of(&prepare, Bytes::copy_from_slice(&inbound.body))?;
+            let entry = entry_of(&prepare, inbound.body.clone())?;
             Ok(Message::Prepare {
                 view: prepare.view,
                 commit: prepare.commit,
@@ -537,7 +537,7 @@ fn decode_log(
     context: &FrameContext,
     cluster: u128,
     command: Command,
-    body: &[u8],
+    body: &Bytes,
 ) -> Result<Log, CodecError> {
     let prefix = ReplicaLogPrefix::decode_fixed(body)
         .map_err(|error| malformed(command, format!("log prefix: {error}")))?;
@@ -549,7 +549,6 @@ fn decode_log(
             format!("{count} entries in a body with room for {room} headers"),
         ));
     }
-    let body = Bytes::copy_from_slice(body);
     let mut entries = Vec::with_capacity(count);
     let mut at = ReplicaLogPrefix::SIZE;
     for index in 0..count as u64 {
@@ -661,7 +660,7 @@ mod tests {
         };
         let header: [u8; HEADER_SIZE] = frame[..HEADER_SIZE].try_into().unwrap();
         let verified = check.header(&header)?;
-        let body = frame[HEADER_SIZE..].to_vec();
+        let body = Bytes::copy_from_slice(&frame[HEADER_SIZE..]);
         check.body(&verified, &body)?;
         Ok(Inbound {
             from: peer,
