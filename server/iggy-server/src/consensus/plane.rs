@@ -91,6 +91,19 @@ impl ReplicaPlane {
         self.replica_count
     }
 
+    /// Frames dropped so far by each peer's full send queue.
+    pub fn dropped(&self) -> Vec<(u8, u64)> {
+        (0..self.replica_count)
+            .filter(|peer| *peer != self.replica)
+            .map(|peer| (peer, self.sender.dropped(peer)))
+            .collect()
+    }
+
+    /// Inbound frames no group took.
+    pub fn undeliverable(&self) -> u64 {
+        self.router.undeliverable()
+    }
+
     /// A replica configuration of a group of this cluster with the cluster's timing.
     pub fn vsr_config(&self, mut config: iggy_vsr::Config) -> iggy_vsr::Config {
         config.replica_count = self.replica_count;

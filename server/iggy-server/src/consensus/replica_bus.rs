@@ -212,7 +212,6 @@ impl BusSender {
     }
 
     /// Frames dropped so far because `peer`'s queue was full.
-    #[cfg_attr(not(test), allow(dead_code))] // for tests and diagnostics
     pub fn dropped(&self, peer: u8) -> u64 {
         self.outboxes
             .get(&peer)
@@ -241,7 +240,6 @@ impl Router {
     }
 
     /// Frames dropped so far: no consumer for their group, or its channel full.
-    #[cfg_attr(not(test), allow(dead_code))] // for tests and diagnostics
     pub fn undeliverable(&self) -> u64 {
         self.undeliverable.load(Ordering::Relaxed)
     }

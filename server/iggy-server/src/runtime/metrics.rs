@@ -79,6 +79,16 @@ pub struct Gauges {
     pub fsyncs: Vec<(&'static str, u64)>,
     /// Checkpoint durations by group kind.
     pub checkpoints: Vec<(&'static str, HistogramCounts)>,
+    /// In a cluster: frames each peer's full send queue dropped, and inbound frames no group
+    /// took (none listening, or its channel full). `None` standalone.
+    pub replica_frames: Option<ReplicaFrames>,
+}
+
+/// The replica plane's losses (VSR resends what matters; a steady rise means a slow peer).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ReplicaFrames {
+    pub dropped: Vec<(u8, u64)>,
+    pub undeliverable: u64,
 }
 
 /// Reads one figure of a topic's traffic.
@@ -204,6 +214,31 @@ impl Metrics {
         for (file, count) in &gauges.fsyncs {
             let _ = writeln!(out, "iggy_fsyncs_total{{file=\"{file}\"}} {count}");
         }
+        if let Some(frames) = &gauges.replica_frames {
+            family(
+                &mut out,
+                "iggy_replica_frames_dropped_total",
+                "counter",
+                "Frames to a peer replica dropped because its send queue was full.",
+            );
+            for (peer, count) in &frames.dropped {
+                let _ = writeln!(
+                    out,
+                    "iggy_replica_frames_dropped_total{{peer=\"{peer}\"}} {count}"
+                );
+            }
+            family(
+                &mut out,
+                "iggy_replica_frames_undeliverable_total",
+                "counter",
+                "Frames from peer replicas no consensus group took (unknown group or full channel).",
+            );
+            let _ = writeln!(
+                out,
+                "iggy_replica_frames_undeliverable_total {}",
+                frames.undeliverable
+            );
+        }
         family(
             &mut out,
             "iggy_checkpoint_duration_seconds",
@@ -254,6 +289,7 @@ mod tests {
             groups: Vec::new(),
             fsyncs: Vec::new(),
             checkpoints: Vec::new(),
+            replica_frames: None,
         }
     }
 
@@ -331,6 +367,10 @@ mod tests {
                 },
             ],
             fsyncs: vec![("journal", 7), ("segment", 0)],
+            replica_frames: Some(ReplicaFrames {
+                dropped: vec![(1, 0), (2, 3)],
+                undeliverable: 4,
+            }),
             checkpoints: vec![
                 ("metadata", HistogramCounts::default()),
                 ("partition", checkpoint),
@@ -347,6 +387,8 @@ mod tests {
             ("iggy_messages_in_total{stream=\"3\",topic=\"0\"}", 0.0),
             ("iggy_fsyncs_total{file=\"journal\"}", 7.0),
             ("iggy_fsyncs_total{file=\"segment\"}", 0.0),
+            ("iggy_replica_frames_dropped_total{peer=\"2\"}", 3.0),
+            ("iggy_replica_frames_undeliverable_total", 4.0),
             (
                 "iggy_checkpoint_duration_seconds_bucket{group_kind=\"partition\",le=\"0.001\"}",
                 0.0,

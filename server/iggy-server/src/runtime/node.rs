@@ -290,6 +290,12 @@ impl Node {
                 .iter()
                 .map(|file| (file.label(), fsyncs(*file)))
                 .collect(),
+            replica_frames: self.shared.plane.as_ref().map(|plane| {
+                crate::runtime::metrics::ReplicaFrames {
+                    dropped: plane.dropped(),
+                    undeliverable: plane.undeliverable(),
+                }
+            }),
             checkpoints: GroupKind::ALL
                 .iter()
                 .map(|kind| (kind.label(), checkpoint_durations(*kind)))
