@@ -384,7 +384,11 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
             peers,
             ticks: 0,
             forwarded: HashMap::new(),
-            next_nonce: 0,
+            // Per process: a verdict meant for a forward of an earlier run never matches.
+            next_nonce: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |since| since.as_nanos())
+                << 32,
             last_prepare: None,
             announced: 0,
         };
