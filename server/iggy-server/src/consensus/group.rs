@@ -626,7 +626,12 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
             return;
         }
         self.announced = commit;
-        let frame = super::replica_codec::encode(&peers.frames, &Message::Commit { view, commit });
+        let announce = Message::Commit {
+            view,
+            commit,
+            checkpoint_safe: replica.checkpoint_safe(),
+        };
+        let frame = super::replica_codec::encode(&peers.frames, &announce);
         for peer in (0..replica.config().replica_count).filter(|p| *p != replica.replica()) {
             let _ = peers.bus.send(peer, frame.clone());
         }
