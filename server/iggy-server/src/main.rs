@@ -318,29 +318,11 @@ async fn run(
             return ExitCode::FAILURE;
         }
     };
-    if node.shared.plane.is_none() {
-        service::auth::ensure_root(&node, (user.clone(), pw.clone())).await;
-        if generated && node.root_created.get() {
-            println!("root user {user:?} generated password: {pw}");
-        }
-    } else {
-        // In a cluster the root user is one committed op: the first metadata primary creates
-        // it, the others learn it by replication (so every node must be given the same
-        // credentials).
-        let node = node.clone();
-        compio::runtime::spawn(async move {
-            let me = node.shared.replica_id;
-            while !node.root_exists() {
-                if node.metadata.figures().role().is_primary(me) {
-                    service::auth::ensure_root(&node, (user.clone(), pw.clone())).await;
-                    if generated && node.root_created.get() {
-                        println!("root user {user:?} generated password: {pw}");
-                    }
-                }
-                compio::time::sleep(std::time::Duration::from_millis(100)).await;
-            }
-        })
-        .detach();
+    // In a cluster only the metadata primary creates it; the others learn it by replication
+    // (so every node must be given the same credentials).
+    service::auth::ensure_root(&node, (user.clone(), pw.clone())).await;
+    if generated && node.root_created.get() {
+        println!("root user {user:?} generated password: {pw}");
     }
     if let Err(error) = transport::listen(&cfg, &node).await {
         eprintln!("iggy-server: {error}");
