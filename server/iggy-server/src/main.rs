@@ -242,6 +242,19 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // The root user is one replicated op, created by whichever node first leads: a password
+    // generated per node would be printed by one node only, or differ between them.
+    if cfg.cluster.enabled
+        && !args.default_root_credentials
+        && std::env::var_os("IGGY_ROOT_PASSWORD").is_none()
+    {
+        eprintln!(
+            "iggy-server: cluster.enabled = true needs the root credentials given, the same on \
+             every node: set IGGY_ROOT_USERNAME and IGGY_ROOT_PASSWORD, or pass \
+             --with-default-root-credentials (iggy/iggy). Nothing was started."
+        );
+        return ExitCode::FAILURE;
+    }
     let mut cfg = cfg;
     if let Some(node) = cfg
         .cluster
