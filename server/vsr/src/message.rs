@@ -58,11 +58,39 @@ impl Entry {
         entry
     }
 
+    /// [`Entry::new`] for a body whose XxHash3-64 the caller already verified (a replica frame's
+    /// `checksum_body` is that hash): a megabyte body is not hashed a second time.
+    pub fn with_body_hash(
+        op: u64,
+        view: u32,
+        client: u128,
+        request: u64,
+        operation: u8,
+        body: Bytes,
+        body_hash: u64,
+    ) -> Self {
+        let mut entry = Entry {
+            op,
+            view,
+            client,
+            request,
+            operation,
+            body,
+            checksum: 0,
+        };
+        entry.checksum = entry.checksum_over(body_hash);
+        entry
+    }
+
     /// Recomputes the checksum from the fields: FNV-1a over the header fields and the body's
     /// XxHash3-64 (the body can be megabytes: a byte-at-a-time hash over it dominated the
     /// server's produce path).
     /// The hashed bytes are spec/storage.spec's `EntryChecksumInput`.
     pub fn compute_checksum(&self) -> u64 {
+        self.checksum_over(twox_hash::XxHash3_64::oneshot(&self.body))
+    }
+
+    fn checksum_over(&self, body_hash: u64) -> u64 {
         let input = iggy_generated::storage::EntryChecksumInput {
             op: self.op,
             view: self.view,
@@ -70,7 +98,7 @@ impl Entry {
             request: self.request,
             operation: self.operation,
             body_length: self.body.len() as u64,
-            body_hash: twox_hash::XxHash3_64::oneshot(&self.body),
+            body_hash,
         };
         Fnv::oneshot(&input.to_bytes())
     }
@@ -230,6 +258,14 @@ mod tests {
     fn the_checksum_hashes_the_same_bytes_as_before_the_spec_declared_them() {
         let entry = Entry::new(7, 2, 0x1122, 9, 3, Bytes::from_static(b"hello"));
         assert_eq!(entry.checksum, 0xea29_a86e_cf67_1fe0);
+    }
+
+    #[test]
+    fn an_entry_over_a_verified_body_hash_seals_as_one_that_hashed_its_body() {
+        let body = Bytes::from_static(b"a batch");
+        let hash = twox_hash::XxHash3_64::oneshot(&body);
+        let entry = Entry::new(4, 1, 9, 2, 3, body.clone());
+        assert_eq!(Entry::with_body_hash(4, 1, 9, 2, 3, body, hash), entry);
     }
 
     #[test]

@@ -473,13 +473,20 @@ fn entry_of(prepare: &PrepareHeader, body: Bytes) -> Result<Entry, CodecError> {
         return Err(malformed(Command::Prepare, "op 0"));
     }
     let prepared_view = u32::from_le_bytes(prepare.reserved[..4].try_into().expect("4 bytes"));
-    let entry = Entry::new(
+    // The bus verified `checksum_body` against the body (0 marks an empty one): the entry
+    // checksum reuses that hash instead of hashing a megabyte batch again.
+    let body_hash = match prepare.checksum_body {
+        0 => twox_hash::XxHash3_64::oneshot(&body),
+        verified => verified as u64,
+    };
+    let entry = Entry::with_body_hash(
         prepare.op,
         prepared_view,
         prepare.client,
         prepare.request,
         prepare.operation.to_repr(),
         body,
+        body_hash,
     );
     if u128::from(entry.checksum) != prepare.request_checksum {
         return Err(CodecError::EntryChecksum {
