@@ -35,6 +35,10 @@ OPTIONS:
                                   (with http, the HTTP API's address)
     --server-env KEY=VALUE        set an environment variable of the started server, after
                                   the bench's own (repeatable), e.g. IGGY_HTTP_METRICS_ENABLED=false
+    --cluster N                   start a local cluster of N nodes (odd, >= 3; TCP only) from
+                                  one roster instead of one server; clients dial node 0 and
+                                  the SDK routes to each partition's primary; the server CPU
+                                  figure is the nodes' sum
     --server-bin PATH             server binary to start (default target/release/iggy-server,
                                   built with cargo if missing; or $IGGY_SERVER_BIN)
     --data-dir PATH               where to measure disk bandwidth (default: the server's temp
@@ -226,6 +230,8 @@ pub struct Args {
     pub suite: bool,
     pub scale: f64,
     pub quiet: bool,
+    /// Start a local cluster of this many nodes instead of one server (0: a single node).
+    pub cluster: u8,
 }
 
 fn num<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, String> {
@@ -258,6 +264,7 @@ pub fn parse(argv: &[String]) -> Result<Args, String> {
         output: None,
         suite: false,
         scale: 1.0,
+        cluster: 0,
         quiet: false,
     };
     let mut i = 0;
@@ -324,6 +331,12 @@ pub fn parse(argv: &[String]) -> Result<Args, String> {
                 }
             }
             "--data-dir" => a.data_dir = Some(value()?.into()),
+            "--cluster" => {
+                a.cluster = num(flag, &value()?)?;
+                if a.cluster == 1 || a.cluster % 2 == 0 {
+                    return Err(format!("--cluster: an odd number of nodes above 1, not {}", a.cluster));
+                }
+            }
             "--no-limits" => a.limits = false,
             "--limits-only" => a.limits_only = true,
             "--output" => a.output = Some(value()?.into()),

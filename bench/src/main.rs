@@ -85,7 +85,7 @@ async fn run_one(a: &Args, p: &Params) -> RunReport {
         load_after: None,
         error: None,
     };
-    let mut proc = None;
+    let mut procs: Vec<ServerProc> = Vec::new();
     if a.limits_only {
         let dir = a.data_dir.clone().unwrap_or_else(std::env::temp_dir);
         match limits::measure(
@@ -107,29 +107,37 @@ async fn run_one(a: &Args, p: &Params) -> RunReport {
         Some(addr) => addr.clone(),
         None => {
             let started = server::server_binary(a.server_bin.as_deref()).and_then(|bin| {
-                ServerProc::start(
-                    &bin,
-                    &p.durability,
-                    p.http_max_request_size(),
-                    &a.server_env,
-                )
-                .map(|s| (bin, s))
+                let servers = if a.cluster > 1 {
+                    ServerProc::start_cluster(&bin, a.cluster, &p.durability, &a.server_env)?
+                } else {
+                    vec![ServerProc::start(
+                        &bin,
+                        &p.durability,
+                        p.http_max_request_size(),
+                        &a.server_env,
+                    )?]
+                };
+                Ok((bin, servers))
             });
             match started {
-                Ok((bin, s)) => {
-                    let addr = s.address_for(p.transport);
+                Ok((bin, servers)) => {
+                    let addr = servers[0].address_for(p.transport);
+                    let shape = match servers.len() {
+                        1 => String::new(),
+                        n => format!(", node 0 of a {n}-node cluster"),
+                    };
                     report.server = format!(
-                        "{} on {addr} ({}) in {}",
+                        "{} on {addr} ({}{shape}) in {}",
                         bin.display(),
                         p.transport.name(),
-                        s.dir.path().display()
+                        servers[0].dir.path().display()
                     );
                     report.server_env = a
                         .server_env
                         .iter()
                         .map(|(k, v)| format!("{k}={v}"))
                         .collect();
-                    proc = Some(s);
+                    procs = servers;
                     addr
                 }
                 Err(e) => {
@@ -140,6 +148,13 @@ async fn run_one(a: &Args, p: &Params) -> RunReport {
             }
         }
     };
+    if procs.len() > 1
+        && let Err(e) = scenario::wait_for_login(&address, p, std::time::Duration::from_secs(30)).await
+    {
+        report.error = Some(format!("the cluster did not accept a login: {e}"));
+        print_report(&report);
+        return report;
+    }
     if report.server.is_empty() {
         report.server = address.clone();
     }
@@ -147,7 +162,7 @@ async fn run_one(a: &Args, p: &Params) -> RunReport {
         let dir: PathBuf = a
             .data_dir
             .clone()
-            .or_else(|| proc.as_ref().map(ServerProc::data_dir))
+            .or_else(|| procs.first().map(ServerProc::data_dir))
             .unwrap_or_else(std::env::temp_dir);
         match limits::measure(
             &dir,
@@ -162,12 +177,16 @@ async fn run_one(a: &Args, p: &Params) -> RunReport {
             Err(e) => eprintln!("bench: limits not measured: {e}"),
         }
     }
-    let cpu_before = proc.as_ref().and_then(ServerProc::cpu_seconds);
+    // A cluster's CPU is every node's.
+    let cpu = |procs: &[ServerProc]| -> Option<f64> {
+        procs.iter().map(ServerProc::cpu_seconds).sum::<Option<f64>>()
+    };
+    let cpu_before = cpu(&procs);
     match scenario::run(&address, p, a.quiet).await {
         Ok(kinds) => report.kinds = kinds,
         Err(e) => {
             let mut msg = e;
-            if let Some(s) = proc.as_mut() {
+            if let Some(s) = procs.first_mut() {
                 if !s.alive() {
                     msg.push_str("\n(the server process is gone)");
                 }
@@ -176,9 +195,7 @@ async fn run_one(a: &Args, p: &Params) -> RunReport {
             report.error = Some(msg);
         }
     }
-    if let (Some(before), Some(after)) =
-        (cpu_before, proc.as_ref().and_then(ServerProc::cpu_seconds))
-    {
+    if let (Some(before), Some(after)) = (cpu_before, cpu(&procs)) {
         report.server_cpu_seconds = Some(after - before);
     }
     if let Some(l) = &report.limits {

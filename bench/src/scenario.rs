@@ -37,6 +37,26 @@ fn stream_name(i: u32) -> String {
     format!("bench-{i}")
 }
 
+/// Retries a connect and login until one works (a cluster elects its primaries and creates
+/// the root user after its nodes accept connections) or `within` passes.
+pub async fn wait_for_login(
+    address: &str,
+    p: &Params,
+    within: std::time::Duration,
+) -> Result<(), String> {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        match connect(address, p, p.nodelay).await {
+            Ok(client) => {
+                let _ = client.disconnect().await;
+                return Ok(());
+            }
+            Err(e) if std::time::Instant::now() >= deadline => return Err(e),
+            Err(_) => tokio::time::sleep(std::time::Duration::from_millis(200)).await,
+        }
+    }
+}
+
 pub async fn connect(address: &str, p: &Params, nodelay: bool) -> Result<IggyClient, String> {
     let conn = match p.transport {
         Transport::Tcp => format!(

@@ -116,11 +116,69 @@ impl ServerProc {
         http_max_request_size: u64,
         extra_env: &[(String, String)],
     ) -> Result<ServerProc, String> {
+        let address = format!("127.0.0.1:{}", free_port()?);
+        let server = Self::spawn(
+            bin,
+            durability,
+            http_max_request_size,
+            (address, None, &[]),
+            extra_env,
+        )?;
+        Ok(server)
+    }
+
+    /// A cluster of `nodes` local servers from one roster (TCP only: the other transports are
+    /// off, so the roster needs no ports for them), started together; clients dial node 0 and
+    /// the SDK finds the others in its roster.
+    pub fn start_cluster(
+        bin: &Path,
+        nodes: u8,
+        durability: &str,
+        extra_env: &[(String, String)],
+    ) -> Result<Vec<ServerProc>, String> {
+        let mut roster = vec![
+            ("IGGY_CLUSTER_ENABLED".to_string(), "true".to_string()),
+            ("IGGY_CLUSTER_NAME".to_string(), "iggy-bench".to_string()),
+            ("IGGY_QUIC_ENABLED".to_string(), "false".to_string()),
+            ("IGGY_HTTP_ENABLED".to_string(), "false".to_string()),
+            ("IGGY_WEBSOCKET_ENABLED".to_string(), "false".to_string()),
+        ];
+        let mut addresses = Vec::new();
+        for id in 0..nodes {
+            let (tcp, replica) = (free_port()?, free_port()?);
+            for (field, value) in [
+                ("NAME", format!("bench-{id}")),
+                ("IP", "127.0.0.1".to_string()),
+                ("REPLICA_ID", id.to_string()),
+                ("PORTS_TCP", tcp.to_string()),
+                ("PORTS_TCP_REPLICA", replica.to_string()),
+            ] {
+                roster.push((format!("IGGY_CLUSTER_NODES_{id}_{field}"), value));
+            }
+            addresses.push(format!("127.0.0.1:{tcp}"));
+        }
+        let mut servers = Vec::new();
+        for (id, address) in addresses.into_iter().enumerate() {
+            let node = (address, Some(id as u8), roster.as_slice());
+            servers.push(Self::spawn(bin, durability, 0, node, extra_env)?);
+        }
+        Ok(servers)
+    }
+
+    /// One server process: `node` is its TCP address and, in a cluster, its replica id and the
+    /// roster's environment.
+    fn spawn(
+        bin: &Path,
+        durability: &str,
+        http_max_request_size: u64,
+        node: (String, Option<u8>, &[(String, String)]),
+        extra_env: &[(String, String)],
+    ) -> Result<ServerProc, String> {
+        let (address, replica_id, roster) = node;
         let dir = tempfile::Builder::new()
             .prefix("iggy-bench-")
             .tempdir()
             .map_err(|e| format!("temp dir: {e}"))?;
-        let address = format!("127.0.0.1:{}", free_port()?);
         let quic_address = format!("127.0.0.1:{}", free_udp_port()?);
         let ws_address = format!("127.0.0.1:{}", free_port()?);
         let http_address = format!("127.0.0.1:{}", free_port()?);
@@ -155,7 +213,10 @@ impl ServerProc {
                 "IGGY_HTTP_MAX_REQUEST_SIZE",
                 http_max_request_size.to_string(),
             );
-        for (key, value) in extra_env {
+        if let Some(id) = replica_id {
+            cmd.arg("--replica-id").arg(id.to_string());
+        }
+        for (key, value) in roster.iter().chain(extra_env) {
             cmd.env(key, value);
         }
         if std::env::var_os("RUST_LOG").is_none() {

@@ -302,6 +302,8 @@ pub struct Group<J: Journal, S: StateMachine> {
     next_nonce: u128,
     /// The last prepare frame sent, by (view, commit, op, entry checksum).
     last_prepare: Option<((u32, u64, u64, u64), Bytes)>,
+    /// The highest commit this replica announced to its backups as primary.
+    announced: u64,
 }
 
 /// Ticks a forwarded register waits for the primary's verdict (5 s at the 50 ms tick).
@@ -382,8 +384,13 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
             peers,
             ticks: 0,
             forwarded: HashMap::new(),
-            next_nonce: 0,
+            // Per process: a verdict meant for a forward of an earlier run never matches.
+            next_nonce: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |since| since.as_nanos())
+                << 32,
             last_prepare: None,
+            announced: 0,
         };
         group.drive().await;
         group.core.release_applied_bodies();
@@ -602,6 +609,27 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
             }
         }
         None
+    }
+
+    /// A primary tells its backups about a commit at once instead of at its next prepare or
+    /// heartbeat (up to `commit_broadcast_interval` later): backups apply metadata ops (a
+    /// new partition's group, a session a client binds next) and serve reads sooner. The
+    /// message is the replica's own heartbeat, sent only in a view already durable here.
+    fn announce_commit(&mut self) {
+        let Some(peers) = &self.peers else {
+            return;
+        };
+        let replica = self.core.replica();
+        let (view, commit) = (replica.view(), replica.commit_max());
+        let leads = replica.status() == iggy_vsr::Status::Normal && replica.is_primary();
+        if !leads || replica.persisted_view_state().view != view || commit <= self.announced {
+            return;
+        }
+        self.announced = commit;
+        let frame = super::replica_codec::encode(&peers.frames, &Message::Commit { view, commit });
+        for peer in (0..replica.config().replica_count).filter(|p| *p != replica.replica()) {
+            let _ = peers.bus.send(peer, frame.clone());
+        }
     }
 
     /// A register: committed here by the primary (or a group of one), forwarded by a backup
@@ -836,6 +864,7 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                 }
             }
         }
+        self.announce_commit();
         let before = self.figures.role();
         self.figures.publish(self.core.replica());
         if let Some(peers) = &self.peers {

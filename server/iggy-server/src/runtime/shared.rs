@@ -397,6 +397,15 @@ impl Shared {
                 }
                 DiskAction::Keep { key, found } => {
                     let newer = found.is_some_and(|revision| revision >> 20 > commit);
+                    if newer && self.plane.is_some() {
+                        // A rejoining replica commits its metadata only once its group
+                        // installed the current view: the op that created it comes then.
+                        tracing::info!(
+                            "{}: created by an op this replica has not committed yet; it opens once the replica has caught up",
+                            self.partition_dir(key).display()
+                        );
+                        continue;
+                    }
                     tracing::warn!(
                         "{}: not in the metadata ({}); its messages are not served, its files are left in place",
                         self.partition_dir(key).display(),
