@@ -160,7 +160,7 @@ impl ServerProc {
         let mut servers = Vec::new();
         for (id, address) in addresses.into_iter().enumerate() {
             let node = (address, Some(id as u8), roster.as_slice());
-            servers.push(Self::spawn(bin, durability, 0, node, extra_env)?);
+            servers.push(Self::spawn(bin, durability, 1 << 20, node, extra_env)?);
         }
         Ok(servers)
     }

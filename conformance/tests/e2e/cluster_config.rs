@@ -36,6 +36,7 @@ fn start(dir: &Path, config: &str, args: &[&str], env: &[(&str, &str)]) -> Outpu
         .args(args)
         .arg("--fresh")
         .env_remove("RUST_LOG")
+        .env_remove("IGGY_ROOT_PASSWORD")
         .env("IGGY_SYSTEM_PATH", &data)
         .current_dir(dir)
         .stdin(Stdio::null());
@@ -75,6 +76,18 @@ fn assert_refused_untouched(dir: &Path, out: &Output) -> String {
     assert_eq!(entries, vec!["keep"], "data directory untouched: {stderr}");
     assert_eq!(std::fs::read(data.join("keep")).unwrap(), b"untouched");
     stderr
+}
+
+#[test]
+fn a_cluster_node_without_given_root_credentials_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = start(dir.path(), &three_node_file(), &["--replica-id", "1"], &[]);
+    let stderr = assert_refused_untouched(dir.path(), &out);
+    assert!(stderr.contains("IGGY_ROOT_PASSWORD"), "{stderr}");
+    assert!(
+        stderr.contains("--with-default-root-credentials"),
+        "{stderr}"
+    );
 }
 
 #[test]

@@ -242,6 +242,19 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // The root user is one replicated op, created by whichever node first leads: a password
+    // generated per node would be printed by one node only, or differ between them.
+    if cfg.cluster.enabled
+        && !args.default_root_credentials
+        && std::env::var_os("IGGY_ROOT_PASSWORD").is_none()
+    {
+        eprintln!(
+            "iggy-server: cluster.enabled = true needs the root credentials given, the same on \
+             every node: set IGGY_ROOT_USERNAME and IGGY_ROOT_PASSWORD, or pass \
+             --with-default-root-credentials (iggy/iggy). Nothing was started."
+        );
+        return ExitCode::FAILURE;
+    }
     let mut cfg = cfg;
     if let Some(node) = cfg
         .cluster
@@ -318,29 +331,11 @@ async fn run(
             return ExitCode::FAILURE;
         }
     };
-    if node.shared.plane.is_none() {
-        service::auth::ensure_root(&node, (user.clone(), pw.clone())).await;
-        if generated && node.root_created.get() {
-            println!("root user {user:?} generated password: {pw}");
-        }
-    } else {
-        // In a cluster the root user is one committed op: the first metadata primary creates
-        // it, the others learn it by replication (so every node must be given the same
-        // credentials).
-        let node = node.clone();
-        compio::runtime::spawn(async move {
-            let me = node.shared.replica_id;
-            while !node.root_exists() {
-                if node.metadata.figures().role().is_primary(me) {
-                    service::auth::ensure_root(&node, (user.clone(), pw.clone())).await;
-                    if generated && node.root_created.get() {
-                        println!("root user {user:?} generated password: {pw}");
-                    }
-                }
-                compio::time::sleep(std::time::Duration::from_millis(100)).await;
-            }
-        })
-        .detach();
+    // In a cluster only the metadata primary creates it; the others learn it by replication
+    // (so every node must be given the same credentials).
+    service::auth::ensure_root(&node, (user.clone(), pw.clone())).await;
+    if generated && node.root_created.get() {
+        println!("root user {user:?} generated password: {pw}");
     }
     if let Err(error) = transport::listen(&cfg, &node).await {
         eprintln!("iggy-server: {error}");

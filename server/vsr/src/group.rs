@@ -448,14 +448,31 @@ impl<W> GroupCore<W> {
         }
     }
 
-    /// The op to checkpoint at, when the journal (`journal_bytes` on disk) has grown past the
-    /// policy and every prepared op is committed.
+    /// The op to checkpoint at, once the journal (`journal_bytes` on disk) has grown past the
+    /// policy.
+    ///
+    /// A group of one checkpoints at its last op once every prepared op is committed. A larger
+    /// group checkpoints at the highest op it applied that is also at or below
+    /// [`Replica::checkpoint_safe`] (held durably by every replica), so no replica ever needs an
+    /// op another one forgot; and only when that releases at least half of the journal, so a
+    /// replica that lags does not cause a checkpoint per op it catches up. Until state transfer
+    /// exists, a replica that stays down holds every other replica's checkpoints back (their
+    /// journals grow until it returns).
     pub fn checkpoint_due(&self, journal_bytes: u64) -> Option<u64> {
         let policy = self.policy?;
-        let op = self.replica.op();
+        let replica = &self.replica;
         let grown = journal_bytes.max(self.held_bytes) >= policy.journal_bytes
-            || self.replica.journal_len() >= policy.journal_ops;
-        (grown && op != 0 && self.replica.commit_min() == op).then_some(op)
+            || replica.journal_len() >= policy.journal_ops;
+        if !grown {
+            return None;
+        }
+        if replica.is_solo() {
+            let op = replica.op();
+            return (op != 0 && replica.commit_min() == op).then_some(op);
+        }
+        let op = replica.checkpoint_safe().min(replica.commit_min());
+        let released = op.saturating_sub(replica.checkpoint_op());
+        (released > 0 && 2 * released >= replica.journal_len() as u64).then_some(op)
     }
 
     /// The replica's part of a checkpoint at `op` (its client table and position), encoded;
@@ -464,9 +481,14 @@ impl<W> GroupCore<W> {
         self.replica.checkpoint(op).encode()
     }
 
-    /// The checkpoint is durable and the journal emptied.
+    /// The checkpoint is durable and the journal emptied up to its op (a group of one
+    /// checkpoints at its last op; a larger group keeps the ops above it).
     pub fn checkpointed(&mut self) {
-        self.held_bytes = 0;
+        self.held_bytes = if self.replica.is_solo() {
+            0
+        } else {
+            self.replica.held_body_bytes()
+        };
     }
 }
 

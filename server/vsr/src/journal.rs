@@ -179,6 +179,20 @@ impl Journal {
         }
     }
 
+    /// The highest op up to which every held entry is durable (the base when the first one
+    /// is not): acknowledging it vouches for the whole prefix, which survives a crash even if
+    /// the shell completes writes out of order.
+    pub fn durable_through(&self) -> u64 {
+        let held = self.base.op + 1..=self.op();
+        if held.is_empty() {
+            return self.base.op;
+        }
+        match self.writes_pending.range(held).next() {
+            Some((op, _)) => op - 1,
+            None => self.op(),
+        }
+    }
+
     /// True when `op` is held and no write for it is in flight.
     pub fn is_durable(&self, op: u64) -> bool {
         op > self.base.op && op <= self.op() && !self.writes_pending.contains_key(&op)
@@ -208,6 +222,27 @@ mod tests {
         assert!(journal.is_durable(2));
         assert!(journal.write_done(1));
         assert_eq!(journal.replace(0, journal.entries().to_vec()), None);
+    }
+
+    #[test]
+    fn the_durable_prefix_stops_below_the_first_write_in_flight() {
+        let mut journal = Journal::from_entries(Base::default(), vec![entry(1, 0)]);
+        assert_eq!(journal.durable_through(), 1);
+        for op in 2..=4 {
+            journal.append(entry(op, 0));
+        }
+        assert!(journal.write_done(3));
+        assert_eq!(journal.durable_through(), 1, "op 2 is still in flight");
+        assert!(journal.write_done(2));
+        assert_eq!(journal.durable_through(), 3);
+        journal.forget_through(3);
+        assert_eq!(
+            journal.durable_through(),
+            3,
+            "the base, while op 4 is in flight"
+        );
+        assert!(journal.write_done(4));
+        assert_eq!(journal.durable_through(), 4);
     }
 
     #[test]

@@ -17,6 +17,10 @@
 //!   [`Replica::open_from_checkpoint`]`(config, checkpoint, suffix, view_state)` where `suffix`
 //!   is the valid journal prefix after `checkpoint.op` (see *Checkpoints*). `open` is
 //!   `open_from_checkpoint` with an empty checkpoint.
+//! * Timing is in ticks ([`Config`]): `heartbeat_ticks` (Commit heartbeats), `resend_ticks`
+//!   (prepare, view-change and rejoin retransmissions) and `view_change_timeout_ticks` (a
+//!   silent primary; a backup adds a tenth of it per replica id as a stagger). Nothing else
+//!   assumes a tick length, so a shell picks any tick and derives the counts from its intervals.
 //! * Inputs (`on_*`):
 //!   - [`Replica::on_request`]`(client, request_no, operation, body)` — a client request.
 //!     Operation [`OPERATION_REGISTER`] registers a session (request number 0); its reply is the
@@ -46,7 +50,9 @@
 //!   - While a `Commit` is being applied, the shell may call `retire_with_commit(clients)`
 //!     when the committed op ends those clients' sessions; their slots free up with that op.
 //!   - `Reply{client, request, op, reply}` / `Refuse{client, request, refusal}`: answer the client.
-//!     `Refusal::NotPrimary{primary, ..}` tells the client where to go.
+//!     `Refusal::NotPrimary{primary, ..}` tells the client where to go; only a backup in normal
+//!     status sends it. A replica changing views or recovering answers `Refusal::NotReady` (a
+//!     transient refusal: retry after a pause), never a primary it cannot vouch for.
 //!
 //! A group of one is the same code with quorum 1: a request is prepared, journaled
 //! (`WritePrepare` → `on_write_done`) and committed right after its own write.
@@ -97,9 +103,20 @@
 //!   rejoin timeout, so it does not keep replacing primaries that serve the others) and waits for
 //!   a `StartView` it can install.
 //!
-//! Such a replica is lost to the group until state transfer lands. To avoid it, checkpoint a
-//! multi-replica group only at ops every replica has committed and holds durably, as the
-//! simulator does.
+//! Such a replica is lost to the group until state transfer lands. To avoid it, a replica of a
+//! larger group checkpoints only at or below [`Replica::checkpoint_safe`] (and its own
+//! `commit_min`), which [`group::GroupCore::checkpoint_due`] respects: the highest op that is
+//! committed and that every replica acknowledged holding durably. A `PrepareOk{op}` vouches for
+//! the sender's whole journal prefix through `op` in that view's log (a backup acknowledges only
+//! its durable prefix, and also reports its head when the head is already committed); the
+//! primary takes the minimum over every replica's latest acknowledgement in its view (its own
+//! durable prefix included), caps it at its commit, and announces it in
+//! `Message::Commit{checkpoint_safe}`. The op stays safe for good: committed entries are in
+//! every later view's log and never truncated, so each replica keeps holding them until it
+//! checkpoints past them. A replica knows 0 after a restart until it hears a Commit, and a
+//! replica that stays down (or never acknowledges) holds every replica's checkpoints back,
+//! their journals growing, until it returns (or until state transfer exists). A group of one
+//! checkpoints at its commit as before.
 //!
 //! ## Protocol
 //!
@@ -112,8 +129,9 @@
 //! - the view state (`view`, `log_view`) is persisted before any message naming it leaves, so
 //!   a restarted replica never votes twice in a view or forgets a view it acked ops in;
 //! - a replica acks (PrepareOk, or counts its own ack as primary) only ops its journal holds
-//!   durably, so a crash loses only unacknowledged writes and a DoViewChange after a restart
-//!   never claims an op the replica no longer holds (it carries its durable log, nothing more);
+//!   durably together with every op before them, so a crash loses only unacknowledged writes
+//!   and a DoViewChange after a restart never claims an op the replica no longer holds (it
+//!   carries its durable log, nothing more);
 //! - a new `log_view` is persisted only after the journal holds that view's log (the shell
 //!   syncs the journal first), so the journal is never labelled with a view whose log it lacks;
 //!   a crash in between leaves a log labelled with the older view, which the view change's
@@ -141,8 +159,11 @@
 //! crash and restart (volatile state lost, durable journal, checkpoints and view state kept), at
 //! most `f` at a time in groups of three or more, and about half the seeds also crash every
 //! replica at once (each losing its unsynced writes), after which the group must elect a
-//! primary from its persisted views and finish without losing a committed op. Replicas checkpoint every few ops (a group of one at or just below
-//! its commit; larger groups only at an op every replica has committed and holds durably);
+//! primary from its persisted views and finish without losing a committed op. Replicas
+//! checkpoint when `GroupCore::checkpoint_due` says so, its policy a few ops (a group of one at
+//! or just below its commit; larger groups at the core's safe op, with no global knowledge,
+//! and a checker confirms that every replica's storage, a crashed one's too, would hold that
+//! op after a restart);
 //! checkpoints go to two alternating slots and a crash may tear the one being written, so a
 //! restart falls back to the previous one. Some seeds run with a client table smaller than the
 //! number of clients; there clients end their sessions after a few requests (a committed logout

@@ -147,14 +147,25 @@ pub enum Message {
         commit: u64,
         entry: Entry,
     },
-    /// Backup to primary: `op` is durable in this replica's journal.
+    /// Backup to primary: this replica's journal holds `view`'s log durably through `op` (every
+    /// op from its checkpoint up to `op`, not only `op`). Sent for each op above the sender's
+    /// commit, and for the head of its durable log when that is not above its commit (the
+    /// primary learns how far every journal reaches, for [`Message::Commit`]'s
+    /// `checkpoint_safe`).
     PrepareOk {
         view: u32,
         op: u64,
         replica: ReplicaId,
     },
-    /// Primary heartbeat carrying its commit number.
-    Commit { view: u32, commit: u64 },
+    /// Primary heartbeat carrying its commit number and the highest op every replica of the
+    /// group is known to hold durably among the committed ops: any replica may checkpoint at
+    /// or below it (and at or below its own commit) without leaving another replica in need of
+    /// state transfer. On the wire it is the Commit header's `checkpoint_op`.
+    Commit {
+        view: u32,
+        commit: u64,
+        checkpoint_safe: u64,
+    },
     /// A replica suspects the primary and votes to move to `view`.
     StartViewChange { view: u32, replica: ReplicaId },
     /// To the new primary of `view`: the sender's log, last normal view and commit number.

@@ -28,7 +28,8 @@ pub struct Config {
     pub pipeline_max: usize,
     /// Primary heartbeat (Commit message) period.
     pub heartbeat_ticks: u64,
-    /// Silence from the primary after which a backup starts a view change; also the time after
+    /// Silence from the primary after which a backup starts a view change (plus a stagger of a
+    /// tenth of it per replica id, so backups do not all start at once); also the time after
     /// which a stalled view change moves on to the next view.
     pub view_change_timeout_ticks: u64,
     /// Retransmission period for prepares, view-change and rejoin messages.
@@ -53,6 +54,14 @@ impl Config {
     fn quorum(&self) -> usize {
         usize::from(self.replica_count) / 2 + 1
     }
+
+    /// Silence after which this replica replaces the primary (as a backup, or when rejoining):
+    /// the view-change timeout plus a stagger in proportion to it, so the backups of a silent
+    /// primary do not all start competing view changes in the same tick, whatever the tick.
+    fn silence_timeout_ticks(&self) -> u64 {
+        self.view_change_timeout_ticks
+            + self.view_change_timeout_ticks / 10 * u64::from(self.replica)
+    }
 }
 
 /// Replica status, as in Viewstamped Replication Revisited.
@@ -70,8 +79,13 @@ pub enum Status {
 /// Why a client request was not accepted.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Refusal {
-    /// This replica is not the primary (or is changing views); try `primary`.
+    /// This replica is in normal status and not the primary of its view `view`: try `primary`.
+    /// Only a replica serving a view names its primary, so a client never follows a stale
+    /// route from a replica that is changing views.
     NotPrimary { view: u32, primary: ReplicaId },
+    /// This replica is changing views or recovering: it knows no primary it could name. Retry
+    /// after a pause (a transient refusal, never a redirect).
+    NotReady,
     /// The request number is older than the client's latest committed request.
     RequestTooOld,
     /// Every slot of the client table is taken by a live session or a register still in the
@@ -174,6 +188,14 @@ pub struct Replica {
     rejoin_since: Option<u64>,
     /// Primary only: replicas that acknowledged each uncommitted op in this view.
     prepare_oks: BTreeMap<u64, BTreeSet<ReplicaId>>,
+    /// Primary only, per replica: the highest op it acknowledged holding durably (with every op
+    /// before it) in this view's log. Reset with each view: an ack of an earlier view's log may
+    /// name entries a later view replaced.
+    durable_acks: Vec<u64>,
+    /// The highest op known to be committed and held durably by every replica (see
+    /// [`Replica::checkpoint_safe`]). Only grows: once every replica holds a committed op, it
+    /// keeps holding it (its entry is in every later view's log) until it checkpoints past it.
+    checkpoint_safe: u64,
     start_view_change_from: BTreeSet<ReplicaId>,
     do_view_change_from: BTreeMap<ReplicaId, (u32, u64, Log)>,
     do_view_change_sent: bool,
@@ -260,6 +282,7 @@ impl Replica {
             checkpoint.clients,
         );
         let solo = config.replica_count == 1;
+        let durable_acks = vec![0; usize::from(config.replica_count)];
         Replica {
             base_clients: clients.clone(),
             clients,
@@ -286,6 +309,8 @@ impl Replica {
             commit_in_flight: None,
             journal,
             prepare_oks: BTreeMap::new(),
+            durable_acks,
+            checkpoint_safe: 0,
             start_view_change_from: BTreeSet::new(),
             do_view_change_from: BTreeMap::new(),
             do_view_change_sent: false,
@@ -432,6 +457,19 @@ impl Replica {
     pub fn checkpoint_op(&self) -> u64 {
         self.journal.base().op
     }
+    /// The highest op this replica may checkpoint at (together with its own `commit_min`)
+    /// without leaving any replica of the group in need of state transfer: an op known to be
+    /// committed and held durably by every replica's journal (or checkpoint). The primary
+    /// computes it from the PrepareOks of its view and announces it in its Commit heartbeats;
+    /// a replica that never heard one, or restarted since, knows 0. A group of one holds every
+    /// op it committed.
+    pub fn checkpoint_safe(&self) -> u64 {
+        if self.is_solo() {
+            self.commit_max
+        } else {
+            self.checkpoint_safe
+        }
+    }
     /// Set while this replica cannot catch up with the group without state transfer (another
     /// replica checkpointed past the ops it is missing). Cleared once a log installs.
     pub fn state_transfer_needed(&self) -> Option<StateTransferNeeded> {
@@ -492,19 +530,21 @@ impl Replica {
 
     // ----- inputs -----
 
-    /// A client request. Only the primary accepts it; duplicates replay the cached reply.
+    /// A client request. Only the primary accepts it; duplicates replay the cached reply. A
+    /// backup in normal status refuses it with `NotPrimary` (naming its view's primary); a
+    /// replica changing views or recovering with `NotReady`, since the view it would name may
+    /// be stale.
     pub fn on_request(&mut self, client: u128, request: u64, operation: u8, body: Bytes) {
         if !self.is_primary() {
-            let refusal = Refusal::NotPrimary {
-                view: self.view,
-                primary: self.primary_of(self.view),
+            let refusal = if self.status == Status::Normal {
+                Refusal::NotPrimary {
+                    view: self.view,
+                    primary: self.primary_of(self.view),
+                }
+            } else {
+                Refusal::NotReady
             };
-            self.actions.push_back(Action::Refuse {
-                client,
-                request,
-                refusal,
-            });
-            return;
+            return self.refuse(client, request, refusal);
         }
         let register = operation == OPERATION_REGISTER;
         let pipelined = self.journal.entries_after(self.commit_min);
@@ -611,10 +651,11 @@ impl Replica {
 
     /// The shell finished the journal write for `op`.
     pub fn on_write_done(&mut self, op: u64) {
+        let durable_before = self.journal.durable_through();
         if !self.journal.write_done(op) || self.status != Status::Normal {
             return;
         }
-        self.acknowledge(op);
+        self.acknowledge_durable(durable_before);
     }
 
     /// The `Commit` being applied ends the sessions of `clients` (a logout or an expiry that
@@ -677,8 +718,7 @@ impl Replica {
         match self.status {
             Status::Recovering => {
                 let since = *self.rejoin_since.get_or_insert(self.now);
-                let timeout =
-                    self.config.view_change_timeout_ticks + 3 * u64::from(self.config.replica);
+                let timeout = self.config.silence_timeout_ticks();
                 if self.rejoin_times_out && self.now >= since + timeout {
                     // Nobody answered as the primary of our view or a later one: replace it,
                     // as a backup that stopped hearing from its primary would.
@@ -699,8 +739,7 @@ impl Replica {
             }
             Status::Normal if self.is_primary() => self.tick_primary(),
             Status::Normal => {
-                let timeout =
-                    self.config.view_change_timeout_ticks + 3 * u64::from(self.config.replica);
+                let timeout = self.config.silence_timeout_ticks();
                 if self.now >= self.heard_from_primary_at + timeout {
                     self.start_view_change(self.view + 1);
                 }
@@ -723,7 +762,11 @@ impl Replica {
                 entry,
             } => self.on_prepare(from, view, commit, entry),
             Message::PrepareOk { view, op, replica } => self.on_prepare_ok(view, op, replica),
-            Message::Commit { view, commit } => self.on_commit(from, view, commit),
+            Message::Commit {
+                view,
+                commit,
+                checkpoint_safe,
+            } => self.on_commit(from, view, commit, checkpoint_safe),
             Message::StartViewChange { view, replica } => self.on_start_view_change(view, replica),
             Message::DoViewChange {
                 view,
@@ -788,23 +831,39 @@ impl Replica {
         self.actions.push_back(Action::WritePrepare { op, entry });
     }
 
-    /// `op` is durable here: count it (primary) or tell the primary (backup).
-    fn acknowledge(&mut self, op: u64) {
-        if op <= self.commit_max && !self.is_primary() {
+    /// The journal's durable prefix grew past `after` (in normal status): count the newly
+    /// durable ops (primary), or tell the primary (backup) about each one above our commit and,
+    /// when the whole prefix is committed already, about its head, so the primary still learns
+    /// how far our journal reaches (`checkpoint_safe`).
+    fn acknowledge_durable(&mut self, after: u64) {
+        let through = self.journal.durable_through();
+        if through <= after {
             return;
         }
         if self.is_primary() {
             let me = self.config.replica;
-            self.on_prepare_ok(self.view, op, me);
-        } else {
-            let primary = self.primary_of(self.view);
-            let message = Message::PrepareOk {
-                view: self.view,
-                op,
-                replica: self.config.replica,
-            };
-            self.send(primary, message);
+            for op in after + 1..=through {
+                self.on_prepare_ok(self.view, op, me);
+            }
+            return;
         }
+        for op in (after + 1).max(self.commit_max + 1)..=through {
+            self.send_prepare_ok(op);
+        }
+        if through <= self.commit_max {
+            self.send_prepare_ok(through);
+        }
+    }
+
+    /// Backup: tells the primary that our journal holds its log durably through `op`.
+    fn send_prepare_ok(&mut self, op: u64) {
+        let primary = self.primary_of(self.view);
+        let message = Message::PrepareOk {
+            view: self.view,
+            op,
+            replica: self.config.replica,
+        };
+        self.send(primary, message);
     }
 
     fn tick_primary(&mut self) {
@@ -816,6 +875,7 @@ impl Replica {
                     Message::Commit {
                         view: self.view,
                         commit: self.commit_max,
+                        checkpoint_safe: self.checkpoint_safe,
                     },
                 );
             }
@@ -852,8 +912,8 @@ impl Replica {
         if op <= self.journal.op() {
             // Duplicate (or repair overlap): re-acknowledge if durable.
             let same = self.journal.get(op).map(|ours| ours.checksum) == Some(entry.checksum);
-            if same && self.journal.is_durable(op) && op > self.commit_max {
-                self.acknowledge(op);
+            if same && op <= self.journal.durable_through() && op > self.commit_max {
+                self.send_prepare_ok(op);
             }
         } else if op == self.journal.op() + 1 {
             self.append_and_write(entry);
@@ -863,9 +923,11 @@ impl Replica {
         self.learn_commit(commit);
     }
 
-    fn on_commit(&mut self, from: ReplicaId, view: u32, commit: u64) {
+    fn on_commit(&mut self, from: ReplicaId, view: u32, commit: u64, checkpoint_safe: u64) {
         if self.accept_from_primary(from, view) {
             self.learn_commit(commit);
+            // A fact about every replica's journal, true for good once true (see the field).
+            self.checkpoint_safe = self.checkpoint_safe.max(checkpoint_safe);
         }
     }
 
@@ -935,6 +997,10 @@ impl Replica {
         if view != self.view || !self.is_primary() {
             return;
         }
+        if let Some(acked) = self.durable_acks.get_mut(usize::from(replica)) {
+            *acked = (*acked).max(op);
+        }
+        self.advance_checkpoint_safe();
         let Some(oks) = self.prepare_oks.get_mut(&op) else {
             return;
         };
@@ -950,7 +1016,39 @@ impl Replica {
             self.commit_max = *front;
             self.prepare_oks.pop_first();
         }
+        self.advance_checkpoint_safe();
         self.commit_advance();
+    }
+
+    /// Primary: raises `checkpoint_safe` to the highest op that is committed and that every
+    /// replica acknowledged holding durably in this view.
+    ///
+    /// Why that op `s` stays safe for good: `s <= commit_max` is committed, so its entry (and
+    /// every one before it) is in the log of every later view, and no replica ever truncates
+    /// it (an installed log differs from a holder's journal only above the committed ops).
+    /// Every replica acknowledged this view's log through `s`, and this view's log holds the
+    /// committed entries, so every replica's journal holds them durably (a crash keeps them),
+    /// unless it checkpointed past them. A log based on any checkpoint at or below `s` is
+    /// therefore installable everywhere, without state transfer. That some replica has not
+    /// applied `s` yet does not matter: it applies it from its own journal.
+    fn advance_checkpoint_safe(&mut self) {
+        if self.is_solo() || !self.is_primary() {
+            return;
+        }
+        let me = usize::from(self.config.replica);
+        let held_everywhere = (0..self.durable_acks.len())
+            .map(|replica| {
+                if replica == me {
+                    self.journal.durable_through()
+                } else {
+                    self.durable_acks[replica]
+                }
+            })
+            .min()
+            .expect("a replica");
+        self.checkpoint_safe = self
+            .checkpoint_safe
+            .max(held_everywhere.min(self.commit_max));
     }
 
     /// Applies committed ops in order, one outstanding `Commit` at a time.
@@ -1021,6 +1119,7 @@ impl Replica {
         self.view_change_started_at = self.now;
         self.resent_at = self.now;
         self.prepare_oks.clear();
+        self.durable_acks.fill(0);
         self.start_view_change_from.clear();
         self.do_view_change_from.clear();
         self.do_view_change_sent = false;
@@ -1121,6 +1220,7 @@ impl Replica {
         self.status = Status::Normal;
         self.log_view = self.view;
         self.prepare_oks.clear();
+        self.durable_acks.fill(0);
         self.commit_max = self.commit_max.max(commit.min(self.journal.op()));
         for op in self.commit_max + 1..=self.journal.op() {
             self.prepare_oks.insert(op, BTreeSet::new());
@@ -1130,11 +1230,7 @@ impl Replica {
         }
         self.sent_heartbeat_at = self.now;
         self.resent_at = self.now;
-        for op in self.commit_max + 1..=self.journal.op() {
-            if self.journal.is_durable(op) {
-                self.acknowledge(op);
-            }
-        }
+        self.acknowledge_durable(self.commit_max);
         self.commit_advance();
     }
 
@@ -1175,11 +1271,7 @@ impl Replica {
         self.heard_from_primary_at = self.now;
         self.prepare_oks.clear();
         self.learn_commit(commit);
-        for op in self.commit_max + 1..=self.journal.op() {
-            if self.journal.is_durable(op) {
-                self.acknowledge(op);
-            }
-        }
+        self.acknowledge_durable(self.journal.base().op);
     }
 
     /// Replaces the log above the checkpoint, never below what this replica already applied.

@@ -37,8 +37,9 @@ pub trait Journal {
     fn sync(&mut self) -> impl Future<Output = ()>;
     /// Drops every entry above `op`.
     fn truncate_after(&mut self, op: u64) -> impl Future<Output = ()>;
-    /// Drops every entry: a durable checkpoint at `op` covers them all.
-    fn reset_after_checkpoint(&mut self, op: u64);
+    /// Drops the entries a durable checkpoint at `op` covers (all of them in a group of one; a
+    /// larger group may hold ops above it, which the journal keeps).
+    fn reset_after_checkpoint(&mut self, op: u64) -> impl Future<Output = ()>;
     /// Bytes the journal holds.
     fn len_bytes(&self) -> u64;
 }
@@ -408,6 +409,12 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
         let Some(op) = self.core.checkpoint_due(self.journal.len_bytes()) else {
             return;
         };
+        // The state machine's checkpoint is its state now, as of every applied op: a larger
+        // group's core may name an op below that (the op every replica holds), and then waits
+        // for a moment when the two meet.
+        if op != self.core.replica().commit_min() {
+            return;
+        }
         let started = std::time::Instant::now();
         let state = match self.state.checkpoint().await {
             Ok(state) => state,
@@ -425,7 +432,7 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
         };
         slots.write(&replica, &state).await;
         // Only after the checkpoint is durable: until then the journal is what a start needs.
-        self.journal.reset_after_checkpoint(op);
+        self.journal.reset_after_checkpoint(op).await;
         self.core.checkpointed();
         checkpoint_taken(self.kind, started.elapsed());
     }
@@ -626,7 +633,12 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
             return;
         }
         self.announced = commit;
-        let frame = super::replica_codec::encode(&peers.frames, &Message::Commit { view, commit });
+        let announce = Message::Commit {
+            view,
+            commit,
+            checkpoint_safe: replica.checkpoint_safe(),
+        };
+        let frame = super::replica_codec::encode(&peers.frames, &announce);
         for peer in (0..replica.config().replica_count).filter(|p| *p != replica.replica()) {
             let _ = peers.bus.send(peer, frame.clone());
         }

@@ -118,9 +118,14 @@ pub fn encode(context: &FrameContext, message: &Message) -> Bytes {
             };
             control_frame(context, Command::PrepareOk, *view, header.to_bytes())
         }
-        Message::Commit { view, commit } => {
+        Message::Commit {
+            view,
+            commit,
+            checkpoint_safe,
+        } => {
             let header = CommitHeader {
                 commit: *commit,
+                checkpoint_op: *checkpoint_safe,
                 group,
                 partition_incarnation: incarnation,
                 ..CommitHeader::default()
@@ -401,6 +406,7 @@ fn decode_control(
             Ok(Message::Commit {
                 view: commit.view,
                 commit: commit.commit,
+                checkpoint_safe: commit.checkpoint_op,
             })
         }
         Command::StartViewChange => {
@@ -713,7 +719,11 @@ mod tests {
                 op: 10,
                 replica: SENDER,
             },
-            Message::Commit { view: 4, commit: 9 },
+            Message::Commit {
+                view: 4,
+                commit: 9,
+                checkpoint_safe: 7,
+            },
             Message::StartViewChange {
                 view: 5,
                 replica: SENDER,

@@ -32,7 +32,7 @@
 use crate::consensus::group::Journal;
 use bytes::Bytes;
 use compio::fs::{File, OpenOptions};
-use compio::io::AsyncWriteAtExt;
+use compio::io::{AsyncReadAtExt, AsyncWriteAtExt};
 use iggy_generated::frames::{Command, Operation, PrepareHeader};
 use iggy_storage::fail_stop::OrStop;
 use iggy_storage::verify::Severity;
@@ -691,8 +691,8 @@ impl Journal for FileJournal {
         iggy_storage::fail_stop::count_fsync(iggy_storage::fail_stop::Synced::Journal);
     }
 
-    fn reset_after_checkpoint(&mut self, op: u64) {
-        FileJournal::reset_after_checkpoint(self, op)
+    async fn reset_after_checkpoint(&mut self, op: u64) {
+        FileJournal::reset_after_checkpoint(self, op).await
     }
 
     fn len_bytes(&self) -> u64 {
@@ -714,25 +714,51 @@ impl Journal for FileJournal {
 }
 
 impl FileJournal {
-    /// Empties the journal after a checkpoint at `op` made every entry redundant: the next
-    /// append overwrites the first record (see the module note) and chains to op `op`, which
-    /// the journal holds (a checkpoint is taken at a journaled op).
-    pub fn reset_after_checkpoint(&mut self, op: u64) {
-        self.base_checksum = match op.checked_sub(self.base) {
-            Some(0) => self.base_checksum,
-            Some(held) => *self
-                .checksums
-                .get(held as usize - 1)
-                .expect("a checkpoint at an op the journal holds"),
+    /// Drops the records a checkpoint at `op` made redundant. When it covers every record (a
+    /// group of one always checkpoints at its last op) the journal empties: the next append
+    /// overwrites the first record (see the module note) and chains to op `op`, which the
+    /// journal holds (a checkpoint is taken at a journaled op). A larger group checkpoints at
+    /// the op every replica holds, which may be below its newest: the records above it move to
+    /// the start of a fresh file that replaces the journal atomically, so a crash leaves the
+    /// old file (its records after the checkpoint still chain from it) or the new one.
+    pub async fn reset_after_checkpoint(&mut self, op: u64) {
+        let held = match op.checked_sub(self.base) {
+            Some(held) => held as usize,
             None => panic!(
                 "a checkpoint at op {op}, below the journal's base {}",
                 self.base
             ),
         };
+        if held > 0 {
+            self.base_checksum = *self
+                .checksums
+                .get(held - 1)
+                .expect("a checkpoint at an op the journal holds");
+        }
         self.base = op;
-        self.positions.clear();
-        self.checksums.clear();
-        self.len = 0;
+        if held == self.positions.len() {
+            self.positions.clear();
+            self.checksums.clear();
+            self.len = 0;
+            return;
+        }
+        let from = self.positions[held];
+        let suffix = vec![0; (self.len - from) as usize];
+        let compio::BufResult(read, suffix) = self.file.read_exact_at(suffix, from).await;
+        read.or_stop("read", &self.path);
+        iggy_storage::fail_stop::write_atomically(&self.path, suffix).await;
+        self.file = OpenOptions::new()
+            .write(true)
+            .read(true)
+            .open(&self.path)
+            .await
+            .or_stop("open", &self.path);
+        self.positions.drain(..held);
+        self.checksums.drain(..held);
+        for position in &mut self.positions {
+            *position -= from;
+        }
+        self.len -= from;
     }
 }
 
@@ -835,7 +861,7 @@ mod tests {
         drop(journal);
         let (mut journal, entries) = open_whole(&path, anchor(2, b"x")).await.unwrap();
         assert_eq!(entries, vec![entry(3, b"x"), entry(4, b"x")]);
-        journal.reset_after_checkpoint(4);
+        journal.reset_after_checkpoint(4).await;
         journal.append(&entry(5, b"y"), None).await.unwrap();
         drop(journal);
         let (_, entries) = open_whole(&path, anchor(4, b"x")).await.unwrap();
@@ -843,6 +869,38 @@ mod tests {
         assert!(
             FileJournal::open(&path, anchor(2, b"x")).await.is_err(),
             "ops 3 and 4 are missing"
+        );
+    }
+
+    #[compio::test]
+    async fn a_checkpoint_below_the_newest_op_keeps_the_ops_above_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.wal");
+        let (mut journal, _) = FileJournal::open(&path, anchor(0, b"x")).await.unwrap();
+        for op in 1..=5 {
+            journal.append(&entry(op, b"x"), None).await.unwrap();
+        }
+        // A crash before the journal is rewritten: the old file, read from the new
+        // checkpoint, still holds what came after it.
+        let copy = dir.path().join("before.wal");
+        std::fs::copy(&path, &copy).unwrap();
+        let (_, entries) = open_whole(&copy, anchor(3, b"x")).await.unwrap();
+        assert_eq!(entries, vec![entry(4, b"x"), entry(5, b"x")]);
+        journal.reset_after_checkpoint(3).await;
+        assert_eq!(journal.len_bytes(), std::fs::metadata(&path).unwrap().len());
+        journal.append(&entry(6, b"y"), None).await.unwrap();
+        journal.truncate_after(5).await;
+        journal.append(&entry(6, b"z"), None).await.unwrap();
+        drop(journal);
+        let (_, entries) = open_whole(&path, anchor(3, b"x")).await.unwrap();
+        assert_eq!(
+            entries,
+            vec![entry(4, b"x"), entry(5, b"x"), entry(6, b"z")],
+            "the kept records chain from the checkpoint and to what follows"
+        );
+        assert!(
+            FileJournal::open(&path, anchor(2, b"x")).await.is_err(),
+            "op 3 is gone with the checkpoint"
         );
     }
 
@@ -855,7 +913,7 @@ mod tests {
             journal.append(&entry(op, b"abcd"), None).await.unwrap();
         }
         let full = std::fs::metadata(&path).unwrap().len();
-        journal.reset_after_checkpoint(5);
+        journal.reset_after_checkpoint(5).await;
         for op in 6..=7 {
             journal.append(&entry(op, b"abcd"), None).await.unwrap();
         }
@@ -942,7 +1000,7 @@ mod tests {
             clients_max: None,
         };
         let slot = slots.write(&replica.encode(), b"state").await;
-        journal.reset_after_checkpoint(op);
+        journal.reset_after_checkpoint(op).await;
         slot
     }
 
@@ -1294,7 +1352,7 @@ mod tests {
         for op in 1..=3 {
             journal.append(&entry(op, b"abcd"), None).await.unwrap();
         }
-        journal.reset_after_checkpoint(3);
+        journal.reset_after_checkpoint(3).await;
         journal.append(&entry(4, b"abcd"), None).await.unwrap();
         drop(journal);
         let bytes = std::fs::read(&path).unwrap();

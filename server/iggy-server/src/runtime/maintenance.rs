@@ -1,7 +1,13 @@
 //! Background upkeep on the node's runtime: topic retention (message expiry, maximum topic
 //! size), the leases of sessions no connection is bound to, and the ordered retirement that
 //! gives an ended session's client-table slots back.
+//!
+//! Each of them proposes ops, so in a cluster each is done by the primary of the group the op
+//! goes to: the metadata primary expires sessions and releases their slots, a partition's
+//! primary retires its segments and writer slots. The other replicas skip that part (they get
+//! its effects by replication) instead of having every proposal refused.
 
+use crate::consensus::figures::GroupRole;
 use crate::consensus::group::Outcome;
 use crate::runtime::node::Node;
 use crate::runtime::shared::{PartitionKey, SessionActivity};
@@ -59,6 +65,9 @@ async fn retention(node: &Node) {
         let Some(partition) = node.shared.partition(key) else {
             continue;
         };
+        if !primary(node, partition.group.figures().role()) {
+            continue;
+        }
         match partition.retention(now, expiry, max_size).await {
             Ok(Some(keep_from)) => {
                 tracing::debug!("partition {key:?}: retention kept the log from offset {keep_from}")
@@ -68,6 +77,11 @@ async fn retention(node: &Node) {
             Err(error) => tracing::warn!("partition {key:?}: retention not committed: {error:?}"),
         }
     }
+}
+
+/// Whether this replica is the primary of a group in `role`, so its proposals are accepted.
+fn primary(node: &Node, role: GroupRole) -> bool {
+    role.is_primary(node.shared.replica_id)
 }
 
 /// Sessions idle (no connection bound) for longer than `lease`.
@@ -90,8 +104,20 @@ fn expired(node: &Node, lease: Duration, now: Instant) -> Vec<u128> {
         .collect()
 }
 
-/// Ends expired sessions through the metadata group, one committed logout each.
+/// Ends expired sessions through the metadata group, one committed logout each. Only the
+/// metadata primary does; on any other replica every session's idle time starts again, so a
+/// replica that becomes primary gives each session a full lease from then on, rather than
+/// ending at once sessions whose connections are bound on other replicas.
 async fn expire_sessions(node: &Node, lease: Duration) {
+    if !primary(node, node.metadata.figures().role()) {
+        let now = Instant::now();
+        for activity in node.shared.session_activity.borrow_mut().values_mut() {
+            if activity.bound == 0 {
+                activity.since = now;
+            }
+        }
+        return;
+    }
     for client in expired(node, lease, Instant::now()) {
         let request = node.shared.metadata.borrow().system_requests + 1;
         let body = envelope(
@@ -172,8 +198,12 @@ impl Retirement {
                 .filter(|(client, _)| !live(node, *client))
                 .map(|(client, session)| identity(client, session, commit))
                 .collect();
+            // Held here whoever retires it: the slot is released only once no partition does.
+            found.extend(retiring.iter().map(|identity| identity.client_id));
+            if !primary(node, partition.group.figures().role()) {
+                continue;
+            }
             for batch in retiring.chunks(SESSIONS_PER_OP) {
-                found.extend(batch.iter().map(|identity| identity.client_id));
                 if let Err(error) = partition.retire_sessions(batch.to_vec()).await {
                     tracing::warn!(
                         "partition {key:?}: retirement of {} ended sessions not committed: {error:?}",
@@ -181,6 +211,12 @@ impl Retirement {
                     );
                 }
             }
+        }
+        if !primary(node, node.metadata.figures().role()) {
+            // Releasing is the metadata primary's; one that becomes it starts its two passes
+            // afresh.
+            self.clean.clear();
+            return;
         }
         let commit = node.shared.metadata.borrow().commit;
         let releasable: Vec<SessionIdentity> = ended

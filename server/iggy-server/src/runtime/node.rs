@@ -227,15 +227,6 @@ impl Node {
 }
 
 impl Node {
-    /// Whether the metadata holds the root user.
-    pub fn root_exists(&self) -> bool {
-        self.shared
-            .metadata
-            .borrow()
-            .users
-            .contains_key(&iggy_metadata::ROOT_USER_ID)
-    }
-
     /// The node's metrics as Prometheus text: the request counters kept here, and the figures
     /// other shards publish (partition traffic, group views and commits), read now.
     pub fn render_metrics(&self) -> String {

@@ -12,6 +12,7 @@ use iggy_generated::frames::Operation;
 use iggy_metadata::machine::envelope;
 use iggy_metadata::machine::{SYSTEM_CLIENT, token_hash};
 use iggy_metadata::{Need, ROOT_USER_ID, UserStatus};
+use std::rc::Rc;
 
 fn argon() -> argon2::Argon2<'static> {
     argon2::Argon2::default()
@@ -84,25 +85,72 @@ impl Shared {
     }
 }
 
-/// The root user is created by a committed op the first time the node starts.
-/// The root user is created by a committed op the first time the node starts.
-pub async fn ensure_root(node: &Node, (username, password): (String, String)) {
-    if node
-        .shared
+/// The root user is created by a committed op the first time the node starts, by the metadata
+/// primary: on a standalone node (always its primary) before this returns; in a cluster, by
+/// whichever replica is or becomes the metadata primary while no root user exists, from a task
+/// this starts, and the other replicas get the user by replication. Every replica must be
+/// given the same credentials, since any of them may be the one that creates it.
+pub async fn ensure_root(node: &Rc<Node>, (username, password): (String, String)) {
+    if root_exists(node) {
+        return;
+    }
+    if is_metadata_primary(node) {
+        create_root_now(node, &username, &password).await;
+        return;
+    }
+    tracing::info!(
+        "no root user yet: the metadata primary creates it (replica {} is not it now)",
+        node.shared.replica_id
+    );
+    compio::runtime::spawn(root_by_primary(node.clone(), username, password)).detach();
+}
+
+/// How often a replica that is not the metadata primary looks again for the root user.
+const ROOT_POLL: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Waits until the root user exists (replicated from the primary) or this replica is the
+/// metadata primary with no root user, which then creates it. Ends with the first of the two:
+/// it runs only while a cluster has no root user, that is until its first primary serves.
+async fn root_by_primary(node: Rc<Node>, username: String, password: String) {
+    loop {
+        if root_exists(&node) {
+            return tracing::info!("root user {username:?} replicated from the metadata primary");
+        }
+        // A replica that created it while a view change was under way sends the same requests
+        // (client and numbers) again: the client table answers a committed one.
+        if is_metadata_primary(&node) && create_root_now(&node, &username, &password).await {
+            return;
+        }
+        compio::time::sleep(ROOT_POLL).await;
+    }
+}
+
+fn root_exists(node: &Node) -> bool {
+    node.shared
         .metadata
         .borrow()
         .users
         .contains_key(&iggy_metadata::ROOT_USER_ID)
-    {
-        return;
-    }
-    let hash = hash_password(&password);
-    match create_root(node, &username, &hash).await {
+}
+
+fn is_metadata_primary(node: &Node) -> bool {
+    let role = node.metadata.figures().role();
+    crate::service::routing::refusal_for(role, node.shared.replica_id).is_none()
+}
+
+/// Creates the root user; whether it did (a failure is logged).
+async fn create_root_now(node: &Node, username: &str, password: &str) -> bool {
+    let hash = hash_password(password);
+    match create_root(node, username, &hash).await {
         Ok(()) => {
             node.root_created.set(true);
             tracing::info!("created root user {username:?}");
+            true
         }
-        Err(code) => tracing::error!("cannot create the root user: {code:?}"),
+        Err(code) => {
+            tracing::error!("cannot create the root user: {code:?}");
+            false
+        }
     }
 }
 

@@ -2,13 +2,14 @@
 //! the generated codec, permission checks, and routing to the metadata group, a partition group
 //! or a read. Transport-independent: TCP, QUIC and WebSocket all call [`dispatch`].
 
-use crate::consensus::group::{Outcome, refusal_error};
+use crate::consensus::group::Outcome;
 use crate::runtime::clock::now_micros;
 use crate::runtime::connection::{Bound, Connection};
 use crate::runtime::node::Node;
 use crate::runtime::shared::PartitionKey;
 use crate::service::frame::{self, Admitted, ReplyMeta};
 use crate::service::replies;
+use crate::service::routing::{self, BindVerdict, CatchUp};
 use bytes::Bytes;
 use iggy_generated::commands::{self, CommandInfo};
 use iggy_generated::errors::ErrorCode;
@@ -246,6 +247,73 @@ fn command_for(operation: Operation) -> Option<&'static CommandInfo> {
     commands::COMMANDS.iter().find(|c| c.operation == name)
 }
 
+// ----- which replica serves -----
+
+/// Whether other replicas hold the groups too, so one of them can be further ahead than this
+/// one (a standalone node, or a cluster of one, is always as far as it gets).
+fn replicated(node: &Node) -> bool {
+    node.shared.replica_count() > 1
+}
+
+/// Refuses a request that needs the metadata primary on any other replica (89 from a Normal
+/// backup, 58 while the group changes views or recovers). Checked before anything that reads
+/// the local model: a backup's model may lag, and the SDK takes a metadata-plane namespace miss
+/// as final.
+fn metadata_primary(node: &Node) -> Result<(), ErrorCode> {
+    let role = node.metadata.figures().role();
+    routing::refusal_for(role, node.shared.replica_id).map_or(Ok(()), Err)
+}
+
+/// The error for a metadata request the group refused.
+fn metadata_refused(node: &Node, refusal: &iggy_vsr::Refusal) -> ErrorCode {
+    routing::refused(
+        refusal,
+        node.metadata.figures().role(),
+        node.shared.replica_id,
+    )
+}
+
+/// Refuses a request that needs partition `key`'s primary on any other replica. A partition
+/// the model knows but this node has not opened is not served yet in a cluster (58; its
+/// primary may have); a standalone node answers PartitionNotFound later, as it always did.
+fn partition_primary(node: &Node, key: PartitionKey) -> Result<(), ErrorCode> {
+    match node.shared.partition(key) {
+        Some(partition) => {
+            let role = partition.group.figures().role();
+            routing::refusal_for(role, node.shared.replica_id).map_or(Ok(()), Err)
+        }
+        None if replicated(node) => Err(ErrorCode::TransientNotAccepted),
+        None => Ok(()),
+    }
+}
+
+/// The error for a partition write the group refused: `PartitionHandle::write` reports any
+/// NotPrimary refusal as 89, which only a Normal backup may answer.
+fn partition_refused(node: &Node, key: PartitionKey, error: ErrorCode) -> ErrorCode {
+    match (error, node.shared.partition(key)) {
+        (ErrorCode::NotPrimary, Some(partition)) => {
+            routing::not_primary(partition.group.figures().role(), node.shared.replica_id)
+        }
+        (ErrorCode::NotPrimary, None) => ErrorCode::TransientNotAccepted,
+        (error, _) => error,
+    }
+}
+
+/// How often a replica behind a client's metadata watermark looks at its applied commit again.
+const CATCH_UP_POLL: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// Waits, within `budget`, until this replica applied the metadata op `wanted`.
+async fn metadata_reached(node: &Node, wanted: u64, budget: std::time::Duration) -> CatchUp {
+    let started = std::time::Instant::now();
+    loop {
+        let applied = node.shared.metadata.borrow().commit;
+        match routing::catch_up(applied, wanted, started.elapsed(), budget) {
+            CatchUp::Wait => compio::time::sleep(CATCH_UP_POLL).await,
+            reached_or_behind => return reached_or_behind,
+        }
+    }
+}
+
 // ----- sessions -----
 
 enum Login<'a> {
@@ -312,6 +380,7 @@ async fn register(
             version,
         );
     }
+    // A new session is a replicated op of the metadata primary: a backup forwards it there.
     let record = session_record(user_id, version, secret);
     match node.metadata.register(client, user_id, record).await {
         Outcome::Committed { op, .. } => {
@@ -322,7 +391,7 @@ async fn register(
             }
             bind(node, connection, request, client, op, user_id, version)
         }
-        Outcome::Refused(refusal) => request.fail(refusal_error(&refusal)),
+        Outcome::Refused(refusal) => request.fail(metadata_refused(node, &refusal)),
         Outcome::Failed => request.fail(ErrorCode::TransientNotCommitted),
     }
 }
@@ -385,6 +454,8 @@ async fn logout(
     request: &Request<'_>,
     bound: Bound,
 ) -> Result<Dispatched, ErrorCode> {
+    // Like a register, forwarded by upstream over the replica bus; refused here until then.
+    metadata_primary(node)?;
     let body = envelope(now_micros(), bound.user_id, &[]);
     match node
         .metadata
@@ -406,7 +477,7 @@ async fn logout(
             );
             Ok(request.committed(Operation::Logout, op, &[]))
         }
-        Outcome::Refused(refusal) => Err(refusal_error(&refusal)),
+        Outcome::Refused(refusal) => Err(metadata_refused(node, &refusal)),
         Outcome::Failed => Err(ErrorCode::TransientNotCommitted),
     }
 }
@@ -493,6 +564,7 @@ async fn metadata_write(
     if command.class != "metadata" {
         return Err(ErrorCode::InvalidCommand);
     }
+    metadata_primary(node)?;
     // A retry of a committed request is answered from the client table: the checks below judge
     // today's state (a stream the first attempt deleted is gone now) and must not refuse it.
     let retry = node
@@ -553,7 +625,7 @@ async fn metadata_write(
             }
             Ok(request.committed(operation, op, &reply))
         }
-        Outcome::Refused(refusal) => Err(refusal_error(&refusal)),
+        Outcome::Refused(refusal) => Err(metadata_refused(node, &refusal)),
         Outcome::Failed => Err(ErrorCode::TransientNotCommitted),
     }
 }
@@ -667,6 +739,7 @@ fn prepare_send(
         }
         let partition = u32::from_le_bytes(send.partitioning.value.try_into().expect("4 bytes"));
         let key = resolve_partition(node, &send.stream_id, &send.topic_id, Some(partition))?;
+        partition_primary(node, key)?;
         if !node
             .shared
             .user_allows(bound.user_id, Need::SendMessages(key.0, key.1))
@@ -709,6 +782,7 @@ fn prepare_offset_write(
                 &store.topic_id,
                 partition_arg(&store.partition_id),
             )?;
+            partition_primary(node, key)?;
             if !node
                 .shared
                 .user_allows(bound.user_id, Need::PollMessages(key.0, key.1))
@@ -733,6 +807,7 @@ fn prepare_offset_write(
                 &delete.topic_id,
                 partition_arg(&delete.partition_id),
             )?;
+            partition_primary(node, key)?;
             if !node
                 .shared
                 .user_allows(bound.user_id, Need::PollMessages(key.0, key.1))
@@ -759,7 +834,10 @@ async fn partition_write(
         .shared
         .partition(key)
         .ok_or(ErrorCode::PartitionNotFound)?;
-    let (op, result) = partition.write(bound.client, header.request, write).await?;
+    let (op, result) = partition
+        .write(bound.client, header.request, write)
+        .await
+        .map_err(|error| partition_refused(node, key, error))?;
     let operation = request.operation;
     match (operation, result) {
         (Operation::SendMessages, WriteResult::Appended { base_offset, .. }) => {
@@ -782,6 +860,8 @@ async fn delete_segments(
     bound: Bound,
     body: &[u8],
 ) -> Result<Dispatched, ErrorCode> {
+    // The SDK sends 503 to the metadata primary, and its permission check reads the model.
+    metadata_primary(node)?;
     let need = metadata_need(node, request.operation, body)?;
     if !node.shared.user_allows(bound.user_id, need) {
         return Err(ErrorCode::Unauthorized);
@@ -793,6 +873,12 @@ async fn delete_segments(
         &delete.topic_id,
         Some(delete.partition_id),
     )?;
+    // The op is the partition group's: the metadata primary that is not also the partition's
+    // cannot propose it until requests are forwarded over the replica bus. 58, never 89: the
+    // SDK would look for another metadata primary, and this one is it.
+    if partition_primary(node, key).is_err() {
+        return Err(ErrorCode::TransientNotAccepted);
+    }
     let partition = node
         .shared
         .partition(key)
@@ -811,7 +897,13 @@ async fn delete_segments(
             .await?
     };
     let write = PartitionWrite::RetireSegments { keep_from };
-    match partition.write(bound.client, request_number, write).await? {
+    let written = partition.write(bound.client, request_number, write).await;
+    // Refused as not primary after the check above: the partition's view moved meanwhile.
+    let written = written.map_err(|error| match error {
+        ErrorCode::NotPrimary => ErrorCode::TransientNotAccepted,
+        error => error,
+    });
+    match written? {
         (_, WriteResult::Failed(code)) => Err(code),
         // Not result-framed: the reply is the status alone. The SDK files 503 under the
         // metadata plane and keeps the reply's commit as its metadata watermark (sent back as
@@ -843,16 +935,23 @@ async fn non_replicated(
     }
     match code {
         1 => return Ok(request.reply(&[])),
-        15 => return Ok(bind_session(node, connection, request, body)),
+        15 => return Ok(bind_session(node, connection, request, body).await),
         _ => {}
     }
     let Some(bound) = authenticated(node, connection, header) else {
         return Err(ErrorCode::Unauthenticated);
     };
-    let commit = node.shared.metadata.borrow().commit;
-    if header.minimum_metadata_op > commit {
+    // A read must see what the session saw: a replica behind the client's watermark waits a
+    // little for its metadata (a standalone node, the only copy, does not), then answers 58 and
+    // the client asks again or elsewhere.
+    let budget = match replicated(node) {
+        true => routing::READ_WAIT,
+        false => std::time::Duration::ZERO,
+    };
+    if metadata_reached(node, header.minimum_metadata_op, budget).await == CatchUp::Behind {
         return Err(ErrorCode::TransientNotAccepted);
     }
+    let commit = node.shared.metadata.borrow().commit;
     let user = bound.user_id;
     let codec = Codec::of(bound.protocol);
     let allows = |need: Need| node.shared.user_allows(user, need);
@@ -863,7 +962,10 @@ async fn non_replicated(
         Ok(request.reply(&body.unwrap_or_default()))
     };
     match code {
-        12 => Ok(request.reply(&replies::cluster_metadata(&node.shared, codec))),
+        12 => {
+            let metadata = node.metadata.figures().role();
+            Ok(request.reply(&replies::cluster_metadata(&node.shared, codec, metadata)))
+        }
         200 => {
             let r: StreamIdRequest = decode(body)?;
             let id = node
@@ -939,7 +1041,18 @@ async fn non_replicated(
             if !allows(Need::ReadTopic(key.0, key.1)) && !allows(Need::SendMessages(key.0, key.1)) {
                 return Err(ErrorCode::Unauthorized);
             }
-            Ok(request.reply(&replies::partition_route(&node.shared, key)))
+            let position = match node.shared.partition(key) {
+                Some(partition) => {
+                    let figures = partition.group.figures();
+                    let role = figures.role();
+                    routing::route_position(role, figures.view(), node.shared.replica_count())?
+                }
+                // Not opened here yet: a cluster replica knows no view to name; a standalone
+                // node names itself, as it always did.
+                None if replicated(node) => return Err(ErrorCode::TransientNotAccepted),
+                None => (0, node.shared.replica_id),
+            };
+            Ok(request.reply(&replies::partition_route(&node.shared, key, position)))
         }
         // 104 is 0.11.1's poll on the primary: this node is the primary of every partition.
         100 | 104 => poll(node, request, bound, body).await,
@@ -960,6 +1073,7 @@ async fn non_replicated(
                 &r.topic_id,
                 partition_arg(&r.partition_id),
             )?;
+            partition_primary(node, key)?;
             if !allows(Need::PollMessages(key.0, key.1)) {
                 return Err(ErrorCode::Unauthorized);
             }
@@ -1023,7 +1137,12 @@ async fn non_replicated(
     }
 }
 
-fn bind_session(
+/// BindSession (15): any replica serves it, from the replicated session table, once its
+/// metadata reached the client's watermark (the session may have been registered on another
+/// replica a moment ago). 40 only when the session is gone as of metadata at least that new;
+/// 58 when this replica did not get there within [`routing::BIND_WAIT`], so the client binds
+/// later instead of registering a second session.
+async fn bind_session(
     node: &Rc<Node>,
     connection: &mut Connection,
     request: &Request<'_>,
@@ -1037,22 +1156,42 @@ fn bind_session(
         return request.evict(EvictionReason::IncompatibleProtocol);
     }
     let identity = bind_request.identity;
-    let found = node.shared.metadata.borrow().sessions.bind(
-        identity.client_id,
-        identity.session,
-        &bind_request.bind_secret,
-    );
-    match found {
-        Ok(session) if identity.client_id == request.header.client => bind(
-            node,
-            connection,
-            request,
-            identity.client_id,
-            session.session,
-            session.user_id,
-            session.protocol,
-        ),
-        _ => request.fail(ErrorCode::Unauthenticated),
+    if identity.client_id != request.header.client {
+        return request.fail(ErrorCode::Unauthenticated);
+    }
+    // A standalone node is the only copy of its sessions: nothing to wait for.
+    let (watermark, budget) = match replicated(node) {
+        true => (identity.metadata_watermark, routing::BIND_WAIT),
+        false => (0, std::time::Duration::ZERO),
+    };
+    let started = std::time::Instant::now();
+    loop {
+        let (found, applied) = {
+            let metadata = node.shared.metadata.borrow();
+            let found = metadata.sessions.bind(
+                identity.client_id,
+                identity.session,
+                &bind_request.bind_secret,
+            );
+            (found.ok(), metadata.commit)
+        };
+        let reached = routing::catch_up(applied, watermark, started.elapsed(), budget);
+        match routing::bind_verdict(found, reached) {
+            BindVerdict::Bind(session) => {
+                return bind(
+                    node,
+                    connection,
+                    request,
+                    identity.client_id,
+                    session.session,
+                    session.user_id,
+                    session.protocol,
+                );
+            }
+            BindVerdict::Gone => return request.fail(ErrorCode::Unauthenticated),
+            BindVerdict::Behind => return request.fail(ErrorCode::TransientNotAccepted),
+            BindVerdict::Wait => compio::time::sleep(CATCH_UP_POLL).await,
+        }
     }
 }
 
@@ -1075,6 +1214,9 @@ async fn poll(
         &poll.topic_id,
         partition_arg(&poll.partition_id),
     )?;
+    // Served by the partition's primary only: a backup's log may lag what the client wrote
+    // there, and the auto-commit below is a write.
+    partition_primary(node, key)?;
     if !node
         .shared
         .user_allows(bound.user_id, Need::PollMessages(key.0, key.1))

@@ -6,5 +6,6 @@ pub mod auth;
 pub mod dispatch;
 pub mod frame;
 pub mod replies;
+pub mod routing;
 pub mod snapshot;
 pub mod user_commands;

@@ -2,8 +2,10 @@
 //! with the generated codec; the model's reply bodies are `iggy_metadata::replies`, fed the live
 //! partition figures through [`Figures`].
 
+use crate::consensus::figures::GroupRole;
 use crate::runtime::partition::Polled;
 use crate::runtime::shared::{PartitionKey, Shared};
+use crate::service::routing;
 use iggy_generated::errors::ErrorCode;
 use iggy_generated::payloads::{
     ClusterMetadataResponse, ClusterMetadataResponseV0111, ClusterNodeResponse,
@@ -107,7 +109,13 @@ pub fn poll_routing(
     })
 }
 
-pub fn cluster_metadata(shared: &Shared, codec: Codec) -> Vec<u8> {
+/// 12: a standalone node (cluster disabled) reports itself, Leader, with the ports it bound; a cluster reports
+/// every roster node, with the metadata primary as this replica's metadata group knows it
+/// (`metadata`, see [`routing::roster`]).
+pub fn cluster_metadata(shared: &Shared, codec: Codec, metadata: GroupRole) -> Vec<u8> {
+    if shared.config.cluster.enabled {
+        return cluster_roster(shared, codec, metadata);
+    }
     with_roster_entry(shared, |node| match codec {
         Codec::Current => (ClusterMetadataResponse {
             name: "iggy-cluster",
@@ -122,15 +130,58 @@ pub fn cluster_metadata(shared: &Shared, codec: Codec) -> Vec<u8> {
     })
 }
 
-pub fn partition_route(shared: &Shared, key: PartitionKey) -> Vec<u8> {
+fn cluster_roster(shared: &Shared, codec: Codec, metadata: GroupRole) -> Vec<u8> {
+    let config = &shared.config;
+    let transports = routing::Transports {
+        tcp: config.tcp.enabled,
+        quic: config.quic.enabled,
+        http: config.http.enabled,
+        websocket: config.websocket.enabled,
+    };
+    let entries = routing::roster(&config.cluster.nodes, transports, metadata);
+    encode_roster(&config.cluster.name, &entries, codec)
+}
+
+/// The roster (12) of a cluster named `name`, in the layout of the session's protocol.
+fn encode_roster(name: &str, entries: &[routing::RosterEntry], codec: Codec) -> Vec<u8> {
+    let nodes: Vec<ClusterNodeResponse<'_>> = entries
+        .iter()
+        .map(|entry| ClusterNodeResponse {
+            replica_id: entry.replica_id,
+            name: &entry.name,
+            ip: &entry.ip,
+            tcp_port: entry.ports.tcp,
+            quic_port: entry.ports.quic,
+            http_port: entry.ports.http,
+            websocket_port: entry.ports.websocket,
+            role: entry.role,
+            // Health is not tracked per node (upstream reports Healthy too); the SDK reads
+            // only the role and the ports.
+            status: ClusterNodeStatus::Healthy,
+        })
+        .collect();
+    match codec {
+        Codec::Current => (ClusterMetadataResponse { name, nodes }).to_wire_bytes(),
+        Codec::V0_11_1 => (ClusterMetadataResponseV0111 {
+            name,
+            nodes: nodes.into_iter().map(roster_entry_v0111).collect(),
+        })
+        .to_wire_bytes(),
+    }
+}
+
+/// 105: the partition's incarnation and the metadata op this replica answers at, with the view
+/// and primary of its copy of the partition's group (`position`, see
+/// [`routing::route_position`]).
+pub fn partition_route(shared: &Shared, key: PartitionKey, (view, primary): (u32, u8)) -> Vec<u8> {
     let metadata = shared.metadata.borrow();
     let topic = &metadata.streams[&key.0].topics[&key.1];
     PartitionRouteResponse {
         incarnation: topic.partitions[&key.2].incarnation,
         metadata_op: metadata.commit,
-        view: 0,
+        view,
         partitions_count: topic.partitions.len() as u32,
-        primary_replica: shared.replica_id,
+        primary_replica: primary,
     }
     .to_bytes()
     .to_vec()
@@ -181,5 +232,74 @@ pub fn batch_error(error: StorageError) -> ErrorCode {
         StorageError::ChecksumMismatch("message checksum") => ErrorCode::InvalidMessageChecksum,
         StorageError::ChecksumMismatch(_) => ErrorCode::InvalidBatchChecksum,
         _ => ErrorCode::InvalidMessagesSize,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iggy_wire::WireDecode;
+
+    fn entry(replica_id: u8, role: ClusterNodeRole) -> routing::RosterEntry {
+        routing::RosterEntry {
+            replica_id,
+            name: format!("n{replica_id}"),
+            ip: "::1".into(),
+            ports: routing::ClientPorts {
+                tcp: 8090,
+                quic: 0,
+                http: 3000,
+                websocket: 0,
+            },
+            role,
+        }
+    }
+
+    #[test]
+    fn a_cluster_roster_decodes_with_one_leader_and_every_node() {
+        let entries = [
+            entry(0, ClusterNodeRole::Follower),
+            entry(1, ClusterNodeRole::Leader),
+            entry(2, ClusterNodeRole::Follower),
+        ];
+        let bytes = encode_roster("prod", &entries, Codec::Current);
+        let roster = ClusterMetadataResponse::decode_exact(&bytes).unwrap();
+        assert_eq!(roster.name, "prod");
+        let ids: Vec<(u8, ClusterNodeRole)> = roster
+            .nodes
+            .iter()
+            .map(|n| (n.replica_id, n.role))
+            .collect();
+        assert_eq!(
+            ids,
+            [
+                (0, ClusterNodeRole::Follower),
+                (1, ClusterNodeRole::Leader),
+                (2, ClusterNodeRole::Follower)
+            ]
+        );
+        // The layout the SDK reads (get_cluster_metadata.rs): id, name, ip, four ports, role,
+        // status, after the cluster name and the node count.
+        let node = [
+            &[1u8][..],
+            &2u32.to_le_bytes(),
+            b"n1",
+            &3u32.to_le_bytes(),
+            b"::1",
+            &8090u16.to_le_bytes(),
+            &0u16.to_le_bytes(),
+            &3000u16.to_le_bytes(),
+            &0u16.to_le_bytes(),
+            &[0, 0],
+        ]
+        .concat();
+        let first = 4 + "prod".len() + 4;
+        let size = node.len();
+        assert_eq!(&bytes[first + size..first + 2 * size], &node[..]);
+        // 0.11.1 sessions get the same nodes without replica ids.
+        let old = encode_roster("prod", &entries, Codec::V0_11_1);
+        let old = ClusterMetadataResponseV0111::decode_exact(&old).unwrap();
+        assert_eq!(old.nodes.len(), 3);
+        assert_eq!(old.nodes[1].role, ClusterNodeRole::Leader);
     }
 }

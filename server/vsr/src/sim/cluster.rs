@@ -5,7 +5,7 @@
 use super::Rng;
 use super::packet::{PacketOptions, PacketSimulator};
 use super::storage::Storage;
-use crate::group::{Durability, GroupCore, Outcome, Pending, Step};
+use crate::group::{CheckpointPolicy, Durability, GroupCore, Outcome, Pending, Step};
 use crate::message::{Entry, Fnv, Message, OPERATION_REGISTER, ReplicaId};
 use crate::replica::{Config, Refusal, Replica};
 use crate::view_state::ViewState;
@@ -169,7 +169,7 @@ impl Cluster {
                     config(replica_count, replica, clients_table_max),
                     Durability::Persisted,
                     false,
-                    None,
+                    Some(checkpoint_policy(checkpoint_every)),
                 )),
                 sync_pending: false,
                 view_pending: None,
@@ -316,7 +316,7 @@ impl Cluster {
                         view_state,
                         Durability::Persisted,
                         false,
-                        None,
+                        Some(checkpoint_policy(self.checkpoint_every)),
                     ));
                     node.sync_pending = false;
                     node.view_pending = None;
@@ -353,52 +353,39 @@ impl Cluster {
         self.take_checkpoints();
     }
 
-    /// Checkpoints replicas whose journal grew by `checkpoint_every` committed ops. A group of
-    /// one checkpoints at (or a little below) its commit; a larger group only at an op every
-    /// replica has committed and every replica's durable journal holds (or checkpointed), so
-    /// no replica ever needs an op another one forgot (that needs state transfer).
+    /// Checkpoints replicas whose core says a checkpoint is due (its policy: `checkpoint_every`
+    /// ops in the journal). A group of one checkpoints at (or a little below) its commit; a
+    /// larger group where the core's own rule puts it, at or below the op its primary found
+    /// held durably by every replica, and the checker confirms that every replica's storage
+    /// (a crashed one's too) would still hold that op after a restart, so no replica ever needs
+    /// an op another one forgot (that needs state transfer).
     fn take_checkpoints(&mut self) {
-        let live = self.nodes.iter().filter_map(Node::replica);
-        let Some(commit_min) = live.map(|r| r.commit_min()).min() else {
-            return;
-        };
-        let due = self.nodes.iter().filter_map(Node::replica).any(|r| {
-            r.commit_min() >= r.checkpoint_op() + self.checkpoint_every
-                && r.commit_min() > r.checkpoint_op()
-        });
-        if !due {
-            return;
-        }
         let solo = self.replica_count == 1;
-        let target = if solo {
-            // Sometimes below the commit, so the client table is rolled forward to the op.
-            commit_min.saturating_sub(self.seed % 3)
-        } else {
-            let Some((entry, _)) = self.canonical.get(&commit_min) else {
-                return;
-            };
-            let checksum = entry.checksum;
-            if !self
-                .nodes
-                .iter()
-                .all(|n| n.storage.holds(commit_min, checksum))
-            {
-                return;
-            }
-            commit_min
-        };
         for index in 0..self.nodes.len() {
             let now = self.now;
-            let every = self.checkpoint_every;
             let node = &mut self.nodes[index];
             let Some(core) = node.core.as_mut() else {
                 continue;
             };
+            let Some(due) = core.checkpoint_due(0) else {
+                continue;
+            };
             let replica = core.replica();
-            let op = target.min(replica.commit_min());
-            if op <= replica.checkpoint_op() || op < replica.checkpoint_op() + every {
+            let op = if solo {
+                // Sometimes below the commit, so the client table is rolled forward to the op.
+                due.saturating_sub(self.seed % 3)
+            } else {
+                due
+            };
+            if op <= replica.checkpoint_op() {
                 continue;
             }
+            if !solo {
+                self.check_held_everywhere(index, op);
+            }
+            let node = &mut self.nodes[index];
+            let core = node.core.as_mut().unwrap();
+            let replica = core.replica();
             let journal_before = replica.journal_len();
             let bytes = core.checkpoint_record(op);
             core.checkpointed();
@@ -424,6 +411,23 @@ impl Cluster {
                     self.checkpoints.insert(op, bytes);
                 }
             }
+        }
+    }
+
+    /// A checkpoint at `op` by replica `index` leaves every replica able to follow: a restart
+    /// of any of them would find the committed entry at `op` in its journal, or a checkpoint
+    /// at or past it.
+    fn check_held_everywhere(&self, index: usize, op: u64) {
+        let seed = self.seed;
+        let (entry, _) = self.canonical.get(&op).unwrap_or_else(|| {
+            panic!("seed {seed}: replica {index} checkpoints at op {op}, never committed")
+        });
+        for (holder, node) in self.nodes.iter().enumerate() {
+            assert!(
+                node.storage.holds(op, entry.checksum),
+                "seed {seed}: replica {index} checkpoints at op {op}, which replica {holder} \
+                 does not hold durably"
+            );
         }
     }
 
@@ -656,6 +660,8 @@ impl Cluster {
                             primary
                         };
                     }
+                    // Changing views or recovering: ask another replica after the pause.
+                    Refusal::NotReady => client.target = (client.target + 1) % count,
                     Refusal::Busy | Refusal::ClientsTableFull => {}
                     other => panic!("seed {}: unexpected refusal {other:?}", self.seed),
                 }
@@ -837,6 +843,14 @@ impl Cluster {
                 );
             }
         }
+    }
+}
+
+/// Checkpoint once the journal holds `every` ops (the sim's journal has no byte size).
+fn checkpoint_policy(every: u64) -> CheckpointPolicy {
+    CheckpointPolicy {
+        journal_bytes: u64::MAX,
+        journal_ops: every as usize,
     }
 }
 

@@ -1,0 +1,345 @@
+//! Which replica serves a client request in a cluster, decided from what a consensus group
+//! publishes about its replica (status and the primary of its view): the refusal a replica
+//! that must not serve gives, the roster the official SDK finds the metadata primary in, a
+//! partition's route, and how a replica behind a client's metadata watermark answers. Pure
+//! functions, so every decision is tested without a cluster; a standalone node is the primary
+//! of every group (Normal, primary 0), so none of them ever refuses there.
+//!
+//! The codes follow what the SDK does with them (`iggy` edge.2, `driver.rs` `settle`):
+//! NotPrimary (89) makes it look for a newer view's primary, so it may only come from a Normal
+//! replica that is not its view's primary; a replica changing views or recovering answers
+//! TransientNotAccepted (58), which makes it pause and ask elsewhere.
+
+use crate::config::ClusterNode;
+use crate::consensus::figures::GroupRole;
+use iggy_generated::errors::ErrorCode;
+use iggy_generated::payloads::ClusterNodeRole;
+use iggy_vsr::{Refusal, Status};
+use std::time::Duration;
+
+/// The error a request that needs its group's primary gets on replica `me`, or `None` when
+/// `me` serves it.
+pub fn refusal_for(role: GroupRole, me: u8) -> Option<ErrorCode> {
+    match role.status {
+        Status::Normal if role.primary == me => None,
+        Status::Normal => Some(ErrorCode::NotPrimary),
+        Status::ViewChange | Status::Recovering => Some(ErrorCode::TransientNotAccepted),
+    }
+}
+
+/// The error for a request the group refused, judged with the role the group published after
+/// refusing: the group says NotPrimary while it changes views too, and 89 from a replica whose
+/// view names no other primary would send the client after a view that does not exist.
+pub fn refused(refusal: &Refusal, role: GroupRole, me: u8) -> ErrorCode {
+    match refusal {
+        Refusal::NotPrimary { .. } => not_primary(role, me),
+        other => crate::consensus::group::refusal_error(other),
+    }
+}
+
+/// The error for a NotPrimary the group (or a partition's write) gave: 89 only from a Normal
+/// backup; a replica that believes itself primary again by now answers 58, and the client
+/// retries.
+pub fn not_primary(role: GroupRole, me: u8) -> ErrorCode {
+    refusal_for(role, me).unwrap_or(ErrorCode::TransientNotAccepted)
+}
+
+/// One node of the roster (12) as this replica reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RosterEntry {
+    pub replica_id: u8,
+    pub name: String,
+    /// What clients dial: the advertised address, else the roster's IP.
+    pub ip: String,
+    pub ports: ClientPorts,
+    pub role: ClusterNodeRole,
+}
+
+/// A node's client ports, 0 for a transport clients must not dial there.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClientPorts {
+    pub tcp: u16,
+    pub quic: u16,
+    pub http: u16,
+    pub websocket: u16,
+}
+
+/// Which client transports run (the configuration is identical on every node, so this node's
+/// switches are every node's).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Transports {
+    pub tcp: bool,
+    pub quic: bool,
+    pub http: bool,
+    pub websocket: bool,
+}
+
+/// The role a node has in the roster: Leader for the metadata primary this replica's metadata
+/// group names while it is Normal, and for no node otherwise (the SDK takes the metadata
+/// primary from the Leader; a replica changing views or recovering knows no live one).
+pub fn roster_role(replica_id: u8, metadata: GroupRole) -> ClusterNodeRole {
+    match metadata.status == Status::Normal && metadata.primary == replica_id {
+        true => ClusterNodeRole::Leader,
+        false => ClusterNodeRole::Follower,
+    }
+}
+
+/// Every roster node in replica-id order, as clients see it from a replica whose metadata
+/// group stands at `metadata`.
+pub fn roster(
+    nodes: &[ClusterNode],
+    transports: Transports,
+    metadata: GroupRole,
+) -> Vec<RosterEntry> {
+    let port = |enabled: bool, port: Option<u16>| if enabled { port.unwrap_or(0) } else { 0 };
+    let mut entries: Vec<RosterEntry> = nodes
+        .iter()
+        .map(|node| RosterEntry {
+            replica_id: node.replica_id,
+            name: node.name.clone(),
+            ip: node
+                .advertised_address
+                .as_ref()
+                .map_or_else(|| node.ip.to_string(), |address| address.trim().to_string()),
+            ports: ClientPorts {
+                tcp: port(transports.tcp, node.ports.tcp),
+                quic: port(transports.quic, node.ports.quic),
+                http: port(transports.http, node.ports.http),
+                websocket: port(transports.websocket, node.ports.websocket),
+            },
+            role: roster_role(node.replica_id, metadata),
+        })
+        .collect();
+    entries.sort_by_key(|entry| entry.replica_id);
+    entries
+}
+
+/// A partition's view and primary for its route (105), from this replica's copy of the
+/// partition's group: `view` and `role` are read apart, so a primary that is not the view's
+/// (`view % replica_count`) is a publish in between, and a replica not in Normal status knows
+/// no primary to send a client to; both answer 58 and the SDK asks the next replica.
+pub fn route_position(
+    role: GroupRole,
+    view: u64,
+    replica_count: u8,
+) -> Result<(u32, u8), ErrorCode> {
+    let view = u32::try_from(view).map_err(|_| ErrorCode::TransientNotAccepted)?;
+    let primary_of_view = view % u32::from(replica_count.max(1));
+    if role.status != Status::Normal || primary_of_view != u32::from(role.primary) {
+        return Err(ErrorCode::TransientNotAccepted);
+    }
+    Ok((view, role.primary))
+}
+
+/// How long a replica waits for its metadata to reach a BindSession's watermark: one metadata
+/// read budget, under the SDK's 10 s `BIND_TIMEOUT` (which allows two).
+pub const BIND_WAIT: Duration = Duration::from_secs(6);
+
+/// How long a read carrying `minimum_metadata_op` waits for this replica's metadata.
+pub const READ_WAIT: Duration = Duration::from_secs(2);
+
+/// Where a replica's applied metadata stands against an op a client saw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CatchUp {
+    /// Applied at or past it: serve.
+    Reached,
+    /// Behind, with budget left: look again shortly.
+    Wait,
+    /// Behind and out of budget: 58, another replica may be further ahead.
+    Behind,
+}
+
+pub fn catch_up(applied: u64, wanted: u64, waited: Duration, budget: Duration) -> CatchUp {
+    match (applied >= wanted, waited < budget) {
+        (true, _) => CatchUp::Reached,
+        (false, true) => CatchUp::Wait,
+        (false, false) => CatchUp::Behind,
+    }
+}
+
+/// What a BindSession gets, from the replicated session table as this replica applied it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BindVerdict<S> {
+    Bind(S),
+    /// Not verifiable yet: wait for the metadata to reach the client's watermark.
+    Wait,
+    /// 40: the session is gone (or never was), as of metadata at least as new as the client's;
+    /// the SDK registers again.
+    Gone,
+    /// 58: still behind the watermark when the budget ran out; the SDK redials later, and
+    /// must not register again (that would fragment the session).
+    Behind,
+}
+
+/// Judges a bind: `found` is the session table's answer for the bind's identity and secret.
+pub fn bind_verdict<S>(found: Option<S>, catch_up: CatchUp) -> BindVerdict<S> {
+    match (found, catch_up) {
+        (Some(session), _) => BindVerdict::Bind(session),
+        (None, CatchUp::Reached) => BindVerdict::Gone,
+        (None, CatchUp::Wait) => BindVerdict::Wait,
+        (None, CatchUp::Behind) => BindVerdict::Behind,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iggy_vsr::Status::{Normal, Recovering, ViewChange};
+
+    fn role(status: Status, primary: u8) -> GroupRole {
+        GroupRole { status, primary }
+    }
+
+    #[test]
+    fn only_a_normal_backup_answers_not_primary() {
+        assert_eq!(refusal_for(role(Normal, 1), 1), None);
+        assert_eq!(refusal_for(role(Normal, 1), 2), Some(ErrorCode::NotPrimary));
+        for status in [ViewChange, Recovering] {
+            // Even the replica the view names does not serve while it changes views.
+            for me in [1, 2] {
+                assert_eq!(
+                    refusal_for(role(status, 1), me),
+                    Some(ErrorCode::TransientNotAccepted)
+                );
+            }
+        }
+        // A standalone node: the primary of view 0 is replica 0.
+        assert_eq!(refusal_for(role(Normal, 0), 0), None);
+    }
+
+    #[test]
+    fn a_group_refusal_is_judged_with_the_role_after_it() {
+        let refusal = Refusal::NotPrimary {
+            view: 4,
+            primary: 1,
+        };
+        assert_eq!(refused(&refusal, role(Normal, 1), 2), ErrorCode::NotPrimary);
+        assert_eq!(
+            refused(&refusal, role(ViewChange, 2), 2),
+            ErrorCode::TransientNotAccepted
+        );
+        // Primary again by the time the refusal is read: the client retries, here.
+        assert_eq!(
+            refused(&refusal, role(Normal, 2), 2),
+            ErrorCode::TransientNotAccepted
+        );
+        // Other refusals keep the group's mapping.
+        assert_eq!(
+            refused(&Refusal::RequestTooOld, role(Normal, 1), 2),
+            ErrorCode::RequestTooOld
+        );
+        assert_eq!(
+            refused(&Refusal::SessionUnknown, role(Normal, 2), 2),
+            ErrorCode::Unauthenticated
+        );
+    }
+
+    fn node(replica_id: u8, advertised: Option<&str>) -> ClusterNode {
+        let mut node = ClusterNode {
+            name: format!("node-{replica_id}"),
+            ip: format!("10.0.0.{replica_id}").parse().unwrap(),
+            replica_id,
+            advertised_address: advertised.map(str::to_string),
+            ports: Default::default(),
+        };
+        let id = u16::from(replica_id);
+        node.ports.tcp = Some(8090 + id);
+        node.ports.quic = Some(8080 + id);
+        node.ports.http = Some(3000 + id);
+        node.ports.tcp_replica = Some(9000 + id);
+        node
+    }
+
+    #[test]
+    fn the_roster_names_every_node_and_the_normal_metadata_primary_as_leader() {
+        let nodes = [
+            node(2, None),
+            node(0, Some("iggy-0.example")),
+            node(1, None),
+        ];
+        let transports = Transports {
+            tcp: true,
+            quic: false,
+            http: true,
+            websocket: false,
+        };
+        let entries = roster(&nodes, transports, role(Normal, 1));
+        assert_eq!(
+            entries.iter().map(|e| e.replica_id).collect::<Vec<_>>(),
+            [0, 1, 2]
+        );
+        assert_eq!(entries[0].ip, "iggy-0.example");
+        assert_eq!(entries[1].ip, "10.0.0.1");
+        assert_eq!(entries[2].name, "node-2");
+        // A disabled transport is 0 even where the roster has a port.
+        assert_eq!(
+            entries[1].ports,
+            ClientPorts {
+                tcp: 8091,
+                quic: 0,
+                http: 3001,
+                websocket: 0
+            }
+        );
+        let leaders: Vec<u8> = entries
+            .iter()
+            .filter(|e| e.role == ClusterNodeRole::Leader)
+            .map(|e| e.replica_id)
+            .collect();
+        assert_eq!(leaders, [1]);
+        // Changing views or recovering: no node is Leader, not even the view's primary.
+        for status in [ViewChange, Recovering] {
+            let entries = roster(&nodes, transports, role(status, 1));
+            assert!(entries.iter().all(|e| e.role == ClusterNodeRole::Follower));
+        }
+    }
+
+    #[test]
+    fn a_route_names_the_primary_of_a_normal_view_only() {
+        assert_eq!(route_position(role(Normal, 1), 4, 3), Ok((4, 1)));
+        assert_eq!(route_position(role(Normal, 0), 0, 1), Ok((0, 0)));
+        assert_eq!(
+            route_position(role(ViewChange, 2), 5, 3),
+            Err(ErrorCode::TransientNotAccepted)
+        );
+        assert_eq!(
+            route_position(role(Recovering, 1), 4, 3),
+            Err(ErrorCode::TransientNotAccepted)
+        );
+        // The view moved between the two reads: its primary is 2, not the role's 1.
+        assert_eq!(
+            route_position(role(Normal, 1), 5, 3),
+            Err(ErrorCode::TransientNotAccepted)
+        );
+    }
+
+    #[test]
+    fn a_replica_behind_a_watermark_waits_within_its_budget() {
+        let budget = Duration::from_secs(6);
+        let early = Duration::from_millis(10);
+        assert_eq!(catch_up(7, 7, early, budget), CatchUp::Reached);
+        assert_eq!(catch_up(9, 7, budget, budget), CatchUp::Reached);
+        assert_eq!(catch_up(6, 7, early, budget), CatchUp::Wait);
+        assert_eq!(catch_up(6, 7, budget, budget), CatchUp::Behind);
+        // No budget (a standalone read): behind at once.
+        assert_eq!(
+            catch_up(6, 7, Duration::ZERO, Duration::ZERO),
+            CatchUp::Behind
+        );
+    }
+
+    #[test]
+    fn a_bind_is_refused_for_good_only_once_the_replica_reached_the_watermark() {
+        assert_eq!(bind_verdict(Some(5), CatchUp::Wait), BindVerdict::Bind(5));
+        assert_eq!(bind_verdict(Some(5), CatchUp::Behind), BindVerdict::Bind(5));
+        assert_eq!(
+            bind_verdict::<u8>(None, CatchUp::Reached),
+            BindVerdict::Gone
+        );
+        assert_eq!(bind_verdict::<u8>(None, CatchUp::Wait), BindVerdict::Wait);
+        assert_eq!(
+            bind_verdict::<u8>(None, CatchUp::Behind),
+            BindVerdict::Behind
+        );
+    }
+}

@@ -1,0 +1,229 @@
+//! The safe checkpoint op of a group of more than one: the primary learns from its view's
+//! PrepareOks how far every replica's journal durably reaches, announces the committed part in
+//! its Commit heartbeats, and a checkpoint never goes past it.
+
+use bytes::Bytes;
+use iggy_vsr::group::{CheckpointPolicy, Durability, GroupCore, Step};
+use iggy_vsr::{Action, Config, Entry, Message, OPERATION_REGISTER, Replica};
+
+fn drain(replica: &mut Replica) -> Vec<Action> {
+    std::iter::from_fn(|| replica.poll_action()).collect()
+}
+
+fn prepare_ok(op: u64, replica: u8) -> Message {
+    Message::PrepareOk {
+        view: 0,
+        op,
+        replica,
+    }
+}
+
+/// Replica 0 of three, primary of view 0, with four registers prepared and durable in its own
+/// journal.
+fn primary_with_four_ops() -> Replica {
+    let mut primary = Replica::new(Config::new(3, 0));
+    for client in 1..=4 {
+        primary.on_request(client, 0, OPERATION_REGISTER, Bytes::new());
+    }
+    drain(&mut primary);
+    for op in 1..=4 {
+        primary.on_write_done(op);
+    }
+    drain(&mut primary);
+    primary
+}
+
+fn heartbeats(primary: &mut Replica, now: u64) -> Vec<Message> {
+    primary.on_tick(now);
+    drain(primary)
+        .into_iter()
+        .filter_map(|action| match action {
+            Action::Send { message, .. } if matches!(message, Message::Commit { .. }) => {
+                Some(message)
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn the_primary_announces_the_highest_committed_op_every_replica_holds() {
+    let mut primary = primary_with_four_ops();
+    for op in 1..=4 {
+        primary.on_message(1, prepare_ok(op, 1));
+    }
+    for op in 1..=2 {
+        primary.on_message(2, prepare_ok(op, 2));
+    }
+    drain(&mut primary);
+    assert_eq!(primary.commit_max(), 4, "a quorum holds every op");
+    assert_eq!(
+        primary.checkpoint_safe(),
+        2,
+        "replica 2 holds ops 1..=2 only"
+    );
+    let expected = Message::Commit {
+        view: 0,
+        commit: 4,
+        checkpoint_safe: 2,
+    };
+    assert_eq!(heartbeats(&mut primary, 100), [expected.clone(), expected]);
+    // Replica 2 reports the head of its durable journal, already committed.
+    primary.on_message(2, prepare_ok(4, 2));
+    assert_eq!(primary.checkpoint_safe(), 4);
+}
+
+#[test]
+fn only_committed_ops_are_safe_even_when_every_replica_holds_more() {
+    let mut primary = primary_with_four_ops();
+    // Replica 1 acknowledges op 1 alone; replica 2's acknowledgement of op 3 says it holds
+    // ops 1..=3, but only op 1 has a quorum (and ops commit in order).
+    primary.on_message(1, prepare_ok(1, 1));
+    primary.on_message(2, prepare_ok(3, 2));
+    drain(&mut primary);
+    assert_eq!(primary.commit_max(), 1);
+    assert_eq!(primary.checkpoint_safe(), 1);
+}
+
+#[test]
+fn a_replica_that_never_answers_holds_the_safe_op_back() {
+    let mut primary = primary_with_four_ops();
+    for op in 1..=4 {
+        primary.on_message(1, prepare_ok(op, 1));
+    }
+    drain(&mut primary);
+    assert_eq!(primary.commit_max(), 4);
+    assert_eq!(primary.checkpoint_safe(), 0, "replica 2 is silent");
+    // Acknowledgements naming another view say nothing about this view's log.
+    primary.on_message(
+        2,
+        Message::PrepareOk {
+            view: 1,
+            op: 4,
+            replica: 2,
+        },
+    );
+    assert_eq!(primary.checkpoint_safe(), 0);
+}
+
+fn entry(op: u64) -> Entry {
+    Entry::new(op, 0, 7, op, 5, Bytes::from(format!("b{op}")))
+}
+
+fn prepare_oks(actions: &[Action]) -> Vec<u64> {
+    actions
+        .iter()
+        .filter_map(|action| match action {
+            Action::Send {
+                to: 0,
+                message: Message::PrepareOk { op, .. },
+            } => Some(*op),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_backup_acknowledges_only_its_durable_prefix_and_learns_the_safe_op() {
+    let mut backup = Replica::new(Config::new(3, 1));
+    for op in 1..=3 {
+        let prepare = Message::Prepare {
+            view: 0,
+            commit: 0,
+            entry: entry(op),
+        };
+        backup.on_message(0, prepare);
+    }
+    drain(&mut backup);
+    backup.on_write_done(2);
+    assert_eq!(
+        prepare_oks(&drain(&mut backup)),
+        [] as [u64; 0],
+        "op 1 is still in flight: a crash would lose op 2 with it"
+    );
+    backup.on_write_done(1);
+    assert_eq!(prepare_oks(&drain(&mut backup)), [1, 2]);
+    let commit = Message::Commit {
+        view: 0,
+        commit: 3,
+        checkpoint_safe: 2,
+    };
+    backup.on_message(0, commit);
+    drain(&mut backup);
+    assert_eq!(backup.checkpoint_safe(), 2);
+    // Committed before it was durable here: still reported, as the head of the durable log.
+    backup.on_write_done(3);
+    assert_eq!(prepare_oks(&drain(&mut backup)), [3]);
+    // The safe op only grows.
+    let older = Message::Commit {
+        view: 0,
+        commit: 3,
+        checkpoint_safe: 1,
+    };
+    backup.on_message(0, older);
+    assert_eq!(backup.checkpoint_safe(), 2);
+}
+
+/// Performs a primary's steps; returns the messages it sends.
+fn run(core: &mut GroupCore<u32>) -> Vec<Message> {
+    let mut sent = Vec::new();
+    while let Some(step) = core.poll() {
+        match step {
+            Step::Journal { op, .. } => core.journaled(op, false),
+            Step::Sync => core.synced(),
+            Step::Apply { op, .. } => core.applied(op, Bytes::new(), &[]),
+            Step::Send { message, .. } => sent.push(message),
+            Step::Truncate { .. } | Step::Registered { .. } | Step::Answer { .. } => {}
+            Step::PersistView { state } => core.view_persisted(state),
+        }
+    }
+    sent
+}
+
+#[test]
+fn a_group_of_three_checkpoints_only_at_ops_every_replica_holds() {
+    let policy = CheckpointPolicy {
+        journal_bytes: u64::MAX,
+        journal_ops: 4,
+    };
+    let mut core: GroupCore<u32> = GroupCore::format(
+        Config::new(3, 0),
+        Durability::Replicated,
+        false,
+        Some(policy),
+    );
+    for client in 1..=6 {
+        core.submit(iggy_vsr::group::Pending {
+            client,
+            request: 0,
+            operation: OPERATION_REGISTER,
+            body: Bytes::new(),
+            waiter: 0,
+        });
+    }
+    run(&mut core);
+    for op in 1..=6 {
+        core.on_message(1, prepare_ok(op, 1));
+    }
+    run(&mut core);
+    assert_eq!(core.replica().commit_min(), 6);
+    assert_eq!(
+        core.checkpoint_due(0),
+        None,
+        "every op is committed and applied, but replica 2 holds none of them"
+    );
+    core.on_message(2, prepare_ok(2, 2));
+    run(&mut core);
+    assert_eq!(
+        core.checkpoint_due(0),
+        None,
+        "releasing 2 of 6 ops: wait until at least half can go"
+    );
+    core.on_message(2, prepare_ok(5, 2));
+    run(&mut core);
+    assert_eq!(core.checkpoint_due(0), Some(5));
+    core.checkpoint_record(5);
+    core.checkpointed();
+    assert_eq!(core.replica().checkpoint_op(), 5);
+    assert_eq!(core.checkpoint_due(0), None, "one op left");
+}

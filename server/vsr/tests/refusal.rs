@@ -1,0 +1,71 @@
+//! What a replica that is not the serving primary answers a client: `NotPrimary` only from a
+//! replica in normal status (its view's primary is current as far as it knows), `NotReady`
+//! while it changes views or recovers (a view it would name may be stale).
+
+use bytes::Bytes;
+use iggy_vsr::{Action, Config, Refusal, Replica, Status, ViewState};
+
+fn refusal(replica: &mut Replica) -> Refusal {
+    replica.on_request(7, 1, 5, Bytes::from_static(b"x"));
+    let refusals: Vec<Refusal> = std::iter::from_fn(|| replica.poll_action())
+        .filter_map(|action| match action {
+            Action::Refuse {
+                client: 7,
+                request: 1,
+                refusal,
+            } => Some(refusal),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(refusals.len(), 1, "{refusals:?}");
+    refusals[0].clone()
+}
+
+#[test]
+fn a_backup_in_normal_status_names_the_primary_of_its_view() {
+    let mut backup = Replica::new(Config::new(3, 1));
+    assert_eq!(
+        refusal(&mut backup),
+        Refusal::NotPrimary {
+            view: 0,
+            primary: 0
+        }
+    );
+}
+
+#[test]
+fn a_replica_changing_views_names_no_primary() {
+    let mut backup = Replica::new(Config::new(3, 1));
+    backup.on_tick(1_000);
+    assert_eq!(backup.status(), Status::ViewChange);
+    assert_eq!(refusal(&mut backup), Refusal::NotReady);
+}
+
+#[test]
+fn a_recovering_replica_names_no_primary() {
+    let mut restarted = Replica::open(Config::new(3, 1), Vec::new(), ViewState::default());
+    assert_eq!(restarted.status(), Status::Recovering);
+    assert_eq!(refusal(&mut restarted), Refusal::NotReady);
+}
+
+#[test]
+fn the_silence_before_a_view_change_is_staggered_in_proportion_to_the_timeout() {
+    // The server's timing: a 50 ms tick, a 5 s heartbeat timeout.
+    let mut config = Config::new(3, 2);
+    config.view_change_timeout_ticks = 100;
+    let mut backup = Replica::new(config);
+    backup.on_tick(119);
+    assert_eq!(backup.status(), Status::Normal);
+    backup.on_tick(120);
+    assert_eq!(
+        backup.status(),
+        Status::ViewChange,
+        "100 ticks plus a tenth of them for each replica id below this one"
+    );
+    // The default configuration keeps its stagger of 3 ticks per replica id.
+    let mut backup = Replica::new(Config::new(3, 2));
+    backup.on_tick(35);
+    assert_eq!(backup.status(), Status::Normal);
+    backup.on_tick(36);
+    assert_eq!(backup.status(), Status::ViewChange);
+}
