@@ -17,6 +17,9 @@
 //!   next start; `wait_exit` waits for a child that stops by itself.
 //! - `Drop` kills the child (SIGKILL) and reaps it. `IGGY_E2E_KEEP=1` keeps the temp dir of
 //!   a failed test and prints its path.
+//! - `TestServer::launch` spawns a child on a chosen port with extra flags and its own binary
+//!   without waiting for it (`wait_ready` does): the nodes of a cluster (`cluster.rs`) only
+//!   serve once their peers run. `pause`/`resume` stop and continue the child (SIGSTOP/SIGCONT).
 //! - The binary is not rebuilt when it exists: run `cargo build --bin iggy-server` (or set
 //!   `IGGY_E2E_REBUILD=1`) after changing the server.
 
@@ -174,7 +177,7 @@ fn init_sdk_logging() {
     });
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
     listener.local_addr().expect("local addr").port()
 }
@@ -189,6 +192,10 @@ pub struct TestServer {
     env: Vec<(String, String)>,
     /// The child's `RLIMIT_FSIZE` in bytes, from its next start.
     file_size_limit: Option<u64>,
+    /// Flags after `--with-default-root-credentials`, at every start.
+    args: Vec<String>,
+    /// The executable, when not `server_binary()`.
+    binary: Option<PathBuf>,
 }
 
 impl TestServer {
@@ -225,9 +232,45 @@ impl TestServer {
             .tempdir()
             .expect("create temp dir");
         let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        let mut server = Self { dir, port: free_port(), child: None, starts: 0, env, file_size_limit };
+        let mut server = Self {
+            dir,
+            port: free_port(),
+            child: None,
+            starts: 0,
+            env,
+            file_size_limit,
+            args: Vec::new(),
+            binary: None,
+        };
         server.spawn(&bin);
         server
+    }
+
+    /// Spawns `binary` (default `server_binary()`) with `args` on TCP `port` and returns at
+    /// once; call `wait_ready` before using it. Restarts reuse all of it.
+    pub fn launch(binary: Option<&Path>, port: u16, args: &[&str], env: &[(&str, &str)]) -> Self {
+        init_sdk_logging();
+        let dir = tempfile::Builder::new()
+            .prefix("iggy-e2e-")
+            .tempdir()
+            .expect("create temp dir");
+        let mut server = Self {
+            dir,
+            port,
+            child: None,
+            starts: 0,
+            env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            file_size_limit: None,
+            args: args.iter().map(|a| a.to_string()).collect(),
+            binary: binary.map(Path::to_path_buf),
+        };
+        let bin = server.binary();
+        server.spawn_child(&bin);
+        server
+    }
+
+    fn binary(&self) -> PathBuf {
+        self.binary.clone().unwrap_or_else(server_binary)
     }
 
     pub fn port(&self) -> u16 {
@@ -264,6 +307,11 @@ impl TestServer {
     }
 
     fn spawn(&mut self, bin: &Path) {
+        self.spawn_child(bin);
+        self.wait_ready();
+    }
+
+    fn spawn_child(&mut self, bin: &Path) {
         assert!(self.child.is_none(), "server already running");
         self.starts += 1;
         let mut log = OpenOptions::new()
@@ -276,6 +324,7 @@ impl TestServer {
         let stderr = log.try_clone().expect("clone log handle");
         let mut cmd = Command::new(bin);
         cmd.arg("--with-default-root-credentials")
+            .args(&self.args)
             .current_dir(self.dir.path())
             .stdin(Stdio::null())
             .stdout(Stdio::from(log))
@@ -319,10 +368,11 @@ impl TestServer {
             .spawn()
             .unwrap_or_else(|e| panic!("spawn {}: {e}", bin.display()));
         self.child = Some(child);
-        self.wait_ready();
     }
 
-    fn wait_ready(&mut self) {
+    /// Waits until this start of the child accepts on its TCP port (panics after
+    /// `START_TIMEOUT` or if it exits).
+    pub fn wait_ready(&mut self) {
         let addr: SocketAddr = self.address().parse().expect("socket address");
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
@@ -362,6 +412,16 @@ impl TestServer {
             // SAFETY: kill(2) on our own child's pid, which has not been reaped yet.
             unsafe { libc::kill(pid as libc::pid_t, sig) };
         }
+    }
+
+    /// SIGSTOP: the process stays, frozen (its sockets stay open, nothing is answered).
+    pub fn pause(&self) {
+        self.signal(libc::SIGSTOP);
+    }
+
+    /// SIGCONT after `pause`.
+    pub fn resume(&self) {
+        self.signal(libc::SIGCONT);
     }
 
     /// SIGTERM, wait for exit (SIGKILL after `STOP_TIMEOUT`). Returns the exit status.
@@ -417,7 +477,7 @@ impl TestServer {
 
     /// Starts the server again on the same data directory and port (after `stop` or `kill9`).
     pub fn start_again(&mut self) {
-        let bin = server_binary();
+        let bin = self.binary();
         self.spawn(&bin);
     }
 

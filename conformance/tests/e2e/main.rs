@@ -12,6 +12,7 @@ mod maintenance;
 mod operator;
 mod cli;
 mod clients;
+mod cluster;
 mod cluster_config;
 mod concurrency;
 mod consumer_groups;

@@ -1,0 +1,1242 @@
+//! A cluster of three `iggy-server` processes on loopback, driven by the official SDK through
+//! crashes, pauses and a cut network (issue 14's "3-process loopback harness").
+//!
+//! - `TestCluster::start(n)` writes one config file (every node's TCP and replica port; QUIC and
+//!   HTTP off), gives each node its own data directory (a `TestServer`, so logs, `kill9`,
+//!   restarts and `IGGY_E2E_KEEP` work as for one server) and runs `iggy-server --replica-id i`
+//!   with the same root credentials on each.
+//! - The replica plane goes through `ReplicaProxy`: node i is told (by per-node
+//!   `IGGY_CLUSTER_NODES_<j>_PORTS_TCP_REPLICA`) that peer j listens on a proxy port the test
+//!   owns, which forwards to j's real port. The handshake names the target replica, not the
+//!   address, so the nodes cannot tell. `cut(i)` closes every proxied link touching node i and
+//!   refuses new ones; `heal(i)` lets them through again.
+//! - Who leads a group is read from the nodes' own log lines ("group 0x..: replica N is Normal
+//!   in view V (primary P)"), the metadata leader also from the roster (command 12).
+//! - Heartbeat timeout 2 s (the configuration's floor) keeps view changes quick.
+
+use crate::harness::*;
+use iggy::prelude::*;
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The metadata group's id on the replica plane (spec/frames.spec `METADATA_GROUP`).
+pub const METADATA_GROUP: u64 = 1 << 63;
+
+const CLUSTER_NAME: &str = "e2e-cluster";
+
+/// A partition's group id: `stream << 32 | topic << 20 | partition`.
+pub fn partition_group(stream: u32, topic: u32, partition: u32) -> u64 {
+    (u64::from(stream) << 32) | (u64::from(topic) << 20) | u64::from(partition)
+}
+
+/// The nodes' shared config file: `[cluster]` with the roster and fast timing; QUIC and HTTP
+/// off so each node needs two ports.
+fn cluster_file(tcp: &[u16], replica: &[u16]) -> String {
+    let mut text = format!(
+        "[quic]\nenabled = false\n\n[http]\nenabled = false\n\n[cluster]\nenabled = true\n\
+         name = \"{CLUSTER_NAME}\"\nheartbeat_timeout = \"2s\"\n\
+         view_change_status_timeout = \"2s\"\n"
+    );
+    for (id, (tcp, replica)) in tcp.iter().zip(replica).enumerate() {
+        text.push_str(&format!(
+            "\n[[cluster.nodes]]\nname = \"node-{id}\"\nip = \"127.0.0.1\"\nreplica_id = {id}\n\
+             [cluster.nodes.ports]\ntcp = {tcp}\ntcp_replica = {replica}\n"
+        ));
+    }
+    text
+}
+
+/// What a node's log last said about one group (in its current start).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupRole {
+    pub normal: bool,
+    pub view: u32,
+    pub primary: u8,
+}
+
+/// Every role line for `group` in `log`, in order.
+fn role_lines(log: &str, group: u64) -> Vec<GroupRole> {
+    let prefix = format!("group {group:#x}: replica ");
+    log.lines()
+        .filter_map(|line| {
+            let rest = &line[line.find(&prefix)? + prefix.len()..];
+            // "<id> is <Status> in view <v> (primary <p>), op .., commit .."
+            let (_, rest) = rest.split_once(" is ")?;
+            let (status, rest) = rest.split_once(" in view ")?;
+            let (view, rest) = rest.split_once(" (primary ")?;
+            let (primary, _) = rest.split_once(')')?;
+            Some(GroupRole {
+                normal: status == "Normal",
+                view: view.parse().ok()?,
+                primary: primary.parse().ok()?,
+            })
+        })
+        .collect()
+}
+
+/// The part of a `TestServer` log written by its latest start.
+fn current_start(log: &str) -> &str {
+    log.rsplit("===== e2e harness: start #")
+        .next()
+        .unwrap_or("")
+}
+
+/// Per-node options for `TestCluster::start_with`.
+#[derive(Default)]
+pub struct ClusterOptions {
+    /// Extra environment for every node.
+    pub env: Vec<(String, String)>,
+    /// The executable of node i, when not the default binary.
+    pub binaries: BTreeMap<usize, PathBuf>,
+}
+
+pub struct TestCluster {
+    // Dropped in order: the nodes (killed) before the proxy they talk through.
+    nodes: Vec<TestServer>,
+    proxy: ReplicaProxy,
+    replica_ports: Vec<u16>,
+    _config_dir: tempfile::TempDir,
+}
+
+impl TestCluster {
+    pub fn start(n: usize) -> Self {
+        Self::start_with(n, ClusterOptions::default())
+    }
+
+    /// Starts `n` nodes from one config file and waits until each accepts on its TCP port.
+    pub fn start_with(n: usize, options: ClusterOptions) -> Self {
+        assert!((1..=8).contains(&n), "a loopback cluster of {n} nodes");
+        let tcp: Vec<u16> = (0..n).map(|_| free_port()).collect();
+        let replica: Vec<u16> = (0..n).map(|_| free_port()).collect();
+        let proxy = ReplicaProxy::start(&replica);
+        let config_dir = tempfile::Builder::new()
+            .prefix("iggy-e2e-cluster-")
+            .tempdir()
+            .expect("create temp dir");
+        let config = config_dir.path().join("cluster.toml");
+        std::fs::write(&config, cluster_file(&tcp, &replica)).expect("write cluster.toml");
+        let mut nodes = Vec::new();
+        for i in 0..n {
+            let mut env: Vec<(String, String)> =
+                vec![("IGGY_CONFIG_PATH".into(), config.display().to_string())];
+            for j in (0..n).filter(|&j| j != i) {
+                env.push((
+                    format!("IGGY_CLUSTER_NODES_{j}_PORTS_TCP_REPLICA"),
+                    proxy.port(i, j).to_string(),
+                ));
+            }
+            env.extend(options.env.iter().cloned());
+            let env: Vec<(&str, &str)> =
+                env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            let id = i.to_string();
+            nodes.push(TestServer::launch(
+                options.binaries.get(&i).map(PathBuf::as_path),
+                tcp[i],
+                &["--replica-id", &id],
+                &env,
+            ));
+        }
+        for node in &mut nodes {
+            node.wait_ready();
+        }
+        TestCluster {
+            nodes,
+            proxy,
+            replica_ports: replica,
+            _config_dir: config_dir,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn node(&self, i: usize) -> &TestServer {
+        &self.nodes[i]
+    }
+
+    pub fn address(&self, i: usize) -> String {
+        self.nodes[i].address()
+    }
+
+    /// Node i's real replica listener (not the proxy's).
+    pub fn replica_address(&self, i: usize) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.replica_ports[i]))
+    }
+
+    pub fn kill9(&mut self, i: usize) {
+        tokio::task::block_in_place(|| self.nodes[i].kill9());
+    }
+
+    /// Starts node i again on its data directory and waits until it accepts.
+    pub fn restart(&mut self, i: usize) {
+        tokio::task::block_in_place(|| self.nodes[i].start_again());
+    }
+
+    pub fn pause(&self, i: usize) {
+        self.nodes[i].pause();
+    }
+
+    pub fn resume(&self, i: usize) {
+        self.nodes[i].resume();
+    }
+
+    /// Drops every replica link touching node i and refuses new ones until `heal(i)`.
+    pub fn cut(&self, i: usize) {
+        self.proxy.cut(i);
+    }
+
+    pub fn heal(&self, i: usize) {
+        self.proxy.heal(i);
+    }
+
+    /// Node i's role in `group` as its log tells since its latest start. A node logs a role
+    /// only when it differs from the last one it published, starting from Normal with primary
+    /// 0; so a partition group it opened in that role has no line yet, and counts as such
+    /// (view unknown, taken as 0). The metadata group always logs (it opens Recovering).
+    pub fn role(&self, i: usize, group: u64) -> Option<GroupRole> {
+        let log = self.nodes[i].log();
+        let lines = role_lines(current_start(&log), group);
+        match lines.last() {
+            Some(role) => Some(*role),
+            None if group != METADATA_GROUP => Some(GroupRole {
+                normal: true,
+                view: 0,
+                primary: 0,
+            }),
+            None => None,
+        }
+    }
+
+    /// The primary of the highest view some node reports Normal for `group`, with that view.
+    pub fn primary(&self, group: u64) -> Option<(u8, u32)> {
+        (0..self.len())
+            .filter_map(|i| self.role(i, group))
+            .filter(|role| role.normal)
+            .max_by_key(|role| role.view)
+            .map(|role| (role.primary, role.view))
+    }
+
+    /// Waits until a quorum of nodes, not counting `excluded`, is Normal for `group` in one
+    /// view later than `after_view` whose primary is not `excluded`; returns that primary.
+    pub async fn wait_new_primary(&self, group: u64, excluded: usize, after_view: u32) -> u8 {
+        let quorum = self.len() / 2 + 1;
+        wait_until(
+            &format!("group {group:#x} elects a primary other than node {excluded} after view {after_view}"),
+            Duration::from_secs(30),
+            || {
+                let mut by_view: BTreeMap<(u32, u8), usize> = BTreeMap::new();
+                for i in (0..self.len()).filter(|&i| i != excluded) {
+                    if let Some(role) = self.role(i, group).filter(|r| r.normal) {
+                        *by_view.entry((role.view, role.primary)).or_default() += 1;
+                    }
+                }
+                by_view.into_iter().find_map(|((view, primary), count)| {
+                    (view > after_view && usize::from(primary) != excluded && count >= quorum)
+                        .then_some(primary)
+                })
+            },
+            || self.describe(group),
+        )
+        .await
+    }
+
+    /// Waits until node i, in its current start, is Normal in every one of `groups`.
+    pub async fn wait_normal(&self, i: usize, groups: &[u64]) {
+        wait_until(
+            &format!("node {i} is Normal in groups {groups:x?}"),
+            Duration::from_secs(30),
+            || {
+                groups
+                    .iter()
+                    .all(|&g| self.role(i, g).is_some_and(|r| r.normal))
+                    .then_some(())
+            },
+            || {
+                groups
+                    .iter()
+                    .map(|&g| self.describe(g))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            },
+        )
+        .await
+    }
+
+    /// Every node's last role line for `group`, for failure messages.
+    pub fn describe(&self, group: u64) -> String {
+        let roles: Vec<String> = (0..self.len())
+            .map(|i| format!("node {i}: {:?}", self.role(i, group)))
+            .collect();
+        format!("group {group:#x}: {}", roles.join("; "))
+    }
+
+    /// A root client connected to node i, once the root user exists there (the first metadata
+    /// primary creates it; the others learn it by replication).
+    pub async fn root_client(&self, i: usize) -> IggyClient {
+        let connection = self.nodes[i].connection_string(ROOT_USER, ROOT_PASSWORD);
+        let last_error = Mutex::new(String::new());
+        wait_until_async(
+            &format!("root signs in on node {i}"),
+            Duration::from_secs(30),
+            async || {
+                let client = IggyClient::from_connection_string(&connection)
+                    .expect("valid connection string");
+                match tokio::time::timeout(CALL_TIMEOUT, client.connect()).await {
+                    Ok(Ok(())) => Some(client),
+                    Ok(Err(e)) => {
+                        *last_error.lock().unwrap() = format!("{e} (code {})", e.as_code());
+                        None
+                    }
+                    Err(_) => {
+                        *last_error.lock().unwrap() = "connect timed out".into();
+                        None
+                    }
+                }
+            },
+            || last_error.lock().unwrap().clone(),
+        )
+        .await
+    }
+
+    /// Every segment `.log` file under each node's data directory, by its path there (indexes,
+    /// journals, checkpoints and view files are local artifacts and differ).
+    pub fn segment_logs(&self, i: usize) -> BTreeMap<PathBuf, Vec<u8>> {
+        let root = self.nodes[i].data_dir();
+        files_under(&root)
+            .into_iter()
+            .filter(|path| path.extension().is_some_and(|e| e == "log"))
+            .map(|path| {
+                let bytes = std::fs::read(&path).unwrap_or_default();
+                (path.strip_prefix(&root).unwrap().to_path_buf(), bytes)
+            })
+            .collect()
+    }
+
+    /// Waits until every node holds the same segment `.log` files with the same bytes, and
+    /// returns them. `expected_files` guards against comparing empty directories.
+    pub async fn wait_identical_segments(
+        &self,
+        expected_files: usize,
+    ) -> BTreeMap<PathBuf, Vec<u8>> {
+        let summary = |logs: &BTreeMap<PathBuf, Vec<u8>>| -> Vec<String> {
+            logs.iter()
+                .map(|(p, b)| format!("{} ({} bytes)", p.display(), b.len()))
+                .collect()
+        };
+        wait_until(
+            "every replica's segment files are byte-identical",
+            Duration::from_secs(30),
+            || {
+                let first = self.segment_logs(0);
+                (first.len() >= expected_files
+                    && (1..self.len()).all(|i| self.segment_logs(i) == first))
+                .then_some(first)
+            },
+            || {
+                (0..self.len())
+                    .map(|i| format!("node {i}: {:?}", summary(&self.segment_logs(i))))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            },
+        )
+        .await
+    }
+}
+
+/// Polls `probe` every 50 ms until it returns `Some`, for at most `limit`; then panics with
+/// `what` and `state()`.
+pub async fn wait_until<T>(
+    what: &str,
+    limit: Duration,
+    mut probe: impl FnMut() -> Option<T>,
+    state: impl Fn() -> String,
+) -> T {
+    wait_until_async(what, limit, async || probe(), state).await
+}
+
+/// `wait_until` with an async probe.
+pub async fn wait_until_async<T>(
+    what: &str,
+    limit: Duration,
+    mut probe: impl AsyncFnMut() -> Option<T>,
+    state: impl Fn() -> String,
+) -> T {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(found) = probe().await {
+            return found;
+        }
+        if Instant::now() >= deadline {
+            panic!(
+                "timed out after {limit:?} waiting until {what}; state:\n{}",
+                state()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The replica plane's man in the middle: one listener per ordered pair (i, j), i != j; node i
+/// dials peer j at `port(i, j)` and the proxy connects on to j's real replica port.
+pub struct ReplicaProxy {
+    ports: BTreeMap<(usize, usize), u16>,
+    state: Arc<ProxyState>,
+}
+
+#[derive(Default)]
+struct ProxyState {
+    /// Nodes whose links are cut.
+    cut: Mutex<BTreeSet<usize>>,
+    /// Both sockets of every forwarded connection, by the pair it joins.
+    connections: Mutex<Vec<(usize, usize, TcpStream, TcpStream)>>,
+    stopping: AtomicBool,
+    /// Connections forwarded so far (a healed link shows up as a new one).
+    forwarded: AtomicUsize,
+}
+
+impl ProxyState {
+    fn blocked(&self, from: usize, to: usize) -> bool {
+        let cut = self.cut.lock().unwrap();
+        cut.contains(&from) || cut.contains(&to)
+    }
+}
+
+impl ReplicaProxy {
+    /// Listens for every pair of the `replica_ports.len()` nodes. Threads, not tasks: the
+    /// proxy keeps forwarding while a test blocks its runtime (a restart waits synchronously).
+    pub fn start(replica_ports: &[u16]) -> Self {
+        let state = Arc::new(ProxyState::default());
+        let mut ports = BTreeMap::new();
+        let n = replica_ports.len();
+        for from in 0..n {
+            for to in (0..n).filter(|&to| to != from) {
+                let listener = TcpListener::bind("127.0.0.1:0").expect("bind a proxy port");
+                ports.insert((from, to), listener.local_addr().unwrap().port());
+                let target = SocketAddr::from(([127, 0, 0, 1], replica_ports[to]));
+                let state = state.clone();
+                std::thread::Builder::new()
+                    .name(format!("proxy-{from}-{to}"))
+                    .spawn(move || accept_loop(listener, from, to, target, state))
+                    .expect("spawn a proxy thread");
+            }
+        }
+        ReplicaProxy { ports, state }
+    }
+
+    /// The port node `from` dials to reach node `to`.
+    pub fn port(&self, from: usize, to: usize) -> u16 {
+        self.ports[&(from, to)]
+    }
+
+    pub fn cut(&self, node: usize) {
+        self.state.cut.lock().unwrap().insert(node);
+        let mut connections = self.state.connections.lock().unwrap();
+        connections.retain(|(from, to, a, b)| {
+            let touches = *from == node || *to == node;
+            if touches {
+                let _ = a.shutdown(Shutdown::Both);
+                let _ = b.shutdown(Shutdown::Both);
+            }
+            !touches
+        });
+    }
+
+    pub fn heal(&self, node: usize) {
+        self.state.cut.lock().unwrap().remove(&node);
+    }
+
+    pub fn forwarded(&self) -> usize {
+        self.state.forwarded.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for ReplicaProxy {
+    fn drop(&mut self) {
+        self.state.stopping.store(true, Ordering::SeqCst);
+        for port in self.ports.values() {
+            // Wakes the accept loop, which then sees `stopping`.
+            let _ = TcpStream::connect(("127.0.0.1", *port));
+        }
+        for (_, _, a, b) in self.state.connections.lock().unwrap().drain(..) {
+            let _ = a.shutdown(Shutdown::Both);
+            let _ = b.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+fn accept_loop(
+    listener: TcpListener,
+    from: usize,
+    to: usize,
+    target: SocketAddr,
+    state: Arc<ProxyState>,
+) {
+    for dialer in listener.incoming() {
+        if state.stopping.load(Ordering::SeqCst) {
+            return;
+        }
+        let Ok(dialer) = dialer else { continue };
+        // A cut link is refused: accepted and closed at once.
+        if state.blocked(from, to) {
+            continue;
+        }
+        let Ok(acceptor) = TcpStream::connect_timeout(&target, Duration::from_secs(1)) else {
+            continue;
+        };
+        let _ = dialer.set_nodelay(true);
+        let _ = acceptor.set_nodelay(true);
+        let clones = (
+            dialer.try_clone(),
+            acceptor.try_clone(),
+            dialer.try_clone(),
+            acceptor.try_clone(),
+        );
+        let (Ok(d1), Ok(a1), Ok(d2), Ok(a2)) = clones else {
+            continue;
+        };
+        {
+            // Checked again under the lock `cut` takes, so a link admitted while a cut runs
+            // is closed by it or refused here.
+            let mut connections = state.connections.lock().unwrap();
+            if state.blocked(from, to) {
+                continue;
+            }
+            connections.push((from, to, d2, a2));
+        }
+        state.forwarded.fetch_add(1, Ordering::Relaxed);
+        std::thread::spawn(move || pipe(dialer, a1));
+        std::thread::spawn(move || pipe(acceptor, d1));
+    }
+}
+
+/// Copies `from` to `to` until either side closes, then closes both.
+fn pipe(mut from: TcpStream, mut to: TcpStream) {
+    let mut buffer = vec![0u8; 64 * 1024];
+    loop {
+        match from.read(&mut buffer) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                if to.write_all(&buffer[..n]).is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    let _ = from.shutdown(Shutdown::Both);
+    let _ = to.shutdown(Shutdown::Both);
+}
+
+/// One sending task per partition: batches of `BATCH` messages named `p<partition>-<batch>-<i>`,
+/// one call at a time, recording only the batches the server acknowledged (a send reply, or
+/// an uncertain send the SDK resolved as committed).
+pub struct Producer {
+    acked: Arc<Vec<Mutex<Vec<String>>>>,
+    failures: Arc<Mutex<Vec<String>>>,
+    stop: Arc<AtomicBool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+const BATCH: usize = 5;
+/// Pause between one partition's batches.
+const PACE: Duration = Duration::from_millis(5);
+
+impl Producer {
+    pub fn start(client: Arc<IggyClient>, stream: u32, topic: u32, partitions: u32) -> Self {
+        let acked: Arc<Vec<Mutex<Vec<String>>>> =
+            Arc::new((0..partitions).map(|_| Mutex::default()).collect());
+        let failures: Arc<Mutex<Vec<String>>> = Arc::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        let tasks = (0..partitions)
+            .map(|partition| {
+                let (client, acked, failures, stop) = (
+                    client.clone(),
+                    acked.clone(),
+                    failures.clone(),
+                    stop.clone(),
+                );
+                tokio::spawn(async move {
+                    let (stream, topic) = (id(stream), id(topic));
+                    let mut batch_number = 0u32;
+                    while !stop.load(Ordering::SeqCst) {
+                        // Paced: the tests are about what survives, and a flat-out load on two
+                        // shared cores makes a rejoining replica's catch-up the whole test.
+                        tokio::time::sleep(PACE).await;
+                        let texts: Vec<String> = (0..BATCH)
+                            .map(|i| format!("p{partition}-{batch_number}-{i}"))
+                            .collect();
+                        batch_number += 1;
+                        let mut batch: Vec<IggyMessage> =
+                            texts.iter().map(|t| msg(t.clone())).collect();
+                        let sent = tokio::time::timeout(
+                            Duration::from_secs(40),
+                            client.send_messages(
+                                &stream,
+                                &topic,
+                                &Partitioning::partition_id(partition),
+                                &mut batch,
+                            ),
+                        )
+                        .await;
+                        let outcome = match sent {
+                            Ok(Ok(_)) => Ok(()),
+                            Ok(Err(IggyError::OperationUncertain(op))) => {
+                                // The lane stays closed until the outcome is proven.
+                                let deadline = std::time::Instant::now() + Duration::from_secs(30);
+                                match tokio::time::timeout(
+                                    Duration::from_secs(35),
+                                    client.resolve_operation(op, deadline),
+                                )
+                                .await
+                                {
+                                    Ok(Ok(())) => Ok(()),
+                                    Ok(Err(e)) => {
+                                        Err(format!("uncertain, resolved to {e} ({})", e.as_code()))
+                                    }
+                                    Err(_) => Err("resolve_operation hung".into()),
+                                }
+                            }
+                            Ok(Err(e)) => Err(format!("{e} ({})", e.as_code())),
+                            Err(_) => Err("send hung for 40 s".into()),
+                        };
+                        match outcome {
+                            Ok(()) => acked[partition as usize].lock().unwrap().extend(texts),
+                            Err(why) => failures
+                                .lock()
+                                .unwrap()
+                                .push(format!("p{partition} batch {}: {why}", batch_number - 1)),
+                        }
+                    }
+                })
+            })
+            .collect();
+        Producer {
+            acked,
+            failures,
+            stop,
+            tasks,
+        }
+    }
+
+    /// Acknowledged messages per partition so far.
+    pub fn counts(&self) -> Vec<usize> {
+        self.acked.iter().map(|p| p.lock().unwrap().len()).collect()
+    }
+
+    pub fn failures(&self) -> Vec<String> {
+        self.failures.lock().unwrap().clone()
+    }
+
+    /// Waits until every partition has `batches` more acknowledged batches than now.
+    pub async fn wait_progress(&self, what: &str, batches: usize, limit: Duration) {
+        let goal: Vec<usize> = self.counts().iter().map(|c| c + batches * BATCH).collect();
+        wait_until(
+            &format!("every partition acknowledges {batches} more batches ({what})"),
+            limit,
+            || {
+                self.counts()
+                    .iter()
+                    .zip(&goal)
+                    .all(|(c, g)| c >= g)
+                    .then_some(())
+            },
+            || {
+                format!(
+                    "acknowledged {:?}, goal {goal:?}, failures {:?}",
+                    self.counts(),
+                    self.failures()
+                )
+            },
+        )
+        .await
+    }
+
+    /// Stops sending (each task finishes its call in flight) and returns the acknowledged
+    /// messages per partition, in acknowledgement order.
+    pub async fn finish(self) -> Vec<Vec<String>> {
+        self.stop.store(true, Ordering::SeqCst);
+        for task in self.tasks {
+            within_for(Duration::from_secs(80), "the producer stops", task)
+                .await
+                .expect("producer task");
+        }
+        self.acked
+            .iter()
+            .map(|p| p.lock().unwrap().clone())
+            .collect()
+    }
+}
+
+/// Reads every partition from offset 0 and checks that each acknowledged message is there
+/// exactly once, in acknowledgement order, that offsets are contiguous and nothing is stored
+/// twice. Returns the messages read per partition.
+pub async fn assert_acknowledged_exactly_once(
+    client: &IggyClient,
+    stream: u32,
+    topic: u32,
+    acked: &[Vec<String>],
+) -> Vec<Vec<String>> {
+    let mut stored = Vec::new();
+    for (partition, acked) in acked.iter().enumerate() {
+        let mut texts = Vec::new();
+        loop {
+            let strategy = PollingStrategy::offset(texts.len() as u64);
+            let polled = within_for(
+                Duration::from_secs(35),
+                "poll_messages",
+                client.poll_messages(
+                    &id(stream),
+                    &id(topic),
+                    Some(partition as u32),
+                    &consumer("verifier"),
+                    &strategy,
+                    1000,
+                    false,
+                ),
+            )
+            .await;
+            let polled = ok(
+                &format!("poll partition {partition} at {}", texts.len()),
+                polled,
+            );
+            if polled.messages.is_empty() {
+                break;
+            }
+            let expected: Vec<u64> = (texts.len() as u64..).take(polled.messages.len()).collect();
+            assert_eq!(
+                offsets(&polled),
+                expected,
+                "partition {partition}: contiguous offsets"
+            );
+            texts.extend(payloads(&polled));
+        }
+        let mut positions: BTreeMap<&str, usize> = BTreeMap::new();
+        for (at, text) in texts.iter().enumerate() {
+            if let Some(first) = positions.insert(text, at) {
+                panic!(
+                    "partition {partition}: {text:?} is stored twice, at offsets {first} and {at}"
+                );
+            }
+        }
+        let mut previous = None;
+        for text in acked {
+            let at = *positions.get(text.as_str()).unwrap_or_else(|| {
+                panic!(
+                    "partition {partition}: acknowledged {text:?} is missing ({} stored, {} acknowledged)",
+                    texts.len(),
+                    acked.len()
+                )
+            });
+            assert!(
+                previous.is_none_or(|p| p < at),
+                "partition {partition}: acknowledged {text:?} at offset {at} is out of order"
+            );
+            previous = Some(at);
+        }
+        stored.push(texts);
+    }
+    stored
+}
+
+/// Creates stream "s" and topic "t" with `partitions` partitions through `client`; returns
+/// their ids and the partitions' group ids.
+async fn create_topic(client: &IggyClient, partitions: u32) -> (u32, u32, Vec<u64>) {
+    let (stream, topic) = create_stream_and_topic(client, "s", "t", partitions).await;
+    let groups = (0..partitions)
+        .map(|p| partition_group(stream.id, topic.id, p))
+        .collect();
+    (stream.id, topic.id, groups)
+}
+
+fn all_groups(partition_groups: &[u64]) -> Vec<u64> {
+    std::iter::once(METADATA_GROUP)
+        .chain(partition_groups.iter().copied())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sdk_on_one_node_creates_sends_and_polls_and_the_roster_shows_one_leader() {
+    let cluster = TestCluster::start(3);
+    let client = cluster.root_client(0).await;
+    let (stream, topic, groups) = create_topic(&client, 3).await;
+    const N: usize = 30;
+    for partition in 0..3u32 {
+        for chunk in 0..3 {
+            let texts: Vec<IggyMessage> = (0..N / 3)
+                .map(|i| msg(format!("p{partition}-{}", chunk * N / 3 + i)))
+                .collect();
+            send_to_partition(&client, &id(stream), &id(topic), partition, texts).await;
+        }
+    }
+    for partition in 0..3u32 {
+        let polled = poll(
+            &client,
+            &id(stream),
+            &id(topic),
+            partition,
+            &consumer("reader"),
+            PollingStrategy::first(),
+            1000,
+            false,
+        )
+        .await;
+        let want: Vec<String> = (0..N).map(|i| format!("p{partition}-{i}")).collect();
+        assert_eq!(payloads(&polled), want, "partition {partition}");
+        assert_eq!(offsets(&polled), (0..N as u64).collect::<Vec<_>>());
+    }
+
+    let metadata = ok(
+        "get_cluster_metadata",
+        within("roster", client.get_cluster_metadata()).await,
+    );
+    assert_eq!(metadata.name, CLUSTER_NAME, "{metadata:?}");
+    let ids: BTreeSet<u8> = metadata.nodes.iter().map(|n| n.replica_id).collect();
+    assert_eq!(ids, BTreeSet::from([0, 1, 2]), "{metadata:?}");
+    for node in &metadata.nodes {
+        let i = usize::from(node.replica_id);
+        let advertised = format!("{}:{}", node.ip, node.endpoints.tcp);
+        assert_eq!(
+            advertised,
+            cluster.address(i),
+            "node {i}'s tcp endpoint: {metadata:?}"
+        );
+    }
+    let leaders: Vec<u8> = metadata
+        .nodes
+        .iter()
+        .filter(|n| n.role == ClusterNodeRole::Leader)
+        .map(|n| n.replica_id)
+        .collect();
+    assert_eq!(leaders.len(), 1, "exactly one Leader: {metadata:?}");
+    let (primary, _) = cluster
+        .primary(METADATA_GROUP)
+        .expect("a metadata primary in the logs");
+    assert_eq!(
+        leaders[0], primary,
+        "the Leader is the metadata primary the nodes log"
+    );
+
+    // Every node tells the same roster and Leader, whichever one a client asks.
+    for i in 1..3 {
+        let other = cluster.root_client(i).await;
+        let theirs = ok(
+            "get_cluster_metadata",
+            within("roster", other.get_cluster_metadata()).await,
+        );
+        let leader = theirs
+            .nodes
+            .iter()
+            .filter(|n| n.role == ClusterNodeRole::Leader);
+        assert_eq!(
+            leader.map(|n| n.replica_id).collect::<Vec<_>>(),
+            leaders,
+            "node {i}: {theirs:?}"
+        );
+    }
+
+    // Partition primaries follow their creation view, so three partitions use all three nodes.
+    let primaries: BTreeSet<u8> = groups
+        .iter()
+        .map(|&g| {
+            cluster
+                .primary(g)
+                .unwrap_or_else(|| panic!("{}", cluster.describe(g)))
+                .0
+        })
+        .collect();
+    assert_eq!(
+        primaries,
+        BTreeSet::from([0, 1, 2]),
+        "partition primaries spread over the nodes"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill9_of_the_metadata_primary_and_a_partition_primary_loses_no_acknowledged_message() {
+    let mut cluster = TestCluster::start(3);
+    let client = Arc::new(cluster.root_client(0).await);
+    let (stream, topic, partition_groups) = create_topic(&client, 3).await;
+    let groups = all_groups(&partition_groups);
+    let producer = Producer::start(client.clone(), stream, topic, 3);
+    producer
+        .wait_progress("before any crash", 4, Duration::from_secs(20))
+        .await;
+
+    let (metadata_primary, view) = cluster.primary(METADATA_GROUP).expect("a metadata primary");
+    let victim = usize::from(metadata_primary);
+    let metadata_victim = victim;
+    cluster.kill9(victim);
+    cluster.wait_new_primary(METADATA_GROUP, victim, view).await;
+    producer
+        .wait_progress("metadata primary killed", 4, Duration::from_secs(45))
+        .await;
+    cluster.restart(victim);
+    cluster.wait_normal(victim, &groups).await;
+
+    // Now a partition primary, preferably one that does not lead the metadata group.
+    let (metadata_primary, _) = cluster.primary(METADATA_GROUP).expect("a metadata primary");
+    let partition_primaries: Vec<(u64, u8, u32)> = partition_groups
+        .iter()
+        .map(|&g| {
+            let (primary, view) = cluster.primary(g).expect("a partition primary");
+            (g, primary, view)
+        })
+        .collect();
+    let &(group, primary, view) = partition_primaries
+        .iter()
+        .find(|(_, primary, _)| *primary != metadata_primary)
+        .unwrap_or(&partition_primaries[0]);
+    let victim = usize::from(primary);
+    cluster.kill9(victim);
+    cluster.wait_new_primary(group, victim, view).await;
+    producer
+        .wait_progress("partition primary killed", 4, Duration::from_secs(45))
+        .await;
+    cluster.restart(victim);
+    cluster.wait_normal(victim, &groups).await;
+    producer
+        .wait_progress("after both restarts", 4, Duration::from_secs(30))
+        .await;
+
+    let failures = producer.failures();
+    let acked = producer.finish().await;
+    let reader = cluster.root_client(0).await;
+    let stored = assert_acknowledged_exactly_once(&reader, stream, topic, &acked).await;
+    eprintln!(
+        "killed node {metadata_victim} (metadata primary), then node {victim} (primary of group \
+         {group:#x}); acknowledged {:?}, stored {:?}, failed sends {failures:?}",
+        acked.iter().map(Vec::len).collect::<Vec<_>>(),
+        stored.iter().map(Vec::len).collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_stopped_past_the_heartbeat_timeout_steps_down_and_rejoins() {
+    let cluster = TestCluster::start(3);
+    let client = Arc::new(cluster.root_client(0).await);
+    let (stream, topic, partition_groups) = create_topic(&client, 3).await;
+    let groups = all_groups(&partition_groups);
+    let producer = Producer::start(client.clone(), stream, topic, 3);
+    producer
+        .wait_progress("before the pause", 4, Duration::from_secs(20))
+        .await;
+
+    let (primary, view) = cluster.primary(METADATA_GROUP).expect("a metadata primary");
+    let paused = usize::from(primary);
+    let stopped_at = Instant::now();
+    cluster.pause(paused);
+    let successor = cluster.wait_new_primary(METADATA_GROUP, paused, view).await;
+    producer
+        .wait_progress(
+            "while the old primary is stopped",
+            4,
+            Duration::from_secs(45),
+        )
+        .await;
+    assert!(
+        stopped_at.elapsed() > Duration::from_secs(2),
+        "stopped longer than the heartbeat timeout"
+    );
+    cluster.resume(paused);
+
+    // It learns the new view, follows it, and leads nothing it lost.
+    wait_until(
+        &format!("node {paused} follows primary {successor} in the metadata group"),
+        Duration::from_secs(30),
+        || {
+            cluster
+                .role(paused, METADATA_GROUP)
+                .filter(|r| r.normal && r.view > view && r.primary != primary)
+                .map(|_| ())
+        },
+        || cluster.describe(METADATA_GROUP),
+    )
+    .await;
+    cluster.wait_normal(paused, &groups).await;
+    producer
+        .wait_progress("after the old primary rejoined", 4, Duration::from_secs(30))
+        .await;
+
+    let acked = producer.finish().await;
+    let reader = cluster.root_client(successor.into()).await;
+    assert_acknowledged_exactly_once(&reader, stream, topic, &acked).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_cut_off_from_its_peers_is_replaced_and_rejoins_when_healed() {
+    let cluster = TestCluster::start(3);
+    let client = Arc::new(cluster.root_client(0).await);
+    let (stream, topic, partition_groups) = create_topic(&client, 3).await;
+    let groups = all_groups(&partition_groups);
+    let producer = Producer::start(client.clone(), stream, topic, 3);
+    producer
+        .wait_progress("before the cut", 4, Duration::from_secs(20))
+        .await;
+
+    let (primary, view) = cluster.primary(METADATA_GROUP).expect("a metadata primary");
+    let isolated = usize::from(primary);
+    cluster.cut(isolated);
+    let successor = cluster
+        .wait_new_primary(METADATA_GROUP, isolated, view)
+        .await;
+    producer
+        .wait_progress(
+            "while the old primary is cut off",
+            4,
+            Duration::from_secs(50),
+        )
+        .await;
+    let log = current_start(&cluster.node(isolated).log()).to_string();
+    assert!(
+        log.contains("closed"),
+        "node {isolated} logs its links closing:\n{log}"
+    );
+
+    let forwarded = cluster.proxy.forwarded();
+    cluster.heal(isolated);
+    wait_until(
+        &format!("node {isolated} follows primary {successor} after the heal"),
+        Duration::from_secs(30),
+        || {
+            cluster
+                .role(isolated, METADATA_GROUP)
+                .filter(|r| r.normal && r.view > view && r.primary == successor)
+                .map(|_| ())
+        },
+        || cluster.describe(METADATA_GROUP),
+    )
+    .await;
+    assert!(
+        cluster.proxy.forwarded() > forwarded,
+        "the healed links were dialed again"
+    );
+    cluster.wait_normal(isolated, &groups).await;
+    producer
+        .wait_progress("after the heal", 4, Duration::from_secs(30))
+        .await;
+
+    let acked = producer.finish().await;
+    let reader = cluster.root_client(successor.into()).await;
+    assert_acknowledged_exactly_once(&reader, stream, topic, &acked).await;
+    // The node that was away holds the same log as the others once it caught up.
+    cluster.wait_identical_segments(3).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_the_load_stops_every_replica_holds_byte_identical_segments() {
+    let mut cluster = TestCluster::start(3);
+    let client = Arc::new(cluster.root_client(0).await);
+    let (stream, topic, partition_groups) = create_topic(&client, 3).await;
+    let groups = all_groups(&partition_groups);
+    let producer = Producer::start(client.clone(), stream, topic, 3);
+    producer
+        .wait_progress("first load", 6, Duration::from_secs(20))
+        .await;
+    // A backup misses part of the load and must catch up.
+    let (primary, _) = cluster.primary(METADATA_GROUP).expect("a metadata primary");
+    let backup = (usize::from(primary) + 1) % cluster.len();
+    cluster.kill9(backup);
+    producer
+        .wait_progress("one backup down", 6, Duration::from_secs(45))
+        .await;
+    cluster.restart(backup);
+    cluster.wait_normal(backup, &groups).await;
+    producer
+        .wait_progress("all up again", 6, Duration::from_secs(30))
+        .await;
+    let acked = producer.finish().await;
+    let stored = assert_acknowledged_exactly_once(&client, stream, topic, &acked).await;
+
+    let segments = cluster.wait_identical_segments(3).await;
+    let total: usize = segments.values().map(Vec::len).sum();
+    // Each stored message's payload is in the segments, so they are not empty placeholders.
+    let payload_bytes: usize = stored.iter().flatten().map(String::len).sum();
+    assert!(
+        total > payload_bytes,
+        "segments hold {total} bytes for {payload_bytes} payload bytes"
+    );
+    for partition in 0..3u32 {
+        let dir_holds = segments.keys().any(|p| {
+            p.components()
+                .any(|c| c.as_os_str() == partition.to_string().as_str())
+        });
+        assert!(
+            dir_holds,
+            "a segment of partition {partition} among {:?}",
+            segments.keys()
+        );
+    }
+}
+
+/// A `ReplicaHello` from replica `from` to replica `target` of `CLUSTER_NAME`, with this
+/// build's identity changed by `change`, sealed as the spec says.
+fn hello(
+    from: u8,
+    target: u8,
+    change: impl FnOnce(&mut iggy_generated::frames::ReplicaIdentity),
+) -> [u8; 256] {
+    use iggy_generated::frames::{Command, ReplicaHelloHeader, ReplicaIdentity};
+    use iggy_generated::protocol;
+    fn padded<const N: usize>(text: &str) -> [u8; N] {
+        let mut out = [0u8; N];
+        out[..text.len()].copy_from_slice(text.as_bytes());
+        out
+    }
+    let mut identity = ReplicaIdentity {
+        protocol_version: protocol::CURRENT.packed(),
+        snapshot_format: protocol::SNAPSHOT_FORMAT,
+        release: padded(&format!(
+            "{}/{}",
+            protocol::RELEASE_NAME,
+            protocol::RELEASE_VERSION
+        )),
+        storage_marker: padded(protocol::STORAGE_MARKER),
+    };
+    change(&mut identity);
+    let low = twox_hash::XxHash3_64::oneshot_with_seed(0, CLUSTER_NAME.as_bytes());
+    let high = twox_hash::XxHash3_64::oneshot_with_seed(1, CLUSTER_NAME.as_bytes());
+    let mut frame = ReplicaHelloHeader {
+        cluster: (u128::from(high) << 64) | u128::from(low),
+        size: 256,
+        command: Command::ReplicaHello,
+        replica: from,
+        target,
+        identity,
+        ..Default::default()
+    }
+    .to_bytes();
+    seal(&mut frame);
+    frame
+}
+
+/// XxHash3-64 of bytes 16..256, widened, in bytes 0..16.
+fn seal(frame: &mut [u8; 256]) {
+    let checksum = u128::from(twox_hash::XxHash3_64::oneshot(&frame[16..]));
+    frame[..16].copy_from_slice(&checksum.to_le_bytes());
+}
+
+/// Sends `hello` to `address` and returns the sealed challenge it is answered with, after
+/// checking the connection is closed behind it.
+fn challenge_for(
+    address: SocketAddr,
+    hello: &[u8; 256],
+) -> iggy_generated::frames::ReplicaChallengeHeader {
+    let mut stream = TcpStream::connect_timeout(&address, Duration::from_secs(2))
+        .expect("connect to the replica port");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    stream.write_all(hello).expect("send the hello");
+    let mut answer = [0u8; 256];
+    stream.read_exact(&mut answer).expect("a 256-byte answer");
+    let mut resealed = answer;
+    seal(&mut resealed);
+    assert_eq!(resealed, answer, "the challenge is sealed");
+    let mut rest = Vec::new();
+    let closed = stream.read_to_end(&mut rest);
+    assert!(
+        matches!(closed, Ok(0)) || closed.is_err(),
+        "closed after a refusal, got {rest:?}"
+    );
+    iggy_generated::frames::ReplicaChallengeHeader::decode_fixed(&answer).expect("a challenge")
+}
+
+fn stripped_copy(dir: &Path) -> PathBuf {
+    let copy = dir.join("iggy-server-stripped");
+    let out = std::process::Command::new("strip")
+        .arg("-o")
+        .arg(&copy)
+        .arg(server_binary())
+        .output()
+        .expect("run strip");
+    assert!(
+        out.status.success(),
+        "strip: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    copy
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peers_are_admitted_by_declared_identity_and_a_foreign_release_or_storage_is_refused() {
+    use iggy_generated::frames::{Command, ReplicaHandshakeStatus};
+    // Node 2 runs a stripped copy: other bytes, the same release. It is admitted.
+    let scratch = tempfile::tempdir().unwrap();
+    let stripped = stripped_copy(scratch.path());
+    assert_ne!(
+        std::fs::metadata(&stripped).unwrap().len(),
+        std::fs::metadata(server_binary()).unwrap().len(),
+        "the copy differs from the build"
+    );
+    let options = ClusterOptions {
+        binaries: BTreeMap::from([(2, stripped)]),
+        ..Default::default()
+    };
+    let cluster = TestCluster::start_with(3, options);
+    wait_until(
+        "node 2 admits both peers",
+        Duration::from_secs(20),
+        || {
+            let log = cluster.node(2).log();
+            (log.contains("replica 2: link with replica 0 admitted")
+                && log.contains("replica 2: link with replica 1 admitted"))
+            .then_some(())
+        },
+        || cluster.node(2).log(),
+    )
+    .await;
+    cluster.wait_normal(2, &[METADATA_GROUP]).await;
+
+    let target = cluster.replica_address(2);
+    let refusals = [
+        (
+            "storage_marker",
+            ReplicaHandshakeStatus::StorageFormatMismatch,
+            "IGGY-OWNERSHIP-HISTORY-4",
+        ),
+        (
+            "release",
+            ReplicaHandshakeStatus::ReleaseMismatch,
+            "iggy-rs/0.0.9",
+        ),
+    ];
+    for (field, status, foreign) in refusals {
+        let frame = hello(1, 2, |identity| match field {
+            "release" => {
+                identity.release = [0; 20];
+                identity.release[..foreign.len()].copy_from_slice(foreign.as_bytes());
+            }
+            _ => {
+                identity.storage_marker = [0; 32];
+                identity.storage_marker[..foreign.len()].copy_from_slice(foreign.as_bytes());
+            }
+        });
+        let challenge = tokio::task::block_in_place(|| challenge_for(target, &frame));
+        assert_eq!(challenge.command, Command::ReplicaChallenge);
+        assert_eq!(challenge.replica, 2, "the acceptor names itself");
+        assert_eq!(challenge.status, status, "a peer with {field} {foreign:?}");
+        let log = wait_until(
+            &format!("node 2 logs the refused `{field}`"),
+            Duration::from_secs(10),
+            || {
+                let log = cluster.node(2).log();
+                log.lines()
+                    .any(|l| l.contains(&format!("`{field}`")) && l.contains(foreign))
+                    .then_some(log)
+            },
+            || cluster.node(2).log(),
+        )
+        .await;
+        assert!(log.contains("peer refused"), "{log}");
+    }
+
+    // The real peers are unaffected: the cluster still serves.
+    let client = cluster.root_client(2).await;
+    let (stream, topic, _) = create_topic(&client, 1).await;
+    send_to_partition(&client, &id(stream), &id(topic), 0, msgs("after", 3)).await;
+}
