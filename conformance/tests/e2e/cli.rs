@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 const CLI_VERSION: &str = "iggy-cli 0.14.1-edge.2";
 
 /// The CLI binary: `IGGY_CLI_BIN`, else `iggy` on the PATH, else cargo's bin directory.
-fn cli_binary() -> PathBuf {
+pub(crate) fn cli_binary() -> PathBuf {
     if let Some(path) = std::env::var_os("IGGY_CLI_BIN") {
         return PathBuf::from(path);
     }
@@ -37,7 +37,7 @@ fn cli_binary() -> PathBuf {
 }
 
 /// Runs the CLI with `transport` arguments and `args`; its stdout (it must succeed).
-fn cli(transport: &[String], args: &[&str]) -> String {
+pub(crate) fn cli(transport: &[String], args: &[&str]) -> String {
     let out = Command::new(cli_binary())
         .args(transport)
         .args(["-u", ROOT_USER, "-p", ROOT_PASSWORD])

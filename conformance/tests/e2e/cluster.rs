@@ -1240,3 +1240,74 @@ async fn peers_are_admitted_by_declared_identity_and_a_foreign_release_or_storag
     let (stream, topic, _) = create_topic(&client, 1).await;
     send_to_partition(&client, &id(stream), &id(topic), 0, msgs("after", 3)).await;
 }
+
+/// The official CLI (`iggy-cli 0.14.1-edge.2`), given a different node for each command: the
+/// roster lists the three replicas with one Leader, and stream, topic and message commands work
+/// whichever node it is pointed at (a backup forwards the login; writes go to the primaries the
+/// roster and routes name).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_cli_works_whichever_node_it_is_given() {
+    use crate::cli::cli;
+    let cluster = TestCluster::start(3);
+    // Every node knows the root user (created by the first primary, replicated) once the SDK
+    // can sign in there.
+    for node in 0..3 {
+        let _ = cluster.root_client(node).await;
+    }
+    let on = |node: usize| vec!["--tcp-server-address".to_string(), cluster.address(node)];
+    let roster = cli(&on(0), &["cluster", "metadata"]);
+    let rows: Vec<&str> = roster
+        .lines()
+        .filter(|line| line.starts_with("| ") && !line.contains("Replica ID"))
+        .collect();
+    assert_eq!(rows.len(), 3, "{roster}");
+    for (row, id) in rows.iter().zip(0..) {
+        assert!(row.starts_with(&format!("| {id} ")), "{roster}");
+    }
+    assert_eq!(
+        rows.iter().filter(|row| row.contains("leader")).count(),
+        1,
+        "{roster}"
+    );
+    cli(&on(1), &["stream", "create", "cli-cluster"]);
+    cli(
+        &on(2),
+        &["topic", "create", "cli-cluster", "t", "3", "none"],
+    );
+    for partition in 0..3 {
+        let text = format!("via-node-{partition}");
+        let partition = partition.to_string();
+        cli(
+            &on(0),
+            &[
+                "message",
+                "send",
+                "--partition-id",
+                &partition,
+                "cli-cluster",
+                "t",
+                &text,
+            ],
+        );
+    }
+    for partition in 0..3 {
+        let polled = cli(
+            &on(2 - partition),
+            &[
+                "message",
+                "poll",
+                "--message-count",
+                "10",
+                "--first",
+                "cli-cluster",
+                "t",
+                &partition.to_string(),
+            ],
+        );
+        assert!(
+            polled.contains(&format!("via-node-{partition}")),
+            "partition {partition} through node {}:\n{polled}",
+            2 - partition
+        );
+    }
+}

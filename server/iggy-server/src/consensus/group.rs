@@ -305,6 +305,8 @@ pub struct Group<J: Journal, S: StateMachine> {
     last_prepare: Option<((u32, u64, u64, u64), Bytes)>,
     /// The highest commit this replica announced to its backups as primary.
     announced: u64,
+    /// The role last written to the log (cluster groups log each change).
+    logged_role: Option<super::figures::GroupRole>,
 }
 
 /// Ticks a forwarded register waits for the primary's verdict (5 s at the 50 ms tick).
@@ -392,6 +394,7 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                 << 32,
             last_prepare: None,
             announced: 0,
+            logged_role: None,
         };
         group.drive().await;
         group.core.release_applied_bodies();
@@ -877,11 +880,12 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
             }
         }
         self.announce_commit();
-        let before = self.figures.role();
         self.figures.publish(self.core.replica());
         if let Some(peers) = &self.peers {
             let (role, replica) = (self.figures.role(), self.core.replica());
-            if role != before {
+            // The first role is logged too: operators (and the cluster tests) read every
+            // group's role from these lines.
+            if self.logged_role.replace(role) != Some(role) {
                 tracing::info!(
                     "group {:#x}: replica {} is {:?} in view {} (primary {}), op {}, commit {}",
                     peers.frames.group,
