@@ -45,17 +45,8 @@ pub struct Entry {
 impl Entry {
     /// Builds an entry and seals it with its checksum.
     pub fn new(op: u64, view: u32, client: u128, request: u64, operation: u8, body: Bytes) -> Self {
-        let mut entry = Entry {
-            op,
-            view,
-            client,
-            request,
-            operation,
-            body,
-            checksum: 0,
-        };
-        entry.checksum = entry.compute_checksum();
-        entry
+        let body_hash = twox_hash::XxHash3_64::oneshot(&body);
+        Entry::with_body_hash(op, view, client, request, operation, body, body_hash)
     }
 
     /// [`Entry::new`] for a body whose XxHash3-64 the caller already verified (a replica frame's
