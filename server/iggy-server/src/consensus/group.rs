@@ -13,6 +13,7 @@
 //! acknowledges, or goes on accepting, after its disk failed.
 
 use crate::consensus::figures::{GroupFigures, GroupKind, checkpoint_taken};
+use crate::consensus::group_plane::{GroupPlane, Wake};
 use crate::consensus::plane::Peers;
 use crate::consensus::replica_bus::Inbound;
 use bytes::Bytes;
@@ -20,8 +21,7 @@ use futures_channel::{mpsc, oneshot};
 use futures_util::StreamExt;
 use iggy_vsr::group::{CheckpointPolicy, GroupCore, Pending, Step};
 pub use iggy_vsr::group::{Durability, Outcome};
-use iggy_vsr::{Config, Entry, Message, Refusal, ViewState};
-use std::collections::HashMap;
+use iggy_vsr::{Config, Entry, Refusal, ViewState};
 
 /// Where a group's prepares are journaled. A failed write or fsync stops the process.
 pub trait Journal {
@@ -294,23 +294,9 @@ pub struct Group<J: Journal, S: StateMachine> {
     figures: std::sync::Arc<GroupFigures>,
     /// The view state's slots, beside the checkpoint's.
     view: Option<super::view_file::ViewFile>,
-    /// The group's peers in a cluster; `None` in a group of one.
-    peers: Option<Peers>,
-    /// Ticks since the group opened (the replica's clock).
-    ticks: u64,
-    /// Registers forwarded to the primary, by nonce: who waits, and the tick it gives up at.
-    forwarded: HashMap<u128, (oneshot::Sender<Outcome>, u64)>,
-    next_nonce: u128,
-    /// The last prepare frame sent, by (view, commit, op, entry checksum).
-    last_prepare: Option<((u32, u64, u64, u64), Bytes)>,
-    /// The highest commit this replica announced to its backups as primary.
-    announced: u64,
-    /// The role last written to the log (cluster groups log each change).
-    logged_role: Option<super::figures::GroupRole>,
+    /// The group's part in the replica plane, in a cluster; `None` in a group of one.
+    plane: Option<GroupPlane>,
 }
-
-/// Ticks a forwarded register waits for the primary's verdict (5 s at the 50 ms tick).
-const FORWARD_TIMEOUT_TICKS: u64 = 100;
 
 impl<J: Journal, S: StateMachine> Group<J, S> {
     /// Opens the group over its recovered journal prefix and replays it into `state`.
@@ -347,7 +333,8 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
             }
             None => (ViewState::default(), None),
         };
-        let created_view = peers.as_ref().and_then(|peers| peers.created_view);
+        let plane = peers.map(GroupPlane::new);
+        let created_view = plane.as_ref().and_then(GroupPlane::created_view);
         let core = match created_view {
             Some(view) if checkpoint.is_none() && entries.is_empty() && view_state.view == 0 => {
                 GroupCore::format_in_view(config, view, durability, implicit_register, policy)
@@ -384,17 +371,7 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
             slots: checkpointing.map(|c| c.slots),
             figures: Default::default(),
             view,
-            peers,
-            ticks: 0,
-            forwarded: HashMap::new(),
-            // Per process: a verdict meant for a forward of an earlier run never matches.
-            next_nonce: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |since| since.as_nanos())
-                << 32,
-            last_prepare: None,
-            announced: 0,
-            logged_role: None,
+            plane,
         };
         group.drive().await;
         group.core.release_applied_bodies();
@@ -453,9 +430,8 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
     }
 
     async fn run(mut self, mut jobs: mpsc::UnboundedReceiver<Job<S::Read>>) {
-        let mut next_tick = std::time::Instant::now();
         let stopped = 'run: loop {
-            let Some(mut job) = self.next_job(&mut jobs, &mut next_tick).await else {
+            let Some(mut job) = self.next_job(&mut jobs).await else {
                 break None;
             };
             // Group commit: take everything already queued before driving the journal.
@@ -466,9 +442,9 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                 }
                 match jobs.try_recv() {
                     Ok(next) => job = next,
-                    Err(_) => match self.peers.as_mut().map(|p| p.inbound.try_recv()) {
-                        Some(Ok(frame)) => job = Job::Peer(frame),
-                        _ => break,
+                    Err(_) => match self.plane.as_mut().and_then(GroupPlane::waiting_frame) {
+                        Some(frame) => job = Job::Peer(frame),
+                        None => break,
                     },
                 }
             }
@@ -489,42 +465,25 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
     async fn next_job(
         &mut self,
         jobs: &mut mpsc::UnboundedReceiver<Job<S::Read>>,
-        next_tick: &mut std::time::Instant,
     ) -> Option<Job<S::Read>> {
         use futures_util::future::{Either, select};
-        let Some(peers) = self.peers.as_mut() else {
+        let Some(plane) = self.plane.as_mut() else {
             return jobs.next().await;
         };
-        enum Woken<J> {
-            Job(Option<J>),
-            Frame(Option<Inbound>),
-            Tick,
-        }
         let woken = {
-            let tick = std::pin::pin!(compio::time::sleep_until(*next_tick));
-            let peer = std::pin::pin!(peers.inbound.next());
-            match select(jobs.next(), select(peer, tick)).await {
-                Either::Left((job, _)) => Woken::Job(job),
-                Either::Right((Either::Left((frame, _)), _)) => Woken::Frame(frame),
-                Either::Right((Either::Right(((), _)), _)) => Woken::Tick,
+            let outside = std::pin::pin!(plane.wait());
+            match select(jobs.next(), outside).await {
+                Either::Left((job, _)) => return job,
+                Either::Right((woken, _)) => woken,
             }
         };
         match woken {
-            Woken::Job(job) => job,
-            Woken::Frame(Some(frame)) => Some(Job::Peer(frame)),
-            // The bus is gone (the node is stopping): go on serving the node's jobs.
-            Woken::Frame(None) => {
-                self.peers = None;
+            Wake::Frame(frame) => Some(Job::Peer(frame)),
+            Wake::Tick => Some(Job::Tick),
+            // The node is stopping: go on serving its jobs.
+            Wake::Gone => {
+                self.plane = None;
                 jobs.next().await
-            }
-            Woken::Tick => {
-                *next_tick += peers.tick;
-                // A group that fell behind (a long fsync) takes one tick, not a burst.
-                let now = std::time::Instant::now();
-                if *next_tick < now {
-                    *next_tick = now + peers.tick;
-                }
-                Some(Job::Tick)
             }
         }
     }
@@ -574,19 +533,8 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                 let _ = done.send(self.core.clients());
             }
             Job::Tick => {
-                self.ticks += 1;
-                self.core.on_tick(self.ticks);
-                let now = self.ticks;
-                let expired: Vec<u128> = self
-                    .forwarded
-                    .iter()
-                    .filter(|(_, (_, deadline))| *deadline <= now)
-                    .map(|(nonce, _)| *nonce)
-                    .collect();
-                for nonce in expired {
-                    if let Some((done, _)) = self.forwarded.remove(&nonce) {
-                        let _ = done.send(Outcome::Refused(Refusal::Busy));
-                    }
+                if let Some(plane) = &mut self.plane {
+                    plane.tick(&mut self.core);
                 }
             }
             Job::Register {
@@ -596,189 +544,29 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                 done,
             } => {
                 self.drive().await;
-                self.register(client, user_id, record, done);
-            }
-            Job::Peer(frame) if super::forward::is_forward(frame.command) => {
-                self.on_forward(frame);
-            }
-            Job::Peer(frame) => {
-                let Some(peers) = &self.peers else {
-                    return None;
-                };
-                match super::replica_codec::decode(&peers.frames, &frame) {
-                    Ok(message) => self.core.on_message(frame.from, message),
-                    // Checked frames from an admitted peer: a mismatch here is a stale
-                    // partition incarnation or a bug, never worth the link.
-                    Err(error) => tracing::warn!(
-                        "group {:#x}: frame {:?} from replica {}: {error}",
-                        peers.frames.group,
-                        frame.command,
-                        frame.from
-                    ),
-                }
-            }
-        }
-        None
-    }
-
-    /// A primary tells its backups about a commit at once instead of at its next prepare or
-    /// heartbeat (up to `commit_broadcast_interval` later): backups apply metadata ops (a
-    /// new partition's group, a session a client binds next) and serve reads sooner. The
-    /// message is the replica's own heartbeat, sent only in a view already durable here.
-    fn announce_commit(&mut self) {
-        let Some(peers) = &self.peers else {
-            return;
-        };
-        let replica = self.core.replica();
-        let (view, commit) = (replica.view(), replica.commit_max());
-        let leads = replica.status() == iggy_vsr::Status::Normal && replica.is_primary();
-        if !leads || replica.persisted_view_state().view != view || commit <= self.announced {
-            return;
-        }
-        self.announced = commit;
-        let announce = Message::Commit {
-            view,
-            commit,
-            checkpoint_safe: replica.checkpoint_safe(),
-        };
-        let frame = super::replica_codec::encode(&peers.frames, &announce);
-        for peer in (0..replica.config().replica_count).filter(|p| *p != replica.replica()) {
-            let _ = peers.bus.send(peer, frame.clone());
-        }
-    }
-
-    /// A register: committed here by the primary (or a group of one), forwarded by a backup
-    /// in normal status, refused for now (a transient refusal) during a view change.
-    fn register(
-        &mut self,
-        client: u128,
-        user_id: u32,
-        record: Bytes,
-        done: oneshot::Sender<Outcome>,
-    ) {
-        let replica = self.core.replica();
-        let leads = replica.status() == iggy_vsr::Status::Normal && replica.is_primary();
-        let primary = replica.primary_of(replica.view());
-        let view = replica.view();
-        match &self.peers {
-            Some(peers) if !leads => {
-                if replica.status() != iggy_vsr::Status::Normal {
-                    let _ = done.send(Outcome::Refused(Refusal::Busy));
-                    return;
-                }
-                self.next_nonce += 1;
-                let nonce = self.next_nonce;
-                let forward = super::forward::Forward::Register {
-                    client,
-                    nonce,
-                    user_id,
-                    record,
-                };
-                let frame = super::forward::encode(&peers.frames, view, &forward);
-                if peers.bus.send(primary, frame).is_err() {
-                    let _ = done.send(Outcome::Refused(Refusal::Busy));
-                    return;
-                }
-                self.forwarded
-                    .insert(nonce, (done, self.ticks + FORWARD_TIMEOUT_TICKS));
-            }
-            _ => self.core.submit(Pending {
-                client,
-                request: 0,
-                operation: iggy_vsr::OPERATION_REGISTER,
-                body: record,
-                waiter: done,
-            }),
-        }
-    }
-
-    /// A forwarding frame: a backup's register to commit (as primary), or the primary's
-    /// verdict on one this replica forwarded.
-    fn on_forward(&mut self, frame: Inbound) {
-        use super::forward::{Forward, decode, encode};
-        use iggy_generated::frames::ForwardRegisterOutcome;
-        let Some(peers) = &self.peers else {
-            return;
-        };
-        let forward = match decode(&frame) {
-            Ok(forward) => forward,
-            Err(error) => {
-                return tracing::warn!(
-                    "forward {:?} from replica {}: {error}",
-                    frame.command,
-                    frame.from
-                );
-            }
-        };
-        match forward {
-            Forward::Register {
-                client,
-                nonce,
-                user_id: _,
-                record,
-            } => {
-                let replica = self.core.replica();
-                let view = replica.view();
-                let (bus, frames, backup) = (peers.bus.clone(), peers.frames, frame.from);
-                let verdict = move |session, outcome| {
-                    let result = Forward::RegisterResult {
-                        nonce,
-                        client,
-                        session,
-                        outcome,
-                    };
-                    let _ = bus.send(backup, encode(&frames, view, &result));
-                };
-                if replica.status() != iggy_vsr::Status::Normal || !replica.is_primary() {
-                    return verdict(0, ForwardRegisterOutcome::NotPrimary);
-                }
-                let (waiter, answer) = oneshot::channel();
-                self.core.submit(Pending {
+                let pending = Pending {
                     client,
                     request: 0,
                     operation: iggy_vsr::OPERATION_REGISTER,
                     body: record,
-                    waiter,
-                });
-                compio::runtime::spawn(async move {
-                    match answer.await {
-                        Ok(Outcome::Committed { op, .. }) => {
-                            verdict(op, ForwardRegisterOutcome::Ok)
-                        }
-                        Ok(Outcome::Refused(Refusal::NotPrimary { .. })) => {
-                            verdict(0, ForwardRegisterOutcome::NotPrimary)
-                        }
-                        Ok(Outcome::Refused(_)) => verdict(0, ForwardRegisterOutcome::PipelineFull),
-                        Ok(Outcome::Failed) | Err(_) => {
-                            verdict(0, ForwardRegisterOutcome::Canceled)
-                        }
-                    }
-                })
-                .detach();
+                    waiter: done,
+                };
+                // A backup of a cluster forwards it to the primary.
+                let pending = match &mut self.plane {
+                    Some(plane) => plane.forward_register(self.core.replica(), pending, user_id),
+                    None => Some(pending),
+                };
+                if let Some(pending) = pending {
+                    self.core.submit(pending);
+                }
             }
-            Forward::RegisterResult {
-                nonce,
-                session,
-                outcome,
-                ..
-            } => {
-                let Some((done, _)) = self.forwarded.remove(&nonce) else {
-                    return;
-                };
-                let outcome = match outcome {
-                    ForwardRegisterOutcome::Ok => Outcome::Committed {
-                        op: session,
-                        reply: Bytes::copy_from_slice(&session.to_le_bytes()),
-                    },
-                    ForwardRegisterOutcome::Unauthenticated => {
-                        Outcome::Refused(Refusal::SessionUnknown)
-                    }
-                    // The primary moved or is busy: the client tries again.
-                    _ => Outcome::Refused(Refusal::Busy),
-                };
-                let _ = done.send(outcome);
+            Job::Peer(frame) => {
+                if let Some(plane) = &mut self.plane {
+                    plane.on_frame(&mut self.core, frame);
+                }
             }
         }
+        None
     }
 
     /// Carries out the core's steps until it has nothing left to do.
@@ -838,38 +626,8 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                     }
                     self.core.view_persisted(state);
                 }
-                Step::Send { to, message } => match &self.peers {
-                    // Lossy by design: a full queue or a down link drops the frame and the
-                    // replica's timers send it again.
-                    Some(peers) => {
-                        // A prepare goes to every backup in a row: its frame (a copy of the
-                        // body) is built once and shared.
-                        let key = match &message {
-                            Message::Prepare {
-                                view,
-                                commit,
-                                entry,
-                            } => Some((*view, *commit, entry.op, entry.checksum)),
-                            _ => None,
-                        };
-                        let frame = match (&self.last_prepare, key) {
-                            (Some((last, frame)), Some(key)) if *last == key => frame.clone(),
-                            _ => {
-                                let frame = super::replica_codec::encode(&peers.frames, &message);
-                                if let Some(key) = key {
-                                    self.last_prepare = Some((key, frame.clone()));
-                                }
-                                frame
-                            }
-                        };
-                        if let Err(error) = peers.bus.send(to, frame) {
-                            tracing::trace!(
-                                "group {:#x}: {} to replica {to} dropped: {error:?}",
-                                peers.frames.group,
-                                message.name()
-                            );
-                        }
-                    }
+                Step::Send { to, message } => match &mut self.plane {
+                    Some(plane) => plane.send(to, &message),
                     None => tracing::error!(
                         "consensus group of one asked to reach replica {to}: no peers"
                     ),
@@ -879,24 +637,10 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                 }
             }
         }
-        self.announce_commit();
         self.figures.publish(self.core.replica());
-        if let Some(peers) = &self.peers {
-            let (role, replica) = (self.figures.role(), self.core.replica());
-            // The first role is logged too: operators (and the cluster tests) read every
-            // group's role from these lines.
-            if self.logged_role.replace(role) != Some(role) {
-                tracing::info!(
-                    "group {:#x}: replica {} is {:?} in view {} (primary {}), op {}, commit {}",
-                    peers.frames.group,
-                    replica.replica(),
-                    role.status,
-                    replica.view(),
-                    role.primary,
-                    replica.op(),
-                    replica.commit_max()
-                );
-            }
+        if let Some(plane) = &mut self.plane {
+            plane.announce_commit(self.core.replica());
+            plane.log_role(self.figures.role(), self.core.replica());
         }
     }
 

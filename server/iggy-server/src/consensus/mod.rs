@@ -6,6 +6,7 @@ pub mod cluster;
 pub mod figures;
 pub mod forward;
 pub mod group;
+pub mod group_plane;
 pub mod plane;
 pub mod replica_bus;
 pub mod replica_codec;

@@ -1,0 +1,323 @@
+//! A consensus group's part in the replica plane, in a cluster: its replica clock, the frames
+//! it takes from and sends to its peers (through `replica_codec` on the lossy bus), the commit
+//! announcements of a primary, and Register forwarding (`forward`). The group's task
+//! (`group.rs`) owns one per group of more than one and calls it; a group of one has none.
+
+use super::figures::GroupRole;
+use super::forward::{Forward, is_forward};
+use super::plane::Peers;
+use super::replica_bus::Inbound;
+use bytes::Bytes;
+use futures_channel::oneshot;
+use futures_util::StreamExt;
+use iggy_generated::frames::ForwardRegisterOutcome;
+use iggy_vsr::group::{GroupCore, Outcome, Pending};
+use iggy_vsr::{Message, Refusal, Replica, Status};
+use std::collections::HashMap;
+use std::time::Instant;
+
+/// Ticks a forwarded register waits for the primary's verdict (5 s at the 50 ms tick).
+const FORWARD_TIMEOUT_TICKS: u64 = 100;
+
+type Core = GroupCore<oneshot::Sender<Outcome>>;
+
+/// What woke a group of a cluster besides its node's jobs.
+pub enum Wake {
+    Frame(Inbound),
+    Tick,
+    /// The bus is gone (the node is stopping).
+    Gone,
+}
+
+pub struct GroupPlane {
+    peers: Peers,
+    /// Ticks since the group opened (the replica's clock), and when the next one is due.
+    ticks: u64,
+    next_tick: Instant,
+    /// Registers forwarded to the primary, by nonce: who waits, and the tick it gives up at.
+    forwarded: HashMap<u128, (oneshot::Sender<Outcome>, u64)>,
+    next_nonce: u128,
+    /// The last prepare frame sent, by (view, commit, op, entry checksum).
+    last_prepare: Option<((u32, u64, u64, u64), Bytes)>,
+    /// The highest commit this replica announced to its backups as primary.
+    announced: u64,
+    /// The role last written to the log.
+    logged_role: Option<GroupRole>,
+}
+
+impl GroupPlane {
+    pub fn new(peers: Peers) -> Self {
+        GroupPlane {
+            peers,
+            ticks: 0,
+            next_tick: Instant::now(),
+            forwarded: HashMap::new(),
+            // Per process: a verdict meant for a forward of an earlier run never matches.
+            next_nonce: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |since| since.as_nanos())
+                << 32,
+            last_prepare: None,
+            announced: 0,
+            logged_role: None,
+        }
+    }
+
+    /// The view a group created just now formats in (see `Peers::created_view`).
+    pub fn created_view(&self) -> Option<u32> {
+        self.peers.created_view
+    }
+
+    /// The next peer frame or tick of the replica clock.
+    pub async fn wait(&mut self) -> Wake {
+        use futures_util::future::{Either, select};
+        let tick = std::pin::pin!(compio::time::sleep_until(self.next_tick));
+        match select(self.peers.inbound.next(), tick).await {
+            Either::Left((Some(frame), _)) => Wake::Frame(frame),
+            Either::Left((None, _)) => Wake::Gone,
+            Either::Right(((), _)) => {
+                self.next_tick += self.peers.tick;
+                // A group that fell behind (a long fsync) takes one tick, not a burst.
+                let now = Instant::now();
+                if self.next_tick < now {
+                    self.next_tick = now + self.peers.tick;
+                }
+                Wake::Tick
+            }
+        }
+    }
+
+    /// A frame already waiting, taken with the jobs already queued (group commit).
+    pub fn waiting_frame(&mut self) -> Option<Inbound> {
+        self.peers.inbound.try_recv().ok()
+    }
+
+    /// One tick of the replica clock; forwards the primary never answered give up.
+    pub fn tick(&mut self, core: &mut Core) {
+        self.ticks += 1;
+        core.on_tick(self.ticks);
+        let now = self.ticks;
+        let expired: Vec<u128> = self
+            .forwarded
+            .iter()
+            .filter(|(_, (_, deadline))| *deadline <= now)
+            .map(|(nonce, _)| *nonce)
+            .collect();
+        for nonce in expired {
+            if let Some((done, _)) = self.forwarded.remove(&nonce) {
+                let _ = done.send(Outcome::Refused(Refusal::Busy));
+            }
+        }
+    }
+
+    /// A frame from a peer: a consensus message for the core, or a forward.
+    pub fn on_frame(&mut self, core: &mut Core, frame: Inbound) {
+        if is_forward(frame.command) {
+            return self.on_forward(core, frame);
+        }
+        match super::replica_codec::decode(&self.peers.frames, &frame) {
+            Ok(message) => core.on_message(frame.from, message),
+            // Checked frames from an admitted peer: a mismatch here is a stale partition
+            // incarnation or a bug, never worth the link.
+            Err(error) => tracing::warn!(
+                "group {:#x}: frame {:?} from replica {}: {error}",
+                self.peers.frames.group,
+                frame.command,
+                frame.from
+            ),
+        }
+    }
+
+    /// Sends the core's message to replica `to`. Lossy by design: a full queue or a down link
+    /// drops the frame and the replica's timers send it again.
+    pub fn send(&mut self, to: u8, message: &Message) {
+        // A prepare goes to every backup in a row: its frame (a copy of the body) is built
+        // once and shared.
+        let key = match message {
+            Message::Prepare {
+                view,
+                commit,
+                entry,
+            } => Some((*view, *commit, entry.op, entry.checksum)),
+            _ => None,
+        };
+        let frame = match (&self.last_prepare, key) {
+            (Some((last, frame)), Some(key)) if *last == key => frame.clone(),
+            _ => {
+                let frame = super::replica_codec::encode(&self.peers.frames, message);
+                if let Some(key) = key {
+                    self.last_prepare = Some((key, frame.clone()));
+                }
+                frame
+            }
+        };
+        if let Err(error) = self.peers.bus.send(to, frame) {
+            tracing::trace!(
+                "group {:#x}: {} to replica {to} dropped: {error:?}",
+                self.peers.frames.group,
+                message.name()
+            );
+        }
+    }
+
+    /// A primary tells its backups about a commit at once instead of at its next prepare or
+    /// heartbeat (up to `commit_broadcast_interval` later): backups apply metadata ops (a
+    /// new partition's group, a session a client binds next) and serve reads sooner. The
+    /// message is the replica's own heartbeat, sent only in a view already durable here.
+    pub fn announce_commit(&mut self, replica: &Replica) {
+        let (view, commit) = (replica.view(), replica.commit_max());
+        let leads = replica.status() == Status::Normal && replica.is_primary();
+        if !leads || replica.persisted_view_state().view != view || commit <= self.announced {
+            return;
+        }
+        self.announced = commit;
+        let announce = Message::Commit {
+            view,
+            commit,
+            checkpoint_safe: replica.checkpoint_safe(),
+        };
+        let frame = super::replica_codec::encode(&self.peers.frames, &announce);
+        for peer in (0..replica.config().replica_count).filter(|p| *p != replica.replica()) {
+            let _ = self.peers.bus.send(peer, frame.clone());
+        }
+    }
+
+    /// Logs the replica's role when it changed (the first one too: operators and the cluster
+    /// tests read every group's role from these lines).
+    pub fn log_role(&mut self, role: GroupRole, replica: &Replica) {
+        if self.logged_role.replace(role) == Some(role) {
+            return;
+        }
+        tracing::info!(
+            "group {:#x}: replica {} is {:?} in view {} (primary {}), op {}, commit {}",
+            self.peers.frames.group,
+            replica.replica(),
+            role.status,
+            replica.view(),
+            role.primary,
+            replica.op(),
+            replica.commit_max()
+        );
+    }
+
+    /// A register of a backup in normal status goes to its primary; during a view change it is
+    /// refused for now (a transient refusal). Hands it back when this replica leads.
+    pub fn forward_register(
+        &mut self,
+        replica: &Replica,
+        pending: Pending<oneshot::Sender<Outcome>>,
+        user_id: u32,
+    ) -> Option<Pending<oneshot::Sender<Outcome>>> {
+        let leads = replica.status() == Status::Normal && replica.is_primary();
+        if leads {
+            return Some(pending);
+        }
+        if replica.status() != Status::Normal {
+            let _ = pending.waiter.send(Outcome::Refused(Refusal::Busy));
+            return None;
+        }
+        self.next_nonce += 1;
+        let nonce = self.next_nonce;
+        let forward = Forward::Register {
+            client: pending.client,
+            nonce,
+            user_id,
+            record: pending.body,
+        };
+        let view = replica.view();
+        let frame = super::forward::encode(&self.peers.frames, view, &forward);
+        if self
+            .peers
+            .bus
+            .send(replica.primary_of(view), frame)
+            .is_err()
+        {
+            let _ = pending.waiter.send(Outcome::Refused(Refusal::Busy));
+            return None;
+        }
+        let deadline = self.ticks + FORWARD_TIMEOUT_TICKS;
+        self.forwarded.insert(nonce, (pending.waiter, deadline));
+        None
+    }
+
+    /// A forwarding frame: a backup's register to commit (as primary), or the primary's
+    /// verdict on one this replica forwarded.
+    fn on_forward(&mut self, core: &mut Core, frame: Inbound) {
+        let forward = match super::forward::decode(&frame) {
+            Ok(forward) => forward,
+            Err(error) => {
+                return tracing::warn!(
+                    "forward {:?} from replica {}: {error}",
+                    frame.command,
+                    frame.from
+                );
+            }
+        };
+        match forward {
+            Forward::Register {
+                client,
+                nonce,
+                user_id: _,
+                record,
+            } => {
+                let replica = core.replica();
+                let view = replica.view();
+                let (bus, frames, backup) = (self.peers.bus.clone(), self.peers.frames, frame.from);
+                let verdict = move |session, outcome| {
+                    let result = Forward::RegisterResult {
+                        nonce,
+                        client,
+                        session,
+                        outcome,
+                    };
+                    let _ = bus.send(backup, super::forward::encode(&frames, view, &result));
+                };
+                if replica.status() != Status::Normal || !replica.is_primary() {
+                    return verdict(0, ForwardRegisterOutcome::NotPrimary);
+                }
+                let (waiter, answer) = oneshot::channel();
+                core.submit(Pending {
+                    client,
+                    request: 0,
+                    operation: iggy_vsr::OPERATION_REGISTER,
+                    body: record,
+                    waiter,
+                });
+                compio::runtime::spawn(async move {
+                    let outcome = match answer.await {
+                        Ok(Outcome::Committed { op, .. }) => (op, ForwardRegisterOutcome::Ok),
+                        Ok(Outcome::Refused(Refusal::NotPrimary { .. })) => {
+                            (0, ForwardRegisterOutcome::NotPrimary)
+                        }
+                        Ok(Outcome::Refused(_)) => (0, ForwardRegisterOutcome::PipelineFull),
+                        Ok(Outcome::Failed) | Err(_) => (0, ForwardRegisterOutcome::Canceled),
+                    };
+                    verdict(outcome.0, outcome.1)
+                })
+                .detach();
+            }
+            Forward::RegisterResult {
+                nonce,
+                session,
+                outcome,
+                ..
+            } => {
+                let Some((done, _)) = self.forwarded.remove(&nonce) else {
+                    return;
+                };
+                let outcome = match outcome {
+                    ForwardRegisterOutcome::Ok => Outcome::Committed {
+                        op: session,
+                        reply: Bytes::copy_from_slice(&session.to_le_bytes()),
+                    },
+                    ForwardRegisterOutcome::Unauthenticated => {
+                        Outcome::Refused(Refusal::SessionUnknown)
+                    }
+                    // The primary moved or is busy: the client tries again.
+                    _ => Outcome::Refused(Refusal::Busy),
+                };
+                let _ = done.send(outcome);
+            }
+        }
+    }
+}
