@@ -915,6 +915,81 @@ async fn kill9_of_the_metadata_primary_and_a_partition_primary_loses_no_acknowle
     );
 }
 
+/// Seeded kill -9 rounds under a producer: each round kills one node (a primary or a backup,
+/// as the seed picks) and starts it again, or, every fourth round, kills all three at once
+/// and starts them all; then every group must be Normal on every node again. At the end every
+/// acknowledged message is read back exactly once, in order, and each partition's segments
+/// are byte-identical on the three nodes. `CLUSTER_KILLS` sets the rounds (3 here; the long
+/// form runs 40), `CLUSTER_SEED` replays a run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seeded_kill9_rounds_of_any_node_or_all_nodes_lose_no_acknowledged_message() {
+    let rounds: usize = std::env::var("CLUSTER_KILLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
+    let seed: u64 = std::env::var("CLUSTER_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
+    eprintln!("seeded kill rounds: CLUSTER_SEED={seed} CLUSTER_KILLS={rounds}");
+    let mut random = seed | 1;
+    let mut next = move || {
+        random ^= random << 13;
+        random ^= random >> 7;
+        random ^= random << 17;
+        random
+    };
+    let mut cluster = TestCluster::start(3);
+    let client = Arc::new(cluster.root_client(0).await);
+    let (stream, topic, partition_groups) = create_topic(&client, 3).await;
+    let groups = all_groups(&partition_groups);
+    let producer = Producer::start(client.clone(), stream, topic, 3);
+    let (mut single, mut whole) = (0, 0);
+    for round in 0..rounds {
+        producer
+            .wait_progress(&format!("before round {round}"), 2, Duration::from_secs(60))
+            .await;
+        if round % 4 == 3 {
+            for node in 0..3 {
+                cluster.kill9(node);
+            }
+            for node in 0..3 {
+                cluster.restart(node);
+            }
+            whole += 1;
+        } else {
+            let victim = (next() % 3) as usize;
+            cluster.kill9(victim);
+            tokio::time::sleep(Duration::from_millis(next() % 800)).await;
+            cluster.restart(victim);
+            single += 1;
+        }
+        for node in 0..3 {
+            cluster.wait_normal(node, &groups).await;
+        }
+    }
+    producer
+        .wait_progress("after the last round", 2, Duration::from_secs(60))
+        .await;
+    let failures = producer.failures();
+    let acked = producer.finish().await;
+    let reader = cluster.root_client(0).await;
+    let stored = assert_acknowledged_exactly_once(&reader, stream, topic, &acked).await;
+    let segments = cluster.wait_identical_segments(3).await;
+    eprintln!(
+        "CLUSTER_SEED={seed}: {single} single-node and {whole} whole-cluster kill rounds; \
+         acknowledged {:?}, stored {:?}, failed sends {failures:?}, {} identical segment files",
+        acked.iter().map(Vec::len).collect::<Vec<_>>(),
+        stored.iter().map(Vec::len).collect::<Vec<_>>(),
+        segments.len()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_primary_stopped_past_the_heartbeat_timeout_steps_down_and_rejoins() {
     let cluster = TestCluster::start(3);
