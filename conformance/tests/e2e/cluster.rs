@@ -936,7 +936,13 @@ async fn seeded_kill9_rounds_of_any_node_or_all_nodes_lose_no_acknowledged_messa
                 .unwrap()
                 .as_nanos() as u64
         });
-    eprintln!("seeded kill rounds: CLUSTER_SEED={seed} CLUSTER_KILLS={rounds}");
+    // `CLUSTER_DURABILITY=persisted` runs the rounds under the fsync-before-ack policy.
+    let durability =
+        std::env::var("CLUSTER_DURABILITY").unwrap_or_else(|_| "replicated".to_string());
+    eprintln!(
+        "seeded kill rounds: CLUSTER_SEED={seed} CLUSTER_KILLS={rounds} \
+         CLUSTER_DURABILITY={durability}"
+    );
     let mut random = seed | 1;
     let mut next = move || {
         random ^= random << 13;
@@ -944,7 +950,11 @@ async fn seeded_kill9_rounds_of_any_node_or_all_nodes_lose_no_acknowledged_messa
         random ^= random << 17;
         random
     };
-    let mut cluster = TestCluster::start(3);
+    let options = ClusterOptions {
+        env: vec![("IGGY_SYSTEM_DURABILITY".to_string(), durability)],
+        ..ClusterOptions::default()
+    };
+    let mut cluster = TestCluster::start_with(3, options);
     let client = Arc::new(cluster.root_client(0).await);
     let (stream, topic, partition_groups) = create_topic(&client, 3).await;
     let groups = all_groups(&partition_groups);
