@@ -919,7 +919,7 @@ async fn kill9_of_the_metadata_primary_and_a_partition_primary_loses_no_acknowle
 /// as the seed picks) and starts it again, or, every fourth round, kills all three at once
 /// and starts them all; then every group must be Normal on every node again. At the end every
 /// acknowledged message is read back exactly once, in order, and each partition's segments
-/// are byte-identical on the three nodes. `CLUSTER_KILLS` sets the rounds (3 here; the long
+/// are byte-identical on the three nodes. Groups checkpoint every 16 ops. `CLUSTER_KILLS` sets the rounds (3 here; the long
 /// form runs 40), `CLUSTER_SEED` replays a run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seeded_kill9_rounds_of_any_node_or_all_nodes_lose_no_acknowledged_message() {
@@ -951,7 +951,15 @@ async fn seeded_kill9_rounds_of_any_node_or_all_nodes_lose_no_acknowledged_messa
         random
     };
     let options = ClusterOptions {
-        env: vec![("IGGY_SYSTEM_DURABILITY".to_string(), durability)],
+        // Checkpoints every few ops, so kills land around cluster checkpoints (taken only at
+        // an op every replica holds) and restarts start from them.
+        env: vec![
+            ("IGGY_SYSTEM_DURABILITY".to_string(), durability),
+            (
+                "IGGY_SYSTEM_CHECKPOINT_JOURNAL_OPS".to_string(),
+                "16".to_string(),
+            ),
+        ],
         ..ClusterOptions::default()
     };
     let mut cluster = TestCluster::start_with(3, options);
@@ -991,8 +999,24 @@ async fn seeded_kill9_rounds_of_any_node_or_all_nodes_lose_no_acknowledged_messa
     let reader = cluster.root_client(0).await;
     let stored = assert_acknowledged_exactly_once(&reader, stream, topic, &acked).await;
     let segments = cluster.wait_identical_segments(3).await;
+    let checkpoints: Vec<usize> = (0..3)
+        .map(|node| {
+            files_under(&cluster.node(node).data_dir().join("streams"))
+                .iter()
+                .filter(|path| {
+                    path.file_name()
+                        .is_some_and(|name| name.to_string_lossy().starts_with("checkpoint."))
+                })
+                .count()
+        })
+        .collect();
+    assert!(
+        checkpoints.iter().all(|&count| count > 0),
+        "every node checkpointed its partitions: {checkpoints:?}"
+    );
     eprintln!(
-        "CLUSTER_SEED={seed}: {single} single-node and {whole} whole-cluster kill rounds; \
+        "CLUSTER_SEED={seed}: partition checkpoint files per node {checkpoints:?}; {single} \
+         single-node and {whole} whole-cluster kill rounds; \
          acknowledged {:?}, stored {:?}, failed sends {failures:?}, {} identical segment files",
         acked.iter().map(Vec::len).collect::<Vec<_>>(),
         stored.iter().map(Vec::len).collect::<Vec<_>>(),
