@@ -358,22 +358,24 @@ impl StartGate {
 /// The operator's message for a refused start: what was found, why it is refused, and what to
 /// do. `data_dir` is the configured `system.path`.
 pub fn erased_refusal(replica: u8, holders: &[u8], data_dir: &str) -> String {
-    let holders: Vec<String> = holders
+    let named: Vec<String> = holders
         .iter()
         .map(|peer| format!("replica {peer}"))
         .collect();
+    let verb = if holders.len() == 1 { "holds" } else { "hold" };
     format!(
         "replica {replica} has no metadata history in {data_dir} (no metadata/journal.wal \
-         records, no checkpoint), but {} of its cluster hold one: this node's metadata was \
+         records, no checkpoint), but {} of its cluster {verb} one: this node's metadata was \
          erased or lost while its peers kept theirs. Starting it empty would format a new \
          history into the running cluster and could lose committed operations, so the start is \
-         refused and nothing was written to {data_dir}. Recovery: restore this node's data \
-         directory (system.path) from a backup of this node (check the copy with \
+         refused and nothing was written to {data_dir}. Recovery today: restore this node's \
+         data directory (system.path) from a backup of this node (check the copy with \
          `iggy-server verify --path <copy>`), then start it again; it catches up from its \
-         peers. Rejoining empty by state transfer from the peers is not built yet. To discard \
-         the whole cluster's data instead, stop every node and erase every node's data \
-         directory; a new cluster then starts.",
-        holders.join(" and ")
+         peers while their journals still hold the operations after the copy. Rejoining \
+         empty, or from a copy older than the peers' last checkpoint, needs state transfer, \
+         which is not built yet. To discard the whole cluster's data instead, stop every node \
+         and erase every node's data directory; a new cluster then starts.",
+        named.join(" and ")
     )
 }
 
@@ -859,7 +861,7 @@ mod tests {
         let text = erased_refusal(2, &[0, 1], "/var/lib/iggy");
         for expected in [
             "replica 2 has no metadata history in /var/lib/iggy",
-            "replica 0 and replica 1",
+            "replica 0 and replica 1 of its cluster hold one",
             "nothing was written to /var/lib/iggy",
             "restore this node's data directory",
             "iggy-server verify --path",
@@ -868,5 +870,10 @@ mod tests {
             assert!(text.contains(expected), "{expected:?} missing from: {text}");
         }
         assert!(!text.contains("  "), "{text}");
+        let one = erased_refusal(1, &[2], "data");
+        assert!(
+            one.contains("but replica 2 of its cluster holds one"),
+            "{one}"
+        );
     }
 }
