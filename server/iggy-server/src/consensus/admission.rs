@@ -265,12 +265,19 @@ pub fn admit_challenge(local: &Local, peer: u8, frame: &[u8]) -> Result<Admitted
     })
 }
 
-/// What this replica declares in its handshakes: a history when its metadata group had one on
-/// disk at start, or has known an op committed since. So a node that formatted a new cluster
-/// declares its history to a peer that restarts erased as soon as the cluster has committed
-/// anything; before that no op was ever acknowledged, and there is nothing to lose.
-pub fn declared_history(at_start: MetadataHistory, metadata_commit: u64) -> MetadataHistory {
-    if at_start == MetadataHistory::Held || metadata_commit > 0 {
+/// What this replica declares to one peer in a handshake. A history found on disk at start is
+/// declared to every peer. A history this process formatted (its metadata group started empty
+/// and has committed an op since) is declared only to a peer linked with this process before:
+/// only such a peer can have acknowledged any of it, so one erased since must not start empty,
+/// while a peer never linked (a node of a new cluster that starts late) holds nothing anyone
+/// counted on and joins as a replica that lags. Before the first commit no op was ever
+/// acknowledged, and there is nothing to lose.
+pub fn declared_history(
+    at_start: MetadataHistory,
+    metadata_commit: u64,
+    peer_linked_before: bool,
+) -> MetadataHistory {
+    if at_start == MetadataHistory::Held || (metadata_commit > 0 && peer_linked_before) {
         MetadataHistory::Held
     } else {
         MetadataHistory::Absent
@@ -797,12 +804,18 @@ mod tests {
     }
 
     #[test]
-    fn a_node_declares_a_history_it_had_on_disk_or_has_committed_since() {
+    fn a_node_declares_a_history_it_had_on_disk_or_formatted_with_that_peer_linked() {
         use MetadataHistory::{Absent, Held};
-        assert_eq!(declared_history(Absent, 0), Absent);
-        assert_eq!(declared_history(Absent, 1), Held);
-        assert_eq!(declared_history(Held, 0), Held);
-        assert_eq!(declared_history(Held, 7), Held);
+        // Found on disk: declared to every peer, linked before or not.
+        for linked in [false, true] {
+            assert_eq!(declared_history(Held, 0, linked), Held);
+            assert_eq!(declared_history(Held, 7, linked), Held);
+            // Nothing committed yet: nothing anyone counted on.
+            assert_eq!(declared_history(Absent, 0, linked), Absent);
+        }
+        // Formatted by this process: only a peer linked before can have acknowledged it.
+        assert_eq!(declared_history(Absent, 1, true), Held);
+        assert_eq!(declared_history(Absent, 1, false), Absent);
     }
 
     #[test]

@@ -49,13 +49,13 @@ struct Declaration {
 }
 
 impl Declaration {
-    fn now(&self) -> MetadataHistory {
+    fn declared_to(&self, peer_linked_before: bool) -> MetadataHistory {
         let commit = self
             .metadata_commit
             .borrow()
             .as_ref()
             .map_or(0, |commit| commit());
-        admission::declared_history(self.at_start, commit)
+        admission::declared_history(self.at_start, commit, peer_linked_before)
     }
 }
 
@@ -132,7 +132,7 @@ impl ReplicaPlane {
             metadata_commit: RefCell::new(None),
         });
         let declared = declaration.clone();
-        let history = HistorySource::new(move || declared.now());
+        let history = HistorySource::new(move |linked| declared.declared_to(linked));
         let bus_config = BusConfig::from_config(config, replica, history)?;
         let listen = bus_config.listen;
         let replica_count = bus_config.local.replica_count;
@@ -197,8 +197,9 @@ impl ReplicaPlane {
         verdict
     }
 
-    /// Declares, from now on, a history once `metadata_commit` (the metadata group's published
-    /// commit) is above 0: a node that started a new cluster tells a peer restarted empty.
+    /// From now on, declares a history to every peer linked with this node before once
+    /// `metadata_commit` (the metadata group's published commit) is above 0: a node that
+    /// formatted a new cluster tells a peer that restarts erased (`admission::declared_history`).
     pub fn follow_metadata_commit(&self, metadata_commit: impl Fn() -> u64 + 'static) {
         *self.declaration.metadata_commit.borrow_mut() = Some(Box::new(metadata_commit));
     }

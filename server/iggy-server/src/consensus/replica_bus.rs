@@ -58,29 +58,36 @@ pub struct BusConfig {
 }
 
 /// What this node declares about its metadata history, asked each time a handshake frame is
-/// built: a node that started empty declares a history once it has one.
+/// built, with whether the peer has had an admitted link with this bus before
+/// (`admission::declared_history`): a node that started empty declares a history once it has one.
 #[derive(Clone)]
-pub struct HistorySource(Rc<dyn Fn() -> MetadataHistory>);
+pub struct HistorySource(Rc<dyn Fn(bool) -> MetadataHistory>);
 
 impl HistorySource {
-    pub fn new(now: impl Fn() -> MetadataHistory + 'static) -> Self {
-        HistorySource(Rc::new(now))
+    pub fn new(declared: impl Fn(bool) -> MetadataHistory + 'static) -> Self {
+        HistorySource(Rc::new(declared))
     }
 
     /// Always `history`.
     #[cfg(test)]
     pub fn fixed(history: MetadataHistory) -> Self {
-        Self::new(move || history)
+        Self::new(move |_| history)
     }
 
-    pub fn now(&self) -> MetadataHistory {
-        (self.0)()
+    /// The declaration to a peer that was (`true`) or was never linked with this bus before.
+    pub fn declared_to(&self, peer_linked_before: bool) -> MetadataHistory {
+        (self.0)(peer_linked_before)
     }
 }
 
 impl std::fmt::Debug for HistorySource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "HistorySource({:?} now)", self.now())
+        write!(
+            f,
+            "HistorySource({:?} to a new peer, {:?} to a linked one)",
+            self.declared_to(false),
+            self.declared_to(true)
+        )
     }
 }
 
@@ -310,9 +317,17 @@ struct Shared {
     events: RefCell<mpsc::Sender<BusEvent>>,
     links: RefCell<HashMap<u8, LinkSlot>>,
     generations: Cell<u64>,
+    /// Every peer admitted since this bus started.
+    linked_before: RefCell<std::collections::BTreeSet<u8>>,
 }
 
 impl Shared {
+    /// The metadata history this node declares to `peer` now.
+    fn declared_to(&self, peer: u8) -> MetadataHistory {
+        let linked = self.linked_before.borrow().contains(&peer);
+        self.config.history.declared_to(linked)
+    }
+
     fn event(&self, event: BusEvent) {
         // A watcher that fell behind loses news, never the bus its progress.
         let _ = self.events.borrow_mut().try_send(event);
@@ -371,6 +386,7 @@ impl ReplicaBus {
             events: RefCell::new(events),
             links: RefCell::new(HashMap::new()),
             generations: Cell::new(0),
+            linked_before: RefCell::new(std::collections::BTreeSet::new()),
         });
         let local = shared.config.local.replica;
         tracing::info!("replica {local}: replica listener on {local_addr}");
@@ -476,7 +492,9 @@ async fn inbound(shared: Rc<Shared>, mut stream: TcpStream, from: SocketAddr) {
             return;
         }
     };
-    let step = replica_link::accept_hello(&local, &hello, shared.config.history.now());
+    // Only the declaration depends on the sender named here; admission judges the frame.
+    let history = shared.declared_to(hello[GenericHeader::REPLICA_OFFSET]);
+    let step = replica_link::accept_hello(&local, &hello, history);
     if let Some(answer) = step.answer {
         let write = compio::time::timeout(within, stream.write_all(answer.to_vec())).await;
         if !matches!(write, Ok(BufResult(Ok(()), _))) {
@@ -537,7 +555,7 @@ async fn dial(
         .await
         .map_err(|e| unreachable("cannot connect to", e))?;
     let _ = stream.set_nodelay(true);
-    let handshake = DialerHandshake::new(shared.config.local, peer, shared.config.history.now());
+    let handshake = DialerHandshake::new(shared.config.local, peer, shared.declared_to(peer));
     let BufResult(written, _) = stream.write_all(handshake.opening().to_vec()).await;
     written.map_err(|e| unreachable("cannot greet", e))?;
     let BufResult(read, answer) = stream.read_exact([0u8; HEADER_SIZE]).await;
@@ -564,6 +582,7 @@ async fn run_link(shared: &Rc<Shared>, stream: TcpStream, admitted: admission::A
         },
     );
     drop(replaced);
+    shared.linked_before.borrow_mut().insert(peer);
     let history = admitted.history;
     tracing::info!(
         "replica {local}: link with replica {peer} admitted (metadata history {history:?})"
@@ -1046,33 +1065,46 @@ mod tests {
     }
 
     #[compio::test]
-    async fn each_admission_reports_the_history_the_peer_declares_when_it_shakes_hands() {
-        let roster = free_addresses(2);
-        // Replica 0 (the dialer) starts empty and gains a history later; replica 1 holds one.
-        let history = Rc::new(Cell::new(MetadataHistory::Absent));
-        let source = history.clone();
+    async fn each_handshake_declares_the_history_built_for_that_peer_then() {
+        let roster = free_addresses(3);
+        // Replica 0 declares a history only to a peer linked with it before (as a node that
+        // formatted a new cluster does once it committed); replicas 1 and 2 declare theirs.
+        let asked = Rc::new(RefCell::new(Vec::new()));
+        let record = asked.clone();
         let mut a = start(BusConfig {
-            history: HistorySource::new(move || source.get()),
+            history: HistorySource::new(move |linked| {
+                record.borrow_mut().push(linked);
+                match linked {
+                    true => MetadataHistory::Held,
+                    false => MetadataHistory::Absent,
+                }
+            }),
             ..config(0, &roster)
         })
         .await;
-        let held = || BusConfig {
+        let held = |replica| BusConfig {
             history: HistorySource::fixed(MetadataHistory::Held),
-            ..config(1, &roster)
+            ..config(replica, &roster)
         };
-        let mut b = start(held()).await;
+        let mut b = start(held(1)).await;
         assert_eq!(declared_by(&mut a, 1).await, MetadataHistory::Held);
         assert_eq!(declared_by(&mut b, 0).await, MetadataHistory::Absent);
-        // The next handshake is built with what replica 0 declares then.
-        history.set(MetadataHistory::Held);
+        // Replica 1 restarts: replica 0 redials it, a peer linked before.
         drop(b);
         wait_for(&mut a, "the link closing", |e| {
             matches!(e, BusEvent::Closed { peer: 1, .. })
         })
         .await;
-        let mut b = start(held()).await;
+        let mut b = start(held(1)).await;
         assert_eq!(declared_by(&mut b, 0).await, MetadataHistory::Held);
         assert_eq!(declared_by(&mut a, 1).await, MetadataHistory::Held);
+        // Replica 2 was never linked: it is told none.
+        let mut c = start(held(2)).await;
+        assert_eq!(declared_by(&mut c, 0).await, MetadataHistory::Absent);
+        assert_eq!(declared_by(&mut a, 2).await, MetadataHistory::Held);
+        let asked = asked.borrow();
+        assert_eq!(asked.first(), Some(&false), "{asked:?}");
+        assert!(asked.contains(&true), "{asked:?}");
     }
 
     #[compio::test]
