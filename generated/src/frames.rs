@@ -2,13 +2,13 @@
 #![allow(clippy::all)]
 #[allow(unused_imports)]
 use iggy_wire::{WireDecode, WireEncode, WireError};
-/// `FRAME_SEALED_COMMANDS` (spec/frames.spec:304).
+/// `FRAME_SEALED_COMMANDS` (spec/frames.spec:312).
 pub const FRAME_SEALED_COMMANDS: u64 = 0x7fff7de80;
-/// `IDENTITY_CHECKSUM_COMMANDS` (spec/frames.spec:306).
+/// `IDENTITY_CHECKSUM_COMMANDS` (spec/frames.spec:314).
 pub const IDENTITY_CHECKSUM_COMMANDS: u64 = 0x80040;
-/// `METADATA_GROUP` (spec/frames.spec:308).
+/// `METADATA_GROUP` (spec/frames.spec:316).
 pub const METADATA_GROUP: u64 = 0x8000000000000000;
-/// `DVC_HEADERS_MAX` (spec/frames.spec:310).
+/// `DVC_HEADERS_MAX` (spec/frames.spec:318).
 pub const DVC_HEADERS_MAX: u32 = 128;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]
@@ -901,6 +901,61 @@ impl iggy_wire::WireJson for ReplicaHandshakeStatus {
                 Self::ProtocolMismatch => "ProtocolMismatch",
                 Self::ReleaseMismatch => "ReleaseMismatch",
                 Self::StorageFormatMismatch => "StorageFormatMismatch",
+            },
+        );
+        out.push('"');
+    }
+}
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[repr(u8)]
+pub enum MetadataHistory {
+    #[default]
+    Absent = 0,
+    Held = 1,
+}
+impl MetadataHistory {
+    /// Every variant, in spec order.
+    pub const ALL: &'static [MetadataHistory] = &[
+        MetadataHistory::Absent,
+        MetadataHistory::Held,
+    ];
+    /// The variant with this discriminant.
+    pub fn from_repr(v: u8) -> Option<Self> {
+        match v {
+            0 => Some(Self::Absent),
+            1 => Some(Self::Held),
+            _ => None,
+        }
+    }
+    /// The discriminant.
+    pub fn to_repr(self) -> u8 {
+        self as u8
+    }
+}
+impl WireEncode for MetadataHistory {
+    fn encoded_size(&self) -> usize {
+        std::mem::size_of::<u8>()
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&(*self as u8).to_le_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for MetadataHistory {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let v = <u8>::decode_from(input)?;
+        Self::from_repr(v)
+            .ok_or(WireError::InvalidValue {
+                field: "MetadataHistory",
+            })
+    }
+}
+impl iggy_wire::WireJson for MetadataHistory {
+    fn write_json(&self, out: &mut String) {
+        out.push('"');
+        out.push_str(
+            match self {
+                Self::Absent => "Absent",
+                Self::Held => "Held",
             },
         );
         out.push('"');
@@ -4080,6 +4135,8 @@ pub struct ReplicaHelloHeader {
     pub nonce: [u8; 32],
     /// the replica the dialer's roster puts at the address it dialed
     pub target: u8,
+    /// Held once the dialer's metadata group has a journal record or a checkpoint on disk, or a commit
+    pub metadata_history: MetadataHistory,
     pub identity: ReplicaIdentity,
 }
 impl ReplicaHelloHeader {
@@ -4129,10 +4186,14 @@ impl ReplicaHelloHeader {
     pub const TARGET_OFFSET: usize = 160;
     /// Size of `target` in bytes.
     pub const TARGET_SIZE: usize = 1;
+    /// Byte offset of `metadata_history`.
+    pub const METADATA_HISTORY_OFFSET: usize = 161;
+    /// Size of `metadata_history` in bytes.
+    pub const METADATA_HISTORY_SIZE: usize = 1;
     /// Byte offset of `reserved`.
-    pub const RESERVED_OFFSET: usize = 161;
+    pub const RESERVED_OFFSET: usize = 162;
     /// Size of `reserved` in bytes.
-    pub const RESERVED_SIZE: usize = 35;
+    pub const RESERVED_SIZE: usize = 34;
     /// Byte offset of `identity`.
     pub const IDENTITY_OFFSET: usize = 196;
     /// Size of `identity` in bytes.
@@ -4183,7 +4244,11 @@ impl ReplicaHelloHeader {
             .map_err(|_| WireError::InvalidValue {
                 field: "target",
             })?;
-        if !iggy_wire::is_zero_at(buf, 161, 35) {
+        let metadata_history = <MetadataHistory>::decode_exact(&buf[161..162])
+            .map_err(|_| WireError::InvalidValue {
+                field: "metadata_history",
+            })?;
+        if !iggy_wire::is_zero_at(buf, 162, 34) {
             return Err(WireError::NonZeroReserved {
                 field: "reserved",
             });
@@ -4204,6 +4269,7 @@ impl ReplicaHelloHeader {
             reserved_frame,
             nonce,
             target,
+            metadata_history,
             identity,
         })
     }
@@ -4221,7 +4287,8 @@ impl ReplicaHelloHeader {
         iggy_wire::put_at(out, 62, &self.reserved_frame);
         iggy_wire::put_at(out, 128, &self.nonce);
         iggy_wire::put_at(out, 160, &self.target.to_wire_bytes());
-        out[161..196].fill(0);
+        iggy_wire::put_at(out, 161, &self.metadata_history.to_wire_bytes());
+        out[162..196].fill(0);
         iggy_wire::put_at(out, 196, &self.identity.to_wire_bytes());
     }
     /// The `SIZE` encoded bytes.
@@ -4249,7 +4316,8 @@ const _: () = assert!(ReplicaHelloHeader::REPLICA_OFFSET + 1 <= 256);
 const _: () = assert!(ReplicaHelloHeader::RESERVED_FRAME_OFFSET + 66 <= 256);
 const _: () = assert!(ReplicaHelloHeader::NONCE_OFFSET + 32 <= 256);
 const _: () = assert!(ReplicaHelloHeader::TARGET_OFFSET + 1 <= 256);
-const _: () = assert!(ReplicaHelloHeader::RESERVED_OFFSET + 35 <= 256);
+const _: () = assert!(ReplicaHelloHeader::METADATA_HISTORY_OFFSET + 1 <= 256);
+const _: () = assert!(ReplicaHelloHeader::RESERVED_OFFSET + 34 <= 256);
 const _: () = assert!(ReplicaHelloHeader::IDENTITY_OFFSET + 60 <= 256);
 impl iggy_wire::WireJson for ReplicaHelloHeader {
     fn write_json(&self, out: &mut String) {
@@ -4276,6 +4344,8 @@ impl iggy_wire::WireJson for ReplicaHelloHeader {
         iggy_wire::WireJson::write_json(&self.nonce, out);
         out.push_str(",\"target\":");
         iggy_wire::WireJson::write_json(&self.target, out);
+        out.push_str(",\"metadata_history\":");
+        iggy_wire::WireJson::write_json(&self.metadata_history, out);
         out.push_str(",\"identity\":");
         iggy_wire::WireJson::write_json(&self.identity, out);
         out.push('}');
@@ -4317,6 +4387,8 @@ pub struct ReplicaChallengeHeader {
     /// acceptor MAC of the PSK exchange; zero when auth is off
     pub mac: [u8; 32],
     pub status: ReplicaHandshakeStatus,
+    /// the acceptor's, as in ReplicaHelloHeader
+    pub metadata_history: MetadataHistory,
     pub identity: ReplicaIdentity,
 }
 impl ReplicaChallengeHeader {
@@ -4370,10 +4442,14 @@ impl ReplicaChallengeHeader {
     pub const STATUS_OFFSET: usize = 192;
     /// Size of `status` in bytes.
     pub const STATUS_SIZE: usize = 1;
+    /// Byte offset of `metadata_history`.
+    pub const METADATA_HISTORY_OFFSET: usize = 193;
+    /// Size of `metadata_history` in bytes.
+    pub const METADATA_HISTORY_SIZE: usize = 1;
     /// Byte offset of `reserved`.
-    pub const RESERVED_OFFSET: usize = 193;
+    pub const RESERVED_OFFSET: usize = 194;
     /// Size of `reserved` in bytes.
-    pub const RESERVED_SIZE: usize = 3;
+    pub const RESERVED_SIZE: usize = 2;
     /// Byte offset of `identity`.
     pub const IDENTITY_OFFSET: usize = 196;
     /// Size of `identity` in bytes.
@@ -4425,7 +4501,11 @@ impl ReplicaChallengeHeader {
             .map_err(|_| WireError::InvalidValue {
                 field: "status",
             })?;
-        if !iggy_wire::is_zero_at(buf, 193, 3) {
+        let metadata_history = <MetadataHistory>::decode_exact(&buf[193..194])
+            .map_err(|_| WireError::InvalidValue {
+                field: "metadata_history",
+            })?;
+        if !iggy_wire::is_zero_at(buf, 194, 2) {
             return Err(WireError::NonZeroReserved {
                 field: "reserved",
             });
@@ -4447,6 +4527,7 @@ impl ReplicaChallengeHeader {
             nonce,
             mac,
             status,
+            metadata_history,
             identity,
         })
     }
@@ -4465,7 +4546,8 @@ impl ReplicaChallengeHeader {
         iggy_wire::put_at(out, 128, &self.nonce);
         iggy_wire::put_at(out, 160, &self.mac);
         iggy_wire::put_at(out, 192, &self.status.to_wire_bytes());
-        out[193..196].fill(0);
+        iggy_wire::put_at(out, 193, &self.metadata_history.to_wire_bytes());
+        out[194..196].fill(0);
         iggy_wire::put_at(out, 196, &self.identity.to_wire_bytes());
     }
     /// The `SIZE` encoded bytes.
@@ -4494,7 +4576,8 @@ const _: () = assert!(ReplicaChallengeHeader::RESERVED_FRAME_OFFSET + 66 <= 256)
 const _: () = assert!(ReplicaChallengeHeader::NONCE_OFFSET + 32 <= 256);
 const _: () = assert!(ReplicaChallengeHeader::MAC_OFFSET + 32 <= 256);
 const _: () = assert!(ReplicaChallengeHeader::STATUS_OFFSET + 1 <= 256);
-const _: () = assert!(ReplicaChallengeHeader::RESERVED_OFFSET + 3 <= 256);
+const _: () = assert!(ReplicaChallengeHeader::METADATA_HISTORY_OFFSET + 1 <= 256);
+const _: () = assert!(ReplicaChallengeHeader::RESERVED_OFFSET + 2 <= 256);
 const _: () = assert!(ReplicaChallengeHeader::IDENTITY_OFFSET + 60 <= 256);
 impl iggy_wire::WireJson for ReplicaChallengeHeader {
     fn write_json(&self, out: &mut String) {
@@ -4523,6 +4606,8 @@ impl iggy_wire::WireJson for ReplicaChallengeHeader {
         iggy_wire::WireJson::write_json(&self.mac, out);
         out.push_str(",\"status\":");
         iggy_wire::WireJson::write_json(&self.status, out);
+        out.push_str(",\"metadata_history\":");
+        iggy_wire::WireJson::write_json(&self.metadata_history, out);
         out.push_str(",\"identity\":");
         iggy_wire::WireJson::write_json(&self.identity, out);
         out.push('}');

@@ -1420,3 +1420,201 @@ async fn the_official_cli_works_whichever_node_it_is_given() {
         );
     }
 }
+
+impl TestCluster {
+    /// Runs node i once more on its data directory, as the harness starts it, without waiting
+    /// for it to serve: its exit status and everything it printed, or a panic after `limit`.
+    fn run_to_exit(&self, i: usize, limit: Duration) -> (std::process::ExitStatus, String) {
+        let node = &self.nodes[i];
+        assert!(node.pid().is_none(), "node {i} is still running");
+        let config = self._config_dir.path().join("cluster.toml");
+        let mut command = std::process::Command::new(server_binary());
+        command
+            .args([
+                "--with-default-root-credentials",
+                "--replica-id",
+                &i.to_string(),
+            ])
+            .current_dir(node.dir())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        for (key, _) in std::env::vars_os() {
+            if key.to_string_lossy().starts_with("IGGY_") {
+                command.env_remove(key);
+            }
+        }
+        command
+            .env("IGGY_CONFIG_PATH", &config)
+            .env("IGGY_TCP_ADDRESS", node.address())
+            .env("IGGY_QUIC_ADDRESS", "127.0.0.1:0")
+            .env("IGGY_SYSTEM_PATH", node.data_dir())
+            .env("IGGY_HTTP_ENABLED", "false")
+            .env("RUST_LOG", "info");
+        for j in (0..self.len()).filter(|&j| j != i) {
+            command.env(
+                format!("IGGY_CLUSTER_NODES_{j}_PORTS_TCP_REPLICA"),
+                self.proxy.port(i, j).to_string(),
+            );
+        }
+        let mut child = command.spawn().expect("spawn iggy-server");
+        let deadline = Instant::now() + limit;
+        while child.try_wait().expect("poll the child").is_none() {
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let output = child.wait_with_output().expect("reap the child");
+                panic!(
+                    "node {i} still ran after {limit:?}:\n{}{}",
+                    String::from_utf8_lossy(&output.stdout),
+                    String::from_utf8_lossy(&output.stderr)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let output = child.wait_with_output().expect("collect the output");
+        let printed = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        (output.status, printed)
+    }
+}
+
+/// Every file under `dir` with its bytes (directories as `None`), for comparing a tree before
+/// and after.
+fn tree(dir: &Path) -> BTreeMap<PathBuf, Option<Vec<u8>>> {
+    let mut found = BTreeMap::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(at) = pending.pop() {
+        for entry in std::fs::read_dir(&at).expect("read a directory of the tree") {
+            let path = entry.expect("a directory entry").path();
+            let relative = path.strip_prefix(dir).unwrap().to_path_buf();
+            if path.is_dir() {
+                found.insert(relative, None);
+                pending.push(path);
+            } else {
+                found.insert(relative, Some(std::fs::read(&path).expect("read a file")));
+            }
+        }
+    }
+    found
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("create the copy's root");
+    for (relative, bytes) in tree(from) {
+        match bytes {
+            None => std::fs::create_dir_all(to.join(&relative)).expect("create a directory"),
+            Some(bytes) => std::fs::write(to.join(&relative), bytes).expect("write a file"),
+        }
+    }
+}
+
+/// Issue 14: "a new cluster starts automatically when its metadata WAL and superblock are absent
+/// on every node", but "a node whose metadata was erased while its peers kept theirs must not
+/// silently format a new history into the running cluster (refuse, naming the recovery
+/// procedure)". Three empty nodes start a cluster; node 2, stopped and erased, is refused (exit
+/// 1, the recovery named, its data directory left as it was), whether its whole data directory
+/// or only `metadata/` is gone; restored from a copy taken when it stopped, it serves again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_metadata_was_erased_is_refused_and_a_fresh_cluster_still_starts() {
+    let mut cluster = TestCluster::start(3);
+    for i in 0..3 {
+        let log = cluster.node(i).log();
+        assert!(
+            log.contains(&format!("replica {i}: no metadata history in"))
+                && log.contains("a new cluster starts"),
+            "node {i} formatted a new cluster after asking its peers:\n{log}"
+        );
+    }
+    let client = cluster.root_client(0).await;
+    let (stream, _, _) = create_topic(&client, 1).await;
+    let on_node_2 = cluster.root_client(2).await;
+    wait_until_async(
+        "node 2 holds the stream",
+        Duration::from_secs(20),
+        async || {
+            let found = on_node_2.get_stream(&id(stream)).await;
+            matches!(found, Ok(Some(_))).then_some(())
+        },
+        || cluster.node(2).log(),
+    )
+    .await;
+    drop(on_node_2);
+
+    let data = cluster.node(2).data_dir();
+    tokio::task::block_in_place(|| cluster.nodes[2].stop());
+    let scratch = tempfile::tempdir().unwrap();
+    let backup = scratch.path().join("node-2-backup");
+    copy_tree(&data, &backup);
+
+    // The whole data directory erased: refused, and the directory is not created again.
+    std::fs::remove_dir_all(&data).unwrap();
+    let (status, printed) =
+        tokio::task::block_in_place(|| cluster.run_to_exit(2, Duration::from_secs(30)));
+    assert_eq!(status.code(), Some(1), "{printed}");
+    for expected in [
+        "replica 2 has no metadata history in",
+        "of its cluster hold",
+        "erased or lost while its peers kept theirs",
+        "nothing was written to",
+        "restore this node's data directory (system.path) from a backup",
+    ] {
+        assert!(
+            printed.contains(expected),
+            "{expected:?} missing:\n{printed}"
+        );
+    }
+    assert!(
+        printed.contains("but replica 0") || printed.contains("but replica 1"),
+        "a peer holding the history is named:\n{printed}"
+    );
+    assert!(
+        !data.exists(),
+        "the refused start created {}",
+        data.display()
+    );
+
+    // Only metadata/ erased: refused, every remaining file and directory as it was.
+    copy_tree(&backup, &data);
+    std::fs::remove_dir_all(data.join("metadata")).unwrap();
+    let before = tree(&data);
+    assert!(
+        !before.is_empty(),
+        "the data directory keeps its other files"
+    );
+    let (status, printed) =
+        tokio::task::block_in_place(|| cluster.run_to_exit(2, Duration::from_secs(30)));
+    assert_eq!(status.code(), Some(1), "{printed}");
+    assert!(
+        printed.contains("restore this node's data directory"),
+        "{printed}"
+    );
+    assert_eq!(
+        tree(&data),
+        before,
+        "the refused start changed the data directory"
+    );
+
+    // The recovery the refusal names: the node's own data directory restored.
+    std::fs::remove_dir_all(&data).unwrap();
+    copy_tree(&backup, &data);
+    cluster.restart(2);
+    let restored = cluster.root_client(2).await;
+    let stream = ok(
+        "get_stream on the restored node",
+        within("get stream", restored.get_stream(&id(stream))).await,
+    );
+    assert!(stream.is_some(), "node 2 serves the stream again");
+    // The others kept serving throughout.
+    let later = ok(
+        "create_stream after the refusals",
+        within(
+            "create stream",
+            client.create_stream("later", &StreamCreateOptions::default()),
+        )
+        .await,
+    );
+    assert_eq!(later.name, "later");
+}

@@ -9,6 +9,7 @@ mod service;
 mod transport;
 mod verify;
 
+use iggy_generated::frames::MetadataHistory;
 #[cfg(feature = "systemd")]
 use runtime::systemd;
 use runtime::{maintenance, node};
@@ -287,11 +288,18 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
-    let data = match iggy_storage::open_data_dir(&cfg.system.path) {
-        Ok(data) => data,
-        Err(error) => {
-            eprintln!("iggy-server: {error}");
-            return ExitCode::FAILURE;
+    // A cluster node without a metadata history must hear its peers before anything is
+    // written (not even the storage-format marker): its data directory opens after the gate.
+    let history = cfg
+        .cluster
+        .enabled
+        .then(|| consensus::plane::metadata_on_disk(std::path::Path::new(&cfg.system.path)));
+    let data = if history == Some(MetadataHistory::Absent) {
+        None
+    } else {
+        match open_data_dir(&cfg.system.path) {
+            Ok(data) => Some(data),
+            Err(code) => return code,
         }
     };
     let (user, pw, generated) =
@@ -306,23 +314,50 @@ fn main() -> ExitCode {
     runtime.block_on(run(cfg, data, replica_id, (user, pw, generated)))
 }
 
+fn open_data_dir(path: &str) -> Result<iggy_storage::DataDir, ExitCode> {
+    iggy_storage::open_data_dir(path).map_err(|error| {
+        eprintln!("iggy-server: {error}");
+        ExitCode::FAILURE
+    })
+}
+
+/// `data` is `None` for a cluster node that found no metadata history: it is opened once the
+/// peers' declarations allowed a new history.
 async fn run(
     cfg: config::Config,
-    data: iggy_storage::DataDir,
+    data: Option<iggy_storage::DataDir>,
     replica_id: u8,
     root: (String, String, bool),
 ) -> ExitCode {
     let (user, pw, generated) = root;
     let plane = if cfg.cluster.enabled {
-        match consensus::plane::ReplicaPlane::start(&cfg, replica_id).await {
-            Ok(plane) => Some(plane),
-            Err(error) => {
-                eprintln!("iggy-server: replica plane: {error}");
-                return ExitCode::FAILURE;
-            }
+        let at_start = match data {
+            Some(_) => MetadataHistory::Held,
+            None => MetadataHistory::Absent,
+        };
+        let mut plane =
+            match consensus::plane::ReplicaPlane::start(&cfg, replica_id, at_start).await {
+                Ok(plane) => plane,
+                Err(error) => {
+                    eprintln!("iggy-server: replica plane: {error}");
+                    return ExitCode::FAILURE;
+                }
+            };
+        if at_start == MetadataHistory::Absent
+            && let Err(code) = gate_start(&cfg, replica_id, &mut plane).await
+        {
+            return code;
         }
+        Some(plane)
     } else {
         None
+    };
+    let data = match data {
+        Some(data) => data,
+        None => match open_data_dir(&cfg.system.path) {
+            Ok(data) => data,
+            Err(code) => return code,
+        },
     };
     let node = match node::Node::start(cfg.clone(), data, replica_id, plane).await {
         Ok(node) => node,
@@ -331,6 +366,11 @@ async fn run(
             return ExitCode::FAILURE;
         }
     };
+    if let Some(plane) = &node.shared.plane {
+        // The handle keeps the metadata group's job queue open; the node does for as long.
+        let metadata = node.metadata.clone();
+        plane.follow_metadata_commit(move || metadata.figures().commit());
+    }
     // In a cluster only the metadata primary creates it; the others learn it by replication
     // (so every node must be given the same credentials).
     service::auth::ensure_root(&node, (user.clone(), pw.clone())).await;
@@ -360,6 +400,45 @@ async fn run(
     node.drain(std::time::Duration::from_secs(10)).await;
     tracing::info!("stopped");
     ExitCode::SUCCESS
+}
+
+/// A cluster node that found no metadata history asks its peers (their handshakes declare
+/// theirs) before formatting one: a peer holding a history means this node's was erased, and
+/// the start is refused with the recovery procedure, the data directory untouched.
+async fn gate_start(
+    cfg: &config::Config,
+    replica_id: u8,
+    plane: &mut consensus::plane::ReplicaPlane,
+) -> Result<(), ExitCode> {
+    use consensus::admission::{StartVerdict, erased_refusal};
+    let within = cfg.cluster.heartbeat_timeout;
+    tracing::info!(
+        "replica {replica_id}: no metadata history in {}; asking the peers whether they hold \
+         one (up to {within:?}) before formatting a new one",
+        cfg.system.path
+    );
+    match plane.gate_start(within).await {
+        StartVerdict::Refuse { holders } => {
+            eprintln!(
+                "iggy-server: {}",
+                erased_refusal(replica_id, &holders, &cfg.system.path)
+            );
+            Err(ExitCode::FAILURE)
+        }
+        StartVerdict::NewHistory { silent } if silent.is_empty() => {
+            tracing::info!(
+                "replica {replica_id}: no peer holds a metadata history; a new cluster starts"
+            );
+            Ok(())
+        }
+        StartVerdict::NewHistory { silent } => {
+            tracing::warn!(
+                "replica {replica_id}: no admitted peer holds a metadata history, replicas \
+                 {silent:?} did not answer within {within:?}; a new cluster starts"
+            );
+            Ok(())
+        }
+    }
 }
 
 /// Every listener accepts: tell systemd, and keep its watchdog fed.

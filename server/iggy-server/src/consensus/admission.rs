@@ -7,11 +7,18 @@
 //!
 //! The shell owns the sockets: it writes `hello`, reads 256 bytes and passes them to
 //! `admit_hello` (acceptor) or `admit_challenge` (dialer), and closes on a refusal.
+//!
+//! Both frames also carry the sender's [`MetadataHistory`]: whether its metadata group holds a
+//! history. It never decides admission; a node that starts with no metadata gathers its peers'
+//! declarations in a [`StartGate`] and refuses to format a new history into a cluster whose
+//! peers hold one (a node erased while its peers kept theirs).
 
 use iggy_generated::frames::{
-    Command, ReplicaChallengeHeader, ReplicaHandshakeStatus, ReplicaHelloHeader, ReplicaIdentity,
+    Command, MetadataHistory, ReplicaChallengeHeader, ReplicaHandshakeStatus, ReplicaHelloHeader,
+    ReplicaIdentity,
 };
 use iggy_generated::protocol;
+use std::collections::BTreeMap;
 
 /// Every handshake frame is one header with no body.
 pub const FRAME_SIZE: usize = ReplicaHelloHeader::SIZE;
@@ -30,11 +37,13 @@ pub struct Local {
     pub identity: ReplicaIdentity,
 }
 
-/// An admitted peer: who it is and what it runs.
+/// An admitted peer: who it is, what it runs, and whether it holds a metadata history (as its
+/// handshake frame declared it when it was built).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Admitted {
     pub replica: u8,
     pub identity: ReplicaIdentity,
+    pub history: MetadataHistory,
 }
 
 /// A refused handshake frame.
@@ -95,8 +104,8 @@ fn seal_holds(frame: &[u8]) -> bool {
     frame[..SEALED_FROM] == expected.to_le_bytes()
 }
 
-/// The dialer's first frame, to the replica its roster names `target`.
-pub fn hello(local: &Local, target: u8) -> [u8; FRAME_SIZE] {
+/// The dialer's first frame, to the replica its roster names `target`, declaring `history`.
+pub fn hello(local: &Local, target: u8, history: MetadataHistory) -> [u8; FRAME_SIZE] {
     let mut frame = ReplicaHelloHeader {
         checksum: 0,
         checksum_body: 0,
@@ -109,6 +118,7 @@ pub fn hello(local: &Local, target: u8) -> [u8; FRAME_SIZE] {
         reserved_frame: [0; 66],
         nonce: [0; 32],
         target,
+        metadata_history: history,
         identity: local.identity,
     }
     .to_bytes();
@@ -116,8 +126,13 @@ pub fn hello(local: &Local, target: u8) -> [u8; FRAME_SIZE] {
     frame
 }
 
-/// The acceptor's answer: `Ok`, or the status of the refusal it is about to close with.
-pub fn challenge(local: &Local, status: ReplicaHandshakeStatus) -> [u8; FRAME_SIZE] {
+/// The acceptor's answer: `Ok`, or the status of the refusal it is about to close with, and
+/// the acceptor's own `history`.
+pub fn challenge(
+    local: &Local,
+    status: ReplicaHandshakeStatus,
+    history: MetadataHistory,
+) -> [u8; FRAME_SIZE] {
     let mut frame = ReplicaChallengeHeader {
         checksum: 0,
         checksum_body: 0,
@@ -131,6 +146,7 @@ pub fn challenge(local: &Local, status: ReplicaHandshakeStatus) -> [u8; FRAME_SI
         nonce: [0; 32],
         mac: [0; 32],
         status,
+        metadata_history: history,
         identity: local.identity,
     }
     .to_bytes();
@@ -207,6 +223,7 @@ pub fn admit_hello(local: &Local, frame: &[u8]) -> Result<Admitted, Refusal> {
     Ok(Admitted {
         replica: hello.replica,
         identity: hello.identity,
+        history: hello.metadata_history,
     })
 }
 
@@ -244,7 +261,129 @@ pub fn admit_challenge(local: &Local, peer: u8, frame: &[u8]) -> Result<Admitted
     Ok(Admitted {
         replica: answer.replica,
         identity: answer.identity,
+        history: answer.metadata_history,
     })
+}
+
+/// What this replica declares to one peer in a handshake. A history found on disk at start is
+/// declared to every peer. A history this process formatted (its metadata group started empty
+/// and has committed an op since) is declared only to a peer linked with this process before:
+/// only such a peer can have acknowledged any of it, so one erased since must not start empty,
+/// while a peer never linked (a node of a new cluster that starts late) holds nothing anyone
+/// counted on and joins as a replica that lags. Before the first commit no op was ever
+/// acknowledged, and there is nothing to lose.
+pub fn declared_history(
+    at_start: MetadataHistory,
+    metadata_commit: u64,
+    peer_linked_before: bool,
+) -> MetadataHistory {
+    if at_start == MetadataHistory::Held || (metadata_commit > 0 && peer_linked_before) {
+        MetadataHistory::Held
+    } else {
+        MetadataHistory::Absent
+    }
+}
+
+/// How a node that starts without metadata decides, from its peers' handshakes, whether it may
+/// format a new history. The shell feeds it every admission until it has a verdict or the
+/// deadline passes; time and sockets stay outside.
+#[derive(Debug, Clone)]
+pub struct StartGate {
+    replica: u8,
+    replica_count: u8,
+    /// Each admitted peer's declaration. A `Held` stays: a later link of the same peer cannot
+    /// take back a history it declared.
+    declared: BTreeMap<u8, MetadataHistory>,
+}
+
+/// The gate's decision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StartVerdict {
+    /// These admitted peers hold a metadata history: this node's own was erased or lost, and
+    /// starting empty would format a second history into their cluster.
+    Refuse { holders: Vec<u8> },
+    /// No admitted peer holds a history: a new cluster starts. `silent` lists the peers not
+    /// admitted before the deadline, whose history is unknown.
+    NewHistory { silent: Vec<u8> },
+}
+
+impl StartGate {
+    pub fn new(replica: u8, replica_count: u8) -> Self {
+        assert!(
+            replica < replica_count,
+            "replica {replica} of {replica_count}"
+        );
+        StartGate {
+            replica,
+            replica_count,
+            declared: BTreeMap::new(),
+        }
+    }
+
+    /// `peer` admitted (either direction), with the `history` its handshake frame declared.
+    pub fn handle_admitted(&mut self, peer: u8, history: MetadataHistory) {
+        // Admission checked the id against the roster; this node never admits itself.
+        assert!(peer < self.replica_count && peer != self.replica);
+        let declared = self.declared.entry(peer).or_insert(history);
+        if history == MetadataHistory::Held {
+            *declared = MetadataHistory::Held;
+        }
+    }
+
+    /// The verdict once it needs no more waiting: a refusal as soon as one peer holds a
+    /// history, a new history once every peer declared none. `None`: keep listening.
+    pub fn poll_verdict(&self) -> Option<StartVerdict> {
+        let holders = self.holders();
+        if !holders.is_empty() {
+            return Some(StartVerdict::Refuse { holders });
+        }
+        let peers = usize::from(self.replica_count) - 1;
+        (self.declared.len() == peers).then_some(StartVerdict::NewHistory { silent: Vec::new() })
+    }
+
+    /// The verdict when the deadline passed: what the admitted peers declared decides; the
+    /// silent ones cannot (a cluster whose other replicas are all down starts as new).
+    pub fn verdict_at_deadline(&self) -> StartVerdict {
+        if let Some(verdict) = self.poll_verdict() {
+            return verdict;
+        }
+        let silent = (0..self.replica_count)
+            .filter(|peer| *peer != self.replica && !self.declared.contains_key(peer))
+            .collect();
+        StartVerdict::NewHistory { silent }
+    }
+
+    fn holders(&self) -> Vec<u8> {
+        self.declared
+            .iter()
+            .filter(|(_, history)| **history == MetadataHistory::Held)
+            .map(|(peer, _)| *peer)
+            .collect()
+    }
+}
+
+/// The operator's message for a refused start: what was found, why it is refused, and what to
+/// do. `data_dir` is the configured `system.path`.
+pub fn erased_refusal(replica: u8, holders: &[u8], data_dir: &str) -> String {
+    let named: Vec<String> = holders
+        .iter()
+        .map(|peer| format!("replica {peer}"))
+        .collect();
+    let verb = if holders.len() == 1 { "holds" } else { "hold" };
+    format!(
+        "replica {replica} has no metadata history in {data_dir} (no metadata/journal.wal \
+         records, no checkpoint), but {} of its cluster {verb} one: this node's metadata was \
+         erased or lost while its peers kept theirs. Starting it empty would format a new \
+         history into the running cluster and could lose committed operations, so the start is \
+         refused and nothing was written to {data_dir}. Recovery today: restore this node's \
+         data directory (system.path) from a backup of this node (check the copy with \
+         `iggy-server verify --path <copy>`), then start it again; it catches up from its \
+         peers while their journals still hold the operations after the copy. Rejoining \
+         empty, or from a copy older than the peers' last checkpoint, needs state transfer, \
+         which is not built yet. To discard the whole cluster's data instead, stop every node \
+         and erase every node's data directory; a new cluster then starts.",
+        named.join(" and ")
+    )
 }
 
 fn compare_cluster(local: &Local, theirs: u128) -> Result<(), Refusal> {
@@ -345,12 +484,19 @@ mod tests {
         dialer: &Local,
         acceptor: &Local,
     ) -> (Result<Admitted, Refusal>, Result<Admitted, Refusal>) {
-        let at_acceptor = admit_hello(acceptor, &hello(dialer, acceptor.replica));
+        let at_acceptor = admit_hello(
+            acceptor,
+            &hello(dialer, acceptor.replica, MetadataHistory::Absent),
+        );
         let status = match &at_acceptor {
             Ok(_) => ReplicaHandshakeStatus::Ok,
             Err(refusal) => refusal.status.unwrap(),
         };
-        let at_dialer = admit_challenge(dialer, acceptor.replica, &challenge(acceptor, status));
+        let at_dialer = admit_challenge(
+            dialer,
+            acceptor.replica,
+            &challenge(acceptor, status, MetadataHistory::Absent),
+        );
         (at_acceptor, at_dialer)
     }
 
@@ -368,9 +514,17 @@ mod tests {
 
     #[test]
     fn frames_match_the_spec_examples_seal_included() {
-        assert_eq!(hello(&replica(0), 2).to_vec(), bytes(HELLO_FROM_0));
         assert_eq!(
-            challenge(&replica(2), ReplicaHandshakeStatus::Ok).to_vec(),
+            hello(&replica(0), 2, MetadataHistory::Absent).to_vec(),
+            bytes(HELLO_FROM_0)
+        );
+        assert_eq!(
+            challenge(
+                &replica(2),
+                ReplicaHandshakeStatus::Ok,
+                MetadataHistory::Absent
+            )
+            .to_vec(),
             bytes(CHALLENGE_OK_FROM_2)
         );
     }
@@ -382,14 +536,16 @@ mod tests {
             at_acceptor,
             Ok(Admitted {
                 replica: 0,
-                identity: local_identity()
+                identity: local_identity(),
+                history: MetadataHistory::Absent
             })
         );
         assert_eq!(
             at_dialer,
             Ok(Admitted {
                 replica: 2,
-                identity: local_identity()
+                identity: local_identity(),
+                history: MetadataHistory::Absent
             })
         );
         assert_eq!(
@@ -471,7 +627,11 @@ mod tests {
     #[test]
     fn replica_ids_follow_the_roster_and_the_dial_direction() {
         let refused = |dialer: u8, acceptor: Local| {
-            admit_hello(&acceptor, &hello(&replica(dialer), acceptor.replica)).unwrap_err()
+            admit_hello(
+                &acceptor,
+                &hello(&replica(dialer), acceptor.replica, MetadataHistory::Absent),
+            )
+            .unwrap_err()
         };
         for (dialer, acceptor) in [(2, replica(0)), (2, replica(1)), (1, replica(1))] {
             let refusal = refused(dialer, acceptor);
@@ -491,6 +651,7 @@ mod tests {
                     ..replica(7)
                 },
                 2,
+                MetadataHistory::Absent,
             ),
         )
         .unwrap_err();
@@ -498,9 +659,14 @@ mod tests {
         // Rosters that disagree about who listens at an address: replica 0 dialed what its
         // roster calls replica 1 and reached replica 2. Both sides name `replica`.
         let (at_acceptor, at_dialer) = {
-            let at_acceptor = admit_hello(&replica(2), &hello(&replica(0), 1));
+            let at_acceptor =
+                admit_hello(&replica(2), &hello(&replica(0), 1, MetadataHistory::Absent));
             let status = at_acceptor.as_ref().unwrap_err().status.unwrap();
-            let at_dialer = admit_challenge(&replica(0), 1, &challenge(&replica(2), status));
+            let at_dialer = admit_challenge(
+                &replica(0),
+                1,
+                &challenge(&replica(2), status, MetadataHistory::Absent),
+            );
             (at_acceptor.unwrap_err(), at_dialer.unwrap_err())
         };
         assert_eq!(
@@ -517,7 +683,11 @@ mod tests {
         let refusal = admit_challenge(
             &replica(0),
             1,
-            &challenge(&replica(2), ReplicaHandshakeStatus::Ok),
+            &challenge(
+                &replica(2),
+                ReplicaHandshakeStatus::Ok,
+                MetadataHistory::Absent,
+            ),
         )
         .unwrap_err();
         assert_eq!(refusal.field, "replica");
@@ -537,7 +707,7 @@ mod tests {
 
     #[test]
     fn a_bad_seal_is_refused_before_any_field_is_read() {
-        let good = hello(&replica(0), 2);
+        let good = hello(&replica(0), 2, MetadataHistory::Absent);
         // A torn frame: the identity's tail never arrived (zeroed), so the seal fails.
         let mut torn = good;
         torn[240..].fill(0);
@@ -554,7 +724,11 @@ mod tests {
                 "{refusal}"
             );
         }
-        let mut answer = challenge(&replica(2), ReplicaHandshakeStatus::Ok);
+        let mut answer = challenge(
+            &replica(2),
+            ReplicaHandshakeStatus::Ok,
+            MetadataHistory::Absent,
+        );
         answer[ReplicaChallengeHeader::STATUS_OFFSET] = 99;
         assert_eq!(
             admit_challenge(&replica(0), 2, &answer).unwrap_err().field,
@@ -567,7 +741,11 @@ mod tests {
         // Sealed, but the wrong frame for this side.
         let refusal = admit_hello(
             &replica(2),
-            &challenge(&replica(0), ReplicaHandshakeStatus::Ok),
+            &challenge(
+                &replica(0),
+                ReplicaHandshakeStatus::Ok,
+                MetadataHistory::Absent,
+            ),
         )
         .unwrap_err();
         assert_eq!(refusal.status, Some(ReplicaHandshakeStatus::UnknownCommand));
@@ -578,12 +756,137 @@ mod tests {
         let refusal = admit_challenge(
             &replica(0),
             2,
-            &challenge(&replica(2), ReplicaHandshakeStatus::AuthRequired),
+            &challenge(
+                &replica(2),
+                ReplicaHandshakeStatus::AuthRequired,
+                MetadataHistory::Absent,
+            ),
         )
         .unwrap_err();
         assert_eq!(
             (refusal.status, refusal.field),
             (Some(ReplicaHandshakeStatus::AuthRequired), "status")
+        );
+    }
+
+    #[test]
+    fn each_side_declares_its_history_and_the_declaration_never_decides_admission() {
+        use MetadataHistory::{Absent, Held};
+        for (dialer_history, acceptor_history) in [(Held, Absent), (Absent, Held), (Held, Held)] {
+            let frame = hello(&replica(0), 2, dialer_history);
+            assert_eq!(
+                frame[ReplicaHelloHeader::METADATA_HISTORY_OFFSET],
+                dialer_history as u8
+            );
+            let at_acceptor = admit_hello(&replica(2), &frame).unwrap();
+            assert_eq!(at_acceptor.history, dialer_history);
+            let answer = challenge(&replica(2), ReplicaHandshakeStatus::Ok, acceptor_history);
+            assert_eq!(
+                answer[ReplicaChallengeHeader::METADATA_HISTORY_OFFSET],
+                acceptor_history as u8
+            );
+            let at_dialer = admit_challenge(&replica(0), 2, &answer).unwrap();
+            assert_eq!(at_dialer.history, acceptor_history);
+        }
+        // A declaration this build does not know, sealed: the frame does not decode.
+        let mut unknown = hello(&replica(0), 2, Held);
+        unknown[ReplicaHelloHeader::METADATA_HISTORY_OFFSET] = 2;
+        seal(&mut unknown);
+        let refusal = admit_hello(&replica(2), &unknown).unwrap_err();
+        assert_eq!(refusal.field, "header", "{refusal}");
+        // The spec examples (frames of a new node) declare none.
+        assert_eq!(
+            admit_hello(&replica(2), &bytes(HELLO_FROM_0))
+                .unwrap()
+                .history,
+            Absent
+        );
+    }
+
+    #[test]
+    fn a_node_declares_a_history_it_had_on_disk_or_formatted_with_that_peer_linked() {
+        use MetadataHistory::{Absent, Held};
+        // Found on disk: declared to every peer, linked before or not.
+        for linked in [false, true] {
+            assert_eq!(declared_history(Held, 0, linked), Held);
+            assert_eq!(declared_history(Held, 7, linked), Held);
+            // Nothing committed yet: nothing anyone counted on.
+            assert_eq!(declared_history(Absent, 0, linked), Absent);
+        }
+        // Formatted by this process: only a peer linked before can have acknowledged it.
+        assert_eq!(declared_history(Absent, 1, true), Held);
+        assert_eq!(declared_history(Absent, 1, false), Absent);
+    }
+
+    #[test]
+    fn one_peer_holding_a_history_refuses_the_start_at_once() {
+        use MetadataHistory::{Absent, Held};
+        let mut gate = StartGate::new(2, 3);
+        assert_eq!(gate.poll_verdict(), None);
+        gate.handle_admitted(1, Absent);
+        assert_eq!(gate.poll_verdict(), None, "replica 0 has not declared yet");
+        gate.handle_admitted(0, Held);
+        let refused = StartVerdict::Refuse { holders: vec![0] };
+        assert_eq!(gate.poll_verdict(), Some(refused.clone()));
+        assert_eq!(gate.verdict_at_deadline(), refused);
+        // A later link of the same peer declaring none does not take the history back.
+        gate.handle_admitted(0, Absent);
+        assert_eq!(gate.poll_verdict(), Some(refused));
+        // Before every peer answered: one holder is enough.
+        let mut early = StartGate::new(0, 3);
+        early.handle_admitted(2, Held);
+        assert_eq!(
+            early.poll_verdict(),
+            Some(StartVerdict::Refuse { holders: vec![2] })
+        );
+    }
+
+    #[test]
+    fn peers_without_a_history_or_silent_ones_let_a_new_cluster_start() {
+        use MetadataHistory::Absent;
+        // Every peer declared none: no need to wait for the deadline.
+        let mut gate = StartGate::new(1, 3);
+        gate.handle_admitted(0, Absent);
+        assert_eq!(gate.poll_verdict(), None);
+        gate.handle_admitted(2, Absent);
+        let new = StartVerdict::NewHistory { silent: vec![] };
+        assert_eq!(gate.poll_verdict(), Some(new.clone()));
+        assert_eq!(gate.verdict_at_deadline(), new);
+        // At the deadline, the silent peers are named and do not block the start.
+        let mut gate = StartGate::new(1, 5);
+        gate.handle_admitted(3, Absent);
+        assert_eq!(gate.poll_verdict(), None);
+        assert_eq!(
+            gate.verdict_at_deadline(),
+            StartVerdict::NewHistory {
+                silent: vec![0, 2, 4]
+            }
+        );
+        // A cluster of one has no peer to wait for.
+        assert_eq!(
+            StartGate::new(0, 1).poll_verdict(),
+            Some(StartVerdict::NewHistory { silent: vec![] })
+        );
+    }
+
+    #[test]
+    fn the_refusal_names_the_holders_the_directory_and_the_recovery() {
+        let text = erased_refusal(2, &[0, 1], "/var/lib/iggy");
+        for expected in [
+            "replica 2 has no metadata history in /var/lib/iggy",
+            "replica 0 and replica 1 of its cluster hold one",
+            "nothing was written to /var/lib/iggy",
+            "restore this node's data directory",
+            "iggy-server verify --path",
+            "state transfer",
+        ] {
+            assert!(text.contains(expected), "{expected:?} missing from: {text}");
+        }
+        assert!(!text.contains("  "), "{text}");
+        let one = erased_refusal(1, &[2], "data");
+        assert!(
+            one.contains("but replica 2 of its cluster holds one"),
+            "{one}"
         );
     }
 }

@@ -1,11 +1,22 @@
 //! The replica plane of a node in a cluster: the bus it started, and what each consensus group
 //! needs to take part (its frames' identity, its inbound frames, its clock and its replica
 //! configuration). A standalone node has none: its groups are clusters of one.
+//!
+//! The plane also carries what this node declares about its metadata history in every
+//! handshake, and, for a node that starts without metadata, gathers its peers' declarations
+//! before any group opens (`gate_start`): a node erased while its peers kept their history
+//! must not format a new one into their cluster.
 
-use super::replica_bus::{BusConfig, BusSender, Inbound, ReplicaBus, Router};
+use super::admission::{self, StartGate, StartVerdict};
+use super::replica_bus::{
+    BusConfig, BusEvent, BusSender, HistorySource, Inbound, ReplicaBus, Router,
+};
 use super::replica_codec::FrameContext;
 use futures_channel::mpsc;
-use iggy_generated::frames::METADATA_GROUP;
+use iggy_generated::frames::{METADATA_GROUP, MetadataHistory};
+use std::cell::RefCell;
+use std::path::Path;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,6 +36,53 @@ pub struct ReplicaPlane {
     replica: u8,
     replica_count: u8,
     timing: Timing,
+    /// The bus's events until the start gate has read them (then a task drains them).
+    events: Option<mpsc::Receiver<BusEvent>>,
+    declaration: Rc<Declaration>,
+}
+
+/// What this node declares about its metadata history: what it found on disk at start, and,
+/// once its metadata group runs, the commit that group publishes.
+struct Declaration {
+    at_start: MetadataHistory,
+    metadata_commit: RefCell<Option<Box<dyn Fn() -> u64>>>,
+}
+
+impl Declaration {
+    fn declared_to(&self, peer_linked_before: bool) -> MetadataHistory {
+        let commit = self
+            .metadata_commit
+            .borrow()
+            .as_ref()
+            .map_or(0, |commit| commit());
+        admission::declared_history(self.at_start, commit, peer_linked_before)
+    }
+}
+
+/// The metadata group's journal, beside its checkpoint slots in `<data>/metadata/`.
+const METADATA_JOURNAL: &str = "journal.wal";
+
+/// Whether the data directory `data_dir` holds a metadata history: a checkpoint slot file, or
+/// a journal with any bytes in it (recovery judges what of it is valid). Reads only file
+/// metadata and creates nothing; a missing data directory holds none. A file that cannot be
+/// examined counts as held: the node then starts as it always did, and opening its groups
+/// reports the error.
+pub fn metadata_on_disk(data_dir: &Path) -> MetadataHistory {
+    let metadata = data_dir.join("metadata");
+    let checkpoints = iggy_storage::checkpoint::SLOT_FILE_NAMES
+        .iter()
+        .chain([&iggy_storage::checkpoint::EARLIER_FILE_NAME]);
+    let holds = |name: &str, at_least: u64| match std::fs::metadata(metadata.join(name)) {
+        Ok(file) => file.len() >= at_least,
+        Err(error) => error.kind() != std::io::ErrorKind::NotFound,
+    };
+    // A checkpoint slot is written whole or not at all (a torn one still says a checkpoint
+    // was taken); an empty journal is what a group opened without ever journaling leaves.
+    if checkpoints.into_iter().any(|name| holds(name, 0)) || holds(METADATA_JOURNAL, 1) {
+        MetadataHistory::Held
+    } else {
+        MetadataHistory::Absent
+    }
 }
 
 /// The `[cluster]` intervals, in ticks of [`TICK`].
@@ -61,22 +119,28 @@ pub struct Peers {
 }
 
 impl ReplicaPlane {
-    /// Binds this replica's listener and starts dialing its peers.
-    pub async fn start(config: &crate::config::Config, replica: u8) -> Result<Self, String> {
-        let bus_config = BusConfig::from_config(config, replica)?;
+    /// Binds this replica's listener and starts dialing its peers. `at_start` is the metadata
+    /// history this node found on disk ([`metadata_on_disk`]); with none, call
+    /// [`ReplicaPlane::gate_start`] before any group opens.
+    pub async fn start(
+        config: &crate::config::Config,
+        replica: u8,
+        at_start: MetadataHistory,
+    ) -> Result<Self, String> {
+        let declaration = Rc::new(Declaration {
+            at_start,
+            metadata_commit: RefCell::new(None),
+        });
+        let declared = declaration.clone();
+        let history = HistorySource::new(move |linked| declared.declared_to(linked));
+        let bus_config = BusConfig::from_config(config, replica, history)?;
         let listen = bus_config.listen;
         let replica_count = bus_config.local.replica_count;
         let cluster = bus_config.local.cluster;
-        let (bus, mut events) = ReplicaBus::start(bus_config)
+        let (bus, events) = ReplicaBus::start(bus_config)
             .await
             .map_err(|error| format!("cannot bind the replica listener {listen}: {error}"))?;
-        // The bus logs every event itself; nobody else watches them in a running node.
-        compio::runtime::spawn(async move {
-            use futures_util::StreamExt;
-            while events.next().await.is_some() {}
-        })
-        .detach();
-        Ok(ReplicaPlane {
+        let mut plane = ReplicaPlane {
             sender: bus.sender(),
             router: bus.router(),
             _bus: bus,
@@ -84,7 +148,60 @@ impl ReplicaPlane {
             replica,
             replica_count,
             timing: Timing::from_config(&config.cluster),
-        })
+            events: Some(events),
+            declaration,
+        };
+        if at_start == MetadataHistory::Held {
+            plane.drain_events();
+        }
+        Ok(plane)
+    }
+
+    /// The bus logs every event itself; once the start gate is past, nobody else watches them.
+    fn drain_events(&mut self) {
+        if let Some(mut events) = self.events.take() {
+            compio::runtime::spawn(async move {
+                use futures_util::StreamExt;
+                while events.next().await.is_some() {}
+            })
+            .detach();
+        }
+    }
+
+    /// For a node that found no metadata history on disk: listens to its peers' handshakes
+    /// until one declares a history (refuse), every peer declared none, or `within` passed
+    /// (a new cluster starts). Nothing is written meanwhile.
+    pub async fn gate_start(&mut self, within: Duration) -> StartVerdict {
+        use futures_util::StreamExt;
+        let mut gate = StartGate::new(self.replica, self.replica_count);
+        let mut events = self
+            .events
+            .take()
+            .expect("the start gate runs once, before the events are drained");
+        let deadline = std::time::Instant::now() + within;
+        let verdict = loop {
+            if let Some(verdict) = gate.poll_verdict() {
+                break verdict;
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match compio::time::timeout(left, events.next()).await {
+                Ok(Some(BusEvent::Admitted { peer, history })) => {
+                    gate.handle_admitted(peer, history)
+                }
+                Ok(Some(_)) => {}
+                Ok(None) | Err(_) => break gate.verdict_at_deadline(),
+            }
+        };
+        self.events = Some(events);
+        self.drain_events();
+        verdict
+    }
+
+    /// From now on, declares a history to every peer linked with this node before once
+    /// `metadata_commit` (the metadata group's published commit) is above 0: a node that
+    /// formatted a new cluster tells a peer that restarts erased (`admission::declared_history`).
+    pub fn follow_metadata_commit(&self, metadata_commit: impl Fn() -> u64 + 'static) {
+        *self.declaration.metadata_commit.borrow_mut() = Some(Box::new(metadata_commit));
     }
 
     pub fn replica_count(&self) -> u8 {
@@ -176,6 +293,33 @@ mod tests {
             ..cluster
         };
         assert_eq!(Timing::from_config(&tiny).resend_ticks, 1);
+    }
+
+    #[test]
+    fn metadata_is_on_disk_with_a_journal_record_or_a_checkpoint_and_looking_creates_nothing() {
+        let scratch = tempfile::tempdir().unwrap();
+        let data = scratch.path().join("data");
+        // A brand-new (missing) data directory holds none, and stays missing.
+        assert_eq!(metadata_on_disk(&data), MetadataHistory::Absent);
+        assert!(!data.exists());
+        // A data directory with partitions but no metadata (its metadata/ erased) holds none.
+        std::fs::create_dir_all(data.join("streams")).unwrap();
+        assert_eq!(metadata_on_disk(&data), MetadataHistory::Absent);
+        // A group opened without ever journaling leaves an empty journal: still none.
+        let metadata = data.join("metadata");
+        std::fs::create_dir_all(&metadata).unwrap();
+        std::fs::write(metadata.join("journal.wal"), b"").unwrap();
+        assert_eq!(metadata_on_disk(&data), MetadataHistory::Absent);
+        std::fs::write(metadata.join("journal.wal"), [1u8; 300]).unwrap();
+        assert_eq!(metadata_on_disk(&data), MetadataHistory::Held);
+        // A checkpoint alone (the journal restarted after it) is a history too.
+        for name in ["checkpoint.0", "checkpoint.1", "checkpoint"] {
+            std::fs::write(metadata.join("journal.wal"), b"").unwrap();
+            std::fs::write(metadata.join(name), b"slot").unwrap();
+            assert_eq!(metadata_on_disk(&data), MetadataHistory::Held, "{name}");
+            std::fs::remove_file(metadata.join(name)).unwrap();
+        }
+        assert_eq!(metadata_on_disk(&data), MetadataHistory::Absent);
     }
 
     #[test]

@@ -18,7 +18,7 @@ use compio::io::{AsyncReadExt, AsyncWriteExt};
 use compio::net::{TcpListener, TcpStream};
 use compio::runtime::JoinHandle;
 use futures_channel::{mpsc, oneshot};
-use iggy_generated::frames::{Command, GenericHeader};
+use iggy_generated::frames::{Command, GenericHeader, MetadataHistory};
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -53,11 +53,52 @@ pub struct BusConfig {
     pub peer_queue_capacity: usize,
     /// Seeds the reconnect jitter.
     pub seed: u64,
+    /// What this node declares about its metadata history, read for every handshake frame.
+    pub history: HistorySource,
+}
+
+/// What this node declares about its metadata history, asked each time a handshake frame is
+/// built, with whether the peer has had an admitted link with this bus before
+/// (`admission::declared_history`): a node that started empty declares a history once it has one.
+#[derive(Clone)]
+pub struct HistorySource(Rc<dyn Fn(bool) -> MetadataHistory>);
+
+impl HistorySource {
+    pub fn new(declared: impl Fn(bool) -> MetadataHistory + 'static) -> Self {
+        HistorySource(Rc::new(declared))
+    }
+
+    /// Always `history`.
+    #[cfg(test)]
+    pub fn fixed(history: MetadataHistory) -> Self {
+        Self::new(move |_| history)
+    }
+
+    /// The declaration to a peer that was (`true`) or was never linked with this bus before.
+    pub fn declared_to(&self, peer_linked_before: bool) -> MetadataHistory {
+        (self.0)(peer_linked_before)
+    }
+}
+
+impl std::fmt::Debug for HistorySource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "HistorySource({:?} to a new peer, {:?} to a linked one)",
+            self.declared_to(false),
+            self.declared_to(true)
+        )
+    }
 }
 
 impl BusConfig {
-    /// The bus of replica `replica` from the `[cluster]` roster and the limits.
-    pub fn from_config(config: &crate::config::Config, replica: u8) -> Result<Self, String> {
+    /// The bus of replica `replica` from the `[cluster]` roster and the limits, declaring
+    /// `history` in its handshakes.
+    pub fn from_config(
+        config: &crate::config::Config,
+        replica: u8,
+        history: HistorySource,
+    ) -> Result<Self, String> {
         let cluster = &config.cluster;
         let address = |id: u8| {
             let node = cluster
@@ -95,6 +136,7 @@ impl BusConfig {
             backoff_max: BACKOFF_MAX,
             peer_queue_capacity: PEER_QUEUE_CAPACITY,
             seed: cluster_id as u64 ^ u64::from(replica),
+            history,
         })
     }
 }
@@ -113,9 +155,8 @@ pub struct Inbound {
 /// What happened on the bus, for whoever watches it (tests, diagnostics). Each is logged too.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BusEvent {
-    Admitted {
-        peer: u8,
-    },
+    /// A link admitted; `history` is what the peer declared in its handshake frame.
+    Admitted { peer: u8, history: MetadataHistory },
     /// A handshake refused, on this side: `field` names what differs. `peer` is `None` when
     /// the refused frame could not be trusted to say who sent it.
     Refused {
@@ -125,10 +166,7 @@ pub enum BusEvent {
     },
     /// An admitted link ended: a refused frame (`reason` names the check), an I/O error, the
     /// peer closing, or a newer link from the same peer.
-    Closed {
-        peer: u8,
-        reason: String,
-    },
+    Closed { peer: u8, reason: String },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -279,9 +317,17 @@ struct Shared {
     events: RefCell<mpsc::Sender<BusEvent>>,
     links: RefCell<HashMap<u8, LinkSlot>>,
     generations: Cell<u64>,
+    /// Every peer admitted since this bus started.
+    linked_before: RefCell<std::collections::BTreeSet<u8>>,
 }
 
 impl Shared {
+    /// The metadata history this node declares to `peer` now.
+    fn declared_to(&self, peer: u8) -> MetadataHistory {
+        let linked = self.linked_before.borrow().contains(&peer);
+        self.config.history.declared_to(linked)
+    }
+
     fn event(&self, event: BusEvent) {
         // A watcher that fell behind loses news, never the bus its progress.
         let _ = self.events.borrow_mut().try_send(event);
@@ -340,6 +386,7 @@ impl ReplicaBus {
             events: RefCell::new(events),
             links: RefCell::new(HashMap::new()),
             generations: Cell::new(0),
+            linked_before: RefCell::new(std::collections::BTreeSet::new()),
         });
         let local = shared.config.local.replica;
         tracing::info!("replica {local}: replica listener on {local_addr}");
@@ -445,7 +492,9 @@ async fn inbound(shared: Rc<Shared>, mut stream: TcpStream, from: SocketAddr) {
             return;
         }
     };
-    let step = replica_link::accept_hello(&local, &hello);
+    // Only the declaration depends on the sender named here; admission judges the frame.
+    let history = shared.declared_to(hello[GenericHeader::REPLICA_OFFSET]);
+    let step = replica_link::accept_hello(&local, &hello, history);
     if let Some(answer) = step.answer {
         let write = compio::time::timeout(within, stream.write_all(answer.to_vec())).await;
         if !matches!(write, Ok(BufResult(Ok(()), _))) {
@@ -454,7 +503,7 @@ async fn inbound(shared: Rc<Shared>, mut stream: TcpStream, from: SocketAddr) {
         }
     }
     match step.verdict {
-        Ok(admitted) => run_link(&shared, stream, admitted.replica).await,
+        Ok(admitted) => run_link(&shared, stream, admitted).await,
         Err(refusal) => {
             // Only a sealed hello says who sent it.
             let peer = refusal.status.map(|_| hello[GenericHeader::REPLICA_OFFSET]);
@@ -475,9 +524,9 @@ async fn dial_loop(shared: Rc<Shared>, peer: u8, address: SocketAddr) {
     let local = config.local.replica;
     loop {
         match compio::time::timeout(config.handshake_timeout, dial(&shared, peer, address)).await {
-            Ok(Ok(stream)) => {
+            Ok(Ok((stream, admitted))) => {
                 backoff.reset();
-                run_link(&shared, stream, peer).await;
+                run_link(&shared, stream, admitted).await;
             }
             Ok(Err(Some(refusal))) => shared.refused(Some(peer), &refusal),
             Ok(Err(None)) => {}
@@ -496,7 +545,7 @@ async fn dial(
     shared: &Shared,
     peer: u8,
     address: SocketAddr,
-) -> Result<TcpStream, Option<admission::Refusal>> {
+) -> Result<(TcpStream, admission::Admitted), Option<admission::Refusal>> {
     let local = shared.config.local.replica;
     let unreachable = |what: &str, error: std::io::Error| {
         tracing::debug!("replica {local}: {what} replica {peer} at {address}: {error}");
@@ -506,18 +555,19 @@ async fn dial(
         .await
         .map_err(|e| unreachable("cannot connect to", e))?;
     let _ = stream.set_nodelay(true);
-    let handshake = DialerHandshake::new(shared.config.local, peer);
+    let handshake = DialerHandshake::new(shared.config.local, peer, shared.declared_to(peer));
     let BufResult(written, _) = stream.write_all(handshake.opening().to_vec()).await;
     written.map_err(|e| unreachable("cannot greet", e))?;
     let BufResult(read, answer) = stream.read_exact([0u8; HEADER_SIZE]).await;
     read.map_err(|e| unreachable("no answer from", e))?;
-    handshake.answer(&answer).map_err(Some)?;
-    Ok(stream)
+    let admitted = handshake.answer(&answer).map_err(Some)?;
+    Ok((stream, admitted))
 }
 
 /// Carries frames over an admitted link until it fails, the peer closes it, or a newer link
 /// from the same peer replaces it.
-async fn run_link(shared: &Rc<Shared>, stream: TcpStream, peer: u8) {
+async fn run_link(shared: &Rc<Shared>, stream: TcpStream, admitted: admission::Admitted) {
+    let peer = admitted.replica;
     let local = shared.config.local.replica;
     let generation = shared.generations.get() + 1;
     shared.generations.set(generation);
@@ -532,8 +582,12 @@ async fn run_link(shared: &Rc<Shared>, stream: TcpStream, peer: u8) {
         },
     );
     drop(replaced);
-    tracing::info!("replica {local}: link with replica {peer} admitted");
-    shared.event(BusEvent::Admitted { peer });
+    shared.linked_before.borrow_mut().insert(peer);
+    let history = admitted.history;
+    tracing::info!(
+        "replica {local}: link with replica {peer} admitted (metadata history {history:?})"
+    );
+    shared.event(BusEvent::Admitted { peer, history });
 
     let check = FrameCheck {
         cluster: shared.config.local.cluster,
@@ -686,6 +740,7 @@ mod tests {
             backoff_max: Duration::from_millis(200),
             peer_queue_capacity: 8,
             seed: u64::from(replica),
+            history: HistorySource::fixed(MetadataHistory::Absent),
         }
     }
 
@@ -728,9 +783,11 @@ mod tests {
     }
 
     async fn admitted(node: &mut Node, peer: u8) {
-        wait_for(node, &format!("admission of {peer}"), |e| {
-            *e == BusEvent::Admitted { peer }
-        })
+        wait_for(
+            node,
+            &format!("admission of {peer}"),
+            |e| matches!(e, BusEvent::Admitted { peer: p, .. } if *p == peer),
+        )
         .await;
     }
 
@@ -993,6 +1050,63 @@ mod tests {
         deliver(&c, &mut b, b"c to b").await;
     }
 
+    /// The history `node`'s event log says `peer` declared at its latest admission.
+    async fn declared_by(node: &mut Node, peer: u8) -> MetadataHistory {
+        let event = wait_for(
+            node,
+            &format!("admission of {peer}"),
+            |e| matches!(e, BusEvent::Admitted { peer: p, .. } if *p == peer),
+        )
+        .await;
+        match event {
+            BusEvent::Admitted { history, .. } => history,
+            other => unreachable!("{other:?}"),
+        }
+    }
+
+    #[compio::test]
+    async fn each_handshake_declares_the_history_built_for_that_peer_then() {
+        let roster = free_addresses(3);
+        // Replica 0 declares a history only to a peer linked with it before (as a node that
+        // formatted a new cluster does once it committed); replicas 1 and 2 declare theirs.
+        let asked = Rc::new(RefCell::new(Vec::new()));
+        let record = asked.clone();
+        let mut a = start(BusConfig {
+            history: HistorySource::new(move |linked| {
+                record.borrow_mut().push(linked);
+                match linked {
+                    true => MetadataHistory::Held,
+                    false => MetadataHistory::Absent,
+                }
+            }),
+            ..config(0, &roster)
+        })
+        .await;
+        let held = |replica| BusConfig {
+            history: HistorySource::fixed(MetadataHistory::Held),
+            ..config(replica, &roster)
+        };
+        let mut b = start(held(1)).await;
+        assert_eq!(declared_by(&mut a, 1).await, MetadataHistory::Held);
+        assert_eq!(declared_by(&mut b, 0).await, MetadataHistory::Absent);
+        // Replica 1 restarts: replica 0 redials it, a peer linked before.
+        drop(b);
+        wait_for(&mut a, "the link closing", |e| {
+            matches!(e, BusEvent::Closed { peer: 1, .. })
+        })
+        .await;
+        let mut b = start(held(1)).await;
+        assert_eq!(declared_by(&mut b, 0).await, MetadataHistory::Held);
+        assert_eq!(declared_by(&mut a, 1).await, MetadataHistory::Held);
+        // Replica 2 was never linked: it is told none.
+        let mut c = start(held(2)).await;
+        assert_eq!(declared_by(&mut c, 0).await, MetadataHistory::Absent);
+        assert_eq!(declared_by(&mut a, 2).await, MetadataHistory::Held);
+        let asked = asked.borrow();
+        assert_eq!(asked.first(), Some(&false), "{asked:?}");
+        assert!(asked.contains(&true), "{asked:?}");
+    }
+
     #[compio::test]
     async fn the_roster_gives_each_bus_its_listener_and_peers() {
         let roster = free_addresses(3);
@@ -1014,7 +1128,8 @@ mod tests {
             }
         }
         let config = crate::config::load(None, |k| vars.get(k).cloned()).unwrap();
-        let one = BusConfig::from_config(&config, 1).unwrap();
+        let one = BusConfig::from_config(&config, 1, HistorySource::fixed(MetadataHistory::Held))
+            .unwrap();
         assert_eq!(one.listen, roster[1]);
         assert_eq!(one.peers, BTreeMap::from([(0, roster[0]), (2, roster[2])]));
         assert_eq!(
@@ -1031,10 +1146,14 @@ mod tests {
             (one.backoff_base, one.backoff_max, one.peer_queue_capacity),
             (BACKOFF_BASE, BACKOFF_MAX, PEER_QUEUE_CAPACITY)
         );
-        assert!(BusConfig::from_config(&config, 3).is_err());
+        assert!(
+            BusConfig::from_config(&config, 3, HistorySource::fixed(MetadataHistory::Held))
+                .is_err()
+        );
         // Two of them admit each other (frames of this cluster need its id, so only the
         // links are checked here).
-        let zero = BusConfig::from_config(&config, 0).unwrap();
+        let zero = BusConfig::from_config(&config, 0, HistorySource::fixed(MetadataHistory::Held))
+            .unwrap();
         let mut a = start(zero).await;
         let mut b = start(one).await;
         assert_eq!(a.bus.local_addr(), roster[0]);
@@ -1084,7 +1203,7 @@ mod tests {
         let mut stream = TcpStream::connect(roster[1]).await.unwrap();
         let dialer = config(0, &roster).local;
         let BufResult(written, _) = stream
-            .write_all(admission::hello(&dialer, 1).to_vec())
+            .write_all(admission::hello(&dialer, 1, MetadataHistory::Absent).to_vec())
             .await;
         written.unwrap();
         let BufResult(read, answer) = stream.read_exact([0u8; HEADER_SIZE]).await;

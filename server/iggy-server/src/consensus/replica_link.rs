@@ -12,7 +12,7 @@
 use super::admission::{self, Admitted, Local, Refusal};
 use iggy_generated::frames::{
     Command, CommitHeader, DoViewChangeHeader, FRAME_SEALED_COMMANDS, GenericHeader,
-    IDENTITY_CHECKSUM_COMMANDS, METADATA_GROUP, PrepareHeader, PrepareOkHeader,
+    IDENTITY_CHECKSUM_COMMANDS, METADATA_GROUP, MetadataHistory, PrepareHeader, PrepareOkHeader,
     RepairRangeReplyHeader, ReplicaHandshakeStatus, RequestPreparesHeader, RequestStartViewHeader,
     RequestStateChunkHeader, RequestStateTransferHeader, StartViewChangeHeader, StartViewHeader,
     StateChunkHeader, StateTransferTargetHeader,
@@ -44,16 +44,22 @@ pub fn role(local: u8, peer: u8) -> Option<Role> {
 pub struct DialerHandshake {
     local: Local,
     peer: u8,
+    history: MetadataHistory,
 }
 
 impl DialerHandshake {
-    pub fn new(local: Local, peer: u8) -> Self {
-        Self { local, peer }
+    /// `history` is what this node declares now about its metadata (`admission::declared_history`).
+    pub fn new(local: Local, peer: u8, history: MetadataHistory) -> Self {
+        Self {
+            local,
+            peer,
+            history,
+        }
     }
 
     /// The first frame on the connection (`ReplicaHello`).
     pub fn opening(&self) -> [u8; admission::FRAME_SIZE] {
-        admission::hello(&self.local, self.peer)
+        admission::hello(&self.local, self.peer, self.history)
     }
 
     /// The verdict on the acceptor's answer (`admission::FRAME_SIZE` bytes). A refusal of the
@@ -73,14 +79,18 @@ pub struct AcceptorStep {
     pub verdict: Result<Admitted, Refusal>,
 }
 
-/// The acceptor's handshake: one hello in, one answer out.
-pub fn accept_hello(local: &Local, frame: &[u8]) -> AcceptorStep {
+/// The acceptor's handshake: one hello in, one answer out, declaring `history`.
+pub fn accept_hello(local: &Local, frame: &[u8], history: MetadataHistory) -> AcceptorStep {
     let verdict = admission::admit_hello(local, frame);
     let answer = match &verdict {
-        Ok(_) => Some(admission::challenge(local, ReplicaHandshakeStatus::Ok)),
+        Ok(_) => Some(admission::challenge(
+            local,
+            ReplicaHandshakeStatus::Ok,
+            history,
+        )),
         Err(refusal) => refusal
             .status
-            .map(|status| admission::challenge(local, status)),
+            .map(|status| admission::challenge(local, status, history)),
     };
     AcceptorStep { answer, verdict }
 }
@@ -509,18 +519,27 @@ pub(crate) mod tests {
 
     #[test]
     fn the_handshake_steps_admit_both_sides_or_refuse_both() {
-        let dialer = DialerHandshake::new(local(0), 2);
-        let step = accept_hello(&local(2), &dialer.opening());
-        assert_eq!(step.verdict.unwrap().replica, 0);
-        assert_eq!(dialer.answer(&step.answer.unwrap()).unwrap().replica, 2);
+        let dialer = DialerHandshake::new(local(0), 2, MetadataHistory::Held);
+        let step = accept_hello(&local(2), &dialer.opening(), MetadataHistory::Absent);
+        // Each side learns the other's declared history with its admission.
+        let at_acceptor = step.verdict.unwrap();
+        assert_eq!(
+            (at_acceptor.replica, at_acceptor.history),
+            (0, MetadataHistory::Held)
+        );
+        let at_dialer = dialer.answer(&step.answer.unwrap()).unwrap();
+        assert_eq!(
+            (at_dialer.replica, at_dialer.history),
+            (2, MetadataHistory::Absent)
+        );
 
         // Another cluster: the acceptor answers with the status, both name `cluster`.
         let other = Local {
             cluster: CLUSTER ^ 1,
             ..local(0)
         };
-        let dialer = DialerHandshake::new(other, 2);
-        let step = accept_hello(&local(2), &dialer.opening());
+        let dialer = DialerHandshake::new(other, 2, MetadataHistory::Absent);
+        let step = accept_hello(&local(2), &dialer.opening(), MetadataHistory::Absent);
         assert_eq!(step.verdict.unwrap_err().field, "cluster");
         assert_eq!(
             dialer.answer(&step.answer.unwrap()).unwrap_err().field,
@@ -529,8 +548,8 @@ pub(crate) mod tests {
 
         // A dialer that is not the lower id of the pair (a node started under another
         // replica id than the roster gives its address): both name `replica`.
-        let dialer = DialerHandshake::new(local(2), 1);
-        let step = accept_hello(&local(1), &dialer.opening());
+        let dialer = DialerHandshake::new(local(2), 1, MetadataHistory::Absent);
+        let step = accept_hello(&local(1), &dialer.opening(), MetadataHistory::Absent);
         assert_eq!(step.verdict.unwrap_err().field, "replica");
         assert_eq!(
             dialer.answer(&step.answer.unwrap()).unwrap_err().field,
@@ -538,9 +557,9 @@ pub(crate) mod tests {
         );
 
         // A torn hello gets no answer at all.
-        let mut torn = DialerHandshake::new(local(0), 2).opening();
+        let mut torn = DialerHandshake::new(local(0), 2, MetadataHistory::Held).opening();
         torn[200] ^= 1;
-        let step = accept_hello(&local(2), &torn);
+        let step = accept_hello(&local(2), &torn, MetadataHistory::Absent);
         assert!(step.answer.is_none());
         assert_eq!(step.verdict.unwrap_err().field, "checksum");
     }
