@@ -12,7 +12,7 @@
 use super::admission::{self, Admitted, Local, Refusal};
 use iggy_generated::frames::{
     Command, CommitHeader, DoViewChangeHeader, FRAME_SEALED_COMMANDS, GenericHeader,
-    IDENTITY_CHECKSUM_COMMANDS, METADATA_GROUP, PrepareHeader, PrepareOkHeader,
+    IDENTITY_CHECKSUM_COMMANDS, METADATA_GROUP, PreVoteHeader, PrepareHeader, PrepareOkHeader,
     RepairRangeReplyHeader, ReplicaHandshakeStatus, RequestPreparesHeader, RequestStartViewHeader,
     RequestStateChunkHeader, RequestStateTransferHeader, StartViewChangeHeader, StartViewHeader,
     StateChunkHeader, StateTransferTargetHeader,
@@ -174,6 +174,10 @@ fn group_fields(command: Command) -> (Option<usize>, Option<usize>) {
         C::StartViewChange => (
             Some(StartViewChangeHeader::GROUP_OFFSET),
             Some(StartViewChangeHeader::PARTITION_INCARNATION_OFFSET),
+        ),
+        C::PreVote | C::PreVoteGranted => (
+            Some(PreVoteHeader::GROUP_OFFSET),
+            Some(PreVoteHeader::PARTITION_INCARNATION_OFFSET),
         ),
         C::DoViewChange => (
             Some(DoViewChangeHeader::GROUP_OFFSET),
