@@ -15,6 +15,9 @@ use crate::view_state::ViewState;
 use bytes::Bytes;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
+/// Prepares a primary sends for one `RequestPrepare` (the op asked for and those after it).
+const REPAIR_PREPARES_MAX: u64 = 8;
+
 /// Static configuration of one replica in one consensus group.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -199,6 +202,8 @@ pub struct Replica {
     rejoin_since: Option<u64>,
     /// The pre-vote being asked for, while this replica wants to leave its view.
     pre_vote: Option<PreVoteRound>,
+    /// The latest repair request: the first op asked for and when.
+    repair_asked: Option<(u64, u64)>,
     /// Primary only: replicas that acknowledged each uncommitted op in this view.
     prepare_oks: BTreeMap<u64, BTreeSet<ReplicaId>>,
     /// Primary only, per replica: the highest op it acknowledged holding durably (with every op
@@ -313,6 +318,7 @@ impl Replica {
             rejoin_times_out: true,
             rejoin_since: None,
             pre_vote: None,
+            repair_asked: None,
             config,
             status: if solo {
                 Status::Normal
@@ -990,11 +996,24 @@ impl Replica {
         }
     }
 
+    /// Asks the primary for the prepares after our log's head, unless a request covering that
+    /// op is still outstanding (younger than `resend_ticks`). Every prepare a lagging backup
+    /// receives would otherwise ask for the next `REPAIR_PREPARES_MAX` again, multiplying the
+    /// repair traffic until the links' queues drop it; one request per batch streams a long
+    /// catch-up at a batch per round trip.
     fn request_prepare(&mut self) {
+        let op = self.journal.op() + 1;
+        if let Some((asked, at)) = self.repair_asked
+            && (asked..asked + REPAIR_PREPARES_MAX).contains(&op)
+            && self.now < at + self.config.resend_ticks
+        {
+            return;
+        }
+        self.repair_asked = Some((op, self.now));
         let primary = self.primary_of(self.view);
         let message = Message::RequestPrepare {
             view: self.view,
-            op: self.journal.op() + 1,
+            op,
             replica: self.config.replica,
         };
         self.send(primary, message);
@@ -1010,7 +1029,7 @@ impl Replica {
             self.send_start_view(replica);
             return;
         }
-        let last = self.journal.op().min(op + 7);
+        let last = self.journal.op().min(op + REPAIR_PREPARES_MAX - 1);
         for repair in op..=last {
             let entry = self.journal.get(repair).expect("op in log").clone();
             self.send(
@@ -1146,6 +1165,7 @@ impl Replica {
     fn start_view_change(&mut self, view: u32) {
         assert!(view > self.view || self.status != Status::ViewChange);
         self.pre_vote = None;
+        self.repair_asked = None;
         self.view = view;
         self.status = Status::ViewChange;
         self.view_change_started_at = self.now;
@@ -1375,6 +1395,7 @@ impl Replica {
         self.log_view = view;
         self.status = Status::Normal;
         self.heard_from_primary(view);
+        self.repair_asked = None;
         self.prepare_oks.clear();
         self.learn_commit(commit);
         self.acknowledge_durable(self.journal.base().op);

@@ -85,5 +85,9 @@ fn the_silence_before_a_view_change_is_staggered_in_proportion_to_the_timeout() 
     assert!(!asks_pre_vote(&mut backup));
     backup.on_tick(36);
     assert!(asks_pre_vote(&mut backup));
-    assert_eq!(backup.status(), Status::Normal, "a pre-vote changes nothing");
+    assert_eq!(
+        backup.status(),
+        Status::Normal,
+        "a pre-vote changes nothing"
+    );
 }
