@@ -2,13 +2,13 @@
 #![allow(clippy::all)]
 #[allow(unused_imports)]
 use iggy_wire::{WireDecode, WireEncode, WireError};
-/// `FRAME_SEALED_COMMANDS` (spec/frames.spec:312).
-pub const FRAME_SEALED_COMMANDS: u64 = 0x7fff7de80;
-/// `IDENTITY_CHECKSUM_COMMANDS` (spec/frames.spec:314).
+/// `FRAME_SEALED_COMMANDS` (spec/frames.spec:315).
+pub const FRAME_SEALED_COMMANDS: u64 = 0x1ffff7de80;
+/// `IDENTITY_CHECKSUM_COMMANDS` (spec/frames.spec:317).
 pub const IDENTITY_CHECKSUM_COMMANDS: u64 = 0x80040;
-/// `METADATA_GROUP` (spec/frames.spec:316).
+/// `METADATA_GROUP` (spec/frames.spec:319).
 pub const METADATA_GROUP: u64 = 0x8000000000000000;
-/// `DVC_HEADERS_MAX` (spec/frames.spec:318).
+/// `DVC_HEADERS_MAX` (spec/frames.spec:321).
 pub const DVC_HEADERS_MAX: u32 = 128;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]
@@ -49,6 +49,8 @@ pub enum Command {
     ForwardCompletion = 32,
     PrimaryRebalance = 33,
     SegmentDelete = 34,
+    PreVote = 35,
+    PreVoteGranted = 36,
 }
 impl Command {
     /// Every variant, in spec order.
@@ -88,6 +90,8 @@ impl Command {
         Command::ForwardCompletion,
         Command::PrimaryRebalance,
         Command::SegmentDelete,
+        Command::PreVote,
+        Command::PreVoteGranted,
     ];
     /// The variant with this discriminant.
     pub fn from_repr(v: u8) -> Option<Self> {
@@ -127,6 +131,8 @@ impl Command {
             32 => Some(Self::ForwardCompletion),
             33 => Some(Self::PrimaryRebalance),
             34 => Some(Self::SegmentDelete),
+            35 => Some(Self::PreVote),
+            36 => Some(Self::PreVoteGranted),
             _ => None,
         }
     }
@@ -192,6 +198,8 @@ impl iggy_wire::WireJson for Command {
                 Self::ForwardCompletion => "ForwardCompletion",
                 Self::PrimaryRebalance => "PrimaryRebalance",
                 Self::SegmentDelete => "SegmentDelete",
+                Self::PreVote => "PreVote",
+                Self::PreVoteGranted => "PreVoteGranted",
             },
         );
         out.push('"');
@@ -3325,6 +3333,230 @@ impl WireEncode for StartViewChangeHeader {
     }
 }
 impl<'a> WireDecode<'a> for StartViewChangeHeader {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 256)?;
+        Self::decode_fixed(b)
+    }
+}
+/// Fixed-layout `PreVoteHeader`, 256 bytes: replica -> all (35), and the grant back (36): may I move to `view`? Header only. Sealed. Ours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PreVoteHeader {
+    /// seal: XxHash3-64 of bytes 16..256, widened
+    pub checksum: u128,
+    /// XxHash3-64 of bytes 256..size, widened (ours: the crate fixes the range only); 0 if header-only
+    pub checksum_body: u128,
+    pub cluster: u128,
+    /// whole frame including this header
+    pub size: u32,
+    /// the view the asking replica would move to (echoed by the grant)
+    pub view: u32,
+    /// always 0: release identity travels only in the handshake
+    pub release: u32,
+    pub command: Command,
+    /// sender
+    pub replica: u8,
+    pub reserved_frame: [u8; 66],
+    pub group: u64,
+    pub partition_incarnation: u64,
+}
+impl PreVoteHeader {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 256;
+    /// Byte offset of `checksum`.
+    pub const CHECKSUM_OFFSET: usize = 0;
+    /// Size of `checksum` in bytes.
+    pub const CHECKSUM_SIZE: usize = 16;
+    /// Byte offset of `checksum_body`.
+    pub const CHECKSUM_BODY_OFFSET: usize = 16;
+    /// Size of `checksum_body` in bytes.
+    pub const CHECKSUM_BODY_SIZE: usize = 16;
+    /// Byte offset of `cluster`.
+    pub const CLUSTER_OFFSET: usize = 32;
+    /// Size of `cluster` in bytes.
+    pub const CLUSTER_SIZE: usize = 16;
+    /// Byte offset of `size`.
+    pub const SIZE_OFFSET: usize = 48;
+    /// Size of `size` in bytes.
+    pub const SIZE_SIZE: usize = 4;
+    /// Byte offset of `view`.
+    pub const VIEW_OFFSET: usize = 52;
+    /// Size of `view` in bytes.
+    pub const VIEW_SIZE: usize = 4;
+    /// Byte offset of `release`.
+    pub const RELEASE_OFFSET: usize = 56;
+    /// Size of `release` in bytes.
+    pub const RELEASE_SIZE: usize = 4;
+    /// Byte offset of `command`.
+    pub const COMMAND_OFFSET: usize = 60;
+    /// Size of `command` in bytes.
+    pub const COMMAND_SIZE: usize = 1;
+    /// Byte offset of `replica`.
+    pub const REPLICA_OFFSET: usize = 61;
+    /// Size of `replica` in bytes.
+    pub const REPLICA_SIZE: usize = 1;
+    /// Byte offset of `reserved_frame`.
+    pub const RESERVED_FRAME_OFFSET: usize = 62;
+    /// Size of `reserved_frame` in bytes.
+    pub const RESERVED_FRAME_SIZE: usize = 66;
+    /// Byte offset of `group`.
+    pub const GROUP_OFFSET: usize = 128;
+    /// Size of `group` in bytes.
+    pub const GROUP_SIZE: usize = 8;
+    /// Byte offset of `partition_incarnation`.
+    pub const PARTITION_INCARNATION_OFFSET: usize = 136;
+    /// Size of `partition_incarnation` in bytes.
+    pub const PARTITION_INCARNATION_SIZE: usize = 8;
+    /// Byte offset of `reserved`.
+    pub const RESERVED_OFFSET: usize = 144;
+    /// Size of `reserved` in bytes.
+    pub const RESERVED_SIZE: usize = 112;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
+        }
+        let checksum = <u128>::decode_exact(&buf[0..16])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum",
+            })?;
+        let checksum_body = <u128>::decode_exact(&buf[16..32])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum_body",
+            })?;
+        let cluster = <u128>::decode_exact(&buf[32..48])
+            .map_err(|_| WireError::InvalidValue {
+                field: "cluster",
+            })?;
+        let size = <u32>::decode_exact(&buf[48..52])
+            .map_err(|_| WireError::InvalidValue {
+                field: "size",
+            })?;
+        let view = <u32>::decode_exact(&buf[52..56])
+            .map_err(|_| WireError::InvalidValue {
+                field: "view",
+            })?;
+        let release = <u32>::decode_exact(&buf[56..60])
+            .map_err(|_| WireError::InvalidValue {
+                field: "release",
+            })?;
+        let command = <Command>::decode_exact(&buf[60..61])
+            .map_err(|_| WireError::InvalidValue {
+                field: "command",
+            })?;
+        let replica = <u8>::decode_exact(&buf[61..62])
+            .map_err(|_| WireError::InvalidValue {
+                field: "replica",
+            })?;
+        let reserved_frame = iggy_wire::get_at::<66>(buf, 62);
+        let group = <u64>::decode_exact(&buf[128..136])
+            .map_err(|_| WireError::InvalidValue {
+                field: "group",
+            })?;
+        let partition_incarnation = <u64>::decode_exact(&buf[136..144])
+            .map_err(|_| WireError::InvalidValue {
+                field: "partition_incarnation",
+            })?;
+        if !iggy_wire::is_zero_at(buf, 144, 112) {
+            return Err(WireError::NonZeroReserved {
+                field: "reserved",
+            });
+        }
+        Ok(Self {
+            checksum,
+            checksum_body,
+            cluster,
+            size,
+            view,
+            release,
+            command,
+            replica,
+            reserved_frame,
+            group,
+            partition_incarnation,
+        })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.checksum.to_wire_bytes());
+        iggy_wire::put_at(out, 16, &self.checksum_body.to_wire_bytes());
+        iggy_wire::put_at(out, 32, &self.cluster.to_wire_bytes());
+        iggy_wire::put_at(out, 48, &self.size.to_wire_bytes());
+        iggy_wire::put_at(out, 52, &self.view.to_wire_bytes());
+        iggy_wire::put_at(out, 56, &self.release.to_wire_bytes());
+        iggy_wire::put_at(out, 60, &self.command.to_wire_bytes());
+        iggy_wire::put_at(out, 61, &self.replica.to_wire_bytes());
+        iggy_wire::put_at(out, 62, &self.reserved_frame);
+        iggy_wire::put_at(out, 128, &self.group.to_wire_bytes());
+        iggy_wire::put_at(out, 136, &self.partition_incarnation.to_wire_bytes());
+        out[144..256].fill(0);
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 256] {
+        let mut b = [0u8; 256];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for PreVoteHeader {
+    /// All-zero bytes.
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 256]).expect("zero bytes decode")
+    }
+}
+const _: () = assert!(PreVoteHeader::SIZE == 256);
+const _: () = assert!(PreVoteHeader::CHECKSUM_OFFSET + 16 <= 256);
+const _: () = assert!(PreVoteHeader::CHECKSUM_BODY_OFFSET + 16 <= 256);
+const _: () = assert!(PreVoteHeader::CLUSTER_OFFSET + 16 <= 256);
+const _: () = assert!(PreVoteHeader::SIZE_OFFSET + 4 <= 256);
+const _: () = assert!(PreVoteHeader::VIEW_OFFSET + 4 <= 256);
+const _: () = assert!(PreVoteHeader::RELEASE_OFFSET + 4 <= 256);
+const _: () = assert!(PreVoteHeader::COMMAND_OFFSET + 1 <= 256);
+const _: () = assert!(PreVoteHeader::REPLICA_OFFSET + 1 <= 256);
+const _: () = assert!(PreVoteHeader::RESERVED_FRAME_OFFSET + 66 <= 256);
+const _: () = assert!(PreVoteHeader::GROUP_OFFSET + 8 <= 256);
+const _: () = assert!(PreVoteHeader::PARTITION_INCARNATION_OFFSET + 8 <= 256);
+const _: () = assert!(PreVoteHeader::RESERVED_OFFSET + 112 <= 256);
+impl iggy_wire::WireJson for PreVoteHeader {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"checksum\":");
+        iggy_wire::WireJson::write_json(&self.checksum, out);
+        out.push_str(",\"checksum_body\":");
+        iggy_wire::WireJson::write_json(&self.checksum_body, out);
+        out.push_str(",\"cluster\":");
+        iggy_wire::WireJson::write_json(&self.cluster, out);
+        out.push_str(",\"size\":");
+        iggy_wire::WireJson::write_json(&self.size, out);
+        out.push_str(",\"view\":");
+        iggy_wire::WireJson::write_json(&self.view, out);
+        out.push_str(",\"release\":");
+        iggy_wire::WireJson::write_json(&self.release, out);
+        out.push_str(",\"command\":");
+        iggy_wire::WireJson::write_json(&self.command, out);
+        out.push_str(",\"replica\":");
+        iggy_wire::WireJson::write_json(&self.replica, out);
+        out.push_str(",\"reserved_frame\":");
+        iggy_wire::WireJson::write_json(&self.reserved_frame, out);
+        out.push_str(",\"group\":");
+        iggy_wire::WireJson::write_json(&self.group, out);
+        out.push_str(",\"partition_incarnation\":");
+        iggy_wire::WireJson::write_json(&self.partition_incarnation, out);
+        out.push('}');
+    }
+}
+impl WireEncode for PreVoteHeader {
+    fn encoded_size(&self) -> usize {
+        256
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for PreVoteHeader {
     fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
         let b = iggy_wire::take(input, 256)?;
         Self::decode_fixed(b)

@@ -42,6 +42,8 @@ pub enum Command {
     ForwardCompletion = 32,
     PrimaryRebalance = 33,
     SegmentDelete = 34,
+    PreVote = 35,
+    PreVoteGranted = 36,
 }
 impl codec::Wire for Command {
     fn write(&self, out: &mut Vec<u8>) -> Result<(), codec::Error> {
@@ -85,6 +87,8 @@ impl codec::Wire for Command {
             32 => Ok(Command::ForwardCompletion),
             33 => Ok(Command::PrimaryRebalance),
             34 => Ok(Command::SegmentDelete),
+            35 => Ok(Command::PreVote),
+            36 => Ok(Command::PreVoteGranted),
             _ => {
                 Err(codec::Error::InvalidValue {
                     field: "Command",
@@ -130,11 +134,13 @@ impl codec::Wire for Command {
                 Command::ForwardCompletion => "\"ForwardCompletion\"",
                 Command::PrimaryRebalance => "\"PrimaryRebalance\"",
                 Command::SegmentDelete => "\"SegmentDelete\"",
+                Command::PreVote => "\"PreVote\"",
+                Command::PreVoteGranted => "\"PreVoteGranted\"",
             },
         );
     }
 }
-/// `Operation` (spec/frames.spec:44), a `u8` on the wire.
+/// `Operation` (spec/frames.spec:47), a `u8` on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]
 pub enum Operation {
@@ -294,7 +300,7 @@ impl codec::Wire for Operation {
         );
     }
 }
-/// `EvictionReason` (spec/frames.spec:93), a `u8` on the wire.
+/// `EvictionReason` (spec/frames.spec:96), a `u8` on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]
 pub enum EvictionReason {
@@ -369,7 +375,7 @@ impl codec::Wire for EvictionReason {
         );
     }
 }
-/// `GenericHeader` (spec/frames.spec:172).
+/// `GenericHeader` (spec/frames.spec:175).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GenericHeader {
     /// unused on client frames
@@ -477,7 +483,7 @@ impl codec::Wire for GenericHeader {
         out.push('}');
     }
 }
-/// `RequestHeader` (spec/frames.spec:186).
+/// `RequestHeader` (spec/frames.spec:189).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RequestHeader {
     /// unused on client frames
@@ -685,7 +691,7 @@ impl codec::Wire for RequestHeader {
         out.push('}');
     }
 }
-/// `ReplyHeader` (spec/frames.spec:211).
+/// `ReplyHeader` (spec/frames.spec:214).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReplyHeader {
     /// unused on client frames
@@ -890,7 +896,7 @@ impl codec::Wire for ReplyHeader {
         out.push('}');
     }
 }
-/// `EvictionHeader` (spec/frames.spec:236).
+/// `EvictionHeader` (spec/frames.spec:239).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EvictionHeader {
     /// unused on client frames
@@ -1029,7 +1035,7 @@ impl codec::Wire for EvictionHeader {
         out.push('}');
     }
 }
-/// `BatchHeader` (spec/frames.spec:812).
+/// `BatchHeader` (spec/frames.spec:835).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BatchHeader {
     /// stamped by the server
@@ -1118,7 +1124,7 @@ impl codec::Wire for BatchHeader {
         out.push('}');
     }
 }
-/// `MessageFrameHeader` (spec/frames.spec:823).
+/// `MessageFrameHeader` (spec/frames.spec:846).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MessageFrameHeader {
     /// XxHash3-64 over bytes 8..48, payload, user headers

@@ -18,8 +18,9 @@
 //!   is the valid journal prefix after `checkpoint.op` (see *Checkpoints*). `open` is
 //!   `open_from_checkpoint` with an empty checkpoint.
 //! * Timing is in ticks ([`Config`]): `heartbeat_ticks` (Commit heartbeats), `resend_ticks`
-//!   (prepare, view-change and rejoin retransmissions) and `view_change_timeout_ticks` (a
-//!   silent primary; a backup adds a tenth of it per replica id as a stagger). Nothing else
+//!   (prepare, pre-vote, view-change, repair and rejoin retransmissions) and
+//!   `view_change_timeout_ticks` (a silent primary; a backup adds a tenth of it per replica id
+//!   as a stagger; also the silence after which a replica grants a pre-vote). Nothing else
 //!   assumes a tick length, so a shell picks any tick and derives the counts from its intervals.
 //! * Inputs (`on_*`):
 //!   - [`Replica::on_request`]`(client, request_no, operation, body)` — a client request.
@@ -136,13 +137,30 @@
 //!   syncs the journal first), so the journal is never labelled with a view whose log it lacks;
 //!   a crash in between leaves a log labelled with the older view, which the view change's
 //!   choice (highest log view, then longest log) still handles;
+//! - a replica leaves its view on a timeout only after a pre-vote: a backup that stops hearing
+//!   from its primary, a view change that stalls and a rejoin that finds no primary all first
+//!   send `Message::PreVote` naming the next view, and start the view change (raising and
+//!   persisting the view) only once a quorum, this replica included, agrees. A peer answers
+//!   `Message::PreVoteGranted` unless it is the serving primary or heard from the primary of
+//!   its view (or a later one) within `view_change_timeout_ticks`; grants older than that do not
+//!   count. A replica cut off from its peers therefore keeps its view however long the cut
+//!   lasts, and when it heals no StartViewChange of a view it ran up drags the others through
+//!   a view change they did not need. The pre-vote changes nothing durable and votes in
+//!   nothing, so it is sent without waiting for a persisted view and safety rests, as before,
+//!   on the StartViewChange and DoViewChange quorums. The one exception is a restarted primary
+//!   of its persisted view: the primary it would ask about is itself and gone, so it starts the
+//!   view change at once (at most one view per restart);
+//! - a backup that stayed in its view through a cut catches up by repair (`RequestPrepare`,
+//!   answered with a batch of prepares): one request per batch outstanding, again after
+//!   `resend_ticks` if the batch is lost, so a long catch-up does not flood the links;
 //! - a restarted replica rejoins as a backup (`Status::Recovering`: no acks, no commits) and
 //!   asks the primary of its persisted view for its `StartView` (`RequestStartView`; a later
 //!   view's primary answers the Prepare or Commit it hears with the same request). The primary
 //!   of the persisted view does not resume (it may have lost prepares its backups acked, and
 //!   must not prepare a different op under the same view): it starts a view change. A rejoining
-//!   replica whose primary stays silent starts a view change after the usual timeout, so a
-//!   restart of every replica elects a primary from the persisted views and durable journals.
+//!   replica whose primary stays silent asks for a pre-vote after the usual timeout (restarted
+//!   replicas have heard no primary, so they grant at once), so a restart of every replica
+//!   elects a primary from the persisted views and durable journals.
 //!
 //! An op is discarded only when the view change's quorum of DoViewChange logs lacks it, and every
 //! committed op is durable on a quorum with a log view at least its own, so the quorum always
@@ -159,7 +177,11 @@
 //! crash and restart (volatile state lost, durable journal, checkpoints and view state kept), at
 //! most `f` at a time in groups of three or more, and about half the seeds also crash every
 //! replica at once (each losing its unsynced writes), after which the group must elect a
-//! primary from its persisted views and finish without losing a committed op. Replicas
+//! primary from its persisted views and finish without losing a committed op. Besides short
+//! cuts of one replica from every other node, about 40% of the seeds cut one replica off for
+//! 300 to 700 ticks (ten to twenty view-change timeouts); a checker asserts that a replica never
+//! raises its view while cut off (a restart during the cut counts from the restart), and the
+//! summary reports the most views one climbed (`cut_off_view_rise_max`). Replicas
 //! checkpoint when `GroupCore::checkpoint_due` says so, its policy a few ops (a group of one at
 //! or just below its commit; larger groups at the core's safe op, with no global knowledge,
 //! and a checker confirms that every replica's storage, a crashed one's too, would hold that
@@ -172,8 +194,10 @@
 //! at the same op, committed ops are never lost, every client reply is the committed reply of
 //! its request, no request executes twice within a session, every replica retires the same
 //! clients at the same op, checkpoints at the same op are byte-identical on every replica,
-//! the client table stays within its bound, no replica ever needs state transfer, and no message
-//! leaves a replica before the view (and log view) it names is durable in its storage. After the
+//! the client table stays within its bound, no replica ever needs state transfer, no message
+//! leaves a replica before the view (and log view) it names is durable in its storage (a
+//! pre-vote names a view its sender has not entered and is exempt), and no replica cut off from
+//! the others raises its view. After the
 //! fault phase the network heals and every
 //! client must finish (liveness). `cargo test -p iggy-vsr --test sim` runs 70 seeds per group
 //! size; `VSR_SIM_SEEDS=N` runs N. A failure prints `replicas=R seed=S`; the seed replays it.

@@ -185,6 +185,15 @@ pub enum Message {
         commit: u64,
         checkpoint_safe: u64,
     },
+    /// A replica that stopped hearing from its primary (or whose view change stalled) asks
+    /// whether the others lost it too, before it starts a view change to `view`. It votes in
+    /// nothing and changes no state: a replica cut off from its peers asks in vain and so never
+    /// raises its view. `view` is the one the sender would move to (not yet its own).
+    PreVote { view: u32, replica: ReplicaId },
+    /// Answer to a [`Message::PreVote`] for `view`: the sender has not heard from a primary of
+    /// its own view within the view-change timeout either (or is changing views itself). A
+    /// sender that still hears its primary does not answer.
+    PreVoteGranted { view: u32, replica: ReplicaId },
     /// A replica suspects the primary and votes to move to `view`.
     StartViewChange { view: u32, replica: ReplicaId },
     /// To the new primary of `view`: the sender's log, last normal view and commit number.
@@ -216,6 +225,8 @@ impl Message {
             Message::Prepare { view, .. }
             | Message::PrepareOk { view, .. }
             | Message::Commit { view, .. }
+            | Message::PreVote { view, .. }
+            | Message::PreVoteGranted { view, .. }
             | Message::StartViewChange { view, .. }
             | Message::DoViewChange { view, .. }
             | Message::StartView { view, .. }
@@ -230,6 +241,8 @@ impl Message {
             Message::Prepare { .. } => "prepare",
             Message::PrepareOk { .. } => "prepare_ok",
             Message::Commit { .. } => "commit",
+            Message::PreVote { .. } => "pre_vote",
+            Message::PreVoteGranted { .. } => "pre_vote_granted",
             Message::StartViewChange { .. } => "start_view_change",
             Message::DoViewChange { .. } => "do_view_change",
             Message::StartView { .. } => "start_view",

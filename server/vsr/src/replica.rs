@@ -15,6 +15,9 @@ use crate::view_state::ViewState;
 use bytes::Bytes;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
+/// Prepares a primary sends for one `RequestPrepare` (the op asked for and those after it).
+const REPAIR_PREPARES_MAX: u64 = 8;
+
 /// Static configuration of one replica in one consensus group.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -28,9 +31,10 @@ pub struct Config {
     pub pipeline_max: usize,
     /// Primary heartbeat (Commit message) period.
     pub heartbeat_ticks: u64,
-    /// Silence from the primary after which a backup starts a view change (plus a stagger of a
-    /// tenth of it per replica id, so backups do not all start at once); also the time after
-    /// which a stalled view change moves on to the next view.
+    /// Silence from the primary after which a backup asks its peers for a pre-vote (plus a
+    /// stagger of a tenth of it per replica id, so backups do not all start at once); also the
+    /// time after which a stalled view change asks to move on to the next view, and the silence
+    /// after which a replica grants a peer's pre-vote.
     pub view_change_timeout_ticks: u64,
     /// Retransmission period for prepares, view-change and rejoin messages.
     pub resend_ticks: u64,
@@ -74,6 +78,16 @@ pub enum Status {
     /// Restarted (or unable to install a log without state transfer): a backup that acks
     /// nothing until a `StartView` of its view or a later one installs the group's log.
     Recovering,
+}
+
+/// A pre-vote this replica is asking for: the view it would move to and when each peer granted
+/// it. Only grants younger than the view-change timeout count, so a quorum is one that lost the
+/// primary together, not at different times.
+#[derive(Clone, Debug)]
+struct PreVoteRound {
+    view: u32,
+    asked_at: u64,
+    granted_at: BTreeMap<ReplicaId, u64>,
 }
 
 /// Why a client request was not accepted.
@@ -186,6 +200,10 @@ pub struct Replica {
     rejoin_times_out: bool,
     /// When the current rejoin started (set at the first tick after it began).
     rejoin_since: Option<u64>,
+    /// The pre-vote being asked for, while this replica wants to leave its view.
+    pre_vote: Option<PreVoteRound>,
+    /// The latest repair request: the first op asked for and when.
+    repair_asked: Option<(u64, u64)>,
     /// Primary only: replicas that acknowledged each uncommitted op in this view.
     prepare_oks: BTreeMap<u64, BTreeSet<ReplicaId>>,
     /// Primary only, per replica: the highest op it acknowledged holding durably (with every op
@@ -200,7 +218,11 @@ pub struct Replica {
     do_view_change_from: BTreeMap<ReplicaId, (u32, u64, Log)>,
     do_view_change_sent: bool,
     now: u64,
+    /// When this replica last heard from the primary of its view or of a later one (a Prepare,
+    /// a Commit, a StartView). A restarted replica has heard none: it grants pre-votes at once.
     heard_from_primary_at: u64,
+    /// The view of that primary: once this replica moves past it, it no longer counts.
+    heard_primary_view: u32,
     view_change_started_at: u64,
     sent_heartbeat_at: u64,
     resent_at: u64,
@@ -295,6 +317,8 @@ impl Replica {
             held: Vec::new(),
             rejoin_times_out: true,
             rejoin_since: None,
+            pre_vote: None,
+            repair_asked: None,
             config,
             status: if solo {
                 Status::Normal
@@ -316,6 +340,7 @@ impl Replica {
             do_view_change_sent: false,
             now: 0,
             heard_from_primary_at: 0,
+            heard_primary_view: view,
             view_change_started_at: 0,
             sent_heartbeat_at: 0,
             resent_at: 0,
@@ -385,6 +410,7 @@ impl Replica {
         let mut replica = Replica::new(config);
         replica.view = view;
         replica.log_view = view;
+        replica.heard_primary_view = view;
         replica
     }
 
@@ -715,35 +741,43 @@ impl Replica {
         if self.config.replica_count == 1 {
             return;
         }
-        match self.status {
+        // Every way of leaving a view on a timeout goes through a pre-vote: a replica that
+        // cannot reach a quorum keeps its view however long it stays cut off.
+        let leaving = match self.status {
             Status::Recovering => {
                 let since = *self.rejoin_since.get_or_insert(self.now);
-                let timeout = self.config.silence_timeout_ticks();
-                if self.rejoin_times_out && self.now >= since + timeout {
-                    // Nobody answered as the primary of our view or a later one: replace it,
-                    // as a backup that stopped hearing from its primary would.
-                    self.start_view_change(self.view + 1);
-                } else if self.now >= self.resent_at + self.config.resend_ticks {
+                if self.now >= self.resent_at + self.config.resend_ticks {
                     self.request_start_view();
                 }
+                // Nobody answered as the primary of our view or a later one: replace it, as a
+                // backup that stopped hearing from its primary would.
+                let silent_since = since.max(self.heard_from_primary_at);
+                self.rejoin_times_out
+                    && self.now >= silent_since + self.config.silence_timeout_ticks()
+                    && !self.hears_primary()
             }
             Status::ViewChange => {
-                if self.now >= self.view_change_started_at + self.config.view_change_timeout_ticks {
-                    self.start_view_change(self.view + 1);
-                } else if self.now >= self.resent_at + self.config.resend_ticks {
+                if self.now >= self.resent_at + self.config.resend_ticks {
                     self.resent_at = self.now;
                     self.broadcast_start_view_change();
                     self.do_view_change_sent = false;
                     self.maybe_send_do_view_change();
                 }
+                self.now >= self.view_change_started_at + self.config.view_change_timeout_ticks
+                    && !self.hears_primary()
             }
-            Status::Normal if self.is_primary() => self.tick_primary(),
+            Status::Normal if self.is_primary() => {
+                self.tick_primary();
+                false
+            }
             Status::Normal => {
-                let timeout = self.config.silence_timeout_ticks();
-                if self.now >= self.heard_from_primary_at + timeout {
-                    self.start_view_change(self.view + 1);
-                }
+                self.now >= self.heard_from_primary_at + self.config.silence_timeout_ticks()
             }
+        };
+        if leaving {
+            self.ask_pre_vote(self.view + 1);
+        } else {
+            self.pre_vote = None;
         }
     }
 
@@ -767,6 +801,8 @@ impl Replica {
                 commit,
                 checkpoint_safe,
             } => self.on_commit(from, view, commit, checkpoint_safe),
+            Message::PreVote { view, replica } => self.on_pre_vote(view, replica),
+            Message::PreVoteGranted { view, replica } => self.on_pre_vote_granted(view, replica),
             Message::StartViewChange { view, replica } => self.on_start_view_change(view, replica),
             Message::DoViewChange {
                 view,
@@ -936,6 +972,8 @@ impl Replica {
         if view < self.view || from != self.primary_of(view) {
             return false;
         }
+        // A primary of our view or a later one is alive: no pre-vote of ours, or granted by us.
+        self.heard_from_primary(view);
         if view > self.view || self.status != Status::Normal {
             let message = Message::RequestStartView {
                 view,
@@ -944,7 +982,6 @@ impl Replica {
             self.send(from, message);
             return false;
         }
-        self.heard_from_primary_at = self.now;
         true
     }
 
@@ -959,11 +996,24 @@ impl Replica {
         }
     }
 
+    /// Asks the primary for the prepares after our log's head, unless a request covering that
+    /// op is still outstanding (younger than `resend_ticks`). Every prepare a lagging backup
+    /// receives would otherwise ask for the next `REPAIR_PREPARES_MAX` again, multiplying the
+    /// repair traffic until the links' queues drop it; one request per batch streams a long
+    /// catch-up at a batch per round trip.
     fn request_prepare(&mut self) {
+        let op = self.journal.op() + 1;
+        if let Some((asked, at)) = self.repair_asked
+            && (asked..asked + REPAIR_PREPARES_MAX).contains(&op)
+            && self.now < at + self.config.resend_ticks
+        {
+            return;
+        }
+        self.repair_asked = Some((op, self.now));
         let primary = self.primary_of(self.view);
         let message = Message::RequestPrepare {
             view: self.view,
-            op: self.journal.op() + 1,
+            op,
             replica: self.config.replica,
         };
         self.send(primary, message);
@@ -979,7 +1029,7 @@ impl Replica {
             self.send_start_view(replica);
             return;
         }
-        let last = self.journal.op().min(op + 7);
+        let last = self.journal.op().min(op + REPAIR_PREPARES_MAX - 1);
         for repair in op..=last {
             let entry = self.journal.get(repair).expect("op in log").clone();
             self.send(
@@ -1114,6 +1164,8 @@ impl Replica {
 impl Replica {
     fn start_view_change(&mut self, view: u32) {
         assert!(view > self.view || self.status != Status::ViewChange);
+        self.pre_vote = None;
+        self.repair_asked = None;
         self.view = view;
         self.status = Status::ViewChange;
         self.view_change_started_at = self.now;
@@ -1126,6 +1178,80 @@ impl Replica {
         self.start_view_change_from.insert(self.config.replica);
         self.broadcast_start_view_change();
         self.maybe_send_do_view_change();
+    }
+
+    /// Asks the others whether they too lost the primary before moving to `view` (again every
+    /// `resend_ticks` while the round lasts). A quorum of grants, this replica's own included,
+    /// starts the view change; until then nothing changes, not even the view.
+    fn ask_pre_vote(&mut self, view: u32) {
+        debug_assert_eq!(view, self.view + 1);
+        let now = self.now;
+        match &mut self.pre_vote {
+            Some(round) if round.view == view => {
+                if now < round.asked_at + self.config.resend_ticks {
+                    return;
+                }
+                round.asked_at = now;
+            }
+            _ => {
+                self.pre_vote = Some(PreVoteRound {
+                    view,
+                    asked_at: now,
+                    granted_at: BTreeMap::new(),
+                });
+            }
+        }
+        let me = self.config.replica;
+        for to in self.others() {
+            // Sent at once, not held for a durable view state: a pre-vote votes in nothing, and
+            // the view it names is one its sender has not entered.
+            let message = Message::PreVote { view, replica: me };
+            self.actions.push_back(Action::Send { to, message });
+        }
+    }
+
+    /// A peer asks whether we lost the primary too. We grant unless we are the primary serving
+    /// our view or heard from the primary of our view (or a later one) within the view-change
+    /// timeout: a replica that still hears its primary never helps replace it.
+    fn on_pre_vote(&mut self, view: u32, replica: ReplicaId) {
+        if self.is_primary() || self.hears_primary() {
+            return;
+        }
+        let message = Message::PreVoteGranted {
+            view,
+            replica: self.config.replica,
+        };
+        self.actions.push_back(Action::Send {
+            to: replica,
+            message,
+        });
+    }
+
+    /// Whether the primary of our view or of a later one was heard within the view-change
+    /// timeout (a replica changing views has not heard the primary of the view it moves to).
+    fn hears_primary(&self) -> bool {
+        self.heard_primary_view >= self.view
+            && self.now < self.heard_from_primary_at + self.config.view_change_timeout_ticks
+    }
+
+    fn heard_from_primary(&mut self, view: u32) {
+        debug_assert!(view >= self.view);
+        self.heard_from_primary_at = self.now;
+        self.heard_primary_view = view;
+        self.pre_vote = None;
+    }
+
+    fn on_pre_vote_granted(&mut self, view: u32, replica: ReplicaId) {
+        let quorum = self.config.quorum();
+        let (now, fresh_ticks) = (self.now, self.config.view_change_timeout_ticks);
+        let Some(round) = self.pre_vote.as_mut().filter(|round| round.view == view) else {
+            return;
+        };
+        round.granted_at.insert(replica, now);
+        round.granted_at.retain(|_, at| now < *at + fresh_ticks);
+        if round.granted_at.len() + 1 >= quorum {
+            self.start_view_change(view);
+        }
     }
 
     fn broadcast_start_view_change(&mut self) {
@@ -1268,7 +1394,8 @@ impl Replica {
         self.view = view;
         self.log_view = view;
         self.status = Status::Normal;
-        self.heard_from_primary_at = self.now;
+        self.heard_from_primary(view);
+        self.repair_asked = None;
         self.prepare_oks.clear();
         self.learn_commit(commit);
         self.acknowledge_durable(self.journal.base().op);

@@ -28,6 +28,12 @@ fn entries(view: u32, ops: u64) -> Vec<Entry> {
 fn a_vote_for_a_new_view_waits_until_the_view_is_persisted() {
     let mut replica = Replica::new(Config::new(3, 1));
     replica.on_tick(1_000);
+    drain(&mut replica);
+    let granted = Message::PreVoteGranted {
+        view: 1,
+        replica: 2,
+    };
+    replica.on_message(2, granted);
     let out = drain(&mut replica);
     assert_eq!(replica.status(), Status::ViewChange);
     assert_eq!(

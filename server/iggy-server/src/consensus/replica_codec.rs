@@ -20,9 +20,9 @@ use super::replica_link::{HEADER_SIZE, body_checksum_of, prepare_identity_of, se
 use super::wal;
 use bytes::{BufMut, Bytes, BytesMut};
 use iggy_generated::frames::{
-    Command, CommitHeader, DoViewChangeHeader, GenericHeader, PrepareHeader, PrepareOkHeader,
-    ReplicaLogPrefix, RequestPreparesHeader, RequestStartViewHeader, StartViewChangeHeader,
-    StartViewHeader,
+    Command, CommitHeader, DoViewChangeHeader, GenericHeader, PreVoteHeader, PrepareHeader,
+    PrepareOkHeader, ReplicaLogPrefix, RequestPreparesHeader, RequestStartViewHeader,
+    StartViewChangeHeader, StartViewHeader,
 };
 use iggy_vsr::{Entry, Log, Message, ReplicaId};
 
@@ -141,6 +141,19 @@ pub fn encode(context: &FrameContext, message: &Message) -> Bytes {
             };
             control_frame(context, Command::StartViewChange, *view, header.to_bytes())
         }
+        Message::PreVote { view, replica } => {
+            speaks_for_itself(context, *replica);
+            control_frame(context, Command::PreVote, *view, pre_vote_header(context))
+        }
+        Message::PreVoteGranted { view, replica } => {
+            speaks_for_itself(context, *replica);
+            control_frame(
+                context,
+                Command::PreVoteGranted,
+                *view,
+                pre_vote_header(context),
+            )
+        }
         Message::DoViewChange {
             view,
             replica,
@@ -196,6 +209,16 @@ pub fn encode(context: &FrameContext, message: &Message) -> Bytes {
             control_frame(context, Command::RequestStartView, *view, header.to_bytes())
         }
     }
+}
+
+/// The command half of a PreVote or PreVoteGranted: only the group it is about.
+fn pre_vote_header(context: &FrameContext) -> [u8; HEADER_SIZE] {
+    let header = PreVoteHeader {
+        group: context.group,
+        partition_incarnation: context.incarnation,
+        ..PreVoteHeader::default()
+    };
+    header.to_bytes()
 }
 
 fn speaks_for_itself(context: &FrameContext, replica: ReplicaId) {
@@ -415,6 +438,19 @@ fn decode_control(
             Ok(Message::StartViewChange {
                 view: vote.view,
                 replica: sender,
+            })
+        }
+        Command::PreVote | Command::PreVoteGranted => {
+            let pre_vote = PreVoteHeader::decode_fixed(header).map_err(undecodable)?;
+            same_group(
+                context,
+                pre_vote.group,
+                Some(pre_vote.partition_incarnation),
+            )?;
+            let (view, replica) = (pre_vote.view, sender);
+            Ok(match command {
+                Command::PreVote => Message::PreVote { view, replica },
+                _ => Message::PreVoteGranted { view, replica },
             })
         }
         Command::RequestPrepares => {
@@ -770,6 +806,14 @@ mod tests {
             },
             Message::RequestStartView {
                 view: 6,
+                replica: SENDER,
+            },
+            Message::PreVote {
+                view: 5,
+                replica: SENDER,
+            },
+            Message::PreVoteGranted {
+                view: 5,
                 replica: SENDER,
             },
         ]

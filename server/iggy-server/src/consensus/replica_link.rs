@@ -12,10 +12,10 @@
 use super::admission::{self, Admitted, Local, Refusal};
 use iggy_generated::frames::{
     Command, CommitHeader, DoViewChangeHeader, FRAME_SEALED_COMMANDS, GenericHeader,
-    IDENTITY_CHECKSUM_COMMANDS, METADATA_GROUP, MetadataHistory, PrepareHeader, PrepareOkHeader,
-    RepairRangeReplyHeader, ReplicaHandshakeStatus, RequestPreparesHeader, RequestStartViewHeader,
-    RequestStateChunkHeader, RequestStateTransferHeader, StartViewChangeHeader, StartViewHeader,
-    StateChunkHeader, StateTransferTargetHeader,
+    IDENTITY_CHECKSUM_COMMANDS, METADATA_GROUP, MetadataHistory, PreVoteHeader, PrepareHeader,
+    PrepareOkHeader, RepairRangeReplyHeader, ReplicaHandshakeStatus, RequestPreparesHeader,
+    RequestStartViewHeader, RequestStateChunkHeader, RequestStateTransferHeader,
+    StartViewChangeHeader, StartViewHeader, StateChunkHeader, StateTransferTargetHeader,
 };
 use std::time::Duration;
 
@@ -184,6 +184,10 @@ fn group_fields(command: Command) -> (Option<usize>, Option<usize>) {
         C::StartViewChange => (
             Some(StartViewChangeHeader::GROUP_OFFSET),
             Some(StartViewChangeHeader::PARTITION_INCARNATION_OFFSET),
+        ),
+        C::PreVote | C::PreVoteGranted => (
+            Some(PreVoteHeader::GROUP_OFFSET),
+            Some(PreVoteHeader::PARTITION_INCARNATION_OFFSET),
         ),
         C::DoViewChange => (
             Some(DoViewChangeHeader::GROUP_OFFSET),

@@ -94,6 +94,9 @@ pub struct Summary {
     pub restarts_all: u64,
     /// View states persisted (over all replicas).
     pub views_persisted: u64,
+    /// The most views any replica climbed while cut off from every other node (counted from
+    /// its view when the cut began, or when it restarted during the cut).
+    pub cut_off_view_rise_max: u32,
 }
 
 /// The simulated world for one seed.
@@ -112,6 +115,12 @@ pub struct Cluster {
     faults: bool,
     /// Per replica: tick until which it is cut off from every other node.
     isolated_until: Vec<u64>,
+    /// Per replica while cut off: its view when the cut began (or when it restarted during it).
+    cut_off_view: Vec<Option<u32>>,
+    cut_off_view_rise_max: u32,
+    /// A long cut of one replica, if any: (replica, first tick, last tick). Long enough for many
+    /// view-change timeouts, so a replica that raised its view on every timeout would run away.
+    long_cut_off: Option<(usize, u64, u64)>,
     clients_table_max: usize,
     /// Checkpoint once this many ops are committed above the previous checkpoint.
     checkpoint_every: u64,
@@ -156,6 +165,11 @@ impl Cluster {
         let logout_every =
             (clients_table_max < usize::from(client_count)).then(|| 1 + choices.below(6));
         let restart_all_at = choices.chance(50).then(|| 100 + choices.below(1_200));
+        let long_cut_off = choices.chance(40).then(|| {
+            let start = 50 + choices.below(700);
+            let replica = choices.below(u64::from(replica_count)) as usize;
+            (replica, start, start + 300 + choices.below(400))
+        });
         let mut rng = Rng::new(seed);
         let options = PacketOptions {
             drop_percent: rng.below(10),
@@ -208,6 +222,9 @@ impl Cluster {
             restarts: 0,
             faults: true,
             isolated_until: vec![0; usize::from(replica_count)],
+            cut_off_view: vec![None; usize::from(replica_count)],
+            cut_off_view_rise_max: 0,
+            long_cut_off,
             clients_table_max,
             checkpoint_every,
             logout_every,
@@ -263,7 +280,17 @@ impl Cluster {
             refused_full: self.refused_full,
             restarts_all: self.restarts_all,
             views_persisted: self.views_persisted,
+            cut_off_view_rise_max: self.cut_off_view_rise_max,
         }
+    }
+
+    /// Cuts replica `index` off from every other node until tick `until` (or longer, if it
+    /// already is), noting its view when a new cut begins.
+    fn cut_off(&mut self, index: usize, until: u64) {
+        if !self.isolated(index as u8) {
+            self.cut_off_view[index] = self.nodes[index].replica().map(Replica::view);
+        }
+        self.isolated_until[index] = self.isolated_until[index].max(until);
     }
 
     fn heal(&mut self) {
@@ -283,7 +310,15 @@ impl Cluster {
         self.inject_crashes();
         if self.faults && self.replica_count > 1 && self.rng.chance(1) {
             let index = self.rng.below(u64::from(self.replica_count)) as usize;
-            self.isolated_until[index] = self.now + 10 + self.rng.below(80);
+            let until = self.now + 10 + self.rng.below(80);
+            self.cut_off(index, until);
+        }
+        if let Some((index, start, end)) = self.long_cut_off
+            && self.faults
+            && self.replica_count > 1
+            && self.now == start
+        {
+            self.cut_off(index, end);
         }
         for index in 0..self.nodes.len() {
             let now = self.now;
@@ -320,6 +355,12 @@ impl Cluster {
                     ));
                     node.sync_pending = false;
                     node.view_pending = None;
+                    if now < self.isolated_until[index] {
+                        // A restarted primary of its persisted view starts a view change at
+                        // once (it must not resume that view): one view per restart.
+                        let view = node.core.as_ref().unwrap().replica().view();
+                        self.cut_off_view[index] = Some(view);
+                    }
                     self.drain(index);
                 }
                 continue;
@@ -414,6 +455,32 @@ impl Cluster {
         }
     }
 
+    /// A replica cut off from every other node never raises its view: leaving a view on a
+    /// timeout needs a quorum's pre-vote, which it cannot reach (a restart during the cut may
+    /// add one view, counted from the restart).
+    fn check_cut_off_views(&mut self) {
+        for index in 0..self.nodes.len() {
+            if !self.isolated(index as u8) {
+                self.cut_off_view[index] = None;
+                continue;
+            }
+            let Some(view) = self.nodes[index].replica().map(Replica::view) else {
+                continue;
+            };
+            let Some(cut_off_view) = self.cut_off_view[index] else {
+                continue;
+            };
+            let rise = view.saturating_sub(cut_off_view);
+            self.cut_off_view_rise_max = self.cut_off_view_rise_max.max(rise);
+            assert!(
+                rise == 0,
+                "seed {}: replica {index} raised its view from {cut_off_view} to {view} while \
+                 cut off from every other replica",
+                self.seed
+            );
+        }
+    }
+
     /// A checkpoint at `op` by replica `index` leaves every replica able to follow: a restart
     /// of any of them would find the committed entry at `op` in its journal, or a checkpoint
     /// at or past it.
@@ -489,8 +556,8 @@ impl Cluster {
                 Step::Send { to, message } => {
                     // The view a message names is durable on its sender before it leaves, so a
                     // restart (even of every replica) never forgets a vote or a view it acked in.
-                    // (A RequestStartView names the view of the primary it asks, not one its
-                    // sender entered.)
+                    // (A RequestStartView names the view of the primary it asks, and a pre-vote
+                    // the view its sender would move to: neither is a view the sender entered.)
                     let durable = node.storage.view_state(index as u8);
                     let log_view = match &message {
                         Message::DoViewChange { log_view, .. } => Some(*log_view),
@@ -500,8 +567,12 @@ impl Cluster {
                         _ => None,
                     };
                     assert!(
-                        (matches!(message, Message::RequestStartView { .. })
-                            || message.view() <= durable.view)
+                        (matches!(
+                            message,
+                            Message::RequestStartView { .. }
+                                | Message::PreVote { .. }
+                                | Message::PreVoteGranted { .. }
+                        ) || message.view() <= durable.view)
                             && log_view.is_none_or(|log_view| log_view <= durable.log_view),
                         "seed {}: replica {index} sent {message:?} before persisting its view \
                          (durable {durable:?})",
@@ -769,6 +840,7 @@ impl Cluster {
     /// After every step: committed prefixes agree with the canonical log (registers included).
     fn check_step(&mut self) {
         let seed = self.seed;
+        self.check_cut_off_views();
         for index in 0..self.nodes.len() {
             let node = &mut self.nodes[index];
             let Some(replica) = node.core.as_ref().map(GroupCore::replica) else {
