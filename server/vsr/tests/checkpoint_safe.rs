@@ -6,9 +6,8 @@ use bytes::Bytes;
 use iggy_vsr::group::{CheckpointPolicy, Durability, GroupCore, Step};
 use iggy_vsr::{Action, Config, Entry, Message, OPERATION_REGISTER, Replica};
 
-fn drain(replica: &mut Replica) -> Vec<Action> {
-    std::iter::from_fn(|| replica.poll_action()).collect()
-}
+mod support;
+use support::*;
 
 fn prepare_ok(op: u64, replica: u8) -> Message {
     Message::PrepareOk {

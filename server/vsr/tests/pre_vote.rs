@@ -3,12 +3,10 @@
 //! moves to a new view only with a quorum of grants (its own included). A replica cut off from
 //! its peers therefore keeps its view however long the cut lasts.
 
-use bytes::Bytes;
-use iggy_vsr::{Action, Config, Entry, Message, Replica, ReplicaId, Status, ViewState};
+use iggy_vsr::{Action, Config, Message, Replica, ReplicaId, Status, ViewState};
 
-fn drain(replica: &mut Replica) -> Vec<Action> {
-    std::iter::from_fn(|| replica.poll_action()).collect()
-}
+mod support;
+use support::*;
 
 /// Drains the replica's actions as a shell with instant storage would (view states and
 /// journal writes durable at once) and returns what it sends.
@@ -43,12 +41,6 @@ fn grants(sent: &[(ReplicaId, Message)]) -> Vec<(ReplicaId, u32)> {
             Message::PreVoteGranted { view, .. } => Some((*to, *view)),
             _ => None,
         })
-        .collect()
-}
-
-fn entries(view: u32, ops: u64) -> Vec<Entry> {
-    (1..=ops)
-        .map(|op| Entry::new(op, view, 9, op, 5, Bytes::from(format!("b{op}"))))
         .collect()
 }
 

@@ -4,25 +4,8 @@
 use bytes::Bytes;
 use iggy_vsr::{Action, Config, Entry, Log, Message, Replica, Status, ViewState};
 
-fn drain(replica: &mut Replica) -> Vec<Action> {
-    std::iter::from_fn(|| replica.poll_action()).collect()
-}
-
-fn sends(actions: &[Action]) -> Vec<(u8, Message)> {
-    actions
-        .iter()
-        .filter_map(|action| match action {
-            Action::Send { to, message } => Some((*to, message.clone())),
-            _ => None,
-        })
-        .collect()
-}
-
-fn entries(view: u32, ops: u64) -> Vec<Entry> {
-    (1..=ops)
-        .map(|op| Entry::new(op, view, 9, op, 5, Bytes::from(format!("b{op}"))))
-        .collect()
-}
+mod support;
+use support::*;
 
 #[test]
 fn a_vote_for_a_new_view_waits_until_the_view_is_persisted() {

@@ -3,9 +3,8 @@
 use bytes::Bytes;
 use iggy_vsr::{Action, Config, OPERATION_REGISTER, Refusal, Replica, ViewState};
 
-fn drain(replica: &mut Replica) -> Vec<Action> {
-    std::iter::from_fn(|| replica.poll_action()).collect()
-}
+mod support;
+use support::*;
 
 /// Operation code the test state machine treats as a logout: applying it ends the session of
 /// the op's client (the shell retires it with the commit).
