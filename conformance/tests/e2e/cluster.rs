@@ -686,20 +686,36 @@ pub async fn assert_acknowledged_exactly_once(
         let mut texts = Vec::new();
         loop {
             let strategy = PollingStrategy::offset(texts.len() as u64);
-            let polled = within_for(
-                Duration::from_secs(35),
-                "poll_messages",
-                client.poll_messages(
-                    &id(stream),
-                    &id(topic),
-                    Some(partition as u32),
-                    &consumer("verifier"),
-                    &strategy,
-                    1000,
-                    false,
-                ),
-            )
-            .await;
+            // The check is about the data: a poll that meets a link the SDK is still
+            // re-establishing (a node just resumed or restarted) is asked again.
+            let mut attempts = 0;
+            let polled = loop {
+                let polled = within_for(
+                    Duration::from_secs(35),
+                    "poll_messages",
+                    client.poll_messages(
+                        &id(stream),
+                        &id(topic),
+                        Some(partition as u32),
+                        &consumer("verifier"),
+                        &strategy,
+                        1000,
+                        false,
+                    ),
+                )
+                .await;
+                attempts += 1;
+                match polled {
+                    Err(error) if attempts < 40 => {
+                        eprintln!(
+                            "poll partition {partition} at {}: {error}; again",
+                            texts.len()
+                        );
+                        tokio::time::sleep(Duration::from_millis(250)).await;
+                    }
+                    polled => break polled,
+                }
+            };
             let polled = ok(
                 &format!("poll partition {partition} at {}", texts.len()),
                 polled,

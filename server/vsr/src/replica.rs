@@ -210,6 +210,10 @@ pub struct Replica {
     /// before it) in this view's log. Reset with each view: an ack of an earlier view's log may
     /// name entries a later view replaced.
     durable_acks: Vec<u64>,
+    /// Primary: the tick each replica last acknowledged anything in this view (backups answer
+    /// every Commit heartbeat with their durable head), to tell a primary that still leads a
+    /// quorum from one cut off from it (`leads_quorum`).
+    acked_at: Vec<u64>,
     /// The highest op known to be committed and held durably by every replica (see
     /// [`Replica::checkpoint_safe`]). Only grows: once every replica holds a committed op, it
     /// keeps holding it (its entry is in every later view's log) until it checkpoints past it.
@@ -305,6 +309,7 @@ impl Replica {
         );
         let solo = config.replica_count == 1;
         let durable_acks = vec![0; usize::from(config.replica_count)];
+        let acked_at = vec![0; usize::from(config.replica_count)];
         Replica {
             base_clients: clients.clone(),
             clients,
@@ -334,6 +339,7 @@ impl Replica {
             journal,
             prepare_oks: BTreeMap::new(),
             durable_acks,
+            acked_at,
             checkpoint_safe: 0,
             start_view_change_from: BTreeSet::new(),
             do_view_change_from: BTreeMap::new(),
@@ -415,6 +421,41 @@ impl Replica {
     }
 
     // ----- getters -----
+
+    /// Whether this replica knows its view's primary to be alive and leading: as the primary,
+    /// [`Self::leads_quorum`]; as a backup in normal status, having heard from its primary
+    /// within the view-change timeout. A replica that is not in touch may name a primary that
+    /// no longer leads, so it must not send clients there.
+    pub fn in_touch(&self) -> bool {
+        match self.status {
+            Status::Normal if self.is_primary() => self.leads_quorum(),
+            Status::Normal => {
+                self.is_solo()
+                    || self.now < self.heard_from_primary_at + self.config.view_change_timeout_ticks
+            }
+            Status::ViewChange | Status::Recovering => false,
+        }
+    }
+
+    /// Whether this replica leads its view with a quorum in touch: the primary in normal
+    /// status whose backups (enough of them for a quorum, counting itself) acknowledged
+    /// something within the view-change timeout. A primary cut off from its group keeps its
+    /// view (nobody tells it otherwise) but no longer claims to lead; a group of one always
+    /// leads.
+    pub fn leads_quorum(&self) -> bool {
+        if self.status != Status::Normal || !self.is_primary() {
+            return false;
+        }
+        if self.is_solo() {
+            return true;
+        }
+        let me = usize::from(self.config.replica);
+        let recent = |at: u64| self.now < at + self.config.view_change_timeout_ticks;
+        let in_touch = (0..self.acked_at.len())
+            .filter(|&r| r == me || recent(self.acked_at[r]))
+            .count();
+        in_touch >= self.config.quorum()
+    }
 
     /// Current status.
     /// The configuration the replica was opened with.
@@ -964,6 +1005,11 @@ impl Replica {
             self.learn_commit(commit);
             // A fact about every replica's journal, true for good once true (see the field).
             self.checkpoint_safe = self.checkpoint_safe.max(checkpoint_safe);
+            // Answer the heartbeat with our durable head: an idle primary learns that it
+            // still leads a quorum (and how far our journal reaches).
+            if self.status == Status::Normal {
+                self.send_prepare_ok(self.journal.durable_through());
+            }
         }
     }
 
@@ -1046,6 +1092,9 @@ impl Replica {
     fn on_prepare_ok(&mut self, view: u32, op: u64, replica: ReplicaId) {
         if view != self.view || !self.is_primary() {
             return;
+        }
+        if let Some(at) = self.acked_at.get_mut(usize::from(replica)) {
+            *at = self.now;
         }
         if let Some(acked) = self.durable_acks.get_mut(usize::from(replica)) {
             *acked = (*acked).max(op);
@@ -1347,6 +1396,8 @@ impl Replica {
         self.log_view = self.view;
         self.prepare_oks.clear();
         self.durable_acks.fill(0);
+        // The quorum of DoViewChanges that elected us was just heard from.
+        self.acked_at.fill(self.now);
         self.commit_max = self.commit_max.max(commit.min(self.journal.op()));
         for op in self.commit_max + 1..=self.journal.op() {
             self.prepare_oks.insert(op, BTreeSet::new());

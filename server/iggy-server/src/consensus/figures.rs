@@ -40,6 +40,9 @@ pub struct GroupRole {
     pub status: iggy_vsr::Status,
     /// The primary of the replica's current view (the one it serves, or moves to).
     pub primary: u8,
+    /// The replica knows that primary alive (`iggy_vsr::Replica::in_touch`): a primary cut
+    /// off from its quorum, or a backup that stopped hearing from it, is not.
+    pub in_touch: bool,
 }
 
 impl GroupRole {
@@ -61,7 +64,9 @@ impl GroupFigures {
         self.view
             .store(u64::from(replica.view()), Ordering::Relaxed);
         self.commit.store(replica.commit_max(), Ordering::Relaxed);
-        self.role.store(status | primary << 8, Ordering::Relaxed);
+        let in_touch = u64::from(replica.in_touch()) << 16;
+        self.role
+            .store(status | primary << 8 | in_touch, Ordering::Relaxed);
     }
 
     /// The replica's status and its view's primary.
@@ -75,6 +80,7 @@ impl GroupFigures {
                 _ => Status::Recovering,
             },
             primary: (role >> 8) as u8,
+            in_touch: role >> 16 & 1 == 1,
         }
     }
 
@@ -174,9 +180,11 @@ mod tests {
         // A restarted replica rejoins as a backup: not serving, whoever its view names.
         assert_eq!(role.status, iggy_vsr::Status::Recovering);
         assert!(!role.is_primary(1) && !role.is_primary(2));
+        assert!(!role.in_touch, "a rejoining replica knows no live primary");
         let normal = GroupRole {
             status: iggy_vsr::Status::Normal,
             primary: 1,
+            in_touch: true,
         };
         assert!(normal.is_primary(1) && !normal.is_primary(2));
     }

@@ -189,14 +189,18 @@ impl GroupPlane {
             return;
         }
         tracing::info!(
-            "group {:#x}: replica {} is {:?} in view {} (primary {}), op {}, commit {}",
+            "group {:#x}: replica {} is {:?} in view {} (primary {}), op {}, commit {}{}",
             self.peers.frames.group,
             replica.replica(),
             role.status,
             replica.view(),
             role.primary,
             replica.op(),
-            replica.commit_max()
+            replica.commit_max(),
+            match (role.status, role.in_touch) {
+                (Status::Normal, false) => ", out of touch with its primary or quorum",
+                _ => "",
+            }
         );
     }
 

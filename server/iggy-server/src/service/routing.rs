@@ -21,6 +21,9 @@ use std::time::Duration;
 /// `me` serves it.
 pub fn refusal_for(role: GroupRole, me: u8) -> Option<ErrorCode> {
     match role.status {
+        // Its primary may be gone (a primary cut off from its quorum, a backup that stopped
+        // hearing from it): naming it would send the client after a dead view.
+        Status::Normal if !role.in_touch => Some(ErrorCode::TransientNotAccepted),
         Status::Normal if role.primary == me => None,
         Status::Normal => Some(ErrorCode::NotPrimary),
         Status::ViewChange | Status::Recovering => Some(ErrorCode::TransientNotAccepted),
@@ -76,9 +79,10 @@ pub struct Transports {
 
 /// The role a node has in the roster: Leader for the metadata primary this replica's metadata
 /// group names while it is Normal, and for no node otherwise (the SDK takes the metadata
-/// primary from the Leader; a replica changing views or recovering knows no live one).
+/// primary from the Leader; a replica changing views or recovering, or out of touch with its
+/// primary, knows no live one).
 pub fn roster_role(replica_id: u8, metadata: GroupRole) -> ClusterNodeRole {
-    match metadata.status == Status::Normal && metadata.primary == replica_id {
+    match metadata.status == Status::Normal && metadata.in_touch && metadata.primary == replica_id {
         true => ClusterNodeRole::Leader,
         false => ClusterNodeRole::Follower,
     }
@@ -187,13 +191,32 @@ mod tests {
     use iggy_vsr::Status::{Normal, Recovering, ViewChange};
 
     fn role(status: Status, primary: u8) -> GroupRole {
-        GroupRole { status, primary }
+        GroupRole {
+            status,
+            primary,
+            in_touch: status == Normal,
+        }
     }
 
     #[test]
     fn only_a_normal_backup_answers_not_primary() {
         assert_eq!(refusal_for(role(Normal, 1), 1), None);
         assert_eq!(refusal_for(role(Normal, 1), 2), Some(ErrorCode::NotPrimary));
+        // Out of touch (a primary cut off from its quorum, a backup that no longer hears its
+        // primary): neither serves nor sends the client to a primary that may be gone, and
+        // the roster names no Leader.
+        let cut_off = GroupRole {
+            in_touch: false,
+            ..role(Normal, 1)
+        };
+        for me in [1, 2] {
+            assert_eq!(
+                refusal_for(cut_off, me),
+                Some(ErrorCode::TransientNotAccepted)
+            );
+        }
+        assert_eq!(roster_role(1, cut_off), ClusterNodeRole::Follower);
+        assert_eq!(roster_role(1, role(Normal, 1)), ClusterNodeRole::Leader);
         for status in [ViewChange, Recovering] {
             // Even the replica the view names does not serve while it changes views.
             for me in [1, 2] {
