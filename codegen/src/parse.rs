@@ -543,8 +543,8 @@ pub fn parse_file(file: &str, text: &str, model: &mut Model) -> Result<(), Vec<D
                         let a = Attrs { pairs };
                         a.check(&["since", "until", "scope"], "an enum variant", file, rl, &mut errs);
                         let scope = a.string("scope");
-                        if scope.as_deref().is_some_and(|scope| scope != "journal") {
-                            errs.push(diag(file, rl, "scope= on an enum variant must be `journal`"));
+                        if scope.as_deref().is_some_and(|scope| scope != "journal" && scope != "replica") {
+                            errs.push(diag(file, rl, "scope= on an enum variant must be `journal` or `replica`"));
                         }
                         variants.push((value, name.to_string()));
                         variant_versions.push((a.string("since"), a.string("until")));

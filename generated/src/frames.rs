@@ -2,13 +2,13 @@
 #![allow(clippy::all)]
 #[allow(unused_imports)]
 use iggy_wire::{WireDecode, WireEncode, WireError};
-/// `FRAME_SEALED_COMMANDS` (spec/frames.spec:315).
-pub const FRAME_SEALED_COMMANDS: u64 = 0x1ffff7de80;
-/// `IDENTITY_CHECKSUM_COMMANDS` (spec/frames.spec:317).
+/// `FRAME_SEALED_COMMANDS` (spec/frames.spec:329).
+pub const FRAME_SEALED_COMMANDS: u64 = 0x7ffff7de80;
+/// `IDENTITY_CHECKSUM_COMMANDS` (spec/frames.spec:331).
 pub const IDENTITY_CHECKSUM_COMMANDS: u64 = 0x80040;
-/// `METADATA_GROUP` (spec/frames.spec:319).
+/// `METADATA_GROUP` (spec/frames.spec:333).
 pub const METADATA_GROUP: u64 = 0x8000000000000000;
-/// `DVC_HEADERS_MAX` (spec/frames.spec:321).
+/// `DVC_HEADERS_MAX` (spec/frames.spec:335).
 pub const DVC_HEADERS_MAX: u32 = 128;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]
@@ -51,6 +51,8 @@ pub enum Command {
     SegmentDelete = 34,
     PreVote = 35,
     PreVoteGranted = 36,
+    ForwardWrite = 37,
+    ForwardWriteResult = 38,
 }
 impl Command {
     /// Every variant, in spec order.
@@ -92,6 +94,8 @@ impl Command {
         Command::SegmentDelete,
         Command::PreVote,
         Command::PreVoteGranted,
+        Command::ForwardWrite,
+        Command::ForwardWriteResult,
     ];
     /// The variant with this discriminant.
     pub fn from_repr(v: u8) -> Option<Self> {
@@ -133,6 +137,8 @@ impl Command {
             34 => Some(Self::SegmentDelete),
             35 => Some(Self::PreVote),
             36 => Some(Self::PreVoteGranted),
+            37 => Some(Self::ForwardWrite),
+            38 => Some(Self::ForwardWriteResult),
             _ => None,
         }
     }
@@ -200,6 +206,8 @@ impl iggy_wire::WireJson for Command {
                 Self::SegmentDelete => "SegmentDelete",
                 Self::PreVote => "PreVote",
                 Self::PreVoteGranted => "PreVoteGranted",
+                Self::ForwardWrite => "ForwardWrite",
+                Self::ForwardWriteResult => "ForwardWriteResult",
             },
         );
         out.push('"');
@@ -617,6 +625,77 @@ impl iggy_wire::WireJson for ForwardRegisterOutcome {
                 Self::Canceled => "Canceled",
                 Self::ClientIdOwnedByAnotherUser => "ClientIdOwnedByAnotherUser",
                 Self::Unauthenticated => "Unauthenticated",
+            },
+        );
+        out.push('"');
+    }
+}
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[repr(u8)]
+pub enum ForwardWriteOutcome {
+    #[default]
+    Committed = 0,
+    NotPrimary = 1,
+    Busy = 2,
+    RequestTooOld = 3,
+    SessionUnknown = 4,
+    Failed = 5,
+}
+impl ForwardWriteOutcome {
+    /// Every variant, in spec order.
+    pub const ALL: &'static [ForwardWriteOutcome] = &[
+        ForwardWriteOutcome::Committed,
+        ForwardWriteOutcome::NotPrimary,
+        ForwardWriteOutcome::Busy,
+        ForwardWriteOutcome::RequestTooOld,
+        ForwardWriteOutcome::SessionUnknown,
+        ForwardWriteOutcome::Failed,
+    ];
+    /// The variant with this discriminant.
+    pub fn from_repr(v: u8) -> Option<Self> {
+        match v {
+            0 => Some(Self::Committed),
+            1 => Some(Self::NotPrimary),
+            2 => Some(Self::Busy),
+            3 => Some(Self::RequestTooOld),
+            4 => Some(Self::SessionUnknown),
+            5 => Some(Self::Failed),
+            _ => None,
+        }
+    }
+    /// The discriminant.
+    pub fn to_repr(self) -> u8 {
+        self as u8
+    }
+}
+impl WireEncode for ForwardWriteOutcome {
+    fn encoded_size(&self) -> usize {
+        std::mem::size_of::<u8>()
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&(*self as u8).to_le_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for ForwardWriteOutcome {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let v = <u8>::decode_from(input)?;
+        Self::from_repr(v)
+            .ok_or(WireError::InvalidValue {
+                field: "ForwardWriteOutcome",
+            })
+    }
+}
+impl iggy_wire::WireJson for ForwardWriteOutcome {
+    fn write_json(&self, out: &mut String) {
+        out.push('"');
+        out.push_str(
+            match self {
+                Self::Committed => "Committed",
+                Self::NotPrimary => "NotPrimary",
+                Self::Busy => "Busy",
+                Self::RequestTooOld => "RequestTooOld",
+                Self::SessionUnknown => "SessionUnknown",
+                Self::Failed => "Failed",
             },
         );
         out.push('"');
@@ -7221,6 +7300,552 @@ impl WireEncode for ForwardRegisterHeader {
     }
 }
 impl<'a> WireDecode<'a> for ForwardRegisterHeader {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 256)?;
+        Self::decode_fixed(b)
+    }
+}
+/// Fixed-layout `ForwardWriteHeader`, 256 bytes: replica -> the primary of `group`: commit this client write; body is the op body. Sealed. Ours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ForwardWriteHeader {
+    /// seal: XxHash3-64 of bytes 16..256, widened
+    pub checksum: u128,
+    /// XxHash3-64 of bytes 256..size, widened (ours: the crate fixes the range only); 0 if header-only
+    pub checksum_body: u128,
+    pub cluster: u128,
+    /// whole frame including this header
+    pub size: u32,
+    pub view: u32,
+    /// always 0: release identity travels only in the handshake
+    pub release: u32,
+    pub command: Command,
+    /// sender
+    pub replica: u8,
+    pub reserved_frame: [u8; 66],
+    pub client: u128,
+    /// non-zero, unique per in-flight forward
+    pub nonce: u128,
+    pub request: u64,
+    pub group: u64,
+    pub partition_incarnation: u64,
+    pub operation: Operation,
+}
+impl ForwardWriteHeader {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 256;
+    /// Byte offset of `checksum`.
+    pub const CHECKSUM_OFFSET: usize = 0;
+    /// Size of `checksum` in bytes.
+    pub const CHECKSUM_SIZE: usize = 16;
+    /// Byte offset of `checksum_body`.
+    pub const CHECKSUM_BODY_OFFSET: usize = 16;
+    /// Size of `checksum_body` in bytes.
+    pub const CHECKSUM_BODY_SIZE: usize = 16;
+    /// Byte offset of `cluster`.
+    pub const CLUSTER_OFFSET: usize = 32;
+    /// Size of `cluster` in bytes.
+    pub const CLUSTER_SIZE: usize = 16;
+    /// Byte offset of `size`.
+    pub const SIZE_OFFSET: usize = 48;
+    /// Size of `size` in bytes.
+    pub const SIZE_SIZE: usize = 4;
+    /// Byte offset of `view`.
+    pub const VIEW_OFFSET: usize = 52;
+    /// Size of `view` in bytes.
+    pub const VIEW_SIZE: usize = 4;
+    /// Byte offset of `release`.
+    pub const RELEASE_OFFSET: usize = 56;
+    /// Size of `release` in bytes.
+    pub const RELEASE_SIZE: usize = 4;
+    /// Byte offset of `command`.
+    pub const COMMAND_OFFSET: usize = 60;
+    /// Size of `command` in bytes.
+    pub const COMMAND_SIZE: usize = 1;
+    /// Byte offset of `replica`.
+    pub const REPLICA_OFFSET: usize = 61;
+    /// Size of `replica` in bytes.
+    pub const REPLICA_SIZE: usize = 1;
+    /// Byte offset of `reserved_frame`.
+    pub const RESERVED_FRAME_OFFSET: usize = 62;
+    /// Size of `reserved_frame` in bytes.
+    pub const RESERVED_FRAME_SIZE: usize = 66;
+    /// Byte offset of `client`.
+    pub const CLIENT_OFFSET: usize = 128;
+    /// Size of `client` in bytes.
+    pub const CLIENT_SIZE: usize = 16;
+    /// Byte offset of `nonce`.
+    pub const NONCE_OFFSET: usize = 144;
+    /// Size of `nonce` in bytes.
+    pub const NONCE_SIZE: usize = 16;
+    /// Byte offset of `request`.
+    pub const REQUEST_OFFSET: usize = 160;
+    /// Size of `request` in bytes.
+    pub const REQUEST_SIZE: usize = 8;
+    /// Byte offset of `group`.
+    pub const GROUP_OFFSET: usize = 168;
+    /// Size of `group` in bytes.
+    pub const GROUP_SIZE: usize = 8;
+    /// Byte offset of `partition_incarnation`.
+    pub const PARTITION_INCARNATION_OFFSET: usize = 176;
+    /// Size of `partition_incarnation` in bytes.
+    pub const PARTITION_INCARNATION_SIZE: usize = 8;
+    /// Byte offset of `operation`.
+    pub const OPERATION_OFFSET: usize = 184;
+    /// Size of `operation` in bytes.
+    pub const OPERATION_SIZE: usize = 1;
+    /// Byte offset of `reserved`.
+    pub const RESERVED_OFFSET: usize = 185;
+    /// Size of `reserved` in bytes.
+    pub const RESERVED_SIZE: usize = 71;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
+        }
+        let checksum = <u128>::decode_exact(&buf[0..16])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum",
+            })?;
+        let checksum_body = <u128>::decode_exact(&buf[16..32])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum_body",
+            })?;
+        let cluster = <u128>::decode_exact(&buf[32..48])
+            .map_err(|_| WireError::InvalidValue {
+                field: "cluster",
+            })?;
+        let size = <u32>::decode_exact(&buf[48..52])
+            .map_err(|_| WireError::InvalidValue {
+                field: "size",
+            })?;
+        let view = <u32>::decode_exact(&buf[52..56])
+            .map_err(|_| WireError::InvalidValue {
+                field: "view",
+            })?;
+        let release = <u32>::decode_exact(&buf[56..60])
+            .map_err(|_| WireError::InvalidValue {
+                field: "release",
+            })?;
+        let command = <Command>::decode_exact(&buf[60..61])
+            .map_err(|_| WireError::InvalidValue {
+                field: "command",
+            })?;
+        let replica = <u8>::decode_exact(&buf[61..62])
+            .map_err(|_| WireError::InvalidValue {
+                field: "replica",
+            })?;
+        let reserved_frame = iggy_wire::get_at::<66>(buf, 62);
+        let client = <u128>::decode_exact(&buf[128..144])
+            .map_err(|_| WireError::InvalidValue {
+                field: "client",
+            })?;
+        let nonce = <u128>::decode_exact(&buf[144..160])
+            .map_err(|_| WireError::InvalidValue {
+                field: "nonce",
+            })?;
+        let request = <u64>::decode_exact(&buf[160..168])
+            .map_err(|_| WireError::InvalidValue {
+                field: "request",
+            })?;
+        let group = <u64>::decode_exact(&buf[168..176])
+            .map_err(|_| WireError::InvalidValue {
+                field: "group",
+            })?;
+        let partition_incarnation = <u64>::decode_exact(&buf[176..184])
+            .map_err(|_| WireError::InvalidValue {
+                field: "partition_incarnation",
+            })?;
+        let operation = <Operation>::decode_exact(&buf[184..185])
+            .map_err(|_| WireError::InvalidValue {
+                field: "operation",
+            })?;
+        if !iggy_wire::is_zero_at(buf, 185, 71) {
+            return Err(WireError::NonZeroReserved {
+                field: "reserved",
+            });
+        }
+        Ok(Self {
+            checksum,
+            checksum_body,
+            cluster,
+            size,
+            view,
+            release,
+            command,
+            replica,
+            reserved_frame,
+            client,
+            nonce,
+            request,
+            group,
+            partition_incarnation,
+            operation,
+        })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.checksum.to_wire_bytes());
+        iggy_wire::put_at(out, 16, &self.checksum_body.to_wire_bytes());
+        iggy_wire::put_at(out, 32, &self.cluster.to_wire_bytes());
+        iggy_wire::put_at(out, 48, &self.size.to_wire_bytes());
+        iggy_wire::put_at(out, 52, &self.view.to_wire_bytes());
+        iggy_wire::put_at(out, 56, &self.release.to_wire_bytes());
+        iggy_wire::put_at(out, 60, &self.command.to_wire_bytes());
+        iggy_wire::put_at(out, 61, &self.replica.to_wire_bytes());
+        iggy_wire::put_at(out, 62, &self.reserved_frame);
+        iggy_wire::put_at(out, 128, &self.client.to_wire_bytes());
+        iggy_wire::put_at(out, 144, &self.nonce.to_wire_bytes());
+        iggy_wire::put_at(out, 160, &self.request.to_wire_bytes());
+        iggy_wire::put_at(out, 168, &self.group.to_wire_bytes());
+        iggy_wire::put_at(out, 176, &self.partition_incarnation.to_wire_bytes());
+        iggy_wire::put_at(out, 184, &self.operation.to_wire_bytes());
+        out[185..256].fill(0);
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 256] {
+        let mut b = [0u8; 256];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for ForwardWriteHeader {
+    /// All-zero bytes.
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 256]).expect("zero bytes decode")
+    }
+}
+const _: () = assert!(ForwardWriteHeader::SIZE == 256);
+const _: () = assert!(ForwardWriteHeader::CHECKSUM_OFFSET + 16 <= 256);
+const _: () = assert!(ForwardWriteHeader::CHECKSUM_BODY_OFFSET + 16 <= 256);
+const _: () = assert!(ForwardWriteHeader::CLUSTER_OFFSET + 16 <= 256);
+const _: () = assert!(ForwardWriteHeader::SIZE_OFFSET + 4 <= 256);
+const _: () = assert!(ForwardWriteHeader::VIEW_OFFSET + 4 <= 256);
+const _: () = assert!(ForwardWriteHeader::RELEASE_OFFSET + 4 <= 256);
+const _: () = assert!(ForwardWriteHeader::COMMAND_OFFSET + 1 <= 256);
+const _: () = assert!(ForwardWriteHeader::REPLICA_OFFSET + 1 <= 256);
+const _: () = assert!(ForwardWriteHeader::RESERVED_FRAME_OFFSET + 66 <= 256);
+const _: () = assert!(ForwardWriteHeader::CLIENT_OFFSET + 16 <= 256);
+const _: () = assert!(ForwardWriteHeader::NONCE_OFFSET + 16 <= 256);
+const _: () = assert!(ForwardWriteHeader::REQUEST_OFFSET + 8 <= 256);
+const _: () = assert!(ForwardWriteHeader::GROUP_OFFSET + 8 <= 256);
+const _: () = assert!(ForwardWriteHeader::PARTITION_INCARNATION_OFFSET + 8 <= 256);
+const _: () = assert!(ForwardWriteHeader::OPERATION_OFFSET + 1 <= 256);
+const _: () = assert!(ForwardWriteHeader::RESERVED_OFFSET + 71 <= 256);
+impl iggy_wire::WireJson for ForwardWriteHeader {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"checksum\":");
+        iggy_wire::WireJson::write_json(&self.checksum, out);
+        out.push_str(",\"checksum_body\":");
+        iggy_wire::WireJson::write_json(&self.checksum_body, out);
+        out.push_str(",\"cluster\":");
+        iggy_wire::WireJson::write_json(&self.cluster, out);
+        out.push_str(",\"size\":");
+        iggy_wire::WireJson::write_json(&self.size, out);
+        out.push_str(",\"view\":");
+        iggy_wire::WireJson::write_json(&self.view, out);
+        out.push_str(",\"release\":");
+        iggy_wire::WireJson::write_json(&self.release, out);
+        out.push_str(",\"command\":");
+        iggy_wire::WireJson::write_json(&self.command, out);
+        out.push_str(",\"replica\":");
+        iggy_wire::WireJson::write_json(&self.replica, out);
+        out.push_str(",\"reserved_frame\":");
+        iggy_wire::WireJson::write_json(&self.reserved_frame, out);
+        out.push_str(",\"client\":");
+        iggy_wire::WireJson::write_json(&self.client, out);
+        out.push_str(",\"nonce\":");
+        iggy_wire::WireJson::write_json(&self.nonce, out);
+        out.push_str(",\"request\":");
+        iggy_wire::WireJson::write_json(&self.request, out);
+        out.push_str(",\"group\":");
+        iggy_wire::WireJson::write_json(&self.group, out);
+        out.push_str(",\"partition_incarnation\":");
+        iggy_wire::WireJson::write_json(&self.partition_incarnation, out);
+        out.push_str(",\"operation\":");
+        iggy_wire::WireJson::write_json(&self.operation, out);
+        out.push('}');
+    }
+}
+impl WireEncode for ForwardWriteHeader {
+    fn encoded_size(&self) -> usize {
+        256
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for ForwardWriteHeader {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 256)?;
+        Self::decode_fixed(b)
+    }
+}
+/// Fixed-layout `ForwardWriteResultHeader`, 256 bytes: the primary of `group` -> the relaying replica: the verdict; body is the committed reply. Sealed. Ours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ForwardWriteResultHeader {
+    /// seal: XxHash3-64 of bytes 16..256, widened
+    pub checksum: u128,
+    /// XxHash3-64 of bytes 256..size, widened (ours: the crate fixes the range only); 0 if header-only
+    pub checksum_body: u128,
+    pub cluster: u128,
+    /// whole frame including this header
+    pub size: u32,
+    pub view: u32,
+    /// always 0: release identity travels only in the handshake
+    pub release: u32,
+    pub command: Command,
+    /// sender
+    pub replica: u8,
+    pub reserved_frame: [u8; 66],
+    pub nonce: u128,
+    /// the committed op; 0 unless Committed
+    pub op: u64,
+    pub group: u64,
+    pub partition_incarnation: u64,
+    pub outcome: ForwardWriteOutcome,
+}
+impl ForwardWriteResultHeader {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 256;
+    /// Byte offset of `checksum`.
+    pub const CHECKSUM_OFFSET: usize = 0;
+    /// Size of `checksum` in bytes.
+    pub const CHECKSUM_SIZE: usize = 16;
+    /// Byte offset of `checksum_body`.
+    pub const CHECKSUM_BODY_OFFSET: usize = 16;
+    /// Size of `checksum_body` in bytes.
+    pub const CHECKSUM_BODY_SIZE: usize = 16;
+    /// Byte offset of `cluster`.
+    pub const CLUSTER_OFFSET: usize = 32;
+    /// Size of `cluster` in bytes.
+    pub const CLUSTER_SIZE: usize = 16;
+    /// Byte offset of `size`.
+    pub const SIZE_OFFSET: usize = 48;
+    /// Size of `size` in bytes.
+    pub const SIZE_SIZE: usize = 4;
+    /// Byte offset of `view`.
+    pub const VIEW_OFFSET: usize = 52;
+    /// Size of `view` in bytes.
+    pub const VIEW_SIZE: usize = 4;
+    /// Byte offset of `release`.
+    pub const RELEASE_OFFSET: usize = 56;
+    /// Size of `release` in bytes.
+    pub const RELEASE_SIZE: usize = 4;
+    /// Byte offset of `command`.
+    pub const COMMAND_OFFSET: usize = 60;
+    /// Size of `command` in bytes.
+    pub const COMMAND_SIZE: usize = 1;
+    /// Byte offset of `replica`.
+    pub const REPLICA_OFFSET: usize = 61;
+    /// Size of `replica` in bytes.
+    pub const REPLICA_SIZE: usize = 1;
+    /// Byte offset of `reserved_frame`.
+    pub const RESERVED_FRAME_OFFSET: usize = 62;
+    /// Size of `reserved_frame` in bytes.
+    pub const RESERVED_FRAME_SIZE: usize = 66;
+    /// Byte offset of `nonce`.
+    pub const NONCE_OFFSET: usize = 128;
+    /// Size of `nonce` in bytes.
+    pub const NONCE_SIZE: usize = 16;
+    /// Byte offset of `op`.
+    pub const OP_OFFSET: usize = 144;
+    /// Size of `op` in bytes.
+    pub const OP_SIZE: usize = 8;
+    /// Byte offset of `group`.
+    pub const GROUP_OFFSET: usize = 152;
+    /// Size of `group` in bytes.
+    pub const GROUP_SIZE: usize = 8;
+    /// Byte offset of `partition_incarnation`.
+    pub const PARTITION_INCARNATION_OFFSET: usize = 160;
+    /// Size of `partition_incarnation` in bytes.
+    pub const PARTITION_INCARNATION_SIZE: usize = 8;
+    /// Byte offset of `reserved`.
+    pub const RESERVED_OFFSET: usize = 168;
+    /// Size of `reserved` in bytes.
+    pub const RESERVED_SIZE: usize = 87;
+    /// Byte offset of `outcome`.
+    pub const OUTCOME_OFFSET: usize = 255;
+    /// Size of `outcome` in bytes.
+    pub const OUTCOME_SIZE: usize = 1;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
+        }
+        let checksum = <u128>::decode_exact(&buf[0..16])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum",
+            })?;
+        let checksum_body = <u128>::decode_exact(&buf[16..32])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum_body",
+            })?;
+        let cluster = <u128>::decode_exact(&buf[32..48])
+            .map_err(|_| WireError::InvalidValue {
+                field: "cluster",
+            })?;
+        let size = <u32>::decode_exact(&buf[48..52])
+            .map_err(|_| WireError::InvalidValue {
+                field: "size",
+            })?;
+        let view = <u32>::decode_exact(&buf[52..56])
+            .map_err(|_| WireError::InvalidValue {
+                field: "view",
+            })?;
+        let release = <u32>::decode_exact(&buf[56..60])
+            .map_err(|_| WireError::InvalidValue {
+                field: "release",
+            })?;
+        let command = <Command>::decode_exact(&buf[60..61])
+            .map_err(|_| WireError::InvalidValue {
+                field: "command",
+            })?;
+        let replica = <u8>::decode_exact(&buf[61..62])
+            .map_err(|_| WireError::InvalidValue {
+                field: "replica",
+            })?;
+        let reserved_frame = iggy_wire::get_at::<66>(buf, 62);
+        let nonce = <u128>::decode_exact(&buf[128..144])
+            .map_err(|_| WireError::InvalidValue {
+                field: "nonce",
+            })?;
+        let op = <u64>::decode_exact(&buf[144..152])
+            .map_err(|_| WireError::InvalidValue {
+                field: "op",
+            })?;
+        let group = <u64>::decode_exact(&buf[152..160])
+            .map_err(|_| WireError::InvalidValue {
+                field: "group",
+            })?;
+        let partition_incarnation = <u64>::decode_exact(&buf[160..168])
+            .map_err(|_| WireError::InvalidValue {
+                field: "partition_incarnation",
+            })?;
+        if !iggy_wire::is_zero_at(buf, 168, 87) {
+            return Err(WireError::NonZeroReserved {
+                field: "reserved",
+            });
+        }
+        let outcome = <ForwardWriteOutcome>::decode_exact(&buf[255..256])
+            .map_err(|_| WireError::InvalidValue {
+                field: "outcome",
+            })?;
+        Ok(Self {
+            checksum,
+            checksum_body,
+            cluster,
+            size,
+            view,
+            release,
+            command,
+            replica,
+            reserved_frame,
+            nonce,
+            op,
+            group,
+            partition_incarnation,
+            outcome,
+        })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.checksum.to_wire_bytes());
+        iggy_wire::put_at(out, 16, &self.checksum_body.to_wire_bytes());
+        iggy_wire::put_at(out, 32, &self.cluster.to_wire_bytes());
+        iggy_wire::put_at(out, 48, &self.size.to_wire_bytes());
+        iggy_wire::put_at(out, 52, &self.view.to_wire_bytes());
+        iggy_wire::put_at(out, 56, &self.release.to_wire_bytes());
+        iggy_wire::put_at(out, 60, &self.command.to_wire_bytes());
+        iggy_wire::put_at(out, 61, &self.replica.to_wire_bytes());
+        iggy_wire::put_at(out, 62, &self.reserved_frame);
+        iggy_wire::put_at(out, 128, &self.nonce.to_wire_bytes());
+        iggy_wire::put_at(out, 144, &self.op.to_wire_bytes());
+        iggy_wire::put_at(out, 152, &self.group.to_wire_bytes());
+        iggy_wire::put_at(out, 160, &self.partition_incarnation.to_wire_bytes());
+        out[168..255].fill(0);
+        iggy_wire::put_at(out, 255, &self.outcome.to_wire_bytes());
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 256] {
+        let mut b = [0u8; 256];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for ForwardWriteResultHeader {
+    /// All-zero bytes.
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 256]).expect("zero bytes decode")
+    }
+}
+const _: () = assert!(ForwardWriteResultHeader::SIZE == 256);
+const _: () = assert!(ForwardWriteResultHeader::CHECKSUM_OFFSET + 16 <= 256);
+const _: () = assert!(ForwardWriteResultHeader::CHECKSUM_BODY_OFFSET + 16 <= 256);
+const _: () = assert!(ForwardWriteResultHeader::CLUSTER_OFFSET + 16 <= 256);
+const _: () = assert!(ForwardWriteResultHeader::SIZE_OFFSET + 4 <= 256);
+const _: () = assert!(ForwardWriteResultHeader::VIEW_OFFSET + 4 <= 256);
+const _: () = assert!(ForwardWriteResultHeader::RELEASE_OFFSET + 4 <= 256);
+const _: () = assert!(ForwardWriteResultHeader::COMMAND_OFFSET + 1 <= 256);
+const _: () = assert!(ForwardWriteResultHeader::REPLICA_OFFSET + 1 <= 256);
+const _: () = assert!(ForwardWriteResultHeader::RESERVED_FRAME_OFFSET + 66 <= 256);
+const _: () = assert!(ForwardWriteResultHeader::NONCE_OFFSET + 16 <= 256);
+const _: () = assert!(ForwardWriteResultHeader::OP_OFFSET + 8 <= 256);
+const _: () = assert!(ForwardWriteResultHeader::GROUP_OFFSET + 8 <= 256);
+const _: () = assert!(ForwardWriteResultHeader::PARTITION_INCARNATION_OFFSET + 8 <= 256);
+const _: () = assert!(ForwardWriteResultHeader::RESERVED_OFFSET + 87 <= 256);
+const _: () = assert!(ForwardWriteResultHeader::OUTCOME_OFFSET + 1 <= 256);
+impl iggy_wire::WireJson for ForwardWriteResultHeader {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"checksum\":");
+        iggy_wire::WireJson::write_json(&self.checksum, out);
+        out.push_str(",\"checksum_body\":");
+        iggy_wire::WireJson::write_json(&self.checksum_body, out);
+        out.push_str(",\"cluster\":");
+        iggy_wire::WireJson::write_json(&self.cluster, out);
+        out.push_str(",\"size\":");
+        iggy_wire::WireJson::write_json(&self.size, out);
+        out.push_str(",\"view\":");
+        iggy_wire::WireJson::write_json(&self.view, out);
+        out.push_str(",\"release\":");
+        iggy_wire::WireJson::write_json(&self.release, out);
+        out.push_str(",\"command\":");
+        iggy_wire::WireJson::write_json(&self.command, out);
+        out.push_str(",\"replica\":");
+        iggy_wire::WireJson::write_json(&self.replica, out);
+        out.push_str(",\"reserved_frame\":");
+        iggy_wire::WireJson::write_json(&self.reserved_frame, out);
+        out.push_str(",\"nonce\":");
+        iggy_wire::WireJson::write_json(&self.nonce, out);
+        out.push_str(",\"op\":");
+        iggy_wire::WireJson::write_json(&self.op, out);
+        out.push_str(",\"group\":");
+        iggy_wire::WireJson::write_json(&self.group, out);
+        out.push_str(",\"partition_incarnation\":");
+        iggy_wire::WireJson::write_json(&self.partition_incarnation, out);
+        out.push_str(",\"outcome\":");
+        iggy_wire::WireJson::write_json(&self.outcome, out);
+        out.push('}');
+    }
+}
+impl WireEncode for ForwardWriteResultHeader {
+    fn encoded_size(&self) -> usize {
+        256
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for ForwardWriteResultHeader {
     fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
         let b = iggy_wire::take(input, 256)?;
         Self::decode_fixed(b)

@@ -195,6 +195,20 @@ pub const STRUCTS: &[StructInfo] = &[
         until: 4294967295,
     },
     StructInfo {
+        name: "ForwardWriteHeader",
+        module: "frames",
+        fixed: Some(256),
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
+        name: "ForwardWriteResultHeader",
+        module: "frames",
+        fixed: Some(256),
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
         name: "ForwardRegisterResultHeader",
         module: "frames",
         fixed: Some(256),
@@ -1309,6 +1323,10 @@ pub fn roundtrip(name: &str, input: &[u8]) -> Option<Result<Roundtrip, WireError
         "RequestStateChunkHeader" => rt!(crate ::frames::RequestStateChunkHeader, input),
         "StateChunkHeader" => rt!(crate ::frames::StateChunkHeader, input),
         "ForwardRegisterHeader" => rt!(crate ::frames::ForwardRegisterHeader, input),
+        "ForwardWriteHeader" => rt!(crate ::frames::ForwardWriteHeader, input),
+        "ForwardWriteResultHeader" => {
+            rt!(crate ::frames::ForwardWriteResultHeader, input)
+        }
         "ForwardRegisterResultHeader" => {
             rt!(crate ::frames::ForwardRegisterResultHeader, input)
         }

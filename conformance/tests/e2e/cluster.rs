@@ -1634,3 +1634,91 @@ async fn a_node_whose_metadata_was_erased_is_refused_and_a_fresh_cluster_still_s
     );
     assert_eq!(later.name, "later");
 }
+
+/// DeleteSegments (503) through the SDK on every partition of a 3-partition topic: the SDK
+/// sends it to the metadata primary, which leads at most one of them; it relays the retirement
+/// to each partition's primary (ForwardWrite). Every replica then serves from the first kept
+/// segment and holds the same segment files.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn segment_deletion_reaches_partitions_led_by_other_nodes() {
+    const PAYLOAD: usize = 200 * 1024; // six messages fill a 1 MiB segment
+    let cluster = TestCluster::start(3);
+    let client = cluster.root_client(0).await;
+    ok(
+        "create stream",
+        within(
+            "create",
+            client.create_stream("segments", &StreamCreateOptions::default()),
+        )
+        .await,
+    );
+    let options = TopicCreateOptions {
+        partitions_count: Some(3),
+        segment_size: Some(IggyByteSize::from(1024 * 1024)),
+        ..Default::default()
+    };
+    ok(
+        "create topic",
+        within(
+            "create",
+            client.create_topic(&name("segments"), "t", &options),
+        )
+        .await,
+    );
+    for partition in 0..3 {
+        for i in 0..14u8 {
+            let message = msg(vec![i; PAYLOAD]);
+            send_to_partition(
+                &client,
+                &name("segments"),
+                &name("t"),
+                partition,
+                vec![message],
+            )
+            .await;
+        }
+    }
+    let mut primaries = BTreeSet::new();
+    for partition in 0..3 {
+        ok(
+            "delete the oldest segment",
+            within(
+                "delete_segments",
+                client.delete_segments(&name("segments"), &name("t"), partition, 1),
+            )
+            .await,
+        );
+        let polled = poll(
+            &client,
+            &name("segments"),
+            &name("t"),
+            partition,
+            &consumer("reader"),
+            PollingStrategy::first(),
+            1,
+            false,
+        )
+        .await;
+        assert_eq!(offsets(&polled), vec![6], "partition {partition}");
+        let stream_id = ok(
+            "get stream",
+            within("get", client.get_stream(&name("segments"))).await,
+        )
+        .expect("the stream")
+        .id;
+        let topic = ok(
+            "get topic",
+            within("get", client.get_topic(&name("segments"), &name("t"))).await,
+        )
+        .expect("the topic");
+        let group = partition_group(stream_id, topic.id, partition);
+        if let Some((primary, _)) = cluster.primary(group) {
+            primaries.insert(primary);
+        }
+    }
+    assert!(
+        primaries.len() > 1,
+        "the partitions are led by more than one node: {primaries:?}"
+    );
+    cluster.wait_identical_segments(6).await;
+}

@@ -42,8 +42,6 @@ pub enum Command {
     ForwardCompletion = 32,
     PrimaryRebalance = 33,
     SegmentDelete = 34,
-    PreVote = 35,
-    PreVoteGranted = 36,
 }
 impl codec::Wire for Command {
     fn write(&self, out: &mut Vec<u8>) -> Result<(), codec::Error> {
@@ -87,8 +85,6 @@ impl codec::Wire for Command {
             32 => Ok(Command::ForwardCompletion),
             33 => Ok(Command::PrimaryRebalance),
             34 => Ok(Command::SegmentDelete),
-            35 => Ok(Command::PreVote),
-            36 => Ok(Command::PreVoteGranted),
             _ => {
                 Err(codec::Error::InvalidValue {
                     field: "Command",
@@ -134,13 +130,11 @@ impl codec::Wire for Command {
                 Command::ForwardCompletion => "\"ForwardCompletion\"",
                 Command::PrimaryRebalance => "\"PrimaryRebalance\"",
                 Command::SegmentDelete => "\"SegmentDelete\"",
-                Command::PreVote => "\"PreVote\"",
-                Command::PreVoteGranted => "\"PreVoteGranted\"",
             },
         );
     }
 }
-/// `Operation` (spec/frames.spec:47), a `u8` on the wire.
+/// `Operation` (spec/frames.spec:51), a `u8` on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]
 pub enum Operation {
@@ -300,7 +294,7 @@ impl codec::Wire for Operation {
         );
     }
 }
-/// `EvictionReason` (spec/frames.spec:96), a `u8` on the wire.
+/// `EvictionReason` (spec/frames.spec:100), a `u8` on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]
 pub enum EvictionReason {
@@ -375,7 +369,7 @@ impl codec::Wire for EvictionReason {
         );
     }
 }
-/// `GenericHeader` (spec/frames.spec:175).
+/// `GenericHeader` (spec/frames.spec:189).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GenericHeader {
     /// unused on client frames
@@ -483,7 +477,7 @@ impl codec::Wire for GenericHeader {
         out.push('}');
     }
 }
-/// `RequestHeader` (spec/frames.spec:189).
+/// `RequestHeader` (spec/frames.spec:203).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RequestHeader {
     /// unused on client frames
@@ -691,7 +685,7 @@ impl codec::Wire for RequestHeader {
         out.push('}');
     }
 }
-/// `ReplyHeader` (spec/frames.spec:214).
+/// `ReplyHeader` (spec/frames.spec:228).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReplyHeader {
     /// unused on client frames
@@ -896,7 +890,7 @@ impl codec::Wire for ReplyHeader {
         out.push('}');
     }
 }
-/// `EvictionHeader` (spec/frames.spec:239).
+/// `EvictionHeader` (spec/frames.spec:253).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EvictionHeader {
     /// unused on client frames
@@ -1035,7 +1029,7 @@ impl codec::Wire for EvictionHeader {
         out.push('}');
     }
 }
-/// `BatchHeader` (spec/frames.spec:835).
+/// `BatchHeader` (spec/frames.spec:890).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BatchHeader {
     /// stamped by the server
@@ -1124,7 +1118,7 @@ impl codec::Wire for BatchHeader {
         out.push('}');
     }
 }
-/// `MessageFrameHeader` (spec/frames.spec:846).
+/// `MessageFrameHeader` (spec/frames.spec:901).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MessageFrameHeader {
     /// XxHash3-64 over bytes 8..48, payload, user headers

@@ -1,7 +1,9 @@
-//! Register forwarding on the replica plane, sans-IO: a backup that authenticated a client's
-//! Register proposes it to the metadata primary (ForwardRegister, body = the session record)
-//! and the primary answers with the committed session (ForwardRegisterResult). The SDK signs
-//! in on whichever node it reached first, so a backup must be able to open a session.
+//! Forwarding on the replica plane, sans-IO: a backup that authenticated a client's Register
+//! proposes it to the metadata primary (ForwardRegister, body = the session record) and the
+//! primary answers with the committed session (ForwardRegisterResult); the SDK signs in on
+//! whichever node it reached first. A client write for a group this replica does not lead (a
+//! DeleteSegments the SDK sends to the metadata primary, for a partition another node leads)
+//! goes to that group's primary as a ForwardWrite, answered with the committed reply.
 
 use super::replica_bus::Inbound;
 use super::replica_codec::{CodecError, FrameContext, malformed, seal, stamp_generic};
@@ -9,7 +11,7 @@ use super::replica_link::{HEADER_SIZE, body_checksum_of};
 use bytes::{BufMut, Bytes, BytesMut};
 use iggy_generated::frames::{
     Command, ForwardRegisterHeader, ForwardRegisterOutcome, ForwardRegisterResultHeader,
-    METADATA_GROUP,
+    ForwardWriteHeader, ForwardWriteOutcome, ForwardWriteResultHeader, METADATA_GROUP, Operation,
 };
 
 /// A forwarding frame.
@@ -30,13 +32,31 @@ pub enum Forward {
         session: u64,
         outcome: ForwardRegisterOutcome,
     },
+    /// A client's write for the sender's group (its group and incarnation are the frame's).
+    Write {
+        client: u128,
+        nonce: u128,
+        request: u64,
+        operation: u8,
+        body: Bytes,
+    },
+    /// The group's primary to the relaying replica: the verdict and, committed, the reply.
+    WriteResult {
+        nonce: u128,
+        op: u64,
+        outcome: ForwardWriteOutcome,
+        reply: Bytes,
+    },
 }
 
 /// Whether `command` is a forwarding frame (they travel in the metadata group's channel).
 pub fn is_forward(command: Command) -> bool {
     matches!(
         command,
-        Command::ForwardRegister | Command::ForwardRegisterResult
+        Command::ForwardRegister
+            | Command::ForwardRegisterResult
+            | Command::ForwardWrite
+            | Command::ForwardWriteResult
     )
 }
 
@@ -76,6 +96,46 @@ pub fn encode(context: &FrameContext, view: u32, forward: &Forward) -> Bytes {
                 Bytes::new(),
             )
         }
+        Forward::Write {
+            client,
+            nonce,
+            request,
+            operation,
+            body,
+        } => {
+            let header = ForwardWriteHeader {
+                client: *client,
+                nonce: *nonce,
+                request: *request,
+                group: context.group,
+                partition_incarnation: context.incarnation,
+                operation: Operation::from_repr(*operation).unwrap_or_else(|| {
+                    panic!("a forwarded write of undeclared operation {operation}")
+                }),
+                ..ForwardWriteHeader::default()
+            };
+            (Command::ForwardWrite, header.to_bytes(), body.clone())
+        }
+        Forward::WriteResult {
+            nonce,
+            op,
+            outcome,
+            reply,
+        } => {
+            let header = ForwardWriteResultHeader {
+                nonce: *nonce,
+                op: *op,
+                group: context.group,
+                partition_incarnation: context.incarnation,
+                outcome: *outcome,
+                ..ForwardWriteResultHeader::default()
+            };
+            (
+                Command::ForwardWriteResult,
+                header.to_bytes(),
+                reply.clone(),
+            )
+        }
     };
     let size = HEADER_SIZE + body.len();
     stamp_generic(
@@ -93,15 +153,36 @@ pub fn encode(context: &FrameContext, view: u32, forward: &Forward) -> Bytes {
     frame.freeze()
 }
 
-/// A forwarding frame the bus verified, from the metadata plane.
-pub fn decode(inbound: &Inbound) -> Result<Forward, CodecError> {
+/// A forwarding frame the bus verified, for the group of `context` (the receiver's).
+pub fn decode(context: &FrameContext, inbound: &Inbound) -> Result<Forward, CodecError> {
     let command = inbound.command;
-    if inbound.group != METADATA_GROUP {
+    if inbound.group != context.group {
         return Err(CodecError::Group {
-            ours: METADATA_GROUP,
+            ours: context.group,
             frame: inbound.group,
         });
     }
+    let registers = matches!(
+        command,
+        Command::ForwardRegister | Command::ForwardRegisterResult
+    );
+    if registers && context.group != METADATA_GROUP {
+        return Err(malformed(
+            command,
+            "a register forward outside the metadata group",
+        ));
+    }
+    let same_incarnation = |frame: u64| {
+        if frame == context.incarnation {
+            Ok(())
+        } else {
+            Err(CodecError::Incarnation {
+                group: context.group,
+                ours: context.incarnation,
+                frame,
+            })
+        }
+    };
     let undecodable = |error: iggy_wire::WireError| malformed(command, error.to_string());
     match command {
         Command::ForwardRegister => {
@@ -128,6 +209,32 @@ pub fn decode(inbound: &Inbound) -> Result<Forward, CodecError> {
                 client: header.client,
                 session: header.epoch,
                 outcome: header.outcome,
+            })
+        }
+        Command::ForwardWrite => {
+            let header =
+                ForwardWriteHeader::decode_fixed(&inbound.header[..]).map_err(undecodable)?;
+            same_incarnation(header.partition_incarnation)?;
+            if header.client == 0 || header.nonce == 0 {
+                return Err(malformed(command, "client or nonce 0"));
+            }
+            Ok(Forward::Write {
+                client: header.client,
+                nonce: header.nonce,
+                request: header.request,
+                operation: header.operation.to_repr(),
+                body: inbound.body.clone(),
+            })
+        }
+        Command::ForwardWriteResult => {
+            let header =
+                ForwardWriteResultHeader::decode_fixed(&inbound.header[..]).map_err(undecodable)?;
+            same_incarnation(header.partition_incarnation)?;
+            Ok(Forward::WriteResult {
+                nonce: header.nonce,
+                op: header.op,
+                outcome: header.outcome,
+                reply: inbound.body.clone(),
             })
         }
         other => Err(CodecError::Unsupported(other)),
@@ -194,8 +301,54 @@ mod tests {
             let frame = encode(&context(2), 5, &forward);
             let inbound = receive(&frame, 2);
             assert!(is_forward(inbound.command));
-            assert_eq!(decode(&inbound).unwrap(), forward);
+            assert_eq!(decode(&context(1), &inbound).unwrap(), forward);
         }
+    }
+
+    #[test]
+    fn a_relayed_write_and_its_reply_cross_the_plane_for_their_partition_only() {
+        let partition = |sender, incarnation| FrameContext {
+            cluster: 0xc1,
+            sender,
+            group: 0x3_0020_0001,
+            incarnation,
+        };
+        let write = Forward::Write {
+            client: 0xabc,
+            nonce: 9,
+            request: 4,
+            operation: iggy_generated::frames::Operation::DeleteSegments.to_repr(),
+            body: Bytes::from_static(b"retire below offset 6"),
+        };
+        let result = Forward::WriteResult {
+            nonce: 9,
+            op: 41,
+            outcome: ForwardWriteOutcome::Committed,
+            reply: Bytes::from_static(b"reply"),
+        };
+        for forward in [write.clone(), result] {
+            let inbound = receive(&encode(&partition(2, 7), 3, &forward), 2);
+            assert!(is_forward(inbound.command));
+            assert_eq!(
+                inbound.group, 0x3_0020_0001,
+                "routed to the partition's group"
+            );
+            assert_eq!(decode(&partition(0, 7), &inbound).unwrap(), forward);
+            // Another incarnation of the same ids (deleted and created again) refuses it.
+            assert!(matches!(
+                decode(&partition(0, 8), &inbound),
+                Err(CodecError::Incarnation { .. })
+            ));
+        }
+        // A register forward outside the metadata group is refused.
+        let register = Forward::Register {
+            client: 1,
+            nonce: 1,
+            user_id: 0,
+            record: Bytes::new(),
+        };
+        let inbound = receive(&encode(&partition(2, 7), 3, &register), 2);
+        assert!(decode(&partition(0, 7), &inbound).is_err());
     }
 
     #[test]
@@ -224,6 +377,6 @@ mod tests {
             record: Bytes::from_static(b"record"),
         };
         let inbound = receive(&encode(&context(1), 0, &zero), 1);
-        assert!(decode(&inbound).is_err());
+        assert!(decode(&context(2), &inbound).is_err());
     }
 }

@@ -142,6 +142,9 @@ type Submit = Pending<oneshot::Sender<Outcome>>;
 
 enum Job<R> {
     Write(Submit),
+    /// A client write committed here when this replica leads, else relayed to the primary of
+    /// its view (a cluster's ForwardWrite).
+    WriteAnywhere(Submit),
     /// A request of one of the node's own clients, numbered by the group.
     WriteNext {
         client: u128,
@@ -201,6 +204,26 @@ impl<R> GroupHandle<R> {
     pub async fn submit(&self, client: u128, request: u64, operation: u8, body: Bytes) -> Outcome {
         let submit = |waiter| {
             Job::Write(Submit {
+                client,
+                request,
+                operation,
+                body,
+                waiter,
+            })
+        };
+        self.ask(submit, Outcome::Failed).await
+    }
+
+    /// [`Self::submit`], relayed to the group's primary when this replica does not lead it.
+    pub async fn submit_anywhere(
+        &self,
+        client: u128,
+        request: u64,
+        operation: u8,
+        body: Bytes,
+    ) -> Outcome {
+        let submit = |waiter| {
+            Job::WriteAnywhere(Submit {
                 client,
                 request,
                 operation,
@@ -497,6 +520,16 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                 self.state.read(read).await;
             }
             Job::Write(submit) => self.core.submit(submit),
+            Job::WriteAnywhere(submit) => {
+                self.drive().await;
+                let submit = match &mut self.plane {
+                    Some(plane) => plane.forward_write(self.core.replica(), submit),
+                    None => Some(submit),
+                };
+                if let Some(submit) = submit {
+                    self.core.submit(submit);
+                }
+            }
             Job::WriteNext {
                 client,
                 operation,

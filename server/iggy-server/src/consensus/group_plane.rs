@@ -10,7 +10,7 @@ use super::replica_bus::Inbound;
 use bytes::Bytes;
 use futures_channel::oneshot;
 use futures_util::StreamExt;
-use iggy_generated::frames::ForwardRegisterOutcome;
+use iggy_generated::frames::{ForwardRegisterOutcome, ForwardWriteOutcome};
 use iggy_vsr::group::{GroupCore, Outcome, Pending};
 use iggy_vsr::{Message, Refusal, Replica, Status};
 use std::collections::HashMap;
@@ -244,10 +244,105 @@ impl GroupPlane {
         None
     }
 
+    /// A client write this replica cannot commit (it does not lead its group) goes to the
+    /// primary of its view when it knows that one alive; refused for now otherwise. Hands it
+    /// back when this replica leads.
+    pub fn forward_write(
+        &mut self,
+        replica: &Replica,
+        pending: Pending<oneshot::Sender<Outcome>>,
+    ) -> Option<Pending<oneshot::Sender<Outcome>>> {
+        if replica.status() == Status::Normal && replica.is_primary() {
+            return Some(pending);
+        }
+        if replica.status() != Status::Normal || !replica.in_touch() {
+            let _ = pending.waiter.send(Outcome::Refused(Refusal::Busy));
+            return None;
+        }
+        self.next_nonce += 1;
+        let nonce = self.next_nonce;
+        let forward = Forward::Write {
+            client: pending.client,
+            nonce,
+            request: pending.request,
+            operation: pending.operation,
+            body: pending.body,
+        };
+        let view = replica.view();
+        let frame = super::forward::encode(&self.peers.frames, view, &forward);
+        if self
+            .peers
+            .bus
+            .send(replica.primary_of(view), frame)
+            .is_err()
+        {
+            let _ = pending.waiter.send(Outcome::Refused(Refusal::Busy));
+            return None;
+        }
+        let deadline = self.ticks + FORWARD_TIMEOUT_TICKS;
+        self.forwarded.insert(nonce, (pending.waiter, deadline));
+        None
+    }
+
+    /// The primary's side of a ForwardWrite: commit it as the client's own request (so a retry
+    /// is answered from the client table) and send the verdict back.
+    fn commit_forwarded_write(&mut self, core: &mut Core, from: u8, write: Forward) {
+        let Forward::Write {
+            client,
+            nonce,
+            request,
+            operation,
+            body,
+        } = write
+        else {
+            return;
+        };
+        let replica = core.replica();
+        let view = replica.view();
+        let (bus, frames) = (self.peers.bus.clone(), self.peers.frames);
+        let verdict = move |op, outcome, reply| {
+            let result = Forward::WriteResult {
+                nonce,
+                op,
+                outcome,
+                reply,
+            };
+            let _ = bus.send(from, super::forward::encode(&frames, view, &result));
+        };
+        if replica.status() != Status::Normal || !replica.is_primary() {
+            return verdict(0, ForwardWriteOutcome::NotPrimary, Bytes::new());
+        }
+        let (waiter, answer) = oneshot::channel();
+        core.submit(Pending {
+            client,
+            request,
+            operation,
+            body,
+            waiter,
+        });
+        compio::runtime::spawn(async move {
+            let (op, outcome, reply) = match answer.await {
+                Ok(Outcome::Committed { op, reply }) => (op, ForwardWriteOutcome::Committed, reply),
+                Ok(Outcome::Refused(refusal)) => {
+                    let outcome = match refusal {
+                        Refusal::NotPrimary { .. } => ForwardWriteOutcome::NotPrimary,
+                        Refusal::RequestTooOld => ForwardWriteOutcome::RequestTooOld,
+                        Refusal::SessionUnknown => ForwardWriteOutcome::SessionUnknown,
+                        _ => ForwardWriteOutcome::Busy,
+                    };
+                    (0, outcome, Bytes::new())
+                }
+                Ok(Outcome::Failed) | Err(_) => (0, ForwardWriteOutcome::Failed, Bytes::new()),
+            };
+            verdict(op, outcome, reply)
+        })
+        .detach();
+    }
+
     /// A forwarding frame: a backup's register to commit (as primary), or the primary's
     /// verdict on one this replica forwarded.
     fn on_forward(&mut self, core: &mut Core, frame: Inbound) {
-        let forward = match super::forward::decode(&frame) {
+        let forward = match super::forward::decode(&self.peers.frames, &frame) {
             Ok(forward) => forward,
             Err(error) => {
                 return tracing::warn!(
@@ -258,6 +353,30 @@ impl GroupPlane {
             }
         };
         match forward {
+            write @ Forward::Write { .. } => self.commit_forwarded_write(core, frame.from, write),
+            Forward::WriteResult {
+                nonce,
+                op,
+                outcome,
+                reply,
+            } => {
+                let Some((done, _)) = self.forwarded.remove(&nonce) else {
+                    return;
+                };
+                let outcome = match outcome {
+                    ForwardWriteOutcome::Committed => Outcome::Committed { op, reply },
+                    ForwardWriteOutcome::RequestTooOld => Outcome::Refused(Refusal::RequestTooOld),
+                    ForwardWriteOutcome::SessionUnknown => {
+                        Outcome::Refused(Refusal::SessionUnknown)
+                    }
+                    ForwardWriteOutcome::Failed => Outcome::Failed,
+                    // The primary moved or is busy: the client tries again.
+                    ForwardWriteOutcome::NotPrimary | ForwardWriteOutcome::Busy => {
+                        Outcome::Refused(Refusal::Busy)
+                    }
+                };
+                let _ = done.send(outcome);
+            }
             Forward::Register {
                 client,
                 nonce,

@@ -11,11 +11,12 @@
 
 use super::admission::{self, Admitted, Local, Refusal};
 use iggy_generated::frames::{
-    Command, CommitHeader, DoViewChangeHeader, FRAME_SEALED_COMMANDS, GenericHeader,
-    IDENTITY_CHECKSUM_COMMANDS, METADATA_GROUP, MetadataHistory, PreVoteHeader, PrepareHeader,
-    PrepareOkHeader, RepairRangeReplyHeader, ReplicaHandshakeStatus, RequestPreparesHeader,
-    RequestStartViewHeader, RequestStateChunkHeader, RequestStateTransferHeader,
-    StartViewChangeHeader, StartViewHeader, StateChunkHeader, StateTransferTargetHeader,
+    Command, CommitHeader, DoViewChangeHeader, FRAME_SEALED_COMMANDS, ForwardWriteHeader,
+    ForwardWriteResultHeader, GenericHeader, IDENTITY_CHECKSUM_COMMANDS, METADATA_GROUP,
+    MetadataHistory, PreVoteHeader, PrepareHeader, PrepareOkHeader, RepairRangeReplyHeader,
+    ReplicaHandshakeStatus, RequestPreparesHeader, RequestStartViewHeader, RequestStateChunkHeader,
+    RequestStateTransferHeader, StartViewChangeHeader, StartViewHeader, StateChunkHeader,
+    StateTransferTargetHeader,
 };
 use std::time::Duration;
 
@@ -224,6 +225,14 @@ fn group_fields(command: Command) -> (Option<usize>, Option<usize>) {
         C::StateChunk => (
             Some(StateChunkHeader::GROUP_OFFSET),
             Some(StateChunkHeader::PARTITION_INCARNATION_OFFSET),
+        ),
+        C::ForwardWrite => (
+            Some(ForwardWriteHeader::GROUP_OFFSET),
+            Some(ForwardWriteHeader::PARTITION_INCARNATION_OFFSET),
+        ),
+        C::ForwardWriteResult => (
+            Some(ForwardWriteResultHeader::GROUP_OFFSET),
+            Some(ForwardWriteResultHeader::PARTITION_INCARNATION_OFFSET),
         ),
         _ => (None, None),
     }

@@ -614,6 +614,25 @@ impl PartitionHandle {
         }
     }
 
+    /// [`Self::write`], relayed to the partition's primary when this node does not lead it
+    /// (a DeleteSegments that reached the metadata primary).
+    pub async fn write_anywhere(
+        &self,
+        client: u128,
+        request: u64,
+        write: PartitionWrite,
+    ) -> Result<(u64, WriteResult), ErrorCode> {
+        match self
+            .group
+            .submit_anywhere(client, request, write.operation(), write.encode())
+            .await
+        {
+            Outcome::Committed { op, reply } => Ok((op, WriteResult::decode(&reply))),
+            Outcome::Refused(refusal) => Err(crate::consensus::group::refusal_error(&refusal)),
+            Outcome::Failed => Err(ErrorCode::CannotAppendMessage),
+        }
+    }
+
     pub async fn poll(&self, start: StartAt, count: u32) -> Result<Polled, ErrorCode> {
         let (done, wait) = oneshot::channel();
         if !self

@@ -873,12 +873,9 @@ async fn delete_segments(
         &delete.topic_id,
         Some(delete.partition_id),
     )?;
-    // The op is the partition group's: the metadata primary that is not also the partition's
-    // cannot propose it until requests are forwarded over the replica bus. 58, never 89: the
-    // SDK would look for another metadata primary, and this one is it.
-    if partition_primary(node, key).is_err() {
-        return Err(ErrorCode::TransientNotAccepted);
-    }
+    // The op is the partition group's: a metadata primary that does not lead the partition
+    // relays it to the partition's primary (`write_anywhere`); it plans from its own replica
+    // of the log, and the client table the op is committed through answers a retry.
     let partition = node
         .shared
         .partition(key)
@@ -897,8 +894,10 @@ async fn delete_segments(
             .await?
     };
     let write = PartitionWrite::RetireSegments { keep_from };
-    let written = partition.write(bound.client, request_number, write).await;
-    // Refused as not primary after the check above: the partition's view moved meanwhile.
+    let written = partition
+        .write_anywhere(bound.client, request_number, write)
+        .await;
+    // Refused as not primary: the partition's view moved meanwhile.
     let written = written.map_err(|error| match error {
         ErrorCode::NotPrimary => ErrorCode::TransientNotAccepted,
         error => error,
