@@ -52,14 +52,21 @@ pub fn workspace_root() -> PathBuf {
     let manifest = std::env::var_os("CARGO_MANIFEST_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
-    manifest.parent().expect("conformance/ has a parent").to_path_buf()
+    manifest
+        .parent()
+        .expect("conformance/ has a parent")
+        .to_path_buf()
 }
 
 pub fn target_dir(root: &Path) -> PathBuf {
     match std::env::var_os("CARGO_TARGET_DIR") {
         Some(dir) if !dir.is_empty() => {
             let dir = PathBuf::from(dir);
-            if dir.is_absolute() { dir } else { root.join(dir) }
+            if dir.is_absolute() {
+                dir
+            } else {
+                root.join(dir)
+            }
         }
         _ => root.join("target"),
     }
@@ -90,11 +97,16 @@ fn find_or_build() -> Result<PathBuf, String> {
         return Ok(bin);
     }
     // The first test process builds, the others wait and then find it.
-    build_locked(&root, &target, &[], "iggy-e2e-build.lock", || bin.is_file() && !force)?;
+    build_locked(&root, &target, &[], "iggy-e2e-build.lock", || {
+        bin.is_file() && !force
+    })?;
     if bin.is_file() {
         Ok(bin)
     } else {
-        Err(format!("cargo build succeeded but {} is missing", bin.display()))
+        Err(format!(
+            "cargo build succeeded but {} is missing",
+            bin.display()
+        ))
     }
 }
 
@@ -178,8 +190,19 @@ fn init_sdk_logging() {
 }
 
 pub fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
-    listener.local_addr().expect("local addr").port()
+    // The kernel may hand the port it just released to the next bind: a test that picks two
+    // ports in a row (an HTTP address, then the server's TCP one; a cluster's roster) would get
+    // the same one twice. Never return a port this process already returned.
+    static HANDED_OUT: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    loop {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+        let port = listener.local_addr().expect("local addr").port();
+        let mut handed_out = HANDED_OUT.lock().expect("the port list");
+        if !handed_out.contains(&port) {
+            handed_out.push(port);
+            return port;
+        }
+    }
 }
 
 /// One running `iggy-server` child with its own data directory and port.
@@ -214,7 +237,10 @@ impl TestServer {
     /// `start` with the HTTP API on a free port, returned with the server.
     pub fn start_with_http(env: &[(&str, &str)]) -> (Self, String) {
         let address = format!("127.0.0.1:{}", free_port());
-        let mut all = vec![("IGGY_HTTP_ENABLED", "true"), ("IGGY_HTTP_ADDRESS", address.as_str())];
+        let mut all = vec![
+            ("IGGY_HTTP_ENABLED", "true"),
+            ("IGGY_HTTP_ADDRESS", address.as_str()),
+        ];
         all.extend_from_slice(env);
         (Self::start_with_env(&all), format!("http://{address}"))
     }
@@ -231,7 +257,10 @@ impl TestServer {
             .prefix("iggy-e2e-")
             .tempdir()
             .expect("create temp dir");
-        let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let env = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         let mut server = Self {
             dir,
             port: free_port(),
@@ -259,7 +288,10 @@ impl TestServer {
             port,
             child: None,
             starts: 0,
-            env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             file_size_limit: None,
             args: args.iter().map(|a| a.to_string()).collect(),
             binary: binary.map(Path::to_path_buf),
@@ -319,8 +351,13 @@ impl TestServer {
             .append(true)
             .open(self.log_path())
             .expect("open server.log");
-        writeln!(log, "===== e2e harness: start #{} on {} =====", self.starts, self.address())
-            .expect("write server.log");
+        writeln!(
+            log,
+            "===== e2e harness: start #{} on {} =====",
+            self.starts,
+            self.address()
+        )
+        .expect("write server.log");
         let stderr = log.try_clone().expect("clone log handle");
         let mut cmd = Command::new(bin);
         cmd.arg("--with-default-root-credentials")
@@ -356,7 +393,10 @@ impl TestServer {
             unsafe {
                 cmd.pre_exec(move || {
                     libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
-                    let limit = libc::rlimit { rlim_cur: limit, rlim_max: limit };
+                    let limit = libc::rlimit {
+                        rlim_cur: limit,
+                        rlim_max: limit,
+                    };
                     if libc::setrlimit(libc::RLIMIT_FSIZE, &limit) != 0 {
                         return Err(std::io::Error::last_os_error());
                     }
@@ -390,7 +430,10 @@ impl TestServer {
             // (its io_uring is torn down asynchronously): only this start's own "listening"
             // line proves the new process serves the port.
             let log = self.log();
-            let this_start = log.rsplit("===== e2e harness: start #").next().unwrap_or("");
+            let this_start = log
+                .rsplit("===== e2e harness: start #")
+                .next()
+                .unwrap_or("");
             if this_start.contains("listening on tcp")
                 && TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
             {
@@ -433,7 +476,9 @@ impl TestServer {
         let status = loop {
             match child.try_wait() {
                 Ok(Some(status)) => break status,
-                Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
                 _ => {
                     eprintln!("iggy-server ignored SIGTERM for {STOP_TIMEOUT:?}; sending SIGKILL");
                     let _ = child.kill();
@@ -461,7 +506,9 @@ impl TestServer {
                     self.child = None;
                     return Some(status);
                 }
-                Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
                 _ => return None,
             }
         }
@@ -581,7 +628,10 @@ pub fn expect_code<T: std::fmt::Debug>(what: &str, r: Result<T, IggyError>, code
                 shown.truncate(cut);
                 shown.push_str("…");
             }
-            panic!("{what}: expected error {code} ({}), got Ok({shown})", IggyError::from_code_as_string(code))
+            panic!(
+                "{what}: expected error {code} ({}), got Ok({shown})",
+                IggyError::from_code_as_string(code)
+            )
         }
         Err(e) => assert_eq!(
             e.as_code(),
@@ -627,7 +677,10 @@ pub fn offsets(polled: &PolledMessages) -> Vec<u64> {
 }
 
 pub fn topic_options(partitions: u32) -> TopicCreateOptions {
-    TopicCreateOptions { partitions_count: Some(partitions), ..Default::default() }
+    TopicCreateOptions {
+        partitions_count: Some(partitions),
+        ..Default::default()
+    }
 }
 
 /// Creates stream `stream` and its topic `topic` with `partitions` partitions.
@@ -639,7 +692,11 @@ pub async fn create_stream_and_topic(
 ) -> (StreamDetails, TopicDetails) {
     let s = ok(
         "create_stream",
-        within("create_stream", client.create_stream(stream, &StreamCreateOptions::default())).await,
+        within(
+            "create_stream",
+            client.create_stream(stream, &StreamCreateOptions::default()),
+        )
+        .await,
     );
     let t = ok(
         "create_topic",
@@ -664,7 +721,12 @@ pub async fn send_to_partition(
         "send_messages",
         within(
             "send_messages",
-            client.send_messages(stream, topic, &Partitioning::partition_id(partition), &mut messages),
+            client.send_messages(
+                stream,
+                topic,
+                &Partitioning::partition_id(partition),
+                &mut messages,
+            ),
         )
         .await,
     )
@@ -685,7 +747,15 @@ pub async fn poll(
         "poll_messages",
         within(
             "poll_messages",
-            client.poll_messages(stream, topic, Some(partition), consumer, &strategy, count, auto_commit),
+            client.poll_messages(
+                stream,
+                topic,
+                Some(partition),
+                consumer,
+                &strategy,
+                count,
+                auto_commit,
+            ),
         )
         .await,
     )
