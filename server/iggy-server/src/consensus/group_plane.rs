@@ -228,19 +228,7 @@ impl GroupPlane {
             user_id,
             record: pending.body,
         };
-        let view = replica.view();
-        let frame = super::forward::encode(&self.peers.frames, view, &forward);
-        if self
-            .peers
-            .bus
-            .send(replica.primary_of(view), frame)
-            .is_err()
-        {
-            let _ = pending.waiter.send(Outcome::Refused(Refusal::Busy));
-            return None;
-        }
-        let deadline = self.ticks + FORWARD_TIMEOUT_TICKS;
-        self.forwarded.insert(nonce, (pending.waiter, deadline));
+        self.send_forward(replica, &forward, nonce, pending.waiter);
         None
     }
 
@@ -268,20 +256,33 @@ impl GroupPlane {
             operation: pending.operation,
             body: pending.body,
         };
+        self.send_forward(replica, &forward, nonce, pending.waiter);
+        None
+    }
+
+    /// Sends `forward` to the primary of this replica's view and keeps `waiter` for its
+    /// verdict (by `nonce`, until the forward times out); a frame the bus refuses is a
+    /// transient refusal now.
+    fn send_forward(
+        &mut self,
+        replica: &Replica,
+        forward: &Forward,
+        nonce: u128,
+        waiter: oneshot::Sender<Outcome>,
+    ) {
         let view = replica.view();
-        let frame = super::forward::encode(&self.peers.frames, view, &forward);
+        let frame = super::forward::encode(&self.peers.frames, view, forward);
         if self
             .peers
             .bus
             .send(replica.primary_of(view), frame)
             .is_err()
         {
-            let _ = pending.waiter.send(Outcome::Refused(Refusal::Busy));
-            return None;
+            let _ = waiter.send(Outcome::Refused(Refusal::Busy));
+            return;
         }
         let deadline = self.ticks + FORWARD_TIMEOUT_TICKS;
-        self.forwarded.insert(nonce, (pending.waiter, deadline));
-        None
+        self.forwarded.insert(nonce, (waiter, deadline));
     }
 
     /// The primary's side of a ForwardWrite: commit it as the client's own request (so a retry

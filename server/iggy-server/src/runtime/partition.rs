@@ -603,15 +603,11 @@ impl PartitionHandle {
         request: u64,
         write: PartitionWrite,
     ) -> Result<(u64, WriteResult), ErrorCode> {
-        match self
+        let outcome = self
             .group
             .submit(client, request, write.operation(), write.encode())
-            .await
-        {
-            Outcome::Committed { op, reply } => Ok((op, WriteResult::decode(&reply))),
-            Outcome::Refused(refusal) => Err(crate::consensus::group::refusal_error(&refusal)),
-            Outcome::Failed => Err(ErrorCode::CannotAppendMessage),
-        }
+            .await;
+        written(outcome)
     }
 
     /// [`Self::write`], relayed to the partition's primary when this node does not lead it
@@ -622,15 +618,11 @@ impl PartitionHandle {
         request: u64,
         write: PartitionWrite,
     ) -> Result<(u64, WriteResult), ErrorCode> {
-        match self
+        let outcome = self
             .group
             .submit_anywhere(client, request, write.operation(), write.encode())
-            .await
-        {
-            Outcome::Committed { op, reply } => Ok((op, WriteResult::decode(&reply))),
-            Outcome::Refused(refusal) => Err(crate::consensus::group::refusal_error(&refusal)),
-            Outcome::Failed => Err(ErrorCode::CannotAppendMessage),
-        }
+            .await;
+        written(outcome)
     }
 
     pub async fn poll(&self, start: StartAt, count: u32) -> Result<Polled, ErrorCode> {
@@ -729,6 +721,16 @@ impl PartitionHandle {
             return Err(ErrorCode::PartitionNotFound);
         }
         wait.await.map_err(|_| ErrorCode::PartitionNotFound)
+    }
+}
+
+/// A partition write's outcome as the client sees it: the committed op and result, or the
+/// refusal's error.
+fn written(outcome: Outcome) -> Result<(u64, WriteResult), ErrorCode> {
+    match outcome {
+        Outcome::Committed { op, reply } => Ok((op, WriteResult::decode(&reply))),
+        Outcome::Refused(refusal) => Err(crate::consensus::group::refusal_error(&refusal)),
+        Outcome::Failed => Err(ErrorCode::CannotAppendMessage),
     }
 }
 
