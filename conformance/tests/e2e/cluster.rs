@@ -829,6 +829,13 @@ async fn the_sdk_on_one_node_creates_sends_and_polls_and_the_roster_shows_one_le
         .map(|n| n.replica_id)
         .collect();
     assert_eq!(leaders.len(), 1, "exactly one Leader: {metadata:?}");
+    assert!(
+        metadata
+            .nodes
+            .iter()
+            .all(|n| n.status == ClusterNodeStatus::Healthy),
+        "every node is linked with node 0: {metadata:?}"
+    );
     let (primary, _) = cluster
         .primary(METADATA_GROUP)
         .expect("a metadata primary in the logs");
@@ -1121,6 +1128,19 @@ async fn a_node_cut_off_from_its_peers_is_replaced_and_rejoins_when_healed() {
         log.contains("closed"),
         "node {isolated} logs its links closing:\n{log}"
     );
+    // The new primary's roster names the node it lost its link with Unreachable.
+    let observer = cluster.root_client(successor.into()).await;
+    let roster = ok(
+        "get_cluster_metadata",
+        within("roster", observer.get_cluster_metadata()).await,
+    );
+    let unreachable: Vec<u8> = roster
+        .nodes
+        .iter()
+        .filter(|n| n.status == ClusterNodeStatus::Unreachable)
+        .map(|n| n.replica_id)
+        .collect();
+    assert_eq!(unreachable, [primary], "{roster:?}");
 
     let forwarded = cluster.proxy.forwarded();
     cluster.heal(isolated);

@@ -208,6 +208,12 @@ impl ReplicaPlane {
         self.replica_count
     }
 
+    /// Whether an admitted replica link with `peer` is up now (this node itself counts as
+    /// linked).
+    pub fn linked(&self, peer: u8) -> bool {
+        peer == self.replica || self.sender.linked(peer)
+    }
+
     /// Frames dropped so far by each peer's full send queue.
     pub fn dropped(&self) -> Vec<(u8, u64)> {
         (0..self.replica_count)

@@ -185,6 +185,8 @@ struct Outbox {
     state: Mutex<OutboxState>,
     capacity: usize,
     dropped: AtomicU64,
+    /// The generation of the admitted link that drains this queue, 0 while none is up.
+    linked: AtomicU64,
 }
 
 struct OutboxState {
@@ -247,6 +249,13 @@ impl BusSender {
             )));
         }
         outbox.push(frame)
+    }
+
+    /// Whether an admitted link with `peer` is up now.
+    pub fn linked(&self, peer: u8) -> bool {
+        self.outboxes
+            .get(&peer)
+            .is_some_and(|o| o.linked.load(Ordering::Relaxed) != 0)
     }
 
     /// Frames dropped so far because `peer`'s queue was full.
@@ -374,6 +383,7 @@ impl ReplicaBus {
                     }),
                     capacity: config.peer_queue_capacity,
                     dropped: AtomicU64::new(0),
+                    linked: AtomicU64::new(0),
                 };
                 (peer, Arc::new(outbox))
             })
@@ -595,6 +605,9 @@ async fn run_link(shared: &Rc<Shared>, stream: TcpStream, admitted: admission::A
         max_frame_size: shared.config.max_frame_size,
     };
     let outbox = shared.outboxes.get(&peer).cloned();
+    if let Some(outbox) = &outbox {
+        outbox.linked.store(generation, Ordering::Relaxed);
+    }
     let (reader, writer) = stream.into_split();
     let reading = Box::pin(read_frames(
         reader,
@@ -602,8 +615,9 @@ async fn run_link(shared: &Rc<Shared>, stream: TcpStream, admitted: admission::A
         shared.router.clone(),
         shared.config.handshake_timeout,
     ));
+    let writer_outbox = outbox.clone();
     let writing = Box::pin(async move {
-        match outbox {
+        match writer_outbox {
             Some(outbox) => write_frames(writer, &outbox).await,
             None => std::future::pending().await,
         }
@@ -628,6 +642,12 @@ async fn run_link(shared: &Rc<Shared>, stream: TcpStream, admitted: admission::A
         {
             links.remove(&peer);
         }
+    }
+    if let Some(outbox) = &outbox {
+        // A newer link of the same peer keeps its mark.
+        let _ = outbox
+            .linked
+            .compare_exchange(generation, 0, Ordering::Relaxed, Ordering::Relaxed);
     }
     tracing::warn!("replica {local}: link with replica {peer} closed: {reason}");
     shared.event(BusEvent::Closed { peer, reason });

@@ -138,7 +138,13 @@ fn cluster_roster(shared: &Shared, codec: Codec, metadata: GroupRole) -> Vec<u8>
         http: config.http.enabled,
         websocket: config.websocket.enabled,
     };
-    let entries = routing::roster(&config.cluster.nodes, transports, metadata);
+    let linked = |node: u8| {
+        shared
+            .plane
+            .as_ref()
+            .is_some_and(|plane| plane.linked(node))
+    };
+    let entries = routing::roster(&config.cluster.nodes, transports, metadata, linked);
     encode_roster(&config.cluster.name, &entries, codec)
 }
 
@@ -155,9 +161,7 @@ fn encode_roster(name: &str, entries: &[routing::RosterEntry], codec: Codec) -> 
             http_port: entry.ports.http,
             websocket_port: entry.ports.websocket,
             role: entry.role,
-            // Health is not tracked per node (upstream reports Healthy too); the SDK reads
-            // only the role and the ports.
-            status: ClusterNodeStatus::Healthy,
+            status: entry.status,
         })
         .collect();
     match codec {
@@ -252,6 +256,11 @@ mod tests {
                 websocket: 0,
             },
             role,
+            // Node 2 plays one this replica has no link with.
+            status: match replica_id {
+                2 => ClusterNodeStatus::Unreachable,
+                _ => ClusterNodeStatus::Healthy,
+            },
         }
     }
 
@@ -278,6 +287,9 @@ mod tests {
                 (2, ClusterNodeRole::Follower)
             ]
         );
+        let statuses: Vec<ClusterNodeStatus> = roster.nodes.iter().map(|n| n.status).collect();
+        use ClusterNodeStatus::{Healthy, Unreachable};
+        assert_eq!(statuses, [Healthy, Healthy, Unreachable]);
         // The layout the SDK reads (get_cluster_metadata.rs): id, name, ip, four ports, role,
         // status, after the cluster name and the node count.
         let node = [

@@ -13,7 +13,7 @@
 use crate::config::ClusterNode;
 use crate::consensus::figures::GroupRole;
 use iggy_generated::errors::ErrorCode;
-use iggy_generated::payloads::ClusterNodeRole;
+use iggy_generated::payloads::{ClusterNodeRole, ClusterNodeStatus};
 use iggy_vsr::{Refusal, Status};
 use std::time::Duration;
 
@@ -56,6 +56,7 @@ pub struct RosterEntry {
     pub ip: String,
     pub ports: ClientPorts,
     pub role: ClusterNodeRole,
+    pub status: ClusterNodeStatus,
 }
 
 /// A node's client ports, 0 for a transport clients must not dial there.
@@ -89,11 +90,15 @@ pub fn roster_role(replica_id: u8, metadata: GroupRole) -> ClusterNodeRole {
 }
 
 /// Every roster node in replica-id order, as clients see it from a replica whose metadata
-/// group stands at `metadata`.
+/// group stands at `metadata` and that has a replica link up with the nodes `linked` names
+/// (itself included): a node without one is Unreachable from here. A link that is up says
+/// the peer's process answers TCP, not that it serves (a stopped process keeps its link);
+/// the SDK reads only roles and ports.
 pub fn roster(
     nodes: &[ClusterNode],
     transports: Transports,
     metadata: GroupRole,
+    linked: impl Fn(u8) -> bool,
 ) -> Vec<RosterEntry> {
     let port = |enabled: bool, port: Option<u16>| if enabled { port.unwrap_or(0) } else { 0 };
     let mut entries: Vec<RosterEntry> = nodes
@@ -112,6 +117,10 @@ pub fn roster(
                 websocket: port(transports.websocket, node.ports.websocket),
             },
             role: roster_role(node.replica_id, metadata),
+            status: match linked(node.replica_id) {
+                true => ClusterNodeStatus::Healthy,
+                false => ClusterNodeStatus::Unreachable,
+            },
         })
         .collect();
     entries.sort_by_key(|entry| entry.replica_id);
@@ -286,7 +295,7 @@ mod tests {
             http: true,
             websocket: false,
         };
-        let entries = roster(&nodes, transports, role(Normal, 1));
+        let entries = roster(&nodes, transports, role(Normal, 1), |node| node != 2);
         assert_eq!(
             entries.iter().map(|e| e.replica_id).collect::<Vec<_>>(),
             [0, 1, 2]
@@ -310,9 +319,13 @@ mod tests {
             .map(|e| e.replica_id)
             .collect();
         assert_eq!(leaders, [1]);
+        // A node this replica has no link with is Unreachable.
+        let statuses: Vec<ClusterNodeStatus> = entries.iter().map(|e| e.status).collect();
+        use ClusterNodeStatus::{Healthy, Unreachable};
+        assert_eq!(statuses, [Healthy, Healthy, Unreachable]);
         // Changing views or recovering: no node is Leader, not even the view's primary.
         for status in [ViewChange, Recovering] {
-            let entries = roster(&nodes, transports, role(status, 1));
+            let entries = roster(&nodes, transports, role(status, 1), |_| true);
             assert!(entries.iter().all(|e| e.role == ClusterNodeRole::Follower));
         }
     }
