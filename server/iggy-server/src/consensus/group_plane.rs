@@ -10,7 +10,7 @@ use super::replica_bus::Inbound;
 use bytes::Bytes;
 use futures_channel::oneshot;
 use futures_util::StreamExt;
-use iggy_generated::frames::{ForwardRegisterOutcome, ForwardWriteOutcome};
+use iggy_generated::frames::{ForwardRegisterOutcome, ForwardWriteOutcome, METADATA_GROUP};
 use iggy_vsr::group::{GroupCore, Outcome, Pending};
 use iggy_vsr::{Message, Refusal, Replica, Status};
 use std::collections::HashMap;
@@ -39,8 +39,11 @@ pub struct GroupPlane {
     next_nonce: u128,
     /// The last prepare frame sent, by (view, commit, op, entry checksum).
     last_prepare: Option<((u32, u64, u64, u64), Bytes)>,
-    /// The highest commit this replica announced to its backups as primary.
-    announced: u64,
+    /// Per replica of the group: the highest commit a frame sent to it named (a prepare, a
+    /// heartbeat or an announcement), so an announcement skips a peer a prepare already told.
+    told: Vec<u64>,
+    /// A partition group's commit announcement waits for this tick (see `announce_commit`).
+    announce_at: Option<u64>,
     /// The role last written to the log.
     logged_role: Option<GroupRole>,
 }
@@ -58,7 +61,8 @@ impl GroupPlane {
                 .map_or(0, |since| since.as_nanos())
                 << 32,
             last_prepare: None,
-            announced: 0,
+            told: Vec::new(),
+            announce_at: None,
             logged_role: None,
         }
     }
@@ -141,6 +145,9 @@ impl GroupPlane {
             } => Some((*view, *commit, entry.op, entry.checksum)),
             _ => None,
         };
+        if let Message::Prepare { commit, .. } | Message::Commit { commit, .. } = message {
+            self.note_told(to, *commit);
+        }
         let frame = match (&self.last_prepare, key) {
             (Some((last, frame)), Some(key)) if *last == key => frame.clone(),
             _ => {
@@ -160,26 +167,53 @@ impl GroupPlane {
         }
     }
 
-    /// A primary tells its backups about a commit at once instead of at its next prepare or
-    /// heartbeat (up to `commit_broadcast_interval` later): backups apply metadata ops (a
-    /// new partition's group, a session a client binds next) and serve reads sooner. The
-    /// message is the replica's own heartbeat, sent only in a view already durable here.
+    /// A primary tells its backups about a commit sooner than its next heartbeat (up to
+    /// `commit_broadcast_interval` later), so backups apply what it committed: the metadata
+    /// group at once (a new partition's group, a session a client binds next on another
+    /// node); a partition group at the next tick (50 ms), since under load the next prepare
+    /// carries the commit first and nothing is sent for it. A peer a frame already told is
+    /// skipped. The message is the replica's own heartbeat, sent only in a view already
+    /// durable here.
     pub fn announce_commit(&mut self, replica: &Replica) {
         let (view, commit) = (replica.view(), replica.commit_max());
         let leads = replica.status() == Status::Normal && replica.is_primary();
-        if !leads || replica.persisted_view_state().view != view || commit <= self.announced {
+        let me = replica.replica();
+        let behind: Vec<u8> = (0..replica.config().replica_count)
+            .filter(|peer| *peer != me && self.told(*peer) < commit)
+            .collect();
+        if !leads || replica.persisted_view_state().view != view || behind.is_empty() {
+            self.announce_at = None;
             return;
         }
-        self.announced = commit;
+        if self.peers.frames.group != METADATA_GROUP {
+            let due = *self.announce_at.get_or_insert(self.ticks + 1);
+            if self.ticks < due {
+                return;
+            }
+        }
+        self.announce_at = None;
         let announce = Message::Commit {
             view,
             commit,
             checkpoint_safe: replica.checkpoint_safe(),
         };
         let frame = super::replica_codec::encode(&self.peers.frames, &announce);
-        for peer in (0..replica.config().replica_count).filter(|p| *p != replica.replica()) {
+        for peer in behind {
+            self.note_told(peer, commit);
             let _ = self.peers.bus.send(peer, frame.clone());
         }
+    }
+
+    fn told(&self, peer: u8) -> u64 {
+        self.told.get(usize::from(peer)).copied().unwrap_or(0)
+    }
+
+    fn note_told(&mut self, peer: u8, commit: u64) {
+        let peer = usize::from(peer);
+        if self.told.len() <= peer {
+            self.told.resize(peer + 1, 0);
+        }
+        self.told[peer] = self.told[peer].max(commit);
     }
 
     /// Logs the replica's role when it changed (the first one too: operators and the cluster
