@@ -214,7 +214,7 @@ pub mod view_state;
 pub use checkpoint::{Checkpoint, CheckpointError};
 pub use client_table::{ClientSession, ClientTable, NODE_CLIENTS_MIN, Registration, RequestCheck};
 pub use message::{
-    Entry, Log, Message, OPERATION_NOMINATE_LIMITS, OPERATION_REGISTER, ReplicaId,
+    Entry, EntryHeader, Log, Message, OPERATION_NOMINATE_LIMITS, OPERATION_REGISTER, ReplicaId,
     nominated_clients_max,
 };
 pub use replica::{Action, Config, Refusal, Replica, StateTransferNeeded, Status};
