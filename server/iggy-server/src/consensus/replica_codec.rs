@@ -358,7 +358,6 @@ fn log_frame(
             request: header.request,
             view: header.view,
             operation: header.operation,
-            ..ReplicaEntryHeader::default()
         };
         frame.put_slice(&record.to_bytes());
     }
