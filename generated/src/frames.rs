@@ -3641,7 +3641,7 @@ impl<'a> WireDecode<'a> for PreVoteHeader {
         Self::decode_fixed(b)
     }
 }
-/// Fixed-layout `DoViewChangeHeader`, 256 bytes: replica -> new primary: vote with log_view, op, commit and the sender's log (ours: the body is a ReplicaLogPrefix and its entries). Sealed.
+/// Fixed-layout `DoViewChangeHeader`, 256 bytes: replica -> new primary: vote with log_view, op, commit and the sender's log (ours: the body is a ReplicaLogPrefix and its entry headers). Sealed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DoViewChangeHeader {
     /// seal: XxHash3-64 of bytes 16..256, widened
@@ -3938,7 +3938,7 @@ impl<'a> WireDecode<'a> for DoViewChangeHeader {
         Self::decode_fixed(b)
     }
 }
-/// Fixed-layout `StartViewHeader`, 256 bytes: new primary -> backups: the view starts; the body is the canonical log (ours: a ReplicaLogPrefix and its entries). Sealed.
+/// Fixed-layout `StartViewHeader`, 256 bytes: new primary -> backups: the view starts; the body is the canonical log (ours: a ReplicaLogPrefix and its entry headers). Sealed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StartViewHeader {
     /// seal: XxHash3-64 of bytes 16..256, widened
@@ -4207,10 +4207,11 @@ impl<'a> WireDecode<'a> for StartViewHeader {
 /// Fixed-layout `ReplicaLogPrefix`, 32 bytes: head of a DoViewChange or StartView body: the log's checkpoint and entry count. Ours.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReplicaLogPrefix {
-    /// the sender's checkpoint op: the entries are ops base+1..=base+entry_count
+    /// the sender's checkpoint op: the headers are ops base+1..=base+entry_count
     pub base: u64,
     /// the entry checksum of op `base` (0 when base is 0)
     pub base_checksum: u64,
+    /// ReplicaEntryHeaders that follow
     pub entry_count: u32,
 }
 impl ReplicaLogPrefix {
@@ -4312,6 +4313,163 @@ impl WireEncode for ReplicaLogPrefix {
 impl<'a> WireDecode<'a> for ReplicaLogPrefix {
     fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
         let b = iggy_wire::take(input, 32)?;
+        Self::decode_fixed(b)
+    }
+}
+/// Fixed-layout `ReplicaEntryHeader`, 64 bytes: one op of a view-change log: an iggy_vsr::Entry without its body. Ours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplicaEntryHeader {
+    /// the entry checksum (EntryChecksumInput: these fields, the body's length and XxHash3-64)
+    pub checksum: u64,
+    /// the op; base + 1 + its index in the body
+    pub op: u64,
+    /// client id that sent the request
+    pub client: u128,
+    /// the client's request number
+    pub request: u64,
+    /// the view the op was prepared in
+    pub view: u32,
+    /// operation code (an Operation repr)
+    pub operation: u8,
+}
+impl ReplicaEntryHeader {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 64;
+    /// Byte offset of `checksum`.
+    pub const CHECKSUM_OFFSET: usize = 0;
+    /// Size of `checksum` in bytes.
+    pub const CHECKSUM_SIZE: usize = 8;
+    /// Byte offset of `op`.
+    pub const OP_OFFSET: usize = 8;
+    /// Size of `op` in bytes.
+    pub const OP_SIZE: usize = 8;
+    /// Byte offset of `client`.
+    pub const CLIENT_OFFSET: usize = 16;
+    /// Size of `client` in bytes.
+    pub const CLIENT_SIZE: usize = 16;
+    /// Byte offset of `request`.
+    pub const REQUEST_OFFSET: usize = 32;
+    /// Size of `request` in bytes.
+    pub const REQUEST_SIZE: usize = 8;
+    /// Byte offset of `view`.
+    pub const VIEW_OFFSET: usize = 40;
+    /// Size of `view` in bytes.
+    pub const VIEW_SIZE: usize = 4;
+    /// Byte offset of `operation`.
+    pub const OPERATION_OFFSET: usize = 44;
+    /// Size of `operation` in bytes.
+    pub const OPERATION_SIZE: usize = 1;
+    /// Byte offset of `reserved`.
+    pub const RESERVED_OFFSET: usize = 45;
+    /// Size of `reserved` in bytes.
+    pub const RESERVED_SIZE: usize = 19;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
+        }
+        let checksum = <u64>::decode_exact(&buf[0..8])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum",
+            })?;
+        let op = <u64>::decode_exact(&buf[8..16])
+            .map_err(|_| WireError::InvalidValue {
+                field: "op",
+            })?;
+        let client = <u128>::decode_exact(&buf[16..32])
+            .map_err(|_| WireError::InvalidValue {
+                field: "client",
+            })?;
+        let request = <u64>::decode_exact(&buf[32..40])
+            .map_err(|_| WireError::InvalidValue {
+                field: "request",
+            })?;
+        let view = <u32>::decode_exact(&buf[40..44])
+            .map_err(|_| WireError::InvalidValue {
+                field: "view",
+            })?;
+        let operation = <u8>::decode_exact(&buf[44..45])
+            .map_err(|_| WireError::InvalidValue {
+                field: "operation",
+            })?;
+        if !iggy_wire::is_zero_at(buf, 45, 19) {
+            return Err(WireError::NonZeroReserved {
+                field: "reserved",
+            });
+        }
+        Ok(Self {
+            checksum,
+            op,
+            client,
+            request,
+            view,
+            operation,
+        })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.checksum.to_wire_bytes());
+        iggy_wire::put_at(out, 8, &self.op.to_wire_bytes());
+        iggy_wire::put_at(out, 16, &self.client.to_wire_bytes());
+        iggy_wire::put_at(out, 32, &self.request.to_wire_bytes());
+        iggy_wire::put_at(out, 40, &self.view.to_wire_bytes());
+        iggy_wire::put_at(out, 44, &self.operation.to_wire_bytes());
+        out[45..64].fill(0);
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 64] {
+        let mut b = [0u8; 64];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for ReplicaEntryHeader {
+    /// All-zero bytes.
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 64]).expect("zero bytes decode")
+    }
+}
+const _: () = assert!(ReplicaEntryHeader::SIZE == 64);
+const _: () = assert!(ReplicaEntryHeader::CHECKSUM_OFFSET + 8 <= 64);
+const _: () = assert!(ReplicaEntryHeader::OP_OFFSET + 8 <= 64);
+const _: () = assert!(ReplicaEntryHeader::CLIENT_OFFSET + 16 <= 64);
+const _: () = assert!(ReplicaEntryHeader::REQUEST_OFFSET + 8 <= 64);
+const _: () = assert!(ReplicaEntryHeader::VIEW_OFFSET + 4 <= 64);
+const _: () = assert!(ReplicaEntryHeader::OPERATION_OFFSET + 1 <= 64);
+const _: () = assert!(ReplicaEntryHeader::RESERVED_OFFSET + 19 <= 64);
+impl iggy_wire::WireJson for ReplicaEntryHeader {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"checksum\":");
+        iggy_wire::WireJson::write_json(&self.checksum, out);
+        out.push_str(",\"op\":");
+        iggy_wire::WireJson::write_json(&self.op, out);
+        out.push_str(",\"client\":");
+        iggy_wire::WireJson::write_json(&self.client, out);
+        out.push_str(",\"request\":");
+        iggy_wire::WireJson::write_json(&self.request, out);
+        out.push_str(",\"view\":");
+        iggy_wire::WireJson::write_json(&self.view, out);
+        out.push_str(",\"operation\":");
+        iggy_wire::WireJson::write_json(&self.operation, out);
+        out.push('}');
+    }
+}
+impl WireEncode for ReplicaEntryHeader {
+    fn encoded_size(&self) -> usize {
+        64
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for ReplicaEntryHeader {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 64)?;
         Self::decode_fixed(b)
     }
 }

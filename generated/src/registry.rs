@@ -104,6 +104,13 @@ pub const STRUCTS: &[StructInfo] = &[
         until: 4294967295,
     },
     StructInfo {
+        name: "ReplicaEntryHeader",
+        module: "frames",
+        fixed: Some(64),
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
         name: "ReplicaIdentity",
         module: "frames",
         fixed: Some(60),
@@ -1306,6 +1313,7 @@ pub fn roundtrip(name: &str, input: &[u8]) -> Option<Result<Roundtrip, WireError
         "DoViewChangeHeader" => rt!(crate ::frames::DoViewChangeHeader, input),
         "StartViewHeader" => rt!(crate ::frames::StartViewHeader, input),
         "ReplicaLogPrefix" => rt!(crate ::frames::ReplicaLogPrefix, input),
+        "ReplicaEntryHeader" => rt!(crate ::frames::ReplicaEntryHeader, input),
         "ReplicaIdentity" => rt!(crate ::frames::ReplicaIdentity, input),
         "ReplicaHelloHeader" => rt!(crate ::frames::ReplicaHelloHeader, input),
         "ReplicaChallengeHeader" => rt!(crate ::frames::ReplicaChallengeHeader, input),

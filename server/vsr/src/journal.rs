@@ -8,9 +8,14 @@
 //!
 //! Entries at or below the checkpoint op (the journal's *base*) are forgotten: `get` returns
 //! `None` for them, `entries` starts at `base + 1`, and `op` stays absolute.
+//!
+//! A log installed from headers (a view change) may name ops whose bodies this replica lacks:
+//! they wait above the held entries as *awaited* slots (`op() + 1..=head_op()`), are never
+//! written, and join the held entries in op order as their bodies arrive (`fill`,
+//! `take_filled`). Only held entries count as journaled, durable or committable.
 
-use crate::message::{Entry, OPERATION_NOMINATE_LIMITS, OPERATION_REGISTER};
-use std::collections::BTreeMap;
+use crate::message::{Entry, EntryHeader, OPERATION_NOMINATE_LIMITS, OPERATION_REGISTER};
+use std::collections::{BTreeMap, VecDeque};
 
 /// The last op covered by a checkpoint: the journal holds only the ops after it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -23,11 +28,21 @@ pub struct Base {
     pub checksum: u64,
 }
 
-/// Log of entries `base.op + 1..=op` with write tracking.
+/// An op of the installed log whose body is not held in op order yet: its header, and the body
+/// once one matching it arrived (out of order, waiting for the ops before it).
+#[derive(Clone, Debug)]
+struct Awaited {
+    header: EntryHeader,
+    entry: Option<Entry>,
+}
+
+/// Log of entries `base.op + 1..=op` with write tracking, then the awaited slots up to
+/// `head_op`.
 #[derive(Clone, Debug, Default)]
 pub struct Journal {
     base: Base,
     entries: Vec<Entry>,
+    awaited: VecDeque<Awaited>,
     writes_pending: BTreeMap<u64, u32>,
 }
 
@@ -45,6 +60,7 @@ impl Journal {
         Journal {
             base,
             entries,
+            awaited: VecDeque::new(),
             writes_pending: BTreeMap::new(),
         }
     }
@@ -54,9 +70,40 @@ impl Journal {
         self.base
     }
 
-    /// Highest op in the log (the base op when no entry is held).
+    /// Highest op held with its body (the base op when no entry is held).
     pub fn op(&self) -> u64 {
         self.base.op + self.entries.len() as u64
+    }
+
+    /// Highest op of the installed log, awaited slots included.
+    pub fn head_op(&self) -> u64 {
+        self.op() + self.awaited.len() as u64
+    }
+
+    /// True while the installed log names ops whose bodies are not held in op order.
+    pub fn awaiting(&self) -> bool {
+        !self.awaited.is_empty()
+    }
+
+    /// The header of the op at `op` when it is held or awaited.
+    pub fn header_at(&self, op: u64) -> Option<EntryHeader> {
+        if op <= self.op() {
+            return self.get(op).map(Entry::header);
+        }
+        let index = usize::try_from(op - self.op() - 1).ok()?;
+        self.awaited.get(index).map(|slot| slot.header)
+    }
+
+    /// The first awaited op at or after `from` whose body has not arrived.
+    pub fn unfilled_from(&self, from: u64) -> Option<u64> {
+        let first = self.op() + 1;
+        let skip = from.saturating_sub(first);
+        self.awaited
+            .iter()
+            .enumerate()
+            .skip(usize::try_from(skip).ok()?)
+            .find(|(_, slot)| slot.entry.is_none())
+            .map(|(index, _)| first + index as u64)
     }
 
     /// Number of entries held in memory.
@@ -113,38 +160,113 @@ impl Journal {
         }
     }
 
-    /// Appends the next entry and counts one pending write for it.
+    /// Appends the next entry (nothing may be awaited) and counts one pending write for it.
     pub fn append(&mut self, entry: Entry) {
+        assert!(!self.awaiting(), "an op appended above awaited ones");
+        self.push_held(entry);
+    }
+
+    fn push_held(&mut self, entry: Entry) {
         assert_eq!(entry.op, self.op() + 1);
         *self.writes_pending.entry(entry.op).or_insert(0) += 1;
         self.entries.push(entry);
     }
 
-    /// Replaces the log above `base` with `log` (ops `base + 1..`). Entries of `log` at or below
-    /// this journal's base are ignored, and held entries at or below `base` are kept: the caller
-    /// has established that both sides agree up to `base`. Returns the first op that differs
-    /// (entries from it on must be rewritten and anything above `log`'s end truncated), or `None`
-    /// when nothing changed.
-    pub fn replace(&mut self, base: u64, log: Vec<Entry>) -> Option<u64> {
+    /// While awaiting: the primary's next op (`head_op() + 1`), held as an awaited slot until
+    /// the ops before it arrive.
+    pub fn push_awaited(&mut self, entry: Entry) {
+        assert!(self.awaiting(), "nothing awaited: append instead");
+        assert_eq!(entry.op, self.head_op() + 1);
+        let header = entry.header();
+        self.awaited.push_back(Awaited {
+            header,
+            entry: Some(entry),
+        });
+    }
+
+    /// Takes `entry` as the body of its awaited slot when it matches the slot's header and no
+    /// body arrived yet; returns whether it did. A body whose checksum differs is refused.
+    pub fn fill(&mut self, entry: Entry) -> bool {
+        let Some(index) = entry.op.checked_sub(self.op() + 1) else {
+            return false;
+        };
+        let Some(slot) = usize::try_from(index)
+            .ok()
+            .and_then(|index| self.awaited.get_mut(index))
+        else {
+            return false;
+        };
+        if slot.entry.is_some() || !slot.header.matches(&entry) {
+            return false;
+        }
+        slot.entry = Some(entry);
+        true
+    }
+
+    /// Moves the awaited slots whose bodies arrived, from the first one on and in op order, to
+    /// the held entries (each counting one pending write); returns them for the shell to write.
+    pub fn take_filled(&mut self) -> Vec<Entry> {
+        let mut held = Vec::new();
+        while self
+            .awaited
+            .front()
+            .is_some_and(|slot| slot.entry.is_some())
+        {
+            let entry = self.awaited.pop_front().and_then(|slot| slot.entry);
+            let entry = entry.expect("a filled slot");
+            self.push_held(entry.clone());
+            held.push(entry);
+        }
+        held
+    }
+
+    /// Replaces the log above `base` with the one `log` names (headers of ops `base + 1..`).
+    /// Headers at or below this journal's base are ignored, and held entries at or below `base`
+    /// are kept: the caller has established that both sides agree up to `base`. Held entries
+    /// whose checksums match stay held; from the first difference on, held entries are dropped
+    /// and the log's ops become awaited slots (keeping a body that arrived for the same header).
+    /// Returns the first held op dropped (the durable journal must be truncated below it), or
+    /// `None` when no held entry was dropped.
+    pub fn replace(&mut self, base: u64, log: Vec<EntryHeader>) -> Option<u64> {
         assert!(base <= self.op(), "a log above a gap");
         let start = base.max(self.base.op);
-        let incoming: Vec<Entry> = log.into_iter().filter(|e| e.op > start).collect();
-        let ours = self.entries_after(start);
+        let incoming: Vec<EntryHeader> = log.into_iter().filter(|h| h.op > start).collect();
+        let ours: Vec<u64> = self
+            .entries_after(start)
+            .iter()
+            .map(|entry| entry.checksum)
+            .chain(self.awaited.iter().map(|slot| slot.header.checksum))
+            .collect();
         let common = ours
             .iter()
             .zip(incoming.iter())
-            .take_while(|(ours, theirs)| ours.checksum == theirs.checksum)
+            .take_while(|(ours, theirs)| **ours == theirs.checksum)
             .count();
         if common == ours.len() && common == incoming.len() {
             return None;
         }
         let first_different = start + common as u64 + 1;
-        self.entries
-            .truncate((first_different - 1 - self.base.op) as usize);
-        for entry in incoming.into_iter().skip(common) {
-            self.append(entry);
+        let dropped = first_different <= self.op();
+        let awaited_first = self.op() + 1;
+        let mut awaited = std::mem::take(&mut self.awaited);
+        if dropped {
+            self.entries
+                .truncate((first_different - 1 - self.base.op) as usize);
         }
-        Some(first_different)
+        let held_op = self.op();
+        for header in incoming.into_iter().filter(|h| h.op > held_op) {
+            let arrived = header
+                .op
+                .checked_sub(awaited_first)
+                .and_then(|index| awaited.get_mut(usize::try_from(index).ok()?))
+                .filter(|slot| slot.header == header)
+                .and_then(|slot| slot.entry.take());
+            self.awaited.push_back(Awaited {
+                header,
+                entry: arrived,
+            });
+        }
+        dropped.then_some(first_different)
     }
 
     /// Forgets every entry at or below `op` (which must be held or be the base).
@@ -208,12 +330,22 @@ mod tests {
         Entry::new(op, view, 1, op, 1, Bytes::new())
     }
 
+    fn headers(entries: &[Entry]) -> Vec<EntryHeader> {
+        entries.iter().map(Entry::header).collect()
+    }
+
     #[test]
     fn overwritten_op_is_durable_only_after_its_last_write() {
         let mut journal = Journal::default();
         journal.append(entry(1, 0));
         journal.append(entry(2, 0));
-        assert_eq!(journal.replace(0, vec![entry(1, 0), entry(2, 1)]), Some(2));
+        assert_eq!(
+            journal.replace(0, headers(&[entry(1, 0), entry(2, 1)])),
+            Some(2)
+        );
+        assert_eq!(journal.op(), 1, "op 2's new body is awaited");
+        assert!(journal.fill(entry(2, 1)));
+        assert_eq!(journal.take_filled(), vec![entry(2, 1)]);
         assert!(
             !journal.write_done(2),
             "the first write of op 2 was for the old entry"
@@ -221,7 +353,44 @@ mod tests {
         assert!(journal.write_done(2));
         assert!(journal.is_durable(2));
         assert!(journal.write_done(1));
-        assert_eq!(journal.replace(0, journal.entries().to_vec()), None);
+        assert_eq!(journal.replace(0, headers(journal.entries())), None);
+    }
+
+    #[test]
+    fn awaited_ops_join_the_log_in_op_order_and_only_with_their_own_bodies() {
+        let mut journal = Journal::from_entries(Base::default(), vec![entry(1, 0)]);
+        let log = [entry(1, 0), entry(2, 1), entry(3, 1)];
+        assert_eq!(
+            journal.replace(0, headers(&log)),
+            None,
+            "nothing held dropped"
+        );
+        assert_eq!((journal.op(), journal.head_op()), (1, 3));
+        let forged = Entry::new(2, 1, 1, 2, 1, Bytes::from_static(b"forged"));
+        assert!(!journal.fill(forged), "a body its header does not name");
+        assert!(journal.fill(entry(3, 1)));
+        assert!(journal.take_filled().is_empty(), "op 2 is still missing");
+        assert_eq!(journal.unfilled_from(2), Some(2));
+        assert_eq!(journal.unfilled_from(3), None);
+        assert!(journal.durable_through() == 1 && !journal.is_durable(3));
+        assert!(journal.fill(entry(2, 1)));
+        assert!(!journal.fill(entry(2, 1)), "already arrived");
+        assert_eq!(journal.take_filled(), log[1..].to_vec());
+        assert!(!journal.awaiting());
+        assert_eq!(journal.durable_through(), 1, "written, not yet durable");
+    }
+
+    #[test]
+    fn a_reinstalled_log_keeps_the_bodies_that_arrived_for_its_headers() {
+        let mut journal = Journal::default();
+        let log = [entry(1, 1), entry(2, 1), entry(3, 1)];
+        assert_eq!(journal.replace(0, headers(&log[..2])), None);
+        assert!(journal.fill(entry(2, 1)));
+        assert_eq!(journal.replace(0, headers(&log)), None);
+        assert_eq!(journal.head_op(), 3);
+        assert!(journal.fill(entry(1, 1)));
+        assert_eq!(journal.take_filled().len(), 2, "op 2's body stayed");
+        assert_eq!(journal.unfilled_from(3), Some(3));
     }
 
     #[test]
@@ -264,13 +433,21 @@ mod tests {
         );
         // A log from an older base: the part we forgot is ignored, the rest compared.
         assert_eq!(
-            journal.replace(1, vec![entry(2, 0), entry(3, 0), entry(4, 0), entry(5, 1)]),
+            journal.replace(
+                1,
+                headers(&[entry(2, 0), entry(3, 0), entry(4, 0), entry(5, 1)])
+            ),
             Some(5)
         );
-        assert_eq!(journal.get(5).unwrap().view, 1);
+        assert_eq!(journal.header_at(5).unwrap().view, 1);
+        assert!(journal.fill(entry(5, 1)));
+        assert_eq!(journal.take_filled().len(), 1);
         // A log from a newer base keeps our entries up to it.
-        assert_eq!(journal.replace(4, vec![entry(5, 1), entry(6, 1)]), Some(6));
-        assert_eq!(journal.op(), 6);
+        assert_eq!(
+            journal.replace(4, headers(&[entry(5, 1), entry(6, 1)])),
+            None
+        );
+        assert_eq!((journal.op(), journal.head_op()), (5, 6));
         assert_eq!(journal.get(4).unwrap().op, 4);
     }
 }

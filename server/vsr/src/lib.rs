@@ -122,7 +122,8 @@
 //! ## Protocol
 //!
 //! Viewstamped Replication Revisited: normal operation (Prepare/PrepareOk/Commit heartbeat),
-//! view change (StartViewChange/DoViewChange/StartView, full-log transfer) and prepare repair
+//! view change (StartViewChange/DoViewChange/StartView, carrying entry headers, not bodies) and
+//! prepare repair
 //! (RequestPrepare answered by Prepare), with the view made durable instead of VRR's Recovery
 //! protocol (which needs a quorum that did not restart, so cannot survive a restart of every
 //! replica). What makes a restart safe:
@@ -137,6 +138,18 @@
 //!   syncs the journal first), so the journal is never labelled with a view whose log it lacks;
 //!   a crash in between leaves a log labelled with the older view, which the view change's
 //!   choice (highest log view, then longest log) still handles;
+//! - view changes carry headers ([`EntryHeader`]: an entry without its body, its checksum still
+//!   covering the body): a DoViewChange names only the entries its sender holds with their
+//!   bodies. Installing a header log keeps every held entry whose checksum matches, truncates
+//!   from the first difference, and leaves the rest as awaited slots that are never journaled,
+//!   acknowledged or applied. A body is taken only when it rebuilds its header's checksum. The
+//!   new primary fetches what it lacks from the DoViewChange senders whose logs named it
+//!   (`RequestPrepare`, a few batches at once) and sends its StartView only once it holds and
+//!   has written the whole log; if a body cannot be had (its holder crashed and lost it) the
+//!   view change times out and the next one decides without it, so nothing is discarded
+//!   without a DoViewChange quorum. A backup asks the primary, and keeps its previous log view
+//!   (acking nothing) until it holds the view's log whole, so a log view always names a log
+//!   the journal holds, as before;
 //! - a replica leaves its view on a timeout only after a pre-vote: a backup that stops hearing
 //!   from its primary, a view change that stalls and a rejoin that finds no primary all first
 //!   send `Message::PreVote` naming the next view, and start the view change (raising and
@@ -214,7 +227,7 @@ pub mod view_state;
 pub use checkpoint::{Checkpoint, CheckpointError};
 pub use client_table::{ClientSession, ClientTable, NODE_CLIENTS_MIN, Registration, RequestCheck};
 pub use message::{
-    Entry, Log, Message, OPERATION_NOMINATE_LIMITS, OPERATION_REGISTER, ReplicaId,
+    Entry, EntryHeader, Log, Message, OPERATION_NOMINATE_LIMITS, OPERATION_REGISTER, ReplicaId,
     nominated_clients_max,
 };
 pub use replica::{Action, Config, Refusal, Replica, StateTransferNeeded, Status};

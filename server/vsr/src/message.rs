@@ -98,6 +98,45 @@ impl Entry {
     pub fn is_valid(&self) -> bool {
         self.checksum == self.compute_checksum()
     }
+
+    /// The entry without its body: what a view change carries.
+    pub fn header(&self) -> EntryHeader {
+        EntryHeader {
+            op: self.op,
+            view: self.view,
+            client: self.client,
+            request: self.request,
+            operation: self.operation,
+            checksum: self.checksum,
+        }
+    }
+}
+
+/// An [`Entry`] without its body. The checksum still covers the body (its length and hash), so
+/// a body fetched from any replica is checked against the header with [`EntryHeader::matches`]:
+/// a view change carries headers, and the bodies follow from the replicas that hold them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EntryHeader {
+    /// Position in the log, starting at 1.
+    pub op: u64,
+    /// View in which the primary prepared the entry.
+    pub view: u32,
+    /// Client id that sent the request.
+    pub client: u128,
+    /// Client request number.
+    pub request: u64,
+    /// Operation code.
+    pub operation: u8,
+    /// The entry's checksum, over the fields and the body.
+    pub checksum: u64,
+}
+
+impl EntryHeader {
+    /// True when `entry` is the one this header names: the same fields, and a checksum that its
+    /// body recomputes (a forged or torn body does not).
+    pub fn matches(&self, entry: &Entry) -> bool {
+        entry.header() == *self && entry.is_valid()
+    }
 }
 
 /// Small FNV-1a hasher: deterministic across platforms and runs, no dependency.
@@ -134,25 +173,44 @@ impl Default for Fnv {
     }
 }
 
-/// A log transferred in a view change or recovery: the sender's entries above its checkpoint.
+/// A log transferred in a view change or to a rejoining replica: the headers of the sender's
+/// entries above its checkpoint. Bodies do not travel with it (a log can hold gigabytes of
+/// batches): a receiver keeps its own entries whose checksums match and fetches the other
+/// bodies with `RequestPrepare`, checking each against its header.
 ///
-/// `entries` are ops `base + 1..=base + entries.len()`. The ops at or below `base` are committed
+/// `headers` are ops `base + 1..=base + headers.len()`. The ops at or below `base` are committed
 /// (the sender checkpointed them); `base_checksum` is the checksum of the sender's entry at `base`
 /// (0 when `base` is 0), which lets a receiver that holds that entry vouch for its own prefix.
+/// The sender holds the body of every header it sends.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Log {
     /// The sender's checkpoint op.
     pub base: u64,
     /// Checksum of the entry at `base`.
     pub base_checksum: u64,
-    /// Entries `base + 1..`.
-    pub entries: Vec<Entry>,
+    /// Headers of the entries `base + 1..`.
+    pub headers: Vec<EntryHeader>,
 }
 
 impl Log {
+    /// The log of `entries` (ops `base + 1..` in order).
+    pub fn of_entries(base: u64, base_checksum: u64, entries: &[Entry]) -> Self {
+        Log {
+            base,
+            base_checksum,
+            headers: entries.iter().map(Entry::header).collect(),
+        }
+    }
+
     /// Highest op of the log.
     pub fn op(&self) -> u64 {
-        self.base + self.entries.len() as u64
+        self.base + self.headers.len() as u64
+    }
+
+    /// The header at `op`, if the log holds one (never at or below `base`).
+    pub fn header_at(&self, op: u64) -> Option<&EntryHeader> {
+        let index = op.checked_sub(self.base + 1)?;
+        self.headers.get(usize::try_from(index).ok()?)
     }
 }
 
@@ -160,7 +218,8 @@ impl Log {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Message {
     /// Primary to backups: append `entry`; `commit` piggybacks the primary's commit number.
-    /// Also the answer to `RequestPrepare` (repair).
+    /// Also the answer to `RequestPrepare` (repair); a replica that serves a new primary's
+    /// request for bodies during a view change names its `log_view` (the log the entry is from).
     Prepare {
         view: u32,
         commit: u64,
@@ -196,7 +255,8 @@ pub enum Message {
     PreVoteGranted { view: u32, replica: ReplicaId },
     /// A replica suspects the primary and votes to move to `view`.
     StartViewChange { view: u32, replica: ReplicaId },
-    /// To the new primary of `view`: the sender's log, last normal view and commit number.
+    /// To the new primary of `view`: the sender's log (headers), last normal view and commit
+    /// number. The sender holds every body the log names and serves it on request.
     DoViewChange {
         view: u32,
         replica: ReplicaId,
@@ -204,10 +264,12 @@ pub enum Message {
         commit: u64,
         log: Log,
     },
-    /// New primary to all: the canonical log of `view`.
+    /// New primary to all: the canonical log of `view` (headers; the bodies a backup lacks it
+    /// asks the primary for).
     /// Also the answer to a `RequestPrepare` for an op the primary already checkpointed.
     StartView { view: u32, commit: u64, log: Log },
-    /// Backup to primary: send me the prepare at `op` (and a few after it).
+    /// Backup to primary: send me the prepare at `op` (and a few after it). Also the new primary
+    /// of `view` to a DoViewChange sender, for the bodies of the canonical log it lacks.
     RequestPrepare {
         view: u32,
         op: u64,
@@ -270,6 +332,24 @@ mod tests {
         let hash = twox_hash::XxHash3_64::oneshot(&body);
         let entry = Entry::new(4, 1, 9, 2, 3, body.clone());
         assert_eq!(Entry::with_body_hash(4, 1, 9, 2, 3, body, hash), entry);
+    }
+
+    #[test]
+    fn a_header_accepts_only_the_body_its_checksum_names() {
+        let entry = Entry::new(3, 1, 7, 2, 5, Bytes::from_static(b"hello"));
+        let header = entry.header();
+        assert!(header.matches(&entry));
+        let forged = Entry::new(3, 1, 7, 2, 5, Bytes::from_static(b"jello"));
+        assert!(
+            !header.matches(&forged),
+            "another body seals another checksum"
+        );
+        let mut relabelled = forged.clone();
+        relabelled.checksum = header.checksum;
+        assert!(
+            !header.matches(&relabelled),
+            "a copied checksum does not fit the body"
+        );
     }
 
     #[test]

@@ -18,6 +18,22 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 /// Prepares a primary sends for one `RequestPrepare` (the op asked for and those after it).
 const REPAIR_PREPARES_MAX: u64 = 8;
 
+/// `RequestPrepare`s a new primary has out at once while it fetches the bodies of the canonical
+/// log (each for `REPAIR_PREPARES_MAX` ops, spread over the DoViewChange senders that hold them):
+/// a lagging primary gathers a few hundred ops per round trip, well inside a view change's
+/// timeout, without flooding one link.
+const FETCH_REQUESTS_MAX: u64 = 8;
+
+/// A new primary that installed the canonical log's headers and waits for the bodies it lacks
+/// before it starts its view.
+#[derive(Clone, Debug)]
+struct BodyFetch {
+    /// The highest commit the DoViewChange quorum named.
+    commit: u64,
+    /// Every DoViewChange log heard in this view: who holds which body.
+    logs: BTreeMap<ReplicaId, Log>,
+}
+
 /// Static configuration of one replica in one consensus group.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -204,6 +220,8 @@ pub struct Replica {
     pre_vote: Option<PreVoteRound>,
     /// The latest repair request: the first op asked for and when.
     repair_asked: Option<(u64, u64)>,
+    /// New primary only, while it fetches the bodies of the canonical log.
+    body_fetch: Option<BodyFetch>,
     /// Primary only: replicas that acknowledged each uncommitted op in this view.
     prepare_oks: BTreeMap<u64, BTreeSet<ReplicaId>>,
     /// Primary only, per replica: the highest op it acknowledged holding durably (with every op
@@ -324,6 +342,7 @@ impl Replica {
             rejoin_since: None,
             pre_vote: None,
             repair_asked: None,
+            body_fetch: None,
             config,
             status: if solo {
                 Status::Normal
@@ -803,6 +822,7 @@ impl Replica {
                     self.broadcast_start_view_change();
                     self.do_view_change_sent = false;
                     self.maybe_send_do_view_change();
+                    self.request_bodies();
                 }
                 self.now >= self.view_change_started_at + self.config.view_change_timeout_ticks
                     && !self.hears_primary()
@@ -932,8 +952,13 @@ impl Replica {
         }
     }
 
-    /// Backup: tells the primary that our journal holds its log durably through `op`.
+    /// Backup: tells the primary that our journal holds its log durably through `op`. Not
+    /// before our log is the view's log (`log_view == view`): until every body of it arrived an
+    /// ack would vouch for a log this replica cannot report in a view change.
     fn send_prepare_ok(&mut self, op: u64) {
+        if self.log_view != self.view {
+            return;
+        }
         let primary = self.primary_of(self.view);
         let message = Message::PrepareOk {
             view: self.view,
@@ -979,6 +1004,10 @@ impl Replica {
     }
 
     fn on_prepare(&mut self, from: ReplicaId, view: u32, commit: u64, entry: Entry) {
+        if self.body_fetch.is_some() && view <= self.view {
+            // A DoViewChange sender serving a body of the canonical log we install.
+            return self.on_fetched_body(entry);
+        }
         if !self.accept_from_primary(from, view) {
             return;
         }
@@ -992,12 +1021,44 @@ impl Replica {
             if same && op <= self.journal.durable_through() && op > self.commit_max {
                 self.send_prepare_ok(op);
             }
+        } else if self.journal.awaiting() {
+            // Only the body the installed header names joins the log; the primary's next op
+            // waits above the awaited ones.
+            if op == self.journal.head_op() + 1 {
+                self.journal.push_awaited(entry);
+            } else if op <= self.journal.head_op() && self.journal.fill(entry) {
+                self.write_filled();
+                if !self.journal.awaiting() {
+                    self.complete_backup_log();
+                }
+            }
+            self.request_prepare();
         } else if op == self.journal.op() + 1 {
             self.append_and_write(entry);
         } else {
             self.request_prepare();
         }
         self.learn_commit(commit);
+    }
+
+    /// Writes the awaited entries whose bodies arrived, in op order from the first awaited op.
+    fn write_filled(&mut self) {
+        for entry in self.journal.take_filled() {
+            let op = entry.op;
+            self.actions.push_back(Action::WritePrepare { op, entry });
+        }
+    }
+
+    /// A backup in normal status holds every body of its view's log (every write for it
+    /// emitted): the log is now the view's, so the view state names it (persisted after those
+    /// writes) and the backup acknowledges its durable prefix. Until then it acknowledges
+    /// nothing: a log view names a log its journal holds whole, as a restart finds it.
+    fn complete_backup_log(&mut self) {
+        debug_assert!(!self.journal.awaiting());
+        if self.status == Status::Normal && !self.is_primary() && self.log_view != self.view {
+            self.log_view = self.view;
+            self.acknowledge_durable(self.journal.base().op);
+        }
     }
 
     fn on_commit(&mut self, from: ReplicaId, view: u32, commit: u64, checkpoint_safe: u64) {
@@ -1032,7 +1093,7 @@ impl Replica {
     }
 
     fn learn_commit(&mut self, commit: u64) {
-        if commit > self.journal.op() {
+        if commit > self.journal.op() || self.journal.awaiting() {
             self.request_prepare();
         }
         let commit = commit.min(self.journal.op());
@@ -1066,7 +1127,14 @@ impl Replica {
     }
 
     fn on_request_prepare(&mut self, view: u32, op: u64, replica: ReplicaId) {
-        if view != self.view || !self.is_primary() {
+        if view != self.view {
+            return;
+        }
+        if !self.is_primary() {
+            // The new primary of our view fetches the bodies our DoViewChange named.
+            if replica == self.primary_of(view) {
+                self.serve_bodies(op, replica);
+            }
             return;
         }
         if op <= self.journal.base().op {
@@ -1086,6 +1154,22 @@ impl Replica {
                     entry,
                 },
             );
+        }
+    }
+
+    /// Sends the held entries `op..` (a repair batch) to the new primary that asked: as
+    /// prepares of our log view's log, which is where they come from.
+    fn serve_bodies(&mut self, op: u64, to: ReplicaId) {
+        let first = op.max(self.journal.base().op + 1);
+        let last = self.journal.op().min(op + REPAIR_PREPARES_MAX - 1);
+        for served in first..=last {
+            let entry = self.journal.get(served).expect("op in log").clone();
+            let message = Message::Prepare {
+                view: self.log_view,
+                commit: self.commit_max,
+                entry,
+            };
+            self.send(to, message);
         }
     }
 
@@ -1215,6 +1299,7 @@ impl Replica {
         assert!(view > self.view || self.status != Status::ViewChange);
         self.pre_vote = None;
         self.repair_asked = None;
+        self.body_fetch = None;
         self.view = view;
         self.status = Status::ViewChange;
         self.view_change_started_at = self.now;
@@ -1370,6 +1455,11 @@ impl Replica {
         if view > self.view {
             self.start_view_change(view);
         }
+        if let Some(fetch) = self.body_fetch.as_mut() {
+            // The quorum has decided the log; a late sender is one more holder of its bodies.
+            fetch.logs.insert(replica, log);
+            return;
+        }
         self.do_view_change_from
             .insert(replica, (log_view, commit, log));
         if self.do_view_change_from.len() < self.config.quorum() {
@@ -1387,11 +1477,84 @@ impl Replica {
             .max_by_key(|(log_view, _, log)| (*log_view, log.op()))
             .unwrap()
             .clone();
-        self.do_view_change_from.clear();
+        let logs = std::mem::take(&mut self.do_view_change_from)
+            .into_iter()
+            .map(|(replica, (_, _, log))| (replica, log))
+            .collect();
         if !self.install_log(best) {
             // Stay in view change: the view times out and another replica tries to lead.
             return;
         }
+        if self.journal.awaiting() {
+            // Start the view once every body of its log is held (and written): the sender of
+            // the chosen log holds them all, and the others that share a header hold that one.
+            self.body_fetch = Some(BodyFetch { commit, logs });
+            self.request_bodies();
+            return;
+        }
+        self.start_view_as_primary(commit);
+    }
+
+    /// New primary: asks the DoViewChange senders for the bodies of the canonical log it
+    /// lacks, a repair batch per request, each from a sender whose log holds that op's header
+    /// (in turn, so the batches spread over them), at most `FETCH_REQUESTS_MAX` at once.
+    fn request_bodies(&mut self) {
+        let Some(fetch) = self.body_fetch.as_ref() else {
+            return;
+        };
+        let me = self.config.replica;
+        let mut requests = Vec::new();
+        let mut next = self.journal.unfilled_from(self.journal.op() + 1);
+        let mut turn = 0usize;
+        while let Some(op) = next {
+            if requests.len() as u64 >= FETCH_REQUESTS_MAX {
+                break;
+            }
+            let header = self.journal.header_at(op).expect("an awaited op");
+            let holders: Vec<ReplicaId> = fetch
+                .logs
+                .iter()
+                .filter(|(replica, log)| **replica != me && log.header_at(op) == Some(&header))
+                .map(|(replica, _)| *replica)
+                .collect();
+            let holders = if holders.is_empty() {
+                self.others()
+            } else {
+                holders
+            };
+            requests.push((holders[turn % holders.len()], op));
+            turn += 1;
+            next = self.journal.unfilled_from(op + REPAIR_PREPARES_MAX);
+        }
+        for (to, op) in requests {
+            let message = Message::RequestPrepare {
+                view: self.view,
+                op,
+                replica: me,
+            };
+            self.send(to, message);
+        }
+    }
+
+    /// New primary: a body for the canonical log. Taken only when it matches an awaited
+    /// header; once every body is held, the view starts.
+    fn on_fetched_body(&mut self, entry: Entry) {
+        if !self.journal.fill(entry) {
+            return;
+        }
+        // Progress: the view change is not stalled while bodies arrive.
+        self.view_change_started_at = self.now;
+        self.write_filled();
+        if !self.journal.awaiting() {
+            let fetch = self.body_fetch.take().expect("fetching");
+            self.start_view_as_primary(fetch.commit);
+        }
+    }
+
+    /// New primary holding every body of the canonical log (its writes emitted): starts the
+    /// view with `commit`, the highest commit of its DoViewChange quorum.
+    fn start_view_as_primary(&mut self, commit: u64) {
+        debug_assert!(!self.journal.awaiting());
         self.status = Status::Normal;
         self.log_view = self.view;
         self.prepare_oks.clear();
@@ -1420,34 +1583,38 @@ impl Replica {
         self.send(to, message);
     }
 
-    /// This replica's log: the entries above its checkpoint.
+    /// This replica's log: the headers of the entries above its checkpoint whose bodies it
+    /// holds (never an awaited op: a DoViewChange names only bodies its sender can serve, and
+    /// an awaited op is not part of the log its log view names).
     fn log(&self) -> Log {
         let base = self.journal.base();
-        Log {
-            base: base.op,
-            base_checksum: base.checksum,
-            entries: self.journal.entries().to_vec(),
-        }
+        Log::of_entries(base.op, base.checksum, self.journal.entries())
     }
 
     fn on_start_view(&mut self, view: u32, commit: u64, log: Log) {
         if view < self.view || self.primary_of(view) == self.config.replica {
             return;
         }
-        if view == self.view && self.status == Status::Normal && log.op() <= self.journal.op() {
+        if view == self.view && self.status == Status::Normal && log.op() <= self.journal.head_op()
+        {
             // Already in this view, and our log (a prefix of the primary's) is not shorter.
             return;
         }
+        self.body_fetch = None;
         if !self.install_log(log) {
             self.recover_for_state_transfer();
             return;
         }
         self.view = view;
-        self.log_view = view;
         self.status = Status::Normal;
         self.heard_from_primary(view);
         self.repair_asked = None;
         self.prepare_oks.clear();
+        // The log view stays the previous one until every body of this view's log is held (see
+        // `complete_backup_log`); it never goes down.
+        if !self.journal.awaiting() {
+            self.log_view = view;
+        }
         self.learn_commit(commit);
         self.acknowledge_durable(self.journal.base().op);
     }
@@ -1475,19 +1642,17 @@ impl Replica {
             "a canonical log lost committed ops"
         );
         self.state_transfer = None;
-        if let Some(first_different) = self.journal.replace(log.base, log.entries) {
+        if let Some(first_dropped) = self.journal.replace(log.base, log.headers) {
             assert!(
-                first_different > self.commit_min,
+                first_dropped > self.commit_min,
                 "a canonical log rewrote committed ops"
             );
             self.actions.push_back(Action::TruncateJournal {
-                after_op: first_different - 1,
+                after_op: first_dropped - 1,
             });
-            for op in first_different..=self.journal.op() {
-                let entry = self.journal.get(op).unwrap().clone();
-                self.actions.push_back(Action::WritePrepare { op, entry });
-            }
         }
+        // Bodies that arrived for headers this log names again.
+        self.write_filled();
         if self.commit_max > self.journal.op() {
             self.commit_max = self.journal.op().max(self.commit_min);
         }

@@ -115,14 +115,40 @@ fn a_restarted_backup_acks_nothing_until_the_start_view_and_its_persisted_log_vi
         Message::StartView {
             view: 5,
             commit: 2,
-            log: Log {
-                base: 0,
-                base_checksum: 0,
-                entries: log_entries,
-            },
+            log: Log::of_entries(0, 0, &log_entries),
         },
     );
     assert_eq!(replica.status(), Status::Normal);
+    // The log carries headers: op 4's body is asked of the primary once view 5 is durable (the
+    // log view stays 2 until the log of view 5 is held whole).
+    let entered = ViewState {
+        view: 5,
+        log_view: 2,
+    };
+    assert_eq!(
+        drain(&mut replica),
+        [Action::PersistView { state: entered }]
+    );
+    replica.on_view_persisted(entered);
+    assert_eq!(
+        sends(&drain(&mut replica)),
+        [(
+            2,
+            Message::RequestPrepare {
+                view: 5,
+                op: 4,
+                replica: 1
+            }
+        )]
+    );
+    replica.on_message(
+        2,
+        Message::Prepare {
+            view: 5,
+            commit: 2,
+            entry: later[3].clone(),
+        },
+    );
     let out = drain(&mut replica);
     assert!(
         out.iter()

@@ -25,13 +25,10 @@ fn log_of(view: u32) -> Vec<Entry> {
 }
 
 /// The answer to a restarted replica's RequestStartView: the primary (replica 0, view 0)
-/// checkpointed at op 8 and holds ops 9 and 10, all committed.
+/// checkpointed at op 8 and holds ops 9 and 10, all committed. The primary then answers the
+/// replica's requests for bodies, and the replica's commits are applied.
 fn rejoin(replica: &mut Replica, entries: &[Entry]) -> Vec<Action> {
-    let log = Log {
-        base: 8,
-        base_checksum: entries[7].checksum,
-        entries: entries[8..].to_vec(),
-    };
+    let log = Log::of_entries(8, entries[7].checksum, &entries[8..]);
     let asked: Vec<Action> = std::iter::from_fn(|| replica.poll_action()).collect();
     assert!(
         asked.iter().any(|a| matches!(
@@ -53,9 +50,26 @@ fn rejoin(replica: &mut Replica, entries: &[Entry]) -> Vec<Action> {
     };
     replica.on_message(0, start_view);
     let mut out = Vec::new();
-    while let Some(action) = replica.poll_action() {
-        if let Action::Commit { op, .. } = action {
-            replica.on_committed_reply(op, Bytes::from_static(b"ok"));
+    for _ in 0..1_000 {
+        let Some(action) = replica.poll_action() else {
+            break;
+        };
+        match &action {
+            Action::Commit { op, .. } => replica.on_committed_reply(*op, Bytes::from_static(b"ok")),
+            Action::Send {
+                to: 0,
+                message: Message::RequestPrepare { op, .. },
+            } => {
+                for entry in &entries[*op as usize - 1..] {
+                    let prepare = Message::Prepare {
+                        view: 0,
+                        commit: 10,
+                        entry: entry.clone(),
+                    };
+                    replica.on_message(0, prepare);
+                }
+            }
+            _ => {}
         }
         out.push(action);
     }

@@ -12,8 +12,9 @@
 //! proves the header arrived as sent, the entry checksum that the sender's entry was whole. The
 //! frame's `view` is the view it is sent in and bytes 240..244 the view the op was prepared in,
 //! so a repair re-sent in a later view keeps both (the identity ignores the frame's view).
-//! DoViewChange and StartView bodies carry the whole `iggy_vsr::Log`: a `ReplicaLogPrefix`,
-//! then per entry a PrepareHeader stamped as a Prepare and its body.
+//! DoViewChange and StartView bodies carry an `iggy_vsr::Log`: a `ReplicaLogPrefix`, then one
+//! fixed-size `ReplicaEntryHeader` per op and no body (a replica fetches the bodies it lacks and
+//! checks each against its header's entry checksum).
 
 use super::replica_bus::Inbound;
 use super::replica_link::{HEADER_SIZE, body_checksum_of, prepare_identity_of, seal_of};
@@ -21,10 +22,10 @@ use super::wal;
 use bytes::{BufMut, Bytes, BytesMut};
 use iggy_generated::frames::{
     Command, CommitHeader, DoViewChangeHeader, GenericHeader, PreVoteHeader, PrepareHeader,
-    PrepareOkHeader, ReplicaLogPrefix, RequestPreparesHeader, RequestStartViewHeader,
-    StartViewChangeHeader, StartViewHeader,
+    PrepareOkHeader, ReplicaEntryHeader, ReplicaLogPrefix, RequestPreparesHeader,
+    RequestStartViewHeader, StartViewChangeHeader, StartViewHeader,
 };
-use iggy_vsr::{Entry, Log, Message, ReplicaId};
+use iggy_vsr::{Entry, EntryHeader, Log, Message, ReplicaId};
 
 /// Who frames are written by, or read for, and which group they belong to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -321,12 +322,14 @@ fn encode_prepare(context: &FrameContext, view: u32, commit: u64, entry: &Entry)
 
 /// The bytes of `log` as a DoViewChange or StartView body.
 fn log_body_len(log: &Log) -> usize {
-    let entries: usize = log
-        .entries
-        .iter()
-        .map(|entry| HEADER_SIZE + entry.body.len())
-        .sum();
-    ReplicaLogPrefix::SIZE + entries
+    ReplicaLogPrefix::SIZE + log.headers.len() * ReplicaEntryHeader::SIZE
+}
+
+/// The most entry headers a view-change frame of `max_frame_size` bytes holds: the frame's
+/// header, the log prefix, then 64 bytes per op.
+pub fn log_headers_max(max_frame_size: u32) -> u64 {
+    let room = (max_frame_size as usize).saturating_sub(HEADER_SIZE + ReplicaLogPrefix::SIZE);
+    (room / ReplicaEntryHeader::SIZE) as u64
 }
 
 /// A DoViewChange or StartView: `header` (its command half), then the log as its body.
@@ -344,13 +347,19 @@ fn log_frame(
     let prefix = ReplicaLogPrefix {
         base: log.base,
         base_checksum: log.base_checksum,
-        entry_count: u32::try_from(log.entries.len()).expect("a log of fewer than 2^32 entries"),
+        entry_count: u32::try_from(log.headers.len()).expect("a log of fewer than 2^32 ops"),
     };
     frame.put_slice(&prefix.to_bytes());
-    for entry in &log.entries {
-        // Each entry is stamped as the Prepare of the view it was prepared in, commit 0.
-        frame.put_slice(&prepare_header(context, entry, entry.view, 0));
-        frame.put_slice(&entry.body);
+    for header in &log.headers {
+        let record = ReplicaEntryHeader {
+            checksum: header.checksum,
+            op: header.op,
+            client: header.client,
+            request: header.request,
+            view: header.view,
+            operation: header.operation,
+        };
+        frame.put_slice(&record.to_bytes());
     }
     debug_assert_eq!((frame.len(), frame.capacity()), (size, capacity));
     let checksum_body = body_checksum_of(&frame[HEADER_SIZE..]);
@@ -556,12 +565,7 @@ fn decode_log_frame(context: &FrameContext, inbound: &Inbound) -> Result<Message
     };
     let (view, op, commit, group, incarnation, log_view) = fields;
     same_group(context, group, Some(incarnation))?;
-    let cluster = u128::from_le_bytes(
-        inbound.header[GenericHeader::CLUSTER_OFFSET..][..16]
-            .try_into()
-            .expect("16 bytes"),
-    );
-    let log = decode_log(context, cluster, command, &inbound.body)?;
+    let log = decode_log(command, &inbound.body)?;
     if log.op() != op {
         return Err(malformed(
             command,
@@ -580,94 +584,54 @@ fn decode_log_frame(context: &FrameContext, inbound: &Inbound) -> Result<Message
     })
 }
 
-/// The log of a DoViewChange or StartView body. The body is copied once; the entries' bodies
-/// are slices of that copy.
-fn decode_log(
-    context: &FrameContext,
-    cluster: u128,
-    command: Command,
-    body: &Bytes,
-) -> Result<Log, CodecError> {
+/// The log of a DoViewChange or StartView body: its prefix, then exactly `entry_count` entry
+/// headers, numbered from `base + 1`. Whether a body fits a header is judged by the replica that
+/// fetches it (`EntryHeader::matches`); here only the frame's shape.
+fn decode_log(command: Command, body: &Bytes) -> Result<Log, CodecError> {
     let prefix = ReplicaLogPrefix::decode_fixed(body)
         .map_err(|error| malformed(command, format!("log prefix: {error}")))?;
     let count = prefix.entry_count as usize;
-    let room = (body.len() - ReplicaLogPrefix::SIZE) / HEADER_SIZE;
+    let room = (body.len() - ReplicaLogPrefix::SIZE) / ReplicaEntryHeader::SIZE;
     if count > room {
         return Err(malformed(
             command,
-            format!("{count} entries in a body with room for {room} headers"),
+            format!("{count} entry headers in a body with room for {room}"),
         ));
     }
-    let mut entries = Vec::with_capacity(count);
-    let mut at = ReplicaLogPrefix::SIZE;
-    for index in 0..count as u64 {
-        let op = prefix
-            .base
-            .checked_add(index + 1)
-            .ok_or_else(|| malformed(command, "ops beyond u64"))?;
-        let (entry, end) = log_entry(context, (cluster, command), &body, at, op)?;
-        entries.push(entry);
-        at = end;
-    }
-    if at != body.len() {
+    let end = ReplicaLogPrefix::SIZE + count * ReplicaEntryHeader::SIZE;
+    if end != body.len() {
         return Err(malformed(
             command,
-            format!("{} bytes after the last entry", body.len() - at),
+            format!("{} bytes after the last entry header", body.len() - end),
         ));
+    }
+    let mut headers = Vec::with_capacity(count);
+    for index in 0..count {
+        let at = ReplicaLogPrefix::SIZE + index * ReplicaEntryHeader::SIZE;
+        let op = prefix
+            .base
+            .checked_add(index as u64 + 1)
+            .ok_or_else(|| malformed(command, "ops beyond u64"))?;
+        let bad = |detail: String| malformed(command, format!("the header of op {op}: {detail}"));
+        let record = ReplicaEntryHeader::decode_fixed(&body[at..at + ReplicaEntryHeader::SIZE])
+            .map_err(|error| bad(error.to_string()))?;
+        if record.op != op {
+            return Err(bad(format!("it names op {}", record.op)));
+        }
+        headers.push(EntryHeader {
+            op,
+            view: record.view,
+            client: record.client,
+            request: record.request,
+            operation: record.operation,
+            checksum: record.checksum,
+        });
     }
     Ok(Log {
         base: prefix.base,
         base_checksum: prefix.base_checksum,
-        entries,
+        headers,
     })
-}
-
-/// The entry whose header starts at `at` of a log body of `command`, and where it ends.
-fn log_entry(
-    context: &FrameContext,
-    (cluster, command): (u128, Command),
-    body: &Bytes,
-    at: usize,
-    op: u64,
-) -> Result<(Entry, usize), CodecError> {
-    let bad = |detail: &str| malformed(command, format!("the entry of op {op}: {detail}"));
-    let header: &[u8; HEADER_SIZE] = body
-        .get(at..at + HEADER_SIZE)
-        .and_then(|bytes| bytes.try_into().ok())
-        .ok_or_else(|| bad("its header is cut short"))?;
-    if header[GenericHeader::COMMAND_OFFSET] != Command::Prepare as u8 {
-        return Err(bad("its header is not a Prepare's"));
-    }
-    let identity = u128::from_le_bytes(header[..16].try_into().expect("16 bytes"));
-    if identity != prepare_identity_of(header) {
-        return Err(bad("its header's prepare identity does not hold"));
-    }
-    let prepare = PrepareHeader::decode_fixed(header).map_err(|error| bad(&error.to_string()))?;
-    let size = prepare.size as usize;
-    if size < HEADER_SIZE || at + size > body.len() {
-        return Err(bad(&format!("its size {size} runs past the body")));
-    }
-    let entry_body = body.slice(at + HEADER_SIZE..at + size);
-    if body_checksum_of(&entry_body) != prepare.checksum_body {
-        return Err(bad("its body does not hash to its checksum_body"));
-    }
-    if prepare.op != op {
-        return Err(bad(&format!("its header names op {}", prepare.op)));
-    }
-    if (
-        prepare.cluster,
-        prepare.group,
-        prepare.partition_incarnation,
-    ) != (cluster, context.group, context.incarnation)
-    {
-        return Err(bad(
-            "its header names another cluster, group or incarnation",
-        ));
-    }
-    if prepare.reserved[..4] != prepare.view.to_le_bytes() {
-        return Err(bad("its view is not the view it was prepared in"));
-    }
-    Ok((entry_of(&prepare, entry_body)?, at + size))
 }
 
 #[cfg(test)]
@@ -733,15 +697,13 @@ mod tests {
     }
 
     fn log(base: u64) -> Log {
-        Log {
-            base,
-            base_checksum: if base == 0 { 0 } else { 0xba5e_c4ec },
-            entries: vec![
-                entry(base + 1, 3, b"first body"),
-                entry(base + 2, 3, b""),
-                entry(base + 3, 4, &[0xa5; 700]),
-            ],
-        }
+        let base_checksum = if base == 0 { 0 } else { 0xba5e_c4ec };
+        let entries = [
+            entry(base + 1, 3, b"first body"),
+            entry(base + 2, 3, b""),
+            entry(base + 3, 4, &[0xa5; 700]),
+        ];
+        Log::of_entries(base, base_checksum, &entries)
     }
 
     fn every_message() -> Vec<Message> {
@@ -796,7 +758,7 @@ mod tests {
                 log: Log {
                     base: 40,
                     base_checksum: 0x40,
-                    entries: Vec::new(),
+                    headers: Vec::new(),
                 },
             },
             Message::RequestPrepare {
@@ -902,18 +864,6 @@ mod tests {
             "{refused}"
         );
 
-        // The second entry of a DoViewChange's log, its identity and the frame's seal redone.
-        let mut vote = encode(&partition(SENDER), &every_message()[5]).to_vec();
-        let second = HEADER_SIZE + ReplicaLogPrefix::SIZE + HEADER_SIZE + b"first body".len();
-        forge_prepare(&mut vote, second, forge);
-        reseal(&mut vote);
-        let inbound = deliver(&vote, SENDER).expect("the seal holds");
-        let refused = decode(&partition(RECEIVER), &inbound).unwrap_err();
-        assert!(
-            matches!(refused, CodecError::EntryChecksum { op: 12, .. }),
-            "{refused}"
-        );
-
         // A changed field the entry checksum covers is caught the same way.
         let mut prepare = encode(&partition(SENDER), &every_message()[0]).to_vec();
         forge_prepare(&mut prepare, 0, |prepare| prepare.client ^= 1);
@@ -922,6 +872,84 @@ mod tests {
             decode(&partition(RECEIVER), &inbound),
             Err(CodecError::EntryChecksum { .. })
         ));
+    }
+
+    /// Byte offset of op `base + 1 + index`'s header in a view-change frame.
+    fn header_at(index: usize) -> usize {
+        HEADER_SIZE + ReplicaLogPrefix::SIZE + index * ReplicaEntryHeader::SIZE
+    }
+
+    #[test]
+    fn a_view_change_log_carries_headers_and_no_body() {
+        let message = &every_message()[5];
+        let Message::DoViewChange { log, .. } = message else {
+            unreachable!()
+        };
+        let frame = encode(&partition(SENDER), message);
+        assert_eq!(frame.len(), HEADER_SIZE + 32 + 3 * 64);
+        assert!(
+            !frame.windows(8).any(|window| window == b"first bo"),
+            "no body travels"
+        );
+        let record = ReplicaEntryHeader::decode_fixed(&frame[header_at(2)..][..64]).unwrap();
+        let third = log.headers[2];
+        assert_eq!(
+            (record.op, record.view, record.checksum),
+            (third.op, third.view, third.checksum)
+        );
+    }
+
+    #[test]
+    fn a_forged_header_checksum_names_no_body_and_a_changed_header_fails_the_bus_check() {
+        let message = &every_message()[5];
+        let genuine = entry(12, 3, b"");
+        let mut vote = encode(&partition(SENDER), message).to_vec();
+        vote[header_at(1) + ReplicaEntryHeader::CHECKSUM_OFFSET] ^= 1;
+        assert_eq!(
+            deliver(&vote, SENDER).unwrap_err().reason,
+            "checksum_body",
+            "the frame's body checksum covers every header"
+        );
+        // Resealed by a faulty sender: the frame decodes, but the body its header names can
+        // never be supplied, so the replica takes none (EntryHeader::matches).
+        reseal(&mut vote);
+        let inbound = deliver(&vote, SENDER).expect("the seal holds");
+        let Ok(Message::DoViewChange { log, .. }) = decode(&partition(RECEIVER), &inbound) else {
+            panic!("decodes")
+        };
+        let forged = log.headers[1];
+        assert_eq!(forged.op, 12);
+        assert_ne!(forged.checksum, genuine.checksum);
+        assert!(!forged.matches(&genuine));
+        assert!(genuine.header().matches(&genuine));
+        let mut relabelled = Entry::new(12, 3, 0xc1_1e47, 112, genuine.operation, "x".into());
+        relabelled.checksum = forged.checksum;
+        assert!(
+            !forged.matches(&relabelled),
+            "a body must rebuild the checksum"
+        );
+    }
+
+    #[test]
+    fn a_log_of_as_many_headers_as_a_frame_holds_fits_the_frame() {
+        let max_frame_size = 1 << 20;
+        let count = log_headers_max(max_frame_size);
+        let headers = (1..=count)
+            .map(|op| entry(op, 1, b"").header())
+            .collect::<Vec<_>>();
+        let message = Message::StartView {
+            view: 2,
+            commit: 0,
+            log: Log {
+                base: 0,
+                base_checksum: 0,
+                headers,
+            },
+        };
+        let frame = encode(&partition(SENDER), &message);
+        assert!(frame.len() <= max_frame_size as usize);
+        assert!(frame.len() + ReplicaEntryHeader::SIZE > max_frame_size as usize);
+        assert_eq!(count, 16_379);
     }
 
     #[test]
@@ -1035,22 +1063,19 @@ mod tests {
         const COUNT_AT: usize = PREFIX + ReplicaLogPrefix::ENTRY_COUNT_OFFSET;
         type Damage = fn(&mut Vec<u8>);
         let cases: [(Damage, &str); 5] = [
-            // More entries than the body has room for.
+            // More entry headers than the body has room for.
             (|v| v[COUNT_AT] = 200, "room for"),
-            // One entry fewer: the last one's bytes are left over.
-            (|v| v[COUNT_AT] = 2, "bytes after the last entry"),
-            // The log ends at another op than the header names.
+            // One header fewer: the last one's bytes are left over.
+            (|v| v[COUNT_AT] = 2, "bytes after the last entry header"),
+            // The log starts at another op than its headers name.
             (
                 |v| v[PREFIX + ReplicaLogPrefix::BASE_OFFSET] = 11,
-                "the entry of op 12",
+                "the header of op 12: it names op 11",
             ),
             // A cut body.
-            (|v| v.truncate(v.len() - 1), "runs past the body"),
-            // An entry's header damaged: its identity no longer holds.
-            (
-                |v| v[PREFIX + ReplicaLogPrefix::SIZE + 180] ^= 1,
-                "identity",
-            ),
+            (|v| v.truncate(v.len() - 1), "room for"),
+            // A header's reserved bytes set.
+            (|v| v[header_at(0) + 60] = 1, "the header of op 11"),
         ];
         for (change, expected) in cases {
             let mut bad = vote.clone();
@@ -1080,6 +1105,6 @@ mod tests {
         let Message::DoViewChange { log, .. } = &every_message()[5] else {
             unreachable!()
         };
-        assert_eq!(log_body_len(log), 32 + 3 * 256 + 10 + 700);
+        assert_eq!(log_body_len(log), 32 + 3 * 64);
     }
 }

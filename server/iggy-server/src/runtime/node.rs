@@ -190,7 +190,7 @@ impl Node {
             kind: crate::consensus::figures::GroupKind::Metadata,
             slots: start.slots,
             journal_bytes: shared.checkpoint_journal_bytes(),
-            journal_ops: shared.config.system.checkpoint_journal_ops.max(1),
+            journal_ops: shared.checkpoint_journal_ops(),
         };
         let peers = shared.plane.as_ref().map(|plane| plane.metadata_peers());
         let group = Group::open(

@@ -5,6 +5,7 @@
 
 use crate::config::Config;
 use crate::consensus::group::Durability;
+use crate::consensus::replica_codec::log_headers_max;
 use crate::runtime::partition::{PartitionHandle, PartitionInfo, Traffic};
 use crate::runtime::reconcile::DiskAction;
 use iggy_metadata::{Effect, Metadata};
@@ -75,13 +76,23 @@ impl Shared {
         self.plane.as_ref().map_or(1, |plane| plane.replica_count())
     }
 
-    /// A group checkpoints once its journal holds this many bytes. In a cluster a view change
-    /// carries a group's log above its checkpoint in one frame, so the log stays well inside
-    /// `limits.max_frame_size`.
+    /// A group checkpoints once its journal holds this many bytes (a view change carries no
+    /// bodies, so a cluster's journals are bounded like a single node's).
     pub fn checkpoint_journal_bytes(&self) -> u64 {
-        let configured = self.config.system.checkpoint_journal_bytes;
+        self.config.system.checkpoint_journal_bytes
+    }
+
+    /// ...or this many ops. In a cluster a view change names every op above a group's
+    /// checkpoint in one frame, 64 bytes a header (`replica_codec::log_headers_max`: about a
+    /// million in a 64 MiB `limits.max_frame_size`); a group checkpoints at half of that at
+    /// most, so the ops that arrive while its checkpoint waits for a slower replica still fit.
+    pub fn checkpoint_journal_ops(&self) -> usize {
+        let configured = self.config.system.checkpoint_journal_ops.max(1);
         match self.plane {
-            Some(_) => configured.min(u64::from(self.config.limits.max_frame_size) / 4),
+            Some(_) => {
+                let headers_max = log_headers_max(self.config.limits.max_frame_size) / 2;
+                configured.min(usize::try_from(headers_max).unwrap_or(usize::MAX).max(1))
+            }
             None => configured,
         }
     }
@@ -193,7 +204,7 @@ impl Shared {
                     .map(|plane| plane.partition_peers(key, incarnation));
                 let limits = (
                     self.checkpoint_journal_bytes(),
-                    self.config.system.checkpoint_journal_ops.max(1),
+                    self.checkpoint_journal_ops(),
                 );
                 let shard = self.shards.owner(key);
                 let task_dir = dir.clone();
