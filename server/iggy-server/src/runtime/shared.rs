@@ -147,6 +147,43 @@ impl Shared {
         }
     }
 
+    /// Another node reports these (client, session) pairs bound to its connections: each
+    /// session still live here counts as active now, so the metadata primary's lease (which
+    /// only sees this node's own connections) does not end it. A pair naming an older session
+    /// of its client is ignored.
+    pub fn sessions_held_elsewhere(&self, sessions: &[(u128, u64)]) {
+        let metadata = self.metadata.borrow();
+        let mut activity = self.session_activity.borrow_mut();
+        let now = std::time::Instant::now();
+        for (client, session) in sessions {
+            let live = metadata
+                .sessions
+                .get(*client)
+                .is_some_and(|live| live.session == *session);
+            if live {
+                let entry = activity.entry(*client).or_insert(SessionActivity {
+                    bound: 0,
+                    since: now,
+                });
+                entry.since = now;
+            }
+        }
+    }
+
+    /// The sessions bound to a connection of this node, as (client, session).
+    pub fn sessions_bound_here(&self) -> Vec<(u128, u64)> {
+        let metadata = self.metadata.borrow();
+        self.session_activity
+            .borrow()
+            .iter()
+            .filter(|(_, activity)| activity.bound > 0)
+            .filter_map(|(client, _)| {
+                let live = metadata.sessions.get(*client)?;
+                Some((*client, live.session))
+            })
+            .collect()
+    }
+
     /// Runs a committed op's effect on disk.
     pub async fn run_effect(&self, effect: Effect) {
         match effect {
