@@ -404,7 +404,7 @@ pub fn decode(context: &FrameContext, inbound: &Inbound) -> Result<Forward, Code
 /// The (client, session) entries of a session heartbeat's body; a partial entry or a zero
 /// client or session is refused.
 fn heartbeat_entries(command: Command, body: &[u8]) -> Result<Vec<(u128, u64)>, CodecError> {
-    if body.len() % HEARTBEAT_ENTRY_SIZE != 0 {
+    if !body.len().is_multiple_of(HEARTBEAT_ENTRY_SIZE) {
         return Err(malformed(
             command,
             format!(

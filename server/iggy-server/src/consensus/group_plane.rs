@@ -512,35 +512,14 @@ impl GroupPlane {
                 commit,
                 outcome,
                 ..
-            } => {
-                if let Some((done, _)) = self.forwarded.remove(&nonce) {
-                    let _ = done.send(logout_outcome(commit, outcome));
-                }
-            }
+            } => self.answer_forward(nonce, logout_outcome(commit, outcome)),
             write @ Forward::Write { .. } => self.commit_forwarded_write(core, frame.from, write),
             Forward::WriteResult {
                 nonce,
                 op,
                 outcome,
                 reply,
-            } => {
-                let Some((done, _)) = self.forwarded.remove(&nonce) else {
-                    return None;
-                };
-                let outcome = match outcome {
-                    ForwardWriteOutcome::Committed => Outcome::Committed { op, reply },
-                    ForwardWriteOutcome::RequestTooOld => Outcome::Refused(Refusal::RequestTooOld),
-                    ForwardWriteOutcome::SessionUnknown => {
-                        Outcome::Refused(Refusal::SessionUnknown)
-                    }
-                    ForwardWriteOutcome::Failed => Outcome::Failed,
-                    // The primary moved or is busy: the client tries again.
-                    ForwardWriteOutcome::NotPrimary | ForwardWriteOutcome::Busy => {
-                        Outcome::Refused(Refusal::Busy)
-                    }
-                };
-                let _ = done.send(outcome);
-            }
+            } => self.answer_forward(nonce, write_outcome(op, outcome, reply)),
             Forward::Register {
                 client,
                 nonce,
@@ -589,25 +568,44 @@ impl GroupPlane {
                 session,
                 outcome,
                 ..
-            } => {
-                let Some((done, _)) = self.forwarded.remove(&nonce) else {
-                    return None;
-                };
-                let outcome = match outcome {
-                    ForwardRegisterOutcome::Ok => Outcome::Committed {
-                        op: session,
-                        reply: Bytes::copy_from_slice(&session.to_le_bytes()),
-                    },
-                    ForwardRegisterOutcome::Unauthenticated => {
-                        Outcome::Refused(Refusal::SessionUnknown)
-                    }
-                    // The primary moved or is busy: the client tries again.
-                    _ => Outcome::Refused(Refusal::Busy),
-                };
-                let _ = done.send(outcome);
-            }
+            } => self.answer_forward(nonce, register_outcome(session, outcome)),
         }
         None
+    }
+
+    /// Hands the primary's verdict to whoever waits for forward `nonce`; a verdict for a
+    /// forward that already timed out (or of an earlier run) finds nobody.
+    fn answer_forward(&mut self, nonce: u128, outcome: Outcome) {
+        if let Some((done, _)) = self.forwarded.remove(&nonce) {
+            let _ = done.send(outcome);
+        }
+    }
+}
+
+/// What the relaying replica's client is told of the primary's verdict on its write.
+fn write_outcome(op: u64, outcome: ForwardWriteOutcome, reply: Bytes) -> Outcome {
+    match outcome {
+        ForwardWriteOutcome::Committed => Outcome::Committed { op, reply },
+        ForwardWriteOutcome::RequestTooOld => Outcome::Refused(Refusal::RequestTooOld),
+        ForwardWriteOutcome::SessionUnknown => Outcome::Refused(Refusal::SessionUnknown),
+        ForwardWriteOutcome::Failed => Outcome::Failed,
+        // The primary moved or is busy: the client tries again.
+        ForwardWriteOutcome::NotPrimary | ForwardWriteOutcome::Busy => {
+            Outcome::Refused(Refusal::Busy)
+        }
+    }
+}
+
+/// What the backup's client is told of the primary's verdict on its Register.
+fn register_outcome(session: u64, outcome: ForwardRegisterOutcome) -> Outcome {
+    match outcome {
+        ForwardRegisterOutcome::Ok => Outcome::Committed {
+            op: session,
+            reply: Bytes::copy_from_slice(&session.to_le_bytes()),
+        },
+        ForwardRegisterOutcome::Unauthenticated => Outcome::Refused(Refusal::SessionUnknown),
+        // The primary moved or is busy: the client tries again.
+        _ => Outcome::Refused(Refusal::Busy),
     }
 }
 
