@@ -15,7 +15,13 @@
 //! - Heartbeat timeout 2 s (the configuration's floor) keeps view changes quick.
 
 use crate::harness::*;
+use crate::transports::{SECRET, me_frame, parse_reply, request_frame, version_info};
 use iggy::prelude::*;
+use iggy_generated::frames::{EvictionReason, Operation, ReplyHeader};
+use iggy_generated::payloads::{
+    BindSessionRequest, LoginRegisterRequest, LoginRegisterResponse, SessionIdentity,
+};
+use iggy_wire::{WireDecode, WireEncode};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -1741,4 +1747,200 @@ async fn segment_deletion_reaches_partitions_led_by_other_nodes() {
         "the partitions are led by more than one node: {primaries:?}"
     );
     cluster.wait_identical_segments(6).await;
+}
+
+// ----- sessions are cluster-wide -----
+
+/// One client connection in raw frames: a request at a time, its reply read whole.
+struct RawLink {
+    stream: tokio::net::TcpStream,
+}
+
+impl RawLink {
+    async fn connect(address: &str) -> Self {
+        let stream = within("connect", tokio::net::TcpStream::connect(address))
+            .await
+            .expect("connect");
+        RawLink { stream }
+    }
+
+    /// Sends `frame` and reads the reply: its header and body, or an eviction's reason.
+    async fn exchange(&mut self, frame: &[u8]) -> Result<(ReplyHeader, Vec<u8>), EvictionReason> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        within("exchange", async {
+            self.stream.write_all(frame).await.expect("send");
+            let mut reply = vec![0u8; ReplyHeader::SIZE];
+            self.stream
+                .read_exact(&mut reply)
+                .await
+                .expect("reply header");
+            let at = ReplyHeader::SIZE_OFFSET;
+            let size = u32::from_le_bytes(reply[at..at + 4].try_into().unwrap()) as usize;
+            reply.resize(size.max(ReplyHeader::SIZE), 0);
+            self.stream
+                .read_exact(&mut reply[ReplyHeader::SIZE..])
+                .await
+                .expect("reply body");
+            parse_reply(&reply)
+        })
+        .await
+    }
+
+    /// The reply's status to `frame`; an eviction fails the test.
+    async fn status(&mut self, frame: &[u8]) -> u32 {
+        let (reply, _) = self
+            .exchange(frame)
+            .await
+            .expect("a reply, not an eviction");
+        reply.status
+    }
+}
+
+/// Registers `client` as root on node i over a connection kept open, retrying while node i
+/// has no root user yet or refuses for now: the link (its session bound there) and the session.
+async fn sign_in_raw(cluster: &TestCluster, i: usize, client: u128) -> (RawLink, u64) {
+    let body = LoginRegisterRequest {
+        version_info: version_info(),
+        bind_secret: SECRET,
+        username: ROOT_USER,
+        password: ROOT_PASSWORD,
+        client_context: "",
+    }
+    .to_wire_bytes();
+    let frame = request_frame(client, 0, 0, Operation::Register, 40, &body);
+    let last = Mutex::new(String::new());
+    wait_until_async(
+        &format!("client {client:x} signs in on node {i}"),
+        Duration::from_secs(30),
+        async || {
+            let mut link = RawLink::connect(&cluster.address(i)).await;
+            match link.exchange(&frame).await {
+                Ok((reply, body)) if reply.status == 0 => {
+                    let session = LoginRegisterResponse::decode_exact(&body).unwrap().session;
+                    Some((link, session))
+                }
+                outcome => {
+                    *last.lock().unwrap() = format!("{:?}", outcome.map(|(r, _)| r.status));
+                    None
+                }
+            }
+        },
+        || last.lock().unwrap().clone(),
+    )
+    .await
+}
+
+/// BindSession (15) of `client`'s `session` for a reader that saw metadata op `watermark`.
+fn bind_frame_at(client: u128, session: u64, watermark: u64) -> Vec<u8> {
+    let body = BindSessionRequest {
+        version_info: version_info(),
+        identity: SessionIdentity {
+            client_id: client,
+            session,
+            metadata_watermark: watermark,
+        },
+        bind_secret: SECRET,
+    }
+    .to_wire_bytes();
+    request_frame(client, session, 0, Operation::NonReplicated, 15, &body)
+}
+
+/// The metadata primary once the nodes' logs agree on one, and a node that is its backup and
+/// Normal in the metadata group.
+async fn metadata_primary_and_backup(cluster: &TestCluster) -> (usize, usize) {
+    let (primary, _) = wait_until(
+        "a metadata primary",
+        Duration::from_secs(30),
+        || cluster.primary(METADATA_GROUP),
+        || cluster.describe(METADATA_GROUP),
+    )
+    .await;
+    let primary = usize::from(primary);
+    let backup = (primary + 1) % cluster.len();
+    cluster.wait_normal(backup, &[METADATA_GROUP]).await;
+    (primary, backup)
+}
+
+/// The session lease of the heartbeat test, with expiry looked at every 100 ms.
+const SHORT_LEASE: Duration = Duration::from_secs(2);
+
+/// A client bound only on a backup is active although the metadata primary, which alone
+/// expires sessions, has no connection of it: the backup's session heartbeats (30) keep it
+/// signed in past twice the lease. Without them the primary ends it after one lease and the
+/// backup answers the client 40 (the server before session heartbeats does exactly that).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_bound_only_on_a_backup_outlives_the_lease_through_its_heartbeats() {
+    let lease = SHORT_LEASE.as_secs().to_string();
+    let cluster = TestCluster::start_with(
+        3,
+        ClusterOptions {
+            env: vec![
+                ("IGGY_SYSTEM_SESSION_LEASE_SECS".into(), lease),
+                ("IGGY_SYSTEM_MAINTENANCE_INTERVAL_MS".into(), "100".into()),
+            ],
+            ..Default::default()
+        },
+    );
+    let (primary, backup) = metadata_primary_and_backup(&cluster).await;
+    let client = 0x5e55_1011_u128 << 64 | 0xb0;
+    let (mut link, session) = sign_in_raw(&cluster, backup, client).await;
+    let until = Instant::now() + SHORT_LEASE * 5 / 2;
+    let mut request = 1;
+    while Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let status = link.status(&me_frame(client, session, request)).await;
+        assert_eq!(
+            status,
+            0,
+            "`me` on node {backup} after {request} rounds: the session ended; primary {primary}'s log:\n{}",
+            cluster.node(primary).log()
+        );
+        request += 1;
+    }
+    let expired = format!("session of client {client:032x} expired");
+    assert!(
+        !cluster.node(primary).log().contains(&expired),
+        "the metadata primary never expires a session a backup holds"
+    );
+    // Once no node holds it, the primary ends it within a lease (and a heartbeat).
+    drop(link);
+    wait_until(
+        "the metadata primary expires the session nobody holds",
+        SHORT_LEASE * 4,
+        || cluster.node(primary).log().contains(&expired).then_some(()),
+        || cluster.node(primary).log(),
+    )
+    .await;
+}
+
+/// Logout (operation Logout) sent to a backup is forwarded to the metadata primary (28/29):
+/// the client's connection is unbound, and the session is gone on every node, so BindSession
+/// of it is refused everywhere (before forwarding, the backup answered 89).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_logout_sent_to_a_backup_ends_the_session_on_every_node() {
+    let cluster = TestCluster::start(3);
+    let (_, backup) = metadata_primary_and_backup(&cluster).await;
+    let client = 0x10_6047_u128 << 64 | 0xb1;
+    let (mut link, session) = sign_in_raw(&cluster, backup, client).await;
+    assert_eq!(link.status(&me_frame(client, session, 1)).await, 0);
+
+    let logout = request_frame(client, session, 2, Operation::Logout, 0, &[]);
+    let (reply, _) = link.exchange(&logout).await.expect("a reply");
+    assert_eq!(reply.status, 0, "Logout on backup node {backup}");
+    assert!(
+        reply.commit > session,
+        "the reply names the op that ended it: {reply:?}"
+    );
+    assert_eq!(
+        link.status(&me_frame(client, session, 3)).await,
+        40,
+        "the connection the logout came on is no longer signed in"
+    );
+    for i in 0..cluster.len() {
+        let mut other = RawLink::connect(&cluster.address(i)).await;
+        let status = other
+            .status(&bind_frame_at(client, session, reply.commit))
+            .await;
+        assert_eq!(status, 40, "BindSession of the ended session on node {i}");
+    }
 }

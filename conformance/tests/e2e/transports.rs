@@ -555,7 +555,7 @@ async fn tcp_can_be_disabled_and_an_unbindable_transport_stops_the_start() {
 // ----- raw frames -----
 
 /// A request frame as the official client builds one.
-fn request_frame(
+pub(crate) fn request_frame(
     client: u128,
     session: u64,
     request: u64,
@@ -582,7 +582,7 @@ fn request_frame(
     frame
 }
 
-fn version_info() -> ClientVersionInfo<'static> {
+pub(crate) fn version_info() -> ClientVersionInfo<'static> {
     ClientVersionInfo {
         protocol_version: protocol::CURRENT.packed(),
         sdk_name: "transports-test",
@@ -590,10 +590,10 @@ fn version_info() -> ClientVersionInfo<'static> {
     }
 }
 
-const SECRET: [u8; 32] = [9; 32];
+pub(crate) const SECRET: [u8; 32] = [9; 32];
 
 /// A reply frame's header and body; an eviction's reason instead when it is one.
-fn parse_reply(frame: &[u8]) -> Result<(ReplyHeader, Vec<u8>), EvictionReason> {
+pub(crate) fn parse_reply(frame: &[u8]) -> Result<(ReplyHeader, Vec<u8>), EvictionReason> {
     assert!(
         frame.len() >= ReplyHeader::SIZE,
         "a whole frame header: {} bytes",
@@ -659,7 +659,7 @@ fn bind_frame(client: u128, session: u64, request: u64) -> Vec<u8> {
 }
 
 /// `me` (code 20): answered only on a bound connection.
-fn me_frame(client: u128, session: u64, request: u64) -> Vec<u8> {
+pub(crate) fn me_frame(client: u128, session: u64, request: u64) -> Vec<u8> {
     request_frame(client, session, request, Operation::NonReplicated, 20, &[])
 }
 

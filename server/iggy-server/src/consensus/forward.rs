@@ -4,15 +4,30 @@
 //! whichever node it reached first. A client write for a group this replica does not lead (a
 //! DeleteSegments the SDK sends to the metadata primary, for a partition another node leads)
 //! goes to that group's primary as a ForwardWrite, answered with the committed reply.
+//!
+//! Sessions are cluster-wide: a Logout a backup's client sends goes to the metadata primary as
+//! a ForwardLogout (the client's id, session and request number, so a retry is answered from
+//! the client table), answered with the op that ended it (ForwardLogoutResult); and a backup
+//! names the sessions bound on it in ConsumerSessionHeartbeat frames (no reply), so the
+//! metadata primary, which alone expires sessions, counts them as active.
 
 use super::replica_bus::Inbound;
 use super::replica_codec::{CodecError, FrameContext, malformed, seal, stamp_generic};
 use super::replica_link::{HEADER_SIZE, body_checksum_of};
 use bytes::{BufMut, Bytes, BytesMut};
 use iggy_generated::frames::{
-    Command, ForwardRegisterHeader, ForwardRegisterOutcome, ForwardRegisterResultHeader,
-    ForwardWriteHeader, ForwardWriteOutcome, ForwardWriteResultHeader, METADATA_GROUP, Operation,
+    Command, ConsumerSessionHeartbeatHeader, ForwardLogoutHeader, ForwardLogoutOutcome,
+    ForwardLogoutResultHeader, ForwardRegisterHeader, ForwardRegisterOutcome,
+    ForwardRegisterResultHeader, ForwardWriteHeader, ForwardWriteOutcome, ForwardWriteResultHeader,
+    METADATA_GROUP, Operation,
 };
+
+/// Bytes of one (client u128, session u64) entry in a session heartbeat's body.
+const HEARTBEAT_ENTRY_SIZE: usize = 24;
+
+/// Entries one session heartbeat frame carries at most (a 48 KiB body, far below any frame
+/// limit); more sessions go in more frames.
+pub const SESSIONS_PER_HEARTBEAT: usize = 2048;
 
 /// A forwarding frame.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,6 +62,28 @@ pub enum Forward {
         outcome: ForwardWriteOutcome,
         reply: Bytes,
     },
+    /// Backup to metadata primary: commit the Logout of `client`'s `session`, as its request
+    /// `request`.
+    Logout {
+        client: u128,
+        nonce: u128,
+        session: u64,
+        request: u64,
+    },
+    /// Metadata primary to backup: the verdict; `commit` is the op after which the session is
+    /// gone (the Logout's own, or the commit then when it had already ended).
+    LogoutResult {
+        nonce: u128,
+        client: u128,
+        commit: u64,
+        outcome: ForwardLogoutOutcome,
+    },
+    /// Backup to metadata primary: sessions bound on the sender, as (client, session);
+    /// `incomplete` when more frames of the same report follow.
+    SessionHeartbeat {
+        incomplete: bool,
+        sessions: Vec<(u128, u64)>,
+    },
 }
 
 /// Whether `command` is a forwarding frame (they travel in the metadata group's channel).
@@ -57,7 +94,31 @@ pub fn is_forward(command: Command) -> bool {
             | Command::ForwardRegisterResult
             | Command::ForwardWrite
             | Command::ForwardWriteResult
+            | Command::ForwardLogout
+            | Command::ForwardLogoutResult
+            | Command::ConsumerSessionHeartbeat
     )
+}
+
+/// The frames of one session report: `sessions` in frames of at most
+/// [`SESSIONS_PER_HEARTBEAT`], every one but the last marked incomplete.
+pub fn session_heartbeats(
+    context: &FrameContext,
+    view: u32,
+    sessions: &[(u128, u64)],
+) -> Vec<Bytes> {
+    let frames = sessions.len().div_ceil(SESSIONS_PER_HEARTBEAT);
+    sessions
+        .chunks(SESSIONS_PER_HEARTBEAT)
+        .enumerate()
+        .map(|(index, chunk)| {
+            let heartbeat = Forward::SessionHeartbeat {
+                incomplete: index + 1 < frames,
+                sessions: chunk.to_vec(),
+            };
+            encode(context, view, &heartbeat)
+        })
+        .collect()
 }
 
 /// The whole frame of `forward`, sent in `view` by `context.sender`.
@@ -136,6 +197,59 @@ pub fn encode(context: &FrameContext, view: u32, forward: &Forward) -> Bytes {
                 reply.clone(),
             )
         }
+        Forward::Logout {
+            client,
+            nonce,
+            session,
+            request,
+        } => {
+            let header = ForwardLogoutHeader {
+                client: *client,
+                nonce: *nonce,
+                session: *session,
+                request: *request,
+                ..ForwardLogoutHeader::default()
+            };
+            (Command::ForwardLogout, header.to_bytes(), Bytes::new())
+        }
+        Forward::LogoutResult {
+            nonce,
+            client,
+            commit,
+            outcome,
+        } => {
+            let header = ForwardLogoutResultHeader {
+                nonce: *nonce,
+                client: *client,
+                commit: *commit,
+                outcome: *outcome,
+                ..ForwardLogoutResultHeader::default()
+            };
+            (
+                Command::ForwardLogoutResult,
+                header.to_bytes(),
+                Bytes::new(),
+            )
+        }
+        Forward::SessionHeartbeat {
+            incomplete,
+            sessions,
+        } => {
+            let header = ConsumerSessionHeartbeatHeader {
+                incomplete: *incomplete,
+                ..ConsumerSessionHeartbeatHeader::default()
+            };
+            let mut body = BytesMut::with_capacity(sessions.len() * HEARTBEAT_ENTRY_SIZE);
+            for (client, session) in sessions {
+                body.put_u128_le(*client);
+                body.put_u64_le(*session);
+            }
+            (
+                Command::ConsumerSessionHeartbeat,
+                header.to_bytes(),
+                body.freeze(),
+            )
+        }
     };
     let size = HEADER_SIZE + body.len();
     stamp_generic(
@@ -162,15 +276,26 @@ pub fn decode(context: &FrameContext, inbound: &Inbound) -> Result<Forward, Code
             frame: inbound.group,
         });
     }
-    let registers = matches!(
+    let sessions = matches!(
         command,
-        Command::ForwardRegister | Command::ForwardRegisterResult
+        Command::ForwardRegister
+            | Command::ForwardRegisterResult
+            | Command::ForwardLogout
+            | Command::ForwardLogoutResult
+            | Command::ConsumerSessionHeartbeat
     );
-    if registers && context.group != METADATA_GROUP {
+    if sessions && context.group != METADATA_GROUP {
         return Err(malformed(
             command,
-            "a register forward outside the metadata group",
+            "a session frame outside the metadata group",
         ));
+    }
+    let header_only = matches!(
+        command,
+        Command::ForwardRegisterResult | Command::ForwardLogout | Command::ForwardLogoutResult
+    );
+    if header_only && !inbound.body.is_empty() {
+        return Err(malformed(command, "a body on a header-only frame"));
     }
     let same_incarnation = |frame: u64| {
         if frame == context.incarnation {
@@ -199,9 +324,6 @@ pub fn decode(context: &FrameContext, inbound: &Inbound) -> Result<Forward, Code
             })
         }
         Command::ForwardRegisterResult => {
-            if !inbound.body.is_empty() {
-                return Err(malformed(command, "a body on a header-only frame"));
-            }
             let header = ForwardRegisterResultHeader::decode_fixed(&inbound.header[..])
                 .map_err(undecodable)?;
             Ok(Forward::RegisterResult {
@@ -237,8 +359,75 @@ pub fn decode(context: &FrameContext, inbound: &Inbound) -> Result<Forward, Code
                 reply: inbound.body.clone(),
             })
         }
+        Command::ForwardLogout => {
+            let header =
+                ForwardLogoutHeader::decode_fixed(&inbound.header[..]).map_err(undecodable)?;
+            if header.client == 0 || header.nonce == 0 || header.session == 0 || header.request == 0
+            {
+                return Err(malformed(command, "client, nonce, session or request 0"));
+            }
+            Ok(Forward::Logout {
+                client: header.client,
+                nonce: header.nonce,
+                session: header.session,
+                request: header.request,
+            })
+        }
+        Command::ForwardLogoutResult => {
+            let header = ForwardLogoutResultHeader::decode_fixed(&inbound.header[..])
+                .map_err(undecodable)?;
+            if header.outcome != ForwardLogoutOutcome::Ok && header.commit != 0 {
+                return Err(malformed(command, "a commit on a refusal"));
+            }
+            Ok(Forward::LogoutResult {
+                nonce: header.nonce,
+                client: header.client,
+                commit: header.commit,
+                outcome: header.outcome,
+            })
+        }
+        Command::ConsumerSessionHeartbeat => {
+            let header = ConsumerSessionHeartbeatHeader::decode_fixed(&inbound.header[..])
+                .map_err(undecodable)?;
+            if header.namespace_revision != 0 {
+                return Err(malformed(command, "a namespace revision on a heartbeat"));
+            }
+            Ok(Forward::SessionHeartbeat {
+                incomplete: header.incomplete,
+                sessions: heartbeat_entries(command, &inbound.body)?,
+            })
+        }
         other => Err(CodecError::Unsupported(other)),
     }
+}
+
+/// The (client, session) entries of a session heartbeat's body; a partial entry or a zero
+/// client or session is refused.
+fn heartbeat_entries(command: Command, body: &[u8]) -> Result<Vec<(u128, u64)>, CodecError> {
+    if !body.len().is_multiple_of(HEARTBEAT_ENTRY_SIZE) {
+        return Err(malformed(
+            command,
+            format!(
+                "a body of {} bytes is no whole number of entries",
+                body.len()
+            ),
+        ));
+    }
+    let entries: Vec<(u128, u64)> = body
+        .chunks_exact(HEARTBEAT_ENTRY_SIZE)
+        .map(|entry| {
+            let client = u128::from_le_bytes(entry[..16].try_into().expect("16 bytes"));
+            let session = u64::from_le_bytes(entry[16..].try_into().expect("8 bytes"));
+            (client, session)
+        })
+        .collect();
+    if entries
+        .iter()
+        .any(|(client, session)| *client == 0 || *session == 0)
+    {
+        return Err(malformed(command, "a client or session 0"));
+    }
+    Ok(entries)
 }
 
 #[cfg(test)]
@@ -273,6 +462,17 @@ mod tests {
             group: verified.group,
             header: Box::new(header),
             body: frame.slice(HEADER_SIZE..),
+        }
+    }
+
+    /// `inbound` with another body, past the bus's checks (what the codec alone must refuse).
+    fn with_body(inbound: &Inbound, body: Bytes) -> Inbound {
+        Inbound {
+            from: inbound.from,
+            command: inbound.command,
+            group: inbound.group,
+            header: inbound.header.clone(),
+            body,
         }
     }
 
@@ -378,5 +578,145 @@ mod tests {
         };
         let inbound = receive(&encode(&context(1), 0, &zero), 1);
         assert!(decode(&context(2), &inbound).is_err());
+    }
+
+    #[test]
+    fn a_logout_and_its_verdict_cross_the_plane_intact_in_the_metadata_group_only() {
+        let logout = Forward::Logout {
+            client: 0xabc,
+            nonce: 11,
+            session: 42,
+            request: 7,
+        };
+        for forward in [
+            logout.clone(),
+            Forward::LogoutResult {
+                nonce: 11,
+                client: 0xabc,
+                commit: 58,
+                outcome: ForwardLogoutOutcome::Ok,
+            },
+            Forward::LogoutResult {
+                nonce: 12,
+                client: 0xabc,
+                commit: 0,
+                outcome: ForwardLogoutOutcome::NotPrimary,
+            },
+        ] {
+            let inbound = receive(&encode(&context(2), 5, &forward), 2);
+            assert!(is_forward(inbound.command));
+            assert_eq!(inbound.group, METADATA_GROUP);
+            assert_eq!(decode(&context(1), &inbound).unwrap(), forward);
+            let partition = FrameContext {
+                group: 0x3_0020_0001,
+                incarnation: 7,
+                ..context(1)
+            };
+            assert!(decode(&partition, &inbound).is_err(), "{forward:?}");
+        }
+        // Every identifying field is non-zero: a zero one names no session to end.
+        let logout_of = |client, nonce, session, request| Forward::Logout {
+            client,
+            nonce,
+            session,
+            request,
+        };
+        for zero in [
+            logout_of(0, 11, 42, 7),
+            logout_of(0xabc, 0, 42, 7),
+            logout_of(0xabc, 11, 0, 7),
+            logout_of(0xabc, 11, 42, 0),
+        ] {
+            let inbound = receive(&encode(&context(2), 5, &zero), 2);
+            assert!(decode(&context(1), &inbound).is_err(), "{zero:?}");
+        }
+        // A refusal that names a commit is a contradiction.
+        let contradiction = Forward::LogoutResult {
+            nonce: 11,
+            client: 0xabc,
+            commit: 3,
+            outcome: ForwardLogoutOutcome::PipelineFull,
+        };
+        let inbound = receive(&encode(&context(2), 5, &contradiction), 2);
+        assert!(decode(&context(1), &inbound).is_err());
+    }
+
+    #[test]
+    fn a_header_only_logout_frame_with_a_body_is_refused() {
+        let frame = encode(
+            &context(2),
+            5,
+            &Forward::Logout {
+                client: 1,
+                nonce: 2,
+                session: 3,
+                request: 4,
+            },
+        );
+        let inbound = with_body(&receive(&frame, 2), Bytes::from_static(b"unexpected"));
+        assert!(decode(&context(1), &inbound).is_err());
+    }
+
+    #[test]
+    fn a_session_report_splits_into_heartbeats_that_decode_to_every_session() {
+        let sessions: Vec<(u128, u64)> = (1..=SESSIONS_PER_HEARTBEAT as u128 + 3)
+            .map(|client| (client << 64 | 0xfeed, client as u64 * 10))
+            .collect();
+        let frames = session_heartbeats(&context(2), 4, &sessions);
+        assert_eq!(frames.len(), 2);
+        let mut decoded = Vec::new();
+        let mut flags = Vec::new();
+        for frame in &frames {
+            let inbound = receive(frame, 2);
+            assert_eq!(inbound.command, Command::ConsumerSessionHeartbeat);
+            assert!(is_forward(inbound.command));
+            match decode(&context(0), &inbound).unwrap() {
+                Forward::SessionHeartbeat {
+                    incomplete,
+                    sessions,
+                } => {
+                    flags.push(incomplete);
+                    decoded.extend(sessions);
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(
+            flags,
+            [true, false],
+            "only the last frame completes the report"
+        );
+        assert_eq!(decoded, sessions);
+        // One small report is one complete frame; none is no frame.
+        let one = session_heartbeats(&context(2), 4, &sessions[..1]);
+        assert_eq!(one.len(), 1);
+        assert_eq!(
+            decode(&context(0), &receive(&one[0], 2)).unwrap(),
+            Forward::SessionHeartbeat {
+                incomplete: false,
+                sessions: sessions[..1].to_vec(),
+            }
+        );
+        assert!(session_heartbeats(&context(2), 4, &[]).is_empty());
+    }
+
+    #[test]
+    fn a_heartbeat_with_a_partial_or_zero_entry_is_refused() {
+        let frame = &session_heartbeats(&context(2), 4, &[(5, 6), (7, 8)])[0];
+        let whole = receive(frame, 2);
+        assert!(decode(&context(0), &whole).is_ok());
+        let partial = with_body(&whole, whole.body.slice(..HEARTBEAT_ENTRY_SIZE + 1));
+        assert!(decode(&context(0), &partial).is_err());
+        let mut zero_session = whole.body.to_vec();
+        zero_session[16..24].fill(0);
+        let zeroed = with_body(&whole, Bytes::from(zero_session));
+        assert!(decode(&context(0), &zeroed).is_err());
+        // Outside the metadata group it is no session report.
+        let partition = FrameContext {
+            group: 0x3_0020_0001,
+            incarnation: 7,
+            ..context(0)
+        };
+        assert!(decode(&partition, &whole).is_err());
     }
 }

@@ -13,7 +13,7 @@
 //! acknowledges, or goes on accepting, after its disk failed.
 
 use crate::consensus::figures::{GroupFigures, GroupKind, checkpoint_taken};
-use crate::consensus::group_plane::{GroupPlane, Wake};
+use crate::consensus::group_plane::{GroupPlane, SessionFrame, Wake};
 use crate::consensus::plane::Peers;
 use crate::consensus::replica_bus::Inbound;
 use bytes::Bytes;
@@ -78,6 +78,17 @@ pub trait StateMachine {
     }
     /// Serves a read.
     fn read(&mut self, read: Self::Read) -> impl Future<Output = ()>;
+
+    /// The body of the Logout op that ends `client`'s session `session`, which a backup
+    /// forwarded to this primary; `None` when that session is not live here (it ended already,
+    /// so there is nothing to commit). Only a machine with sessions has any.
+    fn forwarded_logout(&self, _client: u128, _session: u64) -> Option<Bytes> {
+        None
+    }
+
+    /// Peer replica `from` reports these (client, session) pairs bound to its connections:
+    /// they are active although no connection of this node holds them.
+    fn sessions_held_by_peer(&mut self, _from: u8, _sessions: &[(u128, u64)]) {}
 
     /// Called before `entry` is journaled. A machine that keeps the body in its own files
     /// anyway (a partition's log) writes it there now and returns a short stand-in for the
@@ -173,6 +184,14 @@ enum Job<R> {
         record: Bytes,
         done: oneshot::Sender<Outcome>,
     },
+    /// A Logout of `session`, committed here when this replica leads, else forwarded to the
+    /// primary (metadata group only).
+    Logout {
+        submit: Submit,
+        session: u64,
+    },
+    /// Sessions bound on this node, reported to the primary when this replica is a backup.
+    ReportSessions(Vec<(u128, u64)>),
     /// A frame from a peer replica of the group.
     Peer(Inbound),
     /// The replica's clock advanced one tick.
@@ -257,6 +276,30 @@ impl<R> GroupHandle<R> {
             done,
         };
         self.ask(register, Outcome::Failed).await
+    }
+
+    /// Submits `client`'s Logout of `session` (request `request`, op body `body`) and waits for
+    /// the commit: on a backup of a cluster the metadata primary commits it (a forward over
+    /// the replica plane), and the outcome's `op` is the commit after which the session is
+    /// gone.
+    pub async fn logout(&self, client: u128, request: u64, session: u64, body: Bytes) -> Outcome {
+        let logout = |waiter| Job::Logout {
+            submit: Submit {
+                client,
+                request,
+                operation: iggy_generated::frames::Operation::Logout.to_repr(),
+                body,
+                waiter,
+            },
+            session,
+        };
+        self.ask(logout, Outcome::Failed).await
+    }
+
+    /// Tells the group's primary which sessions are bound on this node (a backup's session
+    /// heartbeat); nothing happens on the primary itself or in a group of one.
+    pub fn report_sessions(&self, sessions: Vec<(u128, u64)>) {
+        let _ = self.jobs.unbounded_send(Job::ReportSessions(sessions));
     }
 
     /// Queues a read behind the writes already submitted. False if the group stopped.
@@ -593,9 +636,34 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                     self.core.submit(pending);
                 }
             }
-            Job::Peer(frame) => {
+            Job::Logout { submit, session } => {
+                self.drive().await;
+                let submit = match &mut self.plane {
+                    Some(plane) => plane.forward_logout(self.core.replica(), submit, session),
+                    None => Some(submit),
+                };
+                if let Some(submit) = submit {
+                    self.core.submit(submit);
+                }
+            }
+            Job::ReportSessions(sessions) => {
                 if let Some(plane) = &mut self.plane {
-                    plane.on_frame(&mut self.core, frame);
+                    plane.report_sessions(self.core.replica(), &sessions);
+                }
+            }
+            Job::Peer(frame) => {
+                let Some(plane) = &mut self.plane else {
+                    return None;
+                };
+                match plane.on_frame(&mut self.core, frame) {
+                    Some(SessionFrame::Logout(logout)) => {
+                        let body = self.state.forwarded_logout(logout.client, logout.session);
+                        plane.commit_forwarded_logout(&mut self.core, logout, body);
+                    }
+                    Some(SessionFrame::Held { from, sessions }) => {
+                        self.state.sessions_held_by_peer(from, &sessions)
+                    }
+                    None => {}
                 }
             }
         }

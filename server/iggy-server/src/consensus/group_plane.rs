@@ -1,6 +1,7 @@
 //! A consensus group's part in the replica plane, in a cluster: its replica clock, the frames
 //! it takes from and sends to its peers (through `replica_codec` on the lossy bus), the commit
-//! announcements of a primary, and Register forwarding (`forward`). The group's task
+//! announcements of a primary, and forwarding (`forward`): Registers, Logouts and writes a
+//! backup relays to the primary, and the sessions it reports bound on it. The group's task
 //! (`group.rs`) owns one per group of more than one and calls it; a group of one has none.
 
 use super::figures::GroupRole;
@@ -10,7 +11,9 @@ use super::replica_bus::Inbound;
 use bytes::Bytes;
 use futures_channel::oneshot;
 use futures_util::StreamExt;
-use iggy_generated::frames::{ForwardRegisterOutcome, ForwardWriteOutcome, METADATA_GROUP};
+use iggy_generated::frames::{
+    ForwardLogoutOutcome, ForwardRegisterOutcome, ForwardWriteOutcome, METADATA_GROUP, Operation,
+};
 use iggy_vsr::group::{GroupCore, Outcome, Pending};
 use iggy_vsr::{Message, Refusal, Replica, Status};
 use std::collections::HashMap;
@@ -27,6 +30,29 @@ pub enum Wake {
     Tick,
     /// The bus is gone (the node is stopping).
     Gone,
+}
+
+/// A session frame only the group's state machine can act on (the metadata group's).
+#[derive(Debug, PartialEq, Eq)]
+pub enum SessionFrame {
+    /// A backup's Logout for the primary to commit: the state machine tells whether the
+    /// session is live and builds the op's body ([`GroupPlane::commit_forwarded_logout`]).
+    Logout(ForwardedLogout),
+    /// Sessions `from` reports bound on it, as (client, session).
+    Held {
+        from: u8,
+        sessions: Vec<(u128, u64)>,
+    },
+}
+
+/// A Logout a backup forwarded.
+#[derive(Debug, PartialEq, Eq)]
+pub struct ForwardedLogout {
+    pub from: u8,
+    pub client: u128,
+    pub nonce: u128,
+    pub session: u64,
+    pub request: u64,
 }
 
 pub struct GroupPlane {
@@ -114,8 +140,9 @@ impl GroupPlane {
         }
     }
 
-    /// A frame from a peer: a consensus message for the core, or a forward.
-    pub fn on_frame(&mut self, core: &mut Core, frame: Inbound) {
+    /// A frame from a peer: a consensus message for the core, or a forward; a session frame
+    /// the state machine must see is handed back.
+    pub fn on_frame(&mut self, core: &mut Core, frame: Inbound) -> Option<SessionFrame> {
         if is_forward(frame.command) {
             return self.on_forward(core, frame);
         }
@@ -130,6 +157,7 @@ impl GroupPlane {
                 frame.from
             ),
         }
+        None
     }
 
     /// Sends the core's message to replica `to`. Lossy by design: a full queue or a down link
@@ -294,6 +322,105 @@ impl GroupPlane {
         None
     }
 
+    /// A Logout of a backup goes to the metadata primary as the client's own request `request`
+    /// of `session` (a retry is answered from the client table); refused for now when this
+    /// replica knows no primary alive. Hands it back when this replica leads.
+    pub fn forward_logout(
+        &mut self,
+        replica: &Replica,
+        pending: Pending<oneshot::Sender<Outcome>>,
+        session: u64,
+    ) -> Option<Pending<oneshot::Sender<Outcome>>> {
+        if replica.status() == Status::Normal && replica.is_primary() {
+            return Some(pending);
+        }
+        if replica.status() != Status::Normal || !replica.in_touch() {
+            let _ = pending.waiter.send(Outcome::Refused(Refusal::Busy));
+            return None;
+        }
+        self.next_nonce += 1;
+        let nonce = self.next_nonce;
+        let forward = Forward::Logout {
+            client: pending.client,
+            nonce,
+            session,
+            request: pending.request,
+        };
+        self.send_forward(replica, &forward, nonce, pending.waiter);
+        None
+    }
+
+    /// A backup in normal status tells the primary of its view which sessions are bound on it
+    /// (as (client, session)), so the primary does not expire them. No reply: a report lost
+    /// is made good by the next one.
+    pub fn report_sessions(&mut self, replica: &Replica, sessions: &[(u128, u64)]) {
+        if replica.status() != Status::Normal || replica.is_primary() {
+            return;
+        }
+        let view = replica.view();
+        let primary = replica.primary_of(view);
+        for frame in super::forward::session_heartbeats(&self.peers.frames, view, sessions) {
+            if self.peers.bus.send(primary, frame).is_err() {
+                tracing::debug!("a session report to replica {primary} dropped");
+                return;
+            }
+        }
+    }
+
+    /// The primary's side of a forwarded Logout: `body` is the op the state machine built for
+    /// the session, `None` when that session is no longer live (ended by an earlier logout,
+    /// its lease, or a retry of this one): nothing to commit, and the verdict names the
+    /// commit after which it is gone.
+    pub fn commit_forwarded_logout(
+        &mut self,
+        core: &mut Core,
+        logout: ForwardedLogout,
+        body: Option<Bytes>,
+    ) {
+        let replica = core.replica();
+        let (view, commit) = (replica.view(), replica.commit_max());
+        let (bus, frames) = (self.peers.bus.clone(), self.peers.frames);
+        let ForwardedLogout {
+            from,
+            client,
+            nonce,
+            request,
+            ..
+        } = logout;
+        let verdict = move |commit, outcome| {
+            let result = Forward::LogoutResult {
+                nonce,
+                client,
+                commit,
+                outcome,
+            };
+            let _ = bus.send(from, super::forward::encode(&frames, view, &result));
+        };
+        if replica.status() != Status::Normal || !replica.is_primary() {
+            return verdict(0, ForwardLogoutOutcome::NotPrimary);
+        }
+        let Some(body) = body else {
+            return verdict(commit, ForwardLogoutOutcome::Ok);
+        };
+        let (waiter, answer) = oneshot::channel();
+        core.submit(Pending {
+            client,
+            request,
+            operation: Operation::Logout.to_repr(),
+            body,
+            waiter,
+        });
+        compio::runtime::spawn(async move {
+            let (commit, outcome) = match answer.await {
+                Ok(Outcome::Committed { op, .. }) => (op, ForwardLogoutOutcome::Ok),
+                Ok(Outcome::Refused(refusal)) => (0, logout_refusal(&refusal)),
+                Ok(Outcome::Failed) | Err(_) => (0, ForwardLogoutOutcome::Canceled),
+            };
+            verdict(commit, outcome)
+        })
+        .detach();
+    }
+
     /// Sends `forward` to the primary of this replica's view and keeps `waiter` for its
     /// verdict (by `nonce`, until the forward times out); a frame the bus refuses is a
     /// transient refusal now.
@@ -374,44 +501,59 @@ impl GroupPlane {
         .detach();
     }
 
-    /// A forwarding frame: a backup's register to commit (as primary), or the primary's
-    /// verdict on one this replica forwarded.
-    fn on_forward(&mut self, core: &mut Core, frame: Inbound) {
+    /// A forwarding frame: a backup's request to commit (as primary), the primary's verdict on
+    /// one this replica forwarded, or a backup's session report. What only the state machine
+    /// can judge is handed back.
+    fn on_forward(&mut self, core: &mut Core, frame: Inbound) -> Option<SessionFrame> {
         let forward = match super::forward::decode(&self.peers.frames, &frame) {
             Ok(forward) => forward,
             Err(error) => {
-                return tracing::warn!(
+                tracing::warn!(
                     "forward {:?} from replica {}: {error}",
                     frame.command,
                     frame.from
                 );
+                return None;
             }
         };
         match forward {
+            Forward::Logout {
+                client,
+                nonce,
+                session,
+                request,
+            } => {
+                return Some(SessionFrame::Logout(ForwardedLogout {
+                    from: frame.from,
+                    client,
+                    nonce,
+                    session,
+                    request,
+                }));
+            }
+            Forward::SessionHeartbeat { sessions, .. } => {
+                // Only the metadata primary expires sessions; it alone needs to know.
+                let replica = core.replica();
+                if replica.status() == Status::Normal && replica.is_primary() {
+                    return Some(SessionFrame::Held {
+                        from: frame.from,
+                        sessions,
+                    });
+                }
+            }
+            Forward::LogoutResult {
+                nonce,
+                commit,
+                outcome,
+                ..
+            } => self.answer_forward(nonce, logout_outcome(commit, outcome)),
             write @ Forward::Write { .. } => self.commit_forwarded_write(core, frame.from, write),
             Forward::WriteResult {
                 nonce,
                 op,
                 outcome,
                 reply,
-            } => {
-                let Some((done, _)) = self.forwarded.remove(&nonce) else {
-                    return;
-                };
-                let outcome = match outcome {
-                    ForwardWriteOutcome::Committed => Outcome::Committed { op, reply },
-                    ForwardWriteOutcome::RequestTooOld => Outcome::Refused(Refusal::RequestTooOld),
-                    ForwardWriteOutcome::SessionUnknown => {
-                        Outcome::Refused(Refusal::SessionUnknown)
-                    }
-                    ForwardWriteOutcome::Failed => Outcome::Failed,
-                    // The primary moved or is busy: the client tries again.
-                    ForwardWriteOutcome::NotPrimary | ForwardWriteOutcome::Busy => {
-                        Outcome::Refused(Refusal::Busy)
-                    }
-                };
-                let _ = done.send(outcome);
-            }
+            } => self.answer_forward(nonce, write_outcome(op, outcome, reply)),
             Forward::Register {
                 client,
                 nonce,
@@ -431,7 +573,8 @@ impl GroupPlane {
                     let _ = bus.send(backup, super::forward::encode(&frames, view, &result));
                 };
                 if replica.status() != Status::Normal || !replica.is_primary() {
-                    return verdict(0, ForwardRegisterOutcome::NotPrimary);
+                    verdict(0, ForwardRegisterOutcome::NotPrimary);
+                    return None;
                 }
                 let (waiter, answer) = oneshot::channel();
                 core.submit(Pending {
@@ -459,23 +602,74 @@ impl GroupPlane {
                 session,
                 outcome,
                 ..
-            } => {
-                let Some((done, _)) = self.forwarded.remove(&nonce) else {
-                    return;
-                };
-                let outcome = match outcome {
-                    ForwardRegisterOutcome::Ok => Outcome::Committed {
-                        op: session,
-                        reply: Bytes::copy_from_slice(&session.to_le_bytes()),
-                    },
-                    ForwardRegisterOutcome::Unauthenticated => {
-                        Outcome::Refused(Refusal::SessionUnknown)
-                    }
-                    // The primary moved or is busy: the client tries again.
-                    _ => Outcome::Refused(Refusal::Busy),
-                };
-                let _ = done.send(outcome);
-            }
+            } => self.answer_forward(nonce, register_outcome(session, outcome)),
         }
+        None
+    }
+
+    /// Hands the primary's verdict to whoever waits for forward `nonce`; a verdict for a
+    /// forward that already timed out (or of an earlier run) finds nobody.
+    fn answer_forward(&mut self, nonce: u128, outcome: Outcome) {
+        if let Some((done, _)) = self.forwarded.remove(&nonce) {
+            let _ = done.send(outcome);
+        }
+    }
+}
+
+/// What the relaying replica's client is told of the primary's verdict on its write.
+fn write_outcome(op: u64, outcome: ForwardWriteOutcome, reply: Bytes) -> Outcome {
+    match outcome {
+        ForwardWriteOutcome::Committed => Outcome::Committed { op, reply },
+        ForwardWriteOutcome::RequestTooOld => Outcome::Refused(Refusal::RequestTooOld),
+        ForwardWriteOutcome::SessionUnknown => Outcome::Refused(Refusal::SessionUnknown),
+        ForwardWriteOutcome::Failed => Outcome::Failed,
+        // The primary moved or is busy: the client tries again.
+        ForwardWriteOutcome::NotPrimary | ForwardWriteOutcome::Busy => {
+            Outcome::Refused(Refusal::Busy)
+        }
+    }
+}
+
+/// What the backup's client is told of the primary's verdict on its Register.
+fn register_outcome(session: u64, outcome: ForwardRegisterOutcome) -> Outcome {
+    match outcome {
+        ForwardRegisterOutcome::Ok => Outcome::Committed {
+            op: session,
+            reply: Bytes::copy_from_slice(&session.to_le_bytes()),
+        },
+        ForwardRegisterOutcome::Unauthenticated => Outcome::Refused(Refusal::SessionUnknown),
+        // The primary moved or is busy: the client tries again.
+        _ => Outcome::Refused(Refusal::Busy),
+    }
+}
+
+/// The verdict a primary sends for a forwarded Logout its core refused.
+fn logout_refusal(refusal: &Refusal) -> ForwardLogoutOutcome {
+    match refusal {
+        Refusal::NotPrimary { .. } | Refusal::NotReady => ForwardLogoutOutcome::NotPrimary,
+        Refusal::RequestTooOld => ForwardLogoutOutcome::RequestTooOld,
+        Refusal::Busy | Refusal::ClientsTableFull => ForwardLogoutOutcome::PipelineFull,
+        // The client table holds no such client: its session was retired.
+        Refusal::SessionUnknown => ForwardLogoutOutcome::Canceled,
+        #[allow(unreachable_patterns)]
+        _ => ForwardLogoutOutcome::PipelineFull,
+    }
+}
+
+/// What the backup's client is told of the primary's verdict on its Logout.
+fn logout_outcome(commit: u64, outcome: ForwardLogoutOutcome) -> Outcome {
+    match outcome {
+        ForwardLogoutOutcome::Ok => Outcome::Committed {
+            op: commit,
+            reply: Bytes::new(),
+        },
+        ForwardLogoutOutcome::RequestTooOld | ForwardLogoutOutcome::OperationMismatch => {
+            Outcome::Refused(Refusal::RequestTooOld)
+        }
+        // The primary moved, is busy or gave up: the client tries again.
+        ForwardLogoutOutcome::NotPrimary
+        | ForwardLogoutOutcome::PipelineFull
+        | ForwardLogoutOutcome::InProgress
+        | ForwardLogoutOutcome::Canceled => Outcome::Refused(Refusal::Busy),
     }
 }

@@ -6,6 +6,10 @@
 //! goes to: the metadata primary expires sessions and releases their slots, a partition's
 //! primary retires its segments and writer slots. The other replicas skip that part (they get
 //! its effects by replication) instead of having every proposal refused.
+//!
+//! A session is cluster-wide, but each node only sees its own connections: so every backup
+//! reports the sessions bound on it to the metadata primary (a session heartbeat every quarter
+//! lease), which counts them as active. A session expires only when no node holds it.
 
 use crate::consensus::figures::GroupRole;
 use crate::consensus::group::Outcome;
@@ -29,6 +33,9 @@ pub async fn run(node: Rc<Node>) {
     let interval = Duration::from_millis(config.maintenance_interval_ms.max(10));
     let lease = Duration::from_secs(config.session_lease_secs);
     let mut retirement = Retirement::default();
+    if node.shared.replica_count() > 1 {
+        compio::runtime::spawn(report_sessions(node.clone(), lease)).detach();
+    }
     for pass in 1u64.. {
         compio::time::sleep(interval).await;
         retention(&node).await;
@@ -84,6 +91,29 @@ fn primary(node: &Node, role: GroupRole) -> bool {
     role.is_primary(node.shared.replica_id)
 }
 
+/// How often a backup reports its bound sessions: four reports per lease, so one or two lost
+/// on the way still leave one in time; at least 100 ms apart, and at most 15 s (a long lease
+/// still hears from its backups at that pace, which costs little).
+fn heartbeat_interval(lease: Duration) -> Duration {
+    (lease / 4).clamp(Duration::from_millis(100), Duration::from_secs(15))
+}
+
+/// Runs forever on a node of a cluster: as a metadata backup, reports the sessions bound on
+/// this node to the metadata primary. Its own loop, so a slow retention pass never delays it.
+async fn report_sessions(node: Rc<Node>, lease: Duration) {
+    let interval = heartbeat_interval(lease);
+    loop {
+        compio::time::sleep(interval).await;
+        if primary(&node, node.metadata.figures().role()) {
+            continue;
+        }
+        let sessions = node.shared.sessions_bound_here();
+        if !sessions.is_empty() {
+            node.metadata.report_sessions(sessions);
+        }
+    }
+}
+
 /// Sessions idle (no connection bound) for longer than `lease`.
 fn expired(node: &Node, lease: Duration, now: Instant) -> Vec<u128> {
     let metadata = node.shared.metadata.borrow();
@@ -105,9 +135,11 @@ fn expired(node: &Node, lease: Duration, now: Instant) -> Vec<u128> {
 }
 
 /// Ends expired sessions through the metadata group, one committed logout each. Only the
-/// metadata primary does; on any other replica every session's idle time starts again, so a
-/// replica that becomes primary gives each session a full lease from then on, rather than
-/// ending at once sessions whose connections are bound on other replicas.
+/// metadata primary does: a session bound on a backup stays active through that backup's
+/// reports (`report_sessions`). On any other replica every session's idle time starts again,
+/// so a replica that becomes primary gives each session a full lease from then on, within which
+/// the backups, once they follow it, report theirs to it, rather than ending at once sessions
+/// whose connections are bound on other replicas.
 async fn expire_sessions(node: &Node, lease: Duration) {
     if !primary(node, node.metadata.figures().role()) {
         let now = Instant::now();

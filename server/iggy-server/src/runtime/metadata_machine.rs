@@ -110,4 +110,19 @@ impl StateMachine for MetadataMachine {
     }
 
     async fn read(&mut self, _read: ()) {}
+
+    fn forwarded_logout(&self, client: u128, session: u64) -> Option<Bytes> {
+        let metadata = self.shared.metadata.borrow();
+        let live = metadata
+            .sessions
+            .get(client)
+            .filter(|live| live.session == session)?;
+        let now = crate::runtime::clock::now_micros();
+        Some(machine::envelope(now, live.user_id, &[]))
+    }
+
+    fn sessions_held_by_peer(&mut self, from: u8, sessions: &[(u128, u64)]) {
+        tracing::trace!("replica {from} holds {} sessions", sessions.len());
+        self.shared.sessions_held_elsewhere(sessions);
+    }
 }

@@ -158,6 +158,34 @@ impl Shared {
         }
     }
 
+    /// Another node reports these (client, session) pairs bound to its connections: each
+    /// session still live here counts as active now, so the metadata primary's lease (which
+    /// only sees this node's own connections) does not end it. A pair naming an older session
+    /// of its client is ignored.
+    pub fn sessions_held_elsewhere(&self, sessions: &[(u128, u64)]) {
+        let metadata = self.metadata.borrow();
+        renew_held_sessions(
+            &mut self.session_activity.borrow_mut(),
+            |client| metadata.sessions.get(client).map(|live| live.session),
+            sessions,
+            std::time::Instant::now(),
+        );
+    }
+
+    /// The sessions bound to a connection of this node, as (client, session).
+    pub fn sessions_bound_here(&self) -> Vec<(u128, u64)> {
+        let metadata = self.metadata.borrow();
+        self.session_activity
+            .borrow()
+            .iter()
+            .filter(|(_, activity)| activity.bound > 0)
+            .filter_map(|(client, _)| {
+                let live = metadata.sessions.get(*client)?;
+                Some((*client, live.session))
+            })
+            .collect()
+    }
+
     /// Runs a committed op's effect on disk.
     pub async fn run_effect(&self, effect: Effect) {
         match effect {
@@ -455,4 +483,59 @@ fn partition_dirs_on_disk(root: &std::path::Path) -> Vec<(PartitionKey, PathBuf)
         }
     }
     dirs
+}
+
+/// Marks each reported (client, session) active at `now` in `activity` when it is the client's
+/// live session (`live_session`); a report of an ended or older session renews nothing.
+fn renew_held_sessions(
+    activity: &mut HashMap<u128, SessionActivity>,
+    live_session: impl Fn(u128) -> Option<u64>,
+    reported: &[(u128, u64)],
+    now: std::time::Instant,
+) {
+    for (client, session) in reported {
+        if live_session(*client) == Some(*session) {
+            let entry = activity.entry(*client).or_insert(SessionActivity {
+                bound: 0,
+                since: now,
+            });
+            entry.since = now;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_report_renews_only_the_live_session_of_its_client() {
+        let start = Instant::now();
+        let later = start + Duration::from_secs(30);
+        let idle = SessionActivity {
+            bound: 0,
+            since: start,
+        };
+        let mut activity = HashMap::from([(1u128, idle), (2u128, idle)]);
+        // Client 1's live session is 10, client 2's is 20, client 3 has none.
+        let live = |client| match client {
+            1 => Some(10),
+            2 => Some(20),
+            _ => None,
+        };
+        renew_held_sessions(&mut activity, live, &[(1, 10), (2, 19), (3, 30)], later);
+        assert_eq!(activity[&1].since, later, "the live session is active now");
+        assert_eq!(
+            activity[&2].since, start,
+            "an older session's report renews nothing"
+        );
+        assert!(
+            !activity.contains_key(&3),
+            "nor does a report of an ended one"
+        );
+        // A session first seen in a report starts its idle time at the report.
+        renew_held_sessions(&mut activity, |_| Some(40), &[(4, 40)], later);
+        assert_eq!((activity[&4].bound, activity[&4].since), (0, later));
+    }
 }

@@ -454,20 +454,21 @@ async fn logout(
     request: &Request<'_>,
     bound: Bound,
 ) -> Result<Dispatched, ErrorCode> {
-    // Like a register, forwarded by upstream over the replica bus; refused here until then.
-    metadata_primary(node)?;
+    // The session is cluster-wide: a backup forwards its client's Logout to the metadata
+    // primary (ForwardLogout), as the client's own request, so a retry is answered from the
+    // client table.
     let body = envelope(now_micros(), bound.user_id, &[]);
-    match node
+    let outcome = node
         .metadata
-        .submit(
-            bound.client,
-            request.header.request,
-            Operation::Logout.to_repr(),
-            body,
-        )
-        .await
-    {
+        .logout(bound.client, request.header.request, bound.session, body)
+        .await;
+    match outcome {
         Outcome::Committed { op, .. } => {
+            // Committed on the metadata primary first: the connection is unbound once this
+            // replica applied it too, so a request it serves next sees the session gone.
+            if metadata_reached(node, op, routing::READ_WAIT).await == CatchUp::Behind {
+                return Err(ErrorCode::TransientNotAccepted);
+            }
             connection.bound = None;
             node.shared.session_unbound(bound.client);
             tracing::info!(
