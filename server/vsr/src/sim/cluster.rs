@@ -352,7 +352,8 @@ impl<W: Workload> Cluster<W> {
                     };
                     node.checked_commit = checkpoint.as_ref().map_or(0, |c| c.op);
                     let journaled = records.len();
-                    let entries = node.machine.restart(state.as_deref(), records);
+                    let restored = state.as_deref().map(|state| (node.checked_commit, state));
+                    let entries = node.machine.restart(restored, records);
                     assert!(entries.len() <= journaled);
                     if entries.len() < journaled {
                         // The machine found a record it cannot restore (its body was lost

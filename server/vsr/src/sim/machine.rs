@@ -49,10 +49,11 @@ pub trait Machine {
     /// The replica crashed: volatile state is gone and writes not yet durable are lost (some
     /// may survive, as a disk's cache flushes on its own).
     fn crash(&mut self, rng: &mut Rng);
-    /// The replica restarts from the checkpoint state (`None`: no checkpoint) and the valid
-    /// journal records after it. Returns the entries to open the replica with: a prefix of
-    /// `records` with their bodies restored (the cluster truncates the journal after it).
-    fn restart(&mut self, checkpoint: Option<&[u8]>, records: Vec<Journaled>) -> Vec<Entry>;
+    /// The replica restarts from the checkpoint (its op and the state [`Machine::checkpoint`]
+    /// gave; `None`: no checkpoint) and the valid journal records after it. Returns the
+    /// entries to open the replica with: a prefix of `records` with their bodies restored
+    /// (the cluster truncates the journal after it).
+    fn restart(&mut self, checkpoint: Option<(u64, &[u8])>, records: Vec<Journaled>) -> Vec<Entry>;
     /// The replica was opened and has replayed what it could.
     fn replayed(&mut self);
 }
@@ -148,8 +149,8 @@ impl Machine for ModelMachine {
 
     fn crash(&mut self, _rng: &mut Rng) {}
 
-    fn restart(&mut self, checkpoint: Option<&[u8]>, records: Vec<Journaled>) -> Vec<Entry> {
-        let state = checkpoint.map_or(INITIAL_STATE, |bytes| {
+    fn restart(&mut self, checkpoint: Option<(u64, &[u8])>, records: Vec<Journaled>) -> Vec<Entry> {
+        let state = checkpoint.map_or(INITIAL_STATE, |(_, bytes)| {
             u64::from_le_bytes(bytes.try_into().expect("an 8-byte model state"))
         });
         *self = ModelMachine {
