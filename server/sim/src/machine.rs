@@ -36,6 +36,17 @@ impl iggy_partition::Log for SimLog {
     }
 }
 
+/// What one replica's restarts went through.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RestartFigures {
+    /// Sends whose body a restart read back from the log through the journal's stand-in.
+    pub stowed_restored: u64,
+    /// Restarts whose journal ended early: a stand-in named a batch the crash took.
+    pub journals_cut: u64,
+    /// Restarts that dropped log messages no journaled op accounted for.
+    pub unaccounted_dropped: u64,
+}
+
 /// One replica's partition: the sans-IO core and its log.
 #[derive(Debug)]
 pub struct PartitionMachine {
@@ -46,6 +57,7 @@ pub struct PartitionMachine {
     log: SimLog,
     /// The latest op applied (or restored from a checkpoint).
     applied_op: u64,
+    restarts: RestartFigures,
 }
 
 impl PartitionMachine {
@@ -56,6 +68,7 @@ impl PartitionMachine {
             core: Partition::new(0),
             log: SimLog::default(),
             applied_op: 0,
+            restarts: RestartFigures::default(),
         }
     }
 
@@ -77,6 +90,11 @@ impl PartitionMachine {
             count => self.log.read(range.start, count),
         };
         (range, messages)
+    }
+
+    /// What this replica's restarts went through.
+    pub fn restart_figures(&self) -> RestartFigures {
+        self.restarts
     }
 
     /// The log, for a test that damages it.
@@ -106,6 +124,7 @@ impl PartitionMachine {
             self.core
                 .stowed(entry.op, stand_in.base_offset, stand_in.message_count);
         }
+        self.restarts.stowed_restored += 1;
         Some(entry)
     }
 }
@@ -196,7 +215,10 @@ impl Machine for PartitionMachine {
                     Some(entry) => entry,
                     // Written to the log before its journal record and synced with it, so
                     // only unsynced writes lost at the crash (never acknowledged) end here.
-                    None => break,
+                    None => {
+                        self.restarts.journals_cut += 1;
+                        break;
+                    }
                 }
             };
             entries.push(entry);
@@ -206,6 +228,7 @@ impl Machine for PartitionMachine {
 
     fn replayed(&mut self) {
         if let Some(from) = self.core.unaccounted_from(self.log.next_offset()) {
+            self.restarts.unaccounted_dropped += 1;
             self.log.truncate_from(from);
         }
     }

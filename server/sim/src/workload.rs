@@ -17,7 +17,7 @@
 //!   committed it, and a replica that applied every op holds the history's consumer offsets.
 
 use crate::log::{SimLog, frame_end};
-use crate::machine::{PartitionMachine, appended};
+use crate::machine::{PartitionMachine, RestartFigures, appended};
 use bytes::Bytes;
 use iggy_generated::errors::ErrorCode;
 use iggy_generated::frames::{BatchHeader, MessageFrameHeader};
@@ -70,6 +70,8 @@ pub struct Figures {
     pub messages_polled: u64,
     /// Whole committed logs read back and compared.
     pub full_reads: u64,
+    /// Over every replica's restarts.
+    pub restarts: RestartFigures,
 }
 
 /// The committed history every replica must agree with.
@@ -416,6 +418,12 @@ impl Workload for PartitionWorkload {
 
     fn check_end(&mut self, _seed: u64, nodes: &[NodeView<'_, PartitionMachine>]) {
         self.read_all(nodes);
+        for node in nodes {
+            let restarts = node.machine.restart_figures();
+            self.figures.restarts.stowed_restored += restarts.stowed_restored;
+            self.figures.restarts.journals_cut += restarts.journals_cut;
+            self.figures.restarts.unaccounted_dropped += restarts.unaccounted_dropped;
+        }
         for (index, node) in nodes.iter().enumerate() {
             let Some(replica) = node.replica else {
                 continue;

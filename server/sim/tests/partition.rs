@@ -10,6 +10,9 @@ const CLIENTS: u8 = 3;
 const REQUESTS_PER_CLIENT: u64 = 20;
 const FAULT_TICKS: u64 = 1_500;
 const TICKS_MAX: u64 = 30_000;
+/// Per tick, the chance a replica with journal writes in flight crashes: crashes meet the
+/// log's unsynced appends and truncations, not only synced state.
+const CRASH_WHILE_WRITING_PERCENT: u64 = 3;
 
 fn env(name: &str) -> Option<u64> {
     std::env::var(name)
@@ -32,7 +35,8 @@ fn run_seed(replica_count: u8, seed: u64, restart_all_at: Option<u64>) -> (Summa
     let result = std::panic::catch_unwind(|| {
         let workload = PartitionWorkload::new(seed);
         let cluster =
-            Cluster::with_workload(seed, replica_count, CLIENTS, REQUESTS_PER_CLIENT, workload);
+            Cluster::with_workload(seed, replica_count, CLIENTS, REQUESTS_PER_CLIENT, workload)
+                .crash_while_writing(CRASH_WHILE_WRITING_PERCENT);
         let cluster = match restart_all_at {
             Some(at) => cluster.restart_all_at(at),
             None => cluster,
@@ -67,6 +71,9 @@ struct Totals {
     polls: u64,
     messages_polled: u64,
     full_reads: u64,
+    stowed_restored: u64,
+    journals_cut: u64,
+    unaccounted_dropped: u64,
     view_max: u32,
 }
 
@@ -86,6 +93,9 @@ impl Totals {
         self.polls += figures.polls;
         self.messages_polled += figures.messages_polled;
         self.full_reads += figures.full_reads;
+        self.stowed_restored += figures.restarts.stowed_restored;
+        self.journals_cut += figures.restarts.journals_cut;
+        self.unaccounted_dropped += figures.restarts.unaccounted_dropped;
     }
 }
 
@@ -114,6 +124,10 @@ fn run(replica_count: u8) {
         );
         assert!(totals.checkpoints > 0, "checkpoints are exercised");
         assert!(totals.malformed_refused > 0 && totals.stores_acknowledged > 0);
+        assert!(
+            totals.stowed_restored > 0,
+            "restarts read stowed sends back from the log"
+        );
     }
 }
 

@@ -137,6 +137,9 @@ pub struct Cluster<W: Workload = ModelWorkload> {
     refused_full: u64,
     /// The tick at which every replica crashes at once (losing unsynced writes), if any.
     restart_all_at: Option<u64>,
+    /// Per tick, the chance in percent that a replica with journal writes in flight crashes
+    /// (besides the random crashes), so crashes meet unsynced writes often.
+    crash_writing_percent: u64,
     restarts_all: u64,
     views_persisted: u64,
 }
@@ -243,9 +246,31 @@ impl<W: Workload> Cluster<W> {
             retired_total: 0,
             refused_full: 0,
             restart_all_at,
+            crash_writing_percent: 0,
             restarts_all: 0,
             views_persisted: 0,
         }
+    }
+
+    /// The same world where, besides the random crashes, each tick a replica with journal
+    /// writes in flight crashes with `percent` chance (within the `f` limit): crashes then
+    /// often meet writes a sync has not covered yet.
+    pub fn crash_while_writing(mut self, percent: u64) -> Self {
+        self.crash_writing_percent = percent;
+        self
+    }
+
+    /// A replica with journal writes in flight, chosen to crash this tick (never when
+    /// `crash_writing_percent` is 0, and then without drawing from the fault stream).
+    fn writing_replica_to_crash(&mut self) -> Option<usize> {
+        if self.crash_writing_percent == 0 {
+            return None;
+        }
+        let writing: Vec<usize> = (0..self.nodes.len())
+            .filter(|index| self.nodes[*index].storage.prepares_pending())
+            .collect();
+        let index = *writing.get(self.rng.below(writing.len() as u64 + 1) as usize)?;
+        self.rng.chance(self.crash_writing_percent).then_some(index)
     }
 
     /// The same world with every replica crashing at once at tick `at` (and at no other tick).
@@ -530,10 +555,16 @@ impl<W: Workload> Cluster<W> {
             }
             return;
         }
-        if !self.faults || !self.rng.chance(2) {
+        if !self.faults {
             return;
         }
-        let index = self.rng.below(u64::from(self.replica_count)) as usize;
+        let index = if self.rng.chance(2) {
+            self.rng.below(u64::from(self.replica_count)) as usize
+        } else if let Some(index) = self.writing_replica_to_crash() {
+            index
+        } else {
+            return;
+        };
         let faulty = self
             .nodes
             .iter()
