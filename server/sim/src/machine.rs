@@ -202,13 +202,15 @@ impl Machine for PartitionMachine {
         }
         let mut entries = Vec::with_capacity(records.len());
         for record in records {
-            let entry = if !record.stowed {
-                record.entry
-            } else if self.core.retire_if_deleted(
-                record.entry.op,
-                &record.entry.body,
-                self.log.first_offset(),
-            ) {
+            // A stand-in whose batch lies below the log's first offset was retired, not lost
+            // (the partition accounts for its offsets without the body).
+            let whole = !record.stowed
+                || self.core.retire_if_deleted(
+                    record.entry.op,
+                    &record.entry.body,
+                    self.log.first_offset(),
+                );
+            let entry = if whole {
                 record.entry
             } else {
                 match self.unstow(&record.entry) {

@@ -17,7 +17,7 @@
 //!   committed it, and a replica that applied every op holds the history's consumer offsets.
 
 use crate::log::{SimLog, frame_end};
-use crate::machine::{PartitionMachine, RestartFigures, appended};
+use crate::machine::{PartitionMachine, RestartFigures};
 use bytes::Bytes;
 use iggy_generated::errors::ErrorCode;
 use iggy_generated::frames::{BatchHeader, MessageFrameHeader};
@@ -520,6 +520,7 @@ fn message_id(frame: &[u8]) -> u128 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::machine::appended;
     use iggy_vsr::sim::machine::Machine;
 
     fn send(machine: &mut PartitionMachine, op: u64, id: u128) -> (u64, Vec<Bytes>) {
