@@ -138,6 +138,11 @@ const SANS_IO_CRATES: &[(&str, &[&str])] = &[
         "server/partition",
         &["bytes", "iggy-wire", "iggy-generated"],
     ),
+    // The simulator runs the unchanged sans-IO crates: never compio, never the storage crate.
+    (
+        "server/sim",
+        &["bytes", "iggy-vsr", "iggy-partition", "iggy-generated"],
+    ),
 ];
 
 /// `std` paths a sans-IO crate may not name.

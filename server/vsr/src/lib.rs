@@ -214,6 +214,10 @@
 //! fault phase the network heals and every
 //! client must finish (liveness). `cargo test -p iggy-vsr --test sim` runs 70 seeds per group
 //! size; `VSR_SIM_SEEDS=N` runs N. A failure prints `replicas=R seed=S`; the seed replays it.
+//! The cluster runs any state machine through [`sim::machine::Machine`] (the steps a shell
+//! performs on it, and a crash that loses its unsynced writes) and [`sim::machine::Workload`]
+//! (the clients' requests and a checker of the machines after every step); these tests run
+//! the model machine, the `iggy-sim` crate the real partition machine.
 
 pub mod checkpoint;
 pub mod client_table;

@@ -1,12 +1,15 @@
 //! A simulated cluster: replicas, clients, faulty network and storage, and the checkers. Each
 //! node runs the server's own [`GroupCore`] (the replica with its waiting requests, group-commit
-//! syncs and retirements) and performs its steps as the server's shell does, on virtual time.
+//! syncs and retirements) and performs its steps as the server's shell does, on virtual time,
+//! over a state machine and its clients ([`Workload`]: the model machine by default, or a real
+//! one such as the partition's in the `iggy-sim` crate).
 
 use super::Rng;
+use super::machine::{Machine, ModelWorkload, NodeView, Workload};
 use super::packet::{PacketOptions, PacketSimulator};
 use super::storage::Storage;
 use crate::group::{CheckpointPolicy, Durability, GroupCore, Outcome, Pending, Step};
-use crate::message::{Entry, Fnv, Message, OPERATION_REGISTER, ReplicaId};
+use crate::message::{Entry, Message, OPERATION_REGISTER, ReplicaId};
 use crate::replica::{Config, Refusal, Replica};
 use crate::view_state::ViewState;
 use bytes::Bytes;
@@ -57,18 +60,15 @@ struct Client {
 /// What a node's core waits on: the client request it answers.
 type Waiter = (u128, u64);
 
-struct Node {
+struct Node<M> {
     core: Option<GroupCore<Waiter>>,
     /// The core asked for a sync that the storage has not finished yet.
     sync_pending: bool,
     /// The view state the core asked to persist, until the storage has written it.
     view_pending: Option<ViewState>,
     storage: Storage,
-    state: u64,
-    /// State machine after each applied op above the latest checkpoint.
-    states: BTreeMap<u64, u64>,
-    /// State machine at the latest checkpoint.
-    checkpoint_state: u64,
+    /// The state machine and whatever it keeps beside the journal.
+    machine: M,
     restart_at: u64,
     checked_commit: u64,
 }
@@ -100,12 +100,14 @@ pub struct Summary {
 }
 
 /// The simulated world for one seed.
-pub struct Cluster {
+pub struct Cluster<W: Workload = ModelWorkload> {
     seed: u64,
     rng: Rng,
     now: u64,
     replica_count: u8,
-    nodes: Vec<Node>,
+    nodes: Vec<Node<W::Machine>>,
+    /// The clients' requests and the state machine's checker.
+    workload: W,
     clients: Vec<Client>,
     network: PacketSimulator<Packet>,
     /// Canonical committed log: op → (entry, reply).
@@ -135,25 +137,37 @@ pub struct Cluster {
     refused_full: u64,
     /// The tick at which every replica crashes at once (losing unsynced writes), if any.
     restart_all_at: Option<u64>,
+    /// Per tick, the chance in percent that a replica with journal writes in flight crashes
+    /// (besides the random crashes), so crashes meet unsynced writes often.
+    crash_writing_percent: u64,
     restarts_all: u64,
     views_persisted: u64,
 }
 
-/// Operation code of a simulated logout: applying it ends the session of the op's client.
-const OPERATION_LOGOUT: u8 = 2;
-
-const INITIAL_STATE: u64 = 0x1234_5678;
-
-fn apply(state: u64, body: &[u8]) -> u64 {
-    let mut hash = Fnv::new();
-    hash.write(&state.to_le_bytes());
-    hash.write(body);
-    hash.finish()
+impl Cluster<ModelWorkload> {
+    /// A cluster of `replica_count` replicas and `client_count` clients for `seed`, over the
+    /// model state machine.
+    pub fn new(seed: u64, replica_count: u8, client_count: u8, requests_per_client: u64) -> Self {
+        Cluster::with_workload(
+            seed,
+            replica_count,
+            client_count,
+            requests_per_client,
+            ModelWorkload,
+        )
+    }
 }
 
-impl Cluster {
-    /// A cluster of `replica_count` replicas and `client_count` clients for `seed`.
-    pub fn new(seed: u64, replica_count: u8, client_count: u8, requests_per_client: u64) -> Self {
+impl<W: Workload> Cluster<W> {
+    /// A cluster of `replica_count` replicas and `client_count` clients for `seed`, whose
+    /// requests, state machines and their checks come from `workload`.
+    pub fn with_workload(
+        seed: u64,
+        replica_count: u8,
+        client_count: u8,
+        requests_per_client: u64,
+        workload: W,
+    ) -> Self {
         // Configuration choices come from their own stream so the fault stream stays as it was.
         let mut choices = Rng::new(seed ^ 0x00c0_ffee);
         let clients_table_max = if choices.chance(30) {
@@ -188,9 +202,7 @@ impl Cluster {
                 sync_pending: false,
                 view_pending: None,
                 storage: Storage::default(),
-                state: INITIAL_STATE,
-                states: BTreeMap::new(),
-                checkpoint_state: INITIAL_STATE,
+                machine: workload.machine(replica_count, replica),
                 restart_at: 0,
                 checked_commit: 0,
             })
@@ -215,6 +227,7 @@ impl Cluster {
             now: 0,
             replica_count,
             nodes,
+            workload,
             clients,
             network: PacketSimulator::new(options),
             canonical: BTreeMap::new(),
@@ -233,9 +246,31 @@ impl Cluster {
             retired_total: 0,
             refused_full: 0,
             restart_all_at,
+            crash_writing_percent: 0,
             restarts_all: 0,
             views_persisted: 0,
         }
+    }
+
+    /// The same world where, besides the random crashes, each tick a replica with journal
+    /// writes in flight crashes with `percent` chance (within the `f` limit): crashes then
+    /// often meet writes a sync has not covered yet.
+    pub fn crash_while_writing(mut self, percent: u64) -> Self {
+        self.crash_writing_percent = percent;
+        self
+    }
+
+    /// A replica with journal writes in flight, chosen to crash this tick (never when
+    /// `crash_writing_percent` is 0, and then without drawing from the fault stream).
+    fn writing_replica_to_crash(&mut self) -> Option<usize> {
+        if self.crash_writing_percent == 0 {
+            return None;
+        }
+        let writing: Vec<usize> = (0..self.nodes.len())
+            .filter(|index| self.nodes[*index].storage.prepares_pending())
+            .collect();
+        let index = *writing.get(self.rng.below(writing.len() as u64 + 1) as usize)?;
+        self.rng.chance(self.crash_writing_percent).then_some(index)
     }
 
     /// The same world with every replica crashing at once at tick `at` (and at no other tick).
@@ -246,7 +281,12 @@ impl Cluster {
 
     /// Runs: faults for `fault_ticks`, then a healed network until every client is done.
     /// Panics (with the seed) on any checker failure or lack of progress.
-    pub fn run(mut self, fault_ticks: u64, ticks_max: u64) -> Summary {
+    pub fn run(self, fault_ticks: u64, ticks_max: u64) -> Summary {
+        self.run_workload(fault_ticks, ticks_max).0
+    }
+
+    /// [`Cluster::run`], also handing back the workload (with whatever it counted).
+    pub fn run_workload(mut self, fault_ticks: u64, ticks_max: u64) -> (Summary, W) {
         while self.now < ticks_max {
             if self.now == fault_ticks {
                 self.heal();
@@ -263,6 +303,8 @@ impl Cluster {
             self.seed, self.now, self.clients
         );
         self.check_all();
+        let views: Vec<_> = self.nodes.iter().map(Node::view).collect();
+        self.workload.check_end(self.seed, &views);
         let view_max = self
             .nodes
             .iter()
@@ -270,7 +312,7 @@ impl Cluster {
             .map(|r| r.view())
             .max()
             .unwrap_or(0);
-        Summary {
+        let summary = Summary {
             committed: self.canonical.len() as u64,
             crashes: self.crashes,
             ticks: self.now,
@@ -281,7 +323,8 @@ impl Cluster {
             restarts_all: self.restarts_all,
             views_persisted: self.views_persisted,
             cut_off_view_rise_max: self.cut_off_view_rise_max,
-        }
+        };
+        (summary, self.workload)
     }
 
     /// Cuts replica `index` off from every other node until tick `until` (or longer, if it
@@ -326,23 +369,23 @@ impl Cluster {
             if node.core.is_none() {
                 if now >= node.restart_at {
                     self.restarts += 1;
-                    let (checkpoint, entries) = node.storage.open();
+                    let (checkpoint, records) = node.storage.open();
                     let config = config(self.replica_count, index as u8, self.clients_table_max);
-                    node.states.clear();
-                    let checkpoint = match checkpoint {
-                        None => {
-                            node.state = INITIAL_STATE;
-                            node.checkpoint_state = INITIAL_STATE;
-                            node.checked_commit = 0;
-                            None
-                        }
-                        Some((checkpoint, state)) => {
-                            node.state = state;
-                            node.checkpoint_state = state;
-                            node.checked_commit = checkpoint.op;
-                            Some(checkpoint)
-                        }
+                    let (checkpoint, state) = match checkpoint {
+                        None => (None, None),
+                        Some((checkpoint, state)) => (Some(checkpoint), Some(state)),
                     };
+                    node.checked_commit = checkpoint.as_ref().map_or(0, |c| c.op);
+                    let journaled = records.len();
+                    let restored = state.as_deref().map(|state| (node.checked_commit, state));
+                    let entries = node.machine.restart(restored, records);
+                    assert!(entries.len() <= journaled);
+                    if entries.len() < journaled {
+                        // The machine found a record it cannot restore (its body was lost
+                        // with unsynced writes): the journal ends before it, as the server's.
+                        let after_op = node.checked_commit + entries.len() as u64;
+                        node.storage.truncate(after_op);
+                    }
                     let view_state = node.storage.view_state(index as u8);
                     node.core = Some(GroupCore::open(
                         config,
@@ -362,6 +405,11 @@ impl Cluster {
                         self.cut_off_view[index] = Some(view);
                     }
                     self.drain(index);
+                    if let Some(node) = self.nodes.get_mut(index)
+                        && node.core.is_some()
+                    {
+                        node.machine.replayed();
+                    }
                 }
                 continue;
             }
@@ -369,6 +417,7 @@ impl Cluster {
             let core = node.core.as_mut().unwrap();
             if node.sync_pending && !node.storage.prepares_pending() {
                 node.sync_pending = false;
+                node.machine.sync();
                 core.synced();
             }
             if let Some(state) = node.view_pending
@@ -421,6 +470,9 @@ impl Cluster {
             if op <= replica.checkpoint_op() {
                 continue;
             }
+            let Some(state) = node.machine.checkpoint(op) else {
+                continue;
+            };
             if !solo {
                 self.check_held_everywhere(index, op);
             }
@@ -432,13 +484,6 @@ impl Cluster {
             core.checkpointed();
             assert_eq!(core.replica().checkpoint_op(), op);
             assert!(core.replica().journal_len() <= journal_before);
-            let state = node
-                .states
-                .range(..=op)
-                .next_back()
-                .map_or(node.checkpoint_state, |(_, state)| *state);
-            node.states.retain(|at, _| *at > op);
-            node.checkpoint_state = state;
             let at = now + 1 + self.rng.below(3);
             node.storage.write_checkpoint(at, op, bytes.clone(), state);
             self.checkpoints_taken += 1;
@@ -510,10 +555,16 @@ impl Cluster {
             }
             return;
         }
-        if !self.faults || !self.rng.chance(2) {
+        if !self.faults {
             return;
         }
-        let index = self.rng.below(u64::from(self.replica_count)) as usize;
+        let index = if self.rng.chance(2) {
+            self.rng.below(u64::from(self.replica_count)) as usize
+        } else if let Some(index) = self.writing_replica_to_crash() {
+            index
+        } else {
+            return;
+        };
         let faulty = self
             .nodes
             .iter()
@@ -540,6 +591,7 @@ impl Cluster {
         node.view_pending = None;
         node.restart_at = restart_at;
         node.storage.crash(&mut self.rng);
+        node.machine.crash(&mut self.rng);
     }
 
     /// Performs the node's steps until its core has nothing to do (or waits for storage).
@@ -587,13 +639,20 @@ impl Cluster {
                 }
                 Step::Journal { op, entry } => {
                     let at = self.now + 1 + self.rng.below(3);
-                    node.storage.write(at, entry);
+                    let stand_in = node.machine.journal(&entry);
+                    node.storage.write(at, entry, stand_in);
                     core.journaled(op, false);
                 }
                 // Durable once the storage has finished every queued write (see `step`).
                 Step::Sync if node.storage.prepares_pending() => node.sync_pending = true,
-                Step::Sync => core.synced(),
-                Step::Truncate { after_op } => node.storage.truncate(after_op),
+                Step::Sync => {
+                    node.machine.sync();
+                    core.synced();
+                }
+                Step::Truncate { after_op } => {
+                    node.storage.truncate(after_op);
+                    node.machine.truncate(after_op);
+                }
                 // The core synced the journal before handing this out (see `Storage`).
                 Step::PersistView { state } => {
                     let at = self.now + 1 + self.rng.below(3);
@@ -607,20 +666,15 @@ impl Cluster {
                     operation,
                     body,
                 } => {
-                    node.state = apply(node.state, &body);
-                    node.states.insert(op, node.state);
-                    let reply = Bytes::copy_from_slice(&node.state.to_le_bytes());
+                    let applied = node.machine.apply(op, client, operation, &body);
                     let entry = core.replica().entry(op).unwrap().clone();
-                    let fresh = self.check_commit(index, op, &entry, &reply);
+                    let fresh = self.check_commit(index, op, &entry, &applied.reply);
+                    if fresh {
+                        self.workload.committed(op, &entry, &applied.reply);
+                        self.retired_total += u64::from(!applied.retired.is_empty());
+                    }
                     let core = self.nodes[index].core.as_mut().unwrap();
-                    // Decided from the committed op alone, like the server's logout.
-                    let retired: &[u128] = if operation == OPERATION_LOGOUT {
-                        self.retired_total += u64::from(fresh);
-                        &[client]
-                    } else {
-                        &[]
-                    };
-                    core.applied(op, reply, retired);
+                    core.applied(op, applied.reply, &applied.retired);
                 }
                 // The simulated state machine keeps no per-session state.
                 Step::Registered { .. } => {}
@@ -703,9 +757,10 @@ impl Cluster {
             return;
         };
         match outcome {
-            Outcome::Committed { .. } if request == client.request => {
+            Outcome::Committed { op, reply } if request == client.request => {
                 if request > 0 {
                     client.completed += 1;
+                    self.workload.acknowledged(client_id, request, op, &reply);
                 }
                 client.sent_at = None;
                 client.retry_at = now + self.rng.below(30);
@@ -764,18 +819,16 @@ impl Cluster {
             client.logging_out = self
                 .logout_every
                 .is_some_and(|every| client.request > 0 && (finished || client.request > every));
-            let operation = if client.request == 0 {
-                OPERATION_REGISTER
-            } else if client.logging_out {
-                OPERATION_LOGOUT
+            let (id, request, target) = (client.id, client.request, client.target);
+            let (operation, body) = if request == 0 {
+                (OPERATION_REGISTER, Bytes::from(format!("c{id}r{request}")))
             } else {
-                1
+                self.workload.request(id, request, client.logging_out)
             };
-            let body = Bytes::from(format!("c{}r{}", client.id, client.request));
             let packet = Packet::Request {
-                to: client.target,
-                client: client.id,
-                request: client.request,
+                to: target,
+                client: id,
+                request,
                 operation,
                 body,
             };
@@ -884,6 +937,8 @@ impl Cluster {
         if self.now.is_multiple_of(64) {
             self.check_all();
         }
+        let views: Vec<_> = self.nodes.iter().map(Node::view).collect();
+        self.workload.check_step(seed, self.now, &views);
     }
 
     /// Full check: every committed op is still in every committed prefix, and no client request
@@ -949,8 +1004,15 @@ impl Client {
     }
 }
 
-impl Node {
+impl<M> Node<M> {
     fn replica(&self) -> Option<&Replica> {
         self.core.as_ref().map(GroupCore::replica)
+    }
+
+    fn view(&self) -> NodeView<'_, M> {
+        NodeView {
+            replica: self.replica(),
+            machine: &self.machine,
+        }
     }
 }

@@ -2,6 +2,7 @@
 //! and checkers run after every step. Any failure prints its seed; the same seed replays it.
 
 pub mod cluster;
+pub mod machine;
 pub mod packet;
 pub mod storage;
 

@@ -1,6 +1,10 @@
 //! Simulated journal storage: writes complete in order after a delay; a crash loses the
 //! pending writes and may tear the one in progress (its checksum then fails on open).
 //!
+//! A record journaled with a stand-in for its body (the machine stowed the body in its own
+//! storage) carries a seal over the stand-in, as the server's journal record carries its own
+//! checksum, so a torn stand-in is detected on open too.
+//!
 //! Checkpoints are written to two alternating slots with the state machine snapshot beside
 //! them; the journal prefix is dropped only once a checkpoint write completes, so a torn
 //! checkpoint falls back to the previous slot with the journal it still needs.
@@ -11,8 +15,9 @@
 //! valid slot.
 
 use super::Rng;
+use super::machine::Journaled;
 use crate::checkpoint::Checkpoint;
-use crate::message::Entry;
+use crate::message::{Entry, Fnv};
 use crate::view_state::ViewState;
 use bytes::Bytes;
 use std::collections::{BTreeMap, VecDeque};
@@ -20,9 +25,29 @@ use std::collections::{BTreeMap, VecDeque};
 /// One queued journal operation.
 #[derive(Clone, Debug)]
 enum Write {
-    Prepare(Entry),
+    Prepare(Record),
     Truncate(u64),
-    Checkpoint { op: u64, bytes: Vec<u8>, state: u64 },
+    Checkpoint {
+        op: u64,
+        bytes: Vec<u8>,
+        state: Vec<u8>,
+    },
+}
+
+/// A journal record: the entry as journaled and, for a stand-in, the seal over its body.
+#[derive(Clone, Debug)]
+struct Record {
+    entry: Entry,
+    stand_in_seal: Option<u64>,
+}
+
+impl Record {
+    fn is_valid(&self) -> bool {
+        match self.stand_in_seal {
+            None => self.entry.is_valid(),
+            Some(seal) => Fnv::oneshot(&self.entry.body) == seal,
+        }
+    }
 }
 
 /// A view state write in flight: completion tick, slot and bytes.
@@ -34,10 +59,10 @@ const CLUSTER: u128 = 0x5157;
 /// Durable journal of one replica plus its write queue.
 #[derive(Debug, Default)]
 pub struct Storage {
-    durable: BTreeMap<u64, Entry>,
+    durable: BTreeMap<u64, Record>,
     pending: VecDeque<(u64, Write)>,
     /// Checkpoint slots: encoded checkpoint and the state machine snapshot at its op.
-    slots: [Option<(Vec<u8>, u64)>; 2],
+    slots: [Option<(Vec<u8>, Vec<u8>)>; 2],
     /// Slot the next checkpoint write goes to.
     next_slot: usize,
     /// Op of the latest completed checkpoint.
@@ -49,10 +74,24 @@ pub struct Storage {
 }
 
 impl Storage {
-    /// Queues a prepare write completing at `at`.
-    pub fn write(&mut self, at: u64, entry: Entry) {
+    /// Queues a prepare write completing at `at`, with `stand_in` journaled in place of the
+    /// body when the machine stowed it.
+    pub fn write(&mut self, at: u64, entry: Entry, stand_in: Option<Bytes>) {
         let at = self.pending.back().map_or(at, |(last, _)| at.max(*last));
-        self.pending.push_back((at, Write::Prepare(entry)));
+        let record = match stand_in {
+            None => Record {
+                entry,
+                stand_in_seal: None,
+            },
+            Some(stand_in) => Record {
+                stand_in_seal: Some(Fnv::oneshot(&stand_in)),
+                entry: Entry {
+                    body: stand_in,
+                    ..entry
+                },
+            },
+        };
+        self.pending.push_back((at, Write::Prepare(record)));
     }
 
     /// Queues a truncation, ordered after earlier writes.
@@ -63,7 +102,7 @@ impl Storage {
 
     /// Queues a checkpoint write (with the state machine snapshot `state` at `op`) completing
     /// at `at`; once durable, the journal prefix up to `op` is dropped.
-    pub fn write_checkpoint(&mut self, at: u64, op: u64, bytes: Vec<u8>, state: u64) {
+    pub fn write_checkpoint(&mut self, at: u64, op: u64, bytes: Vec<u8>, state: Vec<u8>) {
         let at = self.pending.back().map_or(at, |(last, _)| at.max(*last));
         self.pending
             .push_back((at, Write::Checkpoint { op, bytes, state }));
@@ -112,9 +151,9 @@ impl Storage {
         let mut done = Vec::new();
         while self.pending.front().is_some_and(|(at, _)| *at <= now) {
             match self.pending.pop_front().unwrap().1 {
-                Write::Prepare(entry) => {
-                    done.push(entry.op);
-                    self.durable.insert(entry.op, entry);
+                Write::Prepare(record) => {
+                    done.push(record.entry.op);
+                    self.durable.insert(record.entry.op, record);
                 }
                 Write::Truncate(after_op) => {
                     self.durable.retain(|op, _| *op <= after_op);
@@ -133,16 +172,16 @@ impl Storage {
     /// Crash: pending writes are lost; the first may land torn.
     pub fn crash(&mut self, rng: &mut Rng) {
         match self.pending.front() {
-            Some((_, Write::Prepare(entry))) if rng.chance(50) => {
-                let mut torn = entry.clone();
-                let keep = torn.body.len() / 2;
-                torn.body = Bytes::from([&torn.body[..keep], b"\xff"].concat());
-                self.durable.insert(torn.op, torn);
+            Some((_, Write::Prepare(record))) if rng.chance(50) => {
+                let mut torn = record.clone();
+                let keep = torn.entry.body.len() / 2;
+                torn.entry.body = Bytes::from([&torn.entry.body[..keep], b"\xff"].concat());
+                self.durable.insert(torn.entry.op, torn);
             }
             Some((_, Write::Checkpoint { bytes, state, .. })) if rng.chance(50) => {
                 let torn = bytes[..bytes.len() / 2].to_vec();
                 // The torn slot held the older checkpoint; the next write reuses it.
-                self.slots[self.next_slot] = Some((torn, *state));
+                self.slots[self.next_slot] = Some((torn, state.clone()));
             }
             _ => {}
         }
@@ -160,21 +199,24 @@ impl Storage {
     }
 
     /// The latest valid checkpoint (with its state snapshot) and the valid contiguous journal
-    /// after it, as a replica opens them.
-    pub fn open(&self) -> (Option<(Checkpoint, u64)>, Vec<Entry>) {
+    /// records after it, as a replica opens them.
+    pub fn open(&self) -> (Option<(Checkpoint, Vec<u8>)>, Vec<Journaled>) {
         let checkpoint = self
             .slots
             .iter()
             .flatten()
-            .filter_map(|(bytes, state)| Some((Checkpoint::decode(bytes).ok()?, *state)))
+            .filter_map(|(bytes, state)| Some((Checkpoint::decode(bytes).ok()?, state.clone())))
             .max_by_key(|(checkpoint, _)| checkpoint.op);
         let base = checkpoint.as_ref().map_or(0, |(c, _)| c.op);
         let mut suffix = Vec::new();
-        while let Some(entry) = self.durable.get(&(base + suffix.len() as u64 + 1)) {
-            if !entry.is_valid() {
+        while let Some(record) = self.durable.get(&(base + suffix.len() as u64 + 1)) {
+            if !record.is_valid() {
                 break;
             }
-            suffix.push(entry.clone());
+            suffix.push(Journaled {
+                entry: record.entry.clone(),
+                stowed: record.stand_in_seal.is_some(),
+            });
         }
         (checkpoint, suffix)
     }
@@ -188,6 +230,6 @@ impl Storage {
         }
         suffix
             .get((op - base - 1) as usize)
-            .is_some_and(|entry| entry.checksum == checksum)
+            .is_some_and(|record| record.entry.checksum == checksum)
     }
 }

@@ -1,0 +1,285 @@
+//! An in-memory partition log with the fault model of a file behind a page cache: writes
+//! (appends, truncations) change what the log holds at once, become durable only at a sync,
+//! and a crash keeps the durable image plus an in-order prefix of the writes made since (the
+//! cache flushed some of them on its own), as the server's segment files do.
+
+use bytes::Bytes;
+use iggy_generated::frames::{BatchHeader, MessageFrameHeader};
+use iggy_vsr::message::Fnv;
+use iggy_vsr::sim::Rng;
+
+/// A batch checked against the record layout: its frames tile it exactly.
+#[derive(Clone, Debug)]
+pub struct CheckedBatch {
+    pub bytes: Bytes,
+    pub count: u32,
+}
+
+/// A batch as the log stores it: stamped with its partition, base offset and time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct StoredBatch {
+    base_offset: u64,
+    count: u32,
+    base_timestamp: u64,
+    record: Bytes,
+}
+
+impl StoredBatch {
+    fn end(&self) -> u64 {
+        self.base_offset + u64::from(self.count)
+    }
+}
+
+/// What the log holds: batches at dense offsets from `first_offset`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Image {
+    batches: Vec<StoredBatch>,
+}
+
+/// One write, in the order it was made.
+#[derive(Clone, Debug)]
+enum LogWrite {
+    Append(StoredBatch),
+    TruncateFrom(u64),
+}
+
+impl Image {
+    fn next_offset(&self) -> u64 {
+        self.batches.last().map_or(0, StoredBatch::end)
+    }
+
+    fn perform(&mut self, write: &LogWrite) {
+        match write {
+            LogWrite::Append(batch) => {
+                assert_eq!(batch.base_offset, self.next_offset(), "appends are dense");
+                self.batches.push(batch.clone());
+            }
+            LogWrite::TruncateFrom(from) => {
+                let keep = self.batches.partition_point(|b| b.base_offset < *from);
+                assert!(
+                    self.batches[..keep].last().is_none_or(|b| b.end() == *from),
+                    "a truncation falls on a batch boundary"
+                );
+                self.batches.truncate(keep);
+            }
+        }
+    }
+}
+
+/// The partition log of one replica.
+#[derive(Debug, Default)]
+pub struct SimLog {
+    /// What a crash keeps for sure.
+    durable: Image,
+    /// What the log holds now.
+    current: Image,
+    /// Writes made since the last sync, in order.
+    unsynced: Vec<LogWrite>,
+}
+
+/// The partition id the log stamps into every batch.
+const PARTITION_ID: u64 = 1;
+
+impl SimLog {
+    /// `batch`'s frames checked against the record layout (the spec's 256-byte header whose
+    /// `batch_length` is the record size, then `message_count` frames of a 48-byte header,
+    /// payload and user headers that fill the rest); `None` when they do not tile it.
+    pub fn check(batch: Bytes) -> Option<CheckedBatch> {
+        let header = BatchHeader::decode_fixed(batch.get(..BatchHeader::SIZE)?).ok()?;
+        if header.batch_length != batch.len() as u64 {
+            return None;
+        }
+        let mut position = BatchHeader::SIZE;
+        for _ in 0..header.message_count {
+            position = frame_end(&batch, position)?;
+        }
+        (position == batch.len()).then_some(CheckedBatch {
+            bytes: batch,
+            count: header.message_count,
+        })
+    }
+
+    /// The offset after the last message held.
+    pub fn next_offset(&self) -> u64 {
+        self.current.next_offset()
+    }
+
+    /// The first offset held (nothing is ever retired here).
+    pub fn first_offset(&self) -> u64 {
+        0
+    }
+
+    /// The base offset of the first batch stamped at or after `timestamp`.
+    pub fn offset_at_timestamp(&self, timestamp: u64) -> Option<u64> {
+        self.current
+            .batches
+            .iter()
+            .find(|batch| batch.base_timestamp >= timestamp)
+            .map(|batch| batch.base_offset)
+    }
+
+    /// Appends `batch` at `base_offset` (the log's end), stamping the server-owned header
+    /// fields as the server's log does.
+    pub fn append(&mut self, batch: &CheckedBatch, base_offset: u64, base_timestamp: u64) {
+        assert_eq!(
+            base_offset,
+            self.next_offset(),
+            "the core appends at the end"
+        );
+        let mut record = batch.bytes.to_vec();
+        write_u64(&mut record, BatchHeader::PARTITION_ID_OFFSET, PARTITION_ID);
+        write_u64(&mut record, BatchHeader::BASE_OFFSET_OFFSET, base_offset);
+        write_u64(
+            &mut record,
+            BatchHeader::BASE_TIMESTAMP_OFFSET,
+            base_timestamp,
+        );
+        write_u64(&mut record, BatchHeader::BATCH_CHECKSUM_OFFSET, 0);
+        let checksum = Fnv::oneshot(&record);
+        write_u64(&mut record, BatchHeader::BATCH_CHECKSUM_OFFSET, checksum);
+        self.write(LogWrite::Append(StoredBatch {
+            base_offset,
+            count: batch.count,
+            base_timestamp,
+            record: record.into(),
+        }));
+    }
+
+    /// Drops every batch from `from` (a batch boundary) on.
+    pub fn truncate_from(&mut self, from: u64) {
+        self.write(LogWrite::TruncateFrom(from));
+    }
+
+    fn write(&mut self, write: LogWrite) {
+        self.current.perform(&write);
+        self.unsynced.push(write);
+    }
+
+    /// The stamped record of the batch at `base_offset` if it is `length` bytes long.
+    pub fn record_at(&self, base_offset: u64, length: u64) -> Option<Bytes> {
+        let index = self
+            .current
+            .batches
+            .binary_search_by_key(&base_offset, |batch| batch.base_offset)
+            .ok()?;
+        let record = &self.current.batches[index].record;
+        (record.len() as u64 == length).then(|| record.clone())
+    }
+
+    /// The messages at offsets `start..start + count` (fewer if the log ends first): each
+    /// message's frame as stored (its header, payload and user headers).
+    pub fn read(&self, start: u64, count: u32) -> Vec<(u64, Bytes)> {
+        let end = start + u64::from(count);
+        let first = self.current.batches.partition_point(|b| b.end() <= start);
+        let mut messages = Vec::new();
+        for batch in &self.current.batches[first..] {
+            if batch.base_offset >= end {
+                break;
+            }
+            let mut position = BatchHeader::SIZE;
+            for index in 0..batch.count {
+                let frame_end = frame_end(&batch.record, position).expect("a checked batch");
+                let offset = batch.base_offset + u64::from(index);
+                if (start..end).contains(&offset) {
+                    messages.push((offset, batch.record.slice(position..frame_end)));
+                }
+                position = frame_end;
+            }
+        }
+        messages
+    }
+
+    /// Makes every write so far durable.
+    pub fn sync(&mut self) {
+        for write in self.unsynced.drain(..) {
+            self.durable.perform(&write);
+        }
+        debug_assert_eq!(self.durable, self.current);
+    }
+
+    /// A crash: the durable image and a seeded in-order prefix of the unsynced writes remain.
+    pub fn crash(&mut self, rng: &mut Rng) {
+        let kept = rng.below(self.unsynced.len() as u64 + 1) as usize;
+        for write in &self.unsynced[..kept] {
+            self.durable.perform(write);
+        }
+        self.unsynced.clear();
+        self.current = self.durable.clone();
+    }
+
+    /// Flips one byte of the stored message at `offset` (a bit rot the checkers must catch).
+    pub fn corrupt(&mut self, offset: u64) {
+        let index = self.current.batches.partition_point(|b| b.end() <= offset);
+        let batch = &mut self.current.batches[index];
+        let mut record = batch.record.to_vec();
+        let mut position = BatchHeader::SIZE;
+        for _ in batch.base_offset..offset {
+            position = frame_end(&record, position).expect("a checked batch");
+        }
+        let last = frame_end(&record, position).expect("a checked batch") - 1;
+        record[last] ^= 0x5a;
+        batch.record = record.into();
+    }
+}
+
+/// Where the frame starting at `start` ends; `None` when it overruns `record`.
+pub(crate) fn frame_end(record: &[u8], start: usize) -> Option<usize> {
+    let header = record.get(start..start + MessageFrameHeader::SIZE)?;
+    let header = MessageFrameHeader::decode_fixed(header).ok()?;
+    let end = start
+        + MessageFrameHeader::SIZE
+        + header.payload_length as usize
+        + header.user_headers_length as usize;
+    (end <= record.len()).then_some(end)
+}
+
+fn write_u64(record: &mut [u8], at: usize, value: u64) {
+    record[at..at + 8].copy_from_slice(&value.to_le_bytes());
+}
+
+/// Puts back the header fields the log stamped, as the stand-in recorded them: the batch as
+/// it was journaled.
+pub fn unstamp(record: &Bytes, partition_id: u64, base_offset: u64, checksum: u64) -> Bytes {
+    let mut record = record.to_vec();
+    write_u64(&mut record, BatchHeader::PARTITION_ID_OFFSET, partition_id);
+    write_u64(&mut record, BatchHeader::BASE_OFFSET_OFFSET, base_offset);
+    write_u64(&mut record, BatchHeader::BATCH_CHECKSUM_OFFSET, checksum);
+    record.into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(messages: &[&[u8]]) -> CheckedBatch {
+        let bytes = crate::workload::encode_batch(7, messages.iter().map(|m| (1, *m)));
+        SimLog::check(bytes).expect("a well-formed batch")
+    }
+
+    #[test]
+    fn unsynced_writes_are_lost_in_order_at_a_crash_and_synced_ones_stay() {
+        let mut log = SimLog::default();
+        log.append(&batch(&[b"a", b"b"]), 0, 1);
+        log.sync();
+        log.append(&batch(&[b"c"]), 2, 2);
+        log.truncate_from(2);
+        log.append(&batch(&[b"d"]), 2, 3);
+        assert_eq!(log.next_offset(), 3);
+        // Of the three writes since the sync, the seed keeps some prefix: never the truncation
+        // without the append before it.
+        for seed in 0..20 {
+            let mut copy = SimLog {
+                durable: log.durable.clone(),
+                current: log.current.clone(),
+                unsynced: log.unsynced.clone(),
+            };
+            copy.crash(&mut Rng::new(seed));
+            assert!(copy.next_offset() == 2 || copy.next_offset() == 3);
+            assert_eq!(copy.read(0, 2).len(), 2, "synced messages survive");
+        }
+        assert!(SimLog::check(Bytes::from_static(&[0; 10])).is_none());
+        let mut torn = batch(&[b"x"]).bytes.to_vec();
+        torn.pop();
+        assert!(SimLog::check(torn.into()).is_none(), "length differs");
+    }
+}

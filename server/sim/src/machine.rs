@@ -1,0 +1,245 @@
+//! The real partition state machine ([`Partition`]) over a [`SimLog`], driven the way the
+//! server's shell drives it (`iggy-server`'s `runtime/partition.rs` and the group's steps in
+//! `consensus/group.rs`): a send's batch is stowed in the log as it is journaled, with the
+//! 48-byte stand-in in the journal; a journal truncation drops stowed batches again; a restart
+//! restores the checkpoint state over the log, reads stowed bodies back from the log (the
+//! journal ends at the first it cannot find), and drops log messages no journaled op accounts
+//! for.
+
+use crate::log::{CheckedBatch, SimLog, unstamp};
+use bytes::Bytes;
+use iggy_generated::storage::StowedBatch;
+use iggy_partition::{Applied, Partition, PollRange, StartAt, WriteResult};
+use iggy_vsr::Entry;
+use iggy_vsr::sim::Rng;
+use iggy_vsr::sim::machine::{self, Journaled, Machine};
+
+impl iggy_partition::Log for SimLog {
+    type Batch = CheckedBatch;
+
+    fn next_offset(&self) -> u64 {
+        SimLog::next_offset(self)
+    }
+
+    fn first_offset(&self) -> u64 {
+        SimLog::first_offset(self)
+    }
+
+    fn offset_at_timestamp(&self, timestamp: u64) -> Option<u64> {
+        SimLog::offset_at_timestamp(self, timestamp)
+    }
+
+    fn check(&self, batch: Bytes) -> Option<(CheckedBatch, u32)> {
+        let batch = SimLog::check(batch)?;
+        let count = batch.count;
+        Some((batch, count))
+    }
+}
+
+/// What one replica's restarts went through.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RestartFigures {
+    /// Sends whose body a restart read back from the log through the journal's stand-in.
+    pub stowed_restored: u64,
+    /// Restarts whose journal ended early: a stand-in named a batch the crash took.
+    pub journals_cut: u64,
+    /// Restarts that dropped log messages no journaled op accounted for.
+    pub unaccounted_dropped: u64,
+}
+
+/// One replica's partition: the sans-IO core and its log.
+#[derive(Debug)]
+pub struct PartitionMachine {
+    /// A group of one replays its journal at once; a larger one commits it after rejoining,
+    /// so its stowed batches are accounted for until then.
+    replica_count: u8,
+    core: Partition,
+    log: SimLog,
+    /// The latest op applied (or restored from a checkpoint).
+    applied_op: u64,
+    restarts: RestartFigures,
+}
+
+impl PartitionMachine {
+    /// An empty partition of a group of `replica_count`.
+    pub fn new(replica_count: u8) -> Self {
+        PartitionMachine {
+            replica_count,
+            core: Partition::new(0),
+            log: SimLog::default(),
+            applied_op: 0,
+            restarts: RestartFigures::default(),
+        }
+    }
+
+    /// The partition core.
+    pub fn core(&self) -> &Partition {
+        &self.core
+    }
+
+    /// The offset after the last committed message.
+    pub fn committed_next_offset(&self) -> u64 {
+        self.core.committed_next_offset(self.log.next_offset())
+    }
+
+    /// A poll as a consumer's request does it: the core resolves the range, the log reads it.
+    pub fn poll(&self, start: StartAt, count: u32) -> (PollRange, Vec<(u64, Bytes)>) {
+        let range = self.core.poll_range(start, count, &self.log);
+        let messages = match range.count {
+            0 => Vec::new(),
+            count => self.log.read(range.start, count),
+        };
+        (range, messages)
+    }
+
+    /// What this replica's restarts went through.
+    pub fn restart_figures(&self) -> RestartFigures {
+        self.restarts
+    }
+
+    /// The log, for a test that damages it.
+    pub fn log_mut(&mut self) -> &mut SimLog {
+        &mut self.log
+    }
+
+    /// The op `record` as journaled, its body read back from the log where it was stowed;
+    /// `None` when the log does not hold that batch (lost with unsynced writes, or replaced).
+    fn unstow(&mut self, record: &Entry) -> Option<Entry> {
+        let stand_in = StowedBatch::decode_fixed(&record.body).ok()?;
+        let stored = self.log.record_at(stand_in.base_offset, stand_in.length)?;
+        let body = unstamp(
+            &stored,
+            stand_in.received_partition_id,
+            stand_in.received_base_offset,
+            stand_in.received_checksum,
+        );
+        let entry = Entry {
+            body,
+            ..record.clone()
+        };
+        if !entry.is_valid() {
+            return None;
+        }
+        if self.replica_count > 1 {
+            self.core
+                .stowed(entry.op, stand_in.base_offset, stand_in.message_count);
+        }
+        self.restarts.stowed_restored += 1;
+        Some(entry)
+    }
+}
+
+impl Machine for PartitionMachine {
+    fn journal(&mut self, entry: &Entry) -> Option<Bytes> {
+        let stow = self.core.stow(entry.operation, &entry.body, &self.log)?;
+        self.log
+            .append(&stow.batch, stow.base_offset, stow.base_timestamp);
+        self.core.stowed(entry.op, stow.base_offset, stow.count);
+        Some(stow.stand_in)
+    }
+
+    fn sync(&mut self) {
+        self.log.sync();
+    }
+
+    fn truncate(&mut self, after_op: u64) {
+        if let Some(from) = self.core.unstow_after(after_op) {
+            self.log.truncate_from(from);
+        }
+    }
+
+    fn apply(&mut self, op: u64, _client: u128, operation: u8, body: &Bytes) -> machine::Applied {
+        // Registers are not applied here, so ops may skip.
+        assert!(op > self.applied_op, "ops are applied in order");
+        self.applied_op = op;
+        let result = match self.core.apply(op, operation, body, &self.log) {
+            Applied::Reply(result) => result,
+            Applied::Append {
+                batch,
+                base_offset,
+                base_timestamp,
+            } => {
+                self.log.append(&batch, base_offset, base_timestamp);
+                self.core.appended(base_offset, batch.count)
+            }
+            Applied::Retire { keep_from } => {
+                panic!(
+                    "the workload sends no DeleteSegments, yet op {op} retires below {keep_from}"
+                )
+            }
+        };
+        machine::Applied {
+            reply: result.encode(),
+            retired: self.core.take_retired(),
+        }
+    }
+
+    /// As the server: the state now, taken only when it is the state as of `op`, with the log
+    /// synced first (the journal being emptied held the only other copy of the sends).
+    fn checkpoint(&mut self, op: u64) -> Option<Vec<u8>> {
+        if op != self.applied_op {
+            return None;
+        }
+        self.log.sync();
+        Some(self.core.encode_state())
+    }
+
+    fn crash(&mut self, rng: &mut Rng) {
+        self.log.crash(rng);
+    }
+
+    fn restart(&mut self, checkpoint: Option<(u64, &[u8])>, records: Vec<Journaled>) -> Vec<Entry> {
+        self.core = Partition::new(0);
+        self.applied_op = 0;
+        if let Some((op, state)) = checkpoint {
+            let lost = self
+                .core
+                .restore(state, self.log.next_offset())
+                .expect("a checkpoint state the core wrote");
+            // The checkpoint synced the log first, so the log holds every offset it counted.
+            assert_eq!(lost, None, "the log lost offsets a checkpoint counted");
+            self.applied_op = op;
+        }
+        let mut entries = Vec::with_capacity(records.len());
+        for record in records {
+            // A stand-in whose batch lies below the log's first offset was retired, not lost
+            // (the partition accounts for its offsets without the body).
+            let whole = !record.stowed
+                || self.core.retire_if_deleted(
+                    record.entry.op,
+                    &record.entry.body,
+                    self.log.first_offset(),
+                );
+            let entry = if whole {
+                record.entry
+            } else {
+                match self.unstow(&record.entry) {
+                    Some(entry) => entry,
+                    // Written to the log before its journal record and synced with it, so
+                    // only unsynced writes lost at the crash (never acknowledged) end here.
+                    None => {
+                        self.restarts.journals_cut += 1;
+                        break;
+                    }
+                }
+            };
+            entries.push(entry);
+        }
+        entries
+    }
+
+    fn replayed(&mut self) {
+        if let Some(from) = self.core.unaccounted_from(self.log.next_offset()) {
+            self.restarts.unaccounted_dropped += 1;
+            self.log.truncate_from(from);
+        }
+    }
+}
+
+/// Whether `reply` says a send appended `count` messages, and where.
+pub fn appended(reply: &Bytes) -> Option<(u64, u32)> {
+    match WriteResult::decode(reply) {
+        WriteResult::Appended { base_offset, count } => Some((base_offset, count)),
+        _ => None,
+    }
+}

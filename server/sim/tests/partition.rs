@@ -1,0 +1,164 @@
+//! The real partition state machine under the deterministic simulator, over many seeds.
+//!
+//! `SIM_SEEDS=N` runs N seeds per group size (default 100: 200 in all), `SIM_SEED=S` replays
+//! one seed (for each group size). A failure prints `replicas=R seed=S`.
+
+use iggy_sim::{Figures, PartitionWorkload};
+use iggy_vsr::sim::cluster::{Cluster, Summary};
+
+const CLIENTS: u8 = 3;
+const REQUESTS_PER_CLIENT: u64 = 20;
+const FAULT_TICKS: u64 = 1_500;
+const TICKS_MAX: u64 = 30_000;
+/// Per tick, the chance a replica with journal writes in flight crashes: crashes meet the
+/// log's unsynced appends and truncations, not only synced state.
+const CRASH_WHILE_WRITING_PERCENT: u64 = 3;
+
+fn env(name: &str) -> Option<u64> {
+    std::env::var(name)
+        .ok()
+        .and_then(|value| value.parse().ok())
+}
+
+/// The seeds to run for `replica_count`: `SIM_SEED` alone, or `SIM_SEEDS` (default 100) of them.
+fn seeds(replica_count: u8) -> Vec<u64> {
+    match env("SIM_SEED") {
+        Some(seed) => vec![seed],
+        None => (0..env("SIM_SEEDS").unwrap_or(100))
+            .map(|seed| seed * 1_000 + u64::from(replica_count))
+            .collect(),
+    }
+}
+
+/// Runs one seed, naming it if a checker fails.
+fn run_seed(replica_count: u8, seed: u64, restart_all_at: Option<u64>) -> (Summary, Figures) {
+    let result = std::panic::catch_unwind(|| {
+        let workload = PartitionWorkload::new(seed);
+        let cluster =
+            Cluster::with_workload(seed, replica_count, CLIENTS, REQUESTS_PER_CLIENT, workload)
+                .crash_while_writing(CRASH_WHILE_WRITING_PERCENT);
+        let cluster = match restart_all_at {
+            Some(at) => cluster.restart_all_at(at),
+            None => cluster,
+        };
+        let (summary, workload) = cluster.run_workload(FAULT_TICKS, TICKS_MAX);
+        (summary, workload.figures())
+    });
+    match result {
+        Ok(outcome) => outcome,
+        Err(panic) => {
+            eprintln!(
+                "partition simulation failed: replicas={replica_count} seed={seed} \
+                 (replay: SIM_SEED={seed})"
+            );
+            std::panic::resume_unwind(panic);
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Totals {
+    seeds: u64,
+    committed: u64,
+    crashes: u64,
+    restarts_all: u64,
+    checkpoints: u64,
+    sends_acknowledged: u64,
+    messages_acknowledged: u64,
+    messages_committed: u64,
+    malformed_refused: u64,
+    stores_acknowledged: u64,
+    polls: u64,
+    messages_polled: u64,
+    full_reads: u64,
+    stowed_restored: u64,
+    journals_cut: u64,
+    unaccounted_dropped: u64,
+    view_max: u32,
+}
+
+impl Totals {
+    fn add(&mut self, summary: &Summary, figures: &Figures) {
+        self.seeds += 1;
+        self.committed += summary.committed;
+        self.crashes += summary.crashes;
+        self.restarts_all += summary.restarts_all;
+        self.checkpoints += summary.checkpoints;
+        self.view_max = self.view_max.max(summary.view_max);
+        self.sends_acknowledged += figures.sends_acknowledged;
+        self.messages_acknowledged += figures.messages_acknowledged;
+        self.messages_committed += figures.messages_committed;
+        self.malformed_refused += figures.malformed_refused;
+        self.stores_acknowledged += figures.stores_acknowledged;
+        self.polls += figures.polls;
+        self.messages_polled += figures.messages_polled;
+        self.full_reads += figures.full_reads;
+        self.stowed_restored += figures.restarts.stowed_restored;
+        self.journals_cut += figures.restarts.journals_cut;
+        self.unaccounted_dropped += figures.restarts.unaccounted_dropped;
+    }
+}
+
+fn run(replica_count: u8) {
+    let mut totals = Totals::default();
+    for seed in seeds(replica_count) {
+        let (summary, figures) = run_seed(replica_count, seed, None);
+        // Every client finished: its register and all its requests committed.
+        assert!(
+            summary.committed >= u64::from(CLIENTS) * (REQUESTS_PER_CLIENT + 1),
+            "seed {seed}: {summary:?}"
+        );
+        totals.add(&summary, &figures);
+    }
+    eprintln!("replicas={replica_count}: {totals:?}");
+    assert!(totals.sends_acknowledged > 0 && totals.polls > 0);
+    assert!(
+        totals.messages_committed >= totals.messages_acknowledged,
+        "every acknowledged message is committed"
+    );
+    if totals.seeds >= 10 {
+        assert!(totals.crashes > 0, "crashes are exercised");
+        assert!(
+            totals.restarts_all > 0,
+            "restarts of every replica are exercised"
+        );
+        assert!(totals.checkpoints > 0, "checkpoints are exercised");
+        assert!(totals.malformed_refused > 0 && totals.stores_acknowledged > 0);
+        assert!(
+            totals.stowed_restored > 0,
+            "restarts read stowed sends back from the log"
+        );
+    }
+}
+
+#[test]
+fn three_replicas_run_the_real_partition_machine() {
+    run(3);
+}
+
+#[test]
+fn five_replicas_run_the_real_partition_machine() {
+    run(5);
+}
+
+/// Every replica crashes at once, each losing its unsynced journal and log writes: no
+/// acknowledged send is lost, and the group goes on appending at dense offsets.
+#[test]
+fn every_replica_restarting_at_once_loses_no_acknowledged_send() {
+    for replica_count in [3, 5] {
+        for seed in 0..6u64 {
+            let seed = 70_000 + seed * 10 + u64::from(replica_count);
+            let at = 80 + (seed * 37) % 300;
+            let (summary, figures) = run_seed(replica_count, seed, Some(at));
+            assert_eq!(summary.restarts_all, 1, "seed {seed}: {summary:?}");
+            assert!(figures.sends_acknowledged > 0, "seed {seed}: {figures:?}");
+        }
+    }
+}
+
+#[test]
+fn a_seed_replays_exactly() {
+    let first = run_seed(3, 11, None);
+    let second = run_seed(3, 11, None);
+    assert_eq!(format!("{first:?}"), format!("{second:?}"));
+}
