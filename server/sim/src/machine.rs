@@ -105,6 +105,20 @@ impl PartitionMachine {
     /// The op `record` as journaled, its body read back from the log where it was stowed;
     /// `None` when the log does not hold that batch (lost with unsynced writes, or replaced).
     fn unstow(&mut self, record: &Entry) -> Option<Entry> {
+        let (entry, stand_in) = self.read_stowed(record)?;
+        if self.replica_count > 1 {
+            self.core
+                .stowed(entry.op, stand_in.base_offset, stand_in.message_count);
+        }
+        self.restarts.stowed_restored += 1;
+        Some(entry)
+    }
+}
+
+impl PartitionMachine {
+    /// The entry a stand-in journals, with the batch the log holds at its offsets (the stamped
+    /// header fields put back as received); `None` when the log does not hold it whole.
+    fn read_stowed(&self, record: &Entry) -> Option<(Entry, StowedBatch)> {
         let stand_in = StowedBatch::decode_fixed(&record.body).ok()?;
         let stored = self.log.record_at(stand_in.base_offset, stand_in.length)?;
         let body = unstamp(
@@ -117,19 +131,18 @@ impl PartitionMachine {
             body,
             ..record.clone()
         };
-        if !entry.is_valid() {
-            return None;
-        }
-        if self.replica_count > 1 {
-            self.core
-                .stowed(entry.op, stand_in.base_offset, stand_in.message_count);
-        }
-        self.restarts.stowed_restored += 1;
-        Some(entry)
+        entry.is_valid().then_some((entry, stand_in))
     }
 }
 
 impl Machine for PartitionMachine {
+    fn read_back(&mut self, record: &Journaled) -> Option<Entry> {
+        match record.stowed {
+            true => self.read_stowed(&record.entry).map(|(entry, _)| entry),
+            false => Some(record.entry.clone()),
+        }
+    }
+
     fn journal(&mut self, entry: &Entry) -> Option<Bytes> {
         let stow = self.core.stow(entry.operation, &entry.body, &self.log)?;
         self.log

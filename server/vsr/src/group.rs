@@ -73,6 +73,9 @@ pub enum Step<W> {
     Registered { op: u64, client: u128, body: Bytes },
     /// Send `message` to the group's replica `to`.
     Send { to: ReplicaId, message: Message },
+    /// Read the journaled op `op` back (a stowed body from where the state machine stowed it),
+    /// then call [`GroupCore::read_back`]: a peer needs an op whose body was released.
+    ReadBack { op: u64 },
     /// Durably write the group's view state (two alternating slots, fsynced), then call
     /// [`GroupCore::view_persisted`]. Every journal write and truncation handed out before it
     /// is already durable (a `Sync` precedes it), so the persisted log view never names a log
@@ -331,6 +334,7 @@ impl<W> GroupCore<W> {
                     self.answer(client, request, Outcome::Refused(refusal));
                 }
                 Action::Send { to, message } => return Some(Step::Send { to, message }),
+                Action::ReadBack { op } => return Some(Step::ReadBack { op }),
             }
         }
     }
@@ -439,13 +443,16 @@ impl<W> GroupCore<W> {
             .is_some_and(|session| request <= session.request)
     }
 
-    /// A group of one has applied its committed ops and no peer will ask for them: their
-    /// bodies (a send's batch: the received buffer) go back to the allocator now, not at the
-    /// next checkpoint.
+    /// The state machine applied the committed ops: their bodies (a send's batch: the received
+    /// buffer) go back to the allocator now, not at the next checkpoint; a peer that still
+    /// needs one gets it read back ([`Step::ReadBack`]).
     pub fn release_applied_bodies(&mut self) {
-        if self.replica.is_solo() {
-            self.replica.release_committed_bodies();
-        }
+        self.replica.release_committed_bodies();
+    }
+
+    /// The entry [`Step::ReadBack`] asked for, read back (`None` when it could not be).
+    pub fn read_back(&mut self, op: u64, entry: Option<Entry>) {
+        self.replica.on_read_back(op, entry);
     }
 
     /// The op to checkpoint at, once the journal (`journal_bytes` on disk) has grown past the
@@ -540,7 +547,9 @@ mod tests {
                         core.applied(op, reply.into(), &[]);
                     }
                     Step::Registered { client, .. } => self.registered.push(client),
-                    Step::Send { .. } => panic!("a group of one sends nothing"),
+                    Step::Send { .. } | Step::ReadBack { .. } => {
+                        panic!("a group of one has no peer")
+                    }
                     Step::PersistView { .. } => panic!("a group of one never changes view"),
                     Step::Answer { waiter, outcome } => self.answers.push((waiter, outcome)),
                 }

@@ -141,6 +141,10 @@ pub enum Action {
     /// Remove every journal entry with an op greater than `after_op` (no callback; ordered
     /// with respect to the writes around it).
     TruncateJournal { after_op: u64 },
+    /// A peer needs the committed op `op`, whose body this replica released from memory: read
+    /// the entry back from the journal (a stowed body from where it was stowed), then call
+    /// `on_read_back(op, entry)`.
+    ReadBack { op: u64 },
     /// Apply `operation`/`body` at `op` to the state machine, then call
     /// `on_committed_reply(op, reply)`. At most one `Commit` is outstanding at a time.
     Commit {
@@ -251,6 +255,8 @@ pub struct Replica {
     actions: VecDeque<Action>,
     /// Committed ops whose bodies were released (`release_committed_bodies`).
     released_through: u64,
+    /// Released ops being read back for peers: who asked, and the view to send them in.
+    reading_back: BTreeMap<u64, Vec<(ReplicaId, u32)>>,
 }
 
 impl Replica {
@@ -371,6 +377,7 @@ impl Replica {
             resent_at: 0,
             actions: VecDeque::new(),
             released_through: checkpoint.op,
+            reading_back: BTreeMap::new(),
         }
     }
 
@@ -505,21 +512,65 @@ impl Replica {
     pub fn entry(&self, op: u64) -> Option<&Entry> {
         self.journal.get(op)
     }
-    /// Number of journal entries held in memory (ops above the latest checkpoint).
-    /// Drops the bodies of committed entries from memory (registers keep theirs). Only a
-    /// replica without peers may: no backup will ever ask it for an entry, and the state
-    /// machine has applied them, so a send's batch need not stay in memory until the next
-    /// checkpoint. Checksums stay, so the log still chains.
+    /// Drops the bodies of committed, applied entries from memory (registers and limit
+    /// nominations keep theirs): a send's batch need not stay in memory until the next
+    /// checkpoint, which in a group of more than one waits for every replica. A peer that
+    /// still needs one (a lagging backup's repair, a new primary's body fetch) gets it read
+    /// back ([`Action::ReadBack`]). Checksums stay, so the log still chains.
     pub fn release_committed_bodies(&mut self) {
-        assert_eq!(
-            self.config.replica_count, 1,
-            "peers may still ask for committed entries"
-        );
         if self.commit_min > self.released_through {
             self.journal
                 .release_bodies(self.released_through + 1, self.commit_min);
             self.released_through = self.commit_min;
         }
+    }
+
+    /// The entry of op `op` read back from the journal after [`Action::ReadBack`] (`None`: it
+    /// could not be read, and the peers that asked ask again): sent to every peer waiting for
+    /// it when it is the entry this replica holds at `op`.
+    pub fn on_read_back(&mut self, op: u64, entry: Option<Entry>) {
+        let Some(waiting) = self.reading_back.remove(&op) else {
+            return;
+        };
+        let (Some(entry), Some(held)) = (entry, self.journal.get(op)) else {
+            return;
+        };
+        if entry.header() != held.header() || !entry.is_valid() {
+            return;
+        }
+        for (to, view) in waiting {
+            let message = Message::Prepare {
+                view,
+                commit: self.commit_max,
+                entry: entry.clone(),
+            };
+            self.send(to, message);
+        }
+    }
+
+    /// Sends the held entry `op` to `to` as a prepare of `view`, reading its body back first
+    /// when it was released.
+    fn send_entry(&mut self, to: ReplicaId, view: u32, op: u64) {
+        let entry = self.journal.get(op).expect("op in log");
+        let released = op <= self.released_through
+            && entry.operation != OPERATION_REGISTER
+            && entry.operation != OPERATION_NOMINATE_LIMITS;
+        if released {
+            let waiting = self.reading_back.entry(op).or_default();
+            if waiting.is_empty() {
+                self.actions.push_back(Action::ReadBack { op });
+            }
+            if !waiting.contains(&(to, view)) {
+                waiting.push((to, view));
+            }
+            return;
+        }
+        let message = Message::Prepare {
+            view,
+            commit: self.commit_max,
+            entry: entry.clone(),
+        };
+        self.send(to, message);
     }
 
     /// Whether the group has no other replica.
@@ -1145,15 +1196,7 @@ impl Replica {
         }
         let last = self.journal.op().min(op + REPAIR_PREPARES_MAX - 1);
         for repair in op..=last {
-            let entry = self.journal.get(repair).expect("op in log").clone();
-            self.send(
-                replica,
-                Message::Prepare {
-                    view: self.view,
-                    commit: self.commit_max,
-                    entry,
-                },
-            );
+            self.send_entry(replica, self.view, repair);
         }
     }
 
@@ -1163,13 +1206,7 @@ impl Replica {
         let first = op.max(self.journal.base().op + 1);
         let last = self.journal.op().min(op + REPAIR_PREPARES_MAX - 1);
         for served in first..=last {
-            let entry = self.journal.get(served).expect("op in log").clone();
-            let message = Message::Prepare {
-                view: self.log_view,
-                commit: self.commit_max,
-                entry,
-            };
-            self.send(to, message);
+            self.send_entry(to, self.log_view, served);
         }
     }
 

@@ -174,6 +174,7 @@ fn run(core: &mut GroupCore<u32>) -> Vec<Message> {
             Step::Send { message, .. } => sent.push(message),
             Step::Truncate { .. } | Step::Registered { .. } | Step::Answer { .. } => {}
             Step::PersistView { state } => core.view_persisted(state),
+            Step::ReadBack { op } => panic!("nothing was released, yet op {op} is read back"),
         }
     }
     sent

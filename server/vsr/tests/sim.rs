@@ -12,7 +12,7 @@ fn seeds() -> u64 {
 fn run(replica_count: u8) {
     let (mut committed, mut checkpoints, mut retirements, mut refused_full) = (0, 0, 0, 0);
     let (mut restarts_all, mut views_persisted, mut view_max) = (0, 0, 0);
-    let (mut view_max_sum, mut cut_off_view_rise_max) = (0u64, 0);
+    let (mut view_max_sum, mut cut_off_view_rise_max, mut read_backs) = (0u64, 0, 0);
     for seed in 0..seeds() {
         let seed = seed * 1_000 + u64::from(replica_count);
         let result = std::panic::catch_unwind(|| {
@@ -26,6 +26,7 @@ fn run(replica_count: u8) {
                 refused_full += summary.refused_full;
                 restarts_all += summary.restarts_all;
                 views_persisted += summary.views_persisted;
+                read_backs += summary.read_backs;
                 view_max = view_max.max(summary.view_max);
                 view_max_sum += u64::from(summary.view_max);
                 cut_off_view_rise_max = cut_off_view_rise_max.max(summary.cut_off_view_rise_max);
@@ -43,7 +44,8 @@ fn run(replica_count: u8) {
     eprintln!(
         "replicas={replica_count}: {committed} ops committed, {checkpoints} checkpoints, \
          {retirements} retirements, {refused_full} registers refused at capacity, \
-         {restarts_all} restarts of every replica, {views_persisted} view states persisted \
+         {restarts_all} restarts of every replica, {views_persisted} view states persisted, \
+         {read_backs} released entries read back for a peer \
          (highest view {view_max}, per seed {:.1} on average; a replica cut off from the others \
          climbed at most {cut_off_view_rise_max} views)",
         view_max_sum as f64 / seeds() as f64
@@ -55,6 +57,10 @@ fn run(replica_count: u8) {
     assert!(
         replica_count == 1 || views_persisted > 0,
         "view changes persist view states"
+    );
+    assert!(
+        replica_count == 1 || seeds() < 10 || read_backs > 0,
+        "released bodies are read back for lagging peers"
     );
     assert!(
         replica_count > 1 || views_persisted == 0,

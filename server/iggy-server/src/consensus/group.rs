@@ -23,6 +23,25 @@ use iggy_vsr::group::{CheckpointPolicy, GroupCore, Pending, Step};
 pub use iggy_vsr::group::{Durability, Outcome};
 use iggy_vsr::{Config, Entry, Refusal, ViewState};
 
+/// One record of a journal as recovered.
+#[derive(Debug, PartialEq)]
+pub enum JournalEntry {
+    /// The op with its body.
+    Whole(Entry),
+    /// The op whose record holds a stand-in (`entry.body`) for a body the group's state
+    /// machine wrote to its own files first (see `StateMachine::stow`); its checksum covers
+    /// the real body.
+    Stowed(Entry),
+}
+
+impl JournalEntry {
+    pub fn entry(&self) -> &Entry {
+        match self {
+            JournalEntry::Whole(entry) | JournalEntry::Stowed(entry) => entry,
+        }
+    }
+}
+
 /// Where a group's prepares are journaled. A failed write or fsync stops the process.
 pub trait Journal {
     /// Appends `entry` (ops are appended in order, after any truncation), with `stand_in` in
@@ -42,6 +61,8 @@ pub trait Journal {
     fn reset_after_checkpoint(&mut self, op: u64) -> impl Future<Output = ()>;
     /// Bytes the journal holds.
     fn len_bytes(&self) -> u64;
+    /// The record of `op` read back (see [`crate::consensus::wal::FileJournal::read`]).
+    fn read(&self, op: u64) -> impl Future<Output = Option<JournalEntry>>;
 }
 
 /// The deterministic state a group replicates.
@@ -105,6 +126,11 @@ pub trait StateMachine {
     /// The journal dropped every op after `op`: drops their stowed bodies.
     fn unstow_after(&mut self, _op: u64) -> impl Future<Output = std::io::Result<()>> {
         async { Ok(()) }
+    }
+    /// The op `stand_in` journals, its body read back from where [`Self::stow`] put it; `None`
+    /// when it is gone (a retired segment) or damaged.
+    fn read_stowed(&self, _stand_in: &Entry) -> impl Future<Output = Option<Entry>> {
+        async { None }
     }
 }
 
@@ -693,6 +719,19 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                         self.stop_failed("fsync stowed bodies", &error);
                     }
                     self.core.synced();
+                }
+                Step::ReadBack { op } => {
+                    let entry = match self.journal.read(op).await {
+                        Some(JournalEntry::Whole(entry)) => Some(entry),
+                        Some(JournalEntry::Stowed(stand_in)) => {
+                            self.state.read_stowed(&stand_in).await
+                        }
+                        None => None,
+                    };
+                    if entry.is_none() {
+                        tracing::warn!("op {op} could not be read back for a peer");
+                    }
+                    self.core.read_back(op, entry);
                 }
                 Step::Truncate { after_op } => {
                     self.journal.truncate_after(after_op).await;

@@ -30,6 +30,7 @@
 //! the group does not go on accepting over a journal it cannot trust.
 
 use crate::consensus::group::Journal;
+pub use crate::consensus::group::JournalEntry;
 use bytes::Bytes;
 use compio::fs::{File, OpenOptions};
 use compio::io::{AsyncReadAtExt, AsyncWriteAtExt};
@@ -80,17 +81,6 @@ impl Anchor {
 
 /// Why a walk ended at a whole, valid record that does not continue the chain.
 const CHAIN_BROKEN: &str = "parent does not chain to the op before it";
-
-/// One record of a journal as recovered.
-#[derive(Debug, PartialEq)]
-pub enum JournalEntry {
-    /// The op with its body.
-    Whole(Entry),
-    /// The op whose record holds a stand-in (`entry.body`) for a body the group's state
-    /// machine wrote to its own files first (see `StateMachine::stow`); its checksum covers
-    /// the real body.
-    Stowed(Entry),
-}
 
 /// `checksum_body` of a record holding a stand-in: never zero (zero marks a whole body).
 fn stand_in_checksum(stand_in: &[u8]) -> u128 {
@@ -463,14 +453,6 @@ fn continuation(
     (damaged + 1..=bytes.len().saturating_sub(HEADER_SIZE)).find_map(current)
 }
 
-impl JournalEntry {
-    pub fn entry(&self) -> &Entry {
-        match self {
-            JournalEntry::Whole(entry) | JournalEntry::Stowed(entry) => entry,
-        }
-    }
-}
-
 impl FileJournal {
     /// Opens (or creates) the journal at `path` and returns it with its valid entries above
     /// the anchor's checkpoint (ops at or below it are covered by a checkpoint: a crash between
@@ -699,6 +681,10 @@ impl Journal for FileJournal {
         self.len
     }
 
+    async fn read(&self, op: u64) -> Option<JournalEntry> {
+        FileJournal::read(self, op).await
+    }
+
     async fn truncate_after(&mut self, op: u64) {
         let index = op.saturating_sub(self.base) as usize;
         if let Some(&position) = self.positions.get(index) {
@@ -714,6 +700,28 @@ impl Journal for FileJournal {
 }
 
 impl FileJournal {
+    /// The journaled record of `op`, read back from the file (a replica that released a
+    /// committed body from memory serves a peer's repair from here); `None` when the journal
+    /// does not hold `op` or its record no longer checks out.
+    pub async fn read(&self, op: u64) -> Option<JournalEntry> {
+        let index = usize::try_from(op.checked_sub(self.base + 1)?).ok()?;
+        let position = *self.positions.get(index)?;
+        let end = self.positions.get(index + 1).copied().unwrap_or(self.len);
+        let buffer = Vec::with_capacity(usize::try_from(end - position).ok()?);
+        let compio::BufResult(read, bytes) = self.file.read_exact_at(buffer, position).await;
+        read.or_stop("read", &self.path);
+        match decode_record(&Bytes::from(bytes), Some(op)) {
+            Ok(record) if record.entry.entry().checksum == self.checksums[index] => {
+                Some(record.entry)
+            }
+            Ok(_) => None,
+            Err(why) => {
+                tracing::error!("{}: op {op} reads back damaged: {why}", self.path.display());
+                None
+            }
+        }
+    }
+
     /// Drops the records a checkpoint at `op` made redundant. When it covers every record (a
     /// group of one always checkpoints at its last op) the journal empties: the next append
     /// overwrites the first record (see the module note) and chains to op `op`, which the
@@ -821,6 +829,43 @@ mod tests {
             Operation::CreateStream.to_repr(),
             Bytes::from_static(body),
         )
+    }
+
+    #[compio::test]
+    async fn a_record_reads_back_by_op_whole_or_stowed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.wal");
+        let (mut journal, _) = open_whole(&path, anchor(0, b"abcd")).await.unwrap();
+        let stand_in = Bytes::from_static(b"stand-in");
+        journal.append(&entry(1, b"one"), None).await.unwrap();
+        journal
+            .append(&entry(2, b"two"), Some(&stand_in))
+            .await
+            .unwrap();
+        journal.append(&entry(3, b"three"), None).await.unwrap();
+        assert_eq!(
+            journal.read(1).await,
+            Some(JournalEntry::Whole(entry(1, b"one")))
+        );
+        let stowed = Entry {
+            body: stand_in.clone(),
+            ..entry(2, b"two")
+        };
+        assert_eq!(journal.read(2).await, Some(JournalEntry::Stowed(stowed)));
+        assert_eq!(
+            journal.read(3).await,
+            Some(JournalEntry::Whole(entry(3, b"three")))
+        );
+        assert_eq!(journal.read(0).await, None);
+        assert_eq!(journal.read(4).await, None);
+        // A record damaged on disk is not served.
+        journal.sync().await;
+        let mut bytes = std::fs::read(&path).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0xff;
+        std::fs::write(&path, bytes).unwrap();
+        assert_eq!(journal.read(3).await, None);
+        assert!(journal.read(1).await.is_some());
     }
 
     #[compio::test]

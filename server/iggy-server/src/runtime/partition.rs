@@ -367,6 +367,10 @@ impl StateMachine for PartitionMachine {
             .map_err(std::io::Error::other)
     }
 
+    async fn read_stowed(&self, stand_in: &Entry) -> Option<Entry> {
+        self.unstow(stand_in).await
+    }
+
     async fn checkpoint(&mut self) -> std::io::Result<Vec<u8>> {
         // Under the persisted policy the journal being emptied is the fsynced copy: the segments
         // must be durable first. Under the replicated policy acknowledged writes only have to

@@ -94,6 +94,8 @@ pub struct Summary {
     pub restarts_all: u64,
     /// View states persisted (over all replicas).
     pub views_persisted: u64,
+    /// Released entries read back from storage for a peer (over all replicas).
+    pub read_backs: u64,
     /// The most views any replica climbed while cut off from every other node (counted from
     /// its view when the cut began, or when it restarted during the cut).
     pub cut_off_view_rise_max: u32,
@@ -142,6 +144,7 @@ pub struct Cluster<W: Workload = ModelWorkload> {
     crash_writing_percent: u64,
     restarts_all: u64,
     views_persisted: u64,
+    read_backs: u64,
 }
 
 impl Cluster<ModelWorkload> {
@@ -249,6 +252,7 @@ impl<W: Workload> Cluster<W> {
             crash_writing_percent: 0,
             restarts_all: 0,
             views_persisted: 0,
+            read_backs: 0,
         }
     }
 
@@ -322,6 +326,7 @@ impl<W: Workload> Cluster<W> {
             refused_full: self.refused_full,
             restarts_all: self.restarts_all,
             views_persisted: self.views_persisted,
+            read_backs: self.read_backs,
             cut_off_view_rise_max: self.cut_off_view_rise_max,
         };
         (summary, self.workload)
@@ -602,6 +607,9 @@ impl<W: Workload> Cluster<W> {
                 return;
             };
             let Some(step) = core.poll() else {
+                // As the server's shell does after each drive: applied bodies leave memory, and
+                // a peer that needs one gets it read back.
+                core.release_applied_bodies();
                 return;
             };
             match step {
@@ -652,6 +660,14 @@ impl<W: Workload> Cluster<W> {
                 Step::Truncate { after_op } => {
                     node.storage.truncate(after_op);
                     node.machine.truncate(after_op);
+                }
+                Step::ReadBack { op } => {
+                    let entry = node
+                        .storage
+                        .read(op)
+                        .and_then(|record| node.machine.read_back(&record));
+                    self.read_backs += 1;
+                    core.read_back(op, entry);
                 }
                 // The core synced the journal before handing this out (see `Storage`).
                 Step::PersistView { state } => {

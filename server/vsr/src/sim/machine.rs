@@ -56,6 +56,11 @@ pub trait Machine {
     fn restart(&mut self, checkpoint: Option<(u64, &[u8])>, records: Vec<Journaled>) -> Vec<Entry>;
     /// The replica was opened and has replayed what it could.
     fn replayed(&mut self);
+    /// `Step::ReadBack`: the entry `record` journals, its body read back from where
+    /// [`Machine::journal`] stowed it; `None` when that is gone.
+    fn read_back(&mut self, record: &Journaled) -> Option<Entry> {
+        (!record.stowed).then(|| record.entry.clone())
+    }
 }
 
 /// A replica as the workload's checker sees it: `None` while crashed.

@@ -221,6 +221,27 @@ impl Storage {
         (checkpoint, suffix)
     }
 
+    /// The record of op `op` as the journal holds it now, written or still queued (a read
+    /// sees what the file was given, synced or not); `None` when it is gone or torn.
+    pub fn read(&self, op: u64) -> Option<Journaled> {
+        let mut record = None;
+        for (_, write) in self.pending.iter().rev() {
+            match write {
+                Write::Prepare(queued) if queued.entry.op == op => {
+                    record = Some(queued);
+                    break;
+                }
+                Write::Truncate(after_op) if *after_op < op => return None,
+                _ => {}
+            }
+        }
+        let record = record.or_else(|| self.durable.get(&op))?;
+        record.is_valid().then(|| Journaled {
+            entry: record.entry.clone(),
+            stowed: record.stand_in_seal.is_some(),
+        })
+    }
+
     /// True when a restart would hold op `op` with `checksum` (or a checkpoint at or past it).
     pub fn holds(&self, op: u64, checksum: u64) -> bool {
         let (checkpoint, suffix) = self.open();
