@@ -3,48 +3,10 @@
 //! when it matches its header. It never journals, acknowledges or commits an op it lacks.
 
 use bytes::Bytes;
-use iggy_vsr::{
-    Action, Config, Entry, Log, Message, OPERATION_REGISTER, Replica, ReplicaId, Status, ViewState,
-};
+use iggy_vsr::{Action, Config, Entry, Log, Message, Replica, ReplicaId, Status, ViewState};
 
 mod support;
 use support::*;
-
-/// Ops `1..=ops` of `view`: a register of client 9, then its requests.
-fn registered_log(view: u32, ops: u64) -> Vec<Entry> {
-    (1..=ops)
-        .map(|op| {
-            let operation = if op == 1 { OPERATION_REGISTER } else { 5 };
-            Entry::new(
-                op,
-                view,
-                9,
-                op - 1,
-                operation,
-                Bytes::from(format!("b{op}")),
-            )
-        })
-        .collect()
-}
-
-/// Performs every local action at once (view states and writes durable, commits applied) and
-/// returns what the replica did, sends included.
-fn settle(replica: &mut Replica) -> Vec<Action> {
-    let mut out = Vec::new();
-    for _ in 0..10_000 {
-        let Some(action) = replica.poll_action() else {
-            return out;
-        };
-        match &action {
-            Action::PersistView { state } => replica.on_view_persisted(*state),
-            Action::WritePrepare { op, .. } => replica.on_write_done(*op),
-            Action::Commit { op, .. } => replica.on_committed_reply(*op, Bytes::from_static(b"ok")),
-            _ => {}
-        }
-        out.push(action);
-    }
-    panic!("the replica never settles");
-}
 
 fn written(out: &[Action]) -> Vec<u64> {
     out.iter()

@@ -8,21 +8,6 @@ use iggy_vsr::{Action, Config, Entry, Message, OPERATION_REGISTER, Replica};
 mod support;
 use support::*;
 
-/// Performs the primary's local actions (writes durable, commits applied) and returns them.
-fn settle(replica: &mut Replica) -> Vec<Action> {
-    let mut out = Vec::new();
-    while let Some(action) = replica.poll_action() {
-        match &action {
-            Action::PersistView { state } => replica.on_view_persisted(*state),
-            Action::WritePrepare { op, .. } => replica.on_write_done(*op),
-            Action::Commit { op, .. } => replica.on_committed_reply(*op, Bytes::from_static(b"ok")),
-            _ => {}
-        }
-        out.push(action);
-    }
-    out
-}
-
 /// Primary 0 of three in view 0 that committed and applied a register of client 9 and two of
 /// its requests, backup 1 acknowledging each; backup 2 heard nothing. Returns it with the ops
 /// of the two requests.

@@ -8,20 +8,11 @@ use iggy_vsr::{
     ViewState,
 };
 
+mod support;
+use support::registered_log;
+
 fn log_of(view: u32) -> Vec<Entry> {
-    (1..=10)
-        .map(|op| {
-            let operation = if op == 1 { OPERATION_REGISTER } else { 5 };
-            Entry::new(
-                op,
-                view,
-                9,
-                op - 1,
-                operation,
-                Bytes::from(format!("b{op}")),
-            )
-        })
-        .collect()
+    registered_log(view, 10)
 }
 
 /// The answer to a restarted replica's RequestStartView: the primary (replica 0, view 0)

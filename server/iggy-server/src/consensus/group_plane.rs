@@ -302,6 +302,30 @@ impl GroupPlane {
         replica: &Replica,
         pending: Pending<oneshot::Sender<Outcome>>,
     ) -> Option<Pending<oneshot::Sender<Outcome>>> {
+        self.relay(replica, pending, |pending, nonce| {
+            let forward = Forward::Write {
+                client: pending.client,
+                nonce,
+                request: pending.request,
+                operation: pending.operation,
+                body: pending.body,
+            };
+            (forward, pending.waiter)
+        })
+    }
+
+    /// Hands `pending` back when this replica leads its group; otherwise sends the forward
+    /// `make` builds from it (under a fresh nonce) to the primary of the view, or refuses it
+    /// for now when this replica knows no primary alive.
+    fn relay(
+        &mut self,
+        replica: &Replica,
+        pending: Pending<oneshot::Sender<Outcome>>,
+        make: impl FnOnce(
+            Pending<oneshot::Sender<Outcome>>,
+            u128,
+        ) -> (Forward, oneshot::Sender<Outcome>),
+    ) -> Option<Pending<oneshot::Sender<Outcome>>> {
         if replica.status() == Status::Normal && replica.is_primary() {
             return Some(pending);
         }
@@ -311,14 +335,8 @@ impl GroupPlane {
         }
         self.next_nonce += 1;
         let nonce = self.next_nonce;
-        let forward = Forward::Write {
-            client: pending.client,
-            nonce,
-            request: pending.request,
-            operation: pending.operation,
-            body: pending.body,
-        };
-        self.send_forward(replica, &forward, nonce, pending.waiter);
+        let (forward, waiter) = make(pending, nonce);
+        self.send_forward(replica, &forward, nonce, waiter);
         None
     }
 
@@ -331,23 +349,15 @@ impl GroupPlane {
         pending: Pending<oneshot::Sender<Outcome>>,
         session: u64,
     ) -> Option<Pending<oneshot::Sender<Outcome>>> {
-        if replica.status() == Status::Normal && replica.is_primary() {
-            return Some(pending);
-        }
-        if replica.status() != Status::Normal || !replica.in_touch() {
-            let _ = pending.waiter.send(Outcome::Refused(Refusal::Busy));
-            return None;
-        }
-        self.next_nonce += 1;
-        let nonce = self.next_nonce;
-        let forward = Forward::Logout {
-            client: pending.client,
-            nonce,
-            session,
-            request: pending.request,
-        };
-        self.send_forward(replica, &forward, nonce, pending.waiter);
-        None
+        self.relay(replica, pending, |pending, nonce| {
+            let forward = Forward::Logout {
+                client: pending.client,
+                nonce,
+                session,
+                request: pending.request,
+            };
+            (forward, pending.waiter)
+        })
     }
 
     /// A backup in normal status tells the primary of its view which sessions are bound on it
