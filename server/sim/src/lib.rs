@@ -28,7 +28,11 @@
 
 pub mod log;
 pub mod machine;
+pub mod metadata_machine;
+pub mod metadata_workload;
 pub mod workload;
 
 pub use machine::PartitionMachine;
+pub use metadata_machine::MetadataMachine;
+pub use metadata_workload::{MetadataRunFigures, MetadataWorkload};
 pub use workload::{Figures, History, PartitionWorkload};
