@@ -680,93 +680,109 @@ impl MetadataWorkload {
 
     /// Compares a replica's model with the reference and, at equal commits, with the other
     /// replicas' snapshots (its own checkpoints and restores included).
-    fn check_model(&mut self, index: usize, machine: &MetadataMachine) {
+    fn check_model(&mut self, index: usize, machine: &MetadataMachine) -> Result<(), String> {
         if let Some(fault) = machine.disk_faults().first() {
-            self.fail(format!("replica {index}: {fault}"));
+            return Err(format!("replica {index}: {fault}"));
         }
         let model = machine.model();
         if *machine.disk() != model.live_partitions() {
-            self.fail(format!(
+            return Err(format!(
                 "replica {index} at commit {}: partition directories {:?}, live partitions {:?}",
                 model.commit,
                 machine.disk(),
                 model.live_partitions()
             ));
         }
+        if self.checked.len() <= index {
+            self.checked.resize(index + 1, (None, 0));
+        }
         let (last_commit, read) = self.checked[index];
         for (commit, snapshot) in &machine.snapshots()[read..] {
-            self.compare_snapshot(index, *commit, snapshot.clone());
+            self.compare_snapshot(index, *commit, snapshot.clone())?;
         }
         self.checked[index].1 = machine.snapshots().len();
         if last_commit == Some(model.commit) {
-            return;
+            return Ok(());
         }
         self.checked[index].0 = Some(model.commit);
-        self.compare_snapshot(index, model.commit, canonical_snapshot(model));
+        self.compare_snapshot(index, model.commit, canonical_snapshot(model))?;
         let expected = self.reference_at(model.commit);
-        if Reference::of(model) != expected {
-            self.fail(format!(
-                "replica {index} at commit {}: the model {:?} is not the reference {expected:?}",
+        let projected = Reference::of(model);
+        if projected != expected {
+            return Err(format!(
+                "replica {index} at commit {}: the model {projected:?} is not the reference \
+                 {expected:?}",
                 model.commit,
-                Reference::of(model)
             ));
         }
         self.figures.references_compared += 1;
+        Ok(())
     }
 
-    fn compare_snapshot(&mut self, index: usize, commit: u64, snapshot: Vec<u8>) {
+    fn compare_snapshot(
+        &mut self,
+        index: usize,
+        commit: u64,
+        snapshot: Vec<u8>,
+    ) -> Result<(), String> {
         match self.snapshots.get(&commit) {
-            Some((first, canonical)) if *canonical != snapshot => self.fail(format!(
+            Some((first, canonical)) if *canonical != snapshot => Err(format!(
                 "replica {index}'s snapshot at commit {commit} differs from replica {first}'s"
             )),
-            Some(_) => self.figures.snapshots_compared += 1,
+            Some(_) => {
+                self.figures.snapshots_compared += 1;
+                Ok(())
+            }
             None => {
                 self.snapshots.insert(commit, (index, snapshot));
+                Ok(())
             }
         }
     }
 
     /// Every acknowledged create holds on the replica (unless a later committed op removed
     /// it), and nothing an acknowledged op removed is back.
-    fn check_acknowledged(&self, index: usize, model: &Metadata) {
+    fn check_acknowledged(&self, index: usize, model: &Metadata) -> Result<(), String> {
         let projected = Reference::of(model);
         let reference = self.reference_at(model.commit);
         for committed in self.acknowledged.iter().filter(|c| c.op <= model.commit) {
             for (path, marker) in &committed.outcome.created {
                 let live = reference.marker(*path) == Some(*marker);
                 if live != (projected.marker(*path) == Some(*marker)) {
-                    self.fail(format!(
-                        "replica {index} at commit {}: {path:?} created at op {} is {} the \
-                         replica, yet {} the reference",
-                        model.commit,
-                        committed.op,
-                        if live { "missing from" } else { "still on" },
-                        if live { "live in" } else { "removed from" },
+                    let (replica, reference) = match live {
+                        true => ("missing from", "live in"),
+                        false => ("still on", "removed from"),
+                    };
+                    return Err(format!(
+                        "replica {index} at commit {}: {path:?} created at op {} is {replica} \
+                         the replica, yet {reference} the reference",
+                        model.commit, committed.op,
                     ));
                 }
             }
             for (path, marker) in &committed.outcome.removed {
                 if projected.marker(*path) == Some(*marker) {
-                    self.fail(format!(
+                    return Err(format!(
                         "replica {index} at commit {}: {path:?} removed at op {} is back",
                         model.commit, committed.op
                     ));
                 }
             }
         }
+        Ok(())
     }
 
     fn check_nodes(&mut self, nodes: &[NodeView<'_, MetadataMachine>], acknowledged: bool) {
-        if self.checked.len() < nodes.len() {
-            self.checked.resize(nodes.len(), (None, 0));
-        }
         for (index, node) in nodes.iter().enumerate() {
             if node.replica.is_none() {
                 continue;
             }
-            self.check_model(index, node.machine);
-            if acknowledged {
-                self.check_acknowledged(index, node.machine.model());
+            let mut result = self.check_model(index, node.machine);
+            if acknowledged && result.is_ok() {
+                result = self.check_acknowledged(index, node.machine.model());
+            }
+            if let Err(why) = result {
+                self.fail(why);
             }
         }
     }
@@ -856,5 +872,247 @@ impl Workload for MetadataWorkload {
             total.partitions_opened += figures.partitions_opened;
             total.partitions_deleted += figures.partitions_deleted;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iggy_vsr::sim::machine::Machine;
+
+    const CLIENT: u128 = 7;
+
+    /// A workload and replicas' machines driven as the cluster drives them: every op applied
+    /// on each machine, committed and acknowledged to the workload.
+    struct Harness {
+        workload: MetadataWorkload,
+        machines: Vec<MetadataMachine>,
+        op: u64,
+        request: u64,
+    }
+
+    impl Harness {
+        fn new(replicas: usize) -> Self {
+            let mut harness = Harness {
+                workload: MetadataWorkload::new(1),
+                machines: (0..replicas).map(|_| MetadataMachine::default()).collect(),
+                op: 0,
+                request: 0,
+            };
+            harness.op += 1;
+            let body = harness.workload.register(CLIENT);
+            for machine in &mut harness.machines {
+                machine.registered(harness.op, CLIENT, &body);
+            }
+            harness
+        }
+
+        /// Commits `request` on every machine; the workload checks its reply.
+        fn commit(&mut self, request: Request) -> Bytes {
+            self.op += 1;
+            self.request += 1;
+            self.workload.clock += 10;
+            let (operation, body) = request.encode();
+            let body = envelope(self.workload.clock, ROOT_USER_ID, &body);
+            let made = (request, self.workload.clock, operation, body.clone());
+            self.workload.requests.insert((CLIENT, self.request), made);
+            let mut replies: Vec<Bytes> = self
+                .machines
+                .iter_mut()
+                .map(|machine| machine.apply(self.op, CLIENT, operation, &body).reply)
+                .collect();
+            replies.dedup();
+            assert_eq!(replies.len(), 1, "every replica replies the same");
+            let entry = Entry::new(self.op, 0, CLIENT, self.request, operation, body);
+            self.workload.committed(self.op, &entry, &replies[0]);
+            self.workload
+                .acknowledged(CLIENT, self.request, self.op, &replies[0]);
+            replies.remove(0)
+        }
+
+        fn check(&mut self, index: usize) -> Result<(), String> {
+            self.workload.check_model(index, &self.machines[index])?;
+            self.workload
+                .check_acknowledged(index, self.machines[index].model())
+        }
+    }
+
+    fn stream(name: &str) -> Request {
+        Request::CreateStream { name: name.into() }
+    }
+
+    fn topic(stream: u32, name: &str, partitions: u32) -> Request {
+        Request::CreateTopic {
+            stream: Ident::Id(stream),
+            name: name.into(),
+            partitions,
+        }
+    }
+
+    /// A history with a stream deleted and its id reused by the next create.
+    fn reused_stream_history(harness: &mut Harness) {
+        harness.commit(stream("s0"));
+        harness.commit(topic(0, "t0", 2));
+        harness.commit(Request::DeleteStream {
+            stream: Ident::Id(0),
+        });
+        harness.commit(stream("s1"));
+        harness.commit(topic(0, "t0", 1));
+        for index in 0..harness.machines.len() {
+            harness.check(index).expect("the real machines pass");
+        }
+        assert_eq!(
+            harness.workload.figures.ids_reused, 3,
+            "stream, topic, partition 0"
+        );
+    }
+
+    /// The reply check is not vacuous: a create that names another id than the lowest free
+    /// one, or a refusal with another code, fails it.
+    #[test]
+    fn a_reply_with_another_id_or_code_fails_the_checker() {
+        let mut reference = Reference::default();
+        let created = reference.apply(1, 10, &stream("s0")).unwrap();
+        assert_eq!(created.id, Some((0, 0)));
+        let mut model = Metadata::default();
+        model.create_stream("other", 1).unwrap();
+        let id = model.create_stream("s0", 10).unwrap();
+        assert_eq!(id, 1);
+        let reply = [
+            &RESULT_OK[..],
+            &iggy_metadata::replies::stream_details(
+                &iggy_metadata::replies::Fresh,
+                &model.streams[&id],
+                iggy_metadata::replies::Codec::Current,
+            ),
+        ]
+        .concat();
+        let error = check_reply(&stream("s0"), &Ok(created), &reply).unwrap_err();
+        assert!(
+            error.contains("names (1, 0), expected Some((0, 0))"),
+            "{error}"
+        );
+
+        let refused = reference.apply(2, 11, &stream("s0"));
+        assert_eq!(refused, Err(ErrorCode::StreamNameAlreadyExists));
+        let other = iggy_metadata::replies::result_rejection(ErrorCode::InvalidStreamName);
+        assert!(check_reply(&stream("s0"), &refused, &other).is_err());
+        let right = iggy_metadata::replies::result_rejection(ErrorCode::StreamNameAlreadyExists);
+        check_reply(&stream("s0"), &refused, &right).unwrap();
+    }
+
+    /// A replica whose model drifted (a renamed stream) fails both the reference and the
+    /// snapshot comparison with a replica at the same commit.
+    #[test]
+    fn a_replica_that_diverged_fails_the_checker() {
+        let mut harness = Harness::new(2);
+        reused_stream_history(&mut harness);
+        harness.commit(stream("s2"));
+        harness.check(0).unwrap();
+        harness.machines[1]
+            .model_mut()
+            .streams
+            .get_mut(&1)
+            .unwrap()
+            .name = "drifted".into();
+        let error = harness.check(1).unwrap_err();
+        assert!(error.contains("differs from replica 0"), "{error}");
+        // Alone at its commit, the drift still fails against the reference.
+        harness.workload.snapshots.clear();
+        harness.workload.checked.clear();
+        let error = harness.check(1).unwrap_err();
+        assert!(error.contains("is not the reference"), "{error}");
+    }
+
+    /// An acknowledged create missing from a replica, or an acknowledged delete undone, fails
+    /// the acknowledgement check.
+    #[test]
+    fn a_lost_create_or_an_undone_delete_fails_the_checker() {
+        let mut harness = Harness::new(1);
+        reused_stream_history(&mut harness);
+        let model = harness.machines[0].model_mut();
+        let topic = model
+            .streams
+            .get_mut(&0)
+            .unwrap()
+            .topics
+            .remove(&0)
+            .unwrap();
+        let error = harness
+            .workload
+            .check_acknowledged(0, harness.machines[0].model())
+            .unwrap_err();
+        assert!(error.contains("created at op 6 is missing"), "{error}");
+
+        // The deleted stream's first life back under its id.
+        let model = harness.machines[0].model_mut();
+        model.streams.get_mut(&0).unwrap().topics.insert(0, topic);
+        model.streams.get_mut(&0).unwrap().created_at = harness.workload.requests[&(CLIENT, 1)].1;
+        let error = harness
+            .workload
+            .check_acknowledged(0, harness.machines[0].model())
+            .unwrap_err();
+        assert!(
+            error.contains("Stream(0) created at op 2 is still on the replica"),
+            "{error}"
+        );
+        // Checked by the delete's acknowledgement alone too.
+        harness
+            .workload
+            .acknowledged
+            .retain(|committed| committed.op != 2);
+        let error = harness
+            .workload
+            .check_acknowledged(0, harness.machines[0].model())
+            .unwrap_err();
+        assert!(
+            error.contains("Stream(0) removed at op 4 is back"),
+            "{error}"
+        );
+    }
+
+    /// A delete whose effect names another incarnation than the directory on disk (what
+    /// deleting by key alone would destroy) is caught by the disk check.
+    #[test]
+    fn a_delete_of_another_incarnation_fails_the_checker() {
+        let mut harness = Harness::new(1);
+        harness.commit(stream("s0"));
+        harness.commit(topic(0, "t0", 1));
+        harness.check(0).unwrap();
+        let partition = harness.machines[0]
+            .model_mut()
+            .streams
+            .get_mut(&0)
+            .unwrap()
+            .topics
+            .get_mut(&0)
+            .unwrap()
+            .partitions
+            .get_mut(&0)
+            .unwrap();
+        partition.incarnation += 1;
+        harness.commit(Request::DeleteStream {
+            stream: Ident::Id(0),
+        });
+        let error = harness.check(0).unwrap_err();
+        assert!(error.contains("deletes partition (0, 0, 0)"), "{error}");
+    }
+
+    /// Two replicas with the same sessions give the same canonical snapshot whatever order
+    /// their sessions were registered in.
+    #[test]
+    fn the_canonical_snapshot_does_not_depend_on_session_order() {
+        let clients: Vec<u128> = (1..40).collect();
+        let mut forward = Metadata::default();
+        let mut backward = Metadata::default();
+        for client in &clients {
+            let record = session_record(0, 0, [1; 32]);
+            iggy_metadata::machine::register(&mut forward, 5, *client, &record).unwrap();
+        }
+        for client in clients.iter().rev() {
+            let record = session_record(0, 0, [1; 32]);
+            iggy_metadata::machine::register(&mut backward, 5, *client, &record).unwrap();
+        }
+        assert_eq!(canonical_snapshot(&forward), canonical_snapshot(&backward));
     }
 }
