@@ -171,10 +171,11 @@ impl Machine for MetadataMachine {
         machine::Applied { reply, retired }
     }
 
-    /// The snapshot now, which is the state as of `op` when nothing above `op` was applied
-    /// (every op up to the commit is applied or registered by the time the cluster asks).
+    /// As the server: the snapshot now, taken only when `op` is the op applied (or registered)
+    /// last. Not merely when nothing above `op` was applied: the core may have committed `op`
+    /// (a register, say) while its step still waits behind a sync.
     fn checkpoint(&mut self, op: u64) -> Option<Vec<u8>> {
-        if self.applied_op > op {
+        if op != self.applied_op {
             return None;
         }
         let encoded = iggy_metadata::snapshot::encode(&self.model);
@@ -212,5 +213,33 @@ impl Machine for MetadataMachine {
     fn replayed(&mut self) {
         self.replaying = false;
         self.disk = self.model.live_partitions();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iggy_metadata::machine::session_record;
+
+    /// The core may have committed a register whose step still waits behind a sync: a
+    /// checkpoint at that op is refused until the register reached the model, so the snapshot
+    /// never lacks a session its checkpoint's client table holds.
+    #[test]
+    fn a_checkpoint_waits_for_the_op_it_names() {
+        let mut machine = MetadataMachine::default();
+        let record = session_record(0, 0, [3; 32]);
+        machine.registered(2, 1000, &record);
+        assert!(
+            machine.checkpoint(3).is_none(),
+            "op 3 is not registered yet"
+        );
+        machine.registered(3, 1001, &record);
+        let snapshot = machine.checkpoint(3).expect("the state as of op 3");
+        let restored = iggy_metadata::snapshot::decode(&snapshot).unwrap();
+        assert!(restored.sessions.get(1001).is_some());
+        assert_eq!(
+            machine.snapshots().last().map(|(commit, _)| *commit),
+            Some(3)
+        );
     }
 }
