@@ -141,7 +141,14 @@ const SANS_IO_CRATES: &[(&str, &[&str])] = &[
     // The simulator runs the unchanged sans-IO crates: never compio, never the storage crate.
     (
         "server/sim",
-        &["bytes", "iggy-vsr", "iggy-partition", "iggy-generated"],
+        &[
+            "bytes",
+            "iggy-vsr",
+            "iggy-partition",
+            "iggy-metadata",
+            "iggy-generated",
+            "iggy-wire",
+        ],
     ),
 ];
 

@@ -1,4 +1,4 @@
-//! # iggy-sim: the deterministic simulator over the real partition state machine
+//! # iggy-sim: the deterministic simulator over the real partition and metadata machines
 //!
 //! [`iggy_vsr::sim::cluster::Cluster`] runs 3 or 5 replicas of the server's `GroupCore` on
 //! virtual time over a seeded network that drops, duplicates, delays and reorders packets,
@@ -19,16 +19,36 @@
 //! exactly once, with the bytes sent, on every replica that committed it; offsets are dense;
 //! a poll on a replica in normal status never returns an uncommitted or lost message.
 //!
+//! [`metadata_machine::MetadataMachine`] runs the real metadata state machine
+//! (`iggy_metadata::machine`: registers open sessions, committed ops are applied and their
+//! partition effects run on a simulated disk of partition directories, a checkpoint is the
+//! encoded snapshot, a restart decodes it and replays the journal), and
+//! [`metadata_workload::MetadataWorkload`] drives it with streams, topics, partitions and users
+//! created and deleted from small pools of names and ids, so ids freed by a delete are handed
+//! out again, with request bodies built by the generated encoders inside the journaled
+//! envelope. Its checker keeps a reference model built from the committed ops alone: every
+//! committed reply is the reference's (the id it assigns, or the code it refuses with); each
+//! live replica's model is the reference at its commit, and replicas at the same commit (after
+//! applying, at every checkpoint, at every restore) hold the same snapshot; every partition
+//! effect names the incarnation on disk; every acknowledged create holds, with its id, on every
+//! replica that committed it unless a later op removed it, and nothing a delete removed
+//! returns. The snapshot is compared with its sessions sorted: the model keeps them in a hash
+//! map, so equal models may encode them in different orders.
+//!
 //! A failure names its seed (`replicas=R seed=S`); `SIM_SEED=S cargo nextest run --workspace
 //! -E 'package(iggy-sim)'` replays it. The default run covers a couple hundred seeds;
 //! `SIM_SEEDS=N` runs N seeds per group size (the long form: `SIM_SEEDS=10000`).
 //!
 //! **Architecture Invariant:** the simulator runs the unchanged sans-IO crates (`iggy-vsr`,
-//! `iggy-partition`); no compio, no clock, no filesystem, no `iggy-storage`.
+//! `iggy-partition`, `iggy-metadata`); no compio, no clock, no filesystem, no `iggy-storage`.
 
 pub mod log;
 pub mod machine;
+pub mod metadata_machine;
+pub mod metadata_workload;
 pub mod workload;
 
 pub use machine::PartitionMachine;
+pub use metadata_machine::MetadataMachine;
+pub use metadata_workload::{MetadataRunFigures, MetadataWorkload};
 pub use workload::{Figures, History, PartitionWorkload};

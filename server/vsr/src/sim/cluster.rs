@@ -692,8 +692,9 @@ impl<W: Workload> Cluster<W> {
                     let core = self.nodes[index].core.as_mut().unwrap();
                     core.applied(op, applied.reply, &applied.retired);
                 }
-                // The simulated state machine keeps no per-session state.
-                Step::Registered { .. } => {}
+                Step::Registered { op, client, body } => {
+                    node.machine.registered(op, client, &body);
+                }
                 Step::Answer {
                     waiter: (client, request),
                     outcome,
@@ -837,7 +838,7 @@ impl<W: Workload> Cluster<W> {
                 .is_some_and(|every| client.request > 0 && (finished || client.request > every));
             let (id, request, target) = (client.id, client.request, client.target);
             let (operation, body) = if request == 0 {
-                (OPERATION_REGISTER, Bytes::from(format!("c{id}r{request}")))
+                (OPERATION_REGISTER, self.workload.register(id))
             } else {
                 self.workload.request(id, request, client.logging_out)
             };

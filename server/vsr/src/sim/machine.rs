@@ -41,6 +41,9 @@ pub trait Machine {
     fn sync(&mut self);
     /// `Step::Truncate`: the journal drops every op after `after_op`.
     fn truncate(&mut self, after_op: u64);
+    /// `Step::Registered`: a committed register opened `client`'s session at `op` (the
+    /// server's metadata machine records the session; others keep nothing per session).
+    fn registered(&mut self, _op: u64, _client: u128, _body: &Bytes) {}
     /// `Step::Apply` of a committed op.
     fn apply(&mut self, op: u64, client: u128, operation: u8, body: &Bytes) -> Applied;
     /// The state a checkpoint at `op` keeps, with every applied op's effects made durable;
@@ -74,6 +77,10 @@ pub trait Workload {
     type Machine: Machine;
     /// A formatted (empty) machine for replica `replica` of a group of `replica_count`.
     fn machine(&self, replica_count: u8, replica: u8) -> Self::Machine;
+    /// The body of `client`'s register (retries ask again and must get the same).
+    fn register(&mut self, client: u128) -> Bytes {
+        Bytes::from(format!("c{client}r0"))
+    }
     /// The operation and body of request `request` of `client` (retries ask again and must get
     /// the same); `logout`: the request that ends the session.
     fn request(&mut self, client: u128, request: u64, logout: bool) -> (u8, Bytes);

@@ -1,0 +1,245 @@
+//! The real metadata state machine ([`iggy_metadata::machine`] over a [`Metadata`] model),
+//! driven the way the server's shell drives it (`iggy-server`'s `runtime/metadata_machine.rs`):
+//! a committed register records the session, a committed op is applied and its effects run,
+//! a checkpoint is the encoded snapshot, a restart decodes it and replays the journal.
+//!
+//! Two differences from the server, both in the shell, never in the model:
+//! - the server's disk effects open and delete partition directories; here the "disk" is the
+//!   map of partition directories the effects left (one per key, named by its incarnation), and
+//!   an effect that does not fit it (a delete naming another incarnation than the one on disk,
+//!   an open over a live directory) is recorded as a fault for the checker;
+//! - the server releases an ended session's client-table slot by a later `FinalizeSession` op
+//!   that the node itself submits once no partition holds a slot of the session; the simulated
+//!   cluster has no node-submitted ops and no partitions, so a committed logout releases the
+//!   slot of its client at once.
+
+use bytes::Bytes;
+use iggy_generated::frames::Operation;
+use iggy_generated::storage::MetadataSnapshot;
+use iggy_metadata::machine::{self as metadata_machine, SYSTEM_CLIENT};
+use iggy_metadata::{Effect, Metadata, PartitionKey};
+use iggy_vsr::Entry;
+use iggy_vsr::sim::Rng;
+use iggy_vsr::sim::machine::{self, Journaled, Machine};
+use iggy_wire::{WireDecode, WireEncode};
+use std::collections::BTreeMap;
+
+/// What one replica's metadata machine went through.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MetadataFigures {
+    /// Restarts that restored a checkpoint's snapshot.
+    pub snapshots_restored: u64,
+    /// Partition directories opened and deleted by applied ops' effects.
+    pub partitions_opened: u64,
+    pub partitions_deleted: u64,
+}
+
+/// One replica's metadata: the model, the partition directories its effects left, and the
+/// snapshots it took or restored (for the checker to compare across replicas).
+#[derive(Debug, Default)]
+pub struct MetadataMachine {
+    model: Metadata,
+    /// The latest op applied or registered (or the checkpoint restored).
+    applied_op: u64,
+    /// The partition directories on the simulated disk: key → incarnation.
+    disk: BTreeMap<PartitionKey, u64>,
+    /// Effects that did not fit the disk, described.
+    disk_faults: Vec<String>,
+    /// Between a restart and the end of its replay: no disk effect runs (as in the server,
+    /// the directories are reconciled with the final model once).
+    replaying: bool,
+    /// Each checkpoint taken and each snapshot restored: (the model's commit, canonical bytes).
+    snapshots: Vec<(u64, Vec<u8>)>,
+    figures: MetadataFigures,
+}
+
+impl MetadataMachine {
+    /// The model.
+    pub fn model(&self) -> &Metadata {
+        &self.model
+    }
+
+    /// The partition directories on the simulated disk.
+    pub fn disk(&self) -> &BTreeMap<PartitionKey, u64> {
+        &self.disk
+    }
+
+    /// Effects that did not fit the disk.
+    pub fn disk_faults(&self) -> &[String] {
+        &self.disk_faults
+    }
+
+    /// Every snapshot taken or restored, in order: (the model's commit, canonical bytes).
+    pub fn snapshots(&self) -> &[(u64, Vec<u8>)] {
+        &self.snapshots
+    }
+
+    pub fn figures(&self) -> MetadataFigures {
+        self.figures
+    }
+
+    /// The model, for a test that damages it.
+    pub fn model_mut(&mut self) -> &mut Metadata {
+        &mut self.model
+    }
+
+    /// Runs one effect on the simulated disk, as the server's `run_effect` does on its own.
+    fn run_effect(&mut self, op: u64, effect: Effect) {
+        match effect {
+            Effect::OpenPartition {
+                stream,
+                topic,
+                partition,
+                incarnation,
+            } => {
+                let key = (stream, topic, partition);
+                if let Some(found) = self.disk.insert(key, incarnation) {
+                    self.disk_faults.push(format!(
+                        "op {op} opens partition {key:?} incarnation {incarnation} over the \
+                         live incarnation {found}"
+                    ));
+                }
+                self.figures.partitions_opened += 1;
+            }
+            Effect::DeletePartition {
+                stream,
+                topic,
+                partition,
+                incarnation,
+            } => {
+                let key = (stream, topic, partition);
+                match self.disk.get(&key) {
+                    Some(found) if *found == incarnation => {
+                        self.disk.remove(&key);
+                    }
+                    // Deleting by key alone would destroy another incarnation's data.
+                    found => self.disk_faults.push(format!(
+                        "op {op} deletes partition {key:?} incarnation {incarnation}, the \
+                         disk holds {found:?}"
+                    )),
+                }
+                self.figures.partitions_deleted += 1;
+            }
+            // Partitions run no groups here, so group offsets have nowhere to go.
+            Effect::DeleteGroupOffsets { .. } | Effect::ReleaseSessionSlots { .. } => {}
+        }
+    }
+}
+
+/// The snapshot's bytes in a canonical order: the model keeps its sessions in a hash map, so
+/// two replicas with the same sessions may encode them in different orders.
+pub fn canonical_snapshot(model: &Metadata) -> Vec<u8> {
+    let encoded = iggy_metadata::snapshot::encode(model);
+    let mut snapshot = MetadataSnapshot::decode_exact(&encoded).expect("a snapshot just encoded");
+    snapshot.sessions.sort_by_key(|session| session.client);
+    snapshot.to_wire_bytes()
+}
+
+impl Machine for MetadataMachine {
+    fn journal(&mut self, _entry: &Entry) -> Option<Bytes> {
+        None
+    }
+
+    fn sync(&mut self) {}
+
+    fn truncate(&mut self, _after_op: u64) {}
+
+    fn registered(&mut self, op: u64, client: u128, body: &Bytes) {
+        assert!(op > self.applied_op, "ops are registered in order");
+        self.applied_op = op;
+        metadata_machine::register(&mut self.model, op, client, body)
+            .expect("the workload's registers carry a session record");
+    }
+
+    fn apply(&mut self, op: u64, client: u128, operation: u8, body: &Bytes) -> machine::Applied {
+        assert!(op > self.applied_op, "ops are applied in order");
+        self.applied_op = op;
+        let (reply, effects) =
+            metadata_machine::apply(&mut self.model, op, client, operation, body);
+        let mut retired = Vec::new();
+        for effect in effects {
+            match effect {
+                Effect::ReleaseSessionSlots { clients } => retired.extend(clients),
+                _ if self.replaying => {}
+                effect => self.run_effect(op, effect),
+            }
+        }
+        // See the module doc: the logout's slot is released with it.
+        if operation == Operation::Logout.to_repr() && client != SYSTEM_CLIENT {
+            retired.push(client);
+        }
+        machine::Applied { reply, retired }
+    }
+
+    /// As the server: the snapshot now, taken only when `op` is the op applied (or registered)
+    /// last. Not merely when nothing above `op` was applied: the core may have committed `op`
+    /// (a register, say) while its step still waits behind a sync.
+    fn checkpoint(&mut self, op: u64) -> Option<Vec<u8>> {
+        if op != self.applied_op {
+            return None;
+        }
+        let encoded = iggy_metadata::snapshot::encode(&self.model);
+        self.snapshots
+            .push((self.model.commit, canonical_snapshot(&self.model)));
+        Some(encoded)
+    }
+
+    fn crash(&mut self, _rng: &mut Rng) {}
+
+    fn restart(&mut self, checkpoint: Option<(u64, &[u8])>, records: Vec<Journaled>) -> Vec<Entry> {
+        self.model = Metadata::default();
+        self.applied_op = 0;
+        if let Some((op, snapshot)) = checkpoint {
+            self.model =
+                iggy_metadata::snapshot::decode(snapshot).expect("a snapshot the machine wrote");
+            self.applied_op = op;
+            self.snapshots
+                .push((self.model.commit, canonical_snapshot(&self.model)));
+            self.figures.snapshots_restored += 1;
+        }
+        self.replaying = true;
+        records
+            .into_iter()
+            .map(|record| {
+                assert!(!record.stowed, "the metadata machine stows nothing");
+                record.entry
+            })
+            .collect()
+    }
+
+    /// The directories are brought in line with the replayed model: the live partitions'
+    /// incarnations stay or open, every other directory goes (the server's reconciliation,
+    /// which also keeps a directory an op not yet committed here created).
+    fn replayed(&mut self) {
+        self.replaying = false;
+        self.disk = self.model.live_partitions();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iggy_metadata::machine::session_record;
+
+    /// The core may have committed a register whose step still waits behind a sync: a
+    /// checkpoint at that op is refused until the register reached the model, so the snapshot
+    /// never lacks a session its checkpoint's client table holds.
+    #[test]
+    fn a_checkpoint_waits_for_the_op_it_names() {
+        let mut machine = MetadataMachine::default();
+        let record = session_record(0, 0, [3; 32]);
+        machine.registered(2, 1000, &record);
+        assert!(
+            machine.checkpoint(3).is_none(),
+            "op 3 is not registered yet"
+        );
+        machine.registered(3, 1001, &record);
+        let snapshot = machine.checkpoint(3).expect("the state as of op 3");
+        let restored = iggy_metadata::snapshot::decode(&snapshot).unwrap();
+        assert!(restored.sessions.get(1001).is_some());
+        assert_eq!(
+            machine.snapshots().last().map(|(commit, _)| *commit),
+            Some(3)
+        );
+    }
+}

@@ -1,0 +1,139 @@
+//! The real metadata state machine under the deterministic simulator, over many seeds.
+//!
+//! `SIM_SEEDS=N` runs N seeds per group size (default 100: 200 in all), `SIM_SEED=S` replays
+//! one seed (for each group size). A failure prints `replicas=R seed=S`.
+
+use iggy_sim::{MetadataRunFigures, MetadataWorkload};
+use iggy_vsr::sim::cluster::{Cluster, Summary};
+
+const CLIENTS: u8 = 3;
+const REQUESTS_PER_CLIENT: u64 = 20;
+const FAULT_TICKS: u64 = 1_500;
+const TICKS_MAX: u64 = 30_000;
+/// Per tick, the chance a replica with journal writes in flight crashes.
+const CRASH_WHILE_WRITING_PERCENT: u64 = 3;
+
+fn env(name: &str) -> Option<u64> {
+    std::env::var(name)
+        .ok()
+        .and_then(|value| value.parse().ok())
+}
+
+/// The seeds to run for `replica_count`: `SIM_SEED` alone, or `SIM_SEEDS` (default 100) of them.
+fn seeds(replica_count: u8) -> Vec<u64> {
+    match env("SIM_SEED") {
+        Some(seed) => vec![seed],
+        None => (0..env("SIM_SEEDS").unwrap_or(100))
+            .map(|seed| seed * 1_000 + u64::from(replica_count))
+            .collect(),
+    }
+}
+
+/// Runs one seed, naming it if a checker fails.
+fn run_seed(replica_count: u8, seed: u64) -> (Summary, MetadataRunFigures) {
+    let result = std::panic::catch_unwind(|| {
+        let workload = MetadataWorkload::new(seed);
+        let cluster =
+            Cluster::with_workload(seed, replica_count, CLIENTS, REQUESTS_PER_CLIENT, workload)
+                .crash_while_writing(CRASH_WHILE_WRITING_PERCENT);
+        let (summary, workload) = cluster.run_workload(FAULT_TICKS, TICKS_MAX);
+        (summary, workload.figures())
+    });
+    match result {
+        Ok(outcome) => outcome,
+        Err(panic) => {
+            eprintln!(
+                "metadata simulation failed: replicas={replica_count} seed={seed} \
+                 (replay: SIM_SEED={seed})"
+            );
+            std::panic::resume_unwind(panic);
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Totals {
+    seeds: u64,
+    committed: u64,
+    crashes: u64,
+    restarts_all: u64,
+    checkpoints: u64,
+    retirements: u64,
+    creates_acknowledged: u64,
+    ids_reused: u64,
+    deletes_acknowledged: u64,
+    refusals_acknowledged: u64,
+    snapshots_compared: u64,
+    references_compared: u64,
+    snapshots_restored: u64,
+    partitions_opened: u64,
+    partitions_deleted: u64,
+}
+
+impl Totals {
+    fn add(&mut self, summary: &Summary, figures: &MetadataRunFigures) {
+        self.seeds += 1;
+        self.committed += summary.committed;
+        self.crashes += summary.crashes;
+        self.restarts_all += summary.restarts_all;
+        self.checkpoints += summary.checkpoints;
+        self.retirements += summary.retirements;
+        self.creates_acknowledged += figures.creates_acknowledged;
+        self.ids_reused += figures.ids_reused;
+        self.deletes_acknowledged += figures.deletes_acknowledged;
+        self.refusals_acknowledged += figures.refusals_acknowledged;
+        self.snapshots_compared += figures.snapshots_compared;
+        self.references_compared += figures.references_compared;
+        self.snapshots_restored += figures.machines.snapshots_restored;
+        self.partitions_opened += figures.machines.partitions_opened;
+        self.partitions_deleted += figures.machines.partitions_deleted;
+    }
+}
+
+fn run(replica_count: u8) {
+    let mut totals = Totals::default();
+    for seed in seeds(replica_count) {
+        let (summary, figures) = run_seed(replica_count, seed);
+        assert!(
+            summary.committed >= u64::from(CLIENTS) * (REQUESTS_PER_CLIENT + 1),
+            "seed {seed}: {summary:?}"
+        );
+        totals.add(&summary, &figures);
+    }
+    eprintln!("replicas={replica_count}: {totals:?}");
+    assert!(totals.creates_acknowledged > 0 && totals.snapshots_compared > 0);
+    if totals.seeds >= 10 {
+        assert!(totals.crashes > 0 && totals.restarts_all > 0 && totals.checkpoints > 0);
+        assert!(
+            totals.ids_reused > 0,
+            "ids freed by deletes are handed out again"
+        );
+        assert!(totals.deletes_acknowledged > 0 && totals.refusals_acknowledged > 0);
+        assert!(
+            totals.partitions_deleted > 0,
+            "deletes run their partition effects"
+        );
+        assert!(
+            totals.snapshots_restored > 0,
+            "restarts restore checkpoint snapshots"
+        );
+        assert!(totals.retirements > 0, "logouts free client-table slots");
+    }
+}
+
+#[test]
+fn three_replicas_run_the_real_metadata_machine() {
+    run(3);
+}
+
+#[test]
+fn five_replicas_run_the_real_metadata_machine() {
+    run(5);
+}
+
+#[test]
+fn a_metadata_seed_replays_exactly() {
+    let first = run_seed(3, 11);
+    let second = run_seed(3, 11);
+    assert_eq!(format!("{first:?}"), format!("{second:?}"));
+}
