@@ -102,17 +102,22 @@ pub fn encode(metadata: &Metadata) -> Vec<u8> {
                 expiry_at: t.expiry_at.unwrap_or(0),
             })
             .collect(),
-        sessions: metadata
-            .sessions
-            .iter()
-            .map(|(client, s)| SnapshotSession {
-                client: *client,
-                session: s.session,
-                user_id: s.user_id,
-                protocol: s.protocol,
-                bind_secret: s.bind_secret,
-            })
-            .collect(),
+        sessions: {
+            // In client order: the same model encodes to the same bytes on every replica.
+            let mut sessions: Vec<SnapshotSession> = metadata
+                .sessions
+                .iter()
+                .map(|(client, s)| SnapshotSession {
+                    client: *client,
+                    session: s.session,
+                    user_id: s.user_id,
+                    protocol: s.protocol,
+                    bind_secret: s.bind_secret,
+                })
+                .collect();
+            sessions.sort_by_key(|session| session.client);
+            sessions
+        },
     };
     let mut out = Vec::with_capacity(snapshot.encoded_size());
     snapshot.encode_to(&mut out);
@@ -277,5 +282,23 @@ mod tests {
         assert_eq!(topic.consumer_groups[&0].members, vec![99]);
         assert_eq!(restored.sessions.get(99).unwrap().session, 4);
         assert!(decode(&encode(&metadata)[..20]).is_err());
+    }
+
+    #[test]
+    fn equal_models_encode_to_equal_bytes_whatever_order_sessions_arrived_in() {
+        let session = |client: u128| Session {
+            session: client as u64,
+            user_id: 1,
+            protocol: 0,
+            bind_secret: [client as u8; 32],
+        };
+        let (mut forward, mut backward) = (Metadata::default(), Metadata::default());
+        for client in 1..=64u128 {
+            forward.sessions.register(client, session(client));
+        }
+        for client in (1..=64u128).rev() {
+            backward.sessions.register(client, session(client));
+        }
+        assert_eq!(encode(&forward), encode(&backward));
     }
 }
