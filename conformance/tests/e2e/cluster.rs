@@ -944,6 +944,55 @@ async fn kill9_of_the_metadata_primary_and_a_partition_primary_loses_no_acknowle
     );
 }
 
+/// A partition leads from the node its creation view names: after that node is killed and
+/// another one took over, the restarted node, once caught up, gets the partition back (the
+/// primary hands it over with a PrimaryRebalance grant), so primaries stay spread over the
+/// nodes; the producer's acknowledged messages all survive the two view changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_node_takes_back_the_partition_it_was_created_to_lead() {
+    let mut cluster = TestCluster::start(3);
+    let client = Arc::new(cluster.root_client(0).await);
+    let (stream, topic, partition_groups) = create_topic(&client, 3).await;
+    let producer = Producer::start(client.clone(), stream, topic, 3);
+    producer
+        .wait_progress("before the crash", 4, Duration::from_secs(20))
+        .await;
+    // A partition led by a node that neither serves the client nor leads the metadata group.
+    let (metadata_primary, _) = cluster.primary(METADATA_GROUP).expect("a metadata primary");
+    let (group, creator, view) = partition_groups
+        .iter()
+        .filter_map(|&g| cluster.primary(g).map(|(primary, view)| (g, primary, view)))
+        .find(|(_, primary, _)| *primary != 0 && *primary != metadata_primary)
+        .expect("three partitions spread over three nodes");
+    let creator_node = usize::from(creator);
+    cluster.kill9(creator_node);
+    let stand_in = cluster.wait_new_primary(group, creator_node, view).await;
+    producer
+        .wait_progress("while its creator is down", 4, Duration::from_secs(45))
+        .await;
+    cluster.restart(creator_node);
+    wait_until(
+        &format!("node {creator} leads group {group:#x} again"),
+        Duration::from_secs(40),
+        || {
+            let back = |i: usize| {
+                cluster
+                    .role(i, group)
+                    .is_some_and(|r| r.normal && r.primary == creator && r.view > view)
+            };
+            (back(creator_node) && back(usize::from(stand_in))).then_some(())
+        },
+        || cluster.describe(group),
+    )
+    .await;
+    producer
+        .wait_progress("after the hand-back", 4, Duration::from_secs(30))
+        .await;
+    let acked = producer.finish().await;
+    let reader = cluster.root_client(0).await;
+    assert_acknowledged_exactly_once(&reader, stream, topic, &acked).await;
+}
+
 /// Seeded kill -9 rounds under a producer: each round kills one node (a primary or a backup,
 /// as the seed picks) and starts it again, or, every fourth round, kills all three at once
 /// and starts them all; then every group must be Normal on every node again. At the end every

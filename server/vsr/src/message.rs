@@ -278,6 +278,17 @@ pub enum Message {
     /// A lagging or restarted replica asks the primary of `view` (or of a later view) for its
     /// `StartView`.
     RequestStartView { view: u32, replica: ReplicaId },
+    /// The primary of `view` to its group's preferred replica, caught up: start the view
+    /// change to `target_view`, which the receiver leads (on the wire: PrimaryRebalance with
+    /// kind PrimaryTransfer). The primary itself stays in `view` until that view change
+    /// reaches it, so a primary cut off at that moment raises no view.
+    PrimaryTransfer {
+        view: u32,
+        target_view: u32,
+        /// The preferred replica: the receiver, and the primary of `target_view`.
+        target: ReplicaId,
+        replica: ReplicaId,
+    },
 }
 
 impl Message {
@@ -293,7 +304,8 @@ impl Message {
             | Message::DoViewChange { view, .. }
             | Message::StartView { view, .. }
             | Message::RequestPrepare { view, .. }
-            | Message::RequestStartView { view, .. } => *view,
+            | Message::RequestStartView { view, .. }
+            | Message::PrimaryTransfer { view, .. } => *view,
         }
     }
 
@@ -310,6 +322,7 @@ impl Message {
             Message::StartView { .. } => "start_view",
             Message::RequestPrepare { .. } => "request_prepare",
             Message::RequestStartView { .. } => "request_start_view",
+            Message::PrimaryTransfer { .. } => "primary_transfer",
         }
     }
 }

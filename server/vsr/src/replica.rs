@@ -54,6 +54,10 @@ pub struct Config {
     pub view_change_timeout_ticks: u64,
     /// Retransmission period for prepares, view-change and rejoin messages.
     pub resend_ticks: u64,
+    /// The replica this group prefers as its primary (a partition's creation view spreads
+    /// them over the nodes): another primary hands the group back to it once it is caught up
+    /// (see `Replica::maybe_hand_over`). `None`: whoever leads keeps leading.
+    pub preferred_primary: Option<ReplicaId>,
 }
 
 impl Config {
@@ -68,6 +72,7 @@ impl Config {
             heartbeat_ticks: 5,
             view_change_timeout_ticks: 30,
             resend_ticks: 8,
+            preferred_primary: None,
         }
     }
 
@@ -250,6 +255,10 @@ pub struct Replica {
     /// The view of that primary: once this replica moves past it, it no longer counts.
     heard_primary_view: u32,
     view_change_started_at: u64,
+    /// When this replica last started leading a view.
+    primary_since: u64,
+    /// When this primary last asked its preferred replica to take the group over.
+    transfer_sent_at: Option<u64>,
     sent_heartbeat_at: u64,
     resent_at: u64,
     actions: VecDeque<Action>,
@@ -373,6 +382,8 @@ impl Replica {
             heard_from_primary_at: 0,
             heard_primary_view: view,
             view_change_started_at: 0,
+            primary_since: 0,
+            transfer_sent_at: None,
             sent_heartbeat_at: 0,
             resent_at: 0,
             actions: VecDeque::new(),
@@ -880,6 +891,7 @@ impl Replica {
             }
             Status::Normal if self.is_primary() => {
                 self.tick_primary();
+                self.maybe_hand_over();
                 false
             }
             Status::Normal => {
@@ -934,6 +946,13 @@ impl Replica {
                     self.send_start_view(replica);
                 }
             }
+            Message::PrimaryTransfer {
+                view,
+                target_view,
+                target,
+                ..
+            } if target == self.config.replica => self.on_primary_transfer(from, view, target_view),
+            Message::PrimaryTransfer { .. } => {}
         }
     }
 }
@@ -1052,6 +1071,68 @@ impl Replica {
                 }
             }
         }
+    }
+
+    /// A primary that is not the group's preferred one hands the group over to it (asks it to
+    /// start the view change to the next view it leads; again every `resend_ticks` until that
+    /// happens), once it has led for a view-change timeout (a
+    /// view does not flap) and the preferred replica holds every op of this view durably (the
+    /// change then loses no time waiting for it). A view change like any other: the
+    /// DoViewChange quorum keeps every op, and if the preferred replica fails meanwhile the
+    /// view times out as usual.
+    fn maybe_hand_over(&mut self) {
+        let Some(preferred) = self.config.preferred_primary else {
+            return;
+        };
+        if preferred == self.config.replica
+            || self.now < self.primary_since + self.config.view_change_timeout_ticks
+        {
+            return;
+        }
+        let index = usize::from(preferred);
+        let caught_up = self
+            .durable_acks
+            .get(index)
+            .is_some_and(|acked| *acked >= self.journal.op());
+        let heard = self
+            .acked_at
+            .get(index)
+            .is_some_and(|at| self.now < at + self.config.heartbeat_ticks * 2);
+        if !caught_up || !heard {
+            return;
+        }
+        if self
+            .transfer_sent_at
+            .is_some_and(|at| self.now < at + self.config.resend_ticks)
+        {
+            return;
+        }
+        self.transfer_sent_at = Some(self.now);
+        let mut target_view = self.view + 1;
+        while self.primary_of(target_view) != preferred {
+            target_view += 1;
+        }
+        let message = Message::PrimaryTransfer {
+            view: self.view,
+            target_view,
+            target: preferred,
+            replica: self.config.replica,
+        };
+        self.send(preferred, message);
+    }
+
+    /// The primary of our view hands the group to us: start the view change to `target_view`
+    /// (ours), as if we had suspected it.
+    fn on_primary_transfer(&mut self, from: ReplicaId, view: u32, target_view: u32) {
+        if view != self.view
+            || self.status != Status::Normal
+            || from != self.primary_of(view)
+            || target_view <= view
+            || self.primary_of(target_view) != self.config.replica
+        {
+            return;
+        }
+        self.start_view_change(target_view);
     }
 
     fn on_prepare(&mut self, from: ReplicaId, view: u32, commit: u64, entry: Entry) {
@@ -1593,6 +1674,8 @@ impl Replica {
     fn start_view_as_primary(&mut self, commit: u64) {
         debug_assert!(!self.journal.awaiting());
         self.status = Status::Normal;
+        self.primary_since = self.now;
+        self.transfer_sent_at = None;
         self.log_view = self.view;
         self.prepare_oks.clear();
         self.durable_acks.fill(0);

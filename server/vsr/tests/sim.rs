@@ -13,6 +13,7 @@ fn run(replica_count: u8) {
     let (mut committed, mut checkpoints, mut retirements, mut refused_full) = (0, 0, 0, 0);
     let (mut restarts_all, mut views_persisted, mut view_max) = (0, 0, 0);
     let (mut view_max_sum, mut cut_off_view_rise_max, mut read_backs) = (0u64, 0, 0);
+    let mut handed_back = 0;
     for seed in 0..seeds() {
         let seed = seed * 1_000 + u64::from(replica_count);
         let result = std::panic::catch_unwind(|| {
@@ -27,6 +28,7 @@ fn run(replica_count: u8) {
                 restarts_all += summary.restarts_all;
                 views_persisted += summary.views_persisted;
                 read_backs += summary.read_backs;
+                handed_back += u64::from(summary.handed_back);
                 view_max = view_max.max(summary.view_max);
                 view_max_sum += u64::from(summary.view_max);
                 cut_off_view_rise_max = cut_off_view_rise_max.max(summary.cut_off_view_rise_max);
@@ -45,7 +47,8 @@ fn run(replica_count: u8) {
         "replicas={replica_count}: {committed} ops committed, {checkpoints} checkpoints, \
          {retirements} retirements, {refused_full} registers refused at capacity, \
          {restarts_all} restarts of every replica, {views_persisted} view states persisted, \
-         {read_backs} released entries read back for a peer \
+         {read_backs} released entries read back for a peer, {handed_back} groups handed back \
+         to their preferred primary \
          (highest view {view_max}, per seed {:.1} on average; a replica cut off from the others \
          climbed at most {cut_off_view_rise_max} views)",
         view_max_sum as f64 / seeds() as f64
@@ -57,6 +60,10 @@ fn run(replica_count: u8) {
     assert!(
         replica_count == 1 || views_persisted > 0,
         "view changes persist view states"
+    );
+    assert!(
+        replica_count == 1 || seeds() < 10 || handed_back > 0,
+        "groups led by another replica are handed back to their preferred primary"
     );
     assert!(
         replica_count == 1 || seeds() < 10 || read_backs > 0,

@@ -22,8 +22,9 @@ use super::wal;
 use bytes::{BufMut, Bytes, BytesMut};
 use iggy_generated::frames::{
     Command, CommitHeader, DoViewChangeHeader, GenericHeader, PreVoteHeader, PrepareHeader,
-    PrepareOkHeader, ReplicaEntryHeader, ReplicaLogPrefix, RequestPreparesHeader,
-    RequestStartViewHeader, StartViewChangeHeader, StartViewHeader,
+    PrepareOkHeader, PrimaryRebalanceHeader, PrimaryRebalanceKind, ReplicaEntryHeader,
+    ReplicaLogPrefix, RequestPreparesHeader, RequestStartViewHeader, StartViewChangeHeader,
+    StartViewHeader,
 };
 use iggy_vsr::{Entry, EntryHeader, Log, Message, ReplicaId};
 
@@ -145,6 +146,27 @@ pub fn encode(context: &FrameContext, message: &Message) -> Bytes {
         Message::PreVote { view, replica } => {
             speaks_for_itself(context, *replica);
             control_frame(context, Command::PreVote, *view, pre_vote_header(context))
+        }
+        Message::PrimaryTransfer {
+            view,
+            target_view,
+            target,
+            replica,
+        } => {
+            speaks_for_itself(context, *replica);
+            // Ours in the official layout: `namespace` names the group and `created_revision`
+            // its incarnation; the grant's `target` is the primary of `partition_view`.
+            let header = PrimaryRebalanceHeader {
+                namespace: group,
+                created_revision: incarnation,
+                partition_view: *target_view,
+                kind: PrimaryRebalanceKind::PrimaryTransfer,
+                ready: true,
+                target: *target,
+                quorum_age_ns: u64::MAX,
+                ..PrimaryRebalanceHeader::default()
+            };
+            control_frame(context, Command::PrimaryRebalance, *view, header.to_bytes())
         }
         Message::PreVoteGranted { view, replica } => {
             speaks_for_itself(context, *replica);
@@ -446,6 +468,25 @@ fn decode_control(
             same_group(context, vote.group, Some(vote.partition_incarnation))?;
             Ok(Message::StartViewChange {
                 view: vote.view,
+                replica: sender,
+            })
+        }
+        Command::PrimaryRebalance => {
+            let grant = PrimaryRebalanceHeader::decode_fixed(header).map_err(undecodable)?;
+            same_group(context, grant.namespace, Some(grant.created_revision))?;
+            if grant.kind != PrimaryRebalanceKind::PrimaryTransfer || !grant.ready {
+                return Err(malformed(
+                    command,
+                    format!(
+                        "a PrimaryRebalance of kind {:?}: only the PrimaryTransfer grant is served",
+                        grant.kind
+                    ),
+                ));
+            }
+            Ok(Message::PrimaryTransfer {
+                view: grant.view,
+                target_view: grant.partition_view,
+                target: grant.target,
                 replica: sender,
             })
         }
@@ -778,6 +819,12 @@ mod tests {
                 view: 5,
                 replica: SENDER,
             },
+            Message::PrimaryTransfer {
+                view: 4,
+                target_view: 6,
+                target: RECEIVER,
+                replica: SENDER,
+            },
         ]
     }
 
@@ -793,6 +840,25 @@ mod tests {
                 assert_eq!(decoded.as_ref(), Ok(&message), "{}", message.name());
             }
         }
+    }
+
+    #[test]
+    fn a_primary_rebalance_other_than_the_transfer_grant_is_refused() {
+        let transfer = every_message().pop().unwrap();
+        let frame = encode(&partition(SENDER), &transfer);
+        let mut grant = PrimaryRebalanceHeader::decode_fixed(&frame[..HEADER_SIZE]).unwrap();
+        assert_eq!(
+            (grant.kind, grant.partition_view, grant.target),
+            (PrimaryRebalanceKind::PrimaryTransfer, 6, RECEIVER)
+        );
+        grant.kind = PrimaryRebalanceKind::PartitionProbe;
+        let mut header = grant.to_bytes();
+        seal(&mut header);
+        let inbound = deliver(&header, SENDER).unwrap();
+        assert!(matches!(
+            decode(&partition(RECEIVER), &inbound),
+            Err(CodecError::Malformed { .. })
+        ));
     }
 
     #[test]

@@ -13,10 +13,10 @@ use super::admission::{self, Admitted, Local, Refusal};
 use iggy_generated::frames::{
     Command, CommitHeader, DoViewChangeHeader, FRAME_SEALED_COMMANDS, ForwardWriteHeader,
     ForwardWriteResultHeader, GenericHeader, IDENTITY_CHECKSUM_COMMANDS, METADATA_GROUP,
-    MetadataHistory, PreVoteHeader, PrepareHeader, PrepareOkHeader, RepairRangeReplyHeader,
-    ReplicaHandshakeStatus, RequestPreparesHeader, RequestStartViewHeader, RequestStateChunkHeader,
-    RequestStateTransferHeader, StartViewChangeHeader, StartViewHeader, StateChunkHeader,
-    StateTransferTargetHeader,
+    MetadataHistory, PreVoteHeader, PrepareHeader, PrepareOkHeader, PrimaryRebalanceHeader,
+    RepairRangeReplyHeader, ReplicaHandshakeStatus, RequestPreparesHeader, RequestStartViewHeader,
+    RequestStateChunkHeader, RequestStateTransferHeader, StartViewChangeHeader, StartViewHeader,
+    StateChunkHeader, StateTransferTargetHeader,
 };
 use std::time::Duration;
 
@@ -225,6 +225,10 @@ fn group_fields(command: Command) -> (Option<usize>, Option<usize>) {
         C::StateChunk => (
             Some(StateChunkHeader::GROUP_OFFSET),
             Some(StateChunkHeader::PARTITION_INCARNATION_OFFSET),
+        ),
+        C::PrimaryRebalance => (
+            Some(PrimaryRebalanceHeader::NAMESPACE_OFFSET),
+            Some(PrimaryRebalanceHeader::CREATED_REVISION_OFFSET),
         ),
         C::ForwardWrite => (
             Some(ForwardWriteHeader::GROUP_OFFSET),

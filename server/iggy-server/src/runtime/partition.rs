@@ -477,15 +477,17 @@ impl PartitionHandle {
         )
         .await?;
         let mut peers = peers;
-        if let Some(peers) = peers.as_mut()
-            && state != iggy_storage::revision::PartitionDirState::Existing
-        {
+        let mut vsr = vsr;
+        if let Some(peers) = peers.as_mut() {
             let replicas = vsr.replica_count;
-            peers.created_view = Some(crate::consensus::plane::created_view(
-                incarnation,
-                partition_id,
-                replicas,
-            ));
+            let created_view =
+                crate::consensus::plane::created_view(incarnation, partition_id, replicas);
+            // The primary of its creation view leads it whenever it is up and caught up, so
+            // the partitions' primaries stay spread over the nodes after restarts.
+            vsr.preferred_primary = Some((created_view % u32::from(replicas)) as u8);
+            if state != iggy_storage::revision::PartitionDirState::Existing {
+                peers.created_view = Some(created_view);
+            }
         }
         if state != iggy_storage::revision::PartitionDirState::Existing {
             tracing::info!(

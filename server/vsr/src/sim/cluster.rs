@@ -10,7 +10,7 @@ use super::packet::{PacketOptions, PacketSimulator};
 use super::storage::Storage;
 use crate::group::{CheckpointPolicy, Durability, GroupCore, Outcome, Pending, Step};
 use crate::message::{Entry, Message, OPERATION_REGISTER, ReplicaId};
-use crate::replica::{Config, Refusal, Replica};
+use crate::replica::{Config, Refusal, Replica, Status};
 use crate::view_state::ViewState;
 use bytes::Bytes;
 use std::collections::BTreeMap;
@@ -96,6 +96,9 @@ pub struct Summary {
     pub views_persisted: u64,
     /// Released entries read back from storage for a peer (over all replicas).
     pub read_backs: u64,
+    /// With a preferred primary: whether another replica led at the end of the load and
+    /// handed the group back to it.
+    pub handed_back: bool,
     /// The most views any replica climbed while cut off from every other node (counted from
     /// its view when the cut began, or when it restarted during the cut).
     pub cut_off_view_rise_max: u32,
@@ -126,6 +129,8 @@ pub struct Cluster<W: Workload = ModelWorkload> {
     /// view-change timeouts, so a replica that raised its view on every timeout would run away.
     long_cut_off: Option<(usize, u64, u64)>,
     clients_table_max: usize,
+    /// The replica the group prefers as its primary, if any.
+    preferred_primary: Option<ReplicaId>,
     /// Checkpoint once this many ops are committed above the previous checkpoint.
     checkpoint_every: u64,
     /// With a small client table: a session logs out after this many requests, freeing its
@@ -187,6 +192,10 @@ impl<W: Workload> Cluster<W> {
             let replica = choices.below(u64::from(replica_count)) as usize;
             (replica, start, start + 300 + choices.below(400))
         });
+        // Half the groups prefer a primary (as a partition prefers its creation view's), which
+        // whoever else leads hands the group back to once it is caught up.
+        let preferred_primary = (replica_count > 1 && choices.chance(50))
+            .then(|| choices.below(u64::from(replica_count)) as ReplicaId);
         let mut rng = Rng::new(seed);
         let options = PacketOptions {
             drop_percent: rng.below(10),
@@ -197,7 +206,7 @@ impl<W: Workload> Cluster<W> {
         let nodes = (0..replica_count)
             .map(|replica| Node {
                 core: Some(GroupCore::format(
-                    config(replica_count, replica, clients_table_max),
+                    config(replica_count, replica, clients_table_max, preferred_primary),
                     Durability::Persisted,
                     false,
                     Some(checkpoint_policy(checkpoint_every)),
@@ -242,6 +251,7 @@ impl<W: Workload> Cluster<W> {
             cut_off_view_rise_max: 0,
             long_cut_off,
             clients_table_max,
+            preferred_primary,
             checkpoint_every,
             logout_every,
             checkpoints: BTreeMap::new(),
@@ -306,6 +316,7 @@ impl<W: Workload> Cluster<W> {
             "seed {}: clients did not finish by tick {}: {:?}",
             self.seed, self.now, self.clients
         );
+        let handed_back = self.settle_on_preferred_primary();
         self.check_all();
         let views: Vec<_> = self.nodes.iter().map(Node::view).collect();
         self.workload.check_end(self.seed, &views);
@@ -327,9 +338,48 @@ impl<W: Workload> Cluster<W> {
             restarts_all: self.restarts_all,
             views_persisted: self.views_persisted,
             read_backs: self.read_backs,
+            handed_back,
             cut_off_view_rise_max: self.cut_off_view_rise_max,
         };
         (summary, self.workload)
+    }
+
+    /// With a preferred primary, once the load is done and the network healed: runs until
+    /// every replica is up, in normal status and led by the preferred one (panics if that does
+    /// not happen within a bound: the hand-over is a liveness promise). Returns whether another
+    /// replica led when the load ended.
+    fn settle_on_preferred_primary(&mut self) -> bool {
+        let Some(preferred) = self.preferred_primary else {
+            return false;
+        };
+        let led_by_preferred = |cluster: &Self| {
+            cluster.nodes.iter().all(|node| {
+                node.replica().is_some_and(|replica| {
+                    replica.status() == Status::Normal
+                        && replica.primary_of(replica.view()) == preferred
+                })
+            })
+        };
+        let other_led = !led_by_preferred(self);
+        let deadline = self.now + 2_000;
+        while !led_by_preferred(self) {
+            assert!(
+                self.now < deadline,
+                "seed {}: the group was not handed back to its preferred primary {preferred}: {:?}",
+                self.seed,
+                self.nodes
+                    .iter()
+                    .map(|node| node.replica().map(|r| (
+                        r.status(),
+                        r.view(),
+                        r.op(),
+                        r.commit_min()
+                    )))
+                    .collect::<Vec<_>>()
+            );
+            self.step();
+        }
+        other_led
     }
 
     /// Cuts replica `index` off from every other node until tick `until` (or longer, if it
@@ -375,7 +425,12 @@ impl<W: Workload> Cluster<W> {
                 if now >= node.restart_at {
                     self.restarts += 1;
                     let (checkpoint, records) = node.storage.open();
-                    let config = config(self.replica_count, index as u8, self.clients_table_max);
+                    let config = config(
+                        self.replica_count,
+                        index as u8,
+                        self.clients_table_max,
+                        self.preferred_primary,
+                    );
                     let (checkpoint, state) = match checkpoint {
                         None => (None, None),
                         Some((checkpoint, state)) => (Some(checkpoint), Some(state)),
@@ -998,9 +1053,15 @@ fn checkpoint_policy(every: u64) -> CheckpointPolicy {
     }
 }
 
-fn config(replica_count: u8, replica: ReplicaId, clients_table_max: usize) -> Config {
+fn config(
+    replica_count: u8,
+    replica: ReplicaId,
+    clients_table_max: usize,
+    preferred_primary: Option<ReplicaId>,
+) -> Config {
     let mut config = Config::new(replica_count, replica);
     config.clients_table_max = clients_table_max;
+    config.preferred_primary = preferred_primary;
     config
 }
 

@@ -1,0 +1,183 @@
+//! A group with a preferred primary (a partition's creation view spreads them over the nodes)
+//! that another replica leads, after a failure, is handed back once the preferred replica is
+//! caught up: the primary asks it to start the view change to the next view it leads.
+
+use bytes::Bytes;
+use iggy_vsr::{Action, Config, Message, OPERATION_REGISTER, Replica, Status};
+
+mod support;
+use support::*;
+
+/// Replica 1 of three, primary of view 1 (its group prefers replica 0), having prepared a
+/// register of client 9 that replica 2 acknowledged; replica 0 has acknowledged nothing.
+fn leading_for_another() -> Replica {
+    let config = Config {
+        preferred_primary: Some(0),
+        ..Config::new(3, 1)
+    };
+    let mut primary = Replica::format_in_view(config, 1);
+    settle(&mut primary);
+    primary.on_request(9, 0, OPERATION_REGISTER, Bytes::new());
+    settle(&mut primary);
+    let op = primary.op();
+    primary.on_message(
+        2,
+        Message::PrepareOk {
+            view: 1,
+            op,
+            replica: 2,
+        },
+    );
+    settle(&mut primary);
+    assert_eq!(primary.commit_min(), op);
+    primary
+}
+
+/// The view the primary asked replica 0 to take the group over in.
+fn view_change_to(out: &[Action]) -> Option<u32> {
+    sends(out)
+        .into_iter()
+        .find_map(|(to, message)| match message {
+            Message::PrimaryTransfer { target_view, .. } if to == 0 => Some(target_view),
+            _ => None,
+        })
+}
+
+#[test]
+fn the_primary_hands_the_group_to_its_preferred_replica_once_that_one_caught_up() {
+    let mut primary = leading_for_another();
+    let timeout = primary.config().view_change_timeout_ticks;
+    let op = primary.op();
+    let ack = |op| Message::PrepareOk {
+        view: 1,
+        op,
+        replica: 0,
+    };
+    // Replica 0 answers but lags behind: no hand-over, however long.
+    for now in 1..=timeout * 3 {
+        primary.on_message(0, ack(0));
+        primary.on_tick(now);
+        assert_eq!(view_change_to(&settle(&mut primary)), None, "tick {now}");
+        assert_eq!(primary.status(), Status::Normal);
+    }
+    // Caught up: the next tick asks replica 0 to move the group to view 3, which it leads;
+    // the primary itself stays in its view until that view change reaches it.
+    primary.on_message(0, ack(op));
+    primary.on_tick(timeout * 3 + 1);
+    assert_eq!(view_change_to(&settle(&mut primary)), Some(3));
+    assert_eq!((primary.status(), primary.view()), (Status::Normal, 1));
+    // Asked again only after `resend_ticks`.
+    let resend = primary.config().resend_ticks;
+    primary.on_message(0, ack(op));
+    primary.on_tick(timeout * 3 + 2);
+    assert_eq!(view_change_to(&settle(&mut primary)), None);
+    primary.on_message(0, ack(op));
+    primary.on_tick(timeout * 3 + 1 + resend);
+    assert_eq!(view_change_to(&settle(&mut primary)), Some(3));
+    // Replica 0's StartViewChange for view 3 moves the old primary along.
+    primary.on_message(
+        0,
+        Message::StartViewChange {
+            view: 3,
+            replica: 0,
+        },
+    );
+    settle(&mut primary);
+    assert_eq!((primary.status(), primary.view()), (Status::ViewChange, 3));
+}
+
+#[test]
+fn the_preferred_replica_starts_the_view_change_its_primary_asks_for_and_nobody_else_does() {
+    // Replica 0, a Normal backup of view 1 (primary 1).
+    let backup = || {
+        let mut backup = Replica::format_in_view(Config::new(3, 0), 1);
+        settle(&mut backup);
+        backup
+    };
+    let transfer = |view: u32, target_view: u32, target: u8| Message::PrimaryTransfer {
+        view,
+        target_view,
+        target,
+        replica: 1,
+    };
+    // From the primary of its view, for a view it leads: it starts that view change.
+    let mut replica = backup();
+    replica.on_message(1, transfer(1, 3, 0));
+    let out = settle(&mut replica);
+    assert_eq!((replica.status(), replica.view()), (Status::ViewChange, 3));
+    let votes = sends(&out);
+    assert!(
+        votes
+            .iter()
+            .any(|(_, m)| matches!(m, Message::StartViewChange { view: 3, .. }))
+    );
+    // Not from a backup, for a stale view, for a view another replica leads, or for another
+    // target.
+    let refused = [
+        (2, transfer(1, 3, 0)),
+        (1, transfer(0, 3, 0)),
+        (1, transfer(1, 4, 0)),
+        (1, transfer(1, 3, 2)),
+    ];
+    for (from, message) in refused {
+        let mut replica = backup();
+        replica.on_message(from, message.clone());
+        settle(&mut replica);
+        let state = (replica.status(), replica.view());
+        assert_eq!(state, (Status::Normal, 1), "from {from}: {message:?}");
+    }
+}
+
+#[test]
+fn a_primary_leads_for_a_view_change_timeout_before_it_hands_over() {
+    let mut primary = leading_for_another();
+    let timeout = primary.config().view_change_timeout_ticks;
+    let op = primary.op();
+    for now in 1..timeout {
+        primary.on_message(
+            0,
+            Message::PrepareOk {
+                view: 1,
+                op,
+                replica: 0,
+            },
+        );
+        primary.on_tick(now);
+        assert_eq!(view_change_to(&settle(&mut primary)), None, "tick {now}");
+    }
+    primary.on_message(
+        0,
+        Message::PrepareOk {
+            view: 1,
+            op,
+            replica: 0,
+        },
+    );
+    primary.on_tick(timeout);
+    assert_eq!(view_change_to(&settle(&mut primary)), Some(3));
+}
+
+#[test]
+fn without_a_preference_or_as_the_preferred_replica_the_primary_keeps_leading() {
+    for preferred in [None, Some(1)] {
+        let config = Config {
+            preferred_primary: preferred,
+            ..Config::new(3, 1)
+        };
+        let mut primary = Replica::format_in_view(config, 1);
+        settle(&mut primary);
+        for now in 1..=200 {
+            primary.on_message(
+                0,
+                Message::PrepareOk {
+                    view: 1,
+                    op: 0,
+                    replica: 0,
+                },
+            );
+            primary.on_tick(now);
+            assert_eq!(view_change_to(&settle(&mut primary)), None, "{preferred:?}");
+        }
+        assert_eq!((primary.status(), primary.view()), (Status::Normal, 1));
+    }
+}
