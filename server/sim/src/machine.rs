@@ -4,7 +4,10 @@
 //! 48-byte stand-in in the journal; a journal truncation drops stowed batches again; a restart
 //! restores the checkpoint state over the log, reads stowed bodies back from the log (the
 //! journal ends at the first it cannot find), and drops log messages no journaled op accounts
-//! for.
+//! for. A committed `DeleteSegments` deletes the log's closed segments below its `keep_from`; a
+//! restart finds the journaled sends whose batch such a deletion removed by their stand-ins
+//! naming offsets below the log's first ([`Partition::retire_if_deleted`]), and their apply
+//! only accounts for the offsets they took.
 
 use crate::log::{CheckedBatch, SimLog, unstamp};
 use bytes::Bytes;
@@ -36,11 +39,18 @@ impl iggy_partition::Log for SimLog {
     }
 }
 
-/// What one replica's restarts went through.
+/// What one replica's log and restarts went through.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct RestartFigures {
+pub struct MachineFigures {
+    /// Applied segment retirements that deleted a segment, and the segments and messages they
+    /// deleted.
+    pub retirements: u64,
+    pub segments_retired: u64,
+    pub messages_retired: u64,
     /// Sends whose body a restart read back from the log through the journal's stand-in.
     pub stowed_restored: u64,
+    /// Journaled sends a restart found below the log's first offset: retired after the op.
+    pub stowed_retired: u64,
     /// Restarts whose journal ended early: a stand-in named a batch the crash took.
     pub journals_cut: u64,
     /// Restarts that dropped log messages no journaled op accounted for.
@@ -57,7 +67,7 @@ pub struct PartitionMachine {
     log: SimLog,
     /// The latest op applied (or restored from a checkpoint).
     applied_op: u64,
-    restarts: RestartFigures,
+    figures: MachineFigures,
 }
 
 impl PartitionMachine {
@@ -68,7 +78,7 @@ impl PartitionMachine {
             core: Partition::new(0),
             log: SimLog::default(),
             applied_op: 0,
-            restarts: RestartFigures::default(),
+            figures: MachineFigures::default(),
         }
     }
 
@@ -92,9 +102,14 @@ impl PartitionMachine {
         (range, messages)
     }
 
-    /// What this replica's restarts went through.
-    pub fn restart_figures(&self) -> RestartFigures {
-        self.restarts
+    /// What this replica's log and restarts went through.
+    pub fn figures(&self) -> MachineFigures {
+        self.figures
+    }
+
+    /// The first offset the log holds (below it, segments were retired).
+    pub fn first_offset(&self) -> u64 {
+        self.log.first_offset()
     }
 
     /// The log, for a test that damages it.
@@ -110,7 +125,7 @@ impl PartitionMachine {
             self.core
                 .stowed(entry.op, stand_in.base_offset, stand_in.message_count);
         }
-        self.restarts.stowed_restored += 1;
+        self.figures.stowed_restored += 1;
         Some(entry)
     }
 }
@@ -176,9 +191,13 @@ impl Machine for PartitionMachine {
                 self.core.appended(base_offset, batch.count)
             }
             Applied::Retire { keep_from } => {
-                panic!(
-                    "the workload sends no DeleteSegments, yet op {op} retires below {keep_from}"
-                )
+                let retired = self.log.retire_below(keep_from);
+                if retired.segments > 0 {
+                    self.figures.retirements += 1;
+                    self.figures.segments_retired += retired.segments;
+                    self.figures.messages_retired += retired.messages;
+                }
+                WriteResult::Done
             }
         };
         machine::Applied {
@@ -217,13 +236,14 @@ impl Machine for PartitionMachine {
         for record in records {
             // A stand-in whose batch lies below the log's first offset was retired, not lost
             // (the partition accounts for its offsets without the body).
-            let whole = !record.stowed
-                || self.core.retire_if_deleted(
+            let retired = record.stowed
+                && self.core.retire_if_deleted(
                     record.entry.op,
                     &record.entry.body,
                     self.log.first_offset(),
                 );
-            let entry = if whole {
+            self.figures.stowed_retired += u64::from(retired);
+            let entry = if !record.stowed || retired {
                 record.entry
             } else {
                 match self.unstow(&record.entry) {
@@ -231,7 +251,7 @@ impl Machine for PartitionMachine {
                     // Written to the log before its journal record and synced with it, so
                     // only unsynced writes lost at the crash (never acknowledged) end here.
                     None => {
-                        self.restarts.journals_cut += 1;
+                        self.figures.journals_cut += 1;
                         break;
                     }
                 }
@@ -243,7 +263,7 @@ impl Machine for PartitionMachine {
 
     fn replayed(&mut self) {
         if let Some(from) = self.core.unaccounted_from(self.log.next_offset()) {
-            self.restarts.unaccounted_dropped += 1;
+            self.figures.unaccounted_dropped += 1;
             self.log.truncate_from(from);
         }
     }
