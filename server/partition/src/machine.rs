@@ -377,6 +377,9 @@ impl Partition {
             StartAt::Next(owner) => self.offset(owner).map_or(first, |stored| stored + 1),
         };
         let current_offset = next.saturating_sub(1);
+        // The log's first offset may lie past the committed end: a retirement past it removed
+        // stowed sends not committed here yet, or a restart rolled the state back behind it.
+        let start = start.max(first);
         if start >= next || count == 0 {
             return PollRange {
                 start: next,
@@ -384,7 +387,6 @@ impl Partition {
                 current_offset,
             };
         }
-        let start = start.max(first);
         PollRange {
             start,
             count: count.min(u32::try_from(next - start).unwrap_or(u32::MAX)),
@@ -759,6 +761,34 @@ mod tests {
                 partition.apply(op, retire.operation(), &retire.encode(), &log),
                 Applied::Retire { keep_from: 10 }
             ));
+        }
+    }
+
+    /// A log retired past the partition's committed end (a `keep_from` past it deleted stowed
+    /// sends not committed yet) serves nothing, from any start, and never an uncommitted send.
+    #[test]
+    fn a_poll_of_a_log_retired_past_its_committed_end_serves_nothing() {
+        let mut partition = Partition::new(0);
+        let empty = FakeLog::default();
+        let Applied::Append { base_offset, .. } =
+            partition.apply(1, send_operation(), &batch(4, true), &empty)
+        else {
+            panic!("a send appends");
+        };
+        partition.appended(base_offset, 4);
+        apply(&mut partition, 2, store(OffsetOwner::Consumer(1), 1, 0));
+        let log = FakeLog {
+            first_offset: 8,
+            next_offset: 12,
+        };
+        for start in [
+            StartAt::Offset(2),
+            StartAt::Next(OffsetOwner::Consumer(1)),
+            StartAt::First,
+            StartAt::Last,
+        ] {
+            let range = partition.poll_range(start, 5, &log);
+            assert_eq!((range.count, range.current_offset), (0, 3), "{start:?}");
         }
     }
 
