@@ -354,13 +354,20 @@ impl Partition {
     /// journaled op accounts for, if any. They were never acknowledged (their journal write was
     /// lost with the machine), and are dropped so offsets and the client table agree.
     pub fn unaccounted_from(&self, log_next_offset: u64) -> Option<u64> {
-        // Stowed batches of ops not committed yet are accounted for by their journal records.
-        let accounted = self
-            .stowed
-            .back()
-            .map_or(self.state.next_offset, |&(_, _, end)| {
-                end.max(self.state.next_offset)
-            });
+        // Stowed batches of ops not committed yet are accounted for by their journal records,
+        // and so are the offsets of journaled sends whose segments a retirement deleted (in a
+        // group of more than one they are applied only once the replica rejoined).
+        let stowed_end = self.stowed.back().map_or(0, |&(_, _, end)| end);
+        let mut retired_end = 0;
+        for &(base_offset, count) in self.retired.values() {
+            if count == 0 {
+                // A stand-in from before it carried its count: where its offsets end is
+                // unknown, so nothing is dropped.
+                return None;
+            }
+            retired_end = retired_end.max(base_offset + u64::from(count));
+        }
+        let accounted = self.state.next_offset.max(stowed_end).max(retired_end);
         (log_next_offset > accounted).then_some(accounted)
     }
 
@@ -743,6 +750,10 @@ mod tests {
         };
         assert!(!partition.retire_if_deleted(3, &stand_in(10, 2).to_bytes(), 10));
         assert!(partition.retire_if_deleted(1, &stand_in(0, 6).to_bytes(), 10));
+        // Not applied yet (a replica of a larger group applies once it rejoined), the retired
+        // send accounts for its offsets: the log is not cut below them.
+        assert_eq!(partition.unaccounted_from(6), None);
+        assert_eq!(partition.unaccounted_from(7), Some(6));
         // Written before the stand-in carried its count: it lies below the log.
         assert!(partition.retire_if_deleted(2, &stand_in(6, 0).to_bytes(), 10));
         let retired = partition.apply(1, send_operation(), &Bytes::new(), &log);
@@ -753,6 +764,11 @@ mod tests {
                 count: 6
             })
         ));
+        assert_eq!(
+            partition.unaccounted_from(12),
+            None,
+            "a count-less stand-in"
+        );
         partition.apply(2, send_operation(), &Bytes::new(), &log);
         assert_eq!(partition.committed_next_offset(log.next_offset), 10);
         let retire = PartitionWrite::RetireSegments { keep_from: 10 };
