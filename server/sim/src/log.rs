@@ -320,7 +320,11 @@ impl SimLog {
     /// checkers must catch).
     pub fn drop_oldest_segment(&mut self) {
         let image = &mut self.current;
-        let end = image.segment_starts.get(1).copied().unwrap_or(image.next_offset());
+        let end = image
+            .segment_starts
+            .get(1)
+            .copied()
+            .unwrap_or(image.next_offset());
         image.batches.retain(|b| b.base_offset >= end);
         match image.segment_starts.len() {
             1 => image.segment_starts[0] = end,
@@ -422,12 +426,20 @@ mod tests {
         let mut log = filled(6);
         // 256 + 3 * 248 bytes a batch: a segment rolls after two.
         assert_eq!(log.current.segment_starts, vec![0, 6, 12, 18]);
-        assert_eq!(log.retire_below(5), Retired::default(), "no segment lies below 5");
+        assert_eq!(
+            log.retire_below(5),
+            Retired::default(),
+            "no segment lies below 5"
+        );
         let retired = log.retire_below(13);
         assert_eq!((retired.segments, retired.messages), (2, 12));
         assert_eq!((log.first_offset(), log.next_offset()), (12, 18));
         assert_eq!(log.read(0, 20).first().map(|(offset, _)| *offset), Some(12));
-        assert_eq!(log.retire_below(13), Retired::default(), "a replay deletes nothing");
+        assert_eq!(
+            log.retire_below(13),
+            Retired::default(),
+            "a replay deletes nothing"
+        );
         let retired = log.retire_below(u64::MAX);
         assert_eq!((retired.segments, retired.messages), (1, 6));
         assert_eq!(log.first_offset(), 18, "the active segment stays");
@@ -448,7 +460,10 @@ mod tests {
             log.append(&batch(&[b"c"]), 14, 11);
             log.crash(&mut Rng::new(seed));
             assert_eq!(log.first_offset(), 12, "seed {seed}");
-            assert!(log.next_offset() >= 14, "seed {seed}: synced with the retirement");
+            assert!(
+                log.next_offset() >= 14,
+                "seed {seed}: synced with the retirement"
+            );
         }
         let mut log = filled(4);
         log.append(&batch(&[b"a"]), 12, 9);

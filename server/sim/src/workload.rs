@@ -533,6 +533,7 @@ impl Workload for PartitionWorkload {
             let machine = node.machine.figures();
             let total = &mut self.figures.machines;
             total.retirements += machine.retirements;
+            total.retirements_bounded += machine.retirements_bounded;
             total.segments_retired += machine.segments_retired;
             total.messages_retired += machine.messages_retired;
             total.stowed_restored += machine.stowed_restored;
@@ -709,16 +710,26 @@ mod tests {
             let (base_offset, frames) = send(&mut machine, op, u128::from(op) * 10);
             history.commit_send(op, base_offset, &frames).unwrap();
         }
-        assert!(machine.log_mut().segment_count() >= 3, "the sends rolled segments");
+        assert!(
+            machine.log_mut().segment_count() >= 3,
+            "the sends rolled segments"
+        );
         let retire = PartitionWrite::RetireSegments { keep_from: 10 };
+        machine.held_everywhere(10);
         for op in [11, 12] {
-            let reply = machine.apply(op, 1, retire.operation(), &retire.encode()).reply;
+            let reply = machine
+                .apply(op, 1, retire.operation(), &retire.encode())
+                .reply;
             assert_eq!(WriteResult::decode(&reply), WriteResult::Done);
         }
         history.commit_retirement(10);
         let first = machine.first_offset();
         assert!(first > 0 && first <= 10, "first offset {first}");
-        assert_eq!(machine.figures().retirements, 1, "a replay deletes nothing more");
+        assert_eq!(
+            machine.figures().retirements,
+            1,
+            "a replay deletes nothing more"
+        );
         assert_eq!(machine.figures().messages_retired, first);
         history.check_first_offset(first).unwrap();
         let next = machine.committed_next_offset();

@@ -74,6 +74,7 @@ struct Totals {
     retirements_committed: u64,
     retirements_past_end: u64,
     retirements_applied: u64,
+    retirements_bounded: u64,
     segments_retired: u64,
     messages_retired: u64,
     stowed_restored: u64,
@@ -103,6 +104,7 @@ impl Totals {
         self.retirements_past_end += figures.retirements_past_end;
         let machines = &figures.machines;
         self.retirements_applied += machines.retirements;
+        self.retirements_bounded += machines.retirements_bounded;
         self.segments_retired += machines.segments_retired;
         self.messages_retired += machines.messages_retired;
         self.stowed_restored += machines.stowed_restored;
@@ -148,6 +150,10 @@ fn run(replica_count: u8) {
         assert!(
             totals.retirements_past_end > 0,
             "retirements past the committed end are exercised"
+        );
+        assert!(
+            totals.stowed_retired > 0,
+            "restarts find journaled sends whose segments a retirement deleted"
         );
     }
 }
