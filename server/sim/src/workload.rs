@@ -715,8 +715,18 @@ mod tests {
             "the sends rolled segments"
         );
         let retire = PartitionWrite::RetireSegments { keep_from: 10 };
+        let reply = machine
+            .apply(11, 1, retire.operation(), &retire.encode())
+            .reply;
+        assert_eq!(WriteResult::decode(&reply), WriteResult::Done);
+        assert_eq!(
+            machine.first_offset(),
+            0,
+            "no op is known held by every replica"
+        );
+        assert_eq!(machine.figures().retirements_bounded, 1);
         machine.held_everywhere(10);
-        for op in [11, 12] {
+        for op in [12, 13] {
             let reply = machine
                 .apply(op, 1, retire.operation(), &retire.encode())
                 .reply;
