@@ -354,13 +354,20 @@ impl Partition {
     /// journaled op accounts for, if any. They were never acknowledged (their journal write was
     /// lost with the machine), and are dropped so offsets and the client table agree.
     pub fn unaccounted_from(&self, log_next_offset: u64) -> Option<u64> {
-        // Stowed batches of ops not committed yet are accounted for by their journal records.
-        let accounted = self
-            .stowed
-            .back()
-            .map_or(self.state.next_offset, |&(_, _, end)| {
-                end.max(self.state.next_offset)
-            });
+        // Stowed batches of ops not committed yet are accounted for by their journal records,
+        // and so are the offsets of journaled sends whose segments a retirement deleted (in a
+        // group of more than one they are applied only once the replica rejoined).
+        let stowed_end = self.stowed.back().map_or(0, |&(_, _, end)| end);
+        let mut retired_end = 0;
+        for &(base_offset, count) in self.retired.values() {
+            if count == 0 {
+                // A stand-in from before it carried its count: where its offsets end is
+                // unknown, so nothing is dropped.
+                return None;
+            }
+            retired_end = retired_end.max(base_offset + u64::from(count));
+        }
+        let accounted = self.state.next_offset.max(stowed_end).max(retired_end);
         (log_next_offset > accounted).then_some(accounted)
     }
 
@@ -377,6 +384,9 @@ impl Partition {
             StartAt::Next(owner) => self.offset(owner).map_or(first, |stored| stored + 1),
         };
         let current_offset = next.saturating_sub(1);
+        // The log's first offset may lie past the committed end: a retirement past it removed
+        // stowed sends not committed here yet, or a restart rolled the state back behind it.
+        let start = start.max(first);
         if start >= next || count == 0 {
             return PollRange {
                 start: next,
@@ -384,7 +394,6 @@ impl Partition {
                 current_offset,
             };
         }
-        let start = start.max(first);
         PollRange {
             start,
             count: count.min(u32::try_from(next - start).unwrap_or(u32::MAX)),
@@ -741,6 +750,10 @@ mod tests {
         };
         assert!(!partition.retire_if_deleted(3, &stand_in(10, 2).to_bytes(), 10));
         assert!(partition.retire_if_deleted(1, &stand_in(0, 6).to_bytes(), 10));
+        // Not applied yet (a replica of a larger group applies once it rejoined), the retired
+        // send accounts for its offsets: the log is not cut below them.
+        assert_eq!(partition.unaccounted_from(6), None);
+        assert_eq!(partition.unaccounted_from(7), Some(6));
         // Written before the stand-in carried its count: it lies below the log.
         assert!(partition.retire_if_deleted(2, &stand_in(6, 0).to_bytes(), 10));
         let retired = partition.apply(1, send_operation(), &Bytes::new(), &log);
@@ -751,6 +764,11 @@ mod tests {
                 count: 6
             })
         ));
+        assert_eq!(
+            partition.unaccounted_from(12),
+            None,
+            "a count-less stand-in"
+        );
         partition.apply(2, send_operation(), &Bytes::new(), &log);
         assert_eq!(partition.committed_next_offset(log.next_offset), 10);
         let retire = PartitionWrite::RetireSegments { keep_from: 10 };
@@ -759,6 +777,34 @@ mod tests {
                 partition.apply(op, retire.operation(), &retire.encode(), &log),
                 Applied::Retire { keep_from: 10 }
             ));
+        }
+    }
+
+    /// A log retired past the partition's committed end (a `keep_from` past it deleted stowed
+    /// sends not committed yet) serves nothing, from any start, and never an uncommitted send.
+    #[test]
+    fn a_poll_of_a_log_retired_past_its_committed_end_serves_nothing() {
+        let mut partition = Partition::new(0);
+        let empty = FakeLog::default();
+        let Applied::Append { base_offset, .. } =
+            partition.apply(1, send_operation(), &batch(4, true), &empty)
+        else {
+            panic!("a send appends");
+        };
+        partition.appended(base_offset, 4);
+        apply(&mut partition, 2, store(OffsetOwner::Consumer(1), 1, 0));
+        let log = FakeLog {
+            first_offset: 8,
+            next_offset: 12,
+        };
+        for start in [
+            StartAt::Offset(2),
+            StartAt::Next(OffsetOwner::Consumer(1)),
+            StartAt::First,
+            StartAt::Last,
+        ] {
+            let range = partition.poll_range(start, 5, &log);
+            assert_eq!((range.count, range.current_offset), (0, 3), "{start:?}");
         }
     }
 

@@ -1,7 +1,19 @@
-//! An in-memory partition log with the fault model of a file behind a page cache: writes
-//! (appends, truncations) change what the log holds at once, become durable only at a sync,
-//! and a crash keeps the durable image plus an in-order prefix of the writes made since (the
-//! cache flushed some of them on its own), as the server's segment files do.
+//! An in-memory partition log with the fault model of segment files behind a page cache:
+//! writes (appends, truncations) change what the log holds at once, become durable only at a
+//! sync, and a crash keeps the durable image plus an in-order prefix of the writes made since
+//! (the cache flushed some of them on its own), as the server's segment files do.
+//!
+//! The log rolls to a new segment once the active one holds [`SEGMENT_SIZE`] record bytes
+//! (the server's `maybe_roll`, at a size small enough that a run fills a dozen segments), and
+//! [`SimLog::retire_below`] deletes every closed segment whose messages all lie below
+//! `keep_from` (the server's `PartitionLog::retire_below`): never the active one, so the next
+//! offset stays, and the first retained offset is a segment's start at or below `keep_from`.
+//!
+//! A retirement is durable at once and never undone by a crash: the server removes a segment's
+//! files and fsyncs the directory before the op's apply returns (`remove_segment`). Here the
+//! log syncs the writes before the deletion as well, so a crash keeps them too. That is one of
+//! the states a server crash may leave (its page cache may have flushed them), not all: the
+//! server may lose an unsynced tail below a deletion it kept, which the sim does not model.
 
 use bytes::Bytes;
 use iggy_generated::frames::{BatchHeader, MessageFrameHeader};
@@ -30,10 +42,26 @@ impl StoredBatch {
     }
 }
 
-/// What the log holds: batches at dense offsets from `first_offset`.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// Roll to a new segment once the active one holds this many record bytes (a batch of the
+/// workload is 300 to 900 bytes, so a segment holds two or three).
+pub const SEGMENT_SIZE: usize = 1_200;
+
+/// What the log holds: segments, and batches at dense offsets from the first one's start.
+#[derive(Clone, Debug, PartialEq, Eq)]
 struct Image {
+    /// The start offset of each segment, oldest first; never empty; the last is active. Every
+    /// closed segment holds a batch (a segment rolls only once it is full).
+    segment_starts: Vec<u64>,
     batches: Vec<StoredBatch>,
+}
+
+impl Default for Image {
+    fn default() -> Self {
+        Image {
+            segment_starts: vec![0],
+            batches: Vec::new(),
+        }
+    }
 }
 
 /// One write, in the order it was made.
@@ -41,11 +69,22 @@ struct Image {
 enum LogWrite {
     Append(StoredBatch),
     TruncateFrom(u64),
+    RetireBelow(u64),
 }
 
 impl Image {
+    fn first_offset(&self) -> u64 {
+        self.segment_starts[0]
+    }
+
     fn next_offset(&self) -> u64 {
-        self.batches.last().map_or(0, StoredBatch::end)
+        self.batches
+            .last()
+            .map_or(self.first_offset(), StoredBatch::end)
+    }
+
+    fn active_start(&self) -> u64 {
+        *self.segment_starts.last().expect("a log has a segment")
     }
 
     fn perform(&mut self, write: &LogWrite) {
@@ -53,17 +92,69 @@ impl Image {
             LogWrite::Append(batch) => {
                 assert_eq!(batch.base_offset, self.next_offset(), "appends are dense");
                 self.batches.push(batch.clone());
+                self.maybe_roll();
             }
-            LogWrite::TruncateFrom(from) => {
-                let keep = self.batches.partition_point(|b| b.base_offset < *from);
-                assert!(
-                    self.batches[..keep].last().is_none_or(|b| b.end() == *from),
-                    "a truncation falls on a batch boundary"
-                );
-                self.batches.truncate(keep);
+            LogWrite::TruncateFrom(from) => self.truncate_from(*from),
+            LogWrite::RetireBelow(keep_from) => {
+                while self.segment_starts.len() > 1 && self.segment_starts[1] <= *keep_from {
+                    self.segment_starts.remove(0);
+                }
+                let first = self.first_offset();
+                let retired = self.batches.partition_point(|b| b.base_offset < first);
+                self.batches.drain(..retired);
             }
         }
+        assert!(
+            self.batches
+                .first()
+                .is_none_or(|b| b.base_offset == self.first_offset()),
+            "the log holds messages from its first segment's start"
+        );
     }
+
+    /// The server's `maybe_roll`: a new segment once the active one is full.
+    fn maybe_roll(&mut self) {
+        let active = self.active_start();
+        let active_bytes: usize = self
+            .batches
+            .iter()
+            .rev()
+            .take_while(|b| b.base_offset >= active)
+            .map(|b| b.record.len())
+            .sum();
+        if active_bytes >= SEGMENT_SIZE {
+            self.segment_starts.push(self.next_offset());
+        }
+    }
+
+    /// The server's `truncate_from`: later segments go, the one holding `from` is cut, and a
+    /// `from` below the first retained offset empties the log, which restarts there.
+    fn truncate_from(&mut self, from: u64) {
+        if from >= self.next_offset() {
+            return;
+        }
+        if from < self.first_offset() {
+            self.segment_starts = vec![from];
+            self.batches.clear();
+            return;
+        }
+        let kept_segments = self.segment_starts.partition_point(|start| *start <= from);
+        self.segment_starts.truncate(kept_segments);
+        let keep = self.batches.partition_point(|b| b.base_offset < from);
+        assert!(
+            self.batches[..keep].last().is_none_or(|b| b.end() == from),
+            "a truncation falls on a batch boundary"
+        );
+        self.batches.truncate(keep);
+        self.maybe_roll();
+    }
+}
+
+/// What one retirement deleted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Retired {
+    pub segments: u64,
+    pub messages: u64,
 }
 
 /// The partition log of one replica.
@@ -104,9 +195,14 @@ impl SimLog {
         self.current.next_offset()
     }
 
-    /// The first offset held (nothing is ever retired here).
+    /// The first offset held: the start of the oldest segment not retired.
     pub fn first_offset(&self) -> u64 {
-        0
+        self.current.first_offset()
+    }
+
+    /// How many segments the log has (the last is active).
+    pub fn segment_count(&self) -> usize {
+        self.current.segment_starts.len()
     }
 
     /// The base offset of the first batch stamped at or after `timestamp`.
@@ -145,9 +241,22 @@ impl SimLog {
         }));
     }
 
-    /// Drops every batch from `from` (a batch boundary) on.
+    /// Drops every batch from `from` (a batch boundary) on; a `from` below the first offset
+    /// empties the log, which restarts at `from`.
     pub fn truncate_from(&mut self, from: u64) {
         self.write(LogWrite::TruncateFrom(from));
+    }
+
+    /// Deletes every closed segment whose messages all lie below `keep_from`, durably at once
+    /// (see the module doc). Idempotent: a replay deletes nothing more.
+    pub fn retire_below(&mut self, keep_from: u64) -> Retired {
+        let (segments, first) = (self.segment_count(), self.first_offset());
+        self.write(LogWrite::RetireBelow(keep_from));
+        self.sync();
+        Retired {
+            segments: (segments - self.segment_count()) as u64,
+            messages: self.first_offset() - first,
+        }
     }
 
     fn write(&mut self, write: LogWrite) {
@@ -205,6 +314,22 @@ impl SimLog {
         }
         self.unsynced.clear();
         self.current = self.durable.clone();
+    }
+
+    /// Deletes the oldest segment, the active one too, whatever retirement asked for (a bug the
+    /// checkers must catch).
+    pub fn drop_oldest_segment(&mut self) {
+        let image = &mut self.current;
+        let end = image
+            .segment_starts
+            .get(1)
+            .copied()
+            .unwrap_or(image.next_offset());
+        image.batches.retain(|b| b.base_offset >= end);
+        match image.segment_starts.len() {
+            1 => image.segment_starts[0] = end,
+            _ => drop(image.segment_starts.remove(0)),
+        }
     }
 
     /// Flips one byte of the stored message at `offset` (a bit rot the checkers must catch).
@@ -281,5 +406,72 @@ mod tests {
         let mut torn = batch(&[b"x"]).bytes.to_vec();
         torn.pop();
         assert!(SimLog::check(torn.into()).is_none(), "length differs");
+    }
+
+    /// A log of `batches` appends of three messages each, synced.
+    fn filled(batches: u64) -> SimLog {
+        let mut log = SimLog::default();
+        let payload = [7u8; 200];
+        for index in 0..batches {
+            log.append(&batch(&[&payload, &payload, &payload]), index * 3, index);
+        }
+        log.sync();
+        log
+    }
+
+    /// Segments roll as they fill; a retirement deletes only closed segments wholly below
+    /// `keep_from`, never the active one, and is idempotent.
+    #[test]
+    fn a_retirement_deletes_whole_closed_segments_below_keep_from() {
+        let mut log = filled(6);
+        // 256 + 3 * 248 bytes a batch: a segment rolls after two.
+        assert_eq!(log.current.segment_starts, vec![0, 6, 12, 18]);
+        assert_eq!(
+            log.retire_below(5),
+            Retired::default(),
+            "no segment lies below 5"
+        );
+        let retired = log.retire_below(13);
+        assert_eq!((retired.segments, retired.messages), (2, 12));
+        assert_eq!((log.first_offset(), log.next_offset()), (12, 18));
+        assert_eq!(log.read(0, 20).first().map(|(offset, _)| *offset), Some(12));
+        assert_eq!(
+            log.retire_below(13),
+            Retired::default(),
+            "a replay deletes nothing"
+        );
+        let retired = log.retire_below(u64::MAX);
+        assert_eq!((retired.segments, retired.messages), (1, 6));
+        assert_eq!(log.first_offset(), 18, "the active segment stays");
+        assert_eq!(log.next_offset(), 18);
+        log.append(&batch(&[b"z"]), 18, 9);
+        assert_eq!(log.read(0, 20).len(), 1);
+    }
+
+    /// A retirement is never undone by a crash (the server fsyncs the directory), and a
+    /// truncation below the first offset empties the log, which restarts there.
+    #[test]
+    fn a_retirement_survives_a_crash_and_a_truncation_below_it_restarts_the_log() {
+        for seed in 0..20 {
+            let mut log = filled(4);
+            log.append(&batch(&[b"a"]), 12, 9);
+            log.append(&batch(&[b"b"]), 13, 10);
+            log.retire_below(12);
+            log.append(&batch(&[b"c"]), 14, 11);
+            log.crash(&mut Rng::new(seed));
+            assert_eq!(log.first_offset(), 12, "seed {seed}");
+            assert!(
+                log.next_offset() >= 14,
+                "seed {seed}: synced with the retirement"
+            );
+        }
+        let mut log = filled(4);
+        log.append(&batch(&[b"a"]), 12, 9);
+        log.retire_below(13);
+        assert_eq!(log.first_offset(), 12);
+        log.truncate_from(10);
+        assert_eq!((log.first_offset(), log.next_offset()), (10, 10));
+        log.append(&batch(&[b"d"]), 10, 12);
+        assert_eq!(log.read(10, 5).len(), 1);
     }
 }

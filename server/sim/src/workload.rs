@@ -1,23 +1,30 @@
 //! The partition's clients and the checker of its history.
 //!
 //! Clients send batches of 1 to 6 messages (each message id unique in the run), now and then a
-//! malformed batch (refused, taking no offsets), store consumer and group offsets, and end
-//! their sessions with a `RetireSessions` op. Every committed op's reply feeds a [`History`]:
-//! the message committed at each offset (offsets dense from 0, each message id once), the next
-//! offset after each op and the stored offsets. The checks:
+//! malformed batch (refused, taking no offsets), store consumer and group offsets, retire
+//! segments (`DeleteSegments` below a `keep_from` that is 0, an acknowledged offset, or past
+//! the committed end), and end their sessions with a `RetireSessions` op. Every committed op's
+//! reply feeds a [`History`]: the message committed at each offset (offsets dense from 0, each
+//! message id once), the next offset after each op, the stored offsets and the retirement
+//! point (the highest `keep_from` committed: below it any replica may have deleted messages).
+//! The checks:
 //!
 //! - every acknowledged send names the offsets its messages got, holding exactly the bytes
 //!   sent, in order;
 //! - after every step, each live replica's committed next offset is the history's at its
-//!   commit, and a poll on a replica in normal status (random start: offset, first, last,
-//!   timestamp, a consumer's next) returns exactly the committed messages of its range, so
-//!   never an uncommitted one nor one lost and replaced; every 64 ticks and at the end, each
-//!   live replica's whole committed log is read back and compared;
-//! - at the end, every acknowledged send is read back at its offsets on every replica that
-//!   committed it, and a replica that applied every op holds the history's consumer offsets.
+//!   commit; its log's first offset lies at or below the retirement point (a retirement
+//!   deleted no message at or above its `keep_from`) and never moves back below its committed
+//!   end (a retired message never returns); a poll on a replica in normal status (random
+//!   start: offset, first, last, timestamp, a consumer's next) returns exactly the committed
+//!   messages of its range, so never an uncommitted one nor one lost and replaced; every 64
+//!   ticks and at the end, each live replica's whole log from its first offset to its
+//!   committed end is read back and compared (dense, each message once, with its bytes);
+//! - at the end, every acknowledged send is read back at its offsets from the replica's first
+//!   on every replica that committed it, and a replica that applied every op holds the
+//!   history's consumer offsets.
 
 use crate::log::{SimLog, frame_end};
-use crate::machine::{PartitionMachine, RestartFigures};
+use crate::machine::{MachineFigures, PartitionMachine};
 use bytes::Bytes;
 use iggy_generated::errors::ErrorCode;
 use iggy_generated::frames::{BatchHeader, MessageFrameHeader};
@@ -40,6 +47,10 @@ enum Request {
     Store {
         owner: OffsetOwner,
         offset: u64,
+    },
+    /// Retire the segments below `keep_from`.
+    Retire {
+        keep_from: u64,
     },
     Logout,
 }
@@ -65,13 +76,16 @@ pub struct Figures {
     pub malformed_refused: u64,
     /// Offset stores acknowledged.
     pub stores_acknowledged: u64,
+    /// Segment retirements committed, and of them past the committed end at the time.
+    pub retirements_committed: u64,
+    pub retirements_past_end: u64,
     /// Polls checked, and the messages they returned.
     pub polls: u64,
     pub messages_polled: u64,
     /// Whole committed logs read back and compared.
     pub full_reads: u64,
-    /// Over every replica's restarts.
-    pub restarts: RestartFigures,
+    /// Over every replica's logs and restarts.
+    pub machines: MachineFigures,
 }
 
 /// The committed history every replica must agree with.
@@ -85,6 +99,9 @@ pub struct History {
     next_after: BTreeMap<u64, u64>,
     /// Consumer and group offsets after the latest committed op.
     offsets: BTreeMap<OffsetOwner, u64>,
+    /// The highest `keep_from` of a committed segment retirement: messages below it may be
+    /// gone from any replica's log, every one at or above it must stay.
+    retired_below: u64,
     /// The latest op applied.
     last_op: u64,
 }
@@ -115,6 +132,24 @@ impl History {
         }
         self.next_after.insert(op, self.messages.len() as u64);
         Ok(())
+    }
+
+    /// A segment retirement below `keep_from` committed.
+    pub fn commit_retirement(&mut self, keep_from: u64) {
+        self.retired_below = self.retired_below.max(keep_from);
+    }
+
+    /// A replica's log holds messages from `first_offset`: no retirement may have deleted a
+    /// message at or above the committed retirement point.
+    pub fn check_first_offset(&self, first_offset: u64) -> Result<(), String> {
+        match first_offset <= self.retired_below {
+            true => Ok(()),
+            false => Err(format!(
+                "the log starts at offset {first_offset}, past the retirement point {}: \
+                 messages no retirement removed are gone",
+                self.retired_below
+            )),
+        }
     }
 
     /// The next offset once every op up to `op` is applied.
@@ -159,6 +194,24 @@ impl History {
     }
 }
 
+/// A replica's log's first offset moved from `previous` to `first_offset` with its committed
+/// end at `committed_next`: it only moves back when the log restarted past its committed end
+/// (a truncation of stowed sends a retirement had already removed), never to bring back a
+/// retired message.
+pub fn check_first_moves_forward(
+    previous: u64,
+    first_offset: u64,
+    committed_next: u64,
+) -> Result<(), String> {
+    match first_offset >= previous || first_offset >= committed_next {
+        true => Ok(()),
+        false => Err(format!(
+            "the log's first offset moved back from {previous} to {first_offset}, below its \
+             committed end {committed_next}: retired messages came back"
+        )),
+    }
+}
+
 /// The partition workload of one seed.
 #[derive(Debug)]
 pub struct PartitionWorkload {
@@ -169,6 +222,8 @@ pub struct PartitionWorkload {
     /// Acknowledged sends: (op, base offset, frames).
     acknowledged: Vec<(u64, u64, Vec<Bytes>)>,
     next_message_id: u128,
+    /// Each replica's log's first offset at the last check.
+    first_offsets: Vec<u64>,
     /// The timestamp of the next batch, in microseconds.
     clock: u64,
     figures: Figures,
@@ -184,6 +239,7 @@ impl PartitionWorkload {
             history: History::default(),
             acknowledged: Vec::new(),
             next_message_id: 1,
+            first_offsets: Vec::new(),
             clock: 1_000_000,
             figures: Figures::default(),
         }
@@ -226,6 +282,10 @@ impl PartitionWorkload {
             Request::Send { frames }
         } else if roll < 60 {
             Request::Malformed
+        } else if roll < 67 {
+            Request::Retire {
+                keep_from: self.plan_keep_from(),
+            }
         } else {
             let id = self.rng.below(3) as u32;
             let owner = if self.rng.chance(50) {
@@ -253,6 +313,9 @@ impl PartitionWorkload {
                 offset: *offset,
                 resolved_at: 0,
             },
+            Request::Retire { keep_from } => PartitionWrite::RetireSegments {
+                keep_from: *keep_from,
+            },
             Request::Logout => PartitionWrite::RetireSessions {
                 sessions: vec![SessionIdentity {
                     client_id: client,
@@ -265,6 +328,23 @@ impl PartitionWorkload {
             request,
             operation: write.operation(),
             body: write.encode(),
+        }
+    }
+
+    /// Where a segment retirement keeps the log from: now and then 0 (nothing to delete) or
+    /// past the committed end (segments of sends prepared but not committed may go), mostly an
+    /// acknowledged message's offset.
+    fn plan_keep_from(&mut self) -> u64 {
+        let committed = self.history.messages.len() as u64;
+        match self.rng.below(8) {
+            0 => 0,
+            1 | 2 => committed + 1 + self.rng.below(24),
+            _ if self.acknowledged.is_empty() => self.rng.below(committed + 1),
+            _ => {
+                let index = self.rng.below(self.acknowledged.len() as u64) as usize;
+                let (_, base_offset, frames) = &self.acknowledged[index];
+                base_offset + self.rng.below(frames.len() as u64 + 1)
+            }
         }
     }
 
@@ -298,18 +378,42 @@ impl PartitionWorkload {
         self.figures.messages_polled += messages.len() as u64;
     }
 
-    /// Reads each live replica's whole committed log back.
+    /// Reads each live replica's whole committed log back, from its first offset.
     fn read_all(&mut self, nodes: &[NodeView<'_, PartitionMachine>]) {
         for (index, node) in nodes.iter().enumerate() {
             if node.replica.is_none() {
                 continue;
             }
             let next = node.machine.committed_next_offset();
-            let (range, messages) = node.machine.poll(StartAt::Offset(0), next as u32);
-            if let Err(why) = self.history.check_read(0, next as u32, &messages) {
+            let first = node.machine.first_offset().min(next);
+            let count = (next - first) as u32;
+            let (range, messages) = node.machine.poll(StartAt::First, count);
+            if let Err(why) = self.history.check_read(first, count, &messages) {
                 self.fail(format!("replica {index} full read ({range:?}): {why}"));
             }
             self.figures.full_reads += 1;
+        }
+    }
+
+    /// Each live replica's log starts at or below the retirement point, and its first offset
+    /// never moves back below its committed end.
+    fn check_first_offsets(&mut self, nodes: &[NodeView<'_, PartitionMachine>]) {
+        self.first_offsets.resize(nodes.len(), 0);
+        for (index, node) in nodes.iter().enumerate() {
+            if node.replica.is_none() {
+                continue;
+            }
+            let first = node.machine.first_offset();
+            let next = node.machine.committed_next_offset();
+            let previous = self.first_offsets[index];
+            let checked = self
+                .history
+                .check_first_offset(first)
+                .and_then(|()| check_first_moves_forward(previous, first, next));
+            if let Err(why) = checked {
+                self.fail(format!("replica {index}: {why}"));
+            }
+            self.first_offsets[index] = first;
         }
     }
 }
@@ -357,6 +461,12 @@ impl Workload for PartitionWorkload {
                 }
                 self.history.offsets.insert(owner, offset);
             }
+            Some(PartitionWrite::RetireSegments { keep_from }) if result == WriteResult::Done => {
+                self.figures.retirements_committed += 1;
+                let committed = self.history.messages.len() as u64;
+                self.figures.retirements_past_end += u64::from(keep_from > committed);
+                self.history.commit_retirement(keep_from);
+            }
             Some(PartitionWrite::RetireSessions { .. }) if result == WriteResult::Done => {}
             _ => self.fail(format!("op {op}: unexpected operation {}", entry.operation)),
         }
@@ -387,7 +497,7 @@ impl Workload for PartitionWorkload {
                 self.figures.malformed_refused += 1;
             }
             (Request::Store { .. }, WriteResult::Done) => self.figures.stores_acknowledged += 1,
-            (Request::Logout, WriteResult::Done) => {}
+            (Request::Retire { .. } | Request::Logout, WriteResult::Done) => {}
             (request, result) => self.fail(format!(
                 "client {client} request {request:?} acknowledged as {result:?}"
             )),
@@ -408,6 +518,7 @@ impl Workload for PartitionWorkload {
                 ));
             }
         }
+        self.check_first_offsets(nodes);
         if self.rng.chance(25) {
             self.poll(nodes);
         }
@@ -419,23 +530,34 @@ impl Workload for PartitionWorkload {
     fn check_end(&mut self, _seed: u64, nodes: &[NodeView<'_, PartitionMachine>]) {
         self.read_all(nodes);
         for node in nodes {
-            let restarts = node.machine.restart_figures();
-            self.figures.restarts.stowed_restored += restarts.stowed_restored;
-            self.figures.restarts.journals_cut += restarts.journals_cut;
-            self.figures.restarts.unaccounted_dropped += restarts.unaccounted_dropped;
+            let machine = node.machine.figures();
+            let total = &mut self.figures.machines;
+            total.retirements += machine.retirements;
+            total.retirements_bounded += machine.retirements_bounded;
+            total.segments_retired += machine.segments_retired;
+            total.messages_retired += machine.messages_retired;
+            total.stowed_restored += machine.stowed_restored;
+            total.stowed_retired += machine.stowed_retired;
+            total.journals_cut += machine.journals_cut;
+            total.unaccounted_dropped += machine.unaccounted_dropped;
         }
         for (index, node) in nodes.iter().enumerate() {
             let Some(replica) = node.replica else {
                 continue;
             };
+            let first = node.machine.first_offset();
             for (op, base_offset, frames) in &self.acknowledged {
-                if replica.commit_min() < *op {
+                // Messages below the log's first offset were retired (the per-step checks
+                // hold that offset at or below the retirement point).
+                let retired = first.saturating_sub(*base_offset).min(frames.len() as u64);
+                if replica.commit_min() < *op || retired == frames.len() as u64 {
                     continue;
                 }
+                let kept = &frames[retired as usize..];
                 let (_, messages) = node
                     .machine
-                    .poll(StartAt::Offset(*base_offset), frames.len() as u32);
-                let sent: Vec<&Bytes> = frames.iter().collect();
+                    .poll(StartAt::Offset(base_offset + retired), kept.len() as u32);
+                let sent: Vec<&Bytes> = kept.iter().collect();
                 let read: Vec<&Bytes> = messages.iter().map(|(_, frame)| frame).collect();
                 if read != sent {
                     self.fail(format!(
@@ -575,6 +697,69 @@ mod tests {
         let uncommitted = [(4, frame(99, 0, b"x", b""))];
         let error = history.check_read(4, 1, &uncommitted).unwrap_err();
         assert!(error.contains("never committed"), "{error}");
+    }
+
+    /// The real retirement passes the checker and deletes only whole segments below its
+    /// `keep_from`; a planted one that deletes a segment holding messages at or above it fails
+    /// the checker, and so does a first offset that moves back below the committed end.
+    #[test]
+    fn a_retirement_that_deletes_a_kept_message_fails_the_checker() {
+        let mut machine = PartitionMachine::new(3);
+        let mut history = History::default();
+        for op in 1..=10 {
+            let (base_offset, frames) = send(&mut machine, op, u128::from(op) * 10);
+            history.commit_send(op, base_offset, &frames).unwrap();
+        }
+        assert!(
+            machine.log_mut().segment_count() >= 3,
+            "the sends rolled segments"
+        );
+        let retire = PartitionWrite::RetireSegments { keep_from: 10 };
+        let reply = machine
+            .apply(11, 1, retire.operation(), &retire.encode())
+            .reply;
+        assert_eq!(WriteResult::decode(&reply), WriteResult::Done);
+        assert_eq!(
+            machine.first_offset(),
+            0,
+            "no op is known held by every replica"
+        );
+        assert_eq!(machine.figures().retirements_bounded, 1);
+        machine.held_everywhere(10);
+        for op in [12, 13] {
+            let reply = machine
+                .apply(op, 1, retire.operation(), &retire.encode())
+                .reply;
+            assert_eq!(WriteResult::decode(&reply), WriteResult::Done);
+        }
+        history.commit_retirement(10);
+        let first = machine.first_offset();
+        assert!(first > 0 && first <= 10, "first offset {first}");
+        assert_eq!(
+            machine.figures().retirements,
+            1,
+            "a replay deletes nothing more"
+        );
+        assert_eq!(machine.figures().messages_retired, first);
+        history.check_first_offset(first).unwrap();
+        let next = machine.committed_next_offset();
+        assert_eq!(next, 20);
+        let (range, messages) = machine.poll(StartAt::First, (next - first) as u32);
+        assert_eq!(range.start, first);
+        history
+            .check_read(first, (next - first) as u32, &messages)
+            .unwrap();
+
+        machine.log_mut().drop_oldest_segment();
+        let error = history
+            .check_first_offset(machine.first_offset())
+            .unwrap_err();
+        assert!(error.contains("past the retirement point 10"), "{error}");
+
+        let error = check_first_moves_forward(8, 0, 20).unwrap_err();
+        assert!(error.contains("retired messages came back"), "{error}");
+        check_first_moves_forward(0, 8, 20).unwrap();
+        check_first_moves_forward(24, 20, 20).unwrap();
     }
 
     /// A history refuses a gap in the offsets and a message committed twice.

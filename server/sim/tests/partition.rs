@@ -71,7 +71,14 @@ struct Totals {
     polls: u64,
     messages_polled: u64,
     full_reads: u64,
+    retirements_committed: u64,
+    retirements_past_end: u64,
+    retirements_applied: u64,
+    retirements_bounded: u64,
+    segments_retired: u64,
+    messages_retired: u64,
     stowed_restored: u64,
+    stowed_retired: u64,
     journals_cut: u64,
     unaccounted_dropped: u64,
     view_max: u32,
@@ -93,9 +100,17 @@ impl Totals {
         self.polls += figures.polls;
         self.messages_polled += figures.messages_polled;
         self.full_reads += figures.full_reads;
-        self.stowed_restored += figures.restarts.stowed_restored;
-        self.journals_cut += figures.restarts.journals_cut;
-        self.unaccounted_dropped += figures.restarts.unaccounted_dropped;
+        self.retirements_committed += figures.retirements_committed;
+        self.retirements_past_end += figures.retirements_past_end;
+        let machines = &figures.machines;
+        self.retirements_applied += machines.retirements;
+        self.retirements_bounded += machines.retirements_bounded;
+        self.segments_retired += machines.segments_retired;
+        self.messages_retired += machines.messages_retired;
+        self.stowed_restored += machines.stowed_restored;
+        self.stowed_retired += machines.stowed_retired;
+        self.journals_cut += machines.journals_cut;
+        self.unaccounted_dropped += machines.unaccounted_dropped;
     }
 }
 
@@ -127,6 +142,18 @@ fn run(replica_count: u8) {
         assert!(
             totals.stowed_restored > 0,
             "restarts read stowed sends back from the log"
+        );
+        assert!(
+            totals.retirements_applied > 0 && totals.messages_retired > 0,
+            "retirements delete segments"
+        );
+        assert!(
+            totals.retirements_past_end > 0,
+            "retirements past the committed end are exercised"
+        );
+        assert!(
+            totals.stowed_retired > 0,
+            "restarts find journaled sends whose segments a retirement deleted"
         );
     }
 }
