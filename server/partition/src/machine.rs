@@ -103,6 +103,20 @@ pub struct Partition {
     retired: HashMap<u64, (u64, u32)>,
     /// The clients the op being applied retires (see [`Partition::take_retired`]).
     retired_sessions: Vec<u128>,
+    /// In a group of more than one: how far a retirement may delete (see
+    /// [`Partition::retirable_below`]); `None` in a group of one, which deletes what it plans.
+    retirable: Option<Retirable>,
+}
+
+/// What every replica of the group holds: offsets below `floor` belong to ops every replica
+/// journaled, so deleting them leaves no replica asking for a batch that is gone.
+#[derive(Debug, Default)]
+struct Retirable {
+    floor: u64,
+    /// The last op applied (its effects on the offsets are complete between applies).
+    applied: u64,
+    /// (op, next offset once every op up to it applied), oldest first, above the floor's op.
+    ends: VecDeque<(u64, u64)>,
 }
 
 impl Partition {
@@ -114,7 +128,39 @@ impl Partition {
             stowed: VecDeque::new(),
             retired: HashMap::new(),
             retired_sessions: Vec::new(),
+            retirable: None,
         }
+    }
+
+    /// A partition whose group has other replicas: a retirement plan never deletes past what
+    /// every replica holds (see [`Partition::held_everywhere`]).
+    pub fn bound_retirement_by_replicas(&mut self) {
+        self.retirable = Some(Retirable::default());
+    }
+
+    /// Every replica of the group holds the ops up to `op` (the group's `checkpoint_safe`).
+    pub fn held_everywhere(&mut self, op: u64) {
+        let Some(retirable) = self.retirable.as_mut() else {
+            return;
+        };
+        while let Some(&(end_op, next)) = retirable.ends.front()
+            && end_op <= op
+        {
+            retirable.floor = retirable.floor.max(next);
+            retirable.ends.pop_front();
+        }
+        if op >= retirable.applied {
+            retirable.floor = retirable.floor.max(self.state.next_offset);
+        }
+    }
+
+    /// The offset below which a retirement may delete: in a group of more than one, only
+    /// batches of ops every replica holds (a backup catching up reads the others' copies of
+    /// the rest); unbounded in a group of one.
+    pub fn retirable_below(&self) -> u64 {
+        self.retirable
+            .as_ref()
+            .map_or(u64::MAX, |retirable| retirable.floor)
     }
 
     /// The clients whose writer slots the op just applied retired (a `RetireSessions`): the
@@ -153,6 +199,10 @@ impl Partition {
         self.state.offsets.extend(offsets);
         self.state.group_deletions.extend(group_deletions);
         self.state.next_offset = next_offset.min(log_next_offset);
+        if let Some(retirable) = self.retirable.as_mut() {
+            // A checkpoint is taken at an op every replica holds.
+            retirable.floor = self.state.next_offset;
+        }
         Ok((next_offset > log_next_offset).then_some(next_offset))
     }
 
@@ -204,6 +254,18 @@ impl Partition {
         body: &Bytes,
         log: &L,
     ) -> Applied<L::Batch> {
+        // Ops apply in order: the state now is every op up to `op - 1`.
+        if let Some(retirable) = self.retirable.as_mut()
+            && retirable
+                .ends
+                .back()
+                .is_none_or(|(_, next)| *next != self.state.next_offset)
+        {
+            retirable.ends.push_back((op - 1, self.state.next_offset));
+        }
+        if let Some(retirable) = self.retirable.as_mut() {
+            retirable.applied = op;
+        }
         let mut stowed = false;
         while let Some(&(stowed_op, _, _)) = self.stowed.front()
             && stowed_op <= op
@@ -778,6 +840,47 @@ mod tests {
                 Applied::Retire { keep_from: 10 }
             ));
         }
+    }
+
+    #[test]
+    fn a_replicated_partition_retires_only_what_every_replica_holds() {
+        let solo = Partition::new(0);
+        assert_eq!(
+            solo.retirable_below(),
+            u64::MAX,
+            "a group of one is not bounded"
+        );
+        let mut partition = Partition::new(0);
+        partition.bound_retirement_by_replicas();
+        let empty = FakeLog::default();
+        for (op, count) in [(1, 4), (2, 3), (3, 5)] {
+            let Applied::Append { base_offset, .. } =
+                partition.apply(op, send_operation(), &batch(count, true), &empty)
+            else {
+                panic!("a send appends");
+            };
+            partition.appended(base_offset, count);
+        }
+        assert_eq!(
+            partition.retirable_below(),
+            0,
+            "no replica is known to hold anything"
+        );
+        partition.held_everywhere(1);
+        assert_eq!(partition.retirable_below(), 4);
+        partition.held_everywhere(2);
+        assert_eq!(partition.retirable_below(), 7);
+        // Held everywhere up to the last op applied: its end is the partition's.
+        partition.held_everywhere(3);
+        assert_eq!(partition.retirable_below(), 12);
+        apply(&mut partition, 4, store(OffsetOwner::Consumer(1), 1, 0));
+        partition.held_everywhere(4);
+        assert_eq!(partition.retirable_below(), 12);
+        // A restart from a checkpoint: every replica held the checkpointed ops.
+        let mut restored = Partition::new(0);
+        restored.bound_retirement_by_replicas();
+        restored.restore(&partition.encode_state(), 12).unwrap();
+        assert_eq!(restored.retirable_below(), 12);
     }
 
     /// A log retired past the partition's committed end (a `keep_from` past it deleted stowed

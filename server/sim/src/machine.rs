@@ -11,11 +11,12 @@
 //!
 //! Unlike the server's shell, a retirement here deletes only messages of ops every replica's
 //! journal or checkpoint holds (`checkpoint_safe`, [`Machine::held_everywhere`]): below that,
-//! `keep_from` is obeyed; above it, the segments stay. FIXME(server): the server's
-//! `retire_below` obeys `keep_from` whole, so a backup lagging behind the retirement asks for
-//! prepares whose batches every other replica deleted, and never catches up (read backs fail
-//! for good; `SIM_SEED=11` without the bound). The group should bound retirement the way it
-//! bounds checkpoints, or send such a backup into state transfer.
+//! `keep_from` is obeyed; above it, the segments stay. Without a bound a backup lagging behind
+//! the retirement asks for prepares whose batches every other replica deleted and never catches
+//! up (`SIM_SEED=11` without it). The server bounds the same way where the retirement is
+//! planned (`Partition::retirable_below`, applied to retention and DeleteSegments plans), so
+//! its committed `keep_from` is obeyed whole; the workload here draws `keep_from` at random,
+//! which is why this shell bounds it when it applies.
 
 use crate::log::{CheckedBatch, SimLog, unstamp};
 use bytes::Bytes;

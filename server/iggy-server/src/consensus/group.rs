@@ -127,6 +127,9 @@ pub trait StateMachine {
     fn unstow_after(&mut self, _op: u64) -> impl Future<Output = std::io::Result<()>> {
         async { Ok(()) }
     }
+    /// Every replica of the group holds the ops up to `op` (its `checkpoint_safe`); called
+    /// after each drive in a group of more than one.
+    fn held_everywhere(&mut self, _op: u64) {}
     /// The op `stand_in` journals, its body read back from where [`Self::stow`] put it; `None`
     /// when it is gone (a retired segment) or damaged.
     fn read_stowed(&self, _stand_in: &Entry) -> impl Future<Output = Option<Entry>> {
@@ -542,6 +545,10 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
             }
             self.drive().await;
             self.core.release_applied_bodies();
+            if self.plane.is_some() {
+                self.state
+                    .held_everywhere(self.core.replica().checkpoint_safe());
+            }
             self.maybe_checkpoint().await;
         };
         // Jobs behind the stop fail; the journal and the state machine's files close here.

@@ -239,6 +239,22 @@ impl PartitionMachine {
         entry.is_valid().then_some(entry)
     }
 
+    /// A planned retirement kept to what every replica of the group holds (see
+    /// `Partition::retirable_below`): a backup catching up still finds the batches it lacks.
+    /// `None` when nothing is left to delete.
+    fn bounded_retirement(&self, planned: Option<u64>) -> Option<u64> {
+        let bound = self.core.retirable_below();
+        let keep_from = planned?.min(bound);
+        if keep_from < planned? {
+            tracing::info!(
+                "partition {}: retirement held at offset {keep_from} (planned up to {}): a replica does not hold the later batches yet",
+                self.partition_id,
+                planned?
+            );
+        }
+        (keep_from > self.log.first_offset()).then_some(keep_from)
+    }
+
     fn current_offset(&self) -> u64 {
         self.core.current_offset(self.log.next_offset())
     }
@@ -367,6 +383,10 @@ impl StateMachine for PartitionMachine {
             .map_err(std::io::Error::other)
     }
 
+    fn held_everywhere(&mut self, op: u64) {
+        self.core.held_everywhere(op);
+    }
+
     async fn read_stowed(&self, stand_in: &Entry) -> Option<Entry> {
         self.unstow(stand_in).await
     }
@@ -427,7 +447,8 @@ impl StateMachine for PartitionMachine {
                 max_size,
                 done,
             } => {
-                let _ = done.send(self.log.retention_point(now, message_expiry_us, max_size));
+                let planned = self.log.retention_point(now, message_expiry_us, max_size);
+                let _ = done.send(self.bounded_retirement(planned));
             }
             PartitionRead::Sync { done } => {
                 self.log.sync().await;
@@ -435,7 +456,8 @@ impl StateMachine for PartitionMachine {
             }
             PartitionRead::PlanSegmentRetirement { count, done } => {
                 let keep_after = self.core.retirement_floor();
-                let _ = done.send(self.log.retire_point(count, keep_after));
+                let planned = self.log.retire_point(count, keep_after);
+                let _ = done.send(self.bounded_retirement(Some(planned)).unwrap_or(planned));
             }
         }
     }
@@ -519,6 +541,9 @@ impl PartitionHandle {
             log,
             core: Partition::new(incarnation >> 20),
         };
+        if vsr.replica_count > 1 {
+            machine.core.bound_retirement_by_replicas();
+        }
         let checkpoint = match start.checkpoint {
             Some(loaded) => {
                 machine.restore(&loaded.state).map_err(|why| {
