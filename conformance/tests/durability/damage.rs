@@ -16,9 +16,9 @@
 use crate::harness::within;
 use crate::support::*;
 use iggy::prelude::*;
+use rand::Rng;
 use rand::rngs::StdRng;
 use rand::seq::IndexedRandom;
-use rand::Rng;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -34,14 +34,24 @@ async fn pristine(env: &[(&str, &str)], rng: &mut StdRng) -> (Server, Sent) {
     let mut server = Server::new(env);
     tokio::task::block_in_place(|| server.spawn(&[]));
     let client = server.client().await;
-    within("create stream", client.create_stream("s", &StreamCreateOptions::default())).await.unwrap();
+    within(
+        "create stream",
+        client.create_stream("s", &StreamCreateOptions::default()),
+    )
+    .await
+    .unwrap();
     let options = TopicCreateOptions {
         partitions_count: Some(1),
         durability: Durability::Persisted,
         consumer_offset_durability: Durability::Persisted,
         ..Default::default()
     };
-    within("create topic", client.create_topic(&ident("s"), "t", &options)).await.unwrap();
+    within(
+        "create topic",
+        client.create_topic(&ident("s"), "t", &options),
+    )
+    .await
+    .unwrap();
     let mut sent = Sent::new();
     for batch in 0..30u128 {
         let n = rng.random_range(1..=4);
@@ -51,16 +61,39 @@ async fn pristine(env: &[(&str, &str)], rng: &mut StdRng) -> (Server, Sent) {
             let len = rng.random_range(8..200);
             let mut payload = format!("b{batch}-m{i}-").into_bytes();
             payload.extend((0..len).map(|_| rng.random_range(b'A'..=b'Z')));
-            messages.push(IggyMessage::builder().id(id).payload(bytes::Bytes::from(payload.clone())).build().unwrap());
+            messages.push(
+                IggyMessage::builder()
+                    .id(id)
+                    .payload(bytes::Bytes::from(payload.clone()))
+                    .build()
+                    .unwrap(),
+            );
             sent.push((id, payload));
         }
-        within("send", client.send_messages(&ident("s"), &ident("t"), &Partitioning::partition_id(0), &mut messages))
-            .await
-            .expect("send");
-    }
-    within("store offset", client.store_consumer_offset(&Consumer::new(ident("c")), &ident("s"), &ident("t"), Some(0), 3))
+        within(
+            "send",
+            client.send_messages(
+                &ident("s"),
+                &ident("t"),
+                &Partitioning::partition_id(0),
+                &mut messages,
+            ),
+        )
         .await
-        .expect("store offset");
+        .expect("send");
+    }
+    within(
+        "store offset",
+        client.store_consumer_offset(
+            &Consumer::new(ident("c")),
+            &ident("s"),
+            &ident("t"),
+            Some(0),
+            3,
+        ),
+    )
+    .await
+    .expect("store offset");
     drop(client);
     tokio::task::block_in_place(|| server.kill9());
     (server, sent)
@@ -82,7 +115,12 @@ impl Damage {
     fn apply(&self) {
         match self {
             Damage::Truncate { file, at } => {
-                std::fs::OpenOptions::new().write(true).open(file).unwrap().set_len(*at).unwrap();
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(file)
+                    .unwrap()
+                    .set_len(*at)
+                    .unwrap();
             }
             Damage::Flip { file, bits } => {
                 let mut bytes = std::fs::read(file).unwrap();
@@ -107,7 +145,10 @@ struct Targets {
 
 fn targets(data: &Path) -> Targets {
     let logs = files_named(data, ".log");
-    assert!(logs.len() >= 3, "small segments give several .log files: {logs:?}");
+    assert!(
+        logs.len() >= 3,
+        "small segments give several .log files: {logs:?}"
+    );
     let partition_dir = logs[0].parent().unwrap().to_path_buf();
     let checkpoints = ["checkpoint.0", "checkpoint.1"]
         .into_iter()
@@ -129,16 +170,26 @@ fn pick(rng: &mut StdRng, file: &Path, flip: bool) -> Option<Damage> {
         return None;
     }
     Some(if flip {
-        let bits = (0..rng.random_range(1..=3)).map(|_| rng.random_range(0..len * 8)).collect();
-        Damage::Flip { file: file.to_path_buf(), bits }
+        let bits = (0..rng.random_range(1..=3))
+            .map(|_| rng.random_range(0..len * 8))
+            .collect();
+        Damage::Flip {
+            file: file.to_path_buf(),
+            bits,
+        }
     } else {
-        Damage::Truncate { file: file.to_path_buf(), at: rng.random_range(0..len) }
+        Damage::Truncate {
+            file: file.to_path_buf(),
+            at: rng.random_range(0..len),
+        }
     })
 }
 
 /// Whether only indexes were damaged: each is rebuilt from its segment, so nothing is lost.
 fn indexes_only(damages: &[Damage], targets: &Targets) -> bool {
-    damages.iter().all(|d| targets.indexes.iter().any(|i| i == d.file()))
+    damages
+        .iter()
+        .all(|d| targets.indexes.iter().any(|i| i == d.file()))
 }
 
 fn choose(rng: &mut StdRng, t: &Targets) -> Vec<Damage> {
@@ -157,7 +208,10 @@ fn choose(rng: &mut StdRng, t: &Targets) -> Vec<Damage> {
             6 => vec![pick(rng, &t.metadata_journal, false)],
             7 => vec![pick(rng, &t.metadata_journal, true)],
             8 => vec![pick(rng, closed, true)],
-            9 => vec![pick(rng, last, false), pick(rng, &t.partition_journal, false)],
+            9 => vec![
+                pick(rng, last, false),
+                pick(rng, &t.partition_journal, false),
+            ],
             _ => match t.checkpoints.choose(rng) {
                 // Either slot: damage to the older one is survived, damage to the newest falls
                 // back to the older one only while the journal still holds the ops after it.
@@ -193,7 +247,15 @@ async fn read_all(client: &IggyClient) -> Result<Vec<IggyMessage>, String> {
         let next = out.last().map_or(0, |m| m.header.offset + 1);
         let polled = within(
             "poll",
-            client.poll_messages(&ident("s"), &ident("t"), Some(0), &consumer, &PollingStrategy::offset(next), 1000, false),
+            client.poll_messages(
+                &ident("s"),
+                &ident("t"),
+                Some(0),
+                &consumer,
+                &PollingStrategy::offset(next),
+                1000,
+                false,
+            ),
         )
         .await
         .map_err(|e| format!("{e} (code {})", e.as_code()))?;
@@ -205,9 +267,17 @@ async fn read_all(client: &IggyClient) -> Result<Vec<IggyMessage>, String> {
 }
 
 fn check_served(messages: &[IggyMessage], sent: &Sent, what: &str) {
-    assert!(messages.len() <= sent.len(), "{what}: {} messages served, only {} were written", messages.len(), sent.len());
+    assert!(
+        messages.len() <= sent.len(),
+        "{what}: {} messages served, only {} were written",
+        messages.len(),
+        sent.len()
+    );
     for (index, message) in messages.iter().enumerate() {
-        assert_eq!(message.header.offset, index as u64, "{what}: offsets must run 0,1,2,…");
+        assert_eq!(
+            message.header.offset, index as u64,
+            "{what}: offsets must run 0,1,2,…"
+        );
         let (id, payload) = &sent[index];
         assert!(
             message.header.id == *id && message.payload[..] == payload[..],
@@ -240,9 +310,14 @@ async fn trial(
     let started = tokio::task::block_in_place(|| server.try_spawn(&[]));
     if let Started::Exited(status) = started {
         let log = server.log();
-        assert!(!status.success(), "{what}: the server exited with success instead of serving or refusing");
         assert!(
-            damages.iter().any(|d| log.contains(&d.file().display().to_string())),
+            !status.success(),
+            "{what}: the server exited with success instead of serving or refusing"
+        );
+        assert!(
+            damages
+                .iter()
+                .any(|d| log.contains(&d.file().display().to_string())),
             "{what}: the server refused to start ({status}) without naming the damaged file:\n{}",
             server.log_tail(30)
         );
@@ -250,7 +325,9 @@ async fn trial(
         return;
     }
     let client = server.client().await;
-    let topic = within("get topic", client.get_topic(&ident("s"), &ident("t"))).await.expect("get topic");
+    let topic = within("get topic", client.get_topic(&ident("s"), &ident("t")))
+        .await
+        .expect("get topic");
     if topic.is_none() {
         assert!(
             damages.iter().any(|d| d.file() == t.metadata_journal),
@@ -272,7 +349,10 @@ async fn trial(
             let log = server.log();
             let partition_dir = t.partition_journal.parent().unwrap().display().to_string();
             assert!(
-                log.contains(&partition_dir) || damages.iter().any(|d| log.contains(&d.file().display().to_string())),
+                log.contains(&partition_dir)
+                    || damages
+                        .iter()
+                        .any(|d| log.contains(&d.file().display().to_string())),
                 "{what}: the partition is not served ({error}) and the log does not name it:\n{}",
                 server.log_tail(30)
             );
@@ -293,30 +373,55 @@ async fn trial(
     if served.len() < sent.len() {
         assert!(
             server.log().contains("dropping"),
-            "{what}: {} acknowledged messages were dropped without a word in the log",
-            sent.len() - served.len()
+            "{what}: {} acknowledged messages were dropped without a word in the log:\n{}",
+            sent.len() - served.len(),
+            server.log_tail(40)
         );
         outcomes.served_prefix += 1;
     } else {
         outcomes.served_whole += 1;
     }
     // New writes land at the next offset; a second crash recovers the same history.
-    let mut late = vec![IggyMessage::builder().id(u128::MAX - 1).payload(bytes::Bytes::from_static(b"late")).build().unwrap()];
-    let response = within("send after recovery", client.send_messages(&ident("s"), &ident("t"), &Partitioning::partition_id(0), &mut late))
-        .await
-        .unwrap_or_else(|e| panic!("{what}: send after recovery: {e}"));
-    assert_eq!(response.confirmations[0].base_offset, served.len() as u64, "{what}: next offset after recovery");
+    let mut late = vec![
+        IggyMessage::builder()
+            .id(u128::MAX - 1)
+            .payload(bytes::Bytes::from_static(b"late"))
+            .build()
+            .unwrap(),
+    ];
+    let response = within(
+        "send after recovery",
+        client.send_messages(
+            &ident("s"),
+            &ident("t"),
+            &Partitioning::partition_id(0),
+            &mut late,
+        ),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{what}: send after recovery: {e}"));
+    assert_eq!(
+        response.confirmations[0].base_offset,
+        served.len() as u64,
+        "{what}: next offset after recovery"
+    );
     drop(client);
     tokio::task::block_in_place(|| {
         server.kill9();
         server.spawn(&[]);
     });
     let client = server.client().await;
-    let again = read_all(&client).await.unwrap_or_else(|e| panic!("{what}: after a second crash: {e}"));
+    let again = read_all(&client)
+        .await
+        .unwrap_or_else(|e| panic!("{what}: after a second crash: {e}"));
     let mut expected = sent[..served.len()].to_vec();
     expected.push((u128::MAX - 1, b"late".to_vec()));
     check_served(&again, &expected, &format!("{what}, second recovery"));
-    assert_eq!(again.len(), expected.len(), "{what}: the second recovery lost messages");
+    assert_eq!(
+        again.len(),
+        expected.len(),
+        "{what}: the second recovery lost messages"
+    );
 }
 
 async fn damage_trials(test: &str, env: &[(&str, &str)], default_trials: u64) {
@@ -328,7 +433,15 @@ async fn damage_trials(test: &str, env: &[(&str, &str)], default_trials: u64) {
     let mut outcomes = Outcomes::default();
     let mut kinds: BTreeMap<String, u64> = BTreeMap::new();
     for number in 0..trials {
-        trial(&pristine_server.system_path, env, &sent, &mut rng, number, &mut outcomes).await;
+        trial(
+            &pristine_server.system_path,
+            env,
+            &sent,
+            &mut rng,
+            number,
+            &mut outcomes,
+        )
+        .await;
         *kinds.entry("trials".into()).or_default() += 1;
     }
     eprintln!(
@@ -342,7 +455,10 @@ async fn damage_trials(test: &str, env: &[(&str, &str)], default_trials: u64) {
 async fn damaged_segments_indexes_and_journals_are_recovered_to_a_valid_prefix_or_refused() {
     damage_trials(
         "damaged_segments_indexes_and_journals_are_recovered_to_a_valid_prefix_or_refused",
-        &[("IGGY_SYSTEM_DURABILITY", "persisted"), ("IGGY_SYSTEM_SEGMENT_SIZE", "2048")],
+        &[
+            ("IGGY_SYSTEM_DURABILITY", "persisted"),
+            ("IGGY_SYSTEM_SEGMENT_SIZE", "2048"),
+        ],
         10,
     )
     .await;

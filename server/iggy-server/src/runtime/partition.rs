@@ -561,7 +561,8 @@ impl PartitionHandle {
         .await
         .map_err(io(&journal_path))?;
         let mut entries = Vec::with_capacity(recovered.len());
-        for record in recovered {
+        let journaled = recovered.len();
+        for (index, record) in recovered.into_iter().enumerate() {
             let entry = match record {
                 JournalEntry::Whole(entry) => entry,
                 JournalEntry::Stowed(stand_in)
@@ -592,9 +593,10 @@ impl PartitionHandle {
                         // under the replicated policy (which may lose acknowledged writes) or
                         // damage leaves a record without its batch: the journal ends there.
                         tracing::warn!(
-                            "partition {}: journal op {} names a batch the log does not hold; the journal ends before it",
+                            "partition {}: journal op {} names a batch the log does not hold; dropping it and the {} journaled ops after it (the journal ends before it)",
                             dir.display(),
-                            stand_in.op
+                            stand_in.op,
+                            journaled - index - 1
                         );
                         journal.truncate_after(stand_in.op - 1).await;
                         break;
