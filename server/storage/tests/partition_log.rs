@@ -960,9 +960,7 @@ fn random_operations_match_a_model() {
                 }
                 72..80 => {
                     let before = log.segments_count();
-                    let deleted = log
-                        .delete_oldest_segments(random.random_range(0..3))
-                        .await;
+                    let deleted = log.delete_oldest_segments(random.random_range(0..3)).await;
                     assert_eq!(log.segments_count(), before - deleted);
                     let first = log.first_offset();
                     model.retain(|message| message.offset >= first);
@@ -1111,5 +1109,33 @@ fn check_tells_a_torn_tail_from_corruption_and_changes_nothing() {
                 Some(index_entry::SIZE as u64 + 1)
             )
         );
+    });
+}
+
+/// A segment's records are fsynced before the next segment is created, without a `sync` call:
+/// a machine crash never leaves a later segment behind an earlier one's unsynced tail (which
+/// recovery would refuse as a damaged earlier segment).
+#[test]
+fn a_full_segment_is_fsynced_before_the_next_one_is_created() {
+    use iggy_storage::fail_stop::{Synced, fsyncs};
+    run(async {
+        let temporary = tempfile::tempdir().unwrap();
+        let mut log = PartitionLog::open(temporary.path(), config(1024))
+            .await
+            .unwrap();
+        let before = fsyncs(Synced::Segment);
+        let mut rolls = 0;
+        while rolls < 3 {
+            let segments = log.segments_count();
+            append_batches(&mut log, &[3]).await;
+            if log.segments_count() > segments {
+                rolls += 1;
+                assert_eq!(
+                    fsyncs(Synced::Segment) - before,
+                    rolls,
+                    "roll {rolls}: the full segment was fsynced first"
+                );
+            }
+        }
     });
 }
