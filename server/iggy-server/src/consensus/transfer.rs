@@ -304,6 +304,211 @@ fn check_records(command: Command, records: &[u8], offset: u64) -> Result<(), Co
     Ok(())
 }
 
+/// Ticks a transfer waits for an answer before asking again (1 s at the 50 ms tick).
+pub const RESEND_TICKS: u64 = 20;
+
+/// Record bytes one chunk asks for (a single record longer than this still comes whole).
+pub const CHUNK_BYTES: u32 = 1 << 20;
+
+/// The laggard's side of one state transfer, sans-IO: whom it asks, what it accepted, and how
+/// far the copy of the log got. The shell performs the I/O it hands out (sends, the state
+/// machine's begin, append and install) and feeds the answers back.
+#[derive(Debug)]
+pub struct Fetch {
+    nonce: u128,
+    /// The peers to ask, in turn (the primary of the replica's view first).
+    peers: Vec<u8>,
+    asking: usize,
+    /// The lowest checkpoint op worth installing: the base of the log that could not be.
+    needed_op: u64,
+    asked_at: u64,
+    phase: Phase,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Waiting for a StateTransferTarget.
+    Target,
+    /// A target accepted; the state machine is preparing its log.
+    Beginning,
+    /// Copying the log: records from `next` are asked for, up to `until`.
+    Chunks { next: u64, until: u64 },
+}
+
+/// A checkpoint a peer offered, checked and worth installing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Offer {
+    pub from: u8,
+    pub checkpoint: iggy_vsr::Checkpoint,
+    /// The slot's two parts, to write into this replica's own slot.
+    pub replica: Vec<u8>,
+    pub state: Vec<u8>,
+}
+
+/// What a chunk means for the copy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChunkVerdict {
+    /// Not for this transfer, or not the chunk asked for last: nothing to do.
+    Ignored,
+    /// Append these records (those below the target's end), then call [`Fetch::appended`].
+    Append(Bytes),
+    /// The peer no longer holds the offset asked for: it holds from `held_from` on.
+    Gap { asked: u64, held_from: u64 },
+}
+
+impl Fetch {
+    /// A transfer for a replica whose log could not be installed for want of checkpoint
+    /// `needed_op`; asks `peers[0]` first. Returns the request to send.
+    pub fn start(nonce: u128, peers: Vec<u8>, needed_op: u64, now: u64) -> (Fetch, u8, Transfer) {
+        assert!(!peers.is_empty(), "a transfer needs a peer");
+        let fetch = Fetch {
+            nonce,
+            peers,
+            asking: 0,
+            needed_op,
+            asked_at: now,
+            phase: Phase::Target,
+        };
+        let to = fetch.peer();
+        (fetch, to, Transfer::Request { nonce })
+    }
+
+    fn peer(&self) -> u8 {
+        self.peers[self.asking % self.peers.len()]
+    }
+
+    /// Whether the log is being copied (the replica's own consensus must stay still).
+    pub fn copying(&self) -> bool {
+        self.phase != Phase::Target
+    }
+
+    /// The frame to send again when the last one went unanswered for [`RESEND_TICKS`]: a
+    /// request for a target goes to the next peer, a chunk request to the same one.
+    pub fn on_tick(&mut self, now: u64) -> Option<(u8, Transfer)> {
+        if now < self.asked_at + RESEND_TICKS {
+            return None;
+        }
+        self.asked_at = now;
+        match self.phase {
+            Phase::Target => {
+                self.asking += 1;
+                Some((self.peer(), Transfer::Request { nonce: self.nonce }))
+            }
+            Phase::Beginning => None,
+            Phase::Chunks { next, .. } => Some((self.peer(), self.chunk_request(next))),
+        }
+    }
+
+    fn chunk_request(&self, offset: u64) -> Transfer {
+        Transfer::RequestChunk {
+            nonce: self.nonce,
+            offset,
+            max_bytes: CHUNK_BYTES,
+        }
+    }
+
+    /// A StateTransferTarget from `from`: the offer when it answers this transfer's request
+    /// with a checkpoint at or above the one needed (a lower one could not be continued from);
+    /// `None` otherwise, and the next peer is asked at the next resend.
+    pub fn on_target(&mut self, from: u8, transfer: &Transfer) -> Option<Offer> {
+        let Transfer::Target {
+            nonce,
+            checkpoint_op,
+            slot,
+            ..
+        } = transfer
+        else {
+            return None;
+        };
+        if *nonce != self.nonce || from != self.peer() || self.phase != Phase::Target {
+            return None;
+        }
+        let slot = slot.as_ref()?;
+        if *checkpoint_op < self.needed_op {
+            return None;
+        }
+        let (checkpoint, state) =
+            checkpoint_of(Command::StateTransferTarget, slot, *checkpoint_op).ok()?;
+        let (replica, _) = iggy_storage::checkpoint::decode(slot).ok()?;
+        self.phase = Phase::Beginning;
+        Some(Offer {
+            from,
+            checkpoint,
+            replica: replica.to_vec(),
+            state,
+        })
+    }
+
+    /// The state machine's log holds every committed record below `next` and must reach
+    /// `until` (the offered state's end): the first chunk request, or `None` when the log is
+    /// complete already (install now).
+    pub fn begin(&mut self, next: u64, until: u64, now: u64) -> Option<(u8, Transfer)> {
+        assert_eq!(
+            self.phase,
+            Phase::Beginning,
+            "begin follows an accepted offer"
+        );
+        self.phase = Phase::Chunks { next, until };
+        self.appended(next, now)
+    }
+
+    /// A StateChunk from `from`.
+    pub fn on_chunk(&mut self, from: u8, transfer: &Transfer) -> ChunkVerdict {
+        let Transfer::Chunk {
+            nonce,
+            offset,
+            records,
+        } = transfer
+        else {
+            return ChunkVerdict::Ignored;
+        };
+        let Phase::Chunks { next, until } = self.phase else {
+            return ChunkVerdict::Ignored;
+        };
+        if *nonce != self.nonce || from != self.peer() {
+            return ChunkVerdict::Ignored;
+        }
+        if *offset != next {
+            if records.is_empty() && *offset > next {
+                return ChunkVerdict::Gap {
+                    asked: next,
+                    held_from: *offset,
+                };
+            }
+            // An answer to an earlier request, already appended or overtaken.
+            return ChunkVerdict::Ignored;
+        }
+        ChunkVerdict::Append(records_below(records, until))
+    }
+
+    /// The log now ends at `next`: the next chunk request, or `None` once it reached the
+    /// offered state's end (install now).
+    pub fn appended(&mut self, next: u64, now: u64) -> Option<(u8, Transfer)> {
+        let Phase::Chunks { until, .. } = self.phase else {
+            panic!("appended outside the copy");
+        };
+        self.phase = Phase::Chunks { next, until };
+        if next >= until {
+            return None;
+        }
+        self.asked_at = now;
+        Some((self.peer(), self.chunk_request(next)))
+    }
+}
+
+/// The records of a checked chunk whose base offset is below `until`.
+fn records_below(records: &Bytes, until: u64) -> Bytes {
+    let mut position = 0;
+    while position < records.len() {
+        let record = &records[position..];
+        if read_u64(record, batch::BASE_OFFSET) >= until {
+            break;
+        }
+        position += read_u64(record, batch::BATCH_LENGTH) as usize;
+    }
+    records.slice(..position)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -483,6 +688,94 @@ mod tests {
                 &inbound
             )
             .is_err()
+        );
+    }
+
+    #[test]
+    fn a_fetch_asks_its_peers_in_turn_accepts_a_high_enough_checkpoint_and_copies_up_to_its_end() {
+        let (mut fetch, to, request) = Fetch::start(9, vec![0, 2], 40, 100);
+        assert_eq!((to, &request), (0, &Transfer::Request { nonce: 9 }));
+        // Unanswered: the next peer is asked after the resend interval.
+        assert_eq!(fetch.on_tick(110), None);
+        assert_eq!(
+            fetch.on_tick(120),
+            Some((2, Transfer::Request { nonce: 9 }))
+        );
+        let target = |nonce, op, slot: Option<Bytes>| Transfer::Target {
+            nonce,
+            checkpoint_op: op,
+            commit_max: 50,
+            slot,
+            transient: false,
+        };
+        // Another peer, another nonce, no checkpoint, or one too low: nothing accepted.
+        assert_eq!(fetch.on_target(0, &target(9, 40, Some(slot(40)))), None);
+        assert_eq!(fetch.on_target(2, &target(8, 40, Some(slot(40)))), None);
+        assert_eq!(fetch.on_target(2, &target(9, 0, None)), None);
+        assert_eq!(fetch.on_target(2, &target(9, 39, Some(slot(39)))), None);
+        let offer = fetch.on_target(2, &target(9, 45, Some(slot(45)))).unwrap();
+        assert_eq!((offer.from, offer.checkpoint.op), (2, 45));
+        assert_eq!(offer.state, b"partition state");
+        assert!(fetch.copying());
+        // The log holds 0..10; the offered state ends at 15.
+        let asked = fetch.begin(10, 15, 130);
+        let chunk_request = |offset| Transfer::RequestChunk {
+            nonce: 9,
+            offset,
+            max_bytes: CHUNK_BYTES,
+        };
+        assert_eq!(asked, Some((2, chunk_request(10))));
+        // The peer's log goes on past the state's end: only the records below it are kept.
+        let mut records = record(10, 3);
+        records.extend(record(13, 2));
+        records.extend(record(15, 4));
+        let chunk = |offset, records: Vec<u8>| Transfer::Chunk {
+            nonce: 9,
+            offset,
+            records: records.into(),
+        };
+        let ChunkVerdict::Append(kept) = fetch.on_chunk(2, &chunk(10, records.clone())) else {
+            panic!("the chunk asked for");
+        };
+        assert_eq!(kept.len(), record(10, 3).len() + record(13, 2).len());
+        // A late duplicate of an earlier answer changes nothing.
+        assert_eq!(
+            fetch.on_chunk(2, &chunk(7, record(7, 3))),
+            ChunkVerdict::Ignored
+        );
+        assert_eq!(
+            fetch.appended(15, 131),
+            None,
+            "the log reached the state's end"
+        );
+    }
+
+    #[test]
+    fn a_fetch_reports_a_gap_when_the_peer_no_longer_holds_the_offset_asked_for() {
+        let (mut fetch, _, _) = Fetch::start(9, vec![1], 40, 0);
+        let offered = Transfer::Target {
+            nonce: 9,
+            checkpoint_op: 40,
+            commit_max: 40,
+            slot: Some(slot(40)),
+            transient: false,
+        };
+        fetch.on_target(1, &offered).unwrap();
+        assert!(fetch.begin(3, 20, 0).is_some());
+        // Unanswered chunk requests go to the same peer again.
+        let again = fetch.on_tick(RESEND_TICKS).unwrap();
+        assert_eq!(again.0, 1);
+        let retired = Transfer::Chunk {
+            nonce: 9,
+            offset: 12,
+            records: Bytes::new(),
+        };
+        assert_eq!(
+            fetch.on_chunk(1, &retired),
+            ChunkVerdict::Gap {
+                asked: 3,
+                held_from: 12
+            }
         );
     }
 }

@@ -677,6 +677,10 @@ impl Journal for FileJournal {
         FileJournal::reset_after_checkpoint(self, op).await
     }
 
+    async fn reset_to(&mut self, op: u64, checksum: u64) {
+        FileJournal::reset_to(self, op, checksum).await
+    }
+
     fn len_bytes(&self) -> u64 {
         self.len
     }
@@ -720,6 +724,18 @@ impl FileJournal {
                 None
             }
         }
+    }
+
+    /// Empties the journal to continue after the checkpoint at `op` whose entry has `checksum`
+    /// (a checkpoint installed by state transfer, above every record held): the file is cut to
+    /// nothing, so no record of before the transfer is ever read again.
+    pub async fn reset_to(&mut self, op: u64, checksum: u64) {
+        self.base = op;
+        self.base_checksum = checksum;
+        self.positions.clear();
+        self.checksums.clear();
+        self.len = 0;
+        self.file.set_len(0).await.or_stop("truncate", &self.path);
     }
 
     /// Drops the records a checkpoint at `op` made redundant. When it covers every record (a

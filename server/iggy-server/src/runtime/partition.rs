@@ -18,6 +18,7 @@ use iggy_partition::{Applied, OffsetOwner, Partition, PartitionWrite, StartAt, W
 use iggy_storage::partition_log::{LogConfig, PartitionLog, ReadBatches};
 use iggy_storage::{StorageError, batch};
 use iggy_vsr::Entry;
+use iggy_vsr::group::JournalBound;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -159,6 +160,8 @@ pub struct PartitionMachine {
     sync_on_checkpoint: bool,
     /// Whether the journal replay is over: replayed sends are not new traffic.
     live: bool,
+    /// The metadata op that created this incarnation (a fresh core after a state transfer).
+    created_at_op: u64,
     log: PartitionLog,
     core: Partition,
 }
@@ -371,6 +374,70 @@ impl StateMachine for PartitionMachine {
         self.unstow(stand_in).await
     }
 
+    fn transfers_state(&self) -> bool {
+        true
+    }
+
+    /// Only committed records: a stowed batch above them may still be dropped.
+    async fn transfer_records(&self, offset: u64, max_bytes: u32) -> (u64, Bytes) {
+        let end = self.core.committed_next_offset(self.log.next_offset());
+        match self
+            .log
+            .records_from(offset, u64::from(max_bytes), end)
+            .await
+        {
+            Ok(Some(records)) => (offset, records.into()),
+            Ok(None) => (self.log.first_offset(), Bytes::new()),
+            Err(error) => {
+                tracing::error!("partition {}: transfer read: {error}", self.partition_id);
+                (offset, Bytes::new())
+            }
+        }
+    }
+
+    async fn transfer_begin(&mut self, state: &[u8]) -> Result<(u64, u64), String> {
+        let until = iggy_partition::checkpoint::CheckpointState::decode(state)?.next_offset;
+        // Batches stowed for ops this replica never committed: the peer's log decides them.
+        let _ = self.core.unstow_after(0);
+        let committed = self.core.committed_next_offset(self.log.next_offset());
+        if committed > until {
+            return Err(format!(
+                "this replica committed offsets up to {committed}, past the checkpoint's {until}"
+            ));
+        }
+        self.log
+            .truncate_from(committed)
+            .await
+            .map_err(|error| error.to_string())?;
+        Ok((self.log.next_offset(), until))
+    }
+
+    async fn transfer_append(&mut self, records: Bytes) -> Result<u64, String> {
+        let mut position = 0;
+        while position < records.len() {
+            let length = iggy_storage::layout::read_u64(
+                &records[position..],
+                iggy_storage::layout::batch::BATCH_LENGTH,
+            ) as usize;
+            let record = records[position..position + length].to_vec();
+            self.log
+                .append(record)
+                .await
+                .map_err(|error| error.to_string())?;
+            position += length;
+        }
+        Ok(self.log.next_offset())
+    }
+
+    async fn transfer_install(&mut self, state: &[u8]) -> Result<(), String> {
+        // Made durable before the journal that accounted for the old log is gone for good.
+        self.log.sync().await;
+        self.core = Partition::new(self.created_at_op);
+        self.restore(state)?;
+        self.publish();
+        Ok(())
+    }
+
     async fn checkpoint(&mut self) -> std::io::Result<Vec<u8>> {
         // Under the persisted policy the journal being emptied is the fsynced copy: the segments
         // must be durable first. Under the replicated policy acknowledged writes only have to
@@ -463,7 +530,7 @@ impl PartitionHandle {
         vsr: iggy_vsr::Config,
         durability: Durability,
         (persist_messages, persist_offsets): (bool, bool),
-        (journal_bytes, journal_ops): (u64, usize),
+        (journal_bytes, journal_ops, laggard_bound): (u64, usize, JournalBound),
         peers: Option<crate::consensus::plane::Peers>,
     ) -> Result<PartitionHandle, StorageError> {
         // The incarnation's records: a directory left by an older incarnation of the same ids is
@@ -514,6 +581,7 @@ impl PartitionHandle {
                 || persist_offsets
                 || durability == Durability::Persisted,
             live: false,
+            created_at_op: incarnation >> 20,
             log,
             core: Partition::new(incarnation >> 20),
         };
@@ -581,6 +649,8 @@ impl PartitionHandle {
             slots: start.slots,
             journal_bytes,
             journal_ops,
+            // A replica left behind copies the partition from a peer (state transfer).
+            past_laggards: Some(laggard_bound),
         };
         let group = Group::open(
             vsr,
@@ -754,6 +824,7 @@ mod tests {
             persist_offsets: false,
             sync_on_checkpoint: false,
             live: true,
+            created_at_op: 0,
             log: PartitionLog::open(dir, config).await.unwrap(),
             core: Partition::new(0),
         }
