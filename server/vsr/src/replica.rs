@@ -174,7 +174,7 @@ pub enum Action {
     },
 }
 
-/// Why a replica cannot join the group's log without state transfer (not implemented yet).
+/// Why a replica cannot join the group's log without state transfer (which its shell performs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StateTransferNeeded {
     /// This replica's highest applied op.

@@ -934,6 +934,35 @@ mod tests {
     }
 
     #[compio::test]
+    async fn a_journal_reset_to_a_transferred_checkpoint_continues_after_it_and_holds_nothing_older()
+     {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.wal");
+        let (mut journal, _) = FileJournal::open(&path, anchor(0, b"x")).await.unwrap();
+        for op in 1..=3 {
+            journal.append(&entry(op, b"x"), None).await.unwrap();
+        }
+        // A peer's checkpoint at op 9, whose entry this journal never held.
+        let installed = anchor(9, b"t");
+        journal.reset_to(installed.op, installed.checksum).await;
+        assert_eq!(journal.len_bytes(), 0);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 0, "cut to nothing");
+        assert!(journal.read(3).await.is_none());
+        assert!(
+            journal.append(&entry(11, b"y"), None).await.is_err(),
+            "op 10 comes first"
+        );
+        journal.append(&entry(10, b"y"), None).await.unwrap();
+        drop(journal);
+        let (_, entries) = open_whole(&path, installed).await.unwrap();
+        assert_eq!(
+            entries,
+            vec![entry(10, b"y")],
+            "chained to the checkpoint's entry"
+        );
+    }
+
+    #[compio::test]
     async fn a_checkpoint_below_the_newest_op_keeps_the_ops_above_it() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("journal.wal");

@@ -960,4 +960,66 @@ mod tests {
         assert_eq!(restarted.log.next_offset(), 5);
         assert_eq!(polled(&mut restarted).await, 5);
     }
+
+    /// The `.log` files of a machine's directory, by name.
+    fn segment_logs(dir: &Path) -> Vec<(std::ffi::OsString, Vec<u8>)> {
+        let mut logs: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .filter(|path| path.extension().is_some_and(|extension| extension == "log"))
+            .map(|path| {
+                (
+                    path.file_name().unwrap().to_owned(),
+                    std::fs::read(&path).unwrap(),
+                )
+            })
+            .collect();
+        logs.sort();
+        logs
+    }
+
+    #[compio::test]
+    async fn a_transfer_replaces_what_the_laggard_never_committed_with_the_peers_committed_log() {
+        let (source_dir, laggard_dir) =
+            (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let mut source = machine(source_dir.path()).await;
+        let mut laggard = machine(laggard_dir.path()).await;
+        for machine in [&mut source, &mut laggard] {
+            apply(machine, &send(1, 2)).await;
+        }
+        // The laggard stowed a batch for an op its group later replaced.
+        laggard.stow(&send(2, 7)).await.unwrap().unwrap();
+        apply(&mut source, &send(2, 3)).await;
+        apply(&mut source, &send(3, 4)).await;
+        let state = source.checkpoint().await.unwrap();
+        // The source goes on: a stowed batch of an op not committed yet is not served.
+        source.stow(&send(4, 1)).await.unwrap().unwrap();
+        let (from, until) = laggard.transfer_begin(&state).await.unwrap();
+        assert_eq!((from, until), (2, 9), "its own committed offsets stay");
+        let mut next = from;
+        while next < until {
+            let (offset, records) = source.transfer_records(next, 1).await;
+            assert_eq!(offset, next);
+            assert!(!records.is_empty());
+            next = laggard.transfer_append(records).await.unwrap();
+        }
+        assert_eq!(next, 9);
+        let (_, nothing) = source.transfer_records(9, 1 << 20).await;
+        assert!(
+            nothing.is_empty(),
+            "the uncommitted batch at 9 is not served"
+        );
+        laggard.transfer_install(&state).await.unwrap();
+        assert_eq!(laggard.current_offset(), 8);
+        assert_eq!(polled(&mut laggard).await, 9);
+        source.unstow_after(3).await.unwrap();
+        source.log.sync().await;
+        assert_eq!(
+            segment_logs(laggard_dir.path()),
+            segment_logs(source_dir.path())
+        );
+        // Offsets the source does not hold as a batch start answer with where it holds from.
+        let (offset, records) = source.transfer_records(1, 1 << 20).await;
+        assert_eq!((offset, records.len()), (0, 0));
+    }
 }
