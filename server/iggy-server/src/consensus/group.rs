@@ -1010,11 +1010,9 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
         let Some(slots) = &mut self.slots else {
             return;
         };
-        slots.write(&offer.replica, &offer.state).await;
-        let checkpoint = offer.checkpoint;
-        self.journal
-            .reset_to(checkpoint.op, checkpoint.checksum)
-            .await;
+        // The copied log is durable before the checkpoint that counts it: a crash in between
+        // restarts from the old checkpoint and journal, which drop the records they do not
+        // account for, and transfers again.
         if let Err(why) = self.state.transfer_install(&offer.state).await {
             let error = std::io::Error::other(why);
             iggy_storage::fail_stop::fail_stop(
@@ -1023,6 +1021,11 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                 &error,
             );
         }
+        slots.write(&offer.replica, &offer.state).await;
+        let checkpoint = offer.checkpoint;
+        self.journal
+            .reset_to(checkpoint.op, checkpoint.checksum)
+            .await;
         let replica = self.core.replica();
         let (config, view_state) = (replica.config().clone(), replica.persisted_view_state());
         let op = checkpoint.op;

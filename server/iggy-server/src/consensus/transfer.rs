@@ -382,8 +382,9 @@ impl Fetch {
         self.phase != Phase::Target
     }
 
-    /// The frame to send again when the last one went unanswered for [`RESEND_TICKS`]: a
-    /// request for a target goes to the next peer, a chunk request to the same one.
+    /// The frame to send again, to the next peer, when the last one went unanswered for
+    /// [`RESEND_TICKS`]: any peer that committed the offered state's records holds them
+    /// byte for byte, so a chunk request may go to another peer than the target's.
     pub fn on_tick(&mut self, now: u64) -> Option<(u8, Transfer)> {
         if now < self.asked_at + RESEND_TICKS {
             return None;
@@ -395,7 +396,10 @@ impl Fetch {
                 Some((self.peer(), Transfer::Request { nonce: self.nonce }))
             }
             Phase::Beginning => None,
-            Phase::Chunks { next, .. } => Some((self.peer(), self.chunk_request(next))),
+            Phase::Chunks { next, .. } => {
+                self.asking += 1;
+                Some((self.peer(), self.chunk_request(next)))
+            }
         }
     }
 
@@ -478,7 +482,12 @@ impl Fetch {
             // An answer to an earlier request, already appended or overtaken.
             return ChunkVerdict::Ignored;
         }
-        ChunkVerdict::Append(records_below(records, until))
+        let records = records_below(records, until);
+        if records.is_empty() {
+            // The peer has not committed that far: the resend asks the next one.
+            return ChunkVerdict::Ignored;
+        }
+        ChunkVerdict::Append(records)
     }
 
     /// The log now ends at `next`: the next chunk request, or `None` once it reached the
@@ -762,9 +771,16 @@ mod tests {
         };
         fetch.on_target(1, &offered).unwrap();
         assert!(fetch.begin(3, 20, 0).is_some());
-        // Unanswered chunk requests go to the same peer again.
+        // Unanswered chunk requests are sent again (to the next peer; here the only one).
         let again = fetch.on_tick(RESEND_TICKS).unwrap();
         assert_eq!(again.0, 1);
+        // A peer that has not committed the offset asked for answers with nothing: ignored.
+        let short = Transfer::Chunk {
+            nonce: 9,
+            offset: 3,
+            records: Bytes::new(),
+        };
+        assert_eq!(fetch.on_chunk(1, &short), ChunkVerdict::Ignored);
         let retired = Transfer::Chunk {
             nonce: 9,
             offset: 12,
