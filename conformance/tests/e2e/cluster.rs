@@ -1043,9 +1043,20 @@ async fn seeded_kill9_rounds_of_any_node_or_all_nodes_lose_no_acknowledged_messa
         checkpoints.iter().all(|&count| count > 0),
         "every node checkpointed its partitions: {checkpoints:?}"
     );
+    // A node down long enough is checkpointed past (4x the policy) and catches up by state
+    // transfer.
+    let transfers: usize = (0..3)
+        .map(|node| {
+            cluster
+                .node(node)
+                .log()
+                .matches(": state transfer from replica")
+                .count()
+        })
+        .sum();
     eprintln!(
         "CLUSTER_SEED={seed}: partition checkpoint files per node {checkpoints:?}; {single} \
-         single-node and {whole} whole-cluster kill rounds; \
+         single-node and {whole} whole-cluster kill rounds; {transfers} state transfers; \
          acknowledged {:?}, stored {:?}, failed sends {failures:?}, {} identical segment files",
         acked.iter().map(Vec::len).collect::<Vec<_>>(),
         stored.iter().map(Vec::len).collect::<Vec<_>>(),

@@ -252,6 +252,9 @@ pub async fn load_checkpoint(
 
 type Submit = Pending<oneshot::Sender<Outcome>>;
 
+/// Ticks before a state transfer that failed is tried again (5 s at the 50 ms tick).
+const TRANSFER_RETRY_TICKS: u64 = 100;
+
 enum Job<R> {
     Write(Submit),
     /// A client write committed here when this replica leads, else relayed to the primary of
@@ -471,9 +474,10 @@ pub struct Group<J: Journal, S: StateMachine> {
     /// The state transfer under way on this replica, when it fell behind its peers'
     /// checkpoints.
     fetch: Option<Fetch>,
-    /// A transfer found the peers no longer hold offsets this replica lacks: not tried again
-    /// in this process (an operator must act).
-    transfer_given_up: bool,
+    /// No transfer starts before this tick: after one that failed, a while; after one that
+    /// found the peers no longer hold offsets this replica lacks, never in this process (an
+    /// operator must act).
+    transfer_paused_until: u64,
     /// The offer being copied (and the record bytes copied so far), installed once the log
     /// holds it.
     pending_offer: Option<(Offer, u64)>,
@@ -557,7 +561,7 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
             settings,
             served: None,
             fetch: None,
-            transfer_given_up: false,
+            transfer_paused_until: 0,
             pending_offer: None,
         };
         group.drive().await;
@@ -746,6 +750,10 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                     plane.tick(&mut self.core);
                     let now = plane.ticks();
                     let view = self.core.replica().view();
+                    let needed = self.core.replica().state_transfer_needed().is_some();
+                    if !needed && self.fetch.as_ref().is_some_and(|fetch| !fetch.copying()) {
+                        self.fetch = None;
+                    }
                     if let Some((to, transfer)) =
                         self.fetch.as_mut().and_then(|fetch| fetch.on_tick(now))
                     {
@@ -826,12 +834,15 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
         let Some(needed) = self.core.replica().state_transfer_needed() else {
             return;
         };
-        if self.fetch.is_some() || self.transfer_given_up || !self.state.transfers_state() {
+        if self.fetch.is_some() || !self.state.transfers_state() {
             return;
         }
         let Some(plane) = &mut self.plane else {
             return;
         };
+        if plane.ticks() < self.transfer_paused_until {
+            return;
+        }
         let replica = self.core.replica();
         let (me, view) = (replica.replica(), replica.view());
         let count = replica.config().replica_count;
@@ -872,6 +883,11 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                 }
             }
             Transfer::Target { .. } => {
+                if self.core.replica().state_transfer_needed().is_none() {
+                    // The replica caught up meanwhile (a log it could install after all).
+                    self.fetch = None;
+                    return;
+                }
                 let Some(offer) = self
                     .fetch
                     .as_mut()
@@ -893,7 +909,7 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                             self.plane.as_ref().map_or(0, GroupPlane::group_id)
                         );
                         self.fetch = None;
-                        self.transfer_given_up = true;
+                        self.transfer_paused_until = u64::MAX;
                     }
                     ChunkVerdict::Append(records) => {
                         if let Some((_, copied)) = &mut self.pending_offer {
@@ -963,7 +979,7 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                     offer.from
                 );
                 self.fetch = None;
-                self.transfer_given_up = true;
+                self.transfer_paused_until = plane.ticks() + TRANSFER_RETRY_TICKS;
                 return;
             }
         };
