@@ -1092,9 +1092,20 @@ async fn seeded_kill9_rounds_of_any_node_or_all_nodes_lose_no_acknowledged_messa
         checkpoints.iter().all(|&count| count > 0),
         "every node checkpointed its partitions: {checkpoints:?}"
     );
+    // A node down long enough is checkpointed past (4x the policy) and catches up by state
+    // transfer.
+    let transfers: usize = (0..3)
+        .map(|node| {
+            cluster
+                .node(node)
+                .log()
+                .matches(": state transfer from replica")
+                .count()
+        })
+        .sum();
     eprintln!(
         "CLUSTER_SEED={seed}: partition checkpoint files per node {checkpoints:?}; {single} \
-         single-node and {whole} whole-cluster kill rounds; \
+         single-node and {whole} whole-cluster kill rounds; {transfers} state transfers; \
          acknowledged {:?}, stored {:?}, failed sends {failures:?}, {} identical segment files",
         acked.iter().map(Vec::len).collect::<Vec<_>>(),
         stored.iter().map(Vec::len).collect::<Vec<_>>(),
@@ -1271,6 +1282,85 @@ async fn after_the_load_stops_every_replica_holds_byte_identical_segments() {
             segments.keys()
         );
     }
+}
+
+/// A backup of a one-partition topic is killed and stays down while the other two checkpoint
+/// past it (a partition group checkpoints without a laggard once its journal holds four times
+/// the policy: 32 ops here). Restarted, it finds their logs start above what it holds, copies
+/// the primary's checkpoint and the partition log it covers (state transfer), rejoins, and
+/// every acknowledged message is read back once, in order, with byte-identical segments on
+/// the three nodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_left_behind_by_checkpoints_catches_up_by_state_transfer() {
+    let options = ClusterOptions {
+        env: vec![(
+            "IGGY_SYSTEM_CHECKPOINT_JOURNAL_OPS".to_string(),
+            "8".to_string(),
+        )],
+        ..ClusterOptions::default()
+    };
+    let mut cluster = TestCluster::start_with(3, options);
+    let client = Arc::new(cluster.root_client(0).await);
+    let (stream, topic, partition_groups) = create_topic(&client, 1).await;
+    let groups = all_groups(&partition_groups);
+    let group = partition_groups[0];
+    let producer = Producer::start(client.clone(), stream, topic, 1);
+    producer
+        .wait_progress("before the kill", 4, Duration::from_secs(20))
+        .await;
+    let (primary, _) = cluster.primary(group).expect("a partition primary");
+    // A backup of the partition, not the node the client talks to.
+    let backup = (1..cluster.len())
+        .find(|&i| i != usize::from(primary))
+        .expect("a backup");
+    cluster.kill9(backup);
+    let left_behind = format!("leaves replicas [{backup}] behind");
+    wait_until(
+        &format!("the primary (node {primary}) checkpoints past node {backup}"),
+        Duration::from_secs(40),
+        || {
+            current_start(&cluster.node(usize::from(primary)).log())
+                .contains(&left_behind)
+                .then_some(())
+        },
+        || format!("acknowledged {:?}", producer.counts()),
+    )
+    .await;
+    // The other backup checkpoints past it too (it learns nothing of the laggard, only that
+    // its journal outgrew the bound).
+    producer
+        .wait_progress("past the laggard", 8, Duration::from_secs(30))
+        .await;
+    cluster.restart(backup);
+    let transferred = wait_until(
+        &format!("node {backup} catches up by state transfer"),
+        Duration::from_secs(30),
+        || {
+            let log = cluster.node(backup).log();
+            let start = current_start(&log);
+            start
+                .lines()
+                .find(|line| {
+                    line.contains(&format!("group {group:#x}: state transfer from replica"))
+                })
+                .map(str::to_string)
+        },
+        || cluster.describe(group),
+    )
+    .await;
+    cluster.wait_normal(backup, &groups).await;
+    producer
+        .wait_progress("after the transfer", 4, Duration::from_secs(30))
+        .await;
+    let acked = producer.finish().await;
+    let stored = assert_acknowledged_exactly_once(&client, stream, topic, &acked).await;
+    let segments = cluster.wait_identical_segments(1).await;
+    eprintln!(
+        "node {backup}: {transferred}; acknowledged {}, stored {}, segments {:?}",
+        acked[0].len(),
+        stored[0].len(),
+        segments.keys().collect::<Vec<_>>()
+    );
 }
 
 /// A `ReplicaHello` from replica `from` to replica `target` of `CLUSTER_NAME`, with this

@@ -747,6 +747,72 @@ impl PartitionLog {
         Ok(Some(record))
     }
 
+    /// Whole stamped records, back to back, from the batch whose base offset is `base_offset`
+    /// on, up to `max_bytes` (at least one record, however long), never crossing `end`: what a
+    /// replica copies into its own log with [`Self::append`] (state transfer), so no batch is
+    /// sliced and both logs stay byte-identical. Empty at or past `end` or the log's end; `None`
+    /// when the log holds no batch starting at `base_offset` (retired, or inside a batch).
+    pub async fn records_from(
+        &self,
+        base_offset: u64,
+        max_bytes: u64,
+        end: u64,
+    ) -> Result<Option<Vec<u8>>, StorageError> {
+        let end = end.min(self.next_offset());
+        if base_offset >= end {
+            return Ok(Some(Vec::new()));
+        }
+        if base_offset < self.first_offset() {
+            return Ok(None);
+        }
+        let mut segment_index = self
+            .segments
+            .partition_point(|segment| segment.start_offset <= base_offset)
+            - 1;
+        let Ok(mut entry_index) = self.segments[segment_index]
+            .entries
+            .binary_search_by_key(&base_offset, |entry| entry.offset)
+        else {
+            return Ok(None);
+        };
+        let mut out = Vec::new();
+        while segment_index < self.segments.len() {
+            let segment = &self.segments[segment_index];
+            let entries = &segment.entries[entry_index..];
+            // Records of this segment that fit (always the first of the whole read).
+            let mut taken = 0;
+            let mut bytes = 0u64;
+            for entry in entries {
+                let first = out.is_empty() && taken == 0;
+                if entry.offset >= end
+                    || (!first && out.len() as u64 + bytes + entry.length > max_bytes)
+                {
+                    break;
+                }
+                bytes += entry.length;
+                taken += 1;
+            }
+            if taken > 0 {
+                let (result, read) = read_append(
+                    &segment.log,
+                    &segment.log_path,
+                    out,
+                    entries[0].position,
+                    bytes as usize,
+                )
+                .await;
+                out = read;
+                result?;
+            }
+            if taken < entries.len() {
+                break;
+            }
+            segment_index += 1;
+            entry_index = 0;
+        }
+        Ok(Some(out))
+    }
+
     /// Records covering messages `[start, start + max_messages)`, read from the `.log` files.
     /// A `start` below [`Self::first_offset`] reads from the first retained message. The first
     /// and last batch are sliced when needed by dropping frames and rewriting `message_count`,

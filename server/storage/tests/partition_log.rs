@@ -1139,3 +1139,94 @@ fn a_full_segment_is_fsynced_before_the_next_one_is_created() {
         }
     });
 }
+
+#[test]
+fn records_from_reads_whole_records_within_a_budget_and_they_append_byte_identical_elsewhere() {
+    run(async {
+        let source_dir = tempfile::tempdir().unwrap();
+        let copy_dir = tempfile::tempdir().unwrap();
+        let mut source = PartitionLog::open(source_dir.path(), config(1024))
+            .await
+            .unwrap();
+        let lengths = append_batches(&mut source, &ROLL_SIZES).await;
+        let bases = batch_bases(&ROLL_SIZES);
+        assert!(source.segments_count() >= 3);
+        let end = source.next_offset();
+        // Not a batch start, or past the end: no records to copy.
+        assert_eq!(
+            source
+                .records_from(bases[1] + 1, 1 << 20, end)
+                .await
+                .unwrap(),
+            None
+        );
+        assert_eq!(
+            source.records_from(end, 1 << 20, end).await.unwrap(),
+            Some(Vec::new())
+        );
+        // A budget below one record still reads that whole record.
+        let one = source
+            .records_from(bases[2], 1, end)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(one.len(), lengths[2]);
+        // `end` stops at the batch that starts there.
+        let two = source
+            .records_from(bases[2], 1 << 20, bases[4])
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(two.len(), lengths[2] + lengths[3]);
+        // Copied in chunks of at most 300 bytes (across every segment) into another log.
+        let mut copy = PartitionLog::open(copy_dir.path(), config(1024))
+            .await
+            .unwrap();
+        while copy.next_offset() < end {
+            let chunk = source
+                .records_from(copy.next_offset(), 300, end)
+                .await
+                .unwrap()
+                .unwrap();
+            let mut position = 0;
+            let mut records = 0;
+            while position < chunk.len() {
+                let length = read_u64(&chunk, position + batch::BATCH_LENGTH) as usize;
+                copy.append(chunk[position..position + length].to_vec())
+                    .await
+                    .unwrap();
+                position += length;
+                records += 1;
+            }
+            assert!(chunk.len() <= 300 || records == 1, "{} bytes", chunk.len());
+        }
+        source.sync().await;
+        copy.sync().await;
+        assert_eq!(
+            every_file(source_dir.path()).len(),
+            every_file(copy_dir.path()).len()
+        );
+        for ((source_path, source_bytes), (copy_path, copy_bytes)) in every_file(source_dir.path())
+            .into_iter()
+            .zip(every_file(copy_dir.path()))
+        {
+            assert_eq!(source_path.file_name(), copy_path.file_name());
+            assert!(
+                source_bytes == copy_bytes,
+                "{} differs",
+                copy_path.display()
+            );
+        }
+        // After a retirement the retired start is no longer served.
+        let kept_from = source.retire_point(1, u64::MAX);
+        source.retire_below(kept_from).await;
+        assert_eq!(source.records_from(0, 1 << 20, end).await.unwrap(), None);
+        assert!(
+            source
+                .records_from(kept_from, 1 << 20, end)
+                .await
+                .unwrap()
+                .is_some()
+        );
+    });
+}

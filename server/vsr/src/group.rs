@@ -51,6 +51,17 @@ pub struct CheckpointPolicy {
     pub journal_ops: usize,
 }
 
+/// A journal size past which a group whose laggards can catch up by state transfer (a
+/// partition group) checkpoints without waiting for them (see
+/// [`GroupCore::checkpoint_past_laggards`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JournalBound {
+    /// Bytes in the journal (or of op bodies held in memory)...
+    pub bytes: u64,
+    /// ...or ops.
+    pub ops: usize,
+}
+
 /// What the shell must do next. Steps that end in an input say which.
 #[derive(Debug)]
 pub enum Step<W> {
@@ -95,6 +106,9 @@ pub struct GroupCore<W> {
     /// group registers them through an explicit login).
     implicit_register: bool,
     policy: Option<CheckpointPolicy>,
+    /// Set for groups whose laggards catch up by state transfer: past this journal size a
+    /// checkpoint no longer waits for `checkpoint_safe`.
+    past_laggards: Option<JournalBound>,
     /// Body bytes of the ops prepared since the last checkpoint, even when the journal file
     /// holds only stand-ins: a replica with peers holds them in memory until a checkpoint, and
     /// a recovery reads stowed ones back from the log, so the checkpoint byte limit bounds both.
@@ -197,6 +211,7 @@ impl<W> GroupCore<W> {
             registering: HashMap::new(),
             implicit_register,
             policy,
+            past_laggards: None,
             held_bytes,
             unsynced: Vec::new(),
             must_sync: false,
@@ -462,14 +477,16 @@ impl<W> GroupCore<W> {
     /// group checkpoints at the highest op it applied that is also at or below
     /// [`Replica::checkpoint_safe`] (held durably by every replica), so no replica ever needs an
     /// op another one forgot; and only when that releases at least half of the journal, so a
-    /// replica that lags does not cause a checkpoint per op it catches up. Until state transfer
-    /// exists, a replica that stays down holds every other replica's checkpoints back (their
-    /// journals grow until it returns).
+    /// replica that lags does not cause a checkpoint per op it catches up. A replica that
+    /// stays down would hold every other replica's checkpoints back (their journals growing
+    /// until it returns); a group set to [`Self::checkpoint_past_laggards`] instead checkpoints
+    /// at its `commit_min` once the journal passes that bound, and the laggard catches up by
+    /// state transfer.
     pub fn checkpoint_due(&self, journal_bytes: u64) -> Option<u64> {
         let policy = self.policy?;
         let replica = &self.replica;
-        let grown = journal_bytes.max(self.held_bytes) >= policy.journal_bytes
-            || replica.journal_len() >= policy.journal_ops;
+        let bytes = journal_bytes.max(self.held_bytes);
+        let grown = bytes >= policy.journal_bytes || replica.journal_len() >= policy.journal_ops;
         if !grown {
             return None;
         }
@@ -477,9 +494,39 @@ impl<W> GroupCore<W> {
             let op = replica.op();
             return (op != 0 && replica.commit_min() == op).then_some(op);
         }
-        let op = replica.checkpoint_safe().min(replica.commit_min());
+        let past_bound = self
+            .past_laggards
+            .is_some_and(|bound| bytes >= bound.bytes || replica.journal_len() >= bound.ops);
+        let safe = if past_bound {
+            replica.commit_min()
+        } else {
+            replica.checkpoint_safe()
+        };
+        let op = safe.min(replica.commit_min());
         let released = op.saturating_sub(replica.checkpoint_op());
         (released > 0 && 2 * released >= replica.journal_len() as u64).then_some(op)
+    }
+
+    /// Lets the group checkpoint above [`Replica::checkpoint_safe`] once its journal reaches
+    /// `bound` (see [`Self::checkpoint_due`]): for groups whose state machine can hand its
+    /// state to a replica that needs state transfer (partition groups). Other groups keep
+    /// waiting for every replica.
+    pub fn checkpoint_past_laggards(&mut self, bound: JournalBound) {
+        self.past_laggards = Some(bound);
+    }
+
+    /// The replicas a checkpoint at `op` leaves behind, as far as this replica knows: on a
+    /// primary, those whose acknowledged durable log ends below `op` (they will need state
+    /// transfer); a backup knows none.
+    pub fn left_behind(&self, op: u64) -> Vec<ReplicaId> {
+        let replica = &self.replica;
+        (0..replica.config().replica_count)
+            .filter(|peer| {
+                replica
+                    .acknowledged_through(*peer)
+                    .is_some_and(|acked| acked < op)
+            })
+            .collect()
     }
 
     /// The replica's part of a checkpoint at `op` (its client table and position), encoded;

@@ -95,7 +95,7 @@
 //! checkpoint (repair of a checkpointed op, a view-change or recovery log starting above its
 //! commit) can use that log only if it holds the same entry at the log's base: a log holding
 //! `(op, view)` holds the prefix the primary of that view had, so its own entries up to the base
-//! are the committed ones. Otherwise it needs **state transfer, which is not implemented**: it
+//! are the committed ones. Otherwise it needs **state transfer**, left to its shell: it
 //! installs nothing and commits nothing, records why in [`Replica::state_transfer_needed`], and
 //! - as a new primary, stays in view change (the view times out and another replica leads);
 //! - while rejoining after a restart, stays recovering;
@@ -104,8 +104,10 @@
 //!   rejoin timeout, so it does not keep replacing primaries that serve the others) and waits for
 //!   a `StartView` it can install.
 //!
-//! Such a replica is lost to the group until state transfer lands. To avoid it, a replica of a
-//! larger group checkpoints only at or below [`Replica::checkpoint_safe`] (and its own
+//! The core does no transfer itself: its shell copies a peer's checkpoint and state (the
+//! server does it for partition groups, see `consensus/transfer.rs` there) and opens the
+//! replica again from that checkpoint ([`group::GroupCore::open`]). Short of that, a replica of
+//! a larger group checkpoints only at or below [`Replica::checkpoint_safe`] (and its own
 //! `commit_min`), which [`group::GroupCore::checkpoint_due`] respects: the highest op that is
 //! committed and that every replica acknowledged holding durably. A `PrepareOk{op}` vouches for
 //! the sender's whole journal prefix through `op` in that view's log (a backup acknowledges only
@@ -116,8 +118,12 @@
 //! every later view's log and never truncated, so each replica keeps holding them until it
 //! checkpoints past them. A replica knows 0 after a restart until it hears a Commit, and a
 //! replica that stays down (or never acknowledges) holds every replica's checkpoints back,
-//! their journals growing, until it returns (or until state transfer exists). A group of one
-//! checkpoints at its commit as before.
+//! their journals growing, until it returns. A group of one checkpoints at its commit as
+//! before. A group whose shell transfers state may set
+//! [`group::GroupCore::checkpoint_past_laggards`]: past that journal size it checkpoints at its
+//! `commit_min`, leaving the replicas that lag ([`group::GroupCore::left_behind`]) to state
+//! transfer. The simulator's groups keep the rule above (its checker asserts no replica ever
+//! needs state transfer).
 //!
 //! ## Protocol
 //!

@@ -179,7 +179,7 @@ pub enum Action {
     },
 }
 
-/// Why a replica cannot join the group's log without state transfer (not implemented yet).
+/// Why a replica cannot join the group's log without state transfer (which its shell performs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StateTransferNeeded {
     /// This replica's highest applied op.
@@ -617,6 +617,18 @@ impl Replica {
         } else {
             self.checkpoint_safe
         }
+    }
+    /// On the primary in normal status, the highest op `replica` acknowledged holding durably
+    /// (with every op before it) in this view (its own durable prefix for itself); `None` on
+    /// any other replica, which does not track acknowledgements.
+    pub fn acknowledged_through(&self, replica: ReplicaId) -> Option<u64> {
+        if !self.is_primary() || self.is_solo() {
+            return None;
+        }
+        if replica == self.config.replica {
+            return Some(self.journal.durable_through());
+        }
+        self.durable_acks.get(usize::from(replica)).copied()
     }
     /// Set while this replica cannot catch up with the group without state transfer (another
     /// replica checkpointed past the ops it is missing). Cleared once a log installs.

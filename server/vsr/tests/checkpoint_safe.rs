@@ -3,7 +3,7 @@
 //! its Commit heartbeats, and a checkpoint never goes past it.
 
 use bytes::Bytes;
-use iggy_vsr::group::{CheckpointPolicy, Durability, GroupCore, Step};
+use iggy_vsr::group::{CheckpointPolicy, Durability, GroupCore, JournalBound, Step};
 use iggy_vsr::{Action, Config, Entry, Message, OPERATION_REGISTER, Replica};
 
 mod support;
@@ -226,4 +226,75 @@ fn a_group_of_three_checkpoints_only_at_ops_every_replica_holds() {
     core.checkpointed();
     assert_eq!(core.replica().checkpoint_op(), 5);
     assert_eq!(core.checkpoint_due(0), None, "one op left");
+}
+
+#[test]
+fn a_group_set_past_laggards_checkpoints_at_its_commit_once_the_journal_passes_the_bound() {
+    let policy = CheckpointPolicy {
+        journal_bytes: u64::MAX,
+        journal_ops: 4,
+    };
+    let mut core: GroupCore<u32> = GroupCore::format(
+        Config::new(3, 0),
+        Durability::Replicated,
+        false,
+        Some(policy),
+    );
+    core.checkpoint_past_laggards(JournalBound {
+        bytes: u64::MAX,
+        ops: 8,
+    });
+    let register = |client| iggy_vsr::group::Pending {
+        client,
+        request: 0,
+        operation: OPERATION_REGISTER,
+        body: Bytes::new(),
+        waiter: 0,
+    };
+    // The group's limits nomination (op 1), then six registers.
+    for client in 1..=6 {
+        core.submit(register(client));
+    }
+    run(&mut core);
+    for op in 1..=7 {
+        core.on_message(1, prepare_ok(op, 1));
+    }
+    run(&mut core);
+    assert_eq!(core.replica().commit_min(), 7);
+    assert_eq!(core.replica().journal_len(), 7);
+    assert_eq!(
+        core.checkpoint_due(0),
+        None,
+        "7 ops: past the policy, below the bound, so replica 2 is still waited for"
+    );
+    core.submit(register(7));
+    run(&mut core);
+    core.on_message(1, prepare_ok(8, 1));
+    run(&mut core);
+    assert_eq!(
+        core.checkpoint_due(0),
+        Some(8),
+        "the bound reached: at commit_min"
+    );
+    assert_eq!(core.left_behind(8), [2], "replica 2 acknowledged nothing");
+    core.checkpoint_record(8);
+    core.checkpointed();
+    assert_eq!(core.replica().checkpoint_op(), 8);
+    // The same journal without the bound keeps waiting for replica 2.
+    let mut waiting: GroupCore<u32> = GroupCore::format(
+        Config::new(3, 0),
+        Durability::Replicated,
+        false,
+        Some(policy),
+    );
+    for client in 1..=7 {
+        waiting.submit(register(client));
+    }
+    run(&mut waiting);
+    for op in 1..=8 {
+        waiting.on_message(1, prepare_ok(op, 1));
+    }
+    run(&mut waiting);
+    assert_eq!(waiting.replica().commit_min(), 8);
+    assert_eq!(waiting.checkpoint_due(0), None);
 }

@@ -16,10 +16,11 @@ use crate::consensus::figures::{GroupFigures, GroupKind, checkpoint_taken};
 use crate::consensus::group_plane::{GroupPlane, SessionFrame, Wake};
 use crate::consensus::plane::Peers;
 use crate::consensus::replica_bus::Inbound;
+use crate::consensus::transfer::{ChunkVerdict, Fetch, Offer, Transfer};
 use bytes::Bytes;
 use futures_channel::{mpsc, oneshot};
 use futures_util::StreamExt;
-use iggy_vsr::group::{CheckpointPolicy, GroupCore, Pending, Step};
+use iggy_vsr::group::{CheckpointPolicy, GroupCore, JournalBound, Pending, Step};
 pub use iggy_vsr::group::{Durability, Outcome};
 use iggy_vsr::{Config, Entry, Refusal, ViewState};
 
@@ -59,6 +60,9 @@ pub trait Journal {
     /// Drops the entries a durable checkpoint at `op` covers (all of them in a group of one; a
     /// larger group may hold ops above it, which the journal keeps).
     fn reset_after_checkpoint(&mut self, op: u64) -> impl Future<Output = ()>;
+    /// Empties the journal, to continue after the checkpoint at `op` whose entry has
+    /// `checksum` (installed by state transfer: none of the journal's records are needed).
+    fn reset_to(&mut self, op: u64, checksum: u64) -> impl Future<Output = ()>;
     /// Bytes the journal holds.
     fn len_bytes(&self) -> u64;
     /// The record of `op` read back (see [`crate::consensus::wal::FileJournal::read`]).
@@ -135,6 +139,37 @@ pub trait StateMachine {
     fn read_stowed(&self, _stand_in: &Entry) -> impl Future<Output = Option<Entry>> {
         async { None }
     }
+
+    /// Whether a replica of this machine's group that fell behind the others' checkpoints
+    /// catches up by copying a peer's checkpoint and log (state transfer): a partition's does;
+    /// the metadata group's waits for every replica instead.
+    fn transfers_state(&self) -> bool {
+        false
+    }
+    /// Serving a state transfer: whole committed records of the log from the batch base
+    /// offset `offset` on, up to `max_bytes` (at least one record), and the offset they start
+    /// at; when `offset` is no longer held, no records and the first offset that is.
+    fn transfer_records(&self, offset: u64, _max_bytes: u32) -> impl Future<Output = (u64, Bytes)> {
+        async move { (offset, Bytes::new()) }
+    }
+    /// Receiving: about to copy a peer's checkpoint whose state is `state`. Drops what this
+    /// replica holds beyond what it committed, and returns where its log continues from and
+    /// where `state`'s log ends.
+    fn transfer_begin(
+        &mut self,
+        _state: &[u8],
+    ) -> impl Future<Output = Result<(u64, u64), String>> {
+        async { Err("this state machine transfers no state".to_string()) }
+    }
+    /// Appends records a peer sent (checked by the codec, in order from the log's end);
+    /// returns the log's new end.
+    fn transfer_append(&mut self, _records: Bytes) -> impl Future<Output = Result<u64, String>> {
+        async { Err("this state machine transfers no state".to_string()) }
+    }
+    /// Restores `state` over the copied log: the machine is now as of the checkpoint.
+    fn transfer_install(&mut self, _state: &[u8]) -> impl Future<Output = Result<(), String>> {
+        async { Err("this state machine transfers no state".to_string()) }
+    }
 }
 
 /// The error a client gets for a refused request.
@@ -162,6 +197,46 @@ pub struct Checkpointing {
     pub journal_bytes: u64,
     /// ...or this many ops.
     pub journal_ops: usize,
+    /// Past this journal size the group checkpoints without waiting for a replica that stays
+    /// behind, which then catches up by state transfer (partition groups only).
+    pub past_laggards: Option<JournalBound>,
+}
+
+/// What a group's core is opened with, kept to open it again over a transferred checkpoint.
+#[derive(Clone, Copy)]
+struct CoreSettings {
+    durability: Durability,
+    implicit_register: bool,
+    policy: Option<CheckpointPolicy>,
+    past_laggards: Option<JournalBound>,
+}
+
+impl CoreSettings {
+    fn open(
+        &self,
+        config: Config,
+        checkpoint: Option<iggy_vsr::Checkpoint>,
+        entries: Vec<Entry>,
+        view_state: ViewState,
+    ) -> GroupCore<oneshot::Sender<Outcome>> {
+        let mut core = GroupCore::open(
+            config,
+            checkpoint,
+            entries,
+            view_state,
+            self.durability,
+            self.implicit_register,
+            self.policy,
+        );
+        self.apply(&mut core);
+        core
+    }
+
+    fn apply(&self, core: &mut GroupCore<oneshot::Sender<Outcome>>) {
+        if let Some(bound) = self.past_laggards {
+            core.checkpoint_past_laggards(bound);
+        }
+    }
 }
 
 /// The checkpoint a group in `dir` starts from (the newest valid slot) and the slots to write
@@ -179,6 +254,9 @@ pub async fn load_checkpoint(
 }
 
 type Submit = Pending<oneshot::Sender<Outcome>>;
+
+/// Ticks before a state transfer that failed is tried again (5 s at the 50 ms tick).
+const TRANSFER_RETRY_TICKS: u64 = 100;
 
 enum Job<R> {
     Write(Submit),
@@ -391,6 +469,21 @@ pub struct Group<J: Journal, S: StateMachine> {
     view: Option<super::view_file::ViewFile>,
     /// The group's part in the replica plane, in a cluster; `None` in a group of one.
     plane: Option<GroupPlane>,
+    /// What the core was opened with, to open it again after a state transfer.
+    settings: CoreSettings,
+    /// The newest durable checkpoint (its op and slot bytes), served to a replica that needs
+    /// state transfer; read from the slots at the first request after a start.
+    served: Option<(u64, Bytes)>,
+    /// The state transfer under way on this replica, when it fell behind its peers'
+    /// checkpoints.
+    fetch: Option<Fetch>,
+    /// No transfer starts before this tick: after one that failed, a while; after one that
+    /// found the peers no longer hold offsets this replica lacks, never in this process (an
+    /// operator must act).
+    transfer_paused_until: u64,
+    /// The offer being copied (and the record bytes copied so far), installed once the log
+    /// holds it.
+    pending_offer: Option<(Offer, u64)>,
 }
 
 impl<J: Journal, S: StateMachine> Group<J, S> {
@@ -412,6 +505,12 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
             journal_bytes: c.journal_bytes,
             journal_ops: c.journal_ops,
         });
+        let settings = CoreSettings {
+            durability,
+            implicit_register,
+            policy,
+            past_laggards: checkpointing.as_ref().and_then(|c| c.past_laggards),
+        };
         // The view the replica last spoke in: it must never forget one across a restart.
         let (view_state, view) = match &checkpointing {
             Some(c) => {
@@ -432,17 +531,12 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
         let created_view = plane.as_ref().and_then(GroupPlane::created_view);
         let core = match created_view {
             Some(view) if checkpoint.is_none() && entries.is_empty() && view_state.view == 0 => {
-                GroupCore::format_in_view(config, view, durability, implicit_register, policy)
+                let mut core =
+                    GroupCore::format_in_view(config, view, durability, implicit_register, policy);
+                settings.apply(&mut core);
+                core
             }
-            _ => GroupCore::open(
-                config,
-                checkpoint,
-                entries,
-                view_state,
-                durability,
-                implicit_register,
-                policy,
-            ),
+            _ => settings.open(config, checkpoint, entries, view_state),
         };
         if let Some((committed, configured)) = core.limits_mismatch() {
             tracing::warn!(
@@ -467,6 +561,11 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
             figures: Default::default(),
             view,
             plane,
+            settings,
+            served: None,
+            fetch: None,
+            transfer_paused_until: 0,
+            pending_offer: None,
         };
         group.drive().await;
         group.core.release_applied_bodies();
@@ -506,6 +605,17 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
             return;
         };
         slots.write(&replica, &state).await;
+        let left_behind = self.core.left_behind(op);
+        if !left_behind.is_empty() {
+            tracing::info!(
+                "{}: checkpoint at op {op} leaves replicas {left_behind:?} behind: they catch up by state transfer",
+                slots.dir().display()
+            );
+        }
+        self.served = Some((
+            op,
+            iggy_storage::checkpoint::encode(&replica, &state).into(),
+        ));
         // Only after the checkpoint is durable: until then the journal is what a start needs.
         self.journal.reset_after_checkpoint(op).await;
         self.core.checkpointed();
@@ -550,6 +660,7 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                     .held_everywhere(self.core.replica().checkpoint_safe());
             }
             self.maybe_checkpoint().await;
+            self.maybe_start_transfer();
         };
         // Jobs behind the stop fail; the journal and the state machine's files close here.
         drop(jobs);
@@ -644,6 +755,17 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
             Job::Tick => {
                 if let Some(plane) = &mut self.plane {
                     plane.tick(&mut self.core);
+                    let now = plane.ticks();
+                    let view = self.core.replica().view();
+                    let needed = self.core.replica().state_transfer_needed().is_some();
+                    if !needed && self.fetch.as_ref().is_some_and(|fetch| !fetch.copying()) {
+                        self.fetch = None;
+                    }
+                    if let Some((to, transfer)) =
+                        self.fetch.as_mut().and_then(|fetch| fetch.on_tick(now))
+                    {
+                        plane.send_transfer(to, view, &transfer);
+                    }
                 }
             }
             Job::Register {
@@ -688,7 +810,16 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                 let Some(plane) = &mut self.plane else {
                     return None;
                 };
+                // While the log is copied the replica's own consensus stays still: nothing may
+                // truncate or write the log under the copy.
+                let copying = self.fetch.as_ref().is_some_and(Fetch::copying);
+                if copying && !crate::consensus::transfer::is_transfer(frame.command) {
+                    return None;
+                }
                 match plane.on_frame(&mut self.core, frame) {
+                    Some(SessionFrame::Transfer { from, transfer }) => {
+                        self.on_transfer(from, transfer).await;
+                    }
                     Some(SessionFrame::Logout(logout)) => {
                         let body = self.state.forwarded_logout(logout.client, logout.session);
                         plane.commit_forwarded_logout(&mut self.core, logout, body);
@@ -701,6 +832,236 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
             }
         }
         None
+    }
+
+    /// Starts a state transfer when the replica reports it cannot join its group's log
+    /// without one (its peers checkpointed past what it holds) and its state machine can take
+    /// one: the primary of its view is asked first, then the other peers in turn.
+    fn maybe_start_transfer(&mut self) {
+        let Some(needed) = self.core.replica().state_transfer_needed() else {
+            return;
+        };
+        if self.fetch.is_some() || !self.state.transfers_state() {
+            return;
+        }
+        let Some(plane) = &mut self.plane else {
+            return;
+        };
+        if plane.ticks() < self.transfer_paused_until {
+            return;
+        }
+        let replica = self.core.replica();
+        let (me, view) = (replica.replica(), replica.view());
+        let count = replica.config().replica_count;
+        let primary = replica.primary_of(view);
+        let mut peers: Vec<u8> = (0..count).filter(|peer| *peer != me).collect();
+        peers.sort_by_key(|peer| *peer != primary);
+        let nonce = plane.next_nonce();
+        let (fetch, to, request) = Fetch::start(nonce, peers, needed.checkpoint, plane.ticks());
+        tracing::info!(
+            "group {:#x}: replica {me} applied op {} but its peers checkpointed at op {}: state transfer, asking replica {to}",
+            plane.group_id(),
+            needed.commit_min,
+            needed.checkpoint
+        );
+        plane.send_transfer(to, view, &request);
+        self.fetch = Some(fetch);
+    }
+
+    /// A state-transfer frame from replica `from`: a peer's request this replica serves, or an
+    /// answer to this replica's own transfer.
+    async fn on_transfer(&mut self, from: u8, transfer: Transfer) {
+        match transfer {
+            Transfer::Request { nonce } => self.serve_target(from, nonce).await,
+            Transfer::RequestChunk {
+                nonce,
+                offset,
+                max_bytes,
+            } => {
+                let (offset, records) = self.state.transfer_records(offset, max_bytes).await;
+                let chunk = Transfer::Chunk {
+                    nonce,
+                    offset,
+                    records,
+                };
+                let view = self.core.replica().view();
+                if let Some(plane) = &mut self.plane {
+                    plane.send_transfer(from, view, &chunk);
+                }
+            }
+            Transfer::Target { .. } => {
+                if self.core.replica().state_transfer_needed().is_none() {
+                    // The replica caught up meanwhile (a log it could install after all).
+                    self.fetch = None;
+                    return;
+                }
+                let Some(offer) = self
+                    .fetch
+                    .as_mut()
+                    .and_then(|f| f.on_target(from, &transfer))
+                else {
+                    return;
+                };
+                self.begin_copy(offer).await;
+            }
+            Transfer::Chunk { .. } => {
+                let Some(fetch) = self.fetch.as_mut() else {
+                    return;
+                };
+                match fetch.on_chunk(from, &transfer) {
+                    ChunkVerdict::Ignored => {}
+                    ChunkVerdict::Gap { asked, held_from } => {
+                        tracing::error!(
+                            "group {:#x}: state transfer from replica {from} cannot continue: this replica's log ends at offset {asked}, the peer holds offsets from {held_from} on (retired below); the replica stays out of its group",
+                            self.plane.as_ref().map_or(0, GroupPlane::group_id)
+                        );
+                        self.fetch = None;
+                        self.transfer_paused_until = u64::MAX;
+                    }
+                    ChunkVerdict::Append(records) => {
+                        if let Some((_, copied)) = &mut self.pending_offer {
+                            *copied += records.len() as u64;
+                        }
+                        let appended = self.state.transfer_append(records).await;
+                        self.continue_copy(appended).await;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Answers a peer's request for a state-transfer target with this replica's newest durable
+    /// checkpoint, when it serves its group (normal status) and has one.
+    async fn serve_target(&mut self, to: u8, nonce: u128) {
+        let replica = self.core.replica();
+        let (view, commit_max) = (replica.view(), replica.commit_max());
+        let serving = replica.status() == iggy_vsr::Status::Normal && self.state.transfers_state();
+        if serving && self.served.is_none() {
+            self.served = self.load_served().await;
+        }
+        let target = match &self.served {
+            Some((op, slot)) if serving => Transfer::Target {
+                nonce,
+                checkpoint_op: *op,
+                commit_max,
+                slot: Some(slot.clone()),
+                transient: false,
+            },
+            _ => Transfer::Target {
+                nonce,
+                checkpoint_op: 0,
+                commit_max,
+                slot: None,
+                transient: true,
+            },
+        };
+        if let Some(plane) = &mut self.plane {
+            plane.send_transfer(to, view, &target);
+        }
+    }
+
+    /// The newest valid checkpoint in the group's slots, as slot bytes.
+    async fn load_served(&self) -> Option<(u64, Bytes)> {
+        let dir = self.slots.as_ref()?.dir();
+        let start = load_checkpoint(dir).await.ok()?;
+        let loaded = start.checkpoint?;
+        let slot = iggy_storage::checkpoint::encode(&loaded.replica.encode(), &loaded.state);
+        Some((loaded.op, slot.into()))
+    }
+
+    /// An offer accepted: the state machine drops what it did not commit and says how far its
+    /// log reaches; the copy starts there.
+    async fn begin_copy(&mut self, offer: Offer) {
+        let begun = self.state.transfer_begin(&offer.state).await;
+        let (Some(fetch), Some(plane)) = (self.fetch.as_mut(), self.plane.as_mut()) else {
+            return;
+        };
+        let (next, until) = match begun {
+            Ok(range) => range,
+            Err(why) => {
+                tracing::error!(
+                    "group {:#x}: the checkpoint at op {} from replica {} cannot be installed: {why}",
+                    plane.group_id(),
+                    offer.checkpoint.op,
+                    offer.from
+                );
+                self.fetch = None;
+                self.transfer_paused_until = plane.ticks() + TRANSFER_RETRY_TICKS;
+                return;
+            }
+        };
+        let view = self.core.replica().view();
+        let asked = fetch.begin(next, until, plane.ticks());
+        self.pending_offer = Some((offer, 0));
+        match asked {
+            Some((to, request)) => plane.send_transfer(to, view, &request),
+            None => self.install_transfer().await,
+        }
+    }
+
+    /// Records were appended (or failed to be): the next chunk, or the install once the log
+    /// reached the offered state's end.
+    async fn continue_copy(&mut self, appended: Result<u64, String>) {
+        let (Some(fetch), Some(plane)) = (self.fetch.as_mut(), self.plane.as_mut()) else {
+            return;
+        };
+        let next = match appended {
+            Ok(next) => next,
+            Err(why) => {
+                let dir = self.slots.as_ref().map(|slots| slots.dir().to_path_buf());
+                let error = std::io::Error::other(why);
+                let dir = dir.unwrap_or_default();
+                iggy_storage::fail_stop::fail_stop("append transferred records", &dir, &error)
+            }
+        };
+        let view = self.core.replica().view();
+        match fetch.appended(next, plane.ticks()) {
+            Some((to, request)) => plane.send_transfer(to, view, &request),
+            None => self.install_transfer().await,
+        }
+    }
+
+    /// The log reached the offered checkpoint's state: the checkpoint goes into this replica's
+    /// slots, the journal restarts after it, the state machine takes the state, and the core
+    /// opens again from it and rejoins its group (asking for a StartView, as after a restart).
+    /// Requests waiting on the old core fail: none of them was acknowledged.
+    async fn install_transfer(&mut self) {
+        self.fetch = None;
+        let Some((offer, copied)) = self.pending_offer.take() else {
+            return;
+        };
+        let Some(slots) = &mut self.slots else {
+            return;
+        };
+        // The copied log is durable before the checkpoint that counts it: a crash in between
+        // restarts from the old checkpoint and journal, which drop the records they do not
+        // account for, and transfers again.
+        if let Err(why) = self.state.transfer_install(&offer.state).await {
+            let error = std::io::Error::other(why);
+            iggy_storage::fail_stop::fail_stop(
+                "install a transferred checkpoint",
+                slots.dir(),
+                &error,
+            );
+        }
+        slots.write(&offer.replica, &offer.state).await;
+        let checkpoint = offer.checkpoint;
+        self.journal
+            .reset_to(checkpoint.op, checkpoint.checksum)
+            .await;
+        let replica = self.core.replica();
+        let (config, view_state) = (replica.config().clone(), replica.persisted_view_state());
+        let op = checkpoint.op;
+        self.core = self
+            .settings
+            .open(config, Some(checkpoint), Vec::new(), view_state);
+        self.served = None;
+        tracing::info!(
+            "group {:#x}: state transfer from replica {} to op {op} ({copied} bytes)",
+            self.plane.as_ref().map_or(0, GroupPlane::group_id),
+            offer.from
+        );
+        self.drive().await;
     }
 
     /// Carries out the core's steps until it has nothing left to do.

@@ -8,6 +8,7 @@ use super::figures::GroupRole;
 use super::forward::{Forward, is_forward};
 use super::plane::Peers;
 use super::replica_bus::Inbound;
+use super::transfer::{Transfer, is_transfer};
 use bytes::Bytes;
 use futures_channel::oneshot;
 use futures_util::StreamExt;
@@ -43,6 +44,9 @@ pub enum SessionFrame {
         from: u8,
         sessions: Vec<(u128, u64)>,
     },
+    /// A state-transfer frame from `from` (a partition group's): the group's task serves or
+    /// follows it with its state machine and files.
+    Transfer { from: u8, transfer: Transfer },
 }
 
 /// A Logout a backup forwarded.
@@ -146,6 +150,23 @@ impl GroupPlane {
         if is_forward(frame.command) {
             return self.on_forward(core, frame);
         }
+        if is_transfer(frame.command) {
+            return match super::transfer::decode(&self.peers.frames, &frame) {
+                Ok(transfer) => Some(SessionFrame::Transfer {
+                    from: frame.from,
+                    transfer,
+                }),
+                Err(error) => {
+                    tracing::warn!(
+                        "group {:#x}: {:?} from replica {}: {error}",
+                        self.peers.frames.group,
+                        frame.command,
+                        frame.from
+                    );
+                    None
+                }
+            };
+        }
         match super::replica_codec::decode(&self.peers.frames, &frame) {
             Ok(message) => core.on_message(frame.from, message),
             // Checked frames from an admitted peer: a mismatch here is a stale partition
@@ -193,6 +214,34 @@ impl GroupPlane {
                 message.name()
             );
         }
+    }
+
+    /// Sends a state-transfer frame to replica `to`, in `view`. Lossy like every replica frame:
+    /// the transfer asks again after a timeout.
+    pub fn send_transfer(&mut self, to: u8, view: u32, transfer: &Transfer) {
+        let frame = super::transfer::encode(&self.peers.frames, view, transfer);
+        if let Err(error) = self.peers.bus.send(to, frame) {
+            tracing::debug!(
+                "group {:#x}: state transfer frame to replica {to} dropped: {error:?}",
+                self.peers.frames.group
+            );
+        }
+    }
+
+    /// A nonce no earlier frame of this process used (a forward's or a transfer's).
+    pub fn next_nonce(&mut self) -> u128 {
+        self.next_nonce += 1;
+        self.next_nonce
+    }
+
+    /// Ticks of the replica clock since the group opened.
+    pub fn ticks(&self) -> u64 {
+        self.ticks
+    }
+
+    /// The group's id on the wire.
+    pub fn group_id(&self) -> u64 {
+        self.peers.frames.group
     }
 
     /// A primary tells its backups about a commit sooner than its next heartbeat (up to

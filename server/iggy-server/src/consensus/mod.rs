@@ -11,5 +11,6 @@ pub mod plane;
 pub mod replica_bus;
 pub mod replica_codec;
 pub mod replica_link;
+pub mod transfer;
 pub mod view_file;
 pub mod wal;

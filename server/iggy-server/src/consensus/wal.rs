@@ -677,6 +677,10 @@ impl Journal for FileJournal {
         FileJournal::reset_after_checkpoint(self, op).await
     }
 
+    async fn reset_to(&mut self, op: u64, checksum: u64) {
+        FileJournal::reset_to(self, op, checksum).await
+    }
+
     fn len_bytes(&self) -> u64 {
         self.len
     }
@@ -720,6 +724,18 @@ impl FileJournal {
                 None
             }
         }
+    }
+
+    /// Empties the journal to continue after the checkpoint at `op` whose entry has `checksum`
+    /// (a checkpoint installed by state transfer, above every record held): the file is cut to
+    /// nothing, so no record of before the transfer is ever read again.
+    pub async fn reset_to(&mut self, op: u64, checksum: u64) {
+        self.base = op;
+        self.base_checksum = checksum;
+        self.positions.clear();
+        self.checksums.clear();
+        self.len = 0;
+        self.file.set_len(0).await.or_stop("truncate", &self.path);
     }
 
     /// Drops the records a checkpoint at `op` made redundant. When it covers every record (a
@@ -914,6 +930,35 @@ mod tests {
         assert!(
             FileJournal::open(&path, anchor(2, b"x")).await.is_err(),
             "ops 3 and 4 are missing"
+        );
+    }
+
+    #[compio::test]
+    async fn a_journal_reset_to_a_transferred_checkpoint_continues_after_it_and_holds_nothing_older()
+     {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.wal");
+        let (mut journal, _) = FileJournal::open(&path, anchor(0, b"x")).await.unwrap();
+        for op in 1..=3 {
+            journal.append(&entry(op, b"x"), None).await.unwrap();
+        }
+        // A peer's checkpoint at op 9, whose entry this journal never held.
+        let installed = anchor(9, b"t");
+        journal.reset_to(installed.op, installed.checksum).await;
+        assert_eq!(journal.len_bytes(), 0);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 0, "cut to nothing");
+        assert!(journal.read(3).await.is_none());
+        assert!(
+            journal.append(&entry(11, b"y"), None).await.is_err(),
+            "op 10 comes first"
+        );
+        journal.append(&entry(10, b"y"), None).await.unwrap();
+        drop(journal);
+        let (_, entries) = open_whole(&path, installed).await.unwrap();
+        assert_eq!(
+            entries,
+            vec![entry(10, b"y")],
+            "chained to the checkpoint's entry"
         );
     }
 

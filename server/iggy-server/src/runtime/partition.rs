@@ -18,6 +18,7 @@ use iggy_partition::{Applied, OffsetOwner, Partition, PartitionWrite, StartAt, W
 use iggy_storage::partition_log::{LogConfig, PartitionLog, ReadBatches};
 use iggy_storage::{StorageError, batch};
 use iggy_vsr::Entry;
+use iggy_vsr::group::JournalBound;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -159,6 +160,8 @@ pub struct PartitionMachine {
     sync_on_checkpoint: bool,
     /// Whether the journal replay is over: replayed sends are not new traffic.
     live: bool,
+    /// The metadata op that created this incarnation (a fresh core after a state transfer).
+    created_at_op: u64,
     log: PartitionLog,
     core: Partition,
 }
@@ -391,6 +394,70 @@ impl StateMachine for PartitionMachine {
         self.unstow(stand_in).await
     }
 
+    fn transfers_state(&self) -> bool {
+        true
+    }
+
+    /// Only committed records: a stowed batch above them may still be dropped.
+    async fn transfer_records(&self, offset: u64, max_bytes: u32) -> (u64, Bytes) {
+        let end = self.core.committed_next_offset(self.log.next_offset());
+        match self
+            .log
+            .records_from(offset, u64::from(max_bytes), end)
+            .await
+        {
+            Ok(Some(records)) => (offset, records.into()),
+            Ok(None) => (self.log.first_offset(), Bytes::new()),
+            Err(error) => {
+                tracing::error!("partition {}: transfer read: {error}", self.partition_id);
+                (offset, Bytes::new())
+            }
+        }
+    }
+
+    async fn transfer_begin(&mut self, state: &[u8]) -> Result<(u64, u64), String> {
+        let until = iggy_partition::checkpoint::CheckpointState::decode(state)?.next_offset;
+        // Batches stowed for ops this replica never committed: the peer's log decides them.
+        let _ = self.core.unstow_after(0);
+        let committed = self.core.committed_next_offset(self.log.next_offset());
+        if committed > until {
+            return Err(format!(
+                "this replica committed offsets up to {committed}, past the checkpoint's {until}"
+            ));
+        }
+        self.log
+            .truncate_from(committed)
+            .await
+            .map_err(|error| error.to_string())?;
+        Ok((self.log.next_offset(), until))
+    }
+
+    async fn transfer_append(&mut self, records: Bytes) -> Result<u64, String> {
+        let mut position = 0;
+        while position < records.len() {
+            let length = iggy_storage::layout::read_u64(
+                &records[position..],
+                iggy_storage::layout::batch::BATCH_LENGTH,
+            ) as usize;
+            let record = records[position..position + length].to_vec();
+            self.log
+                .append(record)
+                .await
+                .map_err(|error| error.to_string())?;
+            position += length;
+        }
+        Ok(self.log.next_offset())
+    }
+
+    async fn transfer_install(&mut self, state: &[u8]) -> Result<(), String> {
+        // Made durable before the journal that accounted for the old log is gone for good.
+        self.log.sync().await;
+        self.core = Partition::new(self.created_at_op);
+        self.restore(state)?;
+        self.publish();
+        Ok(())
+    }
+
     async fn checkpoint(&mut self) -> std::io::Result<Vec<u8>> {
         // Under the persisted policy the journal being emptied is the fsynced copy: the segments
         // must be durable first. Under the replicated policy acknowledged writes only have to
@@ -485,7 +552,7 @@ impl PartitionHandle {
         vsr: iggy_vsr::Config,
         durability: Durability,
         (persist_messages, persist_offsets): (bool, bool),
-        (journal_bytes, journal_ops): (u64, usize),
+        (journal_bytes, journal_ops, laggard_bound): (u64, usize, JournalBound),
         peers: Option<crate::consensus::plane::Peers>,
     ) -> Result<PartitionHandle, StorageError> {
         // The incarnation's records: a directory left by an older incarnation of the same ids is
@@ -538,6 +605,7 @@ impl PartitionHandle {
                 || persist_offsets
                 || durability == Durability::Persisted,
             live: false,
+            created_at_op: incarnation >> 20,
             log,
             core: Partition::new(incarnation >> 20),
         };
@@ -610,6 +678,8 @@ impl PartitionHandle {
             slots: start.slots,
             journal_bytes,
             journal_ops,
+            // A replica left behind copies the partition from a peer (state transfer).
+            past_laggards: Some(laggard_bound),
         };
         let group = Group::open(
             vsr,
@@ -783,6 +853,7 @@ mod tests {
             persist_offsets: false,
             sync_on_checkpoint: false,
             live: true,
+            created_at_op: 0,
             log: PartitionLog::open(dir, config).await.unwrap(),
             core: Partition::new(0),
         }
@@ -917,5 +988,67 @@ mod tests {
         restarted.replayed().await;
         assert_eq!(restarted.log.next_offset(), 5);
         assert_eq!(polled(&mut restarted).await, 5);
+    }
+
+    /// The `.log` files of a machine's directory, by name.
+    fn segment_logs(dir: &Path) -> Vec<(std::ffi::OsString, Vec<u8>)> {
+        let mut logs: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .filter(|path| path.extension().is_some_and(|extension| extension == "log"))
+            .map(|path| {
+                (
+                    path.file_name().unwrap().to_owned(),
+                    std::fs::read(&path).unwrap(),
+                )
+            })
+            .collect();
+        logs.sort();
+        logs
+    }
+
+    #[compio::test]
+    async fn a_transfer_replaces_what_the_laggard_never_committed_with_the_peers_committed_log() {
+        let (source_dir, laggard_dir) =
+            (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let mut source = machine(source_dir.path()).await;
+        let mut laggard = machine(laggard_dir.path()).await;
+        for machine in [&mut source, &mut laggard] {
+            apply(machine, &send(1, 2)).await;
+        }
+        // The laggard stowed a batch for an op its group later replaced.
+        laggard.stow(&send(2, 7)).await.unwrap().unwrap();
+        apply(&mut source, &send(2, 3)).await;
+        apply(&mut source, &send(3, 4)).await;
+        let state = source.checkpoint().await.unwrap();
+        // The source goes on: a stowed batch of an op not committed yet is not served.
+        source.stow(&send(4, 1)).await.unwrap().unwrap();
+        let (from, until) = laggard.transfer_begin(&state).await.unwrap();
+        assert_eq!((from, until), (2, 9), "its own committed offsets stay");
+        let mut next = from;
+        while next < until {
+            let (offset, records) = source.transfer_records(next, 1).await;
+            assert_eq!(offset, next);
+            assert!(!records.is_empty());
+            next = laggard.transfer_append(records).await.unwrap();
+        }
+        assert_eq!(next, 9);
+        let (_, nothing) = source.transfer_records(9, 1 << 20).await;
+        assert!(
+            nothing.is_empty(),
+            "the uncommitted batch at 9 is not served"
+        );
+        laggard.transfer_install(&state).await.unwrap();
+        assert_eq!(laggard.current_offset(), 8);
+        assert_eq!(polled(&mut laggard).await, 9);
+        source.unstow_after(3).await.unwrap();
+        source.log.sync().await;
+        assert_eq!(
+            segment_logs(laggard_dir.path()),
+            segment_logs(source_dir.path())
+        );
+        // Offsets the source does not hold as a batch start answer with where it holds from.
+        let (offset, records) = source.transfer_records(1, 1 << 20).await;
+        assert_eq!((offset, records.len()), (0, 0));
     }
 }

@@ -97,6 +97,24 @@ impl Shared {
         }
     }
 
+    /// Past this journal size a partition group checkpoints without waiting for a replica that
+    /// stays behind (which then catches up by state transfer): four times the policy, the ops
+    /// kept well within what one view-change frame names.
+    pub fn checkpoint_laggard_bound(&self) -> iggy_vsr::group::JournalBound {
+        let ops = self.checkpoint_journal_ops().saturating_mul(4);
+        let ops = match self.plane {
+            Some(_) => {
+                let headers_max = log_headers_max(self.config.limits.max_frame_size) * 3 / 4;
+                ops.min(usize::try_from(headers_max).unwrap_or(usize::MAX).max(1))
+            }
+            None => ops,
+        };
+        iggy_vsr::group::JournalBound {
+            bytes: self.checkpoint_journal_bytes().saturating_mul(4),
+            ops,
+        }
+    }
+
     /// The metadata group's replica configuration.
     pub fn vsr_config(&self) -> iggy_vsr::Config {
         let mut config = iggy_vsr::Config::new(1, 0);
@@ -233,6 +251,7 @@ impl Shared {
                 let limits = (
                     self.checkpoint_journal_bytes(),
                     self.checkpoint_journal_ops(),
+                    self.checkpoint_laggard_bound(),
                 );
                 let shard = self.shards.owner(key);
                 let task_dir = dir.clone();

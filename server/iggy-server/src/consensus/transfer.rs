@@ -1,0 +1,797 @@
+//! State transfer on the replica plane, sans-IO: the frames a partition replica that fell
+//! behind its group's checkpoints (`iggy_vsr::Replica::state_transfer_needed`) exchanges with
+//! the primary to copy the primary's latest checkpoint and the partition log it covers.
+//!
+//! RequestStateTransfer (laggard → primary, header only) asks for the primary's latest durable
+//! checkpoint; StateTransferTarget answers with it: `commit_op` is the checkpoint's op and the
+//! body the checkpoint exactly as `iggy_storage::checkpoint` stores it in a slot (the replica's
+//! record, the partition state, their checksum), or no body and `available` false. The laggard
+//! then copies the log one RequestStateChunk at a time (`offset`: the batch base offset its log
+//! continues from, `len`: a byte budget, artifact 0: the partition log), each answered with a
+//! StateChunk of whole stamped batch records from that offset on (never a sliced batch, so
+//! every replica's segments stay byte-identical). A chunk whose `offset` differs from the one
+//! asked for says the primary no longer holds that offset (retention retired it): the first
+//! offset it holds.
+//!
+//! Every frame is sealed and names a nonce (the transfer session) and the group's incarnation;
+//! `decode` refuses another group or incarnation, a zero nonce, a checkpoint whose checksum or
+//! op does not hold, and records that do not verify or do not follow each other.
+
+use super::replica_bus::Inbound;
+use super::replica_codec::{CodecError, FrameContext, malformed, seal, stamp_generic};
+use super::replica_link::{HEADER_SIZE, body_checksum_of};
+use bytes::{BufMut, Bytes, BytesMut};
+use iggy_generated::frames::{
+    Command, METADATA_GROUP, RequestStateChunkHeader, RequestStateTransferHeader, StateChunkHeader,
+    StateTransferTargetHeader,
+};
+use iggy_storage::layout::{batch, read_u32, read_u64};
+
+/// The only artifact a partition transfers besides its checkpoint: the partition log.
+pub const PARTITION_LOG_ARTIFACT: u32 = 0;
+
+/// A state-transfer frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Transfer {
+    /// Laggard to primary: offer your latest checkpoint.
+    Request { nonce: u128 },
+    /// Primary to laggard: its latest durable checkpoint (`slot`: the bytes of a checkpoint
+    /// slot), or none (`slot` empty) with `transient` when asking again soon may get one.
+    Target {
+        nonce: u128,
+        checkpoint_op: u64,
+        commit_max: u64,
+        slot: Option<Bytes>,
+        transient: bool,
+    },
+    /// Laggard to primary: whole records of the log from batch base offset `offset`, up to
+    /// `max_bytes`.
+    RequestChunk {
+        nonce: u128,
+        offset: u64,
+        max_bytes: u32,
+    },
+    /// Primary to laggard: whole records from `offset` on (none when it holds none there).
+    Chunk {
+        nonce: u128,
+        offset: u64,
+        records: Bytes,
+    },
+}
+
+/// Whether `command` is a state-transfer frame.
+pub fn is_transfer(command: Command) -> bool {
+    matches!(
+        command,
+        Command::RequestStateTransfer
+            | Command::StateTransferTarget
+            | Command::RequestStateChunk
+            | Command::StateChunk
+    )
+}
+
+/// The whole frame of `transfer`, sent in `view` by `context.sender`.
+pub fn encode(context: &FrameContext, view: u32, transfer: &Transfer) -> Bytes {
+    let (group, incarnation) = (context.group, context.incarnation);
+    let (command, mut header, body) = match transfer {
+        Transfer::Request { nonce } => {
+            let header = RequestStateTransferHeader {
+                nonce: *nonce,
+                group,
+                partition_incarnation: incarnation,
+                ..RequestStateTransferHeader::default()
+            };
+            (
+                Command::RequestStateTransfer,
+                header.to_bytes(),
+                Bytes::new(),
+            )
+        }
+        Transfer::Target {
+            nonce,
+            checkpoint_op,
+            commit_max,
+            slot,
+            transient,
+        } => {
+            let header = StateTransferTargetHeader {
+                nonce: *nonce,
+                commit_op: *checkpoint_op,
+                group,
+                available: slot.is_some(),
+                unavailable_transient: *transient,
+                commit_max: *commit_max,
+                partition_incarnation: incarnation,
+                ..StateTransferTargetHeader::default()
+            };
+            let body = slot.clone().unwrap_or_default();
+            (Command::StateTransferTarget, header.to_bytes(), body)
+        }
+        Transfer::RequestChunk {
+            nonce,
+            offset,
+            max_bytes,
+        } => {
+            let header = RequestStateChunkHeader {
+                nonce: *nonce,
+                offset: *offset,
+                group,
+                len: *max_bytes,
+                artifact: PARTITION_LOG_ARTIFACT,
+                partition_incarnation: incarnation,
+                ..RequestStateChunkHeader::default()
+            };
+            (Command::RequestStateChunk, header.to_bytes(), Bytes::new())
+        }
+        Transfer::Chunk {
+            nonce,
+            offset,
+            records,
+        } => {
+            let header = StateChunkHeader {
+                nonce: *nonce,
+                offset: *offset,
+                group,
+                artifact: PARTITION_LOG_ARTIFACT,
+                partition_incarnation: incarnation,
+                ..StateChunkHeader::default()
+            };
+            (Command::StateChunk, header.to_bytes(), records.clone())
+        }
+    };
+    let size = HEADER_SIZE + body.len();
+    stamp_generic(
+        &mut header,
+        context,
+        command,
+        view,
+        size,
+        body_checksum_of(&body),
+    );
+    seal(&mut header);
+    let mut frame = BytesMut::with_capacity(size);
+    frame.put_slice(&header);
+    frame.put_slice(&body);
+    frame.freeze()
+}
+
+/// A state-transfer frame the bus verified, for the partition group of `context`.
+pub fn decode(context: &FrameContext, inbound: &Inbound) -> Result<Transfer, CodecError> {
+    let command = inbound.command;
+    if inbound.group != context.group {
+        return Err(CodecError::Group {
+            ours: context.group,
+            frame: inbound.group,
+        });
+    }
+    if context.group == METADATA_GROUP {
+        return Err(malformed(command, "the metadata group transfers no state"));
+    }
+    let same_incarnation = |frame: u64| {
+        if frame == context.incarnation {
+            Ok(())
+        } else {
+            Err(CodecError::Incarnation {
+                group: context.group,
+                ours: context.incarnation,
+                frame,
+            })
+        }
+    };
+    let header_only = matches!(
+        command,
+        Command::RequestStateTransfer | Command::RequestStateChunk
+    );
+    if header_only && !inbound.body.is_empty() {
+        return Err(malformed(command, "a body on a header-only frame"));
+    }
+    let undecodable = |error: iggy_wire::WireError| malformed(command, error.to_string());
+    let nonzero = |nonce: u128| {
+        if nonce == 0 {
+            Err(malformed(command, "nonce 0"))
+        } else {
+            Ok(nonce)
+        }
+    };
+    let header = &inbound.header[..];
+    match command {
+        Command::RequestStateTransfer => {
+            let header = RequestStateTransferHeader::decode_fixed(header).map_err(undecodable)?;
+            same_incarnation(header.partition_incarnation)?;
+            Ok(Transfer::Request {
+                nonce: nonzero(header.nonce)?,
+            })
+        }
+        Command::StateTransferTarget => {
+            let header = StateTransferTargetHeader::decode_fixed(header).map_err(undecodable)?;
+            same_incarnation(header.partition_incarnation)?;
+            let nonce = nonzero(header.nonce)?;
+            let slot = if header.available {
+                checkpoint_of(command, &inbound.body, header.commit_op)?;
+                Some(inbound.body.clone())
+            } else if inbound.body.is_empty() {
+                None
+            } else {
+                return Err(malformed(command, "a body on an unavailable target"));
+            };
+            Ok(Transfer::Target {
+                nonce,
+                checkpoint_op: header.commit_op,
+                commit_max: header.commit_max,
+                slot,
+                transient: header.unavailable_transient,
+            })
+        }
+        Command::RequestStateChunk => {
+            let header = RequestStateChunkHeader::decode_fixed(header).map_err(undecodable)?;
+            same_incarnation(header.partition_incarnation)?;
+            if header.len == 0 || header.artifact != PARTITION_LOG_ARTIFACT {
+                return Err(malformed(
+                    command,
+                    "len 0, or an artifact other than the log",
+                ));
+            }
+            Ok(Transfer::RequestChunk {
+                nonce: nonzero(header.nonce)?,
+                offset: header.offset,
+                max_bytes: header.len,
+            })
+        }
+        Command::StateChunk => {
+            let header = StateChunkHeader::decode_fixed(header).map_err(undecodable)?;
+            same_incarnation(header.partition_incarnation)?;
+            if header.artifact != PARTITION_LOG_ARTIFACT {
+                return Err(malformed(command, "an artifact other than the log"));
+            }
+            check_records(command, &inbound.body, header.offset)?;
+            Ok(Transfer::Chunk {
+                nonce: nonzero(header.nonce)?,
+                offset: header.offset,
+                records: inbound.body.clone(),
+            })
+        }
+        other => Err(CodecError::Unsupported(other)),
+    }
+}
+
+/// The replica checkpoint and the state machine's state of checkpoint slot bytes, checked: the
+/// slot's checksum, the replica record's seal, and its op (`op`).
+pub fn checkpoint_of(
+    command: Command,
+    slot: &[u8],
+    op: u64,
+) -> Result<(iggy_vsr::Checkpoint, Vec<u8>), CodecError> {
+    let (replica, state) = iggy_storage::checkpoint::decode(slot)
+        .map_err(|why| malformed(command, format!("checkpoint slot: {why}")))?;
+    let checkpoint = iggy_vsr::Checkpoint::decode(replica)
+        .map_err(|error| malformed(command, format!("replica checkpoint: {error}")))?;
+    if checkpoint.op != op || op == 0 {
+        return Err(malformed(
+            command,
+            format!("a checkpoint at op {} offered as op {op}", checkpoint.op),
+        ));
+    }
+    Ok((checkpoint, state.to_vec()))
+}
+
+/// Every record of a chunk body verifies (layout, message and batch checksums) and they follow
+/// each other from `offset`.
+fn check_records(command: Command, records: &[u8], offset: u64) -> Result<(), CodecError> {
+    let mut position = 0;
+    let mut next = offset;
+    while position < records.len() {
+        let rest = &records[position..];
+        if rest.len() < batch::HEADER_SIZE {
+            return Err(malformed(command, "a partial record"));
+        }
+        let length = read_u64(rest, batch::BATCH_LENGTH);
+        let record = usize::try_from(length)
+            .ok()
+            .and_then(|length| rest.get(..length))
+            .ok_or_else(|| malformed(command, "a record longer than the chunk"))?;
+        let count = iggy_storage::batch::verify(record)
+            .map_err(|error| malformed(command, format!("record at {next}: {error}")))?;
+        if read_u64(record, batch::BASE_OFFSET) != next {
+            return Err(malformed(
+                command,
+                format!("a record out of place at {next}"),
+            ));
+        }
+        debug_assert_eq!(read_u32(record, batch::MESSAGE_COUNT), count);
+        next += u64::from(count);
+        position += record.len();
+    }
+    Ok(())
+}
+
+/// Ticks a transfer waits for an answer before asking again (1 s at the 50 ms tick).
+pub const RESEND_TICKS: u64 = 20;
+
+/// Record bytes one chunk asks for (a single record longer than this still comes whole).
+pub const CHUNK_BYTES: u32 = 1 << 20;
+
+/// The laggard's side of one state transfer, sans-IO: whom it asks, what it accepted, and how
+/// far the copy of the log got. The shell performs the I/O it hands out (sends, the state
+/// machine's begin, append and install) and feeds the answers back.
+#[derive(Debug)]
+pub struct Fetch {
+    nonce: u128,
+    /// The peers to ask, in turn (the primary of the replica's view first).
+    peers: Vec<u8>,
+    asking: usize,
+    /// The lowest checkpoint op worth installing: the base of the log that could not be.
+    needed_op: u64,
+    asked_at: u64,
+    phase: Phase,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Waiting for a StateTransferTarget.
+    Target,
+    /// A target accepted; the state machine is preparing its log.
+    Beginning,
+    /// Copying the log: records from `next` are asked for, up to `until`.
+    Chunks { next: u64, until: u64 },
+}
+
+/// A checkpoint a peer offered, checked and worth installing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Offer {
+    pub from: u8,
+    pub checkpoint: iggy_vsr::Checkpoint,
+    /// The slot's two parts, to write into this replica's own slot.
+    pub replica: Vec<u8>,
+    pub state: Vec<u8>,
+}
+
+/// What a chunk means for the copy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChunkVerdict {
+    /// Not for this transfer, or not the chunk asked for last: nothing to do.
+    Ignored,
+    /// Append these records (those below the target's end), then call [`Fetch::appended`].
+    Append(Bytes),
+    /// The peer no longer holds the offset asked for: it holds from `held_from` on.
+    Gap { asked: u64, held_from: u64 },
+}
+
+impl Fetch {
+    /// A transfer for a replica whose log could not be installed for want of checkpoint
+    /// `needed_op`; asks `peers[0]` first. Returns the request to send.
+    pub fn start(nonce: u128, peers: Vec<u8>, needed_op: u64, now: u64) -> (Fetch, u8, Transfer) {
+        assert!(!peers.is_empty(), "a transfer needs a peer");
+        let fetch = Fetch {
+            nonce,
+            peers,
+            asking: 0,
+            needed_op,
+            asked_at: now,
+            phase: Phase::Target,
+        };
+        let to = fetch.peer();
+        (fetch, to, Transfer::Request { nonce })
+    }
+
+    fn peer(&self) -> u8 {
+        self.peers[self.asking % self.peers.len()]
+    }
+
+    /// Whether the log is being copied (the replica's own consensus must stay still).
+    pub fn copying(&self) -> bool {
+        self.phase != Phase::Target
+    }
+
+    /// The frame to send again, to the next peer, when the last one went unanswered for
+    /// [`RESEND_TICKS`]: any peer that committed the offered state's records holds them
+    /// byte for byte, so a chunk request may go to another peer than the target's.
+    pub fn on_tick(&mut self, now: u64) -> Option<(u8, Transfer)> {
+        if now < self.asked_at + RESEND_TICKS {
+            return None;
+        }
+        self.asked_at = now;
+        match self.phase {
+            Phase::Target => {
+                self.asking += 1;
+                Some((self.peer(), Transfer::Request { nonce: self.nonce }))
+            }
+            Phase::Beginning => None,
+            Phase::Chunks { next, .. } => {
+                self.asking += 1;
+                Some((self.peer(), self.chunk_request(next)))
+            }
+        }
+    }
+
+    fn chunk_request(&self, offset: u64) -> Transfer {
+        Transfer::RequestChunk {
+            nonce: self.nonce,
+            offset,
+            max_bytes: CHUNK_BYTES,
+        }
+    }
+
+    /// A StateTransferTarget from `from`: the offer when it answers this transfer's request
+    /// with a checkpoint at or above the one needed (a lower one could not be continued from);
+    /// `None` otherwise, and the next peer is asked at the next resend.
+    pub fn on_target(&mut self, from: u8, transfer: &Transfer) -> Option<Offer> {
+        let Transfer::Target {
+            nonce,
+            checkpoint_op,
+            slot,
+            ..
+        } = transfer
+        else {
+            return None;
+        };
+        if *nonce != self.nonce || from != self.peer() || self.phase != Phase::Target {
+            return None;
+        }
+        let slot = slot.as_ref()?;
+        if *checkpoint_op < self.needed_op {
+            return None;
+        }
+        let (checkpoint, state) =
+            checkpoint_of(Command::StateTransferTarget, slot, *checkpoint_op).ok()?;
+        let (replica, _) = iggy_storage::checkpoint::decode(slot).ok()?;
+        self.phase = Phase::Beginning;
+        Some(Offer {
+            from,
+            checkpoint,
+            replica: replica.to_vec(),
+            state,
+        })
+    }
+
+    /// The state machine's log holds every committed record below `next` and must reach
+    /// `until` (the offered state's end): the first chunk request, or `None` when the log is
+    /// complete already (install now).
+    pub fn begin(&mut self, next: u64, until: u64, now: u64) -> Option<(u8, Transfer)> {
+        assert_eq!(
+            self.phase,
+            Phase::Beginning,
+            "begin follows an accepted offer"
+        );
+        self.phase = Phase::Chunks { next, until };
+        self.appended(next, now)
+    }
+
+    /// A StateChunk from `from`.
+    pub fn on_chunk(&mut self, from: u8, transfer: &Transfer) -> ChunkVerdict {
+        let Transfer::Chunk {
+            nonce,
+            offset,
+            records,
+        } = transfer
+        else {
+            return ChunkVerdict::Ignored;
+        };
+        let Phase::Chunks { next, until } = self.phase else {
+            return ChunkVerdict::Ignored;
+        };
+        if *nonce != self.nonce || from != self.peer() {
+            return ChunkVerdict::Ignored;
+        }
+        if *offset != next {
+            if records.is_empty() && *offset > next {
+                return ChunkVerdict::Gap {
+                    asked: next,
+                    held_from: *offset,
+                };
+            }
+            // An answer to an earlier request, already appended or overtaken.
+            return ChunkVerdict::Ignored;
+        }
+        let records = records_below(records, until);
+        if records.is_empty() {
+            // The peer has not committed that far: the resend asks the next one.
+            return ChunkVerdict::Ignored;
+        }
+        ChunkVerdict::Append(records)
+    }
+
+    /// The log now ends at `next`: the next chunk request, or `None` once it reached the
+    /// offered state's end (install now).
+    pub fn appended(&mut self, next: u64, now: u64) -> Option<(u8, Transfer)> {
+        let Phase::Chunks { until, .. } = self.phase else {
+            panic!("appended outside the copy");
+        };
+        self.phase = Phase::Chunks { next, until };
+        if next >= until {
+            return None;
+        }
+        self.asked_at = now;
+        Some((self.peer(), self.chunk_request(next)))
+    }
+}
+
+/// The records of a checked chunk whose base offset is below `until`.
+fn records_below(records: &Bytes, until: u64) -> Bytes {
+    let mut position = 0;
+    while position < records.len() {
+        let record = &records[position..];
+        if read_u64(record, batch::BASE_OFFSET) >= until {
+            break;
+        }
+        position += read_u64(record, batch::BATCH_LENGTH) as usize;
+    }
+    records.slice(..position)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::consensus::replica_link::FrameCheck;
+    use iggy_storage::layout::{frame, write_u32, write_u64};
+
+    const PARTITION: u64 = 0x3_0020_0001;
+
+    fn context(sender: u8, incarnation: u64) -> FrameContext {
+        FrameContext {
+            cluster: 0xc1,
+            sender,
+            group: PARTITION,
+            incarnation,
+        }
+    }
+
+    /// Through the bus's own checks, as a peer receives it.
+    fn receive(frame: &Bytes, from: u8) -> Inbound {
+        let check = FrameCheck {
+            cluster: 0xc1,
+            peer: from,
+            max_frame_size: 1 << 20,
+        };
+        let header: [u8; HEADER_SIZE] = frame[..HEADER_SIZE].try_into().unwrap();
+        let verified = check.header(&header).expect("a sealed header");
+        check
+            .body(&verified, &frame[HEADER_SIZE..])
+            .expect("its body");
+        Inbound {
+            from,
+            command: verified.command,
+            group: verified.group,
+            header: Box::new(header),
+            body: frame.slice(HEADER_SIZE..),
+        }
+    }
+
+    /// A stamped record of `count` one-byte messages at `base_offset`.
+    fn record(base_offset: u64, count: u32) -> Vec<u8> {
+        let mut record = vec![0u8; batch::HEADER_SIZE];
+        for delta in 0..count {
+            let start = record.len();
+            record.resize(start + frame::HEADER_SIZE, 0);
+            write_u32(&mut record, start + frame::OFFSET_DELTA, delta);
+            write_u32(&mut record, start + frame::PAYLOAD_LENGTH, 1);
+            record.push(delta as u8);
+            let checksum = twox_hash::XxHash3_64::oneshot(&record[start + 8..]);
+            write_u64(&mut record, start + frame::CHECKSUM, checksum);
+        }
+        let length = record.len() as u64;
+        write_u64(&mut record, batch::BATCH_LENGTH, length);
+        write_u32(&mut record, batch::MESSAGE_COUNT, count);
+        iggy_storage::batch::stamp(&mut record, 1, base_offset, 77);
+        record
+    }
+
+    fn slot(op: u64) -> Bytes {
+        let checkpoint = iggy_vsr::Checkpoint {
+            op,
+            view: 2,
+            checksum: 99,
+            ..iggy_vsr::Checkpoint::default()
+        };
+        iggy_storage::checkpoint::encode(&checkpoint.encode(), b"partition state").into()
+    }
+
+    #[test]
+    fn every_transfer_frame_crosses_the_plane_intact() {
+        let mut records = record(10, 3);
+        records.extend(record(13, 2));
+        for transfer in [
+            Transfer::Request { nonce: 5 },
+            Transfer::Target {
+                nonce: 5,
+                checkpoint_op: 40,
+                commit_max: 42,
+                slot: Some(slot(40)),
+                transient: false,
+            },
+            Transfer::Target {
+                nonce: 5,
+                checkpoint_op: 0,
+                commit_max: 42,
+                slot: None,
+                transient: true,
+            },
+            Transfer::RequestChunk {
+                nonce: 5,
+                offset: 10,
+                max_bytes: 1 << 20,
+            },
+            Transfer::Chunk {
+                nonce: 5,
+                offset: 10,
+                records: records.clone().into(),
+            },
+            Transfer::Chunk {
+                nonce: 5,
+                offset: 15,
+                records: Bytes::new(),
+            },
+        ] {
+            let inbound = receive(&encode(&context(0, 7), 3, &transfer), 0);
+            assert!(is_transfer(inbound.command));
+            assert_eq!(inbound.group, PARTITION, "routed to the partition's group");
+            assert_eq!(decode(&context(2, 7), &inbound).unwrap(), transfer);
+            // Another incarnation of the same ids refuses it, and so does another group.
+            assert!(matches!(
+                decode(&context(2, 8), &inbound),
+                Err(CodecError::Incarnation { .. })
+            ));
+            let other = FrameContext {
+                group: PARTITION + 1,
+                ..context(2, 7)
+            };
+            assert!(matches!(
+                decode(&other, &inbound),
+                Err(CodecError::Group { .. })
+            ));
+        }
+    }
+
+    #[test]
+    fn a_forged_checkpoint_or_record_and_a_zero_nonce_are_refused() {
+        let target = |slot: Bytes, checkpoint_op| Transfer::Target {
+            nonce: 5,
+            checkpoint_op,
+            commit_max: 42,
+            slot: Some(slot),
+            transient: false,
+        };
+        // The frame is sealed over the altered bytes: only the codec's checks can refuse them.
+        let mut forged = slot(40).to_vec();
+        forged[20] ^= 1;
+        for refused in [
+            target(forged.into(), 40),
+            target(slot(40), 41),
+            Transfer::Request { nonce: 0 },
+        ] {
+            let inbound = receive(&encode(&context(0, 7), 3, &refused), 0);
+            assert!(decode(&context(2, 7), &inbound).is_err(), "{refused:?}");
+        }
+        let chunk = |offset, records: Vec<u8>| Transfer::Chunk {
+            nonce: 5,
+            offset,
+            records: records.into(),
+        };
+        let mut damaged = record(10, 3);
+        let last = damaged.len() - 1;
+        damaged[last] ^= 1;
+        let mut gap = record(10, 3);
+        gap.extend(record(14, 1));
+        let whole = record(10, 3);
+        for refused in [
+            chunk(10, damaged),
+            chunk(11, whole.clone()),
+            chunk(10, gap),
+            chunk(10, whole[..whole.len() - 1].to_vec()),
+        ] {
+            let inbound = receive(&encode(&context(0, 7), 3, &refused), 0);
+            assert!(decode(&context(2, 7), &inbound).is_err());
+        }
+        // The metadata group has no state to transfer.
+        let metadata = FrameContext {
+            group: METADATA_GROUP,
+            incarnation: 0,
+            ..context(0, 0)
+        };
+        let inbound = receive(&encode(&metadata, 3, &Transfer::Request { nonce: 5 }), 0);
+        assert!(
+            decode(
+                &FrameContext {
+                    sender: 2,
+                    ..metadata
+                },
+                &inbound
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn a_fetch_asks_its_peers_in_turn_accepts_a_high_enough_checkpoint_and_copies_up_to_its_end() {
+        let (mut fetch, to, request) = Fetch::start(9, vec![0, 2], 40, 100);
+        assert_eq!((to, &request), (0, &Transfer::Request { nonce: 9 }));
+        // Unanswered: the next peer is asked after the resend interval.
+        assert_eq!(fetch.on_tick(110), None);
+        assert_eq!(
+            fetch.on_tick(120),
+            Some((2, Transfer::Request { nonce: 9 }))
+        );
+        let target = |nonce, op, slot: Option<Bytes>| Transfer::Target {
+            nonce,
+            checkpoint_op: op,
+            commit_max: 50,
+            slot,
+            transient: false,
+        };
+        // Another peer, another nonce, no checkpoint, or one too low: nothing accepted.
+        assert_eq!(fetch.on_target(0, &target(9, 40, Some(slot(40)))), None);
+        assert_eq!(fetch.on_target(2, &target(8, 40, Some(slot(40)))), None);
+        assert_eq!(fetch.on_target(2, &target(9, 0, None)), None);
+        assert_eq!(fetch.on_target(2, &target(9, 39, Some(slot(39)))), None);
+        let offer = fetch.on_target(2, &target(9, 45, Some(slot(45)))).unwrap();
+        assert_eq!((offer.from, offer.checkpoint.op), (2, 45));
+        assert_eq!(offer.state, b"partition state");
+        assert!(fetch.copying());
+        // The log holds 0..10; the offered state ends at 15.
+        let asked = fetch.begin(10, 15, 130);
+        let chunk_request = |offset| Transfer::RequestChunk {
+            nonce: 9,
+            offset,
+            max_bytes: CHUNK_BYTES,
+        };
+        assert_eq!(asked, Some((2, chunk_request(10))));
+        // The peer's log goes on past the state's end: only the records below it are kept.
+        let mut records = record(10, 3);
+        records.extend(record(13, 2));
+        records.extend(record(15, 4));
+        let chunk = |offset, records: Vec<u8>| Transfer::Chunk {
+            nonce: 9,
+            offset,
+            records: records.into(),
+        };
+        let ChunkVerdict::Append(kept) = fetch.on_chunk(2, &chunk(10, records.clone())) else {
+            panic!("the chunk asked for");
+        };
+        assert_eq!(kept.len(), record(10, 3).len() + record(13, 2).len());
+        // A late duplicate of an earlier answer changes nothing.
+        assert_eq!(
+            fetch.on_chunk(2, &chunk(7, record(7, 3))),
+            ChunkVerdict::Ignored
+        );
+        assert_eq!(
+            fetch.appended(15, 131),
+            None,
+            "the log reached the state's end"
+        );
+    }
+
+    #[test]
+    fn a_fetch_reports_a_gap_when_the_peer_no_longer_holds_the_offset_asked_for() {
+        let (mut fetch, _, _) = Fetch::start(9, vec![1], 40, 0);
+        let offered = Transfer::Target {
+            nonce: 9,
+            checkpoint_op: 40,
+            commit_max: 40,
+            slot: Some(slot(40)),
+            transient: false,
+        };
+        fetch.on_target(1, &offered).unwrap();
+        assert!(fetch.begin(3, 20, 0).is_some());
+        // Unanswered chunk requests are sent again (to the next peer; here the only one).
+        let again = fetch.on_tick(RESEND_TICKS).unwrap();
+        assert_eq!(again.0, 1);
+        // A peer that has not committed the offset asked for answers with nothing: ignored.
+        let short = Transfer::Chunk {
+            nonce: 9,
+            offset: 3,
+            records: Bytes::new(),
+        };
+        assert_eq!(fetch.on_chunk(1, &short), ChunkVerdict::Ignored);
+        let retired = Transfer::Chunk {
+            nonce: 9,
+            offset: 12,
+            records: Bytes::new(),
+        };
+        assert_eq!(
+            fetch.on_chunk(1, &retired),
+            ChunkVerdict::Gap {
+                asked: 3,
+                held_from: 12
+            }
+        );
+    }
+}
