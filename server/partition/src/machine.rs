@@ -138,6 +138,17 @@ impl Partition {
         self.retirable = Some(Retirable::default());
     }
 
+    /// The state was restored from a checkpoint at `op` (a start, or a state transfer): its
+    /// offsets are everywhere once every replica holds `op` (a group may checkpoint past a
+    /// replica that lags, so that is not known yet).
+    pub fn restored_at(&mut self, op: u64) {
+        if let Some(retirable) = self.retirable.as_mut() {
+            retirable.ends.clear();
+            retirable.ends.push_back((op, self.state.next_offset));
+            retirable.applied = op;
+        }
+    }
+
     /// Every replica of the group holds the ops up to `op` (the group's `checkpoint_safe`).
     pub fn held_everywhere(&mut self, op: u64) {
         let Some(retirable) = self.retirable.as_mut() else {
@@ -199,10 +210,6 @@ impl Partition {
         self.state.offsets.extend(offsets);
         self.state.group_deletions.extend(group_deletions);
         self.state.next_offset = next_offset.min(log_next_offset);
-        if let Some(retirable) = self.retirable.as_mut() {
-            // A checkpoint is taken at an op every replica holds.
-            retirable.floor = self.state.next_offset;
-        }
         Ok((next_offset > log_next_offset).then_some(next_offset))
     }
 
@@ -876,10 +883,18 @@ mod tests {
         apply(&mut partition, 4, store(OffsetOwner::Consumer(1), 1, 0));
         partition.held_everywhere(4);
         assert_eq!(partition.retirable_below(), 12);
-        // A restart from a checkpoint: every replica held the checkpointed ops.
+        // A restart from a checkpoint at op 4: its offsets are everywhere once op 4 is.
         let mut restored = Partition::new(0);
         restored.bound_retirement_by_replicas();
         restored.restore(&partition.encode_state(), 12).unwrap();
+        restored.restored_at(4);
+        restored.held_everywhere(3);
+        assert_eq!(
+            restored.retirable_below(),
+            0,
+            "a replica may lag behind the checkpoint"
+        );
+        restored.held_everywhere(4);
         assert_eq!(restored.retirable_below(), 12);
     }
 

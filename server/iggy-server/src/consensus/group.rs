@@ -166,8 +166,12 @@ pub trait StateMachine {
     fn transfer_append(&mut self, _records: Bytes) -> impl Future<Output = Result<u64, String>> {
         async { Err("this state machine transfers no state".to_string()) }
     }
-    /// Restores `state` over the copied log: the machine is now as of the checkpoint.
-    fn transfer_install(&mut self, _state: &[u8]) -> impl Future<Output = Result<(), String>> {
+    /// Restores `state` over the copied log: the machine is now as of the checkpoint at `op`.
+    fn transfer_install(
+        &mut self,
+        _op: u64,
+        _state: &[u8],
+    ) -> impl Future<Output = Result<(), String>> {
         async { Err("this state machine transfers no state".to_string()) }
     }
 }
@@ -1036,7 +1040,11 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
         // The copied log is durable before the checkpoint that counts it: a crash in between
         // restarts from the old checkpoint and journal, which drop the records they do not
         // account for, and transfers again.
-        if let Err(why) = self.state.transfer_install(&offer.state).await {
+        if let Err(why) = self
+            .state
+            .transfer_install(offer.checkpoint.op, &offer.state)
+            .await
+        {
             let error = std::io::Error::other(why);
             iggy_storage::fail_stop::fail_stop(
                 "install a transferred checkpoint",

@@ -449,11 +449,14 @@ impl StateMachine for PartitionMachine {
         Ok(self.log.next_offset())
     }
 
-    async fn transfer_install(&mut self, state: &[u8]) -> Result<(), String> {
+    async fn transfer_install(&mut self, op: u64, state: &[u8]) -> Result<(), String> {
         // Made durable before the journal that accounted for the old log is gone for good.
         self.log.sync().await;
         self.core = Partition::new(self.created_at_op);
+        // Only a group of more than one transfers state.
+        self.core.bound_retirement_by_replicas();
         self.restore(state)?;
+        self.core.restored_at(op);
         self.publish();
         Ok(())
     }
@@ -617,6 +620,7 @@ impl PartitionHandle {
                 machine.restore(&loaded.state).map_err(|why| {
                     io(&loaded.path)(std::io::Error::new(std::io::ErrorKind::InvalidData, why))
                 })?;
+                machine.core.restored_at(loaded.replica.op);
                 Some(loaded.replica)
             }
             None => None,
@@ -1038,7 +1042,7 @@ mod tests {
             nothing.is_empty(),
             "the uncommitted batch at 9 is not served"
         );
-        laggard.transfer_install(&state).await.unwrap();
+        laggard.transfer_install(0, &state).await.unwrap();
         assert_eq!(laggard.current_offset(), 8);
         assert_eq!(polled(&mut laggard).await, 9);
         source.unstow_after(3).await.unwrap();
