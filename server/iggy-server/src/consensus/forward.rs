@@ -12,8 +12,7 @@
 //! metadata primary, which alone expires sessions, counts them as active.
 
 use super::replica_bus::Inbound;
-use super::replica_codec::{CodecError, FrameContext, malformed, seal, stamp_generic};
-use super::replica_link::{HEADER_SIZE, body_checksum_of};
+use super::replica_codec::{CodecError, FrameContext, malformed, sealed_frame};
 use bytes::{BufMut, Bytes, BytesMut};
 use iggy_generated::frames::{
     Command, ConsumerSessionHeartbeatHeader, ForwardLogoutHeader, ForwardLogoutOutcome,
@@ -123,7 +122,7 @@ pub fn session_heartbeats(
 
 /// The whole frame of `forward`, sent in `view` by `context.sender`.
 pub fn encode(context: &FrameContext, view: u32, forward: &Forward) -> Bytes {
-    let (command, mut header, body) = match forward {
+    let (command, header, body) = match forward {
         Forward::Register {
             client,
             nonce,
@@ -251,20 +250,7 @@ pub fn encode(context: &FrameContext, view: u32, forward: &Forward) -> Bytes {
             )
         }
     };
-    let size = HEADER_SIZE + body.len();
-    stamp_generic(
-        &mut header,
-        context,
-        command,
-        view,
-        size,
-        body_checksum_of(&body),
-    );
-    seal(&mut header);
-    let mut frame = BytesMut::with_capacity(size);
-    frame.put_slice(&header);
-    frame.put_slice(&body);
-    frame.freeze()
+    sealed_frame(context, command, view, header, &body)
 }
 
 /// A forwarding frame the bus verified, for the group of `context` (the receiver's).
@@ -433,7 +419,7 @@ fn heartbeat_entries(command: Command, body: &[u8]) -> Result<Vec<(u128, u64)>, 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::consensus::replica_link::FrameCheck;
+    use crate::consensus::replica_link::{FrameCheck, HEADER_SIZE};
 
     fn context(sender: u8) -> FrameContext {
         FrameContext {

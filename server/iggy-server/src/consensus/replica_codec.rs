@@ -288,6 +288,31 @@ pub(super) fn seal(header: &mut [u8; HEADER_SIZE]) {
 }
 
 /// A header-only control frame.
+/// A sealed frame of `command` in `view`: `header` (its command half filled in) stamped with
+/// the shared fields and the checksum of `body`, then `body`.
+pub(super) fn sealed_frame(
+    context: &FrameContext,
+    command: Command,
+    view: u32,
+    mut header: [u8; HEADER_SIZE],
+    body: &[u8],
+) -> Bytes {
+    let size = HEADER_SIZE + body.len();
+    stamp_generic(
+        &mut header,
+        context,
+        command,
+        view,
+        size,
+        body_checksum_of(body),
+    );
+    seal(&mut header);
+    let mut frame = BytesMut::with_capacity(size);
+    frame.put_slice(&header);
+    frame.put_slice(body);
+    frame.freeze()
+}
+
 fn control_frame(
     context: &FrameContext,
     command: Command,

@@ -18,9 +18,8 @@
 //! op does not hold, and records that do not verify or do not follow each other.
 
 use super::replica_bus::Inbound;
-use super::replica_codec::{CodecError, FrameContext, malformed, seal, stamp_generic};
-use super::replica_link::{HEADER_SIZE, body_checksum_of};
-use bytes::{BufMut, Bytes, BytesMut};
+use super::replica_codec::{CodecError, FrameContext, malformed, sealed_frame};
+use bytes::Bytes;
 use iggy_generated::frames::{
     Command, METADATA_GROUP, RequestStateChunkHeader, RequestStateTransferHeader, StateChunkHeader,
     StateTransferTargetHeader,
@@ -73,7 +72,7 @@ pub fn is_transfer(command: Command) -> bool {
 /// The whole frame of `transfer`, sent in `view` by `context.sender`.
 pub fn encode(context: &FrameContext, view: u32, transfer: &Transfer) -> Bytes {
     let (group, incarnation) = (context.group, context.incarnation);
-    let (command, mut header, body) = match transfer {
+    let (command, header, body) = match transfer {
         Transfer::Request { nonce } => {
             let header = RequestStateTransferHeader {
                 nonce: *nonce,
@@ -139,20 +138,7 @@ pub fn encode(context: &FrameContext, view: u32, transfer: &Transfer) -> Bytes {
             (Command::StateChunk, header.to_bytes(), records.clone())
         }
     };
-    let size = HEADER_SIZE + body.len();
-    stamp_generic(
-        &mut header,
-        context,
-        command,
-        view,
-        size,
-        body_checksum_of(&body),
-    );
-    seal(&mut header);
-    let mut frame = BytesMut::with_capacity(size);
-    frame.put_slice(&header);
-    frame.put_slice(&body);
-    frame.freeze()
+    sealed_frame(context, command, view, header, &body)
 }
 
 /// A state-transfer frame the bus verified, for the partition group of `context`.
@@ -521,7 +507,7 @@ fn records_below(records: &Bytes, until: u64) -> Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::consensus::replica_link::FrameCheck;
+    use crate::consensus::replica_link::{FrameCheck, HEADER_SIZE};
     use iggy_storage::layout::{frame, write_u32, write_u64};
 
     const PARTITION: u64 = 0x3_0020_0001;
