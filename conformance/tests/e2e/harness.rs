@@ -189,19 +189,24 @@ fn init_sdk_logging() {
     });
 }
 
+/// A free loopback port for a server to listen on, outside the kernel's ephemeral range: the
+/// nodes' own outgoing connections (a replica dialing its peers, clients) take their source
+/// ports from that range, and one of them could hold a port a test had picked but not bound
+/// yet (a cluster's roster is picked before any node starts). Ports are drawn at random from
+/// 20000..32000 (test processes run in parallel), checked free with a bind, and never handed
+/// out twice by one process.
 pub fn free_port() -> u16 {
-    // The kernel may hand the port it just released to the next bind: a test that picks two
-    // ports in a row (an HTTP address, then the server's TCP one; a cluster's roster) would get
-    // the same one twice. Never return a port this process already returned.
+    use rand::Rng;
     static HANDED_OUT: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut rng = rand::rng();
     loop {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
-        let port = listener.local_addr().expect("local addr").port();
+        let port = rng.random_range(20_000..32_000);
         let mut handed_out = HANDED_OUT.lock().expect("the port list");
-        if !handed_out.contains(&port) {
-            handed_out.push(port);
-            return port;
+        if handed_out.contains(&port) || TcpListener::bind(("127.0.0.1", port)).is_err() {
+            continue;
         }
+        handed_out.push(port);
+        return port;
     }
 }
 
