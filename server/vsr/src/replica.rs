@@ -952,10 +952,12 @@ impl Replica {
                 self.on_request_prepare(view, op, replica)
             }
             Message::RequestStartView { view, replica } => {
-                // A restarted replica asks the primary of the view it persisted; a later view's
-                // StartView serves it as well.
+                // A restarted replica asks for the view it persisted; a later view's StartView
+                // serves it as well.
                 if view <= self.view && self.is_primary() {
                     self.send_start_view(replica);
+                } else if self.is_primary() {
+                    self.catch_up_to_view(view);
                 }
             }
             Message::PrimaryTransfer {
@@ -1794,18 +1796,32 @@ impl Replica {
 
 // ----- private: rejoining -----
 impl Replica {
-    /// Asks the primary of our view for its `StartView` (any later view's primary answers
-    /// the Prepare or Commit we then hear from it the same way).
+    /// Asks for the `StartView` of our view (its primary answers; any later view's primary
+    /// answers the Prepare or Commit we then hear from it the same way; the primary of a lower
+    /// view moves the group past ours).
     fn request_start_view(&mut self) {
         self.resent_at = self.now;
-        let primary = self.primary_of(self.view);
-        if primary != self.config.replica {
+        // To every peer: the group may lead a lower view than ours, whose primary is not the
+        // one our view names (see `catch_up_to_view`).
+        for to in self.others() {
             let message = Message::RequestStartView {
                 view: self.view,
                 replica: self.config.replica,
             };
-            self.send(primary, message);
+            self.send(to, message);
         }
+    }
+
+    /// A replica asks to rejoin in `view`, above ours: it entered a view change the others
+    /// never joined (its votes were lost, then it restarted) and can never come back to a
+    /// lower view, so the group moves past it, keeping this primary: a view change to the next
+    /// view this replica leads, which the asking replica joins.
+    fn catch_up_to_view(&mut self, view: u32) {
+        let mut next = view + 1;
+        while self.primary_of(next) != self.config.replica {
+            next += 1;
+        }
+        self.start_view_change(next);
     }
 
     /// A log could not be installed for lack of state transfer: leave the protocol (no acks)

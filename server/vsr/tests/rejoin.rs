@@ -79,16 +79,13 @@ fn a_restarted_backup_acks_nothing_until_the_start_view_and_its_persisted_log_vi
     let mut replica = Replica::open(Config::new(3, 1), journal.clone(), state);
     assert_eq!(replica.status(), Status::Recovering);
     let out = drain(&mut replica);
-    assert_eq!(
-        sends(&out),
-        [(
-            2,
-            Message::RequestStartView {
-                view: 2,
-                replica: 1
-            }
-        )]
-    );
+    // Asked of every peer: the primary of view 2 answers; the primary of a lower view, if the
+    // group never joined view 2, moves it past.
+    let ask = Message::RequestStartView {
+        view: 2,
+        replica: 1,
+    };
+    assert_eq!(sends(&out), [(0, ask.clone()), (2, ask)]);
     // A Prepare of a later view is not acked: it asks that primary for its StartView.
     let mut later = entries(5, 4);
     later[3] = Entry::new(4, 5, 9, 4, 5, Bytes::from_static(b"new"));
@@ -221,4 +218,40 @@ fn a_group_formatted_in_a_view_is_led_by_that_views_primary_once_the_view_is_dur
             .any(|(_, m)| matches!(m, Message::Prepare { view: 4, .. })),
         "{prepares:?}"
     );
+}
+
+/// A replica that persisted a view the others never joined (its view change votes were lost,
+/// then it restarted) can never return to a lower view: the primary of the group's view, asked
+/// for a later view's StartView, moves the group past it while keeping its role, and the
+/// replica joins that view change.
+#[test]
+fn a_replica_ahead_of_the_group_s_view_is_caught_up_by_the_primary() {
+    // Replica 2 leads view 2 (of three) with a committed log.
+    let mut primary = Replica::format_in_view(Config::new(3, 2), 2);
+    settle(&mut primary);
+    // Replica 1 restarted in view 3 (primary 0), which nobody else entered.
+    let state = ViewState {
+        view: 3,
+        log_view: 2,
+    };
+    let mut ahead = Replica::open(Config::new(3, 1), Vec::new(), state);
+    let asks = sends(&drain(&mut ahead));
+    let (_, ask) = asks
+        .into_iter()
+        .find(|(to, _)| *to == 2)
+        .expect("the restarted replica asks every peer, the primary of view 2 too");
+    primary.on_message(1, ask);
+    let votes = sends(&settle(&mut primary));
+    // View 5 is the next view replica 2 leads.
+    assert_eq!(primary.status(), Status::ViewChange);
+    assert_eq!(primary.view(), 5);
+    let vote = votes
+        .iter()
+        .find(|(to, _)| *to == 1)
+        .map(|(_, message)| message.clone())
+        .expect("a StartViewChange for view 5 to the replica ahead");
+    assert!(matches!(vote, Message::StartViewChange { view: 5, .. }));
+    ahead.on_message(2, vote);
+    settle(&mut ahead);
+    assert_eq!((ahead.status(), ahead.view()), (Status::ViewChange, 5));
 }
