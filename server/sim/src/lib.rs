@@ -14,9 +14,9 @@
 //! rolls segments every two or three batches, and a committed `DeleteSegments` deletes the
 //! closed ones below its `keep_from`, durably at once (as the server fsyncs the directory);
 //! a restart accounts for journaled sends whose batch a later retirement deleted. The sim's
-//! shell deletes only messages of ops every replica holds (`checkpoint_safe`): the server's
-//! does not, and a backup lagging behind a retirement then never catches up (a FIXME in
-//! [`machine`]).
+//! shell deletes only messages of ops every replica holds (`checkpoint_safe`), as the server
+//! bounds where it plans a retirement (`Partition::retirable_below`): otherwise a backup
+//! lagging behind a retirement never catches up (see [`machine`]).
 //!
 //! [`workload::PartitionWorkload`] makes the clients' requests (batches of varying sizes,
 //! malformed batches, offset stores, segment retirements below 0, an acknowledged offset or
