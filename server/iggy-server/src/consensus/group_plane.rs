@@ -725,10 +725,93 @@ fn logout_outcome(commit: u64, outcome: ForwardLogoutOutcome) -> Outcome {
         ForwardLogoutOutcome::RequestTooOld | ForwardLogoutOutcome::OperationMismatch => {
             Outcome::Refused(Refusal::RequestTooOld)
         }
-        // The primary moved, is busy or gave up: the client tries again.
+        // The session is gone on the primary: as on a single node, the client must register
+        // again (retrying the logout could only meet the same verdict).
+        ForwardLogoutOutcome::Canceled => Outcome::Refused(Refusal::SessionUnknown),
+        // The primary moved, is busy or has it in flight: the client tries again.
         ForwardLogoutOutcome::NotPrimary
         | ForwardLogoutOutcome::PipelineFull
-        | ForwardLogoutOutcome::InProgress
-        | ForwardLogoutOutcome::Canceled => Outcome::Refused(Refusal::Busy),
+        | ForwardLogoutOutcome::InProgress => Outcome::Refused(Refusal::Busy),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::consensus::group::refusal_error;
+    use iggy_generated::errors::ErrorCode;
+
+    /// The error a client gets for a Logout it sent to a backup, refused by the primary's core
+    /// with `refusal`.
+    fn forwarded(refusal: Refusal) -> ErrorCode {
+        match logout_outcome(7, logout_refusal(&refusal)) {
+            Outcome::Refused(refusal) => refusal_error(&refusal),
+            other => panic!("{refusal:?} came back as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_forwarded_logout_refused_by_the_primary_gets_the_error_a_single_node_gives() {
+        for refusal in [
+            Refusal::SessionUnknown,
+            Refusal::RequestTooOld,
+            Refusal::Busy,
+        ] {
+            assert_eq!(
+                forwarded(refusal.clone()),
+                refusal_error(&refusal),
+                "{refusal:?}"
+            );
+        }
+        // The backup cannot name the primary: the client pauses and tries again (58), rather
+        // than looking for a newer view (89).
+        let moved = [
+            Refusal::NotReady,
+            Refusal::ClientsTableFull,
+            Refusal::NotPrimary {
+                view: 3,
+                primary: 1,
+            },
+        ];
+        for refusal in moved {
+            assert_eq!(forwarded(refusal), ErrorCode::TransientNotAccepted);
+        }
+        let committed = logout_outcome(7, ForwardLogoutOutcome::Ok);
+        assert!(matches!(committed, Outcome::Committed { op: 7, .. }));
+    }
+
+    #[test]
+    fn a_forwarded_write_or_register_verdict_maps_to_what_its_client_is_told() {
+        let reply = Bytes::from_static(b"reply");
+        assert_eq!(
+            write_outcome(9, ForwardWriteOutcome::Committed, reply.clone()),
+            Outcome::Committed { op: 9, reply }
+        );
+        for (verdict, refusal) in [
+            (ForwardWriteOutcome::RequestTooOld, Refusal::RequestTooOld),
+            (ForwardWriteOutcome::SessionUnknown, Refusal::SessionUnknown),
+            (ForwardWriteOutcome::NotPrimary, Refusal::Busy),
+            (ForwardWriteOutcome::Busy, Refusal::Busy),
+        ] {
+            assert_eq!(
+                write_outcome(9, verdict, Bytes::new()),
+                Outcome::Refused(refusal)
+            );
+        }
+        assert_eq!(
+            write_outcome(9, ForwardWriteOutcome::Failed, Bytes::new()),
+            Outcome::Failed
+        );
+        assert_eq!(
+            register_outcome(4, ForwardRegisterOutcome::Ok),
+            Outcome::Committed {
+                op: 4,
+                reply: Bytes::copy_from_slice(&4u64.to_le_bytes())
+            }
+        );
+        assert_eq!(
+            register_outcome(4, ForwardRegisterOutcome::Unauthenticated),
+            Outcome::Refused(Refusal::SessionUnknown)
+        );
     }
 }
