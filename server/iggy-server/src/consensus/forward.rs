@@ -12,7 +12,7 @@
 //! metadata primary, which alone expires sessions, counts them as active.
 
 use super::replica_bus::Inbound;
-use super::replica_codec::{CodecError, FrameContext, malformed, sealed_frame};
+use super::replica_codec::{CodecError, FrameContext, malformed, same_group, sealed_frame};
 use bytes::{BufMut, Bytes, BytesMut};
 use iggy_generated::frames::{
     Command, ConsumerSessionHeartbeatHeader, ForwardLogoutHeader, ForwardLogoutOutcome,
@@ -256,12 +256,7 @@ pub fn encode(context: &FrameContext, view: u32, forward: &Forward) -> Bytes {
 /// A forwarding frame the bus verified, for the group of `context` (the receiver's).
 pub fn decode(context: &FrameContext, inbound: &Inbound) -> Result<Forward, CodecError> {
     let command = inbound.command;
-    if inbound.group != context.group {
-        return Err(CodecError::Group {
-            ours: context.group,
-            frame: inbound.group,
-        });
-    }
+    same_group(context, inbound.group, None)?;
     let sessions = matches!(
         command,
         Command::ForwardRegister
@@ -283,17 +278,6 @@ pub fn decode(context: &FrameContext, inbound: &Inbound) -> Result<Forward, Code
     if header_only && !inbound.body.is_empty() {
         return Err(malformed(command, "a body on a header-only frame"));
     }
-    let same_incarnation = |frame: u64| {
-        if frame == context.incarnation {
-            Ok(())
-        } else {
-            Err(CodecError::Incarnation {
-                group: context.group,
-                ours: context.incarnation,
-                frame,
-            })
-        }
-    };
     let undecodable = |error: iggy_wire::WireError| malformed(command, error.to_string());
     match command {
         Command::ForwardRegister => {
@@ -322,7 +306,7 @@ pub fn decode(context: &FrameContext, inbound: &Inbound) -> Result<Forward, Code
         Command::ForwardWrite => {
             let header =
                 ForwardWriteHeader::decode_fixed(&inbound.header[..]).map_err(undecodable)?;
-            same_incarnation(header.partition_incarnation)?;
+            same_group(context, inbound.group, Some(header.partition_incarnation))?;
             if header.client == 0 || header.nonce == 0 {
                 return Err(malformed(command, "client or nonce 0"));
             }
@@ -337,7 +321,7 @@ pub fn decode(context: &FrameContext, inbound: &Inbound) -> Result<Forward, Code
         Command::ForwardWriteResult => {
             let header =
                 ForwardWriteResultHeader::decode_fixed(&inbound.header[..]).map_err(undecodable)?;
-            same_incarnation(header.partition_incarnation)?;
+            same_group(context, inbound.group, Some(header.partition_incarnation))?;
             Ok(Forward::WriteResult {
                 nonce: header.nonce,
                 op: header.op,

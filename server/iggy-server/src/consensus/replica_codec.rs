@@ -557,7 +557,9 @@ fn decode_control(
 }
 
 /// Refuses a frame of another group, or of another incarnation of this group's id.
-fn same_group(
+/// Whether a frame of `group` (with `incarnation`, for a frame that names one) is for the
+/// group `context` names.
+pub(super) fn same_group(
     context: &FrameContext,
     group: u64,
     incarnation: Option<u64>,

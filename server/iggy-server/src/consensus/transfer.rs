@@ -18,7 +18,7 @@
 //! op does not hold, and records that do not verify or do not follow each other.
 
 use super::replica_bus::Inbound;
-use super::replica_codec::{CodecError, FrameContext, malformed, sealed_frame};
+use super::replica_codec::{CodecError, FrameContext, malformed, same_group, sealed_frame};
 use bytes::Bytes;
 use iggy_generated::frames::{
     Command, METADATA_GROUP, RequestStateChunkHeader, RequestStateTransferHeader, StateChunkHeader,
@@ -144,26 +144,10 @@ pub fn encode(context: &FrameContext, view: u32, transfer: &Transfer) -> Bytes {
 /// A state-transfer frame the bus verified, for the partition group of `context`.
 pub fn decode(context: &FrameContext, inbound: &Inbound) -> Result<Transfer, CodecError> {
     let command = inbound.command;
-    if inbound.group != context.group {
-        return Err(CodecError::Group {
-            ours: context.group,
-            frame: inbound.group,
-        });
-    }
+    same_group(context, inbound.group, None)?;
     if context.group == METADATA_GROUP {
         return Err(malformed(command, "the metadata group transfers no state"));
     }
-    let same_incarnation = |frame: u64| {
-        if frame == context.incarnation {
-            Ok(())
-        } else {
-            Err(CodecError::Incarnation {
-                group: context.group,
-                ours: context.incarnation,
-                frame,
-            })
-        }
-    };
     let header_only = matches!(
         command,
         Command::RequestStateTransfer | Command::RequestStateChunk
@@ -183,14 +167,14 @@ pub fn decode(context: &FrameContext, inbound: &Inbound) -> Result<Transfer, Cod
     match command {
         Command::RequestStateTransfer => {
             let header = RequestStateTransferHeader::decode_fixed(header).map_err(undecodable)?;
-            same_incarnation(header.partition_incarnation)?;
+            same_group(context, inbound.group, Some(header.partition_incarnation))?;
             Ok(Transfer::Request {
                 nonce: nonzero(header.nonce)?,
             })
         }
         Command::StateTransferTarget => {
             let header = StateTransferTargetHeader::decode_fixed(header).map_err(undecodable)?;
-            same_incarnation(header.partition_incarnation)?;
+            same_group(context, inbound.group, Some(header.partition_incarnation))?;
             let nonce = nonzero(header.nonce)?;
             let slot = if header.available {
                 checkpoint_of(command, &inbound.body, header.commit_op)?;
@@ -210,7 +194,7 @@ pub fn decode(context: &FrameContext, inbound: &Inbound) -> Result<Transfer, Cod
         }
         Command::RequestStateChunk => {
             let header = RequestStateChunkHeader::decode_fixed(header).map_err(undecodable)?;
-            same_incarnation(header.partition_incarnation)?;
+            same_group(context, inbound.group, Some(header.partition_incarnation))?;
             if header.len == 0 || header.artifact != PARTITION_LOG_ARTIFACT {
                 return Err(malformed(
                     command,
@@ -225,7 +209,7 @@ pub fn decode(context: &FrameContext, inbound: &Inbound) -> Result<Transfer, Cod
         }
         Command::StateChunk => {
             let header = StateChunkHeader::decode_fixed(header).map_err(undecodable)?;
-            same_incarnation(header.partition_incarnation)?;
+            same_group(context, inbound.group, Some(header.partition_incarnation))?;
             if header.artifact != PARTITION_LOG_ARTIFACT {
                 return Err(malformed(command, "an artifact other than the log"));
             }
