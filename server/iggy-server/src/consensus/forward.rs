@@ -403,6 +403,7 @@ fn heartbeat_entries(command: Command, body: &[u8]) -> Result<Vec<(u128, u64)>, 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::consensus::replica_codec::tests::deliver_in;
     use crate::consensus::replica_link::{FrameCheck, HEADER_SIZE};
 
     fn context(sender: u8) -> FrameContext {
@@ -416,23 +417,7 @@ mod tests {
 
     /// Through the bus's own checks, as a peer receives it.
     fn receive(frame: &Bytes, from: u8) -> Inbound {
-        let check = FrameCheck {
-            cluster: 0xc1,
-            peer: from,
-            max_frame_size: 1 << 20,
-        };
-        let header: [u8; HEADER_SIZE] = frame[..HEADER_SIZE].try_into().unwrap();
-        let verified = check.header(&header).expect("a sealed header");
-        check
-            .body(&verified, &frame[HEADER_SIZE..])
-            .expect("its body");
-        Inbound {
-            from,
-            command: verified.command,
-            group: verified.group,
-            header: Box::new(header),
-            body: frame.slice(HEADER_SIZE..),
-        }
+        deliver_in(0xc1, frame, from).expect("a frame the bus admits")
     }
 
     /// `inbound` with another body, past the bus's checks (what the codec alone must refuse).

@@ -703,7 +703,7 @@ fn decode_log(command: Command, body: &Bytes) -> Result<Log, CodecError> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::consensus::replica_link::tests::CLUSTER;
     use crate::consensus::replica_link::{FrameCheck, Reject};
@@ -734,8 +734,18 @@ mod tests {
     /// What the bus does with the bytes a peer wrote: the header check, the body check, then
     /// the `Inbound` it routes.
     fn deliver(frame: &[u8], peer: ReplicaId) -> Result<Inbound, Reject> {
+        deliver_in(CLUSTER, frame, peer)
+    }
+
+    /// `frame` from `peer` of cluster `cluster` through the bus's own checks, as a peer
+    /// receives it.
+    pub(in crate::consensus) fn deliver_in(
+        cluster: u128,
+        frame: &[u8],
+        peer: ReplicaId,
+    ) -> Result<Inbound, Reject> {
         let check = FrameCheck {
-            cluster: CLUSTER,
+            cluster,
             peer,
             max_frame_size: 1 << 20,
         };

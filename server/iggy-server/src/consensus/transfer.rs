@@ -491,7 +491,7 @@ fn records_below(records: &Bytes, until: u64) -> Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::consensus::replica_link::{FrameCheck, HEADER_SIZE};
+    use crate::consensus::replica_codec::tests::deliver_in;
     use iggy_storage::layout::{frame, write_u32, write_u64};
 
     const PARTITION: u64 = 0x3_0020_0001;
@@ -507,23 +507,7 @@ mod tests {
 
     /// Through the bus's own checks, as a peer receives it.
     fn receive(frame: &Bytes, from: u8) -> Inbound {
-        let check = FrameCheck {
-            cluster: 0xc1,
-            peer: from,
-            max_frame_size: 1 << 20,
-        };
-        let header: [u8; HEADER_SIZE] = frame[..HEADER_SIZE].try_into().unwrap();
-        let verified = check.header(&header).expect("a sealed header");
-        check
-            .body(&verified, &frame[HEADER_SIZE..])
-            .expect("its body");
-        Inbound {
-            from,
-            command: verified.command,
-            group: verified.group,
-            header: Box::new(header),
-            body: frame.slice(HEADER_SIZE..),
-        }
+        deliver_in(0xc1, frame, from).expect("a frame the bus admits")
     }
 
     /// A stamped record of `count` one-byte messages at `base_offset`.
