@@ -180,18 +180,23 @@ fn run(core: &mut GroupCore<u32>) -> Vec<Message> {
     sent
 }
 
-#[test]
-fn a_group_of_three_checkpoints_only_at_ops_every_replica_holds() {
+/// Replica 0 of three, primary of view 0, checkpointing once its journal holds 4 ops.
+fn primary_of_three() -> GroupCore<u32> {
     let policy = CheckpointPolicy {
         journal_bytes: u64::MAX,
         journal_ops: 4,
     };
-    let mut core: GroupCore<u32> = GroupCore::format(
+    GroupCore::format(
         Config::new(3, 0),
         Durability::Replicated,
         false,
         Some(policy),
-    );
+    )
+}
+
+#[test]
+fn a_group_of_three_checkpoints_only_at_ops_every_replica_holds() {
+    let mut core = primary_of_three();
     for client in 1..=6 {
         core.submit(iggy_vsr::group::Pending {
             client,
@@ -230,16 +235,7 @@ fn a_group_of_three_checkpoints_only_at_ops_every_replica_holds() {
 
 #[test]
 fn a_group_set_past_laggards_checkpoints_at_its_commit_once_the_journal_passes_the_bound() {
-    let policy = CheckpointPolicy {
-        journal_bytes: u64::MAX,
-        journal_ops: 4,
-    };
-    let mut core: GroupCore<u32> = GroupCore::format(
-        Config::new(3, 0),
-        Durability::Replicated,
-        false,
-        Some(policy),
-    );
+    let mut core = primary_of_three();
     core.checkpoint_past_laggards(JournalBound {
         bytes: u64::MAX,
         ops: 8,
@@ -281,12 +277,7 @@ fn a_group_set_past_laggards_checkpoints_at_its_commit_once_the_journal_passes_t
     core.checkpointed();
     assert_eq!(core.replica().checkpoint_op(), 8);
     // The same journal without the bound keeps waiting for replica 2.
-    let mut waiting: GroupCore<u32> = GroupCore::format(
-        Config::new(3, 0),
-        Durability::Replicated,
-        false,
-        Some(policy),
-    );
+    let mut waiting = primary_of_three();
     for client in 1..=7 {
         waiting.submit(register(client));
     }
