@@ -4,56 +4,24 @@
 //! one seed (for each group size). A failure prints `replicas=R seed=S`.
 
 use iggy_sim::{Figures, PartitionWorkload};
-use iggy_vsr::sim::cluster::{Cluster, Summary};
+use iggy_vsr::sim::cluster::Summary;
 
-const CLIENTS: u8 = 3;
-const REQUESTS_PER_CLIENT: u64 = 20;
-const FAULT_TICKS: u64 = 1_500;
-const TICKS_MAX: u64 = 30_000;
-/// Per tick, the chance a replica with journal writes in flight crashes: crashes meet the
-/// log's unsynced appends and truncations, not only synced state.
-const CRASH_WHILE_WRITING_PERCENT: u64 = 3;
-
-fn env(name: &str) -> Option<u64> {
-    std::env::var(name)
-        .ok()
-        .and_then(|value| value.parse().ok())
-}
-
-/// The seeds to run for `replica_count`: `SIM_SEED` alone, or `SIM_SEEDS` (default 100) of them.
-fn seeds(replica_count: u8) -> Vec<u64> {
-    match env("SIM_SEED") {
-        Some(seed) => vec![seed],
-        None => (0..env("SIM_SEEDS").unwrap_or(100))
-            .map(|seed| seed * 1_000 + u64::from(replica_count))
-            .collect(),
-    }
-}
+mod support;
+use support::{CLIENTS, REQUESTS_PER_CLIENT, seeds};
 
 /// Runs one seed, naming it if a checker fails.
 fn run_seed(replica_count: u8, seed: u64, restart_all_at: Option<u64>) -> (Summary, Figures) {
-    let result = std::panic::catch_unwind(|| {
-        let workload = PartitionWorkload::new(seed);
-        let cluster =
-            Cluster::with_workload(seed, replica_count, CLIENTS, REQUESTS_PER_CLIENT, workload)
-                .crash_while_writing(CRASH_WHILE_WRITING_PERCENT);
-        let cluster = match restart_all_at {
+    let (summary, workload) = support::run_seed(
+        "partition",
+        replica_count,
+        seed,
+        || PartitionWorkload::new(seed),
+        |cluster| match restart_all_at {
             Some(at) => cluster.restart_all_at(at),
             None => cluster,
-        };
-        let (summary, workload) = cluster.run_workload(FAULT_TICKS, TICKS_MAX);
-        (summary, workload.figures())
-    });
-    match result {
-        Ok(outcome) => outcome,
-        Err(panic) => {
-            eprintln!(
-                "partition simulation failed: replicas={replica_count} seed={seed} \
-                 (replay: SIM_SEED={seed})"
-            );
-            std::panic::resume_unwind(panic);
-        }
-    }
+        },
+    );
+    (summary, workload.figures())
 }
 
 #[derive(Debug, Default)]
