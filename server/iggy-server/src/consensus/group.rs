@@ -476,7 +476,7 @@ pub struct Group<J: Journal, S: StateMachine> {
     /// What the core was opened with, to open it again after a state transfer.
     settings: CoreSettings,
     /// The newest durable checkpoint (its op and slot bytes), served to a replica that needs
-    /// state transfer; read from the slots at the first request after a start.
+    /// state transfer; read from the slots at the first request after a start or a checkpoint.
     served: Option<(u64, Bytes)>,
     /// The state transfer under way on this replica, when it fell behind its peers'
     /// checkpoints.
@@ -616,10 +616,8 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                 slots.dir().display()
             );
         }
-        self.served = Some((
-            op,
-            iggy_storage::checkpoint::encode(&replica, &state).into(),
-        ));
+        // A peer's state transfer loads the new slot when it asks (rarely, unlike checkpoints).
+        self.served = None;
         // Only after the checkpoint is durable: until then the journal is what a start needs.
         self.journal.reset_after_checkpoint(op).await;
         self.core.checkpointed();
