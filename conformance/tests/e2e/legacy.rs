@@ -86,10 +86,15 @@ fn encoded<T: WireEncode>(value: &T) -> Vec<u8> {
 }
 
 async fn login(server: &TestServer) -> Legacy {
-    let stream = TcpStream::connect(server.address()).await.unwrap();
+    login_at(&server.address(), 0x0111).await
+}
+
+/// A 0.11.1 session registered as `client` over a connection to `address`.
+async fn login_at(address: &str, client: u128) -> Legacy {
+    let stream = TcpStream::connect(address).await.unwrap();
     let mut legacy = Legacy {
         stream,
-        client: 0x0111,
+        client,
         session: 0,
         request: 0,
     };
@@ -394,5 +399,123 @@ async fn a_0_11_1_topic_created_with_gzip_reports_compression_2_and_keeps_it_ove
         t.resolved_options().compression_algorithm,
         CompressionAlgorithm::Gzip,
         "0.12.0 reports the same topic as gzip"
+    );
+}
+
+/// 0.11.1 polls a partition where 103 (or 123 for offsets) says its primary is, with 104: in a
+/// cluster that is the partition group's primary, not the node asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_0_11_1_client_in_a_cluster_is_routed_to_each_partitions_primary() {
+    use crate::cluster::{TestCluster, wait_until_async};
+    use std::time::Duration;
+    let cluster = TestCluster::start(3);
+    let current = cluster.root_client(0).await;
+    let (stream, topic) = create_stream_and_topic(&current, "s", "t", 3).await;
+    for partition in 0..3 {
+        let texts = vec![msg(format!("p{partition}"))];
+        send_to_partition(&current, &id(stream.id), &id(topic.id), partition, texts).await;
+    }
+    let (stream_id, topic_id) = (stream.id.to_le_bytes(), topic.id.to_le_bytes());
+    let reader = 1u32.to_le_bytes();
+    let consumer = || Consumer {
+        kind: 1,
+        id: Identifier {
+            kind: 1,
+            value: &reader,
+        },
+    };
+    let poll_request = |partition: u32| {
+        encoded(&PollMessagesRequest {
+            consumer: consumer(),
+            stream_id: Identifier {
+                kind: 1,
+                value: &stream_id,
+            },
+            topic_id: Identifier {
+                kind: 1,
+                value: &topic_id,
+            },
+            partition_id: OptionalPartitionId {
+                has: 1,
+                partition_id: partition,
+            },
+            strategy: PollingStrategy { kind: 3, value: 0 },
+            count: 10,
+            auto_commit: false,
+        })
+    };
+    let offset_request = |partition: u32| {
+        encoded(&GetConsumerOffsetRequest {
+            consumer: consumer(),
+            stream_id: Identifier {
+                kind: 1,
+                value: &stream_id,
+            },
+            topic_id: Identifier {
+                kind: 1,
+                value: &topic_id,
+            },
+            partition_id: OptionalPartitionId {
+                has: 1,
+                partition_id: partition,
+            },
+        })
+    };
+
+    let mut named = std::collections::BTreeSet::new();
+    for asked in 0..3usize {
+        let mut asker = login_at(&cluster.address(asked), 0x0111_0000 + asked as u128).await;
+        for partition in 0..3u32 {
+            let request = poll_request(partition);
+            // The node asked may not have applied the topic yet: it answers when it has.
+            let routed = wait_until_async(
+                &format!("node {asked} routes partition {partition}"),
+                Duration::from_secs(10),
+                async || {
+                    let (reply, body) = asker.frame(Operation::NonReplicated, 103, &request).await;
+                    (reply.status == 0).then_some(body)
+                },
+                String::new,
+            )
+            .await;
+            let routing = PollRoutingResponse::decode_exact(&routed).expect("0.11.1 routing");
+            let address = format!("{}:{}", routing.primary.ip, routing.primary.tcp_port);
+            let primary = (0..3)
+                .find(|&i| cluster.address(i) == address)
+                .unwrap_or_else(|| panic!("103 names a roster node, not {address}"));
+            let (reply, body) = asker
+                .frame(Operation::NonReplicated, 123, &offset_request(partition))
+                .await;
+            assert_eq!(reply.status, 0, "123 from node {asked}");
+            let offsets_at = PollRoutingResponse::decode_exact(&body).expect("0.11.1 routing");
+            assert_eq!(
+                offsets_at.primary.tcp_port, routing.primary.tcp_port,
+                "a partition's offsets live where its polls are served"
+            );
+            named.insert(primary);
+
+            // 104 is served where 103 pointed, and refused as NotPrimary (89) elsewhere.
+            for node in 0..3 {
+                let client = 0x0222_0000 + (asked * 9 + partition as usize * 3 + node) as u128;
+                let mut there = login_at(&cluster.address(node), client).await;
+                let (reply, body) = there.frame(Operation::NonReplicated, 104, &request).await;
+                match node == primary {
+                    true => {
+                        assert_eq!(reply.status, 0, "104 on the named node {node}");
+                        let text = format!("p{partition}");
+                        assert!(
+                            body.windows(text.len()).any(|w| w == text.as_bytes()),
+                            "partition {partition}'s message polled on node {node}"
+                        );
+                    }
+                    false => assert_eq!(reply.status, 89, "104 on node {node}, not the primary"),
+                }
+            }
+        }
+    }
+    assert_eq!(
+        named,
+        std::collections::BTreeSet::from([0, 1, 2]),
+        "the three partitions' primaries are spread over the nodes"
     );
 }

@@ -505,6 +505,7 @@ pub struct RequestHeader {
     pub user_id: u32,
     /// NonReplicated: the command code as u32
     pub reserved: [u8; 4],
+    /// 0.12.0 only: 0.11.1's header has bytes 196..256 reserved (zero)
     pub partition_incarnation: u64,
     pub owner_generation: u64,
     pub minimum_metadata_op: u64,

@@ -287,6 +287,21 @@ fn partition_primary(node: &Node, key: PartitionKey) -> Result<(), ErrorCode> {
     }
 }
 
+/// The view and primary of partition `key`'s group as this replica knows them, for a client's
+/// route lookup (105, and 0.11.1's 103/123): 58 while that group is not Normal here.
+fn route_position(node: &Node, key: PartitionKey) -> Result<(u32, u8), ErrorCode> {
+    match node.shared.partition(key) {
+        Some(partition) => {
+            let figures = partition.group.figures();
+            routing::route_position(figures.role(), figures.view(), node.shared.replica_count())
+        }
+        // Not opened here yet: a cluster replica knows no view to name; a standalone node
+        // names itself, as it always did.
+        None if replicated(node) => Err(ErrorCode::TransientNotAccepted),
+        None => Ok((0, node.shared.replica_id)),
+    }
+}
+
 /// The error for a partition write the group refused: `PartitionHandle::write` reports any
 /// NotPrimary refusal as 89, which only a Normal backup may answer.
 fn partition_refused(node: &Node, key: PartitionKey, error: ErrorCode) -> ErrorCode {
@@ -660,11 +675,17 @@ fn incarnation_of(node: &Node, key: PartitionKey) -> u64 {
 }
 
 /// The partition context a client sends must name the partition's current history.
+/// A 0.11.1 header has no `partition_incarnation` (those bytes are reserved, zero, in its
+/// layout): its sessions name a partition by ids alone, as that protocol did.
 fn check_incarnation(
     node: &Node,
+    bound: Bound,
     header: &RequestHeader,
     key: PartitionKey,
 ) -> Result<(), ErrorCode> {
+    if Codec::of(bound.protocol) == Codec::V0_11_1 {
+        return Ok(());
+    }
     if header.partition_incarnation != incarnation_of(node, key) {
         return Err(ErrorCode::HistoryUnavailable);
     }
@@ -830,7 +851,7 @@ async fn partition_write(
     (key, write): (PartitionKey, PartitionWrite),
 ) -> Result<Dispatched, ErrorCode> {
     let header = request.header;
-    check_incarnation(node, header, key)?;
+    check_incarnation(node, bound, header, key)?;
     let partition = node
         .shared
         .partition(key)
@@ -1041,29 +1062,41 @@ async fn non_replicated(
             if !allows(Need::ReadTopic(key.0, key.1)) && !allows(Need::SendMessages(key.0, key.1)) {
                 return Err(ErrorCode::Unauthorized);
             }
-            let position = match node.shared.partition(key) {
-                Some(partition) => {
-                    let figures = partition.group.figures();
-                    let role = figures.role();
-                    routing::route_position(role, figures.view(), node.shared.replica_count())?
-                }
-                // Not opened here yet: a cluster replica knows no view to name; a standalone
-                // node names itself, as it always did.
-                None if replicated(node) => return Err(ErrorCode::TransientNotAccepted),
-                None => (0, node.shared.replica_id),
-            };
+            let position = route_position(node, key)?;
             Ok(request.reply(&replies::partition_route(&node.shared, key, position)))
         }
         // 104 is 0.11.1's poll on the primary: this node is the primary of every partition.
         100 | 104 => poll(node, request, bound, body).await,
-        // 0.11.1's routing lookups (poll, consumer offset): this node serves them.
+        // 0.11.1's routing lookups (poll, consumer offset): the node that serves the partition's
+        // polls and offsets, its group's primary, which the client then asks with 104 or 120.
         103 | 123 => {
+            let (stream, topic, partition) = match code {
+                103 => {
+                    let r: PollMessagesRequest = decode(body)?;
+                    (r.stream_id, r.topic_id, partition_arg(&r.partition_id))
+                }
+                _ => {
+                    let r: GetConsumerOffsetRequest = decode(body)?;
+                    (r.stream_id, r.topic_id, partition_arg(&r.partition_id))
+                }
+            };
+            let key = resolve_partition(node, &stream, &topic, partition)?;
+            if !allows(Need::PollMessages(key.0, key.1)) {
+                return Err(ErrorCode::Unauthorized);
+            }
+            let (_, primary) = route_position(node, key)?;
             let session = iggy_generated::payloads::SessionIdentity {
                 client_id: header.client,
                 session: bound.session,
                 metadata_watermark: commit,
             };
-            Ok(request.reply(&replies::poll_routing(&node.shared, session)))
+            let metadata = node.metadata.figures().role();
+            Ok(request.reply(&replies::poll_routing(
+                &node.shared,
+                session,
+                primary,
+                metadata,
+            )))
         }
         120 => {
             let r: GetConsumerOffsetRequest = decode(body)?;
@@ -1223,7 +1256,7 @@ async fn poll(
     {
         return Err(ErrorCode::Unauthorized);
     }
-    check_incarnation(node, header, key)?;
+    check_incarnation(node, bound, header, key)?;
     let owner = offset_owner(node, &poll.consumer, key)?;
     // The auto-commit below follows an await: a group deleted meanwhile refuses it.
     let resolved_at = node.shared.metadata.borrow().commit;

@@ -95,18 +95,30 @@ fn roster_entry_v0111(node: ClusterNodeResponse<'_>) -> ClusterNodeResponseV0111
     }
 }
 
-/// 103 and 123 (0.11.1): the caller's session and the primary, which is this node.
+/// 103 and 123 (0.11.1): the caller's session and the roster entry of replica `primary`, the
+/// partition's primary (this node's own entry on a standalone node, as 12 reports it).
 pub fn poll_routing(
     shared: &Shared,
     consumer_session: iggy_generated::payloads::SessionIdentity,
+    primary: u8,
+    metadata: GroupRole,
 ) -> Vec<u8> {
-    with_roster_entry(shared, |node| {
+    let reply = |node: ClusterNodeResponse<'_>| {
         (iggy_generated::payloads::PollRoutingResponse {
             consumer_session,
             primary: roster_entry_v0111(node),
         })
         .to_wire_bytes()
-    })
+    };
+    if !shared.config.cluster.enabled {
+        return with_roster_entry(shared, reply);
+    }
+    let entries = roster_entries(shared, metadata);
+    let entry = entries
+        .iter()
+        .find(|entry| entry.replica_id == primary)
+        .expect("a group's primary is a roster node");
+    reply(node_response(entry))
 }
 
 /// 12: a standalone node (cluster disabled) reports itself, Leader, with the ports it bound; a cluster reports
@@ -131,6 +143,12 @@ pub fn cluster_metadata(shared: &Shared, codec: Codec, metadata: GroupRole) -> V
 }
 
 fn cluster_roster(shared: &Shared, codec: Codec, metadata: GroupRole) -> Vec<u8> {
+    let entries = roster_entries(shared, metadata);
+    encode_roster(&shared.config.cluster.name, &entries, codec)
+}
+
+/// Every roster node as this replica sees it (see [`routing::roster`]).
+fn roster_entries(shared: &Shared, metadata: GroupRole) -> Vec<routing::RosterEntry> {
     let config = &shared.config;
     let transports = routing::Transports {
         tcp: config.tcp.enabled,
@@ -144,26 +162,26 @@ fn cluster_roster(shared: &Shared, codec: Codec, metadata: GroupRole) -> Vec<u8>
             .as_ref()
             .is_some_and(|plane| plane.linked(node))
     };
-    let entries = routing::roster(&config.cluster.nodes, transports, metadata, linked);
-    encode_roster(&config.cluster.name, &entries, codec)
+    routing::roster(&config.cluster.nodes, transports, metadata, linked)
+}
+
+fn node_response(entry: &routing::RosterEntry) -> ClusterNodeResponse<'_> {
+    ClusterNodeResponse {
+        replica_id: entry.replica_id,
+        name: &entry.name,
+        ip: &entry.ip,
+        tcp_port: entry.ports.tcp,
+        quic_port: entry.ports.quic,
+        http_port: entry.ports.http,
+        websocket_port: entry.ports.websocket,
+        role: entry.role,
+        status: entry.status,
+    }
 }
 
 /// The roster (12) of a cluster named `name`, in the layout of the session's protocol.
 fn encode_roster(name: &str, entries: &[routing::RosterEntry], codec: Codec) -> Vec<u8> {
-    let nodes: Vec<ClusterNodeResponse<'_>> = entries
-        .iter()
-        .map(|entry| ClusterNodeResponse {
-            replica_id: entry.replica_id,
-            name: &entry.name,
-            ip: &entry.ip,
-            tcp_port: entry.ports.tcp,
-            quic_port: entry.ports.quic,
-            http_port: entry.ports.http,
-            websocket_port: entry.ports.websocket,
-            role: entry.role,
-            status: entry.status,
-        })
-        .collect();
+    let nodes: Vec<ClusterNodeResponse<'_>> = entries.iter().map(node_response).collect();
     match codec {
         Codec::Current => (ClusterMetadataResponse { name, nodes }).to_wire_bytes(),
         Codec::V0_11_1 => (ClusterMetadataResponseV0111 {
