@@ -29,6 +29,7 @@ impl GroupKind {
 pub struct GroupFigures {
     view: AtomicU64,
     commit: AtomicU64,
+    applied: AtomicU64,
     /// The status (low byte: 0 normal, 1 view change, 2 recovering) and the primary of `view`
     /// (second byte), packed so a reader never sees one without the other.
     role: AtomicU64,
@@ -64,6 +65,7 @@ impl GroupFigures {
         self.view
             .store(u64::from(replica.view()), Ordering::Relaxed);
         self.commit.store(replica.commit_max(), Ordering::Relaxed);
+        self.applied.store(replica.commit_min(), Ordering::Relaxed);
         let in_touch = u64::from(replica.in_touch()) << 16;
         self.role
             .store(status | primary << 8 | in_touch, Ordering::Relaxed);
@@ -91,6 +93,11 @@ impl GroupFigures {
     /// The highest op the replica knows committed (its VSR commit number).
     pub fn commit(&self) -> u64 {
         self.commit.load(Ordering::Relaxed)
+    }
+
+    /// The highest op the replica applied to its state machine (at most [`Self::commit`]).
+    pub fn applied(&self) -> u64 {
+        self.applied.load(Ordering::Relaxed)
     }
 }
 

@@ -23,7 +23,7 @@ use iggy_metadata::machine::SYSTEM_CLIENT;
 use iggy_metadata::machine::envelope;
 use iggy_metadata::options::limit;
 use iggy_wire::WireEncode;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -191,10 +191,27 @@ const IDLE_SCAN_EVERY: u64 = 60;
 /// session slot. Only then may the same client id register again: no partition keeps an old
 /// session's request numbers that a new session's requests could collide with. The metadata
 /// machine re-checks at apply that a named session is not live.
+///
+/// In a cluster the writer slots are read from this node's copy of each partition, which may
+/// lag its primary: a copy counts only while it is [`current`]; one that is not holds every
+/// ended session back for this pass.
 #[derive(Default)]
 struct Retirement {
     /// Ended sessions no partition held at the previous pass.
     clean: HashSet<u128>,
+    /// Per partition, the highest op its copy here knew committed at the previous pass.
+    committed_before: HashMap<PartitionKey, u64>,
+}
+
+/// Whether a partition copy's writer slots can judge a session retired: its replica serves in
+/// touch with its primary (or leads a quorum) and has applied every op it knew committed at
+/// the previous pass (`committed_before`, none at the first). A backup repairing a gap after a
+/// restart or a cut is behind that mark for as many passes as it takes; in steady state the
+/// copy trails its primary by one commit announcement, which the two clean passes cover.
+fn current(role: GroupRole, applied: u64, committed_before: Option<u64>) -> bool {
+    role.status == iggy_vsr::Status::Normal
+        && role.in_touch
+        && committed_before.is_none_or(|committed| applied >= committed)
 }
 
 impl Retirement {
@@ -217,11 +234,18 @@ impl Retirement {
             .into_keys()
             .collect();
         let mut found = HashSet::new();
+        let mut committed_now = HashMap::new();
         for key in keys {
             let Some(partition) = node.shared.partition(key) else {
                 continue;
             };
             let writers = partition.writers().await;
+            let figures = partition.group.figures();
+            committed_now.insert(key, figures.commit());
+            let before = self.committed_before.get(&key).copied();
+            if !current(figures.role(), figures.applied(), before) {
+                found.extend(ended.iter().map(|(client, _)| *client));
+            }
             // Checked after the writers are read: a writer slot exists only for a session that
             // was live when it registered, so one missing now has ended for good.
             let commit = node.shared.metadata.borrow().commit;
@@ -244,6 +268,7 @@ impl Retirement {
                 }
             }
         }
+        self.committed_before = committed_now;
         if !primary(node, node.metadata.figures().role()) {
             // Releasing is the metadata primary's; one that becomes it starts its two passes
             // afresh.
@@ -302,5 +327,44 @@ fn identity(client: u128, session: u64, metadata_commit: u64) -> SessionIdentity
         client_id: client,
         session,
         metadata_watermark: metadata_commit.max(session),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iggy_vsr::Status;
+
+    fn role(status: Status, in_touch: bool) -> GroupRole {
+        GroupRole {
+            status,
+            primary: 0,
+            in_touch,
+        }
+    }
+
+    #[test]
+    fn a_copy_judges_retirement_only_in_touch_and_applied_past_the_previous_commit() {
+        let serving = role(Status::Normal, true);
+        assert!(
+            current(serving, 5, None),
+            "first pass: nothing to compare with"
+        );
+        assert!(
+            current(serving, 12, Some(12)),
+            "applied all it knew committed"
+        );
+        assert!(current(serving, 14, Some(12)), "and more since");
+        assert!(
+            !current(serving, 11, Some(12)),
+            "a copy still applying what it knew committed a pass ago lags"
+        );
+        assert!(
+            !current(role(Status::Normal, false), 12, Some(12)),
+            "a backup that stopped hearing from its primary"
+        );
+        for status in [Status::ViewChange, Status::Recovering] {
+            assert!(!current(role(status, true), 12, Some(12)), "{status:?}");
+        }
     }
 }
