@@ -393,7 +393,10 @@ pub struct DialerOutcome {
 pub fn admit_challenge(local: &Local, peer: u8, hello: &Frame, frame: &[u8]) -> DialerOutcome {
     let mut finish_key = None;
     let verdict = judge_challenge(local, peer, hello, frame, &mut finish_key);
-    let answered_ok = seal_holds(frame)
+    // The acceptor waits for a Finish only after a sealed Ok challenge of its own.
+    let answered_ok = frame.len() == FRAME_SIZE
+        && seal_holds(frame)
+        && frame[ReplicaChallengeHeader::COMMAND_OFFSET] == Command::ReplicaChallenge as u8
         && frame[ReplicaChallengeHeader::STATUS_OFFSET] == ReplicaHandshakeStatus::Ok as u8;
     let finish = match (&verdict, local.auth.is_some() && answered_ok) {
         (_, false) => None,
@@ -1065,6 +1068,10 @@ mod tests {
         });
         let refusal = admit_finish(&acceptor, &run.hello, &run.challenge, &forged).unwrap_err();
         assert_eq!((refusal.status, refusal.field), mac_mismatch);
+        // A short answer is refused by its size, and no Finish follows it.
+        let outcome = admit_challenge(&dialer, 2, &run.hello, &run.challenge[..200]);
+        assert_eq!(reason(&outcome.verdict), (None, "size"));
+        assert_eq!(outcome.finish, None);
         // A Finish whose seal does not hold is not read at all.
         let mut torn = run.finish.unwrap();
         torn[ReplicaFinishHeader::MAC_OFFSET] ^= 1;
