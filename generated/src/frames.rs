@@ -2,14 +2,18 @@
 #![allow(clippy::all)]
 #[allow(unused_imports)]
 use iggy_wire::{WireDecode, WireEncode, WireError};
-/// `FRAME_SEALED_COMMANDS` (spec/frames.spec:329).
+/// `FRAME_SEALED_COMMANDS` (spec/frames.spec:344).
 pub const FRAME_SEALED_COMMANDS: u64 = 0x7ffff7de80;
-/// `IDENTITY_CHECKSUM_COMMANDS` (spec/frames.spec:331).
+/// `IDENTITY_CHECKSUM_COMMANDS` (spec/frames.spec:346).
 pub const IDENTITY_CHECKSUM_COMMANDS: u64 = 0x80040;
-/// `METADATA_GROUP` (spec/frames.spec:333).
+/// `METADATA_GROUP` (spec/frames.spec:348).
 pub const METADATA_GROUP: u64 = 0x8000000000000000;
-/// `DVC_HEADERS_MAX` (spec/frames.spec:335).
+/// `DVC_HEADERS_MAX` (spec/frames.spec:350).
 pub const DVC_HEADERS_MAX: u32 = 128;
+/// `REPLICA_AUTH_DOMAIN` (spec/frames.spec:599).
+pub const REPLICA_AUTH_DOMAIN: [u8; 32] = *b"iggy-rs replica-auth transcript1";
+/// `REPLICA_AUTH_KEY_CONTEXT` (spec/frames.spec:600).
+pub const REPLICA_AUTH_KEY_CONTEXT: &str = "iggy-rs 2026-12 replica-auth shared_secret to MAC key";
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]
 pub enum Command {
@@ -988,6 +992,116 @@ impl iggy_wire::WireJson for ReplicaHandshakeStatus {
                 Self::ProtocolMismatch => "ProtocolMismatch",
                 Self::ReleaseMismatch => "ReleaseMismatch",
                 Self::StorageFormatMismatch => "StorageFormatMismatch",
+            },
+        );
+        out.push('"');
+    }
+}
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[repr(u8)]
+pub enum ReplicaAuthMode {
+    #[default]
+    Off = 0,
+    SharedSecret = 1,
+}
+impl ReplicaAuthMode {
+    /// Every variant, in spec order.
+    pub const ALL: &'static [ReplicaAuthMode] = &[
+        ReplicaAuthMode::Off,
+        ReplicaAuthMode::SharedSecret,
+    ];
+    /// The variant with this discriminant.
+    pub fn from_repr(v: u8) -> Option<Self> {
+        match v {
+            0 => Some(Self::Off),
+            1 => Some(Self::SharedSecret),
+            _ => None,
+        }
+    }
+    /// The discriminant.
+    pub fn to_repr(self) -> u8 {
+        self as u8
+    }
+}
+impl WireEncode for ReplicaAuthMode {
+    fn encoded_size(&self) -> usize {
+        std::mem::size_of::<u8>()
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&(*self as u8).to_le_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for ReplicaAuthMode {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let v = <u8>::decode_from(input)?;
+        Self::from_repr(v)
+            .ok_or(WireError::InvalidValue {
+                field: "ReplicaAuthMode",
+            })
+    }
+}
+impl iggy_wire::WireJson for ReplicaAuthMode {
+    fn write_json(&self, out: &mut String) {
+        out.push('"');
+        out.push_str(
+            match self {
+                Self::Off => "Off",
+                Self::SharedSecret => "SharedSecret",
+            },
+        );
+        out.push('"');
+    }
+}
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[repr(u8)]
+pub enum ReplicaMacDirection {
+    #[default]
+    Dialer = 1,
+    Acceptor = 2,
+}
+impl ReplicaMacDirection {
+    /// Every variant, in spec order.
+    pub const ALL: &'static [ReplicaMacDirection] = &[
+        ReplicaMacDirection::Dialer,
+        ReplicaMacDirection::Acceptor,
+    ];
+    /// The variant with this discriminant.
+    pub fn from_repr(v: u8) -> Option<Self> {
+        match v {
+            1 => Some(Self::Dialer),
+            2 => Some(Self::Acceptor),
+            _ => None,
+        }
+    }
+    /// The discriminant.
+    pub fn to_repr(self) -> u8 {
+        self as u8
+    }
+}
+impl WireEncode for ReplicaMacDirection {
+    fn encoded_size(&self) -> usize {
+        std::mem::size_of::<u8>()
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&(*self as u8).to_le_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for ReplicaMacDirection {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let v = <u8>::decode_from(input)?;
+        Self::from_repr(v)
+            .ok_or(WireError::InvalidValue {
+                field: "ReplicaMacDirection",
+            })
+    }
+}
+impl iggy_wire::WireJson for ReplicaMacDirection {
+    fn write_json(&self, out: &mut String) {
+        out.push('"');
+        out.push_str(
+            match self {
+                Self::Dialer => "Dialer",
+                Self::Acceptor => "Acceptor",
             },
         );
         out.push('"');
@@ -4607,6 +4721,8 @@ pub struct ReplicaHelloHeader {
     pub target: u8,
     /// Held once the dialer's metadata group has a journal record or a checkpoint on disk, or a commit
     pub metadata_history: MetadataHistory,
+    /// SharedSecret when the dialer's [cluster.auth] is enabled
+    pub auth_mode: ReplicaAuthMode,
     pub identity: ReplicaIdentity,
 }
 impl ReplicaHelloHeader {
@@ -4660,10 +4776,14 @@ impl ReplicaHelloHeader {
     pub const METADATA_HISTORY_OFFSET: usize = 161;
     /// Size of `metadata_history` in bytes.
     pub const METADATA_HISTORY_SIZE: usize = 1;
+    /// Byte offset of `auth_mode`.
+    pub const AUTH_MODE_OFFSET: usize = 162;
+    /// Size of `auth_mode` in bytes.
+    pub const AUTH_MODE_SIZE: usize = 1;
     /// Byte offset of `reserved`.
-    pub const RESERVED_OFFSET: usize = 162;
+    pub const RESERVED_OFFSET: usize = 163;
     /// Size of `reserved` in bytes.
-    pub const RESERVED_SIZE: usize = 34;
+    pub const RESERVED_SIZE: usize = 33;
     /// Byte offset of `identity`.
     pub const IDENTITY_OFFSET: usize = 196;
     /// Size of `identity` in bytes.
@@ -4718,7 +4838,11 @@ impl ReplicaHelloHeader {
             .map_err(|_| WireError::InvalidValue {
                 field: "metadata_history",
             })?;
-        if !iggy_wire::is_zero_at(buf, 162, 34) {
+        let auth_mode = <ReplicaAuthMode>::decode_exact(&buf[162..163])
+            .map_err(|_| WireError::InvalidValue {
+                field: "auth_mode",
+            })?;
+        if !iggy_wire::is_zero_at(buf, 163, 33) {
             return Err(WireError::NonZeroReserved {
                 field: "reserved",
             });
@@ -4740,6 +4864,7 @@ impl ReplicaHelloHeader {
             nonce,
             target,
             metadata_history,
+            auth_mode,
             identity,
         })
     }
@@ -4758,7 +4883,8 @@ impl ReplicaHelloHeader {
         iggy_wire::put_at(out, 128, &self.nonce);
         iggy_wire::put_at(out, 160, &self.target.to_wire_bytes());
         iggy_wire::put_at(out, 161, &self.metadata_history.to_wire_bytes());
-        out[162..196].fill(0);
+        iggy_wire::put_at(out, 162, &self.auth_mode.to_wire_bytes());
+        out[163..196].fill(0);
         iggy_wire::put_at(out, 196, &self.identity.to_wire_bytes());
     }
     /// The `SIZE` encoded bytes.
@@ -4787,7 +4913,8 @@ const _: () = assert!(ReplicaHelloHeader::RESERVED_FRAME_OFFSET + 66 <= 256);
 const _: () = assert!(ReplicaHelloHeader::NONCE_OFFSET + 32 <= 256);
 const _: () = assert!(ReplicaHelloHeader::TARGET_OFFSET + 1 <= 256);
 const _: () = assert!(ReplicaHelloHeader::METADATA_HISTORY_OFFSET + 1 <= 256);
-const _: () = assert!(ReplicaHelloHeader::RESERVED_OFFSET + 34 <= 256);
+const _: () = assert!(ReplicaHelloHeader::AUTH_MODE_OFFSET + 1 <= 256);
+const _: () = assert!(ReplicaHelloHeader::RESERVED_OFFSET + 33 <= 256);
 const _: () = assert!(ReplicaHelloHeader::IDENTITY_OFFSET + 60 <= 256);
 impl iggy_wire::WireJson for ReplicaHelloHeader {
     fn write_json(&self, out: &mut String) {
@@ -4816,6 +4943,8 @@ impl iggy_wire::WireJson for ReplicaHelloHeader {
         iggy_wire::WireJson::write_json(&self.target, out);
         out.push_str(",\"metadata_history\":");
         iggy_wire::WireJson::write_json(&self.metadata_history, out);
+        out.push_str(",\"auth_mode\":");
+        iggy_wire::WireJson::write_json(&self.auth_mode, out);
         out.push_str(",\"identity\":");
         iggy_wire::WireJson::write_json(&self.identity, out);
         out.push('}');
@@ -4859,6 +4988,8 @@ pub struct ReplicaChallengeHeader {
     pub status: ReplicaHandshakeStatus,
     /// the acceptor's, as in ReplicaHelloHeader
     pub metadata_history: MetadataHistory,
+    /// the acceptor's, as in ReplicaHelloHeader
+    pub auth_mode: ReplicaAuthMode,
     pub identity: ReplicaIdentity,
 }
 impl ReplicaChallengeHeader {
@@ -4916,10 +5047,14 @@ impl ReplicaChallengeHeader {
     pub const METADATA_HISTORY_OFFSET: usize = 193;
     /// Size of `metadata_history` in bytes.
     pub const METADATA_HISTORY_SIZE: usize = 1;
+    /// Byte offset of `auth_mode`.
+    pub const AUTH_MODE_OFFSET: usize = 194;
+    /// Size of `auth_mode` in bytes.
+    pub const AUTH_MODE_SIZE: usize = 1;
     /// Byte offset of `reserved`.
-    pub const RESERVED_OFFSET: usize = 194;
+    pub const RESERVED_OFFSET: usize = 195;
     /// Size of `reserved` in bytes.
-    pub const RESERVED_SIZE: usize = 2;
+    pub const RESERVED_SIZE: usize = 1;
     /// Byte offset of `identity`.
     pub const IDENTITY_OFFSET: usize = 196;
     /// Size of `identity` in bytes.
@@ -4975,7 +5110,11 @@ impl ReplicaChallengeHeader {
             .map_err(|_| WireError::InvalidValue {
                 field: "metadata_history",
             })?;
-        if !iggy_wire::is_zero_at(buf, 194, 2) {
+        let auth_mode = <ReplicaAuthMode>::decode_exact(&buf[194..195])
+            .map_err(|_| WireError::InvalidValue {
+                field: "auth_mode",
+            })?;
+        if !iggy_wire::is_zero_at(buf, 195, 1) {
             return Err(WireError::NonZeroReserved {
                 field: "reserved",
             });
@@ -4998,6 +5137,7 @@ impl ReplicaChallengeHeader {
             mac,
             status,
             metadata_history,
+            auth_mode,
             identity,
         })
     }
@@ -5017,7 +5157,8 @@ impl ReplicaChallengeHeader {
         iggy_wire::put_at(out, 160, &self.mac);
         iggy_wire::put_at(out, 192, &self.status.to_wire_bytes());
         iggy_wire::put_at(out, 193, &self.metadata_history.to_wire_bytes());
-        out[194..196].fill(0);
+        iggy_wire::put_at(out, 194, &self.auth_mode.to_wire_bytes());
+        out[195..196].fill(0);
         iggy_wire::put_at(out, 196, &self.identity.to_wire_bytes());
     }
     /// The `SIZE` encoded bytes.
@@ -5047,7 +5188,8 @@ const _: () = assert!(ReplicaChallengeHeader::NONCE_OFFSET + 32 <= 256);
 const _: () = assert!(ReplicaChallengeHeader::MAC_OFFSET + 32 <= 256);
 const _: () = assert!(ReplicaChallengeHeader::STATUS_OFFSET + 1 <= 256);
 const _: () = assert!(ReplicaChallengeHeader::METADATA_HISTORY_OFFSET + 1 <= 256);
-const _: () = assert!(ReplicaChallengeHeader::RESERVED_OFFSET + 2 <= 256);
+const _: () = assert!(ReplicaChallengeHeader::AUTH_MODE_OFFSET + 1 <= 256);
+const _: () = assert!(ReplicaChallengeHeader::RESERVED_OFFSET + 1 <= 256);
 const _: () = assert!(ReplicaChallengeHeader::IDENTITY_OFFSET + 60 <= 256);
 impl iggy_wire::WireJson for ReplicaChallengeHeader {
     fn write_json(&self, out: &mut String) {
@@ -5078,6 +5220,8 @@ impl iggy_wire::WireJson for ReplicaChallengeHeader {
         iggy_wire::WireJson::write_json(&self.status, out);
         out.push_str(",\"metadata_history\":");
         iggy_wire::WireJson::write_json(&self.metadata_history, out);
+        out.push_str(",\"auth_mode\":");
+        iggy_wire::WireJson::write_json(&self.auth_mode, out);
         out.push_str(",\"identity\":");
         iggy_wire::WireJson::write_json(&self.identity, out);
         out.push('}');
@@ -5114,7 +5258,10 @@ pub struct ReplicaFinishHeader {
     /// sender
     pub replica: u8,
     pub reserved_frame: [u8; 66],
+    /// dialer MAC of the PSK exchange; zero with a refusal status
     pub mac: [u8; 32],
+    /// Ok, or why the dialer refuses the challenge (MacMismatch, AuthRequired)
+    pub status: ReplicaHandshakeStatus,
 }
 impl ReplicaFinishHeader {
     /// Encoded size in bytes.
@@ -5159,10 +5306,14 @@ impl ReplicaFinishHeader {
     pub const MAC_OFFSET: usize = 128;
     /// Size of `mac` in bytes.
     pub const MAC_SIZE: usize = 32;
+    /// Byte offset of `status`.
+    pub const STATUS_OFFSET: usize = 160;
+    /// Size of `status` in bytes.
+    pub const STATUS_SIZE: usize = 1;
     /// Byte offset of `reserved`.
-    pub const RESERVED_OFFSET: usize = 160;
+    pub const RESERVED_OFFSET: usize = 161;
     /// Size of `reserved` in bytes.
-    pub const RESERVED_SIZE: usize = 96;
+    pub const RESERVED_SIZE: usize = 95;
     /// Decodes from the first `SIZE` bytes of `buf`.
     pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
         if buf.len() < Self::SIZE {
@@ -5205,7 +5356,11 @@ impl ReplicaFinishHeader {
             })?;
         let reserved_frame = iggy_wire::get_at::<66>(buf, 62);
         let mac = iggy_wire::get_at::<32>(buf, 128);
-        if !iggy_wire::is_zero_at(buf, 160, 96) {
+        let status = <ReplicaHandshakeStatus>::decode_exact(&buf[160..161])
+            .map_err(|_| WireError::InvalidValue {
+                field: "status",
+            })?;
+        if !iggy_wire::is_zero_at(buf, 161, 95) {
             return Err(WireError::NonZeroReserved {
                 field: "reserved",
             });
@@ -5221,6 +5376,7 @@ impl ReplicaFinishHeader {
             replica,
             reserved_frame,
             mac,
+            status,
         })
     }
     /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
@@ -5236,7 +5392,8 @@ impl ReplicaFinishHeader {
         iggy_wire::put_at(out, 61, &self.replica.to_wire_bytes());
         iggy_wire::put_at(out, 62, &self.reserved_frame);
         iggy_wire::put_at(out, 128, &self.mac);
-        out[160..256].fill(0);
+        iggy_wire::put_at(out, 160, &self.status.to_wire_bytes());
+        out[161..256].fill(0);
     }
     /// The `SIZE` encoded bytes.
     pub fn to_bytes(&self) -> [u8; 256] {
@@ -5262,7 +5419,8 @@ const _: () = assert!(ReplicaFinishHeader::COMMAND_OFFSET + 1 <= 256);
 const _: () = assert!(ReplicaFinishHeader::REPLICA_OFFSET + 1 <= 256);
 const _: () = assert!(ReplicaFinishHeader::RESERVED_FRAME_OFFSET + 66 <= 256);
 const _: () = assert!(ReplicaFinishHeader::MAC_OFFSET + 32 <= 256);
-const _: () = assert!(ReplicaFinishHeader::RESERVED_OFFSET + 96 <= 256);
+const _: () = assert!(ReplicaFinishHeader::STATUS_OFFSET + 1 <= 256);
+const _: () = assert!(ReplicaFinishHeader::RESERVED_OFFSET + 95 <= 256);
 impl iggy_wire::WireJson for ReplicaFinishHeader {
     fn write_json(&self, out: &mut String) {
         out.push('{');
@@ -5286,6 +5444,8 @@ impl iggy_wire::WireJson for ReplicaFinishHeader {
         iggy_wire::WireJson::write_json(&self.reserved_frame, out);
         out.push_str(",\"mac\":");
         iggy_wire::WireJson::write_json(&self.mac, out);
+        out.push_str(",\"status\":");
+        iggy_wire::WireJson::write_json(&self.status, out);
         out.push('}');
     }
 }
@@ -5300,6 +5460,222 @@ impl WireEncode for ReplicaFinishHeader {
 impl<'a> WireDecode<'a> for ReplicaFinishHeader {
     fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
         let b = iggy_wire::take(input, 256)?;
+        Self::decode_fixed(b)
+    }
+}
+/// Fixed-layout `ReplicaAuthTranscript`, 240 bytes: the bytes a handshake MAC is computed over. Ours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplicaAuthTranscript {
+    /// REPLICA_AUTH_DOMAIN
+    pub domain: [u8; 32],
+    pub cluster: u128,
+    /// the dialer's replica id
+    pub dialer: u8,
+    /// the acceptor's replica id
+    pub acceptor: u8,
+    /// which end computes this MAC
+    pub direction: ReplicaMacDirection,
+    pub dialer_history: MetadataHistory,
+    pub acceptor_history: MetadataHistory,
+    pub dialer_nonce: [u8; 32],
+    pub acceptor_nonce: [u8; 32],
+    pub dialer_identity: ReplicaIdentity,
+    pub acceptor_identity: ReplicaIdentity,
+}
+impl ReplicaAuthTranscript {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 240;
+    /// Byte offset of `domain`.
+    pub const DOMAIN_OFFSET: usize = 0;
+    /// Size of `domain` in bytes.
+    pub const DOMAIN_SIZE: usize = 32;
+    /// Byte offset of `cluster`.
+    pub const CLUSTER_OFFSET: usize = 32;
+    /// Size of `cluster` in bytes.
+    pub const CLUSTER_SIZE: usize = 16;
+    /// Byte offset of `dialer`.
+    pub const DIALER_OFFSET: usize = 48;
+    /// Size of `dialer` in bytes.
+    pub const DIALER_SIZE: usize = 1;
+    /// Byte offset of `acceptor`.
+    pub const ACCEPTOR_OFFSET: usize = 49;
+    /// Size of `acceptor` in bytes.
+    pub const ACCEPTOR_SIZE: usize = 1;
+    /// Byte offset of `direction`.
+    pub const DIRECTION_OFFSET: usize = 50;
+    /// Size of `direction` in bytes.
+    pub const DIRECTION_SIZE: usize = 1;
+    /// Byte offset of `dialer_history`.
+    pub const DIALER_HISTORY_OFFSET: usize = 51;
+    /// Size of `dialer_history` in bytes.
+    pub const DIALER_HISTORY_SIZE: usize = 1;
+    /// Byte offset of `acceptor_history`.
+    pub const ACCEPTOR_HISTORY_OFFSET: usize = 52;
+    /// Size of `acceptor_history` in bytes.
+    pub const ACCEPTOR_HISTORY_SIZE: usize = 1;
+    /// Byte offset of `reserved`.
+    pub const RESERVED_OFFSET: usize = 53;
+    /// Size of `reserved` in bytes.
+    pub const RESERVED_SIZE: usize = 3;
+    /// Byte offset of `dialer_nonce`.
+    pub const DIALER_NONCE_OFFSET: usize = 56;
+    /// Size of `dialer_nonce` in bytes.
+    pub const DIALER_NONCE_SIZE: usize = 32;
+    /// Byte offset of `acceptor_nonce`.
+    pub const ACCEPTOR_NONCE_OFFSET: usize = 88;
+    /// Size of `acceptor_nonce` in bytes.
+    pub const ACCEPTOR_NONCE_SIZE: usize = 32;
+    /// Byte offset of `dialer_identity`.
+    pub const DIALER_IDENTITY_OFFSET: usize = 120;
+    /// Size of `dialer_identity` in bytes.
+    pub const DIALER_IDENTITY_SIZE: usize = 60;
+    /// Byte offset of `acceptor_identity`.
+    pub const ACCEPTOR_IDENTITY_OFFSET: usize = 180;
+    /// Size of `acceptor_identity` in bytes.
+    pub const ACCEPTOR_IDENTITY_SIZE: usize = 60;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
+        }
+        let domain = iggy_wire::get_at::<32>(buf, 0);
+        let cluster = <u128>::decode_exact(&buf[32..48])
+            .map_err(|_| WireError::InvalidValue {
+                field: "cluster",
+            })?;
+        let dialer = <u8>::decode_exact(&buf[48..49])
+            .map_err(|_| WireError::InvalidValue {
+                field: "dialer",
+            })?;
+        let acceptor = <u8>::decode_exact(&buf[49..50])
+            .map_err(|_| WireError::InvalidValue {
+                field: "acceptor",
+            })?;
+        let direction = <ReplicaMacDirection>::decode_exact(&buf[50..51])
+            .map_err(|_| WireError::InvalidValue {
+                field: "direction",
+            })?;
+        let dialer_history = <MetadataHistory>::decode_exact(&buf[51..52])
+            .map_err(|_| WireError::InvalidValue {
+                field: "dialer_history",
+            })?;
+        let acceptor_history = <MetadataHistory>::decode_exact(&buf[52..53])
+            .map_err(|_| WireError::InvalidValue {
+                field: "acceptor_history",
+            })?;
+        if !iggy_wire::is_zero_at(buf, 53, 3) {
+            return Err(WireError::NonZeroReserved {
+                field: "reserved",
+            });
+        }
+        let dialer_nonce = iggy_wire::get_at::<32>(buf, 56);
+        let acceptor_nonce = iggy_wire::get_at::<32>(buf, 88);
+        let dialer_identity = <ReplicaIdentity>::decode_exact(&buf[120..180])
+            .map_err(|_| WireError::InvalidValue {
+                field: "dialer_identity",
+            })?;
+        let acceptor_identity = <ReplicaIdentity>::decode_exact(&buf[180..240])
+            .map_err(|_| WireError::InvalidValue {
+                field: "acceptor_identity",
+            })?;
+        Ok(Self {
+            domain,
+            cluster,
+            dialer,
+            acceptor,
+            direction,
+            dialer_history,
+            acceptor_history,
+            dialer_nonce,
+            acceptor_nonce,
+            dialer_identity,
+            acceptor_identity,
+        })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.domain);
+        iggy_wire::put_at(out, 32, &self.cluster.to_wire_bytes());
+        iggy_wire::put_at(out, 48, &self.dialer.to_wire_bytes());
+        iggy_wire::put_at(out, 49, &self.acceptor.to_wire_bytes());
+        iggy_wire::put_at(out, 50, &self.direction.to_wire_bytes());
+        iggy_wire::put_at(out, 51, &self.dialer_history.to_wire_bytes());
+        iggy_wire::put_at(out, 52, &self.acceptor_history.to_wire_bytes());
+        out[53..56].fill(0);
+        iggy_wire::put_at(out, 56, &self.dialer_nonce);
+        iggy_wire::put_at(out, 88, &self.acceptor_nonce);
+        iggy_wire::put_at(out, 120, &self.dialer_identity.to_wire_bytes());
+        iggy_wire::put_at(out, 180, &self.acceptor_identity.to_wire_bytes());
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 240] {
+        let mut b = [0u8; 240];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for ReplicaAuthTranscript {
+    /// All-zero bytes.
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 240]).expect("zero bytes decode")
+    }
+}
+const _: () = assert!(ReplicaAuthTranscript::SIZE == 240);
+const _: () = assert!(ReplicaAuthTranscript::DOMAIN_OFFSET + 32 <= 240);
+const _: () = assert!(ReplicaAuthTranscript::CLUSTER_OFFSET + 16 <= 240);
+const _: () = assert!(ReplicaAuthTranscript::DIALER_OFFSET + 1 <= 240);
+const _: () = assert!(ReplicaAuthTranscript::ACCEPTOR_OFFSET + 1 <= 240);
+const _: () = assert!(ReplicaAuthTranscript::DIRECTION_OFFSET + 1 <= 240);
+const _: () = assert!(ReplicaAuthTranscript::DIALER_HISTORY_OFFSET + 1 <= 240);
+const _: () = assert!(ReplicaAuthTranscript::ACCEPTOR_HISTORY_OFFSET + 1 <= 240);
+const _: () = assert!(ReplicaAuthTranscript::RESERVED_OFFSET + 3 <= 240);
+const _: () = assert!(ReplicaAuthTranscript::DIALER_NONCE_OFFSET + 32 <= 240);
+const _: () = assert!(ReplicaAuthTranscript::ACCEPTOR_NONCE_OFFSET + 32 <= 240);
+const _: () = assert!(ReplicaAuthTranscript::DIALER_IDENTITY_OFFSET + 60 <= 240);
+const _: () = assert!(ReplicaAuthTranscript::ACCEPTOR_IDENTITY_OFFSET + 60 <= 240);
+impl iggy_wire::WireJson for ReplicaAuthTranscript {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"domain\":");
+        iggy_wire::WireJson::write_json(&self.domain, out);
+        out.push_str(",\"cluster\":");
+        iggy_wire::WireJson::write_json(&self.cluster, out);
+        out.push_str(",\"dialer\":");
+        iggy_wire::WireJson::write_json(&self.dialer, out);
+        out.push_str(",\"acceptor\":");
+        iggy_wire::WireJson::write_json(&self.acceptor, out);
+        out.push_str(",\"direction\":");
+        iggy_wire::WireJson::write_json(&self.direction, out);
+        out.push_str(",\"dialer_history\":");
+        iggy_wire::WireJson::write_json(&self.dialer_history, out);
+        out.push_str(",\"acceptor_history\":");
+        iggy_wire::WireJson::write_json(&self.acceptor_history, out);
+        out.push_str(",\"dialer_nonce\":");
+        iggy_wire::WireJson::write_json(&self.dialer_nonce, out);
+        out.push_str(",\"acceptor_nonce\":");
+        iggy_wire::WireJson::write_json(&self.acceptor_nonce, out);
+        out.push_str(",\"dialer_identity\":");
+        iggy_wire::WireJson::write_json(&self.dialer_identity, out);
+        out.push_str(",\"acceptor_identity\":");
+        iggy_wire::WireJson::write_json(&self.acceptor_identity, out);
+        out.push('}');
+    }
+}
+impl WireEncode for ReplicaAuthTranscript {
+    fn encoded_size(&self) -> usize {
+        240
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for ReplicaAuthTranscript {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 240)?;
         Self::decode_fixed(b)
     }
 }

@@ -139,6 +139,13 @@ pub const STRUCTS: &[StructInfo] = &[
         until: 4294967295,
     },
     StructInfo {
+        name: "ReplicaAuthTranscript",
+        module: "frames",
+        fixed: Some(240),
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
         name: "RequestStartViewHeader",
         module: "frames",
         fixed: Some(256),
@@ -1318,6 +1325,7 @@ pub fn roundtrip(name: &str, input: &[u8]) -> Option<Result<Roundtrip, WireError
         "ReplicaHelloHeader" => rt!(crate ::frames::ReplicaHelloHeader, input),
         "ReplicaChallengeHeader" => rt!(crate ::frames::ReplicaChallengeHeader, input),
         "ReplicaFinishHeader" => rt!(crate ::frames::ReplicaFinishHeader, input),
+        "ReplicaAuthTranscript" => rt!(crate ::frames::ReplicaAuthTranscript, input),
         "RequestStartViewHeader" => rt!(crate ::frames::RequestStartViewHeader, input),
         "RequestPreparesHeader" => rt!(crate ::frames::RequestPreparesHeader, input),
         "RepairPrepareHeader" => rt!(crate ::frames::RepairPrepareHeader, input),

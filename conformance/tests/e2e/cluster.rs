@@ -99,6 +99,8 @@ pub struct ClusterOptions {
     pub env: Vec<(String, String)>,
     /// The executable of node i, when not the default binary.
     pub binaries: BTreeMap<usize, PathBuf>,
+    /// Extra environment for node i only, after `env`.
+    pub node_env: BTreeMap<usize, Vec<(String, String)>>,
 }
 
 pub struct TestCluster {
@@ -137,6 +139,7 @@ impl TestCluster {
                 ));
             }
             env.extend(options.env.iter().cloned());
+            env.extend(options.node_env.get(&i).into_iter().flatten().cloned());
             let env: Vec<(&str, &str)> =
                 env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
             let id = i.to_string();
@@ -1529,6 +1532,151 @@ async fn peers_are_admitted_by_declared_identity_and_a_foreign_release_or_storag
     let client = cluster.root_client(2).await;
     let (stream, topic, _) = create_topic(&client, 1).await;
     send_to_partition(&client, &id(stream), &id(topic), 0, msgs("after", 3)).await;
+}
+
+/// `[cluster.auth]` on with `secret`, through upstream's variables.
+fn auth_env(secret: &str) -> Vec<(String, String)> {
+    vec![
+        ("IGGY_CLUSTER_AUTH_ENABLED".into(), "true".into()),
+        ("IGGY_CLUSTER_AUTH_SHARED_SECRET".into(), secret.into()),
+    ]
+}
+
+const CLUSTER_SECRET: &str = "e2e cluster secret: 32 bytes or more, same on all";
+const STRANGER_SECRET: &str = "a stranger's secret, also 32 bytes or more long";
+
+/// Waits until node i's log has a line holding every one of `parts`, and returns the log.
+async fn logged(cluster: &TestCluster, i: usize, what: &str, parts: &[&str]) -> String {
+    wait_until(
+        what,
+        Duration::from_secs(20),
+        || {
+            let log = cluster.node(i).log();
+            log.lines()
+                .any(|line| parts.iter().all(|part| line.contains(part)))
+                .then_some(log)
+        },
+        || cluster.node(i).log(),
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_sharing_a_secret_serves_the_sdk_and_keeps_a_bare_peer_off() {
+    let options = ClusterOptions {
+        env: auth_env(CLUSTER_SECRET),
+        ..Default::default()
+    };
+    let cluster = TestCluster::start_with(3, options);
+    for (i, peer) in [(2, 0), (2, 1), (1, 0)] {
+        let line = format!("replica {i}: link with replica {peer} admitted");
+        logged(&cluster, i, &format!("node {i} admits {peer}"), &[&line]).await;
+    }
+    let client = cluster.root_client(0).await;
+    let (stream, topic, groups) = create_topic(&client, 3).await;
+    cluster.wait_normal(2, &all_groups(&groups)).await;
+    for partition in 0..3u32 {
+        let sent = msgs(&format!("p{partition}"), 5);
+        send_to_partition(&client, &id(stream), &id(topic), partition, sent).await;
+    }
+    // Read back through another node: the writes were replicated over authenticated links.
+    let reader = cluster.root_client(2).await;
+    for partition in 0..3u32 {
+        let polled = poll(
+            &reader,
+            &id(stream),
+            &id(topic),
+            partition,
+            &consumer("reader"),
+            PollingStrategy::first(),
+            100,
+            false,
+        )
+        .await;
+        let want: Vec<String> = (0..5).map(|i| format!("p{partition}-{i}")).collect();
+        assert_eq!(payloads(&polled), want, "partition {partition}");
+    }
+
+    // A peer without the secret (a bare hello, as a node without [cluster.auth] sends) is
+    // told AuthRequired and closed; the node logs why.
+    use iggy_generated::frames::ReplicaHandshakeStatus;
+    let bare = hello(1, 2, |_| {});
+    let answer = tokio::task::block_in_place(|| challenge_for(cluster.replica_address(2), &bare));
+    assert_eq!(answer.status, ReplicaHandshakeStatus::AuthRequired);
+    logged(
+        &cluster,
+        2,
+        "node 2 logs the bare peer's refusal",
+        &[
+            "peer refused (AuthRequired)",
+            "`auth_mode`",
+            "does not authenticate",
+        ],
+    )
+    .await;
+    for i in 0..3 {
+        assert!(
+            !cluster.node(i).log().contains(CLUSTER_SECRET),
+            "node {i} logs the secret"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_with_another_secret_is_refused_and_both_sides_log_mac_mismatch() {
+    // Nodes 0 and 1 share the cluster's secret; node 2 holds another one.
+    let options = ClusterOptions {
+        env: auth_env(CLUSTER_SECRET),
+        node_env: BTreeMap::from([(2, auth_env(STRANGER_SECRET))]),
+        ..Default::default()
+    };
+    let cluster = TestCluster::start_with(3, options);
+    // Node 2 accepts from 0 and 1: each dialer cannot verify node 2's MAC and says so in its
+    // Finish, so both ends of each link log the reason.
+    for dialer in [0, 1] {
+        let line = format!("replica {dialer}: link with replica 2: peer refused (MacMismatch)");
+        logged(
+            &cluster,
+            dialer,
+            &format!("node {dialer} refuses node 2"),
+            &[&line, "`mac`"],
+        )
+        .await;
+        let line = format!("replica 2: link with replica {dialer}: peer refused (MacMismatch)");
+        logged(
+            &cluster,
+            2,
+            &format!("node 2 refused by node {dialer}"),
+            &[&line, "`mac`"],
+        )
+        .await;
+    }
+    let log = cluster.node(2).log();
+    assert!(
+        !log.lines()
+            .any(|l| l.contains("link with replica") && l.contains("admitted")),
+        "node 2 was never admitted:\n{log}"
+    );
+    // Nodes 0 and 1 are a quorum of three: the cluster serves without node 2.
+    logged(
+        &cluster,
+        1,
+        "node 1 admits node 0",
+        &["replica 1: link with replica 0 admitted"],
+    )
+    .await;
+    let client = cluster.root_client(0).await;
+    let (stream, topic, groups) = create_topic(&client, 1).await;
+    cluster.wait_normal(0, &groups).await;
+    cluster.wait_normal(1, &groups).await;
+    send_to_partition(&client, &id(stream), &id(topic), 0, msgs("quorum", 3)).await;
+    for i in 0..3 {
+        let log = cluster.node(i).log();
+        assert!(
+            !log.contains(CLUSTER_SECRET) && !log.contains(STRANGER_SECRET),
+            "node {i} logs a secret"
+        );
+    }
 }
 
 /// The official CLI (`iggy-cli 0.14.1-edge.2`), given a different node for each command: the

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use toml::{Table, Value};
 
 mod cluster;
-pub use cluster::{Cluster, ClusterNode, roster_env_vars, with_port};
+pub use cluster::{Cluster, ClusterAuth, ClusterNode, roster_env_vars, with_port};
 
 /// The embedded defaults, also the catalogue of every known key.
 pub const DEFAULTS: &str = include_str!("defaults.toml");
@@ -395,9 +395,15 @@ fn merge(base: &mut Table, over: &Table, prefix: &str) -> Result<(), ConfigError
             (Some(_), Value::Table(_)) => return Err(ConfigError::UnknownKey(path)),
             (Some(slot), val) => {
                 if std::mem::discriminant(slot) != std::mem::discriminant(val) {
+                    // A mistyped secret is still a secret: the error names only its key.
+                    let value = if path.ends_with("secret") {
+                        "<hidden>".to_string()
+                    } else {
+                        val.to_string()
+                    };
                     return Err(ConfigError::BadValue {
                         key: path,
-                        value: val.to_string(),
+                        value,
                         expected: type_name(slot),
                     });
                 }

@@ -9,6 +9,9 @@ use std::net::IpAddr;
 use std::time::Duration;
 use toml::{Table, Value};
 
+/// The fewest bytes a `[cluster.auth]` secret may have: a guessable secret keeps no one out.
+pub const SHARED_SECRET_MIN_BYTES: usize = 32;
+
 /// Most replicas a cluster may have (upstream's `REPLICAS_MAX`).
 pub const REPLICAS_MAX: usize = 32;
 
@@ -24,6 +27,75 @@ pub struct Cluster {
     pub view_change_status_timeout: Duration,
     /// Identical on every node; `--replica-id` picks this node's entry.
     pub nodes: Vec<ClusterNode>,
+    /// `[cluster.auth]`: the replica plane's shared secret.
+    pub auth: ClusterAuth,
+}
+
+/// `[cluster.auth]` (upstream's keys): with `enabled`, peers prove they hold `shared_secret`
+/// (or, during a rotation, `previous_shared_secret`) before their link is admitted.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ClusterAuth {
+    pub enabled: bool,
+    pub shared_secret: Secret,
+    /// Empty outside a rotation.
+    pub previous_shared_secret: Secret,
+}
+
+/// A configured secret: its Debug form shows only its length, so no log line or error
+/// message can carry it.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(text: impl Into<String>) -> Self {
+        Secret(text.into())
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Secret({} bytes)", self.0.len())
+    }
+}
+
+impl ClusterAuth {
+    /// With auth enabled, each secret given is long enough to resist guessing; the refusal
+    /// names the key and the length, never the value.
+    fn validate(&self) -> Result<(), ConfigError> {
+        if !self.enabled {
+            return Ok(());
+        }
+        let secrets = [
+            ("shared_secret", &self.shared_secret, true),
+            (
+                "previous_shared_secret",
+                &self.previous_shared_secret,
+                false,
+            ),
+        ];
+        for (key, secret, required) in secrets {
+            let length = secret.as_bytes().len();
+            if (required || length > 0) && length < SHARED_SECRET_MIN_BYTES {
+                return Err(refuse(
+                    format!("cluster.auth.{key}"),
+                    format!(
+                        "is {length} bytes; with cluster.auth.enabled it needs at least \
+                         {SHARED_SECRET_MIN_BYTES}, the same on every node (for example the \
+                         output of `openssl rand -base64 32`)"
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Default for Cluster {
@@ -37,6 +109,7 @@ impl Default for Cluster {
             view_change_retransmit_interval: Duration::from_millis(500),
             view_change_status_timeout: Duration::from_secs(5),
             nodes: Vec::new(),
+            auth: ClusterAuth::default(),
         }
     }
 }
@@ -389,7 +462,30 @@ pub(super) fn build(section: Table, nodes: &[Table]) -> Result<Cluster, ConfigEr
             .enumerate()
             .map(|(i, n)| parse_node(i, n))
             .collect::<Result<_, _>>()?,
+        auth: build_auth(&section),
     })
+}
+
+fn build_auth(section: &Table) -> ClusterAuth {
+    let auth = section
+        .get("auth")
+        .and_then(Value::as_table)
+        .expect("defaults give [cluster.auth]");
+    let secret = |key: &str| {
+        Secret::new(
+            auth.get(key)
+                .and_then(Value::as_str)
+                .expect("defaults give every [cluster.auth] key its type"),
+        )
+    };
+    ClusterAuth {
+        enabled: auth
+            .get("enabled")
+            .and_then(Value::as_bool)
+            .expect("defaults give cluster.auth.enabled its type"),
+        shared_secret: secret("shared_secret"),
+        previous_shared_secret: secret("previous_shared_secret"),
+    }
 }
 
 fn refuse(key: impl Into<String>, problem: impl Into<String>) -> ConfigError {
@@ -414,6 +510,7 @@ impl Cluster {
             ));
         }
         self.validate_timing()?;
+        self.auth.validate()?;
         if self.nodes.is_empty() {
             return Err(refuse(
                 "cluster.nodes",
@@ -660,6 +757,79 @@ mod tests {
         );
         assert_eq!(c.view_change_status_timeout, Duration::from_secs(5));
         assert!(c.nodes.is_empty());
+    }
+
+    #[test]
+    fn auth_secrets_load_from_file_or_environment_and_are_never_shown() {
+        const SECRET: &str = "0123456789abcdef0123456789abcdef";
+        const PREVIOUS: &str = "previous secret, also 32 bytes or more";
+        let off = load(Some(&three_nodes()), none).unwrap().cluster.auth;
+        assert_eq!(off, ClusterAuth::default());
+        assert!(!off.enabled && off.shared_secret.is_empty());
+        // From the file.
+        let file = format!(
+            "{}[cluster.auth]\nenabled = true\nshared_secret = \"{SECRET}\"\n",
+            three_nodes()
+        );
+        let auth = load(Some(&file), none).unwrap().cluster.auth;
+        assert!(auth.enabled);
+        assert_eq!(auth.shared_secret.as_bytes(), SECRET.as_bytes());
+        assert!(auth.previous_shared_secret.is_empty());
+        // From the environment, upstream's variable names.
+        let env = |k: &str| match k {
+            "IGGY_CLUSTER_AUTH_ENABLED" => Some("true".into()),
+            "IGGY_CLUSTER_AUTH_SHARED_SECRET" => Some(SECRET.into()),
+            "IGGY_CLUSTER_AUTH_PREVIOUS_SHARED_SECRET" => Some(PREVIOUS.into()),
+            _ => None,
+        };
+        let config = load(Some(&three_nodes()), env).unwrap();
+        let auth = &config.cluster.auth;
+        assert_eq!(auth.shared_secret, Secret::new(SECRET));
+        assert_eq!(auth.previous_shared_secret.as_bytes(), PREVIOUS.as_bytes());
+        let shown = format!("{config:?}");
+        assert!(shown.contains("Secret(32 bytes)"), "{shown}");
+        assert!(
+            !shown.contains(SECRET) && !shown.contains(PREVIOUS),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn a_short_secret_is_refused_naming_its_key_not_its_value() {
+        let with = |shared: &str, previous: &str| {
+            format!(
+                "{}[cluster.auth]\nenabled = true\nshared_secret = \"{shared}\"\n\
+                 previous_shared_secret = \"{previous}\"\n",
+                three_nodes()
+            )
+        };
+        let long = "x".repeat(SHARED_SECRET_MIN_BYTES);
+        let short = "y".repeat(SHARED_SECRET_MIN_BYTES - 1);
+        load(Some(&with(&long, "")), none).unwrap();
+        load(Some(&with(&long, &long)), none).unwrap();
+        for (file, key) in [
+            (with("", ""), "cluster.auth.shared_secret"),
+            (with(&short, ""), "cluster.auth.shared_secret"),
+            (with(&long, &short), "cluster.auth.previous_shared_secret"),
+        ] {
+            let error = load(Some(&file), none).unwrap_err();
+            assert_eq!(refused_key(&file, none), key, "{error}");
+            let text = error.to_string();
+            assert!(text.contains("at least 32"), "{text}");
+            assert!(!text.contains(&short), "{text}");
+        }
+        // Disabled, the secrets are not used and not judged.
+        let disabled =
+            with(&short, "").replace("enabled = true\nshared", "enabled = false\nshared");
+        load(Some(&disabled), none).unwrap();
+        // A mistyped secret is refused without echoing it.
+        let typed = format!(
+            "{}[cluster.auth]\nshared_secret = 123456789\n",
+            three_nodes()
+        );
+        let text = load(Some(&typed), none).unwrap_err().to_string();
+        assert!(text.contains("cluster.auth.shared_secret"), "{text}");
+        assert!(!text.contains("123456789"), "{text}");
     }
 
     #[test]

@@ -8,20 +8,117 @@
 //! The shell owns the sockets: it writes `hello`, reads 256 bytes and passes them to
 //! `admit_hello` (acceptor) or `admit_challenge` (dialer), and closes on a refusal.
 //!
+//! With `[cluster.auth]` enabled ([`PeerAuth`]) both ends also prove they hold the cluster's
+//! shared secret: each frame carries a fresh nonce from the shell, the acceptor's Ok challenge
+//! a MAC, and the dialer ends with a `ReplicaFinish` (`DialerOutcome::finish`) that the
+//! acceptor judges with `admit_finish`. Each MAC is a BLAKE3 keyed hash of the spec's
+//! `ReplicaAuthTranscript`: both ids, both nonces, both identities and histories and the
+//! direction, so it verifies for one handshake in one direction only. Possession of the
+//! secret proves membership, not which node holds it; nothing is encrypted.
+//!
 //! Both frames also carry the sender's [`MetadataHistory`]: whether its metadata group holds a
 //! history. It never decides admission; a node that starts with no metadata gathers its peers'
 //! declarations in a [`StartGate`] and refuses to format a new history into a cluster whose
 //! peers hold one (a node erased while its peers kept theirs).
 
 use iggy_generated::frames::{
-    Command, MetadataHistory, ReplicaChallengeHeader, ReplicaHandshakeStatus, ReplicaHelloHeader,
-    ReplicaIdentity,
+    Command, MetadataHistory, REPLICA_AUTH_DOMAIN, REPLICA_AUTH_KEY_CONTEXT, ReplicaAuthMode,
+    ReplicaAuthTranscript, ReplicaChallengeHeader, ReplicaFinishHeader, ReplicaHandshakeStatus,
+    ReplicaHelloHeader, ReplicaIdentity, ReplicaMacDirection,
 };
 use iggy_generated::protocol;
 use std::collections::BTreeMap;
 
 /// Every handshake frame is one header with no body.
 pub const FRAME_SIZE: usize = ReplicaHelloHeader::SIZE;
+
+/// One handshake frame.
+pub type Frame = [u8; FRAME_SIZE];
+
+/// A handshake nonce: fresh random bytes from the shell's CSPRNG for every handshake.
+pub type Nonce = [u8; ReplicaHelloHeader::NONCE_SIZE];
+
+/// A handshake MAC.
+type Mac = [u8; ReplicaFinishHeader::MAC_SIZE];
+
+/// The MAC keys `[cluster.auth]` gives this node, derived from its secrets: MACs are computed
+/// under `current` and verified under `current` or `previous` (a rolling rotation). Its Debug
+/// form never shows a key.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct PeerAuth {
+    current: [u8; 32],
+    previous: Option<[u8; 32]>,
+}
+
+impl PeerAuth {
+    /// Keys for `shared_secret` and, during a rotation, `previous_shared_secret`. The raw
+    /// secrets never enter a transcript: each key is derived from one under the spec's
+    /// `REPLICA_AUTH_KEY_CONTEXT`.
+    pub fn new(shared_secret: &[u8], previous_shared_secret: Option<&[u8]>) -> Self {
+        let key = |secret: &[u8]| blake3::derive_key(REPLICA_AUTH_KEY_CONTEXT, secret);
+        PeerAuth {
+            current: key(shared_secret),
+            previous: previous_shared_secret.map(key),
+        }
+    }
+
+    /// The key among ours under which `mac` is `transcript`'s, if any. Each comparison is
+    /// constant-time (`blake3::Hash` equality).
+    fn verifying_key(&self, transcript: &[u8], mac: &Mac) -> Option<[u8; 32]> {
+        let received = blake3::Hash::from_bytes(*mac);
+        [Some(self.current), self.previous]
+            .into_iter()
+            .flatten()
+            .find(|key| blake3::keyed_hash(key, transcript) == received)
+    }
+}
+
+impl std::fmt::Debug for PeerAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "PeerAuth {{ previous_shared_secret: {} }}",
+            if self.previous.is_some() {
+                "set"
+            } else {
+                "unset"
+            }
+        )
+    }
+}
+
+fn mac_of(key: &[u8; 32], transcript: &[u8]) -> Mac {
+    *blake3::keyed_hash(key, transcript).as_bytes()
+}
+
+/// What a MAC in `direction` covers: the hello and the challenge of one handshake.
+fn transcript(
+    hello: &ReplicaHelloHeader,
+    challenge: &ReplicaChallengeHeader,
+    direction: ReplicaMacDirection,
+) -> [u8; ReplicaAuthTranscript::SIZE] {
+    ReplicaAuthTranscript {
+        domain: REPLICA_AUTH_DOMAIN,
+        cluster: hello.cluster,
+        dialer: hello.replica,
+        acceptor: challenge.replica,
+        direction,
+        dialer_history: hello.metadata_history,
+        acceptor_history: challenge.metadata_history,
+        dialer_nonce: hello.nonce,
+        acceptor_nonce: challenge.nonce,
+        dialer_identity: hello.identity,
+        acceptor_identity: challenge.identity,
+    }
+    .to_bytes()
+}
+
+fn auth_mode(local: &Local) -> ReplicaAuthMode {
+    match local.auth {
+        Some(_) => ReplicaAuthMode::SharedSecret,
+        None => ReplicaAuthMode::Off,
+    }
+}
 
 /// The seal covers everything after the checksum itself (bytes 16..256).
 const SEALED_FROM: usize = ReplicaHelloHeader::CHECKSUM_BODY_OFFSET;
@@ -35,6 +132,8 @@ pub struct Local {
     /// Roster size: peers' ids are below it.
     pub replica_count: u8,
     pub identity: ReplicaIdentity,
+    /// `[cluster.auth]`: `None` when it is disabled.
+    pub auth: Option<PeerAuth>,
 }
 
 /// An admitted peer: who it is, what it runs, and whether it holds a metadata history (as its
@@ -61,7 +160,14 @@ pub struct Refusal {
 
 impl std::fmt::Display for Refusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "peer refused: `{}` {}", self.field, self.detail)
+        match self.status {
+            Some(status) => write!(
+                f,
+                "peer refused ({status:?}): `{}` {}",
+                self.field, self.detail
+            ),
+            None => write!(f, "peer refused: `{}` {}", self.field, self.detail),
+        }
     }
 }
 
@@ -105,7 +211,9 @@ fn seal_holds(frame: &[u8]) -> bool {
 }
 
 /// The dialer's first frame, to the replica its roster names `target`, declaring `history`.
-pub fn hello(local: &Local, target: u8, history: MetadataHistory) -> [u8; FRAME_SIZE] {
+/// `nonce` is written only with auth on (the frame of a node without auth carries zeros).
+pub fn hello(local: &Local, target: u8, history: MetadataHistory, nonce: Nonce) -> Frame {
+    let mode = auth_mode(local);
     let mut frame = ReplicaHelloHeader {
         checksum: 0,
         checksum_body: 0,
@@ -116,9 +224,10 @@ pub fn hello(local: &Local, target: u8, history: MetadataHistory) -> [u8; FRAME_
         command: Command::ReplicaHello,
         replica: local.replica,
         reserved_frame: [0; 66],
-        nonce: [0; 32],
+        nonce: with_auth(mode, nonce),
         target,
         metadata_history: history,
+        auth_mode: mode,
         identity: local.identity,
     }
     .to_bytes();
@@ -126,14 +235,25 @@ pub fn hello(local: &Local, target: u8, history: MetadataHistory) -> [u8; FRAME_
     frame
 }
 
-/// The acceptor's answer: `Ok`, or the status of the refusal it is about to close with, and
-/// the acceptor's own `history`.
+fn with_auth(mode: ReplicaAuthMode, nonce: Nonce) -> Nonce {
+    match mode {
+        ReplicaAuthMode::SharedSecret => nonce,
+        ReplicaAuthMode::Off => [0; 32],
+    }
+}
+
+/// The acceptor's answer to `hello`: `Ok`, or the status of the refusal it is about to close
+/// with, and the acceptor's own `history`. An Ok answer with auth on carries `nonce` and the
+/// acceptor's MAC; `hello` must then be one `admit_hello` admitted.
 pub fn challenge(
     local: &Local,
     status: ReplicaHandshakeStatus,
     history: MetadataHistory,
-) -> [u8; FRAME_SIZE] {
-    let mut frame = ReplicaChallengeHeader {
+    nonce: Nonce,
+    hello: &[u8],
+) -> Frame {
+    let mode = auth_mode(local);
+    let mut header = ReplicaChallengeHeader {
         checksum: 0,
         checksum_body: 0,
         cluster: local.cluster,
@@ -147,7 +267,36 @@ pub fn challenge(
         mac: [0; 32],
         status,
         metadata_history: history,
+        auth_mode: mode,
         identity: local.identity,
+    };
+    if let (ReplicaHandshakeStatus::Ok, Some(auth)) = (status, local.auth) {
+        let hello = ReplicaHelloHeader::decode_fixed(hello).expect("an admitted hello decodes");
+        header.nonce = nonce;
+        let covered = transcript(&hello, &header, ReplicaMacDirection::Acceptor);
+        header.mac = mac_of(&auth.current, &covered);
+    }
+    let mut frame = header.to_bytes();
+    seal(&mut frame);
+    frame
+}
+
+/// The dialer's last frame with auth on: its MAC under `key`, or (`status` not Ok) why it
+/// refuses the challenge, with no MAC: a dialer never proves itself to an acceptor that did
+/// not prove itself first.
+fn finish(local: &Local, status: ReplicaHandshakeStatus, mac: Mac) -> Frame {
+    let mut frame = ReplicaFinishHeader {
+        checksum: 0,
+        checksum_body: 0,
+        cluster: local.cluster,
+        size: FRAME_SIZE as u32,
+        view: 0,
+        release: 0,
+        command: Command::ReplicaFinish,
+        replica: local.replica,
+        reserved_frame: [0; 66],
+        mac,
+        status,
     }
     .to_bytes();
     seal(&mut frame);
@@ -193,11 +342,13 @@ fn undecodable(error: iggy_wire::WireError) -> Refusal {
 }
 
 /// The acceptor's decision on a dialer's `ReplicaHello`. On `Ok` it answers
-/// `challenge(local, Ok)`; on a refusal with a status it answers that status, then closes.
+/// `challenge(local, Ok, ..)` (and with auth on reads a Finish for `admit_finish`); on a
+/// refusal with a status it answers that status, then closes.
 pub fn admit_hello(local: &Local, frame: &[u8]) -> Result<Admitted, Refusal> {
     unsealed(frame, Command::ReplicaHello)?;
     let hello = ReplicaHelloHeader::decode_fixed(frame).map_err(undecodable)?;
     compare_cluster(local, hello.cluster)?;
+    compare_auth_mode(local, hello.replica, hello.auth_mode)?;
     // The dialer's roster and ours disagree about who listens here.
     if hello.target != local.replica {
         return Err(Refusal {
@@ -227,10 +378,49 @@ pub fn admit_hello(local: &Local, frame: &[u8]) -> Result<Admitted, Refusal> {
     })
 }
 
+/// The dialer's verdict on a challenge, and the Finish to write before acting on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DialerOutcome {
+    pub verdict: Result<Admitted, Refusal>,
+    /// With auth on, after a sealed Ok challenge: this node's MAC, or the status of its
+    /// refusal so the acceptor's log says why too. `None` otherwise.
+    pub finish: Option<Frame>,
+}
+
 /// The dialer's decision on the acceptor's `ReplicaChallenge`, `peer` being the replica it
-/// dialed. A non-Ok status is the acceptor's refusal; the dialer still compares the identities
-/// so its own log names the field that differs.
-pub fn admit_challenge(local: &Local, peer: u8, frame: &[u8]) -> Result<Admitted, Refusal> {
+/// dialed and `hello` the frame it sent. A non-Ok status is the acceptor's refusal; the dialer
+/// still compares the identities so its own log names the field that differs.
+pub fn admit_challenge(local: &Local, peer: u8, hello: &Frame, frame: &[u8]) -> DialerOutcome {
+    let mut finish_key = None;
+    let verdict = judge_challenge(local, peer, hello, frame, &mut finish_key);
+    // The acceptor waits for a Finish only after a sealed Ok challenge of its own.
+    let answered_ok = frame.len() == FRAME_SIZE
+        && seal_holds(frame)
+        && frame[ReplicaChallengeHeader::COMMAND_OFFSET] == Command::ReplicaChallenge as u8
+        && frame[ReplicaChallengeHeader::STATUS_OFFSET] == ReplicaHandshakeStatus::Ok as u8;
+    let finish = match (&verdict, local.auth.is_some() && answered_ok) {
+        (_, false) => None,
+        (Ok(_), true) => finish_key.map(|mac| finish(local, ReplicaHandshakeStatus::Ok, mac)),
+        (Err(refusal), true) => {
+            let status = refusal
+                .status
+                .unwrap_or(ReplicaHandshakeStatus::UnknownCommand);
+            Some(finish(local, status, [0; 32]))
+        }
+    };
+    DialerOutcome { verdict, finish }
+}
+
+/// `admit_challenge`'s checks; on admission with auth on, `finish_mac` gets this node's MAC,
+/// computed under the key that verified the acceptor's (during a rotation the acceptor may
+/// hold only our previous secret, and it has just proven which one it holds).
+fn judge_challenge(
+    local: &Local,
+    peer: u8,
+    hello: &Frame,
+    frame: &[u8],
+    finish_mac: &mut Option<Mac>,
+) -> Result<Admitted, Refusal> {
     unsealed(frame, Command::ReplicaChallenge)?;
     let answer = ReplicaChallengeHeader::decode_fixed(frame).map_err(undecodable)?;
     compare_cluster(local, answer.cluster)?;
@@ -245,11 +435,16 @@ pub fn admit_challenge(local: &Local, peer: u8, frame: &[u8]) -> Result<Admitted
         });
     }
     compare_identity(&local.identity, &answer.identity)?;
+    if answer.status == ReplicaHandshakeStatus::AuthRequired {
+        // The acceptor's auth mode is not ours; say which side has it.
+        compare_auth_mode(local, peer, answer.auth_mode)?;
+    }
     if answer.status != ReplicaHandshakeStatus::Ok {
-        // Cluster and identity were compared above; what is left to name is the acceptor's
-        // view of the replica ids, or a status without a field of its own.
+        // Cluster, identity and auth mode were compared above; what is left to name is the
+        // acceptor's view of the replica ids, or a status without a field of its own.
         let field = match answer.status {
             ReplicaHandshakeStatus::DirectionalRule => "replica",
+            ReplicaHandshakeStatus::AuthRequired => "auth_mode",
             _ => "status",
         };
         return Err(Refusal {
@@ -258,10 +453,108 @@ pub fn admit_challenge(local: &Local, peer: u8, frame: &[u8]) -> Result<Admitted
             detail: format!("replica {peer} refused this replica: {:?}", answer.status),
         });
     }
+    compare_auth_mode(local, peer, answer.auth_mode)?;
+    if let Some(auth) = local.auth {
+        let hello = ReplicaHelloHeader::decode_fixed(hello).expect("our own hello decodes");
+        let covered = transcript(&hello, &answer, ReplicaMacDirection::Acceptor);
+        let Some(key) = auth.verifying_key(&covered, &answer.mac) else {
+            return Err(mac_mismatch(peer));
+        };
+        let ours = transcript(&hello, &answer, ReplicaMacDirection::Dialer);
+        *finish_mac = Some(mac_of(&key, &ours));
+    }
     Ok(Admitted {
         replica: answer.replica,
         identity: answer.identity,
         history: answer.metadata_history,
+    })
+}
+
+/// The acceptor's decision, with auth on, on the dialer's `ReplicaFinish` that follows the
+/// `hello` it admitted and the Ok `challenge` it answered with.
+pub fn admit_finish(
+    local: &Local,
+    hello: &[u8],
+    challenge: &Frame,
+    frame: &[u8],
+) -> Result<(), Refusal> {
+    let auth = local.auth.expect("a Finish is read only with auth on");
+    let hello = ReplicaHelloHeader::decode_fixed(hello).expect("an admitted hello decodes");
+    let challenge = ReplicaChallengeHeader::decode_fixed(challenge).expect("our challenge");
+    unsealed(frame, Command::ReplicaFinish)?;
+    let finish = ReplicaFinishHeader::decode_fixed(frame).map_err(undecodable)?;
+    compare_cluster(local, finish.cluster)?;
+    if finish.replica != hello.replica {
+        return Err(Refusal {
+            status: Some(ReplicaHandshakeStatus::DirectionalRule),
+            field: "replica",
+            detail: format!(
+                "replica {} finished the handshake replica {} began",
+                finish.replica, hello.replica
+            ),
+        });
+    }
+    match finish.status {
+        ReplicaHandshakeStatus::Ok => {}
+        ReplicaHandshakeStatus::MacMismatch => {
+            return Err(Refusal {
+                status: Some(ReplicaHandshakeStatus::MacMismatch),
+                field: "mac",
+                detail: format!(
+                    "replica {} could not verify this replica's MAC: its \
+                     cluster.auth.shared_secret (and previous_shared_secret) differ from this \
+                     replica's",
+                    hello.replica
+                ),
+            });
+        }
+        status => {
+            return Err(Refusal {
+                status: Some(status),
+                field: "status",
+                detail: format!("replica {} refused this replica: {status:?}", hello.replica),
+            });
+        }
+    }
+    let covered = transcript(&hello, &challenge, ReplicaMacDirection::Dialer);
+    match auth.verifying_key(&covered, &finish.mac) {
+        Some(_) => Ok(()),
+        None => Err(mac_mismatch(hello.replica)),
+    }
+}
+
+fn mac_mismatch(peer: u8) -> Refusal {
+    Refusal {
+        status: Some(ReplicaHandshakeStatus::MacMismatch),
+        field: "mac",
+        detail: format!(
+            "replica {peer}'s MAC does not verify under this replica's \
+             cluster.auth.shared_secret or previous_shared_secret: the secrets differ, or the \
+             frame was replayed or forged"
+        ),
+    }
+}
+
+/// Both ends must agree on whether the cluster authenticates; which one has it is named.
+fn compare_auth_mode(local: &Local, peer: u8, theirs: ReplicaAuthMode) -> Result<(), Refusal> {
+    let ours = auth_mode(local);
+    if ours == theirs {
+        return Ok(());
+    }
+    let detail = match ours {
+        ReplicaAuthMode::SharedSecret => format!(
+            "replica {peer} does not authenticate, and cluster.auth.enabled is true here: \
+             enable [cluster.auth] with the same shared_secret on every node"
+        ),
+        ReplicaAuthMode::Off => format!(
+            "replica {peer} requires a shared secret, and cluster.auth.enabled is false here: \
+             enable [cluster.auth] with the same shared_secret on every node"
+        ),
+    };
+    Err(Refusal {
+        status: Some(ReplicaHandshakeStatus::AuthRequired),
+        field: "auth_mode",
+        detail,
     })
 }
 
@@ -475,8 +768,36 @@ mod tests {
             replica: id,
             replica_count: 3,
             identity: local_identity(),
+            auth: None,
         }
     }
+
+    /// A hello without auth: its nonce is never written.
+    fn plain_hello(local: &Local, target: u8, history: MetadataHistory) -> Frame {
+        assert!(local.auth.is_none());
+        hello(local, target, history, DIALER_NONCE)
+    }
+
+    /// A challenge without auth: no MAC, so no hello to cover.
+    fn plain_challenge(
+        local: &Local,
+        status: ReplicaHandshakeStatus,
+        history: MetadataHistory,
+    ) -> Frame {
+        assert!(local.auth.is_none());
+        challenge(local, status, history, ACCEPTOR_NONCE, &[])
+    }
+
+    /// The dialer's verdict without auth, where no Finish follows.
+    fn plain_verdict(local: &Local, peer: u8, frame: &[u8]) -> Result<Admitted, Refusal> {
+        assert!(local.auth.is_none());
+        let outcome = admit_challenge(local, peer, &[0; FRAME_SIZE], frame);
+        assert_eq!(outcome.finish, None);
+        outcome.verdict
+    }
+
+    const DIALER_NONCE: Nonce = [0xd1; 32];
+    const ACCEPTOR_NONCE: Nonce = [0xa2; 32];
 
     /// Both directions of one link: the acceptor's verdict on the dialer's hello, then the
     /// dialer's verdict on the acceptor's answer.
@@ -486,18 +807,276 @@ mod tests {
     ) -> (Result<Admitted, Refusal>, Result<Admitted, Refusal>) {
         let at_acceptor = admit_hello(
             acceptor,
-            &hello(dialer, acceptor.replica, MetadataHistory::Absent),
+            &plain_hello(dialer, acceptor.replica, MetadataHistory::Absent),
         );
         let status = match &at_acceptor {
             Ok(_) => ReplicaHandshakeStatus::Ok,
             Err(refusal) => refusal.status.unwrap(),
         };
-        let at_dialer = admit_challenge(
+        let at_dialer = plain_verdict(
             dialer,
             acceptor.replica,
-            &challenge(acceptor, status, MetadataHistory::Absent),
+            &plain_challenge(acceptor, status, MetadataHistory::Absent),
         );
         (at_acceptor, at_dialer)
+    }
+
+    const SECRET: &str = "a shared secret of at least 32 bytes, same everywhere";
+    const OTHER_SECRET: &str = "another secret of at least 32 bytes, on one node only";
+
+    /// Replica `id` with `[cluster.auth]` on: `secret`, and `previous` during a rotation.
+    fn keyed(id: u8, secret: &str, previous: Option<&str>) -> Local {
+        Local {
+            auth: Some(PeerAuth::new(
+                secret.as_bytes(),
+                previous.map(str::as_bytes),
+            )),
+            ..replica(id)
+        }
+    }
+
+    /// One whole handshake as the shell runs it: each side's verdict and the frames it saw.
+    struct Exchange {
+        at_acceptor: Result<Admitted, Refusal>,
+        at_dialer: Result<Admitted, Refusal>,
+        hello: Frame,
+        challenge: Frame,
+        finish: Option<Frame>,
+    }
+
+    fn exchange(dialer: &Local, acceptor: &Local, acceptor_nonce: Nonce) -> Exchange {
+        let hello = hello(
+            dialer,
+            acceptor.replica,
+            MetadataHistory::Absent,
+            DIALER_NONCE,
+        );
+        let admitted = admit_hello(acceptor, &hello);
+        let status = match &admitted {
+            Ok(_) => ReplicaHandshakeStatus::Ok,
+            Err(refusal) => refusal.status.unwrap(),
+        };
+        let challenge = challenge(
+            acceptor,
+            status,
+            MetadataHistory::Held,
+            acceptor_nonce,
+            &hello,
+        );
+        let outcome = admit_challenge(dialer, acceptor.replica, &hello, &challenge);
+        let at_acceptor = match (admitted, &outcome.finish, acceptor.auth) {
+            (Ok(admitted), Some(finish), Some(_)) => {
+                admit_finish(acceptor, &hello, &challenge, finish).map(|()| admitted)
+            }
+            (Ok(_), None, Some(_)) => panic!("an authenticating acceptor admitted a bare hello"),
+            (verdict, _, _) => verdict,
+        };
+        Exchange {
+            at_acceptor,
+            at_dialer: outcome.verdict,
+            hello,
+            challenge,
+            finish: outcome.finish,
+        }
+    }
+
+    fn reason(verdict: &Result<Admitted, Refusal>) -> (Option<ReplicaHandshakeStatus>, &str) {
+        let refusal = verdict.as_ref().expect_err("a refusal");
+        (refusal.status, refusal.field)
+    }
+
+    fn resealed(mut frame: Frame, change: impl FnOnce(&mut Frame)) -> Frame {
+        change(&mut frame);
+        seal(&mut frame);
+        frame
+    }
+
+    #[test]
+    fn matching_secrets_are_admitted_both_ways_with_nonces_and_macs_on_the_wire() {
+        let run = exchange(
+            &keyed(0, SECRET, None),
+            &keyed(2, SECRET, None),
+            ACCEPTOR_NONCE,
+        );
+        assert_eq!(run.at_acceptor.unwrap().replica, 0);
+        let at_dialer = run.at_dialer.unwrap();
+        assert_eq!(
+            (at_dialer.replica, at_dialer.history),
+            (2, MetadataHistory::Held)
+        );
+        let hello = ReplicaHelloHeader::decode_fixed(&run.hello).unwrap();
+        assert_eq!(
+            (hello.auth_mode, hello.nonce),
+            (ReplicaAuthMode::SharedSecret, DIALER_NONCE)
+        );
+        let challenge = ReplicaChallengeHeader::decode_fixed(&run.challenge).unwrap();
+        assert_eq!(
+            (challenge.auth_mode, challenge.nonce),
+            (ReplicaAuthMode::SharedSecret, ACCEPTOR_NONCE)
+        );
+        let finish = ReplicaFinishHeader::decode_fixed(&run.finish.unwrap()).unwrap();
+        assert_eq!(finish.status, ReplicaHandshakeStatus::Ok);
+        // The two MACs cover one transcript in two directions: never the same bytes.
+        assert_ne!(challenge.mac, [0; 32]);
+        assert_ne!(finish.mac, challenge.mac);
+        // Without auth no nonce is written and no Finish follows.
+        let plain = exchange(&replica(0), &replica(2), ACCEPTOR_NONCE);
+        assert!(plain.at_acceptor.is_ok() && plain.at_dialer.is_ok());
+        assert_eq!(plain.finish, None);
+        let hello = ReplicaHelloHeader::decode_fixed(&plain.hello).unwrap();
+        assert_eq!(
+            (hello.auth_mode, hello.nonce),
+            (ReplicaAuthMode::Off, [0; 32])
+        );
+    }
+
+    #[test]
+    fn a_wrong_secret_is_refused_on_both_sides_as_mac_mismatch_and_never_shown() {
+        for (dialer, acceptor) in [
+            (keyed(0, SECRET, None), keyed(2, OTHER_SECRET, None)),
+            (keyed(0, OTHER_SECRET, None), keyed(2, SECRET, None)),
+        ] {
+            let run = exchange(&dialer, &acceptor, ACCEPTOR_NONCE);
+            let mac_mismatch = (Some(ReplicaHandshakeStatus::MacMismatch), "mac");
+            assert_eq!(reason(&run.at_dialer), mac_mismatch);
+            // The acceptor learns it from the Finish, which carries no MAC of the dialer's.
+            assert_eq!(reason(&run.at_acceptor), mac_mismatch);
+            let finish = ReplicaFinishHeader::decode_fixed(&run.finish.unwrap()).unwrap();
+            assert_eq!(
+                (finish.status, finish.mac),
+                (ReplicaHandshakeStatus::MacMismatch, [0; 32])
+            );
+            for refusal in [run.at_dialer.unwrap_err(), run.at_acceptor.unwrap_err()] {
+                let line = refusal.to_string();
+                assert!(line.contains("(MacMismatch)"), "{line}");
+                assert!(line.contains("shared_secret"), "{line}");
+                for secret in [SECRET, OTHER_SECRET] {
+                    assert!(!line.contains(secret), "{line}");
+                }
+            }
+        }
+        let shown = format!("{:?}", keyed(0, SECRET, Some(OTHER_SECRET)));
+        assert!(shown.contains("PeerAuth"), "{shown}");
+        let key = blake3::derive_key(REPLICA_AUTH_KEY_CONTEXT, SECRET.as_bytes());
+        for hidden in [SECRET.to_string(), format!("{:?}", key[0..4].to_vec())] {
+            assert!(!shown.contains(&hidden), "{shown}");
+        }
+    }
+
+    #[test]
+    fn auth_on_one_side_only_is_refused_on_both_sides_as_auth_required() {
+        for (dialer, acceptor) in [
+            (keyed(0, SECRET, None), replica(2)),
+            (replica(0), keyed(2, SECRET, None)),
+        ] {
+            let run = exchange(&dialer, &acceptor, ACCEPTOR_NONCE);
+            let auth_required = (Some(ReplicaHandshakeStatus::AuthRequired), "auth_mode");
+            assert_eq!(reason(&run.at_acceptor), auth_required);
+            assert_eq!(reason(&run.at_dialer), auth_required);
+            assert_eq!(run.finish, None, "the acceptor has closed already");
+            // Each side says which of the two has auth.
+            let keyed_side = if dialer.auth.is_some() {
+                run.at_dialer.unwrap_err()
+            } else {
+                run.at_acceptor.unwrap_err()
+            };
+            assert!(
+                keyed_side.detail.contains("does not authenticate"),
+                "{keyed_side}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_finish_replayed_from_another_handshake_or_reflected_is_refused() {
+        let (dialer, acceptor) = (keyed(0, SECRET, None), keyed(2, SECRET, None));
+        let recorded = exchange(&dialer, &acceptor, ACCEPTOR_NONCE);
+        let replayed = recorded.finish.unwrap();
+        // A new handshake: the acceptor draws a new nonce, and the old Finish no longer fits.
+        let fresh = exchange(&dialer, &acceptor, [0x5e; 32]);
+        assert!(fresh.at_acceptor.is_ok());
+        let refusal =
+            admit_finish(&acceptor, &fresh.hello, &fresh.challenge, &replayed).unwrap_err();
+        assert_eq!(
+            (refusal.status, refusal.field),
+            (Some(ReplicaHandshakeStatus::MacMismatch), "mac"),
+            "{refusal}"
+        );
+        // The acceptor's own MAC sent back as the dialer's: the direction differs.
+        let challenge = ReplicaChallengeHeader::decode_fixed(&fresh.challenge).unwrap();
+        let reflected = finish(&dialer, ReplicaHandshakeStatus::Ok, challenge.mac);
+        let refusal =
+            admit_finish(&acceptor, &fresh.hello, &fresh.challenge, &reflected).unwrap_err();
+        assert_eq!(refusal.field, "mac", "{refusal}");
+        // The right Finish of that handshake still passes.
+        admit_finish(
+            &acceptor,
+            &fresh.hello,
+            &fresh.challenge,
+            &fresh.finish.unwrap(),
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn the_previous_secret_is_accepted_so_a_rotation_rolls_through_three_restarts() {
+        const OLD: &str = SECRET;
+        const NEW: &str = OTHER_SECRET;
+        // The states of a node through the rotation, and the pairs each roll mixes.
+        let start = |id| keyed(id, OLD, None);
+        let roll_1 = |id| keyed(id, OLD, Some(NEW));
+        let roll_2 = |id| keyed(id, NEW, Some(OLD));
+        let roll_3 = |id| keyed(id, NEW, None);
+        let mixed: [(fn(u8) -> Local, fn(u8) -> Local); 3] =
+            [(start, roll_1), (roll_1, roll_2), (roll_2, roll_3)];
+        for (before, after) in mixed {
+            for (dialer, acceptor) in [(before(0), after(2)), (after(0), before(2))] {
+                let run = exchange(&dialer, &acceptor, ACCEPTOR_NONCE);
+                assert!(run.at_dialer.is_ok(), "{:?}", run.at_dialer);
+                assert!(run.at_acceptor.is_ok(), "{:?}", run.at_acceptor);
+            }
+        }
+        // A node on the new secret meets one that never heard of it: refused (the reason
+        // for the first roll).
+        let run = exchange(&start(0), &roll_2(2), ACCEPTOR_NONCE);
+        assert_eq!(
+            reason(&run.at_dialer),
+            (Some(ReplicaHandshakeStatus::MacMismatch), "mac")
+        );
+    }
+
+    #[test]
+    fn a_forged_mac_or_a_changed_covered_field_is_refused() {
+        let (dialer, acceptor) = (keyed(0, SECRET, None), keyed(2, SECRET, None));
+        let run = exchange(&dialer, &acceptor, ACCEPTOR_NONCE);
+        let mac_mismatch = (Some(ReplicaHandshakeStatus::MacMismatch), "mac");
+        // One bit of the acceptor's MAC, resealed (the seal is a checksum, not a secret).
+        let forged = resealed(run.challenge, |f| {
+            f[ReplicaChallengeHeader::MAC_OFFSET + 7] ^= 0x10
+        });
+        let outcome = admit_challenge(&dialer, 2, &run.hello, &forged);
+        assert_eq!(reason(&outcome.verdict), mac_mismatch);
+        // A field the MAC covers, changed on the way: the acceptor's declared history.
+        let changed = resealed(run.challenge, |f| {
+            f[ReplicaChallengeHeader::METADATA_HISTORY_OFFSET] = MetadataHistory::Absent as u8
+        });
+        let outcome = admit_challenge(&dialer, 2, &run.hello, &changed);
+        assert_eq!(reason(&outcome.verdict), mac_mismatch);
+        // One bit of the dialer's MAC.
+        let forged = resealed(run.finish.unwrap(), |f| {
+            f[ReplicaFinishHeader::MAC_OFFSET] ^= 1
+        });
+        let refusal = admit_finish(&acceptor, &run.hello, &run.challenge, &forged).unwrap_err();
+        assert_eq!((refusal.status, refusal.field), mac_mismatch);
+        // A short answer is refused by its size, and no Finish follows it.
+        let outcome = admit_challenge(&dialer, 2, &run.hello, &run.challenge[..200]);
+        assert_eq!(reason(&outcome.verdict), (None, "size"));
+        assert_eq!(outcome.finish, None);
+        // A Finish whose seal does not hold is not read at all.
+        let mut torn = run.finish.unwrap();
+        torn[ReplicaFinishHeader::MAC_OFFSET] ^= 1;
+        let refusal = admit_finish(&acceptor, &run.hello, &run.challenge, &torn).unwrap_err();
+        assert_eq!((refusal.status, refusal.field), (None, "checksum"));
     }
 
     #[test]
@@ -515,11 +1094,11 @@ mod tests {
     #[test]
     fn frames_match_the_spec_examples_seal_included() {
         assert_eq!(
-            hello(&replica(0), 2, MetadataHistory::Absent).to_vec(),
+            plain_hello(&replica(0), 2, MetadataHistory::Absent).to_vec(),
             bytes(HELLO_FROM_0)
         );
         assert_eq!(
-            challenge(
+            plain_challenge(
                 &replica(2),
                 ReplicaHandshakeStatus::Ok,
                 MetadataHistory::Absent
@@ -555,7 +1134,7 @@ mod tests {
             0
         );
         assert_eq!(
-            admit_challenge(&replica(0), 2, &bytes(CHALLENGE_OK_FROM_2))
+            plain_verdict(&replica(0), 2, &bytes(CHALLENGE_OK_FROM_2))
                 .unwrap()
                 .replica,
             2
@@ -616,7 +1195,7 @@ mod tests {
             assert_eq!(at_dialer.unwrap_err().field, field);
         }
         let refusal =
-            admit_challenge(&replica(0), 2, &bytes(CHALLENGE_OLD_STORAGE_FROM_2)).unwrap_err();
+            plain_verdict(&replica(0), 2, &bytes(CHALLENGE_OLD_STORAGE_FROM_2)).unwrap_err();
         assert_eq!(refusal.field, "storage_marker", "{refusal}");
         assert!(
             refusal.detail.contains("IGGY-OWNERSHIP-HISTORY-4"),
@@ -629,7 +1208,7 @@ mod tests {
         let refused = |dialer: u8, acceptor: Local| {
             admit_hello(
                 &acceptor,
-                &hello(&replica(dialer), acceptor.replica, MetadataHistory::Absent),
+                &plain_hello(&replica(dialer), acceptor.replica, MetadataHistory::Absent),
             )
             .unwrap_err()
         };
@@ -645,7 +1224,7 @@ mod tests {
         // A replica id outside the acceptor's roster.
         let refusal = admit_hello(
             &replica(2),
-            &hello(
+            &plain_hello(
                 &Local {
                     replica_count: 9,
                     ..replica(7)
@@ -659,13 +1238,15 @@ mod tests {
         // Rosters that disagree about who listens at an address: replica 0 dialed what its
         // roster calls replica 1 and reached replica 2. Both sides name `replica`.
         let (at_acceptor, at_dialer) = {
-            let at_acceptor =
-                admit_hello(&replica(2), &hello(&replica(0), 1, MetadataHistory::Absent));
+            let at_acceptor = admit_hello(
+                &replica(2),
+                &plain_hello(&replica(0), 1, MetadataHistory::Absent),
+            );
             let status = at_acceptor.as_ref().unwrap_err().status.unwrap();
-            let at_dialer = admit_challenge(
+            let at_dialer = plain_verdict(
                 &replica(0),
                 1,
-                &challenge(&replica(2), status, MetadataHistory::Absent),
+                &plain_challenge(&replica(2), status, MetadataHistory::Absent),
             );
             (at_acceptor.unwrap_err(), at_dialer.unwrap_err())
         };
@@ -680,10 +1261,10 @@ mod tests {
         );
         assert_eq!(at_dialer.field, "replica", "{at_dialer}");
         // The dialer expects the replica it dialed to answer.
-        let refusal = admit_challenge(
+        let refusal = plain_verdict(
             &replica(0),
             1,
-            &challenge(
+            &plain_challenge(
                 &replica(2),
                 ReplicaHandshakeStatus::Ok,
                 MetadataHistory::Absent,
@@ -707,7 +1288,7 @@ mod tests {
 
     #[test]
     fn a_bad_seal_is_refused_before_any_field_is_read() {
-        let good = hello(&replica(0), 2, MetadataHistory::Absent);
+        let good = plain_hello(&replica(0), 2, MetadataHistory::Absent);
         // A torn frame: the identity's tail never arrived (zeroed), so the seal fails.
         let mut torn = good;
         torn[240..].fill(0);
@@ -724,14 +1305,14 @@ mod tests {
                 "{refusal}"
             );
         }
-        let mut answer = challenge(
+        let mut answer = plain_challenge(
             &replica(2),
             ReplicaHandshakeStatus::Ok,
             MetadataHistory::Absent,
         );
         answer[ReplicaChallengeHeader::STATUS_OFFSET] = 99;
         assert_eq!(
-            admit_challenge(&replica(0), 2, &answer).unwrap_err().field,
+            plain_verdict(&replica(0), 2, &answer).unwrap_err().field,
             "checksum"
         );
         assert_eq!(
@@ -741,7 +1322,7 @@ mod tests {
         // Sealed, but the wrong frame for this side.
         let refusal = admit_hello(
             &replica(2),
-            &challenge(
+            &plain_challenge(
                 &replica(0),
                 ReplicaHandshakeStatus::Ok,
                 MetadataHistory::Absent,
@@ -753,10 +1334,25 @@ mod tests {
 
     #[test]
     fn an_acceptors_refusal_reaches_the_dialer() {
-        let refusal = admit_challenge(
+        let refusal = plain_verdict(
             &replica(0),
             2,
-            &challenge(
+            &plain_challenge(
+                &replica(2),
+                ReplicaHandshakeStatus::UnknownCommand,
+                MetadataHistory::Absent,
+            ),
+        )
+        .unwrap_err();
+        assert_eq!(
+            (refusal.status, refusal.field),
+            (Some(ReplicaHandshakeStatus::UnknownCommand), "status")
+        );
+        // An auth refusal names the auth mode, even from an acceptor whose mode is ours.
+        let refusal = plain_verdict(
+            &replica(0),
+            2,
+            &plain_challenge(
                 &replica(2),
                 ReplicaHandshakeStatus::AuthRequired,
                 MetadataHistory::Absent,
@@ -765,7 +1361,7 @@ mod tests {
         .unwrap_err();
         assert_eq!(
             (refusal.status, refusal.field),
-            (Some(ReplicaHandshakeStatus::AuthRequired), "status")
+            (Some(ReplicaHandshakeStatus::AuthRequired), "auth_mode")
         );
     }
 
@@ -773,23 +1369,23 @@ mod tests {
     fn each_side_declares_its_history_and_the_declaration_never_decides_admission() {
         use MetadataHistory::{Absent, Held};
         for (dialer_history, acceptor_history) in [(Held, Absent), (Absent, Held), (Held, Held)] {
-            let frame = hello(&replica(0), 2, dialer_history);
+            let frame = plain_hello(&replica(0), 2, dialer_history);
             assert_eq!(
                 frame[ReplicaHelloHeader::METADATA_HISTORY_OFFSET],
                 dialer_history as u8
             );
             let at_acceptor = admit_hello(&replica(2), &frame).unwrap();
             assert_eq!(at_acceptor.history, dialer_history);
-            let answer = challenge(&replica(2), ReplicaHandshakeStatus::Ok, acceptor_history);
+            let answer = plain_challenge(&replica(2), ReplicaHandshakeStatus::Ok, acceptor_history);
             assert_eq!(
                 answer[ReplicaChallengeHeader::METADATA_HISTORY_OFFSET],
                 acceptor_history as u8
             );
-            let at_dialer = admit_challenge(&replica(0), 2, &answer).unwrap();
+            let at_dialer = plain_verdict(&replica(0), 2, &answer).unwrap();
             assert_eq!(at_dialer.history, acceptor_history);
         }
         // A declaration this build does not know, sealed: the frame does not decode.
-        let mut unknown = hello(&replica(0), 2, Held);
+        let mut unknown = plain_hello(&replica(0), 2, Held);
         unknown[ReplicaHelloHeader::METADATA_HISTORY_OFFSET] = 2;
         seal(&mut unknown);
         let refusal = admit_hello(&replica(2), &unknown).unwrap_err();

@@ -127,6 +127,7 @@ impl BusConfig {
                 replica_count: u8::try_from(cluster.nodes.len())
                     .map_err(|_| "too many cluster nodes".to_string())?,
                 identity: admission::local_identity(),
+                auth: peer_auth(&cluster.auth),
             },
             listen,
             peers,
@@ -139,6 +140,17 @@ impl BusConfig {
             history,
         })
     }
+}
+
+/// The MAC keys of `[cluster.auth]`; `None` when it is disabled.
+fn peer_auth(auth: &crate::config::ClusterAuth) -> Option<admission::PeerAuth> {
+    let previous = &auth.previous_shared_secret;
+    auth.enabled.then(|| {
+        admission::PeerAuth::new(
+            auth.shared_secret.as_bytes(),
+            (!previous.is_empty()).then(|| previous.as_bytes()),
+        )
+    })
 }
 
 /// A verified frame from an admitted peer.
@@ -504,7 +516,7 @@ async fn inbound(shared: Rc<Shared>, mut stream: TcpStream, from: SocketAddr) {
     };
     // Only the declaration depends on the sender named here; admission judges the frame.
     let history = shared.declared_to(hello[GenericHeader::REPLICA_OFFSET]);
-    let step = replica_link::accept_hello(&local, &hello, history);
+    let step = replica_link::accept_hello(&local, &hello, history, rand::random());
     if let Some(answer) = step.answer {
         let write = compio::time::timeout(within, stream.write_all(answer.to_vec())).await;
         if !matches!(write, Ok(BufResult(Ok(()), _))) {
@@ -512,14 +524,42 @@ async fn inbound(shared: Rc<Shared>, mut stream: TcpStream, from: SocketAddr) {
             return;
         }
     }
-    match step.verdict {
-        Ok(admitted) => run_link(&shared, stream, admitted).await,
+    let admitted = match step.verdict {
+        Ok(admitted) => admitted,
         Err(refusal) => {
             // Only a sealed hello says who sent it.
             let peer = refusal.status.map(|_| hello[GenericHeader::REPLICA_OFFSET]);
             shared.refused(peer, &refusal);
+            return;
+        }
+    };
+    if let Some(awaiting) = step.awaiting_finish {
+        let peer = admitted.replica;
+        let finish = match compio::time::timeout(within, stream.read_exact([0u8; HEADER_SIZE]))
+            .await
+        {
+            Ok(BufResult(Ok(()), finish)) => finish,
+            Ok(BufResult(Err(error), _)) => {
+                tracing::warn!(
+                    "replica {}: replica {peer} at {from} closed before finishing the                      authenticated handshake: {error}",
+                    local.replica
+                );
+                return;
+            }
+            Err(_) => {
+                tracing::warn!(
+                    "replica {}: replica {peer} at {from} sent no handshake finish within                      {within:?}",
+                    local.replica
+                );
+                return;
+            }
+        };
+        if let Err(refusal) = awaiting.finish(&finish) {
+            shared.refused(Some(peer), &refusal);
+            return;
         }
     }
+    run_link(&shared, stream, admitted).await;
 }
 
 /// The dialer's side of the link to `peer`: connect, handshake, carry frames, and after any
@@ -565,12 +605,26 @@ async fn dial(
         .await
         .map_err(|e| unreachable("cannot connect to", e))?;
     let _ = stream.set_nodelay(true);
-    let handshake = DialerHandshake::new(shared.config.local, peer, shared.declared_to(peer));
+    let handshake = DialerHandshake::new(
+        shared.config.local,
+        peer,
+        shared.declared_to(peer),
+        // rand's thread generator is a CSPRNG (ChaCha, seeded and reseeded by the OS).
+        rand::random(),
+    );
     let BufResult(written, _) = stream.write_all(handshake.opening().to_vec()).await;
     written.map_err(|e| unreachable("cannot greet", e))?;
     let BufResult(read, answer) = stream.read_exact([0u8; HEADER_SIZE]).await;
     read.map_err(|e| unreachable("no answer from", e))?;
-    let admitted = handshake.answer(&answer).map_err(Some)?;
+    let outcome = handshake.answer(&answer);
+    if let Some(finish) = outcome.finish {
+        // Written on a refusal too, so the acceptor logs why; a failed write only loses that.
+        let BufResult(written, _) = stream.write_all(finish.to_vec()).await;
+        if let (Err(error), Ok(_)) = (written, &outcome.verdict) {
+            return Err(unreachable("cannot finish the handshake with", error));
+        }
+    }
+    let admitted = outcome.verdict.map_err(Some)?;
     Ok((stream, admitted))
 }
 
@@ -746,6 +800,7 @@ mod tests {
                 replica,
                 replica_count: roster.len() as u8,
                 identity: local_identity(),
+                auth: None,
             },
             listen: roster[replica as usize],
             peers: roster
@@ -892,11 +947,22 @@ mod tests {
     /// Starts replica 0 changed by `change` and an honest replica 1, and returns the refusal
     /// each side reported.
     async fn refusals(change: impl Fn(&mut BusConfig)) -> (BusEvent, BusEvent) {
+        refusals_between(change, |_| {}).await
+    }
+
+    /// Starts replica 0 changed by `dialer` and replica 1 changed by `acceptor`, and returns
+    /// the refusal each side reported.
+    async fn refusals_between(
+        dialer: impl Fn(&mut BusConfig),
+        acceptor: impl Fn(&mut BusConfig),
+    ) -> (BusEvent, BusEvent) {
         let roster = free_addresses(2);
-        let mut odd = config(0, &roster);
-        change(&mut odd);
-        let mut dialer = start(odd).await;
-        let mut acceptor = start(config(1, &roster)).await;
+        let mut zero = config(0, &roster);
+        dialer(&mut zero);
+        let mut one = config(1, &roster);
+        acceptor(&mut one);
+        let mut dialer = start(zero).await;
+        let mut acceptor = start(one).await;
         let refused = |e: &BusEvent| matches!(e, BusEvent::Refused { .. });
         let at_acceptor = wait_for(&mut acceptor, "a refusal at the acceptor", refused).await;
         let at_dialer = wait_for(&mut dialer, "a refusal at the dialer", refused).await;
@@ -960,6 +1026,39 @@ mod tests {
         assert_eq!(
             (field(&at_acceptor), field(&at_dialer)),
             ("storage_marker", "storage_marker")
+        );
+    }
+
+    #[compio::test]
+    async fn peers_sharing_a_secret_link_and_a_wrong_or_missing_secret_is_refused_on_both_sides() {
+        const SECRET: &str = "the cluster's secret, 32 bytes or more";
+        let keyed = |secret: &'static str| {
+            move |c: &mut BusConfig| {
+                c.local.auth = Some(admission::PeerAuth::new(secret.as_bytes(), None))
+            }
+        };
+        let roster = free_addresses(2);
+        let (mut zero, mut one) = (config(0, &roster), config(1, &roster));
+        keyed(SECRET)(&mut zero);
+        keyed(SECRET)(&mut one);
+        let (mut a, mut b) = (start(zero).await, start(one).await);
+        admitted(&mut a, 1).await;
+        admitted(&mut b, 0).await;
+        deliver(&a, &mut b, b"over an authenticated link").await;
+        drop((a, b));
+
+        let (at_acceptor, at_dialer) =
+            refusals_between(keyed(SECRET), keyed("another secret, 32 bytes or more")).await;
+        assert_eq!((field(&at_acceptor), field(&at_dialer)), ("mac", "mac"));
+        let (at_acceptor, at_dialer) = refusals_between(keyed(SECRET), |_| {}).await;
+        assert_eq!(
+            (field(&at_acceptor), field(&at_dialer)),
+            ("auth_mode", "auth_mode")
+        );
+        let (at_acceptor, at_dialer) = refusals_between(|_| {}, keyed(SECRET)).await;
+        assert_eq!(
+            (field(&at_acceptor), field(&at_dialer)),
+            ("auth_mode", "auth_mode")
         );
     }
 
@@ -1222,13 +1321,14 @@ mod tests {
         // A raw replica 0: handshake, then a header announcing 10 body bytes, then silence.
         let mut stream = TcpStream::connect(roster[1]).await.unwrap();
         let dialer = config(0, &roster).local;
-        let BufResult(written, _) = stream
-            .write_all(admission::hello(&dialer, 1, MetadataHistory::Absent).to_vec())
-            .await;
+        let hello = admission::hello(&dialer, 1, MetadataHistory::Absent, [0; 32]);
+        let BufResult(written, _) = stream.write_all(hello.to_vec()).await;
         written.unwrap();
         let BufResult(read, answer) = stream.read_exact([0u8; HEADER_SIZE]).await;
         read.unwrap();
-        admission::admit_challenge(&dialer, 1, &answer).unwrap();
+        admission::admit_challenge(&dialer, 1, &hello, &answer)
+            .verdict
+            .unwrap();
         admitted(&mut b, 0).await;
         let frame = commit_frame(0, METADATA_GROUP, 0, b"ten bytes!");
         let BufResult(written, _) = stream.write_all(frame[..HEADER_SIZE].to_vec()).await;

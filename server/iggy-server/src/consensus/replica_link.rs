@@ -45,28 +45,27 @@ pub fn role(local: u8, peer: u8) -> Option<Role> {
 pub struct DialerHandshake {
     local: Local,
     peer: u8,
-    history: MetadataHistory,
+    hello: admission::Frame,
 }
 
 impl DialerHandshake {
-    /// `history` is what this node declares now about its metadata (`admission::declared_history`).
-    pub fn new(local: Local, peer: u8, history: MetadataHistory) -> Self {
-        Self {
-            local,
-            peer,
-            history,
-        }
+    /// `history` is what this node declares now about its metadata
+    /// (`admission::declared_history`); `nonce` is fresh from a CSPRNG (used with auth on).
+    pub fn new(local: Local, peer: u8, history: MetadataHistory, nonce: admission::Nonce) -> Self {
+        let hello = admission::hello(&local, peer, history, nonce);
+        Self { local, peer, hello }
     }
 
     /// The first frame on the connection (`ReplicaHello`).
-    pub fn opening(&self) -> [u8; admission::FRAME_SIZE] {
-        admission::hello(&self.local, self.peer, self.history)
+    pub fn opening(&self) -> admission::Frame {
+        self.hello
     }
 
-    /// The verdict on the acceptor's answer (`admission::FRAME_SIZE` bytes). A refusal of the
-    /// acceptor's own arrives here too, with the field it named.
-    pub fn answer(&self, frame: &[u8]) -> Result<Admitted, Refusal> {
-        admission::admit_challenge(&self.local, self.peer, frame)
+    /// The verdict on the acceptor's answer (`admission::FRAME_SIZE` bytes), and the Finish to
+    /// write before acting on it. A refusal of the acceptor's own arrives here too, with the
+    /// field it named.
+    pub fn answer(&self, frame: &[u8]) -> admission::DialerOutcome {
+        admission::admit_challenge(&self.local, self.peer, &self.hello, frame)
     }
 }
 
@@ -75,25 +74,56 @@ impl DialerHandshake {
 pub struct AcceptorStep {
     /// The frame to write before anything else: the challenge with its status. `None` when
     /// the hello's seal does not hold: nothing in it can be trusted, not even whom to answer.
-    pub answer: Option<[u8; admission::FRAME_SIZE]>,
+    pub answer: Option<admission::Frame>,
     /// Admitted, or refused (the connection closes after the answer is written).
     pub verdict: Result<Admitted, Refusal>,
+    /// With auth on and the hello admitted: the dialer's Finish is still to be read and
+    /// judged before the link is up.
+    pub awaiting_finish: Option<AwaitingFinish>,
 }
 
-/// The acceptor's handshake: one hello in, one answer out, declaring `history`.
-pub fn accept_hello(local: &Local, frame: &[u8], history: MetadataHistory) -> AcceptorStep {
+/// An acceptor's handshake that waits for the dialer's Finish.
+#[derive(Debug)]
+pub struct AwaitingFinish {
+    local: Local,
+    hello: admission::Frame,
+    challenge: admission::Frame,
+}
+
+impl AwaitingFinish {
+    /// The verdict on the dialer's Finish (`admission::FRAME_SIZE` bytes).
+    pub fn finish(&self, frame: &[u8]) -> Result<(), Refusal> {
+        admission::admit_finish(&self.local, &self.hello, &self.challenge, frame)
+    }
+}
+
+/// The acceptor's handshake: one hello in, one answer out, declaring `history`; `nonce` is
+/// fresh from a CSPRNG (used with auth on).
+pub fn accept_hello(
+    local: &Local,
+    frame: &[u8],
+    history: MetadataHistory,
+    nonce: admission::Nonce,
+) -> AcceptorStep {
     let verdict = admission::admit_hello(local, frame);
-    let answer = match &verdict {
-        Ok(_) => Some(admission::challenge(
-            local,
-            ReplicaHandshakeStatus::Ok,
-            history,
-        )),
-        Err(refusal) => refusal
-            .status
-            .map(|status| admission::challenge(local, status, history)),
+    let status = match &verdict {
+        Ok(_) => Some(ReplicaHandshakeStatus::Ok),
+        Err(refusal) => refusal.status,
     };
-    AcceptorStep { answer, verdict }
+    let answer = status.map(|status| admission::challenge(local, status, history, nonce, frame));
+    let awaiting_finish = match (&verdict, answer, local.auth) {
+        (Ok(_), Some(challenge), Some(_)) => Some(AwaitingFinish {
+            local: *local,
+            hello: frame.try_into().expect("an admitted hello is one frame"),
+            challenge,
+        }),
+        _ => None,
+    };
+    AcceptorStep {
+        answer,
+        verdict,
+        awaiting_finish,
+    }
 }
 
 /// The reconnect schedule: exponential from `base` up to `max`, each delay drawn from the
@@ -472,8 +502,12 @@ pub(crate) mod tests {
             replica,
             replica_count: 3,
             identity: local_identity(),
+            auth: None,
         }
     }
+
+    const DIALER_NONCE: admission::Nonce = [0xd1; 32];
+    const ACCEPTOR_NONCE: admission::Nonce = [0xa2; 32];
 
     /// A sealed Commit from `sender` for `group`, with a body when `body` is non-empty (the
     /// layouts allow one on any frame; the check does not care which command carries it).
@@ -536,15 +570,15 @@ pub(crate) mod tests {
 
     #[test]
     fn the_handshake_steps_admit_both_sides_or_refuse_both() {
-        let dialer = DialerHandshake::new(local(0), 2, MetadataHistory::Held);
-        let step = accept_hello(&local(2), &dialer.opening(), MetadataHistory::Absent);
+        let dialer = DialerHandshake::new(local(0), 2, MetadataHistory::Held, DIALER_NONCE);
+        let step = accept_hello(&local(2), &dialer.opening(), MetadataHistory::Absent, ACCEPTOR_NONCE);
         // Each side learns the other's declared history with its admission.
         let at_acceptor = step.verdict.unwrap();
         assert_eq!(
             (at_acceptor.replica, at_acceptor.history),
             (0, MetadataHistory::Held)
         );
-        let at_dialer = dialer.answer(&step.answer.unwrap()).unwrap();
+        let at_dialer = dialer.answer(&step.answer.unwrap()).verdict.unwrap();
         assert_eq!(
             (at_dialer.replica, at_dialer.history),
             (2, MetadataHistory::Absent)
@@ -555,28 +589,28 @@ pub(crate) mod tests {
             cluster: CLUSTER ^ 1,
             ..local(0)
         };
-        let dialer = DialerHandshake::new(other, 2, MetadataHistory::Absent);
-        let step = accept_hello(&local(2), &dialer.opening(), MetadataHistory::Absent);
+        let dialer = DialerHandshake::new(other, 2, MetadataHistory::Absent, DIALER_NONCE);
+        let step = accept_hello(&local(2), &dialer.opening(), MetadataHistory::Absent, ACCEPTOR_NONCE);
         assert_eq!(step.verdict.unwrap_err().field, "cluster");
         assert_eq!(
-            dialer.answer(&step.answer.unwrap()).unwrap_err().field,
+            dialer.answer(&step.answer.unwrap()).verdict.unwrap_err().field,
             "cluster"
         );
 
         // A dialer that is not the lower id of the pair (a node started under another
         // replica id than the roster gives its address): both name `replica`.
-        let dialer = DialerHandshake::new(local(2), 1, MetadataHistory::Absent);
-        let step = accept_hello(&local(1), &dialer.opening(), MetadataHistory::Absent);
+        let dialer = DialerHandshake::new(local(2), 1, MetadataHistory::Absent, DIALER_NONCE);
+        let step = accept_hello(&local(1), &dialer.opening(), MetadataHistory::Absent, ACCEPTOR_NONCE);
         assert_eq!(step.verdict.unwrap_err().field, "replica");
         assert_eq!(
-            dialer.answer(&step.answer.unwrap()).unwrap_err().field,
+            dialer.answer(&step.answer.unwrap()).verdict.unwrap_err().field,
             "replica"
         );
 
         // A torn hello gets no answer at all.
-        let mut torn = DialerHandshake::new(local(0), 2, MetadataHistory::Held).opening();
+        let mut torn = DialerHandshake::new(local(0), 2, MetadataHistory::Held, DIALER_NONCE).opening();
         torn[200] ^= 1;
-        let step = accept_hello(&local(2), &torn, MetadataHistory::Absent);
+        let step = accept_hello(&local(2), &torn, MetadataHistory::Absent, ACCEPTOR_NONCE);
         assert!(step.answer.is_none());
         assert_eq!(step.verdict.unwrap_err().field, "checksum");
     }
