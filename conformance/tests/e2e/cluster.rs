@@ -1165,6 +1165,111 @@ async fn a_primary_stopped_past_the_heartbeat_timeout_steps_down_and_rejoins() {
     assert_acknowledged_exactly_once(&reader, stream, topic, &acked).await;
 }
 
+/// The roster `client` reads now, as (replica id, status) pairs.
+async fn roster_statuses(client: &IggyClient) -> Vec<(u8, ClusterNodeStatus)> {
+    let roster = ok(
+        "get_cluster_metadata",
+        within("roster", client.get_cluster_metadata()).await,
+    );
+    roster
+        .nodes
+        .iter()
+        .map(|n| (n.replica_id, n.status))
+        .collect()
+}
+
+/// Waits until the roster `client` reads says `node` is `status` and every other node Healthy;
+/// returns how long that took.
+async fn wait_roster_status(
+    client: &IggyClient,
+    node: u8,
+    status: ClusterNodeStatus,
+    limit: Duration,
+) -> Duration {
+    let started = Instant::now();
+    let last = Mutex::new(Vec::new());
+    wait_until_async(
+        &format!("the roster shows node {node} {status:?}"),
+        limit,
+        async || {
+            let statuses = roster_statuses(client).await;
+            let wanted = statuses.iter().all(|&(id, seen)| match id == node {
+                true => seen == status,
+                false => seen == ClusterNodeStatus::Healthy,
+            });
+            *last.lock().unwrap() = statuses;
+            wanted.then(|| started.elapsed())
+        },
+        || format!("last roster: {:?}", last.lock().unwrap()),
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_node_shows_unreachable_in_the_roster_and_healthy_once_resumed() {
+    const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(2);
+    let cluster = TestCluster::start(3);
+    // The observer is the metadata primary, so the roster stays answerable throughout; the
+    // stopped node is a backup, whose socket stays open while it is stopped.
+    let primary = wait_until(
+        "a metadata primary",
+        Duration::from_secs(30),
+        || cluster.primary(METADATA_GROUP).map(|(primary, _)| primary),
+        || cluster.describe(METADATA_GROUP),
+    )
+    .await;
+    let observer = usize::from(primary);
+    let stopped = (observer + 1) % cluster.len();
+    let client = cluster.root_client(observer).await;
+    let stopped_id = u8::try_from(stopped).unwrap();
+    wait_roster_status(
+        &client,
+        stopped_id,
+        ClusterNodeStatus::Healthy,
+        Duration::from_secs(30),
+    )
+    .await;
+
+    cluster.pause(stopped);
+    let took = wait_roster_status(
+        &client,
+        stopped_id,
+        ClusterNodeStatus::Unreachable,
+        Duration::from_secs(30),
+    )
+    .await;
+    assert!(
+        took <= HEARTBEAT_TIMEOUT + Duration::from_secs(3),
+        "Unreachable {took:?} after the stop; the heartbeat timeout is {HEARTBEAT_TIMEOUT:?}"
+    );
+    // The link itself never closed: only silence made it Unreachable.
+    let log = current_start(&cluster.node(observer).log()).to_string();
+    assert!(
+        !log.contains(&format!("link with replica {stopped} closed")),
+        "node {observer} kept its link with the stopped node:\n{log}"
+    );
+    // And it stays Unreachable while stopped.
+    tokio::time::sleep(HEARTBEAT_TIMEOUT).await;
+    let statuses = roster_statuses(&client).await;
+    assert!(
+        statuses.contains(&(stopped_id, ClusterNodeStatus::Unreachable)),
+        "{statuses:?}"
+    );
+
+    cluster.resume(stopped);
+    let took = wait_roster_status(
+        &client,
+        stopped_id,
+        ClusterNodeStatus::Healthy,
+        Duration::from_secs(30),
+    )
+    .await;
+    assert!(
+        took <= HEARTBEAT_TIMEOUT + Duration::from_secs(3),
+        "Healthy {took:?} after the resume"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_cut_off_from_its_peers_is_replaced_and_rejoins_when_healed() {
     let cluster = TestCluster::start(3);

@@ -1029,7 +1029,7 @@ impl codec::Wire for EvictionHeader {
         out.push('}');
     }
 }
-/// `BatchHeader` (spec/frames.spec:901).
+/// `BatchHeader` (spec/frames.spec:920).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BatchHeader {
     /// stamped by the server
@@ -1118,7 +1118,7 @@ impl codec::Wire for BatchHeader {
         out.push('}');
     }
 }
-/// `MessageFrameHeader` (spec/frames.spec:912).
+/// `MessageFrameHeader` (spec/frames.spec:931).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MessageFrameHeader {
     /// XxHash3-64 over bytes 8..48, payload, user headers

@@ -3,6 +3,7 @@
 //! partition figures through [`Figures`].
 
 use crate::consensus::figures::GroupRole;
+use crate::consensus::link_liveness::PeerStatus;
 use crate::runtime::partition::Polled;
 use crate::runtime::shared::{PartitionKey, Shared};
 use crate::service::routing;
@@ -138,13 +139,13 @@ fn cluster_roster(shared: &Shared, codec: Codec, metadata: GroupRole) -> Vec<u8>
         http: config.http.enabled,
         websocket: config.websocket.enabled,
     };
-    let linked = |node: u8| {
+    let reachable = |node: u8| {
         shared
             .plane
             .as_ref()
-            .is_some_and(|plane| plane.linked(node))
+            .is_some_and(|plane| plane.status(node) == PeerStatus::Healthy)
     };
-    let entries = routing::roster(&config.cluster.nodes, transports, metadata, linked);
+    let entries = routing::roster(&config.cluster.nodes, transports, metadata, reachable);
     encode_roster(&config.cluster.name, &entries, codec)
 }
 
