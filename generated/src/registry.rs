@@ -76,6 +76,13 @@ pub const STRUCTS: &[StructInfo] = &[
         until: 4294967295,
     },
     StructInfo {
+        name: "PingHeader",
+        module: "frames",
+        fixed: Some(256),
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
         name: "PreVoteHeader",
         module: "frames",
         fixed: Some(256),
@@ -1316,6 +1323,7 @@ pub fn roundtrip(name: &str, input: &[u8]) -> Option<Result<Roundtrip, WireError
         "PrepareOkHeader" => rt!(crate ::frames::PrepareOkHeader, input),
         "CommitHeader" => rt!(crate ::frames::CommitHeader, input),
         "StartViewChangeHeader" => rt!(crate ::frames::StartViewChangeHeader, input),
+        "PingHeader" => rt!(crate ::frames::PingHeader, input),
         "PreVoteHeader" => rt!(crate ::frames::PreVoteHeader, input),
         "DoViewChangeHeader" => rt!(crate ::frames::DoViewChangeHeader, input),
         "StartViewHeader" => rt!(crate ::frames::StartViewHeader, input),

@@ -143,14 +143,10 @@ fn every_replica_command_is_sealed_or_identity_checksummed() {
     let sealed = |c: Command| FRAME_SEALED_COMMANDS >> c as u8 & 1 == 1;
     let identity = |c: Command| IDENTITY_CHECKSUM_COMMANDS >> c as u8 & 1 == 1;
     let client = [Command::Request, Command::Reply, Command::Eviction];
-    let liveness = [
-        Command::Ping,
-        Command::Pong,
-        Command::PingClient,
-        Command::PongClient,
-    ];
+    // Declared upstream, carried by no frame here.
+    let client_liveness = [Command::PingClient, Command::PongClient];
     for &c in Command::ALL.iter().filter(|&&c| c != Command::Reserved) {
-        if client.contains(&c) || liveness.contains(&c) {
+        if client.contains(&c) || client_liveness.contains(&c) {
             assert!(!sealed(c) && !identity(c), "{c:?}");
         } else {
             assert!(
@@ -160,5 +156,7 @@ fn every_replica_command_is_sealed_or_identity_checksummed() {
         }
     }
     assert!(identity(Command::Prepare) && identity(Command::RepairPrepare));
+    // The replica link's own keepalive is sealed like every control frame.
+    assert!(sealed(Command::Ping) && sealed(Command::Pong));
     assert_eq!(FRAME_SEALED_COMMANDS >> (Command::ALL.len() as u32), 0);
 }

@@ -24,7 +24,7 @@ use iggy_generated::payloads::{
 use iggy_wire::{WireDecode, WireEncode};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -40,19 +40,35 @@ pub fn partition_group(stream: u32, topic: u32, partition: u32) -> u64 {
     (u64::from(stream) << 32) | (u64::from(topic) << 20) | u64::from(partition)
 }
 
-/// The nodes' shared config file: `[cluster]` with the roster and fast timing; QUIC and HTTP
-/// off so each node needs two ports.
-fn cluster_file(tcp: &[u16], replica: &[u16]) -> String {
+/// One roster node of the shared config file.
+struct RosterNode {
+    ip: IpAddr,
+    tcp: u16,
+    replica: u16,
+    /// The HTTP port; HTTP is on in the file when any node has one.
+    http: Option<u16>,
+}
+
+/// The nodes' shared config file: `[cluster]` with the roster and fast timing; QUIC off, and
+/// HTTP too unless the roster gives it ports.
+fn cluster_file(nodes: &[RosterNode]) -> String {
+    let http = nodes.iter().any(|node| node.http.is_some());
     let mut text = format!(
-        "[quic]\nenabled = false\n\n[http]\nenabled = false\n\n[cluster]\nenabled = true\n\
+        "[quic]\nenabled = false\n\n[http]\nenabled = {http}\n\n[cluster]\nenabled = true\n\
          name = \"{CLUSTER_NAME}\"\nheartbeat_timeout = \"2s\"\n\
          view_change_status_timeout = \"2s\"\n"
     );
-    for (id, (tcp, replica)) in tcp.iter().zip(replica).enumerate() {
+    for (id, node) in nodes.iter().enumerate() {
+        let RosterNode {
+            ip, tcp, replica, ..
+        } = node;
         text.push_str(&format!(
-            "\n[[cluster.nodes]]\nname = \"node-{id}\"\nip = \"127.0.0.1\"\nreplica_id = {id}\n\
+            "\n[[cluster.nodes]]\nname = \"node-{id}\"\nip = \"{ip}\"\nreplica_id = {id}\n\
              [cluster.nodes.ports]\ntcp = {tcp}\ntcp_replica = {replica}\n"
         ));
+        if let Some(port) = node.http {
+            text.push_str(&format!("http = {port}\n"));
+        }
     }
     text
 }
@@ -106,8 +122,10 @@ pub struct ClusterOptions {
 pub struct TestCluster {
     // Dropped in order: the nodes (killed) before the proxy they talk through.
     nodes: Vec<TestServer>,
-    proxy: ReplicaProxy,
-    replica_ports: Vec<u16>,
+    /// Between the replicas, unless they run on distinct IPs (`start_on_distinct_ips`).
+    proxy: Option<ReplicaProxy>,
+    /// Each node's real replica listener.
+    replica_addresses: Vec<SocketAddr>,
     _config_dir: tempfile::TempDir,
 }
 
@@ -117,35 +135,92 @@ impl TestCluster {
     }
 
     /// Starts `n` nodes from one config file and waits until each accepts on its TCP port.
+    /// Every node runs on 127.0.0.1 with ports of its own; the replica plane goes through the
+    /// proxy.
     pub fn start_with(n: usize, options: ClusterOptions) -> Self {
         assert!((1..=8).contains(&n), "a loopback cluster of {n} nodes");
-        let tcp: Vec<u16> = (0..n).map(|_| free_port()).collect();
-        let replica: Vec<u16> = (0..n).map(|_| free_port()).collect();
+        let roster: Vec<RosterNode> = (0..n)
+            .map(|_| RosterNode {
+                ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
+                tcp: free_port(),
+                replica: free_port(),
+                http: None,
+            })
+            .collect();
+        let replica: Vec<u16> = roster.iter().map(|node| node.replica).collect();
         let proxy = ReplicaProxy::start(&replica);
+        let node_env: Vec<Vec<(String, String)>> = (0..n)
+            .map(|i| {
+                (0..n)
+                    .filter(|&j| j != i)
+                    .map(|j| {
+                        (
+                            format!("IGGY_CLUSTER_NODES_{j}_PORTS_TCP_REPLICA"),
+                            proxy.port(i, j).to_string(),
+                        )
+                    })
+                    .collect()
+            })
+            .collect();
+        Self::launch(roster, |i| node_env[i].clone(), Some(proxy), options)
+    }
+
+    /// `n` nodes as `n` machines run them: node i on 127.0.0.(i+1) (Linux routes all of
+    /// 127/8 to the loopback), every node with the same TCP, HTTP and replica port. Each
+    /// client listener binds its node's IP (`IGGY_TCP_ADDRESS`, `IGGY_HTTP_ADDRESS` with port
+    /// 0: the roster gives the port); the replicas talk directly, so `cut` is not available.
+    pub fn start_on_distinct_ips(n: usize) -> Self {
+        assert!((1..=8).contains(&n), "a loopback cluster of {n} nodes");
+        let ips: Vec<IpAddr> = (0..n)
+            .map(|i| IpAddr::V4(Ipv4Addr::new(127, 0, 0, i as u8 + 1)))
+            .collect();
+        let (tcp, replica, http) = (free_port_on(&ips), free_port_on(&ips), free_port_on(&ips));
+        let roster: Vec<RosterNode> = ips
+            .iter()
+            .map(|&ip| RosterNode {
+                ip,
+                tcp,
+                replica,
+                http: Some(http),
+            })
+            .collect();
+        let node_env = |i: usize| {
+            let ip = ips[i];
+            vec![
+                ("IGGY_HTTP_ENABLED".to_string(), "true".to_string()),
+                ("IGGY_HTTP_ADDRESS".to_string(), format!("{ip}:0")),
+            ]
+        };
+        Self::launch(roster, node_env, None, ClusterOptions::default())
+    }
+
+    /// Writes the config file for `roster`, starts node i with `node_env(i)` and `options`,
+    /// and waits until each accepts on its TCP port.
+    fn launch(
+        roster: Vec<RosterNode>,
+        node_env: impl Fn(usize) -> Vec<(String, String)>,
+        proxy: Option<ReplicaProxy>,
+        options: ClusterOptions,
+    ) -> Self {
         let config_dir = tempfile::Builder::new()
             .prefix("iggy-e2e-cluster-")
             .tempdir()
             .expect("create temp dir");
         let config = config_dir.path().join("cluster.toml");
-        std::fs::write(&config, cluster_file(&tcp, &replica)).expect("write cluster.toml");
+        std::fs::write(&config, cluster_file(&roster)).expect("write cluster.toml");
         let mut nodes = Vec::new();
-        for i in 0..n {
+        for (i, node) in roster.iter().enumerate() {
             let mut env: Vec<(String, String)> =
                 vec![("IGGY_CONFIG_PATH".into(), config.display().to_string())];
-            for j in (0..n).filter(|&j| j != i) {
-                env.push((
-                    format!("IGGY_CLUSTER_NODES_{j}_PORTS_TCP_REPLICA"),
-                    proxy.port(i, j).to_string(),
-                ));
-            }
+            env.extend(node_env(i));
             env.extend(options.env.iter().cloned());
             env.extend(options.node_env.get(&i).into_iter().flatten().cloned());
             let env: Vec<(&str, &str)> =
                 env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
             let id = i.to_string();
-            nodes.push(TestServer::launch(
+            nodes.push(TestServer::launch_at(
                 options.binaries.get(&i).map(PathBuf::as_path),
-                tcp[i],
+                SocketAddr::new(node.ip, node.tcp),
                 &["--replica-id", &id],
                 &env,
             ));
@@ -156,9 +231,19 @@ impl TestCluster {
         TestCluster {
             nodes,
             proxy,
-            replica_ports: replica,
+            replica_addresses: roster
+                .iter()
+                .map(|node| SocketAddr::new(node.ip, node.replica))
+                .collect(),
             _config_dir: config_dir,
         }
+    }
+
+    /// The replica proxy; a cluster on distinct IPs has none.
+    fn proxy(&self) -> &ReplicaProxy {
+        self.proxy
+            .as_ref()
+            .expect("this cluster's replicas talk directly: no proxy to cut")
     }
 
     pub fn len(&self) -> usize {
@@ -175,7 +260,7 @@ impl TestCluster {
 
     /// Node i's real replica listener (not the proxy's).
     pub fn replica_address(&self, i: usize) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], self.replica_ports[i]))
+        self.replica_addresses[i]
     }
 
     pub fn kill9(&mut self, i: usize) {
@@ -197,11 +282,11 @@ impl TestCluster {
 
     /// Drops every replica link touching node i and refuses new ones until `heal(i)`.
     pub fn cut(&self, i: usize) {
-        self.proxy.cut(i);
+        self.proxy().cut(i);
     }
 
     pub fn heal(&self, i: usize) {
-        self.proxy.heal(i);
+        self.proxy().heal(i);
     }
 
     /// Node i's role in `group` as its log tells since its latest start. A node logs a role
@@ -888,6 +973,105 @@ async fn the_sdk_on_one_node_creates_sends_and_polls_and_the_roster_shows_one_le
     );
 }
 
+/// `GET /ping` on `address`, raw HTTP/1.1: the status line.
+fn http_ping(address: &str) -> String {
+    let mut stream = TcpStream::connect(address).unwrap_or_else(|e| panic!("{address}: {e}"));
+    stream
+        .set_read_timeout(Some(CALL_TIMEOUT))
+        .expect("a read timeout");
+    write!(
+        stream,
+        "GET /ping HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+    )
+    .expect("write the request");
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).expect("read the reply");
+    reply.lines().next().unwrap_or_default().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_on_three_ips_with_the_same_ports_serve_the_sdk_through_every_primary() {
+    let cluster = TestCluster::start_on_distinct_ips(3);
+    let ips = ["127.0.0.1", "127.0.0.2", "127.0.0.3"];
+    let tcp_port = cluster.node(0).port();
+    for (i, ip) in ips.iter().enumerate() {
+        assert_eq!(cluster.address(i), format!("{ip}:{tcp_port}"), "node {i}");
+        // Every listener bound the node's own roster ip: nothing to warn about.
+        let log = cluster.node(i).log();
+        assert!(
+            !log.contains("does not serve this node's roster ip"),
+            "node {i}:\n{log}"
+        );
+    }
+    // The SDK is given one node, not the first, and learns the others from its roster.
+    let client = cluster.root_client(1).await;
+    let (stream, topic, groups) = create_topic(&client, 3).await;
+    const N: usize = 12;
+    for partition in 0..3u32 {
+        let texts: Vec<IggyMessage> = (0..N).map(|i| msg(format!("p{partition}-{i}"))).collect();
+        send_to_partition(&client, &id(stream), &id(topic), partition, texts).await;
+    }
+    for partition in 0..3u32 {
+        let polled = poll(
+            &client,
+            &id(stream),
+            &id(topic),
+            partition,
+            &consumer("reader"),
+            PollingStrategy::first(),
+            100,
+            false,
+        )
+        .await;
+        let want: Vec<String> = (0..N).map(|i| format!("p{partition}-{i}")).collect();
+        assert_eq!(payloads(&polled), want, "partition {partition}");
+    }
+    // The three partitions were led by the three nodes, so each IP served a primary.
+    let primaries: BTreeSet<u8> = groups
+        .iter()
+        .map(|&g| {
+            cluster
+                .primary(g)
+                .unwrap_or_else(|| panic!("{}", cluster.describe(g)))
+                .0
+        })
+        .collect();
+    assert_eq!(primaries, BTreeSet::from([0, 1, 2]), "partition primaries");
+
+    let metadata = ok(
+        "get_cluster_metadata",
+        within("roster", client.get_cluster_metadata()).await,
+    );
+    let mut listed: Vec<(u8, String, u16)> = metadata
+        .nodes
+        .iter()
+        .map(|n| (n.replica_id, n.ip.clone(), n.endpoints.tcp))
+        .collect();
+    listed.sort();
+    let expected: Vec<(u8, String, u16)> = ips
+        .iter()
+        .enumerate()
+        .map(|(i, ip)| (i as u8, ip.to_string(), tcp_port))
+        .collect();
+    assert_eq!(listed, expected, "{metadata:?}");
+    assert!(
+        metadata
+            .nodes
+            .iter()
+            .all(|n| n.status == ClusterNodeStatus::Healthy),
+        "{metadata:?}"
+    );
+    // The second client listener binds its node's IP too, on the one roster port.
+    let http_ports: BTreeSet<u16> = metadata.nodes.iter().map(|n| n.endpoints.http).collect();
+    assert_eq!(http_ports.len(), 1, "{metadata:?}");
+    let http_port = *http_ports.first().unwrap();
+    assert_ne!(http_port, 0, "{metadata:?}");
+    for ip in ips {
+        let status = tokio::task::block_in_place(|| http_ping(&format!("{ip}:{http_port}")));
+        assert!(status.starts_with("HTTP/1.1 200"), "{ip}: {status}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill9_of_the_metadata_primary_and_a_partition_primary_loses_no_acknowledged_message() {
     let mut cluster = TestCluster::start(3);
@@ -1168,6 +1352,111 @@ async fn a_primary_stopped_past_the_heartbeat_timeout_steps_down_and_rejoins() {
     assert_acknowledged_exactly_once(&reader, stream, topic, &acked).await;
 }
 
+/// The roster `client` reads now, as (replica id, status) pairs.
+async fn roster_statuses(client: &IggyClient) -> Vec<(u8, ClusterNodeStatus)> {
+    let roster = ok(
+        "get_cluster_metadata",
+        within("roster", client.get_cluster_metadata()).await,
+    );
+    roster
+        .nodes
+        .iter()
+        .map(|n| (n.replica_id, n.status))
+        .collect()
+}
+
+/// Waits until the roster `client` reads says `node` is `status` and every other node Healthy;
+/// returns how long that took.
+async fn wait_roster_status(
+    client: &IggyClient,
+    node: u8,
+    status: ClusterNodeStatus,
+    limit: Duration,
+) -> Duration {
+    let started = Instant::now();
+    let last = Mutex::new(Vec::new());
+    wait_until_async(
+        &format!("the roster shows node {node} {status:?}"),
+        limit,
+        async || {
+            let statuses = roster_statuses(client).await;
+            let wanted = statuses.iter().all(|&(id, seen)| match id == node {
+                true => seen == status,
+                false => seen == ClusterNodeStatus::Healthy,
+            });
+            *last.lock().unwrap() = statuses;
+            wanted.then(|| started.elapsed())
+        },
+        || format!("last roster: {:?}", last.lock().unwrap()),
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_node_shows_unreachable_in_the_roster_and_healthy_once_resumed() {
+    const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(2);
+    let cluster = TestCluster::start(3);
+    // The observer is the metadata primary, so the roster stays answerable throughout; the
+    // stopped node is a backup, whose socket stays open while it is stopped.
+    let primary = wait_until(
+        "a metadata primary",
+        Duration::from_secs(30),
+        || cluster.primary(METADATA_GROUP).map(|(primary, _)| primary),
+        || cluster.describe(METADATA_GROUP),
+    )
+    .await;
+    let observer = usize::from(primary);
+    let stopped = (observer + 1) % cluster.len();
+    let client = cluster.root_client(observer).await;
+    let stopped_id = u8::try_from(stopped).unwrap();
+    wait_roster_status(
+        &client,
+        stopped_id,
+        ClusterNodeStatus::Healthy,
+        Duration::from_secs(30),
+    )
+    .await;
+
+    cluster.pause(stopped);
+    let took = wait_roster_status(
+        &client,
+        stopped_id,
+        ClusterNodeStatus::Unreachable,
+        Duration::from_secs(30),
+    )
+    .await;
+    assert!(
+        took <= HEARTBEAT_TIMEOUT + Duration::from_secs(3),
+        "Unreachable {took:?} after the stop; the heartbeat timeout is {HEARTBEAT_TIMEOUT:?}"
+    );
+    // The link itself never closed: only silence made it Unreachable.
+    let log = current_start(&cluster.node(observer).log()).to_string();
+    assert!(
+        !log.contains(&format!("link with replica {stopped} closed")),
+        "node {observer} kept its link with the stopped node:\n{log}"
+    );
+    // And it stays Unreachable while stopped.
+    tokio::time::sleep(HEARTBEAT_TIMEOUT).await;
+    let statuses = roster_statuses(&client).await;
+    assert!(
+        statuses.contains(&(stopped_id, ClusterNodeStatus::Unreachable)),
+        "{statuses:?}"
+    );
+
+    cluster.resume(stopped);
+    let took = wait_roster_status(
+        &client,
+        stopped_id,
+        ClusterNodeStatus::Healthy,
+        Duration::from_secs(30),
+    )
+    .await;
+    assert!(
+        took <= HEARTBEAT_TIMEOUT + Duration::from_secs(3),
+        "Healthy {took:?} after the resume"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_cut_off_from_its_peers_is_replaced_and_rejoins_when_healed() {
     let cluster = TestCluster::start(3);
@@ -1211,7 +1500,7 @@ async fn a_node_cut_off_from_its_peers_is_replaced_and_rejoins_when_healed() {
         .collect();
     assert_eq!(unreachable, [primary], "{roster:?}");
 
-    let forwarded = cluster.proxy.forwarded();
+    let forwarded = cluster.proxy().forwarded();
     cluster.heal(isolated);
     wait_until(
         &format!("node {isolated} follows primary {successor} after the heal"),
@@ -1226,7 +1515,7 @@ async fn a_node_cut_off_from_its_peers_is_replaced_and_rejoins_when_healed() {
     )
     .await;
     assert!(
-        cluster.proxy.forwarded() > forwarded,
+        cluster.proxy().forwarded() > forwarded,
         "the healed links were dialed again"
     );
     cluster.wait_normal(isolated, &groups).await;
@@ -1783,7 +2072,7 @@ impl TestCluster {
         for j in (0..self.len()).filter(|&j| j != i) {
             command.env(
                 format!("IGGY_CLUSTER_NODES_{j}_PORTS_TCP_REPLICA"),
-                self.proxy.port(i, j).to_string(),
+                self.proxy().port(i, j).to_string(),
             );
         }
         let mut child = command.spawn().expect("spawn iggy-server");

@@ -29,7 +29,7 @@ use iggy::prelude::*;
 use std::fs::{File, OpenOptions};
 use std::future::Future;
 use std::io::Write;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
@@ -189,6 +189,17 @@ fn init_sdk_logging() {
     });
 }
 
+/// A port `free_port` hands out that is also free on each of `ips` (loopback IPs), for nodes
+/// that listen on one port each on their own IP.
+pub fn free_port_on(ips: &[IpAddr]) -> u16 {
+    loop {
+        let port = free_port();
+        if ips.iter().all(|&ip| TcpListener::bind((ip, port)).is_ok()) {
+            return port;
+        }
+    }
+}
+
 /// A free loopback port for a server to listen on, outside the kernel's ephemeral range: the
 /// nodes' own outgoing connections (a replica dialing its peers, clients) take their source
 /// ports from that range, and one of them could hold a port a test had picked but not bound
@@ -213,6 +224,8 @@ pub fn free_port() -> u16 {
 /// One running `iggy-server` child with its own data directory and port.
 pub struct TestServer {
     dir: tempfile::TempDir,
+    /// The loopback IP of its TCP listener (127.0.0.1 unless launched on another).
+    ip: IpAddr,
     port: u16,
     child: Option<Child>,
     starts: u32,
@@ -268,6 +281,7 @@ impl TestServer {
             .collect();
         let mut server = Self {
             dir,
+            ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
             port: free_port(),
             child: None,
             starts: 0,
@@ -283,6 +297,17 @@ impl TestServer {
     /// Spawns `binary` (default `server_binary()`) with `args` on TCP `port` and returns at
     /// once; call `wait_ready` before using it. Restarts reuse all of it.
     pub fn launch(binary: Option<&Path>, port: u16, args: &[&str], env: &[(&str, &str)]) -> Self {
+        let address = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+        Self::launch_at(binary, address, args, env)
+    }
+
+    /// `launch` with the TCP listener on `address` (`IGGY_TCP_ADDRESS`), any loopback IP.
+    pub fn launch_at(
+        binary: Option<&Path>,
+        address: SocketAddr,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
         init_sdk_logging();
         let dir = tempfile::Builder::new()
             .prefix("iggy-e2e-")
@@ -290,7 +315,8 @@ impl TestServer {
             .expect("create temp dir");
         let mut server = Self {
             dir,
-            port,
+            ip: address.ip(),
+            port: address.port(),
             child: None,
             starts: 0,
             env: env
@@ -315,7 +341,7 @@ impl TestServer {
     }
 
     pub fn address(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        SocketAddr::new(self.ip, self.port).to_string()
     }
 
     pub fn dir(&self) -> &Path {
@@ -338,7 +364,7 @@ impl TestServer {
         self.child.as_ref().map(Child::id)
     }
 
-    /// `iggy://<user>:<password>@127.0.0.1:<port>`, heartbeat and reconnection tuned for tests.
+    /// `iggy://<user>:<password>@<ip>:<port>`, heartbeat and reconnection tuned for tests.
     pub fn connection_string(&self, user: &str, password: &str) -> String {
         format!("iggy://{user}:{password}@{}", self.address())
     }

@@ -257,6 +257,7 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     let mut cfg = cfg;
+    let mut unserved = Vec::new();
     if let Some(node) = cfg
         .cluster
         .enabled
@@ -264,21 +265,51 @@ fn main() -> ExitCode {
         .flatten()
     {
         // Validation made sure an enabled transport has its roster port.
-        let ports = node.ports.clone();
-        let bind = |address: &mut String, port: Option<u16>| {
+        let (ports, ip) = (node.ports.clone(), node.ip);
+        let mut bind = |key: &'static str, enabled: bool, address: &mut String, port| {
             if let Some(port) = port {
                 *address = config::with_port(address, port);
+                if enabled && !config::bind_serves(address, ip) {
+                    unserved.push((key, address.clone(), ip));
+                }
             }
         };
-        bind(&mut cfg.tcp.address, ports.tcp);
-        bind(&mut cfg.quic.address, ports.quic);
-        bind(&mut cfg.http.address, ports.http);
-        bind(&mut cfg.websocket.address, ports.websocket);
+        bind(
+            "tcp.address",
+            cfg.tcp.enabled,
+            &mut cfg.tcp.address,
+            ports.tcp,
+        );
+        bind(
+            "quic.address",
+            cfg.quic.enabled,
+            &mut cfg.quic.address,
+            ports.quic,
+        );
+        bind(
+            "http.address",
+            cfg.http.enabled,
+            &mut cfg.http.address,
+            ports.http,
+        );
+        let websocket = cfg.websocket.enabled;
+        bind(
+            "websocket.address",
+            websocket,
+            &mut cfg.websocket.address,
+            ports.websocket,
+        );
     }
     init_logging(
         &cfg.system.logging,
         std::env::var("RUST_LOG").ok().as_deref(),
     );
+    for (key, address, ip) in unserved {
+        tracing::warn!(
+            "{key} binds {address}, which does not serve this node's roster ip {ip}: set {key} \
+             to {ip} (any port; the roster's is used) or a wildcard"
+        );
+    }
     if args.fresh && std::path::Path::new(&cfg.system.path).exists() {
         if let Err(e) = std::fs::remove_dir_all(&cfg.system.path) {
             eprintln!(

@@ -681,6 +681,18 @@ pub fn with_port(address: &str, port: u16) -> String {
     }
 }
 
+/// Whether a client listener bound at `address` (`ip:port`, after `with_port`) answers at the
+/// roster's `ip` for this node: a wildcard answers at every IP, an IP literal only at itself.
+/// A host name cannot be judged without resolving it and counts as answering. One that does
+/// not is worth a warning only, as upstream gives: clients are sent to the advertised address,
+/// which may reach the listener another way.
+pub fn bind_serves(address: &str, ip: IpAddr) -> bool {
+    match address.parse::<std::net::SocketAddr>() {
+        Ok(bound) => bound.ip().is_unspecified() || bound.ip() == ip,
+        Err(_) => true,
+    }
+}
+
 /// An IP literal or an RFC 1123 host name (no port).
 fn is_host(text: &str) -> bool {
     if text.parse::<IpAddr>().is_ok() {
@@ -704,6 +716,19 @@ mod tests {
         assert_eq!(super::with_port("0.0.0.0:8090", 18091), "0.0.0.0:18091");
         assert_eq!(super::with_port("[::1]:8090", 18091), "[::1]:18091");
         assert_eq!(super::with_port("localhost:8090", 7), "localhost:7");
+    }
+
+    #[test]
+    fn a_listener_serves_the_roster_ip_when_it_binds_that_ip_or_a_wildcard() {
+        let ip = |text: &str| text.parse::<IpAddr>().unwrap();
+        assert!(super::bind_serves("127.0.0.2:8090", ip("127.0.0.2")));
+        assert!(super::bind_serves("0.0.0.0:8090", ip("10.0.0.7")));
+        assert!(super::bind_serves("[::]:8090", ip("10.0.0.7")));
+        assert!(super::bind_serves("[fd00::2]:8090", ip("fd00::2")));
+        // The embedded default on a node whose roster ip is another machine's.
+        assert!(!super::bind_serves("127.0.0.1:8090", ip("127.0.0.2")));
+        assert!(!super::bind_serves("127.0.0.1:8090", ip("10.0.0.7")));
+        assert!(super::bind_serves("localhost:8090", ip("10.0.0.7")));
     }
 
     use super::super::{Config, load};

@@ -7,6 +7,7 @@ pub mod figures;
 pub mod forward;
 pub mod group;
 pub mod group_plane;
+pub mod link_liveness;
 pub mod plane;
 pub mod replica_bus;
 pub mod replica_codec;

@@ -8,6 +8,7 @@
 //! must not format a new one into their cluster.
 
 use super::admission::{self, StartGate, StartVerdict};
+use super::link_liveness::PeerStatus;
 use super::replica_bus::{
     BusConfig, BusEvent, BusSender, HistorySource, Inbound, ReplicaBus, Router,
 };
@@ -208,10 +209,13 @@ impl ReplicaPlane {
         self.replica_count
     }
 
-    /// Whether an admitted replica link with `peer` is up now (this node itself counts as
-    /// linked).
-    pub fn linked(&self, peer: u8) -> bool {
-        peer == self.replica || self.sender.linked(peer)
+    /// Whether this node hears from `peer` now (`BusSender::status`); this node itself is
+    /// Healthy.
+    pub fn status(&self, peer: u8) -> PeerStatus {
+        match peer == self.replica {
+            true => PeerStatus::Healthy,
+            false => self.sender.status(peer),
+        }
     }
 
     /// Frames dropped so far by each peer's full send queue.

@@ -4,12 +4,20 @@
 //! deadline, and then carries frames: a verified 256-byte header and its body. What to check
 //! and when to redial is decided in `replica_link`; this file only moves bytes.
 //!
-//! The bus is lossy by design, as VSR expects: each peer has a bounded outgoing queue and a
-//! full queue drops (and counts) the frame instead of blocking the caller; inbound frames go
-//! to a bounded channel per consensus group and are dropped (and counted) when it is full or
-//! nobody listens for that group. Retransmission is the consensus layer's job.
+//! The bus is lossy by design, as VSR expects: each peer has a bounded outgoing queue (in
+//! frames and in bytes) and a full queue drops (and counts) the frame instead of blocking the
+//! caller; inbound frames go to a bounded channel per consensus group and are dropped (and
+//! counted) when it is full or nobody listens for that group. Retransmission is the consensus
+//! layer's job. A peer that stops reading (a stopped process keeps its socket open) stalls only
+//! its link's writer: its queue fills to the bound and later frames for it are dropped, while
+//! every other peer's queue keeps moving; once it reads again the queue drains.
+//!
+//! Each link also keeps its peer's liveness (`link_liveness`): it sends a Ping every keepalive
+//! interval, answers each Ping with a Pong, and marks the peer heard on every verified frame.
+//! Ping and Pong end here; no consensus group sees them.
 
 use super::admission::{self, Local};
+use super::link_liveness::{LinkEvent, Liveness, PeerStatus};
 use super::replica_link::{self, Backoff, DialerHandshake, FrameCheck, HEADER_SIZE};
 use bytes::Bytes;
 use compio::BufResult;
@@ -26,10 +34,14 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Poll, Waker};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Frames a peer's outgoing queue holds before it drops (upstream's per-peer queue size).
 pub const PEER_QUEUE_CAPACITY: usize = 256;
+/// Bytes a peer's outgoing queue holds before it drops: frame count alone would let a stopped
+/// peer pin 256 frames of up to `limits.max_frame_size` each. A frame larger than this still
+/// goes into an empty queue, so every frame the limits allow can be sent.
+pub const PEER_QUEUE_BYTES_MAX: usize = 64 << 20;
 /// The first reconnect delay and the longest one.
 pub const BACKOFF_BASE: Duration = Duration::from_millis(50);
 pub const BACKOFF_MAX: Duration = Duration::from_secs(2);
@@ -51,6 +63,10 @@ pub struct BusConfig {
     pub backoff_base: Duration,
     pub backoff_max: Duration,
     pub peer_queue_capacity: usize,
+    pub peer_queue_bytes_max: usize,
+    /// A peer heard from within it is Healthy (`cluster.heartbeat_timeout`); each link is
+    /// pinged every `link_liveness::KEEPALIVES_PER_TIMEOUT`th of it.
+    pub silence_max: Duration,
     /// Seeds the reconnect jitter.
     pub seed: u64,
     /// What this node declares about its metadata history, read for every handshake frame.
@@ -136,6 +152,8 @@ impl BusConfig {
             backoff_base: BACKOFF_BASE,
             backoff_max: BACKOFF_MAX,
             peer_queue_capacity: PEER_QUEUE_CAPACITY,
+            peer_queue_bytes_max: PEER_QUEUE_BYTES_MAX,
+            silence_max: cluster.heartbeat_timeout,
             seed: cluster_id as u64 ^ u64::from(replica),
             history,
         })
@@ -192,27 +210,50 @@ pub enum SendError {
     QueueFull,
 }
 
-/// One peer's outgoing queue, shared between senders on any thread and the link's writer.
+/// One peer's outgoing queue, shared between senders on any thread and the link's writer, and
+/// what this node hears from that peer.
 struct Outbox {
     state: Mutex<OutboxState>,
     capacity: usize,
+    bytes_max: usize,
     dropped: AtomicU64,
     /// The generation of the admitted link that drains this queue, 0 while none is up.
     linked: AtomicU64,
+    liveness: Mutex<Liveness>,
 }
 
 struct OutboxState {
     queue: VecDeque<Bytes>,
+    /// The bytes of every frame in `queue`.
+    queued_bytes: usize,
     writer: Option<Waker>,
 }
 
 impl Outbox {
+    fn new(capacity: usize, bytes_max: usize, silence_max: Duration) -> Self {
+        Outbox {
+            state: Mutex::new(OutboxState {
+                queue: VecDeque::new(),
+                queued_bytes: 0,
+                writer: None,
+            }),
+            capacity,
+            bytes_max,
+            dropped: AtomicU64::new(0),
+            linked: AtomicU64::new(0),
+            liveness: Mutex::new(Liveness::new(silence_max)),
+        }
+    }
+
     fn push(&self, frame: Bytes) -> Result<(), SendError> {
         let mut state = self.state.lock().expect("outbox lock");
-        if state.queue.len() >= self.capacity {
+        let over_bytes =
+            !state.queue.is_empty() && state.queued_bytes + frame.len() > self.bytes_max;
+        if state.queue.len() >= self.capacity || over_bytes {
             self.dropped.fetch_add(1, Ordering::Relaxed);
             return Err(SendError::QueueFull);
         }
+        state.queued_bytes += frame.len();
         state.queue.push_back(frame);
         if let Some(writer) = state.writer.take() {
             writer.wake();
@@ -220,11 +261,25 @@ impl Outbox {
         Ok(())
     }
 
+    fn link_event(&self, now: Instant, event: LinkEvent) {
+        self.liveness
+            .lock()
+            .expect("liveness lock")
+            .handle(now, event);
+    }
+
+    fn liveness_status(&self, now: Instant) -> PeerStatus {
+        self.liveness.lock().expect("liveness lock").status(now)
+    }
+
     async fn pop(&self) -> Bytes {
         std::future::poll_fn(|cx| {
             let mut state = self.state.lock().expect("outbox lock");
             match state.queue.pop_front() {
-                Some(frame) => Poll::Ready(frame),
+                Some(frame) => {
+                    state.queued_bytes -= frame.len();
+                    Poll::Ready(frame)
+                }
                 None => {
                     state.writer = Some(cx.waker().clone());
                     Poll::Pending
@@ -263,11 +318,22 @@ impl BusSender {
         outbox.push(frame)
     }
 
-    /// Whether an admitted link with `peer` is up now.
+    /// Whether an admitted link with `peer` is up now (heard from or not: see `status`).
+    #[cfg_attr(not(test), allow(dead_code))] // for tests and diagnostics
     pub fn linked(&self, peer: u8) -> bool {
         self.outboxes
             .get(&peer)
             .is_some_and(|o| o.linked.load(Ordering::Relaxed) != 0)
+    }
+
+    /// Healthy while an admitted link with `peer` is up and something was heard on it within
+    /// the heartbeat timeout; Unreachable otherwise (also for a peer not in the roster).
+    pub fn status(&self, peer: u8) -> PeerStatus {
+        self.outboxes
+            .get(&peer)
+            .map_or(PeerStatus::Unreachable, |outbox| {
+                outbox.liveness_status(Instant::now())
+            })
     }
 
     /// Frames dropped so far because `peer`'s queue was full.
@@ -388,15 +454,11 @@ impl ReplicaBus {
             .peers
             .keys()
             .map(|&peer| {
-                let outbox = Outbox {
-                    state: Mutex::new(OutboxState {
-                        queue: VecDeque::new(),
-                        writer: None,
-                    }),
-                    capacity: config.peer_queue_capacity,
-                    dropped: AtomicU64::new(0),
-                    linked: AtomicU64::new(0),
-                };
+                let outbox = Outbox::new(
+                    config.peer_queue_capacity,
+                    config.peer_queue_bytes_max,
+                    config.silence_max,
+                );
                 (peer, Arc::new(outbox))
             })
             .collect();
@@ -661,18 +723,40 @@ async fn run_link(shared: &Rc<Shared>, stream: TcpStream, admitted: admission::A
     let outbox = shared.outboxes.get(&peer).cloned();
     if let Some(outbox) = &outbox {
         outbox.linked.store(generation, Ordering::Relaxed);
+        outbox.link_event(Instant::now(), LinkEvent::Admitted { generation });
     }
+    let keepalive = |command| {
+        Bytes::copy_from_slice(&replica_link::keepalive_frame(
+            shared.config.local.cluster,
+            local,
+            command,
+        ))
+    };
+    let link = outbox.clone().map(|outbox| LinkKeepalive {
+        outbox,
+        generation,
+        pong: keepalive(Command::Pong),
+    });
     let (reader, writer) = stream.into_split();
     let reading = Box::pin(read_frames(
         reader,
         check,
         shared.router.clone(),
         shared.config.handshake_timeout,
+        link,
     ));
     let writer_outbox = outbox.clone();
     let writing = Box::pin(async move {
         match writer_outbox {
             Some(outbox) => write_frames(writer, &outbox).await,
+            None => std::future::pending().await,
+        }
+    });
+    let pinger_outbox = outbox.clone();
+    let ping = keepalive(Command::Ping);
+    let pinging = Box::pin(async move {
+        match pinger_outbox {
+            Some(outbox) => send_pings(&outbox, ping).await,
             None => std::future::pending().await,
         }
     });
@@ -682,9 +766,11 @@ async fn run_link(shared: &Rc<Shared>, stream: TcpStream, admitted: admission::A
     });
     let reason = {
         use futures_util::future::{Either, select};
-        match select(reading, select(writing, replacing)).await {
+        let sending = select(writing, pinging);
+        match select(reading, select(sending, replacing)).await {
             Either::Left((reason, _)) => reason,
-            Either::Right((Either::Left((reason, _)), _)) => reason,
+            Either::Right((Either::Left((Either::Left((reason, _)), _)), _)) => reason,
+            Either::Right((Either::Left((Either::Right((never, _)), _)), _)) => match never {},
             Either::Right((Either::Right((reason, _)), _)) => reason,
         }
     };
@@ -698,23 +784,35 @@ async fn run_link(shared: &Rc<Shared>, stream: TcpStream, admitted: admission::A
         }
     }
     if let Some(outbox) = &outbox {
-        // A newer link of the same peer keeps its mark.
+        // A newer link of the same peer keeps its mark (and its liveness).
         let _ = outbox
             .linked
             .compare_exchange(generation, 0, Ordering::Relaxed, Ordering::Relaxed);
+        outbox.link_event(Instant::now(), LinkEvent::Closed { generation });
     }
     tracing::warn!("replica {local}: link with replica {peer} closed: {reason}");
     shared.event(BusEvent::Closed { peer, reason });
 }
 
+/// What the reader of one link does for the peer's liveness: mark every verified frame heard
+/// and answer each Ping.
+struct LinkKeepalive {
+    outbox: Arc<Outbox>,
+    generation: u64,
+    pong: Bytes,
+}
+
 /// Reads, verifies and routes frames; returns why it stopped. A link may be idle between
-/// frames (the consensus heartbeats judge a silent peer), but a body must follow its header
-/// within `body_within`, so a stalled peer cannot hold a half-read frame forever.
+/// frames (the peer's Pings and the consensus heartbeats judge a silent peer), but a body must
+/// follow its header within `body_within`, so a stalled peer cannot hold a half-read frame
+/// forever. Ping and Pong stop here: a Ping is answered through the outbox (dropped with the
+/// rest when the queue is full), and neither reaches a group.
 async fn read_frames(
     mut stream: TcpStream,
     check: FrameCheck,
     router: Arc<Router>,
     body_within: Duration,
+    keepalive: Option<LinkKeepalive>,
 ) -> String {
     loop {
         let BufResult(read, header) = stream.read_exact([0u8; HEADER_SIZE]).await;
@@ -745,6 +843,17 @@ async fn read_frames(
         if let Err(reject) = check.body(&verified, &body) {
             return reject.to_string();
         }
+        if let Some(keepalive) = &keepalive {
+            let generation = keepalive.generation;
+            let outbox = &keepalive.outbox;
+            outbox.link_event(Instant::now(), LinkEvent::Heard { generation });
+            if verified.command == Command::Ping {
+                let _ = outbox.push(keepalive.pong.clone());
+            }
+        }
+        if matches!(verified.command, Command::Ping | Command::Pong) {
+            continue;
+        }
         router.deliver(Inbound {
             from: check.peer,
             command: verified.command,
@@ -752,6 +861,31 @@ async fn read_frames(
             header: Box::new(header),
             body: Bytes::from(body),
         });
+    }
+}
+
+/// Queues a Ping whenever the peer's liveness says one is due, for as long as the link runs.
+/// A full queue drops it like any frame: the peer then has other frames to hear, or is not
+/// reading at all.
+async fn send_pings(outbox: &Outbox, ping: Bytes) -> std::convert::Infallible {
+    loop {
+        let (due, keepalive) = {
+            let liveness = outbox.liveness.lock().expect("liveness lock");
+            (liveness.poll_timeout(), liveness.keepalive())
+        };
+        match due {
+            Some(due) => compio::time::sleep_until(due).await,
+            // The link's close is being recorded; the link ends before this wakes again.
+            None => compio::time::sleep(keepalive).await,
+        }
+        let ping_due = outbox
+            .liveness
+            .lock()
+            .expect("liveness lock")
+            .poll_ping(Instant::now());
+        if ping_due.is_some() {
+            let _ = outbox.push(ping.clone());
+        }
     }
 }
 
@@ -814,6 +948,8 @@ mod tests {
             backoff_base: Duration::from_millis(10),
             backoff_max: Duration::from_millis(200),
             peer_queue_capacity: 8,
+            peer_queue_bytes_max: PEER_QUEUE_BYTES_MAX,
+            silence_max: Duration::from_secs(5),
             seed: u64::from(replica),
             history: HistorySource::fixed(MetadataHistory::Absent),
         }
@@ -1265,6 +1401,8 @@ mod tests {
             (one.backoff_base, one.backoff_max, one.peer_queue_capacity),
             (BACKOFF_BASE, BACKOFF_MAX, PEER_QUEUE_CAPACITY)
         );
+        assert_eq!(one.peer_queue_bytes_max, PEER_QUEUE_BYTES_MAX);
+        assert_eq!(one.silence_max, config.cluster.heartbeat_timeout);
         assert!(
             BusConfig::from_config(&config, 3, HistorySource::fixed(MetadataHistory::Held))
                 .is_err()
@@ -1372,5 +1510,131 @@ mod tests {
             sender.send(1, Bytes::copy_from_slice(&frame[..100])),
             Err(SendError::Malformed(_))
         ));
+    }
+
+    #[compio::test]
+    async fn a_queue_full_in_bytes_drops_but_an_empty_one_takes_any_frame() {
+        let roster = free_addresses(3);
+        // Neither peer starts: replica 0's queues only fill.
+        let a = start(BusConfig {
+            peer_queue_bytes_max: 600,
+            ..config(0, &roster)
+        })
+        .await;
+        let sender = a.bus.sender();
+        let header_only = Bytes::from(commit_frame(0, METADATA_GROUP, 0, b""));
+        sender.send(1, header_only.clone()).unwrap();
+        sender.send(1, header_only.clone()).unwrap();
+        // 768 bytes would exceed 600, though the queue holds only two of its eight frames.
+        assert_eq!(
+            sender.send(1, header_only.clone()),
+            Err(SendError::QueueFull)
+        );
+        assert_eq!(sender.dropped(1), 1);
+        // A frame larger than the whole budget still goes into an empty queue, and only then.
+        let large = Bytes::from(commit_frame(0, METADATA_GROUP, 0, &[7u8; 700]));
+        sender.send(2, large.clone()).unwrap();
+        assert_eq!(sender.send(2, header_only), Err(SendError::QueueFull));
+        assert_eq!(sender.send(2, large), Err(SendError::QueueFull));
+        assert_eq!(sender.dropped(2), 2);
+    }
+
+    #[compio::test]
+    async fn linked_buses_keep_each_other_healthy_with_pings_no_group_sees() {
+        let roster = free_addresses(2);
+        let quick = |replica| BusConfig {
+            silence_max: Duration::from_millis(1000),
+            ..config(replica, &roster)
+        };
+        let mut a = start(quick(0)).await;
+        let mut b = start(quick(1)).await;
+        assert_eq!(a.bus.sender().status(1), PeerStatus::Unreachable);
+        admitted(&mut a, 1).await;
+        admitted(&mut b, 0).await;
+        // No consensus traffic for two and a half timeouts: only the keepalives are heard.
+        for _ in 0..25 {
+            compio::time::sleep(Duration::from_millis(100)).await;
+            assert_eq!(a.bus.sender().status(1), PeerStatus::Healthy);
+            assert_eq!(b.bus.sender().status(0), PeerStatus::Healthy);
+        }
+        assert!(a.inbox.try_recv().is_err() && b.inbox.try_recv().is_err());
+        assert_eq!(a.bus.router().undeliverable(), 0);
+        assert_eq!(b.bus.router().undeliverable(), 0);
+        // A peer that is gone is Unreachable at once: its link closed.
+        drop(b);
+        wait_for(&mut a, "the link closing", |e| {
+            matches!(e, BusEvent::Closed { peer: 1, .. })
+        })
+        .await;
+        assert_eq!(a.bus.sender().status(1), PeerStatus::Unreachable);
+    }
+
+    /// The next frame on a raw link from the bus of replica 1, verified.
+    async fn next_frame(stream: &mut TcpStream) -> Command {
+        let check = FrameCheck {
+            cluster: CLUSTER,
+            peer: 1,
+            max_frame_size: 1 << 20,
+        };
+        let read = compio::time::timeout(PATIENCE, stream.read_exact([0u8; HEADER_SIZE])).await;
+        let BufResult(result, header) = read.expect("a frame within the patience");
+        result.unwrap();
+        let verified = check.header(&header).unwrap();
+        assert_eq!(verified.body_len(), 0, "{:?}", verified.command);
+        verified.command
+    }
+
+    #[compio::test]
+    async fn a_linked_peer_that_falls_silent_is_unreachable_until_it_is_heard_again() {
+        let roster = free_addresses(2);
+        let mut b = start(BusConfig {
+            silence_max: Duration::from_millis(500),
+            ..config(1, &roster)
+        })
+        .await;
+        // A raw replica 0 (a process that stops is one that says nothing): handshake, then
+        // silence while the bus's Pings pile up unread.
+        let mut stream = TcpStream::connect(roster[1]).await.unwrap();
+        let dialer = config(0, &roster).local;
+        let hello = admission::hello(&dialer, 1, MetadataHistory::Absent, [0; 32]);
+        let BufResult(written, _) = stream.write_all(hello.to_vec()).await;
+        written.unwrap();
+        let silent_since = Instant::now();
+        let BufResult(read, answer) = stream.read_exact([0u8; HEADER_SIZE]).await;
+        read.unwrap();
+        admission::admit_challenge(&dialer, 1, &hello, &answer)
+            .verdict
+            .unwrap();
+        admitted(&mut b, 0).await;
+        let sender = b.bus.sender();
+        let unreachable = async {
+            while sender.status(0) == PeerStatus::Healthy {
+                compio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        compio::time::timeout(PATIENCE, unreachable)
+            .await
+            .expect("Unreachable within the patience");
+        assert!(
+            silent_since.elapsed() > Duration::from_millis(500),
+            "Unreachable after {:?} of silence",
+            silent_since.elapsed()
+        );
+        assert!(sender.linked(0), "the silent peer's link stays up");
+        // The bus kept pinging it every keepalive (a fifth of the timeout).
+        assert_eq!(next_frame(&mut stream).await, Command::Ping);
+        assert_eq!(next_frame(&mut stream).await, Command::Ping);
+
+        // It speaks again with a Ping: answered with a Pong, Healthy again, and no group saw it.
+        let ping = replica_link::keepalive_frame(CLUSTER, 0, Command::Ping);
+        let BufResult(written, _) = stream.write_all(ping.to_vec()).await;
+        written.unwrap();
+        let answered = async { while next_frame(&mut stream).await != Command::Pong {} };
+        compio::time::timeout(PATIENCE, answered)
+            .await
+            .expect("a Pong within the patience");
+        assert_eq!(sender.status(0), PeerStatus::Healthy);
+        assert!(b.inbox.try_recv().is_err());
+        assert_eq!(b.bus.router().undeliverable(), 0);
     }
 }

@@ -13,10 +13,10 @@ use super::admission::{self, Admitted, Local, Refusal};
 use iggy_generated::frames::{
     Command, CommitHeader, DoViewChangeHeader, FRAME_SEALED_COMMANDS, ForwardWriteHeader,
     ForwardWriteResultHeader, GenericHeader, IDENTITY_CHECKSUM_COMMANDS, METADATA_GROUP,
-    MetadataHistory, PreVoteHeader, PrepareHeader, PrepareOkHeader, PrimaryRebalanceHeader,
-    RepairRangeReplyHeader, ReplicaHandshakeStatus, RequestPreparesHeader, RequestStartViewHeader,
-    RequestStateChunkHeader, RequestStateTransferHeader, StartViewChangeHeader, StartViewHeader,
-    StateChunkHeader, StateTransferTargetHeader,
+    MetadataHistory, PingHeader, PreVoteHeader, PrepareHeader, PrepareOkHeader,
+    PrimaryRebalanceHeader, RepairRangeReplyHeader, ReplicaHandshakeStatus, RequestPreparesHeader,
+    RequestStartViewHeader, RequestStateChunkHeader, RequestStateTransferHeader,
+    StartViewChangeHeader, StartViewHeader, StateChunkHeader, StateTransferTargetHeader,
 };
 use std::time::Duration;
 
@@ -361,6 +361,25 @@ pub fn body_checksum_of(body: &[u8]) -> u128 {
     }
 }
 
+/// A link-level Ping or Pong from `sender` (spec/frames.spec `PingHeader`), sealed.
+pub fn keepalive_frame(cluster: u128, sender: u8, command: Command) -> [u8; HEADER_SIZE] {
+    assert!(
+        matches!(command, Command::Ping | Command::Pong),
+        "{command:?}"
+    );
+    let mut header = PingHeader {
+        cluster,
+        size: HEADER_SIZE as u32,
+        command,
+        replica: sender,
+        ..PingHeader::default()
+    }
+    .to_bytes();
+    let seal = seal_of(&header);
+    header[..GenericHeader::CHECKSUM_SIZE].copy_from_slice(&seal.to_le_bytes());
+    header
+}
+
 impl FrameCheck {
     /// Checks a header read from the link. The command byte picks the checksum kind and the
     /// checksum is verified before any other field is read: a torn or forged header cannot
@@ -438,6 +457,12 @@ impl FrameCheck {
             return Err(reject(
                 "checksum_body",
                 format!("{command:?} has no body but a body checksum {checksum_body:032x}"),
+            ));
+        }
+        if matches!(command, Command::Ping | Command::Pong) && size as usize != HEADER_SIZE {
+            return Err(reject(
+                "size",
+                format!("{command:?} of {size} bytes; a keepalive is header only"),
             ));
         }
         let (group_at, incarnation_at) = group_fields(command);
@@ -805,8 +830,6 @@ pub(crate) mod tests {
             let carried = !matches!(
                 command,
                 Command::Reserved
-                    | Command::Ping
-                    | Command::Pong
                     | Command::PingClient
                     | Command::PongClient
                     | Command::Request
@@ -820,5 +843,29 @@ pub(crate) mod tests {
         }
         assert_eq!(checksum_kind(64), None);
         assert_eq!(checksum_kind(255), None);
+    }
+
+    #[test]
+    fn keepalives_are_sealed_header_only_frames_of_no_group() {
+        for command in [Command::Ping, Command::Pong] {
+            let frame = keepalive_frame(CLUSTER, 0, command);
+            let verified = check().header(&frame).unwrap();
+            assert_eq!(
+                (verified.command, verified.body_len(), verified.group),
+                (command, 0, METADATA_GROUP)
+            );
+            // From another sender, or torn: refused like any control frame.
+            let other = keepalive_frame(CLUSTER, 1, command);
+            assert_eq!(check().header(&other).unwrap_err().reason, "replica");
+            let mut torn = frame;
+            torn[200] ^= 1;
+            assert_eq!(check().header(&torn).unwrap_err().reason, "checksum");
+            // A keepalive carrying a body is no keepalive.
+            let with_body = resealed(&frame, |h| {
+                h[GenericHeader::SIZE_OFFSET..][..4].copy_from_slice(&300u32.to_le_bytes());
+                h[GenericHeader::CHECKSUM_BODY_OFFSET] = 1;
+            });
+            assert_eq!(check().header(&with_body).unwrap_err().reason, "size");
+        }
     }
 }

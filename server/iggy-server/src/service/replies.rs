@@ -3,6 +3,7 @@
 //! partition figures through [`Figures`].
 
 use crate::consensus::figures::GroupRole;
+use crate::consensus::link_liveness::PeerStatus;
 use crate::runtime::partition::Polled;
 use crate::runtime::shared::{PartitionKey, Shared};
 use crate::service::routing;
@@ -156,13 +157,13 @@ fn roster_entries(shared: &Shared, metadata: GroupRole) -> Vec<routing::RosterEn
         http: config.http.enabled,
         websocket: config.websocket.enabled,
     };
-    let linked = |node: u8| {
+    let reachable = |node: u8| {
         shared
             .plane
             .as_ref()
-            .is_some_and(|plane| plane.linked(node))
+            .is_some_and(|plane| plane.status(node) == PeerStatus::Healthy)
     };
-    routing::roster(&config.cluster.nodes, transports, metadata, linked)
+    routing::roster(&config.cluster.nodes, transports, metadata, reachable)
 }
 
 fn node_response(entry: &routing::RosterEntry) -> ClusterNodeResponse<'_> {

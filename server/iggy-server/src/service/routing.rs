@@ -90,15 +90,15 @@ pub fn roster_role(replica_id: u8, metadata: GroupRole) -> ClusterNodeRole {
 }
 
 /// Every roster node in replica-id order, as clients see it from a replica whose metadata
-/// group stands at `metadata` and that has a replica link up with the nodes `linked` names
-/// (itself included): a node without one is Unreachable from here. A link that is up says
-/// the peer's process answers TCP, not that it serves (a stopped process keeps its link);
-/// the SDK reads only roles and ports.
+/// group stands at `metadata` and that hears from the nodes `reachable` names (itself
+/// included): one with a replica link up on which something arrived within the heartbeat
+/// timeout (`link_liveness`). Any other node, a stopped process whose link is still open
+/// included, is Unreachable from here. The SDK reads only roles and ports.
 pub fn roster(
     nodes: &[ClusterNode],
     transports: Transports,
     metadata: GroupRole,
-    linked: impl Fn(u8) -> bool,
+    reachable: impl Fn(u8) -> bool,
 ) -> Vec<RosterEntry> {
     let port = |enabled: bool, port: Option<u16>| if enabled { port.unwrap_or(0) } else { 0 };
     let mut entries: Vec<RosterEntry> = nodes
@@ -117,7 +117,7 @@ pub fn roster(
                 websocket: port(transports.websocket, node.ports.websocket),
             },
             role: roster_role(node.replica_id, metadata),
-            status: match linked(node.replica_id) {
+            status: match reachable(node.replica_id) {
                 true => ClusterNodeStatus::Healthy,
                 false => ClusterNodeStatus::Unreachable,
             },
