@@ -1208,7 +1208,9 @@ async fn bind_session(
             );
             (found.ok(), metadata.commit)
         };
-        let reached = routing::catch_up(applied, watermark, started.elapsed(), budget);
+        let metadata = node.metadata.figures().role();
+        let reached =
+            routing::bind_catch_up(metadata, applied, watermark, started.elapsed(), budget);
         match routing::bind_verdict(found, reached) {
             BindVerdict::Bind(session) => {
                 return bind(

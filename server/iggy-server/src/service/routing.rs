@@ -170,6 +170,25 @@ pub fn catch_up(applied: u64, wanted: u64, waited: Duration, budget: Duration) -
     }
 }
 
+/// Where a BindSession stands against the client's watermark on a replica whose metadata group
+/// stands at `metadata`. One that does not serve in touch with its primary (recovering,
+/// changing views, cut off) reaches no watermark: it cannot tell a session that ended from one
+/// it has not heard of, so it answers 58 once the budget runs out, never 40 (on which the SDK
+/// registers again, there, on a replica that may not even hold the user).
+pub fn bind_catch_up(
+    metadata: GroupRole,
+    applied: u64,
+    wanted: u64,
+    waited: Duration,
+    budget: Duration,
+) -> CatchUp {
+    match metadata.status == Status::Normal && metadata.in_touch {
+        true => catch_up(applied, wanted, waited, budget),
+        false if waited < budget => CatchUp::Wait,
+        false => CatchUp::Behind,
+    }
+}
+
 /// What a BindSession gets, from the replicated session table as this replica applied it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BindVerdict<S> {
@@ -204,6 +223,35 @@ mod tests {
             status,
             primary,
             in_touch: status == Normal,
+        }
+    }
+
+    #[test]
+    fn a_bind_reaches_a_watermark_only_on_a_replica_serving_in_touch() {
+        let (budget, early, late) = (
+            Duration::from_secs(6),
+            Duration::from_millis(10),
+            Duration::from_secs(7),
+        );
+        let serving = role(Normal, 0);
+        assert_eq!(
+            bind_catch_up(serving, 9, 9, early, budget),
+            CatchUp::Reached
+        );
+        assert_eq!(bind_catch_up(serving, 8, 9, early, budget), CatchUp::Wait);
+        assert_eq!(bind_catch_up(serving, 8, 9, late, budget), CatchUp::Behind);
+        let cut_off = GroupRole {
+            in_touch: false,
+            ..serving
+        };
+        for metadata in [role(Recovering, 0), role(ViewChange, 1), cut_off] {
+            // Applied past the watermark, yet it may have missed the session's register.
+            assert_eq!(bind_catch_up(metadata, 9, 2, early, budget), CatchUp::Wait);
+            assert_eq!(bind_catch_up(metadata, 9, 2, late, budget), CatchUp::Behind);
+            assert!(matches!(
+                bind_verdict::<()>(None, bind_catch_up(metadata, 9, 2, late, budget)),
+                BindVerdict::Behind
+            ));
         }
     }
 
