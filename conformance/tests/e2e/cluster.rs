@@ -863,6 +863,51 @@ async fn create_topic(client: &IggyClient, partitions: u32) -> (u32, u32, Vec<u6
     (stream.id, topic.id, groups)
 }
 
+/// Sends `n` messages ("p{partition}-{i}") to each of the topic's `partitions` through
+/// `writer`, in `batches` sends per partition.
+async fn send_numbered(
+    writer: &IggyClient,
+    (stream, topic): (u32, u32),
+    partitions: u32,
+    n: usize,
+    batches: usize,
+) {
+    for partition in 0..partitions {
+        for batch in 0..batches {
+            let texts: Vec<IggyMessage> = (batch * n / batches..(batch + 1) * n / batches)
+                .map(|i| msg(format!("p{partition}-{i}")))
+                .collect();
+            send_to_partition(writer, &id(stream), &id(topic), partition, texts).await;
+        }
+    }
+}
+
+/// Reads each partition back from its first offset through `reader`: exactly the `n` messages
+/// [`send_numbered`] wrote, at offsets 0..n.
+async fn read_numbered(
+    reader: &IggyClient,
+    (stream, topic): (u32, u32),
+    partitions: u32,
+    n: usize,
+) {
+    for partition in 0..partitions {
+        let polled = poll(
+            reader,
+            &id(stream),
+            &id(topic),
+            partition,
+            &consumer("reader"),
+            PollingStrategy::first(),
+            1000,
+            false,
+        )
+        .await;
+        let want: Vec<String> = (0..n).map(|i| format!("p{partition}-{i}")).collect();
+        assert_eq!(payloads(&polled), want, "partition {partition}");
+        assert_eq!(offsets(&polled), (0..n as u64).collect::<Vec<_>>());
+    }
+}
+
 fn all_groups(partition_groups: &[u64]) -> Vec<u64> {
     std::iter::once(METADATA_GROUP)
         .chain(partition_groups.iter().copied())
@@ -874,31 +919,8 @@ async fn the_sdk_on_one_node_creates_sends_and_polls_and_the_roster_shows_one_le
     let cluster = TestCluster::start(3);
     let client = cluster.root_client(0).await;
     let (stream, topic, groups) = create_topic(&client, 3).await;
-    const N: usize = 30;
-    for partition in 0..3u32 {
-        for chunk in 0..3 {
-            let texts: Vec<IggyMessage> = (0..N / 3)
-                .map(|i| msg(format!("p{partition}-{}", chunk * N / 3 + i)))
-                .collect();
-            send_to_partition(&client, &id(stream), &id(topic), partition, texts).await;
-        }
-    }
-    for partition in 0..3u32 {
-        let polled = poll(
-            &client,
-            &id(stream),
-            &id(topic),
-            partition,
-            &consumer("reader"),
-            PollingStrategy::first(),
-            1000,
-            false,
-        )
-        .await;
-        let want: Vec<String> = (0..N).map(|i| format!("p{partition}-{i}")).collect();
-        assert_eq!(payloads(&polled), want, "partition {partition}");
-        assert_eq!(offsets(&polled), (0..N as u64).collect::<Vec<_>>());
-    }
+    send_numbered(&client, (stream, topic), 3, 30, 3).await;
+    read_numbered(&client, (stream, topic), 3, 30).await;
 
     let metadata = ok(
         "get_cluster_metadata",
@@ -1006,26 +1028,8 @@ async fn three_nodes_on_three_ips_with_the_same_ports_serve_the_sdk_through_ever
     // The SDK is given one node, not the first, and learns the others from its roster.
     let client = cluster.root_client(1).await;
     let (stream, topic, groups) = create_topic(&client, 3).await;
-    const N: usize = 12;
-    for partition in 0..3u32 {
-        let texts: Vec<IggyMessage> = (0..N).map(|i| msg(format!("p{partition}-{i}"))).collect();
-        send_to_partition(&client, &id(stream), &id(topic), partition, texts).await;
-    }
-    for partition in 0..3u32 {
-        let polled = poll(
-            &client,
-            &id(stream),
-            &id(topic),
-            partition,
-            &consumer("reader"),
-            PollingStrategy::first(),
-            100,
-            false,
-        )
-        .await;
-        let want: Vec<String> = (0..N).map(|i| format!("p{partition}-{i}")).collect();
-        assert_eq!(payloads(&polled), want, "partition {partition}");
-    }
+    send_numbered(&client, (stream, topic), 3, 12, 1).await;
+    read_numbered(&client, (stream, topic), 3, 12).await;
     // The three partitions were led by the three nodes, so each IP served a primary.
     let primaries: BTreeSet<u8> = groups
         .iter()
@@ -1864,27 +1868,10 @@ async fn a_cluster_sharing_a_secret_serves_the_sdk_and_keeps_a_bare_peer_off() {
     let client = cluster.root_client(0).await;
     let (stream, topic, groups) = create_topic(&client, 3).await;
     cluster.wait_normal(2, &all_groups(&groups)).await;
-    for partition in 0..3u32 {
-        let sent = msgs(&format!("p{partition}"), 5);
-        send_to_partition(&client, &id(stream), &id(topic), partition, sent).await;
-    }
+    send_numbered(&client, (stream, topic), 3, 5, 1).await;
     // Read back through another node: the writes were replicated over authenticated links.
     let reader = cluster.root_client(2).await;
-    for partition in 0..3u32 {
-        let polled = poll(
-            &reader,
-            &id(stream),
-            &id(topic),
-            partition,
-            &consumer("reader"),
-            PollingStrategy::first(),
-            100,
-            false,
-        )
-        .await;
-        let want: Vec<String> = (0..5).map(|i| format!("p{partition}-{i}")).collect();
-        assert_eq!(payloads(&polled), want, "partition {partition}");
-    }
+    read_numbered(&reader, (stream, topic), 3, 5).await;
 
     // A peer without the secret (a bare hello, as a node without [cluster.auth] sends) is
     // told AuthRequired and closed; the node logs why.

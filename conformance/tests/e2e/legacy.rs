@@ -424,41 +424,41 @@ async fn a_0_11_1_client_in_a_cluster_is_routed_to_each_partitions_primary() {
             value: &reader,
         },
     };
-    let poll_request = |partition: u32| {
-        encoded(&PollMessagesRequest {
-            consumer: consumer(),
-            stream_id: Identifier {
+    let ids = |partition: u32| {
+        (
+            Identifier {
                 kind: 1,
                 value: &stream_id,
             },
-            topic_id: Identifier {
+            Identifier {
                 kind: 1,
                 value: &topic_id,
             },
-            partition_id: OptionalPartitionId {
+            OptionalPartitionId {
                 has: 1,
                 partition_id: partition,
             },
+        )
+    };
+    let poll_request = |partition: u32| {
+        let (stream_id, topic_id, partition_id) = ids(partition);
+        encoded(&PollMessagesRequest {
+            consumer: consumer(),
+            stream_id,
+            topic_id,
+            partition_id,
             strategy: PollingStrategy { kind: 3, value: 0 },
             count: 10,
             auto_commit: false,
         })
     };
     let offset_request = |partition: u32| {
+        let (stream_id, topic_id, partition_id) = ids(partition);
         encoded(&GetConsumerOffsetRequest {
             consumer: consumer(),
-            stream_id: Identifier {
-                kind: 1,
-                value: &stream_id,
-            },
-            topic_id: Identifier {
-                kind: 1,
-                value: &topic_id,
-            },
-            partition_id: OptionalPartitionId {
-                has: 1,
-                partition_id: partition,
-            },
+            stream_id,
+            topic_id,
+            partition_id,
         })
     };
 
