@@ -2507,3 +2507,251 @@ async fn a_logout_sent_to_a_backup_ends_the_session_on_every_node() {
         assert_eq!(status, 40, "BindSession of the ended session on node {i}");
     }
 }
+
+/// Every partition directory under node i's data directory, by its path there, with the
+/// incarnation its `created.revision` record names (the record's bytes).
+fn partition_dirs(cluster: &TestCluster, i: usize) -> BTreeMap<PathBuf, Option<Vec<u8>>> {
+    let root = cluster.node(i).data_dir();
+    let mut dirs = BTreeMap::new();
+    let numbered = |dir: &Path| -> Vec<PathBuf> {
+        std::fs::read_dir(dir)
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .map(|entry| entry.path())
+                    .filter(|path| {
+                        path.file_name()
+                            .and_then(|name| name.to_str())
+                            .is_some_and(|name| name.parse::<u32>().is_ok())
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    for stream in numbered(&root.join("streams")) {
+        for topic in numbered(&stream.join("topics")) {
+            for partition in numbered(&topic.join("partitions")) {
+                let revision = std::fs::read(partition.join("created.revision")).ok();
+                dirs.insert(
+                    partition.strip_prefix(&root).unwrap().to_path_buf(),
+                    revision,
+                );
+            }
+        }
+    }
+    dirs
+}
+
+/// The streams node i serves from its own metadata: id, name and topic count, in id order.
+async fn streams_served(client: &IggyClient) -> Vec<(u32, String, u32)> {
+    let streams = ok(
+        "get_streams",
+        within("get_streams", client.get_streams()).await,
+    );
+    let mut streams: Vec<(u32, String, u32)> = streams
+        .into_iter()
+        .map(|s| (s.id, s.name, s.topics_count))
+        .collect();
+    streams.sort();
+    streams
+}
+
+/// A metadata backup is killed and stays down while the others run enough metadata ops to
+/// checkpoint past it (the metadata group, like a partition group, checkpoints without a
+/// laggard once its journal holds four times the policy: 32 ops here). Meanwhile a stream is
+/// deleted and created again under the same ids (its partition a new incarnation), another is
+/// deleted, one is created, and a user is created. Restarted, the node finds the metadata log
+/// starts above what it holds, takes the primary's metadata checkpoint whole (state
+/// transfer), and reconciles its partitions with it: the deleted incarnations' directories go,
+/// the recreated partition starts fresh and copies only the new incarnation's messages, the
+/// new one opens. It then serves the same streams as the primary, signs the new user in, and
+/// is the quorum's second member once the third node is down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_metadata_backup_left_behind_by_checkpoints_catches_up_by_state_transfer() {
+    let options = ClusterOptions {
+        env: vec![(
+            "IGGY_SYSTEM_CHECKPOINT_JOURNAL_OPS".to_string(),
+            "8".to_string(),
+        )],
+        ..ClusterOptions::default()
+    };
+    let mut cluster = TestCluster::start_with(3, options);
+    let (primary, backup) = metadata_primary_and_backup(&cluster).await;
+    let other = (0..cluster.len())
+        .find(|&i| i != primary && i != backup)
+        .expect("a third node");
+    let client = cluster.root_client(primary).await;
+    // Stream 0 lives throughout, stream 1 is deleted while the backup is down, stream 2 is
+    // deleted and created again under the same ids.
+    for stream in ["kept", "deleted", "reused"] {
+        create_stream_and_topic(&client, stream, "t", 1).await;
+    }
+    send_to_partition(&client, &id(2), &id(0), 0, vec![msg("old incarnation")]).await;
+    cluster.wait_identical_segments(1).await;
+    let reused_before = partition_dirs(&cluster, primary);
+    cluster.kill9(backup);
+
+    ok(
+        "delete",
+        within("delete", client.delete_stream(&id(2))).await,
+    );
+    let (reused, _) = create_stream_and_topic(&client, "reused-again", "t", 1).await;
+    assert_eq!(reused.id, 2, "the deleted stream's id is reused");
+    send_to_partition(&client, &id(2), &id(0), 0, vec![msg("new incarnation")]).await;
+    let (created, _) = create_stream_and_topic(&client, "created", "t", 1).await;
+    let user_options = UserCreateOptions::default();
+    let user = client.create_user(
+        "late",
+        "late-secret",
+        UserStatus::Active,
+        None,
+        &user_options,
+    );
+    ok("create user", within("create user", user).await);
+    ok(
+        "delete",
+        within("delete", client.delete_stream(&id(1))).await,
+    );
+    // Streams created and deleted again: enough ops for the others to checkpoint past it.
+    let left_behind = format!("leaves replicas [{backup}] behind");
+    let metadata_checkpoint_past = |log: &str| {
+        current_start(log)
+            .lines()
+            .any(|line| line.contains("metadata: checkpoint at op") && line.contains(&left_behind))
+    };
+    let mut filler = 0;
+    while !metadata_checkpoint_past(&cluster.node(primary).log()) {
+        assert!(
+            filler < 200,
+            "no metadata checkpoint left node {backup} behind"
+        );
+        let name = format!("filler-{filler}");
+        ok(
+            "create",
+            within(
+                "create",
+                client.create_stream(&name, &StreamCreateOptions::default()),
+            )
+            .await,
+        );
+        ok(
+            "delete",
+            within("delete", client.delete_stream(&self::name(&name))).await,
+        );
+        filler += 1;
+    }
+    // The other backup's journal outgrows the bound too, and it checkpoints past it as well.
+    for filler in 0..40 {
+        let name = format!("more-{filler}");
+        ok(
+            "create",
+            within(
+                "create",
+                client.create_stream(&name, &StreamCreateOptions::default()),
+            )
+            .await,
+        );
+        ok(
+            "delete",
+            within("delete", client.delete_stream(&self::name(&name))).await,
+        );
+    }
+
+    cluster.restart(backup);
+    let transferred = wait_until(
+        &format!("node {backup} catches up by state transfer"),
+        Duration::from_secs(30),
+        || {
+            let log = cluster.node(backup).log();
+            current_start(&log)
+                .lines()
+                .find(|line| {
+                    line.contains(&format!(
+                        "group {METADATA_GROUP:#x}: state transfer from replica"
+                    ))
+                })
+                .map(str::to_string)
+        },
+        || cluster.describe(METADATA_GROUP),
+    )
+    .await;
+    cluster.wait_normal(backup, &[METADATA_GROUP]).await;
+
+    // Its metadata answers are the primary's: the deleted streams gone, the new ones there.
+    let laggard = cluster.root_client(backup).await;
+    let served = streams_served(&client).await;
+    assert_eq!(
+        served.iter().map(|s| s.0).collect::<Vec<_>>(),
+        [0, 2, created.id],
+        "{served:?}"
+    );
+    assert_eq!(streams_served(&laggard).await, served);
+    // The user created while it was down signs in there.
+    let late = IggyClient::from_connection_string(
+        &cluster
+            .node(backup)
+            .connection_string("late", "late-secret"),
+    )
+    .expect("valid connection string");
+    ok(
+        "late user signs in",
+        within("connect", late.connect()).await,
+    );
+
+    // Its partition directories are the primary's: stream 1's gone, stream 2's of the new
+    // incarnation, the created stream's opened.
+    let dirs = wait_until(
+        "the laggard's partition directories match the primary's",
+        Duration::from_secs(30),
+        || {
+            let ours = partition_dirs(&cluster, primary);
+            (partition_dirs(&cluster, backup) == ours).then_some(ours)
+        },
+        || {
+            format!(
+                "primary {:?}\nlaggard {:?}",
+                partition_dirs(&cluster, primary),
+                partition_dirs(&cluster, backup)
+            )
+        },
+    )
+    .await;
+    assert_eq!(dirs.len(), 3, "{dirs:?}");
+    let reused_dir = PathBuf::from("streams/2/topics/0/partitions/0");
+    assert_ne!(
+        dirs.get(&reused_dir),
+        reused_before.get(&reused_dir),
+        "stream 2's partition is a new incarnation"
+    );
+    // The recreated partition holds only the new incarnation's message, on every node.
+    let segments = cluster.wait_identical_segments(1).await;
+    let reused_logs: Vec<&Vec<u8>> = segments
+        .iter()
+        .filter(|(path, _)| path.starts_with(&reused_dir))
+        .map(|(_, bytes)| bytes)
+        .collect();
+    let holds = |text: &[u8]| {
+        reused_logs
+            .iter()
+            .any(|bytes| bytes.windows(text.len()).any(|window| window == text))
+    };
+    assert!(holds(b"new incarnation") && !holds(b"old incarnation"));
+
+    // With the third node down, the laggard is the quorum's second member: metadata commits.
+    cluster.kill9(other);
+    let stream_options = StreamCreateOptions::default();
+    let after = client.create_stream("after-transfer", &stream_options);
+    ok(
+        "create with the laggard in the quorum",
+        within("create", after).await,
+    );
+    let served = streams_served(&client).await;
+    wait_until_async(
+        "the laggard serves the stream committed with it",
+        Duration::from_secs(10),
+        async || (streams_served(&laggard).await == served).then_some(()),
+        || format!("{served:?}"),
+    )
+    .await;
+    eprintln!("node {backup}: {transferred}; {filler} filler streams before the checkpoint");
+}

@@ -5,7 +5,8 @@
 //!   [`machine::Envelope`], registers and evictions;
 //! - [`replies`]: reply bodies encoded from the model (with partition figures supplied by the
 //!   caller), [`options`]: option blocks and their catalog, [`snapshot`]: the checkpointed model,
-//!   [`permissions`]: permissions to and from the wire.
+//!   [`permissions`]: permissions to and from the wire;
+//! - [`reconcile`]: what a replica does with its partitions after a metadata state transfer.
 //!
 //! **Architecture Invariant:** no compio, no clock, no filesystem or network, no randomness: the
 //! same committed ops give every replica the same model, replies and effects. Secrets arrive
@@ -15,6 +16,7 @@ pub mod machine;
 pub mod model;
 pub mod options;
 pub mod permissions;
+pub mod reconcile;
 pub mod replies;
 pub mod session;
 pub mod snapshot;

@@ -1,7 +1,9 @@
 //! The real metadata state machine ([`iggy_metadata::machine`] over a [`Metadata`] model),
 //! driven the way the server's shell drives it (`iggy-server`'s `runtime/metadata_machine.rs`):
 //! a committed register records the session, a committed op is applied and its effects run,
-//! a checkpoint is the encoded snapshot, a restart decodes it and replays the journal.
+//! a checkpoint is the encoded snapshot, a restart decodes it and replays the journal, and a
+//! state transfer installs a peer's snapshot and reconciles the directories with the server's
+//! own plan ([`iggy_metadata::reconcile::plan_after_transfer`]).
 //!
 //! Two differences from the server, both in the shell, never in the model:
 //! - the server's disk effects open and delete partition directories; here the "disk" is the
@@ -17,6 +19,7 @@ use bytes::Bytes;
 use iggy_generated::frames::Operation;
 use iggy_generated::storage::MetadataSnapshot;
 use iggy_metadata::machine::{self as metadata_machine, SYSTEM_CLIENT};
+use iggy_metadata::reconcile::{TransferAction, plan_after_transfer};
 use iggy_metadata::{Effect, Metadata, PartitionKey};
 use iggy_vsr::Entry;
 use iggy_vsr::sim::Rng;
@@ -29,6 +32,10 @@ use std::collections::BTreeMap;
 pub struct MetadataFigures {
     /// Restarts that restored a checkpoint's snapshot.
     pub snapshots_restored: u64,
+    /// Peers' snapshots installed by state transfer, and the directories their plans
+    /// discarded.
+    pub snapshots_transferred: u64,
+    pub transfer_discards: u64,
     /// Partition directories opened and deleted by applied ops' effects.
     pub partitions_opened: u64,
     pub partitions_deleted: u64,
@@ -213,6 +220,54 @@ impl Machine for MetadataMachine {
     fn replayed(&mut self) {
         self.replaying = false;
         self.disk = self.model.live_partitions();
+    }
+
+    fn transfers_state(&self) -> bool {
+        true
+    }
+
+    /// As the server: the snapshot replaces the model, and the plan the server runs decides
+    /// the directories (every directory here has a running partition, as on a started server).
+    /// A plan that keeps a directory, or opens over a live one, leaves the disk unlike the
+    /// model, which the checker reports.
+    fn transfer(&mut self, op: u64, state: &[u8]) {
+        let model = iggy_metadata::snapshot::decode(state).expect("a snapshot a peer wrote");
+        assert_eq!(model.commit, op, "a snapshot of its checkpoint's op");
+        self.model = model;
+        self.applied_op = op;
+        self.replaying = false;
+        self.snapshots
+            .push((self.model.commit, canonical_snapshot(&self.model)));
+        self.figures.snapshots_transferred += 1;
+        let live = self.model.live_partitions();
+        let on_disk: Vec<(PartitionKey, Option<u64>)> = self
+            .disk
+            .iter()
+            .map(|(key, incarnation)| (*key, Some(*incarnation)))
+            .collect();
+        let running = self.disk.clone();
+        for action in plan_after_transfer(&live, op, &running, &on_disk) {
+            match action {
+                // A directory here is its running partition: the discard that follows (or the
+                // keep) decides what happens to it.
+                TransferAction::Stop { .. } | TransferAction::Keep { .. } => {}
+                TransferAction::Discard { key, revision } => {
+                    if self.disk.get(&key) == Some(&revision) {
+                        self.disk.remove(&key);
+                        self.figures.transfer_discards += 1;
+                    }
+                }
+                TransferAction::Open { key, incarnation } => {
+                    let effect = Effect::OpenPartition {
+                        stream: key.0,
+                        topic: key.1,
+                        partition: key.2,
+                        incarnation,
+                    };
+                    self.run_effect(op, effect);
+                }
+            }
+        }
     }
 }
 

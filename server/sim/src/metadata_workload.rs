@@ -869,6 +869,8 @@ impl Workload for MetadataWorkload {
             let figures = node.machine.figures();
             let total = &mut self.figures.machines;
             total.snapshots_restored += figures.snapshots_restored;
+            total.snapshots_transferred += figures.snapshots_transferred;
+            total.transfer_discards += figures.transfer_discards;
             total.partitions_opened += figures.partitions_opened;
             total.partitions_deleted += figures.partitions_deleted;
         }

@@ -2,6 +2,11 @@
 //!
 //! `SIM_SEEDS=N` runs N seeds per group size (default 100: 200 in all), `SIM_SEED=S` replays
 //! one seed (for each group size). A failure prints `replicas=R seed=S`.
+//!
+//! Half the seeds (those of an even thousand) checkpoint past a replica that stays behind, as
+//! the server's metadata group does, and the laggard takes a peer's snapshot whole (state
+//! transfer); the others wait for every replica, and the checker proves no replica needs a
+//! transfer there.
 
 use iggy_sim::{MetadataRunFigures, MetadataWorkload};
 use iggy_vsr::sim::cluster::Summary;
@@ -16,7 +21,13 @@ fn run_seed(replica_count: u8, seed: u64) -> (Summary, MetadataRunFigures) {
         replica_count,
         seed,
         || MetadataWorkload::new(seed),
-        |cluster| cluster,
+        |cluster| {
+            if (seed / 1_000).is_multiple_of(2) {
+                cluster.with_state_transfer()
+            } else {
+                cluster
+            }
+        },
     );
     (summary, workload.figures())
 }
@@ -36,6 +47,10 @@ struct Totals {
     snapshots_compared: u64,
     references_compared: u64,
     snapshots_restored: u64,
+    checkpoints_past_laggards: u64,
+    state_transfers: u64,
+    snapshots_transferred: u64,
+    transfer_discards: u64,
     partitions_opened: u64,
     partitions_deleted: u64,
 }
@@ -55,6 +70,10 @@ impl Totals {
         self.snapshots_compared += figures.snapshots_compared;
         self.references_compared += figures.references_compared;
         self.snapshots_restored += figures.machines.snapshots_restored;
+        self.checkpoints_past_laggards += summary.checkpoints_past_laggards;
+        self.state_transfers += summary.state_transfers;
+        self.snapshots_transferred += figures.machines.snapshots_transferred;
+        self.transfer_discards += figures.machines.transfer_discards;
         self.partitions_opened += figures.machines.partitions_opened;
         self.partitions_deleted += figures.machines.partitions_deleted;
     }
@@ -88,6 +107,11 @@ fn run(replica_count: u8) {
             "restarts restore checkpoint snapshots"
         );
         assert!(totals.retirements > 0, "logouts free client-table slots");
+        assert!(
+            totals.checkpoints_past_laggards > 0 && totals.state_transfers > 0,
+            "replicas left behind catch up by state transfer"
+        );
+        assert_eq!(totals.snapshots_transferred, totals.state_transfers);
     }
 }
 

@@ -509,8 +509,8 @@ impl<W> GroupCore<W> {
 
     /// Lets the group checkpoint above [`Replica::checkpoint_safe`] once its journal reaches
     /// `bound` (see [`Self::checkpoint_due`]): for groups whose state machine can hand its
-    /// state to a replica that needs state transfer (partition groups). Other groups keep
-    /// waiting for every replica.
+    /// state to a replica that needs state transfer (the server's metadata and partition
+    /// groups). Other groups keep waiting for every replica.
     pub fn checkpoint_past_laggards(&mut self, bound: JournalBound) {
         self.past_laggards = Some(bound);
     }

@@ -105,7 +105,7 @@
 //!   a `StartView` it can install.
 //!
 //! The core does no transfer itself: its shell copies a peer's checkpoint and state (the
-//! server does it for partition groups, see `consensus/transfer.rs` there) and opens the
+//! server does it for its metadata and partition groups, see `consensus/transfer.rs` there) and opens the
 //! replica again from that checkpoint ([`group::GroupCore::open`]). Short of that, a replica of
 //! a larger group checkpoints only at or below [`Replica::checkpoint_safe`] (and its own
 //! `commit_min`), which [`group::GroupCore::checkpoint_due`] respects: the highest op that is
@@ -123,7 +123,8 @@
 //! [`group::GroupCore::checkpoint_past_laggards`]: past that journal size it checkpoints at its
 //! `commit_min`, leaving the replicas that lag ([`group::GroupCore::left_behind`]) to state
 //! transfer. The simulator's groups keep the rule above (its checker asserts no replica ever
-//! needs state transfer).
+//! needs state transfer) unless `sim::cluster::Cluster::with_state_transfer` has laggards take
+//! a peer's checkpoint whole (for machines whose checkpoint is their whole state).
 //!
 //! ## Protocol
 //!

@@ -141,8 +141,7 @@ pub trait StateMachine {
     }
 
     /// Whether a replica of this machine's group that fell behind the others' checkpoints
-    /// catches up by copying a peer's checkpoint and log (state transfer): a partition's does;
-    /// the metadata group's waits for every replica instead.
+    /// catches up by copying a peer's checkpoint (and a partition's log: state transfer).
     fn transfers_state(&self) -> bool {
         false
     }
@@ -154,7 +153,7 @@ pub trait StateMachine {
     }
     /// Receiving: about to copy a peer's checkpoint whose state is `state`. Drops what this
     /// replica holds beyond what it committed, and returns where its log continues from and
-    /// where `state`'s log ends.
+    /// where `state`'s log ends (an empty range when the state is all there is to copy).
     fn transfer_begin(
         &mut self,
         _state: &[u8],
@@ -202,7 +201,7 @@ pub struct Checkpointing {
     /// ...or this many ops.
     pub journal_ops: usize,
     /// Past this journal size the group checkpoints without waiting for a replica that stays
-    /// behind, which then catches up by state transfer (partition groups only).
+    /// behind, which then catches up by state transfer.
     pub past_laggards: Option<JournalBound>,
 }
 

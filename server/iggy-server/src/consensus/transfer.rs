@@ -1,6 +1,10 @@
-//! State transfer on the replica plane, sans-IO: the frames a partition replica that fell
-//! behind its group's checkpoints (`iggy_vsr::Replica::state_transfer_needed`) exchanges with
-//! the primary to copy the primary's latest checkpoint and the partition log it covers.
+//! State transfer on the replica plane, sans-IO: the frames a replica that fell behind its
+//! group's checkpoints (`iggy_vsr::Replica::state_transfer_needed`) exchanges with the primary
+//! to copy the primary's latest checkpoint and, for a partition, the log it covers.
+//!
+//! The metadata group's checkpoint is its whole state (the metadata snapshot), so its transfer
+//! is the request and the target only: `decode` refuses chunk frames for it, and a target
+//! whose state is not a metadata snapshot as of the checkpoint's op.
 //!
 //! RequestStateTransfer (laggard → primary, header only) asks for the primary's latest durable
 //! checkpoint; StateTransferTarget answers with it: `commit_op` is the checkpoint's op and the
@@ -13,9 +17,10 @@
 //! asked for says the primary no longer holds that offset (retention retired it): the first
 //! offset it holds.
 //!
-//! Every frame is sealed and names a nonce (the transfer session) and the group's incarnation;
-//! `decode` refuses another group or incarnation, a zero nonce, a checkpoint whose checksum or
-//! op does not hold, and records that do not verify or do not follow each other.
+//! Every frame is sealed and names a nonce (the transfer session) and the group's incarnation
+//! (0 for the metadata group); `decode` refuses another group or incarnation, a zero nonce, a
+//! checkpoint whose checksum or op does not hold, and records that do not verify or do not
+//! follow each other.
 
 use super::replica_bus::Inbound;
 use super::replica_codec::{CodecError, FrameContext, malformed, same_group, sealed_frame};
@@ -141,12 +146,17 @@ pub fn encode(context: &FrameContext, view: u32, transfer: &Transfer) -> Bytes {
     sealed_frame(context, command, view, header, &body)
 }
 
-/// A state-transfer frame the bus verified, for the partition group of `context`.
+/// A state-transfer frame the bus verified, for the group of `context`.
 pub fn decode(context: &FrameContext, inbound: &Inbound) -> Result<Transfer, CodecError> {
     let command = inbound.command;
     same_group(context, inbound.group, None)?;
-    if context.group == METADATA_GROUP {
-        return Err(malformed(command, "the metadata group transfers no state"));
+    let metadata = context.group == METADATA_GROUP;
+    let chunk = matches!(command, Command::RequestStateChunk | Command::StateChunk);
+    if metadata && chunk {
+        return Err(malformed(
+            command,
+            "the metadata group's checkpoint is its whole state: it has no log to copy",
+        ));
     }
     let header_only = matches!(
         command,
@@ -177,7 +187,10 @@ pub fn decode(context: &FrameContext, inbound: &Inbound) -> Result<Transfer, Cod
             same_group(context, inbound.group, Some(header.partition_incarnation))?;
             let nonce = nonzero(header.nonce)?;
             let slot = if header.available {
-                checkpoint_of(command, &inbound.body, header.commit_op)?;
+                let (_, state) = checkpoint_of(command, &inbound.body, header.commit_op)?;
+                if metadata {
+                    metadata_snapshot_of(command, &state, header.commit_op)?;
+                }
                 Some(inbound.body.clone())
             } else if inbound.body.is_empty() {
                 None
@@ -242,6 +255,27 @@ pub fn checkpoint_of(
         ));
     }
     Ok((checkpoint, state.to_vec()))
+}
+
+/// The metadata model a metadata checkpoint's state holds, checked to be a snapshot as of the
+/// checkpoint's op (`op`): a replica installs it whole in place of its own.
+pub fn metadata_snapshot_of(
+    command: Command,
+    state: &[u8],
+    op: u64,
+) -> Result<iggy_metadata::Metadata, CodecError> {
+    let model = iggy_metadata::snapshot::decode(state)
+        .map_err(|why| malformed(command, format!("metadata checkpoint: {why}")))?;
+    if model.commit != op {
+        return Err(malformed(
+            command,
+            format!(
+                "a metadata snapshot of op {} in a checkpoint at op {op}",
+                model.commit
+            ),
+        ));
+    }
+    Ok(model)
 }
 
 /// Every record of a chunk body verifies (layout, message and batch checksums) and they follow
@@ -635,23 +669,138 @@ mod tests {
             let inbound = receive(&encode(&context(0, 7), 3, &refused), 0);
             assert!(decode(&context(2, 7), &inbound).is_err());
         }
-        // The metadata group has no state to transfer.
-        let metadata = FrameContext {
+    }
+
+    fn metadata_context(sender: u8) -> FrameContext {
+        FrameContext {
             group: METADATA_GROUP,
             incarnation: 0,
-            ..context(0, 0)
+            ..context(sender, 0)
+        }
+    }
+
+    /// A metadata checkpoint slot at `op` whose snapshot says it is of op `snapshot_op`.
+    fn metadata_slot(op: u64, snapshot_op: u64) -> Bytes {
+        let mut model = iggy_metadata::Metadata::default();
+        model.create_stream("orders", 1).unwrap();
+        model.commit = snapshot_op;
+        let checkpoint = iggy_vsr::Checkpoint {
+            op,
+            view: 2,
+            checksum: 99,
+            ..iggy_vsr::Checkpoint::default()
         };
-        let inbound = receive(&encode(&metadata, 3, &Transfer::Request { nonce: 5 }), 0);
-        assert!(
-            decode(
-                &FrameContext {
-                    sender: 2,
-                    ..metadata
-                },
-                &inbound
-            )
-            .is_err()
-        );
+        let state = iggy_metadata::snapshot::encode(&model);
+        iggy_storage::checkpoint::encode(&checkpoint.encode(), &state).into()
+    }
+
+    #[test]
+    fn the_metadata_group_transfers_its_snapshot_by_request_and_target() {
+        for transfer in [
+            Transfer::Request { nonce: 5 },
+            Transfer::Target {
+                nonce: 5,
+                checkpoint_op: 40,
+                commit_max: 42,
+                slot: Some(metadata_slot(40, 40)),
+                transient: false,
+            },
+            Transfer::Target {
+                nonce: 5,
+                checkpoint_op: 0,
+                commit_max: 42,
+                slot: None,
+                transient: true,
+            },
+        ] {
+            let inbound = receive(&encode(&metadata_context(0), 3, &transfer), 0);
+            assert_eq!(
+                inbound.group, METADATA_GROUP,
+                "routed to the metadata group"
+            );
+            assert_eq!(decode(&metadata_context(2), &inbound).unwrap(), transfer);
+            // A partition group never takes the metadata group's frames.
+            assert!(matches!(
+                decode(&context(2, 7), &inbound),
+                Err(CodecError::Group { .. })
+            ));
+        }
+        let Transfer::Target {
+            slot: Some(slot), ..
+        } = decode(
+            &metadata_context(2),
+            &receive(
+                &encode(
+                    &metadata_context(0),
+                    3,
+                    &Transfer::Target {
+                        nonce: 5,
+                        checkpoint_op: 40,
+                        commit_max: 42,
+                        slot: Some(metadata_slot(40, 40)),
+                        transient: false,
+                    },
+                ),
+                0,
+            ),
+        )
+        .unwrap()
+        else {
+            panic!("an available target");
+        };
+        let (_, state) = checkpoint_of(Command::StateTransferTarget, &slot, 40).unwrap();
+        let model = metadata_snapshot_of(Command::StateTransferTarget, &state, 40).unwrap();
+        assert_eq!(model.streams.len(), 1, "the snapshot's streams arrive");
+    }
+
+    #[test]
+    fn a_metadata_target_that_is_not_its_snapshot_and_metadata_chunks_are_refused() {
+        let target = |slot: Bytes| Transfer::Target {
+            nonce: 5,
+            checkpoint_op: 40,
+            commit_max: 42,
+            slot: Some(slot),
+            transient: false,
+        };
+        let mut forged = metadata_slot(40, 40).to_vec();
+        let last = forged.len() - 1;
+        forged[last] ^= 1;
+        for refused in [
+            // A partition's state where the metadata snapshot belongs.
+            target(slot(40)),
+            // A snapshot of another op than the checkpoint's.
+            target(metadata_slot(40, 39)),
+            // Bytes changed under the slot's checksum.
+            target(forged.into()),
+            // The metadata checkpoint is the whole state: there is no log to copy.
+            Transfer::RequestChunk {
+                nonce: 5,
+                offset: 0,
+                max_bytes: 1 << 20,
+            },
+            Transfer::Chunk {
+                nonce: 5,
+                offset: 10,
+                records: record(10, 3).into(),
+            },
+            Transfer::Request { nonce: 0 },
+        ] {
+            let inbound = receive(&encode(&metadata_context(0), 3, &refused), 0);
+            assert!(
+                decode(&metadata_context(2), &inbound).is_err(),
+                "{refused:?}"
+            );
+        }
+        // A frame naming an incarnation for the metadata group is some partition's, forged.
+        let foreign = FrameContext {
+            incarnation: 7,
+            ..metadata_context(0)
+        };
+        let inbound = receive(&encode(&foreign, 3, &Transfer::Request { nonce: 5 }), 0);
+        assert!(matches!(
+            decode(&metadata_context(2), &inbound),
+            Err(CodecError::Incarnation { .. })
+        ));
     }
 
     #[test]

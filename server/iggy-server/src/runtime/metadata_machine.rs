@@ -1,6 +1,10 @@
 //! The metadata group's shell: applies committed ops with the pure
 //! [`iggy_metadata::machine`] and runs their effects on disk (partition logs opened or deleted),
 //! or, while the journal replays at start, collects them for one reconciliation.
+//!
+//! A replica its peers checkpointed past takes the primary's metadata checkpoint whole (state
+//! transfer): the snapshot replaces the model, and the partitions are reconciled with it once
+//! (`Shared::reconcile_after_transfer`), since the ops it skipped ran no effect here.
 
 use crate::consensus::group::StateMachine;
 use crate::runtime::shared::{PartitionKey, Shared};
@@ -119,6 +123,36 @@ impl StateMachine for MetadataMachine {
             .filter(|live| live.session == session)?;
         let now = crate::runtime::clock::now_micros();
         Some(machine::envelope(now, live.user_id, &[]))
+    }
+
+    fn transfers_state(&self) -> bool {
+        true
+    }
+
+    /// The checkpoint is the whole state: there is no log to copy (the range is empty).
+    async fn transfer_begin(&mut self, state: &[u8]) -> Result<(u64, u64), String> {
+        let offered = iggy_metadata::snapshot::decode(state)?.commit;
+        let committed = self.shared.metadata.borrow().commit;
+        if offered < committed {
+            return Err(format!(
+                "this replica applied metadata op {committed}, past the checkpoint's op {offered}"
+            ));
+        }
+        Ok((0, 0))
+    }
+
+    async fn transfer_install(&mut self, op: u64, state: &[u8]) -> Result<(), String> {
+        let model = iggy_metadata::snapshot::decode(state)?;
+        if model.commit != op {
+            return Err(format!(
+                "a metadata snapshot of op {} in a checkpoint at op {op}",
+                model.commit
+            ));
+        }
+        *self.shared.metadata.borrow_mut() = model;
+        self.released.clear();
+        self.shared.reconcile_after_transfer(op).await;
+        Ok(())
     }
 
     fn sessions_held_by_peer(&mut self, from: u8, sessions: &[(u128, u64)]) {

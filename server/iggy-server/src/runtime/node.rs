@@ -191,9 +191,9 @@ impl Node {
             slots: start.slots,
             journal_bytes: shared.checkpoint_journal_bytes(),
             journal_ops: shared.checkpoint_journal_ops(),
-            // Metadata ops are small, and the metadata model is not transferred: its group
-            // waits for every replica before it checkpoints.
-            past_laggards: None,
+            // A replica left behind takes the primary's metadata checkpoint whole (state
+            // transfer), so a node down for long does not grow the others' journals.
+            past_laggards: Some(shared.checkpoint_laggard_bound()),
         };
         let peers = shared.plane.as_ref().map(|plane| plane.metadata_peers());
         let group = Group::open(

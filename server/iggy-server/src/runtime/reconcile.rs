@@ -17,7 +17,13 @@
 //! creating op's number and the partition id), so the directory of a live incarnation never
 //! names a deleted one.
 
+//!
+//! A metadata checkpoint installed by state transfer replaces the model wholesale; the
+//! partitions are then judged by [`plan_after_transfer`] (in `iggy_metadata::reconcile`, so the
+//! simulator runs the same plan).
+
 use iggy_metadata::PartitionKey;
+pub use iggy_metadata::reconcile::{TransferAction, plan_after_transfer};
 use std::collections::{BTreeMap, HashSet};
 
 /// What start-up does with one partition path.

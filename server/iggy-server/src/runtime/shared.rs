@@ -21,6 +21,8 @@ pub use iggy_metadata::PartitionKey;
 /// A partition the node serves, with the figures replies report without asking its task.
 pub struct PartitionEntry {
     pub handle: PartitionHandle,
+    /// The incarnation the group runs (a transferred metadata checkpoint may name another).
+    pub incarnation: u64,
 }
 
 /// State shared by the metadata machine, the partition groups and the connections.
@@ -97,7 +99,7 @@ impl Shared {
         }
     }
 
-    /// Past this journal size a partition group checkpoints without waiting for a replica that
+    /// Past this journal size a group (metadata or partition) checkpoints without waiting for a replica that
     /// stays behind (which then catches up by state transfer): four times the policy, the ops
     /// kept well within what one view-change frame names.
     pub fn checkpoint_laggard_bound(&self) -> iggy_vsr::group::JournalBound {
@@ -280,9 +282,13 @@ impl Shared {
                 });
                 match opened {
                     Ok(handle) => {
-                        self.partitions
-                            .borrow_mut()
-                            .insert(key, PartitionEntry { handle });
+                        self.partitions.borrow_mut().insert(
+                            key,
+                            PartitionEntry {
+                                handle,
+                                incarnation,
+                            },
+                        );
                     }
                     Err(error) => {
                         tracing::error!("partition {}: cannot open: {error}", dir.display())
@@ -298,11 +304,7 @@ impl Shared {
                 let key = (stream, topic, partition);
                 // The group stops (its queued work done, its files closed) before its directory
                 // goes: no checkpoint can be renamed into a path a later incarnation will own.
-                let entry = self.partitions.borrow_mut().remove(&key);
-                if let Some(entry) = entry {
-                    entry.handle.group.stop().await;
-                    self.retire_traffic(key, entry.handle.stats.traffic());
-                }
+                self.stop_partition(key).await;
                 self.discard_partition_dir(key, incarnation, "deleted")
                     .await;
             }
@@ -355,6 +357,16 @@ impl Shared {
                     }
                 }
             }
+        }
+    }
+
+    /// Stops the group of partition `key`, if one runs: its queued work is done and its files
+    /// closed when this returns.
+    async fn stop_partition(&self, key: PartitionKey) {
+        let entry = self.partitions.borrow_mut().remove(&key);
+        if let Some(entry) = entry {
+            entry.handle.group.stop().await;
+            self.retire_traffic(key, entry.handle.stats.traffic());
         }
     }
 
@@ -416,24 +428,7 @@ impl Shared {
     /// After the metadata journal was replayed into the model (no disk effect run), brings the
     /// partition directories in line with it once; see `reconcile` for the rules.
     pub async fn reconcile_partitions(&self, deleted: &HashSet<(PartitionKey, u64)>) {
-        match iggy_storage::revision::finish_discards(&self.data.discarded_partitions_dir()) {
-            Ok(0) => {}
-            Ok(finished) => tracing::info!(
-                "finished removing {finished} partition directories a crash left half deleted"
-            ),
-            Err(error) => tracing::error!("cannot finish interrupted partition deletes: {error}"),
-        }
-        let mut on_disk = Vec::new();
-        for (key, dir) in partition_dirs_on_disk(self.data.root()) {
-            let record = dir.join(iggy_storage::revision::CREATED_REVISION);
-            let found = iggy_storage::records::read_checked_u64(&record)
-                .await
-                .unwrap_or_else(|error| {
-                    tracing::warn!("{}: unreadable: {error}", record.display());
-                    None
-                });
-            on_disk.push((key, found));
-        }
+        let on_disk = self.partition_revisions_on_disk().await;
         let (live, commit) = {
             let metadata = self.metadata.borrow();
             (metadata.live_partitions(), metadata.commit)
@@ -474,6 +469,75 @@ impl Shared {
                         }
                     );
                 }
+            }
+        }
+    }
+}
+
+impl Shared {
+    /// Every partition directory with the revision its `created.revision` names, after
+    /// finishing the discards a crash interrupted.
+    async fn partition_revisions_on_disk(&self) -> Vec<(PartitionKey, Option<u64>)> {
+        match iggy_storage::revision::finish_discards(&self.data.discarded_partitions_dir()) {
+            Ok(0) => {}
+            Ok(finished) => tracing::info!(
+                "finished removing {finished} partition directories a crash left half deleted"
+            ),
+            Err(error) => tracing::error!("cannot finish interrupted partition deletes: {error}"),
+        }
+        let mut on_disk = Vec::new();
+        for (key, dir) in partition_dirs_on_disk(self.data.root()) {
+            let record = dir.join(iggy_storage::revision::CREATED_REVISION);
+            let found = iggy_storage::records::read_checked_u64(&record)
+                .await
+                .unwrap_or_else(|error| {
+                    tracing::warn!("{}: unreadable: {error}", record.display());
+                    None
+                });
+            on_disk.push((key, found));
+        }
+        on_disk
+    }
+
+    /// The model was replaced by a metadata checkpoint at `checkpoint_op` copied from a peer
+    /// (state transfer): brings the running partitions and their directories in line with it,
+    /// as a start would; see `reconcile::plan_after_transfer` for the rules.
+    pub async fn reconcile_after_transfer(&self, checkpoint_op: u64) {
+        let on_disk = self.partition_revisions_on_disk().await;
+        let live = self.metadata.borrow().live_partitions();
+        let running: std::collections::BTreeMap<PartitionKey, u64> = self
+            .partitions
+            .borrow()
+            .iter()
+            .map(|(key, entry)| (*key, entry.incarnation))
+            .collect();
+        use crate::runtime::reconcile::{TransferAction, plan_after_transfer};
+        for action in plan_after_transfer(&live, checkpoint_op, &running, &on_disk) {
+            match action {
+                TransferAction::Stop { key, incarnation } => {
+                    tracing::info!(
+                        "partition {key:?}: incarnation {incarnation} is not in the transferred metadata (op {checkpoint_op}); stopped"
+                    );
+                    self.stop_partition(key).await;
+                }
+                TransferAction::Discard { key, revision } => {
+                    let why =
+                        format!("deleted before the transferred metadata's op {checkpoint_op}");
+                    self.discard_partition_dir(key, revision, &why).await
+                }
+                TransferAction::Open { key, incarnation } => {
+                    self.run_effect(Effect::OpenPartition {
+                        stream: key.0,
+                        topic: key.1,
+                        partition: key.2,
+                        incarnation,
+                    })
+                    .await
+                }
+                TransferAction::Keep { key, found } => tracing::warn!(
+                    "{}: not in the transferred metadata (op {checkpoint_op}), which does not prove it deleted (it names {found:?}); its files are left in place",
+                    self.partition_dir(key).display()
+                ),
             }
         }
     }

@@ -8,7 +8,7 @@ use super::Rng;
 use super::machine::{Machine, ModelWorkload, NodeView, Workload};
 use super::packet::{PacketOptions, PacketSimulator};
 use super::storage::Storage;
-use crate::group::{CheckpointPolicy, Durability, GroupCore, Outcome, Pending, Step};
+use crate::group::{CheckpointPolicy, Durability, GroupCore, JournalBound, Outcome, Pending, Step};
 use crate::message::{Entry, Message, OPERATION_REGISTER, ReplicaId};
 use crate::replica::{Config, Refusal, Replica, Status};
 use crate::view_state::ViewState;
@@ -102,6 +102,10 @@ pub struct Summary {
     /// The most views any replica climbed while cut off from every other node (counted from
     /// its view when the cut began, or when it restarted during the cut).
     pub cut_off_view_rise_max: u32,
+    /// With state transfer: checkpoints taken above the op every replica was known to hold
+    /// (over all replicas), and transfers installed.
+    pub checkpoints_past_laggards: u64,
+    pub state_transfers: u64,
 }
 
 /// The simulated world for one seed.
@@ -150,6 +154,11 @@ pub struct Cluster<W: Workload = ModelWorkload> {
     restarts_all: u64,
     views_persisted: u64,
     read_backs: u64,
+    /// With state transfer ([`Cluster::with_state_transfer`]): the journal bound past which a
+    /// replica checkpoints without a laggard, which then takes a peer's checkpoint whole.
+    past_laggards: Option<JournalBound>,
+    checkpoints_past_laggards: u64,
+    state_transfers: u64,
 }
 
 impl Cluster<ModelWorkload> {
@@ -263,7 +272,33 @@ impl<W: Workload> Cluster<W> {
             restarts_all: 0,
             views_persisted: 0,
             read_backs: 0,
+            past_laggards: None,
+            checkpoints_past_laggards: 0,
+            state_transfers: 0,
         }
+    }
+
+    /// The same world where a group checkpoints past a replica that stays behind once its
+    /// journal holds four times the checkpoint policy (as the server's groups do), and the
+    /// laggard takes a reachable peer's latest durable checkpoint whole ([`Machine::transfer`])
+    /// and rejoins. The copy is instant and lossless here (the server's goes over the replica
+    /// plane); the checkers then hold the transferred replica to the canonical log from the
+    /// checkpoint on. Only for machines whose checkpoint is their whole state.
+    pub fn with_state_transfer(mut self) -> Self {
+        assert!(
+            self.nodes.iter().all(|node| node.machine.transfers_state()),
+            "state transfer needs machines that take a peer's checkpoint whole"
+        );
+        let ops = usize::try_from(4 * self.checkpoint_every).expect("a small policy");
+        let bound = JournalBound {
+            bytes: u64::MAX,
+            ops,
+        };
+        for core in self.nodes.iter_mut().filter_map(|node| node.core.as_mut()) {
+            core.checkpoint_past_laggards(bound);
+        }
+        self.past_laggards = Some(bound);
+        self
     }
 
     /// The same world where, besides the random crashes, each tick a replica with journal
@@ -340,6 +375,8 @@ impl<W: Workload> Cluster<W> {
             read_backs: self.read_backs,
             handed_back,
             cut_off_view_rise_max: self.cut_off_view_rise_max,
+            checkpoints_past_laggards: self.checkpoints_past_laggards,
+            state_transfers: self.state_transfers,
         };
         (summary, self.workload)
     }
@@ -447,7 +484,7 @@ impl<W: Workload> Cluster<W> {
                         node.storage.truncate(after_op);
                     }
                     let view_state = node.storage.view_state(index as u8);
-                    node.core = Some(GroupCore::open(
+                    let mut core = GroupCore::open(
                         config,
                         checkpoint,
                         entries,
@@ -455,7 +492,11 @@ impl<W: Workload> Cluster<W> {
                         Durability::Persisted,
                         false,
                         Some(checkpoint_policy(self.checkpoint_every)),
-                    ));
+                    );
+                    if let Some(bound) = self.past_laggards {
+                        core.checkpoint_past_laggards(bound);
+                    }
+                    node.core = Some(core);
                     node.sync_pending = false;
                     node.view_pending = None;
                     if now < self.isolated_until[index] {
@@ -494,6 +535,7 @@ impl<W: Workload> Cluster<W> {
                 core.nominate_limits(self.clients_table_max);
             }
             self.drain(index);
+            self.maybe_transfer(index);
         }
         for packet in self.network.deliver(self.now) {
             self.deliver(packet);
@@ -534,7 +576,15 @@ impl<W: Workload> Cluster<W> {
                 continue;
             };
             if !solo {
-                self.check_held_everywhere(index, op);
+                let safe = self.nodes[index]
+                    .replica()
+                    .map_or(0, Replica::checkpoint_safe);
+                if self.past_laggards.is_some() && op > safe {
+                    // Past a laggard: it will need state transfer, which the check rules out.
+                    self.checkpoints_past_laggards += 1;
+                } else {
+                    self.check_held_everywhere(index, op);
+                }
             }
             let node = &mut self.nodes[index];
             let core = node.core.as_mut().unwrap();
@@ -558,6 +608,68 @@ impl<W: Workload> Cluster<W> {
                 }
             }
         }
+    }
+
+    /// With state transfer: when replica `index` needs it, copies the latest durable
+    /// checkpoint of a peer it can reach that serves its group (normal status) and that is at
+    /// or past the checkpoint it needs, as the server's shell does: the machine takes the
+    /// state, the storage the checkpoint (its journal emptied), and the core opens again from
+    /// it and rejoins. Waits while the replica's own writes are in flight.
+    fn maybe_transfer(&mut self, index: usize) {
+        let Some(bound) = self.past_laggards else {
+            return;
+        };
+        let node = &self.nodes[index];
+        let Some(needed) = node.replica().and_then(Replica::state_transfer_needed) else {
+            return;
+        };
+        if node.sync_pending || node.view_pending.is_some() || self.isolated(index as ReplicaId) {
+            return;
+        }
+        let own_checkpoint = node.storage.checkpoint_op();
+        let source = (0..self.nodes.len())
+            .filter(|peer| *peer != index && !self.isolated(*peer as ReplicaId))
+            .find_map(|peer| {
+                let replica = self.nodes[peer].replica()?;
+                if replica.status() != Status::Normal {
+                    return None;
+                }
+                let (checkpoint, state) = self.nodes[peer].storage.open().0?;
+                let worth = checkpoint.op >= needed.checkpoint && checkpoint.op > own_checkpoint;
+                worth.then_some((checkpoint, state))
+            });
+        let Some((checkpoint, state)) = source else {
+            return;
+        };
+        let op = checkpoint.op;
+        let config = config(
+            self.replica_count,
+            index as u8,
+            self.clients_table_max,
+            self.preferred_primary,
+        );
+        let node = &mut self.nodes[index];
+        let view_state = node
+            .replica()
+            .expect("a live replica")
+            .persisted_view_state();
+        node.machine.transfer(op, &state);
+        node.storage
+            .install_checkpoint(op, checkpoint.encode(), state);
+        node.checked_commit = op;
+        let mut core = GroupCore::open(
+            config,
+            Some(checkpoint),
+            Vec::new(),
+            view_state,
+            Durability::Persisted,
+            false,
+            Some(checkpoint_policy(self.checkpoint_every)),
+        );
+        core.checkpoint_past_laggards(bound);
+        node.core = Some(core);
+        self.state_transfers += 1;
+        self.drain(index);
     }
 
     /// A replica cut off from every other node never raises its view: leaving a view on a
@@ -974,7 +1086,7 @@ impl<W: Workload> Cluster<W> {
                 continue;
             };
             assert!(
-                replica.state_transfer_needed().is_none(),
+                self.past_laggards.is_some() || replica.state_transfer_needed().is_none(),
                 "seed {seed}: replica {index} needs state transfer: the sim checkpointed too far"
             );
             assert!(

@@ -69,6 +69,19 @@ pub trait Machine {
     fn read_back(&mut self, record: &Journaled) -> Option<Entry> {
         (!record.stowed).then(|| record.entry.clone())
     }
+    /// Whether a replica left behind by its peers' checkpoints can take a peer's checkpoint
+    /// whole ([`Machine::transfer`]): its checkpoint state is all it keeps (the server's
+    /// metadata machine). Only then may the cluster checkpoint past laggards
+    /// ([`super::cluster::Cluster::with_state_transfer`]).
+    fn transfers_state(&self) -> bool {
+        false
+    }
+    /// State transfer: the state `state` of a peer's checkpoint at `op` replaces the
+    /// machine's, with the effects a start from it would have (the replica's journal is empty
+    /// after it). Called only when [`Machine::transfers_state`].
+    fn transfer(&mut self, op: u64, _state: &[u8]) {
+        unreachable!("state transfer to op {op} of a machine that transfers no state")
+    }
 }
 
 /// A replica as the workload's checker sees it: `None` while crashed.

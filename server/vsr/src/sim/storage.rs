@@ -193,6 +193,21 @@ impl Storage {
         }
     }
 
+    /// State transfer: a peer's checkpoint (`bytes`, `state` at `op`) replaces the journal
+    /// and every write in flight, durably at once (the server writes the checkpoint, then
+    /// empties its journal anchored at it).
+    pub fn install_checkpoint(&mut self, op: u64, bytes: Vec<u8>, state: Vec<u8>) {
+        assert!(
+            op > self.checkpoint_op,
+            "a transfer moves the checkpoint forward"
+        );
+        self.pending.clear();
+        self.slots[self.next_slot] = Some((bytes, state));
+        self.next_slot = 1 - self.next_slot;
+        self.checkpoint_op = op;
+        self.durable.clear();
+    }
+
     /// Op of the latest completed checkpoint (0 when none).
     pub fn checkpoint_op(&self) -> u64 {
         self.checkpoint_op
