@@ -64,8 +64,9 @@ pub struct GroupPlane {
     /// Ticks since the group opened (the replica's clock), and when the next one is due.
     ticks: u64,
     next_tick: Instant,
-    /// Registers forwarded to the primary, by nonce: who waits, and the tick it gives up at.
-    forwarded: HashMap<u128, (oneshot::Sender<Outcome>, u64)>,
+    /// Forwards sent to the primary, by nonce: who waits, the tick it gives up at, and what
+    /// the waiter is told then.
+    forwarded: HashMap<u128, (oneshot::Sender<Outcome>, u64, Unanswered)>,
     next_nonce: u128,
     /// The last prepare frame sent, by (view, commit, op, entry checksum).
     last_prepare: Option<((u32, u64, u64, u64), Bytes)>,
@@ -134,12 +135,12 @@ impl GroupPlane {
         let expired: Vec<u128> = self
             .forwarded
             .iter()
-            .filter(|(_, (_, deadline))| *deadline <= now)
+            .filter(|(_, (_, deadline, _))| *deadline <= now)
             .map(|(nonce, _)| *nonce)
             .collect();
         for nonce in expired {
-            if let Some((done, _)) = self.forwarded.remove(&nonce) {
-                let _ = done.send(Outcome::Refused(Refusal::Busy));
+            if let Some((done, _, unanswered)) = self.forwarded.remove(&nonce) {
+                let _ = done.send(unanswered.outcome());
             }
         }
     }
@@ -339,7 +340,13 @@ impl GroupPlane {
             user_id,
             record: pending.body,
         };
-        self.send_forward(replica, &forward, nonce, pending.waiter);
+        self.send_forward(
+            replica,
+            &forward,
+            nonce,
+            pending.waiter,
+            Unanswered::Refused,
+        );
         None
     }
 
@@ -351,25 +358,32 @@ impl GroupPlane {
         replica: &Replica,
         pending: Pending<oneshot::Sender<Outcome>>,
     ) -> Option<Pending<oneshot::Sender<Outcome>>> {
-        self.relay(replica, pending, |pending, nonce| {
-            let forward = Forward::Write {
-                client: pending.client,
-                nonce,
-                request: pending.request,
-                operation: pending.operation,
-                body: pending.body,
-            };
-            (forward, pending.waiter)
-        })
+        self.relay(
+            replica,
+            pending,
+            Unanswered::MayHaveCommitted,
+            |pending, nonce| {
+                let forward = Forward::Write {
+                    client: pending.client,
+                    nonce,
+                    request: pending.request,
+                    operation: pending.operation,
+                    body: pending.body,
+                };
+                (forward, pending.waiter)
+            },
+        )
     }
 
     /// Hands `pending` back when this replica leads its group; otherwise sends the forward
     /// `make` builds from it (under a fresh nonce) to the primary of the view, or refuses it
-    /// for now when this replica knows no primary alive.
+    /// for now when this replica knows no primary alive. `unanswered` is what its client is
+    /// told when the primary never answers.
     fn relay(
         &mut self,
         replica: &Replica,
         pending: Pending<oneshot::Sender<Outcome>>,
+        unanswered: Unanswered,
         make: impl FnOnce(
             Pending<oneshot::Sender<Outcome>>,
             u128,
@@ -385,7 +399,7 @@ impl GroupPlane {
         self.next_nonce += 1;
         let nonce = self.next_nonce;
         let (forward, waiter) = make(pending, nonce);
-        self.send_forward(replica, &forward, nonce, waiter);
+        self.send_forward(replica, &forward, nonce, waiter, unanswered);
         None
     }
 
@@ -398,7 +412,7 @@ impl GroupPlane {
         pending: Pending<oneshot::Sender<Outcome>>,
         session: u64,
     ) -> Option<Pending<oneshot::Sender<Outcome>>> {
-        self.relay(replica, pending, |pending, nonce| {
+        self.relay(replica, pending, Unanswered::Refused, |pending, nonce| {
             let forward = Forward::Logout {
                 client: pending.client,
                 nonce,
@@ -481,14 +495,15 @@ impl GroupPlane {
     }
 
     /// Sends `forward` to the primary of this replica's view and keeps `waiter` for its
-    /// verdict (by `nonce`, until the forward times out); a frame the bus refuses is a
-    /// transient refusal now.
+    /// verdict (by `nonce`, until the forward times out, when it is told `unanswered`); a
+    /// frame the bus refuses is a transient refusal now.
     fn send_forward(
         &mut self,
         replica: &Replica,
         forward: &Forward,
         nonce: u128,
         waiter: oneshot::Sender<Outcome>,
+        unanswered: Unanswered,
     ) {
         let view = replica.view();
         let frame = super::forward::encode(&self.peers.frames, view, forward);
@@ -502,7 +517,7 @@ impl GroupPlane {
             return;
         }
         let deadline = self.ticks + FORWARD_TIMEOUT_TICKS;
-        self.forwarded.insert(nonce, (waiter, deadline));
+        self.forwarded.insert(nonce, (waiter, deadline, unanswered));
     }
 
     /// The primary's side of a ForwardWrite: commit it as the client's own request (so a retry
@@ -669,8 +684,29 @@ impl GroupPlane {
     /// Hands the primary's verdict to whoever waits for forward `nonce`; a verdict for a
     /// forward that already timed out (or of an earlier run) finds nobody.
     fn answer_forward(&mut self, nonce: u128, outcome: Outcome) {
-        if let Some((done, _)) = self.forwarded.remove(&nonce) {
+        if let Some((done, _, _)) = self.forwarded.remove(&nonce) {
             let _ = done.send(outcome);
+        }
+    }
+}
+
+/// What a forward's client is told when the primary never answered within
+/// `FORWARD_TIMEOUT_TICKS`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Unanswered {
+    /// Refused for now (58): a register or logout the client makes again is harmless.
+    Refused,
+    /// Uncertain (the primary may have committed it and lost only the verdict): a write the
+    /// client must replay under the same request number, never resend as a new one (the HTTP
+    /// client resends a 503 as a new request, which would write twice).
+    MayHaveCommitted,
+}
+
+impl Unanswered {
+    fn outcome(self) -> Outcome {
+        match self {
+            Unanswered::Refused => Outcome::Refused(Refusal::Busy),
+            Unanswered::MayHaveCommitted => Outcome::Failed,
         }
     }
 }
@@ -778,6 +814,20 @@ mod tests {
         }
         let committed = logout_outcome(7, ForwardLogoutOutcome::Ok);
         assert!(matches!(committed, Outcome::Committed { op: 7, .. }));
+    }
+
+    #[test]
+    fn an_unanswered_write_forward_is_uncertain_and_an_unanswered_session_forward_refused() {
+        // A write the primary may have committed: 57, replayed under its number, never 58.
+        assert_eq!(Unanswered::MayHaveCommitted.outcome(), Outcome::Failed);
+        assert_eq!(
+            Unanswered::Refused.outcome(),
+            Outcome::Refused(Refusal::Busy)
+        );
+        assert_eq!(
+            refusal_error(&Refusal::Busy),
+            ErrorCode::TransientNotAccepted
+        );
     }
 
     #[test]
