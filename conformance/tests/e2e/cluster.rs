@@ -2755,3 +2755,176 @@ async fn a_metadata_backup_left_behind_by_checkpoints_catches_up_by_state_transf
     .await;
     eprintln!("node {backup}: {transferred}; {filler} filler streams before the checkpoint");
 }
+
+/// A message for the official HttpClient: an explicit id, since its JSON writes ids as numbers
+/// and cannot write the random u128 ids its builder mints.
+fn http_message(id: u64, payload: String) -> IggyMessage {
+    IggyMessage::builder()
+        .id(u128::from(id))
+        .payload(bytes::Bytes::from(payload))
+        .build()
+        .expect("valid message")
+}
+
+/// The official HTTP client cannot route (it talks to the one node it is given), so a node that
+/// leads neither the metadata group nor a partition serves it all the same: its writes are
+/// relayed to their group's primary, and its reads are served from this replica once it has
+/// applied every write it relayed. Through a backup of the metadata group and of two of the
+/// three partitions: sign in, create a stream and a topic, send to every partition, read each
+/// back exactly once and in order, move a consumer along with auto-commit, store and read an
+/// offset, and delete the topic. (A server that refuses with NotPrimary fails the first
+/// create: the client gets a 400 it cannot follow.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_http_client_given_a_backup_writes_and_reads_through_it() {
+    let http_ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let node_env = http_ports
+        .iter()
+        .enumerate()
+        .map(|(i, port)| {
+            let env = vec![
+                ("IGGY_HTTP_ENABLED".to_string(), "true".to_string()),
+                ("IGGY_HTTP_ADDRESS".to_string(), format!("127.0.0.1:{port}")),
+            ];
+            (i, env)
+        })
+        .collect();
+    // The roster names every node's HTTP port, as a cluster with HTTP on needs.
+    let env = http_ports
+        .iter()
+        .enumerate()
+        .map(|(j, port)| {
+            (
+                format!("IGGY_CLUSTER_NODES_{j}_PORTS_HTTP"),
+                port.to_string(),
+            )
+        })
+        .collect();
+    let options = ClusterOptions {
+        env,
+        node_env,
+        ..ClusterOptions::default()
+    };
+    let cluster = TestCluster::start_with(3, options);
+    let (_, backup) = metadata_primary_and_backup(&cluster).await;
+    let api_url = format!("http://127.0.0.1:{}", http_ports[backup]);
+    let client = IggyClient::builder()
+        .with_http()
+        .with_api_url(api_url)
+        .build()
+        .expect("http client");
+    // The root user reaches the backup by replication.
+    wait_until_async(
+        &format!("root signs in over HTTP on node {backup}"),
+        Duration::from_secs(30),
+        async || {
+            let login = client.login_user(ROOT_USER, ROOT_PASSWORD);
+            within("login", login).await.ok()
+        },
+        || cluster.describe(METADATA_GROUP),
+    )
+    .await;
+
+    let (stream, topic, groups) = create_topic(&client, 3).await;
+    let primaries: Vec<u8> = groups
+        .iter()
+        .map(|&group| {
+            cluster
+                .primary(group)
+                .unwrap_or_else(|| panic!("{}", cluster.describe(group)))
+                .0
+        })
+        .collect();
+    assert!(
+        primaries
+            .iter()
+            .any(|&primary| usize::from(primary) != backup),
+        "node {backup} leads no partition it is not given: {primaries:?}"
+    );
+    eprintln!("HTTP client on node {backup}; partition primaries {primaries:?}");
+    let (stream_id, topic_id) = (id(stream), id(topic));
+    let per_partition = 12_usize;
+    for partition in 0..3_u32 {
+        for batch in 0..3 {
+            let messages = (batch * 4..(batch + 1) * 4)
+                .map(|i| {
+                    let id = u64::from(partition) * 1000 + i as u64 + 1;
+                    http_message(id, format!("p{partition}-{i}"))
+                })
+                .collect();
+            send_to_partition(&client, &stream_id, &topic_id, partition, messages).await;
+        }
+    }
+    for partition in 0..3_u32 {
+        let polled = poll(
+            &client,
+            &stream_id,
+            &topic_id,
+            partition,
+            &consumer("reader"),
+            PollingStrategy::first(),
+            1000,
+            false,
+        )
+        .await;
+        let want: Vec<String> = (0..per_partition)
+            .map(|i| format!("p{partition}-{i}"))
+            .collect();
+        let led_by = primaries[partition as usize];
+        assert_eq!(
+            payloads(&polled),
+            want,
+            "partition {partition} (primary {led_by})"
+        );
+        assert_eq!(
+            offsets(&polled),
+            (0..per_partition as u64).collect::<Vec<_>>()
+        );
+    }
+
+    // An auto-commit is a write: relayed, and the next poll from this node sees it.
+    let follower = consumer("follower");
+    for partition in 0..3_u32 {
+        for round in 0..3_u64 {
+            let polled = poll(
+                &client,
+                &stream_id,
+                &topic_id,
+                partition,
+                &follower,
+                PollingStrategy::next(),
+                4,
+                true,
+            )
+            .await;
+            let want: Vec<u64> = (round * 4..round * 4 + 4).collect();
+            assert_eq!(
+                offsets(&polled),
+                want,
+                "partition {partition}, round {round}"
+            );
+        }
+    }
+
+    let stored = consumer("stored");
+    for partition in 0..3_u32 {
+        let offset = u64::from(partition) + 5;
+        let store =
+            client.store_consumer_offset(&stored, &stream_id, &topic_id, Some(partition), offset);
+        ok("store offset", within("store offset", store).await);
+        let get = client.get_consumer_offset(&stored, &stream_id, &topic_id, Some(partition));
+        let got = ok("get offset", within("get offset", get).await)
+            .unwrap_or_else(|| panic!("partition {partition}: no offset stored"));
+        assert_eq!(
+            (got.partition_id, got.stored_offset, got.current_offset),
+            (partition, offset, per_partition as u64 - 1),
+            "partition {partition}"
+        );
+    }
+
+    ok(
+        "delete topic",
+        within("delete topic", client.delete_topic(&stream_id, &topic_id)).await,
+    );
+    let gone = client.get_topic(&stream_id, &topic_id);
+    assert!(ok("get topic", within("get topic", gone).await).is_none());
+}

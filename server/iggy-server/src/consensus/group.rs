@@ -312,6 +312,9 @@ enum Job<R> {
 pub struct GroupHandle<R> {
     jobs: mpsc::UnboundedSender<Job<R>>,
     figures: std::sync::Arc<GroupFigures>,
+    /// The highest op a write relayed through this node for its clients was acknowledged at
+    /// (see [`GroupHandle::note_relayed`]).
+    relayed: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl<R> Clone for GroupHandle<R> {
@@ -319,6 +322,7 @@ impl<R> Clone for GroupHandle<R> {
         GroupHandle {
             jobs: self.jobs.clone(),
             figures: self.figures.clone(),
+            relayed: self.relayed.clone(),
         }
     }
 }
@@ -327,6 +331,20 @@ impl<R> GroupHandle<R> {
     /// The view and commit the group's task last published (readable from any thread).
     pub fn figures(&self) -> &GroupFigures {
         &self.figures
+    }
+
+    /// Records that a write this node took for a client that cannot route (HTTP) was
+    /// acknowledged at `op`: reads this node serves such clients from its own replica wait
+    /// until the group applied it here (read-your-writes on a backup).
+    pub fn note_relayed(&self, op: u64) {
+        self.relayed
+            .fetch_max(op, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The highest op [`GroupHandle::note_relayed`] recorded (0 before any). A new incarnation
+    /// of a partition is a new group with a new handle, so no op of an older one lingers here.
+    pub fn relayed_watermark(&self) -> u64 {
+        self.relayed.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Submits a client request and waits for its commit (or refusal).
@@ -632,7 +650,11 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
         let (jobs, receiver) = mpsc::unbounded();
         let figures = self.figures.clone();
         compio::runtime::spawn(self.run(receiver)).detach();
-        GroupHandle { jobs, figures }
+        GroupHandle {
+            jobs,
+            figures,
+            relayed: Default::default(),
+        }
     }
 
     async fn run(mut self, mut jobs: mpsc::UnboundedReceiver<Job<S::Read>>) {

@@ -18,9 +18,23 @@ pub struct Bound {
     pub protocol: u32,
 }
 
+/// Who finds the replica that serves a request in a cluster.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Routing {
+    /// The client (the binary SDK, which keeps a link to every replica): a replica that does
+    /// not lead the request's group refuses it with NotPrimary (89), and the client learns its
+    /// routes from that.
+    #[default]
+    ByClient,
+    /// This node (the HTTP client talks to the one node it is given): writes are relayed to
+    /// their group's primary, and reads are served from this replica once it is current.
+    ByServer,
+}
+
 /// Per-connection state.
 #[derive(Debug, Default)]
 pub struct Connection {
     pub id: u32,
     pub bound: Option<Bound>,
+    pub routing: Routing,
 }

@@ -313,7 +313,10 @@ impl Node {
             user_id: None,
         };
         self.clients.borrow_mut().insert(id, info);
-        crate::runtime::connection::Connection { id, bound: None }
+        crate::runtime::connection::Connection {
+            id,
+            ..Default::default()
+        }
     }
 
     pub fn close_connection(&self, connection: &crate::runtime::connection::Connection) {

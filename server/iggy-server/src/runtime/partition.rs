@@ -718,7 +718,9 @@ impl PartitionHandle {
     }
 
     /// [`Self::write`], relayed to the partition's primary when this node does not lead it
-    /// (a DeleteSegments that reached the metadata primary).
+    /// (a DeleteSegments that reached the metadata primary, any write of an HTTP client). A
+    /// relay whose verdict never came may have committed: TransientNotCommitted, so the client
+    /// replays it under its number instead of writing it again.
     pub async fn write_anywhere(
         &self,
         client: u128,
@@ -729,7 +731,10 @@ impl PartitionHandle {
             .group
             .submit_anywhere(client, request, write.operation(), write.encode())
             .await;
-        written(outcome)
+        match outcome {
+            Outcome::Failed => Err(ErrorCode::TransientNotCommitted),
+            outcome => written(outcome),
+        }
     }
 
     pub async fn poll(&self, start: StartAt, count: u32) -> Result<Polled, ErrorCode> {

@@ -4,12 +4,13 @@
 
 use crate::consensus::group::Outcome;
 use crate::runtime::clock::now_micros;
-use crate::runtime::connection::{Bound, Connection};
+use crate::runtime::connection::{Bound, Connection, Routing};
 use crate::runtime::node::Node;
+use crate::runtime::partition::PartitionHandle;
 use crate::runtime::shared::PartitionKey;
 use crate::service::frame::{self, Admitted, ReplyMeta};
 use crate::service::replies;
-use crate::service::routing::{self, BindVerdict, CatchUp};
+use crate::service::routing::{self, BindVerdict, CatchUp, WritePath};
 use bytes::Bytes;
 use iggy_generated::commands::{self, CommandInfo};
 use iggy_generated::errors::ErrorCode;
@@ -202,22 +203,25 @@ pub async fn dispatch(
             let Some(bound) = authenticated(node, connection, &header) else {
                 return request.fail(ErrorCode::Unauthenticated);
             };
+            let routing = connection.routing;
             let result = match operation {
                 Operation::Logout => logout(node, connection, &request, bound).await,
                 Operation::SendMessages => {
-                    match prepare_send(node, bound, send.unwrap_or_default()) {
-                        Ok(write) => partition_write(node, &request, bound, write).await,
+                    match prepare_send(node, routing, bound, send.unwrap_or_default()) {
+                        Ok(write) => partition_write(node, &request, routing, bound, write).await,
                         Err(error) => Err(error),
                     }
                 }
                 Operation::StoreConsumerOffset | Operation::DeleteConsumerOffset => {
-                    match prepare_offset_write(node, &request, bound, &body) {
-                        Ok(write) => partition_write(node, &request, bound, write).await,
+                    match prepare_offset_write(node, &request, routing, bound, &body) {
+                        Ok(write) => partition_write(node, &request, routing, bound, write).await,
                         Err(error) => Err(error),
                     }
                 }
-                Operation::DeleteSegments => delete_segments(node, &request, bound, &body).await,
-                _ => metadata_write(node, &request, bound, &body).await,
+                Operation::DeleteSegments => {
+                    delete_segments(node, &request, routing, bound, &body).await
+                }
+                _ => metadata_write(node, &request, routing, bound, &body).await,
             };
             result.unwrap_or_else(|error| request.fail(error))
         }
@@ -255,13 +259,34 @@ fn replicated(node: &Node) -> bool {
     node.shared.replica_count() > 1
 }
 
-/// Refuses a request that needs the metadata primary on any other replica (89 from a Normal
-/// backup, 58 while the group changes views or recovers). Checked before anything that reads
-/// the local model: a backup's model may lag, and the SDK takes a metadata-plane namespace miss
-/// as final.
-fn metadata_primary(node: &Node) -> Result<(), ErrorCode> {
+/// How a write of the metadata group is carried out here: for a client that routes, refused on
+/// any replica but the primary (89 from a Normal backup, 58 while the group changes views or
+/// recovers), checked before anything that reads the local model: a backup's model may lag,
+/// and the SDK takes a metadata-plane namespace miss as final. A client that cannot route has
+/// its write relayed; its checks read this replica's model, which has applied every metadata
+/// write relayed through this node ([`relayed_metadata_reached`], waited for before the
+/// request), so it judges at least the state that client last saw here.
+fn metadata_write_path(node: &Node, routing: Routing) -> Result<WritePath, ErrorCode> {
     let role = node.metadata.figures().role();
-    routing::refusal_for(role, node.shared.replica_id).map_or(Ok(()), Err)
+    match routing::write_path(routing, role, node.shared.replica_id) {
+        WritePath::Refuse(error) => Err(error),
+        path => Ok(path),
+    }
+}
+
+/// For a client that cannot route (HTTP): waits, within [`routing::READ_WAIT`], until this
+/// replica's metadata applied every metadata write relayed through this node, so a client
+/// reads here what it wrote here (the HTTP layer resolves names against the model before its
+/// command runs); 58 when it does not get there in time.
+pub async fn relayed_metadata_reached(node: &Node) -> Result<(), ErrorCode> {
+    if !replicated(node) {
+        return Ok(());
+    }
+    let wanted = node.metadata.relayed_watermark();
+    match metadata_reached(node, wanted, routing::READ_WAIT).await {
+        CatchUp::Behind => Err(ErrorCode::TransientNotAccepted),
+        _ => Ok(()),
+    }
 }
 
 /// The error for a metadata request the group refused.
@@ -284,6 +309,100 @@ fn partition_primary(node: &Node, key: PartitionKey) -> Result<(), ErrorCode> {
         }
         None if replicated(node) => Err(ErrorCode::TransientNotAccepted),
         None => Ok(()),
+    }
+}
+
+/// [`partition_primary`] for a client that routes; nothing to refuse for one that cannot (its
+/// writes are relayed, its reads wait for [`current_partition`]).
+fn partition_primary_for(
+    node: &Node,
+    key: PartitionKey,
+    routing: Routing,
+) -> Result<(), ErrorCode> {
+    match routing {
+        Routing::ByClient => partition_primary(node, key),
+        Routing::ByServer => Ok(()),
+    }
+}
+
+/// Partition `key`'s handle, once this node opened it: a partition a metadata op just created
+/// is opened by the effects of that op's apply, a moment after the model shows it. Waits
+/// within `budget` from `started` on a cluster node (then 58); a standalone node opens it in
+/// the apply, so a missing one is PartitionNotFound at once.
+async fn opened_partition(
+    node: &Node,
+    key: PartitionKey,
+    started: std::time::Instant,
+    budget: std::time::Duration,
+) -> Result<PartitionHandle, ErrorCode> {
+    loop {
+        if let Some(partition) = node.shared.partition(key) {
+            return Ok(partition);
+        }
+        if !replicated(node) {
+            return Err(ErrorCode::PartitionNotFound);
+        }
+        if started.elapsed() >= budget {
+            return Err(ErrorCode::TransientNotAccepted);
+        }
+        compio::time::sleep(CATCH_UP_POLL).await;
+    }
+}
+
+/// The partition a write of a client over `routing` goes to (see [`opened_partition`]; a
+/// client that routes was refused before if this node had not opened it).
+async fn writable_partition(
+    node: &Node,
+    key: PartitionKey,
+    routing: Routing,
+) -> Result<PartitionHandle, ErrorCode> {
+    let budget = match routing {
+        Routing::ByClient => std::time::Duration::ZERO,
+        Routing::ByServer => routing::READ_WAIT,
+    };
+    match opened_partition(node, key, std::time::Instant::now(), budget).await {
+        Err(ErrorCode::TransientNotAccepted) if routing == Routing::ByClient => {
+            Err(ErrorCode::PartitionNotFound)
+        }
+        found => found,
+    }
+}
+
+/// Partition `key`, once this replica may serve a read of a client that cannot route from its
+/// own committed copy: serving in touch with its primary (the primary, or a backup following
+/// it) and applied past [`routing::read_watermark`]. Waits within [`routing::READ_WAIT`], then
+/// 58 (the HTTP client resends a 503). A replica only ever applies committed ops, and a poll
+/// serves applied sends only, so nothing uncommitted is served.
+async fn current_partition(node: &Node, key: PartitionKey) -> Result<PartitionHandle, ErrorCode> {
+    let started = std::time::Instant::now();
+    let budget = routing::READ_WAIT;
+    let partition = opened_partition(node, key, started, budget).await?;
+    if !replicated(node) {
+        return Ok(partition);
+    }
+    let figures = partition.group.figures();
+    let wanted = routing::read_watermark(partition.group.relayed_watermark(), figures.commit());
+    loop {
+        let (role, applied) = (figures.role(), figures.applied());
+        match routing::in_touch_catch_up(role, applied, wanted, started.elapsed(), budget) {
+            CatchUp::Reached => return Ok(partition),
+            CatchUp::Wait => compio::time::sleep(CATCH_UP_POLL).await,
+            CatchUp::Behind => return Err(ErrorCode::TransientNotAccepted),
+        }
+    }
+}
+
+/// Where a read of partition `key` is served for a client over `routing`: a client that
+/// routes is refused on any replica but the primary (`None`: the primary's copy, looked up
+/// when read); one that cannot is served from this replica once current (its handle).
+async fn read_position(
+    node: &Node,
+    key: PartitionKey,
+    routing: Routing,
+) -> Result<Option<PartitionHandle>, ErrorCode> {
+    match routing {
+        Routing::ByClient => partition_primary(node, key).map(|()| None),
+        Routing::ByServer => current_partition(node, key).await.map(Some),
     }
 }
 
@@ -570,6 +689,7 @@ fn metadata_need(node: &Node, operation: Operation, body: &[u8]) -> Result<Need,
 async fn metadata_write(
     node: &Rc<Node>,
     request: &Request<'_>,
+    routing: Routing,
     bound: Bound,
     body: &[u8],
 ) -> Result<Dispatched, ErrorCode> {
@@ -580,7 +700,7 @@ async fn metadata_write(
     if command.class != "metadata" {
         return Err(ErrorCode::InvalidCommand);
     }
-    metadata_primary(node)?;
+    let path = metadata_write_path(node, routing)?;
     // A retry of a committed request is answered from the client table: the checks below judge
     // today's state (a stream the first attempt deleted is gone now) and must not refuse it.
     let retry = node
@@ -607,15 +727,28 @@ async fn metadata_write(
         bound.user_id,
         prepared.body.as_deref().unwrap_or(body),
     );
-    let outcome = node
-        .metadata
-        .submit(
-            bound.client,
-            request.header.request,
-            operation.to_repr(),
-            journaled,
-        )
-        .await;
+    let (client, request_number) = (bound.client, request.header.request);
+    let outcome = match path {
+        WritePath::Relay => {
+            let outcome = node
+                .metadata
+                .submit_anywhere(client, request_number, operation.to_repr(), journaled)
+                .await;
+            if let Outcome::Committed { op, .. } = &outcome {
+                node.metadata.note_relayed(*op);
+                // Committed on the primary first: answered once applied here too, so the
+                // client's next request finds it (else that request waits for it).
+                metadata_reached(node, *op, routing::READ_WAIT).await;
+            }
+            outcome
+        }
+        _ => {
+            let operation = operation.to_repr();
+            node.metadata
+                .submit(client, request_number, operation, journaled)
+                .await
+        }
+    };
     match outcome {
         Outcome::Committed { op, reply } => {
             if operation == Operation::CreatePersonalAccessToken
@@ -640,6 +773,9 @@ async fn metadata_write(
                 return Ok(request.committed(operation, op, &[]));
             }
             Ok(request.committed(operation, op, &reply))
+        }
+        Outcome::Refused(refusal) if path == WritePath::Relay => {
+            Err(routing::relayed_error(metadata_refused(node, &refusal)))
         }
         Outcome::Refused(refusal) => Err(metadata_refused(node, &refusal)),
         Outcome::Failed => Err(ErrorCode::TransientNotCommitted),
@@ -751,6 +887,7 @@ fn partition_arg(partition: &iggy_generated::payloads::OptionalPartitionId) -> O
 /// journaled with the batch); the batch is then a zero-copy slice of the received buffer.
 fn prepare_send(
     node: &Rc<Node>,
+    routing: Routing,
     bound: Bound,
     mut body: Vec<u8>,
 ) -> Result<(PartitionKey, PartitionWrite), ErrorCode> {
@@ -761,7 +898,7 @@ fn prepare_send(
         }
         let partition = u32::from_le_bytes(send.partitioning.value.try_into().expect("4 bytes"));
         let key = resolve_partition(node, &send.stream_id, &send.topic_id, Some(partition))?;
-        partition_primary(node, key)?;
+        partition_primary_for(node, key, routing)?;
         if !node
             .shared
             .user_allows(bound.user_id, Need::SendMessages(key.0, key.1))
@@ -792,6 +929,7 @@ fn prepare_send(
 fn prepare_offset_write(
     node: &Rc<Node>,
     request: &Request<'_>,
+    routing: Routing,
     bound: Bound,
     body: &Bytes,
 ) -> Result<(PartitionKey, PartitionWrite), ErrorCode> {
@@ -804,7 +942,7 @@ fn prepare_offset_write(
                 &store.topic_id,
                 partition_arg(&store.partition_id),
             )?;
-            partition_primary(node, key)?;
+            partition_primary_for(node, key, routing)?;
             if !node
                 .shared
                 .user_allows(bound.user_id, Need::PollMessages(key.0, key.1))
@@ -829,7 +967,7 @@ fn prepare_offset_write(
                 &delete.topic_id,
                 partition_arg(&delete.partition_id),
             )?;
-            partition_primary(node, key)?;
+            partition_primary_for(node, key, routing)?;
             if !node
                 .shared
                 .user_allows(bound.user_id, Need::PollMessages(key.0, key.1))
@@ -847,19 +985,22 @@ fn prepare_offset_write(
 async fn partition_write(
     node: &Rc<Node>,
     request: &Request<'_>,
+    routing: Routing,
     bound: Bound,
     (key, write): (PartitionKey, PartitionWrite),
 ) -> Result<Dispatched, ErrorCode> {
     let header = request.header;
     check_incarnation(node, bound, header, key)?;
-    let partition = node
-        .shared
-        .partition(key)
-        .ok_or(ErrorCode::PartitionNotFound)?;
-    let (op, result) = partition
-        .write(bound.client, header.request, write)
-        .await
-        .map_err(|error| partition_refused(node, key, error))?;
+    let partition = writable_partition(node, key, routing).await?;
+    let (op, result) = match routing {
+        Routing::ByClient => partition
+            .write(bound.client, header.request, write)
+            .await
+            .map_err(|error| partition_refused(node, key, error))?,
+        Routing::ByServer => {
+            relayed_partition_write(&partition, bound, header.request, write).await?
+        }
+    };
     let operation = request.operation;
     match (operation, result) {
         (Operation::SendMessages, WriteResult::Appended { base_offset, .. }) => {
@@ -873,17 +1014,34 @@ async fn partition_write(
     }
 }
 
+/// A write of a client that cannot route, committed by the partition's primary wherever that
+/// is; the op it was acknowledged at is recorded for this node's reads of it.
+async fn relayed_partition_write(
+    partition: &PartitionHandle,
+    bound: Bound,
+    request: u64,
+    write: PartitionWrite,
+) -> Result<(u64, WriteResult), ErrorCode> {
+    let (op, result) = partition
+        .write_anywhere(bound.client, request, write)
+        .await
+        .map_err(routing::relayed_error)?;
+    partition.group.note_relayed(op);
+    Ok((op, result))
+}
+
 /// DeleteSegments (503) is a committed op of the partition's group: the primary turns "the
 /// oldest `count` segments" into "every segment below offset X" now, so a retry whose reply was
 /// lost replays that reply from the client table and a journal replay deletes nothing more.
 async fn delete_segments(
     node: &Rc<Node>,
     request: &Request<'_>,
+    routing: Routing,
     bound: Bound,
     body: &[u8],
 ) -> Result<Dispatched, ErrorCode> {
     // The SDK sends 503 to the metadata primary, and its permission check reads the model.
-    metadata_primary(node)?;
+    metadata_write_path(node, routing)?;
     let need = metadata_need(node, request.operation, body)?;
     if !node.shared.user_allows(bound.user_id, need) {
         return Err(ErrorCode::Unauthorized);
@@ -898,10 +1056,7 @@ async fn delete_segments(
     // The op is the partition group's: a metadata primary that does not lead the partition
     // relays it to the partition's primary (`write_anywhere`); it plans from its own replica
     // of the log, and the client table the op is committed through answers a retry.
-    let partition = node
-        .shared
-        .partition(key)
-        .ok_or(ErrorCode::PartitionNotFound)?;
+    let partition = writable_partition(node, key, routing).await?;
     let request_number = request.header.request;
     // A committed retry is answered from the client table whatever its body says.
     let keep_from = if partition
@@ -924,7 +1079,11 @@ async fn delete_segments(
         ErrorCode::NotPrimary => ErrorCode::TransientNotAccepted,
         error => error,
     });
-    match written? {
+    let (op, result) = written?;
+    if routing == Routing::ByServer {
+        partition.group.note_relayed(op);
+    }
+    match (op, result) {
         (_, WriteResult::Failed(code)) => Err(code),
         // Not result-framed: the reply is the status alone. The SDK files 503 under the
         // metadata plane and keeps the reply's commit as its metadata watermark (sent back as
@@ -969,9 +1128,17 @@ async fn non_replicated(
         true => routing::READ_WAIT,
         false => std::time::Duration::ZERO,
     };
-    if metadata_reached(node, header.minimum_metadata_op, budget).await == CatchUp::Behind {
+    // A client that cannot route reads what was written through this node, too.
+    let wanted = match connection.routing {
+        Routing::ByClient => header.minimum_metadata_op,
+        Routing::ByServer => header
+            .minimum_metadata_op
+            .max(node.metadata.relayed_watermark()),
+    };
+    if metadata_reached(node, wanted, budget).await == CatchUp::Behind {
         return Err(ErrorCode::TransientNotAccepted);
     }
+    let routing = connection.routing;
     let commit = node.shared.metadata.borrow().commit;
     let user = bound.user_id;
     let codec = Codec::of(bound.protocol);
@@ -1066,7 +1233,7 @@ async fn non_replicated(
             Ok(request.reply(&replies::partition_route(&node.shared, key, position)))
         }
         // 104 is 0.11.1's poll on the primary: this node is the primary of every partition.
-        100 | 104 => poll(node, request, bound, body).await,
+        100 | 104 => poll(node, request, routing, bound, body).await,
         // 0.11.1's routing lookups (poll, consumer offset): the node that serves the partition's
         // polls and offsets, its group's primary, which the client then asks with 104 or 120.
         103 | 123 => {
@@ -1106,7 +1273,7 @@ async fn non_replicated(
                 &r.topic_id,
                 partition_arg(&r.partition_id),
             )?;
-            partition_primary(node, key)?;
+            let served = read_position(node, key, routing).await?;
             if !allows(Need::PollMessages(key.0, key.1)) {
                 return Err(ErrorCode::Unauthorized);
             }
@@ -1119,10 +1286,13 @@ async fn non_replicated(
                 }
                 Err(error) => return Err(error),
             };
-            let partition = node
-                .shared
-                .partition(key)
-                .ok_or(ErrorCode::PartitionNotFound)?;
+            let partition = match served {
+                Some(partition) => partition,
+                None => node
+                    .shared
+                    .partition(key)
+                    .ok_or(ErrorCode::PartitionNotFound)?,
+            };
             match partition.offset(owner).await {
                 Some((current, Some(stored))) => {
                     Ok(request.reply(&replies::consumer_offset(key.2, current, stored)))
@@ -1233,6 +1403,7 @@ async fn bind_session(
 async fn poll(
     node: &Rc<Node>,
     request: &Request<'_>,
+    routing: Routing,
     bound: Bound,
     body: &[u8],
 ) -> Result<Dispatched, ErrorCode> {
@@ -1249,9 +1420,10 @@ async fn poll(
         &poll.topic_id,
         partition_arg(&poll.partition_id),
     )?;
-    // Served by the partition's primary only: a backup's log may lag what the client wrote
-    // there, and the auto-commit below is a write.
-    partition_primary(node, key)?;
+    // For a client that routes, served by the partition's primary only: a backup's log may lag
+    // what the client wrote there, and the auto-commit below is a write. For one that cannot,
+    // served here once this replica is current, with the auto-commit relayed.
+    let served = read_position(node, key, routing).await?;
     if !node
         .shared
         .user_allows(bound.user_id, Need::PollMessages(key.0, key.1))
@@ -1282,10 +1454,13 @@ async fn poll(
         5 => StartAt::Next(owner),
         _ => return Err(ErrorCode::InvalidFormat),
     };
-    let partition = node
-        .shared
-        .partition(key)
-        .ok_or(ErrorCode::PartitionNotFound)?;
+    let partition = match served {
+        Some(partition) => partition,
+        None => node
+            .shared
+            .partition(key)
+            .ok_or(ErrorCode::PartitionNotFound)?,
+    };
     let polled = partition.poll(start, poll.count).await?;
     if poll.auto_commit
         && let Some(last) = polled.batches.last_offset
@@ -1297,7 +1472,16 @@ async fn poll(
         };
         // Best effort: the messages are served even if the commit is refused (a concurrent
         // request of the same client with a higher number already committed).
-        if let Err(error) = partition.write(bound.client, header.request, store).await {
+        let committed = match routing {
+            Routing::ByClient => partition
+                .write(bound.client, header.request, store)
+                .await
+                .map(|_| ()),
+            Routing::ByServer => relayed_partition_write(&partition, bound, header.request, store)
+                .await
+                .map(|_| ()),
+        };
+        if let Err(error) = committed {
             tracing::debug!("auto-commit refused: {error:?}");
         }
     }

@@ -12,6 +12,7 @@
 
 use crate::config::ClusterNode;
 use crate::consensus::figures::GroupRole;
+use crate::runtime::connection::Routing;
 use iggy_generated::errors::ErrorCode;
 use iggy_generated::payloads::{ClusterNodeRole, ClusterNodeStatus};
 use iggy_vsr::{Refusal, Status};
@@ -182,11 +183,64 @@ pub fn bind_catch_up(
     waited: Duration,
     budget: Duration,
 ) -> CatchUp {
-    match metadata.status == Status::Normal && metadata.in_touch {
+    in_touch_catch_up(metadata, applied, wanted, waited, budget)
+}
+
+/// Where a replica whose group stands at `role` is against `wanted`, counting only a replica
+/// that serves in touch with its primary (Normal and in touch): one recovering, changing
+/// views or cut off may be missing commits it does not know of, so it waits and then is
+/// Behind, whatever it applied.
+pub fn in_touch_catch_up(
+    role: GroupRole,
+    applied: u64,
+    wanted: u64,
+    waited: Duration,
+    budget: Duration,
+) -> CatchUp {
+    match role.status == Status::Normal && role.in_touch {
         true => catch_up(applied, wanted, waited, budget),
         false if waited < budget => CatchUp::Wait,
         false => CatchUp::Behind,
     }
+}
+
+/// How a request that needs its group's primary is carried out on replica `me`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WritePath {
+    /// Submitted to the group here: this replica leads it.
+    Submit,
+    /// Submitted to the group here, which commits it when it leads and otherwise relays it to
+    /// the primary of its view (ForwardWrite), or refuses it for now (58) when it knows no
+    /// primary alive.
+    Relay,
+    /// Refused: the client finds the primary itself.
+    Refuse(ErrorCode),
+}
+
+/// The binary SDK routes its requests and learns routes from NotPrimary (89), so it keeps
+/// getting it; a client that cannot route (HTTP) has its write relayed instead.
+pub fn write_path(routing: Routing, role: GroupRole, me: u8) -> WritePath {
+    match routing {
+        Routing::ByClient => refusal_for(role, me).map_or(WritePath::Submit, WritePath::Refuse),
+        Routing::ByServer => WritePath::Relay,
+    }
+}
+
+/// The error a client that cannot route gets for a relayed request: never NotPrimary (89),
+/// which it cannot follow; 58 instead, which it resends (HTTP 503).
+pub fn relayed_error(error: ErrorCode) -> ErrorCode {
+    match error {
+        ErrorCode::NotPrimary => ErrorCode::TransientNotAccepted,
+        error => error,
+    }
+}
+
+/// The op a replica must have applied before it serves a client that cannot route a read
+/// from its own copy: every write relayed through this node for such clients (`relayed`:
+/// read-your-writes), and everything it knew committed when the read arrived
+/// (`known_committed`), so a replica still applying does not serve an older copy.
+pub fn read_watermark(relayed: u64, known_committed: u64) -> u64 {
+    relayed.max(known_committed)
 }
 
 /// What a BindSession gets, from the replicated session table as this replica applied it.
@@ -252,6 +306,76 @@ mod tests {
                 bind_verdict::<()>(None, bind_catch_up(metadata, 9, 2, late, budget)),
                 BindVerdict::Behind
             ));
+        }
+    }
+
+    #[test]
+    fn a_client_that_routes_is_refused_and_one_that_cannot_is_relayed() {
+        use Routing::{ByClient, ByServer};
+        assert_eq!(write_path(ByClient, role(Normal, 1), 1), WritePath::Submit);
+        assert_eq!(
+            write_path(ByClient, role(Normal, 1), 2),
+            WritePath::Refuse(ErrorCode::NotPrimary)
+        );
+        assert_eq!(
+            write_path(ByClient, role(ViewChange, 1), 2),
+            WritePath::Refuse(ErrorCode::TransientNotAccepted)
+        );
+        // Whatever the role: the group commits, forwards or refuses it for now.
+        for status in [Normal, ViewChange, Recovering] {
+            for me in [1, 2] {
+                assert_eq!(write_path(ByServer, role(status, 1), me), WritePath::Relay);
+            }
+        }
+        // A relayed client never sees 89; other errors keep their code.
+        assert_eq!(
+            relayed_error(ErrorCode::NotPrimary),
+            ErrorCode::TransientNotAccepted
+        );
+        assert_eq!(
+            relayed_error(ErrorCode::TransientNotCommitted),
+            ErrorCode::TransientNotCommitted
+        );
+        assert_eq!(
+            relayed_error(ErrorCode::Unauthorized),
+            ErrorCode::Unauthorized
+        );
+    }
+
+    #[test]
+    fn a_replica_serves_a_relayed_client_only_in_touch_and_past_its_watermark() {
+        let (budget, early, late) = (READ_WAIT, Duration::from_millis(10), READ_WAIT);
+        // Writes relayed up to op 7, and op 9 known committed when the read came: both count.
+        let wanted = read_watermark(7, 9);
+        assert_eq!(wanted, 9);
+        assert_eq!(read_watermark(12, 9), 12);
+        let backup = role(Normal, 0);
+        assert_eq!(
+            in_touch_catch_up(backup, 9, wanted, early, budget),
+            CatchUp::Reached
+        );
+        assert_eq!(
+            in_touch_catch_up(backup, 8, wanted, early, budget),
+            CatchUp::Wait
+        );
+        assert_eq!(
+            in_touch_catch_up(backup, 8, wanted, late, budget),
+            CatchUp::Behind
+        );
+        // Applied far enough, yet not following a live primary: it may miss later commits.
+        let cut_off = GroupRole {
+            in_touch: false,
+            ..backup
+        };
+        for group in [cut_off, role(ViewChange, 0), role(Recovering, 0)] {
+            assert_eq!(
+                in_touch_catch_up(group, 20, wanted, early, budget),
+                CatchUp::Wait
+            );
+            assert_eq!(
+                in_touch_catch_up(group, 20, wanted, late, budget),
+                CatchUp::Behind
+            );
         }
     }
 

@@ -125,6 +125,7 @@ impl SharedConnection {
         Connection {
             id: self.id,
             bound: self.bound.get(),
+            ..Connection::default()
         }
     }
 }

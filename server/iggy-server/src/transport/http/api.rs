@@ -403,6 +403,7 @@ impl Call<'_> {
         let mut connection = Connection {
             id: self.connection.id,
             bound: Some(bound),
+            routing: self.connection.routing,
         };
         // Counted for the drain at shutdown until it settles.
         node.in_flight.set(node.in_flight.get() + 1);
@@ -603,6 +604,11 @@ pub async fn handle(
             Err(error) => return fail(error),
         }
     };
+    // Handlers resolve names against this replica's model before their command runs: on a
+    // backup it must hold what the client wrote through this node first.
+    if let Err(error) = crate::service::dispatch::relayed_metadata_reached(node).await {
+        return fail_on(error, route.path, &params);
+    }
     let mut call = Call {
         node,
         state,

@@ -14,6 +14,7 @@ pub mod jwt;
 mod openapi_tests;
 pub mod session;
 
+use crate::runtime::connection::Routing;
 use crate::runtime::node::Node;
 use compio::BufResult;
 use compio::buf::{IntoInner, IoBuf};
@@ -62,6 +63,8 @@ pub async fn serve(
         compio::runtime::spawn(async move {
             let _guard = guard;
             let mut connection = node.open_connection(peer.to_string(), transport);
+            // The HTTP client talks to this node only: it cannot follow a NotPrimary.
+            connection.routing = Routing::ByServer;
             let result = match tls {
                 None => serve_connection(stream, &node, &api, &mut connection).await,
                 Some(acceptor) => {
