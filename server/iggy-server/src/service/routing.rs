@@ -247,7 +247,7 @@ pub fn read_watermark(relayed: u64, known_committed: u64) -> u64 {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BindVerdict<S> {
     Bind(S),
-    /// Not verifiable yet: wait for the metadata to reach the client's watermark.
+    /// Not judged yet: wait for the metadata to reach the client's watermark.
     Wait,
     /// 40: the session is gone (or never was), as of metadata at least as new as the client's;
     /// the SDK registers again.
@@ -258,12 +258,14 @@ pub enum BindVerdict<S> {
 }
 
 /// Judges a bind: `found` is the session table's answer for the bind's identity and secret.
+/// Either answer counts only at the client's watermark: a replica behind it may still hold a
+/// session the client already logged out of (it would bind it), or lack one registered since.
 pub fn bind_verdict<S>(found: Option<S>, catch_up: CatchUp) -> BindVerdict<S> {
     match (found, catch_up) {
-        (Some(session), _) => BindVerdict::Bind(session),
+        (Some(session), CatchUp::Reached) => BindVerdict::Bind(session),
         (None, CatchUp::Reached) => BindVerdict::Gone,
-        (None, CatchUp::Wait) => BindVerdict::Wait,
-        (None, CatchUp::Behind) => BindVerdict::Behind,
+        (_, CatchUp::Wait) => BindVerdict::Wait,
+        (_, CatchUp::Behind) => BindVerdict::Behind,
     }
 }
 
@@ -537,9 +539,14 @@ mod tests {
     }
 
     #[test]
-    fn a_bind_is_refused_for_good_only_once_the_replica_reached_the_watermark() {
-        assert_eq!(bind_verdict(Some(5), CatchUp::Wait), BindVerdict::Bind(5));
-        assert_eq!(bind_verdict(Some(5), CatchUp::Behind), BindVerdict::Bind(5));
+    fn a_bind_is_judged_only_once_the_replica_reached_the_watermark() {
+        assert_eq!(
+            bind_verdict(Some(5), CatchUp::Reached),
+            BindVerdict::Bind(5)
+        );
+        // Found behind the watermark: the client may have logged out of it since.
+        assert_eq!(bind_verdict(Some(5), CatchUp::Wait), BindVerdict::Wait);
+        assert_eq!(bind_verdict(Some(5), CatchUp::Behind), BindVerdict::Behind);
         assert_eq!(
             bind_verdict::<u8>(None, CatchUp::Reached),
             BindVerdict::Gone
