@@ -170,6 +170,11 @@ impl TestCluster {
     /// client listener binds its node's IP (`IGGY_TCP_ADDRESS`, `IGGY_HTTP_ADDRESS` with port
     /// 0: the roster gives the port); the replicas talk directly, so `cut` is not available.
     pub fn start_on_distinct_ips(n: usize) -> Self {
+        Self::start_on_distinct_ips_with(n, ClusterOptions::default())
+    }
+
+    /// `start_on_distinct_ips` with extra environment.
+    pub fn start_on_distinct_ips_with(n: usize, options: ClusterOptions) -> Self {
         assert!((1..=8).contains(&n), "a loopback cluster of {n} nodes");
         let ips: Vec<IpAddr> = (0..n)
             .map(|i| IpAddr::V4(Ipv4Addr::new(127, 0, 0, i as u8 + 1)))
@@ -191,7 +196,7 @@ impl TestCluster {
                 ("IGGY_HTTP_ADDRESS".to_string(), format!("{ip}:0")),
             ]
         };
-        Self::launch(roster, node_env, None, ClusterOptions::default())
+        Self::launch(roster, node_env, None, options)
     }
 
     /// Writes the config file for `roster`, starts node i with `node_env(i)` and `options`,
@@ -1953,6 +1958,209 @@ async fn a_node_with_another_secret_is_refused_and_both_sides_log_mac_mismatch()
             "node {i} logs a secret"
         );
     }
+}
+
+/// A cluster CA and the PEM files of the node certificates it signs.
+struct ReplicaCertificates {
+    dir: tempfile::TempDir,
+    authority: rcgen::Certificate,
+    authority_key: rcgen::KeyPair,
+}
+
+impl ReplicaCertificates {
+    fn new(name: &str) -> Self {
+        let authority_key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        let authority = params.self_signed(&authority_key).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("ca.pem"), authority.pem()).unwrap();
+        ReplicaCertificates {
+            dir,
+            authority,
+            authority_key,
+        }
+    }
+
+    /// `[cluster.tls]` through the environment for a node whose roster ip is `ip`: its own
+    /// certificate (naming `ip`, for server and client auth) and this CA.
+    fn node_env(&self, node: usize, ip: &str) -> Vec<(String, String)> {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(vec![ip.to_string()]).unwrap();
+        params.extended_key_usages = vec![
+            rcgen::ExtendedKeyUsagePurpose::ServerAuth,
+            rcgen::ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        let certificate = params
+            .signed_by(&key, &self.authority, &self.authority_key)
+            .unwrap();
+        let file = |name: String, text: String| {
+            let path = self.dir.path().join(name);
+            std::fs::write(&path, text).unwrap();
+            path.display().to_string()
+        };
+        vec![
+            ("IGGY_CLUSTER_TLS_ENABLED".into(), "true".into()),
+            (
+                "IGGY_CLUSTER_TLS_CERT_FILE".into(),
+                file(format!("node-{node}.pem"), certificate.pem()),
+            ),
+            (
+                "IGGY_CLUSTER_TLS_KEY_FILE".into(),
+                file(format!("node-{node}.key"), key.serialize_pem()),
+            ),
+            (
+                "IGGY_CLUSTER_TLS_CA_FILE".into(),
+                self.dir.path().join("ca.pem").display().to_string(),
+            ),
+        ]
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_on_three_ips_over_mutual_tls_serve_the_sdk_and_refuse_plaintext() {
+    let certificates = ReplicaCertificates::new("e2e cluster CA");
+    let ips = ["127.0.0.1", "127.0.0.2", "127.0.0.3"];
+    let options = ClusterOptions {
+        // With a secret too: its MACs are bound to each TLS session.
+        env: auth_env(CLUSTER_SECRET),
+        node_env: (0..3)
+            .map(|i| (i, certificates.node_env(i, ips[i])))
+            .collect(),
+        ..Default::default()
+    };
+    let cluster = TestCluster::start_on_distinct_ips_with(3, options);
+    for (i, peer) in [(2, 0), (2, 1), (1, 0)] {
+        let line = format!("replica {i}: link with replica {peer} admitted");
+        logged(&cluster, i, &format!("node {i} admits {peer}"), &[&line]).await;
+    }
+    let client = cluster.root_client(1).await;
+    let (stream, topic, groups) = create_topic(&client, 3).await;
+    cluster.wait_normal(0, &all_groups(&groups)).await;
+    for partition in 0..3u32 {
+        let sent = msgs(&format!("tls{partition}"), 5);
+        send_to_partition(&client, &id(stream), &id(topic), partition, sent).await;
+    }
+    // Read back through another node: the writes were replicated over TLS links.
+    let reader = cluster.root_client(2).await;
+    for partition in 0..3u32 {
+        let polled = poll(
+            &reader,
+            &id(stream),
+            &id(topic),
+            partition,
+            &consumer("reader"),
+            PollingStrategy::first(),
+            100,
+            false,
+        )
+        .await;
+        let want: Vec<String> = (0..5).map(|i| format!("tls{partition}-{i}")).collect();
+        assert_eq!(payloads(&polled), want, "partition {partition}");
+    }
+    // A plaintext hello (a node without [cluster.tls]) gets no challenge, only a TLS alert
+    // or a close, and the node logs why.
+    let bare = hello(1, 2, |_| {});
+    let answer = tokio::task::block_in_place(|| {
+        let mut stream =
+            TcpStream::connect_timeout(&cluster.replica_address(2), Duration::from_secs(2))
+                .expect("connect to the replica port");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        stream.write_all(&bare).expect("send the hello");
+        let mut answer = Vec::new();
+        let _ = stream.read_to_end(&mut answer);
+        answer
+    });
+    assert!(
+        answer.is_empty() || answer[0] == 21,
+        "a TLS alert (21) or nothing, got {answer:?}"
+    );
+    logged(
+        &cluster,
+        2,
+        "node 2 logs the plaintext peer",
+        &["peer refused: `tls`", "is cluster.tls enabled on it?"],
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_certificate_another_ca_signed_is_refused_and_both_sides_log_why() {
+    let (ours, theirs) = (
+        ReplicaCertificates::new("e2e cluster CA"),
+        ReplicaCertificates::new("a stranger's CA"),
+    );
+    // Nodes 0 and 1 hold the cluster CA's certificates; node 2 one from another CA (which it
+    // trusts alone).
+    let options = ClusterOptions {
+        node_env: BTreeMap::from([
+            (0, ours.node_env(0, "127.0.0.1")),
+            (1, ours.node_env(1, "127.0.0.1")),
+            (2, theirs.node_env(2, "127.0.0.1")),
+        ]),
+        ..Default::default()
+    };
+    let cluster = TestCluster::start_with(3, options);
+    for dialer in [0, 1] {
+        let line = format!("replica {dialer}: link with replica 2: peer refused: `tls`");
+        logged(
+            &cluster,
+            dialer,
+            &format!("node {dialer} refuses node 2's certificate"),
+            &[
+                &line,
+                "UnknownIssuer",
+                "not signed by this node's cluster.tls.ca_file",
+            ],
+        )
+        .await;
+    }
+    logged(
+        &cluster,
+        2,
+        "node 2 logs that its certificate was refused",
+        &[
+            "replica 2: inbound replica link: peer refused: `tls`",
+            "refused this node's certificate",
+        ],
+    )
+    .await;
+    let log = cluster.node(2).log();
+    assert!(
+        !log.lines()
+            .any(|l| l.contains("link with replica") && l.contains("admitted")),
+        "node 2 was never admitted:\n{log}"
+    );
+    // Nodes 0 and 1 are a quorum of three: the cluster serves without node 2.
+    logged(
+        &cluster,
+        1,
+        "node 1 admits node 0",
+        &["replica 1: link with replica 0 admitted"],
+    )
+    .await;
+    // FIXME: with one of three nodes refused, the SDK's sign-in right after the start is
+    // sometimes answered yet leaves it unauthenticated (the PSK test above shows it too):
+    // sign in again until a read succeeds.
+    let client = wait_until_async(
+        "root is signed in on node 0",
+        Duration::from_secs(30),
+        async || {
+            let client = cluster.root_client(0).await;
+            client.get_streams().await.is_ok().then_some(client)
+        },
+        || cluster.node(0).log(),
+    )
+    .await;
+    let (stream, topic, groups) = create_topic(&client, 1).await;
+    cluster.wait_normal(0, &groups).await;
+    cluster.wait_normal(1, &groups).await;
+    send_to_partition(&client, &id(stream), &id(topic), 0, msgs("quorum", 3)).await;
 }
 
 /// The official CLI (`iggy-cli 0.14.1-edge.2`), given a different node for each command: the

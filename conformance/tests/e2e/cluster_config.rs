@@ -147,3 +147,33 @@ fn the_roster_variables_are_listed() {
         assert!(listed.contains(line), "{line:?} in:\n{listed}");
     }
 }
+
+#[test]
+fn a_replica_tls_file_that_is_empty_missing_or_not_pem_is_refused_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let junk = dir.path().join("junk.pem");
+    std::fs::write(&junk, "not a certificate").unwrap();
+    let junk = junk.to_str().unwrap();
+    let args = ["--replica-id", "0", "--with-default-root-credentials"];
+    let cases = [
+        ("", junk, junk, "`cluster.tls.cert_file`"),
+        (
+            "/nonexistent/node.pem",
+            junk,
+            junk,
+            "cluster.tls.cert_file \"/nonexistent/node.pem\"",
+        ),
+        (junk, junk, junk, "cluster.tls.cert_file"),
+    ];
+    for (cert, key, ca, named) in cases {
+        let env = [
+            ("IGGY_CLUSTER_TLS_ENABLED", "true"),
+            ("IGGY_CLUSTER_TLS_CERT_FILE", cert),
+            ("IGGY_CLUSTER_TLS_KEY_FILE", key),
+            ("IGGY_CLUSTER_TLS_CA_FILE", ca),
+        ];
+        let out = start(dir.path(), &three_node_file(), &args, &env);
+        let stderr = assert_refused_untouched(dir.path(), &out);
+        assert!(stderr.contains(named), "{named}: {stderr}");
+    }
+}

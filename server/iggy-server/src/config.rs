@@ -7,7 +7,9 @@ use std::net::SocketAddr;
 use toml::{Table, Value};
 
 mod cluster;
-pub use cluster::{Cluster, ClusterAuth, ClusterNode, bind_serves, roster_env_vars, with_port};
+pub use cluster::{
+    Cluster, ClusterAuth, ClusterNode, ClusterTls, bind_serves, roster_env_vars, with_port,
+};
 
 /// The embedded defaults, also the catalogue of every known key.
 pub const DEFAULTS: &str = include_str!("defaults.toml");

@@ -256,6 +256,14 @@ fn main() -> ExitCode {
         );
         return ExitCode::FAILURE;
     }
+    // The replica plane's certificates are read again when it starts; reading them here
+    // refuses a missing or malformed file before the data directory is touched.
+    if cfg.cluster.enabled
+        && let Err(refusal) = consensus::replica_tls::ReplicaTls::from_config(&cfg.cluster.tls)
+    {
+        eprintln!("iggy-server: {refusal}");
+        return ExitCode::FAILURE;
+    }
     let mut cfg = cfg;
     let mut unserved = Vec::new();
     if let Some(node) = cfg

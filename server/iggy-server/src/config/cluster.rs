@@ -29,6 +29,57 @@ pub struct Cluster {
     pub nodes: Vec<ClusterNode>,
     /// `[cluster.auth]`: the replica plane's shared secret.
     pub auth: ClusterAuth,
+    /// `[cluster.tls]`: mutual TLS on the replica plane.
+    pub tls: ClusterTls,
+}
+
+/// `[cluster.tls]` (upstream's section and key names, but mutual): with `enabled`, every
+/// replica link runs TLS 1.3 before its handshake, each end presenting `cert_file` and
+/// verifying the other's certificate against `ca_file`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ClusterTls {
+    pub enabled: bool,
+    /// Upstream's mode that accepts any peer certificate; accepted as a key so an upstream file
+    /// loads, refused when true (it would authenticate no peer).
+    pub self_signed: bool,
+    /// This node's certificate chain (PEM), naming its roster ip as an IP SAN.
+    pub cert_file: String,
+    /// Its private key (PEM).
+    pub key_file: String,
+    /// The CA (PEM) that signed every node's certificate.
+    pub ca_file: String,
+}
+
+impl ClusterTls {
+    /// With TLS enabled, every file is named; whether each reads as PEM is checked when the
+    /// replica plane starts (`consensus::replica_tls`), naming the key too.
+    fn validate(&self) -> Result<(), ConfigError> {
+        if !self.enabled {
+            return Ok(());
+        }
+        if self.self_signed {
+            return Err(refuse(
+                "cluster.tls.self_signed",
+                "is not supported: a node that accepts any peer certificate authenticates no \
+                 peer; give every node a certificate from one cluster CA (cert_file, key_file, \
+                 ca_file)",
+            ));
+        }
+        for (key, path) in [
+            ("cert_file", &self.cert_file),
+            ("key_file", &self.key_file),
+            ("ca_file", &self.ca_file),
+        ] {
+            if path.trim().is_empty() {
+                return Err(refuse(
+                    format!("cluster.tls.{key}"),
+                    "is empty; with cluster.tls.enabled every node needs its certificate, its \
+                     key and the cluster CA (PEM files)",
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// `[cluster.auth]` (upstream's keys): with `enabled`, peers prove they hold `shared_secret`
@@ -110,6 +161,7 @@ impl Default for Cluster {
             view_change_status_timeout: Duration::from_secs(5),
             nodes: Vec::new(),
             auth: ClusterAuth::default(),
+            tls: ClusterTls::default(),
         }
     }
 }
@@ -463,7 +515,34 @@ pub(super) fn build(section: Table, nodes: &[Table]) -> Result<Cluster, ConfigEr
             .map(|(i, n)| parse_node(i, n))
             .collect::<Result<_, _>>()?,
         auth: build_auth(&section),
+        tls: build_tls(&section),
     })
+}
+
+fn build_tls(section: &Table) -> ClusterTls {
+    let tls = section
+        .get("tls")
+        .and_then(Value::as_table)
+        .expect("defaults give [cluster.tls]");
+    let text = |key: &str| {
+        tls.get(key)
+            .and_then(Value::as_str)
+            .expect("defaults give every [cluster.tls] key its type")
+            .to_string()
+    };
+    ClusterTls {
+        enabled: tls
+            .get("enabled")
+            .and_then(Value::as_bool)
+            .expect("defaults give cluster.tls.enabled its type"),
+        self_signed: tls
+            .get("self_signed")
+            .and_then(Value::as_bool)
+            .expect("defaults give cluster.tls.self_signed its type"),
+        cert_file: text("cert_file"),
+        key_file: text("key_file"),
+        ca_file: text("ca_file"),
+    }
 }
 
 fn build_auth(section: &Table) -> ClusterAuth {
@@ -511,6 +590,7 @@ impl Cluster {
         }
         self.validate_timing()?;
         self.auth.validate()?;
+        self.tls.validate()?;
         if self.nodes.is_empty() {
             return Err(refuse(
                 "cluster.nodes",
@@ -855,6 +935,52 @@ mod tests {
         let text = load(Some(&typed), none).unwrap_err().to_string();
         assert!(text.contains("cluster.auth.shared_secret"), "{text}");
         assert!(!text.contains("123456789"), "{text}");
+    }
+
+    #[test]
+    fn tls_files_load_from_file_or_environment_and_an_empty_one_is_refused_by_its_key() {
+        let off = load(Some(&three_nodes()), none).unwrap().cluster.tls;
+        assert_eq!(off, ClusterTls::default());
+        let file = |cert: &str, key: &str, ca: &str| {
+            format!(
+                "{}[cluster.tls]\nenabled = true\ncert_file = \"{cert}\"\nkey_file = \"{key}\"\n\
+                 ca_file = \"{ca}\"\n",
+                three_nodes()
+            )
+        };
+        let tls = load(Some(&file("n.pem", "n.key", "ca.pem")), none)
+            .unwrap()
+            .cluster
+            .tls;
+        assert!(tls.enabled);
+        assert_eq!(
+            (&*tls.cert_file, &*tls.key_file, &*tls.ca_file),
+            ("n.pem", "n.key", "ca.pem")
+        );
+        let env = |k: &str| match k {
+            "IGGY_CLUSTER_TLS_ENABLED" => Some("true".into()),
+            "IGGY_CLUSTER_TLS_CERT_FILE" => Some("/etc/iggy/node.pem".into()),
+            "IGGY_CLUSTER_TLS_KEY_FILE" => Some("/etc/iggy/node.key".into()),
+            "IGGY_CLUSTER_TLS_CA_FILE" => Some("/etc/iggy/ca.pem".into()),
+            _ => None,
+        };
+        let tls = load(Some(&three_nodes()), env).unwrap().cluster.tls;
+        assert!(tls.enabled);
+        assert_eq!(tls.cert_file, "/etc/iggy/node.pem");
+        assert_eq!(tls.key_file, "/etc/iggy/node.key");
+        assert_eq!(tls.ca_file, "/etc/iggy/ca.pem");
+        for (file, key) in [
+            (file("", "n.key", "ca.pem"), "cluster.tls.cert_file"),
+            (file("n.pem", " ", "ca.pem"), "cluster.tls.key_file"),
+            (file("n.pem", "n.key", ""), "cluster.tls.ca_file"),
+        ] {
+            assert_eq!(refused_key(&file, none), key);
+        }
+        let any_peer = file("n.pem", "n.key", "ca.pem") + "self_signed = true\n";
+        assert_eq!(refused_key(&any_peer, none), "cluster.tls.self_signed");
+        // Disabled, the paths are not judged.
+        let disabled = file("", "", "").replace("enabled = true\ncert", "enabled = false\ncert");
+        load(Some(&disabled), none).unwrap();
     }
 
     #[test]

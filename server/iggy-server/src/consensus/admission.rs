@@ -14,7 +14,9 @@
 //! acceptor judges with `admit_finish`. Each MAC is a BLAKE3 keyed hash of the spec's
 //! `ReplicaAuthTranscript`: both ids, both nonces, both identities and histories and the
 //! direction, so it verifies for one handshake in one direction only. Possession of the
-//! secret proves membership, not which node holds it; nothing is encrypted.
+//! secret proves membership, not which node holds it; nothing is encrypted here. Under
+//! `[cluster.tls]` the shell keys each connection's MACs with the TLS session's exporter value
+//! ([`PeerAuth::bound_to_channel`]), so a MAC made on one session verifies on no other.
 //!
 //! Both frames also carry the sender's [`MetadataHistory`]: whether its metadata group holds a
 //! history. It never decides admission; a node that starts with no metadata gathers its peers'
@@ -59,6 +61,17 @@ impl PeerAuth {
         PeerAuth {
             current: key(shared_secret),
             previous: previous_shared_secret.map(key),
+        }
+    }
+
+    /// The keys for one connection whose TLS session exports `channel_binding`: each key is
+    /// the keyed hash of the binding under the configured one, so a MAC made on one TLS session
+    /// verifies on no other. Both ends of a session derive the same keys.
+    pub fn bound_to_channel(&self, channel_binding: &[u8; 32]) -> Self {
+        let bind = |key: [u8; 32]| *blake3::keyed_hash(&key, channel_binding).as_bytes();
+        PeerAuth {
+            current: bind(self.current),
+            previous: self.previous.map(bind),
         }
     }
 
@@ -961,6 +974,43 @@ mod tests {
         for hidden in [SECRET.to_string(), format!("{:?}", key[0..4].to_vec())] {
             assert!(!shown.contains(&hidden), "{shown}");
         }
+    }
+
+    #[test]
+    fn macs_bound_to_one_tls_session_verify_only_on_it() {
+        let bound = |local: Local, binding: [u8; 32]| Local {
+            auth: local.auth.map(|auth| auth.bound_to_channel(&binding)),
+            ..local
+        };
+        let (dialer, acceptor) = (keyed(0, SECRET, None), keyed(2, SECRET, None));
+        let session = [0x11; 32];
+        let same = exchange(
+            &bound(dialer, session),
+            &bound(acceptor, session),
+            ACCEPTOR_NONCE,
+        );
+        assert!(same.at_dialer.is_ok() && same.at_acceptor.is_ok());
+        // A MAC relayed from another session (a man in the middle terminating TLS on each
+        // side sees two sessions) does not verify, nor does one made without the binding.
+        let relayed = exchange(
+            &bound(dialer, session),
+            &bound(acceptor, [0x22; 32]),
+            ACCEPTOR_NONCE,
+        );
+        assert_eq!(reason(&relayed.at_dialer).1, "mac");
+        let unbound = exchange(&dialer, &bound(acceptor, session), ACCEPTOR_NONCE);
+        assert_eq!(reason(&unbound.at_dialer).1, "mac");
+        // The previous secret is bound the same way, so a rotation still works under TLS.
+        let (old_first, new_first) = (
+            keyed(0, SECRET, Some(OTHER_SECRET)),
+            keyed(2, OTHER_SECRET, Some(SECRET)),
+        );
+        let run = exchange(
+            &bound(old_first, session),
+            &bound(new_first, session),
+            ACCEPTOR_NONCE,
+        );
+        assert!(run.at_dialer.is_ok() && run.at_acceptor.is_ok());
     }
 
     #[test]

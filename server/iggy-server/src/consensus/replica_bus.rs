@@ -15,14 +15,17 @@
 //! Each link also keeps its peer's liveness (`link_liveness`): it sends a Ping every keepalive
 //! interval, answers each Ping with a Pong, and marks the peer heard on every verified frame.
 //! Ping and Pong end here; no consensus group sees them.
+//!
+//! With `[cluster.tls]` every link runs a mutual TLS handshake (`replica_tls`) before the
+//! admission handshake; a TLS failure, or a peer with TLS meeting one without, is refused on
+//! this side with the field `tls` and its cause.
 
 use super::admission::{self, Local};
 use super::link_liveness::{LinkEvent, Liveness, PeerStatus};
+use super::link_stream::{HandshakeRead, LinkReader, LinkStream, LinkWriter};
 use super::replica_link::{self, Backoff, DialerHandshake, FrameCheck, HEADER_SIZE};
+use super::replica_tls::{self, ReplicaTls};
 use bytes::Bytes;
-use compio::BufResult;
-use compio::buf::{IntoInner, IoBuf};
-use compio::io::{AsyncReadExt, AsyncWriteExt};
 use compio::net::{TcpListener, TcpStream};
 use compio::runtime::JoinHandle;
 use futures_channel::{mpsc, oneshot};
@@ -71,6 +74,8 @@ pub struct BusConfig {
     pub seed: u64,
     /// What this node declares about its metadata history, read for every handshake frame.
     pub history: HistorySource,
+    /// `[cluster.tls]`: `None` when links are plain TCP.
+    pub tls: Option<ReplicaTls>,
 }
 
 /// What this node declares about its metadata history, asked each time a handshake frame is
@@ -156,6 +161,7 @@ impl BusConfig {
             silence_max: cluster.heartbeat_timeout,
             seed: cluster_id as u64 ^ u64::from(replica),
             history,
+            tls: ReplicaTls::from_config(&cluster.tls)?,
         })
     }
 }
@@ -270,6 +276,10 @@ impl Outbox {
 
     fn liveness_status(&self, now: Instant) -> PeerStatus {
         self.liveness.lock().expect("liveness lock").status(now)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.state.lock().expect("outbox lock").queue.is_empty()
     }
 
     async fn pop(&self) -> Bytes {
@@ -420,6 +430,19 @@ impl Shared {
         let _ = self.events.borrow_mut().try_send(event);
     }
 
+    /// This node as it admits a link whose TLS session exports `channel_binding`: with
+    /// `[cluster.auth]` on, the handshake MACs are keyed to that session.
+    fn local_on(&self, channel_binding: Option<&[u8; 32]>) -> Local {
+        let local = self.config.local;
+        Local {
+            auth: match (local.auth, channel_binding) {
+                (Some(auth), Some(binding)) => Some(auth.bound_to_channel(binding)),
+                (auth, _) => auth,
+            },
+            ..local
+        }
+    }
+
     fn refused(&self, peer: Option<u8>, refusal: &admission::Refusal) {
         let local = self.config.local.replica;
         match peer {
@@ -561,27 +584,82 @@ async fn accept_loop(shared: Rc<Shared>, listener: TcpListener) {
     }
 }
 
-/// The acceptor's side of one connection.
-async fn inbound(shared: Rc<Shared>, mut stream: TcpStream, from: SocketAddr) {
-    let local = shared.config.local;
+/// A refusal by the TLS layer, or of a peer whose TLS setting differs from ours.
+fn tls_refusal(detail: String) -> admission::Refusal {
+    admission::Refusal {
+        status: None,
+        field: "tls",
+        detail,
+    }
+}
+
+/// What a link without TLS concludes from the start of a TLS record.
+fn peer_speaks_tls(what: &str) -> admission::Refusal {
+    tls_refusal(format!(
+        "the peer sent {what}: it has cluster.tls enabled and this node has not"
+    ))
+}
+
+/// The acceptor's side of one connection: TLS when configured, then the handshake.
+async fn inbound(shared: Rc<Shared>, stream: TcpStream, from: SocketAddr) {
     let within = shared.config.handshake_timeout;
-    let hello = match compio::time::timeout(within, stream.read_exact([0u8; HEADER_SIZE])).await {
-        Ok(BufResult(Ok(()), hello)) => hello,
-        Ok(BufResult(Err(error), _)) => {
-            tracing::debug!("replica listener: {from} closed before its hello: {error}");
-            return;
-        }
-        Err(_) => {
-            tracing::warn!("replica listener: {from} sent no hello within {within:?}");
-            return;
-        }
+    let (mut stream, tls_peer, channel_binding) = match &shared.config.tls {
+        None => (LinkStream::Plain(stream), None, None),
+        Some(tls) => match compio::time::timeout(within, tls.accept(stream)).await {
+            Ok(Ok(link)) => (
+                LinkStream::Tls(Box::new(link.stream)),
+                Some(link.peer),
+                Some(link.channel_binding),
+            ),
+            Ok(Err(error)) => {
+                let cause = replica_tls::handshake_cause(&error);
+                shared.refused(None, &tls_refusal(format!("from {from}: {cause}")));
+                return;
+            }
+            Err(_) => {
+                tracing::warn!(
+                    "replica listener: {from} finished no TLS handshake within {within:?}"
+                );
+                return;
+            }
+        },
     };
+    let local = shared.local_on(channel_binding.as_ref());
+    let hello =
+        match compio::time::timeout(within, stream.read_handshake_frame::<HEADER_SIZE>()).await {
+            Ok(Ok(hello)) => hello,
+            Ok(Err(HandshakeRead::PeerSpeaksTls(what))) => {
+                shared.refused(None, &peer_speaks_tls(&format!("{what} from {from}")));
+                return;
+            }
+            Ok(Err(HandshakeRead::Io(error))) => {
+                tracing::debug!("replica listener: {from} closed before its hello: {error}");
+                return;
+            }
+            Err(_) => {
+                tracing::warn!("replica listener: {from} sent no hello within {within:?}");
+                return;
+            }
+        };
     // Only the declaration depends on the sender named here; admission judges the frame.
     let history = shared.declared_to(hello[GenericHeader::REPLICA_OFFSET]);
     let step = replica_link::accept_hello(&local, &hello, history, rand::random());
+    if let (Ok(admitted), Some(peer_certificate), Some(tls)) =
+        (&step.verdict, &tls_peer, &shared.config.tls)
+    {
+        // The CA vouched for the certificate; the roster says which ip it must name.
+        let named = match shared.config.peers.get(&admitted.replica) {
+            Some(address) => peer_certificate.check_named(tls, address.ip()),
+            None => Err("it is not in the roster".to_string()),
+        };
+        if let Err(problem) = named {
+            shared.refused(Some(admitted.replica), &tls_refusal(problem));
+            return;
+        }
+    }
     if let Some(answer) = step.answer {
         let write = compio::time::timeout(within, stream.write_all(answer.to_vec())).await;
-        if !matches!(write, Ok(BufResult(Ok(()), _))) {
+        if !matches!(write, Ok(Ok(()))) {
             tracing::debug!("replica listener: cannot answer {from}");
             return;
         }
@@ -597,25 +675,32 @@ async fn inbound(shared: Rc<Shared>, mut stream: TcpStream, from: SocketAddr) {
     };
     if let Some(awaiting) = step.awaiting_finish {
         let peer = admitted.replica;
-        let finish = match compio::time::timeout(within, stream.read_exact([0u8; HEADER_SIZE]))
-            .await
-        {
-            Ok(BufResult(Ok(()), finish)) => finish,
-            Ok(BufResult(Err(error), _)) => {
-                tracing::warn!(
-                    "replica {}: replica {peer} at {from} closed before finishing the                      authenticated handshake: {error}",
-                    local.replica
-                );
-                return;
-            }
-            Err(_) => {
-                tracing::warn!(
-                    "replica {}: replica {peer} at {from} sent no handshake finish within                      {within:?}",
-                    local.replica
-                );
-                return;
-            }
-        };
+        let finish =
+            match compio::time::timeout(within, stream.read_handshake_frame::<HEADER_SIZE>()).await
+            {
+                Ok(Ok(finish)) => finish,
+                Ok(Err(HandshakeRead::Io(error))) => {
+                    tracing::warn!(
+                        "replica {}: replica {peer} at {from} closed before finishing the \
+                     authenticated handshake: {}",
+                        local.replica,
+                        replica_tls::cause(&error)
+                    );
+                    return;
+                }
+                Ok(Err(HandshakeRead::PeerSpeaksTls(what))) => {
+                    shared.refused(Some(peer), &peer_speaks_tls(what));
+                    return;
+                }
+                Err(_) => {
+                    tracing::warn!(
+                        "replica {}: replica {peer} at {from} sent no handshake finish within \
+                     {within:?}",
+                        local.replica
+                    );
+                    return;
+                }
+            };
         if let Err(refusal) = awaiting.finish(&finish) {
             shared.refused(Some(peer), &refusal);
             return;
@@ -651,37 +736,67 @@ async fn dial_loop(shared: Rc<Shared>, peer: u8, address: SocketAddr) {
     }
 }
 
-/// Connects and runs the dialer's handshake. `Err(None)` is a failure to reach the peer (logged
-/// at debug: a peer that is down is normal), `Err(Some(_))` a refusal.
+/// Connects and runs the dialer's handshake (TLS first when configured). `Err(None)` is a
+/// failure to reach the peer (logged at debug: a peer that is down is normal), `Err(Some(_))`
+/// a refusal.
 async fn dial(
     shared: &Shared,
     peer: u8,
     address: SocketAddr,
-) -> Result<(TcpStream, admission::Admitted), Option<admission::Refusal>> {
+) -> Result<(LinkStream, admission::Admitted), Option<admission::Refusal>> {
     let local = shared.config.local.replica;
     let unreachable = |what: &str, error: std::io::Error| {
         tracing::debug!("replica {local}: {what} replica {peer} at {address}: {error}");
         None
     };
-    let mut stream = TcpStream::connect(address)
+    let stream = TcpStream::connect(address)
         .await
         .map_err(|e| unreachable("cannot connect to", e))?;
     let _ = stream.set_nodelay(true);
+    let (mut stream, channel_binding) = match &shared.config.tls {
+        None => (LinkStream::Plain(stream), None),
+        Some(tls) => match tls.connect(stream, address.ip()).await {
+            Ok(link) => (
+                LinkStream::Tls(Box::new(link.stream)),
+                Some(link.channel_binding),
+            ),
+            Err(error) => return Err(Some(tls_refusal(replica_tls::handshake_cause(&error)))),
+        },
+    };
     let handshake = DialerHandshake::new(
-        shared.config.local,
+        shared.local_on(channel_binding.as_ref()),
         peer,
         shared.declared_to(peer),
         // rand's thread generator is a CSPRNG (ChaCha, seeded and reseeded by the OS).
         rand::random(),
     );
-    let BufResult(written, _) = stream.write_all(handshake.opening().to_vec()).await;
-    written.map_err(|e| unreachable("cannot greet", e))?;
-    let BufResult(read, answer) = stream.read_exact([0u8; HEADER_SIZE]).await;
-    read.map_err(|e| unreachable("no answer from", e))?;
+    stream
+        .write_all(handshake.opening().to_vec())
+        .await
+        .map_err(|e| unreachable("cannot greet", e))?;
+    let answer = match stream.read_handshake_frame::<HEADER_SIZE>().await {
+        Ok(answer) => answer,
+        Err(HandshakeRead::PeerSpeaksTls(what)) => return Err(Some(peer_speaks_tls(what))),
+        // A peer that refuses this node's TLS certificate says so only once the hello is sent.
+        Err(HandshakeRead::Io(error)) if replica_tls::is_tls_failure(&error) => {
+            return Err(Some(tls_refusal(replica_tls::cause(&error))));
+        }
+        Err(HandshakeRead::Io(error)) if error.kind() == std::io::ErrorKind::UnexpectedEof => {
+            return Err(Some(tls_refusal(format!(
+                "the peer closed the connection without answering the hello{}; its log says why",
+                if stream.is_tls() {
+                    ""
+                } else {
+                    " (has it cluster.tls enabled? this node has not)"
+                }
+            ))));
+        }
+        Err(HandshakeRead::Io(error)) => return Err(unreachable("no answer from", error)),
+    };
     let outcome = handshake.answer(&answer);
     if let Some(finish) = outcome.finish {
         // Written on a refusal too, so the acceptor logs why; a failed write only loses that.
-        let BufResult(written, _) = stream.write_all(finish.to_vec()).await;
+        let written = stream.write_all(finish.to_vec()).await;
         if let (Err(error), Ok(_)) = (written, &outcome.verdict) {
             return Err(unreachable("cannot finish the handshake with", error));
         }
@@ -692,7 +807,7 @@ async fn dial(
 
 /// Carries frames over an admitted link until it fails, the peer closes it, or a newer link
 /// from the same peer replaces it.
-async fn run_link(shared: &Rc<Shared>, stream: TcpStream, admitted: admission::Admitted) {
+async fn run_link(shared: &Rc<Shared>, stream: LinkStream, admitted: admission::Admitted) {
     let peer = admitted.replica;
     let local = shared.config.local.replica;
     let generation = shared.generations.get() + 1;
@@ -737,7 +852,7 @@ async fn run_link(shared: &Rc<Shared>, stream: TcpStream, admitted: admission::A
         generation,
         pong: keepalive(Command::Pong),
     });
-    let (reader, writer) = stream.into_split();
+    let (reader, writer) = stream.split();
     let reading = Box::pin(read_frames(
         reader,
         check,
@@ -808,17 +923,17 @@ struct LinkKeepalive {
 /// forever. Ping and Pong stop here: a Ping is answered through the outbox (dropped with the
 /// rest when the queue is full), and neither reaches a group.
 async fn read_frames(
-    mut stream: TcpStream,
+    mut stream: LinkReader,
     check: FrameCheck,
     router: Arc<Router>,
     body_within: Duration,
     keepalive: Option<LinkKeepalive>,
 ) -> String {
     loop {
-        let BufResult(read, header) = stream.read_exact([0u8; HEADER_SIZE]).await;
-        if let Err(error) = read {
-            return closed(error);
-        }
+        let header = match stream.read_header::<HEADER_SIZE>().await {
+            Ok(header) => header,
+            Err(error) => return closed(error),
+        };
         let verified = match check.header(&header) {
             Ok(verified) => verified,
             Err(reject) => return reject.to_string(),
@@ -827,10 +942,9 @@ async fn read_frames(
         let body = if len == 0 {
             Vec::new()
         } else {
-            let reading = stream.read_exact(Vec::with_capacity(len).slice(..len));
-            match compio::time::timeout(body_within, reading).await {
-                Ok(BufResult(Ok(()), body)) => body.into_inner(),
-                Ok(BufResult(Err(error), _)) => return closed(error),
+            match compio::time::timeout(body_within, stream.read_body(len)).await {
+                Ok(Ok(body)) => body,
+                Ok(Err(error)) => return closed(error),
                 Err(_) => {
                     return format!(
                         "the body of a {:?} frame ({len} bytes) did not arrive within \
@@ -889,13 +1003,18 @@ async fn send_pings(outbox: &Outbox, ping: Bytes) -> std::convert::Infallible {
     }
 }
 
-/// Writes queued frames in order; returns why it stopped.
-async fn write_frames(mut stream: TcpStream, outbox: &Outbox) -> String {
+/// Writes queued frames in order; returns why it stopped. Under TLS the frames written while
+/// more are queued go out together, flushed once the queue is empty.
+async fn write_frames(mut stream: LinkWriter, outbox: &Outbox) -> String {
     loop {
         let frame = outbox.pop().await;
-        let BufResult(written, _) = stream.write_all(frame).await;
-        if let Err(error) = written {
-            return format!("write failed: {error}");
+        if let Err(error) = stream.write_frame(frame).await {
+            return format!("write failed: {}", replica_tls::cause(&error));
+        }
+        if outbox.is_empty()
+            && let Err(error) = stream.flush().await
+        {
+            return format!("write failed: {}", replica_tls::cause(&error));
         }
     }
 }
@@ -904,7 +1023,7 @@ fn closed(error: std::io::Error) -> String {
     if error.kind() == std::io::ErrorKind::UnexpectedEof {
         "the peer closed the connection".into()
     } else {
-        format!("read failed: {error}")
+        format!("read failed: {}", replica_tls::cause(&error))
     }
 }
 
@@ -913,6 +1032,8 @@ mod tests {
     use super::*;
     use crate::consensus::admission::local_identity;
     use crate::consensus::replica_link::tests::{CLUSTER, commit_frame};
+    use compio::BufResult;
+    use compio::io::{AsyncReadExt, AsyncWriteExt};
     use futures_util::StreamExt;
     use iggy_generated::frames::METADATA_GROUP;
 
@@ -952,6 +1073,7 @@ mod tests {
             silence_max: Duration::from_secs(5),
             seed: u64::from(replica),
             history: HistorySource::fixed(MetadataHistory::Absent),
+            tls: None,
         }
     }
 
@@ -1162,6 +1284,139 @@ mod tests {
         assert_eq!(
             (field(&at_acceptor), field(&at_dialer)),
             ("storage_marker", "storage_marker")
+        );
+    }
+
+    fn detail(event: &BusEvent) -> &str {
+        match event {
+            BusEvent::Refused { detail, .. } => detail,
+            other => panic!("not a refusal: {other:?}"),
+        }
+    }
+
+    fn with_tls(tls: replica_tls::ReplicaTls) -> impl Fn(&mut BusConfig) {
+        move |c: &mut BusConfig| c.tls = Some(tls.clone())
+    }
+
+    #[compio::test]
+    async fn tls_peers_of_one_ca_link_and_exchange_frames_with_and_without_a_secret() {
+        let authority = replica_tls::test_certificates::Authority::new();
+        for secret in [None, Some("the cluster's secret, 32 bytes or more")] {
+            let roster = free_addresses(2);
+            let (mut zero, mut one) = (config(0, &roster), config(1, &roster));
+            for c in [&mut zero, &mut one] {
+                with_tls(authority.tls("127.0.0.1"))(c);
+                c.local.auth = secret.map(|s| admission::PeerAuth::new(s.as_bytes(), None));
+            }
+            let (mut a, mut b) = (start(zero).await, start(one).await);
+            admitted(&mut a, 1).await;
+            admitted(&mut b, 0).await;
+            deliver(&a, &mut b, b"encrypted one way").await;
+            deliver(&b, &mut a, b"and the other").await;
+            // A frame of many TLS records arrives whole, with frames behind it in order.
+            let large = vec![0x5a; 300 << 10];
+            let sender = a.bus.sender();
+            sender
+                .send(1, Bytes::from(commit_frame(0, METADATA_GROUP, 1, &large)))
+                .unwrap();
+            sender
+                .send(
+                    1,
+                    Bytes::from(commit_frame(0, METADATA_GROUP, 2, b"behind")),
+                )
+                .unwrap();
+            assert_eq!(received(&mut b).await.body, large);
+            assert_eq!(&received(&mut b).await.body[..], b"behind");
+        }
+    }
+
+    #[compio::test]
+    async fn a_peer_whose_certificate_another_ca_signed_is_refused_on_both_sides() {
+        use replica_tls::test_certificates::Authority;
+        let (ours, theirs) = (Authority::new(), Authority::new());
+        // The dialer meets an acceptor it cannot verify.
+        let (at_acceptor, at_dialer) = refusals_between(
+            with_tls(ours.tls("127.0.0.1")),
+            with_tls(theirs.tls("127.0.0.1")),
+        )
+        .await;
+        assert_eq!((field(&at_acceptor), field(&at_dialer)), ("tls", "tls"));
+        assert!(
+            detail(&at_dialer).contains("UnknownIssuer"),
+            "{at_dialer:?}"
+        );
+        assert!(detail(&at_dialer).contains("not signed by this node's cluster.tls.ca_file"));
+        assert!(
+            detail(&at_acceptor).contains("refused this node's certificate"),
+            "{at_acceptor:?}"
+        );
+        // The acceptor meets a dialer it cannot verify (the dialer trusts the acceptor's CA).
+        let (at_acceptor, at_dialer) = refusals_between(
+            with_tls(theirs.tls_trusting("127.0.0.1", &ours)),
+            with_tls(ours.tls("127.0.0.1")),
+        )
+        .await;
+        assert_eq!((field(&at_acceptor), field(&at_dialer)), ("tls", "tls"));
+        assert!(
+            detail(&at_acceptor).contains("UnknownIssuer"),
+            "{at_acceptor:?}"
+        );
+        assert!(
+            detail(&at_dialer).contains("refused this node's certificate"),
+            "{at_dialer:?}"
+        );
+    }
+
+    #[compio::test]
+    async fn a_node_with_tls_and_one_without_refuse_each_other_on_both_sides() {
+        let authority = replica_tls::test_certificates::Authority::new();
+        for (dialer_tls, acceptor_tls) in [(true, false), (false, true)] {
+            let tls = |on: bool| {
+                let tls = on.then(|| authority.tls("127.0.0.1"));
+                move |c: &mut BusConfig| c.tls = tls.clone()
+            };
+            let (at_acceptor, at_dialer) =
+                refusals_between(tls(dialer_tls), tls(acceptor_tls)).await;
+            assert_eq!((field(&at_acceptor), field(&at_dialer)), ("tls", "tls"));
+            let plain_side = if dialer_tls { &at_acceptor } else { &at_dialer };
+            assert!(
+                detail(plain_side).contains("cluster.tls enabled"),
+                "{plain_side:?}"
+            );
+            let tls_side = if dialer_tls { &at_dialer } else { &at_acceptor };
+            assert!(detail(tls_side).contains("cluster.tls"), "{tls_side:?}");
+        }
+    }
+
+    #[compio::test]
+    async fn a_certificate_that_does_not_name_the_roster_ip_is_refused_either_way() {
+        let authority = replica_tls::test_certificates::Authority::new();
+        // The acceptor's certificate names another ip: the dialer's TLS refuses it.
+        let (at_acceptor, at_dialer) = refusals_between(
+            with_tls(authority.tls("127.0.0.1")),
+            with_tls(authority.tls("127.0.0.9")),
+        )
+        .await;
+        assert_eq!((field(&at_acceptor), field(&at_dialer)), ("tls", "tls"));
+        assert!(
+            detail(&at_dialer).contains("does not name its roster ip"),
+            "{at_dialer:?}"
+        );
+        // The dialer's: the acceptor refuses it once the hello says which replica it claims.
+        let (at_acceptor, at_dialer) = refusals_between(
+            with_tls(authority.tls("127.0.0.9")),
+            with_tls(authority.tls("127.0.0.1")),
+        )
+        .await;
+        assert_eq!((field(&at_acceptor), field(&at_dialer)), ("tls", "tls"));
+        assert!(
+            matches!(&at_acceptor, BusEvent::Refused { peer: Some(0), .. }),
+            "{at_acceptor:?}"
+        );
+        assert!(detail(&at_acceptor).contains("does not name its roster ip 127.0.0.1"));
+        assert!(
+            detail(&at_dialer).contains("without answering"),
+            "{at_dialer:?}"
         );
     }
 
