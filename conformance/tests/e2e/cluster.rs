@@ -1903,6 +1903,30 @@ async fn a_cluster_sharing_a_secret_serves_the_sdk_and_keeps_a_bare_peer_off() {
     }
 }
 
+/// Node 2 was refused by both peers and never admitted; nodes 0 and 1, a quorum of three,
+/// serve the SDK without it. The refused node answers the SDK's bind with 58, never 40 (on
+/// which the SDK would sign in again there and lose its session).
+async fn serves_without_node_2(cluster: &TestCluster) {
+    let log = cluster.node(2).log();
+    assert!(
+        !log.lines()
+            .any(|l| l.contains("link with replica") && l.contains("admitted")),
+        "node 2 was never admitted:\n{log}"
+    );
+    logged(
+        cluster,
+        1,
+        "node 1 admits node 0",
+        &["replica 1: link with replica 0 admitted"],
+    )
+    .await;
+    let client = cluster.root_client(0).await;
+    let (stream, topic, groups) = create_topic(&client, 1).await;
+    cluster.wait_normal(0, &groups).await;
+    cluster.wait_normal(1, &groups).await;
+    send_to_partition(&client, &id(stream), &id(topic), 0, msgs("quorum", 3)).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_with_another_secret_is_refused_and_both_sides_log_mac_mismatch() {
     // Nodes 0 and 1 share the cluster's secret; node 2 holds another one.
@@ -1932,25 +1956,7 @@ async fn a_node_with_another_secret_is_refused_and_both_sides_log_mac_mismatch()
         )
         .await;
     }
-    let log = cluster.node(2).log();
-    assert!(
-        !log.lines()
-            .any(|l| l.contains("link with replica") && l.contains("admitted")),
-        "node 2 was never admitted:\n{log}"
-    );
-    // Nodes 0 and 1 are a quorum of three: the cluster serves without node 2.
-    logged(
-        &cluster,
-        1,
-        "node 1 admits node 0",
-        &["replica 1: link with replica 0 admitted"],
-    )
-    .await;
-    let client = cluster.root_client(0).await;
-    let (stream, topic, groups) = create_topic(&client, 1).await;
-    cluster.wait_normal(0, &groups).await;
-    cluster.wait_normal(1, &groups).await;
-    send_to_partition(&client, &id(stream), &id(topic), 0, msgs("quorum", 3)).await;
+    serves_without_node_2(&cluster).await;
     for i in 0..3 {
         let log = cluster.node(i).log();
         assert!(
@@ -2130,27 +2136,7 @@ async fn a_node_whose_certificate_another_ca_signed_is_refused_and_both_sides_lo
         ],
     )
     .await;
-    let log = cluster.node(2).log();
-    assert!(
-        !log.lines()
-            .any(|l| l.contains("link with replica") && l.contains("admitted")),
-        "node 2 was never admitted:\n{log}"
-    );
-    // Nodes 0 and 1 are a quorum of three: the cluster serves without node 2.
-    logged(
-        &cluster,
-        1,
-        "node 1 admits node 0",
-        &["replica 1: link with replica 0 admitted"],
-    )
-    .await;
-    // The refused node answers the SDK's bind with 58, never 40 (on which the SDK would sign
-    // in again there and lose its session).
-    let client = cluster.root_client(0).await;
-    let (stream, topic, groups) = create_topic(&client, 1).await;
-    cluster.wait_normal(0, &groups).await;
-    cluster.wait_normal(1, &groups).await;
-    send_to_partition(&client, &id(stream), &id(topic), 0, msgs("quorum", 3)).await;
+    serves_without_node_2(&cluster).await;
 }
 
 /// The official CLI (`iggy-cli 0.14.1-edge.2`), given a different node for each command: the

@@ -1378,9 +1378,12 @@ async fn bind_session(
             );
             (found.ok(), metadata.commit)
         };
+        // A replica not serving in touch with its metadata primary (recovering, changing
+        // views, cut off) judges no bind: it answers 58 once its wait runs out, never 40, on
+        // which the SDK would register again there, on a replica that may not hold the user.
         let metadata = node.metadata.figures().role();
         let reached =
-            routing::bind_catch_up(metadata, applied, watermark, started.elapsed(), budget);
+            routing::in_touch_catch_up(metadata, applied, watermark, started.elapsed(), budget);
         match routing::bind_verdict(found, reached) {
             BindVerdict::Bind(session) => {
                 return bind(

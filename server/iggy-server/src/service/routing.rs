@@ -171,21 +171,6 @@ pub fn catch_up(applied: u64, wanted: u64, waited: Duration, budget: Duration) -
     }
 }
 
-/// Where a BindSession stands against the client's watermark on a replica whose metadata group
-/// stands at `metadata`. One that does not serve in touch with its primary (recovering,
-/// changing views, cut off) reaches no watermark: it cannot tell a session that ended from one
-/// it has not heard of, so it answers 58 once the budget runs out, never 40 (on which the SDK
-/// registers again, there, on a replica that may not even hold the user).
-pub fn bind_catch_up(
-    metadata: GroupRole,
-    applied: u64,
-    wanted: u64,
-    waited: Duration,
-    budget: Duration,
-) -> CatchUp {
-    in_touch_catch_up(metadata, applied, wanted, waited, budget)
-}
-
 /// Where a replica whose group stands at `role` is against `wanted`, counting only a replica
 /// that serves in touch with its primary (Normal and in touch): one recovering, changing
 /// views or cut off may be missing commits it does not know of, so it waits and then is
@@ -291,21 +276,33 @@ mod tests {
         );
         let serving = role(Normal, 0);
         assert_eq!(
-            bind_catch_up(serving, 9, 9, early, budget),
+            in_touch_catch_up(serving, 9, 9, early, budget),
             CatchUp::Reached
         );
-        assert_eq!(bind_catch_up(serving, 8, 9, early, budget), CatchUp::Wait);
-        assert_eq!(bind_catch_up(serving, 8, 9, late, budget), CatchUp::Behind);
+        assert_eq!(
+            in_touch_catch_up(serving, 8, 9, early, budget),
+            CatchUp::Wait
+        );
+        assert_eq!(
+            in_touch_catch_up(serving, 8, 9, late, budget),
+            CatchUp::Behind
+        );
         let cut_off = GroupRole {
             in_touch: false,
             ..serving
         };
         for metadata in [role(Recovering, 0), role(ViewChange, 1), cut_off] {
             // Applied past the watermark, yet it may have missed the session's register.
-            assert_eq!(bind_catch_up(metadata, 9, 2, early, budget), CatchUp::Wait);
-            assert_eq!(bind_catch_up(metadata, 9, 2, late, budget), CatchUp::Behind);
+            assert_eq!(
+                in_touch_catch_up(metadata, 9, 2, early, budget),
+                CatchUp::Wait
+            );
+            assert_eq!(
+                in_touch_catch_up(metadata, 9, 2, late, budget),
+                CatchUp::Behind
+            );
             assert!(matches!(
-                bind_verdict::<()>(None, bind_catch_up(metadata, 9, 2, late, budget)),
+                bind_verdict::<()>(None, in_touch_catch_up(metadata, 9, 2, late, budget)),
                 BindVerdict::Behind
             ));
         }
