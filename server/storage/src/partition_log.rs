@@ -671,19 +671,15 @@ impl PartitionLog {
             crate::small_write::write_all_at(&active.index, &index_bytes(&entry), index_position)
                 .or_stop("write", &active.index_path);
         } else {
-            // The record and its index entry go to the kernel together (two positional writes
-            // in flight at once), not one after the other.
-            let (mut log, mut index) = (&active.log, &active.index);
-            let (log_written, index_written) = futures_util::future::join(
-                log.write_vectored_all_at(
-                    [Bytes::copy_from_slice(&header), frames],
-                    entry.position,
-                ),
-                index.write_all_at(index_bytes(&entry), index_position),
-            )
-            .await;
-            log_written.0.or_stop("write", &active.log_path);
-            index_written.0.or_stop("write", &active.index_path);
+            // A large record goes through io_uring; its 24-byte index entry is copied in place,
+            // not punted to a kernel worker of its own.
+            let mut log = &active.log;
+            log.write_vectored_all_at([Bytes::copy_from_slice(&header), frames], entry.position)
+                .await
+                .0
+                .or_stop("write", &active.log_path);
+            crate::small_write::write_all_at(&active.index, &index_bytes(&entry), index_position)
+                .or_stop("write", &active.index_path);
         }
         active.entries.push(entry);
         active.log_size += length;

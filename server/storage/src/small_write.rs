@@ -1,14 +1,20 @@
-//! Small positional writes done in place. io_uring punts a buffered file write to a kernel
-//! worker thread; for a few kilobytes that round trip costs far more than copying the bytes
-//! into the page cache, which is all a buffered write does. Large writes stay on io_uring.
+//! Positional writes done in place. io_uring punts a buffered file write to a kernel worker
+//! thread: a wakeup, two context switches and a completion per write, on top of copying the
+//! bytes into the page cache, which is all a buffered write does. Below a megabyte the punt
+//! costs more CPU than it saves the shard's thread; larger writes stay on io_uring, so the
+//! shard keeps serving while a large record is copied.
 
 use std::io;
 use std::mem::ManuallyDrop;
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::fs::FileExt;
 
-/// Writes at most this many bytes in place; larger writes go through io_uring.
-pub const SMALL_WRITE_MAX: usize = 64 * 1024;
+/// Writes at most this many bytes in place; larger writes go through io_uring. With 64 KiB
+/// here, a 3-node cluster's 100 kB batches spent a third of its CPU in io_uring's worker
+/// threads. A 1000 × 1000 B batch (1.06 MB) stays on io_uring: copied in place it would hold
+/// the shard, and every partition and connection on it, for the whole copy (bench/README.md,
+/// 2026-12-04 17:42, measures both).
+pub const SMALL_WRITE_MAX: usize = 1024 * 1024;
 
 /// Writes all of `bytes` at `position` of `file` with pwrite(2), on this thread.
 pub fn write_all_at(file: &compio::fs::File, bytes: &[u8], position: u64) -> io::Result<()> {
