@@ -88,9 +88,17 @@ fn cluster_file(nodes: &[RosterNode]) -> String {
 
 /// A `free_port` that is free for UDP too (QUIC listens on UDP).
 fn free_udp_port() -> u16 {
+    free_udp_port_on(&[IpAddr::V4(Ipv4Addr::LOCALHOST)])
+}
+
+/// A `free_port_on` that is free for UDP on each of `ips` too.
+fn free_udp_port_on(ips: &[IpAddr]) -> u16 {
     loop {
-        let port = free_port();
-        if std::net::UdpSocket::bind(("127.0.0.1", port)).is_ok() {
+        let port = free_port_on(ips);
+        if ips
+            .iter()
+            .all(|&ip| std::net::UdpSocket::bind((ip, port)).is_ok())
+        {
             return port;
         }
     }
@@ -204,20 +212,23 @@ impl TestCluster {
     }
 
     /// `n` nodes as `n` machines run them: node i on 127.0.0.(i+1) (Linux routes all of
-    /// 127/8 to the loopback), every node with the same TCP, HTTP and replica port. Each
-    /// client listener binds its node's IP (`IGGY_TCP_ADDRESS`, `IGGY_HTTP_ADDRESS` with port
-    /// 0: the roster gives the port); the replicas talk directly, so `cut` is not available.
+    /// 127/8 to the loopback), every node with the same TCP, HTTP and replica port (and QUIC
+    /// and WebSocket port when `options` turns them on). Each client listener binds its node's
+    /// IP (`IGGY_TCP_ADDRESS`, `IGGY_HTTP_ADDRESS`, ... with port 0: the roster gives the
+    /// port); the replicas talk directly, so `cut` is not available.
     pub fn start_on_distinct_ips(n: usize) -> Self {
         Self::start_on_distinct_ips_with(n, ClusterOptions::default())
     }
 
-    /// `start_on_distinct_ips` with extra environment.
+    /// `start_on_distinct_ips` with extra environment, QUIC and WebSocket (HTTP is always on).
     pub fn start_on_distinct_ips_with(n: usize, options: ClusterOptions) -> Self {
         assert!((1..=8).contains(&n), "a loopback cluster of {n} nodes");
         let ips: Vec<IpAddr> = (0..n)
             .map(|i| IpAddr::V4(Ipv4Addr::new(127, 0, 0, i as u8 + 1)))
             .collect();
         let (tcp, replica, http) = (free_port_on(&ips), free_port_on(&ips), free_port_on(&ips));
+        let quic = options.quic.then(|| free_udp_port_on(&ips));
+        let websocket = options.websocket.then(|| free_port_on(&ips));
         let roster: Vec<RosterNode> = ips
             .iter()
             .map(|&ip| RosterNode {
@@ -225,16 +236,23 @@ impl TestCluster {
                 tcp,
                 replica,
                 http: Some(http),
-                quic: None,
-                websocket: None,
+                quic,
+                websocket,
             })
             .collect();
         let node_env = |i: usize| {
             let ip = ips[i];
-            vec![
+            let mut env = vec![
                 ("IGGY_HTTP_ENABLED".to_string(), "true".to_string()),
                 ("IGGY_HTTP_ADDRESS".to_string(), format!("{ip}:0")),
-            ]
+            ];
+            if quic.is_some() {
+                env.push(("IGGY_QUIC_ADDRESS".to_string(), format!("{ip}:0")));
+            }
+            if websocket.is_some() {
+                env.push(("IGGY_WEBSOCKET_ADDRESS".to_string(), format!("{ip}:0")));
+            }
+            env
         };
         Self::launch(roster, node_env, None, options)
     }
@@ -307,13 +325,19 @@ impl TestCluster {
     /// Node i's QUIC address, as the roster names it.
     pub fn quic_address(&self, i: usize) -> String {
         let node = &self.roster[i];
-        format!("{}:{}", node.ip, node.quic.expect("QUIC on (ClusterOptions::quic)"))
+        format!(
+            "{}:{}",
+            node.ip,
+            node.quic.expect("QUIC on (ClusterOptions::quic)")
+        )
     }
 
     /// Node i's WebSocket address, as the roster names it.
     pub fn websocket_address(&self, i: usize) -> String {
         let node = &self.roster[i];
-        let port = node.websocket.expect("WebSocket on (ClusterOptions::websocket)");
+        let port = node
+            .websocket
+            .expect("WebSocket on (ClusterOptions::websocket)");
         format!("{}:{port}", node.ip)
     }
 

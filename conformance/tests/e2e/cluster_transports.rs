@@ -93,16 +93,27 @@ fn primaries(cluster: &TestCluster, groups: &[u64]) -> Vec<(u8, u32)> {
         .collect()
 }
 
+/// Which partition primary a test kills; never the node the client was given.
+#[derive(Debug, Clone, Copy)]
+enum Victim {
+    /// The node that is neither the one the client was given nor the metadata primary: only a
+    /// partition changes views.
+    ThirdNode,
+    /// The metadata primary, which leads a partition too: the metadata group changes views
+    /// as well, and the SDK must find its new Leader.
+    MetadataPrimary,
+}
+
 /// Three nodes with `transport` on; the SDK over it is given a backup of the metadata group
 /// and learns the other nodes from the roster (whose ports for the transport are the nodes'
 /// own), creates a topic whose three partitions are led by the three nodes, sends to each and
-/// reads each back once, in order. Then the primary of a partition led by neither the node
-/// the client was given nor the metadata primary is killed -9 under a producer: that
-/// partition's sends succeed again on its new primary, the node restarts and takes the
-/// partition back (so the client must dial it again over the transport), and every
-/// acknowledged message is read back exactly once.
+/// reads each back once, in order. Then the `victim`, a partition's primary, is killed -9
+/// under a producer: that partition's sends succeed again on its new primary, the node
+/// restarts and takes the partition back (so the client must dial it again over the
+/// transport), and every acknowledged message is read back exactly once.
 async fn sdk_over_a_binary_transport_follows_a_killed_partition_primary(
     transport: BinaryTransport,
+    victim: Victim,
 ) {
     let mut cluster = TestCluster::start_with(3, transport.options());
     let (metadata_primary, backup) = metadata_primary_and_backup(&cluster).await;
@@ -135,44 +146,48 @@ async fn sdk_over_a_binary_transport_follows_a_killed_partition_primary(
     send_numbered(&client, (stream, topic), 3, 12, 3).await;
     read_numbered(&client, (stream, topic), 3, 12).await;
 
-    let (partition, group, victim, view) = primaries(&cluster, &partition_groups)
+    let (partition, group, killed, view) = primaries(&cluster, &partition_groups)
         .into_iter()
         .zip(partition_groups.iter())
         .enumerate()
         .find_map(|(partition, ((primary, view), &group))| {
             let node = usize::from(primary);
-            (node != backup && node != metadata_primary).then_some((partition, group, node, view))
+            let wanted = match victim {
+                Victim::ThirdNode => node != backup && node != metadata_primary,
+                Victim::MetadataPrimary => node == metadata_primary,
+            };
+            wanted.then_some((partition, group, node, view))
         })
-        .expect("a partition led by the third node");
+        .unwrap_or_else(|| panic!("a partition led by the {victim:?} node"));
     eprintln!(
         "{transport:?} client on node {backup}; metadata primary {metadata_primary}; killing \
-         node {victim}, primary of partition {partition} in view {view}"
+         node {killed}, primary of partition {partition} in view {view}"
     );
     let producer = Producer::start(client.clone(), stream, topic, 3);
     producer
         .wait_progress("before the kill", 3, Duration::from_secs(30))
         .await;
-    cluster.kill9(victim);
-    let stand_in = cluster.wait_new_primary(group, victim, view).await;
+    cluster.kill9(killed);
+    let stand_in = cluster.wait_new_primary(group, killed, view).await;
     // Every partition, the killed one included, acknowledges more sends: that one's go to the
     // stand-in now.
     producer
         .wait_progress("its primary killed", 4, Duration::from_secs(60))
         .await;
 
-    cluster.restart(victim);
+    cluster.restart(killed);
     let groups = all_groups(&partition_groups);
-    cluster.wait_normal(victim, &groups).await;
+    cluster.wait_normal(killed, &groups).await;
     wait_until(
-        &format!("node {victim} leads group {group:#x} again"),
+        &format!("node {killed} leads group {group:#x} again"),
         Duration::from_secs(60),
         || {
             let back = |i: usize| {
                 cluster
                     .role(i, group)
-                    .is_some_and(|r| r.normal && usize::from(r.primary) == victim && r.view > view)
+                    .is_some_and(|r| r.normal && usize::from(r.primary) == killed && r.view > view)
             };
-            (back(victim) && back(usize::from(stand_in))).then_some(())
+            (back(killed) && back(usize::from(stand_in))).then_some(())
         },
         || cluster.describe(group),
     )
@@ -203,13 +218,16 @@ async fn sdk_over_a_binary_transport_follows_a_killed_partition_primary(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sdk_over_quic_given_a_backup_follows_a_killed_partition_primary() {
-    sdk_over_a_binary_transport_follows_a_killed_partition_primary(BinaryTransport::Quic).await;
+    let transport = BinaryTransport::Quic;
+    sdk_over_a_binary_transport_follows_a_killed_partition_primary(transport, Victim::ThirdNode)
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_sdk_over_websocket_given_a_backup_follows_a_killed_partition_primary() {
-    sdk_over_a_binary_transport_follows_a_killed_partition_primary(BinaryTransport::WebSocket)
-        .await;
+async fn the_sdk_over_websocket_given_a_backup_follows_a_killed_metadata_and_partition_primary() {
+    let transport = BinaryTransport::WebSocket;
+    let victim = Victim::MetadataPrimary;
+    sdk_over_a_binary_transport_follows_a_killed_partition_primary(transport, victim).await;
 }
 
 /// What became of the HTTP sends of one partition.
@@ -354,9 +372,7 @@ async fn read_all(client: &IggyClient, stream: u32, topic: u32, partition: u32) 
         if polled.messages.is_empty() {
             return texts;
         }
-        let expected: Vec<u64> = (texts.len() as u64..)
-            .take(polled.messages.len())
-            .collect();
+        let expected: Vec<u64> = (texts.len() as u64..).take(polled.messages.len()).collect();
         assert_eq!(offsets(&polled), expected, "partition {partition}");
         texts.extend(payloads(&polled));
     }
@@ -405,10 +421,10 @@ async fn the_http_client_given_a_backup_keeps_writing_through_a_kill9_of_the_met
     producer
         .wait_progress("before the kill", 5, Duration::from_secs(30))
         .await;
-    let (_, view) = cluster
-        .primary(METADATA_GROUP)
-        .expect("a metadata primary");
-    eprintln!("HTTP client on node {backup}; killing node {metadata_primary}; partitions {led_by:?}");
+    let (_, view) = cluster.primary(METADATA_GROUP).expect("a metadata primary");
+    eprintln!(
+        "HTTP client on node {backup}; killing node {metadata_primary}; partitions {led_by:?}"
+    );
     cluster.kill9(metadata_primary);
     cluster
         .wait_new_primary(METADATA_GROUP, metadata_primary, view)
@@ -461,5 +477,52 @@ async fn the_http_client_given_a_backup_keeps_writing_through_a_kill9_of_the_met
             stored.len() - sends.acked.len(),
             stored.len()
         );
+    }
+}
+
+/// Three nodes on three IPs with the same QUIC and WebSocket ports, as three machines run them:
+/// each node's QUIC and WebSocket listeners bind its own IP on the roster's port, and the SDK
+/// over either, given node 1, reaches the primaries on the other IPs through the roster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_on_three_ips_serve_the_sdk_over_quic_and_websocket_on_the_same_ports() {
+    let options = ClusterOptions {
+        quic: true,
+        websocket: true,
+        ..ClusterOptions::default()
+    };
+    let cluster = TestCluster::start_on_distinct_ips_with(3, options);
+    for i in 0..3 {
+        let log = cluster.node(i).log();
+        assert!(
+            !log.contains("does not serve this node's roster ip"),
+            "node {i}:\n{log}"
+        );
+        let ip = format!("127.0.0.{}", i + 1);
+        for transport in [BinaryTransport::Quic, BinaryTransport::WebSocket] {
+            let address = transport.address(&cluster, i);
+            assert!(address.starts_with(&format!("{ip}:")), "{address}");
+        }
+    }
+    let writer = root_client_over(&cluster, BinaryTransport::Quic, 1).await;
+    let (stream, topic, groups) = create_topic(&writer, 3).await;
+    let led_by: BTreeSet<u8> = primaries(&cluster, &groups)
+        .iter()
+        .map(|&(primary, _)| primary)
+        .collect();
+    assert_eq!(led_by, BTreeSet::from([0, 1, 2]), "partition primaries");
+    send_numbered(&writer, (stream, topic), 3, 12, 2).await;
+    read_numbered(&writer, (stream, topic), 3, 12).await;
+    let reader = root_client_over(&cluster, BinaryTransport::WebSocket, 1).await;
+    read_numbered(&reader, (stream, topic), 3, 12).await;
+    let metadata = ok(
+        "get_cluster_metadata",
+        within("roster", reader.get_cluster_metadata()).await,
+    );
+    for node in &metadata.nodes {
+        let i = usize::from(node.replica_id);
+        for transport in [BinaryTransport::Quic, BinaryTransport::WebSocket] {
+            let advertised = format!("{}:{}", node.ip, transport.advertised(&node.endpoints));
+            assert_eq!(advertised, transport.address(&cluster, i), "{metadata:?}");
+        }
     }
 }
