@@ -382,8 +382,10 @@ async fn read_all(client: &IggyClient, stream: u32, topic: u32, partition: u32) 
 /// the metadata primary, which also leads a partition, is killed -9: sends answered 503 are
 /// resent by the client, a relayed send whose forward goes unanswered comes back 57 (uncertain,
 /// it may have committed), and once the groups changed views every partition's sends succeed
-/// again through the same node. Read back through that node: every acknowledged message once,
-/// in order; nothing refused; nothing but uncertain sends besides; nothing twice.
+/// again through the same node, as does a metadata write. The killed node restarts and takes
+/// its partition back, and the sends go on. Read back through the node the client was given:
+/// every acknowledged message once, in order; nothing refused; nothing but uncertain sends
+/// besides; nothing twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_http_client_given_a_backup_keeps_writing_through_a_kill9_of_the_metadata_primary() {
     let options = ClusterOptions {
@@ -431,6 +433,40 @@ async fn the_http_client_given_a_backup_keeps_writing_through_a_kill9_of_the_met
         .await;
     producer
         .wait_progress("the metadata primary killed", 5, Duration::from_secs(60))
+        .await;
+    // A metadata write relayed to the new metadata primary, read back from this node.
+    let (stream_id, options) = (id(stream), topic_options(1));
+    let extra_topic = client.create_topic(&stream_id, "after-the-kill", &options);
+    let extra_topic = ok("create topic", within("create topic", extra_topic).await);
+    let extra_topic_id = id(extra_topic.id);
+    let extra = client.get_topic(&stream_id, &extra_topic_id);
+    assert!(ok("get topic", within("get topic", extra).await).is_some());
+
+    // The killed node restarts and takes its partition back: the node the client was given
+    // relays that partition's sends to it again.
+    let (victim_group, victim_view) = partition_groups
+        .iter()
+        .zip(&led_by)
+        .find_map(|(&group, &(primary, view))| {
+            (usize::from(primary) == metadata_primary).then_some((group, view))
+        })
+        .expect("the killed node's partition");
+    cluster.restart(metadata_primary);
+    wait_until(
+        &format!("node {metadata_primary} leads group {victim_group:#x} again"),
+        Duration::from_secs(60),
+        || {
+            let role = cluster.role(metadata_primary, victim_group)?;
+            (role.normal
+                && usize::from(role.primary) == metadata_primary
+                && role.view > victim_view)
+                .then_some(())
+        },
+        || cluster.describe(victim_group),
+    )
+    .await;
+    producer
+        .wait_progress("the killed node back", 5, Duration::from_secs(60))
         .await;
     let sends = producer.finish().await;
 
