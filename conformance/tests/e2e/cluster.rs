@@ -1,8 +1,8 @@
 //! A cluster of three `iggy-server` processes on loopback, driven by the official SDK through
 //! crashes, pauses and a cut network (issue 14's "3-process loopback harness").
 //!
-//! - `TestCluster::start(n)` writes one config file (every node's TCP and replica port; QUIC and
-//!   HTTP off), gives each node its own data directory (a `TestServer`, so logs, `kill9`,
+//! - `TestCluster::start(n)` writes one config file (every node's TCP and replica port; QUIC,
+//!   WebSocket and HTTP off unless `ClusterOptions` turns them on with ports of their own), gives each node its own data directory (a `TestServer`, so logs, `kill9`,
 //!   restarts and `IGGY_E2E_KEEP` work as for one server) and runs `iggy-server --replica-id i`
 //!   with the same root credentials on each.
 //! - The replica plane goes through `ReplicaProxy`: node i is told (by per-node
@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 /// The metadata group's id on the replica plane (spec/frames.spec `METADATA_GROUP`).
 pub const METADATA_GROUP: u64 = 1 << 63;
 
-const CLUSTER_NAME: &str = "e2e-cluster";
+pub(crate) const CLUSTER_NAME: &str = "e2e-cluster";
 
 /// A partition's group id: `stream << 32 | topic << 20 | partition`.
 pub fn partition_group(stream: u32, topic: u32, partition: u32) -> u64 {
@@ -47,14 +47,21 @@ struct RosterNode {
     replica: u16,
     /// The HTTP port; HTTP is on in the file when any node has one.
     http: Option<u16>,
+    /// The QUIC (UDP) port; QUIC is on in the file when any node has one.
+    quic: Option<u16>,
+    /// The WebSocket port; WebSocket is on in the file when any node has one.
+    websocket: Option<u16>,
 }
 
-/// The nodes' shared config file: `[cluster]` with the roster and fast timing; QUIC off, and
-/// HTTP too unless the roster gives it ports.
+/// The nodes' shared config file: `[cluster]` with the roster and fast timing; QUIC, WebSocket
+/// and HTTP each off unless the roster gives it ports.
 fn cluster_file(nodes: &[RosterNode]) -> String {
     let http = nodes.iter().any(|node| node.http.is_some());
+    let quic = nodes.iter().any(|node| node.quic.is_some());
+    let websocket = nodes.iter().any(|node| node.websocket.is_some());
     let mut text = format!(
-        "[quic]\nenabled = false\n\n[http]\nenabled = {http}\n\n[cluster]\nenabled = true\n\
+        "[quic]\nenabled = {quic}\n\n[websocket]\nenabled = {websocket}\n\n\
+         [http]\nenabled = {http}\n\n[cluster]\nenabled = true\n\
          name = \"{CLUSTER_NAME}\"\nheartbeat_timeout = \"2s\"\n\
          view_change_status_timeout = \"2s\"\n"
     );
@@ -66,11 +73,35 @@ fn cluster_file(nodes: &[RosterNode]) -> String {
             "\n[[cluster.nodes]]\nname = \"node-{id}\"\nip = \"{ip}\"\nreplica_id = {id}\n\
              [cluster.nodes.ports]\ntcp = {tcp}\ntcp_replica = {replica}\n"
         ));
-        if let Some(port) = node.http {
-            text.push_str(&format!("http = {port}\n"));
+        for (key, port) in [
+            ("http", node.http),
+            ("quic", node.quic),
+            ("websocket", node.websocket),
+        ] {
+            if let Some(port) = port {
+                text.push_str(&format!("{key} = {port}\n"));
+            }
         }
     }
     text
+}
+
+/// A `free_port` that is free for UDP too (QUIC listens on UDP).
+fn free_udp_port() -> u16 {
+    free_udp_port_on(&[IpAddr::V4(Ipv4Addr::LOCALHOST)])
+}
+
+/// A `free_port_on` that is free for UDP on each of `ips` too.
+fn free_udp_port_on(ips: &[IpAddr]) -> u16 {
+    loop {
+        let port = free_port_on(ips);
+        if ips
+            .iter()
+            .all(|&ip| std::net::UdpSocket::bind((ip, port)).is_ok())
+        {
+            return port;
+        }
+    }
 }
 
 /// What a node's log last said about one group (in its current start).
@@ -117,6 +148,12 @@ pub struct ClusterOptions {
     pub binaries: BTreeMap<usize, PathBuf>,
     /// Extra environment for node i only, after `env`.
     pub node_env: BTreeMap<usize, Vec<(String, String)>>,
+    /// QUIC on, every node on a port of its own in the roster.
+    pub quic: bool,
+    /// WebSocket on, every node on a port of its own in the roster.
+    pub websocket: bool,
+    /// HTTP on, every node on a port of its own in the roster.
+    pub http: bool,
 }
 
 pub struct TestCluster {
@@ -126,6 +163,8 @@ pub struct TestCluster {
     proxy: Option<ReplicaProxy>,
     /// Each node's real replica listener.
     replica_addresses: Vec<SocketAddr>,
+    /// The roster the config file names.
+    roster: Vec<RosterNode>,
     _config_dir: tempfile::TempDir,
 }
 
@@ -144,14 +183,16 @@ impl TestCluster {
                 ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
                 tcp: free_port(),
                 replica: free_port(),
-                http: None,
+                http: options.http.then(free_port),
+                quic: options.quic.then(free_udp_port),
+                websocket: options.websocket.then(free_port),
             })
             .collect();
         let replica: Vec<u16> = roster.iter().map(|node| node.replica).collect();
         let proxy = ReplicaProxy::start(&replica);
         let node_env: Vec<Vec<(String, String)>> = (0..n)
             .map(|i| {
-                (0..n)
+                let mut env: Vec<(String, String)> = (0..n)
                     .filter(|&j| j != i)
                     .map(|j| {
                         (
@@ -159,27 +200,35 @@ impl TestCluster {
                             proxy.port(i, j).to_string(),
                         )
                     })
-                    .collect()
+                    .collect();
+                // The harness turns HTTP off for every server; the roster gives the port.
+                if options.http {
+                    env.push(("IGGY_HTTP_ENABLED".into(), "true".into()));
+                }
+                env
             })
             .collect();
         Self::launch(roster, |i| node_env[i].clone(), Some(proxy), options)
     }
 
     /// `n` nodes as `n` machines run them: node i on 127.0.0.(i+1) (Linux routes all of
-    /// 127/8 to the loopback), every node with the same TCP, HTTP and replica port. Each
-    /// client listener binds its node's IP (`IGGY_TCP_ADDRESS`, `IGGY_HTTP_ADDRESS` with port
-    /// 0: the roster gives the port); the replicas talk directly, so `cut` is not available.
+    /// 127/8 to the loopback), every node with the same TCP, HTTP and replica port (and QUIC
+    /// and WebSocket port when `options` turns them on). Each client listener binds its node's
+    /// IP (`IGGY_TCP_ADDRESS`, `IGGY_HTTP_ADDRESS`, ... with port 0: the roster gives the
+    /// port); the replicas talk directly, so `cut` is not available.
     pub fn start_on_distinct_ips(n: usize) -> Self {
         Self::start_on_distinct_ips_with(n, ClusterOptions::default())
     }
 
-    /// `start_on_distinct_ips` with extra environment.
+    /// `start_on_distinct_ips` with extra environment, QUIC and WebSocket (HTTP is always on).
     pub fn start_on_distinct_ips_with(n: usize, options: ClusterOptions) -> Self {
         assert!((1..=8).contains(&n), "a loopback cluster of {n} nodes");
         let ips: Vec<IpAddr> = (0..n)
             .map(|i| IpAddr::V4(Ipv4Addr::new(127, 0, 0, i as u8 + 1)))
             .collect();
         let (tcp, replica, http) = (free_port_on(&ips), free_port_on(&ips), free_port_on(&ips));
+        let quic = options.quic.then(|| free_udp_port_on(&ips));
+        let websocket = options.websocket.then(|| free_port_on(&ips));
         let roster: Vec<RosterNode> = ips
             .iter()
             .map(|&ip| RosterNode {
@@ -187,14 +236,23 @@ impl TestCluster {
                 tcp,
                 replica,
                 http: Some(http),
+                quic,
+                websocket,
             })
             .collect();
         let node_env = |i: usize| {
             let ip = ips[i];
-            vec![
+            let mut env = vec![
                 ("IGGY_HTTP_ENABLED".to_string(), "true".to_string()),
                 ("IGGY_HTTP_ADDRESS".to_string(), format!("{ip}:0")),
-            ]
+            ];
+            if quic.is_some() {
+                env.push(("IGGY_QUIC_ADDRESS".to_string(), format!("{ip}:0")));
+            }
+            if websocket.is_some() {
+                env.push(("IGGY_WEBSOCKET_ADDRESS".to_string(), format!("{ip}:0")));
+            }
+            env
         };
         Self::launch(roster, node_env, None, options)
     }
@@ -240,6 +298,7 @@ impl TestCluster {
                 .iter()
                 .map(|node| SocketAddr::new(node.ip, node.replica))
                 .collect(),
+            roster,
             _config_dir: config_dir,
         }
     }
@@ -261,6 +320,32 @@ impl TestCluster {
 
     pub fn address(&self, i: usize) -> String {
         self.nodes[i].address()
+    }
+
+    /// Node i's QUIC address, as the roster names it.
+    pub fn quic_address(&self, i: usize) -> String {
+        let node = &self.roster[i];
+        format!(
+            "{}:{}",
+            node.ip,
+            node.quic.expect("QUIC on (ClusterOptions::quic)")
+        )
+    }
+
+    /// Node i's WebSocket address, as the roster names it.
+    pub fn websocket_address(&self, i: usize) -> String {
+        let node = &self.roster[i];
+        let port = node
+            .websocket
+            .expect("WebSocket on (ClusterOptions::websocket)");
+        format!("{}:{port}", node.ip)
+    }
+
+    /// Node i's HTTP API base URL, as the roster names it.
+    pub fn http_url(&self, i: usize) -> String {
+        let node = &self.roster[i];
+        let port = node.http.expect("HTTP on (ClusterOptions::http)");
+        format!("http://{}:{port}", node.ip)
     }
 
     /// Node i's real replica listener (not the proxy's).
@@ -860,7 +945,7 @@ pub async fn assert_acknowledged_exactly_once(
 
 /// Creates stream "s" and topic "t" with `partitions` partitions through `client`; returns
 /// their ids and the partitions' group ids.
-async fn create_topic(client: &IggyClient, partitions: u32) -> (u32, u32, Vec<u64>) {
+pub(crate) async fn create_topic(client: &IggyClient, partitions: u32) -> (u32, u32, Vec<u64>) {
     let (stream, topic) = create_stream_and_topic(client, "s", "t", partitions).await;
     let groups = (0..partitions)
         .map(|p| partition_group(stream.id, topic.id, p))
@@ -870,7 +955,7 @@ async fn create_topic(client: &IggyClient, partitions: u32) -> (u32, u32, Vec<u6
 
 /// Sends `n` messages ("p{partition}-{i}") to each of the topic's `partitions` through
 /// `writer`, in `batches` sends per partition.
-async fn send_numbered(
+pub(crate) async fn send_numbered(
     writer: &IggyClient,
     (stream, topic): (u32, u32),
     partitions: u32,
@@ -889,7 +974,7 @@ async fn send_numbered(
 
 /// Reads each partition back from its first offset through `reader`: exactly the `n` messages
 /// [`send_numbered`] wrote, at offsets 0..n.
-async fn read_numbered(
+pub(crate) async fn read_numbered(
     reader: &IggyClient,
     (stream, topic): (u32, u32),
     partitions: u32,
@@ -913,7 +998,7 @@ async fn read_numbered(
     }
 }
 
-fn all_groups(partition_groups: &[u64]) -> Vec<u64> {
+pub(crate) fn all_groups(partition_groups: &[u64]) -> Vec<u64> {
     std::iter::once(METADATA_GROUP)
         .chain(partition_groups.iter().copied())
         .collect()
@@ -2594,7 +2679,7 @@ fn bind_frame_at(client: u128, session: u64, watermark: u64) -> Vec<u8> {
 
 /// The metadata primary once the nodes' logs agree on one, and a node that is its backup and
 /// Normal in the metadata group.
-async fn metadata_primary_and_backup(cluster: &TestCluster) -> (usize, usize) {
+pub(crate) async fn metadata_primary_and_backup(cluster: &TestCluster) -> (usize, usize) {
     let (primary, _) = wait_until(
         "a metadata primary",
         Duration::from_secs(30),
@@ -2942,7 +3027,7 @@ async fn a_metadata_backup_left_behind_by_checkpoints_catches_up_by_state_transf
 
 /// A message for the official HttpClient: an explicit id, since its JSON writes ids as numbers
 /// and cannot write the random u128 ids its builder mints.
-fn http_message(id: u64, payload: String) -> IggyMessage {
+pub(crate) fn http_message(id: u64, payload: String) -> IggyMessage {
     IggyMessage::builder()
         .id(u128::from(id))
         .payload(bytes::Bytes::from(payload))
@@ -2960,37 +3045,13 @@ fn http_message(id: u64, payload: String) -> IggyMessage {
 /// create: the client gets a 400 it cannot follow.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_http_client_given_a_backup_writes_and_reads_through_it() {
-    let http_ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let node_env = http_ports
-        .iter()
-        .enumerate()
-        .map(|(i, port)| {
-            let env = vec![
-                ("IGGY_HTTP_ENABLED".to_string(), "true".to_string()),
-                ("IGGY_HTTP_ADDRESS".to_string(), format!("127.0.0.1:{port}")),
-            ];
-            (i, env)
-        })
-        .collect();
-    // The roster names every node's HTTP port, as a cluster with HTTP on needs.
-    let env = http_ports
-        .iter()
-        .enumerate()
-        .map(|(j, port)| {
-            (
-                format!("IGGY_CLUSTER_NODES_{j}_PORTS_HTTP"),
-                port.to_string(),
-            )
-        })
-        .collect();
     let options = ClusterOptions {
-        env,
-        node_env,
+        http: true,
         ..ClusterOptions::default()
     };
     let cluster = TestCluster::start_with(3, options);
     let (_, backup) = metadata_primary_and_backup(&cluster).await;
-    let api_url = format!("http://127.0.0.1:{}", http_ports[backup]);
+    let api_url = cluster.http_url(backup);
     let client = IggyClient::builder()
         .with_http()
         .with_api_url(api_url)

@@ -204,8 +204,10 @@ pub fn free_port_on(ips: &[IpAddr]) -> u16 {
 /// nodes' own outgoing connections (a replica dialing its peers, clients) take their source
 /// ports from that range, and one of them could hold a port a test had picked but not bound
 /// yet (a cluster's roster is picked before any node starts). Ports are drawn at random from
-/// 20000..32000 (test processes run in parallel), checked free with a bind, and never handed
-/// out twice by one process.
+/// 20000..32000, checked free with a bind, and never handed out twice by one process, nor by
+/// two test processes (nextest runs each test in its own) within `PORT_RESERVATION`: a port
+/// stays picked but unbound until its server starts, which for a cluster node that joins its
+/// peers first can take a while, and a bind check alone let two processes pick one port.
 pub fn free_port() -> u16 {
     use rand::Rng;
     static HANDED_OUT: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
@@ -213,12 +215,44 @@ pub fn free_port() -> u16 {
     loop {
         let port = rng.random_range(20_000..32_000);
         let mut handed_out = HANDED_OUT.lock().expect("the port list");
-        if handed_out.contains(&port) || TcpListener::bind(("127.0.0.1", port)).is_err() {
+        if handed_out.contains(&port)
+            || TcpListener::bind(("127.0.0.1", port)).is_err()
+            || !reserve_across_processes(port)
+        {
             continue;
         }
         handed_out.push(port);
         return port;
     }
+}
+
+/// How long a port `free_port` handed out stays reserved against other test processes.
+const PORT_RESERVATION: Duration = Duration::from_secs(5 * 60);
+
+/// Claims `port` for this test process: a file named after it, created exclusively in a
+/// directory every test process shares. A claim older than `PORT_RESERVATION` is stale and
+/// is taken over.
+fn reserve_across_processes(port: u16) -> bool {
+    let dir = std::env::temp_dir().join("iggy-e2e-ports");
+    if std::fs::create_dir_all(&dir).is_err() {
+        return true;
+    }
+    let claim = dir.join(port.to_string());
+    let create = || {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&claim)
+            .is_ok()
+    };
+    if create() {
+        return true;
+    }
+    let stale = std::fs::metadata(&claim)
+        .and_then(|meta| meta.modified())
+        .is_ok_and(|at| at.elapsed().is_ok_and(|age| age > PORT_RESERVATION));
+    // Two processes may both find it stale: only the one whose create wins takes it.
+    stale && std::fs::remove_file(&claim).is_ok() && create()
 }
 
 /// One running `iggy-server` child with its own data directory and port.

@@ -14,6 +14,7 @@ mod cli;
 mod clients;
 mod cluster;
 mod cluster_config;
+mod cluster_transports;
 mod concurrency;
 mod consumer_groups;
 mod crash;

@@ -1,0 +1,573 @@
+//! The official SDK against a three-node cluster over QUIC, over WebSocket and over HTTP, not
+//! only TCP: the binary transports discover the roster from the one node they are given and
+//! follow a partition primary through kill -9 and back; the HTTP client, which cannot route,
+//! keeps writing through the one node it is given while the metadata primary dies.
+
+use crate::cluster::*;
+use crate::harness::*;
+use iggy::prelude::*;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Debug, Clone, Copy)]
+enum BinaryTransport {
+    Quic,
+    WebSocket,
+}
+
+impl BinaryTransport {
+    fn options(self) -> ClusterOptions {
+        ClusterOptions {
+            quic: matches!(self, Self::Quic),
+            websocket: matches!(self, Self::WebSocket),
+            ..ClusterOptions::default()
+        }
+    }
+
+    /// Node i's address for this transport, as the roster names it.
+    fn address(self, cluster: &TestCluster, i: usize) -> String {
+        match self {
+            Self::Quic => cluster.quic_address(i),
+            Self::WebSocket => cluster.websocket_address(i),
+        }
+    }
+
+    fn connection_string(self, address: &str) -> String {
+        let scheme = match self {
+            Self::Quic => "iggy+quic",
+            Self::WebSocket => "iggy+ws",
+        };
+        format!("{scheme}://{ROOT_USER}:{ROOT_PASSWORD}@{address}")
+    }
+
+    /// The port the roster advertises for this transport.
+    fn advertised(self, endpoints: &TransportEndpoints) -> u16 {
+        match self {
+            Self::Quic => endpoints.quic,
+            Self::WebSocket => endpoints.websocket,
+        }
+    }
+}
+
+/// A root client over `transport`, given node i only, once the root user exists there.
+async fn root_client_over(
+    cluster: &TestCluster,
+    transport: BinaryTransport,
+    i: usize,
+) -> IggyClient {
+    let connection = transport.connection_string(&transport.address(cluster, i));
+    let last_error = std::sync::Mutex::new(String::new());
+    wait_until_async(
+        &format!("root signs in over {transport:?} on node {i}"),
+        Duration::from_secs(30),
+        async || {
+            let client =
+                IggyClient::from_connection_string(&connection).expect("valid connection string");
+            match tokio::time::timeout(CALL_TIMEOUT, client.connect()).await {
+                Ok(Ok(())) => Some(client),
+                Ok(Err(e)) => {
+                    *last_error.lock().unwrap() = format!("{e} (code {})", e.as_code());
+                    None
+                }
+                Err(_) => {
+                    *last_error.lock().unwrap() = "connect timed out".into();
+                    None
+                }
+            }
+        },
+        || last_error.lock().unwrap().clone(),
+    )
+    .await
+}
+
+/// Each partition's primary as the nodes' logs tell.
+fn primaries(cluster: &TestCluster, groups: &[u64]) -> Vec<(u8, u32)> {
+    groups
+        .iter()
+        .map(|&g| {
+            cluster
+                .primary(g)
+                .unwrap_or_else(|| panic!("{}", cluster.describe(g)))
+        })
+        .collect()
+}
+
+/// Which partition primary a test kills; never the node the client was given.
+#[derive(Debug, Clone, Copy)]
+enum Victim {
+    /// The node that is neither the one the client was given nor the metadata primary: only a
+    /// partition changes views.
+    ThirdNode,
+    /// The metadata primary, which leads a partition too: the metadata group changes views
+    /// as well, and the SDK must find its new Leader.
+    MetadataPrimary,
+}
+
+/// Three nodes with `transport` on; the SDK over it is given a backup of the metadata group
+/// and learns the other nodes from the roster (whose ports for the transport are the nodes'
+/// own), creates a topic whose three partitions are led by the three nodes, sends to each and
+/// reads each back once, in order. Then the `victim`, a partition's primary, is killed -9
+/// under a producer: that partition's sends succeed again on its new primary, the node
+/// restarts and takes the partition back (so the client must dial it again over the
+/// transport), and every acknowledged message is read back exactly once.
+async fn sdk_over_a_binary_transport_follows_a_killed_partition_primary(
+    transport: BinaryTransport,
+    victim: Victim,
+) {
+    let mut cluster = TestCluster::start_with(3, transport.options());
+    let (metadata_primary, backup) = metadata_primary_and_backup(&cluster).await;
+    let client = Arc::new(root_client_over(&cluster, transport, backup).await);
+
+    let metadata = ok(
+        "get_cluster_metadata",
+        within("roster", client.get_cluster_metadata()).await,
+    );
+    let ids: BTreeSet<u8> = metadata.nodes.iter().map(|n| n.replica_id).collect();
+    assert_eq!(ids, BTreeSet::from([0, 1, 2]), "{metadata:?}");
+    for node in &metadata.nodes {
+        let i = usize::from(node.replica_id);
+        let advertised = format!("{}:{}", node.ip, transport.advertised(&node.endpoints));
+        assert_eq!(
+            advertised,
+            transport.address(&cluster, i),
+            "node {i}'s {transport:?} endpoint: {metadata:?}"
+        );
+    }
+
+    let (stream, topic, partition_groups) = create_topic(&client, 3).await;
+    let led_by: BTreeSet<u8> = primaries(&cluster, &partition_groups)
+        .iter()
+        .map(|&(primary, _)| primary)
+        .collect();
+    assert_eq!(led_by, BTreeSet::from([0, 1, 2]), "partition primaries");
+    // Two of the three partitions are led by nodes the client was not given: only links to
+    // the roster's other nodes reach them.
+    send_numbered(&client, (stream, topic), 3, 12, 3).await;
+    read_numbered(&client, (stream, topic), 3, 12).await;
+
+    let (partition, group, killed, view) = primaries(&cluster, &partition_groups)
+        .into_iter()
+        .zip(partition_groups.iter())
+        .enumerate()
+        .find_map(|(partition, ((primary, view), &group))| {
+            let node = usize::from(primary);
+            let wanted = match victim {
+                Victim::ThirdNode => node != backup && node != metadata_primary,
+                Victim::MetadataPrimary => node == metadata_primary,
+            };
+            wanted.then_some((partition, group, node, view))
+        })
+        .unwrap_or_else(|| panic!("a partition led by the {victim:?} node"));
+    eprintln!(
+        "{transport:?} client on node {backup}; metadata primary {metadata_primary}; killing \
+         node {killed}, primary of partition {partition} in view {view}"
+    );
+    let producer = Producer::start(client.clone(), stream, topic, 3);
+    producer
+        .wait_progress("before the kill", 3, Duration::from_secs(30))
+        .await;
+    cluster.kill9(killed);
+    let stand_in = cluster.wait_new_primary(group, killed, view).await;
+    // Every partition, the killed one included, acknowledges more sends: that one's go to the
+    // stand-in now.
+    producer
+        .wait_progress("its primary killed", 4, Duration::from_secs(60))
+        .await;
+
+    cluster.restart(killed);
+    let groups = all_groups(&partition_groups);
+    cluster.wait_normal(killed, &groups).await;
+    wait_until(
+        &format!("node {killed} leads group {group:#x} again"),
+        Duration::from_secs(60),
+        || {
+            let back = |i: usize| {
+                cluster
+                    .role(i, group)
+                    .is_some_and(|r| r.normal && usize::from(r.primary) == killed && r.view > view)
+            };
+            (back(killed) && back(usize::from(stand_in))).then_some(())
+        },
+        || cluster.describe(group),
+    )
+    .await;
+    producer
+        .wait_progress("back on the restarted node", 4, Duration::from_secs(60))
+        .await;
+    let failures = producer.failures();
+    let acked = producer.finish().await;
+
+    let acked: Vec<Vec<String>> = acked
+        .into_iter()
+        .enumerate()
+        .map(|(partition, sent)| {
+            (0..12)
+                .map(|i| format!("p{partition}-{i}"))
+                .chain(sent)
+                .collect()
+        })
+        .collect();
+    let stored = assert_acknowledged_exactly_once(&client, stream, topic, &acked).await;
+    eprintln!(
+        "{transport:?}: acknowledged {:?}, stored {:?}, failed sends {failures:?}",
+        acked.iter().map(Vec::len).collect::<Vec<_>>(),
+        stored.iter().map(Vec::len).collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sdk_over_quic_given_a_backup_follows_a_killed_partition_primary() {
+    let transport = BinaryTransport::Quic;
+    sdk_over_a_binary_transport_follows_a_killed_partition_primary(transport, Victim::ThirdNode)
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sdk_over_websocket_given_a_backup_follows_a_killed_metadata_and_partition_primary() {
+    let transport = BinaryTransport::WebSocket;
+    let victim = Victim::MetadataPrimary;
+    sdk_over_a_binary_transport_follows_a_killed_partition_primary(transport, victim).await;
+}
+
+/// What became of the HTTP sends of one partition.
+#[derive(Default)]
+struct HttpSends {
+    /// Acknowledged (2xx), in order.
+    acked: Vec<String>,
+    /// Answered 57 (a relayed write whose forward went unanswered: it may have committed).
+    uncertain: Vec<String>,
+    /// Still 503 after the client's own resends: not executed (the node could not reach the
+    /// group's primary in time, as during a view change on a loaded machine).
+    unavailable: Vec<String>,
+    /// Failed with any other error, with the error.
+    refused: Vec<(String, String)>,
+}
+
+/// One HTTP sending task per partition: one message per call, numbered, each sorted by its
+/// outcome.
+struct HttpProducer {
+    sends: Arc<Vec<std::sync::Mutex<HttpSends>>>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl HttpProducer {
+    fn start(client: Arc<IggyClient>, stream: u32, topic: u32, partitions: u32) -> Self {
+        use std::sync::atomic::Ordering;
+        let sends: Arc<Vec<std::sync::Mutex<HttpSends>>> =
+            Arc::new((0..partitions).map(|_| Default::default()).collect());
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let tasks = (0..partitions)
+            .map(|partition| {
+                let (client, sends, stop) = (client.clone(), sends.clone(), stop.clone());
+                tokio::spawn(async move {
+                    let (stream, topic) = (id(stream), id(topic));
+                    let mut number = 0_u64;
+                    while !stop.load(Ordering::SeqCst) {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        let text = format!("p{partition}-{number}");
+                        let message_id = u64::from(partition) * 1_000_000 + number + 1;
+                        number += 1;
+                        let mut batch = vec![http_message(message_id, text.clone())];
+                        let sent = tokio::time::timeout(
+                            Duration::from_secs(60),
+                            client.send_messages(
+                                &stream,
+                                &topic,
+                                &Partitioning::partition_id(partition),
+                                &mut batch,
+                            ),
+                        )
+                        .await;
+                        let mut sends = sends[partition as usize].lock().unwrap();
+                        match sent {
+                            Ok(Ok(_)) => sends.acked.push(text),
+                            Ok(Err(e)) if e.as_code() == 57 => sends.uncertain.push(text),
+                            Ok(Err(IggyError::HttpResponseError(503, _))) => {
+                                sends.unavailable.push(text)
+                            }
+                            Ok(Err(e)) => {
+                                let error = format!("{e} ({})", e.as_code());
+                                sends.refused.push((text, error));
+                            }
+                            // The client has no request timeout; a server that never answers
+                            // leaves it waiting, which is a failure of its own.
+                            Err(_) => sends.refused.push((text, "no answer in 60 s".into())),
+                        }
+                    }
+                })
+            })
+            .collect();
+        HttpProducer { sends, stop, tasks }
+    }
+
+    fn acked_counts(&self) -> Vec<usize> {
+        self.sends
+            .iter()
+            .map(|s| s.lock().unwrap().acked.len())
+            .collect()
+    }
+
+    fn summary(&self) -> String {
+        let per_partition: Vec<String> = self
+            .sends
+            .iter()
+            .map(|s| {
+                let s = s.lock().unwrap();
+                format!(
+                    "{} acked, {} uncertain, {} unavailable, refused {:?}",
+                    s.acked.len(),
+                    s.uncertain.len(),
+                    s.unavailable.len(),
+                    s.refused
+                )
+            })
+            .collect();
+        per_partition.join("; ")
+    }
+
+    /// Waits until every partition has `more` more acknowledged sends than now.
+    async fn wait_progress(&self, what: &str, more: usize, limit: Duration) {
+        let goal: Vec<usize> = self.acked_counts().iter().map(|c| c + more).collect();
+        wait_until(
+            &format!("every partition acknowledges {more} more HTTP sends ({what})"),
+            limit,
+            || {
+                self.acked_counts()
+                    .iter()
+                    .zip(&goal)
+                    .all(|(c, g)| c >= g)
+                    .then_some(())
+            },
+            || format!("goal {goal:?}: {}", self.summary()),
+        )
+        .await
+    }
+
+    async fn finish(self) -> Vec<HttpSends> {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        for task in self.tasks {
+            within_for(Duration::from_secs(80), "the HTTP producer stops", task)
+                .await
+                .expect("producer task");
+        }
+        Arc::try_unwrap(self.sends)
+            .ok()
+            .expect("the tasks are done")
+            .into_iter()
+            .map(|s| s.into_inner().unwrap())
+            .collect()
+    }
+}
+
+/// Every message of one partition, read from offset 0 through `client`.
+async fn read_all(client: &IggyClient, stream: u32, topic: u32, partition: u32) -> Vec<String> {
+    let mut texts = Vec::new();
+    loop {
+        let polled = poll(
+            client,
+            &id(stream),
+            &id(topic),
+            partition,
+            &consumer("verifier"),
+            PollingStrategy::offset(texts.len() as u64),
+            1000,
+            false,
+        )
+        .await;
+        if polled.messages.is_empty() {
+            return texts;
+        }
+        let expected: Vec<u64> = (texts.len() as u64..).take(polled.messages.len()).collect();
+        assert_eq!(offsets(&polled), expected, "partition {partition}");
+        texts.extend(payloads(&polled));
+    }
+}
+
+/// The official HttpClient given a backup of the metadata group keeps sending through it while
+/// the metadata primary, which also leads a partition, is killed -9: sends answered 503 are
+/// resent by the client, a relayed send whose forward goes unanswered comes back 57 (uncertain,
+/// it may have committed), and once the groups changed views every partition's sends succeed
+/// again through the same node, as does a metadata write. The killed node restarts and takes
+/// its partition back, and the sends go on. Read back through the node the client was given:
+/// every acknowledged message once, in order; no send failed but with 57 or a 503 the client
+/// stopped resending; nothing but uncertain sends besides (a 503 was not executed); nothing
+/// twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_http_client_given_a_backup_keeps_writing_through_a_kill9_of_the_metadata_primary() {
+    let options = ClusterOptions {
+        http: true,
+        ..ClusterOptions::default()
+    };
+    let mut cluster = TestCluster::start_with(3, options);
+    let (metadata_primary, backup) = metadata_primary_and_backup(&cluster).await;
+    let client = IggyClient::builder()
+        .with_http()
+        .with_api_url(cluster.http_url(backup))
+        .build()
+        .expect("http client");
+    wait_until_async(
+        &format!("root signs in over HTTP on node {backup}"),
+        Duration::from_secs(30),
+        async || {
+            let login = client.login_user(ROOT_USER, ROOT_PASSWORD);
+            within("login", login).await.ok()
+        },
+        || cluster.describe(METADATA_GROUP),
+    )
+    .await;
+    let client = Arc::new(client);
+    let (stream, topic, partition_groups) = create_topic(&client, 3).await;
+    let led_by = primaries(&cluster, &partition_groups);
+    assert!(
+        led_by
+            .iter()
+            .any(|&(primary, _)| usize::from(primary) == metadata_primary),
+        "the metadata primary leads a partition too: {led_by:?}"
+    );
+
+    let producer = HttpProducer::start(client.clone(), stream, topic, 3);
+    producer
+        .wait_progress("before the kill", 5, Duration::from_secs(30))
+        .await;
+    let (_, view) = cluster.primary(METADATA_GROUP).expect("a metadata primary");
+    eprintln!(
+        "HTTP client on node {backup}; killing node {metadata_primary}; partitions {led_by:?}"
+    );
+    cluster.kill9(metadata_primary);
+    cluster
+        .wait_new_primary(METADATA_GROUP, metadata_primary, view)
+        .await;
+    producer
+        .wait_progress("the metadata primary killed", 5, Duration::from_secs(60))
+        .await;
+    // A metadata write relayed to the new metadata primary, read back from this node.
+    let (stream_id, options) = (id(stream), topic_options(1));
+    let extra_topic = client.create_topic(&stream_id, "after-the-kill", &options);
+    let extra_topic = ok("create topic", within("create topic", extra_topic).await);
+    let extra_topic_id = id(extra_topic.id);
+    let extra = client.get_topic(&stream_id, &extra_topic_id);
+    assert!(ok("get topic", within("get topic", extra).await).is_some());
+
+    // The killed node restarts and takes its partition back: the node the client was given
+    // relays that partition's sends to it again.
+    let (victim_group, victim_view) = partition_groups
+        .iter()
+        .zip(&led_by)
+        .find_map(|(&group, &(primary, view))| {
+            (usize::from(primary) == metadata_primary).then_some((group, view))
+        })
+        .expect("the killed node's partition");
+    cluster.restart(metadata_primary);
+    wait_until(
+        &format!("node {metadata_primary} leads group {victim_group:#x} again"),
+        Duration::from_secs(60),
+        || {
+            let role = cluster.role(metadata_primary, victim_group)?;
+            (role.normal
+                && usize::from(role.primary) == metadata_primary
+                && role.view > victim_view)
+                .then_some(())
+        },
+        || cluster.describe(victim_group),
+    )
+    .await;
+    producer
+        .wait_progress("the killed node back", 5, Duration::from_secs(60))
+        .await;
+    let sends = producer.finish().await;
+
+    for (partition, sends) in sends.iter().enumerate() {
+        assert!(
+            sends.refused.is_empty(),
+            "partition {partition}: sends failed with other than 57 or 503: {:?}",
+            sends.refused
+        );
+        let stored = read_all(&client, stream, topic, partition as u32).await;
+        let mut positions: BTreeMap<&str, usize> = BTreeMap::new();
+        for (at, text) in stored.iter().enumerate() {
+            if let Some(first) = positions.insert(text, at) {
+                panic!("partition {partition}: {text:?} stored twice, at {first} and {at}");
+            }
+        }
+        let mut previous = None;
+        for text in &sends.acked {
+            let at = *positions.get(text.as_str()).unwrap_or_else(|| {
+                panic!("partition {partition}: acknowledged {text:?} is missing: {stored:?}")
+            });
+            assert!(
+                previous.is_none_or(|p| p < at),
+                "partition {partition}: acknowledged {text:?} at {at} is out of order"
+            );
+            previous = Some(at);
+        }
+        let uncertain: BTreeSet<&str> = sends.uncertain.iter().map(String::as_str).collect();
+        let acked: BTreeSet<&str> = sends.acked.iter().map(String::as_str).collect();
+        let strangers: Vec<&String> = stored
+            .iter()
+            .filter(|t| !acked.contains(t.as_str()) && !uncertain.contains(t.as_str()))
+            .collect();
+        assert!(
+            strangers.is_empty(),
+            "partition {partition}: stored but neither acknowledged nor uncertain: {strangers:?}"
+        );
+        eprintln!(
+            "partition {partition} (primary {:?}): {} acknowledged, {} unavailable, {} uncertain \
+             ({} of them stored), {} stored",
+            led_by[partition],
+            sends.acked.len(),
+            sends.unavailable.len(),
+            sends.uncertain.len(),
+            stored.len() - sends.acked.len(),
+            stored.len()
+        );
+    }
+}
+
+/// Three nodes on three IPs with the same QUIC and WebSocket ports, as three machines run them:
+/// each node's QUIC and WebSocket listeners bind its own IP on the roster's port, and the SDK
+/// over either, given node 1, reaches the primaries on the other IPs through the roster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_on_three_ips_serve_the_sdk_over_quic_and_websocket_on_the_same_ports() {
+    let options = ClusterOptions {
+        quic: true,
+        websocket: true,
+        ..ClusterOptions::default()
+    };
+    let cluster = TestCluster::start_on_distinct_ips_with(3, options);
+    for i in 0..3 {
+        let log = cluster.node(i).log();
+        assert!(
+            !log.contains("does not serve this node's roster ip"),
+            "node {i}:\n{log}"
+        );
+        let ip = format!("127.0.0.{}", i + 1);
+        for transport in [BinaryTransport::Quic, BinaryTransport::WebSocket] {
+            let address = transport.address(&cluster, i);
+            assert!(address.starts_with(&format!("{ip}:")), "{address}");
+        }
+    }
+    let writer = root_client_over(&cluster, BinaryTransport::Quic, 1).await;
+    let (stream, topic, groups) = create_topic(&writer, 3).await;
+    let led_by: BTreeSet<u8> = primaries(&cluster, &groups)
+        .iter()
+        .map(|&(primary, _)| primary)
+        .collect();
+    assert_eq!(led_by, BTreeSet::from([0, 1, 2]), "partition primaries");
+    send_numbered(&writer, (stream, topic), 3, 12, 2).await;
+    read_numbered(&writer, (stream, topic), 3, 12).await;
+    let reader = root_client_over(&cluster, BinaryTransport::WebSocket, 1).await;
+    read_numbered(&reader, (stream, topic), 3, 12).await;
+    let metadata = ok(
+        "get_cluster_metadata",
+        within("roster", reader.get_cluster_metadata()).await,
+    );
+    for node in &metadata.nodes {
+        let i = usize::from(node.replica_id);
+        for transport in [BinaryTransport::Quic, BinaryTransport::WebSocket] {
+            let advertised = format!("{}:{}", node.ip, transport.advertised(&node.endpoints));
+            assert_eq!(advertised, transport.address(&cluster, i), "{metadata:?}");
+        }
+    }
+}
