@@ -1729,7 +1729,15 @@ impl Replica {
         if view < self.view || self.primary_of(view) == self.config.replica {
             return;
         }
-        if view == self.view && self.status == Status::Normal && log.op() <= self.journal.head_op()
+        // A log checkpointed above what we applied is ours to follow only while we hold its
+        // checkpoint entry (and so the ops below it); otherwise `install_log` says we need
+        // state transfer, even when our log (awaited bodies included) is not shorter.
+        let follows_ours = log.base <= self.commit_min
+            || self.journal.checksum_at(log.base) == Some(log.base_checksum);
+        if view == self.view
+            && self.status == Status::Normal
+            && log.op() <= self.journal.head_op()
+            && follows_ours
         {
             // Already in this view, and our log (a prefix of the primary's) is not shorter.
             return;

@@ -9,7 +9,7 @@ use iggy_vsr::{
 };
 
 mod support;
-use support::registered_log;
+use support::{drain, registered_log, sends, settle};
 
 fn log_of(view: u32) -> Vec<Entry> {
     registered_log(view, 10)
@@ -181,5 +181,58 @@ fn a_primary_asked_for_checkpointed_ops_answers_with_its_log() {
             commit_min: 0,
             checkpoint: 1
         })
+    );
+}
+
+/// A backup rejoins while the primary has not checkpointed yet: it installs the primary's log,
+/// holding ops 1..=5 and awaiting the bodies of 6..=10. Before it fetched them, the primary
+/// checkpointed at op 8 and dropped them, so its answer to the backup's body request is its log
+/// from the checkpoint. That log is no longer than the backup's, yet the backup cannot follow
+/// it without the ops below the checkpoint: it needs state transfer (before, it ignored the
+/// log as "not longer than ours" and waited for bodies nobody held, forever).
+#[test]
+fn a_backup_awaiting_bodies_the_primary_checkpointed_away_needs_state_transfer() {
+    let entries = log_of(0);
+    let mut backup = Replica::open(
+        Config::new(3, 1),
+        entries[..5].to_vec(),
+        ViewState::default(),
+    );
+    drain(&mut backup);
+    let whole = Message::StartView {
+        view: 0,
+        commit: 10,
+        log: Log::of_entries(0, 0, &entries),
+    };
+    backup.on_message(0, whole);
+    let out = settle(&mut backup);
+    assert_eq!(backup.status(), Status::Normal, "{out:?}");
+    assert_eq!(backup.commit_min(), 5, "its own prefix applied");
+    assert!(
+        sends(&out)
+            .iter()
+            .any(|(to, m)| *to == 0 && matches!(m, Message::RequestPrepare { op: 6, .. })),
+        "it asks for the first awaited body: {out:?}"
+    );
+
+    let from_checkpoint = Message::StartView {
+        view: 0,
+        commit: 10,
+        log: Log::of_entries(8, entries[7].checksum, &entries[8..]),
+    };
+    backup.on_message(0, from_checkpoint);
+    settle(&mut backup);
+    assert_eq!(
+        backup.state_transfer_needed(),
+        Some(StateTransferNeeded {
+            commit_min: 5,
+            checkpoint: 8
+        })
+    );
+    assert_eq!(backup.status(), Status::Recovering);
+    assert_eq!(
+        backup.commit_min(),
+        5,
+        "nothing guessed past its own prefix"
     );
 }
