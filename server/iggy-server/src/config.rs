@@ -439,6 +439,34 @@ fn set_path(t: &mut Table, path: &str, v: Value) {
     cur.insert(last.to_string(), v);
 }
 
+/// The parser's refusal of a config file. Its message quotes the line it stopped on; for a
+/// line that holds a secret only the position and the reason are kept.
+fn file_not_toml(text: &str, error: &toml::de::Error) -> ConfigError {
+    let Some(span) = error.span() else {
+        return ConfigError::Toml(error.to_string());
+    };
+    let bytes = text.as_bytes();
+    let start = span.start.min(bytes.len());
+    let end = span.end.clamp(start, bytes.len());
+    let from = bytes[..start]
+        .iter()
+        .rposition(|&c| c == b'\n')
+        .map_or(0, |i| i + 1);
+    let to = bytes[end..]
+        .iter()
+        .position(|&c| c == b'\n')
+        .map_or(bytes.len(), |i| end + i);
+    let quoted = String::from_utf8_lossy(&bytes[from..to]);
+    if !quoted.to_ascii_lowercase().contains("secret") {
+        return ConfigError::Toml(error.to_string());
+    }
+    let line = bytes[..start].iter().filter(|&&c| c == b'\n').count() + 1;
+    ConfigError::Toml(format!(
+        "TOML parse error at line {line}: {} (the line is not shown: it holds a secret)",
+        error.message().trim_end()
+    ))
+}
+
 /// Builds the configuration from an optional file text and an environment lookup.
 pub fn load(
     file: Option<&str>,
@@ -447,9 +475,7 @@ pub fn load(
     let mut table = defaults_table();
     let mut roster = Vec::new();
     if let Some(text) = file {
-        let mut over = text
-            .parse::<Table>()
-            .map_err(|e| ConfigError::Toml(e.to_string()))?;
+        let mut over = text.parse::<Table>().map_err(|e| file_not_toml(text, &e))?;
         roster = cluster::take_file_roster(&mut over)?;
         merge(&mut table, &over, "")?;
     }

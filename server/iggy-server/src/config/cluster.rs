@@ -938,6 +938,28 @@ mod tests {
     }
 
     #[test]
+    fn a_secret_on_a_line_toml_cannot_parse_is_not_echoed() {
+        // A backslash in a basic string starts an escape: a random password may hold one,
+        // and the parser's message quotes the line it stopped on.
+        const SECRET: &str = r"Zq8\pW3rT5yU7iO9pA1sD3fG5hJ7kL9zX";
+        // That escape, and a closing quote forgotten.
+        for value in [format!("\"{SECRET}\""), format!("\"{SECRET}")] {
+            let file = format!(
+                "{}[cluster.auth]\nenabled = true\nshared_secret = {value}\n",
+                three_nodes()
+            );
+            let text = load(Some(&file), none).unwrap_err().to_string();
+            let line = file.lines().count();
+            assert!(text.contains(&format!("line {line}")), "{text}");
+            assert!(!text.contains("Zq8") && !text.contains("kL9zX"), "{text}");
+        }
+        // A line without a secret is still quoted, as the parser shows it.
+        let typo = format!("{}[system]\npath = \"data\n", three_nodes());
+        let text = load(Some(&typo), none).unwrap_err().to_string();
+        assert!(text.contains("path = \"data"), "{text}");
+    }
+
+    #[test]
     fn tls_files_load_from_file_or_environment_and_an_empty_one_is_refused_by_its_key() {
         let off = load(Some(&three_nodes()), none).unwrap().cluster.tls;
         assert_eq!(off, ClusterTls::default());
