@@ -263,9 +263,9 @@ fn replicated(node: &Node) -> bool {
 /// any replica but the primary (89 from a Normal backup, 58 while the group changes views or
 /// recovers), checked before anything that reads the local model: a backup's model may lag,
 /// and the SDK takes a metadata-plane namespace miss as final. A client that cannot route has
-/// its write relayed; its checks read this replica's model, which has applied every metadata
-/// write relayed through this node ([`relayed_metadata_reached`], waited for before the
-/// request), so it judges at least the state that client last saw here.
+/// its write relayed; its checks read this replica's model, which serves in touch and has
+/// applied every metadata write relayed through this node and what it knew committed
+/// ([`relayed_metadata_reached`], waited for before the request).
 fn metadata_write_path(node: &Node, routing: Routing) -> Result<WritePath, ErrorCode> {
     let role = node.metadata.figures().role();
     match routing::write_path(routing, role, node.shared.replica_id) {
@@ -275,17 +275,33 @@ fn metadata_write_path(node: &Node, routing: Routing) -> Result<WritePath, Error
 }
 
 /// For a client that cannot route (HTTP): waits, within [`routing::READ_WAIT`], until this
-/// replica's metadata applied every metadata write relayed through this node, so a client
-/// reads here what it wrote here (the HTTP layer resolves names against the model before its
-/// command runs); 58 when it does not get there in time.
+/// replica's metadata serves in touch and applied every metadata write relayed through this
+/// node and what it knew committed (`routing::relayed_metadata_catch_up`), so a client reads
+/// here what it wrote here and permissions are judged on a current model (the HTTP layer
+/// resolves names and checks them before its command runs); 58 when it does not get there in
+/// time.
 pub async fn relayed_metadata_reached(node: &Node) -> Result<(), ErrorCode> {
     if !replicated(node) {
         return Ok(());
     }
-    let wanted = node.metadata.relayed_watermark();
-    match metadata_reached(node, wanted, routing::READ_WAIT).await {
-        CatchUp::Behind => Err(ErrorCode::TransientNotAccepted),
-        _ => Ok(()),
+    let figures = node.metadata.figures();
+    let (relayed, known_committed) = (node.metadata.relayed_watermark(), figures.commit());
+    let started = std::time::Instant::now();
+    loop {
+        let applied = node.shared.metadata.borrow().commit;
+        let waited = started.elapsed();
+        match routing::relayed_metadata_catch_up(
+            figures.role(),
+            applied,
+            relayed,
+            known_committed,
+            waited,
+            routing::READ_WAIT,
+        ) {
+            CatchUp::Reached => return Ok(()),
+            CatchUp::Wait => compio::time::sleep(CATCH_UP_POLL).await,
+            CatchUp::Behind => return Err(ErrorCode::TransientNotAccepted),
+        }
     }
 }
 

@@ -228,6 +228,22 @@ pub fn read_watermark(relayed: u64, known_committed: u64) -> u64 {
     relayed.max(known_committed)
 }
 
+/// Where this replica's metadata (at `role`) stands for a request of a client that cannot
+/// route (HTTP), whose handlers resolve names and check permissions against this replica's
+/// model: like a partition read, only in touch with its primary and applied past
+/// [`read_watermark`], or a permission revoked (a stream deleted) elsewhere still holds here.
+pub fn relayed_metadata_catch_up(
+    role: GroupRole,
+    applied: u64,
+    relayed: u64,
+    known_committed: u64,
+    waited: Duration,
+    budget: Duration,
+) -> CatchUp {
+    let wanted = read_watermark(relayed, known_committed);
+    in_touch_catch_up(role, applied, wanted, waited, budget)
+}
+
 /// What a BindSession gets, from the replicated session table as this replica applied it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BindVerdict<S> {
@@ -339,6 +355,41 @@ mod tests {
             relayed_error(ErrorCode::Unauthorized),
             ErrorCode::Unauthorized
         );
+    }
+
+    #[test]
+    fn a_relayed_client_is_judged_only_against_metadata_in_touch_and_applied_past_its_commit() {
+        let (budget, early, late) = (READ_WAIT, Duration::from_millis(10), READ_WAIT);
+        let backup = role(Normal, 0);
+        // Applied every write relayed through this node (op 7) but not op 9, which it knew
+        // committed: a permission revoked at op 8 would still be granted here.
+        assert_eq!(
+            relayed_metadata_catch_up(backup, 7, 7, 9, early, budget),
+            CatchUp::Wait
+        );
+        assert_eq!(
+            relayed_metadata_catch_up(backup, 7, 7, 9, late, budget),
+            CatchUp::Behind
+        );
+        assert_eq!(
+            relayed_metadata_catch_up(backup, 9, 7, 9, early, budget),
+            CatchUp::Reached
+        );
+        // Cut off, changing views or recovering: its model may miss any number of commits.
+        let cut_off = GroupRole {
+            in_touch: false,
+            ..backup
+        };
+        for metadata in [cut_off, role(ViewChange, 0), role(Recovering, 0)] {
+            assert_eq!(
+                relayed_metadata_catch_up(metadata, 20, 7, 9, early, budget),
+                CatchUp::Wait
+            );
+            assert_eq!(
+                relayed_metadata_catch_up(metadata, 20, 7, 9, late, budget),
+                CatchUp::Behind
+            );
+        }
     }
 
     #[test]
