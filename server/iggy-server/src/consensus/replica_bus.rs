@@ -922,6 +922,17 @@ struct LinkKeepalive {
 /// follow its header within `body_within`, so a stalled peer cannot hold a half-read frame
 /// forever. Ping and Pong stop here: a Ping is answered through the outbox (dropped with the
 /// rest when the queue is full), and neither reaches a group.
+/// The slowest a link may carry a frame's body before it counts as stalled: 1 MiB/s.
+const BODY_BYTES_PER_SECOND_MIN: u64 = 1 << 20;
+
+/// How long the body of a `len`-byte frame may take once its header arrived: `base` (the
+/// heartbeat timeout) plus its size at the slowest rate a live link is allowed. A fixed
+/// deadline closed the link of a large frame on any link slower than size / timeout (64 MiB
+/// in 5 s is 13 MB/s, a 100 Mbit link), every time it was resent.
+fn body_deadline(base: Duration, len: usize) -> Duration {
+    base + Duration::from_secs_f64(len as f64 / BODY_BYTES_PER_SECOND_MIN as f64)
+}
+
 async fn read_frames(
     mut stream: LinkReader,
     check: FrameCheck,
@@ -942,13 +953,14 @@ async fn read_frames(
         let body = if len == 0 {
             Vec::new()
         } else {
-            match compio::time::timeout(body_within, stream.read_body(len)).await {
+            let within = body_deadline(body_within, len);
+            match compio::time::timeout(within, stream.read_body(len)).await {
                 Ok(Ok(body)) => body,
                 Ok(Err(error)) => return closed(error),
                 Err(_) => {
                     return format!(
                         "the body of a {:?} frame ({len} bytes) did not arrive within \
-                         {body_within:?}",
+                         {within:?}",
                         verified.command
                     );
                 }
@@ -1837,6 +1849,19 @@ mod tests {
         let verified = check.header(&header).unwrap();
         assert_eq!(verified.body_len(), 0, "{:?}", verified.command);
         verified.command
+    }
+
+    #[test]
+    fn a_large_body_is_given_time_by_its_size_and_a_small_one_the_timeout() {
+        let base = Duration::from_secs(5);
+        assert_eq!(body_deadline(base, 0), base);
+        assert!(body_deadline(base, 4096) < base + Duration::from_millis(5));
+        // 64 MiB at 1 MiB/s on top of the timeout: a 100 Mbit link (12.5 MB/s) carries it in
+        // about 5.4 s, which the fixed 5 s deadline refused every time.
+        assert_eq!(
+            body_deadline(base, 64 << 20),
+            base + Duration::from_secs(64)
+        );
     }
 
     #[compio::test]
