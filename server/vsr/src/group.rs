@@ -7,7 +7,9 @@
 //! time (`sim::cluster`), and the server's compio task is a loop that performs each step.
 
 use crate::message::{Message, ReplicaId};
-use crate::{Action, Checkpoint, Config, Entry, OPERATION_REGISTER, Refusal, Replica, ViewState};
+use crate::{
+    Action, Checkpoint, Config, Entry, OPERATION_REGISTER, Refusal, Replica, Status, ViewState,
+};
 use bytes::Bytes;
 use std::collections::{HashMap, VecDeque};
 
@@ -28,7 +30,8 @@ pub enum Outcome {
         reply: Bytes,
     },
     Refused(Refusal),
-    /// The group stopped before answering; nothing was acknowledged.
+    /// No verdict, nothing acknowledged: the group stopped before answering, or its replica
+    /// stopped leading with the request in its pipeline (the next primary may commit it).
     Failed,
 }
 
@@ -100,6 +103,8 @@ pub struct GroupCore<W> {
     replica: Replica,
     durability: Durability,
     waiting: HashMap<(u128, u64), Vec<W>>,
+    /// Whether the replica led its group (normal status, primary) when last looked at.
+    was_leading: bool,
     /// Requests held back until their client's implicit register commits.
     registering: HashMap<u128, Vec<Pending<W>>>,
     /// Whether this group registers unknown clients itself (partition groups do; the metadata
@@ -208,6 +213,7 @@ impl<W> GroupCore<W> {
             replica,
             durability,
             waiting: HashMap::new(),
+            was_leading: false,
             registering: HashMap::new(),
             implicit_register,
             policy,
@@ -280,6 +286,9 @@ impl<W> GroupCore<W> {
                 return Some(Step::PersistView { state });
             }
             let Some(action) = self.replica.poll_action() else {
+                if self.answer_deposed() {
+                    continue;
+                }
                 if self.unsynced.is_empty() {
                     return None;
                 }
@@ -352,6 +361,30 @@ impl<W> GroupCore<W> {
                 Action::ReadBack { op } => return Some(Step::ReadBack { op }),
             }
         }
+    }
+
+    /// Answers the requests this replica accepted while it led its group, once it no longer
+    /// does (a view change began, or another primary's view was installed): only a primary
+    /// replies to a commit, so they would wait forever, even for an op the next primary
+    /// commits. An accepted request is `Failed` (not acknowledged; the next primary may still
+    /// commit it, which a retry under the same request number learns from the client table);
+    /// one held for its client's register was never proposed: `NotReady`. Checked once the
+    /// replica's own actions are done, so a refusal it just emitted is answered as such.
+    fn answer_deposed(&mut self) -> bool {
+        let leading = self.replica.status() == Status::Normal && self.replica.is_primary();
+        let deposed = self.was_leading && !leading;
+        self.was_leading = leading;
+        if !deposed || (self.waiting.is_empty() && self.registering.is_empty()) {
+            return false;
+        }
+        for waiter in self.waiting.drain().flat_map(|(_, waiters)| waiters) {
+            self.answers.push_back((waiter, Outcome::Failed));
+        }
+        for pending in self.registering.drain().flat_map(|(_, held)| held) {
+            let outcome = Outcome::Refused(Refusal::NotReady);
+            self.answers.push_back((pending.waiter, outcome));
+        }
+        true
     }
 
     fn answer(&mut self, client: u128, request: u64, outcome: Outcome) {
@@ -628,6 +661,71 @@ mod tests {
             body: Bytes::from_static(body),
             waiter,
         }
+    }
+
+    #[test]
+    fn a_primary_that_stops_leading_answers_what_it_accepted() {
+        let mut core = GroupCore::format(Config::new(3, 0), Durability::Replicated, true, None);
+        // Client 7's first request waits for its register, which waits for a quorum.
+        core.submit(request(7, 1, b"ab", 10));
+        let mut answers = Vec::new();
+        let mut drive = |core: &mut GroupCore<u32>, answers: &mut Vec<(u32, Outcome)>| {
+            while let Some(step) = core.poll() {
+                match step {
+                    Step::Journal { op, .. } => core.journaled(op, false),
+                    Step::Sync => core.synced(),
+                    Step::PersistView { state } => core.view_persisted(state),
+                    Step::Answer { waiter, outcome } => answers.push((waiter, outcome)),
+                    _ => {}
+                }
+            }
+        };
+        drive(&mut core, &mut answers);
+        assert!(answers.is_empty(), "nothing decided yet: {answers:?}");
+        // Replica 1 leads view 1 with an empty log: the register is gone, never committed.
+        let start_view = Message::StartView {
+            view: 1,
+            commit: 0,
+            log: crate::Log::of_entries(0, 0, &[]),
+        };
+        core.on_message(1, start_view);
+        drive(&mut core, &mut answers);
+        assert_eq!(
+            answers,
+            [(10, Outcome::Refused(Refusal::NotReady))],
+            "a request held for its register was never proposed"
+        );
+
+        // The primary of view 0 accepted a register (prepared, no quorum yet); a view change
+        // takes the lead away: the request is answered, whatever becomes of the op.
+        let mut core = GroupCore::format(Config::new(3, 0), Durability::Replicated, false, None);
+        core.submit(Pending {
+            client: 8,
+            request: 0,
+            operation: OPERATION_REGISTER,
+            body: Bytes::new(),
+            waiter: 20,
+        });
+        let mut answers = Vec::new();
+        drive(&mut core, &mut answers);
+        assert!(answers.is_empty(), "{answers:?}");
+        core.on_message(
+            1,
+            Message::StartViewChange {
+                view: 1,
+                replica: 1,
+            },
+        );
+        core.on_message(
+            2,
+            Message::StartViewChange {
+                view: 1,
+                replica: 2,
+            },
+        );
+        drive(&mut core, &mut answers);
+        assert_eq!(core.replica().status(), Status::ViewChange);
+        assert_eq!(answers, [(20, Outcome::Failed)]);
     }
 
     #[test]

@@ -842,7 +842,10 @@ fn written(outcome: Outcome) -> Result<(u64, WriteResult), ErrorCode> {
     match outcome {
         Outcome::Committed { op, reply } => Ok((op, WriteResult::decode(&reply))),
         Outcome::Refused(refusal) => Err(crate::consensus::group::refusal_error(&refusal)),
-        Outcome::Failed => Err(ErrorCode::CannotAppendMessage),
+        // No verdict (the group stopped, or its primary lost the lead with the write in its
+        // pipeline): it may still commit, which the SDK resolves by resending the request
+        // under its number (OperationUncertain).
+        Outcome::Failed => Err(ErrorCode::TransientNotCommitted),
     }
 }
 
