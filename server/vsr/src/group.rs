@@ -669,7 +669,7 @@ mod tests {
         // Client 7's first request waits for its register, which waits for a quorum.
         core.submit(request(7, 1, b"ab", 10));
         let mut answers = Vec::new();
-        let mut drive = |core: &mut GroupCore<u32>, answers: &mut Vec<(u32, Outcome)>| {
+        let drive = |core: &mut GroupCore<u32>, answers: &mut Vec<(u32, Outcome)>| {
             while let Some(step) = core.poll() {
                 match step {
                     Step::Journal { op, .. } => core.journaled(op, false),
