@@ -1,9 +1,9 @@
 //! A limit on repeated log lines, per source: a source's first line is written, then at most one
 //! per interval, each saying how many of that source's lines were held back since the last one
 //! written. The replica listener passes every warning an unauthenticated connection can cause
-//! through it, keyed by the connection's ip, so a stranger opening connections cannot flood the
-//! log, while a misconfigured peer (another secret, release or CA) still shows up at once and
-//! then once per interval with its count.
+//! through it, keyed by the connection's ip and the warning's kind (a refusal's field), so a
+//! stranger opening connections cannot flood the log, while a misconfigured peer (another
+//! secret, release or CA) still shows up at once and then once per interval with its count.
 //!
 //! Sans-IO: the caller passes the time. The table of sources is bounded; while it is full, new
 //! sources share one pooled window, and a forgotten source's count moves to that pool, so no

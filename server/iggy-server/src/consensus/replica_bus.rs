@@ -56,11 +56,11 @@ const EVENTS_CAPACITY: usize = 1024;
 /// admitted or the handshake timeout passes, so without a bound anyone who reaches the replica
 /// port could exhaust this process's descriptors.
 pub const INBOUND_HANDSHAKES_MAX: usize = 64;
-/// Warnings about inbound connections (refusals, timeouts, the cap): an address's first is
-/// logged, then at most one per interval with the count held back, so a stranger opening
-/// connections cannot flood the log while a misconfigured peer still shows at once.
+/// Warnings about inbound connections (refusals, timeouts, the cap): an address's first of each
+/// kind is logged, then at most one per interval with the count held back, so a stranger
+/// opening connections cannot flood the log while a misconfigured peer still shows at once.
 pub const INBOUND_WARNING_INTERVAL: Duration = Duration::from_secs(10);
-/// Source addresses with a warning window of their own; the others share one.
+/// Source addresses and kinds with a warning window of their own; the others share one.
 const INBOUND_WARNING_SOURCES_MAX: usize = 64;
 
 /// What the bus of one node needs.
@@ -435,7 +435,9 @@ struct Shared {
     linked_before: RefCell<std::collections::BTreeSet<u8>>,
     /// Inbound connections accepted and not yet admitted or given up.
     inbound_handshakes: Cell<usize>,
-    inbound_warnings: RefCell<LogLimit<IpAddr>>,
+    /// Limits warnings per source ip and kind (a refusal's field, or what went wrong), so each
+    /// new reason shows at once.
+    inbound_warnings: RefCell<LogLimit<(IpAddr, &'static str)>>,
 }
 
 /// One inbound handshake in progress, counted against `inbound_handshakes_max` until dropped.
@@ -498,9 +500,13 @@ impl Shared {
     fn refused_inbound(&self, from: SocketAddr, peer: Option<u8>, refusal: &admission::Refusal) {
         match peer {
             Some(peer) => {
-                self.inbound_warning(from, format_args!("link with replica {peer}: {refusal}"))
+                let line = format_args!("link with replica {peer}: {refusal}");
+                self.inbound_warning(from, refusal.field, line)
             }
-            None => self.inbound_warning(from, format_args!("inbound replica link: {refusal}")),
+            None => {
+                let line = format_args!("inbound replica link: {refusal}");
+                self.inbound_warning(from, refusal.field, line)
+            }
         }
         self.refusal_event(peer, refusal);
     }
@@ -513,14 +519,15 @@ impl Shared {
         });
     }
 
-    /// Logs a warning about the inbound connection from `from`, unless its address had one
-    /// within `INBOUND_WARNING_INTERVAL`; the next one written says how many were held back.
-    fn inbound_warning(&self, from: SocketAddr, line: std::fmt::Arguments<'_>) {
+    /// Logs a warning of `kind` about the inbound connection from `from`, unless its address
+    /// had one of that kind within `INBOUND_WARNING_INTERVAL`; the next one written says how
+    /// many were held back.
+    fn inbound_warning(&self, from: SocketAddr, kind: &'static str, line: std::fmt::Arguments<'_>) {
         let local = self.config.local.replica;
         let verdict = self
             .inbound_warnings
             .borrow_mut()
-            .line(Instant::now(), from.ip());
+            .line(Instant::now(), (from.ip(), kind));
         let ip = from.ip();
         match verdict {
             Verdict::HoldBack => {}
@@ -529,15 +536,15 @@ impl Shared {
                 held_back,
                 pooled: false,
             } => tracing::warn!(
-                "replica {local}: {line} ({held_back} more warnings about connections from \
-                 {ip} held back since its last one)"
+                "replica {local}: {line} ({held_back} more like it about connections from {ip} \
+                 held back since the last one)"
             ),
             Verdict::Write {
                 held_back,
                 pooled: true,
             } => tracing::warn!(
                 "replica {local}: {line} ({held_back} more warnings about connections from \
-                 addresses past the first {INBOUND_WARNING_SOURCES_MAX} held back)"
+                 sources past the first {INBOUND_WARNING_SOURCES_MAX} held back)"
             ),
         }
     }
@@ -678,6 +685,7 @@ async fn accept_loop(shared: Rc<Shared>, listener: TcpListener) {
             let max = shared.config.inbound_handshakes_max;
             shared.inbound_warning(
                 from,
+                "cap",
                 format_args!(
                     "replica listener: closed the connection from {from} unheard: {max} inbound \
                      handshakes are in progress, the most allowed"
@@ -752,6 +760,7 @@ async fn inbound_handshake(
             Err(_) => {
                 shared.inbound_warning(
                     from,
+                    "timeout",
                     format_args!(
                         "replica listener: {from} finished no TLS handshake within {within:?}"
                     ),
@@ -776,6 +785,7 @@ async fn inbound_handshake(
         Err(_) => {
             shared.inbound_warning(
                 from,
+                "timeout",
                 format_args!("replica listener: {from} sent no hello within {within:?}"),
             );
             return None;
@@ -822,6 +832,7 @@ async fn inbound_handshake(
             Ok(Err(HandshakeRead::Io(error))) => {
                 shared.inbound_warning(
                     from,
+                    "finish",
                     format_args!(
                         "replica {peer} at {from} closed before finishing the authenticated \
                          handshake: {}",
@@ -837,6 +848,7 @@ async fn inbound_handshake(
             Err(_) => {
                 shared.inbound_warning(
                     from,
+                    "timeout",
                     format_args!(
                         "replica {peer} at {from} sent no handshake finish within {within:?}"
                     ),
