@@ -43,8 +43,9 @@ pub type Nonce = [u8; ReplicaHelloHeader::NONCE_SIZE];
 /// A handshake MAC.
 type Mac = [u8; ReplicaFinishHeader::MAC_SIZE];
 
-/// The MAC keys `[cluster.auth]` gives this node, derived from its secrets: MACs are computed
-/// under `current` and verified under `current` or `previous` (a rolling rotation). Its Debug
+/// The MAC keys `[cluster.auth]` gives this node, derived from its secrets: MACs are verified
+/// under `current` or `previous` (a rolling rotation) and computed under `current`, except a
+/// dialer's, computed under whichever key verified the acceptor's (`judge_challenge`). Its Debug
 /// form never shows a key.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct PeerAuth {

@@ -9,6 +9,7 @@ pub mod group;
 pub mod group_plane;
 pub mod link_liveness;
 pub mod link_stream;
+pub mod log_limit;
 pub mod plane;
 pub mod replica_bus;
 pub mod replica_codec;

@@ -23,6 +23,7 @@
 use super::admission::{self, Local};
 use super::link_liveness::{LinkEvent, Liveness, PeerStatus};
 use super::link_stream::{HandshakeRead, LinkReader, LinkStream, LinkWriter};
+use super::log_limit::{LogLimit, Verdict};
 use super::replica_link::{self, Backoff, DialerHandshake, FrameCheck, HEADER_SIZE};
 use super::replica_tls::{self, ReplicaTls};
 use bytes::Bytes;
@@ -32,7 +33,7 @@ use futures_channel::{mpsc, oneshot};
 use iggy_generated::frames::{Command, GenericHeader, MetadataHistory};
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -50,6 +51,17 @@ pub const BACKOFF_BASE: Duration = Duration::from_millis(50);
 pub const BACKOFF_MAX: Duration = Duration::from_secs(2);
 /// Bus events kept for a reader that has fallen behind; older news is dropped.
 const EVENTS_CAPACITY: usize = 1024;
+/// Inbound handshakes in progress at once (at least; see `BusConfig::from_config`): a connection
+/// accepted beyond them is closed unheard. Each holds a task and a file descriptor until it is
+/// admitted or the handshake timeout passes, so without a bound anyone who reaches the replica
+/// port could exhaust this process's descriptors.
+pub const INBOUND_HANDSHAKES_MAX: usize = 64;
+/// Warnings about inbound connections (refusals, timeouts, the cap): an address's first of each
+/// kind is logged, then at most one per interval with the count held back, so a stranger
+/// opening connections cannot flood the log while a misconfigured peer still shows at once.
+pub const INBOUND_WARNING_INTERVAL: Duration = Duration::from_secs(10);
+/// Source addresses and kinds with a warning window of their own; the others share one.
+const INBOUND_WARNING_SOURCES_MAX: usize = 64;
 
 /// What the bus of one node needs.
 #[derive(Debug, Clone)]
@@ -61,8 +73,10 @@ pub struct BusConfig {
     pub peers: BTreeMap<u8, SocketAddr>,
     /// `limits.max_frame_size`: the largest frame, header included, either way.
     pub max_frame_size: u32,
-    /// Connect plus handshake must finish within it.
+    /// Connect plus handshake must finish within it, on either side.
     pub handshake_timeout: Duration,
+    /// Inbound handshakes in progress at once; a connection beyond them is closed unheard.
+    pub inbound_handshakes_max: usize,
     pub backoff_base: Duration,
     pub backoff_max: Duration,
     pub peer_queue_capacity: usize,
@@ -134,13 +148,15 @@ impl BusConfig {
             Ok::<_, String>(SocketAddr::new(node.ip, port))
         };
         let listen = address(replica)?;
-        let peers = cluster
+        let peers: BTreeMap<u8, SocketAddr> = cluster
             .nodes
             .iter()
             .filter(|n| n.replica_id != replica)
             .map(|n| Ok((n.replica_id, address(n.replica_id)?)))
             .collect::<Result<_, String>>()?;
         let cluster_id = super::cluster::cluster_id(&cluster.name);
+        // A peer has one handshake live, two while this node still waits out one it abandoned.
+        let inbound_handshakes_max = INBOUND_HANDSHAKES_MAX.max(2 * peers.len());
         Ok(Self {
             local: Local {
                 cluster: cluster_id,
@@ -154,6 +170,7 @@ impl BusConfig {
             peers,
             max_frame_size: config.limits.max_frame_size,
             handshake_timeout: cluster.heartbeat_timeout,
+            inbound_handshakes_max,
             backoff_base: BACKOFF_BASE,
             backoff_max: BACKOFF_MAX,
             peer_queue_capacity: PEER_QUEUE_CAPACITY,
@@ -416,6 +433,34 @@ struct Shared {
     generations: Cell<u64>,
     /// Every peer admitted since this bus started.
     linked_before: RefCell<std::collections::BTreeSet<u8>>,
+    /// Inbound connections accepted and not yet admitted or given up.
+    inbound_handshakes: Cell<usize>,
+    /// Limits warnings per source ip and kind (a refusal's field, or what went wrong), so each
+    /// new reason shows at once.
+    inbound_warnings: RefCell<LogLimit<(IpAddr, &'static str)>>,
+}
+
+/// One inbound handshake in progress, counted against `inbound_handshakes_max` until dropped.
+struct HandshakeSlot(Rc<Shared>);
+
+impl HandshakeSlot {
+    /// A slot, or `None` when `inbound_handshakes_max` are in progress.
+    fn take(shared: &Rc<Shared>) -> Option<Self> {
+        let in_progress = shared.inbound_handshakes.get();
+        if in_progress >= shared.config.inbound_handshakes_max {
+            return None;
+        }
+        shared.inbound_handshakes.set(in_progress + 1);
+        Some(HandshakeSlot(shared.clone()))
+    }
+}
+
+impl Drop for HandshakeSlot {
+    fn drop(&mut self) {
+        let count = &self.0.inbound_handshakes;
+        debug_assert!(count.get() > 0);
+        count.set(count.get() - 1);
+    }
 }
 
 impl Shared {
@@ -443,17 +488,65 @@ impl Shared {
         }
     }
 
-    fn refused(&self, peer: Option<u8>, refusal: &admission::Refusal) {
+    /// A refusal of this node's dial to `peer`.
+    fn refused(&self, peer: u8, refusal: &admission::Refusal) {
         let local = self.config.local.replica;
+        tracing::warn!("replica {local}: link with replica {peer}: {refusal}");
+        self.refusal_event(Some(peer), refusal);
+    }
+
+    /// A refusal of the inbound connection from `from`, claiming to be `peer` when its hello
+    /// could be trusted to say so. Every refusal is an event; the log line is limited.
+    fn refused_inbound(&self, from: SocketAddr, peer: Option<u8>, refusal: &admission::Refusal) {
         match peer {
-            Some(peer) => tracing::warn!("replica {local}: link with replica {peer}: {refusal}"),
-            None => tracing::warn!("replica {local}: inbound replica link: {refusal}"),
+            Some(peer) => {
+                let line = format_args!("link with replica {peer}: {refusal}");
+                self.inbound_warning(from, refusal.field, line)
+            }
+            None => {
+                let line = format_args!("inbound replica link: {refusal}");
+                self.inbound_warning(from, refusal.field, line)
+            }
         }
+        self.refusal_event(peer, refusal);
+    }
+
+    fn refusal_event(&self, peer: Option<u8>, refusal: &admission::Refusal) {
         self.event(BusEvent::Refused {
             peer,
             field: refusal.field,
             detail: refusal.detail.clone(),
         });
+    }
+
+    /// Logs a warning of `kind` about the inbound connection from `from`, unless its address
+    /// had one of that kind within `INBOUND_WARNING_INTERVAL`; the next one written says how
+    /// many were held back.
+    fn inbound_warning(&self, from: SocketAddr, kind: &'static str, line: std::fmt::Arguments<'_>) {
+        let local = self.config.local.replica;
+        let verdict = self
+            .inbound_warnings
+            .borrow_mut()
+            .line(Instant::now(), (from.ip(), kind));
+        let ip = from.ip();
+        match verdict {
+            Verdict::HoldBack => {}
+            Verdict::Write { held_back: 0, .. } => tracing::warn!("replica {local}: {line}"),
+            Verdict::Write {
+                held_back,
+                pooled: false,
+            } => tracing::warn!(
+                "replica {local}: {line} ({held_back} more like it about connections from {ip} \
+                 held back since the last one)"
+            ),
+            Verdict::Write {
+                held_back,
+                pooled: true,
+            } => tracing::warn!(
+                "replica {local}: {line} ({held_back} more warnings about connections from \
+                 sources past the first {INBOUND_WARNING_SOURCES_MAX} held back)"
+            ),
+        }
     }
 }
 
@@ -494,6 +587,11 @@ impl ReplicaBus {
             links: RefCell::new(HashMap::new()),
             generations: Cell::new(0),
             linked_before: RefCell::new(std::collections::BTreeSet::new()),
+            inbound_handshakes: Cell::new(0),
+            inbound_warnings: RefCell::new(LogLimit::new(
+                INBOUND_WARNING_INTERVAL,
+                INBOUND_WARNING_SOURCES_MAX,
+            )),
         });
         let local = shared.config.local.replica;
         tracing::info!("replica {local}: replica listener on {local_addr}");
@@ -542,6 +640,12 @@ impl ReplicaBus {
         peers.sort_unstable();
         peers
     }
+
+    /// Inbound connections accepted whose handshake has not ended yet.
+    #[cfg(test)]
+    fn inbound_handshakes(&self) -> usize {
+        self.shared.inbound_handshakes.get()
+    }
 }
 
 /// Binds the replica listener. The port of a process that just died may be held for a moment
@@ -562,7 +666,9 @@ async fn bind(address: SocketAddr) -> std::io::Result<TcpListener> {
 }
 
 /// Accepts inbound links; each runs the acceptor's handshake, then the link, on its own task.
-/// The tasks are owned here, so dropping the bus (which drops this loop) ends them.
+/// The tasks are owned here, so dropping the bus (which drops this loop) ends them. A
+/// connection accepted while `inbound_handshakes_max` handshakes are in progress is closed at
+/// once: its dialer, if it is a peer, retries after its backoff.
 async fn accept_loop(shared: Rc<Shared>, listener: TcpListener) {
     let mut connections: Vec<JoinHandle<()>> = Vec::new();
     loop {
@@ -574,12 +680,26 @@ async fn accept_loop(shared: Rc<Shared>, listener: TcpListener) {
                 continue;
             }
         };
+        let Some(slot) = HandshakeSlot::take(&shared) else {
+            drop(stream);
+            let max = shared.config.inbound_handshakes_max;
+            shared.inbound_warning(
+                from,
+                "cap",
+                format_args!(
+                    "replica listener: closed the connection from {from} unheard: {max} inbound \
+                     handshakes are in progress, the most allowed"
+                ),
+            );
+            continue;
+        };
         let _ = stream.set_nodelay(true);
         connections.retain(|task| !task.is_finished());
         connections.push(compio::runtime::spawn(inbound(
             shared.clone(),
             stream,
             from,
+            slot,
         )));
     }
 }
@@ -600,12 +720,33 @@ fn peer_speaks_tls(what: &str) -> admission::Refusal {
     ))
 }
 
-/// The acceptor's side of one connection: TLS when configured, then the handshake.
-async fn inbound(shared: Rc<Shared>, stream: TcpStream, from: SocketAddr) {
+/// The acceptor's side of one connection: the handshake while `slot` counts it, then the link.
+async fn inbound(shared: Rc<Shared>, stream: TcpStream, from: SocketAddr, slot: HandshakeSlot) {
+    let Some((stream, admitted)) = inbound_handshake(&shared, stream, from).await else {
+        return;
+    };
+    drop(slot);
+    run_link(&shared, stream, admitted).await;
+}
+
+/// What is left of the handshake timeout at `deadline`.
+fn left_until(deadline: Instant) -> Duration {
+    deadline.saturating_duration_since(Instant::now())
+}
+
+/// TLS when configured, then the admission handshake, all within one handshake timeout (the
+/// dialer gives up after one too, so a step that waited longer would only hold the slot).
+/// `None` when the connection is refused or fails; every refusal and timeout is reported.
+async fn inbound_handshake(
+    shared: &Shared,
+    stream: TcpStream,
+    from: SocketAddr,
+) -> Option<(LinkStream, admission::Admitted)> {
     let within = shared.config.handshake_timeout;
+    let deadline = Instant::now() + within;
     let (mut stream, tls_peer, channel_binding) = match &shared.config.tls {
         None => (LinkStream::Plain(stream), None, None),
-        Some(tls) => match compio::time::timeout(within, tls.accept(stream)).await {
+        Some(tls) => match compio::time::timeout(left_until(deadline), tls.accept(stream)).await {
             Ok(Ok(link)) => (
                 LinkStream::Tls(Box::new(link.stream)),
                 Some(link.peer),
@@ -613,34 +754,43 @@ async fn inbound(shared: Rc<Shared>, stream: TcpStream, from: SocketAddr) {
             ),
             Ok(Err(error)) => {
                 let cause = replica_tls::handshake_cause(&error);
-                shared.refused(None, &tls_refusal(format!("from {from}: {cause}")));
-                return;
+                shared.refused_inbound(from, None, &tls_refusal(format!("from {from}: {cause}")));
+                return None;
             }
             Err(_) => {
-                tracing::warn!(
-                    "replica listener: {from} finished no TLS handshake within {within:?}"
+                shared.inbound_warning(
+                    from,
+                    "timeout",
+                    format_args!(
+                        "replica listener: {from} finished no TLS handshake within {within:?}"
+                    ),
                 );
-                return;
+                return None;
             }
         },
     };
     let local = shared.local_on(channel_binding.as_ref());
-    let hello =
-        match compio::time::timeout(within, stream.read_handshake_frame::<HEADER_SIZE>()).await {
-            Ok(Ok(hello)) => hello,
-            Ok(Err(HandshakeRead::PeerSpeaksTls(what))) => {
-                shared.refused(None, &peer_speaks_tls(&format!("{what} from {from}")));
-                return;
-            }
-            Ok(Err(HandshakeRead::Io(error))) => {
-                tracing::debug!("replica listener: {from} closed before its hello: {error}");
-                return;
-            }
-            Err(_) => {
-                tracing::warn!("replica listener: {from} sent no hello within {within:?}");
-                return;
-            }
-        };
+    let reading = stream.read_handshake_frame::<HEADER_SIZE>();
+    let hello = match compio::time::timeout(left_until(deadline), reading).await {
+        Ok(Ok(hello)) => hello,
+        Ok(Err(HandshakeRead::PeerSpeaksTls(what))) => {
+            let refusal = peer_speaks_tls(&format!("{what} from {from}"));
+            shared.refused_inbound(from, None, &refusal);
+            return None;
+        }
+        Ok(Err(HandshakeRead::Io(error))) => {
+            tracing::debug!("replica listener: {from} closed before its hello: {error}");
+            return None;
+        }
+        Err(_) => {
+            shared.inbound_warning(
+                from,
+                "timeout",
+                format_args!("replica listener: {from} sent no hello within {within:?}"),
+            );
+            return None;
+        }
+    };
     // Only the declaration depends on the sender named here; admission judges the frame.
     let history = shared.declared_to(hello[GenericHeader::REPLICA_OFFSET]);
     let step = replica_link::accept_hello(&local, &hello, history, rand::random());
@@ -653,15 +803,16 @@ async fn inbound(shared: Rc<Shared>, stream: TcpStream, from: SocketAddr) {
             None => Err("it is not in the roster".to_string()),
         };
         if let Err(problem) = named {
-            shared.refused(Some(admitted.replica), &tls_refusal(problem));
-            return;
+            shared.refused_inbound(from, Some(admitted.replica), &tls_refusal(problem));
+            return None;
         }
     }
     if let Some(answer) = step.answer {
-        let write = compio::time::timeout(within, stream.write_all(answer.to_vec())).await;
+        let writing = stream.write_all(answer.to_vec());
+        let write = compio::time::timeout(left_until(deadline), writing).await;
         if !matches!(write, Ok(Ok(()))) {
             tracing::debug!("replica listener: cannot answer {from}");
-            return;
+            return None;
         }
     }
     let admitted = match step.verdict {
@@ -669,44 +820,48 @@ async fn inbound(shared: Rc<Shared>, stream: TcpStream, from: SocketAddr) {
         Err(refusal) => {
             // Only a sealed hello says who sent it.
             let peer = refusal.status.map(|_| hello[GenericHeader::REPLICA_OFFSET]);
-            shared.refused(peer, &refusal);
-            return;
+            shared.refused_inbound(from, peer, &refusal);
+            return None;
         }
     };
     if let Some(awaiting) = step.awaiting_finish {
         let peer = admitted.replica;
-        let finish =
-            match compio::time::timeout(within, stream.read_handshake_frame::<HEADER_SIZE>()).await
-            {
-                Ok(Ok(finish)) => finish,
-                Ok(Err(HandshakeRead::Io(error))) => {
-                    tracing::warn!(
-                        "replica {}: replica {peer} at {from} closed before finishing the \
-                     authenticated handshake: {}",
-                        local.replica,
+        let reading = stream.read_handshake_frame::<HEADER_SIZE>();
+        let finish = match compio::time::timeout(left_until(deadline), reading).await {
+            Ok(Ok(finish)) => finish,
+            Ok(Err(HandshakeRead::Io(error))) => {
+                shared.inbound_warning(
+                    from,
+                    "finish",
+                    format_args!(
+                        "replica {peer} at {from} closed before finishing the authenticated \
+                         handshake: {}",
                         replica_tls::cause(&error)
-                    );
-                    return;
-                }
-                Ok(Err(HandshakeRead::PeerSpeaksTls(what))) => {
-                    shared.refused(Some(peer), &peer_speaks_tls(what));
-                    return;
-                }
-                Err(_) => {
-                    tracing::warn!(
-                        "replica {}: replica {peer} at {from} sent no handshake finish within \
-                     {within:?}",
-                        local.replica
-                    );
-                    return;
-                }
-            };
+                    ),
+                );
+                return None;
+            }
+            Ok(Err(HandshakeRead::PeerSpeaksTls(what))) => {
+                shared.refused_inbound(from, Some(peer), &peer_speaks_tls(what));
+                return None;
+            }
+            Err(_) => {
+                shared.inbound_warning(
+                    from,
+                    "timeout",
+                    format_args!(
+                        "replica {peer} at {from} sent no handshake finish within {within:?}"
+                    ),
+                );
+                return None;
+            }
+        };
         if let Err(refusal) = awaiting.finish(&finish) {
-            shared.refused(Some(peer), &refusal);
-            return;
+            shared.refused_inbound(from, Some(peer), &refusal);
+            return None;
         }
     }
-    run_link(&shared, stream, admitted).await;
+    Some((stream, admitted))
 }
 
 /// The dialer's side of the link to `peer`: connect, handshake, carry frames, and after any
@@ -725,7 +880,7 @@ async fn dial_loop(shared: Rc<Shared>, peer: u8, address: SocketAddr) {
                 backoff.reset();
                 run_link(&shared, stream, admitted).await;
             }
-            Ok(Err(Some(refusal))) => shared.refused(Some(peer), &refusal),
+            Ok(Err(Some(refusal))) => shared.refused(peer, &refusal),
             Ok(Err(None)) => {}
             Err(_) => tracing::debug!(
                 "replica {local}: no link with replica {peer} at {address} within {:?}",
@@ -1078,6 +1233,7 @@ mod tests {
                 .collect(),
             max_frame_size: 1 << 20,
             handshake_timeout: Duration::from_secs(5),
+            inbound_handshakes_max: INBOUND_HANDSHAKES_MAX,
             backoff_base: Duration::from_millis(10),
             backoff_max: Duration::from_millis(200),
             peer_queue_capacity: 8,
@@ -1669,6 +1825,7 @@ mod tests {
             (BACKOFF_BASE, BACKOFF_MAX, PEER_QUEUE_CAPACITY)
         );
         assert_eq!(one.peer_queue_bytes_max, PEER_QUEUE_BYTES_MAX);
+        assert_eq!(one.inbound_handshakes_max, INBOUND_HANDSHAKES_MAX);
         assert_eq!(one.silence_max, config.cluster.heartbeat_timeout);
         assert!(
             BusConfig::from_config(&config, 3, HistorySource::fixed(MetadataHistory::Held))
@@ -1715,6 +1872,67 @@ mod tests {
         .await;
         drop(old);
         deliver(&new, &mut b, b"from the restarted one").await;
+    }
+
+    /// Whether the bus closed `stream` (a read ends, with nothing or an error) within `within`.
+    async fn closed_within(stream: &mut TcpStream, within: Duration) -> bool {
+        use compio::io::AsyncRead;
+        let read = compio::time::timeout(within, stream.read(Vec::with_capacity(1))).await;
+        matches!(read, Ok(BufResult(Ok(0) | Err(_), _)))
+    }
+
+    #[compio::test]
+    async fn beyond_the_handshake_cap_a_connection_is_closed_at_once_and_a_peer_links_after_the_flood()
+     {
+        let roster = free_addresses(2);
+        let timeout = Duration::from_secs(3);
+        let cap = 4;
+        let mut b = start(BusConfig {
+            handshake_timeout: timeout,
+            inbound_handshakes_max: cap,
+            ..config(1, &roster)
+        })
+        .await;
+        // A flood: connections that never say a word hold every handshake slot.
+        let mut flood = Vec::new();
+        for _ in 0..cap {
+            flood.push(TcpStream::connect(roster[1]).await.unwrap());
+        }
+        let flooded_at = Instant::now();
+        let all_held = async {
+            while b.bus.inbound_handshakes() < cap {
+                compio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        compio::time::timeout(PATIENCE, all_held)
+            .await
+            .expect("the flood accepted within the patience");
+        // One more is closed unheard, long before any handshake timeout.
+        let mut over = TcpStream::connect(roster[1]).await.unwrap();
+        let opened_at = Instant::now();
+        assert!(closed_within(&mut over, PATIENCE).await);
+        assert!(
+            opened_at.elapsed() < timeout / 2,
+            "closed after {:?}",
+            opened_at.elapsed()
+        );
+        assert_eq!(b.bus.inbound_handshakes(), cap);
+        // A real peer is turned away as well while the flood lasts, and links once the
+        // flood's handshakes time out and free their slots.
+        let mut a = start(config(0, &roster)).await;
+        admitted(&mut b, 0).await;
+        assert!(
+            flooded_at.elapsed() >= timeout,
+            "admitted {:?} after the flood, which held every slot for {timeout:?}",
+            flooded_at.elapsed()
+        );
+        admitted(&mut a, 1).await;
+        for stream in &mut flood {
+            assert!(closed_within(stream, PATIENCE).await);
+        }
+        // The admitted link holds no slot.
+        assert_eq!(b.bus.inbound_handshakes(), 0);
+        deliver(&a, &mut b, b"after the flood").await;
     }
 
     #[compio::test]

@@ -10,6 +10,11 @@
 //! the replica the hello claims ([`PeerCertificate::check_named`]). On one machine every node shares
 //! an ip, so there the CA alone separates members from strangers.
 //!
+//! Each end checks the other's certificate for the role it plays on that link: the acceptor's
+//! for serverAuth, the dialer's for clientAuth. Which role a node plays depends on the ids of
+//! its peers (the lower id dials), so a node certificate needs both extended key usages, and
+//! one lacking either is refused when it is loaded, naming the missing usage.
+//!
 //! With `[cluster.auth]` on as well, the admission MACs are keyed per connection with a TLS
 //! exporter value ([`TlsLink::channel_binding`], `admission::PeerAuth::bound_to_channel`), so
 //! a MAC computed on one TLS session does not verify on another.
@@ -21,8 +26,9 @@ use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::ServerCertVerifier;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
-use rustls::server::WebPkiClientVerifier;
-use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use rustls::server::danger::ClientCertVerifier;
+use rustls::server::{ParsedCertificate, WebPkiClientVerifier};
+use rustls::{CertificateError, ClientConfig, ExtendedKeyPurpose, RootCertStore, ServerConfig};
 use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -42,9 +48,9 @@ pub type Stream = futures_rustls::TlsStream<Pin<Box<AsyncStream<TcpStream>>>>;
 pub struct ReplicaTls {
     client: Arc<ClientConfig>,
     server: Arc<ServerConfig>,
-    /// The CA check plus the IP SAN check, applied by the acceptor to the client certificate
-    /// once the hello says which replica presents it.
-    names: Arc<WebPkiServerVerifier>,
+    /// The CA check of a client certificate, applied by the acceptor once more with the IP SAN
+    /// check when the hello says which replica presents it.
+    clients: Arc<dyn ClientCertVerifier>,
 }
 
 impl std::fmt::Debug for ReplicaTls {
@@ -111,7 +117,7 @@ impl ReplicaTls {
         let mut server = ServerConfig::builder_with_provider(provider.clone())
             .with_protocol_versions(versions)
             .map_err(|error| format!("tls versions: {error}"))?
-            .with_client_cert_verifier(clients)
+            .with_client_cert_verifier(clients.clone())
             .with_single_cert(credentials.chain.clone(), credentials.key.clone_key())
             .map_err(|error| format!("cluster.tls.cert_file and key_file do not fit: {error}"))?;
         server.alpn_protocols = vec![ALPN.to_vec()];
@@ -121,6 +127,7 @@ impl ReplicaTls {
         let names = WebPkiServerVerifier::builder_with_provider(roots.clone(), provider.clone())
             .build()
             .map_err(|error| format!("cluster.tls.ca_file: {error}"))?;
+        check_usages(&credentials.chain, &*clients, &names)?;
         let mut client = ClientConfig::builder_with_provider(provider)
             .with_protocol_versions(versions)
             .map_err(|error| format!("tls versions: {error}"))?
@@ -132,7 +139,7 @@ impl ReplicaTls {
         Ok(Self {
             client: Arc::new(client),
             server: Arc::new(server),
-            names,
+            clients,
         })
     }
 
@@ -182,6 +189,60 @@ impl ReplicaTls {
     }
 }
 
+/// Refuses a node certificate without both extended key usages, naming the one missing: a
+/// certificate without serverAuth could not accept links, one without clientAuth could not
+/// dial, and a peer would refuse it only once that role came up. Other problems (an issuer
+/// outside `ca_file`, expiry) are left to the peers, which say why when they meet it.
+fn check_usages(
+    chain: &[CertificateDer<'static>],
+    clients: &dyn ClientCertVerifier,
+    servers: &WebPkiServerVerifier,
+) -> Result<(), String> {
+    let (end_entity, intermediates) = chain
+        .split_first()
+        .ok_or("cluster.tls.cert_file is empty")?;
+    let now = UnixTime::now();
+    // The name is not checked here (this node's ip is the roster's business), and webpki checks
+    // the usage before the name.
+    let any_ip = ServerName::IpAddress(std::net::Ipv4Addr::UNSPECIFIED.into());
+    let as_client = clients
+        .verify_client_cert(end_entity, intermediates, now)
+        .err();
+    let as_server = servers
+        .verify_server_cert(end_entity, intermediates, &any_ip, &[], now)
+        .err();
+    for (role, error) in [("dial", as_client), ("accept links", as_server)] {
+        if let Some(rustls::Error::InvalidCertificate(
+            problem @ (CertificateError::InvalidPurpose
+            | CertificateError::InvalidPurposeContext { .. }),
+        )) = error
+        {
+            let usage = missing_usage(&problem).unwrap_or(match role {
+                "dial" => "clientAuth",
+                _ => "serverAuth",
+            });
+            return Err(format!(
+                "cluster.tls.cert_file: the certificate lacks the {usage} extended key usage, \
+                 without which this node cannot {role}: a node certificate needs both serverAuth \
+                 and clientAuth ({problem})"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The extended key usage a purpose error says was required, by its X.509 name.
+fn missing_usage(problem: &CertificateError) -> Option<&'static str> {
+    match problem {
+        CertificateError::InvalidPurposeContext { required, .. } => match required {
+            ExtendedKeyPurpose::ClientAuth => Some("clientAuth"),
+            ExtendedKeyPurpose::ServerAuth => Some("serverAuth"),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
 /// Flushes what a failed handshake left to send (rustls writes its alert, saying why, into
 /// the stream's buffer), so the peer can log the cause; a peer that is not reading gets a
 /// second, then the connection closes anyway.
@@ -207,22 +268,20 @@ impl PeerCertificate {
         PeerCertificate(chain.iter().map(|c| c.clone().into_owned()).collect())
     }
 
-    /// Whether it names `ip` (an IP SAN), checked as the dialer checks the acceptor's: chain
-    /// to the CA, validity, and the name.
+    /// Whether it is a dialer's certificate (chain to the CA, validity, clientAuth: the role
+    /// its holder plays on this link) that names `ip` as an IP SAN. A certificate that is not
+    /// is refused for that, with what to fix; one that is names its ip or is refused for that.
     pub fn check_named(&self, tls: &ReplicaTls, ip: IpAddr) -> Result<(), String> {
         let (end_entity, intermediates) = self
             .0
             .split_first()
             .ok_or("the peer presented no certificate")?;
-        tls.names
-            .verify_server_cert(
-                end_entity,
-                intermediates,
-                &ServerName::IpAddress(ip.into()),
-                &[],
-                UnixTime::now(),
-            )
-            .map(|_| ())
+        tls.clients
+            .verify_client_cert(end_entity, intermediates, UnixTime::now())
+            .map_err(|error| format!("its certificate: {}", tls_cause(&error)))?;
+        let parsed = ParsedCertificate::try_from(end_entity)
+            .map_err(|error| format!("its certificate: {}", tls_cause(&error)))?;
+        rustls::client::verify_server_name(&parsed, &ServerName::IpAddress(ip.into()))
             .map_err(|error| format!("its certificate does not name its roster ip {ip}: {error}"))
     }
 }
@@ -290,13 +349,26 @@ pub fn is_tls_failure(error: &std::io::Error) -> bool {
 
 /// Why a TLS handshake or a TLS link failed, with what to check.
 pub fn cause(error: &std::io::Error) -> String {
-    use rustls::{AlertDescription, CertificateError, Error};
-    let Some(tls) = error
+    match error
         .get_ref()
-        .and_then(|inner| inner.downcast_ref::<Error>())
-    else {
-        return error.to_string();
-    };
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+    {
+        Some(tls) => tls_cause(tls),
+        None => error.to_string(),
+    }
+}
+
+/// A TLS error with what to check.
+fn tls_cause(tls: &rustls::Error) -> String {
+    use rustls::{AlertDescription, Error};
+    if let Error::InvalidCertificate(problem) = tls
+        && let Some(usage) = missing_usage(problem)
+    {
+        return format!(
+            "TLS: {tls}: the peer's certificate lacks the {usage} extended key usage; a node \
+             certificate needs both serverAuth and clientAuth"
+        );
+    }
     let hint = match tls {
         Error::InvalidCertificate(
             CertificateError::UnknownIssuer | CertificateError::BadSignature,
@@ -304,6 +376,10 @@ pub fn cause(error: &std::io::Error) -> String {
         Error::InvalidCertificate(
             CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
         ) => "the peer's certificate does not name its roster ip as an IP SAN",
+        Error::InvalidCertificate(CertificateError::InvalidPurpose) => {
+            "the peer's certificate lacks an extended key usage: a node certificate needs both \
+             serverAuth and clientAuth"
+        }
         Error::InvalidCertificate(_) => "the peer's certificate is not acceptable",
         Error::NoCertificatesPresented => "the peer presented no certificate",
         Error::AlertReceived(
@@ -313,6 +389,10 @@ pub fn cause(error: &std::io::Error) -> String {
             | AlertDescription::CertificateRequired
             | AlertDescription::DecryptError,
         ) => "the peer refused this node's certificate (not signed by its cluster.tls.ca_file?)",
+        Error::AlertReceived(AlertDescription::UnsupportedCertificate) => {
+            "the peer refused this node's certificate for its extended key usages: a node \
+             certificate needs both serverAuth and clientAuth"
+        }
         Error::AlertReceived(AlertDescription::NoApplicationProtocol)
         | Error::NoApplicationProtocol => "the peer is not an iggy replica (no common ALPN)",
         Error::AlertReceived(AlertDescription::DecodeError) => {
@@ -365,12 +445,20 @@ pub mod test_certificates {
 
         /// A node certificate (PEM) and key (PEM) naming `ip`, for TLS server and client auth.
         pub fn node(&self, ip: &str) -> (String, String) {
+            self.node_for(
+                ip,
+                vec![
+                    ExtendedKeyUsagePurpose::ServerAuth,
+                    ExtendedKeyUsagePurpose::ClientAuth,
+                ],
+            )
+        }
+
+        /// A certificate (PEM) and key (PEM) naming `ip`, with these extended key usages only.
+        pub fn node_for(&self, ip: &str, usages: Vec<ExtendedKeyUsagePurpose>) -> (String, String) {
             let key = KeyPair::generate().unwrap();
             let mut params = CertificateParams::new(vec![ip.to_string()]).unwrap();
-            params.extended_key_usages = vec![
-                ExtendedKeyUsagePurpose::ServerAuth,
-                ExtendedKeyUsagePurpose::ClientAuth,
-            ];
+            params.extended_key_usages = usages;
             let certificate = params
                 .signed_by(&key, &self.certificate, &self.key)
                 .unwrap();
@@ -385,14 +473,22 @@ pub mod test_certificates {
         /// A node certificate from this CA, trusting `trusted`'s.
         pub fn tls_trusting(&self, ip: &str, trusted: &Authority) -> ReplicaTls {
             let (certificate, key) = self.node(ip);
-            ReplicaTls::new(NodeCredentials {
-                chain: CertificateDer::pem_slice_iter(certificate.as_bytes())
-                    .collect::<Result<_, _>>()
-                    .unwrap(),
-                key: PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap(),
-                authorities: vec![trusted.certificate.der().clone()],
-            })
-            .unwrap()
+            ReplicaTls::new(credentials(&certificate, &key, trusted)).unwrap()
+        }
+
+        pub fn der(&self) -> CertificateDer<'static> {
+            self.certificate.der().clone()
+        }
+    }
+
+    /// A node's credentials from PEM text, trusting `trusted`.
+    pub fn credentials(certificate: &str, key: &str, trusted: &Authority) -> NodeCredentials {
+        NodeCredentials {
+            chain: CertificateDer::pem_slice_iter(certificate.as_bytes())
+                .collect::<Result<_, _>>()
+                .unwrap(),
+            key: PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap(),
+            authorities: vec![trusted.der()],
         }
     }
 }
@@ -526,6 +622,117 @@ mod tests {
         wrong_length[8] ^= 1;
         let (record, message) = wrong_length.split_at(RECORD_HEADER_SIZE);
         assert!(!is_client_hello(record, message));
+    }
+
+    use rcgen::ExtendedKeyUsagePurpose::{ClientAuth, ServerAuth};
+
+    #[test]
+    fn a_node_certificate_lacking_an_extended_key_usage_is_refused_on_loading_naming_it() {
+        let authority = Authority::new();
+        let load = |usages| {
+            let (certificate, key) = authority.node_for("10.0.0.1", usages);
+            ReplicaTls::new(test_certificates::credentials(
+                &certificate,
+                &key,
+                &authority,
+            ))
+        };
+        let no_client = load(vec![ServerAuth]).err().unwrap();
+        assert!(
+            no_client.contains("lacks the clientAuth extended key usage")
+                && no_client.contains("cannot dial"),
+            "{no_client}"
+        );
+        let no_server = load(vec![ClientAuth]).err().unwrap();
+        assert!(
+            no_server.contains("lacks the serverAuth extended key usage")
+                && no_server.contains("cannot accept links"),
+            "{no_server}"
+        );
+        assert!(load(vec![ServerAuth, ClientAuth]).is_ok());
+    }
+
+    /// Runs a TLS handshake in memory between a client presenting `certificate` (PEM, with
+    /// `key`) and `acceptor`'s server side, and returns the acceptor's error and then the
+    /// client's, once the acceptor's alert reached it.
+    fn refused_handshake(
+        acceptor: &ReplicaTls,
+        authority: &Authority,
+        certificate: &str,
+        key: &str,
+    ) -> (rustls::Error, rustls::Error) {
+        let credentials = test_certificates::credentials(certificate, key, authority);
+        let mut roots = RootCertStore::empty();
+        roots.add(authority.der()).unwrap();
+        let mut config =
+            ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_protocol_versions(&[&rustls::version::TLS13])
+                .unwrap()
+                .with_root_certificates(roots)
+                .with_client_auth_cert(credentials.chain, credentials.key)
+                .unwrap();
+        config.alpn_protocols = vec![ALPN.to_vec()];
+        let name = ServerName::IpAddress(std::net::Ipv4Addr::LOCALHOST.into());
+        let mut client = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
+        let mut server = rustls::ServerConnection::new(acceptor.server.clone()).unwrap();
+        for _ in 0..8 {
+            let mut bytes = Vec::new();
+            client.write_tls(&mut bytes).unwrap();
+            server.read_tls(&mut &bytes[..]).unwrap();
+            let refused = server.process_new_packets().err();
+            let mut bytes = Vec::new();
+            server.write_tls(&mut bytes).unwrap();
+            client.read_tls(&mut &bytes[..]).unwrap();
+            let answered = client.process_new_packets().err();
+            if let Some(refused) = refused {
+                return (refused, answered.expect("the client hears the alert"));
+            }
+        }
+        panic!("the acceptor admitted the certificate");
+    }
+
+    #[test]
+    fn a_dialer_certificate_without_client_auth_is_refused_naming_the_usage_on_both_sides() {
+        let authority = Authority::new();
+        let acceptor = authority.tls("127.0.0.1");
+        let (certificate, key) = authority.node_for("127.0.0.1", vec![ServerAuth]);
+        let (at_acceptor, at_dialer) = refused_handshake(&acceptor, &authority, &certificate, &key);
+        // As the bus reports them: through `cause` of the I/O error the TLS stream returns.
+        let at_acceptor = cause(&std::io::Error::other(at_acceptor));
+        assert!(
+            at_acceptor.contains("the peer's certificate lacks the clientAuth extended key usage"),
+            "{at_acceptor}"
+        );
+        assert!(!at_acceptor.contains("roster ip"), "{at_acceptor}");
+        let at_dialer = cause(&std::io::Error::other(at_dialer));
+        assert!(
+            at_dialer.contains("refused this node's certificate for its extended key usages"),
+            "{at_dialer}"
+        );
+    }
+
+    #[test]
+    fn the_acceptor_checks_a_dialer_certificate_for_client_auth_and_its_name() {
+        let authority = Authority::new();
+        let tls = authority.tls("10.0.0.1");
+        let peer = |usages| {
+            let (certificate, _) = authority.node_for("10.0.0.2", usages);
+            PeerCertificate(
+                CertificateDer::pem_slice_iter(certificate.as_bytes())
+                    .collect::<Result<_, _>>()
+                    .unwrap(),
+            )
+        };
+        let ip = "10.0.0.2".parse().unwrap();
+        // The dialer plays the client: serverAuth is not asked of it.
+        peer(vec![ClientAuth]).check_named(&tls, ip).unwrap();
+        // Without clientAuth the refusal says so, not that the ip is wrong.
+        let refused = peer(vec![ServerAuth]).check_named(&tls, ip).unwrap_err();
+        assert!(
+            refused.contains("lacks the clientAuth extended key usage"),
+            "{refused}"
+        );
+        assert!(!refused.contains("does not name"), "{refused}");
     }
 
     #[test]
