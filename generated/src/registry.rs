@@ -1238,6 +1238,13 @@ pub const STRUCTS: &[StructInfo] = &[
         until: 4294967295,
     },
     StructInfo {
+        name: "PartitionCheckpointStateV1",
+        module: "storage",
+        fixed: None,
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
         name: "PartitionCheckpointStateV0",
         module: "storage",
         fixed: None,
@@ -1558,6 +1565,9 @@ pub fn roundtrip(name: &str, input: &[u8]) -> Option<Result<Roundtrip, WireError
         "GroupDeletion" => rt!(crate ::storage::GroupDeletion, input),
         "PartitionCheckpointState" => {
             rt!(crate ::storage::PartitionCheckpointState, input)
+        }
+        "PartitionCheckpointStateV1" => {
+            rt!(crate ::storage::PartitionCheckpointStateV1, input)
         }
         "PartitionCheckpointStateV0" => {
             rt!(crate ::storage::PartitionCheckpointStateV0, input)

@@ -16,11 +16,11 @@ pub const SNAPSHOT_MAGIC: [u8; 8] = *b"IGGYMETA";
 pub const STORAGE_MARKER_FILE: &str = "storage.format";
 /// `STORAGE_MARKER_SIZE_MAX` (spec/storage.spec:76).
 pub const STORAGE_MARKER_SIZE_MAX: u64 = 256;
-/// `VSR_CHECKPOINT_MAGIC` (spec/storage.spec:247).
+/// `VSR_CHECKPOINT_MAGIC` (spec/storage.spec:253).
 pub const VSR_CHECKPOINT_MAGIC: [u8; 4] = *b"VSPL";
-/// `VSR_CHECKPOINT_MAGIC_V0` (spec/storage.spec:248).
+/// `VSR_CHECKPOINT_MAGIC_V0` (spec/storage.spec:254).
 pub const VSR_CHECKPOINT_MAGIC_V0: [u8; 4] = *b"VSPK";
-/// `VSR_VIEW_STATE_MAGIC` (spec/storage.spec:288).
+/// `VSR_VIEW_STATE_MAGIC` (spec/storage.spec:294).
 pub const VSR_VIEW_STATE_MAGIC: [u8; 4] = *b"VSVW";
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]
@@ -2211,6 +2211,19 @@ pub struct SessionRetirementOp {
 #[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
 pub struct PartitionCheckpointState {
     /// the offset after the last message the checkpoint covers
+    #[wire(plain)]
+    pub next_offset: u64,
+    #[wire(vec(u32, plain))]
+    pub offsets: Vec<crate::storage::StoredOffset>,
+    #[wire(vec(u32, plain))]
+    pub group_deletions: Vec<crate::storage::GroupDeletion>,
+    /// per entry of offsets, in its order: the metadata op its write was resolved at (u64::MAX unknown)
+    #[wire(vec(u32, plain))]
+    pub resolved_at: Vec<u64>,
+}
+/// Variable-length `PartitionCheckpointStateV1`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct PartitionCheckpointStateV1 {
     #[wire(plain)]
     pub next_offset: u64,
     #[wire(vec(u32, plain))]

@@ -2581,6 +2581,65 @@ async fn segment_deletion_reaches_partitions_led_by_other_nodes() {
     cluster.wait_identical_segments(6).await;
 }
 
+/// A consumer group deleted while the primary of one of its topic's partitions is stopped: the
+/// nodes that apply the deletion do not lead that partition (NotPrimary), and the stopped one
+/// no longer leads it once it resumes, so the deletion's own partition write reaches nobody.
+/// The partition primaries' sweep deletes those offsets, and a group created again under the
+/// same id starts with none instead of resuming from the deleted group's offset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_deleted_while_a_partition_primary_is_stopped_leaves_its_id_no_offset() {
+    let cluster = TestCluster::start(3);
+    let setup = cluster.root_client(0).await;
+    let (stream, topic, partition_groups) = create_topic(&setup, 3).await;
+    let (metadata_primary, _) = cluster.primary(METADATA_GROUP).expect("a metadata primary");
+    let (partition, group, primary, view) = (0..3u32)
+        .zip(partition_groups.iter().copied())
+        .filter_map(|(p, g)| {
+            cluster
+                .primary(g)
+                .map(|(primary, view)| (p, g, primary, view))
+        })
+        .find(|(_, _, primary, _)| *primary != metadata_primary)
+        .expect("three partitions spread over three nodes");
+    let client = cluster.root_client(usize::from(metadata_primary)).await;
+    let (stream_id, topic_id, group_name) = (id(stream), id(topic), name("g"));
+    send_to_partition(&client, &stream_id, &topic_id, partition, msgs("m", 10)).await;
+    let create = || client.create_consumer_group(&stream_id, &topic_id, "g");
+    let created = ok("create group", within("create group", create()).await);
+    let join = || client.join_consumer_group(&stream_id, &topic_id, &group_name);
+    ok("join group", within("join group", join()).await);
+    let as_group = Consumer::group(name("g"));
+    let store = client.store_consumer_offset(&as_group, &stream_id, &topic_id, Some(partition), 6);
+    ok("store group offset", within("store", store).await);
+
+    let stopped = usize::from(primary);
+    cluster.pause(stopped);
+    let delete = client.delete_consumer_group(&stream_id, &topic_id, &group_name);
+    ok("delete group", within("delete group", delete).await);
+    cluster.wait_new_primary(group, stopped, view).await;
+    cluster.resume(stopped);
+    cluster.wait_normal(stopped, &[METADATA_GROUP, group]).await;
+    // The sweep says when it deleted them; without it the group is recreated after a while
+    // anyway, and the check below is what fails.
+    let swept = "deleted the offsets of consumer group 0 no live group owns";
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while Instant::now() < deadline
+        && !(0..cluster.len()).any(|i| cluster.node(i).log().contains(swept))
+    {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let recreated = ok("create group again", within("create group", create()).await);
+    assert_eq!(recreated.id, created.id, "the id is reused");
+    ok("join again", within("join group", join()).await);
+    let get = client.get_consumer_offset(&as_group, &stream_id, &topic_id, Some(partition));
+    let inherited = ok("get group offset", within("get", get).await);
+    assert!(
+        inherited.is_none(),
+        "the new group inherited {inherited:?} from the deleted one"
+    );
+}
+
 // ----- sessions are cluster-wide -----
 
 /// One client connection in raw frames: a request at a time, its reply read whole.

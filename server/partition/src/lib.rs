@@ -18,6 +18,6 @@ pub mod checkpoint;
 pub mod machine;
 pub mod write;
 
-pub use checkpoint::CheckpointState;
+pub use checkpoint::{CheckpointState, KeptOffset};
 pub use machine::{Applied, Log, Partition, PollRange, StartAt, Stow};
-pub use write::{OffsetOwner, PartitionWrite, WriteResult};
+pub use write::{OffsetOwner, PartitionWrite, RESOLVED_AT_UNKNOWN, WriteResult};

@@ -4,8 +4,8 @@
 //! [`Stow`], a truncation point) and reports back where the core needs to know it happened
 //! ([`Partition::appended`], [`Partition::stowed`]).
 
-use crate::checkpoint::CheckpointState;
-use crate::write::{OffsetOwner, PartitionWrite, WriteResult};
+use crate::checkpoint::{CheckpointState, KeptOffset};
+use crate::write::{OffsetOwner, PartitionWrite, RESOLVED_AT_UNKNOWN, WriteResult};
 use bytes::Bytes;
 use iggy_generated::errors::ErrorCode;
 use iggy_generated::frames::{BatchHeader, Operation};
@@ -181,13 +181,58 @@ impl Partition {
     }
 
     /// The offsets stored for consumers and groups.
-    pub fn offsets(&self) -> &BTreeMap<OffsetOwner, u64> {
-        &self.state.offsets
+    pub fn offsets(&self) -> BTreeMap<OffsetOwner, u64> {
+        self.state
+            .offsets
+            .iter()
+            .map(|(owner, kept)| (*owner, kept.offset))
+            .collect()
     }
 
     /// The offset stored for `owner`.
     pub fn offset(&self, owner: OffsetOwner) -> Option<u64> {
-        self.state.offsets.get(&owner).copied()
+        self.state.offsets.get(&owner).map(|kept| kept.offset)
+    }
+
+    /// The group offsets here that belong to no live group of the topic, as the deletions
+    /// that remove them: (group id, metadata op to name in its
+    /// [`PartitionWrite::DeleteGroupOffsets`]). `live_groups` maps each consumer group of the
+    /// topic in the metadata model as of op `metadata_op` to the op that created it (0 when
+    /// unknown). Orphaned are the offsets of a group id not live at `metadata_op` (deleted, by
+    /// an op whose own deletion never reached this partition), named by `metadata_op`, and
+    /// those of a live id resolved before its group was created (a deleted group's that a
+    /// later one with the same id would otherwise inherit), named by that creation op. Only a
+    /// deletion that would remove an offset is listed, so a sweep that finds nothing to do
+    /// proposes nothing; an offset resolved at an unknown op under a live group is kept.
+    pub fn orphaned_group_offsets(
+        &self,
+        live_groups: &BTreeMap<u32, u64>,
+        metadata_op: u64,
+    ) -> Vec<(u32, u64)> {
+        let mut deletions: BTreeMap<u32, u64> = BTreeMap::new();
+        for (owner, kept) in &self.state.offsets {
+            let group = match *owner {
+                OffsetOwner::Consumer(_) => continue,
+                OffsetOwner::Group(group) | OffsetOwner::External(group) => group,
+            };
+            let deletion = match live_groups.get(&group) {
+                None => metadata_op,
+                Some(&created_at) if kept.resolved_at < created_at => created_at,
+                Some(_) => continue,
+            };
+            if self.group_deletion_applies(group, deletion) && removed_by(kept, deletion) {
+                deletions.insert(group, deletion);
+            }
+        }
+        deletions.into_iter().collect()
+    }
+
+    /// Whether a [`PartitionWrite::DeleteGroupOffsets`] of `group` at `metadata_op` changes
+    /// anything: it is later than the partition's creation and than the group's latest
+    /// deletion applied here.
+    fn group_deletion_applies(&self, group: u32, metadata_op: u64) -> bool {
+        let latest = self.state.group_deletions.get(&group).copied();
+        metadata_op > self.created_at_op && metadata_op > latest.unwrap_or(0)
     }
 
     /// The state a checkpoint keeps besides the log itself (the spec's
@@ -300,7 +345,11 @@ impl Partition {
                 if self.group_deleted_after(owner, resolved_at) {
                     WriteResult::Failed(ErrorCode::ConsumerGroupIdNotFound)
                 } else {
-                    self.state.offsets.insert(owner, offset);
+                    let kept = KeptOffset {
+                        offset,
+                        resolved_at,
+                    };
+                    self.state.offsets.insert(owner, kept);
                     WriteResult::Done
                 }
             }
@@ -314,11 +363,17 @@ impl Partition {
                 }
             }
             Some(PartitionWrite::DeleteGroupOffsets { group, metadata_op }) => {
-                let latest = self.state.group_deletions.get(&group).copied();
-                if metadata_op > self.created_at_op && metadata_op > latest.unwrap_or(0) {
+                if self.group_deletion_applies(group, metadata_op) {
                     self.state.group_deletions.insert(group, metadata_op);
-                    self.state.offsets.remove(&OffsetOwner::Group(group));
-                    self.state.offsets.remove(&OffsetOwner::External(group));
+                    // An offset resolved at or after `metadata_op` is a later group's (one
+                    // created after a sweep's view of the model), and stays.
+                    for owner in [OffsetOwner::Group(group), OffsetOwner::External(group)] {
+                        if let Some(kept) = self.state.offsets.get(&owner)
+                            && removed_by(kept, metadata_op)
+                        {
+                            self.state.offsets.remove(&owner);
+                        }
+                    }
                 }
                 WriteResult::Done
             }
@@ -478,10 +533,16 @@ impl Partition {
             .offsets
             .iter()
             .filter(|(owner, _)| !matches!(owner, OffsetOwner::External(_)))
-            .map(|(_, offset)| *offset)
+            .map(|(_, kept)| kept.offset)
             .min()
             .unwrap_or(u64::MAX)
     }
+}
+
+/// Whether a deletion of its group at metadata op `metadata_op` removes `kept`: resolved
+/// before it, or at an op not known.
+fn removed_by(kept: &KeptOffset, metadata_op: u64) -> bool {
+    kept.resolved_at < metadata_op || kept.resolved_at == RESOLVED_AT_UNKNOWN
 }
 
 #[cfg(test)]
@@ -605,6 +666,88 @@ mod tests {
     }
 
     #[test]
+    fn a_sweep_finds_the_offsets_of_groups_not_live_and_names_its_metadata_op() {
+        // Created by metadata op 3; group 0 stored at 5 and 6, group 1 at 5, group 2 at 30.
+        let mut partition = Partition::new(3);
+        apply(&mut partition, 1, store(OffsetOwner::Group(0), 4, 5));
+        apply(&mut partition, 2, store(OffsetOwner::External(0), 9, 6));
+        apply(&mut partition, 3, store(OffsetOwner::Group(1), 2, 5));
+        apply(&mut partition, 4, store(OffsetOwner::Consumer(0), 1, 5));
+        apply(&mut partition, 5, store(OffsetOwner::Group(2), 1, 30));
+        // At metadata op 20 only group 1 lives: group 0's two slots are orphaned, group 2's
+        // offset was resolved after 20 (a group this model has not heard of yet) and stays.
+        let live = BTreeMap::from([(1, 0)]);
+        assert_eq!(partition.orphaned_group_offsets(&live, 20), vec![(0, 20)]);
+        apply(&mut partition, 6, delete_group(0, 20));
+        assert_eq!(partition.orphaned_group_offsets(&live, 20), vec![]);
+        assert_eq!(partition.offset(OffsetOwner::Group(0)), None);
+        assert_eq!(partition.offset(OffsetOwner::External(0)), None);
+        // Once the model is at 40 without group 2, its offset is orphaned too.
+        assert_eq!(partition.orphaned_group_offsets(&live, 40), vec![(2, 40)]);
+        apply(&mut partition, 7, delete_group(2, 40));
+        assert_eq!(partition.offset(OffsetOwner::Group(2)), None);
+        // Plain consumers and live groups are never listed.
+        assert_eq!(partition.orphaned_group_offsets(&live, 50), vec![]);
+        assert_eq!(partition.offset(OffsetOwner::Consumer(0)), Some(1));
+        assert_eq!(partition.offset(OffsetOwner::Group(1)), Some(2));
+    }
+
+    #[test]
+    fn a_sweep_finds_a_recreated_groups_inherited_offsets_and_names_its_creation() {
+        let mut partition = Partition::new(3);
+        // A group 0 stored at 5; it was deleted and a new group 0 created at 12, and the
+        // deletion never reached this partition.
+        apply(&mut partition, 1, store(OffsetOwner::Group(0), 4, 5));
+        apply(&mut partition, 2, store(OffsetOwner::External(0), 7, 13));
+        let live = BTreeMap::from([(0, 12)]);
+        assert_eq!(partition.orphaned_group_offsets(&live, 20), vec![(0, 12)]);
+        apply(&mut partition, 3, delete_group(0, 12));
+        assert_eq!(partition.offset(OffsetOwner::Group(0)), None);
+        assert_eq!(
+            partition.offset(OffsetOwner::External(0)),
+            Some(7),
+            "the new group's own offset stays"
+        );
+        assert_eq!(partition.orphaned_group_offsets(&live, 20), vec![]);
+        // A write resolved against the deleted group, still in flight, is refused.
+        assert_eq!(
+            apply(&mut partition, 4, store(OffsetOwner::Group(0), 8, 11)),
+            WriteResult::Failed(ErrorCode::ConsumerGroupIdNotFound)
+        );
+        // A creation op not known (0) judges nothing.
+        apply(&mut partition, 5, store(OffsetOwner::Group(1), 4, 5));
+        let unknown = BTreeMap::from([(0, 12), (1, 0)]);
+        assert_eq!(partition.orphaned_group_offsets(&unknown, 20), vec![]);
+    }
+
+    #[test]
+    fn a_deletion_keeps_offsets_resolved_after_it_and_removes_unknown_ones() {
+        let mut partition = Partition::new(0);
+        apply(&mut partition, 1, store(OffsetOwner::Group(0), 4, 25));
+        apply(
+            &mut partition,
+            2,
+            store(OffsetOwner::External(0), 9, RESOLVED_AT_UNKNOWN),
+        );
+        // A sweep at metadata op 20 (its model had not seen group 0 created at 22 yet).
+        apply(&mut partition, 3, delete_group(0, 20));
+        assert_eq!(partition.offset(OffsetOwner::Group(0)), Some(4));
+        assert_eq!(
+            partition.offset(OffsetOwner::External(0)),
+            None,
+            "stored before resolution ops were kept: goes as it always did"
+        );
+        // An offset resolved at an unknown op under a live group is never judged inherited.
+        apply(
+            &mut partition,
+            4,
+            store(OffsetOwner::External(0), 9, RESOLVED_AT_UNKNOWN),
+        );
+        let live = BTreeMap::from([(0, 22)]);
+        assert_eq!(partition.orphaned_group_offsets(&live, 30), vec![]);
+    }
+
+    #[test]
     fn a_session_retirement_names_its_clients_for_the_group_once_and_changes_no_offset() {
         let mut partition = Partition::new(0);
         apply(&mut partition, 1, store(OffsetOwner::Consumer(1), 4, 1));
@@ -648,13 +791,14 @@ mod tests {
         apply(&mut restored, 7, delete_group(5, 40));
         assert_eq!(restored.offset(OffsetOwner::External(5)), Some(1));
 
-        // A checkpoint written before the group deletions were kept.
-        let old = &state[..state.len() - 4 - 2 * 12];
+        // A checkpoint written before the group deletions (and the three offsets' resolution
+        // ops) were kept.
+        let old = &state[..state.len() - (4 + 3 * 8) - (4 + 2 * 12)];
         let mut restored = Partition::new(0);
         restored.restore(old, 0).unwrap();
         assert_eq!(restored.offsets(), partition.offsets());
         assert!(restored.state.group_deletions.is_empty());
-        // A truncated deletion record is refused.
+        // A truncated record is refused.
         let torn = &state[..state.len() - 1];
         assert!(Partition::new(0).restore(torn, 0).is_err());
     }

@@ -43,6 +43,10 @@ impl OffsetOwner {
     }
 }
 
+/// The `resolved_at` of an offset write journaled, or an offset checkpointed, before the field
+/// existed: never refused, and removed by any deletion of its group applied.
+pub const RESOLVED_AT_UNKNOWN: u64 = u64::MAX;
+
 /// The body of a partition op as journaled: the primary's decisions plus the client's bytes.
 /// Internal to this server (the journal is ours); the wire batch inside is the spec's layout.
 pub enum PartitionWrite {
@@ -51,7 +55,7 @@ pub enum PartitionWrite {
     /// `resolved_at`: the metadata op the owner was resolved at (a group's offsets: the group
     /// existed then). Refused if the owner's group was deleted by a later op, so a request in
     /// flight across a group's deletion leaves nothing a later group with that id would find.
-    /// A record journaled before the field existed reads as `u64::MAX` (never refused).
+    /// A record journaled before the field existed reads as [`RESOLVED_AT_UNKNOWN`].
     StoreOffset {
         owner: OffsetOwner,
         offset: u64,
@@ -64,8 +68,9 @@ pub enum PartitionWrite {
     /// DeleteSegments: every closed segment whose messages all lie below `keep_from`, as the
     /// primary planned it from the request. Applying it twice deletes nothing more.
     RetireSegments { keep_from: u64 },
-    /// The consumer group `group` was deleted by metadata op `metadata_op`: its offsets (kind 2
-    /// and kind 3) go, so a group created later with the same id starts with none. Applied
+    /// The consumer group `group` was deleted by metadata op `metadata_op` (or, proposed by a
+    /// primary's sweep, was not live at it): its offsets (kind 2 and kind 3) resolved before
+    /// `metadata_op` go, so a group created later with the same id starts with none. Applied
     /// only when `metadata_op` is above the latest deletion of `group` the partition applied
     /// and above the op that created the partition, so a deletion submitted again (a restart
     /// finishing one a crash interrupted) never removes a later group's offsets.
@@ -130,7 +135,7 @@ impl PartitionWrite {
     /// record is malformed.
     pub fn decode(operation: u8, body: &Bytes) -> Option<PartitionWrite> {
         // Records journaled before `resolved_at` existed (the `V0` layouts) read as resolved
-        // at `u64::MAX`: never refused.
+        // at an unknown op: never refused.
         match Operation::from_repr(operation)? {
             Operation::SendMessages => Some(PartitionWrite::Send {
                 batch: body.clone(),
@@ -146,7 +151,7 @@ impl PartitionWrite {
                     Some(PartitionWrite::StoreOffset {
                         owner: OffsetOwner::of(op.owner),
                         offset: op.offset,
-                        resolved_at: u64::MAX,
+                        resolved_at: RESOLVED_AT_UNKNOWN,
                     })
                 }
             },
@@ -157,7 +162,7 @@ impl PartitionWrite {
                 }),
                 Err(_) => Some(PartitionWrite::DeleteOffset {
                     owner: OffsetOwner::of(DeleteOffsetOpV0::decode_exact(body).ok()?.owner),
-                    resolved_at: u64::MAX,
+                    resolved_at: RESOLVED_AT_UNKNOWN,
                 }),
             },
             Operation::DeleteSegments => Some(PartitionWrite::RetireSegments {

@@ -566,7 +566,7 @@ impl Workload for PartitionWorkload {
                 }
             }
             if replica.commit_min() >= self.history.last_op
-                && node.machine.core().offsets() != &self.history.offsets
+                && node.machine.core().offsets() != self.history.offsets
             {
                 self.fail(format!("replica {index} holds other consumer offsets"));
             }

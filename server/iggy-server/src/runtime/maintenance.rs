@@ -23,7 +23,7 @@ use iggy_metadata::machine::SYSTEM_CLIENT;
 use iggy_metadata::machine::envelope;
 use iggy_metadata::options::limit;
 use iggy_wire::WireEncode;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -41,6 +41,80 @@ pub async fn run(node: Rc<Node>) {
         retention(&node).await;
         expire_sessions(&node, lease).await;
         retirement.pass(&node, pass).await;
+        sweep_orphaned_group_offsets(&node).await;
+    }
+}
+
+/// Whether this node's metadata model is current enough to judge which consumer groups are
+/// live: its replica serves in touch with its primary (or leads a quorum) and applied every op
+/// it knows committed. A model that lags (recovering, in a view change, cut off, still
+/// applying) could call a group it has not heard of yet orphaned.
+fn metadata_current(role: GroupRole, applied: u64, known_committed: u64) -> bool {
+    role.status == iggy_vsr::Status::Normal && role.in_touch && applied >= known_committed
+}
+
+/// The consumer groups of each topic as of the model's op: group id → its creation op (0: the
+/// model does not keep it, so an offset a recreated group would inherit is not told apart).
+type LiveGroups = HashMap<(u32, u32), BTreeMap<u32, u64>>;
+
+fn live_groups(metadata: &Metadata) -> LiveGroups {
+    let mut out = HashMap::new();
+    for stream in metadata.streams.values() {
+        for topic in stream.topics.values() {
+            let groups = topic.consumer_groups.keys().map(|id| (*id, 0)).collect();
+            out.insert((stream.id, topic.id), groups);
+        }
+    }
+    out
+}
+
+/// A deleted consumer group's offsets go from each partition through an op its primary
+/// submits when it applies the deletion; a primary that never applied it (it caught up by a
+/// state transfer past it) or a partition changing views for longer than that submission
+/// waits leaves them, for a later group with the same id to inherit. So each pass, on every
+/// partition this node leads, the group offsets no live group owns are deleted through the same
+/// committed op, judged against this node's model only while that model is current.
+async fn sweep_orphaned_group_offsets(node: &Node) {
+    let figures = node.metadata.figures();
+    if !metadata_current(figures.role(), figures.applied(), figures.commit()) {
+        return;
+    }
+    let (metadata_op, groups, keys) = {
+        let metadata = node.shared.metadata.borrow();
+        let keys: Vec<PartitionKey> = metadata.live_partitions().into_keys().collect();
+        (metadata.commit, live_groups(&metadata), keys)
+    };
+    for key in keys {
+        let Some(live) = groups.get(&(key.0, key.1)) else {
+            continue;
+        };
+        let Some(partition) = node.shared.partition(key) else {
+            continue;
+        };
+        if !primary(node, partition.group.figures().role()) {
+            continue;
+        }
+        let deletions = match partition
+            .orphaned_group_offsets(live.clone(), metadata_op)
+            .await
+        {
+            Ok(deletions) => deletions,
+            Err(_) => continue,
+        };
+        for (group, deletion_op) in deletions {
+            match partition
+                .delete_orphaned_group_offsets(group, deletion_op)
+                .await
+            {
+                Ok(()) => tracing::info!(
+                    "partition {key:?}: deleted the offsets of consumer group {group} no live group owns (as of metadata op {deletion_op})"
+                ),
+                // The next pass looks again.
+                Err(error) => tracing::warn!(
+                    "partition {key:?}: offsets of consumer group {group} no live group owns not deleted: {error:?}"
+                ),
+            }
+        }
     }
 }
 
@@ -333,6 +407,7 @@ fn identity(client: u128, session: u64, metadata_commit: u64) -> SessionIdentity
 #[cfg(test)]
 mod tests {
     use super::*;
+    use iggy_metadata::Ident;
     use iggy_vsr::Status;
 
     fn role(status: Status, in_touch: bool) -> GroupRole {
@@ -341,6 +416,44 @@ mod tests {
             primary: 0,
             in_touch,
         }
+    }
+
+    #[test]
+    fn orphaned_offsets_are_judged_only_by_a_model_in_touch_that_applied_what_it_knew() {
+        let serving = role(Status::Normal, true);
+        assert!(metadata_current(serving, 12, 12));
+        assert!(
+            !metadata_current(serving, 11, 12),
+            "still applying an op it knows committed (a group created there)"
+        );
+        assert!(
+            !metadata_current(role(Status::Normal, false), 12, 12),
+            "cut off from its primary: commits it has not heard of"
+        );
+        for status in [Status::ViewChange, Status::Recovering] {
+            assert!(!metadata_current(role(status, true), 12, 12), "{status:?}");
+        }
+    }
+
+    #[test]
+    fn the_live_groups_of_each_topic_come_from_the_model() {
+        let mut metadata = Metadata::default();
+        let stream = Ident::Id(0);
+        let topic = Ident::Id(0);
+        metadata.create_stream("s", 1).unwrap();
+        let settings = iggy_metadata::TopicSettings::default();
+        metadata
+            .create_topic(&stream, "t", 1, settings, 2, 1)
+            .unwrap();
+        let kept = metadata.create_group(&stream, &topic, "kept").unwrap();
+        let gone = metadata.create_group(&stream, &topic, "gone").unwrap();
+        metadata
+            .delete_group(&stream, &topic, &Ident::Id(gone), 5)
+            .unwrap();
+        let groups = live_groups(&metadata);
+        assert_eq!(groups.len(), 1);
+        let live: Vec<u32> = groups[&(0, 0)].keys().copied().collect();
+        assert_eq!(live, vec![kept]);
     }
 
     #[test]

@@ -44,6 +44,13 @@ pub enum PartitionRead {
         max_size: Option<u64>,
         done: oneshot::Sender<Option<u64>>,
     },
+    /// The deletions that remove group offsets no live group owns (see
+    /// `iggy_partition::Partition::orphaned_group_offsets`).
+    OrphanedGroupOffsets {
+        live_groups: std::collections::BTreeMap<u32, u64>,
+        metadata_op: u64,
+        done: oneshot::Sender<Vec<(u32, u64)>>,
+    },
     /// Where a deletion of up to `count` of the oldest segments keeps the log from: segments
     /// holding messages a consumer has not committed yet stay.
     PlanSegmentRetirement {
@@ -524,6 +531,13 @@ impl StateMachine for PartitionMachine {
                 self.log.sync().await;
                 let _ = done.send(());
             }
+            PartitionRead::OrphanedGroupOffsets {
+                live_groups,
+                metadata_op,
+                done,
+            } => {
+                let _ = done.send(self.core.orphaned_group_offsets(&live_groups, metadata_op));
+            }
             PartitionRead::PlanSegmentRetirement { count, done } => {
                 let keep_after = self.core.retirement_floor();
                 let planned = self.log.retire_point(count, keep_after);
@@ -812,6 +826,46 @@ impl PartitionHandle {
     /// op of the node's own client.
     pub async fn retire_sessions(&self, sessions: Vec<SessionIdentity>) -> Result<(), ErrorCode> {
         let write = PartitionWrite::RetireSessions { sessions };
+        match self
+            .group
+            .submit_next(RETENTION_CLIENT, write.operation(), write.encode())
+            .await
+        {
+            Outcome::Committed { .. } => Ok(()),
+            Outcome::Refused(refusal) => Err(crate::consensus::group::refusal_error(&refusal)),
+            Outcome::Failed => Err(ErrorCode::TransientNotCommitted),
+        }
+    }
+
+    /// The group offsets no live group owns, as the deletions that remove them: `live_groups`
+    /// maps the topic's consumer groups, as of metadata op `metadata_op`, to their creation op
+    /// (0 when unknown).
+    pub async fn orphaned_group_offsets(
+        &self,
+        live_groups: std::collections::BTreeMap<u32, u64>,
+        metadata_op: u64,
+    ) -> Result<Vec<(u32, u64)>, ErrorCode> {
+        let (done, wait) = oneshot::channel();
+        let read = PartitionRead::OrphanedGroupOffsets {
+            live_groups,
+            metadata_op,
+            done,
+        };
+        if !self.group.read(read) {
+            return Err(ErrorCode::PartitionNotFound);
+        }
+        wait.await.map_err(|_| ErrorCode::PartitionNotFound)
+    }
+
+    /// Deletes the offsets of `group` resolved before metadata op `metadata_op` through a
+    /// committed op of the node's own client, as the partition's primary: a sweep's
+    /// [`PartitionWrite::DeleteGroupOffsets`].
+    pub async fn delete_orphaned_group_offsets(
+        &self,
+        group: u32,
+        metadata_op: u64,
+    ) -> Result<(), ErrorCode> {
+        let write = PartitionWrite::DeleteGroupOffsets { group, metadata_op };
         match self
             .group
             .submit_next(RETENTION_CLIENT, write.operation(), write.encode())

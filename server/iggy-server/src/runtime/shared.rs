@@ -345,7 +345,10 @@ impl Shared {
                             }
                             // Already applied (a resubmission at start): nothing to do.
                             Ok(_) | Err(ErrorCode::RequestTooOld) => break,
-                            // In a cluster the partition's primary (another node) submits it.
+                            // In a cluster the partition's primary (another node) submits it;
+                            // if none does (it skipped this op, or the partition changed views
+                            // past these retries), the primaries' sweep of orphaned group
+                            // offsets (runtime::maintenance) deletes them.
                             Err(ErrorCode::NotPrimary) => break,
                             Err(error) => {
                                 tracing::error!(
