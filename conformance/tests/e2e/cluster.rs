@@ -464,28 +464,7 @@ impl TestCluster {
     /// primary creates it; the others learn it by replication).
     pub async fn root_client(&self, i: usize) -> IggyClient {
         let connection = self.nodes[i].connection_string(ROOT_USER, ROOT_PASSWORD);
-        let last_error = Mutex::new(String::new());
-        wait_until_async(
-            &format!("root signs in on node {i}"),
-            Duration::from_secs(30),
-            async || {
-                let client = IggyClient::from_connection_string(&connection)
-                    .expect("valid connection string");
-                match tokio::time::timeout(CALL_TIMEOUT, client.connect()).await {
-                    Ok(Ok(())) => Some(client),
-                    Ok(Err(e)) => {
-                        *last_error.lock().unwrap() = format!("{e} (code {})", e.as_code());
-                        None
-                    }
-                    Err(_) => {
-                        *last_error.lock().unwrap() = "connect timed out".into();
-                        None
-                    }
-                }
-            },
-            || last_error.lock().unwrap().clone(),
-        )
-        .await
+        signed_in(&connection, &format!("root signs in on node {i}")).await
     }
 
     /// Every segment `.log` file under each node's data directory, by its path there (indexes,
@@ -531,6 +510,49 @@ impl TestCluster {
         )
         .await
     }
+}
+
+/// A client of `connection` (credentials in it) once it connects and signs in, retried for
+/// 30 s (a node serves once it learned the root user; each attempt is cut at CALL_TIMEOUT).
+pub async fn signed_in(connection: &str, what: &str) -> IggyClient {
+    let last_error = Mutex::new(String::new());
+    wait_until_async(
+        what,
+        Duration::from_secs(30),
+        async || {
+            let client =
+                IggyClient::from_connection_string(connection).expect("valid connection string");
+            match tokio::time::timeout(CALL_TIMEOUT, client.connect()).await {
+                Ok(Ok(())) => Some(client),
+                Ok(Err(e)) => {
+                    *last_error.lock().unwrap() = format!("{e} (code {})", e.as_code());
+                    None
+                }
+                Err(_) => {
+                    *last_error.lock().unwrap() = "connect timed out".into();
+                    None
+                }
+            }
+        },
+        || last_error.lock().unwrap().clone(),
+    )
+    .await
+}
+
+/// Two metadata ops: creates stream `stream_name` and deletes it again.
+async fn churn_stream(client: &IggyClient, stream_name: &str) {
+    ok(
+        "create",
+        within(
+            "create",
+            client.create_stream(stream_name, &StreamCreateOptions::default()),
+        )
+        .await,
+    );
+    ok(
+        "delete",
+        within("delete", client.delete_stream(&name(stream_name))).await,
+    );
 }
 
 /// Polls `probe` every 50 ms until it returns `Some`, for at most `limit`; then panics with
@@ -2953,36 +2975,12 @@ async fn a_metadata_backup_left_behind_by_checkpoints_catches_up_by_state_transf
             filler < 200,
             "no metadata checkpoint left node {backup} behind"
         );
-        let name = format!("filler-{filler}");
-        ok(
-            "create",
-            within(
-                "create",
-                client.create_stream(&name, &StreamCreateOptions::default()),
-            )
-            .await,
-        );
-        ok(
-            "delete",
-            within("delete", client.delete_stream(&self::name(&name))).await,
-        );
+        churn_stream(&client, &format!("filler-{filler}")).await;
         filler += 1;
     }
     // The other backup's journal outgrows the bound too, and it checkpoints past it as well.
     for filler in 0..40 {
-        let name = format!("more-{filler}");
-        ok(
-            "create",
-            within(
-                "create",
-                client.create_stream(&name, &StreamCreateOptions::default()),
-            )
-            .await,
-        );
-        ok(
-            "delete",
-            within("delete", client.delete_stream(&self::name(&name))).await,
-        );
+        churn_stream(&client, &format!("more-{filler}")).await;
     }
 
     cluster.restart(backup);

@@ -57,26 +57,9 @@ async fn root_client_over(
     i: usize,
 ) -> IggyClient {
     let connection = transport.connection_string(&transport.address(cluster, i));
-    let last_error = std::sync::Mutex::new(String::new());
-    wait_until_async(
+    signed_in(
+        &connection,
         &format!("root signs in over {transport:?} on node {i}"),
-        Duration::from_secs(30),
-        async || {
-            let client =
-                IggyClient::from_connection_string(&connection).expect("valid connection string");
-            match tokio::time::timeout(CALL_TIMEOUT, client.connect()).await {
-                Ok(Ok(())) => Some(client),
-                Ok(Err(e)) => {
-                    *last_error.lock().unwrap() = format!("{e} (code {})", e.as_code());
-                    None
-                }
-                Err(_) => {
-                    *last_error.lock().unwrap() = "connect timed out".into();
-                    None
-                }
-            }
-        },
-        || last_error.lock().unwrap().clone(),
     )
     .await
 }
