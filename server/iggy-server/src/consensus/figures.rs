@@ -51,6 +51,13 @@ impl GroupRole {
     pub fn is_primary(&self, me: u8) -> bool {
         self.status == iggy_vsr::Status::Normal && self.primary == me
     }
+
+    /// Whether a replica in this role that applied through `applied` stands at `wanted`: it
+    /// serves in touch with its primary (or leads a quorum), since one recovering, changing
+    /// views or cut off may miss commits it does not know of, and applied at least `wanted`.
+    pub fn reached(&self, applied: u64, wanted: u64) -> bool {
+        self.status == iggy_vsr::Status::Normal && self.in_touch && applied >= wanted
+    }
 }
 
 impl GroupFigures {

@@ -50,7 +50,7 @@ pub async fn run(node: Rc<Node>) {
 /// it knows committed. A model that lags (recovering, in a view change, cut off, still
 /// applying) could call a group it has not heard of yet orphaned.
 fn metadata_current(role: GroupRole, applied: u64, known_committed: u64) -> bool {
-    role.status == iggy_vsr::Status::Normal && role.in_touch && applied >= known_committed
+    role.reached(applied, known_committed)
 }
 
 /// The consumer groups of each topic as of the model's op: group id → its creation op (0: the
@@ -283,9 +283,7 @@ struct Retirement {
 /// restart or a cut is behind that mark for as many passes as it takes; in steady state the
 /// copy trails its primary by one commit announcement, which the two clean passes cover.
 fn current(role: GroupRole, applied: u64, committed_before: Option<u64>) -> bool {
-    role.status == iggy_vsr::Status::Normal
-        && role.in_touch
-        && committed_before.is_none_or(|committed| applied >= committed)
+    role.reached(applied, committed_before.unwrap_or(0))
 }
 
 impl Retirement {

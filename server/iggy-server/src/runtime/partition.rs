@@ -825,7 +825,12 @@ impl PartitionHandle {
     /// Retires the writer slots of `sessions` (ended in the metadata group) through a committed
     /// op of the node's own client.
     pub async fn retire_sessions(&self, sessions: Vec<SessionIdentity>) -> Result<(), ErrorCode> {
-        let write = PartitionWrite::RetireSessions { sessions };
+        self.commit_own(PartitionWrite::RetireSessions { sessions })
+            .await
+    }
+
+    /// Commits `write` as the node's own client (numbered by the group), its reply unread.
+    async fn commit_own(&self, write: PartitionWrite) -> Result<(), ErrorCode> {
         match self
             .group
             .submit_next(RETENTION_CLIENT, write.operation(), write.encode())
@@ -865,16 +870,8 @@ impl PartitionHandle {
         group: u32,
         metadata_op: u64,
     ) -> Result<(), ErrorCode> {
-        let write = PartitionWrite::DeleteGroupOffsets { group, metadata_op };
-        match self
-            .group
-            .submit_next(RETENTION_CLIENT, write.operation(), write.encode())
+        self.commit_own(PartitionWrite::DeleteGroupOffsets { group, metadata_op })
             .await
-        {
-            Outcome::Committed { .. } => Ok(()),
-            Outcome::Refused(refusal) => Err(crate::consensus::group::refusal_error(&refusal)),
-            Outcome::Failed => Err(ErrorCode::TransientNotCommitted),
-        }
     }
 
     /// The offset a deletion of up to `count` of the oldest segments keeps the log from.

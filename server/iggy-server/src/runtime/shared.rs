@@ -363,6 +363,17 @@ impl Shared {
         }
     }
 
+    /// Opens partition `key` as `incarnation` (the same effect as its create's).
+    async fn open_partition(&self, key: PartitionKey, incarnation: u64) {
+        self.run_effect(Effect::OpenPartition {
+            stream: key.0,
+            topic: key.1,
+            partition: key.2,
+            incarnation,
+        })
+        .await
+    }
+
     /// Stops the group of partition `key`, if one runs: its queued work is done and its files
     /// closed when this returns.
     async fn stop_partition(&self, key: PartitionKey) {
@@ -439,13 +450,7 @@ impl Shared {
         for action in crate::runtime::reconcile::plan(&live, deleted, &on_disk) {
             match action {
                 DiskAction::Open { key, incarnation } => {
-                    self.run_effect(Effect::OpenPartition {
-                        stream: key.0,
-                        topic: key.1,
-                        partition: key.2,
-                        incarnation,
-                    })
-                    .await
+                    self.open_partition(key, incarnation).await
                 }
                 DiskAction::Discard { key, revision } => {
                     self.discard_partition_dir(key, revision, "deleted by a replayed op")
@@ -529,13 +534,7 @@ impl Shared {
                     self.discard_partition_dir(key, revision, &why).await
                 }
                 TransferAction::Open { key, incarnation } => {
-                    self.run_effect(Effect::OpenPartition {
-                        stream: key.0,
-                        topic: key.1,
-                        partition: key.2,
-                        incarnation,
-                    })
-                    .await
+                    self.open_partition(key, incarnation).await
                 }
                 TransferAction::Keep { key, found } => tracing::warn!(
                     "{}: not in the transferred metadata (op {checkpoint_op}), which does not prove it deleted (it names {found:?}); its files are left in place",

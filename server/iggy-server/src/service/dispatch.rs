@@ -422,6 +422,22 @@ async fn read_position(
     }
 }
 
+/// The handle a read is served from: the one [`read_position`] returned, else the primary's
+/// own copy, looked up now.
+fn served_partition(
+    node: &Node,
+    key: PartitionKey,
+    served: Option<PartitionHandle>,
+) -> Result<PartitionHandle, ErrorCode> {
+    match served {
+        Some(partition) => Ok(partition),
+        None => node
+            .shared
+            .partition(key)
+            .ok_or(ErrorCode::PartitionNotFound),
+    }
+}
+
 /// The view and primary of partition `key`'s group as this replica knows them, for a client's
 /// route lookup (105, and 0.11.1's 103/123): 58 while that group is not Normal here.
 fn route_position(node: &Node, key: PartitionKey) -> Result<(u32, u8), ErrorCode> {
@@ -1302,13 +1318,7 @@ async fn non_replicated(
                 }
                 Err(error) => return Err(error),
             };
-            let partition = match served {
-                Some(partition) => partition,
-                None => node
-                    .shared
-                    .partition(key)
-                    .ok_or(ErrorCode::PartitionNotFound)?,
-            };
+            let partition = served_partition(node, key, served)?;
             match partition.offset(owner).await {
                 Some((current, Some(stored))) => {
                     Ok(request.reply(&replies::consumer_offset(key.2, current, stored)))
@@ -1473,13 +1483,7 @@ async fn poll(
         5 => StartAt::Next(owner),
         _ => return Err(ErrorCode::InvalidFormat),
     };
-    let partition = match served {
-        Some(partition) => partition,
-        None => node
-            .shared
-            .partition(key)
-            .ok_or(ErrorCode::PartitionNotFound)?,
-    };
+    let partition = served_partition(node, key, served)?;
     let polled = partition.poll(start, poll.count).await?;
     if poll.auto_commit
         && let Some(last) = polled.batches.last_offset

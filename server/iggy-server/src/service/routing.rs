@@ -182,8 +182,8 @@ pub fn in_touch_catch_up(
     waited: Duration,
     budget: Duration,
 ) -> CatchUp {
-    match role.status == Status::Normal && role.in_touch {
-        true => catch_up(applied, wanted, waited, budget),
+    match role.reached(applied, wanted) {
+        true => CatchUp::Reached,
         false if waited < budget => CatchUp::Wait,
         false => CatchUp::Behind,
     }
