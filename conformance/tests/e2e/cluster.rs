@@ -460,6 +460,27 @@ impl TestCluster {
         format!("group {group:#x}: {}", roles.join("; "))
     }
 
+    /// The official HTTP client given node i only, signed in as root once the root user
+    /// reached that node by replication.
+    pub async fn http_root_client(&self, i: usize) -> IggyClient {
+        let client = IggyClient::builder()
+            .with_http()
+            .with_api_url(self.http_url(i))
+            .build()
+            .expect("http client");
+        wait_until_async(
+            &format!("root signs in over HTTP on node {i}"),
+            Duration::from_secs(30),
+            async || {
+                let login = client.login_user(ROOT_USER, ROOT_PASSWORD);
+                within("login", login).await.ok()
+            },
+            || self.describe(METADATA_GROUP),
+        )
+        .await;
+        client
+    }
+
     /// A root client connected to node i, once the root user exists there (the first metadata
     /// primary creates it; the others learn it by replication).
     pub async fn root_client(&self, i: usize) -> IggyClient {
@@ -3108,23 +3129,7 @@ async fn the_http_client_given_a_backup_writes_and_reads_through_it() {
     };
     let cluster = TestCluster::start_with(3, options);
     let (_, backup) = metadata_primary_and_backup(&cluster).await;
-    let api_url = cluster.http_url(backup);
-    let client = IggyClient::builder()
-        .with_http()
-        .with_api_url(api_url)
-        .build()
-        .expect("http client");
-    // The root user reaches the backup by replication.
-    wait_until_async(
-        &format!("root signs in over HTTP on node {backup}"),
-        Duration::from_secs(30),
-        async || {
-            let login = client.login_user(ROOT_USER, ROOT_PASSWORD);
-            within("login", login).await.ok()
-        },
-        || cluster.describe(METADATA_GROUP),
-    )
-    .await;
+    let client = cluster.http_root_client(backup).await;
 
     let (stream, topic, groups) = create_topic(&client, 3).await;
     let primaries: Vec<u8> = groups

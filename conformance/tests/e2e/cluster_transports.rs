@@ -385,22 +385,7 @@ async fn the_http_client_given_a_backup_keeps_writing_through_a_kill9_of_the_met
     };
     let mut cluster = TestCluster::start_with(3, options);
     let (metadata_primary, backup) = metadata_primary_and_backup(&cluster).await;
-    let client = IggyClient::builder()
-        .with_http()
-        .with_api_url(cluster.http_url(backup))
-        .build()
-        .expect("http client");
-    wait_until_async(
-        &format!("root signs in over HTTP on node {backup}"),
-        Duration::from_secs(30),
-        async || {
-            let login = client.login_user(ROOT_USER, ROOT_PASSWORD);
-            within("login", login).await.ok()
-        },
-        || cluster.describe(METADATA_GROUP),
-    )
-    .await;
-    let client = Arc::new(client);
+    let client = Arc::new(cluster.http_root_client(backup).await);
     let (stream, topic, partition_groups) = create_topic(&client, 3).await;
     let led_by = primaries(&cluster, &partition_groups);
     assert!(
