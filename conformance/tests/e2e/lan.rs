@@ -191,14 +191,13 @@ impl SubnetClaim {
             let path = dir.join(format!("{}.{}", subnet[0], subnet[1]));
             // A claim being written (no pid yet) counts as held; one of a dead process is
             // taken over. A subnet on some interface already is never used.
-            match std::fs::read_to_string(&path) {
-                Ok(pid) => match pid.trim().parse() {
+            if let Ok(pid) = std::fs::read_to_string(&path) {
+                match pid.trim().parse() {
                     Ok(pid) if !alive(pid) => {
                         let _ = std::fs::remove_file(&path);
                     }
                     _ => continue,
-                },
-                Err(_) => {}
+                }
             }
             let prefix = format!("10.{}.{}.0/24", subnet[0], subnet[1]);
             if !ip_output(&["-o", "addr", "show", "to", &prefix])
