@@ -15,6 +15,7 @@
 //! - Heartbeat timeout 2 s (the configuration's floor) keeps view changes quick.
 
 use crate::harness::*;
+use crate::lan::Lan;
 use crate::transports::{SECRET, me_frame, parse_reply, request_frame, version_info};
 use iggy::prelude::*;
 use iggy_generated::frames::{EvictionReason, Operation, ReplyHeader};
@@ -161,6 +162,8 @@ pub struct TestCluster {
     nodes: Vec<TestServer>,
     /// Between the replicas, unless they run on distinct IPs (`start_on_distinct_ips`).
     proxy: Option<ReplicaProxy>,
+    /// The network namespaces the nodes run in (`start_on_lan`), removed after the nodes.
+    lan: Option<Lan>,
     /// Each node's real replica listener.
     replica_addresses: Vec<SocketAddr>,
     /// The roster the config file names.
@@ -208,7 +211,7 @@ impl TestCluster {
                 env
             })
             .collect();
-        Self::launch(roster, |i| node_env[i].clone(), Some(proxy), options)
+        Self::launch(roster, |i| node_env[i].clone(), Some(proxy), None, options)
     }
 
     /// `n` nodes as `n` machines run them: node i on 127.0.0.(i+1) (Linux routes all of
@@ -254,7 +257,58 @@ impl TestCluster {
             }
             env
         };
-        Self::launch(roster, node_env, None, options)
+        Self::launch(roster, node_env, None, None, options)
+    }
+
+    /// `n` nodes as `n` machines on one switch: node i in a network namespace of its own
+    /// (`lan.rs`) at `10.a.b.(i+1)`, every node on upstream's default ports (each stack has its
+    /// own), the test reaching them through the bridge. `unplug`/`plug` take a node's cable
+    /// out and put it back. Panics with the reason where network namespaces cannot be made
+    /// (they need root).
+    pub fn start_on_lan(n: usize, options: ClusterOptions) -> Self {
+        let lan = Lan::create(n).unwrap_or_else(|why| panic!("a LAN of network namespaces: {why}"));
+        let roster: Vec<RosterNode> = (0..n)
+            .map(|i| RosterNode {
+                ip: lan.ip(i),
+                tcp: 8090,
+                replica: 8070,
+                http: Some(3000),
+                quic: options.quic.then_some(8080),
+                websocket: options.websocket.then_some(8092),
+            })
+            .collect();
+        let ips: Vec<IpAddr> = (0..n).map(|i| lan.ip(i)).collect();
+        let websocket = options.websocket;
+        let node_env = move |i: usize| {
+            let ip = ips[i];
+            let mut env = vec![
+                ("IGGY_HTTP_ENABLED".to_string(), "true".to_string()),
+                ("IGGY_HTTP_ADDRESS".to_string(), format!("{ip}:0")),
+                ("IGGY_QUIC_ADDRESS".to_string(), format!("{ip}:0")),
+            ];
+            if websocket {
+                env.push(("IGGY_WEBSOCKET_ADDRESS".to_string(), format!("{ip}:0")));
+            }
+            env
+        };
+        Self::launch(roster, node_env, None, Some(lan), options)
+    }
+
+    /// Takes node i's cable out (`start_on_lan`): its packets are dropped, no connection of it
+    /// is closed or refused, every one just stops hearing from it.
+    pub fn unplug(&self, i: usize) {
+        self.lan().unplug(i);
+    }
+
+    /// Puts node i's cable back.
+    pub fn plug(&self, i: usize) {
+        self.lan().plug(i);
+    }
+
+    fn lan(&self) -> &Lan {
+        self.lan
+            .as_ref()
+            .expect("this cluster runs in the test's network stack: start it with start_on_lan")
     }
 
     /// Writes the config file for `roster`, starts node i with `node_env(i)` and `options`,
@@ -263,6 +317,7 @@ impl TestCluster {
         roster: Vec<RosterNode>,
         node_env: impl Fn(usize) -> Vec<(String, String)>,
         proxy: Option<ReplicaProxy>,
+        lan: Option<Lan>,
         options: ClusterOptions,
     ) -> Self {
         let config_dir = tempfile::Builder::new()
@@ -281,7 +336,9 @@ impl TestCluster {
             let env: Vec<(&str, &str)> =
                 env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
             let id = i.to_string();
-            nodes.push(TestServer::launch_at(
+            let namespace = lan.as_ref().map(|lan| lan.namespace_file(i));
+            nodes.push(TestServer::launch_in(
+                namespace.as_deref(),
                 options.binaries.get(&i).map(PathBuf::as_path),
                 SocketAddr::new(node.ip, node.tcp),
                 &["--replica-id", &id],
@@ -294,6 +351,7 @@ impl TestCluster {
         TestCluster {
             nodes,
             proxy,
+            lan,
             replica_addresses: roster
                 .iter()
                 .map(|node| SocketAddr::new(node.ip, node.replica))
@@ -1504,7 +1562,7 @@ async fn roster_statuses(client: &IggyClient) -> Vec<(u8, ClusterNodeStatus)> {
 
 /// Waits until the roster `client` reads says `node` is `status` and every other node Healthy;
 /// returns how long that took.
-async fn wait_roster_status(
+pub(crate) async fn wait_roster_status(
     client: &IggyClient,
     node: u8,
     status: ClusterNodeStatus,

@@ -271,6 +271,8 @@ pub struct TestServer {
     args: Vec<String>,
     /// The executable, when not `server_binary()`.
     binary: Option<PathBuf>,
+    /// The network namespace the child runs in (`lan.rs`), when not the test's.
+    namespace: Option<PathBuf>,
 }
 
 impl TestServer {
@@ -323,6 +325,7 @@ impl TestServer {
             file_size_limit,
             args: Vec::new(),
             binary: None,
+            namespace: None,
         };
         server.spawn(&bin);
         server
@@ -337,6 +340,18 @@ impl TestServer {
 
     /// `launch` with the TCP listener on `address` (`IGGY_TCP_ADDRESS`), any loopback IP.
     pub fn launch_at(
+        binary: Option<&Path>,
+        address: SocketAddr,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
+        Self::launch_in(None, binary, address, args, env)
+    }
+
+    /// `launch_at` in the network namespace `namespace` names (a file under /var/run/netns),
+    /// at every start.
+    pub fn launch_in(
+        namespace: Option<&Path>,
         binary: Option<&Path>,
         address: SocketAddr,
         args: &[&str],
@@ -360,6 +375,7 @@ impl TestServer {
             file_size_limit: None,
             args: args.iter().map(|a| a.to_string()).collect(),
             binary: binary.map(Path::to_path_buf),
+            namespace: namespace.map(Path::to_path_buf),
         };
         let bin = server.binary();
         server.spawn_child(&bin);
@@ -469,9 +485,29 @@ impl TestServer {
                 });
             }
         }
+        // Opened here, before the fork; closed at exec (close-on-exec) and after the spawn.
+        let namespace = self.namespace.as_ref().map(|path| {
+            File::open(path).unwrap_or_else(|e| panic!("open {}: {e}", path.display()))
+        });
+        if let Some(namespace) = &namespace {
+            use std::os::fd::AsRawFd;
+            use std::os::unix::process::CommandExt;
+            let fd = namespace.as_raw_fd();
+            // SAFETY: between fork and exec the closure calls only setns(2), which is
+            // async-signal-safe, on a descriptor the parent keeps open until after the spawn.
+            unsafe {
+                cmd.pre_exec(move || {
+                    if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
         let child = cmd
             .spawn()
             .unwrap_or_else(|e| panic!("spawn {}: {e}", bin.display()));
+        drop(namespace);
         self.child = Some(child);
     }
 

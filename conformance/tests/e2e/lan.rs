@@ -1,0 +1,227 @@
+//! A LAN of network namespaces: each node of a test cluster in a Linux network stack of its
+//! own (its own interfaces, routes, ports and TCP state), wired to one bridge in the test's
+//! namespace through a veth pair, as machines on a switch are. The test process reaches every
+//! node through the bridge's address, as a client on the same LAN would.
+//!
+//! Unlike the loopback cluster's proxy, which closes connections, `unplug` takes the node's
+//! cable out: its packets are dropped silently, its TCP connections see no FIN or RST and
+//! only time out, and `plug` puts the cable back with those connections possibly still alive.
+//!
+//! Needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN) and `ip` from iproute2; `Lan::create` fails
+//! with the reason otherwise. Namespaces and bridges are named after the test process's pid;
+//! `Drop` deletes them, and `create` deletes those a killed test process left.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Namespaces of this harness start with it; the rest of the name is `<pid>-<lan>-<node>`.
+const NAMESPACE_PREFIX: &str = "iggy-e2e-";
+/// Bridges (and the test's side of each veth) start with these, then the pid in hex.
+const BRIDGE_PREFIX: &str = "igb";
+const HOST_LINK_PREFIX: &str = "igv";
+
+static LANS: AtomicU32 = AtomicU32::new(0);
+
+pub struct Lan {
+    namespaces: Vec<String>,
+    host_links: Vec<String>,
+    bridge: String,
+    /// The /24 every node and the bridge are on: `10.a.b.0`.
+    subnet: [u8; 2],
+    _subnet_claim: SubnetClaim,
+}
+
+impl Lan {
+    /// `n` namespaces, node i at `10.a.b.(i+1)`, the bridge at `10.a.b.254`.
+    pub fn create(n: usize) -> Result<Self, String> {
+        assert!((1..=8).contains(&n), "a LAN of {n} nodes");
+        remove_stale();
+        let pid = std::process::id();
+        let lan = LANS.fetch_add(1, Ordering::SeqCst);
+        let tag = format!("{pid:x}{lan}");
+        let (subnet, claim) = SubnetClaim::take()?;
+        let mut this = Lan {
+            namespaces: (0..n)
+                .map(|i| format!("{NAMESPACE_PREFIX}{pid}-{lan}-{i}"))
+                .collect(),
+            host_links: (0..n)
+                .map(|i| format!("{HOST_LINK_PREFIX}{tag}{i}"))
+                .collect(),
+            bridge: format!("{BRIDGE_PREFIX}{tag}"),
+            subnet,
+            _subnet_claim: claim,
+        };
+        // On failure, Drop removes what was made so far.
+        this.wire()?;
+        Ok(this)
+    }
+
+    fn wire(&mut self) -> Result<(), String> {
+        let [a, b] = self.subnet;
+        ip(&["link", "add", &self.bridge, "type", "bridge"])?;
+        ip(&[
+            "addr",
+            "add",
+            &format!("10.{a}.{b}.254/24"),
+            "dev",
+            &self.bridge,
+        ])?;
+        ip(&["link", "set", &self.bridge, "up"])?;
+        for i in 0..self.namespaces.len() {
+            let (namespace, link) = (&self.namespaces[i], &self.host_links[i]);
+            ip(&["netns", "add", namespace])?;
+            ip(&[
+                "link", "add", link, "type", "veth", "peer", "name", "eth0", "netns", namespace,
+            ])?;
+            ip(&["link", "set", link, "master", &self.bridge])?;
+            ip(&["link", "set", link, "up"])?;
+            let address = format!("{}/24", self.ip(i));
+            ip(&["-n", namespace, "addr", "add", &address, "dev", "eth0"])?;
+            ip(&["-n", namespace, "link", "set", "eth0", "up"])?;
+            ip(&["-n", namespace, "link", "set", "lo", "up"])?;
+        }
+        Ok(())
+    }
+
+    /// Node i's address on the LAN.
+    pub fn ip(&self, i: usize) -> IpAddr {
+        let [a, b] = self.subnet;
+        IpAddr::V4(Ipv4Addr::new(10, a, b, i as u8 + 1))
+    }
+
+    /// The file a process joins node i's namespace through (setns(2)).
+    pub fn namespace_file(&self, i: usize) -> PathBuf {
+        PathBuf::from("/var/run/netns").join(&self.namespaces[i])
+    }
+
+    /// Takes node i's cable out: nothing reaches it or leaves it, and nobody is told.
+    pub fn unplug(&self, i: usize) {
+        ip(&["link", "set", &self.host_links[i], "down"]).expect("unplug");
+    }
+
+    /// Puts node i's cable back.
+    pub fn plug(&self, i: usize) {
+        ip(&["link", "set", &self.host_links[i], "up"]).expect("plug");
+    }
+}
+
+impl Drop for Lan {
+    fn drop(&mut self) {
+        // A namespace's veth end goes with it, and the test's end with its peer.
+        for namespace in &self.namespaces {
+            let _ = ip(&["netns", "delete", namespace]);
+        }
+        let _ = ip(&["link", "delete", &self.bridge]);
+    }
+}
+
+fn ip(args: &[&str]) -> Result<(), String> {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| format!("ip {}: {e} (iproute2 is needed)", args.join(" ")))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    Err(format!(
+        "ip {}: {} (network namespaces need root)",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr).trim()
+    ))
+}
+
+fn ip_output(args: &[&str]) -> String {
+    Command::new("ip")
+        .args(args)
+        .output()
+        .map(|out| String::from_utf8_lossy(&out.stdout).into_owned())
+        .unwrap_or_default()
+}
+
+fn alive(pid: u32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Deletes the namespaces and bridges of test processes that are gone (killed before their
+/// `Drop` ran).
+fn remove_stale() {
+    for line in ip_output(&["netns", "list"]).lines() {
+        let name = line.split_whitespace().next().unwrap_or_default();
+        let Some(rest) = name.strip_prefix(NAMESPACE_PREFIX) else {
+            continue;
+        };
+        let pid = rest.split('-').next().and_then(|p| p.parse().ok());
+        if pid.is_some_and(|pid| !alive(pid)) {
+            let _ = ip(&["netns", "delete", name]);
+        }
+    }
+    for line in ip_output(&["-o", "link", "show", "type", "bridge"]).lines() {
+        // "7: igb1a2b30: <BROADCAST,...>"
+        let Some(name) = line.split(": ").nth(1) else {
+            continue;
+        };
+        let Some(tag) = name.strip_prefix(BRIDGE_PREFIX) else {
+            continue;
+        };
+        // The tag is the pid in hex then the LAN's decimal number (one digit or more): a
+        // bridge is stale only when no prefix of it names a live process.
+        let live = (1..tag.len()).any(|end| u32::from_str_radix(&tag[..end], 16).is_ok_and(alive));
+        if !live {
+            let _ = ip(&["link", "delete", name]);
+        }
+    }
+}
+
+/// A /24 no other test process uses at the same time: a file per subnet, created exclusively
+/// in a directory every test process shares, holding the owner's pid.
+struct SubnetClaim {
+    path: PathBuf,
+}
+
+impl SubnetClaim {
+    fn take() -> Result<([u8; 2], Self), String> {
+        let dir = std::env::temp_dir().join("iggy-e2e-subnets");
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let start = std::process::id() as usize;
+        for k in 0..(100 * 256) {
+            let slot = (start + k) % (100 * 256);
+            let subnet = [100 + (slot / 256) as u8, (slot % 256) as u8];
+            let path = dir.join(format!("{}.{}", subnet[0], subnet[1]));
+            // A claim being written (no pid yet) counts as held; one of a dead process is
+            // taken over. A subnet on some interface already is never used.
+            if let Ok(pid) = std::fs::read_to_string(&path) {
+                match pid.trim().parse() {
+                    Ok(pid) if !alive(pid) => {
+                        let _ = std::fs::remove_file(&path);
+                    }
+                    _ => continue,
+                }
+            }
+            let prefix = format!("10.{}.{}.0/24", subnet[0], subnet[1]);
+            if !ip_output(&["-o", "addr", "show", "to", &prefix])
+                .trim()
+                .is_empty()
+            {
+                continue;
+            }
+            let created = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&path);
+            if let Ok(mut file) = created {
+                use std::io::Write;
+                let _ = write!(file, "{}", std::process::id());
+                return Ok((subnet, SubnetClaim { path }));
+            }
+        }
+        Err("no free 10.x.y.0/24 for a test LAN".into())
+    }
+}
+
+impl Drop for SubnetClaim {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
