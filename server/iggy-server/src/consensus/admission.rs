@@ -362,7 +362,13 @@ pub fn admit_hello(local: &Local, frame: &[u8]) -> Result<Admitted, Refusal> {
     unsealed(frame, Command::ReplicaHello)?;
     let hello = ReplicaHelloHeader::decode_fixed(frame).map_err(undecodable)?;
     compare_cluster(local, hello.cluster)?;
-    compare_auth_mode(local, hello.replica, hello.auth_mode)?;
+    compare_auth_mode(
+        local,
+        Claimant::Dialer {
+            peer: hello.replica,
+        },
+        hello.auth_mode,
+    )?;
     // The dialer's roster and ours disagree about who listens here.
     if hello.target != local.replica {
         return Err(Refusal {
@@ -451,7 +457,7 @@ fn judge_challenge(
     compare_identity(&local.identity, &answer.identity)?;
     if answer.status == ReplicaHandshakeStatus::AuthRequired {
         // The acceptor's auth mode is not ours; say which side has it.
-        compare_auth_mode(local, peer, answer.auth_mode)?;
+        compare_auth_mode(local, Claimant::Acceptor { peer }, answer.auth_mode)?;
     }
     if answer.status != ReplicaHandshakeStatus::Ok {
         // Cluster, identity and auth mode were compared above; what is left to name is the
@@ -467,7 +473,7 @@ fn judge_challenge(
             detail: format!("replica {peer} refused this replica: {:?}", answer.status),
         });
     }
-    compare_auth_mode(local, peer, answer.auth_mode)?;
+    compare_auth_mode(local, Claimant::Acceptor { peer }, answer.auth_mode)?;
     if let Some(auth) = local.auth {
         let hello = ReplicaHelloHeader::decode_fixed(hello).expect("our own hello decodes");
         let covered = transcript(&hello, &answer, ReplicaMacDirection::Acceptor);
@@ -549,20 +555,60 @@ fn mac_mismatch(peer: u8) -> Refusal {
     }
 }
 
-/// Both ends must agree on whether the cluster authenticates; which one has it is named.
-fn compare_auth_mode(local: &Local, peer: u8, theirs: ReplicaAuthMode) -> Result<(), Refusal> {
+/// Who declared an auth mode. Nothing in a hello or a challenge is authenticated (the MACs
+/// come after), so a refusal names the source of the claim, never the peer, as its author.
+#[derive(Debug, Clone, Copy)]
+enum Claimant {
+    /// The answer to this replica's dial of `peer`'s roster address.
+    Acceptor { peer: u8 },
+    /// An inbound hello naming itself replica `peer`.
+    Dialer { peer: u8 },
+}
+
+impl std::fmt::Display for Claimant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Claimant::Acceptor { peer } => {
+                write!(f, "whoever answered at replica {peer}'s address")
+            }
+            Claimant::Dialer { peer } => write!(f, "a dialer naming itself replica {peer}"),
+        }
+    }
+}
+
+impl Claimant {
+    fn peer(self) -> u8 {
+        match self {
+            Claimant::Acceptor { peer } | Claimant::Dialer { peer } => peer,
+        }
+    }
+}
+
+/// Both ends must agree on whether the cluster authenticates; which one has it is named. The
+/// other side's mode is its unauthenticated claim: a "does not authenticate" is refused like a
+/// wrong MAC, and the line says whose claim it is, since a node without `[cluster.auth]` and
+/// anyone else answering on that path look the same.
+fn compare_auth_mode(
+    local: &Local,
+    claimant: Claimant,
+    theirs: ReplicaAuthMode,
+) -> Result<(), Refusal> {
     let ours = auth_mode(local);
     if ours == theirs {
         return Ok(());
     }
+    let peer = claimant.peer();
     let detail = match ours {
         ReplicaAuthMode::SharedSecret => format!(
-            "replica {peer} does not authenticate, and cluster.auth.enabled is true here: \
-             enable [cluster.auth] with the same shared_secret on every node"
+            "{claimant} claims it does not authenticate; the claim is unauthenticated (a node \
+             without [cluster.auth], or anyone else answering on that path), and \
+             cluster.auth.enabled is true here, so the link is refused: check that replica \
+             {peer} runs with [cluster.auth] enabled and this node's shared_secret, and that \
+             nothing else answers at its roster address"
         ),
         ReplicaAuthMode::Off => format!(
-            "replica {peer} requires a shared secret, and cluster.auth.enabled is false here: \
-             enable [cluster.auth] with the same shared_secret on every node"
+            "{claimant} claims it requires a shared secret, and cluster.auth.enabled is false \
+             here: enable [cluster.auth] with the same shared_secret on every node"
         ),
     };
     Err(Refusal {
@@ -1031,10 +1077,25 @@ mod tests {
             } else {
                 run.at_acceptor.unwrap_err()
             };
-            assert!(
-                keyed_side.detail.contains("does not authenticate"),
-                "{keyed_side}"
-            );
+            // The bare side's mode is a claim nobody authenticated: the line says whose it is
+            // and what to check, never that the peer is misconfigured.
+            let (claimant, peer) = if dialer.auth.is_some() {
+                ("whoever answered at replica 2's address", "replica 2 runs")
+            } else {
+                ("a dialer naming itself replica 0", "replica 0 runs")
+            };
+            for expected in [
+                claimant,
+                "claims it does not authenticate",
+                "the claim is unauthenticated",
+                peer,
+                "shared_secret",
+            ] {
+                assert!(
+                    keyed_side.detail.contains(expected),
+                    "{expected}: {keyed_side}"
+                );
+            }
         }
     }
 
