@@ -1,7 +1,8 @@
 //! Partition-history rules, one test per rule, each on a directory the test builds from a real
 //! partition: `created.revision` naming an older revision (the directory is deleted and the
-//! partition starts empty), no `created.revision` (the directory is adopted, with a warning),
-//! and `retirement.fence` naming the incarnation (the partition stays offline across boots,
+//! partition starts empty), no `created.revision` (the directory is adopted, with a warning), a
+//! damaged one (written again when the namespace proves the incarnation, else refused), and
+//! `retirement.fence` naming the incarnation (the partition stays offline across boots,
 //! its files untouched).
 
 use crate::harness::within;
@@ -89,6 +90,46 @@ async fn a_partition_directory_without_created_revision_is_adopted_with_a_warnin
         server.log_tail(20)
     );
     assert!(partition_dir.join("created.revision").is_file(), "the adopted directory is stamped");
+}
+
+/// Flips one bit of the checked record at `path`.
+fn damage(path: &Path) {
+    let mut bytes = std::fs::read(path).unwrap();
+    bytes[3] ^= 1;
+    std::fs::write(path, bytes).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_created_revision_whose_namespace_publishes_the_incarnation_is_written_again() {
+    let (mut server, partition_dir, _) = written_partition().await;
+    let record = partition_dir.join("created.revision");
+    let revision = read_checked_u64(&record);
+    damage(&record);
+    tokio::task::block_in_place(|| server.spawn(&[]));
+    assert_eq!(served(&server).await.expect("the partition is served"), ["m0", "m1", "m2"]);
+    assert!(server.log().contains("its record is written again"), "the repair is logged:\n{}", server.log_tail(20));
+    assert_eq!(read_checked_u64(&record), revision, "the record names the incarnation again");
+}
+
+/// Nothing but the damaged record could say which incarnation the directory holds (its
+/// namespace record is gone, as in a directory of an older release): the partition is refused
+/// across boots with a line naming the file, and its files stay as they were.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_created_revision_nothing_else_proves_keeps_the_partition_offline_and_its_files_intact() {
+    let (mut server, partition_dir, namespace_dir) = written_partition().await;
+    let record = partition_dir.join("created.revision");
+    damage(&record);
+    std::fs::remove_file(namespace_dir.join("created.revision")).unwrap();
+    let before = hash_tree(&partition_dir);
+    for boot in 0..2 {
+        tokio::task::block_in_place(|| server.spawn(&[]));
+        let result = served(&server).await;
+        assert!(result.is_err(), "boot {boot}: an unproven directory must not be served, got {result:?}");
+        let line = format!("{}: damaged", record.display());
+        assert!(server.log().contains(&line), "boot {boot}: the log names the record:\n{}", server.log_tail(20));
+        tokio::task::block_in_place(|| server.kill9());
+        assert_same_tree("the refused partition's files", &before, &hash_tree(&partition_dir));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -22,7 +22,8 @@
 //!
 //! - [`revision::prepare_partition_dir`]: created.revision rules (older revision discarded,
 //!   legacy dir adopted with a warning, newer refused, a published incarnation whose directory
-//!   is missing refused), retirement.fence refusal, and the
+//!   is missing refused, a damaged record written again only when the namespace publishes the
+//!   incarnation, refused naming the file otherwise), retirement.fence refusal, and the
 //!   `partition-initialization/<namespace>/created.revision` publication;
 //!   [`revision::discard_partition_dir`] removes a directory only when it names the given
 //!   revision (renamed into `discarded-partitions/` first, so a crash never leaves half of it

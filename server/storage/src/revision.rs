@@ -42,6 +42,19 @@ fn io_error(path: &Path, error: std::io::Error) -> StorageError {
     }
 }
 
+/// Reads the record at `path`; a damaged one (wrong size or checksum) is refused with an error
+/// naming the file and what the operator can do, since what it said cannot be known.
+async fn read_record(path: &Path) -> Result<Option<u64>, StorageError> {
+    read_checked_u64(path).await.map_err(|error| match error {
+        StorageError::ChecksumMismatch(what) => StorageError::Refused(format!(
+            "{}: damaged ({what} mismatch); nothing was modified: restore the file from a \
+             backup",
+            path.display()
+        )),
+        error => error,
+    })
+}
+
 /// Applies the created.revision rules to `partition_dir` for `revision`, refusing when the
 /// namespace's retirement.fence names this revision, then publishes
 /// `{namespace_dir}/created.revision`. An older revision's directory is discarded through
@@ -50,6 +63,11 @@ fn io_error(path: &Path, error: std::io::Error) -> StorageError {
 /// A missing directory whose namespace already publishes `revision` is refused: the partition
 /// served once and its files are gone, and missing files are not evidence that its data may be
 /// discarded (the operator restores a backup, or deletes and recreates the partition).
+///
+/// A damaged record is never read as an absent one (which adopts the directory): the
+/// directory's is written again only when its namespace publishes `revision`, which proves
+/// the directory is that incarnation's; otherwise, and for a damaged namespace record or
+/// fence, the partition is refused naming the file, before anything is modified.
 pub async fn prepare_partition_dir(
     partition_dir: &Path,
     namespace_dir: &Path,
@@ -57,7 +75,7 @@ pub async fn prepare_partition_dir(
     revision: u64,
 ) -> Result<PartitionDirState, StorageError> {
     assert!(revision > 0, "revisions are non-zero");
-    if read_checked_u64(&namespace_dir.join(RETIREMENT_FENCE)).await? == Some(revision) {
+    if read_record(&namespace_dir.join(RETIREMENT_FENCE)).await? == Some(revision) {
         return Err(StorageError::Refused(format!(
             "partition incarnation {revision} is fenced by {}",
             namespace_dir.join(RETIREMENT_FENCE).display()
@@ -71,7 +89,7 @@ pub async fn prepare_partition_dir(
     };
     let exists = entries.is_some();
     let nonempty = entries.is_some_and(|mut entries| entries.next().is_some());
-    let published = read_checked_u64(&namespace_dir.join(CREATED_REVISION)).await?;
+    let published = read_record(&namespace_dir.join(CREATED_REVISION)).await?;
     if !exists && published == Some(revision) {
         return Err(StorageError::Refused(format!(
             "{} is missing, but {} says incarnation {revision} was initialized there; \
@@ -80,7 +98,32 @@ pub async fn prepare_partition_dir(
             namespace_dir.join(CREATED_REVISION).display()
         )));
     }
-    let state = match read_checked_u64(&record).await? {
+    let found = match read_checked_u64(&record).await {
+        Ok(found) => found,
+        Err(StorageError::ChecksumMismatch(what)) => {
+            let namespace_record = namespace_dir.join(CREATED_REVISION);
+            if published != Some(revision) {
+                return Err(damaged_and_unproven(
+                    &record,
+                    what,
+                    &namespace_record,
+                    published,
+                    revision,
+                ));
+            }
+            // The namespace publishes only after the directory's record was written (each
+            // atomically), and a later incarnation of these ids would publish itself before it
+            // served: the directory is this incarnation's, so its record is written again.
+            tracing::warn!(file = %record.display(), revision,
+                "damaged ({what} mismatch); {} publishes incarnation {revision}, the one opened \
+                 here, so the directory is that incarnation's: its record is written again",
+                namespace_record.display());
+            write_checked_u64(&record, revision).await;
+            Some(revision)
+        }
+        Err(error) => return Err(error),
+    };
+    let state = match found {
         Some(found) if found == revision => PartitionDirState::Existing,
         Some(found) if found < revision => {
             tracing::warn!(dir = %partition_dir.display(), older = found, revision,
@@ -110,6 +153,31 @@ pub async fn prepare_partition_dir(
     Ok(state)
 }
 
+/// The refusal of a partition directory whose `record` is damaged when nothing else proves
+/// which incarnation it holds: its namespace publishes another one or none (a directory of a
+/// release before the namespace records, or a publication a crash cut short).
+fn damaged_and_unproven(
+    record: &Path,
+    what: &str,
+    namespace_record: &Path,
+    published: Option<u64>,
+    revision: u64,
+) -> StorageError {
+    let published = match published {
+        Some(published) => format!("publishes incarnation {published}"),
+        None => "is absent".to_string(),
+    };
+    StorageError::Refused(format!(
+        "{}: damaged ({what} mismatch), and nothing proves the directory holds incarnation \
+         {revision} ({} {published}); the partition is not served and its files are left as \
+         they are: restore the record from a backup, or, if the directory is known to hold this \
+         partition's data, remove the damaged record and the next start adopts the directory as \
+         incarnation {revision}",
+        record.display(),
+        namespace_record.display(),
+    ))
+}
+
 /// Removes `partition_dir` only if its created.revision names `revision`; a directory of any
 /// other revision, or without the record, is kept. The directory is first renamed into
 /// `discarded_root` (atomic, and the rename is fsynced), so the partition path is either
@@ -126,7 +194,7 @@ pub async fn discard_partition_dir(
     if !partition_dir.exists() {
         return Ok(Discarded::Absent);
     }
-    let found = read_checked_u64(&partition_dir.join(CREATED_REVISION)).await?;
+    let found = read_record(&partition_dir.join(CREATED_REVISION)).await?;
     if found != Some(revision) {
         return Ok(Discarded::Kept { found });
     }

@@ -172,7 +172,22 @@ pub async fn check_partition_revision(
             let message = "missing: start-up adopts the directory as a legacy one";
             return vec![Finding::warning(&record, None, message)];
         }
-        Err(finding) => return vec![finding],
+        Err(mut finding) => {
+            finding.message = match initialization.and_then(|records| records.created) {
+                Some(published) => format!(
+                    "{}; start-up writes it again if the metadata opens incarnation \
+                     {published}, the one its namespace publishes, and refuses the partition \
+                     otherwise",
+                    finding.message
+                ),
+                None => format!(
+                    "{}; its namespace publishes no incarnation, so start-up refuses the \
+                     partition",
+                    finding.message
+                ),
+            };
+            return vec![finding];
+        }
     };
     let initialization = initialization.copied().unwrap_or_default();
     let mut findings = Vec::new();

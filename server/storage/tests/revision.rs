@@ -55,6 +55,87 @@ fn a_published_incarnation_whose_directory_is_missing_is_refused_not_recreated_e
     });
 }
 
+/// Flips one bit of the checked record at `path`.
+fn damage(path: &std::path::Path) {
+    let mut bytes = std::fs::read(path).unwrap();
+    bytes[3] ^= 1;
+    std::fs::write(path, bytes).unwrap();
+}
+
+/// Every file under `dir` with its bytes, to show a refusal modified nothing.
+fn tree(dir: &std::path::Path) -> Vec<(std::path::PathBuf, Vec<u8>)> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files.extend(tree(&path));
+        } else {
+            files.push((path.clone(), std::fs::read(&path).unwrap()));
+        }
+    }
+    files.sort();
+    files
+}
+
+/// A damaged created.revision is not read as an absent one (which adopts the directory): its
+/// namespace publishing the incarnation opened proves the directory that incarnation's, and
+/// its record is written again; otherwise the partition is refused naming the file, and
+/// nothing under the data directory changes.
+#[test]
+fn a_damaged_created_revision_is_restored_only_when_its_namespace_proves_the_incarnation() {
+    compio::runtime::Runtime::new().unwrap().block_on(async {
+        let temporary = tempfile::tempdir().unwrap();
+        let discarded = temporary.path().join("discarded-partitions");
+        let partition = temporary.path().join("streams/0/topics/0/partitions/0");
+        let namespace = temporary.path().join("partition-initialization/0-0-0");
+        let record = partition.join("created.revision");
+        prepare_partition_dir(&partition, &namespace, &discarded, 7).await.unwrap();
+        std::fs::write(partition.join("00000000000000000000.log"), b"acknowledged").unwrap();
+
+        // Proven: the namespace publishes 7, the incarnation opened.
+        damage(&record);
+        assert_eq!(prepare_partition_dir(&partition, &namespace, &discarded, 7).await.unwrap(), PartitionDirState::Existing);
+        assert_eq!(iggy_storage::records::read_checked_u64(&record).await.unwrap(), Some(7));
+        assert_eq!(std::fs::read(partition.join("00000000000000000000.log")).unwrap(), b"acknowledged");
+
+        // Unproven: the namespace record is absent (a directory of an older release), or
+        // publishes another incarnation; neither an adoption nor a discard of an older one.
+        damage(&record);
+        let namespace_record = namespace.join("created.revision");
+        for (published, opened) in [(None, 7), (Some(7), 9)] {
+            match published {
+                None => std::fs::remove_file(&namespace_record).unwrap(),
+                Some(published) => iggy_storage::records::write_checked_u64(&namespace_record, published).await,
+            }
+            let before = tree(temporary.path());
+            let refused = prepare_partition_dir(&partition, &namespace, &discarded, opened).await.unwrap_err().to_string();
+            for expected in [record.display().to_string(), "damaged".into(), "restore the record from a backup".into(), "remove the damaged record".into()] {
+                assert!(refused.contains(&expected), "{expected}: {refused}");
+            }
+            assert_eq!(tree(temporary.path()), before, "nothing was modified: {refused}");
+        }
+
+        // A damaged fence or namespace record is refused naming its file.
+        iggy_storage::records::write_checked_u64(&record, 7).await;
+        for file in ["retirement.fence", "created.revision"] {
+            let damaged = namespace.join(file);
+            iggy_storage::records::write_checked_u64(&damaged, 7).await;
+            damage(&damaged);
+            let before = tree(temporary.path());
+            let refused = prepare_partition_dir(&partition, &namespace, &discarded, 7).await.unwrap_err().to_string();
+            assert!(refused.contains(&damaged.display().to_string()) && refused.contains("damaged"), "{refused}");
+            assert_eq!(tree(temporary.path()), before, "nothing was modified: {refused}");
+            std::fs::remove_file(&damaged).unwrap();
+        }
+
+        // A delete never removes a directory whose record it cannot read.
+        damage(&record);
+        let refused = discard_partition_dir(&partition, &discarded, 7).await.unwrap_err().to_string();
+        assert!(refused.contains(&record.display().to_string()), "{refused}");
+        assert!(partition.join("00000000000000000000.log").exists());
+    });
+}
+
 #[test]
 fn a_discard_removes_only_the_named_revision() {
     compio::runtime::Runtime::new().unwrap().block_on(async {

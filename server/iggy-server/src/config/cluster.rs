@@ -93,13 +93,15 @@ pub struct ClusterAuth {
 }
 
 /// A configured secret: its Debug form shows only its length, so no log line or error
-/// message can carry it.
+/// message can carry it, and its buffer (every clone's too) is zeroed when dropped. The
+/// configuration's other copies (the file's text, the parsed TOML tree, the environment) are
+/// not this type's and are not zeroed.
 #[derive(Clone, Default, PartialEq, Eq)]
-pub struct Secret(String);
+pub struct Secret(zeroize::Zeroizing<String>);
 
 impl Secret {
     pub fn new(text: impl Into<String>) -> Self {
-        Secret(text.into())
+        Secret(zeroize::Zeroizing::new(text.into()))
     }
 
     pub fn as_bytes(&self) -> &[u8] {
@@ -897,6 +899,15 @@ mod tests {
             !shown.contains(SECRET) && !shown.contains(PREVIOUS),
             "{shown}"
         );
+    }
+
+    /// A secret's buffer, and every clone's, is overwritten when dropped (the `zeroize` crate).
+    #[test]
+    fn a_secret_is_zeroed_when_dropped() {
+        fn zeroed_on_drop<T: zeroize::ZeroizeOnDrop>(_: &T) {}
+        let secret = Secret::new("0123456789abcdef0123456789abcdef");
+        zeroed_on_drop(&secret.0);
+        zeroed_on_drop(&secret.clone().0);
     }
 
     #[test]

@@ -30,6 +30,7 @@ use iggy_generated::frames::{
 };
 use iggy_generated::protocol;
 use std::collections::BTreeMap;
+use zeroize::Zeroizing;
 
 /// Every handshake frame is one header with no body.
 pub const FRAME_SIZE: usize = ReplicaHelloHeader::SIZE;
@@ -43,14 +44,20 @@ pub type Nonce = [u8; ReplicaHelloHeader::NONCE_SIZE];
 /// A handshake MAC.
 type Mac = [u8; ReplicaFinishHeader::MAC_SIZE];
 
+/// A MAC key, overwritten with zeros when dropped: a key does not stay behind in memory this
+/// process freed or reused. Copies the compiler makes when it moves one, and the keyed
+/// hasher's own state inside `blake3`, are not covered.
+type MacKey = Zeroizing<[u8; 32]>;
+
 /// The MAC keys `[cluster.auth]` gives this node, derived from its secrets: MACs are verified
 /// under `current` or `previous` (a rolling rotation) and computed under `current`, except a
 /// dialer's, computed under whichever key verified the acceptor's (`judge_challenge`). Its Debug
-/// form never shows a key.
-#[derive(Clone, Copy, PartialEq, Eq)]
+/// form never shows a key; its keys are zeroed when it is dropped (not `Copy`, so every copy is
+/// one that is dropped).
+#[derive(Clone, PartialEq, Eq)]
 pub struct PeerAuth {
-    current: [u8; 32],
-    previous: Option<[u8; 32]>,
+    current: MacKey,
+    previous: Option<MacKey>,
 }
 
 impl PeerAuth {
@@ -58,7 +65,8 @@ impl PeerAuth {
     /// secrets never enter a transcript: each key is derived from one under the spec's
     /// `REPLICA_AUTH_KEY_CONTEXT`.
     pub fn new(shared_secret: &[u8], previous_shared_secret: Option<&[u8]>) -> Self {
-        let key = |secret: &[u8]| blake3::derive_key(REPLICA_AUTH_KEY_CONTEXT, secret);
+        let key =
+            |secret: &[u8]| Zeroizing::new(blake3::derive_key(REPLICA_AUTH_KEY_CONTEXT, secret));
         PeerAuth {
             current: key(shared_secret),
             previous: previous_shared_secret.map(key),
@@ -69,18 +77,19 @@ impl PeerAuth {
     /// the keyed hash of the binding under the configured one, so a MAC made on one TLS session
     /// verifies on no other. Both ends of a session derive the same keys.
     pub fn bound_to_channel(&self, channel_binding: &[u8; 32]) -> Self {
-        let bind = |key: [u8; 32]| *blake3::keyed_hash(&key, channel_binding).as_bytes();
+        let bind =
+            |key: &MacKey| Zeroizing::new(*blake3::keyed_hash(key, channel_binding).as_bytes());
         PeerAuth {
-            current: bind(self.current),
-            previous: self.previous.map(bind),
+            current: bind(&self.current),
+            previous: self.previous.as_ref().map(bind),
         }
     }
 
     /// The key among ours under which `mac` is `transcript`'s, if any. Each comparison is
     /// constant-time (`blake3::Hash` equality).
-    fn verifying_key(&self, transcript: &[u8], mac: &Mac) -> Option<[u8; 32]> {
+    fn verifying_key(&self, transcript: &[u8], mac: &Mac) -> Option<&MacKey> {
         let received = blake3::Hash::from_bytes(*mac);
-        [Some(self.current), self.previous]
+        [Some(&self.current), self.previous.as_ref()]
             .into_iter()
             .flatten()
             .find(|key| blake3::keyed_hash(key, transcript) == received)
@@ -138,7 +147,7 @@ fn auth_mode(local: &Local) -> ReplicaAuthMode {
 const SEALED_FROM: usize = ReplicaHelloHeader::CHECKSUM_BODY_OFFSET;
 
 /// What this node is on the replica plane.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Local {
     /// The cluster id (derived from `cluster.name`).
     pub cluster: u128,
@@ -284,7 +293,7 @@ pub fn challenge(
         auth_mode: mode,
         identity: local.identity,
     };
-    if let (ReplicaHandshakeStatus::Ok, Some(auth)) = (status, local.auth) {
+    if let (ReplicaHandshakeStatus::Ok, Some(auth)) = (status, &local.auth) {
         let hello = ReplicaHelloHeader::decode_fixed(hello).expect("an admitted hello decodes");
         header.nonce = nonce;
         let covered = transcript(&hello, &header, ReplicaMacDirection::Acceptor);
@@ -362,7 +371,13 @@ pub fn admit_hello(local: &Local, frame: &[u8]) -> Result<Admitted, Refusal> {
     unsealed(frame, Command::ReplicaHello)?;
     let hello = ReplicaHelloHeader::decode_fixed(frame).map_err(undecodable)?;
     compare_cluster(local, hello.cluster)?;
-    compare_auth_mode(local, hello.replica, hello.auth_mode)?;
+    compare_auth_mode(
+        local,
+        Claimant::Dialer {
+            peer: hello.replica,
+        },
+        hello.auth_mode,
+    )?;
     // The dialer's roster and ours disagree about who listens here.
     if hello.target != local.replica {
         return Err(Refusal {
@@ -451,7 +466,7 @@ fn judge_challenge(
     compare_identity(&local.identity, &answer.identity)?;
     if answer.status == ReplicaHandshakeStatus::AuthRequired {
         // The acceptor's auth mode is not ours; say which side has it.
-        compare_auth_mode(local, peer, answer.auth_mode)?;
+        compare_auth_mode(local, Claimant::Acceptor { peer }, answer.auth_mode)?;
     }
     if answer.status != ReplicaHandshakeStatus::Ok {
         // Cluster, identity and auth mode were compared above; what is left to name is the
@@ -467,15 +482,15 @@ fn judge_challenge(
             detail: format!("replica {peer} refused this replica: {:?}", answer.status),
         });
     }
-    compare_auth_mode(local, peer, answer.auth_mode)?;
-    if let Some(auth) = local.auth {
+    compare_auth_mode(local, Claimant::Acceptor { peer }, answer.auth_mode)?;
+    if let Some(auth) = &local.auth {
         let hello = ReplicaHelloHeader::decode_fixed(hello).expect("our own hello decodes");
         let covered = transcript(&hello, &answer, ReplicaMacDirection::Acceptor);
         let Some(key) = auth.verifying_key(&covered, &answer.mac) else {
             return Err(mac_mismatch(peer));
         };
         let ours = transcript(&hello, &answer, ReplicaMacDirection::Dialer);
-        *finish_mac = Some(mac_of(&key, &ours));
+        *finish_mac = Some(mac_of(key, &ours));
     }
     Ok(Admitted {
         replica: answer.replica,
@@ -492,7 +507,10 @@ pub fn admit_finish(
     challenge: &Frame,
     frame: &[u8],
 ) -> Result<(), Refusal> {
-    let auth = local.auth.expect("a Finish is read only with auth on");
+    let auth = local
+        .auth
+        .as_ref()
+        .expect("a Finish is read only with auth on");
     let hello = ReplicaHelloHeader::decode_fixed(hello).expect("an admitted hello decodes");
     let challenge = ReplicaChallengeHeader::decode_fixed(challenge).expect("our challenge");
     unsealed(frame, Command::ReplicaFinish)?;
@@ -549,20 +567,60 @@ fn mac_mismatch(peer: u8) -> Refusal {
     }
 }
 
-/// Both ends must agree on whether the cluster authenticates; which one has it is named.
-fn compare_auth_mode(local: &Local, peer: u8, theirs: ReplicaAuthMode) -> Result<(), Refusal> {
+/// Who declared an auth mode. Nothing in a hello or a challenge is authenticated (the MACs
+/// come after), so a refusal names the source of the claim, never the peer, as its author.
+#[derive(Debug, Clone, Copy)]
+enum Claimant {
+    /// The answer to this replica's dial of `peer`'s roster address.
+    Acceptor { peer: u8 },
+    /// An inbound hello naming itself replica `peer`.
+    Dialer { peer: u8 },
+}
+
+impl std::fmt::Display for Claimant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Claimant::Acceptor { peer } => {
+                write!(f, "whoever answered at replica {peer}'s address")
+            }
+            Claimant::Dialer { peer } => write!(f, "a dialer naming itself replica {peer}"),
+        }
+    }
+}
+
+impl Claimant {
+    fn peer(self) -> u8 {
+        match self {
+            Claimant::Acceptor { peer } | Claimant::Dialer { peer } => peer,
+        }
+    }
+}
+
+/// Both ends must agree on whether the cluster authenticates; which one has it is named. The
+/// other side's mode is its unauthenticated claim: a "does not authenticate" is refused like a
+/// wrong MAC, and the line says whose claim it is, since a node without `[cluster.auth]` and
+/// anyone else answering on that path look the same.
+fn compare_auth_mode(
+    local: &Local,
+    claimant: Claimant,
+    theirs: ReplicaAuthMode,
+) -> Result<(), Refusal> {
     let ours = auth_mode(local);
     if ours == theirs {
         return Ok(());
     }
+    let peer = claimant.peer();
     let detail = match ours {
         ReplicaAuthMode::SharedSecret => format!(
-            "replica {peer} does not authenticate, and cluster.auth.enabled is true here: \
-             enable [cluster.auth] with the same shared_secret on every node"
+            "{claimant} claims it does not authenticate; the claim is unauthenticated (a node \
+             without [cluster.auth], or anyone else answering on that path), and \
+             cluster.auth.enabled is true here, so the link is refused: check that replica \
+             {peer} runs with [cluster.auth] enabled and this node's shared_secret, and that \
+             nothing else answers at its roster address"
         ),
         ReplicaAuthMode::Off => format!(
-            "replica {peer} requires a shared secret, and cluster.auth.enabled is false here: \
-             enable [cluster.auth] with the same shared_secret on every node"
+            "{claimant} claims it requires a shared secret, and cluster.auth.enabled is false \
+             here: enable [cluster.auth] with the same shared_secret on every node"
         ),
     };
     Err(Refusal {
@@ -878,7 +936,7 @@ mod tests {
             &hello,
         );
         let outcome = admit_challenge(dialer, acceptor.replica, &hello, &challenge);
-        let at_acceptor = match (admitted, &outcome.finish, acceptor.auth) {
+        let at_acceptor = match (admitted, &outcome.finish, &acceptor.auth) {
             (Ok(admitted), Some(finish), Some(_)) => {
                 admit_finish(acceptor, &hello, &challenge, finish).map(|()| admitted)
             }
@@ -977,29 +1035,44 @@ mod tests {
         }
     }
 
+    /// Every key a `PeerAuth` holds, configured or bound to a TLS session, is of a type the
+    /// `zeroize` crate overwrites when it is dropped.
+    #[test]
+    fn derived_keys_are_zeroed_when_dropped() {
+        fn zeroed_on_drop<T: zeroize::ZeroizeOnDrop>(_: &T) {}
+        let auth = PeerAuth::new(SECRET.as_bytes(), Some(OTHER_SECRET.as_bytes()));
+        for auth in [auth.bound_to_channel(&[0x11; 32]), auth] {
+            zeroed_on_drop(&auth.current);
+            zeroed_on_drop(auth.previous.as_ref().expect("a previous key"));
+        }
+    }
+
     #[test]
     fn macs_bound_to_one_tls_session_verify_only_on_it() {
-        let bound = |local: Local, binding: [u8; 32]| Local {
-            auth: local.auth.map(|auth| auth.bound_to_channel(&binding)),
-            ..local
+        let bound = |local: &Local, binding: [u8; 32]| Local {
+            auth: local
+                .auth
+                .as_ref()
+                .map(|auth| auth.bound_to_channel(&binding)),
+            ..local.clone()
         };
         let (dialer, acceptor) = (keyed(0, SECRET, None), keyed(2, SECRET, None));
         let session = [0x11; 32];
         let same = exchange(
-            &bound(dialer, session),
-            &bound(acceptor, session),
+            &bound(&dialer, session),
+            &bound(&acceptor, session),
             ACCEPTOR_NONCE,
         );
         assert!(same.at_dialer.is_ok() && same.at_acceptor.is_ok());
         // A MAC relayed from another session (a man in the middle terminating TLS on each
         // side sees two sessions) does not verify, nor does one made without the binding.
         let relayed = exchange(
-            &bound(dialer, session),
-            &bound(acceptor, [0x22; 32]),
+            &bound(&dialer, session),
+            &bound(&acceptor, [0x22; 32]),
             ACCEPTOR_NONCE,
         );
         assert_eq!(reason(&relayed.at_dialer).1, "mac");
-        let unbound = exchange(&dialer, &bound(acceptor, session), ACCEPTOR_NONCE);
+        let unbound = exchange(&dialer, &bound(&acceptor, session), ACCEPTOR_NONCE);
         assert_eq!(reason(&unbound.at_dialer).1, "mac");
         // The previous secret is bound the same way, so a rotation still works under TLS.
         let (old_first, new_first) = (
@@ -1007,8 +1080,8 @@ mod tests {
             keyed(2, OTHER_SECRET, Some(SECRET)),
         );
         let run = exchange(
-            &bound(old_first, session),
-            &bound(new_first, session),
+            &bound(&old_first, session),
+            &bound(&new_first, session),
             ACCEPTOR_NONCE,
         );
         assert!(run.at_dialer.is_ok() && run.at_acceptor.is_ok());
@@ -1031,10 +1104,25 @@ mod tests {
             } else {
                 run.at_acceptor.unwrap_err()
             };
-            assert!(
-                keyed_side.detail.contains("does not authenticate"),
-                "{keyed_side}"
-            );
+            // The bare side's mode is a claim nobody authenticated: the line says whose it is
+            // and what to check, never that the peer is misconfigured.
+            let (claimant, peer) = if dialer.auth.is_some() {
+                ("whoever answered at replica 2's address", "replica 2 runs")
+            } else {
+                ("a dialer naming itself replica 0", "replica 0 runs")
+            };
+            for expected in [
+                claimant,
+                "claims it does not authenticate",
+                "the claim is unauthenticated",
+                peer,
+                "shared_secret",
+            ] {
+                assert!(
+                    keyed_side.detail.contains(expected),
+                    "{expected}: {keyed_side}"
+                );
+            }
         }
     }
 
@@ -1256,15 +1344,15 @@ mod tests {
 
     #[test]
     fn replica_ids_follow_the_roster_and_the_dial_direction() {
-        let refused = |dialer: u8, acceptor: Local| {
+        let refused = |dialer: u8, acceptor: &Local| {
             admit_hello(
-                &acceptor,
+                acceptor,
                 &plain_hello(&replica(dialer), acceptor.replica, MetadataHistory::Absent),
             )
             .unwrap_err()
         };
         for (dialer, acceptor) in [(2, replica(0)), (2, replica(1)), (1, replica(1))] {
-            let refusal = refused(dialer, acceptor);
+            let refusal = refused(dialer, &acceptor);
             assert_eq!(
                 (refusal.status, refusal.field),
                 (Some(ReplicaHandshakeStatus::DirectionalRule), "replica"),

@@ -478,7 +478,7 @@ impl Shared {
     /// This node as it admits a link whose TLS session exports `channel_binding`: with
     /// `[cluster.auth]` on, the handshake MACs are keyed to that session.
     fn local_on(&self, channel_binding: Option<&[u8; 32]>) -> Local {
-        let local = self.config.local;
+        let local = self.config.local.clone();
         Local {
             auth: match (local.auth, channel_binding) {
                 (Some(auth), Some(binding)) => Some(auth.bound_to_channel(binding)),

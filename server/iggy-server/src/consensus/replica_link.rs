@@ -111,9 +111,9 @@ pub fn accept_hello(
         Err(refusal) => refusal.status,
     };
     let answer = status.map(|status| admission::challenge(local, status, history, nonce, frame));
-    let awaiting_finish = match (&verdict, answer, local.auth) {
+    let awaiting_finish = match (&verdict, answer, &local.auth) {
         (Ok(_), Some(challenge), Some(_)) => Some(AwaitingFinish {
-            local: *local,
+            local: local.clone(),
             hello: frame.try_into().expect("an admitted hello is one frame"),
             challenge,
         }),
@@ -596,7 +596,12 @@ pub(crate) mod tests {
     #[test]
     fn the_handshake_steps_admit_both_sides_or_refuse_both() {
         let dialer = DialerHandshake::new(local(0), 2, MetadataHistory::Held, DIALER_NONCE);
-        let step = accept_hello(&local(2), &dialer.opening(), MetadataHistory::Absent, ACCEPTOR_NONCE);
+        let step = accept_hello(
+            &local(2),
+            &dialer.opening(),
+            MetadataHistory::Absent,
+            ACCEPTOR_NONCE,
+        );
         // Each side learns the other's declared history with its admission.
         let at_acceptor = step.verdict.unwrap();
         assert_eq!(
@@ -615,25 +620,44 @@ pub(crate) mod tests {
             ..local(0)
         };
         let dialer = DialerHandshake::new(other, 2, MetadataHistory::Absent, DIALER_NONCE);
-        let step = accept_hello(&local(2), &dialer.opening(), MetadataHistory::Absent, ACCEPTOR_NONCE);
+        let step = accept_hello(
+            &local(2),
+            &dialer.opening(),
+            MetadataHistory::Absent,
+            ACCEPTOR_NONCE,
+        );
         assert_eq!(step.verdict.unwrap_err().field, "cluster");
         assert_eq!(
-            dialer.answer(&step.answer.unwrap()).verdict.unwrap_err().field,
+            dialer
+                .answer(&step.answer.unwrap())
+                .verdict
+                .unwrap_err()
+                .field,
             "cluster"
         );
 
         // A dialer that is not the lower id of the pair (a node started under another
         // replica id than the roster gives its address): both name `replica`.
         let dialer = DialerHandshake::new(local(2), 1, MetadataHistory::Absent, DIALER_NONCE);
-        let step = accept_hello(&local(1), &dialer.opening(), MetadataHistory::Absent, ACCEPTOR_NONCE);
+        let step = accept_hello(
+            &local(1),
+            &dialer.opening(),
+            MetadataHistory::Absent,
+            ACCEPTOR_NONCE,
+        );
         assert_eq!(step.verdict.unwrap_err().field, "replica");
         assert_eq!(
-            dialer.answer(&step.answer.unwrap()).verdict.unwrap_err().field,
+            dialer
+                .answer(&step.answer.unwrap())
+                .verdict
+                .unwrap_err()
+                .field,
             "replica"
         );
 
         // A torn hello gets no answer at all.
-        let mut torn = DialerHandshake::new(local(0), 2, MetadataHistory::Held, DIALER_NONCE).opening();
+        let mut torn =
+            DialerHandshake::new(local(0), 2, MetadataHistory::Held, DIALER_NONCE).opening();
         torn[200] ^= 1;
         let step = accept_hello(&local(2), &torn, MetadataHistory::Absent, ACCEPTOR_NONCE);
         assert!(step.answer.is_none());

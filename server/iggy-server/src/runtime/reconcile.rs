@@ -5,7 +5,8 @@
 //! Rules (the seed's, and issue 11's):
 //! - a live partition is opened; `prepare_partition_dir` then applies the per-directory rules
 //!   (same revision: opened with its data; older: discarded, starts empty; newer: refused and
-//!   left untouched; no record: adopted with a warning);
+//!   left untouched; no record: adopted with a warning; a damaged record: written again when
+//!   the namespace publishes the incarnation, refused otherwise);
 //! - a directory no live partition owns is discarded only when a committed delete of exactly
 //!   the incarnation its `created.revision` names was replayed; anything else is kept and
 //!   reported.

@@ -499,6 +499,8 @@ impl Shared {
             let found = iggy_storage::records::read_checked_u64(&record)
                 .await
                 .unwrap_or_else(|error| {
+                    // Never discarded on it: only a record that reads names a revision a
+                    // committed delete can match (a live partition's open judges it again).
                     tracing::warn!("{}: unreadable: {error}", record.display());
                     None
                 });

@@ -41,6 +41,8 @@ pub enum Dispatched {
 struct Request<'a> {
     header: &'a RequestHeader,
     operation: Operation,
+    /// When `dispatch_within` answers for a request still pending.
+    answer_by: std::time::Instant,
 }
 
 impl Request<'_> {
@@ -99,12 +101,13 @@ pub async fn dispatch_within(
     let code = admitted.non_replicated_code();
     // Disabled metrics cost nothing: no clock read, command lookup or map update.
     let started = metrics_recorded(node).then(std::time::Instant::now);
+    let answer_by = std::time::Instant::now() + deadline;
     let dispatched = answer_within(
         deadline,
         &header,
         operation,
         code,
-        dispatch(node, connection, admitted, body),
+        dispatch(node, connection, admitted, body, answer_by),
     )
     .await;
     if let Some(started) = started {
@@ -171,12 +174,13 @@ async fn answer_within(
     Dispatched::Reply(frame::error_reply(header, operation, error))
 }
 
-/// Handles one request.
-pub async fn dispatch(
+/// Handles one request; `answer_by` is when its pending reply is answered for it.
+async fn dispatch(
     node: &Rc<Node>,
     connection: &mut Connection,
     admitted: Admitted,
     body: Vec<u8>,
+    answer_by: std::time::Instant,
 ) -> Dispatched {
     let header = admitted.header;
     let mut body = Some(body);
@@ -189,6 +193,7 @@ pub async fn dispatch(
     let request = Request {
         header: &header,
         operation: admitted.operation,
+        answer_by,
     };
     match admitted.operation {
         Operation::Register => register(node, connection, &request, &body).await,
@@ -1494,18 +1499,35 @@ async fn poll(
             resolved_at,
         };
         // Best effort: the messages are served even if the commit is refused (a concurrent
-        // request of the same client with a higher number already committed).
-        let committed = match routing {
-            Routing::ByClient => partition
-                .write(bound.client, header.request, store)
-                .await
-                .map(|_| ()),
-            Routing::ByServer => relayed_partition_write(&partition, bound, header.request, store)
-                .await
-                .map(|_| ()),
+        // request of the same client with a higher number already committed), and whatever
+        // its verdict, which is waited for only until shortly before the request's deadline.
+        let committed = async {
+            match routing {
+                Routing::ByClient => partition
+                    .write(bound.client, header.request, store)
+                    .await
+                    .map(|_| ()),
+                Routing::ByServer => {
+                    relayed_partition_write(&partition, bound, header.request, store)
+                        .await
+                        .map(|_| ())
+                }
+            }
         };
-        if let Err(error) = committed {
-            tracing::debug!("auto-commit refused: {error:?}");
+        let wait = auto_commit_wait(std::time::Instant::now(), request.answer_by);
+        match settle_auto_commit(committed, wait).await {
+            AutoCommit::Stored => {}
+            AutoCommit::Skipped => tracing::debug!(
+                "auto-commit skipped: no time left before the request's deadline; the offset \
+                 stays where it was and the messages are served"
+            ),
+            AutoCommit::Refused(error) => tracing::debug!("auto-commit refused: {error:?}"),
+            AutoCommit::Unknown => tracing::warn!(
+                client = format_args!("{:032x}", bound.client),
+                request = header.request,
+                "auto-commit of offset {last} still without a verdict; the polled messages are \
+                 served (the offset may or may not be stored)"
+            ),
         }
     }
     let commit = node.shared.metadata.borrow().commit;
@@ -1526,6 +1548,54 @@ async fn poll(
         &mut frame,
     );
     Ok(Dispatched::Reply(frame))
+}
+
+/// What became of a poll's auto-commit. Whichever it is, the poll answers its messages: the
+/// commit can store the offset only for a poll whose messages the client is given (at least
+/// once), never move it past messages the client was answered an error for. 58 would be that
+/// error: the SDK resends a poll refused with it, and a `Next` after a stored offset skips.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AutoCommit {
+    Stored,
+    /// Refused, or no verdict (57: the op may still commit).
+    Refused(ErrorCode),
+    /// No verdict by the time the reply had to go: the op may still commit.
+    Unknown,
+    /// Not proposed: no time was left to wait for it. The offset stays, so the next `Next`
+    /// polls the same messages again (delivered twice, never skipped).
+    Skipped,
+}
+
+/// Left between the end of an auto-commit's wait and the request's deadline, for the reply
+/// to be built and sent before `answer_within` answers in its place.
+const AUTO_COMMIT_REPLY_MARGIN: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// How long a poll's auto-commit may wait for its verdict at `now`, for a request answered
+/// for at `answer_by`; `None` when no time is left to propose it at all.
+fn auto_commit_wait(
+    now: std::time::Instant,
+    answer_by: std::time::Instant,
+) -> Option<std::time::Duration> {
+    let wait = answer_by
+        .saturating_duration_since(now)
+        .checked_sub(AUTO_COMMIT_REPLY_MARGIN)?;
+    (!wait.is_zero()).then_some(wait)
+}
+
+/// Runs a poll's auto-commit `committed`, waiting at most `wait` for its verdict (see
+/// [`auto_commit_wait`]; `None`: not proposed at all).
+async fn settle_auto_commit(
+    committed: impl Future<Output = Result<(), ErrorCode>>,
+    wait: Option<std::time::Duration>,
+) -> AutoCommit {
+    let Some(wait) = wait else {
+        return AutoCommit::Skipped;
+    };
+    match compio::time::timeout(wait, committed).await {
+        Ok(Ok(())) => AutoCommit::Stored,
+        Ok(Err(error)) => AutoCommit::Refused(error),
+        Err(_) => AutoCommit::Unknown,
+    }
 }
 
 #[cfg(test)]
@@ -1580,6 +1650,66 @@ mod tests {
             let done = async { Dispatched::Close(vec![1]) };
             let answered = answer_within(deadline, &read, Operation::NonReplicated, 1, done).await;
             assert!(matches!(answered, Dispatched::Close(bytes) if bytes == [1]));
+        });
+    }
+
+    #[test]
+    fn an_auto_commit_waits_until_shortly_before_the_deadline_or_is_not_proposed() {
+        let now = std::time::Instant::now();
+        let second = std::time::Duration::from_secs(1);
+        assert_eq!(
+            auto_commit_wait(now, now + 10 * second),
+            Some(10 * second - AUTO_COMMIT_REPLY_MARGIN)
+        );
+        for answer_by in [now + AUTO_COMMIT_REPLY_MARGIN, now, now - second] {
+            assert_eq!(auto_commit_wait(now, answer_by), None);
+        }
+    }
+
+    /// The review's case: a poll's auto-commit proposed, its verdict lost (the primary lost its
+    /// lead, a relay unanswered). Answered 58, the SDK would poll `Next` again and skip the
+    /// messages if the commit landed; the poll answers its messages instead.
+    #[test]
+    fn a_poll_whose_auto_commit_gets_no_verdict_is_answered_with_its_messages() {
+        compio::runtime::Runtime::new().unwrap().block_on(async {
+            let deadline = 2 * AUTO_COMMIT_REPLY_MARGIN;
+            let read = header(Operation::NonReplicated);
+            let answer_by = std::time::Instant::now() + deadline;
+            let polled = async {
+                let no_verdict = std::future::pending::<Result<(), ErrorCode>>();
+                let wait = auto_commit_wait(std::time::Instant::now(), answer_by);
+                let verdict = settle_auto_commit(no_verdict, wait).await;
+                assert_eq!(verdict, AutoCommit::Unknown);
+                let request = Request {
+                    header: &read,
+                    operation: Operation::NonReplicated,
+                    answer_by,
+                };
+                request.reply(b"the polled messages")
+            };
+            let answered = answer_within(deadline, &read, Operation::NonReplicated, 100, polled);
+            assert_eq!(status(answered.await), 0, "the messages, not 58");
+            // Verdicts that come are passed on; none is proposed without time to wait.
+            let refused = async { Err(ErrorCode::TransientNotCommitted) };
+            let wait = Some(deadline);
+            assert_eq!(
+                settle_auto_commit(refused, wait).await,
+                AutoCommit::Refused(ErrorCode::TransientNotCommitted)
+            );
+            assert_eq!(
+                settle_auto_commit(async { Ok(()) }, wait).await,
+                AutoCommit::Stored
+            );
+            let proposed = std::cell::Cell::new(false);
+            let never_run = async {
+                proposed.set(true);
+                Ok(())
+            };
+            assert_eq!(
+                settle_auto_commit(never_run, None).await,
+                AutoCommit::Skipped
+            );
+            assert!(!proposed.get());
         });
     }
 }
