@@ -56,9 +56,11 @@ pub mod log;
 pub mod machine;
 pub mod metadata_machine;
 pub mod metadata_workload;
+pub mod node;
 pub mod workload;
 
 pub use machine::PartitionMachine;
 pub use metadata_machine::MetadataMachine;
 pub use metadata_workload::{MetadataRunFigures, MetadataWorkload};
+pub use node::{NodeFigures, NodeSettings, NodeWorld};
 pub use workload::{Figures, History, PartitionWorkload};

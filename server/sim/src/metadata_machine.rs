@@ -55,6 +55,10 @@ pub struct MetadataMachine {
     /// Between a restart and the end of its replay: no disk effect runs (as in the server,
     /// the directories are reconciled with the final model once).
     replaying: bool,
+    /// Per key, the incarnation last opened there (the server's namespace `created.revision`,
+    /// which outlives the directory's delete): an incarnation whose directory is gone is
+    /// never opened again over no files.
+    published: BTreeMap<PartitionKey, u64>,
     /// The partition deletes the replay applied: (key, incarnation).
     replay_deletes: HashSet<(PartitionKey, u64)>,
     /// Each checkpoint taken and each snapshot restored: (the model's commit, canonical bytes).
@@ -108,8 +112,26 @@ impl MetadataMachine {
     /// the newer directory alone).
     pub fn partitions_to_run(&self) -> BTreeMap<PartitionKey, u64> {
         let mut live = self.model.live_partitions();
-        live.retain(|key, incarnation| !self.newer_on_disk(key, *incarnation));
+        live.retain(|key, incarnation| !self.refused(key, *incarnation));
         live
+    }
+
+    /// Whether opening `incarnation` at `key` is refused: over a newer incarnation's
+    /// directory, or with no directory when this incarnation or a later one was opened here
+    /// before (its delete was applied here, by an op a restart or a transfer has not applied
+    /// again yet: it must not start over empty, with another history).
+    ///
+    /// The server's `prepare_partition_dir` refuses the first two, but opens an older
+    /// incarnation than the one its namespace record names afresh over no files
+    /// (`SIM_SEED=3005`, 5 nodes, fails with that rule: a quorum of nodes restarted from a
+    /// checkpoint before the delete format the deleted incarnation and commit another op 1).
+    fn refused(&self, key: &PartitionKey, incarnation: u64) -> bool {
+        self.disk.get(key) != Some(&incarnation)
+            && (self.newer_on_disk(key, incarnation)
+                || self
+                    .published
+                    .get(key)
+                    .is_some_and(|published| *published >= incarnation))
     }
 
     fn newer_on_disk(&self, key: &PartitionKey, incarnation: u64) -> bool {
@@ -129,10 +151,10 @@ impl MetadataMachine {
             } => {
                 let key = (stream, topic, partition);
                 self.figures.partitions_opened += 1;
-                // Refused over a newer incarnation's directory, as the server's open does.
-                if self.newer_on_disk(&key, incarnation) {
+                if self.refused(&key, incarnation) {
                     return;
                 }
+                self.published.insert(key, incarnation);
                 // The same incarnation's directory is one a restart kept for this op: the
                 // server opens it with its data.
                 if let Some(found) = self.disk.insert(key, incarnation)
@@ -155,8 +177,9 @@ impl MetadataMachine {
                     Some(found) if *found == incarnation => {
                         self.disk.remove(&key);
                     }
-                    // The server removes a directory only when it names the incarnation.
-                    _ if self.newer_on_disk(&key, incarnation) => {}
+                    // The server removes a directory only when it names the incarnation (one
+                    // a restart found deleted already, or a newer one, stays).
+                    _ if self.refused(&key, incarnation) => {}
                     // Deleting by key alone would destroy another incarnation's data.
                     found => self.disk_faults.push(format!(
                         "op {op} deletes partition {key:?} incarnation {incarnation}, the \
@@ -275,8 +298,9 @@ impl Machine for MetadataMachine {
             live.contains_key(key) || !deletes.contains(&(*key, *incarnation))
         });
         for (key, incarnation) in live {
-            if !self.newer_on_disk(&key, incarnation) {
+            if !self.refused(&key, incarnation) {
                 self.disk.insert(key, incarnation);
+                self.published.insert(key, incarnation);
             }
         }
     }

@@ -306,6 +306,19 @@ impl Reference {
         Reference { streams, users }
     }
 
+    /// The partitions with their incarnations.
+    pub fn partitions(&self) -> BTreeMap<(u32, u32, u32), u64> {
+        let mut partitions = BTreeMap::new();
+        for (s, stream) in &self.streams {
+            for (t, topic) in &stream.topics {
+                for (p, incarnation) in &topic.partitions {
+                    partitions.insert((*s, *t, *p), *incarnation);
+                }
+            }
+        }
+        partitions
+    }
+
     /// The marker of the resource at `path`, if it exists.
     pub fn marker(&self, path: Path) -> Option<u64> {
         match path {
@@ -620,6 +633,15 @@ impl MetadataWorkload {
 
     fn fail(&self, what: String) -> ! {
         panic!("seed {}: metadata checker: {what}", self.seed)
+    }
+
+    /// The latest committed op and the partitions live after it.
+    pub fn committed_partitions(&self) -> (u64, BTreeMap<(u32, u32, u32), u64>) {
+        self.references
+            .last_key_value()
+            .map_or((0, BTreeMap::new()), |(op, reference)| {
+                (*op, reference.partitions())
+            })
     }
 
     /// The reference once every op up to `op` is applied.

@@ -291,12 +291,12 @@ impl<W: Workload> Cluster<W> {
 
     /// The same world as one group of several on each node ([`Cluster::faults_from_shell`]),
     /// where a replica exists only once its node's shell creates it: every replica starts
-    /// absent (no core, no files) until [`Cluster::format_replica`], at tick `now`, led by
-    /// whichever replica wins its first view.
-    pub fn hosted_by_shell(mut self, now: u64) -> Self {
+    /// absent (no core, no files) until [`Cluster::format_replica`], at tick `now`,
+    /// preferring `preferred_primary` as its leader.
+    pub fn hosted_by_shell(mut self, now: u64, preferred_primary: Option<ReplicaId>) -> Self {
         self = self.faults_from_shell();
         self.now = now;
-        self.preferred_primary = None;
+        self.preferred_primary = preferred_primary;
         for index in 0..self.nodes.len() {
             self.absent(index);
             self.nodes[index].discarded = false;
@@ -329,9 +329,9 @@ impl<W: Workload> Cluster<W> {
         node.checked_commit = 0;
     }
 
-    /// The shell creates replica `index` (its node applied the op that created the group):
-    /// an empty log in view 0, in normal status, with new files.
-    pub fn format_replica(&mut self, index: usize) {
+    /// The shell creates replica `index` with new files (its node applied the op that created
+    /// the group, or opens it over no files): an empty log in `view`, in normal status.
+    pub fn format_replica(&mut self, index: usize, view: u32) {
         self.absent(index);
         let config = config(
             self.replica_count,
@@ -339,8 +339,9 @@ impl<W: Workload> Cluster<W> {
             self.clients_table_max,
             self.preferred_primary,
         );
-        let core = GroupCore::format(
+        let core = GroupCore::format_in_view(
             config,
+            view,
             Durability::Persisted,
             false,
             Some(checkpoint_policy(self.checkpoint_every)),
@@ -484,7 +485,11 @@ impl<W: Workload> Cluster<W> {
             "seed {}: clients did not finish by tick {}: {:?}",
             self.seed, self.now, self.clients
         );
-        let handed_back = self.settle_on_preferred_primary();
+        // A group whose shell does not host every replica (deleted, or not created on a node
+        // yet) has no one to hand back to.
+        let hosted_everywhere = self.nodes.iter().all(|node| node.core.is_some());
+        let handed_back = (!self.shell_faults || (hosted_everywhere && !self.clients_abandoned))
+            && self.settle_on_preferred_primary();
         self.check_all();
         let views: Vec<_> = self.nodes.iter().map(Node::view).collect();
         self.workload.check_end(self.seed, &views);
