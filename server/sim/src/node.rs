@@ -85,13 +85,6 @@ pub struct NodeFigures {
     pub cuts: u64,
     /// Metadata state transfers.
     pub state_transfers: u64,
-    /// Runs whose metadata replicas did not all reach the same commit after the load.
-    pub metadata_laggards_at_end: u64,
-    /// Runs cut short because a metadata replica in normal status stopped applying the ops
-    /// it knows committed (`commit_min < commit_max` for good, its core idle), so the
-    /// partitions it has not created yet cannot form their groups: a liveness finding in
-    /// `iggy-vsr` these runs name by seed, not a checker failure.
-    pub metadata_stalls: u64,
 }
 
 /// One partition incarnation's group over the nodes.
@@ -186,17 +179,6 @@ impl NodeWorld {
                         (*incarnation, group.key, replicas)
                     })
                     .collect();
-                if self.metadata_stalled() {
-                    // See `metadata_stalls`: a finding, counted and named, not this
-                    // simulator's failure.
-                    eprintln!(
-                        "seed {}: a metadata replica stopped applying (replay: SIM_SEED={}); \
-                         partition groups waiting: {waiting:?}",
-                        self.seed, self.seed
-                    );
-                    self.figures.metadata_stalls += 1;
-                    return self.figures;
-                }
                 self.fail(format!(
                     "the clients did not finish: metadata {}, partitions {waiting:?}",
                     self.metadata.clients_done()
@@ -213,15 +195,6 @@ impl NodeWorld {
         self.settle();
         self.check_end();
         self.finish()
-    }
-
-    /// A metadata replica in normal status behind the commit it knows.
-    fn metadata_stalled(&self) -> bool {
-        (0..usize::from(self.replica_count)).any(|node| {
-            self.metadata
-                .replica(node)
-                .is_some_and(|r| r.status() == Status::Normal && r.commit_min() < r.commit_max())
-        })
     }
 
     fn clients_done(&self) -> bool {
@@ -446,8 +419,7 @@ impl NodeWorld {
     }
 
     /// After the load: runs until every node is up with its metadata replica in normal
-    /// status at the same commit (or a bound passed: a metadata replica may stay behind, which
-    /// the figures count), its partitions brought in line.
+    /// status at the same commit, its partitions brought in line.
     fn settle(&mut self) {
         let deadline = self.now + 2_000;
         loop {
@@ -468,13 +440,7 @@ impl NodeWorld {
                 return;
             }
             if self.now >= deadline {
-                if !normal {
-                    self.fail(format!(
-                        "the metadata replicas did not recover: {commits:?}"
-                    ));
-                }
-                self.figures.metadata_laggards_at_end += 1;
-                return;
+                self.fail(format!("the metadata replicas did not settle: {commits:?}"));
             }
             self.step();
         }

@@ -63,8 +63,6 @@ struct Totals {
     restarts_all: u64,
     cuts: u64,
     state_transfers: u64,
-    metadata_laggards_at_end: u64,
-    metadata_stalls: u64,
 }
 
 impl Totals {
@@ -85,8 +83,6 @@ impl Totals {
         self.restarts_all += figures.restarts_all;
         self.cuts += figures.cuts;
         self.state_transfers += figures.state_transfers;
-        self.metadata_laggards_at_end += figures.metadata_laggards_at_end;
-        self.metadata_stalls += figures.metadata_stalls;
     }
 }
 
