@@ -116,15 +116,13 @@ impl MetadataMachine {
         live
     }
 
-    /// Whether opening `incarnation` at `key` is refused: over a newer incarnation's
-    /// directory, or with no directory when this incarnation or a later one was opened here
-    /// before (its delete was applied here, by an op a restart or a transfer has not applied
-    /// again yet: it must not start over empty, with another history).
-    ///
-    /// The server's `prepare_partition_dir` refuses the first two, but opens an older
-    /// incarnation than the one its namespace record names afresh over no files
-    /// (`SIM_SEED=3005`, 5 nodes, fails with that rule: a quorum of nodes restarted from a
-    /// checkpoint before the delete format the deleted incarnation and commit another op 1).
+    /// Whether opening `incarnation` at `key` is refused, as the server's
+    /// `prepare_partition_dir` refuses it: over a newer incarnation's directory, or with no
+    /// directory when this incarnation or a later one was opened here before (its delete was
+    /// applied here, by an op a restart or a transfer has not applied again yet: it must not
+    /// start over empty, with another history; `SIM_SEED=3005` with 5 nodes, where a quorum of
+    /// nodes restarted from a checkpoint before the delete, fails if only this incarnation's
+    /// own record refuses).
     fn refused(&self, key: &PartitionKey, incarnation: u64) -> bool {
         self.disk.get(key) != Some(&incarnation)
             && (self.newer_on_disk(key, incarnation)
