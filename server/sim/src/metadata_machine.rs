@@ -7,13 +7,18 @@
 //!
 //! Two differences from the server, both in the shell, never in the model:
 //! - the server's disk effects open and delete partition directories; here the "disk" is the
-//!   map of partition directories the effects left (one per key, named by its incarnation), and
-//!   an effect that does not fit it (a delete naming another incarnation than the one on disk,
-//!   an open over a live directory) is recorded as a fault for the checker;
+//!   map of partition directories the effects left (one per key, named by its incarnation, with
+//!   the incarnation last opened per key as the namespace record), and an effect that does not
+//!   fit it (a delete naming another incarnation than the one on disk, an open over a live
+//!   directory) is recorded as a fault for the checker. A restart keeps the directories as the
+//!   server's start-up reconciliation does (one whose creating op lies above the replayed
+//!   commit waits for that op; a delete the replay applied removes one), and an open is refused
+//!   where the server's `prepare_partition_dir` refuses it. The node simulation
+//!   ([`crate::node`]) runs a partition group for each directory its node's machine holds;
 //! - the server releases an ended session's client-table slot by a later `FinalizeSession` op
 //!   that the node itself submits once no partition holds a slot of the session; the simulated
-//!   cluster has no node-submitted ops and no partitions, so a committed logout releases the
-//!   slot of its client at once.
+//!   cluster has no node-submitted ops, so a committed logout releases the slot of its client at
+//!   once.
 
 use bytes::Bytes;
 use iggy_generated::frames::Operation;
@@ -186,7 +191,7 @@ impl MetadataMachine {
                 }
                 self.figures.partitions_deleted += 1;
             }
-            // Partitions run no groups here, so group offsets have nowhere to go.
+            // Consumer-group offsets are not simulated in the partitions.
             Effect::DeleteGroupOffsets { .. } | Effect::ReleaseSessionSlots { .. } => {}
         }
     }

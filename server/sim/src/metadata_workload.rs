@@ -19,7 +19,8 @@
 //!   commit (after applying, at every checkpoint, at every restore) hold the same snapshot;
 //! - every effect a replica ran fits its partition directories (a delete names the
 //!   incarnation on disk, an open never lands on a live one), and after every step the
-//!   directories are exactly the model's live partitions;
+//!   directories whose creating op the model holds are exactly the model's live partitions
+//!   (but one an open refuses over a newer incarnation's directory);
 //! - at the end (and every 64 ticks), on every replica that committed an acknowledged create,
 //!   the created resource is there with the acknowledged id, unless a later committed op
 //!   removed it; a resource an acknowledged delete removed never reappears.

@@ -2,8 +2,8 @@
 //! server's nodes do, under one fault plan per node.
 //!
 //! Each group is its own [`Cluster`] (the metadata group's of [`MetadataMachine`]s, one per
-//! partition incarnation of [`PartitionMachine`]s), and the [`NodeWorld`] steps them in
-//! lockstep on one clock. Replica `i` of every group lives on node `i`:
+//! partition incarnation of [`PartitionMachine`](crate::PartitionMachine)s), and the
+//! [`NodeWorld`] steps them in lockstep on one clock. Replica `i` of every group lives on node `i`:
 //!
 //! - a partition group's replica exists on a node only once the node's metadata replica
 //!   applied the op that created the incarnation (each node at its own time): the node's
@@ -497,4 +497,63 @@ impl NodeWorld {
 /// creating op plus the partition id, so the primaries spread over the nodes.
 fn created_view(incarnation: u64, partition: u32, replica_count: u8) -> u32 {
     ((created_op(incarnation) + u64::from(partition)) % u64::from(replica_count)) as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SETTINGS: NodeSettings = NodeSettings {
+        metadata_clients: 3,
+        metadata_requests: 30,
+        partition_clients: 1,
+        partition_requests: 8,
+        fault_ticks: 1_500,
+        ticks_max: 30_000,
+    };
+
+    /// A world of three nodes stepped until some node runs a partition incarnation; that
+    /// node and incarnation.
+    fn world_running_a_partition() -> (NodeWorld, usize, u64) {
+        let mut world = NodeWorld::new(1, 3, SETTINGS);
+        while world.now < 5_000 {
+            world.step();
+            for node in 0..3 {
+                if let Some(incarnation) = world.hosted(node).values().next() {
+                    return (world, node, *incarnation);
+                }
+            }
+        }
+        panic!("no partition was created");
+    }
+
+    /// The node check is not vacuous: a node that stops running a partition its model holds
+    /// live fails it, and so does a node still running one its model no longer holds.
+    #[test]
+    fn a_node_running_other_incarnations_than_its_model_fails_the_checker() {
+        let (mut world, node, incarnation) = world_running_a_partition();
+        world.check_step();
+        let group = world.groups.get_mut(&incarnation).unwrap();
+        group.cluster.discard_replica(node);
+        let stopped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| world.check_step()));
+        let error = *stopped.unwrap_err().downcast::<String>().unwrap();
+        assert!(
+            error.contains(&format!("node {node} at metadata commit")),
+            "{error}"
+        );
+
+        let (mut world, node, incarnation) = world_running_a_partition();
+        let key = world.groups[&incarnation].key;
+        // A planted model where the partition is gone, its replica still running.
+        let model = world.metadata.machine_mut(node).model_mut();
+        model
+            .streams
+            .get_mut(&key.0)
+            .and_then(|stream| stream.topics.get_mut(&key.1))
+            .and_then(|topic| topic.partitions.remove(&key.2))
+            .expect("the partition is in the model");
+        let running = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| world.check_step()));
+        let error = *running.unwrap_err().downcast::<String>().unwrap();
+        assert!(error.contains("runs partitions"), "{error}");
+    }
 }

@@ -9,7 +9,7 @@ use iggy_sim::{NodeFigures, NodeSettings, NodeWorld};
 // Shared with the other seed drivers, which use the rest of it.
 #[allow(dead_code)]
 mod support;
-use support::{FAULT_TICKS, TICKS_MAX, env};
+use support::{FAULT_TICKS, TICKS_MAX, seeds_or};
 
 const SETTINGS: NodeSettings = NodeSettings {
     metadata_clients: 3,
@@ -20,29 +20,11 @@ const SETTINGS: NodeSettings = NodeSettings {
     ticks_max: TICKS_MAX,
 };
 
-/// The seeds to run for `replica_count`: `SIM_SEED` alone, or `SIM_SEEDS` (default 20).
-fn seeds(replica_count: u8) -> Vec<u64> {
-    match env("SIM_SEED") {
-        Some(seed) => vec![seed],
-        None => (0..env("SIM_SEEDS").unwrap_or(20))
-            .map(|seed| seed * 1_000 + u64::from(replica_count))
-            .collect(),
-    }
-}
-
 /// Runs one seed, naming it if a checker fails.
 fn run_seed(replica_count: u8, seed: u64) -> NodeFigures {
-    let result = std::panic::catch_unwind(|| NodeWorld::new(seed, replica_count, SETTINGS).run());
-    match result {
-        Ok(figures) => figures,
-        Err(panic) => {
-            eprintln!(
-                "node simulation failed: replicas={replica_count} seed={seed} \
-                 (replay: SIM_SEED={seed})"
-            );
-            std::panic::resume_unwind(panic);
-        }
-    }
+    support::naming_seed("node", replica_count, seed, || {
+        NodeWorld::new(seed, replica_count, SETTINGS).run()
+    })
 }
 
 #[derive(Debug, Default)]
@@ -88,7 +70,7 @@ impl Totals {
 
 fn run(replica_count: u8) {
     let mut totals = Totals::default();
-    for seed in seeds(replica_count) {
+    for seed in seeds_or(replica_count, 20) {
         totals.add(&run_seed(replica_count, seed));
     }
     eprintln!("replicas={replica_count}: {totals:?}");

@@ -396,6 +396,11 @@ impl<W: Workload> Cluster<W> {
         &self.nodes[index].machine
     }
 
+    /// Replica `index`'s state machine, for a test that damages it.
+    pub fn machine_mut(&mut self, index: usize) -> &mut W::Machine {
+        &mut self.nodes[index].machine
+    }
+
     /// The clients' workload and its checker.
     pub fn workload(&self) -> &W {
         &self.workload
