@@ -226,6 +226,7 @@ impl NodeWorld {
         }
         for group in self.groups.values_mut() {
             group.cluster.step();
+            assert_eq!(group.cluster.now(), self.now, "the groups step in lockstep");
         }
         self.check_step();
     }
