@@ -45,9 +45,30 @@
 //! returns. The snapshot is compared with its sessions sorted: the model keeps them in a hash
 //! map, so equal models may encode them in different orders.
 //!
+//! [`node::NodeWorld`] runs both together, as the server's nodes host them: 3 or 5 nodes, each
+//! with a metadata replica and the partition replicas its own metadata replica's effects
+//! created (each node at its own time), one [`Cluster`](iggy_vsr::sim::cluster::Cluster) per
+//! group (per partition incarnation) stepped in lockstep under one fault plan per node: a
+//! crash takes every group of the node down at once (unsynced writes lost), a restart reopens
+//! the metadata replica and then the partitions its replayed model runs, a cut isolates all of
+//! them, about half the seeds crash every node at once. A node formats a partition's replica
+//! when it applies the create, discards it (files too) when it applies the delete or its
+//! start-up or state-transfer reconciliation finds it deleted, and never runs an incarnation it
+//! does not host, so packets for it are dropped. Streams, topics and partitions are created and
+//! deleted from small id pools, so ids are reused; each incarnation's clients send to its group
+//! from its create's commit until its delete's, with message ids unique in the run. Checks:
+//! each group's own (committed prefixes agree; every acknowledged send reads back at its
+//! offsets, in order, once, on every replica that committed it; reads serve only the
+//! incarnation's own messages); after every tick every node whose metadata replica is up runs
+//! exactly the incarnations its model holds live (a deleted one stopped on every node that
+//! applied the delete), and a node never starts an incarnation it deleted over no files; after
+//! the load every metadata replica reaches the same commit, and nodes at the same commit run
+//! the same incarnations.
+//!
 //! A failure names its seed (`replicas=R seed=S`); `SIM_SEED=S cargo nextest run --workspace
-//! -E 'package(iggy-sim)'` replays it. The default run covers a couple hundred seeds;
-//! `SIM_SEEDS=N` runs N seeds per group size (the long form: `SIM_SEEDS=10000`).
+//! -E 'package(iggy-sim)'` replays it. The default run covers a couple hundred seeds (the node
+//! simulation 20 per node count); `SIM_SEEDS=N` runs N seeds per group or node count (the long
+//! form: `SIM_SEEDS=10000`).
 //!
 //! **Architecture Invariant:** the simulator runs the unchanged sans-IO crates (`iggy-vsr`,
 //! `iggy-partition`, `iggy-metadata`); no compio, no clock, no filesystem, no `iggy-storage`.
@@ -56,9 +77,11 @@ pub mod log;
 pub mod machine;
 pub mod metadata_machine;
 pub mod metadata_workload;
+pub mod node;
 pub mod workload;
 
 pub use machine::PartitionMachine;
 pub use metadata_machine::MetadataMachine;
 pub use metadata_workload::{MetadataRunFigures, MetadataWorkload};
+pub use node::{NodeFigures, NodeSettings, NodeWorld};
 pub use workload::{Figures, History, PartitionWorkload};

@@ -7,25 +7,30 @@
 //!
 //! Two differences from the server, both in the shell, never in the model:
 //! - the server's disk effects open and delete partition directories; here the "disk" is the
-//!   map of partition directories the effects left (one per key, named by its incarnation), and
-//!   an effect that does not fit it (a delete naming another incarnation than the one on disk,
-//!   an open over a live directory) is recorded as a fault for the checker;
+//!   map of partition directories the effects left (one per key, named by its incarnation, with
+//!   the incarnation last opened per key as the namespace record), and an effect that does not
+//!   fit it (a delete naming another incarnation than the one on disk, an open over a live
+//!   directory) is recorded as a fault for the checker. A restart keeps the directories as the
+//!   server's start-up reconciliation does (one whose creating op lies above the replayed
+//!   commit waits for that op; a delete the replay applied removes one), and an open is refused
+//!   where the server's `prepare_partition_dir` refuses it. The node simulation
+//!   ([`crate::node`]) runs a partition group for each directory its node's machine holds;
 //! - the server releases an ended session's client-table slot by a later `FinalizeSession` op
 //!   that the node itself submits once no partition holds a slot of the session; the simulated
-//!   cluster has no node-submitted ops and no partitions, so a committed logout releases the
-//!   slot of its client at once.
+//!   cluster has no node-submitted ops, so a committed logout releases the slot of its client at
+//!   once.
 
 use bytes::Bytes;
 use iggy_generated::frames::Operation;
 use iggy_generated::storage::MetadataSnapshot;
 use iggy_metadata::machine::{self as metadata_machine, SYSTEM_CLIENT};
-use iggy_metadata::reconcile::{TransferAction, plan_after_transfer};
+use iggy_metadata::reconcile::{TransferAction, created_op, plan_after_transfer};
 use iggy_metadata::{Effect, Metadata, PartitionKey};
 use iggy_vsr::Entry;
 use iggy_vsr::sim::Rng;
 use iggy_vsr::sim::machine::{self, Journaled, Machine};
 use iggy_wire::{WireDecode, WireEncode};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 /// What one replica's metadata machine went through.
 #[derive(Clone, Copy, Debug, Default)]
@@ -55,6 +60,12 @@ pub struct MetadataMachine {
     /// Between a restart and the end of its replay: no disk effect runs (as in the server,
     /// the directories are reconciled with the final model once).
     replaying: bool,
+    /// Per key, the incarnation last opened there (the server's namespace `created.revision`,
+    /// which outlives the directory's delete): an incarnation whose directory is gone is
+    /// never opened again over no files.
+    published: BTreeMap<PartitionKey, u64>,
+    /// The partition deletes the replay applied: (key, incarnation).
+    replay_deletes: HashSet<(PartitionKey, u64)>,
     /// Each checkpoint taken and each snapshot restored: (the model's commit, canonical bytes).
     snapshots: Vec<(u64, Vec<u8>)>,
     figures: MetadataFigures,
@@ -90,6 +101,48 @@ impl MetadataMachine {
         &mut self.model
     }
 
+    /// The partitions whose groups run here: the directories of incarnations created by an op
+    /// the model holds (a directory a restart kept for an op not applied again yet waits).
+    pub fn running_partitions(&self) -> BTreeMap<PartitionKey, u64> {
+        self.disk
+            .iter()
+            .filter(|(_, incarnation)| created_op(**incarnation) <= self.model.commit)
+            .map(|(key, incarnation)| (*key, *incarnation))
+            .collect()
+    }
+
+    /// The live partitions whose groups must run here: all of them but one whose directory
+    /// holds a newer incarnation (created by an op a restart has not applied again yet: the
+    /// server refuses to open the older one over it, and its delete, replayed next, leaves
+    /// the newer directory alone).
+    pub fn partitions_to_run(&self) -> BTreeMap<PartitionKey, u64> {
+        let mut live = self.model.live_partitions();
+        live.retain(|key, incarnation| !self.refused(key, *incarnation));
+        live
+    }
+
+    /// Whether opening `incarnation` at `key` is refused, as the server's
+    /// `prepare_partition_dir` refuses it: over a newer incarnation's directory, or with no
+    /// directory when this incarnation or a later one was opened here before (its delete was
+    /// applied here, by an op a restart or a transfer has not applied again yet: it must not
+    /// start over empty, with another history; `SIM_SEED=3005` with 5 nodes, where a quorum of
+    /// nodes restarted from a checkpoint before the delete, fails if only this incarnation's
+    /// own record refuses).
+    fn refused(&self, key: &PartitionKey, incarnation: u64) -> bool {
+        self.disk.get(key) != Some(&incarnation)
+            && (self.newer_on_disk(key, incarnation)
+                || self
+                    .published
+                    .get(key)
+                    .is_some_and(|published| *published >= incarnation))
+    }
+
+    fn newer_on_disk(&self, key: &PartitionKey, incarnation: u64) -> bool {
+        self.disk
+            .get(key)
+            .is_some_and(|found| created_op(*found) > created_op(incarnation))
+    }
+
     /// Runs one effect on the simulated disk, as the server's `run_effect` does on its own.
     fn run_effect(&mut self, op: u64, effect: Effect) {
         match effect {
@@ -100,13 +153,21 @@ impl MetadataMachine {
                 incarnation,
             } => {
                 let key = (stream, topic, partition);
-                if let Some(found) = self.disk.insert(key, incarnation) {
+                self.figures.partitions_opened += 1;
+                if self.refused(&key, incarnation) {
+                    return;
+                }
+                self.published.insert(key, incarnation);
+                // The same incarnation's directory is one a restart kept for this op: the
+                // server opens it with its data.
+                if let Some(found) = self.disk.insert(key, incarnation)
+                    && found != incarnation
+                {
                     self.disk_faults.push(format!(
                         "op {op} opens partition {key:?} incarnation {incarnation} over the \
                          live incarnation {found}"
                     ));
                 }
-                self.figures.partitions_opened += 1;
             }
             Effect::DeletePartition {
                 stream,
@@ -119,6 +180,9 @@ impl MetadataMachine {
                     Some(found) if *found == incarnation => {
                         self.disk.remove(&key);
                     }
+                    // The server removes a directory only when it names the incarnation (one
+                    // a restart found deleted already, or a newer one, stays).
+                    _ if self.refused(&key, incarnation) => {}
                     // Deleting by key alone would destroy another incarnation's data.
                     found => self.disk_faults.push(format!(
                         "op {op} deletes partition {key:?} incarnation {incarnation}, the \
@@ -127,7 +191,7 @@ impl MetadataMachine {
                 }
                 self.figures.partitions_deleted += 1;
             }
-            // Partitions run no groups here, so group offsets have nowhere to go.
+            // Consumer-group offsets are not simulated in the partitions.
             Effect::DeleteGroupOffsets { .. } | Effect::ReleaseSessionSlots { .. } => {}
         }
     }
@@ -167,6 +231,15 @@ impl Machine for MetadataMachine {
         for effect in effects {
             match effect {
                 Effect::ReleaseSessionSlots { clients } => retired.extend(clients),
+                Effect::DeletePartition {
+                    stream,
+                    topic,
+                    partition,
+                    incarnation,
+                } if self.replaying => {
+                    let key = (stream, topic, partition);
+                    self.replay_deletes.insert((key, incarnation));
+                }
                 _ if self.replaying => {}
                 effect => self.run_effect(op, effect),
             }
@@ -205,6 +278,7 @@ impl Machine for MetadataMachine {
             self.figures.snapshots_restored += 1;
         }
         self.replaying = true;
+        self.replay_deletes.clear();
         records
             .into_iter()
             .map(|record| {
@@ -214,12 +288,24 @@ impl Machine for MetadataMachine {
             .collect()
     }
 
-    /// The directories are brought in line with the replayed model: the live partitions'
-    /// incarnations stay or open, every other directory goes (the server's reconciliation,
-    /// which also keeps a directory an op not yet committed here created).
+    /// The directories are brought in line with the replayed model, by the server's start-up
+    /// rules (`runtime/reconcile.rs`): the live partitions' incarnations stay or open (over a
+    /// directory of another incarnation, which goes); any other directory goes only when a
+    /// replayed delete named its incarnation, and is kept otherwise (its creating op lies
+    /// above the replayed commit: it runs again once that op is applied again).
     fn replayed(&mut self) {
         self.replaying = false;
-        self.disk = self.model.live_partitions();
+        let live = self.model.live_partitions();
+        let deletes = std::mem::take(&mut self.replay_deletes);
+        self.disk.retain(|key, incarnation| {
+            live.contains_key(key) || !deletes.contains(&(*key, *incarnation))
+        });
+        for (key, incarnation) in live {
+            if !self.refused(&key, incarnation) {
+                self.disk.insert(key, incarnation);
+                self.published.insert(key, incarnation);
+            }
+        }
     }
 
     fn transfers_state(&self) -> bool {
@@ -233,6 +319,7 @@ impl Machine for MetadataMachine {
     fn transfer(&mut self, op: u64, state: &[u8]) {
         let model = iggy_metadata::snapshot::decode(state).expect("a snapshot a peer wrote");
         assert_eq!(model.commit, op, "a snapshot of its checkpoint's op");
+        let running = self.running_partitions();
         self.model = model;
         self.applied_op = op;
         self.replaying = false;
@@ -245,7 +332,6 @@ impl Machine for MetadataMachine {
             .iter()
             .map(|(key, incarnation)| (*key, Some(*incarnation)))
             .collect();
-        let running = self.disk.clone();
         for action in plan_after_transfer(&live, op, &running, &on_disk) {
             match action {
                 // A directory here is its running partition: the discard that follows (or the

@@ -245,6 +245,13 @@ impl PartitionWorkload {
         }
     }
 
+    /// The same workload numbering its messages from `first` on, so messages of different
+    /// partitions (a deleted one and the next one under its ids) never share an id.
+    pub fn with_message_ids_from(mut self, first: u128) -> Self {
+        self.next_message_id = first;
+        self
+    }
+
     /// What the run exercised.
     pub fn figures(&self) -> Figures {
         Figures {

@@ -62,7 +62,10 @@ async fn read_record(path: &Path) -> Result<Option<u64>, StorageError> {
 ///
 /// A missing directory whose namespace already publishes `revision` is refused: the partition
 /// served once and its files are gone, and missing files are not evidence that its data may be
-/// discarded (the operator restores a backup, or deletes and recreates the partition).
+/// discarded (the operator restores a backup, or deletes and recreates the partition). So is a
+/// missing directory whose namespace publishes a newer revision: `revision` was deleted here
+/// (ids are reused only after a delete), and a restart that replays the metadata from before
+/// that delete must not start the deleted incarnation over empty, with another history.
 ///
 /// A damaged record is never read as an absent one (which adopts the directory): the
 /// directory's is written again only when its namespace publishes `revision`, which proves
@@ -90,10 +93,11 @@ pub async fn prepare_partition_dir(
     let exists = entries.is_some();
     let nonempty = entries.is_some_and(|mut entries| entries.next().is_some());
     let published = read_record(&namespace_dir.join(CREATED_REVISION)).await?;
-    if !exists && published == Some(revision) {
+    if let Some(published) = published.filter(|published| !exists && *published >= revision) {
         return Err(StorageError::Refused(format!(
-            "{} is missing, but {} says incarnation {revision} was initialized there; \
-             restore its files from a backup, or delete and recreate the partition",
+            "{} is missing, but {} says incarnation {published} was initialized there, \
+             not older than {revision}; restore its files from a backup, or delete and \
+             recreate the partition",
             partition_dir.display(),
             namespace_dir.join(CREATED_REVISION).display()
         )));

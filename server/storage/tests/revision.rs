@@ -136,6 +136,28 @@ fn a_damaged_created_revision_is_restored_only_when_its_namespace_proves_the_inc
     });
 }
 
+/// A node deleted incarnation 7, opened 9 under the same ids and deleted it too; a restart from
+/// a metadata checkpoint before 7's delete finds 7 live again. Its directory is gone and the
+/// namespace names the newer 9: 7 was deleted here, so it is refused, never started over empty
+/// (a quorum of such nodes would form a new group of the deleted incarnation with another
+/// history; the node simulator's `SIM_SEED=3005`, 5 nodes).
+#[test]
+fn an_incarnation_older_than_the_published_one_is_refused_over_no_directory() {
+    compio::runtime::Runtime::new().unwrap().block_on(async {
+        let temporary = tempfile::tempdir().unwrap();
+        let discarded = temporary.path().join("discarded-partitions");
+        let partition = temporary.path().join("streams/0/topics/0/partitions/0");
+        let namespace = temporary.path().join("partition-initialization/0-0-0");
+        prepare_partition_dir(&partition, &namespace, &discarded, 7).await.unwrap();
+        assert_eq!(discard_partition_dir(&partition, &discarded, 7).await.unwrap(), Discarded::Removed);
+        prepare_partition_dir(&partition, &namespace, &discarded, 9).await.unwrap();
+        assert_eq!(discard_partition_dir(&partition, &discarded, 9).await.unwrap(), Discarded::Removed);
+        let refused = prepare_partition_dir(&partition, &namespace, &discarded, 7).await;
+        assert!(format!("{}", refused.unwrap_err()).contains("is missing"));
+        assert!(!partition.exists(), "nothing is created in its place");
+    });
+}
+
 #[test]
 fn a_discard_removes_only_the_named_revision() {
     compio::runtime::Runtime::new().unwrap().block_on(async {

@@ -1243,10 +1243,10 @@ impl Replica {
             self.request_prepare();
         }
         let commit = commit.min(self.journal.op());
-        if commit > self.commit_max {
-            self.commit_max = commit;
-            self.commit_advance();
-        }
+        self.commit_max = self.commit_max.max(commit);
+        // Even when `commit` is no news: installing a log checkpointed above our commit raised
+        // `commit_max` to its base already, and an idle group sends no higher commit.
+        self.commit_advance();
     }
 
     /// Asks the primary for the prepares after our log's head, unless a request covering that

@@ -134,6 +134,33 @@ fn a_replica_holding_the_checkpoint_entry_rejoins_and_commits_its_own_prefix() {
     assert_eq!(replica.commit_min(), 10);
 }
 
+/// The primary checkpointed at its commit (op 10) and holds no op above it; a restarted
+/// backup holds ops 1..=10 in its own journal. Installing the StartView raises the commit it
+/// knows to the checkpoint, and it applies its own prefix at once: no later commit is needed
+/// to start it (an idle group would otherwise leave the backup behind for good).
+#[test]
+fn a_replica_rejoining_at_the_primary_checkpoint_applies_its_prefix_without_a_later_commit() {
+    let entries = log_of(0);
+    let mut replica = Replica::open(Config::new(3, 1), entries.clone(), ViewState::default());
+    std::iter::from_fn(|| replica.poll_action()).for_each(drop);
+    let start_view = Message::StartView {
+        view: 0,
+        commit: 10,
+        log: Log::of_entries(10, entries[9].checksum, &[]),
+    };
+    replica.on_message(0, start_view);
+    let mut commits = Vec::new();
+    while let Some(action) = replica.poll_action() {
+        if let Action::Commit { op, .. } = action {
+            commits.push(op);
+            replica.on_committed_reply(op, Bytes::from_static(b"ok"));
+        }
+    }
+    assert_eq!(replica.status(), Status::Normal);
+    assert_eq!(commits, (2..=10).collect::<Vec<_>>());
+    assert_eq!(replica.commit_min(), 10);
+}
+
 #[test]
 fn a_primary_asked_for_checkpointed_ops_answers_with_its_log() {
     // A group of three where replica 0 is the primary of view 0 and has checkpointed.

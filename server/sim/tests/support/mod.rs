@@ -20,9 +20,14 @@ pub fn env(name: &str) -> Option<u64> {
 
 /// The seeds to run for `replica_count`: `SIM_SEED` alone, or `SIM_SEEDS` (default 100) of them.
 pub fn seeds(replica_count: u8) -> Vec<u64> {
+    seeds_or(replica_count, 100)
+}
+
+/// [`seeds`], `default` of them without `SIM_SEEDS`.
+pub fn seeds_or(replica_count: u8, default: u64) -> Vec<u64> {
     match env("SIM_SEED") {
         Some(seed) => vec![seed],
-        None => (0..env("SIM_SEEDS").unwrap_or(100))
+        None => (0..env("SIM_SEEDS").unwrap_or(default))
             .map(|seed| seed * 1_000 + u64::from(replica_count))
             .collect(),
     }
@@ -37,7 +42,7 @@ pub fn run_seed<W: Workload>(
     workload: impl FnOnce() -> W + std::panic::UnwindSafe,
     world: impl FnOnce(Cluster<W>) -> Cluster<W> + std::panic::UnwindSafe,
 ) -> (Summary, W) {
-    let result = std::panic::catch_unwind(|| {
+    naming_seed(what, replica_count, seed, || {
         let cluster = Cluster::with_workload(
             seed,
             replica_count,
@@ -47,8 +52,18 @@ pub fn run_seed<W: Workload>(
         )
         .crash_while_writing(CRASH_WHILE_WRITING_PERCENT);
         world(cluster).run_workload(FAULT_TICKS, TICKS_MAX)
-    });
-    match result {
+    })
+}
+
+/// Runs `run`, the simulation of seed `seed` of `what` on `replica_count` replicas, printing
+/// how to replay it if a checker fails.
+pub fn naming_seed<T>(
+    what: &str,
+    replica_count: u8,
+    seed: u64,
+    run: impl FnOnce() -> T + std::panic::UnwindSafe,
+) -> T {
+    match std::panic::catch_unwind(run) {
         Ok(outcome) => outcome,
         Err(panic) => {
             eprintln!(

@@ -71,6 +71,9 @@ struct Node<M> {
     machine: M,
     restart_at: u64,
     checked_commit: u64,
+    /// Left the group for good (its node's shell discarded the replica and its files): no
+    /// checker waits for it to hold anything.
+    discarded: bool,
 }
 
 /// Outcome summary of one seed.
@@ -159,6 +162,11 @@ pub struct Cluster<W: Workload = ModelWorkload> {
     past_laggards: Option<JournalBound>,
     checkpoints_past_laggards: u64,
     state_transfers: u64,
+    /// Crashes, restarts and cuts come from the node shell hosting this group
+    /// ([`Cluster::faults_from_shell`]), never from the cluster's own fault stream.
+    shell_faults: bool,
+    /// The group is gone (its partition deleted): its clients stop asking.
+    clients_abandoned: bool,
 }
 
 impl Cluster<ModelWorkload> {
@@ -226,6 +234,7 @@ impl<W: Workload> Cluster<W> {
                 machine: workload.machine(replica_count, replica),
                 restart_at: 0,
                 checked_commit: 0,
+                discarded: false,
             })
             .collect();
         let clients = (0..client_count)
@@ -275,7 +284,131 @@ impl<W: Workload> Cluster<W> {
             past_laggards: None,
             checkpoints_past_laggards: 0,
             state_transfers: 0,
+            shell_faults: false,
+            clients_abandoned: false,
         }
+    }
+
+    /// The same world as one group of several on each node ([`Cluster::faults_from_shell`]),
+    /// where a replica exists only once its node's shell creates it: every replica starts
+    /// absent (no core, no files) until [`Cluster::format_replica`], at tick `now`,
+    /// preferring `preferred_primary` as its leader.
+    pub fn hosted_by_shell(mut self, now: u64, preferred_primary: Option<ReplicaId>) -> Self {
+        self = self.faults_from_shell();
+        self.now = now;
+        self.preferred_primary = preferred_primary;
+        for index in 0..self.nodes.len() {
+            self.absent(index);
+            self.nodes[index].discarded = false;
+        }
+        self
+    }
+
+    /// The same world where crashes, restarts and cuts come only from the shell of the nodes
+    /// that host this group beside others ([`Cluster::crash_replica`],
+    /// [`Cluster::reopen_replica`], [`Cluster::cut_off`]), so one node's fault reaches every
+    /// group it hosts; the network still drops, duplicates and reorders by the group's seed.
+    pub fn faults_from_shell(mut self) -> Self {
+        self.shell_faults = true;
+        self.restart_all_at = None;
+        self.long_cut_off = None;
+        self.crash_writing_percent = 0;
+        self
+    }
+
+    /// Replica `index` with no core and no files, which only the shell brings back.
+    fn absent(&mut self, index: usize) {
+        let machine = self.workload.machine(self.replica_count, index as u8);
+        let node = &mut self.nodes[index];
+        node.core = None;
+        node.sync_pending = false;
+        node.view_pending = None;
+        node.storage = Storage::default();
+        node.machine = machine;
+        node.restart_at = u64::MAX;
+        node.checked_commit = 0;
+    }
+
+    /// The shell creates replica `index` with new files (its node applied the op that created
+    /// the group, or opens it over no files): an empty log in `view`, in normal status.
+    pub fn format_replica(&mut self, index: usize, view: u32) {
+        self.absent(index);
+        let config = config(
+            self.replica_count,
+            index as u8,
+            self.clients_table_max,
+            self.preferred_primary,
+        );
+        let core = GroupCore::format_in_view(
+            config,
+            view,
+            Durability::Persisted,
+            false,
+            Some(checkpoint_policy(self.checkpoint_every)),
+        );
+        self.nodes[index].core = Some(core);
+        self.nodes[index].discarded = false;
+    }
+
+    /// The shell's node crashed: replica `index` loses its volatile state and unsynced
+    /// writes, and stays down until [`Cluster::reopen_replica`].
+    pub fn crash_replica(&mut self, index: usize) {
+        if self.nodes[index].core.is_some() {
+            self.crash(index);
+        }
+    }
+
+    /// The shell opens replica `index` again from its files (at the next step).
+    pub fn reopen_replica(&mut self, index: usize) {
+        assert!(
+            !self.nodes[index].discarded,
+            "a discarded replica has no files"
+        );
+        if self.nodes[index].core.is_none() {
+            self.nodes[index].restart_at = self.now;
+        }
+    }
+
+    /// The shell stops replica `index` and deletes its files (its node applied the delete
+    /// of the group, or found it deleted): the replica leaves the group for good.
+    pub fn discard_replica(&mut self, index: usize) {
+        self.absent(index);
+        self.nodes[index].discarded = true;
+    }
+
+    /// The group is gone: its clients stop asking (their requests may or may not commit).
+    pub fn abandon_clients(&mut self) {
+        self.clients_abandoned = true;
+    }
+
+    /// Whether every client finished (or was abandoned).
+    pub fn clients_done(&self) -> bool {
+        self.clients_abandoned || self.clients.iter().all(|c| c.done(self.logout_every))
+    }
+
+    /// Replica `index`, `None` while it is down or absent.
+    pub fn replica(&self, index: usize) -> Option<&Replica> {
+        self.nodes[index].replica()
+    }
+
+    /// Replica `index`'s state machine (with its files).
+    pub fn machine(&self, index: usize) -> &W::Machine {
+        &self.nodes[index].machine
+    }
+
+    /// Replica `index`'s state machine, for a test that damages it.
+    pub fn machine_mut(&mut self, index: usize) -> &mut W::Machine {
+        &mut self.nodes[index].machine
+    }
+
+    /// The clients' workload and its checker.
+    pub fn workload(&self) -> &W {
+        &self.workload
+    }
+
+    /// The current tick.
+    pub fn now(&self) -> u64 {
+        self.now
     }
 
     /// The same world where a group checkpoints past a replica that stays behind once its
@@ -341,17 +474,27 @@ impl<W: Workload> Cluster<W> {
                 self.heal();
             }
             self.step();
-            if self.clients.iter().all(|c| c.done(self.logout_every)) {
+            if self.clients_done() {
                 break;
             }
         }
-        let done = self.clients.iter().all(|c| c.done(self.logout_every));
+        self.finish()
+    }
+
+    /// Ends the run once the clients are done: the full checks (the workload's end check
+    /// too) and the summary. Panics (with the seed) if a client has not finished.
+    pub fn finish(mut self) -> (Summary, W) {
+        let done = self.clients_done();
         assert!(
             done,
             "seed {}: clients did not finish by tick {}: {:?}",
             self.seed, self.now, self.clients
         );
-        let handed_back = self.settle_on_preferred_primary();
+        // A group whose shell does not host every replica (deleted, or not created on a node
+        // yet) has no one to hand back to.
+        let hosted_everywhere = self.nodes.iter().all(|node| node.core.is_some());
+        let handed_back = (!self.shell_faults || (hosted_everywhere && !self.clients_abandoned))
+            && self.settle_on_preferred_primary();
         self.check_all();
         let views: Vec<_> = self.nodes.iter().map(Node::view).collect();
         self.workload.check_end(self.seed, &views);
@@ -421,18 +564,23 @@ impl<W: Workload> Cluster<W> {
 
     /// Cuts replica `index` off from every other node until tick `until` (or longer, if it
     /// already is), noting its view when a new cut begins.
-    fn cut_off(&mut self, index: usize, until: u64) {
+    pub fn cut_off(&mut self, index: usize, until: u64) {
         if !self.isolated(index as u8) {
             self.cut_off_view[index] = self.nodes[index].replica().map(Replica::view);
         }
         self.isolated_until[index] = self.isolated_until[index].max(until);
     }
 
-    fn heal(&mut self) {
+    /// Ends the faults: no more drops, duplicates or cuts, and crashed replicas restart
+    /// (the shell's, with [`Cluster::faults_from_shell`]).
+    pub fn heal(&mut self) {
         self.faults = false;
         self.isolated_until.iter_mut().for_each(|until| *until = 0);
         self.network.options.drop_percent = 0;
         self.network.options.duplicate_percent = 0;
+        if self.shell_faults {
+            return;
+        }
         for index in 0..self.nodes.len() {
             if self.nodes[index].core.is_none() {
                 self.nodes[index].restart_at = self.now;
@@ -440,10 +588,12 @@ impl<W: Workload> Cluster<W> {
         }
     }
 
-    fn step(&mut self) {
+    /// One tick: faults, every replica's timers and storage, the packets due, the clients,
+    /// the checkers and the checkpoints due.
+    pub fn step(&mut self) {
         self.now += 1;
         self.inject_crashes();
-        if self.faults && self.replica_count > 1 && self.rng.chance(1) {
+        if self.faults && !self.shell_faults && self.replica_count > 1 && self.rng.chance(1) {
             let index = self.rng.below(u64::from(self.replica_count)) as usize;
             let until = self.now + 10 + self.rng.below(80);
             self.cut_off(index, until);
@@ -707,6 +857,9 @@ impl<W: Workload> Cluster<W> {
             panic!("seed {seed}: replica {index} checkpoints at op {op}, never committed")
         });
         for (holder, node) in self.nodes.iter().enumerate() {
+            if node.discarded {
+                continue;
+            }
             assert!(
                 node.storage.holds(op, entry.checksum),
                 "seed {seed}: replica {index} checkpoints at op {op}, which replica {holder} \
@@ -727,7 +880,7 @@ impl<W: Workload> Cluster<W> {
             }
             return;
         }
-        if !self.faults {
+        if !self.faults || self.shell_faults {
             return;
         }
         let index = if self.rng.chance(2) {
@@ -756,7 +909,10 @@ impl<W: Workload> Cluster<W> {
     /// Crashes replica `index`: volatile state and pending writes are lost; it restarts later.
     fn crash(&mut self, index: usize) {
         self.crashes += 1;
-        let restart_at = self.now + 1 + self.rng.below(40);
+        let mut restart_at = self.now + 1 + self.rng.below(40);
+        if self.shell_faults {
+            restart_at = u64::MAX;
+        }
         let node = &mut self.nodes[index];
         node.core = None;
         node.sync_pending = false;
@@ -988,7 +1144,7 @@ impl<W: Workload> Cluster<W> {
         let count = self.replica_count;
         for index in 0..self.clients.len() {
             let client = &mut self.clients[index];
-            if client.done(self.logout_every) {
+            if self.clients_abandoned || client.done(self.logout_every) {
                 continue;
             }
             if let Some(sent_at) = client.sent_at {

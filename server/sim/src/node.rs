@@ -1,0 +1,560 @@
+//! Nodes that host the metadata group and the partition groups its ops create, as the
+//! server's nodes do, under one fault plan per node.
+//!
+//! Each group is its own [`Cluster`] (the metadata group's of [`MetadataMachine`]s, one per
+//! partition incarnation of [`PartitionMachine`](crate::PartitionMachine)s), and the
+//! [`NodeWorld`] steps them in lockstep on one clock. Replica `i` of every group lives on node `i`:
+//!
+//! - a partition group's replica exists on a node only once the node's metadata replica
+//!   applied the op that created the incarnation (each node at its own time): the node's
+//!   shell formats it then, in the view the creation chose (`created_view`, as the server's
+//!   `consensus/plane.rs`), preferring that view's primary; it stops and its files are
+//!   deleted when the node applies the delete (or its start-up or state-transfer
+//!   reconciliation finds the incarnation deleted); an incarnation a node's directories hold
+//!   but whose creating op its replayed model does not reach yet waits, files kept, until
+//!   that op is applied again (the server's start-up rules, in [`MetadataMachine`]);
+//! - packets of a group travel only between that group's replicas: a node that does not host
+//!   the incarnation (not created there yet, or deleted) drops them, as the server's replica
+//!   codec refuses another incarnation;
+//! - the faults are the node's: a crash takes every replica it hosts down at once (each
+//!   loses its unsynced writes), a restart reopens the metadata replica and then, from its
+//!   replayed model, the partition replicas; a cut isolates all of them; about half the seeds
+//!   crash every node at once; at most `f` nodes are down at a time;
+//! - the metadata workload creates and deletes streams, topics and partitions from small
+//!   pools of names and ids, so ids are reused; each incarnation has its own clients sending
+//!   to its group from the tick its create committed until its delete committed, with
+//!   message ids unique in the run.
+//!
+//! The checks: each group's own (committed prefixes agree, every acknowledged send reads back
+//! at its offsets, in order, once, on every replica that committed it; the metadata
+//! reference); after every tick, every node whose metadata replica is up runs exactly the
+//! partition incarnations its model holds live (so a deleted incarnation's replica has stopped
+//! on every node that applied the delete); a message is served only by the incarnation that
+//! committed it (its id is unique in the run, and each incarnation's reads are checked
+//! against its own history); at the end, nodes at the same metadata commit run the same
+//! incarnations.
+
+use crate::{MetadataMachine, MetadataWorkload, PartitionWorkload};
+use iggy_metadata::PartitionKey;
+use iggy_metadata::reconcile::created_op;
+use iggy_vsr::sim::Rng;
+use iggy_vsr::sim::cluster::{Cluster, Summary};
+use iggy_vsr::{ReplicaId, Status};
+use std::collections::BTreeMap;
+
+/// The size of a run.
+#[derive(Clone, Copy, Debug)]
+pub struct NodeSettings {
+    /// Metadata clients and the requests each makes.
+    pub metadata_clients: u8,
+    pub metadata_requests: u64,
+    /// Clients of each partition incarnation and the requests each makes (abandoned when the
+    /// incarnation is deleted).
+    pub partition_clients: u8,
+    pub partition_requests: u64,
+    /// Faults until this tick, then a healed network.
+    pub fault_ticks: u64,
+    /// The run fails if the clients are not done by this tick.
+    pub ticks_max: u64,
+}
+
+/// What a run went through.
+#[derive(Clone, Debug, Default)]
+pub struct NodeFigures {
+    /// Metadata ops committed, partition creates and deletes acknowledged, ids reused.
+    pub metadata_ops: u64,
+    pub metadata_creates_acknowledged: u64,
+    pub metadata_deletes_acknowledged: u64,
+    pub ids_reused: u64,
+    /// Partition incarnations created, deleted, and created under ids an earlier one held.
+    pub incarnations: u64,
+    pub incarnations_deleted: u64,
+    pub incarnations_reusing_ids: u64,
+    /// Partition replicas formatted, reopened after a node restart, and discarded.
+    pub replicas_formatted: u64,
+    pub replicas_reopened: u64,
+    pub replicas_discarded: u64,
+    /// Partition ops committed, sends acknowledged and their messages.
+    pub partition_ops: u64,
+    pub sends_acknowledged: u64,
+    pub messages_acknowledged: u64,
+    /// Node crashes (each takes every group it hosts down), of them in restarts of every
+    /// node at once, and cuts.
+    pub node_crashes: u64,
+    pub restarts_all: u64,
+    pub cuts: u64,
+    /// Metadata state transfers.
+    pub state_transfers: u64,
+}
+
+/// One partition incarnation's group over the nodes.
+struct PartitionGroup {
+    key: PartitionKey,
+    cluster: Cluster<PartitionWorkload>,
+    /// Per node: its replica's files exist (running or down).
+    files: Vec<bool>,
+    /// Per node: it discarded its replica at least once.
+    discarded: Vec<bool>,
+    /// The delete committed: the clients stopped.
+    deleted: bool,
+}
+
+/// The nodes of one seed.
+pub struct NodeWorld {
+    seed: u64,
+    rng: Rng,
+    settings: NodeSettings,
+    replica_count: u8,
+    now: u64,
+    faults: bool,
+    metadata: Cluster<MetadataWorkload>,
+    /// Partition groups by incarnation.
+    groups: BTreeMap<u64, PartitionGroup>,
+    /// Per node while it is down: the tick it restarts at.
+    down_until: Vec<Option<u64>>,
+    /// Per node: the tick its cut ends.
+    cut_until: Vec<u64>,
+    restart_all_at: Option<u64>,
+    figures: NodeFigures,
+}
+
+impl NodeWorld {
+    /// `replica_count` nodes for `seed`; on half the seeds (those of an even thousand) the
+    /// metadata group checkpoints past a laggard, which catches up by state transfer.
+    pub fn new(seed: u64, replica_count: u8, settings: NodeSettings) -> Self {
+        let mut metadata = Cluster::with_workload(
+            seed,
+            replica_count,
+            settings.metadata_clients,
+            settings.metadata_requests,
+            MetadataWorkload::new(seed),
+        )
+        .faults_from_shell();
+        if (seed / 1_000).is_multiple_of(2) {
+            metadata = metadata.with_state_transfer();
+        }
+        // The node fault plan has its own stream, apart from every group's network.
+        let mut rng = Rng::new(seed ^ 0x0de5_f417);
+        let restart_all_at = rng.chance(50).then(|| 100 + rng.below(1_200));
+        NodeWorld {
+            seed,
+            rng,
+            settings,
+            replica_count,
+            now: 0,
+            faults: true,
+            metadata,
+            groups: BTreeMap::new(),
+            down_until: vec![None; usize::from(replica_count)],
+            cut_until: vec![0; usize::from(replica_count)],
+            restart_all_at,
+            figures: NodeFigures::default(),
+        }
+    }
+
+    fn fail(&self, what: String) -> ! {
+        panic!(
+            "seed {}: node checker at tick {}: {what}",
+            self.seed, self.now
+        )
+    }
+
+    /// Runs until every client is done, settles, checks and sums up.
+    pub fn run(mut self) -> NodeFigures {
+        while !self.clients_done() {
+            if self.now >= self.settings.ticks_max {
+                let waiting: Vec<_> = self
+                    .groups
+                    .iter()
+                    .filter(|(_, group)| !group.cluster.clients_done())
+                    .map(|(incarnation, group)| {
+                        let replicas: Vec<_> = (0..usize::from(self.replica_count))
+                            .map(|node| {
+                                group
+                                    .cluster
+                                    .replica(node)
+                                    .map(|r| (r.status(), r.view(), r.op(), r.commit_min()))
+                            })
+                            .collect();
+                        (*incarnation, group.key, replicas)
+                    })
+                    .collect();
+                self.fail(format!(
+                    "the clients did not finish: metadata {}, partitions {waiting:?}",
+                    self.metadata.clients_done()
+                ));
+            }
+            if self.now == self.settings.fault_ticks {
+                self.heal();
+            }
+            self.step();
+        }
+        if self.faults {
+            self.heal();
+        }
+        self.settle();
+        self.check_end();
+        self.finish()
+    }
+
+    fn clients_done(&self) -> bool {
+        self.metadata.clients_done() && self.groups.values().all(|g| g.cluster.clients_done())
+    }
+
+    fn heal(&mut self) {
+        self.faults = false;
+        self.metadata.heal();
+        for group in self.groups.values_mut() {
+            group.cluster.heal();
+        }
+        for until in self.down_until.iter_mut().flatten() {
+            *until = self.now;
+        }
+        self.cut_until.iter_mut().for_each(|until| *until = 0);
+    }
+
+    /// One tick: the node faults, the metadata group, each node's partitions brought in line
+    /// with what its metadata replica applied, the partition groups, the node checks.
+    fn step(&mut self) {
+        self.now += 1;
+        self.inject_faults();
+        self.metadata.step();
+        assert_eq!(self.metadata.now(), self.now, "the groups step in lockstep");
+        self.note_deletes();
+        for node in 0..usize::from(self.replica_count) {
+            self.reconcile(node);
+        }
+        for group in self.groups.values_mut() {
+            group.cluster.step();
+            assert_eq!(group.cluster.now(), self.now, "the groups step in lockstep");
+        }
+        self.check_step();
+    }
+
+    fn up(&self, node: usize) -> bool {
+        self.down_until[node].is_none()
+    }
+
+    fn inject_faults(&mut self) {
+        for node in 0..usize::from(self.replica_count) {
+            if self.down_until[node].is_some_and(|at| at <= self.now) {
+                self.down_until[node] = None;
+                // The partition replicas reopen once the metadata replica replayed.
+                self.metadata.reopen_replica(node);
+            }
+        }
+        if !self.faults {
+            return;
+        }
+        if self.restart_all_at == Some(self.now) {
+            self.figures.restarts_all += 1;
+            for node in 0..usize::from(self.replica_count) {
+                if self.up(node) {
+                    self.crash(node);
+                }
+            }
+            return;
+        }
+        if self.rng.chance(2) {
+            let node = self.rng.below(u64::from(self.replica_count)) as usize;
+            let down = self.down_until.iter().filter(|d| d.is_some()).count();
+            let tolerated = (usize::from(self.replica_count) - 1) / 2;
+            if self.up(node) && down < tolerated {
+                self.crash(node);
+            }
+        }
+        if self.rng.chance(1) {
+            let node = self.rng.below(u64::from(self.replica_count)) as usize;
+            let until = self.now + 10 + self.rng.below(80);
+            self.figures.cuts += 1;
+            self.cut_until[node] = self.cut_until[node].max(until);
+            self.metadata.cut_off(node, until);
+            for group in self.groups.values_mut() {
+                group.cluster.cut_off(node, until);
+            }
+        }
+    }
+
+    /// Node `node` crashes: every replica it hosts goes down with its unsynced writes lost.
+    fn crash(&mut self, node: usize) {
+        self.figures.node_crashes += 1;
+        self.down_until[node] = Some(self.now + 1 + self.rng.below(40));
+        self.metadata.crash_replica(node);
+        for group in self.groups.values_mut() {
+            group.cluster.crash_replica(node);
+        }
+    }
+
+    /// Incarnations whose delete committed: their clients stop.
+    fn note_deletes(&mut self) {
+        let (op, live) = self.metadata.workload().committed_partitions();
+        for (incarnation, group) in &mut self.groups {
+            if !group.deleted
+                && created_op(*incarnation) <= op
+                && live.get(&group.key) != Some(incarnation)
+            {
+                group.deleted = true;
+                group.cluster.abandon_clients();
+                self.figures.incarnations_deleted += 1;
+            }
+        }
+    }
+
+    /// Brings node `node`'s partition replicas in line with its metadata replica, as the
+    /// server's effects and reconciliations do: a directory gone is a replica discarded, an
+    /// incarnation to run is formatted (no files) or reopened (after a restart).
+    fn reconcile(&mut self, node: usize) {
+        if self.metadata.replica(node).is_none() {
+            return;
+        }
+        let machine = self.metadata.machine(node);
+        let running = machine.running_partitions();
+        let disk = machine.disk().clone();
+        for (key, incarnation) in &running {
+            if !self.groups.contains_key(incarnation) {
+                self.new_group(*key, *incarnation);
+            }
+        }
+        for (incarnation, group) in &mut self.groups {
+            let on_disk = disk.get(&group.key) == Some(incarnation);
+            if !on_disk && group.files[node] {
+                group.cluster.discard_replica(node);
+                group.files[node] = false;
+                group.discarded[node] = true;
+                self.figures.replicas_discarded += 1;
+            }
+            let run = running.get(&group.key) == Some(incarnation);
+            if !run || group.cluster.replica(node).is_some() {
+                continue;
+            }
+            if group.files[node] {
+                group.cluster.reopen_replica(node);
+                self.figures.replicas_reopened += 1;
+            } else {
+                let view = created_view(*incarnation, group.key.2, self.replica_count);
+                if group.discarded[node] {
+                    // Its files were deleted: starting over empty would serve a deleted
+                    // incarnation again, with another history.
+                    panic!(
+                        "seed {}: node {node} opens incarnation {incarnation:#x} of {:?} again \
+                         over no files after deleting it",
+                        self.seed, group.key
+                    );
+                }
+                group.cluster.format_replica(node, view);
+                group.files[node] = true;
+                self.figures.replicas_formatted += 1;
+            }
+        }
+    }
+
+    /// The group of a partition incarnation a node just created: its clients start now.
+    fn new_group(&mut self, key: PartitionKey, incarnation: u64) {
+        let seed = self.seed ^ incarnation.rotate_left(17);
+        let workload =
+            PartitionWorkload::new(seed).with_message_ids_from(u128::from(incarnation) << 64);
+        let view = created_view(incarnation, key.2, self.replica_count);
+        let preferred = (view % u32::from(self.replica_count)) as ReplicaId;
+        // Stepped once more this tick, after the node shells.
+        let mut cluster = Cluster::with_workload(
+            seed,
+            self.replica_count,
+            self.settings.partition_clients,
+            self.settings.partition_requests,
+            workload,
+        )
+        .hosted_by_shell(self.now - 1, Some(preferred));
+        for (node, until) in self.cut_until.iter().enumerate() {
+            if *until > self.now {
+                cluster.cut_off(node, *until);
+            }
+        }
+        if !self.faults {
+            cluster.heal();
+        }
+        self.figures.incarnations += 1;
+        let reused = self.groups.values().any(|group| group.key == key);
+        self.figures.incarnations_reusing_ids += u64::from(reused);
+        let nodes = usize::from(self.replica_count);
+        let group = PartitionGroup {
+            key,
+            cluster,
+            files: vec![false; nodes],
+            discarded: vec![false; nodes],
+            deleted: false,
+        };
+        self.groups.insert(incarnation, group);
+    }
+
+    /// The incarnations node `node` runs.
+    fn hosted(&self, node: usize) -> BTreeMap<PartitionKey, u64> {
+        self.groups
+            .iter()
+            .filter(|(_, group)| group.cluster.replica(node).is_some())
+            .map(|(incarnation, group)| (group.key, *incarnation))
+            .collect()
+    }
+
+    /// Every node whose metadata replica is up runs exactly the incarnations its model holds
+    /// live (a newer incarnation's directory aside, see [`MetadataMachine`]); a node that is
+    /// down runs none.
+    fn check_step(&self) {
+        for node in 0..usize::from(self.replica_count) {
+            let hosted = self.hosted(node);
+            let Some(replica) = self.metadata.replica(node) else {
+                if !hosted.is_empty() {
+                    self.fail(format!("node {node} is down, yet runs {hosted:?}"));
+                }
+                continue;
+            };
+            let machine: &MetadataMachine = self.metadata.machine(node);
+            let expected = machine.partitions_to_run();
+            if hosted != expected {
+                self.fail(format!(
+                    "node {node} at metadata commit {} runs partitions {hosted:?}, its model \
+                     holds {expected:?} live",
+                    replica.commit_min()
+                ));
+            }
+        }
+    }
+
+    /// After the load: runs until every node is up with its metadata replica in normal
+    /// status at the same commit, its partitions brought in line.
+    fn settle(&mut self) {
+        let deadline = self.now + 2_000;
+        loop {
+            let commits: Vec<Option<(Status, u64)>> = (0..usize::from(self.replica_count))
+                .map(|node| {
+                    self.metadata
+                        .replica(node)
+                        .map(|r| (r.status(), r.commit_min()))
+                })
+                .collect();
+            let normal = commits
+                .iter()
+                .all(|c| c.is_some_and(|(status, _)| status == Status::Normal));
+            let equal = commits
+                .iter()
+                .all(|c| c.map(|c| c.1) == commits[0].map(|c| c.1));
+            if normal && equal {
+                return;
+            }
+            if self.now >= deadline {
+                self.fail(format!("the metadata replicas did not settle: {commits:?}"));
+            }
+            self.step();
+        }
+    }
+
+    /// Nodes at the same metadata commit run the same incarnations, and every live
+    /// incarnation runs on every node at the latest commit.
+    fn check_end(&self) {
+        let mut by_commit: BTreeMap<u64, (usize, BTreeMap<PartitionKey, u64>)> = BTreeMap::new();
+        for node in 0..usize::from(self.replica_count) {
+            let commit = self.metadata.replica(node).map_or(0, |r| r.commit_min());
+            let hosted = self.hosted(node);
+            match by_commit.get(&commit) {
+                Some((first, theirs)) if *theirs != hosted => self.fail(format!(
+                    "at metadata commit {commit} node {first} runs {theirs:?}, node {node} \
+                     {hosted:?}"
+                )),
+                Some(_) => {}
+                None => {
+                    by_commit.insert(commit, (node, hosted));
+                }
+            }
+        }
+        let (_, (_, latest)) = by_commit.last_key_value().expect("a node");
+        for (incarnation, group) in &self.groups {
+            if !group.deleted && latest.get(&group.key) != Some(incarnation) {
+                self.fail(format!("live incarnation {incarnation} runs nowhere"));
+            }
+        }
+    }
+
+    /// Each group's end checks, and the figures.
+    fn finish(self) -> NodeFigures {
+        let mut figures = self.figures;
+        for (_, group) in self.groups {
+            let (summary, workload): (Summary, PartitionWorkload) = group.cluster.finish();
+            let partition = workload.figures();
+            figures.partition_ops += summary.committed;
+            figures.sends_acknowledged += partition.sends_acknowledged;
+            figures.messages_acknowledged += partition.messages_acknowledged;
+        }
+        let (summary, workload) = self.metadata.finish();
+        let metadata = workload.figures();
+        figures.metadata_ops = summary.committed;
+        figures.state_transfers = summary.state_transfers;
+        figures.metadata_creates_acknowledged = metadata.creates_acknowledged;
+        figures.metadata_deletes_acknowledged = metadata.deletes_acknowledged;
+        figures.ids_reused = metadata.ids_reused;
+        figures
+    }
+}
+
+/// The view a partition's group is created in (the server's `consensus/plane.rs`): its
+/// creating op plus the partition id, so the primaries spread over the nodes.
+fn created_view(incarnation: u64, partition: u32, replica_count: u8) -> u32 {
+    ((created_op(incarnation) + u64::from(partition)) % u64::from(replica_count)) as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SETTINGS: NodeSettings = NodeSettings {
+        metadata_clients: 3,
+        metadata_requests: 30,
+        partition_clients: 1,
+        partition_requests: 8,
+        fault_ticks: 1_500,
+        ticks_max: 30_000,
+    };
+
+    /// A world of three nodes stepped until some node runs a partition incarnation; that
+    /// node and incarnation.
+    fn world_running_a_partition() -> (NodeWorld, usize, u64) {
+        let mut world = NodeWorld::new(1, 3, SETTINGS);
+        while world.now < 5_000 {
+            world.step();
+            for node in 0..3 {
+                if let Some(incarnation) = world.hosted(node).values().next() {
+                    return (world, node, *incarnation);
+                }
+            }
+        }
+        panic!("no partition was created");
+    }
+
+    /// The node check is not vacuous: a node that stops running a partition its model holds
+    /// live fails it, and so does a node still running one its model no longer holds.
+    #[test]
+    fn a_node_running_other_incarnations_than_its_model_fails_the_checker() {
+        let (mut world, node, incarnation) = world_running_a_partition();
+        world.check_step();
+        let group = world.groups.get_mut(&incarnation).unwrap();
+        group.cluster.discard_replica(node);
+        let stopped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| world.check_step()));
+        let error = *stopped.unwrap_err().downcast::<String>().unwrap();
+        assert!(
+            error.contains(&format!("node {node} at metadata commit")),
+            "{error}"
+        );
+
+        let (mut world, node, incarnation) = world_running_a_partition();
+        let key = world.groups[&incarnation].key;
+        // A planted model where the partition is gone, its replica still running.
+        let model = world.metadata.machine_mut(node).model_mut();
+        model
+            .streams
+            .get_mut(&key.0)
+            .and_then(|stream| stream.topics.get_mut(&key.1))
+            .and_then(|topic| topic.partitions.remove(&key.2))
+            .expect("the partition is in the model");
+        let running = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| world.check_step()));
+        let error = *running.unwrap_err().downcast::<String>().unwrap();
+        assert!(error.contains("runs partitions"), "{error}");
+    }
+}

@@ -1,0 +1,103 @@
+//! Nodes hosting the metadata group and the partition groups it creates, under one fault plan
+//! per node, over many seeds.
+//!
+//! `SIM_SEEDS=N` runs N seeds per node count (default 20: 40 in all), `SIM_SEED=S` replays one
+//! seed (for each node count). A failure prints `replicas=R seed=S`.
+
+use iggy_sim::{NodeFigures, NodeSettings, NodeWorld};
+
+// Shared with the other seed drivers, which use the rest of it.
+#[allow(dead_code)]
+mod support;
+use support::{FAULT_TICKS, TICKS_MAX, seeds_or};
+
+const SETTINGS: NodeSettings = NodeSettings {
+    metadata_clients: 3,
+    metadata_requests: 30,
+    partition_clients: 1,
+    partition_requests: 8,
+    fault_ticks: FAULT_TICKS,
+    ticks_max: TICKS_MAX,
+};
+
+/// Runs one seed, naming it if a checker fails.
+fn run_seed(replica_count: u8, seed: u64) -> NodeFigures {
+    support::naming_seed("node", replica_count, seed, || {
+        NodeWorld::new(seed, replica_count, SETTINGS).run()
+    })
+}
+
+#[derive(Debug, Default)]
+struct Totals {
+    seeds: u64,
+    metadata_ops: u64,
+    partition_ops: u64,
+    sends_acknowledged: u64,
+    messages_acknowledged: u64,
+    incarnations: u64,
+    incarnations_deleted: u64,
+    incarnations_reusing_ids: u64,
+    ids_reused: u64,
+    replicas_formatted: u64,
+    replicas_reopened: u64,
+    replicas_discarded: u64,
+    node_crashes: u64,
+    restarts_all: u64,
+    cuts: u64,
+    state_transfers: u64,
+}
+
+impl Totals {
+    fn add(&mut self, figures: &NodeFigures) {
+        self.seeds += 1;
+        self.metadata_ops += figures.metadata_ops;
+        self.partition_ops += figures.partition_ops;
+        self.sends_acknowledged += figures.sends_acknowledged;
+        self.messages_acknowledged += figures.messages_acknowledged;
+        self.incarnations += figures.incarnations;
+        self.incarnations_deleted += figures.incarnations_deleted;
+        self.incarnations_reusing_ids += figures.incarnations_reusing_ids;
+        self.ids_reused += figures.ids_reused;
+        self.replicas_formatted += figures.replicas_formatted;
+        self.replicas_reopened += figures.replicas_reopened;
+        self.replicas_discarded += figures.replicas_discarded;
+        self.node_crashes += figures.node_crashes;
+        self.restarts_all += figures.restarts_all;
+        self.cuts += figures.cuts;
+        self.state_transfers += figures.state_transfers;
+    }
+}
+
+fn run(replica_count: u8) {
+    let mut totals = Totals::default();
+    for seed in seeds_or(replica_count, 20) {
+        totals.add(&run_seed(replica_count, seed));
+    }
+    eprintln!("replicas={replica_count}: {totals:?}");
+    assert!(totals.incarnations > 0 && totals.sends_acknowledged > 0);
+    if totals.seeds >= 20 {
+        assert!(totals.node_crashes > 0 && totals.restarts_all > 0);
+        assert!(
+            totals.incarnations_deleted > 0 && totals.incarnations_reusing_ids > 0,
+            "partitions are deleted and their ids reused"
+        );
+        assert!(totals.replicas_reopened > 0 && totals.replicas_discarded > 0);
+    }
+}
+
+#[test]
+fn three_nodes_run_metadata_and_partition_groups_together() {
+    run(3);
+}
+
+#[test]
+fn five_nodes_run_metadata_and_partition_groups_together() {
+    run(5);
+}
+
+#[test]
+fn a_node_seed_replays_exactly() {
+    let first = run_seed(3, 11);
+    let second = run_seed(3, 11);
+    assert_eq!(format!("{first:?}"), format!("{second:?}"));
+}
