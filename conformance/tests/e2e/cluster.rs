@@ -1792,6 +1792,183 @@ async fn a_backup_left_behind_by_checkpoints_catches_up_by_state_transfer() {
     );
 }
 
+/// A backup of a one-partition topic (1 MiB segments, six 200 KiB messages each) is killed
+/// before any message, the other two checkpoint past it, and DeleteSegments retires the oldest
+/// three segments (offsets 0..18): everything the laggard could continue from is gone from the
+/// group. Restarted, it asks for offset 0, hears the primary holds from 18 on, discards its
+/// log, restarts it empty at 18 and copies on. It rejoins, its segment files are the others'
+/// byte for byte (from `00000000000000000018.log` on), and an HTTP client given that node
+/// reads the partition from its own copy, from offset 18.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_whose_log_the_group_retired_meanwhile_restarts_it_at_the_first_kept_segment() {
+    const PAYLOAD: usize = 200 * 1024;
+    const SMALL: usize = 16;
+    const LAGGARD: usize = 2;
+    let options = ClusterOptions {
+        env: vec![(
+            "IGGY_SYSTEM_CHECKPOINT_JOURNAL_OPS".to_string(),
+            "8".to_string(),
+        )],
+        http: true,
+        ..ClusterOptions::default()
+    };
+    let mut cluster = TestCluster::start_with(3, options);
+    let client = cluster.root_client(0).await;
+    let stream = ok(
+        "create stream",
+        within(
+            "create",
+            client.create_stream("s", &StreamCreateOptions::default()),
+        )
+        .await,
+    );
+    let topic_options = TopicCreateOptions {
+        partitions_count: Some(1),
+        segment_size: Some(IggyByteSize::from(1024 * 1024)),
+        ..Default::default()
+    };
+    let topic = ok(
+        "create topic",
+        within(
+            "create",
+            client.create_topic(&name("s"), "t", &topic_options),
+        )
+        .await,
+    );
+    let group = partition_group(stream.id, topic.id, 0);
+    let (stream_id, topic_id) = (id(stream.id), id(topic.id));
+    wait_until(
+        &format!("node {LAGGARD} opens the partition"),
+        Duration::from_secs(30),
+        || (partition_dirs(&cluster, LAGGARD).len() == 1).then_some(()),
+        || cluster.describe(group),
+    )
+    .await;
+    cluster.kill9(LAGGARD);
+    // One message per op: well past the bound (4 x 8 ops) at which the group checkpoints
+    // without its laggard.
+    let sent = 40u8;
+    for i in 0..sent {
+        send_to_partition(
+            &client,
+            &stream_id,
+            &topic_id,
+            0,
+            vec![msg(vec![i; PAYLOAD])],
+        )
+        .await;
+    }
+    ok(
+        "delete the oldest three segments",
+        within(
+            "delete_segments",
+            client.delete_segments(&stream_id, &topic_id, 0, 3),
+        )
+        .await,
+    );
+    let first = poll(
+        &client,
+        &stream_id,
+        &topic_id,
+        0,
+        &consumer("reader"),
+        PollingStrategy::first(),
+        1,
+        false,
+    )
+    .await;
+    assert_eq!(offsets(&first), vec![18], "the group retired offsets 0..18");
+    // The backup checkpoints past the laggard too once its own journal outgrows the bound (it
+    // knows nothing of the laggard): small messages, one per op, twice past the bound. No
+    // journal can repair the laggard after that.
+    let total = sent + 64;
+    for i in sent..total {
+        send_to_partition(&client, &stream_id, &topic_id, 0, vec![msg(vec![i; SMALL])]).await;
+    }
+    let left_behind = format!("leaves replicas [{LAGGARD}] behind");
+    wait_until(
+        &format!("the partition's primary checkpoints past node {LAGGARD}"),
+        Duration::from_secs(30),
+        || {
+            (0..cluster.len())
+                .filter(|&i| i != LAGGARD)
+                .any(|i| {
+                    current_start(&cluster.node(i).log())
+                        .lines()
+                        .any(|line| line.contains("partitions") && line.contains(&left_behind))
+                })
+                .then_some(())
+        },
+        || cluster.describe(group),
+    )
+    .await;
+    // The primary's queue of frames for the laggard still holds the prepares of every op it
+    // missed (a link's queue outlives the peer's restart): a restart of the primary drops it,
+    // so the laggard has only the checkpoints to catch up from.
+    let (primary, _) = cluster.primary(group).expect("a partition primary");
+    let primary = usize::from(primary);
+    assert_ne!(primary, LAGGARD);
+    cluster.kill9(primary);
+    cluster.restart(primary);
+    cluster.wait_normal(primary, &[METADATA_GROUP, group]).await;
+
+    cluster.restart(LAGGARD);
+    let restarted = wait_until(
+        &format!("node {LAGGARD} restarts its log at offset 18 and completes the transfer"),
+        Duration::from_secs(40),
+        || {
+            let log = cluster.node(LAGGARD).log();
+            let start = current_start(&log);
+            let restart = start.lines().find(|line| {
+                line.contains(&format!("group {group:#x}:"))
+                    && line.contains("the log restarts empty at 18")
+            })?;
+            start
+                .contains(&format!("group {group:#x}: state transfer from replica"))
+                .then(|| restart.to_string())
+        },
+        || cluster.describe(group),
+    )
+    .await;
+    cluster.wait_normal(LAGGARD, &[METADATA_GROUP, group]).await;
+    // 18, 24, 30 and 36 (the active one, with the small messages).
+    let segments = cluster.wait_identical_segments(4).await;
+    let names: Vec<String> = segments
+        .keys()
+        .filter_map(|path| path.file_name()?.to_str().map(str::to_string))
+        .collect();
+    assert_eq!(
+        names.first().map(String::as_str),
+        Some("00000000000000000018.log"),
+        "every node holds the segments from the first kept one on: {names:?}"
+    );
+
+    // Served by the laggard from its own copy.
+    let reader = cluster.http_root_client(LAGGARD).await;
+    let polled = poll(
+        &reader,
+        &stream_id,
+        &topic_id,
+        0,
+        &consumer("reader"),
+        PollingStrategy::first(),
+        1000,
+        false,
+    )
+    .await;
+    assert_eq!(offsets(&polled), (18..u64::from(total)).collect::<Vec<_>>());
+    for message in &polled.messages {
+        let fill = message.header.offset as u8;
+        let length = if fill < sent { PAYLOAD } else { SMALL };
+        assert!(
+            message.payload.len() == length && message.payload.iter().all(|b| *b == fill),
+            "the payload at offset {}",
+            message.header.offset
+        );
+    }
+    eprintln!("node {LAGGARD}: {restarted}; segments {names:?}");
+}
+
 /// A `ReplicaHello` from replica `from` to replica `target` of `CLUSTER_NAME`, with this
 /// build's identity changed by `change`, sealed as the spec says.
 fn hello(

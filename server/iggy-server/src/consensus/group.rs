@@ -160,6 +160,13 @@ pub trait StateMachine {
     ) -> impl Future<Output = Result<(u64, u64), String>> {
         async { Err("this state machine transfers no state".to_string()) }
     }
+    /// Receiving, when the peers no longer hold the offset the log continues from: committed
+    /// retirements deleted every offset the log holds and those up to `offset`, the peers'
+    /// first retained one. Discards the log and restarts it empty at `offset`, durably, before
+    /// the copy goes on from there.
+    fn transfer_restart_at(&mut self, _offset: u64) -> impl Future<Output = Result<(), String>> {
+        async { Err("this state machine transfers no state".to_string()) }
+    }
     /// Appends records a peer sent (checked by the codec, in order from the log's end);
     /// returns the log's new end.
     fn transfer_append(&mut self, _records: Bytes) -> impl Future<Output = Result<u64, String>> {
@@ -498,9 +505,7 @@ pub struct Group<J: Journal, S: StateMachine> {
     /// The state transfer under way on this replica, when it fell behind its peers'
     /// checkpoints.
     fetch: Option<Fetch>,
-    /// No transfer starts before this tick: after one that failed, a while; after one that
-    /// found the peers no longer hold offsets this replica lacks, never in this process (an
-    /// operator must act).
+    /// No transfer starts before this tick: after one that failed, a while.
     transfer_paused_until: u64,
     /// The offer being copied (and the record bytes copied so far), installed once the log
     /// holds it.
@@ -933,13 +938,24 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                 };
                 match fetch.on_chunk(from, &transfer) {
                     ChunkVerdict::Ignored => {}
-                    ChunkVerdict::Gap { asked, held_from } => {
-                        tracing::error!(
-                            "group {:#x}: state transfer from replica {from} cannot continue: this replica's log ends at offset {asked}, the peer holds offsets from {held_from} on (retired below); the replica stays out of its group",
-                            self.plane.as_ref().map_or(0, GroupPlane::group_id)
+                    ChunkVerdict::Restart { asked, held_from } => {
+                        self.restart_copy(from, asked, held_from).await;
+                    }
+                    ChunkVerdict::Overtaken {
+                        asked,
+                        held_from,
+                        until,
+                    } => {
+                        let Some(plane) = &self.plane else {
+                            return;
+                        };
+                        tracing::warn!(
+                            "group {:#x}: state transfer from replica {from}: the peer holds offsets from {held_from} on, past the offered checkpoint's end {until} (this replica's log ends at {asked}); asking again for a newer checkpoint",
+                            plane.group_id()
                         );
                         self.fetch = None;
-                        self.transfer_paused_until = u64::MAX;
+                        self.pending_offer = None;
+                        self.transfer_paused_until = plane.ticks() + TRANSFER_RETRY_TICKS;
                     }
                     ChunkVerdict::Append(records) => {
                         if let Some((_, copied)) = &mut self.pending_offer {
@@ -1017,6 +1033,36 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
         let asked = fetch.begin(next, until, plane.ticks());
         self.pending_offer = Some((offer, 0));
         match asked {
+            Some((to, request)) => plane.send_transfer(to, view, &request),
+            None => self.install_transfer().await,
+        }
+    }
+
+    /// The peer no longer holds `asked`, where this replica's log ends, and holds from
+    /// `held_from` on: the group retired everything the log holds by committed ops, so the log
+    /// restarts empty at `held_from` and the copy goes on from there. A crash before the
+    /// install restarts from the old checkpoint, whose journal replay drops the copied records
+    /// it does not account for, and transfers again.
+    async fn restart_copy(&mut self, from: u8, asked: u64, held_from: u64) {
+        let restarted = self.state.transfer_restart_at(held_from).await;
+        if let Err(why) = restarted {
+            let dir = self.slots.as_ref().map(|slots| slots.dir().to_path_buf());
+            let error = std::io::Error::other(why);
+            iggy_storage::fail_stop::fail_stop(
+                "restart the log for a transfer",
+                &dir.unwrap_or_default(),
+                &error,
+            )
+        }
+        let (Some(fetch), Some(plane)) = (self.fetch.as_mut(), self.plane.as_mut()) else {
+            return;
+        };
+        tracing::info!(
+            "group {:#x}: state transfer from replica {from}: the group retired offsets below {held_from} (this replica's log ended at {asked}); the log restarts empty at {held_from}",
+            plane.group_id()
+        );
+        let view = self.core.replica().view();
+        match fetch.restarted(held_from, plane.ticks()) {
             Some((to, request)) => plane.send_transfer(to, view, &request),
             None => self.install_transfer().await,
         }

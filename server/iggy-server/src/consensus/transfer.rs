@@ -13,9 +13,13 @@
 //! then copies the log one RequestStateChunk at a time (`offset`: the batch base offset its log
 //! continues from, `len`: a byte budget, artifact 0: the partition log), each answered with a
 //! StateChunk of whole stamped batch records from that offset on (never a sliced batch, so
-//! every replica's segments stay byte-identical). A chunk whose `offset` differs from the one
-//! asked for says the primary no longer holds that offset (retention retired it): the first
-//! offset it holds.
+//! every replica's segments stay byte-identical). A chunk with no records whose `offset` lies
+//! above the one asked for says the peer no longer holds that offset (committed retirements,
+//! retention or DeleteSegments, deleted it): the first offset it holds. Everything the laggard
+//! holds lies below it and was retired by the group, so the laggard discards its log, restarts
+//! it empty at that offset (a segment boundary of the peer's, so the segments it copies stay
+//! byte-identical) and copies on; a peer that retired past the offered state's end sends the
+//! transfer back for a newer checkpoint.
 //!
 //! Every frame is sealed and names a nonce (the transfer session) and the group's incarnation
 //! (0 for the metadata group); `decode` refuses another group or incarnation, a zero nonce, a
@@ -356,8 +360,18 @@ pub enum ChunkVerdict {
     Ignored,
     /// Append these records (those below the target's end), then call [`Fetch::appended`].
     Append(Bytes),
-    /// The peer no longer holds the offset asked for: it holds from `held_from` on.
-    Gap { asked: u64, held_from: u64 },
+    /// The peer no longer holds the offset asked for, and holds from `held_from` on, within
+    /// the offered state: committed retirements deleted every offset this replica's log holds
+    /// and those up to `held_from` from the group. Discard the log and restart it empty at
+    /// `held_from` (durably), then call [`Fetch::restarted`].
+    Restart { asked: u64, held_from: u64 },
+    /// The peer retired past the offered state's end (`until`): this offer cannot be
+    /// completed over the peer's log, and the transfer starts over for a newer checkpoint.
+    Overtaken {
+        asked: u64,
+        held_from: u64,
+        until: u64,
+    },
 }
 
 impl Fetch {
@@ -478,10 +492,15 @@ impl Fetch {
         }
         if *offset != next {
             if records.is_empty() && *offset > next {
-                return ChunkVerdict::Gap {
-                    asked: next,
-                    held_from: *offset,
-                };
+                let (asked, held_from) = (next, *offset);
+                if held_from > until {
+                    return ChunkVerdict::Overtaken {
+                        asked,
+                        held_from,
+                        until,
+                    };
+                }
+                return ChunkVerdict::Restart { asked, held_from };
             }
             // An answer to an earlier request, already appended or overtaken.
             return ChunkVerdict::Ignored;
@@ -492,6 +511,20 @@ impl Fetch {
             return ChunkVerdict::Ignored;
         }
         ChunkVerdict::Append(records)
+    }
+
+    /// The log was restarted empty at `offset` (the peer's first retained offset, see
+    /// [`ChunkVerdict::Restart`]): the next chunk request, or `None` when that is the offered
+    /// state's end (install now).
+    pub fn restarted(&mut self, offset: u64, now: u64) -> Option<(u8, Transfer)> {
+        let Phase::Chunks { next, until } = self.phase else {
+            panic!("a log restarts only during the copy");
+        };
+        assert!(
+            next < offset && offset <= until,
+            "a restart moves the log forward within the offered state"
+        );
+        self.appended(offset, now)
     }
 
     /// The log now ends at `next`: the next chunk request, or `None` once it reached the
@@ -862,8 +895,8 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_fetch_reports_a_gap_when_the_peer_no_longer_holds_the_offset_asked_for() {
+    /// A fetch whose log holds 0..3 and must reach the offered state's end, 20.
+    fn copying_from_3_to_20() -> Fetch {
         let (mut fetch, _, _) = Fetch::start(9, vec![1], 40, 0);
         let offered = Transfer::Target {
             nonce: 9,
@@ -874,26 +907,81 @@ mod tests {
         };
         fetch.on_target(1, &offered).unwrap();
         assert!(fetch.begin(3, 20, 0).is_some());
+        fetch
+    }
+
+    fn empty_chunk(offset: u64) -> Transfer {
+        Transfer::Chunk {
+            nonce: 9,
+            offset,
+            records: Bytes::new(),
+        }
+    }
+
+    #[test]
+    fn a_fetch_restarts_the_log_at_the_peers_first_offset_when_the_group_retired_past_it() {
+        let mut fetch = copying_from_3_to_20();
         // Unanswered chunk requests are sent again (to the next peer; here the only one).
         let again = fetch.on_tick(RESEND_TICKS).unwrap();
         assert_eq!(again.0, 1);
         // A peer that has not committed the offset asked for answers with nothing: ignored.
-        let short = Transfer::Chunk {
-            nonce: 9,
-            offset: 3,
-            records: Bytes::new(),
-        };
-        assert_eq!(fetch.on_chunk(1, &short), ChunkVerdict::Ignored);
-        let retired = Transfer::Chunk {
-            nonce: 9,
-            offset: 12,
-            records: Bytes::new(),
-        };
+        assert_eq!(fetch.on_chunk(1, &empty_chunk(3)), ChunkVerdict::Ignored);
+        // The peer retired offsets below 12: the log restarts there and the copy goes on.
         assert_eq!(
-            fetch.on_chunk(1, &retired),
-            ChunkVerdict::Gap {
+            fetch.on_chunk(1, &empty_chunk(12)),
+            ChunkVerdict::Restart {
                 asked: 3,
                 held_from: 12
+            }
+        );
+        let asked = fetch.restarted(12, RESEND_TICKS + 1);
+        assert_eq!(
+            asked,
+            Some((
+                1,
+                Transfer::RequestChunk {
+                    nonce: 9,
+                    offset: 12,
+                    max_bytes: CHUNK_BYTES
+                }
+            ))
+        );
+        // An empty answer at 12 (a peer that has not committed that far) changes nothing.
+        assert_eq!(fetch.on_chunk(1, &empty_chunk(12)), ChunkVerdict::Ignored);
+        let ChunkVerdict::Append(records) = fetch.on_chunk(
+            1,
+            &Transfer::Chunk {
+                nonce: 9,
+                offset: 12,
+                records: record(12, 8).into(),
+            },
+        ) else {
+            panic!("the records from the restart");
+        };
+        assert_eq!(records.len(), record(12, 8).len());
+        assert_eq!(fetch.appended(20, RESEND_TICKS + 2), None, "install now");
+
+        // A peer holding from exactly the state's end: an empty log there is the whole copy.
+        let mut fetch = copying_from_3_to_20();
+        assert_eq!(
+            fetch.on_chunk(1, &empty_chunk(20)),
+            ChunkVerdict::Restart {
+                asked: 3,
+                held_from: 20
+            }
+        );
+        assert_eq!(fetch.restarted(20, 1), None, "install now");
+    }
+
+    #[test]
+    fn a_peer_that_retired_past_the_offered_state_sends_the_transfer_back_for_a_newer_one() {
+        let mut fetch = copying_from_3_to_20();
+        assert_eq!(
+            fetch.on_chunk(1, &empty_chunk(21)),
+            ChunkVerdict::Overtaken {
+                asked: 3,
+                held_from: 21,
+                until: 20
             }
         );
     }
