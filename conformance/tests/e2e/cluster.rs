@@ -1814,27 +1814,7 @@ async fn a_backup_whose_log_the_group_retired_meanwhile_restarts_it_at_the_first
     };
     let mut cluster = TestCluster::start_with(3, options);
     let client = cluster.root_client(0).await;
-    let stream = ok(
-        "create stream",
-        within(
-            "create",
-            client.create_stream("s", &StreamCreateOptions::default()),
-        )
-        .await,
-    );
-    let topic_options = TopicCreateOptions {
-        partitions_count: Some(1),
-        segment_size: Some(IggyByteSize::from(1024 * 1024)),
-        ..Default::default()
-    };
-    let topic = ok(
-        "create topic",
-        within(
-            "create",
-            client.create_topic(&name("s"), "t", &topic_options),
-        )
-        .await,
-    );
+    let (stream, topic) = create_topic_of_small_segments(&client, "s", 1).await;
     let group = partition_group(stream.id, topic.id, 0);
     let (stream_id, topic_id) = (id(stream.id), id(topic.id));
     wait_until(
@@ -2713,6 +2693,33 @@ async fn a_node_whose_metadata_was_erased_is_refused_and_a_fresh_cluster_still_s
     assert_eq!(later.name, "later");
 }
 
+/// Creates stream `stream` and its topic "t" of `partitions` partitions with 1 MiB segments
+/// (the smallest a topic takes).
+async fn create_topic_of_small_segments(
+    client: &IggyClient,
+    stream: &str,
+    partitions: u32,
+) -> (StreamDetails, TopicDetails) {
+    let created = ok(
+        "create stream",
+        within(
+            "create",
+            client.create_stream(stream, &StreamCreateOptions::default()),
+        )
+        .await,
+    );
+    let options = TopicCreateOptions {
+        partitions_count: Some(partitions),
+        segment_size: Some(IggyByteSize::from(1024 * 1024)),
+        ..Default::default()
+    };
+    let topic = ok(
+        "create topic",
+        within("create", client.create_topic(&name(stream), "t", &options)).await,
+    );
+    (created, topic)
+}
+
 /// DeleteSegments (503) through the SDK on every partition of a 3-partition topic: the SDK
 /// sends it to the metadata primary, which leads at most one of them; it relays the retirement
 /// to each partition's primary (ForwardWrite). Every replica then serves from the first kept
@@ -2722,27 +2729,7 @@ async fn segment_deletion_reaches_partitions_led_by_other_nodes() {
     const PAYLOAD: usize = 200 * 1024; // six messages fill a 1 MiB segment
     let cluster = TestCluster::start(3);
     let client = cluster.root_client(0).await;
-    ok(
-        "create stream",
-        within(
-            "create",
-            client.create_stream("segments", &StreamCreateOptions::default()),
-        )
-        .await,
-    );
-    let options = TopicCreateOptions {
-        partitions_count: Some(3),
-        segment_size: Some(IggyByteSize::from(1024 * 1024)),
-        ..Default::default()
-    };
-    ok(
-        "create topic",
-        within(
-            "create",
-            client.create_topic(&name("segments"), "t", &options),
-        )
-        .await,
-    );
+    create_topic_of_small_segments(&client, "segments", 3).await;
     for partition in 0..3 {
         for i in 0..14u8 {
             let message = msg(vec![i; PAYLOAD]);
@@ -3102,6 +3089,83 @@ async fn streams_served(client: &IggyClient) -> Vec<(u32, String, u32)> {
         .collect();
     streams.sort();
     streams
+}
+
+/// The metadata checkpoint outgrows one frame (`limits.max_frame_size` 8 KiB here, and a
+/// hundred streams with 200-character names): a metadata backup killed while they were created
+/// takes the primary's checkpoint in pieces (RequestStateChunk of the metadata checkpoint
+/// artifact), checks it whole and installs it, then serves every stream. On main the target
+/// frame could not carry the snapshot and the backup stayed behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_metadata_checkpoint_larger_than_a_frame_is_transferred_in_pieces() {
+    let options = ClusterOptions {
+        env: vec![
+            (
+                "IGGY_SYSTEM_CHECKPOINT_JOURNAL_OPS".to_string(),
+                "8".to_string(),
+            ),
+            ("IGGY_LIMITS_MAX_FRAME_SIZE".to_string(), "8192".to_string()),
+        ],
+        ..ClusterOptions::default()
+    };
+    let mut cluster = TestCluster::start_with(3, options);
+    let (primary, backup) = metadata_primary_and_backup(&cluster).await;
+    let client = cluster.root_client(primary).await;
+    cluster.kill9(backup);
+    let streams = 100;
+    let name_of = |stream: usize| format!("{stream:03}-{}", "s".repeat(196));
+    for stream in 0..streams {
+        ok(
+            "create stream",
+            within(
+                "create",
+                client.create_stream(&name_of(stream), &StreamCreateOptions::default()),
+            )
+            .await,
+        );
+    }
+    let left_behind = format!("leaves replicas [{backup}] behind");
+    wait_until(
+        &format!("the metadata primary checkpoints past node {backup}"),
+        Duration::from_secs(30),
+        || {
+            current_start(&cluster.node(primary).log())
+                .lines()
+                .any(|line| {
+                    line.contains("metadata: checkpoint at op") && line.contains(&left_behind)
+                })
+                .then_some(())
+        },
+        || cluster.describe(METADATA_GROUP),
+    )
+    .await;
+
+    cluster.restart(backup);
+    let transfer_line = |part: &str| {
+        let log = cluster.node(backup).log();
+        current_start(&log)
+            .lines()
+            .find(|line| {
+                line.contains(&format!(
+                    "group {METADATA_GROUP:#x}: state transfer from replica"
+                )) && line.contains(part)
+            })
+            .map(str::to_string)
+    };
+    let installed = wait_until(
+        &format!("node {backup} installs the primary's metadata checkpoint"),
+        Duration::from_secs(40),
+        || transfer_line(" to op "),
+        || cluster.describe(METADATA_GROUP),
+    )
+    .await;
+    let pieces = transfer_line("comes in pieces").expect("the checkpoint came in pieces");
+    cluster.wait_normal(backup, &[METADATA_GROUP]).await;
+    let on_backup = cluster.root_client(backup).await;
+    let served = streams_served(&on_backup).await;
+    let names: Vec<String> = served.into_iter().map(|(_, name, _)| name).collect();
+    assert_eq!(names, (0..streams).map(name_of).collect::<Vec<_>>());
+    eprintln!("node {backup}: {pieces}; {installed}");
 }
 
 /// A metadata backup is killed and stays down while the others run enough metadata ops to

@@ -16,7 +16,9 @@ use crate::consensus::figures::{GroupFigures, GroupKind, checkpoint_taken};
 use crate::consensus::group_plane::{GroupPlane, SessionFrame, Wake};
 use crate::consensus::plane::Peers;
 use crate::consensus::replica_bus::Inbound;
-use crate::consensus::transfer::{ChunkVerdict, Fetch, Offer, Transfer};
+use crate::consensus::transfer::{
+    Accepted, ChunkVerdict, Fetch, METADATA_CHECKPOINT_ARTIFACT, Offer, Offered, Transfer,
+};
 use bytes::Bytes;
 use futures_channel::{mpsc, oneshot};
 use futures_util::StreamExt;
@@ -502,6 +504,8 @@ pub struct Group<J: Journal, S: StateMachine> {
     /// The newest durable checkpoint (its op and slot bytes), served to a replica that needs
     /// state transfer; read from the slots at the first request after a start or a checkpoint.
     served: Option<(u64, Bytes)>,
+    /// The checkpoint slot offered in chunks to the latest transfer that asked (its nonce).
+    lent_slot: Option<(u128, Bytes)>,
     /// The state transfer under way on this replica, when it fell behind its peers'
     /// checkpoints.
     fetch: Option<Fetch>,
@@ -589,6 +593,7 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
             plane,
             settings,
             served: None,
+            lent_slot: None,
             fetch: None,
             transfer_paused_until: 0,
             pending_offer: None,
@@ -903,12 +908,20 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
             Transfer::Request { nonce } => self.serve_target(from, nonce).await,
             Transfer::RequestChunk {
                 nonce,
+                artifact,
                 offset,
                 max_bytes,
             } => {
-                let (offset, records) = self.state.transfer_records(offset, max_bytes).await;
+                let records = if artifact == METADATA_CHECKPOINT_ARTIFACT {
+                    self.slot_chunk(nonce, offset, max_bytes).await
+                } else {
+                    let (held, records) = self.state.transfer_records(offset, max_bytes).await;
+                    (held, records)
+                };
+                let (offset, records) = records;
                 let chunk = Transfer::Chunk {
                     nonce,
+                    artifact,
                     offset,
                     records,
                 };
@@ -917,27 +930,43 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                     plane.send_transfer(from, view, &chunk);
                 }
             }
-            Transfer::Target { .. } => {
+            Transfer::Target {
+                checkpoint_op,
+                ref slot,
+                ..
+            } => {
                 if self.core.replica().state_transfer_needed().is_none() {
                     // The replica caught up meanwhile (a log it could install after all).
                     self.fetch = None;
                     return;
                 }
-                let Some(offer) = self
+                let accepted = self
                     .fetch
                     .as_mut()
-                    .and_then(|f| f.on_target(from, &transfer))
-                else {
-                    return;
-                };
-                self.begin_copy(offer).await;
+                    .and_then(|f| f.on_target(from, &transfer));
+                match accepted {
+                    Some(Accepted::Offer(offer)) => self.begin_copy(offer).await,
+                    Some(Accepted::Ask(to, request)) => {
+                        if let (Offered::InChunks { length, .. }, Some(plane)) = (slot, &self.plane)
+                        {
+                            tracing::info!(
+                                "group {:#x}: state transfer from replica {from}: the checkpoint at op {checkpoint_op} ({length} bytes) comes in pieces",
+                                plane.group_id()
+                            );
+                        }
+                        self.send_transfer(to, &request);
+                    }
+                    None => {}
+                }
             }
             Transfer::Chunk { .. } => {
-                let Some(fetch) = self.fetch.as_mut() else {
+                let (Some(fetch), Some(plane)) = (self.fetch.as_mut(), self.plane.as_ref()) else {
                     return;
                 };
-                match fetch.on_chunk(from, &transfer) {
+                match fetch.on_chunk(from, &transfer, plane.ticks()) {
                     ChunkVerdict::Ignored => {}
+                    ChunkVerdict::Ask(to, request) => self.send_transfer(to, &request),
+                    ChunkVerdict::Fetched(offer) => self.begin_copy(offer).await,
                     ChunkVerdict::Restart { asked, held_from } => {
                         self.restart_copy(from, asked, held_from).await;
                     }
@@ -978,24 +1007,59 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
         if serving && self.served.is_none() {
             self.served = self.load_served().await;
         }
+        let Some(plane) = &mut self.plane else {
+            return;
+        };
+        let metadata = plane.group_id() == iggy_generated::frames::METADATA_GROUP;
         let target = match &self.served {
-            Some((op, slot)) if serving => Transfer::Target {
-                nonce,
-                checkpoint_op: *op,
-                commit_max,
-                slot: Some(slot.clone()),
-                transient: false,
-            },
+            Some((op, slot)) if serving => {
+                let offered =
+                    crate::consensus::transfer::offer(slot, plane.transfer_chunk_bytes(), metadata);
+                if matches!(offered, Offered::InChunks { .. }) {
+                    // Its pieces come from this slot even if a newer checkpoint replaces it
+                    // meanwhile (the latest transfer's only).
+                    self.lent_slot = Some((nonce, slot.clone()));
+                }
+                Transfer::Target {
+                    nonce,
+                    checkpoint_op: *op,
+                    commit_max,
+                    slot: offered,
+                    transient: false,
+                }
+            }
             _ => Transfer::Target {
                 nonce,
                 checkpoint_op: 0,
                 commit_max,
-                slot: None,
+                slot: Offered::Nothing,
                 transient: true,
             },
         };
+        plane.send_transfer(to, view, &target);
+    }
+
+    /// The bytes of the checkpoint slot offered in chunks to transfer `nonce` from byte
+    /// `offset`, up to `max_bytes` and one frame's budget; none when none was offered to it.
+    async fn slot_chunk(&mut self, nonce: u128, offset: u64, max_bytes: u32) -> (u64, Bytes) {
+        let budget = self
+            .plane
+            .as_ref()
+            .map_or(max_bytes, GroupPlane::transfer_chunk_bytes);
+        let bytes = match &self.lent_slot {
+            Some((lent_to, slot)) if *lent_to == nonce => {
+                crate::consensus::transfer::slot_chunk(slot, offset, max_bytes.min(budget))
+            }
+            _ => Bytes::new(),
+        };
+        (offset, bytes)
+    }
+
+    /// Sends a state-transfer frame to `to` in the replica's view.
+    fn send_transfer(&mut self, to: u8, transfer: &Transfer) {
+        let view = self.core.replica().view();
         if let Some(plane) = &mut self.plane {
-            plane.send_transfer(to, view, &target);
+            plane.send_transfer(to, view, transfer);
         }
     }
 
