@@ -10,9 +10,15 @@ pub const IDENTITY_CHECKSUM_COMMANDS: u64 = 0x80040;
 pub const METADATA_GROUP: u64 = 0x8000000000000000;
 /// `DVC_HEADERS_MAX` (spec/frames.spec:351).
 pub const DVC_HEADERS_MAX: u32 = 128;
-/// `REPLICA_AUTH_DOMAIN` (spec/frames.spec:618).
+/// `PARTITION_LOG_ARTIFACT` (spec/frames.spec:355).
+pub const PARTITION_LOG_ARTIFACT: u32 = 0;
+/// `METADATA_CHECKPOINT_ARTIFACT` (spec/frames.spec:356).
+pub const METADATA_CHECKPOINT_ARTIFACT: u32 = 1;
+/// `SLOT_MANIFEST_MAGIC` (spec/frames.spec:358).
+pub const SLOT_MANIFEST_MAGIC: u64 = 0x746f6c7379676769;
+/// `REPLICA_AUTH_DOMAIN` (spec/frames.spec:625).
 pub const REPLICA_AUTH_DOMAIN: [u8; 32] = *b"iggy-rs replica-auth transcript1";
-/// `REPLICA_AUTH_KEY_CONTEXT` (spec/frames.spec:619).
+/// `REPLICA_AUTH_KEY_CONTEXT` (spec/frames.spec:626).
 pub const REPLICA_AUTH_KEY_CONTEXT: &str = "iggy-rs 2026-12 replica-auth shared_secret to MAC key";
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]
@@ -7247,6 +7253,107 @@ impl WireEncode for StateTransferTargetHeader {
 impl<'a> WireDecode<'a> for StateTransferTargetHeader {
     fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
         let b = iggy_wire::take(input, 256)?;
+        Self::decode_fixed(b)
+    }
+}
+/// Fixed-layout `StateTransferSlotManifest`, 24 bytes: a StateTransferTarget body announcing a checkpoint slot fetched in chunks. Ours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StateTransferSlotManifest {
+    /// SLOT_MANIFEST_MAGIC
+    pub magic: u64,
+    /// bytes of the checkpoint slot, more than one frame carries
+    pub slot_length: u64,
+    /// XxHash3-64 of the whole slot
+    pub slot_checksum: u64,
+}
+impl StateTransferSlotManifest {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 24;
+    /// Byte offset of `magic`.
+    pub const MAGIC_OFFSET: usize = 0;
+    /// Size of `magic` in bytes.
+    pub const MAGIC_SIZE: usize = 8;
+    /// Byte offset of `slot_length`.
+    pub const SLOT_LENGTH_OFFSET: usize = 8;
+    /// Size of `slot_length` in bytes.
+    pub const SLOT_LENGTH_SIZE: usize = 8;
+    /// Byte offset of `slot_checksum`.
+    pub const SLOT_CHECKSUM_OFFSET: usize = 16;
+    /// Size of `slot_checksum` in bytes.
+    pub const SLOT_CHECKSUM_SIZE: usize = 8;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
+        }
+        let magic = <u64>::decode_exact(&buf[0..8])
+            .map_err(|_| WireError::InvalidValue {
+                field: "magic",
+            })?;
+        let slot_length = <u64>::decode_exact(&buf[8..16])
+            .map_err(|_| WireError::InvalidValue {
+                field: "slot_length",
+            })?;
+        let slot_checksum = <u64>::decode_exact(&buf[16..24])
+            .map_err(|_| WireError::InvalidValue {
+                field: "slot_checksum",
+            })?;
+        Ok(Self {
+            magic,
+            slot_length,
+            slot_checksum,
+        })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.magic.to_wire_bytes());
+        iggy_wire::put_at(out, 8, &self.slot_length.to_wire_bytes());
+        iggy_wire::put_at(out, 16, &self.slot_checksum.to_wire_bytes());
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 24] {
+        let mut b = [0u8; 24];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for StateTransferSlotManifest {
+    /// All-zero bytes.
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 24]).expect("zero bytes decode")
+    }
+}
+const _: () = assert!(StateTransferSlotManifest::SIZE == 24);
+const _: () = assert!(StateTransferSlotManifest::MAGIC_OFFSET + 8 <= 24);
+const _: () = assert!(StateTransferSlotManifest::SLOT_LENGTH_OFFSET + 8 <= 24);
+const _: () = assert!(StateTransferSlotManifest::SLOT_CHECKSUM_OFFSET + 8 <= 24);
+impl iggy_wire::WireJson for StateTransferSlotManifest {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"magic\":");
+        iggy_wire::WireJson::write_json(&self.magic, out);
+        out.push_str(",\"slot_length\":");
+        iggy_wire::WireJson::write_json(&self.slot_length, out);
+        out.push_str(",\"slot_checksum\":");
+        iggy_wire::WireJson::write_json(&self.slot_checksum, out);
+        out.push('}');
+    }
+}
+impl WireEncode for StateTransferSlotManifest {
+    fn encoded_size(&self) -> usize {
+        24
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for StateTransferSlotManifest {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 24)?;
         Self::decode_fixed(b)
     }
 }

@@ -195,6 +195,13 @@ pub const STRUCTS: &[StructInfo] = &[
         until: 4294967295,
     },
     StructInfo {
+        name: "StateTransferSlotManifest",
+        module: "frames",
+        fixed: Some(24),
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
         name: "RequestStateChunkHeader",
         module: "frames",
         fixed: Some(256),
@@ -1350,6 +1357,9 @@ pub fn roundtrip(name: &str, input: &[u8]) -> Option<Result<Roundtrip, WireError
         }
         "StateTransferTargetHeader" => {
             rt!(crate ::frames::StateTransferTargetHeader, input)
+        }
+        "StateTransferSlotManifest" => {
+            rt!(crate ::frames::StateTransferSlotManifest, input)
         }
         "RequestStateChunkHeader" => rt!(crate ::frames::RequestStateChunkHeader, input),
         "StateChunkHeader" => rt!(crate ::frames::StateChunkHeader, input),

@@ -1850,6 +1850,163 @@ async fn a_backup_left_behind_by_checkpoints_catches_up_by_state_transfer() {
     );
 }
 
+/// A backup of a one-partition topic (1 MiB segments, six 200 KiB messages each) is killed
+/// before any message, the other two checkpoint past it, and DeleteSegments retires the oldest
+/// three segments (offsets 0..18): everything the laggard could continue from is gone from the
+/// group. Restarted, it asks for offset 0, hears the primary holds from 18 on, discards its
+/// log, restarts it empty at 18 and copies on. It rejoins, its segment files are the others'
+/// byte for byte (from `00000000000000000018.log` on), and an HTTP client given that node
+/// reads the partition from its own copy, from offset 18.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_whose_log_the_group_retired_meanwhile_restarts_it_at_the_first_kept_segment() {
+    const PAYLOAD: usize = 200 * 1024;
+    const SMALL: usize = 16;
+    const LAGGARD: usize = 2;
+    let options = ClusterOptions {
+        env: vec![(
+            "IGGY_SYSTEM_CHECKPOINT_JOURNAL_OPS".to_string(),
+            "8".to_string(),
+        )],
+        http: true,
+        ..ClusterOptions::default()
+    };
+    let mut cluster = TestCluster::start_with(3, options);
+    let client = cluster.root_client(0).await;
+    let (stream, topic) = create_topic_of_small_segments(&client, "s", 1).await;
+    let group = partition_group(stream.id, topic.id, 0);
+    let (stream_id, topic_id) = (id(stream.id), id(topic.id));
+    wait_until(
+        &format!("node {LAGGARD} opens the partition"),
+        Duration::from_secs(30),
+        || (partition_dirs(&cluster, LAGGARD).len() == 1).then_some(()),
+        || cluster.describe(group),
+    )
+    .await;
+    cluster.kill9(LAGGARD);
+    // One message per op: well past the bound (4 x 8 ops) at which the group checkpoints
+    // without its laggard.
+    let sent = 40u8;
+    for i in 0..sent {
+        send_to_partition(
+            &client,
+            &stream_id,
+            &topic_id,
+            0,
+            vec![msg(vec![i; PAYLOAD])],
+        )
+        .await;
+    }
+    ok(
+        "delete the oldest three segments",
+        within(
+            "delete_segments",
+            client.delete_segments(&stream_id, &topic_id, 0, 3),
+        )
+        .await,
+    );
+    let first = poll(
+        &client,
+        &stream_id,
+        &topic_id,
+        0,
+        &consumer("reader"),
+        PollingStrategy::first(),
+        1,
+        false,
+    )
+    .await;
+    assert_eq!(offsets(&first), vec![18], "the group retired offsets 0..18");
+    // The backup checkpoints past the laggard too once its own journal outgrows the bound (it
+    // knows nothing of the laggard): small messages, one per op, twice past the bound. No
+    // journal can repair the laggard after that.
+    let total = sent + 64;
+    for i in sent..total {
+        send_to_partition(&client, &stream_id, &topic_id, 0, vec![msg(vec![i; SMALL])]).await;
+    }
+    let left_behind = format!("leaves replicas [{LAGGARD}] behind");
+    wait_until(
+        &format!("the partition's primary checkpoints past node {LAGGARD}"),
+        Duration::from_secs(30),
+        || {
+            (0..cluster.len())
+                .filter(|&i| i != LAGGARD)
+                .any(|i| {
+                    current_start(&cluster.node(i).log())
+                        .lines()
+                        .any(|line| line.contains("partitions") && line.contains(&left_behind))
+                })
+                .then_some(())
+        },
+        || cluster.describe(group),
+    )
+    .await;
+    // The primary's queue of frames for the laggard still holds the prepares of every op it
+    // missed (a link's queue outlives the peer's restart): a restart of the primary drops it,
+    // so the laggard has only the checkpoints to catch up from.
+    let (primary, _) = cluster.primary(group).expect("a partition primary");
+    let primary = usize::from(primary);
+    assert_ne!(primary, LAGGARD);
+    cluster.kill9(primary);
+    cluster.restart(primary);
+    cluster.wait_normal(primary, &[METADATA_GROUP, group]).await;
+
+    cluster.restart(LAGGARD);
+    let restarted = wait_until(
+        &format!("node {LAGGARD} restarts its log at offset 18 and completes the transfer"),
+        Duration::from_secs(40),
+        || {
+            let log = cluster.node(LAGGARD).log();
+            let start = current_start(&log);
+            let restart = start.lines().find(|line| {
+                line.contains(&format!("group {group:#x}:"))
+                    && line.contains("the log restarts empty at 18")
+            })?;
+            start
+                .contains(&format!("group {group:#x}: state transfer from replica"))
+                .then(|| restart.to_string())
+        },
+        || cluster.describe(group),
+    )
+    .await;
+    cluster.wait_normal(LAGGARD, &[METADATA_GROUP, group]).await;
+    // 18, 24, 30 and 36 (the active one, with the small messages).
+    let segments = cluster.wait_identical_segments(4).await;
+    let names: Vec<String> = segments
+        .keys()
+        .filter_map(|path| path.file_name()?.to_str().map(str::to_string))
+        .collect();
+    assert_eq!(
+        names.first().map(String::as_str),
+        Some("00000000000000000018.log"),
+        "every node holds the segments from the first kept one on: {names:?}"
+    );
+
+    // Served by the laggard from its own copy.
+    let reader = cluster.http_root_client(LAGGARD).await;
+    let polled = poll(
+        &reader,
+        &stream_id,
+        &topic_id,
+        0,
+        &consumer("reader"),
+        PollingStrategy::first(),
+        1000,
+        false,
+    )
+    .await;
+    assert_eq!(offsets(&polled), (18..u64::from(total)).collect::<Vec<_>>());
+    for message in &polled.messages {
+        let fill = message.header.offset as u8;
+        let length = if fill < sent { PAYLOAD } else { SMALL };
+        assert!(
+            message.payload.len() == length && message.payload.iter().all(|b| *b == fill),
+            "the payload at offset {}",
+            message.header.offset
+        );
+    }
+    eprintln!("node {LAGGARD}: {restarted}; segments {names:?}");
+}
+
 /// A `ReplicaHello` from replica `from` to replica `target` of `CLUSTER_NAME`, with this
 /// build's identity changed by `change`, sealed as the spec says.
 fn hello(
@@ -2594,6 +2751,33 @@ async fn a_node_whose_metadata_was_erased_is_refused_and_a_fresh_cluster_still_s
     assert_eq!(later.name, "later");
 }
 
+/// Creates stream `stream` and its topic "t" of `partitions` partitions with 1 MiB segments
+/// (the smallest a topic takes).
+async fn create_topic_of_small_segments(
+    client: &IggyClient,
+    stream: &str,
+    partitions: u32,
+) -> (StreamDetails, TopicDetails) {
+    let created = ok(
+        "create stream",
+        within(
+            "create",
+            client.create_stream(stream, &StreamCreateOptions::default()),
+        )
+        .await,
+    );
+    let options = TopicCreateOptions {
+        partitions_count: Some(partitions),
+        segment_size: Some(IggyByteSize::from(1024 * 1024)),
+        ..Default::default()
+    };
+    let topic = ok(
+        "create topic",
+        within("create", client.create_topic(&name(stream), "t", &options)).await,
+    );
+    (created, topic)
+}
+
 /// DeleteSegments (503) through the SDK on every partition of a 3-partition topic: the SDK
 /// sends it to the metadata primary, which leads at most one of them; it relays the retirement
 /// to each partition's primary (ForwardWrite). Every replica then serves from the first kept
@@ -2603,27 +2787,7 @@ async fn segment_deletion_reaches_partitions_led_by_other_nodes() {
     const PAYLOAD: usize = 200 * 1024; // six messages fill a 1 MiB segment
     let cluster = TestCluster::start(3);
     let client = cluster.root_client(0).await;
-    ok(
-        "create stream",
-        within(
-            "create",
-            client.create_stream("segments", &StreamCreateOptions::default()),
-        )
-        .await,
-    );
-    let options = TopicCreateOptions {
-        partitions_count: Some(3),
-        segment_size: Some(IggyByteSize::from(1024 * 1024)),
-        ..Default::default()
-    };
-    ok(
-        "create topic",
-        within(
-            "create",
-            client.create_topic(&name("segments"), "t", &options),
-        )
-        .await,
-    );
+    create_topic_of_small_segments(&client, "segments", 3).await;
     for partition in 0..3 {
         for i in 0..14u8 {
             let message = msg(vec![i; PAYLOAD]);
@@ -2983,6 +3147,83 @@ async fn streams_served(client: &IggyClient) -> Vec<(u32, String, u32)> {
         .collect();
     streams.sort();
     streams
+}
+
+/// The metadata checkpoint outgrows one frame (`limits.max_frame_size` 8 KiB here, and a
+/// hundred streams with 200-character names): a metadata backup killed while they were created
+/// takes the primary's checkpoint in pieces (RequestStateChunk of the metadata checkpoint
+/// artifact), checks it whole and installs it, then serves every stream. On main the target
+/// frame could not carry the snapshot and the backup stayed behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_metadata_checkpoint_larger_than_a_frame_is_transferred_in_pieces() {
+    let options = ClusterOptions {
+        env: vec![
+            (
+                "IGGY_SYSTEM_CHECKPOINT_JOURNAL_OPS".to_string(),
+                "8".to_string(),
+            ),
+            ("IGGY_LIMITS_MAX_FRAME_SIZE".to_string(), "8192".to_string()),
+        ],
+        ..ClusterOptions::default()
+    };
+    let mut cluster = TestCluster::start_with(3, options);
+    let (primary, backup) = metadata_primary_and_backup(&cluster).await;
+    let client = cluster.root_client(primary).await;
+    cluster.kill9(backup);
+    let streams = 100;
+    let name_of = |stream: usize| format!("{stream:03}-{}", "s".repeat(196));
+    for stream in 0..streams {
+        ok(
+            "create stream",
+            within(
+                "create",
+                client.create_stream(&name_of(stream), &StreamCreateOptions::default()),
+            )
+            .await,
+        );
+    }
+    let left_behind = format!("leaves replicas [{backup}] behind");
+    wait_until(
+        &format!("the metadata primary checkpoints past node {backup}"),
+        Duration::from_secs(30),
+        || {
+            current_start(&cluster.node(primary).log())
+                .lines()
+                .any(|line| {
+                    line.contains("metadata: checkpoint at op") && line.contains(&left_behind)
+                })
+                .then_some(())
+        },
+        || cluster.describe(METADATA_GROUP),
+    )
+    .await;
+
+    cluster.restart(backup);
+    let transfer_line = |part: &str| {
+        let log = cluster.node(backup).log();
+        current_start(&log)
+            .lines()
+            .find(|line| {
+                line.contains(&format!(
+                    "group {METADATA_GROUP:#x}: state transfer from replica"
+                )) && line.contains(part)
+            })
+            .map(str::to_string)
+    };
+    let installed = wait_until(
+        &format!("node {backup} installs the primary's metadata checkpoint"),
+        Duration::from_secs(40),
+        || transfer_line(" to op "),
+        || cluster.describe(METADATA_GROUP),
+    )
+    .await;
+    let pieces = transfer_line("comes in pieces").expect("the checkpoint came in pieces");
+    cluster.wait_normal(backup, &[METADATA_GROUP]).await;
+    let on_backup = cluster.root_client(backup).await;
+    let served = streams_served(&on_backup).await;
+    let names: Vec<String> = served.into_iter().map(|(_, name, _)| name).collect();
+    assert_eq!(names, (0..streams).map(name_of).collect::<Vec<_>>());
+    eprintln!("node {backup}: {pieces}; {installed}");
 }
 
 /// A metadata backup is killed and stays down while the others run enough metadata ops to

@@ -1009,6 +1009,54 @@ impl PartitionLog {
         Ok(())
     }
 
+    /// Discards every record and restarts the log empty at `offset`, at or past its end: a
+    /// replica copying a peer's log (state transfer) from the peer's first retained offset,
+    /// because committed retirements removed everything this log holds, and more, from the
+    /// peer. The new segment starts where the peer's does, so the copy rolls at the same
+    /// offsets and stays byte-identical. Durable when it returns.
+    ///
+    /// Every crash leaves a log [`Self::open`] takes: the older segments go oldest first (each
+    /// step a retirement), then the last one is renamed to start at `offset` and emptied; its
+    /// records, still there after a crash between the two, do not start at its new name, and
+    /// recovery drops them as a torn tail (an index left under the old name goes as one without
+    /// a log).
+    pub async fn restart_at(&mut self, offset: u64) {
+        assert!(
+            offset >= self.next_offset(),
+            "a log restarts only past its end"
+        );
+        while self.segments.len() > 1 {
+            self.remove_segment(0).await;
+        }
+        let (log_path, index_path) = segment_paths(&self.dir, offset);
+        let segment = self
+            .segments
+            .last_mut()
+            .expect("a log always has an active segment");
+        if segment.start_offset != offset {
+            for (from, to) in [
+                (&segment.log_path, &log_path),
+                (&segment.index_path, &index_path),
+            ] {
+                compio::fs::rename(from, to).await.or_stop("rename to", to);
+            }
+            crate::fail_stop::sync_dir_async(&self.dir).await;
+            segment.log_path = log_path;
+            segment.index_path = index_path;
+        }
+        set_len(&segment.log, &segment.log_path, 0).await;
+        set_len(&segment.index, &segment.index_path, 0).await;
+        sync_data(&segment.log, &segment.log_path, Synced::Segment).await;
+        sync_data(&segment.index, &segment.index_path, Synced::Index).await;
+        self.size_bytes -= segment.log_size;
+        segment.start_offset = offset;
+        segment.end_offset = offset;
+        segment.log_size = 0;
+        segment.entries.clear();
+        segment.unsynced = false;
+        segment.records_unsynced = false;
+    }
+
     /// Removes a segment's files and fsyncs the directory (segments go rarely, and a removal
     /// undone by a machine crash would bring back messages a committed deletion retired).
     async fn remove_segment(&mut self, index: usize) {

@@ -1142,6 +1142,29 @@ fn a_full_segment_is_fsynced_before_the_next_one_is_created() {
     });
 }
 
+/// Copies `source`'s records from `copy`'s end up to `end` into `copy`, in chunks of at most
+/// 300 bytes (or one record longer than that), as a state transfer does.
+async fn copy_records(source: &PartitionLog, copy: &mut PartitionLog, end: u64) {
+    while copy.next_offset() < end {
+        let chunk = source
+            .records_from(copy.next_offset(), 300, end)
+            .await
+            .unwrap()
+            .unwrap();
+        let mut position = 0;
+        let mut records = 0;
+        while position < chunk.len() {
+            let length = read_u64(&chunk, position + batch::BATCH_LENGTH) as usize;
+            copy.append(chunk[position..position + length].to_vec())
+                .await
+                .unwrap();
+            position += length;
+            records += 1;
+        }
+        assert!(chunk.len() <= 300 || records == 1, "{} bytes", chunk.len());
+    }
+}
+
 #[test]
 fn records_from_reads_whole_records_within_a_budget_and_they_append_byte_identical_elsewhere() {
     run(async {
@@ -1184,24 +1207,7 @@ fn records_from_reads_whole_records_within_a_budget_and_they_append_byte_identic
         let mut copy = PartitionLog::open(copy_dir.path(), config(1024))
             .await
             .unwrap();
-        while copy.next_offset() < end {
-            let chunk = source
-                .records_from(copy.next_offset(), 300, end)
-                .await
-                .unwrap()
-                .unwrap();
-            let mut position = 0;
-            let mut records = 0;
-            while position < chunk.len() {
-                let length = read_u64(&chunk, position + batch::BATCH_LENGTH) as usize;
-                copy.append(chunk[position..position + length].to_vec())
-                    .await
-                    .unwrap();
-                position += length;
-                records += 1;
-            }
-            assert!(chunk.len() <= 300 || records == 1, "{} bytes", chunk.len());
-        }
+        copy_records(&source, &mut copy, end).await;
         source.sync().await;
         copy.sync().await;
         assert_eq!(
@@ -1229,6 +1235,95 @@ fn records_from_reads_whole_records_within_a_budget_and_they_append_byte_identic
                 .await
                 .unwrap()
                 .is_some()
+        );
+    });
+}
+
+/// A replica whose peers retired everything it holds restarts its log at the peers' first
+/// retained offset and copies on: its segments come out byte-identical to the source's. A crash
+/// between the rename and the emptying of the last segment reopens as that same empty log.
+#[test]
+fn a_log_restarted_past_its_end_copies_on_byte_identical_and_survives_a_crash_in_between() {
+    run(async {
+        let source_dir = tempfile::tempdir().unwrap();
+        let copy_dir = tempfile::tempdir().unwrap();
+        let mut source = PartitionLog::open(source_dir.path(), config(1024))
+            .await
+            .unwrap();
+        append_batches(&mut source, &ROLL_SIZES).await;
+        let end = source.next_offset();
+        let mut copy = PartitionLog::open(copy_dir.path(), config(1024))
+            .await
+            .unwrap();
+        // The copy holds the first two segments and a part of the third.
+        let held = source.retire_point(2, u64::MAX) + 1;
+        let held = batch_bases(&ROLL_SIZES)
+            .into_iter()
+            .find(|base| *base >= held)
+            .unwrap();
+        copy_records(&source, &mut copy, held).await;
+        assert!(copy.segments_count() >= 3);
+        // The source retires past everything the copy holds.
+        let kept_from = source.retire_point(4, u64::MAX);
+        assert!(kept_from > copy.next_offset());
+        source.retire_below(kept_from).await;
+        assert_eq!(source.first_offset(), kept_from);
+        assert_eq!(source.records_from(held, 1 << 20, end).await.unwrap(), None);
+
+        copy.restart_at(kept_from).await;
+        assert_eq!(
+            (
+                copy.first_offset(),
+                copy.next_offset(),
+                copy.segments_count()
+            ),
+            (kept_from, kept_from, 1)
+        );
+        assert_eq!((copy.size_bytes(), copy.messages_count()), (0, 0));
+        let first_name = format!("{kept_from:020}");
+        assert_eq!(
+            every_file(copy_dir.path())
+                .into_iter()
+                .map(|(path, bytes)| (path.file_stem().unwrap().to_owned(), bytes.len()))
+                .collect::<Vec<_>>(),
+            vec![(first_name.clone().into(), 0), (first_name.into(), 0)],
+            "one empty segment at the source's first offset"
+        );
+        copy_records(&source, &mut copy, end).await;
+        source.sync().await;
+        copy.sync().await;
+        let names = |dir: &Path| {
+            every_file(dir)
+                .into_iter()
+                .map(|(path, bytes)| (path.file_name().unwrap().to_owned(), bytes))
+                .collect::<Vec<_>>()
+        };
+        assert!(names(copy_dir.path()) == names(source_dir.path()));
+        drop(copy);
+        let copy = PartitionLog::open(copy_dir.path(), config(1024))
+            .await
+            .unwrap();
+        assert_eq!((copy.first_offset(), copy.next_offset()), (kept_from, end));
+        check_all_reads(&copy, &batch_bases(&ROLL_SIZES)).await;
+
+        // A crash after the last segment's log was renamed, before its index was and before it
+        // was emptied: its records do not start at its name, and the log reopens empty there.
+        let crashed_dir = tempfile::tempdir().unwrap();
+        let dir = crashed_dir.path();
+        let mut crashed = PartitionLog::open(dir, config(1 << 20)).await.unwrap();
+        append_batches(&mut crashed, &[4, 7]).await;
+        crashed.sync().await;
+        drop(crashed);
+        std::fs::rename(
+            dir.join(format!("{:020}.log", 0)),
+            dir.join(format!("{:020}.log", 40)),
+        )
+        .unwrap();
+        let reopened = PartitionLog::open(dir, config(1 << 20)).await.unwrap();
+        assert_eq!((reopened.first_offset(), reopened.next_offset()), (40, 40));
+        assert_eq!(
+            segment_files(dir, "index"),
+            vec![dir.join(format!("{:020}.index", 40))]
         );
     });
 }

@@ -16,7 +16,9 @@ use crate::consensus::figures::{GroupFigures, GroupKind, checkpoint_taken};
 use crate::consensus::group_plane::{GroupPlane, SessionFrame, Wake};
 use crate::consensus::plane::Peers;
 use crate::consensus::replica_bus::Inbound;
-use crate::consensus::transfer::{ChunkVerdict, Fetch, Offer, Transfer};
+use crate::consensus::transfer::{
+    Accepted, ChunkVerdict, Fetch, METADATA_CHECKPOINT_ARTIFACT, Offer, Offered, Transfer,
+};
 use bytes::Bytes;
 use futures_channel::{mpsc, oneshot};
 use futures_util::StreamExt;
@@ -158,6 +160,13 @@ pub trait StateMachine {
         &mut self,
         _state: &[u8],
     ) -> impl Future<Output = Result<(u64, u64), String>> {
+        async { Err("this state machine transfers no state".to_string()) }
+    }
+    /// Receiving, when the peers no longer hold the offset the log continues from: committed
+    /// retirements deleted every offset the log holds and those up to `offset`, the peers'
+    /// first retained one. Discards the log and restarts it empty at `offset`, durably, before
+    /// the copy goes on from there.
+    fn transfer_restart_at(&mut self, _offset: u64) -> impl Future<Output = Result<(), String>> {
         async { Err("this state machine transfers no state".to_string()) }
     }
     /// Appends records a peer sent (checked by the codec, in order from the log's end);
@@ -495,12 +504,12 @@ pub struct Group<J: Journal, S: StateMachine> {
     /// The newest durable checkpoint (its op and slot bytes), served to a replica that needs
     /// state transfer; read from the slots at the first request after a start or a checkpoint.
     served: Option<(u64, Bytes)>,
+    /// The checkpoint slot offered in chunks to the latest transfer that asked (its nonce).
+    lent_slot: Option<(u128, Bytes)>,
     /// The state transfer under way on this replica, when it fell behind its peers'
     /// checkpoints.
     fetch: Option<Fetch>,
-    /// No transfer starts before this tick: after one that failed, a while; after one that
-    /// found the peers no longer hold offsets this replica lacks, never in this process (an
-    /// operator must act).
+    /// No transfer starts before this tick: after one that failed, a while.
     transfer_paused_until: u64,
     /// The offer being copied (and the record bytes copied so far), installed once the log
     /// holds it.
@@ -584,6 +593,7 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
             plane,
             settings,
             served: None,
+            lent_slot: None,
             fetch: None,
             transfer_paused_until: 0,
             pending_offer: None,
@@ -898,12 +908,20 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
             Transfer::Request { nonce } => self.serve_target(from, nonce).await,
             Transfer::RequestChunk {
                 nonce,
+                artifact,
                 offset,
                 max_bytes,
             } => {
-                let (offset, records) = self.state.transfer_records(offset, max_bytes).await;
+                let records = if artifact == METADATA_CHECKPOINT_ARTIFACT {
+                    self.slot_chunk(nonce, offset, max_bytes).await
+                } else {
+                    let (held, records) = self.state.transfer_records(offset, max_bytes).await;
+                    (held, records)
+                };
+                let (offset, records) = records;
                 let chunk = Transfer::Chunk {
                     nonce,
+                    artifact,
                     offset,
                     records,
                 };
@@ -912,34 +930,61 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                     plane.send_transfer(from, view, &chunk);
                 }
             }
-            Transfer::Target { .. } => {
+            Transfer::Target {
+                checkpoint_op,
+                ref slot,
+                ..
+            } => {
                 if self.core.replica().state_transfer_needed().is_none() {
                     // The replica caught up meanwhile (a log it could install after all).
                     self.fetch = None;
                     return;
                 }
-                let Some(offer) = self
+                let accepted = self
                     .fetch
                     .as_mut()
-                    .and_then(|f| f.on_target(from, &transfer))
-                else {
-                    return;
-                };
-                self.begin_copy(offer).await;
+                    .and_then(|f| f.on_target(from, &transfer));
+                match accepted {
+                    Some(Accepted::Offer(offer)) => self.begin_copy(offer).await,
+                    Some(Accepted::Ask(to, request)) => {
+                        if let (Offered::InChunks { length, .. }, Some(plane)) = (slot, &self.plane)
+                        {
+                            tracing::info!(
+                                "group {:#x}: state transfer from replica {from}: the checkpoint at op {checkpoint_op} ({length} bytes) comes in pieces",
+                                plane.group_id()
+                            );
+                        }
+                        self.send_transfer(to, &request);
+                    }
+                    None => {}
+                }
             }
             Transfer::Chunk { .. } => {
-                let Some(fetch) = self.fetch.as_mut() else {
+                let (Some(fetch), Some(plane)) = (self.fetch.as_mut(), self.plane.as_ref()) else {
                     return;
                 };
-                match fetch.on_chunk(from, &transfer) {
+                match fetch.on_chunk(from, &transfer, plane.ticks()) {
                     ChunkVerdict::Ignored => {}
-                    ChunkVerdict::Gap { asked, held_from } => {
-                        tracing::error!(
-                            "group {:#x}: state transfer from replica {from} cannot continue: this replica's log ends at offset {asked}, the peer holds offsets from {held_from} on (retired below); the replica stays out of its group",
-                            self.plane.as_ref().map_or(0, GroupPlane::group_id)
+                    ChunkVerdict::Ask(to, request) => self.send_transfer(to, &request),
+                    ChunkVerdict::Fetched(offer) => self.begin_copy(offer).await,
+                    ChunkVerdict::Restart { asked, held_from } => {
+                        self.restart_copy(from, asked, held_from).await;
+                    }
+                    ChunkVerdict::Overtaken {
+                        asked,
+                        held_from,
+                        until,
+                    } => {
+                        let Some(plane) = &self.plane else {
+                            return;
+                        };
+                        tracing::warn!(
+                            "group {:#x}: state transfer from replica {from}: the peer holds offsets from {held_from} on, past the offered checkpoint's end {until} (this replica's log ends at {asked}); asking again for a newer checkpoint",
+                            plane.group_id()
                         );
                         self.fetch = None;
-                        self.transfer_paused_until = u64::MAX;
+                        self.pending_offer = None;
+                        self.transfer_paused_until = plane.ticks() + TRANSFER_RETRY_TICKS;
                     }
                     ChunkVerdict::Append(records) => {
                         if let Some((_, copied)) = &mut self.pending_offer {
@@ -962,24 +1007,59 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
         if serving && self.served.is_none() {
             self.served = self.load_served().await;
         }
+        let Some(plane) = &mut self.plane else {
+            return;
+        };
+        let metadata = plane.group_id() == iggy_generated::frames::METADATA_GROUP;
         let target = match &self.served {
-            Some((op, slot)) if serving => Transfer::Target {
-                nonce,
-                checkpoint_op: *op,
-                commit_max,
-                slot: Some(slot.clone()),
-                transient: false,
-            },
+            Some((op, slot)) if serving => {
+                let offered =
+                    crate::consensus::transfer::offer(slot, plane.transfer_chunk_bytes(), metadata);
+                if matches!(offered, Offered::InChunks { .. }) {
+                    // Its pieces come from this slot even if a newer checkpoint replaces it
+                    // meanwhile (the latest transfer's only).
+                    self.lent_slot = Some((nonce, slot.clone()));
+                }
+                Transfer::Target {
+                    nonce,
+                    checkpoint_op: *op,
+                    commit_max,
+                    slot: offered,
+                    transient: false,
+                }
+            }
             _ => Transfer::Target {
                 nonce,
                 checkpoint_op: 0,
                 commit_max,
-                slot: None,
+                slot: Offered::Nothing,
                 transient: true,
             },
         };
+        plane.send_transfer(to, view, &target);
+    }
+
+    /// The bytes of the checkpoint slot offered in chunks to transfer `nonce` from byte
+    /// `offset`, up to `max_bytes` and one frame's budget; none when none was offered to it.
+    async fn slot_chunk(&mut self, nonce: u128, offset: u64, max_bytes: u32) -> (u64, Bytes) {
+        let budget = self
+            .plane
+            .as_ref()
+            .map_or(max_bytes, GroupPlane::transfer_chunk_bytes);
+        let bytes = match &self.lent_slot {
+            Some((lent_to, slot)) if *lent_to == nonce => {
+                crate::consensus::transfer::slot_chunk(slot, offset, max_bytes.min(budget))
+            }
+            _ => Bytes::new(),
+        };
+        (offset, bytes)
+    }
+
+    /// Sends a state-transfer frame to `to` in the replica's view.
+    fn send_transfer(&mut self, to: u8, transfer: &Transfer) {
+        let view = self.core.replica().view();
         if let Some(plane) = &mut self.plane {
-            plane.send_transfer(to, view, &target);
+            plane.send_transfer(to, view, transfer);
         }
     }
 
@@ -1017,6 +1097,36 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
         let asked = fetch.begin(next, until, plane.ticks());
         self.pending_offer = Some((offer, 0));
         match asked {
+            Some((to, request)) => plane.send_transfer(to, view, &request),
+            None => self.install_transfer().await,
+        }
+    }
+
+    /// The peer no longer holds `asked`, where this replica's log ends, and holds from
+    /// `held_from` on: the group retired everything the log holds by committed ops, so the log
+    /// restarts empty at `held_from` and the copy goes on from there. A crash before the
+    /// install restarts from the old checkpoint, whose journal replay drops the copied records
+    /// it does not account for, and transfers again.
+    async fn restart_copy(&mut self, from: u8, asked: u64, held_from: u64) {
+        let restarted = self.state.transfer_restart_at(held_from).await;
+        if let Err(why) = restarted {
+            let dir = self.slots.as_ref().map(|slots| slots.dir().to_path_buf());
+            let error = std::io::Error::other(why);
+            iggy_storage::fail_stop::fail_stop(
+                "restart the log for a transfer",
+                &dir.unwrap_or_default(),
+                &error,
+            )
+        }
+        let (Some(fetch), Some(plane)) = (self.fetch.as_mut(), self.plane.as_mut()) else {
+            return;
+        };
+        tracing::info!(
+            "group {:#x}: state transfer from replica {from}: the group retired offsets below {held_from} (this replica's log ended at {asked}); the log restarts empty at {held_from}",
+            plane.group_id()
+        );
+        let view = self.core.replica().view();
+        match fetch.restarted(held_from, plane.ticks()) {
             Some((to, request)) => plane.send_transfer(to, view, &request),
             None => self.install_transfer().await,
         }

@@ -103,6 +103,11 @@ impl GroupPlane {
         self.peers.created_view
     }
 
+    /// The most bytes of a checkpoint slot one state-transfer frame carries.
+    pub fn transfer_chunk_bytes(&self) -> u32 {
+        self.peers.transfer_chunk_bytes
+    }
+
     /// The next peer frame or tick of the replica clock.
     pub async fn wait(&mut self) -> Wake {
         use futures_util::future::{Either, select};

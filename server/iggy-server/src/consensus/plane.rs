@@ -37,6 +37,8 @@ pub struct ReplicaPlane {
     replica: u8,
     replica_count: u8,
     timing: Timing,
+    /// Bytes of a state-transfer chunk's body: the largest frame less its header.
+    transfer_chunk_bytes: u32,
     /// The bus's events until the start gate has read them (then a task drains them).
     events: Option<mpsc::Receiver<BusEvent>>,
     declaration: Rc<Declaration>,
@@ -114,6 +116,9 @@ pub struct Peers {
     pub inbound: mpsc::Receiver<Inbound>,
     pub frames: FrameContext,
     pub tick: Duration,
+    /// The most bytes of a checkpoint slot one state-transfer frame carries (a metadata slot
+    /// longer than this travels in chunks).
+    pub transfer_chunk_bytes: u32,
     /// Set for a group created just now (no journal, no view state): the view every replica
     /// formats it in, chosen by its creation ([`created_view`]).
     pub created_view: Option<u32>,
@@ -141,7 +146,9 @@ impl ReplicaPlane {
         let (bus, events) = ReplicaBus::start(bus_config)
             .await
             .map_err(|error| format!("cannot bind the replica listener {listen}: {error}"))?;
+        let header = iggy_generated::frames::StateChunkHeader::SIZE as u32;
         let mut plane = ReplicaPlane {
+            transfer_chunk_bytes: config.limits.max_frame_size.saturating_sub(header).max(1),
             sender: bus.sender(),
             router: bus.router(),
             _bus: bus,
@@ -262,6 +269,7 @@ impl ReplicaPlane {
                 incarnation,
             },
             tick: TICK,
+            transfer_chunk_bytes: self.transfer_chunk_bytes,
             created_view: None,
         }
     }

@@ -3,8 +3,14 @@
 //! to copy the primary's latest checkpoint and, for a partition, the log it covers.
 //!
 //! The metadata group's checkpoint is its whole state (the metadata snapshot), so its transfer
-//! is the request and the target only: `decode` refuses chunk frames for it, and a target
-//! whose state is not a metadata snapshot as of the checkpoint's op.
+//! copies no log: the target carries the checkpoint slot whole when it fits one frame
+//! (`limits.max_frame_size`), and `decode` refuses a whole target whose state is not a metadata
+//! snapshot as of the checkpoint's op. A longer slot is announced by its length and XxHash3-64
+//! (`Offered::InChunks`) and fetched with RequestStateChunk/StateChunk of the metadata
+//! checkpoint artifact, byte offsets into the slot the server lent to that transfer; the
+//! laggard checks the assembled slot (length, checksum, the checkpoint's op, the snapshot's op)
+//! before it installs it. Each group takes only its own artifact: the log for a partition, the
+//! slot for the metadata group.
 //!
 //! RequestStateTransfer (laggard → primary, header only) asks for the primary's latest durable
 //! checkpoint; StateTransferTarget answers with it: `commit_op` is the checkpoint's op and the
@@ -13,9 +19,13 @@
 //! then copies the log one RequestStateChunk at a time (`offset`: the batch base offset its log
 //! continues from, `len`: a byte budget, artifact 0: the partition log), each answered with a
 //! StateChunk of whole stamped batch records from that offset on (never a sliced batch, so
-//! every replica's segments stay byte-identical). A chunk whose `offset` differs from the one
-//! asked for says the primary no longer holds that offset (retention retired it): the first
-//! offset it holds.
+//! every replica's segments stay byte-identical). A chunk with no records whose `offset` lies
+//! above the one asked for says the peer no longer holds that offset (committed retirements,
+//! retention or DeleteSegments, deleted it): the first offset it holds. Everything the laggard
+//! holds lies below it and was retired by the group, so the laggard discards its log, restarts
+//! it empty at that offset (a segment boundary of the peer's, so the segments it copies stay
+//! byte-identical) and copies on; a peer that retired past the offered state's end sends the
+//! transfer back for a newer checkpoint.
 //!
 //! Every frame is sealed and names a nonce (the transfer session) and the group's incarnation
 //! (0 for the metadata group); `decode` refuses another group or incarnation, a zero nonce, a
@@ -26,13 +36,47 @@ use super::replica_bus::Inbound;
 use super::replica_codec::{CodecError, FrameContext, malformed, same_group, sealed_frame};
 use bytes::Bytes;
 use iggy_generated::frames::{
-    Command, METADATA_GROUP, RequestStateChunkHeader, RequestStateTransferHeader, StateChunkHeader,
-    StateTransferTargetHeader,
+    Command, METADATA_GROUP, RequestStateChunkHeader, RequestStateTransferHeader,
+    SLOT_MANIFEST_MAGIC, StateChunkHeader, StateTransferSlotManifest, StateTransferTargetHeader,
 };
+pub use iggy_generated::frames::{METADATA_CHECKPOINT_ARTIFACT, PARTITION_LOG_ARTIFACT};
 use iggy_storage::layout::{batch, read_u32, read_u64};
 
-/// The only artifact a partition transfers besides its checkpoint: the partition log.
-pub const PARTITION_LOG_ARTIFACT: u32 = 0;
+/// What a StateTransferTarget offers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Offered {
+    /// No checkpoint.
+    Nothing,
+    /// The checkpoint slot's bytes, whole.
+    Whole(Bytes),
+    /// A metadata checkpoint slot too long for one frame: its length and XxHash3-64 (the body
+    /// is the spec's `StateTransferSlotManifest`); its bytes are fetched in chunks of
+    /// [`METADATA_CHECKPOINT_ARTIFACT`].
+    InChunks { length: u64, checksum: u64 },
+}
+
+/// How a server offers checkpoint `slot` when one frame carries at most `chunk_bytes` of it:
+/// whole when it fits (or in a partition group, whose slot never grows past a frame), else in
+/// chunks.
+pub fn offer(slot: &Bytes, chunk_bytes: u32, metadata: bool) -> Offered {
+    if !metadata || slot.len() <= chunk_bytes as usize {
+        return Offered::Whole(slot.clone());
+    }
+    Offered::InChunks {
+        length: slot.len() as u64,
+        checksum: twox_hash::XxHash3_64::oneshot(slot),
+    }
+}
+
+/// The bytes of `slot` a metadata chunk request for `max_bytes` at byte `offset` is answered
+/// with (none past its end).
+pub fn slot_chunk(slot: &Bytes, offset: u64, max_bytes: u32) -> Bytes {
+    let start = usize::try_from(offset)
+        .unwrap_or(usize::MAX)
+        .min(slot.len());
+    let end = start.saturating_add(max_bytes as usize).min(slot.len());
+    slot.slice(start..end)
+}
 
 /// A state-transfer frame.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,24 +84,28 @@ pub enum Transfer {
     /// Laggard to primary: offer your latest checkpoint.
     Request { nonce: u128 },
     /// Primary to laggard: its latest durable checkpoint (`slot`: the bytes of a checkpoint
-    /// slot), or none (`slot` empty) with `transient` when asking again soon may get one.
+    /// slot, or how to fetch them), or none with `transient` when asking again soon may get
+    /// one.
     Target {
         nonce: u128,
         checkpoint_op: u64,
         commit_max: u64,
-        slot: Option<Bytes>,
+        slot: Offered,
         transient: bool,
     },
-    /// Laggard to primary: whole records of the log from batch base offset `offset`, up to
-    /// `max_bytes`.
+    /// Laggard to primary: from `artifact` at `offset`, up to `max_bytes`: whole records of
+    /// the log from batch base offset `offset` ([`PARTITION_LOG_ARTIFACT`]), or the metadata
+    /// checkpoint slot's bytes from byte `offset` ([`METADATA_CHECKPOINT_ARTIFACT`]).
     RequestChunk {
         nonce: u128,
+        artifact: u32,
         offset: u64,
         max_bytes: u32,
     },
-    /// Primary to laggard: whole records from `offset` on (none when it holds none there).
+    /// Primary to laggard: `artifact`'s bytes from `offset` on (none when it holds none there).
     Chunk {
         nonce: u128,
+        artifact: u32,
         offset: u64,
         records: Bytes,
     },
@@ -98,21 +146,33 @@ pub fn encode(context: &FrameContext, view: u32, transfer: &Transfer) -> Bytes {
             slot,
             transient,
         } => {
+            let body = match slot {
+                Offered::Nothing => Bytes::new(),
+                Offered::Whole(bytes) => bytes.clone(),
+                Offered::InChunks { length, checksum } => {
+                    let manifest = StateTransferSlotManifest {
+                        magic: SLOT_MANIFEST_MAGIC,
+                        slot_length: *length,
+                        slot_checksum: *checksum,
+                    };
+                    Bytes::copy_from_slice(&manifest.to_bytes())
+                }
+            };
             let header = StateTransferTargetHeader {
                 nonce: *nonce,
                 commit_op: *checkpoint_op,
                 group,
-                available: slot.is_some(),
+                available: *slot != Offered::Nothing,
                 unavailable_transient: *transient,
                 commit_max: *commit_max,
                 partition_incarnation: incarnation,
                 ..StateTransferTargetHeader::default()
             };
-            let body = slot.clone().unwrap_or_default();
             (Command::StateTransferTarget, header.to_bytes(), body)
         }
         Transfer::RequestChunk {
             nonce,
+            artifact,
             offset,
             max_bytes,
         } => {
@@ -121,7 +181,7 @@ pub fn encode(context: &FrameContext, view: u32, transfer: &Transfer) -> Bytes {
                 offset: *offset,
                 group,
                 len: *max_bytes,
-                artifact: PARTITION_LOG_ARTIFACT,
+                artifact: *artifact,
                 partition_incarnation: incarnation,
                 ..RequestStateChunkHeader::default()
             };
@@ -129,6 +189,7 @@ pub fn encode(context: &FrameContext, view: u32, transfer: &Transfer) -> Bytes {
         }
         Transfer::Chunk {
             nonce,
+            artifact,
             offset,
             records,
         } => {
@@ -136,7 +197,7 @@ pub fn encode(context: &FrameContext, view: u32, transfer: &Transfer) -> Bytes {
                 nonce: *nonce,
                 offset: *offset,
                 group,
-                artifact: PARTITION_LOG_ARTIFACT,
+                artifact: *artifact,
                 partition_incarnation: incarnation,
                 ..StateChunkHeader::default()
             };
@@ -151,13 +212,20 @@ pub fn decode(context: &FrameContext, inbound: &Inbound) -> Result<Transfer, Cod
     let command = inbound.command;
     same_group(context, inbound.group, None)?;
     let metadata = context.group == METADATA_GROUP;
-    let chunk = matches!(command, Command::RequestStateChunk | Command::StateChunk);
-    if metadata && chunk {
-        return Err(malformed(
-            command,
-            "the metadata group's checkpoint is its whole state: it has no log to copy",
-        ));
-    }
+    // A partition copies its log; the metadata group only its checkpoint slot, in pieces.
+    let artifact = if metadata {
+        METADATA_CHECKPOINT_ARTIFACT
+    } else {
+        PARTITION_LOG_ARTIFACT
+    };
+    let foreign_artifact = |found: u32| {
+        (found != artifact).then(|| {
+            malformed(
+                command,
+                format!("artifact {found} where the group's is {artifact}"),
+            )
+        })
+    };
     let header_only = matches!(
         command,
         Command::RequestStateTransfer | Command::RequestStateChunk
@@ -186,16 +254,33 @@ pub fn decode(context: &FrameContext, inbound: &Inbound) -> Result<Transfer, Cod
             let header = StateTransferTargetHeader::decode_fixed(header).map_err(undecodable)?;
             same_group(context, inbound.group, Some(header.partition_incarnation))?;
             let nonce = nonzero(header.nonce)?;
-            let slot = if header.available {
+            let manifest = (inbound.body.len() == StateTransferSlotManifest::SIZE)
+                .then(|| StateTransferSlotManifest::decode_fixed(&inbound.body).ok())
+                .flatten()
+                .filter(|manifest| manifest.magic == SLOT_MANIFEST_MAGIC);
+            let slot = if !header.available {
+                if !inbound.body.is_empty() {
+                    return Err(malformed(command, "a body on an unavailable target"));
+                }
+                Offered::Nothing
+            } else if let Some(manifest) = manifest {
+                // Checked whole once fetched (Fetch::on_chunk).
+                if !metadata || manifest.slot_length == 0 {
+                    return Err(malformed(
+                        command,
+                        "a slot in chunks outside the metadata group, or an empty one",
+                    ));
+                }
+                Offered::InChunks {
+                    length: manifest.slot_length,
+                    checksum: manifest.slot_checksum,
+                }
+            } else {
                 let (_, state) = checkpoint_of(command, &inbound.body, header.commit_op)?;
                 if metadata {
                     metadata_snapshot_of(command, &state, header.commit_op)?;
                 }
-                Some(inbound.body.clone())
-            } else if inbound.body.is_empty() {
-                None
-            } else {
-                return Err(malformed(command, "a body on an unavailable target"));
+                Offered::Whole(inbound.body.clone())
             };
             Ok(Transfer::Target {
                 nonce,
@@ -208,14 +293,15 @@ pub fn decode(context: &FrameContext, inbound: &Inbound) -> Result<Transfer, Cod
         Command::RequestStateChunk => {
             let header = RequestStateChunkHeader::decode_fixed(header).map_err(undecodable)?;
             same_group(context, inbound.group, Some(header.partition_incarnation))?;
-            if header.len == 0 || header.artifact != PARTITION_LOG_ARTIFACT {
-                return Err(malformed(
-                    command,
-                    "len 0, or an artifact other than the log",
-                ));
+            if let Some(refused) = foreign_artifact(header.artifact) {
+                return Err(refused);
+            }
+            if header.len == 0 {
+                return Err(malformed(command, "len 0"));
             }
             Ok(Transfer::RequestChunk {
                 nonce: nonzero(header.nonce)?,
+                artifact,
                 offset: header.offset,
                 max_bytes: header.len,
             })
@@ -223,12 +309,16 @@ pub fn decode(context: &FrameContext, inbound: &Inbound) -> Result<Transfer, Cod
         Command::StateChunk => {
             let header = StateChunkHeader::decode_fixed(header).map_err(undecodable)?;
             same_group(context, inbound.group, Some(header.partition_incarnation))?;
-            if header.artifact != PARTITION_LOG_ARTIFACT {
-                return Err(malformed(command, "an artifact other than the log"));
+            if let Some(refused) = foreign_artifact(header.artifact) {
+                return Err(refused);
             }
-            check_records(command, &inbound.body, header.offset)?;
+            // Slot bytes are checked whole, against the target's checksum, once fetched.
+            if !metadata {
+                check_records(command, &inbound.body, header.offset)?;
+            }
             Ok(Transfer::Chunk {
                 nonce: nonzero(header.nonce)?,
+                artifact,
                 offset: header.offset,
                 records: inbound.body.clone(),
             })
@@ -327,12 +417,17 @@ pub struct Fetch {
     needed_op: u64,
     asked_at: u64,
     phase: Phase,
+    /// The bytes of a checkpoint slot fetched in chunks so far ([`Phase::Slot`]).
+    slot: Vec<u8>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     /// Waiting for a StateTransferTarget.
     Target,
+    /// Fetching the checkpoint slot the target announced, at `op`, of `length` bytes whose
+    /// XxHash3-64 is `checksum`, from the target's sender.
+    Slot { op: u64, length: u64, checksum: u64 },
     /// A target accepted; the state machine is preparing its log.
     Beginning,
     /// Copying the log: records from `next` are asked for, up to `until`.
@@ -356,8 +451,32 @@ pub enum ChunkVerdict {
     Ignored,
     /// Append these records (those below the target's end), then call [`Fetch::appended`].
     Append(Bytes),
-    /// The peer no longer holds the offset asked for: it holds from `held_from` on.
-    Gap { asked: u64, held_from: u64 },
+    /// The peer no longer holds the offset asked for, and holds from `held_from` on, within
+    /// the offered state: committed retirements deleted every offset this replica's log holds
+    /// and those up to `held_from` from the group. Discard the log and restart it empty at
+    /// `held_from` (durably), then call [`Fetch::restarted`].
+    Restart { asked: u64, held_from: u64 },
+    /// The peer retired past the offered state's end (`until`): this offer cannot be
+    /// completed over the peer's log, and the transfer starts over for a newer checkpoint.
+    Overtaken {
+        asked: u64,
+        held_from: u64,
+        until: u64,
+    },
+    /// Send this (the next piece of a checkpoint slot, or, after one that did not check out, a
+    /// new request to the next peer).
+    Ask(u8, Transfer),
+    /// The checkpoint slot fetched in pieces is whole and checks out: the offer.
+    Fetched(Offer),
+}
+
+/// What a StateTransferTarget means for the transfer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Accepted {
+    /// A checkpoint worth installing, whole.
+    Offer(Offer),
+    /// A checkpoint worth installing whose slot comes in pieces: send this request.
+    Ask(u8, Transfer),
 }
 
 impl Fetch {
@@ -372,6 +491,7 @@ impl Fetch {
             needed_op,
             asked_at: now,
             phase: Phase::Target,
+            slot: Vec::new(),
         };
         let to = fetch.peer();
         (fetch, to, Transfer::Request { nonce })
@@ -400,6 +520,13 @@ impl Fetch {
                 Some((self.peer(), Transfer::Request { nonce: self.nonce }))
             }
             Phase::Beginning => None,
+            // Another peer's newest slot may be another: the transfer starts over there.
+            Phase::Slot { .. } => {
+                self.phase = Phase::Target;
+                self.slot.clear();
+                self.asking += 1;
+                Some((self.peer(), Transfer::Request { nonce: self.nonce }))
+            }
             Phase::Chunks { next, .. } => {
                 self.asking += 1;
                 Some((self.peer(), self.chunk_request(next)))
@@ -410,15 +537,26 @@ impl Fetch {
     fn chunk_request(&self, offset: u64) -> Transfer {
         Transfer::RequestChunk {
             nonce: self.nonce,
+            artifact: PARTITION_LOG_ARTIFACT,
             offset,
             max_bytes: CHUNK_BYTES,
         }
     }
 
-    /// A StateTransferTarget from `from`: the offer when it answers this transfer's request
+    fn slot_request(&self) -> (u8, Transfer) {
+        let request = Transfer::RequestChunk {
+            nonce: self.nonce,
+            artifact: METADATA_CHECKPOINT_ARTIFACT,
+            offset: self.slot.len() as u64,
+            max_bytes: CHUNK_BYTES,
+        };
+        (self.peer(), request)
+    }
+
+    /// A StateTransferTarget from `from`: accepted when it answers this transfer's request
     /// with a checkpoint at or above the one needed (a lower one could not be continued from);
     /// `None` otherwise, and the next peer is asked at the next resend.
-    pub fn on_target(&mut self, from: u8, transfer: &Transfer) -> Option<Offer> {
+    pub fn on_target(&mut self, from: u8, transfer: &Transfer) -> Option<Accepted> {
         let Transfer::Target {
             nonce,
             checkpoint_op,
@@ -431,20 +569,73 @@ impl Fetch {
         if *nonce != self.nonce || from != self.peer() || self.phase != Phase::Target {
             return None;
         }
-        let slot = slot.as_ref()?;
         if *checkpoint_op < self.needed_op {
             return None;
         }
-        let (checkpoint, state) =
-            checkpoint_of(Command::StateTransferTarget, slot, *checkpoint_op).ok()?;
-        let (replica, _) = iggy_storage::checkpoint::decode(slot).ok()?;
-        self.phase = Phase::Beginning;
-        Some(Offer {
-            from,
-            checkpoint,
-            replica: replica.to_vec(),
-            state,
-        })
+        match slot {
+            Offered::Nothing => None,
+            Offered::Whole(slot) => {
+                let offer = offer_of(from, slot, *checkpoint_op)?;
+                self.phase = Phase::Beginning;
+                Some(Accepted::Offer(offer))
+            }
+            Offered::InChunks { length, checksum } => {
+                self.phase = Phase::Slot {
+                    op: *checkpoint_op,
+                    length: *length,
+                    checksum: *checksum,
+                };
+                self.slot.clear();
+                let (to, request) = self.slot_request();
+                Some(Accepted::Ask(to, request))
+            }
+        }
+    }
+
+    /// A piece of the checkpoint slot being fetched: the next request, or the offer once the
+    /// slot is whole and checks out (its length and checksum as the target announced, its
+    /// checkpoint of the announced op, its state a metadata snapshot of that op).
+    fn on_slot_chunk(&mut self, from: u8, offset: u64, bytes: &Bytes, now: u64) -> ChunkVerdict {
+        let Phase::Slot {
+            op,
+            length,
+            checksum,
+        } = self.phase
+        else {
+            return ChunkVerdict::Ignored;
+        };
+        let held = self.slot.len() as u64;
+        if offset != held || bytes.is_empty() || held + bytes.len() as u64 > length {
+            // An earlier answer, or a peer whose slot is not the one announced: the resend
+            // starts over.
+            return ChunkVerdict::Ignored;
+        }
+        self.slot.extend_from_slice(bytes);
+        self.asked_at = now;
+        if (self.slot.len() as u64) < length {
+            let (to, request) = self.slot_request();
+            return ChunkVerdict::Ask(to, request);
+        }
+        let slot = std::mem::take(&mut self.slot);
+        let checked = twox_hash::XxHash3_64::oneshot(&slot) == checksum;
+        let offer = checked
+            .then(|| offer_of(from, &slot, op))
+            .flatten()
+            .filter(|offer| metadata_snapshot_of(Command::StateChunk, &offer.state, op).is_ok());
+        match offer {
+            Some(offer) => {
+                self.phase = Phase::Beginning;
+                ChunkVerdict::Fetched(offer)
+            }
+            None => {
+                tracing::warn!(
+                    "state transfer: the checkpoint slot of op {op} from replica {from} does not check out; asking the next peer"
+                );
+                self.phase = Phase::Target;
+                self.asking += 1;
+                ChunkVerdict::Ask(self.peer(), Transfer::Request { nonce: self.nonce })
+            }
+        }
     }
 
     /// The state machine's log holds every committed record below `next` and must reach
@@ -460,28 +651,37 @@ impl Fetch {
         self.appended(next, now)
     }
 
-    /// A StateChunk from `from`.
-    pub fn on_chunk(&mut self, from: u8, transfer: &Transfer) -> ChunkVerdict {
+    /// A StateChunk from `from`, received at tick `now`.
+    pub fn on_chunk(&mut self, from: u8, transfer: &Transfer, now: u64) -> ChunkVerdict {
         let Transfer::Chunk {
             nonce,
+            artifact,
             offset,
             records,
         } = transfer
         else {
             return ChunkVerdict::Ignored;
         };
-        let Phase::Chunks { next, until } = self.phase else {
-            return ChunkVerdict::Ignored;
-        };
         if *nonce != self.nonce || from != self.peer() {
             return ChunkVerdict::Ignored;
         }
+        if *artifact == METADATA_CHECKPOINT_ARTIFACT {
+            return self.on_slot_chunk(from, *offset, records, now);
+        }
+        let Phase::Chunks { next, until } = self.phase else {
+            return ChunkVerdict::Ignored;
+        };
         if *offset != next {
             if records.is_empty() && *offset > next {
-                return ChunkVerdict::Gap {
-                    asked: next,
-                    held_from: *offset,
-                };
+                let (asked, held_from) = (next, *offset);
+                if held_from > until {
+                    return ChunkVerdict::Overtaken {
+                        asked,
+                        held_from,
+                        until,
+                    };
+                }
+                return ChunkVerdict::Restart { asked, held_from };
             }
             // An answer to an earlier request, already appended or overtaken.
             return ChunkVerdict::Ignored;
@@ -492,6 +692,20 @@ impl Fetch {
             return ChunkVerdict::Ignored;
         }
         ChunkVerdict::Append(records)
+    }
+
+    /// The log was restarted empty at `offset` (the peer's first retained offset, see
+    /// [`ChunkVerdict::Restart`]): the next chunk request, or `None` when that is the offered
+    /// state's end (install now).
+    pub fn restarted(&mut self, offset: u64, now: u64) -> Option<(u8, Transfer)> {
+        let Phase::Chunks { next, until } = self.phase else {
+            panic!("a log restarts only during the copy");
+        };
+        assert!(
+            next < offset && offset <= until,
+            "a restart moves the log forward within the offered state"
+        );
+        self.appended(offset, now)
     }
 
     /// The log now ends at `next`: the next chunk request, or `None` once it reached the
@@ -507,6 +721,18 @@ impl Fetch {
         self.asked_at = now;
         Some((self.peer(), self.chunk_request(next)))
     }
+}
+
+/// The offer of checkpoint slot bytes `slot` from `from`, when they hold a checkpoint of `op`.
+fn offer_of(from: u8, slot: &[u8], op: u64) -> Option<Offer> {
+    let (checkpoint, state) = checkpoint_of(Command::StateTransferTarget, slot, op).ok()?;
+    let (replica, _) = iggy_storage::checkpoint::decode(slot).ok()?;
+    Some(Offer {
+        from,
+        checkpoint,
+        replica: replica.to_vec(),
+        state,
+    })
 }
 
 /// The records of a checked chunk whose base offset is below `until`.
@@ -583,28 +809,31 @@ mod tests {
                 nonce: 5,
                 checkpoint_op: 40,
                 commit_max: 42,
-                slot: Some(slot(40)),
+                slot: Offered::Whole(slot(40)),
                 transient: false,
             },
             Transfer::Target {
                 nonce: 5,
                 checkpoint_op: 0,
                 commit_max: 42,
-                slot: None,
+                slot: Offered::Nothing,
                 transient: true,
             },
             Transfer::RequestChunk {
                 nonce: 5,
+                artifact: PARTITION_LOG_ARTIFACT,
                 offset: 10,
                 max_bytes: 1 << 20,
             },
             Transfer::Chunk {
                 nonce: 5,
+                artifact: PARTITION_LOG_ARTIFACT,
                 offset: 10,
                 records: records.clone().into(),
             },
             Transfer::Chunk {
                 nonce: 5,
+                artifact: PARTITION_LOG_ARTIFACT,
                 offset: 15,
                 records: Bytes::new(),
             },
@@ -635,7 +864,7 @@ mod tests {
             nonce: 5,
             checkpoint_op,
             commit_max: 42,
-            slot: Some(slot),
+            slot: Offered::Whole(slot),
             transient: false,
         };
         // The frame is sealed over the altered bytes: only the codec's checks can refuse them.
@@ -651,6 +880,7 @@ mod tests {
         }
         let chunk = |offset, records: Vec<u8>| Transfer::Chunk {
             nonce: 5,
+            artifact: PARTITION_LOG_ARTIFACT,
             offset,
             records: records.into(),
         };
@@ -681,8 +911,16 @@ mod tests {
 
     /// A metadata checkpoint slot at `op` whose snapshot says it is of op `snapshot_op`.
     fn metadata_slot(op: u64, snapshot_op: u64) -> Bytes {
+        metadata_slot_with(op, snapshot_op, 1)
+    }
+
+    /// A metadata checkpoint slot at `op` whose snapshot of op `snapshot_op` holds `streams`
+    /// streams.
+    fn metadata_slot_with(op: u64, snapshot_op: u64, streams: usize) -> Bytes {
         let mut model = iggy_metadata::Metadata::default();
-        model.create_stream("orders", 1).unwrap();
+        for stream in 0..streams {
+            model.create_stream(&format!("stream-{stream}"), 1).unwrap();
+        }
         model.commit = snapshot_op;
         let checkpoint = iggy_vsr::Checkpoint {
             op,
@@ -702,14 +940,14 @@ mod tests {
                 nonce: 5,
                 checkpoint_op: 40,
                 commit_max: 42,
-                slot: Some(metadata_slot(40, 40)),
+                slot: Offered::Whole(metadata_slot(40, 40)),
                 transient: false,
             },
             Transfer::Target {
                 nonce: 5,
                 checkpoint_op: 0,
                 commit_max: 42,
-                slot: None,
+                slot: Offered::Nothing,
                 transient: true,
             },
         ] {
@@ -726,7 +964,8 @@ mod tests {
             ));
         }
         let Transfer::Target {
-            slot: Some(slot), ..
+            slot: Offered::Whole(slot),
+            ..
         } = decode(
             &metadata_context(2),
             &receive(
@@ -737,7 +976,7 @@ mod tests {
                         nonce: 5,
                         checkpoint_op: 40,
                         commit_max: 42,
-                        slot: Some(metadata_slot(40, 40)),
+                        slot: Offered::Whole(metadata_slot(40, 40)),
                         transient: false,
                     },
                 ),
@@ -759,7 +998,7 @@ mod tests {
             nonce: 5,
             checkpoint_op: 40,
             commit_max: 42,
-            slot: Some(slot),
+            slot: Offered::Whole(slot),
             transient: false,
         };
         let mut forged = metadata_slot(40, 40).to_vec();
@@ -775,11 +1014,13 @@ mod tests {
             // The metadata checkpoint is the whole state: there is no log to copy.
             Transfer::RequestChunk {
                 nonce: 5,
+                artifact: PARTITION_LOG_ARTIFACT,
                 offset: 0,
                 max_bytes: 1 << 20,
             },
             Transfer::Chunk {
                 nonce: 5,
+                artifact: PARTITION_LOG_ARTIFACT,
                 offset: 10,
                 records: record(10, 3).into(),
             },
@@ -813,7 +1054,7 @@ mod tests {
             fetch.on_tick(120),
             Some((2, Transfer::Request { nonce: 9 }))
         );
-        let target = |nonce, op, slot: Option<Bytes>| Transfer::Target {
+        let target = |nonce, op, slot: Offered| Transfer::Target {
             nonce,
             checkpoint_op: op,
             commit_max: 50,
@@ -821,11 +1062,24 @@ mod tests {
             transient: false,
         };
         // Another peer, another nonce, no checkpoint, or one too low: nothing accepted.
-        assert_eq!(fetch.on_target(0, &target(9, 40, Some(slot(40)))), None);
-        assert_eq!(fetch.on_target(2, &target(8, 40, Some(slot(40)))), None);
-        assert_eq!(fetch.on_target(2, &target(9, 0, None)), None);
-        assert_eq!(fetch.on_target(2, &target(9, 39, Some(slot(39)))), None);
-        let offer = fetch.on_target(2, &target(9, 45, Some(slot(45)))).unwrap();
+        assert_eq!(
+            fetch.on_target(0, &target(9, 40, Offered::Whole(slot(40)))),
+            None
+        );
+        assert_eq!(
+            fetch.on_target(2, &target(8, 40, Offered::Whole(slot(40)))),
+            None
+        );
+        assert_eq!(fetch.on_target(2, &target(9, 0, Offered::Nothing)), None);
+        assert_eq!(
+            fetch.on_target(2, &target(9, 39, Offered::Whole(slot(39)))),
+            None
+        );
+        let Some(Accepted::Offer(offer)) =
+            fetch.on_target(2, &target(9, 45, Offered::Whole(slot(45))))
+        else {
+            panic!("a whole checkpoint at op 45");
+        };
         assert_eq!((offer.from, offer.checkpoint.op), (2, 45));
         assert_eq!(offer.state, b"partition state");
         assert!(fetch.copying());
@@ -833,6 +1087,7 @@ mod tests {
         let asked = fetch.begin(10, 15, 130);
         let chunk_request = |offset| Transfer::RequestChunk {
             nonce: 9,
+            artifact: PARTITION_LOG_ARTIFACT,
             offset,
             max_bytes: CHUNK_BYTES,
         };
@@ -843,16 +1098,17 @@ mod tests {
         records.extend(record(15, 4));
         let chunk = |offset, records: Vec<u8>| Transfer::Chunk {
             nonce: 9,
+            artifact: PARTITION_LOG_ARTIFACT,
             offset,
             records: records.into(),
         };
-        let ChunkVerdict::Append(kept) = fetch.on_chunk(2, &chunk(10, records.clone())) else {
+        let ChunkVerdict::Append(kept) = fetch.on_chunk(2, &chunk(10, records.clone()), 0) else {
             panic!("the chunk asked for");
         };
         assert_eq!(kept.len(), record(10, 3).len() + record(13, 2).len());
         // A late duplicate of an earlier answer changes nothing.
         assert_eq!(
-            fetch.on_chunk(2, &chunk(7, record(7, 3))),
+            fetch.on_chunk(2, &chunk(7, record(7, 3)), 0),
             ChunkVerdict::Ignored
         );
         assert_eq!(
@@ -862,39 +1118,317 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_fetch_reports_a_gap_when_the_peer_no_longer_holds_the_offset_asked_for() {
+    /// A fetch whose log holds 0..3 and must reach the offered state's end, 20.
+    fn copying_from_3_to_20() -> Fetch {
         let (mut fetch, _, _) = Fetch::start(9, vec![1], 40, 0);
         let offered = Transfer::Target {
             nonce: 9,
             checkpoint_op: 40,
             commit_max: 40,
-            slot: Some(slot(40)),
+            slot: Offered::Whole(slot(40)),
             transient: false,
         };
         fetch.on_target(1, &offered).unwrap();
         assert!(fetch.begin(3, 20, 0).is_some());
+        fetch
+    }
+
+    fn empty_chunk(offset: u64) -> Transfer {
+        Transfer::Chunk {
+            nonce: 9,
+            artifact: PARTITION_LOG_ARTIFACT,
+            offset,
+            records: Bytes::new(),
+        }
+    }
+
+    #[test]
+    fn a_fetch_restarts_the_log_at_the_peers_first_offset_when_the_group_retired_past_it() {
+        let mut fetch = copying_from_3_to_20();
         // Unanswered chunk requests are sent again (to the next peer; here the only one).
         let again = fetch.on_tick(RESEND_TICKS).unwrap();
         assert_eq!(again.0, 1);
         // A peer that has not committed the offset asked for answers with nothing: ignored.
-        let short = Transfer::Chunk {
-            nonce: 9,
-            offset: 3,
-            records: Bytes::new(),
-        };
-        assert_eq!(fetch.on_chunk(1, &short), ChunkVerdict::Ignored);
-        let retired = Transfer::Chunk {
-            nonce: 9,
-            offset: 12,
-            records: Bytes::new(),
-        };
+        assert_eq!(fetch.on_chunk(1, &empty_chunk(3), 0), ChunkVerdict::Ignored);
+        // The peer retired offsets below 12: the log restarts there and the copy goes on.
         assert_eq!(
-            fetch.on_chunk(1, &retired),
-            ChunkVerdict::Gap {
+            fetch.on_chunk(1, &empty_chunk(12), 0),
+            ChunkVerdict::Restart {
                 asked: 3,
                 held_from: 12
             }
+        );
+        let asked = fetch.restarted(12, RESEND_TICKS + 1);
+        assert_eq!(
+            asked,
+            Some((
+                1,
+                Transfer::RequestChunk {
+                    nonce: 9,
+                    artifact: PARTITION_LOG_ARTIFACT,
+                    offset: 12,
+                    max_bytes: CHUNK_BYTES
+                }
+            ))
+        );
+        // An empty answer at 12 (a peer that has not committed that far) changes nothing.
+        assert_eq!(
+            fetch.on_chunk(1, &empty_chunk(12), 0),
+            ChunkVerdict::Ignored
+        );
+        let ChunkVerdict::Append(records) = fetch.on_chunk(
+            1,
+            &Transfer::Chunk {
+                nonce: 9,
+                artifact: PARTITION_LOG_ARTIFACT,
+                offset: 12,
+                records: record(12, 8).into(),
+            },
+            0,
+        ) else {
+            panic!("the records from the restart");
+        };
+        assert_eq!(records.len(), record(12, 8).len());
+        assert_eq!(fetch.appended(20, RESEND_TICKS + 2), None, "install now");
+
+        // A peer holding from exactly the state's end: an empty log there is the whole copy.
+        let mut fetch = copying_from_3_to_20();
+        assert_eq!(
+            fetch.on_chunk(1, &empty_chunk(20), 0),
+            ChunkVerdict::Restart {
+                asked: 3,
+                held_from: 20
+            }
+        );
+        assert_eq!(fetch.restarted(20, 1), None, "install now");
+    }
+
+    #[test]
+    fn a_peer_that_retired_past_the_offered_state_sends_the_transfer_back_for_a_newer_one() {
+        let mut fetch = copying_from_3_to_20();
+        assert_eq!(
+            fetch.on_chunk(1, &empty_chunk(21), 0),
+            ChunkVerdict::Overtaken {
+                asked: 3,
+                held_from: 21,
+                until: 20
+            }
+        );
+    }
+
+    #[test]
+    fn a_metadata_slot_longer_than_a_frame_is_offered_in_chunks_whose_frames_cross_the_plane() {
+        let slot = metadata_slot_with(40, 40, 3);
+        assert_eq!(
+            offer(&slot, slot.len() as u32, true),
+            Offered::Whole(slot.clone()),
+            "a slot that fits one frame goes whole"
+        );
+        assert_eq!(
+            offer(&slot, 10, false),
+            Offered::Whole(slot.clone()),
+            "a partition's slot always goes whole"
+        );
+        let Offered::InChunks { length, checksum } = offer(&slot, 10, true) else {
+            panic!("a metadata slot longer than a frame goes in chunks");
+        };
+        assert_eq!(length, slot.len() as u64);
+        assert_eq!(slot_chunk(&slot, 4, 10), slot.slice(4..14));
+        assert_eq!(
+            slot_chunk(&slot, length - 3, 10),
+            slot.slice(slot.len() - 3..)
+        );
+        assert!(slot_chunk(&slot, length + 1, 10).is_empty());
+        for transfer in [
+            Transfer::Target {
+                nonce: 5,
+                checkpoint_op: 40,
+                commit_max: 42,
+                slot: Offered::InChunks { length, checksum },
+                transient: false,
+            },
+            Transfer::RequestChunk {
+                nonce: 5,
+                artifact: METADATA_CHECKPOINT_ARTIFACT,
+                offset: 10,
+                max_bytes: 10,
+            },
+            Transfer::Chunk {
+                nonce: 5,
+                artifact: METADATA_CHECKPOINT_ARTIFACT,
+                offset: 10,
+                records: slot_chunk(&slot, 10, 10),
+            },
+        ] {
+            let inbound = receive(&encode(&metadata_context(0), 3, &transfer), 0);
+            assert_eq!(decode(&metadata_context(2), &inbound).unwrap(), transfer);
+            // A partition group takes neither the metadata group's frames...
+            assert!(matches!(
+                decode(&context(2, 7), &inbound),
+                Err(CodecError::Group { .. })
+            ));
+            // ...nor, under its own group id, a slot in chunks or the metadata artifact.
+            let inbound = receive(&encode(&context(0, 7), 3, &transfer), 0);
+            assert!(decode(&context(2, 7), &inbound).is_err(), "{transfer:?}");
+            // A zero nonce is refused as on every transfer frame.
+            let zero = match transfer.clone() {
+                Transfer::Target {
+                    checkpoint_op,
+                    commit_max,
+                    slot,
+                    transient,
+                    ..
+                } => Transfer::Target {
+                    nonce: 0,
+                    checkpoint_op,
+                    commit_max,
+                    slot,
+                    transient,
+                },
+                Transfer::RequestChunk {
+                    artifact,
+                    offset,
+                    max_bytes,
+                    ..
+                } => Transfer::RequestChunk {
+                    nonce: 0,
+                    artifact,
+                    offset,
+                    max_bytes,
+                },
+                Transfer::Chunk {
+                    artifact,
+                    offset,
+                    records,
+                    ..
+                } => Transfer::Chunk {
+                    nonce: 0,
+                    artifact,
+                    offset,
+                    records,
+                },
+                Transfer::Request { .. } => unreachable!(),
+            };
+            let inbound = receive(&encode(&metadata_context(0), 3, &zero), 0);
+            assert!(decode(&metadata_context(2), &inbound).is_err(), "{zero:?}");
+        }
+    }
+
+    /// Serves `fetch`'s requests for the slot from `slot` with `budget` bytes a frame, through
+    /// the codec, until it has the offer or asks something else; `damage` alters one chunk.
+    fn fetch_slot(
+        fetch: &mut Fetch,
+        first: (u8, Transfer),
+        slot: &Bytes,
+        budget: u32,
+        damage: bool,
+    ) -> (ChunkVerdict, usize) {
+        let mut asked = first;
+        let mut chunks = 0;
+        loop {
+            let (
+                to,
+                Transfer::RequestChunk {
+                    nonce,
+                    artifact,
+                    offset,
+                    max_bytes,
+                },
+            ) = asked
+            else {
+                return (ChunkVerdict::Ask(asked.0, asked.1), chunks);
+            };
+            assert_eq!(artifact, METADATA_CHECKPOINT_ARTIFACT);
+            let mut bytes = slot_chunk(slot, offset, max_bytes.min(budget)).to_vec();
+            if damage && chunks == 2 {
+                bytes[0] ^= 1;
+            }
+            let chunk = Transfer::Chunk {
+                nonce,
+                artifact,
+                offset,
+                records: bytes.into(),
+            };
+            let inbound = receive(&encode(&metadata_context(to), 3, &chunk), to);
+            let chunk = decode(&metadata_context(9), &inbound).unwrap();
+            chunks += 1;
+            match fetch.on_chunk(to, &chunk, chunks as u64) {
+                ChunkVerdict::Ask(to, request) => asked = (to, request),
+                verdict => return (verdict, chunks),
+            }
+        }
+    }
+
+    #[test]
+    fn a_fetch_assembles_a_metadata_slot_in_chunks_and_installs_it_only_when_it_checks_out() {
+        let slot = metadata_slot_with(40, 40, 200);
+        let budget = 256;
+        assert!(slot.len() > 8 * budget as usize, "{} bytes", slot.len());
+        let target = Transfer::Target {
+            nonce: 9,
+            checkpoint_op: 40,
+            commit_max: 40,
+            slot: offer(&slot, budget, true),
+            transient: false,
+        };
+        let (mut fetch, _, _) = Fetch::start(9, vec![1, 2], 40, 0);
+        let Some(Accepted::Ask(to, request)) = fetch.on_target(1, &target) else {
+            panic!("a slot in chunks is asked for");
+        };
+        assert_eq!(to, 1);
+        assert!(
+            fetch.copying(),
+            "the replica stays still while the slot comes"
+        );
+        let (verdict, chunks) = fetch_slot(&mut fetch, (to, request.clone()), &slot, budget, false);
+        assert_eq!(chunks, slot.len().div_ceil(budget as usize));
+        let ChunkVerdict::Fetched(fetched) = verdict else {
+            panic!("the whole slot: {verdict:?}");
+        };
+        assert_eq!((fetched.from, fetched.checkpoint.op), (1, 40));
+        let model = metadata_snapshot_of(Command::StateChunk, &fetched.state, 40).unwrap();
+        assert_eq!(
+            model.streams.len(),
+            200,
+            "every stream of the snapshot arrives"
+        );
+
+        // A slot whose bytes changed on the way fails its checksum: the next peer is asked
+        // afresh, and nothing is offered.
+        let (mut fetch, _, _) = Fetch::start(9, vec![1, 2], 40, 0);
+        let Some(Accepted::Ask(to, request)) = fetch.on_target(1, &target) else {
+            panic!("a slot in chunks is asked for");
+        };
+        let (verdict, _) = fetch_slot(&mut fetch, (to, request), &slot, budget, true);
+        assert_eq!(
+            verdict,
+            ChunkVerdict::Ask(2, Transfer::Request { nonce: 9 }),
+            "a damaged slot is never installed"
+        );
+        // A slot whose announced checksum matches bytes that are not a checkpoint of the op is
+        // refused all the same.
+        let other = metadata_slot_with(41, 41, 200);
+        let forged = Transfer::Target {
+            nonce: 9,
+            checkpoint_op: 40,
+            commit_max: 40,
+            slot: offer(&other, budget, true),
+            transient: false,
+        };
+        let Some(Accepted::Ask(to, request)) = fetch.on_target(2, &forged) else {
+            panic!("a slot in chunks is asked for");
+        };
+        let (verdict, _) = fetch_slot(&mut fetch, (to, request), &other, budget, false);
+        assert_eq!(
+            verdict,
+            ChunkVerdict::Ask(1, Transfer::Request { nonce: 9 })
+        );
+        // An unanswered piece starts the transfer over with the next peer.
+        let (mut fetch, _, _) = Fetch::start(9, vec![1, 2], 40, 0);
+        fetch.on_target(1, &target).unwrap();
+        assert_eq!(
+            fetch.on_tick(RESEND_TICKS),
+            Some((2, Transfer::Request { nonce: 9 }))
         );
     }
 }

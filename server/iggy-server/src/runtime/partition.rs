@@ -439,6 +439,20 @@ impl StateMachine for PartitionMachine {
         Ok((self.log.next_offset(), until))
     }
 
+    /// The old records are not served meanwhile: a poll reads from the log's first offset up
+    /// to the state's committed end, which lies below it until the install.
+    async fn transfer_restart_at(&mut self, offset: u64) -> Result<(), String> {
+        let next = self.log.next_offset();
+        if offset < next {
+            return Err(format!(
+                "a restart at offset {offset} would drop offsets up to {next} the peers hold"
+            ));
+        }
+        self.log.restart_at(offset).await;
+        self.publish();
+        Ok(())
+    }
+
     async fn transfer_append(&mut self, records: Bytes) -> Result<u64, String> {
         let mut position = 0;
         while position < records.len() {
@@ -906,9 +920,11 @@ mod tests {
     use iggy_storage::layout::{frame, write_u64};
 
     async fn machine(dir: &Path) -> PartitionMachine {
-        let config = LogConfig {
-            segment_size: 1 << 20,
-        };
+        machine_rolling_at(dir, 1 << 20).await
+    }
+
+    async fn machine_rolling_at(dir: &Path, segment_size: u64) -> PartitionMachine {
+        let config = LogConfig { segment_size };
         PartitionMachine {
             partition_id: 0,
             stats: Arc::new(PartitionFigures::default()),
@@ -1113,5 +1129,86 @@ mod tests {
         // Offsets the source does not hold as a batch start answer with where it holds from.
         let (offset, records) = source.transfer_records(1, 1 << 20).await;
         assert_eq!((offset, records.len()), (0, 0));
+    }
+
+    /// The group retired (by committed ops) every offset the laggard holds and more: the peer
+    /// answers the laggard's first chunk request with its first retained offset, the laggard
+    /// restarts its log empty there and copies on to segments byte-identical to the peer's. A
+    /// crash before the install leaves a log the old checkpoint reopens over, and the transfer
+    /// goes the same way again.
+    #[compio::test]
+    async fn a_transfer_across_retired_offsets_restarts_the_laggards_log_at_the_peers_first_offset()
+    {
+        let (source_dir, laggard_dir) =
+            (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        // Every batch fills a segment of its own.
+        let mut source = machine_rolling_at(source_dir.path(), 1).await;
+        let mut laggard = machine_rolling_at(laggard_dir.path(), 1).await;
+        for machine in [&mut source, &mut laggard] {
+            apply(machine, &send(1, 2)).await;
+            apply(machine, &send(2, 2)).await;
+        }
+        let laggard_checkpoint = laggard.checkpoint().await.unwrap();
+        for op in 3..=6 {
+            apply(&mut source, &send(op, 2)).await;
+        }
+        let retire = PartitionWrite::RetireSegments { keep_from: 8 };
+        let retire = Entry::new(7, 0, 1, 7, retire.operation(), retire.encode());
+        assert_eq!(apply(&mut source, &retire).await, WriteResult::Done);
+        assert_eq!(source.log.first_offset(), 8);
+        let state = source.checkpoint().await.unwrap();
+
+        // Copies from where the laggard's log continues; returns the offsets it restarted at.
+        async fn copy(
+            source: &PartitionMachine,
+            laggard: &mut PartitionMachine,
+            state: &[u8],
+            stop_at: u64,
+        ) -> Vec<u64> {
+            let (mut next, until) = laggard.transfer_begin(state).await.unwrap();
+            assert_eq!((next, until), (4, 12));
+            let mut restarts = Vec::new();
+            while next < stop_at {
+                let (offset, records) = source.transfer_records(next, 1).await;
+                if records.is_empty() {
+                    assert!(offset > next && offset <= until, "retired below {offset}");
+                    laggard.transfer_restart_at(offset).await.unwrap();
+                    restarts.push(offset);
+                    next = offset;
+                    continue;
+                }
+                next = laggard.transfer_append(records).await.unwrap();
+            }
+            restarts
+        }
+        assert_eq!(copy(&source, &mut laggard, &state, 10).await, vec![8]);
+        assert_eq!(
+            (laggard.log.first_offset(), laggard.log.next_offset()),
+            (8, 10)
+        );
+        assert!(
+            laggard.transfer_restart_at(9).await.is_err(),
+            "a restart never drops offsets the log holds"
+        );
+        // Not served until the install: the state's committed offsets end below them.
+        assert_eq!(polled(&mut laggard).await, 0);
+
+        // A crash before the install: the old checkpoint reopens over the restarted log, whose
+        // records no journaled op accounts for.
+        drop(laggard);
+        let mut laggard = machine_rolling_at(laggard_dir.path(), 1).await;
+        laggard.restore(&laggard_checkpoint).unwrap();
+        laggard.replayed().await;
+        assert_eq!(polled(&mut laggard).await, 0);
+        assert_eq!(copy(&source, &mut laggard, &state, 12).await, vec![8]);
+        laggard.transfer_install(7, &state).await.unwrap();
+        assert_eq!(laggard.current_offset(), 11);
+        assert_eq!(polled(&mut laggard).await, 4, "offsets 8..12");
+        source.log.sync().await;
+        assert_eq!(
+            segment_logs(laggard_dir.path()),
+            segment_logs(source_dir.path())
+        );
+        assert_eq!(segment_logs(laggard_dir.path()).len(), 3, "8, 10 and 12");
     }
 }
