@@ -201,7 +201,7 @@ async fn a_group_created_again_under_a_deleted_groups_id_starts_from_the_first_m
             within("get offset", client.get_consumer_offset(&cg, &name("s"), &name("t"), Some(0))).await,
         );
         assert!(stored.is_none(), "round {round}: the group starts with no offset, not {stored:?}");
-        let polled = poll(&client, &name("s"), &name("t"), 0, &cg, next.clone(), 3, true).await;
+        let polled = poll(&client, &name("s"), &name("t"), 0, &cg, next, 3, true).await;
         assert_eq!(offsets(&polled), vec![0, 1, 2], "round {round}: from the first message");
         ok("delete", within("delete", client.delete_consumer_group(&name("s"), &name("t"), &name("g"))).await);
     }
