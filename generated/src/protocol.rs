@@ -83,7 +83,7 @@ pub fn admission_window() -> (ProtocolVersion, ProtocolVersion) {
 /// On-disk format marker.
 pub const STORAGE_MARKER: &str = "IGGY-OWNERSHIP-HISTORY-5";
 /// Snapshot format number.
-pub const SNAPSHOT_FORMAT: u32 = 10;
+pub const SNAPSHOT_FORMAT: u32 = 11;
 /// Release identity `name`.
 pub const RELEASE_NAME: &str = "iggy-rs";
 /// Release identity `version`.

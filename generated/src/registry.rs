@@ -1133,7 +1133,42 @@ pub const STRUCTS: &[StructInfo] = &[
         until: 4294967295,
     },
     StructInfo {
+        name: "MetadataSnapshotPrefix",
+        module: "storage",
+        fixed: Some(12),
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
         name: "MetadataSnapshot",
+        module: "storage",
+        fixed: None,
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
+        name: "MetadataSnapshotV10",
+        module: "storage",
+        fixed: None,
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
+        name: "SnapshotStreamV10",
+        module: "storage",
+        fixed: None,
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
+        name: "SnapshotTopicV10",
+        module: "storage",
+        fixed: None,
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
+        name: "SnapshotConsumerGroupV10",
         module: "storage",
         fixed: None,
         since: 0,
@@ -1558,7 +1593,14 @@ pub fn roundtrip(name: &str, input: &[u8]) -> Option<Result<Roundtrip, WireError
         "SnapshotUser" => rt!(crate ::storage::SnapshotUser, input),
         "SnapshotToken" => rt!(crate ::storage::SnapshotToken, input),
         "SnapshotSession" => rt!(crate ::storage::SnapshotSession, input),
+        "MetadataSnapshotPrefix" => rt!(crate ::storage::MetadataSnapshotPrefix, input),
         "MetadataSnapshot" => rt!(crate ::storage::MetadataSnapshot, input),
+        "MetadataSnapshotV10" => rt!(crate ::storage::MetadataSnapshotV10, input),
+        "SnapshotStreamV10" => rt!(crate ::storage::SnapshotStreamV10, input),
+        "SnapshotTopicV10" => rt!(crate ::storage::SnapshotTopicV10, input),
+        "SnapshotConsumerGroupV10" => {
+            rt!(crate ::storage::SnapshotConsumerGroupV10, input)
+        }
         "MetadataOpEnvelope" => rt!(crate ::storage::MetadataOpEnvelope, input),
         "PatCreateOp" => rt!(crate ::storage::PatCreateOp, input),
         "OffsetOwnerRecord" => rt!(crate ::storage::OffsetOwnerRecord, input),

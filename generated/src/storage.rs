@@ -16,11 +16,11 @@ pub const SNAPSHOT_MAGIC: [u8; 8] = *b"IGGYMETA";
 pub const STORAGE_MARKER_FILE: &str = "storage.format";
 /// `STORAGE_MARKER_SIZE_MAX` (spec/storage.spec:76).
 pub const STORAGE_MARKER_SIZE_MAX: u64 = 256;
-/// `VSR_CHECKPOINT_MAGIC` (spec/storage.spec:253).
+/// `VSR_CHECKPOINT_MAGIC` (spec/storage.spec:301).
 pub const VSR_CHECKPOINT_MAGIC: [u8; 4] = *b"VSPL";
-/// `VSR_CHECKPOINT_MAGIC_V0` (spec/storage.spec:254).
+/// `VSR_CHECKPOINT_MAGIC_V0` (spec/storage.spec:302).
 pub const VSR_CHECKPOINT_MAGIC_V0: [u8; 4] = *b"VSPK";
-/// `VSR_VIEW_STATE_MAGIC` (spec/storage.spec:294).
+/// `VSR_VIEW_STATE_MAGIC` (spec/storage.spec:342).
 pub const VSR_VIEW_STATE_MAGIC: [u8; 4] = *b"VSVW";
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]
@@ -813,6 +813,86 @@ impl WireEncode for SnapshotSession {
 impl<'a> WireDecode<'a> for SnapshotSession {
     fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
         let b = iggy_wire::take(input, 72)?;
+        Self::decode_fixed(b)
+    }
+}
+/// Fixed-layout `MetadataSnapshotPrefix`, 12 bytes: the first bytes of a metadata snapshot from format 11 on, read first to tell the layout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MetadataSnapshotPrefix {
+    /// SNAPSHOT_MAGIC
+    pub magic: [u8; 8],
+    /// protocol.spec snapshot_format
+    pub format: u32,
+}
+impl MetadataSnapshotPrefix {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 12;
+    /// Byte offset of `magic`.
+    pub const MAGIC_OFFSET: usize = 0;
+    /// Size of `magic` in bytes.
+    pub const MAGIC_SIZE: usize = 8;
+    /// Byte offset of `format`.
+    pub const FORMAT_OFFSET: usize = 8;
+    /// Size of `format` in bytes.
+    pub const FORMAT_SIZE: usize = 4;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
+        }
+        let magic = iggy_wire::get_at::<8>(buf, 0);
+        let format = <u32>::decode_exact(&buf[8..12])
+            .map_err(|_| WireError::InvalidValue {
+                field: "format",
+            })?;
+        Ok(Self { magic, format })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.magic);
+        iggy_wire::put_at(out, 8, &self.format.to_wire_bytes());
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 12] {
+        let mut b = [0u8; 12];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for MetadataSnapshotPrefix {
+    /// All-zero bytes.
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 12]).expect("zero bytes decode")
+    }
+}
+const _: () = assert!(MetadataSnapshotPrefix::SIZE == 12);
+const _: () = assert!(MetadataSnapshotPrefix::MAGIC_OFFSET + 8 <= 12);
+const _: () = assert!(MetadataSnapshotPrefix::FORMAT_OFFSET + 4 <= 12);
+impl iggy_wire::WireJson for MetadataSnapshotPrefix {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"magic\":");
+        iggy_wire::WireJson::write_json(&self.magic, out);
+        out.push_str(",\"format\":");
+        iggy_wire::WireJson::write_json(&self.format, out);
+        out.push('}');
+    }
+}
+impl WireEncode for MetadataSnapshotPrefix {
+    fn encoded_size(&self) -> usize {
+        12
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for MetadataSnapshotPrefix {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 12)?;
         Self::decode_fixed(b)
     }
 }
@@ -2081,6 +2161,9 @@ pub struct SnapshotConsumerGroup<'a> {
     pub id: u32,
     #[wire(name)]
     pub name: &'a str,
+    /// the metadata op that created the group: offsets of its id resolved before it are an earlier group's (0 unknown)
+    #[wire(plain)]
+    pub created_at_op: u64,
     #[wire(plain)]
     pub generation: u64,
     #[wire(vec(u32, plain))]
@@ -2115,6 +2198,9 @@ pub struct SnapshotTopic<'a> {
     pub options: &'a [u8],
     #[wire(vec(u32, plain))]
     pub partitions: Vec<crate::storage::SnapshotPartition>,
+    /// the metadata op of the latest creation or deletion of one of its consumer groups (its own creation op before any; 0 unknown)
+    #[wire(plain)]
+    pub groups_changed_at_op: u64,
     #[wire(vec(u32, plain))]
     pub consumer_groups: Vec<crate::storage::SnapshotConsumerGroup<'a>>,
 }
@@ -2163,6 +2249,12 @@ pub struct SnapshotToken<'a> {
 /// Variable-length `MetadataSnapshot`.
 #[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
 pub struct MetadataSnapshot<'a> {
+    /// SNAPSHOT_MAGIC, which no format-10 snapshot starts with (its commit would be above 4.7e18)
+    #[wire(plain)]
+    pub magic: [u8; 8],
+    /// protocol.spec snapshot_format
+    #[wire(plain)]
+    pub format: u32,
     /// the last metadata op applied
     #[wire(plain)]
     pub commit: u64,
@@ -2176,6 +2268,78 @@ pub struct MetadataSnapshot<'a> {
     pub tokens: Vec<crate::storage::SnapshotToken<'a>>,
     #[wire(vec(u32, plain))]
     pub sessions: Vec<crate::storage::SnapshotSession>,
+}
+/// Variable-length `MetadataSnapshotV10`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct MetadataSnapshotV10<'a> {
+    #[wire(plain)]
+    pub commit: u64,
+    #[wire(plain)]
+    pub system_requests: u64,
+    #[wire(vec(u32, plain))]
+    pub streams: Vec<crate::storage::SnapshotStreamV10<'a>>,
+    #[wire(vec(u32, plain))]
+    pub users: Vec<crate::storage::SnapshotUser<'a>>,
+    #[wire(vec(u32, plain))]
+    pub tokens: Vec<crate::storage::SnapshotToken<'a>>,
+    #[wire(vec(u32, plain))]
+    pub sessions: Vec<crate::storage::SnapshotSession>,
+}
+/// Variable-length `SnapshotStreamV10`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct SnapshotStreamV10<'a> {
+    #[wire(plain)]
+    pub id: u32,
+    #[wire(name)]
+    pub name: &'a str,
+    #[wire(plain)]
+    pub created_at: u64,
+    #[wire(vec(u32, plain))]
+    pub topics: Vec<crate::storage::SnapshotTopicV10<'a>>,
+}
+/// Variable-length `SnapshotTopicV10`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct SnapshotTopicV10<'a> {
+    #[wire(plain)]
+    pub id: u32,
+    #[wire(name)]
+    pub name: &'a str,
+    #[wire(plain)]
+    pub created_at: u64,
+    #[wire(plain)]
+    pub message_expiry: u64,
+    #[wire(plain)]
+    pub max_topic_size: u64,
+    #[wire(plain)]
+    pub compression_algorithm: u8,
+    #[wire(plain)]
+    pub replication_factor: u8,
+    #[wire(plain)]
+    pub resize_policy: u8,
+    #[wire(plain)]
+    pub durability: u8,
+    #[wire(plain)]
+    pub consumer_offset_durability: u8,
+    #[wire(plain)]
+    pub segment_size: u64,
+    #[wire(bytes(u32))]
+    pub options: &'a [u8],
+    #[wire(vec(u32, plain))]
+    pub partitions: Vec<crate::storage::SnapshotPartition>,
+    #[wire(vec(u32, plain))]
+    pub consumer_groups: Vec<crate::storage::SnapshotConsumerGroupV10<'a>>,
+}
+/// Variable-length `SnapshotConsumerGroupV10`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct SnapshotConsumerGroupV10<'a> {
+    #[wire(plain)]
+    pub id: u32,
+    #[wire(name)]
+    pub name: &'a str,
+    #[wire(plain)]
+    pub generation: u64,
+    #[wire(vec(u32, plain))]
+    pub members: Vec<u128>,
 }
 /// Variable-length `MetadataOpEnvelope`.
 #[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]

@@ -2846,6 +2846,125 @@ async fn segment_deletion_reaches_partitions_led_by_other_nodes() {
     cluster.wait_identical_segments(6).await;
 }
 
+/// Group "g" of topic s/t (3 partitions) on a 3-node cluster, with offset 6 stored on a
+/// partition of 10 messages whose primary is not the metadata primary.
+struct GroupOffsetElsewhere {
+    client: IggyClient,
+    stream: Identifier,
+    topic: Identifier,
+    partition: u32,
+    /// The partition's consensus group, its primary and view.
+    partition_group: u64,
+    primary: u8,
+    view: u32,
+    group_id: u32,
+}
+
+impl GroupOffsetElsewhere {
+    async fn set_up(cluster: &TestCluster) -> Self {
+        let setup = cluster.root_client(0).await;
+        let (stream, topic, partition_groups) = create_topic(&setup, 3).await;
+        let (metadata_primary, _) = cluster.primary(METADATA_GROUP).expect("a metadata primary");
+        let (partition, partition_group, primary, view) = (0..3u32)
+            .zip(partition_groups.iter().copied())
+            .filter_map(|(p, g)| {
+                cluster
+                    .primary(g)
+                    .map(|(primary, view)| (p, g, primary, view))
+            })
+            .find(|(_, _, primary, _)| *primary != metadata_primary)
+            .expect("three partitions spread over three nodes");
+        let client = cluster.root_client(usize::from(metadata_primary)).await;
+        let mut fixture = GroupOffsetElsewhere {
+            client,
+            stream: id(stream),
+            topic: id(topic),
+            partition,
+            partition_group,
+            primary,
+            view,
+            group_id: 0,
+        };
+        let (client, stream, topic) = (&fixture.client, &fixture.stream, &fixture.topic);
+        send_to_partition(client, stream, topic, partition, msgs("m", 10)).await;
+        fixture.group_id = fixture.create_group().await;
+        fixture.join_group().await;
+        fixture.store_offset(6).await;
+        fixture
+    }
+
+    /// Creates group "g"; its id.
+    async fn create_group(&self) -> u32 {
+        let create = self
+            .client
+            .create_consumer_group(&self.stream, &self.topic, "g");
+        ok("create group", within("create group", create).await).id
+    }
+
+    async fn join_group(&self) {
+        let group = name("g");
+        let join = self
+            .client
+            .join_consumer_group(&self.stream, &self.topic, &group);
+        ok("join group", within("join group", join).await);
+    }
+
+    async fn delete_group(&self) {
+        let group = name("g");
+        let delete = self
+            .client
+            .delete_consumer_group(&self.stream, &self.topic, &group);
+        ok("delete group", within("delete group", delete).await);
+    }
+
+    async fn store_offset(&self, offset: u64) {
+        let as_group = Consumer::group(name("g"));
+        let store = self.client.store_consumer_offset(
+            &as_group,
+            &self.stream,
+            &self.topic,
+            Some(self.partition),
+            offset,
+        );
+        ok("store group offset", within("store", store).await);
+    }
+
+    /// The group's stored offset on the partition.
+    async fn stored_offset(&self) -> Option<u64> {
+        let as_group = Consumer::group(name("g"));
+        let get = self.client.get_consumer_offset(
+            &as_group,
+            &self.stream,
+            &self.topic,
+            Some(self.partition),
+        );
+        let stored = ok("get group offset", within("get", get).await);
+        stored.map(|info| info.stored_offset)
+    }
+
+    /// Stops the partition's primary around `during` and waits until the others elected a new
+    /// one and the stopped node serves again, behind it.
+    async fn with_partition_primary_stopped(
+        &self,
+        cluster: &TestCluster,
+        during: impl AsyncFnOnce(),
+    ) {
+        let stopped = usize::from(self.primary);
+        cluster.pause(stopped);
+        during().await;
+        cluster
+            .wait_new_primary(self.partition_group, stopped, self.view)
+            .await;
+        cluster.resume(stopped);
+        cluster
+            .wait_normal(stopped, &[METADATA_GROUP, self.partition_group])
+            .await;
+    }
+}
+
+/// What a partition primary's sweep logs when it deletes group 0's offsets.
+const GROUP_0_SWEPT: &str = "deleted the offsets of consumer group 0 no live group owns";
+
 /// A consumer group deleted while the primary of one of its topic's partitions is stopped: the
 /// nodes that apply the deletion do not lead that partition (NotPrimary), and the stopped one
 /// no longer leads it once it resumes, so the deletion's own partition write reaches nobody.
@@ -2854,54 +2973,101 @@ async fn segment_deletion_reaches_partitions_led_by_other_nodes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_group_deleted_while_a_partition_primary_is_stopped_leaves_its_id_no_offset() {
     let cluster = TestCluster::start(3);
-    let setup = cluster.root_client(0).await;
-    let (stream, topic, partition_groups) = create_topic(&setup, 3).await;
-    let (metadata_primary, _) = cluster.primary(METADATA_GROUP).expect("a metadata primary");
-    let (partition, group, primary, view) = (0..3u32)
-        .zip(partition_groups.iter().copied())
-        .filter_map(|(p, g)| {
-            cluster
-                .primary(g)
-                .map(|(primary, view)| (p, g, primary, view))
-        })
-        .find(|(_, _, primary, _)| *primary != metadata_primary)
-        .expect("three partitions spread over three nodes");
-    let client = cluster.root_client(usize::from(metadata_primary)).await;
-    let (stream_id, topic_id, group_name) = (id(stream), id(topic), name("g"));
-    send_to_partition(&client, &stream_id, &topic_id, partition, msgs("m", 10)).await;
-    let create = || client.create_consumer_group(&stream_id, &topic_id, "g");
-    let created = ok("create group", within("create group", create()).await);
-    let join = || client.join_consumer_group(&stream_id, &topic_id, &group_name);
-    ok("join group", within("join group", join()).await);
-    let as_group = Consumer::group(name("g"));
-    let store = client.store_consumer_offset(&as_group, &stream_id, &topic_id, Some(partition), 6);
-    ok("store group offset", within("store", store).await);
-
-    let stopped = usize::from(primary);
-    cluster.pause(stopped);
-    let delete = client.delete_consumer_group(&stream_id, &topic_id, &group_name);
-    ok("delete group", within("delete group", delete).await);
-    cluster.wait_new_primary(group, stopped, view).await;
-    cluster.resume(stopped);
-    cluster.wait_normal(stopped, &[METADATA_GROUP, group]).await;
+    let fixture = GroupOffsetElsewhere::set_up(&cluster).await;
+    fixture
+        .with_partition_primary_stopped(&cluster, async || fixture.delete_group().await)
+        .await;
     // The sweep says when it deleted them; without it the group is recreated after a while
     // anyway, and the check below is what fails.
-    let swept = "deleted the offsets of consumer group 0 no live group owns";
     let deadline = Instant::now() + Duration::from_secs(15);
     while Instant::now() < deadline
-        && !(0..cluster.len()).any(|i| cluster.node(i).log().contains(swept))
+        && !(0..cluster.len()).any(|i| cluster.node(i).log().contains(GROUP_0_SWEPT))
     {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
-    let recreated = ok("create group again", within("create group", create()).await);
-    assert_eq!(recreated.id, created.id, "the id is reused");
-    ok("join again", within("join group", join()).await);
-    let get = client.get_consumer_offset(&as_group, &stream_id, &topic_id, Some(partition));
-    let inherited = ok("get group offset", within("get", get).await);
+    assert_eq!(
+        fixture.create_group().await,
+        fixture.group_id,
+        "the id is reused"
+    );
+    fixture.join_group().await;
+    let inherited = fixture.stored_offset().await;
     assert!(
         inherited.is_none(),
         "the new group inherited {inherited:?} from the deleted one"
+    );
+}
+
+/// The same deletion, and the group created again under the same id before the partition has
+/// a primary to sweep it: the deleted group's offset is still stored there while the id lives
+/// again. The new group reads none (and its polls start at the first message), and the sweep,
+/// knowing the new group's creation op, deletes that offset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_recreated_before_any_sweep_never_reads_the_deleted_groups_offset() {
+    let cluster = TestCluster::start(3);
+    let fixture = GroupOffsetElsewhere::set_up(&cluster).await;
+    fixture
+        .with_partition_primary_stopped(&cluster, async || {
+            fixture.delete_group().await;
+            assert_eq!(
+                fixture.create_group().await,
+                fixture.group_id,
+                "the id is reused"
+            );
+        })
+        .await;
+
+    fixture.join_group().await;
+    let inherited = fixture.stored_offset().await;
+    assert!(
+        inherited.is_none(),
+        "the new group inherited {inherited:?} from the deleted one"
+    );
+    let polled = poll(
+        &fixture.client,
+        &fixture.stream,
+        &fixture.topic,
+        fixture.partition,
+        &Consumer::group(name("g")),
+        PollingStrategy::next(),
+        3,
+        false,
+    )
+    .await;
+    assert_eq!(
+        offsets(&polled),
+        vec![0, 1, 2],
+        "the new group starts at the first message"
+    );
+
+    wait_until(
+        "a partition primary's sweep deletes the offset the new group would inherit",
+        Duration::from_secs(30),
+        || {
+            (0..cluster.len())
+                .any(|i| cluster.node(i).log().contains(GROUP_0_SWEPT))
+                .then_some(())
+        },
+        || {
+            let lines = (0..cluster.len()).flat_map(|i| {
+                let log = cluster.node(i).log();
+                let lines: Vec<String> = log
+                    .lines()
+                    .filter(|line| line.contains("consumer group"))
+                    .map(|line| format!("node {i}: {line}"))
+                    .collect();
+                lines
+            });
+            lines.collect::<Vec<_>>().join("\n")
+        },
+    )
+    .await;
+    fixture.store_offset(2).await;
+    assert_eq!(
+        fixture.stored_offset().await,
+        Some(2),
+        "the new group's own offset"
     );
 }
 

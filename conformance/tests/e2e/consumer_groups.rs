@@ -182,6 +182,31 @@ async fn group_member_polls_its_partitions_and_commits_group_offsets() {
     }
 }
 
+/// A group deleted and created again under the same id starts over: no stored offset, and its
+/// polls begin at the first message, never where the deleted group had got to.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_created_again_under_a_deleted_groups_id_starts_from_the_first_message() {
+    let server = TestServer::start();
+    let client = server.root_client().await;
+    create_stream_and_topic(&client, "s", "t", 1).await;
+    send_to_partition(&client, &name("s"), &name("t"), 0, msgs("m", 5)).await;
+    let cg = Consumer::group(name("g"));
+    let next = PollingStrategy::next();
+    for round in 0..2 {
+        let created = ok("create", within("create", client.create_consumer_group(&name("s"), &name("t"), "g")).await);
+        assert_eq!(created.id, 0, "the id is reused (round {round})");
+        ok("join", within("join", client.join_consumer_group(&name("s"), &name("t"), &name("g"))).await);
+        let stored = ok(
+            "group offset",
+            within("get offset", client.get_consumer_offset(&cg, &name("s"), &name("t"), Some(0))).await,
+        );
+        assert!(stored.is_none(), "round {round}: the group starts with no offset, not {stored:?}");
+        let polled = poll(&client, &name("s"), &name("t"), 0, &cg, next, 3, true).await;
+        assert_eq!(offsets(&polled), vec![0, 1, 2], "round {round}: from the first message");
+        ok("delete", within("delete", client.delete_consumer_group(&name("s"), &name("t"), &name("g"))).await);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn member_beyond_the_partition_count_holds_no_partition() {
     let server = TestServer::start();

@@ -171,7 +171,7 @@ pub fn apply(
         Operation::CreateConsumerGroup => {
             let request: CreateConsumerGroupRequest = decode(request)?;
             let (s, t) = (ident(&request.stream_id)?, ident(&request.topic_id)?);
-            let id = metadata.create_group(&s, &t, request.name)?;
+            let id = metadata.create_group(&s, &t, request.name, op)?;
             let (_, topic, group) = metadata.group(&s, &t, &Ident::Id(id))?;
             Ok(crate::replies::group_details(&Fresh, topic, group))
         }
@@ -572,6 +572,49 @@ mod tests {
         // The id is reused; the created stream is the new, empty one.
         assert_eq!(first.streams[&0].topics.len(), 0);
         assert_eq!(first.streams[&0].created_at, 1_004);
+    }
+
+    /// A group created again under a deleted group's id is told apart by its creation op, and
+    /// the topic names the op of its latest group change (so the sweep of orphaned offsets
+    /// knows when to look again).
+    #[test]
+    fn a_group_keeps_the_op_that_created_it_and_its_topic_the_latest_group_change() {
+        let zero = 0u32.to_le_bytes();
+        let create = request(&CreateConsumerGroupRequest {
+            stream_id: id(&zero),
+            topic_id: id(&zero),
+            name: "g",
+        });
+        let delete = request(&ConsumerGroupIdRequest {
+            stream_id: id(&zero),
+            topic_id: id(&zero),
+            group_id: id(&zero),
+        });
+        let mut history = history();
+        history.truncate(2);
+        history.push((Operation::CreateConsumerGroup.to_repr(), create.clone()));
+        history.push((Operation::DeleteConsumerGroup.to_repr(), delete));
+        history.push((Operation::CreateConsumerGroup.to_repr(), create));
+        let (metadata, outcomes) = run(&history);
+        assert!(
+            outcomes
+                .iter()
+                .all(|(reply, _)| crate::replies::rejection_of(reply).is_none())
+        );
+        let topic = &metadata.streams[&0].topics[&0];
+        // Ops are numbered from 1: the topic is op 2, the group op 3, its deletion op 4.
+        assert_eq!(topic.consumer_groups[&0].created_at_op, 5);
+        assert_eq!(topic.groups_changed_at_op, 5);
+
+        let (metadata, _) = run(&history[..4]);
+        let topic = &metadata.streams[&0].topics[&0];
+        assert!(topic.consumer_groups.is_empty());
+        assert_eq!(topic.groups_changed_at_op, 4);
+        let (metadata, _) = run(&history[..3]);
+        let topic = &metadata.streams[&0].topics[&0];
+        assert_eq!(topic.consumer_groups[&0].created_at_op, 3);
+        let (metadata, _) = run(&history[..2]);
+        assert_eq!(metadata.streams[&0].topics[&0].groups_changed_at_op, 2);
     }
 
     #[test]

@@ -236,6 +236,9 @@ pub struct Partition {
 pub struct ConsumerGroup {
     pub id: u32,
     pub name: String,
+    /// The metadata op that created the group (0: unknown, read from a snapshot of format 10).
+    /// An offset of its id resolved before it belongs to an earlier group with the same id.
+    pub created_at_op: u64,
     /// Members in join order: client ids of their sessions.
     pub members: Vec<u128>,
     /// Changes whenever the membership (and so the assignment) changes.
@@ -284,6 +287,11 @@ pub struct Topic {
     pub segment_size: u64,
     /// The explicit options as the client set them (an options block), reported back as is.
     pub options: Vec<u8>,
+    /// The metadata op of the latest creation or deletion of one of its consumer groups (the
+    /// topic's creation op before any; 0: unknown, read from a snapshot of format 10): while it
+    /// and a partition's state stay the same, which of its group offsets are orphaned does not
+    /// change.
+    pub groups_changed_at_op: u64,
     pub consumer_groups: BTreeMap<u32, ConsumerGroup>,
 }
 
@@ -555,6 +563,7 @@ impl Metadata {
             consumer_offset_durability: settings.consumer_offset_durability,
             segment_size: settings.segment_size,
             options: settings.options.clone(),
+            groups_changed_at_op: op,
             consumer_groups: BTreeMap::new(),
         };
         let effects = add_partitions(stream_id, &mut topic, partitions, op, now);
@@ -717,11 +726,13 @@ impl Metadata {
 
     // ----- consumer groups -----
 
+    /// Creates a group by the metadata op `op`.
     pub fn create_group(
         &mut self,
         stream: &Ident,
         topic: &Ident,
         name: &str,
+        op: u64,
     ) -> Result<u32, ErrorCode> {
         if !valid_name(name) {
             return Err(ErrorCode::InvalidConsumerGroupName);
@@ -731,11 +742,13 @@ impl Metadata {
             return Err(ErrorCode::ConsumerGroupNameAlreadyExists);
         }
         let id = lowest_free(&topic.consumer_groups);
+        topic.groups_changed_at_op = op;
         topic.consumer_groups.insert(
             id,
             ConsumerGroup {
                 id,
                 name: name.to_string(),
+                created_at_op: op,
                 members: Vec::new(),
                 generation: 1,
             },
@@ -754,12 +767,13 @@ impl Metadata {
     ) -> Result<Effect, ErrorCode> {
         let (s, t, g) = self.group(stream, topic, group)?;
         let (stream, topic, group) = (s.id, t.id, g.id);
-        self.streams
+        let changed = self
+            .streams
             .get_mut(&stream)
             .and_then(|s| s.topics.get_mut(&topic))
-            .expect("found")
-            .consumer_groups
-            .remove(&group);
+            .expect("found");
+        changed.groups_changed_at_op = op;
+        changed.consumer_groups.remove(&group);
         Ok(Effect::DeleteGroupOffsets {
             stream,
             topic,
@@ -1108,6 +1122,7 @@ mod tests {
             name: "g".into(),
             members: vec![5, 9],
             generation: 3,
+            ..Default::default()
         };
         let partitions = [0, 1, 2, 3, 4];
         let a = group.assignment(5, &partitions).unwrap();

@@ -1,5 +1,6 @@
 //! The metadata model as a snapshot (the spec's `MetadataSnapshot`): what the metadata group's
 //! checkpoint keeps, so its journal can be emptied and a start replays only the ops after it.
+//! A snapshot of format 10 (`MetadataSnapshotV10`, no prefix) is still read.
 
 use crate::model::{
     ConsumerGroup, Metadata, Partition, PersonalAccessToken, ResizePolicy, Stream, Topic,
@@ -7,9 +8,12 @@ use crate::model::{
 };
 use crate::permissions::{permissions_from_wire, permissions_to_wire};
 use crate::session::Session;
+use iggy_generated::protocol::SNAPSHOT_FORMAT;
 use iggy_generated::storage::{
-    MetadataSnapshot, SnapshotConsumerGroup, SnapshotPartition, SnapshotSession, SnapshotStream,
-    SnapshotToken, SnapshotTopic, SnapshotUser,
+    MetadataSnapshot, MetadataSnapshotPrefix, MetadataSnapshotV10, SNAPSHOT_MAGIC,
+    SnapshotConsumerGroup, SnapshotConsumerGroupV10, SnapshotPartition, SnapshotSession,
+    SnapshotStream, SnapshotStreamV10, SnapshotToken, SnapshotTopic, SnapshotTopicV10,
+    SnapshotUser,
 };
 use iggy_wire::{WireDecode, WireEncode};
 use std::collections::BTreeMap;
@@ -43,6 +47,7 @@ fn topic_snapshot(topic: &Topic) -> SnapshotTopic<'_> {
         consumer_offset_durability: durability_code(topic.consumer_offset_durability),
         segment_size: topic.segment_size,
         options: &topic.options,
+        groups_changed_at_op: topic.groups_changed_at_op,
         partitions: topic
             .partitions
             .values()
@@ -58,6 +63,7 @@ fn topic_snapshot(topic: &Topic) -> SnapshotTopic<'_> {
             .map(|g| SnapshotConsumerGroup {
                 id: g.id,
                 name: &g.name,
+                created_at_op: g.created_at_op,
                 generation: g.generation,
                 members: g.members.clone(),
             })
@@ -68,6 +74,8 @@ fn topic_snapshot(topic: &Topic) -> SnapshotTopic<'_> {
 /// Encodes the whole model.
 pub fn encode(metadata: &Metadata) -> Vec<u8> {
     let snapshot = MetadataSnapshot {
+        magic: SNAPSHOT_MAGIC,
+        format: SNAPSHOT_FORMAT,
         commit: metadata.commit,
         system_requests: metadata.system_requests,
         streams: metadata
@@ -124,10 +132,26 @@ pub fn encode(metadata: &Metadata) -> Vec<u8> {
     out
 }
 
-/// Decodes a snapshot into a model.
+/// Decodes a snapshot into a model: of this build's format, or of format 10 (groups and
+/// topics read from it keep no creation or group change op: 0, unknown).
 pub fn decode(bytes: &[u8]) -> Result<Metadata, String> {
-    let snapshot = MetadataSnapshot::decode_exact(bytes)
-        .map_err(|error| format!("metadata snapshot: {error:?}"))?;
+    let malformed = |error| format!("metadata snapshot: {error:?}");
+    let prefix = bytes
+        .get(..MetadataSnapshotPrefix::SIZE)
+        .and_then(|prefix| MetadataSnapshotPrefix::decode_fixed(prefix).ok());
+    let snapshot = match prefix {
+        Some(prefix) if prefix.magic == SNAPSHOT_MAGIC => {
+            if prefix.format != SNAPSHOT_FORMAT {
+                return Err(format!(
+                    "metadata snapshot of format {}: this build reads formats 10 and {SNAPSHOT_FORMAT}",
+                    prefix.format
+                ));
+            }
+            MetadataSnapshot::decode_exact(bytes).map_err(malformed)?
+        }
+        // Format 10 starts with its commit, never as large as the magic reads.
+        _ => of_format_10(MetadataSnapshotV10::decode_exact(bytes).map_err(malformed)?),
+    };
     let mut metadata = Metadata {
         commit: snapshot.commit,
         system_requests: snapshot.system_requests,
@@ -169,6 +193,7 @@ pub fn decode(bytes: &[u8]) -> Result<Metadata, String> {
                     consumer_offset_durability: durability_of(t.consumer_offset_durability),
                     segment_size: t.segment_size,
                     options: t.options.to_vec(),
+                    groups_changed_at_op: t.groups_changed_at_op,
                     consumer_groups: t
                         .consumer_groups
                         .iter()
@@ -176,6 +201,7 @@ pub fn decode(bytes: &[u8]) -> Result<Metadata, String> {
                             let group = ConsumerGroup {
                                 id: g.id,
                                 name: g.name.to_string(),
+                                created_at_op: g.created_at_op,
                                 members: g.members.clone(),
                                 generation: g.generation,
                             };
@@ -231,6 +257,51 @@ pub fn decode(bytes: &[u8]) -> Result<Metadata, String> {
     Ok(metadata)
 }
 
+/// A format-10 snapshot in this format's shape: its groups' creation ops and its topics' group
+/// change ops are unknown (0).
+fn of_format_10<'a>(old: MetadataSnapshotV10<'a>) -> MetadataSnapshot<'a> {
+    let group = |g: SnapshotConsumerGroupV10<'a>| SnapshotConsumerGroup {
+        id: g.id,
+        name: g.name,
+        created_at_op: 0,
+        generation: g.generation,
+        members: g.members,
+    };
+    let topic = |t: SnapshotTopicV10<'a>| SnapshotTopic {
+        id: t.id,
+        name: t.name,
+        created_at: t.created_at,
+        message_expiry: t.message_expiry,
+        max_topic_size: t.max_topic_size,
+        compression_algorithm: t.compression_algorithm,
+        replication_factor: t.replication_factor,
+        resize_policy: t.resize_policy,
+        durability: t.durability,
+        consumer_offset_durability: t.consumer_offset_durability,
+        segment_size: t.segment_size,
+        options: t.options,
+        partitions: t.partitions,
+        groups_changed_at_op: 0,
+        consumer_groups: t.consumer_groups.into_iter().map(group).collect(),
+    };
+    let stream = |s: SnapshotStreamV10<'a>| SnapshotStream {
+        id: s.id,
+        name: s.name,
+        created_at: s.created_at,
+        topics: s.topics.into_iter().map(topic).collect(),
+    };
+    MetadataSnapshot {
+        magic: SNAPSHOT_MAGIC,
+        format: SNAPSHOT_FORMAT,
+        commit: old.commit,
+        system_requests: old.system_requests,
+        streams: old.streams.into_iter().map(stream).collect(),
+        users: old.users,
+        tokens: old.tokens,
+        sessions: old.sessions,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -248,7 +319,7 @@ mod tests {
             .create_topic(&Ident::Id(0), "created", 3, settings, 7, 11)
             .unwrap();
         metadata
-            .create_group(&Ident::Id(0), &Ident::Id(0), "g")
+            .create_group(&Ident::Id(0), &Ident::Id(0), "g", 30)
             .unwrap();
         metadata
             .join_group(&Ident::Id(0), &Ident::Id(0), &Ident::Id(0), 99)
@@ -280,8 +351,87 @@ mod tests {
             (3, vec![1, 2, 3])
         );
         assert_eq!(topic.consumer_groups[&0].members, vec![99]);
+        assert_eq!(topic.consumer_groups[&0].created_at_op, 30);
+        assert_eq!(topic.groups_changed_at_op, 30);
         assert_eq!(restored.sessions.get(99).unwrap().session, 4);
         assert!(decode(&encode(&metadata)[..20]).is_err());
+    }
+
+    /// A format-10 snapshot: commit 42, stream 0 "s" holding topic 0 "t" (one partition,
+    /// incarnation 7) with group 0 "g" of one member (client 99, generation 2), no user, token
+    /// or session. These are the bytes the format-10 encoder wrote for that model.
+    const FORMAT_10: &str = concat!(
+        "2a00000000000000",
+        "0000000000000000",
+        "01000000",
+        "00000000",
+        "0173",
+        "0500000000000000",
+        "01000000",
+        "00000000",
+        "0174",
+        "0600000000000000",
+        "0000000000000000",
+        "0000000000000000",
+        "01",
+        "01",
+        "00",
+        "00",
+        "00",
+        "0000000000000000",
+        "00000000",
+        "01000000",
+        "00000000",
+        "0600000000000000",
+        "0700000000000000",
+        "01000000",
+        "00000000",
+        "0167",
+        "0200000000000000",
+        "01000000",
+        "63000000000000000000000000000000",
+        "00000000",
+        "00000000",
+        "00000000",
+    );
+
+    fn hex(text: &str) -> Vec<u8> {
+        (0..text.len())
+            .step_by(2)
+            .map(|at| u8::from_str_radix(&text[at..at + 2], 16).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn a_snapshot_of_format_10_reads_with_unknown_group_creation_ops() {
+        let bytes = hex(FORMAT_10);
+        // The bytes are the format-10 layout the spec keeps as `MetadataSnapshotV10`.
+        let old = MetadataSnapshotV10::decode_exact(&bytes).unwrap();
+        assert_eq!(old.to_wire_bytes(), bytes);
+        let restored = decode(&bytes).unwrap();
+        assert_eq!(restored.commit, 42);
+        let topic = &restored.streams[&0].topics[&0];
+        assert_eq!((topic.name.as_str(), topic.created_at), ("t", 6));
+        assert_eq!(topic.partitions[&0].incarnation, 7);
+        assert_eq!(topic.groups_changed_at_op, 0);
+        let group = &topic.consumer_groups[&0];
+        assert_eq!(
+            (group.name.as_str(), group.created_at_op, group.generation),
+            ("g", 0, 2)
+        );
+        assert_eq!(group.members, vec![99]);
+        // Written again, it is of this build's format and reads back the same.
+        let written = encode(&restored);
+        assert_eq!(written[..8], SNAPSHOT_MAGIC);
+        assert_eq!(encode(&decode(&written).unwrap()), written);
+    }
+
+    #[test]
+    fn a_snapshot_of_an_unknown_format_is_refused_by_name() {
+        let mut bytes = encode(&Metadata::default());
+        bytes[MetadataSnapshotPrefix::FORMAT_OFFSET] = 12;
+        let refused = decode(&bytes).unwrap_err();
+        assert!(refused.contains("format 12"), "{refused}");
     }
 
     #[test]

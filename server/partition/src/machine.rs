@@ -68,8 +68,12 @@ pub enum StartAt {
     First,
     /// The last `count` messages.
     Last,
-    /// After the owner's stored offset (or the first message).
-    Next(OffsetOwner),
+    /// After the owner's stored offset (or the first message), as [`Partition::offset`] reads
+    /// it.
+    Next {
+        owner: OffsetOwner,
+        owner_created_at_op: u64,
+    },
 }
 
 /// What a poll reads: `count` messages from `start`, or nothing when `count` is 0.
@@ -189,9 +193,13 @@ impl Partition {
             .collect()
     }
 
-    /// The offset stored for `owner`.
-    pub fn offset(&self, owner: OffsetOwner) -> Option<u64> {
-        self.state.offsets.get(&owner).map(|kept| kept.offset)
+    /// The offset stored for `owner`, which the metadata op `owner_created_at_op` created (a
+    /// consumer group's creation op; 0 for a consumer, or when unknown). An offset of a group
+    /// id resolved before it was stored by an earlier group with that id whose deletion has
+    /// not reached this partition yet (a sweep removes it): it is not the owner's, so none is.
+    pub fn offset(&self, owner: OffsetOwner, owner_created_at_op: u64) -> Option<u64> {
+        let kept = self.state.offsets.get(&owner)?;
+        (kept.resolved_at >= owner_created_at_op).then_some(kept.offset)
     }
 
     /// The group offsets here that belong to no live group of the topic, as the deletions
@@ -505,7 +513,12 @@ impl Partition {
             StartAt::Timestamp(timestamp) => log.offset_at_timestamp(timestamp).unwrap_or(next),
             StartAt::First => first,
             StartAt::Last => next.saturating_sub(u64::from(count)).max(first),
-            StartAt::Next(owner) => self.offset(owner).map_or(first, |stored| stored + 1),
+            StartAt::Next {
+                owner,
+                owner_created_at_op,
+            } => self
+                .offset(owner, owner_created_at_op)
+                .map_or(first, |stored| stored + 1),
         };
         let current_offset = next.saturating_sub(1);
         // The log's first offset may lie past the committed end: a retirement past it removed
@@ -645,19 +658,19 @@ mod tests {
             apply(&mut partition, 7, delete),
             WriteResult::Failed(ErrorCode::ConsumerGroupIdNotFound)
         );
-        assert_eq!(partition.offset(OffsetOwner::Group(0)), None);
+        assert_eq!(partition.offset(OffsetOwner::Group(0), 0), None);
         // A group created later with id 0 stores again; the same deletion submitted again (a
         // restart finishing it) and an older one change nothing.
         apply(&mut partition, 8, store(OffsetOwner::External(0), 12, 11));
         apply(&mut partition, 9, delete_group(0, 10));
         apply(&mut partition, 10, delete_group(0, 9));
-        assert_eq!(partition.offset(OffsetOwner::External(0)), Some(12));
+        assert_eq!(partition.offset(OffsetOwner::External(0), 0), Some(12));
         // Group 1's deletion is its own.
         apply(&mut partition, 11, delete_group(1, 8));
-        assert_eq!(partition.offset(OffsetOwner::External(1)), None);
-        assert_eq!(partition.offset(OffsetOwner::External(0)), Some(12));
+        assert_eq!(partition.offset(OffsetOwner::External(1), 0), None);
+        assert_eq!(partition.offset(OffsetOwner::External(0), 0), Some(12));
         apply(&mut partition, 12, delete_group(0, 12));
-        assert_eq!(partition.offset(OffsetOwner::External(0)), None);
+        assert_eq!(partition.offset(OffsetOwner::External(0), 0), None);
         // Plain consumers are never refused.
         assert_eq!(
             apply(&mut partition, 13, store(OffsetOwner::Consumer(0), 1, 0)),
@@ -680,16 +693,16 @@ mod tests {
         assert_eq!(partition.orphaned_group_offsets(&live, 20), vec![(0, 20)]);
         apply(&mut partition, 6, delete_group(0, 20));
         assert_eq!(partition.orphaned_group_offsets(&live, 20), vec![]);
-        assert_eq!(partition.offset(OffsetOwner::Group(0)), None);
-        assert_eq!(partition.offset(OffsetOwner::External(0)), None);
+        assert_eq!(partition.offset(OffsetOwner::Group(0), 0), None);
+        assert_eq!(partition.offset(OffsetOwner::External(0), 0), None);
         // Once the model is at 40 without group 2, its offset is orphaned too.
         assert_eq!(partition.orphaned_group_offsets(&live, 40), vec![(2, 40)]);
         apply(&mut partition, 7, delete_group(2, 40));
-        assert_eq!(partition.offset(OffsetOwner::Group(2)), None);
+        assert_eq!(partition.offset(OffsetOwner::Group(2), 0), None);
         // Plain consumers and live groups are never listed.
         assert_eq!(partition.orphaned_group_offsets(&live, 50), vec![]);
-        assert_eq!(partition.offset(OffsetOwner::Consumer(0)), Some(1));
-        assert_eq!(partition.offset(OffsetOwner::Group(1)), Some(2));
+        assert_eq!(partition.offset(OffsetOwner::Consumer(0), 0), Some(1));
+        assert_eq!(partition.offset(OffsetOwner::Group(1), 0), Some(2));
     }
 
     #[test]
@@ -702,9 +715,9 @@ mod tests {
         let live = BTreeMap::from([(0, 12)]);
         assert_eq!(partition.orphaned_group_offsets(&live, 20), vec![(0, 12)]);
         apply(&mut partition, 3, delete_group(0, 12));
-        assert_eq!(partition.offset(OffsetOwner::Group(0)), None);
+        assert_eq!(partition.offset(OffsetOwner::Group(0), 0), None);
         assert_eq!(
-            partition.offset(OffsetOwner::External(0)),
+            partition.offset(OffsetOwner::External(0), 0),
             Some(7),
             "the new group's own offset stays"
         );
@@ -721,6 +734,52 @@ mod tests {
     }
 
     #[test]
+    fn an_offset_resolved_before_its_groups_creation_is_never_served_to_that_group() {
+        let mut partition = Partition::new(0);
+        let empty = FakeLog::default();
+        let Applied::Append { base_offset, .. } =
+            partition.apply(1, send_operation(), &batch(10, true), &empty)
+        else {
+            panic!("a send appends");
+        };
+        partition.appended(base_offset, 10);
+        let log = FakeLog {
+            first_offset: 0,
+            next_offset: 10,
+        };
+        // Group 0 stored 6 at metadata op 5; it was deleted and a new group 0 created at op
+        // 12, and the deletion has not reached this partition (no sweep ran yet).
+        apply(&mut partition, 2, store(OffsetOwner::Group(0), 6, 5));
+        apply(&mut partition, 3, store(OffsetOwner::External(0), 8, 5));
+        let next = |partition: &Partition, owner, owner_created_at_op| {
+            let start = StartAt::Next {
+                owner,
+                owner_created_at_op,
+            };
+            partition.poll_range(start, 3, &log).start
+        };
+        for owner in [OffsetOwner::Group(0), OffsetOwner::External(0)] {
+            assert_eq!(partition.offset(owner, 12), None, "{owner:?}");
+        }
+        assert_eq!(
+            next(&partition, OffsetOwner::Group(0), 12),
+            0,
+            "from the first"
+        );
+        // The group that stored it (created at or before op 5) still reads it.
+        assert_eq!(partition.offset(OffsetOwner::Group(0), 5), Some(6));
+        assert_eq!(next(&partition, OffsetOwner::Group(0), 5), 7);
+        // The new group's own store is its offset.
+        apply(&mut partition, 4, store(OffsetOwner::Group(0), 2, 12));
+        assert_eq!(partition.offset(OffsetOwner::Group(0), 12), Some(2));
+        assert_eq!(next(&partition, OffsetOwner::Group(0), 12), 3);
+        // An offset resolved at an unknown op is served, as the sweep keeps it.
+        let unknown = store(OffsetOwner::External(0), 9, RESOLVED_AT_UNKNOWN);
+        apply(&mut partition, 5, unknown);
+        assert_eq!(partition.offset(OffsetOwner::External(0), 12), Some(9));
+    }
+
+    #[test]
     fn a_deletion_keeps_offsets_resolved_after_it_and_removes_unknown_ones() {
         let mut partition = Partition::new(0);
         apply(&mut partition, 1, store(OffsetOwner::Group(0), 4, 25));
@@ -731,9 +790,9 @@ mod tests {
         );
         // A sweep at metadata op 20 (its model had not seen group 0 created at 22 yet).
         apply(&mut partition, 3, delete_group(0, 20));
-        assert_eq!(partition.offset(OffsetOwner::Group(0)), Some(4));
+        assert_eq!(partition.offset(OffsetOwner::Group(0), 0), Some(4));
         assert_eq!(
-            partition.offset(OffsetOwner::External(0)),
+            partition.offset(OffsetOwner::External(0), 0),
             None,
             "stored before resolution ops were kept: goes as it always did"
         );
@@ -789,7 +848,7 @@ mod tests {
         assert_eq!(restored.state, partition.state);
         apply(&mut restored, 6, store(OffsetOwner::External(5), 1, 45));
         apply(&mut restored, 7, delete_group(5, 40));
-        assert_eq!(restored.offset(OffsetOwner::External(5)), Some(1));
+        assert_eq!(restored.offset(OffsetOwner::External(5), 0), Some(1));
 
         // A checkpoint written before the group deletions (and the three offsets' resolution
         // ops) were kept.
@@ -1061,7 +1120,10 @@ mod tests {
         };
         for start in [
             StartAt::Offset(2),
-            StartAt::Next(OffsetOwner::Consumer(1)),
+            StartAt::Next {
+                owner: OffsetOwner::Consumer(1),
+                owner_created_at_op: 0,
+            },
             StartAt::First,
             StartAt::Last,
         ] {
@@ -1083,7 +1145,14 @@ mod tests {
             first_offset: 0,
             next_offset: 0,
         };
-        let next = partition.poll_range(StartAt::Next(OffsetOwner::Consumer(1)), 1, &log);
+        let next = partition.poll_range(
+            StartAt::Next {
+                owner: OffsetOwner::Consumer(1),
+                owner_created_at_op: 0,
+            },
+            1,
+            &log,
+        );
         assert_eq!(next.count, 0);
     }
 }

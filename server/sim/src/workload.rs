@@ -368,7 +368,10 @@ impl PartitionWorkload {
             1 => StartAt::First,
             2 => StartAt::Last,
             3 => StartAt::Timestamp(1_000_000 + self.rng.below(self.clock - 1_000_000 + 1)),
-            _ => StartAt::Next(OffsetOwner::Consumer(self.rng.below(3) as u32)),
+            _ => StartAt::Next {
+                owner: OffsetOwner::Consumer(self.rng.below(3) as u32),
+                owner_created_at_op: 0,
+            },
         };
         let count = self.rng.below(12) as u32;
         let (range, messages) = node.machine.poll(start, count);

@@ -14,6 +14,7 @@
 use crate::consensus::figures::GroupRole;
 use crate::consensus::group::Outcome;
 use crate::runtime::node::Node;
+use crate::runtime::partition::PartitionHandle;
 use crate::runtime::shared::{PartitionKey, SessionActivity};
 use iggy_generated::frames::Operation;
 use iggy_generated::payloads::SessionIdentity;
@@ -33,6 +34,7 @@ pub async fn run(node: Rc<Node>) {
     let interval = Duration::from_millis(config.maintenance_interval_ms.max(10));
     let lease = Duration::from_secs(config.session_lease_secs);
     let mut retirement = Retirement::default();
+    let mut orphan_sweep = OrphanSweep::default();
     if node.shared.replica_count() > 1 {
         compio::runtime::spawn(report_sessions(node.clone(), lease)).detach();
     }
@@ -41,7 +43,7 @@ pub async fn run(node: Rc<Node>) {
         retention(&node).await;
         expire_sessions(&node, lease).await;
         retirement.pass(&node, pass).await;
-        sweep_orphaned_group_offsets(&node).await;
+        orphan_sweep.pass(&node).await;
     }
 }
 
@@ -53,67 +55,127 @@ fn metadata_current(role: GroupRole, applied: u64, known_committed: u64) -> bool
     role.reached(applied, known_committed)
 }
 
-/// The consumer groups of each topic as of the model's op: group id → its creation op (0: the
-/// model does not keep it, so an offset a recreated group would inherit is not told apart).
-type LiveGroups = HashMap<(u32, u32), BTreeMap<u32, u64>>;
+/// A topic's consumer groups as of the model's op.
+struct TopicGroups {
+    /// Group id → the op that created it (0: unknown, read from a snapshot of format 10, so an
+    /// offset a recreated group would inherit is not told apart).
+    live: BTreeMap<u32, u64>,
+    /// The op of the topic's latest group creation or deletion.
+    changed_at_op: u64,
+}
 
-fn live_groups(metadata: &Metadata) -> LiveGroups {
+fn live_groups(metadata: &Metadata) -> HashMap<(u32, u32), TopicGroups> {
     let mut out = HashMap::new();
     for stream in metadata.streams.values() {
         for topic in stream.topics.values() {
-            let groups = topic.consumer_groups.keys().map(|id| (*id, 0)).collect();
+            let live = topic
+                .consumer_groups
+                .values()
+                .map(|group| (group.id, group.created_at_op))
+                .collect();
+            let groups = TopicGroups {
+                live,
+                changed_at_op: topic.groups_changed_at_op,
+            };
             out.insert((stream.id, topic.id), groups);
         }
     }
     out
 }
 
+/// What a partition's sweep found nothing in. Which group offsets are orphaned depends only on
+/// the partition's state (its incarnation and the ops its copy applied) and on its topic's
+/// groups, which change only with a group creation or deletion: while all three stay, a sweep
+/// would find nothing again. (A later model changes nothing else: an offset a sweep holds back
+/// because it was resolved after the model's op is a group's created since, a topic change.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct SweptClean {
+    incarnation: u64,
+    groups_changed_at_op: u64,
+    applied: u64,
+}
+
 /// A deleted consumer group's offsets go from each partition through an op its primary
 /// submits when it applies the deletion; a primary that never applied it (it caught up by a
 /// state transfer past it) or a partition changing views for longer than that submission
 /// waits leaves them, for a later group with the same id to inherit. So each pass, on every
-/// partition this node leads, the group offsets no live group owns are deleted through the same
-/// committed op, judged against this node's model only while that model is current.
-async fn sweep_orphaned_group_offsets(node: &Node) {
-    let figures = node.metadata.figures();
-    if !metadata_current(figures.role(), figures.applied(), figures.commit()) {
-        return;
-    }
-    let (metadata_op, groups, keys) = {
-        let metadata = node.shared.metadata.borrow();
-        let keys: Vec<PartitionKey> = metadata.live_partitions().into_keys().collect();
-        (metadata.commit, live_groups(&metadata), keys)
-    };
-    for key in keys {
-        let Some(live) = groups.get(&(key.0, key.1)) else {
-            continue;
-        };
-        let Some(partition) = node.shared.partition(key) else {
-            continue;
-        };
-        if !primary(node, partition.group.figures().role()) {
-            continue;
+/// partition this node leads, the group offsets no live group owns (of a deleted id, or
+/// resolved before the live group's creation) are deleted through the same committed op,
+/// judged against this node's model only while that model is current. A partition whose last
+/// sweep found nothing is asked again only once that may have changed ([`SweptClean`]).
+#[derive(Default)]
+struct OrphanSweep {
+    clean: HashMap<PartitionKey, SweptClean>,
+}
+
+impl OrphanSweep {
+    async fn pass(&mut self, node: &Node) {
+        let figures = node.metadata.figures();
+        if !metadata_current(figures.role(), figures.applied(), figures.commit()) {
+            return;
         }
-        let deletions = match partition
-            .orphaned_group_offsets(live.clone(), metadata_op)
-            .await
-        {
-            Ok(deletions) => deletions,
-            Err(_) => continue,
+        let (metadata_op, groups, partitions) = {
+            let metadata = node.shared.metadata.borrow();
+            let partitions = metadata.live_partitions();
+            (metadata.commit, live_groups(&metadata), partitions)
         };
-        for (group, deletion_op) in deletions {
-            match partition
-                .delete_orphaned_group_offsets(group, deletion_op)
+        self.clean.retain(|key, _| partitions.contains_key(key));
+        for (key, incarnation) in partitions {
+            let Some(topic) = groups.get(&(key.0, key.1)) else {
+                continue;
+            };
+            let Some(partition) = node.shared.partition(key) else {
+                continue;
+            };
+            let partition_figures = partition.group.figures();
+            if !primary(node, partition_figures.role()) {
+                continue;
+            }
+            let swept = SweptClean {
+                incarnation,
+                groups_changed_at_op: topic.changed_at_op,
+                applied: partition_figures.applied(),
+            };
+            if self.clean.get(&key) == Some(&swept) {
+                continue;
+            }
+            self.clean.remove(&key);
+            let deletions = match partition
+                .orphaned_group_offsets(topic.live.clone(), metadata_op)
                 .await
             {
-                Ok(()) => tracing::info!(
-                    "partition {key:?}: deleted the offsets of consumer group {group} no live group owns (as of metadata op {deletion_op})"
-                ),
-                // The next pass looks again.
-                Err(error) => tracing::warn!(
-                    "partition {key:?}: offsets of consumer group {group} no live group owns not deleted: {error:?}"
-                ),
+                Ok(deletions) => deletions,
+                Err(_) => continue,
+            };
+            if deletions.is_empty() {
+                // Judged at the state of `swept.applied` only if the read applied nothing more.
+                if partition_figures.applied() == swept.applied {
+                    self.clean.insert(key, swept);
+                }
+                continue;
             }
+            delete_orphaned_group_offsets(&partition, key, deletions).await;
+        }
+    }
+}
+
+async fn delete_orphaned_group_offsets(
+    partition: &PartitionHandle,
+    key: PartitionKey,
+    deletions: Vec<(u32, u64)>,
+) {
+    for (group, deletion_op) in deletions {
+        match partition
+            .delete_orphaned_group_offsets(group, deletion_op)
+            .await
+        {
+            Ok(()) => tracing::info!(
+                "partition {key:?}: deleted the offsets of consumer group {group} no live group owns (as of metadata op {deletion_op})"
+            ),
+            // The next pass looks again.
+            Err(error) => tracing::warn!(
+                "partition {key:?}: offsets of consumer group {group} no live group owns not deleted: {error:?}"
+            ),
         }
     }
 }
@@ -443,15 +505,16 @@ mod tests {
         metadata
             .create_topic(&stream, "t", 1, settings, 2, 1)
             .unwrap();
-        let kept = metadata.create_group(&stream, &topic, "kept").unwrap();
-        let gone = metadata.create_group(&stream, &topic, "gone").unwrap();
+        let kept = metadata.create_group(&stream, &topic, "kept", 3).unwrap();
+        let gone = metadata.create_group(&stream, &topic, "gone", 4).unwrap();
         metadata
             .delete_group(&stream, &topic, &Ident::Id(gone), 5)
             .unwrap();
         let groups = live_groups(&metadata);
         assert_eq!(groups.len(), 1);
-        let live: Vec<u32> = groups[&(0, 0)].keys().copied().collect();
-        assert_eq!(live, vec![kept]);
+        let topic_groups = &groups[&(0, 0)];
+        assert_eq!(topic_groups.live, BTreeMap::from([(kept, 3)]));
+        assert_eq!(topic_groups.changed_at_op, 5);
     }
 
     #[test]

@@ -30,8 +30,10 @@ pub enum PartitionRead {
         count: u32,
         done: oneshot::Sender<Result<Polled, ErrorCode>>,
     },
+    /// The current offset and `owner`'s stored one (see `iggy_partition::Partition::offset`).
     Offset {
         owner: OffsetOwner,
+        owner_created_at_op: u64,
         done: oneshot::Sender<(u64, Option<u64>)>,
     },
     /// Makes the log durable (shutdown).
@@ -529,8 +531,13 @@ impl StateMachine for PartitionMachine {
                 }
                 let _ = done.send(polled);
             }
-            PartitionRead::Offset { owner, done } => {
-                let _ = done.send((self.current_offset(), self.core.offset(owner)));
+            PartitionRead::Offset {
+                owner,
+                owner_created_at_op,
+                done,
+            } => {
+                let stored = self.core.offset(owner, owner_created_at_op);
+                let _ = done.send((self.current_offset(), stored));
             }
             PartitionRead::PlanRetention {
                 now,
@@ -776,9 +783,20 @@ impl PartitionHandle {
         wait.await.unwrap_or(Err(ErrorCode::PartitionNotFound))
     }
 
-    pub async fn offset(&self, owner: OffsetOwner) -> Option<(u64, Option<u64>)> {
+    /// The current offset and the offset stored for `owner`, created by the metadata op
+    /// `owner_created_at_op` (0 for a consumer).
+    pub async fn offset(
+        &self,
+        owner: OffsetOwner,
+        owner_created_at_op: u64,
+    ) -> Option<(u64, Option<u64>)> {
         let (done, wait) = oneshot::channel();
-        if !self.group.read(PartitionRead::Offset { owner, done }) {
+        let read = PartitionRead::Offset {
+            owner,
+            owner_created_at_op,
+            done,
+        };
+        if !self.group.read(read) {
             return None;
         }
         wait.await.ok()

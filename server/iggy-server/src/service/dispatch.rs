@@ -876,16 +876,20 @@ fn check_incarnation(
 /// name, the codes the SDK documents for a missing group on delete; a get answers "no offset"
 /// only when the group resolves. (Offsets for a group that does not exist would have no owner
 /// whose deletion removes them.)
+///
+/// With the owner comes the metadata op that created it (a group's; 0 for a consumer): a read
+/// of the owner's offset passes it on, so an offset an earlier group with the same id left
+/// behind (its deletion has not reached the partition yet) is never served as this group's.
 fn offset_owner(
     node: &Node,
     consumer: &iggy_generated::payloads::Consumer<'_>,
     key: PartitionKey,
-) -> Result<OffsetOwner, ErrorCode> {
+) -> Result<(OffsetOwner, u64), ErrorCode> {
     let id = ident(&consumer.id)?;
     match consumer.kind {
         1 => match id {
-            Ident::Id(id) => Ok(OffsetOwner::Consumer(id)),
-            Ident::Name(name) => Ok(OffsetOwner::Consumer(name_hash(&name))),
+            Ident::Id(id) => Ok((OffsetOwner::Consumer(id), 0)),
+            Ident::Name(name) => Ok((OffsetOwner::Consumer(name_hash(&name)), 0)),
         },
         2 | 3 => {
             let metadata = node.shared.metadata.borrow();
@@ -895,8 +899,8 @@ fn offset_owner(
                 Ident::Name(name) => topic.consumer_groups.values().find(|g| &g.name == name),
             };
             match (group, consumer.kind) {
-                (Some(group), 2) => Ok(OffsetOwner::Group(group.id)),
-                (Some(group), _) => Ok(OffsetOwner::External(group.id)),
+                (Some(group), 2) => Ok((OffsetOwner::Group(group.id), group.created_at_op)),
+                (Some(group), _) => Ok((OffsetOwner::External(group.id), group.created_at_op)),
                 (None, 2) => Err(ErrorCode::ConsumerGroupIdNotFound),
                 (None, _) => Err(match id {
                     Ident::Id(_) => ErrorCode::ConsumerGroupIdNotFound,
@@ -986,7 +990,7 @@ fn prepare_offset_write(
             {
                 return Err(ErrorCode::Unauthorized);
             }
-            let owner = offset_owner(node, &store.consumer, key)?;
+            let (owner, _) = offset_owner(node, &store.consumer, key)?;
             (
                 key,
                 PartitionWrite::StoreOffset {
@@ -1011,7 +1015,7 @@ fn prepare_offset_write(
             {
                 return Err(ErrorCode::Unauthorized);
             }
-            let owner = offset_owner(node, &delete.consumer, key)?;
+            let (owner, _) = offset_owner(node, &delete.consumer, key)?;
             let resolved_at = node.shared.metadata.borrow().commit;
             (key, PartitionWrite::DeleteOffset { owner, resolved_at })
         }
@@ -1314,8 +1318,8 @@ async fn non_replicated(
             if !allows(Need::PollMessages(key.0, key.1)) {
                 return Err(ErrorCode::Unauthorized);
             }
-            let owner = match offset_owner(node, &r.consumer, key) {
-                Ok(owner) => owner,
+            let (owner, owner_created_at_op) = match offset_owner(node, &r.consumer, key) {
+                Ok(resolved) => resolved,
                 // A missing consumer group (kind 2) has no offset; an external group (kind 3)
                 // must name an existing group (see `offset_owner`).
                 Err(ErrorCode::ConsumerGroupIdNotFound) if r.consumer.kind == 2 => {
@@ -1324,7 +1328,7 @@ async fn non_replicated(
                 Err(error) => return Err(error),
             };
             let partition = served_partition(node, key, served)?;
-            match partition.offset(owner).await {
+            match partition.offset(owner, owner_created_at_op).await {
                 Some((current, Some(stored))) => {
                     Ok(request.reply(&replies::consumer_offset(key.2, current, stored)))
                 }
@@ -1465,7 +1469,7 @@ async fn poll(
         return Err(ErrorCode::Unauthorized);
     }
     check_incarnation(node, bound, header, key)?;
-    let owner = offset_owner(node, &poll.consumer, key)?;
+    let (owner, owner_created_at_op) = offset_owner(node, &poll.consumer, key)?;
     // The auto-commit below follows an await: a group deleted meanwhile refuses it.
     let resolved_at = node.shared.metadata.borrow().commit;
     let owner_generation = match owner {
@@ -1485,7 +1489,10 @@ async fn poll(
         2 => StartAt::Timestamp(poll.strategy.value),
         3 => StartAt::First,
         4 => StartAt::Last,
-        5 => StartAt::Next(owner),
+        5 => StartAt::Next {
+            owner,
+            owner_created_at_op,
+        },
         _ => return Err(ErrorCode::InvalidFormat),
     };
     let partition = served_partition(node, key, served)?;
