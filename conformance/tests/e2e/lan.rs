@@ -18,7 +18,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Namespaces of this harness start with it; the rest of the name is `<pid>-<lan>-<node>`.
 const NAMESPACE_PREFIX: &str = "iggy-e2e-";
-/// Bridges (and the test's side of each veth) start with these, then the pid in hex.
+/// Bridges (and the test's side of each veth) start with these, then the pid in hex (six
+/// digits, see `tag`).
 const BRIDGE_PREFIX: &str = "igb";
 const HOST_LINK_PREFIX: &str = "igv";
 
@@ -40,7 +41,7 @@ impl Lan {
         remove_stale();
         let pid = std::process::id();
         let lan = LANS.fetch_add(1, Ordering::SeqCst);
-        let tag = format!("{pid:x}{lan}");
+        let tag = tag(pid, lan);
         let (subnet, claim) = SubnetClaim::take()?;
         let mut this = Lan {
             namespaces: (0..n)
@@ -49,7 +50,7 @@ impl Lan {
             host_links: (0..n)
                 .map(|i| format!("{HOST_LINK_PREFIX}{tag}{i}"))
                 .collect(),
-            bridge: format!("{BRIDGE_PREFIX}{tag}"),
+            bridge: bridge_name(pid, lan),
             subnet,
             _subnet_claim: claim,
         };
@@ -117,6 +118,21 @@ impl Drop for Lan {
     }
 }
 
+/// Hex digits of a pid in a tag: Linux pids stay below 2^22.
+const PID_DIGITS: usize = 6;
+
+/// What names a LAN's bridge and links after test process `pid`'s LAN number `lan`: the pid
+/// in hex on a fixed width, so a stale bridge's pid is read back whole (the width of a
+/// variable one is ambiguous, and a short prefix of it is some live process's pid).
+fn tag(pid: u32, lan: u32) -> String {
+    format!("{pid:0PID_DIGITS$x}{lan}")
+}
+
+/// The bridge of test process `pid`'s LAN number `lan`.
+fn bridge_name(pid: u32, lan: u32) -> String {
+    format!("{BRIDGE_PREFIX}{}", tag(pid, lan))
+}
+
 fn ip(args: &[&str]) -> Result<(), String> {
     let out = Command::new("ip")
         .args(args)
@@ -162,16 +178,20 @@ fn remove_stale() {
         let Some(name) = line.split(": ").nth(1) else {
             continue;
         };
-        let Some(tag) = name.strip_prefix(BRIDGE_PREFIX) else {
-            continue;
-        };
-        // The tag is the pid in hex then the LAN's decimal number (one digit or more): a
-        // bridge is stale only when no prefix of it names a live process.
-        let live = (1..tag.len()).any(|end| u32::from_str_radix(&tag[..end], 16).is_ok_and(alive));
-        if !live {
+        if bridge_is_stale(name) {
             let _ = ip(&["link", "delete", name]);
         }
     }
+}
+
+/// Whether bridge `name` is one of this harness's whose test process is gone.
+fn bridge_is_stale(name: &str) -> bool {
+    let Some(tag) = name.strip_prefix(BRIDGE_PREFIX) else {
+        return false;
+    };
+    tag.get(..PID_DIGITS)
+        .and_then(|pid| u32::from_str_radix(pid, 16).ok())
+        .is_some_and(|pid| !alive(pid))
 }
 
 /// A /24 no other test process uses at the same time: a file per subnet, created exclusively
@@ -223,5 +243,33 @@ impl SubnetClaim {
 impl Drop for SubnetClaim {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pid no process has, whose hex form starts with 1 (pid 1 always runs).
+    fn dead_pid() -> u32 {
+        (0x10_0000..0x20_0000)
+            .rev()
+            .find(|pid| !alive(*pid))
+            .expect("a free pid")
+    }
+
+    /// A killed test process's bridge is found stale by its name, whatever the digits its
+    /// pid starts with (a short prefix of them is some live process's pid, pid 1's at least).
+    #[test]
+    fn a_dead_test_process_bridge_is_stale_and_a_live_one_is_not() {
+        let dead = bridge_name(dead_pid(), 3);
+        assert!(bridge_is_stale(&dead), "{dead}");
+        let ours = bridge_name(std::process::id(), 12);
+        assert!(!bridge_is_stale(&ours), "{ours}");
+        assert!(!bridge_is_stale("docker0") && !bridge_is_stale("br-1"));
+        assert!(
+            ours.len() <= 15,
+            "{ours}: longer than an interface name may be"
+        );
     }
 }
