@@ -18,7 +18,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Namespaces of this harness start with it; the rest of the name is `<pid>-<lan>-<node>`.
 const NAMESPACE_PREFIX: &str = "iggy-e2e-";
-/// Bridges (and the test's side of each veth) start with these, then the pid in hex.
+/// Bridges (and the test's side of each veth) start with these, then the pid in hex (six
+/// digits, see `tag`).
 const BRIDGE_PREFIX: &str = "igb";
 const HOST_LINK_PREFIX: &str = "igv";
 
@@ -40,7 +41,7 @@ impl Lan {
         remove_stale();
         let pid = std::process::id();
         let lan = LANS.fetch_add(1, Ordering::SeqCst);
-        let tag = format!("{pid:x}{lan}");
+        let tag = tag(pid, lan);
         let (subnet, claim) = SubnetClaim::take()?;
         let mut this = Lan {
             namespaces: (0..n)
@@ -49,7 +50,7 @@ impl Lan {
             host_links: (0..n)
                 .map(|i| format!("{HOST_LINK_PREFIX}{tag}{i}"))
                 .collect(),
-            bridge: format!("{BRIDGE_PREFIX}{tag}"),
+            bridge: bridge_name(pid, lan),
             subnet,
             _subnet_claim: claim,
         };
@@ -117,6 +118,21 @@ impl Drop for Lan {
     }
 }
 
+/// Hex digits of a pid in a tag: Linux pids stay below 2^22.
+const PID_DIGITS: usize = 6;
+
+/// What names a LAN's bridge and links after test process `pid`'s LAN number `lan`: the pid
+/// in hex on a fixed width, so a stale bridge's pid is read back whole (the width of a
+/// variable one is ambiguous, and a short prefix of it is some live process's pid).
+fn tag(pid: u32, lan: u32) -> String {
+    format!("{pid:0PID_DIGITS$x}{lan}")
+}
+
+/// The bridge of test process `pid`'s LAN number `lan`.
+fn bridge_name(pid: u32, lan: u32) -> String {
+    format!("{BRIDGE_PREFIX}{}", tag(pid, lan))
+}
+
 fn ip(args: &[&str]) -> Result<(), String> {
     let out = Command::new("ip")
         .args(args)
@@ -162,43 +178,63 @@ fn remove_stale() {
         let Some(name) = line.split(": ").nth(1) else {
             continue;
         };
-        let Some(tag) = name.strip_prefix(BRIDGE_PREFIX) else {
-            continue;
-        };
-        // The tag is the pid in hex then the LAN's decimal number (one digit or more): a
-        // bridge is stale only when no prefix of it names a live process.
-        let live = (1..tag.len()).any(|end| u32::from_str_radix(&tag[..end], 16).is_ok_and(alive));
-        if !live {
+        if bridge_is_stale(name) {
             let _ = ip(&["link", "delete", name]);
         }
     }
 }
 
-/// A /24 no other test process uses at the same time: a file per subnet, created exclusively
-/// in a directory every test process shares, holding the owner's pid.
+/// Whether bridge `name` is one of this harness's whose test process is gone.
+fn bridge_is_stale(name: &str) -> bool {
+    let Some(tag) = name.strip_prefix(BRIDGE_PREFIX) else {
+        return false;
+    };
+    tag.get(..PID_DIGITS)
+        .and_then(|pid| u32::from_str_radix(pid, 16).ok())
+        .is_some_and(|pid| !alive(pid))
+}
+
+/// A /24 no other test process uses at the same time: an exclusive lock (flock(2)) on a file
+/// per subnet in a directory every test process shares. The kernel releases the lock when its
+/// holder exits however it ends, so a killed test process frees its subnet, and nothing is
+/// taken over by reading who held it (two processes finding the same dead holder could both
+/// take its subnet). The files stay: one removed while another process is opening it would
+/// let two processes lock two different files of one subnet. The holder's pid is written in
+/// its file for harnesses of before the locks, and an unlocked file naming a live pid is
+/// theirs.
 struct SubnetClaim {
-    path: PathBuf,
+    /// Holds the lock while open.
+    locked: std::fs::File,
+}
+
+impl Drop for SubnetClaim {
+    /// Emptied under the lock: a live pid left in it would keep the subnet from later LANs.
+    fn drop(&mut self) {
+        let _ = self.locked.set_len(0);
+    }
+}
+
+/// Whether the claim at `path` names a live process: a harness of before the locks holds it.
+fn named_pid_alive(path: &std::path::Path) -> bool {
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|pid| pid.trim().parse().ok())
+        .is_some_and(alive)
 }
 
 impl SubnetClaim {
     fn take() -> Result<([u8; 2], Self), String> {
         let dir = std::env::temp_dir().join("iggy-e2e-subnets");
-        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        let start = std::process::id() as usize;
+        Self::take_in(&dir, std::process::id() as usize)
+    }
+
+    /// The first free subnet from slot `start` on, claimed by a file in `dir`.
+    fn take_in(dir: &std::path::Path, start: usize) -> Result<([u8; 2], Self), String> {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         for k in 0..(100 * 256) {
             let slot = (start + k) % (100 * 256);
             let subnet = [100 + (slot / 256) as u8, (slot % 256) as u8];
-            let path = dir.join(format!("{}.{}", subnet[0], subnet[1]));
-            // A claim being written (no pid yet) counts as held; one of a dead process is
-            // taken over. A subnet on some interface already is never used.
-            if let Ok(pid) = std::fs::read_to_string(&path) {
-                match pid.trim().parse() {
-                    Ok(pid) if !alive(pid) => {
-                        let _ = std::fs::remove_file(&path);
-                    }
-                    _ => continue,
-                }
-            }
+            // A subnet on some interface already is never used.
             let prefix = format!("10.{}.{}.0/24", subnet[0], subnet[1]);
             if !ip_output(&["-o", "addr", "show", "to", &prefix])
                 .trim()
@@ -206,22 +242,73 @@ impl SubnetClaim {
             {
                 continue;
             }
-            let created = std::fs::OpenOptions::new()
+            let path = dir.join(format!("{}.{}", subnet[0], subnet[1]));
+            let Ok(file) = std::fs::OpenOptions::new()
                 .write(true)
-                .create_new(true)
-                .open(&path);
-            if let Ok(mut file) = created {
-                use std::io::Write;
-                let _ = write!(file, "{}", std::process::id());
-                return Ok((subnet, SubnetClaim { path }));
+                .create(true)
+                .truncate(false)
+                .open(&path)
+            else {
+                continue;
+            };
+            if file.try_lock().is_err() || named_pid_alive(&path) {
+                continue;
             }
+            // Read by harnesses of before the locks, which take no lock but skip a claim
+            // naming a live pid (and honoured here the same way, above).
+            let _ = file.set_len(0);
+            let _ =
+                std::io::Write::write_all(&mut &file, std::process::id().to_string().as_bytes());
+            return Ok((subnet, SubnetClaim { locked: file }));
         }
         Err("no free 10.x.y.0/24 for a test LAN".into())
     }
 }
 
-impl Drop for SubnetClaim {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A claim is held while its holder lives and free once it is gone, whatever the holder
+    /// left in its file: a test process killed between creating its claim and writing its
+    /// pid leaves an empty one, which must not keep the subnet from every later LAN.
+    #[test]
+    fn a_subnet_claim_excludes_others_while_held_and_is_free_once_its_holder_is_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let (first, held) = SubnetClaim::take_in(dir.path(), 7).unwrap();
+        assert_eq!(first, [100, 7]);
+        let (second, _other) = SubnetClaim::take_in(dir.path(), 7).unwrap();
+        assert_ne!(second, first, "a held subnet is not claimed twice");
+        drop(held);
+        assert_eq!(SubnetClaim::take_in(dir.path(), 7).unwrap().0, first);
+        // Left by a holder killed before it wrote anything.
+        std::fs::write(dir.path().join("100.9"), b"").unwrap();
+        assert_eq!(SubnetClaim::take_in(dir.path(), 9).unwrap().0, [100, 9]);
+        // Held by a harness of before the locks: its file names a live pid, pid 1's here.
+        std::fs::write(dir.path().join("100.11"), b"1").unwrap();
+        assert_eq!(SubnetClaim::take_in(dir.path(), 11).unwrap().0, [100, 12]);
+    }
+
+    /// A pid no process has, whose hex form starts with 1 (pid 1 always runs).
+    fn dead_pid() -> u32 {
+        (0x10_0000..0x20_0000)
+            .rev()
+            .find(|pid| !alive(*pid))
+            .expect("a free pid")
+    }
+
+    /// A killed test process's bridge is found stale by its name, whatever the digits its
+    /// pid starts with (a short prefix of them is some live process's pid, pid 1's at least).
+    #[test]
+    fn a_dead_test_process_bridge_is_stale_and_a_live_one_is_not() {
+        let dead = bridge_name(dead_pid(), 3);
+        assert!(bridge_is_stale(&dead), "{dead}");
+        let ours = bridge_name(std::process::id(), 12);
+        assert!(!bridge_is_stale(&ours), "{ours}");
+        assert!(!bridge_is_stale("docker0") && !bridge_is_stale("br-1"));
+        assert!(
+            ours.len() <= 15,
+            "{ours}: longer than an interface name may be"
+        );
     }
 }

@@ -43,6 +43,8 @@ struct Request<'a> {
     operation: Operation,
     /// When `dispatch_within` answers for a request still pending.
     answer_by: std::time::Instant,
+    /// The whole time the request was given (`limits.request_timeout_ms`).
+    deadline: std::time::Duration,
 }
 
 impl Request<'_> {
@@ -107,7 +109,7 @@ pub async fn dispatch_within(
         &header,
         operation,
         code,
-        dispatch(node, connection, admitted, body, answer_by),
+        dispatch(node, connection, admitted, body, answer_by, deadline),
     )
     .await;
     if let Some(started) = started {
@@ -174,13 +176,15 @@ async fn answer_within(
     Dispatched::Reply(frame::error_reply(header, operation, error))
 }
 
-/// Handles one request; `answer_by` is when its pending reply is answered for it.
+/// Handles one request; `answer_by` is when its pending reply is answered for it, `deadline`
+/// after it arrived.
 async fn dispatch(
     node: &Rc<Node>,
     connection: &mut Connection,
     admitted: Admitted,
     body: Vec<u8>,
     answer_by: std::time::Instant,
+    deadline: std::time::Duration,
 ) -> Dispatched {
     let header = admitted.header;
     let mut body = Some(body);
@@ -194,6 +198,7 @@ async fn dispatch(
         header: &header,
         operation: admitted.operation,
         answer_by,
+        deadline,
     };
     match admitted.operation {
         Operation::Register => register(node, connection, &request, &body).await,
@@ -1521,7 +1526,11 @@ async fn poll(
                 }
             }
         };
-        let wait = auto_commit_wait(std::time::Instant::now(), request.answer_by);
+        let wait = auto_commit_wait(
+            std::time::Instant::now(),
+            request.answer_by,
+            request.deadline,
+        );
         match settle_auto_commit(committed, wait).await {
             AutoCommit::Stored => {}
             AutoCommit::Skipped => tracing::debug!(
@@ -1574,18 +1583,26 @@ enum AutoCommit {
 }
 
 /// Left between the end of an auto-commit's wait and the request's deadline, for the reply
-/// to be built and sent before `answer_within` answers in its place.
+/// to be built and sent before `answer_within` answers in its place: at most this, and a
+/// quarter of a shorter request timeout (a fixed margin would take all of it, and no
+/// auto-commit would ever be proposed), but never less than [`AUTO_COMMIT_REPLY_MARGIN_MIN`].
 const AUTO_COMMIT_REPLY_MARGIN: std::time::Duration = std::time::Duration::from_millis(250);
 
-/// How long a poll's auto-commit may wait for its verdict at `now`, for a request answered
-/// for at `answer_by`; `None` when no time is left to propose it at all.
+/// The least margin: below it the two timers may fire in the same turn, and the request be
+/// answered 58 while its auto-commit stores the offset (the messages then skipped).
+const AUTO_COMMIT_REPLY_MARGIN_MIN: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// How long a poll's auto-commit may wait for its verdict at `now`, for a request given
+/// `deadline` and answered for at `answer_by`; `None` when no time is left to propose it.
 fn auto_commit_wait(
     now: std::time::Instant,
     answer_by: std::time::Instant,
+    deadline: std::time::Duration,
 ) -> Option<std::time::Duration> {
+    let margin = (deadline / 4).clamp(AUTO_COMMIT_REPLY_MARGIN_MIN, AUTO_COMMIT_REPLY_MARGIN);
     let wait = answer_by
         .saturating_duration_since(now)
-        .checked_sub(AUTO_COMMIT_REPLY_MARGIN)?;
+        .checked_sub(margin)?;
     (!wait.is_zero()).then_some(wait)
 }
 
@@ -1665,11 +1682,27 @@ mod tests {
         let now = std::time::Instant::now();
         let second = std::time::Duration::from_secs(1);
         assert_eq!(
-            auto_commit_wait(now, now + 10 * second),
+            auto_commit_wait(now, now + 10 * second, 10 * second),
             Some(10 * second - AUTO_COMMIT_REPLY_MARGIN)
         );
         for answer_by in [now + AUTO_COMMIT_REPLY_MARGIN, now, now - second] {
-            assert_eq!(auto_commit_wait(now, answer_by), None);
+            assert_eq!(auto_commit_wait(now, answer_by, 10 * second), None);
+        }
+    }
+
+    /// `limits.request_timeout_ms` accepts any value from 1 ms: a short one (from a few
+    /// milliseconds) still leaves a poll's auto-commit time to be proposed and waited for. Never proposed, a consumer
+    /// polling `Next` with auto-commit would be served the same messages forever.
+    #[test]
+    fn a_short_request_timeout_still_lets_a_poll_auto_commit() {
+        let now = std::time::Instant::now();
+        for millis in [20, 100, 200, 250, 1000] {
+            let deadline = std::time::Duration::from_millis(millis);
+            let wait = auto_commit_wait(now, now + deadline, deadline);
+            assert!(
+                wait.is_some_and(|wait| wait >= deadline / 2 && wait < deadline),
+                "request timeout {millis} ms: {wait:?}"
+            );
         }
     }
 
@@ -1684,13 +1717,14 @@ mod tests {
             let answer_by = std::time::Instant::now() + deadline;
             let polled = async {
                 let no_verdict = std::future::pending::<Result<(), ErrorCode>>();
-                let wait = auto_commit_wait(std::time::Instant::now(), answer_by);
+                let wait = auto_commit_wait(std::time::Instant::now(), answer_by, deadline);
                 let verdict = settle_auto_commit(no_verdict, wait).await;
                 assert_eq!(verdict, AutoCommit::Unknown);
                 let request = Request {
                     header: &read,
                     operation: Operation::NonReplicated,
                     answer_by,
+                    deadline,
                 };
                 request.reply(b"the polled messages")
             };
