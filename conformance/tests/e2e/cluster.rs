@@ -1852,11 +1852,12 @@ async fn a_backup_left_behind_by_checkpoints_catches_up_by_state_transfer() {
 
 /// A backup of a one-partition topic (1 MiB segments, six 200 KiB messages each) is killed
 /// before any message, the other two checkpoint past it, and DeleteSegments retires the oldest
-/// three segments (offsets 0..18): everything the laggard could continue from is gone from the
-/// group. Restarted, it asks for offset 0, hears the primary holds from 18 on, discards its
-/// log, restarts it empty at 18 and copies on. It rejoins, its segment files are the others'
-/// byte for byte (from `00000000000000000018.log` on), and an HTTP client given that node
-/// reads the partition from its own copy, from offset 18.
+/// three segments (offsets 0..18, allowed once the group checkpointed past the laggard, which
+/// can then catch up only by state transfer): everything the laggard could continue from is
+/// gone from the group. Restarted, it asks for offset 0, hears the primary holds from 18 on,
+/// discards its log, restarts it empty at 18 and copies on. It rejoins, its segment files are
+/// the others' byte for byte (from `00000000000000000018.log` on), and an HTTP client given
+/// that node reads the partition from its own copy, from offset 18.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backup_whose_log_the_group_retired_meanwhile_restarts_it_at_the_first_kept_segment() {
     const PAYLOAD: usize = 200 * 1024;
@@ -1875,27 +1876,12 @@ async fn a_backup_whose_log_the_group_retired_meanwhile_restarts_it_at_the_first
     let (stream, topic) = create_topic_of_small_segments(&client, "s", 1).await;
     let group = partition_group(stream.id, topic.id, 0);
     let (stream_id, topic_id) = (id(stream.id), id(topic.id));
-    wait_until(
-        &format!("node {LAGGARD} opens the partition"),
-        Duration::from_secs(30),
-        || (partition_dirs(&cluster, LAGGARD).len() == 1).then_some(()),
-        || cluster.describe(group),
-    )
-    .await;
-    cluster.kill9(LAGGARD);
+    kill_once_it_opens_the_partition(&mut cluster, LAGGARD, group).await;
     // One message per op: well past the bound (4 x 8 ops) at which the group checkpoints
     // without its laggard.
     let sent = 40u8;
-    for i in 0..sent {
-        send_to_partition(
-            &client,
-            &stream_id,
-            &topic_id,
-            0,
-            vec![msg(vec![i; PAYLOAD])],
-        )
-        .await;
-    }
+    send_one_per_op(&client, &stream_id, &topic_id, 0..sent, PAYLOAD).await;
+    wait_checkpointed_past(&cluster, LAGGARD, group).await;
     ok(
         "delete the oldest three segments",
         within(
@@ -1920,16 +1906,112 @@ async fn a_backup_whose_log_the_group_retired_meanwhile_restarts_it_at_the_first
     // knows nothing of the laggard): small messages, one per op, twice past the bound. No
     // journal can repair the laggard after that.
     let total = sent + 64;
-    for i in sent..total {
-        send_to_partition(&client, &stream_id, &topic_id, 0, vec![msg(vec![i; SMALL])]).await;
+    send_one_per_op(&client, &stream_id, &topic_id, sent..total, SMALL).await;
+    drop_the_primarys_queue_for(&mut cluster, LAGGARD, group).await;
+    let restarted = restart_at_the_first_kept_segment(&mut cluster, LAGGARD, group, Some(18)).await;
+    // 18, 24, 30 and 36 (the active one, with the small messages).
+    let names = identical_segments_from(&cluster, 4, 18).await;
+    let polled = served_from_its_own_copy(
+        &cluster,
+        LAGGARD,
+        &stream_id,
+        &topic_id,
+        18..u64::from(total),
+    )
+    .await;
+    for message in &polled.messages {
+        let fill = message.header.offset as u8;
+        let length = if fill < sent { PAYLOAD } else { SMALL };
+        assert!(
+            message.payload.len() == length && message.payload.iter().all(|b| *b == fill),
+            "the payload at offset {}",
+            message.header.offset
+        );
     }
-    let left_behind = format!("leaves replicas [{LAGGARD}] behind");
+    eprintln!("node {LAGGARD}: restarted its log at {restarted}; segments {names:?}");
+}
+
+/// Waits until every node holds the same segment files (at least `expected_files`), and checks
+/// they start at offset `first_kept`; returns their names.
+async fn identical_segments_from(
+    cluster: &TestCluster,
+    expected_files: usize,
+    first_kept: u64,
+) -> Vec<String> {
+    let segments = cluster.wait_identical_segments(expected_files).await;
+    let names: Vec<String> = segments
+        .keys()
+        .filter_map(|path| path.file_name()?.to_str().map(str::to_string))
+        .collect();
+    assert_eq!(
+        names.first(),
+        Some(&format!("{first_kept:020}.log")),
+        "every node holds the segments from the first kept one on: {names:?}"
+    );
+    names
+}
+
+/// Polls partition 0 through an HTTP client given node `node` (served from its own copy) and
+/// checks it holds exactly the offsets `expected`.
+async fn served_from_its_own_copy(
+    cluster: &TestCluster,
+    node: usize,
+    stream: &Identifier,
+    topic: &Identifier,
+    expected: std::ops::Range<u64>,
+) -> PolledMessages {
+    let reader = cluster.http_root_client(node).await;
+    let polled = poll(
+        &reader,
+        stream,
+        topic,
+        0,
+        &consumer("reader"),
+        PollingStrategy::first(),
+        1000,
+        false,
+    )
+    .await;
+    assert_eq!(offsets(&polled), expected.collect::<Vec<_>>());
+    polled
+}
+
+/// Waits until node `laggard` holds its one partition directory (of `group`), then kills it.
+async fn kill_once_it_opens_the_partition(cluster: &mut TestCluster, laggard: usize, group: u64) {
     wait_until(
-        &format!("the partition's primary checkpoints past node {LAGGARD}"),
+        &format!("node {laggard} opens the partition"),
+        Duration::from_secs(30),
+        || (partition_dirs(cluster, laggard).len() == 1).then_some(()),
+        || cluster.describe(group),
+    )
+    .await;
+    cluster.kill9(laggard);
+}
+
+/// Sends one message per request to partition 0, filled with its number from `fills`, each
+/// `length` bytes long.
+async fn send_one_per_op(
+    client: &IggyClient,
+    stream: &Identifier,
+    topic: &Identifier,
+    fills: std::ops::Range<u8>,
+    length: usize,
+) {
+    for fill in fills {
+        send_to_partition(client, stream, topic, 0, vec![msg(vec![fill; length])]).await;
+    }
+}
+
+/// Waits until a node other than `laggard` logs a checkpoint of the partition `group` that
+/// leaves `laggard` behind (`GroupCore::checkpoint_past_laggards`).
+async fn wait_checkpointed_past(cluster: &TestCluster, laggard: usize, group: u64) {
+    let left_behind = format!("leaves replicas [{laggard}] behind");
+    wait_until(
+        &format!("the partition's primary checkpoints past node {laggard}"),
         Duration::from_secs(30),
         || {
             (0..cluster.len())
-                .filter(|&i| i != LAGGARD)
+                .filter(|&i| i != laggard)
                 .any(|i| {
                     current_start(&cluster.node(i).log())
                         .lines()
@@ -1940,71 +2022,192 @@ async fn a_backup_whose_log_the_group_retired_meanwhile_restarts_it_at_the_first
         || cluster.describe(group),
     )
     .await;
-    // The primary's queue of frames for the laggard still holds the prepares of every op it
-    // missed (a link's queue outlives the peer's restart): a restart of the primary drops it,
-    // so the laggard has only the checkpoints to catch up from.
+}
+
+/// The primary's queue of frames for `laggard` still holds the prepares of every op it missed
+/// (a link's queue outlives the peer's restart): a restart of the primary of `group` drops it,
+/// so the laggard has only the checkpoints to catch up from.
+async fn drop_the_primarys_queue_for(cluster: &mut TestCluster, laggard: usize, group: u64) {
     let (primary, _) = cluster.primary(group).expect("a partition primary");
     let primary = usize::from(primary);
-    assert_ne!(primary, LAGGARD);
+    assert_ne!(primary, laggard);
     cluster.kill9(primary);
     cluster.restart(primary);
     cluster.wait_normal(primary, &[METADATA_GROUP, group]).await;
+}
 
-    cluster.restart(LAGGARD);
+/// Restarts `laggard`, waits until it restarts its log of `group` empty (at `first_kept` when
+/// given: the others retired what it lacks) and completes the state transfer, then until it
+/// rejoins. Returns the offset its log restarted at.
+async fn restart_at_the_first_kept_segment(
+    cluster: &mut TestCluster,
+    laggard: usize,
+    group: u64,
+    first_kept: Option<u64>,
+) -> u64 {
+    const RESTARTS: &str = "the log restarts empty at ";
+    cluster.restart(laggard);
     let restarted = wait_until(
-        &format!("node {LAGGARD} restarts its log at offset 18 and completes the transfer"),
+        &format!("node {laggard} restarts its log at {first_kept:?} and completes the transfer"),
         Duration::from_secs(40),
         || {
-            let log = cluster.node(LAGGARD).log();
+            let log = cluster.node(laggard).log();
             let start = current_start(&log);
-            let restart = start.lines().find(|line| {
-                line.contains(&format!("group {group:#x}:"))
-                    && line.contains("the log restarts empty at 18")
-            })?;
-            start
-                .contains(&format!("group {group:#x}: state transfer from replica"))
-                .then(|| restart.to_string())
+            let at: u64 = start
+                .lines()
+                .filter(|line| line.contains(&format!("group {group:#x}:")))
+                .find_map(|line| line.rsplit_once(RESTARTS)?.1.trim().parse().ok())?;
+            (first_kept.is_none_or(|first_kept| at == first_kept)
+                && start.contains(&format!("group {group:#x}: state transfer from replica")))
+            .then_some(at)
         },
         || cluster.describe(group),
     )
     .await;
-    cluster.wait_normal(LAGGARD, &[METADATA_GROUP, group]).await;
-    // 18, 24, 30 and 36 (the active one, with the small messages).
-    let segments = cluster.wait_identical_segments(4).await;
-    let names: Vec<String> = segments
-        .keys()
-        .filter_map(|path| path.file_name()?.to_str().map(str::to_string))
-        .collect();
-    assert_eq!(
-        names.first().map(String::as_str),
-        Some("00000000000000000018.log"),
-        "every node holds the segments from the first kept one on: {names:?}"
-    );
+    cluster.wait_normal(laggard, &[METADATA_GROUP, group]).await;
+    restarted
+}
 
-    // Served by the laggard from its own copy.
-    let reader = cluster.http_root_client(LAGGARD).await;
+/// DeleteSegments while a backup of a one-partition topic (1 MiB segments, six 200 KiB
+/// messages each) is down, and the group has not checkpointed past it: the backup can still
+/// catch up by repair, from the others' copies of the batches it lacks, so the retirement is
+/// held at what every replica holds (nothing here). The command still succeeds (a retirement
+/// that deletes nothing, like one asking for more segments than the log can give), every
+/// message stays readable, and the restarted backup catches up to byte-identical segments.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_segments_keeps_the_batches_a_down_backup_still_lacks() {
+    const PAYLOAD: usize = 200 * 1024;
+    const LAGGARD: usize = 2;
+    let mut cluster = TestCluster::start(3);
+    let client = cluster.root_client(0).await;
+    let (stream, topic) = create_topic_of_small_segments(&client, "s", 1).await;
+    let group = partition_group(stream.id, topic.id, 0);
+    let (stream_id, topic_id) = (id(stream.id), id(topic.id));
+    kill_once_it_opens_the_partition(&mut cluster, LAGGARD, group).await;
+    let sent = 20u8;
+    send_one_per_op(&client, &stream_id, &topic_id, 0..sent, PAYLOAD).await;
+    ok(
+        "delete the oldest three segments",
+        within(
+            "delete_segments",
+            client.delete_segments(&stream_id, &topic_id, 0, 3),
+        )
+        .await,
+    );
+    let held = (0..cluster.len()).filter(|&i| i != LAGGARD).any(|i| {
+        current_start(&cluster.node(i).log())
+            .contains("retirement held at offset 0 (planned up to 18)")
+    });
+    assert!(held, "the partition's primary logs the held retirement");
     let polled = poll(
-        &reader,
+        &client,
         &stream_id,
         &topic_id,
         0,
         &consumer("reader"),
         PollingStrategy::first(),
-        1000,
+        100,
         false,
     )
     .await;
-    assert_eq!(offsets(&polled), (18..u64::from(total)).collect::<Vec<_>>());
-    for message in &polled.messages {
-        let fill = message.header.offset as u8;
-        let length = if fill < sent { PAYLOAD } else { SMALL };
-        assert!(
-            message.payload.len() == length && message.payload.iter().all(|b| *b == fill),
-            "the payload at offset {}",
-            message.header.offset
-        );
-    }
-    eprintln!("node {LAGGARD}: {restarted}; segments {names:?}");
+    assert_eq!(
+        offsets(&polled),
+        (0..u64::from(sent)).collect::<Vec<_>>(),
+        "node {LAGGARD} lacks every batch: none is retired"
+    );
+    cluster.restart(LAGGARD);
+    cluster.wait_normal(LAGGARD, &[METADATA_GROUP, group]).await;
+    // 0, 6, 12 and 18 (the active one).
+    let segments = cluster.wait_identical_segments(4).await;
+    assert_eq!(
+        segments.len(),
+        4,
+        "every segment kept: {:?}",
+        segments.keys()
+    );
+}
+
+/// Size retention (1 MiB segments, six 200 KiB messages each, a 3 MiB topic) while a backup of
+/// the one-partition topic is down: the live nodes hold back only until the group checkpoints
+/// past it (then it can catch up by state transfer alone), and delete old segments while it is
+/// still down, so a dead node does not fill the others' disks. Restarted, it finds the log it
+/// lacks retired, restarts it at the group's first kept segment, copies on, and holds the
+/// others' segment files byte for byte, serving reads from its own copy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_proceeds_while_a_backup_the_group_checkpointed_past_is_down() {
+    const PAYLOAD: usize = 200 * 1024;
+    const SMALL: usize = 16;
+    const LAGGARD: usize = 2;
+    let options = ClusterOptions {
+        env: vec![
+            (
+                "IGGY_SYSTEM_CHECKPOINT_JOURNAL_OPS".to_string(),
+                "8".to_string(),
+            ),
+            (
+                "IGGY_SYSTEM_MAINTENANCE_INTERVAL_MS".to_string(),
+                "100".to_string(),
+            ),
+        ],
+        http: true,
+        ..ClusterOptions::default()
+    };
+    let mut cluster = TestCluster::start_with(3, options);
+    let client = cluster.root_client(0).await;
+    let max_topic_size = MaxTopicSize::Custom(IggyByteSize::from(3 * 1024 * 1024));
+    let (stream, topic) =
+        create_topic_of_small_segments_up_to(&client, "r", 1, Some(max_topic_size)).await;
+    let group = partition_group(stream.id, topic.id, 0);
+    let (stream_id, topic_id) = (id(stream.id), id(topic.id));
+    kill_once_it_opens_the_partition(&mut cluster, LAGGARD, group).await;
+    // One message per op, well past the bound (4 x 8 ops) at which the group checkpoints
+    // without its laggard.
+    let sent = 40u8;
+    send_one_per_op(&client, &stream_id, &topic_id, 0..sent, PAYLOAD).await;
+    wait_checkpointed_past(&cluster, LAGGARD, group).await;
+    let first_log = |i: usize| -> Option<String> {
+        cluster
+            .segment_logs(i)
+            .keys()
+            .filter_map(|path| path.file_name()?.to_str().map(str::to_string))
+            .next()
+    };
+    let live = [0, 1];
+    wait_until(
+        "retention deletes the oldest segments on the live nodes",
+        Duration::from_secs(30),
+        || {
+            live.iter()
+                .all(|&i| first_log(i).is_some_and(|name| name != "00000000000000000000.log"))
+                .then_some(())
+        },
+        || {
+            live.iter()
+                .map(|&i| format!("node {i}: {:?}", cluster.segment_logs(i).keys()))
+                .collect::<Vec<_>>()
+                .join("\n")
+        },
+    )
+    .await;
+    // The other backup checkpoints past the laggard too once its own journal outgrows the
+    // bound: small messages, one per op, twice past it.
+    let total = sent + 64;
+    send_one_per_op(&client, &stream_id, &topic_id, sent..total, SMALL).await;
+    drop_the_primarys_queue_for(&mut cluster, LAGGARD, group).await;
+    // Retention may go on meanwhile (each checkpoint raises its bound): the laggard restarts at
+    // whatever segment the group keeps first by then.
+    let first_kept = restart_at_the_first_kept_segment(&mut cluster, LAGGARD, group, None).await;
+    assert!(first_kept > 0, "retention deleted the oldest segments");
+    let names = identical_segments_from(&cluster, 2, first_kept).await;
+    served_from_its_own_copy(
+        &cluster,
+        LAGGARD,
+        &stream_id,
+        &topic_id,
+        first_kept..u64::from(total),
+    )
+    .await;
+    eprintln!("node {LAGGARD}: restarted its log at {first_kept}; segments {names:?}");
 }
 
 /// A `ReplicaHello` from replica `from` to replica `target` of `CLUSTER_NAME`, with this
@@ -2758,6 +2961,17 @@ async fn create_topic_of_small_segments(
     stream: &str,
     partitions: u32,
 ) -> (StreamDetails, TopicDetails) {
+    create_topic_of_small_segments_up_to(client, stream, partitions, None).await
+}
+
+/// [`create_topic_of_small_segments`], with the topic's size kept to `max_topic_size` by
+/// retention when given.
+async fn create_topic_of_small_segments_up_to(
+    client: &IggyClient,
+    stream: &str,
+    partitions: u32,
+    max_topic_size: Option<MaxTopicSize>,
+) -> (StreamDetails, TopicDetails) {
     let created = ok(
         "create stream",
         within(
@@ -2769,6 +2983,7 @@ async fn create_topic_of_small_segments(
     let options = TopicCreateOptions {
         partitions_count: Some(partitions),
         segment_size: Some(IggyByteSize::from(1024 * 1024)),
+        max_topic_size,
         ..Default::default()
     };
     let topic = ok(

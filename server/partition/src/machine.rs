@@ -112,8 +112,9 @@ pub struct Partition {
     retirable: Option<Retirable>,
 }
 
-/// What every replica of the group holds: offsets below `floor` belong to ops every replica
-/// journaled, so deleting them leaves no replica asking for a batch that is gone.
+/// How far a retirement may delete: offsets below `floor` belong to ops the group lets a
+/// retirement delete (see [`Partition::may_retire_through`]), so deleting them leaves no replica
+/// that catches up by repair asking for a batch that is gone.
 #[derive(Debug, Default)]
 struct Retirable {
     floor: u64,
@@ -137,14 +138,13 @@ impl Partition {
     }
 
     /// A partition whose group has other replicas: a retirement plan never deletes past what
-    /// every replica holds (see [`Partition::held_everywhere`]).
+    /// the group allows (see [`Partition::may_retire_through`]).
     pub fn bound_retirement_by_replicas(&mut self) {
         self.retirable = Some(Retirable::default());
     }
 
     /// The state was restored from a checkpoint at `op` (a start, or a state transfer): its
-    /// offsets are everywhere once every replica holds `op` (a group may checkpoint past a
-    /// replica that lags, so that is not known yet).
+    /// offsets are retirable once the group allows `op` (not known yet here).
     pub fn restored_at(&mut self, op: u64) {
         if let Some(retirable) = self.retirable.as_mut() {
             retirable.ends.clear();
@@ -153,8 +153,11 @@ impl Partition {
         }
     }
 
-    /// Every replica of the group holds the ops up to `op` (the group's `checkpoint_safe`).
-    pub fn held_everywhere(&mut self, op: u64) {
+    /// A retirement may delete the messages of the ops up to `op` (the group's
+    /// `retirable_through`): every replica holds them, or the group checkpointed past those
+    /// that do not, which catch up by state transfer (restarting their log at the first kept
+    /// segment when the group retired what they lack).
+    pub fn may_retire_through(&mut self, op: u64) {
         let Some(retirable) = self.retirable.as_mut() else {
             return;
         };
@@ -170,8 +173,8 @@ impl Partition {
     }
 
     /// The offset below which a retirement may delete: in a group of more than one, only
-    /// batches of ops every replica holds (a backup catching up reads the others' copies of
-    /// the rest); unbounded in a group of one.
+    /// batches of the ops the group allows (see [`Partition::may_retire_through`]: a backup
+    /// catching up by repair reads the others' copies of the rest); unbounded in a group of one.
     pub fn retirable_below(&self) -> u64 {
         self.retirable
             .as_ref()
@@ -1076,28 +1079,28 @@ mod tests {
             0,
             "no replica is known to hold anything"
         );
-        partition.held_everywhere(1);
+        partition.may_retire_through(1);
         assert_eq!(partition.retirable_below(), 4);
-        partition.held_everywhere(2);
+        partition.may_retire_through(2);
         assert_eq!(partition.retirable_below(), 7);
         // Held everywhere up to the last op applied: its end is the partition's.
-        partition.held_everywhere(3);
+        partition.may_retire_through(3);
         assert_eq!(partition.retirable_below(), 12);
         apply(&mut partition, 4, store(OffsetOwner::Consumer(1), 1, 0));
-        partition.held_everywhere(4);
+        partition.may_retire_through(4);
         assert_eq!(partition.retirable_below(), 12);
         // A restart from a checkpoint at op 4: its offsets are everywhere once op 4 is.
         let mut restored = Partition::new(0);
         restored.bound_retirement_by_replicas();
         restored.restore(&partition.encode_state(), 12).unwrap();
         restored.restored_at(4);
-        restored.held_everywhere(3);
+        restored.may_retire_through(3);
         assert_eq!(
             restored.retirable_below(),
             0,
             "a replica may lag behind the checkpoint"
         );
-        restored.held_everywhere(4);
+        restored.may_retire_through(4);
         assert_eq!(restored.retirable_below(), 12);
     }
 

@@ -14,7 +14,8 @@
 //! rolls segments every two or three batches, and a committed `DeleteSegments` deletes the
 //! closed ones below its `keep_from`, durably at once (as the server fsyncs the directory);
 //! a restart accounts for journaled sends whose batch a later retirement deleted. The sim's
-//! shell deletes only messages of ops every replica holds (`checkpoint_safe`), as the server
+//! shell deletes only messages of the ops its group allows (`GroupCore::retirable_through`:
+//! every replica holds them; these groups never checkpoint past a laggard), as the server
 //! bounds where it plans a retirement (`Partition::retirable_below`): otherwise a backup
 //! lagging behind a retirement never catches up (see [`machine`]).
 //!

@@ -10,7 +10,8 @@
 //! only accounts for the offsets they took.
 //!
 //! Unlike the server's shell, a retirement here deletes only messages of ops every replica's
-//! journal or checkpoint holds (`checkpoint_safe`, [`Machine::held_everywhere`]): below that,
+//! journal or checkpoint holds (`GroupCore::retirable_through`, which is `checkpoint_safe` as
+//! these groups never checkpoint past a laggard; [`Machine::may_retire_through`]): below that,
 //! `keep_from` is obeyed; above it, the segments stay. Without a bound a backup lagging behind
 //! the retirement asks for prepares whose batches every other replica deleted and never catches
 //! up (`SIM_SEED=11` without it). The server bounds the same way where the retirement is
@@ -190,7 +191,7 @@ impl Machine for PartitionMachine {
         self.log.sync();
     }
 
-    fn held_everywhere(&mut self, op: u64) {
+    fn may_retire_through(&mut self, op: u64) {
         while let Some(&(applied, next)) = self.next_after_applied.front()
             && applied <= op
         {

@@ -735,7 +735,7 @@ mod tests {
             "no op is known held by every replica"
         );
         assert_eq!(machine.figures().retirements_bounded, 1);
-        machine.held_everywhere(10);
+        machine.may_retire_through(10);
         for op in [12, 13] {
             let reply = machine
                 .apply(op, 1, retire.operation(), &retire.encode())

@@ -548,6 +548,33 @@ impl<W> GroupCore<W> {
         self.past_laggards = Some(bound);
     }
 
+    /// The highest op whose messages a retirement (retention, DeleteSegments) may delete: one
+    /// no replica that can still catch up by repair lacks, and committed.
+    ///
+    /// That is [`Replica::checkpoint_safe`] (every replica holds it durably), and in a group
+    /// set to [`Self::checkpoint_past_laggards`] also this replica's checkpoint op. Why the
+    /// checkpoint is safe: it is at most `commit_min`, so committed; a replica whose journal
+    /// holds the entry at it needs from its peers only later ops, whose messages lie above;
+    /// one that does not cannot install this replica's log (its checkpoint is the log's base)
+    /// and catches up by state transfer, which restarts its log at the first kept segment. So
+    /// a replica left down long enough for the group to checkpoint past it no longer holds
+    /// retention back on the live ones. The bound is this replica's alone (the others'
+    /// checkpoint ops do not travel), and the replicas reach the journal bound at slightly
+    /// different ops: while the replica the laggard would repair from (its primary, after a
+    /// view change, or now, when a backup planned the retirement: a DeleteSegments is planned
+    /// by the metadata primary's replica) has not checkpointed past the laggard yet, the
+    /// laggard may ask it for a batch the retirement deleted there too. Nothing acknowledged
+    /// is lost (the batch was retired on purpose), but the laggard's repair waits until that
+    /// replica checkpoints past it as well (at the same journal bound, so once further ops
+    /// commit) and it turns to state transfer.
+    pub fn retirable_through(&self) -> u64 {
+        let safe = self.replica.checkpoint_safe();
+        if self.past_laggards.is_none() {
+            return safe;
+        }
+        safe.max(self.replica.checkpoint_op())
+    }
+
     /// The replicas a checkpoint at `op` leaves behind, as far as this replica knows: on a
     /// primary, those whose acknowledged durable log ends below `op` (they will need state
     /// transfer); a backup knows none.

@@ -194,10 +194,9 @@ fn primary_of_three() -> GroupCore<u32> {
     )
 }
 
-#[test]
-fn a_group_of_three_checkpoints_only_at_ops_every_replica_holds() {
-    let mut core = primary_of_three();
-    for client in 1..=6 {
+/// Submits a register of each of `clients` to `core`.
+fn submit_registers(core: &mut GroupCore<u32>, clients: std::ops::RangeInclusive<u128>) {
+    for client in clients {
         core.submit(iggy_vsr::group::Pending {
             client,
             request: 0,
@@ -206,6 +205,12 @@ fn a_group_of_three_checkpoints_only_at_ops_every_replica_holds() {
             waiter: 0,
         });
     }
+}
+
+#[test]
+fn a_group_of_three_checkpoints_only_at_ops_every_replica_holds() {
+    let mut core = primary_of_three();
+    submit_registers(&mut core, 1..=6);
     run(&mut core);
     for op in 1..=6 {
         core.on_message(1, prepare_ok(op, 1));
@@ -288,4 +293,67 @@ fn a_group_set_past_laggards_checkpoints_at_its_commit_once_the_journal_passes_t
     run(&mut waiting);
     assert_eq!(waiting.replica().commit_min(), 8);
     assert_eq!(waiting.checkpoint_due(0), None);
+}
+
+/// Primary of three (see [`primary_of_three`]) that committed a limits nomination and seven
+/// registers (ops 1..=8) with replica 1, while replica 2 acknowledged ops 1..=2 only.
+fn primary_of_three_with_a_laggard(past_laggards: Option<JournalBound>) -> GroupCore<u32> {
+    let mut core = primary_of_three();
+    if let Some(bound) = past_laggards {
+        core.checkpoint_past_laggards(bound);
+    }
+    submit_registers(&mut core, 1..=7);
+    run(&mut core);
+    for op in 1..=8 {
+        core.on_message(1, prepare_ok(op, 1));
+    }
+    core.on_message(2, prepare_ok(2, 2));
+    run(&mut core);
+    assert_eq!(core.replica().commit_min(), 8);
+    assert_eq!(core.replica().checkpoint_safe(), 2);
+    core
+}
+
+#[test]
+fn retirement_follows_a_checkpoint_past_a_laggard_and_otherwise_what_every_replica_holds() {
+    let bound = JournalBound {
+        bytes: u64::MAX,
+        ops: 8,
+    };
+    let mut core = primary_of_three_with_a_laggard(Some(bound));
+    assert_eq!(
+        core.retirable_through(),
+        2,
+        "not checkpointed past replica 2 yet: what every replica holds"
+    );
+    assert_eq!(core.checkpoint_due(0), Some(8));
+    core.checkpoint_record(8);
+    core.checkpointed();
+    assert_eq!(core.left_behind(8), [2]);
+    assert_eq!(
+        core.retirable_through(),
+        8,
+        "replica 2 can follow only by state transfer now: up to the checkpoint"
+    );
+    // A group whose laggards do not catch up by state transfer never checkpoints past them,
+    // and its retirements stay below what every replica holds.
+    let waiting = primary_of_three_with_a_laggard(None);
+    assert_eq!(waiting.checkpoint_due(0), None);
+    assert_eq!(waiting.retirable_through(), 2);
+}
+
+#[test]
+fn retirement_never_passes_the_commit() {
+    let mut core = primary_of_three_with_a_laggard(Some(JournalBound {
+        bytes: u64::MAX,
+        ops: 8,
+    }));
+    core.checkpoint_record(8);
+    core.checkpointed();
+    // Prepared, not committed yet: not retirable.
+    submit_registers(&mut core, 8..=8);
+    run(&mut core);
+    assert_eq!(core.replica().op(), 9);
+    assert_eq!(core.replica().commit_max(), 8);
+    assert_eq!(core.retirable_through(), 8);
 }

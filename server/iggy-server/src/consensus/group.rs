@@ -133,9 +133,11 @@ pub trait StateMachine {
     fn unstow_after(&mut self, _op: u64) -> impl Future<Output = std::io::Result<()>> {
         async { Ok(()) }
     }
-    /// Every replica of the group holds the ops up to `op` (its `checkpoint_safe`); called
-    /// after each drive in a group of more than one.
-    fn held_everywhere(&mut self, _op: u64) {}
+    /// A retirement may delete the messages of the ops up to `op` (the group's
+    /// `retirable_through`: every replica holds them, or the group checkpointed past those
+    /// that do not, which catch up by state transfer); called after each drive in a group of
+    /// more than one.
+    fn may_retire_through(&mut self, _op: u64) {}
     /// The op `stand_in` journals, its body read back from where [`Self::stow`] put it; `None`
     /// when it is gone (a retired segment) or damaged.
     fn read_stowed(&self, _stand_in: &Entry) -> impl Future<Output = Option<Entry>> {
@@ -689,8 +691,7 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
             self.drive().await;
             self.core.release_applied_bodies();
             if self.plane.is_some() {
-                self.state
-                    .held_everywhere(self.core.replica().checkpoint_safe());
+                self.state.may_retire_through(self.core.retirable_through());
             }
             self.maybe_checkpoint().await;
             self.maybe_start_transfer();

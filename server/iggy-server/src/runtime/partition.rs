@@ -57,8 +57,16 @@ pub enum PartitionRead {
     /// holding messages a consumer has not committed yet stay.
     PlanSegmentRetirement {
         count: u32,
-        done: oneshot::Sender<u64>,
+        done: oneshot::Sender<RetirementPlan>,
     },
+}
+
+/// A segment deletion's plan: where it would keep the log from, and where the group's bound
+/// (`Partition::retirable_below`) lets it, at or below that.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetirementPlan {
+    pub planned: u64,
+    pub keep_from: u64,
 }
 
 /// Bytes kept free in front of polled records for the reply header and the poll prefix, so the
@@ -251,20 +259,14 @@ impl PartitionMachine {
         entry.is_valid().then_some(entry)
     }
 
-    /// A planned retirement kept to what every replica of the group holds (see
-    /// `Partition::retirable_below`): a backup catching up still finds the batches it lacks.
-    /// `None` when nothing is left to delete.
-    fn bounded_retirement(&self, planned: Option<u64>) -> Option<u64> {
-        let bound = self.core.retirable_below();
-        let keep_from = planned?.min(bound);
-        if keep_from < planned? {
-            tracing::info!(
-                "partition {}: retirement held at offset {keep_from} (planned up to {}): a replica does not hold the later batches yet",
-                self.partition_id,
-                planned?
-            );
+    /// A planned retirement (the offset it keeps the log from) kept to what the group allows
+    /// (see `Partition::retirable_below`): a backup catching up by repair still finds the
+    /// batches it lacks.
+    fn bounded_retirement(&self, planned: u64) -> RetirementPlan {
+        RetirementPlan {
+            planned,
+            keep_from: planned.min(self.core.retirable_below()),
         }
-        (keep_from > self.log.first_offset()).then_some(keep_from)
     }
 
     fn current_offset(&self) -> u64 {
@@ -395,8 +397,8 @@ impl StateMachine for PartitionMachine {
             .map_err(std::io::Error::other)
     }
 
-    fn held_everywhere(&mut self, op: u64) {
-        self.core.held_everywhere(op);
+    fn may_retire_through(&mut self, op: u64) {
+        self.core.may_retire_through(op);
     }
 
     async fn read_stowed(&self, stand_in: &Entry) -> Option<Entry> {
@@ -546,7 +548,13 @@ impl StateMachine for PartitionMachine {
                 done,
             } => {
                 let planned = self.log.retention_point(now, message_expiry_us, max_size);
-                let _ = done.send(self.bounded_retirement(planned));
+                let plan = planned.map(|planned| self.bounded_retirement(planned));
+                if let Some(plan) = plan {
+                    plan.log_hold(self.partition_id);
+                }
+                let keep_from = plan.map(|plan| plan.keep_from);
+                let due = keep_from.filter(|&keep_from| keep_from > self.log.first_offset());
+                let _ = done.send(due);
             }
             PartitionRead::Sync { done } => {
                 self.log.sync().await;
@@ -562,8 +570,21 @@ impl StateMachine for PartitionMachine {
             PartitionRead::PlanSegmentRetirement { count, done } => {
                 let keep_after = self.core.retirement_floor();
                 let planned = self.log.retire_point(count, keep_after);
-                let _ = done.send(self.bounded_retirement(Some(planned)).unwrap_or(planned));
+                let _ = done.send(self.bounded_retirement(planned));
             }
+        }
+    }
+}
+
+impl RetirementPlan {
+    /// Logs that the bound holds the plan back, if it does.
+    pub fn log_hold(&self, partition_id: u32) {
+        if self.keep_from < self.planned {
+            tracing::info!(
+                "partition {partition_id}: retirement held at offset {} (planned up to {}): a replica that can still catch up by repair lacks the later batches",
+                self.keep_from,
+                self.planned,
+            );
         }
     }
 }
@@ -906,8 +927,8 @@ impl PartitionHandle {
             .await
     }
 
-    /// The offset a deletion of up to `count` of the oldest segments keeps the log from.
-    pub async fn plan_segment_retirement(&self, count: u32) -> Result<u64, ErrorCode> {
+    /// Where a deletion of up to `count` of the oldest segments keeps the log from.
+    pub async fn plan_segment_retirement(&self, count: u32) -> Result<RetirementPlan, ErrorCode> {
         let (done, wait) = oneshot::channel();
         if !self
             .group

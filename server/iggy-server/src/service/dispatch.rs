@@ -1112,9 +1112,7 @@ async fn delete_segments(
     {
         0
     } else {
-        partition
-            .plan_segment_retirement(delete.segments_count)
-            .await?
+        plan_within_bound(&partition, delete.partition_id, delete.segments_count).await?
     };
     let write = PartitionWrite::RetireSegments { keep_from };
     let written = partition
@@ -1139,6 +1137,32 @@ async fn delete_segments(
             let commit = node.shared.metadata.borrow().commit;
             Ok(request.committed(request.operation, commit, &[]))
         }
+    }
+}
+
+/// How long a segment deletion waits for its group's bound to reach its plan: this replica
+/// (the metadata primary's, which plans it) learns what every replica holds from the partition
+/// primary's Commit heartbeats, a few ticks behind the sends just acknowledged.
+const RETIREMENT_BOUND_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Where a deletion of up to `count` of the oldest segments of `partition` keeps the log from,
+/// kept to the group's bound (never past what a replica that can still catch up by repair
+/// lacks). A plan the bound holds back is planned again until the bound reaches it or
+/// [`RETIREMENT_BOUND_WAIT`] passes; a plan held back whole commits a retirement that deletes
+/// nothing, and the command succeeds like one asking for more segments than the log has.
+async fn plan_within_bound(
+    partition: &PartitionHandle,
+    partition_id: u32,
+    count: u32,
+) -> Result<u64, ErrorCode> {
+    let deadline = std::time::Instant::now() + RETIREMENT_BOUND_WAIT;
+    loop {
+        let plan = partition.plan_segment_retirement(count).await?;
+        if plan.keep_from == plan.planned || std::time::Instant::now() >= deadline {
+            plan.log_hold(partition_id);
+            return Ok(plan.keep_from);
+        }
+        compio::time::sleep(crate::consensus::plane::TICK).await;
     }
 }
 

@@ -1005,8 +1005,7 @@ impl<W: Workload> Cluster<W> {
                     operation,
                     body,
                 } => {
-                    node.machine
-                        .held_everywhere(core.replica().checkpoint_safe());
+                    node.machine.may_retire_through(core.retirable_through());
                     let applied = node.machine.apply(op, client, operation, &body);
                     let entry = core.replica().entry(op).unwrap().clone();
                     let fresh = self.check_commit(index, op, &entry, &applied.reply);

@@ -44,11 +44,12 @@ pub trait Machine {
     /// `Step::Registered`: a committed register opened `client`'s session at `op` (the
     /// server's metadata machine records the session; others keep nothing per session).
     fn registered(&mut self, _op: u64, _client: u128, _body: &Bytes) {}
-    /// Before each `Step::Apply`: every replica's journal or checkpoint durably holds the ops
-    /// through `op` (the replica's `checkpoint_safe`), so no peer will ask this one for their
-    /// bodies. A machine that deletes bodies it stowed (a partition's segment retirement)
-    /// deletes only those.
-    fn held_everywhere(&mut self, _op: u64) {}
+    /// Before each `Step::Apply`: no peer that can catch up without state transfer will ask
+    /// this one for the bodies of the ops through `op` (`GroupCore::retirable_through`: every
+    /// replica's journal or checkpoint durably holds them, or the group checkpointed past the
+    /// replicas that do not). A machine that deletes bodies it stowed (a partition's segment
+    /// retirement) deletes only those.
+    fn may_retire_through(&mut self, _op: u64) {}
     /// `Step::Apply` of a committed op.
     fn apply(&mut self, op: u64, client: u128, operation: u8, body: &Bytes) -> Applied;
     /// The state a checkpoint at `op` keeps, with every applied op's effects made durable;
