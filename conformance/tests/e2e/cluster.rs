@@ -87,6 +87,22 @@ fn cluster_file(nodes: &[RosterNode]) -> String {
     text
 }
 
+/// The environment that binds a node's client listeners to its own `ip` (HTTP always, QUIC and
+/// WebSocket when on), port 0: the roster gives each port.
+fn listeners_on(ip: IpAddr, quic: bool, websocket: bool) -> Vec<(String, String)> {
+    let mut env = vec![
+        ("IGGY_HTTP_ENABLED".to_string(), "true".to_string()),
+        ("IGGY_HTTP_ADDRESS".to_string(), format!("{ip}:0")),
+    ];
+    if quic {
+        env.push(("IGGY_QUIC_ADDRESS".to_string(), format!("{ip}:0")));
+    }
+    if websocket {
+        env.push(("IGGY_WEBSOCKET_ADDRESS".to_string(), format!("{ip}:0")));
+    }
+    env
+}
+
 /// A `free_port` that is free for UDP too (QUIC listens on UDP).
 fn free_udp_port() -> u16 {
     free_udp_port_on(&[IpAddr::V4(Ipv4Addr::LOCALHOST)])
@@ -243,20 +259,7 @@ impl TestCluster {
                 websocket,
             })
             .collect();
-        let node_env = |i: usize| {
-            let ip = ips[i];
-            let mut env = vec![
-                ("IGGY_HTTP_ENABLED".to_string(), "true".to_string()),
-                ("IGGY_HTTP_ADDRESS".to_string(), format!("{ip}:0")),
-            ];
-            if quic.is_some() {
-                env.push(("IGGY_QUIC_ADDRESS".to_string(), format!("{ip}:0")));
-            }
-            if websocket.is_some() {
-                env.push(("IGGY_WEBSOCKET_ADDRESS".to_string(), format!("{ip}:0")));
-            }
-            env
-        };
+        let node_env = |i: usize| listeners_on(ips[i], quic.is_some(), websocket.is_some());
         Self::launch(roster, node_env, None, None, options)
     }
 
@@ -278,19 +281,8 @@ impl TestCluster {
             })
             .collect();
         let ips: Vec<IpAddr> = (0..n).map(|i| lan.ip(i)).collect();
-        let websocket = options.websocket;
-        let node_env = move |i: usize| {
-            let ip = ips[i];
-            let mut env = vec![
-                ("IGGY_HTTP_ENABLED".to_string(), "true".to_string()),
-                ("IGGY_HTTP_ADDRESS".to_string(), format!("{ip}:0")),
-                ("IGGY_QUIC_ADDRESS".to_string(), format!("{ip}:0")),
-            ];
-            if websocket {
-                env.push(("IGGY_WEBSOCKET_ADDRESS".to_string(), format!("{ip}:0")));
-            }
-            env
-        };
+        let (quic, websocket) = (options.quic, options.websocket);
+        let node_env = move |i: usize| listeners_on(ips[i], quic, websocket);
         Self::launch(roster, node_env, None, Some(lan), options)
     }
 
