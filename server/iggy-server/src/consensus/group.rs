@@ -506,8 +506,8 @@ pub struct Group<J: Journal, S: StateMachine> {
     /// The newest durable checkpoint (its op and slot bytes), served to a replica that needs
     /// state transfer; read from the slots at the first request after a start or a checkpoint.
     served: Option<(u64, Bytes)>,
-    /// The checkpoint slot offered in chunks to the latest transfer that asked (its nonce).
-    lent_slot: Option<(u128, Bytes)>,
+    /// The checkpoint slots offered in chunks, one per peer that asked.
+    lent_slots: crate::consensus::transfer::LentSlots,
     /// The state transfer under way on this replica, when it fell behind its peers'
     /// checkpoints.
     fetch: Option<Fetch>,
@@ -595,7 +595,7 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
             plane,
             settings,
             served: None,
-            lent_slot: None,
+            lent_slots: crate::consensus::transfer::LentSlots::default(),
             fetch: None,
             transfer_paused_until: 0,
             pending_offer: None,
@@ -1017,9 +1017,7 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                 let offered =
                     crate::consensus::transfer::offer(slot, plane.transfer_chunk_bytes(), metadata);
                 if matches!(offered, Offered::InChunks { .. }) {
-                    // Its pieces come from this slot even if a newer checkpoint replaces it
-                    // meanwhile (the latest transfer's only).
-                    self.lent_slot = Some((nonce, slot.clone()));
+                    self.lent_slots.lend(to, nonce, slot.clone());
                 }
                 Transfer::Target {
                     nonce,
@@ -1047,13 +1045,10 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
             .plane
             .as_ref()
             .map_or(max_bytes, GroupPlane::transfer_chunk_bytes);
-        let bytes = match &self.lent_slot {
-            Some((lent_to, slot)) if *lent_to == nonce => {
-                crate::consensus::transfer::slot_chunk(slot, offset, max_bytes.min(budget))
-            }
-            _ => Bytes::new(),
-        };
-        (offset, bytes)
+        (
+            offset,
+            self.lent_slots.chunk(nonce, offset, max_bytes.min(budget)),
+        )
     }
 
     /// Sends a state-transfer frame to `to` in the replica's view.

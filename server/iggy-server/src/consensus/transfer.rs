@@ -78,6 +78,36 @@ pub fn slot_chunk(slot: &Bytes, offset: u64, max_bytes: u32) -> Bytes {
     slot.slice(start..end)
 }
 
+/// The checkpoint slots a serving replica offered in chunks, one per peer that asked (its
+/// latest transfer's nonce): a slot's pieces keep coming from the copy offered even after a
+/// newer checkpoint replaces it, and laggards fetching at once do not displace each other's
+/// copy (a copy per peer, so at most the other replicas' count; peers offered the same
+/// checkpoint share its bytes).
+#[derive(Debug, Default)]
+pub struct LentSlots {
+    by_peer: Vec<(u8, u128, Bytes)>,
+}
+
+impl LentSlots {
+    /// `slot` is offered in chunks to `peer`'s transfer `nonce`; any earlier transfer of that
+    /// peer is over (a laggard runs one transfer at a time).
+    pub fn lend(&mut self, peer: u8, nonce: u128, slot: Bytes) {
+        self.by_peer.retain(|(lent_to, _, _)| *lent_to != peer);
+        self.by_peer.push((peer, nonce, slot));
+    }
+
+    /// The bytes a chunk request of transfer `nonce` at byte `offset` is answered with (see
+    /// [`slot_chunk`]); none when no slot was lent to that transfer.
+    pub fn chunk(&self, nonce: u128, offset: u64, max_bytes: u32) -> Bytes {
+        self.by_peer
+            .iter()
+            .find(|(_, lent_nonce, _)| *lent_nonce == nonce)
+            .map_or_else(Bytes::new, |(_, _, slot)| {
+                slot_chunk(slot, offset, max_bytes)
+            })
+    }
+}
+
 /// A state-transfer frame.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Transfer {
@@ -1201,6 +1231,28 @@ mod tests {
             }
         );
         assert_eq!(fetch.restarted(20, 1), None, "install now");
+    }
+
+    #[test]
+    fn laggards_fetching_a_slot_in_chunks_at_once_each_keep_their_own_copy() {
+        let (older, newer) = (Bytes::from(vec![1u8; 40]), Bytes::from(vec![2u8; 40]));
+        let mut lent = LentSlots::default();
+        lent.lend(1, 0xa, older.clone());
+        // A second laggard asks after a newer checkpoint replaced the first one's slot.
+        lent.lend(3, 0xb, newer.clone());
+        assert_eq!(lent.chunk(0xa, 8, 16), older.slice(8..24));
+        assert_eq!(lent.chunk(0xb, 32, 16), newer.slice(32..40));
+        assert!(lent.chunk(0xc, 0, 16).is_empty(), "no slot was lent to 0xc");
+    }
+
+    #[test]
+    fn a_peers_new_transfer_ends_the_copy_lent_to_its_previous_one() {
+        let mut lent = LentSlots::default();
+        lent.lend(2, 0xa, Bytes::from(vec![1u8; 40]));
+        lent.lend(2, 0xb, Bytes::from(vec![2u8; 40]));
+        assert!(lent.chunk(0xa, 0, 16).is_empty());
+        assert_eq!(lent.chunk(0xb, 0, 4), Bytes::from(vec![2u8; 4]));
+        assert_eq!(lent.by_peer.len(), 1, "one copy per peer");
     }
 
     #[test]
