@@ -3149,6 +3149,18 @@ impl GroupOffsetElsewhere {
         stored.map(|info| info.stored_offset)
     }
 
+    /// Deletes the group's offset on the partition.
+    async fn delete_offset(&self) -> Result<(), IggyError> {
+        let as_group = Consumer::group(name("g"));
+        let delete = self.client.delete_consumer_offset(
+            &as_group,
+            &self.stream,
+            &self.topic,
+            Some(self.partition),
+        );
+        within("delete group offset", delete).await
+    }
+
     /// Stops the partition's primary around `during` and waits until the others elected a new
     /// one and the stopped node serves again, behind it.
     async fn with_partition_primary_stopped(
@@ -3230,6 +3242,11 @@ async fn a_group_recreated_before_any_sweep_never_reads_the_deleted_groups_offse
     assert!(
         inherited.is_none(),
         "the new group inherited {inherited:?} from the deleted one"
+    );
+    expect_code(
+        "delete the offset the deleted group left (not the new group's)",
+        fixture.delete_offset().await,
+        3021,
     );
     let polled = poll(
         &fixture.client,

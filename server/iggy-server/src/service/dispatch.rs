@@ -223,7 +223,7 @@ async fn dispatch(
                     }
                 }
                 Operation::StoreConsumerOffset | Operation::DeleteConsumerOffset => {
-                    match prepare_offset_write(node, &request, routing, bound, &body) {
+                    match prepare_offset_write(node, &request, routing, bound, &body).await {
                         Ok(write) => partition_write(node, &request, routing, bound, write).await,
                         Err(error) => Err(error),
                     }
@@ -972,7 +972,7 @@ fn prepare_send(
     ))
 }
 
-fn prepare_offset_write(
+async fn prepare_offset_write(
     node: &Rc<Node>,
     request: &Request<'_>,
     routing: Routing,
@@ -1020,8 +1020,18 @@ fn prepare_offset_write(
             {
                 return Err(ErrorCode::Unauthorized);
             }
-            let (owner, _) = offset_owner(node, &delete.consumer, key)?;
+            let (owner, owner_created_at_op) = offset_owner(node, &delete.consumer, key)?;
             let resolved_at = node.shared.metadata.borrow().commit;
+            // A group's stored offset may be one a deleted group with the same id left (its
+            // deletion not yet swept from the partition): not this group's, so there is
+            // nothing to delete. Checked on the applied state once it reaches what was
+            // acknowledged, as a GetConsumerOffset reads it.
+            if owner_created_at_op > 0 {
+                let partition = current_partition(node, key).await?;
+                if let Some((_, None)) = partition.offset(owner, owner_created_at_op).await {
+                    return Err(ErrorCode::ConsumerOffsetNotFound);
+                }
+            }
             (key, PartitionWrite::DeleteOffset { owner, resolved_at })
         }
         _ => return Err(ErrorCode::InvalidCommand),
