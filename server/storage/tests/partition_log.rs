@@ -1142,6 +1142,36 @@ fn a_full_segment_is_fsynced_before_the_next_one_is_created() {
     });
 }
 
+/// A log of [`ROLL_SIZES`] batches (their lengths) in segments of 1024 bytes and an empty log
+/// to copy it into, each in a folder of its own.
+struct SourceAndCopy {
+    source_dir: tempfile::TempDir,
+    source: PartitionLog,
+    lengths: Vec<usize>,
+    copy_dir: tempfile::TempDir,
+    copy: PartitionLog,
+}
+
+impl SourceAndCopy {
+    async fn set_up() -> Self {
+        let (source_dir, copy_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let mut source = PartitionLog::open(source_dir.path(), config(1024))
+            .await
+            .unwrap();
+        let lengths = append_batches(&mut source, &ROLL_SIZES).await;
+        let copy = PartitionLog::open(copy_dir.path(), config(1024))
+            .await
+            .unwrap();
+        SourceAndCopy {
+            source_dir,
+            source,
+            lengths,
+            copy_dir,
+            copy,
+        }
+    }
+}
+
 /// Copies `source`'s records from `copy`'s end up to `end` into `copy`, in chunks of at most
 /// 300 bytes (or one record longer than that), as a state transfer does.
 async fn copy_records(source: &PartitionLog, copy: &mut PartitionLog, end: u64) {
@@ -1168,12 +1198,13 @@ async fn copy_records(source: &PartitionLog, copy: &mut PartitionLog, end: u64) 
 #[test]
 fn records_from_reads_whole_records_within_a_budget_and_they_append_byte_identical_elsewhere() {
     run(async {
-        let source_dir = tempfile::tempdir().unwrap();
-        let copy_dir = tempfile::tempdir().unwrap();
-        let mut source = PartitionLog::open(source_dir.path(), config(1024))
-            .await
-            .unwrap();
-        let lengths = append_batches(&mut source, &ROLL_SIZES).await;
+        let SourceAndCopy {
+            source_dir,
+            mut source,
+            lengths,
+            copy_dir,
+            mut copy,
+        } = SourceAndCopy::set_up().await;
         let bases = batch_bases(&ROLL_SIZES);
         assert!(source.segments_count() >= 3);
         let end = source.next_offset();
@@ -1204,9 +1235,6 @@ fn records_from_reads_whole_records_within_a_budget_and_they_append_byte_identic
             .unwrap();
         assert_eq!(two.len(), lengths[2] + lengths[3]);
         // Copied in chunks of at most 300 bytes (across every segment) into another log.
-        let mut copy = PartitionLog::open(copy_dir.path(), config(1024))
-            .await
-            .unwrap();
         copy_records(&source, &mut copy, end).await;
         source.sync().await;
         copy.sync().await;
@@ -1245,16 +1273,14 @@ fn records_from_reads_whole_records_within_a_budget_and_they_append_byte_identic
 #[test]
 fn a_log_restarted_past_its_end_copies_on_byte_identical_and_survives_a_crash_in_between() {
     run(async {
-        let source_dir = tempfile::tempdir().unwrap();
-        let copy_dir = tempfile::tempdir().unwrap();
-        let mut source = PartitionLog::open(source_dir.path(), config(1024))
-            .await
-            .unwrap();
-        append_batches(&mut source, &ROLL_SIZES).await;
+        let SourceAndCopy {
+            source_dir,
+            mut source,
+            copy_dir,
+            mut copy,
+            ..
+        } = SourceAndCopy::set_up().await;
         let end = source.next_offset();
-        let mut copy = PartitionLog::open(copy_dir.path(), config(1024))
-            .await
-            .unwrap();
         // The copy holds the first two segments and a part of the third.
         let held = source.retire_point(2, u64::MAX) + 1;
         let held = batch_bases(&ROLL_SIZES)

@@ -1,57 +1,105 @@
+use iggy_storage::StorageError;
 use iggy_storage::revision::{
     Discarded, PartitionDirState, discard_partition_dir, finish_discards, prepare_partition_dir,
     write_retirement_fence,
 };
+use std::path::{Path, PathBuf};
+
+/// A data directory in a temporary folder with partition 0 of topic 0 of stream 0: its
+/// directory, its namespace records and the tree discarded directories go to.
+struct DataDir {
+    temporary: tempfile::TempDir,
+    partition: PathBuf,
+    namespace: PathBuf,
+    discarded: PathBuf,
+}
+
+impl DataDir {
+    fn new() -> Self {
+        let temporary = tempfile::tempdir().unwrap();
+        let root = temporary.path();
+        DataDir {
+            partition: root.join("streams/0/topics/0/partitions/0"),
+            namespace: root.join("partition-initialization/0-0-0"),
+            discarded: root.join("discarded-partitions"),
+            temporary,
+        }
+    }
+
+    fn root(&self) -> &Path {
+        self.temporary.path()
+    }
+
+    async fn prepare(&self, incarnation: u64) -> Result<PartitionDirState, StorageError> {
+        prepare_partition_dir(
+            &self.partition,
+            &self.namespace,
+            &self.discarded,
+            incarnation,
+        )
+        .await
+    }
+
+    async fn discard(&self, incarnation: u64) -> Result<Discarded, StorageError> {
+        discard_partition_dir(&self.partition, &self.discarded, incarnation).await
+    }
+}
+
+fn block_on(test: impl Future<Output = ()>) {
+    compio::runtime::Runtime::new().unwrap().block_on(test);
+}
 
 #[test]
 fn created_revision_rules_and_fence() {
-    compio::runtime::Runtime::new().unwrap().block_on(async {
-        let temporary = tempfile::tempdir().unwrap();
-        let discarded = temporary.path().join("discarded-partitions");
-        let partition = temporary.path().join("streams/0/topics/0/partitions/0");
-        let namespace = temporary.path().join("partition-initialization/0.0.0");
-        assert_eq!(prepare_partition_dir(&partition, &namespace, &discarded, 3).await.unwrap(), PartitionDirState::Created);
+    block_on(async {
+        let dir = DataDir::new();
+        let (partition, namespace, discarded) = (&dir.partition, &dir.namespace, &dir.discarded);
+        assert_eq!(dir.prepare(3).await.unwrap(), PartitionDirState::Created);
         std::fs::write(partition.join("00000000000000000000.log"), b"x").unwrap();
-        assert_eq!(prepare_partition_dir(&partition, &namespace, &discarded, 3).await.unwrap(), PartitionDirState::Existing);
+        assert_eq!(dir.prepare(3).await.unwrap(), PartitionDirState::Existing);
         assert!(partition.join("00000000000000000000.log").exists());
         assert_eq!(
-            prepare_partition_dir(&partition, &namespace, &discarded, 5).await.unwrap(),
+            dir.prepare(5).await.unwrap(),
             PartitionDirState::ReplacedOlder { older: 3 }
         );
         assert!(!partition.join("00000000000000000000.log").exists());
-        assert_eq!(std::fs::read_dir(&discarded).unwrap().count(), 0, "the discarded tree is removed");
-        assert!(prepare_partition_dir(&partition, &namespace, &discarded, 4).await.is_err());
+        assert_eq!(
+            std::fs::read_dir(discarded).unwrap().count(),
+            0,
+            "the discarded tree is removed"
+        );
+        assert!(dir.prepare(4).await.is_err());
 
-        let legacy = temporary.path().join("streams/0/topics/0/partitions/1");
+        let legacy = dir.root().join("streams/0/topics/0/partitions/1");
         std::fs::create_dir_all(&legacy).unwrap();
         std::fs::write(legacy.join("00000000000000000000.log"), b"x").unwrap();
-        let legacy_namespace = temporary.path().join("partition-initialization/0.0.1");
+        let legacy_namespace = dir.root().join("partition-initialization/0.0.1");
         assert_eq!(
-            prepare_partition_dir(&legacy, &legacy_namespace, &discarded, 1).await.unwrap(),
+            prepare_partition_dir(&legacy, &legacy_namespace, discarded, 1)
+                .await
+                .unwrap(),
             PartitionDirState::AdoptedLegacy
         );
         assert!(legacy.join("00000000000000000000.log").exists());
 
         write_retirement_fence(&namespace, 5).await;
         std::fs::remove_dir_all(&partition).unwrap();
-        assert!(prepare_partition_dir(&partition, &namespace, &discarded, 5).await.is_err());
+        assert!(dir.prepare(5).await.is_err());
     });
 }
 
 #[test]
 fn a_published_incarnation_whose_directory_is_missing_is_refused_not_recreated_empty() {
-    compio::runtime::Runtime::new().unwrap().block_on(async {
-        let temporary = tempfile::tempdir().unwrap();
-        let discarded = temporary.path().join("discarded-partitions");
-        let partition = temporary.path().join("streams/0/topics/0/partitions/0");
-        let namespace = temporary.path().join("partition-initialization/0-0-0");
-        prepare_partition_dir(&partition, &namespace, &discarded, 7).await.unwrap();
+    block_on(async {
+        let dir = DataDir::new();
+        let partition = &dir.partition;
+        dir.prepare(7).await.unwrap();
         std::fs::remove_dir_all(&partition).unwrap();
-        let refused = prepare_partition_dir(&partition, &namespace, &discarded, 7).await;
+        let refused = dir.prepare(7).await;
         assert!(format!("{}", refused.unwrap_err()).contains("is missing"));
         assert!(!partition.exists(), "nothing is created in its place");
         // A new incarnation of the same ids starts empty.
-        assert_eq!(prepare_partition_dir(&partition, &namespace, &discarded, 9).await.unwrap(), PartitionDirState::Created);
+        assert_eq!(dir.prepare(9).await.unwrap(), PartitionDirState::Created);
     });
 }
 
@@ -83,20 +131,26 @@ fn tree(dir: &std::path::Path) -> Vec<(std::path::PathBuf, Vec<u8>)> {
 /// nothing under the data directory changes.
 #[test]
 fn a_damaged_created_revision_is_restored_only_when_its_namespace_proves_the_incarnation() {
-    compio::runtime::Runtime::new().unwrap().block_on(async {
-        let temporary = tempfile::tempdir().unwrap();
-        let discarded = temporary.path().join("discarded-partitions");
-        let partition = temporary.path().join("streams/0/topics/0/partitions/0");
-        let namespace = temporary.path().join("partition-initialization/0-0-0");
+    block_on(async {
+        let dir = DataDir::new();
+        let (partition, namespace) = (&dir.partition, &dir.namespace);
         let record = partition.join("created.revision");
-        prepare_partition_dir(&partition, &namespace, &discarded, 7).await.unwrap();
+        dir.prepare(7).await.unwrap();
         std::fs::write(partition.join("00000000000000000000.log"), b"acknowledged").unwrap();
 
         // Proven: the namespace publishes 7, the incarnation opened.
         damage(&record);
-        assert_eq!(prepare_partition_dir(&partition, &namespace, &discarded, 7).await.unwrap(), PartitionDirState::Existing);
-        assert_eq!(iggy_storage::records::read_checked_u64(&record).await.unwrap(), Some(7));
-        assert_eq!(std::fs::read(partition.join("00000000000000000000.log")).unwrap(), b"acknowledged");
+        assert_eq!(dir.prepare(7).await.unwrap(), PartitionDirState::Existing);
+        assert_eq!(
+            iggy_storage::records::read_checked_u64(&record)
+                .await
+                .unwrap(),
+            Some(7)
+        );
+        assert_eq!(
+            std::fs::read(partition.join("00000000000000000000.log")).unwrap(),
+            b"acknowledged"
+        );
 
         // Unproven: the namespace record is absent (a directory of an older release), or
         // publishes another incarnation; neither an adoption nor a discard of an older one.
@@ -105,14 +159,21 @@ fn a_damaged_created_revision_is_restored_only_when_its_namespace_proves_the_inc
         for (published, opened) in [(None, 7), (Some(7), 9)] {
             match published {
                 None => std::fs::remove_file(&namespace_record).unwrap(),
-                Some(published) => iggy_storage::records::write_checked_u64(&namespace_record, published).await,
+                Some(published) => {
+                    iggy_storage::records::write_checked_u64(&namespace_record, published).await
+                }
             }
-            let before = tree(temporary.path());
-            let refused = prepare_partition_dir(&partition, &namespace, &discarded, opened).await.unwrap_err().to_string();
-            for expected in [record.display().to_string(), "damaged".into(), "restore the record from a backup".into(), "remove the damaged record".into()] {
+            let before = tree(dir.root());
+            let refused = dir.prepare(opened).await.unwrap_err().to_string();
+            for expected in [
+                record.display().to_string(),
+                "damaged".into(),
+                "restore the record from a backup".into(),
+                "remove the damaged record".into(),
+            ] {
                 assert!(refused.contains(&expected), "{expected}: {refused}");
             }
-            assert_eq!(tree(temporary.path()), before, "nothing was modified: {refused}");
+            assert_eq!(tree(dir.root()), before, "nothing was modified: {refused}");
         }
 
         // A damaged fence or namespace record is refused naming its file.
@@ -121,16 +182,19 @@ fn a_damaged_created_revision_is_restored_only_when_its_namespace_proves_the_inc
             let damaged = namespace.join(file);
             iggy_storage::records::write_checked_u64(&damaged, 7).await;
             damage(&damaged);
-            let before = tree(temporary.path());
-            let refused = prepare_partition_dir(&partition, &namespace, &discarded, 7).await.unwrap_err().to_string();
-            assert!(refused.contains(&damaged.display().to_string()) && refused.contains("damaged"), "{refused}");
-            assert_eq!(tree(temporary.path()), before, "nothing was modified: {refused}");
+            let before = tree(dir.root());
+            let refused = dir.prepare(7).await.unwrap_err().to_string();
+            assert!(
+                refused.contains(&damaged.display().to_string()) && refused.contains("damaged"),
+                "{refused}"
+            );
+            assert_eq!(tree(dir.root()), before, "nothing was modified: {refused}");
             std::fs::remove_file(&damaged).unwrap();
         }
 
         // A delete never removes a directory whose record it cannot read.
         damage(&record);
-        let refused = discard_partition_dir(&partition, &discarded, 7).await.unwrap_err().to_string();
+        let refused = dir.discard(7).await.unwrap_err().to_string();
         assert!(refused.contains(&record.display().to_string()), "{refused}");
         assert!(partition.join("00000000000000000000.log").exists());
     });
@@ -143,16 +207,14 @@ fn a_damaged_created_revision_is_restored_only_when_its_namespace_proves_the_inc
 /// history; the node simulator's `SIM_SEED=3005`, 5 nodes).
 #[test]
 fn an_incarnation_older_than_the_published_one_is_refused_over_no_directory() {
-    compio::runtime::Runtime::new().unwrap().block_on(async {
-        let temporary = tempfile::tempdir().unwrap();
-        let discarded = temporary.path().join("discarded-partitions");
-        let partition = temporary.path().join("streams/0/topics/0/partitions/0");
-        let namespace = temporary.path().join("partition-initialization/0-0-0");
-        prepare_partition_dir(&partition, &namespace, &discarded, 7).await.unwrap();
-        assert_eq!(discard_partition_dir(&partition, &discarded, 7).await.unwrap(), Discarded::Removed);
-        prepare_partition_dir(&partition, &namespace, &discarded, 9).await.unwrap();
-        assert_eq!(discard_partition_dir(&partition, &discarded, 9).await.unwrap(), Discarded::Removed);
-        let refused = prepare_partition_dir(&partition, &namespace, &discarded, 7).await;
+    block_on(async {
+        let dir = DataDir::new();
+        let partition = &dir.partition;
+        dir.prepare(7).await.unwrap();
+        assert_eq!(dir.discard(7).await.unwrap(), Discarded::Removed);
+        dir.prepare(9).await.unwrap();
+        assert_eq!(dir.discard(9).await.unwrap(), Discarded::Removed);
+        let refused = dir.prepare(7).await;
         assert!(format!("{}", refused.unwrap_err()).contains("is missing"));
         assert!(!partition.exists(), "nothing is created in its place");
     });
@@ -160,27 +222,28 @@ fn an_incarnation_older_than_the_published_one_is_refused_over_no_directory() {
 
 #[test]
 fn a_discard_removes_only_the_named_revision() {
-    compio::runtime::Runtime::new().unwrap().block_on(async {
-        let temporary = tempfile::tempdir().unwrap();
-        let discarded = temporary.path().join("discarded-partitions");
-        let partition = temporary.path().join("streams/0/topics/0/partitions/0");
-        let namespace = temporary.path().join("partition-initialization/0-0-0");
-        assert_eq!(discard_partition_dir(&partition, &discarded, 3).await.unwrap(), Discarded::Absent);
-        prepare_partition_dir(&partition, &namespace, &discarded, 8).await.unwrap();
+    block_on(async {
+        let dir = DataDir::new();
+        let partition = &dir.partition;
+        assert_eq!(dir.discard(3).await.unwrap(), Discarded::Absent);
+        dir.prepare(8).await.unwrap();
         std::fs::write(partition.join("00000000000000000000.log"), b"live").unwrap();
         // A delete of an earlier incarnation of the same ids never touches the live one.
         assert_eq!(
-            discard_partition_dir(&partition, &discarded, 3).await.unwrap(),
+            dir.discard(3).await.unwrap(),
             Discarded::Kept { found: Some(8) }
         );
-        assert_eq!(std::fs::read(partition.join("00000000000000000000.log")).unwrap(), b"live");
-        assert_eq!(discard_partition_dir(&partition, &discarded, 8).await.unwrap(), Discarded::Removed);
+        assert_eq!(
+            std::fs::read(partition.join("00000000000000000000.log")).unwrap(),
+            b"live"
+        );
+        assert_eq!(dir.discard(8).await.unwrap(), Discarded::Removed);
         assert!(!partition.exists());
         // A directory without created.revision is nobody's to remove.
         std::fs::create_dir_all(&partition).unwrap();
         std::fs::write(partition.join("00000000000000000000.log"), b"x").unwrap();
         assert_eq!(
-            discard_partition_dir(&partition, &discarded, 8).await.unwrap(),
+            dir.discard(8).await.unwrap(),
             Discarded::Kept { found: None }
         );
         assert!(partition.join("00000000000000000000.log").exists());
@@ -193,10 +256,17 @@ fn a_discard_interrupted_after_its_rename_is_finished_at_the_next_start() {
     let discarded = temporary.path().join("discarded-partitions");
     // What a crash between the rename and the removal leaves.
     std::fs::create_dir_all(discarded.join("12582912/nested")).unwrap();
-    std::fs::write(discarded.join("12582912/nested/00000000000000000000.log"), b"x").unwrap();
+    std::fs::write(
+        discarded.join("12582912/nested/00000000000000000000.log"),
+        b"x",
+    )
+    .unwrap();
     assert_eq!(finish_discards(&discarded).unwrap(), 1);
     assert_eq!(std::fs::read_dir(&discarded).unwrap().count(), 0);
-    assert_eq!(finish_discards(&temporary.path().join("absent")).unwrap(), 0);
+    assert_eq!(
+        finish_discards(&temporary.path().join("absent")).unwrap(),
+        0
+    );
 }
 
 /// The verifier reads the incarnation records as start-up applies them: a directory whose
