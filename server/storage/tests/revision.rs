@@ -82,8 +82,8 @@ fn created_revision_rules_and_fence() {
         );
         assert!(legacy.join("00000000000000000000.log").exists());
 
-        write_retirement_fence(&namespace, 5).await;
-        std::fs::remove_dir_all(&partition).unwrap();
+        write_retirement_fence(namespace, 5).await;
+        std::fs::remove_dir_all(partition).unwrap();
         assert!(dir.prepare(5).await.is_err());
     });
 }
@@ -94,7 +94,7 @@ fn a_published_incarnation_whose_directory_is_missing_is_refused_not_recreated_e
         let dir = DataDir::new();
         let partition = &dir.partition;
         dir.prepare(7).await.unwrap();
-        std::fs::remove_dir_all(&partition).unwrap();
+        std::fs::remove_dir_all(partition).unwrap();
         let refused = dir.prepare(7).await;
         assert!(format!("{}", refused.unwrap_err()).contains("is missing"));
         assert!(!partition.exists(), "nothing is created in its place");
@@ -240,7 +240,7 @@ fn a_discard_removes_only_the_named_revision() {
         assert_eq!(dir.discard(8).await.unwrap(), Discarded::Removed);
         assert!(!partition.exists());
         // A directory without created.revision is nobody's to remove.
-        std::fs::create_dir_all(&partition).unwrap();
+        std::fs::create_dir_all(partition).unwrap();
         std::fs::write(partition.join("00000000000000000000.log"), b"x").unwrap();
         assert_eq!(
             dir.discard(8).await.unwrap(),
