@@ -114,6 +114,32 @@ async fn delete_segments_stops_at_the_lowest_committed_offset() {
     assert_eq!(offsets(&next), vec![9, 10], "the slow consumer loses nothing");
 }
 
+/// A consumer group deleted and created again under its id: the offset the deleted group stored
+/// is nobody's, so it holds no segment back; the new group's own offset does. On a single node
+/// the deletion removes the group's offsets as it commits, with no maintenance sweep; where a
+/// deletion has not reached a partition yet (a cluster whose partition primary was down), the
+/// planner skips such an offset (`iggy_partition`'s
+/// `a_group_offset_no_live_group_owns_holds_no_segment_back`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_segments_is_not_held_back_by_the_offset_a_deleted_group_left() {
+    // No sweep while the test runs: the deletion itself removes the offset.
+    let server = TestServer::start_with_env(&[("IGGY_SYSTEM_MAINTENANCE_INTERVAL_MS", "3600000")]);
+    let client = server.root_client().await;
+    fill_small_segments(&client).await;
+    let group = Consumer::group(name("g"));
+    let create = async || ok("create group", within("create", client.create_consumer_group(&name("s"), &name("t"), "g")).await).id;
+    let first = create().await;
+    ok("store offset 2", within("store", client.store_consumer_offset(&group, &name("s"), &name("t"), Some(0), 2)).await);
+    ok("delete group", within("delete", client.delete_consumer_group(&name("s"), &name("t"), &name("g"))).await);
+    assert_eq!(create().await, first, "the id is reused");
+
+    ok("delete 1 segment", within("delete", client.delete_segments(&name("s"), &name("t"), 0, 1)).await);
+    assert_eq!(first_offset(&client).await, vec![6], "the deleted group's offset 2 holds nothing back");
+    ok("store offset 8", within("store", client.store_consumer_offset(&group, &name("s"), &name("t"), Some(0), 8)).await);
+    ok("delete 2 segments", within("delete", client.delete_segments(&name("s"), &name("t"), 0, 2)).await);
+    assert_eq!(first_offset(&client).await, vec![6], "the new group's offset 8 holds 6..11 back");
+}
+
 /// Segments deleted while the sends that filled them are still in the partition's journal (no
 /// checkpoint since): a crash restart replays that journal, and every message after the
 /// deleted segments, acknowledged before or after the delete, is still there.

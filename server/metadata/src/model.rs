@@ -299,6 +299,15 @@ impl Topic {
     pub fn partition_ids(&self) -> Vec<u32> {
         self.partitions.keys().copied().collect()
     }
+
+    /// Each consumer group's id and the op that created it (0 when unknown: read from a
+    /// snapshot of format 10).
+    pub fn live_groups(&self) -> BTreeMap<u32, u64> {
+        self.consumer_groups
+            .values()
+            .map(|group| (group.id, group.created_at_op))
+            .collect()
+    }
 }
 
 #[derive(Debug, Clone)]

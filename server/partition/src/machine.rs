@@ -222,20 +222,35 @@ impl Partition {
     ) -> Vec<(u32, u64)> {
         let mut deletions: BTreeMap<u32, u64> = BTreeMap::new();
         for (owner, kept) in &self.state.offsets {
-            let group = match *owner {
-                OffsetOwner::Consumer(_) => continue,
-                OffsetOwner::Group(group) | OffsetOwner::External(group) => group,
-            };
-            let deletion = match live_groups.get(&group) {
-                None => metadata_op,
-                Some(&created_at) if kept.resolved_at < created_at => created_at,
-                Some(_) => continue,
-            };
-            if self.group_deletion_applies(group, deletion) && removed_by(kept, deletion) {
+            if let Some((group, deletion)) =
+                self.orphaned_by(*owner, kept, live_groups, metadata_op)
+            {
                 deletions.insert(group, deletion);
             }
         }
         deletions.into_iter().collect()
+    }
+
+    /// The deletion (group id, metadata op) that removes `kept`, `owner`'s offset, when no
+    /// live group owns it (see [`Self::orphaned_group_offsets`]).
+    fn orphaned_by(
+        &self,
+        owner: OffsetOwner,
+        kept: &KeptOffset,
+        live_groups: &BTreeMap<u32, u64>,
+        metadata_op: u64,
+    ) -> Option<(u32, u64)> {
+        let group = match owner {
+            OffsetOwner::Consumer(_) => return None,
+            OffsetOwner::Group(group) | OffsetOwner::External(group) => group,
+        };
+        let deletion = match live_groups.get(&group) {
+            None => metadata_op,
+            Some(&created_at) if kept.resolved_at < created_at => created_at,
+            Some(_) => return None,
+        };
+        (self.group_deletion_applies(group, deletion) && removed_by(kept, deletion))
+            .then_some((group, deletion))
     }
 
     /// Whether a [`PartitionWrite::DeleteGroupOffsets`] of `group` at `metadata_op` changes
@@ -543,12 +558,20 @@ impl Partition {
 
     /// The offset below which a segment retirement may go without dropping messages a
     /// consumer has not committed yet. External groups' offsets hold nothing back: Iggy does not
-    /// manage their consumers, and their offsets may lie anywhere.
-    pub fn retirement_floor(&self) -> u64 {
+    /// manage their consumers, and their offsets may lie anywhere. Nor do the offsets no live
+    /// group owns as of the metadata model at `metadata_op` (`live_groups`, as for
+    /// [`Self::orphaned_group_offsets`]): a deleted group's, or one a group that took its id
+    /// would otherwise inherit; no one reads them and a sweep removes them.
+    pub fn retirement_floor(&self, live_groups: &BTreeMap<u32, u64>, metadata_op: u64) -> u64 {
         self.state
             .offsets
             .iter()
-            .filter(|(owner, _)| !matches!(owner, OffsetOwner::External(_)))
+            .filter(|(owner, kept)| {
+                !matches!(owner, OffsetOwner::External(_))
+                    && self
+                        .orphaned_by(**owner, kept, live_groups, metadata_op)
+                        .is_none()
+            })
             .map(|(_, kept)| kept.offset)
             .min()
             .unwrap_or(u64::MAX)
@@ -1136,14 +1159,31 @@ mod tests {
     }
 
     #[test]
+    fn a_group_offset_no_live_group_owns_holds_no_segment_back() {
+        let mut partition = Partition::new(0);
+        // Group 1 stored 4 at metadata op 5, then was deleted and a new group 1 created at 10;
+        // group 2 stored 6 at op 5 and was deleted; group 3 stored 8 at op 25, a creation
+        // the planner's model (op 20) has not applied yet.
+        apply(&mut partition, 1, store(OffsetOwner::Group(1), 4, 5));
+        apply(&mut partition, 2, store(OffsetOwner::Group(2), 6, 5));
+        apply(&mut partition, 3, store(OffsetOwner::Group(3), 8, 25));
+        let live = BTreeMap::from([(1, 10)]);
+        assert_eq!(partition.retirement_floor(&live, 20), 8);
+        // The new group 1's own offset holds its segments back.
+        apply(&mut partition, 4, store(OffsetOwner::Group(1), 3, 12));
+        assert_eq!(partition.retirement_floor(&live, 20), 3);
+    }
+
+    #[test]
     fn only_consumers_and_iggy_groups_hold_segments_back() {
         let mut partition = Partition::new(0);
-        assert_eq!(partition.retirement_floor(), u64::MAX);
+        let live = BTreeMap::from([(1, 0)]);
+        assert_eq!(partition.retirement_floor(&live, 3), u64::MAX);
         apply(&mut partition, 1, store(OffsetOwner::External(1), 2, 0));
-        assert_eq!(partition.retirement_floor(), u64::MAX);
+        assert_eq!(partition.retirement_floor(&live, 3), u64::MAX);
         apply(&mut partition, 2, store(OffsetOwner::Group(1), 9, 0));
         apply(&mut partition, 3, store(OffsetOwner::Consumer(1), 7, 0));
-        assert_eq!(partition.retirement_floor(), 7);
+        assert_eq!(partition.retirement_floor(&live, 3), 7);
         let log = FakeLog {
             first_offset: 0,
             next_offset: 0,

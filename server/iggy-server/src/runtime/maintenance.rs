@@ -68,13 +68,8 @@ fn live_groups(metadata: &Metadata) -> HashMap<(u32, u32), TopicGroups> {
     let mut out = HashMap::new();
     for stream in metadata.streams.values() {
         for topic in stream.topics.values() {
-            let live = topic
-                .consumer_groups
-                .values()
-                .map(|group| (group.id, group.created_at_op))
-                .collect();
             let groups = TopicGroups {
-                live,
+                live: topic.live_groups(),
                 changed_at_op: topic.groups_changed_at_op,
             };
             out.insert((stream.id, topic.id), groups);

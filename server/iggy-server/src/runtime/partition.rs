@@ -54,9 +54,13 @@ pub enum PartitionRead {
         done: oneshot::Sender<Vec<(u32, u64)>>,
     },
     /// Where a deletion of up to `count` of the oldest segments keeps the log from: segments
-    /// holding messages a consumer has not committed yet stay.
+    /// holding messages a consumer has not committed yet stay (the consumers and the groups
+    /// live in the metadata model as of `metadata_op`, see
+    /// `iggy_partition::Partition::retirement_floor`).
     PlanSegmentRetirement {
         count: u32,
+        live_groups: std::collections::BTreeMap<u32, u64>,
+        metadata_op: u64,
         done: oneshot::Sender<RetirementPlan>,
     },
 }
@@ -567,8 +571,13 @@ impl StateMachine for PartitionMachine {
             } => {
                 let _ = done.send(self.core.orphaned_group_offsets(&live_groups, metadata_op));
             }
-            PartitionRead::PlanSegmentRetirement { count, done } => {
-                let keep_after = self.core.retirement_floor();
+            PartitionRead::PlanSegmentRetirement {
+                count,
+                live_groups,
+                metadata_op,
+                done,
+            } => {
+                let keep_after = self.core.retirement_floor(&live_groups, metadata_op);
                 let planned = self.log.retire_point(count, keep_after);
                 let _ = done.send(self.bounded_retirement(planned));
             }
@@ -927,13 +936,22 @@ impl PartitionHandle {
             .await
     }
 
-    /// Where a deletion of up to `count` of the oldest segments keeps the log from.
-    pub async fn plan_segment_retirement(&self, count: u32) -> Result<RetirementPlan, ErrorCode> {
+    /// Where a deletion of up to `count` of the oldest segments keeps the log from, the topic's
+    /// consumer groups being `live_groups` as of `metadata_op`.
+    pub async fn plan_segment_retirement(
+        &self,
+        count: u32,
+        live_groups: std::collections::BTreeMap<u32, u64>,
+        metadata_op: u64,
+    ) -> Result<RetirementPlan, ErrorCode> {
         let (done, wait) = oneshot::channel();
-        if !self
-            .group
-            .read(PartitionRead::PlanSegmentRetirement { count, done })
-        {
+        let plan = PartitionRead::PlanSegmentRetirement {
+            count,
+            live_groups,
+            metadata_op,
+            done,
+        };
+        if !self.group.read(plan) {
             return Err(ErrorCode::PartitionNotFound);
         }
         wait.await.map_err(|_| ErrorCode::PartitionNotFound)

@@ -1122,7 +1122,7 @@ async fn delete_segments(
     {
         0
     } else {
-        plan_within_bound(&partition, delete.partition_id, delete.segments_count).await?
+        plan_within_bound(node, &partition, key, delete.segments_count).await?
     };
     let write = PartitionWrite::RetireSegments { keep_from };
     let written = partition
@@ -1161,15 +1161,28 @@ const RETIREMENT_BOUND_WAIT: std::time::Duration = std::time::Duration::from_sec
 /// [`RETIREMENT_BOUND_WAIT`] passes; a plan held back whole commits a retirement that deletes
 /// nothing, and the command succeeds like one asking for more segments than the log has.
 async fn plan_within_bound(
+    node: &Node,
     partition: &PartitionHandle,
-    partition_id: u32,
+    key: PartitionKey,
     count: u32,
 ) -> Result<u64, ErrorCode> {
     let deadline = std::time::Instant::now() + RETIREMENT_BOUND_WAIT;
     loop {
-        let plan = partition.plan_segment_retirement(count).await?;
+        // The groups as of now: a group created while the plan waits holds its offsets back.
+        let (live_groups, metadata_op) = {
+            let metadata = node.shared.metadata.borrow();
+            let topic = metadata
+                .streams
+                .get(&key.0)
+                .and_then(|stream| stream.topics.get(&key.1))
+                .ok_or(ErrorCode::PartitionNotFound)?;
+            (topic.live_groups(), metadata.commit)
+        };
+        let plan = partition
+            .plan_segment_retirement(count, live_groups, metadata_op)
+            .await?;
         if plan.keep_from == plan.planned || std::time::Instant::now() >= deadline {
-            plan.log_hold(partition_id);
+            plan.log_hold(key.2);
             return Ok(plan.keep_from);
         }
         compio::time::sleep(crate::consensus::plane::TICK).await;
