@@ -1874,14 +1874,7 @@ async fn a_backup_whose_log_the_group_retired_meanwhile_restarts_it_at_the_first
     let sent = 40u8;
     send_one_per_op(&client, &stream_id, &topic_id, 0..sent, PAYLOAD).await;
     wait_checkpointed_past(&cluster, LAGGARD, group).await;
-    ok(
-        "delete the oldest three segments",
-        within(
-            "delete_segments",
-            client.delete_segments(&stream_id, &topic_id, 0, 3),
-        )
-        .await,
-    );
+    delete_oldest_three_segments(&client, &stream_id, &topic_id).await;
     let first = poll(
         &client,
         &stream_id,
@@ -2078,14 +2071,7 @@ async fn delete_segments_keeps_the_batches_a_down_backup_still_lacks() {
     kill_once_it_opens_the_partition(&mut cluster, LAGGARD, group).await;
     let sent = 20u8;
     send_one_per_op(&client, &stream_id, &topic_id, 0..sent, PAYLOAD).await;
-    ok(
-        "delete the oldest three segments",
-        within(
-            "delete_segments",
-            client.delete_segments(&stream_id, &topic_id, 0, 3),
-        )
-        .await,
-    );
+    delete_oldest_three_segments(&client, &stream_id, &topic_id).await;
     let held = (0..cluster.len()).filter(|&i| i != LAGGARD).any(|i| {
         current_start(&cluster.node(i).log())
             .contains("retirement held at offset 0 (planned up to 18)")
@@ -2190,16 +2176,160 @@ async fn retention_proceeds_while_a_backup_the_group_checkpointed_past_is_down()
     // whatever segment the group keeps first by then.
     let first_kept = restart_at_the_first_kept_segment(&mut cluster, LAGGARD, group, None).await;
     assert!(first_kept > 0, "retention deleted the oldest segments");
-    let names = identical_segments_from(&cluster, 2, first_kept).await;
-    served_from_its_own_copy(
-        &cluster,
-        LAGGARD,
-        &stream_id,
-        &topic_id,
-        first_kept..u64::from(total),
+    let copied = first_kept..u64::from(total);
+    caught_up_from(&cluster, LAGGARD, (&stream_id, &topic_id), copied, 2).await;
+}
+
+/// DeleteSegments planned on a replica that checkpointed past a down backup, while the
+/// partition's primary, the replica the backup repairs from, has not (their checkpoints are set
+/// far apart: the primary, node 2, checkpoints past a laggard only after tens of thousands of
+/// ops, the others after 32, among them the metadata primary that plans the deletion). The
+/// committed retirement deletes, on the primary too, batches whose ops its journal still
+/// names. With writes stopped, the restarted backup asks the primary for them: the primary
+/// finds them retired, checkpoints at once and sends the backup its log, which starts above
+/// it, so the backup catches up by state transfer (restarting its log at the first kept
+/// segment) instead of asking forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_repairing_across_a_retirement_its_primary_has_not_checkpointed_past_catches_up() {
+    const PAYLOAD: usize = 200 * 1024;
+    const PRIMARY: usize = 2;
+    let journal_ops = |ops: &str| {
+        (
+            "IGGY_SYSTEM_CHECKPOINT_JOURNAL_OPS".to_string(),
+            ops.to_string(),
+        )
+    };
+    let options = ClusterOptions {
+        env: vec![journal_ops("8")],
+        node_env: BTreeMap::from([(PRIMARY, vec![journal_ops("8192")])]),
+        http: true,
+        ..ClusterOptions::default()
+    };
+    let mut cluster = TestCluster::start_with(3, options);
+    let client = cluster.root_client(0).await;
+    for i in 0..cluster.len() {
+        cluster.wait_normal(i, &[METADATA_GROUP]).await;
+    }
+    let (planner, _) = cluster.primary(METADATA_GROUP).expect("a metadata primary");
+    let planner = usize::from(planner);
+    assert_ne!(
+        planner, PRIMARY,
+        "the metadata primary, which plans DeleteSegments, checkpoints early"
+    );
+    let laggard = 3 - planner - PRIMARY;
+    let (stream_id, topic_id, group) = topic_led_by(&cluster, &client, PRIMARY).await;
+    kill_once_it_opens_the_partition(&mut cluster, laggard, group).await;
+    // One message per op, past the bound (4 x 8 ops) at which the planner checkpoints without
+    // the laggard; the primary's bound is far.
+    let sent = 40u8;
+    send_one_per_op(&client, &stream_id, &topic_id, 0..sent, PAYLOAD).await;
+    // 1 MiB segments of six messages: the oldest three hold offsets 0..18. The planner may
+    // hold the first deletions back (to 0, or part of the way) until it learned every commit
+    // and checkpointed past the laggard: deleted again until one deleted something.
+    let first_offset = |i: usize| -> u64 {
+        let logs = cluster.segment_logs(i);
+        let first = logs
+            .keys()
+            .filter_map(|path| path.file_stem()?.to_str()?.parse().ok())
+            .next();
+        first.expect("a segment")
+    };
+    let mut first_kept = 0;
+    for _ in 0..10 {
+        delete_oldest_three_segments(&client, &stream_id, &topic_id).await;
+        for _ in 0..40 {
+            first_kept = first_offset(planner);
+            if first_kept > 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        if first_kept > 0 {
+            break;
+        }
+    }
+    assert!(
+        (6..=18).contains(&first_kept),
+        "the oldest segments retired: {first_kept}"
+    );
+    wait_until(
+        "the retirement deletes the oldest segments on the primary too",
+        Duration::from_secs(10),
+        || (first_offset(PRIMARY) == first_kept).then_some(()),
+        || format!("primary: {}", first_offset(PRIMARY)),
     )
     .await;
-    eprintln!("node {LAGGARD}: restarted its log at {first_kept}; segments {names:?}");
+    let past_laggard = format!("leaves replicas [{laggard}] behind");
+    assert!(
+        !current_start(&cluster.node(PRIMARY).log()).contains(&past_laggard),
+        "the primary has not checkpointed past node {laggard}"
+    );
+    // No more writes: nothing else would ever move the primary's checkpoint.
+    let restarted =
+        restart_at_the_first_kept_segment(&mut cluster, laggard, group, Some(first_kept)).await;
+    assert_eq!(restarted, first_kept);
+    let copied = first_kept..u64::from(sent);
+    caught_up_from(&cluster, laggard, (&stream_id, &topic_id), copied, 4).await;
+}
+
+/// DeleteSegments of the oldest three segments of partition 0; the command succeeds.
+async fn delete_oldest_three_segments(
+    client: &IggyClient,
+    stream: &Identifier,
+    topic: &Identifier,
+) {
+    ok(
+        "delete the oldest three segments",
+        within(
+            "delete_segments",
+            client.delete_segments(stream, topic, 0, 3),
+        )
+        .await,
+    );
+}
+
+/// Checks that `laggard` caught up by state transfer across retired offsets: every node holds
+/// the same segment files (at least `expected_files`), starting at `copied.start`, the first
+/// kept offset, and the laggard serves exactly the offsets `copied` from its own copy.
+async fn caught_up_from(
+    cluster: &TestCluster,
+    laggard: usize,
+    (stream, topic): (&Identifier, &Identifier),
+    copied: std::ops::Range<u64>,
+    expected_files: usize,
+) {
+    let first_kept = copied.start;
+    let names = identical_segments_from(cluster, expected_files, first_kept).await;
+    served_from_its_own_copy(cluster, laggard, stream, topic, copied).await;
+    eprintln!("node {laggard}: restarted its log at {first_kept}; segments {names:?}");
+}
+
+/// Creates a one-partition topic of small segments whose partition node `primary` leads (a
+/// partition's first primary follows the op that created it: a stream created and deleted in
+/// between moves it on). Returns the stream, the topic and the partition's group.
+async fn topic_led_by(
+    cluster: &TestCluster,
+    client: &IggyClient,
+    primary: usize,
+) -> (Identifier, Identifier, u64) {
+    for attempt in 0..6 {
+        let stream_name = format!("g{attempt}");
+        let (stream, topic) = create_topic_of_small_segments(client, &stream_name, 1).await;
+        let group = partition_group(stream.id, topic.id, 0);
+        for i in 0..cluster.len() {
+            cluster.wait_normal(i, &[group]).await;
+        }
+        let (leader, _) = cluster.primary(group).expect("a partition primary");
+        if usize::from(leader) == primary {
+            return (id(stream.id), id(topic.id), group);
+        }
+        ok(
+            "delete",
+            within("delete", client.delete_stream(&name(&stream_name))).await,
+        );
+        churn_stream(client, &format!("churn{attempt}")).await;
+    }
+    panic!("no topic created was led by node {primary}");
 }
 
 /// A `ReplicaHello` from replica `from` to replica `target` of `CLUSTER_NAME`, with this

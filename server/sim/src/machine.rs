@@ -23,9 +23,9 @@ use crate::log::{CheckedBatch, SimLog, unstamp};
 use bytes::Bytes;
 use iggy_generated::storage::StowedBatch;
 use iggy_partition::{Applied, Partition, PollRange, StartAt, WriteResult};
-use iggy_vsr::Entry;
 use iggy_vsr::sim::Rng;
 use iggy_vsr::sim::machine::{self, Journaled, Machine};
+use iggy_vsr::{Entry, ReadBack};
 use std::collections::VecDeque;
 
 impl iggy_partition::Log for SimLog {
@@ -172,10 +172,18 @@ impl PartitionMachine {
 }
 
 impl Machine for PartitionMachine {
-    fn read_back(&mut self, record: &Journaled) -> Option<Entry> {
-        match record.stowed {
-            true => self.read_stowed(&record.entry).map(|(entry, _)| entry),
-            false => Some(record.entry.clone()),
+    fn read_back(&mut self, record: &Journaled) -> ReadBack {
+        if !record.stowed {
+            return ReadBack::Read(record.entry.clone());
+        }
+        if let Some((entry, _)) = self.read_stowed(&record.entry) {
+            return ReadBack::Read(entry);
+        }
+        // Retirements delete whole segments from the front: a batch below the first offset
+        // the log keeps was retired on purpose, one at or above it is damaged or lost.
+        match StowedBatch::decode_fixed(&record.entry.body) {
+            Ok(stand_in) if stand_in.base_offset < self.log.first_offset() => ReadBack::Retired,
+            _ => ReadBack::Unreadable,
         }
     }
 

@@ -8,7 +8,8 @@
 
 use crate::message::{Message, ReplicaId};
 use crate::{
-    Action, Checkpoint, Config, Entry, OPERATION_REGISTER, Refusal, Replica, Status, ViewState,
+    Action, Checkpoint, Config, Entry, OPERATION_REGISTER, ReadBack, Refusal, Replica, Status,
+    ViewState,
 };
 use bytes::Bytes;
 use std::collections::{HashMap, VecDeque};
@@ -88,7 +89,9 @@ pub enum Step<W> {
     /// Send `message` to the group's replica `to`.
     Send { to: ReplicaId, message: Message },
     /// Read the journaled op `op` back (a stowed body from where the state machine stowed it),
-    /// then call [`GroupCore::read_back`]: a peer needs an op whose body was released.
+    /// then call [`GroupCore::read_back`] with what was found, telling a body a committed
+    /// retirement deleted ([`ReadBack::Retired`]) from one that could not be read: a peer
+    /// needs an op whose body was released.
     ReadBack { op: u64 },
     /// Durably write the group's view state (two alternating slots, fsynced), then call
     /// [`GroupCore::view_persisted`]. Every journal write and truncation handed out before it
@@ -498,9 +501,10 @@ impl<W> GroupCore<W> {
         self.replica.release_committed_bodies();
     }
 
-    /// The entry [`Step::ReadBack`] asked for, read back (`None` when it could not be).
-    pub fn read_back(&mut self, op: u64, entry: Option<Entry>) {
-        self.replica.on_read_back(op, entry);
+    /// What reading back the op [`Step::ReadBack`] asked for found. A body a committed
+    /// retirement deleted makes a checkpoint due (see [`Self::checkpoint_due`]).
+    pub fn read_back(&mut self, op: u64, read: ReadBack) {
+        self.replica.on_read_back(op, read);
     }
 
     /// The op to checkpoint at, once the journal (`journal_bytes` on disk) has grown past the
@@ -515,9 +519,17 @@ impl<W> GroupCore<W> {
     /// until it returns); a group set to [`Self::checkpoint_past_laggards`] instead checkpoints
     /// at its `commit_min` once the journal passes that bound, and the laggard catches up by
     /// state transfer.
+    ///
+    /// Such a group also checkpoints at its `commit_min` whatever its journal holds once a
+    /// peer asked for a body a committed retirement deleted here ([`ReadBack::Retired`], see
+    /// [`Replica::checkpoint_wanted`]): that peer can only catch up by state transfer, which
+    /// the checkpoint sends it to.
     pub fn checkpoint_due(&self, journal_bytes: u64) -> Option<u64> {
         let policy = self.policy?;
         let replica = &self.replica;
+        if self.past_laggards.is_some() && replica.checkpoint_wanted().is_some() {
+            return Some(replica.commit_min());
+        }
         let bytes = journal_bytes.max(self.held_bytes);
         let grown = bytes >= policy.journal_bytes || replica.journal_len() >= policy.journal_ops;
         if !grown {
@@ -560,13 +572,14 @@ impl<W> GroupCore<W> {
     /// a replica left down long enough for the group to checkpoint past it no longer holds
     /// retention back on the live ones. The bound is this replica's alone (the others'
     /// checkpoint ops do not travel), and the replicas reach the journal bound at slightly
-    /// different ops: while the replica the laggard would repair from (its primary, after a
-    /// view change, or now, when a backup planned the retirement: a DeleteSegments is planned
-    /// by the metadata primary's replica) has not checkpointed past the laggard yet, the
-    /// laggard may ask it for a batch the retirement deleted there too. Nothing acknowledged
-    /// is lost (the batch was retired on purpose), but the laggard's repair waits until that
-    /// replica checkpoints past it as well (at the same journal bound, so once further ops
-    /// commit) and it turns to state transfer.
+    /// different ops (or at different ones: the bound is each node's configuration), so the
+    /// replica the laggard repairs from (its primary, after a view change, or now, when a
+    /// backup planned the retirement: a DeleteSegments is planned by the metadata primary's
+    /// replica) may not have checkpointed past the laggard yet when the committed retirement
+    /// deletes, there too, a batch the laggard asks for. Its shell reads that body back as
+    /// [`ReadBack::Retired`], and it checkpoints at once ([`Self::checkpoint_due`]) and answers
+    /// the laggard with its log, which starts above it: the laggard turns to state transfer
+    /// then, not once further ops happen to move that replica's checkpoint.
     pub fn retirable_through(&self) -> u64 {
         let safe = self.replica.checkpoint_safe();
         if self.past_laggards.is_none() {

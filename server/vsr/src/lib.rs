@@ -241,5 +241,5 @@ pub use message::{
     Entry, EntryHeader, Log, Message, OPERATION_NOMINATE_LIMITS, OPERATION_REGISTER, ReplicaId,
     nominated_clients_max,
 };
-pub use replica::{Action, Config, Refusal, Replica, StateTransferNeeded, Status};
+pub use replica::{Action, Config, ReadBack, Refusal, Replica, StateTransferNeeded, Status};
 pub use view_state::{ViewState, ViewStateError};

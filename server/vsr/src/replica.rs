@@ -179,6 +179,21 @@ pub enum Action {
     },
 }
 
+/// What reading a released body back ([`Action::ReadBack`]) found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReadBack {
+    /// The entry as journaled, its body restored.
+    Read(Entry),
+    /// The state machine deleted the body on purpose (a committed retirement of its messages):
+    /// this replica can never serve it again. The replica wants a checkpoint past it
+    /// ([`Replica::checkpoint_wanted`]), after which the peer that asked is answered as for any
+    /// checkpointed op.
+    Retired,
+    /// The body could not be read (damaged, or lost with the machine): the peers that asked
+    /// ask again.
+    Unreadable,
+}
+
 /// Why a replica cannot join the group's log without state transfer (which its shell performs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StateTransferNeeded {
@@ -266,6 +281,9 @@ pub struct Replica {
     released_through: u64,
     /// Released ops being read back for peers: who asked, and the view to send them in.
     reading_back: BTreeMap<u64, Vec<(ReplicaId, u32)>>,
+    /// Ops whose bodies were read back [`ReadBack::Retired`], with the peers that asked: they
+    /// are answered once a checkpoint covers the op (see [`Replica::checkpoint_wanted`]).
+    retired_asked: BTreeMap<u64, Vec<(ReplicaId, u32)>>,
 }
 
 impl Replica {
@@ -389,6 +407,7 @@ impl Replica {
             actions: VecDeque::new(),
             released_through: checkpoint.op,
             reading_back: BTreeMap::new(),
+            retired_asked: BTreeMap::new(),
         }
     }
 
@@ -421,6 +440,7 @@ impl Replica {
         }
         self.journal.forget_through(op);
         debug_assert!(op < self.commit_min || self.base_clients == self.clients);
+        self.answer_retired_asked();
         let base = self.journal.base();
         Checkpoint {
             op,
@@ -536,14 +556,29 @@ impl Replica {
         }
     }
 
-    /// The entry of op `op` read back from the journal after [`Action::ReadBack`] (`None`: it
-    /// could not be read, and the peers that asked ask again): sent to every peer waiting for
-    /// it when it is the entry this replica holds at `op`.
-    pub fn on_read_back(&mut self, op: u64, entry: Option<Entry>) {
+    /// What reading op `op` back after [`Action::ReadBack`] found. An entry is sent to every
+    /// peer waiting for it when it is the entry this replica holds at `op`; an unreadable one
+    /// is not (the peers ask again); a retired one waits for a checkpoint past it (see
+    /// [`Self::checkpoint_wanted`]).
+    pub fn on_read_back(&mut self, op: u64, read: ReadBack) {
         let Some(waiting) = self.reading_back.remove(&op) else {
             return;
         };
-        let (Some(entry), Some(held)) = (entry, self.journal.get(op)) else {
+        let entry = match read {
+            ReadBack::Read(entry) => entry,
+            ReadBack::Unreadable => return,
+            ReadBack::Retired => {
+                // A retirement deletes only the messages of applied ops.
+                debug_assert!(
+                    op <= self.commit_min,
+                    "op {op} retired before it was applied"
+                );
+                self.retired_asked.entry(op).or_default().extend(waiting);
+                self.answer_retired_asked();
+                return;
+            }
+        };
+        let Some(held) = self.journal.get(op) else {
             return;
         };
         if entry.header() != held.header() || !entry.is_valid() {
@@ -556,6 +591,38 @@ impl Replica {
                 entry: entry.clone(),
             };
             self.send(to, message);
+        }
+    }
+
+    /// The op a checkpoint must reach (at `commit_min`, which is at or above it) before this
+    /// replica can answer every peer that asked for a body it retired: `None` when none did.
+    ///
+    /// A group that checkpoints past laggards retires messages up to its own checkpoint (see
+    /// `GroupCore::retirable_through`), and the committed retirement deletes them on every
+    /// replica, also on one that has not checkpointed that far: its journal still names ops
+    /// whose bodies are gone. Without a checkpoint past them, a laggard repairing from it would
+    /// ask forever; after one, the primary answers with its log (a `StartView` based above the
+    /// laggard, which turns to state transfer).
+    pub fn checkpoint_wanted(&self) -> Option<u64> {
+        let (op, _) = self.retired_asked.last_key_value()?;
+        debug_assert!(*op > self.journal.base().op && *op <= self.commit_min);
+        Some(*op)
+    }
+
+    /// Answers the peers that asked for a retired body once a checkpoint covers its op: the
+    /// primary sends a lagging backup its log, as for a repair of any checkpointed op (the
+    /// backup installs it or turns to state transfer). A backup that was serving a new
+    /// primary's body fetch has nothing to send: that primary cannot start its view without
+    /// the body, its view change times out, and a replica holding the log leads the next.
+    fn answer_retired_asked(&mut self) {
+        let base = self.journal.base().op;
+        let above = self.retired_asked.split_off(&(base + 1));
+        let covered = std::mem::replace(&mut self.retired_asked, above);
+        let mut answered = BTreeSet::new();
+        for (to, view) in covered.into_values().flatten() {
+            if self.is_primary() && view == self.view && answered.insert(to) {
+                self.send_start_view(to);
+            }
         }
     }
 

@@ -3,7 +3,7 @@
 //! (`Action::ReadBack`), and only the entry the replica holds at that op is sent.
 
 use bytes::Bytes;
-use iggy_vsr::{Action, Config, Entry, Message, OPERATION_REGISTER, Replica};
+use iggy_vsr::{Action, Config, Entry, Message, OPERATION_REGISTER, ReadBack, Replica};
 
 mod support;
 use support::*;
@@ -99,10 +99,10 @@ fn a_released_body_is_read_back_for_a_lagging_backup() {
 
     // A record that is not the entry held at that op (another body) is not sent.
     let forged = Entry::new(second, 0, 9, 2, 5, Bytes::from_static(b"another body"));
-    primary.on_read_back(second, Some(forged));
+    primary.on_read_back(second, ReadBack::Read(forged));
     assert!(prepares_to(&drain(&mut primary), 2).is_empty());
     // An unreadable record sends nothing either; the backup asks again.
-    primary.on_read_back(first, None);
+    primary.on_read_back(first, ReadBack::Unreadable);
     assert!(prepares_to(&drain(&mut primary), 2).is_empty());
 
     primary.on_message(
@@ -116,8 +116,8 @@ fn a_released_body_is_read_back_for_a_lagging_backup() {
     let out = drain(&mut primary);
     assert!(out.contains(&Action::ReadBack { op: first }));
     assert!(out.contains(&Action::ReadBack { op: second }));
-    primary.on_read_back(second, Some(second_entry.clone()));
-    primary.on_read_back(first, Some(first_entry.clone()));
+    primary.on_read_back(second, ReadBack::Read(second_entry.clone()));
+    primary.on_read_back(first, ReadBack::Read(first_entry.clone()));
     assert_eq!(
         prepares_to(&drain(&mut primary), 2),
         [second_entry, first_entry]

@@ -24,7 +24,7 @@ use futures_channel::{mpsc, oneshot};
 use futures_util::StreamExt;
 use iggy_vsr::group::{CheckpointPolicy, GroupCore, JournalBound, Pending, Step};
 pub use iggy_vsr::group::{Durability, Outcome};
-use iggy_vsr::{Config, Entry, Refusal, ViewState};
+use iggy_vsr::{Config, Entry, ReadBack, Refusal, ViewState};
 
 /// One record of a journal as recovered.
 #[derive(Debug, PartialEq)]
@@ -138,10 +138,11 @@ pub trait StateMachine {
     /// that do not, which catch up by state transfer); called after each drive in a group of
     /// more than one.
     fn may_retire_through(&mut self, _op: u64) {}
-    /// The op `stand_in` journals, its body read back from where [`Self::stow`] put it; `None`
-    /// when it is gone (a retired segment) or damaged.
-    fn read_stowed(&self, _stand_in: &Entry) -> impl Future<Output = Option<Entry>> {
-        async { None }
+    /// The op `stand_in` journals, its body read back from where [`Self::stow`] put it;
+    /// [`ReadBack::Retired`] when a committed retirement deleted it (the group then checkpoints
+    /// past it), [`ReadBack::Unreadable`] when it is damaged or lost.
+    fn read_stowed(&self, _stand_in: &Entry) -> impl Future<Output = ReadBack> {
+        async { ReadBack::Unreadable }
     }
 
     /// Whether a replica of this machine's group that fell behind the others' checkpoints
@@ -651,6 +652,8 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
         self.journal.reset_after_checkpoint(op).await;
         self.core.checkpointed();
         checkpoint_taken(self.kind, started.elapsed());
+        // A checkpoint taken for a peer that asked for a retired body answers it now.
+        self.drive().await;
     }
 
     /// Spawns the group's task on the current compio runtime.
@@ -1222,17 +1225,23 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                     self.core.synced();
                 }
                 Step::ReadBack { op } => {
-                    let entry = match self.journal.read(op).await {
-                        Some(JournalEntry::Whole(entry)) => Some(entry),
+                    let read = match self.journal.read(op).await {
+                        Some(JournalEntry::Whole(entry)) => ReadBack::Read(entry),
                         Some(JournalEntry::Stowed(stand_in)) => {
                             self.state.read_stowed(&stand_in).await
                         }
-                        None => None,
+                        None => ReadBack::Unreadable,
                     };
-                    if entry.is_none() {
-                        tracing::warn!("op {op} could not be read back for a peer");
+                    match read {
+                        ReadBack::Read(_) => {}
+                        ReadBack::Retired => tracing::debug!(
+                            "op {op}, asked for by a peer, was retired here: checkpointing past it"
+                        ),
+                        ReadBack::Unreadable => {
+                            tracing::warn!("op {op} could not be read back for a peer")
+                        }
                     }
-                    self.core.read_back(op, entry);
+                    self.core.read_back(op, read);
                 }
                 Step::Truncate { after_op } => {
                     self.journal.truncate_after(after_op).await;

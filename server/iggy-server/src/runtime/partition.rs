@@ -17,8 +17,8 @@ use iggy_generated::payloads::SessionIdentity;
 use iggy_partition::{Applied, OffsetOwner, Partition, PartitionWrite, StartAt, WriteResult};
 use iggy_storage::partition_log::{LogConfig, PartitionLog, ReadBatches};
 use iggy_storage::{StorageError, batch};
-use iggy_vsr::Entry;
 use iggy_vsr::group::JournalBound;
+use iggy_vsr::{Entry, ReadBack};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -405,8 +405,17 @@ impl StateMachine for PartitionMachine {
         self.core.may_retire_through(op);
     }
 
-    async fn read_stowed(&self, stand_in: &Entry) -> Option<Entry> {
-        self.unstow(stand_in).await
+    async fn read_stowed(&self, stand_in: &Entry) -> ReadBack {
+        // Retirements delete whole segments from the front: a batch below the first offset the
+        // log keeps was retired on purpose, one at or above it that does not read is damaged.
+        let retired = iggy_generated::storage::StowedBatch::decode_fixed(&stand_in.body)
+            .is_ok_and(|batch| batch.base_offset < self.log.first_offset());
+        if retired {
+            return ReadBack::Retired;
+        }
+        self.unstow(stand_in)
+            .await
+            .map_or(ReadBack::Unreadable, ReadBack::Read)
     }
 
     fn transfers_state(&self) -> bool {

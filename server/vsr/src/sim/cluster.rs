@@ -10,7 +10,7 @@ use super::packet::{PacketOptions, PacketSimulator};
 use super::storage::Storage;
 use crate::group::{CheckpointPolicy, Durability, GroupCore, JournalBound, Outcome, Pending, Step};
 use crate::message::{Entry, Message, OPERATION_REGISTER, ReplicaId};
-use crate::replica::{Config, Refusal, Replica, Status};
+use crate::replica::{Config, ReadBack, Refusal, Replica, Status};
 use crate::view_state::ViewState;
 use bytes::Bytes;
 use std::collections::BTreeMap;
@@ -985,12 +985,12 @@ impl<W: Workload> Cluster<W> {
                     node.machine.truncate(after_op);
                 }
                 Step::ReadBack { op } => {
-                    let entry = node
-                        .storage
-                        .read(op)
-                        .and_then(|record| node.machine.read_back(&record));
+                    let read = match node.storage.read(op) {
+                        Some(record) => node.machine.read_back(&record),
+                        None => ReadBack::Unreadable,
+                    };
                     self.read_backs += 1;
-                    core.read_back(op, entry);
+                    core.read_back(op, read);
                 }
                 // The core synced the journal before handing this out (see `Storage`).
                 Step::PersistView { state } => {

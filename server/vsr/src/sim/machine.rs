@@ -10,7 +10,7 @@
 
 use super::Rng;
 use crate::message::{Entry, Fnv};
-use crate::replica::Replica;
+use crate::replica::{ReadBack, Replica};
 use bytes::Bytes;
 use std::collections::BTreeMap;
 
@@ -66,9 +66,13 @@ pub trait Machine {
     /// The replica was opened and has replayed what it could.
     fn replayed(&mut self);
     /// `Step::ReadBack`: the entry `record` journals, its body read back from where
-    /// [`Machine::journal`] stowed it; `None` when that is gone.
-    fn read_back(&mut self, record: &Journaled) -> Option<Entry> {
-        (!record.stowed).then(|| record.entry.clone())
+    /// [`Machine::journal`] stowed it; [`ReadBack::Retired`] when a committed retirement
+    /// deleted it, [`ReadBack::Unreadable`] when it is gone otherwise.
+    fn read_back(&mut self, record: &Journaled) -> ReadBack {
+        match record.stowed {
+            true => ReadBack::Unreadable,
+            false => ReadBack::Read(record.entry.clone()),
+        }
     }
     /// Whether a replica left behind by its peers' checkpoints can take a peer's checkpoint
     /// whole ([`Machine::transfer`]): its checkpoint state is all it keeps (the server's

@@ -1,0 +1,203 @@
+//! A repair that asks for a body a committed retirement deleted: in a group that checkpoints
+//! past laggards, a retirement planned on one replica may delete batches another replica (the
+//! one a laggard repairs from) has not checkpointed past yet. That replica can never serve them
+//! again, so it checkpoints at once and sends the laggard the log that starts above it (a
+//! StartView), which sends the laggard to state transfer; a body that is merely unreadable
+//! changes nothing (the laggard asks again).
+
+use bytes::Bytes;
+use iggy_vsr::group::{CheckpointPolicy, Durability, GroupCore, JournalBound, Pending, Step};
+use iggy_vsr::{Config, Entry, Message, OPERATION_REGISTER, ReadBack, Replica, Status};
+
+mod support;
+use support::settle;
+
+/// What one round of a core's steps asked for.
+#[derive(Default)]
+struct Out {
+    read_backs: Vec<u64>,
+    sent: Vec<(u8, Message)>,
+}
+
+/// Performs the core's steps (every write durable at once, every op applied).
+fn run(core: &mut GroupCore<u32>) -> Out {
+    let mut out = Out::default();
+    while let Some(step) = core.poll() {
+        match step {
+            Step::Journal { op, .. } => core.journaled(op, false),
+            Step::Sync => core.synced(),
+            Step::Apply { op, .. } => core.applied(op, Bytes::new(), &[]),
+            Step::Send { to, message } => out.sent.push((to, message)),
+            Step::ReadBack { op } => out.read_backs.push(op),
+            Step::PersistView { state } => core.view_persisted(state),
+            Step::Truncate { .. } | Step::Registered { .. } | Step::Answer { .. } => {}
+        }
+    }
+    out
+}
+
+fn prepare_ok(op: u64, replica: u8) -> Message {
+    Message::PrepareOk {
+        view: 0,
+        op,
+        replica,
+    }
+}
+
+/// Primary 0 of three that committed with replica 1 a limits nomination, a register of client
+/// 9 and three of its requests (ops 1..=5), applied them and released their bodies; replica 2
+/// acknowledged ops 1..=2 only. `past_laggards`: the group checkpoints past laggards, but only
+/// far beyond its journal (so no ordinary checkpoint is due). Returns it with the entries of
+/// ops 1..=5 as prepared.
+fn primary_with_a_laggard(past_laggards: bool) -> (GroupCore<u32>, Vec<Entry>) {
+    let policy = CheckpointPolicy {
+        journal_bytes: u64::MAX,
+        journal_ops: 4,
+    };
+    let mut core = GroupCore::format(
+        Config::new(3, 0),
+        Durability::Replicated,
+        false,
+        Some(policy),
+    );
+    if past_laggards {
+        core.checkpoint_past_laggards(JournalBound {
+            bytes: u64::MAX,
+            ops: 1_000,
+        });
+    }
+    for request in 0..=3 {
+        let (operation, body) = match request {
+            0 => (OPERATION_REGISTER, Bytes::new()),
+            _ => (5, Bytes::from(format!("batch {request}"))),
+        };
+        core.submit(Pending {
+            client: 9,
+            request,
+            operation,
+            body,
+            waiter: 0,
+        });
+        run(&mut core);
+        let op = core.replica().op();
+        for acked in 1..=op {
+            core.on_message(1, prepare_ok(acked, 1));
+        }
+        run(&mut core);
+    }
+    core.on_message(2, prepare_ok(2, 2));
+    run(&mut core);
+    assert_eq!(core.replica().commit_min(), 5);
+    assert_eq!(core.replica().checkpoint_safe(), 2);
+    let prepared = (1..=5)
+        .map(|op| core.replica().entry(op).unwrap().clone())
+        .collect();
+    core.release_applied_bodies();
+    assert_eq!(
+        core.checkpoint_due(0),
+        None,
+        "past the policy, but replica 2 holds only ops 1..=2 and the bound is far"
+    );
+    (core, prepared)
+}
+
+/// Replica 2 of three in view 0, holding `entries` (committed).
+fn laggard(entries: Vec<Entry>) -> Replica {
+    let mut laggard = Replica::new(Config::new(3, 2));
+    for entry in entries {
+        laggard.on_message(
+            0,
+            Message::Prepare {
+                view: 0,
+                commit: 2,
+                entry,
+            },
+        );
+        settle(&mut laggard);
+    }
+    assert_eq!(laggard.op(), 2);
+    laggard
+}
+
+fn ask_from(op: u64) -> Message {
+    Message::RequestPrepare {
+        view: 0,
+        op,
+        replica: 2,
+    }
+}
+
+#[test]
+fn a_repair_of_a_retired_body_checkpoints_and_sends_the_laggard_to_state_transfer() {
+    let (mut core, prepared) = primary_with_a_laggard(true);
+    let mut laggard = laggard(prepared[..2].to_vec());
+
+    core.on_message(2, ask_from(3));
+    let out = run(&mut core);
+    assert_eq!(
+        out.read_backs,
+        [3, 4, 5],
+        "every requested body was released"
+    );
+    // A body that could not be read (damaged) is not answered; the laggard asks again.
+    for op in 3..=5 {
+        core.read_back(op, ReadBack::Unreadable);
+    }
+    assert!(run(&mut core).sent.is_empty());
+    assert_eq!(core.checkpoint_due(0), None, "unreadable is not retired");
+
+    core.on_message(2, ask_from(3));
+    assert_eq!(run(&mut core).read_backs, [3, 4, 5]);
+    // A committed retirement deleted the batches of ops 3 and 4 here: they can never be served.
+    // Op 5's batch lies in the first kept segment: it is sent, and is of no use to the laggard.
+    core.read_back(3, ReadBack::Retired);
+    core.read_back(4, ReadBack::Retired);
+    core.read_back(5, ReadBack::Read(prepared[4].clone()));
+    let sent = run(&mut core).sent;
+    assert!(
+        matches!(&sent[..], [(2, Message::Prepare { entry, .. })] if entry.op == 5),
+        "{sent:?}"
+    );
+    assert_eq!(
+        core.checkpoint_due(0),
+        Some(5),
+        "a checkpoint at the commit, although replica 2 lags and the bound is far"
+    );
+    core.checkpoint_record(5);
+    core.checkpointed();
+    let sent = run(&mut core).sent;
+    let [(2, Message::StartView { view: 0, log, .. })] = &sent[..] else {
+        panic!("the laggard is answered with the checkpointed log once: {sent:?}");
+    };
+    assert_eq!(log.base, 5);
+    assert_eq!(
+        core.checkpoint_due(0),
+        None,
+        "asked once, checkpointed once"
+    );
+
+    // The laggard cannot install a log that starts above what it holds: state transfer.
+    let start_view = sent[0].1.clone();
+    laggard.on_message(0, start_view);
+    settle(&mut laggard);
+    assert_eq!(laggard.status(), Status::Recovering);
+    let needed = laggard.state_transfer_needed().expect("state transfer");
+    assert_eq!((needed.commit_min, needed.checkpoint), (2, 5));
+
+    // Its retried request for a checkpointed op gets the same answer, with no read-back.
+    core.on_message(2, ask_from(3));
+    let out = run(&mut core);
+    assert!(out.read_backs.is_empty());
+    assert!(matches!(out.sent[..], [(2, Message::StartView { .. })]));
+}
+
+#[test]
+fn a_group_that_never_checkpoints_past_laggards_does_not_checkpoint_for_a_retired_body() {
+    let (mut core, _) = primary_with_a_laggard(false);
+    core.on_message(2, ask_from(3));
+    assert_eq!(run(&mut core).read_backs, [3, 4, 5]);
+    // Such a group retires only what every replica holds, so this cannot happen; were it to,
+    // a checkpoint past the laggard would strand it (it cannot transfer state).
+    core.read_back(3, ReadBack::Retired);
+    assert_eq!(core.checkpoint_due(0), None);
+}
