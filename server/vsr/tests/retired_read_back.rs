@@ -10,7 +10,7 @@ use iggy_vsr::group::{CheckpointPolicy, Durability, GroupCore, JournalBound, Pen
 use iggy_vsr::{Config, Entry, Message, OPERATION_REGISTER, ReadBack, Replica, Status};
 
 mod support;
-use support::settle;
+use support::{registered_log, settle};
 
 /// What one round of a core's steps asked for.
 #[derive(Default)]
@@ -200,4 +200,97 @@ fn a_group_that_never_checkpoints_past_laggards_does_not_checkpoint_for_a_retire
     // a checkpoint past the laggard would strand it (it cannot transfer state).
     core.read_back(3, ReadBack::Retired);
     assert_eq!(core.checkpoint_due(0), None);
+}
+
+/// Backup 1 of three that journaled, committed and applied `registered_log(0, 5)` from primary
+/// 0 (a register, then four requests whose bodies it released), in a group that checkpoints
+/// past laggards only far beyond its journal.
+fn backup_with_released_bodies() -> GroupCore<u32> {
+    let policy = CheckpointPolicy {
+        journal_bytes: u64::MAX,
+        journal_ops: 1_000,
+    };
+    let mut core = GroupCore::format(
+        Config::new(3, 1),
+        Durability::Replicated,
+        false,
+        Some(policy),
+    );
+    core.checkpoint_past_laggards(JournalBound {
+        bytes: u64::MAX,
+        ops: 1_000,
+    });
+    for entry in registered_log(0, 5) {
+        let prepare = Message::Prepare {
+            view: 0,
+            commit: 0,
+            entry,
+        };
+        core.on_message(0, prepare);
+    }
+    let commit = Message::Commit {
+        view: 0,
+        commit: 5,
+        checkpoint_safe: 0,
+    };
+    core.on_message(0, commit);
+    run(&mut core);
+    assert_eq!(core.replica().commit_min(), 5);
+    core.release_applied_bodies();
+    core
+}
+
+#[test]
+fn a_backup_asked_by_a_new_primary_for_a_retired_body_checkpoints_and_sends_nothing() {
+    let mut core = backup_with_released_bodies();
+    // Replica 2 starts view 2, which it leads; this backup joins and sends its log.
+    core.on_message(
+        2,
+        Message::StartViewChange {
+            view: 2,
+            replica: 2,
+        },
+    );
+    let sent = run(&mut core).sent;
+    assert!(
+        sent.iter()
+            .any(|(to, message)| *to == 2 && matches!(message, Message::DoViewChange { .. })),
+        "{sent:?}"
+    );
+    // The new primary lacks the bodies from op 2 on; a retirement deleted them here.
+    core.on_message(
+        2,
+        Message::RequestPrepare {
+            view: 2,
+            op: 2,
+            replica: 2,
+        },
+    );
+    assert_eq!(run(&mut core).read_backs, [2, 3, 4, 5]);
+    for op in 2..=5 {
+        core.read_back(op, ReadBack::Retired);
+    }
+    assert!(run(&mut core).sent.is_empty());
+    assert_eq!(core.checkpoint_due(0), Some(5));
+    core.checkpoint_record(5);
+    core.checkpointed();
+    // A backup has no log to start a view with: the new primary, unable to fill its log, times
+    // out of the view, and the log this backup sends from now on starts above the ops.
+    let sent = run(&mut core).sent;
+    assert!(sent.is_empty(), "{sent:?}");
+    assert_eq!(core.checkpoint_due(0), None);
+    core.on_tick(1_000);
+    let logs: Vec<u64> = run(&mut core)
+        .sent
+        .into_iter()
+        .filter_map(|(_, message)| match message {
+            Message::DoViewChange { log, .. } => Some(log.base),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        logs,
+        [5],
+        "its DoViewChange, sent again, names its checkpoint"
+    );
 }
