@@ -44,18 +44,16 @@ fn prepare_ok(op: u64, replica: u8) -> Message {
     }
 }
 
-/// Primary 0 of three that committed with replica 1 a limits nomination, a register of client
-/// 9 and three of its requests (ops 1..=5), applied them and released their bodies; replica 2
-/// acknowledged ops 1..=2 only. `past_laggards`: the group checkpoints past laggards, but only
-/// far beyond its journal (so no ordinary checkpoint is due). Returns it with the entries of
-/// ops 1..=5 as prepared.
-fn primary_with_a_laggard(past_laggards: bool) -> (GroupCore<u32>, Vec<Entry>) {
+/// Replica `replica` of three in view 0, past its checkpoint policy after four ops (so a
+/// checkpoint is due as soon as it may leave a replica behind); `past_laggards`: it checkpoints
+/// past laggards, but only far beyond its journal.
+fn replica_of_three(replica: u8, past_laggards: bool) -> GroupCore<u32> {
     let policy = CheckpointPolicy {
         journal_bytes: u64::MAX,
         journal_ops: 4,
     };
     let mut core = GroupCore::format(
-        Config::new(3, 0),
+        Config::new(3, replica),
         Durability::Replicated,
         false,
         Some(policy),
@@ -66,6 +64,15 @@ fn primary_with_a_laggard(past_laggards: bool) -> (GroupCore<u32>, Vec<Entry>) {
             ops: 1_000,
         });
     }
+    core
+}
+
+/// Primary 0 of three (see [`replica_of_three`]) that committed with replica 1 a limits
+/// nomination, a register of client 9 and three of its requests (ops 1..=5), applied them and
+/// released their bodies; replica 2 acknowledged ops 1..=2 only, so no ordinary checkpoint is
+/// due. Returns it with the entries of ops 1..=5 as prepared.
+fn primary_with_a_laggard(past_laggards: bool) -> (GroupCore<u32>, Vec<Entry>) {
+    let mut core = replica_of_three(0, past_laggards);
     for request in 0..=3 {
         let (operation, body) = match request {
             0 => (OPERATION_REGISTER, Bytes::new()),
@@ -202,24 +209,11 @@ fn a_group_that_never_checkpoints_past_laggards_does_not_checkpoint_for_a_retire
     assert_eq!(core.checkpoint_due(0), None);
 }
 
-/// Backup 1 of three that journaled, committed and applied `registered_log(0, 5)` from primary
-/// 0 (a register, then four requests whose bodies it released), in a group that checkpoints
-/// past laggards only far beyond its journal.
+/// Backup 1 of three (see [`replica_of_three`]) that journaled, committed and applied
+/// `registered_log(0, 5)` from primary 0 (a register, then four requests whose bodies it
+/// released); primary 0 announced no op every replica holds.
 fn backup_with_released_bodies() -> GroupCore<u32> {
-    let policy = CheckpointPolicy {
-        journal_bytes: u64::MAX,
-        journal_ops: 1_000,
-    };
-    let mut core = GroupCore::format(
-        Config::new(3, 1),
-        Durability::Replicated,
-        false,
-        Some(policy),
-    );
-    core.checkpoint_past_laggards(JournalBound {
-        bytes: u64::MAX,
-        ops: 1_000,
-    });
+    let mut core = replica_of_three(1, true);
     for entry in registered_log(0, 5) {
         let prepare = Message::Prepare {
             view: 0,
