@@ -226,6 +226,8 @@ pub struct PartitionWorkload {
     first_offsets: Vec<u64>,
     /// The timestamp of the next batch, in microseconds.
     clock: u64,
+    /// Of the requests, the percent that retire segments.
+    retire_percent: u64,
     figures: Figures,
 }
 
@@ -241,8 +243,17 @@ impl PartitionWorkload {
             next_message_id: 1,
             first_offsets: Vec::new(),
             clock: 1_000_000,
+            retire_percent: 7,
             figures: Figures::default(),
         }
+    }
+
+    /// The same workload retiring segments in `percent` of its requests (7 by default), so
+    /// that a replica left behind finds its peers retired what it lacks.
+    pub fn with_retire_percent(mut self, percent: u64) -> Self {
+        assert!(percent <= 40, "sends and stores stay the bulk");
+        self.retire_percent = percent;
+        self
     }
 
     /// The same workload numbering its messages from `first` on, so messages of different
@@ -289,7 +300,7 @@ impl PartitionWorkload {
             Request::Send { frames }
         } else if roll < 60 {
             Request::Malformed
-        } else if roll < 67 {
+        } else if roll < 60 + self.retire_percent {
             Request::Retire {
                 keep_from: self.plan_keep_from(),
             }
@@ -550,6 +561,10 @@ impl Workload for PartitionWorkload {
             total.stowed_retired += machine.stowed_retired;
             total.journals_cut += machine.journals_cut;
             total.unaccounted_dropped += machine.unaccounted_dropped;
+            total.transfers += machine.transfers;
+            total.transfer_log_restarts += machine.transfer_log_restarts;
+            total.transfer_batches_copied += machine.transfer_batches_copied;
+            total.transfers_overtaken += machine.transfers_overtaken;
         }
         for (index, node) in nodes.iter().enumerate() {
             let Some(replica) = node.replica else {
@@ -770,6 +785,74 @@ mod tests {
         assert!(error.contains("retired messages came back"), "{error}");
         check_first_moves_forward(0, 8, 20).unwrap();
         check_first_moves_forward(24, 20, 20).unwrap();
+    }
+
+    /// A machine with sends at ops `1..=sends` (two messages each), segments retired below
+    /// `keep_from` by op `sends + 1` (every op held by the group), and a checkpoint there.
+    fn checkpointed_source(sends: u64, keep_from: u64) -> (PartitionMachine, u64, Vec<u8>) {
+        let mut source = PartitionMachine::new(3);
+        for op in 1..=sends {
+            send(&mut source, op, u128::from(op) * 10);
+        }
+        source.may_retire_through(sends);
+        let retire = PartitionWrite::RetireSegments { keep_from };
+        source.apply(sends + 1, 1, retire.operation(), &retire.encode());
+        let state = source
+            .checkpoint(sends + 1)
+            .expect("the state as of the op");
+        (source, sends + 1, state)
+    }
+
+    /// State transfer as the server's shell does it: the laggard's log continues from the
+    /// peer's records up to the state's end, byte for byte; when the group retired what the
+    /// laggard holds, its log restarts at the peer's first offset; when the peer retired past
+    /// the state's end, the transfer is refused and the laggard is left as it was.
+    #[test]
+    fn a_laggard_copies_the_peers_log_up_to_the_state_restarting_past_what_was_retired() {
+        let (source, op, state) = checkpointed_source(10, 0);
+        let mut laggard = PartitionMachine::new(3);
+        send(&mut laggard, 1, 10);
+        laggard.transfer(op, &state, &source).unwrap();
+        assert_eq!(laggard.committed_next_offset(), 20);
+        assert_eq!(
+            laggard.log().records_below(20),
+            source.log().records_below(20)
+        );
+        assert_eq!(laggard.figures().transfer_log_restarts, 0);
+        assert_eq!(laggard.figures().transfer_batches_copied, 9);
+
+        let (source, op, state) = checkpointed_source(10, 10);
+        let first = source.first_offset();
+        assert!(first > 2, "the group retired the laggard's messages");
+        let mut laggard = PartitionMachine::new(3);
+        send(&mut laggard, 1, 10);
+        laggard.transfer(op, &state, &source).unwrap();
+        assert_eq!(laggard.first_offset(), first);
+        assert_eq!(
+            laggard.log().records_below(20),
+            source.log().records_below(20)
+        );
+        assert_eq!(laggard.figures().transfer_log_restarts, 1);
+
+        // The state of op 5 ends at offset 8; the peer went on and retired below 16.
+        let (mut source, op, state) = checkpointed_source(4, 0);
+        for op in 6..=10 {
+            send(&mut source, op, u128::from(op) * 10);
+        }
+        source.may_retire_through(10);
+        let retire = PartitionWrite::RetireSegments { keep_from: 16 };
+        source.apply(11, 1, retire.operation(), &retire.encode());
+        assert!(source.first_offset() > 8, "retired past the state's end");
+        let mut laggard = PartitionMachine::new(3);
+        send(&mut laggard, 1, 10);
+        let error = laggard.transfer(op, &state, &source).unwrap_err();
+        assert!(error.contains("past the state's end 8"), "{error}");
+        assert_eq!(
+            (laggard.first_offset(), laggard.committed_next_offset()),
+            (0, 2),
+            "a refused transfer changes nothing"
+        );
+        assert_eq!(laggard.figures().transfers_overtaken, 1);
     }
 
     /// A history refuses a gap in the offsets and a message committed twice.
