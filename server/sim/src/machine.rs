@@ -90,6 +90,8 @@ pub struct PartitionMachine {
     /// A group of one replays its journal at once; a larger one commits it after rejoining,
     /// so its stowed batches are accounted for until then.
     replica_count: u8,
+    /// The metadata op that created the partition (a group deletion before it never applies).
+    created_at_op: u64,
     core: Partition,
     log: SimLog,
     /// The latest op applied (or restored from a checkpoint).
@@ -108,6 +110,7 @@ impl PartitionMachine {
     pub fn new(replica_count: u8) -> Self {
         PartitionMachine {
             replica_count,
+            created_at_op: 0,
             core: Partition::new(0),
             log: SimLog::default(),
             applied_op: 0,
@@ -115,6 +118,13 @@ impl PartitionMachine {
             retirable_below: 0,
             figures: MachineFigures::default(),
         }
+    }
+
+    /// The same partition, created by metadata op `op`.
+    pub fn created_at_op(mut self, op: u64) -> Self {
+        self.created_at_op = op;
+        self.core = Partition::new(op);
+        self
     }
 
     /// The partition core.
@@ -273,7 +283,7 @@ impl Machine for PartitionMachine {
     }
 
     fn restart(&mut self, checkpoint: Option<(u64, &[u8])>, records: Vec<Journaled>) -> Vec<Entry> {
-        self.core = Partition::new(0);
+        self.core = Partition::new(self.created_at_op);
         self.applied_op = 0;
         self.next_after_applied.clear();
         self.retirable_below = 0;
@@ -388,7 +398,7 @@ impl Machine for PartitionMachine {
         );
         // Made durable before the journal that accounted for the old log is gone.
         self.log.sync();
-        self.core = Partition::new(0);
+        self.core = Partition::new(self.created_at_op);
         let lost = self.core.restore(state, self.log.next_offset())?;
         assert_eq!(lost, None, "the copy holds every offset the state counts");
         self.applied_op = op;

@@ -26,6 +26,12 @@
 //!   retiring segments often, and on most of those seeds one node stays down for hundreds of
 //!   ticks, so its partition replicas (or those created while it was away) copy a peer's log,
 //!   restarting it past what the group retired;
+//! - the metadata workload also creates and deletes consumer groups (two names per topic, so
+//!   ids are reused and groups recreated); each incarnation's clients learn its topic's groups
+//!   as committed, store offsets under them as resolved at some view (now and then a stale
+//!   one), and carry each group deletion to the partition late (the server's
+//!   `DeleteGroupOffsets`), so a recreated group's partitions may still hold its
+//!   predecessor's offset;
 //! - the metadata workload creates and deletes streams, topics and partitions from small
 //!   pools of names and ids, so ids are reused; each incarnation has its own clients sending
 //!   to its group from the tick its create committed until its delete committed, with
@@ -40,7 +46,9 @@
 //! against its own history); at the end, nodes at the same metadata commit run the same
 //! incarnations, and once every replica of a live partition group is up at one commit (a
 //! laggard caught up, by repair or transfer), they serve the same committed end and hold the
-//! same stamped records where their logs overlap.
+//! same stamped records where their logs overlap. Each partition's offsets are checked after
+//! every tick (see [`crate::workload`]): every replica holds what the committed stores and group
+//! deletions leave, and a live group is never served an offset resolved before its creation.
 
 use crate::machine::MachineFigures;
 use crate::{MetadataMachine, MetadataWorkload, PartitionMachine, PartitionWorkload};
@@ -50,6 +58,9 @@ use iggy_vsr::sim::Rng;
 use iggy_vsr::sim::cluster::{Cluster, Summary};
 use iggy_vsr::{ReplicaId, Status};
 use std::collections::BTreeMap;
+
+/// Of the metadata requests, the percent that create or delete consumer groups.
+const GROUP_PERCENT: u64 = 30;
 
 /// The size of a run.
 #[derive(Clone, Copy, Debug)]
@@ -115,6 +126,16 @@ pub struct NodeFigures {
     /// Live partition groups whose replicas were compared at the end: same commit, same
     /// records.
     pub partition_groups_compared: u64,
+    /// Consumer groups: deletions committed in the metadata group; in the partitions, offset
+    /// stores acknowledged and refused (their group deleted), group deletions committed,
+    /// offset reads checked, and of them reads where the group's id held an earlier group's
+    /// offset (withheld).
+    pub consumer_group_deletions: u64,
+    pub offset_stores_acknowledged: u64,
+    pub offset_stores_refused: u64,
+    pub group_offset_deletions: u64,
+    pub offset_reads: u64,
+    pub inherited_offsets_withheld: u64,
 }
 
 /// One partition incarnation's group over the nodes.
@@ -164,7 +185,7 @@ impl NodeWorld {
             replica_count,
             settings.metadata_clients,
             settings.metadata_requests,
-            MetadataWorkload::new(seed),
+            MetadataWorkload::new(seed).with_consumer_groups(GROUP_PERCENT),
         )
         .faults_from_shell();
         let state_transfer = (seed / 1_000).is_multiple_of(2);
@@ -269,6 +290,7 @@ impl NodeWorld {
         for node in 0..usize::from(self.replica_count) {
             self.reconcile(node);
         }
+        self.tell_groups();
         for group in self.groups.values_mut() {
             group.cluster.step();
             assert_eq!(group.cluster.now(), self.now, "the groups step in lockstep");
@@ -355,6 +377,27 @@ impl NodeWorld {
         }
     }
 
+    /// Tells each live incarnation's clients the consumer groups of its topic as committed
+    /// now, and the group deletions its partition must carry out.
+    fn tell_groups(&mut self) {
+        let workload = self.metadata.workload();
+        let (op, groups) = workload.committed_groups();
+        let deletions = workload.group_deletions().to_vec();
+        let none = BTreeMap::new();
+        for group in self.groups.values_mut().filter(|group| !group.deleted) {
+            let (s, t, _) = group.key;
+            let topic_groups = groups.get(&(s, t)).unwrap_or(&none);
+            let topic_deletions = deletions
+                .iter()
+                .filter(|(ds, dt, _, _)| (*ds, *dt) == (s, t))
+                .map(|(_, _, g, op)| (*g, *op));
+            group
+                .cluster
+                .workload_mut()
+                .observe_groups(op, topic_groups, topic_deletions);
+        }
+    }
+
     /// Brings node `node`'s partition replicas in line with its metadata replica, as the
     /// server's effects and reconciliations do: a directory gone is a replica discarded, an
     /// incarnation to run is formatted (no files) or reopened (after a restart).
@@ -409,8 +452,9 @@ impl NodeWorld {
     /// The group of a partition incarnation a node just created: its clients start now.
     fn new_group(&mut self, key: PartitionKey, incarnation: u64) {
         let seed = self.seed ^ incarnation.rotate_left(17);
-        let mut workload =
-            PartitionWorkload::new(seed).with_message_ids_from(u128::from(incarnation) << 64);
+        let mut workload = PartitionWorkload::new(seed)
+            .with_message_ids_from(u128::from(incarnation) << 64)
+            .with_consumer_groups(created_op(incarnation));
         if self.state_transfer {
             workload = workload.with_retire_percent(20);
         }
@@ -622,12 +666,18 @@ impl NodeWorld {
             figures.partition_state_transfers += summary.state_transfers;
             figures.partition_transfers_refused += summary.transfers_refused;
             add_transfer_figures(&mut figures, &partition.machines);
+            figures.offset_stores_acknowledged += partition.stores_acknowledged;
+            figures.offset_stores_refused += partition.stores_refused;
+            figures.group_offset_deletions += partition.group_deletions_committed;
+            figures.offset_reads += partition.offset_reads;
+            figures.inherited_offsets_withheld += partition.inherited_offsets_withheld;
             figures.partition_retirements += partition.machines.retirements;
         }
         assert_eq!(
             figures.partition_machine_transfers, figures.partition_state_transfers,
             "seed {seed}: every transfer a partition group installed is its machine's"
         );
+        figures.consumer_group_deletions = self.metadata.workload().group_deletions().len() as u64;
         let (summary, workload) = self.metadata.finish();
         let metadata = workload.figures();
         figures.metadata_ops = summary.committed;

@@ -54,6 +54,12 @@ struct Totals {
     partition_transfers_refused: u64,
     partition_retirements: u64,
     partition_groups_compared: u64,
+    consumer_group_deletions: u64,
+    offset_stores_acknowledged: u64,
+    offset_stores_refused: u64,
+    group_offset_deletions: u64,
+    offset_reads: u64,
+    inherited_offsets_withheld: u64,
 }
 
 impl Totals {
@@ -82,6 +88,12 @@ impl Totals {
         self.partition_transfers_refused += figures.partition_transfers_refused;
         self.partition_retirements += figures.partition_retirements;
         self.partition_groups_compared += figures.partition_groups_compared;
+        self.consumer_group_deletions += figures.consumer_group_deletions;
+        self.offset_stores_acknowledged += figures.offset_stores_acknowledged;
+        self.offset_stores_refused += figures.offset_stores_refused;
+        self.group_offset_deletions += figures.group_offset_deletions;
+        self.offset_reads += figures.offset_reads;
+        self.inherited_offsets_withheld += figures.inherited_offsets_withheld;
     }
 }
 
@@ -107,11 +119,22 @@ fn run(replica_count: u8) {
             "partition replicas left behind catch up by state transfer, copying a peer's log"
         );
         assert!(totals.partition_groups_compared > 0);
+        assert!(
+            totals.consumer_group_deletions > 0
+                && totals.group_offset_deletions > 0
+                && totals.offset_stores_acknowledged > 0
+                && totals.offset_reads > 0,
+            "consumer groups are deleted and their offsets stored, deleted and read"
+        );
     }
     if totals.seeds >= 100 {
         assert!(
             totals.partition_transfer_log_restarts > 0,
             "a laggard's log restarts past what its group retired"
+        );
+        assert!(
+            totals.offset_stores_refused > 0 && totals.inherited_offsets_withheld > 0,
+            "stale group stores are refused and recreated groups find a predecessor's offset"
         );
     }
 }

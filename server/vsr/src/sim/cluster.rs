@@ -411,6 +411,11 @@ impl<W: Workload> Cluster<W> {
         &self.workload
     }
 
+    /// The clients' workload, for a shell that tells it what the group's clients learn.
+    pub fn workload_mut(&mut self) -> &mut W {
+        &mut self.workload
+    }
+
     /// The current tick.
     pub fn now(&self) -> u64 {
         self.now
