@@ -216,20 +216,19 @@ impl History {
         self.offsets_after.insert(op, self.offsets.clone());
     }
 
-    /// The offsets kept once every op up to `op` is applied.
-    pub fn offsets_at(&self, op: u64) -> BTreeMap<OffsetOwner, KeptOffset> {
+    /// The offsets kept once every op up to `op` is applied (`None`: none yet).
+    pub fn offsets_at(&self, op: u64) -> Option<&BTreeMap<OffsetOwner, KeptOffset>> {
         self.offsets_after
             .range(..=op)
             .next_back()
-            .map(|(_, offsets)| offsets.clone())
-            .unwrap_or_default()
+            .map(|(_, offsets)| offsets)
     }
 
     /// The offset served to `owner`, created by metadata op `created_at_op` (0 for a
     /// consumer), once every op up to `op` is applied: the latest stored, unless it was
     /// resolved before the owner's creation (an earlier group's under the same id).
     pub fn served_offset(&self, op: u64, owner: OffsetOwner, created_at_op: u64) -> Option<u64> {
-        let kept = *self.offsets_at(op).get(&owner)?;
+        let kept = *self.offsets_at(op)?.get(&owner)?;
         (kept.resolved_at >= created_at_op).then_some(kept.offset)
     }
 
@@ -655,28 +654,38 @@ impl PartitionWorkload {
     /// live group only an offset resolved at or after the group's creation: never the offset a
     /// deleted group with the same id stored.
     fn check_offsets(&mut self, nodes: &[NodeView<'_, PartitionMachine>]) {
-        let live_groups = self.live_groups();
+        let empty = BTreeMap::new();
+        let live_groups = self
+            .groups
+            .as_ref()
+            .and_then(|views| views.views.last())
+            .map_or(&empty, |(_, groups)| groups);
+        let no_offsets = BTreeMap::new();
+        let (mut reads, mut withheld) = (0, 0);
         for (index, node) in nodes.iter().enumerate() {
             let Some(replica) = node.replica else {
                 continue;
             };
             let commit = replica.commit_min();
-            let expected = self.history.offsets_at(commit);
+            let expected = self.history.offsets_at(commit).unwrap_or(&no_offsets);
             let held = node.machine.core().offsets();
-            let committed: BTreeMap<OffsetOwner, u64> = expected
-                .iter()
-                .map(|(owner, kept)| (*owner, kept.offset))
-                .collect();
-            if held != committed {
+            let same = held.len() == expected.len()
+                && held
+                    .iter()
+                    .zip(expected)
+                    .all(|((owner, offset), (committed, kept))| {
+                        owner == committed && *offset == kept.offset
+                    });
+            if !same {
                 self.fail(format!(
                     "replica {index} at commit {commit} holds offsets {held:?}, the committed \
-                     stores leave {committed:?}"
+                     stores leave {expected:?}"
                 ));
             }
-            for (group, created_at_op) in &live_groups {
+            for (group, created_at_op) in live_groups {
                 let owner = OffsetOwner::Group(*group);
                 let served = node.machine.core().offset(owner, *created_at_op);
-                self.figures.offset_reads += 1;
+                reads += 1;
                 let kept = expected.get(&owner);
                 if let (Some(offset), Some(kept)) = (served, kept)
                     && kept.resolved_at < *created_at_op
@@ -688,8 +697,7 @@ impl PartitionWorkload {
                         kept.resolved_at
                     ));
                 }
-                self.figures.inherited_offsets_withheld +=
-                    u64::from(kept.is_some_and(|kept| kept.resolved_at < *created_at_op));
+                withheld += u64::from(kept.is_some_and(|kept| kept.resolved_at < *created_at_op));
                 let expected = self.history.served_offset(commit, owner, *created_at_op);
                 if served != expected {
                     self.fail(format!(
@@ -699,6 +707,8 @@ impl PartitionWorkload {
                 }
             }
         }
+        self.figures.offset_reads += reads;
+        self.figures.inherited_offsets_withheld += withheld;
     }
 
     /// Each live replica's log starts at or below the retirement point, and its first offset
