@@ -112,6 +112,8 @@ pub struct Summary {
     /// Transfers a machine could not complete over the chosen peer (it retired past the
     /// offered state's end), tried again later.
     pub transfers_refused: u64,
+    /// With [`Cluster::with_stale_acks`]: acknowledgements of another log sent to primaries.
+    pub stale_acks: u64,
 }
 
 /// The simulated world for one seed.
@@ -171,6 +173,10 @@ pub struct Cluster<W: Workload = ModelWorkload> {
     shell_faults: bool,
     /// The group is gone (its partition deleted): its clients stop asking.
     clients_abandoned: bool,
+    /// With [`Cluster::with_stale_acks`]: the stream of acks of another log, and how many
+    /// reached a primary.
+    stale_acks: Option<Rng>,
+    stale_acks_sent: u64,
 }
 
 impl Cluster<ModelWorkload> {
@@ -290,6 +296,8 @@ impl<W: Workload> Cluster<W> {
             state_transfers: 0,
             transfers_refused: 0,
             shell_faults: false,
+            stale_acks: None,
+            stale_acks_sent: 0,
             clients_abandoned: false,
         }
     }
@@ -452,6 +460,64 @@ impl<W: Workload> Cluster<W> {
         self
     }
 
+    /// The same world where PrepareOks of another log under the group's id reach its primary:
+    /// on the server, a deleted partition incarnation's backups, whose PrepareOk frames carry
+    /// no incarnation and reach the recreated group's replicas. Now and then, every other
+    /// replica acknowledges each op the primary has not committed, in the primary's view, with
+    /// another entry's checksum; they must never complete a commit quorum (the checkers catch
+    /// an op committed without a quorum holding it once the primary crashes).
+    pub fn with_stale_acks(mut self) -> Self {
+        self.stale_acks = Some(Rng::new(self.seed ^ 0x057a_1eac));
+        self
+    }
+
+    /// Acknowledgements of another log's entries, sent to the primary now and then.
+    fn send_stale_acks(&mut self) {
+        let Some(rng) = self.stale_acks.as_mut() else {
+            return;
+        };
+        if !rng.chance(20) {
+            return;
+        }
+        for index in 0..self.nodes.len() {
+            let Some(replica) = self.nodes[index].replica() else {
+                continue;
+            };
+            if !replica.is_primary() || replica.status() != Status::Normal {
+                continue;
+            }
+            let view = replica.view();
+            let acks: Vec<Message> = (replica.commit_max() + 1..=replica.op())
+                .flat_map(|op| {
+                    let other = replica.checksum_at(op).unwrap_or(0) ^ 0x5eed;
+                    (0..self.replica_count)
+                        .filter(move |from| usize::from(*from) != index)
+                        .map(move |from| Message::PrepareOk {
+                            view,
+                            op,
+                            checksum: other,
+                            replica: from,
+                        })
+                })
+                .collect();
+            self.stale_acks_sent += acks.len() as u64;
+            for ack in acks {
+                let Message::PrepareOk { replica: from, .. } = ack else {
+                    unreachable!("an ack");
+                };
+                self.nodes[index]
+                    .core
+                    .as_mut()
+                    .expect("a live primary")
+                    .on_message(from, ack);
+                self.drain(index);
+                if self.nodes[index].core.is_none() {
+                    break;
+                }
+            }
+        }
+    }
+
     /// The same world where, besides the random crashes, each tick a replica with journal
     /// writes in flight crashes with `percent` chance (within the `f` limit): crashes then
     /// often meet writes a sync has not covered yet.
@@ -539,6 +605,7 @@ impl<W: Workload> Cluster<W> {
             checkpoints_past_laggards: self.checkpoints_past_laggards,
             state_transfers: self.state_transfers,
             transfers_refused: self.transfers_refused,
+            stale_acks: self.stale_acks_sent,
         };
         (summary, self.workload)
     }
@@ -709,6 +776,7 @@ impl<W: Workload> Cluster<W> {
         for packet in self.network.deliver(self.now) {
             self.deliver(packet);
         }
+        self.send_stale_acks();
         self.tick_clients();
         self.check_step();
         self.take_checkpoints();
