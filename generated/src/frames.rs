@@ -2732,7 +2732,7 @@ pub struct PrepareOkHeader {
     pub reserved_frame: [u8; 66],
     /// the acknowledged prepare's parent
     pub parent: u128,
-    /// the acknowledged prepare's identity checksum
+    /// ours: the iggy_vsr checksum of the sender's entry at `op`, widened (0: it holds none there); the primary counts the ack only for the entry its log holds at `op`, so a stale incarnation's ack counts for nothing
     pub prepare_checksum: u128,
     pub op: u64,
     pub commit: u64,

@@ -64,7 +64,13 @@
 //! exactly the incarnations its model holds live (a deleted one stopped on every node that
 //! applied the delete), and a node never starts an incarnation it deleted over no files; after
 //! the load every metadata replica reaches the same commit, and nodes at the same commit run
-//! the same incarnations.
+//! the same incarnations. On half the seeds the groups checkpoint past laggards (one node
+//! staying down long on most of them), which catch up by state transfer, a partition replica
+//! copying a peer's log ([`machine`]); at the end every replica of a live partition group
+//! reaches one commit and holds the same records. Consumer groups are created, deleted and
+//! recreated under reused ids, their offsets stored in the partitions and their deletions
+//! carried there late; every replica holds the offsets the committed ops leave, and a
+//! recreated group is never served its predecessor's offset.
 //!
 //! A failure names its seed (`replicas=R seed=S`); `SIM_SEED=S cargo nextest run --workspace
 //! -E 'package(iggy-sim)'` replays it. The default run covers a couple hundred seeds (the node

@@ -70,6 +70,8 @@ enum LogWrite {
     Append(StoredBatch),
     TruncateFrom(u64),
     RetireBelow(u64),
+    /// Every segment goes; the log restarts empty at this offset (a state transfer's).
+    RestartAt(u64),
 }
 
 impl Image {
@@ -102,6 +104,10 @@ impl Image {
                 let first = self.first_offset();
                 let retired = self.batches.partition_point(|b| b.base_offset < first);
                 self.batches.drain(..retired);
+            }
+            LogWrite::RestartAt(offset) => {
+                self.segment_starts = vec![*offset];
+                self.batches.clear();
             }
         }
         assert!(
@@ -257,6 +263,63 @@ impl SimLog {
             segments: (segments - self.segment_count()) as u64,
             messages: self.first_offset() - first,
         }
+    }
+
+    /// The server's `PartitionLog::restart_at`, for a state transfer whose peers retired every
+    /// offset this log holds and those up to `offset`: the log is emptied and continues at
+    /// `offset` (a segment start of the peer's), durably at once (the server fsyncs it).
+    pub fn restart_at(&mut self, offset: u64) {
+        assert!(
+            offset >= self.next_offset(),
+            "a restart drops no offset the log holds past {offset}"
+        );
+        self.write(LogWrite::RestartAt(offset));
+        self.sync();
+    }
+
+    /// The stamped records of the batches from `from` (a batch base offset) up to `until`, as
+    /// the server serves a state transfer's chunks: whole records, never a sliced batch;
+    /// `None` when the log does not hold `from` (retired, or not reached).
+    pub fn records_from(&self, from: u64, until: u64) -> Option<Vec<Bytes>> {
+        let batches = &self.current.batches;
+        let start = batches.partition_point(|b| b.base_offset < from);
+        let held = batches.get(start).is_some_and(|b| b.base_offset == from)
+            || (from == self.next_offset() && from >= self.first_offset());
+        if !held {
+            return None;
+        }
+        let records = batches[start..]
+            .iter()
+            .take_while(|b| b.base_offset < until)
+            .map(|b| b.record.clone())
+            .collect();
+        Some(records)
+    }
+
+    /// Appends a peer's stamped `record` as it is (a state transfer's copy), so the replicas'
+    /// segments stay byte-identical; `None` when it is no batch record of the log's end.
+    pub fn append_record(&mut self, record: Bytes) -> Option<()> {
+        let header = BatchHeader::decode_fixed(record.get(..BatchHeader::SIZE)?).ok()?;
+        if header.base_offset != self.next_offset() || header.batch_length != record.len() as u64 {
+            return None;
+        }
+        self.write(LogWrite::Append(StoredBatch {
+            base_offset: header.base_offset,
+            count: header.message_count,
+            base_timestamp: header.base_timestamp,
+            record,
+        }));
+        Some(())
+    }
+
+    /// Each batch's base offset and stamped record, below offset `until`.
+    pub fn records_below(&self, until: u64) -> Vec<(u64, Bytes)> {
+        self.current
+            .batches
+            .iter()
+            .take_while(|b| b.base_offset < until)
+            .map(|b| (b.base_offset, b.record.clone()))
+            .collect()
     }
 
     fn write(&mut self, write: LogWrite) {

@@ -9,20 +9,27 @@
 //! naming offsets below the log's first ([`Partition::retire_if_deleted`]), and their apply
 //! only accounts for the offsets they took.
 //!
-//! Unlike the server's shell, a retirement here deletes only messages of ops every replica's
-//! journal or checkpoint holds (`GroupCore::retirable_through`, which is `checkpoint_safe` as
-//! these groups never checkpoint past a laggard; [`Machine::may_retire_through`]): below that,
-//! `keep_from` is obeyed; above it, the segments stay. Without a bound a backup lagging behind
+//! Unlike the server's shell, a retirement here deletes only messages of ops the group lets it
+//! delete when it applies (`GroupCore::retirable_through`: `checkpoint_safe`, or in a group
+//! that checkpoints past laggards also the replica's own checkpoint op;
+//! [`Machine::may_retire_through`]): below that, `keep_from` is obeyed; above it, the segments
+//! stay. Without a bound a backup lagging behind
 //! the retirement asks for prepares whose batches every other replica deleted and never catches
 //! up (`SIM_SEED=11` without it). The server bounds the same way where the retirement is
 //! planned (`Partition::retirable_below`, applied to retention and DeleteSegments plans), so
 //! its committed `keep_from` is obeyed whole; the workload here draws `keep_from` at random,
 //! which is why this shell bounds it when it applies.
+//!
+//! A replica left behind by its group's checkpoints (the node simulation's groups checkpoint
+//! past laggards) catches up by state transfer as the server's shell does
+//! ([`Machine::transfer`]): its log continues from a peer's committed records, byte for byte,
+//! up to the end of the peer's checkpoint state, restarting empty at the peer's first offset
+//! when the group retired everything it held, and the state is restored over it.
 
 use crate::log::{CheckedBatch, SimLog, unstamp};
 use bytes::Bytes;
 use iggy_generated::storage::StowedBatch;
-use iggy_partition::{Applied, Partition, PollRange, StartAt, WriteResult};
+use iggy_partition::{Applied, CheckpointState, Partition, PollRange, StartAt, WriteResult};
 use iggy_vsr::sim::Rng;
 use iggy_vsr::sim::machine::{self, Journaled, Machine};
 use iggy_vsr::{Entry, ReadBack};
@@ -68,6 +75,13 @@ pub struct MachineFigures {
     pub journals_cut: u64,
     /// Restarts that dropped log messages no journaled op accounted for.
     pub unaccounted_dropped: u64,
+    /// State transfers installed, of them those whose log restarted at the peer's first
+    /// offset (the group retired every offset this log held), and the batches they copied.
+    pub transfers: u64,
+    pub transfer_log_restarts: u64,
+    pub transfer_batches_copied: u64,
+    /// Transfers refused: the peer retired past the offered state's end.
+    pub transfers_overtaken: u64,
 }
 
 /// One replica's partition: the sans-IO core and its log.
@@ -76,6 +90,8 @@ pub struct PartitionMachine {
     /// A group of one replays its journal at once; a larger one commits it after rejoining,
     /// so its stowed batches are accounted for until then.
     replica_count: u8,
+    /// The metadata op that created the partition (a group deletion before it never applies).
+    created_at_op: u64,
     core: Partition,
     log: SimLog,
     /// The latest op applied (or restored from a checkpoint).
@@ -94,6 +110,7 @@ impl PartitionMachine {
     pub fn new(replica_count: u8) -> Self {
         PartitionMachine {
             replica_count,
+            created_at_op: 0,
             core: Partition::new(0),
             log: SimLog::default(),
             applied_op: 0,
@@ -101,6 +118,13 @@ impl PartitionMachine {
             retirable_below: 0,
             figures: MachineFigures::default(),
         }
+    }
+
+    /// The same partition, created by metadata op `op`.
+    pub fn created_at_op(mut self, op: u64) -> Self {
+        self.created_at_op = op;
+        self.core = Partition::new(op);
+        self
     }
 
     /// The partition core.
@@ -131,6 +155,11 @@ impl PartitionMachine {
     /// The first offset the log holds (below it, segments were retired).
     pub fn first_offset(&self) -> u64 {
         self.log.first_offset()
+    }
+
+    /// The log.
+    pub fn log(&self) -> &SimLog {
+        &self.log
     }
 
     /// The log, for a test that damages it.
@@ -262,7 +291,7 @@ impl Machine for PartitionMachine {
     }
 
     fn restart(&mut self, checkpoint: Option<(u64, &[u8])>, records: Vec<Journaled>) -> Vec<Entry> {
-        self.core = Partition::new(0);
+        self.core = Partition::new(self.created_at_op);
         self.applied_op = 0;
         self.next_after_applied.clear();
         self.retirable_below = 0;
@@ -311,6 +340,81 @@ impl Machine for PartitionMachine {
             self.figures.unaccounted_dropped += 1;
             self.log.truncate_from(from);
         }
+    }
+
+    fn transfers_state(&self) -> bool {
+        self.replica_count > 1
+    }
+
+    /// As the server's shell (`runtime/partition.rs`, `transfer_begin`, `_restart_at`,
+    /// `_append`, `_install`, driven by `consensus/transfer.rs`'s `Fetch`): stowed batches of
+    /// ops never committed go, the log is cut to its committed end, then continues from the
+    /// peer's committed records up to the state's end; when the peer no longer holds the
+    /// offset the log continues from, the log restarts empty at the peer's first offset, or,
+    /// when that lies past the state's end, the transfer is refused (`Overtaken`: a newer
+    /// checkpoint is needed). The state is restored over the log once it is durable.
+    fn transfer(&mut self, op: u64, state: &[u8], source: &Self) -> Result<(), String> {
+        let until = CheckpointState::decode(state)?.next_offset;
+        assert!(
+            until <= source.committed_next_offset(),
+            "a peer's checkpoint counts only offsets it committed"
+        );
+        let committed = self.committed_next_offset();
+        if committed > until {
+            return Err(format!(
+                "this replica committed offsets up to {committed}, past the checkpoint's {until}"
+            ));
+        }
+        let mut next = committed;
+        let restart = source.log.records_from(next, until).is_none();
+        if restart {
+            let held_from = source.log.first_offset();
+            assert!(
+                held_from > next,
+                "the peer holds offset {next} yet no committed batch of its starts there"
+            );
+            if held_from > until {
+                self.figures.transfers_overtaken += 1;
+                return Err(format!(
+                    "the peer holds offsets from {held_from} on, past the state's end {until} \
+                     (this log ends at {next})"
+                ));
+            }
+            next = held_from;
+        }
+        // Batches stowed for ops this replica never committed: the peer's log decides them.
+        let _ = self.core.unstow_after(0);
+        self.log.truncate_from(committed);
+        if restart {
+            self.log.restart_at(next);
+            self.figures.transfer_log_restarts += 1;
+        }
+        let records = source
+            .log
+            .records_from(next, until)
+            .expect("held, checked above");
+        for record in records {
+            self.log
+                .append_record(record)
+                .expect("a peer's record continues the log");
+            self.figures.transfer_batches_copied += 1;
+        }
+        assert_eq!(
+            self.log.next_offset(),
+            until,
+            "the copy reaches the state's end"
+        );
+        // Made durable before the journal that accounted for the old log is gone.
+        self.log.sync();
+        self.core = Partition::new(self.created_at_op);
+        let lost = self.core.restore(state, self.log.next_offset())?;
+        assert_eq!(lost, None, "the copy holds every offset the state counts");
+        self.applied_op = op;
+        self.next_after_applied.clear();
+        // The group checkpointed at `op`, so a retirement may delete what the state counts.
+        self.retirable_below = self.committed_next_offset();
+        self.figures.transfers += 1;
+        Ok(())
     }
 }
 

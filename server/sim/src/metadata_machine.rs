@@ -316,7 +316,7 @@ impl Machine for MetadataMachine {
     /// the directories (every directory here has a running partition, as on a started server).
     /// A plan that keeps a directory, or opens over a live one, leaves the disk unlike the
     /// model, which the checker reports.
-    fn transfer(&mut self, op: u64, state: &[u8]) {
+    fn transfer(&mut self, op: u64, state: &[u8], _source: &Self) -> Result<(), String> {
         let model = iggy_metadata::snapshot::decode(state).expect("a snapshot a peer wrote");
         assert_eq!(model.commit, op, "a snapshot of its checkpoint's op");
         let running = self.running_partitions();
@@ -354,6 +354,7 @@ impl Machine for MetadataMachine {
                 }
             }
         }
+        Ok(())
     }
 }
 

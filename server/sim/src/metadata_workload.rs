@@ -1,14 +1,16 @@
 //! The metadata group's clients and the checker of its history.
 //!
 //! Each client registers with a session record (a user id, protocol 0.12.0 or 0.11.1), then
-//! creates and deletes streams, topics, partitions and users from small pools of names and
+//! creates and deletes streams, topics, partitions and users (and, in the node simulation,
+//! consumer groups: [`MetadataWorkload::with_consumer_groups`]) from small pools of names and
 //! ids, so names collide, lookups miss and ids freed by a delete are handed out again (the class
 //! of bug where a re-created stream's id reached a deleted stream's data). Now and then a
 //! request does not decode. Bodies are what the primary journals: the generated request
 //! encoders inside the [`Envelope`](iggy_metadata::machine::Envelope) (its time from the
 //! workload's virtual clock, never a real one).
 //!
-//! The checker keeps a [`Reference`]: streams, topics, partitions (with incarnations) and users
+//! The checker keeps a [`Reference`]: streams, topics, partitions (with incarnations), consumer
+//! groups (with their creation ops) and users
 //! as the spec describes them (ids the lowest free, 0-based), built from the committed ops alone.
 //! The checks:
 //!
@@ -30,6 +32,7 @@ use bytes::Bytes;
 use iggy_generated::errors::ErrorCode;
 use iggy_generated::frames::Operation;
 use iggy_generated::payloads::{
+    ConsumerGroupDetailsResponse, ConsumerGroupIdRequest, CreateConsumerGroupRequest,
     CreatePartitionsRequest, CreateStreamRequest, CreateTopicRequest, CreateUserRequest,
     DeletePartitionsRequest, DeleteUserRequest, GetStreamResponse, GetStreamResponseV0111,
     GetTopicResponse, GetTopicResponseV0111, Identifier, StreamIdRequest, TopicIdRequest,
@@ -49,6 +52,7 @@ use std::collections::{BTreeMap, HashMap};
 const STREAM_NAMES: u64 = 4;
 const TOPIC_NAMES: u64 = 3;
 const USER_NAMES: u64 = 4;
+const GROUP_NAMES: u64 = 2;
 /// Ids drawn below this (some never exist).
 const IDS: u64 = 5;
 
@@ -85,6 +89,16 @@ pub enum Request {
     },
     DeleteUser {
         user: Ident,
+    },
+    CreateGroup {
+        stream: Ident,
+        topic: Ident,
+        name: String,
+    },
+    DeleteGroup {
+        stream: Ident,
+        topic: Ident,
+        group: Ident,
     },
     /// A stream creation whose request bytes end early: refused as undecodable.
     Malformed,
@@ -195,6 +209,39 @@ impl Request {
                 };
                 (Operation::DeleteUser.to_repr(), request.to_wire_bytes())
             }
+            Request::CreateGroup {
+                stream,
+                topic,
+                name,
+            } => {
+                let (stream, topic) = stream_topic(stream, topic);
+                let request = CreateConsumerGroupRequest {
+                    stream_id: identifier(&stream),
+                    topic_id: identifier(&topic),
+                    name,
+                };
+                (
+                    Operation::CreateConsumerGroup.to_repr(),
+                    request.to_wire_bytes(),
+                )
+            }
+            Request::DeleteGroup {
+                stream,
+                topic,
+                group,
+            } => {
+                let (stream, topic) = stream_topic(stream, topic);
+                let group = identifier_parts(group);
+                let request = ConsumerGroupIdRequest {
+                    stream_id: identifier(&stream),
+                    topic_id: identifier(&topic),
+                    group_id: identifier(&group),
+                };
+                (
+                    Operation::DeleteConsumerGroup.to_repr(),
+                    request.to_wire_bytes(),
+                )
+            }
             Request::Malformed => {
                 let mut request = CreateStreamRequest {
                     name: "malformed",
@@ -216,6 +263,8 @@ pub enum Path {
     Topic(u32, u32),
     Partition(u32, u32, u32),
     User(u32),
+    /// A consumer group of a topic.
+    Group(u32, u32, u32),
 }
 
 /// What a committed op did, as the reference predicts it.
@@ -235,6 +284,8 @@ struct ReferenceTopic {
     created_at: u64,
     /// Partition id → incarnation.
     partitions: BTreeMap<u32, u64>,
+    /// Consumer group id → (name, the op that created it).
+    groups: BTreeMap<u32, (String, u64)>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -251,6 +302,9 @@ pub struct Reference {
     /// User id → (name, creation time).
     users: BTreeMap<u32, (String, u64)>,
 }
+
+/// The consumer groups of each topic: (stream, topic) → group id → the op that created it.
+pub type TopicGroups = BTreeMap<(u32, u32), BTreeMap<u32, u64>>;
 
 /// Ids are 0-based and the lowest free one is assigned.
 fn lowest_free<V>(map: &BTreeMap<u32, V>) -> u32 {
@@ -283,10 +337,16 @@ impl Reference {
                             .iter()
                             .map(|(id, partition)| (*id, partition.incarnation))
                             .collect();
+                        let groups = topic
+                            .consumer_groups
+                            .iter()
+                            .map(|(id, group)| (*id, (group.name.clone(), group.created_at_op)))
+                            .collect();
                         let topic = ReferenceTopic {
                             name: topic.name.clone(),
                             created_at: topic.created_at,
                             partitions,
+                            groups,
                         };
                         (*id, topic)
                     })
@@ -320,6 +380,22 @@ impl Reference {
         partitions
     }
 
+    /// The consumer groups of every topic.
+    pub fn groups(&self) -> TopicGroups {
+        let mut groups = BTreeMap::new();
+        for (s, stream) in &self.streams {
+            for (t, topic) in &stream.topics {
+                let ids = topic
+                    .groups
+                    .iter()
+                    .map(|(id, (_, created))| (*id, *created))
+                    .collect();
+                groups.insert((*s, *t), ids);
+            }
+        }
+        groups
+    }
+
     /// The marker of the resource at `path`, if it exists.
     pub fn marker(&self, path: Path) -> Option<u64> {
         match path {
@@ -335,6 +411,12 @@ impl Reference {
                 .and_then(|stream| stream.topics.get(&t))
                 .and_then(|topic| topic.partitions.get(&p).copied()),
             Path::User(u) => self.users.get(&u).map(|(_, created_at)| *created_at),
+            Path::Group(s, t, g) => self
+                .streams
+                .get(&s)
+                .and_then(|stream| stream.topics.get(&t))
+                .and_then(|topic| topic.groups.get(&g))
+                .map(|(_, created)| *created),
         }
     }
 
@@ -378,11 +460,7 @@ impl Reference {
                 outcome.removed.push((Path::Stream(s), stream.created_at));
                 for (t, topic) in &stream.topics {
                     outcome.removed.push((Path::Topic(s, *t), topic.created_at));
-                    for (p, incarnation) in &topic.partitions {
-                        outcome
-                            .removed
-                            .push((Path::Partition(s, *t, *p), *incarnation));
-                    }
+                    topic_removed(topic, (s, *t), &mut outcome);
                 }
             }
             Request::CreateTopic {
@@ -400,6 +478,7 @@ impl Reference {
                     name: name.clone(),
                     created_at: now,
                     partitions: BTreeMap::new(),
+                    groups: BTreeMap::new(),
                 };
                 add_partitions(&mut topic, (s, t), *partitions, op, &mut outcome);
                 topics.insert(t, topic);
@@ -411,11 +490,7 @@ impl Reference {
                 let topic = self.streams.get_mut(&s).expect("found").topics.remove(&t);
                 let topic = topic.expect("found");
                 outcome.removed.push((Path::Topic(s, t), topic.created_at));
-                for (p, incarnation) in &topic.partitions {
-                    outcome
-                        .removed
-                        .push((Path::Partition(s, t, *p), *incarnation));
-                }
+                topic_removed(&topic, (s, t), &mut outcome);
             }
             Request::CreatePartitions {
                 stream,
@@ -466,10 +541,53 @@ impl Reference {
                 let (_, created_at) = self.users.remove(&id).expect("found");
                 outcome.removed.push((Path::User(id), created_at));
             }
+            Request::CreateGroup {
+                stream,
+                topic,
+                name,
+            } => {
+                let (s, t) = self.topic(stream, topic)?;
+                let topic = self.streams.get_mut(&s).expect("found");
+                let groups = &mut topic.topics.get_mut(&t).expect("found").groups;
+                if groups.values().any(|(group, _)| group == name) {
+                    return Err(ErrorCode::ConsumerGroupNameAlreadyExists);
+                }
+                let g = lowest_free(groups);
+                groups.insert(g, (name.clone(), op));
+                outcome.id = Some((g, 0));
+                outcome.created.push((Path::Group(s, t, g), op));
+            }
+            Request::DeleteGroup {
+                stream,
+                topic,
+                group,
+            } => {
+                let (s, t) = self.topic(stream, topic)?;
+                let topic = self.streams.get_mut(&s).expect("found");
+                let groups = &mut topic.topics.get_mut(&t).expect("found").groups;
+                let g = find_id(groups, group, |(name, _)| name).ok_or(match group {
+                    Ident::Id(_) => ErrorCode::ConsumerGroupIdNotFound,
+                    Ident::Name(_) => ErrorCode::ConsumerGroupNameNotFound,
+                })?;
+                let (_, created) = groups.remove(&g).expect("found");
+                outcome.removed.push((Path::Group(s, t, g), created));
+            }
             Request::Malformed => return Err(ErrorCode::InvalidFormat),
             Request::Logout => {}
         }
         Ok(outcome)
+    }
+}
+
+/// What a deleted topic took with it: its partitions and consumer groups.
+fn topic_removed(topic: &ReferenceTopic, (s, t): (u32, u32), outcome: &mut Outcome) {
+    for (p, incarnation) in &topic.partitions {
+        outcome
+            .removed
+            .push((Path::Partition(s, t, *p), *incarnation));
+    }
+    for (g, (_, created)) in &topic.groups {
+        outcome.removed.push((Path::Group(s, t, *g), *created));
     }
 }
 
@@ -536,6 +654,9 @@ pub fn check_reply(
                 GetTopicResponseV0111::decode_exact(payload)
                     .map(|r| (r.topic.id, r.partitions.len() as u32))
             }),
+        Request::CreateGroup { .. } => {
+            ConsumerGroupDetailsResponse::decode_exact(payload).map(|r| (r.group.id, 0))
+        }
         Request::CreateUser { .. } => UserDetailsResponse::decode_exact(payload)
             .map(|r| r.user.id)
             .or_else(|_| UserDetailsResponseV0111::decode_exact(payload).map(|r| r.user.id))
@@ -605,6 +726,10 @@ pub struct MetadataWorkload {
     checked: Vec<(Option<u64>, usize)>,
     /// The request time, in microseconds.
     clock: u64,
+    /// Of the requests, the percent that create or delete consumer groups (0 by default).
+    group_percent: u64,
+    /// Committed consumer-group deletions: (stream, topic, group, op).
+    group_deletions: Vec<(u32, u32, u32, u64)>,
     figures: MetadataRunFigures,
 }
 
@@ -623,8 +748,32 @@ impl MetadataWorkload {
             snapshots: BTreeMap::new(),
             checked: Vec::new(),
             clock: 1_000_000,
+            group_percent: 0,
+            group_deletions: Vec::new(),
             figures: MetadataRunFigures::default(),
         }
+    }
+
+    /// The same workload creating and deleting consumer groups (from a pool of two names per
+    /// topic, so ids are reused and groups recreated) in `percent` of its requests.
+    pub fn with_consumer_groups(mut self, percent: u64) -> Self {
+        self.group_percent = percent;
+        self
+    }
+
+    /// The latest committed op and the consumer groups after it: (stream, topic) → group id
+    /// → the op that created it.
+    pub fn committed_groups(&self) -> (u64, TopicGroups) {
+        self.references
+            .last_key_value()
+            .map_or((0, BTreeMap::new()), |(op, reference)| {
+                (*op, reference.groups())
+            })
+    }
+
+    /// Every committed consumer-group deletion, in op order: (stream, topic, group, op).
+    pub fn group_deletions(&self) -> &[(u32, u32, u32, u64)] {
+        &self.group_deletions
     }
 
     /// What the run exercised.
@@ -670,6 +819,22 @@ impl MetadataWorkload {
         let stream = self.ident(STREAM_NAMES, "s");
         let topic = self.ident(TOPIC_NAMES, "t");
         let count = self.rng.below(4) as u32;
+        if self.group_percent > 0 && self.rng.chance(self.group_percent) {
+            // Mostly the live streams and topics: groups are created where partitions are.
+            let (stream, topic) = (Ident::Id(self.rng.below(2) as u32), Ident::Id(0));
+            return match self.rng.chance(55) {
+                true => Request::CreateGroup {
+                    stream,
+                    topic,
+                    name: format!("g{}", self.rng.below(GROUP_NAMES)),
+                },
+                false => Request::DeleteGroup {
+                    stream,
+                    topic,
+                    group: self.ident(GROUP_NAMES, "g"),
+                },
+            };
+        }
         match roll {
             0..20 => Request::CreateStream {
                 name: format!("s{}", self.rng.below(STREAM_NAMES)),
@@ -856,6 +1021,13 @@ impl Workload for MetadataWorkload {
             self.fail(format!("op {op} {request:?}: {why}"));
         }
         self.references.insert(op, reference);
+        if let (Request::DeleteGroup { .. }, Ok(outcome)) = (&request, &expected) {
+            for (path, _) in &outcome.removed {
+                if let Path::Group(s, t, g) = path {
+                    self.group_deletions.push((*s, *t, *g, op));
+                }
+            }
+        }
         if let Ok(outcome) = &expected {
             for (path, _) in &outcome.created {
                 if self.used.insert(*path, op).is_some() {

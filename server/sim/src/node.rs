@@ -20,6 +20,18 @@
 //!   loses its unsynced writes), a restart reopens the metadata replica and then, from its
 //!   replayed model, the partition replicas; a cut isolates all of them; about half the seeds
 //!   crash every node at once; at most `f` nodes are down at a time;
+//! - on half the seeds (those of an even thousand) every group checkpoints past a laggard and
+//!   the laggard catches up by state transfer: the metadata group past four checkpoint
+//!   policies of journal, the partition groups as soon as a checkpoint is due, their clients
+//!   retiring segments often, and on most of those seeds one node stays down for hundreds of
+//!   ticks, so its partition replicas (or those created while it was away) copy a peer's log,
+//!   restarting it past what the group retired;
+//! - the metadata workload also creates and deletes consumer groups (two names per topic, so
+//!   ids are reused and groups recreated); each incarnation's clients learn its topic's groups
+//!   as committed, store offsets under them as resolved at some view (now and then a stale
+//!   one), and carry each group deletion to the partition late (the server's
+//!   `DeleteGroupOffsets`), so a recreated group's partitions may still hold its
+//!   predecessor's offset;
 //! - the metadata workload creates and deletes streams, topics and partitions from small
 //!   pools of names and ids, so ids are reused; each incarnation has its own clients sending
 //!   to its group from the tick its create committed until its delete committed, with
@@ -32,15 +44,23 @@
 //! on every node that applied the delete); a message is served only by the incarnation that
 //! committed it (its id is unique in the run, and each incarnation's reads are checked
 //! against its own history); at the end, nodes at the same metadata commit run the same
-//! incarnations.
+//! incarnations, and once every replica of a live partition group is up at one commit (a
+//! laggard caught up, by repair or transfer), they serve the same committed end and hold the
+//! same stamped records where their logs overlap. Each partition's offsets are checked after
+//! every tick (see [`crate::workload`]): every replica holds what the committed stores and group
+//! deletions leave, and a live group is never served an offset resolved before its creation.
 
-use crate::{MetadataMachine, MetadataWorkload, PartitionWorkload};
+use crate::machine::MachineFigures;
+use crate::{MetadataMachine, MetadataWorkload, PartitionMachine, PartitionWorkload};
 use iggy_metadata::PartitionKey;
 use iggy_metadata::reconcile::created_op;
 use iggy_vsr::sim::Rng;
 use iggy_vsr::sim::cluster::{Cluster, Summary};
 use iggy_vsr::{ReplicaId, Status};
 use std::collections::BTreeMap;
+
+/// Of the metadata requests, the percent that create or delete consumer groups.
+const GROUP_PERCENT: u64 = 30;
 
 /// The size of a run.
 #[derive(Clone, Copy, Debug)]
@@ -52,6 +72,9 @@ pub struct NodeSettings {
     /// incarnation is deleted).
     pub partition_clients: u8,
     pub partition_requests: u64,
+    /// On the seeds whose groups checkpoint past laggards: the requests of each partition
+    /// client, enough for its group to leave a node that is down behind.
+    pub partition_requests_past_laggards: u64,
     /// Faults until this tick, then a healed network.
     pub fault_ticks: u64,
     /// The run fails if the clients are not done by this tick.
@@ -85,6 +108,34 @@ pub struct NodeFigures {
     pub cuts: u64,
     /// Metadata state transfers.
     pub state_transfers: u64,
+    /// Long outages: a node down for hundreds of ticks while its peers' groups go on.
+    pub long_outages: u64,
+    /// Partition groups: checkpoints taken past a laggard, state transfers installed, of them
+    /// those whose log restarted at the peer's first offset (the group retired every offset
+    /// the laggard held), the batches copied, and transfers refused because the peer retired
+    /// past the offered state's end.
+    pub partition_checkpoints_past_laggards: u64,
+    pub partition_state_transfers: u64,
+    /// The transfers the partition machines installed (the groups' count, checked).
+    pub partition_machine_transfers: u64,
+    pub partition_transfer_log_restarts: u64,
+    pub partition_transfer_batches_copied: u64,
+    pub partition_transfers_refused: u64,
+    /// Segment retirements applied on partition replicas (a transfer's peer deleted segments).
+    pub partition_retirements: u64,
+    /// Live partition groups whose replicas were compared at the end: same commit, same
+    /// records.
+    pub partition_groups_compared: u64,
+    /// Consumer groups: deletions committed in the metadata group; in the partitions, offset
+    /// stores acknowledged and refused (their group deleted), group deletions committed,
+    /// offset reads checked, and of them reads where the group's id held an earlier group's
+    /// offset (withheld).
+    pub consumer_group_deletions: u64,
+    pub offset_stores_acknowledged: u64,
+    pub offset_stores_refused: u64,
+    pub group_offset_deletions: u64,
+    pub offset_reads: u64,
+    pub inherited_offsets_withheld: u64,
 }
 
 /// One partition incarnation's group over the nodes.
@@ -98,6 +149,9 @@ struct PartitionGroup {
     /// The delete committed: the clients stopped.
     deleted: bool,
 }
+
+/// Per node, its replica of a group as (status, commit), `None` while it is down.
+type ReplicaStates = Vec<Option<(Status, u64)>>;
 
 /// The nodes of one seed.
 pub struct NodeWorld {
@@ -115,6 +169,10 @@ pub struct NodeWorld {
     /// Per node: the tick its cut ends.
     cut_until: Vec<u64>,
     restart_all_at: Option<u64>,
+    /// With state transfer, on some seeds: (tick, node, ticks down) of one long outage.
+    long_outage: Option<(u64, usize, u64)>,
+    /// Partition groups checkpoint past a laggard, which catches up by state transfer.
+    state_transfer: bool,
     figures: NodeFigures,
 }
 
@@ -127,15 +185,20 @@ impl NodeWorld {
             replica_count,
             settings.metadata_clients,
             settings.metadata_requests,
-            MetadataWorkload::new(seed),
+            MetadataWorkload::new(seed).with_consumer_groups(GROUP_PERCENT),
         )
         .faults_from_shell();
-        if (seed / 1_000).is_multiple_of(2) {
+        let state_transfer = (seed / 1_000).is_multiple_of(2);
+        if state_transfer {
             metadata = metadata.with_state_transfer();
         }
         // The node fault plan has its own stream, apart from every group's network.
         let mut rng = Rng::new(seed ^ 0x0de5_f417);
         let restart_all_at = rng.chance(50).then(|| 100 + rng.below(1_200));
+        let long_outage = (state_transfer && rng.chance(60)).then(|| {
+            let node = rng.below(u64::from(replica_count)) as usize;
+            (50 + rng.below(600), node, 300 + rng.below(500))
+        });
         NodeWorld {
             seed,
             rng,
@@ -148,6 +211,8 @@ impl NodeWorld {
             down_until: vec![None; usize::from(replica_count)],
             cut_until: vec![0; usize::from(replica_count)],
             restart_all_at,
+            long_outage,
+            state_transfer,
             figures: NodeFigures::default(),
         }
     }
@@ -194,6 +259,7 @@ impl NodeWorld {
         }
         self.settle();
         self.check_end();
+        self.check_partition_replicas_agree();
         self.finish()
     }
 
@@ -224,6 +290,7 @@ impl NodeWorld {
         for node in 0..usize::from(self.replica_count) {
             self.reconcile(node);
         }
+        self.tell_groups();
         for group in self.groups.values_mut() {
             group.cluster.step();
             assert_eq!(group.cluster.now(), self.now, "the groups step in lockstep");
@@ -245,6 +312,16 @@ impl NodeWorld {
         }
         if !self.faults {
             return;
+        }
+        if let Some((at, node, ticks)) = self.long_outage
+            && at == self.now
+        {
+            let down = self.down_until.iter().filter(|d| d.is_some()).count();
+            if self.up(node) && down < (usize::from(self.replica_count) - 1) / 2 {
+                self.figures.long_outages += 1;
+                self.crash(node);
+                self.down_until[node] = Some(self.now + ticks);
+            }
         }
         if self.restart_all_at == Some(self.now) {
             self.figures.restarts_all += 1;
@@ -300,6 +377,27 @@ impl NodeWorld {
         }
     }
 
+    /// Tells each live incarnation's clients the consumer groups of its topic as committed
+    /// now, and the group deletions its partition must carry out.
+    fn tell_groups(&mut self) {
+        let workload = self.metadata.workload();
+        let (op, groups) = workload.committed_groups();
+        let deletions = workload.group_deletions().to_vec();
+        let none = BTreeMap::new();
+        for group in self.groups.values_mut().filter(|group| !group.deleted) {
+            let (s, t, _) = group.key;
+            let topic_groups = groups.get(&(s, t)).unwrap_or(&none);
+            let topic_deletions = deletions
+                .iter()
+                .filter(|(ds, dt, _, _)| (*ds, *dt) == (s, t))
+                .map(|(_, _, g, op)| (*g, *op));
+            group
+                .cluster
+                .workload_mut()
+                .observe_groups(op, topic_groups, topic_deletions);
+        }
+    }
+
     /// Brings node `node`'s partition replicas in line with its metadata replica, as the
     /// server's effects and reconciliations do: a directory gone is a replica discarded, an
     /// incarnation to run is formatted (no files) or reopened (after a restart).
@@ -318,6 +416,9 @@ impl NodeWorld {
         for (incarnation, group) in &mut self.groups {
             let on_disk = disk.get(&group.key) == Some(incarnation);
             if !on_disk && group.files[node] {
+                // The replica's figures go with it.
+                let machine = group.cluster.machine(node).figures();
+                add_transfer_figures(&mut self.figures, &machine);
                 group.cluster.discard_replica(node);
                 group.files[node] = false;
                 group.discarded[node] = true;
@@ -351,19 +452,32 @@ impl NodeWorld {
     /// The group of a partition incarnation a node just created: its clients start now.
     fn new_group(&mut self, key: PartitionKey, incarnation: u64) {
         let seed = self.seed ^ incarnation.rotate_left(17);
-        let workload =
-            PartitionWorkload::new(seed).with_message_ids_from(u128::from(incarnation) << 64);
+        let mut workload = PartitionWorkload::new(seed)
+            .with_message_ids_from(u128::from(incarnation) << 64)
+            .with_consumer_groups(created_op(incarnation));
+        if self.state_transfer {
+            workload = workload.with_retire_percent(20);
+        }
         let view = created_view(incarnation, key.2, self.replica_count);
         let preferred = (view % u32::from(self.replica_count)) as ReplicaId;
+        let requests = match self.state_transfer {
+            true => self.settings.partition_requests_past_laggards,
+            false => self.settings.partition_requests,
+        };
         // Stepped once more this tick, after the node shells.
         let mut cluster = Cluster::with_workload(
             seed,
             self.replica_count,
             self.settings.partition_clients,
-            self.settings.partition_requests,
+            requests,
             workload,
         )
         .hosted_by_shell(self.now - 1, Some(preferred));
+        if self.state_transfer {
+            // A partition group's clients make a few requests only: it checkpoints past a
+            // laggard as soon as a checkpoint is due, so outages leave replicas behind.
+            cluster = cluster.with_state_transfer_past(1);
+        }
         for (node, until) in self.cut_until.iter().enumerate() {
             if *until > self.now {
                 cluster.cut_off(node, *until);
@@ -424,7 +538,7 @@ impl NodeWorld {
     fn settle(&mut self) {
         let deadline = self.now + 2_000;
         loop {
-            let commits: Vec<Option<(Status, u64)>> = (0..usize::from(self.replica_count))
+            let commits: ReplicaStates = (0..usize::from(self.replica_count))
                 .map(|node| {
                     self.metadata
                         .replica(node)
@@ -437,13 +551,78 @@ impl NodeWorld {
             let equal = commits
                 .iter()
                 .all(|c| c.map(|c| c.1) == commits[0].map(|c| c.1));
-            if normal && equal {
+            let partitions = self.unsettled_partition_groups();
+            if normal && equal && partitions.is_empty() {
                 return;
             }
             if self.now >= deadline {
-                self.fail(format!("the metadata replicas did not settle: {commits:?}"));
+                self.fail(format!(
+                    "the replicas did not settle: metadata {commits:?}, partitions {partitions:?}"
+                ));
             }
             self.step();
+        }
+    }
+
+    /// The live partition groups some of whose replicas are down, not in normal status, or at
+    /// another commit than the others (a laggard still catching up, by repair or state
+    /// transfer): each replica's (status, commit), by incarnation.
+    fn unsettled_partition_groups(&self) -> Vec<(u64, ReplicaStates)> {
+        self.groups
+            .iter()
+            .filter(|(_, group)| !group.deleted)
+            .filter_map(|(incarnation, group)| {
+                let replicas: Vec<_> = (0..usize::from(self.replica_count))
+                    .map(|node| {
+                        let replica = group.cluster.replica(node)?;
+                        Some((replica.status(), replica.commit_min()))
+                    })
+                    .collect();
+                let settled = replicas.iter().all(|replica| {
+                    replica.is_some_and(|(status, commit)| {
+                        status == Status::Normal && Some(commit) == replicas[0].map(|r| r.1)
+                    })
+                });
+                (!settled).then_some((*incarnation, replicas))
+            })
+            .collect()
+    }
+
+    /// Every replica of a live partition group, settled at one commit, holds the same
+    /// committed records where their logs overlap (a replica that caught up by state transfer
+    /// holds the peer's records byte for byte) and the same committed end.
+    fn check_partition_replicas_agree(&mut self) {
+        for (incarnation, group) in &self.groups {
+            if group.deleted {
+                continue;
+            }
+            let machines: Vec<_> = (0..usize::from(self.replica_count))
+                .map(|node| group.cluster.machine(node))
+                .collect();
+            let end = machines[0].committed_next_offset();
+            let first = machines.iter().map(|m| m.first_offset()).max().unwrap_or(0);
+            let overlap = |machine: &PartitionMachine| -> Vec<(u64, bytes::Bytes)> {
+                let mut records = machine.log().records_below(end);
+                records.retain(|(base_offset, _)| *base_offset >= first.min(end));
+                records
+            };
+            let records = overlap(machines[0]);
+            for (node, machine) in machines.iter().enumerate().skip(1) {
+                if machine.committed_next_offset() != end {
+                    self.fail(format!(
+                        "incarnation {incarnation:#x}: node {node} serves up to offset {}, node 0 \
+                         up to {end}, at the same commit",
+                        machine.committed_next_offset()
+                    ));
+                }
+                if overlap(machine) != records {
+                    self.fail(format!(
+                        "incarnation {incarnation:#x}: node {node} holds other records than node \
+                         0 in offsets {first}..{end}"
+                    ));
+                }
+            }
+            self.figures.partition_groups_compared += 1;
         }
     }
 
@@ -476,13 +655,29 @@ impl NodeWorld {
     /// Each group's end checks, and the figures.
     fn finish(self) -> NodeFigures {
         let mut figures = self.figures;
+        let seed = self.seed;
         for (_, group) in self.groups {
             let (summary, workload): (Summary, PartitionWorkload) = group.cluster.finish();
             let partition = workload.figures();
             figures.partition_ops += summary.committed;
             figures.sends_acknowledged += partition.sends_acknowledged;
             figures.messages_acknowledged += partition.messages_acknowledged;
+            figures.partition_checkpoints_past_laggards += summary.checkpoints_past_laggards;
+            figures.partition_state_transfers += summary.state_transfers;
+            figures.partition_transfers_refused += summary.transfers_refused;
+            add_transfer_figures(&mut figures, &partition.machines);
+            figures.offset_stores_acknowledged += partition.stores_acknowledged;
+            figures.offset_stores_refused += partition.stores_refused;
+            figures.group_offset_deletions += partition.group_deletions_committed;
+            figures.offset_reads += partition.offset_reads;
+            figures.inherited_offsets_withheld += partition.inherited_offsets_withheld;
+            figures.partition_retirements += partition.machines.retirements;
         }
+        assert_eq!(
+            figures.partition_machine_transfers, figures.partition_state_transfers,
+            "seed {seed}: every transfer a partition group installed is its machine's"
+        );
+        figures.consumer_group_deletions = self.metadata.workload().group_deletions().len() as u64;
         let (summary, workload) = self.metadata.finish();
         let metadata = workload.figures();
         figures.metadata_ops = summary.committed;
@@ -492,6 +687,13 @@ impl NodeWorld {
         figures.ids_reused = metadata.ids_reused;
         figures
     }
+}
+
+/// A partition replica's state-transfer figures, added to the run's.
+fn add_transfer_figures(figures: &mut NodeFigures, machine: &MachineFigures) {
+    figures.partition_machine_transfers += machine.transfers;
+    figures.partition_transfer_log_restarts += machine.transfer_log_restarts;
+    figures.partition_transfer_batches_copied += machine.transfer_batches_copied;
 }
 
 /// The view a partition's group is created in (the server's `consensus/plane.rs`): its
@@ -509,6 +711,7 @@ mod tests {
         metadata_requests: 30,
         partition_clients: 1,
         partition_requests: 8,
+        partition_requests_past_laggards: 20,
         fault_ticks: 1_500,
         ticks_max: 30_000,
     };

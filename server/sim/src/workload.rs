@@ -19,6 +19,17 @@
 //!   messages of its range, so never an uncommitted one nor one lost and replaced; every 64
 //!   ticks and at the end, each live replica's whole log from its first offset to its
 //!   committed end is read back and compared (dense, each message once, with its bytes);
+//! - after every step, each live replica holds exactly the consumer and group offsets the
+//!   committed stores and group deletions up to its commit leave, by the server's rule (a store
+//!   of a group whose deletion applied here after the op it was resolved at is refused; a
+//!   deletion removes the group's offsets resolved before it), so stored offsets are
+//!   linearizable per owner; every committed store's reply is the rule's;
+//! - with consumer groups ([`PartitionWorkload::with_consumer_groups`], the node simulation:
+//!   the metadata group creates and deletes them, ids reused, and the clients store under
+//!   groups of a view they resolved, now and then a stale one, and carry deletions to the
+//!   partition late), a live group is served, directly or as a `Next` poll's start, only an
+//!   offset resolved at or after its creation op: never the offset a deleted group with the
+//!   same id stored;
 //! - at the end, every acknowledged send is read back at its offsets from the replica's first
 //!   on every replica that committed it, and a replica that applied every op holds the
 //!   history's consumer offsets.
@@ -29,7 +40,9 @@ use bytes::Bytes;
 use iggy_generated::errors::ErrorCode;
 use iggy_generated::frames::{BatchHeader, MessageFrameHeader};
 use iggy_generated::payloads::SessionIdentity;
-use iggy_partition::{OffsetOwner, PartitionWrite, StartAt, WriteResult};
+use iggy_partition::{
+    KeptOffset, OffsetOwner, PartitionWrite, RESOLVED_AT_UNKNOWN, StartAt, WriteResult,
+};
 use iggy_vsr::sim::Rng;
 use iggy_vsr::sim::machine::{NodeView, Workload};
 use iggy_vsr::{Entry, Status};
@@ -47,6 +60,14 @@ enum Request {
     Store {
         owner: OffsetOwner,
         offset: u64,
+        /// The metadata op the owner was resolved at (a group's: when it existed).
+        resolved_at: u64,
+    },
+    /// A consumer group's deletion at metadata op `metadata_op` reaching this partition (the
+    /// server's `DeleteGroupOffsets` effect, or its sweep).
+    DeleteGroupOffsets {
+        group: u32,
+        metadata_op: u64,
     },
     /// Retire the segments below `keep_from`.
     Retire {
@@ -74,8 +95,15 @@ pub struct Figures {
     pub messages_committed: u64,
     /// Malformed batches refused.
     pub malformed_refused: u64,
-    /// Offset stores acknowledged.
+    /// Offset stores acknowledged, and of them refused because their group was deleted.
     pub stores_acknowledged: u64,
+    pub stores_refused: u64,
+    /// Group deletions committed (the server's `DeleteGroupOffsets`).
+    pub group_deletions_committed: u64,
+    /// Offset reads checked against the committed stores, and of them reads by a group whose
+    /// id held an earlier group's offset (which must not be served).
+    pub offset_reads: u64,
+    pub inherited_offsets_withheld: u64,
     /// Segment retirements committed, and of them past the committed end at the time.
     pub retirements_committed: u64,
     pub retirements_past_end: u64,
@@ -97,8 +125,15 @@ pub struct History {
     ids: HashMap<u128, u64>,
     /// The next offset after each committed op that appended.
     next_after: BTreeMap<u64, u64>,
-    /// Consumer and group offsets after the latest committed op.
-    offsets: BTreeMap<OffsetOwner, u64>,
+    /// Consumer and group offsets after the latest committed op, with the metadata op each
+    /// was resolved at.
+    offsets: BTreeMap<OffsetOwner, KeptOffset>,
+    /// The offsets after each committed op that changed them.
+    offsets_after: BTreeMap<u64, BTreeMap<OffsetOwner, KeptOffset>>,
+    /// Per group id, the metadata op of its latest deletion applied here.
+    group_deletions: BTreeMap<u32, u64>,
+    /// The metadata op that created the partition: an earlier group deletion never reaches it.
+    created_at_op: u64,
     /// The highest `keep_from` of a committed segment retirement: messages below it may be
     /// gone from any replica's log, every one at or above it must stay.
     retired_below: u64,
@@ -132,6 +167,69 @@ impl History {
         }
         self.next_after.insert(op, self.messages.len() as u64);
         Ok(())
+    }
+
+    /// The outcome of a committed offset store, as the server's rule has it: refused when the
+    /// owner is a group whose deletion applied here came after the op the store was resolved
+    /// at (the group it named is gone), kept otherwise.
+    pub fn commit_store(
+        &mut self,
+        op: u64,
+        owner: OffsetOwner,
+        offset: u64,
+        resolved_at: u64,
+    ) -> WriteResult {
+        let deleted = match owner {
+            OffsetOwner::Consumer(_) => None,
+            OffsetOwner::Group(group) | OffsetOwner::External(group) => {
+                self.group_deletions.get(&group)
+            }
+        };
+        if deleted.is_some_and(|deleted| *deleted > resolved_at) {
+            return WriteResult::Failed(ErrorCode::ConsumerGroupIdNotFound);
+        }
+        let kept = KeptOffset {
+            offset,
+            resolved_at,
+        };
+        self.offsets.insert(owner, kept);
+        self.offsets_after.insert(op, self.offsets.clone());
+        WriteResult::Done
+    }
+
+    /// A group's deletion at metadata op `metadata_op` committed: applied when it is later
+    /// than the partition's creation and the group's latest deletion here, removing the
+    /// group's offsets resolved before it (a later group's stay).
+    pub fn commit_group_deletion(&mut self, op: u64, group: u32, metadata_op: u64) {
+        let latest = self.group_deletions.get(&group).copied().unwrap_or(0);
+        if metadata_op <= self.created_at_op || metadata_op <= latest {
+            return;
+        }
+        self.group_deletions.insert(group, metadata_op);
+        for owner in [OffsetOwner::Group(group), OffsetOwner::External(group)] {
+            if self.offsets.get(&owner).is_some_and(|kept| {
+                kept.resolved_at < metadata_op || kept.resolved_at == RESOLVED_AT_UNKNOWN
+            }) {
+                self.offsets.remove(&owner);
+            }
+        }
+        self.offsets_after.insert(op, self.offsets.clone());
+    }
+
+    /// The offsets kept once every op up to `op` is applied (`None`: none yet).
+    pub fn offsets_at(&self, op: u64) -> Option<&BTreeMap<OffsetOwner, KeptOffset>> {
+        self.offsets_after
+            .range(..=op)
+            .next_back()
+            .map(|(_, offsets)| offsets)
+    }
+
+    /// The offset served to `owner`, created by metadata op `created_at_op` (0 for a
+    /// consumer), once every op up to `op` is applied: the latest stored, unless it was
+    /// resolved before the owner's creation (an earlier group's under the same id).
+    pub fn served_offset(&self, op: u64, owner: OffsetOwner, created_at_op: u64) -> Option<u64> {
+        let kept = *self.offsets_at(op)?.get(&owner)?;
+        (kept.resolved_at >= created_at_op).then_some(kept.offset)
     }
 
     /// A segment retirement below `keep_from` committed.
@@ -226,7 +324,23 @@ pub struct PartitionWorkload {
     first_offsets: Vec<u64>,
     /// The timestamp of the next batch, in microseconds.
     clock: u64,
+    /// Of the requests, the percent that retire segments.
+    retire_percent: u64,
+    /// With consumer groups from the metadata group: what the clients know of them.
+    groups: Option<GroupViews>,
     figures: Figures,
+}
+
+/// The consumer groups of the partition's topic as the metadata group committed them, seen
+/// over time: a client resolves a group at some node's (maybe stale) view of them.
+#[derive(Debug, Default)]
+struct GroupViews {
+    /// (metadata op, group id → the op that created it), oldest first, one per change.
+    views: Vec<(u64, BTreeMap<u32, u64>)>,
+    /// Group deletions (group, metadata op) after the partition's creation, each carried to
+    /// the partition by one request, at a time of the client's choosing.
+    known: std::collections::BTreeSet<(u32, u64)>,
+    pending: std::collections::VecDeque<(u32, u64)>,
 }
 
 impl PartitionWorkload {
@@ -241,8 +355,87 @@ impl PartitionWorkload {
             next_message_id: 1,
             first_offsets: Vec::new(),
             clock: 1_000_000,
+            retire_percent: 7,
+            groups: None,
             figures: Figures::default(),
         }
+    }
+
+    /// The same workload for a partition created by metadata op `created_at_op` whose
+    /// topic's consumer groups the metadata group creates and deletes: group offsets are
+    /// stored under the groups of a view the client resolved them at (now and then a stale
+    /// one), group deletions are carried to the partition late, and reads are checked with
+    /// the reading group's creation op ([`PartitionWorkload::observe_groups`]).
+    pub fn with_consumer_groups(mut self, created_at_op: u64) -> Self {
+        self.history.created_at_op = created_at_op;
+        self.groups = Some(GroupViews::default());
+        self
+    }
+
+    /// The metadata group committed op `metadata_op`, after which the topic's groups are
+    /// `groups` (id → creation op) and its group deletions `deletions` (group, op).
+    pub fn observe_groups(
+        &mut self,
+        metadata_op: u64,
+        groups: &BTreeMap<u32, u64>,
+        deletions: impl Iterator<Item = (u32, u64)>,
+    ) {
+        let created_at_op = self.history.created_at_op;
+        let Some(views) = self.groups.as_mut() else {
+            return;
+        };
+        if views.views.last().is_none_or(|(_, last)| last != groups) {
+            views.views.push((metadata_op, groups.clone()));
+        }
+        for deletion in deletions {
+            if deletion.1 > created_at_op && views.known.insert(deletion) {
+                views.pending.push_back(deletion);
+            }
+        }
+    }
+
+    /// The topic's groups now: id → creation op.
+    fn live_groups(&self) -> BTreeMap<u32, u64> {
+        self.groups
+            .as_ref()
+            .and_then(|views| views.views.last())
+            .map(|(_, groups)| groups.clone())
+            .unwrap_or_default()
+    }
+
+    /// An offset store's owner and the op it was resolved at: a consumer, or (with groups) a
+    /// group of the latest view or, now and then, of an older one (a node that lags).
+    fn plan_owner(&mut self) -> (OffsetOwner, u64) {
+        let id = self.rng.below(3) as u32;
+        let Some(views) = self.groups.as_ref() else {
+            let owner = match self.rng.chance(50) {
+                true => OffsetOwner::Consumer(id),
+                false => OffsetOwner::Group(id),
+            };
+            return (owner, 0);
+        };
+        if views.views.is_empty() || self.rng.chance(40) {
+            return (OffsetOwner::Consumer(id), 0);
+        }
+        let last = views.views.len() - 1;
+        let index = match self.rng.chance(70) {
+            true => last,
+            false => self.rng.below(last as u64 + 1) as usize,
+        };
+        let (op, groups) = &views.views[index];
+        let ids: Vec<u32> = groups.keys().copied().collect();
+        match ids.get(self.rng.below(ids.len() as u64 + 1) as usize) {
+            Some(group) => (OffsetOwner::Group(*group), *op),
+            None => (OffsetOwner::Consumer(id), 0),
+        }
+    }
+
+    /// The same workload retiring segments in `percent` of its requests (7 by default), so
+    /// that a replica left behind finds its peers retired what it lacks.
+    pub fn with_retire_percent(mut self, percent: u64) -> Self {
+        assert!(percent <= 40, "sends and stores stay the bulk");
+        self.retire_percent = percent;
+        self
     }
 
     /// The same workload numbering its messages from `first` on, so messages of different
@@ -267,8 +460,15 @@ impl PartitionWorkload {
     fn plan(&mut self, client: u128, logout: bool) -> Planned {
         self.clock += 1 + self.rng.below(1_000);
         let roll = self.rng.below(100);
+        let deletion = self
+            .groups
+            .as_mut()
+            .and_then(|views| views.pending.front().copied());
         let request = if logout {
             Request::Logout
+        } else if let Some((group, metadata_op)) = deletion.filter(|_| roll.is_multiple_of(3)) {
+            self.groups.as_mut().expect("groups").pending.pop_front();
+            Request::DeleteGroupOffsets { group, metadata_op }
         } else if roll < 55 {
             let count = 1 + self.rng.below(6);
             let frames = (0..count)
@@ -289,19 +489,18 @@ impl PartitionWorkload {
             Request::Send { frames }
         } else if roll < 60 {
             Request::Malformed
-        } else if roll < 67 {
+        } else if roll < 60 + self.retire_percent {
             Request::Retire {
                 keep_from: self.plan_keep_from(),
             }
         } else {
-            let id = self.rng.below(3) as u32;
-            let owner = if self.rng.chance(50) {
-                OffsetOwner::Consumer(id)
-            } else {
-                OffsetOwner::Group(id)
-            };
+            let (owner, resolved_at) = self.plan_owner();
             let offset = self.rng.below(self.history.messages.len() as u64 + 1);
-            Request::Store { owner, offset }
+            Request::Store {
+                owner,
+                offset,
+                resolved_at,
+            }
         };
         let write = match &request {
             Request::Send { frames } => PartitionWrite::Send {
@@ -315,11 +514,21 @@ impl PartitionWorkload {
                     batch: batch.into(),
                 }
             }
-            Request::Store { owner, offset } => PartitionWrite::StoreOffset {
+            Request::Store {
+                owner,
+                offset,
+                resolved_at,
+            } => PartitionWrite::StoreOffset {
                 owner: *owner,
                 offset: *offset,
-                resolved_at: 0,
+                resolved_at: *resolved_at,
             },
+            Request::DeleteGroupOffsets { group, metadata_op } => {
+                PartitionWrite::DeleteGroupOffsets {
+                    group: *group,
+                    metadata_op: *metadata_op,
+                }
+            }
             Request::Retire { keep_from } => PartitionWrite::RetireSegments {
                 keep_from: *keep_from,
             },
@@ -368,13 +577,48 @@ impl PartitionWorkload {
             1 => StartAt::First,
             2 => StartAt::Last,
             3 => StartAt::Timestamp(1_000_000 + self.rng.below(self.clock - 1_000_000 + 1)),
-            _ => StartAt::Next {
-                owner: OffsetOwner::Consumer(self.rng.below(3) as u32),
-                owner_created_at_op: 0,
-            },
+            _ => {
+                let groups = self.live_groups();
+                let group = match groups.is_empty() {
+                    true => None,
+                    false => groups
+                        .iter()
+                        .nth(self.rng.below(groups.len() as u64 + 1) as usize),
+                };
+                let (owner, owner_created_at_op) = match group {
+                    Some((group, created_at_op)) => (OffsetOwner::Group(*group), *created_at_op),
+                    None => (OffsetOwner::Consumer(self.rng.below(3) as u32), 0),
+                };
+                StartAt::Next {
+                    owner,
+                    owner_created_at_op,
+                }
+            }
         };
         let count = self.rng.below(12) as u32;
         let (range, messages) = node.machine.poll(start, count);
+        if let (
+            StartAt::Next {
+                owner,
+                owner_created_at_op,
+            },
+            Some(replica),
+        ) = (start, node.replica)
+        {
+            // After the offset the owner itself stored, else from the first message.
+            let first = node.machine.first_offset();
+            let served =
+                self.history
+                    .served_offset(replica.commit_min(), owner, owner_created_at_op);
+            let from = served.map_or(first, |offset| offset + 1).max(first);
+            if count > 0 && range.start != from.min(next) {
+                self.fail(format!(
+                    "replica {index} poll {start:?} starts at {}, after the committed offset \
+                     {served:?} it is {from}",
+                    range.start
+                ));
+            }
+        }
         if range.start + u64::from(range.count) > next {
             self.fail(format!(
                 "replica {index} served offsets up to {} past its committed {next}",
@@ -405,6 +649,68 @@ impl PartitionWorkload {
         }
     }
 
+    /// Each live replica holds the offsets the committed stores and group deletions up to its
+    /// commit leave (so stored offsets are linearizable per owner), and with groups, serves a
+    /// live group only an offset resolved at or after the group's creation: never the offset a
+    /// deleted group with the same id stored.
+    fn check_offsets(&mut self, nodes: &[NodeView<'_, PartitionMachine>]) {
+        let empty = BTreeMap::new();
+        let live_groups = self
+            .groups
+            .as_ref()
+            .and_then(|views| views.views.last())
+            .map_or(&empty, |(_, groups)| groups);
+        let no_offsets = BTreeMap::new();
+        let (mut reads, mut withheld) = (0, 0);
+        for (index, node) in nodes.iter().enumerate() {
+            let Some(replica) = node.replica else {
+                continue;
+            };
+            let commit = replica.commit_min();
+            let expected = self.history.offsets_at(commit).unwrap_or(&no_offsets);
+            let held = node.machine.core().offsets();
+            let same = held.len() == expected.len()
+                && held
+                    .iter()
+                    .zip(expected)
+                    .all(|((owner, offset), (committed, kept))| {
+                        owner == committed && *offset == kept.offset
+                    });
+            if !same {
+                self.fail(format!(
+                    "replica {index} at commit {commit} holds offsets {held:?}, the committed \
+                     stores leave {expected:?}"
+                ));
+            }
+            for (group, created_at_op) in live_groups {
+                let owner = OffsetOwner::Group(*group);
+                let served = node.machine.core().offset(owner, *created_at_op);
+                reads += 1;
+                let kept = expected.get(&owner);
+                if let (Some(offset), Some(kept)) = (served, kept)
+                    && kept.resolved_at < *created_at_op
+                {
+                    self.fail(format!(
+                        "replica {index} at commit {commit}: group {group} created at metadata \
+                         op {created_at_op} reads offset {offset}, stored by the deleted group \
+                         its id named at op {}",
+                        kept.resolved_at
+                    ));
+                }
+                withheld += u64::from(kept.is_some_and(|kept| kept.resolved_at < *created_at_op));
+                let expected = self.history.served_offset(commit, owner, *created_at_op);
+                if served != expected {
+                    self.fail(format!(
+                        "replica {index} at commit {commit}: group {group} (created at op \
+                         {created_at_op}) reads offset {served:?}, the committed stores {expected:?}"
+                    ));
+                }
+            }
+        }
+        self.figures.offset_reads += reads;
+        self.figures.inherited_offsets_withheld += withheld;
+    }
+
     /// Each live replica's log starts at or below the retirement point, and its first offset
     /// never moves back below its committed end.
     fn check_first_offsets(&mut self, nodes: &[NodeView<'_, PartitionMachine>]) {
@@ -432,7 +738,7 @@ impl Workload for PartitionWorkload {
     type Machine = PartitionMachine;
 
     fn machine(&self, replica_count: u8, _replica: u8) -> PartitionMachine {
-        PartitionMachine::new(replica_count)
+        PartitionMachine::new(replica_count).created_at_op(self.history.created_at_op)
     }
 
     fn request(&mut self, client: u128, request: u64, logout: bool) -> (u8, Bytes) {
@@ -465,11 +771,24 @@ impl Workload for PartitionWorkload {
                     if SimLog::check(batch.clone()).is_none() => {}
                 other => self.fail(format!("op {op}: a send committed as {other:?}")),
             },
-            Some(PartitionWrite::StoreOffset { owner, offset, .. }) => {
-                if result != WriteResult::Done {
-                    self.fail(format!("op {op}: an offset store committed as {result:?}"));
+            Some(PartitionWrite::StoreOffset {
+                owner,
+                offset,
+                resolved_at,
+            }) => {
+                let expected = self.history.commit_store(op, owner, offset, resolved_at);
+                if result != expected {
+                    self.fail(format!(
+                        "op {op}: an offset store of {owner:?} resolved at {resolved_at} \
+                         committed as {result:?}, the rule says {expected:?}"
+                    ));
                 }
-                self.history.offsets.insert(owner, offset);
+            }
+            Some(PartitionWrite::DeleteGroupOffsets { group, metadata_op })
+                if result == WriteResult::Done =>
+            {
+                self.figures.group_deletions_committed += 1;
+                self.history.commit_group_deletion(op, group, metadata_op);
             }
             Some(PartitionWrite::RetireSegments { keep_from }) if result == WriteResult::Done => {
                 self.figures.retirements_committed += 1;
@@ -507,7 +826,13 @@ impl Workload for PartitionWorkload {
                 self.figures.malformed_refused += 1;
             }
             (Request::Store { .. }, WriteResult::Done) => self.figures.stores_acknowledged += 1,
-            (Request::Retire { .. } | Request::Logout, WriteResult::Done) => {}
+            (Request::Store { .. }, WriteResult::Failed(ErrorCode::ConsumerGroupIdNotFound)) => {
+                self.figures.stores_refused += 1;
+            }
+            (
+                Request::Retire { .. } | Request::Logout | Request::DeleteGroupOffsets { .. },
+                WriteResult::Done,
+            ) => {}
             (request, result) => self.fail(format!(
                 "client {client} request {request:?} acknowledged as {result:?}"
             )),
@@ -529,6 +854,7 @@ impl Workload for PartitionWorkload {
             }
         }
         self.check_first_offsets(nodes);
+        self.check_offsets(nodes);
         if self.rng.chance(25) {
             self.poll(nodes);
         }
@@ -550,6 +876,10 @@ impl Workload for PartitionWorkload {
             total.stowed_retired += machine.stowed_retired;
             total.journals_cut += machine.journals_cut;
             total.unaccounted_dropped += machine.unaccounted_dropped;
+            total.transfers += machine.transfers;
+            total.transfer_log_restarts += machine.transfer_log_restarts;
+            total.transfer_batches_copied += machine.transfer_batches_copied;
+            total.transfers_overtaken += machine.transfers_overtaken;
         }
         for (index, node) in nodes.iter().enumerate() {
             let Some(replica) = node.replica else {
@@ -575,8 +905,14 @@ impl Workload for PartitionWorkload {
                     ));
                 }
             }
+            let offsets: BTreeMap<OffsetOwner, u64> = self
+                .history
+                .offsets
+                .iter()
+                .map(|(owner, kept)| (*owner, kept.offset))
+                .collect();
             if replica.commit_min() >= self.history.last_op
-                && node.machine.core().offsets() != self.history.offsets
+                && node.machine.core().offsets() != offsets
             {
                 self.fail(format!("replica {index} holds other consumer offsets"));
             }
@@ -770,6 +1106,147 @@ mod tests {
         assert!(error.contains("retired messages came back"), "{error}");
         check_first_moves_forward(0, 8, 20).unwrap();
         check_first_moves_forward(24, 20, 20).unwrap();
+    }
+
+    /// The checker's rule for group offsets agrees with the real partition's on a history of
+    /// a group deleted and its id reused: a store resolved before the deletion is refused once
+    /// it applied, the recreated group is never served its predecessor's offset, and a late
+    /// store of the deleted group (its deletion not applied yet) is kept but withheld.
+    #[test]
+    fn a_recreated_groups_reads_never_serve_the_deleted_groups_offset() {
+        let mut machine = PartitionMachine::new(3).created_at_op(3);
+        let mut history = History {
+            created_at_op: 3,
+            ..History::default()
+        };
+        let group = OffsetOwner::Group(0);
+        let writes = [
+            // Group 0 (created at metadata op 4) stores; it is deleted at op 9 and a new group
+            // 0 created at op 12; a lagging node resolves a store for the old one at op 8.
+            (group, Some((5, 6)), None),
+            (group, Some((7, 8)), None),
+            (group, None, Some(9)),
+            (group, Some((2, 8)), None),
+            (group, Some((4, 13)), None),
+            (OffsetOwner::Consumer(0), Some((1, 0)), None),
+        ];
+        for (index, (owner, store, deletion)) in writes.into_iter().enumerate() {
+            let op = index as u64 + 1;
+            let (write, expected) = match (store, deletion) {
+                (Some((offset, resolved_at)), _) => (
+                    PartitionWrite::StoreOffset {
+                        owner,
+                        offset,
+                        resolved_at,
+                    },
+                    history.commit_store(op, owner, offset, resolved_at),
+                ),
+                (None, Some(metadata_op)) => {
+                    history.commit_group_deletion(op, 0, metadata_op);
+                    let write = PartitionWrite::DeleteGroupOffsets {
+                        group: 0,
+                        metadata_op,
+                    };
+                    (write, WriteResult::Done)
+                }
+                (None, None) => unreachable!(),
+            };
+            let reply = machine
+                .apply(op, 1, write.operation(), &write.encode())
+                .reply;
+            assert_eq!(WriteResult::decode(&reply), expected, "op {op}");
+            for created_at_op in [4, 12] {
+                assert_eq!(
+                    machine.core().offset(group, created_at_op),
+                    history.served_offset(op, group, created_at_op),
+                    "op {op}, group created at {created_at_op}"
+                );
+            }
+        }
+        assert_eq!(history.served_offset(3, group, 12), None, "deleted at op 9");
+        assert_eq!(
+            history.commit_store(9, group, 1, 8),
+            WriteResult::Failed(ErrorCode::ConsumerGroupIdNotFound)
+        );
+        assert_eq!(history.served_offset(5, group, 12), Some(4));
+        assert_eq!(
+            history.served_offset(6, OffsetOwner::Consumer(0), 0),
+            Some(1)
+        );
+        // Before the deletion reached the partition, the old group's late store is kept,
+        // and withheld from the group created at op 12.
+        let mut late = History::default();
+        late.commit_store(1, group, 7, 8);
+        assert_eq!(late.served_offset(1, group, 12), None);
+        assert_eq!(late.served_offset(1, group, 4), Some(7));
+    }
+
+    /// A machine with sends at ops `1..=sends` (two messages each), segments retired below
+    /// `keep_from` by op `sends + 1` (every op held by the group), and a checkpoint there.
+    fn checkpointed_source(sends: u64, keep_from: u64) -> (PartitionMachine, u64, Vec<u8>) {
+        let mut source = PartitionMachine::new(3);
+        for op in 1..=sends {
+            send(&mut source, op, u128::from(op) * 10);
+        }
+        source.may_retire_through(sends);
+        let retire = PartitionWrite::RetireSegments { keep_from };
+        source.apply(sends + 1, 1, retire.operation(), &retire.encode());
+        let state = source
+            .checkpoint(sends + 1)
+            .expect("the state as of the op");
+        (source, sends + 1, state)
+    }
+
+    /// State transfer as the server's shell does it: the laggard's log continues from the
+    /// peer's records up to the state's end, byte for byte; when the group retired what the
+    /// laggard holds, its log restarts at the peer's first offset; when the peer retired past
+    /// the state's end, the transfer is refused and the laggard is left as it was.
+    #[test]
+    fn a_laggard_copies_the_peers_log_up_to_the_state_restarting_past_what_was_retired() {
+        let (source, op, state) = checkpointed_source(10, 0);
+        let mut laggard = PartitionMachine::new(3);
+        send(&mut laggard, 1, 10);
+        laggard.transfer(op, &state, &source).unwrap();
+        assert_eq!(laggard.committed_next_offset(), 20);
+        assert_eq!(
+            laggard.log().records_below(20),
+            source.log().records_below(20)
+        );
+        assert_eq!(laggard.figures().transfer_log_restarts, 0);
+        assert_eq!(laggard.figures().transfer_batches_copied, 9);
+
+        let (source, op, state) = checkpointed_source(10, 10);
+        let first = source.first_offset();
+        assert!(first > 2, "the group retired the laggard's messages");
+        let mut laggard = PartitionMachine::new(3);
+        send(&mut laggard, 1, 10);
+        laggard.transfer(op, &state, &source).unwrap();
+        assert_eq!(laggard.first_offset(), first);
+        assert_eq!(
+            laggard.log().records_below(20),
+            source.log().records_below(20)
+        );
+        assert_eq!(laggard.figures().transfer_log_restarts, 1);
+
+        // The state of op 5 ends at offset 8; the peer went on and retired below 16.
+        let (mut source, op, state) = checkpointed_source(4, 0);
+        for op in 6..=10 {
+            send(&mut source, op, u128::from(op) * 10);
+        }
+        source.may_retire_through(10);
+        let retire = PartitionWrite::RetireSegments { keep_from: 16 };
+        source.apply(11, 1, retire.operation(), &retire.encode());
+        assert!(source.first_offset() > 8, "retired past the state's end");
+        let mut laggard = PartitionMachine::new(3);
+        send(&mut laggard, 1, 10);
+        let error = laggard.transfer(op, &state, &source).unwrap_err();
+        assert!(error.contains("past the state's end 8"), "{error}");
+        assert_eq!(
+            (laggard.first_offset(), laggard.committed_next_offset()),
+            (0, 2),
+            "a refused transfer changes nothing"
+        );
+        assert_eq!(laggard.figures().transfers_overtaken, 1);
     }
 
     /// A history refuses a gap in the offsets and a message committed twice.

@@ -16,6 +16,7 @@ const SETTINGS: NodeSettings = NodeSettings {
     metadata_requests: 30,
     partition_clients: 1,
     partition_requests: 8,
+    partition_requests_past_laggards: 20,
     fault_ticks: FAULT_TICKS,
     ticks_max: TICKS_MAX,
 };
@@ -45,6 +46,20 @@ struct Totals {
     restarts_all: u64,
     cuts: u64,
     state_transfers: u64,
+    long_outages: u64,
+    partition_checkpoints_past_laggards: u64,
+    partition_state_transfers: u64,
+    partition_transfer_log_restarts: u64,
+    partition_transfer_batches_copied: u64,
+    partition_transfers_refused: u64,
+    partition_retirements: u64,
+    partition_groups_compared: u64,
+    consumer_group_deletions: u64,
+    offset_stores_acknowledged: u64,
+    offset_stores_refused: u64,
+    group_offset_deletions: u64,
+    offset_reads: u64,
+    inherited_offsets_withheld: u64,
 }
 
 impl Totals {
@@ -65,6 +80,20 @@ impl Totals {
         self.restarts_all += figures.restarts_all;
         self.cuts += figures.cuts;
         self.state_transfers += figures.state_transfers;
+        self.long_outages += figures.long_outages;
+        self.partition_checkpoints_past_laggards += figures.partition_checkpoints_past_laggards;
+        self.partition_state_transfers += figures.partition_state_transfers;
+        self.partition_transfer_log_restarts += figures.partition_transfer_log_restarts;
+        self.partition_transfer_batches_copied += figures.partition_transfer_batches_copied;
+        self.partition_transfers_refused += figures.partition_transfers_refused;
+        self.partition_retirements += figures.partition_retirements;
+        self.partition_groups_compared += figures.partition_groups_compared;
+        self.consumer_group_deletions += figures.consumer_group_deletions;
+        self.offset_stores_acknowledged += figures.offset_stores_acknowledged;
+        self.offset_stores_refused += figures.offset_stores_refused;
+        self.group_offset_deletions += figures.group_offset_deletions;
+        self.offset_reads += figures.offset_reads;
+        self.inherited_offsets_withheld += figures.inherited_offsets_withheld;
     }
 }
 
@@ -82,6 +111,31 @@ fn run(replica_count: u8) {
             "partitions are deleted and their ids reused"
         );
         assert!(totals.replicas_reopened > 0 && totals.replicas_discarded > 0);
+        assert!(
+            totals.long_outages > 0
+                && totals.partition_checkpoints_past_laggards > 0
+                && totals.partition_state_transfers > 0
+                && totals.partition_transfer_batches_copied > 0,
+            "partition replicas left behind catch up by state transfer, copying a peer's log"
+        );
+        assert!(totals.partition_groups_compared > 0);
+        assert!(
+            totals.consumer_group_deletions > 0
+                && totals.group_offset_deletions > 0
+                && totals.offset_stores_acknowledged > 0
+                && totals.offset_reads > 0,
+            "consumer groups are deleted and their offsets stored, deleted and read"
+        );
+    }
+    if totals.seeds >= 100 {
+        assert!(
+            totals.partition_transfer_log_restarts > 0,
+            "a laggard's log restarts past what its group retired"
+        );
+        assert!(
+            totals.offset_stores_refused > 0 && totals.inherited_offsets_withheld > 0,
+            "stale group stores are refused and recreated groups find a predecessor's offset"
+        );
     }
 }
 

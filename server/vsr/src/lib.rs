@@ -124,7 +124,7 @@
 //! `commit_min`, leaving the replicas that lag ([`group::GroupCore::left_behind`]) to state
 //! transfer. The simulator's groups keep the rule above (its checker asserts no replica ever
 //! needs state transfer) unless `sim::cluster::Cluster::with_state_transfer` has laggards take
-//! a peer's checkpoint whole (for machines whose checkpoint is their whole state).
+//! a peer's checkpoint (its state, and for a partition the log it covers, copied from the peer).
 //!
 //! ## Protocol
 //!

@@ -229,10 +229,14 @@ pub enum Message {
     /// op from its checkpoint up to `op`, not only `op`). Sent for each op above the sender's
     /// commit, and for the head of its durable log when that is not above its commit (the
     /// primary learns how far every journal reaches, for [`Message::Commit`]'s
-    /// `checkpoint_safe`).
+    /// `checkpoint_safe`). `checksum` is the checksum of the sender's entry at `op` (0 when it
+    /// holds none there): the primary counts the ack only when its own log has that entry, so
+    /// an ack of another log under the same group (a deleted partition incarnation's backup,
+    /// whose frames reach the recreated group's replicas) counts for nothing.
     PrepareOk {
         view: u32,
         op: u64,
+        checksum: u64,
         replica: ReplicaId,
     },
     /// Primary heartbeat carrying its commit number and the highest op every replica of the

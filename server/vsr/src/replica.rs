@@ -543,6 +543,13 @@ impl Replica {
     pub fn entry(&self, op: u64) -> Option<&Entry> {
         self.journal.get(op)
     }
+    /// The checksum of the log's entry at `op`: held, awaited (its header installed, its body
+    /// not arrived yet) or the checkpoint's; `None` below the checkpoint or past the log.
+    pub fn checksum_at(&self, op: u64) -> Option<u64> {
+        self.journal
+            .checksum_at(op)
+            .or_else(|| self.journal.header_at(op).map(|header| header.checksum))
+    }
     /// Drops the bodies of committed, applied entries from memory (registers and limit
     /// nominations keep theirs): a send's batch need not stay in memory until the next
     /// checkpoint, which in a group of more than one waits for every replica. A peer that
@@ -998,7 +1005,12 @@ impl Replica {
                 commit,
                 entry,
             } => self.on_prepare(from, view, commit, entry),
-            Message::PrepareOk { view, op, replica } => self.on_prepare_ok(view, op, replica),
+            Message::PrepareOk {
+                view,
+                op,
+                checksum,
+                replica,
+            } => self.on_prepare_ok(view, op, checksum, replica),
             Message::Commit {
                 view,
                 commit,
@@ -1091,7 +1103,8 @@ impl Replica {
         if self.is_primary() {
             let me = self.config.replica;
             for op in after + 1..=through {
-                self.on_prepare_ok(self.view, op, me);
+                let checksum = self.checksum_at(op).unwrap_or(0);
+                self.on_prepare_ok(self.view, op, checksum, me);
             }
             return;
         }
@@ -1114,6 +1127,7 @@ impl Replica {
         let message = Message::PrepareOk {
             view: self.view,
             op,
+            checksum: self.checksum_at(op).unwrap_or(0),
             replica: self.config.replica,
         };
         self.send(primary, message);
@@ -1372,9 +1386,18 @@ impl Replica {
         }
     }
 
-    fn on_prepare_ok(&mut self, view: u32, op: u64, replica: ReplicaId) {
+    fn on_prepare_ok(&mut self, view: u32, op: u64, checksum: u64, replica: ReplicaId) {
         if view != self.view || !self.is_primary() {
             return;
+        }
+        // The ack vouches for the sender's entry at `op`: for another entry it is about
+        // another log (a deleted partition incarnation's, under the same group id), and past
+        // this log about none of this view's. Below the checkpoint the entry is forgotten and
+        // the ack can only move the replica's durable reach up to ops committed already.
+        match self.checksum_at(op) {
+            Some(ours) if ours != checksum => return,
+            None if op > self.journal.head_op() => return,
+            _ => {}
         }
         if let Some(at) = self.acked_at.get_mut(usize::from(replica)) {
             *at = self.now;

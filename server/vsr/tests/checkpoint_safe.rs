@@ -9,10 +9,12 @@ use iggy_vsr::{Action, Config, Entry, Message, OPERATION_REGISTER, Replica};
 mod support;
 use support::*;
 
-fn prepare_ok(op: u64, replica: u8) -> Message {
+/// Replica `replica`'s ack of `log`'s entry at `op` in view 0.
+fn prepare_ok(log: &Replica, op: u64, replica: u8) -> Message {
     Message::PrepareOk {
         view: 0,
         op,
+        checksum: log.checksum_at(op).expect("an op of the log"),
         replica,
     }
 }
@@ -49,10 +51,10 @@ fn heartbeats(primary: &mut Replica, now: u64) -> Vec<Message> {
 fn the_primary_announces_the_highest_committed_op_every_replica_holds() {
     let mut primary = primary_with_four_ops();
     for op in 1..=4 {
-        primary.on_message(1, prepare_ok(op, 1));
+        primary.on_message(1, prepare_ok(&primary, op, 1));
     }
     for op in 1..=2 {
-        primary.on_message(2, prepare_ok(op, 2));
+        primary.on_message(2, prepare_ok(&primary, op, 2));
     }
     drain(&mut primary);
     assert_eq!(primary.commit_max(), 4, "a quorum holds every op");
@@ -68,7 +70,7 @@ fn the_primary_announces_the_highest_committed_op_every_replica_holds() {
     };
     assert_eq!(heartbeats(&mut primary, 100), [expected.clone(), expected]);
     // Replica 2 reports the head of its durable journal, already committed.
-    primary.on_message(2, prepare_ok(4, 2));
+    primary.on_message(2, prepare_ok(&primary, 4, 2));
     assert_eq!(primary.checkpoint_safe(), 4);
 }
 
@@ -77,8 +79,8 @@ fn only_committed_ops_are_safe_even_when_every_replica_holds_more() {
     let mut primary = primary_with_four_ops();
     // Replica 1 acknowledges op 1 alone; replica 2's acknowledgement of op 3 says it holds
     // ops 1..=3, but only op 1 has a quorum (and ops commit in order).
-    primary.on_message(1, prepare_ok(1, 1));
-    primary.on_message(2, prepare_ok(3, 2));
+    primary.on_message(1, prepare_ok(&primary, 1, 1));
+    primary.on_message(2, prepare_ok(&primary, 3, 2));
     drain(&mut primary);
     assert_eq!(primary.commit_max(), 1);
     assert_eq!(primary.checkpoint_safe(), 1);
@@ -88,7 +90,7 @@ fn only_committed_ops_are_safe_even_when_every_replica_holds_more() {
 fn a_replica_that_never_answers_holds_the_safe_op_back() {
     let mut primary = primary_with_four_ops();
     for op in 1..=4 {
-        primary.on_message(1, prepare_ok(op, 1));
+        primary.on_message(1, prepare_ok(&primary, op, 1));
     }
     drain(&mut primary);
     assert_eq!(primary.commit_max(), 4);
@@ -99,6 +101,7 @@ fn a_replica_that_never_answers_holds_the_safe_op_back() {
         Message::PrepareOk {
             view: 1,
             op: 4,
+            checksum: primary.checksum_at(4).unwrap(),
             replica: 2,
         },
     );
@@ -213,7 +216,7 @@ fn a_group_of_three_checkpoints_only_at_ops_every_replica_holds() {
     submit_registers(&mut core, 1..=6);
     run(&mut core);
     for op in 1..=6 {
-        core.on_message(1, prepare_ok(op, 1));
+        core.on_message(1, prepare_ok(core.replica(), op, 1));
     }
     run(&mut core);
     assert_eq!(core.replica().commit_min(), 6);
@@ -222,14 +225,14 @@ fn a_group_of_three_checkpoints_only_at_ops_every_replica_holds() {
         None,
         "every op is committed and applied, but replica 2 holds none of them"
     );
-    core.on_message(2, prepare_ok(2, 2));
+    core.on_message(2, prepare_ok(core.replica(), 2, 2));
     run(&mut core);
     assert_eq!(
         core.checkpoint_due(0),
         None,
         "releasing 2 of 6 ops: wait until at least half can go"
     );
-    core.on_message(2, prepare_ok(5, 2));
+    core.on_message(2, prepare_ok(core.replica(), 5, 2));
     run(&mut core);
     assert_eq!(core.checkpoint_due(0), Some(5));
     core.checkpoint_record(5);
@@ -258,7 +261,7 @@ fn a_group_set_past_laggards_checkpoints_at_its_commit_once_the_journal_passes_t
     }
     run(&mut core);
     for op in 1..=7 {
-        core.on_message(1, prepare_ok(op, 1));
+        core.on_message(1, prepare_ok(core.replica(), op, 1));
     }
     run(&mut core);
     assert_eq!(core.replica().commit_min(), 7);
@@ -270,7 +273,7 @@ fn a_group_set_past_laggards_checkpoints_at_its_commit_once_the_journal_passes_t
     );
     core.submit(register(7));
     run(&mut core);
-    core.on_message(1, prepare_ok(8, 1));
+    core.on_message(1, prepare_ok(core.replica(), 8, 1));
     run(&mut core);
     assert_eq!(
         core.checkpoint_due(0),
@@ -288,7 +291,7 @@ fn a_group_set_past_laggards_checkpoints_at_its_commit_once_the_journal_passes_t
     }
     run(&mut waiting);
     for op in 1..=8 {
-        waiting.on_message(1, prepare_ok(op, 1));
+        waiting.on_message(1, prepare_ok(waiting.replica(), op, 1));
     }
     run(&mut waiting);
     assert_eq!(waiting.replica().commit_min(), 8);
@@ -305,9 +308,9 @@ fn primary_of_three_with_a_laggard(past_laggards: Option<JournalBound>) -> Group
     submit_registers(&mut core, 1..=7);
     run(&mut core);
     for op in 1..=8 {
-        core.on_message(1, prepare_ok(op, 1));
+        core.on_message(1, prepare_ok(core.replica(), op, 1));
     }
-    core.on_message(2, prepare_ok(2, 2));
+    core.on_message(2, prepare_ok(core.replica(), 2, 2));
     run(&mut core);
     assert_eq!(core.replica().commit_min(), 8);
     assert_eq!(core.replica().checkpoint_safe(), 2);
@@ -356,4 +359,42 @@ fn retirement_never_passes_the_commit() {
     assert_eq!(core.replica().op(), 9);
     assert_eq!(core.replica().commit_max(), 8);
     assert_eq!(core.retirable_through(), 8);
+}
+
+/// A PrepareOk vouches for the entry its sender holds at its op: an ack from a replica of
+/// another log under the same group id (a deleted partition incarnation's backup, whose frames
+/// reach the recreated group: the PrepareOk layout carries no incarnation) neither completes
+/// a commit quorum nor tells the primary how far the replica's journal reaches.
+#[test]
+fn an_ack_of_another_log_at_the_same_op_counts_for_nothing() {
+    let mut primary = primary_with_four_ops();
+    // The same ops of another group's log: other clients registered.
+    let mut other = Replica::new(Config::new(3, 0));
+    for client in 11..=14 {
+        other.on_request(client, 0, OPERATION_REGISTER, Bytes::new());
+    }
+    drain(&mut other);
+    for op in 1..=4 {
+        primary.on_message(1, prepare_ok(&other, op, 1));
+    }
+    // Past the log: an op this view never had.
+    let beyond = Message::PrepareOk {
+        view: 0,
+        op: 9,
+        checksum: 0,
+        replica: 2,
+    };
+    primary.on_message(2, beyond);
+    drain(&mut primary);
+    assert_eq!(
+        primary.commit_max(),
+        0,
+        "replica 1 acknowledged another log"
+    );
+    assert_eq!(primary.checkpoint_safe(), 0);
+    for op in 1..=4 {
+        primary.on_message(1, prepare_ok(&primary, op, 1));
+    }
+    drain(&mut primary);
+    assert_eq!(primary.commit_max(), 4, "replica 1 acknowledged this log");
 }

@@ -25,6 +25,7 @@ fn leading_for_another() -> Replica {
         Message::PrepareOk {
             view: 1,
             op,
+            checksum: primary.checksum_at(op).unwrap(),
             replica: 2,
         },
     );
@@ -48,9 +49,13 @@ fn the_primary_hands_the_group_to_its_preferred_replica_once_that_one_caught_up(
     let mut primary = leading_for_another();
     let timeout = primary.config().view_change_timeout_ticks;
     let op = primary.op();
-    let ack = |op| Message::PrepareOk {
+    let checksums: Vec<u64> = (0..=op)
+        .map(|op| primary.checksum_at(op).unwrap())
+        .collect();
+    let ack = |op: u64| Message::PrepareOk {
         view: 1,
         op,
+        checksum: checksums[op as usize],
         replica: 0,
     };
     // Replica 0 answers but lags behind: no hand-over, however long.
@@ -139,6 +144,7 @@ fn a_primary_leads_for_a_view_change_timeout_before_it_hands_over() {
             Message::PrepareOk {
                 view: 1,
                 op,
+                checksum: primary.checksum_at(op).unwrap(),
                 replica: 0,
             },
         );
@@ -150,6 +156,7 @@ fn a_primary_leads_for_a_view_change_timeout_before_it_hands_over() {
         Message::PrepareOk {
             view: 1,
             op,
+            checksum: primary.checksum_at(op).unwrap(),
             replica: 0,
         },
     );
@@ -172,6 +179,7 @@ fn without_a_preference_or_as_the_preferred_replica_the_primary_keeps_leading() 
                 Message::PrepareOk {
                     view: 1,
                     op: 0,
+                    checksum: 0,
                     replica: 0,
                 },
             );

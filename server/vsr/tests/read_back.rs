@@ -28,6 +28,7 @@ fn primary_with_committed_requests() -> (Replica, [u64; 2]) {
             Message::PrepareOk {
                 view: 0,
                 op,
+                checksum: primary.checksum_at(op).unwrap(),
                 replica: 1,
             },
         );

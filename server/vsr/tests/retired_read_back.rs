@@ -36,10 +36,12 @@ fn run(core: &mut GroupCore<u32>) -> Out {
     out
 }
 
-fn prepare_ok(op: u64, replica: u8) -> Message {
+/// Replica `replica`'s ack of `core`'s entry at `op` in view 0.
+fn prepare_ok(core: &GroupCore<u32>, op: u64, replica: u8) -> Message {
     Message::PrepareOk {
         view: 0,
         op,
+        checksum: core.replica().checksum_at(op).expect("an op of the log"),
         replica,
     }
 }
@@ -88,11 +90,13 @@ fn primary_with_a_laggard(past_laggards: bool) -> (GroupCore<u32>, Vec<Entry>) {
         run(&mut core);
         let op = core.replica().op();
         for acked in 1..=op {
-            core.on_message(1, prepare_ok(acked, 1));
+            let ack = prepare_ok(&core, acked, 1);
+            core.on_message(1, ack);
         }
         run(&mut core);
     }
-    core.on_message(2, prepare_ok(2, 2));
+    let ack = prepare_ok(&core, 2, 2);
+    core.on_message(2, ack);
     run(&mut core);
     assert_eq!(core.replica().commit_min(), 5);
     assert_eq!(core.replica().checkpoint_safe(), 2);

@@ -139,3 +139,30 @@ fn every_replica_restarting_at_once_loses_nothing() {
         }
     }
 }
+
+/// PrepareOks of another log under the group's id (on the server, a deleted partition
+/// incarnation's backups: the PrepareOk layout carries no incarnation) reach the primaries, for
+/// every op they have not committed, in their view: no op commits without a quorum holding it,
+/// which the checkers would see as a committed op lost or replaced once the primary crashes.
+#[test]
+fn acks_of_another_log_never_complete_a_commit_quorum() {
+    let mut stale_acks = 0;
+    for replica_count in [3, 5] {
+        for seed in 0..seeds().min(40) {
+            let seed = 90_000 + seed * 1_000 + u64::from(replica_count);
+            let result = std::panic::catch_unwind(|| {
+                Cluster::new(seed, replica_count, 3, 20)
+                    .with_stale_acks()
+                    .run(1_500, 30_000)
+            });
+            match result {
+                Ok(summary) => stale_acks += summary.stale_acks,
+                Err(panic) => {
+                    eprintln!("VSR simulation failed: replicas={replica_count} seed={seed}");
+                    std::panic::resume_unwind(panic);
+                }
+            }
+        }
+    }
+    assert!(stale_acks > 0, "acks of another log reach the primaries");
+}

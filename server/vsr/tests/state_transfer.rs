@@ -171,6 +171,7 @@ fn a_primary_asked_for_checkpointed_ops_answers_with_its_log() {
     let ok = Message::PrepareOk {
         view: 0,
         op: 1,
+        checksum: primary.checksum_at(1).unwrap(),
         replica: 2,
     };
     primary.on_message(2, ok);

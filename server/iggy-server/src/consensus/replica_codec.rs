@@ -110,11 +110,18 @@ pub fn encode(context: &FrameContext, message: &Message) -> Bytes {
             commit,
             entry,
         } => encode_prepare(context, *view, *commit, entry),
-        Message::PrepareOk { view, op, replica } => {
+        Message::PrepareOk {
+            view,
+            op,
+            checksum,
+            replica,
+        } => {
             speaks_for_itself(context, *replica);
-            // The official layout has no incarnation field here.
+            // The official layout has no incarnation field here: the acknowledged entry's
+            // checksum tells the primary whether the ack is about its log.
             let header = PrepareOkHeader {
                 op: *op,
+                prepare_checksum: u128::from(*checksum),
                 group,
                 ..PrepareOkHeader::default()
             };
@@ -471,11 +478,15 @@ fn decode_control(
     match command {
         Command::PrepareOk => {
             let ok = PrepareOkHeader::decode_fixed(header).map_err(undecodable)?;
-            // No incarnation to judge: the official layout has no field for it.
+            // No incarnation to judge: the official layout has no field for it. The core
+            // counts the ack only for the entry its log holds at `op` (`prepare_checksum`).
             same_group(context, ok.group, None)?;
+            let checksum = u64::try_from(ok.prepare_checksum)
+                .map_err(|_| malformed(command, "a prepare checksum wider than an entry's"))?;
             Ok(Message::PrepareOk {
                 view: ok.view,
                 op: ok.op,
+                checksum,
                 replica: sender,
             })
         }
@@ -800,6 +811,7 @@ pub(super) mod tests {
             Message::PrepareOk {
                 view: 4,
                 op: 10,
+                checksum: entry(10, 4, b"a prepared body").checksum,
                 replica: SENDER,
             },
             Message::Commit {
@@ -1069,7 +1081,9 @@ pub(super) mod tests {
             let inbound = deliver(&encode(&partition(SENDER), &message), SENDER).unwrap();
             let refused = decode(&recreated, &inbound);
             if matches!(message, Message::PrepareOk { .. }) {
-                // The official PrepareOk layout has no incarnation to judge.
+                // The official PrepareOk layout has no incarnation to judge: the core judges
+                // the acknowledged entry's checksum it carries (an ack of another log counts
+                // for nothing, `iggy-vsr`'s checkpoint_safe tests).
                 assert_eq!(refused, Ok(message.clone()));
             } else {
                 let expected = CodecError::Incarnation {

@@ -109,6 +109,11 @@ pub struct Summary {
     /// (over all replicas), and transfers installed.
     pub checkpoints_past_laggards: u64,
     pub state_transfers: u64,
+    /// Transfers a machine could not complete over the chosen peer (it retired past the
+    /// offered state's end), tried again later.
+    pub transfers_refused: u64,
+    /// With [`Cluster::with_stale_acks`]: acknowledgements of another log sent to primaries.
+    pub stale_acks: u64,
 }
 
 /// The simulated world for one seed.
@@ -162,11 +167,16 @@ pub struct Cluster<W: Workload = ModelWorkload> {
     past_laggards: Option<JournalBound>,
     checkpoints_past_laggards: u64,
     state_transfers: u64,
+    transfers_refused: u64,
     /// Crashes, restarts and cuts come from the node shell hosting this group
     /// ([`Cluster::faults_from_shell`]), never from the cluster's own fault stream.
     shell_faults: bool,
     /// The group is gone (its partition deleted): its clients stop asking.
     clients_abandoned: bool,
+    /// With [`Cluster::with_stale_acks`]: the stream of acks of another log, and how many
+    /// reached a primary.
+    stale_acks: Option<Rng>,
+    stale_acks_sent: u64,
 }
 
 impl Cluster<ModelWorkload> {
@@ -284,7 +294,10 @@ impl<W: Workload> Cluster<W> {
             past_laggards: None,
             checkpoints_past_laggards: 0,
             state_transfers: 0,
+            transfers_refused: 0,
             shell_faults: false,
+            stale_acks: None,
+            stale_acks_sent: 0,
             clients_abandoned: false,
         }
     }
@@ -406,6 +419,11 @@ impl<W: Workload> Cluster<W> {
         &self.workload
     }
 
+    /// The clients' workload, for a shell that tells it what the group's clients learn.
+    pub fn workload_mut(&mut self) -> &mut W {
+        &mut self.workload
+    }
+
     /// The current tick.
     pub fn now(&self) -> u64 {
         self.now
@@ -413,16 +431,24 @@ impl<W: Workload> Cluster<W> {
 
     /// The same world where a group checkpoints past a replica that stays behind once its
     /// journal holds four times the checkpoint policy (as the server's groups do), and the
-    /// laggard takes a reachable peer's latest durable checkpoint whole ([`Machine::transfer`])
-    /// and rejoins. The copy is instant and lossless here (the server's goes over the replica
-    /// plane); the checkers then hold the transferred replica to the canonical log from the
-    /// checkpoint on. Only for machines whose checkpoint is their whole state.
-    pub fn with_state_transfer(mut self) -> Self {
+    /// laggard takes a reachable peer's latest durable checkpoint ([`Machine::transfer`]: the
+    /// state, and what the machine copies from that peer's own storage) and rejoins. The copy
+    /// is instant and lossless here (the server's goes over the replica plane); the checkers
+    /// then hold the transferred replica to the canonical log from the checkpoint on. Only for
+    /// machines that transfer state ([`Machine::transfers_state`]).
+    pub fn with_state_transfer(self) -> Self {
+        self.with_state_transfer_past(4)
+    }
+
+    /// [`Cluster::with_state_transfer`] past a journal of `policies` times the checkpoint
+    /// policy (at least 1): a small bound leaves a replica behind after a short outage.
+    pub fn with_state_transfer_past(mut self, policies: u64) -> Self {
         assert!(
             self.nodes.iter().all(|node| node.machine.transfers_state()),
-            "state transfer needs machines that take a peer's checkpoint whole"
+            "state transfer needs machines that take a peer's checkpoint"
         );
-        let ops = usize::try_from(4 * self.checkpoint_every).expect("a small policy");
+        assert!(policies >= 1, "the bound lies past the checkpoint policy");
+        let ops = usize::try_from(policies * self.checkpoint_every).expect("a small policy");
         let bound = JournalBound {
             bytes: u64::MAX,
             ops,
@@ -432,6 +458,64 @@ impl<W: Workload> Cluster<W> {
         }
         self.past_laggards = Some(bound);
         self
+    }
+
+    /// The same world where PrepareOks of another log under the group's id reach its primary:
+    /// on the server, a deleted partition incarnation's backups, whose PrepareOk frames carry
+    /// no incarnation and reach the recreated group's replicas. Now and then, every other
+    /// replica acknowledges each op the primary has not committed, in the primary's view, with
+    /// another entry's checksum; they must never complete a commit quorum (the checkers catch
+    /// an op committed without a quorum holding it once the primary crashes).
+    pub fn with_stale_acks(mut self) -> Self {
+        self.stale_acks = Some(Rng::new(self.seed ^ 0x057a_1eac));
+        self
+    }
+
+    /// Acknowledgements of another log's entries, sent to the primary now and then.
+    fn send_stale_acks(&mut self) {
+        let Some(rng) = self.stale_acks.as_mut() else {
+            return;
+        };
+        if !rng.chance(20) {
+            return;
+        }
+        for index in 0..self.nodes.len() {
+            let Some(replica) = self.nodes[index].replica() else {
+                continue;
+            };
+            if !replica.is_primary() || replica.status() != Status::Normal {
+                continue;
+            }
+            let view = replica.view();
+            let acks: Vec<Message> = (replica.commit_max() + 1..=replica.op())
+                .flat_map(|op| {
+                    let other = replica.checksum_at(op).unwrap_or(0) ^ 0x5eed;
+                    (0..self.replica_count)
+                        .filter(move |from| usize::from(*from) != index)
+                        .map(move |from| Message::PrepareOk {
+                            view,
+                            op,
+                            checksum: other,
+                            replica: from,
+                        })
+                })
+                .collect();
+            self.stale_acks_sent += acks.len() as u64;
+            for ack in acks {
+                let Message::PrepareOk { replica: from, .. } = ack else {
+                    unreachable!("an ack");
+                };
+                self.nodes[index]
+                    .core
+                    .as_mut()
+                    .expect("a live primary")
+                    .on_message(from, ack);
+                self.drain(index);
+                if self.nodes[index].core.is_none() {
+                    break;
+                }
+            }
+        }
     }
 
     /// The same world where, besides the random crashes, each tick a replica with journal
@@ -520,6 +604,8 @@ impl<W: Workload> Cluster<W> {
             cut_off_view_rise_max: self.cut_off_view_rise_max,
             checkpoints_past_laggards: self.checkpoints_past_laggards,
             state_transfers: self.state_transfers,
+            transfers_refused: self.transfers_refused,
+            stale_acks: self.stale_acks_sent,
         };
         (summary, self.workload)
     }
@@ -690,6 +776,7 @@ impl<W: Workload> Cluster<W> {
         for packet in self.network.deliver(self.now) {
             self.deliver(packet);
         }
+        self.send_stale_acks();
         self.tick_clients();
         self.check_step();
         self.take_checkpoints();
@@ -786,9 +873,9 @@ impl<W: Workload> Cluster<W> {
                 }
                 let (checkpoint, state) = self.nodes[peer].storage.open().0?;
                 let worth = checkpoint.op >= needed.checkpoint && checkpoint.op > own_checkpoint;
-                worth.then_some((checkpoint, state))
+                worth.then_some((peer, checkpoint, state))
             });
-        let Some((checkpoint, state)) = source else {
+        let Some((peer, checkpoint, state)) = source else {
             return;
         };
         let op = checkpoint.op;
@@ -798,12 +885,16 @@ impl<W: Workload> Cluster<W> {
             self.clients_table_max,
             self.preferred_primary,
         );
-        let node = &mut self.nodes[index];
+        let (node, source) = node_and_peer(&mut self.nodes, index, peer);
         let view_state = node
             .replica()
             .expect("a live replica")
             .persisted_view_state();
-        node.machine.transfer(op, &state);
+        if node.machine.transfer(op, &state, &source.machine).is_err() {
+            // The peer retired past the state's end: a newer checkpoint will do.
+            self.transfers_refused += 1;
+            return;
+        }
         node.storage
             .install_checkpoint(op, checkpoint.encode(), state);
         node.checked_commit = op;
@@ -1311,6 +1402,18 @@ impl<W: Workload> Cluster<W> {
                 );
             }
         }
+    }
+}
+
+/// Node `index` mutably beside its peer `peer`'s.
+fn node_and_peer<M>(nodes: &mut [Node<M>], index: usize, peer: usize) -> (&mut Node<M>, &Node<M>) {
+    assert_ne!(index, peer, "a replica transfers from a peer");
+    if index < peer {
+        let (low, high) = nodes.split_at_mut(peer);
+        (&mut low[index], &high[0])
+    } else {
+        let (low, high) = nodes.split_at_mut(index);
+        (&mut high[0], &low[peer])
     }
 }
 

@@ -75,16 +75,20 @@ pub trait Machine {
         }
     }
     /// Whether a replica left behind by its peers' checkpoints can take a peer's checkpoint
-    /// whole ([`Machine::transfer`]): its checkpoint state is all it keeps (the server's
-    /// metadata machine). Only then may the cluster checkpoint past laggards
+    /// ([`Machine::transfer`]): the checkpoint state, and whatever it keeps beside the journal
+    /// copied from the peer (the server's metadata machine keeps nothing else; a partition
+    /// copies the log the state covers). Only then may the cluster checkpoint past laggards
     /// ([`super::cluster::Cluster::with_state_transfer`]).
     fn transfers_state(&self) -> bool {
         false
     }
-    /// State transfer: the state `state` of a peer's checkpoint at `op` replaces the
-    /// machine's, with the effects a start from it would have (the replica's journal is empty
-    /// after it). Called only when [`Machine::transfers_state`].
-    fn transfer(&mut self, op: u64, _state: &[u8]) {
+    /// State transfer: the state `state` of the checkpoint at `op` of `source` (a peer in
+    /// normal status, whose own storage the machine may copy, as the server's shell copies a
+    /// partition's log chunk by chunk) replaces the machine's, with the effects a start from it
+    /// would have (the replica's journal is empty after it). `Err` when the copy cannot be
+    /// completed over `source` now (it retired past the state's end): nothing changed, and the
+    /// cluster tries again later. Called only when [`Machine::transfers_state`].
+    fn transfer(&mut self, op: u64, _state: &[u8], _source: &Self) -> Result<(), String> {
         unreachable!("state transfer to op {op} of a machine that transfers no state")
     }
 }
