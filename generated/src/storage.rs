@@ -16,11 +16,11 @@ pub const SNAPSHOT_MAGIC: [u8; 8] = *b"IGGYMETA";
 pub const STORAGE_MARKER_FILE: &str = "storage.format";
 /// `STORAGE_MARKER_SIZE_MAX` (spec/storage.spec:76).
 pub const STORAGE_MARKER_SIZE_MAX: u64 = 256;
-/// `VSR_CHECKPOINT_MAGIC` (spec/storage.spec:319).
+/// `VSR_CHECKPOINT_MAGIC` (spec/storage.spec:325).
 pub const VSR_CHECKPOINT_MAGIC: [u8; 4] = *b"VSPL";
-/// `VSR_CHECKPOINT_MAGIC_V0` (spec/storage.spec:320).
+/// `VSR_CHECKPOINT_MAGIC_V0` (spec/storage.spec:326).
 pub const VSR_CHECKPOINT_MAGIC_V0: [u8; 4] = *b"VSPK";
-/// `VSR_VIEW_STATE_MAGIC` (spec/storage.spec:360).
+/// `VSR_VIEW_STATE_MAGIC` (spec/storage.spec:366).
 pub const VSR_VIEW_STATE_MAGIC: [u8; 4] = *b"VSVW";
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]
