@@ -95,8 +95,9 @@ pub struct Partition {
     created_at_op: u64,
     /// The consumer offsets, the group deletions applied (per group id, the metadata op of its
     /// latest deletion: a [`PartitionWrite::DeleteGroupOffsets`] at or below it changes
-    /// nothing, and an offset write for that id resolved before it is refused), and the
-    /// offset after the last applied send. Ops replayed from the journal whose messages are
+    /// nothing, and an offset write for that id resolved before it is refused; so is a store
+    /// of a group created before the one whose offset is kept), and the offset after the last
+    /// applied send. Ops replayed from the journal whose messages are
     /// already in the log (written before a restart) are not appended again.
     state: CheckpointState,
     /// Sends whose batch went to the log before their journal record (`stow`) and that are not
@@ -217,9 +218,9 @@ impl Partition {
     /// those of a live id stored by a group created before the live one (by the creation op
     /// the offset keeps, or where unknown resolved before the live group's creation: a
     /// deleted group's that a later one with the same id would otherwise inherit), named by
-    /// that creation op. Only a
-    /// deletion that would remove an offset is listed, so a sweep that finds nothing to do
-    /// proposes nothing; an offset resolved at an unknown op under a live group is kept.
+    /// that creation op. Only a deletion that would remove an offset is listed, so a sweep
+    /// that finds nothing to do proposes nothing; an offset resolved at an unknown op under a
+    /// live group is kept.
     pub fn orphaned_group_offsets(
         &self,
         live_groups: &BTreeMap<u32, u64>,
@@ -420,7 +421,8 @@ impl Partition {
             Some(PartitionWrite::DeleteGroupOffsets { group, metadata_op }) => {
                 if self.group_deletion_applies(group, metadata_op) {
                     self.state.group_deletions.insert(group, metadata_op);
-                    // An offset resolved at or after `metadata_op` is a later group's (one
+                    // An offset of a group created at or after `metadata_op` (or, where its
+                    // creation op is unknown, resolved at or after it) is a later group's (one
                     // created after a sweep's view of the model), and stays.
                     for owner in [OffsetOwner::Group(group), OffsetOwner::External(group)] {
                         if let Some(kept) = self.state.offsets.get(&owner)
@@ -777,34 +779,33 @@ mod tests {
     /// the partition. It is refused: the second instance keeps reading its own offset.
     #[test]
     fn a_deleted_groups_late_store_never_replaces_the_recreated_groups_offset() {
+        let refused = WriteResult::Failed(ErrorCode::ConsumerGroupIdNotFound);
         for owner in [OffsetOwner::Group(0), OffsetOwner::External(0)] {
             let mut partition = Partition::new(3);
-            assert_eq!(
-                apply(&mut partition, 1, store_by(owner, 5, 6, 4)),
-                WriteResult::Done
-            );
-            assert_eq!(
-                apply(&mut partition, 2, store_by(owner, 2, 13, 12)),
-                WriteResult::Done
-            );
-            assert_eq!(
-                apply(&mut partition, 3, store_by(owner, 7, 8, 4)),
-                WriteResult::Failed(ErrorCode::ConsumerGroupIdNotFound),
-                "{owner:?}: the late store of the deleted instance"
-            );
+            // The second instance's store, then the first one's late store.
+            let writes = [
+                (store_by(owner, 5, 6, 4), WriteResult::Done),
+                (store_by(owner, 2, 13, 12), WriteResult::Done),
+                (store_by(owner, 7, 8, 4), refused),
+            ];
+            for (op, (write, expected)) in (1..).zip(writes) {
+                assert_eq!(
+                    apply(&mut partition, op, write),
+                    expected,
+                    "{owner:?} op {op}"
+                );
+            }
             assert_eq!(partition.offset(owner, 12), Some(2), "{owner:?}");
             // The deletion arrives: the second instance's offset, resolved after it, stays.
             apply(&mut partition, 4, delete_group(0, 9));
             assert_eq!(partition.offset(owner, 12), Some(2), "{owner:?}");
             // The second instance stores again; a third (created at op 20) replaces it.
-            assert_eq!(
-                apply(&mut partition, 5, store_by(owner, 3, 14, 12)),
-                WriteResult::Done
-            );
-            assert_eq!(
-                apply(&mut partition, 6, store_by(owner, 1, 21, 20)),
-                WriteResult::Done
-            );
+            for (op, write) in [
+                (5, store_by(owner, 3, 14, 12)),
+                (6, store_by(owner, 1, 21, 20)),
+            ] {
+                assert_eq!(apply(&mut partition, op, write), WriteResult::Done);
+            }
             assert_eq!(partition.offset(owner, 20), Some(1), "{owner:?}");
             // A reader resolved at a stale view (the second instance) is not served the
             // third's offset.
@@ -888,6 +889,17 @@ mod tests {
             WriteResult::Done,
             "nothing known to refuse it by"
         );
+        // A store journaled before owner_created_at existed (`StoreOffsetOpV1`: group 0,
+        // offset 3, resolved at op 8) replaces a known instance's offset, as it always did.
+        apply(&mut partition, 4, store_by(owner, 9, 30, 25));
+        #[rustfmt::skip]
+        let v1 = Bytes::from_static(&[
+            2, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0,
+        ]);
+        let store = Operation::StoreConsumerOffset.to_repr();
+        let applied = partition.apply(5, store, &v1, &FakeLog::default());
+        assert!(matches!(applied, Applied::Reply(WriteResult::Done)));
+        assert_eq!(partition.offset(owner, 4), Some(3));
     }
 
     #[test]

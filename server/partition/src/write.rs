@@ -82,8 +82,9 @@ pub enum PartitionWrite {
     /// primary planned it from the request. Applying it twice deletes nothing more.
     RetireSegments { keep_from: u64 },
     /// The consumer group `group` was deleted by metadata op `metadata_op` (or, proposed by a
-    /// primary's sweep, was not live at it): its offsets (kind 2 and kind 3) resolved before
-    /// `metadata_op` go, so a group created later with the same id starts with none. Applied
+    /// primary's sweep, was not live at it): its offsets (kind 2 and kind 3) stored by a group
+    /// created before `metadata_op` (where the offset does not keep that creation op: resolved
+    /// before it) go, so a group created later with the same id starts with none. Applied
     /// only when `metadata_op` is above the latest deletion of `group` the partition applied
     /// and above the op that created the partition, so a deletion submitted again (a restart
     /// finishing one a crash interrupted) never removes a later group's offsets.
