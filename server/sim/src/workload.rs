@@ -529,6 +529,15 @@ impl PartitionWorkload {
         }
     }
 
+    /// Now and then, with groups, a store of a recreated group id ([`GroupViews::recreated_store`]).
+    fn plan_recreated_store(&mut self) -> Option<(OffsetOwner, u64, u64)> {
+        let views = self.groups.as_mut()?;
+        match self.rng.chance(40) {
+            true => views.recreated_store(),
+            false => None,
+        }
+    }
+
     /// The same workload retiring segments in `percent` of its requests (7 by default), so
     /// that a replica left behind finds its peers retired what it lacks.
     pub fn with_retire_percent(mut self, percent: u64) -> Self {
@@ -560,23 +569,19 @@ impl PartitionWorkload {
     fn plan(&mut self, client: u128, logout: bool) -> Planned {
         self.clock += 1 + self.rng.below(1_000);
         let roll = self.rng.below(100);
-        // A deletion whose id was recreated is held back, now and then, until a late store of
-        // the deleted instance was planned.
-        let hold = self.rng.chance(90);
+        // A deletion whose id was recreated is held back, mostly, until a late store of the
+        // deleted instance was planned.
+        let hold = self.groups.is_some() && self.rng.chance(90);
         let deletion = self.groups.as_ref().and_then(|views| {
             let front = views.pending.front().copied()?;
             (!hold || !views.holds_back(front)).then_some(front)
         });
-        let recreated = match self.rng.chance(40) {
-            true => self.groups.as_mut().and_then(GroupViews::recreated_store),
-            false => None,
-        };
         let request = if logout {
             Request::Logout
         } else if let Some((group, metadata_op)) = deletion.filter(|_| roll.is_multiple_of(3)) {
             self.groups.as_mut().expect("groups").pending.pop_front();
             Request::DeleteGroupOffsets { group, metadata_op }
-        } else if let Some((owner, resolved_at, owner_created_at)) = recreated {
+        } else if let Some((owner, resolved_at, owner_created_at)) = self.plan_recreated_store() {
             let offset = self.rng.below(self.history.messages.len() as u64 + 1);
             Request::Store {
                 owner,
