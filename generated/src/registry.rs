@@ -1198,6 +1198,13 @@ pub const STRUCTS: &[StructInfo] = &[
     StructInfo {
         name: "StoreOffsetOp",
         module: "storage",
+        fixed: Some(29),
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
+        name: "StoreOffsetOpV1",
+        module: "storage",
         fixed: Some(21),
         since: 0,
         until: 4294967295,
@@ -1211,6 +1218,13 @@ pub const STRUCTS: &[StructInfo] = &[
     },
     StructInfo {
         name: "DeleteOffsetOp",
+        module: "storage",
+        fixed: Some(21),
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
+        name: "DeleteOffsetOpV1",
         module: "storage",
         fixed: Some(13),
         since: 0,
@@ -1274,6 +1288,13 @@ pub const STRUCTS: &[StructInfo] = &[
     },
     StructInfo {
         name: "PartitionCheckpointState",
+        module: "storage",
+        fixed: None,
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
+        name: "PartitionCheckpointStateV2",
         module: "storage",
         fixed: None,
         since: 0,
@@ -1605,8 +1626,10 @@ pub fn roundtrip(name: &str, input: &[u8]) -> Option<Result<Roundtrip, WireError
         "PatCreateOp" => rt!(crate ::storage::PatCreateOp, input),
         "OffsetOwnerRecord" => rt!(crate ::storage::OffsetOwnerRecord, input),
         "StoreOffsetOp" => rt!(crate ::storage::StoreOffsetOp, input),
+        "StoreOffsetOpV1" => rt!(crate ::storage::StoreOffsetOpV1, input),
         "StoreOffsetOpV0" => rt!(crate ::storage::StoreOffsetOpV0, input),
         "DeleteOffsetOp" => rt!(crate ::storage::DeleteOffsetOp, input),
+        "DeleteOffsetOpV1" => rt!(crate ::storage::DeleteOffsetOpV1, input),
         "DeleteOffsetOpV0" => rt!(crate ::storage::DeleteOffsetOpV0, input),
         "RetireSegmentsOp" => rt!(crate ::storage::RetireSegmentsOp, input),
         "SessionRetirementOp" => rt!(crate ::storage::SessionRetirementOp, input),
@@ -1617,6 +1640,9 @@ pub fn roundtrip(name: &str, input: &[u8]) -> Option<Result<Roundtrip, WireError
         "GroupDeletion" => rt!(crate ::storage::GroupDeletion, input),
         "PartitionCheckpointState" => {
             rt!(crate ::storage::PartitionCheckpointState, input)
+        }
+        "PartitionCheckpointStateV2" => {
+            rt!(crate ::storage::PartitionCheckpointStateV2, input)
         }
         "PartitionCheckpointStateV1" => {
             rt!(crate ::storage::PartitionCheckpointStateV1, input)

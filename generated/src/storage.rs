@@ -16,11 +16,11 @@ pub const SNAPSHOT_MAGIC: [u8; 8] = *b"IGGYMETA";
 pub const STORAGE_MARKER_FILE: &str = "storage.format";
 /// `STORAGE_MARKER_SIZE_MAX` (spec/storage.spec:76).
 pub const STORAGE_MARKER_SIZE_MAX: u64 = 256;
-/// `VSR_CHECKPOINT_MAGIC` (spec/storage.spec:301).
+/// `VSR_CHECKPOINT_MAGIC` (spec/storage.spec:325).
 pub const VSR_CHECKPOINT_MAGIC: [u8; 4] = *b"VSPL";
-/// `VSR_CHECKPOINT_MAGIC_V0` (spec/storage.spec:302).
+/// `VSR_CHECKPOINT_MAGIC_V0` (spec/storage.spec:326).
 pub const VSR_CHECKPOINT_MAGIC_V0: [u8; 4] = *b"VSPK";
-/// `VSR_VIEW_STATE_MAGIC` (spec/storage.spec:342).
+/// `VSR_VIEW_STATE_MAGIC` (spec/storage.spec:366).
 pub const VSR_VIEW_STATE_MAGIC: [u8; 4] = *b"VSVW";
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]
@@ -977,15 +977,128 @@ impl<'a> WireDecode<'a> for OffsetOwnerRecord {
         Self::decode_fixed(b)
     }
 }
-/// Fixed-layout `StoreOffsetOp`, 21 bytes: journaled body of a partition's offset store (operation StoreConsumerOffset).
+/// Fixed-layout `StoreOffsetOp`, 29 bytes: journaled body of a partition's offset store (operation StoreConsumerOffset).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StoreOffsetOp {
     pub owner: OffsetOwnerRecord,
     pub offset: u64,
     /// the metadata op the owner was resolved at; refused when its group was deleted after
     pub resolved_at: u64,
+    /// the metadata op that created the owner group (0: a consumer, or unknown); refused when a later group with its id holds the offset
+    pub owner_created_at: u64,
 }
 impl StoreOffsetOp {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 29;
+    /// Byte offset of `owner`.
+    pub const OWNER_OFFSET: usize = 0;
+    /// Size of `owner` in bytes.
+    pub const OWNER_SIZE: usize = 5;
+    /// Byte offset of `offset`.
+    pub const OFFSET_OFFSET: usize = 5;
+    /// Size of `offset` in bytes.
+    pub const OFFSET_SIZE: usize = 8;
+    /// Byte offset of `resolved_at`.
+    pub const RESOLVED_AT_OFFSET: usize = 13;
+    /// Size of `resolved_at` in bytes.
+    pub const RESOLVED_AT_SIZE: usize = 8;
+    /// Byte offset of `owner_created_at`.
+    pub const OWNER_CREATED_AT_OFFSET: usize = 21;
+    /// Size of `owner_created_at` in bytes.
+    pub const OWNER_CREATED_AT_SIZE: usize = 8;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
+        }
+        let owner = <OffsetOwnerRecord>::decode_exact(&buf[0..5])
+            .map_err(|_| WireError::InvalidValue {
+                field: "owner",
+            })?;
+        let offset = <u64>::decode_exact(&buf[5..13])
+            .map_err(|_| WireError::InvalidValue {
+                field: "offset",
+            })?;
+        let resolved_at = <u64>::decode_exact(&buf[13..21])
+            .map_err(|_| WireError::InvalidValue {
+                field: "resolved_at",
+            })?;
+        let owner_created_at = <u64>::decode_exact(&buf[21..29])
+            .map_err(|_| WireError::InvalidValue {
+                field: "owner_created_at",
+            })?;
+        Ok(Self {
+            owner,
+            offset,
+            resolved_at,
+            owner_created_at,
+        })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.owner.to_wire_bytes());
+        iggy_wire::put_at(out, 5, &self.offset.to_wire_bytes());
+        iggy_wire::put_at(out, 13, &self.resolved_at.to_wire_bytes());
+        iggy_wire::put_at(out, 21, &self.owner_created_at.to_wire_bytes());
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 29] {
+        let mut b = [0u8; 29];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for StoreOffsetOp {
+    /// All-zero bytes.
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 29]).expect("zero bytes decode")
+    }
+}
+const _: () = assert!(StoreOffsetOp::SIZE == 29);
+const _: () = assert!(StoreOffsetOp::OWNER_OFFSET + 5 <= 29);
+const _: () = assert!(StoreOffsetOp::OFFSET_OFFSET + 8 <= 29);
+const _: () = assert!(StoreOffsetOp::RESOLVED_AT_OFFSET + 8 <= 29);
+const _: () = assert!(StoreOffsetOp::OWNER_CREATED_AT_OFFSET + 8 <= 29);
+impl iggy_wire::WireJson for StoreOffsetOp {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"owner\":");
+        iggy_wire::WireJson::write_json(&self.owner, out);
+        out.push_str(",\"offset\":");
+        iggy_wire::WireJson::write_json(&self.offset, out);
+        out.push_str(",\"resolved_at\":");
+        iggy_wire::WireJson::write_json(&self.resolved_at, out);
+        out.push_str(",\"owner_created_at\":");
+        iggy_wire::WireJson::write_json(&self.owner_created_at, out);
+        out.push('}');
+    }
+}
+impl WireEncode for StoreOffsetOp {
+    fn encoded_size(&self) -> usize {
+        29
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for StoreOffsetOp {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 29)?;
+        Self::decode_fixed(b)
+    }
+}
+/// Fixed-layout `StoreOffsetOpV1`, 21 bytes: StoreOffsetOp as journaled before owner_created_at existed (read as owner_created_at = 0, unknown).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreOffsetOpV1 {
+    pub owner: OffsetOwnerRecord,
+    pub offset: u64,
+    pub resolved_at: u64,
+}
+impl StoreOffsetOpV1 {
     /// Encoded size in bytes.
     pub const SIZE: usize = 21;
     /// Byte offset of `owner`.
@@ -1036,17 +1149,17 @@ impl StoreOffsetOp {
         b
     }
 }
-impl Default for StoreOffsetOp {
+impl Default for StoreOffsetOpV1 {
     /// All-zero bytes.
     fn default() -> Self {
         Self::decode_fixed(&[0u8; 21]).expect("zero bytes decode")
     }
 }
-const _: () = assert!(StoreOffsetOp::SIZE == 21);
-const _: () = assert!(StoreOffsetOp::OWNER_OFFSET + 5 <= 21);
-const _: () = assert!(StoreOffsetOp::OFFSET_OFFSET + 8 <= 21);
-const _: () = assert!(StoreOffsetOp::RESOLVED_AT_OFFSET + 8 <= 21);
-impl iggy_wire::WireJson for StoreOffsetOp {
+const _: () = assert!(StoreOffsetOpV1::SIZE == 21);
+const _: () = assert!(StoreOffsetOpV1::OWNER_OFFSET + 5 <= 21);
+const _: () = assert!(StoreOffsetOpV1::OFFSET_OFFSET + 8 <= 21);
+const _: () = assert!(StoreOffsetOpV1::RESOLVED_AT_OFFSET + 8 <= 21);
+impl iggy_wire::WireJson for StoreOffsetOpV1 {
     fn write_json(&self, out: &mut String) {
         out.push('{');
         out.push_str("\"owner\":");
@@ -1058,7 +1171,7 @@ impl iggy_wire::WireJson for StoreOffsetOp {
         out.push('}');
     }
 }
-impl WireEncode for StoreOffsetOp {
+impl WireEncode for StoreOffsetOpV1 {
     fn encoded_size(&self) -> usize {
         21
     }
@@ -1066,7 +1179,7 @@ impl WireEncode for StoreOffsetOp {
         out.extend_from_slice(&self.to_bytes());
     }
 }
-impl<'a> WireDecode<'a> for StoreOffsetOp {
+impl<'a> WireDecode<'a> for StoreOffsetOpV1 {
     fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
         let b = iggy_wire::take(input, 21)?;
         Self::decode_fixed(b)
@@ -1153,13 +1266,112 @@ impl<'a> WireDecode<'a> for StoreOffsetOpV0 {
         Self::decode_fixed(b)
     }
 }
-/// Fixed-layout `DeleteOffsetOp`, 13 bytes: journaled body of a partition's offset delete (operation DeleteConsumerOffset).
+/// Fixed-layout `DeleteOffsetOp`, 21 bytes: journaled body of a partition's offset delete (operation DeleteConsumerOffset).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DeleteOffsetOp {
     pub owner: OffsetOwnerRecord,
     pub resolved_at: u64,
+    /// the metadata op that created the owner group (0: a consumer, or unknown); another group's offset under its id is not deleted
+    pub owner_created_at: u64,
 }
 impl DeleteOffsetOp {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 21;
+    /// Byte offset of `owner`.
+    pub const OWNER_OFFSET: usize = 0;
+    /// Size of `owner` in bytes.
+    pub const OWNER_SIZE: usize = 5;
+    /// Byte offset of `resolved_at`.
+    pub const RESOLVED_AT_OFFSET: usize = 5;
+    /// Size of `resolved_at` in bytes.
+    pub const RESOLVED_AT_SIZE: usize = 8;
+    /// Byte offset of `owner_created_at`.
+    pub const OWNER_CREATED_AT_OFFSET: usize = 13;
+    /// Size of `owner_created_at` in bytes.
+    pub const OWNER_CREATED_AT_SIZE: usize = 8;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
+        }
+        let owner = <OffsetOwnerRecord>::decode_exact(&buf[0..5])
+            .map_err(|_| WireError::InvalidValue {
+                field: "owner",
+            })?;
+        let resolved_at = <u64>::decode_exact(&buf[5..13])
+            .map_err(|_| WireError::InvalidValue {
+                field: "resolved_at",
+            })?;
+        let owner_created_at = <u64>::decode_exact(&buf[13..21])
+            .map_err(|_| WireError::InvalidValue {
+                field: "owner_created_at",
+            })?;
+        Ok(Self {
+            owner,
+            resolved_at,
+            owner_created_at,
+        })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.owner.to_wire_bytes());
+        iggy_wire::put_at(out, 5, &self.resolved_at.to_wire_bytes());
+        iggy_wire::put_at(out, 13, &self.owner_created_at.to_wire_bytes());
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 21] {
+        let mut b = [0u8; 21];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for DeleteOffsetOp {
+    /// All-zero bytes.
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 21]).expect("zero bytes decode")
+    }
+}
+const _: () = assert!(DeleteOffsetOp::SIZE == 21);
+const _: () = assert!(DeleteOffsetOp::OWNER_OFFSET + 5 <= 21);
+const _: () = assert!(DeleteOffsetOp::RESOLVED_AT_OFFSET + 8 <= 21);
+const _: () = assert!(DeleteOffsetOp::OWNER_CREATED_AT_OFFSET + 8 <= 21);
+impl iggy_wire::WireJson for DeleteOffsetOp {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"owner\":");
+        iggy_wire::WireJson::write_json(&self.owner, out);
+        out.push_str(",\"resolved_at\":");
+        iggy_wire::WireJson::write_json(&self.resolved_at, out);
+        out.push_str(",\"owner_created_at\":");
+        iggy_wire::WireJson::write_json(&self.owner_created_at, out);
+        out.push('}');
+    }
+}
+impl WireEncode for DeleteOffsetOp {
+    fn encoded_size(&self) -> usize {
+        21
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for DeleteOffsetOp {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 21)?;
+        Self::decode_fixed(b)
+    }
+}
+/// Fixed-layout `DeleteOffsetOpV1`, 13 bytes: DeleteOffsetOp as journaled before owner_created_at existed (read as owner_created_at = 0, unknown).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeleteOffsetOpV1 {
+    pub owner: OffsetOwnerRecord,
+    pub resolved_at: u64,
+}
+impl DeleteOffsetOpV1 {
     /// Encoded size in bytes.
     pub const SIZE: usize = 13;
     /// Byte offset of `owner`.
@@ -1201,16 +1413,16 @@ impl DeleteOffsetOp {
         b
     }
 }
-impl Default for DeleteOffsetOp {
+impl Default for DeleteOffsetOpV1 {
     /// All-zero bytes.
     fn default() -> Self {
         Self::decode_fixed(&[0u8; 13]).expect("zero bytes decode")
     }
 }
-const _: () = assert!(DeleteOffsetOp::SIZE == 13);
-const _: () = assert!(DeleteOffsetOp::OWNER_OFFSET + 5 <= 13);
-const _: () = assert!(DeleteOffsetOp::RESOLVED_AT_OFFSET + 8 <= 13);
-impl iggy_wire::WireJson for DeleteOffsetOp {
+const _: () = assert!(DeleteOffsetOpV1::SIZE == 13);
+const _: () = assert!(DeleteOffsetOpV1::OWNER_OFFSET + 5 <= 13);
+const _: () = assert!(DeleteOffsetOpV1::RESOLVED_AT_OFFSET + 8 <= 13);
+impl iggy_wire::WireJson for DeleteOffsetOpV1 {
     fn write_json(&self, out: &mut String) {
         out.push('{');
         out.push_str("\"owner\":");
@@ -1220,7 +1432,7 @@ impl iggy_wire::WireJson for DeleteOffsetOp {
         out.push('}');
     }
 }
-impl WireEncode for DeleteOffsetOp {
+impl WireEncode for DeleteOffsetOpV1 {
     fn encoded_size(&self) -> usize {
         13
     }
@@ -1228,7 +1440,7 @@ impl WireEncode for DeleteOffsetOp {
         out.extend_from_slice(&self.to_bytes());
     }
 }
-impl<'a> WireDecode<'a> for DeleteOffsetOp {
+impl<'a> WireDecode<'a> for DeleteOffsetOpV1 {
     fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
         let b = iggy_wire::take(input, 13)?;
         Self::decode_fixed(b)
@@ -2382,6 +2594,21 @@ pub struct PartitionCheckpointState {
     #[wire(vec(u32, plain))]
     pub group_deletions: Vec<crate::storage::GroupDeletion>,
     /// per entry of offsets, in its order: the metadata op its write was resolved at (u64::MAX unknown)
+    #[wire(vec(u32, plain))]
+    pub resolved_at: Vec<u64>,
+    /// per entry of offsets, in its order: the metadata op that created the group that stored it (0: a consumer, or unknown)
+    #[wire(vec(u32, plain))]
+    pub created_at: Vec<u64>,
+}
+/// Variable-length `PartitionCheckpointStateV2`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct PartitionCheckpointStateV2 {
+    #[wire(plain)]
+    pub next_offset: u64,
+    #[wire(vec(u32, plain))]
+    pub offsets: Vec<crate::storage::StoredOffset>,
+    #[wire(vec(u32, plain))]
+    pub group_deletions: Vec<crate::storage::GroupDeletion>,
     #[wire(vec(u32, plain))]
     pub resolved_at: Vec<u64>,
 }

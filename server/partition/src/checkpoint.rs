@@ -1,11 +1,11 @@
 //! The state a partition checkpoint keeps besides the log itself: the spec's
-//! `PartitionCheckpointState` (or the older `PartitionCheckpointStateV1` and
-//! `PartitionCheckpointStateV0`, read only).
+//! `PartitionCheckpointState` (or the older `PartitionCheckpointStateV2`,
+//! `PartitionCheckpointStateV1` and `PartitionCheckpointStateV0`, read only).
 
-use crate::write::{OffsetOwner, RESOLVED_AT_UNKNOWN};
+use crate::write::{CREATED_AT_UNKNOWN, OffsetOwner, RESOLVED_AT_UNKNOWN};
 use iggy_generated::storage::{
     GroupDeletion, PartitionCheckpointState, PartitionCheckpointStateV0,
-    PartitionCheckpointStateV1, StoredOffset,
+    PartitionCheckpointStateV1, PartitionCheckpointStateV2, StoredOffset,
 };
 use iggy_wire::{WireDecode, WireEncode};
 use std::collections::BTreeMap;
@@ -19,6 +19,10 @@ pub struct KeptOffset {
     /// an earlier op (of a previous group with that id) does not. [`RESOLVED_AT_UNKNOWN`] for
     /// an offset stored before this was kept.
     pub resolved_at: u64,
+    /// The metadata op that created the group that stored it (as of the write that stored
+    /// it): which instance of a reused group id the offset is. [`CREATED_AT_UNKNOWN`] for a
+    /// consumer's, or an offset stored before this was kept.
+    pub created_at: u64,
 }
 
 /// The state a partition checkpoint keeps.
@@ -33,49 +37,33 @@ pub struct CheckpointState {
 
 impl CheckpointState {
     /// Decodes the spec's `PartitionCheckpointState`, or an older layout:
-    /// `PartitionCheckpointStateV1` (offsets resolved at an unknown op) or
+    /// `PartitionCheckpointStateV2` (the owners' creation ops unknown),
+    /// `PartitionCheckpointStateV1` (offsets resolved at an unknown op too) or
     /// `PartitionCheckpointStateV0` (no group deletions either). Each layout extends the one
     /// before by a trailing vector, so the bytes of an older one never decode as a newer one.
     pub fn decode(state: &[u8]) -> Result<CheckpointState, String> {
-        let bad = |_| "partition checkpoint state is malformed".to_string();
-        let (next_offset, offsets, group_deletions, resolved_at) =
-            match PartitionCheckpointState::decode_exact(state) {
-                Ok(state) => (
-                    state.next_offset,
-                    state.offsets,
-                    state.group_deletions,
-                    Some(state.resolved_at),
-                ),
-                Err(_) => match PartitionCheckpointStateV1::decode_exact(state) {
-                    Ok(state) => (
-                        state.next_offset,
-                        state.offsets,
-                        state.group_deletions,
-                        None,
-                    ),
-                    Err(_) => {
-                        let state = PartitionCheckpointStateV0::decode_exact(state).map_err(bad)?;
-                        (state.next_offset, state.offsets, Vec::new(), None)
-                    }
-                },
-            };
-        let resolved_at = resolved_at.unwrap_or_else(|| vec![RESOLVED_AT_UNKNOWN; offsets.len()]);
-        if resolved_at.len() != offsets.len() {
+        let (next_offset, offsets, group_deletions, resolved_at, created_at) = decode_any(state)?;
+        let count = offsets.len();
+        let resolved_at = resolved_at.unwrap_or_else(|| vec![RESOLVED_AT_UNKNOWN; count]);
+        let created_at = created_at.unwrap_or_else(|| vec![CREATED_AT_UNKNOWN; count]);
+        if resolved_at.len() != count || created_at.len() != count {
             return Err(format!(
-                "partition checkpoint state: {} offsets but {} resolution ops",
-                offsets.len(),
-                resolved_at.len()
+                "partition checkpoint state: {count} offsets but {} resolution ops and {} \
+                 creation ops",
+                resolved_at.len(),
+                created_at.len()
             ));
         }
         Ok(CheckpointState {
             next_offset,
             offsets: offsets
                 .into_iter()
-                .zip(resolved_at)
-                .map(|(stored, resolved_at)| {
+                .zip(resolved_at.into_iter().zip(created_at))
+                .map(|(stored, (resolved_at, created_at))| {
                     let kept = KeptOffset {
                         offset: stored.offset,
                         resolved_at,
+                        created_at,
                     };
                     (OffsetOwner::of(stored.owner), kept)
                 })
@@ -108,33 +96,74 @@ impl CheckpointState {
                 })
                 .collect(),
             resolved_at: self.offsets.values().map(|kept| kept.resolved_at).collect(),
+            created_at: self.offsets.values().map(|kept| kept.created_at).collect(),
         }
         .to_wire_bytes()
     }
+}
+
+/// A decoded state of any layout: next offset, offsets, group deletions, and, where the
+/// layout has them, the offsets' resolution ops and their owners' creation ops.
+type AnyState = (
+    u64,
+    Vec<StoredOffset>,
+    Vec<GroupDeletion>,
+    Option<Vec<u64>>,
+    Option<Vec<u64>>,
+);
+
+/// The newest layout `state` decodes as, exactly.
+fn decode_any(state: &[u8]) -> Result<AnyState, String> {
+    if let Ok(state) = PartitionCheckpointState::decode_exact(state) {
+        return Ok((
+            state.next_offset,
+            state.offsets,
+            state.group_deletions,
+            Some(state.resolved_at),
+            Some(state.created_at),
+        ));
+    }
+    if let Ok(state) = PartitionCheckpointStateV2::decode_exact(state) {
+        return Ok((
+            state.next_offset,
+            state.offsets,
+            state.group_deletions,
+            Some(state.resolved_at),
+            None,
+        ));
+    }
+    if let Ok(state) = PartitionCheckpointStateV1::decode_exact(state) {
+        let (next_offset, offsets) = (state.next_offset, state.offsets);
+        return Ok((next_offset, offsets, state.group_deletions, None, None));
+    }
+    let state = PartitionCheckpointStateV0::decode_exact(state)
+        .map_err(|_| "partition checkpoint state is malformed".to_string())?;
+    Ok((state.next_offset, state.offsets, Vec::new(), None, None))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn kept(offset: u64, resolved_at: u64) -> KeptOffset {
+    fn kept(offset: u64, resolved_at: u64, created_at: u64) -> KeptOffset {
         KeptOffset {
             offset,
             resolved_at,
+            created_at,
         }
     }
 
     /// The bytes this build writes (spec/storage.spec: next offset, the u32-counted
     /// `StoredOffset`s of kind, id and offset, the u32-counted `GroupDeletion`s, the u32-counted
-    /// resolution ops), and the older layouts cut from them, so a data directory an earlier
-    /// build left restores.
+    /// resolution ops, the u32-counted owners' creation ops), and the older layouts cut from
+    /// them, so a data directory an earlier build left restores.
     #[test]
     fn the_state_keeps_the_layouts_earlier_builds_wrote() {
         let state = CheckpointState {
             next_offset: 0x0102_0304_0506_0708,
             offsets: BTreeMap::from([
-                (OffsetOwner::Consumer(9), kept(4, 3)),
-                (OffsetOwner::External(2), kept(7, 0x11)),
+                (OffsetOwner::Consumer(9), kept(4, 3, CREATED_AT_UNKNOWN)),
+                (OffsetOwner::External(2), kept(7, 0x11, 0x10)),
             ]),
             group_deletions: BTreeMap::from([(5, 40)]),
         };
@@ -149,11 +178,23 @@ mod tests {
             2, 0, 0, 0,
             3, 0, 0, 0, 0, 0, 0, 0,
             0x11, 0, 0, 0, 0, 0, 0, 0,
+            2, 0, 0, 0,
+            0, 0, 0, 0, 0, 0, 0, 0,
+            0x10, 0, 0, 0, 0, 0, 0, 0,
         ];
         assert_eq!(state.encode(), written);
         assert_eq!(CheckpointState::decode(written).unwrap(), state);
+        // Without the creation ops (V2): every owner's creation op unknown.
+        let v2 = &written[..written.len() - 20];
+        let restored = CheckpointState::decode(v2).unwrap();
+        let mut unknown = state.offsets.clone();
+        unknown
+            .values_mut()
+            .for_each(|kept| kept.created_at = CREATED_AT_UNKNOWN);
+        assert_eq!(restored.offsets, unknown);
+        assert_eq!(restored.group_deletions, state.group_deletions);
         // Without the resolution ops (V1): every offset resolved at an unknown op.
-        let v1 = &written[..written.len() - 20];
+        let v1 = &v2[..v2.len() - 20];
         let restored = CheckpointState::decode(v1).unwrap();
         assert_eq!(restored.group_deletions, state.group_deletions);
         let unknown: Vec<_> = restored.offsets.values().map(|k| k.resolved_at).collect();
@@ -169,17 +210,23 @@ mod tests {
     }
 
     #[test]
-    fn resolution_ops_that_do_not_match_the_offsets_are_refused() {
+    fn resolution_or_creation_ops_that_do_not_match_the_offsets_are_refused() {
         let state = CheckpointState {
             next_offset: 1,
-            offsets: BTreeMap::from([(OffsetOwner::Group(1), kept(4, 3))]),
+            offsets: BTreeMap::from([(OffsetOwner::Group(1), kept(4, 3, 2))]),
             group_deletions: BTreeMap::new(),
         };
         let mut bytes = state.encode();
-        // One resolution op too many: the count says 2, and 8 more bytes follow.
+        // One creation op too many: the count says 2, and 8 more bytes follow.
         let count_at = bytes.len() - 12;
         bytes[count_at] = 2;
         bytes.extend_from_slice(&[0; 8]);
+        assert!(CheckpointState::decode(&bytes).is_err());
+        // One resolution op too many, the creation ops matching the offsets.
+        let mut bytes = state.encode();
+        let count_at = bytes.len() - 24;
+        bytes[count_at] = 2;
+        bytes.splice(count_at + 4..count_at + 4, [0; 8]);
         assert!(CheckpointState::decode(&bytes).is_err());
     }
 }

@@ -20,4 +20,6 @@ pub mod write;
 
 pub use checkpoint::{CheckpointState, KeptOffset};
 pub use machine::{Applied, Log, Partition, PollRange, StartAt, Stow};
-pub use write::{OffsetOwner, PartitionWrite, RESOLVED_AT_UNKNOWN, WriteResult};
+pub use write::{
+    CREATED_AT_UNKNOWN, OffsetOwner, PartitionWrite, RESOLVED_AT_UNKNOWN, WriteResult,
+};

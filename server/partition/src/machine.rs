@@ -5,7 +5,9 @@
 //! ([`Partition::appended`], [`Partition::stowed`]).
 
 use crate::checkpoint::{CheckpointState, KeptOffset};
-use crate::write::{OffsetOwner, PartitionWrite, RESOLVED_AT_UNKNOWN, WriteResult};
+use crate::write::{
+    CREATED_AT_UNKNOWN, OffsetOwner, PartitionWrite, RESOLVED_AT_UNKNOWN, WriteResult,
+};
 use bytes::Bytes;
 use iggy_generated::errors::ErrorCode;
 use iggy_generated::frames::{BatchHeader, Operation};
@@ -93,8 +95,9 @@ pub struct Partition {
     created_at_op: u64,
     /// The consumer offsets, the group deletions applied (per group id, the metadata op of its
     /// latest deletion: a [`PartitionWrite::DeleteGroupOffsets`] at or below it changes
-    /// nothing, and an offset write for that id resolved before it is refused), and the
-    /// offset after the last applied send. Ops replayed from the journal whose messages are
+    /// nothing, and an offset write for that id resolved before it is refused; so is a store
+    /// of a group created before the one whose offset is kept), and the offset after the last
+    /// applied send. Ops replayed from the journal whose messages are
     /// already in the log (written before a restart) are not appended again.
     state: CheckpointState,
     /// Sends whose batch went to the log before their journal record (`stow`) and that are not
@@ -197,12 +200,13 @@ impl Partition {
     }
 
     /// The offset stored for `owner`, which the metadata op `owner_created_at_op` created (a
-    /// consumer group's creation op; 0 for a consumer, or when unknown). An offset of a group
-    /// id resolved before it was stored by an earlier group with that id whose deletion has
-    /// not reached this partition yet (a sweep removes it): it is not the owner's, so none is.
+    /// consumer group's creation op; 0 for a consumer, or when unknown). An offset another
+    /// instance of the group id stored (see [`of_instance`]: an earlier group with that id
+    /// whose deletion has not reached this partition yet, which a sweep removes, or a later
+    /// one when the reader resolved a deleted group) is not the owner's, so none is.
     pub fn offset(&self, owner: OffsetOwner, owner_created_at_op: u64) -> Option<u64> {
         let kept = self.state.offsets.get(&owner)?;
-        (kept.resolved_at >= owner_created_at_op).then_some(kept.offset)
+        of_instance(kept, owner_created_at_op).then_some(kept.offset)
     }
 
     /// The group offsets here that belong to no live group of the topic, as the deletions
@@ -211,10 +215,12 @@ impl Partition {
     /// topic in the metadata model as of op `metadata_op` to the op that created it (0 when
     /// unknown). Orphaned are the offsets of a group id not live at `metadata_op` (deleted, by
     /// an op whose own deletion never reached this partition), named by `metadata_op`, and
-    /// those of a live id resolved before its group was created (a deleted group's that a
-    /// later one with the same id would otherwise inherit), named by that creation op. Only a
-    /// deletion that would remove an offset is listed, so a sweep that finds nothing to do
-    /// proposes nothing; an offset resolved at an unknown op under a live group is kept.
+    /// those of a live id stored by a group created before the live one (by the creation op
+    /// the offset keeps, or where unknown resolved before the live group's creation: a
+    /// deleted group's that a later one with the same id would otherwise inherit), named by
+    /// that creation op. Only a deletion that would remove an offset is listed, so a sweep
+    /// that finds nothing to do proposes nothing; an offset resolved at an unknown op under a
+    /// live group is kept.
     pub fn orphaned_group_offsets(
         &self,
         live_groups: &BTreeMap<u32, u64>,
@@ -246,7 +252,7 @@ impl Partition {
         };
         let deletion = match live_groups.get(&group) {
             None => metadata_op,
-            Some(&created_at) if kept.resolved_at < created_at => created_at,
+            Some(&created_at) if stored_before(kept, created_at) => created_at,
             Some(_) => return None,
         };
         (self.group_deletion_applies(group, deletion) && removed_by(kept, deletion))
@@ -297,6 +303,15 @@ impl Partition {
         self.retired
             .insert(op, (stand_in.base_offset, stand_in.message_count));
         true
+    }
+
+    /// Whether the offset kept for `owner` is a later instance's of its group id than the one
+    /// the metadata op `owner_created_at` created: that instance was deleted (its deletion
+    /// has not reached this partition yet), and its store must not replace the later group's.
+    fn superseded(&self, owner: OffsetOwner, owner_created_at: u64) -> bool {
+        self.state.offsets.get(&owner).is_some_and(|kept| {
+            owner_created_at != CREATED_AT_UNKNOWN && owner_created_at < kept.created_at
+        })
     }
 
     /// Whether `owner` is a group (kind 2 or 3) deleted after the metadata op `resolved_at`
@@ -367,22 +382,37 @@ impl Partition {
                 owner,
                 offset,
                 resolved_at,
+                owner_created_at,
             }) => {
-                if self.group_deleted_after(owner, resolved_at) {
+                if self.group_deleted_after(owner, resolved_at)
+                    || self.superseded(owner, owner_created_at)
+                {
                     WriteResult::Failed(ErrorCode::ConsumerGroupIdNotFound)
                 } else {
                     let kept = KeptOffset {
                         offset,
                         resolved_at,
+                        created_at: owner_created_at,
                     };
                     self.state.offsets.insert(owner, kept);
                     WriteResult::Done
                 }
             }
-            Some(PartitionWrite::DeleteOffset { owner, resolved_at }) => {
+            Some(PartitionWrite::DeleteOffset {
+                owner,
+                resolved_at,
+                owner_created_at,
+            }) => {
                 if self.group_deleted_after(owner, resolved_at) {
                     WriteResult::Failed(ErrorCode::ConsumerGroupIdNotFound)
-                } else if self.state.offsets.remove(&owner).is_some() {
+                } else if self
+                    .state
+                    .offsets
+                    .get(&owner)
+                    .is_some_and(|kept| of_instance(kept, owner_created_at))
+                {
+                    // Only the owner's own instance's offset: another's is not found.
+                    self.state.offsets.remove(&owner);
                     WriteResult::Done
                 } else {
                     WriteResult::Failed(ErrorCode::ConsumerOffsetNotFound)
@@ -391,7 +421,8 @@ impl Partition {
             Some(PartitionWrite::DeleteGroupOffsets { group, metadata_op }) => {
                 if self.group_deletion_applies(group, metadata_op) {
                     self.state.group_deletions.insert(group, metadata_op);
-                    // An offset resolved at or after `metadata_op` is a later group's (one
+                    // An offset of a group created at or after `metadata_op` (or, where its
+                    // creation op is unknown, resolved at or after it) is a later group's (one
                     // created after a sweep's view of the model), and stays.
                     for owner in [OffsetOwner::Group(group), OffsetOwner::External(group)] {
                         if let Some(kept) = self.state.offsets.get(&owner)
@@ -578,10 +609,31 @@ impl Partition {
     }
 }
 
-/// Whether a deletion of its group at metadata op `metadata_op` removes `kept`: resolved
-/// before it, or at an op not known.
+/// Whether a deletion of its group at metadata op `metadata_op` removes `kept`: stored by an
+/// instance created before it ([`stored_before`]), or resolved at an op not known.
 fn removed_by(kept: &KeptOffset, metadata_op: u64) -> bool {
-    kept.resolved_at < metadata_op || kept.resolved_at == RESOLVED_AT_UNKNOWN
+    stored_before(kept, metadata_op) || kept.resolved_at == RESOLVED_AT_UNKNOWN
+}
+
+/// Whether `kept` was stored by an instance of its group id created before the metadata op
+/// `metadata_op`: by its creation op where known, else by its resolution op (the instance
+/// existed then, so was created at or before it).
+fn stored_before(kept: &KeptOffset, metadata_op: u64) -> bool {
+    match kept.created_at {
+        CREATED_AT_UNKNOWN => kept.resolved_at < metadata_op,
+        created_at => created_at < metadata_op,
+    }
+}
+
+/// Whether `kept` is the offset of the instance of its group id that the metadata op
+/// `owner_created_at` created: the same creation op where both are known; otherwise (a
+/// consumer, a reader or an offset from before creation ops were kept) resolved at or after
+/// `owner_created_at`, as an earlier instance's was resolved before it.
+fn of_instance(kept: &KeptOffset, owner_created_at: u64) -> bool {
+    match (kept.created_at, owner_created_at) {
+        (CREATED_AT_UNKNOWN, _) | (_, CREATED_AT_UNKNOWN) => kept.resolved_at >= owner_created_at,
+        (created_at, owner_created_at) => created_at == owner_created_at,
+    }
 }
 
 #[cfg(test)]
@@ -637,12 +689,32 @@ mod tests {
         }
     }
 
-    /// A store whose owner was resolved at metadata op `resolved_at`.
+    /// A store whose owner was resolved at metadata op `resolved_at`, its creation op unknown.
     fn store(owner: OffsetOwner, offset: u64, resolved_at: u64) -> PartitionWrite {
+        store_by(owner, offset, resolved_at, CREATED_AT_UNKNOWN)
+    }
+
+    /// A store by the instance of `owner` created at metadata op `owner_created_at`, resolved
+    /// at `resolved_at`.
+    fn store_by(
+        owner: OffsetOwner,
+        offset: u64,
+        resolved_at: u64,
+        owner_created_at: u64,
+    ) -> PartitionWrite {
         PartitionWrite::StoreOffset {
             owner,
             offset,
             resolved_at,
+            owner_created_at,
+        }
+    }
+
+    fn delete_by(owner: OffsetOwner, resolved_at: u64, owner_created_at: u64) -> PartitionWrite {
+        PartitionWrite::DeleteOffset {
+            owner,
+            resolved_at,
+            owner_created_at,
         }
     }
 
@@ -676,10 +748,7 @@ mod tests {
             apply(&mut partition, 6, store(OffsetOwner::Group(0), 7, 9)),
             WriteResult::Failed(ErrorCode::ConsumerGroupIdNotFound)
         );
-        let delete = PartitionWrite::DeleteOffset {
-            owner: OffsetOwner::External(0),
-            resolved_at: 9,
-        };
+        let delete = delete_by(OffsetOwner::External(0), 9, CREATED_AT_UNKNOWN);
         assert_eq!(
             apply(&mut partition, 7, delete),
             WriteResult::Failed(ErrorCode::ConsumerGroupIdNotFound)
@@ -702,6 +771,135 @@ mod tests {
             apply(&mut partition, 13, store(OffsetOwner::Consumer(0), 1, 0)),
             WriteResult::Done
         );
+    }
+
+    /// Group 0's first instance (created at metadata op 4) is deleted at op 9 and a second
+    /// created at op 12; a node whose model lags resolves a store for the first at op 8, and
+    /// it commits after the second instance's acknowledged store, before the deletion reached
+    /// the partition. It is refused: the second instance keeps reading its own offset.
+    #[test]
+    fn a_deleted_groups_late_store_never_replaces_the_recreated_groups_offset() {
+        let refused = WriteResult::Failed(ErrorCode::ConsumerGroupIdNotFound);
+        for owner in [OffsetOwner::Group(0), OffsetOwner::External(0)] {
+            let mut partition = Partition::new(3);
+            // The second instance's store, then the first one's late store.
+            let writes = [
+                (store_by(owner, 5, 6, 4), WriteResult::Done),
+                (store_by(owner, 2, 13, 12), WriteResult::Done),
+                (store_by(owner, 7, 8, 4), refused),
+            ];
+            for (op, (write, expected)) in (1..).zip(writes) {
+                assert_eq!(
+                    apply(&mut partition, op, write),
+                    expected,
+                    "{owner:?} op {op}"
+                );
+            }
+            assert_eq!(partition.offset(owner, 12), Some(2), "{owner:?}");
+            // The deletion arrives: the second instance's offset, resolved after it, stays.
+            apply(&mut partition, 4, delete_group(0, 9));
+            assert_eq!(partition.offset(owner, 12), Some(2), "{owner:?}");
+            // The second instance stores again; a third (created at op 20) replaces it.
+            for (op, write) in [
+                (5, store_by(owner, 3, 14, 12)),
+                (6, store_by(owner, 1, 21, 20)),
+            ] {
+                assert_eq!(apply(&mut partition, op, write), WriteResult::Done);
+            }
+            assert_eq!(partition.offset(owner, 20), Some(1), "{owner:?}");
+            // A reader resolved at a stale view (the second instance) is not served the
+            // third's offset.
+            assert_eq!(partition.offset(owner, 12), None, "{owner:?}");
+        }
+    }
+
+    /// A delete finds only its own instance's offset: another instance's (a deleted one's
+    /// not swept yet, or a later one's) is left as it is and the delete answers
+    /// ConsumerOffsetNotFound, decided by the committed op alone.
+    #[test]
+    fn a_delete_by_another_instance_of_the_group_removes_nothing() {
+        let owner = OffsetOwner::Group(0);
+        let mut partition = Partition::new(3);
+        apply(&mut partition, 1, store_by(owner, 5, 6, 4));
+        let not_found = WriteResult::Failed(ErrorCode::ConsumerOffsetNotFound);
+        // The instance created at op 12 deletes: the first instance's offset is not its own.
+        assert_eq!(
+            apply(&mut partition, 2, delete_by(owner, 13, 12)),
+            not_found
+        );
+        assert_eq!(partition.offset(owner, 4), Some(5), "left as it was");
+        // The second instance stores; the first one's late delete (its deletion not applied
+        // here yet) removes nothing.
+        apply(&mut partition, 3, store_by(owner, 2, 13, 12));
+        assert_eq!(apply(&mut partition, 4, delete_by(owner, 8, 4)), not_found);
+        assert_eq!(partition.offset(owner, 12), Some(2));
+        assert_eq!(
+            apply(&mut partition, 5, delete_by(owner, 14, 12)),
+            WriteResult::Done
+        );
+        assert_eq!(partition.offset(owner, 12), None);
+        // An offset stored before creation ops were kept, resolved before the instance's
+        // creation: an earlier instance's, so not found either.
+        apply(&mut partition, 6, store(owner, 5, 6));
+        assert_eq!(
+            apply(&mut partition, 7, delete_by(owner, 14, 12)),
+            not_found
+        );
+        // A delete of an owner whose creation op is unknown removes it, as it always did.
+        let unknown = delete_by(owner, 14, CREATED_AT_UNKNOWN);
+        assert_eq!(apply(&mut partition, 8, unknown), WriteResult::Done);
+        assert_eq!(partition.offsets().len(), 0);
+    }
+
+    /// Offsets journaled or checkpointed before creation ops were kept, and writes of owners
+    /// whose creation op is unknown, are judged as before: no instance check.
+    #[test]
+    fn an_unknown_creation_op_judges_nothing() {
+        let owner = OffsetOwner::Group(0);
+        let mut partition = Partition::new(3);
+        apply(&mut partition, 1, store_by(owner, 5, 13, 12));
+        // A store of an owner whose creation op is unknown replaces it.
+        assert_eq!(
+            apply(&mut partition, 2, store(owner, 6, 14)),
+            WriteResult::Done
+        );
+        assert_eq!(partition.offset(owner, 12), Some(6));
+        assert_eq!(partition.offset(owner, CREATED_AT_UNKNOWN), Some(6));
+        // A known instance's store replaces an offset of unknown creation.
+        assert_eq!(
+            apply(&mut partition, 3, store_by(owner, 7, 8, 4)),
+            WriteResult::Done
+        );
+        // A reader of unknown creation is served an offset of a known instance.
+        assert_eq!(partition.offset(owner, CREATED_AT_UNKNOWN), Some(7));
+        // A checkpoint written before creation ops were kept restores them unknown: the
+        // resolution op rule alone judges reads.
+        let state = partition.encode_state();
+        let v2 = &state[..state.len() - (4 + 8)];
+        let mut restored = Partition::new(3);
+        restored.restore(v2, 0).unwrap();
+        assert_eq!(restored.offset(owner, 4), Some(7));
+        assert_eq!(
+            restored.offset(owner, 12),
+            None,
+            "resolved at 8, before op 12"
+        );
+        assert_eq!(
+            apply(&mut restored, 4, store_by(owner, 1, 9, 4)),
+            WriteResult::Done,
+            "nothing known to refuse it by"
+        );
+        // A store journaled before owner_created_at existed (`StoreOffsetOpV1`: group 0,
+        // offset 3, resolved at op 8) replaces a known instance's offset, as it always did.
+        apply(&mut partition, 4, store_by(owner, 9, 30, 25));
+        #[rustfmt::skip]
+        let v1 = Bytes::from_static(&[
+            2, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0,
+        ]);
+        let store = Operation::StoreConsumerOffset.to_repr();
+        let applied = partition.apply(5, store, &v1, &FakeLog::default());
+        assert!(matches!(applied, Applied::Reply(WriteResult::Done)));
+        assert_eq!(partition.offset(owner, 4), Some(3));
     }
 
     #[test]
@@ -877,8 +1075,8 @@ mod tests {
         assert_eq!(restored.offset(OffsetOwner::External(5), 0), Some(1));
 
         // A checkpoint written before the group deletions (and the three offsets' resolution
-        // ops) were kept.
-        let old = &state[..state.len() - (4 + 3 * 8) - (4 + 2 * 12)];
+        // and creation ops) were kept.
+        let old = &state[..state.len() - 2 * (4 + 3 * 8) - (4 + 2 * 12)];
         let mut restored = Partition::new(0);
         restored.restore(old, 0).unwrap();
         assert_eq!(restored.offsets(), partition.offsets());

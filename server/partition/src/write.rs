@@ -6,9 +6,9 @@ use iggy_generated::errors::ErrorCode;
 use iggy_generated::frames::Operation;
 use iggy_generated::payloads::SessionIdentity;
 use iggy_generated::storage::{
-    DeleteGroupOffsetsOp, DeleteOffsetOp, DeleteOffsetOpV0, OffsetOwnerKind, OffsetOwnerRecord,
-    RetireSegmentsOp, SessionRetirementOp, StoreOffsetOp, StoreOffsetOpV0, WriteAppended,
-    WriteStatus,
+    DeleteGroupOffsetsOp, DeleteOffsetOp, DeleteOffsetOpV0, DeleteOffsetOpV1, OffsetOwnerKind,
+    OffsetOwnerRecord, RetireSegmentsOp, SessionRetirementOp, StoreOffsetOp, StoreOffsetOpV0,
+    StoreOffsetOpV1, WriteAppended, WriteStatus,
 };
 use iggy_wire::{WireDecode, WireEncode};
 
@@ -47,6 +47,11 @@ impl OffsetOwner {
 /// existed: never refused, and removed by any deletion of its group applied.
 pub const RESOLVED_AT_UNKNOWN: u64 = u64::MAX;
 
+/// The `owner_created_at` of a consumer's offset write (no group), of one journaled before the
+/// field existed, or of a group whose creation op its node's model does not know: no instance
+/// of a group id is told from another by it, so no write or read is judged by it.
+pub const CREATED_AT_UNKNOWN: u64 = 0;
+
 /// The body of a partition op as journaled: the primary's decisions plus the client's bytes.
 /// Internal to this server (the journal is ours); the wire batch inside is the spec's layout.
 pub enum PartitionWrite {
@@ -56,21 +61,30 @@ pub enum PartitionWrite {
     /// existed then). Refused if the owner's group was deleted by a later op, so a request in
     /// flight across a group's deletion leaves nothing a later group with that id would find.
     /// A record journaled before the field existed reads as [`RESOLVED_AT_UNKNOWN`].
+    ///
+    /// `owner_created_at`: the metadata op that created the owner group, so a group id's
+    /// instances are told apart: a store of a deleted instance that commits after a later
+    /// instance's store is refused instead of replacing it (its deletion may not have reached
+    /// this partition yet), and a delete finds only its own instance's offset.
+    /// [`CREATED_AT_UNKNOWN`] for a consumer, or in a record journaled before the field existed.
     StoreOffset {
         owner: OffsetOwner,
         offset: u64,
         resolved_at: u64,
+        owner_created_at: u64,
     },
     DeleteOffset {
         owner: OffsetOwner,
         resolved_at: u64,
+        owner_created_at: u64,
     },
     /// DeleteSegments: every closed segment whose messages all lie below `keep_from`, as the
     /// primary planned it from the request. Applying it twice deletes nothing more.
     RetireSegments { keep_from: u64 },
     /// The consumer group `group` was deleted by metadata op `metadata_op` (or, proposed by a
-    /// primary's sweep, was not live at it): its offsets (kind 2 and kind 3) resolved before
-    /// `metadata_op` go, so a group created later with the same id starts with none. Applied
+    /// primary's sweep, was not live at it): its offsets (kind 2 and kind 3) stored by a group
+    /// created before `metadata_op` (where the offset does not keep that creation op: resolved
+    /// before it) go, so a group created later with the same id starts with none. Applied
     /// only when `metadata_op` is above the latest deletion of `group` the partition applied
     /// and above the op that created the partition, so a deletion submitted again (a restart
     /// finishing one a crash interrupted) never removes a later group's offsets.
@@ -102,16 +116,23 @@ impl PartitionWrite {
                 owner,
                 offset,
                 resolved_at,
+                owner_created_at,
             } => (StoreOffsetOp {
                 owner: owner.record(),
                 offset,
                 resolved_at,
+                owner_created_at,
             })
             .to_wire_bytes()
             .into(),
-            PartitionWrite::DeleteOffset { owner, resolved_at } => (DeleteOffsetOp {
+            PartitionWrite::DeleteOffset {
+                owner,
+                resolved_at,
+                owner_created_at,
+            } => (DeleteOffsetOp {
                 owner: owner.record(),
                 resolved_at,
+                owner_created_at,
             })
             .to_wire_bytes()
             .into(),
@@ -134,37 +155,12 @@ impl PartitionWrite {
     /// The op journaled with `operation` and `body`; `None` when it is no partition op or its
     /// record is malformed.
     pub fn decode(operation: u8, body: &Bytes) -> Option<PartitionWrite> {
-        // Records journaled before `resolved_at` existed (the `V0` layouts) read as resolved
-        // at an unknown op: never refused.
         match Operation::from_repr(operation)? {
             Operation::SendMessages => Some(PartitionWrite::Send {
                 batch: body.clone(),
             }),
-            Operation::StoreConsumerOffset => match StoreOffsetOp::decode_exact(body) {
-                Ok(op) => Some(PartitionWrite::StoreOffset {
-                    owner: OffsetOwner::of(op.owner),
-                    offset: op.offset,
-                    resolved_at: op.resolved_at,
-                }),
-                Err(_) => {
-                    let op = StoreOffsetOpV0::decode_exact(body).ok()?;
-                    Some(PartitionWrite::StoreOffset {
-                        owner: OffsetOwner::of(op.owner),
-                        offset: op.offset,
-                        resolved_at: RESOLVED_AT_UNKNOWN,
-                    })
-                }
-            },
-            Operation::DeleteConsumerOffset => match DeleteOffsetOp::decode_exact(body) {
-                Ok(op) => Some(PartitionWrite::DeleteOffset {
-                    owner: OffsetOwner::of(op.owner),
-                    resolved_at: op.resolved_at,
-                }),
-                Err(_) => Some(PartitionWrite::DeleteOffset {
-                    owner: OffsetOwner::of(DeleteOffsetOpV0::decode_exact(body).ok()?.owner),
-                    resolved_at: RESOLVED_AT_UNKNOWN,
-                }),
-            },
+            Operation::StoreConsumerOffset => decode_store(body),
+            Operation::DeleteConsumerOffset => decode_delete(body),
             Operation::DeleteSegments => Some(PartitionWrite::RetireSegments {
                 keep_from: RetireSegmentsOp::decode_exact(body).ok()?.keep_from,
             }),
@@ -181,6 +177,56 @@ impl PartitionWrite {
             _ => None,
         }
     }
+}
+
+/// A `StoreOffsetOp`, or an older layout told by its exact size: records journaled before
+/// `owner_created_at` existed (`V1`) read with the owner's creation op unknown, and those
+/// journaled before `resolved_at` existed (`V0`) resolved at an unknown op too: never refused.
+fn decode_store(body: &[u8]) -> Option<PartitionWrite> {
+    let (owner, offset, resolved_at, owner_created_at) = match body.len() {
+        StoreOffsetOpV0::SIZE => {
+            let op = StoreOffsetOpV0::decode_exact(body).ok()?;
+            (op.owner, op.offset, RESOLVED_AT_UNKNOWN, CREATED_AT_UNKNOWN)
+        }
+        StoreOffsetOpV1::SIZE => {
+            let op = StoreOffsetOpV1::decode_exact(body).ok()?;
+            (op.owner, op.offset, op.resolved_at, CREATED_AT_UNKNOWN)
+        }
+        _ => {
+            let op = StoreOffsetOp::decode_exact(body).ok()?;
+            (op.owner, op.offset, op.resolved_at, op.owner_created_at)
+        }
+    };
+    Some(PartitionWrite::StoreOffset {
+        owner: OffsetOwner::of(owner),
+        offset,
+        resolved_at,
+        owner_created_at,
+    })
+}
+
+/// A `DeleteOffsetOp`, or an older layout told by its exact size, read as
+/// [`decode_store`] reads a store's.
+fn decode_delete(body: &[u8]) -> Option<PartitionWrite> {
+    let (owner, resolved_at, owner_created_at) = match body.len() {
+        DeleteOffsetOpV0::SIZE => {
+            let op = DeleteOffsetOpV0::decode_exact(body).ok()?;
+            (op.owner, RESOLVED_AT_UNKNOWN, CREATED_AT_UNKNOWN)
+        }
+        DeleteOffsetOpV1::SIZE => {
+            let op = DeleteOffsetOpV1::decode_exact(body).ok()?;
+            (op.owner, op.resolved_at, CREATED_AT_UNKNOWN)
+        }
+        _ => {
+            let op = DeleteOffsetOp::decode_exact(body).ok()?;
+            (op.owner, op.resolved_at, op.owner_created_at)
+        }
+    };
+    Some(PartitionWrite::DeleteOffset {
+        owner: OffsetOwner::of(owner),
+        resolved_at,
+        owner_created_at,
+    })
 }
 
 /// A committed partition write's result, as cached in the client table and replayed to retries.
@@ -256,59 +302,102 @@ mod tests {
         ));
     }
 
+    /// Offset writes journaled by earlier builds replay: before `resolved_at` existed (`V0`:
+    /// resolved at an unknown op) and before `owner_created_at` existed (`V1`: the owner's
+    /// creation op unknown), each told by its exact size.
     #[test]
-    fn offset_writes_journaled_before_resolved_at_existed_still_decode() {
-        let operation = Operation::StoreConsumerOffset.to_repr();
-        let old = Bytes::from_static(&[3, 9, 0, 0, 0, 42, 0, 0, 0, 0, 0, 0, 0]);
-        assert!(matches!(
-            PartitionWrite::decode(operation, &old),
-            Some(PartitionWrite::StoreOffset {
-                owner: OffsetOwner::External(9),
-                offset: 42,
-                resolved_at: u64::MAX
-            })
-        ));
-        let new = PartitionWrite::StoreOffset {
-            owner: OffsetOwner::Group(9),
-            offset: 42,
-            resolved_at: 77,
-        };
-        assert!(matches!(
-            PartitionWrite::decode(operation, &new.encode()),
-            Some(PartitionWrite::StoreOffset {
-                owner: OffsetOwner::Group(9),
-                offset: 42,
-                resolved_at: 77
-            })
-        ));
-        let operation = Operation::DeleteConsumerOffset.to_repr();
-        let old = Bytes::from_static(&[2, 9, 0, 0, 0]);
-        assert!(matches!(
-            PartitionWrite::decode(operation, &old),
-            Some(PartitionWrite::DeleteOffset {
-                owner: OffsetOwner::Group(9),
-                resolved_at: u64::MAX
-            })
-        ));
+    fn offset_writes_journaled_before_resolved_at_or_owner_created_at_existed_still_decode() {
+        let store = Operation::StoreConsumerOffset.to_repr();
+        let delete = Operation::DeleteConsumerOffset.to_repr();
+        let cases: [(u8, &[u8], PartitionWrite); 4] = [
+            (
+                store,
+                &[3, 9, 0, 0, 0, 42, 0, 0, 0, 0, 0, 0, 0],
+                PartitionWrite::StoreOffset {
+                    owner: OffsetOwner::External(9),
+                    offset: 42,
+                    resolved_at: RESOLVED_AT_UNKNOWN,
+                    owner_created_at: CREATED_AT_UNKNOWN,
+                },
+            ),
+            (
+                store,
+                &[
+                    2, 9, 0, 0, 0, 42, 0, 0, 0, 0, 0, 0, 0, 77, 0, 0, 0, 0, 0, 0, 0,
+                ],
+                PartitionWrite::StoreOffset {
+                    owner: OffsetOwner::Group(9),
+                    offset: 42,
+                    resolved_at: 77,
+                    owner_created_at: CREATED_AT_UNKNOWN,
+                },
+            ),
+            (
+                delete,
+                &[2, 9, 0, 0, 0],
+                PartitionWrite::DeleteOffset {
+                    owner: OffsetOwner::Group(9),
+                    resolved_at: RESOLVED_AT_UNKNOWN,
+                    owner_created_at: CREATED_AT_UNKNOWN,
+                },
+            ),
+            (
+                delete,
+                &[2, 9, 0, 0, 0, 77, 0, 0, 0, 0, 0, 0, 0],
+                PartitionWrite::DeleteOffset {
+                    owner: OffsetOwner::Group(9),
+                    resolved_at: 77,
+                    owner_created_at: CREATED_AT_UNKNOWN,
+                },
+            ),
+        ];
+        for (operation, old, expected) in cases {
+            let decoded = PartitionWrite::decode(operation, &Bytes::copy_from_slice(old));
+            assert_eq!(decoded.map(|write| write.encode()), Some(expected.encode()));
+        }
+        for size in [4, 12, 14, 22, 30] {
+            let body = Bytes::from(vec![1; size]);
+            assert!(
+                PartitionWrite::decode(store, &body).is_none(),
+                "{size} bytes"
+            );
+            assert!(
+                PartitionWrite::decode(delete, &body).is_none(),
+                "{size} bytes"
+            );
+        }
     }
 
-    /// The journal bodies and cached results earlier builds wrote (spec/storage.spec), so their
-    /// journals replay and their client tables answer retries.
+    /// The journal bodies and cached results this build writes (spec/storage.spec), and those
+    /// earlier builds wrote, so their journals replay and their client tables answer retries.
     #[test]
     fn op_bodies_and_results_keep_the_layouts_earlier_builds_wrote() {
         let store = PartitionWrite::StoreOffset {
             owner: OffsetOwner::Group(9),
             offset: 42,
             resolved_at: 7,
+            owner_created_at: 5,
         };
         #[rustfmt::skip]
-        let written: &[u8] = &[2, 9, 0, 0, 0, 42, 0, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0];
+        let written: &[u8] = &[
+            2, 9, 0, 0, 0, 42, 0, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0,
+        ];
         assert_eq!(store.encode()[..], written[..]);
         let delete = PartitionWrite::DeleteOffset {
             owner: OffsetOwner::Consumer(9),
             resolved_at: 7,
+            owner_created_at: CREATED_AT_UNKNOWN,
         };
-        assert_eq!(delete.encode()[..], [1, 9, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0]);
+        #[rustfmt::skip]
+        let written: &[u8] = &[1, 9, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+        assert_eq!(delete.encode()[..], written[..]);
+        for write in [store, delete] {
+            let decoded = PartitionWrite::decode(write.operation(), &write.encode());
+            assert_eq!(
+                decoded.map(|decoded| decoded.encode()),
+                Some(write.encode())
+            );
+        }
         let retire = PartitionWrite::RetireSegments { keep_from: 300 };
         assert_eq!(retire.encode()[..], [44, 1, 0, 0, 0, 0, 0, 0]);
         let deletion = PartitionWrite::DeleteGroupOffsets {

@@ -129,10 +129,12 @@ pub struct NodeFigures {
     /// Consumer groups: deletions committed in the metadata group; in the partitions, offset
     /// stores acknowledged and refused (their group deleted), group deletions committed,
     /// offset reads checked, and of them reads where the group's id held an earlier group's
-    /// offset (withheld).
+    /// offset (withheld); stores of a deleted group committed after a later group with its id
+    /// stored (refused, not replacing that group's offset).
     pub consumer_group_deletions: u64,
     pub offset_stores_acknowledged: u64,
     pub offset_stores_refused: u64,
+    pub offset_stores_superseded: u64,
     pub group_offset_deletions: u64,
     pub offset_reads: u64,
     pub inherited_offsets_withheld: u64,
@@ -668,6 +670,7 @@ impl NodeWorld {
             add_transfer_figures(&mut figures, &partition.machines);
             figures.offset_stores_acknowledged += partition.stores_acknowledged;
             figures.offset_stores_refused += partition.stores_refused;
+            figures.offset_stores_superseded += partition.stores_superseded;
             figures.group_offset_deletions += partition.group_deletions_committed;
             figures.offset_reads += partition.offset_reads;
             figures.inherited_offsets_withheld += partition.inherited_offsets_withheld;

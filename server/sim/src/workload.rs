@@ -21,15 +21,19 @@
 //!   committed end is read back and compared (dense, each message once, with its bytes);
 //! - after every step, each live replica holds exactly the consumer and group offsets the
 //!   committed stores and group deletions up to its commit leave, by the server's rule (a store
-//!   of a group whose deletion applied here after the op it was resolved at is refused; a
-//!   deletion removes the group's offsets resolved before it), so stored offsets are
-//!   linearizable per owner; every committed store's reply is the rule's;
+//!   of a group whose deletion applied here after the op it was resolved at is refused, and so
+//!   is one of a group created before the group whose offset is kept; a deletion removes the
+//!   offsets of groups created before it), so stored offsets are linearizable per owner;
+//!   every committed store's reply is the rule's;
 //! - with consumer groups ([`PartitionWorkload::with_consumer_groups`], the node simulation:
 //!   the metadata group creates and deletes them, ids reused, and the clients store under
 //!   groups of a view they resolved, now and then a stale one, and carry deletions to the
-//!   partition late), a live group is served, directly or as a `Next` poll's start, only an
-//!   offset resolved at or after its creation op: never the offset a deleted group with the
-//!   same id stored;
+//!   partition late; a recreated group's id gets a store by its live group, then a late one by
+//!   the deleted group, before that group's deletion reaches the partition), a live group is
+//!   served, directly or as a `Next` poll's start, only its own offset (stored by the group
+//!   its creation op names, or where that is unknown resolved at or after it): never the
+//!   offset a deleted group with the same id stored, and a deleted group's late store never
+//!   replaces the live group's acknowledged one;
 //! - at the end, every acknowledged send is read back at its offsets from the replica's first
 //!   on every replica that committed it, and a replica that applied every op holds the
 //!   history's consumer offsets.
@@ -41,7 +45,8 @@ use iggy_generated::errors::ErrorCode;
 use iggy_generated::frames::{BatchHeader, MessageFrameHeader};
 use iggy_generated::payloads::SessionIdentity;
 use iggy_partition::{
-    KeptOffset, OffsetOwner, PartitionWrite, RESOLVED_AT_UNKNOWN, StartAt, WriteResult,
+    CREATED_AT_UNKNOWN, KeptOffset, OffsetOwner, PartitionWrite, RESOLVED_AT_UNKNOWN, StartAt,
+    WriteResult,
 };
 use iggy_vsr::sim::Rng;
 use iggy_vsr::sim::machine::{NodeView, Workload};
@@ -62,6 +67,8 @@ enum Request {
         offset: u64,
         /// The metadata op the owner was resolved at (a group's: when it existed).
         resolved_at: u64,
+        /// The metadata op that created the group instance resolved (0: a consumer).
+        owner_created_at: u64,
     },
     /// A consumer group's deletion at metadata op `metadata_op` reaching this partition (the
     /// server's `DeleteGroupOffsets` effect, or its sweep).
@@ -95,9 +102,12 @@ pub struct Figures {
     pub messages_committed: u64,
     /// Malformed batches refused.
     pub malformed_refused: u64,
-    /// Offset stores acknowledged, and of them refused because their group was deleted.
+    /// Offset stores acknowledged, and of them refused because their group was deleted; of
+    /// those, stores of a deleted instance committed after a later instance with its id
+    /// stored (refused as the later one's offset is kept: its deletion had not applied here).
     pub stores_acknowledged: u64,
     pub stores_refused: u64,
+    pub stores_superseded: u64,
     /// Group deletions committed (the server's `DeleteGroupOffsets`).
     pub group_deletions_committed: u64,
     /// Offset reads checked against the committed stores, and of them reads by a group whose
@@ -139,6 +149,19 @@ pub struct History {
     retired_below: u64,
     /// The latest op applied.
     last_op: u64,
+    /// Stores refused because a later instance of their group id holds the offset.
+    superseded_stores: u64,
+}
+
+/// An offset store as journaled.
+#[derive(Clone, Copy, Debug)]
+pub struct StoreOffset {
+    pub owner: OffsetOwner,
+    pub offset: u64,
+    /// The metadata op the owner was resolved at.
+    pub resolved_at: u64,
+    /// The metadata op that created the owner group instance (0: a consumer, or unknown).
+    pub owner_created_at: u64,
 }
 
 impl History {
@@ -171,14 +194,17 @@ impl History {
 
     /// The outcome of a committed offset store, as the server's rule has it: refused when the
     /// owner is a group whose deletion applied here came after the op the store was resolved
-    /// at (the group it named is gone), kept otherwise.
-    pub fn commit_store(
-        &mut self,
-        op: u64,
-        owner: OffsetOwner,
-        offset: u64,
-        resolved_at: u64,
-    ) -> WriteResult {
+    /// at (the group it named is gone), or when the offset kept is of a later instance of the
+    /// group id than the store's (the store's instance is gone, its deletion not applied here
+    /// yet: a later instance's acknowledged offset is never replaced by it); kept otherwise.
+    /// A creation op not known (0) tells no instance from another.
+    pub fn commit_store(&mut self, op: u64, store: StoreOffset) -> WriteResult {
+        let StoreOffset {
+            owner,
+            offset,
+            resolved_at,
+            owner_created_at,
+        } = store;
         let deleted = match owner {
             OffsetOwner::Consumer(_) => None,
             OffsetOwner::Group(group) | OffsetOwner::External(group) => {
@@ -188,13 +214,31 @@ impl History {
         if deleted.is_some_and(|deleted| *deleted > resolved_at) {
             return WriteResult::Failed(ErrorCode::ConsumerGroupIdNotFound);
         }
+        if let Some(kept) = self.offsets.get(&owner)
+            && owner_created_at != CREATED_AT_UNKNOWN
+            && owner_created_at < kept.created_at
+        {
+            self.superseded_stores += 1;
+            return WriteResult::Failed(ErrorCode::ConsumerGroupIdNotFound);
+        }
         let kept = KeptOffset {
             offset,
             resolved_at,
+            created_at: owner_created_at,
         };
         self.offsets.insert(owner, kept);
         self.offsets_after.insert(op, self.offsets.clone());
         WriteResult::Done
+    }
+
+    /// Whether `kept` is the offset of the instance of its group id created at metadata op
+    /// `created_at_op`: the same creation op where both are known; otherwise resolved at or
+    /// after `created_at_op` (a store resolved before it was an earlier instance's).
+    fn of_instance(kept: &KeptOffset, created_at_op: u64) -> bool {
+        match (kept.created_at, created_at_op) {
+            (CREATED_AT_UNKNOWN, _) | (_, CREATED_AT_UNKNOWN) => kept.resolved_at >= created_at_op,
+            (created_at, reader) => created_at == reader,
+        }
     }
 
     /// A group's deletion at metadata op `metadata_op` committed: applied when it is later
@@ -206,10 +250,19 @@ impl History {
             return;
         }
         self.group_deletions.insert(group, metadata_op);
+        // An instance created before the deletion is gone by it (its creation op, where
+        // known, or its resolution op, before which it was created).
         for owner in [OffsetOwner::Group(group), OffsetOwner::External(group)] {
-            if self.offsets.get(&owner).is_some_and(|kept| {
-                kept.resolved_at < metadata_op || kept.resolved_at == RESOLVED_AT_UNKNOWN
-            }) {
+            if self
+                .offsets
+                .get(&owner)
+                .is_some_and(|kept| match kept.created_at {
+                    CREATED_AT_UNKNOWN => {
+                        kept.resolved_at < metadata_op || kept.resolved_at == RESOLVED_AT_UNKNOWN
+                    }
+                    created_at => created_at < metadata_op,
+                })
+            {
                 self.offsets.remove(&owner);
             }
         }
@@ -225,11 +278,11 @@ impl History {
     }
 
     /// The offset served to `owner`, created by metadata op `created_at_op` (0 for a
-    /// consumer), once every op up to `op` is applied: the latest stored, unless it was
-    /// resolved before the owner's creation (an earlier group's under the same id).
+    /// consumer), once every op up to `op` is applied: the latest stored, unless another
+    /// instance of the group id stored it ([`History::of_instance`]).
     pub fn served_offset(&self, op: u64, owner: OffsetOwner, created_at_op: u64) -> Option<u64> {
         let kept = *self.offsets_at(op)?.get(&owner)?;
-        (kept.resolved_at >= created_at_op).then_some(kept.offset)
+        History::of_instance(&kept, created_at_op).then_some(kept.offset)
     }
 
     /// A segment retirement below `keep_from` committed.
@@ -341,6 +394,51 @@ struct GroupViews {
     /// the partition by one request, at a time of the client's choosing.
     known: std::collections::BTreeSet<(u32, u64)>,
     pending: std::collections::VecDeque<(u32, u64)>,
+    /// Group ids for which a late store of a deleted instance was planned (see
+    /// [`GroupViews::recreated_store`]): their deletions are no longer held back.
+    late_stores_planned: std::collections::BTreeSet<u32>,
+    /// Live instances of recreated group ids (id, creation op) a store was planned for.
+    stored: std::collections::BTreeSet<(u32, u64)>,
+}
+
+impl GroupViews {
+    /// With a group id recreated (an older view holds an instance of it that the latest view
+    /// replaced), the store that makes the late-store case: first one by the live instance
+    /// (resolved at the latest view), then one by the deleted instance, as a node whose model
+    /// lags resolves it (at the latest view where it lived), which commits after the live
+    /// instance's store and, as its deletion is held back, before that deletion reaches the
+    /// partition. `None` once both were planned. Returns (owner, resolved at, created at).
+    fn recreated_store(&mut self) -> Option<(OffsetOwner, u64, u64)> {
+        let (latest_op, latest) = self.views.last()?;
+        let (group, op, created_at, live) =
+            self.views.iter().rev().skip(1).find_map(|(op, groups)| {
+                groups.iter().find_map(|(group, created_at)| {
+                    let live = *latest.get(group)?;
+                    (live > *created_at && !self.late_stores_planned.contains(group)).then_some((
+                        *group,
+                        *op,
+                        *created_at,
+                        live,
+                    ))
+                })
+            })?;
+        if self.stored.insert((group, live)) {
+            return Some((OffsetOwner::Group(group), *latest_op, live));
+        }
+        self.late_stores_planned.insert(group);
+        Some((OffsetOwner::Group(group), op, created_at))
+    }
+
+    /// Whether the deletion of `group` at metadata op `metadata_op` is held back: a later
+    /// instance of the id lives and no late store of the deleted one was planned yet, so the
+    /// deleted instance's store may commit after the later one's, before its deletion.
+    fn holds_back(&self, (group, metadata_op): (u32, u64)) -> bool {
+        let recreated = self
+            .views
+            .last()
+            .is_some_and(|(_, latest)| latest.get(&group).is_some_and(|at| *at > metadata_op));
+        recreated && !self.late_stores_planned.contains(&group)
+    }
 }
 
 impl PartitionWorkload {
@@ -403,19 +501,20 @@ impl PartitionWorkload {
             .unwrap_or_default()
     }
 
-    /// An offset store's owner and the op it was resolved at: a consumer, or (with groups) a
-    /// group of the latest view or, now and then, of an older one (a node that lags).
-    fn plan_owner(&mut self) -> (OffsetOwner, u64) {
+    /// An offset store's owner, the op it was resolved at and the op that created it: a
+    /// consumer, or (with groups) a group of the latest view or, now and then, of an older one
+    /// (a node that lags).
+    fn plan_owner(&mut self) -> (OffsetOwner, u64, u64) {
         let id = self.rng.below(3) as u32;
         let Some(views) = self.groups.as_ref() else {
             let owner = match self.rng.chance(50) {
                 true => OffsetOwner::Consumer(id),
                 false => OffsetOwner::Group(id),
             };
-            return (owner, 0);
+            return (owner, 0, CREATED_AT_UNKNOWN);
         };
         if views.views.is_empty() || self.rng.chance(40) {
-            return (OffsetOwner::Consumer(id), 0);
+            return (OffsetOwner::Consumer(id), 0, CREATED_AT_UNKNOWN);
         }
         let last = views.views.len() - 1;
         let index = match self.rng.chance(70) {
@@ -423,10 +522,19 @@ impl PartitionWorkload {
             false => self.rng.below(last as u64 + 1) as usize,
         };
         let (op, groups) = &views.views[index];
-        let ids: Vec<u32> = groups.keys().copied().collect();
+        let ids: Vec<(u32, u64)> = groups.iter().map(|(id, at)| (*id, *at)).collect();
         match ids.get(self.rng.below(ids.len() as u64 + 1) as usize) {
-            Some(group) => (OffsetOwner::Group(*group), *op),
-            None => (OffsetOwner::Consumer(id), 0),
+            Some((group, created_at)) => (OffsetOwner::Group(*group), *op, *created_at),
+            None => (OffsetOwner::Consumer(id), 0, CREATED_AT_UNKNOWN),
+        }
+    }
+
+    /// Now and then, with groups, a store of a recreated group id ([`GroupViews::recreated_store`]).
+    fn plan_recreated_store(&mut self) -> Option<(OffsetOwner, u64, u64)> {
+        let views = self.groups.as_mut()?;
+        match self.rng.chance(40) {
+            true => views.recreated_store(),
+            false => None,
         }
     }
 
@@ -449,6 +557,7 @@ impl PartitionWorkload {
     pub fn figures(&self) -> Figures {
         Figures {
             messages_committed: self.history.messages.len() as u64,
+            stores_superseded: self.history.superseded_stores,
             ..self.figures.clone()
         }
     }
@@ -460,15 +569,26 @@ impl PartitionWorkload {
     fn plan(&mut self, client: u128, logout: bool) -> Planned {
         self.clock += 1 + self.rng.below(1_000);
         let roll = self.rng.below(100);
-        let deletion = self
-            .groups
-            .as_mut()
-            .and_then(|views| views.pending.front().copied());
+        // A deletion whose id was recreated is held back, mostly, until a late store of the
+        // deleted instance was planned.
+        let hold = self.groups.is_some() && self.rng.chance(90);
+        let deletion = self.groups.as_ref().and_then(|views| {
+            let front = views.pending.front().copied()?;
+            (!hold || !views.holds_back(front)).then_some(front)
+        });
         let request = if logout {
             Request::Logout
         } else if let Some((group, metadata_op)) = deletion.filter(|_| roll.is_multiple_of(3)) {
             self.groups.as_mut().expect("groups").pending.pop_front();
             Request::DeleteGroupOffsets { group, metadata_op }
+        } else if let Some((owner, resolved_at, owner_created_at)) = self.plan_recreated_store() {
+            let offset = self.rng.below(self.history.messages.len() as u64 + 1);
+            Request::Store {
+                owner,
+                offset,
+                resolved_at,
+                owner_created_at,
+            }
         } else if roll < 55 {
             let count = 1 + self.rng.below(6);
             let frames = (0..count)
@@ -494,12 +614,13 @@ impl PartitionWorkload {
                 keep_from: self.plan_keep_from(),
             }
         } else {
-            let (owner, resolved_at) = self.plan_owner();
+            let (owner, resolved_at, owner_created_at) = self.plan_owner();
             let offset = self.rng.below(self.history.messages.len() as u64 + 1);
             Request::Store {
                 owner,
                 offset,
                 resolved_at,
+                owner_created_at,
             }
         };
         let write = match &request {
@@ -518,10 +639,12 @@ impl PartitionWorkload {
                 owner,
                 offset,
                 resolved_at,
+                owner_created_at,
             } => PartitionWrite::StoreOffset {
                 owner: *owner,
                 offset: *offset,
                 resolved_at: *resolved_at,
+                owner_created_at: *owner_created_at,
             },
             Request::DeleteGroupOffsets { group, metadata_op } => {
                 PartitionWrite::DeleteGroupOffsets {
@@ -687,17 +810,16 @@ impl PartitionWorkload {
                 let served = node.machine.core().offset(owner, *created_at_op);
                 reads += 1;
                 let kept = expected.get(&owner);
-                if let (Some(offset), Some(kept)) = (served, kept)
-                    && kept.resolved_at < *created_at_op
-                {
+                let inherited = kept.filter(|kept| !History::of_instance(kept, *created_at_op));
+                if let (Some(offset), Some(kept)) = (served, inherited) {
                     self.fail(format!(
                         "replica {index} at commit {commit}: group {group} created at metadata \
-                         op {created_at_op} reads offset {offset}, stored by the deleted group \
-                         its id named at op {}",
-                        kept.resolved_at
+                         op {created_at_op} reads offset {offset}, stored by another group \
+                         its id named (created at op {}, resolved at op {})",
+                        kept.created_at, kept.resolved_at
                     ));
                 }
-                withheld += u64::from(kept.is_some_and(|kept| kept.resolved_at < *created_at_op));
+                withheld += u64::from(inherited.is_some());
                 let expected = self.history.served_offset(commit, owner, *created_at_op);
                 if served != expected {
                     self.fail(format!(
@@ -775,12 +897,20 @@ impl Workload for PartitionWorkload {
                 owner,
                 offset,
                 resolved_at,
+                owner_created_at,
             }) => {
-                let expected = self.history.commit_store(op, owner, offset, resolved_at);
+                let store = StoreOffset {
+                    owner,
+                    offset,
+                    resolved_at,
+                    owner_created_at,
+                };
+                let expected = self.history.commit_store(op, store);
                 if result != expected {
                     self.fail(format!(
-                        "op {op}: an offset store of {owner:?} resolved at {resolved_at} \
-                         committed as {result:?}, the rule says {expected:?}"
+                        "op {op}: an offset store of {owner:?} (created at {owner_created_at}) \
+                         resolved at {resolved_at} committed as {result:?}, the rule says \
+                         {expected:?}"
                     ));
                 }
             }
@@ -1108,40 +1238,45 @@ mod tests {
         check_first_moves_forward(24, 20, 20).unwrap();
     }
 
-    /// The checker's rule for group offsets agrees with the real partition's on a history of
-    /// a group deleted and its id reused: a store resolved before the deletion is refused once
-    /// it applied, the recreated group is never served its predecessor's offset, and a late
-    /// store of the deleted group (its deletion not applied yet) is kept but withheld.
-    #[test]
-    fn a_recreated_groups_reads_never_serve_the_deleted_groups_offset() {
+    /// An offset write of [`replay_offset_writes`].
+    #[derive(Clone, Copy)]
+    enum OffsetWrite {
+        Store(StoreOffset),
+        /// Group 0's deletion at this metadata op.
+        GroupDeletion(u64),
+    }
+
+    fn store_of(owner: OffsetOwner, offset: u64, resolved_at: u64, created_at: u64) -> OffsetWrite {
+        OffsetWrite::Store(StoreOffset {
+            owner,
+            offset,
+            resolved_at,
+            owner_created_at: created_at,
+        })
+    }
+
+    /// Replays `writes` on the real machine and the history, asserting they agree on every
+    /// reply and on what groups 0 created at metadata ops 4 and 12 read; returns the history.
+    fn replay_offset_writes(writes: &[OffsetWrite]) -> History {
         let mut machine = PartitionMachine::new(3).created_at_op(3);
         let mut history = History {
             created_at_op: 3,
             ..History::default()
         };
         let group = OffsetOwner::Group(0);
-        let writes = [
-            // Group 0 (created at metadata op 4) stores; it is deleted at op 9 and a new group
-            // 0 created at op 12; a lagging node resolves a store for the old one at op 8.
-            (group, Some((5, 6)), None),
-            (group, Some((7, 8)), None),
-            (group, None, Some(9)),
-            (group, Some((2, 8)), None),
-            (group, Some((4, 13)), None),
-            (OffsetOwner::Consumer(0), Some((1, 0)), None),
-        ];
-        for (index, (owner, store, deletion)) in writes.into_iter().enumerate() {
+        for (index, write) in writes.iter().copied().enumerate() {
             let op = index as u64 + 1;
-            let (write, expected) = match (store, deletion) {
-                (Some((offset, resolved_at)), _) => (
-                    PartitionWrite::StoreOffset {
-                        owner,
-                        offset,
-                        resolved_at,
-                    },
-                    history.commit_store(op, owner, offset, resolved_at),
-                ),
-                (None, Some(metadata_op)) => {
+            let (write, expected) = match write {
+                OffsetWrite::Store(store) => {
+                    let write = PartitionWrite::StoreOffset {
+                        owner: store.owner,
+                        offset: store.offset,
+                        resolved_at: store.resolved_at,
+                        owner_created_at: store.owner_created_at,
+                    };
+                    (write, history.commit_store(op, store))
+                }
+                OffsetWrite::GroupDeletion(metadata_op) => {
                     history.commit_group_deletion(op, 0, metadata_op);
                     let write = PartitionWrite::DeleteGroupOffsets {
                         group: 0,
@@ -1149,7 +1284,6 @@ mod tests {
                     };
                     (write, WriteResult::Done)
                 }
-                (None, None) => unreachable!(),
             };
             let reply = machine
                 .apply(op, 1, write.operation(), &write.encode())
@@ -1163,11 +1297,27 @@ mod tests {
                 );
             }
         }
+        history
+    }
+
+    /// The checker's rule for group offsets agrees with the real partition's on a history of
+    /// a group deleted and its id reused: a store resolved before the deletion is refused once
+    /// it applied, the recreated group is never served its predecessor's offset, and a late
+    /// store of the deleted group (its deletion not applied yet) is kept but withheld.
+    #[test]
+    fn a_recreated_groups_reads_never_serve_the_deleted_groups_offset() {
+        let group = OffsetOwner::Group(0);
+        // Group 0 (created at metadata op 4) stores; it is deleted at op 9 and a new group 0
+        // created at op 12; a lagging node resolves a store for the old one at op 8.
+        let history = replay_offset_writes(&[
+            store_of(group, 5, 6, 4),
+            store_of(group, 7, 8, 4),
+            OffsetWrite::GroupDeletion(9),
+            store_of(group, 2, 8, 4),
+            store_of(group, 4, 13, 12),
+            store_of(OffsetOwner::Consumer(0), 1, 0, 0),
+        ]);
         assert_eq!(history.served_offset(3, group, 12), None, "deleted at op 9");
-        assert_eq!(
-            history.commit_store(9, group, 1, 8),
-            WriteResult::Failed(ErrorCode::ConsumerGroupIdNotFound)
-        );
         assert_eq!(history.served_offset(5, group, 12), Some(4));
         assert_eq!(
             history.served_offset(6, OffsetOwner::Consumer(0), 0),
@@ -1175,10 +1325,28 @@ mod tests {
         );
         // Before the deletion reached the partition, the old group's late store is kept,
         // and withheld from the group created at op 12.
-        let mut late = History::default();
-        late.commit_store(1, group, 7, 8);
-        assert_eq!(late.served_offset(1, group, 12), None);
-        assert_eq!(late.served_offset(1, group, 4), Some(7));
+        let history = replay_offset_writes(&[store_of(group, 7, 8, 4)]);
+        assert_eq!(history.served_offset(1, group, 12), None);
+        assert_eq!(history.served_offset(1, group, 4), Some(7));
+    }
+
+    /// The gap the instance check closes: the recreated group (created at op 12) stores, then
+    /// the deleted group's late store (resolved at op 8, on a lagging node) commits before the
+    /// deletion (op 9) reached the partition. The rule refuses it, so the recreated group
+    /// keeps its acknowledged offset; a partition that let the late store replace it would
+    /// fail the checker (its reply and the offset it serves differ from the history's).
+    #[test]
+    fn a_deleted_groups_late_store_never_replaces_the_recreated_groups_offset() {
+        let group = OffsetOwner::Group(0);
+        let history = replay_offset_writes(&[
+            store_of(group, 4, 13, 12),
+            store_of(group, 7, 8, 4),
+            OffsetWrite::GroupDeletion(9),
+        ]);
+        assert_eq!(history.superseded_stores, 1);
+        assert_eq!(history.served_offset(2, group, 12), Some(4));
+        assert_eq!(history.served_offset(3, group, 12), Some(4));
+        assert_eq!(history.served_offset(2, group, 4), None);
     }
 
     /// A machine with sends at ops `1..=sends` (two messages each), segments retired below

@@ -57,6 +57,7 @@ struct Totals {
     consumer_group_deletions: u64,
     offset_stores_acknowledged: u64,
     offset_stores_refused: u64,
+    offset_stores_superseded: u64,
     group_offset_deletions: u64,
     offset_reads: u64,
     inherited_offsets_withheld: u64,
@@ -91,6 +92,7 @@ impl Totals {
         self.consumer_group_deletions += figures.consumer_group_deletions;
         self.offset_stores_acknowledged += figures.offset_stores_acknowledged;
         self.offset_stores_refused += figures.offset_stores_refused;
+        self.offset_stores_superseded += figures.offset_stores_superseded;
         self.group_offset_deletions += figures.group_offset_deletions;
         self.offset_reads += figures.offset_reads;
         self.inherited_offsets_withheld += figures.inherited_offsets_withheld;
@@ -135,6 +137,10 @@ fn run(replica_count: u8) {
         assert!(
             totals.offset_stores_refused > 0 && totals.inherited_offsets_withheld > 0,
             "stale group stores are refused and recreated groups find a predecessor's offset"
+        );
+        assert!(
+            totals.offset_stores_superseded > 0,
+            "a deleted group's late store commits after its recreated group's own store"
         );
     }
 }

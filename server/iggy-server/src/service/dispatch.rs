@@ -223,7 +223,7 @@ async fn dispatch(
                     }
                 }
                 Operation::StoreConsumerOffset | Operation::DeleteConsumerOffset => {
-                    match prepare_offset_write(node, &request, routing, bound, &body).await {
+                    match prepare_offset_write(node, &request, routing, bound, &body) {
                         Ok(write) => partition_write(node, &request, routing, bound, write).await,
                         Err(error) => Err(error),
                     }
@@ -884,7 +884,9 @@ fn check_incarnation(
 ///
 /// With the owner comes the metadata op that created it (a group's; 0 for a consumer): a read
 /// of the owner's offset passes it on, so an offset an earlier group with the same id left
-/// behind (its deletion has not reached the partition yet) is never served as this group's.
+/// behind (its deletion has not reached the partition yet) is never served as this group's,
+/// and so does an offset write, so a deleted group's late store never replaces a later
+/// group's offset and a delete removes only the group's own.
 fn offset_owner(
     node: &Node,
     consumer: &iggy_generated::payloads::Consumer<'_>,
@@ -972,7 +974,7 @@ fn prepare_send(
     ))
 }
 
-async fn prepare_offset_write(
+fn prepare_offset_write(
     node: &Rc<Node>,
     request: &Request<'_>,
     routing: Routing,
@@ -995,13 +997,14 @@ async fn prepare_offset_write(
             {
                 return Err(ErrorCode::Unauthorized);
             }
-            let (owner, _) = offset_owner(node, &store.consumer, key)?;
+            let (owner, owner_created_at) = offset_owner(node, &store.consumer, key)?;
             (
                 key,
                 PartitionWrite::StoreOffset {
                     owner,
                     offset: store.offset,
                     resolved_at: node.shared.metadata.borrow().commit,
+                    owner_created_at,
                 },
             )
         }
@@ -1020,19 +1023,18 @@ async fn prepare_offset_write(
             {
                 return Err(ErrorCode::Unauthorized);
             }
-            let (owner, owner_created_at_op) = offset_owner(node, &delete.consumer, key)?;
-            let resolved_at = node.shared.metadata.borrow().commit;
-            // A group's stored offset may be one a deleted group with the same id left (its
-            // deletion not yet swept from the partition): not this group's, so there is
-            // nothing to delete. Checked on the applied state once it reaches what was
-            // acknowledged, as a GetConsumerOffset reads it.
-            if owner_created_at_op > 0 {
-                let partition = current_partition(node, key).await?;
-                if let Some((_, None)) = partition.offset(owner, owner_created_at_op).await {
-                    return Err(ErrorCode::ConsumerOffsetNotFound);
-                }
-            }
-            (key, PartitionWrite::DeleteOffset { owner, resolved_at })
+            // The group's creation op goes with the delete: a stored offset another group with
+            // the same id left (its deletion not yet swept from the partition) is not this
+            // group's, and the partition answers ConsumerOffsetNotFound for it.
+            let (owner, owner_created_at) = offset_owner(node, &delete.consumer, key)?;
+            (
+                key,
+                PartitionWrite::DeleteOffset {
+                    owner,
+                    resolved_at: node.shared.metadata.borrow().commit,
+                    owner_created_at,
+                },
+            )
         }
         _ => return Err(ErrorCode::InvalidCommand),
     })
@@ -1556,6 +1558,7 @@ async fn poll(
             owner,
             offset: last,
             resolved_at,
+            owner_created_at: owner_created_at_op,
         };
         // Best effort: the messages are served even if the commit is refused (a concurrent
         // request of the same client with a higher number already committed), and whatever
