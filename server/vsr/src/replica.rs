@@ -811,8 +811,14 @@ impl Replica {
                     .entries_after(self.commit_min)
                     .iter()
                     .any(|entry| entry.client == client && entry.operation == OPERATION_REGISTER);
+                // Only a primary in touch with a quorum knows a session is gone: one formatted
+                // late in its group's creation view (its node applied the create after the
+                // group moved on) or cut off names no session it has not heard of, and the
+                // client must not abandon a session the group holds on its word.
                 let refusal = if registering {
                     Refusal::Busy
+                } else if !self.leads_quorum() {
+                    Refusal::NotReady
                 } else {
                     Refusal::SessionUnknown
                 };

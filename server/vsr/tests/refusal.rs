@@ -91,3 +91,20 @@ fn the_silence_before_a_view_change_is_staggered_in_proportion_to_the_timeout() 
         "a pre-vote changes nothing"
     );
 }
+
+/// A primary formatted in its group's creation view after the group moved on (its node applied
+/// the partition's create late, `SIM_SEED=930003` of the node simulator) leads no quorum: it
+/// must not tell a client that a session is unknown (the client would abandon a session the
+/// group holds, and the session's slot would stay taken), so it answers NotReady and the client
+/// asks another replica. A primary a quorum is in touch with still answers SessionUnknown.
+#[test]
+fn a_primary_out_of_touch_with_a_quorum_calls_no_session_unknown() {
+    let mut late = Replica::format_in_view(Config::new(3, 1), 1);
+    late.on_tick(1_000);
+    assert!(late.is_primary() && !late.leads_quorum());
+    assert_eq!(refusal(&mut late), Refusal::NotReady);
+
+    let mut leading = Replica::new(Config::new(3, 0));
+    assert!(leading.is_primary() && leading.leads_quorum());
+    assert_eq!(refusal(&mut leading), Refusal::SessionUnknown);
+}
