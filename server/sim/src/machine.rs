@@ -365,7 +365,14 @@ impl Machine for PartitionMachine {
                 "this replica committed offsets up to {committed}, past the checkpoint's {until}"
             ));
         }
-        let mut next = committed;
+        // As the server: a retirement applied before a restart keeps its deletion (the copy
+        // continues from the log's first offset when it lies above the committed end).
+        let first = self.log.first_offset();
+        let from = match first <= until {
+            true => committed.max(first),
+            false => committed,
+        };
+        let mut next = from;
         let restart = source.log.records_from(next, until).is_none();
         if restart {
             let held_from = source.log.first_offset();
@@ -384,7 +391,7 @@ impl Machine for PartitionMachine {
         }
         // Batches stowed for ops this replica never committed: the peer's log decides them.
         let _ = self.core.unstow_after(0);
-        self.log.truncate_from(committed);
+        self.log.truncate_from(from);
         if restart {
             self.log.restart_at(next);
             self.figures.transfer_log_restarts += 1;

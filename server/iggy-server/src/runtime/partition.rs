@@ -449,8 +449,18 @@ impl StateMachine for PartitionMachine {
                 "this replica committed offsets up to {committed}, past the checkpoint's {until}"
             ));
         }
+        // A retirement applied before a restart deleted the offsets below the log's first one,
+        // which may lie above the committed end known now (its checkpoint's, until the replica
+        // rejoins): the copy continues from the first offset, so the retired messages stay
+        // deleted rather than coming back from a peer that still holds them. (A first offset
+        // past the state's end cannot continue that state: the log starts over as before.)
+        let first = self.log.first_offset();
+        let from = match first <= until {
+            true => committed.max(first),
+            false => committed,
+        };
         self.log
-            .truncate_from(committed)
+            .truncate_from(from)
             .await
             .map_err(|error| error.to_string())?;
         Ok((self.log.next_offset(), until))
@@ -1202,6 +1212,52 @@ mod tests {
     /// restarts its log empty there and copies on to segments byte-identical to the peer's. A
     /// crash before the install leaves a log the old checkpoint reopens over, and the transfer
     /// goes the same way again.
+    /// A replica that applied a retirement, restarted (its committed end back at its
+    /// checkpoint's, below its log's first offset, until it rejoins) and then catches up by
+    /// state transfer from a peer whose bound kept those offsets: the copy continues from its
+    /// log's first offset, so the retired messages stay deleted (they came back from the peer:
+    /// the node simulator's `SIM_SEED=1988005`, 5 nodes).
+    #[compio::test]
+    async fn a_transfer_after_a_restart_keeps_the_retirement_the_log_applied() {
+        let (source_dir, laggard_dir) =
+            (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let mut source = machine_rolling_at(source_dir.path(), 1).await;
+        let mut laggard = machine_rolling_at(laggard_dir.path(), 1).await;
+        for op in 1..=6 {
+            apply(&mut source, &send(op, 2)).await;
+            apply(&mut laggard, &send(op, 2)).await;
+            if op == 2 {
+                laggard.checkpoint().await.unwrap();
+            }
+        }
+        let retire = PartitionWrite::RetireSegments { keep_from: 8 };
+        let retire = Entry::new(7, 0, 1, 7, retire.operation(), retire.encode());
+        assert_eq!(apply(&mut laggard, &retire).await, WriteResult::Done);
+        assert_eq!(laggard.log.first_offset(), 8);
+        let laggard_checkpoint = {
+            let dir = laggard_dir.path().to_path_buf();
+            drop(laggard);
+            dir
+        };
+        let state = source.checkpoint().await.unwrap();
+        let mut laggard = machine_rolling_at(&laggard_checkpoint, 1).await;
+        assert_eq!(
+            (laggard.log.first_offset(), laggard.log.next_offset()),
+            (8, 12)
+        );
+        let (next, until) = laggard.transfer_begin(&state).await.unwrap();
+        assert_eq!((next, until), (8, 12), "continues from its first offset");
+        assert_eq!(
+            laggard.log.first_offset(),
+            8,
+            "the retired offsets stay deleted"
+        );
+        let (offset, records) = source.transfer_records(next, 1 << 20).await;
+        assert_eq!(offset, 8);
+        assert_eq!(laggard.transfer_append(records).await.unwrap(), 12);
+        assert_eq!(laggard.log.first_offset(), 8);
+    }
+
     #[compio::test]
     async fn a_transfer_across_retired_offsets_restarts_the_laggards_log_at_the_peers_first_offset()
     {
