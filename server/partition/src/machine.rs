@@ -333,6 +333,32 @@ impl Partition {
         self.state.next_offset.min(log_next_offset)
     }
 
+    /// Receiving a state transfer whose state ends at offset `until`, over a log holding
+    /// `[first_offset, log_next_offset)`: where the log continues from (the shell truncates it
+    /// there, then copies the peer's records up to `until`). That is the committed end, or the
+    /// log's first offset when it lies above it: a retirement applied before a restart deleted
+    /// the offsets below it, and the committed end known now is the checkpoint's until the
+    /// replica rejoins, so the retired messages stay deleted rather than coming back from a
+    /// peer that still holds them. (A first offset past `until` cannot continue that state: the
+    /// log starts over at the committed end.) Refused when this replica committed past `until`.
+    pub fn transfer_continues_from(
+        &self,
+        first_offset: u64,
+        log_next_offset: u64,
+        until: u64,
+    ) -> Result<u64, String> {
+        let committed = self.committed_next_offset(log_next_offset);
+        if committed > until {
+            return Err(format!(
+                "this replica committed offsets up to {committed}, past the checkpoint's {until}"
+            ));
+        }
+        Ok(match first_offset <= until {
+            true => committed.max(first_offset),
+            false => committed,
+        })
+    }
+
     /// The last committed offset (0 when empty).
     pub fn current_offset(&self, log_next_offset: u64) -> u64 {
         self.committed_next_offset(log_next_offset)

@@ -359,19 +359,12 @@ impl Machine for PartitionMachine {
             until <= source.committed_next_offset(),
             "a peer's checkpoint counts only offsets it committed"
         );
-        let committed = self.committed_next_offset();
-        if committed > until {
-            return Err(format!(
-                "this replica committed offsets up to {committed}, past the checkpoint's {until}"
-            ));
-        }
-        // As the server: a retirement applied before a restart keeps its deletion (the copy
-        // continues from the log's first offset when it lies above the committed end).
-        let first = self.log.first_offset();
-        let from = match first <= until {
-            true => committed.max(first),
-            false => committed,
-        };
+        // The server's rule (a retirement applied before a restart keeps its deletion).
+        let from = self.core.transfer_continues_from(
+            self.log.first_offset(),
+            self.log.next_offset(),
+            until,
+        )?;
         let mut next = from;
         let restart = source.log.records_from(next, until).is_none();
         if restart {

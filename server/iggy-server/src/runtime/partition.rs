@@ -443,22 +443,11 @@ impl StateMachine for PartitionMachine {
         let until = iggy_partition::checkpoint::CheckpointState::decode(state)?.next_offset;
         // Batches stowed for ops this replica never committed: the peer's log decides them.
         let _ = self.core.unstow_after(0);
-        let committed = self.core.committed_next_offset(self.log.next_offset());
-        if committed > until {
-            return Err(format!(
-                "this replica committed offsets up to {committed}, past the checkpoint's {until}"
-            ));
-        }
-        // A retirement applied before a restart deleted the offsets below the log's first one,
-        // which may lie above the committed end known now (its checkpoint's, until the replica
-        // rejoins): the copy continues from the first offset, so the retired messages stay
-        // deleted rather than coming back from a peer that still holds them. (A first offset
-        // past the state's end cannot continue that state: the log starts over as before.)
-        let first = self.log.first_offset();
-        let from = match first <= until {
-            true => committed.max(first),
-            false => committed,
-        };
+        let from = self.core.transfer_continues_from(
+            self.log.first_offset(),
+            self.log.next_offset(),
+            until,
+        )?;
         self.log
             .truncate_from(from)
             .await
