@@ -225,7 +225,7 @@ impl ReplicaPlane {
         }
     }
 
-    /// Frames dropped so far by each peer's full send queue.
+    /// Frames dropped so far by each peer's send queue (full, or waiting too long for a link).
     pub fn dropped(&self) -> Vec<(u8, u64)> {
         (0..self.replica_count)
             .filter(|peer| *peer != self.replica)

@@ -10,7 +10,11 @@
 //! counted) when it is full or nobody listens for that group. Retransmission is the consensus
 //! layer's job. A peer that stops reading (a stopped process keeps its socket open) stalls only
 //! its link's writer: its queue fills to the bound and later frames for it are dropped, while
-//! every other peer's queue keeps moving; once it reads again the queue drains.
+//! every other peer's queue keeps moving; once it reads again the queue drains. A frame waits
+//! for a link to its peer at most `BusConfig::link_wait_max` (the consensus layer's longest
+//! resend interval): by then anything still needed was sent again, so a peer coming back after
+//! an outage is not first fed the frames of the outage, and a down peer's queue holds only the
+//! last moments' frames.
 //!
 //! Each link also keeps its peer's liveness (`link_liveness`): it sends a Ping every keepalive
 //! interval, answers each Ping with a Pong, and marks the peer heard on every verified frame.
@@ -81,6 +85,9 @@ pub struct BusConfig {
     pub backoff_max: Duration,
     pub peer_queue_capacity: usize,
     pub peer_queue_bytes_max: usize,
+    /// The longest a frame queued while no link to its peer is up waits for one: older frames
+    /// are dropped (and counted) when a link is admitted or a frame is queued.
+    pub link_wait_max: Duration,
     /// A peer heard from within it is Healthy (`cluster.heartbeat_timeout`); each link is
     /// pinged every `link_liveness::KEEPALIVES_PER_TIMEOUT`th of it.
     pub silence_max: Duration,
@@ -175,6 +182,10 @@ impl BusConfig {
             backoff_max: BACKOFF_MAX,
             peer_queue_capacity: PEER_QUEUE_CAPACITY,
             peer_queue_bytes_max: PEER_QUEUE_BYTES_MAX,
+            link_wait_max: cluster
+                .commit_broadcast_interval
+                .max(cluster.prepare_retransmit_interval)
+                .max(cluster.view_change_retransmit_interval),
             silence_max: cluster.heartbeat_timeout,
             seed: cluster_id as u64 ^ u64::from(replica),
             history,
@@ -239,6 +250,7 @@ struct Outbox {
     state: Mutex<OutboxState>,
     capacity: usize,
     bytes_max: usize,
+    link_wait_max: Duration,
     dropped: AtomicU64,
     /// The generation of the admitted link that drains this queue, 0 while none is up.
     linked: AtomicU64,
@@ -246,14 +258,20 @@ struct Outbox {
 }
 
 struct OutboxState {
-    queue: VecDeque<Bytes>,
+    /// Each frame with when it was queued.
+    queue: VecDeque<(Instant, Bytes)>,
     /// The bytes of every frame in `queue`.
     queued_bytes: usize,
     writer: Option<Waker>,
 }
 
 impl Outbox {
-    fn new(capacity: usize, bytes_max: usize, silence_max: Duration) -> Self {
+    fn new(
+        capacity: usize,
+        bytes_max: usize,
+        link_wait_max: Duration,
+        silence_max: Duration,
+    ) -> Self {
         Outbox {
             state: Mutex::new(OutboxState {
                 queue: VecDeque::new(),
@@ -262,14 +280,18 @@ impl Outbox {
             }),
             capacity,
             bytes_max,
+            link_wait_max,
             dropped: AtomicU64::new(0),
             linked: AtomicU64::new(0),
             liveness: Mutex::new(Liveness::new(silence_max)),
         }
     }
 
-    fn push(&self, frame: Bytes) -> Result<(), SendError> {
+    fn push(&self, now: Instant, frame: Bytes) -> Result<(), SendError> {
         let mut state = self.state.lock().expect("outbox lock");
+        if self.linked.load(Ordering::Relaxed) == 0 {
+            self.expire(&mut state, now);
+        }
         let over_bytes =
             !state.queue.is_empty() && state.queued_bytes + frame.len() > self.bytes_max;
         if state.queue.len() >= self.capacity || over_bytes {
@@ -277,11 +299,30 @@ impl Outbox {
             return Err(SendError::QueueFull);
         }
         state.queued_bytes += frame.len();
-        state.queue.push_back(frame);
+        state.queue.push_back((now, frame));
         if let Some(writer) = state.writer.take() {
             writer.wake();
         }
         Ok(())
+    }
+
+    /// Drops (and counts) the frames that waited longer than `link_wait_max` for a link: the
+    /// oldest first, so the queue's front is its oldest frame.
+    fn expire(&self, state: &mut OutboxState, now: Instant) {
+        while let Some((queued_at, frame)) = state.queue.front()
+            && now.saturating_duration_since(*queued_at) > self.link_wait_max
+        {
+            state.queued_bytes -= frame.len();
+            state.queue.pop_front();
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A link was admitted: it starts with the frames that have not waited too long for it.
+    fn link_admitted(&self, now: Instant, generation: u64) {
+        let mut state = self.state.lock().expect("outbox lock");
+        self.expire(&mut state, now);
+        self.linked.store(generation, Ordering::Relaxed);
     }
 
     fn link_event(&self, now: Instant, event: LinkEvent) {
@@ -303,7 +344,7 @@ impl Outbox {
         std::future::poll_fn(|cx| {
             let mut state = self.state.lock().expect("outbox lock");
             match state.queue.pop_front() {
-                Some(frame) => {
+                Some((_, frame)) => {
                     state.queued_bytes -= frame.len();
                     Poll::Ready(frame)
                 }
@@ -342,7 +383,7 @@ impl BusSender {
                 self.max_frame_size
             )));
         }
-        outbox.push(frame)
+        outbox.push(Instant::now(), frame)
     }
 
     /// Whether an admitted link with `peer` is up now (heard from or not: see `status`).
@@ -363,7 +404,7 @@ impl BusSender {
             })
     }
 
-    /// Frames dropped so far because `peer`'s queue was full.
+    /// Frames to `peer` dropped so far: its queue was full, or they waited too long for a link.
     pub fn dropped(&self, peer: u8) -> u64 {
         self.outboxes
             .get(&peer)
@@ -573,6 +614,7 @@ impl ReplicaBus {
                 let outbox = Outbox::new(
                     config.peer_queue_capacity,
                     config.peer_queue_bytes_max,
+                    config.link_wait_max,
                     config.silence_max,
                 );
                 (peer, Arc::new(outbox))
@@ -992,7 +1034,7 @@ async fn run_link(shared: &Rc<Shared>, stream: LinkStream, admitted: admission::
     };
     let outbox = shared.outboxes.get(&peer).cloned();
     if let Some(outbox) = &outbox {
-        outbox.linked.store(generation, Ordering::Relaxed);
+        outbox.link_admitted(Instant::now(), generation);
         outbox.link_event(Instant::now(), LinkEvent::Admitted { generation });
     }
     let keepalive = |command| {
@@ -1129,7 +1171,7 @@ async fn read_frames(
             let outbox = &keepalive.outbox;
             outbox.link_event(Instant::now(), LinkEvent::Heard { generation });
             if verified.command == Command::Ping {
-                let _ = outbox.push(keepalive.pong.clone());
+                let _ = outbox.push(Instant::now(), keepalive.pong.clone());
             }
         }
         if matches!(verified.command, Command::Ping | Command::Pong) {
@@ -1165,7 +1207,7 @@ async fn send_pings(outbox: &Outbox, ping: Bytes) -> std::convert::Infallible {
             .expect("liveness lock")
             .poll_ping(Instant::now());
         if ping_due.is_some() {
-            let _ = outbox.push(ping.clone());
+            let _ = outbox.push(Instant::now(), ping.clone());
         }
     }
 }
@@ -1238,6 +1280,7 @@ mod tests {
             backoff_max: Duration::from_millis(200),
             peer_queue_capacity: 8,
             peer_queue_bytes_max: PEER_QUEUE_BYTES_MAX,
+            link_wait_max: Duration::from_secs(60),
             silence_max: Duration::from_secs(5),
             seed: u64::from(replica),
             history: HistorySource::fixed(MetadataHistory::Absent),
@@ -2022,6 +2065,63 @@ mod tests {
         assert_eq!(sender.send(2, header_only), Err(SendError::QueueFull));
         assert_eq!(sender.send(2, large), Err(SendError::QueueFull));
         assert_eq!(sender.dropped(2), 2);
+    }
+
+    #[test]
+    fn a_frame_waits_for_a_link_at_most_link_wait_max() {
+        let wait = Duration::from_millis(500);
+        let outbox = Outbox::new(8, PEER_QUEUE_BYTES_MAX, wait, Duration::from_secs(5));
+        let frame = |byte: u8| Bytes::from(vec![byte; 300]);
+        let start = Instant::now();
+        let at = |millis: u64| start + Duration::from_millis(millis);
+        // No link: frames queue, and each push first drops those that waited too long.
+        outbox.push(at(0), frame(1)).unwrap();
+        outbox.push(at(400), frame(2)).unwrap();
+        outbox.push(at(600), frame(3)).unwrap();
+        assert_eq!(
+            outbox.dropped.load(Ordering::Relaxed),
+            1,
+            "frame 1 waited 600 ms"
+        );
+        // The link comes up at 1000 ms: frame 2 waited 600 ms, frame 3 400 ms.
+        outbox.link_admitted(at(1000), 1);
+        assert_eq!(outbox.dropped.load(Ordering::Relaxed), 2);
+        // While a link is up nothing expires: a slow peer's frames wait their turn.
+        outbox.push(at(1100), frame(4)).unwrap();
+        outbox.push(at(5000), frame(5)).unwrap();
+        assert_eq!(outbox.dropped.load(Ordering::Relaxed), 2);
+        let state = outbox.state.lock().unwrap();
+        let left: Vec<u8> = state.queue.iter().map(|(_, frame)| frame[0]).collect();
+        assert_eq!(left, [3, 4, 5]);
+        assert_eq!(state.queued_bytes, 900);
+    }
+
+    #[compio::test]
+    async fn a_peer_back_from_an_outage_is_not_fed_the_frames_queued_during_it() {
+        let roster = free_addresses(2);
+        let wait = Duration::from_millis(100);
+        let mut a = start(BusConfig {
+            link_wait_max: wait,
+            ..config(0, &roster)
+        })
+        .await;
+        let sender = a.bus.sender();
+        // Replica 1 is down while this frame is queued for it, for longer than it may wait.
+        let stale = Bytes::from(commit_frame(0, METADATA_GROUP, 0, b"during the outage"));
+        sender.send(1, stale).unwrap();
+        compio::time::sleep(wait * 3).await;
+        let mut b = start(config(1, &roster)).await;
+        admitted(&mut a, 1).await;
+        admitted(&mut b, 0).await;
+        let fresh = Bytes::from(commit_frame(0, METADATA_GROUP, 0, b"after the outage"));
+        sender.send(1, fresh).unwrap();
+        let first = received(&mut b).await;
+        assert_eq!(
+            &first.body[..],
+            b"after the outage",
+            "the frame of the outage came first"
+        );
+        assert_eq!(sender.dropped(1), 1);
     }
 
     #[compio::test]

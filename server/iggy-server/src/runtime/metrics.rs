@@ -79,8 +79,9 @@ pub struct Gauges {
     pub fsyncs: Vec<(&'static str, u64)>,
     /// Checkpoint durations by group kind.
     pub checkpoints: Vec<(&'static str, HistogramCounts)>,
-    /// In a cluster: frames each peer's full send queue dropped, and inbound frames no group
-    /// took (none listening, or its channel full). `None` standalone.
+    /// In a cluster: frames each peer's send queue dropped (full, or waiting too long for a
+    /// link), and inbound frames no group took (none listening, or its channel full). `None`
+    /// standalone.
     pub replica_frames: Option<ReplicaFrames>,
 }
 
@@ -219,7 +220,7 @@ impl Metrics {
                 &mut out,
                 "iggy_replica_frames_dropped_total",
                 "counter",
-                "Frames to a peer replica dropped because its send queue was full.",
+                "Frames to a peer replica dropped because its send queue was full or they waited too long for a link.",
             );
             for (peer, count) in &frames.dropped {
                 let _ = writeln!(
