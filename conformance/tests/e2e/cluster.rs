@@ -156,6 +156,15 @@ fn current_start(log: &str) -> &str {
         .unwrap_or("")
 }
 
+/// The environment entry that makes a node checkpoint once its journal holds `ops` ops (the
+/// tests that need checkpoints, state transfers or retirements within a few writes).
+pub fn checkpoint_every(ops: u32) -> (String, String) {
+    (
+        "IGGY_SYSTEM_CHECKPOINT_JOURNAL_OPS".to_string(),
+        ops.to_string(),
+    )
+}
+
 /// Per-node options for `TestCluster::start_with`.
 #[derive(Default)]
 pub struct ClusterOptions {
@@ -1407,10 +1416,7 @@ async fn seeded_kill9_rounds_of_any_node_or_all_nodes_lose_no_acknowledged_messa
         // an op every replica holds) and restarts start from them.
         env: vec![
             ("IGGY_SYSTEM_DURABILITY".to_string(), durability),
-            (
-                "IGGY_SYSTEM_CHECKPOINT_JOURNAL_OPS".to_string(),
-                "16".to_string(),
-            ),
+            checkpoint_every(16),
         ],
         ..ClusterOptions::default()
     };
@@ -1772,10 +1778,7 @@ async fn after_the_load_stops_every_replica_holds_byte_identical_segments() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backup_left_behind_by_checkpoints_catches_up_by_state_transfer() {
     let options = ClusterOptions {
-        env: vec![(
-            "IGGY_SYSTEM_CHECKPOINT_JOURNAL_OPS".to_string(),
-            "8".to_string(),
-        )],
+        env: vec![checkpoint_every(8)],
         ..ClusterOptions::default()
     };
     let mut cluster = TestCluster::start_with(3, options);
@@ -1856,10 +1859,7 @@ async fn a_backup_whose_log_the_group_retired_meanwhile_restarts_it_at_the_first
     const SMALL: usize = 16;
     const LAGGARD: usize = 2;
     let options = ClusterOptions {
-        env: vec![(
-            "IGGY_SYSTEM_CHECKPOINT_JOURNAL_OPS".to_string(),
-            "8".to_string(),
-        )],
+        env: vec![checkpoint_every(8)],
         http: true,
         ..ClusterOptions::default()
     };
@@ -2118,10 +2118,7 @@ async fn retention_proceeds_while_a_backup_the_group_checkpointed_past_is_down()
     const LAGGARD: usize = 2;
     let options = ClusterOptions {
         env: vec![
-            (
-                "IGGY_SYSTEM_CHECKPOINT_JOURNAL_OPS".to_string(),
-                "8".to_string(),
-            ),
+            checkpoint_every(8),
             (
                 "IGGY_SYSTEM_MAINTENANCE_INTERVAL_MS".to_string(),
                 "100".to_string(),
@@ -2193,15 +2190,9 @@ async fn retention_proceeds_while_a_backup_the_group_checkpointed_past_is_down()
 async fn a_backup_repairing_across_a_retirement_its_primary_has_not_checkpointed_past_catches_up() {
     const PAYLOAD: usize = 200 * 1024;
     const PRIMARY: usize = 2;
-    let journal_ops = |ops: &str| {
-        (
-            "IGGY_SYSTEM_CHECKPOINT_JOURNAL_OPS".to_string(),
-            ops.to_string(),
-        )
-    };
     let options = ClusterOptions {
-        env: vec![journal_ops("8")],
-        node_env: BTreeMap::from([(PRIMARY, vec![journal_ops("8192")])]),
+        env: vec![checkpoint_every(8)],
+        node_env: BTreeMap::from([(PRIMARY, vec![checkpoint_every(8192)])]),
         http: true,
         ..ClusterOptions::default()
     };
@@ -3684,10 +3675,7 @@ async fn streams_served(client: &IggyClient) -> Vec<(u32, String, u32)> {
 async fn a_metadata_checkpoint_larger_than_a_frame_is_transferred_in_pieces() {
     let options = ClusterOptions {
         env: vec![
-            (
-                "IGGY_SYSTEM_CHECKPOINT_JOURNAL_OPS".to_string(),
-                "8".to_string(),
-            ),
+            checkpoint_every(8),
             ("IGGY_LIMITS_MAX_FRAME_SIZE".to_string(), "8192".to_string()),
         ],
         ..ClusterOptions::default()
@@ -3765,10 +3753,7 @@ async fn a_metadata_checkpoint_larger_than_a_frame_is_transferred_in_pieces() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_metadata_backup_left_behind_by_checkpoints_catches_up_by_state_transfer() {
     let options = ClusterOptions {
-        env: vec![(
-            "IGGY_SYSTEM_CHECKPOINT_JOURNAL_OPS".to_string(),
-            "8".to_string(),
-        )],
+        env: vec![checkpoint_every(8)],
         ..ClusterOptions::default()
     };
     let mut cluster = TestCluster::start_with(3, options);
