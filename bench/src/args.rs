@@ -333,8 +333,11 @@ pub fn parse(argv: &[String]) -> Result<Args, String> {
             "--data-dir" => a.data_dir = Some(value()?.into()),
             "--cluster" => {
                 a.cluster = num(flag, &value()?)?;
-                if a.cluster == 1 || a.cluster % 2 == 0 {
-                    return Err(format!("--cluster: an odd number of nodes above 1, not {}", a.cluster));
+                if a.cluster == 1 || a.cluster.is_multiple_of(2) {
+                    return Err(format!(
+                        "--cluster: an odd number of nodes above 1, not {}",
+                        a.cluster
+                    ));
                 }
             }
             "--no-limits" => a.limits = false,

@@ -149,7 +149,8 @@ async fn run_one(a: &Args, p: &Params) -> RunReport {
         }
     };
     if procs.len() > 1
-        && let Err(e) = scenario::wait_for_login(&address, p, std::time::Duration::from_secs(30)).await
+        && let Err(e) =
+            scenario::wait_for_login(&address, p, std::time::Duration::from_secs(30)).await
     {
         report.error = Some(format!("the cluster did not accept a login: {e}"));
         print_report(&report);
@@ -179,7 +180,10 @@ async fn run_one(a: &Args, p: &Params) -> RunReport {
     }
     // A cluster's CPU is every node's.
     let cpu = |procs: &[ServerProc]| -> Option<f64> {
-        procs.iter().map(ServerProc::cpu_seconds).sum::<Option<f64>>()
+        procs
+            .iter()
+            .map(ServerProc::cpu_seconds)
+            .sum::<Option<f64>>()
     };
     let cpu_before = cpu(&procs);
     match scenario::run(&address, p, a.quiet).await {

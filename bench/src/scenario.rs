@@ -158,8 +158,11 @@ impl Payloads {
 /// Shared progress counters, printed once a second while a phase runs.
 #[derive(Clone, Default)]
 pub struct Progress {
-    counters: Arc<Mutex<Vec<(String, Arc<AtomicU64>, u64)>>>,
+    counters: Arc<Mutex<Vec<ProgressCounter>>>,
 }
+
+/// A counter's label, its live count, and the count printed last.
+type ProgressCounter = (String, Arc<AtomicU64>, u64);
 
 impl Progress {
     fn counter(&self, kind: &str, expected: u64) -> Arc<AtomicU64> {

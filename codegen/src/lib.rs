@@ -291,11 +291,11 @@ impl Model {
                     out.push(diag(file, line, format!("bad version `{v}`")));
                 }
             }
-            if let (Some(s), Some(cur)) = (since.as_deref().and_then(pack), current) {
-                if s > cur {
-                    let v = since.as_deref().unwrap_or_default();
-                    out.push(diag(file, line, format!("since={v} is above the current version {}", unpack(cur))));
-                }
+            if let (Some(s), Some(cur)) = (since.as_deref().and_then(pack), current)
+                && s > cur
+            {
+                let v = since.as_deref().unwrap_or_default();
+                out.push(diag(file, line, format!("since={v} is above the current version {}", unpack(cur))));
             }
         };
         for s in &self.structs {
@@ -434,11 +434,11 @@ pub fn request_variants(m: &Model) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for (k, c) in m.commands.iter().enumerate() {
         let mut v = variant_name(&c.name);
-        if let Some(prev) = m.commands[..k].iter().position(|p| p.name == c.name) {
-            if m.commands[prev].req != c.req {
-                let tag = c.until.as_deref().or(c.since.as_deref()).unwrap_or("x").replace('.', "_");
-                v = format!("{v}V{tag}");
-            }
+        if let Some(prev) = m.commands[..k].iter().position(|p| p.name == c.name)
+            && m.commands[prev].req != c.req
+        {
+            let tag = c.until.as_deref().or(c.since.as_deref()).unwrap_or("x").replace('.', "_");
+            v = format!("{v}V{tag}");
         }
         out.push(v);
     }
@@ -533,10 +533,10 @@ pub fn load(files: &[(String, String)]) -> Result<Spec, Vec<Diagnostic>> {
         .map(|s| (s.name.as_str(), s.file.as_str(), s.line))
         .chain(global.enums.iter().map(|e| (e.name.as_str(), e.file.as_str(), e.line)))
     {
-        if let Some((f0, l0)) = seen.insert(name, (file, line)) {
-            if f0 != file {
-                errs.push(diag(file, line, format!("duplicate name `{name}` (also at {f0}:{l0})")));
-            }
+        if let Some((f0, l0)) = seen.insert(name, (file, line))
+            && f0 != file
+        {
+            errs.push(diag(file, line, format!("duplicate name `{name}` (also at {f0}:{l0})")));
         }
     }
     for (_, m) in &per_file {

@@ -15,6 +15,8 @@ use nom::sequence::{delimited, preceded, separated_pair, terminated};
 use nom::{IResult, Parser};
 
 type Res<'a, T> = IResult<&'a str, T>;
+/// A line's `key=value` attributes, in order.
+type AttrList<'a> = Vec<(&'a str, &'a str)>;
 
 // ---- tokens ----
 
@@ -109,7 +111,7 @@ fn enum_line(i: &str) -> Res<'_, (&str, &str)> {
 }
 
 /// `  <value> <Variant> [since=<v>] [until=<v>]` inside an enum block.
-fn variant_row(i: &str) -> Res<'_, (u64, &str, Vec<(&str, &str)>)> {
+fn variant_row(i: &str) -> Res<'_, (u64, &str, AttrList<'_>)> {
     (terminated(uint, space1), ident, attrs).parse(i)
 }
 
@@ -148,12 +150,12 @@ fn end_row(i: &str) -> Res<'_, &str> {
 }
 
 /// `command <code> <name> op= class= rf= perm= req= resp= [since=] [until=]`.
-fn command_line(i: &str) -> Res<'_, (u32, &str, Vec<(&str, &str)>)> {
+fn command_line(i: &str) -> Res<'_, (u32, &str, AttrList<'_>)> {
     preceded(keyword("command"), (terminated(uint, space1), command_name, attrs)).parse(i)
 }
 
 /// `retired <code> [<name>] [since=<v>]`.
-fn retired_line(i: &str) -> Res<'_, (u32, Option<&str>, Vec<(&str, &str)>)> {
+fn retired_line(i: &str) -> Res<'_, (u32, Option<&str>, AttrList<'_>)> {
     preceded(
         keyword("retired"),
         (uint, opt(preceded(space1, verify(command_name, |n: &str| !n.contains('=') && !n.is_empty()))), attrs),
@@ -236,7 +238,7 @@ impl<'a> Iterator for Lines<'a> {
 }
 
 /// `route <METHOD> <path> <command> status=<N> [auth=public]`.
-fn route_line(i: &str) -> Res<'_, (&str, &str, &str, Vec<(&str, &str)>)> {
+fn route_line(i: &str) -> Res<'_, (&str, &str, &str, AttrList<'_>)> {
     preceded(keyword("route"), (terminated(ident, space1), terminated(word, space1), command_name, attrs)).parse(i)
 }
 
@@ -265,7 +267,7 @@ fn strings_line(i: &str) -> Res<'_, (&str, Vec<&str>)> {
 }
 
 /// `alias <Name> <type> [doc="..."]`.
-fn alias_line(i: &str) -> Res<'_, (&str, &str, Vec<(&str, &str)>)> {
+fn alias_line(i: &str) -> Res<'_, (&str, &str, AttrList<'_>)> {
     preceded(keyword("alias"), (ident, preceded(space1, word), attrs)).parse(i)
 }
 

@@ -360,7 +360,7 @@ impl Rng {
     pub fn new(seed: u64) -> Self {
         Rng(seed)
     }
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -368,10 +368,10 @@ impl Rng {
         z ^ (z >> 31)
     }
     pub fn below(&mut self, n: u64) -> u64 {
-        if n == 0 { 0 } else { self.next() % n }
+        if n == 0 { 0 } else { self.next_u64() % n }
     }
     fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
+        (0..n).map(|_| self.next_u64() as u8).collect()
     }
     fn text(&mut self, lo: usize, hi: usize) -> String {
         const ALPHA: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789-_.";
@@ -392,14 +392,14 @@ impl Gen<'_> {
     /// A random value of `ty`; `hint` is the field's `gen=` token, if any.
     pub fn random(&self, ty: &Ty, hint: Option<&str>, rng: &mut Rng, depth: usize) -> Value {
         let m = self.model;
-        if let Some(h) = hint {
-            if let Some(v) = self.hinted(ty, h, rng, depth) {
-                return v;
-            }
+        if let Some(h) = hint
+            && let Some(v) = self.hinted(ty, h, rng, depth)
+        {
+            return v;
         }
         match ty {
             Ty::Int { size, signed } => {
-                let raw = u128::from(rng.next()) << 64 | u128::from(rng.next());
+                let raw = u128::from(rng.next_u64()) << 64 | u128::from(rng.next_u64());
                 let bits = 8 * *size as u32;
                 let masked = if bits == 128 { raw } else { raw & ((1u128 << bits) - 1) };
                 if *signed {
@@ -504,7 +504,7 @@ impl Gen<'_> {
     fn hinted_raw(&self, ty: &Ty, hint: &str, rng: &mut Rng, depth: usize) -> Option<Value> {
         if let Some((lo, hi)) = hint.split_once("..") {
             let (lo, hi): (u128, u128) = (lo.parse().ok()?, hi.parse().ok()?);
-            return Some(Value::U(lo + u128::from(rng.next()) % (hi - lo + 1)));
+            return Some(Value::U(lo + u128::from(rng.next_u64()) % (hi - lo + 1)));
         }
         if hint.split('|').all(|p| p.parse::<u128>().is_ok()) {
             let opts: Vec<u128> = hint.split('|').map(|p| p.parse().unwrap()).collect();
@@ -533,12 +533,12 @@ fn set_path(v: &mut Value, path: &str, to: Value) {
         Some((h, t)) => (h, Some(t)),
         None => (path, None),
     };
-    if let Value::Struct(fs) = v {
-        if let Some((_, x)) = fs.iter_mut().find(|(k, _)| k == head) {
-            match tail {
-                Some(t) => set_path(x, t, to),
-                None => *x = to,
-            }
+    if let Value::Struct(fs) = v
+        && let Some((_, x)) = fs.iter_mut().find(|(k, _)| k == head)
+    {
+        match tail {
+            Some(t) => set_path(x, t, to),
+            None => *x = to,
         }
     }
 }
@@ -555,7 +555,7 @@ pub fn hex(b: &[u8]) -> String {
 
 /// Bytes of hex text.
 pub fn unhex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     (0..s.len() / 2).map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()).collect()

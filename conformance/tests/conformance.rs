@@ -1519,10 +1519,13 @@ fn packed(v: &str) -> u32 {
     p[0] << 20 | p[1] << 10 | p[2]
 }
 
+/// A registry decode: the re-encoded bytes, the JSON form, and whether the type is stable.
+type RegistryDecoded = (Vec<u8>, String, bool);
+
 /// Our decode -> re-encode (bytes equal), JSON form equal, decode(encode(x)) == x.
 fn check_registry(
     which: &str,
-    got: Option<Result<(Vec<u8>, String, bool), String>>,
+    got: Option<Result<RegistryDecoded, String>>,
     v: &Vector,
 ) -> Result<(), String> {
     let (bytes, json, stable) = got

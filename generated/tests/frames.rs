@@ -85,7 +85,7 @@ fn fuzz_fixed_headers_roundtrip() {
         }
         // Keep enum bytes valid half the time so the roundtrip path is exercised.
         if case % 2 == 0 {
-            b[60] = (b[60] % 35) as u8;
+            b[60] %= 35;
             b[208] = Operation::ALL[b[208] as usize % Operation::ALL.len()] as u8;
             b[255] %= 16;
             b[52..256].iter_mut().take(0).for_each(|_| {});

@@ -630,7 +630,7 @@ pub fn raise_open_files_limit() -> u64 {
             }
         }
     }
-    limit.rlim_cur as u64
+    limit.rlim_cur
 }
 
 /// Random bytes.

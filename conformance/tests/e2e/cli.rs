@@ -19,9 +19,9 @@ pub(crate) fn cli_binary() -> PathBuf {
         .map(|paths| {
             std::env::split_paths(&paths)
                 .map(|dir| dir.join("iggy"))
-                .collect()
+                .collect::<Vec<_>>()
         })
-        .unwrap_or_else(Vec::new);
+        .unwrap_or_default();
     let cargo_bin =
         std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cargo/bin/iggy"));
     on_path

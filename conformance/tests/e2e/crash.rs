@@ -136,7 +136,8 @@ async fn sends_riding_through_a_crash_restart_are_never_duplicated() {
     use std::time::Duration;
     let server = Arc::new(Mutex::new(TestServer::start()));
     // Through a wire tap, so a hang shows the frames around it.
-    let tap = crate::wiretap::WireTap::start(server.lock().unwrap().port()).await;
+    let port = server.lock().unwrap().port();
+    let tap = crate::wiretap::WireTap::start(port).await;
     let c = IggyClient::from_connection_string(&format!("iggy://{ROOT_USER}:{ROOT_PASSWORD}@{}", tap.address()))
         .expect("connection string");
     ok("connect", within("connect", c.connect()).await);

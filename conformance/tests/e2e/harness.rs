@@ -517,15 +517,15 @@ impl TestServer {
         let addr: SocketAddr = self.address().parse().expect("socket address");
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
-            if let Some(child) = self.child.as_mut() {
-                if let Ok(Some(status)) = child.try_wait() {
-                    self.child = None;
-                    panic!(
-                        "iggy-server exited during startup ({status}); log {}:\n{}",
-                        self.log_path().display(),
-                        self.log()
-                    );
-                }
+            if let Some(child) = self.child.as_mut()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                self.child = None;
+                panic!(
+                    "iggy-server exited during startup ({status}); log {}:\n{}",
+                    self.log_path().display(),
+                    self.log()
+                );
             }
             // Right after a SIGKILL the dead process's listener can still accept for a moment
             // (its io_uring is torn down asynchronously): only this start's own "listening"
@@ -727,7 +727,7 @@ pub fn expect_code<T: std::fmt::Debug>(what: &str, r: Result<T, IggyError>, code
                     cut -= 1;
                 }
                 shown.truncate(cut);
-                shown.push_str("…");
+                shown.push('…');
             }
             panic!(
                 "{what}: expected error {code} ({}), got Ok({shown})",
@@ -834,6 +834,7 @@ pub async fn send_to_partition(
 }
 
 /// Polls `count` messages from one partition with a plain consumer.
+#[allow(clippy::too_many_arguments)] // the SDK's poll_messages arguments, one for one
 pub async fn poll(
     client: &IggyClient,
     stream: &Identifier,

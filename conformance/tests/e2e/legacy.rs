@@ -25,12 +25,14 @@ impl Legacy {
         code: u32,
         body: &[u8],
     ) -> (ReplyHeader, Vec<u8>) {
-        let mut header = RequestHeader::default();
-        header.command = Command::Request;
-        header.size = (RequestHeader::SIZE + body.len()) as u32;
-        header.client = self.client;
-        header.operation = operation.to_repr();
-        header.session = self.session;
+        let mut header = RequestHeader {
+            command: Command::Request,
+            size: (RequestHeader::SIZE + body.len()) as u32,
+            client: self.client,
+            operation: operation.to_repr(),
+            session: self.session,
+            ..RequestHeader::default()
+        };
         if operation != Operation::Register {
             self.request += 1;
             header.request = self.request;

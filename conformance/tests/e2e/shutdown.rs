@@ -36,7 +36,7 @@ async fn produce_consume_shutdown(run: usize) -> Duration {
         .batch_length(1000)
         .build();
     // Odd runs consume while the producer sends; even runs produce everything first.
-    let produce_first = run % 2 == 0;
+    let produce_first = run.is_multiple_of(2);
     if !produce_first {
         ok("consumer.init", within("consumer init", consumer.init()).await);
     }

@@ -32,7 +32,7 @@ async fn get_stream_by_id_and_by_name_returns_the_same_stream() {
     assert_eq!((by_id.id, by_id.name.as_str()), (1, "beta"));
     let by_name = ok("get by name", within("get", client.get_stream(&name("alpha"))).await).expect("alpha exists");
     assert_eq!((by_name.id, by_name.name.as_str()), (0, "alpha"));
-    assert_eq!(by_name.created_at.as_micros() > 0, true, "created_at is set");
+    assert!(by_name.created_at.as_micros() > 0, "created_at is set");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -27,7 +27,7 @@ fn kind_of(v: &Value) -> &'static str {
 /// Standard padded base64: the alphabet, `=` only at the end, a multiple of 4 characters.
 fn is_base64(s: &str) -> bool {
     let body = s.trim_end_matches('=');
-    s.len() % 4 == 0
+    s.len().is_multiple_of(4)
         && s.len() - body.len() <= 2
         && body
             .bytes()
@@ -89,10 +89,10 @@ impl<'d> Checker<'d> {
                 ));
             }
         }
-        if let Some(values) = schema.get("enum").and_then(Value::as_array) {
-            if !values.contains(value) {
-                return Err(format!("{at}: {value} is not one of {values:?}"));
-            }
+        if let Some(values) = schema.get("enum").and_then(Value::as_array)
+            && !values.contains(value)
+        {
+            return Err(format!("{at}: {value} is not one of {values:?}"));
         }
         if let Value::Number(n) = value {
             // Bounds as text: a u64 maximum does not fit an f64 exactly.
@@ -117,18 +117,17 @@ impl<'d> Checker<'d> {
                 }
             }
         }
-        if schema.get("contentEncoding").and_then(Value::as_str) == Some("base64") {
-            if let Value::String(s) = value {
-                if !is_base64(s) {
-                    return Err(format!("{at}: `{s}` is not base64"));
-                }
-            }
+        if schema.get("contentEncoding").and_then(Value::as_str) == Some("base64")
+            && let Value::String(s) = value
+            && !is_base64(s)
+        {
+            return Err(format!("{at}: `{s}` is not base64"));
         }
-        if let Value::Array(items) = value {
-            if let Some(item) = schema.get("items") {
-                for (i, v) in items.iter().enumerate() {
-                    self.check(item, v, &format!("{at}[{i}]"))?;
-                }
+        if let Value::Array(items) = value
+            && let Some(item) = schema.get("items")
+        {
+            for (i, v) in items.iter().enumerate() {
+                self.check(item, v, &format!("{at}[{i}]"))?;
             }
         }
         if let Value::Object(map) = value {

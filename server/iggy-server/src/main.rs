@@ -318,14 +318,15 @@ fn main() -> ExitCode {
              to {ip} (any port; the roster's is used) or a wildcard"
         );
     }
-    if args.fresh && std::path::Path::new(&cfg.system.path).exists() {
-        if let Err(e) = std::fs::remove_dir_all(&cfg.system.path) {
-            eprintln!(
-                "iggy-server: --fresh: cannot remove {}: {e}",
-                cfg.system.path
-            );
-            return ExitCode::FAILURE;
-        }
+    if args.fresh
+        && std::path::Path::new(&cfg.system.path).exists()
+        && let Err(e) = std::fs::remove_dir_all(&cfg.system.path)
+    {
+        eprintln!(
+            "iggy-server: --fresh: cannot remove {}: {e}",
+            cfg.system.path
+        );
+        return ExitCode::FAILURE;
     }
     // A cluster node without a metadata history must hear its peers before anything is
     // written (not even the storage-format marker): its data directory opens after the gate.

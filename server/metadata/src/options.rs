@@ -16,9 +16,12 @@ pub fn entries(block: &[u8]) -> Result<Vec<(&str, &[u8])>, ErrorCode> {
         .collect())
 }
 
+/// One entry of an options block: key, value kind, value.
+pub type TypedEntry<'a> = (&'a str, u8, &'a [u8]);
+
 /// The `(key, value kind, value)` entries of an options block, in order.
-pub fn typed_entries(mut block: &[u8]) -> Result<Vec<(&str, u8, &[u8])>, ErrorCode> {
-    let mut out: Vec<(&str, u8, &[u8])> = Vec::new();
+pub fn typed_entries(mut block: &[u8]) -> Result<Vec<TypedEntry<'_>>, ErrorCode> {
+    let mut out: Vec<TypedEntry<'_>> = Vec::new();
     while !block.is_empty() {
         let OptionEntry {
             key_kind,

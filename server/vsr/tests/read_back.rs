@@ -81,7 +81,7 @@ fn a_released_body_is_read_back_for_a_lagging_backup() {
     primary.on_message(2, ask.clone());
     let out = drain(&mut primary);
     // The register goes at once; the released ops wait for their read-back, asked once each.
-    assert_eq!(prepares_to(&out, 2), [register_entry.clone()]);
+    assert_eq!(prepares_to(&out, 2), std::slice::from_ref(&register_entry));
     let reads: Vec<u64> = out
         .iter()
         .filter_map(|action| match action {

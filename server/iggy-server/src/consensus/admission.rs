@@ -1166,8 +1166,8 @@ mod tests {
         let roll_1 = |id| keyed(id, OLD, Some(NEW));
         let roll_2 = |id| keyed(id, NEW, Some(OLD));
         let roll_3 = |id| keyed(id, NEW, None);
-        let mixed: [(fn(u8) -> Local, fn(u8) -> Local); 3] =
-            [(start, roll_1), (roll_1, roll_2), (roll_2, roll_3)];
+        type KeysOf = fn(u8) -> Local;
+        let mixed: [(KeysOf, KeysOf); 3] = [(start, roll_1), (roll_1, roll_2), (roll_2, roll_3)];
         for (before, after) in mixed {
             for (dialer, acceptor) in [(before(0), after(2)), (after(0), before(2))] {
                 let run = exchange(&dialer, &acceptor, ACCEPTOR_NONCE);

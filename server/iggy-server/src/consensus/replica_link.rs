@@ -787,7 +787,8 @@ pub(crate) mod tests {
     #[test]
     fn sealed_fields_are_checked_against_the_link() {
         let frame = commit_frame(0, METADATA_GROUP, 0, b"");
-        let cases: [(fn(&mut [u8; HEADER_SIZE]), &str); 8] = [
+        type Tamper = fn(&mut [u8; HEADER_SIZE]);
+        let cases: [(Tamper, &str); 8] = [
             (|h| h[GenericHeader::CLUSTER_OFFSET] ^= 1, "cluster"),
             (|h| h[GenericHeader::REPLICA_OFFSET] = 1, "replica"),
             (|h| h[GenericHeader::RELEASE_OFFSET] = 1, "release"),

@@ -113,17 +113,19 @@ fn reply_header(
     meta: ReplyMeta,
     size: usize,
 ) -> ReplyHeader {
-    let mut header = ReplyHeader::default();
-    header.size = size as u32;
-    header.command = Command::Reply;
-    header.cluster = request.cluster;
-    header.request_checksum = request.request_checksum;
-    header.client = request.client;
-    header.commit = meta.commit;
-    header.request = request.request;
-    header.operation = operation;
-    header.status = meta.status;
-    header.partition_incarnation = request.partition_incarnation;
+    let mut header = ReplyHeader {
+        size: size as u32,
+        command: Command::Reply,
+        cluster: request.cluster,
+        request_checksum: request.request_checksum,
+        client: request.client,
+        commit: meta.commit,
+        request: request.request,
+        operation,
+        status: meta.status,
+        partition_incarnation: request.partition_incarnation,
+        ..ReplyHeader::default()
+    };
     if meta.committed && meta.status == 0 {
         header.op = meta.commit;
         header.reserved[COMMITTED_MARKER] = 1;
@@ -169,13 +171,15 @@ pub fn client_of(bytes: &[u8; HEADER_SIZE]) -> u128 {
 
 pub fn eviction(client: u128, reason: EvictionReason) -> Vec<u8> {
     let (min, max) = protocol::admission_window();
-    let mut header = EvictionHeader::default();
-    header.size = EvictionHeader::SIZE as u32;
-    header.command = Command::Eviction;
-    header.client = client;
-    header.server_protocol_version = max.packed();
-    header.server_protocol_version_min = min.packed();
-    header.reason = reason;
+    let header = EvictionHeader {
+        size: EvictionHeader::SIZE as u32,
+        command: Command::Eviction,
+        client,
+        server_protocol_version: max.packed(),
+        server_protocol_version_min: min.packed(),
+        reason,
+        ..EvictionHeader::default()
+    };
     header.to_bytes().to_vec()
 }
 
@@ -184,13 +188,15 @@ mod tests {
     use super::*;
 
     fn request(operation: u8, size: u32) -> [u8; HEADER_SIZE] {
-        let mut header = RequestHeader::default();
-        header.command = Command::Request;
-        header.size = size;
-        header.client = 42;
-        header.operation = operation;
-        header.request = 3;
-        header.reserved = 1u32.to_le_bytes();
+        let header = RequestHeader {
+            command: Command::Request,
+            size,
+            client: 42,
+            operation,
+            request: 3,
+            reserved: 1u32.to_le_bytes(),
+            ..RequestHeader::default()
+        };
         header.to_bytes()
     }
 

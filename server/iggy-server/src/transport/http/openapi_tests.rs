@@ -45,10 +45,8 @@ fn check(doc: &Value, schema: &Value, value: &Value, at: &str) -> Result<(), Str
         Value::Array(ts) => ts.iter().filter_map(Value::as_str).collect(),
         _ => Vec::new(),
     };
-    if !allowed.is_empty()
-        && !allowed.contains(&kind)
-        && !(kind == "integer" && allowed.contains(&"number"))
-    {
+    let declared = allowed.contains(&kind) || (kind == "integer" && allowed.contains(&"number"));
+    if !allowed.is_empty() && !declared {
         return Err(format!("{at}: {kind} {value}, declared {allowed:?}"));
     }
     if let Some(values) = schema["enum"].as_array()
