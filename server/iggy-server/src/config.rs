@@ -36,6 +36,7 @@ pub struct System {
     pub path: String,
     pub durability: String,
     pub segment_size: u64,
+    pub segment_writeback_bytes: u64,
     pub checkpoint_journal_bytes: u64,
     pub checkpoint_journal_ops: usize,
     pub session_lease_secs: u64,

@@ -16,7 +16,10 @@
 //! served. The `.index` files are rewritten from the `.log` walk whenever they differ from it.
 
 use std::io;
+use std::os::fd::{AsFd, AsRawFd};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use bytes::Bytes;
 use compio::BufResult;
@@ -41,6 +44,33 @@ const SCAN_CHUNK: usize = 1 << 20;
 pub struct LogConfig {
     /// Roll to a new segment when the active `.log` reaches this many bytes.
     pub segment_size: u64,
+    /// Start the kernel's writeback of the active `.log` each time this many bytes were appended
+    /// since the last start (0: never, leave it to the kernel). Without it a partition written
+    /// faster than the kernel's background writeback fills the page cache to the kernel's dirty
+    /// limit, and then every write waits while the kernel throttles the writer; started early,
+    /// the disk writes as the log grows, and a later fsync finds little left to write.
+    pub writeback_bytes: u64,
+}
+
+/// Writeback starts that returned success so far, in this process (see
+/// [`LogConfig::writeback_bytes`]).
+pub fn writebacks_started() -> u64 {
+    WRITEBACKS_STARTED.load(Ordering::Relaxed)
+}
+
+static WRITEBACKS_STARTED: AtomicU64 = AtomicU64::new(0);
+
+/// Writeback starts and ends on this boundary (the page size).
+const WRITEBACK_ALIGN: u64 = 4096;
+
+/// Writeback of a segment's `.log` started ahead of the kernel's own.
+#[derive(Debug, Default)]
+struct Writeback {
+    /// The `.log` position up to which writeback was started.
+    started_to: u64,
+    /// A start has not returned yet (it may wait for the device's queue): the next one waits
+    /// for it and covers more, so a slow disk never piles up blocking calls.
+    in_flight: Arc<AtomicBool>,
 }
 
 /// Whole batch records read from the log, sliced to the requested messages.
@@ -80,6 +110,7 @@ struct Segment {
     unsynced: bool,
     /// The `.log` file written to since its last fsync (the `.index` can be rebuilt from it).
     records_unsynced: bool,
+    writeback: Writeback,
 }
 
 impl Segment {
@@ -527,6 +558,10 @@ impl PartitionLog {
                 entries: scan.entries,
                 unsynced: scan.failure.is_some() || !matches,
                 records_unsynced: scan.failure.is_some(),
+                writeback: Writeback {
+                    started_to: scan.valid_len,
+                    ..Writeback::default()
+                },
             });
         }
         log.maybe_roll().await;
@@ -580,6 +615,7 @@ impl PartitionLog {
             entries: Vec::new(),
             unsynced: true,
             records_unsynced: true,
+            writeback: Writeback::default(),
         });
     }
 
@@ -685,8 +721,65 @@ impl PartitionLog {
         active.log_size += length;
         active.end_offset += u64::from(count);
         self.size_bytes += length;
+        self.start_writeback();
         self.maybe_roll().await;
         Ok(())
+    }
+
+    /// Starts the writeback of the active `.log`'s bytes appended since the last start once
+    /// there are `writeback_bytes` of them, on a blocking thread (the call may wait for the
+    /// device's queue) and without waiting for it: it only starts writing pages already dirty,
+    /// durability is still the fsyncs' (a failed start is logged; the pages stay dirty).
+    fn start_writeback(&mut self) {
+        let every = self.config.writeback_bytes;
+        let active = self
+            .segments
+            .last_mut()
+            .expect("a log always has an active segment");
+        // Whole pages only: the last one is still being appended to, and written back now it
+        // would be written again.
+        let to = active.log_size & !(WRITEBACK_ALIGN - 1);
+        let from = active.writeback.started_to;
+        let pending = to.saturating_sub(from);
+        if every == 0 || pending < every || active.writeback.in_flight.load(Ordering::Acquire) {
+            return;
+        }
+        active.writeback.started_to = to;
+        active.writeback.in_flight.store(true, Ordering::Release);
+        let in_flight = active.writeback.in_flight.clone();
+        let path = active.log_path.clone();
+        // A descriptor of its own for the other thread (the file handle is this thread's).
+        let file = match active.log.as_fd().try_clone_to_owned() {
+            Ok(file) => file,
+            Err(error) => {
+                in_flight.store(false, Ordering::Release);
+                tracing::warn!("{}: no writeback started: {error}", path.display());
+                return;
+            }
+        };
+        compio::runtime::spawn_blocking(move || {
+            // SAFETY: `file` owns the open descriptor; the call reads no memory of ours.
+            let started = unsafe {
+                libc::sync_file_range(
+                    file.as_raw_fd(),
+                    from as libc::off64_t,
+                    pending as libc::off64_t,
+                    libc::SYNC_FILE_RANGE_WRITE,
+                )
+            };
+            in_flight.store(false, Ordering::Release);
+            match started {
+                0 => {
+                    WRITEBACKS_STARTED.fetch_add(1, Ordering::Relaxed);
+                }
+                _ => tracing::warn!(
+                    "{}: starting the writeback of {pending} bytes at {from} failed: {}",
+                    path.display(),
+                    io::Error::last_os_error()
+                ),
+            }
+        })
+        .detach();
     }
 
     /// Fsyncs every segment written since the last sync (the active one, and any rolled since).
@@ -1002,6 +1095,7 @@ impl PartitionLog {
         set_len(&segment.index, &segment.index_path, segment.index_size()).await;
         self.size_bytes -= segment.log_size - new_size;
         segment.log_size = new_size;
+        segment.writeback.started_to = segment.writeback.started_to.min(new_size);
         segment.end_offset = offset;
         segment.unsynced = true;
         segment.records_unsynced = true;
@@ -1052,6 +1146,7 @@ impl PartitionLog {
         segment.start_offset = offset;
         segment.end_offset = offset;
         segment.log_size = 0;
+        segment.writeback.started_to = 0;
         segment.entries.clear();
         segment.unsynced = false;
         segment.records_unsynced = false;

@@ -13,7 +13,10 @@ fn run<F: Future>(future: F) -> F::Output {
 }
 
 fn config(segment_size: u64) -> LogConfig {
-    LogConfig { segment_size }
+    LogConfig {
+        segment_size,
+        writeback_bytes: 0,
+    }
 }
 
 fn payload(offset: u64) -> Vec<u8> {
@@ -182,6 +185,50 @@ fn flip_bit(path: &Path, position: usize) {
     let mut bytes = std::fs::read(path).unwrap();
     bytes[position] ^= 0x10;
     std::fs::write(path, bytes).unwrap();
+}
+
+#[test]
+fn the_active_segment_is_written_back_every_writeback_bytes_and_only_when_asked() {
+    use iggy_storage::partition_log::writebacks_started;
+    run(async {
+        let temporary = tempfile::tempdir().unwrap();
+        // Asked for none: appends start none.
+        let mut log = PartitionLog::open(temporary.path(), config(1 << 30))
+            .await
+            .unwrap();
+        let lengths = append_batches(&mut log, &[2_000; 8]).await;
+        compio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert_eq!(writebacks_started(), 0);
+        drop(log);
+        // Every 64 KiB: a start per batch (each is longer), unless the previous one is still
+        // running (the next then covers more), so at least one and at most one per batch.
+        assert!(
+            lengths.iter().all(|length| *length > 64 << 10),
+            "{lengths:?}"
+        );
+        let asked = LogConfig {
+            writeback_bytes: 64 << 10,
+            ..config(1 << 30)
+        };
+        let mut log = PartitionLog::open(temporary.path(), asked).await.unwrap();
+        let sizes = [2_000; 8];
+        append_batches(&mut log, &sizes).await;
+        let patience = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while writebacks_started() == 0 && std::time::Instant::now() < patience {
+            compio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        let started = writebacks_started();
+        assert!(
+            (1..=sizes.len() as u64).contains(&started),
+            "{started} starts"
+        );
+        // The log reads back whole, before and after a reopen.
+        let bases = batch_bases(&[2_000; 16]);
+        check_read(&log, 0, u32::MAX, &bases).await;
+        drop(log);
+        let log = PartitionLog::open(temporary.path(), asked).await.unwrap();
+        check_read(&log, 0, u32::MAX, &bases).await;
+    });
 }
 
 #[test]

@@ -989,7 +989,10 @@ mod tests {
     }
 
     async fn machine_rolling_at(dir: &Path, segment_size: u64) -> PartitionMachine {
-        let config = LogConfig { segment_size };
+        let config = LogConfig {
+            segment_size,
+            writeback_bytes: 0,
+        };
         PartitionMachine {
             partition_id: 0,
             stats: Arc::new(PartitionFigures::default()),

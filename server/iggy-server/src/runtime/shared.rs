@@ -138,6 +138,7 @@ impl Shared {
     fn log_config(&self) -> LogConfig {
         LogConfig {
             segment_size: self.config.system.segment_size,
+            writeback_bytes: self.config.system.segment_writeback_bytes,
         }
     }
 
