@@ -61,6 +61,12 @@ struct Totals {
     group_offset_deletions: u64,
     offset_reads: u64,
     inherited_offsets_withheld: u64,
+    frames_of_other_incarnations_refused: u64,
+    /// Seeds on which a frame of one incarnation reached a node running another.
+    seeds_crossing_incarnations: u64,
+    acks_of_other_incarnations_passed: u64,
+    frames_of_no_running_group: u64,
+    entries_refused: u64,
 }
 
 impl Totals {
@@ -96,6 +102,15 @@ impl Totals {
         self.group_offset_deletions += figures.group_offset_deletions;
         self.offset_reads += figures.offset_reads;
         self.inherited_offsets_withheld += figures.inherited_offsets_withheld;
+        self.frames_of_other_incarnations_refused += figures.frames_of_other_incarnations_refused;
+        self.seeds_crossing_incarnations += u64::from(
+            figures.frames_of_other_incarnations_refused
+                + figures.acks_of_other_incarnations_passed
+                > 0,
+        );
+        self.acks_of_other_incarnations_passed += figures.acks_of_other_incarnations_passed;
+        self.frames_of_no_running_group += figures.frames_of_no_running_group;
+        self.entries_refused += figures.entries_refused;
     }
 }
 
