@@ -41,7 +41,9 @@
 //!   `DeleteGroupOffsets`), so a recreated group's partitions may still hold its
 //!   predecessor's offset;
 //! - the metadata workload creates and deletes streams, topics and partitions from small
-//!   pools of names and ids, so ids are reused; each incarnation has its own clients sending
+//!   pools of names and ids, so ids are reused, and often deletes a live topic's last partition
+//!   and then adds it back (`with_partition_churn`), so a recreated partition's frames meet its
+//!   old incarnation's on nodes that lag; each incarnation has its own clients sending
 //!   to its group from the tick its create committed until its delete committed, with
 //!   message ids unique in the run.
 //!
@@ -74,6 +76,9 @@ const CLUSTER: u128 = 0x5eed_0c1a_5700;
 
 /// Of the metadata requests, the percent that create or delete consumer groups.
 const GROUP_PERCENT: u64 = 30;
+/// Of the metadata requests, the percent that delete or add one partition of a live topic, so
+/// partitions come back under their ids while their old incarnation still runs somewhere.
+const PARTITION_CHURN_PERCENT: u64 = 25;
 
 /// The size of a run.
 #[derive(Clone, Copy, Debug)]
@@ -212,7 +217,9 @@ impl NodeWorld {
             replica_count,
             settings.metadata_clients,
             settings.metadata_requests,
-            MetadataWorkload::new(seed).with_consumer_groups(GROUP_PERCENT),
+            MetadataWorkload::new(seed)
+                .with_consumer_groups(GROUP_PERCENT)
+                .with_partition_churn(PARTITION_CHURN_PERCENT),
         )
         .faults_from_shell();
         let state_transfer = (seed / 1_000).is_multiple_of(2);
@@ -792,14 +799,16 @@ mod tests {
     };
 
     /// A world of three nodes stepped until some node runs a partition incarnation; that
-    /// node and incarnation.
+    /// node and incarnation (of the first seed whose clients create one).
     fn world_running_a_partition() -> (NodeWorld, usize, u64) {
-        let mut world = NodeWorld::new(1, 3, SETTINGS);
-        while world.now < 5_000 {
-            world.step();
-            for node in 0..3 {
-                if let Some(incarnation) = world.hosted(node).values().next() {
-                    return (world, node, *incarnation);
+        for seed in 1..20 {
+            let mut world = NodeWorld::new(seed, 3, SETTINGS);
+            while world.now < 5_000 {
+                world.step();
+                for node in 0..3 {
+                    if let Some(incarnation) = world.hosted(node).values().next() {
+                        return (world, node, *incarnation);
+                    }
                 }
             }
         }

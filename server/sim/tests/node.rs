@@ -137,6 +137,11 @@ fn run(replica_count: u8) {
         );
         assert!(totals.partition_groups_compared > 0);
         assert!(
+            totals.frames_of_other_incarnations_refused > 0,
+            "frames of one partition incarnation reach a node running another incarnation of \
+             its ids, whose codec refuses them"
+        );
+        assert!(
             totals.consumer_group_deletions > 0
                 && totals.group_offset_deletions > 0
                 && totals.offset_stores_acknowledged > 0
@@ -152,6 +157,12 @@ fn run(replica_count: u8) {
         assert!(
             totals.offset_stores_refused > 0 && totals.inherited_offsets_withheld > 0,
             "stale group stores are refused and recreated groups find a predecessor's offset"
+        );
+        assert!(
+            totals.seeds_crossing_incarnations * 20 >= totals.seeds,
+            "on many seeds a frame of one incarnation reaches a node running another: {} of {}",
+            totals.seeds_crossing_incarnations,
+            totals.seeds
         );
         assert!(
             totals.offset_stores_superseded > 0,
