@@ -728,6 +728,12 @@ pub struct MetadataWorkload {
     clock: u64,
     /// Of the requests, the percent that create or delete consumer groups (0 by default).
     group_percent: u64,
+    /// Of the requests, the percent that delete one partition of a topic that is mostly live
+    /// or add it back (0 by default): the last partition's id returns, a new incarnation of
+    /// the same ids.
+    partition_churn_percent: u64,
+    /// The topic whose partition the last churn request deleted: the next one adds it back.
+    churned: Option<(Ident, Ident)>,
     /// Committed consumer-group deletions: (stream, topic, group, op).
     group_deletions: Vec<(u32, u32, u32, u64)>,
     figures: MetadataRunFigures,
@@ -749,6 +755,8 @@ impl MetadataWorkload {
             checked: Vec::new(),
             clock: 1_000_000,
             group_percent: 0,
+            partition_churn_percent: 0,
+            churned: None,
             group_deletions: Vec::new(),
             figures: MetadataRunFigures::default(),
         }
@@ -758,6 +766,14 @@ impl MetadataWorkload {
     /// topic, so ids are reused and groups recreated) in `percent` of its requests.
     pub fn with_consumer_groups(mut self, percent: u64) -> Self {
         self.group_percent = percent;
+        self
+    }
+
+    /// The same workload deleting one partition of a mostly live topic, then adding one to it
+    /// (the request after), in `percent` of its requests, so partitions are recreated under
+    /// their ids often (a delete frees the last partition's id and the add takes it back).
+    pub fn with_partition_churn(mut self, percent: u64) -> Self {
+        self.partition_churn_percent = percent;
         self
     }
 
@@ -833,6 +849,22 @@ impl MetadataWorkload {
                     topic,
                     group: self.ident(GROUP_NAMES, "g"),
                 },
+            };
+        }
+        if self.partition_churn_percent > 0 && self.rng.chance(self.partition_churn_percent) {
+            if let Some((stream, topic)) = self.churned.take() {
+                return Request::CreatePartitions {
+                    stream,
+                    topic,
+                    count: 1,
+                };
+            }
+            let (stream, topic) = (Ident::Id(self.rng.below(2) as u32), Ident::Id(0));
+            self.churned = Some((stream.clone(), topic.clone()));
+            return Request::DeletePartitions {
+                stream,
+                topic,
+                count: 1,
             };
         }
         match roll {

@@ -13,9 +13,17 @@
 //!   reconciliation finds the incarnation deleted); an incarnation a node's directories hold
 //!   but whose creating op its replayed model does not reach yet waits, files kept, until
 //!   that op is applied again (the server's start-up rules, in [`MetadataMachine`]);
-//! - packets of a group travel only between that group's replicas: a node that does not host
-//!   the incarnation (not created there yet, or deleted) drops them, as the server's replica
-//!   codec refuses another incarnation;
+//! - partition replicas exchange the server's frames (`Cluster::with_frames`): encoded by the
+//!   replica codec (`iggy_vsr::codec`) with the sender's `FrameContext` (group id from the
+//!   ids, the incarnation) and decoded with the receiving replica's. A node routes them by ids
+//!   (stream, topic, partition), as the server's bus routes by group id: a frame of an
+//!   incarnation the receiving node does not run (not created there yet, deleted, while an
+//!   older or newer incarnation of the same ids runs there) goes to the replica of the
+//!   incarnation it runs, whose codec must refuse it (counted); what the codec lets through (a
+//!   PrepareOk, whose layout names no incarnation: the core judges the entry checksum it
+//!   carries) reaches that replica, so a codec that took another incarnation's frames shows as
+//!   divergence in the groups' checkers; a node running no incarnation of the ids drops it, as
+//!   the bus drops a frame of no group;
 //! - the faults are the node's: a crash takes every replica it hosts down at once (each
 //!   loses its unsynced writes), a restart reopens the metadata replica and then, from its
 //!   replayed model, the partition replicas; a cut isolates all of them; about half the seeds
@@ -33,7 +41,9 @@
 //!   `DeleteGroupOffsets`), so a recreated group's partitions may still hold its
 //!   predecessor's offset;
 //! - the metadata workload creates and deletes streams, topics and partitions from small
-//!   pools of names and ids, so ids are reused; each incarnation has its own clients sending
+//!   pools of names and ids, so ids are reused, and often deletes a live topic's last partition
+//!   and then adds it back (`with_partition_churn`), so a recreated partition's frames meet its
+//!   old incarnation's on nodes that lag; each incarnation has its own clients sending
 //!   to its group from the tick its create committed until its delete committed, with
 //!   message ids unique in the run.
 //!
@@ -52,15 +62,23 @@
 
 use crate::machine::MachineFigures;
 use crate::{MetadataMachine, MetadataWorkload, PartitionMachine, PartitionWorkload};
+use iggy_generated::frames::Command;
 use iggy_metadata::PartitionKey;
 use iggy_metadata::reconcile::created_op;
+use iggy_vsr::codec::{CodecError, FrameContext, partition_group};
 use iggy_vsr::sim::Rng;
 use iggy_vsr::sim::cluster::{Cluster, Summary};
 use iggy_vsr::{ReplicaId, Status};
 use std::collections::BTreeMap;
 
+/// The cluster id the nodes' partition frames carry.
+const CLUSTER: u128 = 0x5eed_0c1a_5700;
+
 /// Of the metadata requests, the percent that create or delete consumer groups.
 const GROUP_PERCENT: u64 = 30;
+/// Of the metadata requests, the percent that delete or add one partition of a live topic, so
+/// partitions come back under their ids while their old incarnation still runs somewhere.
+const PARTITION_CHURN_PERCENT: u64 = 25;
 
 /// The size of a run.
 #[derive(Clone, Copy, Debug)]
@@ -138,6 +156,18 @@ pub struct NodeFigures {
     pub group_offset_deletions: u64,
     pub offset_reads: u64,
     pub inherited_offsets_withheld: u64,
+    /// Partition packets of one incarnation that reached a node running another incarnation
+    /// of the same ids: frames the codec refused (`CodecError::Incarnation`), and
+    /// acknowledgements it let through to the other incarnation's replica (a PrepareOk names no
+    /// incarnation: the core judges the entry checksum it carries).
+    pub frames_of_other_incarnations_refused: u64,
+    pub acks_of_other_incarnations_passed: u64,
+    /// Partition packets that reached a node running no incarnation of their ids (dropped).
+    pub frames_of_no_running_group: u64,
+    /// Prepares of a partition group refused by the receiver's codec because their entry did
+    /// not rebuild its checksum (a retired batch's stand-in resent; the core drops such an
+    /// entry too).
+    pub entries_refused: u64,
 }
 
 /// One partition incarnation's group over the nodes.
@@ -187,7 +217,9 @@ impl NodeWorld {
             replica_count,
             settings.metadata_clients,
             settings.metadata_requests,
-            MetadataWorkload::new(seed).with_consumer_groups(GROUP_PERCENT),
+            MetadataWorkload::new(seed)
+                .with_consumer_groups(GROUP_PERCENT)
+                .with_partition_churn(PARTITION_CHURN_PERCENT),
         )
         .faults_from_shell();
         let state_transfer = (seed / 1_000).is_multiple_of(2);
@@ -297,6 +329,7 @@ impl NodeWorld {
             group.cluster.step();
             assert_eq!(group.cluster.now(), self.now, "the groups step in lockstep");
         }
+        self.route_by_ids();
         self.check_step();
     }
 
@@ -474,7 +507,13 @@ impl NodeWorld {
             requests,
             workload,
         )
-        .hosted_by_shell(self.now - 1, Some(preferred));
+        .hosted_by_shell(self.now - 1, Some(preferred))
+        .with_frames(FrameContext {
+            cluster: CLUSTER,
+            sender: 0,
+            group: partition_group(key),
+            incarnation,
+        });
         if self.state_transfer {
             // A partition group's clients make a few requests only: it checkpoints past a
             // laggard as soon as a checkpoint is due, so outages leave replicas behind.
@@ -500,6 +539,45 @@ impl NodeWorld {
             deleted: false,
         };
         self.groups.insert(incarnation, group);
+    }
+
+    /// Routes the partition frames that reached a node not running their incarnation, as the
+    /// server's node does: by ids to the incarnation of those ids the node runs, whose replica's
+    /// codec judges the frame (see the module's notes).
+    fn route_by_ids(&mut self) {
+        let mut frames = Vec::new();
+        for (incarnation, group) in &mut self.groups {
+            for (from, to, frame) in group.cluster.take_unhosted() {
+                frames.push((group.key, *incarnation, from, to, frame));
+            }
+        }
+        for (key, incarnation, from, to, frame) in frames {
+            let node = usize::from(to);
+            if !self.up(node) {
+                continue;
+            }
+            let running = self
+                .groups
+                .iter_mut()
+                .find(|(_, group)| group.key == key && group.cluster.replica(node).is_some());
+            let Some((running, group)) = running else {
+                self.figures.frames_of_no_running_group += 1;
+                continue;
+            };
+            let running = *running;
+            match group.cluster.receive_frame(to, from, &frame) {
+                Err(CodecError::Incarnation { .. }) => {
+                    self.figures.frames_of_other_incarnations_refused += 1;
+                }
+                Err(refused) => self.fail(format!(
+                    "node {node}: a frame of incarnation {incarnation:#x} of {key:?} refused by \
+                     incarnation {running:#x} as {refused}, not as another incarnation's"
+                )),
+                Ok(Command::PrepareOk) => self.figures.acks_of_other_incarnations_passed += 1,
+                // Let through to the replica: the groups' checkers judge what it does with it.
+                Ok(_) => {}
+            }
+        }
     }
 
     /// The incarnations node `node` runs.
@@ -667,6 +745,7 @@ impl NodeWorld {
             figures.partition_checkpoints_past_laggards += summary.checkpoints_past_laggards;
             figures.partition_state_transfers += summary.state_transfers;
             figures.partition_transfers_refused += summary.transfers_refused;
+            figures.entries_refused += summary.entries_refused;
             add_transfer_figures(&mut figures, &partition.machines);
             figures.offset_stores_acknowledged += partition.stores_acknowledged;
             figures.offset_stores_refused += partition.stores_refused;
@@ -720,14 +799,16 @@ mod tests {
     };
 
     /// A world of three nodes stepped until some node runs a partition incarnation; that
-    /// node and incarnation.
+    /// node and incarnation (of the first seed whose clients create one).
     fn world_running_a_partition() -> (NodeWorld, usize, u64) {
-        let mut world = NodeWorld::new(1, 3, SETTINGS);
-        while world.now < 5_000 {
-            world.step();
-            for node in 0..3 {
-                if let Some(incarnation) = world.hosted(node).values().next() {
-                    return (world, node, *incarnation);
+        for seed in 1..20 {
+            let mut world = NodeWorld::new(seed, 3, SETTINGS);
+            while world.now < 5_000 {
+                world.step();
+                for node in 0..3 {
+                    if let Some(incarnation) = world.hosted(node).values().next() {
+                        return (world, node, *incarnation);
+                    }
                 }
             }
         }

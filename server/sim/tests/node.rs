@@ -61,6 +61,12 @@ struct Totals {
     group_offset_deletions: u64,
     offset_reads: u64,
     inherited_offsets_withheld: u64,
+    frames_of_other_incarnations_refused: u64,
+    /// Seeds on which a frame of one incarnation reached a node running another.
+    seeds_crossing_incarnations: u64,
+    acks_of_other_incarnations_passed: u64,
+    frames_of_no_running_group: u64,
+    entries_refused: u64,
 }
 
 impl Totals {
@@ -96,6 +102,15 @@ impl Totals {
         self.group_offset_deletions += figures.group_offset_deletions;
         self.offset_reads += figures.offset_reads;
         self.inherited_offsets_withheld += figures.inherited_offsets_withheld;
+        self.frames_of_other_incarnations_refused += figures.frames_of_other_incarnations_refused;
+        self.seeds_crossing_incarnations += u64::from(
+            figures.frames_of_other_incarnations_refused
+                + figures.acks_of_other_incarnations_passed
+                > 0,
+        );
+        self.acks_of_other_incarnations_passed += figures.acks_of_other_incarnations_passed;
+        self.frames_of_no_running_group += figures.frames_of_no_running_group;
+        self.entries_refused += figures.entries_refused;
     }
 }
 
@@ -122,6 +137,11 @@ fn run(replica_count: u8) {
         );
         assert!(totals.partition_groups_compared > 0);
         assert!(
+            totals.frames_of_other_incarnations_refused > 0,
+            "frames of one partition incarnation reach a node running another incarnation of \
+             its ids, whose codec refuses them"
+        );
+        assert!(
             totals.consumer_group_deletions > 0
                 && totals.group_offset_deletions > 0
                 && totals.offset_stores_acknowledged > 0
@@ -137,6 +157,12 @@ fn run(replica_count: u8) {
         assert!(
             totals.offset_stores_refused > 0 && totals.inherited_offsets_withheld > 0,
             "stale group stores are refused and recreated groups find a predecessor's offset"
+        );
+        assert!(
+            totals.seeds_crossing_incarnations * 20 >= totals.seeds,
+            "on many seeds a frame of one incarnation reaches a node running another: {} of {}",
+            totals.seeds_crossing_incarnations,
+            totals.seeds
         );
         assert!(
             totals.offset_stores_superseded > 0,

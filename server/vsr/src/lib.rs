@@ -228,6 +228,7 @@
 
 pub mod checkpoint;
 pub mod client_table;
+pub mod codec;
 pub mod group;
 pub mod journal;
 pub mod message;

@@ -12,7 +12,6 @@
 //! metadata primary, which alone expires sessions, counts them as active.
 
 use super::replica_bus::Inbound;
-use super::replica_codec::{CodecError, FrameContext, malformed, same_group, sealed_frame};
 use bytes::{BufMut, Bytes, BytesMut};
 use iggy_generated::frames::{
     Command, ConsumerSessionHeartbeatHeader, ForwardLogoutHeader, ForwardLogoutOutcome,
@@ -20,6 +19,7 @@ use iggy_generated::frames::{
     ForwardRegisterResultHeader, ForwardWriteHeader, ForwardWriteOutcome, ForwardWriteResultHeader,
     METADATA_GROUP, Operation,
 };
+use iggy_vsr::codec::{CodecError, FrameContext, malformed, same_group, sealed_frame};
 
 /// Bytes of one (client u128, session u64) entry in a session heartbeat's body.
 const HEARTBEAT_ENTRY_SIZE: usize = 24;
@@ -403,7 +403,7 @@ fn heartbeat_entries(command: Command, body: &[u8]) -> Result<Vec<(u128, u64)>, 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::consensus::replica_codec::tests::deliver_in;
+    use crate::consensus::replica_link::tests::deliver_in;
     use crate::consensus::replica_link::{FrameCheck, HEADER_SIZE};
 
     fn context(sender: u8) -> FrameContext {

@@ -1,5 +1,5 @@
 //! A consensus group's part in the replica plane, in a cluster: its replica clock, the frames
-//! it takes from and sends to its peers (through `replica_codec` on the lossy bus), the commit
+//! it takes from and sends to its peers (through `iggy_vsr::codec` on the lossy bus), the commit
 //! announcements of a primary, and forwarding (`forward`): Registers, Logouts and writes a
 //! backup relays to the primary, and the sessions it reports bound on it. The group's task
 //! (`group.rs`) owns one per group of more than one and calls it; a group of one has none.
@@ -173,7 +173,7 @@ impl GroupPlane {
                 }
             };
         }
-        match super::replica_codec::decode(&self.peers.frames, &frame) {
+        match iggy_vsr::codec::decode(&self.peers.frames, &frame) {
             Ok(message) => core.on_message(frame.from, message),
             // Checked frames from an admitted peer: a mismatch here is a stale partition
             // incarnation or a bug, never worth the link.
@@ -206,7 +206,7 @@ impl GroupPlane {
         let frame = match (&self.last_prepare, key) {
             (Some((last, frame)), Some(key)) if *last == key => frame.clone(),
             _ => {
-                let frame = super::replica_codec::encode(&self.peers.frames, message);
+                let frame = iggy_vsr::codec::encode(&self.peers.frames, message);
                 if let Some(key) = key {
                     self.last_prepare = Some((key, frame.clone()));
                 }
@@ -280,7 +280,7 @@ impl GroupPlane {
             commit,
             checkpoint_safe: replica.checkpoint_safe(),
         };
-        let frame = super::replica_codec::encode(&self.peers.frames, &announce);
+        let frame = iggy_vsr::codec::encode(&self.peers.frames, &announce);
         for peer in behind {
             self.note_told(peer, commit);
             let _ = self.peers.bus.send(peer, frame.clone());

@@ -12,7 +12,6 @@ pub mod link_stream;
 pub mod log_limit;
 pub mod plane;
 pub mod replica_bus;
-pub mod replica_codec;
 pub mod replica_link;
 pub mod replica_tls;
 pub mod transfer;

@@ -12,9 +12,9 @@ use super::link_liveness::PeerStatus;
 use super::replica_bus::{
     BusConfig, BusEvent, BusSender, HistorySource, Inbound, ReplicaBus, Router,
 };
-use super::replica_codec::FrameContext;
 use futures_channel::mpsc;
 use iggy_generated::frames::{METADATA_GROUP, MetadataHistory};
+use iggy_vsr::codec::{FrameContext, partition_group};
 use std::cell::RefCell;
 use std::path::Path;
 use std::rc::Rc;
@@ -284,12 +284,6 @@ pub fn created_view(incarnation: u64, partition: u32, replica_count: u8) -> u32 
     ((op + u64::from(partition)) % u64::from(replica_count.max(1))) as u32
 }
 
-/// A partition's consensus group id on the replica wire (spec/frames.spec): stream in the high
-/// 32 bits, topic in the next 12, partition in the low 20.
-pub fn partition_group((stream, topic, partition): (u32, u32, u32)) -> u64 {
-    (u64::from(stream) << 32) | (u64::from(topic) << 20) | u64::from(partition)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -346,14 +340,5 @@ mod tests {
         let views: Vec<u32> = (0..6).map(|p| created_view(incarnation, p, 3)).collect();
         assert_eq!(views, [1, 2, 0, 1, 2, 0]);
         assert_eq!(created_view(incarnation, 5, 1), 0);
-    }
-
-    #[test]
-    fn partition_groups_pack_their_ids_apart_from_the_metadata_group() {
-        assert_eq!(partition_group((3, 2, 1)), 0x3_0020_0001);
-        assert_ne!(
-            partition_group((u32::MAX >> 1, 4095, 0xfffff)),
-            METADATA_GROUP
-        );
     }
 }

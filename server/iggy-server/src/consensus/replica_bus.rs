@@ -205,16 +205,8 @@ fn peer_auth(auth: &crate::config::ClusterAuth) -> Option<admission::PeerAuth> {
     })
 }
 
-/// A verified frame from an admitted peer.
-#[derive(Debug)]
-pub struct Inbound {
-    pub from: u8,
-    pub command: Command,
-    pub group: u64,
-    pub header: Box<[u8; HEADER_SIZE]>,
-    /// The buffer the body was read into, kept (a Prepare's entry shares it).
-    pub body: Bytes,
-}
+/// A verified frame from an admitted peer: the replica codec's input.
+pub use iggy_vsr::codec::Inbound;
 
 /// What happened on the bus, for whoever watches it (tests, diagnostics). Each is logged too.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -20,8 +20,8 @@ use iggy_generated::frames::{
 };
 use std::time::Duration;
 
-/// Every replica frame starts with one header of this size.
-pub const HEADER_SIZE: usize = GenericHeader::SIZE;
+// The frame checksums and header size are the replica codec's (`iggy_vsr::codec`).
+pub use iggy_vsr::codec::{HEADER_SIZE, body_checksum_of, prepare_identity_of, seal_of};
 
 /// Whether this node dials `peer` (the lower id dials) or waits for it to dial.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -334,33 +334,6 @@ fn u128_at(bytes: &[u8; HEADER_SIZE], at: usize) -> u128 {
     u128::from_le_bytes(bytes[at..at + 16].try_into().expect("16 bytes"))
 }
 
-/// The seal: XxHash3-64 of bytes 16..256, widened.
-pub fn seal_of(header: &[u8; HEADER_SIZE]) -> u128 {
-    u128::from(twox_hash::XxHash3_64::oneshot(
-        &header[GenericHeader::CHECKSUM_BODY_OFFSET..],
-    ))
-}
-
-/// A prepare's identity: XxHash3-64 of the header with checksum and view zeroed, computed as
-/// a Prepare (a RepairPrepare keeps the identity of the Prepare it was stored as).
-pub fn prepare_identity_of(header: &[u8; HEADER_SIZE]) -> u128 {
-    let mut covered = *header;
-    covered[..GenericHeader::CHECKSUM_SIZE].fill(0);
-    covered[GenericHeader::VIEW_OFFSET..GenericHeader::VIEW_OFFSET + GenericHeader::VIEW_SIZE]
-        .fill(0);
-    covered[GenericHeader::COMMAND_OFFSET] = Command::Prepare as u8;
-    u128::from(twox_hash::XxHash3_64::oneshot(&covered))
-}
-
-/// `checksum_body` for `body`: XxHash3-64 widened, 0 for a header-only frame.
-pub fn body_checksum_of(body: &[u8]) -> u128 {
-    if body.is_empty() {
-        0
-    } else {
-        u128::from(twox_hash::XxHash3_64::oneshot(body))
-    }
-}
-
 /// A link-level Ping or Pong from `sender` (spec/frames.spec `PingHeader`), sealed.
 pub fn keepalive_frame(cluster: u128, sender: u8, command: Command) -> [u8; HEADER_SIZE] {
     assert!(
@@ -518,8 +491,35 @@ impl FrameCheck {
 pub(crate) mod tests {
     use super::*;
     use crate::consensus::admission::local_identity;
+    use iggy_vsr::codec::{FrameContext, Inbound, decode, encode};
+    use iggy_vsr::{Entry, Log, Message};
 
     pub const CLUSTER: u128 = 0x1234_5678_9abc_def0_0fed_cba9_8765_4321;
+
+    /// `frame` from `peer` of cluster `cluster` through the bus's own checks (the header, then
+    /// the body), as a peer receives it: the `Inbound` the bus routes.
+    pub(in crate::consensus) fn deliver_in(
+        cluster: u128,
+        frame: &[u8],
+        peer: u8,
+    ) -> Result<Inbound, Reject> {
+        let check = FrameCheck {
+            cluster,
+            peer,
+            max_frame_size: 1 << 20,
+        };
+        let header: [u8; HEADER_SIZE] = frame[..HEADER_SIZE].try_into().unwrap();
+        let verified = check.header(&header)?;
+        let body = bytes::Bytes::copy_from_slice(&frame[HEADER_SIZE..]);
+        check.body(&verified, &body)?;
+        Ok(Inbound {
+            from: peer,
+            command: verified.command,
+            group: verified.group,
+            header: Box::new(header),
+            body,
+        })
+    }
 
     fn local(replica: u8) -> Local {
         Local {
@@ -891,6 +891,55 @@ pub(crate) mod tests {
                 h[GenericHeader::CHECKSUM_BODY_OFFSET] = 1;
             });
             assert_eq!(check().header(&with_body).unwrap_err().reason, "size");
+        }
+    }
+
+    /// The codec's frames pass this check and decode to the message encoded, for a partition
+    /// group (whose frames carry an incarnation) and the metadata group; a frame of another
+    /// group keeps the group its header names, which routes it.
+    #[test]
+    fn codec_frames_pass_the_check_and_decode_to_their_message() {
+        let send = iggy_generated::frames::Operation::SendMessages.to_repr();
+        let entry = |op| {
+            Entry::new(
+                op,
+                2,
+                0xc1_1e47,
+                op,
+                send,
+                bytes::Bytes::from_static(b"body"),
+            )
+        };
+        let messages = [
+            Message::Prepare {
+                view: 3,
+                commit: 4,
+                entry: entry(5),
+            },
+            Message::Commit {
+                view: 3,
+                commit: 5,
+                checkpoint_safe: 0,
+            },
+            Message::StartView {
+                view: 3,
+                commit: 5,
+                log: Log::of_entries(0, 0, &[entry(1), entry(2)]),
+            },
+        ];
+        for (group, incarnation) in [(5 << 32 | 1 << 20 | 3, 9), (METADATA_GROUP, 0)] {
+            let context = |sender| FrameContext {
+                cluster: CLUSTER,
+                sender,
+                group,
+                incarnation,
+            };
+            for message in &messages {
+                let frame = encode(&context(1), message);
+                let inbound = deliver_in(CLUSTER, &frame, 1).unwrap();
+                assert_eq!(inbound.group, group);
+                assert_eq!(decode(&context(2), &inbound).as_ref(), Ok(message));
+            }
         }
     }
 }

@@ -33,7 +33,6 @@
 //! follow each other.
 
 use super::replica_bus::Inbound;
-use super::replica_codec::{CodecError, FrameContext, malformed, same_group, sealed_frame};
 use bytes::Bytes;
 use iggy_generated::frames::{
     Command, METADATA_GROUP, RequestStateChunkHeader, RequestStateTransferHeader,
@@ -41,6 +40,7 @@ use iggy_generated::frames::{
 };
 pub use iggy_generated::frames::{METADATA_CHECKPOINT_ARTIFACT, PARTITION_LOG_ARTIFACT};
 use iggy_storage::layout::{batch, read_u32, read_u64};
+use iggy_vsr::codec::{CodecError, FrameContext, malformed, same_group, sealed_frame};
 
 /// What a StateTransferTarget offers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -781,7 +781,7 @@ fn records_below(records: &Bytes, until: u64) -> Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::consensus::replica_codec::tests::deliver_in;
+    use crate::consensus::replica_link::tests::deliver_in;
     use iggy_storage::layout::{frame, write_u32, write_u64};
 
     const PARTITION: u64 = 0x3_0020_0001;

@@ -34,10 +34,11 @@ pub use crate::consensus::group::JournalEntry;
 use bytes::Bytes;
 use compio::fs::{File, OpenOptions};
 use compio::io::{AsyncReadAtExt, AsyncWriteAtExt};
-use iggy_generated::frames::{Command, Operation, PrepareHeader};
+use iggy_generated::frames::{Command, PrepareHeader};
 use iggy_storage::fail_stop::OrStop;
 use iggy_storage::verify::Severity;
 use iggy_vsr::Entry;
+use iggy_vsr::codec::entry_header;
 use std::path::{Path, PathBuf};
 
 const HEADER_SIZE: usize = PrepareHeader::SIZE;
@@ -85,23 +86,6 @@ const CHAIN_BROKEN: &str = "parent does not chain to the op before it";
 /// `checksum_body` of a record holding a stand-in: never zero (zero marks a whole body).
 fn stand_in_checksum(stand_in: &[u8]) -> u128 {
     (1u128 << 64) | u128::from(twox_hash::XxHash3_64::oneshot(stand_in))
-}
-
-/// The `PrepareHeader` fields `entry` decides: command, op, view, client, request, operation,
-/// and the size of a record whose body is `body_len` bytes. Checksums, cluster, parent and
-/// routing are the caller's (the journal here, the replica codec on the wire). `None` when the
-/// operation is not a declared `Operation` or the record would not fit a u32 size.
-pub(crate) fn entry_header(entry: &Entry, body_len: usize) -> Option<PrepareHeader> {
-    Some(PrepareHeader {
-        size: u32::try_from(HEADER_SIZE + body_len).ok()?,
-        view: entry.view,
-        command: Command::Prepare,
-        client: entry.client,
-        op: entry.op,
-        request: entry.request,
-        operation: Operation::from_repr(entry.operation)?,
-        ..PrepareHeader::default()
-    })
 }
 
 fn encode_header(
@@ -789,6 +773,7 @@ impl FileJournal {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use iggy_generated::frames::Operation;
 
     #[test]
     fn the_replicas_own_operations_are_declared_operations_so_records_carry_them() {

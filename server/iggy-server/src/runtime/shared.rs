@@ -5,13 +5,13 @@
 
 use crate::config::Config;
 use crate::consensus::group::Durability;
-use crate::consensus::replica_codec::log_headers_max;
 use crate::runtime::partition::{PartitionHandle, PartitionInfo, Traffic};
 use crate::runtime::reconcile::DiskAction;
 use iggy_metadata::{Effect, Metadata};
 use iggy_storage::DataDir;
 use iggy_storage::partition_log::LogConfig;
 use iggy_storage::revision::Discarded;
+use iggy_vsr::codec::log_headers_max;
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -85,7 +85,7 @@ impl Shared {
     }
 
     /// ...or this many ops. In a cluster a view change names every op above a group's
-    /// checkpoint in one frame, 64 bytes a header (`replica_codec::log_headers_max`: about a
+    /// checkpoint in one frame, 64 bytes a header (`iggy_vsr::codec::log_headers_max`: about a
     /// million in a 64 MiB `limits.max_frame_size`); a group checkpoints at half of that at
     /// most, so the ops that arrive while its checkpoint waits for a slower replica still fit.
     pub fn checkpoint_journal_ops(&self) -> usize {

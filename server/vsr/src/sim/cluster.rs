@@ -8,11 +8,13 @@ use super::Rng;
 use super::machine::{Machine, ModelWorkload, NodeView, Workload};
 use super::packet::{PacketOptions, PacketSimulator};
 use super::storage::Storage;
+use crate::codec::{self, CodecError, FrameContext, Inbound};
 use crate::group::{CheckpointPolicy, Durability, GroupCore, JournalBound, Outcome, Pending, Step};
 use crate::message::{Entry, Message, OPERATION_REGISTER, ReplicaId};
 use crate::replica::{Config, ReadBack, Refusal, Replica, Status};
 use crate::view_state::ViewState;
 use bytes::Bytes;
+use iggy_generated::frames::Command;
 use std::collections::BTreeMap;
 
 /// A packet on the simulated network.
@@ -22,6 +24,12 @@ enum Packet {
         from: ReplicaId,
         to: ReplicaId,
         message: Message,
+    },
+    /// A replica message as the replica codec wrote it ([`Cluster::with_frames`]).
+    Frame {
+        from: ReplicaId,
+        to: ReplicaId,
+        frame: Bytes,
     },
     Request {
         to: ReplicaId,
@@ -114,6 +122,9 @@ pub struct Summary {
     pub transfers_refused: u64,
     /// With [`Cluster::with_stale_acks`]: acknowledgements of another log sent to primaries.
     pub stale_acks: u64,
+    /// With [`Cluster::with_frames`]: Prepares refused by the receiver's codec because their
+    /// entry did not rebuild its checksum (see `deliver`).
+    pub entries_refused: u64,
 }
 
 /// The simulated world for one seed.
@@ -177,6 +188,14 @@ pub struct Cluster<W: Workload = ModelWorkload> {
     /// reached a primary.
     stale_acks: Option<Rng>,
     stale_acks_sent: u64,
+    /// With [`Cluster::with_frames`]: the group's frame context (its `sender` set per
+    /// replica), and the frames that reached a node where this group's replica does not run, as
+    /// (from, to, frame), for the shell to route by the group's ids ([`Cluster::take_unhosted`]).
+    frames: Option<FrameContext>,
+    unhosted: Vec<(ReplicaId, ReplicaId, Bytes)>,
+    /// With frames: Prepares the receiving codec refused as an entry whose body does not
+    /// rebuild its checksum.
+    entries_refused: u64,
 }
 
 impl Cluster<ModelWorkload> {
@@ -299,6 +318,9 @@ impl<W: Workload> Cluster<W> {
             stale_acks: None,
             stale_acks_sent: 0,
             clients_abandoned: false,
+            frames: None,
+            unhosted: Vec::new(),
+            entries_refused: 0,
         }
     }
 
@@ -387,6 +409,51 @@ impl<W: Workload> Cluster<W> {
     pub fn discard_replica(&mut self, index: usize) {
         self.absent(index);
         self.nodes[index].discarded = true;
+    }
+
+    /// The same world where replica messages travel as the server's frames: encoded by the
+    /// replica codec with `context` (the sender set to the sending replica) and decoded by the
+    /// receiving replica's, which must take every frame of its own group. A frame reaching a
+    /// node where this group's replica does not run is kept for the shell
+    /// ([`Cluster::take_unhosted`]).
+    pub fn with_frames(mut self, context: FrameContext) -> Self {
+        self.frames = Some(context);
+        self
+    }
+
+    /// With [`Cluster::with_frames`]: the frames delivered since the last call to a node that
+    /// does not run this group's replica (not created there yet, deleted, or down), as (from,
+    /// to, frame). The shell routes them as the server's node does, by the group's ids, to
+    /// whichever incarnation of those ids the node runs ([`Cluster::receive_frame`]).
+    pub fn take_unhosted(&mut self) -> Vec<(ReplicaId, ReplicaId, Bytes)> {
+        std::mem::take(&mut self.unhosted)
+    }
+
+    /// A frame from replica `from` the shell routed to replica `to` (of this group or another
+    /// with the same ids): decoded with the replica's own frame context, and what the codec
+    /// lets through reaches the replica as a peer's message. The frame's command, or the
+    /// codec's refusal. Nothing reaches a replica that does not run.
+    ///
+    /// # Panics
+    /// Without [`Cluster::with_frames`].
+    pub fn receive_frame(
+        &mut self,
+        to: ReplicaId,
+        from: ReplicaId,
+        frame: &Bytes,
+    ) -> Result<Command, CodecError> {
+        let context = FrameContext {
+            sender: to,
+            ..self.frames.expect("a group whose replicas exchange frames")
+        };
+        let inbound = Inbound::unverified(from, context.group, frame).expect("a whole frame");
+        let message = codec::decode(&context, &inbound)?;
+        let index = usize::from(to);
+        if let Some(core) = self.nodes[index].core.as_mut() {
+            core.on_message(from, message);
+            self.drain(index);
+        }
+        Ok(inbound.command)
     }
 
     /// The group is gone: its clients stop asking (their requests may or may not commit).
@@ -606,6 +673,7 @@ impl<W: Workload> Cluster<W> {
             state_transfers: self.state_transfers,
             transfers_refused: self.transfers_refused,
             stale_acks: self.stale_acks_sent,
+            entries_refused: self.entries_refused,
         };
         (summary, self.workload)
     }
@@ -1052,10 +1120,20 @@ impl<W: Workload> Cluster<W> {
                          (durable {durable:?})",
                         self.seed
                     );
-                    let packet = Packet::Replica {
-                        from: index as u8,
-                        to,
-                        message,
+                    let from = index as u8;
+                    let packet = match self.frames {
+                        Some(context) => Packet::Frame {
+                            from,
+                            to,
+                            frame: codec::encode(
+                                &FrameContext {
+                                    sender: from,
+                                    ..context
+                                },
+                                &message,
+                            ),
+                        },
+                        None => Packet::Replica { from, to, message },
                     };
                     self.network.submit(&mut self.rng, self.now, packet);
                 }
@@ -1139,7 +1217,9 @@ impl<W: Workload> Cluster<W> {
 
     fn deliver(&mut self, packet: Packet) {
         let cut = match &packet {
-            Packet::Replica { from, to, .. } => self.isolated(*from) || self.isolated(*to),
+            Packet::Replica { from, to, .. } | Packet::Frame { from, to, .. } => {
+                self.isolated(*from) || self.isolated(*to)
+            }
             Packet::Request { to, .. } => self.isolated(*to),
             Packet::Response { .. } => false,
         };
@@ -1152,6 +1232,24 @@ impl<W: Workload> Cluster<W> {
                 if let Some(core) = self.nodes[index].core.as_mut() {
                     core.on_message(from, message);
                     self.drain(index);
+                }
+            }
+            Packet::Frame { from, to, frame } => {
+                if self.nodes[usize::from(to)].core.is_none() {
+                    self.unhosted.push((from, to, frame));
+                    return;
+                }
+                match self.receive_frame(to, from, &frame) {
+                    Ok(_) => {}
+                    // An entry whose body does not rebuild its checksum, which the core would
+                    // drop too (`Entry::is_valid`): a stowed batch the log retired, journaled
+                    // above the sender's commit, resent with its stand-in body.
+                    Err(CodecError::EntryChecksum { .. }) => self.entries_refused += 1,
+                    Err(refused) => panic!(
+                        "seed {}: replica {to} refuses a frame of its own group from replica \
+                         {from}: {refused}",
+                        self.seed
+                    ),
                 }
             }
             Packet::Request {

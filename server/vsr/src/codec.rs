@@ -1,10 +1,12 @@
-//! The replica codec, sans-IO: `iggy_vsr::Message` values to whole replica frames and back
-//! (spec/frames.spec, "Replica-to-replica frames" and "View-change log body").
+//! The replica codec, sans-IO: [`Message`] values to whole replica frames and back
+//! (spec/frames.spec, "Replica-to-replica frames" and "View-change log body"). It lives here,
+//! beside the core, so the server's replica plane and the node simulator judge frames with the
+//! same code.
 //!
 //! `encode` writes one frame, header first, with its checksum (a seal, or a Prepare's identity)
-//! and `checksum_body` set, into one buffer sized up front. `decode` reads a frame the bus has
-//! already verified (`replica_link::FrameCheck`: checksums, release, cluster, sender, size) and
-//! judges what the check cannot: that the frame is for the receiver's group and incarnation,
+//! and `checksum_body` set, into one buffer sized up front. `decode` reads a frame the receiver
+//! has already verified (the server's bus: checksums, release, cluster, sender, size) and
+//! judges what that check cannot: that the frame is for the receiver's group and incarnation,
 //! that it is a command the VSR core speaks, that its body is well formed, and that every entry
 //! it carries rebuilds to the checksum its sender computed. Nothing here panics on a peer's bytes.
 //!
@@ -12,21 +14,100 @@
 //! proves the header arrived as sent, the entry checksum that the sender's entry was whole. The
 //! frame's `view` is the view it is sent in and bytes 240..244 the view the op was prepared in,
 //! so a repair re-sent in a later view keeps both (the identity ignores the frame's view).
-//! DoViewChange and StartView bodies carry an `iggy_vsr::Log`: a `ReplicaLogPrefix`, then one
+//! DoViewChange and StartView bodies carry a [`Log`]: a `ReplicaLogPrefix`, then one
 //! fixed-size `ReplicaEntryHeader` per op and no body (a replica fetches the bodies it lacks and
 //! checks each against its header's entry checksum).
 
-use super::replica_bus::Inbound;
-use super::replica_link::{HEADER_SIZE, body_checksum_of, prepare_identity_of, seal_of};
-use super::wal;
+use crate::{Entry, EntryHeader, Log, Message, ReplicaId};
 use bytes::{BufMut, Bytes, BytesMut};
 use iggy_generated::frames::{
-    Command, CommitHeader, DoViewChangeHeader, GenericHeader, PreVoteHeader, PrepareHeader,
-    PrepareOkHeader, PrimaryRebalanceHeader, PrimaryRebalanceKind, ReplicaEntryHeader,
-    ReplicaLogPrefix, RequestPreparesHeader, RequestStartViewHeader, StartViewChangeHeader,
-    StartViewHeader,
+    Command, CommitHeader, DoViewChangeHeader, GenericHeader, Operation, PreVoteHeader,
+    PrepareHeader, PrepareOkHeader, PrimaryRebalanceHeader, PrimaryRebalanceKind,
+    ReplicaEntryHeader, ReplicaLogPrefix, RequestPreparesHeader, RequestStartViewHeader,
+    StartViewChangeHeader, StartViewHeader,
 };
-use iggy_vsr::{Entry, EntryHeader, Log, Message, ReplicaId};
+
+/// Every replica frame starts with one header of this size.
+pub const HEADER_SIZE: usize = GenericHeader::SIZE;
+
+/// The seal: XxHash3-64 of bytes 16..256, widened.
+pub fn seal_of(header: &[u8; HEADER_SIZE]) -> u128 {
+    u128::from(twox_hash::XxHash3_64::oneshot(
+        &header[GenericHeader::CHECKSUM_BODY_OFFSET..],
+    ))
+}
+
+/// A prepare's identity: XxHash3-64 of the header with checksum and view zeroed, computed as
+/// a Prepare (a RepairPrepare keeps the identity of the Prepare it was stored as).
+pub fn prepare_identity_of(header: &[u8; HEADER_SIZE]) -> u128 {
+    let mut covered = *header;
+    covered[..GenericHeader::CHECKSUM_SIZE].fill(0);
+    covered[GenericHeader::VIEW_OFFSET..GenericHeader::VIEW_OFFSET + GenericHeader::VIEW_SIZE]
+        .fill(0);
+    covered[GenericHeader::COMMAND_OFFSET] = Command::Prepare as u8;
+    u128::from(twox_hash::XxHash3_64::oneshot(&covered))
+}
+
+/// `checksum_body` for `body`: XxHash3-64 widened, 0 for a header-only frame.
+pub fn body_checksum_of(body: &[u8]) -> u128 {
+    if body.is_empty() {
+        0
+    } else {
+        u128::from(twox_hash::XxHash3_64::oneshot(body))
+    }
+}
+
+/// A partition's consensus group id on the replica wire (spec/frames.spec): stream in the high
+/// 32 bits, topic in the next 12, partition in the low 20.
+pub fn partition_group((stream, topic, partition): (u32, u32, u32)) -> u64 {
+    (u64::from(stream) << 32) | (u64::from(topic) << 20) | u64::from(partition)
+}
+
+/// A frame as its receiver hands it to a group: checked by the receiver (the server's bus:
+/// checksums, release, cluster, sender, size) and routed by the group id its header names.
+#[derive(Debug, Clone)]
+pub struct Inbound {
+    pub from: u8,
+    pub command: Command,
+    pub group: u64,
+    pub header: Box<[u8; HEADER_SIZE]>,
+    /// The buffer the body was read into, kept (a Prepare's entry shares it).
+    pub body: Bytes,
+}
+
+impl Inbound {
+    /// Whole `frame` from peer `from`, routed to `group`, as a transport that cannot alter bytes
+    /// hands it on (the node simulator; tests): no checksum is verified here. `None` for fewer
+    /// bytes than a header or an unknown command.
+    pub fn unverified(from: ReplicaId, group: u64, frame: &Bytes) -> Option<Self> {
+        let header: [u8; HEADER_SIZE] = frame.get(..HEADER_SIZE)?.try_into().ok()?;
+        let command = Command::from_repr(header[GenericHeader::COMMAND_OFFSET])?;
+        Some(Inbound {
+            from,
+            command,
+            group,
+            header: Box::new(header),
+            body: frame.slice(HEADER_SIZE..),
+        })
+    }
+}
+
+/// The `PrepareHeader` fields `entry` decides: command, op, view, client, request, operation,
+/// and the size of a record whose body is `body_len` bytes. Checksums, cluster, parent and
+/// routing are the caller's (a journal, or this codec on the wire). `None` when the
+/// operation is not a declared `Operation` or the record would not fit a u32 size.
+pub fn entry_header(entry: &Entry, body_len: usize) -> Option<PrepareHeader> {
+    Some(PrepareHeader {
+        size: u32::try_from(HEADER_SIZE + body_len).ok()?,
+        view: entry.view,
+        command: Command::Prepare,
+        client: entry.client,
+        op: entry.op,
+        request: entry.request,
+        operation: Operation::from_repr(entry.operation)?,
+        ..PrepareHeader::default()
+    })
+}
 
 /// Who frames are written by, or read for, and which group they belong to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,7 +170,7 @@ impl std::fmt::Display for CodecError {
 
 impl std::error::Error for CodecError {}
 
-pub(super) fn malformed(command: Command, detail: impl Into<String>) -> CodecError {
+pub fn malformed(command: Command, detail: impl Into<String>) -> CodecError {
     CodecError::Malformed {
         command,
         detail: detail.into(),
@@ -265,7 +346,7 @@ fn frame_size(size: usize) -> u32 {
 
 /// Writes the fields every replica frame shares into `header` (the command-specific half is
 /// already there). `release` stays 0: release identity travels only in the handshake.
-pub(super) fn stamp_generic(
+pub fn stamp_generic(
     header: &mut [u8; HEADER_SIZE],
     context: &FrameContext,
     command: Command,
@@ -289,7 +370,7 @@ pub(super) fn stamp_generic(
     put(GenericHeader::REPLICA_OFFSET, &[context.sender]);
 }
 
-pub(super) fn seal(header: &mut [u8; HEADER_SIZE]) {
+pub fn seal(header: &mut [u8; HEADER_SIZE]) {
     let seal = seal_of(header);
     header[..GenericHeader::CHECKSUM_SIZE].copy_from_slice(&seal.to_le_bytes());
 }
@@ -297,7 +378,7 @@ pub(super) fn seal(header: &mut [u8; HEADER_SIZE]) {
 /// A header-only control frame.
 /// A sealed frame of `command` in `view`: `header` (its command half filled in) stamped with
 /// the shared fields and the checksum of `body`, then `body`.
-pub(super) fn sealed_frame(
+pub fn sealed_frame(
     context: &FrameContext,
     command: Command,
     view: u32,
@@ -339,7 +420,7 @@ fn prepare_header(
     view: u32,
     commit: u64,
 ) -> [u8; HEADER_SIZE] {
-    let fields = wal::entry_header(entry, entry.body.len()).unwrap_or_else(|| {
+    let fields = entry_header(entry, entry.body.len()).unwrap_or_else(|| {
         panic!(
             "op {}: operation {} is not a declared Operation, or its body does not fit a frame",
             entry.op, entry.operation
@@ -570,7 +651,7 @@ fn decode_control(
 /// Refuses a frame of another group, or of another incarnation of this group's id.
 /// Whether a frame of `group` (with `incarnation`, for a frame that names one) is for the
 /// group `context` names.
-pub(super) fn same_group(
+pub fn same_group(
     context: &FrameContext,
     group: u64,
     incarnation: Option<u64>,
@@ -714,11 +795,11 @@ fn decode_log(command: Command, body: &Bytes) -> Result<Log, CodecError> {
 }
 
 #[cfg(test)]
-pub(super) mod tests {
+mod tests {
     use super::*;
-    use crate::consensus::replica_link::tests::CLUSTER;
-    use crate::consensus::replica_link::{FrameCheck, Reject};
-    use iggy_generated::frames::{METADATA_GROUP, Operation, RepairRangeReplyHeader};
+    use iggy_generated::frames::{METADATA_GROUP, RepairRangeReplyHeader};
+
+    const CLUSTER: u128 = 0x1234_5678_9abc_def0_0fed_cba9_8765_4321;
 
     const PARTITION: u64 = 2 << 32 | 1 << 20 | 3;
     const INCARNATION: u64 = 7;
@@ -742,35 +823,25 @@ pub(super) mod tests {
         }
     }
 
-    /// What the bus does with the bytes a peer wrote: the header check, the body check, then
-    /// the `Inbound` it routes.
-    fn deliver(frame: &[u8], peer: ReplicaId) -> Result<Inbound, Reject> {
-        deliver_in(CLUSTER, frame, peer)
-    }
-
-    /// `frame` from `peer` of cluster `cluster` through the bus's own checks, as a peer
-    /// receives it.
-    pub(in crate::consensus) fn deliver_in(
-        cluster: u128,
-        frame: &[u8],
-        peer: ReplicaId,
-    ) -> Result<Inbound, Reject> {
-        let check = FrameCheck {
-            cluster,
-            peer,
-            max_frame_size: 1 << 20,
-        };
+    /// The bytes a peer wrote as its receiver hands them on, once the frame's own checksums
+    /// hold (the header's seal or a Prepare's identity, then `checksum_body`); the server's bus
+    /// checks the rest (release, cluster, sender, size) and its tests run this codec's frames
+    /// through it. Err names the checksum that failed.
+    fn deliver(frame: &[u8], peer: ReplicaId) -> Result<Inbound, &'static str> {
         let header: [u8; HEADER_SIZE] = frame[..HEADER_SIZE].try_into().unwrap();
-        let verified = check.header(&header)?;
-        let body = Bytes::copy_from_slice(&frame[HEADER_SIZE..]);
-        check.body(&verified, &body)?;
-        Ok(Inbound {
-            from: peer,
-            command: verified.command,
-            group: verified.group,
-            header: Box::new(header),
-            body,
-        })
+        let expected = match header[GenericHeader::COMMAND_OFFSET] {
+            command if command == Command::Prepare as u8 => prepare_identity_of(&header),
+            _ => seal_of(&header),
+        };
+        if header[..16] != expected.to_le_bytes() {
+            return Err("checksum");
+        }
+        let checksum_body = &header[GenericHeader::CHECKSUM_BODY_OFFSET..][..16];
+        if checksum_body != body_checksum_of(&frame[HEADER_SIZE..]).to_le_bytes() {
+            return Err("checksum_body");
+        }
+        // The group routes the frame to a replica; decode reads the header's own.
+        Ok(Inbound::unverified(peer, u64::MAX, &Bytes::copy_from_slice(frame)).unwrap())
     }
 
     fn entry(op: u64, view: u32, body: &'static [u8]) -> Entry {
@@ -878,13 +949,21 @@ pub(super) mod tests {
     }
 
     #[test]
-    fn every_message_round_trips_through_the_bus_check() {
+    fn partition_groups_pack_their_ids_apart_from_the_metadata_group() {
+        assert_eq!(partition_group((3, 2, 1)), 0x3_0020_0001);
+        assert_ne!(
+            partition_group((u32::MAX >> 1, 4095, 0xfffff)),
+            METADATA_GROUP
+        );
+    }
+
+    #[test]
+    fn every_message_round_trips() {
         for context in [partition, metadata] {
             for message in every_message() {
                 let frame = encode(&context(SENDER), &message);
                 let inbound = deliver(&frame, SENDER)
                     .unwrap_or_else(|reject| panic!("{}: {reject}", message.name()));
-                assert_eq!(inbound.group, context(SENDER).group);
                 let decoded = decode(&context(RECEIVER), &inbound);
                 assert_eq!(decoded.as_ref(), Ok(&message), "{}", message.name());
             }
@@ -938,13 +1017,13 @@ pub(super) mod tests {
     }
 
     #[test]
-    fn a_flipped_body_byte_fails_the_bus_check() {
+    fn a_flipped_body_byte_fails_the_body_checksum() {
         for message in [&every_message()[0], &every_message()[5]] {
             let mut frame = encode(&partition(SENDER), message).to_vec();
             let last = frame.len() - 1;
             frame[last] ^= 1;
             let reject = deliver(&frame, SENDER).unwrap_err();
-            assert_eq!(reject.reason, "checksum_body", "{}", message.name());
+            assert_eq!(reject, "checksum_body", "{}", message.name());
         }
     }
 
@@ -1015,13 +1094,13 @@ pub(super) mod tests {
     }
 
     #[test]
-    fn a_forged_header_checksum_names_no_body_and_a_changed_header_fails_the_bus_check() {
+    fn a_forged_header_checksum_names_no_body_and_a_changed_header_fails_the_body_checksum() {
         let message = &every_message()[5];
         let genuine = entry(12, 3, b"");
         let mut vote = encode(&partition(SENDER), message).to_vec();
         vote[header_at(1) + ReplicaEntryHeader::CHECKSUM_OFFSET] ^= 1;
         assert_eq!(
-            deliver(&vote, SENDER).unwrap_err().reason,
+            deliver(&vote, SENDER).unwrap_err(),
             "checksum_body",
             "the frame's body checksum covers every header"
         );
