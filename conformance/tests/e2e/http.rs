@@ -341,7 +341,6 @@ async fn bad_requests_get_clear_statuses_and_the_server_stays_up() {
 /// length) is refused with 400 naming the field: the server once wrote the request with a
 /// wrapped length (a panic in debug builds, the connection closed without a reply).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: a JSON string longer than its u8-length wire field panics the request task (debug) or is written with a wrapped length (release)"]
 async fn a_string_too_long_for_its_wire_field_gets_400_naming_the_field() {
     let (server, api) = TestServer::start_with_http(&[]);
     let token = raw_token(&api).await;

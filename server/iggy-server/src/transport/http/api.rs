@@ -166,6 +166,17 @@ fn bad_json(reason: impl std::fmt::Display) -> Response {
     )
 }
 
+/// A request built from the client's JSON, encoded: a string too long for its length prefix
+/// (a 256-byte name behind a u8 length) is refused with 400 naming the field, never written with
+/// a wrapped length.
+trait CheckedBytes: WireEncode {
+    fn checked_bytes(&self) -> Result<Vec<u8>, Response> {
+        self.try_to_wire_bytes().map_err(bad_json)
+    }
+}
+
+impl<T: WireEncode> CheckedBytes for T {}
+
 fn ok_json(status: u16, value: &impl Serialize) -> Response {
     Response::json(status, serde_json::to_vec(value).expect("reply serializes"))
 }
@@ -969,7 +980,7 @@ async fn route_handler(
                 client_context: login.context.as_deref().unwrap_or(""),
             };
             let bound = call
-                .register("user.login_register", register.to_wire_bytes())
+                .register("user.login_register", register.checked_bytes()?)
                 .await?;
             identity(call.state, bound)
         }
@@ -982,7 +993,7 @@ async fn route_handler(
                 client_context: "",
             };
             let bound = call
-                .register("user.login_register_with_pat", register.to_wire_bytes())
+                .register("user.login_register_with_pat", register.checked_bytes()?)
                 .await?;
             identity(call.state, bound)
         }
@@ -1019,7 +1030,7 @@ async fn route_handler(
                     wire::StreamIdRequest {
                         stream_id: wire_id(&stream),
                     }
-                    .to_wire_bytes(),
+                    .checked_bytes()?,
                     none,
                 )
                 .await?;
@@ -1040,7 +1051,7 @@ async fn route_handler(
                 name: &create.name,
                 options: &options,
             }
-            .to_wire_bytes();
+            .checked_bytes()?;
             let reply = call.run("stream.create", body, none).await?;
             let details: wire::GetStreamResponse = decode(&reply)?;
             ok_json(
@@ -1055,7 +1066,7 @@ async fn route_handler(
                 wire::StreamIdRequest {
                     stream_id: wire_id(&stream),
                 }
-                .to_wire_bytes(),
+                .checked_bytes()?,
                 none,
             )
             .await?;
@@ -1069,7 +1080,7 @@ async fn route_handler(
                     wire::StreamIdRequest {
                         stream_id: wire_id(&stream),
                     }
-                    .to_wire_bytes(),
+                    .checked_bytes()?,
                     none,
                 )
                 .await?;
@@ -1089,7 +1100,7 @@ async fn route_handler(
                 stream_id: wire_id(&stream),
                 topic_id: wire_id(&topic),
             }
-            .to_wire_bytes();
+            .checked_bytes()?;
             let reply = call.run("topic.get", body, none).await?;
             if reply.is_empty() {
                 return Err(ErrorCode::TopicIdNotFound.into());
@@ -1111,7 +1122,7 @@ async fn route_handler(
                 name: &create.name,
                 options: &options,
             }
-            .to_wire_bytes();
+            .checked_bytes()?;
             let reply = call.run("topic.create", body, none).await?;
             let details: wire::GetTopicResponse = decode(&reply)?;
             ok_json(
@@ -1125,7 +1136,7 @@ async fn route_handler(
                 stream_id: wire_id(&stream),
                 topic_id: wire_id(&topic),
             }
-            .to_wire_bytes();
+            .checked_bytes()?;
             call.run("topic.delete", body, none).await?;
             Response::empty(status)
         }
@@ -1137,7 +1148,7 @@ async fn route_handler(
                 topic_id: wire_id(&topic),
                 partitions_count: create.partitions_count,
             }
-            .to_wire_bytes();
+            .checked_bytes()?;
             call.run("partition.create", body, none).await?;
             Response::empty(status)
         }
@@ -1151,7 +1162,7 @@ async fn route_handler(
                 topic_id: wire_id(&topic),
                 partitions_count: count,
             }
-            .to_wire_bytes();
+            .checked_bytes()?;
             call.run("partition.delete", body, none).await?;
             Response::empty(status)
         }
@@ -1169,7 +1180,7 @@ async fn route_handler(
                 partition_id: partition,
                 segments_count: count,
             }
-            .to_wire_bytes();
+            .checked_bytes()?;
             let header = Header {
                 partition: partition_key(node, &stream, &topic, partition),
                 ..none
@@ -1183,7 +1194,7 @@ async fn route_handler(
                 stream_id: wire_id(&stream),
                 topic_id: wire_id(&topic),
             }
-            .to_wire_bytes();
+            .checked_bytes()?;
             let reply = call.run("consumer_group.list", body, none).await?;
             let list: wire::GetConsumerGroupsResponse = decode(&reply)?;
             ok_json(
@@ -1202,7 +1213,7 @@ async fn route_handler(
                 topic_id: wire_id(&topic),
                 group_id: wire_id(&group),
             }
-            .to_wire_bytes();
+            .checked_bytes()?;
             let reply = call.run("consumer_group.get", body, none).await?;
             if reply.is_empty() {
                 return Err(ErrorCode::ConsumerGroupIdNotFound.into());
@@ -1221,7 +1232,7 @@ async fn route_handler(
                 topic_id: wire_id(&topic),
                 name: &create.name,
             }
-            .to_wire_bytes();
+            .checked_bytes()?;
             let reply = call.run("consumer_group.create", body, none).await?;
             let details: wire::ConsumerGroupDetailsResponse = decode(&reply)?;
             ok_json(
@@ -1236,7 +1247,7 @@ async fn route_handler(
                 topic_id: wire_id(&topic),
                 group_id: wire_id(&group),
             }
-            .to_wire_bytes();
+            .checked_bytes()?;
             call.run("consumer_group.delete", body, none).await?;
             Response::empty(status)
         }
@@ -1292,7 +1303,7 @@ async fn route_handler(
                 messages_count: messages.len() as u32,
                 batch: &batch,
             };
-            let mut bytes = send_request.to_wire_bytes();
+            let mut bytes = send_request.checked_bytes()?;
             let metadata_length = (bytes.len() - 4 - batch.len()) as u32;
             bytes[..4].copy_from_slice(&metadata_length.to_le_bytes());
             let header = Header {
@@ -1406,7 +1417,7 @@ async fn route_handler(
                 count,
                 auto_commit,
             }
-            .to_wire_bytes();
+            .checked_bytes()?;
             let header = Header {
                 partition_incarnation: context.incarnation,
                 owner_generation: context.owner_generation,
@@ -1438,7 +1449,7 @@ async fn route_handler(
                 topic_id: wire_id(&topic),
                 partition_id: optional_partition(partition),
             }
-            .to_wire_bytes();
+            .checked_bytes()?;
             let reply = call.run("consumer_offset.get", body, none).await?;
             if reply.is_empty() {
                 return Err(ErrorCode::ConsumerOffsetNotFound.into());
@@ -1486,7 +1497,7 @@ async fn route_handler(
                 offset: store.offset,
                 ack: wire::AckLevel::Quorum,
             }
-            .to_wire_bytes();
+            .checked_bytes()?;
             let header = Header {
                 partition_incarnation: context.incarnation,
                 owner_generation: context.owner_generation,
@@ -1518,7 +1529,7 @@ async fn route_handler(
                 partition_id: optional_partition(partition),
                 ack: wire::AckLevel::Quorum,
             }
-            .to_wire_bytes();
+            .checked_bytes()?;
             let header = Header {
                 partition_incarnation: incarnation,
                 partition: partition_key(node, &stream, &topic, partition.unwrap_or(0)),
@@ -1556,13 +1567,14 @@ async fn route_handler(
                 name: &create.name,
                 expiry: create.expiry,
             }
-            .to_wire_bytes();
+            .checked_bytes()?;
             let reply = call.run("personal_access_token.create", body, none).await?;
             let raw: wire::RawPersonalAccessTokenResponse = decode(&reply)?;
             ok_json(status, &serde_json::json!({ "token": raw.token }))
         }
         "personal_access_token.delete" => {
-            let body = wire::DeletePersonalAccessTokenRequest { name: &params[0] }.to_wire_bytes();
+            let body =
+                wire::DeletePersonalAccessTokenRequest { name: &params[0] }.checked_bytes()?;
             call.run("personal_access_token.delete", body, none).await?;
             Response::empty(status)
         }
@@ -1586,7 +1598,7 @@ async fn route_handler(
                     wire::GetUserRequest {
                         user_id: wire_id(&user),
                     }
-                    .to_wire_bytes(),
+                    .checked_bytes()?,
                     none,
                 )
                 .await?;
@@ -1612,7 +1624,7 @@ async fn route_handler(
                 permissions,
                 options: &[],
             }
-            .to_wire_bytes();
+            .checked_bytes()?;
             let reply = call.run("user.create", body, none).await?;
             let details: wire::UserDetailsResponse = decode(&reply)?;
             let permissions = details.permissions.as_ref().map(json::Permissions::of);
@@ -1625,7 +1637,7 @@ async fn route_handler(
                 wire::DeleteUserRequest {
                     user_id: wire_id(&user),
                 }
-                .to_wire_bytes(),
+                .checked_bytes()?,
                 none,
             )
             .await?;
@@ -1638,7 +1650,7 @@ async fn route_handler(
                 user_id: wire_id(&user),
                 permissions: update.permissions.as_ref().map(json::Permissions::to_wire),
             }
-            .to_wire_bytes();
+            .checked_bytes()?;
             call.run("user.permissions", body, none).await?;
             Response::empty(status)
         }
@@ -1650,7 +1662,7 @@ async fn route_handler(
                 current_password: &change.current_password,
                 new_password: &change.new_password,
             }
-            .to_wire_bytes();
+            .checked_bytes()?;
             call.run("user.password", body, none).await?;
             Response::empty(status)
         }
@@ -1703,7 +1715,7 @@ async fn route_handler(
             let reply = call
                 .run(
                     "client.get",
-                    wire::GetClientRequest { client_id: client }.to_wire_bytes(),
+                    wire::GetClientRequest { client_id: client }.checked_bytes()?,
                     none,
                 )
                 .await?;
@@ -1726,7 +1738,7 @@ async fn route_handler(
             let reply = call
                 .run(
                     "options.describe",
-                    wire::DescribeOptionsRequest { scope }.to_wire_bytes(),
+                    wire::DescribeOptionsRequest { scope }.checked_bytes()?,
                     none,
                 )
                 .await?;
@@ -1776,7 +1788,7 @@ async fn route_handler(
                 compression,
                 snapshot_types: &types,
             }
-            .to_wire_bytes();
+            .checked_bytes()?;
             let reply = call.run("snapshot", body, none).await?;
             Response {
                 status,
@@ -1828,26 +1840,26 @@ async fn route_handler(
                         reset,
                         options: &options,
                     }
-                    .to_wire_bytes()
+                    .checked_bytes()?
                 }
                 wire::OptionsScope::Stream => wire::StreamResourcePatch {
                     stream_id: wire_id(&first),
                     reset,
                     options: &options,
                 }
-                .to_wire_bytes(),
+                .checked_bytes()?,
                 wire::OptionsScope::User => wire::UserResourcePatch {
                     user_id: wire_id(&first),
                     reset,
                     options: &options,
                 }
-                .to_wire_bytes(),
+                .checked_bytes()?,
             };
             let body = wire::UpdateResourceRequest {
                 scope,
                 patch: &patch,
             }
-            .to_wire_bytes();
+            .checked_bytes()?;
             call.run("resource.update", body, none).await?;
             Response::empty(status)
         }
