@@ -1338,7 +1338,6 @@ async fn kill9_of_the_metadata_primary_and_a_partition_primary_loses_no_acknowle
 /// the node says so at most as information (it once logged "cannot open … newer than the
 /// expected" as an ERROR and the delete's "left in place" as a WARN at every such restart).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: a restarted cluster node re-applying a reused partition id's old create logs ERROR cannot open (newer revision) and WARN left in place"]
 async fn a_node_restarted_after_a_partition_id_was_reused_logs_no_error() {
     let mut cluster = TestCluster::start(3);
     let client = cluster.root_client(0).await;
