@@ -2918,6 +2918,16 @@ impl TestCluster {
     /// Runs node i once more on its data directory, as the harness starts it, without waiting
     /// for it to serve: its exit status and everything it printed, or a panic after `limit`.
     fn run_to_exit(&self, i: usize, limit: Duration) -> (std::process::ExitStatus, String) {
+        self.run_to_exit_with(i, limit, &[])
+    }
+
+    /// `run_to_exit` with extra command-line arguments (`--fresh`).
+    fn run_to_exit_with(
+        &self,
+        i: usize,
+        limit: Duration,
+        extra: &[&str],
+    ) -> (std::process::ExitStatus, String) {
         let node = &self.nodes[i];
         assert!(node.pid().is_none(), "node {i} is still running");
         let config = self._config_dir.path().join("cluster.toml");
@@ -2928,6 +2938,7 @@ impl TestCluster {
                 "--replica-id",
                 &i.to_string(),
             ])
+            .args(extra)
             .current_dir(node.dir())
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
@@ -3002,6 +3013,46 @@ fn copy_tree(from: &Path, to: &Path) {
             Some(bytes) => std::fs::write(to.join(&relative), bytes).expect("write a file"),
         }
     }
+}
+
+/// `--fresh` erases the data directory before a start. On one node of a running cluster that
+/// makes the erased-metadata case above, which the start refuses: the node's data was gone
+/// before the refusal said "nothing was written", and the node could no longer rejoin. The
+/// peers are asked first: while one holds the cluster's history, `--fresh` is refused with
+/// nothing removed, and the node started without it rejoins with its data.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "bug: --fresh on one node of a running cluster deletes its data directory, then the start is refused as erased metadata (saying nothing was written): the node cannot rejoin"]
+async fn fresh_on_one_node_of_a_running_cluster_is_refused_before_anything_is_removed() {
+    let mut cluster = TestCluster::start(3);
+    let client = cluster.root_client(0).await;
+    let (stream, topic, _) = create_topic(&client, 1).await;
+    send_to_partition(&client, &id(stream), &id(topic), 0, vec![msg("kept")]).await;
+    let on_node_2 = cluster.root_client(2).await;
+    wait_until_async(
+        "node 2 holds the stream",
+        Duration::from_secs(20),
+        async || matches!(on_node_2.get_stream(&id(stream)).await, Ok(Some(_))).then_some(()),
+        || cluster.node(2).log(),
+    )
+    .await;
+    drop(on_node_2);
+
+    let data = cluster.node(2).data_dir();
+    cluster.stop(2);
+    let before = tree(&data);
+    let (status, printed) = tokio::task::block_in_place(|| cluster.run_to_exit_with(2, Duration::from_secs(30), &["--fresh"]));
+    assert_eq!(status.code(), Some(1), "{printed}");
+    for expected in ["--fresh", "nothing was removed", "without --fresh"] {
+        assert!(printed.contains(expected), "{expected:?} missing:\n{printed}");
+    }
+    assert!(tree(&data) == before, "the refused --fresh changed {}:\n{printed}", data.display());
+
+    cluster.restart(2);
+    let back = cluster.root_client(2).await;
+    let found = ok("get_stream on node 2", within("get stream", back.get_stream(&id(stream))).await);
+    assert!(found.is_some(), "node 2 serves the stream again");
+    let polled = poll(&back, &id(stream), &id(topic), 0, &consumer("reader"), PollingStrategy::first(), 10, false).await;
+    assert_eq!(payloads(&polled), vec!["kept".to_string()]);
 }
 
 /// Issue 14: "a new cluster starts automatically when its metadata WAL and superblock are absent
