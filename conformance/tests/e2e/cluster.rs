@@ -3021,7 +3021,6 @@ fn copy_tree(from: &Path, to: &Path) {
 /// the finding says which name it judged by and how to give the node's (it named two opaque
 /// cluster ids only, so an operator following the README saw a sound copy fail).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: verify of a cluster node's directory without its configuration fails naming two opaque cluster ids, not the cluster name it judged by nor how to give the node's"]
 async fn a_cluster_nodes_directory_verifies_with_its_configuration_and_says_which_name_without() {
     let mut cluster = TestCluster::start(3);
     let client = cluster.root_client(0).await;
