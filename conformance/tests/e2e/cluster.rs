@@ -3015,6 +3015,16 @@ fn copy_tree(from: &Path, to: &Path) {
     }
 }
 
+/// Three nodes, stream "s" and topic "t" of one partition holding the message `text`; the root
+/// client of node 0 (kept: its session), the stream's and the topic's ids.
+async fn cluster_holding(text: &str) -> (TestCluster, IggyClient, u32, u32) {
+    let cluster = TestCluster::start(3);
+    let client = cluster.root_client(0).await;
+    let (stream, topic, _) = create_topic(&client, 1).await;
+    send_to_partition(&client, &id(stream), &id(topic), 0, vec![msg(text)]).await;
+    (cluster, client, stream, topic)
+}
+
 /// README "Backup and restore", step 3, on a cluster node: `iggy-server verify --path <copy>`
 /// judges each journal record's cluster by the configured `[cluster] name`. With the node's
 /// configuration the copy verifies; without it every journal "belongs to another cluster", and
@@ -3022,10 +3032,7 @@ fn copy_tree(from: &Path, to: &Path) {
 /// cluster ids only, so an operator following the README saw a sound copy fail).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_nodes_directory_verifies_with_its_configuration_and_says_which_name_without() {
-    let mut cluster = TestCluster::start(3);
-    let client = cluster.root_client(0).await;
-    let (stream, topic, _) = create_topic(&client, 1).await;
-    send_to_partition(&client, &id(stream), &id(topic), 0, vec![msg("m")]).await;
+    let (mut cluster, _client, _, _) = cluster_holding("m").await;
     let data = cluster.node(1).data_dir();
     cluster.stop(1);
     let elsewhere = tempfile::tempdir().unwrap();
@@ -3059,10 +3066,7 @@ async fn a_cluster_nodes_directory_verifies_with_its_configuration_and_says_whic
 /// nothing removed, and the node started without it rejoins with its data.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fresh_on_one_node_of_a_running_cluster_is_refused_before_anything_is_removed() {
-    let mut cluster = TestCluster::start(3);
-    let client = cluster.root_client(0).await;
-    let (stream, topic, _) = create_topic(&client, 1).await;
-    send_to_partition(&client, &id(stream), &id(topic), 0, vec![msg("kept")]).await;
+    let (mut cluster, _client, stream, topic) = cluster_holding("kept").await;
     let on_node_2 = cluster.root_client(2).await;
     wait_until_async(
         "node 2 holds the stream",
