@@ -371,7 +371,6 @@ async fn a_string_too_long_for_its_wire_field_gets_400_naming_the_field() {
 /// reason once filled "Stream with name: {0}" with the path's stream (the one being renamed),
 /// so it said the renamed stream's own name already existed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: a rename refused as already existing names the renamed resource (the path's) as the one that exists"]
 async fn a_rename_to_a_taken_name_is_refused_without_naming_the_renamed_resource() {
     let (_server, api) = TestServer::start_with_http(&[]);
     let token = raw_token(&api).await;

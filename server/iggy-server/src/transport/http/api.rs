@@ -66,7 +66,8 @@ fn refusal_on(error: ErrorCode, path: &str, params: &[String]) -> Refusal {
 /// placeholder stands for is the last resource word before it ("Topic with ID: {0} for stream
 /// with ID: {1}"), and a route's `{stream_id}` gives the stream. A placeholder the path does not
 /// give is cut with its label ("Stream with name: {0} already exists." → "Stream already
-/// exists."): only the binary reply's code is machine-readable, and a half-filled text misleads.
+/// exists."), and so is the name an "already exists" refusal was asked for: only the binary
+/// reply's code is machine-readable, and a half-filled text misleads.
 fn reason(message: &str, path: &str, params: &[String]) -> String {
     const KINDS: [(&str, &str); 6] = [
         ("stream", "{stream_id}"),
@@ -94,7 +95,12 @@ fn reason(message: &str, path: &str, params: &[String]) -> String {
             .filter_map(|(word, template)| lowered.rfind(word).map(|at| (at, *template)))
             .max_by_key(|(at, _)| *at)
             .map(|(_, template)| template);
-        let value = kind.and_then(|t| given.iter().find(|(g, _)| *g == t).map(|(_, v)| *v));
+        // "<Resource> with name: {0} already exists" names the name the request asked for
+        // (a rename's is in the body), never the path's resource.
+        let asked_for = message.contains("already exists") && before.ends_with("with name: ");
+        let value = kind
+            .filter(|_| !asked_for)
+            .and_then(|t| given.iter().find(|(g, _)| *g == t).map(|(_, v)| *v));
         match value {
             Some(value) => {
                 out.push_str(before);
@@ -1902,6 +1908,19 @@ mod tests {
                 ErrorCode::TopicNameAlreadyExists,
                 "/streams/{stream_id}/topics",
                 params(&["orders"]),
+                "Topic for stream with ID: orders already exists.",
+            ),
+            // A rename: the path names the renamed resource, not the one holding the name.
+            (
+                ErrorCode::StreamNameAlreadyExists,
+                "/streams/{stream_id}",
+                params(&["renamed"]),
+                "Stream already exists.",
+            ),
+            (
+                ErrorCode::TopicNameAlreadyExists,
+                topic_path,
+                params(&["orders", "renamed"]),
                 "Topic for stream with ID: orders already exists.",
             ),
             (ErrorCode::InvalidOffset, "", params(&[]), "Invalid offset"),
