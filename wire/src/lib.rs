@@ -54,6 +54,17 @@ pub trait WireEncode {
         debug_assert_eq!(out.len(), self.encoded_size());
         out
     }
+    /// Refuses a value `encode_to` cannot write faithfully: a length over its prefix (a
+    /// 300-byte name behind a u8 length) would be written wrapped. Derived layouts check every
+    /// field; a hand-written one has nothing to refuse unless it says so.
+    fn check_encodable(&self) -> Result<(), WireError> {
+        Ok(())
+    }
+    /// The wire bytes of a value built from untrusted input, after `check_encodable`.
+    fn try_to_wire_bytes(&self) -> Result<Vec<u8>, WireError> {
+        self.check_encodable()?;
+        Ok(self.to_wire_bytes())
+    }
 }
 
 /// A value that can be read from wire format, possibly borrowing from the input.
@@ -234,6 +245,9 @@ pub mod field {
         }
         fn decode(input: &mut &'a [u8], _field: &'static str) -> Result<T, WireError> {
             T::decode_from(input)
+        }
+        fn check(v: &T, _field: &'static str) -> Result<(), WireError> {
+            v.check_encodable()
         }
     }
 

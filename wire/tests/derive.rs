@@ -52,4 +52,8 @@ fn derive_roundtrips_and_lays_out_bytes() {
     let long = "y".repeat(300);
     let bad = Inner { id: 0, label: &long };
     assert!(bad.check_encodable().is_err());
+    // Nested: an element of a vector of derived structs is checked too.
+    let nested = Outer { items: vec![bad.clone()], ..v.clone() };
+    assert!(matches!(nested.try_to_wire_bytes(), Err(WireError::TooLong { field: "label", len: 300, max: 255 })));
+    assert_eq!(v.try_to_wire_bytes(), Ok(b));
 }

@@ -166,10 +166,7 @@ fn expand(input: &DeriveInput) -> syn::Result<Ts> {
         impl #impl_g ::iggy_wire::WireEncode for #name #ty_g #where_c {
             fn encoded_size(&self) -> usize { 0 #(+ #size)* }
             fn encode_to(&self, out: &mut Vec<u8>) { #(#enc)* }
-        }
-        impl #impl_g #name #ty_g #where_c {
-            /// Refuses values whose lengths overflow their prefixes (encode would truncate).
-            pub fn check_encodable(&self) -> Result<(), ::iggy_wire::WireError> {
+            fn check_encodable(&self) -> Result<(), ::iggy_wire::WireError> {
                 #(#check)*
                 Ok(())
             }

@@ -337,6 +337,58 @@ async fn bad_requests_get_clear_statuses_and_the_server_stays_up() {
     assert_eq!(raw(&api, "POST", "/streams", t, br#"{"name":"ok"}"#).await.0, 201);
 }
 
+/// A string the JSON allows but its wire field cannot hold (a name of 256 bytes behind a u8
+/// length) is refused with 400 naming the field: the server once wrote the request with a
+/// wrapped length (a panic in debug builds, the connection closed without a reply).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_string_too_long_for_its_wire_field_gets_400_naming_the_field() {
+    let (server, api) = TestServer::start_with_http(&[]);
+    let token = raw_token(&api).await;
+    let t = Some(token.as_str());
+    let long = "n".repeat(256);
+    let cases = [
+        ("POST", "/users/login".to_string(), None, format!(r#"{{"username":"{long}","password":"x"}}"#)),
+        ("POST", "/personal-access-tokens/login".to_string(), None, format!(r#"{{"token":"{long}"}}"#)),
+        ("POST", "/streams".to_string(), t, format!(r#"{{"name":"{long}"}}"#)),
+        ("POST", "/users".to_string(), t, format!(r#"{{"username":"{long}","password":"secret","status":"active"}}"#)),
+        ("POST", "/personal-access-tokens".to_string(), t, format!(r#"{{"name":"{long}","expiry":0}}"#)),
+        ("DELETE", format!("/personal-access-tokens/{long}"), t, String::new()),
+    ];
+    for (method, path, token, body) in cases {
+        let (status, reply) = raw(&api, method, &path, token, body.as_bytes()).await;
+        let refusal: serde_json::Value = serde_json::from_slice(&reply).expect("a JSON refusal");
+        assert_eq!((status, refusal["id"].as_u64()), (400, Some(4)), "{method} {path}: {refusal}");
+        let reason = refusal["reason"].as_str().unwrap_or_default();
+        assert!(reason.contains("256 long, at most 255"), "{method} {path}: {reason}");
+    }
+    // Still serving, and nothing was created.
+    let (status, body) = raw(&api, "GET", "/streams", t, b"").await;
+    assert_eq!((status, body.as_slice()), (200, &b"[]"[..]));
+    assert!(!server.log().contains("panicked"), "{}", server.log());
+}
+
+/// A rename to a name another stream or topic holds is refused naming no resource wrongly: the
+/// reason once filled "Stream with name: {0}" with the path's stream (the one being renamed),
+/// so it said the renamed stream's own name already existed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rename_to_a_taken_name_is_refused_without_naming_the_renamed_resource() {
+    let (_server, api) = TestServer::start_with_http(&[]);
+    let token = raw_token(&api).await;
+    let t = Some(token.as_str());
+    for name in ["taken", "renamed"] {
+        assert_eq!(raw(&api, "POST", "/streams", t, format!(r#"{{"name":"{name}"}}"#).as_bytes()).await.0, 201);
+        let topic = format!(r#"{{"name":"{name}","partitions_count":1}}"#);
+        assert_eq!(raw(&api, "POST", "/streams/taken/topics", t, topic.as_bytes()).await.0, 201);
+    }
+    for path in ["/streams/renamed", "/streams/taken/topics/renamed"] {
+        let (status, body) = raw(&api, "PUT", path, t, br#"{"name":"taken"}"#).await;
+        let refusal: serde_json::Value = serde_json::from_slice(&body).expect("a JSON refusal");
+        assert_eq!(status, 400, "{path}: {refusal}");
+        let reason = refusal["reason"].as_str().unwrap_or_default();
+        assert!(reason.contains("already exists") && !reason.contains("renamed"), "{path}: {reason}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_expired_token_is_refused() {
     let env = [("IGGY_HTTP_JWT_ACCESS_TOKEN_EXPIRY_SECS", "1"), ("IGGY_HTTP_JWT_CLOCK_SKEW_SECS", "0")];

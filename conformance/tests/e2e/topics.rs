@@ -147,3 +147,32 @@ async fn delete_missing_topic_fails_with_topic_id_not_found() {
     ok("create s", within("create", client.create_stream("s", &StreamCreateOptions::default())).await);
     expect_code("delete missing topic", within("delete", client.delete_topic(&name("s"), &id(4))).await, 2010);
 }
+
+/// The CLI's `--set key=value` and the SDK's `raw` options carry every value as text, parsed by
+/// the server (`--set segment_size=128MiB`): a decimal number or the key's own form. The server
+/// once read text as integer bytes, refusing "2MiB" and "1048576" and taking "4096" as
+/// 0x36393034.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topic_options_given_as_text_are_parsed_not_read_as_integer_bytes() {
+    let server = TestServer::start();
+    let client = server.root_client().await;
+    ok("create stream", within("create", client.create_stream("s", &StreamCreateOptions::default())).await);
+    let text = |pairs: &[(&str, &str)]| TopicCreateOptions {
+        raw: pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        ..topic_options(1)
+    };
+    let created = within(
+        "create",
+        client.create_topic(&name("s"), "t", &text(&[("segment_size", "2MiB"), ("max_topic_size", "1048576000"), ("message_expiry", "15s")])),
+    )
+    .await;
+    let topic = ok("create topic with text options", created);
+    assert_eq!(topic.name, "t");
+    let decimal = within("create", client.create_topic(&name("s"), "u", &text(&[("segment_size", "1048576")]))).await;
+    ok("create topic with a decimal segment size", decimal);
+    // Text that is neither a number nor the key's form is refused, not read as bytes.
+    for (key, bad) in [("max_topic_size", "lots"), ("message_expiry", "soon"), ("segment_size", "1024")] {
+        let refused = within("create", client.create_topic(&name("s"), "v", &text(&[(key, bad)]))).await;
+        expect_code(&format!("{key}={bad}"), refused, 4042);
+    }
+}

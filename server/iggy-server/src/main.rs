@@ -318,22 +318,25 @@ fn main() -> ExitCode {
              to {ip} (any port; the roster's is used) or a wildcard"
         );
     }
-    if args.fresh
-        && std::path::Path::new(&cfg.system.path).exists()
-        && let Err(e) = std::fs::remove_dir_all(&cfg.system.path)
-    {
-        eprintln!(
-            "iggy-server: --fresh: cannot remove {}: {e}",
-            cfg.system.path
-        );
-        return ExitCode::FAILURE;
-    }
+    // In a cluster, --fresh erases only once no peer holds the cluster's history (asked in
+    // `run`, as a node without one asks): a replica erased while its peers keep theirs is
+    // refused, so it could never rejoin. It starts as a node without a history would.
+    let fresh = if args.fresh && cfg.cluster.enabled {
+        Fresh::AfterGate
+    } else {
+        if args.fresh
+            && let Err(code) = remove_data_dir(&cfg.system.path)
+        {
+            return code;
+        }
+        Fresh::No
+    };
     // A cluster node without a metadata history must hear its peers before anything is
     // written (not even the storage-format marker): its data directory opens after the gate.
-    let history = cfg
-        .cluster
-        .enabled
-        .then(|| consensus::plane::metadata_on_disk(std::path::Path::new(&cfg.system.path)));
+    let history = cfg.cluster.enabled.then(|| match fresh {
+        Fresh::AfterGate => MetadataHistory::Absent,
+        Fresh::No => consensus::plane::metadata_on_disk(std::path::Path::new(&cfg.system.path)),
+    });
     let data = if history == Some(MetadataHistory::Absent) {
         None
     } else {
@@ -351,7 +354,27 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    runtime.block_on(run(cfg, data, replica_id, (user, pw, generated)))
+    runtime.block_on(run(cfg, data, replica_id, (user, pw, generated), fresh))
+}
+
+/// When `--fresh` removes the data directory.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Fresh {
+    /// Not given, or done already (a standalone node).
+    No,
+    /// A cluster node: once the peers' declarations allow a new history.
+    AfterGate,
+}
+
+/// `--fresh`: removes the data directory, if there is one.
+fn remove_data_dir(path: &str) -> Result<(), ExitCode> {
+    if !std::path::Path::new(path).exists() {
+        return Ok(());
+    }
+    std::fs::remove_dir_all(path).map_err(|e| {
+        eprintln!("iggy-server: --fresh: cannot remove {path}: {e}");
+        ExitCode::FAILURE
+    })
 }
 
 fn open_data_dir(path: &str) -> Result<iggy_storage::DataDir, ExitCode> {
@@ -368,6 +391,7 @@ async fn run(
     data: Option<iggy_storage::DataDir>,
     replica_id: u8,
     root: (String, String, bool),
+    fresh: Fresh,
 ) -> ExitCode {
     let (user, pw, generated) = root;
     let plane = if cfg.cluster.enabled {
@@ -384,7 +408,12 @@ async fn run(
                 }
             };
         if at_start == MetadataHistory::Absent
-            && let Err(code) = gate_start(&cfg, replica_id, &mut plane).await
+            && let Err(code) = gate_start(&cfg, replica_id, &mut plane, fresh).await
+        {
+            return code;
+        }
+        if fresh == Fresh::AfterGate
+            && let Err(code) = remove_data_dir(&cfg.system.path)
         {
             return code;
         }
@@ -449,20 +478,28 @@ async fn gate_start(
     cfg: &config::Config,
     replica_id: u8,
     plane: &mut consensus::plane::ReplicaPlane,
+    fresh: Fresh,
 ) -> Result<(), ExitCode> {
-    use consensus::admission::{StartVerdict, erased_refusal};
+    use consensus::admission::{StartVerdict, erased_refusal, fresh_refusal};
     let within = cfg.cluster.heartbeat_timeout;
-    tracing::info!(
-        "replica {replica_id}: no metadata history in {}; asking the peers whether they hold \
-         one (up to {within:?}) before formatting a new one",
-        cfg.system.path
-    );
+    let path = &cfg.system.path;
+    match fresh {
+        Fresh::AfterGate => tracing::info!(
+            "replica {replica_id}: --fresh: asking the peers whether they hold a metadata \
+             history (up to {within:?}) before removing {path} and formatting a new one"
+        ),
+        Fresh::No => tracing::info!(
+            "replica {replica_id}: no metadata history in {path}; asking the peers whether \
+             they hold one (up to {within:?}) before formatting a new one"
+        ),
+    }
     match plane.gate_start(within).await {
         StartVerdict::Refuse { holders } => {
-            eprintln!(
-                "iggy-server: {}",
-                erased_refusal(replica_id, &holders, &cfg.system.path)
-            );
+            let refusal = match fresh {
+                Fresh::AfterGate => fresh_refusal(replica_id, &holders, path),
+                Fresh::No => erased_refusal(replica_id, &holders, path),
+            };
+            eprintln!("iggy-server: {refusal}");
             Err(ExitCode::FAILURE)
         }
         StartVerdict::NewHistory { silent } if silent.is_empty() => {

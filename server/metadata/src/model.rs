@@ -679,7 +679,7 @@ impl Metadata {
         reset: &[&str],
     ) -> Result<(), ErrorCode> {
         crate::options::validate(crate::options::TOPIC_OPTIONS, block, reset, false)?;
-        let options = crate::options::entries(block)?;
+        let options = crate::options::typed_entries(block)?;
         let stream_id = self.stream(stream)?.id;
         let topic_id = self.topic(stream, topic)?.1.id;
         let mut updated = self.streams[&stream_id].topics[&topic_id].clone();
@@ -690,7 +690,7 @@ impl Metadata {
                 _ => {}
             }
         }
-        for (key, value) in options {
+        for (key, kind, value) in options {
             match key {
                 "name" => {
                     let name = crate::options::as_str(value)?;
@@ -706,8 +706,12 @@ impl Metadata {
                     }
                     updated.name = name.to_string();
                 }
-                "message_expiry" => updated.message_expiry = crate::options::as_u64(value)?,
-                "max_topic_size" => updated.max_topic_size = crate::options::as_u64(value)?,
+                "message_expiry" => {
+                    updated.message_expiry = crate::options::number(key, kind, value)?
+                }
+                "max_topic_size" => {
+                    updated.max_topic_size = crate::options::number(key, kind, value)?
+                }
                 "compression_algorithm" => {
                     updated.compression_algorithm = crate::options::compression_algorithm(value)?
                 }

@@ -80,6 +80,82 @@ pub fn as_u64(value: &[u8]) -> Result<u64, ErrorCode> {
     }
 }
 
+/// An unsigned option value as clients send it: a numeric kind's integer (`as_u64`), or a
+/// string kind's text (the CLI's `--set segment_size=128MiB`, the SDK's `raw` options): a
+/// decimal number or the key's own form, a byte size (`2MiB`, `15GB`) for `segment_size` and
+/// `max_topic_size`, a duration (`15s`, `1h 30m`) in microseconds for `message_expiry`, and
+/// `unlimited` or `server_default` for those two limits. Text is never read as integer bytes
+/// ("4096" is not 0x36393034).
+pub fn number(key: &str, kind: u8, value: &[u8]) -> Result<u64, ErrorCode> {
+    if kind != STRING_KIND {
+        return as_u64(value);
+    }
+    let text = as_str(value)?.trim();
+    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+        return text.parse().map_err(|_| ErrorCode::InvalidOptionValue);
+    }
+    let parsed = match (key, text) {
+        ("message_expiry" | "max_topic_size", "unlimited") => Some(u64::MAX),
+        ("message_expiry" | "max_topic_size", "server_default") => Some(0),
+        ("message_expiry", "never_expire" | "none") => Some(u64::MAX),
+        ("message_expiry", _) => duration_micros(text),
+        ("max_topic_size" | "segment_size", _) => byte_size(text),
+        _ => None,
+    };
+    parsed.ok_or(ErrorCode::InvalidOptionValue)
+}
+
+/// `<whole number> <unit>`, the unit `B`, decimal `KB`..`TB` or binary `KiB`..`TiB`, in any case.
+fn byte_size(text: &str) -> Option<u64> {
+    let digits = text.find(|c: char| !c.is_ascii_digit())?;
+    let (number, unit) = (text[..digits].parse::<u64>().ok()?, text[digits..].trim());
+    let scale: u64 = match unit.to_ascii_lowercase().as_str() {
+        "b" => 1,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "tb" => 1_000_000_000_000,
+        "kib" => 1 << 10,
+        "mib" => 1 << 20,
+        "gib" => 1 << 30,
+        "tib" => 1 << 40,
+        _ => return None,
+    };
+    number.checked_mul(scale)
+}
+
+/// A humantime-style duration (`15s`, `1h 30m`, `2days`) in microseconds: whole numbers, each
+/// followed by its unit, summed.
+fn duration_micros(text: &str) -> Option<u64> {
+    const SECOND: u64 = 1_000_000;
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return None;
+    }
+    let mut total: u64 = 0;
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit())?;
+        let number: u64 = rest[..digits].parse().ok()?;
+        let after = rest[digits..].trim_start();
+        let unit_end = after
+            .find(|c: char| c.is_ascii_digit() || c.is_whitespace())
+            .unwrap_or(after.len());
+        let micros_per = match &after[..unit_end] {
+            "us" | "usec" => 1,
+            "ms" | "msec" => 1_000,
+            "s" | "sec" | "secs" | "second" | "seconds" => SECOND,
+            "m" | "min" | "mins" | "minute" | "minutes" => 60 * SECOND,
+            "h" | "hr" | "hrs" | "hour" | "hours" => 3_600 * SECOND,
+            "d" | "day" | "days" => 86_400 * SECOND,
+            "w" | "week" | "weeks" => 604_800 * SECOND,
+            _ => return None,
+        };
+        total = total.checked_add(number.checked_mul(micros_per)?)?;
+        rest = after[unit_end..].trim_start();
+    }
+    Some(total)
+}
+
 pub fn as_str(value: &[u8]) -> Result<&str, ErrorCode> {
     std::str::from_utf8(value).map_err(|_| ErrorCode::InvalidOptionValue)
 }
@@ -119,6 +195,41 @@ mod tests {
         twice.extend(entry("a", 2, b"y"));
         assert!(entries(&twice).is_err());
         assert!(entries(&block[..block.len() - 1]).is_err());
+    }
+
+    #[test]
+    fn text_values_are_parsed_as_numbers_sizes_and_durations_never_as_integer_bytes() {
+        let text = |key: &str, value: &str| number(key, STRING_KIND, value.as_bytes());
+        assert_eq!(text("max_topic_size", "4096"), Ok(4096), "not 0x36393034");
+        assert_eq!(text("segment_size", "2MiB"), Ok(2 << 20));
+        assert_eq!(text("max_topic_size", "15 GB"), Ok(15_000_000_000));
+        assert_eq!(text("max_topic_size", "unlimited"), Ok(u64::MAX));
+        assert_eq!(text("message_expiry", "server_default"), Ok(0));
+        assert_eq!(text("message_expiry", "15s"), Ok(15_000_000));
+        assert_eq!(text("message_expiry", "1h 30m"), Ok(5_400_000_000));
+        assert_eq!(text("message_expiry", "2days"), Ok(172_800_000_000));
+        assert_eq!(text("messages_required_to_save", "12"), Ok(12));
+        for (key, bad) in [
+            ("max_topic_size", "lots"),
+            ("max_topic_size", "15s"),
+            ("message_expiry", "2MiB"),
+            ("message_expiry", "s15"),
+            ("segment_size", "unlimited"),
+            ("messages_required_to_save", "1KB"),
+            ("max_topic_size", "99999999999999999999"),
+            ("message_expiry", ""),
+        ] {
+            assert_eq!(
+                text(key, bad),
+                Err(ErrorCode::InvalidOptionValue),
+                "{key}={bad}"
+            );
+        }
+        // A numeric kind keeps its integer bytes.
+        assert_eq!(
+            number("max_topic_size", kind::UINT64, &4096u64.to_le_bytes()),
+            Ok(4096)
+        );
     }
 
     #[test]
@@ -174,7 +285,7 @@ pub fn validate(
             .find(|spec| spec.key == key)
             .ok_or(ErrorCode::UnsupportedOptionKey)
     };
-    for (key, _kind, value) in typed_entries(block)? {
+    for (key, kind, value) in typed_entries(block)? {
         let spec = spec_of(key)?;
         if spec.flags & flag::READ_ONLY != 0 {
             return Err(ErrorCode::ReadOnlyOption);
@@ -182,7 +293,7 @@ pub fn validate(
         if !create && spec.flags & flag::UPDATABLE == 0 {
             return Err(ErrorCode::OptionNotUpdatable);
         }
-        check_value(key, value)?;
+        check_value(key, kind, value)?;
     }
     for key in reset {
         let spec = spec_of(key)?;
@@ -196,7 +307,7 @@ pub fn validate(
     Ok(())
 }
 
-fn check_value(key: &str, value: &[u8]) -> Result<(), ErrorCode> {
+fn check_value(key: &str, kind: u8, value: &[u8]) -> Result<(), ErrorCode> {
     let one_of = |allowed: &[&str]| {
         let value = as_str(value)?;
         if allowed.contains(&value) {
@@ -215,7 +326,7 @@ fn check_value(key: &str, value: &[u8]) -> Result<(), ErrorCode> {
             }
         }
         "segment_size" => {
-            let size = as_u64(value)?;
+            let size = number(key, kind, value)?;
             let valid = (SEGMENT_SIZE_MIN..=SEGMENT_SIZE_MAX).contains(&size) && size % 512 == 0;
             if valid {
                 Ok(())
@@ -224,7 +335,7 @@ fn check_value(key: &str, value: &[u8]) -> Result<(), ErrorCode> {
             }
         }
         "message_expiry" | "max_topic_size" | "messages_required_to_save" => {
-            as_u64(value).map(|_| ())
+            number(key, kind, value).map(|_| ())
         }
         "durability" | "consumer_offset_durability" => one_of(&["replicated", "persisted"]),
         "partition_resize_policy" => one_of(&["mutable", "fixed"]),

@@ -401,10 +401,16 @@ pub fn topic_settings(options: &[u8]) -> Result<TopicSettings, ErrorCode> {
         options: options.to_vec(),
         ..TopicSettings::default()
     };
-    for (key, value) in crate::options::entries(options)? {
+    for (key, kind, value) in crate::options::typed_entries(options)? {
         match key {
-            "message_expiry" => settings.message_expiry = crate::options::as_u64(value)?,
-            "max_topic_size" => settings.max_topic_size = crate::options::as_u64(value)?,
+            "message_expiry" | "max_topic_size" | "segment_size" => {
+                let number = crate::options::number(key, kind, value)?;
+                match key {
+                    "message_expiry" => settings.message_expiry = number,
+                    "max_topic_size" => settings.max_topic_size = number,
+                    _ => settings.segment_size = number,
+                }
+            }
             // Recorded and reported (0.11.1's topic head); messages are stored as sent.
             "compression_algorithm" => {
                 settings.compression_algorithm = crate::options::compression_algorithm(value)?
@@ -425,7 +431,6 @@ pub fn topic_settings(options: &[u8]) -> Result<TopicSettings, ErrorCode> {
                     TopicDurability::parse(crate::options::as_str(value)?)
                         .ok_or(ErrorCode::InvalidOptionValue)?
             }
-            "segment_size" => settings.segment_size = crate::options::as_u64(value)?,
             _ => {}
         }
     }

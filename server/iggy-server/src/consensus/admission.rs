@@ -730,11 +730,7 @@ impl StartGate {
 /// The operator's message for a refused start: what was found, why it is refused, and what to
 /// do. `data_dir` is the configured `system.path`.
 pub fn erased_refusal(replica: u8, holders: &[u8], data_dir: &str) -> String {
-    let named: Vec<String> = holders
-        .iter()
-        .map(|peer| format!("replica {peer}"))
-        .collect();
-    let verb = if holders.len() == 1 { "holds" } else { "hold" };
+    let (named, verb) = holders_named(holders);
     format!(
         "replica {replica} has no metadata history in {data_dir} (no metadata/journal.wal \
          records, no checkpoint), but {} of its cluster {verb} one: this node's metadata was \
@@ -747,8 +743,31 @@ pub fn erased_refusal(replica: u8, holders: &[u8], data_dir: &str) -> String {
          empty, or from a copy older than the peers' last checkpoint, needs state transfer, \
          which is not built yet. To discard the whole cluster's data instead, stop every node \
          and erase every node's data directory; a new cluster then starts.",
-        named.join(" and ")
+        named
     )
+}
+
+/// The refusal of `--fresh` on replica `replica` while `holders` hold the cluster's metadata
+/// history: erased, the replica would be refused as `erased_refusal` says, so nothing is removed.
+pub fn fresh_refusal(replica: u8, holders: &[u8], data_dir: &str) -> String {
+    let (named, verb) = holders_named(holders);
+    format!(
+        "--fresh refused: {named} of replica {replica}'s cluster {verb} its metadata history, \
+         and a replica whose data directory was erased while its peers kept theirs cannot \
+         rejoin (its start is refused). Nothing was removed from {data_dir}. Start it without \
+         --fresh to rejoin with its data; to reset the whole cluster, stop every node and \
+         start each with --fresh."
+    )
+}
+
+/// "replica 0 and replica 1" and the verb that agrees with it.
+fn holders_named(holders: &[u8]) -> (String, &'static str) {
+    let named: Vec<String> = holders
+        .iter()
+        .map(|peer| format!("replica {peer}"))
+        .collect();
+    let verb = if holders.len() == 1 { "holds" } else { "hold" };
+    (named.join(" and "), verb)
 }
 
 fn compare_cluster(local: &Local, theirs: u128) -> Result<(), Refusal> {

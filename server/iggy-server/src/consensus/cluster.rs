@@ -4,8 +4,8 @@
 use iggy_generated::storage::CLUSTER_NAME_DEFAULT;
 use std::sync::OnceLock;
 
-/// This process's cluster id, fixed once from `[cluster] name` at start.
-static NODE_CLUSTER: OnceLock<u128> = OnceLock::new();
+/// This process's cluster name and id, fixed once from `[cluster] name` at start.
+static NODE_CLUSTER: OnceLock<(String, u128)> = OnceLock::new();
 
 /// The id of the cluster named `name` (spec/storage.spec, `CLUSTER_NAME_DEFAULT`): 128 bits of
 /// the name's hash, so two names practically never share an id. Never 0, which marks a record
@@ -19,7 +19,7 @@ pub fn cluster_id(name: &str) -> u128 {
 /// Fixes this node's cluster from `[cluster] name` (the configuration's only reader of it). Called
 /// once at start, before any journal is opened; a later call changes nothing.
 pub fn name_node_cluster(name: &str) {
-    let _ = NODE_CLUSTER.set(cluster_id(name));
+    let _ = NODE_CLUSTER.set((name.to_string(), cluster_id(name)));
 }
 
 /// This node's cluster id: the configured name's, or the default name's before the
@@ -27,8 +27,15 @@ pub fn name_node_cluster(name: &str) {
 pub fn node_cluster() -> u128 {
     NODE_CLUSTER
         .get()
-        .copied()
-        .unwrap_or_else(|| cluster_id(CLUSTER_NAME_DEFAULT))
+        .map_or_else(|| cluster_id(CLUSTER_NAME_DEFAULT), |(_, id)| *id)
+}
+
+/// The name `node_cluster` derives from, for messages: an id alone does not say which
+/// configuration a refusal judged by.
+pub fn node_cluster_name() -> &'static str {
+    NODE_CLUSTER
+        .get()
+        .map_or(CLUSTER_NAME_DEFAULT, |(name, _)| name.as_str())
 }
 
 #[cfg(test)]

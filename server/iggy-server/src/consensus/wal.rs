@@ -207,9 +207,10 @@ fn foreign(record: &Record, ours: u128) -> bool {
 fn foreign_error(path: &Path, (position, op, cluster): (usize, u64, u128), ours: u128) -> String {
     format!(
         "journal {}: the record at byte {position} (op {op}) belongs to cluster {cluster:032x}, \
-         not this node's cluster {ours:032x} (a journal of another cluster, or a damaged \
-         header); start-up refuses it and changes nothing",
-        path.display()
+         not this node's cluster {ours:032x} (cluster.name {:?}): a journal of another \
+         cluster, or a damaged header; start-up refuses it and changes nothing",
+        path.display(),
+        crate::consensus::cluster::node_cluster_name()
     )
 }
 
@@ -327,9 +328,11 @@ pub fn check(bytes: &Bytes, anchor: Anchor) -> JournalCheck {
             Severity::Error,
             Some(at as u64),
             format!(
-                "op {op} belongs to cluster {cluster:032x}, not this node's cluster {:032x}; \
-                 start-up refuses the journal",
-                anchor.cluster
+                "op {op} belongs to cluster {cluster:032x}, not this node's cluster {:032x} \
+                 (cluster.name {:?} of the configuration read; a node's directory is judged \
+                 by its own configuration: IGGY_CONFIG_PATH); start-up refuses the journal",
+                anchor.cluster,
+                crate::consensus::cluster::node_cluster_name()
             ),
         ));
     }

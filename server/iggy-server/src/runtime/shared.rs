@@ -225,6 +225,19 @@ impl Shared {
                 let incarnation_record =
                     (namespace, self.data.discarded_partitions_dir(), incarnation);
                 let dir = self.partition_dir(key);
+                // A directory naming a newer incarnation was created by a later committed op
+                // that this node applied before: this incarnation's delete follows in the ops
+                // it re-applies on its way back (ids are reused), so there is nothing to open.
+                let record = dir.join(iggy_storage::revision::CREATED_REVISION);
+                if let Ok(Some(found)) = iggy_storage::records::read_checked_u64(&record).await
+                    && found > incarnation
+                {
+                    return tracing::info!(
+                        "partition {}: incarnation {incarnation} not opened: the directory \
+                         holds {found}, created by a later op",
+                        dir.display()
+                    );
+                }
                 let (policies, segment_size) = {
                     use iggy_metadata::TopicDurability::Persisted;
                     let metadata = self.metadata.borrow();
@@ -430,6 +443,11 @@ impl Shared {
                 dir.display()
             ),
             Ok(Discarded::Absent) => {}
+            // The later incarnation of these ids (see the open above): its files stay.
+            Ok(Discarded::Kept { found: Some(found) }) if found > incarnation => tracing::info!(
+                "partition {}: incarnation {incarnation} {why}; the directory holds the later {found}",
+                dir.display()
+            ),
             Ok(Discarded::Kept { found }) => tracing::warn!(
                 "partition {}: incarnation {incarnation} {why}, but the directory names {found:?}; left in place",
                 dir.display()

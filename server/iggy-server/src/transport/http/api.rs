@@ -66,7 +66,8 @@ fn refusal_on(error: ErrorCode, path: &str, params: &[String]) -> Refusal {
 /// placeholder stands for is the last resource word before it ("Topic with ID: {0} for stream
 /// with ID: {1}"), and a route's `{stream_id}` gives the stream. A placeholder the path does not
 /// give is cut with its label ("Stream with name: {0} already exists." → "Stream already
-/// exists."): only the binary reply's code is machine-readable, and a half-filled text misleads.
+/// exists."), and so is the name an "already exists" refusal was asked for: only the binary
+/// reply's code is machine-readable, and a half-filled text misleads.
 fn reason(message: &str, path: &str, params: &[String]) -> String {
     const KINDS: [(&str, &str); 6] = [
         ("stream", "{stream_id}"),
@@ -94,7 +95,12 @@ fn reason(message: &str, path: &str, params: &[String]) -> String {
             .filter_map(|(word, template)| lowered.rfind(word).map(|at| (at, *template)))
             .max_by_key(|(at, _)| *at)
             .map(|(_, template)| template);
-        let value = kind.and_then(|t| given.iter().find(|(g, _)| *g == t).map(|(_, v)| *v));
+        // "<Resource> with name: {0} already exists" names the name the request asked for
+        // (a rename's is in the body), never the path's resource.
+        let asked_for = message.contains("already exists") && before.ends_with("with name: ");
+        let value = kind
+            .filter(|_| !asked_for)
+            .and_then(|t| given.iter().find(|(g, _)| *g == t).map(|(_, v)| *v));
         match value {
             Some(value) => {
                 out.push_str(before);
@@ -165,6 +171,17 @@ fn bad_json(reason: impl std::fmt::Display) -> Response {
         },
     )
 }
+
+/// A request built from the client's JSON, encoded: a string too long for its length prefix
+/// (a 256-byte name behind a u8 length) is refused with 400 naming the field, never written with
+/// a wrapped length.
+trait CheckedBytes: WireEncode {
+    fn checked_bytes(&self) -> Result<Vec<u8>, Response> {
+        self.try_to_wire_bytes().map_err(bad_json)
+    }
+}
+
+impl<T: WireEncode> CheckedBytes for T {}
 
 fn ok_json(status: u16, value: &impl Serialize) -> Response {
     Response::json(status, serde_json::to_vec(value).expect("reply serializes"))
@@ -969,7 +986,7 @@ async fn route_handler(
                 client_context: login.context.as_deref().unwrap_or(""),
             };
             let bound = call
-                .register("user.login_register", register.to_wire_bytes())
+                .register("user.login_register", register.checked_bytes()?)
                 .await?;
             identity(call.state, bound)
         }
@@ -982,7 +999,7 @@ async fn route_handler(
                 client_context: "",
             };
             let bound = call
-                .register("user.login_register_with_pat", register.to_wire_bytes())
+                .register("user.login_register_with_pat", register.checked_bytes()?)
                 .await?;
             identity(call.state, bound)
         }
@@ -1019,7 +1036,7 @@ async fn route_handler(
                     wire::StreamIdRequest {
                         stream_id: wire_id(&stream),
                     }
-                    .to_wire_bytes(),
+                    .checked_bytes()?,
                     none,
                 )
                 .await?;
@@ -1040,7 +1057,7 @@ async fn route_handler(
                 name: &create.name,
                 options: &options,
             }
-            .to_wire_bytes();
+            .checked_bytes()?;
             let reply = call.run("stream.create", body, none).await?;
             let details: wire::GetStreamResponse = decode(&reply)?;
             ok_json(
@@ -1055,7 +1072,7 @@ async fn route_handler(
                 wire::StreamIdRequest {
                     stream_id: wire_id(&stream),
                 }
-                .to_wire_bytes(),
+                .checked_bytes()?,
                 none,
             )
             .await?;
@@ -1069,7 +1086,7 @@ async fn route_handler(
                     wire::StreamIdRequest {
                         stream_id: wire_id(&stream),
                     }
-                    .to_wire_bytes(),
+                    .checked_bytes()?,
                     none,
                 )
                 .await?;
@@ -1089,7 +1106,7 @@ async fn route_handler(
                 stream_id: wire_id(&stream),
                 topic_id: wire_id(&topic),
             }
-            .to_wire_bytes();
+            .checked_bytes()?;
             let reply = call.run("topic.get", body, none).await?;
             if reply.is_empty() {
                 return Err(ErrorCode::TopicIdNotFound.into());
@@ -1111,7 +1128,7 @@ async fn route_handler(
                 name: &create.name,
                 options: &options,
             }
-            .to_wire_bytes();
+            .checked_bytes()?;
             let reply = call.run("topic.create", body, none).await?;
             let details: wire::GetTopicResponse = decode(&reply)?;
             ok_json(
@@ -1125,7 +1142,7 @@ async fn route_handler(
                 stream_id: wire_id(&stream),
                 topic_id: wire_id(&topic),
             }
-            .to_wire_bytes();
+            .checked_bytes()?;
             call.run("topic.delete", body, none).await?;
             Response::empty(status)
         }
@@ -1137,7 +1154,7 @@ async fn route_handler(
                 topic_id: wire_id(&topic),
                 partitions_count: create.partitions_count,
             }
-            .to_wire_bytes();
+            .checked_bytes()?;
             call.run("partition.create", body, none).await?;
             Response::empty(status)
         }
@@ -1151,7 +1168,7 @@ async fn route_handler(
                 topic_id: wire_id(&topic),
                 partitions_count: count,
             }
-            .to_wire_bytes();
+            .checked_bytes()?;
             call.run("partition.delete", body, none).await?;
             Response::empty(status)
         }
@@ -1169,7 +1186,7 @@ async fn route_handler(
                 partition_id: partition,
                 segments_count: count,
             }
-            .to_wire_bytes();
+            .checked_bytes()?;
             let header = Header {
                 partition: partition_key(node, &stream, &topic, partition),
                 ..none
@@ -1183,7 +1200,7 @@ async fn route_handler(
                 stream_id: wire_id(&stream),
                 topic_id: wire_id(&topic),
             }
-            .to_wire_bytes();
+            .checked_bytes()?;
             let reply = call.run("consumer_group.list", body, none).await?;
             let list: wire::GetConsumerGroupsResponse = decode(&reply)?;
             ok_json(
@@ -1202,7 +1219,7 @@ async fn route_handler(
                 topic_id: wire_id(&topic),
                 group_id: wire_id(&group),
             }
-            .to_wire_bytes();
+            .checked_bytes()?;
             let reply = call.run("consumer_group.get", body, none).await?;
             if reply.is_empty() {
                 return Err(ErrorCode::ConsumerGroupIdNotFound.into());
@@ -1221,7 +1238,7 @@ async fn route_handler(
                 topic_id: wire_id(&topic),
                 name: &create.name,
             }
-            .to_wire_bytes();
+            .checked_bytes()?;
             let reply = call.run("consumer_group.create", body, none).await?;
             let details: wire::ConsumerGroupDetailsResponse = decode(&reply)?;
             ok_json(
@@ -1236,7 +1253,7 @@ async fn route_handler(
                 topic_id: wire_id(&topic),
                 group_id: wire_id(&group),
             }
-            .to_wire_bytes();
+            .checked_bytes()?;
             call.run("consumer_group.delete", body, none).await?;
             Response::empty(status)
         }
@@ -1292,7 +1309,7 @@ async fn route_handler(
                 messages_count: messages.len() as u32,
                 batch: &batch,
             };
-            let mut bytes = send_request.to_wire_bytes();
+            let mut bytes = send_request.checked_bytes()?;
             let metadata_length = (bytes.len() - 4 - batch.len()) as u32;
             bytes[..4].copy_from_slice(&metadata_length.to_le_bytes());
             let header = Header {
@@ -1406,7 +1423,7 @@ async fn route_handler(
                 count,
                 auto_commit,
             }
-            .to_wire_bytes();
+            .checked_bytes()?;
             let header = Header {
                 partition_incarnation: context.incarnation,
                 owner_generation: context.owner_generation,
@@ -1438,7 +1455,7 @@ async fn route_handler(
                 topic_id: wire_id(&topic),
                 partition_id: optional_partition(partition),
             }
-            .to_wire_bytes();
+            .checked_bytes()?;
             let reply = call.run("consumer_offset.get", body, none).await?;
             if reply.is_empty() {
                 return Err(ErrorCode::ConsumerOffsetNotFound.into());
@@ -1486,7 +1503,7 @@ async fn route_handler(
                 offset: store.offset,
                 ack: wire::AckLevel::Quorum,
             }
-            .to_wire_bytes();
+            .checked_bytes()?;
             let header = Header {
                 partition_incarnation: context.incarnation,
                 owner_generation: context.owner_generation,
@@ -1518,7 +1535,7 @@ async fn route_handler(
                 partition_id: optional_partition(partition),
                 ack: wire::AckLevel::Quorum,
             }
-            .to_wire_bytes();
+            .checked_bytes()?;
             let header = Header {
                 partition_incarnation: incarnation,
                 partition: partition_key(node, &stream, &topic, partition.unwrap_or(0)),
@@ -1556,13 +1573,14 @@ async fn route_handler(
                 name: &create.name,
                 expiry: create.expiry,
             }
-            .to_wire_bytes();
+            .checked_bytes()?;
             let reply = call.run("personal_access_token.create", body, none).await?;
             let raw: wire::RawPersonalAccessTokenResponse = decode(&reply)?;
             ok_json(status, &serde_json::json!({ "token": raw.token }))
         }
         "personal_access_token.delete" => {
-            let body = wire::DeletePersonalAccessTokenRequest { name: &params[0] }.to_wire_bytes();
+            let body =
+                wire::DeletePersonalAccessTokenRequest { name: &params[0] }.checked_bytes()?;
             call.run("personal_access_token.delete", body, none).await?;
             Response::empty(status)
         }
@@ -1586,7 +1604,7 @@ async fn route_handler(
                     wire::GetUserRequest {
                         user_id: wire_id(&user),
                     }
-                    .to_wire_bytes(),
+                    .checked_bytes()?,
                     none,
                 )
                 .await?;
@@ -1612,7 +1630,7 @@ async fn route_handler(
                 permissions,
                 options: &[],
             }
-            .to_wire_bytes();
+            .checked_bytes()?;
             let reply = call.run("user.create", body, none).await?;
             let details: wire::UserDetailsResponse = decode(&reply)?;
             let permissions = details.permissions.as_ref().map(json::Permissions::of);
@@ -1625,7 +1643,7 @@ async fn route_handler(
                 wire::DeleteUserRequest {
                     user_id: wire_id(&user),
                 }
-                .to_wire_bytes(),
+                .checked_bytes()?,
                 none,
             )
             .await?;
@@ -1638,7 +1656,7 @@ async fn route_handler(
                 user_id: wire_id(&user),
                 permissions: update.permissions.as_ref().map(json::Permissions::to_wire),
             }
-            .to_wire_bytes();
+            .checked_bytes()?;
             call.run("user.permissions", body, none).await?;
             Response::empty(status)
         }
@@ -1650,7 +1668,7 @@ async fn route_handler(
                 current_password: &change.current_password,
                 new_password: &change.new_password,
             }
-            .to_wire_bytes();
+            .checked_bytes()?;
             call.run("user.password", body, none).await?;
             Response::empty(status)
         }
@@ -1703,7 +1721,7 @@ async fn route_handler(
             let reply = call
                 .run(
                     "client.get",
-                    wire::GetClientRequest { client_id: client }.to_wire_bytes(),
+                    wire::GetClientRequest { client_id: client }.checked_bytes()?,
                     none,
                 )
                 .await?;
@@ -1726,7 +1744,7 @@ async fn route_handler(
             let reply = call
                 .run(
                     "options.describe",
-                    wire::DescribeOptionsRequest { scope }.to_wire_bytes(),
+                    wire::DescribeOptionsRequest { scope }.checked_bytes()?,
                     none,
                 )
                 .await?;
@@ -1776,7 +1794,7 @@ async fn route_handler(
                 compression,
                 snapshot_types: &types,
             }
-            .to_wire_bytes();
+            .checked_bytes()?;
             let reply = call.run("snapshot", body, none).await?;
             Response {
                 status,
@@ -1828,26 +1846,26 @@ async fn route_handler(
                         reset,
                         options: &options,
                     }
-                    .to_wire_bytes()
+                    .checked_bytes()?
                 }
                 wire::OptionsScope::Stream => wire::StreamResourcePatch {
                     stream_id: wire_id(&first),
                     reset,
                     options: &options,
                 }
-                .to_wire_bytes(),
+                .checked_bytes()?,
                 wire::OptionsScope::User => wire::UserResourcePatch {
                     user_id: wire_id(&first),
                     reset,
                     options: &options,
                 }
-                .to_wire_bytes(),
+                .checked_bytes()?,
             };
             let body = wire::UpdateResourceRequest {
                 scope,
                 patch: &patch,
             }
-            .to_wire_bytes();
+            .checked_bytes()?;
             call.run("resource.update", body, none).await?;
             Response::empty(status)
         }
@@ -1890,6 +1908,19 @@ mod tests {
                 ErrorCode::TopicNameAlreadyExists,
                 "/streams/{stream_id}/topics",
                 params(&["orders"]),
+                "Topic for stream with ID: orders already exists.",
+            ),
+            // A rename: the path names the renamed resource, not the one holding the name.
+            (
+                ErrorCode::StreamNameAlreadyExists,
+                "/streams/{stream_id}",
+                params(&["renamed"]),
+                "Stream already exists.",
+            ),
+            (
+                ErrorCode::TopicNameAlreadyExists,
+                topic_path,
+                params(&["orders", "renamed"]),
                 "Topic for stream with ID: orders already exists.",
             ),
             (ErrorCode::InvalidOffset, "", params(&[]), "Invalid offset"),
