@@ -3095,6 +3095,85 @@ async fn fresh_on_one_node_of_a_running_cluster_is_refused_before_anything_is_re
     assert_eq!(payloads(&polled), vec!["kept".to_string()]);
 }
 
+/// README "Backup and restore" on a cluster node whose cluster moved on after the copy, the
+/// recovery the erased-metadata refusal names: a metadata backup is stopped and its data
+/// directory copied; while it is down the others create streams and send messages until the
+/// metadata primary checkpoints past it; its data directory is then lost and replaced by the
+/// old copy. Started again, it catches up by state transfer, serves what was created after the
+/// copy, and holds the partition's messages byte for byte as the others do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_restored_from_a_backup_its_peers_checkpointed_past_catches_up() {
+    let options = ClusterOptions {
+        env: vec![checkpoint_every(8)],
+        ..ClusterOptions::default()
+    };
+    let mut cluster = TestCluster::start_with(3, options);
+    let (primary, backup) = metadata_primary_and_backup(&cluster).await;
+    let client = cluster.root_client(primary).await;
+    let (stream, topic, _) = create_topic(&client, 1).await;
+    let (stream_id, topic_id) = (id(stream), id(topic));
+    send_to_partition(&client, &stream_id, &topic_id, 0, vec![msg("before the copy")]).await;
+    cluster.wait_identical_segments(1).await;
+
+    let data = cluster.node(backup).data_dir();
+    cluster.stop(backup);
+    let scratch = tempfile::tempdir().unwrap();
+    let copy = scratch.path().join("backup");
+    copy_tree(&data, &copy);
+
+    let left_behind = format!("leaves replicas [{backup}] behind");
+    let metadata_checkpoint_past = |log: &str| {
+        current_start(log)
+            .lines()
+            .any(|line| line.contains("metadata: checkpoint at op") && line.contains(&left_behind))
+    };
+    let mut filler = 0;
+    while !metadata_checkpoint_past(&cluster.node(primary).log()) {
+        assert!(filler < 200, "no metadata checkpoint left node {backup} behind");
+        churn_stream(&client, &format!("filler-{filler}")).await;
+        let message = msg(format!("after the copy {filler}"));
+        send_to_partition(&client, &stream_id, &topic_id, 0, vec![message]).await;
+        filler += 1;
+    }
+    let (created, _) = create_stream_and_topic(&client, "created after the copy", "t", 1).await;
+
+    // The node's disk is lost; its backup is restored as the README says, and it starts.
+    std::fs::remove_dir_all(&data).unwrap();
+    copy_tree(&copy, &data);
+    cluster.restart(backup);
+    wait_until(
+        &format!("node {backup} catches up by state transfer"),
+        Duration::from_secs(30),
+        || {
+            current_start(&cluster.node(backup).log())
+                .contains(&format!("group {METADATA_GROUP:#x}: state transfer from replica"))
+                .then_some(())
+        },
+        || cluster.describe(METADATA_GROUP),
+    )
+    .await;
+    cluster.wait_normal(backup, &[METADATA_GROUP]).await;
+
+    let served = streams_served(&client).await;
+    assert!(served.iter().any(|s| s.0 == created.id), "{served:?}");
+    let restored = cluster.root_client(backup).await;
+    wait_until_async(
+        "the restored node serves the streams created after its copy",
+        Duration::from_secs(20),
+        async || (streams_served(&restored).await == served).then_some(()),
+        || format!("{served:?}"),
+    )
+    .await;
+    let segments = cluster.wait_identical_segments(1).await;
+    let last = format!("after the copy {}", filler - 1);
+    assert!(
+        segments.values().any(|bytes| bytes
+            .windows(last.len())
+            .any(|window| window == last.as_bytes())),
+        "the restored node holds the messages sent after its copy"
+    );
+}
+
 /// Issue 14: "a new cluster starts automatically when its metadata WAL and superblock are absent
 /// on every node", but "a node whose metadata was erased while its peers kept theirs must not
 /// silently format a new history into the running cluster (refuse, naming the recovery

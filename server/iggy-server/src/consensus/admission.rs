@@ -736,12 +736,12 @@ pub fn erased_refusal(replica: u8, holders: &[u8], data_dir: &str) -> String {
          records, no checkpoint), but {} of its cluster {verb} one: this node's metadata was \
          erased or lost while its peers kept theirs. Starting it empty would format a new \
          history into the running cluster and could lose committed operations, so the start is \
-         refused and nothing was written to {data_dir}. Recovery today: restore this node's \
+         refused and nothing was written to {data_dir}. To recover: restore this node's \
          data directory (system.path) from a backup of this node (check the copy with \
-         `iggy-server verify --path <copy>`), then start it again; it catches up from its \
-         peers while their journals still hold the operations after the copy. Rejoining \
-         empty, or from a copy older than the peers' last checkpoint, needs state transfer, \
-         which is not built yet. To discard the whole cluster's data instead, stop every node \
+         `iggy-server verify --path <copy>` and this node's configuration), then start it \
+         again; it catches up from its peers, by a state transfer when their checkpoints have \
+         passed the copy. Empty metadata cannot be told from a new cluster's, so a node never \
+         rejoins without a copy. To discard the whole cluster's data instead, stop every node \
          and erase every node's data directory; a new cluster then starts.",
         named
     )

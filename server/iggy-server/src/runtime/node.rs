@@ -42,8 +42,8 @@ pub struct Node {
     pub root_created: Cell<bool>,
     /// Connections being refused at capacity (each gets an answer before it closes).
     pub refusals: Cell<usize>,
-    /// Requests being handled now, for the drain at shutdown.
-    pub in_flight: Cell<usize>,
+    /// Requests being handled now, for the drain at shutdown (counted by [`Node::request_started`]).
+    in_flight: Cell<usize>,
     /// Requests by command and status, and their latencies (`/metrics`).
     pub metrics: crate::runtime::metrics::Metrics,
     /// Personal access tokens lately shown to their creators, by (client, request): a retry
@@ -83,6 +83,14 @@ impl Node {
         Some(ConnectionGuard {
             limiter: self.clone(),
         })
+    }
+
+    /// Counts a request as in flight, for the drain at shutdown, until the guard is dropped:
+    /// also when its handler panics or its connection's task is dropped mid-request, so the
+    /// drain never waits out its limit for a request nobody handles any more.
+    pub fn request_started(self: &Rc<Self>) -> InFlight {
+        self.in_flight.set(self.in_flight.get() + 1);
+        InFlight(self.clone())
     }
 
     /// Waits until no request is in flight (or `limit` passes), then makes every partition's
@@ -324,5 +332,14 @@ impl Node {
         if let Some(bound) = connection.bound {
             self.shared.session_unbound(bound.client);
         }
+    }
+}
+
+/// A request in flight (see [`Node::request_started`]).
+pub struct InFlight(Rc<Node>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.set(self.0.in_flight.get() - 1);
     }
 }

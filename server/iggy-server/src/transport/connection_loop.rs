@@ -88,7 +88,7 @@ pub async fn serve_frames(
         };
         let trace = tracing::enabled!(tracing::Level::DEBUG)
             .then(|| RequestTrace::begin(connection, &admitted, &body));
-        node.in_flight.set(node.in_flight.get() + 1);
+        let in_flight = node.request_started();
         let dispatched = crate::service::dispatch::dispatch_within(
             node,
             connection,
@@ -97,7 +97,7 @@ pub async fn serve_frames(
             request_timeout,
         )
         .await;
-        node.in_flight.set(node.in_flight.get() - 1);
+        drop(in_flight);
         if let Some(trace) = trace {
             trace.end(connection, &dispatched);
         }

@@ -423,7 +423,7 @@ impl Call<'_> {
             routing: self.connection.routing,
         };
         // Counted for the drain at shutdown until it settles.
-        node.in_flight.set(node.in_flight.get() + 1);
+        let in_flight = node.request_started();
         compio::runtime::spawn(async move {
             let identity = (
                 admitted.bound.client,
@@ -447,7 +447,7 @@ impl Call<'_> {
                 );
             }
             drop(admitted);
-            node.in_flight.set(node.in_flight.get() - 1);
+            drop(in_flight);
         })
         .detach();
         Ok(())

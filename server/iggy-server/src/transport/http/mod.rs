@@ -351,9 +351,9 @@ async fn serve_connection<S: AsyncRead + AsyncWrite>(
             .header("connection")
             .is_some_and(|c| c.trim().eq_ignore_ascii_case("close"));
         // Counted for the drain at shutdown, like a TCP request.
-        node.in_flight.set(node.in_flight.get() + 1);
+        let in_flight = node.request_started();
         let response = api::handle(node, api, connection, &request).await;
-        node.in_flight.set(node.in_flight.get() - 1);
+        drop(in_flight);
         // A token's session is bound for the request only; the connection keeps none.
         connection.bound = None;
         send(
