@@ -3095,6 +3095,33 @@ async fn fresh_on_one_node_of_a_running_cluster_is_refused_before_anything_is_re
     assert_eq!(payloads(&polled), vec!["kept".to_string()]);
 }
 
+/// Whether `log`'s current start shows a metadata checkpoint that left replica `node` behind
+/// (taken past it: it will need a state transfer).
+fn metadata_checkpoint_left_behind(log: &str, node: usize) -> bool {
+    let left_behind = format!("leaves replicas [{node}] behind");
+    current_start(log)
+        .lines()
+        .any(|line| line.contains("metadata: checkpoint at op") && line.contains(&left_behind))
+}
+
+/// Waits until node `node`'s current start logs a metadata state transfer; that line.
+async fn metadata_state_transfer(cluster: &TestCluster, node: usize) -> String {
+    wait_until(
+        &format!("node {node} catches up by state transfer"),
+        Duration::from_secs(30),
+        || {
+            current_start(&cluster.node(node).log())
+                .lines()
+                .find(|line| {
+                    line.contains(&format!("group {METADATA_GROUP:#x}: state transfer from replica"))
+                })
+                .map(str::to_string)
+        },
+        || cluster.describe(METADATA_GROUP),
+    )
+    .await
+}
+
 /// README "Backup and restore" on a cluster node whose cluster moved on after the copy, the
 /// recovery the erased-metadata refusal names: a metadata backup is stopped and its data
 /// directory copied; while it is down the others create streams and send messages until the
@@ -3121,14 +3148,8 @@ async fn a_node_restored_from_a_backup_its_peers_checkpointed_past_catches_up() 
     let copy = scratch.path().join("backup");
     copy_tree(&data, &copy);
 
-    let left_behind = format!("leaves replicas [{backup}] behind");
-    let metadata_checkpoint_past = |log: &str| {
-        current_start(log)
-            .lines()
-            .any(|line| line.contains("metadata: checkpoint at op") && line.contains(&left_behind))
-    };
     let mut filler = 0;
-    while !metadata_checkpoint_past(&cluster.node(primary).log()) {
+    while !metadata_checkpoint_left_behind(&cluster.node(primary).log(), backup) {
         assert!(filler < 200, "no metadata checkpoint left node {backup} behind");
         churn_stream(&client, &format!("filler-{filler}")).await;
         let message = msg(format!("after the copy {filler}"));
@@ -3141,17 +3162,7 @@ async fn a_node_restored_from_a_backup_its_peers_checkpointed_past_catches_up() 
     std::fs::remove_dir_all(&data).unwrap();
     copy_tree(&copy, &data);
     cluster.restart(backup);
-    wait_until(
-        &format!("node {backup} catches up by state transfer"),
-        Duration::from_secs(30),
-        || {
-            current_start(&cluster.node(backup).log())
-                .contains(&format!("group {METADATA_GROUP:#x}: state transfer from replica"))
-                .then_some(())
-        },
-        || cluster.describe(METADATA_GROUP),
-    )
-    .await;
+    metadata_state_transfer(&cluster, backup).await;
     cluster.wait_normal(backup, &[METADATA_GROUP]).await;
 
     let served = streams_served(&client).await;
@@ -4003,14 +4014,8 @@ async fn a_metadata_backup_left_behind_by_checkpoints_catches_up_by_state_transf
         within("delete", client.delete_stream(&id(1))).await,
     );
     // Streams created and deleted again: enough ops for the others to checkpoint past it.
-    let left_behind = format!("leaves replicas [{backup}] behind");
-    let metadata_checkpoint_past = |log: &str| {
-        current_start(log)
-            .lines()
-            .any(|line| line.contains("metadata: checkpoint at op") && line.contains(&left_behind))
-    };
     let mut filler = 0;
-    while !metadata_checkpoint_past(&cluster.node(primary).log()) {
+    while !metadata_checkpoint_left_behind(&cluster.node(primary).log(), backup) {
         assert!(
             filler < 200,
             "no metadata checkpoint left node {backup} behind"
@@ -4024,23 +4029,7 @@ async fn a_metadata_backup_left_behind_by_checkpoints_catches_up_by_state_transf
     }
 
     cluster.restart(backup);
-    let transferred = wait_until(
-        &format!("node {backup} catches up by state transfer"),
-        Duration::from_secs(30),
-        || {
-            let log = cluster.node(backup).log();
-            current_start(&log)
-                .lines()
-                .find(|line| {
-                    line.contains(&format!(
-                        "group {METADATA_GROUP:#x}: state transfer from replica"
-                    ))
-                })
-                .map(str::to_string)
-        },
-        || cluster.describe(METADATA_GROUP),
-    )
-    .await;
+    let transferred = metadata_state_transfer(&cluster, backup).await;
     cluster.wait_normal(backup, &[METADATA_GROUP]).await;
 
     // Its metadata answers are the primary's: the deleted streams gone, the new ones there.
