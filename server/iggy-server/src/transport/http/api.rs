@@ -888,7 +888,10 @@ fn outgoing(values: &[serde_json::Value]) -> Result<Vec<OutgoingMessage>, Respon
             let user_headers = match object.get("user_headers") {
                 None | Some(serde_json::Value::Null) => Vec::new(),
                 Some(serde_json::Value::String(raw)) => {
-                    Base64::decode_vec(raw).map_err(|_| bad_json("user_headers is not base64"))?
+                    let headers = Base64::decode_vec(raw)
+                        .map_err(|_| bad_json("user_headers is not base64"))?;
+                    json::check_user_headers(&headers).map_err(bad_json)?;
+                    headers
                 }
                 Some(serde_json::Value::Array(entries)) => {
                     json::user_headers(entries).map_err(bad_json)?

@@ -5,7 +5,7 @@ use base64ct::{Base64, Encoding};
 use iggy_generated::errors::ErrorCode;
 use iggy_generated::frames::{BatchHeader, MessageFrameHeader};
 use iggy_generated::payloads as wire;
-use iggy_wire::WireEncode;
+use iggy_wire::{WireDecode, WireEncode};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -31,6 +31,46 @@ fn kind_code(name: &str) -> Option<u8> {
         .iter()
         .position(|k| !k.is_empty() && *k == name)
         .map(|code| code as u8)
+}
+
+/// Refuses user headers the official client could not read back (`iggy_common`'s
+/// `HeaderField`: a known kind, 1 to 255 bytes, a fixed-size kind exactly its size): it would
+/// drop every header of such a message on reading, so the send is refused instead. `bytes` is
+/// the binary form (a key kind, u32 length, key, value kind, u32 length, value per entry).
+pub fn check_user_headers(mut bytes: &[u8]) -> Result<(), String> {
+    while !bytes.is_empty() {
+        let entry = wire::OptionEntry::decode_from(&mut bytes)
+            .map_err(|error| format!("user headers are malformed: {error}"))?;
+        check_header_field("key", entry.key_kind, entry.key)?;
+        check_header_field("value", entry.value_kind, entry.value)?;
+    }
+    Ok(())
+}
+
+fn check_header_field(field: &str, kind: u8, bytes: &[u8]) -> Result<(), String> {
+    let name = KINDS
+        .get(usize::from(kind))
+        .filter(|name| !name.is_empty())
+        .ok_or_else(|| format!("a user header {field} has the unknown kind {kind}"))?;
+    let size = match kind {
+        3 | 4 | 9 => Some(1),
+        5 | 10 => Some(2),
+        6 | 11 | 14 => Some(4),
+        7 | 12 | 15 => Some(8),
+        8 | 13 => Some(16),
+        _ => None,
+    };
+    match size {
+        Some(size) if bytes.len() != size => Err(format!(
+            "a user header {field} of kind {name} is {size} bytes, not {}",
+            bytes.len()
+        )),
+        None if bytes.is_empty() || bytes.len() > 255 => Err(format!(
+            "a user header {field} of kind {name} is 1 to 255 bytes, not {}",
+            bytes.len()
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// The binary user headers of a send from the official client's structured list: entries
@@ -66,6 +106,7 @@ pub fn user_headers(entries: &[serde_json::Value]) -> Result<Vec<u8>, String> {
         }
         .encode_to(&mut out);
     }
+    check_user_headers(&out)?;
     Ok(out)
 }
 
@@ -785,6 +826,56 @@ impl OptionSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn user_headers_the_official_client_cannot_read_are_refused() {
+        let entry = |key_kind: &str, key: &[u8], value_kind: &str, value: &[u8]| {
+            serde_json::json!({
+                "key": {"kind": key_kind, "value": Base64::encode_string(key)},
+                "value": {"kind": value_kind, "value": Base64::encode_string(value)},
+            })
+        };
+        let good = [
+            entry("string", b"trace", "uint64", &7u64.to_le_bytes()),
+            entry("raw", &[0xff; 255], "bool", &[1]),
+        ];
+        let bytes = user_headers(&good).unwrap();
+        assert_eq!(check_user_headers(&bytes), Ok(()));
+        for (bad, expected) in [
+            (
+                entry("string", &[b'k'; 256], "bool", &[1]),
+                "key of kind string is 1 to 255 bytes, not 256",
+            ),
+            (
+                entry("string", b"", "bool", &[1]),
+                "key of kind string is 1 to 255 bytes, not 0",
+            ),
+            (
+                entry("string", b"k", "uint32", &[1, 2]),
+                "value of kind uint32 is 4 bytes, not 2",
+            ),
+            (
+                entry("string", b"k", "raw", &[0; 300]),
+                "value of kind raw is 1 to 255 bytes, not 300",
+            ),
+        ] {
+            let refused = user_headers(&[bad]).unwrap_err();
+            assert!(refused.contains(expected), "{refused}");
+        }
+        // The binary form is checked the same way: an unknown kind, a cut entry.
+        let mut unknown = bytes.clone();
+        unknown[0] = 16;
+        assert!(
+            check_user_headers(&unknown)
+                .unwrap_err()
+                .contains("unknown kind 16")
+        );
+        assert!(
+            check_user_headers(&bytes[..bytes.len() - 1])
+                .unwrap_err()
+                .contains("malformed")
+        );
+    }
 
     fn frame_ids(batch: &[u8]) -> Vec<u128> {
         let mut ids = Vec::new();
