@@ -389,6 +389,31 @@ async fn a_rename_to_a_taken_name_is_refused_without_naming_the_renamed_resource
     }
 }
 
+/// An option refusal names its key in the reason and in `field`: "Invalid option value for key:"
+/// once ended there, so a request setting several options did not say which one was wrong.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_option_refusal_names_its_key() {
+    let (_server, api) = TestServer::start_with_http(&[]);
+    let token = raw_token(&api).await;
+    let t = Some(token.as_str());
+    assert_eq!(raw(&api, "POST", "/streams", t, br#"{"name":"s"}"#).await.0, 201);
+    let cases = [
+        ("POST", "/streams/s/topics", r#"{"name":"t","partitions_count":1,"options":{"message_expiry":"1h","max_topic_size":"lots"}}"#, 4042, "max_topic_size"),
+        ("POST", "/streams/s/topics", r#"{"name":"t","partitions_count":1,"options":{"no_such_option":1}}"#, 4041, "no_such_option"),
+    ];
+    for (method, path, body, id, key) in cases {
+        let (status, reply) = raw(&api, method, path, t, body.as_bytes()).await;
+        let refusal: serde_json::Value = serde_json::from_slice(&reply).expect("a JSON refusal");
+        assert_eq!((status, refusal["id"].as_u64()), (400, Some(id)), "{body}: {refusal}");
+        assert_eq!(refusal["field"].as_str(), Some(key), "{refusal}");
+        let reason = refusal["reason"].as_str().unwrap_or_default();
+        assert!(reason.contains(key), "{body}: {reason}");
+    }
+    // Nothing was created.
+    let (status, _) = raw(&api, "GET", "/streams/s/topics/t", t, b"").await;
+    assert_eq!(status, 404);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_expired_token_is_refused() {
     let env = [("IGGY_HTTP_JWT_ACCESS_TOKEN_EXPIRY_SECS", "1"), ("IGGY_HTTP_JWT_CLOCK_SKEW_SECS", "0")];

@@ -29,7 +29,7 @@ pub struct Refusal {
     id: u32,
     code: String,
     reason: String,
-    field: Option<&'static str>,
+    field: Option<String>,
 }
 
 fn snake(name: &str) -> String {
@@ -651,6 +651,25 @@ impl From<ErrorCode> for Failure {
     }
 }
 
+/// An option refused before the request runs: the reason names its key (`{0}` of "Invalid
+/// option value for key: {0}"), and so does `field`.
+impl From<json::OptionRefused> for Failure {
+    fn from(refused: json::OptionRefused) -> Self {
+        let json::OptionRefused { error, key } = refused;
+        let reason = error.message().replace("{0}", &key);
+        let refusal = Refusal {
+            reason: if reason.contains(&key) {
+                reason
+            } else {
+                format!("{} (option `{key}`)", reason.trim_end_matches('.'))
+            },
+            field: Some(key),
+            ..refusal(error)
+        };
+        Failure::Response(Response::error(status_of(error), &refusal))
+    }
+}
+
 impl From<Refused> for Failure {
     fn from(refused: Refused) -> Self {
         match refused {
@@ -1054,8 +1073,11 @@ async fn route_handler(
         }
         "stream.create" => {
             let create: CreateStream = body(request)?;
-            let options =
-                json::options_block(&create.options, iggy_metadata::options::STREAM_OPTIONS)?;
+            let options = json::options_block(
+                &create.options,
+                iggy_metadata::options::STREAM_OPTIONS,
+                true,
+            )?;
             let body = wire::CreateStreamRequest {
                 name: &create.name,
                 options: &options,
@@ -1124,7 +1146,7 @@ async fn route_handler(
             let stream = param(0)?;
             let create: CreateTopic = body(request)?;
             let options =
-                json::options_block(&create.options, iggy_metadata::options::TOPIC_OPTIONS)?;
+                json::options_block(&create.options, iggy_metadata::options::TOPIC_OPTIONS, true)?;
             let body = wire::CreateTopicRequest {
                 stream_id: wire_id(&stream),
                 partitions_count: create.partitions_count,
@@ -1837,7 +1859,7 @@ async fn route_handler(
             };
             // null changes nothing (serializers write unset fields as null).
             set.retain(|_, v| !v.is_null());
-            let options = json::options_block(&set, catalog)?;
+            let options = json::options_block(&set, catalog, false)?;
             let reset: Vec<&str> = reset.iter().map(String::as_str).collect();
             let first = param(0)?;
             let patch = match scope {

@@ -161,59 +161,85 @@ pub fn options(explicit: &[u8], derived: &[u8]) -> Options {
     out
 }
 
+/// An option the request gave that the catalog refuses, with the key it names.
+#[derive(Debug, PartialEq, Eq)]
+pub struct OptionRefused {
+    pub error: ErrorCode,
+    pub key: String,
+}
+
 /// An options block from a flat JSON map (`{key: bool | integer | string}`); integers take the
-/// kind the option catalog gives the key (u64 otherwise).
+/// kind the option catalog gives the key (u64 otherwise). Each entry is checked against the
+/// catalog as a `create` (else an update) checks it, so a refusal names its key; the
+/// committed op checks the whole block again.
 pub fn options_block(
     input: &serde_json::Map<String, serde_json::Value>,
     catalog: &[iggy_metadata::options::OptionSpec],
-) -> Result<Vec<u8>, ErrorCode> {
-    use iggy_metadata::options::kind;
+    create: bool,
+) -> Result<Vec<u8>, OptionRefused> {
     let mut values: Vec<(String, u8, Vec<u8>)> = Vec::new();
     for (key, value) in input {
-        let declared = catalog.iter().find(|o| o.key == key).map(|o| o.kind);
-        let (k, bytes) = match value {
-            serde_json::Value::Bool(b) => (kind::BOOL, vec![*b as u8]),
-            serde_json::Value::Number(n) => {
-                let n = n.as_u64().ok_or(ErrorCode::InvalidOptionValue)?;
-                match declared {
-                    Some(kind::UINT32) => (
-                        kind::UINT32,
-                        u32::try_from(n)
-                            .map_err(|_| ErrorCode::InvalidOptionValue)?
-                            .to_le_bytes()
-                            .to_vec(),
-                    ),
-                    _ => (kind::UINT64, n.to_le_bytes().to_vec()),
-                }
-            }
-            // A number may travel as decimal text (above 2^53 the official client sends it so).
-            serde_json::Value::String(s)
-                if matches!(declared, Some(kind::UINT64 | kind::UINT32))
-                    && s.bytes().all(|b| b.is_ascii_digit())
-                    && !s.is_empty() =>
-            {
-                let n: u64 = s.parse().map_err(|_| ErrorCode::InvalidOptionValue)?;
-                match declared {
-                    Some(kind::UINT32) => (
-                        kind::UINT32,
-                        u32::try_from(n)
-                            .map_err(|_| ErrorCode::InvalidOptionValue)?
-                            .to_le_bytes()
-                            .to_vec(),
-                    ),
-                    _ => (kind::UINT64, n.to_le_bytes().to_vec()),
-                }
-            }
-            serde_json::Value::String(s) => (kind::STRING, s.as_bytes().to_vec()),
-            _ => return Err(ErrorCode::InvalidOptionValue),
+        let refused = |error| OptionRefused {
+            error,
+            key: key.clone(),
         };
-        values.push((key.clone(), k, bytes));
+        let (kind, bytes) = option_value(catalog, key, value).map_err(refused)?;
+        let one = iggy_metadata::options::encode(&[(key.as_str(), kind, bytes.as_slice())]);
+        iggy_metadata::options::validate(catalog, &one, &[], create).map_err(refused)?;
+        values.push((key.clone(), kind, bytes));
     }
     let entries: Vec<(&str, u8, &[u8])> = values
         .iter()
         .map(|(k, kind, v)| (k.as_str(), *kind, v.as_slice()))
         .collect();
     Ok(iggy_metadata::options::encode(&entries))
+}
+
+/// One JSON option value as its wire kind and bytes.
+fn option_value(
+    catalog: &[iggy_metadata::options::OptionSpec],
+    key: &str,
+    value: &serde_json::Value,
+) -> Result<(u8, Vec<u8>), ErrorCode> {
+    use iggy_metadata::options::kind;
+    let declared = catalog.iter().find(|o| o.key == key).map(|o| o.kind);
+    let (k, bytes) = match value {
+        serde_json::Value::Bool(b) => (kind::BOOL, vec![*b as u8]),
+        serde_json::Value::Number(n) => {
+            let n = n.as_u64().ok_or(ErrorCode::InvalidOptionValue)?;
+            match declared {
+                Some(kind::UINT32) => (
+                    kind::UINT32,
+                    u32::try_from(n)
+                        .map_err(|_| ErrorCode::InvalidOptionValue)?
+                        .to_le_bytes()
+                        .to_vec(),
+                ),
+                _ => (kind::UINT64, n.to_le_bytes().to_vec()),
+            }
+        }
+        // A number may travel as decimal text (above 2^53 the official client sends it so).
+        serde_json::Value::String(s)
+            if matches!(declared, Some(kind::UINT64 | kind::UINT32))
+                && s.bytes().all(|b| b.is_ascii_digit())
+                && !s.is_empty() =>
+        {
+            let n: u64 = s.parse().map_err(|_| ErrorCode::InvalidOptionValue)?;
+            match declared {
+                Some(kind::UINT32) => (
+                    kind::UINT32,
+                    u32::try_from(n)
+                        .map_err(|_| ErrorCode::InvalidOptionValue)?
+                        .to_le_bytes()
+                        .to_vec(),
+                ),
+                _ => (kind::UINT64, n.to_le_bytes().to_vec()),
+            }
+        }
+        serde_json::Value::String(s) => (kind::STRING, s.as_bytes().to_vec()),
+        _ => return Err(ErrorCode::InvalidOptionValue),
+    };
+    Ok((k, bytes))
 }
 
 #[derive(Debug, Serialize, Deserialize, PartialEq, Clone, Copy, Default)]
