@@ -414,6 +414,25 @@ async fn an_option_refusal_names_its_key() {
     assert_eq!(status, 404);
 }
 
+/// The client list names the user an HTTP request runs as (its token's): it listed the
+/// request's own connection with `user_id: null`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_list_names_the_user_of_an_http_request() {
+    let (_server, api) = TestServer::start_with_http(&[]);
+    let token = raw_token(&api).await;
+    let (status, body) = raw(&api, "GET", "/clients", Some(&token), b"").await;
+    assert_eq!(status, 200);
+    let clients: serde_json::Value = serde_json::from_slice(&body).expect("a JSON list");
+    let http: Vec<&serde_json::Value> = clients
+        .as_array()
+        .expect("a list")
+        .iter()
+        .filter(|client| client["transport"] == "http")
+        .collect();
+    assert!(!http.is_empty(), "{clients}");
+    assert!(http.iter().all(|client| client["user_id"] == 0), "root is user 0: {clients}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_expired_token_is_refused() {
     let env = [("IGGY_HTTP_JWT_ACCESS_TOKEN_EXPIRY_SECS", "1"), ("IGGY_HTTP_JWT_CLOCK_SKEW_SECS", "0")];

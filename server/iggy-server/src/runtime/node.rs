@@ -327,6 +327,13 @@ impl Node {
         }
     }
 
+    /// The user a connection's requests run as now, for `me` and the client list.
+    pub fn connection_user(&self, connection: u32, user_id: u32) {
+        if let Some(info) = self.clients.borrow_mut().get_mut(&connection) {
+            info.user_id = Some(user_id);
+        }
+    }
+
     pub fn close_connection(&self, connection: &crate::runtime::connection::Connection) {
         self.clients.borrow_mut().remove(&connection.id);
         if let Some(bound) = connection.bound {

@@ -611,9 +611,7 @@ fn bind(
         .session_connections
         .borrow_mut()
         .insert(client, connection.id);
-    if let Some(info) = node.clients.borrow_mut().get_mut(&connection.id) {
-        info.user_id = Some(user_id);
-    }
+    node.connection_user(connection.id, user_id);
     tracing::info!(
         "session {session} of client {client:032x} (user {user_id}) bound to connection {}",
         connection.id

@@ -395,6 +395,8 @@ impl Call<'_> {
             .state
             .next_request(bound.client)
             .ok_or(ErrorCode::Unauthenticated)?;
+        // The token's user, for the client list (an HTTP connection binds per request).
+        self.node.connection_user(self.connection.id, bound.user_id);
         Ok(Admitted {
             command,
             operation,
