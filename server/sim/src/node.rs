@@ -13,9 +13,10 @@
 //!   reconciliation finds the incarnation deleted); an incarnation a node's directories hold
 //!   but whose creating op its replayed model does not reach yet waits, files kept, until
 //!   that op is applied again (the server's start-up rules, in [`MetadataMachine`]);
-//! - partition replicas exchange the server's frames (`Cluster::with_frames`): encoded by the
-//!   replica codec (`iggy_vsr::codec`) with the sender's `FrameContext` (group id from the
-//!   ids, the incarnation) and decoded with the receiving replica's. A node routes them by ids
+//! - every replica exchanges the server's frames (`Cluster::with_frames`): encoded by the
+//!   replica codec (`iggy_vsr::codec`) with the sender's `FrameContext` (the metadata group's,
+//!   or a partition's group id from the ids and its incarnation) and decoded with the receiving
+//!   replica's. A node routes partition frames by ids
 //!   (stream, topic, partition), as the server's bus routes by group id: a frame of an
 //!   incarnation the receiving node does not run (not created there yet, deleted, while an
 //!   older or newer incarnation of the same ids runs there) goes to the replica of the
@@ -62,7 +63,7 @@
 
 use crate::machine::MachineFigures;
 use crate::{MetadataMachine, MetadataWorkload, PartitionMachine, PartitionWorkload};
-use iggy_generated::frames::Command;
+use iggy_generated::frames::{Command, METADATA_GROUP};
 use iggy_metadata::PartitionKey;
 use iggy_metadata::reconcile::created_op;
 use iggy_vsr::codec::{CodecError, FrameContext, partition_group};
@@ -221,7 +222,13 @@ impl NodeWorld {
                 .with_consumer_groups(GROUP_PERCENT)
                 .with_partition_churn(PARTITION_CHURN_PERCENT),
         )
-        .faults_from_shell();
+        .faults_from_shell()
+        .with_frames(FrameContext {
+            cluster: CLUSTER,
+            sender: 0,
+            group: METADATA_GROUP,
+            incarnation: 0,
+        });
         let state_transfer = (seed / 1_000).is_multiple_of(2);
         if state_transfer {
             metadata = metadata.with_state_transfer();
@@ -320,6 +327,9 @@ impl NodeWorld {
         self.inject_faults();
         self.metadata.step();
         assert_eq!(self.metadata.now(), self.now, "the groups step in lockstep");
+        // Every node runs the metadata group: its frames reach only a node that is down, which
+        // drops them, as a stopped process does.
+        drop(self.metadata.take_unhosted());
         self.note_deletes();
         for node in 0..usize::from(self.replica_count) {
             self.reconcile(node);
