@@ -203,43 +203,30 @@ fn option_value(
 ) -> Result<(u8, Vec<u8>), ErrorCode> {
     use iggy_metadata::options::kind;
     let declared = catalog.iter().find(|o| o.key == key).map(|o| o.kind);
-    let (k, bytes) = match value {
-        serde_json::Value::Bool(b) => (kind::BOOL, vec![*b as u8]),
-        serde_json::Value::Number(n) => {
-            let n = n.as_u64().ok_or(ErrorCode::InvalidOptionValue)?;
-            match declared {
-                Some(kind::UINT32) => (
-                    kind::UINT32,
-                    u32::try_from(n)
-                        .map_err(|_| ErrorCode::InvalidOptionValue)?
-                        .to_le_bytes()
-                        .to_vec(),
-                ),
-                _ => (kind::UINT64, n.to_le_bytes().to_vec()),
-            }
-        }
+    let number: u64 = match value {
+        serde_json::Value::Bool(b) => return Ok((kind::BOOL, vec![*b as u8])),
+        serde_json::Value::Number(n) => n.as_u64().ok_or(ErrorCode::InvalidOptionValue)?,
         // A number may travel as decimal text (above 2^53 the official client sends it so).
         serde_json::Value::String(s)
             if matches!(declared, Some(kind::UINT64 | kind::UINT32))
                 && s.bytes().all(|b| b.is_ascii_digit())
                 && !s.is_empty() =>
         {
-            let n: u64 = s.parse().map_err(|_| ErrorCode::InvalidOptionValue)?;
-            match declared {
-                Some(kind::UINT32) => (
-                    kind::UINT32,
-                    u32::try_from(n)
-                        .map_err(|_| ErrorCode::InvalidOptionValue)?
-                        .to_le_bytes()
-                        .to_vec(),
-                ),
-                _ => (kind::UINT64, n.to_le_bytes().to_vec()),
-            }
+            s.parse().map_err(|_| ErrorCode::InvalidOptionValue)?
         }
-        serde_json::Value::String(s) => (kind::STRING, s.as_bytes().to_vec()),
+        serde_json::Value::String(s) => return Ok((kind::STRING, s.as_bytes().to_vec())),
         _ => return Err(ErrorCode::InvalidOptionValue),
     };
-    Ok((k, bytes))
+    Ok(match declared {
+        Some(kind::UINT32) => (
+            kind::UINT32,
+            u32::try_from(number)
+                .map_err(|_| ErrorCode::InvalidOptionValue)?
+                .to_le_bytes()
+                .to_vec(),
+        ),
+        _ => (kind::UINT64, number.to_le_bytes().to_vec()),
+    })
 }
 
 #[derive(Debug, Serialize, Deserialize, PartialEq, Clone, Copy, Default)]
