@@ -165,10 +165,6 @@ pub struct NodeFigures {
     pub acks_of_other_incarnations_passed: u64,
     /// Partition packets that reached a node running no incarnation of their ids (dropped).
     pub frames_of_no_running_group: u64,
-    /// Prepares of a partition group refused by the receiver's codec because their entry did
-    /// not rebuild its checksum (a retired batch's stand-in resent; the core drops such an
-    /// entry too).
-    pub entries_refused: u64,
 }
 
 /// One partition incarnation's group over the nodes.
@@ -755,7 +751,6 @@ impl NodeWorld {
             figures.partition_checkpoints_past_laggards += summary.checkpoints_past_laggards;
             figures.partition_state_transfers += summary.state_transfers;
             figures.partition_transfers_refused += summary.transfers_refused;
-            figures.entries_refused += summary.entries_refused;
             add_transfer_figures(&mut figures, &partition.machines);
             figures.offset_stores_acknowledged += partition.stores_acknowledged;
             figures.offset_stores_refused += partition.stores_refused;

@@ -66,7 +66,6 @@ struct Totals {
     seeds_crossing_incarnations: u64,
     acks_of_other_incarnations_passed: u64,
     frames_of_no_running_group: u64,
-    entries_refused: u64,
 }
 
 impl Totals {
@@ -110,7 +109,6 @@ impl Totals {
         );
         self.acks_of_other_incarnations_passed += figures.acks_of_other_incarnations_passed;
         self.frames_of_no_running_group += figures.frames_of_no_running_group;
-        self.entries_refused += figures.entries_refused;
     }
 }
 

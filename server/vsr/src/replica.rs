@@ -284,6 +284,12 @@ pub struct Replica {
     /// Ops whose bodies were read back [`ReadBack::Retired`], with the peers that asked: they
     /// are answered once a checkpoint covers the op (see [`Replica::checkpoint_wanted`]).
     retired_asked: BTreeMap<u64, Vec<(ReplicaId, u32)>>,
+    /// Entries this replica was opened with whose bodies do not rebuild their checksums, by op
+    /// with the entry's checksum: the shell drops damaged records, so these are stand-ins for
+    /// bodies the state machine retired before the restart (a partition's journal keeps a short
+    /// stand-in for a batch its log holds, and a segment deletion removed the batch). Such a
+    /// body is never sent as the op's: a peer that needs it is answered as for a retired one.
+    bodies_retired: BTreeMap<u64, u64>,
 }
 
 impl Replica {
@@ -341,6 +347,11 @@ impl Replica {
             view: checkpoint.view,
             checksum: checkpoint.checksum,
         };
+        let bodies_retired = suffix
+            .iter()
+            .filter(|entry| !entry.is_valid())
+            .map(|entry| (entry.op, entry.checksum))
+            .collect();
         let journal = Journal::from_entries(base, suffix);
         // An install of a later view's log may have reached the journal before the view state
         // naming it did (the shell persists the view after the journal): never stay below a
@@ -408,6 +419,7 @@ impl Replica {
             released_through: checkpoint.op,
             reading_back: BTreeMap::new(),
             retired_asked: BTreeMap::new(),
+            bodies_retired,
         }
     }
 
@@ -439,6 +451,7 @@ impl Replica {
             }
         }
         self.journal.forget_through(op);
+        self.bodies_retired = self.bodies_retired.split_off(&(op + 1));
         debug_assert!(op < self.commit_min || self.base_clients == self.clients);
         self.answer_retired_asked();
         let base = self.journal.base();
@@ -636,6 +649,18 @@ impl Replica {
     /// Sends the held entry `op` to `to` as a prepare of `view`, reading its body back first
     /// when it was released.
     fn send_entry(&mut self, to: ReplicaId, view: u32, op: u64) {
+        if self.body_retired(op) {
+            // Answered once a checkpoint covers it, as a retired body read back is; until this
+            // replica applied it, the peer asks again.
+            if op <= self.commit_min {
+                let asked = self.retired_asked.entry(op).or_default();
+                if !asked.contains(&(to, view)) {
+                    asked.push((to, view));
+                }
+                self.answer_retired_asked();
+            }
+            return;
+        }
         let entry = self.journal.get(op).expect("op in log");
         let released = op <= self.released_through
             && entry.operation != OPERATION_REGISTER
@@ -656,6 +681,14 @@ impl Replica {
             entry: entry.clone(),
         };
         self.send(to, message);
+    }
+
+    /// Whether the entry held at `op` is one this replica was opened with and whose body was
+    /// retired (see `bodies_retired`).
+    fn body_retired(&self, op: u64) -> bool {
+        self.bodies_retired
+            .get(&op)
+            .is_some_and(|checksum| self.journal.checksum_at(op) == Some(*checksum))
     }
 
     /// Whether the group has no other replica.
@@ -1161,6 +1194,10 @@ impl Replica {
                 .map(|(op, oks)| (*op, oks.clone()))
                 .collect();
             for (op, oks) in pending {
+                // The backups that hold it ack it with their log; the others repair it.
+                if self.body_retired(op) {
+                    continue;
+                }
                 let entry = self.journal.get(op).expect("pipeline op in log").clone();
                 for to in self.others().into_iter().filter(|r| !oks.contains(r)) {
                     let message = Message::Prepare {
