@@ -233,6 +233,17 @@ impl ReplicaPlane {
             .collect()
     }
 
+    /// Frames and bytes written to each peer's links so far.
+    pub fn sent(&self) -> Vec<(u8, u64, u64)> {
+        (0..self.replica_count)
+            .filter(|peer| *peer != self.replica)
+            .map(|peer| {
+                let (frames, bytes) = self.sender.sent(peer);
+                (peer, frames, bytes)
+            })
+            .collect()
+    }
+
     /// Inbound frames no group took.
     pub fn undeliverable(&self) -> u64 {
         self.router.undeliverable()

@@ -244,6 +244,9 @@ struct Outbox {
     bytes_max: usize,
     link_wait_max: Duration,
     dropped: AtomicU64,
+    /// Frames written to the peer's links, and their bytes.
+    sent_frames: AtomicU64,
+    sent_bytes: AtomicU64,
     /// The generation of the admitted link that drains this queue, 0 while none is up.
     linked: AtomicU64,
     liveness: Mutex<Liveness>,
@@ -274,6 +277,8 @@ impl Outbox {
             bytes_max,
             link_wait_max,
             dropped: AtomicU64::new(0),
+            sent_frames: AtomicU64::new(0),
+            sent_bytes: AtomicU64::new(0),
             linked: AtomicU64::new(0),
             liveness: Mutex::new(Liveness::new(silence_max)),
         }
@@ -401,6 +406,16 @@ impl BusSender {
         self.outboxes
             .get(&peer)
             .map_or(0, |o| o.dropped.load(Ordering::Relaxed))
+    }
+
+    /// Frames written to `peer`'s links so far, and their bytes (keepalives included).
+    pub fn sent(&self, peer: u8) -> (u64, u64) {
+        self.outboxes.get(&peer).map_or((0, 0), |o| {
+            (
+                o.sent_frames.load(Ordering::Relaxed),
+                o.sent_bytes.load(Ordering::Relaxed),
+            )
+        })
     }
 }
 
@@ -1209,9 +1224,12 @@ async fn send_pings(outbox: &Outbox, ping: Bytes) -> std::convert::Infallible {
 async fn write_frames(mut stream: LinkWriter, outbox: &Outbox) -> String {
     loop {
         let frame = outbox.pop().await;
+        let bytes = frame.len() as u64;
         if let Err(error) = stream.write_frame(frame).await {
             return format!("write failed: {}", replica_tls::cause(&error));
         }
+        outbox.sent_frames.fetch_add(1, Ordering::Relaxed);
+        outbox.sent_bytes.fetch_add(bytes, Ordering::Relaxed);
         if outbox.is_empty()
             && let Err(error) = stream.flush().await
         {
@@ -2106,6 +2124,7 @@ mod tests {
         admitted(&mut a, 1).await;
         admitted(&mut b, 0).await;
         let fresh = Bytes::from(commit_frame(0, METADATA_GROUP, 0, b"after the outage"));
+        let fresh_len = fresh.len() as u64;
         sender.send(1, fresh).unwrap();
         let first = received(&mut b).await;
         assert_eq!(
@@ -2114,6 +2133,13 @@ mod tests {
             "the frame of the outage came first"
         );
         assert_eq!(sender.dropped(1), 1);
+        // Written frames are counted (keepalives too), dropped ones are not.
+        let (frames, bytes) = sender.sent(1);
+        assert!(
+            frames >= 1 && bytes >= fresh_len,
+            "{frames} frames, {bytes} bytes"
+        );
+        assert_eq!(sender.sent(0), (0, 0), "no link to itself");
     }
 
     #[compio::test]

@@ -89,6 +89,8 @@ pub struct Gauges {
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct ReplicaFrames {
     pub dropped: Vec<(u8, u64)>,
+    /// Per peer: frames and bytes written to its links.
+    pub sent: Vec<(u8, u64, u64)>,
     pub undeliverable: u64,
 }
 
@@ -226,6 +228,30 @@ impl Metrics {
                 let _ = writeln!(
                     out,
                     "iggy_replica_frames_dropped_total{{peer=\"{peer}\"}} {count}"
+                );
+            }
+            family(
+                &mut out,
+                "iggy_replica_frames_sent_total",
+                "counter",
+                "Frames written to a peer replica's links, keepalives included.",
+            );
+            for (peer, frames, _) in &frames.sent {
+                let _ = writeln!(
+                    out,
+                    "iggy_replica_frames_sent_total{{peer=\"{peer}\"}} {frames}"
+                );
+            }
+            family(
+                &mut out,
+                "iggy_replica_bytes_sent_total",
+                "counter",
+                "Bytes of the frames written to a peer replica's links (a retransmitted prepare counts again).",
+            );
+            for (peer, _, bytes) in &frames.sent {
+                let _ = writeln!(
+                    out,
+                    "iggy_replica_bytes_sent_total{{peer=\"{peer}\"}} {bytes}"
                 );
             }
             family(
@@ -370,6 +396,7 @@ mod tests {
             fsyncs: vec![("journal", 7), ("segment", 0)],
             replica_frames: Some(ReplicaFrames {
                 dropped: vec![(1, 0), (2, 3)],
+                sent: vec![(1, 10, 2560), (2, 0, 0)],
                 undeliverable: 4,
             }),
             checkpoints: vec![
@@ -389,6 +416,9 @@ mod tests {
             ("iggy_fsyncs_total{file=\"journal\"}", 7.0),
             ("iggy_fsyncs_total{file=\"segment\"}", 0.0),
             ("iggy_replica_frames_dropped_total{peer=\"2\"}", 3.0),
+            ("iggy_replica_frames_sent_total{peer=\"1\"}", 10.0),
+            ("iggy_replica_bytes_sent_total{peer=\"1\"}", 2560.0),
+            ("iggy_replica_bytes_sent_total{peer=\"2\"}", 0.0),
             ("iggy_replica_frames_undeliverable_total", 4.0),
             (
                 "iggy_checkpoint_duration_seconds_bucket{group_kind=\"partition\",le=\"0.001\"}",

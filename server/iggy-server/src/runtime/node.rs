@@ -295,6 +295,7 @@ impl Node {
             replica_frames: self.shared.plane.as_ref().map(|plane| {
                 crate::runtime::metrics::ReplicaFrames {
                     dropped: plane.dropped(),
+                    sent: plane.sent(),
                     undeliverable: plane.undeliverable(),
                 }
             }),
