@@ -44,6 +44,10 @@ OPTIONS:
     --data-dir PATH               where to measure disk bandwidth (default: the server's temp
                                   data dir, or the system temp dir with --server-address)
     --no-limits                   skip the disk and loopback measurements
+    --drop-caches                 sync and drop the kernel's clean page cache right before the
+                                  scenario runs (needs root), so runs start alike: on this VM a
+                                  page written into memory that sat idle long costs about 3x
+                                  (see bench/README.md)
     --limits-only                 measure only the disk and loopback limits (no server)
     --output FILE                 also write the report as JSON
     --suite                       run the reference rows of issue 4 and print a markdown table
@@ -232,6 +236,8 @@ pub struct Args {
     pub quiet: bool,
     /// Start a local cluster of this many nodes instead of one server (0: a single node).
     pub cluster: u8,
+    /// Drop the page cache right before the scenario runs.
+    pub drop_caches: bool,
 }
 
 fn num<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, String> {
@@ -266,6 +272,7 @@ pub fn parse(argv: &[String]) -> Result<Args, String> {
         scale: 1.0,
         cluster: 0,
         quiet: false,
+        drop_caches: false,
     };
     let mut i = 0;
     let mut scenario_seen = false;
@@ -341,6 +348,7 @@ pub fn parse(argv: &[String]) -> Result<Args, String> {
                 }
             }
             "--no-limits" => a.limits = false,
+            "--drop-caches" => a.drop_caches = true,
             "--limits-only" => a.limits_only = true,
             "--output" => a.output = Some(value()?.into()),
             "--suite" => a.suite = true,

@@ -38,7 +38,52 @@ struct RunReport {
     /// /proc/loadavg (1 min) before and after: other work on the machine skews every number.
     load_before: Option<f64>,
     load_after: Option<f64>,
+    /// The kernel's page cache right before the scenario ran.
+    memory_before: Option<Memory>,
     error: Option<String>,
+}
+
+/// What `/proc/meminfo` said, in MB, and whether the bench had just dropped the clean cache.
+#[derive(Debug, Clone, Serialize)]
+struct Memory {
+    free_mb: u64,
+    cached_mb: u64,
+    dropped: bool,
+}
+
+impl Memory {
+    /// Reads `/proc/meminfo`, after a `sync` and a drop of the clean page cache when asked
+    /// (`None` when that fails, e.g. not root: the run is then not what was asked for).
+    fn before_run(drop_caches: bool) -> Result<Option<Memory>, String> {
+        if drop_caches {
+            let synced = std::process::Command::new("sync")
+                .status()
+                .map_err(|e| format!("sync: {e}"))?;
+            if !synced.success() {
+                return Err(format!("sync: {synced}"));
+            }
+            std::fs::write("/proc/sys/vm/drop_caches", "1")
+                .map_err(|e| format!("--drop-caches: /proc/sys/vm/drop_caches: {e}"))?;
+        }
+        let Ok(meminfo) = std::fs::read_to_string("/proc/meminfo") else {
+            return Ok(None);
+        };
+        let field = |name: &str| -> Option<u64> {
+            let line = meminfo.lines().find(|l| l.starts_with(name))?;
+            let kb: u64 = line[name.len()..]
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse()
+                .ok()?;
+            Some(kb / 1024)
+        };
+        Ok(Some(Memory {
+            free_mb: field("MemFree:").unwrap_or(0),
+            cached_mb: field("Cached:").unwrap_or(0),
+            dropped: drop_caches,
+        }))
+    }
 }
 
 fn load_1min() -> Option<f64> {
@@ -83,6 +128,7 @@ async fn run_one(a: &Args, p: &Params) -> RunReport {
         server_cpu_seconds: None,
         load_before: load_1min(),
         load_after: None,
+        memory_before: None,
         error: None,
     };
     let mut procs: Vec<ServerProc> = Vec::new();
@@ -185,6 +231,14 @@ async fn run_one(a: &Args, p: &Params) -> RunReport {
             .map(ServerProc::cpu_seconds)
             .sum::<Option<f64>>()
     };
+    match Memory::before_run(a.drop_caches) {
+        Ok(memory) => report.memory_before = memory,
+        Err(e) => {
+            report.error = Some(e);
+            print_report(&report);
+            return report;
+        }
+    }
     let cpu_before = cpu(&procs);
     match scenario::run(&address, p, a.quiet).await {
         Ok(kinds) => report.kinds = kinds,
@@ -244,6 +298,14 @@ fn print_report(r: &RunReport) {
             } else {
                 ""
             }
+        );
+    }
+    if let Some(m) = &r.memory_before {
+        println!(
+            "  page cache before the run: {} MB cached, {} MB free{}",
+            m.cached_mb,
+            m.free_mb,
+            if m.dropped { " (just dropped)" } else { "" }
         );
     }
     if let Some(l) = &r.limits {
