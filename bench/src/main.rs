@@ -35,6 +35,8 @@ struct RunReport {
     ratios: Vec<Ratio>,
     /// Server user+system CPU seconds during the scenario (only when bench started it).
     server_cpu_seconds: Option<f64>,
+    /// The bench's own CPU seconds during the scenario: the SDK clients run in it.
+    client_cpu_seconds: Option<f64>,
     /// /proc/loadavg (1 min) before and after: other work on the machine skews every number.
     load_before: Option<f64>,
     load_after: Option<f64>,
@@ -126,6 +128,7 @@ async fn run_one(a: &Args, p: &Params) -> RunReport {
         limits: None,
         ratios: Vec::new(),
         server_cpu_seconds: None,
+        client_cpu_seconds: None,
         load_before: load_1min(),
         load_after: None,
         memory_before: None,
@@ -240,6 +243,7 @@ async fn run_one(a: &Args, p: &Params) -> RunReport {
         }
     }
     let cpu_before = cpu(&procs);
+    let client_cpu_before = server::cpu_seconds("self");
     match scenario::run(&address, p, a.quiet).await {
         Ok(kinds) => report.kinds = kinds,
         Err(e) => {
@@ -255,6 +259,9 @@ async fn run_one(a: &Args, p: &Params) -> RunReport {
     }
     if let (Some(before), Some(after)) = (cpu_before, cpu(&procs)) {
         report.server_cpu_seconds = Some(after - before);
+    }
+    if let (Some(before), Some(after)) = (client_cpu_before, server::cpu_seconds("self")) {
+        report.client_cpu_seconds = Some(after - before);
     }
     if let Some(l) = &report.limits {
         report.ratios = ratios(&report.kinds, l);
@@ -275,11 +282,9 @@ fn print_report(r: &RunReport) {
     for k in &r.kinds {
         k.print();
     }
+    let main_kind = r.kind("producer").or_else(|| r.kinds.first());
+    let gb = main_kind.map_or(0.0, |k| k.payload_bytes as f64 / 1e9);
     if let Some(cpu) = r.server_cpu_seconds {
-        let gb = r
-            .kind("producer")
-            .or_else(|| r.kinds.first())
-            .map_or(0.0, |k| k.payload_bytes as f64 / 1e9);
         println!(
             "  server CPU: {cpu:.2} s for the run{}",
             if gb > 0.0 {
@@ -287,6 +292,23 @@ fn print_report(r: &RunReport) {
             } else {
                 String::new()
             }
+        );
+    }
+    // What the cores could carry if the run were bound by CPU alone: the server's and the
+    // clients' CPU per GB against every core of the machine.
+    if let (Some(server), Some(client), Some(kind)) =
+        (r.server_cpu_seconds, r.client_cpu_seconds, main_kind)
+        && gb > 0.0
+        && server + client > 0.0
+    {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+        let ceiling_mb_per_s = cores / ((server + client) / gb) * 1000.0;
+        println!(
+            "  CPU ceiling: {cores} cores / ({:.2} server + {:.2} client s per GB) = {ceiling_mb_per_s:.0} MB/s; this run {:.0} MB/s = {:.2} of it",
+            server / gb,
+            client / gb,
+            kind.mb_per_s,
+            kind.mb_per_s / ceiling_mb_per_s
         );
     }
     if let (Some(b), Some(a)) = (r.load_before, r.load_after) {

@@ -283,13 +283,18 @@ impl ServerProc {
 
     /// User + system CPU seconds the server has used so far (Linux /proc), if known.
     pub fn cpu_seconds(&self) -> Option<f64> {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid()?)).ok()?;
-        // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
-        let rest = &stat[stat.rfind(')')? + 2..];
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        let ticks = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
-        Some(ticks / 100.0) // USER_HZ is 100 on Linux
+        cpu_seconds(&self.pid()?.to_string())
     }
+}
+
+/// User + system CPU seconds process `pid` (or `self`) has used so far (Linux /proc), if known.
+pub fn cpu_seconds(pid: &str) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0) // USER_HZ is 100 on Linux
 }
 
 impl Drop for ServerProc {
