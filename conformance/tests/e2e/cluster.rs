@@ -1584,6 +1584,57 @@ async fn a_primary_stopped_past_the_heartbeat_timeout_steps_down_and_rejoins() {
     assert_acknowledged_exactly_once(&reader, stream, topic, &acked).await;
 }
 
+/// A node stopped gracefully (SIGTERM) first hands every group it leads to a caught-up
+/// backup: its peers elect new primaries at once. The heartbeat timeout is a minute here, so
+/// only the hand-over elects them within the wait (30 s); writes go on, and every acknowledged
+/// message is stored once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_stopped_gracefully_hands_its_groups_over_before_the_heartbeat_timeout() {
+    let slow_timeout = ClusterOptions {
+        env: vec![("IGGY_CLUSTER_HEARTBEAT_TIMEOUT".into(), "60s".into())],
+        ..ClusterOptions::default()
+    };
+    let mut cluster = TestCluster::start_with(3, slow_timeout);
+    let client = Arc::new(cluster.root_client(0).await);
+    let (stream, topic, partition_groups) = create_topic(&client, 3).await;
+    let producer = Producer::start(client.clone(), stream, topic, 3);
+    producer
+        .wait_progress("before the stop", 4, Duration::from_secs(20))
+        .await;
+    let (metadata_primary, metadata_view) =
+        cluster.primary(METADATA_GROUP).expect("a metadata primary");
+    let stopped = usize::from(metadata_primary);
+    let led: Vec<(u64, u32)> = std::iter::once((METADATA_GROUP, metadata_view))
+        .chain(partition_groups.iter().filter_map(|&group| {
+            let (primary, view) = cluster.primary(group).expect("a partition primary");
+            (usize::from(primary) == stopped).then_some((group, view))
+        }))
+        .collect();
+    let stopped_at = Instant::now();
+    cluster.stop(stopped);
+    for &(group, view) in &led {
+        cluster.wait_new_primary(group, stopped, view).await;
+    }
+    let elected_within = stopped_at.elapsed();
+    assert!(
+        elected_within < Duration::from_secs(60),
+        "new primaries of {led:x?} within {elected_within:?}"
+    );
+    producer
+        .wait_progress("after the stop", 4, Duration::from_secs(45))
+        .await;
+    let stop_log = cluster.node(stopped).log();
+    assert!(
+        stop_log.contains("stepped down from"),
+        "the stopped node says it handed its groups over:\n{stop_log}"
+    );
+    let acked = producer.finish().await;
+    let survivor = (stopped + 1) % 3;
+    let reader = cluster.root_client(survivor).await;
+    assert_acknowledged_exactly_once(&reader, stream, topic, &acked).await;
+    eprintln!("node {stopped} led {led:x?}; new primaries within {elected_within:?}");
+}
+
 /// The roster `client` reads now, as (replica id, status) pairs.
 async fn roster_statuses(client: &IggyClient) -> Vec<(u8, ClusterNodeStatus)> {
     let roster = ok(

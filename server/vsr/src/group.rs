@@ -467,6 +467,12 @@ impl<W> GroupCore<W> {
         self.replica.nominate_limits(clients_max);
     }
 
+    /// Hands the group to a caught-up backup before this replica stops (see
+    /// [`Replica::step_down`]); the message goes out with the next [`Self::poll`].
+    pub fn step_down(&mut self) -> Option<ReplicaId> {
+        self.replica.step_down()
+    }
+
     /// The replica, to read its state.
     pub fn replica(&self) -> &Replica {
         &self.replica

@@ -189,3 +189,99 @@ fn without_a_preference_or_as_the_preferred_replica_the_primary_keeps_leading() 
         assert_eq!((primary.status(), primary.view()), (Status::Normal, 1));
     }
 }
+
+/// Replica 1, primary of view 1 of three, with one committed op that `acked` acknowledged.
+fn primary_acked_by(acked: &[u8]) -> Replica {
+    let mut primary = Replica::format_in_view(Config::new(3, 1), 1);
+    settle(&mut primary);
+    primary.on_request(9, 0, OPERATION_REGISTER, Bytes::new());
+    settle(&mut primary);
+    let op = primary.op();
+    for &replica in acked {
+        primary.on_message(
+            replica,
+            Message::PrepareOk {
+                view: 1,
+                op,
+                checksum: primary.checksum_at(op).unwrap(),
+                replica,
+            },
+        );
+    }
+    settle(&mut primary);
+    primary
+}
+
+/// The replica asked to take the group over, and in which view.
+fn transfers(out: &[Action]) -> Vec<(u8, u32)> {
+    sends(out)
+        .into_iter()
+        .filter_map(|(to, message)| match message {
+            Message::PrimaryTransfer { target_view, .. } => Some((to, target_view)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_primary_stepping_down_hands_the_group_to_its_most_caught_up_backup() {
+    // Only replica 2 acknowledged the op: it takes view 2 (which it leads).
+    let mut primary = primary_acked_by(&[2]);
+    assert_eq!(primary.step_down(), Some(2));
+    assert_eq!(transfers(&settle(&mut primary)), [(2, 2)]);
+    // The primary keeps its view until the view change reaches it.
+    assert_eq!((primary.status(), primary.view()), (Status::Normal, 1));
+    // Both acknowledged it: the lowest id, replica 0, which leads view 3.
+    let mut primary = primary_acked_by(&[2, 0]);
+    assert_eq!(primary.step_down(), Some(0));
+    assert_eq!(transfers(&settle(&mut primary)), [(0, 3)]);
+
+    // The backup asked starts the view change at once, as it does for a hand-over.
+    let mut backup = Replica::format_in_view(Config::new(3, 2), 1);
+    settle(&mut backup);
+    backup.on_message(
+        1,
+        Message::PrimaryTransfer {
+            view: 1,
+            target_view: 2,
+            target: 2,
+            replica: 1,
+        },
+    );
+    settle(&mut backup);
+    assert_eq!((backup.status(), backup.view()), (Status::ViewChange, 2));
+}
+
+#[test]
+fn only_a_normal_primary_that_heard_a_backup_steps_down() {
+    // A backup, and a replica changing views, lead nothing.
+    let mut backup = Replica::format_in_view(Config::new(3, 0), 1);
+    settle(&mut backup);
+    assert_eq!(backup.step_down(), None);
+    let mut changing = primary_acked_by(&[2]);
+    changing.on_message(
+        2,
+        Message::StartViewChange {
+            view: 2,
+            replica: 2,
+        },
+    );
+    settle(&mut changing);
+    assert_eq!(changing.status(), Status::ViewChange);
+    assert_eq!(changing.step_down(), None);
+    // A group of one has nobody to hand over to.
+    let mut solo = Replica::open(
+        Config::new(1, 0),
+        Vec::new(),
+        iggy_vsr::ViewState::default(),
+    );
+    settle(&mut solo);
+    assert_eq!(solo.step_down(), None);
+    // Backups not heard for two heartbeats (a view counts every backup heard as it starts)
+    // no longer count: nobody to hand the group to.
+    let mut stale = primary_acked_by(&[2]);
+    let heartbeat = stale.config().heartbeat_ticks;
+    stale.on_tick(heartbeat * 2);
+    settle(&mut stale);
+    assert_eq!(stale.step_down(), None);
+}

@@ -296,6 +296,9 @@ enum Job<R> {
     Stop(oneshot::Sender<()>),
     /// Fsync the journal behind the jobs accepted before, then answer.
     SyncJournal(oneshot::Sender<()>),
+    /// Hand the group to a caught-up backup when this replica leads it (a graceful stop);
+    /// answers whether it asked one.
+    StepDown(oneshot::Sender<bool>),
     /// The client table's clients and their sessions, after the jobs accepted before.
     Clients(oneshot::Sender<Vec<(u128, u64)>>),
     /// A session register the node checked the credentials of: committed here when this
@@ -451,6 +454,12 @@ impl<R> GroupHandle<R> {
     /// group's files are closed when this returns. A group already stopped returns at once.
     pub async fn stop(&self) {
         self.ask(Job::Stop, ()).await
+    }
+
+    /// When this replica leads the group, asks a caught-up backup to take it over (the node is
+    /// stopping: its peers need not wait out the heartbeat timeout); whether it asked one.
+    pub async fn step_down(&self) -> bool {
+        self.ask(Job::StepDown, false).await
     }
 
     /// Fsyncs the group's journal behind the jobs queued before (the shutdown drain: records
@@ -776,6 +785,12 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                 self.drive().await;
                 self.journal.sync().await;
                 let _ = done.send(());
+            }
+            Job::StepDown(done) => {
+                self.drive().await;
+                let asked = self.plane.is_some() && self.core.step_down().is_some();
+                self.drive().await;
+                let _ = done.send(asked);
             }
             Job::Committed {
                 client,

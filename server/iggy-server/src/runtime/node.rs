@@ -3,9 +3,11 @@
 //! borrow is held across an `.await`.
 
 use crate::config::Config;
+use crate::consensus::figures::GroupFigures;
 use crate::consensus::group::{Checkpointing, Durability, Group, GroupHandle, load_checkpoint};
 use crate::consensus::wal::{Anchor, FileJournal, JournalEntry};
 use crate::runtime::metadata_machine::MetadataMachine;
+use crate::runtime::partition::PartitionHandle;
 use crate::runtime::shared::Shared;
 use iggy_metadata::Metadata;
 use iggy_storage::DataDir;
@@ -53,6 +55,10 @@ pub struct Node {
 
 /// How many shown tokens a node remembers for retries.
 const SHOWN_TOKENS_MAX: usize = 64;
+
+/// How long a stopping node waits for the groups it led to move to a new view (a handful of
+/// loopback or LAN round trips; past it its peers fall back on the heartbeat timeout).
+const STEP_DOWN_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Node {
     /// Remembers a token shown for `request` of `client`, for a retry of that request.
@@ -108,10 +114,52 @@ impl Node {
             .values()
             .map(|e| e.handle.clone())
             .collect();
+        self.step_down(&partitions, STEP_DOWN_WAIT).await;
         for partition in partitions {
             partition.sync().await;
         }
         self.metadata.sync_journal().await;
+    }
+
+    /// In a cluster: hands every group this replica leads to a caught-up backup, and waits (at
+    /// most `limit`) until each has left the view it led here, so its peers elect a primary now
+    /// instead of after the heartbeat timeout (a rolling restart does not stall writes for
+    /// it). A group whose view change has not reached this replica by then falls back on the
+    /// timeout, as after a crash.
+    async fn step_down(&self, partitions: &[PartitionHandle], limit: std::time::Duration) {
+        if self.shared.plane.is_none() {
+            return;
+        }
+        let started = std::time::Instant::now();
+        let mut leaving: Vec<(&GroupFigures, u64)> = Vec::new();
+        let metadata_view = self.metadata.figures().view();
+        if self.metadata.step_down().await {
+            leaving.push((self.metadata.figures(), metadata_view));
+        }
+        for partition in partitions {
+            let view = partition.group.figures().view();
+            if partition.group.step_down().await {
+                leaving.push((partition.group.figures(), view));
+            }
+        }
+        if leaving.is_empty() {
+            return;
+        }
+        let still_leading = |leaving: &[(&GroupFigures, u64)]| {
+            leaving
+                .iter()
+                .filter(|(figures, view)| figures.view() == *view)
+                .count()
+        };
+        while still_leading(&leaving) > 0 && started.elapsed() < limit {
+            compio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        tracing::info!(
+            "stepped down from {} group(s) this replica led: {} moved to a new view within {:?}",
+            leaving.len(),
+            leaving.len() - still_leading(&leaving),
+            started.elapsed()
+        );
     }
 
     /// Opens the metadata journal and replays it (which reopens every partition).
