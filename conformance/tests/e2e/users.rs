@@ -312,7 +312,6 @@ async fn topic_scoped_permissions_cover_only_that_topic() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: the partition route (105) the SDK asks before a poll refuses a user whose only grant is poll_messages"]
 async fn poll_messages_alone_lets_the_sdk_poll_and_keep_offsets() {
     let server = TestServer::start();
     let root = server.root_client().await;

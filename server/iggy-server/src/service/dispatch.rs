@@ -1319,7 +1319,11 @@ async fn non_replicated(
         105 => {
             let r: GetPartitionRouteRequest = decode(body)?;
             let key = resolve_partition(node, &r.stream_id, &r.topic_id, Some(r.partition_id))?;
-            if !allows(Need::ReadTopic(key.0, key.1)) && !allows(Need::SendMessages(key.0, key.1)) {
+            // The SDK asks the route before every partition call: whoever may poll (which
+            // read_topic implies) or send there may learn it.
+            if !allows(Need::PollMessages(key.0, key.1))
+                && !allows(Need::SendMessages(key.0, key.1))
+            {
                 return Err(ErrorCode::Unauthorized);
             }
             let position = route_position(node, key)?;
