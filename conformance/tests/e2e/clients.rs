@@ -26,7 +26,6 @@ async fn clients_list_contains_every_connected_client() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: the client list counts no consumer group and a client got by id lists none"]
 async fn listed_and_got_clients_show_the_consumer_groups_they_joined() {
     let server = TestServer::start();
     let admin = server.root_client().await;

@@ -611,7 +611,7 @@ fn bind(
         .session_connections
         .borrow_mut()
         .insert(client, connection.id);
-    node.connection_user(connection.id, user_id);
+    node.connection_user(connection.id, client, user_id);
     tracing::info!(
         "session {session} of client {client:032x} (user {user_id}) bound to connection {}",
         connection.id
@@ -1425,7 +1425,7 @@ async fn non_replicated(
             }
             Ok(request.reply(&model_replies::group_list(t)))
         }
-        _ => crate::service::user_commands::read(node, connection, request.header, code, body)
+        _ => crate::service::user_commands::read(node, connection, code, body)
             .await
             .map(|reply| request.reply(&reply)),
     }

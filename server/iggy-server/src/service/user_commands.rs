@@ -6,7 +6,7 @@ use crate::runtime::node::Node;
 use crate::runtime::shared::Shared;
 use crate::service::auth::{Prepared, hash_password, new_token};
 use iggy_generated::errors::ErrorCode;
-use iggy_generated::frames::{Operation, RequestHeader};
+use iggy_generated::frames::Operation;
 use iggy_generated::payloads::{
     ChangePasswordRequest, ClientDetailsResponse, ClientResponse, ConsumerGroupInfoResponse,
     CreatePersonalAccessTokenRequest, CreateUserRequest, DescribeOptionsResponse, GetClientRequest,
@@ -175,11 +175,11 @@ fn groups_of(metadata: &Metadata, client: Option<u128>) -> Vec<ConsumerGroupInfo
     out
 }
 
-fn client_details(node: &Node, connection_id: u32, client: Option<u128>) -> Option<Vec<u8>> {
+fn client_details(node: &Node, connection_id: u32) -> Option<Vec<u8>> {
     let clients = node.clients.borrow();
     let info = clients.get(&connection_id)?;
     let metadata = node.shared.metadata.borrow();
-    let consumer_groups = groups_of(&metadata, client);
+    let consumer_groups = groups_of(&metadata, info.client);
     Some(
         (ClientDetailsResponse {
             client: client_response(info, consumer_groups.len() as u32),
@@ -193,7 +193,6 @@ fn client_details(node: &Node, connection_id: u32, client: Option<u128>) -> Opti
 pub async fn read(
     node: &Node,
     connection: &Connection,
-    header: &RequestHeader,
     code: u32,
     body: &[u8],
 ) -> Result<Vec<u8>, ErrorCode> {
@@ -201,25 +200,28 @@ pub async fn read(
     let shared = &node.shared;
     let allows = |need: Need| shared.user_allows(bound.user_id, need);
     match code {
-        20 => Ok(client_details(node, connection.id, Some(header.client)).unwrap_or_default()),
+        20 => Ok(client_details(node, connection.id).unwrap_or_default()),
         21 => {
             if !allows(Need::ReadServers) {
                 return Err(ErrorCode::Unauthorized);
             }
             let request =
                 GetClientRequest::decode_fixed(body).map_err(|_| ErrorCode::InvalidFormat)?;
-            Ok(client_details(node, request.client_id, None).unwrap_or_default())
+            Ok(client_details(node, request.client_id).unwrap_or_default())
         }
         22 => {
             if !allows(Need::ReadServers) {
                 return Err(ErrorCode::Unauthorized);
             }
             let clients = node.clients.borrow();
+            let metadata = shared.metadata.borrow();
             let mut ids: Vec<_> = clients.keys().copied().collect();
             ids.sort_unstable();
             let mut out = Vec::new();
             for id in ids {
-                client_response(&clients[&id], 0).encode_to(&mut out);
+                let info = &clients[&id];
+                let groups = groups_of(&metadata, info.client).len() as u32;
+                client_response(info, groups).encode_to(&mut out);
             }
             Ok(out)
         }
