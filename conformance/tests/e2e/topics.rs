@@ -181,7 +181,6 @@ async fn topic_options_given_as_text_are_parsed_not_read_as_integer_bytes() {
 /// retention would delete every closed segment. Upstream refuses it (InvalidTopicSize, 1019) at
 /// create and at update, against the topic's segment size or else the server's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: a max_topic_size below the segment size is accepted, and retention then deletes every closed segment"]
 async fn max_topic_size_below_the_segment_size_is_refused_with_1019() {
     let segment = 1024 * 1024u64;
     let server = TestServer::start_with_env(&[("IGGY_SYSTEM_SEGMENT_SIZE", &segment.to_string())]);

@@ -9,9 +9,10 @@ use iggy_generated::errors::ErrorCode;
 use iggy_generated::frames::Operation;
 use iggy_generated::payloads::{
     ChangePasswordRequest, ClientDetailsResponse, ClientResponse, ConsumerGroupInfoResponse,
-    CreatePersonalAccessTokenRequest, CreateUserRequest, DescribeOptionsResponse, GetClientRequest,
-    GetUserRequest, PersonalAccessTokenResponse, StatsResponse, StreamResourcePatch,
-    TopicResourcePatch, UpdateResourceRequest,
+    CreatePersonalAccessTokenRequest, CreateTopicRequest, CreateUserRequest,
+    DescribeOptionsResponse, GetClientRequest, GetUserRequest, PersonalAccessTokenResponse,
+    StatsResponse, StreamResourcePatch, TopicResourcePatch, UpdateResourceRequest,
+    UpdateTopicRequest,
 };
 use iggy_metadata::machine::ident;
 use iggy_metadata::machine::{status_from_wire, token_record};
@@ -97,6 +98,8 @@ pub fn prepare(
         }
         Operation::UpdateResource => {
             let request: UpdateResourceRequest = decode(body)?;
+            // A topic's options and its segment size, checked once the user may change it.
+            let mut topic_patch = None;
             let need = match request.scope {
                 iggy_generated::payloads::OptionsScope::User => Need::ManageUsers,
                 iggy_generated::payloads::OptionsScope::Stream => {
@@ -113,16 +116,66 @@ pub fn prepare(
                     let metadata = shared.metadata.borrow();
                     let (s, t) =
                         metadata.topic(&ident(&patch.stream_id)?, &ident(&patch.topic_id)?)?;
+                    topic_patch = Some((patch.options, t.segment_size));
                     Need::ManageTopic(s.id, t.id)
                 }
             };
             if !shared.user_allows(user_id, need) {
                 return Err(ErrorCode::Unauthorized);
             }
+            if let Some((options, segment_size)) = topic_patch {
+                check_topic_size_floor(shared, options, segment_size)?;
+            }
+            Ok(unchanged)
+        }
+        // Only the size floor is checked here; the state machine refuses the rest of what is
+        // wrong with a request in its committed reply.
+        Operation::CreateTopic => {
+            if let Ok(request) = decode::<CreateTopicRequest>(body)
+                && let Ok(settings) = iggy_metadata::replies::topic_settings(request.options)
+            {
+                check_topic_size_floor(shared, request.options, settings.segment_size)?;
+            }
+            Ok(unchanged)
+        }
+        Operation::UpdateTopic => {
+            if let Ok(request) = decode::<UpdateTopicRequest>(body)
+                && let (Ok(stream), Ok(topic)) =
+                    (ident(&request.stream_id), ident(&request.topic_id))
+                && let Ok((_, t)) = shared.metadata.borrow().topic(&stream, &topic)
+            {
+                check_topic_size_floor(shared, request.options, t.segment_size)?;
+            }
             Ok(unchanged)
         }
         _ => Ok(unchanged),
     }
+}
+
+/// A `max_topic_size` in `options` below the topic's segment size (`segment_size`, 0 for the
+/// server's) could never be kept: retention keeps no closed segment under it. Upstream refuses
+/// it too. Checked here because the server's segment size is configuration, not metadata.
+fn check_topic_size_floor(
+    shared: &Shared,
+    options: &[u8],
+    segment_size: u64,
+) -> Result<(), ErrorCode> {
+    let segment_size = match segment_size {
+        0 => shared.config.system.segment_size,
+        own => own,
+    };
+    let entries = iggy_metadata::options::typed_entries(options).unwrap_or_default();
+    for (key, kind, value) in entries {
+        let cap = iggy_metadata::options::number(key, kind, value).ok();
+        if key == "max_topic_size"
+            && cap
+                .and_then(iggy_metadata::options::limit)
+                .is_some_and(|cap| cap < segment_size)
+        {
+            return Err(ErrorCode::InvalidTopicSize);
+        }
+    }
+    Ok(())
 }
 
 fn argon2_check(hash: &str, password: &str) -> bool {
