@@ -304,7 +304,6 @@ async fn added_and_deleted_partitions_are_reassigned_to_members() {
 /// polls a partition it owns, as after any rebalance, instead of failing with 3007 on every
 /// other poll until its next heartbeat refreshes the assignment.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: a group poll of a partition deleted since the member's last sync fails with 3007"]
 async fn a_member_polling_a_deleted_partition_resyncs_instead_of_failing() {
     let server = TestServer::start();
     let admin = server.root_client().await;

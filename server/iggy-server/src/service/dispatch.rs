@@ -917,6 +917,28 @@ fn offset_owner(
     }
 }
 
+/// Whether a group poll (consumer kind 2) comes from a member of its group, told only to a user
+/// who may poll the topic.
+fn member_of_polled_group(node: &Node, bound: Bound, poll: &PollMessagesRequest<'_>) -> bool {
+    if poll.consumer.kind != 2 {
+        return false;
+    }
+    let (Ok(stream), Ok(topic), Ok(group)) = (
+        ident(&poll.stream_id),
+        ident(&poll.topic_id),
+        ident(&poll.consumer.id),
+    ) else {
+        return false;
+    };
+    let metadata = node.shared.metadata.borrow();
+    let Ok((s, t, group)) = metadata.group(&stream, &topic, &group) else {
+        return false;
+    };
+    node.shared
+        .user_allows(bound.user_id, Need::PollMessages(s.id, t.id))
+        && group.members.contains(&bound.client)
+}
+
 /// Consumers named by string keep their offsets under a stable 32-bit key.
 fn name_hash(name: &str) -> u32 {
     use std::hash::Hasher;
@@ -1508,12 +1530,19 @@ async fn poll(
         // polled (`Consumer::external_group`), whatever the stream, topic or group.
         return Err(ErrorCode::FeatureUnavailable);
     }
-    let key = resolve_partition(
+    let key = match resolve_partition(
         node,
         &poll.stream_id,
         &poll.topic_id,
         partition_arg(&poll.partition_id),
-    )?;
+    ) {
+        // A member's cached assignment may still name a partition deleted since: it owns it no
+        // more, so it is fenced as for any partition it does not own, and the SDK re-syncs.
+        Err(ErrorCode::PartitionNotFound) if member_of_polled_group(node, bound, &poll) => {
+            return Err(ErrorCode::ConsumerGroupPartitionNotOwned);
+        }
+        resolved => resolved?,
+    };
     // For a client that routes, served by the partition's primary only: a backup's log may lag
     // what the client wrote there, and the auto-commit below is a write. For one that cannot,
     // served here once this replica is current, with the auto-commit relayed.
