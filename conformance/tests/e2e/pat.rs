@@ -163,7 +163,6 @@ async fn expired_token_is_refused() {
 /// free again and it counts no more towards the user's limit of 100. A job that makes a
 /// short-lived token under one name each run was refused with 51 (already exists) forever.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: expired tokens are never deleted, so their names stay taken and they count towards the limit"]
 async fn an_expired_token_is_deleted_and_its_name_can_be_used_again() {
     let server = TestServer::start_with_env(&[("IGGY_SYSTEM_MAINTENANCE_INTERVAL_MS", "100")]);
     let root = server.root_client().await;
