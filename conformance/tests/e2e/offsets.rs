@@ -116,7 +116,6 @@ async fn deleting_a_missing_offset_fails_with_3021() {
 /// (Only an external group's offset, kind 3, may exceed the range: external_offsets.rs.) A
 /// next-poll after such a store would skip every message sent up to it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: an offset beyond the partition's current offset is stored"]
 async fn an_offset_beyond_the_current_offset_is_refused_with_4100() {
     let server = TestServer::start();
     let client = setup(&server).await;

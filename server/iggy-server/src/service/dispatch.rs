@@ -1018,6 +1018,16 @@ fn prepare_offset_write(
                 return Err(ErrorCode::Unauthorized);
             }
             let (owner, owner_created_at) = offset_owner(node, &store.consumer, key)?;
+            // A consumer's or a group's offset names a message the partition holds, as upstream
+            // has it; an external group's (kind 3) may exceed the range. Judged by the
+            // primary's copy only: a lagging one could refuse an offset the primary holds.
+            if store.consumer.kind != 3
+                && node.shared.partition(key).is_some()
+                && partition_primary(node, key).is_ok()
+                && store.offset > node.shared.stats(key).next_offset.saturating_sub(1)
+            {
+                return Err(ErrorCode::InvalidOffset);
+            }
             (
                 key,
                 PartitionWrite::StoreOffset {
