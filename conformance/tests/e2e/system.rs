@@ -98,7 +98,6 @@ fn process_write_bytes(pid: u32) -> u64 {
 /// written_bytes is what the process wrote to disk, as read_bytes is what it read and as
 /// upstream reports both (the process's disk I/O); the messages' size has its own field.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: stats report the messages' size as written_bytes"]
 async fn stats_written_bytes_are_the_process_disk_writes() {
     let server = TestServer::start();
     let client = server.root_client().await;

@@ -414,7 +414,7 @@ fn stats(node: &Node) -> Vec<u8> {
         run_time,
         start_time: now.saturating_sub(run_time),
         read_bytes: host.read_bytes,
-        written_bytes: size,
+        written_bytes: host.written_bytes,
         messages_size_bytes: size,
         streams_count: metadata.streams.len() as u32,
         topics_count: topics,
