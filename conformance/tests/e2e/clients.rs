@@ -80,6 +80,33 @@ async fn snapshot_returns_a_zip_archive() {
     assert_eq!(&snap.0[..2], b"PK", "zip magic");
 }
 
+/// Every snapshot type the CLI offers gets an entry: the process list (upstream's `ps`) names
+/// the server's own process, and server_logs says where the log goes (stderr, never a file
+/// the server keeps), instead of an archive without the entries asked for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "bug: process_list and server_logs snapshots are silently left out of the archive"]
+async fn snapshot_holds_the_process_list_and_says_where_the_logs_are() {
+    let server = TestServer::start();
+    let client = server.root_client().await;
+    let snapshot = |types: Vec<SystemSnapshotType>| client.snapshot(SnapshotCompression::Stored, types);
+    let processes = ok("process_list", within("snapshot", snapshot(vec![SystemSnapshotType::ProcessList])).await).0;
+    let text = String::from_utf8_lossy(&processes);
+    assert!(text.contains("process_list.txt"), "a process_list entry");
+    let pid = server.pid().expect("pid");
+    assert!(
+        text.lines().any(|line| line.split_whitespace().next() == Some(&pid.to_string()) && line.contains("iggy-server")),
+        "the server's process {pid} is listed:\n{text}"
+    );
+    let logs = ok("server_logs", within("snapshot", snapshot(vec![SystemSnapshotType::ServerLogs])).await).0;
+    let text = String::from_utf8_lossy(&logs);
+    assert!(text.contains("server_logs.txt") && text.contains("stderr"), "server_logs says where the log goes:\n{text}");
+    let all = ok("all", within("snapshot", snapshot(vec![SystemSnapshotType::All])).await).0;
+    let text = String::from_utf8_lossy(&all);
+    for entry in ["filesystem_overview.txt", "process_list.txt", "resource_usage.txt", "server_logs.txt", "server_config.txt"] {
+        assert!(text.contains(entry), "all holds {entry}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reading_clients_and_stats_needs_read_servers() {
     let server = TestServer::start();
