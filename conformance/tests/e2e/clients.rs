@@ -84,7 +84,6 @@ async fn snapshot_returns_a_zip_archive() {
 /// the server's own process, and server_logs says where the log goes (stderr, never a file
 /// the server keeps), instead of an archive without the entries asked for.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: process_list and server_logs snapshots are silently left out of the archive"]
 async fn snapshot_holds_the_process_list_and_says_where_the_logs_are() {
     let server = TestServer::start();
     let client = server.root_client().await;

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::{Mutex, PoisonError};
 
 /// Bytes of a `Key:   N kB` line in a /proc status-like file.
-fn kilobytes(text: &str, key: &str) -> u64 {
+pub fn kilobytes(text: &str, key: &str) -> u64 {
     text.lines()
         .find_map(|line| line.strip_prefix(key))
         .and_then(|rest| {
