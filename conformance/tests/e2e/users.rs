@@ -346,7 +346,6 @@ async fn poll_messages_alone_lets_the_sdk_poll_and_keep_offsets() {
 /// deleted stream or topic goes with it, so it never reaches the stream or topic created next
 /// under the same id.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: a grant on a deleted stream or topic reaches the next one created under its id"]
 async fn grants_on_a_deleted_stream_or_topic_do_not_reach_the_next_under_its_id() {
     let server = TestServer::start();
     let root = server.root_client().await;
