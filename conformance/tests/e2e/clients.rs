@@ -26,6 +26,34 @@ async fn clients_list_contains_every_connected_client() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listed_and_got_clients_show_the_consumer_groups_they_joined() {
+    let server = TestServer::start();
+    let admin = server.root_client().await;
+    create_stream_and_topic(&admin, "s", "t", 2).await;
+    for g in ["g1", "g2"] {
+        ok("create group", within("create", admin.create_consumer_group(&name("s"), &name("t"), g)).await);
+    }
+    let member = server.root_client().await;
+    for g in ["g1", "g2"] {
+        ok("join", within("join", member.join_consumer_group(&name("s"), &name("t"), &name(g))).await);
+    }
+    let me = ok("me", within("me", member.get_me()).await);
+    assert_eq!(me.consumer_groups_count, 2, "me counts both groups");
+
+    let clients = ok("get_clients", within("clients", admin.get_clients()).await);
+    let counts: Vec<(u32, u32)> = clients.iter().map(|c| (c.client_id, c.consumer_groups_count)).collect();
+    assert!(counts.contains(&(me.client_id, 2)), "the member is listed with its 2 groups: {counts:?}");
+    let admin_id = ok("me", within("me", admin.get_me()).await).client_id;
+    assert!(counts.contains(&(admin_id, 0)), "the admin joined none: {counts:?}");
+
+    let got = ok("get_client", within("client", admin.get_client(me.client_id)).await).expect("the member is known");
+    assert_eq!(got.consumer_groups_count, 2);
+    let mut groups: Vec<(u32, u32, u32)> = got.consumer_groups.iter().map(|g| (g.stream_id, g.topic_id, g.group_id)).collect();
+    groups.sort();
+    assert_eq!(groups, vec![(0, 0, 0), (0, 0, 1)], "get_client names the groups");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn describe_options_lists_the_topic_catalog() {
     let server = TestServer::start();
     let client = server.root_client().await;
@@ -50,6 +78,32 @@ async fn snapshot_returns_a_zip_archive() {
     );
     assert!(snap.0.len() > 22, "a zip has at least an end-of-central-directory record");
     assert_eq!(&snap.0[..2], b"PK", "zip magic");
+}
+
+/// Every snapshot type the CLI offers gets an entry: the process list (upstream's `ps`) names
+/// the server's own process, and server_logs says where the log goes (stderr, never a file
+/// the server keeps), instead of an archive without the entries asked for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshot_holds_the_process_list_and_says_where_the_logs_are() {
+    let server = TestServer::start();
+    let client = server.root_client().await;
+    let snapshot = |types: Vec<SystemSnapshotType>| client.snapshot(SnapshotCompression::Stored, types);
+    let processes = ok("process_list", within("snapshot", snapshot(vec![SystemSnapshotType::ProcessList])).await).0;
+    let text = String::from_utf8_lossy(&processes);
+    assert!(text.contains("process_list.txt"), "a process_list entry");
+    let pid = server.pid().expect("pid");
+    assert!(
+        text.lines().any(|line| line.split_whitespace().next() == Some(&pid.to_string()) && line.contains("iggy-server")),
+        "the server's process {pid} is listed:\n{text}"
+    );
+    let logs = ok("server_logs", within("snapshot", snapshot(vec![SystemSnapshotType::ServerLogs])).await).0;
+    let text = String::from_utf8_lossy(&logs);
+    assert!(text.contains("server_logs.txt") && text.contains("stderr"), "server_logs says where the log goes:\n{text}");
+    let all = ok("all", within("snapshot", snapshot(vec![SystemSnapshotType::All])).await).0;
+    let text = String::from_utf8_lossy(&all);
+    for entry in ["filesystem_overview.txt", "process_list.txt", "resource_usage.txt", "server_logs.txt", "server_config.txt"] {
+        assert!(text.contains(entry), "all holds {entry}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -298,3 +298,38 @@ async fn added_and_deleted_partitions_are_reassigned_to_members() {
     let parts = member_partitions(&g);
     assert_eq!(parts, vec![vec![], vec![0]], "only partition 0 is left to assign: {parts:?}");
 }
+
+/// The SDK polls a group from the assignment it cached at its last sync; a partition deleted
+/// since is not the member's any more, so the poll is fenced (5009) and the SDK re-syncs and
+/// polls a partition it owns, as after any rebalance, instead of failing with 3007 on every
+/// other poll until its next heartbeat refreshes the assignment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_polling_a_deleted_partition_resyncs_instead_of_failing() {
+    let server = TestServer::start();
+    let admin = server.root_client().await;
+    create_stream_and_topic(&admin, "s", "t", 3).await;
+    for p in 0..3 {
+        send_to_partition(&admin, &name("s"), &name("t"), p, msgs("m", 2)).await;
+    }
+    ok("create", within("create", admin.create_consumer_group(&name("s"), &name("t"), "g")).await);
+    let member = server.root_client().await;
+    ok("join", within("join", member.join_consumer_group(&name("s"), &name("t"), &name("g"))).await);
+    let (s, t, g, next) = (name("s"), name("t"), Consumer::group(name("g")), PollingStrategy::next());
+    let poll_group = || member.poll_messages(&s, &t, None, &g, &next, 10, true);
+    let mut first: Vec<u32> = Vec::new();
+    for _ in 0..3 {
+        first.push(ok("poll", within("poll", poll_group()).await).partition_id);
+    }
+    first.sort();
+    assert_eq!(first, vec![0, 1, 2], "the member polls its three partitions in turn");
+
+    ok("delete 2 partitions", within("delete", admin.delete_partitions(&name("s"), &name("t"), 2)).await);
+    send_to_partition(&admin, &name("s"), &name("t"), 0, msgs("n", 1)).await;
+    let mut after = Vec::new();
+    for _ in 0..4 {
+        let polled = ok("poll after the deletion", within("poll", poll_group()).await);
+        after.push((polled.partition_id, offsets(&polled)));
+    }
+    assert!(after.iter().all(|(p, _)| *p == 0), "only partition 0 is left: {after:?}");
+    assert!(after.contains(&(0, vec![2])), "the new message is polled once: {after:?}");
+}

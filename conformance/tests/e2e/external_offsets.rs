@@ -293,6 +293,8 @@ async fn kind_3_calls_naming_a_missing_group_fail_with_group_not_found() {
 async fn deleting_the_group_deletes_its_kind_2_and_kind_3_offsets() {
     let server = TestServer::start();
     let client = setup(&server, 2).await;
+    // Group offsets (kind 2) name messages the partition holds: partition 1 gets some too.
+    send_to_partition(&client, &name("s"), &name("t"), 1, msgs("p1", 5)).await;
     let (group, ext) = (Consumer::group(name("g")), external(name("g")));
     // A second group whose offsets stay.
     ok(
@@ -465,6 +467,8 @@ async fn kind_3_offsets_survive_restarts_apart_from_the_groups_offsets() {
         let keep_ext = external(name("keep"));
         {
             let client = setup(&server, 2).await;
+            // Group offsets (kind 2) name messages the partition holds: partition 1 gets some too.
+            send_to_partition(&client, &name("s"), &name("t"), 1, msgs("p1", 5)).await;
             ok(
                 "create keep",
                 within(

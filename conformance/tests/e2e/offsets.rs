@@ -110,3 +110,28 @@ async fn deleting_a_missing_offset_fails_with_3021() {
         3021,
     );
 }
+
+/// A consumer's or a group's offset names a message the partition holds: one past its current
+/// offset is refused with InvalidOffset (4100), as upstream does, and the stored offset stays.
+/// (Only an external group's offset, kind 3, may exceed the range: external_offsets.rs.) A
+/// next-poll after such a store would skip every message sent up to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_offset_beyond_the_current_offset_is_refused_with_4100() {
+    let server = TestServer::start();
+    let client = setup(&server).await;
+    ok("create group", within("create", client.create_consumer_group(&name("s"), &name("t"), "g")).await);
+    for c in [consumer("c1"), Consumer::group(name("g"))] {
+        store(&client, &c, 1, 9).await;
+        let beyond = within("store", client.store_consumer_offset(&c, &name("s"), &name("t"), Some(1), 10)).await;
+        expect_code(&format!("{:?} one past the current offset", c.kind), beyond, 4100);
+        let far = within("store", client.store_consumer_offset(&c, &name("s"), &name("t"), Some(1), u64::MAX)).await;
+        expect_code(&format!("{:?} far past the current offset", c.kind), far, 4100);
+        let info = get(&client, &c, 1).await.expect("stored offset");
+        assert_eq!((info.stored_offset, info.current_offset), (9, 9), "{:?}: the refused stores changed nothing", c.kind);
+    }
+    // An empty partition has current offset 0, as upstream reports it: 0 may be stored there.
+    create_stream_and_topic(&client, "e", "t", 1).await;
+    ok("store 0 on an empty partition", within("store", client.store_consumer_offset(&consumer("c1"), &name("e"), &name("t"), Some(0), 0)).await);
+    let on_empty = within("store", client.store_consumer_offset(&consumer("c1"), &name("e"), &name("t"), Some(0), 1)).await;
+    expect_code("1 on an empty partition", on_empty, 4100);
+}

@@ -158,3 +158,28 @@ async fn expired_token_is_refused() {
     // PersonalAccessTokenExpired (54) as a status, or the eviction reason InvalidToken (53).
     assert!(matches!(code, Some(53) | Some(54)), "login with an expired token: {r:?}");
 }
+
+/// An expired token is deleted by the server, as upstream's token cleaner does: its name is
+/// free again and it counts no more towards the user's limit of 100. A job that makes a
+/// short-lived token under one name each run was refused with 51 (already exists) forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_token_is_deleted_and_its_name_can_be_used_again() {
+    let server = TestServer::start_with_env(&[("IGGY_SYSTEM_MAINTENANCE_INTERVAL_MS", "100")]);
+    let root = server.root_client().await;
+    let short = PersonalAccessTokenExpiry::ExpireDuration(IggyDuration::from(1_000_000u64));
+    ok("create a 1 s token", within("create", root.create_personal_access_token("deploy", short)).await);
+    ok("create a lasting token", within("create", root.create_personal_access_token("lasting", PersonalAccessTokenExpiry::NeverExpire)).await);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let names = loop {
+        let tokens = ok("list", within("list", root.get_personal_access_tokens()).await);
+        let names: Vec<String> = tokens.into_iter().map(|t| t.name).collect();
+        if !names.iter().any(|n| n == "deploy") || std::time::Instant::now() > deadline {
+            break names;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert_eq!(names, vec!["lasting".to_string()], "the expired token is gone, the lasting one stays");
+    let again = ok("create the name again", within("create", root.create_personal_access_token("deploy", PersonalAccessTokenExpiry::NeverExpire)).await);
+    let client = server.anonymous_client().await;
+    ok("login with the new token", within("login", client.login_with_personal_access_token(&again.token)).await);
+}

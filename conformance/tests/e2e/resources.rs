@@ -52,14 +52,14 @@ async fn update_topic_changes_message_expiry_and_max_size() {
     create_stream_and_topic(&client, "s", "t", 1).await;
     let update = TopicUpdateOptions {
         message_expiry: Some(hour()),
-        max_topic_size: Some(MaxTopicSize::Custom(IggyByteSize::from(512 * 1024 * 1024u64))),
+        max_topic_size: Some(MaxTopicSize::Custom(IggyByteSize::from(2 * 1024 * 1024 * 1024u64))),
         ..Default::default()
     };
     ok("update_topic", within("update", client.update_topic(&name("s"), &name("t"), &update)).await);
     let t = ok("get", within("get", client.get_topic(&name("s"), &name("t"))).await).expect("topic");
     let resolved = t.resolved_options();
     assert_eq!(resolved.message_expiry, hour(), "message_expiry after update (options {:?})", t.options);
-    assert_eq!(resolved.max_topic_size, MaxTopicSize::Custom(IggyByteSize::from(512 * 1024 * 1024u64)));
+    assert_eq!(resolved.max_topic_size, MaxTopicSize::Custom(IggyByteSize::from(2 * 1024 * 1024 * 1024u64)));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

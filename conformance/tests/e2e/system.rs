@@ -85,3 +85,32 @@ async fn stats_count_streams_topics_partitions_and_messages() {
     assert_eq!(stats.messages_count, 7, "messages_count");
     assert_eq!(stats.consumer_groups_count, 1, "consumer_groups_count");
 }
+
+/// The server's disk writes as `/proc/<pid>/io` counts them.
+fn process_write_bytes(pid: u32) -> u64 {
+    let io = std::fs::read_to_string(format!("/proc/{pid}/io")).expect("read /proc/<pid>/io");
+    io.lines()
+        .find_map(|line| line.strip_prefix("write_bytes:"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("write_bytes in /proc/<pid>/io")
+}
+
+/// written_bytes is what the process wrote to disk, as read_bytes is what it read and as
+/// upstream reports both (the process's disk I/O); the messages' size has its own field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_written_bytes_are_the_process_disk_writes() {
+    let server = TestServer::start();
+    let client = server.root_client().await;
+    create_stream_and_topic(&client, "s", "t", 1).await;
+    send_to_partition(&client, &name("s"), &name("t"), 0, msgs("m", 5)).await;
+    let pid = server.pid().expect("server pid");
+    let before = process_write_bytes(pid);
+    let stats = ok("get_stats", within("stats", client.get_stats()).await);
+    let after = process_write_bytes(pid);
+    let written = stats.written_bytes.as_bytes_u64();
+    assert!(
+        (before..=after).contains(&written),
+        "written_bytes {written} within the process's write_bytes {before}..={after} (messages_size_bytes {})",
+        stats.messages_size_bytes
+    );
+}

@@ -176,3 +176,36 @@ async fn topic_options_given_as_text_are_parsed_not_read_as_integer_bytes() {
         expect_code(&format!("{key}={bad}"), refused, 4042);
     }
 }
+
+/// A size cap below one segment cannot be kept: the first closed segment already passes it, so
+/// retention would delete every closed segment. Upstream refuses it (InvalidTopicSize, 1019) at
+/// create and at update, against the topic's segment size or else the server's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_topic_size_below_the_segment_size_is_refused_with_1019() {
+    let segment = 1024 * 1024u64;
+    let server = TestServer::start_with_env(&[("IGGY_SYSTEM_SEGMENT_SIZE", &segment.to_string())]);
+    let client = server.root_client().await;
+    ok("create stream", within("create", client.create_stream("s", &StreamCreateOptions::default())).await);
+    let capped = |max: u64, segment_size: Option<u64>| TopicCreateOptions {
+        max_topic_size: Some(MaxTopicSize::Custom(IggyByteSize::from(max))),
+        segment_size: segment_size.map(IggyByteSize::from),
+        ..topic_options(1)
+    };
+    let below = within("create", client.create_topic(&name("s"), "t", &capped(segment - 1, None))).await;
+    expect_code("a cap below the server's segment size", below, 1019);
+    let below_own = within("create", client.create_topic(&name("s"), "t", &capped(3 * segment, Some(4 * segment)))).await;
+    expect_code("a cap below the topic's own segment size", below_own, 1019);
+    let topics = ok("get_topics", within("list", client.get_topics(&name("s"))).await);
+    assert!(topics.is_empty(), "nothing was created: {topics:?}");
+
+    ok("a cap of one segment", within("create", client.create_topic(&name("s"), "t", &capped(segment, None))).await);
+    let update = TopicUpdateOptions {
+        max_topic_size: Some(MaxTopicSize::Custom(IggyByteSize::from(segment / 2))),
+        ..Default::default()
+    };
+    expect_code("an update below the segment size", within("update", client.update_topic(&name("s"), &name("t"), &update)).await, 1019);
+    let t = ok("get", within("get", client.get_topic(&name("s"), &name("t"))).await).expect("topic");
+    assert_eq!(t.resolved_options().max_topic_size, MaxTopicSize::Custom(IggyByteSize::from(segment)), "the refused update changed nothing");
+    let unlimited = TopicUpdateOptions { max_topic_size: Some(MaxTopicSize::Unlimited), ..Default::default() };
+    ok("unlimited is always accepted", within("update", client.update_topic(&name("s"), &name("t"), &unlimited)).await);
+}

@@ -310,3 +310,81 @@ async fn topic_scoped_permissions_cover_only_that_topic() {
     );
     expect_code("delete topic 1 without manage_topic", within("delete", narrow.delete_topic(&id(0), &id(1))).await, 41);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn poll_messages_alone_lets_the_sdk_poll_and_keep_offsets() {
+    let server = TestServer::start();
+    let root = server.root_client().await;
+    create_stream_and_topic(&root, "s", "t", 1).await;
+    send_to_partition(&root, &name("s"), &name("t"), 0, msgs("m", 3)).await;
+    let global = Permissions { global: GlobalPermissions { poll_messages: true, ..Default::default() }, streams: None };
+    create_user(&root, "global-poller", "poller-secret", Some(global)).await;
+    let mut topics = BTreeMap::new();
+    topics.insert(0usize, TopicPermissions { poll_messages: true, ..Default::default() });
+    let mut streams = BTreeMap::new();
+    streams.insert(0usize, StreamPermissions { topics: Some(topics), ..Default::default() });
+    create_user(&root, "topic-poller", "poller-secret", Some(Permissions { global: GlobalPermissions::default(), streams: Some(streams) })).await;
+
+    for user in ["global-poller", "topic-poller"] {
+        let poller = server.client_as(user, "poller-secret").await;
+        let c = consumer(user);
+        let polled = poll(&poller, &id(0), &id(0), 0, &c, PollingStrategy::next(), 2, true).await;
+        assert_eq!(offsets(&polled), vec![0, 1], "{user} polls with poll_messages alone");
+        ok("store_consumer_offset", within("store", poller.store_consumer_offset(&c, &id(0), &id(0), Some(0), 2)).await);
+        let stored = ok("get_consumer_offset", within("get", poller.get_consumer_offset(&c, &id(0), &id(0), Some(0))).await);
+        assert_eq!(stored.map(|o| o.stored_offset), Some(2), "{user} reads its stored offset");
+        let mut m = msgs("forbidden", 1);
+        expect_code(
+            "send with poll_messages alone",
+            within("send", poller.send_messages(&id(0), &id(0), &Partitioning::partition_id(0), &mut m)).await,
+            41,
+        );
+    }
+}
+
+/// Stream and topic ids are reused (the lowest free one), and grants name ids: a grant on a
+/// deleted stream or topic goes with it, so it never reaches the stream or topic created next
+/// under the same id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grants_on_a_deleted_stream_or_topic_do_not_reach_the_next_under_its_id() {
+    let server = TestServer::start();
+    let root = server.root_client().await;
+    create_stream_and_topic(&root, "shared", "open", 1).await;
+    create_stream_and_topic(&root, "old", "t", 1).await;
+    let mut topics = BTreeMap::new();
+    topics.insert(0usize, TopicPermissions { read_topic: true, poll_messages: true, ..Default::default() });
+    let mut streams = BTreeMap::new();
+    streams.insert(0usize, StreamPermissions { topics: Some(topics), ..Default::default() });
+    streams.insert(1usize, StreamPermissions { read_stream: true, read_topics: true, poll_messages: true, ..Default::default() });
+    create_user(&root, "guest", "guest-secret", Some(Permissions { global: GlobalPermissions::default(), streams: Some(streams) })).await;
+    let guest = server.client_as("guest", "guest-secret").await;
+    poll(&guest, &id(1), &id(0), 0, &consumer("g"), PollingStrategy::first(), 1, false).await;
+    poll(&guest, &id(0), &id(0), 0, &consumer("g"), PollingStrategy::first(), 1, false).await;
+
+    ok("delete stream old", within("delete", root.delete_stream(&name("old"))).await);
+    let (secret, _) = create_stream_and_topic(&root, "secret", "t", 1).await;
+    assert_eq!(secret.id, 1, "the new stream reuses the deleted one's id");
+    send_to_partition(&root, &name("secret"), &name("t"), 0, msgs("classified", 1)).await;
+    ok("delete topic open", within("delete", root.delete_topic(&name("shared"), &name("open"))).await);
+    let hidden = ok("create topic", within("create", root.create_topic(&name("shared"), "hidden", &topic_options(1))).await);
+    assert_eq!(hidden.id, 0, "the new topic reuses the deleted one's id");
+    send_to_partition(&root, &name("shared"), &name("hidden"), 0, msgs("classified", 1)).await;
+
+    // A new connection: the first one's cached routes name the deleted partitions (87).
+    let guest = server.client_as("guest", "guest-secret").await;
+    let refused = |r: Result<PolledMessages, IggyError>| r.map(|p| offsets(&p));
+    expect_code(
+        "poll the stream created under a deleted stream's id",
+        refused(within("poll", guest.poll_messages(&id(1), &id(0), Some(0), &consumer("g"), &PollingStrategy::first(), 1, false)).await),
+        41,
+    );
+    expect_code(
+        "poll the topic created under a deleted topic's id",
+        refused(within("poll", guest.poll_messages(&id(0), &id(0), Some(0), &consumer("g"), &PollingStrategy::first(), 1, false)).await),
+        41,
+    );
+    let details = ok("get user", within("get", root.get_user(&name("guest"))).await).expect("guest");
+    let streams = details.permissions.and_then(|p| p.streams).unwrap_or_default();
+    assert!(!streams.contains_key(&1), "the deleted stream's grant is gone: {streams:?}");
+    assert!(streams.get(&0).is_some_and(|s| s.topics.as_ref().is_none_or(|t| t.is_empty())), "the deleted topic's grant is gone: {streams:?}");
+}

@@ -506,6 +506,15 @@ impl Metadata {
     pub fn delete_stream(&mut self, ident: &Ident) -> Result<Vec<Effect>, ErrorCode> {
         let id = self.stream(ident)?.id;
         let stream = self.streams.remove(&id).expect("found above");
+        // Its grants go with it: the id is reused, and a grant must not reach the stream
+        // created next under it.
+        for permissions in self
+            .users
+            .values_mut()
+            .filter_map(|u| u.permissions.as_mut())
+        {
+            permissions.streams.remove(&id);
+        }
         Ok(stream
             .topics
             .values()
@@ -593,6 +602,16 @@ impl Metadata {
             .topics
             .remove(&t)
             .expect("found");
+        // As for a stream: a grant on this topic must not reach the next one under its id.
+        for permissions in self
+            .users
+            .values_mut()
+            .filter_map(|u| u.permissions.as_mut())
+        {
+            if let Some(stream) = permissions.streams.get_mut(&s) {
+                stream.topics.remove(&t);
+            }
+        }
         Ok(topic
             .partitions
             .values()
@@ -1045,6 +1064,48 @@ mod tests {
         m.delete_stream(&Ident::Id(0)).unwrap();
         assert_eq!(m.create_stream("c", 1), Ok(0));
         assert_eq!(m.stream(&Ident::Name("b".into())).unwrap().id, 1);
+    }
+
+    #[test]
+    fn deleting_a_stream_or_topic_takes_its_grants_with_it() {
+        let mut m = Metadata::default();
+        m.create_stream("kept", 1).unwrap();
+        m.create_stream("gone", 1).unwrap();
+        for (name, op) in [("t", 2), ("u", 3)] {
+            m.create_topic(&Ident::Id(0), name, 1, TopicSettings::default(), op, 1)
+                .unwrap();
+        }
+        let topic = TopicPermissions {
+            poll_messages: true,
+            ..Default::default()
+        };
+        let stream = |topics: &[u32]| StreamPermissions {
+            read_stream: true,
+            topics: topics.iter().map(|t| (*t, topic)).collect(),
+            ..Default::default()
+        };
+        let permissions = Permissions {
+            global: GlobalPermissions::default(),
+            streams: [(0, stream(&[0, 1])), (1, stream(&[])), (7, stream(&[]))].into(),
+        };
+        let user = m
+            .create_user(
+                "guest",
+                String::new(),
+                UserStatus::Active,
+                Some(permissions),
+                1,
+            )
+            .unwrap();
+        m.delete_stream(&Ident::Id(1)).unwrap();
+        m.delete_topic(&Ident::Id(0), &Ident::Id(1)).unwrap();
+        let left = m.users[&user].permissions.clone().unwrap();
+        // A grant on an id no stream holds yet (7) stays: it was given for what comes.
+        assert_eq!(left.streams.keys().copied().collect::<Vec<_>>(), vec![0, 7]);
+        assert_eq!(
+            left.streams[&0].topics.keys().copied().collect::<Vec<_>>(),
+            vec![0]
+        );
     }
 
     #[test]

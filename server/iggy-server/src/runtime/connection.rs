@@ -7,6 +7,8 @@ pub struct ClientInfo {
     pub address: String,
     pub transport: &'static str,
     pub user_id: Option<u32>,
+    /// The VSR client of the session the connection's requests run as: its group memberships.
+    pub client: Option<u128>,
 }
 
 /// The session a connection is bound to.

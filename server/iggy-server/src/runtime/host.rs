@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::{Mutex, PoisonError};
 
 /// Bytes of a `Key:   N kB` line in a /proc status-like file.
-fn kilobytes(text: &str, key: &str) -> u64 {
+pub fn kilobytes(text: &str, key: &str) -> u64 {
     text.lines()
         .find_map(|line| line.strip_prefix(key))
         .and_then(|rest| {
@@ -30,7 +30,9 @@ pub struct HostFigures {
     pub memory_usage: u64,
     pub total_memory: u64,
     pub available_memory: u64,
+    /// This process's disk reads and writes (`/proc/self/io`), as upstream reports them.
     pub read_bytes: u64,
+    pub written_bytes: u64,
     pub hostname: String,
     pub os_version: String,
     pub kernel_version: String,
@@ -57,11 +59,8 @@ pub fn figures(data_dir: &Path) -> HostFigures {
         memory_usage: kilobytes(&status, "VmRSS:"),
         total_memory: kilobytes(&meminfo, "MemTotal:"),
         available_memory: kilobytes(&meminfo, "MemAvailable:"),
-        read_bytes: io
-            .lines()
-            .find_map(|line| line.strip_prefix("read_bytes:"))
-            .and_then(|n| n.trim().parse().ok())
-            .unwrap_or(0),
+        read_bytes: io_figure(&io, "read_bytes:"),
+        written_bytes: io_figure(&io, "write_bytes:"),
         hostname: read("/proc/sys/kernel/hostname").trim().to_string(),
         os_version: os_release
             .lines()
@@ -84,6 +83,14 @@ pub fn figures(data_dir: &Path) -> HostFigures {
         free_disk_space: disk.free,
         total_disk_space: disk.total,
     }
+}
+
+/// One `/proc/self/io` figure (0 when the kernel does not keep them).
+fn io_figure(io: &str, key: &str) -> u64 {
+    io.lines()
+        .find_map(|line| line.strip_prefix(key))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq)]

@@ -1,6 +1,7 @@
 //! Background upkeep on the node's runtime: topic retention (message expiry, maximum topic
-//! size), the leases of sessions no connection is bound to, and the ordered retirement that
-//! gives an ended session's client-table slots back.
+//! size), the leases of sessions no connection is bound to, the ordered retirement that
+//! gives an ended session's client-table slots back, and the deletion of expired personal
+//! access tokens.
 //!
 //! Each of them proposes ops, so in a cluster each is done by the primary of the group the op
 //! goes to: the metadata primary expires sessions and releases their slots, a partition's
@@ -17,7 +18,7 @@ use crate::runtime::node::Node;
 use crate::runtime::partition::PartitionHandle;
 use crate::runtime::shared::{PartitionKey, SessionActivity};
 use iggy_generated::frames::Operation;
-use iggy_generated::payloads::SessionIdentity;
+use iggy_generated::payloads::{DeletePersonalAccessTokenRequest, SessionIdentity};
 use iggy_generated::storage::SessionRetirementOp;
 use iggy_metadata::Metadata;
 use iggy_metadata::machine::SYSTEM_CLIENT;
@@ -42,6 +43,7 @@ pub async fn run(node: Rc<Node>) {
         compio::time::sleep(interval).await;
         retention(&node).await;
         expire_sessions(&node, lease).await;
+        delete_expired_tokens(&node).await;
         retirement.pass(&node, pass).await;
         orphan_sweep.pass(&node).await;
     }
@@ -302,6 +304,47 @@ async fn expire_sessions(node: &Node, lease: Duration) {
             outcome => {
                 tracing::warn!("session expiry of client {client:032x} not committed: {outcome:?}")
             }
+        }
+    }
+}
+
+/// Deletes expired personal access tokens through the metadata group, one committed delete
+/// each in its owner's name, as upstream's token cleaner does: an expired token logs nobody
+/// in, but would keep its name taken and count towards its owner's limit. Only the metadata
+/// primary does, by its clock.
+async fn delete_expired_tokens(node: &Node) {
+    if !primary(node, node.metadata.figures().role()) {
+        return;
+    }
+    let now = crate::runtime::clock::now_micros();
+    let expired: Vec<(u32, String)> = node
+        .shared
+        .metadata
+        .borrow()
+        .tokens
+        .iter()
+        .filter(|token| token.expiry_at.is_some_and(|at| at <= now))
+        .map(|token| (token.user_id, token.name.clone()))
+        .collect();
+    for (user_id, name) in expired {
+        let request = node.shared.metadata.borrow().system_requests + 1;
+        let body = envelope(
+            now,
+            user_id,
+            &DeletePersonalAccessTokenRequest { name: &name }.to_wire_bytes(),
+        );
+        let operation = Operation::DeletePersonalAccessToken.to_repr();
+        match node
+            .metadata
+            .submit(SYSTEM_CLIENT, request, operation, body)
+            .await
+        {
+            Outcome::Committed { .. } => {
+                tracing::info!("personal access token {name:?} of user {user_id} expired; deleted")
+            }
+            outcome => tracing::warn!(
+                "deletion of expired token {name:?} of user {user_id} not committed: {outcome:?}"
+            ),
         }
     }
 }

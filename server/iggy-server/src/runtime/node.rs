@@ -368,6 +368,7 @@ impl Node {
             address,
             transport,
             user_id: None,
+            client: None,
         };
         self.clients.borrow_mut().insert(id, info);
         crate::runtime::connection::Connection {
@@ -376,10 +377,12 @@ impl Node {
         }
     }
 
-    /// The user a connection's requests run as now, for `me` and the client list.
-    pub fn connection_user(&self, connection: u32, user_id: u32) {
+    /// The session (its client and user) a connection's requests run as now, for `me` and
+    /// the client list.
+    pub fn connection_user(&self, connection: u32, client: u128, user_id: u32) {
         if let Some(info) = self.clients.borrow_mut().get_mut(&connection) {
             info.user_id = Some(user_id);
+            info.client = Some(client);
         }
     }
 

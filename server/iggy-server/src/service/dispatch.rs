@@ -611,7 +611,7 @@ fn bind(
         .session_connections
         .borrow_mut()
         .insert(client, connection.id);
-    node.connection_user(connection.id, user_id);
+    node.connection_user(connection.id, client, user_id);
     tracing::info!(
         "session {session} of client {client:032x} (user {user_id}) bound to connection {}",
         connection.id
@@ -917,6 +917,28 @@ fn offset_owner(
     }
 }
 
+/// Whether a group poll (consumer kind 2) comes from a member of its group, told only to a user
+/// who may poll the topic.
+fn member_of_polled_group(node: &Node, bound: Bound, poll: &PollMessagesRequest<'_>) -> bool {
+    if poll.consumer.kind != 2 {
+        return false;
+    }
+    let (Ok(stream), Ok(topic), Ok(group)) = (
+        ident(&poll.stream_id),
+        ident(&poll.topic_id),
+        ident(&poll.consumer.id),
+    ) else {
+        return false;
+    };
+    let metadata = node.shared.metadata.borrow();
+    let Ok((s, t, group)) = metadata.group(&stream, &topic, &group) else {
+        return false;
+    };
+    node.shared
+        .user_allows(bound.user_id, Need::PollMessages(s.id, t.id))
+        && group.members.contains(&bound.client)
+}
+
 /// Consumers named by string keep their offsets under a stable 32-bit key.
 fn name_hash(name: &str) -> u32 {
     use std::hash::Hasher;
@@ -996,6 +1018,16 @@ fn prepare_offset_write(
                 return Err(ErrorCode::Unauthorized);
             }
             let (owner, owner_created_at) = offset_owner(node, &store.consumer, key)?;
+            // A consumer's or a group's offset names a message the partition holds, as upstream
+            // has it; an external group's (kind 3) may exceed the range. Judged by the
+            // primary's copy only: a lagging one could refuse an offset the primary holds.
+            if store.consumer.kind != 3
+                && node.shared.partition(key).is_some()
+                && partition_primary(node, key).is_ok()
+                && store.offset > node.shared.stats(key).next_offset.saturating_sub(1)
+            {
+                return Err(ErrorCode::InvalidOffset);
+            }
             (
                 key,
                 PartitionWrite::StoreOffset {
@@ -1319,7 +1351,11 @@ async fn non_replicated(
         105 => {
             let r: GetPartitionRouteRequest = decode(body)?;
             let key = resolve_partition(node, &r.stream_id, &r.topic_id, Some(r.partition_id))?;
-            if !allows(Need::ReadTopic(key.0, key.1)) && !allows(Need::SendMessages(key.0, key.1)) {
+            // The SDK asks the route before every partition call: whoever may poll (which
+            // read_topic implies) or send there may learn it.
+            if !allows(Need::PollMessages(key.0, key.1))
+                && !allows(Need::SendMessages(key.0, key.1))
+            {
                 return Err(ErrorCode::Unauthorized);
             }
             let position = route_position(node, key)?;
@@ -1421,7 +1457,7 @@ async fn non_replicated(
             }
             Ok(request.reply(&model_replies::group_list(t)))
         }
-        _ => crate::service::user_commands::read(node, connection, request.header, code, body)
+        _ => crate::service::user_commands::read(node, connection, code, body)
             .await
             .map(|reply| request.reply(&reply)),
     }
@@ -1504,12 +1540,19 @@ async fn poll(
         // polled (`Consumer::external_group`), whatever the stream, topic or group.
         return Err(ErrorCode::FeatureUnavailable);
     }
-    let key = resolve_partition(
+    let key = match resolve_partition(
         node,
         &poll.stream_id,
         &poll.topic_id,
         partition_arg(&poll.partition_id),
-    )?;
+    ) {
+        // A member's cached assignment may still name a partition deleted since: it owns it no
+        // more, so it is fenced as for any partition it does not own, and the SDK re-syncs.
+        Err(ErrorCode::PartitionNotFound) if member_of_polled_group(node, bound, &poll) => {
+            return Err(ErrorCode::ConsumerGroupPartitionNotOwned);
+        }
+        resolved => resolved?,
+    };
     // For a client that routes, served by the partition's primary only: a backup's log may lag
     // what the client wrote there, and the auto-commit below is a write. For one that cannot,
     // served here once this replica is current, with the auto-commit relayed.

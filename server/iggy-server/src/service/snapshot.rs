@@ -6,9 +6,16 @@ use iggy_generated::errors::ErrorCode;
 use std::io::Write;
 
 const FILESYSTEM_OVERVIEW: u8 = 1;
+const PROCESS_LIST: u8 = 2;
 const RESOURCE_USAGE: u8 = 3;
 const TEST: u8 = 4;
+const SERVER_LOGS: u8 = 5;
 const SERVER_CONFIG: u8 = 6;
+
+/// What `server_logs` holds: the server keeps no log file to copy.
+const SERVER_LOGS_NOTE: &str = "iggy-server writes its log to stderr ([system.logging] level and \
+format) and keeps no log file, so this snapshot holds none: collect it where stderr goes \
+(journalctl -u iggy-server, docker logs, the terminal).\n";
 const ALL: u8 = 100;
 
 /// Builds the archive with one entry per requested snapshot type this server can produce.
@@ -24,9 +31,15 @@ pub fn archive(node: &Node, types: &[u8]) -> Result<Vec<u8>, ErrorCode> {
     if wants(FILESYSTEM_OVERVIEW) {
         files.push(("filesystem_overview.txt", filesystem_overview(node)));
     }
+    if wants(PROCESS_LIST) {
+        files.push(("process_list.txt", process_list()));
+    }
     if wants(RESOURCE_USAGE) {
         let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
         files.push(("resource_usage.txt", status));
+    }
+    if wants(SERVER_LOGS) {
+        files.push(("server_logs.txt", SERVER_LOGS_NOTE.to_string()));
     }
     let mut writer = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
     let options =
@@ -43,6 +56,44 @@ pub fn archive(node: &Node, types: &[u8]) -> Result<Vec<u8>, ErrorCode> {
         .finish()
         .map_err(|_| ErrorCode::SnapshotFileCompletionFailed)?;
     Ok(cursor.into_inner())
+}
+
+/// The host's processes from `/proc`, one a line: pid, parent pid, state, resident KiB and
+/// command line (the name in brackets for a kernel thread).
+fn process_list() -> String {
+    let mut pids: Vec<u32> = std::fs::read_dir("/proc")
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter_map(|entry| entry.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    pids.sort_unstable();
+    let mut out = String::from("PID PPID STATE RSS_KIB COMMAND\n");
+    for pid in pids {
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // `pid (comm) state ppid …`: the name may hold spaces and parentheses.
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let name = &stat[open + 1..close];
+        let rest: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+        let (state, ppid) = (rest.first().unwrap_or(&"?"), rest.get(1).unwrap_or(&"?"));
+        // VmRSS is in kB whatever the page size (kernel threads have none).
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let rss_kib = crate::runtime::host::kilobytes(&status, "VmRSS:") / 1024;
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let command = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        let command = match command.trim() {
+            "" => format!("[{name}]"),
+            line => line.to_string(),
+        };
+        out.push_str(&format!("{pid} {ppid} {state} {rss_kib} {command}\n"));
+    }
+    out
 }
 
 /// The data directory's files with their sizes.

@@ -6,12 +6,13 @@ use crate::runtime::node::Node;
 use crate::runtime::shared::Shared;
 use crate::service::auth::{Prepared, hash_password, new_token};
 use iggy_generated::errors::ErrorCode;
-use iggy_generated::frames::{Operation, RequestHeader};
+use iggy_generated::frames::Operation;
 use iggy_generated::payloads::{
     ChangePasswordRequest, ClientDetailsResponse, ClientResponse, ConsumerGroupInfoResponse,
-    CreatePersonalAccessTokenRequest, CreateUserRequest, DescribeOptionsResponse, GetClientRequest,
-    GetUserRequest, PersonalAccessTokenResponse, StatsResponse, StreamResourcePatch,
-    TopicResourcePatch, UpdateResourceRequest,
+    CreatePersonalAccessTokenRequest, CreateTopicRequest, CreateUserRequest,
+    DescribeOptionsResponse, GetClientRequest, GetUserRequest, PersonalAccessTokenResponse,
+    StatsResponse, StreamResourcePatch, TopicResourcePatch, UpdateResourceRequest,
+    UpdateTopicRequest,
 };
 use iggy_metadata::machine::ident;
 use iggy_metadata::machine::{status_from_wire, token_record};
@@ -97,6 +98,8 @@ pub fn prepare(
         }
         Operation::UpdateResource => {
             let request: UpdateResourceRequest = decode(body)?;
+            // A topic's options and its segment size, checked once the user may change it.
+            let mut topic_patch = None;
             let need = match request.scope {
                 iggy_generated::payloads::OptionsScope::User => Need::ManageUsers,
                 iggy_generated::payloads::OptionsScope::Stream => {
@@ -113,16 +116,66 @@ pub fn prepare(
                     let metadata = shared.metadata.borrow();
                     let (s, t) =
                         metadata.topic(&ident(&patch.stream_id)?, &ident(&patch.topic_id)?)?;
+                    topic_patch = Some((patch.options, t.segment_size));
                     Need::ManageTopic(s.id, t.id)
                 }
             };
             if !shared.user_allows(user_id, need) {
                 return Err(ErrorCode::Unauthorized);
             }
+            if let Some((options, segment_size)) = topic_patch {
+                check_topic_size_floor(shared, options, segment_size)?;
+            }
+            Ok(unchanged)
+        }
+        // Only the size floor is checked here; the state machine refuses the rest of what is
+        // wrong with a request in its committed reply.
+        Operation::CreateTopic => {
+            if let Ok(request) = decode::<CreateTopicRequest>(body)
+                && let Ok(settings) = iggy_metadata::replies::topic_settings(request.options)
+            {
+                check_topic_size_floor(shared, request.options, settings.segment_size)?;
+            }
+            Ok(unchanged)
+        }
+        Operation::UpdateTopic => {
+            if let Ok(request) = decode::<UpdateTopicRequest>(body)
+                && let (Ok(stream), Ok(topic)) =
+                    (ident(&request.stream_id), ident(&request.topic_id))
+                && let Ok((_, t)) = shared.metadata.borrow().topic(&stream, &topic)
+            {
+                check_topic_size_floor(shared, request.options, t.segment_size)?;
+            }
             Ok(unchanged)
         }
         _ => Ok(unchanged),
     }
+}
+
+/// A `max_topic_size` in `options` below the topic's segment size (`segment_size`, 0 for the
+/// server's) could never be kept: retention keeps no closed segment under it. Upstream refuses
+/// it too. Checked here because the server's segment size is configuration, not metadata.
+fn check_topic_size_floor(
+    shared: &Shared,
+    options: &[u8],
+    segment_size: u64,
+) -> Result<(), ErrorCode> {
+    let segment_size = match segment_size {
+        0 => shared.config.system.segment_size,
+        own => own,
+    };
+    let entries = iggy_metadata::options::typed_entries(options).unwrap_or_default();
+    for (key, kind, value) in entries {
+        let cap = iggy_metadata::options::number(key, kind, value).ok();
+        if key == "max_topic_size"
+            && cap
+                .and_then(iggy_metadata::options::limit)
+                .is_some_and(|cap| cap < segment_size)
+        {
+            return Err(ErrorCode::InvalidTopicSize);
+        }
+    }
+    Ok(())
 }
 
 fn argon2_check(hash: &str, password: &str) -> bool {
@@ -175,11 +228,11 @@ fn groups_of(metadata: &Metadata, client: Option<u128>) -> Vec<ConsumerGroupInfo
     out
 }
 
-fn client_details(node: &Node, connection_id: u32, client: Option<u128>) -> Option<Vec<u8>> {
+fn client_details(node: &Node, connection_id: u32) -> Option<Vec<u8>> {
     let clients = node.clients.borrow();
     let info = clients.get(&connection_id)?;
     let metadata = node.shared.metadata.borrow();
-    let consumer_groups = groups_of(&metadata, client);
+    let consumer_groups = groups_of(&metadata, info.client);
     Some(
         (ClientDetailsResponse {
             client: client_response(info, consumer_groups.len() as u32),
@@ -193,7 +246,6 @@ fn client_details(node: &Node, connection_id: u32, client: Option<u128>) -> Opti
 pub async fn read(
     node: &Node,
     connection: &Connection,
-    header: &RequestHeader,
     code: u32,
     body: &[u8],
 ) -> Result<Vec<u8>, ErrorCode> {
@@ -201,25 +253,28 @@ pub async fn read(
     let shared = &node.shared;
     let allows = |need: Need| shared.user_allows(bound.user_id, need);
     match code {
-        20 => Ok(client_details(node, connection.id, Some(header.client)).unwrap_or_default()),
+        20 => Ok(client_details(node, connection.id).unwrap_or_default()),
         21 => {
             if !allows(Need::ReadServers) {
                 return Err(ErrorCode::Unauthorized);
             }
             let request =
                 GetClientRequest::decode_fixed(body).map_err(|_| ErrorCode::InvalidFormat)?;
-            Ok(client_details(node, request.client_id, None).unwrap_or_default())
+            Ok(client_details(node, request.client_id).unwrap_or_default())
         }
         22 => {
             if !allows(Need::ReadServers) {
                 return Err(ErrorCode::Unauthorized);
             }
             let clients = node.clients.borrow();
+            let metadata = shared.metadata.borrow();
             let mut ids: Vec<_> = clients.keys().copied().collect();
             ids.sort_unstable();
             let mut out = Vec::new();
             for id in ids {
-                client_response(&clients[&id], 0).encode_to(&mut out);
+                let info = &clients[&id];
+                let groups = groups_of(&metadata, info.client).len() as u32;
+                client_response(info, groups).encode_to(&mut out);
             }
             Ok(out)
         }
@@ -359,7 +414,7 @@ fn stats(node: &Node) -> Vec<u8> {
         run_time,
         start_time: now.saturating_sub(run_time),
         read_bytes: host.read_bytes,
-        written_bytes: size,
+        written_bytes: host.written_bytes,
         messages_size_bytes: size,
         streams_count: metadata.streams.len() as u32,
         topics_count: topics,

@@ -396,7 +396,8 @@ impl Call<'_> {
             .next_request(bound.client)
             .ok_or(ErrorCode::Unauthenticated)?;
         // The token's user, for the client list (an HTTP connection binds per request).
-        self.node.connection_user(self.connection.id, bound.user_id);
+        self.node
+            .connection_user(self.connection.id, bound.client, bound.user_id);
         Ok(Admitted {
             command,
             operation,
