@@ -3,7 +3,7 @@
 //! when it matches its header. It never journals, acknowledges or commits an op it lacks.
 
 use bytes::Bytes;
-use iggy_vsr::{Action, Config, Entry, Log, Message, Replica, ReplicaId, Status, ViewState};
+use iggy_vsr::{Action, Config, Entry, Log, Message, Replica, Status, ViewState};
 
 mod support;
 use support::*;
@@ -34,31 +34,6 @@ fn acked(out: &[Action]) -> Vec<u64> {
             _ => None,
         })
         .collect()
-}
-
-/// Replica `replica` of three, restarted with `ops` ops of view 0 (log view 0), moved into the
-/// view change to view 1 by replica 2's vote.
-fn voting_for_view_1(replica: ReplicaId, log: &[Entry]) -> Replica {
-    let mut voter = Replica::open(Config::new(3, replica), log.to_vec(), ViewState::default());
-    settle(&mut voter);
-    let from = if replica == 2 { 0 } else { 2 };
-    voter.on_message(
-        from,
-        Message::StartViewChange {
-            view: 1,
-            replica: from,
-        },
-    );
-    voter
-}
-
-/// Delivers `messages` sent by `from` that are addressed to `to`.
-fn deliver(from: ReplicaId, out: &[Action], to: &mut Replica) {
-    for (addressee, message) in sends(out) {
-        if addressee == to.replica() {
-            to.on_message(from, message);
-        }
-    }
 }
 
 #[test]

@@ -6,34 +6,10 @@
 //! answers as for any retired body.
 
 use bytes::Bytes;
-use iggy_vsr::{Action, Config, Entry, Message, Replica, ReplicaId, ViewState};
+use iggy_vsr::{Action, Message};
 
 mod support;
 use support::*;
-
-/// Replica `replica` of three, restarted with `log` (log view 0), moved into the view change to
-/// view 1 by replica 2's vote (replica 0's when `replica` is 2).
-fn voting_for_view_1(replica: ReplicaId, log: &[Entry]) -> Replica {
-    let mut voter = Replica::open(Config::new(3, replica), log.to_vec(), ViewState::default());
-    settle(&mut voter);
-    let from = if replica == 2 { 0 } else { 2 };
-    voter.on_message(
-        from,
-        Message::StartViewChange {
-            view: 1,
-            replica: from,
-        },
-    );
-    voter
-}
-
-fn deliver(from: ReplicaId, out: &[Action], to: &mut Replica) {
-    for (addressee, message) in sends(out) {
-        if addressee == to.replica() {
-            to.on_message(from, message);
-        }
-    }
-}
 
 /// The prepares among `out` whose bodies do not rebuild their entries' checksums.
 fn forged_prepares(out: &[Action]) -> Vec<(u8, u64)> {

@@ -2,7 +2,7 @@
 #![allow(dead_code)] // not every test file uses every helper
 
 use bytes::Bytes;
-use iggy_vsr::{Action, Entry, Message, OPERATION_REGISTER, Replica};
+use iggy_vsr::{Action, Config, Entry, Message, OPERATION_REGISTER, Replica, ReplicaId, ViewState};
 
 /// Every action the replica has ready, in order.
 pub fn drain(replica: &mut Replica) -> Vec<Action> {
@@ -61,4 +61,29 @@ pub fn settle(replica: &mut Replica) -> Vec<Action> {
         out.push(action);
     }
     panic!("the replica never settles");
+}
+
+/// Replica `replica` of three, restarted with `log` (log view 0), moved into the view change
+/// to view 1 by replica 2's vote (replica 0's when `replica` is 2).
+pub fn voting_for_view_1(replica: ReplicaId, log: &[Entry]) -> Replica {
+    let mut voter = Replica::open(Config::new(3, replica), log.to_vec(), ViewState::default());
+    settle(&mut voter);
+    let from = if replica == 2 { 0 } else { 2 };
+    voter.on_message(
+        from,
+        Message::StartViewChange {
+            view: 1,
+            replica: from,
+        },
+    );
+    voter
+}
+
+/// Delivers the messages among `out` sent by `from` that are addressed to `to`.
+pub fn deliver(from: ReplicaId, out: &[Action], to: &mut Replica) {
+    for (addressee, message) in sends(out) {
+        if addressee == to.replica() {
+            to.on_message(from, message);
+        }
+    }
 }
