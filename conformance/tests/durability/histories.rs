@@ -881,7 +881,7 @@ struct Failure {
     /// A step the server answered with an error that leaves its outcome unknown (the SDK gave
     /// up across a failover): the cluster runner settles it (`cluster.rs`); a single server
     /// has no failover, so there it stays a failure.
-    unknown: Option<IggyError>,
+    unknown: Option<Box<IggyError>>,
 }
 
 fn fail<T>(step: usize, kind: &str, detail: String) -> Result<T, Failure> {
@@ -959,7 +959,7 @@ fn outcome<T>(i: usize, step: &Step, expect: &Expect, got: Result<T, IggyError>)
         ),
         (Expect::Err(_), Err(e)) if cluster::outcome_unknown(&e) => {
             let detail = format!("step {}: {step}: the model expects {expect}, the server said {e} (code {})", i + 1, e.as_code());
-            Err(Failure { step: i, kind: "unexpected error".to_string(), detail, unknown: Some(e) })
+            Err(Failure { step: i, kind: "unexpected error".to_string(), detail, unknown: Some(Box::new(e)) })
         }
         (Expect::Err(code), Err(e)) if e.as_code() != *code => fail(
             i,
@@ -969,7 +969,7 @@ fn outcome<T>(i: usize, step: &Step, expect: &Expect, got: Result<T, IggyError>)
         (Expect::Err(_), Err(_)) => Ok(None),
         (_, Err(e)) => {
             let detail = format!("step {}: {step}: the model expects {expect}, the server said {e} (code {})", i + 1, e.as_code());
-            let unknown = cluster::outcome_unknown(&e).then_some(e);
+            let unknown = cluster::outcome_unknown(&e).then(|| Box::new(e));
             Err(Failure { step: i, kind: "unexpected error".to_string(), detail, unknown })
         }
         (_, Ok(value)) => Ok(Some(value)),
@@ -987,7 +987,18 @@ fn check_id(i: usize, step: &Step, expect: &Expect, got: u32) -> Result<(), Fail
     }
 }
 
-impl Runner<'_> {
+impl<'a> Runner<'a> {
+    fn new(target: Target<'a>, client: IggyClient, figures: &'a mut Figures) -> Self {
+        Runner { target, client, client_id: None, model: Model::new(), figures, armed: None }
+    }
+
+    /// Runs `history` from a fresh model, then shuts the client down.
+    async fn drive(mut self, history: &History, progress: &Cell<Option<usize>>) -> Result<(), Failure> {
+        let result = self.run(history, progress).await;
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.client.shutdown()).await;
+        result
+    }
+
     async fn run(&mut self, history: &History, progress: &Cell<Option<usize>>) -> Result<(), Failure> {
         for (i, step) in history.steps.iter().enumerate() {
             progress.set(Some(i));
@@ -1001,7 +1012,7 @@ impl Runner<'_> {
             match result {
                 Ok(()) => {}
                 Err(Failure { unknown: Some(error), .. }) if matches!(self.target, Target::Cluster { .. }) => {
-                    self.settle_unknown_outcome(i, step, before, error).await?;
+                    self.settle_unknown_outcome(i, step, before, *error).await?;
                 }
                 Err(failure) => return Err(failure),
             }
@@ -1629,17 +1640,7 @@ async fn run_history(history: &History, figures: &mut Figures) -> Result<(), (Fa
     let result = run_quietly(history, &progress, async {
         tokio::task::block_in_place(|| server.spawn(&[]));
         let client = server.client().await;
-        let mut runner = Runner {
-            target: Target::Single(&mut server),
-            client,
-            client_id: None,
-            model: Model::new(),
-            figures: &mut *figures,
-            armed: None,
-        };
-        let result = runner.run(history, &progress).await;
-        let _ = tokio::time::timeout(Duration::from_secs(5), runner.client.shutdown()).await;
-        result
+        Runner::new(Target::Single(&mut server), client, figures).drive(history, &progress).await
     })
     .await;
     figures.histories += 1;

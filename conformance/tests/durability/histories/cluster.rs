@@ -57,8 +57,9 @@ pub(super) struct InFlight {
 pub(super) enum Who {
     Node(u8),
     MetadataPrimary,
-    /// The primary of the model's partition number `k` (modulo how many it holds; the metadata
-    /// primary when it holds none).
+    /// The primary of the model's partition number `k` (modulo how many it holds), or of the
+    /// next one led by a node that does not lead the metadata group; the metadata primary when
+    /// the model holds no partition.
     PartitionPrimary(u8),
 }
 
@@ -186,10 +187,16 @@ impl Runner<'_> {
         let victim = match who {
             Who::Node(n) => usize::from(n) % cluster.len(),
             Who::MetadataPrimary => metadata_primary.unwrap_or(0),
-            Who::PartitionPrimary(k) => match partitions.get(usize::from(k) % partitions.len().max(1)) {
-                Some(&group) => cluster.primary(group).map_or(0, |(p, _)| usize::from(p)),
-                None => metadata_primary.unwrap_or(0),
-            },
+            Who::PartitionPrimary(k) => {
+                // From the model's partition k on, the first led by a node that does not lead
+                // the metadata group too; else partition k's primary.
+                let primaries: Vec<usize> = (0..partitions.len())
+                    .map(|j| partitions[(usize::from(k) + j) % partitions.len()])
+                    .filter_map(|group| cluster.primary(group).map(|(p, _)| usize::from(p)))
+                    .collect();
+                let elsewhere = primaries.iter().copied().find(|&p| Some(p) != metadata_primary);
+                elsewhere.or(primaries.first().copied()).or(metadata_primary).unwrap_or(0)
+            }
         };
         if metadata_primary == Some(victim) {
             self.figures.downs_of_metadata_primary += 1;
@@ -396,17 +403,7 @@ pub(super) async fn run_cluster_history(history: &History, figures: &mut Figures
     let result = run_quietly(history, &progress, async {
         let cluster = cluster.insert(tokio::task::block_in_place(|| TestCluster::start_with(3, options)));
         let client = cluster.root_client(entry).await;
-        let mut runner = Runner {
-            target: Target::Cluster { cluster, down: None },
-            client,
-            client_id: None,
-            model: Model::new(),
-            figures: &mut *figures,
-            armed: None,
-        };
-        let result = runner.run(history, &progress).await;
-        let _ = tokio::time::timeout(Duration::from_secs(5), runner.client.shutdown()).await;
-        result
+        Runner::new(Target::Cluster { cluster, down: None }, client, figures).drive(history, &progress).await
     })
     .await;
     figures.histories += 1;
@@ -440,4 +437,49 @@ async fn seeded_cluster_histories_agree_with_the_model_across_failovers() {
         "no node went down in {} histories",
         figures.histories
     );
+}
+
+/// The settling of a step of unknown outcome is not vacuous: on a live cluster, a step that
+/// applied is adopted as applied, a step that never reached the cluster as not applied (a
+/// create and a send each), and a model that matches the cluster neither way fails the history.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_of_unknown_outcome_is_adopted_as_the_cluster_shows_it() {
+    let mut cluster = tokio::task::block_in_place(|| TestCluster::start_with(3, ClusterOptions::default()));
+    let client = cluster.root_client(0).await;
+    let mut figures = Figures::default();
+    let mut runner = Runner::new(Target::Cluster { cluster: &mut cluster, down: None }, client, &mut figures);
+    let at = At { s: 0, t: 0, by_id: false };
+    let send = |id: u128| Step::Send { at, p: 0, messages: vec![(id, format!("message {id}").into_bytes())] };
+    // Ran, its answer taken for an unknown one (a reply lost with its replica).
+    async fn ran_unknown(runner: &mut Runner<'_>, i: usize, step: &Step) -> Result<(), Failure> {
+        let before = runner.model.clone();
+        runner.step(i, step).await.expect("the step runs");
+        runner.settle_unknown_outcome(i, step, before, IggyError::NotConnected).await
+    }
+    // Never sent: the model applies it, the cluster never sees it.
+    async fn lost_unknown(runner: &mut Runner<'_>, i: usize, step: &Step) -> Result<(), Failure> {
+        let before = runner.model.clone();
+        runner.model.apply(step);
+        runner.settle_unknown_outcome(i, step, before, IggyError::NotConnected).await
+    }
+    ran_unknown(&mut runner, 0, &Step::CreateStream { s: 0 }).await.expect("adopted as applied");
+    lost_unknown(&mut runner, 1, &Step::CreateStream { s: 1 }).await.expect("adopted as not applied");
+    runner.step(2, &Step::CreateTopic { at, partitions: 1 }).await.expect("create topic");
+    ran_unknown(&mut runner, 3, &send(1)).await.expect("adopted as applied");
+    lost_unknown(&mut runner, 4, &send(2)).await.expect("adopted as not applied");
+    assert_eq!((runner.figures.unknown_found_applied, runner.figures.unknown_found_not_applied), (2, 2));
+    // A model the cluster matches neither with the step nor without it (it lost message 1).
+    let step = send(3);
+    let mut before = runner.model.clone();
+    before.partition_mut(at, 0).expect("partition 0").2.messages.clear();
+    runner.model = before.clone();
+    runner.model.apply(&step);
+    let failure = runner.settle_unknown_outcome(5, &step, before, IggyError::NotConnected).await.expect_err("neither");
+    assert_eq!(failure.kind, "a step of unknown outcome is neither applied nor not applied", "{failure:?}");
+    // The model the cluster does match still passes the full check.
+    runner.model = Model::new();
+    for step in [Step::CreateStream { s: 0 }, Step::CreateTopic { at, partitions: 1 }, send(1)] {
+        runner.model.apply(&step);
+    }
+    runner.verify(6, "at the end").await.expect("the cluster holds stream s0, topic t0 and message 1");
 }
