@@ -1221,22 +1221,38 @@ impl<'a> Runner<'a> {
                     if let Err(e) = joined {
                         return fail(i, "join failed", format!("step {}: {step}: join: {e} (code {})", i + 1, e.as_code()));
                     }
-                    let me = match self.client_id {
-                        Some(id) => id,
-                        None => match within("get me", c.get_me()).await {
-                            Ok(me) => *self.client_id.insert(me.client_id),
-                            Err(e) => return fail(i, "get me failed", format!("step {}: get_me: {e}", i + 1)),
-                        },
-                    };
-                    let details = within("get consumer group", self.client.get_consumer_group(&stream, &topic, &group)).await;
-                    let members: Option<Vec<u32>> =
-                        details.ok().flatten().map(|d| d.members.iter().map(|m| m.id).collect());
-                    if !members.as_ref().is_some_and(|members| members.contains(&me)) {
-                        return fail(
-                            i,
-                            "a joined group does not list its member",
-                            format!("step {}: {step}: client {me} joined, the group's members are {members:?}", i + 1),
-                        );
+                    // A client id names this client's connection on the node that answers: in
+                    // a cluster the metadata primary, which a failover changes. There it is read
+                    // each time, and read again once on a mismatch (the primary may have changed
+                    // between the two reads).
+                    let cluster = matches!(self.target, Target::Cluster { .. });
+                    if cluster {
+                        self.client_id = None;
+                    }
+                    let mut reads_left = if cluster { 2 } else { 1 };
+                    loop {
+                        let me = match self.client_id {
+                            Some(id) => id,
+                            None => match within("get me", c.get_me()).await {
+                                Ok(me) => *self.client_id.insert(me.client_id),
+                                Err(e) => return fail(i, "get me failed", format!("step {}: get_me: {e}", i + 1)),
+                            },
+                        };
+                        let details = within("get consumer group", c.get_consumer_group(&stream, &topic, &group)).await;
+                        let members: Option<Vec<u32>> =
+                            details.ok().flatten().map(|d| d.members.iter().map(|m| m.id).collect());
+                        if members.as_ref().is_some_and(|members| members.contains(&me)) {
+                            break;
+                        }
+                        reads_left -= 1;
+                        if reads_left == 0 {
+                            return fail(
+                                i,
+                                "a joined group does not list its member",
+                                format!("step {}: {step}: client {me} joined, the group's members are {members:?}", i + 1),
+                            );
+                        }
+                        self.client_id = None;
                     }
                 }
                 self.count(&expect);

@@ -19,6 +19,15 @@
 //! the SDK, and its disk check looks for every partition directory on every node (all three
 //! replicate every partition); with a node down, that node's directories are not checked.
 //!
+//! Two things the check reads are eventually consistent in a cluster, so it waits for them (and
+//! counts the waits in the figures): a topic's message counts come from the answering node's
+//! own replica of each partition, which learns a commit from the partition primary's next
+//! prepare or commit broadcast (`commit_broadcast_interval`, 500 ms), so a count read right
+//! after a send can miss that send (up to 5 s); and a node back from being down creates the
+//! partition directories it missed as it replays the metadata log, which can still run once its
+//! groups report Normal (up to 10 s). The messages themselves are read through each partition's
+//! primary and must match at once.
+//!
 //! A step's outcome can be unknown in a cluster: the SDK gives up on a request whose replica
 //! died (`OperationUncertain`), or answers an error that says nothing about the write (not
 //! connected, not accepted, not primary, outcome unknown: [`outcome_unknown`]). The model treats
