@@ -31,8 +31,8 @@
 //!
 //! The same histories on 3-node clusters (histories/cluster.rs: a node, often a primary, killed
 //! and left down for a few steps, or all three restarted; steps of unknown outcome resolved as
-//! a client must). Short form (3 histories) in the command above; long form (about 20 s a
-//! history on 2 cores, so some 35 minutes):
+//! a client must). Short form (3 histories, about 40 s) in the command above; long form (about
+//! 12.5 s a history on 2 cores, so some 21 minutes; 50 took 626 s):
 //!
 //!     DURABILITY_CLUSTER_HISTORIES=100 cargo nextest run --workspace -E 'binary(durability) & test(/seeded_cluster_histories/)' --no-capture
 //!
