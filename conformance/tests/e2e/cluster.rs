@@ -2544,6 +2544,51 @@ async fn create_topic_of_small_segments_up_to(
     (created, topic)
 }
 
+/// Stream "segments", topic "t" of three partitions with 1 MiB segments, each partition
+/// holding 14 messages of 200 KiB: two closed segments (offsets 0..6, 6..12) and the active one.
+async fn fill_three_partitions_of_small_segments(client: &IggyClient) {
+    const PAYLOAD: usize = 200 * 1024; // six messages fill a 1 MiB segment
+    create_topic_of_small_segments(client, "segments", 3).await;
+    for partition in 0..3 {
+        for i in 0..14u8 {
+            let message = msg(vec![i; PAYLOAD]);
+            send_to_partition(
+                client,
+                &name("segments"),
+                &name("t"),
+                partition,
+                vec![message],
+            )
+            .await;
+        }
+    }
+}
+
+/// Deletes the oldest segment of partition `partition` of "segments"/"t" and returns the
+/// offset the partition then starts at (as a one-element list; empty when it holds none).
+async fn delete_the_oldest_segment(client: &IggyClient, partition: u32) -> Vec<u64> {
+        ok(
+            "delete the oldest segment",
+            within(
+                "delete_segments",
+                client.delete_segments(&name("segments"), &name("t"), partition, 1),
+            )
+            .await,
+        );
+        let polled = poll(
+            client,
+            &name("segments"),
+            &name("t"),
+            partition,
+            &consumer("reader"),
+            PollingStrategy::first(),
+            1,
+            false,
+        )
+        .await;
+    offsets(&polled)
+}
+
 /// A consumer's stored offset holds segment deletion back on every partition, also one the
 /// metadata primary does not lead: the metadata primary plans the deletion from its own replica
 /// of the partition, which learns the partition primary's last commits (here the offset just
@@ -2554,23 +2599,9 @@ async fn create_topic_of_small_segments_up_to(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a deletion planned on a backup replica ignores an offset stored just before (see the doc)"]
 async fn segment_deletion_right_after_an_offset_store_keeps_the_consumers_unconsumed_messages() {
-    const PAYLOAD: usize = 200 * 1024; // six messages fill a 1 MiB segment
     let cluster = TestCluster::start(3);
     let client = cluster.root_client(0).await;
-    create_topic_of_small_segments(&client, "segments", 3).await;
-    for partition in 0..3 {
-        for i in 0..14u8 {
-            let message = msg(vec![i; PAYLOAD]);
-            send_to_partition(
-                &client,
-                &name("segments"),
-                &name("t"),
-                partition,
-                vec![message],
-            )
-            .await;
-        }
-    }
+    fill_three_partitions_of_small_segments(&client).await;
     let mut starts = Vec::new();
     for partition in 0..3 {
         ok(
@@ -2587,26 +2618,7 @@ async fn segment_deletion_right_after_an_offset_store_keeps_the_consumers_uncons
             )
             .await,
         );
-        ok(
-            "delete the oldest segment",
-            within(
-                "delete_segments",
-                client.delete_segments(&name("segments"), &name("t"), partition, 1),
-            )
-            .await,
-        );
-        let polled = poll(
-            &client,
-            &name("segments"),
-            &name("t"),
-            partition,
-            &consumer("reader"),
-            PollingStrategy::first(),
-            1,
-            false,
-        )
-        .await;
-        starts.push(offsets(&polled));
+        starts.push(delete_the_oldest_segment(&client, partition).await);
     }
     // Consumer c stored offset 0: offsets 1.. are unconsumed, the first segment (0..6) stays.
     assert_eq!(
@@ -2622,45 +2634,13 @@ async fn segment_deletion_right_after_an_offset_store_keeps_the_consumers_uncons
 /// segment and holds the same segment files.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn segment_deletion_reaches_partitions_led_by_other_nodes() {
-    const PAYLOAD: usize = 200 * 1024; // six messages fill a 1 MiB segment
     let cluster = TestCluster::start(3);
     let client = cluster.root_client(0).await;
-    create_topic_of_small_segments(&client, "segments", 3).await;
-    for partition in 0..3 {
-        for i in 0..14u8 {
-            let message = msg(vec![i; PAYLOAD]);
-            send_to_partition(
-                &client,
-                &name("segments"),
-                &name("t"),
-                partition,
-                vec![message],
-            )
-            .await;
-        }
-    }
+    fill_three_partitions_of_small_segments(&client).await;
     let mut primaries = BTreeSet::new();
     for partition in 0..3 {
-        ok(
-            "delete the oldest segment",
-            within(
-                "delete_segments",
-                client.delete_segments(&name("segments"), &name("t"), partition, 1),
-            )
-            .await,
-        );
-        let polled = poll(
-            &client,
-            &name("segments"),
-            &name("t"),
-            partition,
-            &consumer("reader"),
-            PollingStrategy::first(),
-            1,
-            false,
-        )
-        .await;
-        assert_eq!(offsets(&polled), vec![6], "partition {partition}");
+        let first = delete_the_oldest_segment(&client, partition).await;
+        assert_eq!(first, vec![6], "partition {partition}");
         let stream_id = ok(
             "get stream",
             within("get", client.get_stream(&name("segments"))).await,
