@@ -311,6 +311,7 @@ impl Runner<'_> {
         let expect = before.clone().apply(step);
         let applied = self.model.clone();
         let what = format!("step {} ({step}), answered {error} (code {})", i + 1, error.as_code());
+        eprintln!("histories: {what}: settling its outcome");
         if let IggyError::OperationUncertain(op) = error {
             let deadline = std::time::Instant::now() + Duration::from_secs(30);
             loop {
