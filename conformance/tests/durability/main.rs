@@ -29,6 +29,16 @@
 //! DURABILITY_HISTORIES=1` replays one history), `DURABILITY_SHRINK_SECS` (the shrinking budget,
 //! default 180), `DURABILITY_HISTORY_DELETES=0` (no delete steps, to bisect a failure).
 //!
+//! The same histories on 3-node clusters (histories/cluster.rs: a node, often a primary, killed
+//! and left down for a few steps, or all three restarted; steps of unknown outcome resolved as
+//! a client must). Short form (3 histories, about 40 s) in the command above; long form (about
+//! 12.5 s a history on 2 cores, so some 21 minutes; 50 took 626 s):
+//!
+//!     DURABILITY_CLUSTER_HISTORIES=100 cargo nextest run --workspace -E 'binary(durability) & test(/seeded_cluster_histories/)' --no-capture
+//!
+//! Its knobs: `DURABILITY_CLUSTER_HISTORY_STEPS` and `DURABILITY_CLUSTER_HISTORY_FIRST` in the
+//! place of the two above, the others shared; a failure prints its replay command.
+//!
 //! Each test prints its figures (kills survived, acknowledged messages checked, bad inputs sent,
 //! peak RSS) on stderr; `--no-capture` shows them.
 //!
@@ -43,7 +53,11 @@
 
 #[path = "../e2e/harness.rs"]
 mod harness;
+#[path = "../e2e/lan.rs"]
+mod lan;
 mod support;
+#[path = "../e2e/test_cluster.rs"]
+mod test_cluster;
 
 mod crash_loop;
 mod damage;

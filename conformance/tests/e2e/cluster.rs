@@ -1,21 +1,9 @@
-//! A cluster of three `iggy-server` processes on loopback, driven by the official SDK through
-//! crashes, pauses and a cut network (issue 14's "3-process loopback harness").
-//!
-//! - `TestCluster::start(n)` writes one config file (every node's TCP and replica port; QUIC,
-//!   WebSocket and HTTP off unless `ClusterOptions` turns them on with ports of their own), gives each node its own data directory (a `TestServer`, so logs, `kill9`,
-//!   restarts and `IGGY_E2E_KEEP` work as for one server) and runs `iggy-server --replica-id i`
-//!   with the same root credentials on each.
-//! - The replica plane goes through `ReplicaProxy`: node i is told (by per-node
-//!   `IGGY_CLUSTER_NODES_<j>_PORTS_TCP_REPLICA`) that peer j listens on a proxy port the test
-//!   owns, which forwards to j's real port. The handshake names the target replica, not the
-//!   address, so the nodes cannot tell. `cut(i)` closes every proxied link touching node i and
-//!   refuses new ones; `heal(i)` lets them through again.
-//! - Who leads a group is read from the nodes' own log lines ("group 0x..: replica N is Normal
-//!   in view V (primary P)"), the metadata leader also from the roster (command 12).
-//! - Heartbeat timeout 2 s (the configuration's floor) keeps view changes quick.
+//! The cluster tests: three `iggy-server` processes on loopback (`TestCluster`, in
+//! `test_cluster.rs`), driven by the official SDK through crashes, pauses and a cut network
+//! (issue 14's "3-process loopback harness").
 
 use crate::harness::*;
-use crate::lan::Lan;
+pub use crate::test_cluster::*;
 use crate::transports::{SECRET, me_frame, parse_reply, request_frame, version_info};
 use iggy::prelude::*;
 use iggy_generated::frames::{EvictionReason, Operation, ReplyHeader};
@@ -25,604 +13,11 @@ use iggy_generated::payloads::{
 use iggy_wire::{WireDecode, WireEncode};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
-use std::net::{IpAddr, Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-/// The metadata group's id on the replica plane (spec/frames.spec `METADATA_GROUP`).
-pub const METADATA_GROUP: u64 = 1 << 63;
-
-pub(crate) const CLUSTER_NAME: &str = "e2e-cluster";
-
-/// A partition's group id: `stream << 32 | topic << 20 | partition`.
-pub fn partition_group(stream: u32, topic: u32, partition: u32) -> u64 {
-    (u64::from(stream) << 32) | (u64::from(topic) << 20) | u64::from(partition)
-}
-
-/// One roster node of the shared config file.
-struct RosterNode {
-    ip: IpAddr,
-    tcp: u16,
-    replica: u16,
-    /// The HTTP port; HTTP is on in the file when any node has one.
-    http: Option<u16>,
-    /// The QUIC (UDP) port; QUIC is on in the file when any node has one.
-    quic: Option<u16>,
-    /// The WebSocket port; WebSocket is on in the file when any node has one.
-    websocket: Option<u16>,
-}
-
-/// The nodes' shared config file: `[cluster]` with the roster and fast timing; QUIC, WebSocket
-/// and HTTP each off unless the roster gives it ports.
-fn cluster_file(nodes: &[RosterNode]) -> String {
-    let http = nodes.iter().any(|node| node.http.is_some());
-    let quic = nodes.iter().any(|node| node.quic.is_some());
-    let websocket = nodes.iter().any(|node| node.websocket.is_some());
-    let mut text = format!(
-        "[quic]\nenabled = {quic}\n\n[websocket]\nenabled = {websocket}\n\n\
-         [http]\nenabled = {http}\n\n[cluster]\nenabled = true\n\
-         name = \"{CLUSTER_NAME}\"\nheartbeat_timeout = \"2s\"\n\
-         view_change_status_timeout = \"2s\"\n"
-    );
-    for (id, node) in nodes.iter().enumerate() {
-        let RosterNode {
-            ip, tcp, replica, ..
-        } = node;
-        text.push_str(&format!(
-            "\n[[cluster.nodes]]\nname = \"node-{id}\"\nip = \"{ip}\"\nreplica_id = {id}\n\
-             [cluster.nodes.ports]\ntcp = {tcp}\ntcp_replica = {replica}\n"
-        ));
-        for (key, port) in [
-            ("http", node.http),
-            ("quic", node.quic),
-            ("websocket", node.websocket),
-        ] {
-            if let Some(port) = port {
-                text.push_str(&format!("{key} = {port}\n"));
-            }
-        }
-    }
-    text
-}
-
-/// The environment that binds a node's client listeners to its own `ip` (HTTP always, QUIC and
-/// WebSocket when on), port 0: the roster gives each port.
-fn listeners_on(ip: IpAddr, quic: bool, websocket: bool) -> Vec<(String, String)> {
-    let mut env = vec![
-        ("IGGY_HTTP_ENABLED".to_string(), "true".to_string()),
-        ("IGGY_HTTP_ADDRESS".to_string(), format!("{ip}:0")),
-    ];
-    if quic {
-        env.push(("IGGY_QUIC_ADDRESS".to_string(), format!("{ip}:0")));
-    }
-    if websocket {
-        env.push(("IGGY_WEBSOCKET_ADDRESS".to_string(), format!("{ip}:0")));
-    }
-    env
-}
-
-/// A `free_port` that is free for UDP too (QUIC listens on UDP).
-fn free_udp_port() -> u16 {
-    free_udp_port_on(&[IpAddr::V4(Ipv4Addr::LOCALHOST)])
-}
-
-/// A `free_port_on` that is free for UDP on each of `ips` too.
-fn free_udp_port_on(ips: &[IpAddr]) -> u16 {
-    loop {
-        let port = free_port_on(ips);
-        if ips
-            .iter()
-            .all(|&ip| std::net::UdpSocket::bind((ip, port)).is_ok())
-        {
-            return port;
-        }
-    }
-}
-
-/// What a node's log last said about one group (in its current start).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GroupRole {
-    pub normal: bool,
-    pub view: u32,
-    pub primary: u8,
-}
-
-/// Every role line for `group` in `log`, in order.
-fn role_lines(log: &str, group: u64) -> Vec<GroupRole> {
-    let prefix = format!("group {group:#x}: replica ");
-    log.lines()
-        .filter_map(|line| {
-            let rest = &line[line.find(&prefix)? + prefix.len()..];
-            // "<id> is <Status> in view <v> (primary <p>), op .., commit .."
-            let (_, rest) = rest.split_once(" is ")?;
-            let (status, rest) = rest.split_once(" in view ")?;
-            let (view, rest) = rest.split_once(" (primary ")?;
-            let (primary, _) = rest.split_once(')')?;
-            Some(GroupRole {
-                normal: status == "Normal",
-                view: view.parse().ok()?,
-                primary: primary.parse().ok()?,
-            })
-        })
-        .collect()
-}
-
-/// The part of a `TestServer` log written by its latest start.
-fn current_start(log: &str) -> &str {
-    log.rsplit("===== e2e harness: start #")
-        .next()
-        .unwrap_or("")
-}
-
-/// The environment entry that makes a node checkpoint once its journal holds `ops` ops (the
-/// tests that need checkpoints, state transfers or retirements within a few writes).
-pub fn checkpoint_every(ops: u32) -> (String, String) {
-    (
-        "IGGY_SYSTEM_CHECKPOINT_JOURNAL_OPS".to_string(),
-        ops.to_string(),
-    )
-}
-
-/// Per-node options for `TestCluster::start_with`.
-#[derive(Default)]
-pub struct ClusterOptions {
-    /// Extra environment for every node.
-    pub env: Vec<(String, String)>,
-    /// The executable of node i, when not the default binary.
-    pub binaries: BTreeMap<usize, PathBuf>,
-    /// Extra environment for node i only, after `env`.
-    pub node_env: BTreeMap<usize, Vec<(String, String)>>,
-    /// QUIC on, every node on a port of its own in the roster.
-    pub quic: bool,
-    /// WebSocket on, every node on a port of its own in the roster.
-    pub websocket: bool,
-    /// HTTP on, every node on a port of its own in the roster.
-    pub http: bool,
-}
-
-pub struct TestCluster {
-    // Dropped in order: the nodes (killed) before the proxy they talk through.
-    nodes: Vec<TestServer>,
-    /// Between the replicas, unless they run on distinct IPs (`start_on_distinct_ips`).
-    proxy: Option<ReplicaProxy>,
-    /// The network namespaces the nodes run in (`start_on_lan`), removed after the nodes.
-    lan: Option<Lan>,
-    /// Each node's real replica listener.
-    replica_addresses: Vec<SocketAddr>,
-    /// The roster the config file names.
-    roster: Vec<RosterNode>,
-    _config_dir: tempfile::TempDir,
-}
-
-impl TestCluster {
-    pub fn start(n: usize) -> Self {
-        Self::start_with(n, ClusterOptions::default())
-    }
-
-    /// Starts `n` nodes from one config file and waits until each accepts on its TCP port.
-    /// Every node runs on 127.0.0.1 with ports of its own; the replica plane goes through the
-    /// proxy.
-    pub fn start_with(n: usize, options: ClusterOptions) -> Self {
-        assert!((1..=8).contains(&n), "a loopback cluster of {n} nodes");
-        let roster: Vec<RosterNode> = (0..n)
-            .map(|_| RosterNode {
-                ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
-                tcp: free_port(),
-                replica: free_port(),
-                http: options.http.then(free_port),
-                quic: options.quic.then(free_udp_port),
-                websocket: options.websocket.then(free_port),
-            })
-            .collect();
-        let replica: Vec<u16> = roster.iter().map(|node| node.replica).collect();
-        let proxy = ReplicaProxy::start(&replica);
-        let node_env: Vec<Vec<(String, String)>> = (0..n)
-            .map(|i| {
-                let mut env: Vec<(String, String)> = (0..n)
-                    .filter(|&j| j != i)
-                    .map(|j| {
-                        (
-                            format!("IGGY_CLUSTER_NODES_{j}_PORTS_TCP_REPLICA"),
-                            proxy.port(i, j).to_string(),
-                        )
-                    })
-                    .collect();
-                // The harness turns HTTP off for every server; the roster gives the port.
-                if options.http {
-                    env.push(("IGGY_HTTP_ENABLED".into(), "true".into()));
-                }
-                env
-            })
-            .collect();
-        Self::launch(roster, |i| node_env[i].clone(), Some(proxy), None, options)
-    }
-
-    /// `n` nodes as `n` machines run them: node i on 127.0.0.(i+1) (Linux routes all of
-    /// 127/8 to the loopback), every node with the same TCP, HTTP and replica port (and QUIC
-    /// and WebSocket port when `options` turns them on). Each client listener binds its node's
-    /// IP (`IGGY_TCP_ADDRESS`, `IGGY_HTTP_ADDRESS`, ... with port 0: the roster gives the
-    /// port); the replicas talk directly, so `cut` is not available.
-    pub fn start_on_distinct_ips(n: usize) -> Self {
-        Self::start_on_distinct_ips_with(n, ClusterOptions::default())
-    }
-
-    /// `start_on_distinct_ips` with extra environment, QUIC and WebSocket (HTTP is always on).
-    pub fn start_on_distinct_ips_with(n: usize, options: ClusterOptions) -> Self {
-        assert!((1..=8).contains(&n), "a loopback cluster of {n} nodes");
-        let ips: Vec<IpAddr> = (0..n)
-            .map(|i| IpAddr::V4(Ipv4Addr::new(127, 0, 0, i as u8 + 1)))
-            .collect();
-        let (tcp, replica, http) = (free_port_on(&ips), free_port_on(&ips), free_port_on(&ips));
-        let quic = options.quic.then(|| free_udp_port_on(&ips));
-        let websocket = options.websocket.then(|| free_port_on(&ips));
-        let roster: Vec<RosterNode> = ips
-            .iter()
-            .map(|&ip| RosterNode {
-                ip,
-                tcp,
-                replica,
-                http: Some(http),
-                quic,
-                websocket,
-            })
-            .collect();
-        let node_env = |i: usize| listeners_on(ips[i], quic.is_some(), websocket.is_some());
-        Self::launch(roster, node_env, None, None, options)
-    }
-
-    /// `n` nodes as `n` machines on one switch: node i in a network namespace of its own
-    /// (`lan.rs`) at `10.a.b.(i+1)`, every node on upstream's default ports (each stack has its
-    /// own), the test reaching them through the bridge. `unplug`/`plug` take a node's cable
-    /// out and put it back. Panics with the reason where network namespaces cannot be made
-    /// (they need root).
-    pub fn start_on_lan(n: usize, options: ClusterOptions) -> Self {
-        let lan = Lan::create(n).unwrap_or_else(|why| panic!("a LAN of network namespaces: {why}"));
-        let roster: Vec<RosterNode> = (0..n)
-            .map(|i| RosterNode {
-                ip: lan.ip(i),
-                tcp: 8090,
-                replica: 8070,
-                http: Some(3000),
-                quic: options.quic.then_some(8080),
-                websocket: options.websocket.then_some(8092),
-            })
-            .collect();
-        let ips: Vec<IpAddr> = (0..n).map(|i| lan.ip(i)).collect();
-        let (quic, websocket) = (options.quic, options.websocket);
-        let node_env = move |i: usize| listeners_on(ips[i], quic, websocket);
-        Self::launch(roster, node_env, None, Some(lan), options)
-    }
-
-    /// Takes node i's cable out (`start_on_lan`): its packets are dropped, no connection of it
-    /// is closed or refused, every one just stops hearing from it.
-    pub fn unplug(&self, i: usize) {
-        self.lan().unplug(i);
-    }
-
-    /// Puts node i's cable back.
-    pub fn plug(&self, i: usize) {
-        self.lan().plug(i);
-    }
-
-    fn lan(&self) -> &Lan {
-        self.lan
-            .as_ref()
-            .expect("this cluster runs in the test's network stack: start it with start_on_lan")
-    }
-
-    /// Writes the config file for `roster`, starts node i with `node_env(i)` and `options`,
-    /// and waits until each accepts on its TCP port.
-    fn launch(
-        roster: Vec<RosterNode>,
-        node_env: impl Fn(usize) -> Vec<(String, String)>,
-        proxy: Option<ReplicaProxy>,
-        lan: Option<Lan>,
-        options: ClusterOptions,
-    ) -> Self {
-        let config_dir = tempfile::Builder::new()
-            .prefix("iggy-e2e-cluster-")
-            .tempdir()
-            .expect("create temp dir");
-        let config = config_dir.path().join("cluster.toml");
-        std::fs::write(&config, cluster_file(&roster)).expect("write cluster.toml");
-        let mut nodes = Vec::new();
-        for (i, node) in roster.iter().enumerate() {
-            let mut env: Vec<(String, String)> =
-                vec![("IGGY_CONFIG_PATH".into(), config.display().to_string())];
-            env.extend(node_env(i));
-            env.extend(options.env.iter().cloned());
-            env.extend(options.node_env.get(&i).into_iter().flatten().cloned());
-            let env: Vec<(&str, &str)> =
-                env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-            let id = i.to_string();
-            let namespace = lan.as_ref().map(|lan| lan.namespace_file(i));
-            nodes.push(TestServer::launch_in(
-                namespace.as_deref(),
-                options.binaries.get(&i).map(PathBuf::as_path),
-                SocketAddr::new(node.ip, node.tcp),
-                &["--replica-id", &id],
-                &env,
-            ));
-        }
-        for node in &mut nodes {
-            node.wait_ready();
-        }
-        TestCluster {
-            nodes,
-            proxy,
-            lan,
-            replica_addresses: roster
-                .iter()
-                .map(|node| SocketAddr::new(node.ip, node.replica))
-                .collect(),
-            roster,
-            _config_dir: config_dir,
-        }
-    }
-
-    /// The replica proxy; a cluster on distinct IPs has none.
-    fn proxy(&self) -> &ReplicaProxy {
-        self.proxy
-            .as_ref()
-            .expect("this cluster's replicas talk directly: no proxy to cut")
-    }
-
-    pub fn len(&self) -> usize {
-        self.nodes.len()
-    }
-
-    pub fn node(&self, i: usize) -> &TestServer {
-        &self.nodes[i]
-    }
-
-    pub fn address(&self, i: usize) -> String {
-        self.nodes[i].address()
-    }
-
-    /// Node i's QUIC address, as the roster names it.
-    pub fn quic_address(&self, i: usize) -> String {
-        let node = &self.roster[i];
-        format!(
-            "{}:{}",
-            node.ip,
-            node.quic.expect("QUIC on (ClusterOptions::quic)")
-        )
-    }
-
-    /// Node i's WebSocket address, as the roster names it.
-    pub fn websocket_address(&self, i: usize) -> String {
-        let node = &self.roster[i];
-        let port = node
-            .websocket
-            .expect("WebSocket on (ClusterOptions::websocket)");
-        format!("{}:{port}", node.ip)
-    }
-
-    /// Node i's HTTP API base URL, as the roster names it.
-    pub fn http_url(&self, i: usize) -> String {
-        let node = &self.roster[i];
-        let port = node.http.expect("HTTP on (ClusterOptions::http)");
-        format!("http://{}:{port}", node.ip)
-    }
-
-    /// Node i's real replica listener (not the proxy's).
-    pub fn replica_address(&self, i: usize) -> SocketAddr {
-        self.replica_addresses[i]
-    }
-
-    pub fn kill9(&mut self, i: usize) {
-        tokio::task::block_in_place(|| self.nodes[i].kill9());
-    }
-
-    /// Stops node i gracefully (SIGTERM, waits for its exit).
-    pub fn stop(&mut self, i: usize) {
-        tokio::task::block_in_place(|| self.nodes[i].stop());
-    }
-
-    /// Starts node i again on its data directory and waits until it accepts.
-    pub fn restart(&mut self, i: usize) {
-        tokio::task::block_in_place(|| self.nodes[i].start_again());
-    }
-
-    pub fn pause(&self, i: usize) {
-        self.nodes[i].pause();
-    }
-
-    pub fn resume(&self, i: usize) {
-        self.nodes[i].resume();
-    }
-
-    /// Drops every replica link touching node i and refuses new ones until `heal(i)`.
-    pub fn cut(&self, i: usize) {
-        self.proxy().cut(i);
-    }
-
-    pub fn heal(&self, i: usize) {
-        self.proxy().heal(i);
-    }
-
-    /// Node i's role in `group` as its log tells since its latest start. A node logs a role
-    /// only when it differs from the last one it published, starting from Normal with primary
-    /// 0; so a partition group it opened in that role has no line yet, and counts as such
-    /// (view unknown, taken as 0). The metadata group always logs (it opens Recovering).
-    pub fn role(&self, i: usize, group: u64) -> Option<GroupRole> {
-        let log = self.nodes[i].log();
-        let lines = role_lines(current_start(&log), group);
-        match lines.last() {
-            Some(role) => Some(*role),
-            None if group != METADATA_GROUP => Some(GroupRole {
-                normal: true,
-                view: 0,
-                primary: 0,
-            }),
-            None => None,
-        }
-    }
-
-    /// The primary of the highest view some node reports Normal for `group`, with that view.
-    pub fn primary(&self, group: u64) -> Option<(u8, u32)> {
-        (0..self.len())
-            .filter_map(|i| self.role(i, group))
-            .filter(|role| role.normal)
-            .max_by_key(|role| role.view)
-            .map(|role| (role.primary, role.view))
-    }
-
-    /// Waits until a quorum of nodes, not counting `excluded`, is Normal for `group` in one
-    /// view later than `after_view` whose primary is not `excluded`; returns that primary.
-    pub async fn wait_new_primary(&self, group: u64, excluded: usize, after_view: u32) -> u8 {
-        let quorum = self.len() / 2 + 1;
-        wait_until(
-            &format!("group {group:#x} elects a primary other than node {excluded} after view {after_view}"),
-            Duration::from_secs(30),
-            || {
-                let mut by_view: BTreeMap<(u32, u8), usize> = BTreeMap::new();
-                for i in (0..self.len()).filter(|&i| i != excluded) {
-                    if let Some(role) = self.role(i, group).filter(|r| r.normal) {
-                        *by_view.entry((role.view, role.primary)).or_default() += 1;
-                    }
-                }
-                by_view.into_iter().find_map(|((view, primary), count)| {
-                    (view > after_view && usize::from(primary) != excluded && count >= quorum)
-                        .then_some(primary)
-                })
-            },
-            || self.describe(group),
-        )
-        .await
-    }
-
-    /// Waits until node i, in its current start, is Normal in every one of `groups`.
-    pub async fn wait_normal(&self, i: usize, groups: &[u64]) {
-        wait_until(
-            &format!("node {i} is Normal in groups {groups:x?}"),
-            Duration::from_secs(30),
-            || {
-                groups
-                    .iter()
-                    .all(|&g| self.role(i, g).is_some_and(|r| r.normal))
-                    .then_some(())
-            },
-            || {
-                groups
-                    .iter()
-                    .map(|&g| self.describe(g))
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            },
-        )
-        .await
-    }
-
-    /// Every node's last role line for `group`, for failure messages.
-    pub fn describe(&self, group: u64) -> String {
-        let roles: Vec<String> = (0..self.len())
-            .map(|i| format!("node {i}: {:?}", self.role(i, group)))
-            .collect();
-        format!("group {group:#x}: {}", roles.join("; "))
-    }
-
-    /// The official HTTP client given node i only, signed in as root once the root user
-    /// reached that node by replication.
-    pub async fn http_root_client(&self, i: usize) -> IggyClient {
-        let client = IggyClient::builder()
-            .with_http()
-            .with_api_url(self.http_url(i))
-            .build()
-            .expect("http client");
-        wait_until_async(
-            &format!("root signs in over HTTP on node {i}"),
-            Duration::from_secs(30),
-            async || {
-                let login = client.login_user(ROOT_USER, ROOT_PASSWORD);
-                within("login", login).await.ok()
-            },
-            || self.describe(METADATA_GROUP),
-        )
-        .await;
-        client
-    }
-
-    /// A root client connected to node i, once the root user exists there (the first metadata
-    /// primary creates it; the others learn it by replication).
-    pub async fn root_client(&self, i: usize) -> IggyClient {
-        let connection = self.nodes[i].connection_string(ROOT_USER, ROOT_PASSWORD);
-        signed_in(&connection, &format!("root signs in on node {i}")).await
-    }
-
-    /// Every segment `.log` file under each node's data directory, by its path there (indexes,
-    /// journals, checkpoints and view files are local artifacts and differ).
-    pub fn segment_logs(&self, i: usize) -> BTreeMap<PathBuf, Vec<u8>> {
-        let root = self.nodes[i].data_dir();
-        files_under(&root)
-            .into_iter()
-            .filter(|path| path.extension().is_some_and(|e| e == "log"))
-            .map(|path| {
-                let bytes = std::fs::read(&path).unwrap_or_default();
-                (path.strip_prefix(&root).unwrap().to_path_buf(), bytes)
-            })
-            .collect()
-    }
-
-    /// Waits until every node holds the same segment `.log` files with the same bytes, and
-    /// returns them. `expected_files` guards against comparing empty directories.
-    pub async fn wait_identical_segments(
-        &self,
-        expected_files: usize,
-    ) -> BTreeMap<PathBuf, Vec<u8>> {
-        let summary = |logs: &BTreeMap<PathBuf, Vec<u8>>| -> Vec<String> {
-            logs.iter()
-                .map(|(p, b)| format!("{} ({} bytes)", p.display(), b.len()))
-                .collect()
-        };
-        wait_until(
-            "every replica's segment files are byte-identical",
-            Duration::from_secs(30),
-            || {
-                let first = self.segment_logs(0);
-                (first.len() >= expected_files
-                    && (1..self.len()).all(|i| self.segment_logs(i) == first))
-                .then_some(first)
-            },
-            || {
-                (0..self.len())
-                    .map(|i| format!("node {i}: {:?}", summary(&self.segment_logs(i))))
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            },
-        )
-        .await
-    }
-}
-
-/// A client of `connection` (credentials in it) once it connects and signs in, retried for
-/// 30 s (a node serves once it learned the root user; each attempt is cut at CALL_TIMEOUT).
-pub async fn signed_in(connection: &str, what: &str) -> IggyClient {
-    let last_error = Mutex::new(String::new());
-    wait_until_async(
-        what,
-        Duration::from_secs(30),
-        async || {
-            let client =
-                IggyClient::from_connection_string(connection).expect("valid connection string");
-            match tokio::time::timeout(CALL_TIMEOUT, client.connect()).await {
-                Ok(Ok(())) => Some(client),
-                Ok(Err(e)) => {
-                    *last_error.lock().unwrap() = format!("{e} (code {})", e.as_code());
-                    None
-                }
-                Err(_) => {
-                    *last_error.lock().unwrap() = "connect timed out".into();
-                    None
-                }
-            }
-        },
-        || last_error.lock().unwrap().clone(),
-    )
-    .await
-}
 
 /// Two metadata ops: creates stream `stream_name` and deletes it again.
 async fn churn_stream(client: &IggyClient, stream_name: &str) {
@@ -638,189 +33,6 @@ async fn churn_stream(client: &IggyClient, stream_name: &str) {
         "delete",
         within("delete", client.delete_stream(&name(stream_name))).await,
     );
-}
-
-/// Polls `probe` every 50 ms until it returns `Some`, for at most `limit`; then panics with
-/// `what` and `state()`.
-pub async fn wait_until<T>(
-    what: &str,
-    limit: Duration,
-    mut probe: impl FnMut() -> Option<T>,
-    state: impl Fn() -> String,
-) -> T {
-    wait_until_async(what, limit, async || probe(), state).await
-}
-
-/// `wait_until` with an async probe.
-pub async fn wait_until_async<T>(
-    what: &str,
-    limit: Duration,
-    mut probe: impl AsyncFnMut() -> Option<T>,
-    state: impl Fn() -> String,
-) -> T {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(found) = probe().await {
-            return found;
-        }
-        if Instant::now() >= deadline {
-            panic!(
-                "timed out after {limit:?} waiting until {what}; state:\n{}",
-                state()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// The replica plane's man in the middle: one listener per ordered pair (i, j), i != j; node i
-/// dials peer j at `port(i, j)` and the proxy connects on to j's real replica port.
-pub struct ReplicaProxy {
-    ports: BTreeMap<(usize, usize), u16>,
-    state: Arc<ProxyState>,
-}
-
-#[derive(Default)]
-struct ProxyState {
-    /// Nodes whose links are cut.
-    cut: Mutex<BTreeSet<usize>>,
-    /// Both sockets of every forwarded connection, by the pair it joins.
-    connections: Mutex<Vec<(usize, usize, TcpStream, TcpStream)>>,
-    stopping: AtomicBool,
-    /// Connections forwarded so far (a healed link shows up as a new one).
-    forwarded: AtomicUsize,
-}
-
-impl ProxyState {
-    fn blocked(&self, from: usize, to: usize) -> bool {
-        let cut = self.cut.lock().unwrap();
-        cut.contains(&from) || cut.contains(&to)
-    }
-}
-
-impl ReplicaProxy {
-    /// Listens for every pair of the `replica_ports.len()` nodes. Threads, not tasks: the
-    /// proxy keeps forwarding while a test blocks its runtime (a restart waits synchronously).
-    pub fn start(replica_ports: &[u16]) -> Self {
-        let state = Arc::new(ProxyState::default());
-        let mut ports = BTreeMap::new();
-        let n = replica_ports.len();
-        for from in 0..n {
-            for to in (0..n).filter(|&to| to != from) {
-                let listener = TcpListener::bind("127.0.0.1:0").expect("bind a proxy port");
-                ports.insert((from, to), listener.local_addr().unwrap().port());
-                let target = SocketAddr::from(([127, 0, 0, 1], replica_ports[to]));
-                let state = state.clone();
-                std::thread::Builder::new()
-                    .name(format!("proxy-{from}-{to}"))
-                    .spawn(move || accept_loop(listener, from, to, target, state))
-                    .expect("spawn a proxy thread");
-            }
-        }
-        ReplicaProxy { ports, state }
-    }
-
-    /// The port node `from` dials to reach node `to`.
-    pub fn port(&self, from: usize, to: usize) -> u16 {
-        self.ports[&(from, to)]
-    }
-
-    pub fn cut(&self, node: usize) {
-        self.state.cut.lock().unwrap().insert(node);
-        let mut connections = self.state.connections.lock().unwrap();
-        connections.retain(|(from, to, a, b)| {
-            let touches = *from == node || *to == node;
-            if touches {
-                let _ = a.shutdown(Shutdown::Both);
-                let _ = b.shutdown(Shutdown::Both);
-            }
-            !touches
-        });
-    }
-
-    pub fn heal(&self, node: usize) {
-        self.state.cut.lock().unwrap().remove(&node);
-    }
-
-    pub fn forwarded(&self) -> usize {
-        self.state.forwarded.load(Ordering::Relaxed)
-    }
-}
-
-impl Drop for ReplicaProxy {
-    fn drop(&mut self) {
-        self.state.stopping.store(true, Ordering::SeqCst);
-        for port in self.ports.values() {
-            // Wakes the accept loop, which then sees `stopping`.
-            let _ = TcpStream::connect(("127.0.0.1", *port));
-        }
-        for (_, _, a, b) in self.state.connections.lock().unwrap().drain(..) {
-            let _ = a.shutdown(Shutdown::Both);
-            let _ = b.shutdown(Shutdown::Both);
-        }
-    }
-}
-
-fn accept_loop(
-    listener: TcpListener,
-    from: usize,
-    to: usize,
-    target: SocketAddr,
-    state: Arc<ProxyState>,
-) {
-    for dialer in listener.incoming() {
-        if state.stopping.load(Ordering::SeqCst) {
-            return;
-        }
-        let Ok(dialer) = dialer else { continue };
-        // A cut link is refused: accepted and closed at once.
-        if state.blocked(from, to) {
-            continue;
-        }
-        let Ok(acceptor) = TcpStream::connect_timeout(&target, Duration::from_secs(1)) else {
-            continue;
-        };
-        let _ = dialer.set_nodelay(true);
-        let _ = acceptor.set_nodelay(true);
-        let clones = (
-            dialer.try_clone(),
-            acceptor.try_clone(),
-            dialer.try_clone(),
-            acceptor.try_clone(),
-        );
-        let (Ok(d1), Ok(a1), Ok(d2), Ok(a2)) = clones else {
-            continue;
-        };
-        {
-            // Checked again under the lock `cut` takes, so a link admitted while a cut runs
-            // is closed by it or refused here.
-            let mut connections = state.connections.lock().unwrap();
-            if state.blocked(from, to) {
-                continue;
-            }
-            connections.push((from, to, d2, a2));
-        }
-        state.forwarded.fetch_add(1, Ordering::Relaxed);
-        std::thread::spawn(move || pipe(dialer, a1));
-        std::thread::spawn(move || pipe(acceptor, d1));
-    }
-}
-
-/// Copies `from` to `to` until either side closes, then closes both.
-fn pipe(mut from: TcpStream, mut to: TcpStream) {
-    let mut buffer = vec![0u8; 64 * 1024];
-    loop {
-        match from.read(&mut buffer) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => {
-                if to.write_all(&buffer[..n]).is_err() {
-                    break;
-                }
-            }
-        }
-    }
-    let _ = from.shutdown(Shutdown::Both);
-    let _ = to.shutdown(Shutdown::Both);
 }
 
 /// One sending task per partition: batches of `BATCH` messages named `p<partition>-<batch>-<i>`,
@@ -3383,21 +2595,16 @@ async fn create_topic_of_small_segments_up_to(
     (created, topic)
 }
 
-/// DeleteSegments (503) through the SDK on every partition of a 3-partition topic: the SDK
-/// sends it to the metadata primary, which leads at most one of them; it relays the retirement
-/// to each partition's primary (ForwardWrite). Every replica then serves from the first kept
-/// segment and holds the same segment files.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn segment_deletion_reaches_partitions_led_by_other_nodes() {
+/// Stream "segments", topic "t" of three partitions with 1 MiB segments, each partition
+/// holding 14 messages of 200 KiB: two closed segments (offsets 0..6, 6..12) and the active one.
+async fn fill_three_partitions_of_small_segments(client: &IggyClient) {
     const PAYLOAD: usize = 200 * 1024; // six messages fill a 1 MiB segment
-    let cluster = TestCluster::start(3);
-    let client = cluster.root_client(0).await;
-    create_topic_of_small_segments(&client, "segments", 3).await;
+    create_topic_of_small_segments(client, "segments", 3).await;
     for partition in 0..3 {
         for i in 0..14u8 {
             let message = msg(vec![i; PAYLOAD]);
             send_to_partition(
-                &client,
+                client,
                 &name("segments"),
                 &name("t"),
                 partition,
@@ -3406,8 +2613,11 @@ async fn segment_deletion_reaches_partitions_led_by_other_nodes() {
             .await;
         }
     }
-    let mut primaries = BTreeSet::new();
-    for partition in 0..3 {
+}
+
+/// Deletes the oldest segment of partition `partition` of "segments"/"t" and returns the
+/// offset the partition then starts at (as a one-element list; empty when it holds none).
+async fn delete_the_oldest_segment(client: &IggyClient, partition: u32) -> Vec<u64> {
         ok(
             "delete the oldest segment",
             within(
@@ -3417,7 +2627,7 @@ async fn segment_deletion_reaches_partitions_led_by_other_nodes() {
             .await,
         );
         let polled = poll(
-            &client,
+            client,
             &name("segments"),
             &name("t"),
             partition,
@@ -3427,7 +2637,61 @@ async fn segment_deletion_reaches_partitions_led_by_other_nodes() {
             false,
         )
         .await;
-        assert_eq!(offsets(&polled), vec![6], "partition {partition}");
+    offsets(&polled)
+}
+
+/// A consumer's stored offset holds segment deletion back on every partition, also one the
+/// metadata primary does not lead: the metadata primary plans the deletion from its own replica
+/// of the partition, which learns the partition primary's last commits (here the offset just
+/// stored) only with its next prepare or commit broadcast (500 ms), and so deleted segments the
+/// consumer had not consumed (found by the cluster histories, `DURABILITY_SEED=7425085957042945996`
+/// history 26, shrunk to "store offset 4, delete 2 segments -> the partition starts at 59").
+/// Ignored until fixed: it fails on the partitions the metadata primary does not lead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a deletion planned on a backup replica ignores an offset stored just before (see the doc)"]
+async fn segment_deletion_right_after_an_offset_store_keeps_the_consumers_unconsumed_messages() {
+    let cluster = TestCluster::start(3);
+    let client = cluster.root_client(0).await;
+    fill_three_partitions_of_small_segments(&client).await;
+    let mut starts = Vec::new();
+    for partition in 0..3 {
+        ok(
+            "store offset 0",
+            within(
+                "store_consumer_offset",
+                client.store_consumer_offset(
+                    &consumer("c"),
+                    &name("segments"),
+                    &name("t"),
+                    Some(partition),
+                    0,
+                ),
+            )
+            .await,
+        );
+        starts.push(delete_the_oldest_segment(&client, partition).await);
+    }
+    // Consumer c stored offset 0: offsets 1.. are unconsumed, the first segment (0..6) stays.
+    assert_eq!(
+        starts,
+        vec![vec![0], vec![0], vec![0]],
+        "each partition's first offset after the deletion"
+    );
+}
+
+/// DeleteSegments (503) through the SDK on every partition of a 3-partition topic: the SDK
+/// sends it to the metadata primary, which leads at most one of them; it relays the retirement
+/// to each partition's primary (ForwardWrite). Every replica then serves from the first kept
+/// segment and holds the same segment files.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn segment_deletion_reaches_partitions_led_by_other_nodes() {
+    let cluster = TestCluster::start(3);
+    let client = cluster.root_client(0).await;
+    fill_three_partitions_of_small_segments(&client).await;
+    let mut primaries = BTreeSet::new();
+    for partition in 0..3 {
+        let first = delete_the_oldest_segment(&client, partition).await;
+        assert_eq!(first, vec![6], "partition {partition}");
         let stream_id = ok(
             "get stream",
             within("get", client.get_stream(&name("segments"))).await,

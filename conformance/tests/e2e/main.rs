@@ -13,6 +13,7 @@ mod operator;
 mod cli;
 mod clients;
 mod cluster;
+mod test_cluster;
 mod cluster_config;
 mod cluster_transports;
 mod cluster_lan;
