@@ -1232,11 +1232,7 @@ impl Replica {
             .durable_acks
             .get(index)
             .is_some_and(|acked| *acked >= self.journal.op());
-        let heard = self
-            .acked_at
-            .get(index)
-            .is_some_and(|at| self.now < at + self.config.heartbeat_ticks * 2);
-        if !caught_up || !heard {
+        if !caught_up || !self.heard_lately(preferred) {
             return;
         }
         if self
@@ -1246,43 +1242,20 @@ impl Replica {
             return;
         }
         self.transfer_sent_at = Some(self.now);
-        let mut target_view = self.view + 1;
-        while self.primary_of(target_view) != preferred {
-            target_view += 1;
-        }
-        let message = Message::PrimaryTransfer {
-            view: self.view,
-            target_view,
-            target: preferred,
-            replica: self.config.replica,
-        };
-        self.send(preferred, message);
+        self.transfer_to(preferred);
     }
 
-    /// As the Normal primary of a group with peers, about to stop (a graceful shutdown): hands
-    /// the group to the backup that acknowledged the most of its log among those heard from
-    /// within two heartbeats (a view counts every backup heard as it starts; the lowest id on
-    /// a tie), asking it, as the preferred-primary
-    /// hand-over does, to start the view change to the next view it leads. Its peers then need
-    /// not wait out the heartbeat timeout before electing a primary. Returns the replica asked;
-    /// `None` when this replica does not lead or heard no backup (nothing it could hand over).
-    pub fn step_down(&mut self) -> Option<ReplicaId> {
-        if self.status != Status::Normal || !self.is_primary() || self.is_solo() {
-            return None;
-        }
-        let heard = |replica: ReplicaId| {
-            self.acked_at
-                .get(usize::from(replica))
-                .is_some_and(|at| self.now < at + self.config.heartbeat_ticks * 2)
-        };
-        let target = self
-            .others()
-            .into_iter()
-            .filter(|replica| heard(*replica))
-            .max_by_key(|replica| {
-                let acked = self.durable_acks.get(usize::from(*replica)).copied();
-                (acked.unwrap_or(0), std::cmp::Reverse(*replica))
-            })?;
+    /// Whether `replica` acknowledged something within two heartbeats (as the primary knows:
+    /// a view counts every backup heard as it starts).
+    fn heard_lately(&self, replica: ReplicaId) -> bool {
+        self.acked_at
+            .get(usize::from(replica))
+            .is_some_and(|at| self.now < at + self.config.heartbeat_ticks * 2)
+    }
+
+    /// Asks `target` to take the group over: to start the view change to the next view it
+    /// leads (a PrimaryTransfer).
+    fn transfer_to(&mut self, target: ReplicaId) {
         let mut target_view = self.view + 1;
         while self.primary_of(target_view) != target {
             target_view += 1;
@@ -1294,6 +1267,27 @@ impl Replica {
             replica: self.config.replica,
         };
         self.send(target, message);
+    }
+
+    /// As the Normal primary of a group with peers, about to stop (a graceful shutdown): hands
+    /// the group to the backup that acknowledged the most of its log among those heard lately
+    /// (the lowest id on a tie), asking it, as the preferred-primary hand-over does, to start
+    /// the view change to the next view it leads. Its peers then need
+    /// not wait out the heartbeat timeout before electing a primary. Returns the replica asked;
+    /// `None` when this replica does not lead or heard no backup (nothing it could hand over).
+    pub fn step_down(&mut self) -> Option<ReplicaId> {
+        if self.status != Status::Normal || !self.is_primary() || self.is_solo() {
+            return None;
+        }
+        let target = self
+            .others()
+            .into_iter()
+            .filter(|replica| self.heard_lately(*replica))
+            .max_by_key(|replica| {
+                let acked = self.durable_acks.get(usize::from(*replica)).copied();
+                (acked.unwrap_or(0), std::cmp::Reverse(*replica))
+            })?;
+        self.transfer_to(target);
         Some(target)
     }
 
