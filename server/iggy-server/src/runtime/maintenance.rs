@@ -284,17 +284,9 @@ async fn expire_sessions(node: &Node, lease: Duration) {
         return;
     }
     for client in expired(node, lease, Instant::now()) {
-        let request = node.shared.metadata.borrow().system_requests + 1;
-        let body = envelope(
-            crate::runtime::clock::now_micros(),
-            iggy_metadata::ROOT_USER_ID,
-            &client.to_le_bytes(),
-        );
-        match node
-            .metadata
-            .submit(SYSTEM_CLIENT, request, Operation::Logout.to_repr(), body)
-            .await
-        {
+        let now = crate::runtime::clock::now_micros();
+        let (user, operation) = (iggy_metadata::ROOT_USER_ID, Operation::Logout);
+        match submit_system(node, now, user, operation, &client.to_le_bytes()).await {
             Outcome::Committed { .. } => {
                 node.shared.session_activity.borrow_mut().remove(&client);
                 tracing::info!(
@@ -327,18 +319,9 @@ async fn delete_expired_tokens(node: &Node) {
         .map(|token| (token.user_id, token.name.clone()))
         .collect();
     for (user_id, name) in expired {
-        let request = node.shared.metadata.borrow().system_requests + 1;
-        let body = envelope(
-            now,
-            user_id,
-            &DeletePersonalAccessTokenRequest { name: &name }.to_wire_bytes(),
-        );
-        let operation = Operation::DeletePersonalAccessToken.to_repr();
-        match node
-            .metadata
-            .submit(SYSTEM_CLIENT, request, operation, body)
-            .await
-        {
+        let request = DeletePersonalAccessTokenRequest { name: &name }.to_wire_bytes();
+        let operation = Operation::DeletePersonalAccessToken;
+        match submit_system(node, now, user_id, operation, &request).await {
             Outcome::Committed { .. } => {
                 tracing::info!("personal access token {name:?} of user {user_id} expired; deleted")
             }
@@ -347,6 +330,22 @@ async fn delete_expired_tokens(node: &Node) {
             ),
         }
     }
+}
+
+/// Submits a metadata op of the node's system client (numbered after its last committed one)
+/// in `user_id`'s name, stamped `now` (microseconds), and waits for its outcome.
+async fn submit_system(
+    node: &Node,
+    now: u64,
+    user_id: u32,
+    operation: Operation,
+    request: &[u8],
+) -> Outcome {
+    let number = node.shared.metadata.borrow().system_requests + 1;
+    let body = envelope(now, user_id, request);
+    node.metadata
+        .submit(SYSTEM_CLIENT, number, operation.to_repr(), body)
+        .await
 }
 
 /// Sessions one retirement op names at most (the official `MAX_SESSIONS_PER_RETIREMENT`).
@@ -459,21 +458,13 @@ impl Retirement {
             .filter(|client| !found.contains(client))
             .collect();
         for batch in releasable.chunks(SESSIONS_PER_OP) {
-            let request = node.shared.metadata.borrow().system_requests + 1;
             let retirement = SessionRetirementOp {
                 sessions: batch.to_vec(),
-            };
-            let body = envelope(
-                crate::runtime::clock::now_micros(),
-                iggy_metadata::ROOT_USER_ID,
-                &retirement.to_wire_bytes(),
-            );
-            let operation = Operation::FinalizeSession.to_repr();
-            match node
-                .metadata
-                .submit(SYSTEM_CLIENT, request, operation, body)
-                .await
-            {
+            }
+            .to_wire_bytes();
+            let now = crate::runtime::clock::now_micros();
+            let (user, operation) = (iggy_metadata::ROOT_USER_ID, Operation::FinalizeSession);
+            match submit_system(node, now, user, operation, &retirement).await {
                 Outcome::Committed { .. } => {
                     for identity in batch {
                         self.clean.remove(&identity.client_id);
