@@ -217,13 +217,21 @@ async fn dispatch(
             let result = match operation {
                 Operation::Logout => logout(node, connection, &request, bound).await,
                 Operation::SendMessages => {
-                    match prepare_send(node, routing, bound, send.unwrap_or_default()) {
+                    let prepared = session_metadata_reached(node, routing, &header)
+                        .await
+                        .and_then(|()| {
+                            prepare_send(node, routing, bound, send.unwrap_or_default())
+                        });
+                    match prepared {
                         Ok(write) => partition_write(node, &request, routing, bound, write).await,
                         Err(error) => Err(error),
                     }
                 }
                 Operation::StoreConsumerOffset | Operation::DeleteConsumerOffset => {
-                    match prepare_offset_write(node, &request, routing, bound, &body) {
+                    let prepared = session_metadata_reached(node, routing, &header)
+                        .await
+                        .and_then(|()| prepare_offset_write(node, &request, routing, bound, &body));
+                    match prepared {
                         Ok(write) => partition_write(node, &request, routing, bound, write).await,
                         Err(error) => Err(error),
                     }
@@ -477,6 +485,32 @@ fn partition_refused(node: &Node, key: PartitionKey, error: ErrorCode) -> ErrorC
 
 /// How often a replica behind a client's metadata watermark looks at its applied commit again.
 const CATCH_UP_POLL: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// A read, or a partition op that resolves names and groups here, must see what the session
+/// saw: a replica behind the client's metadata watermark (`minimum_metadata_op`, which the SDK
+/// sends on reads and partition ops) waits a little for its metadata (a standalone node, the
+/// only copy, does not), then answers 58 and the client asks again or elsewhere. A client that
+/// cannot route sees what was written through this node, too.
+async fn session_metadata_reached(
+    node: &Node,
+    routing: Routing,
+    header: &RequestHeader,
+) -> Result<(), ErrorCode> {
+    let budget = match replicated(node) {
+        true => routing::READ_WAIT,
+        false => std::time::Duration::ZERO,
+    };
+    let wanted = match routing {
+        Routing::ByClient => header.minimum_metadata_op,
+        Routing::ByServer => header
+            .minimum_metadata_op
+            .max(node.metadata.relayed_watermark()),
+    };
+    match metadata_reached(node, wanted, budget).await {
+        CatchUp::Behind => Err(ErrorCode::TransientNotAccepted),
+        _ => Ok(()),
+    }
+}
 
 /// Waits, within `budget`, until this replica applied the metadata op `wanted`.
 async fn metadata_reached(node: &Node, wanted: u64, budget: std::time::Duration) -> CatchUp {
@@ -1246,23 +1280,7 @@ async fn non_replicated(
     let Some(bound) = authenticated(node, connection, header) else {
         return Err(ErrorCode::Unauthenticated);
     };
-    // A read must see what the session saw: a replica behind the client's watermark waits a
-    // little for its metadata (a standalone node, the only copy, does not), then answers 58 and
-    // the client asks again or elsewhere.
-    let budget = match replicated(node) {
-        true => routing::READ_WAIT,
-        false => std::time::Duration::ZERO,
-    };
-    // A client that cannot route reads what was written through this node, too.
-    let wanted = match connection.routing {
-        Routing::ByClient => header.minimum_metadata_op,
-        Routing::ByServer => header
-            .minimum_metadata_op
-            .max(node.metadata.relayed_watermark()),
-    };
-    if metadata_reached(node, wanted, budget).await == CatchUp::Behind {
-        return Err(ErrorCode::TransientNotAccepted);
-    }
+    session_metadata_reached(node, connection.routing, header).await?;
     let routing = connection.routing;
     let commit = node.shared.metadata.borrow().commit;
     let user = bound.user_id;
