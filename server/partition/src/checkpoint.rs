@@ -133,56 +133,46 @@ struct AnyState {
 
 /// The newest layout `state` decodes as, exactly.
 fn decode_any(state: &[u8]) -> Result<AnyState, String> {
-    if let Ok(state) = PartitionCheckpointState::decode_exact(state) {
-        return Ok(AnyState {
-            next_offset: state.next_offset,
-            offsets: state.offsets,
-            group_deletions: state.group_deletions,
-            resolved_at: Some(state.resolved_at),
-            created_at: Some(state.created_at),
-            stored_at: Some(state.stored_at),
-        });
+    // Each layout is the one before it with one more trailing vector of per-offset ops.
+    let any = |next_offset, offsets, group_deletions, ops: [Option<Vec<u64>>; 3]| {
+        let [resolved_at, created_at, stored_at] = ops;
+        AnyState {
+            next_offset,
+            offsets,
+            group_deletions,
+            resolved_at,
+            created_at,
+            stored_at,
+        }
+    };
+    if let Ok(s) = PartitionCheckpointState::decode_exact(state) {
+        let ops = [Some(s.resolved_at), Some(s.created_at), Some(s.stored_at)];
+        return Ok(any(s.next_offset, s.offsets, s.group_deletions, ops));
     }
-    if let Ok(state) = PartitionCheckpointStateV3::decode_exact(state) {
-        return Ok(AnyState {
-            next_offset: state.next_offset,
-            offsets: state.offsets,
-            group_deletions: state.group_deletions,
-            resolved_at: Some(state.resolved_at),
-            created_at: Some(state.created_at),
-            stored_at: None,
-        });
+    if let Ok(s) = PartitionCheckpointStateV3::decode_exact(state) {
+        let ops = [Some(s.resolved_at), Some(s.created_at), None];
+        return Ok(any(s.next_offset, s.offsets, s.group_deletions, ops));
     }
-    if let Ok(state) = PartitionCheckpointStateV2::decode_exact(state) {
-        return Ok(AnyState {
-            next_offset: state.next_offset,
-            offsets: state.offsets,
-            group_deletions: state.group_deletions,
-            resolved_at: Some(state.resolved_at),
-            created_at: None,
-            stored_at: None,
-        });
+    if let Ok(s) = PartitionCheckpointStateV2::decode_exact(state) {
+        let ops = [Some(s.resolved_at), None, None];
+        return Ok(any(s.next_offset, s.offsets, s.group_deletions, ops));
     }
-    if let Ok(state) = PartitionCheckpointStateV1::decode_exact(state) {
-        return Ok(AnyState {
-            next_offset: state.next_offset,
-            offsets: state.offsets,
-            group_deletions: state.group_deletions,
-            resolved_at: None,
-            created_at: None,
-            stored_at: None,
-        });
+    if let Ok(s) = PartitionCheckpointStateV1::decode_exact(state) {
+        return Ok(any(
+            s.next_offset,
+            s.offsets,
+            s.group_deletions,
+            [None, None, None],
+        ));
     }
-    let state = PartitionCheckpointStateV0::decode_exact(state)
+    let s = PartitionCheckpointStateV0::decode_exact(state)
         .map_err(|_| "partition checkpoint state is malformed".to_string())?;
-    Ok(AnyState {
-        next_offset: state.next_offset,
-        offsets: state.offsets,
-        group_deletions: Vec::new(),
-        resolved_at: None,
-        created_at: None,
-        stored_at: None,
-    })
+    Ok(any(
+        s.next_offset,
+        s.offsets,
+        Vec::new(),
+        [None, None, None],
+    ))
 }
 
 #[cfg(test)]
