@@ -149,7 +149,6 @@ async fn sdk_http_client_sends_polls_and_stores_offsets() {
 /// (XXH32 of the key, seed 0, modulo the partition count) and the HTTP route picks it for the
 /// HTTP client, so a producer's keyed messages keep their order only if both pick alike.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: the HTTP route hashes the key with XXH3-64, so a key lands on another partition than over TCP"]
 async fn a_message_key_lands_on_the_same_partition_over_http_as_over_tcp() {
     let (server, api) = TestServer::start_with_http(&[]);
     let tcp = server.root_client().await;
