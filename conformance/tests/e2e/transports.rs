@@ -814,7 +814,6 @@ async fn a_session_registered_over_tcp_binds_over_quic_and_serves_later_streams(
 /// waiting out its idle timeout (the SDK's is 10 s, the CLI's 100 s; a rolling restart stalled
 /// QUIC clients that long).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: nothing is sent at a graceful stop; the client's connection ends only by its idle timeout"]
 async fn a_graceful_stop_closes_the_quic_connections_it_serves() {
     let certs = test_certificates();
     // A short idle timeout, no keep-alive: without a close the connection times out quickly.
