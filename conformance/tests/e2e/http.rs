@@ -171,6 +171,36 @@ async fn a_message_key_lands_on_the_same_partition_over_http_as_over_tcp() {
     }
 }
 
+/// A batch is stamped once on arrival (`timestamp`, one per batch) and carries each message's
+/// own creation time (`origin_timestamp`, the batch's plus the message's delta): a poll over
+/// HTTP reports both as a binary poll does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "bug: the HTTP poll adds the message's delta to timestamp instead of origin_timestamp"]
+async fn a_poll_over_http_reports_the_timestamps_a_binary_poll_does() {
+    let (server, api) = TestServer::start_with_http(&[]);
+    let tcp = server.root_client().await;
+    let http = http_client(&api).await;
+    create_stream_and_topic(&tcp, "s", "t", 1).await;
+    let created = IggyTimestamp::now().as_micros() - 10_000;
+    let mut batch: Vec<IggyMessage> = (0..3u64)
+        .map(|i| {
+            let mut message = numbered(u128::from(i) + 1, "timed");
+            message.header.origin_timestamp = created + i * 1_000;
+            message
+        })
+        .collect();
+    ok("send", within("send", tcp.send_messages(&name("s"), &name("t"), &Partitioning::partition_id(0), &mut batch)).await);
+    let stamps = |polled: &PolledMessages| -> Vec<(u64, u64)> {
+        polled.messages.iter().map(|m| (m.header.timestamp, m.header.origin_timestamp)).collect()
+    };
+    let c = consumer("c");
+    let over_tcp = ok("poll", within("poll", tcp.poll_messages(&name("s"), &name("t"), Some(0), &c, &PollingStrategy::first(), 10, false)).await);
+    let over_http = ok("poll", within("poll", http.poll_messages(&name("s"), &name("t"), Some(0), &c, &PollingStrategy::first(), 10, false)).await);
+    let origins: Vec<u64> = stamps(&over_tcp).iter().map(|(_, origin)| *origin).collect();
+    assert_eq!(origins, [created, created + 1_000, created + 2_000], "the binary poll");
+    assert_eq!(stamps(&over_http), stamps(&over_tcp));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sdk_http_client_round_trips_user_headers() {
     use std::str::FromStr;
