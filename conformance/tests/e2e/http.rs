@@ -175,7 +175,6 @@ async fn a_message_key_lands_on_the_same_partition_over_http_as_over_tcp() {
 /// own creation time (`origin_timestamp`, the batch's plus the message's delta): a poll over
 /// HTTP reports both as a binary poll does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: the HTTP poll adds the message's delta to timestamp instead of origin_timestamp"]
 async fn a_poll_over_http_reports_the_timestamps_a_binary_poll_does() {
     let (server, api) = TestServer::start_with_http(&[]);
     let tcp = server.root_client().await;
