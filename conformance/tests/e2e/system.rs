@@ -89,7 +89,6 @@ async fn stats_count_streams_topics_partitions_and_messages() {
 /// `start_time` is when the process started: every stats reply of one process gives the same
 /// value (a monitor compares it to tell a restart), over the binary protocol and over HTTP.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: start_time is computed per reply as now minus the run time, so it jitters by a microsecond"]
 async fn stats_give_one_start_time_per_process() {
     let (server, api) = TestServer::start_with_http(&[]);
     let tcp = server.root_client().await;
