@@ -109,6 +109,12 @@ impl Config {
         if config.checkpoint.is_none() {
             config.checkpoint = Some((rng.random_range(2..=40), 64 * 1024));
         }
+        // Small segments more often than for one server: a node down holds segment deletion
+        // back to what every replica holds, so a DeleteSegments needs more closed segments to
+        // retire any (40 histories with one server's odds retired no message).
+        if config.segment_size.is_none() && rng.random_bool(0.6) {
+            config.segment_size = Some(rng.random_range(512..=4096));
+        }
         config
     }
 }
