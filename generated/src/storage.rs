@@ -16,11 +16,15 @@ pub const SNAPSHOT_MAGIC: [u8; 8] = *b"IGGYMETA";
 pub const STORAGE_MARKER_FILE: &str = "storage.format";
 /// `STORAGE_MARKER_SIZE_MAX` (spec/storage.spec:76).
 pub const STORAGE_MARKER_SIZE_MAX: u64 = 256;
-/// `VSR_CHECKPOINT_MAGIC` (spec/storage.spec:339).
+/// `QUIC_RESET_KEY_FILE` (spec/storage.spec:82).
+pub const QUIC_RESET_KEY_FILE: &str = "quic.reset_key";
+/// `QUIC_RESET_KEY_SIZE` (spec/storage.spec:83).
+pub const QUIC_RESET_KEY_SIZE: u64 = 64;
+/// `VSR_CHECKPOINT_MAGIC` (spec/storage.spec:346).
 pub const VSR_CHECKPOINT_MAGIC: [u8; 4] = *b"VSPL";
-/// `VSR_CHECKPOINT_MAGIC_V0` (spec/storage.spec:340).
+/// `VSR_CHECKPOINT_MAGIC_V0` (spec/storage.spec:347).
 pub const VSR_CHECKPOINT_MAGIC_V0: [u8; 4] = *b"VSPK";
-/// `VSR_VIEW_STATE_MAGIC` (spec/storage.spec:380).
+/// `VSR_VIEW_STATE_MAGIC` (spec/storage.spec:387).
 pub const VSR_VIEW_STATE_MAGIC: [u8; 4] = *b"VSVW";
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]

@@ -834,6 +834,43 @@ async fn a_graceful_stop_closes_the_quic_connections_it_serves() {
     );
 }
 
+/// A QUIC client of a server killed with -9 learns at its next packet that its connection is
+/// gone: the restarted server answers with a stateless reset derived from the key its data
+/// directory keeps (`quic.reset_key`), which the client checks against the token the dead
+/// process gave it. A new key per process left the client to wait out its idle timeout (the
+/// SDK 10 s, the CLI 100 s) after every crash.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quic_client_of_a_killed_server_is_reset_by_the_next_process() {
+    let certs = test_certificates();
+    let port = std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let address = format!("127.0.0.1:{port}");
+    // A short idle timeout, no keep-alive: unreset, the connection times out quickly.
+    let mut server = quic_server_with(
+        &certs,
+        &[
+            ("IGGY_QUIC_ADDRESS", &address),
+            ("IGGY_QUIC_MAX_IDLE_TIMEOUT_MS", "3000"),
+            ("IGGY_QUIC_KEEP_ALIVE_INTERVAL_MS", "0"),
+        ],
+    );
+    let (_endpoint, quic) = quic_connect(port, &certs.ca_der).await;
+    tokio::task::block_in_place(|| server.kill9_and_restart());
+    let _ready = server.root_client().await;
+    // The client's next packet reaches the new process, which knows no such connection.
+    if let Ok((mut send, _)) = quic.open_bi().await {
+        let _ = send.write_all(&[0; 256]).await;
+    }
+    let ended = within("the connection ends", quic.closed()).await;
+    assert!(
+        matches!(ended, quinn::ConnectionError::Reset),
+        "reset by the restarted server, not timed out: {ended:?}"
+    );
+}
+
 /// A raw WebSocket connection to `port`.
 async fn ws_connect(
     port: u16,

@@ -428,6 +428,10 @@ async fn run(
             Err(code) => return code,
         },
     };
+    let quic_reset_key = match cfg.quic.enabled {
+        true => data.quic_reset_key().await,
+        false => Vec::new(),
+    };
     let node = match node::Node::start(cfg.clone(), data, replica_id, plane).await {
         Ok(node) => node,
         Err(error) => {
@@ -446,7 +450,7 @@ async fn run(
     if generated && node.root_created.get() {
         println!("root user {user:?} generated password: {pw}");
     }
-    let listeners = match transport::listen(&cfg, &node).await {
+    let listeners = match transport::listen(&cfg, &node, &quic_reset_key).await {
         Ok(listeners) => listeners,
         Err(error) => {
             eprintln!("iggy-server: {error}");

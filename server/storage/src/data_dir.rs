@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 
 use crate::StorageError;
 use crate::layout::marker;
+use iggy_generated::storage as spec;
 
 /// An opened data directory whose format marker is ours.
 #[derive(Debug, Clone)]
@@ -37,6 +38,30 @@ impl DataDir {
     /// `{root}/partition-initialization/{namespace}`.
     pub fn partition_initialization_dir(&self, namespace: &str) -> PathBuf {
         self.root.join("partition-initialization").join(namespace)
+    }
+
+    /// The key the QUIC endpoint derives its stateless reset tokens from (the spec's
+    /// `QUIC_RESET_KEY_FILE`): the one kept here, or a new random one written atomically when
+    /// there is none or the file is not a key (another length). Kept across restarts, it lets a
+    /// restarted server reset the connections of the process before it.
+    pub async fn quic_reset_key(&self) -> Vec<u8> {
+        let path = self.root.join(spec::QUIC_RESET_KEY_FILE);
+        let size = spec::QUIC_RESET_KEY_SIZE as usize;
+        match std::fs::read(&path) {
+            Ok(key) if key.len() == size => return key,
+            Ok(other) => tracing::warn!(
+                "{} holds {} bytes, not a {size}-byte key: replaced by a new key (QUIC clients of \
+                 an earlier process wait out their idle timeout once)",
+                path.display(),
+                other.len()
+            ),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Err(error) => tracing::warn!("{}: {error}: replaced by a new key", path.display()),
+        }
+        let mut key = vec![0; size];
+        rand::RngCore::fill_bytes(&mut rand::rng(), &mut key);
+        crate::fail_stop::write_atomically(&path, key.clone()).await;
+        key
     }
 }
 

@@ -91,7 +91,11 @@ impl Listeners {
 /// serving them: each "listening on" line is logged once every listener is bound. The first
 /// that cannot bind (or whose certificate cannot be had) stops the start: the error names the
 /// transport and its address.
-pub async fn listen(config: &Config, node: &Rc<Node>) -> Result<Listeners, String> {
+pub async fn listen(
+    config: &Config,
+    node: &Rc<Node>,
+    quic_reset_key: &[u8],
+) -> Result<Listeners, String> {
     let failed = |name: &str, address: &str, error: &dyn std::fmt::Display| {
         format!("cannot bind {name} {address}: {error}")
     };
@@ -105,7 +109,7 @@ pub async fn listen(config: &Config, node: &Rc<Node>) -> Result<Listeners, Strin
     let quic = match config.quic.enabled {
         true => {
             let address = &config.quic.address;
-            let endpoint = quic::bind(&config.quic)
+            let endpoint = quic::bind(&config.quic, quic_reset_key)
                 .await
                 .map_err(|e| failed("quic", address, &e))?;
             let local = endpoint

@@ -12,7 +12,8 @@ use compio::BufResult;
 use compio::buf::IoBuf;
 use compio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use compio::quic::{
-    Endpoint, IdleTimeout, RecvStream, SendStream, ServerConfig, TransportConfig, VarInt,
+    ConnectionId, ConnectionIdGenerator, Endpoint, EndpointConfig, IdleTimeout, RecvStream,
+    SendStream, ServerConfig, TransportConfig, VarInt,
 };
 use iggy_generated::frames::EvictionReason;
 use std::cell::Cell;
@@ -24,12 +25,37 @@ use std::time::Duration;
 const HANDSHAKE_WITHIN: Duration = Duration::from_secs(10);
 
 /// Builds the server configuration (certificate, transport parameters) and binds the UDP
-/// endpoint.
-pub async fn bind(config: &Quic) -> Result<Endpoint, String> {
+/// endpoint, its stateless resets derived from `reset_key` (the data directory keeps it, so the
+/// next process resets this one's connections when their clients send again).
+pub async fn bind(config: &Quic, reset_key: &[u8]) -> Result<Endpoint, String> {
     let server = server_config(config)?;
-    Endpoint::server(config.address.as_str(), server)
+    let socket = compio::net::UdpSocket::bind(config.address.as_str())
         .await
-        .map_err(|error| error.to_string())
+        .map_err(|error| error.to_string())?;
+    let reset_key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, reset_key);
+    let mut endpoint = EndpointConfig::new(Arc::new(reset_key));
+    endpoint.cid_generator(|| Box::new(ResettableConnectionIds));
+    Endpoint::new(socket, endpoint, Some(server), None).map_err(|error| error.to_string())
+}
+
+/// Random 8-byte connection ids, any of which a later process answers with a stateless reset.
+/// Quinn's default generator signs its ids with a key of its own process, so the next process
+/// would drop the packets of this one's clients unanswered. (Resets stay rate-limited, and
+/// never larger than the packet that incited them.)
+struct ResettableConnectionIds;
+
+impl ConnectionIdGenerator for ResettableConnectionIds {
+    fn generate_cid(&mut self) -> ConnectionId {
+        ConnectionId::new(&rand::random::<[u8; 8]>())
+    }
+
+    fn cid_len(&self) -> usize {
+        8
+    }
+
+    fn cid_lifetime(&self) -> Option<Duration> {
+        None
+    }
 }
 
 fn server_config(config: &Quic) -> Result<ServerConfig, String> {
