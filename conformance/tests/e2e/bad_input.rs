@@ -168,7 +168,6 @@ fn with_raw_headers(payload: &str, headers: Vec<u8>) -> IggyMessage {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails until sends check their user headers"]
 async fn a_send_whose_user_headers_the_sdk_cannot_read_is_refused_and_the_log_stays_readable() {
     let server = TestServer::start();
     let client = server.root_client().await;

@@ -1011,7 +1011,8 @@ fn prepare_send(
         if send.metadata_length as usize != body.len() - 4 - send.batch.len() {
             return Err(ErrorCode::InvalidFormat);
         }
-        let count = iggy_storage::batch::verify(send.batch).map_err(replies::batch_error)?;
+        let count =
+            iggy_storage::batch::verify_arriving(send.batch).map_err(replies::batch_error)?;
         if count == 0 || count != send.messages_count {
             return Err(ErrorCode::InvalidMessagesCount);
         }

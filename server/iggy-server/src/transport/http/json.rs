@@ -5,7 +5,7 @@ use base64ct::{Base64, Encoding};
 use iggy_generated::errors::ErrorCode;
 use iggy_generated::frames::{BatchHeader, MessageFrameHeader};
 use iggy_generated::payloads as wire;
-use iggy_wire::{WireDecode, WireEncode};
+use iggy_wire::WireEncode;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -33,44 +33,13 @@ fn kind_code(name: &str) -> Option<u8> {
         .map(|code| code as u8)
 }
 
-/// Refuses user headers the official client could not read back (`iggy_common`'s
-/// `HeaderField`: a known kind, 1 to 255 bytes, a fixed-size kind exactly its size): it would
-/// drop every header of such a message on reading, so the send is refused instead. `bytes` is
-/// the binary form (a key kind, u32 length, key, value kind, u32 length, value per entry).
-pub fn check_user_headers(mut bytes: &[u8]) -> Result<(), String> {
-    while !bytes.is_empty() {
-        let entry = wire::OptionEntry::decode_from(&mut bytes)
-            .map_err(|error| format!("user headers are malformed: {error}"))?;
-        check_header_field("key", entry.key_kind, entry.key)?;
-        check_header_field("value", entry.value_kind, entry.value)?;
-    }
-    Ok(())
-}
-
-fn check_header_field(field: &str, kind: u8, bytes: &[u8]) -> Result<(), String> {
-    let name = KINDS
-        .get(usize::from(kind))
-        .filter(|name| !name.is_empty())
-        .ok_or_else(|| format!("a user header {field} has the unknown kind {kind}"))?;
-    let size = match kind {
-        3 | 4 | 9 => Some(1),
-        5 | 10 => Some(2),
-        6 | 11 | 14 => Some(4),
-        7 | 12 | 15 => Some(8),
-        8 | 13 => Some(16),
-        _ => None,
-    };
-    match size {
-        Some(size) if bytes.len() != size => Err(format!(
-            "a user header {field} of kind {name} is {size} bytes, not {}",
-            bytes.len()
-        )),
-        None if bytes.is_empty() || bytes.len() > 255 => Err(format!(
-            "a user header {field} of kind {name} is 1 to 255 bytes, not {}",
-            bytes.len()
-        )),
-        _ => Ok(()),
-    }
+/// Refuses user headers the official client could not read back (a known kind, 1 to 255 bytes,
+/// a fixed-size kind exactly its size): it would drop or refuse every header of such a message
+/// on reading, so the send is refused instead, with the reason in words. `bytes` is the binary
+/// form; the binary transports' sends are checked by the same walk
+/// (`iggy_storage::batch::check_user_headers`).
+pub fn check_user_headers(bytes: &[u8]) -> Result<(), String> {
+    iggy_storage::batch::check_user_headers(bytes).map_err(|fault| fault.to_string())
 }
 
 /// The binary user headers of a send from the official client's structured list: entries
@@ -886,8 +855,20 @@ mod tests {
         assert!(
             check_user_headers(&bytes[..bytes.len() - 1])
                 .unwrap_err()
-                .contains("malformed")
+                .contains("end inside")
         );
+    }
+
+    #[test]
+    fn the_json_kind_names_are_the_spec_header_kinds() {
+        use iggy_generated::payloads::HeaderKind;
+        for (code, name) in KINDS.iter().enumerate() {
+            let kind = HeaderKind::from_repr(code as u8);
+            assert_eq!(kind.is_some(), !name.is_empty(), "kind {code}");
+            if let Some(kind) = kind {
+                assert_eq!(format!("{kind:?}").to_lowercase(), *name);
+            }
+        }
     }
 
     fn frame_ids(batch: &[u8]) -> Vec<u128> {
