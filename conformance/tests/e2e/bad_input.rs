@@ -48,7 +48,6 @@ fn exact_and_one_more<T: WireEncode>(request: &T) -> (Vec<u8>, Vec<u8>) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails until bodies are checked against their command's request"]
 async fn a_body_longer_than_its_commands_request_is_refused_and_the_connection_serves_on() {
     let server = TestServer::start();
     let client = raw_client(&server).await;
