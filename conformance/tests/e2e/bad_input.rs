@@ -292,3 +292,94 @@ async fn a_send_whose_user_headers_the_sdk_cannot_read_is_refused_and_the_log_st
         .expect("headers present");
     assert_eq!(read, headers, "every kind reads back");
 }
+
+/// Both refusals over one transport's official client: a ping with a byte, then a send whose
+/// second message has a key without a value; then a well-formed send on the same connection.
+async fn refusals_over<C: BinaryTransport + MessageClient + Sync>(what: &str, client: &C) {
+    expect_code(
+        &format!("{what}: ping with one byte"),
+        raw_on(client, PING_CODE, vec![0]).await,
+        INVALID_COMMAND,
+    );
+    ok(
+        &format!("{what}: ping"),
+        raw_on(client, PING_CODE, Vec::new()).await,
+    );
+    let mut batch = vec![msg("neighbour"), with_raw_headers(what, field(2, b"k"))];
+    let partition = Partitioning::partition_id(0);
+    let sent = within(
+        "send",
+        client.send_messages(&name("s"), &name("t"), &partition, &mut batch),
+    )
+    .await;
+    expect_code(
+        &format!("{what}: a key without a value"),
+        sent,
+        INVALID_HEADER_VALUE,
+    );
+    let mut batch = vec![msg(what)];
+    ok(
+        &format!("{what}: send"),
+        within(
+            "send",
+            client.send_messages(&name("s"), &name("t"), &partition, &mut batch),
+        )
+        .await,
+    );
+}
+
+async fn raw_on<C: BinaryTransport + Sync>(
+    client: &C,
+    code: u32,
+    body: Vec<u8>,
+) -> Result<Bytes, IggyError> {
+    within(
+        "raw request",
+        client.send_raw_with_response(code, Bytes::from(body)),
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quic_and_websocket_refuse_the_same_bad_input_and_serve_on() {
+    let server = TestServer::start_with_env(&[
+        ("IGGY_WEBSOCKET_ENABLED", "true"),
+        ("IGGY_WEBSOCKET_ADDRESS", "127.0.0.1:0"),
+    ]);
+    let tcp = server.root_client().await;
+    create_stream_and_topic(&tcp, "s", "t", 1).await;
+    let metadata = ok(
+        "cluster metadata",
+        within("metadata", tcp.get_cluster_metadata()).await,
+    );
+    let ports = metadata.nodes[0].endpoints.clone();
+    let url = |scheme: &str, port: u16| {
+        format!("iggy+{scheme}://{ROOT_USER}:{ROOT_PASSWORD}@127.0.0.1:{port}")
+    };
+
+    let quic = QuicClient::from_connection_string(&url("quic", ports.quic))
+        .expect("quic connection string");
+    ok("quic connect", within("connect", quic.connect()).await);
+    refusals_over("quic", &quic).await;
+    let ws = WebSocketClient::from_connection_string(&url("ws", ports.websocket))
+        .expect("ws connection string");
+    ok("ws connect", within("connect", ws.connect()).await);
+    refusals_over("ws", &ws).await;
+
+    let polled = poll(
+        &tcp,
+        &name("s"),
+        &name("t"),
+        0,
+        &consumer("c"),
+        PollingStrategy::first(),
+        10,
+        false,
+    )
+    .await;
+    assert_eq!(
+        payloads(&polled),
+        ["quic", "ws"],
+        "only the well-formed sends are stored"
+    );
+}
