@@ -383,3 +383,86 @@ async fn quic_and_websocket_refuse_the_same_bad_input_and_serve_on() {
         "only the well-formed sends are stored"
     );
 }
+
+/// The HTTP API refuses the same headers with the same codes (in a 400's body): the official
+/// HTTP client sends headers it cannot read as base64 text, and a structured list reaches the
+/// same check.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_http_api_refuses_unreadable_user_headers_with_the_binary_codes() {
+    let (server, api) = TestServer::start_with_http(&[]);
+    let http = crate::http::http_client(&api).await;
+    create_stream_and_topic(&http, "s", "t", 1).await;
+    let partition = Partitioning::partition_id(0);
+    let key_field = field(2, b"k");
+    for (what, blob, code) in [
+        (
+            "a key without a value",
+            key_field.clone(),
+            INVALID_HEADER_VALUE,
+        ),
+        (
+            "a 2-byte uint64 value",
+            [key_field.clone(), field(12, &[1, 2])].concat(),
+            INVALID_HEADER_VALUE,
+        ),
+        (
+            "a 2-byte bool key",
+            [field(3, &[1, 0]), field(2, b"v")].concat(),
+            INVALID_HEADER_KEY,
+        ),
+        (
+            "value kind 16",
+            [key_field.clone(), field(16, b"v")].concat(),
+            INVALID_HEADER_KIND,
+        ),
+    ] {
+        let mut batch = vec![msg("neighbour"), with_raw_headers(what, blob)];
+        let sent = within(
+            "send",
+            http.send_messages(&name("s"), &name("t"), &partition, &mut batch),
+        )
+        .await;
+        // The official HTTP client keeps the refusal's body (it types only a few codes).
+        match sent {
+            Err(IggyError::HttpResponseError(400, body)) => {
+                assert!(
+                    body.contains(&format!(r#""id":{code}"#)),
+                    "http: {what}: {body}"
+                )
+            }
+            other => panic!("http: {what}: expected a 400 naming {code}, got {other:?}"),
+        }
+    }
+    // A structured list whose uint32 value is 2 bytes.
+    let token = crate::http::raw_token(&api).await;
+    let send = br#"{"partitioning":{"kind":"partition_id","value":"AAAAAA=="},"messages":[{"id":1,"payload":"bQ==","user_headers":[{"key":{"kind":"string","value":"aw=="},"value":{"kind":"uint32","value":"AQI="}}]}]}"#;
+    let (status, body) = crate::http::raw(
+        &api,
+        "POST",
+        "/streams/s/topics/t/messages",
+        Some(&token),
+        send,
+    )
+    .await;
+    let body = String::from_utf8_lossy(&body);
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body.contains("4019") && body.contains("uint32 is 4 bytes, not 2"),
+        "{body}"
+    );
+
+    let tcp = server.root_client().await;
+    send_to_partition(&tcp, &name("s"), &name("t"), 0, vec![msg("after")]).await;
+    let polled = poll(
+        &tcp,
+        &name("s"),
+        &name("t"),
+        0,
+        &consumer("c"),
+        PollingStrategy::first(),
+        10,
+        false,
+    )
+    .await;
+    assert_eq!(payloads(&polled), ["after"], "nothing refused was stored");
+}

@@ -5,6 +5,7 @@ use base64ct::{Base64, Encoding};
 use iggy_generated::errors::ErrorCode;
 use iggy_generated::frames::{BatchHeader, MessageFrameHeader};
 use iggy_generated::payloads as wire;
+use iggy_storage::batch::{HeaderFault, check_user_headers};
 use iggy_wire::WireEncode;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -33,19 +34,19 @@ fn kind_code(name: &str) -> Option<u8> {
         .map(|code| code as u8)
 }
 
-/// Refuses user headers the official client could not read back (a known kind, 1 to 255 bytes,
-/// a fixed-size kind exactly its size): it would drop or refuse every header of such a message
-/// on reading, so the send is refused instead, with the reason in words. `bytes` is the binary
-/// form; the binary transports' sends are checked by the same walk
-/// (`iggy_storage::batch::check_user_headers`).
-pub fn check_user_headers(bytes: &[u8]) -> Result<(), String> {
-    iggy_storage::batch::check_user_headers(bytes).map_err(|fault| fault.to_string())
+/// Why a send's user headers were refused: JSON that does not say what they are, or headers
+/// the official client could not read back (checked by the walk the binary transports' sends
+/// take, `iggy_storage::batch::check_user_headers`).
+#[derive(Debug, PartialEq)]
+pub enum HeadersRefused {
+    Json(String),
+    Unreadable(HeaderFault),
 }
 
 /// The binary user headers of a send from the official client's structured list: entries
 /// `{"key":{"kind","value"},"value":{"kind","value"}}` with base64 values, each written as the
 /// key kind, u32 length, key, value kind, u32 length, value.
-pub fn user_headers(entries: &[serde_json::Value]) -> Result<Vec<u8>, String> {
+pub fn user_headers(entries: &[serde_json::Value]) -> Result<Vec<u8>, HeadersRefused> {
     let field = |entry: &serde_json::Value, name: &str| -> Result<(u8, Vec<u8>), String> {
         let field = entry
             .get(name)
@@ -65,8 +66,8 @@ pub fn user_headers(entries: &[serde_json::Value]) -> Result<Vec<u8>, String> {
     };
     let mut out = Vec::new();
     for entry in entries {
-        let (key_kind, key) = field(entry, "key")?;
-        let (value_kind, value) = field(entry, "value")?;
+        let (key_kind, key) = field(entry, "key").map_err(HeadersRefused::Json)?;
+        let (value_kind, value) = field(entry, "value").map_err(HeadersRefused::Json)?;
         wire::OptionEntry {
             key_kind,
             key: &key,
@@ -75,7 +76,7 @@ pub fn user_headers(entries: &[serde_json::Value]) -> Result<Vec<u8>, String> {
         }
         .encode_to(&mut out);
     }
-    check_user_headers(&out)?;
+    check_user_headers(&out).map_err(HeadersRefused::Unreadable)?;
     Ok(out)
 }
 
@@ -841,22 +842,23 @@ mod tests {
                 "value of kind raw is 1 to 255 bytes, not 300",
             ),
         ] {
-            let refused = user_headers(&[bad]).unwrap_err();
-            assert!(refused.contains(expected), "{refused}");
+            let Err(HeadersRefused::Unreadable(fault)) = user_headers(&[bad]) else {
+                panic!("{expected}: refused as unreadable");
+            };
+            assert!(fault.to_string().contains(expected), "{fault}");
         }
+        let unknown_kind = serde_json::json!({"key": {"kind": "text", "value": "aw=="}});
+        assert!(matches!(
+            user_headers(&[unknown_kind]),
+            Err(HeadersRefused::Json(reason)) if reason.contains("no known kind")
+        ));
         // The binary form is checked the same way: an unknown kind, a cut entry.
         let mut unknown = bytes.clone();
         unknown[0] = 16;
-        assert!(
-            check_user_headers(&unknown)
-                .unwrap_err()
-                .contains("unknown kind 16")
-        );
-        assert!(
-            check_user_headers(&bytes[..bytes.len() - 1])
-                .unwrap_err()
-                .contains("end inside")
-        );
+        let fault = check_user_headers(&unknown).unwrap_err();
+        assert!(fault.to_string().contains("unknown kind 16"), "{fault}");
+        let fault = check_user_headers(&bytes[..bytes.len() - 1]).unwrap_err();
+        assert!(fault.to_string().contains("end inside"), "{fault}");
     }
 
     #[test]
