@@ -159,47 +159,11 @@ fn field(kind: u8, bytes: &[u8]) -> Vec<u8> {
     out
 }
 
-fn with_raw_headers(payload: &str, headers: Vec<u8>) -> IggyMessage {
-    let mut message = msg(payload);
-    message.header.user_headers_length = headers.len() as u32;
-    message.user_headers = Some(Bytes::from(headers));
-    message
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_send_whose_user_headers_the_sdk_cannot_read_is_refused_and_the_log_stays_readable() {
-    let server = TestServer::start();
-    let client = server.root_client().await;
-    create_stream_and_topic(&client, "s", "t", 1).await;
-
-    // One message with a header of every kind, as the SDK's builder writes them.
-    let mut headers: BTreeMap<HeaderKey, HeaderValue> = BTreeMap::new();
-    let key = |text: &str| HeaderKey::from_str(text).unwrap();
-    headers.insert(key("raw"), HeaderValue::try_from(&[0u8, 255][..]).unwrap());
-    headers.insert(key("string"), HeaderValue::from_str("text").unwrap());
-    headers.insert(key("bool"), HeaderValue::from(true));
-    headers.insert(key("i8"), HeaderValue::from(-8i8));
-    headers.insert(key("i16"), HeaderValue::from(-16i16));
-    headers.insert(key("i32"), HeaderValue::from(-32i32));
-    headers.insert(key("i64"), HeaderValue::from(-64i64));
-    headers.insert(key("i128"), HeaderValue::from(-128i128));
-    headers.insert(key("u8"), HeaderValue::from(8u8));
-    headers.insert(key("u16"), HeaderValue::from(16u16));
-    headers.insert(key("u32"), HeaderValue::from(32u32));
-    headers.insert(key("u64"), HeaderValue::from(64u64));
-    headers.insert(key("u128"), HeaderValue::from(128u128));
-    headers.insert(key("f32"), HeaderValue::from(0.5f32));
-    headers.insert(key("f64"), HeaderValue::from(0.25f64));
-    let good = IggyMessage::builder()
-        .payload(Bytes::from_static(b"good"))
-        .user_headers(headers.clone())
-        .build()
-        .unwrap();
-    send_to_partition(&client, &name("s"), &name("t"), 0, vec![good]).await;
-
+/// User headers the official client cannot read, each with the code a send of them gets.
+fn unreadable_headers() -> [(&'static str, Vec<u8>, u32); 10] {
     let key_field = field(2, b"k");
     let pair = [key_field.clone(), field(2, b"v")].concat();
-    let refused: [(&str, Vec<u8>, u32); 10] = [
+    [
         (
             "a key cut short",
             vec![2, 5, 0, 0, 0, b'k'],
@@ -250,7 +214,64 @@ async fn a_send_whose_user_headers_the_sdk_cannot_read_is_refused_and_the_log_st
             [field(0, b"k"), field(2, b"v")].concat(),
             INVALID_HEADER_KIND,
         ),
-    ];
+    ]
+}
+
+/// Everything partition 0 of `s`/`t` holds, read with the official client.
+async fn stored(client: &IggyClient) -> PolledMessages {
+    let first = PollingStrategy::first();
+    poll(
+        client,
+        &name("s"),
+        &name("t"),
+        0,
+        &consumer("c"),
+        first,
+        100,
+        false,
+    )
+    .await
+}
+
+fn with_raw_headers(payload: &str, headers: Vec<u8>) -> IggyMessage {
+    let mut message = msg(payload);
+    message.header.user_headers_length = headers.len() as u32;
+    message.user_headers = Some(Bytes::from(headers));
+    message
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_send_whose_user_headers_the_sdk_cannot_read_is_refused_and_the_log_stays_readable() {
+    let server = TestServer::start();
+    let client = server.root_client().await;
+    create_stream_and_topic(&client, "s", "t", 1).await;
+
+    // One message with a header of every kind, as the SDK's builder writes them.
+    let mut headers: BTreeMap<HeaderKey, HeaderValue> = BTreeMap::new();
+    let key = |text: &str| HeaderKey::from_str(text).unwrap();
+    headers.insert(key("raw"), HeaderValue::try_from(&[0u8, 255][..]).unwrap());
+    headers.insert(key("string"), HeaderValue::from_str("text").unwrap());
+    headers.insert(key("bool"), HeaderValue::from(true));
+    headers.insert(key("i8"), HeaderValue::from(-8i8));
+    headers.insert(key("i16"), HeaderValue::from(-16i16));
+    headers.insert(key("i32"), HeaderValue::from(-32i32));
+    headers.insert(key("i64"), HeaderValue::from(-64i64));
+    headers.insert(key("i128"), HeaderValue::from(-128i128));
+    headers.insert(key("u8"), HeaderValue::from(8u8));
+    headers.insert(key("u16"), HeaderValue::from(16u16));
+    headers.insert(key("u32"), HeaderValue::from(32u32));
+    headers.insert(key("u64"), HeaderValue::from(64u64));
+    headers.insert(key("u128"), HeaderValue::from(128u128));
+    headers.insert(key("f32"), HeaderValue::from(0.5f32));
+    headers.insert(key("f64"), HeaderValue::from(0.25f64));
+    let good = IggyMessage::builder()
+        .payload(Bytes::from_static(b"good"))
+        .user_headers(headers.clone())
+        .build()
+        .unwrap();
+    send_to_partition(&client, &name("s"), &name("t"), 0, vec![good]).await;
+
+    let refused = unreadable_headers();
     for (what, blob, code) in refused {
         // The malformed message rides behind a well-formed one: the whole batch is refused.
         let mut batch = vec![msg("well-formed neighbour"), with_raw_headers(what, blob)];
@@ -274,17 +295,7 @@ async fn a_send_whose_user_headers_the_sdk_cannot_read_is_refused_and_the_log_st
         Some(1),
         "nothing refused took an offset"
     );
-    let polled = poll(
-        &client,
-        &name("s"),
-        &name("t"),
-        0,
-        &consumer("c"),
-        PollingStrategy::first(),
-        100,
-        false,
-    )
-    .await;
+    let polled = stored(&client).await;
     assert_eq!(payloads(&polled), ["good", "after"]);
     let read = polled.messages[0]
         .user_headers_map()
@@ -366,17 +377,7 @@ async fn quic_and_websocket_refuse_the_same_bad_input_and_serve_on() {
     ok("ws connect", within("connect", ws.connect()).await);
     refusals_over("ws", &ws).await;
 
-    let polled = poll(
-        &tcp,
-        &name("s"),
-        &name("t"),
-        0,
-        &consumer("c"),
-        PollingStrategy::first(),
-        10,
-        false,
-    )
-    .await;
+    let polled = stored(&tcp).await;
     assert_eq!(
         payloads(&polled),
         ["quic", "ws"],
@@ -393,29 +394,7 @@ async fn the_http_api_refuses_unreadable_user_headers_with_the_binary_codes() {
     let http = crate::http::http_client(&api).await;
     create_stream_and_topic(&http, "s", "t", 1).await;
     let partition = Partitioning::partition_id(0);
-    let key_field = field(2, b"k");
-    for (what, blob, code) in [
-        (
-            "a key without a value",
-            key_field.clone(),
-            INVALID_HEADER_VALUE,
-        ),
-        (
-            "a 2-byte uint64 value",
-            [key_field.clone(), field(12, &[1, 2])].concat(),
-            INVALID_HEADER_VALUE,
-        ),
-        (
-            "a 2-byte bool key",
-            [field(3, &[1, 0]), field(2, b"v")].concat(),
-            INVALID_HEADER_KEY,
-        ),
-        (
-            "value kind 16",
-            [key_field.clone(), field(16, b"v")].concat(),
-            INVALID_HEADER_KIND,
-        ),
-    ] {
+    for (what, blob, code) in unreadable_headers() {
         let mut batch = vec![msg("neighbour"), with_raw_headers(what, blob)];
         let sent = within(
             "send",
@@ -453,16 +432,6 @@ async fn the_http_api_refuses_unreadable_user_headers_with_the_binary_codes() {
 
     let tcp = server.root_client().await;
     send_to_partition(&tcp, &name("s"), &name("t"), 0, vec![msg("after")]).await;
-    let polled = poll(
-        &tcp,
-        &name("s"),
-        &name("t"),
-        0,
-        &consumer("c"),
-        PollingStrategy::first(),
-        10,
-        false,
-    )
-    .await;
+    let polled = stored(&tcp).await;
     assert_eq!(payloads(&polled), ["after"], "nothing refused was stored");
 }
