@@ -1247,6 +1247,13 @@ pub const STRUCTS: &[StructInfo] = &[
     StructInfo {
         name: "RetireSegmentsOp",
         module: "storage",
+        fixed: Some(16),
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
+        name: "RetireSegmentsOpV0",
+        module: "storage",
         fixed: Some(8),
         since: 0,
         until: 4294967295,
@@ -1295,6 +1302,13 @@ pub const STRUCTS: &[StructInfo] = &[
     },
     StructInfo {
         name: "PartitionCheckpointState",
+        module: "storage",
+        fixed: None,
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
+        name: "PartitionCheckpointStateV3",
         module: "storage",
         fixed: None,
         since: 0,
@@ -1640,6 +1654,7 @@ pub fn roundtrip(name: &str, input: &[u8]) -> Option<Result<Roundtrip, WireError
         "DeleteOffsetOpV1" => rt!(crate ::storage::DeleteOffsetOpV1, input),
         "DeleteOffsetOpV0" => rt!(crate ::storage::DeleteOffsetOpV0, input),
         "RetireSegmentsOp" => rt!(crate ::storage::RetireSegmentsOp, input),
+        "RetireSegmentsOpV0" => rt!(crate ::storage::RetireSegmentsOpV0, input),
         "SessionRetirementOp" => rt!(crate ::storage::SessionRetirementOp, input),
         "DeleteGroupOffsetsOp" => rt!(crate ::storage::DeleteGroupOffsetsOp, input),
         "WriteStatus" => rt!(crate ::storage::WriteStatus, input),
@@ -1648,6 +1663,9 @@ pub fn roundtrip(name: &str, input: &[u8]) -> Option<Result<Roundtrip, WireError
         "GroupDeletion" => rt!(crate ::storage::GroupDeletion, input),
         "PartitionCheckpointState" => {
             rt!(crate ::storage::PartitionCheckpointState, input)
+        }
+        "PartitionCheckpointStateV3" => {
+            rt!(crate ::storage::PartitionCheckpointStateV3, input)
         }
         "PartitionCheckpointStateV2" => {
             rt!(crate ::storage::PartitionCheckpointStateV2, input)

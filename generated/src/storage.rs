@@ -16,11 +16,11 @@ pub const SNAPSHOT_MAGIC: [u8; 8] = *b"IGGYMETA";
 pub const STORAGE_MARKER_FILE: &str = "storage.format";
 /// `STORAGE_MARKER_SIZE_MAX` (spec/storage.spec:76).
 pub const STORAGE_MARKER_SIZE_MAX: u64 = 256;
-/// `VSR_CHECKPOINT_MAGIC` (spec/storage.spec:325).
+/// `VSR_CHECKPOINT_MAGIC` (spec/storage.spec:339).
 pub const VSR_CHECKPOINT_MAGIC: [u8; 4] = *b"VSPL";
-/// `VSR_CHECKPOINT_MAGIC_V0` (spec/storage.spec:326).
+/// `VSR_CHECKPOINT_MAGIC_V0` (spec/storage.spec:340).
 pub const VSR_CHECKPOINT_MAGIC_V0: [u8; 4] = *b"VSPK";
-/// `VSR_VIEW_STATE_MAGIC` (spec/storage.spec:366).
+/// `VSR_VIEW_STATE_MAGIC` (spec/storage.spec:380).
 pub const VSR_VIEW_STATE_MAGIC: [u8; 4] = *b"VSVW";
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]
@@ -1514,13 +1514,95 @@ impl<'a> WireDecode<'a> for DeleteOffsetOpV0 {
         Self::decode_fixed(b)
     }
 }
-/// Fixed-layout `RetireSegmentsOp`, 8 bytes: journaled body of a segment retirement (operation DeleteSegments: a 503 or a retention pass).
+/// Fixed-layout `RetireSegmentsOp`, 16 bytes: journaled body of a segment retirement (operation DeleteSegments: a 503 or a retention pass).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetireSegmentsOp {
     /// every closed segment whose messages all lie below this offset goes
     pub keep_from: u64,
+    /// the last partition op the planning replica had applied; an offset stored by a later op holds the retirement back to it when applied (u64::MAX: offsets hold nothing back, a retention pass)
+    pub planned_at: u64,
 }
 impl RetireSegmentsOp {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 16;
+    /// Byte offset of `keep_from`.
+    pub const KEEP_FROM_OFFSET: usize = 0;
+    /// Size of `keep_from` in bytes.
+    pub const KEEP_FROM_SIZE: usize = 8;
+    /// Byte offset of `planned_at`.
+    pub const PLANNED_AT_OFFSET: usize = 8;
+    /// Size of `planned_at` in bytes.
+    pub const PLANNED_AT_SIZE: usize = 8;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
+        }
+        let keep_from = <u64>::decode_exact(&buf[0..8])
+            .map_err(|_| WireError::InvalidValue {
+                field: "keep_from",
+            })?;
+        let planned_at = <u64>::decode_exact(&buf[8..16])
+            .map_err(|_| WireError::InvalidValue {
+                field: "planned_at",
+            })?;
+        Ok(Self { keep_from, planned_at })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.keep_from.to_wire_bytes());
+        iggy_wire::put_at(out, 8, &self.planned_at.to_wire_bytes());
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 16] {
+        let mut b = [0u8; 16];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for RetireSegmentsOp {
+    /// All-zero bytes.
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 16]).expect("zero bytes decode")
+    }
+}
+const _: () = assert!(RetireSegmentsOp::SIZE == 16);
+const _: () = assert!(RetireSegmentsOp::KEEP_FROM_OFFSET + 8 <= 16);
+const _: () = assert!(RetireSegmentsOp::PLANNED_AT_OFFSET + 8 <= 16);
+impl iggy_wire::WireJson for RetireSegmentsOp {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"keep_from\":");
+        iggy_wire::WireJson::write_json(&self.keep_from, out);
+        out.push_str(",\"planned_at\":");
+        iggy_wire::WireJson::write_json(&self.planned_at, out);
+        out.push('}');
+    }
+}
+impl WireEncode for RetireSegmentsOp {
+    fn encoded_size(&self) -> usize {
+        16
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for RetireSegmentsOp {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 16)?;
+        Self::decode_fixed(b)
+    }
+}
+/// Fixed-layout `RetireSegmentsOpV0`, 8 bytes: RetireSegmentsOp as journaled before planned_at existed (read as planned_at = u64::MAX: its plan stands).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetireSegmentsOpV0 {
+    pub keep_from: u64,
+}
+impl RetireSegmentsOpV0 {
     /// Encoded size in bytes.
     pub const SIZE: usize = 8;
     /// Byte offset of `keep_from`.
@@ -1553,15 +1635,15 @@ impl RetireSegmentsOp {
         b
     }
 }
-impl Default for RetireSegmentsOp {
+impl Default for RetireSegmentsOpV0 {
     /// All-zero bytes.
     fn default() -> Self {
         Self::decode_fixed(&[0u8; 8]).expect("zero bytes decode")
     }
 }
-const _: () = assert!(RetireSegmentsOp::SIZE == 8);
-const _: () = assert!(RetireSegmentsOp::KEEP_FROM_OFFSET + 8 <= 8);
-impl iggy_wire::WireJson for RetireSegmentsOp {
+const _: () = assert!(RetireSegmentsOpV0::SIZE == 8);
+const _: () = assert!(RetireSegmentsOpV0::KEEP_FROM_OFFSET + 8 <= 8);
+impl iggy_wire::WireJson for RetireSegmentsOpV0 {
     fn write_json(&self, out: &mut String) {
         out.push('{');
         out.push_str("\"keep_from\":");
@@ -1569,7 +1651,7 @@ impl iggy_wire::WireJson for RetireSegmentsOp {
         out.push('}');
     }
 }
-impl WireEncode for RetireSegmentsOp {
+impl WireEncode for RetireSegmentsOpV0 {
     fn encoded_size(&self) -> usize {
         8
     }
@@ -1577,7 +1659,7 @@ impl WireEncode for RetireSegmentsOp {
         out.extend_from_slice(&self.to_bytes());
     }
 }
-impl<'a> WireDecode<'a> for RetireSegmentsOp {
+impl<'a> WireDecode<'a> for RetireSegmentsOpV0 {
     fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
         let b = iggy_wire::take(input, 8)?;
         Self::decode_fixed(b)
@@ -2597,6 +2679,23 @@ pub struct PartitionCheckpointState {
     #[wire(vec(u32, plain))]
     pub resolved_at: Vec<u64>,
     /// per entry of offsets, in its order: the metadata op that created the group that stored it (0: a consumer, or unknown)
+    #[wire(vec(u32, plain))]
+    pub created_at: Vec<u64>,
+    /// per entry of offsets, in its order: the partition op that stored it (0: unknown)
+    #[wire(vec(u32, plain))]
+    pub stored_at: Vec<u64>,
+}
+/// Variable-length `PartitionCheckpointStateV3`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct PartitionCheckpointStateV3 {
+    #[wire(plain)]
+    pub next_offset: u64,
+    #[wire(vec(u32, plain))]
+    pub offsets: Vec<crate::storage::StoredOffset>,
+    #[wire(vec(u32, plain))]
+    pub group_deletions: Vec<crate::storage::GroupDeletion>,
+    #[wire(vec(u32, plain))]
+    pub resolved_at: Vec<u64>,
     #[wire(vec(u32, plain))]
     pub created_at: Vec<u64>,
 }

@@ -916,9 +916,6 @@ struct Figures {
     /// Cluster histories: partition directories a node created only after the check began
     /// (a node back from being down, still catching up on the metadata log).
     lagging_directories: u64,
-    /// Cluster histories: segment deletions that went past a consumer's stored offset (the
-    /// known bug `DURABILITY_CLUSTER_STRICT=1` fails on).
-    deletions_past_a_consumer: u64,
     /// Cluster histories: nodes signalled while a client's step ran.
     in_flight_signals: u64,
     /// Cluster histories: restarts of all three nodes.
@@ -1165,16 +1162,7 @@ impl<'a> Runner<'a> {
                     let first = polled.messages.first().map_or(end, |m| m.header.offset);
                     let committed = partition.offsets.values().min().map_or(u64::MAX, |o| o + 1);
                     let past_a_consumer = first > partition.first && first > committed;
-                    // Known cluster bug (e2e `segment_deletion_right_after_an_offset_store_keeps_
-                    // the_consumers_unconsumed_messages`, ignored until fixed): a deletion planned
-                    // on a backup replica misses an offset stored just before. Counted, and a
-                    // failure only with DURABILITY_CLUSTER_STRICT=1, so the short form does not
-                    // flake on it; the messages' check follows the partition's new start.
-                    let tolerated = past_a_consumer
-                        && matches!(self.target, Target::Cluster { .. })
-                        && knob("DURABILITY_CLUSTER_STRICT", 0) == 0;
-                    self.figures.deletions_past_a_consumer += u64::from(tolerated);
-                    if first < partition.first || first > end || (past_a_consumer && !tolerated) {
+                    if first < partition.first || first > end || past_a_consumer {
                         return fail(
                             i,
                             "segment deletion out of bounds",
@@ -1869,8 +1857,7 @@ fn print_figures(figures: &Figures, started: Instant) {
              {} of them while a step ran), \
              whole-cluster restarts {}, steps run with a node down {}, steps of unknown outcome {} (proved applied by the SDK {}, \
              found applied {}, found not applied {}), message counts that matched only after a wait {}, \
-             partition directories that appeared only after a wait {}, \
-             segment deletions past a consumer's stored offset (known bug) {}",
+             partition directories that appeared only after a wait {}",
             figures.downs_of_metadata_primary + figures.downs_of_partition_primary + figures.downs_of_backup,
             figures.downs_of_metadata_primary,
             figures.downs_of_partition_primary,
@@ -1884,7 +1871,6 @@ fn print_figures(figures: &Figures, started: Instant) {
             figures.unknown_found_not_applied,
             figures.lagging_counts,
             figures.lagging_directories,
-            figures.deletions_past_a_consumer,
         );
     }
 }

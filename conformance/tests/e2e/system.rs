@@ -86,6 +86,24 @@ async fn stats_count_streams_topics_partitions_and_messages() {
     assert_eq!(stats.consumer_groups_count, 1, "consumer_groups_count");
 }
 
+/// `start_time` is when the process started: every stats reply of one process gives the same
+/// value (a monitor compares it to tell a restart), over the binary protocol and over HTTP.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_give_one_start_time_per_process() {
+    let (server, api) = TestServer::start_with_http(&[]);
+    let tcp = server.root_client().await;
+    let http = IggyClient::builder().with_http().with_api_url(api).build().expect("http client");
+    ok("login", within("login", http.login_user(ROOT_USER, ROOT_PASSWORD)).await);
+    let mut start_times = std::collections::BTreeSet::new();
+    for _ in 0..20 {
+        for client in [&tcp, &http] {
+            let stats = ok("get_stats", within("stats", client.get_stats()).await);
+            start_times.insert(stats.start_time.as_micros());
+        }
+    }
+    assert_eq!(start_times.len(), 1, "start times: {start_times:?}");
+}
+
 /// The server's disk writes as `/proc/<pid>/io` counts them.
 fn process_write_bytes(pid: u32) -> u64 {
     let io = std::fs::read_to_string(format!("/proc/{pid}/io")).expect("read /proc/<pid>/io");

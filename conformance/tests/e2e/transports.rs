@@ -808,6 +808,32 @@ async fn a_session_registered_over_tcp_binds_over_quic_and_serves_later_streams(
     );
 }
 
+/// A graceful stop (SIGTERM) closes every QUIC connection (CONNECTION_CLOSE) before the process
+/// exits, as the kernel's FIN does for TCP and WebSocket: a client learns at once that the
+/// server went away and reconnects, to the restarted process or another node, instead of
+/// waiting out its idle timeout (the SDK's is 10 s, the CLI's 100 s; a rolling restart stalled
+/// QUIC clients that long).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_stop_closes_the_quic_connections_it_serves() {
+    let certs = test_certificates();
+    // A short idle timeout, no keep-alive: without a close the connection times out quickly.
+    let mut server = quic_server_with(
+        &certs,
+        &[
+            ("IGGY_QUIC_MAX_IDLE_TIMEOUT_MS", "3000"),
+            ("IGGY_QUIC_KEEP_ALIVE_INTERVAL_MS", "0"),
+        ],
+    );
+    let port = endpoints(&server.root_client().await).await.quic;
+    let (_endpoint, quic) = quic_connect(port, &certs.ca_der).await;
+    tokio::task::block_in_place(|| server.stop());
+    let ended = within("the connection ends", quic.closed()).await;
+    assert!(
+        matches!(ended, quinn::ConnectionError::ApplicationClosed(_)),
+        "closed by the server, not timed out: {ended:?}"
+    );
+}
+
 /// A raw WebSocket connection to `port`.
 async fn ws_connect(
     port: u16,

@@ -676,6 +676,15 @@ impl Config {
                     "stream count (at least 1: every request is a stream)",
                 ));
             }
+            // A zero flow-control window lets no byte through: every request would hang.
+            for (key, value) in [
+                ("quic.send_window", quic.send_window),
+                ("quic.receive_window", quic.receive_window),
+            ] {
+                if value == 0 {
+                    return Err(bad(key, "0".into(), "window in bytes (at least 1)"));
+                }
+            }
         }
         let ws = &self.websocket;
         if ws.enabled && (ws.max_frame_size == 0 || ws.max_frame_size > ws.max_message_size) {
@@ -683,6 +692,17 @@ impl Config {
                 "websocket.max_frame_size",
                 ws.max_frame_size.to_string(),
                 "frame size (1 to websocket.max_message_size)",
+            ));
+        }
+        // tungstenite panics on a connection whose limit is not above the buffer (0 is none).
+        if ws.enabled
+            && ws.max_write_buffer_size != 0
+            && ws.max_write_buffer_size <= ws.write_buffer_size
+        {
+            return Err(bad(
+                "websocket.max_write_buffer_size",
+                ws.max_write_buffer_size.to_string(),
+                "size in bytes above websocket.write_buffer_size, or 0 for no limit",
             ));
         }
         Ok(())
@@ -953,6 +973,39 @@ mod tests {
         assert!(e.to_string().contains("websocket.max_frame_size"), "{e}");
         let e = load(None, env(&[("IGGY_QUIC_INITIAL_MTU", "1000")])).unwrap_err();
         assert!(e.to_string().contains("quic.initial_mtu"), "{e}");
+    }
+
+    /// tungstenite panics on a connection whose write-buffer limit is not above its write
+    /// buffer: accepted at start, the first WebSocket client brought the whole server down.
+    #[test]
+    fn a_websocket_write_buffer_limit_not_above_the_write_buffer_is_refused() {
+        let env = |limit: &'static str| {
+            move |k: &str| match k {
+                "IGGY_WEBSOCKET_ENABLED" => Some("true".to_string()),
+                "IGGY_WEBSOCKET_MAX_WRITE_BUFFER_SIZE" => Some(limit.to_string()),
+                _ => None,
+            }
+        };
+        for limit in ["65536", "131072"] {
+            let e = load(None, env(limit)).unwrap_err();
+            assert!(
+                e.to_string().contains("websocket.max_write_buffer_size"),
+                "{e}"
+            );
+        }
+        // 0 is no limit; anything above the 128 KiB write buffer is a limit.
+        load(None, env("0")).unwrap();
+        load(None, env("131073")).unwrap();
+    }
+
+    /// A zero flow-control window lets no byte through: every QUIC request hung.
+    #[test]
+    fn zero_quic_windows_are_refused() {
+        for key in ["send_window", "receive_window"] {
+            let var = format!("IGGY_QUIC_{}", key.to_uppercase());
+            let e = load(None, |k: &str| (k == var).then(|| "0".to_string())).unwrap_err();
+            assert!(e.to_string().contains(&format!("quic.{key}")), "{e}");
+        }
     }
 
     #[test]

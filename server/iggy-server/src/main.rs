@@ -446,10 +446,13 @@ async fn run(
     if generated && node.root_created.get() {
         println!("root user {user:?} generated password: {pw}");
     }
-    if let Err(error) = transport::listen(&cfg, &node).await {
-        eprintln!("iggy-server: {error}");
-        return ExitCode::FAILURE;
-    }
+    let listeners = match transport::listen(&cfg, &node).await {
+        Ok(listeners) => listeners,
+        Err(error) => {
+            eprintln!("iggy-server: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
     if cfg.http.enabled
         && let Err(error) = start_http(&cfg.http, &node).await
     {
@@ -467,6 +470,7 @@ async fn run(
         let _ = notifier.notify("STOPPING=1");
     }
     node.drain(std::time::Duration::from_secs(10)).await;
+    listeners.close().await;
     tracing::info!("stopped");
     ExitCode::SUCCESS
 }

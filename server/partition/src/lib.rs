@@ -21,5 +21,6 @@ pub mod write;
 pub use checkpoint::{CheckpointState, KeptOffset};
 pub use machine::{Applied, Log, Partition, PollRange, StartAt, Stow};
 pub use write::{
-    CREATED_AT_UNKNOWN, OffsetOwner, PartitionWrite, RESOLVED_AT_UNKNOWN, WriteResult,
+    CREATED_AT_UNKNOWN, NO_OFFSET_HOLD, OffsetOwner, PartitionWrite, RESOLVED_AT_UNKNOWN,
+    WriteResult,
 };

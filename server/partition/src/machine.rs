@@ -113,6 +113,8 @@ pub struct Partition {
     /// In a group of more than one: how far a retirement may delete (see
     /// [`Partition::retirable_below`]); `None` in a group of one, which deletes what it plans.
     retirable: Option<Retirable>,
+    /// The last op applied (or the checkpoint's restored): a retirement planned now names it.
+    applied: u64,
 }
 
 /// How far a retirement may delete: offsets below `floor` belong to ops the group lets a
@@ -137,6 +139,7 @@ impl Partition {
             retired: HashMap::new(),
             retired_sessions: Vec::new(),
             retirable: None,
+            applied: 0,
         }
     }
 
@@ -149,6 +152,7 @@ impl Partition {
     /// The state was restored from a checkpoint at `op` (a start, or a state transfer): its
     /// offsets are retirable once the group allows `op` (not known yet here).
     pub fn restored_at(&mut self, op: u64) {
+        self.applied = op;
         if let Some(retirable) = self.retirable.as_mut() {
             retirable.ends.clear();
             retirable.ends.push_back((op, self.state.next_offset));
@@ -374,6 +378,7 @@ impl Partition {
         log: &L,
     ) -> Applied<L::Batch> {
         // Ops apply in order: the state now is every op up to `op - 1`.
+        self.applied = op;
         if let Some(retirable) = self.retirable.as_mut()
             && retirable
                 .ends
@@ -419,6 +424,7 @@ impl Partition {
                         offset,
                         resolved_at,
                         created_at: owner_created_at,
+                        stored_at: op,
                     };
                     self.state.offsets.insert(owner, kept);
                     WriteResult::Done
@@ -460,7 +466,11 @@ impl Partition {
                 }
                 WriteResult::Done
             }
-            Some(PartitionWrite::RetireSegments { keep_from }) => {
+            Some(PartitionWrite::RetireSegments {
+                keep_from,
+                planned_at,
+            }) => {
+                let keep_from = keep_from.min(self.held_from(planned_at));
                 return Applied::Retire { keep_from };
             }
             Some(PartitionWrite::RetireSessions { sessions }) => {
@@ -613,6 +623,28 @@ impl Partition {
         }
     }
 
+    /// The last op applied: a retirement planned from this state is planned at it.
+    pub fn applied(&self) -> u64 {
+        self.applied
+    }
+
+    /// Where the offsets stored after the op `planned_at` (which a retirement planned at it
+    /// did not see) hold it back to: the first message one of them has not committed.
+    /// External groups' offsets hold nothing back, as in [`Self::retirement_floor`]; every
+    /// other offset stored since counts, a deleted group's too (a store is judged live when
+    /// it commits; a retirement held back for one deletes the rest at the next).
+    fn held_from(&self, planned_at: u64) -> u64 {
+        self.state
+            .offsets
+            .iter()
+            .filter(|(owner, kept)| {
+                !matches!(owner, OffsetOwner::External(_)) && kept.stored_at > planned_at
+            })
+            .map(|(_, kept)| kept.offset.saturating_add(1))
+            .min()
+            .unwrap_or(u64::MAX)
+    }
+
     /// The offset below which a segment retirement may go without dropping messages a
     /// consumer has not committed yet. External groups' offsets hold nothing back: Iggy does not
     /// manage their consumers, and their offsets may lie anywhere. Nor do the offsets no live
@@ -665,6 +697,7 @@ fn of_instance(kept: &KeptOffset, owner_created_at: u64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::NO_OFFSET_HOLD;
 
     /// A log that reports what a test sets; a batch is valid when its header's `batch_length`
     /// is its size.
@@ -1100,9 +1133,9 @@ mod tests {
         apply(&mut restored, 7, delete_group(5, 40));
         assert_eq!(restored.offset(OffsetOwner::External(5), 0), Some(1));
 
-        // A checkpoint written before the group deletions (and the three offsets' resolution
-        // and creation ops) were kept.
-        let old = &state[..state.len() - 2 * (4 + 3 * 8) - (4 + 2 * 12)];
+        // A checkpoint written before the group deletions (and the three offsets' resolution,
+        // creation and storing ops) were kept.
+        let old = &state[..state.len() - 3 * (4 + 3 * 8) - (4 + 2 * 12)];
         let mut restored = Partition::new(0);
         restored.restore(old, 0).unwrap();
         assert_eq!(restored.offsets(), partition.offsets());
@@ -1293,7 +1326,10 @@ mod tests {
         );
         partition.apply(2, send_operation(), &Bytes::new(), &log);
         assert_eq!(partition.committed_next_offset(log.next_offset), 10);
-        let retire = PartitionWrite::RetireSegments { keep_from: 10 };
+        let retire = PartitionWrite::RetireSegments {
+            keep_from: 10,
+            planned_at: 2,
+        };
         for op in [3, 4] {
             assert!(matches!(
                 partition.apply(op, retire.operation(), &retire.encode(), &log),
@@ -1421,5 +1457,57 @@ mod tests {
             &log,
         );
         assert_eq!(next.count, 0);
+    }
+
+    /// A retirement planned by a replica that had not applied the latest offset stores (the
+    /// metadata primary plans a DeleteSegments from its own copy of a partition it does not
+    /// lead): every replica applies it held back to what those stores have not committed.
+    #[test]
+    fn an_offset_stored_after_a_retirements_plan_holds_it_back_at_apply() {
+        let log = FakeLog {
+            first_offset: 0,
+            next_offset: 100,
+        };
+        let retire = |keep_from, planned_at| {
+            let write = PartitionWrite::RetireSegments {
+                keep_from,
+                planned_at,
+            };
+            (write.operation(), write.encode())
+        };
+        let mut partition = Partition::new(0);
+        apply(&mut partition, 1, store(OffsetOwner::Consumer(1), 40, 0));
+        apply(&mut partition, 2, store(OffsetOwner::External(2), 5, 0));
+        assert_eq!(partition.applied(), 2);
+        // Planned at op 2: consumer 1 had committed 40, which the plan kept to.
+        let (operation, body) = retire(41, 2);
+        let applied = partition.apply(3, operation, &body, &log);
+        assert!(matches!(applied, Applied::Retire { keep_from: 41 }));
+        // Consumer 1 went back to 10 (op 4) and group 3 stored 20 (op 5) after a plan at op 3.
+        apply(&mut partition, 4, store(OffsetOwner::Consumer(1), 10, 0));
+        apply(&mut partition, 5, store(OffsetOwner::Group(3), 20, 0));
+        let (operation, body) = retire(60, 3);
+        let applied = partition.apply(6, operation, &body, &log);
+        assert!(matches!(applied, Applied::Retire { keep_from: 11 }));
+        // A plan at op 4 saw consumer 1's store, not group 3's.
+        let (operation, body) = retire(60, 4);
+        let applied = partition.apply(7, operation, &body, &log);
+        assert!(matches!(applied, Applied::Retire { keep_from: 21 }));
+        // Kind 3 stores hold nothing back, and a retention pass is held by no offset.
+        apply(&mut partition, 8, store(OffsetOwner::External(2), 1, 0));
+        let (operation, body) = retire(60, 7);
+        let applied = partition.apply(9, operation, &body, &log);
+        assert!(matches!(applied, Applied::Retire { keep_from: 60 }));
+        let (operation, body) = retire(60, NO_OFFSET_HOLD);
+        let applied = partition.apply(10, operation, &body, &log);
+        assert!(matches!(applied, Applied::Retire { keep_from: 60 }));
+        // The storing ops survive a checkpoint: a replica restored from one holds back alike.
+        let mut restored = Partition::new(0);
+        restored.restore(&partition.encode_state(), 100).unwrap();
+        restored.restored_at(10);
+        assert_eq!(restored.applied(), 10);
+        let (operation, body) = retire(60, 3);
+        let applied = restored.apply(11, operation, &body, &log);
+        assert!(matches!(applied, Applied::Retire { keep_from: 11 }));
     }
 }

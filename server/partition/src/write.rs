@@ -7,8 +7,8 @@ use iggy_generated::frames::Operation;
 use iggy_generated::payloads::SessionIdentity;
 use iggy_generated::storage::{
     DeleteGroupOffsetsOp, DeleteOffsetOp, DeleteOffsetOpV0, DeleteOffsetOpV1, OffsetOwnerKind,
-    OffsetOwnerRecord, RetireSegmentsOp, SessionRetirementOp, StoreOffsetOp, StoreOffsetOpV0,
-    StoreOffsetOpV1, WriteAppended, WriteStatus,
+    OffsetOwnerRecord, RetireSegmentsOp, RetireSegmentsOpV0, SessionRetirementOp, StoreOffsetOp,
+    StoreOffsetOpV0, StoreOffsetOpV1, WriteAppended, WriteStatus,
 };
 use iggy_wire::{WireDecode, WireEncode};
 
@@ -52,6 +52,11 @@ pub const RESOLVED_AT_UNKNOWN: u64 = u64::MAX;
 /// of a group id is told from another by it, so no write or read is judged by it.
 pub const CREATED_AT_UNKNOWN: u64 = 0;
 
+/// The `planned_at` of a retirement no offset holds back: a retention pass (message expiry and
+/// size caps delete what consumers have not read, as the topic's settings say), or one journaled
+/// before plans named their op.
+pub const NO_OFFSET_HOLD: u64 = u64::MAX;
+
 /// The body of a partition op as journaled: the primary's decisions plus the client's bytes.
 /// Internal to this server (the journal is ours); the wire batch inside is the spec's layout.
 pub enum PartitionWrite {
@@ -78,9 +83,12 @@ pub enum PartitionWrite {
         resolved_at: u64,
         owner_created_at: u64,
     },
-    /// DeleteSegments: every closed segment whose messages all lie below `keep_from`, as the
-    /// primary planned it from the request. Applying it twice deletes nothing more.
-    RetireSegments { keep_from: u64 },
+    /// DeleteSegments: every closed segment whose messages all lie below `keep_from`, as a
+    /// replica planned it from the request with every op up to `planned_at` applied. An
+    /// offset stored by a later op (which the planner did not see) holds it back when applied,
+    /// so every replica deletes the same, and never what a consumer has not committed;
+    /// [`NO_OFFSET_HOLD`] for a retention pass. Applying it twice deletes nothing more.
+    RetireSegments { keep_from: u64, planned_at: u64 },
     /// The consumer group `group` was deleted by metadata op `metadata_op` (or, proposed by a
     /// primary's sweep, was not live at it): its offsets (kind 2 and kind 3) stored by a group
     /// created before `metadata_op` (where the offset does not keep that creation op: resolved
@@ -136,9 +144,15 @@ impl PartitionWrite {
             })
             .to_wire_bytes()
             .into(),
-            PartitionWrite::RetireSegments { keep_from } => {
-                (RetireSegmentsOp { keep_from }).to_wire_bytes().into()
-            }
+            PartitionWrite::RetireSegments {
+                keep_from,
+                planned_at,
+            } => (RetireSegmentsOp {
+                keep_from,
+                planned_at,
+            })
+            .to_wire_bytes()
+            .into(),
             PartitionWrite::DeleteGroupOffsets { group, metadata_op } => {
                 (DeleteGroupOffsetsOp { group, metadata_op })
                     .to_wire_bytes()
@@ -161,9 +175,7 @@ impl PartitionWrite {
             }),
             Operation::StoreConsumerOffset => decode_store(body),
             Operation::DeleteConsumerOffset => decode_delete(body),
-            Operation::DeleteSegments => Some(PartitionWrite::RetireSegments {
-                keep_from: RetireSegmentsOp::decode_exact(body).ok()?.keep_from,
-            }),
+            Operation::DeleteSegments => decode_retirement(body),
             Operation::DeleteConsumerGroup => {
                 let op = DeleteGroupOffsetsOp::decode_exact(body).ok()?;
                 Some(PartitionWrite::DeleteGroupOffsets {
@@ -202,6 +214,25 @@ fn decode_store(body: &[u8]) -> Option<PartitionWrite> {
         offset,
         resolved_at,
         owner_created_at,
+    })
+}
+
+/// A `RetireSegmentsOp`, or a `RetireSegmentsOpV0` (told by its size) journaled before plans
+/// named the op they were made at: its plan stands as it was.
+fn decode_retirement(body: &[u8]) -> Option<PartitionWrite> {
+    let (keep_from, planned_at) = match body.len() {
+        RetireSegmentsOpV0::SIZE => (
+            RetireSegmentsOpV0::decode_exact(body).ok()?.keep_from,
+            NO_OFFSET_HOLD,
+        ),
+        _ => {
+            let op = RetireSegmentsOp::decode_exact(body).ok()?;
+            (op.keep_from, op.planned_at)
+        }
+    };
+    Some(PartitionWrite::RetireSegments {
+        keep_from,
+        planned_at,
     })
 }
 
@@ -398,8 +429,28 @@ mod tests {
                 Some(write.encode())
             );
         }
-        let retire = PartitionWrite::RetireSegments { keep_from: 300 };
-        assert_eq!(retire.encode()[..], [44, 1, 0, 0, 0, 0, 0, 0]);
+        let retire = PartitionWrite::RetireSegments {
+            keep_from: 300,
+            planned_at: 7,
+        };
+        #[rustfmt::skip]
+        let written: &[u8] = &[44, 1, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0];
+        assert_eq!(retire.encode()[..], written[..]);
+        let decoded = PartitionWrite::decode(retire.operation(), &retire.encode());
+        assert_eq!(
+            decoded.map(|decoded| decoded.encode()),
+            Some(retire.encode())
+        );
+        // Journaled before plans named their op: the plan stands, no offset holds it back.
+        let before = Bytes::from_static(&[44, 1, 0, 0, 0, 0, 0, 0]);
+        let decoded = PartitionWrite::decode(retire.operation(), &before);
+        assert!(matches!(
+            decoded,
+            Some(PartitionWrite::RetireSegments {
+                keep_from: 300,
+                planned_at: NO_OFFSET_HOLD
+            })
+        ));
         let deletion = PartitionWrite::DeleteGroupOffsets {
             group: 3,
             metadata_op: 5,

@@ -45,8 +45,8 @@ use iggy_generated::errors::ErrorCode;
 use iggy_generated::frames::{BatchHeader, MessageFrameHeader};
 use iggy_generated::payloads::SessionIdentity;
 use iggy_partition::{
-    CREATED_AT_UNKNOWN, KeptOffset, OffsetOwner, PartitionWrite, RESOLVED_AT_UNKNOWN, StartAt,
-    WriteResult,
+    CREATED_AT_UNKNOWN, KeptOffset, NO_OFFSET_HOLD, OffsetOwner, PartitionWrite,
+    RESOLVED_AT_UNKNOWN, StartAt, WriteResult,
 };
 use iggy_vsr::sim::Rng;
 use iggy_vsr::sim::machine::{NodeView, Workload};
@@ -76,9 +76,11 @@ enum Request {
         group: u32,
         metadata_op: u64,
     },
-    /// Retire the segments below `keep_from`.
+    /// Retire the segments below `keep_from`, as planned by a replica that had applied every
+    /// op up to `planned_at` (offsets stored later hold it back; `NO_OFFSET_HOLD`: none do).
     Retire {
         keep_from: u64,
+        planned_at: u64,
     },
     Logout,
 }
@@ -117,6 +119,8 @@ pub struct Figures {
     /// Segment retirements committed, and of them past the committed end at the time.
     pub retirements_committed: u64,
     pub retirements_past_end: u64,
+    /// Retirements committed that offsets stored after their plan held back.
+    pub retirements_held_by_later_stores: u64,
     /// Polls checked, and the messages they returned.
     pub polls: u64,
     pub messages_polled: u64,
@@ -225,6 +229,7 @@ impl History {
             offset,
             resolved_at,
             created_at: owner_created_at,
+            stored_at: op,
         };
         self.offsets.insert(owner, kept);
         self.offsets_after.insert(op, self.offsets.clone());
@@ -285,9 +290,22 @@ impl History {
         History::of_instance(&kept, created_at_op).then_some(kept.offset)
     }
 
-    /// A segment retirement below `keep_from` committed.
-    pub fn commit_retirement(&mut self, keep_from: u64) {
+    /// A segment retirement below `keep_from`, planned at op `planned_at`, committed: held
+    /// back to the first message an offset stored after `planned_at` has not committed (kind 3
+    /// offsets hold nothing back). Returns where it retires below.
+    pub fn commit_retirement(&mut self, keep_from: u64, planned_at: u64) -> u64 {
+        let held_from = self
+            .offsets
+            .iter()
+            .filter(|(owner, kept)| {
+                !matches!(owner, OffsetOwner::External(_)) && kept.stored_at > planned_at
+            })
+            .map(|(_, kept)| kept.offset + 1)
+            .min()
+            .unwrap_or(u64::MAX);
+        let keep_from = keep_from.min(held_from);
         self.retired_below = self.retired_below.max(keep_from);
+        keep_from
     }
 
     /// A replica's log holds messages from `first_offset`: no retirement may have deleted a
@@ -612,6 +630,7 @@ impl PartitionWorkload {
         } else if roll < 60 + self.retire_percent {
             Request::Retire {
                 keep_from: self.plan_keep_from(),
+                planned_at: self.plan_planned_at(),
             }
         } else {
             let (owner, resolved_at, owner_created_at) = self.plan_owner();
@@ -652,8 +671,12 @@ impl PartitionWorkload {
                     metadata_op: *metadata_op,
                 }
             }
-            Request::Retire { keep_from } => PartitionWrite::RetireSegments {
+            Request::Retire {
+                keep_from,
+                planned_at,
+            } => PartitionWrite::RetireSegments {
                 keep_from: *keep_from,
+                planned_at: *planned_at,
             },
             Request::Logout => PartitionWrite::RetireSessions {
                 sessions: vec![SessionIdentity {
@@ -684,6 +707,17 @@ impl PartitionWorkload {
                 let (_, base_offset, frames) = &self.acknowledged[index];
                 base_offset + self.rng.below(frames.len() as u64 + 1)
             }
+        }
+    }
+
+    /// The op a retirement is planned at: as by a retention pass (no offset holds it back), or
+    /// by a replica that applied the history's last op or lags a few ops behind it (the
+    /// metadata primary planning from its copy of a partition it does not lead), so offset
+    /// stores it did not see hold it back when it is applied.
+    fn plan_planned_at(&mut self) -> u64 {
+        match self.rng.below(4) {
+            0 => NO_OFFSET_HOLD,
+            _ => self.history.last_op.saturating_sub(self.rng.below(6)),
         }
     }
 
@@ -920,11 +954,15 @@ impl Workload for PartitionWorkload {
                 self.figures.group_deletions_committed += 1;
                 self.history.commit_group_deletion(op, group, metadata_op);
             }
-            Some(PartitionWrite::RetireSegments { keep_from }) if result == WriteResult::Done => {
+            Some(PartitionWrite::RetireSegments {
+                keep_from,
+                planned_at,
+            }) if result == WriteResult::Done => {
                 self.figures.retirements_committed += 1;
                 let committed = self.history.messages.len() as u64;
                 self.figures.retirements_past_end += u64::from(keep_from > committed);
-                self.history.commit_retirement(keep_from);
+                let held_from = self.history.commit_retirement(keep_from, planned_at);
+                self.figures.retirements_held_by_later_stores += u64::from(held_from < keep_from);
             }
             Some(PartitionWrite::RetireSessions { .. }) if result == WriteResult::Done => {}
             _ => self.fail(format!("op {op}: unexpected operation {}", entry.operation)),
@@ -1190,7 +1228,10 @@ mod tests {
             machine.log_mut().segment_count() >= 3,
             "the sends rolled segments"
         );
-        let retire = PartitionWrite::RetireSegments { keep_from: 10 };
+        let retire = PartitionWrite::RetireSegments {
+            keep_from: 10,
+            planned_at: NO_OFFSET_HOLD,
+        };
         let reply = machine
             .apply(11, 1, retire.operation(), &retire.encode())
             .reply;
@@ -1208,7 +1249,7 @@ mod tests {
                 .reply;
             assert_eq!(WriteResult::decode(&reply), WriteResult::Done);
         }
-        history.commit_retirement(10);
+        history.commit_retirement(10, NO_OFFSET_HOLD);
         let first = machine.first_offset();
         assert!(first > 0 && first <= 10, "first offset {first}");
         assert_eq!(
@@ -1357,7 +1398,10 @@ mod tests {
             send(&mut source, op, u128::from(op) * 10);
         }
         source.may_retire_through(sends);
-        let retire = PartitionWrite::RetireSegments { keep_from };
+        let retire = PartitionWrite::RetireSegments {
+            keep_from,
+            planned_at: NO_OFFSET_HOLD,
+        };
         source.apply(sends + 1, 1, retire.operation(), &retire.encode());
         let state = source
             .checkpoint(sends + 1)
@@ -1402,7 +1446,10 @@ mod tests {
             send(&mut source, op, u128::from(op) * 10);
         }
         source.may_retire_through(10);
-        let retire = PartitionWrite::RetireSegments { keep_from: 16 };
+        let retire = PartitionWrite::RetireSegments {
+            keep_from: 16,
+            planned_at: NO_OFFSET_HOLD,
+        };
         source.apply(11, 1, retire.operation(), &retire.encode());
         assert!(source.first_offset() > 8, "retired past the state's end");
         let mut laggard = PartitionMachine::new(3);

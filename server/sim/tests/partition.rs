@@ -41,6 +41,7 @@ struct Totals {
     full_reads: u64,
     retirements_committed: u64,
     retirements_past_end: u64,
+    retirements_held_by_later_stores: u64,
     retirements_applied: u64,
     retirements_bounded: u64,
     segments_retired: u64,
@@ -70,6 +71,7 @@ impl Totals {
         self.full_reads += figures.full_reads;
         self.retirements_committed += figures.retirements_committed;
         self.retirements_past_end += figures.retirements_past_end;
+        self.retirements_held_by_later_stores += figures.retirements_held_by_later_stores;
         let machines = &figures.machines;
         self.retirements_applied += machines.retirements;
         self.retirements_bounded += machines.retirements_bounded;
@@ -118,6 +120,10 @@ fn run(replica_count: u8) {
         assert!(
             totals.retirements_past_end > 0,
             "retirements past the committed end are exercised"
+        );
+        assert!(
+            totals.retirements_held_by_later_stores > 0,
+            "retirements planned before offset stores they did not see are exercised"
         );
         assert!(
             totals.stowed_retired > 0,

@@ -254,8 +254,10 @@ pub struct Replica {
     durable_acks: Vec<u64>,
     /// Primary: the tick each replica last acknowledged anything in this view (backups answer
     /// every Commit heartbeat with their durable head), to tell a primary that still leads a
-    /// quorum from one cut off from it (`leads_quorum`).
-    acked_at: Vec<u64>,
+    /// quorum from one cut off from it (`leads_quorum`). `None`: not heard since this replica
+    /// opened (a replica formatted primary of its group's creation view, late perhaps, after
+    /// the group moved on, leads nobody until its backups answer).
+    acked_at: Vec<Option<u64>>,
     /// The highest op known to be committed and held durably by every replica (see
     /// [`Replica::checkpoint_safe`]). Only grows: once every replica holds a committed op, it
     /// keeps holding it (its entry is in every later view's log) until it checkpoints past it.
@@ -274,7 +276,9 @@ pub struct Replica {
     primary_since: u64,
     /// When this primary last asked its preferred replica to take the group over.
     transfer_sent_at: Option<u64>,
-    sent_heartbeat_at: u64,
+    /// When the primary's next Commit heartbeat is due: at its first tick once opened (so a
+    /// primary of the creation view hears its backups at once), then every `heartbeat_ticks`.
+    next_heartbeat_at: u64,
     resent_at: u64,
     actions: VecDeque<Action>,
     /// Committed ops whose bodies were released (`release_committed_bodies`).
@@ -371,7 +375,7 @@ impl Replica {
         );
         let solo = config.replica_count == 1;
         let durable_acks = vec![0; usize::from(config.replica_count)];
-        let acked_at = vec![0; usize::from(config.replica_count)];
+        let acked_at = vec![None; usize::from(config.replica_count)];
         Replica {
             base_clients: clients.clone(),
             clients,
@@ -413,7 +417,7 @@ impl Replica {
             view_change_started_at: 0,
             primary_since: 0,
             transfer_sent_at: None,
-            sent_heartbeat_at: 0,
+            next_heartbeat_at: 0,
             resent_at: 0,
             actions: VecDeque::new(),
             released_through: checkpoint.op,
@@ -520,7 +524,9 @@ impl Replica {
             return true;
         }
         let me = usize::from(self.config.replica);
-        let recent = |at: u64| self.now < at + self.config.view_change_timeout_ticks;
+        let recent = |at: Option<u64>| {
+            at.is_some_and(|at| self.now < at + self.config.view_change_timeout_ticks)
+        };
         let in_touch = (0..self.acked_at.len())
             .filter(|&r| r == me || recent(self.acked_at[r]))
             .count();
@@ -1173,8 +1179,8 @@ impl Replica {
     }
 
     fn tick_primary(&mut self) {
-        if self.now >= self.sent_heartbeat_at + self.config.heartbeat_ticks {
-            self.sent_heartbeat_at = self.now;
+        if self.now >= self.next_heartbeat_at {
+            self.next_heartbeat_at = self.now + self.config.heartbeat_ticks;
             for to in self.others() {
                 self.send(
                     to,
@@ -1250,6 +1256,8 @@ impl Replica {
     fn heard_lately(&self, replica: ReplicaId) -> bool {
         self.acked_at
             .get(usize::from(replica))
+            .copied()
+            .flatten()
             .is_some_and(|at| self.now < at + self.config.heartbeat_ticks * 2)
     }
 
@@ -1475,7 +1483,7 @@ impl Replica {
             _ => {}
         }
         if let Some(at) = self.acked_at.get_mut(usize::from(replica)) {
-            *at = self.now;
+            *at = Some(self.now);
         }
         if let Some(acked) = self.durable_acks.get_mut(usize::from(replica)) {
             *acked = (*acked).max(op);
@@ -1859,7 +1867,7 @@ impl Replica {
         self.prepare_oks.clear();
         self.durable_acks.fill(0);
         // The quorum of DoViewChanges that elected us was just heard from.
-        self.acked_at.fill(self.now);
+        self.acked_at.fill(Some(self.now));
         self.commit_max = self.commit_max.max(commit.min(self.journal.op()));
         for op in self.commit_max + 1..=self.journal.op() {
             self.prepare_oks.insert(op, BTreeSet::new());
@@ -1867,7 +1875,7 @@ impl Replica {
         for to in self.others() {
             self.send_start_view(to);
         }
-        self.sent_heartbeat_at = self.now;
+        self.next_heartbeat_at = self.now + self.config.heartbeat_ticks;
         self.resent_at = self.now;
         self.acknowledge_durable(self.commit_max);
         self.commit_advance();

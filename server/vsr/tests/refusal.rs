@@ -96,15 +96,45 @@ fn the_silence_before_a_view_change_is_staggered_in_proportion_to_the_timeout() 
 /// the partition's create late, `SIM_SEED=930003` of the node simulator) leads no quorum: it
 /// must not tell a client that a session is unknown (the client would abandon a session the
 /// group holds, and the session's slot would stay taken), so it answers NotReady and the client
-/// asks another replica. A primary a quorum is in touch with still answers SessionUnknown.
+/// asks another replica; from its first tick, not only once a view-change timeout has passed
+/// (a backup it never heard from is not in touch). A primary a quorum is in touch with still
+/// answers SessionUnknown.
 #[test]
 fn a_primary_out_of_touch_with_a_quorum_calls_no_session_unknown() {
-    let mut late = Replica::format_in_view(Config::new(3, 1), 1);
-    late.on_tick(1_000);
-    assert!(late.is_primary() && !late.leads_quorum());
-    assert_eq!(refusal(&mut late), Refusal::NotReady);
+    for now in [1, 1_000] {
+        let mut late = Replica::format_in_view(Config::new(3, 1), 1);
+        late.on_tick(now);
+        assert!(late.is_primary() && !late.leads_quorum(), "tick {now}");
+        assert!(!late.in_touch(), "tick {now}");
+        assert_eq!(refusal(&mut late), Refusal::NotReady, "tick {now}");
+    }
 
     let mut leading = Replica::new(Config::new(3, 0));
-    assert!(leading.is_primary() && leading.leads_quorum());
+    assert!(
+        leading.is_primary() && !leading.leads_quorum(),
+        "no backup heard yet"
+    );
+    // Its first tick sends the heartbeat its backups answer.
+    leading.on_tick(1);
+    let heartbeats = std::iter::from_fn(|| leading.poll_action())
+        .filter(|action| {
+            matches!(
+                action,
+                Action::Send {
+                    message: Message::Commit { .. },
+                    ..
+                }
+            )
+        })
+        .count();
+    assert_eq!(heartbeats, 2);
+    let answer = Message::PrepareOk {
+        view: 0,
+        op: 0,
+        checksum: leading.checksum_at(0).expect("the root entry"),
+        replica: 2,
+    };
+    leading.on_message(2, answer);
+    assert!(leading.leads_quorum());
     assert_eq!(refusal(&mut leading), Refusal::SessionUnknown);
 }

@@ -44,12 +44,6 @@
 //!   history fails. So an acknowledged write is never dropped from the model, and an error
 //!   never hides an applied write the model does not learn of.
 //!
-//! Known bug, tolerated unless `DURABILITY_CLUSTER_STRICT=1`: a segment deletion issued right
-//! after a consumer offset was stored can delete past that offset when the metadata primary
-//! (which plans the deletion from its own replica) does not lead the partition (e2e
-//! `segment_deletion_right_after_an_offset_store_keeps_the_consumers_unconsumed_messages`,
-//! ignored until fixed). Such deletions are counted in the figures.
-//!
 //! Knobs: `DURABILITY_CLUSTER_HISTORIES` (default 3), `DURABILITY_CLUSTER_HISTORY_STEPS`
 //! (default 30, before the restarts' `NodeUp` steps are added), `DURABILITY_CLUSTER_HISTORY_FIRST`;
 //! `DURABILITY_SEED`, `DURABILITY_SHRINK_SECS` and `DURABILITY_HISTORY_DELETES` as for one server.

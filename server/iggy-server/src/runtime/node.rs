@@ -185,6 +185,7 @@ impl Node {
             metadata: RefCell::new(Metadata::default()),
             partitions: RefCell::new(HashMap::new()),
             started_at: std::time::Instant::now(),
+            started_at_micros: crate::runtime::clock::now_micros(),
             shards: crate::runtime::shard::Shards::start(shard_count)?,
             session_connections: RefCell::new(HashMap::new()),
             session_activity: RefCell::new(HashMap::new()),

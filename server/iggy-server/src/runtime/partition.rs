@@ -14,7 +14,9 @@ use futures_channel::oneshot;
 use iggy_generated::errors::ErrorCode;
 use iggy_generated::frames::Operation;
 use iggy_generated::payloads::SessionIdentity;
-use iggy_partition::{Applied, OffsetOwner, Partition, PartitionWrite, StartAt, WriteResult};
+use iggy_partition::{
+    Applied, NO_OFFSET_HOLD, OffsetOwner, Partition, PartitionWrite, StartAt, WriteResult,
+};
 use iggy_storage::partition_log::{LogConfig, PartitionLog, ReadBatches};
 use iggy_storage::{StorageError, batch};
 use iggy_vsr::group::JournalBound;
@@ -65,12 +67,14 @@ pub enum PartitionRead {
     },
 }
 
-/// A segment deletion's plan: where it would keep the log from, and where the group's bound
-/// (`Partition::retirable_below`) lets it, at or below that.
+/// A segment deletion's plan: where it would keep the log from, where the group's bound
+/// (`Partition::retirable_below`) lets it, at or below that, and the last op applied to the
+/// state it was planned from (offsets stored later hold it back when it is applied).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RetirementPlan {
     pub planned: u64,
     pub keep_from: u64,
+    pub planned_at: u64,
 }
 
 /// Bytes kept free in front of polled records for the reply header and the poll prefix, so the
@@ -270,6 +274,7 @@ impl PartitionMachine {
         RetirementPlan {
             planned,
             keep_from: planned.min(self.core.retirable_below()),
+            planned_at: self.core.applied(),
         }
     }
 
@@ -872,7 +877,11 @@ impl PartitionHandle {
         let Some(keep_from) = wait.await.map_err(|_| ErrorCode::PartitionNotFound)? else {
             return Ok(None);
         };
-        let write = PartitionWrite::RetireSegments { keep_from };
+        // Retention deletes by age and size whatever consumers have read.
+        let write = PartitionWrite::RetireSegments {
+            keep_from,
+            planned_at: NO_OFFSET_HOLD,
+        };
         match self
             .group
             .submit_next(RETENTION_CLIENT, write.operation(), write.encode())
@@ -1222,7 +1231,10 @@ mod tests {
                 laggard.checkpoint().await.unwrap();
             }
         }
-        let retire = PartitionWrite::RetireSegments { keep_from: 8 };
+        let retire = PartitionWrite::RetireSegments {
+            keep_from: 8,
+            planned_at: 6,
+        };
         let retire = Entry::new(7, 0, 1, 7, retire.operation(), retire.encode());
         assert_eq!(apply(&mut laggard, &retire).await, WriteResult::Done);
         assert_eq!(laggard.log.first_offset(), 8);
@@ -1266,7 +1278,10 @@ mod tests {
         for op in 3..=6 {
             apply(&mut source, &send(op, 2)).await;
         }
-        let retire = PartitionWrite::RetireSegments { keep_from: 8 };
+        let retire = PartitionWrite::RetireSegments {
+            keep_from: 8,
+            planned_at: 6,
+        };
         let retire = Entry::new(7, 0, 1, 7, retire.operation(), retire.encode());
         assert_eq!(apply(&mut source, &retire).await, WriteResult::Done);
         assert_eq!(source.log.first_offset(), 8);

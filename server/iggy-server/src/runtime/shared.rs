@@ -34,6 +34,9 @@ pub struct Shared {
     pub metadata: RefCell<Metadata>,
     pub partitions: RefCell<HashMap<PartitionKey, PartitionEntry>>,
     pub started_at: std::time::Instant,
+    /// The wall-clock time of `started_at` (microseconds since the epoch), read once: stats
+    /// report it as the process's start time.
+    pub started_at_micros: u64,
     /// The shard threads partitions run on.
     pub shards: crate::runtime::shard::Shards,
     /// The connection each session was last bound on: its public client id.

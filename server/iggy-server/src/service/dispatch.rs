@@ -6,7 +6,7 @@ use crate::consensus::group::Outcome;
 use crate::runtime::clock::now_micros;
 use crate::runtime::connection::{Bound, Connection, Routing};
 use crate::runtime::node::Node;
-use crate::runtime::partition::PartitionHandle;
+use crate::runtime::partition::{PartitionHandle, RetirementPlan};
 use crate::runtime::shared::PartitionKey;
 use crate::service::frame::{self, Admitted, ReplyMeta};
 use crate::service::replies;
@@ -27,7 +27,7 @@ use iggy_generated::protocol;
 use iggy_metadata::machine::{envelope, ident, session_record};
 use iggy_metadata::replies::{self as model_replies, Codec};
 use iggy_metadata::{Ident, Need};
-use iggy_partition::{OffsetOwner, PartitionWrite, StartAt, WriteResult};
+use iggy_partition::{NO_OFFSET_HOLD, OffsetOwner, PartitionWrite, StartAt, WriteResult};
 use iggy_wire::{WireDecode, WireError};
 use std::rc::Rc;
 
@@ -1214,16 +1214,22 @@ async fn delete_segments(
     let partition = writable_partition(node, key, routing).await?;
     let request_number = request.header.request;
     // A committed retry is answered from the client table whatever its body says.
-    let keep_from = if partition
+    let write = if partition
         .group
         .already_committed(bound.client, request_number)
         .await
     {
-        0
+        PartitionWrite::RetireSegments {
+            keep_from: 0,
+            planned_at: NO_OFFSET_HOLD,
+        }
     } else {
-        plan_within_bound(node, &partition, key, delete.segments_count).await?
+        let plan = plan_within_bound(node, &partition, key, delete.segments_count).await?;
+        PartitionWrite::RetireSegments {
+            keep_from: plan.keep_from,
+            planned_at: plan.planned_at,
+        }
     };
-    let write = PartitionWrite::RetireSegments { keep_from };
     let written = partition
         .write_anywhere(bound.client, request_number, write)
         .await;
@@ -1254,8 +1260,9 @@ async fn delete_segments(
 /// primary's Commit heartbeats, a few ticks behind the sends just acknowledged.
 const RETIREMENT_BOUND_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// Where a deletion of up to `count` of the oldest segments of `partition` keeps the log from,
-/// kept to the group's bound (never past what a replica that can still catch up by repair
+/// Where a deletion of up to `count` of the oldest segments of `partition` keeps the log from
+/// (and the op it was planned at: this replica may not have applied the latest offset stores,
+/// which then hold it back as every replica applies it), kept to the group's bound (never past what a replica that can still catch up by repair
 /// lacks). A plan the bound holds back is planned again until the bound reaches it or
 /// [`RETIREMENT_BOUND_WAIT`] passes; a plan held back whole commits a retirement that deletes
 /// nothing, and the command succeeds like one asking for more segments than the log has.
@@ -1264,7 +1271,7 @@ async fn plan_within_bound(
     partition: &PartitionHandle,
     key: PartitionKey,
     count: u32,
-) -> Result<u64, ErrorCode> {
+) -> Result<RetirementPlan, ErrorCode> {
     let deadline = std::time::Instant::now() + RETIREMENT_BOUND_WAIT;
     loop {
         // The groups as of now: a group created while the plan waits holds its offsets back.
@@ -1282,7 +1289,7 @@ async fn plan_within_bound(
             .await?;
         if plan.keep_from == plan.planned || std::time::Instant::now() >= deadline {
             plan.log_hold(key.2);
-            return Ok(plan.keep_from);
+            return Ok(plan);
         }
         compio::time::sleep(crate::consensus::plane::TICK).await;
     }

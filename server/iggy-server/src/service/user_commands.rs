@@ -401,7 +401,6 @@ fn stats(node: &Node) -> Vec<u8> {
                 (s + info.size_bytes, m + info.messages, g + info.segments)
             });
     let run_time = shared.started_at.elapsed().as_micros() as u64;
-    let now = crate::runtime::clock::now_micros();
     let version = iggy_generated::protocol::RELEASE_VERSION;
     let host = crate::runtime::host::figures(shared.data.root());
     (StatsResponse {
@@ -412,7 +411,7 @@ fn stats(node: &Node) -> Vec<u8> {
         total_memory: host.total_memory,
         available_memory: host.available_memory,
         run_time,
-        start_time: now.saturating_sub(run_time),
+        start_time: shared.started_at_micros,
         read_bytes: host.read_bytes,
         written_bytes: host.written_bytes,
         messages_size_bytes: size,

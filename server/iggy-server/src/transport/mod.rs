@@ -65,11 +65,33 @@ pub async fn bind_stream(
     Ok((listener, local, acceptor))
 }
 
+/// What a graceful stop must close itself. A stream transport's connections end with the
+/// process (the kernel sends their FIN); a QUIC connection ends only by a CONNECTION_CLOSE the
+/// endpoint sends, or else by each client's idle timeout.
+pub struct Listeners {
+    quic: Option<compio::quic::Endpoint>,
+}
+
+impl Listeners {
+    /// Closes every QUIC connection (its clients reconnect at once) and stops accepting new
+    /// ones, then waits a moment for the closes to go out.
+    pub async fn close(&self) {
+        let Some(endpoint) = &self.quic else {
+            return;
+        };
+        endpoint.close(compio::quic::VarInt::from_u32(0), b"server shutdown");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        while endpoint.open_connections() > 0 && std::time::Instant::now() < deadline {
+            compio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    }
+}
+
 /// Binds every enabled binary transport (TCP or TCP+TLS, QUIC, WebSocket or WSS), then starts
 /// serving them: each "listening on" line is logged once every listener is bound. The first
 /// that cannot bind (or whose certificate cannot be had) stops the start: the error names the
 /// transport and its address.
-pub async fn listen(config: &Config, node: &Rc<Node>) -> Result<(), String> {
+pub async fn listen(config: &Config, node: &Rc<Node>) -> Result<Listeners, String> {
     let failed = |name: &str, address: &str, error: &dyn std::fmt::Display| {
         format!("cannot bind {name} {address}: {error}")
     };
@@ -107,9 +129,11 @@ pub async fn listen(config: &Config, node: &Rc<Node>) -> Result<(), String> {
         tracing::info!("listening on {name} {local}");
         compio::runtime::spawn(tcp::serve(listener, node.clone(), acceptor)).detach();
     }
+    let mut listeners = Listeners { quic: None };
     if let Some((endpoint, local)) = quic {
         ports.set("quic", local.port());
         tracing::info!("listening on quic {local}");
+        listeners.quic = Some(endpoint.clone());
         compio::runtime::spawn(quic::serve(endpoint, node.clone())).detach();
     }
     if let Some((listener, local, acceptor)) = websocket {
@@ -118,7 +142,7 @@ pub async fn listen(config: &Config, node: &Rc<Node>) -> Result<(), String> {
         tracing::info!("listening on {name} {local}");
         compio::runtime::spawn(ws::serve(listener, node.clone(), acceptor)).detach();
     }
-    Ok(())
+    Ok(listeners)
 }
 
 /// Binds a TCP listener. A previous process's io_uring may hold the port for a moment after

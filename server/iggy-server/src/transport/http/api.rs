@@ -1330,9 +1330,11 @@ async fn route_handler(
                     n.set(n.get().wrapping_add(1));
                     ids[(n.get() % ids.len() as u64) as usize]
                 }),
+                // The binary SDK picks a keyed send's partition itself (XXH32, seed 0, modulo
+                // the partition count): a key lands on one partition whatever the transport.
                 "messages_key" => {
-                    let hash = twox_hash::XxHash3_64::oneshot(&value);
-                    ids[(hash % ids.len() as u64) as usize]
+                    let hash = twox_hash::XxHash32::oneshot(0, &value);
+                    ids[(hash % ids.len() as u32) as usize]
                 }
                 other => {
                     return Err(bad_json(format!("unknown partitioning kind `{other}`")).into());

@@ -398,8 +398,10 @@ pub fn polled(reply: &wire::PollMessagesResponse<'_>) -> Result<PolledMessages, 
                     checksum: frame.checksum,
                     id: frame.id,
                     offset: header.base_offset + frame.offset_delta as u64,
-                    timestamp: header.base_timestamp + frame.timestamp_delta as u64,
-                    origin_timestamp: header.origin_timestamp,
+                    // Arrival is stamped once per batch; a message's delta is from the
+                    // batch's origin to its own (how the official client reads a batch).
+                    timestamp: header.base_timestamp,
+                    origin_timestamp: header.origin_timestamp + frame.timestamp_delta as u64,
                     user_headers_length: frame.user_headers_length,
                     payload_length: frame.payload_length,
                     reserved: 0,
