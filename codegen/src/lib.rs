@@ -154,6 +154,9 @@ pub struct Enum {
     /// journal holds, never on a client's wire, so vectors checked against the official crates
     /// never draw it.
     pub variant_journal_only: Vec<bool>,
+    /// `size=<N>` of each variant row (parallel to `variants`): the exact byte length a value
+    /// tagged with this variant has, when the variant fixes one; emitted as `fixed_size`.
+    pub variant_sizes: Vec<Option<usize>>,
     pub file: String,
     pub line: usize,
 }

@@ -540,10 +540,16 @@ pub fn parse_file(file: &str, text: &str, model: &mut Model) -> Result<(), Vec<D
                 let mut variants = Vec::new();
                 let mut variant_versions = Vec::new();
                 let mut variant_journal_only = Vec::new();
+                let mut variant_sizes = Vec::new();
                 let closed = block(&mut lines, |rl, row| match whole(row, variant_row) {
                     Some((value, name, pairs)) => {
                         let a = Attrs { pairs };
-                        a.check(&["since", "until", "scope"], "an enum variant", file, rl, &mut errs);
+                        a.check(&["since", "until", "scope", "size"], "an enum variant", file, rl, &mut errs);
+                        let size = a.get("size").map(|size| size.parse::<usize>());
+                        if let Some(Err(_)) = size {
+                            errs.push(diag(file, rl, "size= on an enum variant must be a byte count"));
+                        }
+                        variant_sizes.push(size.and_then(Result::ok));
                         let scope = a.string("scope");
                         if scope.as_deref().is_some_and(|scope| scope != "journal" && scope != "replica") {
                             errs.push(diag(file, rl, "scope= on an enum variant must be `journal` or `replica`"));
@@ -558,7 +564,7 @@ pub fn parse_file(file: &str, text: &str, model: &mut Model) -> Result<(), Vec<D
                 if !closed {
                     errs.push(diag(file, ln, format!("enum `{name}` has no `end`")));
                 }
-                model.enums.push(Enum { name: name.into(), repr: repr.into(), variants, variant_versions, variant_journal_only, file: file.into(), line: ln });
+                model.enums.push(Enum { name: name.into(), repr: repr.into(), variants, variant_versions, variant_journal_only, variant_sizes, file: file.into(), line: ln });
             }
             "struct" => {
                 let header = whole(t, struct_line);

@@ -219,11 +219,29 @@ fn emit_enum(e: &Enum) -> TokenStream {
         quote!(#default #n = #v,)
     });
     let field = e.name.as_str();
+    // Only an enum with a `size=` row gets `fixed_size`, so the others' output stays as it was.
+    let fixed_size = e.variant_sizes.iter().any(Option::is_some).then(|| {
+        let arms = variants.iter().zip(&e.variant_sizes).map(|(n, size)| match size {
+            Some(size) => {
+                let size = num(*size);
+                quote!(Self::#n => Some(#size),)
+            }
+            None => quote!(Self::#n => None,),
+        });
+        quote! {
+            /// The exact byte length of a value of this variant (its `size=`), or None when
+            /// the variant fixes none.
+            pub fn fixed_size(self) -> Option<usize> {
+                match self { #(#arms)* }
+            }
+        }
+    });
     quote! {
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
         #[repr(#r)]
         pub enum #name { #(#defs)* }
         impl #name {
+            #fixed_size
             /// Every variant, in spec order.
             pub const ALL: &'static [#name] = &[#(#name::#variants),*];
             /// The variant with this discriminant.

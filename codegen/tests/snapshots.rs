@@ -40,6 +40,7 @@ diag_case!(
     since_above_current,
     retired_reuse,
     bad_example,
+    bad_enum_size,
 );
 
 #[test]

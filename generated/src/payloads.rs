@@ -2,6 +2,8 @@
 #![allow(clippy::all)]
 #[allow(unused_imports)]
 use iggy_wire::{WireDecode, WireEncode, WireError};
+/// `HEADER_FIELD_LENGTH_MAX` (spec/payloads.spec:800).
+pub const HEADER_FIELD_LENGTH_MAX: u32 = 255;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]
 pub enum AckLevel {
@@ -230,6 +232,134 @@ impl iggy_wire::WireJson for OptionsScope {
                 Self::Topic => "Topic",
                 Self::Stream => "Stream",
                 Self::User => "User",
+            },
+        );
+        out.push('"');
+    }
+}
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[repr(u8)]
+pub enum HeaderKind {
+    #[default]
+    Raw = 1,
+    String = 2,
+    Bool = 3,
+    Int8 = 4,
+    Int16 = 5,
+    Int32 = 6,
+    Int64 = 7,
+    Int128 = 8,
+    Uint8 = 9,
+    Uint16 = 10,
+    Uint32 = 11,
+    Uint64 = 12,
+    Uint128 = 13,
+    Float32 = 14,
+    Float64 = 15,
+}
+impl HeaderKind {
+    /// The exact byte length of a value of this variant (its `size=`), or None when
+    /// the variant fixes none.
+    pub fn fixed_size(self) -> Option<usize> {
+        match self {
+            Self::Raw => None,
+            Self::String => None,
+            Self::Bool => Some(1),
+            Self::Int8 => Some(1),
+            Self::Int16 => Some(2),
+            Self::Int32 => Some(4),
+            Self::Int64 => Some(8),
+            Self::Int128 => Some(16),
+            Self::Uint8 => Some(1),
+            Self::Uint16 => Some(2),
+            Self::Uint32 => Some(4),
+            Self::Uint64 => Some(8),
+            Self::Uint128 => Some(16),
+            Self::Float32 => Some(4),
+            Self::Float64 => Some(8),
+        }
+    }
+    /// Every variant, in spec order.
+    pub const ALL: &'static [HeaderKind] = &[
+        HeaderKind::Raw,
+        HeaderKind::String,
+        HeaderKind::Bool,
+        HeaderKind::Int8,
+        HeaderKind::Int16,
+        HeaderKind::Int32,
+        HeaderKind::Int64,
+        HeaderKind::Int128,
+        HeaderKind::Uint8,
+        HeaderKind::Uint16,
+        HeaderKind::Uint32,
+        HeaderKind::Uint64,
+        HeaderKind::Uint128,
+        HeaderKind::Float32,
+        HeaderKind::Float64,
+    ];
+    /// The variant with this discriminant.
+    pub fn from_repr(v: u8) -> Option<Self> {
+        match v {
+            1 => Some(Self::Raw),
+            2 => Some(Self::String),
+            3 => Some(Self::Bool),
+            4 => Some(Self::Int8),
+            5 => Some(Self::Int16),
+            6 => Some(Self::Int32),
+            7 => Some(Self::Int64),
+            8 => Some(Self::Int128),
+            9 => Some(Self::Uint8),
+            10 => Some(Self::Uint16),
+            11 => Some(Self::Uint32),
+            12 => Some(Self::Uint64),
+            13 => Some(Self::Uint128),
+            14 => Some(Self::Float32),
+            15 => Some(Self::Float64),
+            _ => None,
+        }
+    }
+    /// The discriminant.
+    pub fn to_repr(self) -> u8 {
+        self as u8
+    }
+}
+impl WireEncode for HeaderKind {
+    fn encoded_size(&self) -> usize {
+        std::mem::size_of::<u8>()
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&(*self as u8).to_le_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for HeaderKind {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let v = <u8>::decode_from(input)?;
+        Self::from_repr(v)
+            .ok_or(WireError::InvalidValue {
+                field: "HeaderKind",
+            })
+    }
+}
+impl iggy_wire::WireJson for HeaderKind {
+    fn write_json(&self, out: &mut String) {
+        out.push('"');
+        out.push_str(
+            match self {
+                Self::Raw => "Raw",
+                Self::String => "String",
+                Self::Bool => "Bool",
+                Self::Int8 => "Int8",
+                Self::Int16 => "Int16",
+                Self::Int32 => "Int32",
+                Self::Int64 => "Int64",
+                Self::Int128 => "Int128",
+                Self::Uint8 => "Uint8",
+                Self::Uint16 => "Uint16",
+                Self::Uint32 => "Uint32",
+                Self::Uint64 => "Uint64",
+                Self::Uint128 => "Uint128",
+                Self::Float32 => "Float32",
+                Self::Float64 => "Float64",
             },
         );
         out.push('"');
@@ -3249,4 +3379,13 @@ pub struct PollRoutingResponse<'a> {
     pub consumer_session: crate::payloads::SessionIdentity,
     #[wire(plain)]
     pub primary: crate::payloads::ClusterNodeResponseV0111<'a>,
+}
+/// Variable-length `HeaderField`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct HeaderField<'a> {
+    /// a HeaderKind code
+    #[wire(plain)]
+    pub kind: u8,
+    #[wire(bytes(u32))]
+    pub value: &'a [u8],
 }

@@ -1056,6 +1056,13 @@ pub const STRUCTS: &[StructInfo] = &[
         until: 11265,
     },
     StructInfo {
+        name: "HeaderField",
+        module: "payloads",
+        fixed: None,
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
         name: "IndexEntry",
         module: "storage",
         fixed: Some(24),
@@ -1617,6 +1624,7 @@ pub fn roundtrip(name: &str, input: &[u8]) -> Option<Result<Roundtrip, WireError
             rt!(crate ::payloads::ClusterMetadataResponseV0111, input)
         }
         "PollRoutingResponse" => rt!(crate ::payloads::PollRoutingResponse, input),
+        "HeaderField" => rt!(crate ::payloads::HeaderField, input),
         "IndexEntry" => rt!(crate ::storage::IndexEntry, input),
         "StowedBatch" => rt!(crate ::storage::StowedBatch, input),
         "CheckedU64" => rt!(crate ::storage::CheckedU64, input),

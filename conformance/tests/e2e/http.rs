@@ -28,7 +28,7 @@ fn numbered(id: u128, payload: &str) -> IggyMessage {
         .expect("valid message")
 }
 
-async fn http_client(api_url: &str) -> IggyClient {
+pub(crate) async fn http_client(api_url: &str) -> IggyClient {
     let client = IggyClient::builder()
         .with_http()
         .with_api_url(api_url.to_string())
@@ -39,7 +39,7 @@ async fn http_client(api_url: &str) -> IggyClient {
 }
 
 /// One HTTP/1.1 exchange on a fresh connection: the status and the body.
-async fn raw(api_url: &str, method: &str, path: &str, token: Option<&str>, body: &[u8]) -> (u16, Vec<u8>) {
+pub(crate) async fn raw(api_url: &str, method: &str, path: &str, token: Option<&str>, body: &[u8]) -> (u16, Vec<u8>) {
     let address = api_url.trim_start_matches("http://");
     let mut stream = within("connect", tokio::net::TcpStream::connect(address)).await.expect("connect");
     let mut head = format!("{method} {path} HTTP/1.1\r\nhost: {address}\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\n", body.len());
@@ -58,7 +58,7 @@ async fn raw(api_url: &str, method: &str, path: &str, token: Option<&str>, body:
     (status, reply[body_at..].to_vec())
 }
 
-async fn raw_token(api_url: &str) -> String {
+pub(crate) async fn raw_token(api_url: &str) -> String {
     let login = br#"{"username":"iggy","password":"iggy","version":"0.11.1-edge.2"}"#;
     let (status, body) = raw(api_url, "POST", "/users/login", None, login).await;
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));

@@ -6,6 +6,7 @@ mod harness;
 
 mod auth;
 mod backup;
+mod bad_input;
 mod checkpoint;
 mod legacy;
 mod maintenance;

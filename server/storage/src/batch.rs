@@ -4,6 +4,9 @@ use std::hash::Hasher;
 
 use twox_hash::XxHash3_64;
 
+use iggy_generated::payloads::{HEADER_FIELD_LENGTH_MAX, HeaderField, HeaderKind};
+use iggy_wire::WireDecode;
+
 use crate::StorageError;
 use crate::layout::{batch, frame, read_u32, read_u64, write_u64};
 
@@ -106,6 +109,25 @@ fn checksum_under_header(header: &[u8], record: &[u8]) -> u64 {
 
 /// Verifies layout, every per-message checksum and the batch checksum.
 pub fn verify(record: &[u8]) -> Result<u32, StorageError> {
+    verify_frames(record, |_| Ok(()))
+}
+
+/// [`verify`] for a batch a producer sends, which must also carry only user headers the
+/// official client can read ([`check_user_headers`]): one that cannot would fail every
+/// consumer of the partition. Records already stored (recovery, state transfer) are only
+/// [`verify`]ed, so a batch an earlier build accepted is still served as it is.
+pub fn verify_arriving(record: &[u8]) -> Result<u32, StorageError> {
+    verify_frames(record, |headers| {
+        check_user_headers(headers).map_err(StorageError::UserHeaders)
+    })
+}
+
+/// Verifies layout and checksums, passing each message's user headers to `check_headers`
+/// in the same walk.
+fn verify_frames(
+    record: &[u8],
+    check_headers: impl Fn(&[u8]) -> Result<(), StorageError>,
+) -> Result<u32, StorageError> {
     let count = validate_layout(record)?;
     let mut position = batch::HEADER_SIZE;
     for _ in 0..count {
@@ -114,6 +136,8 @@ pub fn verify(record: &[u8]) -> Result<u32, StorageError> {
         if XxHash3_64::oneshot(&record[position + 8..end]) != stored {
             return Err(StorageError::ChecksumMismatch("message checksum"));
         }
+        let headers = read_u32(record, position + frame::USER_HEADERS_LENGTH) as usize;
+        check_headers(&record[end - headers..end])?;
         position = end;
     }
     if compute_checksum(record) != read_u64(record, batch::BATCH_CHECKSUM) {
@@ -157,4 +181,93 @@ pub fn stamp(record: &mut [u8], partition_id: u64, base_offset: u64, base_timest
     write_u64(record, batch::BASE_TIMESTAMP, base_timestamp);
     let checksum = compute_checksum(record);
     write_u64(record, batch::BATCH_CHECKSUM, checksum);
+}
+
+/// Which field of a user-header entry a [`HeaderFault`] is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeaderPart {
+    Key,
+    Value,
+}
+
+/// What is wrong with a field of a message's user headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeaderProblem {
+    /// The headers end inside the field, or before it (a key without its value).
+    Cut,
+    /// The field's kind byte is no `HeaderKind`.
+    UnknownKind(u8),
+    /// The field's length is not one its kind allows.
+    Length { kind: HeaderKind, length: usize },
+}
+
+/// Why a message's user headers were refused: the first field the official client could not
+/// read, and what is wrong with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeaderFault {
+    pub part: HeaderPart,
+    pub problem: HeaderProblem,
+}
+
+impl std::fmt::Display for HeaderFault {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let part = match self.part {
+            HeaderPart::Key => "key",
+            HeaderPart::Value => "value",
+        };
+        match self.problem {
+            HeaderProblem::Cut => write!(formatter, "user headers end inside or before a {part}"),
+            HeaderProblem::UnknownKind(kind) => {
+                write!(
+                    formatter,
+                    "a user header {part} has the unknown kind {kind}"
+                )
+            }
+            HeaderProblem::Length { kind, length } => match kind.fixed_size() {
+                // The kind as the JSON of a send names it (`uint64`).
+                Some(size) => write!(
+                    formatter,
+                    "a user header {part} of kind {} is {size} bytes, not {length}",
+                    kind_name(kind)
+                ),
+                None => write!(
+                    formatter,
+                    "a user header {part} of kind {} is 1 to {HEADER_FIELD_LENGTH_MAX} \
+                     bytes, not {length}",
+                    kind_name(kind)
+                ),
+            },
+        }
+    }
+}
+
+fn kind_name(kind: HeaderKind) -> String {
+    format!("{kind:?}").to_lowercase()
+}
+
+/// Checks a message's user headers as the official client reads them (spec/payloads.spec,
+/// `HeaderField`): key and value fields in pairs to the end, each of a known `HeaderKind` and a
+/// length that kind allows. A walk over the bytes, allocating nothing.
+pub fn check_user_headers(mut headers: &[u8]) -> Result<(), HeaderFault> {
+    while !headers.is_empty() {
+        check_header_field(&mut headers, HeaderPart::Key)?;
+        check_header_field(&mut headers, HeaderPart::Value)?;
+    }
+    Ok(())
+}
+
+fn check_header_field(headers: &mut &[u8], part: HeaderPart) -> Result<(), HeaderFault> {
+    let fault = |problem| HeaderFault { part, problem };
+    let field = HeaderField::decode_from(headers).map_err(|_| fault(HeaderProblem::Cut))?;
+    let kind = HeaderKind::from_repr(field.kind)
+        .ok_or_else(|| fault(HeaderProblem::UnknownKind(field.kind)))?;
+    let length = field.value.len();
+    let allowed = match kind.fixed_size() {
+        Some(size) => length == size,
+        None => (1..=HEADER_FIELD_LENGTH_MAX as usize).contains(&length),
+    };
+    if !allowed {
+        return Err(fault(HeaderProblem::Length { kind, length }));
+    }
+    Ok(())
 }

@@ -6,7 +6,8 @@
 //!   an interrupted first start) and refusing anything else unmodified.
 //! - [`batch::validate_layout`], [`batch::verify`], [`batch::stamp`] validate a batch record,
 //!   verify its checksums and stamp `partition_id`/`base_offset`/`base_timestamp` in place
-//!   (recomputing the XxHash3-64 batch checksum).
+//!   (recomputing the XxHash3-64 batch checksum); [`batch::verify_arriving`] also checks each
+//!   message's user headers ([`batch::check_user_headers`]), for a send, never for stored data.
 //!
 //! - [`fail_stop`]: a failed write, fsync, create, rename or remove of a durable file logs
 //!   `storage failure: <op> <file>: <error>; stopping` and exits with [`fail_stop::EXIT_CODE`]
@@ -75,6 +76,8 @@ pub enum StorageError {
     InvalidBatch(&'static str),
     /// A stored checksum does not match.
     ChecksumMismatch(&'static str),
+    /// An arriving message's user headers are ones the official client cannot read.
+    UserHeaders(batch::HeaderFault),
 }
 
 impl std::fmt::Display for StorageError {
@@ -84,6 +87,7 @@ impl std::fmt::Display for StorageError {
             StorageError::Refused(message) => write!(formatter, "{message}"),
             StorageError::InvalidBatch(why) => write!(formatter, "invalid batch: {why}"),
             StorageError::ChecksumMismatch(what) => write!(formatter, "{what} mismatch"),
+            StorageError::UserHeaders(fault) => write!(formatter, "{fault}"),
         }
     }
 }

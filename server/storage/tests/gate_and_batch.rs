@@ -96,20 +96,28 @@ fn a_temporary_marker_that_is_not_ours_is_refused_unmodified() {
 }
 
 fn build_batch(payloads: &[&[u8]]) -> Vec<u8> {
+    let messages: Vec<(&[u8], &[u8])> = payloads.iter().map(|payload| (*payload, &[][..])).collect();
+    build_batch_with_headers(&messages)
+}
+
+/// A producer's batch of `(payload, user headers)` messages, checksums set.
+fn build_batch_with_headers(messages: &[(&[u8], &[u8])]) -> Vec<u8> {
     let mut record = vec![0u8; batch::HEADER_SIZE];
-    for (delta, payload) in payloads.iter().enumerate() {
+    for (delta, (payload, headers)) in messages.iter().enumerate() {
         let start = record.len();
         record.resize(start + frame::HEADER_SIZE, 0);
         write_u64(&mut record, start + frame::ID, delta as u64 + 1);
         write_u32(&mut record, start + frame::OFFSET_DELTA, delta as u32);
         write_u32(&mut record, start + frame::PAYLOAD_LENGTH, payload.len() as u32);
+        write_u32(&mut record, start + frame::USER_HEADERS_LENGTH, headers.len() as u32);
         record.extend_from_slice(payload);
+        record.extend_from_slice(headers);
         let checksum = twox_hash::XxHash3_64::oneshot(&record[start + 8..]);
         write_u64(&mut record, start + frame::CHECKSUM, checksum);
     }
     let length = record.len() as u64;
     write_u64(&mut record, batch::BATCH_LENGTH, length);
-    write_u32(&mut record, batch::MESSAGE_COUNT, payloads.len() as u32);
+    write_u32(&mut record, batch::MESSAGE_COUNT, messages.len() as u32);
     let checksum = iggy_storage::batch::compute_checksum(&record);
     write_u64(&mut record, batch::BATCH_CHECKSUM, checksum);
     record
@@ -152,4 +160,60 @@ fn stamp_recomputes_checksum_and_verify_detects_flips() {
         flipped[bit / 8] ^= 1 << (bit % 8);
         assert!(iggy_storage::batch::verify(&flipped).is_err(), "bit {bit}");
     }
+}
+
+/// One user-header field as the SDK writes it: kind, u32 length, bytes.
+fn header_field(kind: u8, bytes: &[u8]) -> Vec<u8> {
+    let mut out = vec![kind];
+    out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+    out.extend_from_slice(bytes);
+    out
+}
+
+#[test]
+fn user_headers_are_checked_as_the_official_client_reads_them() {
+    use iggy_generated::payloads::HeaderKind;
+    use iggy_storage::batch::{HeaderFault, HeaderPart, HeaderProblem, check_user_headers};
+    let key = header_field(2, b"k");
+    // A key of each kind at its longest, then a value of that kind at its shortest.
+    let mut every_kind = Vec::new();
+    for kind in HeaderKind::ALL {
+        let (longest, shortest) = (kind.fixed_size().unwrap_or(255), kind.fixed_size().unwrap_or(1));
+        every_kind.extend(header_field(kind.to_repr(), &vec![1; longest]));
+        every_kind.extend(header_field(kind.to_repr(), &vec![2; shortest]));
+    }
+    assert_eq!(check_user_headers(&[]), Ok(()));
+    assert_eq!(check_user_headers(&every_kind), Ok(()));
+
+    let fault = |part, problem| Err(HeaderFault { part, problem });
+    let (k, v) = (HeaderPart::Key, HeaderPart::Value);
+    let length = |kind, length| HeaderProblem::Length { kind, length };
+    let cases: [(&str, Vec<u8>, Result<(), HeaderFault>); 9] = [
+        ("cut key", vec![2, 5, 0, 0, 0, b'k'], fault(k, HeaderProblem::Cut)),
+        ("no value", key.clone(), fault(v, HeaderProblem::Cut)),
+        ("cut length", [key.clone(), vec![2, 1, 0]].concat(), fault(v, HeaderProblem::Cut)),
+        ("kind 0", [header_field(0, b"k"), key.clone()].concat(), fault(k, HeaderProblem::UnknownKind(0))),
+        ("kind 16", [key.clone(), header_field(16, b"v")].concat(), fault(v, HeaderProblem::UnknownKind(16))),
+        ("empty key", [header_field(1, b""), key.clone()].concat(), fault(k, length(HeaderKind::Raw, 0))),
+        ("256-byte value", [key.clone(), header_field(2, &[b'v'; 256])].concat(), fault(v, length(HeaderKind::String, 256))),
+        ("short uint64", [key.clone(), header_field(12, &[1, 2])].concat(), fault(v, length(HeaderKind::Uint64, 2))),
+        ("a byte after the pairs", [every_kind.clone(), vec![2]].concat(), fault(k, HeaderProblem::Cut)),
+    ];
+    for (what, headers, expected) in cases {
+        assert_eq!(check_user_headers(&headers), expected, "{what}");
+    }
+}
+
+/// A send's batch is refused for one message's unreadable headers; a stored batch holding such
+/// headers (written by an earlier build) still verifies, so it stays served.
+#[test]
+fn an_arriving_batch_is_refused_for_unreadable_headers_a_stored_one_is_not() {
+    let good = [header_field(2, b"trace"), header_field(12, &7u64.to_le_bytes())].concat();
+    let bad = header_field(2, b"key without value");
+    let readable = build_batch_with_headers(&[(b"one", &good), (b"two", &[])]);
+    assert_eq!(iggy_storage::batch::verify_arriving(&readable).unwrap(), 2);
+    let unreadable = build_batch_with_headers(&[(b"one", &good), (b"two", &bad)]);
+    let refused = iggy_storage::batch::verify_arriving(&unreadable);
+    assert!(matches!(refused, Err(StorageError::UserHeaders(_))), "{refused:?}");
+    assert_eq!(iggy_storage::batch::verify(&unreadable).unwrap(), 2);
 }

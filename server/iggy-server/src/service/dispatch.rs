@@ -28,7 +28,7 @@ use iggy_metadata::machine::{envelope, ident, session_record};
 use iggy_metadata::replies::{self as model_replies, Codec};
 use iggy_metadata::{Ident, Need};
 use iggy_partition::{NO_OFFSET_HOLD, OffsetOwner, PartitionWrite, StartAt, WriteResult};
-use iggy_wire::WireDecode;
+use iggy_wire::{WireDecode, WireError};
 use std::rc::Rc;
 
 /// What the transport does with the outcome.
@@ -200,6 +200,21 @@ async fn dispatch(
         answer_by,
         deadline,
     };
+    // Register and BindSession (15) judge their bodies themselves (a malformed one evicts),
+    // and a send's body is decoded exactly by `prepare_send` (its batch runs to the end).
+    let code = match admitted.operation {
+        Operation::Register | Operation::SendMessages => None,
+        Operation::NonReplicated => Some(admitted.non_replicated_code()).filter(|&code| code != 15),
+        operation => command_for(operation).map(|command| command.code),
+    };
+    if let Some(code) = code {
+        let version = connection
+            .bound
+            .map_or(protocol::CURRENT.packed(), |b| b.protocol);
+        if let Err(error) = check_request_body(code, version, &body) {
+            return request.fail(error);
+        }
+    }
     match admitted.operation {
         Operation::Register => register(node, connection, &request, &body).await,
         Operation::NonReplicated => {
@@ -262,6 +277,23 @@ fn authenticated(node: &Node, connection: &Connection, header: &RequestHeader) -
     }
     (bound.client == header.client && (header.session == 0 || header.session == bound.session))
         .then_some(bound)
+}
+
+/// Judges a request body against its command's declared request (spec/commands.spec, through
+/// the generated `decode_request`) before anything reads it. Bytes after the request (any
+/// body at all for a command that takes none) are InvalidCommand, upstream's answer to a body
+/// of the wrong length; the SDK never sends them. A request that does not decode is
+/// InvalidFormat, as for every other decode. A code `version` does not know is left to the
+/// command's own refusal.
+fn check_request_body(code: u32, version: u32, body: &[u8]) -> Result<(), ErrorCode> {
+    if commands::lookup(code, version).is_none() {
+        return Ok(());
+    }
+    match commands::decode_request(code, version, body) {
+        Ok(_) => Ok(()),
+        Err(WireError::TrailingBytes { .. }) => Err(ErrorCode::InvalidCommand),
+        Err(_) => Err(ErrorCode::InvalidFormat),
+    }
 }
 
 fn command_for(operation: Operation) -> Option<&'static CommandInfo> {
@@ -1011,7 +1043,8 @@ fn prepare_send(
         if send.metadata_length as usize != body.len() - 4 - send.batch.len() {
             return Err(ErrorCode::InvalidFormat);
         }
-        let count = iggy_storage::batch::verify(send.batch).map_err(replies::batch_error)?;
+        let count =
+            iggy_storage::batch::verify_arriving(send.batch).map_err(replies::batch_error)?;
         if count == 0 || count != send.messages_count {
             return Err(ErrorCode::InvalidMessagesCount);
         }
@@ -1741,6 +1774,33 @@ async fn settle_auto_commit(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_body_is_judged_against_its_commands_declared_request_in_every_version() {
+        let versions = [protocol::CURRENT.packed(), protocol::V0_11_1.packed()];
+        for version in versions {
+            for command in commands::COMMANDS.iter().filter(|c| c.request == "Empty") {
+                if commands::lookup(command.code, version).is_none() {
+                    continue;
+                }
+                assert_eq!(check_request_body(command.code, version, &[]), Ok(()));
+                assert_eq!(
+                    check_request_body(command.code, version, &[0]),
+                    Err(ErrorCode::InvalidCommand),
+                    "{} in {version:#x}",
+                    command.name
+                );
+            }
+            // GetClient (21) is a u32: one byte more is refused, one byte less does not decode.
+            assert_eq!(check_request_body(21, version, &[1, 0, 0, 0]), Ok(()));
+            let longer = check_request_body(21, version, &[1, 0, 0, 0, 0]);
+            assert_eq!(longer, Err(ErrorCode::InvalidCommand));
+            let shorter = check_request_body(21, version, &[1, 0, 0]);
+            assert_eq!(shorter, Err(ErrorCode::InvalidFormat));
+            // A code the version does not know is left to the command's own refusal.
+            assert_eq!(check_request_body(14, version, &[0]), Ok(()));
+        }
+    }
 
     fn header(operation: Operation) -> RequestHeader {
         RequestHeader {

@@ -16,6 +16,7 @@ use iggy_generated::payloads::{
 };
 use iggy_metadata::replies::{Codec, Figures, PartitionFigures};
 use iggy_storage::StorageError;
+use iggy_storage::batch::{HeaderPart, HeaderProblem};
 use iggy_wire::WireEncode;
 
 impl Figures for Shared {
@@ -254,6 +255,12 @@ pub fn batch_error(error: StorageError) -> ErrorCode {
     match error {
         StorageError::ChecksumMismatch("message checksum") => ErrorCode::InvalidMessageChecksum,
         StorageError::ChecksumMismatch(_) => ErrorCode::InvalidBatchChecksum,
+        // The codes iggy_common's header decoding fails with for the same fault.
+        StorageError::UserHeaders(fault) => match (fault.problem, fault.part) {
+            (HeaderProblem::UnknownKind(_), _) => ErrorCode::InvalidHeaderKind,
+            (_, HeaderPart::Key) => ErrorCode::InvalidHeaderKey,
+            (_, HeaderPart::Value) => ErrorCode::InvalidHeaderValue,
+        },
         _ => ErrorCode::InvalidMessagesSize,
     }
 }

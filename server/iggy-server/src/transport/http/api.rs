@@ -12,6 +12,7 @@ use crate::runtime::node::Node;
 use crate::runtime::shared::PartitionKey;
 use crate::service::dispatch::{Dispatched, dispatch_within};
 use crate::service::frame;
+use crate::service::replies;
 use base64ct::{Base64, Encoding};
 use iggy_generated::commands::{self, CommandInfo};
 use iggy_generated::errors::ErrorCode;
@@ -158,6 +159,21 @@ fn fail_on(error: ErrorCode, path: &str, params: &[String]) -> Response {
         response.headers.push(("retry-after", "1".into()));
     }
     response
+}
+
+/// User headers the official client could not read back: 400 with the code a binary send of
+/// them is refused with (`replies::batch_error`), and the fault in words.
+fn unreadable_headers(fault: iggy_storage::batch::HeaderFault) -> Response {
+    let error = replies::batch_error(iggy_storage::StorageError::UserHeaders(fault));
+    Response::error(
+        400,
+        &Refusal {
+            id: error.code(),
+            code: snake(error.name()),
+            reason: format!("invalid request: {fault}"),
+            field: None,
+        },
+    )
 }
 
 fn bad_json(reason: impl std::fmt::Display) -> Response {
@@ -912,11 +928,15 @@ fn outgoing(values: &[serde_json::Value]) -> Result<Vec<OutgoingMessage>, Respon
                 Some(serde_json::Value::String(raw)) => {
                     let headers = Base64::decode_vec(raw)
                         .map_err(|_| bad_json("user_headers is not base64"))?;
-                    json::check_user_headers(&headers).map_err(bad_json)?;
+                    iggy_storage::batch::check_user_headers(&headers)
+                        .map_err(unreadable_headers)?;
                     headers
                 }
                 Some(serde_json::Value::Array(entries)) => {
-                    json::user_headers(entries).map_err(bad_json)?
+                    json::user_headers(entries).map_err(|refused| match refused {
+                        json::HeadersRefused::Json(reason) => bad_json(reason),
+                        json::HeadersRefused::Unreadable(fault) => unreadable_headers(fault),
+                    })?
                 }
                 Some(_) => return Err(bad_json("user_headers is a list or base64 text")),
             };

@@ -5,7 +5,8 @@ use base64ct::{Base64, Encoding};
 use iggy_generated::errors::ErrorCode;
 use iggy_generated::frames::{BatchHeader, MessageFrameHeader};
 use iggy_generated::payloads as wire;
-use iggy_wire::{WireDecode, WireEncode};
+use iggy_storage::batch::{HeaderFault, check_user_headers};
+use iggy_wire::WireEncode;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -33,50 +34,19 @@ fn kind_code(name: &str) -> Option<u8> {
         .map(|code| code as u8)
 }
 
-/// Refuses user headers the official client could not read back (`iggy_common`'s
-/// `HeaderField`: a known kind, 1 to 255 bytes, a fixed-size kind exactly its size): it would
-/// drop every header of such a message on reading, so the send is refused instead. `bytes` is
-/// the binary form (a key kind, u32 length, key, value kind, u32 length, value per entry).
-pub fn check_user_headers(mut bytes: &[u8]) -> Result<(), String> {
-    while !bytes.is_empty() {
-        let entry = wire::OptionEntry::decode_from(&mut bytes)
-            .map_err(|error| format!("user headers are malformed: {error}"))?;
-        check_header_field("key", entry.key_kind, entry.key)?;
-        check_header_field("value", entry.value_kind, entry.value)?;
-    }
-    Ok(())
-}
-
-fn check_header_field(field: &str, kind: u8, bytes: &[u8]) -> Result<(), String> {
-    let name = KINDS
-        .get(usize::from(kind))
-        .filter(|name| !name.is_empty())
-        .ok_or_else(|| format!("a user header {field} has the unknown kind {kind}"))?;
-    let size = match kind {
-        3 | 4 | 9 => Some(1),
-        5 | 10 => Some(2),
-        6 | 11 | 14 => Some(4),
-        7 | 12 | 15 => Some(8),
-        8 | 13 => Some(16),
-        _ => None,
-    };
-    match size {
-        Some(size) if bytes.len() != size => Err(format!(
-            "a user header {field} of kind {name} is {size} bytes, not {}",
-            bytes.len()
-        )),
-        None if bytes.is_empty() || bytes.len() > 255 => Err(format!(
-            "a user header {field} of kind {name} is 1 to 255 bytes, not {}",
-            bytes.len()
-        )),
-        _ => Ok(()),
-    }
+/// Why a send's user headers were refused: JSON that does not say what they are, or headers
+/// the official client could not read back (checked by the walk the binary transports' sends
+/// take, `iggy_storage::batch::check_user_headers`).
+#[derive(Debug, PartialEq)]
+pub enum HeadersRefused {
+    Json(String),
+    Unreadable(HeaderFault),
 }
 
 /// The binary user headers of a send from the official client's structured list: entries
 /// `{"key":{"kind","value"},"value":{"kind","value"}}` with base64 values, each written as the
 /// key kind, u32 length, key, value kind, u32 length, value.
-pub fn user_headers(entries: &[serde_json::Value]) -> Result<Vec<u8>, String> {
+pub fn user_headers(entries: &[serde_json::Value]) -> Result<Vec<u8>, HeadersRefused> {
     let field = |entry: &serde_json::Value, name: &str| -> Result<(u8, Vec<u8>), String> {
         let field = entry
             .get(name)
@@ -96,8 +66,8 @@ pub fn user_headers(entries: &[serde_json::Value]) -> Result<Vec<u8>, String> {
     };
     let mut out = Vec::new();
     for entry in entries {
-        let (key_kind, key) = field(entry, "key")?;
-        let (value_kind, value) = field(entry, "value")?;
+        let (key_kind, key) = field(entry, "key").map_err(HeadersRefused::Json)?;
+        let (value_kind, value) = field(entry, "value").map_err(HeadersRefused::Json)?;
         wire::OptionEntry {
             key_kind,
             key: &key,
@@ -106,7 +76,7 @@ pub fn user_headers(entries: &[serde_json::Value]) -> Result<Vec<u8>, String> {
         }
         .encode_to(&mut out);
     }
-    check_user_headers(&out)?;
+    check_user_headers(&out).map_err(HeadersRefused::Unreadable)?;
     Ok(out)
 }
 
@@ -874,22 +844,35 @@ mod tests {
                 "value of kind raw is 1 to 255 bytes, not 300",
             ),
         ] {
-            let refused = user_headers(&[bad]).unwrap_err();
-            assert!(refused.contains(expected), "{refused}");
+            let Err(HeadersRefused::Unreadable(fault)) = user_headers(&[bad]) else {
+                panic!("{expected}: refused as unreadable");
+            };
+            assert!(fault.to_string().contains(expected), "{fault}");
         }
+        let unknown_kind = serde_json::json!({"key": {"kind": "text", "value": "aw=="}});
+        assert!(matches!(
+            user_headers(&[unknown_kind]),
+            Err(HeadersRefused::Json(reason)) if reason.contains("no known kind")
+        ));
         // The binary form is checked the same way: an unknown kind, a cut entry.
         let mut unknown = bytes.clone();
         unknown[0] = 16;
-        assert!(
-            check_user_headers(&unknown)
-                .unwrap_err()
-                .contains("unknown kind 16")
-        );
-        assert!(
-            check_user_headers(&bytes[..bytes.len() - 1])
-                .unwrap_err()
-                .contains("malformed")
-        );
+        let fault = check_user_headers(&unknown).unwrap_err();
+        assert!(fault.to_string().contains("unknown kind 16"), "{fault}");
+        let fault = check_user_headers(&bytes[..bytes.len() - 1]).unwrap_err();
+        assert!(fault.to_string().contains("end inside"), "{fault}");
+    }
+
+    #[test]
+    fn the_json_kind_names_are_the_spec_header_kinds() {
+        use iggy_generated::payloads::HeaderKind;
+        for (code, name) in KINDS.iter().enumerate() {
+            let kind = HeaderKind::from_repr(code as u8);
+            assert_eq!(kind.is_some(), !name.is_empty(), "kind {code}");
+            if let Some(kind) = kind {
+                assert_eq!(format!("{kind:?}").to_lowercase(), *name);
+            }
+        }
     }
 
     fn frame_ids(batch: &[u8]) -> Vec<u128> {

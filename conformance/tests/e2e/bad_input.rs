@@ -1,0 +1,437 @@
+//! Bad input over the binary transports: a request body that is not exactly its command's
+//! declared request, or a message whose user headers the official client could not read, is
+//! refused with a clear error before anything changes; the connection keeps serving and what
+//! was acknowledged before reads back intact. Sent with the official SDK's raw API
+//! (`send_raw_with_response`) and its own message type, whose `user_headers` bytes it sends
+//! as they are.
+
+use crate::harness::*;
+use bytes::Bytes;
+use iggy::prelude::*;
+use iggy_binary_protocol::WireEncode;
+use iggy_binary_protocol::WireIdentifier;
+use iggy_binary_protocol::codes::*;
+use iggy_binary_protocol::requests::streams::DeleteStreamRequest;
+use iggy_binary_protocol::requests::system::GetClientRequest;
+use iggy_common::BinaryTransport;
+use std::collections::BTreeMap;
+use std::str::FromStr;
+
+const INVALID_COMMAND: u32 = 3;
+const INVALID_HEADER_KEY: u32 = 4018;
+const INVALID_HEADER_VALUE: u32 = 4019;
+const INVALID_HEADER_KIND: u32 = 4040;
+
+/// A TCP client of the official SDK signed in as root, whose raw API sends any body.
+async fn raw_client(server: &TestServer) -> TcpClient {
+    let client =
+        TcpClient::from_connection_string(&server.connection_string(ROOT_USER, ROOT_PASSWORD))
+            .expect("valid connection string");
+    ok("connect", within("connect", client.connect()).await);
+    client
+}
+
+async fn raw(client: &TcpClient, code: u32, body: Vec<u8>) -> Result<Bytes, IggyError> {
+    within(
+        "raw request",
+        client.send_raw_with_response(code, Bytes::from(body)),
+    )
+    .await
+}
+
+/// What the official encoder sends for `request`, and the same with one byte after it.
+fn exact_and_one_more<T: WireEncode>(request: &T) -> (Vec<u8>, Vec<u8>) {
+    let exact = request.to_bytes().to_vec();
+    let mut longer = exact.clone();
+    longer.push(0);
+    (exact, longer)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_longer_than_its_commands_request_is_refused_and_the_connection_serves_on() {
+    let server = TestServer::start();
+    let client = raw_client(&server).await;
+
+    // The commands the SDK sends with no body (Ping, GetStats, GetClusterMetadata, GetMe,
+    // GetClients, GetUsers, GetPersonalAccessTokens, GetStreams): any byte is refused, and the
+    // same command with no body is served on the same connection right after.
+    for code in [
+        PING_CODE,
+        GET_STATS_CODE,
+        GET_CLUSTER_METADATA_CODE,
+        GET_ME_CODE,
+        GET_CLIENTS_CODE,
+        GET_USERS_CODE,
+        GET_PERSONAL_ACCESS_TOKENS_CODE,
+        GET_STREAMS_CODE,
+    ] {
+        expect_code(
+            &format!("command {code} with one byte"),
+            raw(&client, code, vec![0]).await,
+            INVALID_COMMAND,
+        );
+        expect_code(
+            &format!("command {code} with 300 bytes"),
+            raw(&client, code, vec![7; 300]).await,
+            INVALID_COMMAND,
+        );
+        ok(
+            &format!("command {code} with no body"),
+            raw(&client, code, Vec::new()).await,
+        );
+    }
+
+    // A fixed body (GetClient, a u32) and a variable one (DeleteStream, an identifier) with a
+    // byte after them: refused, and the delete does not happen.
+    let me = ok("get_me", within("get_me", client.get_me()).await);
+    let (exact, longer) = exact_and_one_more(&GetClientRequest {
+        client_id: me.client_id,
+    });
+    expect_code(
+        "GetClient with one byte more",
+        raw(&client, GET_CLIENT_CODE, longer).await,
+        INVALID_COMMAND,
+    );
+    assert!(
+        !ok("GetClient", raw(&client, GET_CLIENT_CODE, exact).await).is_empty(),
+        "the client is found"
+    );
+
+    ok(
+        "create_stream",
+        within(
+            "create",
+            client.create_stream("kept", &StreamCreateOptions::default()),
+        )
+        .await,
+    );
+    let stream = ok(
+        "get_stream",
+        within("get", client.get_stream(&name("kept"))).await,
+    )
+    .expect("stream");
+    let (exact, longer) = exact_and_one_more(&DeleteStreamRequest {
+        stream_id: WireIdentifier::numeric(stream.id),
+    });
+    expect_code(
+        "DeleteStream with one byte more",
+        raw(&client, DELETE_STREAM_CODE, longer).await,
+        INVALID_COMMAND,
+    );
+    assert!(
+        ok(
+            "get_stream",
+            within("get", client.get_stream(&name("kept"))).await
+        )
+        .is_some(),
+        "the stream is kept"
+    );
+
+    // Logout with a byte: refused, and the session stays signed in.
+    expect_code(
+        "Logout with one byte",
+        raw(&client, LOGOUT_USER_CODE, vec![0]).await,
+        INVALID_COMMAND,
+    );
+    ok(
+        "get_stats after the refusals",
+        within("get_stats", client.get_stats()).await,
+    );
+    ok(
+        "DeleteStream as the SDK sends it",
+        raw(&client, DELETE_STREAM_CODE, exact).await,
+    );
+    assert!(
+        ok(
+            "get_stream",
+            within("get", client.get_stream(&name("kept"))).await
+        )
+        .is_none(),
+        "deleted now"
+    );
+}
+
+/// One field of a user-headers blob as the SDK writes it: kind, u32 length, bytes.
+fn field(kind: u8, bytes: &[u8]) -> Vec<u8> {
+    let mut out = vec![kind];
+    out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+    out.extend_from_slice(bytes);
+    out
+}
+
+/// User headers the official client cannot read, each with the code a send of them gets.
+fn unreadable_headers() -> [(&'static str, Vec<u8>, u32); 10] {
+    let key_field = field(2, b"k");
+    let pair = [key_field.clone(), field(2, b"v")].concat();
+    [
+        (
+            "a key cut short",
+            vec![2, 5, 0, 0, 0, b'k'],
+            INVALID_HEADER_KEY,
+        ),
+        (
+            "a byte after a whole entry",
+            [pair.clone(), vec![2]].concat(),
+            INVALID_HEADER_KEY,
+        ),
+        (
+            "a key without a value",
+            key_field.clone(),
+            INVALID_HEADER_VALUE,
+        ),
+        (
+            "a value cut short",
+            [key_field.clone(), vec![2, 9, 0, 0, 0, b'v']].concat(),
+            INVALID_HEADER_VALUE,
+        ),
+        (
+            "an empty key",
+            [field(2, b""), field(2, b"v")].concat(),
+            INVALID_HEADER_KEY,
+        ),
+        (
+            "a 256-byte raw value",
+            [key_field.clone(), field(1, &[1; 256])].concat(),
+            INVALID_HEADER_VALUE,
+        ),
+        (
+            "a 2-byte uint64 value",
+            [key_field.clone(), field(12, &[1, 2])].concat(),
+            INVALID_HEADER_VALUE,
+        ),
+        (
+            "a 2-byte bool key",
+            [field(3, &[1, 0]), field(2, b"v")].concat(),
+            INVALID_HEADER_KEY,
+        ),
+        (
+            "value kind 16",
+            [key_field.clone(), field(16, b"v")].concat(),
+            INVALID_HEADER_KIND,
+        ),
+        (
+            "key kind 0",
+            [field(0, b"k"), field(2, b"v")].concat(),
+            INVALID_HEADER_KIND,
+        ),
+    ]
+}
+
+/// Everything partition 0 of `s`/`t` holds, read with the official client.
+async fn stored(client: &IggyClient) -> PolledMessages {
+    let first = PollingStrategy::first();
+    poll(
+        client,
+        &name("s"),
+        &name("t"),
+        0,
+        &consumer("c"),
+        first,
+        100,
+        false,
+    )
+    .await
+}
+
+fn with_raw_headers(payload: &str, headers: Vec<u8>) -> IggyMessage {
+    let mut message = msg(payload);
+    message.header.user_headers_length = headers.len() as u32;
+    message.user_headers = Some(Bytes::from(headers));
+    message
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_send_whose_user_headers_the_sdk_cannot_read_is_refused_and_the_log_stays_readable() {
+    let server = TestServer::start();
+    let client = server.root_client().await;
+    create_stream_and_topic(&client, "s", "t", 1).await;
+
+    // One message with a header of every kind, as the SDK's builder writes them.
+    let mut headers: BTreeMap<HeaderKey, HeaderValue> = BTreeMap::new();
+    let key = |text: &str| HeaderKey::from_str(text).unwrap();
+    headers.insert(key("raw"), HeaderValue::try_from(&[0u8, 255][..]).unwrap());
+    headers.insert(key("string"), HeaderValue::from_str("text").unwrap());
+    headers.insert(key("bool"), HeaderValue::from(true));
+    headers.insert(key("i8"), HeaderValue::from(-8i8));
+    headers.insert(key("i16"), HeaderValue::from(-16i16));
+    headers.insert(key("i32"), HeaderValue::from(-32i32));
+    headers.insert(key("i64"), HeaderValue::from(-64i64));
+    headers.insert(key("i128"), HeaderValue::from(-128i128));
+    headers.insert(key("u8"), HeaderValue::from(8u8));
+    headers.insert(key("u16"), HeaderValue::from(16u16));
+    headers.insert(key("u32"), HeaderValue::from(32u32));
+    headers.insert(key("u64"), HeaderValue::from(64u64));
+    headers.insert(key("u128"), HeaderValue::from(128u128));
+    headers.insert(key("f32"), HeaderValue::from(0.5f32));
+    headers.insert(key("f64"), HeaderValue::from(0.25f64));
+    let good = IggyMessage::builder()
+        .payload(Bytes::from_static(b"good"))
+        .user_headers(headers.clone())
+        .build()
+        .unwrap();
+    send_to_partition(&client, &name("s"), &name("t"), 0, vec![good]).await;
+
+    let refused = unreadable_headers();
+    for (what, blob, code) in refused {
+        // The malformed message rides behind a well-formed one: the whole batch is refused.
+        let mut batch = vec![msg("well-formed neighbour"), with_raw_headers(what, blob)];
+        let sent = within(
+            "send",
+            client.send_messages(
+                &name("s"),
+                &name("t"),
+                &Partitioning::partition_id(0),
+                &mut batch,
+            ),
+        )
+        .await;
+        expect_code(what, sent, code);
+    }
+
+    // The connection serves on, and the log holds the good message and the next one only.
+    let after = send_to_partition(&client, &name("s"), &name("t"), 0, vec![msg("after")]).await;
+    assert_eq!(
+        after.confirmations.first().map(|c| c.base_offset),
+        Some(1),
+        "nothing refused took an offset"
+    );
+    let polled = stored(&client).await;
+    assert_eq!(payloads(&polled), ["good", "after"]);
+    let read = polled.messages[0]
+        .user_headers_map()
+        .expect("decodable headers")
+        .expect("headers present");
+    assert_eq!(read, headers, "every kind reads back");
+}
+
+/// Both refusals over one transport's official client: a ping with a byte, then a send whose
+/// second message has a key without a value; then a well-formed send on the same connection.
+async fn refusals_over<C: BinaryTransport + MessageClient + Sync>(what: &str, client: &C) {
+    expect_code(
+        &format!("{what}: ping with one byte"),
+        raw_on(client, PING_CODE, vec![0]).await,
+        INVALID_COMMAND,
+    );
+    ok(
+        &format!("{what}: ping"),
+        raw_on(client, PING_CODE, Vec::new()).await,
+    );
+    let mut batch = vec![msg("neighbour"), with_raw_headers(what, field(2, b"k"))];
+    let partition = Partitioning::partition_id(0);
+    let sent = within(
+        "send",
+        client.send_messages(&name("s"), &name("t"), &partition, &mut batch),
+    )
+    .await;
+    expect_code(
+        &format!("{what}: a key without a value"),
+        sent,
+        INVALID_HEADER_VALUE,
+    );
+    let mut batch = vec![msg(what)];
+    ok(
+        &format!("{what}: send"),
+        within(
+            "send",
+            client.send_messages(&name("s"), &name("t"), &partition, &mut batch),
+        )
+        .await,
+    );
+}
+
+async fn raw_on<C: BinaryTransport + Sync>(
+    client: &C,
+    code: u32,
+    body: Vec<u8>,
+) -> Result<Bytes, IggyError> {
+    within(
+        "raw request",
+        client.send_raw_with_response(code, Bytes::from(body)),
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quic_and_websocket_refuse_the_same_bad_input_and_serve_on() {
+    let server = TestServer::start_with_env(&[
+        ("IGGY_WEBSOCKET_ENABLED", "true"),
+        ("IGGY_WEBSOCKET_ADDRESS", "127.0.0.1:0"),
+    ]);
+    let tcp = server.root_client().await;
+    create_stream_and_topic(&tcp, "s", "t", 1).await;
+    let metadata = ok(
+        "cluster metadata",
+        within("metadata", tcp.get_cluster_metadata()).await,
+    );
+    let ports = metadata.nodes[0].endpoints.clone();
+    let url = |scheme: &str, port: u16| {
+        format!("iggy+{scheme}://{ROOT_USER}:{ROOT_PASSWORD}@127.0.0.1:{port}")
+    };
+
+    let quic = QuicClient::from_connection_string(&url("quic", ports.quic))
+        .expect("quic connection string");
+    ok("quic connect", within("connect", quic.connect()).await);
+    refusals_over("quic", &quic).await;
+    let ws = WebSocketClient::from_connection_string(&url("ws", ports.websocket))
+        .expect("ws connection string");
+    ok("ws connect", within("connect", ws.connect()).await);
+    refusals_over("ws", &ws).await;
+
+    let polled = stored(&tcp).await;
+    assert_eq!(
+        payloads(&polled),
+        ["quic", "ws"],
+        "only the well-formed sends are stored"
+    );
+}
+
+/// The HTTP API refuses the same headers with the same codes (in a 400's body): the official
+/// HTTP client sends headers it cannot read as base64 text, and a structured list reaches the
+/// same check.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_http_api_refuses_unreadable_user_headers_with_the_binary_codes() {
+    let (server, api) = TestServer::start_with_http(&[]);
+    let http = crate::http::http_client(&api).await;
+    create_stream_and_topic(&http, "s", "t", 1).await;
+    let partition = Partitioning::partition_id(0);
+    for (what, blob, code) in unreadable_headers() {
+        let mut batch = vec![msg("neighbour"), with_raw_headers(what, blob)];
+        let sent = within(
+            "send",
+            http.send_messages(&name("s"), &name("t"), &partition, &mut batch),
+        )
+        .await;
+        // The official HTTP client keeps the refusal's body (it types only a few codes).
+        match sent {
+            Err(IggyError::HttpResponseError(400, body)) => {
+                assert!(
+                    body.contains(&format!(r#""id":{code}"#)),
+                    "http: {what}: {body}"
+                )
+            }
+            other => panic!("http: {what}: expected a 400 naming {code}, got {other:?}"),
+        }
+    }
+    // A structured list whose uint32 value is 2 bytes.
+    let token = crate::http::raw_token(&api).await;
+    let send = br#"{"partitioning":{"kind":"partition_id","value":"AAAAAA=="},"messages":[{"id":1,"payload":"bQ==","user_headers":[{"key":{"kind":"string","value":"aw=="},"value":{"kind":"uint32","value":"AQI="}}]}]}"#;
+    let (status, body) = crate::http::raw(
+        &api,
+        "POST",
+        "/streams/s/topics/t/messages",
+        Some(&token),
+        send,
+    )
+    .await;
+    let body = String::from_utf8_lossy(&body);
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body.contains("4019") && body.contains("uint32 is 4 bytes, not 2"),
+        "{body}"
+    );
+
+    let tcp = server.root_client().await;
+    send_to_partition(&tcp, &name("s"), &name("t"), 0, vec![msg("after")]).await;
+    let polled = stored(&tcp).await;
+    assert_eq!(payloads(&polled), ["after"], "nothing refused was stored");
+}
