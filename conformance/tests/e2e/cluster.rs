@@ -3566,7 +3566,6 @@ async fn the_http_client_given_a_backup_writes_and_reads_through_it() {
 /// in three failed with InvalidCredentials (42) or InvalidPersonalAccessToken. A wrong password
 /// on a backup that has caught up is still refused with InvalidCredentials.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "a backup judges credentials on its own copy, which may not hold the create yet"]
 async fn a_login_on_a_backup_right_after_the_create_through_the_primary_succeeds() {
     let cluster = TestCluster::start(3);
     let (primary, _) = metadata_primary_and_backup(&cluster).await;
