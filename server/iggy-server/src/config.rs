@@ -798,6 +798,33 @@ mod tests {
     }
 
     #[test]
+    #[ignore = "a metrics endpoint on a REST route hides the route"]
+    fn a_metrics_endpoint_on_a_rest_route_is_refused() {
+        let endpoint = |path: &'static str| {
+            move |k: &str| (k == "IGGY_HTTP_METRICS_ENDPOINT").then(|| path.to_string())
+        };
+        // GET /streams and GET /streams/{stream_id} would answer metrics instead.
+        for path in ["/streams", "/streams/", "/streams/orders"] {
+            let e = load(None, endpoint(path)).unwrap_err();
+            assert!(
+                e.to_string().contains("http.metrics.endpoint"),
+                "{path}: {e}"
+            );
+        }
+        for path in ["/metrics", "/internal/metrics", "/users/login/metrics"] {
+            let c = load(None, endpoint(path)).unwrap_or_else(|e| panic!("{path}: {e}"));
+            assert_eq!(c.http.metrics.endpoint, path);
+        }
+        // With metrics off the endpoint is never served, so it hides nothing.
+        let off = |k: &str| match k {
+            "IGGY_HTTP_METRICS_ENABLED" => Some("false".into()),
+            "IGGY_HTTP_METRICS_ENDPOINT" => Some("/streams".into()),
+            _ => None,
+        };
+        assert!(load(None, off).is_ok());
+    }
+
+    #[test]
     fn unparsable_values_are_named() {
         let e = load(None, |k: &str| {
             (k == "IGGY_HTTP_ENABLED").then(|| "maybe".into())
