@@ -171,7 +171,6 @@ async fn per_topic_traffic_fsyncs_checkpoints_and_group_figures_are_exported() {
 /// session the node itself registers to create the root user is not a client's), and one
 /// client signed in is one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "iggy_sessions counts the node's own session"]
 async fn sessions_count_client_sessions_only() {
     let (server, api) = TestServer::start_with_http(&[]);
     assert_eq!(value(&scrape(&api).await, "iggy_sessions", &[]), 0.0);
