@@ -1028,7 +1028,6 @@ async fn bad_websocket_messages_get_a_clear_close_and_the_server_and_other_clien
 /// takes as they come (a plain string). The binary reply carries a number, which the SDK turns
 /// into "TCP", "QUIC", "HTTP" or "WebSocket" itself.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "the HTTP client list names WebSocket clients \"websocket\""]
 async fn the_http_client_list_names_transports_as_upstreams_http_api() {
     let (server, api) = TestServer::start_with_http(&WEBSOCKET_ON);
     let tcp = server.root_client().await;
