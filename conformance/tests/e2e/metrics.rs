@@ -166,3 +166,14 @@ async fn per_topic_traffic_fsyncs_checkpoints_and_group_figures_are_exported() {
     // The request families keep their names.
     assert!(value(&after, "iggy_requests_total", &[("command", "message.send"), ("status", "0")]) >= 6.0);
 }
+
+/// `iggy_sessions` counts client sessions: before any client signs in there are none (the
+/// session the node itself registers to create the root user is not a client's), and one
+/// client signed in is one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_count_client_sessions_only() {
+    let (server, api) = TestServer::start_with_http(&[]);
+    assert_eq!(value(&scrape(&api).await, "iggy_sessions", &[]), 0.0);
+    let _client = server.root_client().await;
+    assert_eq!(value(&scrape(&api).await, "iggy_sessions", &[]), 1.0);
+}

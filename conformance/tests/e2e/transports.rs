@@ -1065,3 +1065,43 @@ async fn bad_websocket_messages_get_a_clear_close_and_the_server_and_other_clien
     still_served(&other).await;
     still_served(&ws_client(port).await).await;
 }
+
+/// The HTTP client list names each transport as upstream's HTTP API does: the official
+/// `TransportProtocol`'s names ("tcp", "quic", "http", "ws"), which the SDK's HTTP client model
+/// takes as they come (a plain string). The binary reply carries a number, which the SDK turns
+/// into "TCP", "QUIC", "HTTP" or "WebSocket" itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_http_client_list_names_transports_as_upstreams_http_api() {
+    let (server, api) = TestServer::start_with_http(&WEBSOCKET_ON);
+    let tcp = server.root_client().await;
+    let ports = endpoints(&tcp).await;
+    let websocket = IggyClient::builder()
+        .with_websocket()
+        .with_server_address(format!("127.0.0.1:{}", ports.websocket))
+        .build()
+        .expect("websocket client");
+    let _websocket = connected("websocket", websocket).await;
+    let _quic = quic_client(ports.quic).await;
+    let http = IggyClient::builder()
+        .with_http()
+        .with_api_url(api)
+        .build()
+        .expect("http client");
+    ok("http login", within("login", http.login_user(ROOT_USER, ROOT_PASSWORD)).await);
+
+    let clients = ok("clients", within("clients", http.get_clients()).await);
+    let mut named: Vec<String> = clients.iter().map(|c| c.transport.clone()).collect();
+    named.sort();
+    named.dedup();
+    let mut expected: Vec<String> = [
+        TransportProtocol::Tcp,
+        TransportProtocol::Quic,
+        TransportProtocol::Http,
+        TransportProtocol::WebSocket,
+    ]
+    .iter()
+    .map(ToString::to_string)
+    .collect();
+    expected.sort();
+    assert_eq!(named, expected, "{clients:?}");
+}

@@ -142,6 +142,22 @@ pub struct Jwt {
     pub use_base64_secret: bool,
 }
 
+/// Whether a GET of `path` is a route of the REST API (`iggy_generated::http::ROUTES`; a
+/// `{parameter}` segment matches any non-empty one), which a metrics endpoint there would hide.
+fn rest_get_route(path: &str) -> bool {
+    let segments: Vec<&str> = path.trim_end_matches('/').split('/').collect();
+    iggy_generated::http::ROUTES
+        .iter()
+        .filter(|route| route.method == "GET")
+        .any(|route| {
+            let template: Vec<&str> = route.path.split('/').collect();
+            template.len() == segments.len()
+                && template.iter().zip(&segments).all(|(part, segment)| {
+                    part == segment || (part.starts_with('{') && !segment.is_empty())
+                })
+        })
+}
+
 impl Http {
     fn validate(&self) -> Result<(), ConfigError> {
         let bad = |key: &str, value: String, expected: &'static str| ConfigError::BadValue {
@@ -175,6 +191,13 @@ impl Http {
                 "http.metrics.endpoint",
                 self.metrics.endpoint.clone(),
                 "path (starting with /)",
+            ));
+        }
+        if self.metrics.enabled && rest_get_route(&self.metrics.endpoint) {
+            return Err(bad(
+                "http.metrics.endpoint",
+                self.metrics.endpoint.clone(),
+                "path no GET route of the REST API serves (metrics would hide it)",
             ));
         }
         if self.max_request_size == 0 {
@@ -795,6 +818,32 @@ mod tests {
         assert_eq!(e, ConfigError::UnknownKey("tcp.adress".into()));
         let e = load(Some("[nope]\n"), none).unwrap_err();
         assert_eq!(e, ConfigError::UnknownKey("nope".into()));
+    }
+
+    #[test]
+    fn a_metrics_endpoint_on_a_rest_route_is_refused() {
+        let endpoint = |path: &'static str| {
+            move |k: &str| (k == "IGGY_HTTP_METRICS_ENDPOINT").then(|| path.to_string())
+        };
+        // GET /streams and GET /streams/{stream_id} would answer metrics instead.
+        for path in ["/streams", "/streams/", "/streams/orders"] {
+            let e = load(None, endpoint(path)).unwrap_err();
+            assert!(
+                e.to_string().contains("http.metrics.endpoint"),
+                "{path}: {e}"
+            );
+        }
+        for path in ["/metrics", "/internal/metrics", "/users/login/metrics"] {
+            let c = load(None, endpoint(path)).unwrap_or_else(|e| panic!("{path}: {e}"));
+            assert_eq!(c.http.metrics.endpoint, path);
+        }
+        // With metrics off the endpoint is never served, so it hides nothing.
+        let off = |k: &str| match k {
+            "IGGY_HTTP_METRICS_ENABLED" => Some("false".into()),
+            "IGGY_HTTP_METRICS_ENDPOINT" => Some("/streams".into()),
+            _ => None,
+        };
+        assert!(load(None, off).is_ok());
     }
 
     #[test]

@@ -7,7 +7,9 @@
 //!
 //! Sessions are cluster-wide: a Logout a backup's client sends goes to the metadata primary as
 //! a ForwardLogout (the client's id, session and request number, so a retry is answered from
-//! the client table), answered with the op that ended it (ForwardLogoutResult); and a backup
+//! the client table), answered with the op that ended it (ForwardLogoutResult; for a session
+//! that is not live, nothing is committed and the answer is the primary's commit, which is how
+//! a backup asks what the primary knows committed before it refuses a login); and a backup
 //! names the sessions bound on it in ConsumerSessionHeartbeat frames (no reply), so the
 //! metadata primary, which alone expires sessions, counts them as active.
 

@@ -315,6 +315,12 @@ enum Job<R> {
         submit: Submit,
         session: u64,
     },
+    /// The op the primary of the view knew committed when it answered (metadata group only):
+    /// asked of it as a backup, this replica's own when it leads. Nothing is committed.
+    PrimaryCommit {
+        client: u128,
+        done: oneshot::Sender<Outcome>,
+    },
     /// Sessions bound on this node, reported to the primary when this replica is a backup.
     ReportSessions(Vec<(u128, u64)>),
     /// A frame from a peer replica of the group.
@@ -437,6 +443,14 @@ impl<R> GroupHandle<R> {
             session,
         };
         self.ask(logout, Outcome::Failed).await
+    }
+
+    /// What the group's primary knew committed when it answered, for `client` (committed:
+    /// that op; refused for now when this replica knows no primary alive): a replica that
+    /// applied it has seen every write acknowledged before it asked.
+    pub async fn primary_commit(&self, client: u128) -> Outcome {
+        self.ask(|done| Job::PrimaryCommit { client, done }, Outcome::Failed)
+            .await
     }
 
     /// Tells the group's primary which sessions are bound on this node (a backup's session
@@ -851,6 +865,26 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                 };
                 if let Some(submit) = submit {
                     self.core.submit(submit);
+                }
+            }
+            Job::PrimaryCommit { client, done } => {
+                self.drive().await;
+                // Only the client and the waiter travel: the question is no request.
+                let asked = Pending {
+                    client,
+                    request: 0,
+                    operation: iggy_generated::frames::Operation::Logout.to_repr(),
+                    body: Bytes::new(),
+                    waiter: done,
+                };
+                let asked = match &mut self.plane {
+                    Some(plane) => plane.ask_primary_commit(self.core.replica(), asked),
+                    None => Some(asked),
+                };
+                if let Some(asked) = asked {
+                    let op = self.core.replica().commit_max();
+                    let reply = Bytes::new();
+                    let _ = asked.waiter.send(Outcome::Committed { op, reply });
                 }
             }
             Job::ReportSessions(sessions) => {

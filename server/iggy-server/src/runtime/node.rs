@@ -334,7 +334,12 @@ impl Node {
         groups.extend(partitions);
         let gauges = Gauges {
             connections,
-            sessions: metadata.sessions.iter().count() as u64,
+            // The node's own session (it created the root user) is no client's.
+            sessions: metadata
+                .sessions
+                .iter()
+                .filter(|(client, _)| **client != iggy_metadata::machine::SYSTEM_CLIENT)
+                .count() as u64,
             topics,
             groups,
             fsyncs: Synced::ALL

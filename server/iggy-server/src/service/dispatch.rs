@@ -594,15 +594,7 @@ async fn register(
     if protocol::admit(version).is_none() {
         return request.evict(EvictionReason::IncompatibleProtocol);
     }
-    let user_id = match login {
-        Login::Password { username, password } => {
-            crate::service::auth::verify_password(&node.shared, username, password)
-        }
-        Login::Token(token) => {
-            crate::service::auth::verify_token(&node.shared, token, now_micros())
-        }
-    };
-    let user_id = match user_id {
+    let user_id = match login_verdict(node, request.header.client, &login).await {
         Ok(user_id) => user_id,
         Err(error) => return request.fail(error),
     };
@@ -635,6 +627,60 @@ async fn register(
         }
         Outcome::Refused(refusal) => request.fail(metadata_refused(node, &refusal)),
         Outcome::Failed => request.fail(ErrorCode::TransientNotCommitted),
+    }
+}
+
+fn verify_login(node: &Node, login: &Login<'_>) -> Result<u32, ErrorCode> {
+    match *login {
+        Login::Password { username, password } => {
+            crate::service::auth::verify_password(&node.shared, username, password)
+        }
+        Login::Token(token) => {
+            crate::service::auth::verify_token(&node.shared, token, now_micros())
+        }
+    }
+}
+
+/// The user `login` of `client` signs in as. A replica of a cluster refuses credentials it does
+/// not know only once it applied what the metadata primary knew committed when asked: a user or
+/// token created a moment ago through the primary may not have reached this replica's model,
+/// and a client cannot tell that refusal from a wrong password. A wrong password costs one
+/// question to the primary (none on a single node); a replica that cannot get there within
+/// [`routing::READ_WAIT`] answers 58 (the client asks again). An unknown user and a wrong
+/// password take the same path, so the answer tells no more than before.
+async fn login_verdict(node: &Node, client: u128, login: &Login<'_>) -> Result<u32, ErrorCode> {
+    let applied = node.shared.metadata.borrow().commit;
+    let verdict = verify_login(node, login);
+    let unknown = matches!(
+        verdict,
+        Err(ErrorCode::InvalidCredentials | ErrorCode::InvalidPersonalAccessToken)
+    );
+    if !unknown || !replicated(node) {
+        return verdict;
+    }
+    let wanted = match node.metadata.primary_commit(client).await {
+        Outcome::Committed { op, .. } => op,
+        Outcome::Refused(_) | Outcome::Failed => return Err(ErrorCode::TransientNotAccepted),
+    };
+    if applied >= wanted {
+        return verdict;
+    }
+    let figures = node.metadata.figures();
+    let started = std::time::Instant::now();
+    loop {
+        let applied = node.shared.metadata.borrow().commit;
+        let waited = started.elapsed();
+        match routing::in_touch_catch_up(
+            figures.role(),
+            applied,
+            wanted,
+            waited,
+            routing::READ_WAIT,
+        ) {
+            CatchUp::Reached => return verify_login(node, login),
+            CatchUp::Wait => compio::time::sleep(CATCH_UP_POLL).await,
+            CatchUp::Behind => return Err(ErrorCode::TransientNotAccepted),
+        }
     }
 }
 

@@ -757,11 +757,14 @@ impl Client {
             client_id: c.client_id,
             user_id: (c.user_id != u32::MAX).then_some(c.user_id),
             address: c.address.to_string(),
+            // Upstream's HTTP API names transports as the official `TransportProtocol` prints
+            // them (WebSocket is "ws"); the SDK's HTTP model takes any string, and its binary
+            // client turns the number into "TCP", "QUIC", "HTTP" or "WebSocket" itself.
             transport: match c.transport {
                 1 => "tcp",
                 2 => "quic",
                 3 => "http",
-                4 => "websocket",
+                4 => "ws",
                 _ => "unknown",
             },
             consumer_groups_count: c.consumer_groups_count,
