@@ -737,15 +737,21 @@ fn quic_server_with(certs: &TestCertificates, extra: &[(&str, &str)]) -> TestSer
     TestServer::start_with_env(&env)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn quic_connections_count_against_max_connections_and_free_their_slot_on_close() {
-    let certs = test_certificates();
+/// A loopback UDP port free a moment ago, and its address, for a QUIC listener a test must
+/// know in advance (to fill it, or to restart on it).
+fn free_udp_address() -> (u16, String) {
     let port = std::net::UdpSocket::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port();
-    let address = format!("127.0.0.1:{port}");
+    (port, format!("127.0.0.1:{port}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quic_connections_count_against_max_connections_and_free_their_slot_on_close() {
+    let certs = test_certificates();
+    let (port, address) = free_udp_address();
     let _server = quic_server_with(
         &certs,
         &[
@@ -848,12 +854,7 @@ async fn a_graceful_stop_closes_the_quic_connections_it_serves() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quic_client_of_a_killed_server_is_reset_by_the_next_process() {
     let certs = test_certificates();
-    let port = std::net::UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let address = format!("127.0.0.1:{port}");
+    let (port, address) = free_udp_address();
     // A short idle timeout, no keep-alive: unreset, the connection times out quickly.
     let mut server = quic_server_with(
         &certs,
