@@ -61,6 +61,12 @@ impl DataDir {
         let mut key = vec![0; size];
         rand::RngCore::fill_bytes(&mut rand::rng(), &mut key);
         crate::fail_stop::write_atomically(&path, key.clone()).await;
+        // Whoever reads it can forge resets of this node's QUIC connections: owner only.
+        use std::os::unix::fs::PermissionsExt;
+        if let Err(error) = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+        {
+            tracing::warn!("{}: cannot make it owner-only: {error}", path.display());
+        }
         key
     }
 }

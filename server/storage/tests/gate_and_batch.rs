@@ -95,6 +95,34 @@ fn a_temporary_marker_that_is_not_ours_is_refused_unmodified() {
     assert_eq!(before, snapshot(&with_files));
 }
 
+/// The QUIC stateless-reset key is made once and kept (the next process must derive the same
+/// reset tokens), owner-only; a file that is not a key is replaced by a new one.
+#[test]
+fn the_quic_reset_key_is_kept_across_opens_and_a_file_not_a_key_is_replaced() {
+    use std::os::unix::fs::PermissionsExt;
+    let temporary = tempfile::tempdir().unwrap();
+    let root = temporary.path().join("data");
+    let key_path = root.join(iggy_generated::storage::QUIC_RESET_KEY_FILE);
+    let key = |root: &Path| {
+        let dir = open_data_dir(root).unwrap();
+        compio::runtime::Runtime::new()
+            .unwrap()
+            .block_on(dir.quic_reset_key())
+    };
+    let first = key(&root);
+    assert_eq!(first.len(), 64);
+    assert_ne!(first, vec![0; 64]);
+    assert_eq!(std::fs::read(&key_path).unwrap(), first);
+    let mode = std::fs::metadata(&key_path).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    assert_eq!(key(&root), first, "kept by the next open");
+    std::fs::write(&key_path, b"short").unwrap();
+    let replaced = key(&root);
+    assert_eq!(replaced.len(), 64);
+    assert_ne!(replaced, first);
+    assert_eq!(std::fs::read(&key_path).unwrap(), replaced);
+}
+
 fn build_batch(payloads: &[&[u8]]) -> Vec<u8> {
     let messages: Vec<(&[u8], &[u8])> = payloads.iter().map(|payload| (*payload, &[][..])).collect();
     build_batch_with_headers(&messages)
