@@ -238,7 +238,11 @@ pub fn apply(
 }
 
 /// Applies a committed register: the session it creates. Refused when the journaled session
-/// record does not decode (the caller logs it).
+/// record does not decode (the caller logs it). A register of a user deleted or deactivated
+/// since its login was judged (on a lagging replica, or before an op in the pipeline) creates
+/// no live session: its connection is unauthenticated, and the user id, which a later user may
+/// take, lends nobody its permissions. The root user (never deleted or deactivated) is exempt:
+/// the node's own session registers as root before root exists.
 pub fn register(
     metadata: &mut Metadata,
     op: u64,
@@ -247,6 +251,13 @@ pub fn register(
 ) -> Result<(), ErrorCode> {
     metadata.commit = op;
     let record = SessionRecord::decode_fixed(body).map_err(|_| ErrorCode::InvalidFormat)?;
+    let active = metadata
+        .users
+        .get(&record.user_id)
+        .is_some_and(|user| user.status == UserStatus::Active);
+    if !active && record.user_id != crate::ROOT_USER_ID {
+        return Ok(());
+    }
     metadata.sessions.register(
         client,
         Session {
@@ -652,6 +663,34 @@ mod tests {
             crate::replies::rejection_of(&reply),
             Some(ErrorCode::InvalidCommand)
         );
+    }
+
+    /// A login judged just before its user was deleted or deactivated commits a register
+    /// afterwards: no live session comes of it, so a user created later under the reused id
+    /// lends that connection nothing. Root's session (the node's own, before root exists) is.
+    #[test]
+    fn a_register_of_a_user_gone_or_inactive_by_its_commit_creates_no_live_session() {
+        let mut metadata = Metadata::default();
+        let id = metadata
+            .create_user("alice", "hash".into(), UserStatus::Active, None, 0)
+            .unwrap();
+        let idle = metadata
+            .create_user("bob", "hash".into(), UserStatus::Inactive, None, 0)
+            .unwrap();
+        let gone = id + 100;
+        for (op, client, user) in [
+            (1, 31, crate::ROOT_USER_ID),
+            (2, 32, id),
+            (3, 33, idle),
+            (4, 34, gone),
+        ] {
+            register(&mut metadata, op, client, &session_record(user, 0, [0; 32])).unwrap();
+        }
+        let live = |client| metadata.sessions.get(client).is_some();
+        assert!(live(31), "root's session, no root user yet");
+        assert!(live(32), "an active user's");
+        assert!(!live(33), "a deactivated user's");
+        assert!(!live(34), "a deleted user's");
     }
 
     #[test]
