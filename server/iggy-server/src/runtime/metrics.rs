@@ -218,41 +218,31 @@ impl Metrics {
             let _ = writeln!(out, "iggy_fsyncs_total{{file=\"{file}\"}} {count}");
         }
         if let Some(frames) = &gauges.replica_frames {
-            family(
-                &mut out,
-                "iggy_replica_frames_dropped_total",
-                "counter",
-                "Frames to a peer replica dropped because its send queue was full or they waited too long for a link.",
-            );
-            for (peer, count) in &frames.dropped {
-                let _ = writeln!(
-                    out,
-                    "iggy_replica_frames_dropped_total{{peer=\"{peer}\"}} {count}"
-                );
-            }
-            family(
-                &mut out,
-                "iggy_replica_frames_sent_total",
-                "counter",
-                "Frames written to a peer replica's links, keepalives included.",
-            );
-            for (peer, frames, _) in &frames.sent {
-                let _ = writeln!(
-                    out,
-                    "iggy_replica_frames_sent_total{{peer=\"{peer}\"}} {frames}"
-                );
-            }
-            family(
-                &mut out,
-                "iggy_replica_bytes_sent_total",
-                "counter",
-                "Bytes of the frames written to a peer replica's links (a retransmitted prepare counts again).",
-            );
-            for (peer, _, bytes) in &frames.sent {
-                let _ = writeln!(
-                    out,
-                    "iggy_replica_bytes_sent_total{{peer=\"{peer}\"}} {bytes}"
-                );
+            let dropped = frames.dropped.clone();
+            let sent_frames = frames.sent.iter().map(|&(peer, n, _)| (peer, n)).collect();
+            let sent_bytes = frames.sent.iter().map(|&(peer, _, n)| (peer, n)).collect();
+            let per_peer = [
+                (
+                    "iggy_replica_frames_dropped_total",
+                    "Frames to a peer replica dropped because its send queue was full or they waited too long for a link.",
+                    dropped,
+                ),
+                (
+                    "iggy_replica_frames_sent_total",
+                    "Frames written to a peer replica's links, keepalives included.",
+                    sent_frames,
+                ),
+                (
+                    "iggy_replica_bytes_sent_total",
+                    "Bytes of the frames written to a peer replica's links (a retransmitted prepare counts again).",
+                    sent_bytes,
+                ),
+            ];
+            for (name, help, counts) in per_peer {
+                family(&mut out, name, "counter", help);
+                for (peer, count) in counts {
+                    let _ = writeln!(out, "{name}{{peer=\"{peer}\"}} {count}");
+                }
             }
             family(
                 &mut out,
