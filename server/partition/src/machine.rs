@@ -113,7 +113,8 @@ pub struct Partition {
     /// In a group of more than one: how far a retirement may delete (see
     /// [`Partition::retirable_below`]); `None` in a group of one, which deletes what it plans.
     retirable: Option<Retirable>,
-    /// The last op applied (or the checkpoint's restored): a retirement planned now names it.
+    /// The last op applied (or the checkpoint's restored; its effects on the offsets are
+    /// complete between applies): a retirement planned now names it.
     applied: u64,
 }
 
@@ -123,8 +124,6 @@ pub struct Partition {
 #[derive(Debug, Default)]
 struct Retirable {
     floor: u64,
-    /// The last op applied (its effects on the offsets are complete between applies).
-    applied: u64,
     /// (op, next offset once every op up to it applied), oldest first, above the floor's op.
     ends: VecDeque<(u64, u64)>,
 }
@@ -156,7 +155,6 @@ impl Partition {
         if let Some(retirable) = self.retirable.as_mut() {
             retirable.ends.clear();
             retirable.ends.push_back((op, self.state.next_offset));
-            retirable.applied = op;
         }
     }
 
@@ -174,7 +172,7 @@ impl Partition {
             retirable.floor = retirable.floor.max(next);
             retirable.ends.pop_front();
         }
-        if op >= retirable.applied {
+        if op >= self.applied {
             retirable.floor = retirable.floor.max(self.state.next_offset);
         }
     }
@@ -386,9 +384,6 @@ impl Partition {
                 .is_none_or(|(_, next)| *next != self.state.next_offset)
         {
             retirable.ends.push_back((op - 1, self.state.next_offset));
-        }
-        if let Some(retirable) = self.retirable.as_mut() {
-            retirable.applied = op;
         }
         let mut stowed = false;
         while let Some(&(stowed_op, _, _)) = self.stowed.front()
