@@ -624,41 +624,42 @@ impl Partition {
     }
 
     /// Where the offsets stored after the op `planned_at` (which a retirement planned at it
-    /// did not see) hold it back to: the first message one of them has not committed.
-    /// External groups' offsets hold nothing back, as in [`Self::retirement_floor`]; every
-    /// other offset stored since counts, a deleted group's too (a store is judged live when
-    /// it commits; a retirement held back for one deletes the rest at the next).
+    /// did not see) hold it back to: the first message one of them has not committed. Every
+    /// offset that holds segments back ([`Self::holding_offsets`]) stored since counts, a
+    /// deleted group's too (a store is judged live when it commits; a retirement held back for
+    /// one deletes the rest at the next).
     fn held_from(&self, planned_at: u64) -> u64 {
-        self.state
-            .offsets
-            .iter()
-            .filter(|(owner, kept)| {
-                !matches!(owner, OffsetOwner::External(_)) && kept.stored_at > planned_at
-            })
+        self.holding_offsets()
+            .filter(|(_, kept)| kept.stored_at > planned_at)
             .map(|(_, kept)| kept.offset.saturating_add(1))
             .min()
             .unwrap_or(u64::MAX)
     }
 
     /// The offset below which a segment retirement may go without dropping messages a
-    /// consumer has not committed yet. External groups' offsets hold nothing back: Iggy does not
-    /// manage their consumers, and their offsets may lie anywhere. Nor do the offsets no live
-    /// group owns as of the metadata model at `metadata_op` (`live_groups`, as for
+    /// consumer has not committed yet. Nor do the offsets no live group owns as of the metadata
+    /// model at `metadata_op` hold it back (`live_groups`, as for
     /// [`Self::orphaned_group_offsets`]): a deleted group's, or one a group that took its id
     /// would otherwise inherit; no one reads them and a sweep removes them.
     pub fn retirement_floor(&self, live_groups: &BTreeMap<u32, u64>, metadata_op: u64) -> u64 {
-        self.state
-            .offsets
-            .iter()
+        self.holding_offsets()
             .filter(|(owner, kept)| {
-                !matches!(owner, OffsetOwner::External(_))
-                    && self
-                        .orphaned_by(**owner, kept, live_groups, metadata_op)
-                        .is_none()
+                self.orphaned_by(**owner, kept, live_groups, metadata_op)
+                    .is_none()
             })
             .map(|(_, kept)| kept.offset)
             .min()
             .unwrap_or(u64::MAX)
+    }
+
+    /// The offsets that may hold a segment retirement back: consumers' and Iggy groups'.
+    /// External groups' hold nothing back: Iggy does not manage their consumers, and their
+    /// offsets may lie anywhere.
+    fn holding_offsets(&self) -> impl Iterator<Item = (&OffsetOwner, &KeptOffset)> {
+        self.state
+            .offsets
+            .iter()
+            .filter(|(owner, _)| !matches!(owner, OffsetOwner::External(_)))
     }
 }
 
