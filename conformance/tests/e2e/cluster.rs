@@ -2643,8 +2643,8 @@ async fn delete_the_oldest_segment(client: &IggyClient, partition: u32) -> Vec<u
 /// A consumer's stored offset holds segment deletion back on every partition, also one the
 /// metadata primary does not lead: the metadata primary plans the deletion from its own replica
 /// of the partition, which learns the partition primary's last commits (here the offset just
-/// stored) only with its next prepare or commit broadcast (500 ms), and so deleted segments the
-/// consumer had not consumed (found by the cluster histories, `DURABILITY_SEED=7425085957042945996`
+/// stored) only with its next prepare or commit announcement (a tick later), and so deleted
+/// segments the consumer had not consumed (found by the cluster histories, `DURABILITY_SEED=7425085957042945996`
 /// history 26, shrunk to "store offset 4, delete 2 segments -> the partition starts at 59").
 /// Every replica now holds such a plan back at apply to the offsets stored after the op it was
 /// planned at.

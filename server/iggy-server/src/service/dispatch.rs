@@ -1308,8 +1308,8 @@ const RETIREMENT_BOUND_WAIT: std::time::Duration = std::time::Duration::from_sec
 
 /// Where a deletion of up to `count` of the oldest segments of `partition` keeps the log from
 /// (and the op it was planned at: this replica may not have applied the latest offset stores,
-/// which then hold it back as every replica applies it), kept to the group's bound (never past what a replica that can still catch up by repair
-/// lacks). A plan the bound holds back is planned again until the bound reaches it or
+/// which then hold it back as every replica applies it), kept to the group's bound (never
+/// past what a replica that can still catch up by repair lacks). A plan the bound holds back is planned again until the bound reaches it or
 /// [`RETIREMENT_BOUND_WAIT`] passes; a plan held back whole commits a retirement that deletes
 /// nothing, and the command succeeds like one asking for more segments than the log has.
 async fn plan_within_bound(
