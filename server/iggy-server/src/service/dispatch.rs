@@ -620,10 +620,17 @@ async fn register(
         Outcome::Committed { op, .. } => {
             // A register forwarded to the metadata primary is committed there first: the
             // session serves here once this replica has applied it too.
-            if !session_applied(node, client, op).await {
-                return request.fail(ErrorCode::TransientNotAccepted);
+            match session_applied(node, client, op).await {
+                SessionApplied::Live => {
+                    bind(node, connection, request, client, op, user_id, version)
+                }
+                // Judged again on the model that refused it, which names why.
+                SessionApplied::Refused => match verify_login(node, &login) {
+                    Err(error) => request.fail(error),
+                    Ok(_) => request.fail(ErrorCode::TransientNotAccepted),
+                },
+                SessionApplied::NotYet => request.fail(ErrorCode::TransientNotAccepted),
             }
-            bind(node, connection, request, client, op, user_id, version)
         }
         Outcome::Refused(refusal) => request.fail(metadata_refused(node, &refusal)),
         Outcome::Failed => request.fail(ErrorCode::TransientNotCommitted),
@@ -641,60 +648,68 @@ fn verify_login(node: &Node, login: &Login<'_>) -> Result<u32, ErrorCode> {
     }
 }
 
-/// The user `login` of `client` signs in as. A replica of a cluster refuses credentials it does
-/// not know only once it applied what the metadata primary knew committed when asked: a user or
-/// token created a moment ago through the primary may not have reached this replica's model,
-/// and a client cannot tell that refusal from a wrong password. A wrong password costs one
-/// question to the primary (none on a single node); a replica that cannot get there within
-/// [`routing::READ_WAIT`] answers 58 (the client asks again). An unknown user and a wrong
-/// password take the same path, so the answer tells no more than before.
+/// The user `login` of `client` signs in as, judged only once this replica applied what the
+/// metadata primary knew committed when asked: a user, token or password change acknowledged a
+/// moment ago through the primary may not have reached a backup's model yet, which would then
+/// refuse fresh credentials (a client cannot tell that from a wrong password) or accept
+/// replaced ones. A login costs one question to the primary on a backup, none on the primary
+/// itself or on a single node; a replica that cannot get there within [`routing::READ_WAIT`]
+/// answers 58 (the client asks again).
 async fn login_verdict(node: &Node, client: u128, login: &Login<'_>) -> Result<u32, ErrorCode> {
-    let applied = node.shared.metadata.borrow().commit;
-    let verdict = verify_login(node, login);
-    let unknown = matches!(
-        verdict,
-        Err(ErrorCode::InvalidCredentials | ErrorCode::InvalidPersonalAccessToken)
-    );
-    if !unknown || !replicated(node) {
-        return verdict;
-    }
-    let wanted = match node.metadata.primary_commit(client).await {
-        Outcome::Committed { op, .. } => op,
-        Outcome::Refused(_) | Outcome::Failed => return Err(ErrorCode::TransientNotAccepted),
-    };
-    if applied >= wanted {
-        return verdict;
-    }
-    let figures = node.metadata.figures();
-    let started = std::time::Instant::now();
-    loop {
-        let applied = node.shared.metadata.borrow().commit;
-        let waited = started.elapsed();
-        match routing::in_touch_catch_up(
-            figures.role(),
-            applied,
-            wanted,
-            waited,
-            routing::READ_WAIT,
-        ) {
-            CatchUp::Reached => return verify_login(node, login),
-            CatchUp::Wait => compio::time::sleep(CATCH_UP_POLL).await,
-            CatchUp::Behind => return Err(ErrorCode::TransientNotAccepted),
+    if replicated(node) {
+        let wanted = match node.metadata.primary_commit(client).await {
+            Outcome::Committed { op, .. } => op,
+            Outcome::Refused(_) | Outcome::Failed => return Err(ErrorCode::TransientNotAccepted),
+        };
+        let figures = node.metadata.figures();
+        let started = std::time::Instant::now();
+        loop {
+            let applied = node.shared.metadata.borrow().commit;
+            let waited = started.elapsed();
+            match routing::in_touch_catch_up(
+                figures.role(),
+                applied,
+                wanted,
+                waited,
+                routing::READ_WAIT,
+            ) {
+                CatchUp::Reached => break,
+                CatchUp::Wait => compio::time::sleep(CATCH_UP_POLL).await,
+                CatchUp::Behind => return Err(ErrorCode::TransientNotAccepted),
+            }
         }
     }
+    verify_login(node, login)
 }
 
-/// Waits (at most a few seconds) until this replica's metadata holds session `session` of
-/// `client`; at once on the replica that committed it.
-async fn session_applied(node: &Rc<Node>, client: u128, session: u64) -> bool {
+/// Whether a committed register's session serves here.
+enum SessionApplied {
+    Live,
+    /// The register applied without a live session: its user was deleted or deactivated
+    /// between the verdict and the commit.
+    Refused,
+    /// This replica has not applied the register within a few seconds.
+    NotYet,
+}
+
+/// Waits (at most a few seconds) until this replica's metadata applied the register `session`
+/// of `client`; at once on the replica that committed it.
+async fn session_applied(node: &Rc<Node>, client: u128, session: u64) -> SessionApplied {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     loop {
-        let applied = node.shared.metadata.borrow().sessions.get(client).copied();
-        if applied.is_some_and(|applied| applied.session >= session) {
-            return true;
+        let (live, applied) = {
+            let metadata = node.shared.metadata.borrow();
+            let live = metadata.sessions.get(client).copied();
+            (live, metadata.commit)
+        };
+        if live.is_some_and(|live| live.session >= session) {
+            return SessionApplied::Live;
+        }
+        if applied >= session {
+            return SessionApplied::Refused;
         }
         if std::time::Instant::now() >= deadline {
-            return false;
+            return SessionApplied::NotYet;
         }
         compio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
