@@ -318,7 +318,6 @@ enum Job<R> {
     /// The op the primary of the view knew committed when it answered (metadata group only):
     /// asked of it as a backup, this replica's own when it leads. Nothing is committed.
     PrimaryCommit {
-        client: u128,
         done: oneshot::Sender<Outcome>,
     },
     /// Sessions bound on this node, reported to the primary when this replica is a backup.
@@ -445,11 +444,11 @@ impl<R> GroupHandle<R> {
         self.ask(logout, Outcome::Failed).await
     }
 
-    /// What the group's primary knew committed when it answered, for `client` (committed:
-    /// that op; refused for now when this replica knows no primary alive): a replica that
-    /// applied it has seen every write acknowledged before it asked.
-    pub async fn primary_commit(&self, client: u128) -> Outcome {
-        self.ask(|done| Job::PrimaryCommit { client, done }, Outcome::Failed)
+    /// What the group's primary knew committed when it answered (committed: that op; refused
+    /// for now when this replica knows no primary alive): a replica that applied it has seen
+    /// every write acknowledged before it asked.
+    pub async fn primary_commit(&self) -> Outcome {
+        self.ask(|done| Job::PrimaryCommit { done }, Outcome::Failed)
             .await
     }
 
@@ -867,11 +866,11 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                     self.core.submit(submit);
                 }
             }
-            Job::PrimaryCommit { client, done } => {
+            Job::PrimaryCommit { done } => {
                 self.drive().await;
-                // Only the client and the waiter travel: the question is no request.
+                // Only the waiter matters (relay's shape): the question is no client request.
                 let asked = Pending {
-                    client,
+                    client: 0,
                     request: 0,
                     operation: iggy_generated::frames::Operation::Logout.to_repr(),
                     body: Bytes::new(),

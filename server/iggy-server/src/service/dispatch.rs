@@ -594,7 +594,7 @@ async fn register(
     if protocol::admit(version).is_none() {
         return request.evict(EvictionReason::IncompatibleProtocol);
     }
-    let user_id = match login_verdict(node, request.header.client, &login).await {
+    let user_id = match login_verdict(node, &login).await {
         Ok(user_id) => user_id,
         Err(error) => return request.fail(error),
     };
@@ -648,16 +648,16 @@ fn verify_login(node: &Node, login: &Login<'_>) -> Result<u32, ErrorCode> {
     }
 }
 
-/// The user `login` of `client` signs in as, judged only once this replica applied what the
+/// The user `login` signs in as, judged only once this replica applied what the
 /// metadata primary knew committed when asked: a user, token or password change acknowledged a
 /// moment ago through the primary may not have reached a backup's model yet, which would then
 /// refuse fresh credentials (a client cannot tell that from a wrong password) or accept
 /// replaced ones. A login costs one question to the primary on a backup, none on the primary
 /// itself or on a single node; a replica that cannot get there within [`routing::READ_WAIT`]
 /// answers 58 (the client asks again).
-async fn login_verdict(node: &Node, client: u128, login: &Login<'_>) -> Result<u32, ErrorCode> {
+async fn login_verdict(node: &Node, login: &Login<'_>) -> Result<u32, ErrorCode> {
     if replicated(node) {
-        let wanted = match node.metadata.primary_commit(client).await {
+        let wanted = match node.metadata.primary_commit().await {
             Outcome::Committed { op, .. } => op,
             Outcome::Refused(_) | Outcome::Failed => return Err(ErrorCode::TransientNotAccepted),
         };
