@@ -10,9 +10,7 @@ use iggy_generated::protocol;
 pub const HEADER_SIZE: usize = RequestHeader::SIZE;
 
 /// Why a request header is refused before its body is looked at.
-// OverLimit is as large as the admitted header `admit_header` returns on success anyway.
-#[allow(clippy::large_enum_variant)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HeaderError {
     /// Not a 256-byte request header (wrong command byte or undecodable).
     NotARequest,
@@ -21,7 +19,7 @@ pub enum HeaderError {
     /// `size` above the configured maximum, the header otherwise sound: the connection reads
     /// past the body and answers [`ErrorCode::TooBigMessagePayload`] (the client can tell
     /// nothing was done, which an eviction would not let it).
-    OverLimit(Admitted),
+    OverLimit(Box<Admitted>),
     /// Client id 0.
     NoClient,
     /// Reserved, internal or unknown operation.
@@ -30,7 +28,7 @@ pub enum HeaderError {
 
 impl HeaderError {
     /// The eviction that closes the connection for this error.
-    pub fn eviction_reason(self) -> EvictionReason {
+    pub fn eviction_reason(&self) -> EvictionReason {
         match self {
             HeaderError::NotARequest | HeaderError::NoClient => EvictionReason::InvalidRequestBody,
             HeaderError::BadSize(_) | HeaderError::OverLimit(_) => {
@@ -84,7 +82,7 @@ pub fn admit_header(bytes: &[u8; HEADER_SIZE], max_frame: u32) -> Result<Admitte
         body_len: header.size as usize - HEADER_SIZE,
     };
     if header.size > max_frame {
-        return Err(HeaderError::OverLimit(admitted));
+        return Err(HeaderError::OverLimit(Box::new(admitted)));
     }
     Ok(admitted)
 }

@@ -268,6 +268,33 @@ fn reply_status(reply: &[u8]) -> Option<u32> {
     Some(u32::from_le_bytes(status.try_into().expect("4 bytes")))
 }
 
+/// Reads and drops `len` bytes of `reader` in pieces of at most 64 KiB; an end of stream
+/// before them is a body shorter than its header said.
+pub async fn discard(
+    reader: &mut impl compio::io::AsyncRead,
+    len: usize,
+) -> Result<(), ReadFailure> {
+    use compio::buf::{BufResult, IntoInner, IoBuf};
+    const PIECE: usize = 64 * 1024;
+    let mut left = len;
+    let mut buffer = Vec::with_capacity(PIECE.min(len));
+    while left > 0 {
+        let want = left.min(PIECE);
+        buffer.clear();
+        let BufResult(read, returned) = reader.read(buffer.slice(..want)).await;
+        buffer = returned.into_inner();
+        match read? {
+            0 => {
+                return Err(ReadFailure::Malformed(
+                    EvictionReason::InvalidRequestBodySize,
+                ));
+            }
+            n => left -= n,
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -361,31 +388,4 @@ mod tests {
         );
         assert_eq!(reply_status(&failed[..100]), None);
     }
-}
-
-/// Reads and drops `len` bytes of `reader` in pieces of at most 64 KiB; an end of stream
-/// before them is a body shorter than its header said.
-pub async fn discard(
-    reader: &mut impl compio::io::AsyncRead,
-    len: usize,
-) -> Result<(), ReadFailure> {
-    use compio::buf::{BufResult, IntoInner, IoBuf};
-    const PIECE: usize = 64 * 1024;
-    let mut left = len;
-    let mut buffer = Vec::with_capacity(PIECE.min(len));
-    while left > 0 {
-        let want = left.min(PIECE);
-        buffer.clear();
-        let BufResult(read, returned) = reader.read(buffer.slice(..want)).await;
-        buffer = returned.into_inner();
-        match read? {
-            0 => {
-                return Err(ReadFailure::Malformed(
-                    EvictionReason::InvalidRequestBodySize,
-                ));
-            }
-            n => left -= n,
-        }
-    }
-    Ok(())
 }
