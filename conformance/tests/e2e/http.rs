@@ -358,6 +358,22 @@ async fn with_configured_jwt_secrets_a_token_outlives_a_restart() {
     assert_eq!(streams.map(|s| s.len()).map_err(|e| e.to_string()), Ok(2));
 }
 
+/// Logout is the replicated, persisted end of the session: a token the next process could bind
+/// (configured secrets) stays refused after a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_configured_jwt_secrets_a_logged_out_token_stays_refused_after_a_restart() {
+    let secret = "an http.jwt secret kept across restarts";
+    let (mut server, api) = TestServer::start_with_http(&[
+        ("IGGY_HTTP_JWT_ENCODING_SECRET", secret),
+        ("IGGY_HTTP_JWT_DECODING_SECRET", secret),
+    ]);
+    let (kept, ended) = (raw_token(&api).await, raw_token(&api).await);
+    assert_eq!(raw(&api, "DELETE", "/users/logout", Some(&ended), b"").await.0, 204);
+    tokio::task::block_in_place(|| server.restart());
+    assert_eq!(raw(&api, "GET", "/streams", Some(&ended), b"").await.0, 401, "logged out");
+    assert_eq!(raw(&api, "GET", "/streams", Some(&kept), b"").await.0, 200, "still live");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn logout_revokes_the_token_and_refresh_issues_a_new_one() {
     let (_server, api) = TestServer::start_with_http(&[]);
