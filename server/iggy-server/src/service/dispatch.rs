@@ -1604,21 +1604,51 @@ async fn bind_session(
     if identity.client_id != request.header.client {
         return request.fail(ErrorCode::Unauthenticated);
     }
+    let found = session_at_watermark(node, identity.metadata_watermark, |sessions| {
+        sessions
+            .bind(
+                identity.client_id,
+                identity.session,
+                &bind_request.bind_secret,
+            )
+            .ok()
+    })
+    .await;
+    match found {
+        Ok(session) => bind(
+            node,
+            connection,
+            request,
+            identity.client_id,
+            session.session,
+            session.user_id,
+            session.protocol,
+        ),
+        Err(error) => request.fail(error),
+    }
+}
+
+/// The logical session `find` picks from the replicated session table, judged as a bind is
+/// (BindSession here, an HTTP access token on first sight in the transport): once this
+/// replica's metadata reached `watermark` (the session may have been registered on another
+/// replica a moment ago). Unauthenticated (40) only when the session is gone as of metadata at
+/// least that new; TransientNotAccepted (58) when this replica did not get there within
+/// [`routing::BIND_WAIT`], so the client binds later instead of registering a second session.
+pub async fn session_at_watermark(
+    node: &Node,
+    watermark: u64,
+    find: impl Fn(&iggy_metadata::session::Sessions) -> Option<iggy_metadata::session::Session>,
+) -> Result<iggy_metadata::session::Session, ErrorCode> {
     // A standalone node is the only copy of its sessions: nothing to wait for.
     let (watermark, budget) = match replicated(node) {
-        true => (identity.metadata_watermark, routing::BIND_WAIT),
+        true => (watermark, routing::BIND_WAIT),
         false => (0, std::time::Duration::ZERO),
     };
     let started = std::time::Instant::now();
     loop {
         let (found, applied) = {
             let metadata = node.shared.metadata.borrow();
-            let found = metadata.sessions.bind(
-                identity.client_id,
-                identity.session,
-                &bind_request.bind_secret,
-            );
-            (found.ok(), metadata.commit)
+            (find(&metadata.sessions), metadata.commit)
         };
         // A replica not serving in touch with its metadata primary (recovering, changing
         // views, cut off) judges no bind: it answers 58 once its wait runs out, never 40, on
@@ -1627,19 +1657,9 @@ async fn bind_session(
         let reached =
             routing::in_touch_catch_up(metadata, applied, watermark, started.elapsed(), budget);
         match routing::bind_verdict(found, reached) {
-            BindVerdict::Bind(session) => {
-                return bind(
-                    node,
-                    connection,
-                    request,
-                    identity.client_id,
-                    session.session,
-                    session.user_id,
-                    session.protocol,
-                );
-            }
-            BindVerdict::Gone => return request.fail(ErrorCode::Unauthenticated),
-            BindVerdict::Behind => return request.fail(ErrorCode::TransientNotAccepted),
+            BindVerdict::Bind(session) => return Ok(session),
+            BindVerdict::Gone => return Err(ErrorCode::Unauthenticated),
+            BindVerdict::Behind => return Err(ErrorCode::TransientNotAccepted),
             BindVerdict::Wait => compio::time::sleep(CATCH_UP_POLL).await,
         }
     }

@@ -5,6 +5,7 @@
 //! that may have committed (never resent), 503 for one that was not executed (resent), else 400.
 
 use super::json::{self, OutgoingMessage};
+use super::jwt::bind_proof_hash;
 use super::session::HttpState;
 use super::{Request, Response};
 use crate::runtime::connection::{Bound, Connection};
@@ -635,8 +636,8 @@ pub async fn handle(
             })
             .unwrap_or("")
             .trim();
-        match state.resolve(token) {
-            Ok(bound) => Some(bound),
+        match state.authenticate(node, token).await {
+            Ok((bound, _)) => Some(bound),
             Err(error) => return fail(error),
         }
     };
@@ -747,8 +748,9 @@ struct TokenInfo {
     expiry: u64,
 }
 
-fn identity(state: &HttpState, bound: Bound) -> Response {
-    let (token, expiry) = state.issue(bound);
+/// A token for `bound`, whose bind secret `bind_proof` is the hash of.
+fn identity(state: &HttpState, bound: Bound, bind_proof: &str) -> Response {
+    let (token, expiry) = state.issue(bound, bind_proof);
     ok_json(
         200,
         &IdentityInfo {
@@ -1023,9 +1025,10 @@ async fn route_handler(
         "user.login_register" => {
             let login: Login = body(request)?;
             let version = login.version.unwrap_or_default();
+            let bind_secret = rand::random();
             let register = wire::LoginRegisterRequest {
                 version_info: version_info(&version),
-                bind_secret: rand::random(),
+                bind_secret,
                 username: &login.username,
                 password: &login.password,
                 client_context: login.context.as_deref().unwrap_or(""),
@@ -1033,25 +1036,26 @@ async fn route_handler(
             let bound = call
                 .register("user.login_register", register.checked_bytes()?)
                 .await?;
-            identity(call.state, bound)
+            identity(call.state, bound, &bind_proof_hash(&bind_secret))
         }
         "user.login_register_with_pat" => {
             let login: TokenBody = body(request)?;
+            let bind_secret = rand::random();
             let register = wire::LoginRegisterWithPatRequest {
                 version_info: version_info(""),
-                bind_secret: rand::random(),
+                bind_secret,
                 token: &login.token,
                 client_context: "",
             };
             let bound = call
                 .register("user.login_register_with_pat", register.checked_bytes()?)
                 .await?;
-            identity(call.state, bound)
+            identity(call.state, bound, &bind_proof_hash(&bind_secret))
         }
         "http.refresh_token" => {
             let refresh: TokenBody = body(request)?;
-            let bound = call.state.resolve(&refresh.token)?;
-            identity(call.state, bound)
+            let (bound, claims) = call.state.authenticate(node, &refresh.token).await?;
+            identity(call.state, bound, &claims.bph)
         }
         "user.logout" => {
             let client = call.bound.map(|b| b.client);
