@@ -336,23 +336,18 @@ pub async fn relayed_metadata_reached(node: &Node) -> Result<(), ErrorCode> {
     }
     let figures = node.metadata.figures();
     let (relayed, known_committed) = (node.metadata.relayed_watermark(), figures.commit());
-    let started = std::time::Instant::now();
-    loop {
+    caught_up(|waited| {
         let applied = node.shared.metadata.borrow().commit;
-        let waited = started.elapsed();
-        match routing::relayed_metadata_catch_up(
+        routing::relayed_metadata_catch_up(
             figures.role(),
             applied,
             relayed,
             known_committed,
             waited,
             routing::READ_WAIT,
-        ) {
-            CatchUp::Reached => return Ok(()),
-            CatchUp::Wait => compio::time::sleep(CATCH_UP_POLL).await,
-            CatchUp::Behind => return Err(ErrorCode::TransientNotAccepted),
-        }
-    }
+        )
+    })
+    .await
 }
 
 /// The error for a metadata request the group refused.
@@ -448,14 +443,14 @@ async fn current_partition(node: &Node, key: PartitionKey) -> Result<PartitionHa
     }
     let figures = partition.group.figures();
     let wanted = routing::read_watermark(partition.group.relayed_watermark(), figures.commit());
-    loop {
+    // The budget counts from the start, the partition's opening included.
+    let opened_after = started.elapsed();
+    caught_up(|waited| {
         let (role, applied) = (figures.role(), figures.applied());
-        match routing::in_touch_catch_up(role, applied, wanted, started.elapsed(), budget) {
-            CatchUp::Reached => return Ok(partition),
-            CatchUp::Wait => compio::time::sleep(CATCH_UP_POLL).await,
-            CatchUp::Behind => return Err(ErrorCode::TransientNotAccepted),
-        }
-    }
+        routing::in_touch_catch_up(role, applied, wanted, opened_after + waited, budget)
+    })
+    .await?;
+    Ok(partition)
 }
 
 /// Where a read of partition `key` is served for a client over `routing`: a client that
@@ -538,20 +533,33 @@ async fn session_metadata_reached(
             .minimum_metadata_op
             .max(node.metadata.relayed_watermark()),
     };
-    match metadata_reached(node, wanted, budget).await {
-        CatchUp::Behind => Err(ErrorCode::TransientNotAccepted),
-        _ => Ok(()),
-    }
+    metadata_reached(node, wanted, budget).await
 }
 
-/// Waits, within `budget`, until this replica applied the metadata op `wanted`.
-async fn metadata_reached(node: &Node, wanted: u64, budget: std::time::Duration) -> CatchUp {
+/// Waits, within `budget`, until this replica applied the metadata op `wanted` (else 58).
+async fn metadata_reached(
+    node: &Node,
+    wanted: u64,
+    budget: std::time::Duration,
+) -> Result<(), ErrorCode> {
+    caught_up(|waited| {
+        let applied = node.shared.metadata.borrow().commit;
+        routing::catch_up(applied, wanted, waited, budget)
+    })
+    .await
+}
+
+/// Asks `verdict` (given the time waited so far) every [`CATCH_UP_POLL`] until it says this
+/// replica reached what it waits for (Ok) or will not in time (58: the client asks again).
+async fn caught_up(
+    mut verdict: impl FnMut(std::time::Duration) -> CatchUp,
+) -> Result<(), ErrorCode> {
     let started = std::time::Instant::now();
     loop {
-        let applied = node.shared.metadata.borrow().commit;
-        match routing::catch_up(applied, wanted, started.elapsed(), budget) {
+        match verdict(started.elapsed()) {
+            CatchUp::Reached => return Ok(()),
             CatchUp::Wait => compio::time::sleep(CATCH_UP_POLL).await,
-            reached_or_behind => return reached_or_behind,
+            CatchUp::Behind => return Err(ErrorCode::TransientNotAccepted),
         }
     }
 }
@@ -662,22 +670,11 @@ async fn login_verdict(node: &Node, login: &Login<'_>) -> Result<u32, ErrorCode>
             Outcome::Refused(_) | Outcome::Failed => return Err(ErrorCode::TransientNotAccepted),
         };
         let figures = node.metadata.figures();
-        let started = std::time::Instant::now();
-        loop {
+        caught_up(|waited| {
             let applied = node.shared.metadata.borrow().commit;
-            let waited = started.elapsed();
-            match routing::in_touch_catch_up(
-                figures.role(),
-                applied,
-                wanted,
-                waited,
-                routing::READ_WAIT,
-            ) {
-                CatchUp::Reached => break,
-                CatchUp::Wait => compio::time::sleep(CATCH_UP_POLL).await,
-                CatchUp::Behind => return Err(ErrorCode::TransientNotAccepted),
-            }
-        }
+            routing::in_touch_catch_up(figures.role(), applied, wanted, waited, routing::READ_WAIT)
+        })
+        .await?;
     }
     verify_login(node, login)
 }
@@ -767,9 +764,7 @@ async fn logout(
         Outcome::Committed { op, .. } => {
             // Committed on the metadata primary first: the connection is unbound once this
             // replica applied it too, so a request it serves next sees the session gone.
-            if metadata_reached(node, op, routing::READ_WAIT).await == CatchUp::Behind {
-                return Err(ErrorCode::TransientNotAccepted);
-            }
+            metadata_reached(node, op, routing::READ_WAIT).await?;
             connection.bound = None;
             node.shared.session_unbound(bound.client);
             tracing::info!(
@@ -905,7 +900,7 @@ async fn metadata_write(
                 node.metadata.note_relayed(*op);
                 // Committed on the primary first: answered once applied here too, so the
                 // client's next request finds it (else that request waits for it).
-                metadata_reached(node, *op, routing::READ_WAIT).await;
+                let _ = metadata_reached(node, *op, routing::READ_WAIT).await;
             }
             outcome
         }
