@@ -589,6 +589,22 @@ mod tests {
         assert!(decode(&context(2), &inbound).is_err());
     }
 
+    /// `forward` crosses the plane intact in the metadata group and is refused in a
+    /// partition's; the frame as received.
+    fn crosses_the_metadata_plane_only(forward: &Forward) -> Inbound {
+        let inbound = receive(&encode(&context(2), 5, forward), 2);
+        assert!(is_forward(inbound.command));
+        assert_eq!(inbound.group, METADATA_GROUP);
+        assert_eq!(&decode(&context(1), &inbound).unwrap(), forward);
+        let partition = FrameContext {
+            group: 0x3_0020_0001,
+            incarnation: 7,
+            ..context(1)
+        };
+        assert!(decode(&partition, &inbound).is_err(), "{forward:?}");
+        inbound
+    }
+
     #[test]
     fn a_logout_and_its_verdict_cross_the_plane_intact_in_the_metadata_group_only() {
         let logout = Forward::Logout {
@@ -612,16 +628,7 @@ mod tests {
                 outcome: ForwardLogoutOutcome::NotPrimary,
             },
         ] {
-            let inbound = receive(&encode(&context(2), 5, &forward), 2);
-            assert!(is_forward(inbound.command));
-            assert_eq!(inbound.group, METADATA_GROUP);
-            assert_eq!(decode(&context(1), &inbound).unwrap(), forward);
-            let partition = FrameContext {
-                group: 0x3_0020_0001,
-                incarnation: 7,
-                ..context(1)
-            };
-            assert!(decode(&partition, &inbound).is_err(), "{forward:?}");
+            crosses_the_metadata_plane_only(&forward);
         }
         // Every identifying field is non-zero: a zero one names no session to end.
         let logout_of = |client, nonce, session, request| Forward::Logout {
@@ -667,16 +674,7 @@ mod tests {
                 commit: None,
             },
         ] {
-            let inbound = receive(&encode(&context(2), 5, &forward), 2);
-            assert!(is_forward(inbound.command));
-            assert_eq!(inbound.group, METADATA_GROUP);
-            assert_eq!(decode(&context(1), &inbound).unwrap(), forward);
-            let partition = FrameContext {
-                group: 0x3_0020_0001,
-                incarnation: 7,
-                ..context(1)
-            };
-            assert!(decode(&partition, &inbound).is_err(), "{forward:?}");
+            let inbound = crosses_the_metadata_plane_only(&forward);
             let bodied = with_body(&inbound, Bytes::from_static(b"unexpected"));
             assert!(decode(&context(1), &bodied).is_err(), "{forward:?}");
         }
