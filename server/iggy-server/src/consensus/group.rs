@@ -301,6 +301,11 @@ enum Job<R> {
     StepDown(oneshot::Sender<bool>),
     /// The client table's clients and their sessions, after the jobs accepted before.
     Clients(oneshot::Sender<Vec<(u128, u64)>>),
+    /// The highest request number of the client this replica holds, committed or prepared.
+    LatestRequest {
+        client: u128,
+        done: oneshot::Sender<u64>,
+    },
     /// A session register the node checked the credentials of: committed here when this
     /// replica leads, else forwarded to the primary (metadata group only).
     Register {
@@ -485,6 +490,13 @@ impl<R> GroupHandle<R> {
     /// numbers; empty when the group has stopped.
     pub async fn clients(&self) -> Vec<(u128, u64)> {
         self.ask(Job::Clients, Vec::new()).await
+    }
+
+    /// The highest request number of `client` this replica holds (committed, or prepared
+    /// above its commit); 0 when none, or when the group has stopped.
+    pub async fn latest_request(&self, client: u128) -> u64 {
+        self.ask(|done| Job::LatestRequest { client, done }, 0)
+            .await
     }
 
     /// Whether `request` of `client` was already committed: a retry whose reply the replica
@@ -816,6 +828,10 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
             Job::Clients(done) => {
                 self.drive().await;
                 let _ = done.send(self.core.clients());
+            }
+            Job::LatestRequest { client, done } => {
+                self.drive().await;
+                let _ = done.send(self.core.replica().latest_request(client));
             }
             Job::Tick => {
                 if let Some(plane) = &mut self.plane {

@@ -6,7 +6,7 @@
 
 use super::json::{self, OutgoingMessage};
 use super::jwt::bind_proof_hash;
-use super::session::HttpState;
+use super::session::{GateKey, HttpState};
 use super::{Request, Response};
 use crate::runtime::connection::{Bound, Connection};
 use crate::runtime::node::Node;
@@ -408,9 +408,10 @@ impl Call<'_> {
             None => None,
         };
         let permit = Permit::take(self.state, bound.client).map_err(Refused::Busy)?;
+        let held = self.held_request(bound.client, gate_key).await?;
         let request = self
             .state
-            .next_request(bound.client)
+            .next_request(bound.client, held)
             .ok_or(ErrorCode::Unauthenticated)?;
         // The token's user, for the client list (an HTTP connection binds per request).
         self.node
@@ -422,6 +423,29 @@ impl Call<'_> {
             request,
             _gate: gate,
             _permit: permit,
+        })
+    }
+
+    /// The highest request number of `client` this node's replicas hold where the session's
+    /// next number must exceed it (see `session::request_number`): in every group the first
+    /// time this node numbers the session (a restarted process's clock may be behind the
+    /// numbers its previous one committed), then in the group the request goes to (another
+    /// node's clock may be ahead of this one's).
+    async fn held_request(&self, client: u128, gate_key: Option<GateKey>) -> Result<u64, Refused> {
+        let numbered = self
+            .state
+            .numbered(client)
+            .ok_or(ErrorCode::Unauthenticated)?;
+        let node = self.node;
+        Ok(match gate_key {
+            _ if !numbered => node.latest_request(client, true).await,
+            Some(Some(key)) => match node.shared.partition(key) {
+                Some(partition) => partition.group.latest_request(client).await,
+                None => 0,
+            },
+            Some(None) => node.latest_request(client, false).await,
+            // A read: its number reaches no client table.
+            None => 0,
         })
     }
 

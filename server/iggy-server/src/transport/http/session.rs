@@ -36,6 +36,8 @@ struct Live {
     expires_at: u64,
     /// The time part of the latest request number this node gave it (see [`request_number`]).
     last_request_micros: u64,
+    /// Whether this node numbered one of its requests since it bound it.
+    numbered: bool,
     /// A session's requests to one partition (and its metadata writes) run one at a time: a
     /// group's client table takes a session's requests in number order, and a write's reply (or
     /// its deadline) comes before the next request to that partition starts.
@@ -74,16 +76,21 @@ pub fn now_secs() -> u64 {
 }
 
 /// The request number of an HTTP session's next request through this node: the wall clock's
-/// microseconds (one past the last this node gave the session, if that is later) above the
-/// node's replica id. An HTTP client does not number its requests, and several nodes (and a
-/// node's next process) serve its session, each numbering on its own: their numbers never
-/// coincide (the low byte differs; a number equal to one already committed would be answered
-/// with that request's reply) and grow with time, so a client's next request through any node
-/// is numbered above its previous one while the nodes' clocks agree more closely than its
-/// requests follow each other. One numbered below the latest its group committed for the
-/// session is refused (RequestTooOld), never run.
-fn request_number(last_micros: &mut u64, now_micros: u64, replica_id: u8) -> u64 {
-    let micros = now_micros.max(*last_micros + 1);
+/// microseconds above the node's replica id, or, if that is not later, one past the later of
+/// the last this node gave the session and `held` (the highest number of the session's client
+/// this node's replicas hold). An HTTP client does not number its requests, and several nodes
+/// (and a node's next process) serve its session, each numbering on its own: their numbers
+/// never coincide (the low byte differs; a number equal to one already committed would be
+/// answered with that request's reply) and grow past what the node's replicas hold, so no clock
+/// is trusted for that: a process whose clock stepped back since its previous one (which
+/// committed numbers the replicas hold) still numbers above them, and a node whose clock is
+/// behind another's numbers above the other's requests its replicas hold. The clock keeps the
+/// nodes' numbers apart in time: a request the replicas here have not seen yet (relayed through
+/// another node a moment ago) is still numbered above while the nodes' clocks agree more
+/// closely than the client's requests follow each other. One numbered below the latest its
+/// group committed for the session is refused (RequestTooOld), never run.
+fn request_number(last_micros: &mut u64, now_micros: u64, held: u64, replica_id: u8) -> u64 {
+    let micros = now_micros.max(*last_micros + 1).max((held >> 8) + 1);
     *last_micros = micros;
     (micros << 8) | u64::from(replica_id)
 }
@@ -241,16 +248,29 @@ impl HttpState {
         entry.bound
     }
 
-    /// The next request number of `client`'s session.
-    pub fn next_request(&self, client: u128) -> Option<u64> {
+    /// The next request number of `client`'s session, above `held`: the highest request
+    /// number of the client that the replicas of the groups it may reach hold on this node.
+    pub fn next_request(&self, client: u128, held: u64) -> Option<u64> {
+        self.next_request_at(client, held, crate::runtime::clock::now_micros())
+    }
+
+    /// [`HttpState::next_request`] with the wall clock at `now_micros`.
+    fn next_request_at(&self, client: u128, held: u64, now_micros: u64) -> Option<u64> {
         let mut live = self.live.borrow_mut();
         let entry = live.get_mut(&client)?;
-        let now = crate::runtime::clock::now_micros();
+        entry.numbered = true;
         Some(request_number(
             &mut entry.last_request_micros,
-            now,
+            now_micros,
+            held,
             self.replica_id,
         ))
+    }
+
+    /// Whether this node numbered a request of `client`'s session since it bound it here
+    /// (unbound: `None`).
+    pub fn numbered(&self, client: u128) -> Option<bool> {
+        self.live.borrow().get(&client).map(|entry| entry.numbered)
     }
 
     /// The gate `client`'s session holds while a request to `key` runs.
@@ -370,6 +390,7 @@ impl Live {
             bound,
             expires_at: 0,
             last_request_micros: 0,
+            numbered: false,
             gates: HashMap::new(),
             in_flight: 0,
         }
@@ -512,23 +533,61 @@ mod tests {
     #[test]
     fn request_numbers_grow_never_repeat_and_tell_nodes_apart() {
         let mut last = 0;
-        let first = request_number(&mut last, 1_000, 2);
+        let first = request_number(&mut last, 1_000, 0, 2);
         assert_eq!(first, (1_000 << 8) | 2);
-        let same_micro = request_number(&mut last, 1_000, 2);
-        let clock_back = request_number(&mut last, 900, 2);
+        let same_micro = request_number(&mut last, 1_000, 0, 2);
+        let clock_back = request_number(&mut last, 900, 0, 2);
         assert!(
             first < same_micro && same_micro < clock_back,
             "strictly growing"
         );
         let mut other_node = 0;
         assert_ne!(
-            request_number(&mut other_node, 1_001, 3),
+            request_number(&mut other_node, 1_001, 0, 3),
             same_micro,
             "another node at the same microsecond"
         );
         // The next process (or another node) binds the session later: numbered above.
         let mut next_process = 0;
-        assert!(request_number(&mut next_process, 2_000, 2) > clock_back);
+        assert!(request_number(&mut next_process, 2_000, 0, 2) > clock_back);
+    }
+
+    #[test]
+    fn a_restarted_node_whose_clock_stepped_back_numbers_above_what_its_replicas_hold() {
+        const SECOND: u64 = 1_000_000;
+        let before = state(32, 128);
+        session(&before, 7);
+        let committed = before.next_request_at(7, 0, 100 * SECOND).unwrap();
+        // The next process: its clock stepped back 5 s (NTP, or another clock after a move),
+        // its replicas hold the number the previous process committed.
+        let after = state(32, 128);
+        session(&after, 7);
+        let first = after.next_request_at(7, committed, 95 * SECOND).unwrap();
+        assert!(
+            first > committed,
+            "{first} would be answered with the reply of {committed} (equal) or refused (below)"
+        );
+        let next = after.next_request_at(7, 0, 95 * SECOND).unwrap();
+        assert!(next > first, "still growing while the clock is behind");
+    }
+
+    #[test]
+    fn a_node_whose_clock_is_behind_another_numbers_above_what_its_replicas_hold() {
+        const SECOND: u64 = 1_000_000;
+        let (ahead, behind) = (state(32, 128), HttpState::new(&config(), 1).unwrap());
+        session(&ahead, 7);
+        session(&behind, 7);
+        let through_ahead = ahead.next_request_at(7, 0, 100 * SECOND).unwrap();
+        // 2 s behind, asked 1 s later: above the request its replicas hold.
+        let through_behind = behind
+            .next_request_at(7, through_ahead, 99 * SECOND)
+            .unwrap();
+        assert!(through_behind > through_ahead);
+        // Back on the node ahead, with the clock's numbers above again.
+        let again = ahead
+            .next_request_at(7, through_behind, 100 * SECOND + 1)
+            .unwrap();
+        assert!(again > through_behind);
     }
 
     #[test]
