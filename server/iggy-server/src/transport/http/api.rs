@@ -2016,6 +2016,40 @@ mod tests {
         }
     }
 
+    /// The official HTTP client reads these refusals by their `id` (a producer never resends
+    /// RequestTooOld, 85) from a non-success status other than 401, 403 and 404, and resends
+    /// nothing but a 503.
+    #[test]
+    fn refusals_the_official_client_acts_on_keep_their_code_and_status() {
+        let cases = [
+            (ErrorCode::RequestTooOld, 85, "request_too_old", 400),
+            (
+                ErrorCode::HistoryUnavailable,
+                87,
+                "history_unavailable",
+                400,
+            ),
+            (ErrorCode::LifecycleBusy, 88, "lifecycle_busy", 400),
+            (
+                ErrorCode::TransientNotAccepted,
+                58,
+                "transient_not_accepted",
+                503,
+            ),
+        ];
+        for (error, id, code, status) in cases {
+            let response = fail_on(
+                error,
+                "/streams/{stream_id}/topics/{topic_id}/messages",
+                &[],
+            );
+            assert_eq!(response.status, status, "{error:?}");
+            let body: serde_json::Value = serde_json::from_slice(&response.body).unwrap();
+            assert_eq!(body["id"], id, "{error:?}");
+            assert_eq!(body["code"], code, "{error:?}");
+        }
+    }
+
     #[test]
     fn no_error_message_keeps_a_placeholder() {
         for &error in ErrorCode::ALL {
