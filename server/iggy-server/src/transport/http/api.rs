@@ -408,7 +408,7 @@ impl Call<'_> {
             None => None,
         };
         let permit = Permit::take(self.state, bound.client).map_err(Refused::Busy)?;
-        let held = self.held_request(bound.client, gate_key).await?;
+        let held = self.held_request(bound.client, gate_key, writes).await?;
         let request = self
             .state
             .next_request(bound.client, held)
@@ -429,9 +429,14 @@ impl Call<'_> {
     /// The highest request number of `client` this node's replicas hold where the session's
     /// next number must exceed it (see `session::request_number`): in every group the first
     /// time this node numbers the session (a restarted process's clock may be behind the
-    /// numbers its previous one committed), then in the group the request goes to (another
-    /// node's clock may be ahead of this one's).
-    async fn held_request(&self, client: u128, gate_key: Option<GateKey>) -> Result<u64, Refused> {
+    /// numbers its previous one committed), then in the group a write goes to (another node's
+    /// clock may be ahead of this one's).
+    async fn held_request(
+        &self,
+        client: u128,
+        gate_key: Option<GateKey>,
+        writes: bool,
+    ) -> Result<u64, Refused> {
         let numbered = self
             .state
             .numbered(client)
@@ -439,12 +444,13 @@ impl Call<'_> {
         let node = self.node;
         Ok(match gate_key {
             _ if !numbered => node.latest_request(client, true).await,
+            // A read: its number reaches no client table.
+            _ if !writes => 0,
             Some(Some(key)) => match node.shared.partition(key) {
                 Some(partition) => partition.group.latest_request(client).await,
                 None => 0,
             },
             Some(None) => node.latest_request(client, false).await,
-            // A read: its number reaches no client table.
             None => 0,
         })
     }
