@@ -9471,7 +9471,7 @@ impl<'a> WireDecode<'a> for ForwardLogoutResultHeader {
         Self::decode_fixed(b)
     }
 }
-/// Fixed-layout `CommitQuestionHeader`, 256 bytes: backup -> metadata primary: what have you committed? Header only. Sealed. Ours.
+/// Fixed-layout `CommitQuestionHeader`, 256 bytes: backup -> the primary of `group`: what have you committed? Header only. Sealed. Ours.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CommitQuestionHeader {
     /// seal: XxHash3-64 of bytes 16..256, widened
@@ -9490,6 +9490,9 @@ pub struct CommitQuestionHeader {
     pub reserved_frame: [u8; 66],
     /// non-zero, echoed by the answer
     pub nonce: u128,
+    pub group: u64,
+    /// 0 for the metadata group
+    pub partition_incarnation: u64,
 }
 impl CommitQuestionHeader {
     /// Encoded size in bytes.
@@ -9534,10 +9537,18 @@ impl CommitQuestionHeader {
     pub const NONCE_OFFSET: usize = 128;
     /// Size of `nonce` in bytes.
     pub const NONCE_SIZE: usize = 16;
+    /// Byte offset of `group`.
+    pub const GROUP_OFFSET: usize = 144;
+    /// Size of `group` in bytes.
+    pub const GROUP_SIZE: usize = 8;
+    /// Byte offset of `partition_incarnation`.
+    pub const PARTITION_INCARNATION_OFFSET: usize = 152;
+    /// Size of `partition_incarnation` in bytes.
+    pub const PARTITION_INCARNATION_SIZE: usize = 8;
     /// Byte offset of `reserved`.
-    pub const RESERVED_OFFSET: usize = 144;
+    pub const RESERVED_OFFSET: usize = 160;
     /// Size of `reserved` in bytes.
-    pub const RESERVED_SIZE: usize = 112;
+    pub const RESERVED_SIZE: usize = 96;
     /// Decodes from the first `SIZE` bytes of `buf`.
     pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
         if buf.len() < Self::SIZE {
@@ -9583,7 +9594,15 @@ impl CommitQuestionHeader {
             .map_err(|_| WireError::InvalidValue {
                 field: "nonce",
             })?;
-        if !iggy_wire::is_zero_at(buf, 144, 112) {
+        let group = <u64>::decode_exact(&buf[144..152])
+            .map_err(|_| WireError::InvalidValue {
+                field: "group",
+            })?;
+        let partition_incarnation = <u64>::decode_exact(&buf[152..160])
+            .map_err(|_| WireError::InvalidValue {
+                field: "partition_incarnation",
+            })?;
+        if !iggy_wire::is_zero_at(buf, 160, 96) {
             return Err(WireError::NonZeroReserved {
                 field: "reserved",
             });
@@ -9599,6 +9618,8 @@ impl CommitQuestionHeader {
             replica,
             reserved_frame,
             nonce,
+            group,
+            partition_incarnation,
         })
     }
     /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
@@ -9614,7 +9635,9 @@ impl CommitQuestionHeader {
         iggy_wire::put_at(out, 61, &self.replica.to_wire_bytes());
         iggy_wire::put_at(out, 62, &self.reserved_frame);
         iggy_wire::put_at(out, 128, &self.nonce.to_wire_bytes());
-        out[144..256].fill(0);
+        iggy_wire::put_at(out, 144, &self.group.to_wire_bytes());
+        iggy_wire::put_at(out, 152, &self.partition_incarnation.to_wire_bytes());
+        out[160..256].fill(0);
     }
     /// The `SIZE` encoded bytes.
     pub fn to_bytes(&self) -> [u8; 256] {
@@ -9640,7 +9663,9 @@ const _: () = assert!(CommitQuestionHeader::COMMAND_OFFSET + 1 <= 256);
 const _: () = assert!(CommitQuestionHeader::REPLICA_OFFSET + 1 <= 256);
 const _: () = assert!(CommitQuestionHeader::RESERVED_FRAME_OFFSET + 66 <= 256);
 const _: () = assert!(CommitQuestionHeader::NONCE_OFFSET + 16 <= 256);
-const _: () = assert!(CommitQuestionHeader::RESERVED_OFFSET + 112 <= 256);
+const _: () = assert!(CommitQuestionHeader::GROUP_OFFSET + 8 <= 256);
+const _: () = assert!(CommitQuestionHeader::PARTITION_INCARNATION_OFFSET + 8 <= 256);
+const _: () = assert!(CommitQuestionHeader::RESERVED_OFFSET + 96 <= 256);
 impl iggy_wire::WireJson for CommitQuestionHeader {
     fn write_json(&self, out: &mut String) {
         out.push('{');
@@ -9664,6 +9689,10 @@ impl iggy_wire::WireJson for CommitQuestionHeader {
         iggy_wire::WireJson::write_json(&self.reserved_frame, out);
         out.push_str(",\"nonce\":");
         iggy_wire::WireJson::write_json(&self.nonce, out);
+        out.push_str(",\"group\":");
+        iggy_wire::WireJson::write_json(&self.group, out);
+        out.push_str(",\"partition_incarnation\":");
+        iggy_wire::WireJson::write_json(&self.partition_incarnation, out);
         out.push('}');
     }
 }
@@ -9681,7 +9710,7 @@ impl<'a> WireDecode<'a> for CommitQuestionHeader {
         Self::decode_fixed(b)
     }
 }
-/// Fixed-layout `CommitAnswerHeader`, 256 bytes: metadata primary -> backup: its commit when asked. Header only. Sealed. Ours.
+/// Fixed-layout `CommitAnswerHeader`, 256 bytes: the primary of `group` -> backup: its commit when asked. Header only. Sealed. Ours.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CommitAnswerHeader {
     /// seal: XxHash3-64 of bytes 16..256, widened
@@ -9702,7 +9731,10 @@ pub struct CommitAnswerHeader {
     pub nonce: u128,
     /// 0 unless primary
     pub commit: u64,
-    /// false: the asked replica does not lead the metadata group in normal status
+    pub group: u64,
+    /// 0 for the metadata group
+    pub partition_incarnation: u64,
+    /// false: the asked replica does not lead `group` in normal status
     pub primary: bool,
 }
 impl CommitAnswerHeader {
@@ -9752,10 +9784,18 @@ impl CommitAnswerHeader {
     pub const COMMIT_OFFSET: usize = 144;
     /// Size of `commit` in bytes.
     pub const COMMIT_SIZE: usize = 8;
+    /// Byte offset of `group`.
+    pub const GROUP_OFFSET: usize = 152;
+    /// Size of `group` in bytes.
+    pub const GROUP_SIZE: usize = 8;
+    /// Byte offset of `partition_incarnation`.
+    pub const PARTITION_INCARNATION_OFFSET: usize = 160;
+    /// Size of `partition_incarnation` in bytes.
+    pub const PARTITION_INCARNATION_SIZE: usize = 8;
     /// Byte offset of `reserved`.
-    pub const RESERVED_OFFSET: usize = 152;
+    pub const RESERVED_OFFSET: usize = 168;
     /// Size of `reserved` in bytes.
-    pub const RESERVED_SIZE: usize = 103;
+    pub const RESERVED_SIZE: usize = 87;
     /// Byte offset of `primary`.
     pub const PRIMARY_OFFSET: usize = 255;
     /// Size of `primary` in bytes.
@@ -9809,7 +9849,15 @@ impl CommitAnswerHeader {
             .map_err(|_| WireError::InvalidValue {
                 field: "commit",
             })?;
-        if !iggy_wire::is_zero_at(buf, 152, 103) {
+        let group = <u64>::decode_exact(&buf[152..160])
+            .map_err(|_| WireError::InvalidValue {
+                field: "group",
+            })?;
+        let partition_incarnation = <u64>::decode_exact(&buf[160..168])
+            .map_err(|_| WireError::InvalidValue {
+                field: "partition_incarnation",
+            })?;
+        if !iggy_wire::is_zero_at(buf, 168, 87) {
             return Err(WireError::NonZeroReserved {
                 field: "reserved",
             });
@@ -9830,6 +9878,8 @@ impl CommitAnswerHeader {
             reserved_frame,
             nonce,
             commit,
+            group,
+            partition_incarnation,
             primary,
         })
     }
@@ -9847,7 +9897,9 @@ impl CommitAnswerHeader {
         iggy_wire::put_at(out, 62, &self.reserved_frame);
         iggy_wire::put_at(out, 128, &self.nonce.to_wire_bytes());
         iggy_wire::put_at(out, 144, &self.commit.to_wire_bytes());
-        out[152..255].fill(0);
+        iggy_wire::put_at(out, 152, &self.group.to_wire_bytes());
+        iggy_wire::put_at(out, 160, &self.partition_incarnation.to_wire_bytes());
+        out[168..255].fill(0);
         iggy_wire::put_at(out, 255, &self.primary.to_wire_bytes());
     }
     /// The `SIZE` encoded bytes.
@@ -9875,7 +9927,9 @@ const _: () = assert!(CommitAnswerHeader::REPLICA_OFFSET + 1 <= 256);
 const _: () = assert!(CommitAnswerHeader::RESERVED_FRAME_OFFSET + 66 <= 256);
 const _: () = assert!(CommitAnswerHeader::NONCE_OFFSET + 16 <= 256);
 const _: () = assert!(CommitAnswerHeader::COMMIT_OFFSET + 8 <= 256);
-const _: () = assert!(CommitAnswerHeader::RESERVED_OFFSET + 103 <= 256);
+const _: () = assert!(CommitAnswerHeader::GROUP_OFFSET + 8 <= 256);
+const _: () = assert!(CommitAnswerHeader::PARTITION_INCARNATION_OFFSET + 8 <= 256);
+const _: () = assert!(CommitAnswerHeader::RESERVED_OFFSET + 87 <= 256);
 const _: () = assert!(CommitAnswerHeader::PRIMARY_OFFSET + 1 <= 256);
 impl iggy_wire::WireJson for CommitAnswerHeader {
     fn write_json(&self, out: &mut String) {
@@ -9902,6 +9956,10 @@ impl iggy_wire::WireJson for CommitAnswerHeader {
         iggy_wire::WireJson::write_json(&self.nonce, out);
         out.push_str(",\"commit\":");
         iggy_wire::WireJson::write_json(&self.commit, out);
+        out.push_str(",\"group\":");
+        iggy_wire::WireJson::write_json(&self.group, out);
+        out.push_str(",\"partition_incarnation\":");
+        iggy_wire::WireJson::write_json(&self.partition_incarnation, out);
         out.push_str(",\"primary\":");
         iggy_wire::WireJson::write_json(&self.primary, out);
         out.push('}');

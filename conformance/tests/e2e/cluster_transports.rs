@@ -595,3 +595,75 @@ async fn with_shared_jwt_secrets_a_token_issued_by_one_node_is_accepted_by_every
         assert!(refused.is_err(), "node {i} after logout: {refused:?}");
     }
 }
+
+/// An HTTP client behind a load balancer reads, through one node, what it wrote through another
+/// a moment before: a stream created and a message sent through node C are found by a read
+/// through node B although B has heard nothing of them yet (the proxy holds back everything the
+/// other nodes send B while the writes commit without it and the reads are sent). B asks each
+/// group's primary what it has committed and serves once it applied that; before, B served
+/// its stale copy at once (no stream, no message).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_read_through_a_lagging_node_sees_what_another_node_acknowledged_before() {
+    let options = ClusterOptions {
+        http: true,
+        ..ClusterOptions::default()
+    };
+    let cluster = TestCluster::start_with(3, options);
+    let (metadata_primary, _) = metadata_primary_and_backup(&cluster).await;
+    let root = cluster.root_client(metadata_primary).await;
+    let (stream, topic, groups) = create_topic(&root, 1).await;
+    let (partition_primary, _) = primaries(&cluster, &groups)[0];
+    let partition_primary = usize::from(partition_primary);
+    // B leads nothing the reads need; C is any other node.
+    let lagging = (0..3)
+        .find(|&i| i != metadata_primary && i != partition_primary)
+        .expect("a node leading neither group");
+    let writing = (lagging + 1) % 3;
+    cluster
+        .wait_normal(lagging, &[METADATA_GROUP, groups[0]])
+        .await;
+    let writer = cluster.http_root_client(writing).await;
+    let reader = Arc::new(cluster.http_root_client(lagging).await);
+    let others: Vec<usize> = (0..3).filter(|&i| i != lagging).collect();
+
+    for &other in &others {
+        cluster.hold(other, lagging);
+    }
+    let stream_options = StreamCreateOptions::default();
+    let created = writer.create_stream("written-elsewhere", &stream_options);
+    ok("create stream", within("create stream", created).await);
+    let (stream_id, topic_id) = (id(stream), id(topic));
+    let mut batch = vec![msg("sent-elsewhere")];
+    let partitioning = Partitioning::partition_id(0);
+    let sent = writer.send_messages(&stream_id, &topic_id, &partitioning, &mut batch);
+    ok("send", within("send", sent).await);
+    let reads = tokio::spawn({
+        let reader = reader.clone();
+        async move {
+            let found = reader.get_stream(&name("written-elsewhere")).await;
+            let polled = poll(
+                &reader,
+                &id(stream),
+                &id(topic),
+                0,
+                &consumer("reader"),
+                PollingStrategy::offset(0),
+                10,
+                false,
+            )
+            .await;
+            (found, payloads(&polled))
+        }
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for &other in &others {
+        cluster.release(other, lagging);
+    }
+    let (found, polled) = within("the reads", reads).await.unwrap();
+    let found = ok("get stream", found);
+    assert!(
+        found.is_some(),
+        "node {lagging} served a stream list without the stream created through node {writing}"
+    );
+    assert_eq!(polled, ["sent-elsewhere"], "node {lagging}'s poll");
+}

@@ -241,6 +241,8 @@ pub fn encode(context: &FrameContext, view: u32, forward: &Forward) -> Bytes {
         Forward::CommitQuestion { nonce } => {
             let header = CommitQuestionHeader {
                 nonce: *nonce,
+                group: context.group,
+                partition_incarnation: context.incarnation,
                 ..CommitQuestionHeader::default()
             };
             (Command::CommitQuestion, header.to_bytes(), Bytes::new())
@@ -249,6 +251,8 @@ pub fn encode(context: &FrameContext, view: u32, forward: &Forward) -> Bytes {
             let header = CommitAnswerHeader {
                 nonce: *nonce,
                 commit: commit.unwrap_or(0),
+                group: context.group,
+                partition_incarnation: context.incarnation,
                 primary: commit.is_some(),
                 ..CommitAnswerHeader::default()
             };
@@ -287,8 +291,6 @@ pub fn decode(context: &FrameContext, inbound: &Inbound) -> Result<Forward, Code
             | Command::ForwardRegisterResult
             | Command::ForwardLogout
             | Command::ForwardLogoutResult
-            | Command::CommitQuestion
-            | Command::CommitAnswer
             | Command::ConsumerSessionHeartbeat
     );
     if sessions && context.group != METADATA_GROUP {
@@ -389,6 +391,7 @@ pub fn decode(context: &FrameContext, inbound: &Inbound) -> Result<Forward, Code
         Command::CommitQuestion => {
             let header =
                 CommitQuestionHeader::decode_fixed(&inbound.header[..]).map_err(undecodable)?;
+            same_group(context, inbound.group, Some(header.partition_incarnation))?;
             if header.nonce == 0 {
                 return Err(malformed(command, "nonce 0"));
             }
@@ -399,6 +402,7 @@ pub fn decode(context: &FrameContext, inbound: &Inbound) -> Result<Forward, Code
         Command::CommitAnswer => {
             let header =
                 CommitAnswerHeader::decode_fixed(&inbound.header[..]).map_err(undecodable)?;
+            same_group(context, inbound.group, Some(header.partition_incarnation))?;
             if !header.primary && header.commit != 0 {
                 return Err(malformed(
                     command,
@@ -658,7 +662,13 @@ mod tests {
     }
 
     #[test]
-    fn a_commit_question_and_its_answer_cross_the_plane_intact_in_the_metadata_group_only() {
+    fn a_commit_question_and_its_answer_cross_the_plane_for_their_group_only() {
+        let partition = |sender, incarnation| FrameContext {
+            cluster: 0xc1,
+            sender,
+            group: 0x3_0020_0001,
+            incarnation,
+        };
         for forward in [
             Forward::CommitQuestion { nonce: 5 },
             Forward::CommitAnswer {
@@ -674,9 +684,26 @@ mod tests {
                 commit: None,
             },
         ] {
-            let inbound = crosses_the_metadata_plane_only(&forward);
+            let inbound = receive(&encode(&context(2), 5, &forward), 2);
+            assert_eq!(inbound.group, METADATA_GROUP);
+            assert!(is_forward(inbound.command));
+            assert_eq!(decode(&context(1), &inbound).unwrap(), forward);
+            assert!(decode(&partition(1, 7), &inbound).is_err(), "{forward:?}");
             let bodied = with_body(&inbound, Bytes::from_static(b"unexpected"));
             assert!(decode(&context(1), &bodied).is_err(), "{forward:?}");
+            // A partition's: routed to it, refused by another incarnation of its ids and by
+            // the metadata group.
+            let inbound = receive(&encode(&partition(2, 7), 5, &forward), 2);
+            assert_eq!(
+                inbound.group, 0x3_0020_0001,
+                "routed to the partition's group"
+            );
+            assert_eq!(decode(&partition(1, 7), &inbound).unwrap(), forward);
+            assert!(matches!(
+                decode(&partition(1, 8), &inbound),
+                Err(CodecError::Incarnation { .. })
+            ));
+            assert!(decode(&context(1), &inbound).is_err(), "{forward:?}");
         }
         let unnamed = receive(
             &encode(&context(2), 5, &Forward::CommitQuestion { nonce: 0 }),
@@ -687,6 +714,7 @@ mod tests {
         let header = CommitAnswerHeader {
             nonce: 8,
             commit: 3,
+            group: METADATA_GROUP,
             primary: false,
             ..CommitAnswerHeader::default()
         };

@@ -449,12 +449,17 @@ impl<R> GroupHandle<R> {
         self.ask(logout, Outcome::Failed).await
     }
 
-    /// What the group's primary knew committed when it answered (committed: that op; refused
-    /// for now when this replica knows no primary alive): a replica that applied it has seen
-    /// every write acknowledged before it asked.
-    pub async fn primary_commit(&self) -> Outcome {
-        self.ask(|done| Job::PrimaryCommit { done }, Outcome::Failed)
+    /// What the group's primary knew committed when it answered (this replica's own commit when
+    /// it leads); `None` for now when this replica knows no primary alive. A replica that
+    /// applied it has seen every write acknowledged, through any node, before it asked.
+    pub async fn primary_commit(&self) -> Option<u64> {
+        match self
+            .ask(|done| Job::PrimaryCommit { done }, Outcome::Failed)
             .await
+        {
+            Outcome::Committed { op, .. } => Some(op),
+            Outcome::Refused(_) | Outcome::Failed => None,
+        }
     }
 
     /// Tells the group's primary which sessions are bound on this node (a backup's session

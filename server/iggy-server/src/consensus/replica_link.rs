@@ -11,12 +11,13 @@
 
 use super::admission::{self, Admitted, Local, Refusal};
 use iggy_generated::frames::{
-    Command, CommitHeader, DoViewChangeHeader, FRAME_SEALED_COMMANDS, ForwardWriteHeader,
-    ForwardWriteResultHeader, GenericHeader, IDENTITY_CHECKSUM_COMMANDS, METADATA_GROUP,
-    MetadataHistory, PingHeader, PreVoteHeader, PrepareHeader, PrepareOkHeader,
-    PrimaryRebalanceHeader, RepairRangeReplyHeader, ReplicaHandshakeStatus, RequestPreparesHeader,
-    RequestStartViewHeader, RequestStateChunkHeader, RequestStateTransferHeader,
-    StartViewChangeHeader, StartViewHeader, StateChunkHeader, StateTransferTargetHeader,
+    Command, CommitAnswerHeader, CommitHeader, CommitQuestionHeader, DoViewChangeHeader,
+    FRAME_SEALED_COMMANDS, ForwardWriteHeader, ForwardWriteResultHeader, GenericHeader,
+    IDENTITY_CHECKSUM_COMMANDS, METADATA_GROUP, MetadataHistory, PingHeader, PreVoteHeader,
+    PrepareHeader, PrepareOkHeader, PrimaryRebalanceHeader, RepairRangeReplyHeader,
+    ReplicaHandshakeStatus, RequestPreparesHeader, RequestStartViewHeader, RequestStateChunkHeader,
+    RequestStateTransferHeader, StartViewChangeHeader, StartViewHeader, StateChunkHeader,
+    StateTransferTargetHeader,
 };
 use std::time::Duration;
 
@@ -267,6 +268,14 @@ fn group_fields(command: Command) -> (Option<usize>, Option<usize>) {
         C::ForwardWriteResult => (
             Some(ForwardWriteResultHeader::GROUP_OFFSET),
             Some(ForwardWriteResultHeader::PARTITION_INCARNATION_OFFSET),
+        ),
+        C::CommitQuestion => (
+            Some(CommitQuestionHeader::GROUP_OFFSET),
+            Some(CommitQuestionHeader::PARTITION_INCARNATION_OFFSET),
+        ),
+        C::CommitAnswer => (
+            Some(CommitAnswerHeader::GROUP_OFFSET),
+            Some(CommitAnswerHeader::PARTITION_INCARNATION_OFFSET),
         ),
         _ => (None, None),
     }

@@ -326,16 +326,22 @@ fn metadata_write_path(node: &Node, routing: Routing) -> Result<WritePath, Error
 
 /// For a client that cannot route (HTTP): waits, within [`routing::READ_WAIT`], until this
 /// replica's metadata serves in touch and applied every metadata write relayed through this
-/// node and what it knew committed (`routing::relayed_metadata_catch_up`), so a client reads
-/// here what it wrote here and permissions are judged on a current model (the HTTP layer
-/// resolves names and checks them before its command runs); 58 when it does not get there in
-/// time.
+/// node and what the metadata primary knew committed when asked now
+/// (`routing::relayed_metadata_catch_up`), so a client reads here what it wrote through any
+/// node before (behind a load balancer too) and permissions are judged on a current model (the
+/// HTTP layer resolves names and checks them before its command runs); 58 when it does not get
+/// there in time. On a backup that costs a round trip to the primary.
 pub async fn relayed_metadata_reached(node: &Node) -> Result<(), ErrorCode> {
     if !replicated(node) {
         return Ok(());
     }
     let figures = node.metadata.figures();
-    let (relayed, known_committed) = (node.metadata.relayed_watermark(), figures.commit());
+    let known_committed = node
+        .metadata
+        .primary_commit()
+        .await
+        .ok_or(ErrorCode::TransientNotAccepted)?;
+    let relayed = node.metadata.relayed_watermark();
     caught_up(|waited| {
         let applied = node.shared.metadata.borrow().commit;
         routing::relayed_metadata_catch_up(
@@ -431,7 +437,9 @@ async fn writable_partition(
 
 /// Partition `key`, once this replica may serve a read of a client that cannot route from its
 /// own committed copy: serving in touch with its primary (the primary, or a backup following
-/// it) and applied past [`routing::read_watermark`]. Waits within [`routing::READ_WAIT`], then
+/// it) and applied past [`routing::read_watermark`] of what the partition's primary knew
+/// committed when asked now (on a backup, a round trip), so a read sees every write
+/// acknowledged before it through any node. Waits within [`routing::READ_WAIT`], then
 /// 58 (the HTTP client resends a 503). A replica only ever applies committed ops, and a poll
 /// serves applied sends only, so nothing uncommitted is served.
 async fn current_partition(node: &Node, key: PartitionKey) -> Result<PartitionHandle, ErrorCode> {
@@ -442,7 +450,12 @@ async fn current_partition(node: &Node, key: PartitionKey) -> Result<PartitionHa
         return Ok(partition);
     }
     let figures = partition.group.figures();
-    let wanted = routing::read_watermark(partition.group.relayed_watermark(), figures.commit());
+    let known_committed = partition
+        .group
+        .primary_commit()
+        .await
+        .ok_or(ErrorCode::TransientNotAccepted)?;
+    let wanted = routing::read_watermark(partition.group.relayed_watermark(), known_committed);
     // The budget counts from the start, the partition's opening included.
     let opened_after = started.elapsed();
     caught_up(|waited| {
@@ -665,10 +678,11 @@ fn verify_login(node: &Node, login: &Login<'_>) -> Result<u32, ErrorCode> {
 /// answers 58 (the client asks again).
 async fn login_verdict(node: &Node, login: &Login<'_>) -> Result<u32, ErrorCode> {
     if replicated(node) {
-        let wanted = match node.metadata.primary_commit().await {
-            Outcome::Committed { op, .. } => op,
-            Outcome::Refused(_) | Outcome::Failed => return Err(ErrorCode::TransientNotAccepted),
-        };
+        let wanted = node
+            .metadata
+            .primary_commit()
+            .await
+            .ok_or(ErrorCode::TransientNotAccepted)?;
         let figures = node.metadata.figures();
         caught_up(|waited| {
             let applied = node.shared.metadata.borrow().commit;

@@ -222,8 +222,9 @@ pub fn relayed_error(error: ErrorCode) -> ErrorCode {
 
 /// The op a replica must have applied before it serves a client that cannot route a read
 /// from its own copy: every write relayed through this node for such clients (`relayed`:
-/// read-your-writes), and everything it knew committed when the read arrived
-/// (`known_committed`), so a replica still applying does not serve an older copy.
+/// read-your-writes), and what its group's primary knew committed when asked as the read
+/// arrived (`known_committed`), so no replica serves a copy older than a write acknowledged
+/// before the read, through whichever node.
 pub fn read_watermark(relayed: u64, known_committed: u64) -> u64 {
     relayed.max(known_committed)
 }
