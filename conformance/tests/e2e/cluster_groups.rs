@@ -398,3 +398,78 @@ async fn a_group_member_shuts_down_promptly_after_a_cancelled_next() {
     }
     assert!(slow.is_empty(), "shutdowns slower than 2 s: {slow:?}");
 }
+
+/// Three members, one on each node, share the three partitions; one shuts down (leaving) and
+/// its partition moves to the others, which go on from the offsets it stored; a new member
+/// joins on that node and is given a partition. Across both rebalances the group reads every
+/// message once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_rebalanced_by_a_leave_and_a_join_on_other_nodes_reads_every_message_once() {
+    let cluster = TestCluster::start(3);
+    let admin = cluster.root_client(0).await;
+    create_topic(&admin, PARTITIONS).await;
+    let mut clients = Vec::new();
+    for node in 0..3 {
+        clients.push(cluster.root_client(node).await);
+    }
+    let a = Running::start(group_member(&clients[0], "g"), "a").await;
+    let b = Running::start(group_member(&clients[1], "g"), "b").await;
+    // One partition each once all three joined: c reads exactly its partition's 20, so it
+    // stops between polls.
+    let c = Running::start_for(group_member(&clients[2], "g"), "c", 20).await;
+    let first = send_round(&admin, 0, 60).await;
+    wait_all_seen(
+        "three members read the first round",
+        &[&a, &b, &c],
+        &first,
+        Duration::from_secs(30),
+    )
+    .await;
+    let (mut c_consumer, seen_c, _) = c.stop().await;
+    ok(
+        "c shutdown",
+        within("c shutdown", c_consumer.shutdown()).await,
+    );
+    let details = ok(
+        "group",
+        within(
+            "group",
+            admin.get_consumer_group(&name("s"), &name("t"), &name("g")),
+        )
+        .await,
+    )
+    .expect("group g");
+    assert_eq!(details.members_count, 2, "{details:?}");
+
+    let second = send_round(&admin, 60, 60).await;
+    wait_all_seen(
+        "two members read the second round",
+        &[&a, &b],
+        &second,
+        Duration::from_secs(30),
+    )
+    .await;
+    let d_client = cluster.root_client(2).await;
+    let d = Running::start(group_member(&d_client, "g"), "d").await;
+    let third = send_round(&admin, 120, 60).await;
+    wait_all_seen(
+        "three members read the third round",
+        &[&a, &b, &d],
+        &third,
+        Duration::from_secs(30),
+    )
+    .await;
+
+    let mut all = seen_c;
+    for member in [a, b, d] {
+        let (_, seen, errors) = member.stop().await;
+        assert!(errors.is_empty(), "{errors:?}");
+        all.extend(seen);
+    }
+    let unique: BTreeSet<&String> = all.iter().collect();
+    let twice: Vec<&String> = all
+        .iter()
+        .filter(|t| all.iter().filter(|u| u == t).count() > 1)
+        .collect();
+    assert_eq!(unique.len(), all.len(), "delivered twice: {twice:?}");
+}
