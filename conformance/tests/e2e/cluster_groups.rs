@@ -178,24 +178,37 @@ async fn wait_all_seen(what: &str, consumers: &[&Running], want: &[String], limi
 }
 
 /// Two members signed in on two nodes share the three partitions; the node of one of them,
-/// which is also a partition's primary, is killed -9 and restarted. The group reads every
-/// message acknowledged before, during and after, none twice (each member stores its offsets at
-/// every poll; the lost node's member follows the roster to another node and keeps its
-/// session, so its partitions are not reassigned).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn group_members_on_two_nodes_read_every_acknowledged_message_across_a_kill9_of_one() {
-    let mut cluster = TestCluster::start(3);
+/// which is also a partition's primary, is taken down (`kill9`, else stopped gracefully) and
+/// restarted. The group reads every message acknowledged before, during and after, none twice
+/// (each member stores its offsets at every poll; the lost node's member follows the roster to
+/// another node and keeps its session, so its partitions are not reassigned).
+async fn group_members_across_a_lost_node(scheme: &str, kill9: bool) {
+    let mut cluster = TestCluster::start_with(
+        3,
+        ClusterOptions {
+            quic: true,
+            ..ClusterOptions::default()
+        },
+    );
     let admin = cluster.root_client(0).await;
     let (_, _, partition_groups) = create_topic(&admin, PARTITIONS).await;
     // One member sits on partition 0's primary; the other and the writer elsewhere.
     let (victim, _) = cluster.primary(partition_groups[0]).expect("a primary");
     let victim = usize::from(victim);
     let writer = cluster.root_client((victim + 2) % 3).await;
+    let member_client = |node: usize| {
+        let address = match scheme {
+            "iggy+quic" => cluster.quic_address(node),
+            _ => cluster.address(node),
+        };
+        signed_in_owned(format!("{scheme}://{ROOT_USER}:{ROOT_PASSWORD}@{address}"))
+    };
 
     let first = send_round(&writer, 0, 60).await;
-    let survivor = cluster.root_client((victim + 1) % 3).await;
+    let survivor = member_client((victim + 1) % 3).await;
     let a = Running::start(group_member(&survivor, "g"), "a").await;
-    let b = Running::start(group_member(&cluster.root_client(victim).await, "g"), "b").await;
+    let lost = member_client(victim).await;
+    let b = Running::start(group_member(&lost, "g"), "b").await;
     let both = [&a, &b];
     wait_all_seen(
         "the members read the first round",
@@ -215,10 +228,14 @@ async fn group_members_on_two_nodes_read_every_acknowledged_message_across_a_kil
     .expect("group g");
     assert_eq!(details.members_count, 2, "{details:?}");
 
-    cluster.kill9(victim);
+    if kill9 {
+        cluster.kill9(victim);
+    } else {
+        cluster.stop(victim);
+    }
     let second = send_round(&writer, 60, 60).await;
     wait_all_seen(
-        "the group reads what was sent after the kill",
+        "the group reads what was sent while the node was down",
         &both,
         &second,
         Duration::from_secs(60),
@@ -240,6 +257,26 @@ async fn group_members_on_two_nodes_read_every_acknowledged_message_across_a_kil
     let all: Vec<&String> = seen_a.iter().chain(&seen_b).collect();
     let unique: BTreeSet<&String> = all.iter().copied().collect();
     assert_eq!(unique.len(), all.len(), "a message delivered twice");
+}
+
+/// A signed-in client of `connection`, owning its text.
+async fn signed_in_owned(connection: String) -> IggyClient {
+    signed_in(&connection, &connection).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_members_on_two_nodes_read_every_acknowledged_message_across_a_kill9_of_one() {
+    group_members_across_a_lost_node("iggy", true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_members_over_quic_read_every_acknowledged_message_across_a_graceful_stop_of_one() {
+    group_members_across_a_lost_node("iggy+quic", false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_members_over_quic_read_every_acknowledged_message_across_a_kill9_of_one() {
+    group_members_across_a_lost_node("iggy+quic", true).await;
 }
 
 /// The same member over QUIC when the server lets a connection open one stream at a time
