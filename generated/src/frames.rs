@@ -2,27 +2,27 @@
 #![allow(clippy::all)]
 #[allow(unused_imports)]
 use iggy_wire::{WireDecode, WireEncode, WireError};
-/// `FRAME_SEALED_COMMANDS` (spec/frames.spec:345).
-pub const FRAME_SEALED_COMMANDS: u64 = 0x7ffff7de86;
-/// `IDENTITY_CHECKSUM_COMMANDS` (spec/frames.spec:347).
+/// `FRAME_SEALED_COMMANDS` (spec/frames.spec:350).
+pub const FRAME_SEALED_COMMANDS: u64 = 0x1fffff7de86;
+/// `IDENTITY_CHECKSUM_COMMANDS` (spec/frames.spec:352).
 pub const IDENTITY_CHECKSUM_COMMANDS: u64 = 0x80040;
-/// `METADATA_GROUP` (spec/frames.spec:349).
+/// `METADATA_GROUP` (spec/frames.spec:354).
 pub const METADATA_GROUP: u64 = 0x8000000000000000;
-/// `DVC_HEADERS_MAX` (spec/frames.spec:351).
+/// `DVC_HEADERS_MAX` (spec/frames.spec:356).
 pub const DVC_HEADERS_MAX: u32 = 128;
-/// `PARTITION_LOG_ARTIFACT` (spec/frames.spec:355).
+/// `PARTITION_LOG_ARTIFACT` (spec/frames.spec:360).
 pub const PARTITION_LOG_ARTIFACT: u32 = 0;
-/// `METADATA_CHECKPOINT_ARTIFACT` (spec/frames.spec:356).
+/// `METADATA_CHECKPOINT_ARTIFACT` (spec/frames.spec:361).
 pub const METADATA_CHECKPOINT_ARTIFACT: u32 = 1;
-/// `SLOT_MANIFEST_MAGIC` (spec/frames.spec:358).
+/// `SLOT_MANIFEST_MAGIC` (spec/frames.spec:363).
 pub const SLOT_MANIFEST_MAGIC: u64 = 0x746f6c7379676769;
-/// `REPLICA_AUTH_DOMAIN` (spec/frames.spec:625).
+/// `REPLICA_AUTH_DOMAIN` (spec/frames.spec:630).
 pub const REPLICA_AUTH_DOMAIN: [u8; 32] = *b"iggy-rs replica-auth transcript1";
-/// `REPLICA_AUTH_KEY_CONTEXT` (spec/frames.spec:626).
+/// `REPLICA_AUTH_KEY_CONTEXT` (spec/frames.spec:631).
 pub const REPLICA_AUTH_KEY_CONTEXT: &str = "iggy-rs 2026-12 replica-auth shared_secret to MAC key";
-/// `MESSAGE_PAYLOAD_SIZE_MAX` (spec/frames.spec:1011).
+/// `MESSAGE_PAYLOAD_SIZE_MAX` (spec/frames.spec:1046).
 pub const MESSAGE_PAYLOAD_SIZE_MAX: u32 = 64000000;
-/// `USER_HEADERS_SIZE_MAX` (spec/frames.spec:1012).
+/// `USER_HEADERS_SIZE_MAX` (spec/frames.spec:1047).
 pub const USER_HEADERS_SIZE_MAX: u32 = 100000;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]
@@ -67,6 +67,8 @@ pub enum Command {
     PreVoteGranted = 36,
     ForwardWrite = 37,
     ForwardWriteResult = 38,
+    CommitQuestion = 39,
+    CommitAnswer = 40,
 }
 impl Command {
     /// Every variant, in spec order.
@@ -110,6 +112,8 @@ impl Command {
         Command::PreVoteGranted,
         Command::ForwardWrite,
         Command::ForwardWriteResult,
+        Command::CommitQuestion,
+        Command::CommitAnswer,
     ];
     /// The variant with this discriminant.
     pub fn from_repr(v: u8) -> Option<Self> {
@@ -153,6 +157,8 @@ impl Command {
             36 => Some(Self::PreVoteGranted),
             37 => Some(Self::ForwardWrite),
             38 => Some(Self::ForwardWriteResult),
+            39 => Some(Self::CommitQuestion),
+            40 => Some(Self::CommitAnswer),
             _ => None,
         }
     }
@@ -222,6 +228,8 @@ impl iggy_wire::WireJson for Command {
                 Self::PreVoteGranted => "PreVoteGranted",
                 Self::ForwardWrite => "ForwardWrite",
                 Self::ForwardWriteResult => "ForwardWriteResult",
+                Self::CommitQuestion => "CommitQuestion",
+                Self::CommitAnswer => "CommitAnswer",
             },
         );
         out.push('"');
@@ -9462,6 +9470,456 @@ impl WireEncode for ForwardLogoutResultHeader {
     }
 }
 impl<'a> WireDecode<'a> for ForwardLogoutResultHeader {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 256)?;
+        Self::decode_fixed(b)
+    }
+}
+/// Fixed-layout `CommitQuestionHeader`, 256 bytes: backup -> metadata primary: what have you committed? Header only. Sealed. Ours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CommitQuestionHeader {
+    /// seal: XxHash3-64 of bytes 16..256, widened
+    pub checksum: u128,
+    /// XxHash3-64 of bytes 256..size, widened (ours: the crate fixes the range only); 0 if header-only
+    pub checksum_body: u128,
+    pub cluster: u128,
+    /// whole frame including this header
+    pub size: u32,
+    pub view: u32,
+    /// always 0: release identity travels only in the handshake
+    pub release: u32,
+    pub command: Command,
+    /// sender
+    pub replica: u8,
+    pub reserved_frame: [u8; 66],
+    /// non-zero, echoed by the answer
+    pub nonce: u128,
+}
+impl CommitQuestionHeader {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 256;
+    /// Byte offset of `checksum`.
+    pub const CHECKSUM_OFFSET: usize = 0;
+    /// Size of `checksum` in bytes.
+    pub const CHECKSUM_SIZE: usize = 16;
+    /// Byte offset of `checksum_body`.
+    pub const CHECKSUM_BODY_OFFSET: usize = 16;
+    /// Size of `checksum_body` in bytes.
+    pub const CHECKSUM_BODY_SIZE: usize = 16;
+    /// Byte offset of `cluster`.
+    pub const CLUSTER_OFFSET: usize = 32;
+    /// Size of `cluster` in bytes.
+    pub const CLUSTER_SIZE: usize = 16;
+    /// Byte offset of `size`.
+    pub const SIZE_OFFSET: usize = 48;
+    /// Size of `size` in bytes.
+    pub const SIZE_SIZE: usize = 4;
+    /// Byte offset of `view`.
+    pub const VIEW_OFFSET: usize = 52;
+    /// Size of `view` in bytes.
+    pub const VIEW_SIZE: usize = 4;
+    /// Byte offset of `release`.
+    pub const RELEASE_OFFSET: usize = 56;
+    /// Size of `release` in bytes.
+    pub const RELEASE_SIZE: usize = 4;
+    /// Byte offset of `command`.
+    pub const COMMAND_OFFSET: usize = 60;
+    /// Size of `command` in bytes.
+    pub const COMMAND_SIZE: usize = 1;
+    /// Byte offset of `replica`.
+    pub const REPLICA_OFFSET: usize = 61;
+    /// Size of `replica` in bytes.
+    pub const REPLICA_SIZE: usize = 1;
+    /// Byte offset of `reserved_frame`.
+    pub const RESERVED_FRAME_OFFSET: usize = 62;
+    /// Size of `reserved_frame` in bytes.
+    pub const RESERVED_FRAME_SIZE: usize = 66;
+    /// Byte offset of `nonce`.
+    pub const NONCE_OFFSET: usize = 128;
+    /// Size of `nonce` in bytes.
+    pub const NONCE_SIZE: usize = 16;
+    /// Byte offset of `reserved`.
+    pub const RESERVED_OFFSET: usize = 144;
+    /// Size of `reserved` in bytes.
+    pub const RESERVED_SIZE: usize = 112;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
+        }
+        let checksum = <u128>::decode_exact(&buf[0..16])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum",
+            })?;
+        let checksum_body = <u128>::decode_exact(&buf[16..32])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum_body",
+            })?;
+        let cluster = <u128>::decode_exact(&buf[32..48])
+            .map_err(|_| WireError::InvalidValue {
+                field: "cluster",
+            })?;
+        let size = <u32>::decode_exact(&buf[48..52])
+            .map_err(|_| WireError::InvalidValue {
+                field: "size",
+            })?;
+        let view = <u32>::decode_exact(&buf[52..56])
+            .map_err(|_| WireError::InvalidValue {
+                field: "view",
+            })?;
+        let release = <u32>::decode_exact(&buf[56..60])
+            .map_err(|_| WireError::InvalidValue {
+                field: "release",
+            })?;
+        let command = <Command>::decode_exact(&buf[60..61])
+            .map_err(|_| WireError::InvalidValue {
+                field: "command",
+            })?;
+        let replica = <u8>::decode_exact(&buf[61..62])
+            .map_err(|_| WireError::InvalidValue {
+                field: "replica",
+            })?;
+        let reserved_frame = iggy_wire::get_at::<66>(buf, 62);
+        let nonce = <u128>::decode_exact(&buf[128..144])
+            .map_err(|_| WireError::InvalidValue {
+                field: "nonce",
+            })?;
+        if !iggy_wire::is_zero_at(buf, 144, 112) {
+            return Err(WireError::NonZeroReserved {
+                field: "reserved",
+            });
+        }
+        Ok(Self {
+            checksum,
+            checksum_body,
+            cluster,
+            size,
+            view,
+            release,
+            command,
+            replica,
+            reserved_frame,
+            nonce,
+        })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.checksum.to_wire_bytes());
+        iggy_wire::put_at(out, 16, &self.checksum_body.to_wire_bytes());
+        iggy_wire::put_at(out, 32, &self.cluster.to_wire_bytes());
+        iggy_wire::put_at(out, 48, &self.size.to_wire_bytes());
+        iggy_wire::put_at(out, 52, &self.view.to_wire_bytes());
+        iggy_wire::put_at(out, 56, &self.release.to_wire_bytes());
+        iggy_wire::put_at(out, 60, &self.command.to_wire_bytes());
+        iggy_wire::put_at(out, 61, &self.replica.to_wire_bytes());
+        iggy_wire::put_at(out, 62, &self.reserved_frame);
+        iggy_wire::put_at(out, 128, &self.nonce.to_wire_bytes());
+        out[144..256].fill(0);
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 256] {
+        let mut b = [0u8; 256];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for CommitQuestionHeader {
+    /// All-zero bytes.
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 256]).expect("zero bytes decode")
+    }
+}
+const _: () = assert!(CommitQuestionHeader::SIZE == 256);
+const _: () = assert!(CommitQuestionHeader::CHECKSUM_OFFSET + 16 <= 256);
+const _: () = assert!(CommitQuestionHeader::CHECKSUM_BODY_OFFSET + 16 <= 256);
+const _: () = assert!(CommitQuestionHeader::CLUSTER_OFFSET + 16 <= 256);
+const _: () = assert!(CommitQuestionHeader::SIZE_OFFSET + 4 <= 256);
+const _: () = assert!(CommitQuestionHeader::VIEW_OFFSET + 4 <= 256);
+const _: () = assert!(CommitQuestionHeader::RELEASE_OFFSET + 4 <= 256);
+const _: () = assert!(CommitQuestionHeader::COMMAND_OFFSET + 1 <= 256);
+const _: () = assert!(CommitQuestionHeader::REPLICA_OFFSET + 1 <= 256);
+const _: () = assert!(CommitQuestionHeader::RESERVED_FRAME_OFFSET + 66 <= 256);
+const _: () = assert!(CommitQuestionHeader::NONCE_OFFSET + 16 <= 256);
+const _: () = assert!(CommitQuestionHeader::RESERVED_OFFSET + 112 <= 256);
+impl iggy_wire::WireJson for CommitQuestionHeader {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"checksum\":");
+        iggy_wire::WireJson::write_json(&self.checksum, out);
+        out.push_str(",\"checksum_body\":");
+        iggy_wire::WireJson::write_json(&self.checksum_body, out);
+        out.push_str(",\"cluster\":");
+        iggy_wire::WireJson::write_json(&self.cluster, out);
+        out.push_str(",\"size\":");
+        iggy_wire::WireJson::write_json(&self.size, out);
+        out.push_str(",\"view\":");
+        iggy_wire::WireJson::write_json(&self.view, out);
+        out.push_str(",\"release\":");
+        iggy_wire::WireJson::write_json(&self.release, out);
+        out.push_str(",\"command\":");
+        iggy_wire::WireJson::write_json(&self.command, out);
+        out.push_str(",\"replica\":");
+        iggy_wire::WireJson::write_json(&self.replica, out);
+        out.push_str(",\"reserved_frame\":");
+        iggy_wire::WireJson::write_json(&self.reserved_frame, out);
+        out.push_str(",\"nonce\":");
+        iggy_wire::WireJson::write_json(&self.nonce, out);
+        out.push('}');
+    }
+}
+impl WireEncode for CommitQuestionHeader {
+    fn encoded_size(&self) -> usize {
+        256
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for CommitQuestionHeader {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 256)?;
+        Self::decode_fixed(b)
+    }
+}
+/// Fixed-layout `CommitAnswerHeader`, 256 bytes: metadata primary -> backup: its commit when asked. Header only. Sealed. Ours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CommitAnswerHeader {
+    /// seal: XxHash3-64 of bytes 16..256, widened
+    pub checksum: u128,
+    /// XxHash3-64 of bytes 256..size, widened (ours: the crate fixes the range only); 0 if header-only
+    pub checksum_body: u128,
+    pub cluster: u128,
+    /// whole frame including this header
+    pub size: u32,
+    pub view: u32,
+    /// always 0: release identity travels only in the handshake
+    pub release: u32,
+    pub command: Command,
+    /// sender
+    pub replica: u8,
+    pub reserved_frame: [u8; 66],
+    /// the question's
+    pub nonce: u128,
+    /// 0 unless primary
+    pub commit: u64,
+    /// false: the asked replica does not lead the metadata group in normal status
+    pub primary: bool,
+}
+impl CommitAnswerHeader {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 256;
+    /// Byte offset of `checksum`.
+    pub const CHECKSUM_OFFSET: usize = 0;
+    /// Size of `checksum` in bytes.
+    pub const CHECKSUM_SIZE: usize = 16;
+    /// Byte offset of `checksum_body`.
+    pub const CHECKSUM_BODY_OFFSET: usize = 16;
+    /// Size of `checksum_body` in bytes.
+    pub const CHECKSUM_BODY_SIZE: usize = 16;
+    /// Byte offset of `cluster`.
+    pub const CLUSTER_OFFSET: usize = 32;
+    /// Size of `cluster` in bytes.
+    pub const CLUSTER_SIZE: usize = 16;
+    /// Byte offset of `size`.
+    pub const SIZE_OFFSET: usize = 48;
+    /// Size of `size` in bytes.
+    pub const SIZE_SIZE: usize = 4;
+    /// Byte offset of `view`.
+    pub const VIEW_OFFSET: usize = 52;
+    /// Size of `view` in bytes.
+    pub const VIEW_SIZE: usize = 4;
+    /// Byte offset of `release`.
+    pub const RELEASE_OFFSET: usize = 56;
+    /// Size of `release` in bytes.
+    pub const RELEASE_SIZE: usize = 4;
+    /// Byte offset of `command`.
+    pub const COMMAND_OFFSET: usize = 60;
+    /// Size of `command` in bytes.
+    pub const COMMAND_SIZE: usize = 1;
+    /// Byte offset of `replica`.
+    pub const REPLICA_OFFSET: usize = 61;
+    /// Size of `replica` in bytes.
+    pub const REPLICA_SIZE: usize = 1;
+    /// Byte offset of `reserved_frame`.
+    pub const RESERVED_FRAME_OFFSET: usize = 62;
+    /// Size of `reserved_frame` in bytes.
+    pub const RESERVED_FRAME_SIZE: usize = 66;
+    /// Byte offset of `nonce`.
+    pub const NONCE_OFFSET: usize = 128;
+    /// Size of `nonce` in bytes.
+    pub const NONCE_SIZE: usize = 16;
+    /// Byte offset of `commit`.
+    pub const COMMIT_OFFSET: usize = 144;
+    /// Size of `commit` in bytes.
+    pub const COMMIT_SIZE: usize = 8;
+    /// Byte offset of `reserved`.
+    pub const RESERVED_OFFSET: usize = 152;
+    /// Size of `reserved` in bytes.
+    pub const RESERVED_SIZE: usize = 103;
+    /// Byte offset of `primary`.
+    pub const PRIMARY_OFFSET: usize = 255;
+    /// Size of `primary` in bytes.
+    pub const PRIMARY_SIZE: usize = 1;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
+        }
+        let checksum = <u128>::decode_exact(&buf[0..16])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum",
+            })?;
+        let checksum_body = <u128>::decode_exact(&buf[16..32])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum_body",
+            })?;
+        let cluster = <u128>::decode_exact(&buf[32..48])
+            .map_err(|_| WireError::InvalidValue {
+                field: "cluster",
+            })?;
+        let size = <u32>::decode_exact(&buf[48..52])
+            .map_err(|_| WireError::InvalidValue {
+                field: "size",
+            })?;
+        let view = <u32>::decode_exact(&buf[52..56])
+            .map_err(|_| WireError::InvalidValue {
+                field: "view",
+            })?;
+        let release = <u32>::decode_exact(&buf[56..60])
+            .map_err(|_| WireError::InvalidValue {
+                field: "release",
+            })?;
+        let command = <Command>::decode_exact(&buf[60..61])
+            .map_err(|_| WireError::InvalidValue {
+                field: "command",
+            })?;
+        let replica = <u8>::decode_exact(&buf[61..62])
+            .map_err(|_| WireError::InvalidValue {
+                field: "replica",
+            })?;
+        let reserved_frame = iggy_wire::get_at::<66>(buf, 62);
+        let nonce = <u128>::decode_exact(&buf[128..144])
+            .map_err(|_| WireError::InvalidValue {
+                field: "nonce",
+            })?;
+        let commit = <u64>::decode_exact(&buf[144..152])
+            .map_err(|_| WireError::InvalidValue {
+                field: "commit",
+            })?;
+        if !iggy_wire::is_zero_at(buf, 152, 103) {
+            return Err(WireError::NonZeroReserved {
+                field: "reserved",
+            });
+        }
+        let primary = <bool>::decode_exact(&buf[255..256])
+            .map_err(|_| WireError::InvalidValue {
+                field: "primary",
+            })?;
+        Ok(Self {
+            checksum,
+            checksum_body,
+            cluster,
+            size,
+            view,
+            release,
+            command,
+            replica,
+            reserved_frame,
+            nonce,
+            commit,
+            primary,
+        })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.checksum.to_wire_bytes());
+        iggy_wire::put_at(out, 16, &self.checksum_body.to_wire_bytes());
+        iggy_wire::put_at(out, 32, &self.cluster.to_wire_bytes());
+        iggy_wire::put_at(out, 48, &self.size.to_wire_bytes());
+        iggy_wire::put_at(out, 52, &self.view.to_wire_bytes());
+        iggy_wire::put_at(out, 56, &self.release.to_wire_bytes());
+        iggy_wire::put_at(out, 60, &self.command.to_wire_bytes());
+        iggy_wire::put_at(out, 61, &self.replica.to_wire_bytes());
+        iggy_wire::put_at(out, 62, &self.reserved_frame);
+        iggy_wire::put_at(out, 128, &self.nonce.to_wire_bytes());
+        iggy_wire::put_at(out, 144, &self.commit.to_wire_bytes());
+        out[152..255].fill(0);
+        iggy_wire::put_at(out, 255, &self.primary.to_wire_bytes());
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 256] {
+        let mut b = [0u8; 256];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for CommitAnswerHeader {
+    /// All-zero bytes.
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 256]).expect("zero bytes decode")
+    }
+}
+const _: () = assert!(CommitAnswerHeader::SIZE == 256);
+const _: () = assert!(CommitAnswerHeader::CHECKSUM_OFFSET + 16 <= 256);
+const _: () = assert!(CommitAnswerHeader::CHECKSUM_BODY_OFFSET + 16 <= 256);
+const _: () = assert!(CommitAnswerHeader::CLUSTER_OFFSET + 16 <= 256);
+const _: () = assert!(CommitAnswerHeader::SIZE_OFFSET + 4 <= 256);
+const _: () = assert!(CommitAnswerHeader::VIEW_OFFSET + 4 <= 256);
+const _: () = assert!(CommitAnswerHeader::RELEASE_OFFSET + 4 <= 256);
+const _: () = assert!(CommitAnswerHeader::COMMAND_OFFSET + 1 <= 256);
+const _: () = assert!(CommitAnswerHeader::REPLICA_OFFSET + 1 <= 256);
+const _: () = assert!(CommitAnswerHeader::RESERVED_FRAME_OFFSET + 66 <= 256);
+const _: () = assert!(CommitAnswerHeader::NONCE_OFFSET + 16 <= 256);
+const _: () = assert!(CommitAnswerHeader::COMMIT_OFFSET + 8 <= 256);
+const _: () = assert!(CommitAnswerHeader::RESERVED_OFFSET + 103 <= 256);
+const _: () = assert!(CommitAnswerHeader::PRIMARY_OFFSET + 1 <= 256);
+impl iggy_wire::WireJson for CommitAnswerHeader {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"checksum\":");
+        iggy_wire::WireJson::write_json(&self.checksum, out);
+        out.push_str(",\"checksum_body\":");
+        iggy_wire::WireJson::write_json(&self.checksum_body, out);
+        out.push_str(",\"cluster\":");
+        iggy_wire::WireJson::write_json(&self.cluster, out);
+        out.push_str(",\"size\":");
+        iggy_wire::WireJson::write_json(&self.size, out);
+        out.push_str(",\"view\":");
+        iggy_wire::WireJson::write_json(&self.view, out);
+        out.push_str(",\"release\":");
+        iggy_wire::WireJson::write_json(&self.release, out);
+        out.push_str(",\"command\":");
+        iggy_wire::WireJson::write_json(&self.command, out);
+        out.push_str(",\"replica\":");
+        iggy_wire::WireJson::write_json(&self.replica, out);
+        out.push_str(",\"reserved_frame\":");
+        iggy_wire::WireJson::write_json(&self.reserved_frame, out);
+        out.push_str(",\"nonce\":");
+        iggy_wire::WireJson::write_json(&self.nonce, out);
+        out.push_str(",\"commit\":");
+        iggy_wire::WireJson::write_json(&self.commit, out);
+        out.push_str(",\"primary\":");
+        iggy_wire::WireJson::write_json(&self.primary, out);
+        out.push('}');
+    }
+}
+impl WireEncode for CommitAnswerHeader {
+    fn encoded_size(&self) -> usize {
+        256
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for CommitAnswerHeader {
     fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
         let b = iggy_wire::take(input, 256)?;
         Self::decode_fixed(b)

@@ -258,6 +258,20 @@ pub const STRUCTS: &[StructInfo] = &[
         until: 4294967295,
     },
     StructInfo {
+        name: "CommitQuestionHeader",
+        module: "frames",
+        fixed: Some(256),
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
+        name: "CommitAnswerHeader",
+        module: "frames",
+        fixed: Some(256),
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
         name: "ConsumerSessionHeartbeatHeader",
         module: "frames",
         fixed: Some(256),
@@ -1452,6 +1466,8 @@ pub fn roundtrip(name: &str, input: &[u8]) -> Option<Result<Roundtrip, WireError
         "ForwardLogoutResultHeader" => {
             rt!(crate ::frames::ForwardLogoutResultHeader, input)
         }
+        "CommitQuestionHeader" => rt!(crate ::frames::CommitQuestionHeader, input),
+        "CommitAnswerHeader" => rt!(crate ::frames::CommitAnswerHeader, input),
         "ConsumerSessionHeartbeatHeader" => {
             rt!(crate ::frames::ConsumerSessionHeartbeatHeader, input)
         }

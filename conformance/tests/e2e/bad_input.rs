@@ -452,6 +452,65 @@ async fn the_http_api_refuses_unreadable_user_headers_with_the_binary_codes() {
     assert_eq!(payloads(&polled), ["after"], "nothing refused was stored");
 }
 
+/// A request over `limits.max_frame_size` (here a send of 1.2 MiB to a server that takes 1 MiB
+/// per request) is answered TooBigMessagePayload (4022) over TCP and QUIC, and the same
+/// connection serves the next send: the server reads past the body instead of evicting the
+/// client, whose SDK could then not tell whether the send was stored. Nothing of it is stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_over_the_frame_limit_is_refused_and_its_connection_serves_on() {
+    let server = TestServer::start_with_env(&[("IGGY_LIMITS_MAX_FRAME_SIZE", "1048576")]);
+    let tcp = server.root_client().await;
+    create_stream_and_topic(&tcp, "s", "t", 1).await;
+    let raw = raw_client(&server).await;
+    oversized_send_over("tcp", &raw).await;
+    let metadata = ok(
+        "cluster metadata",
+        within("metadata", tcp.get_cluster_metadata()).await,
+    );
+    let port = metadata.nodes[0].endpoints.quic;
+    let url = format!("iggy+quic://{ROOT_USER}:{ROOT_PASSWORD}@127.0.0.1:{port}");
+    let quic = QuicClient::from_connection_string(&url).expect("quic connection string");
+    ok("quic connect", within("connect", quic.connect()).await);
+    oversized_send_over("quic", &quic).await;
+    let polled = poll(
+        &tcp,
+        &name("s"),
+        &name("t"),
+        0,
+        &consumer("c"),
+        PollingStrategy::offset(0),
+        10,
+        false,
+    )
+    .await;
+    assert_eq!(
+        payloads(&polled),
+        ["after tcp", "after quic"],
+        "only the sends that fit"
+    );
+}
+
+async fn oversized_send_over<C: MessageClient + SystemClient + Sync>(what: &str, client: &C) {
+    let before = ok("me", within("me", client.get_me()).await).client_id;
+    let partition = Partitioning::partition_id(0);
+    let mut batch: Vec<IggyMessage> = (0..3).map(|_| msg(vec![7u8; 400 * 1024])).collect();
+    let sent = within(
+        "send",
+        client.send_messages(&name("s"), &name("t"), &partition, &mut batch),
+    )
+    .await;
+    expect_code(&format!("{what}: a send over the frame limit"), sent, 4022);
+    let mut batch = vec![msg(format!("after {what}"))];
+    let sent = within(
+        "send",
+        client.send_messages(&name("s"), &name("t"), &partition, &mut batch),
+    )
+    .await;
+    ok(&format!("{what}: the next send"), sent);
+    let after = ok("me", within("me", client.get_me()).await).client_id;
+    assert_eq!(before, after, "{what}: the same connection serves on");
+}
+
 const TOO_BIG_USER_HEADERS: u32 = 4017;
 const TOO_BIG_MESSAGE_PAYLOAD: u32 = 4022;
 const EMPTY_MESSAGE_PAYLOAD: u32 = 4024;

@@ -3609,3 +3609,37 @@ async fn a_login_on_a_backup_right_after_the_create_through_the_primary_succeeds
     let login = wrong.login_user("fresh-0", "not-the-secret");
     expect_code("wrong password", within("login", login).await, 42);
 }
+
+/// A backup that has not heard of a password change the metadata primary acknowledged refuses
+/// the old password: the change finished before the login began, so the login must see it.
+/// The proxy holds back everything the primary sends that backup (the other backup makes the
+/// quorum) while the change commits and the login is sent to it; before, the backup judged the
+/// old password against its stale copy of the user, forwarded the register, and the client was
+/// signed in with a password its owner had just replaced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_that_lags_a_password_change_refuses_the_old_password() {
+    let cluster = TestCluster::start(3);
+    let (primary, backup) = metadata_primary_and_backup(&cluster).await;
+    let root = cluster.root_client(primary).await;
+    let options = UserCreateOptions::default();
+    let user = root.create_user("changing", "old-secret", UserStatus::Active, None, &options);
+    ok("create user", within("create user", user).await);
+    let knows = cluster.node(backup).anonymous_client().await;
+    ok("login", within("login", knows.login_user("changing", "old-secret")).await);
+    let client = cluster.node(backup).anonymous_client().await;
+
+    cluster.hold(primary, backup);
+    let user_id = Identifier::named("changing").unwrap();
+    let change = root.change_password(&user_id, "old-secret", "new-secret");
+    let changed = within("change password", change).await;
+    let login = tokio::spawn(async move {
+        let login = within("login", client.login_user("changing", "old-secret")).await;
+        login.map(|_| ())
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    cluster.release(primary, backup);
+    ok("change password", changed);
+    expect_code("old password on the lagging backup", login.await.unwrap(), 42);
+    let fresh = cluster.node(backup).anonymous_client().await;
+    ok("new password", within("login", fresh.login_user("changing", "new-secret")).await);
+}

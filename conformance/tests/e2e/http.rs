@@ -336,22 +336,40 @@ async fn sdk_http_client_reads_system_state_and_updates_resources() {
     assert!(ok("renamed user", within("get", client.get_user(&name("robert"))).await).is_some());
 }
 
-/// README: with both `[http.jwt]` secrets empty "tokens then end with the process"; with them
+/// A server whose `[http.jwt]` secrets are configured, so they stay the same across restarts.
+fn start_with_a_kept_jwt_secret() -> (TestServer, String) {
+    let secret = "an http.jwt secret kept across restarts";
+    TestServer::start_with_http(&[("IGGY_HTTP_JWT_ENCODING_SECRET", secret), ("IGGY_HTTP_JWT_DECODING_SECRET", secret)])
+}
+
+/// README: with both `[http.jwt]` secrets empty "a token ends with the process that issued it"; with them
 /// set, a token outlives a graceful restart (the official HTTP client never signs in again by
 /// itself, so every client failed with 401 after one).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: a node serves only the tokens this process issued (its in-memory session map); after a restart every token is refused with 401"]
 async fn with_configured_jwt_secrets_a_token_outlives_a_restart() {
-    let secret = "an http.jwt secret kept across restarts";
-    let (mut server, api) = TestServer::start_with_http(&[
-        ("IGGY_HTTP_JWT_ENCODING_SECRET", secret),
-        ("IGGY_HTTP_JWT_DECODING_SECRET", secret),
-    ]);
+    let (mut server, api) = start_with_a_kept_jwt_secret();
     let client = http_client(&api).await;
     create_stream_and_topic(&client, "s", "t", 1).await;
     tokio::task::block_in_place(|| server.restart());
     let streams = within("get_streams", client.get_streams()).await;
     assert_eq!(streams.map(|s| s.len()).map_err(|e| e.to_string()), Ok(1));
+    // The new process numbers the session's writes above the ones the last one committed
+    // (numbered from 1 again, each would be refused as too old).
+    create_stream_and_topic(&client, "after", "t", 1).await;
+    let streams = within("get_streams", client.get_streams()).await;
+    assert_eq!(streams.map(|s| s.len()).map_err(|e| e.to_string()), Ok(2));
+}
+
+/// Logout is the replicated, persisted end of the session: a token the next process could bind
+/// (configured secrets) stays refused after a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_configured_jwt_secrets_a_logged_out_token_stays_refused_after_a_restart() {
+    let (mut server, api) = start_with_a_kept_jwt_secret();
+    let (kept, ended) = (raw_token(&api).await, raw_token(&api).await);
+    assert_eq!(raw(&api, "DELETE", "/users/logout", Some(&ended), b"").await.0, 204);
+    tokio::task::block_in_place(|| server.restart());
+    assert_eq!(raw(&api, "GET", "/streams", Some(&ended), b"").await.0, 401, "logged out");
+    assert_eq!(raw(&api, "GET", "/streams", Some(&kept), b"").await.0, 200, "still live");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

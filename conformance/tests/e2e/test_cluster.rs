@@ -440,6 +440,16 @@ impl TestCluster {
         self.proxy().cut(i);
     }
 
+    /// Holds back what node `sender` sends node `receiver` until [`Self::release`]: the
+    /// receiver hears nothing new from the sender, who still hears it.
+    pub fn hold(&self, sender: usize, receiver: usize) {
+        self.proxy().hold(sender, receiver);
+    }
+
+    pub fn release(&self, sender: usize, receiver: usize) {
+        self.proxy().release(sender, receiver);
+    }
+
     pub fn heal(&self, i: usize) {
         self.proxy().heal(i);
     }
@@ -669,6 +679,9 @@ pub struct ReplicaProxy {
 pub(crate) struct ProxyState {
     /// Nodes whose links are cut.
     cut: Mutex<BTreeSet<usize>>,
+    /// Directions (sender, receiver) whose bytes are held back until released: the link stays
+    /// up, so the receiver just hears nothing new from the sender meanwhile.
+    held: Mutex<BTreeSet<(usize, usize)>>,
     /// Both sockets of every forwarded connection, by the pair it joins.
     connections: Mutex<Vec<(usize, usize, TcpStream, TcpStream)>>,
     stopping: AtomicBool,
@@ -680,6 +693,10 @@ impl ProxyState {
     pub(crate) fn blocked(&self, from: usize, to: usize) -> bool {
         let cut = self.cut.lock().unwrap();
         cut.contains(&from) || cut.contains(&to)
+    }
+
+    fn holds(&self, sender: usize, receiver: usize) -> bool {
+        self.held.lock().unwrap().contains(&(sender, receiver))
     }
 }
 
@@ -725,6 +742,16 @@ impl ReplicaProxy {
 
     pub fn heal(&self, node: usize) {
         self.state.cut.lock().unwrap().remove(&node);
+    }
+
+    /// Holds back what `sender` sends `receiver` (in order, nothing dropped) until
+    /// [`Self::release`]; the other direction flows on.
+    pub fn hold(&self, sender: usize, receiver: usize) {
+        self.state.held.lock().unwrap().insert((sender, receiver));
+    }
+
+    pub fn release(&self, sender: usize, receiver: usize) {
+        self.state.held.lock().unwrap().remove(&(sender, receiver));
     }
 
     pub fn forwarded(&self) -> usize {
@@ -786,18 +813,23 @@ pub(crate) fn accept_loop(
             connections.push((from, to, d2, a2));
         }
         state.forwarded.fetch_add(1, Ordering::Relaxed);
-        std::thread::spawn(move || pipe(dialer, a1));
-        std::thread::spawn(move || pipe(acceptor, d1));
+        let (forth, back) = (state.clone(), state.clone());
+        std::thread::spawn(move || pipe(dialer, a1, || forth.holds(from, to)));
+        std::thread::spawn(move || pipe(acceptor, d1, || back.holds(to, from)));
     }
 }
 
-/// Copies `from` to `to` until either side closes, then closes both.
-pub(crate) fn pipe(mut from: TcpStream, mut to: TcpStream) {
+/// Copies `from` to `to` until either side closes, then closes both; what it read while `held`
+/// says so waits until it no longer does.
+pub(crate) fn pipe(mut from: TcpStream, mut to: TcpStream, held: impl Fn() -> bool) {
     let mut buffer = vec![0u8; 64 * 1024];
     loop {
         match from.read(&mut buffer) {
             Ok(0) | Err(_) => break,
             Ok(n) => {
+                while held() {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
                 if to.write_all(&buffer[..n]).is_err() {
                     break;
                 }

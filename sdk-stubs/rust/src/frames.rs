@@ -134,7 +134,7 @@ impl codec::Wire for Command {
         );
     }
 }
-/// `Operation` (spec/frames.spec:51), a `u8` on the wire.
+/// `Operation` (spec/frames.spec:56), a `u8` on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]
 pub enum Operation {
@@ -294,7 +294,7 @@ impl codec::Wire for Operation {
         );
     }
 }
-/// `EvictionReason` (spec/frames.spec:100), a `u8` on the wire.
+/// `EvictionReason` (spec/frames.spec:105), a `u8` on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]
 pub enum EvictionReason {
@@ -369,7 +369,7 @@ impl codec::Wire for EvictionReason {
         );
     }
 }
-/// `GenericHeader` (spec/frames.spec:204).
+/// `GenericHeader` (spec/frames.spec:209).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GenericHeader {
     /// unused on client frames
@@ -477,7 +477,7 @@ impl codec::Wire for GenericHeader {
         out.push('}');
     }
 }
-/// `RequestHeader` (spec/frames.spec:218).
+/// `RequestHeader` (spec/frames.spec:223).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RequestHeader {
     /// unused on client frames
@@ -686,7 +686,7 @@ impl codec::Wire for RequestHeader {
         out.push('}');
     }
 }
-/// `ReplyHeader` (spec/frames.spec:243).
+/// `ReplyHeader` (spec/frames.spec:248).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReplyHeader {
     /// unused on client frames
@@ -891,7 +891,7 @@ impl codec::Wire for ReplyHeader {
         out.push('}');
     }
 }
-/// `EvictionHeader` (spec/frames.spec:268).
+/// `EvictionHeader` (spec/frames.spec:273).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EvictionHeader {
     /// unused on client frames
@@ -1030,7 +1030,7 @@ impl codec::Wire for EvictionHeader {
         out.push('}');
     }
 }
-/// `BatchHeader` (spec/frames.spec:987).
+/// `BatchHeader` (spec/frames.spec:1022).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BatchHeader {
     /// stamped by the server
@@ -1119,7 +1119,7 @@ impl codec::Wire for BatchHeader {
         out.push('}');
     }
 }
-/// `MessageFrameHeader` (spec/frames.spec:998).
+/// `MessageFrameHeader` (spec/frames.spec:1033).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MessageFrameHeader {
     /// XxHash3-64 over bytes 8..48, payload, user headers

@@ -551,7 +551,7 @@ fn systemd_ready() -> Option<std::rc::Rc<systemd::Notifier>> {
 /// Binds the HTTP REST listener and serves it on this (the first) shard; cluster metadata
 /// advertises the port it bound.
 async fn start_http(config: &config::Http, node: &std::rc::Rc<node::Node>) -> Result<(), String> {
-    let state = transport::http::session::HttpState::new(config)?;
+    let state = transport::http::session::HttpState::new(config, node.shared.replica_id)?;
     let tls = Some(("http.tls", &config.tls));
     let (listener, local, acceptor) = transport::bind_stream("http", &config.address, tls).await?;
     node.shared.listening.set("http", local.port());

@@ -903,31 +903,34 @@ mod tests {
     }
 
     #[test]
+    fn the_latest_request_of_a_client_counts_committed_and_prepared_ones() {
+        let mut core = core(Durability::Replicated, true);
+        let mut shell = Shell::new();
+        core.submit(request(5, 7, b"x", 1));
+        shell.run(&mut core);
+        assert_eq!(core.replica().latest_request(5), 7, "committed");
+        assert_eq!(core.replica().latest_request(6), 0, "no request");
+        let log = view_2_log(|op| op * 10);
+        let mut backup = backup_entering_view_2(&log);
+        prepare_in_view_2(&mut backup, log);
+        drain_steps(&mut backup);
+        assert_eq!(
+            backup.replica().latest_request(9),
+            20,
+            "prepared, not yet committed"
+        );
+    }
+
+    #[test]
     fn a_view_state_is_persisted_only_after_the_log_it_names_is_synced_whatever_the_durability() {
-        let mut core: GroupCore<u32> =
-            GroupCore::format(Config::new(3, 1), Durability::Replicated, false, None);
-        let log: Vec<Entry> = (1..=2)
-            .map(|op| Entry::new(op, 2, 9, op, 5, Bytes::from_static(b"x")))
-            .collect();
-        let start_view = Message::StartView {
-            view: 2,
-            commit: 0,
-            log: crate::Log::of_entries(0, 0, &log),
-        };
-        core.on_message(2, start_view);
+        let log = view_2_log(|op| op);
+        let mut core = backup_entering_view_2(&log);
         assert_eq!(
             drain_steps(&mut core),
             ["persist 2/0", "send request_prepare 2"],
             "the view is entered; its log is not held yet"
         );
-        for entry in log {
-            let prepare = Message::Prepare {
-                view: 2,
-                commit: 0,
-                entry,
-            };
-            core.on_message(2, prepare);
-        }
+        prepare_in_view_2(&mut core, log);
         assert_eq!(
             drain_steps(&mut core),
             [
@@ -939,6 +942,39 @@ mod tests {
                 "send prepare_ok 2",
             ]
         );
+    }
+
+    /// Ops 1 and 2 of view 2, client 9's requests `request(op)`.
+    fn view_2_log(request: impl Fn(u64) -> u64) -> Vec<Entry> {
+        (1..=2)
+            .map(|op| Entry::new(op, 2, 9, request(op), 5, Bytes::from_static(b"x")))
+            .collect()
+    }
+
+    /// Replica 1 of 3, told by view 2's primary (replica 2) that `log` is the view's log, none
+    /// of whose entries it holds yet.
+    fn backup_entering_view_2(log: &[Entry]) -> GroupCore<u32> {
+        let mut core: GroupCore<u32> =
+            GroupCore::format(Config::new(3, 1), Durability::Replicated, false, None);
+        let start_view = Message::StartView {
+            view: 2,
+            commit: 0,
+            log: crate::Log::of_entries(0, 0, log),
+        };
+        core.on_message(2, start_view);
+        core
+    }
+
+    /// `log`'s entries, prepared by view 2's primary, reach `core`.
+    fn prepare_in_view_2(core: &mut GroupCore<u32>, log: Vec<Entry>) {
+        for entry in log {
+            let prepare = Message::Prepare {
+                view: 2,
+                commit: 0,
+                entry,
+            };
+            core.on_message(2, prepare);
+        }
     }
 
     /// Performs `core`'s steps at once (every write and sync durable), naming each.

@@ -752,6 +752,23 @@ impl Replica {
     pub fn clients(&self) -> &ClientTable {
         &self.clients
     }
+    /// The highest request number of `client` this replica holds: committed (its client
+    /// table) or prepared above its commit (its journal), 0 if none.
+    pub fn latest_request(&self, client: u128) -> u64 {
+        let committed = self
+            .clients
+            .get(client)
+            .map_or(0, |session| session.request);
+        let prepared = self
+            .journal
+            .entries_after(self.commit_min)
+            .iter()
+            .filter(|entry| entry.client == client)
+            .map(|entry| entry.request)
+            .max()
+            .unwrap_or(0);
+        committed.max(prepared)
+    }
     /// This replica's index.
     pub fn replica(&self) -> ReplicaId {
         self.config.replica

@@ -7,19 +7,18 @@
 //!
 //! Sessions are cluster-wide: a Logout a backup's client sends goes to the metadata primary as
 //! a ForwardLogout (the client's id, session and request number, so a retry is answered from
-//! the client table), answered with the op that ended it (ForwardLogoutResult; for a session
-//! that is not live, nothing is committed and the answer is the primary's commit, which is how
-//! a backup asks what the primary knows committed before it refuses a login); and a backup
-//! names the sessions bound on it in ConsumerSessionHeartbeat frames (no reply), so the
+//! the client table), answered with the op that ended it (ForwardLogoutResult); a backup asks
+//! the primary what it knows committed before it judges a login (CommitQuestion, answered by a
+//! CommitAnswer); and a backup names the sessions bound on it in ConsumerSessionHeartbeat frames (no reply), so the
 //! metadata primary, which alone expires sessions, counts them as active.
 
 use super::replica_bus::Inbound;
 use bytes::{BufMut, Bytes, BytesMut};
 use iggy_generated::frames::{
-    Command, ConsumerSessionHeartbeatHeader, ForwardLogoutHeader, ForwardLogoutOutcome,
-    ForwardLogoutResultHeader, ForwardRegisterHeader, ForwardRegisterOutcome,
-    ForwardRegisterResultHeader, ForwardWriteHeader, ForwardWriteOutcome, ForwardWriteResultHeader,
-    METADATA_GROUP, Operation,
+    Command, CommitAnswerHeader, CommitQuestionHeader, ConsumerSessionHeartbeatHeader,
+    ForwardLogoutHeader, ForwardLogoutOutcome, ForwardLogoutResultHeader, ForwardRegisterHeader,
+    ForwardRegisterOutcome, ForwardRegisterResultHeader, ForwardWriteHeader, ForwardWriteOutcome,
+    ForwardWriteResultHeader, METADATA_GROUP, Operation,
 };
 use iggy_vsr::codec::{CodecError, FrameContext, malformed, same_group, sealed_frame};
 
@@ -79,6 +78,11 @@ pub enum Forward {
         commit: u64,
         outcome: ForwardLogoutOutcome,
     },
+    /// Backup to metadata primary: what have you committed?
+    CommitQuestion { nonce: u128 },
+    /// Metadata primary to backup: its commit when asked; `None` from a replica that does not
+    /// lead the metadata group in normal status.
+    CommitAnswer { nonce: u128, commit: Option<u64> },
     /// Backup to metadata primary: sessions bound on the sender, as (client, session);
     /// `incomplete` when more frames of the same report follow.
     SessionHeartbeat {
@@ -97,6 +101,8 @@ pub fn is_forward(command: Command) -> bool {
             | Command::ForwardWriteResult
             | Command::ForwardLogout
             | Command::ForwardLogoutResult
+            | Command::CommitQuestion
+            | Command::CommitAnswer
             | Command::ConsumerSessionHeartbeat
     )
 }
@@ -232,6 +238,22 @@ pub fn encode(context: &FrameContext, view: u32, forward: &Forward) -> Bytes {
                 Bytes::new(),
             )
         }
+        Forward::CommitQuestion { nonce } => {
+            let header = CommitQuestionHeader {
+                nonce: *nonce,
+                ..CommitQuestionHeader::default()
+            };
+            (Command::CommitQuestion, header.to_bytes(), Bytes::new())
+        }
+        Forward::CommitAnswer { nonce, commit } => {
+            let header = CommitAnswerHeader {
+                nonce: *nonce,
+                commit: commit.unwrap_or(0),
+                primary: commit.is_some(),
+                ..CommitAnswerHeader::default()
+            };
+            (Command::CommitAnswer, header.to_bytes(), Bytes::new())
+        }
         Forward::SessionHeartbeat {
             incomplete,
             sessions,
@@ -265,6 +287,8 @@ pub fn decode(context: &FrameContext, inbound: &Inbound) -> Result<Forward, Code
             | Command::ForwardRegisterResult
             | Command::ForwardLogout
             | Command::ForwardLogoutResult
+            | Command::CommitQuestion
+            | Command::CommitAnswer
             | Command::ConsumerSessionHeartbeat
     );
     if sessions && context.group != METADATA_GROUP {
@@ -275,7 +299,11 @@ pub fn decode(context: &FrameContext, inbound: &Inbound) -> Result<Forward, Code
     }
     let header_only = matches!(
         command,
-        Command::ForwardRegisterResult | Command::ForwardLogout | Command::ForwardLogoutResult
+        Command::ForwardRegisterResult
+            | Command::ForwardLogout
+            | Command::ForwardLogoutResult
+            | Command::CommitQuestion
+            | Command::CommitAnswer
     );
     if header_only && !inbound.body.is_empty() {
         return Err(malformed(command, "a body on a header-only frame"));
@@ -356,6 +384,30 @@ pub fn decode(context: &FrameContext, inbound: &Inbound) -> Result<Forward, Code
                 client: header.client,
                 commit: header.commit,
                 outcome: header.outcome,
+            })
+        }
+        Command::CommitQuestion => {
+            let header =
+                CommitQuestionHeader::decode_fixed(&inbound.header[..]).map_err(undecodable)?;
+            if header.nonce == 0 {
+                return Err(malformed(command, "nonce 0"));
+            }
+            Ok(Forward::CommitQuestion {
+                nonce: header.nonce,
+            })
+        }
+        Command::CommitAnswer => {
+            let header =
+                CommitAnswerHeader::decode_fixed(&inbound.header[..]).map_err(undecodable)?;
+            if !header.primary && header.commit != 0 {
+                return Err(malformed(
+                    command,
+                    "a commit from a replica that does not lead",
+                ));
+            }
+            Ok(Forward::CommitAnswer {
+                nonce: header.nonce,
+                commit: header.primary.then_some(header.commit),
             })
         }
         Command::ConsumerSessionHeartbeat => {
@@ -537,6 +589,22 @@ mod tests {
         assert!(decode(&context(2), &inbound).is_err());
     }
 
+    /// `forward` crosses the plane intact in the metadata group and is refused in a
+    /// partition's; the frame as received.
+    fn crosses_the_metadata_plane_only(forward: &Forward) -> Inbound {
+        let inbound = receive(&encode(&context(2), 5, forward), 2);
+        assert!(is_forward(inbound.command));
+        assert_eq!(inbound.group, METADATA_GROUP);
+        assert_eq!(&decode(&context(1), &inbound).unwrap(), forward);
+        let partition = FrameContext {
+            group: 0x3_0020_0001,
+            incarnation: 7,
+            ..context(1)
+        };
+        assert!(decode(&partition, &inbound).is_err(), "{forward:?}");
+        inbound
+    }
+
     #[test]
     fn a_logout_and_its_verdict_cross_the_plane_intact_in_the_metadata_group_only() {
         let logout = Forward::Logout {
@@ -560,16 +628,7 @@ mod tests {
                 outcome: ForwardLogoutOutcome::NotPrimary,
             },
         ] {
-            let inbound = receive(&encode(&context(2), 5, &forward), 2);
-            assert!(is_forward(inbound.command));
-            assert_eq!(inbound.group, METADATA_GROUP);
-            assert_eq!(decode(&context(1), &inbound).unwrap(), forward);
-            let partition = FrameContext {
-                group: 0x3_0020_0001,
-                incarnation: 7,
-                ..context(1)
-            };
-            assert!(decode(&partition, &inbound).is_err(), "{forward:?}");
+            crosses_the_metadata_plane_only(&forward);
         }
         // Every identifying field is non-zero: a zero one names no session to end.
         let logout_of = |client, nonce, session, request| Forward::Logout {
@@ -596,6 +655,49 @@ mod tests {
         };
         let inbound = receive(&encode(&context(2), 5, &contradiction), 2);
         assert!(decode(&context(1), &inbound).is_err());
+    }
+
+    #[test]
+    fn a_commit_question_and_its_answer_cross_the_plane_intact_in_the_metadata_group_only() {
+        for forward in [
+            Forward::CommitQuestion { nonce: 5 },
+            Forward::CommitAnswer {
+                nonce: 5,
+                commit: Some(77),
+            },
+            Forward::CommitAnswer {
+                nonce: 6,
+                commit: Some(0),
+            },
+            Forward::CommitAnswer {
+                nonce: 7,
+                commit: None,
+            },
+        ] {
+            let inbound = crosses_the_metadata_plane_only(&forward);
+            let bodied = with_body(&inbound, Bytes::from_static(b"unexpected"));
+            assert!(decode(&context(1), &bodied).is_err(), "{forward:?}");
+        }
+        let unnamed = receive(
+            &encode(&context(2), 5, &Forward::CommitQuestion { nonce: 0 }),
+            2,
+        );
+        assert!(decode(&context(1), &unnamed).is_err());
+        // A commit from a replica that says it does not lead is a contradiction.
+        let header = CommitAnswerHeader {
+            nonce: 8,
+            commit: 3,
+            primary: false,
+            ..CommitAnswerHeader::default()
+        };
+        let frame = sealed_frame(
+            &context(2),
+            Command::CommitAnswer,
+            5,
+            header.to_bytes(),
+            &[],
+        );
+        assert!(decode(&context(1), &receive(&frame, 2)).is_err());
     }
 
     #[test]

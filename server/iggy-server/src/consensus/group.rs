@@ -301,6 +301,11 @@ enum Job<R> {
     StepDown(oneshot::Sender<bool>),
     /// The client table's clients and their sessions, after the jobs accepted before.
     Clients(oneshot::Sender<Vec<(u128, u64)>>),
+    /// The highest request number of the client this replica holds, committed or prepared.
+    LatestRequest {
+        client: u128,
+        done: oneshot::Sender<u64>,
+    },
     /// A session register the node checked the credentials of: committed here when this
     /// replica leads, else forwarded to the primary (metadata group only).
     Register {
@@ -318,7 +323,6 @@ enum Job<R> {
     /// The op the primary of the view knew committed when it answered (metadata group only):
     /// asked of it as a backup, this replica's own when it leads. Nothing is committed.
     PrimaryCommit {
-        client: u128,
         done: oneshot::Sender<Outcome>,
     },
     /// Sessions bound on this node, reported to the primary when this replica is a backup.
@@ -445,11 +449,11 @@ impl<R> GroupHandle<R> {
         self.ask(logout, Outcome::Failed).await
     }
 
-    /// What the group's primary knew committed when it answered, for `client` (committed:
-    /// that op; refused for now when this replica knows no primary alive): a replica that
-    /// applied it has seen every write acknowledged before it asked.
-    pub async fn primary_commit(&self, client: u128) -> Outcome {
-        self.ask(|done| Job::PrimaryCommit { client, done }, Outcome::Failed)
+    /// What the group's primary knew committed when it answered (committed: that op; refused
+    /// for now when this replica knows no primary alive): a replica that applied it has seen
+    /// every write acknowledged before it asked.
+    pub async fn primary_commit(&self) -> Outcome {
+        self.ask(|done| Job::PrimaryCommit { done }, Outcome::Failed)
             .await
     }
 
@@ -486,6 +490,13 @@ impl<R> GroupHandle<R> {
     /// numbers; empty when the group has stopped.
     pub async fn clients(&self) -> Vec<(u128, u64)> {
         self.ask(Job::Clients, Vec::new()).await
+    }
+
+    /// The highest request number of `client` this replica holds (committed, or prepared
+    /// above its commit); 0 when none, or when the group has stopped.
+    pub async fn latest_request(&self, client: u128) -> u64 {
+        self.ask(|done| Job::LatestRequest { client, done }, 0)
+            .await
     }
 
     /// Whether `request` of `client` was already committed: a retry whose reply the replica
@@ -818,6 +829,10 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                 self.drive().await;
                 let _ = done.send(self.core.clients());
             }
+            Job::LatestRequest { client, done } => {
+                self.drive().await;
+                let _ = done.send(self.core.replica().latest_request(client));
+            }
             Job::Tick => {
                 if let Some(plane) = &mut self.plane {
                     plane.tick(&mut self.core);
@@ -867,11 +882,11 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                     self.core.submit(submit);
                 }
             }
-            Job::PrimaryCommit { client, done } => {
+            Job::PrimaryCommit { done } => {
                 self.drive().await;
-                // Only the client and the waiter travel: the question is no request.
+                // Only the waiter matters (relay's shape): the question is no client request.
                 let asked = Pending {
-                    client,
+                    client: 0,
                     request: 0,
                     operation: iggy_generated::frames::Operation::Logout.to_repr(),
                     body: Bytes::new(),

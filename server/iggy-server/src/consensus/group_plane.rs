@@ -23,14 +23,6 @@ use std::time::Instant;
 /// Ticks a forwarded register waits for the primary's verdict (5 s at the 50 ms tick).
 const FORWARD_TIMEOUT_TICKS: u64 = 100;
 
-/// A session no client holds, which a commit question names: a session is the op of its
-/// register, and no log reaches this op (the codec refuses 0).
-const NO_SESSION: u64 = u64::MAX;
-
-/// The request number of a commit question: any but 0 (refused by the codec); the primary
-/// submits nothing, so no client table sees it.
-const QUESTION_REQUEST: u64 = 1;
-
 type Core = GroupCore<oneshot::Sender<Outcome>>;
 
 /// What woke a group of a cluster besides its node's jobs.
@@ -436,9 +428,7 @@ impl GroupPlane {
         })
     }
 
-    /// Asks the metadata primary what it knows committed, as a ForwardLogout of
-    /// [`NO_SESSION`] of `asked.client`: that session is never live, so the primary commits
-    /// nothing and answers with its commit (see `commit_forwarded_logout`). Refused for now
+    /// Asks the metadata primary what it knows committed (CommitQuestion). Refused for now
     /// when this replica knows no primary alive; handed back when it leads.
     pub fn ask_primary_commit(
         &mut self,
@@ -446,13 +436,7 @@ impl GroupPlane {
         asked: Pending<oneshot::Sender<Outcome>>,
     ) -> Option<Pending<oneshot::Sender<Outcome>>> {
         self.relay(replica, asked, Unanswered::Refused, |asked, nonce| {
-            let forward = Forward::Logout {
-                client: asked.client,
-                nonce,
-                session: NO_SESSION,
-                request: QUESTION_REQUEST,
-            };
-            (forward, asked.waiter)
+            (Forward::CommitQuestion { nonce }, asked.waiter)
         })
     }
 
@@ -637,6 +621,27 @@ impl GroupPlane {
                     session,
                     request,
                 }));
+            }
+            Forward::CommitQuestion { nonce } => {
+                let replica = core.replica();
+                let leads = replica.status() == Status::Normal && replica.is_primary();
+                let answer = Forward::CommitAnswer {
+                    nonce,
+                    commit: leads.then(|| replica.commit_max()),
+                };
+                let answer = super::forward::encode(&self.peers.frames, replica.view(), &answer);
+                let _ = self.peers.bus.send(frame.from, answer);
+            }
+            Forward::CommitAnswer { nonce, commit } => {
+                let outcome = match commit {
+                    Some(op) => Outcome::Committed {
+                        op,
+                        reply: Bytes::new(),
+                    },
+                    // The primary moved: the client tries again.
+                    None => Outcome::Refused(Refusal::Busy),
+                };
+                self.answer_forward(nonce, outcome);
             }
             Forward::SessionHeartbeat { sessions, .. } => {
                 // Only the metadata primary expires sessions; it alone needs to know.

@@ -392,6 +392,27 @@ impl Node {
         }
     }
 
+    /// The highest request number of `client` this node's replicas hold (committed, or
+    /// prepared above their commit), in the metadata group and, with `every_partition`, in
+    /// every partition group the node runs (asked together).
+    pub async fn latest_request(&self, client: u128, every_partition: bool) -> u64 {
+        let partitions: Vec<_> = if every_partition {
+            let partitions = self.shared.partitions.borrow();
+            partitions
+                .values()
+                .map(|entry| entry.handle.clone())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let asks = partitions
+            .iter()
+            .map(|partition| partition.group.latest_request(client));
+        let held = futures_util::future::join_all(asks).await;
+        let metadata = self.metadata.latest_request(client).await;
+        held.into_iter().fold(metadata, u64::max)
+    }
+
     pub fn close_connection(&self, connection: &crate::runtime::connection::Connection) {
         self.clients.borrow_mut().remove(&connection.id);
         if let Some(bound) = connection.bound {

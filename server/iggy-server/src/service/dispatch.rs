@@ -336,23 +336,18 @@ pub async fn relayed_metadata_reached(node: &Node) -> Result<(), ErrorCode> {
     }
     let figures = node.metadata.figures();
     let (relayed, known_committed) = (node.metadata.relayed_watermark(), figures.commit());
-    let started = std::time::Instant::now();
-    loop {
+    caught_up(|waited| {
         let applied = node.shared.metadata.borrow().commit;
-        let waited = started.elapsed();
-        match routing::relayed_metadata_catch_up(
+        routing::relayed_metadata_catch_up(
             figures.role(),
             applied,
             relayed,
             known_committed,
             waited,
             routing::READ_WAIT,
-        ) {
-            CatchUp::Reached => return Ok(()),
-            CatchUp::Wait => compio::time::sleep(CATCH_UP_POLL).await,
-            CatchUp::Behind => return Err(ErrorCode::TransientNotAccepted),
-        }
-    }
+        )
+    })
+    .await
 }
 
 /// The error for a metadata request the group refused.
@@ -448,14 +443,14 @@ async fn current_partition(node: &Node, key: PartitionKey) -> Result<PartitionHa
     }
     let figures = partition.group.figures();
     let wanted = routing::read_watermark(partition.group.relayed_watermark(), figures.commit());
-    loop {
+    // The budget counts from the start, the partition's opening included.
+    let opened_after = started.elapsed();
+    caught_up(|waited| {
         let (role, applied) = (figures.role(), figures.applied());
-        match routing::in_touch_catch_up(role, applied, wanted, started.elapsed(), budget) {
-            CatchUp::Reached => return Ok(partition),
-            CatchUp::Wait => compio::time::sleep(CATCH_UP_POLL).await,
-            CatchUp::Behind => return Err(ErrorCode::TransientNotAccepted),
-        }
-    }
+        routing::in_touch_catch_up(role, applied, wanted, opened_after + waited, budget)
+    })
+    .await?;
+    Ok(partition)
 }
 
 /// Where a read of partition `key` is served for a client over `routing`: a client that
@@ -538,20 +533,33 @@ async fn session_metadata_reached(
             .minimum_metadata_op
             .max(node.metadata.relayed_watermark()),
     };
-    match metadata_reached(node, wanted, budget).await {
-        CatchUp::Behind => Err(ErrorCode::TransientNotAccepted),
-        _ => Ok(()),
-    }
+    metadata_reached(node, wanted, budget).await
 }
 
-/// Waits, within `budget`, until this replica applied the metadata op `wanted`.
-async fn metadata_reached(node: &Node, wanted: u64, budget: std::time::Duration) -> CatchUp {
+/// Waits, within `budget`, until this replica applied the metadata op `wanted` (else 58).
+async fn metadata_reached(
+    node: &Node,
+    wanted: u64,
+    budget: std::time::Duration,
+) -> Result<(), ErrorCode> {
+    caught_up(|waited| {
+        let applied = node.shared.metadata.borrow().commit;
+        routing::catch_up(applied, wanted, waited, budget)
+    })
+    .await
+}
+
+/// Asks `verdict` (given the time waited so far) every [`CATCH_UP_POLL`] until it says this
+/// replica reached what it waits for (Ok) or will not in time (58: the client asks again).
+async fn caught_up(
+    mut verdict: impl FnMut(std::time::Duration) -> CatchUp,
+) -> Result<(), ErrorCode> {
     let started = std::time::Instant::now();
     loop {
-        let applied = node.shared.metadata.borrow().commit;
-        match routing::catch_up(applied, wanted, started.elapsed(), budget) {
+        match verdict(started.elapsed()) {
+            CatchUp::Reached => return Ok(()),
             CatchUp::Wait => compio::time::sleep(CATCH_UP_POLL).await,
-            reached_or_behind => return reached_or_behind,
+            CatchUp::Behind => return Err(ErrorCode::TransientNotAccepted),
         }
     }
 }
@@ -594,7 +602,7 @@ async fn register(
     if protocol::admit(version).is_none() {
         return request.evict(EvictionReason::IncompatibleProtocol);
     }
-    let user_id = match login_verdict(node, request.header.client, &login).await {
+    let user_id = match login_verdict(node, &login).await {
         Ok(user_id) => user_id,
         Err(error) => return request.fail(error),
     };
@@ -620,10 +628,17 @@ async fn register(
         Outcome::Committed { op, .. } => {
             // A register forwarded to the metadata primary is committed there first: the
             // session serves here once this replica has applied it too.
-            if !session_applied(node, client, op).await {
-                return request.fail(ErrorCode::TransientNotAccepted);
+            match session_applied(node, client, op).await {
+                SessionApplied::Live => {
+                    bind(node, connection, request, client, op, user_id, version)
+                }
+                // Judged again on the model that refused it, which names why.
+                SessionApplied::Refused => match verify_login(node, &login) {
+                    Err(error) => request.fail(error),
+                    Ok(_) => request.fail(ErrorCode::TransientNotAccepted),
+                },
+                SessionApplied::NotYet => request.fail(ErrorCode::TransientNotAccepted),
             }
-            bind(node, connection, request, client, op, user_id, version)
         }
         Outcome::Refused(refusal) => request.fail(metadata_refused(node, &refusal)),
         Outcome::Failed => request.fail(ErrorCode::TransientNotCommitted),
@@ -641,60 +656,57 @@ fn verify_login(node: &Node, login: &Login<'_>) -> Result<u32, ErrorCode> {
     }
 }
 
-/// The user `login` of `client` signs in as. A replica of a cluster refuses credentials it does
-/// not know only once it applied what the metadata primary knew committed when asked: a user or
-/// token created a moment ago through the primary may not have reached this replica's model,
-/// and a client cannot tell that refusal from a wrong password. A wrong password costs one
-/// question to the primary (none on a single node); a replica that cannot get there within
-/// [`routing::READ_WAIT`] answers 58 (the client asks again). An unknown user and a wrong
-/// password take the same path, so the answer tells no more than before.
-async fn login_verdict(node: &Node, client: u128, login: &Login<'_>) -> Result<u32, ErrorCode> {
-    let applied = node.shared.metadata.borrow().commit;
-    let verdict = verify_login(node, login);
-    let unknown = matches!(
-        verdict,
-        Err(ErrorCode::InvalidCredentials | ErrorCode::InvalidPersonalAccessToken)
-    );
-    if !unknown || !replicated(node) {
-        return verdict;
+/// The user `login` signs in as, judged only once this replica applied what the
+/// metadata primary knew committed when asked: a user, token or password change acknowledged a
+/// moment ago through the primary may not have reached a backup's model yet, which would then
+/// refuse fresh credentials (a client cannot tell that from a wrong password) or accept
+/// replaced ones. A login costs one question to the primary on a backup, none on the primary
+/// itself or on a single node; a replica that cannot get there within [`routing::READ_WAIT`]
+/// answers 58 (the client asks again).
+async fn login_verdict(node: &Node, login: &Login<'_>) -> Result<u32, ErrorCode> {
+    if replicated(node) {
+        let wanted = match node.metadata.primary_commit().await {
+            Outcome::Committed { op, .. } => op,
+            Outcome::Refused(_) | Outcome::Failed => return Err(ErrorCode::TransientNotAccepted),
+        };
+        let figures = node.metadata.figures();
+        caught_up(|waited| {
+            let applied = node.shared.metadata.borrow().commit;
+            routing::in_touch_catch_up(figures.role(), applied, wanted, waited, routing::READ_WAIT)
+        })
+        .await?;
     }
-    let wanted = match node.metadata.primary_commit(client).await {
-        Outcome::Committed { op, .. } => op,
-        Outcome::Refused(_) | Outcome::Failed => return Err(ErrorCode::TransientNotAccepted),
-    };
-    if applied >= wanted {
-        return verdict;
-    }
-    let figures = node.metadata.figures();
-    let started = std::time::Instant::now();
-    loop {
-        let applied = node.shared.metadata.borrow().commit;
-        let waited = started.elapsed();
-        match routing::in_touch_catch_up(
-            figures.role(),
-            applied,
-            wanted,
-            waited,
-            routing::READ_WAIT,
-        ) {
-            CatchUp::Reached => return verify_login(node, login),
-            CatchUp::Wait => compio::time::sleep(CATCH_UP_POLL).await,
-            CatchUp::Behind => return Err(ErrorCode::TransientNotAccepted),
-        }
-    }
+    verify_login(node, login)
 }
 
-/// Waits (at most a few seconds) until this replica's metadata holds session `session` of
-/// `client`; at once on the replica that committed it.
-async fn session_applied(node: &Rc<Node>, client: u128, session: u64) -> bool {
+/// Whether a committed register's session serves here.
+enum SessionApplied {
+    Live,
+    /// The register applied without a live session: its user was deleted or deactivated
+    /// between the verdict and the commit.
+    Refused,
+    /// This replica has not applied the register within a few seconds.
+    NotYet,
+}
+
+/// Waits (at most a few seconds) until this replica's metadata applied the register `session`
+/// of `client`; at once on the replica that committed it.
+async fn session_applied(node: &Rc<Node>, client: u128, session: u64) -> SessionApplied {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     loop {
-        let applied = node.shared.metadata.borrow().sessions.get(client).copied();
-        if applied.is_some_and(|applied| applied.session >= session) {
-            return true;
+        let (live, applied) = {
+            let metadata = node.shared.metadata.borrow();
+            let live = metadata.sessions.get(client).copied();
+            (live, metadata.commit)
+        };
+        if live.is_some_and(|live| live.session >= session) {
+            return SessionApplied::Live;
+        }
+        if applied >= session {
+            return SessionApplied::Refused;
         }
         if std::time::Instant::now() >= deadline {
-            return false;
+            return SessionApplied::NotYet;
         }
         compio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
@@ -752,9 +764,7 @@ async fn logout(
         Outcome::Committed { op, .. } => {
             // Committed on the metadata primary first: the connection is unbound once this
             // replica applied it too, so a request it serves next sees the session gone.
-            if metadata_reached(node, op, routing::READ_WAIT).await == CatchUp::Behind {
-                return Err(ErrorCode::TransientNotAccepted);
-            }
+            metadata_reached(node, op, routing::READ_WAIT).await?;
             connection.bound = None;
             node.shared.session_unbound(bound.client);
             tracing::info!(
@@ -890,7 +900,7 @@ async fn metadata_write(
                 node.metadata.note_relayed(*op);
                 // Committed on the primary first: answered once applied here too, so the
                 // client's next request finds it (else that request waits for it).
-                metadata_reached(node, *op, routing::READ_WAIT).await;
+                let _ = metadata_reached(node, *op, routing::READ_WAIT).await;
             }
             outcome
         }
@@ -1589,21 +1599,51 @@ async fn bind_session(
     if identity.client_id != request.header.client {
         return request.fail(ErrorCode::Unauthenticated);
     }
+    let found = session_at_watermark(node, identity.metadata_watermark, |sessions| {
+        sessions
+            .bind(
+                identity.client_id,
+                identity.session,
+                &bind_request.bind_secret,
+            )
+            .ok()
+    })
+    .await;
+    match found {
+        Ok(session) => bind(
+            node,
+            connection,
+            request,
+            identity.client_id,
+            session.session,
+            session.user_id,
+            session.protocol,
+        ),
+        Err(error) => request.fail(error),
+    }
+}
+
+/// The logical session `find` picks from the replicated session table, judged as a bind is
+/// (BindSession here, an HTTP access token on first sight in the transport): once this
+/// replica's metadata reached `watermark` (the session may have been registered on another
+/// replica a moment ago). Unauthenticated (40) only when the session is gone as of metadata at
+/// least that new; TransientNotAccepted (58) when this replica did not get there within
+/// [`routing::BIND_WAIT`], so the client binds later instead of registering a second session.
+pub async fn session_at_watermark(
+    node: &Node,
+    watermark: u64,
+    find: impl Fn(&iggy_metadata::session::Sessions) -> Option<iggy_metadata::session::Session>,
+) -> Result<iggy_metadata::session::Session, ErrorCode> {
     // A standalone node is the only copy of its sessions: nothing to wait for.
     let (watermark, budget) = match replicated(node) {
-        true => (identity.metadata_watermark, routing::BIND_WAIT),
+        true => (watermark, routing::BIND_WAIT),
         false => (0, std::time::Duration::ZERO),
     };
     let started = std::time::Instant::now();
     loop {
         let (found, applied) = {
             let metadata = node.shared.metadata.borrow();
-            let found = metadata.sessions.bind(
-                identity.client_id,
-                identity.session,
-                &bind_request.bind_secret,
-            );
-            (found.ok(), metadata.commit)
+            (find(&metadata.sessions), metadata.commit)
         };
         // A replica not serving in touch with its metadata primary (recovering, changing
         // views, cut off) judges no bind: it answers 58 once its wait runs out, never 40, on
@@ -1612,19 +1652,9 @@ async fn bind_session(
         let reached =
             routing::in_touch_catch_up(metadata, applied, watermark, started.elapsed(), budget);
         match routing::bind_verdict(found, reached) {
-            BindVerdict::Bind(session) => {
-                return bind(
-                    node,
-                    connection,
-                    request,
-                    identity.client_id,
-                    session.session,
-                    session.user_id,
-                    session.protocol,
-                );
-            }
-            BindVerdict::Gone => return request.fail(ErrorCode::Unauthenticated),
-            BindVerdict::Behind => return request.fail(ErrorCode::TransientNotAccepted),
+            BindVerdict::Bind(session) => return Ok(session),
+            BindVerdict::Gone => return Err(ErrorCode::Unauthenticated),
+            BindVerdict::Behind => return Err(ErrorCode::TransientNotAccepted),
             BindVerdict::Wait => compio::time::sleep(CATCH_UP_POLL).await,
         }
     }

@@ -10,12 +10,16 @@ use iggy_generated::protocol;
 pub const HEADER_SIZE: usize = RequestHeader::SIZE;
 
 /// Why a request header is refused before its body is looked at.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HeaderError {
     /// Not a 256-byte request header (wrong command byte or undecodable).
     NotARequest,
-    /// `size` below the header or above the configured maximum.
+    /// `size` below the header.
     BadSize(u32),
+    /// `size` above the configured maximum, the header otherwise sound: the connection reads
+    /// past the body and answers [`ErrorCode::TooBigMessagePayload`] (the client can tell
+    /// nothing was done, which an eviction would not let it).
+    OverLimit(Box<Admitted>),
     /// Client id 0.
     NoClient,
     /// Reserved, internal or unknown operation.
@@ -24,17 +28,19 @@ pub enum HeaderError {
 
 impl HeaderError {
     /// The eviction that closes the connection for this error.
-    pub fn eviction_reason(self) -> EvictionReason {
+    pub fn eviction_reason(&self) -> EvictionReason {
         match self {
             HeaderError::NotARequest | HeaderError::NoClient => EvictionReason::InvalidRequestBody,
-            HeaderError::BadSize(_) => EvictionReason::InvalidRequestBodySize,
+            HeaderError::BadSize(_) | HeaderError::OverLimit(_) => {
+                EvictionReason::InvalidRequestBodySize
+            }
             HeaderError::BadOperation(_) => EvictionReason::InvalidRequestOperation,
         }
     }
 }
 
 /// A decoded, admitted request header.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Admitted {
     pub header: RequestHeader,
     pub operation: Operation,
@@ -61,7 +67,7 @@ pub fn admit_header(bytes: &[u8; HEADER_SIZE], max_frame: u32) -> Result<Admitte
         return Err(HeaderError::NotARequest);
     }
     let header = RequestHeader::decode_fixed(bytes).map_err(|_| HeaderError::NotARequest)?;
-    if (header.size as usize) < HEADER_SIZE || header.size > max_frame {
+    if (header.size as usize) < HEADER_SIZE {
         return Err(HeaderError::BadSize(header.size));
     }
     if header.client == 0 {
@@ -70,11 +76,15 @@ pub fn admit_header(bytes: &[u8; HEADER_SIZE], max_frame: u32) -> Result<Admitte
     let operation = Operation::from_repr(header.operation)
         .filter(|op| client_operation(*op))
         .ok_or(HeaderError::BadOperation(header.operation))?;
-    Ok(Admitted {
+    let admitted = Admitted {
         header,
         operation,
         body_len: header.size as usize - HEADER_SIZE,
-    })
+    };
+    if header.size > max_frame {
+        return Err(HeaderError::OverLimit(Box::new(admitted)));
+    }
+    Ok(admitted)
 }
 
 /// What a reply says besides its body.
@@ -213,9 +223,19 @@ mod tests {
             admit_header(&request(2, 255), 1024).unwrap_err(),
             HeaderError::BadSize(255)
         );
+        // Over the limit, the header is otherwise sound: answered, not evicted.
+        let over = admit_header(&request(2, 2048), 1024).unwrap_err();
+        let HeaderError::OverLimit(admitted) = over else {
+            panic!("{over:?}");
+        };
         assert_eq!(
-            admit_header(&request(2, 2048), 1024).unwrap_err(),
-            HeaderError::BadSize(2048)
+            (admitted.body_len, admitted.header.request),
+            (2048 - 256, 3)
+        );
+        // A bad operation is evicted whatever its size.
+        assert_eq!(
+            admit_header(&request(0, 2048), 1024).unwrap_err(),
+            HeaderError::BadOperation(0)
         );
         assert_eq!(
             admit_header(&request(0, 256), 1024).unwrap_err(),

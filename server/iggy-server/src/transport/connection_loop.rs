@@ -43,6 +43,10 @@ pub trait FrameIo {
     /// The `len` body bytes of the request whose header was just read, within `within`.
     async fn read_body(&mut self, len: usize, within: Duration) -> Result<Vec<u8>, ReadFailure>;
 
+    /// Reads past the `len` body bytes of the request whose header was just read, within
+    /// `within`, keeping none of them.
+    async fn discard_body(&mut self, len: usize, within: Duration) -> Result<(), ReadFailure>;
+
     /// Writes one reply (or eviction) frame.
     async fn write_frame(&mut self, frame: Vec<u8>) -> std::io::Result<()>;
 }
@@ -69,6 +73,25 @@ pub async fn serve_frames(
         };
         let admitted = match frame::admit_header(&header, limits.max_frame_size) {
             Ok(admitted) => admitted,
+            Err(frame::HeaderError::OverLimit(over)) => {
+                tracing::debug!(
+                    "request of {} bytes over limits.max_frame_size refused",
+                    over.header.size
+                );
+                match link.discard_body(over.body_len, request_timeout).await {
+                    Ok(()) => {}
+                    Err(ReadFailure::Io(error)) => return Err(error),
+                    Err(ReadFailure::Malformed(reason)) => {
+                        let eviction = frame::eviction(over.header.client, reason);
+                        let _ = link.write_frame(eviction).await;
+                        return Ok(());
+                    }
+                }
+                let refused = ErrorCode::TooBigMessagePayload;
+                link.write_frame(frame::error_reply(&over.header, over.operation, refused))
+                    .await?;
+                continue;
+            }
             Err(error) => {
                 tracing::debug!("refused request header: {error:?}");
                 let client = frame::client_of(&header);
@@ -243,6 +266,33 @@ fn reply_status(reply: &[u8]) -> Option<u32> {
     let at = ReplyHeader::STATUS_OFFSET;
     let status = reply.get(at..at + 4)?;
     Some(u32::from_le_bytes(status.try_into().expect("4 bytes")))
+}
+
+/// Reads and drops `len` bytes of `reader` in pieces of at most 64 KiB; an end of stream
+/// before them is a body shorter than its header said.
+pub async fn discard(
+    reader: &mut impl compio::io::AsyncRead,
+    len: usize,
+) -> Result<(), ReadFailure> {
+    use compio::buf::{BufResult, IntoInner, IoBuf};
+    const PIECE: usize = 64 * 1024;
+    let mut left = len;
+    let mut buffer = Vec::with_capacity(PIECE.min(len));
+    while left > 0 {
+        let want = left.min(PIECE);
+        buffer.clear();
+        let BufResult(read, returned) = reader.read(buffer.slice(..want)).await;
+        buffer = returned.into_inner();
+        match read? {
+            0 => {
+                return Err(ReadFailure::Malformed(
+                    EvictionReason::InvalidRequestBodySize,
+                ));
+            }
+            n => left -= n,
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -279,6 +279,23 @@ impl FrameIo for StreamLink {
             .map_err(|_| connection_loop::timed_out())?
     }
 
+    async fn discard_body(&mut self, len: usize, within: Duration) -> Result<(), ReadFailure> {
+        let read_all = async {
+            connection_loop::discard(&mut self.recv, len).await?;
+            // The frame must be the whole stream.
+            let BufResult(extra, _) = self.recv.read(Vec::with_capacity(1).slice(..)).await;
+            match extra? {
+                0 => Ok(()),
+                _ => Err(ReadFailure::Malformed(
+                    EvictionReason::InvalidRequestBodySize,
+                )),
+            }
+        };
+        compio::time::timeout(within, read_all)
+            .await
+            .map_err(|_| connection_loop::timed_out())?
+    }
+
     async fn write_frame(&mut self, frame: Vec<u8>) -> std::io::Result<()> {
         use iggy_generated::frames::Command;
         let command = frame

@@ -173,6 +173,19 @@ impl<S: AsyncRead + AsyncWrite> FrameIo for ByteStream<S> {
         Ok(filled.into_inner())
     }
 
+    async fn discard_body(&mut self, len: usize, within: Duration) -> Result<(), ReadFailure> {
+        let frame_len = HEADER_SIZE + len;
+        if self.pending.len() >= frame_len {
+            self.pending.drain(..frame_len);
+            return Ok(());
+        }
+        let left = frame_len - self.pending.len();
+        self.pending.clear();
+        compio::time::timeout(within, connection_loop::discard(&mut self.stream, left))
+            .await
+            .map_err(|_| connection_loop::timed_out())?
+    }
+
     async fn write_frame(&mut self, frame: Vec<u8>) -> std::io::Result<()> {
         let BufResult(written, _) = self.stream.write_all(frame).await;
         written?;

@@ -138,6 +138,15 @@ impl MessageLink {
         }
     }
 
+    /// The message whose header was just read, if it is exactly that frame of `len` body bytes.
+    fn take_message(&mut self, len: usize) -> Result<Bytes, ReadFailure> {
+        let message = std::mem::take(&mut self.message);
+        if message.len() != HEADER_SIZE + len {
+            return Err(self.malformed("message length is not the frame's size"));
+        }
+        Ok(message)
+    }
+
     fn malformed(&mut self, reason: &'static str) -> ReadFailure {
         self.close = Some((CloseCode::Policy, reason));
         ReadFailure::Malformed(EvictionReason::InvalidRequestBodySize)
@@ -187,11 +196,12 @@ impl FrameIo for MessageLink {
     }
 
     async fn read_body(&mut self, len: usize, _within: Duration) -> Result<Vec<u8>, ReadFailure> {
-        let message = std::mem::take(&mut self.message);
-        if message.len() != HEADER_SIZE + len {
-            return Err(self.malformed("message length is not the frame's size"));
-        }
-        Ok(message[HEADER_SIZE..].to_vec())
+        Ok(self.take_message(len)?[HEADER_SIZE..].to_vec())
+    }
+
+    async fn discard_body(&mut self, len: usize, _within: Duration) -> Result<(), ReadFailure> {
+        // The whole message is in already (within websocket.max_message_size).
+        self.take_message(len).map(drop)
     }
 
     async fn write_frame(&mut self, frame: Vec<u8>) -> std::io::Result<()> {

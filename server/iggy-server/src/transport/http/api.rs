@@ -5,7 +5,8 @@
 //! that may have committed (never resent), 503 for one that was not executed (resent), else 400.
 
 use super::json::{self, OutgoingMessage};
-use super::session::HttpState;
+use super::jwt::bind_proof_hash;
+use super::session::{GateKey, HttpState};
 use super::{Request, Response};
 use crate::runtime::connection::{Bound, Connection};
 use crate::runtime::node::Node;
@@ -407,9 +408,10 @@ impl Call<'_> {
             None => None,
         };
         let permit = Permit::take(self.state, bound.client).map_err(Refused::Busy)?;
+        let held = self.held_request(bound.client, gate_key, writes).await?;
         let request = self
             .state
-            .next_request(bound.client)
+            .next_request(bound.client, held)
             .ok_or(ErrorCode::Unauthenticated)?;
         // The token's user, for the client list (an HTTP connection binds per request).
         self.node
@@ -421,6 +423,35 @@ impl Call<'_> {
             request,
             _gate: gate,
             _permit: permit,
+        })
+    }
+
+    /// The highest request number of `client` this node's replicas hold where the session's
+    /// next number must exceed it (see `session::request_number`): in every group the first
+    /// time this node numbers the session (a restarted process's clock may be behind the
+    /// numbers its previous one committed), then in the group a write goes to (another node's
+    /// clock may be ahead of this one's).
+    async fn held_request(
+        &self,
+        client: u128,
+        gate_key: Option<GateKey>,
+        writes: bool,
+    ) -> Result<u64, Refused> {
+        let numbered = self
+            .state
+            .numbered(client)
+            .ok_or(ErrorCode::Unauthenticated)?;
+        let node = self.node;
+        Ok(match gate_key {
+            _ if !numbered => node.latest_request(client, true).await,
+            // A read: its number reaches no client table.
+            _ if !writes => 0,
+            Some(Some(key)) => match node.shared.partition(key) {
+                Some(partition) => partition.group.latest_request(client).await,
+                None => 0,
+            },
+            Some(None) => node.latest_request(client, false).await,
+            None => 0,
         })
     }
 
@@ -635,8 +666,8 @@ pub async fn handle(
             })
             .unwrap_or("")
             .trim();
-        match state.resolve(token) {
-            Ok(bound) => Some(bound),
+        match state.authenticate(node, token).await {
+            Ok((bound, _)) => Some(bound),
             Err(error) => return fail(error),
         }
     };
@@ -747,8 +778,9 @@ struct TokenInfo {
     expiry: u64,
 }
 
-fn identity(state: &HttpState, bound: Bound) -> Response {
-    let (token, expiry) = state.issue(bound);
+/// A token for `bound`, whose bind secret `bind_proof` is the hash of.
+fn identity(state: &HttpState, bound: Bound, bind_proof: &str) -> Response {
+    let (token, expiry) = state.issue(bound, bind_proof);
     ok_json(
         200,
         &IdentityInfo {
@@ -1023,9 +1055,10 @@ async fn route_handler(
         "user.login_register" => {
             let login: Login = body(request)?;
             let version = login.version.unwrap_or_default();
+            let bind_secret = rand::random();
             let register = wire::LoginRegisterRequest {
                 version_info: version_info(&version),
-                bind_secret: rand::random(),
+                bind_secret,
                 username: &login.username,
                 password: &login.password,
                 client_context: login.context.as_deref().unwrap_or(""),
@@ -1033,25 +1066,26 @@ async fn route_handler(
             let bound = call
                 .register("user.login_register", register.checked_bytes()?)
                 .await?;
-            identity(call.state, bound)
+            identity(call.state, bound, &bind_proof_hash(&bind_secret))
         }
         "user.login_register_with_pat" => {
             let login: TokenBody = body(request)?;
+            let bind_secret = rand::random();
             let register = wire::LoginRegisterWithPatRequest {
                 version_info: version_info(""),
-                bind_secret: rand::random(),
+                bind_secret,
                 token: &login.token,
                 client_context: "",
             };
             let bound = call
                 .register("user.login_register_with_pat", register.checked_bytes()?)
                 .await?;
-            identity(call.state, bound)
+            identity(call.state, bound, &bind_proof_hash(&bind_secret))
         }
         "http.refresh_token" => {
             let refresh: TokenBody = body(request)?;
-            let bound = call.state.resolve(&refresh.token)?;
-            identity(call.state, bound)
+            let (bound, claims) = call.state.authenticate(node, &refresh.token).await?;
+            identity(call.state, bound, &claims.bph)
         }
         "user.logout" => {
             let client = call.bound.map(|b| b.client);
@@ -1985,6 +2019,40 @@ mod tests {
             let refusal = refusal_on(error, path, &given);
             assert_eq!(refusal.reason, expected, "{error:?}");
             assert!(!refusal.reason.contains('{'), "{}", refusal.reason);
+        }
+    }
+
+    /// The official HTTP client reads these refusals by their `id` (a producer never resends
+    /// RequestTooOld, 85) from a non-success status other than 401, 403 and 404, and resends
+    /// nothing but a 503.
+    #[test]
+    fn refusals_the_official_client_acts_on_keep_their_code_and_status() {
+        let cases = [
+            (ErrorCode::RequestTooOld, 85, "request_too_old", 400),
+            (
+                ErrorCode::HistoryUnavailable,
+                87,
+                "history_unavailable",
+                400,
+            ),
+            (ErrorCode::LifecycleBusy, 88, "lifecycle_busy", 400),
+            (
+                ErrorCode::TransientNotAccepted,
+                58,
+                "transient_not_accepted",
+                503,
+            ),
+        ];
+        for (error, id, code, status) in cases {
+            let response = fail_on(
+                error,
+                "/streams/{stream_id}/topics/{topic_id}/messages",
+                &[],
+            );
+            assert_eq!(response.status, status, "{error:?}");
+            let body: serde_json::Value = serde_json::from_slice(&response.body).unwrap();
+            assert_eq!(body["id"], id, "{error:?}");
+            assert_eq!(body["code"], code, "{error:?}");
         }
     }
 

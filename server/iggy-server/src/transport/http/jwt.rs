@@ -5,7 +5,9 @@
 use base64ct::{Base64UrlUnpadded, Encoding};
 use serde::{Deserialize, Serialize};
 
-/// What a token says: the user, the VSR session it rides on, and its validity window (seconds).
+/// What a token says: the user, the logical session it rides on, and its validity window
+/// (seconds). The session's client id, number and bind proof hash are what any node holding the
+/// secret needs to bind that session on first sight of the token (after a restart too).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Claims {
     pub jti: String,
@@ -15,8 +17,13 @@ pub struct Claims {
     pub sub: String,
     /// The session's client id, 32 hex digits.
     pub cid: String,
-    /// The session number (the op its register committed at).
+    /// The session number (the op its register committed at, so also the metadata a node must
+    /// have applied before it can judge the token).
     pub sid: u64,
+    /// [`bind_proof_hash`] of the session's bind secret, 64 hex digits: ties the token to that
+    /// registration without carrying the secret itself (which would also bind the session over
+    /// the binary protocol, and outlive the token).
+    pub bph: String,
     pub iat: u64,
     pub nbf: u64,
     pub exp: u64,
@@ -30,6 +37,16 @@ pub enum TokenError {
     NotYetValid,
     WrongIssuer,
     WrongAudience,
+}
+
+/// What a token carries of a session's bind secret: a BLAKE3 derived key of it (one way, and
+/// unlike any other use of the secret).
+pub fn bind_proof_hash(bind_secret: &[u8; 32]) -> String {
+    blake3::Hasher::new_derive_key("iggy-server 2026 http access token bind proof")
+        .update(bind_secret)
+        .finalize()
+        .to_hex()
+        .to_string()
 }
 
 const HEADER: &str = r#"{"alg":"HS256","typ":"JWT"}"#;
@@ -112,6 +129,7 @@ mod tests {
             sub: "1".into(),
             cid: format!("{:032x}", 7u128),
             sid: 3,
+            bph: bind_proof_hash(&[5; 32]),
             iat: 100,
             nbf: 100,
             exp,
