@@ -510,3 +510,39 @@ async fn a_group_rebalanced_by_a_leave_and_a_join_on_other_nodes_reads_every_mes
         .collect();
     assert_eq!(unique.len(), all.len(), "delivered twice: {twice:?}");
 }
+
+/// Members starting at once on the three nodes each create the group if it does not exist
+/// (the SDK's `create_consumer_group_if_not_exists`): every init succeeds whoever creates it,
+/// and all join the one group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_starting_at_once_on_three_nodes_create_and_join_one_group() {
+    let cluster = TestCluster::start(3);
+    let admin = cluster.root_client(0).await;
+    create_topic(&admin, PARTITIONS).await;
+    let mut clients = Vec::new();
+    for node in 0..3 {
+        clients.push(cluster.root_client(node).await);
+    }
+    for round in 0..5 {
+        let group = format!("g{round}");
+        let mut members: Vec<IggyConsumer> =
+            clients.iter().map(|c| group_member(c, &group)).collect();
+        let inits = futures_util::future::join_all(members.iter_mut().map(|m| m.init())).await;
+        for (node, init) in inits.into_iter().enumerate() {
+            ok(&format!("round {round}: init on node {node}"), init);
+        }
+        let details = ok(
+            "group",
+            within(
+                "group",
+                admin.get_consumer_group(&name("s"), &name("t"), &name(&group)),
+            )
+            .await,
+        )
+        .expect("the group");
+        assert_eq!(details.members_count, 3, "round {round}: {details:?}");
+        for mut member in members {
+            ok("shutdown", within("shutdown", member.shutdown()).await);
+        }
+    }
+}
