@@ -429,6 +429,22 @@ async fn the_http_api_refuses_unreadable_user_headers_with_the_binary_codes() {
         body.contains("4019") && body.contains("uint32 is 4 bytes, not 2"),
         "{body}"
     );
+    // An empty payload, which the binary sends refuse too.
+    let send = br#"{"partitioning":{"kind":"partition_id","value":"AAAAAA=="},"messages":[{"id":1,"payload":""}]}"#;
+    let (status, body) = crate::http::raw(
+        &api,
+        "POST",
+        "/streams/s/topics/t/messages",
+        Some(&token),
+        send,
+    )
+    .await;
+    let body = String::from_utf8_lossy(&body);
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body.contains(&format!(r#""id":{EMPTY_MESSAGE_PAYLOAD}"#)),
+        "{body}"
+    );
 
     let tcp = server.root_client().await;
     send_to_partition(&tcp, &name("s"), &name("t"), 0, vec![msg("after")]).await;
@@ -493,4 +509,102 @@ async fn oversized_send_over<C: MessageClient + SystemClient + Sync>(what: &str,
     ok(&format!("{what}: the next send"), sent);
     let after = ok("me", within("me", client.get_me()).await).client_id;
     assert_eq!(before, after, "{what}: the same connection serves on");
+}
+
+const TOO_BIG_USER_HEADERS: u32 = 4017;
+const TOO_BIG_MESSAGE_PAYLOAD: u32 = 4022;
+const EMPTY_MESSAGE_PAYLOAD: u32 = 4024;
+
+/// `message` with `payload` in place of its own, as a client that skips the SDK's builder
+/// (which refuses an empty payload and one over `MAX_PAYLOAD_SIZE`) sends it.
+fn with_raw_payload(mut message: IggyMessage, payload: Bytes) -> IggyMessage {
+    message.header.payload_length = payload.len() as u32;
+    message.payload = payload;
+    message
+}
+
+/// Readable user headers of more than `MAX_USER_HEADERS_SIZE` bytes: string keys of 10 bytes,
+/// raw values of 255, 275 bytes a pair.
+fn headers_over_the_sdks_limit() -> Vec<u8> {
+    let pairs = MAX_USER_HEADERS_SIZE as usize / 275 + 1;
+    let mut headers = Vec::new();
+    for i in 0..pairs {
+        headers.extend(field(2, format!("key{i:07}").as_bytes()));
+        headers.extend(field(1, &[7u8; 255]));
+    }
+    assert!(headers.len() > MAX_USER_HEADERS_SIZE as usize);
+    headers
+}
+
+/// Messages the official builder refuses to make are refused by the server with the codes
+/// iggy_common names for them: an empty payload, a payload over `MAX_PAYLOAD_SIZE` (64 MB, still
+/// inside the 64 MiB frame limit) and user headers over `MAX_USER_HEADERS_SIZE`. Nothing refused
+/// takes an offset and the connection serves on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_the_sdks_builder_would_refuse_for_its_size_is_refused_with_the_sdks_code() {
+    let server = TestServer::start();
+    let client = server.root_client().await;
+    create_stream_and_topic(&client, "s", "t", 1).await;
+    send_to_partition(&client, &name("s"), &name("t"), 0, vec![msg("first")]).await;
+
+    let refused = [
+        (
+            "an empty payload",
+            with_raw_payload(msg("x"), Bytes::new()),
+            EMPTY_MESSAGE_PAYLOAD,
+        ),
+        (
+            "a payload one byte over the limit",
+            with_raw_payload(
+                msg("x"),
+                Bytes::from(vec![b'p'; MAX_PAYLOAD_SIZE as usize + 1]),
+            ),
+            TOO_BIG_MESSAGE_PAYLOAD,
+        ),
+        (
+            "user headers over the limit",
+            with_raw_headers("big headers", headers_over_the_sdks_limit()),
+            TOO_BIG_USER_HEADERS,
+        ),
+    ];
+    for (what, message, code) in refused {
+        let mut batch = vec![msg("well-formed neighbour"), message];
+        let sent = within(
+            "send",
+            client.send_messages(
+                &name("s"),
+                &name("t"),
+                &Partitioning::partition_id(0),
+                &mut batch,
+            ),
+        )
+        .await;
+        expect_code(what, sent, code);
+    }
+
+    // The limits themselves are accepted.
+    let at_the_limit = vec![
+        with_raw_payload(msg("x"), Bytes::from(vec![b'p'; MAX_PAYLOAD_SIZE as usize])),
+        msg("after"),
+    ];
+    let after = send_to_partition(&client, &name("s"), &name("t"), 0, at_the_limit).await;
+    assert_eq!(
+        after.confirmations.first().map(|c| c.base_offset),
+        Some(1),
+        "nothing refused took an offset"
+    );
+    let polled = poll(
+        &client,
+        &name("s"),
+        &name("t"),
+        0,
+        &consumer("c"),
+        PollingStrategy::offset(1),
+        2,
+        false,
+    )
+    .await;
+    assert_eq!(polled.messages.len(), 2);
+    assert_eq!(polled.messages[0].payload.len(), MAX_PAYLOAD_SIZE as usize);
+    assert_eq!(&polled.messages[1].payload[..], b"after");
 }

@@ -333,3 +333,78 @@ async fn a_member_polling_a_deleted_partition_resyncs_instead_of_failing() {
     assert!(after.iter().all(|(p, _)| *p == 0), "only partition 0 is left: {after:?}");
     assert!(after.contains(&(0, vec![2])), "the new message is polled once: {after:?}");
 }
+
+/// The official consumer reads a group's partition, the group is deleted and created again
+/// under its name and id, and the consumer (joining it again) reads it from the first message:
+/// the new group stored no offset. The SDK drops polled messages at or below the last offset it
+/// consumed while a poll's `owner_generation` (with the incarnation) equals the one it consumed
+/// under, so a new group must never report a generation an earlier group of the topic did.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sdk_reads_a_group_created_again_under_its_name_from_the_first_message() {
+    use futures_util::StreamExt;
+    use std::str::FromStr;
+    let server = TestServer::start();
+    let admin = server.root_client().await;
+    create_stream_and_topic(&admin, "s", "t", 1).await;
+    send_to_partition(&admin, &name("s"), &name("t"), 0, msgs("old", 5)).await;
+    let client = server.root_client().await;
+    let mut consumer = client
+        .consumer_group("g", "s", "t")
+        .unwrap()
+        .create_consumer_group_if_not_exists()
+        .auto_join_consumer_group()
+        .polling_strategy(PollingStrategy::next())
+        .auto_commit(AutoCommit::When(AutoCommitWhen::PollingMessages))
+        .poll_interval(IggyDuration::from_str("10ms").unwrap())
+        .batch_length(10)
+        .build();
+    ok("init", within("init", consumer.init()).await);
+    let mut read = Vec::new();
+    let mut next = async |read: &mut Vec<String>| {
+        let message = within("next", consumer.next())
+            .await
+            .expect("the stream ended");
+        let message = ok("next message", message);
+        read.push(String::from_utf8_lossy(&message.message.payload).into_owned());
+    };
+    for _ in 0..5 {
+        next(&mut read).await;
+    }
+    assert_eq!(read, ["old-0", "old-1", "old-2", "old-3", "old-4"]);
+
+    ok(
+        "delete",
+        within(
+            "delete",
+            admin.delete_consumer_group(&name("s"), &name("t"), &name("g")),
+        )
+        .await,
+    );
+    let created = ok(
+        "create",
+        within(
+            "create",
+            admin.create_consumer_group(&name("s"), &name("t"), "g"),
+        )
+        .await,
+    );
+    assert_eq!(created.id, 0, "the id is reused");
+    send_to_partition(&admin, &name("s"), &name("t"), 0, msgs("new", 2)).await;
+    // The consumer's next poll fails (no longer a member), it joins again and polls on.
+    let mut again = Vec::new();
+    let read_again = async {
+        while again.len() < 7 {
+            if let Ok(message) = consumer.next().await.expect("the stream ended") {
+                again.push(String::from_utf8_lossy(&message.message.payload).into_owned());
+            }
+        }
+    };
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(10), read_again).await;
+    assert_eq!(
+        again,
+        [
+            "old-0", "old-1", "old-2", "old-3", "old-4", "new-0", "new-1"
+        ],
+        "the group created again reads from the first message"
+    );
+}

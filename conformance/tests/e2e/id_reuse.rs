@@ -169,3 +169,125 @@ async fn a_restart_finishes_committed_deletes_and_keeps_unexplained_directories(
     assert_eq!(again.id, 0);
     assert_eq!(all_messages(&c, "again", "t", 0).await, Vec::<String>::new(), "a new incarnation starts empty");
 }
+
+/// Stores consumer `c`'s offset `offset` on `partition` of `s`/`t`.
+async fn store_offset(client: &IggyClient, partition: u32, offset: u64) {
+    let (c, s, t) = (consumer("c"), name("s"), name("t"));
+    let stored = client.store_consumer_offset(&c, &s, &t, Some(partition), offset);
+    ok("store offset", within("store offset", stored).await);
+}
+
+/// What every node serves of the third incarnation of `s`/`t`: its partition count, each
+/// partition's messages, and consumer `c`'s offsets (none was stored in this incarnation).
+async fn assert_only_the_third_incarnation(
+    cluster: &crate::cluster::TestCluster,
+    counts: &[usize],
+    when: &str,
+) {
+    for node in 0..cluster.len() {
+        let c = cluster.root_client(node).await;
+        let topic = ok(
+            "get topic",
+            within("get topic", c.get_topic(&name("s"), &name("t"))).await,
+        )
+        .expect("topic t");
+        assert_eq!(
+            topic.partitions_count as usize,
+            counts.len(),
+            "{when}, node {node}: {topic:?}"
+        );
+        for (partition, count) in counts.iter().enumerate() {
+            let partition = partition as u32;
+            assert_eq!(
+                all_messages(&c, "s", "t", partition).await,
+                expected(&format!("three-{partition}"), *count),
+                "{when}, node {node}: partition {partition} holds the third incarnation's messages only"
+            );
+            let (reader, s, t) = (consumer("c"), name("s"), name("t"));
+            let offset = c.get_consumer_offset(&reader, &s, &t, Some(partition));
+            let offset = ok("get offset", within("get offset", offset).await);
+            assert!(
+                offset.is_none(),
+                "{when}, node {node}: partition {partition} serves an earlier incarnation's offset {offset:?}"
+            );
+        }
+    }
+}
+
+/// In a cluster: a topic deleted and created again under its id with fewer partitions, then its
+/// stream deleted and created again under its id with more, each incarnation sent to and its
+/// consumer offsets stored. Every node serves the last incarnation only (its messages, no
+/// earlier offset) after a kill -9 of a partition primary and a graceful restart of the
+/// metadata primary; messages sent after both restarts land after the earlier ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_cluster_reused_ids_serve_only_the_last_incarnation_across_kill9_and_restart() {
+    use crate::cluster::{METADATA_GROUP, TestCluster, partition_group};
+    let mut cluster = TestCluster::start(3);
+    let c = cluster.root_client(0).await;
+    let (stream, topic) = create_stream_and_topic(&c, "s", "t", 3).await;
+    for partition in 0..3 {
+        send_many(&c, "s", "t", partition, &format!("one-{partition}"), 20).await;
+        store_offset(&c, partition, 15).await;
+    }
+    ok(
+        "delete topic",
+        within("delete topic", c.delete_topic(&name("s"), &name("t"))).await,
+    );
+    let second = ok(
+        "create topic",
+        within(
+            "create topic",
+            c.create_topic(&name("s"), "t", &topic_options(2)),
+        )
+        .await,
+    );
+    assert_eq!(second.id, topic.id, "the topic id is reused");
+    for partition in 0..2 {
+        send_many(&c, "s", "t", partition, &format!("two-{partition}"), 12).await;
+        store_offset(&c, partition, 5).await;
+    }
+    ok(
+        "delete stream",
+        within("delete stream", c.delete_stream(&name("s"))).await,
+    );
+    let (third_stream, third_topic) = create_stream_and_topic(&c, "s", "t", 4).await;
+    assert_eq!(
+        (third_stream.id, third_topic.id),
+        (stream.id, topic.id),
+        "the ids are reused"
+    );
+    let mut counts = vec![3, 5, 7, 9];
+    for (partition, count) in counts.iter().enumerate() {
+        send_many(
+            &c,
+            "s",
+            "t",
+            partition as u32,
+            &format!("three-{partition}"),
+            *count,
+        )
+        .await;
+    }
+    drop(c);
+    assert_only_the_third_incarnation(&cluster, &counts, "before any restart").await;
+
+    let (primary, _) = cluster
+        .primary(partition_group(stream.id, topic.id, 1))
+        .expect("a primary");
+    cluster.kill9(usize::from(primary));
+    cluster.restart(usize::from(primary));
+    let (metadata_primary, _) = cluster.primary(METADATA_GROUP).expect("a metadata primary");
+    cluster.stop(usize::from(metadata_primary));
+    cluster.restart(usize::from(metadata_primary));
+    let c = cluster.root_client(usize::from(metadata_primary)).await;
+    for (partition, count) in counts.iter_mut().enumerate() {
+        let prefix = format!("three-{partition}");
+        let batch = (*count..*count + 2)
+            .map(|i| msg(format!("{prefix}-{i}")))
+            .collect();
+        send_to_partition(&c, &name("s"), &name("t"), partition as u32, batch).await;
+        *count += 2;
+    }
+    assert_only_the_third_incarnation(&cluster, &counts, "after kill -9 and a graceful restart")
+        .await;
+}

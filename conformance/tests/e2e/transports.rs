@@ -547,6 +547,8 @@ async fn tcp_can_be_disabled_and_an_unbindable_transport_stops_the_start() {
         .env("IGGY_QUIC_ADDRESS", "127.0.0.1:0")
         .env("IGGY_WEBSOCKET_ENABLED", "true")
         .env("IGGY_WEBSOCKET_ADDRESS", &address)
+        // HTTP (default 127.0.0.1:3000, maybe taken here) binds first: off, to fail on ws.
+        .env("IGGY_HTTP_ENABLED", "false")
         .env("IGGY_SYSTEM_PATH", dir.path().join("data-2"))
         .output()
         .unwrap();
@@ -1105,4 +1107,39 @@ async fn the_http_client_list_names_transports_as_upstreams_http_api() {
     .collect();
     expected.sort();
     assert_eq!(named, expected, "{clients:?}");
+}
+
+/// An HTTP address already taken fails the start before any transport serves: the binary
+/// listeners used to bind and serve first, so a client could be served by a process about to
+/// exit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_address_already_taken_fails_the_start_before_anything_is_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = taken.local_addr().unwrap().to_string();
+    let failed = std::process::Command::new(server_binary())
+        .arg("--with-default-root-credentials")
+        .current_dir(dir.path())
+        .env("IGGY_TCP_ADDRESS", "127.0.0.1:0")
+        .env("IGGY_QUIC_ADDRESS", "127.0.0.1:0")
+        .env("IGGY_HTTP_ENABLED", "true")
+        .env("IGGY_HTTP_ADDRESS", &address)
+        .env("IGGY_SYSTEM_PATH", dir.path().join("data"))
+        .env("RUST_LOG", "info")
+        .output()
+        .unwrap();
+    let printed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&failed.stdout),
+        String::from_utf8_lossy(&failed.stderr)
+    );
+    assert!(!failed.status.success(), "the start fails: {printed}");
+    assert!(
+        printed.contains(&format!("cannot bind http {address}")),
+        "{printed}"
+    );
+    assert!(
+        !printed.contains("listening on"),
+        "nothing was served first: {printed}"
+    );
 }

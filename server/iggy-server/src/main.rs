@@ -450,6 +450,18 @@ async fn run(
     if generated && node.root_created.get() {
         println!("root user {user:?} generated password: {pw}");
     }
+    // HTTP is bound before the binary transports serve, so an address it cannot have stops
+    // the start before any client is served.
+    let http = match cfg.http.enabled {
+        true => match bind_http(&cfg.http, &node).await {
+            Ok(http) => Some(http),
+            Err(error) => {
+                eprintln!("iggy-server: {error}");
+                return ExitCode::FAILURE;
+            }
+        },
+        false => None,
+    };
     let listeners = match transport::listen(&cfg, &node, &quic_reset_key).await {
         Ok(listeners) => listeners,
         Err(error) => {
@@ -457,11 +469,8 @@ async fn run(
             return ExitCode::FAILURE;
         }
     };
-    if cfg.http.enabled
-        && let Err(error) = start_http(&cfg.http, &node).await
-    {
-        eprintln!("iggy-server: {error}");
-        return ExitCode::FAILURE;
+    if let Some(http) = http {
+        http.serve(&node);
     }
     tracing::info!("iggy-server replica {replica_id} serving");
     compio::runtime::spawn(maintenance::run(node.clone())).detach();
@@ -548,19 +557,34 @@ fn systemd_ready() -> Option<std::rc::Rc<systemd::Notifier>> {
     Some(notifier)
 }
 
-/// Binds the HTTP REST listener and serves it on this (the first) shard; cluster metadata
-/// advertises the port it bound.
-async fn start_http(config: &config::Http, node: &std::rc::Rc<node::Node>) -> Result<(), String> {
+/// The HTTP REST listener, bound and not yet serving.
+struct BoundHttp {
+    state: transport::http::session::HttpState,
+    bound: transport::Bound,
+}
+
+/// Binds the HTTP REST listener; cluster metadata advertises the port it bound.
+async fn bind_http(
+    config: &config::Http,
+    node: &std::rc::Rc<node::Node>,
+) -> Result<BoundHttp, String> {
     let state = transport::http::session::HttpState::new(config, node.shared.replica_id)?;
     let tls = Some(("http.tls", &config.tls));
-    let (listener, local, acceptor) = transport::bind_stream("http", &config.address, tls).await?;
-    node.shared.listening.set("http", local.port());
-    let name = if acceptor.is_some() { "https" } else { "http" };
-    tracing::info!("listening on {name} {local}");
-    let api = std::rc::Rc::new(state);
-    let serve = transport::http::serve(listener, node.clone(), api, acceptor);
-    compio::runtime::spawn(serve).detach();
-    Ok(())
+    let bound = transport::bind_stream("http", &config.address, tls).await?;
+    node.shared.listening.set("http", bound.1.port());
+    Ok(BoundHttp { state, bound })
+}
+
+impl BoundHttp {
+    /// Serves the listener on this (the first) shard.
+    fn serve(self, node: &std::rc::Rc<node::Node>) {
+        let (listener, local, acceptor) = self.bound;
+        let name = if acceptor.is_some() { "https" } else { "http" };
+        tracing::info!("listening on {name} {local}");
+        let api = std::rc::Rc::new(self.state);
+        let serve = transport::http::serve(listener, node.clone(), api, acceptor);
+        compio::runtime::spawn(serve).detach();
+    }
 }
 
 /// Resolves on SIGINT or SIGTERM.

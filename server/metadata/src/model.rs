@@ -241,7 +241,11 @@ pub struct ConsumerGroup {
     pub created_at_op: u64,
     /// Members in join order: client ids of their sessions.
     pub members: Vec<u128>,
-    /// Changes whenever the membership (and so the assignment) changes.
+    /// Changes whenever the membership (and so the assignment) changes. Polls report it as
+    /// their `owner_generation`, which the official consumer trusts to name one owner's history
+    /// (it skips offsets it consumed under the same generation), so it starts at the creating
+    /// op shifted as partition incarnations are: a group created again under a deleted group's
+    /// id starts above every generation its predecessor reached (barring 2^20 changes).
     pub generation: u64,
 }
 
@@ -782,7 +786,7 @@ impl Metadata {
                 name: name.to_string(),
                 created_at_op: op,
                 members: Vec::new(),
-                generation: 1,
+                generation: op << 20,
             },
         );
         Ok(id)
@@ -1187,6 +1191,46 @@ mod tests {
         m.update_topic(&s, &t, &accepted, &[]).unwrap();
         let topic = &m.streams[&0].topics[&0];
         assert_eq!((topic.name.as_str(), topic.message_expiry), ("renamed", 7));
+    }
+
+    /// The official consumer drops polled messages at or below the offset it last consumed
+    /// while a poll reports the owner generation it consumed under: a group created again under
+    /// a deleted group's id must report none of the generations its predecessor did, or the
+    /// consumer skips the new group's first messages as already read.
+    #[test]
+    fn a_group_created_again_under_a_deleted_groups_id_reports_new_generations() {
+        let mut m = Metadata::default();
+        m.create_stream("s", 1).unwrap();
+        m.create_topic(&Ident::Id(0), "t", 2, TopicSettings::default(), 2, 1)
+            .unwrap();
+        let (s, t, g) = (Ident::Id(0), Ident::Id(0), Ident::Id(0));
+        let generation = |m: &Metadata| m.streams[&0].topics[&0].consumer_groups[&0].generation;
+        m.create_group(&s, &t, "g", 3).unwrap();
+        let mut predecessor = vec![generation(&m)];
+        for client in [7, 8] {
+            m.join_group(&s, &t, &g, client).unwrap();
+            predecessor.push(generation(&m));
+        }
+        // Several changes in one op: partitions added, then both members' sessions ended.
+        m.create_partitions(&s, &t, 3, 6, 1).unwrap();
+        predecessor.push(generation(&m));
+        m.leave_all_groups(7);
+        m.leave_all_groups(8);
+        predecessor.push(generation(&m));
+        m.delete_group(&s, &t, &g, 8).unwrap();
+
+        m.create_group(&s, &t, "g", 9).unwrap();
+        let mut successor = vec![generation(&m)];
+        for client in [7, 8, 9] {
+            m.join_group(&s, &t, &g, client).unwrap();
+            successor.push(generation(&m));
+        }
+        let reused: Vec<&u64> = successor
+            .iter()
+            .filter(|g| predecessor.contains(g))
+            .collect();
+        assert!(reused.is_empty(), "{predecessor:?} then {successor:?}");
+        assert!(successor[0] > *predecessor.iter().max().unwrap());
     }
 
     #[test]

@@ -4,6 +4,7 @@ use std::hash::Hasher;
 
 use twox_hash::XxHash3_64;
 
+use iggy_generated::frames::{MESSAGE_PAYLOAD_SIZE_MAX, USER_HEADERS_SIZE_MAX};
 use iggy_generated::payloads::{HEADER_FIELD_LENGTH_MAX, HeaderField, HeaderKind};
 use iggy_wire::WireDecode;
 
@@ -109,24 +110,66 @@ fn checksum_under_header(header: &[u8], record: &[u8]) -> u64 {
 
 /// Verifies layout, every per-message checksum and the batch checksum.
 pub fn verify(record: &[u8]) -> Result<u32, StorageError> {
-    verify_frames(record, |_| Ok(()))
+    verify_frames(record, |_, _| Ok(()))
 }
 
-/// [`verify`] for a batch a producer sends, which must also carry only user headers the
-/// official client can read ([`check_user_headers`]): one that cannot would fail every
-/// consumer of the partition. Records already stored (recovery, state transfer) are only
-/// [`verify`]ed, so a batch an earlier build accepted is still served as it is.
+/// [`verify`] for a batch a producer sends, whose messages must also be ones the official
+/// builder makes: a payload of 1 to `MESSAGE_PAYLOAD_SIZE_MAX` bytes, at most
+/// `USER_HEADERS_SIZE_MAX` bytes of user headers, and only headers the official client can read
+/// ([`check_user_headers`]; one it cannot would fail every consumer of the partition). Records
+/// already stored (recovery, state transfer) are only [`verify`]ed, so a batch an earlier build
+/// accepted is still served as it is.
 pub fn verify_arriving(record: &[u8]) -> Result<u32, StorageError> {
-    verify_frames(record, |headers| {
+    verify_frames(record, |payload_length, headers| {
+        if payload_length == 0 {
+            return Err(StorageError::MessageSize(SizeFault::EmptyPayload));
+        }
+        if payload_length > MESSAGE_PAYLOAD_SIZE_MAX as usize {
+            return Err(StorageError::MessageSize(SizeFault::PayloadOver(
+                payload_length,
+            )));
+        }
+        if headers.len() > USER_HEADERS_SIZE_MAX as usize {
+            return Err(StorageError::MessageSize(SizeFault::HeadersOver(
+                headers.len(),
+            )));
+        }
         check_user_headers(headers).map_err(StorageError::UserHeaders)
     })
 }
 
-/// Verifies layout and checksums, passing each message's user headers to `check_headers`
-/// in the same walk.
+/// Which size limit of [`verify_arriving`] a message breaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SizeFault {
+    EmptyPayload,
+    /// The payload's length, over `MESSAGE_PAYLOAD_SIZE_MAX`.
+    PayloadOver(usize),
+    /// The user headers' length, over `USER_HEADERS_SIZE_MAX`.
+    HeadersOver(usize),
+}
+
+impl std::fmt::Display for SizeFault {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SizeFault::EmptyPayload => write!(formatter, "a message has an empty payload"),
+            SizeFault::PayloadOver(length) => write!(
+                formatter,
+                "a message payload is {length} bytes, over the {MESSAGE_PAYLOAD_SIZE_MAX} allowed"
+            ),
+            SizeFault::HeadersOver(length) => write!(
+                formatter,
+                "a message's user headers are {length} bytes, over the {USER_HEADERS_SIZE_MAX} \
+                 allowed"
+            ),
+        }
+    }
+}
+
+/// Verifies layout and checksums, passing each message's payload length and user headers to
+/// `check_message` in the same walk.
 fn verify_frames(
     record: &[u8],
-    check_headers: impl Fn(&[u8]) -> Result<(), StorageError>,
+    check_message: impl Fn(usize, &[u8]) -> Result<(), StorageError>,
 ) -> Result<u32, StorageError> {
     let count = validate_layout(record)?;
     let mut position = batch::HEADER_SIZE;
@@ -136,8 +179,9 @@ fn verify_frames(
         if XxHash3_64::oneshot(&record[position + 8..end]) != stored {
             return Err(StorageError::ChecksumMismatch("message checksum"));
         }
+        let payload_length = read_u32(record, position + frame::PAYLOAD_LENGTH) as usize;
         let headers = read_u32(record, position + frame::USER_HEADERS_LENGTH) as usize;
-        check_headers(&record[end - headers..end])?;
+        check_message(payload_length, &record[end - headers..end])?;
         position = end;
     }
     if compute_checksum(record) != read_u64(record, batch::BATCH_CHECKSUM) {

@@ -78,6 +78,9 @@ pub enum StorageError {
     ChecksumMismatch(&'static str),
     /// An arriving message's user headers are ones the official client cannot read.
     UserHeaders(batch::HeaderFault),
+    /// An arriving message's payload or user headers are of a size the official builder
+    /// refuses.
+    MessageSize(batch::SizeFault),
 }
 
 impl std::fmt::Display for StorageError {
@@ -88,6 +91,7 @@ impl std::fmt::Display for StorageError {
             StorageError::InvalidBatch(why) => write!(formatter, "invalid batch: {why}"),
             StorageError::ChecksumMismatch(what) => write!(formatter, "{what} mismatch"),
             StorageError::UserHeaders(fault) => write!(formatter, "{fault}"),
+            StorageError::MessageSize(fault) => write!(formatter, "{fault}"),
         }
     }
 }

@@ -245,3 +245,47 @@ fn an_arriving_batch_is_refused_for_unreadable_headers_a_stored_one_is_not() {
     assert!(matches!(refused, Err(StorageError::UserHeaders(_))), "{refused:?}");
     assert_eq!(iggy_storage::batch::verify(&unreadable).unwrap(), 2);
 }
+
+/// A send's batch is refused for one message of a size the official builder refuses (an empty
+/// payload, a payload or user headers over the SDK's limits), the limits themselves pass; a
+/// stored batch of such a message still verifies.
+#[test]
+fn an_arriving_batch_is_refused_for_a_message_size_the_sdk_refuses_a_stored_one_is_not() {
+    use iggy_generated::frames::{MESSAGE_PAYLOAD_SIZE_MAX, USER_HEADERS_SIZE_MAX};
+    use iggy_storage::batch::{SizeFault, verify, verify_arriving};
+    let largest_payload = vec![b'p'; MESSAGE_PAYLOAD_SIZE_MAX as usize];
+    let over_payload = vec![b'p'; MESSAGE_PAYLOAD_SIZE_MAX as usize + 1];
+    // Readable headers of exactly the limit: 400 pairs of 250 bytes.
+    let pair = [header_field(2, &[b'k'; 10]), header_field(1, &[b'v'; 230])].concat();
+    assert_eq!(pair.len() * 400, USER_HEADERS_SIZE_MAX as usize);
+    let largest_headers = pair.repeat(400);
+    let over_headers = pair.repeat(401);
+
+    let at_limits = build_batch_with_headers(&[(&largest_payload, &[]), (b"h", &largest_headers)]);
+    assert_eq!(verify_arriving(&at_limits).unwrap(), 2);
+    let cases: [(&str, Vec<u8>, SizeFault); 3] = [
+        (
+            "empty",
+            build_batch(&[b"one", b""]),
+            SizeFault::EmptyPayload,
+        ),
+        (
+            "payload",
+            build_batch(&[b"one", &over_payload]),
+            SizeFault::PayloadOver(over_payload.len()),
+        ),
+        (
+            "headers",
+            build_batch_with_headers(&[(b"one", &[]), (b"h", &over_headers)]),
+            SizeFault::HeadersOver(over_headers.len()),
+        ),
+    ];
+    for (what, batch, fault) in cases {
+        let refused = verify_arriving(&batch);
+        assert!(
+            matches!(refused, Err(StorageError::MessageSize(f)) if f == fault),
+            "{what}: {refused:?}"
+        );
+        assert_eq!(verify(&batch).unwrap(), 2, "{what}");
+    }
+}

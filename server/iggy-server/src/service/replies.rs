@@ -16,7 +16,7 @@ use iggy_generated::payloads::{
 };
 use iggy_metadata::replies::{Codec, Figures, PartitionFigures};
 use iggy_storage::StorageError;
-use iggy_storage::batch::{HeaderPart, HeaderProblem};
+use iggy_storage::batch::{HeaderPart, HeaderProblem, SizeFault};
 use iggy_wire::WireEncode;
 
 impl Figures for Shared {
@@ -261,6 +261,11 @@ pub fn batch_error(error: StorageError) -> ErrorCode {
             (_, HeaderPart::Key) => ErrorCode::InvalidHeaderKey,
             (_, HeaderPart::Value) => ErrorCode::InvalidHeaderValue,
         },
+        // The codes iggy_common's message builder fails with, EmptyMessagePayload for the
+        // empty payload it calls an invalid length (4025 also names malformed frames).
+        StorageError::MessageSize(SizeFault::EmptyPayload) => ErrorCode::EmptyMessagePayload,
+        StorageError::MessageSize(SizeFault::PayloadOver(_)) => ErrorCode::TooBigMessagePayload,
+        StorageError::MessageSize(SizeFault::HeadersOver(_)) => ErrorCode::TooBigUserHeaders,
         _ => ErrorCode::InvalidMessagesSize,
     }
 }
