@@ -263,3 +263,124 @@ async fn json_format_writes_one_object_per_line() {
     );
     assert!(!log.contains("\x1b["), "{log:?}");
 }
+
+/// `iggy-server --list-config-env-vars | head` closes the pipe before the listing ends: the
+/// listing stops quietly (exit 0), as `ls | head` does, instead of panicking with "failed
+/// printing to stdout: Broken pipe" and a backtrace. The pipe's reader is closed before the
+/// server starts, so its first line already meets the closed pipe.
+#[test]
+#[ignore = "bug: a closed stdout panics the listing (exit 101, backtrace on stderr)"]
+fn list_config_env_vars_into_a_closed_pipe_exits_quietly() {
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    let out = Command::new(server_binary())
+        .arg("--list-config-env-vars")
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .output()
+        .expect("run iggy-server");
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+/// `IGGY_CONFIG_PATH` naming a file that is not there (a typo in a unit file, a volume not
+/// mounted) is refused naming the path, before the data directory is touched. Started on the
+/// embedded defaults instead, a cluster node would format a standalone history.
+#[test]
+#[ignore = "bug: a missing IGGY_CONFIG_PATH file is ignored and the embedded defaults start"]
+fn a_config_path_naming_a_missing_file_is_refused_before_the_data_is_touched() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let missing = dir.path().join("etc/iggy/config.toml");
+    let mut child = Command::new(server_binary())
+        .env_remove("RUST_LOG")
+        .env("IGGY_CONFIG_PATH", &missing)
+        .env("IGGY_SYSTEM_PATH", &data)
+        .env("IGGY_TCP_ADDRESS", "127.0.0.1:0")
+        .env("IGGY_QUIC_ENABLED", "false")
+        .env("IGGY_HTTP_ENABLED", "false")
+        .current_dir(dir.path())
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn iggy-server");
+    let deadline = std::time::Instant::now() + START_TIMEOUT;
+    while child.try_wait().expect("poll the child").is_none() {
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            panic!("still running after {START_TIMEOUT:?}: it started without the file");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().expect("collect the output");
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    for expected in ["IGGY_CONFIG_PATH", &missing.display().to_string()] {
+        assert!(stderr.contains(expected), "names {expected:?}: {stderr}");
+    }
+    assert!(!data.exists(), "no data directory was formatted");
+}
+
+/// A log that cannot be written (stderr on a full disk, here `/dev/full`) loses its lines but
+/// stops nothing: the server starts, serves and stops cleanly. The log writer reported its
+/// write error with `eprintln!`, which panics when stderr fails: the start died with exit 101
+/// and no word, and a panic in a running group's task left a node alive but stalled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "bug: a failed log write panics the thread that logs"]
+async fn a_log_that_cannot_be_written_stops_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let address = format!("127.0.0.1:{port}");
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .expect("open /dev/full");
+    let mut child = Command::new(server_binary())
+        .arg("--with-default-root-credentials")
+        .env("RUST_LOG", "debug")
+        .env("IGGY_SYSTEM_PATH", dir.path().join("data"))
+        .env("IGGY_TCP_ADDRESS", &address)
+        .env("IGGY_QUIC_ENABLED", "false")
+        .env("IGGY_HTTP_ENABLED", "false")
+        .current_dir(dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(full)
+        .spawn()
+        .expect("spawn iggy-server");
+    let deadline = std::time::Instant::now() + START_TIMEOUT;
+    while std::net::TcpStream::connect(&address).is_err() {
+        if let Some(status) = child.try_wait().expect("poll the child") {
+            panic!("iggy-server exited during startup ({status})");
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no listener on {address}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let client = IggyClient::from_connection_string(&format!("iggy://iggy:iggy@{address}"))
+        .expect("valid connection string");
+    ok("connect", within("connect", client.connect()).await);
+    create_stream_and_topic(&client, "s", "t", 1).await;
+    send_to_partition(&client, &name("s"), &name("t"), 0, msgs("m", 3)).await;
+    let polled = poll(
+        &client,
+        &name("s"),
+        &name("t"),
+        0,
+        &consumer("c"),
+        PollingStrategy::offset(0),
+        10,
+        false,
+    )
+    .await;
+    assert_eq!(payloads(&polled), ["m-0", "m-1", "m-2"]);
+    // SAFETY: kill(2) on our own child, not reaped yet.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    let status = child.wait().expect("wait for iggy-server");
+    assert_eq!(status.code(), Some(0), "a clean stop");
+}
