@@ -329,7 +329,6 @@ fn a_config_path_naming_a_missing_file_is_refused_before_the_data_is_touched() {
 /// write error with `eprintln!`, which panics when stderr fails: the start died with exit 101
 /// and no word, and a panic in a running group's task left a node alive but stalled.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: a failed log write panics the thread that logs"]
 async fn a_log_that_cannot_be_written_stops_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();

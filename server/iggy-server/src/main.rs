@@ -140,9 +140,12 @@ fn root_credentials(default: bool, env: impl Fn(&str) -> Option<String>) -> (Str
 /// terminal) or `json` (one object per line).
 fn init_logging(logging: &config::Logging, rust_log: Option<&str>) {
     use std::io::IsTerminal;
+    // A line that cannot be written (stderr on a full disk) is lost; reporting it with
+    // `eprintln!`, as the writer otherwise does, would panic the task that logged.
     let fmt = tracing_subscriber::fmt()
         .with_env_filter(log_filter(&logging.level, rust_log))
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .log_internal_errors(false);
     if logging.format == "json" {
         fmt.json().with_ansi(false).init();
     } else {
