@@ -269,7 +269,6 @@ async fn json_format_writes_one_object_per_line() {
 /// printing to stdout: Broken pipe" and a backtrace. The pipe's reader is closed before the
 /// server starts, so its first line already meets the closed pipe.
 #[test]
-#[ignore = "bug: a closed stdout panics the listing (exit 101, backtrace on stderr)"]
 fn list_config_env_vars_into_a_closed_pipe_exits_quietly() {
     let (reader, writer) = std::io::pipe().expect("a pipe");
     drop(reader);
@@ -290,7 +289,6 @@ fn list_config_env_vars_into_a_closed_pipe_exits_quietly() {
 /// mounted) is refused naming the path, before the data directory is touched. Started on the
 /// embedded defaults instead, a cluster node would format a standalone history.
 #[test]
-#[ignore = "bug: a missing IGGY_CONFIG_PATH file is ignored and the embedded defaults start"]
 fn a_config_path_naming_a_missing_file_is_refused_before_the_data_is_touched() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");

@@ -106,14 +106,47 @@ fn version_text() -> &'static str {
 
 /// The layered configuration: embedded defaults, then `config.toml` (or the file
 /// `IGGY_CONFIG_PATH` names), then `IGGY_*` variables.
+/// `config.toml` may be absent (the defaults apply); a file `IGGY_CONFIG_PATH` names must
+/// exist: a node started on the defaults instead would format a standalone history.
 fn configuration() -> Result<config::Config, String> {
-    let path = std::env::var("IGGY_CONFIG_PATH").unwrap_or_else(|_| "config.toml".into());
+    let named = std::env::var("IGGY_CONFIG_PATH").ok();
+    let path = named.clone().unwrap_or_else(|| "config.toml".into());
     let file = match std::fs::read_to_string(&path) {
         Ok(t) => Some(t),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && named.is_none() => None,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(format!(
+                "IGGY_CONFIG_PATH names {path}, which does not exist (unset it to run on \
+                 config.toml in the working directory, or on the embedded defaults without one)"
+            ));
+        }
         Err(e) => return Err(format!("cannot read {path}: {e}")),
     };
     config::load(file.as_deref(), |k| std::env::var(k).ok()).map_err(|e| e.to_string())
+}
+
+/// Every configuration key as its `IGGY_` variable, TOML path, type and default, one a line.
+fn list_config_env_vars(out: &mut impl std::io::Write) -> std::io::Result<()> {
+    writeln!(out, "# variable\tTOML path\ttype\tdefault")?;
+    for (path, default) in config::leaves() {
+        let kind = match &default {
+            toml::Value::String(_) => "string",
+            toml::Value::Integer(_) => "integer",
+            toml::Value::Boolean(_) => "boolean",
+            toml::Value::Float(_) => "float",
+            _ => "value",
+        };
+        writeln!(
+            out,
+            "{}\t{path}\t{kind}\t{default}",
+            config::env_name(&path)
+        )?;
+    }
+    // The roster has no defaults: one row per field, <i> being the node's index from 0.
+    for (variable, path, kind) in config::roster_env_vars() {
+        writeln!(out, "{variable}\t{path}\t{kind}\t(none)")?;
+    }
+    out.flush()
 }
 
 /// Root credentials: defaults, else IGGY_ROOT_USERNAME/IGGY_ROOT_PASSWORD, else generated.
@@ -197,22 +230,14 @@ fn main() -> ExitCode {
         }
     };
     if args.list_config_env_vars {
-        println!("# variable\tTOML path\ttype\tdefault");
-        for (path, default) in config::leaves() {
-            let kind = match &default {
-                toml::Value::String(_) => "string",
-                toml::Value::Integer(_) => "integer",
-                toml::Value::Boolean(_) => "boolean",
-                toml::Value::Float(_) => "float",
-                _ => "value",
-            };
-            println!("{}\t{path}\t{kind}\t{default}", config::env_name(&path));
-        }
-        // The roster has no defaults: one row per field, <i> being the node's index from 0.
-        for (variable, path, kind) in config::roster_env_vars() {
-            println!("{variable}\t{path}\t{kind}\t(none)");
-        }
-        return ExitCode::SUCCESS;
+        return match list_config_env_vars(&mut std::io::stdout().lock()) {
+            // A reader that stopped early (`| head`) wanted no more.
+            Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+                eprintln!("iggy-server: cannot print the configuration keys: {e}");
+                ExitCode::FAILURE
+            }
+            _ => ExitCode::SUCCESS,
+        };
     }
     let verify_path = match &args.command {
         Some(Subcommand::Verify { path: Some(path) }) => Some(path.clone()),
