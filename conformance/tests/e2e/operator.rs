@@ -381,3 +381,35 @@ async fn a_log_that_cannot_be_written_stops_nothing() {
     let status = child.wait().expect("wait for iggy-server");
     assert_eq!(status.code(), Some(0), "a clean stop");
 }
+
+/// README, "Logs": `debug` logs one line per request. An HTTP request is one too: its method,
+/// path (not the query), status and duration, so an operator tracing REST clients sees them
+/// as a binary client's requests are seen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "bug: HTTP requests are not logged at debug"]
+async fn rust_log_debug_logs_every_http_request_with_method_path_status_and_duration() {
+    let (server, api) = TestServer::start_with_http(&[("RUST_LOG", "debug")]);
+    let token = crate::http::raw_token(&api).await;
+    let (status, _) = crate::http::raw(&api, "GET", "/streams?x=1", Some(&token), b"").await;
+    assert_eq!(status, 200);
+    let (status, _) = crate::http::raw(&api, "GET", "/streams/nope", Some(&token), b"").await;
+    assert_eq!(status, 404);
+    let log = this_start(&server);
+    let http_lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains(" DEBUG ") && l.contains(" http request "))
+        .collect();
+    for (method, path, status) in [
+        ("POST", "/users/login", 200),
+        ("GET", "/streams", 200),
+        ("GET", "/streams/nope", 404),
+    ] {
+        let wanted = format!(" method={method} path={path} status={status} ");
+        let line = http_lines
+            .iter()
+            .find(|l| l.contains(&wanted))
+            .unwrap_or_else(|| panic!("{wanted:?} logged:\n{log}"));
+        assert!(line.contains(" duration="), "{line}");
+        assert!(!line.contains("x=1"), "no query: {line}");
+    }
+}
