@@ -386,7 +386,6 @@ async fn a_log_that_cannot_be_written_stops_nothing() {
 /// path (not the query), status and duration, so an operator tracing REST clients sees them
 /// as a binary client's requests are seen.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: HTTP requests are not logged at debug"]
 async fn rust_log_debug_logs_every_http_request_with_method_path_status_and_duration() {
     let (server, api) = TestServer::start_with_http(&[("RUST_LOG", "debug")]);
     let token = crate::http::raw_token(&api).await;
