@@ -212,7 +212,6 @@ async fn the_image_listens_on_every_interface_and_advertises_the_given_address()
 /// address, which only serving needs: the verification runs and passes on the directory the
 /// image's server left.
 #[test]
-#[ignore = "bug: verify in the image is refused for want of IGGY_NODE_ADVERTISED_ADDRESS"]
 fn the_images_verify_command_checks_the_volume_without_an_advertised_address() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_wildcard_port();

@@ -496,6 +496,23 @@ pub fn load(
     file: Option<&str>,
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<Config, ConfigError> {
+    load_for(file, env, false)
+}
+
+/// [`load`] for offline work (`iggy-server verify`): a wildcard bind needs no advertised
+/// address, since no client is told one.
+pub fn load_offline(
+    file: Option<&str>,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Config, ConfigError> {
+    load_for(file, env, true)
+}
+
+fn load_for(
+    file: Option<&str>,
+    env: impl Fn(&str) -> Option<String>,
+    offline: bool,
+) -> Result<Config, ConfigError> {
     let mut table = defaults_table();
     let mut roster = Vec::new();
     if let Some(text) = file {
@@ -540,7 +557,7 @@ pub fn load(
         .try_into()
         .map_err(|e: toml::de::Error| ConfigError::Toml(e.to_string()))?;
     cfg.cluster = cluster::build(cluster_section, &roster)?;
-    cfg.validate()?;
+    cfg.validate_for(offline)?;
     Ok(cfg)
 }
 
@@ -555,7 +572,9 @@ impl Config {
         ]
     }
 
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    /// `offline` (`verify`, which serves no client) skips what only serving needs: an
+    /// advertised address for a wildcard bind.
+    fn validate_for(&self, offline: bool) -> Result<(), ConfigError> {
         if !matches!(self.system.durability.as_str(), "replicated" | "persisted") {
             return Err(ConfigError::BadValue {
                 key: "system.durability".into(),
@@ -599,7 +618,10 @@ impl Config {
                 key: key.clone(),
                 value: address.to_string(),
             })?;
-            if addr.ip().is_unspecified() && self.node.advertised_address.trim().is_empty() {
+            if addr.ip().is_unspecified()
+                && self.node.advertised_address.trim().is_empty()
+                && !offline
+            {
                 return Err(ConfigError::WildcardWithoutAdvertised { key });
             }
         }

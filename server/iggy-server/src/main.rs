@@ -108,7 +108,7 @@ fn version_text() -> &'static str {
 /// `IGGY_CONFIG_PATH` names), then `IGGY_*` variables.
 /// `config.toml` may be absent (the defaults apply); a file `IGGY_CONFIG_PATH` names must
 /// exist: a node started on the defaults instead would format a standalone history.
-fn configuration() -> Result<config::Config, String> {
+fn configuration(offline: bool) -> Result<config::Config, String> {
     let named = std::env::var("IGGY_CONFIG_PATH").ok();
     let path = named.clone().unwrap_or_else(|| "config.toml".into());
     let file = match std::fs::read_to_string(&path) {
@@ -122,7 +122,12 @@ fn configuration() -> Result<config::Config, String> {
         }
         Err(e) => return Err(format!("cannot read {path}: {e}")),
     };
-    config::load(file.as_deref(), |k| std::env::var(k).ok()).map_err(|e| e.to_string())
+    let env = |k: &str| std::env::var(k).ok();
+    match offline {
+        true => config::load_offline(file.as_deref(), env),
+        false => config::load(file.as_deref(), env),
+    }
+    .map_err(|e| e.to_string())
 }
 
 /// Every configuration key as its `IGGY_` variable, TOML path, type and default, one a line.
@@ -243,7 +248,7 @@ fn main() -> ExitCode {
         Some(Subcommand::Verify { path: Some(path) }) => Some(path.clone()),
         _ => None,
     };
-    let loaded = configuration();
+    let loaded = configuration(matches!(args.command, Some(Subcommand::Verify { .. })));
     if let Ok(cfg) = &loaded {
         consensus::cluster::name_node_cluster(&cfg.cluster.name);
     }
