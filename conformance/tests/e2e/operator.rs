@@ -426,7 +426,6 @@ async fn rust_log_debug_logs_every_http_request_with_method_path_status_and_dura
 /// directory that is not empty and has no `storage.format` marker (a mistyped path, a parent
 /// directory) is not ours, and is refused with nothing in it removed.
 #[test]
-#[ignore = "bug: --fresh removes a directory that is not a data directory"]
 fn fresh_refuses_a_directory_that_is_not_a_data_directory_and_removes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let foreign = dir.path().join("home");

@@ -351,6 +351,12 @@ fn main() -> ExitCode {
              to {ip} (any port; the roster's is used) or a wildcard"
         );
     }
+    if args.fresh
+        && let Err(refusal) = erasable(std::path::Path::new(&cfg.system.path))
+    {
+        eprintln!("iggy-server: --fresh: {refusal}");
+        return ExitCode::FAILURE;
+    }
     // In a cluster, --fresh erases only once no peer holds the cluster's history (asked in
     // `run`, as a node without one asks): a replica erased while its peers keep theirs is
     // refused, so it could never rejoin. It starts as a node without a history would.
@@ -397,6 +403,29 @@ enum Fresh {
     No,
     /// A cluster node: once the peers' declarations allow a new history.
     AfterGate,
+}
+
+/// Whether `--fresh` may remove `path`: absent, an empty directory, or one holding a
+/// storage-format marker (ours, of this format or an older one). Anything else is not a data
+/// directory (a mistyped path, a parent directory) and is refused with nothing removed.
+fn erasable(path: &std::path::Path) -> Result<(), String> {
+    use iggy_storage::layout::marker;
+    if !path.exists() || path.join(marker::FILE_NAME).is_file() {
+        return Ok(());
+    }
+    let empty = std::fs::read_dir(path)
+        .map_err(|e| format!("cannot read {}: {e}; nothing was removed", path.display()))?
+        .next()
+        .is_none();
+    if empty {
+        return Ok(());
+    }
+    Err(format!(
+        "{} is not an iggy-server data directory (not empty, no {} marker): nothing was \
+         removed; point system.path at the data directory, or remove this one yourself",
+        path.display(),
+        marker::FILE_NAME
+    ))
 }
 
 /// `--fresh`: removes the data directory, if there is one.
