@@ -285,6 +285,21 @@ fn list_config_env_vars_into_a_closed_pipe_exits_quietly() {
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
 
+/// The server in `dir` on the data directory `data`, TCP only on an ephemeral port, no
+/// `RUST_LOG` from the caller's environment.
+fn server_in(dir: &std::path::Path, data: &std::path::Path) -> Command {
+    let mut command = Command::new(server_binary());
+    command
+        .env_remove("RUST_LOG")
+        .env("IGGY_SYSTEM_PATH", data)
+        .env("IGGY_TCP_ADDRESS", "127.0.0.1:0")
+        .env("IGGY_QUIC_ENABLED", "false")
+        .env("IGGY_HTTP_ENABLED", "false")
+        .current_dir(dir)
+        .stdin(Stdio::null());
+    command
+}
+
 /// Runs `command` (stderr collected) to its exit, which must come within `START_TIMEOUT`: a
 /// start that should be refused and is not would otherwise serve until killed.
 fn output_of_a_refused_start(command: &mut Command) -> Output {
@@ -312,17 +327,8 @@ fn a_config_path_naming_a_missing_file_is_refused_before_the_data_is_touched() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let missing = dir.path().join("etc/iggy/config.toml");
-    let out = output_of_a_refused_start(
-        Command::new(server_binary())
-            .env_remove("RUST_LOG")
-            .env("IGGY_CONFIG_PATH", &missing)
-            .env("IGGY_SYSTEM_PATH", &data)
-            .env("IGGY_TCP_ADDRESS", "127.0.0.1:0")
-            .env("IGGY_QUIC_ENABLED", "false")
-            .env("IGGY_HTTP_ENABLED", "false")
-            .current_dir(dir.path())
-            .stdin(Stdio::null()),
-    );
+    let out =
+        output_of_a_refused_start(server_in(dir.path(), &data).env("IGGY_CONFIG_PATH", &missing));
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     for expected in ["IGGY_CONFIG_PATH", &missing.display().to_string()] {
@@ -344,15 +350,10 @@ async fn a_log_that_cannot_be_written_stops_nothing() {
         .write(true)
         .open("/dev/full")
         .expect("open /dev/full");
-    let mut child = Command::new(server_binary())
+    let mut child = server_in(dir.path(), &dir.path().join("data"))
         .arg("--with-default-root-credentials")
         .env("RUST_LOG", "debug")
-        .env("IGGY_SYSTEM_PATH", dir.path().join("data"))
         .env("IGGY_TCP_ADDRESS", &address)
-        .env("IGGY_QUIC_ENABLED", "false")
-        .env("IGGY_HTTP_ENABLED", "false")
-        .current_dir(dir.path())
-        .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(full)
         .spawn()
@@ -432,15 +433,7 @@ fn fresh_refuses_a_directory_that_is_not_a_data_directory_and_removes_nothing() 
     std::fs::create_dir_all(foreign.join("documents")).unwrap();
     std::fs::write(foreign.join("documents/thesis.txt"), "years of work").unwrap();
     let out = output_of_a_refused_start(
-        Command::new(server_binary())
-            .args(["--fresh", "--with-default-root-credentials"])
-            .env_remove("RUST_LOG")
-            .env("IGGY_SYSTEM_PATH", &foreign)
-            .env("IGGY_TCP_ADDRESS", "127.0.0.1:0")
-            .env("IGGY_QUIC_ENABLED", "false")
-            .env("IGGY_HTTP_ENABLED", "false")
-            .current_dir(dir.path())
-            .stdin(Stdio::null()),
+        server_in(dir.path(), &foreign).args(["--fresh", "--with-default-root-credentials"]),
     );
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
