@@ -453,7 +453,6 @@ fn fresh_refuses_a_directory_that_is_not_a_data_directory_and_removes_nothing() 
 /// mistyped `IGGY_CONFIG_PATH`) is an error naming it, not a verification under the default
 /// name that reports every journal as another cluster's "of the configuration read".
 #[test]
-#[ignore = "bug: verify --path ignores a configuration it cannot read"]
 fn verify_with_a_configuration_that_cannot_be_read_names_the_problem() {
     let dir = tempfile::tempdir().unwrap();
     let copy = dir.path().join("copy");

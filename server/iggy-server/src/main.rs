@@ -244,28 +244,22 @@ fn main() -> ExitCode {
             _ => ExitCode::SUCCESS,
         };
     }
-    let verify_path = match &args.command {
-        Some(Subcommand::Verify { path: Some(path) }) => Some(path.clone()),
-        _ => None,
-    };
-    let loaded = configuration(matches!(args.command, Some(Subcommand::Verify { .. })));
-    if let Ok(cfg) = &loaded {
-        consensus::cluster::name_node_cluster(&cfg.cluster.name);
-    }
-    if let Some(path) = verify_path {
-        // An explicit path verifies offline, under the configured cluster name when the
-        // configuration reads (the default name otherwise).
-        return verify::main(&path);
-    }
-    let cfg = match loaded {
+    // `verify` judges journals by the configured cluster name, so it needs the configuration
+    // read as a start does (a name guessed from a file it could not read would report every
+    // journal as another cluster's).
+    let cfg = match configuration(matches!(args.command, Some(Subcommand::Verify { .. }))) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("iggy-server: {e}");
             return ExitCode::FAILURE;
         }
     };
-    if let Some(Subcommand::Verify { path: None }) = &args.command {
-        return verify::main(std::path::Path::new(&cfg.system.path));
+    consensus::cluster::name_node_cluster(&cfg.cluster.name);
+    if let Some(Subcommand::Verify { path }) = &args.command {
+        let path = path
+            .as_deref()
+            .unwrap_or(std::path::Path::new(&cfg.system.path));
+        return verify::main(path);
     }
     // Refused before the data directory is touched (not even by --fresh): a node started as
     // another replica must not format or serve a standalone history.
