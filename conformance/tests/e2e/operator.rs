@@ -472,3 +472,25 @@ fn verify_with_a_configuration_that_cannot_be_read_names_the_problem() {
         "no verification under another name: {printed}"
     );
 }
+
+/// README, "Configuration": unknown keys are refused with the key's name. A variable of a
+/// configuration section whose key does not exist (`IGGY_TCP_ADRESS`, a typo) is one: it was
+/// ignored, and the server started on the address the operator meant to change. Variables
+/// that are not configuration keys (`IGGY_ROOT_PASSWORD`, a client's `IGGY_USERNAME`) pass.
+#[test]
+#[ignore = "bug: a mistyped IGGY_<SECTION>_<KEY> variable is ignored"]
+fn a_variable_naming_no_key_of_a_section_is_refused_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let out = output_of_a_refused_start(
+        server_in(dir.path(), &data)
+            .arg("--with-default-root-credentials")
+            .env("IGGY_TCP_ADRESS", "0.0.0.0:8090")
+            .env("IGGY_USERNAME", "a client's"),
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("IGGY_TCP_ADRESS"), "{stderr}");
+    assert!(!stderr.contains("IGGY_USERNAME"), "{stderr}");
+    assert!(!data.exists(), "no data directory was formatted");
+}
