@@ -478,7 +478,6 @@ fn verify_with_a_configuration_that_cannot_be_read_names_the_problem() {
 /// ignored, and the server started on the address the operator meant to change. Variables
 /// that are not configuration keys (`IGGY_ROOT_PASSWORD`, a client's `IGGY_USERNAME`) pass.
 #[test]
-#[ignore = "bug: a mistyped IGGY_<SECTION>_<KEY> variable is ignored"]
 fn a_variable_naming_no_key_of_a_section_is_refused_naming_it() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");

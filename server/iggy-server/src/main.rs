@@ -109,6 +109,13 @@ fn version_text() -> &'static str {
 /// `config.toml` may be absent (the defaults apply); a file `IGGY_CONFIG_PATH` names must
 /// exist: a node started on the defaults instead would format a standalone history.
 fn configuration(offline: bool) -> Result<config::Config, String> {
+    let variables = std::env::vars_os().filter_map(|(name, _)| name.into_string().ok());
+    if let Some(unknown) = config::unknown_env_vars(variables).first() {
+        return Err(format!(
+            "config: {unknown} names no configuration key (`iggy-server \
+             --list-config-env-vars` lists every variable)"
+        ));
+    }
     let named = std::env::var("IGGY_CONFIG_PATH").ok();
     let path = named.clone().unwrap_or_else(|| "config.toml".into());
     let file = match std::fs::read_to_string(&path) {
