@@ -206,3 +206,50 @@ async fn the_image_listens_on_every_interface_and_advertises_the_given_address()
     assert_eq!(node.ip, "localhost", "the advertised address: {node:?}");
     assert_eq!(node.endpoints.tcp, port, "{node:?}");
 }
+
+/// README, "Docker and Kubernetes": `docker run --rm -v iggy-data:/var/lib/iggy iggy-server
+/// verify` checks the volume. That is the image's command with `verify` and no advertised
+/// address, which only serving needs: the verification runs and passes on the directory the
+/// image's server left.
+#[test]
+fn the_images_verify_command_checks_the_volume_without_an_advertised_address() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_wildcard_port();
+    let log_path = dir.path().join("server.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let mut server = Running(
+        image_command(dir.path(), port, Some("localhost"))
+            .arg("--with-default-root-credentials")
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("spawn iggy-server"),
+    );
+    let deadline = Instant::now() + START_TIMEOUT;
+    while !std::fs::read_to_string(&log_path)
+        .unwrap()
+        .contains("iggy-server replica 0 serving")
+    {
+        assert!(server.0.try_wait().unwrap().is_none(), "iggy-server exited");
+        assert!(
+            Instant::now() < deadline,
+            "not serving in {START_TIMEOUT:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // SAFETY: kill(2) on our own child, not reaped yet.
+    unsafe { libc::kill(server.0.id() as libc::pid_t, libc::SIGTERM) };
+    assert!(server.0.wait().unwrap().success(), "a clean stop");
+
+    let output = image_command(dir.path(), port, None)
+        .arg("verify")
+        .output()
+        .expect("run iggy-server verify");
+    let printed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(output.status.code(), Some(0), "{printed}");
+    assert!(printed.contains("verified: "), "{printed}");
+}

@@ -263,3 +263,233 @@ async fn json_format_writes_one_object_per_line() {
     );
     assert!(!log.contains("\x1b["), "{log:?}");
 }
+
+/// `iggy-server --list-config-env-vars | head` closes the pipe before the listing ends: the
+/// listing stops quietly (exit 0), as `ls | head` does, instead of panicking with "failed
+/// printing to stdout: Broken pipe" and a backtrace. The pipe's reader is closed before the
+/// server starts, so its first line already meets the closed pipe.
+#[test]
+fn list_config_env_vars_into_a_closed_pipe_exits_quietly() {
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    let out = Command::new(server_binary())
+        .arg("--list-config-env-vars")
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .output()
+        .expect("run iggy-server");
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+/// The server in `dir` on the data directory `data`, TCP only on an ephemeral port, no
+/// `RUST_LOG` from the caller's environment.
+fn server_in(dir: &std::path::Path, data: &std::path::Path) -> Command {
+    let mut command = Command::new(server_binary());
+    command
+        .env_remove("RUST_LOG")
+        .env("IGGY_SYSTEM_PATH", data)
+        .env("IGGY_TCP_ADDRESS", "127.0.0.1:0")
+        .env("IGGY_QUIC_ENABLED", "false")
+        .env("IGGY_HTTP_ENABLED", "false")
+        .current_dir(dir)
+        .stdin(Stdio::null());
+    command
+}
+
+/// Runs `command` (stderr collected) to its exit, which must come within `START_TIMEOUT`: a
+/// start that should be refused and is not would otherwise serve until killed.
+fn output_of_a_refused_start(command: &mut Command) -> Output {
+    let mut child = command
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn iggy-server");
+    let deadline = std::time::Instant::now() + START_TIMEOUT;
+    while child.try_wait().expect("poll the child").is_none() {
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            panic!("still running after {START_TIMEOUT:?}: the start was not refused");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    child.wait_with_output().expect("collect the output")
+}
+
+/// `IGGY_CONFIG_PATH` naming a file that is not there (a typo in a unit file, a volume not
+/// mounted) is refused naming the path, before the data directory is touched. Started on the
+/// embedded defaults instead, a cluster node would format a standalone history.
+#[test]
+fn a_config_path_naming_a_missing_file_is_refused_before_the_data_is_touched() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let missing = dir.path().join("etc/iggy/config.toml");
+    let out =
+        output_of_a_refused_start(server_in(dir.path(), &data).env("IGGY_CONFIG_PATH", &missing));
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    for expected in ["IGGY_CONFIG_PATH", &missing.display().to_string()] {
+        assert!(stderr.contains(expected), "names {expected:?}: {stderr}");
+    }
+    assert!(!data.exists(), "no data directory was formatted");
+}
+
+/// A log that cannot be written (stderr on a full disk, here `/dev/full`) loses its lines but
+/// stops nothing: the server starts, serves and stops cleanly. The log writer reported its
+/// write error with `eprintln!`, which panics when stderr fails: the start died with exit 101
+/// and no word, and a panic in a running group's task left a node alive but stalled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_that_cannot_be_written_stops_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let address = format!("127.0.0.1:{port}");
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .expect("open /dev/full");
+    let mut child = server_in(dir.path(), &dir.path().join("data"))
+        .arg("--with-default-root-credentials")
+        .env("RUST_LOG", "debug")
+        .env("IGGY_TCP_ADDRESS", &address)
+        .stdout(Stdio::null())
+        .stderr(full)
+        .spawn()
+        .expect("spawn iggy-server");
+    let deadline = std::time::Instant::now() + START_TIMEOUT;
+    while std::net::TcpStream::connect(&address).is_err() {
+        if let Some(status) = child.try_wait().expect("poll the child") {
+            panic!("iggy-server exited during startup ({status})");
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no listener on {address}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let client = IggyClient::from_connection_string(&format!("iggy://iggy:iggy@{address}"))
+        .expect("valid connection string");
+    ok("connect", within("connect", client.connect()).await);
+    create_stream_and_topic(&client, "s", "t", 1).await;
+    send_to_partition(&client, &name("s"), &name("t"), 0, msgs("m", 3)).await;
+    let polled = poll(
+        &client,
+        &name("s"),
+        &name("t"),
+        0,
+        &consumer("c"),
+        PollingStrategy::offset(0),
+        10,
+        false,
+    )
+    .await;
+    assert_eq!(payloads(&polled), ["m-0", "m-1", "m-2"]);
+    // SAFETY: kill(2) on our own child, not reaped yet.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    let status = child.wait().expect("wait for iggy-server");
+    assert_eq!(status.code(), Some(0), "a clean stop");
+}
+
+/// README, "Logs": `debug` logs one line per request. An HTTP request is one too: its method,
+/// path (not the query), status and duration, so an operator tracing REST clients sees them
+/// as a binary client's requests are seen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rust_log_debug_logs_every_http_request_with_method_path_status_and_duration() {
+    let (server, api) = TestServer::start_with_http(&[("RUST_LOG", "debug")]);
+    let token = crate::http::raw_token(&api).await;
+    let (status, _) = crate::http::raw(&api, "GET", "/streams?x=1", Some(&token), b"").await;
+    assert_eq!(status, 200);
+    let (status, _) = crate::http::raw(&api, "GET", "/streams/nope", Some(&token), b"").await;
+    assert_eq!(status, 404);
+    let log = this_start(&server);
+    let http_lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains(" DEBUG ") && l.contains(" http request "))
+        .collect();
+    for (method, path, status) in [
+        ("POST", "/users/login", 200),
+        ("GET", "/streams", 200),
+        ("GET", "/streams/nope", 404),
+    ] {
+        let wanted = format!(" method={method} path={path} status={status} ");
+        let line = http_lines
+            .iter()
+            .find(|l| l.contains(&wanted))
+            .unwrap_or_else(|| panic!("{wanted:?} logged:\n{log}"));
+        assert!(line.contains(" duration="), "{line}");
+        assert!(!line.contains("x=1"), "no query: {line}");
+    }
+}
+
+/// `--fresh` erases an iggy-server data directory, not whatever `system.path` names: a
+/// directory that is not empty and has no `storage.format` marker (a mistyped path, a parent
+/// directory) is not ours, and is refused with nothing in it removed.
+#[test]
+fn fresh_refuses_a_directory_that_is_not_a_data_directory_and_removes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let foreign = dir.path().join("home");
+    std::fs::create_dir_all(foreign.join("documents")).unwrap();
+    std::fs::write(foreign.join("documents/thesis.txt"), "years of work").unwrap();
+    let out = output_of_a_refused_start(
+        server_in(dir.path(), &foreign).args(["--fresh", "--with-default-root-credentials"]),
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    for expected in ["--fresh", &foreign.display().to_string(), "storage.format"] {
+        assert!(stderr.contains(expected), "names {expected:?}: {stderr}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(foreign.join("documents/thesis.txt")).unwrap(),
+        "years of work"
+    );
+    let entries: Vec<_> = std::fs::read_dir(&foreign).unwrap().collect();
+    assert_eq!(entries.len(), 1, "nothing was written either");
+}
+
+/// `verify --path` judges each journal record's cluster by the configured `[cluster] name`
+/// (README, "Backup and restore", step 3). A configuration that cannot be read (here a
+/// mistyped `IGGY_CONFIG_PATH`) is an error naming it, not a verification under the default
+/// name that reports every journal as another cluster's "of the configuration read".
+#[test]
+fn verify_with_a_configuration_that_cannot_be_read_names_the_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("copy");
+    std::fs::create_dir_all(&copy).unwrap();
+    let missing = dir.path().join("cluster.tom");
+    let out = server_in(dir.path(), &copy)
+        .args(["verify", "--path"])
+        .arg(&copy)
+        .env("IGGY_CONFIG_PATH", &missing)
+        .output()
+        .expect("run iggy-server verify");
+    let printed = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{printed}");
+    assert!(printed.contains("IGGY_CONFIG_PATH"), "{printed}");
+    assert!(
+        !printed.contains("verified:"),
+        "no verification under another name: {printed}"
+    );
+}
+
+/// README, "Configuration": unknown keys are refused with the key's name. A variable of a
+/// configuration section whose key does not exist (`IGGY_TCP_ADRESS`, a typo) is one: it was
+/// ignored, and the server started on the address the operator meant to change. Variables
+/// that are not configuration keys (`IGGY_ROOT_PASSWORD`, a client's `IGGY_USERNAME`) pass.
+#[test]
+fn a_variable_naming_no_key_of_a_section_is_refused_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let out = output_of_a_refused_start(
+        server_in(dir.path(), &data)
+            .arg("--with-default-root-credentials")
+            .env("IGGY_TCP_ADRESS", "0.0.0.0:8090")
+            .env("IGGY_USERNAME", "a client's"),
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("IGGY_TCP_ADRESS"), "{stderr}");
+    assert!(!stderr.contains("IGGY_USERNAME"), "{stderr}");
+    assert!(!data.exists(), "no data directory was formatted");
+}

@@ -353,6 +353,39 @@ pub fn env_name(path: &str) -> String {
     format!("IGGY_{}", path.replace('.', "_").to_ascii_uppercase())
 }
 
+/// The variables among `names` that start as a configuration section's (`IGGY_TCP_…`) but
+/// name none of its keys, nor a roster field (`IGGY_CLUSTER_NODES_<i>_…`): mistyped keys,
+/// refused as a file's unknown keys are. Other `IGGY_` variables (`IGGY_CONFIG_PATH`,
+/// `IGGY_ROOT_PASSWORD`, a client's `IGGY_USERNAME`) are not configuration keys and pass.
+pub fn unknown_env_vars(names: impl IntoIterator<Item = String>) -> Vec<String> {
+    let sections: Vec<String> = defaults_table()
+        .keys()
+        .map(|section| env_name(section) + "_")
+        .collect();
+    let keys: std::collections::BTreeSet<String> =
+        leaves().keys().map(|path| env_name(path)).collect();
+    let roster = cluster::roster_env_vars();
+    let a_roster_field = |name: &str| {
+        roster.iter().any(|(template, _, _)| {
+            let (prefix, suffix) = template.split_once("<i>").expect("a roster template");
+            name.strip_prefix(prefix)
+                .and_then(|rest| rest.strip_suffix(suffix))
+                .is_some_and(|index| !index.is_empty() && index.bytes().all(|b| b.is_ascii_digit()))
+        })
+    };
+    let mut unknown: Vec<String> = names
+        .into_iter()
+        .filter(|name| {
+            sections
+                .iter()
+                .any(|section| name.starts_with(section.as_str()))
+        })
+        .filter(|name| !keys.contains(name) && !a_roster_field(name))
+        .collect();
+    unknown.sort();
+    unknown
+}
+
 /// Where the configuration reference lives, relative to this crate.
 #[cfg(test)]
 pub const REFERENCE_PATH: &str = "config.reference.toml";
@@ -496,6 +529,23 @@ pub fn load(
     file: Option<&str>,
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<Config, ConfigError> {
+    load_for(file, env, false)
+}
+
+/// [`load`] for offline work (`iggy-server verify`): a wildcard bind needs no advertised
+/// address, since no client is told one.
+pub fn load_offline(
+    file: Option<&str>,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Config, ConfigError> {
+    load_for(file, env, true)
+}
+
+fn load_for(
+    file: Option<&str>,
+    env: impl Fn(&str) -> Option<String>,
+    offline: bool,
+) -> Result<Config, ConfigError> {
     let mut table = defaults_table();
     let mut roster = Vec::new();
     if let Some(text) = file {
@@ -540,7 +590,7 @@ pub fn load(
         .try_into()
         .map_err(|e: toml::de::Error| ConfigError::Toml(e.to_string()))?;
     cfg.cluster = cluster::build(cluster_section, &roster)?;
-    cfg.validate()?;
+    cfg.validate_for(offline)?;
     Ok(cfg)
 }
 
@@ -555,7 +605,9 @@ impl Config {
         ]
     }
 
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    /// `offline` (`verify`, which serves no client) skips what only serving needs: an
+    /// advertised address for a wildcard bind.
+    fn validate_for(&self, offline: bool) -> Result<(), ConfigError> {
         if !matches!(self.system.durability.as_str(), "replicated" | "persisted") {
             return Err(ConfigError::BadValue {
                 key: "system.durability".into(),
@@ -599,7 +651,10 @@ impl Config {
                 key: key.clone(),
                 value: address.to_string(),
             })?;
-            if addr.ip().is_unspecified() && self.node.advertised_address.trim().is_empty() {
+            if addr.ip().is_unspecified()
+                && self.node.advertised_address.trim().is_empty()
+                && !offline
+            {
                 return Err(ConfigError::WildcardWithoutAdvertised { key });
             }
         }
@@ -860,6 +915,32 @@ mod tests {
         })
         .unwrap_err();
         assert!(e.to_string().contains("tcp.address"), "{e}");
+    }
+
+    #[test]
+    fn a_variable_of_a_section_naming_no_key_is_unknown_and_others_pass() {
+        let names = [
+            "IGGY_TCP_ADDRESS",
+            "IGGY_TCP_ADRESS",
+            "IGGY_HTTP_JWT_ENCODING_SECRET",
+            "IGGY_CLUSTER_NODES_2_PORTS_TCP_REPLICA",
+            "IGGY_CLUSTER_NODES_2_PORTS_UDP",
+            "IGGY_CLUSTER_NODES_X_IP",
+            "IGGY_SYSTEM_PATHS",
+            "IGGY_CONFIG_PATH",
+            "IGGY_ROOT_PASSWORD",
+            "IGGY_USERNAME",
+            "HOME",
+        ];
+        assert_eq!(
+            unknown_env_vars(names.map(String::from)),
+            [
+                "IGGY_CLUSTER_NODES_2_PORTS_UDP",
+                "IGGY_CLUSTER_NODES_X_IP",
+                "IGGY_SYSTEM_PATHS",
+                "IGGY_TCP_ADRESS",
+            ]
+        );
     }
 
     #[test]

@@ -106,14 +106,59 @@ fn version_text() -> &'static str {
 
 /// The layered configuration: embedded defaults, then `config.toml` (or the file
 /// `IGGY_CONFIG_PATH` names), then `IGGY_*` variables.
-fn configuration() -> Result<config::Config, String> {
-    let path = std::env::var("IGGY_CONFIG_PATH").unwrap_or_else(|_| "config.toml".into());
+/// `config.toml` may be absent (the defaults apply); a file `IGGY_CONFIG_PATH` names must
+/// exist: a node started on the defaults instead would format a standalone history.
+fn configuration(offline: bool) -> Result<config::Config, String> {
+    let variables = std::env::vars_os().filter_map(|(name, _)| name.into_string().ok());
+    if let Some(unknown) = config::unknown_env_vars(variables).first() {
+        return Err(format!(
+            "config: {unknown} names no configuration key (`iggy-server \
+             --list-config-env-vars` lists every variable)"
+        ));
+    }
+    let named = std::env::var("IGGY_CONFIG_PATH").ok();
+    let path = named.clone().unwrap_or_else(|| "config.toml".into());
     let file = match std::fs::read_to_string(&path) {
         Ok(t) => Some(t),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && named.is_none() => None,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(format!(
+                "IGGY_CONFIG_PATH names {path}, which does not exist (unset it to run on \
+                 config.toml in the working directory, or on the embedded defaults without one)"
+            ));
+        }
         Err(e) => return Err(format!("cannot read {path}: {e}")),
     };
-    config::load(file.as_deref(), |k| std::env::var(k).ok()).map_err(|e| e.to_string())
+    let env = |k: &str| std::env::var(k).ok();
+    match offline {
+        true => config::load_offline(file.as_deref(), env),
+        false => config::load(file.as_deref(), env),
+    }
+    .map_err(|e| e.to_string())
+}
+
+/// Every configuration key as its `IGGY_` variable, TOML path, type and default, one a line.
+fn list_config_env_vars(out: &mut impl std::io::Write) -> std::io::Result<()> {
+    writeln!(out, "# variable\tTOML path\ttype\tdefault")?;
+    for (path, default) in config::leaves() {
+        let kind = match &default {
+            toml::Value::String(_) => "string",
+            toml::Value::Integer(_) => "integer",
+            toml::Value::Boolean(_) => "boolean",
+            toml::Value::Float(_) => "float",
+            _ => "value",
+        };
+        writeln!(
+            out,
+            "{}\t{path}\t{kind}\t{default}",
+            config::env_name(&path)
+        )?;
+    }
+    // The roster has no defaults: one row per field, <i> being the node's index from 0.
+    for (variable, path, kind) in config::roster_env_vars() {
+        writeln!(out, "{variable}\t{path}\t{kind}\t(none)")?;
+    }
+    out.flush()
 }
 
 /// Root credentials: defaults, else IGGY_ROOT_USERNAME/IGGY_ROOT_PASSWORD, else generated.
@@ -140,9 +185,12 @@ fn root_credentials(default: bool, env: impl Fn(&str) -> Option<String>) -> (Str
 /// terminal) or `json` (one object per line).
 fn init_logging(logging: &config::Logging, rust_log: Option<&str>) {
     use std::io::IsTerminal;
+    // A line that cannot be written (stderr on a full disk) is lost; reporting it with
+    // `eprintln!`, as the writer otherwise does, would panic the task that logged.
     let fmt = tracing_subscriber::fmt()
         .with_env_filter(log_filter(&logging.level, rust_log))
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .log_internal_errors(false);
     if logging.format == "json" {
         fmt.json().with_ansi(false).init();
     } else {
@@ -194,45 +242,31 @@ fn main() -> ExitCode {
         }
     };
     if args.list_config_env_vars {
-        println!("# variable\tTOML path\ttype\tdefault");
-        for (path, default) in config::leaves() {
-            let kind = match &default {
-                toml::Value::String(_) => "string",
-                toml::Value::Integer(_) => "integer",
-                toml::Value::Boolean(_) => "boolean",
-                toml::Value::Float(_) => "float",
-                _ => "value",
-            };
-            println!("{}\t{path}\t{kind}\t{default}", config::env_name(&path));
-        }
-        // The roster has no defaults: one row per field, <i> being the node's index from 0.
-        for (variable, path, kind) in config::roster_env_vars() {
-            println!("{variable}\t{path}\t{kind}\t(none)");
-        }
-        return ExitCode::SUCCESS;
+        return match list_config_env_vars(&mut std::io::stdout().lock()) {
+            // A reader that stopped early (`| head`) wanted no more.
+            Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+                eprintln!("iggy-server: cannot print the configuration keys: {e}");
+                ExitCode::FAILURE
+            }
+            _ => ExitCode::SUCCESS,
+        };
     }
-    let verify_path = match &args.command {
-        Some(Subcommand::Verify { path: Some(path) }) => Some(path.clone()),
-        _ => None,
-    };
-    let loaded = configuration();
-    if let Ok(cfg) = &loaded {
-        consensus::cluster::name_node_cluster(&cfg.cluster.name);
-    }
-    if let Some(path) = verify_path {
-        // An explicit path verifies offline, under the configured cluster name when the
-        // configuration reads (the default name otherwise).
-        return verify::main(&path);
-    }
-    let cfg = match loaded {
+    // `verify` judges journals by the configured cluster name, so it needs the configuration
+    // read as a start does (a name guessed from a file it could not read would report every
+    // journal as another cluster's).
+    let cfg = match configuration(matches!(args.command, Some(Subcommand::Verify { .. }))) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("iggy-server: {e}");
             return ExitCode::FAILURE;
         }
     };
-    if let Some(Subcommand::Verify { path: None }) = &args.command {
-        return verify::main(std::path::Path::new(&cfg.system.path));
+    consensus::cluster::name_node_cluster(&cfg.cluster.name);
+    if let Some(Subcommand::Verify { path }) = &args.command {
+        let path = path
+            .as_deref()
+            .unwrap_or(std::path::Path::new(&cfg.system.path));
+        return verify::main(path);
     }
     // Refused before the data directory is touched (not even by --fresh): a node started as
     // another replica must not format or serve a standalone history.
@@ -318,6 +352,12 @@ fn main() -> ExitCode {
              to {ip} (any port; the roster's is used) or a wildcard"
         );
     }
+    if args.fresh
+        && let Err(refusal) = erasable(std::path::Path::new(&cfg.system.path))
+    {
+        eprintln!("iggy-server: --fresh: {refusal}");
+        return ExitCode::FAILURE;
+    }
     // In a cluster, --fresh erases only once no peer holds the cluster's history (asked in
     // `run`, as a node without one asks): a replica erased while its peers keep theirs is
     // refused, so it could never rejoin. It starts as a node without a history would.
@@ -364,6 +404,29 @@ enum Fresh {
     No,
     /// A cluster node: once the peers' declarations allow a new history.
     AfterGate,
+}
+
+/// Whether `--fresh` may remove `path`: absent, an empty directory, or one holding a
+/// storage-format marker (ours, of this format or an older one). Anything else is not a data
+/// directory (a mistyped path, a parent directory) and is refused with nothing removed.
+fn erasable(path: &std::path::Path) -> Result<(), String> {
+    use iggy_storage::layout::marker;
+    if !path.exists() || path.join(marker::FILE_NAME).is_file() {
+        return Ok(());
+    }
+    let empty = std::fs::read_dir(path)
+        .map_err(|e| format!("cannot read {}: {e}; nothing was removed", path.display()))?
+        .next()
+        .is_none();
+    if empty {
+        return Ok(());
+    }
+    Err(format!(
+        "{} is not an iggy-server data directory (not empty, no {} marker): nothing was \
+         removed; point system.path at the data directory, or remove this one yourself",
+        path.display(),
+        marker::FILE_NAME
+    ))
 }
 
 /// `--fresh`: removes the data directory, if there is one.

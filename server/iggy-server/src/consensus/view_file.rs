@@ -7,7 +7,7 @@
 //! Absent files are view 0, log view 0: a new group, or a data directory written before view
 //! states existed (only groups of one ran, and their view never changes).
 
-use iggy_vsr::{ReplicaId, ViewState};
+use iggy_vsr::{ReplicaId, ViewState, ViewStateError};
 use std::path::{Path, PathBuf};
 
 const SLOTS: [&str; 2] = ["view.0", "view.1"];
@@ -41,7 +41,19 @@ impl ViewFile {
         }
         let (state, next_slot) =
             ViewState::latest([slots[0].as_deref(), slots[1].as_deref()], cluster, replica)
-                .map_err(|error| format!("{}: {error}", dir.display()))?;
+                .map_err(|error| match error {
+                    ViewStateError::Foreign {
+                        cluster: owner_cluster,
+                        replica: owner,
+                    } => format!(
+                        "{}: view state written by replica {owner} of cluster \
+                         {owner_cluster:#x}, but this node is replica {replica} of cluster \
+                         {cluster:#x}: this is another node's data directory; start each node \
+                         on its own (system.path) with its own --replica-id",
+                        dir.display()
+                    ),
+                    _ => format!("{}: {error}", dir.display()),
+                })?;
         let file = ViewFile {
             dir: dir.to_path_buf(),
             cluster,
@@ -95,5 +107,27 @@ mod tests {
             ViewFile::load(dir.path(), 8, 2).is_err(),
             "another cluster's state is refused"
         );
+    }
+
+    /// A node started on another replica's data directory (a copy of node 1's under node 2's
+    /// path) is told so: whose state it found, which node it is, and what to do; the refusal
+    /// named the owner only.
+    #[compio::test]
+    async fn another_replicas_view_state_is_refused_naming_both_replicas() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, mut file) = ViewFile::load(dir.path(), 7, 1).unwrap();
+        file.persist(ViewState {
+            view: 3,
+            log_view: 3,
+        })
+        .await;
+        let refusal = ViewFile::load(dir.path(), 7, 2).unwrap_err();
+        for expected in [
+            "written by replica 1",
+            "this node is replica 2",
+            "another node's data directory",
+        ] {
+            assert!(refusal.contains(expected), "{expected:?}: {refusal}");
+        }
     }
 }

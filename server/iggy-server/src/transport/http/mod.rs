@@ -352,8 +352,19 @@ async fn serve_connection<S: AsyncRead + AsyncWrite>(
             .is_some_and(|c| c.trim().eq_ignore_ascii_case("close"));
         // Counted for the drain at shutdown, like a TCP request.
         let in_flight = node.request_started();
+        let started = std::time::Instant::now();
         let response = api::handle(node, api, connection, &request).await;
         drop(in_flight);
+        // As a binary request's line; the path without its query.
+        tracing::debug!(
+            connection = connection.id,
+            session = connection.bound.map(|bound| bound.session),
+            method = %request.method,
+            path = %request.path,
+            status = response.status,
+            duration = ?started.elapsed(),
+            "http request"
+        );
         // A token's session is bound for the request only; the connection keeps none.
         connection.bound = None;
         send(
