@@ -108,3 +108,27 @@ async fn a_failed_segment_write_stops_the_server_naming_the_file_and_loses_nothi
     let late = send_to_partition(&c, &name("s"), &name("t"), 0, msgs("late", 1)).await;
     assert_eq!(late.confirmations.first().map(|c| c.base_offset), Some(acknowledged.len() as u64));
 }
+
+/// `PANIC_EXIT_CODE` of the server (sysexits' EX_SOFTWARE).
+const PANIC_EXIT_CODE: i32 = 70;
+
+/// A panic in any task stops the process, logged: the runtime would otherwise end only the
+/// task that panicked and leave the node up without it (one was seen answering pings with a
+/// group that no longer journaled, its clients waiting out their timeouts), which no
+/// supervisor restarts. The debug build's `IGGY_DEBUG_PANIC_AFTER_MS` panics a detached task on
+/// purpose once the node serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_in_any_task_stops_the_server() {
+    let mut server = TestServer::start_with_env(&[("IGGY_DEBUG_PANIC_AFTER_MS", "1500")]);
+    let status = tokio::task::block_in_place(|| server.wait_exit(EXIT_TIMEOUT));
+    let log = server.log();
+    assert_eq!(
+        status.and_then(|status| status.code()),
+        Some(PANIC_EXIT_CODE),
+        "the server exits after the panic:\n{log}"
+    );
+    assert!(
+        log.contains("a task panicked") && log.contains("stopping"),
+        "{log}"
+    );
+}

@@ -198,6 +198,39 @@ fn init_logging(logging: &config::Logging, rust_log: Option<&str>) {
     }
 }
 
+/// The process exit code after a panic (sysexits' `EX_SOFTWARE`).
+const PANIC_EXIT_CODE: i32 = 70;
+
+/// Any panic stops the process, after the standard report (and its backtrace) and a log line:
+/// the runtime would otherwise end only the panicking task and leave a node that answers pings
+/// without it (a group that no longer journals, clients waiting out their timeouts), which no
+/// supervisor restarts. Stopped, the node is restarted and recovers what it made durable.
+fn stop_on_panic() {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        report(info);
+        tracing::error!("a task panicked ({info}); stopping");
+        std::process::exit(PANIC_EXIT_CODE);
+    }));
+}
+
+/// Debug builds only: `IGGY_DEBUG_PANIC_AFTER_MS` makes a detached task panic that long after
+/// the node serves, for the test that a panic stops the process.
+#[cfg(debug_assertions)]
+fn panic_on_purpose() {
+    let Some(after) = std::env::var("IGGY_DEBUG_PANIC_AFTER_MS")
+        .ok()
+        .and_then(|ms| ms.parse().ok())
+    else {
+        return;
+    };
+    compio::runtime::spawn(async move {
+        compio::time::sleep(std::time::Duration::from_millis(after)).await;
+        panic!("IGGY_DEBUG_PANIC_AFTER_MS: a panic on purpose");
+    })
+    .detach();
+}
+
 /// `RUST_LOG`, when set and not empty, replaces `system.logging.level` (full directives, such
 /// as `info,iggy_server::tcp=debug`); unparsable directives fall back to the level.
 fn log_filter(level: &str, rust_log: Option<&str>) -> tracing_subscriber::EnvFilter {
@@ -346,6 +379,7 @@ fn main() -> ExitCode {
         &cfg.system.logging,
         std::env::var("RUST_LOG").ok().as_deref(),
     );
+    stop_on_panic();
     for (key, address, ip) in unserved {
         tracing::warn!(
             "{key} binds {address}, which does not serve this node's roster ip {ip}: set {key} \
@@ -537,6 +571,8 @@ async fn run(
     }
     tracing::info!("iggy-server replica {replica_id} serving");
     compio::runtime::spawn(maintenance::run(node.clone())).detach();
+    #[cfg(debug_assertions)]
+    panic_on_purpose();
     #[cfg(feature = "systemd")]
     let notifier = systemd_ready();
     wait_for_shutdown().await;
