@@ -183,8 +183,11 @@ impl Server {
             }
         }
         cmd.env("IGGY_TCP_ADDRESS", self.address()).env("IGGY_SYSTEM_PATH", &self.system_path);
-        // QUIC is on by default: an ephemeral port keeps parallel servers apart.
-        cmd.env("IGGY_QUIC_ADDRESS", "127.0.0.1:0");
+        // QUIC is on by default: an ephemeral port keeps parallel servers apart. HTTP is on by
+        // default on a fixed port (3000), which a parallel server may hold: a test that uses it
+        // turns it on with its own address.
+        cmd.env("IGGY_QUIC_ADDRESS", "127.0.0.1:0")
+            .env("IGGY_HTTP_ENABLED", "false");
         if std::env::var_os("RUST_LOG").is_none() {
             cmd.env("RUST_LOG", "info");
         }

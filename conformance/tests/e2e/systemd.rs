@@ -71,6 +71,8 @@ impl Notified {
         let address: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         let quic = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
         let websocket = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        // HTTP is on by default on a fixed port (3000) a parallel test may hold.
+        let http = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
         let log = File::create(dir.path().join("server.log")).unwrap();
         let mut cmd = Command::new(&bin);
         cmd.arg("--with-default-root-credentials")
@@ -87,6 +89,7 @@ impl Notified {
             .env("IGGY_QUIC_ADDRESS", quic.to_string())
             .env("IGGY_WEBSOCKET_ENABLED", "true")
             .env("IGGY_WEBSOCKET_ADDRESS", websocket.to_string())
+            .env("IGGY_HTTP_ADDRESS", http.to_string())
             .env("IGGY_SYSTEM_PATH", dir.path().join("data"))
             .env("RUST_LOG", "info")
             .env("NOTIFY_SOCKET", &notify_path)
