@@ -11,11 +11,11 @@ use super::storage::Storage;
 use crate::codec::{self, CodecError, FrameContext, Inbound};
 use crate::group::{CheckpointPolicy, Durability, GroupCore, JournalBound, Outcome, Pending, Step};
 use crate::message::{Entry, Message, OPERATION_REGISTER, ReplicaId};
-use crate::replica::{Config, ReadBack, Refusal, Replica, Status};
+use crate::replica::{Config, LeadingStalled, ReadBack, Refusal, Replica, Status};
 use crate::view_state::ViewState;
 use bytes::Bytes;
 use iggy_generated::frames::Command;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// A packet on the simulated network.
 #[derive(Clone, Debug)]
@@ -120,6 +120,12 @@ pub struct Summary {
     /// Transfers a machine could not complete over the chosen peer (it retired past the
     /// offered state's end), tried again later.
     pub transfers_refused: u64,
+    /// Views a replica due to lead gave up at once, unable to start them (see
+    /// `Replica::cannot_lead`); view changes whose primary instead timed out, fetching bodies
+    /// after a holder found one it was asked for retired, or needing state transfer.
+    pub views_given_up: u64,
+    pub fetches_timed_out_on_retired: u64,
+    pub views_timed_out_for_transfer: u64,
     /// With [`Cluster::with_stale_acks`]: acknowledgements of another log sent to primaries.
     pub stale_acks: u64,
 }
@@ -176,6 +182,10 @@ pub struct Cluster<W: Workload = ModelWorkload> {
     checkpoints_past_laggards: u64,
     state_transfers: u64,
     transfers_refused: u64,
+    /// Views in which a backup found a body the new primary asked it for retired.
+    fetch_retired_views: BTreeSet<u32>,
+    /// Per (replica, view) whose primary asked to leave it unstarted: why it had not started.
+    views_abandoned: BTreeMap<(usize, u32), LeadingStalled>,
     /// Crashes, restarts and cuts come from the node shell hosting this group
     /// ([`Cluster::faults_from_shell`]), never from the cluster's own fault stream.
     shell_faults: bool,
@@ -308,6 +318,8 @@ impl<W: Workload> Cluster<W> {
             checkpoints_past_laggards: 0,
             state_transfers: 0,
             transfers_refused: 0,
+            fetch_retired_views: BTreeSet::new(),
+            views_abandoned: BTreeMap::new(),
             shell_faults: false,
             stale_acks: None,
             stale_acks_sent: 0,
@@ -627,6 +639,14 @@ impl<W: Workload> Cluster<W> {
 
     /// Ends the run once the clients are done: the full checks (the workload's end check
     /// too) and the summary. Panics (with the seed) if a client has not finished.
+    /// The views abandoned unstarted by their primary for a reason `counted` accepts.
+    fn abandoned(&self, counted: impl Fn(u32, LeadingStalled) -> bool) -> u64 {
+        self.views_abandoned
+            .iter()
+            .filter(|((_, view), why)| counted(*view, **why))
+            .count() as u64
+    }
+
     pub fn finish(mut self) -> (Summary, W) {
         let done = self.clients_done();
         assert!(
@@ -665,6 +685,12 @@ impl<W: Workload> Cluster<W> {
             checkpoints_past_laggards: self.checkpoints_past_laggards,
             state_transfers: self.state_transfers,
             transfers_refused: self.transfers_refused,
+            views_given_up: self.abandoned(|_, why| why == LeadingStalled::GaveUp),
+            fetches_timed_out_on_retired: self.abandoned(|view, why| {
+                why == LeadingStalled::FetchingBodies && self.fetch_retired_views.contains(&view)
+            }),
+            views_timed_out_for_transfer: self
+                .abandoned(|_, why| why == LeadingStalled::NeedsStateTransfer),
             stale_acks: self.stale_acks_sent,
         };
         (summary, self.workload)
@@ -1112,6 +1138,15 @@ impl<W: Workload> Cluster<W> {
                          (durable {durable:?})",
                         self.seed
                     );
+                    if let Message::PreVote { .. } = message {
+                        let replica = core.replica();
+                        if let Some(why) = replica.leading_stalled() {
+                            // The first pre-vote of the round says why it began.
+                            self.views_abandoned
+                                .entry((index, replica.view()))
+                                .or_insert(why);
+                        }
+                    }
                     let from = index as u8;
                     let packet = match self.frames {
                         Some(context) => Packet::Frame {
@@ -1151,6 +1186,14 @@ impl<W: Workload> Cluster<W> {
                         None => ReadBack::Unreadable,
                     };
                     self.read_backs += 1;
+                    let replica = core.replica();
+                    if read == ReadBack::Retired
+                        && replica.status() == Status::ViewChange
+                        && replica.primary_of(replica.view()) != replica.replica()
+                    {
+                        // Only the new primary's body fetch asks a replica changing views.
+                        self.fetch_retired_views.insert(replica.view());
+                    }
                     core.read_back(op, read);
                 }
                 // The core synced the journal before handing this out (see `Storage`).
