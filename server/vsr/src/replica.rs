@@ -1555,10 +1555,18 @@ impl Replica {
             *acked = (*acked).max(op);
         }
         self.advance_checkpoint_safe();
-        let Some(oks) = self.prepare_oks.get_mut(&op) else {
+        // The ack vouches for the sender's whole prefix through `op` in this view's log, so it
+        // counts for every uncommitted op up to it: a backup that checkpointed ops this
+        // primary does not know committed (its DoViewChange quorum named a lower commit)
+        // acknowledges only above its checkpoint, and those ops would otherwise wait forever.
+        let mut counted = false;
+        for (_, oks) in self.prepare_oks.range_mut(..=op) {
+            oks.insert(replica);
+            counted = true;
+        }
+        if !counted {
             return;
-        };
-        oks.insert(replica);
+        }
         let quorum = self.config.quorum();
         let me = self.config.replica;
         // Commit in op order: the front of the pipeline with a quorum including ourselves.

@@ -331,3 +331,36 @@ fn a_new_primary_installs_the_lowest_checkpointed_of_equal_logs() {
         "the bodies it lacks are fetched: {sent:?}"
     );
 }
+
+#[test]
+fn an_ack_above_a_backups_checkpoint_counts_for_the_ops_below_it() {
+    // Replica 1 leads view 1 over ops 1..=10, none known committed: its DoViewChange quorum
+    // (itself and replica 2) named commit 0.
+    let log = log_of(0);
+    let mut primary = voting_for_view_1(1, &log);
+    settle(&mut primary);
+    let commit_named = Message::DoViewChange {
+        view: 1,
+        replica: 2,
+        log_view: 0,
+        commit: 0,
+        log: Log::of_entries(0, 0, &log),
+    };
+    primary.on_message(2, commit_named);
+    settle(&mut primary);
+    assert_eq!(
+        (primary.status(), primary.commit_max()),
+        (Status::Normal, 0)
+    );
+    // Replica 0 committed and checkpointed ops 1..=8 in view 0 (it was not in that quorum):
+    // holding view 1's log from its checkpoint on, it acknowledges only above it.
+    let ack = Message::PrepareOk {
+        view: 1,
+        op: 10,
+        checksum: log[9].checksum,
+        replica: 0,
+    };
+    primary.on_message(0, ack);
+    let out = settle(&mut primary);
+    assert_eq!(primary.commit_max(), 10, "{out:?}");
+}

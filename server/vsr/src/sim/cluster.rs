@@ -660,8 +660,6 @@ impl<W: Workload> Cluster<W> {
         self.finish()
     }
 
-    /// Ends the run once the clients are done: the full checks (the workload's end check
-    /// too) and the summary. Panics (with the seed) if a client has not finished.
     /// The views abandoned unstarted by their primary for a reason `counted` accepts.
     fn abandoned(&self, counted: impl Fn(u32, LeadingStalled) -> bool) -> u64 {
         self.views_abandoned
@@ -670,6 +668,8 @@ impl<W: Workload> Cluster<W> {
             .count() as u64
     }
 
+    /// Ends the run once the clients are done: the full checks (the workload's end check
+    /// too) and the summary. Panics (with the seed) if a client has not finished.
     pub fn finish(mut self) -> (Summary, W) {
         let done = self.clients_done();
         assert!(
