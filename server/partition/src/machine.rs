@@ -341,8 +341,11 @@ impl Partition {
     /// log's first offset when it lies above it: a retirement applied before a restart deleted
     /// the offsets below it, and the committed end known now is the checkpoint's until the
     /// replica rejoins, so the retired messages stay deleted rather than coming back from a
-    /// peer that still holds them. (A first offset past `until` cannot continue that state: the
-    /// log starts over at the committed end.) Refused when this replica committed past `until`.
+    /// peer that still holds them. A first offset past `until` (a transfer restarted the log
+    /// at a peer's first offset, then the replica restarted before installing the state) means
+    /// a committed retirement deleted every offset below it: the log restarts empty at `until`
+    /// and nothing is copied, rather than bringing those messages back from the peer.
+    /// Refused when this replica committed past `until`.
     pub fn transfer_continues_from(
         &self,
         first_offset: u64,
@@ -357,7 +360,7 @@ impl Partition {
         }
         Ok(match first_offset <= until {
             true => committed.max(first_offset),
-            false => committed,
+            false => until,
         })
     }
 

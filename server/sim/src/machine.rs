@@ -352,7 +352,8 @@ impl Machine for PartitionMachine {
     /// peer's committed records up to the state's end; when the peer no longer holds the
     /// offset the log continues from, the log restarts empty at the peer's first offset, or,
     /// when that lies past the state's end, the transfer is refused (`Overtaken`: a newer
-    /// checkpoint is needed). The state is restored over the log once it is durable.
+    /// checkpoint is needed); a log that continues from the state's end copies nothing. The
+    /// state is restored over the log once it is durable.
     fn transfer(&mut self, op: u64, state: &[u8], source: &Self) -> Result<(), String> {
         let until = CheckpointState::decode(state)?.next_offset;
         assert!(
@@ -366,7 +367,8 @@ impl Machine for PartitionMachine {
             until,
         )?;
         let mut next = from;
-        let restart = source.log.records_from(next, until).is_none();
+        // A log that continues from the state's end needs nothing from the peer's.
+        let restart = next < until && source.log.records_from(next, until).is_none();
         if restart {
             let held_from = source.log.first_offset();
             assert!(
@@ -389,10 +391,13 @@ impl Machine for PartitionMachine {
             self.log.restart_at(next);
             self.figures.transfer_log_restarts += 1;
         }
-        let records = source
-            .log
-            .records_from(next, until)
-            .expect("held, checked above");
+        let records = match next < until {
+            true => source
+                .log
+                .records_from(next, until)
+                .expect("held, checked above"),
+            false => Vec::new(),
+        };
         for record in records {
             self.log
                 .append_record(record)

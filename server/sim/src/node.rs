@@ -140,6 +140,12 @@ pub struct NodeFigures {
     pub partition_transfer_log_restarts: u64,
     pub partition_transfer_batches_copied: u64,
     pub partition_transfers_refused: u64,
+    /// Partition groups: views their primary gave up at once, unable to start them, and view
+    /// changes that timed out instead, fetching a body a holder found retired or needing state
+    /// transfer (see `Summary::views_given_up`).
+    pub partition_views_given_up: u64,
+    pub partition_fetches_timed_out_on_retired: u64,
+    pub partition_views_timed_out_for_transfer: u64,
     /// Segment retirements applied on partition replicas (a transfer's peer deleted segments).
     pub partition_retirements: u64,
     /// Live partition groups whose replicas were compared at the end: same commit, same
@@ -751,6 +757,9 @@ impl NodeWorld {
             figures.partition_checkpoints_past_laggards += summary.checkpoints_past_laggards;
             figures.partition_state_transfers += summary.state_transfers;
             figures.partition_transfers_refused += summary.transfers_refused;
+            figures.partition_views_given_up += summary.views_given_up;
+            figures.partition_views_timed_out_for_transfer += summary.views_timed_out_for_transfer;
+            figures.partition_fetches_timed_out_on_retired += summary.fetches_timed_out_on_retired;
             add_transfer_figures(&mut figures, &partition.machines);
             figures.offset_stores_acknowledged += partition.stores_acknowledged;
             figures.offset_stores_refused += partition.stores_refused;

@@ -1464,6 +1464,38 @@ mod tests {
         assert_eq!(laggard.figures().transfers_overtaken, 1);
     }
 
+    /// A transfer restarted a laggard's log at its peer's first offset (the group had retired
+    /// every offset below it), then the laggard crashed before installing the state: its log
+    /// now starts past its committed end. A later offer whose state ends below that first
+    /// offset needs nothing from the peer's log: the log restarts at the state's end, and the
+    /// messages a committed retirement deleted do not come back from a peer that still holds
+    /// them.
+    #[test]
+    fn a_laggard_whose_log_starts_past_the_offered_state_copies_nothing_back() {
+        let (retired_source, op, state) = checkpointed_source(10, 16);
+        let mut laggard = PartitionMachine::new(3);
+        send(&mut laggard, 1, 10);
+        laggard.transfer(op, &state, &retired_source).unwrap();
+        let first = laggard.first_offset();
+        laggard.restart(None, Vec::new());
+        assert_eq!(laggard.committed_next_offset(), 0);
+        let (source, op, state) = checkpointed_source(4, 0);
+        let until = source.committed_next_offset();
+        assert!(
+            first > until,
+            "the log starts at {first}, past the state's end {until}"
+        );
+        let copied = laggard.figures().transfer_batches_copied;
+
+        laggard.transfer(op, &state, &source).unwrap();
+        assert_eq!(
+            (laggard.first_offset(), laggard.committed_next_offset()),
+            (until, until)
+        );
+        assert_eq!(laggard.figures().transfer_batches_copied, copied);
+        check_first_moves_forward(first, laggard.first_offset(), until).unwrap();
+    }
+
     /// A history refuses a gap in the offsets and a message committed twice.
     #[test]
     fn the_history_refuses_a_gap_and_a_duplicate_message() {

@@ -49,6 +49,8 @@ struct Totals {
     snapshots_restored: u64,
     checkpoints_past_laggards: u64,
     state_transfers: u64,
+    views_given_up: u64,
+    views_timed_out_for_transfer: u64,
     snapshots_transferred: u64,
     transfer_discards: u64,
     partitions_opened: u64,
@@ -72,6 +74,8 @@ impl Totals {
         self.snapshots_restored += figures.machines.snapshots_restored;
         self.checkpoints_past_laggards += summary.checkpoints_past_laggards;
         self.state_transfers += summary.state_transfers;
+        self.views_given_up += summary.views_given_up;
+        self.views_timed_out_for_transfer += summary.views_timed_out_for_transfer;
         self.snapshots_transferred += figures.machines.snapshots_transferred;
         self.transfer_discards += figures.machines.transfer_discards;
         self.partitions_opened += figures.machines.partitions_opened;

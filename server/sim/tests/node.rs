@@ -52,6 +52,9 @@ struct Totals {
     partition_transfer_log_restarts: u64,
     partition_transfer_batches_copied: u64,
     partition_transfers_refused: u64,
+    partition_views_given_up: u64,
+    partition_fetches_timed_out_on_retired: u64,
+    partition_views_timed_out_for_transfer: u64,
     partition_retirements: u64,
     partition_groups_compared: u64,
     consumer_group_deletions: u64,
@@ -92,6 +95,11 @@ impl Totals {
         self.partition_transfer_log_restarts += figures.partition_transfer_log_restarts;
         self.partition_transfer_batches_copied += figures.partition_transfer_batches_copied;
         self.partition_transfers_refused += figures.partition_transfers_refused;
+        self.partition_views_given_up += figures.partition_views_given_up;
+        self.partition_views_timed_out_for_transfer +=
+            figures.partition_views_timed_out_for_transfer;
+        self.partition_fetches_timed_out_on_retired +=
+            figures.partition_fetches_timed_out_on_retired;
         self.partition_retirements += figures.partition_retirements;
         self.partition_groups_compared += figures.partition_groups_compared;
         self.consumer_group_deletions += figures.consumer_group_deletions;

@@ -4,10 +4,10 @@
 //! one seed (for each group size). A failure prints `replicas=R seed=S`.
 
 use iggy_sim::{Figures, PartitionWorkload};
-use iggy_vsr::sim::cluster::Summary;
+use iggy_vsr::sim::cluster::{Cluster, Summary};
 
 mod support;
-use support::{CLIENTS, REQUESTS_PER_CLIENT, seeds};
+use support::{CLIENTS, REQUESTS_PER_CLIENT, seeds, seeds_or};
 
 /// Runs one seed, naming it if a checker fails.
 fn run_seed(replica_count: u8, seed: u64, restart_all_at: Option<u64>) -> (Summary, Figures) {
@@ -162,4 +162,43 @@ fn a_seed_replays_exactly() {
     let first = run_seed(3, 11, None);
     let second = run_seed(3, 11, None);
     assert_eq!(format!("{first:?}"), format!("{second:?}"));
+}
+
+/// With state transfer past a short journal and a long load, a replica left behind copies a
+/// peer's checkpoint while the group goes on (the copy takes virtual time): now and then the
+/// peer retires past the offered state's end before the copy completes, the machine refuses
+/// the transfer (`Overtaken` in the server) and a newer checkpoint is copied. The checkers
+/// (committed prefixes agree, client histories) hold throughout, and every client finishes.
+#[test]
+fn a_transfer_overtaken_during_its_copy_is_refused_and_a_newer_one_taken() {
+    const REQUESTS: u64 = 80;
+    let (mut seeds, mut refused, mut transfers) = (0, 0, 0);
+    for seed in seeds_or(3, 40) {
+        seeds += 1;
+        let (summary, _) = support::naming_seed("partition", 3, seed, || {
+            Cluster::with_workload(
+                seed,
+                3,
+                CLIENTS,
+                REQUESTS,
+                PartitionWorkload::new(seed).with_retire_percent(30),
+            )
+            .crash_while_writing(support::CRASH_WHILE_WRITING_PERCENT)
+            .with_state_transfer_past(1)
+            .run_workload(support::FAULT_TICKS, support::TICKS_MAX)
+        });
+        assert!(
+            summary.committed >= u64::from(CLIENTS) * (REQUESTS + 1),
+            "seed {seed}: {summary:?}"
+        );
+        refused += summary.transfers_refused;
+        transfers += summary.state_transfers;
+    }
+    eprintln!("{seeds} seeds: {transfers} state transfers installed, {refused} refused");
+    if seeds >= 20 {
+        assert!(
+            transfers > 0 && refused > 0,
+            "copies overtaken by the group's retirements are exercised"
+        );
+    }
 }

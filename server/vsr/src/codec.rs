@@ -23,8 +23,8 @@ use bytes::{BufMut, Bytes, BytesMut};
 use iggy_generated::frames::{
     Command, CommitHeader, DoViewChangeHeader, GenericHeader, Operation, PreVoteHeader,
     PrepareHeader, PrepareOkHeader, PrimaryRebalanceHeader, PrimaryRebalanceKind,
-    ReplicaEntryHeader, ReplicaLogPrefix, RequestPreparesHeader, RequestStartViewHeader,
-    StartViewChangeHeader, StartViewHeader,
+    RepairRangeReplyHeader, ReplicaEntryHeader, ReplicaLogPrefix, RequestPreparesHeader,
+    RequestStartViewHeader, StartViewChangeHeader, StartViewHeader,
 };
 
 /// Every replica frame starts with one header of this size.
@@ -309,6 +309,18 @@ pub fn encode(context: &FrameContext, message: &Message) -> Bytes {
                 ..RequestPreparesHeader::default()
             };
             control_frame(context, Command::RequestPrepares, *view, header.to_bytes())
+        }
+        Message::BodyRetired { view, op, replica } => {
+            speaks_for_itself(context, *replica);
+            // The official repair terminator for a range the peer no longer holds; ours names
+            // the op asked for, whose body a retirement deleted.
+            let header = RepairRangeReplyHeader {
+                op: *op,
+                group,
+                partition_incarnation: incarnation,
+                ..RepairRangeReplyHeader::default()
+            };
+            control_frame(context, Command::RangeEvicted, *view, header.to_bytes())
         }
         Message::RequestStartView { view, replica } => {
             speaks_for_itself(context, *replica);
@@ -636,6 +648,15 @@ fn decode_control(
                 replica: sender,
             })
         }
+        Command::RangeEvicted => {
+            let evicted = RepairRangeReplyHeader::decode_fixed(header).map_err(undecodable)?;
+            same_group(context, evicted.group, Some(evicted.partition_incarnation))?;
+            Ok(Message::BodyRetired {
+                view: evicted.view,
+                op: evicted.op,
+                replica: sender,
+            })
+        }
         Command::RequestStartView => {
             let request = RequestStartViewHeader::decode_fixed(header).map_err(undecodable)?;
             same_group(context, request.group, Some(request.partition_incarnation))?;
@@ -923,6 +944,11 @@ mod tests {
                 },
             },
             Message::RequestPrepare {
+                view: 5,
+                op: 11,
+                replica: SENDER,
+            },
+            Message::BodyRetired {
                 view: 5,
                 op: 11,
                 replica: SENDER,

@@ -97,7 +97,8 @@
 //! `(op, view)` holds the prefix the primary of that view had, so its own entries up to the base
 //! are the committed ones. Otherwise it needs **state transfer**, left to its shell: it
 //! installs nothing and commits nothing, records why in [`Replica::state_transfer_needed`], and
-//! - as a new primary, stays in view change (the view times out and another replica leads);
+//! - as a new primary, gives that view up at once: it asks the pre-vote for the next view
+//!   (another replica leads it) instead of waiting for the view change to time out;
 //! - while rejoining after a restart, stays recovering;
 //! - as a backup receiving such a `StartView` (or the `StartView` a primary sends instead of
 //!   prepares it checkpointed), leaves normal status (`Status::Recovering`, without the
@@ -154,7 +155,11 @@
 //!   (`RequestPrepare`, a few batches at once) and sends its StartView only once it holds and
 //!   has written the whole log; if a body cannot be had (its holder crashed and lost it) the
 //!   view change times out and the next one decides without it, so nothing is discarded
-//!   without a DoViewChange quorum. A backup asks the primary, and keeps its previous log view
+//!   without a DoViewChange quorum. A holder whose body a committed retirement deleted says
+//!   so at once (`Message::BodyRetired`); the new primary asks another holder, and with none
+//!   left gives the view up at once (the pre-vote for the next view), so a replica that holds
+//!   the log leads without waiting for the timeout. Of DoViewChange logs equally long in the
+//!   highest log view (the same entries), it installs the one checkpointed lowest. A backup asks the primary, and keeps its previous log view
 //!   (acking nothing) until it holds the view's log whole, so a log view always names a log
 //!   the journal holds, as before;
 //! - a replica leaves its view on a timeout only after a pre-vote: a backup that stops hearing

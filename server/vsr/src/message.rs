@@ -279,6 +279,16 @@ pub enum Message {
         op: u64,
         replica: ReplicaId,
     },
+    /// A DoViewChange sender to the new primary of `view` that asked it for the body of `op`
+    /// (a `RequestPrepare` of its body fetch): a committed retirement deleted that body here,
+    /// so this replica can never serve it (on the wire: RangeEvicted). The primary asks another
+    /// holder, or, when none is left, moves on to the next view at once instead of waiting
+    /// for its view change to time out.
+    BodyRetired {
+        view: u32,
+        op: u64,
+        replica: ReplicaId,
+    },
     /// A lagging or restarted replica asks the primary of `view` (or of a later view) for its
     /// `StartView`.
     RequestStartView { view: u32, replica: ReplicaId },
@@ -308,6 +318,7 @@ impl Message {
             | Message::DoViewChange { view, .. }
             | Message::StartView { view, .. }
             | Message::RequestPrepare { view, .. }
+            | Message::BodyRetired { view, .. }
             | Message::RequestStartView { view, .. }
             | Message::PrimaryTransfer { view, .. } => *view,
         }
@@ -325,6 +336,7 @@ impl Message {
             Message::DoViewChange { .. } => "do_view_change",
             Message::StartView { .. } => "start_view",
             Message::RequestPrepare { .. } => "request_prepare",
+            Message::BodyRetired { .. } => "body_retired",
             Message::RequestStartView { .. } => "request_start_view",
             Message::PrimaryTransfer { .. } => "primary_transfer",
         }

@@ -13,6 +13,7 @@ use crate::message::{
 };
 use crate::view_state::ViewState;
 use bytes::Bytes;
+use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// Prepares a primary sends for one `RequestPrepare` (the op asked for and those after it).
@@ -32,6 +33,23 @@ struct BodyFetch {
     commit: u64,
     /// Every DoViewChange log heard in this view: who holds which body.
     logs: BTreeMap<ReplicaId, Log>,
+    /// Per awaited op, the holders that answered that a retirement deleted its body
+    /// (`Message::BodyRetired`): never asked for it again in this view.
+    retired: BTreeMap<u64, BTreeSet<ReplicaId>>,
+}
+
+/// Why a replica due to lead the view it changes to has not started it (see
+/// `Replica::leading_stalled`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LeadingStalled {
+    /// It found it cannot start the view and asks to move on (`Replica::cannot_lead`).
+    GaveUp,
+    /// It waits for bodies of the log it installed.
+    FetchingBodies,
+    /// It could not install its DoViewChange quorum's log without state transfer.
+    NeedsStateTransfer,
+    /// It has not heard a DoViewChange quorum yet.
+    Voting,
 }
 
 /// Static configuration of one replica in one consensus group.
@@ -246,6 +264,12 @@ pub struct Replica {
     repair_asked: Option<(u64, u64)>,
     /// New primary only, while it fetches the bodies of the canonical log.
     body_fetch: Option<BodyFetch>,
+    /// The primary of the view this replica changes to found it cannot start that view: it
+    /// cannot install its DoViewChange quorum's log without state transfer, or no holder can
+    /// serve a body the log needs. It asks to move on to the next view at once (led by another
+    /// replica, perhaps one that holds the log) instead of waiting for the view change to time
+    /// out: nothing is discarded, the next view's DoViewChange quorum decides the log again.
+    cannot_lead: bool,
     /// Primary only: replicas that acknowledged each uncommitted op in this view.
     prepare_oks: BTreeMap<u64, BTreeSet<ReplicaId>>,
     /// Primary only, per replica: the highest op it acknowledged holding durably (with every op
@@ -391,6 +415,7 @@ impl Replica {
             pre_vote: None,
             repair_asked: None,
             body_fetch: None,
+            cannot_lead: false,
             config,
             status: if solo {
                 Status::Normal
@@ -599,6 +624,7 @@ impl Replica {
                     op <= self.commit_min,
                     "op {op} retired before it was applied"
                 );
+                self.tell_fetching_primary_retired(op, &waiting);
                 self.retired_asked.entry(op).or_default().extend(waiting);
                 self.answer_retired_asked();
                 return;
@@ -638,8 +664,7 @@ impl Replica {
     /// Answers the peers that asked for a retired body once a checkpoint covers its op: the
     /// primary sends a lagging backup its log, as for a repair of any checkpointed op (the
     /// backup installs it or turns to state transfer). A backup that was serving a new
-    /// primary's body fetch has nothing to send: that primary cannot start its view without
-    /// the body, its view change times out, and a replica holding the log leads the next.
+    /// primary's body fetch told it at once instead (see `tell_fetching_primary_retired`).
     fn answer_retired_asked(&mut self) {
         let base = self.journal.base().op;
         let above = self.retired_asked.split_off(&(base + 1));
@@ -652,10 +677,31 @@ impl Replica {
         }
     }
 
+    /// A backup asked for `op` by the new primary of its view (`waiting`: the peers that asked)
+    /// whose body a retirement deleted: tells that primary at once (`Message::BodyRetired`), so
+    /// it asks another holder or, with none left, gives the view up instead of waiting for the
+    /// view change to time out (a primary's own repairs of a laggard are answered once a
+    /// checkpoint covers the op, see `answer_retired_asked`).
+    fn tell_fetching_primary_retired(&mut self, op: u64, waiting: &[(ReplicaId, u32)]) {
+        if self.is_primary() {
+            return;
+        }
+        let primary = self.primary_of(self.view);
+        if waiting.iter().any(|(to, _)| *to == primary) {
+            let message = Message::BodyRetired {
+                view: self.view,
+                op,
+                replica: self.config.replica,
+            };
+            self.send(primary, message);
+        }
+    }
+
     /// Sends the held entry `op` to `to` as a prepare of `view`, reading its body back first
     /// when it was released.
     fn send_entry(&mut self, to: ReplicaId, view: u32, op: u64) {
         if self.body_retired(op) {
+            self.tell_fetching_primary_retired(op, &[(to, view)]);
             // Answered once a checkpoint covers it, as a retired body read back is; until this
             // replica applied it, the peer asks again.
             if op <= self.commit_min {
@@ -695,6 +741,23 @@ impl Replica {
         self.bodies_retired
             .get(&op)
             .is_some_and(|checksum| self.journal.checksum_at(op) == Some(*checksum))
+    }
+
+    /// Why the primary of the view this replica changes to has not started it (for the
+    /// simulator's figures): `None` when this replica is not that primary.
+    pub(crate) fn leading_stalled(&self) -> Option<LeadingStalled> {
+        if self.status != Status::ViewChange || self.primary_of(self.view) != self.config.replica {
+            return None;
+        }
+        Some(if self.cannot_lead {
+            LeadingStalled::GaveUp
+        } else if self.body_fetch.is_some() {
+            LeadingStalled::FetchingBodies
+        } else if self.state_transfer.is_some() {
+            LeadingStalled::NeedsStateTransfer
+        } else {
+            LeadingStalled::Voting
+        })
     }
 
     /// Whether the group has no other replica.
@@ -1034,8 +1097,10 @@ impl Replica {
                     self.maybe_send_do_view_change();
                     self.request_bodies();
                 }
-                self.now >= self.view_change_started_at + self.config.view_change_timeout_ticks
-                    && !self.hears_primary()
+                let stalled = self.now
+                    >= self.view_change_started_at + self.config.view_change_timeout_ticks
+                    || self.cannot_lead;
+                stalled && !self.hears_primary()
             }
             Status::Normal if self.is_primary() => {
                 self.tick_primary();
@@ -1092,6 +1157,7 @@ impl Replica {
             Message::RequestPrepare { view, op, replica } => {
                 self.on_request_prepare(view, op, replica)
             }
+            Message::BodyRetired { view, op, replica } => self.on_body_retired(view, op, replica),
             Message::RequestStartView { view, replica } => {
                 // A restarted replica asks for the view it persisted; a later view's StartView
                 // serves it as well.
@@ -1506,10 +1572,18 @@ impl Replica {
             *acked = (*acked).max(op);
         }
         self.advance_checkpoint_safe();
-        let Some(oks) = self.prepare_oks.get_mut(&op) else {
+        // The ack vouches for the sender's whole prefix through `op` in this view's log, so it
+        // counts for every uncommitted op up to it: a backup that checkpointed ops this
+        // primary does not know committed (its DoViewChange quorum named a lower commit)
+        // acknowledges only above its checkpoint, and those ops would otherwise wait forever.
+        let mut counted = false;
+        for (_, oks) in self.prepare_oks.range_mut(..=op) {
+            oks.insert(replica);
+            counted = true;
+        }
+        if !counted {
             return;
-        };
-        oks.insert(replica);
+        }
         let quorum = self.config.quorum();
         let me = self.config.replica;
         // Commit in op order: the front of the pipeline with a quorum including ourselves.
@@ -1622,6 +1696,7 @@ impl Replica {
         self.pre_vote = None;
         self.repair_asked = None;
         self.body_fetch = None;
+        self.cannot_lead = false;
         self.view = view;
         self.status = Status::ViewChange;
         self.view_change_started_at = self.now;
@@ -1793,10 +1868,13 @@ impl Replica {
             .map(|(_, commit, _)| *commit)
             .max()
             .unwrap();
+        // Logs of the same log view and length hold the same entries (each is that view's log
+        // up to its op); of those, the one checkpointed lowest is the likeliest this replica
+        // can install without state transfer.
         let (_, _, best) = self
             .do_view_change_from
             .values()
-            .max_by_key(|(log_view, _, log)| (*log_view, log.op()))
+            .max_by_key(|(log_view, _, log)| (*log_view, log.op(), Reverse(log.base)))
             .unwrap()
             .clone();
         let logs = std::mem::take(&mut self.do_view_change_from)
@@ -1804,13 +1882,18 @@ impl Replica {
             .map(|(replica, (_, _, log))| (replica, log))
             .collect();
         if !self.install_log(best) {
-            // Stay in view change: the view times out and another replica tries to lead.
+            // Another replica, one that holds the log from our commit on, may lead the next.
+            self.give_up_leading();
             return;
         }
         if self.journal.awaiting() {
             // Start the view once every body of its log is held (and written): the sender of
             // the chosen log holds them all, and the others that share a header hold that one.
-            self.body_fetch = Some(BodyFetch { commit, logs });
+            self.body_fetch = Some(BodyFetch {
+                commit,
+                logs,
+                retired: BTreeMap::new(),
+            });
             self.request_bodies();
             return;
         }
@@ -1824,6 +1907,9 @@ impl Replica {
         let Some(fetch) = self.body_fetch.as_ref() else {
             return;
         };
+        if self.cannot_lead {
+            return;
+        }
         let me = self.config.replica;
         let mut requests = Vec::new();
         let mut next = self.journal.unfilled_from(self.journal.op() + 1);
@@ -1832,18 +1918,11 @@ impl Replica {
             if requests.len() as u64 >= FETCH_REQUESTS_MAX {
                 break;
             }
-            let header = self.journal.header_at(op).expect("an awaited op");
-            let holders: Vec<ReplicaId> = fetch
-                .logs
-                .iter()
-                .filter(|(replica, log)| **replica != me && log.header_at(op) == Some(&header))
-                .map(|(replica, _)| *replica)
-                .collect();
-            let holders = if holders.is_empty() {
-                self.others()
-            } else {
-                holders
-            };
+            let holders = self.body_holders(fetch, op);
+            if holders.is_empty() {
+                // Every holder answered that the body was retired (`on_body_retired`).
+                break;
+            }
             requests.push((holders[turn % holders.len()], op));
             turn += 1;
             next = self.journal.unfilled_from(op + REPAIR_PREPARES_MAX);
@@ -1855,6 +1934,60 @@ impl Replica {
                 replica: me,
             };
             self.send(to, message);
+        }
+    }
+
+    /// The peers to ask for the awaited body of `op`: the DoViewChange senders whose logs name
+    /// its header (any other replica when none does), less those that answered it was retired.
+    fn body_holders(&self, fetch: &BodyFetch, op: u64) -> Vec<ReplicaId> {
+        let me = self.config.replica;
+        let header = self.journal.header_at(op).expect("an awaited op");
+        let retired = fetch.retired.get(&op);
+        let named: Vec<ReplicaId> = fetch
+            .logs
+            .iter()
+            .filter(|(replica, log)| **replica != me && log.header_at(op) == Some(&header))
+            .map(|(replica, _)| *replica)
+            .collect();
+        let candidates = if named.is_empty() {
+            self.others()
+        } else {
+            named
+        };
+        candidates
+            .into_iter()
+            .filter(|replica| retired.is_none_or(|retired| !retired.contains(replica)))
+            .collect()
+    }
+
+    /// New primary: `replica` cannot serve the awaited body of `op`, a retirement deleted it
+    /// there. Another holder is asked; when none is left, this replica cannot complete the
+    /// view's log (a body is taken only when it rebuilds its header's checksum) and gives the
+    /// view up; a replica that holds the log (the op applied, its body no longer needed) can
+    /// lead the next.
+    fn on_body_retired(&mut self, view: u32, op: u64, replica: ReplicaId) {
+        if view != self.view || self.journal.unfilled_from(op) != Some(op) {
+            return;
+        }
+        let Some(mut fetch) = self.body_fetch.take() else {
+            return;
+        };
+        fetch.retired.entry(op).or_default().insert(replica);
+        let served = !self.body_holders(&fetch, op).is_empty();
+        self.body_fetch = Some(fetch);
+        if served {
+            self.request_bodies();
+        } else {
+            self.give_up_leading();
+        }
+    }
+
+    /// This replica cannot start the view it is to lead (see `cannot_lead`): asks its peers
+    /// to move on to the next view now, through the pre-vote a timed-out view change sends.
+    fn give_up_leading(&mut self) {
+        self.cannot_lead = true;
+        if !self.hears_primary() {
+            self.ask_pre_vote(self.view + 1);
         }
     }
 

@@ -75,15 +75,15 @@ fn the_primary_announces_the_highest_committed_op_every_replica_holds() {
 }
 
 #[test]
-fn only_committed_ops_are_safe_even_when_every_replica_holds_more() {
+fn an_ack_vouches_for_the_prefix_before_it_and_the_safe_op_waits_for_every_replica() {
     let mut primary = primary_with_four_ops();
     // Replica 1 acknowledges op 1 alone; replica 2's acknowledgement of op 3 says it holds
-    // ops 1..=3, but only op 1 has a quorum (and ops commit in order).
+    // ops 1..=3 in this view's log, so with the primary's own ops 1..=3 have a quorum.
     primary.on_message(1, prepare_ok(&primary, 1, 1));
     primary.on_message(2, prepare_ok(&primary, 3, 2));
     drain(&mut primary);
-    assert_eq!(primary.commit_max(), 1);
-    assert_eq!(primary.checkpoint_safe(), 1);
+    assert_eq!(primary.commit_max(), 3);
+    assert_eq!(primary.checkpoint_safe(), 1, "replica 1 holds op 1 only");
 }
 
 #[test]

@@ -26,15 +26,6 @@ fn drain_durably(replica: &mut Replica) -> Vec<(ReplicaId, Message)> {
     panic!("the replica kept emitting actions");
 }
 
-fn pre_votes(sent: &[(ReplicaId, Message)]) -> Vec<(ReplicaId, u32)> {
-    sent.iter()
-        .filter_map(|(to, message)| match message {
-            Message::PreVote { view, .. } => Some((*to, *view)),
-            _ => None,
-        })
-        .collect()
-}
-
 fn grants(sent: &[(ReplicaId, Message)]) -> Vec<(ReplicaId, u32)> {
     sent.iter()
         .filter_map(|(to, message)| match message {

@@ -10,7 +10,7 @@ use iggy_vsr::group::{CheckpointPolicy, Durability, GroupCore, JournalBound, Pen
 use iggy_vsr::{Config, Entry, Message, OPERATION_REGISTER, ReadBack, Replica, Status};
 
 mod support;
-use support::{registered_log, settle};
+use support::{pre_votes, registered_log, sends, settle, voting_for_view_1};
 
 /// What one round of a core's steps asked for.
 #[derive(Default)]
@@ -239,7 +239,7 @@ fn backup_with_released_bodies() -> GroupCore<u32> {
 }
 
 #[test]
-fn a_backup_asked_by_a_new_primary_for_a_retired_body_checkpoints_and_sends_nothing() {
+fn a_backup_asked_by_a_new_primary_for_a_retired_body_says_so_and_checkpoints() {
     let mut core = backup_with_released_bodies();
     // Replica 2 starts view 2, which it leads; this backup joins and sends its log.
     core.on_message(
@@ -268,12 +268,25 @@ fn a_backup_asked_by_a_new_primary_for_a_retired_body_checkpoints_and_sends_noth
     for op in 2..=5 {
         core.read_back(op, ReadBack::Retired);
     }
-    assert!(run(&mut core).sent.is_empty());
+    // The new primary hears at once that this replica can never serve them, so it need not
+    // wait for its view change to time out.
+    let told: Vec<(u8, Message)> = run(&mut core).sent;
+    let expected: Vec<(u8, Message)> = (2..=5)
+        .map(|op| {
+            let message = Message::BodyRetired {
+                view: 2,
+                op,
+                replica: 1,
+            };
+            (2, message)
+        })
+        .collect();
+    assert_eq!(told, expected);
     assert_eq!(core.checkpoint_due(0), Some(5));
     core.checkpoint_record(5);
     core.checkpointed();
-    // A backup has no log to start a view with: the new primary, unable to fill its log, times
-    // out of the view, and the log this backup sends from now on starts above the ops.
+    // A backup has no log to start a view with: the log it sends from now on starts above the
+    // ops.
     let sent = run(&mut core).sent;
     assert!(sent.is_empty(), "{sent:?}");
     assert_eq!(core.checkpoint_due(0), None);
@@ -291,4 +304,69 @@ fn a_backup_asked_by_a_new_primary_for_a_retired_body_checkpoints_and_sends_noth
         [5],
         "its DoViewChange, sent again, names its checkpoint"
     );
+}
+
+/// The RequestPrepares among `sent`, as (to, op).
+fn body_requests(sent: &[(u8, Message)]) -> Vec<(u8, u64)> {
+    sent.iter()
+        .filter_map(|(to, message)| match message {
+            Message::RequestPrepare { op, .. } => Some((*to, *op)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_new_primary_whose_lacking_body_every_holder_retired_moves_on_at_once() {
+    let log = registered_log(0, 3);
+    // Replica 1 leads view 1 but holds ops 1..=2; replicas 0 and 2 hold op 3 too.
+    let mut primary = voting_for_view_1(1, &log[..2]);
+    settle(&mut primary);
+    for holder in [0, 2] {
+        let mut voter = voting_for_view_1(holder, &log);
+        let out = settle(&mut voter);
+        let (_, do_view_change) = sends(&out)
+            .into_iter()
+            .find(|(to, message)| *to == 1 && matches!(message, Message::DoViewChange { .. }))
+            .expect("a vote for replica 1");
+        primary.on_message(holder, do_view_change);
+    }
+    let asked = body_requests(&sends(&settle(&mut primary)));
+    let [(first, 3)] = asked[..] else {
+        panic!("op 3's body asked of one holder: {asked:?}");
+    };
+    let retired = |replica: u8| Message::BodyRetired {
+        view: 1,
+        op: 3,
+        replica,
+    };
+    // A retirement deleted op 3's batch on the first holder asked: the other one is asked.
+    primary.on_message(first, retired(first));
+    let other = 2 - first;
+    let out = settle(&mut primary);
+    assert_eq!(body_requests(&sends(&out)), [(other, 3)], "{out:?}");
+    assert_eq!(primary.status(), Status::ViewChange);
+    // There too: no replica can fill the log, so the view is given up now, not after the
+    // view-change timeout (no tick passed), through the usual pre-vote.
+    primary.on_message(other, retired(other));
+    let sent = sends(&settle(&mut primary));
+    assert_eq!(pre_votes(&sent), [(0, 2), (2, 2)], "{sent:?}");
+    assert!(
+        body_requests(&sent).is_empty(),
+        "nothing left to ask: {sent:?}"
+    );
+    // A peer grants it (it has not heard a primary of view 1): the view change to view 2
+    // starts, which replica 2 leads.
+    primary.on_message(
+        0,
+        Message::PreVoteGranted {
+            view: 2,
+            replica: 0,
+        },
+    );
+    settle(&mut primary);
+    assert_eq!((primary.view(), primary.status()), (2, Status::ViewChange));
+    // A tick keeps asking while the round lasts, never for view 3.
+    primary.on_tick(1);
+    assert_eq!(primary.view(), 2);
 }

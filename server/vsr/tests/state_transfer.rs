@@ -9,7 +9,7 @@ use iggy_vsr::{
 };
 
 mod support;
-use support::{drain, registered_log, sends, settle};
+use support::{drain, pre_votes, registered_log, sends, settle, voting_for_view_1};
 
 fn log_of(view: u32) -> Vec<Entry> {
     registered_log(view, 10)
@@ -263,4 +263,104 @@ fn a_backup_awaiting_bodies_the_primary_checkpointed_away_needs_state_transfer()
         5,
         "nothing guessed past its own prefix"
     );
+}
+
+/// Replica `replica`'s DoViewChange for view 1 (log view 0, commit 10) naming `log_of(0)` from
+/// a checkpoint at `base`.
+fn do_view_change_from(replica: u8, base: u64) -> Message {
+    let entries = log_of(0);
+    let base_checksum = match base {
+        0 => 0,
+        _ => entries[base as usize - 1].checksum,
+    };
+    Message::DoViewChange {
+        view: 1,
+        replica,
+        log_view: 0,
+        commit: 10,
+        log: Log::of_entries(base, base_checksum, &entries[base as usize..]),
+    }
+}
+
+#[test]
+fn a_new_primary_that_needs_state_transfer_gives_its_view_up_at_once() {
+    // Replica 1 leads view 1 holding ops 1..=2; replica 2 checkpointed at op 8.
+    let mut primary = voting_for_view_1(1, &log_of(0)[..2]);
+    settle(&mut primary);
+    primary.on_message(2, do_view_change_from(2, 8));
+    let sent = sends(&settle(&mut primary));
+    assert_eq!(primary.status(), Status::ViewChange);
+    assert_eq!(
+        primary.state_transfer_needed(),
+        Some(StateTransferNeeded {
+            commit_min: 0,
+            checkpoint: 8
+        })
+    );
+    // No tick passed: the pre-vote a timed-out view change would send, sent now.
+    assert_eq!(pre_votes(&sent), [(0, 2), (2, 2)], "{sent:?}");
+}
+
+#[test]
+fn a_new_primary_installs_the_lowest_checkpointed_of_equal_logs() {
+    // Replica 1 of five leads view 1 holding ops 1..=2; replicas 0 and 2 hold the same log of
+    // ten ops, replica 0 whole, replica 2 from a checkpoint at op 8.
+    let mut primary = Replica::open(
+        Config::new(5, 1),
+        log_of(0)[..2].to_vec(),
+        ViewState::default(),
+    );
+    settle(&mut primary);
+    for voter in [2, 3] {
+        let vote = Message::StartViewChange {
+            view: 1,
+            replica: voter,
+        };
+        primary.on_message(voter, vote);
+    }
+    settle(&mut primary);
+    for (replica, base) in [(0, 0), (2, 8)] {
+        primary.on_message(replica, do_view_change_from(replica, base));
+    }
+    let sent = sends(&settle(&mut primary));
+    assert_eq!(primary.state_transfer_needed(), None);
+    assert!(pre_votes(&sent).is_empty(), "{sent:?}");
+    assert!(
+        sent.iter()
+            .any(|(_, message)| matches!(message, Message::RequestPrepare { op: 3, .. })),
+        "the bodies it lacks are fetched: {sent:?}"
+    );
+}
+
+#[test]
+fn an_ack_above_a_backups_checkpoint_counts_for_the_ops_below_it() {
+    // Replica 1 leads view 1 over ops 1..=10, none known committed: its DoViewChange quorum
+    // (itself and replica 2) named commit 0.
+    let log = log_of(0);
+    let mut primary = voting_for_view_1(1, &log);
+    settle(&mut primary);
+    let commit_named = Message::DoViewChange {
+        view: 1,
+        replica: 2,
+        log_view: 0,
+        commit: 0,
+        log: Log::of_entries(0, 0, &log),
+    };
+    primary.on_message(2, commit_named);
+    settle(&mut primary);
+    assert_eq!(
+        (primary.status(), primary.commit_max()),
+        (Status::Normal, 0)
+    );
+    // Replica 0 committed and checkpointed ops 1..=8 in view 0 (it was not in that quorum):
+    // holding view 1's log from its checkpoint on, it acknowledges only above it.
+    let ack = Message::PrepareOk {
+        view: 1,
+        op: 10,
+        checksum: log[9].checksum,
+        replica: 0,
+    };
+    primary.on_message(0, ack);
+    let out = settle(&mut primary);
+    assert_eq!(primary.commit_max(), 10, "{out:?}");
 }

@@ -8,14 +8,30 @@ use super::Rng;
 use super::machine::{Machine, ModelWorkload, NodeView, Workload};
 use super::packet::{PacketOptions, PacketSimulator};
 use super::storage::Storage;
+use crate::checkpoint::Checkpoint;
 use crate::codec::{self, CodecError, FrameContext, Inbound};
 use crate::group::{CheckpointPolicy, Durability, GroupCore, JournalBound, Outcome, Pending, Step};
 use crate::message::{Entry, Message, OPERATION_REGISTER, ReplicaId};
-use crate::replica::{Config, ReadBack, Refusal, Replica, Status};
+use crate::replica::{Config, LeadingStalled, ReadBack, Refusal, Replica, Status};
 use crate::view_state::ViewState;
 use bytes::Bytes;
 use iggy_generated::frames::Command;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The most ticks a state transfer's copy of a peer's checkpoint takes (a couple of view-change
+/// timeouts): long enough for the group to checkpoint and retire again meanwhile.
+const COPY_TICKS_MAX: u64 = 120;
+
+/// A state transfer's copy under way: the peer's checkpoint (and state) chosen when it began,
+/// installed once the copy's virtual time has passed, over what the peer's machine holds then
+/// (the group went on meanwhile, and may have retired past the state's end: the machine
+/// refuses the transfer, `Overtaken` in the server, and a newer checkpoint is copied).
+struct Copying {
+    peer: usize,
+    checkpoint: Checkpoint,
+    state: Vec<u8>,
+    done_at: u64,
+}
 
 /// A packet on the simulated network.
 #[derive(Clone, Debug)]
@@ -120,6 +136,12 @@ pub struct Summary {
     /// Transfers a machine could not complete over the chosen peer (it retired past the
     /// offered state's end), tried again later.
     pub transfers_refused: u64,
+    /// Views a replica due to lead gave up at once, unable to start them (see
+    /// `Replica::cannot_lead`); view changes whose primary instead timed out, fetching bodies
+    /// after a holder found one it was asked for retired, or needing state transfer.
+    pub views_given_up: u64,
+    pub fetches_timed_out_on_retired: u64,
+    pub views_timed_out_for_transfer: u64,
     /// With [`Cluster::with_stale_acks`]: acknowledgements of another log sent to primaries.
     pub stale_acks: u64,
 }
@@ -176,6 +198,12 @@ pub struct Cluster<W: Workload = ModelWorkload> {
     checkpoints_past_laggards: u64,
     state_transfers: u64,
     transfers_refused: u64,
+    /// With state transfer: per replica, the copy of a peer's checkpoint under way.
+    copies: Vec<Option<Copying>>,
+    /// Views in which a backup found a body the new primary asked it for retired.
+    fetch_retired_views: BTreeSet<u32>,
+    /// Per (replica, view) whose primary asked to leave it unstarted: why it had not started.
+    views_abandoned: BTreeMap<(usize, u32), LeadingStalled>,
     /// Crashes, restarts and cuts come from the node shell hosting this group
     /// ([`Cluster::faults_from_shell`]), never from the cluster's own fault stream.
     shell_faults: bool,
@@ -308,6 +336,9 @@ impl<W: Workload> Cluster<W> {
             checkpoints_past_laggards: 0,
             state_transfers: 0,
             transfers_refused: 0,
+            copies: (0..replica_count).map(|_| None).collect(),
+            fetch_retired_views: BTreeSet::new(),
+            views_abandoned: BTreeMap::new(),
             shell_faults: false,
             stale_acks: None,
             stale_acks_sent: 0,
@@ -355,6 +386,7 @@ impl<W: Workload> Cluster<W> {
         node.machine = machine;
         node.restart_at = u64::MAX;
         node.checked_commit = 0;
+        self.cancel_copies_from(index);
     }
 
     /// The shell creates replica `index` with new files (its node applied the op that created
@@ -493,9 +525,12 @@ impl<W: Workload> Cluster<W> {
     /// journal holds four times the checkpoint policy (as the server's groups do), and the
     /// laggard takes a reachable peer's latest durable checkpoint ([`Machine::transfer`]: the
     /// state, and what the machine copies from that peer's own storage) and rejoins. The copy
-    /// is instant and lossless here (the server's goes over the replica plane); the checkers
-    /// then hold the transferred replica to the canonical log from the checkpoint on. Only for
-    /// machines that transfer state ([`Machine::transfers_state`]).
+    /// is lossless here (the server's goes over the replica plane) but takes virtual time
+    /// (up to `COPY_TICKS_MAX` ticks), during which the group goes on: a peer that retires
+    /// past the offered state's end meanwhile makes the machine refuse the transfer, and a
+    /// newer checkpoint is copied. The checkers then hold the transferred replica to the
+    /// canonical log from the checkpoint on. Only for machines that transfer state
+    /// ([`Machine::transfers_state`]).
     pub fn with_state_transfer(self) -> Self {
         self.with_state_transfer_past(4)
     }
@@ -625,6 +660,14 @@ impl<W: Workload> Cluster<W> {
         self.finish()
     }
 
+    /// The views abandoned unstarted by their primary for a reason `counted` accepts.
+    fn abandoned(&self, counted: impl Fn(u32, LeadingStalled) -> bool) -> u64 {
+        self.views_abandoned
+            .iter()
+            .filter(|((_, view), why)| counted(*view, **why))
+            .count() as u64
+    }
+
     /// Ends the run once the clients are done: the full checks (the workload's end check
     /// too) and the summary. Panics (with the seed) if a client has not finished.
     pub fn finish(mut self) -> (Summary, W) {
@@ -665,6 +708,12 @@ impl<W: Workload> Cluster<W> {
             checkpoints_past_laggards: self.checkpoints_past_laggards,
             state_transfers: self.state_transfers,
             transfers_refused: self.transfers_refused,
+            views_given_up: self.abandoned(|_, why| why == LeadingStalled::GaveUp),
+            fetches_timed_out_on_retired: self.abandoned(|view, why| {
+                why == LeadingStalled::FetchingBodies && self.fetch_retired_views.contains(&view)
+            }),
+            views_timed_out_for_transfer: self
+                .abandoned(|_, why| why == LeadingStalled::NeedsStateTransfer),
             stale_acks: self.stale_acks_sent,
         };
         (summary, self.workload)
@@ -911,33 +960,63 @@ impl<W: Workload> Cluster<W> {
     /// checkpoint of a peer it can reach that serves its group (normal status) and that is at
     /// or past the checkpoint it needs, as the server's shell does: the machine takes the
     /// state, the storage the checkpoint (its journal emptied), and the core opens again from
-    /// it and rejoins. Waits while the replica's own writes are in flight.
+    /// it and rejoins. The copy takes virtual time (see [`Copying`]); it goes on while both
+    /// replicas stay up and waits while the replica's own writes are in flight or either is
+    /// cut off.
     fn maybe_transfer(&mut self, index: usize) {
         let Some(bound) = self.past_laggards else {
             return;
         };
         let node = &self.nodes[index];
         let Some(needed) = node.replica().and_then(Replica::state_transfer_needed) else {
+            // It caught up otherwise: a copy under way is of no use.
+            self.copies[index] = None;
             return;
         };
         if node.sync_pending || node.view_pending.is_some() || self.isolated(index as ReplicaId) {
             return;
         }
         let own_checkpoint = node.storage.checkpoint_op();
-        let source = (0..self.nodes.len())
-            .filter(|peer| *peer != index && !self.isolated(*peer as ReplicaId))
-            .find_map(|peer| {
-                let replica = self.nodes[peer].replica()?;
-                if replica.status() != Status::Normal {
-                    return None;
-                }
-                let (checkpoint, state) = self.nodes[peer].storage.open().0?;
-                let worth = checkpoint.op >= needed.checkpoint && checkpoint.op > own_checkpoint;
-                worth.then_some((peer, checkpoint, state))
-            });
-        let Some((peer, checkpoint, state)) = source else {
+        let Some(copy) = self.copies[index].take() else {
+            let source = (0..self.nodes.len())
+                .filter(|peer| *peer != index && !self.isolated(*peer as ReplicaId))
+                .find_map(|peer| {
+                    let replica = self.nodes[peer].replica()?;
+                    if replica.status() != Status::Normal {
+                        return None;
+                    }
+                    let (checkpoint, state) = self.nodes[peer].storage.open().0?;
+                    let worth =
+                        checkpoint.op >= needed.checkpoint && checkpoint.op > own_checkpoint;
+                    worth.then_some((peer, checkpoint, state))
+                });
+            if let Some((peer, checkpoint, state)) = source {
+                let done_at = self.now + 1 + self.rng.below(COPY_TICKS_MAX);
+                self.copies[index] = Some(Copying {
+                    peer,
+                    checkpoint,
+                    state,
+                    done_at,
+                });
+            }
             return;
         };
+        // Completed even when the group checkpointed past it meanwhile (the replica then needs
+        // a later one): the state installed is a committed prefix, and a copy abandoned each
+        // time the group checkpoints would never complete under load.
+        if copy.checkpoint.op <= own_checkpoint {
+            return;
+        }
+        if self.now < copy.done_at || self.isolated(copy.peer as ReplicaId) {
+            self.copies[index] = Some(copy);
+            return;
+        }
+        let Copying {
+            peer,
+            checkpoint,
+            state,
+            ..
+        } = copy;
         let op = checkpoint.op;
         let config = config(
             self.replica_count,
@@ -970,7 +1049,20 @@ impl<W: Workload> Cluster<W> {
         core.checkpoint_past_laggards(bound);
         node.core = Some(core);
         self.state_transfers += 1;
+        // Its machine's log was replaced: a copy from it starts over.
+        self.cancel_copies_from(index);
         self.drain(index);
+    }
+
+    /// Replica `index` lost or replaced what it held (a crash, a discard, a transfer of its
+    /// own): its copy under way and the copies others take from it start over.
+    fn cancel_copies_from(&mut self, index: usize) {
+        self.copies[index] = None;
+        for copy in &mut self.copies {
+            if copy.as_ref().is_some_and(|copy| copy.peer == index) {
+                *copy = None;
+            }
+        }
     }
 
     /// A replica cut off from every other node never raises its view: leaving a view on a
@@ -1071,6 +1163,7 @@ impl<W: Workload> Cluster<W> {
         node.restart_at = restart_at;
         node.storage.crash(&mut self.rng);
         node.machine.crash(&mut self.rng);
+        self.cancel_copies_from(index);
     }
 
     /// Performs the node's steps until its core has nothing to do (or waits for storage).
@@ -1112,6 +1205,15 @@ impl<W: Workload> Cluster<W> {
                          (durable {durable:?})",
                         self.seed
                     );
+                    if let Message::PreVote { .. } = message {
+                        let replica = core.replica();
+                        if let Some(why) = replica.leading_stalled() {
+                            // The first pre-vote of the round says why it began.
+                            self.views_abandoned
+                                .entry((index, replica.view()))
+                                .or_insert(why);
+                        }
+                    }
                     let from = index as u8;
                     let packet = match self.frames {
                         Some(context) => Packet::Frame {
@@ -1151,6 +1253,14 @@ impl<W: Workload> Cluster<W> {
                         None => ReadBack::Unreadable,
                     };
                     self.read_backs += 1;
+                    let replica = core.replica();
+                    if read == ReadBack::Retired
+                        && replica.status() == Status::ViewChange
+                        && replica.primary_of(replica.view()) != replica.replica()
+                    {
+                        // Only the new primary's body fetch asks a replica changing views.
+                        self.fetch_retired_views.insert(replica.view());
+                    }
                     core.read_back(op, read);
                 }
                 // The core synced the journal before handing this out (see `Storage`).

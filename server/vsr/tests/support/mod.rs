@@ -20,6 +20,16 @@ pub fn sends(actions: &[Action]) -> Vec<(u8, Message)> {
         .collect()
 }
 
+/// The pre-votes among `sent`: to whom, for which view.
+pub fn pre_votes(sent: &[(ReplicaId, Message)]) -> Vec<(ReplicaId, u32)> {
+    sent.iter()
+        .filter_map(|(to, message)| match message {
+            Message::PreVote { view, .. } => Some((*to, *view)),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Ops `1..=ops` prepared in `view`, each with a small distinct body.
 pub fn entries(view: u32, ops: u64) -> Vec<Entry> {
     (1..=ops)
