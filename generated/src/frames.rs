@@ -6464,7 +6464,7 @@ impl<'a> WireDecode<'a> for RepairPrepareHeader {
         Self::decode_fixed(b)
     }
 }
-/// Fixed-layout `RepairRangeReplyHeader`, 256 bytes: repair terminator: RepairDone (op = last served) or RangeEvicted (op = oldest retained). Header only. Sealed.
+/// Fixed-layout `RepairRangeReplyHeader`, 256 bytes: repair terminator: RepairDone (op = last served) or RangeEvicted (official: op = oldest retained; ours: op = the op asked for, whose body a retirement deleted). Header only. Sealed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RepairRangeReplyHeader {
     /// seal: XxHash3-64 of bytes 16..256, widened
