@@ -9,27 +9,11 @@ use crate::harness::*;
 use futures_util::StreamExt;
 use iggy::prelude::*;
 use std::collections::BTreeSet;
-use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const PARTITIONS: u32 = 3;
-
-/// A member of group `group` of `s`/`t` as the SDK's examples build one: created if missing,
-/// joined, `next` polling with its offset committed at each poll.
-fn group_member(client: &IggyClient, group: &str) -> IggyConsumer {
-    client
-        .consumer_group(group, "s", "t")
-        .expect("consumer builder")
-        .create_consumer_group_if_not_exists()
-        .auto_join_consumer_group()
-        .polling_strategy(PollingStrategy::next())
-        .auto_commit(AutoCommit::When(AutoCommitWhen::PollingMessages))
-        .poll_interval(IggyDuration::from_str("10ms").unwrap())
-        .batch_length(10)
-        .build()
-}
 
 /// A consumer running in its own task, recording what it receives until told to stop; `stop`
 /// hands the consumer back for its shutdown.

@@ -342,22 +342,12 @@ async fn a_member_polling_a_deleted_partition_resyncs_instead_of_failing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sdk_reads_a_group_created_again_under_its_name_from_the_first_message() {
     use futures_util::StreamExt;
-    use std::str::FromStr;
     let server = TestServer::start();
     let admin = server.root_client().await;
     create_stream_and_topic(&admin, "s", "t", 1).await;
     send_to_partition(&admin, &name("s"), &name("t"), 0, msgs("old", 5)).await;
     let client = server.root_client().await;
-    let mut consumer = client
-        .consumer_group("g", "s", "t")
-        .unwrap()
-        .create_consumer_group_if_not_exists()
-        .auto_join_consumer_group()
-        .polling_strategy(PollingStrategy::next())
-        .auto_commit(AutoCommit::When(AutoCommitWhen::PollingMessages))
-        .poll_interval(IggyDuration::from_str("10ms").unwrap())
-        .batch_length(10)
-        .build();
+    let mut consumer = group_member(&client, "g");
     ok("init", within("init", consumer.init()).await);
     let mut read = Vec::new();
     let mut next = async |read: &mut Vec<String>| {

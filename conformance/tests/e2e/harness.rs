@@ -897,3 +897,18 @@ pub fn files_under(dir: &Path) -> Vec<PathBuf> {
     }
     files
 }
+
+/// A member of group `group` of `s`/`t` as the SDK's examples build one: created if missing,
+/// joined, `next` polling with its offset committed at each poll.
+pub fn group_member(client: &IggyClient, group: &str) -> IggyConsumer {
+    client
+        .consumer_group(group, "s", "t")
+        .expect("consumer builder")
+        .create_consumer_group_if_not_exists()
+        .auto_join_consumer_group()
+        .polling_strategy(PollingStrategy::next())
+        .auto_commit(AutoCommit::When(AutoCommitWhen::PollingMessages))
+        .poll_interval("10ms".parse::<IggyDuration>().unwrap())
+        .batch_length(10)
+        .build()
+}
