@@ -11,9 +11,9 @@
 //!   stderr go to `<tempdir>/server.log`, which is printed when the test panics.
 //! - `TestServer::start_with_env` adds environment variables for the child (configuration as
 //!   `IGGY_<SECTION>_<KEY>`, `RUST_LOG`), applied after the ones above at every start.
-//! - `TestServer::start_with_file_size_limit` runs the child with `RLIMIT_FSIZE` (SIGXFSZ
-//!   ignored): a write that would grow any file past the limit fails with EFBIG, a real storage
-//!   error injected without a hook in the server. `set_file_size_limit(None)` lifts it for the
+//! - `TestServer::start_with_file_size_limit` runs the child with `RLIMIT_FSIZE` (SIGXFSZ left
+//!   at its default, which the server ignores): a write that would grow any file past the limit
+//!   fails with EFBIG, a real storage error injected without a hook in the server. `set_file_size_limit(None)` lifts it for the
 //!   next start; `wait_exit` waits for a child that stops by itself.
 //! - `Drop` kills the child (SIGKILL) and reaps it. `IGGY_E2E_KEEP=1` keeps the temp dir of
 //!   a failed test and prints its path.
@@ -469,11 +469,10 @@ impl TestServer {
         }
         if let Some(limit) = self.file_size_limit {
             use std::os::unix::process::CommandExt;
-            // SAFETY: between fork and exec the closure calls only signal(2) and setrlimit(2),
-            // both async-signal-safe. An ignored signal stays ignored across exec.
+            // SAFETY: between fork and exec the closure calls only setrlimit(2), which is
+            // async-signal-safe. SIGXFSZ keeps its default (the server ignores it itself).
             unsafe {
                 cmd.pre_exec(move || {
-                    libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
                     let limit = libc::rlimit {
                         rlim_cur: limit,
                         rlim_max: limit,

@@ -260,8 +260,19 @@ fn keep_freed_buffers() {
     }
 }
 
+/// A file-size limit (`ulimit -f`, systemd's `LimitFSIZE=`) fails the write that would pass
+/// it with EFBIG, which stops the node as any storage failure does (logged, naming the file,
+/// exit 74), instead of the default SIGXFSZ killing it without a word.
+fn file_size_limit_fails_writes() {
+    // SAFETY: signal(2) with SIG_IGN installs no handler; called before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+    }
+}
+
 fn main() -> ExitCode {
     keep_freed_buffers();
+    file_size_limit_fails_writes();
     let args = match parse_args(std::env::args_os()) {
         Ok(args) => args,
         // --help and --version: printed to stdout, exit 0.
