@@ -274,17 +274,8 @@ async fn a_send_whose_user_headers_the_sdk_cannot_read_is_refused_and_the_log_st
     let refused = unreadable_headers();
     for (what, blob, code) in refused {
         // The malformed message rides behind a well-formed one: the whole batch is refused.
-        let mut batch = vec![msg("well-formed neighbour"), with_raw_headers(what, blob)];
-        let sent = within(
-            "send",
-            client.send_messages(
-                &name("s"),
-                &name("t"),
-                &Partitioning::partition_id(0),
-                &mut batch,
-            ),
-        )
-        .await;
+        let batch = vec![msg("well-formed neighbour"), with_raw_headers(what, blob)];
+        let sent = send_to_s_t(&client, batch).await;
         expect_code(what, sent, code);
     }
 
@@ -316,27 +307,28 @@ async fn refusals_over<C: BinaryTransport + MessageClient + Sync>(what: &str, cl
         &format!("{what}: ping"),
         raw_on(client, PING_CODE, Vec::new()).await,
     );
-    let mut batch = vec![msg("neighbour"), with_raw_headers(what, field(2, b"k"))];
-    let partition = Partitioning::partition_id(0);
-    let sent = within(
-        "send",
-        client.send_messages(&name("s"), &name("t"), &partition, &mut batch),
-    )
-    .await;
+    let batch = vec![msg("neighbour"), with_raw_headers(what, field(2, b"k"))];
+    let sent = send_to_s_t(client, batch).await;
     expect_code(
         &format!("{what}: a key without a value"),
         sent,
         INVALID_HEADER_VALUE,
     );
-    let mut batch = vec![msg(what)];
-    ok(
-        &format!("{what}: send"),
-        within(
-            "send",
-            client.send_messages(&name("s"), &name("t"), &partition, &mut batch),
-        )
-        .await,
-    );
+    let batch = vec![msg(what)];
+    ok(&format!("{what}: send"), send_to_s_t(client, batch).await);
+}
+
+/// Sends `batch` to partition 0 of `s`/`t` through `client` (any transport): the SDK's answer.
+async fn send_to_s_t<C: MessageClient + Sync>(
+    client: &C,
+    mut batch: Vec<IggyMessage>,
+) -> Result<SendMessagesResponse, IggyError> {
+    let partition = Partitioning::partition_id(0);
+    within(
+        "send",
+        client.send_messages(&name("s"), &name("t"), &partition, &mut batch),
+    )
+    .await
 }
 
 async fn raw_on<C: BinaryTransport + Sync>(
@@ -393,14 +385,9 @@ async fn the_http_api_refuses_unreadable_user_headers_with_the_binary_codes() {
     let (server, api) = TestServer::start_with_http(&[]);
     let http = crate::http::http_client(&api).await;
     create_stream_and_topic(&http, "s", "t", 1).await;
-    let partition = Partitioning::partition_id(0);
     for (what, blob, code) in unreadable_headers() {
-        let mut batch = vec![msg("neighbour"), with_raw_headers(what, blob)];
-        let sent = within(
-            "send",
-            http.send_messages(&name("s"), &name("t"), &partition, &mut batch),
-        )
-        .await;
+        let batch = vec![msg("neighbour"), with_raw_headers(what, blob)];
+        let sent = send_to_s_t(&http, batch).await;
         // The official HTTP client keeps the refusal's body (it types only a few codes).
         match sent {
             Err(IggyError::HttpResponseError(400, body)) => {
@@ -492,20 +479,11 @@ async fn a_request_over_the_frame_limit_is_refused_and_its_connection_serves_on(
 
 async fn oversized_send_over<C: MessageClient + SystemClient + Sync>(what: &str, client: &C) {
     let before = ok("me", within("me", client.get_me()).await).client_id;
-    let partition = Partitioning::partition_id(0);
-    let mut batch: Vec<IggyMessage> = (0..3).map(|_| msg(vec![7u8; 400 * 1024])).collect();
-    let sent = within(
-        "send",
-        client.send_messages(&name("s"), &name("t"), &partition, &mut batch),
-    )
-    .await;
+    let batch: Vec<IggyMessage> = (0..3).map(|_| msg(vec![7u8; 400 * 1024])).collect();
+    let sent = send_to_s_t(client, batch).await;
     expect_code(&format!("{what}: a send over the frame limit"), sent, 4022);
-    let mut batch = vec![msg(format!("after {what}"))];
-    let sent = within(
-        "send",
-        client.send_messages(&name("s"), &name("t"), &partition, &mut batch),
-    )
-    .await;
+    let batch = vec![msg(format!("after {what}"))];
+    let sent = send_to_s_t(client, batch).await;
     ok(&format!("{what}: the next send"), sent);
     let after = ok("me", within("me", client.get_me()).await).client_id;
     assert_eq!(before, after, "{what}: the same connection serves on");
@@ -568,17 +546,8 @@ async fn a_message_the_sdks_builder_would_refuse_for_its_size_is_refused_with_th
         ),
     ];
     for (what, message, code) in refused {
-        let mut batch = vec![msg("well-formed neighbour"), message];
-        let sent = within(
-            "send",
-            client.send_messages(
-                &name("s"),
-                &name("t"),
-                &Partitioning::partition_id(0),
-                &mut batch,
-            ),
-        )
-        .await;
+        let batch = vec![msg("well-formed neighbour"), message];
+        let sent = send_to_s_t(&client, batch).await;
         expect_code(what, sent, code);
     }
 
