@@ -201,15 +201,7 @@ async fn group_members_across_a_lost_node(scheme: &str, kill9: bool) {
         Duration::from_secs(30),
     )
     .await;
-    let details = ok(
-        "group",
-        within(
-            "group",
-            admin.get_consumer_group(&name("s"), &name("t"), &name("g")),
-        )
-        .await,
-    )
-    .expect("group g");
+    let details = group_details(&admin, "g").await;
     assert_eq!(details.members_count, 2, "{details:?}");
 
     if kill9 {
@@ -246,6 +238,13 @@ async fn group_members_across_a_lost_node(scheme: &str, kill9: bool) {
 /// A signed-in client of `connection`, owning its text.
 async fn signed_in_owned(connection: String) -> IggyClient {
     signed_in(&connection, &connection).await
+}
+
+/// Consumer group `group` of `s`/`t` as `admin` reads it; it must exist.
+async fn group_details(admin: &IggyClient, group: &str) -> ConsumerGroupDetails {
+    let (stream, topic, group) = (name("s"), name("t"), name(group));
+    let details = admin.get_consumer_group(&stream, &topic, &group);
+    ok("group", within("group", details).await).expect("the group")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -369,15 +368,7 @@ async fn a_group_member_in_a_cluster_shuts_down_promptly_over_every_binary_trans
             took < Duration::from_secs(2),
             "{scheme}: shutdown took {took:?}"
         );
-        let details = ok(
-            "group",
-            within(
-                "group",
-                admin.get_consumer_group(&name("s"), &name("t"), &name(&group)),
-            )
-            .await,
-        )
-        .expect("group");
+        let details = group_details(&admin, &group).await;
         assert_eq!(
             details.members_count, 0,
             "{scheme}: the member left: {details:?}"
@@ -451,15 +442,7 @@ async fn a_group_rebalanced_by_a_leave_and_a_join_on_other_nodes_reads_every_mes
         "c shutdown",
         within("c shutdown", c_consumer.shutdown()).await,
     );
-    let details = ok(
-        "group",
-        within(
-            "group",
-            admin.get_consumer_group(&name("s"), &name("t"), &name("g")),
-        )
-        .await,
-    )
-    .expect("group g");
+    let details = group_details(&admin, "g").await;
     assert_eq!(details.members_count, 2, "{details:?}");
 
     let second = send_round(&admin, 60, 60).await;
@@ -515,15 +498,7 @@ async fn members_starting_at_once_on_three_nodes_create_and_join_one_group() {
         for (node, init) in inits.into_iter().enumerate() {
             ok(&format!("round {round}: init on node {node}"), init);
         }
-        let details = ok(
-            "group",
-            within(
-                "group",
-                admin.get_consumer_group(&name("s"), &name("t"), &name(&group)),
-            )
-            .await,
-        )
-        .expect("the group");
+        let details = group_details(&admin, &group).await;
         assert_eq!(details.members_count, 3, "round {round}: {details:?}");
         for mut member in members {
             ok("shutdown", within("shutdown", member.shutdown()).await);
