@@ -3,7 +3,10 @@
 //! see `cluster.rs`.)
 
 use crate::harness::*;
-use std::path::Path;
+use crate::test_cluster::TestCluster;
+use iggy::prelude::*;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -176,4 +179,56 @@ fn a_replica_tls_file_that_is_empty_missing_or_not_pem_is_refused_naming_the_key
         let stderr = assert_refused_untouched(dir.path(), &out);
         assert!(stderr.contains(named), "{named}: {stderr}");
     }
+}
+
+/// Each file under `dir` with its bytes.
+fn contents(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    files_under(dir)
+        .into_iter()
+        .map(|path| {
+            let bytes = std::fs::read(&path).unwrap();
+            (path, bytes)
+        })
+        .collect()
+}
+
+/// A node started on another node's data directory (node 1's copied under node 2's path, as a
+/// mistyped `system.path` or a restored backup of the wrong machine gives) is refused as a
+/// configuration error, naming whose directory it is, before anything in it is modified: not
+/// exit 74, which says the disk failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_started_on_another_nodes_data_directory_is_refused_and_touches_nothing() {
+    let mut cluster = TestCluster::start(3);
+    let client = cluster.root_client(0).await;
+    ok(
+        "create stream",
+        within(
+            "create stream",
+            client.create_stream("s", &StreamCreateOptions::default()),
+        )
+        .await,
+    );
+    for node in [1, 2] {
+        cluster.stop(node);
+    }
+    let (one, two) = (cluster.node(1).data_dir(), cluster.node(2).data_dir());
+    std::fs::remove_dir_all(&two).unwrap();
+    copy_tree(&one, &two);
+    let before = contents(&two);
+    cluster.nodes[2].start_again_unready();
+    let status = cluster.nodes[2]
+        .wait_exit(Duration::from_secs(30))
+        .expect("node 2 refused to start on node 1's directory");
+    let log = cluster.node(2).log();
+    assert_eq!(status.code(), Some(1), "{log}");
+    for named in ["replica 1", "this node is replica 2", "--replica-id"] {
+        assert!(log.contains(named), "{named:?} in:\n{log}");
+    }
+    let after = contents(&two);
+    assert_eq!(
+        before.keys().collect::<Vec<_>>(),
+        after.keys().collect::<Vec<_>>(),
+        "no file added or removed"
+    );
+    assert!(before == after, "every file's bytes unchanged");
 }

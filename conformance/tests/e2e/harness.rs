@@ -628,6 +628,13 @@ impl TestServer {
         self.spawn(&bin);
     }
 
+    /// Starts the server again without waiting for it to accept: for a start that must be
+    /// refused (`wait_exit` then reaps it).
+    pub fn start_again_unready(&mut self) {
+        let bin = self.binary();
+        self.spawn_child(&bin);
+    }
+
     /// Graceful restart: SIGTERM, wait, start again on the same directory and port.
     pub fn restart(&mut self) {
         self.stop();

@@ -321,6 +321,17 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // Another node's directory (a mistyped system.path, a backup restored on the wrong
+    // machine) is refused before anything opens it, --fresh included: a configuration error,
+    // not the storage failure (74) the group's open would report.
+    if let Err(refusal) = consensus::view_file::ViewFile::refuse_foreign(
+        &std::path::Path::new(&cfg.system.path).join("metadata"),
+        consensus::cluster::node_cluster(),
+        replica_id,
+    ) {
+        eprintln!("iggy-server: {refusal}; nothing was started");
+        return ExitCode::FAILURE;
+    }
     // The root user is one replicated op, created by whichever node first leads: a password
     // generated per node would be printed by one node only, or differ between them.
     if cfg.cluster.enabled

@@ -30,28 +30,14 @@ impl ViewFile {
         cluster: u128,
         replica: ReplicaId,
     ) -> Result<(ViewState, ViewFile), String> {
-        let mut slots: [Option<Vec<u8>>; 2] = [None, None];
-        for (slot, name) in SLOTS.iter().enumerate() {
-            let path = dir.join(name);
-            match std::fs::read(&path) {
-                Ok(bytes) => slots[slot] = Some(bytes),
-                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-                Err(error) => return Err(format!("{}: {error}", path.display())),
-            }
-        }
+        let slots = read_slots(dir)?;
         let (state, next_slot) =
             ViewState::latest([slots[0].as_deref(), slots[1].as_deref()], cluster, replica)
                 .map_err(|error| match error {
                     ViewStateError::Foreign {
                         cluster: owner_cluster,
                         replica: owner,
-                    } => format!(
-                        "{}: view state written by replica {owner} of cluster \
-                         {owner_cluster:#x}, but this node is replica {replica} of cluster \
-                         {cluster:#x}: this is another node's data directory; start each node \
-                         on its own (system.path) with its own --replica-id",
-                        dir.display()
-                    ),
+                    } => foreign(dir, (owner_cluster, owner), (cluster, replica)),
                     _ => format!("{}: {error}", dir.display()),
                 })?;
         let file = ViewFile {
@@ -63,6 +49,22 @@ impl ViewFile {
         Ok((state, file))
     }
 
+    /// Refuses `dir` if another replica or cluster wrote its view state: checked at start,
+    /// before anything in the data directory is opened or modified (a slot that cannot be read
+    /// or decoded is left for the group's open to judge as a storage failure).
+    pub fn refuse_foreign(dir: &Path, cluster: u128, replica: ReplicaId) -> Result<(), String> {
+        let Ok(slots) = read_slots(dir) else {
+            return Ok(());
+        };
+        match ViewState::latest([slots[0].as_deref(), slots[1].as_deref()], cluster, replica) {
+            Err(ViewStateError::Foreign {
+                cluster: owner_cluster,
+                replica: owner,
+            }) => Err(foreign(dir, (owner_cluster, owner), (cluster, replica))),
+            _ => Ok(()),
+        }
+    }
+
     /// Writes `state` durably into the older slot (a failed write or fsync stops the process).
     pub async fn persist(&mut self, state: ViewState) {
         let path = self.dir.join(SLOTS[self.next_slot]);
@@ -70,6 +72,30 @@ impl ViewFile {
         iggy_storage::fail_stop::write_atomically(&path, bytes).await;
         self.next_slot = 1 - self.next_slot;
     }
+}
+
+fn read_slots(dir: &Path) -> Result<[Option<Vec<u8>>; 2], String> {
+    let mut slots: [Option<Vec<u8>>; 2] = [None, None];
+    for (slot, name) in SLOTS.iter().enumerate() {
+        let path = dir.join(name);
+        match std::fs::read(&path) {
+            Ok(bytes) => slots[slot] = Some(bytes),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Err(error) => return Err(format!("{}: {error}", path.display())),
+        }
+    }
+    Ok(slots)
+}
+
+/// The refusal of a view state `owner` (cluster, replica) wrote, found by `node`.
+fn foreign(dir: &Path, owner: (u128, ReplicaId), node: (u128, ReplicaId)) -> String {
+    let ((owner_cluster, owner), (cluster, replica)) = (owner, node);
+    format!(
+        "{}: view state written by replica {owner} of cluster {owner_cluster:#x}, but this node \
+         is replica {replica} of cluster {cluster:#x}: this is another node's data directory; \
+         start each node on its own (system.path) with its own --replica-id",
+        dir.display()
+    )
 }
 
 #[cfg(test)]
