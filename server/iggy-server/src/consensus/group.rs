@@ -889,22 +889,14 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
             }
             Job::PrimaryCommit { done } => {
                 self.drive().await;
-                // Only the waiter matters (relay's shape): the question is no client request.
-                let asked = Pending {
-                    client: 0,
-                    request: 0,
-                    operation: iggy_generated::frames::Operation::Logout.to_repr(),
-                    body: Bytes::new(),
-                    waiter: done,
+                let done = match &mut self.plane {
+                    Some(plane) => plane.ask_primary_commit(self.core.replica(), done),
+                    None => Some(done),
                 };
-                let asked = match &mut self.plane {
-                    Some(plane) => plane.ask_primary_commit(self.core.replica(), asked),
-                    None => Some(asked),
-                };
-                if let Some(asked) = asked {
+                if let Some(done) = done {
                     let op = self.core.replica().commit_max();
                     let reply = Bytes::new();
-                    let _ = asked.waiter.send(Outcome::Committed { op, reply });
+                    let _ = done.send(Outcome::Committed { op, reply });
                 }
             }
             Job::ReportSessions(sessions) => {

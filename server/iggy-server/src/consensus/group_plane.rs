@@ -384,21 +384,18 @@ impl GroupPlane {
     /// `make` builds from it (under a fresh nonce) to the primary of the view, or refuses it
     /// for now when this replica knows no primary alive. `unanswered` is what its client is
     /// told when the primary never answers.
-    fn relay(
+    fn relay<R: Relayed>(
         &mut self,
         replica: &Replica,
-        pending: Pending<oneshot::Sender<Outcome>>,
+        pending: R,
         unanswered: Unanswered,
-        make: impl FnOnce(
-            Pending<oneshot::Sender<Outcome>>,
-            u128,
-        ) -> (Forward, oneshot::Sender<Outcome>),
-    ) -> Option<Pending<oneshot::Sender<Outcome>>> {
+        make: impl FnOnce(R, u128) -> (Forward, oneshot::Sender<Outcome>),
+    ) -> Option<R> {
         if replica.status() == Status::Normal && replica.is_primary() {
             return Some(pending);
         }
         if replica.status() != Status::Normal || !replica.in_touch() {
-            let _ = pending.waiter.send(Outcome::Refused(Refusal::Busy));
+            let _ = pending.into_waiter().send(Outcome::Refused(Refusal::Busy));
             return None;
         }
         self.next_nonce += 1;
@@ -433,10 +430,10 @@ impl GroupPlane {
     pub fn ask_primary_commit(
         &mut self,
         replica: &Replica,
-        asked: Pending<oneshot::Sender<Outcome>>,
-    ) -> Option<Pending<oneshot::Sender<Outcome>>> {
-        self.relay(replica, asked, Unanswered::Refused, |asked, nonce| {
-            (Forward::CommitQuestion { nonce }, asked.waiter)
+        done: oneshot::Sender<Outcome>,
+    ) -> Option<oneshot::Sender<Outcome>> {
+        self.relay(replica, done, Unanswered::Refused, |done, nonce| {
+            (Forward::CommitQuestion { nonce }, done)
         })
     }
 
@@ -806,6 +803,24 @@ fn logout_outcome(commit: u64, outcome: ForwardLogoutOutcome) -> Outcome {
         ForwardLogoutOutcome::NotPrimary
         | ForwardLogoutOutcome::PipelineFull
         | ForwardLogoutOutcome::InProgress => Outcome::Refused(Refusal::Busy),
+    }
+}
+
+/// What [`GroupPlane::relay`] carries to the primary: a client's request, or a question that
+/// is none (the commit question), each with the waiter its verdict goes to.
+trait Relayed {
+    fn into_waiter(self) -> oneshot::Sender<Outcome>;
+}
+
+impl Relayed for Pending<oneshot::Sender<Outcome>> {
+    fn into_waiter(self) -> oneshot::Sender<Outcome> {
+        self.waiter
+    }
+}
+
+impl Relayed for oneshot::Sender<Outcome> {
+    fn into_waiter(self) -> oneshot::Sender<Outcome> {
+        self
     }
 }
 
