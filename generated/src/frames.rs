@@ -20,9 +20,9 @@ pub const SLOT_MANIFEST_MAGIC: u64 = 0x746f6c7379676769;
 pub const REPLICA_AUTH_DOMAIN: [u8; 32] = *b"iggy-rs replica-auth transcript1";
 /// `REPLICA_AUTH_KEY_CONTEXT` (spec/frames.spec:631).
 pub const REPLICA_AUTH_KEY_CONTEXT: &str = "iggy-rs 2026-12 replica-auth shared_secret to MAC key";
-/// `MESSAGE_PAYLOAD_SIZE_MAX` (spec/frames.spec:1050).
+/// `MESSAGE_PAYLOAD_SIZE_MAX` (spec/frames.spec:1058).
 pub const MESSAGE_PAYLOAD_SIZE_MAX: u32 = 64000000;
-/// `USER_HEADERS_SIZE_MAX` (spec/frames.spec:1051).
+/// `USER_HEADERS_SIZE_MAX` (spec/frames.spec:1059).
 pub const USER_HEADERS_SIZE_MAX: u32 = 100000;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]
@@ -9983,7 +9983,7 @@ impl<'a> WireDecode<'a> for CommitAnswerHeader {
         Self::decode_fixed(b)
     }
 }
-/// Fixed-layout `ConsumerSessionHeartbeatHeader`, 256 bytes: backup -> metadata primary: sessions bound here (30) or retirement progress (31); body is (client u128, session u64) entries. Sealed.
+/// Fixed-layout `ConsumerSessionHeartbeatHeader`, 256 bytes: replica -> metadata primary: sessions bound here (30) or ended sessions retired on every partition copy here (31); body is SessionReportEntry rows. Sealed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConsumerSessionHeartbeatHeader {
     /// seal: XxHash3-64 of bytes 16..256, widened
@@ -10002,7 +10002,7 @@ pub struct ConsumerSessionHeartbeatHeader {
     pub reserved_frame: [u8; 66],
     /// a shard did not report
     pub incomplete: bool,
-    /// 0 on a heartbeat
+    /// 0 on a heartbeat; on retirement progress the sender's partition-set revision (iggy_metadata::Metadata::partition_set_revision) its report covers
     pub namespace_revision: u64,
 }
 impl ConsumerSessionHeartbeatHeader {
@@ -10207,6 +10207,89 @@ impl WireEncode for ConsumerSessionHeartbeatHeader {
 impl<'a> WireDecode<'a> for ConsumerSessionHeartbeatHeader {
     fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
         let b = iggy_wire::take(input, 256)?;
+        Self::decode_fixed(b)
+    }
+}
+/// Fixed-layout `SessionReportEntry`, 24 bytes: one session of a ConsumerSessionHeartbeat or SessionRetirementProgress body. Ours: the official crate fixes no layout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionReportEntry {
+    /// nonzero
+    pub client: u128,
+    /// nonzero: the register op that began the session
+    pub session: u64,
+}
+impl SessionReportEntry {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 24;
+    /// Byte offset of `client`.
+    pub const CLIENT_OFFSET: usize = 0;
+    /// Size of `client` in bytes.
+    pub const CLIENT_SIZE: usize = 16;
+    /// Byte offset of `session`.
+    pub const SESSION_OFFSET: usize = 16;
+    /// Size of `session` in bytes.
+    pub const SESSION_SIZE: usize = 8;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
+        }
+        let client = <u128>::decode_exact(&buf[0..16])
+            .map_err(|_| WireError::InvalidValue {
+                field: "client",
+            })?;
+        let session = <u64>::decode_exact(&buf[16..24])
+            .map_err(|_| WireError::InvalidValue {
+                field: "session",
+            })?;
+        Ok(Self { client, session })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.client.to_wire_bytes());
+        iggy_wire::put_at(out, 16, &self.session.to_wire_bytes());
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 24] {
+        let mut b = [0u8; 24];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for SessionReportEntry {
+    /// All-zero bytes.
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 24]).expect("zero bytes decode")
+    }
+}
+const _: () = assert!(SessionReportEntry::SIZE == 24);
+const _: () = assert!(SessionReportEntry::CLIENT_OFFSET + 16 <= 24);
+const _: () = assert!(SessionReportEntry::SESSION_OFFSET + 8 <= 24);
+impl iggy_wire::WireJson for SessionReportEntry {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"client\":");
+        iggy_wire::WireJson::write_json(&self.client, out);
+        out.push_str(",\"session\":");
+        iggy_wire::WireJson::write_json(&self.session, out);
+        out.push('}');
+    }
+}
+impl WireEncode for SessionReportEntry {
+    fn encoded_size(&self) -> usize {
+        24
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for SessionReportEntry {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 24)?;
         Self::decode_fixed(b)
     }
 }

@@ -279,6 +279,13 @@ pub const STRUCTS: &[StructInfo] = &[
         until: 4294967295,
     },
     StructInfo {
+        name: "SessionReportEntry",
+        module: "frames",
+        fixed: Some(24),
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
         name: "ForwardCompletionHeader",
         module: "frames",
         fixed: Some(256),
@@ -1280,6 +1287,13 @@ pub const STRUCTS: &[StructInfo] = &[
         until: 4294967295,
     },
     StructInfo {
+        name: "SessionFinalizeOp",
+        module: "storage",
+        fixed: None,
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
         name: "DeleteGroupOffsetsOp",
         module: "storage",
         fixed: Some(12),
@@ -1471,6 +1485,7 @@ pub fn roundtrip(name: &str, input: &[u8]) -> Option<Result<Roundtrip, WireError
         "ConsumerSessionHeartbeatHeader" => {
             rt!(crate ::frames::ConsumerSessionHeartbeatHeader, input)
         }
+        "SessionReportEntry" => rt!(crate ::frames::SessionReportEntry, input),
         "ForwardCompletionHeader" => rt!(crate ::frames::ForwardCompletionHeader, input),
         "PrimaryRebalanceHeader" => rt!(crate ::frames::PrimaryRebalanceHeader, input),
         "SegmentDeleteHeader" => rt!(crate ::frames::SegmentDeleteHeader, input),
@@ -1672,6 +1687,7 @@ pub fn roundtrip(name: &str, input: &[u8]) -> Option<Result<Roundtrip, WireError
         "RetireSegmentsOp" => rt!(crate ::storage::RetireSegmentsOp, input),
         "RetireSegmentsOpV0" => rt!(crate ::storage::RetireSegmentsOpV0, input),
         "SessionRetirementOp" => rt!(crate ::storage::SessionRetirementOp, input),
+        "SessionFinalizeOp" => rt!(crate ::storage::SessionFinalizeOp, input),
         "DeleteGroupOffsetsOp" => rt!(crate ::storage::DeleteGroupOffsetsOp, input),
         "WriteStatus" => rt!(crate ::storage::WriteStatus, input),
         "WriteAppended" => rt!(crate ::storage::WriteAppended, input),

@@ -20,11 +20,11 @@ pub const STORAGE_MARKER_SIZE_MAX: u64 = 256;
 pub const QUIC_RESET_KEY_FILE: &str = "quic.reset_key";
 /// `QUIC_RESET_KEY_SIZE` (spec/storage.spec:83).
 pub const QUIC_RESET_KEY_SIZE: u64 = 64;
-/// `VSR_CHECKPOINT_MAGIC` (spec/storage.spec:346).
+/// `VSR_CHECKPOINT_MAGIC` (spec/storage.spec:357).
 pub const VSR_CHECKPOINT_MAGIC: [u8; 4] = *b"VSPL";
-/// `VSR_CHECKPOINT_MAGIC_V0` (spec/storage.spec:347).
+/// `VSR_CHECKPOINT_MAGIC_V0` (spec/storage.spec:358).
 pub const VSR_CHECKPOINT_MAGIC_V0: [u8; 4] = *b"VSPK";
-/// `VSR_VIEW_STATE_MAGIC` (spec/storage.spec:387).
+/// `VSR_VIEW_STATE_MAGIC` (spec/storage.spec:398).
 pub const VSR_VIEW_STATE_MAGIC: [u8; 4] = *b"VSVW";
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]
@@ -2666,6 +2666,16 @@ pub struct PatCreateOp<'a> {
 #[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
 pub struct SessionRetirementOp {
     /// client id, its session in that group, the metadata commit when proposed
+    #[wire(vec(rest, plain))]
+    pub sessions: Vec<crate::payloads::SessionIdentity>,
+}
+/// Variable-length `SessionFinalizeOp`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct SessionFinalizeOp {
+    /// iggy_metadata::Metadata::partition_set_revision when the evidence was gathered
+    #[wire(plain)]
+    pub partition_set_revision: u64,
+    /// client id, its session, the metadata commit when proposed
     #[wire(vec(rest, plain))]
     pub sessions: Vec<crate::payloads::SessionIdentity>,
 }

@@ -6,7 +6,8 @@
 //! - [`replies`]: reply bodies encoded from the model (with partition figures supplied by the
 //!   caller), [`options`]: option blocks and their catalog, [`snapshot`]: the checkpointed model,
 //!   [`permissions`]: permissions to and from the wire;
-//! - [`reconcile`]: what a replica does with its partitions after a metadata state transfer.
+//! - [`reconcile`]: what a replica does with its partitions after a metadata state transfer;
+//! - [`retirement`]: the metadata primary's evidence that a replica quorum retired ended sessions.
 //!
 //! **Architecture Invariant:** no compio, no clock, no filesystem or network, no randomness: the
 //! same committed ops give every replica the same model, replies and effects. Secrets arrive
@@ -18,6 +19,7 @@ pub mod options;
 pub mod permissions;
 pub mod reconcile;
 pub mod replies;
+pub mod retirement;
 pub mod session;
 pub mod snapshot;
 

@@ -17,7 +17,7 @@ use iggy_generated::payloads::{
     StreamIdRequest, StreamResourcePatch, TopicIdRequest, TopicResourcePatch,
     UpdatePermissionsRequest, UpdateResourceRequest, UserResourcePatch,
 };
-use iggy_generated::storage::SessionRetirementOp;
+use iggy_generated::storage::{SessionFinalizeOp, SessionRetirementOp};
 use iggy_wire::{WireDecode, WireEncode};
 use std::hash::Hasher;
 
@@ -70,6 +70,30 @@ fn framed(result: Result<Vec<u8>, ErrorCode>) -> Bytes {
     }
 }
 
+/// The sessions a FinalizeSession body releases, judged against the model at apply. A
+/// `SessionFinalizeOp` names the partition-set revision its quorum of retirement reports
+/// covered: when the model's differs (a partition created, or the highest one deleted, since),
+/// the reports did not check the set as it is now, and nothing is released (the next reports
+/// do). A `SessionRetirementOp` (no revision, journaled by earlier builds, which released on
+/// the primary's own copies) is applied as then, so every replica replaying such an op, with
+/// either build, leaves the same client table. The two layouts' lengths never coincide
+/// (8 + 32n against 32n bytes), so at most one decodes.
+fn finalized_sessions(
+    metadata: &Metadata,
+    request: &[u8],
+) -> Result<Vec<iggy_generated::payloads::SessionIdentity>, ErrorCode> {
+    if let Ok(finalize) = SessionFinalizeOp::decode_exact(request) {
+        let current = finalize.partition_set_revision == metadata.partition_set_revision();
+        return Ok(if current {
+            finalize.sessions
+        } else {
+            Vec::new()
+        });
+    }
+    let legacy: SessionRetirementOp = decode(request)?;
+    Ok(legacy.sessions)
+}
+
 /// Applies one committed op to the model; returns the reply and the effects the shell runs.
 /// Pure: the reply depends only on the model and the op, so every replica encodes the same one.
 pub fn apply(
@@ -108,10 +132,9 @@ pub fn apply(
             Ok(Vec::new())
         }
         Operation::FinalizeSession if client == SYSTEM_CLIENT => {
-            let request: SessionRetirementOp = decode(request)?;
+            let named = finalized_sessions(metadata, request)?;
             // A session still live keeps its slot whatever the op names.
-            let clients: Vec<u128> = request
-                .sessions
+            let clients: Vec<u128> = named
                 .iter()
                 .map(|identity| identity.client_id)
                 .filter(|client| metadata.sessions.get(*client).is_none())
@@ -693,6 +716,8 @@ mod tests {
         assert!(!live(34), "a deleted user's");
     }
 
+    /// A FinalizeSession body as journaled by builds before retirement reports had revisions
+    /// (a bare `SessionRetirementOp`) still decodes and releases as it did then.
     #[test]
     fn a_finalize_releases_only_ended_sessions_and_only_from_the_system_client() {
         let mut metadata = Metadata::default();
@@ -726,5 +751,116 @@ mod tests {
             vec![Effect::ReleaseSessionSlots { clients: vec![21] }]
         );
         assert!(metadata.sessions.get(22).is_some());
+    }
+
+    /// Sessions 21 (ended) and 22 (live), a topic of one partition; the body of a
+    /// FinalizeSession naming both at `revision`.
+    fn finalizing_at(revision_offset: i64) -> (Metadata, Vec<u8>) {
+        let mut metadata = Metadata::default();
+        for (op, client) in [(1, 21), (2, 22)] {
+            let record = session_record(crate::ROOT_USER_ID, 0, [0; 32]);
+            register(&mut metadata, op, client, &record).unwrap();
+        }
+        metadata.create_stream("s", 3).unwrap();
+        let settings = crate::TopicSettings::default();
+        metadata
+            .create_topic(&Ident::Id(0), "t", 1, settings, 4, 4)
+            .unwrap();
+        let logout = envelope(5, crate::ROOT_USER_ID, &[]);
+        apply(&mut metadata, 5, 21, Operation::Logout.to_repr(), &logout);
+        let identity = |client_id| iggy_generated::payloads::SessionIdentity {
+            client_id,
+            session: 1,
+            metadata_watermark: 5,
+        };
+        let revision = metadata
+            .partition_set_revision()
+            .checked_add_signed(revision_offset)
+            .unwrap();
+        let named = SessionFinalizeOp {
+            partition_set_revision: revision,
+            sessions: vec![identity(21), identity(22)],
+        };
+        let body = envelope(6, crate::ROOT_USER_ID, &named.to_wire_bytes()).to_vec();
+        (metadata, body)
+    }
+
+    #[test]
+    fn a_finalize_at_the_current_partition_set_revision_releases_the_ended_sessions() {
+        let (mut metadata, body) = finalizing_at(0);
+        assert_ne!(metadata.partition_set_revision(), 0);
+        let finalize = Operation::FinalizeSession.to_repr();
+        let (reply, effects) = apply(&mut metadata, 6, SYSTEM_CLIENT, finalize, &body);
+        assert_eq!(crate::replies::rejection_of(&reply), None);
+        assert_eq!(
+            effects,
+            vec![Effect::ReleaseSessionSlots { clients: vec![21] }],
+            "the ended session goes, the live one stays"
+        );
+    }
+
+    #[test]
+    fn a_finalize_at_another_partition_set_revision_releases_nothing() {
+        let finalize = Operation::FinalizeSession.to_repr();
+        // Evidence from before the topic's partition existed, and a revision ahead.
+        for offset in [-1, 1] {
+            let (mut metadata, body) = finalizing_at(offset);
+            let (reply, effects) = apply(&mut metadata, 6, SYSTEM_CLIENT, finalize, &body);
+            assert_eq!(crate::replies::rejection_of(&reply), None);
+            assert_eq!(
+                effects,
+                vec![Effect::ReleaseSessionSlots { clients: vec![] }],
+                "offset {offset}"
+            );
+        }
+        // A partition created after the evidence was gathered makes it stale.
+        let (mut metadata, body) = finalizing_at(0);
+        metadata
+            .create_partitions(&Ident::Id(0), &Ident::Id(0), 1, 6, 6)
+            .unwrap();
+        let (_, effects) = apply(&mut metadata, 7, SYSTEM_CLIENT, finalize, &body);
+        assert_eq!(
+            effects,
+            vec![Effect::ReleaseSessionSlots { clients: vec![] }]
+        );
+    }
+
+    #[test]
+    fn the_partition_set_revision_follows_incarnations_not_segments() {
+        let mut metadata = Metadata::default();
+        assert_eq!(metadata.partition_set_revision(), 0);
+        metadata.create_stream("s", 1).unwrap();
+        assert_eq!(
+            metadata.partition_set_revision(),
+            0,
+            "a stream has no partitions"
+        );
+        let settings = crate::TopicSettings::default();
+        let (stream, topic) = (Ident::Id(0), Ident::Id(0));
+        metadata
+            .create_topic(&stream, "t", 2, settings, 2, 2)
+            .unwrap();
+        let two = metadata.partition_set_revision();
+        assert_ne!(two, 0);
+        metadata
+            .create_partitions(&stream, &topic, 1, 3, 3)
+            .unwrap();
+        let three = metadata.partition_set_revision();
+        assert!(three > two, "a created partition raises it");
+        metadata.delete_partitions(&stream, &topic, 1).unwrap();
+        assert_eq!(
+            metadata.partition_set_revision(),
+            two,
+            "its delete lowers it"
+        );
+        metadata
+            .create_partitions(&stream, &topic, 1, 4, 4)
+            .unwrap();
+        assert!(
+            metadata.partition_set_revision() > three,
+            "the same ids created again are a new incarnation"
+        );
+        metadata.delete_topic(&stream, &topic).unwrap();
+        assert_eq!(metadata.partition_set_revision(), 0);
     }
 }

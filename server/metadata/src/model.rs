@@ -474,6 +474,33 @@ impl Metadata {
         find(&self.users, ident, |u| &u.username).ok_or(ErrorCode::ResourceNotFound)
     }
 
+    /// The revision of the partition set, what a session's retirement evidence covers: the
+    /// highest incarnation of a live partition (0 with none). A replica reports an ended
+    /// session retired on every partition copy it hosts for its model's set, with this number;
+    /// FinalizeSession names the revision its quorum of reports shared and releases nothing
+    /// once the model's differs.
+    ///
+    /// Derived from the model, not counted: it is the same on every replica at the same op and
+    /// needs no snapshot field. Sound because an incarnation (`(op << 20) | id`) is unique and
+    /// every new one exceeds all before it (its creating op is later): any create, of a
+    /// stream's, topic's or partition's partitions, or a recreation under reused ids, raises
+    /// it. A delete lowers it only when it removes the highest one, and may leave it as it
+    /// was; but a set is always a subset of every earlier set with the same revision: each of
+    /// its partitions has an incarnation at most that revision, so it was created no later
+    /// than the earlier set's highest one and was live then, unless deleted before, and a
+    /// deleted incarnation never comes back. So evidence gathered at an earlier model with the
+    /// same revision covers every partition of the later one. Segment deletion, purges and
+    /// offsets leave it alone.
+    pub fn partition_set_revision(&self) -> u64 {
+        self.streams
+            .values()
+            .flat_map(|stream| stream.topics.values())
+            .flat_map(|topic| topic.partitions.values())
+            .map(|partition| partition.incarnation)
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Every live partition, by key, with its incarnation.
     pub fn live_partitions(&self) -> BTreeMap<(u32, u32, u32), u64> {
         let mut live = BTreeMap::new();
