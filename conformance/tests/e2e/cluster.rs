@@ -3643,3 +3643,74 @@ async fn a_backup_that_lags_a_password_change_refuses_the_old_password() {
     let fresh = cluster.node(backup).anonymous_client().await;
     ok("new password", within("login", fresh.login_user("changing", "new-secret")).await);
 }
+
+/// An ended session's slot in the metadata client table is released only once a quorum of the
+/// metadata group's replicas reported it retired on every partition copy they host
+/// (SessionRetirementProgress, 31). With what both backups send the metadata primary of that
+/// command dropped (every other frame flows, so the group commits), the primary's own copies
+/// are clean yet a login waiting for a full table's slot stays refused; once the backups'
+/// reports reach it, the slot is released and the login gets it. The server before quorum
+/// evidence released the slot on the primary's own copies alone, within a few passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ended_sessions_slot_is_released_only_once_a_replica_quorum_reported_it_retired() {
+    const SESSION_RETIREMENT_PROGRESS: u8 = 31;
+    let cluster = TestCluster::start_with(
+        3,
+        ClusterOptions {
+            env: vec![
+                ("IGGY_LIMITS_CLIENTS_TABLE_MAX".into(), "2".into()),
+                ("IGGY_SYSTEM_MAINTENANCE_INTERVAL_MS".into(), "100".into()),
+            ],
+            replica_frames: true,
+            ..Default::default()
+        },
+    );
+    let (primary, _) = metadata_primary_and_backup(&cluster).await;
+    let first = cluster.root_client(primary).await;
+    let second = cluster.root_client(primary).await;
+    // A partition, so the reports cover a partition set (every node hosts a copy).
+    create_stream_and_topic(&first, "retiring", "events", 1).await;
+
+    let backups: Vec<usize> = (0..cluster.len()).filter(|&i| i != primary).collect();
+    for &backup in &backups {
+        cluster.drop_frames(backup, primary, SESSION_RETIREMENT_PROGRESS);
+    }
+    ok("logout", within("logout", first.logout_user()).await);
+    let connection = cluster
+        .node(primary)
+        .connection_string(ROOT_USER, ROOT_PASSWORD);
+    let third = IggyClient::from_connection_string(&connection).expect("valid connection string");
+    let mut login = Box::pin(third.connect());
+    let early = tokio::time::timeout(Duration::from_secs(4), &mut login).await;
+    let log = cluster.node(primary).log();
+    assert!(
+        early.is_err() && !log.contains("released the slots"),
+        "the slot was released on the primary's own report (login: {early:?}):\n{log}"
+    );
+    ok(
+        "the second session still works",
+        within("streams", second.get_streams()).await,
+    );
+
+    for &backup in &backups {
+        cluster.pass_frames(backup, primary, SESSION_RETIREMENT_PROGRESS);
+    }
+    let connected = tokio::time::timeout(Duration::from_secs(20), login).await;
+    assert!(
+        matches!(connected, Ok(Ok(()))),
+        "the login waiting for a slot got the released one: {connected:?}\n{}",
+        cluster.node(primary).log()
+    );
+    ok(
+        "the third session works",
+        within("streams", third.get_streams()).await,
+    );
+    assert!(
+        cluster
+            .node(primary)
+            .log()
+            .contains("released the slots of 1 ended sessions"),
+        "{}",
+        cluster.node(primary).log()
+    );
+}

@@ -181,6 +181,10 @@ pub struct ClusterOptions {
     pub websocket: bool,
     /// HTTP on, every node on a port of its own in the roster.
     pub http: bool,
+    /// The replica proxy reads each link frame by frame (a 256-byte header naming its size,
+    /// then the body), so a test can drop one command's frames (`TestCluster::drop_frames`).
+    /// Only for a plane without `[cluster.tls]`, whose bytes are not frames.
+    pub replica_frames: bool,
 }
 
 pub struct TestCluster {
@@ -219,6 +223,10 @@ impl TestCluster {
             .collect();
         let replica: Vec<u16> = roster.iter().map(|node| node.replica).collect();
         let proxy = ReplicaProxy::start(&replica);
+        proxy
+            .state
+            .framed
+            .store(options.replica_frames, Ordering::SeqCst);
         let node_env: Vec<Vec<(String, String)>> = (0..n)
             .map(|i| {
                 let mut env: Vec<(String, String)> = (0..n)
@@ -450,6 +458,32 @@ impl TestCluster {
         self.proxy().release(sender, receiver);
     }
 
+    /// Drops the frames of `command` node `sender` sends node `receiver` (everything else
+    /// flows) until [`Self::pass_frames`]; needs `ClusterOptions::replica_frames`.
+    pub fn drop_frames(&self, sender: usize, receiver: usize, command: u8) {
+        let proxy = self.proxy();
+        assert!(
+            proxy.state.framed.load(Ordering::SeqCst),
+            "a proxy reading frames (ClusterOptions::replica_frames)"
+        );
+        proxy
+            .state
+            .dropped
+            .lock()
+            .unwrap()
+            .insert((sender, receiver, command));
+    }
+
+    pub fn pass_frames(&self, sender: usize, receiver: usize, command: u8) {
+        let proxy = self.proxy();
+        proxy
+            .state
+            .dropped
+            .lock()
+            .unwrap()
+            .remove(&(sender, receiver, command));
+    }
+
     pub fn heal(&self, i: usize) {
         self.proxy().heal(i);
     }
@@ -672,7 +706,7 @@ pub async fn wait_until_async<T>(
 /// dials peer j at `port(i, j)` and the proxy connects on to j's real replica port.
 pub struct ReplicaProxy {
     ports: BTreeMap<(usize, usize), u16>,
-    state: Arc<ProxyState>,
+    pub(crate) state: Arc<ProxyState>,
 }
 
 #[derive(Default)]
@@ -682,6 +716,10 @@ pub(crate) struct ProxyState {
     /// Directions (sender, receiver) whose bytes are held back until released: the link stays
     /// up, so the receiver just hears nothing new from the sender meanwhile.
     held: Mutex<BTreeSet<(usize, usize)>>,
+    /// Links are read frame by frame (set before any node dials).
+    pub(crate) framed: AtomicBool,
+    /// (sender, receiver, command) whose frames are dropped, on a framed proxy.
+    pub(crate) dropped: Mutex<BTreeSet<(usize, usize, u8)>>,
     /// Both sockets of every forwarded connection, by the pair it joins.
     connections: Mutex<Vec<(usize, usize, TcpStream, TcpStream)>>,
     stopping: AtomicBool,
@@ -697,6 +735,11 @@ impl ProxyState {
 
     fn holds(&self, sender: usize, receiver: usize) -> bool {
         self.held.lock().unwrap().contains(&(sender, receiver))
+    }
+
+    fn drops(&self, sender: usize, receiver: usize, command: u8) -> bool {
+        let dropped = self.dropped.lock().unwrap();
+        dropped.contains(&(sender, receiver, command))
     }
 }
 
@@ -814,9 +857,50 @@ pub(crate) fn accept_loop(
         }
         state.forwarded.fetch_add(1, Ordering::Relaxed);
         let (forth, back) = (state.clone(), state.clone());
+        if state.framed.load(Ordering::SeqCst) {
+            std::thread::spawn(move || pipe_frames(dialer, a1, from, to, forth));
+            std::thread::spawn(move || pipe_frames(acceptor, d1, to, from, back));
+            continue;
+        }
         std::thread::spawn(move || pipe(dialer, a1, || forth.holds(from, to)));
         std::thread::spawn(move || pipe(acceptor, d1, || back.holds(to, from)));
     }
+}
+
+/// Copies the frames node `sender` writes on `from` to `to` (node `receiver`'s side) until
+/// either side closes, then closes both: a frame of a command `state` drops is skipped, and
+/// one read while `state` holds the direction waits until it no longer does.
+fn pipe_frames(
+    mut from: TcpStream,
+    mut to: TcpStream,
+    sender: usize,
+    receiver: usize,
+    state: Arc<ProxyState>,
+) {
+    use iggy_generated::frames::GenericHeader;
+    loop {
+        let mut header = [0u8; GenericHeader::SIZE];
+        if from.read_exact(&mut header).is_err() {
+            break;
+        }
+        let size_at = GenericHeader::SIZE_OFFSET;
+        let size = u32::from_le_bytes(header[size_at..size_at + 4].try_into().unwrap());
+        let mut body = vec![0u8; (size as usize).saturating_sub(GenericHeader::SIZE)];
+        if from.read_exact(&mut body).is_err() {
+            break;
+        }
+        if state.drops(sender, receiver, header[GenericHeader::COMMAND_OFFSET]) {
+            continue;
+        }
+        while state.holds(sender, receiver) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if to.write_all(&header).is_err() || to.write_all(&body).is_err() {
+            break;
+        }
+    }
+    let _ = from.shutdown(Shutdown::Both);
+    let _ = to.shutdown(Shutdown::Both);
 }
 
 /// Copies `from` to `to` until either side closes, then closes both; what it read while `held`

@@ -10,7 +10,10 @@
 //! the client table), answered with the op that ended it (ForwardLogoutResult); a backup asks
 //! the primary what it knows committed before it judges a login (CommitQuestion, answered by a
 //! CommitAnswer); and a backup names the sessions bound on it in ConsumerSessionHeartbeat frames (no reply), so the
-//! metadata primary, which alone expires sessions, counts them as active.
+//! metadata primary, which alone expires sessions, counts them as active. Each replica also
+//! names the ended sessions none of its partition copies holds a writer slot of, for its
+//! model's partition-set revision, in SessionRetirementProgress frames (no reply): the
+//! metadata primary releases a session's slot once a quorum did (`runtime/maintenance.rs`).
 
 use super::replica_bus::Inbound;
 use bytes::{BufMut, Bytes, BytesMut};
@@ -18,16 +21,17 @@ use iggy_generated::frames::{
     Command, CommitAnswerHeader, CommitQuestionHeader, ConsumerSessionHeartbeatHeader,
     ForwardLogoutHeader, ForwardLogoutOutcome, ForwardLogoutResultHeader, ForwardRegisterHeader,
     ForwardRegisterOutcome, ForwardRegisterResultHeader, ForwardWriteHeader, ForwardWriteOutcome,
-    ForwardWriteResultHeader, METADATA_GROUP, Operation,
+    ForwardWriteResultHeader, METADATA_GROUP, Operation, SessionReportEntry,
 };
 use iggy_vsr::codec::{CodecError, FrameContext, malformed, same_group, sealed_frame};
-
-/// Bytes of one (client u128, session u64) entry in a session heartbeat's body.
-const HEARTBEAT_ENTRY_SIZE: usize = 24;
 
 /// Entries one session heartbeat frame carries at most (a 48 KiB body, far below any frame
 /// limit); more sessions go in more frames.
 pub const SESSIONS_PER_HEARTBEAT: usize = 2048;
+
+/// Entries one retirement progress frame carries at most: as many as one FinalizeSession
+/// names (spec/frames.spec, `SessionReportEntry`).
+pub const SESSIONS_PER_PROGRESS: usize = 128;
 
 /// A forwarding frame.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,6 +93,15 @@ pub enum Forward {
         incomplete: bool,
         sessions: Vec<(u128, u64)>,
     },
+    /// Any replica to metadata primary: ended sessions, as (client, session), that no
+    /// partition copy of the sender holds a writer slot of, every copy current, for the
+    /// partition set of its model's `revision`; `incomplete` when more frames of the same
+    /// report follow.
+    RetirementProgress {
+        revision: u64,
+        incomplete: bool,
+        sessions: Vec<(u128, u64)>,
+    },
 }
 
 /// Whether `command` is a forwarding frame (they travel in the metadata group's channel).
@@ -104,7 +117,32 @@ pub fn is_forward(command: Command) -> bool {
             | Command::CommitQuestion
             | Command::CommitAnswer
             | Command::ConsumerSessionHeartbeat
+            | Command::SessionRetirementProgress
     )
+}
+
+/// The frames of one retirement report: `sessions` in frames of at most
+/// [`SESSIONS_PER_PROGRESS`], every one but the last marked incomplete; one frame with no
+/// entry when there are none (the report still replaces the sender's previous one).
+pub fn retirement_progress(
+    context: &FrameContext,
+    view: u32,
+    revision: u64,
+    sessions: &[(u128, u64)],
+) -> Vec<Bytes> {
+    let frames = sessions.len().div_ceil(SESSIONS_PER_PROGRESS).max(1);
+    (0..frames)
+        .map(|index| {
+            let from = (index * SESSIONS_PER_PROGRESS).min(sessions.len());
+            let to = (from + SESSIONS_PER_PROGRESS).min(sessions.len());
+            let progress = Forward::RetirementProgress {
+                revision,
+                incomplete: index + 1 < frames,
+                sessions: sessions[from..to].to_vec(),
+            };
+            encode(context, view, &progress)
+        })
+        .collect()
 }
 
 /// The frames of one session report: `sessions` in frames of at most
@@ -266,15 +304,26 @@ pub fn encode(context: &FrameContext, view: u32, forward: &Forward) -> Bytes {
                 incomplete: *incomplete,
                 ..ConsumerSessionHeartbeatHeader::default()
             };
-            let mut body = BytesMut::with_capacity(sessions.len() * HEARTBEAT_ENTRY_SIZE);
-            for (client, session) in sessions {
-                body.put_u128_le(*client);
-                body.put_u64_le(*session);
-            }
             (
                 Command::ConsumerSessionHeartbeat,
                 header.to_bytes(),
-                body.freeze(),
+                session_entries(sessions),
+            )
+        }
+        Forward::RetirementProgress {
+            revision,
+            incomplete,
+            sessions,
+        } => {
+            let header = ConsumerSessionHeartbeatHeader {
+                incomplete: *incomplete,
+                namespace_revision: *revision,
+                ..ConsumerSessionHeartbeatHeader::default()
+            };
+            (
+                Command::SessionRetirementProgress,
+                header.to_bytes(),
+                session_entries(sessions),
             )
         }
     };
@@ -292,6 +341,7 @@ pub fn decode(context: &FrameContext, inbound: &Inbound) -> Result<Forward, Code
             | Command::ForwardLogout
             | Command::ForwardLogoutResult
             | Command::ConsumerSessionHeartbeat
+            | Command::SessionRetirementProgress
     );
     if sessions && context.group != METADATA_GROUP {
         return Err(malformed(
@@ -425,14 +475,40 @@ pub fn decode(context: &FrameContext, inbound: &Inbound) -> Result<Forward, Code
                 sessions: heartbeat_entries(command, &inbound.body)?,
             })
         }
+        Command::SessionRetirementProgress => {
+            let header = ConsumerSessionHeartbeatHeader::decode_fixed(&inbound.header[..])
+                .map_err(undecodable)?;
+            let sessions = heartbeat_entries(command, &inbound.body)?;
+            if sessions.len() > SESSIONS_PER_PROGRESS {
+                return Err(malformed(command, "more entries than one frame carries"));
+            }
+            Ok(Forward::RetirementProgress {
+                revision: header.namespace_revision,
+                incomplete: header.incomplete,
+                sessions,
+            })
+        }
         other => Err(CodecError::Unsupported(other)),
     }
 }
 
-/// The (client, session) entries of a session heartbeat's body; a partial entry or a zero
+/// The body of a session report: one `SessionReportEntry` per (client, session).
+fn session_entries(sessions: &[(u128, u64)]) -> Bytes {
+    let mut body = BytesMut::with_capacity(sessions.len() * SessionReportEntry::SIZE);
+    for (client, session) in sessions {
+        let entry = SessionReportEntry {
+            client: *client,
+            session: *session,
+        };
+        body.put_slice(&entry.to_bytes());
+    }
+    body.freeze()
+}
+
+/// The (client, session) entries of a session report's body; a partial entry or a zero
 /// client or session is refused.
 fn heartbeat_entries(command: Command, body: &[u8]) -> Result<Vec<(u128, u64)>, CodecError> {
-    if !body.len().is_multiple_of(HEARTBEAT_ENTRY_SIZE) {
+    if !body.len().is_multiple_of(SessionReportEntry::SIZE) {
         return Err(malformed(
             command,
             format!(
@@ -442,11 +518,10 @@ fn heartbeat_entries(command: Command, body: &[u8]) -> Result<Vec<(u128, u64)>, 
         ));
     }
     let entries: Vec<(u128, u64)> = body
-        .chunks_exact(HEARTBEAT_ENTRY_SIZE)
+        .chunks_exact(SessionReportEntry::SIZE)
         .map(|entry| {
-            let client = u128::from_le_bytes(entry[..16].try_into().expect("16 bytes"));
-            let session = u64::from_le_bytes(entry[16..].try_into().expect("8 bytes"));
-            (client, session)
+            let entry = SessionReportEntry::decode_fixed(entry).expect("one whole entry");
+            (entry.client, entry.session)
         })
         .collect();
     if entries
@@ -792,7 +867,7 @@ mod tests {
         let frame = &session_heartbeats(&context(2), 4, &[(5, 6), (7, 8)])[0];
         let whole = receive(frame, 2);
         assert!(decode(&context(0), &whole).is_ok());
-        let partial = with_body(&whole, whole.body.slice(..HEARTBEAT_ENTRY_SIZE + 1));
+        let partial = with_body(&whole, whole.body.slice(..SessionReportEntry::SIZE + 1));
         assert!(decode(&context(0), &partial).is_err());
         let mut zero_session = whole.body.to_vec();
         zero_session[16..24].fill(0);
@@ -805,5 +880,70 @@ mod tests {
             ..context(0)
         };
         assert!(decode(&partition, &whole).is_err());
+    }
+
+    #[test]
+    fn a_retirement_report_splits_into_progress_frames_naming_its_revision() {
+        let sessions: Vec<(u128, u64)> = (1..=SESSIONS_PER_PROGRESS as u128 + 1)
+            .map(|client| (client << 64 | 0xfeed, client as u64 * 10))
+            .collect();
+        let frames = retirement_progress(&context(2), 4, 0x7_0000_0001, &sessions);
+        assert_eq!(frames.len(), 2);
+        let mut decoded = Vec::new();
+        let mut flags = Vec::new();
+        for frame in &frames {
+            let inbound = receive(frame, 2);
+            assert_eq!(inbound.command, Command::SessionRetirementProgress);
+            let forward = decode(&context(0), &inbound).unwrap();
+            crosses_the_metadata_plane_only(&forward);
+            let Forward::RetirementProgress {
+                revision,
+                incomplete,
+                sessions,
+            } = forward
+            else {
+                panic!("{forward:?}")
+            };
+            assert_eq!(revision, 0x7_0000_0001);
+            flags.push(incomplete);
+            decoded.extend(sessions);
+        }
+        assert_eq!(flags, [true, false]);
+        assert_eq!(decoded, sessions);
+        // An empty report is still one frame: it replaces what the sender reported before.
+        let empty = retirement_progress(&context(2), 4, 9, &[]);
+        assert_eq!(empty.len(), 1);
+        assert_eq!(
+            decode(&context(0), &receive(&empty[0], 2)).unwrap(),
+            Forward::RetirementProgress {
+                revision: 9,
+                incomplete: false,
+                sessions: Vec::new(),
+            }
+        );
+        // More entries than one frame may carry are refused.
+        let oversized = Forward::RetirementProgress {
+            revision: 9,
+            incomplete: false,
+            sessions: sessions.clone(),
+        };
+        let inbound = receive(&encode(&context(2), 4, &oversized), 2);
+        assert!(decode(&context(0), &inbound).is_err());
+    }
+
+    #[test]
+    fn a_heartbeat_naming_a_revision_is_refused() {
+        let header = ConsumerSessionHeartbeatHeader {
+            namespace_revision: 3,
+            ..ConsumerSessionHeartbeatHeader::default()
+        };
+        let frame = sealed_frame(
+            &context(2),
+            Command::ConsumerSessionHeartbeat,
+            5,
+            header.to_bytes(),
+            &session_entries(&[(5, 6)]),
+        );
+        assert!(decode(&context(0), &receive(&frame, 2)).is_err());
     }
 }

@@ -22,6 +22,7 @@ use crate::consensus::transfer::{
 use bytes::Bytes;
 use futures_channel::{mpsc, oneshot};
 use futures_util::StreamExt;
+use iggy_metadata::retirement::RetirementReport;
 use iggy_vsr::group::{CheckpointPolicy, GroupCore, JournalBound, Pending, Step};
 pub use iggy_vsr::group::{Durability, Outcome};
 use iggy_vsr::{Config, Entry, ReadBack, Refusal, ViewState};
@@ -116,6 +117,10 @@ pub trait StateMachine {
     /// Peer replica `from` reports these (client, session) pairs bound to its connections:
     /// they are active although no connection of this node holds them.
     fn sessions_held_by_peer(&mut self, _from: u8, _sessions: &[(u128, u64)]) {}
+
+    /// A peer replica's report (or part of it) of the ended sessions its partition copies no
+    /// longer hold, received by this metadata primary.
+    fn retirement_reported(&mut self, _report: RetirementReport) {}
 
     /// Called before `entry` is journaled. A machine that keeps the body in its own files
     /// anyway (a partition's log) writes it there now and returns a short stand-in for the
@@ -327,6 +332,10 @@ enum Job<R> {
     },
     /// Sessions bound on this node, reported to the primary when this replica is a backup.
     ReportSessions(Vec<(u128, u64)>),
+    ReportRetirement {
+        revision: u64,
+        sessions: Vec<(u128, u64)>,
+    },
     /// A frame from a peer replica of the group.
     Peer(Inbound),
     /// The replica's clock advanced one tick.
@@ -466,6 +475,15 @@ impl<R> GroupHandle<R> {
     /// heartbeat); nothing happens on the primary itself or in a group of one.
     pub fn report_sessions(&self, sessions: Vec<(u128, u64)>) {
         let _ = self.jobs.unbounded_send(Job::ReportSessions(sessions));
+    }
+
+    /// Tells the group's primary which ended sessions this node's partition copies no longer
+    /// hold, for the partition set of its model's `revision`; nothing happens on the primary
+    /// itself or in a group of one.
+    pub fn report_retirement(&self, revision: u64, sessions: Vec<(u128, u64)>) {
+        let _ = self
+            .jobs
+            .unbounded_send(Job::ReportRetirement { revision, sessions });
     }
 
     /// Queues a read behind the writes already submitted. False if the group stopped.
@@ -904,6 +922,11 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                     plane.report_sessions(self.core.replica(), &sessions);
                 }
             }
+            Job::ReportRetirement { revision, sessions } => {
+                if let Some(plane) = &mut self.plane {
+                    plane.report_retirement(self.core.replica(), revision, &sessions);
+                }
+            }
             Job::Peer(frame) => {
                 let Some(plane) = &mut self.plane else {
                     return None;
@@ -925,6 +948,7 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                     Some(SessionFrame::Held { from, sessions }) => {
                         self.state.sessions_held_by_peer(from, &sessions)
                     }
+                    Some(SessionFrame::Retired(report)) => self.state.retirement_reported(report),
                     None => {}
                 }
             }

@@ -13,8 +13,10 @@ use bytes::Bytes;
 use futures_channel::oneshot;
 use futures_util::StreamExt;
 use iggy_generated::frames::{
-    ForwardLogoutOutcome, ForwardRegisterOutcome, ForwardWriteOutcome, METADATA_GROUP, Operation,
+    ForwardLogoutOutcome, ForwardRegisterOutcome, ForwardWriteOutcome, GenericHeader,
+    METADATA_GROUP, Operation,
 };
+use iggy_metadata::retirement::RetirementReport;
 use iggy_vsr::group::{GroupCore, Outcome, Pending};
 use iggy_vsr::{Message, Refusal, Replica, Status};
 use std::collections::HashMap;
@@ -44,6 +46,8 @@ pub enum SessionFrame {
         from: u8,
         sessions: Vec<(u128, u64)>,
     },
+    /// Part of the report of ended sessions a replica's partition copies no longer hold.
+    Retired(RetirementReport),
     /// A state-transfer frame from `from` (a partition group's): the group's task serves or
     /// follows it with its state machine and files.
     Transfer { from: u8, transfer: Transfer },
@@ -454,6 +458,31 @@ impl GroupPlane {
         }
     }
 
+    /// A backup in normal status tells the primary of its view which ended sessions none of
+    /// its partition copies holds, for the partition set of its model's `revision` (the whole
+    /// report, an empty one included: it replaces the previous one). No reply: the next pass
+    /// reports again.
+    pub fn report_retirement(
+        &mut self,
+        replica: &Replica,
+        revision: u64,
+        sessions: &[(u128, u64)],
+    ) {
+        if replica.status() != Status::Normal || replica.is_primary() {
+            return;
+        }
+        let view = replica.view();
+        let primary = replica.primary_of(view);
+        let frames =
+            super::forward::retirement_progress(&self.peers.frames, view, revision, sessions);
+        for frame in frames {
+            if self.peers.bus.send(primary, frame).is_err() {
+                tracing::debug!("a retirement report to replica {primary} dropped");
+                return;
+            }
+        }
+    }
+
     /// The primary's side of a forwarded Logout: `body` is the op the state machine built for
     /// the session, `None` when that session is no longer live (ended by an earlier logout,
     /// its lease, or a retry of this one): nothing to commit, and the verdict names the
@@ -648,6 +677,28 @@ impl GroupPlane {
                         from: frame.from,
                         sessions,
                     });
+                }
+            }
+            Forward::RetirementProgress {
+                revision,
+                incomplete,
+                sessions,
+            } => {
+                // Only the metadata primary releases slots; a report counts in the view it was
+                // sent in (the evidence drops another).
+                let replica = core.replica();
+                let sent_in = GenericHeader::decode_fixed(&frame.header[..]).map(|h| h.view);
+                if let (true, Ok(view)) = (
+                    replica.status() == Status::Normal && replica.is_primary(),
+                    sent_in,
+                ) {
+                    return Some(SessionFrame::Retired(RetirementReport {
+                        replica: frame.from,
+                        view: u64::from(view),
+                        revision,
+                        sessions,
+                        incomplete,
+                    }));
                 }
             }
             Forward::LogoutResult {

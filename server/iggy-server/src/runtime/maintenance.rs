@@ -19,11 +19,12 @@ use crate::runtime::partition::PartitionHandle;
 use crate::runtime::shared::{PartitionKey, SessionActivity};
 use iggy_generated::frames::Operation;
 use iggy_generated::payloads::{DeletePersonalAccessTokenRequest, SessionIdentity};
-use iggy_generated::storage::SessionRetirementOp;
+use iggy_generated::storage::SessionFinalizeOp;
 use iggy_metadata::Metadata;
 use iggy_metadata::machine::SYSTEM_CLIENT;
 use iggy_metadata::machine::envelope;
 use iggy_metadata::options::limit;
+use iggy_metadata::retirement::RetirementReport;
 use iggy_wire::WireEncode;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::rc::Rc;
@@ -358,20 +359,26 @@ const IDLE_SCAN_EVERY: u64 = 60;
 /// Ordered retirement of ended sessions (logout or lease expiry): a full client table refuses
 /// new sessions and writers, and never evicts a live one, so an ended session's slots must come
 /// back in order. First each partition group commits a RetireSession op naming the sessions
-/// that still hold a writer slot there; then, once two passes in a row found no partition
-/// holding a slot of a session (a write admitted just before its session ended can still
-/// register a moment later), the metadata group commits a FinalizeSession op that releases its
-/// session slot. Only then may the same client id register again: no partition keeps an old
-/// session's request numbers that a new session's requests could collide with. The metadata
-/// machine re-checks at apply that a named session is not live.
+/// that still hold a writer slot there; then the metadata group commits a FinalizeSession op
+/// that releases their session slots, once a quorum of the metadata group's replicas reported
+/// them retired on every partition copy they host. Only then may the same client id register
+/// again: no partition keeps an old session's request numbers that a new session's requests
+/// could collide with. The metadata machine re-checks at apply that a named session is not live
+/// and that the partition set is still the one the reports covered.
 ///
-/// In a cluster the writer slots are read from this node's copy of each partition, which may
-/// lag its primary: a copy counts only while it is [`current`]; one that is not holds every
-/// ended session back for this pass.
+/// Every node reports, each pass, the ended sessions its metadata model knows that no copy it
+/// hosts of its model's partition set holds a writer slot of
+/// ([`iggy_metadata::Metadata::partition_set_revision`] names that set): a backup to the
+/// metadata primary (SessionRetirementProgress frames), the primary to its own evidence
+/// (`Shared::retirement`). A copy counts only while it is [`current`]; one that is not, or a
+/// partition of the set this node does not run, holds every ended session out of its report.
+/// A session is reported only once two passes in a row found it so: a write admitted just
+/// before its session ended can still register its writer slot a moment later, on every
+/// replica alike, which no number of replicas reporting at once would see.
 #[derive(Default)]
 struct Retirement {
-    /// Ended sessions no partition held at the previous pass.
-    clean: HashSet<u128>,
+    /// Ended sessions, as (client, session), no partition copy here held at the previous pass.
+    clean: HashSet<(u128, u64)>,
     /// Per partition, the highest op its copy here knew committed at the previous pass.
     committed_before: HashMap<PartitionKey, u64>,
 }
@@ -397,17 +404,67 @@ impl Retirement {
             self.clean.clear();
             return;
         }
-        let keys: Vec<_> = node
-            .shared
-            .metadata
-            .borrow()
-            .live_partitions()
-            .into_keys()
+        let (revision, keys): (u64, Vec<_>) = {
+            let metadata = node.shared.metadata.borrow();
+            let keys = metadata.live_partitions().into_keys().collect();
+            (metadata.partition_set_revision(), keys)
+        };
+        let found = self.retire_writers(node, &ended, keys).await;
+        let clean_now: HashSet<(u128, u64)> = ended
+            .iter()
+            .filter(|(client, _)| !found.contains(client))
+            .copied()
             .collect();
+        let retired: Vec<(u128, u64)> = ended
+            .iter()
+            .filter(|session| clean_now.contains(session) && self.clean.contains(session))
+            .copied()
+            .collect();
+        self.clean = clean_now;
+        let figures = node.metadata.figures();
+        if !primary(node, figures.role()) {
+            if node.shared.replica_count() > 1 {
+                node.metadata.report_retirement(revision, retired);
+            }
+            return;
+        }
+        let current_revision = node.shared.metadata.borrow().partition_set_revision();
+        let releasable = {
+            let mut evidence = node.shared.retirement.borrow_mut();
+            evidence.observe(figures.view(), current_revision);
+            evidence.report(RetirementReport {
+                replica: node.shared.replica_id,
+                view: figures.view(),
+                revision,
+                sessions: retired,
+                incomplete: false,
+            });
+            evidence.releasable()
+        };
+        let releasable: Vec<(u128, u64)> = ended
+            .iter()
+            .filter(|session| releasable.binary_search(session).is_ok())
+            .copied()
+            .collect();
+        release(node, current_revision, &releasable).await;
+    }
+
+    /// Reads the writer slots of every partition copy of the set `keys` this node hosts, has
+    /// each partition this node leads retire those of ended sessions (RetireSession), and
+    /// returns the clients of `ended` held back on this node: a slot left somewhere, a copy
+    /// not [`current`], a partition not running here.
+    async fn retire_writers(
+        &mut self,
+        node: &Node,
+        ended: &[(u128, u64)],
+        keys: Vec<PartitionKey>,
+    ) -> HashSet<u128> {
         let mut found = HashSet::new();
         let mut committed_now = HashMap::new();
         for key in keys {
             let Some(partition) = node.shared.partition(key) else {
+                // Its copy here is not running (yet): nothing here can vouch for it.
+                found.extend(ended.iter().map(|(client, _)| *client));
                 continue;
             };
             let writers = partition.writers().await;
@@ -440,42 +497,37 @@ impl Retirement {
             }
         }
         self.committed_before = committed_now;
-        if !primary(node, node.metadata.figures().role()) {
-            // Releasing is the metadata primary's; one that becomes it starts its two passes
-            // afresh.
-            self.clean.clear();
-            return;
+        found
+    }
+}
+
+/// As the metadata primary: commits FinalizeSession ops releasing `sessions`, which a quorum
+/// reported retired on the partition set of `revision`, at most [`SESSIONS_PER_OP`] an op.
+async fn release(node: &Node, revision: u64, sessions: &[(u128, u64)]) {
+    let commit = node.shared.metadata.borrow().commit;
+    for batch in sessions.chunks(SESSIONS_PER_OP) {
+        let finalize = SessionFinalizeOp {
+            partition_set_revision: revision,
+            sessions: batch
+                .iter()
+                .map(|(client, session)| identity(*client, *session, commit))
+                .collect(),
         }
-        let commit = node.shared.metadata.borrow().commit;
-        let releasable: Vec<SessionIdentity> = ended
-            .iter()
-            .filter(|(client, _)| self.clean.contains(client) && !found.contains(client))
-            .map(|(client, session)| identity(*client, *session, commit))
-            .collect();
-        self.clean = ended
-            .iter()
-            .map(|(client, _)| *client)
-            .filter(|client| !found.contains(client))
-            .collect();
-        for batch in releasable.chunks(SESSIONS_PER_OP) {
-            let retirement = SessionRetirementOp {
-                sessions: batch.to_vec(),
-            }
-            .to_wire_bytes();
-            let now = crate::runtime::clock::now_micros();
-            let (user, operation) = (iggy_metadata::ROOT_USER_ID, Operation::FinalizeSession);
-            match submit_system(node, now, user, operation, &retirement).await {
-                Outcome::Committed { .. } => {
-                    for identity in batch {
-                        self.clean.remove(&identity.client_id);
-                    }
-                    tracing::info!("released the slots of {} ended sessions", batch.len());
-                }
-                outcome => tracing::warn!(
-                    "release of {} ended sessions not committed: {outcome:?}",
+        .to_wire_bytes();
+        let now = crate::runtime::clock::now_micros();
+        let (user, operation) = (iggy_metadata::ROOT_USER_ID, Operation::FinalizeSession);
+        match submit_system(node, now, user, operation, &finalize).await {
+            Outcome::Committed { .. } => {
+                node.shared.retirement.borrow_mut().released(batch);
+                tracing::info!(
+                    "released the slots of {} ended sessions (partition set revision {revision})",
                     batch.len()
-                ),
+                );
             }
+            outcome => tracing::warn!(
+                "release of {} ended sessions not committed: {outcome:?}",
+                batch.len()
+            ),
         }
     }
 }

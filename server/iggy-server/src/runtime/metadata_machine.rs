@@ -155,6 +155,15 @@ impl StateMachine for MetadataMachine {
         Ok(())
     }
 
+    fn retirement_reported(&mut self, report: iggy_metadata::retirement::RetirementReport) {
+        let from = report.replica;
+        if !self.shared.retirement.borrow_mut().report(report) {
+            tracing::debug!(
+                "a retirement report of replica {from} of another view or revision dropped"
+            );
+        }
+    }
+
     fn sessions_held_by_peer(&mut self, from: u8, sessions: &[(u128, u64)]) {
         tracing::trace!("replica {from} holds {} sessions", sessions.len());
         self.shared.sessions_held_elsewhere(sessions);

@@ -177,6 +177,7 @@ impl Node {
         };
         let max_connections = config.limits.max_connections;
         let shard_count = config.shard_count();
+        let replica_count = plane.as_ref().map_or(1, |plane| plane.replica_count());
         let shared = Rc::new(Shared {
             config,
             data,
@@ -192,6 +193,9 @@ impl Node {
             listening: Default::default(),
             retired_traffic: Default::default(),
             plane,
+            retirement: RefCell::new(iggy_metadata::retirement::RetirementEvidence::new(
+                replica_count,
+            )),
         });
         let metadata_dir = shared.data.root().join("metadata");
         iggy_storage::fail_stop::create_dir_all(&metadata_dir);

@@ -51,6 +51,10 @@ pub struct Shared {
     pub retired_traffic: RefCell<HashMap<(u32, u32), (u64, Traffic)>>,
     /// The replica bus and the groups' part in it, in a cluster; `None` standalone.
     pub plane: Option<crate::consensus::plane::ReplicaPlane>,
+    /// As the metadata primary: which replicas reported which ended sessions retired on every
+    /// partition copy they host (peers' reports arrive through the metadata group, this
+    /// node's own from the retirement pass, `runtime/maintenance.rs`, which releases them).
+    pub retirement: RefCell<iggy_metadata::retirement::RetirementEvidence>,
 }
 
 /// The port each running transport listens on, once bound (a configured port 0 binds an
