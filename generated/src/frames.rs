@@ -10000,7 +10000,7 @@ pub struct ConsumerSessionHeartbeatHeader {
     /// sender
     pub replica: u8,
     pub reserved_frame: [u8; 66],
-    /// a shard did not report
+    /// more frames of the same report follow (ours; the official crate: a shard did not report)
     pub incomplete: bool,
     /// 0 on a heartbeat; on retirement progress the sender's partition-set revision (iggy_metadata::Metadata::partition_set_revision) its report covers
     pub namespace_revision: u64,
