@@ -863,4 +863,33 @@ mod tests {
         metadata.delete_topic(&stream, &topic).unwrap();
         assert_eq!(metadata.partition_set_revision(), 0);
     }
+
+    /// A journal replayed by this build holds FinalizeSession bodies of both layouts; their
+    /// lengths never coincide, so each decodes as what it was written as.
+    #[test]
+    fn the_two_finalize_layouts_never_decode_as_each_other() {
+        for count in 0..4u128 {
+            let sessions: Vec<_> = (0..count)
+                .map(|client| iggy_generated::payloads::SessionIdentity {
+                    client_id: client + 1,
+                    session: 2,
+                    metadata_watermark: 3,
+                })
+                .collect();
+            let legacy = SessionRetirementOp {
+                sessions: sessions.clone(),
+            }
+            .to_wire_bytes();
+            let current = SessionFinalizeOp {
+                partition_set_revision: 9,
+                sessions,
+            }
+            .to_wire_bytes();
+            assert!(SessionFinalizeOp::decode_exact(&legacy).is_err(), "{count}");
+            assert!(
+                SessionRetirementOp::decode_exact(&current).is_err(),
+                "{count}"
+            );
+        }
+    }
 }
