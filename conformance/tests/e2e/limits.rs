@@ -3,6 +3,7 @@
 
 use crate::harness::*;
 use iggy::prelude::*;
+use std::path::Path;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_with_a_smaller_clients_table_max_keeps_the_committed_capacity_and_logs_it() {
@@ -159,5 +160,48 @@ async fn a_partition_full_of_writers_refuses_a_new_one_until_an_ended_session_is
         payloads(&polled),
         ["first-0", "first-1", "second-0", "second-1", "second-2"],
         "every acknowledged message once, in order"
+    );
+}
+
+/// A partition that cannot open (its directory lost: it is refused, not served, until the
+/// operator restores it) holds no writer slot anyone could reuse: the node's other partitions
+/// and new logins go on, so ended sessions are still released and a full session table admits
+/// a new login (the seed: healthy partitions and new logins continue).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_that_cannot_open_does_not_hold_ended_sessions_slots() {
+    let mut server = TestServer::start_with_env(&[
+        ("IGGY_LIMITS_CLIENTS_TABLE_MAX", "2"),
+        ("IGGY_SYSTEM_MAINTENANCE_INTERVAL_MS", "100"),
+    ]);
+    let first = server.root_client().await;
+    create_stream_and_topic(&first, "lost", "events", 1).await;
+    // Ended before the stop: its slot is the one the restarted node must release.
+    ok("logout", within("logout", first.logout_user()).await);
+    tokio::task::block_in_place(|| server.stop());
+    let partition_dir = files_under(&server.data_dir())
+        .into_iter()
+        .find(|path| {
+            path.ends_with("created.revision") && !path.to_string_lossy().contains("initialization")
+        })
+        .and_then(|record| record.parent().map(Path::to_path_buf))
+        .expect("the partition's directory");
+    std::fs::remove_dir_all(&partition_dir).unwrap();
+    tokio::task::block_in_place(|| server.start_again());
+    assert!(
+        server.log().contains("cannot open"),
+        "the partition is refused:\n{}",
+        server.log()
+    );
+
+    // One slot is free; the second login needs the ended session's.
+    let _first = server.root_client().await;
+    let second =
+        IggyClient::from_connection_string(&server.connection_string(ROOT_USER, ROOT_PASSWORD))
+            .expect("valid connection string");
+    let connected = finished_within(std::time::Duration::from_secs(20), second.connect()).await;
+    assert!(
+        matches!(connected, Some(Ok(()))),
+        "the ended session's slot was released: {connected:?}\n{}",
+        server.log()
     );
 }

@@ -371,7 +371,8 @@ const IDLE_SCAN_EVERY: u64 = 60;
 /// ([`iggy_metadata::Metadata::partition_set_revision`] names that set): a backup to the
 /// metadata primary (SessionRetirementProgress frames), the primary to its own evidence
 /// (`Shared::retirement`). A copy counts only while it is [`current`]; one that is not, or a
-/// partition of the set this node does not run, holds every ended session out of its report.
+/// partition of the set this node does not run yet, holds every ended session out of its
+/// report (a copy that could not open, `Shared::unopenable`, holds none: it serves nothing).
 /// A session is reported only once two passes in a row found it so: a write admitted just
 /// before its session ended can still register its writer slot a moment later, on every
 /// replica alike, which no number of replicas reporting at once would see.
@@ -406,7 +407,7 @@ impl Retirement {
         }
         let (revision, keys): (u64, Vec<_>) = {
             let metadata = node.shared.metadata.borrow();
-            let keys = metadata.live_partitions().into_keys().collect();
+            let keys = metadata.live_partitions().into_iter().collect();
             (metadata.partition_set_revision(), keys)
         };
         let found = self.retire_writers(node, &ended, keys).await;
@@ -452,19 +453,25 @@ impl Retirement {
     /// Reads the writer slots of every partition copy of the set `keys` this node hosts, has
     /// each partition this node leads retire those of ended sessions (RetireSession), and
     /// returns the clients of `ended` held back on this node: a slot left somewhere, a copy
-    /// not [`current`], a partition not running here.
+    /// not [`current`], a partition not running here yet (one that could not open holds
+    /// nothing back).
     async fn retire_writers(
         &mut self,
         node: &Node,
         ended: &[(u128, u64)],
-        keys: Vec<PartitionKey>,
+        keys: Vec<(PartitionKey, u64)>,
     ) -> HashSet<u128> {
         let mut found = HashSet::new();
         let mut committed_now = HashMap::new();
-        for key in keys {
+        for (key, incarnation) in keys {
             let Some(partition) = node.shared.partition(key) else {
-                // Its copy here is not running (yet): nothing here can vouch for it.
-                found.extend(ended.iter().map(|(client, _)| *client));
+                // A copy that could not open serves nothing and registers no writer until the
+                // operator repairs it: it holds nothing back, so the node's other partitions
+                // and new logins go on (the seed). One not running yet (opening) can vouch for
+                // nothing.
+                if !node.shared.unopenable(key, incarnation) {
+                    found.extend(ended.iter().map(|(client, _)| *client));
+                }
                 continue;
             };
             let writers = partition.writers().await;

@@ -192,6 +192,7 @@ impl Node {
             session_activity: RefCell::new(HashMap::new()),
             listening: Default::default(),
             retired_traffic: Default::default(),
+            unopenable: Default::default(),
             plane,
             retirement: RefCell::new(iggy_metadata::retirement::RetirementEvidence::new(
                 replica_count,

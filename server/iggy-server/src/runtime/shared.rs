@@ -49,6 +49,9 @@ pub struct Shared {
     /// topic's `created_at` (a topic recreated under the same ids starts from zero), so a
     /// topic's counters never go down when one of its partitions goes.
     pub retired_traffic: RefCell<HashMap<(u32, u32), (u64, Traffic)>>,
+    /// Partitions whose copy here could not open (refused, logged), with the incarnation: not
+    /// served until the operator repairs them and restarts the node.
+    pub unopenable: RefCell<HashMap<PartitionKey, u64>>,
     /// The replica bus and the groups' part in it, in a cluster; `None` standalone.
     pub plane: Option<crate::consensus::plane::ReplicaPlane>,
     /// As the metadata primary: which replicas reported which ended sessions retired on every
@@ -151,6 +154,11 @@ impl Shared {
 
     pub fn partition_dir(&self, key: PartitionKey) -> PathBuf {
         self.data.partition_dir(key.0, key.1, key.2)
+    }
+
+    /// Whether this node's copy of `key` at `incarnation` could not open (see `unopenable`).
+    pub fn unopenable(&self, key: PartitionKey, incarnation: u64) -> bool {
+        self.unopenable.borrow().get(&key) == Some(&incarnation)
     }
 
     pub fn partition(&self, key: PartitionKey) -> Option<PartitionHandle> {
@@ -303,6 +311,7 @@ impl Shared {
                 });
                 match opened {
                     Ok(handle) => {
+                        self.unopenable.borrow_mut().remove(&key);
                         self.partitions.borrow_mut().insert(
                             key,
                             PartitionEntry {
@@ -312,7 +321,8 @@ impl Shared {
                         );
                     }
                     Err(error) => {
-                        tracing::error!("partition {}: cannot open: {error}", dir.display())
+                        tracing::error!("partition {}: cannot open: {error}", dir.display());
+                        self.unopenable.borrow_mut().insert(key, incarnation);
                     }
                 }
             }
@@ -398,6 +408,7 @@ impl Shared {
     /// Stops the group of partition `key`, if one runs: its queued work is done and its files
     /// closed when this returns.
     async fn stop_partition(&self, key: PartitionKey) {
+        self.unopenable.borrow_mut().remove(&key);
         let entry = self.partitions.borrow_mut().remove(&key);
         if let Some(entry) = entry {
             entry.handle.group.stop().await;
