@@ -2721,7 +2721,6 @@ async fn segment_deletion_reaches_partitions_led_by_other_nodes() {
 /// primary what it committed and answers once it applied that; before, it answered its own
 /// stale figures at once (no message), as it did after every send for up to a tick.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "a node serves a partition's figures from its own lagging copy"]
 async fn a_topic_read_through_another_node_counts_the_messages_sent_before() {
     let cluster = TestCluster::start(3);
     let (reader, _) = metadata_primary_and_backup(&cluster).await;
