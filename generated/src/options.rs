@@ -57,7 +57,7 @@ pub const TOPIC_OPTIONS: &[OptionSpec] = &[
         kind: OPTION_KIND_UINT64,
         flags: OPTION_FLAG_UPDATABLE | OPTION_FLAG_RESETTABLE,
         default: b"\xFF\xFF\xFF\xFF\xFF\xFF\xFF\xFF",
-        description: "Oldest closed segments are deleted while the topic is larger, in bytes; u64::MAX is unlimited",
+        description: "Oldest closed segments are deleted while a partition's closed segments exceed its share of this (the active segment stays), in bytes; u64::MAX is unlimited",
     },
     OptionSpec {
         key: "segment_size",

@@ -2715,6 +2715,52 @@ async fn segment_deletion_reaches_partitions_led_by_other_nodes() {
     cluster.wait_identical_segments(6).await;
 }
 
+/// A topic read counts the messages acknowledged before it, whichever node serves it: the
+/// read goes to the metadata primary, whose copy of the partition has heard nothing of the
+/// send (the proxy holds back what the partition's primary sends it). It asks the partition's
+/// primary what it committed and answers once it applied that; before, it answered its own
+/// stale figures at once (no message), as it did after every send for up to a tick.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_read_through_another_node_counts_the_messages_sent_before() {
+    let cluster = TestCluster::start(3);
+    let (reader, _) = metadata_primary_and_backup(&cluster).await;
+    let client = Arc::new(cluster.root_client(reader).await);
+    let (stream, topic, groups) = create_topic(&client, 3).await;
+    let (partition, primary) = wait_until(
+        "a partition led by another node",
+        Duration::from_secs(30),
+        || {
+            (0..3u32).zip(&groups).find_map(|(p, &g)| {
+                let (primary, _) = cluster.primary(g)?;
+                (usize::from(primary) != reader).then_some((p, usize::from(primary)))
+            })
+        },
+        || cluster.describe(groups[0]),
+    )
+    .await;
+    cluster
+        .wait_normal(reader, &[groups[partition as usize]])
+        .await;
+    cluster.hold(primary, reader);
+    send_to_partition(&client, &id(stream), &id(topic), partition, msgs("m", 3)).await;
+    let read = tokio::spawn({
+        let client = client.clone();
+        async move { client.get_topic(&id(stream), &id(topic)).await }
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    cluster.release(primary, reader);
+    let read = within("get topic", read).await.unwrap();
+    let details = ok("get topic", read).expect("the topic");
+    let counted = details.partitions.iter().find(|p| p.id == partition);
+    let counted = counted.map(|p| (p.messages_count, p.current_offset));
+    assert_eq!(
+        counted,
+        Some((3, 2)),
+        "partition {partition} led by node {primary}, read through node {reader}"
+    );
+    assert_eq!(details.messages_count, 3, "the topic's count");
+}
+
 /// Group "g" of topic s/t (3 partitions) on a 3-node cluster, with offset 6 stored on a
 /// partition of 10 messages whose primary is not the metadata primary.
 struct GroupOffsetElsewhere {

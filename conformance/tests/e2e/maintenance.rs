@@ -15,6 +15,37 @@ fn fast_maintenance(server: &mut TestServer) {
 /// A configuration with no maintenance pass within any test's lifetime.
 const NO_MAINTENANCE: &str = "[system]\nmaintenance_interval_ms = 3600000\n";
 
+/// The segment size of [`small_segments_up_to`]'s topic: six of its messages close a segment.
+const SEGMENT: u64 = 1024 * 1024;
+
+/// Stream "s", topic "t" of one partition with 1 MiB segments and a maximum of `max_topic_size`
+/// bytes, then `messages` sends of one 200 KiB message each (offsets 0..messages).
+async fn small_segments_up_to(c: &IggyClient, max_topic_size: u64, messages: u8) {
+    ok("create stream", within("create", c.create_stream("s", &StreamCreateOptions::default())).await);
+    let opts = TopicCreateOptions {
+        partitions_count: Some(1),
+        segment_size: Some(IggyByteSize::from(SEGMENT)),
+        max_topic_size: Some(MaxTopicSize::Custom(IggyByteSize::from(max_topic_size))),
+        ..Default::default()
+    };
+    ok("create topic", within("create", c.create_topic(&name("s"), "t", &opts)).await);
+    for i in 0..messages {
+        send_to_partition(c, &name("s"), &name("t"), 0, vec![msg(vec![i; 200 * 1024])]).await;
+    }
+}
+
+/// The first offset s/t holds once retention deleted from its start (0 if it did not within 5 s).
+async fn first_offset_once_retention_ran(c: &IggyClient) -> u64 {
+    for _ in 0..50 {
+        let polled = poll(c, &name("s"), &name("t"), 0, &consumer("c"), PollingStrategy::first(), 1, false).await;
+        if offsets(&polled)[0] > 0 {
+            return offsets(&polled)[0];
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    0
+}
+
 /// Every segment file (`.log` and `.index`) under the data directory, with its bytes.
 fn segment_files(dir: &std::path::Path) -> std::collections::BTreeMap<std::path::PathBuf, Vec<u8>> {
     files_under(dir)
@@ -32,21 +63,10 @@ async fn max_topic_size_deletes_the_oldest_closed_segments() {
     let mut server = TestServer::start();
     fast_maintenance(&mut server);
     let c = server.root_client().await;
-    ok("create stream", within("create", c.create_stream("s", &StreamCreateOptions::default())).await);
-    let segment = 1024 * 1024u64;
-    let opts = TopicCreateOptions {
-        partitions_count: Some(1),
-        segment_size: Some(IggyByteSize::from(segment)),
-        max_topic_size: Some(MaxTopicSize::Custom(IggyByteSize::from(2 * segment))),
-        ..Default::default()
-    };
-    ok("create topic", within("create", c.create_topic(&name("s"), "t", &opts)).await);
-    for i in 0..24 {
-        send_to_partition(&c, &name("s"), &name("t"), 0, vec![msg(vec![i as u8; 200 * 1024])]).await;
-    }
+    small_segments_up_to(&c, 2 * SEGMENT, 24).await;
     tokio::time::sleep(Duration::from_millis(600)).await;
     let t = ok("get", within("get", c.get_topic(&name("s"), &name("t"))).await).expect("topic");
-    assert!(t.size.as_bytes_u64() <= 3 * segment, "retention kept the topic near its maximum: {}", t.size);
+    assert!(t.size.as_bytes_u64() <= 3 * SEGMENT, "retention kept the topic near its maximum: {}", t.size);
     let polled = poll(&c, &name("s"), &name("t"), 0, &consumer("c"), PollingStrategy::first(), 100, false).await;
     let offsets = offsets(&polled);
     assert!(offsets[0] > 0, "the oldest messages are gone");
@@ -100,33 +120,14 @@ async fn retention_replayed_from_the_journal_deletes_the_same_segments() {
     std::fs::write(server.dir().join("config.toml"), NO_MAINTENANCE).unwrap();
     tokio::task::block_in_place(|| server.restart());
     let c = server.root_client().await;
-    ok("create stream", within("create", c.create_stream("s", &StreamCreateOptions::default())).await);
-    let segment = 1024 * 1024u64;
-    let opts = TopicCreateOptions {
-        partitions_count: Some(1),
-        segment_size: Some(IggyByteSize::from(segment)),
-        max_topic_size: Some(MaxTopicSize::Custom(IggyByteSize::from(2 * segment))),
-        ..Default::default()
-    };
-    ok("create topic", within("create", c.create_topic(&name("s"), "t", &opts)).await);
-    for i in 0..24 {
-        send_to_partition(&c, &name("s"), &name("t"), 0, vec![msg(vec![i as u8; 200 * 1024])]).await;
-    }
+    small_segments_up_to(&c, 2 * SEGMENT, 24).await;
     drop(c);
     let before = segment_files(&server.data_dir());
     assert!(before.len() >= 8, "several segments: {:?}", before.keys());
 
     fast_maintenance(&mut server);
     let c = server.root_client().await;
-    let mut first = 0;
-    for _ in 0..50 {
-        let polled = poll(&c, &name("s"), &name("t"), 0, &consumer("c"), PollingStrategy::first(), 1, false).await;
-        first = offsets(&polled)[0];
-        if first > 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let first = first_offset_once_retention_ran(&c).await;
     assert!(first > 0, "retention ran");
     drop(c);
     tokio::task::block_in_place(|| server.kill9());
@@ -149,4 +150,21 @@ async fn retention_replayed_from_the_journal_deletes_the_same_segments() {
     let replayed: Vec<_> = segment_files(&server.data_dir()).into_keys().collect();
     let expected: Vec<_> = retained.into_keys().collect();
     assert_eq!(replayed, expected, "the replayed journal deleted the same segment files");
+}
+
+/// The maximum topic size bounds the closed segments (each partition's share of it), as upstream
+/// documents it, so closed segments that fit stay: 23 messages of 200 KiB in 1 MiB segments
+/// close [0, 6), [6, 12) and [12, 18) (1.23 MB each) and leave [18, 23) active (1.02 MB); under a
+/// 3 MiB maximum retention deletes [0, 6) only, as [6, 18) fits. Before, it counted the active
+/// segment too and deleted [6, 12) as well.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_topic_size_bounds_the_closed_segments_not_the_active_one() {
+    let mut server = TestServer::start();
+    std::fs::write(server.dir().join("config.toml"), NO_MAINTENANCE).unwrap();
+    tokio::task::block_in_place(|| server.restart());
+    small_segments_up_to(&server.root_client().await, 3 * SEGMENT, 23).await;
+    fast_maintenance(&mut server);
+    let c = server.root_client().await;
+    let first = first_offset_once_retention_ran(&c).await;
+    assert_eq!(first, 6, "retention kept the closed segments within the maximum");
 }

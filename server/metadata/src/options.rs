@@ -406,7 +406,7 @@ mod catalog_before_spec {
             kind: kind::UINT64,
             flags: flag::UPDATABLE | flag::RESETTABLE,
             default: NEVER,
-            description: "Oldest closed segments are deleted while the topic is larger, in bytes; u64::MAX is unlimited",
+            description: "Oldest closed segments are deleted while a partition's closed segments exceed its share of this (the active segment stays), in bytes; u64::MAX is unlimited",
         },
         OptionSpec {
             key: "segment_size",

@@ -1213,8 +1213,10 @@ impl PartitionLog {
 
     /// Where retention as of `now_us` keeps the log from: past the oldest closed segments whose
     /// newest message is older than `now_us - message_expiry_us`, then past the oldest closed
-    /// segments while the log is larger than `max_size`. Always from the oldest segment, so the
-    /// retained offsets stay contiguous; the active segment stays. `None` when nothing is due.
+    /// segments while the closed ones hold more than `max_size` bytes (the active segment, which
+    /// stays whatever its size, does not count: counted, it would delete closed segments that
+    /// fit). Always from the oldest segment, so the retained offsets stay contiguous. `None`
+    /// when nothing is due.
     /// Pure: the primary decides with its clock, and [`Self::retire_below`] applies the
     /// decision the same way on every replica.
     pub fn retention_point(
@@ -1232,11 +1234,10 @@ impl PartitionLog {
             }
         }
         if let Some(max_size) = max_size {
-            let mut size = self.size_bytes
-                - self.segments[..retired]
-                    .iter()
-                    .map(|segment| segment.log_size)
-                    .sum::<u64>();
+            let mut size: u64 = self.segments[retired..closed]
+                .iter()
+                .map(|segment| segment.log_size)
+                .sum();
             while retired < closed && size > max_size {
                 size -= self.segments[retired].log_size;
                 retired += 1;

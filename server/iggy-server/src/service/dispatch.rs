@@ -449,6 +449,17 @@ async fn current_partition(node: &Node, key: PartitionKey) -> Result<PartitionHa
     if !replicated(node) {
         return Ok(partition);
     }
+    partition_caught_up(&partition, started).await?;
+    Ok(partition)
+}
+
+/// Waits, within [`routing::READ_WAIT`] from `started`, until this replica of `partition` serves
+/// in touch with its primary and applied past [`routing::read_watermark`] of what the primary
+/// knew committed when asked now (on a backup, a round trip); 58 when it does not get there.
+async fn partition_caught_up(
+    partition: &PartitionHandle,
+    started: std::time::Instant,
+) -> Result<(), ErrorCode> {
     let figures = partition.group.figures();
     let known_committed = partition
         .group
@@ -457,13 +468,39 @@ async fn current_partition(node: &Node, key: PartitionKey) -> Result<PartitionHa
         .ok_or(ErrorCode::TransientNotAccepted)?;
     let wanted = routing::read_watermark(partition.group.relayed_watermark(), known_committed);
     // The budget counts from the start, the partition's opening included.
-    let opened_after = started.elapsed();
+    let (opened_after, budget) = (started.elapsed(), routing::READ_WAIT);
     caught_up(|waited| {
         let (role, applied) = (figures.role(), figures.applied());
         routing::in_touch_catch_up(role, applied, wanted, opened_after + waited, budget)
     })
-    .await?;
-    Ok(partition)
+    .await
+}
+
+/// Before a read that reports partition figures (stats, streams, topics), whichever client
+/// sends it: brings this node's copy of each partition `scope` takes up to date as a poll's
+/// ([`partition_caught_up`], all at once), so the figures count every write acknowledged
+/// before the read through any node. A backup learns a commit a tick after its primary
+/// acknowledged it, and the SDK reads topics from the metadata primary, which leads few of
+/// them. A copy that does not get there within [`routing::READ_WAIT`] (no primary in touch, a
+/// view change, a primary that died and does not answer) is reported as it is: a late figure
+/// is not worth refusing the read.
+async fn figures_current(node: &Node, scope: impl Fn(PartitionKey) -> bool) {
+    if !replicated(node) {
+        return;
+    }
+    let partitions: Vec<PartitionHandle> = node
+        .shared
+        .partitions
+        .borrow()
+        .iter()
+        .filter(|(key, _)| scope(**key))
+        .map(|(_, entry)| entry.handle.clone())
+        .collect();
+    let started = std::time::Instant::now();
+    let waits = partitions.iter().map(|partition| {
+        compio::time::timeout(routing::READ_WAIT, partition_caught_up(partition, started))
+    });
+    futures_util::future::join_all(waits).await;
 }
 
 /// Where a read of partition `key` is served for a client over `routing`: a client that
@@ -1418,6 +1455,7 @@ async fn non_replicated(
                 .ok();
             match id {
                 Some(id) => {
+                    figures_current(node, |(stream, _, _)| stream == id).await;
                     let reply = {
                         let metadata = node.shared.metadata.borrow();
                         model_replies::stream_details(&*node.shared, &metadata.streams[&id], codec)
@@ -1427,14 +1465,17 @@ async fn non_replicated(
                 None => metadata_read(Need::ReadStreams, None),
             }
         }
-        201 => metadata_read(
-            Need::ReadStreams,
-            Some(model_replies::stream_list(
-                &node.shared.metadata.borrow(),
-                &*node.shared,
-                codec,
-            )),
-        ),
+        201 => {
+            figures_current(node, |_| true).await;
+            metadata_read(
+                Need::ReadStreams,
+                Some(model_replies::stream_list(
+                    &node.shared.metadata.borrow(),
+                    &*node.shared,
+                    codec,
+                )),
+            )
+        }
         300 => {
             let r: TopicIdRequest = decode(body)?;
             let found = node
@@ -1446,6 +1487,7 @@ async fn non_replicated(
                 .ok();
             match found {
                 Some((s, t)) => {
+                    figures_current(node, |(stream, topic, _)| (stream, topic) == (s, t)).await;
                     let reply = {
                         let metadata = node.shared.metadata.borrow();
                         model_replies::topic_details(
@@ -1468,6 +1510,7 @@ async fn non_replicated(
                 .borrow()
                 .stream(&ident(&r.stream_id)?)
                 .map(|s| s.id)?;
+            figures_current(node, |(s, _, _)| s == stream).await;
             let reply = model_replies::topic_list(
                 &node.shared.metadata.borrow(),
                 &*node.shared,
@@ -1585,9 +1628,15 @@ async fn non_replicated(
             }
             Ok(request.reply(&model_replies::group_list(t)))
         }
-        _ => crate::service::user_commands::read(node, connection, code, body)
-            .await
-            .map(|reply| request.reply(&reply)),
+        _ => {
+            if code == 10 {
+                // The stats sum every partition's figures.
+                figures_current(node, |_| true).await;
+            }
+            crate::service::user_commands::read(node, connection, code, body)
+                .await
+                .map(|reply| request.reply(&reply))
+        }
     }
 }
 
