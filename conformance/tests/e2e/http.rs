@@ -248,17 +248,23 @@ async fn sdk_http_client_manages_users_and_personal_access_tokens() {
     assert_eq!(alice.status, UserStatus::Active);
     assert!(alice.permissions.is_none());
 
-    // Nested permissions round-trip through the JSON maps keyed by stream and topic id.
+    // Nested permissions round-trip through the JSON maps keyed by stream and topic id: a
+    // grant on topic 2 of stream 1, ids that exist (a grant on a missing one is refused).
+    ok("stream a", within("create", root.create_stream("a", &StreamCreateOptions::default())).await);
+    ok("stream b", within("create", root.create_stream("b", &StreamCreateOptions::default())).await);
+    for topic in ["x", "y", "z"] {
+        ok("topic", within("create", root.create_topic(&name("b"), topic, &topic_options(1))).await);
+    }
     let topic = TopicPermissions { manage_topic: false, read_topic: true, poll_messages: true, send_messages: false };
     let stream = StreamPermissions {
         read_stream: true,
         send_messages: true,
-        topics: Some([(3usize, topic)].into_iter().collect()),
+        topics: Some([(2usize, topic)].into_iter().collect()),
         ..Default::default()
     };
     let granted = Permissions {
         global: GlobalPermissions { read_servers: true, ..Default::default() },
-        streams: Some([(2usize, stream)].into_iter().collect()),
+        streams: Some([(1usize, stream)].into_iter().collect()),
     };
     ok("grant", within("grant", root.update_permissions(&name("alice"), Some(granted.clone()))).await);
     let alice = ok("get", within("get", root.get_user(&name("alice"))).await).expect("alice");
