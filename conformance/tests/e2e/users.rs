@@ -422,3 +422,36 @@ async fn a_grant_on_a_missing_stream_or_topic_is_refused() {
     let guest = ok("get guest", within("get", root.get_user(&name("guest"))).await).expect("guest");
     assert_eq!(guest.permissions, on_topic(0), "the refused updates changed nothing");
 }
+
+/// read_topics (globally, on a stream, or read_topic on a topic) lets a user manage the topic's
+/// consumer groups (the SDK's permission docs; upstream judges create and delete as it judges
+/// get_topic), so a consumer that may read can create the group it joins. The server once
+/// asked manage_topic, refusing them 41.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "the server asks manage_topic to create or delete a consumer group"]
+async fn read_topics_lets_a_user_create_and_delete_consumer_groups() {
+    let server = TestServer::start();
+    let root = server.root_client().await;
+    create_stream_and_topic(&root, "s", "t", 1).await;
+    let global = GlobalPermissions { read_topics: true, ..Default::default() };
+    let on_stream = StreamPermissions { read_topics: true, ..Default::default() };
+    let on_topic = StreamPermissions {
+        topics: Some(BTreeMap::from([(0usize, TopicPermissions { read_topic: true, ..Default::default() })])),
+        ..Default::default()
+    };
+    let readers = [
+        ("global-reader", Permissions { global, streams: None }),
+        ("stream-reader", Permissions { global: GlobalPermissions::default(), streams: Some(BTreeMap::from([(0usize, on_stream)])) }),
+        ("topic-reader", Permissions { global: GlobalPermissions::default(), streams: Some(BTreeMap::from([(0usize, on_topic)])) }),
+    ];
+    for (user, permissions) in readers {
+        create_user(&root, user, "reader-secret", Some(permissions)).await;
+        let reader = server.client_as(user, "reader-secret").await;
+        ok(user, within("create group", reader.create_consumer_group(&name("s"), &name("t"), user)).await);
+        ok(user, within("delete group", reader.delete_consumer_group(&name("s"), &name("t"), &name(user))).await);
+    }
+    let poller = Permissions { global: GlobalPermissions { poll_messages: true, ..Default::default() }, streams: None };
+    create_user(&root, "poller", "poller-secret", Some(poller)).await;
+    let poller = server.client_as("poller", "poller-secret").await;
+    expect_code("poll_messages alone: create group", within("create group", poller.create_consumer_group(&name("s"), &name("t"), "p")).await, 41);
+}
