@@ -428,7 +428,6 @@ async fn a_grant_on_a_missing_stream_or_topic_is_refused() {
 /// get_topic), so a consumer that may read can create the group it joins. The server once
 /// asked manage_topic, refusing them 41.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "the server asks manage_topic to create or delete a consumer group"]
 async fn read_topics_lets_a_user_create_and_delete_consumer_groups() {
     let server = TestServer::start();
     let root = server.root_client().await;

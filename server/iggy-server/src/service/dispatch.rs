@@ -834,15 +834,17 @@ fn metadata_need(node: &Node, operation: Operation, body: &[u8]) -> Result<Need,
             let (s, t) = topic_of(&r.stream_id, &r.topic_id)?;
             Need::ManageTopic(s, t)
         }
+        // Readers of a topic manage its consumer groups (the SDK's permission docs), so a
+        // consumer that may read can create the group it joins.
         Operation::CreateConsumerGroup => {
             let r: CreateConsumerGroupRequest = decode(body)?;
             let (s, t) = topic_of(&r.stream_id, &r.topic_id)?;
-            Need::ManageTopic(s, t)
+            Need::ReadTopic(s, t)
         }
         Operation::DeleteConsumerGroup => {
             let r: ConsumerGroupIdRequest = decode(body)?;
             let (s, t) = topic_of(&r.stream_id, &r.topic_id)?;
-            Need::ManageTopic(s, t)
+            Need::ReadTopic(s, t)
         }
         Operation::JoinConsumerGroup | Operation::LeaveConsumerGroup => {
             let r: ConsumerGroupIdRequest = decode(body)?;
