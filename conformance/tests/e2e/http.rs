@@ -789,7 +789,6 @@ fn every_route_the_official_client_calls_is_declared() {
 /// other one would read the rest as a second request): 400, and nothing is created. The server
 /// once took the first and created the stream.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "the server takes the first of two conflicting content-length headers"]
 async fn conflicting_content_lengths_are_refused() {
     let (_server, api) = TestServer::start_with_http(&[]);
     let token = raw_token(&api).await;
