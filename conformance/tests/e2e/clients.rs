@@ -130,7 +130,6 @@ async fn reading_clients_and_stats_needs_read_servers() {
 /// listed with no user: the list once went on naming the user, a deleted one too, whose id
 /// the next user created then holds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "the client list keeps naming the user of an ended session"]
 async fn a_connection_whose_session_ended_is_listed_with_no_user() {
     let server = TestServer::start();
     let root = server.root_client().await;
