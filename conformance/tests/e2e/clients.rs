@@ -154,3 +154,22 @@ async fn a_connection_whose_session_ended_is_listed_with_no_user() {
         assert_eq!(got.user_id, None, "client {id}");
     }
 }
+
+/// The configuration in a snapshot (which read_servers alone may take) shows no secret: the
+/// HTTP token signing secrets were written out as configured, letting such a user sign access
+/// tokens. The cluster secret was already shown only by its length.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "the snapshot's server_config.txt holds the JWT secrets"]
+async fn a_snapshot_shows_no_token_signing_secret() {
+    let secret = "jwt-signing-secret-only-the-operator-knows";
+    let server = TestServer::start_with_env(&[("IGGY_HTTP_JWT_ENCODING_SECRET", secret), ("IGGY_HTTP_JWT_DECODING_SECRET", secret)]);
+    let root = server.root_client().await;
+    let reader = Permissions { global: GlobalPermissions { read_servers: true, ..Default::default() }, streams: None };
+    ok("create", within("create", root.create_user("watcher", "watcher-secret", UserStatus::Active, Some(reader), &UserCreateOptions::default())).await);
+    let watcher = server.client_as("watcher", "watcher-secret").await;
+    let types = vec![SystemSnapshotType::ServerConfig];
+    let archive = ok("snapshot", within("snapshot", watcher.snapshot(SnapshotCompression::Stored, types)).await).0;
+    let text = String::from_utf8_lossy(&archive);
+    assert!(text.contains("server_config.txt") && text.contains("encoding_secret"), "the configuration is there:\n{text}");
+    assert!(!text.contains(secret), "no secret in the snapshot:\n{text}");
+}
