@@ -159,7 +159,6 @@ async fn a_connection_whose_session_ended_is_listed_with_no_user() {
 /// HTTP token signing secrets were written out as configured, letting such a user sign access
 /// tokens. The cluster secret was already shown only by its length.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "the snapshot's server_config.txt holds the JWT secrets"]
 async fn a_snapshot_shows_no_token_signing_secret() {
     let secret = "jwt-signing-secret-only-the-operator-knows";
     let server = TestServer::start_with_env(&[("IGGY_HTTP_JWT_ENCODING_SECRET", secret), ("IGGY_HTTP_JWT_DECODING_SECRET", secret)]);

@@ -128,7 +128,7 @@ pub struct Cors {
     pub allow_private_network: bool,
 }
 
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Jwt {
     pub algorithm: String,
@@ -140,6 +140,32 @@ pub struct Jwt {
     pub encoding_secret: String,
     pub decoding_secret: String,
     pub use_base64_secret: bool,
+}
+
+/// The secrets show only their length, as the cluster's do: the configuration's Debug form
+/// goes into logs and into snapshots, which read_servers alone may take, and whoever holds the
+/// signing secret can sign access tokens.
+impl std::fmt::Debug for Jwt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let redacted = |secret: &str| format!("Secret({} bytes)", secret.len());
+        f.debug_struct("Jwt")
+            .field("algorithm", &self.algorithm)
+            .field("issuer", &self.issuer)
+            .field("audience", &self.audience)
+            .field("access_token_expiry_secs", &self.access_token_expiry_secs)
+            .field("clock_skew_secs", &self.clock_skew_secs)
+            .field("not_before_secs", &self.not_before_secs)
+            .field(
+                "encoding_secret",
+                &format_args!("{}", redacted(&self.encoding_secret)),
+            )
+            .field(
+                "decoding_secret",
+                &format_args!("{}", redacted(&self.decoding_secret)),
+            )
+            .field("use_base64_secret", &self.use_base64_secret)
+            .finish()
+    }
 }
 
 /// Whether a GET of `path` is a route of the REST API (`iggy_generated::http::ROUTES`; a
