@@ -341,7 +341,6 @@ fn a_config_path_naming_a_missing_file_is_refused_before_the_data_is_touched() {
 /// decoding one is refused at start, naming the key and neither secret. The server once started,
 /// and then refused every token its logins issued (401) with no word in the log.
 #[test]
-#[ignore = "the server starts with differing JWT secrets and refuses every token"]
 fn differing_jwt_secrets_are_refused_at_start() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");

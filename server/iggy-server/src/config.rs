@@ -205,11 +205,14 @@ impl Http {
                 "token lifetime (at least 1 second)",
             ));
         }
-        if self.jwt.encoding_secret.is_empty() != self.jwt.decoding_secret.is_empty() {
+        // HS256 checks a token with the secret that signed it: any other decoding secret
+        // refuses every token a login issues.
+        if self.jwt.encoding_secret != self.jwt.decoding_secret {
             return Err(bad(
                 "http.jwt.decoding_secret",
-                String::new(),
-                "secret (both secrets set, or both empty for a random one)",
+                "(not shown)".into(),
+                "secret equal to http.jwt.encoding_secret (HS256 signs and checks with one \
+                 secret; both empty for a random one)",
             ));
         }
         if self.metrics.enabled && !self.metrics.endpoint.starts_with('/') {
@@ -856,6 +859,17 @@ mod tests {
         // One secret without the other is refused: tokens could not be checked.
         let e = load(None, env).unwrap_err();
         assert!(e.to_string().contains("http.jwt.decoding_secret"), "{e}");
+        let env = |name: &str| match name {
+            "IGGY_HTTP_JWT_ENCODING_SECRET" => Some("one-secret".into()),
+            "IGGY_HTTP_JWT_DECODING_SECRET" => Some("another-secret".into()),
+            _ => None,
+        };
+        let e = load(None, env).unwrap_err().to_string();
+        assert!(e.contains("http.jwt.decoding_secret"), "{e}");
+        assert!(
+            !e.contains("one-secret") && !e.contains("another-secret"),
+            "{e}"
+        );
         let env = |name: &str| match name {
             "IGGY_HTTP_CORS_ALLOWED_ORIGINS" => Some("https://a.example, https://b.example".into()),
             _ => None,
