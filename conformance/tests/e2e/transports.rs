@@ -1149,7 +1149,6 @@ async fn an_http_address_already_taken_fails_the_start_before_anything_is_served
 /// secret still binds. The journaled register and the checkpoint once held the secret itself,
 /// so a copy of the directory (a backup) could take over every live session, root's too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "the journal and checkpoint hold the bind secret itself"]
 async fn the_data_directory_keeps_no_bind_secret() {
     let mut server = TestServer::start_with_env(&[("IGGY_SYSTEM_CHECKPOINT_JOURNAL_OPS", "1")]);
     let client = 0x5ec2_e7b1_4d00_0000_0000_0000_0000_0001;

@@ -636,7 +636,11 @@ async fn register(
         );
     }
     // A new session is a replicated op of the metadata primary: a backup forwards it there.
-    let record = session_record(user_id, version, secret);
+    let record = session_record(
+        user_id,
+        version,
+        crate::service::auth::bind_secret_hash(&secret),
+    );
     match node.metadata.register(client, user_id, record).await {
         Outcome::Committed { op, .. } => {
             // A register forwarded to the metadata primary is committed there first: the
@@ -1615,13 +1619,10 @@ async fn bind_session(
     if identity.client_id != request.header.client {
         return request.fail(ErrorCode::Unauthenticated);
     }
+    let presented = crate::service::auth::bind_secret_hash(&bind_request.bind_secret);
     let found = session_at_watermark(node, identity.metadata_watermark, |sessions| {
         sessions
-            .bind(
-                identity.client_id,
-                identity.session,
-                &bind_request.bind_secret,
-            )
+            .bind(identity.client_id, identity.session, &presented)
             .ok()
     })
     .await;
