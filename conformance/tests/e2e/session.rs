@@ -158,7 +158,6 @@ async fn deactivating_a_user_ends_its_live_session() {
 /// it retries (503 over HTTP, 58 that the SDK resends until its timeout), and the server wrote
 /// nothing, leaving an operator no clue why logins hang.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "a login refused at the session table's capacity leaves no log line"]
 async fn a_login_refused_at_session_capacity_is_logged_naming_the_limit() {
     let (server, api) = TestServer::start_with_http(&[("IGGY_LIMITS_CLIENTS_TABLE_MAX", "4")]);
     let login = br#"{"username":"iggy","password":"iggy"}"#;

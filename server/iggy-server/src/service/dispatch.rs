@@ -657,9 +657,36 @@ async fn register(
                 SessionApplied::NotYet => request.fail(ErrorCode::TransientNotAccepted),
             }
         }
-        Outcome::Refused(refusal) => request.fail(metadata_refused(node, &refusal)),
+        Outcome::Refused(refusal) => {
+            if refusal == iggy_vsr::Refusal::ClientsTableFull {
+                session_table_full(node, user_id);
+            }
+            request.fail(metadata_refused(node, &refusal))
+        }
         Outcome::Failed => request.fail(ErrorCode::TransientNotCommitted),
     }
+}
+
+/// Says why logins are refused while every slot of the session table is taken: the client only
+/// sees a transient refusal, which it retries. Live sessions are never evicted.
+fn session_table_full(node: &Node, user_id: u32) {
+    use crate::consensus::log_limit::Verdict;
+    let verdict = node
+        .session_table_full
+        .borrow_mut()
+        .line(std::time::Instant::now(), ());
+    let held_back = match verdict {
+        Verdict::HoldBack => return,
+        Verdict::Write { held_back, .. } => held_back,
+    };
+    tracing::warn!(
+        "login of user {user_id} refused: every slot of the session table is taken by a live \
+         session (limits.clients_table_max, as committed with the metadata group's first op); a \
+         session ends at logout, {}s after its last connection closed \
+         (system.session_lease_secs) or, over HTTP, once its access tokens expired ({held_back} \
+         more refusals since the last warning)",
+        node.shared.config.system.session_lease_secs
+    );
 }
 
 fn verify_login(node: &Node, login: &Login<'_>) -> Result<u32, ErrorCode> {
