@@ -125,3 +125,50 @@ async fn reading_clients_and_stats_needs_read_servers() {
     let meta = ok("cluster metadata needs no permission", within("meta", plain.get_cluster_metadata()).await);
     assert_eq!(meta.nodes.len(), 1);
 }
+
+/// A connection whose session ended (its user deactivated or deleted, or it logged out) is
+/// listed with no user: the list once went on naming the user, a deleted one too, whose id
+/// the next user created then holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_whose_session_ended_is_listed_with_no_user() {
+    let server = TestServer::start();
+    let root = server.root_client().await;
+    let mut connections = Vec::new();
+    for user in ["quitter", "idle", "gone"] {
+        ok(user, within("create", root.create_user(user, "user-secret", UserStatus::Active, None, &UserCreateOptions::default())).await);
+        let client = server.client_as(user, "user-secret").await;
+        let me = ok("me", within("me", client.get_me()).await);
+        assert!(me.user_id.is_some(), "{user} is signed in");
+        connections.push((me.client_id, client));
+    }
+    ok("logout", within("logout", connections[0].1.logout_user()).await);
+    let deactivate = UserUpdateOptions { status: Some(UserStatus::Inactive), ..Default::default() };
+    ok("deactivate", within("update", root.update_user(&name("idle"), &deactivate)).await);
+    ok("delete", within("delete", root.delete_user(&name("gone"))).await);
+
+    let clients = ok("get_clients", within("clients", root.get_clients()).await);
+    for (id, _) in &connections {
+        let listed = clients.iter().find(|c| c.client_id == *id).expect("the connection is still open");
+        assert_eq!(listed.user_id, None, "client {id}: {clients:?}");
+        let got = ok("get_client", within("client", root.get_client(*id)).await).expect("known");
+        assert_eq!(got.user_id, None, "client {id}");
+    }
+}
+
+/// The configuration in a snapshot (which read_servers alone may take) shows no secret: the
+/// HTTP token signing secrets were written out as configured, letting such a user sign access
+/// tokens. The cluster secret was already shown only by its length.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_shows_no_token_signing_secret() {
+    let secret = "jwt-signing-secret-only-the-operator-knows";
+    let server = TestServer::start_with_env(&[("IGGY_HTTP_JWT_ENCODING_SECRET", secret), ("IGGY_HTTP_JWT_DECODING_SECRET", secret)]);
+    let root = server.root_client().await;
+    let reader = Permissions { global: GlobalPermissions { read_servers: true, ..Default::default() }, streams: None };
+    ok("create", within("create", root.create_user("watcher", "watcher-secret", UserStatus::Active, Some(reader), &UserCreateOptions::default())).await);
+    let watcher = server.client_as("watcher", "watcher-secret").await;
+    let types = vec![SystemSnapshotType::ServerConfig];
+    let archive = ok("snapshot", within("snapshot", watcher.snapshot(SnapshotCompression::Stored, types)).await).0;
+    let text = String::from_utf8_lossy(&archive);
+    assert!(text.contains("server_config.txt") && text.contains("encoding_secret"), "the configuration is there:\n{text}");
+    assert!(!text.contains(secret), "no secret in the snapshot:\n{text}");
+}

@@ -248,17 +248,23 @@ async fn sdk_http_client_manages_users_and_personal_access_tokens() {
     assert_eq!(alice.status, UserStatus::Active);
     assert!(alice.permissions.is_none());
 
-    // Nested permissions round-trip through the JSON maps keyed by stream and topic id.
+    // Nested permissions round-trip through the JSON maps keyed by stream and topic id: a
+    // grant on topic 2 of stream 1, ids that exist (a grant on a missing one is refused).
+    ok("stream a", within("create", root.create_stream("a", &StreamCreateOptions::default())).await);
+    ok("stream b", within("create", root.create_stream("b", &StreamCreateOptions::default())).await);
+    for topic in ["x", "y", "z"] {
+        ok("topic", within("create", root.create_topic(&name("b"), topic, &topic_options(1))).await);
+    }
     let topic = TopicPermissions { manage_topic: false, read_topic: true, poll_messages: true, send_messages: false };
     let stream = StreamPermissions {
         read_stream: true,
         send_messages: true,
-        topics: Some([(3usize, topic)].into_iter().collect()),
+        topics: Some([(2usize, topic)].into_iter().collect()),
         ..Default::default()
     };
     let granted = Permissions {
         global: GlobalPermissions { read_servers: true, ..Default::default() },
-        streams: Some([(2usize, stream)].into_iter().collect()),
+        streams: Some([(1usize, stream)].into_iter().collect()),
     };
     ok("grant", within("grant", root.update_permissions(&name("alice"), Some(granted.clone()))).await);
     let alice = ok("get", within("get", root.get_user(&name("alice"))).await).expect("alice");
@@ -777,4 +783,26 @@ fn every_route_the_official_client_calls_is_declared() {
         .filter(|(method, path)| !ROUTES.iter().any(|r| r.method == *method && matches(r.path, path)))
         .collect();
     assert!(missing.is_empty(), "routes the official client calls but spec/http.spec lacks: {missing:?}");
+}
+
+/// Two content-length headers that disagree leave the body's end ambiguous (a proxy taking the
+/// other one would read the rest as a second request): 400, and nothing is created. The server
+/// once took the first and created the stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conflicting_content_lengths_are_refused() {
+    let (_server, api) = TestServer::start_with_http(&[]);
+    let token = raw_token(&api).await;
+    let address = api.trim_start_matches("http://");
+    let mut stream = within("connect", tokio::net::TcpStream::connect(address)).await.expect("connect");
+    let head = format!(
+        "POST /streams HTTP/1.1\r\nhost: {address}\r\nconnection: close\r\nauthorization: Bearer {token}\r\ncontent-type: application/json\r\ncontent-length: 12\r\ncontent-length: 3\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).await.expect("write head");
+    let _ = stream.write_all(br#"{"name":"s"}"#).await;
+    let mut reply = Vec::new();
+    let _ = within("read reply", stream.read_to_end(&mut reply)).await;
+    let reply = String::from_utf8_lossy(&reply);
+    assert!(reply.starts_with("HTTP/1.1 400"), "{reply}");
+    let (status, body) = raw(&api, "GET", "/streams", Some(&token), b"").await;
+    assert_eq!((status, body.as_slice()), (200, &b"[]"[..]), "nothing was created");
 }

@@ -337,6 +337,26 @@ fn a_config_path_naming_a_missing_file_is_refused_before_the_data_is_touched() {
     assert!(!data.exists(), "no data directory was formatted");
 }
 
+/// HS256 signs and checks a token with one secret: an encoding secret that differs from the
+/// decoding one is refused at start, naming the key and neither secret. The server once started,
+/// and then refused every token its logins issued (401) with no word in the log.
+#[test]
+fn differing_jwt_secrets_are_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let (encoding, decoding) = ("signing-secret-of-this-node-1", "checking-secret-of-another-2");
+    let out = output_of_a_refused_start(
+        server_in(dir.path(), &data)
+            .env("IGGY_HTTP_JWT_ENCODING_SECRET", encoding)
+            .env("IGGY_HTTP_JWT_DECODING_SECRET", decoding),
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("http.jwt.decoding_secret"), "names the key: {stderr}");
+    assert!(!stderr.contains(encoding) && !stderr.contains(decoding), "shows no secret: {stderr}");
+    assert!(!data.exists(), "no data directory was formatted");
+}
+
 /// A log that cannot be written (stderr on a full disk, here `/dev/full`) loses its lines but
 /// stops nothing: the server starts, serves and stops cleanly. The log writer reported its
 /// write error with `eprintln!`, which panics when stderr fails: the start died with exit 101

@@ -152,3 +152,20 @@ async fn deactivating_a_user_ends_its_live_session() {
     // 40 Unauthenticated: the session itself is gone (41 Unauthorized would be a permission).
     expect_code("alice's session ended with her deactivation", r, 40);
 }
+
+/// A login refused because every slot of the session table is taken (live sessions are never
+/// evicted) says so in the log, naming the limit: the client only sees a transient refusal that
+/// it retries (503 over HTTP, 58 that the SDK resends until its timeout), and the server wrote
+/// nothing, leaving an operator no clue why logins hang.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_login_refused_at_session_capacity_is_logged_naming_the_limit() {
+    let (server, api) = TestServer::start_with_http(&[("IGGY_LIMITS_CLIENTS_TABLE_MAX", "4")]);
+    let login = br#"{"username":"iggy","password":"iggy"}"#;
+    let mut statuses = Vec::new();
+    for _ in 0..6 {
+        statuses.push(crate::http::raw(&api, "POST", "/users/login", None, login).await.0);
+    }
+    assert_eq!(statuses.last(), Some(&503), "the table fills: {statuses:?}");
+    let log = server.log();
+    assert!(log.contains("clients_table_max"), "the refusal is logged naming the limit:\n{log}");
+}

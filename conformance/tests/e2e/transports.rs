@@ -1143,3 +1143,25 @@ async fn an_http_address_already_taken_fails_the_start_before_anything_is_served
         "nothing was served first: {printed}"
     );
 }
+
+/// A session's bind secret is a credential (BindSession with it takes the session over, from
+/// any node): the data directory keeps only its hash, as it does passwords and tokens, and the
+/// secret still binds. The journaled register and the checkpoint once held the secret itself,
+/// so a copy of the directory (a backup) could take over every live session, root's too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_data_directory_keeps_no_bind_secret() {
+    let mut server = TestServer::start_with_env(&[("IGGY_SYSTEM_CHECKPOINT_JOURNAL_OPS", "1")]);
+    let client = 0x5ec2_e7b1_4d00_0000_0000_0000_0000_0001;
+    let session = register_over_tcp(&server, client).await;
+    let mut stream = tokio::net::TcpStream::connect(server.address()).await.unwrap();
+    stream.write_all(&bind_frame(client, session, 1)).await.unwrap();
+    let mut head = [0u8; ReplyHeader::SIZE];
+    stream.read_exact(&mut head).await.unwrap();
+    assert_eq!(ReplyHeader::decode_fixed(&head).unwrap().status, 0, "the secret binds the session");
+    drop(stream);
+    server.stop();
+    for file in files_under(&server.data_dir()) {
+        let bytes = std::fs::read(&file).unwrap();
+        assert!(!bytes.windows(SECRET.len()).any(|w| w == SECRET), "{} holds the bind secret", file.display());
+    }
+}

@@ -82,6 +82,7 @@ async fn update_permissions_replaces_the_users_permissions() {
     let server = TestServer::start();
     let root = server.root_client().await;
     create_user(&root, "alice", "alice-secret", Some(read_only())).await;
+    create_stream_and_topic(&root, "s", "t", 1).await;
 
     let mut topics = BTreeMap::new();
     topics.insert(
@@ -387,4 +388,69 @@ async fn grants_on_a_deleted_stream_or_topic_do_not_reach_the_next_under_its_id(
     let streams = details.permissions.and_then(|p| p.streams).unwrap_or_default();
     assert!(!streams.contains_key(&1), "the deleted stream's grant is gone: {streams:?}");
     assert!(streams.get(&0).is_some_and(|s| s.topics.as_ref().is_none_or(|t| t.is_empty())), "the deleted topic's grant is gone: {streams:?}");
+}
+
+/// A grant names a stream or topic that must exist (the SDK's `create_user` and
+/// `update_permissions` contract): StreamIdNotFound or TopicIdNotFound over the binary protocol,
+/// 404 over HTTP, and nothing changes. The server once stored such a grant, which then reached
+/// whatever stream or topic was created next under that id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_on_a_missing_stream_or_topic_is_refused() {
+    let (server, api) = TestServer::start_with_http(&[]);
+    let root = server.root_client().await;
+    create_stream_and_topic(&root, "s", "t", 1).await;
+    let on_stream = |stream: usize, topics: Option<BTreeMap<usize, TopicPermissions>>| {
+        let grant = StreamPermissions { read_stream: true, poll_messages: true, topics, ..Default::default() };
+        Some(Permissions { global: GlobalPermissions::default(), streams: Some(BTreeMap::from([(stream, grant)])) })
+    };
+    let on_topic = |topic: usize| on_stream(0, Some(BTreeMap::from([(topic, TopicPermissions { read_topic: true, ..Default::default() })])));
+    let http = crate::http::http_client(&api).await;
+    for (client, missing_stream, missing_topic) in [(&root, 1009, 2010), (&http, 20, 20)] {
+        for (perms, code) in [(on_stream(1, None), missing_stream), (on_topic(1), missing_topic)] {
+            let created = client.create_user("guest", "guest-secret", UserStatus::Active, perms, &UserCreateOptions::default()).await;
+            expect_code("create with a grant on a missing stream or topic", created, code);
+        }
+        assert!(ok("get guest", within("get", root.get_user(&name("guest"))).await).is_none(), "no user was created");
+    }
+    create_user(&root, "guest", "guest-secret", on_topic(0)).await;
+    for (client, missing_stream, missing_topic) in [(&root, 1009, 2010), (&http, 20, 20)] {
+        for (perms, code) in [(on_stream(1, None), missing_stream), (on_topic(1), missing_topic)] {
+            let updated = within("update", client.update_permissions(&name("guest"), perms)).await;
+            expect_code("update to a grant on a missing stream or topic", updated, code);
+        }
+    }
+    let guest = ok("get guest", within("get", root.get_user(&name("guest"))).await).expect("guest");
+    assert_eq!(guest.permissions, on_topic(0), "the refused updates changed nothing");
+}
+
+/// read_topics (globally, on a stream, or read_topic on a topic) lets a user manage the topic's
+/// consumer groups (the SDK's permission docs; upstream judges create and delete as it judges
+/// get_topic), so a consumer that may read can create the group it joins. The server once
+/// asked manage_topic, refusing them 41.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_topics_lets_a_user_create_and_delete_consumer_groups() {
+    let server = TestServer::start();
+    let root = server.root_client().await;
+    create_stream_and_topic(&root, "s", "t", 1).await;
+    let global = GlobalPermissions { read_topics: true, ..Default::default() };
+    let on_stream = StreamPermissions { read_topics: true, ..Default::default() };
+    let on_topic = StreamPermissions {
+        topics: Some(BTreeMap::from([(0usize, TopicPermissions { read_topic: true, ..Default::default() })])),
+        ..Default::default()
+    };
+    let readers = [
+        ("global-reader", Permissions { global, streams: None }),
+        ("stream-reader", Permissions { global: GlobalPermissions::default(), streams: Some(BTreeMap::from([(0usize, on_stream)])) }),
+        ("topic-reader", Permissions { global: GlobalPermissions::default(), streams: Some(BTreeMap::from([(0usize, on_topic)])) }),
+    ];
+    for (user, permissions) in readers {
+        create_user(&root, user, "reader-secret", Some(permissions)).await;
+        let reader = server.client_as(user, "reader-secret").await;
+        ok(user, within("create group", reader.create_consumer_group(&name("s"), &name("t"), user)).await);
+        ok(user, within("delete group", reader.delete_consumer_group(&name("s"), &name("t"), &name(user))).await);
+    }
+    let poller = Permissions { global: GlobalPermissions { poll_messages: true, ..Default::default() }, streams: None };
+    create_user(&root, "poller", "poller-secret", Some(poller)).await;
+    let poller = server.client_as("poller", "poller-secret").await;
+    expect_code("poll_messages alone: create group", within("create group", poller.create_consumer_group(&name("s"), &name("t"), "p")).await, 41);
 }

@@ -128,7 +128,7 @@ pub struct Cors {
     pub allow_private_network: bool,
 }
 
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Jwt {
     pub algorithm: String,
@@ -140,6 +140,32 @@ pub struct Jwt {
     pub encoding_secret: String,
     pub decoding_secret: String,
     pub use_base64_secret: bool,
+}
+
+/// The secrets show only their length, as the cluster's do: the configuration's Debug form
+/// goes into logs and into snapshots, which read_servers alone may take, and whoever holds the
+/// signing secret can sign access tokens.
+impl std::fmt::Debug for Jwt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let redacted = |secret: &str| format!("Secret({} bytes)", secret.len());
+        f.debug_struct("Jwt")
+            .field("algorithm", &self.algorithm)
+            .field("issuer", &self.issuer)
+            .field("audience", &self.audience)
+            .field("access_token_expiry_secs", &self.access_token_expiry_secs)
+            .field("clock_skew_secs", &self.clock_skew_secs)
+            .field("not_before_secs", &self.not_before_secs)
+            .field(
+                "encoding_secret",
+                &format_args!("{}", redacted(&self.encoding_secret)),
+            )
+            .field(
+                "decoding_secret",
+                &format_args!("{}", redacted(&self.decoding_secret)),
+            )
+            .field("use_base64_secret", &self.use_base64_secret)
+            .finish()
+    }
 }
 
 /// Whether a GET of `path` is a route of the REST API (`iggy_generated::http::ROUTES`; a
@@ -179,11 +205,14 @@ impl Http {
                 "token lifetime (at least 1 second)",
             ));
         }
-        if self.jwt.encoding_secret.is_empty() != self.jwt.decoding_secret.is_empty() {
+        // HS256 checks a token with the secret that signed it: any other decoding secret
+        // refuses every token a login issues.
+        if self.jwt.encoding_secret != self.jwt.decoding_secret {
             return Err(bad(
                 "http.jwt.decoding_secret",
-                String::new(),
-                "secret (both secrets set, or both empty for a random one)",
+                "(not shown)".into(),
+                "secret equal to http.jwt.encoding_secret (HS256 signs and checks with one \
+                 secret; both empty for a random one)",
             ));
         }
         if self.metrics.enabled && !self.metrics.endpoint.starts_with('/') {
@@ -830,6 +859,17 @@ mod tests {
         // One secret without the other is refused: tokens could not be checked.
         let e = load(None, env).unwrap_err();
         assert!(e.to_string().contains("http.jwt.decoding_secret"), "{e}");
+        let env = |name: &str| match name {
+            "IGGY_HTTP_JWT_ENCODING_SECRET" => Some("one-secret".into()),
+            "IGGY_HTTP_JWT_DECODING_SECRET" => Some("another-secret".into()),
+            _ => None,
+        };
+        let e = load(None, env).unwrap_err().to_string();
+        assert!(e.contains("http.jwt.decoding_secret"), "{e}");
+        assert!(
+            !e.contains("one-secret") && !e.contains("another-secret"),
+            "{e}"
+        );
         let env = |name: &str| match name {
             "IGGY_HTTP_CORS_ALLOWED_ORIGINS" => Some("https://a.example, https://b.example".into()),
             _ => None,

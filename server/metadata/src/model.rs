@@ -936,6 +936,7 @@ impl Metadata {
         if self.users.values().any(|u| u.username == username) {
             return Err(ErrorCode::UserAlreadyExists);
         }
+        self.grants_exist(permissions.as_ref())?;
         let id = lowest_free(&self.users);
         self.users.insert(
             id,
@@ -971,7 +972,28 @@ impl Metadata {
         if id == ROOT_USER_ID {
             return Err(ErrorCode::CannotChangePermissions);
         }
+        self.grants_exist(permissions.as_ref())?;
         self.users.get_mut(&id).expect("found").permissions = permissions;
+        Ok(())
+    }
+
+    /// Every stream and topic `permissions` grants on exists (the SDK's contract for
+    /// create_user and update_permissions): ids are reused, so a grant on a missing one would
+    /// reach whatever is created next under it, which its deletion otherwise prevents.
+    fn grants_exist(&self, permissions: Option<&Permissions>) -> Result<(), ErrorCode> {
+        for (stream_id, stream_grant) in permissions.iter().flat_map(|p| &p.streams) {
+            let stream = self
+                .streams
+                .get(stream_id)
+                .ok_or(ErrorCode::StreamIdNotFound)?;
+            if stream_grant
+                .topics
+                .keys()
+                .any(|t| !stream.topics.contains_key(t))
+            {
+                return Err(ErrorCode::TopicIdNotFound);
+            }
+        }
         Ok(())
     }
 
@@ -1098,6 +1120,48 @@ mod tests {
     }
 
     #[test]
+    fn a_grant_on_a_missing_stream_or_topic_is_refused_and_changes_nothing() {
+        let mut m = Metadata::default();
+        m.create_stream("s", 1).unwrap();
+        m.create_topic(&Ident::Id(0), "t", 1, TopicSettings::default(), 2, 1)
+            .unwrap();
+        let on = |stream: u32, topics: &[u32]| Permissions {
+            global: GlobalPermissions::default(),
+            streams: [(
+                stream,
+                StreamPermissions {
+                    read_stream: true,
+                    topics: topics
+                        .iter()
+                        .map(|t| (*t, TopicPermissions::default()))
+                        .collect(),
+                    ..Default::default()
+                },
+            )]
+            .into(),
+        };
+        let create = |m: &mut Metadata, p| {
+            m.create_user("guest", String::new(), UserStatus::Active, Some(p), 3)
+        };
+        assert_eq!(create(&mut m, on(1, &[])), Err(ErrorCode::StreamIdNotFound));
+        assert_eq!(create(&mut m, on(0, &[1])), Err(ErrorCode::TopicIdNotFound));
+        assert!(m.users.is_empty());
+        m.create_user("root", String::new(), UserStatus::Active, None, 3)
+            .unwrap();
+        let user = create(&mut m, on(0, &[0])).unwrap();
+        for (refused, code) in [
+            (on(1, &[]), ErrorCode::StreamIdNotFound),
+            (on(0, &[0, 1]), ErrorCode::TopicIdNotFound),
+        ] {
+            assert_eq!(
+                m.update_permissions(&Ident::Id(user), Some(refused)),
+                Err(code)
+            );
+        }
+        assert_eq!(m.users[&user].permissions, Some(on(0, &[0])));
+    }
+
+    #[test]
     fn deleting_a_stream_or_topic_takes_its_grants_with_it() {
         let mut m = Metadata::default();
         m.create_stream("kept", 1).unwrap();
@@ -1117,7 +1181,7 @@ mod tests {
         };
         let permissions = Permissions {
             global: GlobalPermissions::default(),
-            streams: [(0, stream(&[0, 1])), (1, stream(&[])), (7, stream(&[]))].into(),
+            streams: [(0, stream(&[0, 1])), (1, stream(&[]))].into(),
         };
         let user = m
             .create_user(
@@ -1131,8 +1195,7 @@ mod tests {
         m.delete_stream(&Ident::Id(1)).unwrap();
         m.delete_topic(&Ident::Id(0), &Ident::Id(1)).unwrap();
         let left = m.users[&user].permissions.clone().unwrap();
-        // A grant on an id no stream holds yet (7) stays: it was given for what comes.
-        assert_eq!(left.streams.keys().copied().collect::<Vec<_>>(), vec![0, 7]);
+        assert_eq!(left.streams.keys().copied().collect::<Vec<_>>(), vec![0]);
         assert_eq!(
             left.streams[&0].topics.keys().copied().collect::<Vec<_>>(),
             vec![0]

@@ -12,7 +12,9 @@ pub struct Session {
     pub user_id: u32,
     /// Packed protocol version the client logged in with; its codec serves the session.
     pub protocol: u32,
-    /// Proves that a reconnecting connection belongs to the client that registered.
+    /// Proves that a reconnecting connection belongs to the client that registered: the
+    /// hash the service made of the client's secret (a secret reaches this crate hashed), which
+    /// a bind must present hashed the same way.
     pub bind_secret: [u8; 32],
 }
 

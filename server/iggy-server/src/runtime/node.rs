@@ -51,7 +51,13 @@ pub struct Node {
     /// Personal access tokens lately shown to their creators, by (client, request): a retry
     /// whose first reply was lost gets its token again. Never journaled; see `remember_token`.
     shown_tokens: RefCell<std::collections::VecDeque<((u128, u64), String)>>,
+    /// Logins refused because the session table is full: one warning per interval, so a client
+    /// retrying its login cannot flood the log.
+    pub session_table_full: RefCell<crate::consensus::log_limit::LogLimit<()>>,
 }
+
+/// At most one "session table full" warning this often.
+const SESSION_TABLE_FULL_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// How many shown tokens a node remembers for retries.
 const SHOWN_TOKENS_MAX: usize = 64;
@@ -286,6 +292,10 @@ impl Node {
             in_flight: Cell::new(0),
             metrics: Default::default(),
             shown_tokens: RefCell::new(std::collections::VecDeque::new()),
+            session_table_full: RefCell::new(crate::consensus::log_limit::LogLimit::new(
+                SESSION_TABLE_FULL_INTERVAL,
+                1,
+            )),
         });
         Ok(node)
     }

@@ -227,6 +227,13 @@ impl Prepared {
     }
 }
 
+/// What the session table keeps of a session's bind secret: a BLAKE3 derived key of it (one
+/// way), as passwords and tokens are kept hashed. BindSession presents the secret, which must
+/// hash to it; an HTTP token's bind proof is derived from this hash.
+pub fn bind_secret_hash(bind_secret: &[u8; 32]) -> [u8; 32] {
+    blake3::derive_key("iggy-server 2026 session bind secret", bind_secret)
+}
+
 pub fn new_token() -> String {
     let bytes: [u8; 32] = rand::random();
     bytes.iter().map(|b| format!("{b:02x}")).collect()

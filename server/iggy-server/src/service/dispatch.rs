@@ -673,7 +673,11 @@ async fn register(
         );
     }
     // A new session is a replicated op of the metadata primary: a backup forwards it there.
-    let record = session_record(user_id, version, secret);
+    let record = session_record(
+        user_id,
+        version,
+        crate::service::auth::bind_secret_hash(&secret),
+    );
     match node.metadata.register(client, user_id, record).await {
         Outcome::Committed { op, .. } => {
             // A register forwarded to the metadata primary is committed there first: the
@@ -690,9 +694,36 @@ async fn register(
                 SessionApplied::NotYet => request.fail(ErrorCode::TransientNotAccepted),
             }
         }
-        Outcome::Refused(refusal) => request.fail(metadata_refused(node, &refusal)),
+        Outcome::Refused(refusal) => {
+            if refusal == iggy_vsr::Refusal::ClientsTableFull {
+                session_table_full(node, user_id);
+            }
+            request.fail(metadata_refused(node, &refusal))
+        }
         Outcome::Failed => request.fail(ErrorCode::TransientNotCommitted),
     }
+}
+
+/// Says why logins are refused while every slot of the session table is taken: the client only
+/// sees a transient refusal, which it retries. Live sessions are never evicted.
+fn session_table_full(node: &Node, user_id: u32) {
+    use crate::consensus::log_limit::Verdict;
+    let verdict = node
+        .session_table_full
+        .borrow_mut()
+        .line(std::time::Instant::now(), ());
+    let held_back = match verdict {
+        Verdict::HoldBack => return,
+        Verdict::Write { held_back, .. } => held_back,
+    };
+    tracing::warn!(
+        "login of user {user_id} refused: every slot of the session table is taken by a live \
+         session (limits.clients_table_max, as committed with the metadata group's first op); a \
+         session ends at logout, {}s after its last connection closed \
+         (system.session_lease_secs) or, over HTTP, once its access tokens expired ({held_back} \
+         more refusals since the last warning)",
+        node.shared.config.system.session_lease_secs
+    );
 }
 
 fn verify_login(node: &Node, login: &Login<'_>) -> Result<u32, ErrorCode> {
@@ -871,15 +902,17 @@ fn metadata_need(node: &Node, operation: Operation, body: &[u8]) -> Result<Need,
             let (s, t) = topic_of(&r.stream_id, &r.topic_id)?;
             Need::ManageTopic(s, t)
         }
+        // Readers of a topic manage its consumer groups (the SDK's permission docs), so a
+        // consumer that may read can create the group it joins.
         Operation::CreateConsumerGroup => {
             let r: CreateConsumerGroupRequest = decode(body)?;
             let (s, t) = topic_of(&r.stream_id, &r.topic_id)?;
-            Need::ManageTopic(s, t)
+            Need::ReadTopic(s, t)
         }
         Operation::DeleteConsumerGroup => {
             let r: ConsumerGroupIdRequest = decode(body)?;
             let (s, t) = topic_of(&r.stream_id, &r.topic_id)?;
-            Need::ManageTopic(s, t)
+            Need::ReadTopic(s, t)
         }
         Operation::JoinConsumerGroup | Operation::LeaveConsumerGroup => {
             let r: ConsumerGroupIdRequest = decode(body)?;
@@ -1662,13 +1695,10 @@ async fn bind_session(
     if identity.client_id != request.header.client {
         return request.fail(ErrorCode::Unauthenticated);
     }
+    let presented = crate::service::auth::bind_secret_hash(&bind_request.bind_secret);
     let found = session_at_watermark(node, identity.metadata_watermark, |sessions| {
         sessions
-            .bind(
-                identity.client_id,
-                identity.session,
-                &bind_request.bind_secret,
-            )
+            .bind(identity.client_id, identity.session, &presented)
             .ok()
     })
     .await;

@@ -190,12 +190,13 @@ fn argon2_check(hash: &str, password: &str) -> bool {
 // ----- reads -----
 
 fn client_response<'a>(
+    metadata: &Metadata,
     info: &'a crate::runtime::connection::ClientInfo,
     groups: u32,
 ) -> ClientResponse<'a> {
     ClientResponse {
         client_id: info.id,
-        user_id: info.user_id.unwrap_or(u32::MAX),
+        user_id: live_user(metadata, info).unwrap_or(u32::MAX),
         transport: match info.transport {
             "quic" => 2,
             "http" => 3,
@@ -205,6 +206,14 @@ fn client_response<'a>(
         address: &info.address,
         consumer_groups_count: groups,
     }
+}
+
+/// The user a connection runs as while its session is live: a logout, a deactivation or a
+/// deletion ends the session, after which naming its user would be wrong (a deleted user's id
+/// is the next user's). A connection binds only once this replica applied its session.
+fn live_user(metadata: &Metadata, info: &crate::runtime::connection::ClientInfo) -> Option<u32> {
+    let session = metadata.sessions.get(info.client?)?;
+    info.user_id.filter(|user| *user == session.user_id)
 }
 
 fn groups_of(metadata: &Metadata, client: Option<u128>) -> Vec<ConsumerGroupInfoResponse> {
@@ -235,7 +244,7 @@ fn client_details(node: &Node, connection_id: u32) -> Option<Vec<u8>> {
     let consumer_groups = groups_of(&metadata, info.client);
     Some(
         (ClientDetailsResponse {
-            client: client_response(info, consumer_groups.len() as u32),
+            client: client_response(&metadata, info, consumer_groups.len() as u32),
             consumer_groups,
         })
         .to_wire_bytes(),
@@ -274,7 +283,7 @@ pub async fn read(
             for id in ids {
                 let info = &clients[&id];
                 let groups = groups_of(&metadata, info.client).len() as u32;
-                client_response(info, groups).encode_to(&mut out);
+                client_response(&metadata, info, groups).encode_to(&mut out);
             }
             Ok(out)
         }

@@ -11,6 +11,7 @@ use super::{Request, Response};
 use crate::runtime::connection::{Bound, Connection};
 use crate::runtime::node::Node;
 use crate::runtime::shared::PartitionKey;
+use crate::service::auth::bind_secret_hash;
 use crate::service::dispatch::{Dispatched, dispatch_within};
 use crate::service::frame;
 use crate::service::replies;
@@ -1066,7 +1067,11 @@ async fn route_handler(
             let bound = call
                 .register("user.login_register", register.checked_bytes()?)
                 .await?;
-            identity(call.state, bound, &bind_proof_hash(&bind_secret))
+            identity(
+                call.state,
+                bound,
+                &bind_proof_hash(&bind_secret_hash(&bind_secret)),
+            )
         }
         "user.login_register_with_pat" => {
             let login: TokenBody = body(request)?;
@@ -1080,7 +1085,11 @@ async fn route_handler(
             let bound = call
                 .register("user.login_register_with_pat", register.checked_bytes()?)
                 .await?;
-            identity(call.state, bound, &bind_proof_hash(&bind_secret))
+            identity(
+                call.state,
+                bound,
+                &bind_proof_hash(&bind_secret_hash(&bind_secret)),
+            )
         }
         "http.refresh_token" => {
             let refresh: TokenBody = body(request)?;

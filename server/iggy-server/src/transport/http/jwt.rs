@@ -39,8 +39,8 @@ pub enum TokenError {
     WrongAudience,
 }
 
-/// What a token carries of a session's bind secret: a BLAKE3 derived key of it (one way, and
-/// unlike any other use of the secret).
+/// What a token carries of a session's bind secret: a BLAKE3 derived key (one way, and unlike
+/// any other use) of the hash the session table keeps of it (`auth::bind_secret_hash`).
 pub fn bind_proof_hash(bind_secret: &[u8; 32]) -> String {
     blake3::Hasher::new_derive_key("iggy-server 2026 http access token bind proof")
         .update(bind_secret)

@@ -228,13 +228,24 @@ fn parse_head(buffer: &[u8]) -> Result<Head, &'static str> {
         headers,
         body: Vec::new(),
     };
-    let content_length = match parsed.header("content-length") {
-        Some(value) => value
+    // Repeats must agree: with two lengths a proxy in front could end the body elsewhere and
+    // read the rest as another request.
+    let mut content_length = None;
+    for (_, value) in parsed
+        .headers
+        .iter()
+        .filter(|(name, _)| name.eq_ignore_ascii_case("content-length"))
+    {
+        let length = value
             .trim()
             .parse::<usize>()
-            .map_err(|_| "bad content-length")?,
-        None => 0,
-    };
+            .map_err(|_| "bad content-length")?;
+        if content_length.is_some_and(|first| first != length) {
+            return Err("conflicting content-length headers");
+        }
+        content_length = Some(length);
+    }
+    let content_length = content_length.unwrap_or(0);
     if parsed
         .header("transfer-encoding")
         .is_some_and(|te| !te.trim().eq_ignore_ascii_case("identity"))
