@@ -405,7 +405,6 @@ async fn the_sdk_reads_a_group_created_again_under_its_name_from_the_first_messa
 /// position from a previous owner "is refused without updating replacement progress"); so is a
 /// plain consumer's store carrying a group's owner generation. The owner's own positions commit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "the server ignores the owner generation a position captured"]
 async fn a_position_read_before_the_partition_moved_is_refused_and_the_new_owners_offset_stays() {
     let server = TestServer::start();
     let admin = server.root_client().await;

@@ -1004,6 +1004,42 @@ fn check_incarnation(
     Ok(())
 }
 
+/// The owner generation a poll or offset write captured (its header's, from the poll that
+/// delivered the position; 0: none) must still hold, as the protocol has it: a plain
+/// consumer's request captures none, and a group's acts only for the partition's current
+/// owner under one of the group's generations (`ConsumerGroup::admits_captured_owner`); else
+/// ConsumerGroupPartitionNotOwned (5009), which the SDK documents for a lost owner. An
+/// external group's offsets have no Iggy owner; a 0.11.1 header has no such field.
+fn check_captured_owner(
+    node: &Node,
+    bound: Bound,
+    header: &RequestHeader,
+    owner: OffsetOwner,
+    key: PartitionKey,
+) -> Result<(), ErrorCode> {
+    if Codec::of(bound.protocol) == Codec::V0_11_1 || header.owner_generation == 0 {
+        return Ok(());
+    }
+    let admitted = match owner {
+        OffsetOwner::Consumer(_) => false,
+        OffsetOwner::External(_) => true,
+        OffsetOwner::Group(group) => {
+            let metadata = node.shared.metadata.borrow();
+            let topic = &metadata.streams[&key.0].topics[&key.1];
+            topic.consumer_groups[&group].admits_captured_owner(
+                header.owner_generation,
+                bound.client,
+                key.2,
+                &topic.partition_ids(),
+            )
+        }
+    };
+    match admitted {
+        true => Ok(()),
+        false => Err(ErrorCode::ConsumerGroupPartitionNotOwned),
+    }
+}
+
 /// Who an offset belongs to, for a consumer of `kind` (1 consumer, 2 group, 3 external group).
 ///
 /// Kind 3 (`Consumer::external_group`) names an existing Iggy consumer group of the topic,
@@ -1217,6 +1253,18 @@ async fn partition_write(
     let header = request.header;
     check_incarnation(node, bound, header, key)?;
     let partition = writable_partition(node, key, routing).await?;
+    // A committed retry is answered from the client table: the captured owner is judged
+    // against today's membership, which may have moved the partition since it committed.
+    if let PartitionWrite::StoreOffset { owner, .. } | PartitionWrite::DeleteOffset { owner, .. } =
+        write
+        && header.owner_generation != 0
+        && !partition
+            .group
+            .already_committed(bound.client, header.request)
+            .await
+    {
+        check_captured_owner(node, bound, header, owner, key)?;
+    }
     let (op, result) = match routing {
         Routing::ByClient => partition
             .write(bound.client, header.request, write)
@@ -1713,6 +1761,7 @@ async fn poll(
     }
     check_incarnation(node, bound, header, key)?;
     let (owner, owner_created_at_op) = offset_owner(node, &poll.consumer, key)?;
+    check_captured_owner(node, bound, header, owner, key)?;
     // The auto-commit below follows an await: a group deleted meanwhile refuses it.
     let resolved_at = node.shared.metadata.borrow().commit;
     let owner_generation = match owner {
