@@ -436,3 +436,28 @@ async fn a_position_read_before_the_partition_moved_is_refused_and_the_new_owner
     assert_eq!(stored.map(|o| o.stored_offset), Some(7), "the new owner's offset stays");
     expect_code("a plain consumer's store carrying an owner generation", store(&a, &consumer("c"), 4).await, 5009);
 }
+
+/// A poll of a group naming a partition, by a client that is not (or no longer) a member, fails
+/// with ConsumerGroupMemberNotFound (5006), as the SDK's `poll_messages` documents ("rather than
+/// returning an empty batch, so the caller can rejoin"); a member polling a partition another
+/// member owns is fenced with ConsumerGroupPartitionNotOwned (5009).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "the server answers 5009 to a client that is not a member"]
+async fn a_group_poll_by_a_client_not_in_the_group_fails_with_member_not_found() {
+    let server = TestServer::start();
+    let admin = server.root_client().await;
+    create_stream_and_topic(&admin, "s", "t", 2).await;
+    ok("create", within("create", admin.create_consumer_group(&name("s"), &name("t"), "g")).await);
+    let cg = Consumer::group(name("g"));
+    let (a, b) = (server.root_client().await, server.root_client().await);
+    let poll_of = async |client: &IggyClient, partition| {
+        within("poll", client.poll_messages(&name("s"), &name("t"), Some(partition), &cg, &PollingStrategy::next(), 1, false)).await
+    };
+    expect_code("a client that never joined", poll_of(&a, 0).await, 5006);
+    ok("a joins", within("join", a.join_consumer_group(&name("s"), &name("t"), &name("g"))).await);
+    ok("b joins", within("join", b.join_consumer_group(&name("s"), &name("t"), &name("g"))).await);
+    ok("a polls its partition", poll_of(&a, 0).await);
+    expect_code("a member polling the other member's partition", poll_of(&a, 1).await, 5009);
+    ok("a leaves", within("leave", a.leave_consumer_group(&name("s"), &name("t"), &name("g"))).await);
+    expect_code("a client that left", poll_of(&a, 0).await, 5006);
+}
