@@ -442,7 +442,6 @@ async fn a_position_read_before_the_partition_moved_is_refused_and_the_new_owner
 /// returning an empty batch, so the caller can rejoin"); a member polling a partition another
 /// member owns is fenced with ConsumerGroupPartitionNotOwned (5009).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "the server answers 5009 to a client that is not a member"]
 async fn a_group_poll_by_a_client_not_in_the_group_fails_with_member_not_found() {
     let server = TestServer::start();
     let admin = server.root_client().await;

@@ -142,7 +142,6 @@ async fn an_offset_beyond_the_current_offset_is_refused_with_4100() {
 /// and consumer group resolve"; "missing numeric and named groups return codes 5000 and 5003")
 /// and upstream answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "a missing named group is answered 5000, and a get of its offset Ok(None)"]
 async fn offsets_of_a_missing_group_fail_with_group_not_found_by_id_or_name() {
     let server = TestServer::start();
     let client = setup(&server).await;
