@@ -383,18 +383,8 @@ async fn a_members_shutdown_leaves_the_offset_of_a_partition_it_lost_where_the_n
         send_to_partition(&admin, &name("s"), &name("t"), p, msgs(&format!("p{p}"), 20)).await;
     }
     let (ca, cb) = (server.root_client().await, server.root_client().await);
-    let build = |c: &IggyClient| {
-        c.consumer_group("g", "s", "t")
-            .unwrap()
-            .create_consumer_group_if_not_exists()
-            .auto_join_consumer_group()
-            .polling_strategy(PollingStrategy::next())
-            .auto_commit(AutoCommit::When(AutoCommitWhen::PollingMessages))
-            .batch_length(5)
-            .build()
-    };
     // a, alone, owns both partitions and reads until it has a message of partition 1.
-    let mut a = build(&ca);
+    let mut a = group_member(&ca, "g");
     ok("a init", within("init", a.init()).await);
     loop {
         let m = ok("a message", within("next", a.next()).await.expect("stream ended"));
@@ -403,7 +393,7 @@ async fn a_members_shutdown_leaves_the_offset_of_a_partition_it_lost_where_the_n
         }
     }
     // b joins, takes partition 1 and reads it to the end.
-    let mut b = build(&cb);
+    let mut b = group_member(&cb, "g");
     ok("b init", within("init", b.init()).await);
     let mut read_by_b = Vec::new();
     while read_by_b.last() != Some(&19) {
