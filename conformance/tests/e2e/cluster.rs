@@ -3760,3 +3760,61 @@ async fn an_ended_sessions_slot_is_released_only_once_a_replica_quorum_reported_
         cluster.node(primary).log()
     );
 }
+
+/// A keyed producer sends a key to the partition the SDK hashes it to (XXH32 modulo the count)
+/// through whichever node it is given, and an offset stored or deleted through any node reads
+/// the same on every node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyed_sends_and_offsets_agree_through_every_node() {
+    let cluster = TestCluster::start(3);
+    let mut clients = Vec::new();
+    for i in 0..3 {
+        clients.push(cluster.root_client(i).await);
+    }
+    create_topic(&clients[0], 3).await;
+    for (i, client) in clients.iter().enumerate() {
+        for key in ["alpha", "beta", "gamma", "delta"] {
+            let producer = client
+                .producer("s", "t")
+                .unwrap()
+                .partitioning(Partitioning::messages_key_str(key).unwrap())
+                .build();
+            ok("producer init", within("init", producer.init()).await);
+            let sent = ok(
+                "keyed send",
+                within("send", producer.send(vec![msg(key)])).await,
+            );
+            let want = iggy_common::calculate_32(key.as_bytes()) % 3;
+            assert_eq!(
+                sent.confirmations[0].partition_id, want,
+                "{key} through node {i}"
+            );
+        }
+    }
+    let (s, t) = (name("s"), name("t"));
+    let stored_on_every_node = async |c: &Consumer| {
+        let mut seen = BTreeSet::new();
+        for client in &clients {
+            let info = within("get", client.get_consumer_offset(c, &s, &t, Some(0))).await;
+            seen.insert(ok("get offset", info).map(|o| o.stored_offset));
+        }
+        seen
+    };
+    for (i, client) in clients.iter().enumerate() {
+        let c = consumer(&format!("through-{i}"));
+        let store = client.store_consumer_offset(&c, &s, &t, Some(0), 1);
+        ok("store", within("store", store).await);
+        assert_eq!(
+            stored_on_every_node(&c).await,
+            BTreeSet::from([Some(1)]),
+            "stored through {i}"
+        );
+        let delete = client.delete_consumer_offset(&c, &s, &t, Some(0));
+        ok("delete", within("delete", delete).await);
+        assert_eq!(
+            stored_on_every_node(&c).await,
+            BTreeSet::from([None]),
+            "deleted through {i}"
+        );
+    }
+}

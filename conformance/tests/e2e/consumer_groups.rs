@@ -398,3 +398,65 @@ async fn the_sdk_reads_a_group_created_again_under_its_name_from_the_first_messa
         "the group created again reads from the first message"
     );
 }
+
+/// A position a member read before its partition moved to another member is refused with
+/// ConsumerGroupPartitionNotOwned (5009) and the new owner's offset stays, as the SDK documents
+/// for `store_consumer_position` ("5009 for a lost owner") and `IggyConsumer::store_position` (a
+/// position from a previous owner "is refused without updating replacement progress"); so is a
+/// plain consumer's store carrying a group's owner generation. The owner's own positions commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_position_read_before_the_partition_moved_is_refused_and_the_new_owners_offset_stays() {
+    let server = TestServer::start();
+    let admin = server.root_client().await;
+    create_stream_and_topic(&admin, "s", "t", 1).await;
+    send_to_partition(&admin, &name("s"), &name("t"), 0, msgs("m", 10)).await;
+    ok("create", within("create", admin.create_consumer_group(&name("s"), &name("t"), "g")).await);
+    let cg = Consumer::group(name("g"));
+    let (a, b) = (server.root_client().await, server.root_client().await);
+    ok("a joins", within("join", a.join_consumer_group(&name("s"), &name("t"), &name("g"))).await);
+    let read = ok(
+        "a polls",
+        within("poll", a.poll_messages(&name("s"), &name("t"), Some(0), &cg, &PollingStrategy::next(), 5, false)).await,
+    );
+    assert_eq!(offsets(&read), vec![0, 1, 2, 3, 4]);
+    assert_ne!(read.context.owner_generation, 0, "a group poll names its owner generation");
+    let store = async |client: &IggyClient, consumer: &Consumer, offset| {
+        let position = ConsumerPosition { partition_id: 0, offset, context: read.context };
+        within("store", client.store_consumer_position(consumer, &name("s"), &name("t"), position)).await
+    };
+    ok("the owner commits its position", store(&a, &cg, 2).await);
+
+    // The partition moves to b, which reads on and commits offset 7.
+    ok("b joins", within("join", b.join_consumer_group(&name("s"), &name("t"), &name("g"))).await);
+    ok("a leaves", within("leave", a.leave_consumer_group(&name("s"), &name("t"), &name("g"))).await);
+    poll(&b, &name("s"), &name("t"), 0, &cg, PollingStrategy::offset(5), 3, true).await;
+
+    expect_code("a's late commit of a position it read as the owner", store(&a, &cg, 4).await, 5009);
+    let stored = ok("get", within("get", admin.get_consumer_offset(&cg, &name("s"), &name("t"), Some(0))).await);
+    assert_eq!(stored.map(|o| o.stored_offset), Some(7), "the new owner's offset stays");
+    expect_code("a plain consumer's store carrying an owner generation", store(&a, &consumer("c"), 4).await, 5009);
+}
+
+/// A poll of a group naming a partition, by a client that is not (or no longer) a member, fails
+/// with ConsumerGroupMemberNotFound (5006), as the SDK's `poll_messages` documents ("rather than
+/// returning an empty batch, so the caller can rejoin"); a member polling a partition another
+/// member owns is fenced with ConsumerGroupPartitionNotOwned (5009).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_poll_by_a_client_not_in_the_group_fails_with_member_not_found() {
+    let server = TestServer::start();
+    let admin = server.root_client().await;
+    create_stream_and_topic(&admin, "s", "t", 2).await;
+    ok("create", within("create", admin.create_consumer_group(&name("s"), &name("t"), "g")).await);
+    let cg = Consumer::group(name("g"));
+    let (a, b) = (server.root_client().await, server.root_client().await);
+    let poll_of = async |client: &IggyClient, partition| {
+        within("poll", client.poll_messages(&name("s"), &name("t"), Some(partition), &cg, &PollingStrategy::next(), 1, false)).await
+    };
+    expect_code("a client that never joined", poll_of(&a, 0).await, 5006);
+    ok("a joins", within("join", a.join_consumer_group(&name("s"), &name("t"), &name("g"))).await);
+    ok("b joins", within("join", b.join_consumer_group(&name("s"), &name("t"), &name("g"))).await);
+    ok("a polls its partition", poll_of(&a, 0).await);
+    expect_code("a member polling the other member's partition", poll_of(&a, 1).await, 5009);
+    ok("a leaves", within("leave", a.leave_consumer_group(&name("s"), &name("t"), &name("g"))).await);
+    expect_code("a client that left", poll_of(&a, 0).await, 5006);
+}

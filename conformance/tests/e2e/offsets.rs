@@ -135,3 +135,22 @@ async fn an_offset_beyond_the_current_offset_is_refused_with_4100() {
     let on_empty = within("store", client.store_consumer_offset(&consumer("c1"), &name("e"), &name("t"), Some(0), 1)).await;
     expect_code("1 on an empty partition", on_empty, 4100);
 }
+
+/// Offsets of a consumer group that does not exist: a store, a get and a delete fail with
+/// ConsumerGroupIdNotFound (5000) for a numeric id and ConsumerGroupNameNotFound (5003) for a
+/// name, as the SDK documents ("an absent offset key returns Ok(None) when its stream, topic,
+/// and consumer group resolve"; "missing numeric and named groups return codes 5000 and 5003")
+/// and upstream answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn offsets_of_a_missing_group_fail_with_group_not_found_by_id_or_name() {
+    let server = TestServer::start();
+    let client = setup(&server).await;
+    for (missing, code) in [(Consumer::group(id(7)), 5000), (Consumer::group(name("nobody")), 5003)] {
+        let stored = within("store", client.store_consumer_offset(&missing, &name("s"), &name("t"), Some(1), 1)).await;
+        expect_code(&format!("store {:?}", missing.id), stored, code);
+        let got = within("get", client.get_consumer_offset(&missing, &name("s"), &name("t"), Some(1))).await;
+        expect_code(&format!("get {:?}", missing.id), got, code);
+        let deleted = within("delete", client.delete_consumer_offset(&missing, &name("s"), &name("t"), Some(1))).await;
+        expect_code(&format!("delete {:?}", missing.id), deleted, code);
+    }
+}

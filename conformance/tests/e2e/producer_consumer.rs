@@ -369,3 +369,43 @@ async fn group_consumer_continues_across_a_server_restart_without_loss() {
     assert_eq!(unique, want, "nothing lost across the restart (errors: {errors:?})");
     assert_eq!(seen.len(), 2 * HALF, "nothing delivered twice (errors: {errors:?})");
 }
+
+/// A member's shutdown commits the reading position of every partition it read, one it lost
+/// to another member since included: that commit is refused (the position's owner generation
+/// is not the partition's current owner's), so the new owner's offset stays and a member
+/// joining later reads on after it rather than again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_members_shutdown_leaves_the_offset_of_a_partition_it_lost_where_the_new_owner_got() {
+    let server = TestServer::start();
+    let admin = server.root_client().await;
+    create_stream_and_topic(&admin, "s", "t", 2).await;
+    for p in 0..2 {
+        send_to_partition(&admin, &name("s"), &name("t"), p, msgs(&format!("p{p}"), 20)).await;
+    }
+    let (ca, cb) = (server.root_client().await, server.root_client().await);
+    // a, alone, owns both partitions and reads until it has a message of partition 1.
+    let mut a = group_member(&ca, "g");
+    ok("a init", within("init", a.init()).await);
+    loop {
+        let m = ok("a message", within("next", a.next()).await.expect("stream ended"));
+        if m.partition_id == 1 {
+            break;
+        }
+    }
+    // b joins, takes partition 1 and reads it to the end.
+    let mut b = group_member(&cb, "g");
+    ok("b init", within("init", b.init()).await);
+    let mut read_by_b = Vec::new();
+    while read_by_b.last() != Some(&19) {
+        let m = ok("b message", within("next", b.next()).await.expect("stream ended"));
+        assert_eq!(m.partition_id, 1, "b owns partition 1");
+        read_by_b.push(m.message.header.offset);
+    }
+    let group_offset = async || {
+        let info = within("get", admin.get_consumer_offset(&Consumer::group(name("g")), &name("s"), &name("t"), Some(1))).await;
+        ok("group offset", info).map(|o| o.stored_offset)
+    };
+    assert_eq!(group_offset().await, Some(19));
+    ok("a shutdown", within("shutdown", a.shutdown()).await);
+    assert_eq!(group_offset().await, Some(19), "a's shutdown left b's offset of partition 1");
+}

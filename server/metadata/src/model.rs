@@ -272,6 +272,27 @@ impl ConsumerGroup {
         }
         Some(self.members[position % self.members.len()])
     }
+
+    /// Whether a request of `client` that captured the owner generation `captured` (the
+    /// `owner_generation` of the poll that delivered its position; 0: none captured) still acts
+    /// as `partition`'s owner: `client` owns it now, and `captured` is one of this group's
+    /// generations (not one of a deleted group that had its id, all below this group's first,
+    /// nor one it has not reached). A member that lost the partition is refused whatever it
+    /// captured, so its late commit never moves the new owner's offset back.
+    pub fn admits_captured_owner(
+        &self,
+        captured: u64,
+        client: u128,
+        partition: u32,
+        partition_ids: &[u32],
+    ) -> bool {
+        if captured == 0 {
+            return true;
+        }
+        let first = self.created_at_op << 20;
+        (first..=self.generation).contains(&captured)
+            && self.owner_of(partition, partition_ids) == Some(client)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -1321,6 +1342,32 @@ mod tests {
             .collect();
         assert!(reused.is_empty(), "{predecessor:?} then {successor:?}");
         assert!(successor[0] > *predecessor.iter().max().unwrap());
+    }
+
+    /// A captured owner generation admits only the partition's current owner, under one of
+    /// this group's generations; nothing captured is not judged here.
+    #[test]
+    fn a_captured_owner_generation_admits_only_the_current_owner_of_this_group() {
+        let mut m = Metadata::default();
+        m.create_stream("s", 1).unwrap();
+        m.create_topic(&Ident::Id(0), "t", 2, TopicSettings::default(), 2, 1)
+            .unwrap();
+        let (s, t, g) = (Ident::Id(0), Ident::Id(0), Ident::Id(0));
+        m.create_group(&s, &t, "g", 3).unwrap();
+        m.join_group(&s, &t, &g, 7).unwrap();
+        let group = |m: &Metadata| m.streams[&0].topics[&0].consumer_groups[&0].clone();
+        let (partitions, captured) = ([0, 1], group(&m).generation);
+        assert!(group(&m).admits_captured_owner(captured, 7, 1, &partitions));
+        assert!(!group(&m).admits_captured_owner(captured + 1, 7, 1, &partitions));
+        // Below the group's first generation (its creating op, 3, shifted): a predecessor's.
+        assert!(!group(&m).admits_captured_owner((3 << 20) - 1, 7, 1, &partitions));
+        assert!(group(&m).admits_captured_owner(0, 8, 1, &partitions));
+
+        // Client 8 joins and takes partition 1; 7 keeps partition 0 under its old capture.
+        m.join_group(&s, &t, &g, 8).unwrap();
+        assert!(!group(&m).admits_captured_owner(captured, 7, 1, &partitions));
+        assert!(group(&m).admits_captured_owner(captured, 7, 0, &partitions));
+        assert!(group(&m).admits_captured_owner(group(&m).generation, 8, 1, &partitions));
     }
 
     #[test]

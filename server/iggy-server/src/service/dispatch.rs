@@ -1074,17 +1074,53 @@ fn check_incarnation(
     Ok(())
 }
 
+/// The owner generation a poll or offset write captured (its header's, from the poll that
+/// delivered the position; 0: none) must still hold, as the protocol has it: a plain
+/// consumer's request captures none, and a group's acts only for the partition's current
+/// owner under one of the group's generations (`ConsumerGroup::admits_captured_owner`); else
+/// ConsumerGroupPartitionNotOwned (5009), which the SDK documents for a lost owner. An
+/// external group's offsets have no Iggy owner; a 0.11.1 header has no such field.
+fn check_captured_owner(
+    node: &Node,
+    bound: Bound,
+    header: &RequestHeader,
+    owner: OffsetOwner,
+    key: PartitionKey,
+) -> Result<(), ErrorCode> {
+    if Codec::of(bound.protocol) == Codec::V0_11_1 || header.owner_generation == 0 {
+        return Ok(());
+    }
+    let admitted = match owner {
+        OffsetOwner::Consumer(_) => false,
+        OffsetOwner::External(_) => true,
+        OffsetOwner::Group(group) => {
+            let metadata = node.shared.metadata.borrow();
+            let topic = &metadata.streams[&key.0].topics[&key.1];
+            topic.consumer_groups[&group].admits_captured_owner(
+                header.owner_generation,
+                bound.client,
+                key.2,
+                &topic.partition_ids(),
+            )
+        }
+    };
+    match admitted {
+        true => Ok(()),
+        false => Err(ErrorCode::ConsumerGroupPartitionNotOwned),
+    }
+}
+
 /// Who an offset belongs to, for a consumer of `kind` (1 consumer, 2 group, 3 external group).
 ///
 /// Kind 3 (`Consumer::external_group`) names an existing Iggy consumer group of the topic,
 /// whose membership is managed outside Iggy: its offsets have their own slot
 /// ([`OffsetOwner::External`], apart from the group's kind-2 offsets), are stored with no
-/// membership and no range check, are never polled, and go when the group is deleted. The
-/// group must exist: a store, get or delete naming a missing group fails with
-/// ConsumerGroupIdNotFound (5000) for a numeric id and ConsumerGroupNameNotFound (5003) for a
-/// name, the codes the SDK documents for a missing group on delete; a get answers "no offset"
-/// only when the group resolves. (Offsets for a group that does not exist would have no owner
-/// whose deletion removes them.)
+/// membership and no range check, are never polled, and go when the group is deleted. For
+/// either kind the group must exist: a store, get, delete or poll naming a missing group fails
+/// with ConsumerGroupIdNotFound (5000) for a numeric id and ConsumerGroupNameNotFound (5003)
+/// for a name, as upstream answers and the SDK documents; a get answers "no offset" only when
+/// the group resolves. (Offsets for a group that does not exist would have no owner whose
+/// deletion removes them.)
 ///
 /// With the owner comes the metadata op that created it (a group's; 0 for a consumer): a read
 /// of the owner's offset passes it on, so an offset an earlier group with the same id left
@@ -1112,7 +1148,6 @@ fn offset_owner(
             match (group, consumer.kind) {
                 (Some(group), 2) => Ok((OffsetOwner::Group(group.id), group.created_at_op)),
                 (Some(group), _) => Ok((OffsetOwner::External(group.id), group.created_at_op)),
-                (None, 2) => Err(ErrorCode::ConsumerGroupIdNotFound),
                 (None, _) => Err(match id {
                     Ident::Id(_) => ErrorCode::ConsumerGroupIdNotFound,
                     Ident::Name(_) => ErrorCode::ConsumerGroupNameNotFound,
@@ -1287,6 +1322,18 @@ async fn partition_write(
     let header = request.header;
     check_incarnation(node, bound, header, key)?;
     let partition = writable_partition(node, key, routing).await?;
+    // A committed retry is answered from the client table: the captured owner is judged
+    // against today's membership, which may have moved the partition since it committed.
+    if let PartitionWrite::StoreOffset { owner, .. } | PartitionWrite::DeleteOffset { owner, .. } =
+        write
+        && header.owner_generation != 0
+        && !partition
+            .group
+            .already_committed(bound.client, header.request)
+            .await
+    {
+        check_captured_owner(node, bound, header, owner, key)?;
+    }
     let (op, result) = match routing {
         Routing::ByClient => partition
             .write(bound.client, header.request, write)
@@ -1610,15 +1657,7 @@ async fn non_replicated(
             if !allows(Need::PollMessages(key.0, key.1)) {
                 return Err(ErrorCode::Unauthorized);
             }
-            let (owner, owner_created_at_op) = match offset_owner(node, &r.consumer, key) {
-                Ok(resolved) => resolved,
-                // A missing consumer group (kind 2) has no offset; an external group (kind 3)
-                // must name an existing group (see `offset_owner`).
-                Err(ErrorCode::ConsumerGroupIdNotFound) if r.consumer.kind == 2 => {
-                    return Ok(request.reply(&[]));
-                }
-                Err(error) => return Err(error),
-            };
+            let (owner, owner_created_at_op) = offset_owner(node, &r.consumer, key)?;
             let partition = served_partition(node, key, served)?;
             match partition.offset(owner, owner_created_at_op).await {
                 Some((current, Some(stored))) => {
@@ -1799,6 +1838,11 @@ async fn poll(
             let metadata = node.shared.metadata.borrow();
             let topic = &metadata.streams[&key.0].topics[&key.1];
             let group = &topic.consumer_groups[&group];
+            // A client outside the group is told so, to join (again); a member is fenced
+            // from a partition another member owns.
+            if !group.members.contains(&bound.client) {
+                return Err(ErrorCode::ConsumerGroupMemberNotFound);
+            }
             if group.owner_of(key.2, &topic.partition_ids()) != Some(bound.client) {
                 return Err(ErrorCode::ConsumerGroupPartitionNotOwned);
             }
@@ -1806,6 +1850,7 @@ async fn poll(
         }
         _ => 0,
     };
+    check_captured_owner(node, bound, header, owner, key)?;
     let start = match poll.strategy.kind {
         1 => StartAt::Offset(poll.strategy.value),
         2 => StartAt::Timestamp(poll.strategy.value),
