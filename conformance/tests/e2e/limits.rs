@@ -136,6 +136,13 @@ async fn a_partition_full_of_writers_refuses_a_new_one_until_an_ended_session_is
             .is_none(),
         "a second writer got a slot in a partition of one"
     );
+    // The client only sees a transient refusal it retries: the log says why.
+    let log = server.log();
+    assert!(
+        log.contains("every writer slot of its partition is held")
+            && log.contains("limits.dedup_clients_max"),
+        "the refusal is logged naming the limit:\n{log}"
+    );
 
     // The first session ends: the partition retires its slot, and the waiting send lands.
     ok("logout", within("logout", first.logout_user()).await);

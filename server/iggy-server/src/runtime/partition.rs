@@ -980,7 +980,12 @@ impl PartitionHandle {
 fn written(outcome: Outcome) -> Result<(u64, WriteResult), ErrorCode> {
     match outcome {
         Outcome::Committed { op, reply } => Ok((op, WriteResult::decode(&reply))),
-        Outcome::Refused(refusal) => Err(crate::consensus::group::refusal_error(&refusal)),
+        Outcome::Refused(refusal) => {
+            if refusal == iggy_vsr::Refusal::ClientsTableFull {
+                writer_table_full();
+            }
+            Err(crate::consensus::group::refusal_error(&refusal))
+        }
         // No verdict (the group stopped, or its primary lost the lead with the write in its
         // pipeline): it may still commit, which the SDK resolves by resending the request
         // under its number (OperationUncertain).
@@ -1340,4 +1345,32 @@ mod tests {
         );
         assert_eq!(segment_logs(laggard_dir.path()).len(), 3, "8, 10 and 12");
     }
+}
+
+/// At most one "writer table full" warning this often (per shard).
+const WRITER_TABLE_FULL_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
+
+thread_local! {
+    static WRITER_TABLE_FULL: std::cell::RefCell<crate::consensus::log_limit::LogLimit<()>> =
+        std::cell::RefCell::new(crate::consensus::log_limit::LogLimit::new(
+            WRITER_TABLE_FULL_INTERVAL,
+            1,
+        ));
+}
+
+/// Says why a new writer is refused while every writer slot of a partition is taken: the
+/// client only sees a transient refusal, which it retries. Live writers are never evicted.
+fn writer_table_full() {
+    use crate::consensus::log_limit::Verdict;
+    let verdict =
+        WRITER_TABLE_FULL.with(|limit| limit.borrow_mut().line(std::time::Instant::now(), ()));
+    let Verdict::Write { held_back, .. } = verdict else {
+        return;
+    };
+    tracing::warn!(
+        "a write of a new writer refused: every writer slot of its partition is held by a live \
+         session (limits.dedup_clients_max, as committed with the partition group's first op); \
+         a slot is freed once its session ended and was retired ({held_back} more refusals since \
+         the last warning)"
+    );
 }
