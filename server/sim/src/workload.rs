@@ -45,7 +45,7 @@ use iggy_generated::errors::ErrorCode;
 use iggy_generated::frames::{BatchHeader, MessageFrameHeader};
 use iggy_generated::payloads::SessionIdentity;
 use iggy_partition::{
-    CREATED_AT_UNKNOWN, KeptOffset, NO_OFFSET_HOLD, OffsetOwner, PartitionWrite,
+    CREATED_AT_UNKNOWN, KEYS_UNLIMITED, KeptOffset, NO_OFFSET_HOLD, OffsetOwner, PartitionWrite,
     RESOLVED_AT_UNKNOWN, StartAt, WriteResult,
 };
 use iggy_vsr::sim::Rng;
@@ -664,6 +664,7 @@ impl PartitionWorkload {
                 offset: *offset,
                 resolved_at: *resolved_at,
                 owner_created_at: *owner_created_at,
+                keys_max: KEYS_UNLIMITED,
             },
             Request::DeleteGroupOffsets { group, metadata_op } => {
                 PartitionWrite::DeleteGroupOffsets {
@@ -932,6 +933,7 @@ impl Workload for PartitionWorkload {
                 offset,
                 resolved_at,
                 owner_created_at,
+                keys_max: _,
             }) => {
                 let store = StoreOffset {
                     owner,
@@ -1314,6 +1316,7 @@ mod tests {
                         offset: store.offset,
                         resolved_at: store.resolved_at,
                         owner_created_at: store.owner_created_at,
+                        keys_max: KEYS_UNLIMITED,
                     };
                     (write, history.commit_store(op, store))
                 }

@@ -1277,6 +1277,7 @@ fn prepare_offset_write(
                     offset: store.offset,
                     resolved_at: node.shared.metadata.borrow().commit,
                     owner_created_at,
+                    keys_max: node.shared.config.partition.consumer_offsets_max,
                 },
             )
         }
@@ -1872,6 +1873,7 @@ async fn poll(
             offset: last,
             resolved_at,
             owner_created_at: owner_created_at_op,
+            keys_max: node.shared.config.partition.consumer_offsets_max,
         };
         // Best effort: the messages are served even if the commit is refused (a concurrent
         // request of the same client with a higher number already committed), and whatever
