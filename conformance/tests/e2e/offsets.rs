@@ -161,7 +161,6 @@ async fn offsets_of_a_missing_group_fail_with_group_not_found_by_id_or_name() {
 /// with auto-commit that would store a new key fails with 3024 and returns no messages, and a
 /// poll without auto-commit stores no key. The keys and the limit hold across a crash restart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails until the partition bounds its offset keys"]
 async fn a_partition_keeps_at_most_consumer_offsets_max_keys_and_refuses_a_new_one_with_3024() {
     let mut server = TestServer::start_with_env(&[("IGGY_PARTITION_CONSUMER_OFFSETS_MAX", "3")]);
     let client = setup(&server).await;
