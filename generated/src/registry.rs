@@ -1226,6 +1226,13 @@ pub const STRUCTS: &[StructInfo] = &[
     StructInfo {
         name: "StoreOffsetOp",
         module: "storage",
+        fixed: Some(33),
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
+        name: "StoreOffsetOpV2",
+        module: "storage",
         fixed: Some(29),
         since: 0,
         until: 4294967295,
@@ -1679,6 +1686,7 @@ pub fn roundtrip(name: &str, input: &[u8]) -> Option<Result<Roundtrip, WireError
         "PatCreateOp" => rt!(crate ::storage::PatCreateOp, input),
         "OffsetOwnerRecord" => rt!(crate ::storage::OffsetOwnerRecord, input),
         "StoreOffsetOp" => rt!(crate ::storage::StoreOffsetOp, input),
+        "StoreOffsetOpV2" => rt!(crate ::storage::StoreOffsetOpV2, input),
         "StoreOffsetOpV1" => rt!(crate ::storage::StoreOffsetOpV1, input),
         "StoreOffsetOpV0" => rt!(crate ::storage::StoreOffsetOpV0, input),
         "DeleteOffsetOp" => rt!(crate ::storage::DeleteOffsetOp, input),

@@ -20,11 +20,11 @@ pub const STORAGE_MARKER_SIZE_MAX: u64 = 256;
 pub const QUIC_RESET_KEY_FILE: &str = "quic.reset_key";
 /// `QUIC_RESET_KEY_SIZE` (spec/storage.spec:83).
 pub const QUIC_RESET_KEY_SIZE: u64 = 64;
-/// `VSR_CHECKPOINT_MAGIC` (spec/storage.spec:357).
+/// `VSR_CHECKPOINT_MAGIC` (spec/storage.spec:366).
 pub const VSR_CHECKPOINT_MAGIC: [u8; 4] = *b"VSPL";
-/// `VSR_CHECKPOINT_MAGIC_V0` (spec/storage.spec:358).
+/// `VSR_CHECKPOINT_MAGIC_V0` (spec/storage.spec:367).
 pub const VSR_CHECKPOINT_MAGIC_V0: [u8; 4] = *b"VSPK";
-/// `VSR_VIEW_STATE_MAGIC` (spec/storage.spec:398).
+/// `VSR_VIEW_STATE_MAGIC` (spec/storage.spec:407).
 pub const VSR_VIEW_STATE_MAGIC: [u8; 4] = *b"VSVW";
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]
@@ -981,7 +981,7 @@ impl<'a> WireDecode<'a> for OffsetOwnerRecord {
         Self::decode_fixed(b)
     }
 }
-/// Fixed-layout `StoreOffsetOp`, 29 bytes: journaled body of a partition's offset store (operation StoreConsumerOffset).
+/// Fixed-layout `StoreOffsetOp`, 33 bytes: journaled body of a partition's offset store (operation StoreConsumerOffset).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StoreOffsetOp {
     pub owner: OffsetOwnerRecord,
@@ -990,8 +990,135 @@ pub struct StoreOffsetOp {
     pub resolved_at: u64,
     /// the metadata op that created the owner group (0: a consumer, or unknown); refused when a later group with its id holds the offset
     pub owner_created_at: u64,
+    /// the offset keys the partition keeps, as the proposing node's [partition] consumer_offsets_max: a store of a new key when it holds this many is refused (0: no limit)
+    pub keys_max: u32,
 }
 impl StoreOffsetOp {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 33;
+    /// Byte offset of `owner`.
+    pub const OWNER_OFFSET: usize = 0;
+    /// Size of `owner` in bytes.
+    pub const OWNER_SIZE: usize = 5;
+    /// Byte offset of `offset`.
+    pub const OFFSET_OFFSET: usize = 5;
+    /// Size of `offset` in bytes.
+    pub const OFFSET_SIZE: usize = 8;
+    /// Byte offset of `resolved_at`.
+    pub const RESOLVED_AT_OFFSET: usize = 13;
+    /// Size of `resolved_at` in bytes.
+    pub const RESOLVED_AT_SIZE: usize = 8;
+    /// Byte offset of `owner_created_at`.
+    pub const OWNER_CREATED_AT_OFFSET: usize = 21;
+    /// Size of `owner_created_at` in bytes.
+    pub const OWNER_CREATED_AT_SIZE: usize = 8;
+    /// Byte offset of `keys_max`.
+    pub const KEYS_MAX_OFFSET: usize = 29;
+    /// Size of `keys_max` in bytes.
+    pub const KEYS_MAX_SIZE: usize = 4;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
+        }
+        let owner = <OffsetOwnerRecord>::decode_exact(&buf[0..5])
+            .map_err(|_| WireError::InvalidValue {
+                field: "owner",
+            })?;
+        let offset = <u64>::decode_exact(&buf[5..13])
+            .map_err(|_| WireError::InvalidValue {
+                field: "offset",
+            })?;
+        let resolved_at = <u64>::decode_exact(&buf[13..21])
+            .map_err(|_| WireError::InvalidValue {
+                field: "resolved_at",
+            })?;
+        let owner_created_at = <u64>::decode_exact(&buf[21..29])
+            .map_err(|_| WireError::InvalidValue {
+                field: "owner_created_at",
+            })?;
+        let keys_max = <u32>::decode_exact(&buf[29..33])
+            .map_err(|_| WireError::InvalidValue {
+                field: "keys_max",
+            })?;
+        Ok(Self {
+            owner,
+            offset,
+            resolved_at,
+            owner_created_at,
+            keys_max,
+        })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.owner.to_wire_bytes());
+        iggy_wire::put_at(out, 5, &self.offset.to_wire_bytes());
+        iggy_wire::put_at(out, 13, &self.resolved_at.to_wire_bytes());
+        iggy_wire::put_at(out, 21, &self.owner_created_at.to_wire_bytes());
+        iggy_wire::put_at(out, 29, &self.keys_max.to_wire_bytes());
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 33] {
+        let mut b = [0u8; 33];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for StoreOffsetOp {
+    /// All-zero bytes.
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 33]).expect("zero bytes decode")
+    }
+}
+const _: () = assert!(StoreOffsetOp::SIZE == 33);
+const _: () = assert!(StoreOffsetOp::OWNER_OFFSET + 5 <= 33);
+const _: () = assert!(StoreOffsetOp::OFFSET_OFFSET + 8 <= 33);
+const _: () = assert!(StoreOffsetOp::RESOLVED_AT_OFFSET + 8 <= 33);
+const _: () = assert!(StoreOffsetOp::OWNER_CREATED_AT_OFFSET + 8 <= 33);
+const _: () = assert!(StoreOffsetOp::KEYS_MAX_OFFSET + 4 <= 33);
+impl iggy_wire::WireJson for StoreOffsetOp {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"owner\":");
+        iggy_wire::WireJson::write_json(&self.owner, out);
+        out.push_str(",\"offset\":");
+        iggy_wire::WireJson::write_json(&self.offset, out);
+        out.push_str(",\"resolved_at\":");
+        iggy_wire::WireJson::write_json(&self.resolved_at, out);
+        out.push_str(",\"owner_created_at\":");
+        iggy_wire::WireJson::write_json(&self.owner_created_at, out);
+        out.push_str(",\"keys_max\":");
+        iggy_wire::WireJson::write_json(&self.keys_max, out);
+        out.push('}');
+    }
+}
+impl WireEncode for StoreOffsetOp {
+    fn encoded_size(&self) -> usize {
+        33
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for StoreOffsetOp {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 33)?;
+        Self::decode_fixed(b)
+    }
+}
+/// Fixed-layout `StoreOffsetOpV2`, 29 bytes: StoreOffsetOp as journaled before keys_max existed (read as keys_max = 0, no limit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreOffsetOpV2 {
+    pub owner: OffsetOwnerRecord,
+    pub offset: u64,
+    pub resolved_at: u64,
+    pub owner_created_at: u64,
+}
+impl StoreOffsetOpV2 {
     /// Encoded size in bytes.
     pub const SIZE: usize = 29;
     /// Byte offset of `owner`.
@@ -1056,18 +1183,18 @@ impl StoreOffsetOp {
         b
     }
 }
-impl Default for StoreOffsetOp {
+impl Default for StoreOffsetOpV2 {
     /// All-zero bytes.
     fn default() -> Self {
         Self::decode_fixed(&[0u8; 29]).expect("zero bytes decode")
     }
 }
-const _: () = assert!(StoreOffsetOp::SIZE == 29);
-const _: () = assert!(StoreOffsetOp::OWNER_OFFSET + 5 <= 29);
-const _: () = assert!(StoreOffsetOp::OFFSET_OFFSET + 8 <= 29);
-const _: () = assert!(StoreOffsetOp::RESOLVED_AT_OFFSET + 8 <= 29);
-const _: () = assert!(StoreOffsetOp::OWNER_CREATED_AT_OFFSET + 8 <= 29);
-impl iggy_wire::WireJson for StoreOffsetOp {
+const _: () = assert!(StoreOffsetOpV2::SIZE == 29);
+const _: () = assert!(StoreOffsetOpV2::OWNER_OFFSET + 5 <= 29);
+const _: () = assert!(StoreOffsetOpV2::OFFSET_OFFSET + 8 <= 29);
+const _: () = assert!(StoreOffsetOpV2::RESOLVED_AT_OFFSET + 8 <= 29);
+const _: () = assert!(StoreOffsetOpV2::OWNER_CREATED_AT_OFFSET + 8 <= 29);
+impl iggy_wire::WireJson for StoreOffsetOpV2 {
     fn write_json(&self, out: &mut String) {
         out.push('{');
         out.push_str("\"owner\":");
@@ -1081,7 +1208,7 @@ impl iggy_wire::WireJson for StoreOffsetOp {
         out.push('}');
     }
 }
-impl WireEncode for StoreOffsetOp {
+impl WireEncode for StoreOffsetOpV2 {
     fn encoded_size(&self) -> usize {
         29
     }
@@ -1089,7 +1216,7 @@ impl WireEncode for StoreOffsetOp {
         out.extend_from_slice(&self.to_bytes());
     }
 }
-impl<'a> WireDecode<'a> for StoreOffsetOp {
+impl<'a> WireDecode<'a> for StoreOffsetOpV2 {
     fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
         let b = iggy_wire::take(input, 29)?;
         Self::decode_fixed(b)

@@ -154,3 +154,55 @@ async fn offsets_of_a_missing_group_fail_with_group_not_found_by_id_or_name() {
         expect_code(&format!("delete {:?}", missing.id), deleted, code);
     }
 }
+
+/// `[partition] consumer_offsets_max` bounds the offset keys one partition keeps, as the SDK
+/// documents: a store of a new key at the limit fails with TooManyConsumerOffsets (3024),
+/// existing keys (of every consumer kind) stay writable, a deleted key frees its place, a poll
+/// with auto-commit that would store a new key fails with 3024 and returns no messages, and a
+/// poll without auto-commit stores no key. The keys and the limit hold across a crash restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_keeps_at_most_consumer_offsets_max_keys_and_refuses_a_new_one_with_3024() {
+    let mut server = TestServer::start_with_env(&[("IGGY_PARTITION_CONSUMER_OFFSETS_MAX", "3")]);
+    let client = setup(&server).await;
+    ok("create group", within("create", client.create_consumer_group(&name("s"), &name("t"), "g")).await);
+    let kept = [consumer("a"), Consumer::new(id(1)), Consumer::group(name("g"))];
+    for (c, offset) in kept.iter().zip(1..) {
+        store(&client, c, 1, offset).await;
+    }
+    let (s, t) = (name("s"), name("t"));
+    let fourth = consumer("d");
+    let refused = within("store", client.store_consumer_offset(&fourth, &s, &t, Some(1), 1)).await;
+    assert!(matches!(refused, Err(IggyError::TooManyConsumerOffsets)), "a fourth key: {refused:?}");
+    assert!(get(&client, &fourth, 1).await.is_none(), "the refused key is not kept");
+    store(&client, &fourth, 0, 1).await; // another partition keeps its own keys
+    for c in &kept {
+        store(&client, c, 1, 8).await;
+        assert_eq!(get(&client, c, 1).await.expect("kept").stored_offset, 8, "{:?} still updates", c.id);
+    }
+
+    // A poll with auto-commit that needs a new key: 3024 and no messages; one of a kept key
+    // commits as ever; one without auto-commit is served and stores nothing.
+    let polled = within("poll", client.poll_messages(&s, &t, Some(1), &fourth, &PollingStrategy::offset(0), 5, true)).await;
+    expect_code("a poll with auto-commit of a new key at the limit", polled, 3024);
+    assert!(get(&client, &fourth, 1).await.is_none(), "the refused poll stored no key");
+    let polled = poll(&client, &s, &t, 1, &kept[0], PollingStrategy::offset(0), 5, true).await;
+    assert_eq!(offsets(&polled), vec![0, 1, 2, 3, 4]);
+    assert_eq!(get(&client, &kept[0], 1).await.expect("kept").stored_offset, 4, "auto-committed");
+    let polled = poll(&client, &s, &t, 1, &fourth, PollingStrategy::next(), 5, false).await;
+    assert_eq!(offsets(&polled), vec![0, 1, 2, 3, 4]);
+    assert!(get(&client, &fourth, 1).await.is_none(), "a poll without auto-commit stores no key");
+
+    server.kill9_and_restart();
+    let client = server.root_client().await;
+    for c in &kept {
+        assert!(get(&client, c, 1).await.is_some(), "{:?} kept across the restart", c.id);
+    }
+    let refused = within("store", client.store_consumer_offset(&fourth, &s, &t, Some(1), 1)).await;
+    expect_code("a fourth key after the restart", refused, 3024);
+
+    ok("delete", within("delete", client.delete_consumer_offset(&kept[1], &s, &t, Some(1))).await);
+    store(&client, &fourth, 1, 2).await;
+    assert_eq!(get(&client, &fourth, 1).await.expect("stored").stored_offset, 2, "a deleted key freed its place");
+    let refused = within("store", client.store_consumer_offset(&kept[1], &s, &t, Some(1), 1)).await;
+    expect_code("the deleted key is new again", refused, 3024);
+}

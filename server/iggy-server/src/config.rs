@@ -21,6 +21,7 @@ pub struct Config {
     pub runtime: Runtime,
     pub node: Node,
     pub limits: Limits,
+    pub partition: Partition,
     pub tcp: Tcp,
     pub quic: Quic,
     pub http: Http,
@@ -90,6 +91,15 @@ impl Limits {
     pub fn request_timeout(&self) -> std::time::Duration {
         std::time::Duration::from_millis(self.request_timeout_ms.max(1))
     }
+}
+
+/// `[partition]`: what each partition keeps.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Partition {
+    /// Consumer offset keys (consumers, consumer groups, external groups) one partition keeps;
+    /// an offset store naming a new key beyond them is refused (TooManyConsumerOffsets, 3024).
+    pub consumer_offsets_max: u32,
 }
 
 /// `[http]`: the REST API's listener, request limit, CORS and access tokens.
@@ -655,6 +665,13 @@ impl Config {
                     expected: "client table capacity (1 to 4294967295)",
                 });
             }
+        }
+        if self.partition.consumer_offsets_max == 0 {
+            return Err(ConfigError::BadValue {
+                key: "partition.consumer_offsets_max".into(),
+                value: "0".into(),
+                expected: "consumer offset keys per partition (1 to 4294967295)",
+            });
         }
         let logging = &self.system.logging;
         if !LOG_LEVELS.contains(&logging.level.to_ascii_lowercase().as_str()) {

@@ -21,6 +21,6 @@ pub mod write;
 pub use checkpoint::{CheckpointState, KeptOffset};
 pub use machine::{Applied, Log, Partition, PollRange, StartAt, Stow};
 pub use write::{
-    CREATED_AT_UNKNOWN, NO_OFFSET_HOLD, OffsetOwner, PartitionWrite, RESOLVED_AT_UNKNOWN,
+    CREATED_AT_UNKNOWN, KEYS_UNLIMITED, NO_OFFSET_HOLD, OffsetOwner, PartitionWrite, RESOLVED_AT_UNKNOWN,
     WriteResult,
 };

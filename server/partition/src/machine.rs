@@ -6,7 +6,8 @@
 
 use crate::checkpoint::{CheckpointState, KeptOffset};
 use crate::write::{
-    CREATED_AT_UNKNOWN, OffsetOwner, PartitionWrite, RESOLVED_AT_UNKNOWN, WriteResult,
+    CREATED_AT_UNKNOWN, KEYS_UNLIMITED, OffsetOwner, PartitionWrite, RESOLVED_AT_UNKNOWN,
+    WriteResult,
 };
 use bytes::Bytes;
 use iggy_generated::errors::ErrorCode;
@@ -412,11 +413,14 @@ impl Partition {
                 offset,
                 resolved_at,
                 owner_created_at,
+                keys_max,
             }) => {
                 if self.group_deleted_after(owner, resolved_at)
                     || self.superseded(owner, owner_created_at)
                 {
                     WriteResult::Failed(ErrorCode::ConsumerGroupIdNotFound)
+                } else if self.keys_full(owner, keys_max) {
+                    WriteResult::Failed(ErrorCode::TooManyConsumerOffsets)
                 } else {
                     let kept = KeptOffset {
                         offset,
@@ -478,6 +482,15 @@ impl Partition {
             None => WriteResult::Failed(ErrorCode::InvalidCommand),
         };
         Applied::Reply(result)
+    }
+
+    /// Whether a store of `owner` needs a new key where the partition already keeps `keys_max`
+    /// (the limit the store carries, [`KEYS_UNLIMITED`] for none) or more: a key already kept,
+    /// of whichever instance of its group, is overwritten, never counted again.
+    fn keys_full(&self, owner: OffsetOwner, keys_max: u32) -> bool {
+        keys_max != KEYS_UNLIMITED
+            && !self.state.offsets.contains_key(&owner)
+            && self.state.offsets.len() >= keys_max as usize
     }
 
     /// A send; `stowed` when its batch went to the log as the op was prepared.
@@ -765,7 +778,137 @@ mod tests {
             offset,
             resolved_at,
             owner_created_at,
+            keys_max: KEYS_UNLIMITED,
         }
+    }
+
+    /// A consumer's store (resolved at metadata op 1) proposed by a node whose configuration
+    /// keeps at most `keys_max` offset keys a partition.
+    fn store_capped(owner: OffsetOwner, offset: u64, keys_max: u32) -> PartitionWrite {
+        PartitionWrite::StoreOffset {
+            owner,
+            offset,
+            resolved_at: 1,
+            owner_created_at: CREATED_AT_UNKNOWN,
+            keys_max,
+        }
+    }
+
+    const TOO_MANY: WriteResult = WriteResult::Failed(ErrorCode::TooManyConsumerOffsets);
+
+    #[test]
+    fn a_new_offset_key_at_the_limit_is_refused_and_existing_keys_stay_writable() {
+        let mut partition = Partition::new(0);
+        // Consumers, consumer groups and external groups share the partition's keys.
+        let kept = [
+            OffsetOwner::Consumer(1),
+            OffsetOwner::Group(1),
+            OffsetOwner::External(1),
+        ];
+        for (op, owner) in (1..).zip(kept) {
+            assert_eq!(
+                apply(&mut partition, op, store_capped(owner, 4, 3)),
+                WriteResult::Done
+            );
+        }
+        let new = [
+            OffsetOwner::Consumer(2),
+            OffsetOwner::Group(2),
+            OffsetOwner::External(2),
+        ];
+        for (op, owner) in (4..).zip(new) {
+            let verdict = apply(&mut partition, op, store_capped(owner, 4, 3));
+            assert_eq!(verdict, TOO_MANY, "{owner:?}");
+        }
+        assert_eq!(
+            partition.offsets().len(),
+            3,
+            "a refused store keeps nothing"
+        );
+        // Every kind's existing key is still written, by a node with a lower limit too.
+        for (op, owner) in (7..).zip(kept) {
+            let verdict = apply(&mut partition, op, store_capped(owner, 9, 2));
+            assert_eq!(verdict, WriteResult::Done, "{owner:?}");
+            assert_eq!(partition.offset(owner, CREATED_AT_UNKNOWN), Some(9));
+        }
+        // A store journaled before the limit existed sets none.
+        let unlimited = store(OffsetOwner::Consumer(3), 1, 1);
+        assert_eq!(apply(&mut partition, 10, unlimited), WriteResult::Done);
+        assert_eq!(partition.offsets().len(), 4);
+    }
+
+    #[test]
+    fn a_deleted_offset_key_frees_its_place_at_the_limit() {
+        let mut partition = Partition::new(0);
+        apply(
+            &mut partition,
+            1,
+            store_capped(OffsetOwner::Consumer(1), 4, 2),
+        );
+        apply(&mut partition, 2, store_capped(OffsetOwner::Group(1), 4, 2));
+        let consumer_2 = store_capped(OffsetOwner::Consumer(2), 4, 2);
+        assert_eq!(apply(&mut partition, 3, consumer_2), TOO_MANY);
+        // A consumer's delete frees one.
+        let delete = delete_by(OffsetOwner::Consumer(1), 1, CREATED_AT_UNKNOWN);
+        assert_eq!(apply(&mut partition, 4, delete), WriteResult::Done);
+        let consumer_2 = store_capped(OffsetOwner::Consumer(2), 4, 2);
+        assert_eq!(apply(&mut partition, 5, consumer_2), WriteResult::Done);
+        let external_2 = store_capped(OffsetOwner::External(2), 4, 2);
+        assert_eq!(apply(&mut partition, 6, external_2), TOO_MANY);
+        // So does a group's deletion.
+        assert_eq!(
+            apply(&mut partition, 7, delete_group(1, 20)),
+            WriteResult::Done
+        );
+        let external_2 = store_capped(OffsetOwner::External(2), 4, 2);
+        assert_eq!(apply(&mut partition, 8, external_2), WriteResult::Done);
+    }
+
+    /// Every replica, and every replay of the journal over a restored checkpoint, applies the
+    /// same ops to the same keys: each store is answered as it first was, and a store of a key
+    /// that was accepted (a client's resend under a new request number) is written again.
+    #[test]
+    fn a_replayed_or_resent_offset_store_is_answered_as_it_first_was() {
+        let writes = || {
+            [
+                store_capped(OffsetOwner::Consumer(1), 1, 2),
+                store_capped(OffsetOwner::Consumer(2), 1, 2),
+                store_capped(OffsetOwner::Consumer(3), 1, 2),
+                store_capped(OffsetOwner::Consumer(2), 5, 2),
+                delete_by(OffsetOwner::Consumer(1), 1, CREATED_AT_UNKNOWN),
+                store_capped(OffsetOwner::Consumer(3), 1, 2),
+                store_capped(OffsetOwner::Consumer(3), 1, 2),
+                store_capped(OffsetOwner::Group(7), 1, 2),
+            ]
+        };
+        let expected = [
+            WriteResult::Done,
+            WriteResult::Done,
+            TOO_MANY,
+            WriteResult::Done,
+            WriteResult::Done,
+            WriteResult::Done,
+            WriteResult::Done,
+            TOO_MANY,
+        ];
+        let mut first = Partition::new(0);
+        let verdicts: Vec<_> = (1..)
+            .zip(writes())
+            .map(|(op, write)| apply(&mut first, op, write))
+            .collect();
+        assert_eq!(verdicts, expected);
+        // A replica restarted from its checkpoint at op 3 replays the rest of its journal.
+        let mut at_3 = Partition::new(0);
+        for (op, write) in (1..=3).zip(writes()) {
+            apply(&mut at_3, op, write);
+        }
+        let mut replayed = Partition::new(0);
+        replayed.restore(&at_3.encode_state(), 0).unwrap();
+        for (op, write) in (1..).zip(writes()).skip(3) {
+            let verdict = apply(&mut replayed, op, write);
+            assert_eq!(verdict, expected[op as usize - 1], "op {op}");
+        }
+        assert_eq!(replayed.offsets(), first.offsets());
     }
 
     fn delete_by(owner: OffsetOwner, resolved_at: u64, owner_created_at: u64) -> PartitionWrite {

@@ -8,7 +8,7 @@ use iggy_generated::payloads::SessionIdentity;
 use iggy_generated::storage::{
     DeleteGroupOffsetsOp, DeleteOffsetOp, DeleteOffsetOpV0, DeleteOffsetOpV1, OffsetOwnerKind,
     OffsetOwnerRecord, RetireSegmentsOp, RetireSegmentsOpV0, SessionRetirementOp, StoreOffsetOp,
-    StoreOffsetOpV0, StoreOffsetOpV1, WriteAppended, WriteStatus,
+    StoreOffsetOpV0, StoreOffsetOpV1, StoreOffsetOpV2, WriteAppended, WriteStatus,
 };
 use iggy_wire::{WireDecode, WireEncode};
 
@@ -52,6 +52,10 @@ pub const RESOLVED_AT_UNKNOWN: u64 = u64::MAX;
 /// of a group id is told from another by it, so no write or read is judged by it.
 pub const CREATED_AT_UNKNOWN: u64 = 0;
 
+/// The `keys_max` of an offset store that sets no limit on the keys a partition keeps: one
+/// journaled by a build that had none.
+pub const KEYS_UNLIMITED: u32 = 0;
+
 /// The `planned_at` of a retirement no offset holds back: a retention pass (message expiry and
 /// size caps delete what consumers have not read, as the topic's settings say), or one journaled
 /// before plans named their op.
@@ -72,11 +76,17 @@ pub enum PartitionWrite {
     /// instance's store is refused instead of replacing it (its deletion may not have reached
     /// this partition yet), and a delete finds only its own instance's offset.
     /// [`CREATED_AT_UNKNOWN`] for a consumer, or in a record journaled before the field existed.
+    ///
+    /// `keys_max`: the offset keys the partition keeps, as the proposing node's configuration
+    /// says; a store of a new key when the partition holds that many is refused (3024). Carried
+    /// in the op so every replica, and every replay, judges it by the same number.
+    /// [`KEYS_UNLIMITED`] in a record journaled before the field existed.
     StoreOffset {
         owner: OffsetOwner,
         offset: u64,
         resolved_at: u64,
         owner_created_at: u64,
+        keys_max: u32,
     },
     DeleteOffset {
         owner: OffsetOwner,
@@ -125,11 +135,13 @@ impl PartitionWrite {
                 offset,
                 resolved_at,
                 owner_created_at,
+                keys_max,
             } => (StoreOffsetOp {
                 owner: owner.record(),
                 offset,
                 resolved_at,
                 owner_created_at,
+                keys_max,
             })
             .to_wire_bytes()
             .into(),
@@ -192,21 +204,42 @@ impl PartitionWrite {
 }
 
 /// A `StoreOffsetOp`, or an older layout told by its exact size: records journaled before
-/// `owner_created_at` existed (`V1`) read with the owner's creation op unknown, and those
+/// `keys_max` existed (`V2`) read with no key limit (the build that wrote them had none), before
+/// `owner_created_at` existed (`V1`) with the owner's creation op unknown too, and those
 /// journaled before `resolved_at` existed (`V0`) resolved at an unknown op too: never refused.
 fn decode_store(body: &[u8]) -> Option<PartitionWrite> {
-    let (owner, offset, resolved_at, owner_created_at) = match body.len() {
+    let (owner, offset, resolved_at, owner_created_at, keys_max) = match body.len() {
         StoreOffsetOpV0::SIZE => {
             let op = StoreOffsetOpV0::decode_exact(body).ok()?;
-            (op.owner, op.offset, RESOLVED_AT_UNKNOWN, CREATED_AT_UNKNOWN)
+            let (resolved_at, created_at) = (RESOLVED_AT_UNKNOWN, CREATED_AT_UNKNOWN);
+            (op.owner, op.offset, resolved_at, created_at, KEYS_UNLIMITED)
         }
         StoreOffsetOpV1::SIZE => {
             let op = StoreOffsetOpV1::decode_exact(body).ok()?;
-            (op.owner, op.offset, op.resolved_at, CREATED_AT_UNKNOWN)
+            let created_at = CREATED_AT_UNKNOWN;
+            (
+                op.owner,
+                op.offset,
+                op.resolved_at,
+                created_at,
+                KEYS_UNLIMITED,
+            )
+        }
+        StoreOffsetOpV2::SIZE => {
+            let op = StoreOffsetOpV2::decode_exact(body).ok()?;
+            let created_at = op.owner_created_at;
+            (
+                op.owner,
+                op.offset,
+                op.resolved_at,
+                created_at,
+                KEYS_UNLIMITED,
+            )
         }
         _ => {
             let op = StoreOffsetOp::decode_exact(body).ok()?;
-            (op.owner, op.offset, op.resolved_at, op.owner_created_at)
+            let created_at = op.owner_created_at;
+            (op.owner, op.offset, op.resolved_at, created_at, op.keys_max)
         }
     };
     Some(PartitionWrite::StoreOffset {
@@ -214,6 +247,7 @@ fn decode_store(body: &[u8]) -> Option<PartitionWrite> {
         offset,
         resolved_at,
         owner_created_at,
+        keys_max,
     })
 }
 
@@ -349,6 +383,7 @@ mod tests {
                     offset: 42,
                     resolved_at: RESOLVED_AT_UNKNOWN,
                     owner_created_at: CREATED_AT_UNKNOWN,
+                    keys_max: KEYS_UNLIMITED,
                 },
             ),
             (
@@ -361,6 +396,7 @@ mod tests {
                     offset: 42,
                     resolved_at: 77,
                     owner_created_at: CREATED_AT_UNKNOWN,
+                    keys_max: KEYS_UNLIMITED,
                 },
             ),
             (
@@ -408,12 +444,22 @@ mod tests {
             offset: 42,
             resolved_at: 7,
             owner_created_at: 5,
+            keys_max: 10_000,
         };
         #[rustfmt::skip]
         let written: &[u8] = &[
             2, 9, 0, 0, 0, 42, 0, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0,
+            0x10, 0x27, 0, 0,
         ];
         assert_eq!(store.encode()[..], written[..]);
+        // Journaled before keys_max existed: no limit.
+        let before = Bytes::copy_from_slice(&written[..29]);
+        let decoded = PartitionWrite::decode(store.operation(), &before);
+        assert!(matches!(
+            decoded,
+            Some(PartitionWrite::StoreOffset { offset: 42, owner_created_at: 5, keys_max, .. })
+                if keys_max == KEYS_UNLIMITED
+        ));
         let delete = PartitionWrite::DeleteOffset {
             owner: OffsetOwner::Consumer(9),
             resolved_at: 7,

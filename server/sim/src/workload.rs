@@ -45,7 +45,7 @@ use iggy_generated::errors::ErrorCode;
 use iggy_generated::frames::{BatchHeader, MessageFrameHeader};
 use iggy_generated::payloads::SessionIdentity;
 use iggy_partition::{
-    CREATED_AT_UNKNOWN, KeptOffset, NO_OFFSET_HOLD, OffsetOwner, PartitionWrite,
+    CREATED_AT_UNKNOWN, KEYS_UNLIMITED, KeptOffset, NO_OFFSET_HOLD, OffsetOwner, PartitionWrite,
     RESOLVED_AT_UNKNOWN, StartAt, WriteResult,
 };
 use iggy_vsr::sim::Rng;
@@ -69,6 +69,9 @@ enum Request {
         resolved_at: u64,
         /// The metadata op that created the group instance resolved (0: a consumer).
         owner_created_at: u64,
+        /// The offset keys the proposing node's configuration allows (0: no limit); proposers
+        /// differ, as nodes configured differently would.
+        keys_max: u32,
     },
     /// A consumer group's deletion at metadata op `metadata_op` reaching this partition (the
     /// server's `DeleteGroupOffsets` effect, or its sweep).
@@ -110,6 +113,9 @@ pub struct Figures {
     pub stores_acknowledged: u64,
     pub stores_refused: u64,
     pub stores_superseded: u64,
+    /// Offset stores acknowledged as refused because they needed a new key where the partition
+    /// kept as many as their limit (TooManyConsumerOffsets).
+    pub stores_at_key_limit: u64,
     /// Group deletions committed (the server's `DeleteGroupOffsets`).
     pub group_deletions_committed: u64,
     /// Offset reads checked against the committed stores, and of them reads by a group whose
@@ -166,6 +172,8 @@ pub struct StoreOffset {
     pub resolved_at: u64,
     /// The metadata op that created the owner group instance (0: a consumer, or unknown).
     pub owner_created_at: u64,
+    /// The offset keys the partition may keep for a new key to be stored (0: no limit).
+    pub keys_max: u32,
 }
 
 impl History {
@@ -201,13 +209,15 @@ impl History {
     /// at (the group it named is gone), or when the offset kept is of a later instance of the
     /// group id than the store's (the store's instance is gone, its deletion not applied here
     /// yet: a later instance's acknowledged offset is never replaced by it); kept otherwise.
-    /// A creation op not known (0) tells no instance from another.
+    /// A creation op not known (0) tells no instance from another. Refused too when its owner
+    /// has no offset here and the partition keeps `keys_max` or more (TooManyConsumerOffsets).
     pub fn commit_store(&mut self, op: u64, store: StoreOffset) -> WriteResult {
         let StoreOffset {
             owner,
             offset,
             resolved_at,
             owner_created_at,
+            keys_max,
         } = store;
         let deleted = match owner {
             OffsetOwner::Consumer(_) => None,
@@ -224,6 +234,12 @@ impl History {
         {
             self.superseded_stores += 1;
             return WriteResult::Failed(ErrorCode::ConsumerGroupIdNotFound);
+        }
+        if keys_max != KEYS_UNLIMITED
+            && !self.offsets.contains_key(&owner)
+            && self.offsets.len() >= keys_max as usize
+        {
+            return WriteResult::Failed(ErrorCode::TooManyConsumerOffsets);
         }
         let kept = KeptOffset {
             offset,
@@ -547,6 +563,15 @@ impl PartitionWorkload {
         }
     }
 
+    /// The offset-key limit a store carries: mostly none, now and then 1 to 5, so stores of
+    /// the few owners planned meet it and proposers disagree on it.
+    fn plan_keys_max(&mut self) -> u32 {
+        match self.rng.chance(25) {
+            true => 1 + self.rng.below(5) as u32,
+            false => KEYS_UNLIMITED,
+        }
+    }
+
     /// Now and then, with groups, a store of a recreated group id ([`GroupViews::recreated_store`]).
     fn plan_recreated_store(&mut self) -> Option<(OffsetOwner, u64, u64)> {
         let views = self.groups.as_mut()?;
@@ -606,6 +631,7 @@ impl PartitionWorkload {
                 offset,
                 resolved_at,
                 owner_created_at,
+                keys_max: self.plan_keys_max(),
             }
         } else if roll < 55 {
             let count = 1 + self.rng.below(6);
@@ -640,6 +666,7 @@ impl PartitionWorkload {
                 offset,
                 resolved_at,
                 owner_created_at,
+                keys_max: self.plan_keys_max(),
             }
         };
         let write = match &request {
@@ -659,11 +686,13 @@ impl PartitionWorkload {
                 offset,
                 resolved_at,
                 owner_created_at,
+                keys_max,
             } => PartitionWrite::StoreOffset {
                 owner: *owner,
                 offset: *offset,
                 resolved_at: *resolved_at,
                 owner_created_at: *owner_created_at,
+                keys_max: *keys_max,
             },
             Request::DeleteGroupOffsets { group, metadata_op } => {
                 PartitionWrite::DeleteGroupOffsets {
@@ -932,12 +961,14 @@ impl Workload for PartitionWorkload {
                 offset,
                 resolved_at,
                 owner_created_at,
+                keys_max,
             }) => {
                 let store = StoreOffset {
                     owner,
                     offset,
                     resolved_at,
                     owner_created_at,
+                    keys_max,
                 };
                 let expected = self.history.commit_store(op, store);
                 if result != expected {
@@ -996,6 +1027,9 @@ impl Workload for PartitionWorkload {
             (Request::Store { .. }, WriteResult::Done) => self.figures.stores_acknowledged += 1,
             (Request::Store { .. }, WriteResult::Failed(ErrorCode::ConsumerGroupIdNotFound)) => {
                 self.figures.stores_refused += 1;
+            }
+            (Request::Store { .. }, WriteResult::Failed(ErrorCode::TooManyConsumerOffsets)) => {
+                self.figures.stores_at_key_limit += 1;
             }
             (
                 Request::Retire { .. } | Request::Logout | Request::DeleteGroupOffsets { .. },
@@ -1293,6 +1327,7 @@ mod tests {
             offset,
             resolved_at,
             owner_created_at: created_at,
+            keys_max: KEYS_UNLIMITED,
         })
     }
 
@@ -1314,6 +1349,7 @@ mod tests {
                         offset: store.offset,
                         resolved_at: store.resolved_at,
                         owner_created_at: store.owner_created_at,
+                        keys_max: store.keys_max,
                     };
                     (write, history.commit_store(op, store))
                 }

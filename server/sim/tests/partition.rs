@@ -36,6 +36,7 @@ struct Totals {
     messages_committed: u64,
     malformed_refused: u64,
     stores_acknowledged: u64,
+    stores_at_key_limit: u64,
     polls: u64,
     messages_polled: u64,
     full_reads: u64,
@@ -66,6 +67,7 @@ impl Totals {
         self.messages_committed += figures.messages_committed;
         self.malformed_refused += figures.malformed_refused;
         self.stores_acknowledged += figures.stores_acknowledged;
+        self.stores_at_key_limit += figures.stores_at_key_limit;
         self.polls += figures.polls;
         self.messages_polled += figures.messages_polled;
         self.full_reads += figures.full_reads;
@@ -109,6 +111,10 @@ fn run(replica_count: u8) {
         );
         assert!(totals.checkpoints > 0, "checkpoints are exercised");
         assert!(totals.malformed_refused > 0 && totals.stores_acknowledged > 0);
+        assert!(
+            totals.stores_at_key_limit > 0,
+            "stores of a new key at the partition's limit are refused"
+        );
         assert!(
             totals.stowed_restored > 0,
             "restarts read stowed sends back from the log"

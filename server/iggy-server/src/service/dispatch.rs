@@ -1277,6 +1277,7 @@ fn prepare_offset_write(
                     offset: store.offset,
                     resolved_at: node.shared.metadata.borrow().commit,
                     owner_created_at,
+                    keys_max: node.shared.config.partition.consumer_offsets_max,
                 },
             )
         }
@@ -1872,21 +1873,23 @@ async fn poll(
             offset: last,
             resolved_at,
             owner_created_at: owner_created_at_op,
+            keys_max: node.shared.config.partition.consumer_offsets_max,
         };
         // Best effort: the messages are served even if the commit is refused (a concurrent
         // request of the same client with a higher number already committed), and whatever
-        // its verdict, which is waited for only until shortly before the request's deadline.
+        // its verdict, which is waited for only until shortly before the request's deadline;
+        // except at the partition's offset-key limit (see `AutoCommit`).
         let committed = async {
-            match routing {
-                Routing::ByClient => partition
-                    .write(bound.client, header.request, store)
-                    .await
-                    .map(|_| ()),
+            let written = match routing {
+                Routing::ByClient => partition.write(bound.client, header.request, store).await,
                 Routing::ByServer => {
-                    relayed_partition_write(&partition, bound, header.request, store)
-                        .await
-                        .map(|_| ())
+                    relayed_partition_write(&partition, bound, header.request, store).await
                 }
+            };
+            // A committed refusal (the op applied, nothing stored) is a refusal too.
+            match written? {
+                (_, WriteResult::Failed(code)) => Err(code),
+                _ => Ok(()),
             }
         };
         let wait = auto_commit_wait(
@@ -1900,6 +1903,9 @@ async fn poll(
                 "auto-commit skipped: no time left before the request's deadline; the offset \
                  stays where it was and the messages are served"
             ),
+            AutoCommit::Refused(ErrorCode::TooManyConsumerOffsets) => {
+                return Err(ErrorCode::TooManyConsumerOffsets);
+            }
             AutoCommit::Refused(error) => tracing::debug!("auto-commit refused: {error:?}"),
             AutoCommit::Unknown => tracing::warn!(
                 client = format_args!("{:032x}", bound.client),
@@ -1933,6 +1939,12 @@ async fn poll(
 /// commit can store the offset only for a poll whose messages the client is given (at least
 /// once), never move it past messages the client was answered an error for. 58 would be that
 /// error: the SDK resends a poll refused with it, and a `Next` after a stored offset skips.
+/// The one exception is a commit refused because the partition keeps as many offset keys as
+/// its limit allows and this consumer has none there: the poll fails with that refusal
+/// (TooManyConsumerOffsets, 3024, no messages), as the SDK documents. The verdict is final
+/// (committed, nothing stored), so no offset moved past them, and it would hold for every
+/// poll until a key is freed: served anyway, a `Next` consumer would get the same messages
+/// forever with no sign why.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum AutoCommit {
     Stored,
