@@ -77,6 +77,51 @@ pub async fn connect(address: &str, p: &Params, nodelay: bool) -> Result<IggyCli
     Ok(client)
 }
 
+/// Polls each of `partitions` of `stream`'s topic once, untimed, and returns how long that
+/// took. A poll goes to the partition's primary, so afterwards the client holds a link to it:
+/// in a cluster the SDK signs in on one node and dials the others in the background, each
+/// after a random pause of up to its reconnection interval (1 s by default), and a call to a
+/// partition whose primary has no link yet retries with backoff until one is bound. Timed, that
+/// wait (up to 1.7 s on 3 local nodes) would be the first batch's latency and every run's max.
+async fn reach_partitions(
+    client: &IggyClient,
+    stream: &Identifier,
+    partitions: u32,
+) -> Result<Duration, String> {
+    let started = Instant::now();
+    let consumer = Consumer::new(ident("bench-warm-up"));
+    for partition in 0..partitions {
+        call(
+            &format!("warm-up poll of partition {partition}"),
+            client.poll_messages(
+                stream,
+                &ident(TOPIC),
+                Some(partition),
+                &consumer,
+                &PollingStrategy::offset(0),
+                1,
+                false,
+            ),
+        )
+        .await?;
+    }
+    Ok(started.elapsed())
+}
+
+/// A client that has reached `partitions` of `stream` ([`reach_partitions`]); `warm_up` keeps
+/// the slowest such warm-up of the actor kind.
+async fn connect_reaching(
+    address: &str,
+    p: &Params,
+    stream: &Identifier,
+    partitions: u32,
+    warm_up: &mut Duration,
+) -> Result<IggyClient, String> {
+    let client = connect(address, p, p.nodelay).await?;
+    *warm_up = (*warm_up).max(reach_partitions(&client, stream, partitions).await?);
+    Ok(client)
+}
+
 /// Deterministic payloads; with a size range, `BATCH_VARIANTS` batches of random sizes rotate.
 const BATCH_VARIANTS: usize = 8;
 
@@ -578,12 +623,18 @@ async fn producers(
     quiet: bool,
 ) -> Result<KindReport, String> {
     let mut list = Vec::new();
+    let mut warm_up = Duration::ZERO;
     for actor in 0..actors {
-        let stream = if balanced { 0 } else { actor };
+        let stream = ident(&stream_name(if balanced { 0 } else { actor }));
+        let partitions = if balanced {
+            p.effective_partitions()
+        } else {
+            1
+        };
         list.push(Producer {
             actor,
-            client: connect(address, p, p.nodelay).await?,
-            stream: ident(&stream_name(stream)),
+            client: connect_reaching(address, p, &stream, partitions, &mut warm_up).await?,
+            stream,
             partitioning: if balanced {
                 Partitioning::balanced()
             } else {
@@ -605,7 +656,9 @@ async fn producers(
     let results = join_all(handles).await;
     stop.store(true, Ordering::Relaxed);
     let _ = printer.await;
-    Ok(KindReport::new("producer", results?))
+    let mut report = KindReport::new("producer", results?);
+    report.warm_up_ms = warm_up.as_secs_f64() * 1e3;
+    Ok(report)
 }
 
 /// Runs the scenario against the server at `address`; one report per actor kind.
@@ -627,11 +680,13 @@ pub async fn run(address: &str, p: &Params, quiet: bool) -> Result<Vec<KindRepor
             }
             let seed = producers(address, p, p.consumers, false, &progress, quiet).await?;
             let mut list = Vec::new();
+            let mut warm_up = Duration::ZERO;
             for actor in 0..p.consumers {
+                let stream = ident(&stream_name(actor));
                 list.push(PinnedConsumer {
                     actor,
-                    client: connect(address, p, p.nodelay).await?,
-                    stream: ident(&stream_name(actor)),
+                    client: connect_reaching(address, p, &stream, 1, &mut warm_up).await?,
+                    stream,
                     payloads: Payloads::new(p, actor),
                 });
             }
@@ -648,20 +703,21 @@ pub async fn run(address: &str, p: &Params, quiet: bool) -> Result<Vec<KindRepor
             let results = join_all(handles).await;
             stop.store(true, Ordering::Relaxed);
             let _ = printer.await;
-            vec![seed, KindReport::new("consumer", results?)]
+            let mut consumers = KindReport::new("consumer", results?);
+            consumers.warm_up_ms = warm_up.as_secs_f64() * 1e3;
+            vec![seed, consumers]
         }
         Scenario::Balanced => {
             let total = per_actor * p.producers as u64;
             let mut group = Vec::new();
+            let mut warm_up = Duration::ZERO;
+            let (stream, partitions) = (ident(&stream_name(0)), p.effective_partitions());
             for actor in 0..p.consumers {
-                let client = connect(address, p, p.nodelay).await?;
+                let client =
+                    connect_reaching(address, p, &stream, partitions, &mut warm_up).await?;
                 call(
                     &format!("group consumer {actor} join"),
-                    client.join_consumer_group(
-                        &ident(&stream_name(0)),
-                        &ident(TOPIC),
-                        &ident(GROUP),
-                    ),
+                    client.join_consumer_group(&stream, &ident(TOPIC), &ident(GROUP)),
                 )
                 .await?;
                 group.push(GroupConsumer { actor, client });
@@ -683,16 +739,20 @@ pub async fn run(address: &str, p: &Params, quiet: bool) -> Result<Vec<KindRepor
                 .collect();
             let produced = producers(address, p, p.producers, true, &progress, quiet).await;
             let consumers = join_all(handles).await;
-            vec![produced?, KindReport::new("consumer", consumers?)]
+            let mut consumers = KindReport::new("consumer", consumers?);
+            consumers.warm_up_ms = warm_up.as_secs_f64() * 1e3;
+            vec![produced?, consumers]
         }
         Scenario::EndToEnd => {
             let mut list = Vec::new();
+            let mut warm_up = Duration::ZERO;
             for actor in 0..p.producers {
                 let payloads = Payloads::new(p, actor);
+                let stream = ident(&stream_name(actor));
                 list.push(ProducingConsumer {
                     actor,
-                    client: connect(address, p, p.nodelay).await?,
-                    stream: ident(&stream_name(actor)),
+                    client: connect_reaching(address, p, &stream, 1, &mut warm_up).await?,
+                    stream,
                     batches: payloads.messages(),
                     payloads,
                 });
@@ -709,7 +769,9 @@ pub async fn run(address: &str, p: &Params, quiet: bool) -> Result<Vec<KindRepor
             let results = join_all(handles).await;
             stop.store(true, Ordering::Relaxed);
             let _ = printer.await;
-            vec![KindReport::new("producing_consumer", results?)]
+            let mut report = KindReport::new("producing_consumer", results?);
+            report.warm_up_ms = warm_up.as_secs_f64() * 1e3;
+            vec![report]
         }
     };
     Ok(reports)

@@ -83,6 +83,9 @@ pub struct KindReport {
     /// Polls that returned nothing (consumers catching up with producers, or a poll racing
     /// the send it follows in the end-to-end scenario).
     pub empty_polls: u64,
+    /// The slowest actor's untimed first poll of its partitions before the common start
+    /// (`scenario::reach_partitions`), in ms: what a first batch would otherwise have waited.
+    pub warm_up_ms: f64,
     pub per_actor: Vec<ActorSummary>,
 }
 
@@ -127,6 +130,7 @@ impl KindReport {
             mb_per_s: payload_bytes as f64 / duration / 1e6,
             latency: Latency::from_samples(&mut all),
             empty_polls: actors.iter().map(|a| a.empty_polls).sum(),
+            warm_up_ms: 0.0,
             per_actor,
         }
     }
@@ -149,6 +153,12 @@ impl KindReport {
         );
         if self.empty_polls > 0 {
             println!("  {:<18} empty polls: {}", "", self.empty_polls);
+        }
+        if self.warm_up_ms > 0.0 {
+            println!(
+                "  {:<18} untimed warm-up (a poll of each actor's partitions): slowest actor {:.1} ms",
+                "", self.warm_up_ms
+            );
         }
     }
 }
