@@ -289,7 +289,14 @@ impl ConsumerGroup {
         if captured == 0 {
             return true;
         }
-        let first = self.created_at_op << 20;
+        // A group saved by a build before generations started at the creating op counted
+        // them from 1 (below the shifted op): its predecessors' cannot be told apart, as then.
+        let shifted = self.created_at_op << 20;
+        let first = if self.generation >= shifted {
+            shifted
+        } else {
+            1
+        };
         (first..=self.generation).contains(&captured)
             && self.owner_of(partition, partition_ids) == Some(client)
     }
@@ -1368,6 +1375,41 @@ mod tests {
         assert!(!group(&m).admits_captured_owner(captured, 7, 1, &partitions));
         assert!(group(&m).admits_captured_owner(captured, 7, 0, &partitions));
         assert!(group(&m).admits_captured_owner(group(&m).generation, 8, 1, &partitions));
+    }
+
+    /// A group saved by a build before generations started at the creating op (its generation
+    /// counted from 1, below `created_at_op << 20`) still admits its owner's captured
+    /// generations after an upgrade: otherwise every auto-commit of its members is refused.
+    #[test]
+    fn a_group_whose_generations_predate_the_creation_shift_admits_its_owner() {
+        let mut m = Metadata::default();
+        m.create_stream("s", 1).unwrap();
+        m.create_topic(&Ident::Id(0), "t", 1, TopicSettings::default(), 2, 1)
+            .unwrap();
+        let (s, t, g) = (Ident::Id(0), Ident::Id(0), Ident::Id(0));
+        m.create_group(&s, &t, "g", 3).unwrap();
+        m.join_group(&s, &t, &g, 7).unwrap();
+        let group = &mut m
+            .streams
+            .get_mut(&0)
+            .unwrap()
+            .topics
+            .get_mut(&0)
+            .unwrap()
+            .consumer_groups;
+        let legacy = group.get_mut(&0).unwrap();
+        legacy.generation = 2;
+        let legacy = legacy.clone();
+        assert!(legacy.admits_captured_owner(2, 7, 0, &[0]));
+        assert!(legacy.admits_captured_owner(1, 7, 0, &[0]));
+        assert!(
+            !legacy.admits_captured_owner(3, 7, 0, &[0]),
+            "not reached yet"
+        );
+        assert!(
+            !legacy.admits_captured_owner(2, 8, 0, &[0]),
+            "not the owner"
+        );
     }
 
     #[test]
