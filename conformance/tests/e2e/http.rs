@@ -532,12 +532,14 @@ async fn the_client_list_names_the_user_of_an_http_request() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_expired_token_is_refused() {
-    let env = [("IGGY_HTTP_JWT_ACCESS_TOKEN_EXPIRY_SECS", "1"), ("IGGY_HTTP_JWT_CLOCK_SKEW_SECS", "0")];
+    // exp is whole seconds: a 1 s token issued just before a second's end expires at once, so
+    // 2 s leaves it at least one second to be used, and three seconds later it has passed
+    // whatever the sub-second phase.
+    let env = [("IGGY_HTTP_JWT_ACCESS_TOKEN_EXPIRY_SECS", "2"), ("IGGY_HTTP_JWT_CLOCK_SKEW_SECS", "0")];
     let (_server, api) = TestServer::start_with_http(&env);
     let token = raw_token(&api).await;
     assert_eq!(raw(&api, "GET", "/streams", Some(&token), b"").await.0, 200);
-    // exp is whole seconds: two seconds later it has passed whatever the sub-second phase.
-    tokio::time::sleep(std::time::Duration::from_millis(2100)).await;
+    tokio::time::sleep(std::time::Duration::from_millis(3100)).await;
     let (status, body) = raw(&api, "GET", "/streams", Some(&token), b"").await;
     assert_eq!(status, 401, "{}", String::from_utf8_lossy(&body));
 }
