@@ -1353,15 +1353,30 @@ mod tests {
 
     /// A captured owner generation admits only the partition's current owner, under one of
     /// this group's generations; nothing captured is not judged here.
-    #[test]
-    fn a_captured_owner_generation_admits_only_the_current_owner_of_this_group() {
+    /// Stream 0, its topic 0 of `partitions` partitions, and its group 0 created by op 3 with
+    /// client 7 its only member.
+    fn one_member_group(partitions: u32) -> Metadata {
         let mut m = Metadata::default();
         m.create_stream("s", 1).unwrap();
-        m.create_topic(&Ident::Id(0), "t", 2, TopicSettings::default(), 2, 1)
-            .unwrap();
+        m.create_topic(
+            &Ident::Id(0),
+            "t",
+            partitions,
+            TopicSettings::default(),
+            2,
+            1,
+        )
+        .unwrap();
         let (s, t, g) = (Ident::Id(0), Ident::Id(0), Ident::Id(0));
         m.create_group(&s, &t, "g", 3).unwrap();
         m.join_group(&s, &t, &g, 7).unwrap();
+        m
+    }
+
+    #[test]
+    fn a_captured_owner_generation_admits_only_the_current_owner_of_this_group() {
+        let mut m = one_member_group(2);
+        let (s, t, g) = (Ident::Id(0), Ident::Id(0), Ident::Id(0));
         let group = |m: &Metadata| m.streams[&0].topics[&0].consumer_groups[&0].clone();
         let (partitions, captured) = ([0, 1], group(&m).generation);
         assert!(group(&m).admits_captured_owner(captured, 7, 1, &partitions));
@@ -1382,24 +1397,8 @@ mod tests {
     /// generations after an upgrade: otherwise every auto-commit of its members is refused.
     #[test]
     fn a_group_whose_generations_predate_the_creation_shift_admits_its_owner() {
-        let mut m = Metadata::default();
-        m.create_stream("s", 1).unwrap();
-        m.create_topic(&Ident::Id(0), "t", 1, TopicSettings::default(), 2, 1)
-            .unwrap();
-        let (s, t, g) = (Ident::Id(0), Ident::Id(0), Ident::Id(0));
-        m.create_group(&s, &t, "g", 3).unwrap();
-        m.join_group(&s, &t, &g, 7).unwrap();
-        let group = &mut m
-            .streams
-            .get_mut(&0)
-            .unwrap()
-            .topics
-            .get_mut(&0)
-            .unwrap()
-            .consumer_groups;
-        let legacy = group.get_mut(&0).unwrap();
+        let mut legacy = one_member_group(1).streams[&0].topics[&0].consumer_groups[&0].clone();
         legacy.generation = 2;
-        let legacy = legacy.clone();
         assert!(legacy.admits_captured_owner(2, 7, 0, &[0]));
         assert!(legacy.admits_captured_owner(1, 7, 0, &[0]));
         assert!(
