@@ -125,6 +125,25 @@ fn judge(window: &mut Window, now: Instant, interval: Duration, pooled: bool) ->
     Verdict::Write { held_back, pooled }
 }
 
+/// One kind of warning, written at most once per interval (a single-source [`LogLimit`]).
+#[derive(Debug)]
+pub struct Throttled(LogLimit<()>);
+
+impl Throttled {
+    pub fn new(interval: Duration) -> Self {
+        Throttled(LogLimit::new(interval, 1))
+    }
+
+    /// Whether to write the warning at `now`: how many were held back since the last one
+    /// written, or `None` to hold this one back.
+    pub fn due(&mut self, now: Instant) -> Option<u64> {
+        match self.0.line(now, ()) {
+            Verdict::Write { held_back, .. } => Some(held_back),
+            Verdict::HoldBack => None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

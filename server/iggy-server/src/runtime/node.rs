@@ -53,7 +53,7 @@ pub struct Node {
     shown_tokens: RefCell<std::collections::VecDeque<((u128, u64), String)>>,
     /// Logins refused because the session table is full: one warning per interval, so a client
     /// retrying its login cannot flood the log.
-    pub session_table_full: RefCell<crate::consensus::log_limit::LogLimit<()>>,
+    pub session_table_full: RefCell<crate::consensus::log_limit::Throttled>,
 }
 
 /// At most one "session table full" warning this often.
@@ -292,9 +292,8 @@ impl Node {
             in_flight: Cell::new(0),
             metrics: Default::default(),
             shown_tokens: RefCell::new(std::collections::VecDeque::new()),
-            session_table_full: RefCell::new(crate::consensus::log_limit::LogLimit::new(
+            session_table_full: RefCell::new(crate::consensus::log_limit::Throttled::new(
                 SESSION_TABLE_FULL_INTERVAL,
-                1,
             )),
         });
         Ok(node)

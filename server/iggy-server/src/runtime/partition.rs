@@ -1351,20 +1351,17 @@ mod tests {
 const WRITER_TABLE_FULL_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
 
 thread_local! {
-    static WRITER_TABLE_FULL: std::cell::RefCell<crate::consensus::log_limit::LogLimit<()>> =
-        std::cell::RefCell::new(crate::consensus::log_limit::LogLimit::new(
+    static WRITER_TABLE_FULL: std::cell::RefCell<crate::consensus::log_limit::Throttled> =
+        std::cell::RefCell::new(crate::consensus::log_limit::Throttled::new(
             WRITER_TABLE_FULL_INTERVAL,
-            1,
         ));
 }
 
 /// Says why a new writer is refused while every writer slot of a partition is taken: the
 /// client only sees a transient refusal, which it retries. Live writers are never evicted.
 fn writer_table_full() {
-    use crate::consensus::log_limit::Verdict;
-    let verdict =
-        WRITER_TABLE_FULL.with(|limit| limit.borrow_mut().line(std::time::Instant::now(), ()));
-    let Verdict::Write { held_back, .. } = verdict else {
+    let due = WRITER_TABLE_FULL.with(|limit| limit.borrow_mut().due(std::time::Instant::now()));
+    let Some(held_back) = due else {
         return;
     };
     tracing::warn!(

@@ -707,14 +707,12 @@ async fn register(
 /// Says why logins are refused while every slot of the session table is taken: the client only
 /// sees a transient refusal, which it retries. Live sessions are never evicted.
 fn session_table_full(node: &Node, user_id: u32) {
-    use crate::consensus::log_limit::Verdict;
-    let verdict = node
+    let due = node
         .session_table_full
         .borrow_mut()
-        .line(std::time::Instant::now(), ());
-    let held_back = match verdict {
-        Verdict::HoldBack => return,
-        Verdict::Write { held_back, .. } => held_back,
+        .due(std::time::Instant::now());
+    let Some(held_back) = due else {
+        return;
     };
     tracing::warn!(
         "login of user {user_id} refused: every slot of the session table is taken by a live \
