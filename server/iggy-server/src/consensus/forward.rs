@@ -130,15 +130,12 @@ pub fn retirement_progress(
     revision: u64,
     sessions: &[(u128, u64)],
 ) -> Vec<Bytes> {
-    let frames = sessions.len().div_ceil(SESSIONS_PER_PROGRESS).max(1);
-    (0..frames)
-        .map(|index| {
-            let from = (index * SESSIONS_PER_PROGRESS).min(sessions.len());
-            let to = (from + SESSIONS_PER_PROGRESS).min(sessions.len());
+    report_parts(sessions, SESSIONS_PER_PROGRESS, true)
+        .map(|(incomplete, part)| {
             let progress = Forward::RetirementProgress {
                 revision,
-                incomplete: index + 1 < frames,
-                sessions: sessions[from..to].to_vec(),
+                incomplete,
+                sessions: part.to_vec(),
             };
             encode(context, view, &progress)
         })
@@ -152,18 +149,35 @@ pub fn session_heartbeats(
     view: u32,
     sessions: &[(u128, u64)],
 ) -> Vec<Bytes> {
-    let frames = sessions.len().div_ceil(SESSIONS_PER_HEARTBEAT);
-    sessions
-        .chunks(SESSIONS_PER_HEARTBEAT)
-        .enumerate()
-        .map(|(index, chunk)| {
+    report_parts(sessions, SESSIONS_PER_HEARTBEAT, false)
+        .map(|(incomplete, part)| {
             let heartbeat = Forward::SessionHeartbeat {
-                incomplete: index + 1 < frames,
-                sessions: chunk.to_vec(),
+                incomplete,
+                sessions: part.to_vec(),
             };
             encode(context, view, &heartbeat)
         })
         .collect()
+}
+
+/// A report of `sessions` split into frames of at most `per_frame` entries, each with whether
+/// more of the report follow it; with no session, one empty part when `empty_is_sent`, none
+/// otherwise.
+fn report_parts(
+    sessions: &[(u128, u64)],
+    per_frame: usize,
+    empty_is_sent: bool,
+) -> impl Iterator<Item = (bool, &[(u128, u64)])> {
+    let empty: &[(u128, u64)] = &[];
+    let parts: Vec<&[(u128, u64)]> = match sessions.is_empty() {
+        true if empty_is_sent => vec![empty],
+        _ => sessions.chunks(per_frame).collect(),
+    };
+    let count = parts.len();
+    parts
+        .into_iter()
+        .enumerate()
+        .map(move |(index, part)| (index + 1 < count, part))
 }
 
 /// The whole frame of `forward`, sent in `view` by `context.sender`.
