@@ -808,3 +808,37 @@ async fn conflicting_content_lengths_are_refused() {
     let (status, body) = raw(&api, "GET", "/streams", Some(&token), b"").await;
     assert_eq!((status, body.as_slice()), (200, &b"[]"[..]), "nothing was created");
 }
+
+/// An HTTP session lasts as long as its tokens, so a script that logs in for every request and
+/// never logs out used to fill the session table and lock every user out, root's CLI included,
+/// for the tokens' lifetime (an hour by default). A user now holds at most
+/// `http.max_sessions_per_user` such sessions on a node: a further login is answered 429 naming
+/// the option, and its session is ended at once, so refused logins do not fill the table either
+/// (five slots here: three held, two refused; the TCP login needs one of the refused ones back).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_holds_at_most_max_sessions_per_user_sessions_through_http_tokens() {
+    let env = [("IGGY_HTTP_MAX_SESSIONS_PER_USER", "3"), ("IGGY_LIMITS_CLIENTS_TABLE_MAX", "5"), ("IGGY_SYSTEM_MAINTENANCE_INTERVAL_MS", "100")];
+    let (server, api) = TestServer::start_with_http(&env);
+    let mut tokens = Vec::new();
+    for _ in 0..3 {
+        tokens.push(raw_token(&api).await);
+    }
+    let login = br#"{"username":"iggy","password":"iggy","version":"0.11.1-edge.2"}"#;
+    for _ in 0..2 {
+        let (status, body) = raw(&api, "POST", "/users/login", None, login).await;
+        let refusal: serde_json::Value = serde_json::from_slice(&body).expect("a JSON refusal");
+        assert_eq!(status, 429, "{refusal}");
+        assert!(refusal["reason"].as_str().unwrap_or_default().contains("http.max_sessions_per_user"), "{refusal}");
+    }
+    assert!(server.log().contains("http.max_sessions_per_user"), "the refusal is logged:\n{}", server.log());
+
+    // Logins over TCP are not counted, and the refused logins' slots come back.
+    let tcp = IggyClient::from_connection_string(&server.connection_string(ROOT_USER, ROOT_PASSWORD)).expect("valid connection string");
+    let connected = tokio::time::timeout(std::time::Duration::from_secs(20), tcp.connect()).await;
+    assert!(matches!(connected, Ok(Ok(()))), "a TCP login gets a slot: {connected:?}\n{}", server.log());
+
+    // The held sessions serve; one logged out makes room for another login.
+    assert_eq!(raw(&api, "GET", "/streams", Some(&tokens[1]), b"").await.0, 200);
+    assert_eq!(raw(&api, "DELETE", "/users/logout", Some(&tokens[0]), b"").await.0, 204);
+    raw_token(&api).await;
+}

@@ -111,6 +111,11 @@ pub struct Http {
     pub max_request_size: u64,
     pub max_in_flight_per_session: usize,
     pub max_in_flight: usize,
+    /// Sessions one user may hold on this node for unexpired access tokens; a further login over
+    /// HTTP is answered 429 (0: no limit). An HTTP session lasts as long as its tokens, so a
+    /// client that logs in per request and never logs out would otherwise fill the replicated
+    /// session table (`limits.clients_table_max`) and lock every user out until they expire.
+    pub max_sessions_per_user: usize,
     pub cors: Cors,
     pub jwt: Jwt,
     pub metrics: Metrics,

@@ -780,6 +780,51 @@ struct TokenInfo {
 }
 
 /// A token for `bound`, whose bind secret `bind_proof` is the hash of.
+/// The reply to a login: the new session's token, or 429 when its user already holds
+/// `http.max_sessions_per_user` sessions on this node (see the option); the refused login's
+/// session is logged out again at once (or, if that fails, left to its lease).
+async fn signed_in(call: &mut Call<'_>, bound: Bound, bind_secret: &[u8; 32]) -> Response {
+    let proof = bind_proof_hash(&bind_secret_hash(bind_secret));
+    let max = call.state.config.max_sessions_per_user;
+    let held = call.state.sessions_of(bound.user_id, &call.node.shared);
+    if max == 0 || held < max {
+        return identity(call.state, bound, &proof);
+    }
+    // Held here only so that the logout gets a permit and a request number.
+    call.state.issue(bound, &proof);
+    call.bound = Some(bound);
+    match call.run("user.logout", Vec::new(), Header::default()).await {
+        Ok(_) => call.state.forget(bound.client),
+        Err(_) => call.state.unbind(bound.client, &call.node.shared),
+    }
+    let due = call
+        .state
+        .capped_logins
+        .borrow_mut()
+        .due(std::time::Instant::now());
+    if let Some(held_back) = due {
+        tracing::warn!(
+            "http: login of user {} refused: it holds {held} sessions on this node for \
+             unexpired access tokens, the most http.max_sessions_per_user allows (a client \
+             should log out a session it no longer uses, or keep using its token; {held_back} \
+             more refusals since the last warning)",
+            bound.user_id
+        );
+    }
+    Response::error(
+        429,
+        &refusal_text(
+            429,
+            "too_many_sessions",
+            &format!(
+                "user {} holds {held} sessions through unexpired access tokens, the most \
+                 http.max_sessions_per_user allows: log out sessions no longer used",
+                bound.user_id
+            ),
+        ),
+    )
+}
+
 fn identity(state: &HttpState, bound: Bound, bind_proof: &str) -> Response {
     let (token, expiry) = state.issue(bound, bind_proof);
     ok_json(
@@ -1067,11 +1112,7 @@ async fn route_handler(
             let bound = call
                 .register("user.login_register", register.checked_bytes()?)
                 .await?;
-            identity(
-                call.state,
-                bound,
-                &bind_proof_hash(&bind_secret_hash(&bind_secret)),
-            )
+            signed_in(call, bound, &bind_secret).await
         }
         "user.login_register_with_pat" => {
             let login: TokenBody = body(request)?;
@@ -1085,11 +1126,7 @@ async fn route_handler(
             let bound = call
                 .register("user.login_register_with_pat", register.checked_bytes()?)
                 .await?;
-            identity(
-                call.state,
-                bound,
-                &bind_proof_hash(&bind_secret_hash(&bind_secret)),
-            )
+            signed_in(call, bound, &bind_secret).await
         }
         "http.refresh_token" => {
             let refresh: TokenBody = body(request)?;

@@ -67,6 +67,8 @@ pub struct HttpState {
     in_flight: Cell<usize>,
     /// Identifies this node's anonymous requests (ping, login) to the service layer.
     pub anonymous_client: u128,
+    /// Logins refused by `http.max_sessions_per_user`: warned of at most every 10 s.
+    pub capped_logins: RefCell<crate::consensus::log_limit::Throttled>,
 }
 
 pub fn now_secs() -> u64 {
@@ -143,6 +145,9 @@ impl HttpState {
             live: RefCell::new(HashMap::new()),
             in_flight: Cell::new(0),
             anonymous_client: rand::random::<u128>() | 1,
+            capped_logins: RefCell::new(crate::consensus::log_limit::Throttled::new(
+                std::time::Duration::from_secs(10),
+            )),
         })
     }
 
@@ -306,13 +311,29 @@ impl HttpState {
         self.in_flight.set(self.in_flight.get().saturating_sub(1));
     }
 
+    /// How many sessions of `user_id` this node holds for unexpired tokens (and the replicated
+    /// table still holds): what `http.max_sessions_per_user` bounds.
+    pub fn sessions_of(&self, user_id: u32, shared: &Shared) -> usize {
+        let metadata = shared.metadata.borrow();
+        self.live
+            .borrow()
+            .iter()
+            .filter(|(client, entry)| {
+                entry.bound.user_id == user_id
+                    && metadata.sessions.get(**client).map(|s| s.session)
+                        == Some(entry.bound.session)
+            })
+            .count()
+    }
+
     /// The session ended by logout (the service layer already unbound it).
     pub fn forget(&self, client: u128) {
         self.live.borrow_mut().remove(&client);
     }
 
-    /// The session ended elsewhere: this node lets it go.
-    fn unbind(&self, client: u128, shared: &Shared) {
+    /// The session ended elsewhere (or this node lets it go without a logout): its lease
+    /// starts now.
+    pub fn unbind(&self, client: u128, shared: &Shared) {
         if self.live.borrow_mut().remove(&client).is_some() {
             shared.session_unbound(client);
         }
