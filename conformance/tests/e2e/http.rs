@@ -824,12 +824,12 @@ async fn a_user_holds_at_most_max_sessions_per_user_sessions_through_http_tokens
         tokens.push(raw_token(&api).await);
     }
     let login = br#"{"username":"iggy","password":"iggy","version":"0.11.1-edge.2"}"#;
-    for _ in 0..2 {
-        let (status, body) = raw(&api, "POST", "/users/login", None, login).await;
-        let refusal: serde_json::Value = serde_json::from_slice(&body).expect("a JSON refusal");
-        assert_eq!(status, 429, "{refusal}");
-        assert!(refusal["reason"].as_str().unwrap_or_default().contains("http.max_sessions_per_user"), "{refusal}");
-    }
+    let (status, body) = raw(&api, "POST", "/users/login", None, login).await;
+    let refusal: serde_json::Value = serde_json::from_slice(&body).expect("a JSON refusal");
+    assert_eq!(status, 429, "{refusal}");
+    assert!(refusal["reason"].as_str().unwrap_or_default().contains("http.max_sessions_per_user"), "{refusal}");
+    let (status, _) = raw(&api, "POST", "/users/login", None, login).await;
+    assert_eq!(status, 429);
     assert!(server.log().contains("http.max_sessions_per_user"), "the refusal is logged:\n{}", server.log());
 
     // Logins over TCP are not counted, and the refused logins' slots come back.
@@ -841,4 +841,17 @@ async fn a_user_holds_at_most_max_sessions_per_user_sessions_through_http_tokens
     assert_eq!(raw(&api, "GET", "/streams", Some(&tokens[1]), b"").await.0, 200);
     assert_eq!(raw(&api, "DELETE", "/users/logout", Some(&tokens[0]), b"").await.0, 204);
     raw_token(&api).await;
+}
+
+/// The official HTTP client hands the application the reason of a login refused by
+/// `http.max_sessions_per_user` (after its retries, whose sessions end too).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sdk_reads_why_a_login_beyond_max_sessions_per_user_was_refused() {
+    let (_server, api) = TestServer::start_with_http(&[("IGGY_HTTP_MAX_SESSIONS_PER_USER", "1")]);
+    let _held = http_client(&api).await;
+    let sdk = IggyClient::builder().with_http().with_api_url(api.clone()).build().expect("http client");
+    match within("login", sdk.login_user(ROOT_USER, ROOT_PASSWORD)).await {
+        Err(IggyError::HttpResponseError(429, reason)) => assert!(reason.contains("http.max_sessions_per_user"), "{reason}"),
+        other => panic!("the SDK's login is refused with 429: {other:?}"),
+    }
 }
