@@ -650,7 +650,8 @@ impl Config {
     }
 
     /// `offline` (`verify`, which serves no client) skips what only serving needs: an
-    /// advertised address for a wildcard bind.
+    /// advertised address for a wildcard bind (which a cluster node does not need either: its
+    /// clients are told its roster entry).
     fn validate_for(&self, offline: bool) -> Result<(), ConfigError> {
         if !matches!(self.system.durability.as_str(), "replicated" | "persisted") {
             return Err(ConfigError::BadValue {
@@ -702,8 +703,10 @@ impl Config {
                 key: key.clone(),
                 value: address.to_string(),
             })?;
+            // A cluster node is advertised by its roster entry (`ip`, or `advertised_address`).
             if addr.ip().is_unspecified()
                 && self.node.advertised_address.trim().is_empty()
+                && !self.cluster.enabled
                 && !offline
             {
                 return Err(ConfigError::WildcardWithoutAdvertised { key });

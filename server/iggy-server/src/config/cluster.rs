@@ -849,6 +849,21 @@ mod tests {
         }
     }
 
+    /// A container image binds every listener to the wildcard address: a cluster node's clients
+    /// are told its roster entry, so it needs no `node.advertised_address` (a single node does).
+    #[test]
+    fn a_cluster_node_binds_a_wildcard_without_node_advertised_address() {
+        let wildcard = |key: &str| (key == "IGGY_TCP_ADDRESS").then(|| "0.0.0.0:8090".to_string());
+        let config = load(Some(&three_nodes()), wildcard).unwrap();
+        assert_eq!(config.tcp.address, "0.0.0.0:8090");
+        assert_eq!(config.cluster.nodes[0].ip.to_string(), "127.0.0.1");
+        let single = load(Some(OTHER_TRANSPORTS_OFF), wildcard).unwrap_err();
+        assert!(
+            matches!(single, ConfigError::WildcardWithoutAdvertised { .. }),
+            "{single}"
+        );
+    }
+
     #[test]
     fn defaults_are_upstreams() {
         let c = load(None, none).unwrap().cluster;
