@@ -125,7 +125,7 @@ async fn root_by_primary(node: Rc<Node>, username: String, password: String) {
     }
 }
 
-fn root_exists(node: &Node) -> bool {
+pub fn root_exists(node: &Node) -> bool {
     node.shared
         .metadata
         .borrow()

@@ -756,6 +756,11 @@ async fn login_verdict(node: &Node, login: &Login<'_>) -> Result<u32, ErrorCode>
         })
         .await?;
     }
+    // A new cluster's root user exists once its first metadata primary created it: until then
+    // every login is early, not wrong (the client retries a transient refusal).
+    if !crate::service::auth::root_exists(node) {
+        return Err(ErrorCode::TransientNotAccepted);
+    }
     verify_login(node, login)
 }
 
