@@ -22,8 +22,9 @@ VOLUME /var/lib/iggy
 WORKDIR /var/lib/iggy
 USER 10001:10001
 # One variable per line: conformance/tests/e2e/docker_image.rs runs the server with exactly
-# these. Every listener binds the wildcard address, so the server refuses to start until
-# IGGY_NODE_ADVERTISED_ADDRESS says where clients reach it (cluster metadata publishes it).
+# these. Every listener binds the wildcard address, so a single node refuses to start until
+# IGGY_NODE_ADVERTISED_ADDRESS says where clients reach it (cluster metadata publishes it); a
+# cluster node is advertised by its roster entry (deploy/compose/).
 ENV IGGY_SYSTEM_PATH=/var/lib/iggy/data
 ENV IGGY_TCP_ADDRESS=0.0.0.0:8090
 ENV IGGY_HTTP_ADDRESS=0.0.0.0:3000

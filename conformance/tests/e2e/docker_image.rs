@@ -13,7 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The final stage's `ENV KEY=VALUE` lines and its exec-form `ENTRYPOINT`.
-fn image_configuration() -> (Vec<(String, String)>, Vec<String>) {
+pub(crate) fn image_configuration() -> (Vec<(String, String)>, Vec<String>) {
     let dockerfile =
         std::fs::read_to_string(workspace_root().join("Dockerfile")).expect("read Dockerfile");
     let final_stage = dockerfile.rsplit("\nFROM ").next().expect("a FROM line");
@@ -100,7 +100,7 @@ fn listens_on_every_interface(port: u16) -> bool {
     })
 }
 
-struct Running(Child);
+pub(crate) struct Running(pub(crate) Child);
 
 impl Drop for Running {
     fn drop(&mut self) {

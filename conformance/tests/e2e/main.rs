@@ -20,6 +20,7 @@ mod cluster_groups;
 mod cluster_transports;
 mod cluster_lan;
 mod concurrency;
+mod compose;
 mod consumer_groups;
 mod crash;
 mod docker_image;
