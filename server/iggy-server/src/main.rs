@@ -402,6 +402,14 @@ fn main() -> ExitCode {
         std::env::var("RUST_LOG").ok().as_deref(),
     );
     stop_on_panic();
+    if cfg.cluster.enabled && !cfg.node.advertised_address.trim().is_empty() {
+        tracing::warn!(
+            "node.advertised_address ({}) is not used by a cluster node: clients are told each \
+             node's roster entry, so set cluster.nodes[i].advertised_address (identical on every \
+             node) to publish another address than its ip",
+            cfg.node.advertised_address.trim()
+        );
+    }
     for (key, address, ip) in unserved {
         tracing::warn!(
             "{key} binds {address}, which does not serve this node's roster ip {ip}: set {key} \
