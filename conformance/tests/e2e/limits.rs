@@ -212,3 +212,37 @@ async fn a_partition_that_cannot_open_does_not_hold_ended_sessions_slots() {
         server.log()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "an accept that fails with EMFILE is retried at once and logged each time: the listener spins, writing millions of lines a second"]
+async fn connections_past_the_open_files_limit_wait_without_flooding_the_log_and_are_served_later()
+{
+    // The server needs a few dozen descriptors of its own; the rest run out under the storm.
+    let server = TestServer::start_with_open_files_limit(&[], 96);
+    let address = server.address();
+    let storm = tokio::task::spawn_blocking(move || {
+        // The kernel completes these handshakes in the listener's backlog whether or not the
+        // server can accept them.
+        let held: Vec<std::net::TcpStream> = (0..150)
+            .map(|_| std::net::TcpStream::connect(&address).expect("connect"))
+            .collect();
+        // The listener meets the limit while these are held.
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        held.len()
+    });
+    assert_eq!(storm.await.unwrap(), 150);
+
+    // Once they are gone the server serves again.
+    let client = server.root_client().await;
+    ok("streams", within("streams", client.get_streams()).await);
+    let log = server.log();
+    let failed = log.matches("tcp accept failed").count();
+    assert!(
+        (1..=5).contains(&failed),
+        "the failed accepts are logged, throttled: {failed} lines"
+    );
+    assert!(
+        log.contains("ulimit -n"),
+        "the warning says which limit ran out"
+    );
+}
