@@ -214,7 +214,6 @@ async fn a_partition_that_cannot_open_does_not_hold_ended_sessions_slots() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "an accept that fails with EMFILE is retried at once and logged each time: the listener spins, writing millions of lines a second"]
 async fn connections_past_the_open_files_limit_wait_without_flooding_the_log_and_are_served_later()
 {
     // The server needs a few dozen descriptors of its own; the rest run out under the storm.
