@@ -245,3 +245,66 @@ async fn connections_past_the_open_files_limit_wait_without_flooding_the_log_and
         "the warning says which limit ran out"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a reply the client does not read is written without a deadline: its connection and the reply (up to a whole poll) stay in the server's memory for good"]
+async fn a_client_that_stops_reading_is_closed_after_the_idle_timeout_and_others_are_served() {
+    let server = TestServer::start_with_env(&[
+        ("IGGY_LIMITS_IDLE_TIMEOUT_SECS", "2"),
+        ("RUST_LOG", "info,iggy_server::transport=debug"),
+    ]);
+    let client = server.root_client().await;
+    create_stream_and_topic(&client, "s", "t", 1).await;
+    let megabyte = |i: usize| msg(vec![b'a' + (i % 26) as u8; 1 << 20]);
+    for batch in 0..3 {
+        let messages = (0..8).map(|i| megabyte(batch * 8 + i)).collect();
+        send_to_partition(&client, &name("s"), &name("t"), 0, messages).await;
+    }
+
+    // A reader through a proxy that stops reading: the 24 MiB reply backs up into the server.
+    let tap = crate::wiretap::WireTap::start(server.port()).await;
+    tap.shrink_upstream_receive_buffers(64 * 1024);
+    let stalled = IggyClient::from_connection_string(&format!(
+        "iggy://{ROOT_USER}:{ROOT_PASSWORD}@{}",
+        tap.address()
+    ))
+    .expect("connection string");
+    ok(
+        "connect through the tap",
+        within("connect", stalled.connect()).await,
+    );
+    tap.stall_replies();
+    let stalled_poll = tokio::spawn(async move {
+        let consumer = consumer("stalled");
+        let strategy = PollingStrategy::offset(0);
+        let topic = (name("s"), name("t"));
+        let _ = stalled
+            .poll_messages(&topic.0, &topic.1, Some(0), &consumer, &strategy, 24, false)
+            .await;
+    });
+
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !server.log().contains("reply not taken") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the stalled connection is still open:\n{}",
+            server.log()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    stalled_poll.abort();
+    tap.release_replies();
+    let other = server.root_client().await;
+    let polled = poll(
+        &other,
+        &name("s"),
+        &name("t"),
+        0,
+        &consumer("other"),
+        PollingStrategy::offset(0),
+        24,
+        false,
+    )
+    .await;
+    assert_eq!(polled.messages.len(), 24, "another client is served");
+}

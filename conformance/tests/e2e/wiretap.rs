@@ -29,6 +29,11 @@ struct Fault {
     coalesce: Option<usize>,
     /// New connections wait (accepted, not yet dialed upstream) while this is set.
     hold: bool,
+    /// Replies wait at the server (none is read from it) while this is set.
+    stall_replies: bool,
+    /// The receive buffer of upstream sockets dialed from now on, so a stalled reply backs up
+    /// into the server rather than into this proxy's kernel buffers.
+    upstream_receive_buffer: Option<u32>,
 }
 
 fn u32_at(h: &[u8], off: usize) -> u32 {
@@ -81,6 +86,9 @@ async fn pump(
     let mut held: Vec<u8> = Vec::new();
     let mut held_frames = 0usize;
     loop {
+        while !to_server && fault.lock().unwrap().stall_replies {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         if from.read_exact(&mut header).await.is_err() {
             break;
         }
@@ -154,6 +162,15 @@ async fn pump(
     ));
 }
 
+/// A connection to `127.0.0.1:port`, with a receive buffer of `receive_buffer` bytes if given.
+async fn dial(port: u16, receive_buffer: Option<u32>) -> std::io::Result<TcpStream> {
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    if let Some(bytes) = receive_buffer {
+        socket.set_recv_buffer_size(bytes)?;
+    }
+    socket.connect(([127, 0, 0, 1], port).into()).await
+}
+
 impl WireTap {
     /// Listens on a free port and forwards each connection to `127.0.0.1:upstream_port`,
     /// redialing for up to 10 s (the server may be restarting).
@@ -173,8 +190,9 @@ impl WireTap {
                         tokio::time::sleep(Duration::from_millis(10)).await;
                     }
                     let deadline = Instant::now() + Duration::from_secs(10);
+                    let receive_buffer = fault.lock().unwrap().upstream_receive_buffer;
                     let server = loop {
-                        match TcpStream::connect(("127.0.0.1", upstream_port)).await {
+                        match dial(upstream_port, receive_buffer).await {
                             Ok(s) => break s,
                             Err(_) if Instant::now() < deadline => {
                                 tokio::time::sleep(Duration::from_millis(20)).await
@@ -219,6 +237,21 @@ impl WireTap {
 
     pub fn release_new_connections(&self) {
         self.fault.lock().unwrap().hold = false;
+    }
+
+    /// Upstream sockets dialed from now on receive into a buffer of `bytes`.
+    pub fn shrink_upstream_receive_buffers(&self, bytes: u32) {
+        self.fault.lock().unwrap().upstream_receive_buffer = Some(bytes);
+    }
+
+    /// Stops reading replies from the server (a client that stops reading its socket), until
+    /// `release_replies`.
+    pub fn stall_replies(&self) {
+        self.fault.lock().unwrap().stall_replies = true;
+    }
+
+    pub fn release_replies(&self) {
+        self.fault.lock().unwrap().stall_replies = false;
     }
 
     /// Waits until the armed fault has fired (a reply was lost).
