@@ -273,6 +273,18 @@ async fn a_client_that_stops_reading_is_closed_after_the_idle_timeout_and_others
         "connect through the tap",
         within("connect", stalled.connect()).await,
     );
+    // The SDK learns the partition's route with its first poll; the stalled one needs none.
+    poll(
+        &stalled,
+        &name("s"),
+        &name("t"),
+        0,
+        &consumer("stalled"),
+        PollingStrategy::offset(0),
+        1,
+        false,
+    )
+    .await;
     tap.stall_replies();
     let stalled_poll = tokio::spawn(async move {
         let consumer = consumer("stalled");
