@@ -247,7 +247,6 @@ async fn connections_past_the_open_files_limit_wait_without_flooding_the_log_and
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "a reply the client does not read is written without a deadline: its connection and the reply (up to a whole poll) stay in the server's memory for good"]
 async fn a_client_that_stops_reading_is_closed_after_the_idle_timeout_and_others_are_served() {
     let server = TestServer::start_with_env(&[
         ("IGGY_LIMITS_IDLE_TIMEOUT_SECS", "2"),
