@@ -319,3 +319,51 @@ async fn a_client_that_stops_reading_is_closed_after_the_idle_timeout_and_others
     .await;
     assert_eq!(polled.messages.len(), 24, "another client is served");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a topic whose partitions need more descriptors than the node may open is committed, and every node stops (fail-stop on EMFILE) at once and at every start"]
+async fn partitions_past_what_the_open_files_limit_allows_are_refused_and_the_node_serves_on() {
+    let server = TestServer::start_with_open_files_limit(&[], 256);
+    let client = server.root_client().await;
+    ok(
+        "create_stream",
+        within(
+            "create_stream",
+            client.create_stream("s", &StreamCreateOptions::default()),
+        )
+        .await,
+    );
+    // 3 descriptors a partition (journal, segment, index): 200 of them would take 600.
+    expect_code(
+        "a topic of 200 partitions",
+        within(
+            "create_topic",
+            client.create_topic(&name("s"), "wide", &topic_options(200)),
+        )
+        .await,
+        2015,
+    );
+    ok(
+        "a topic of 10 partitions",
+        within(
+            "create_topic",
+            client.create_topic(&name("s"), "narrow", &topic_options(10)),
+        )
+        .await,
+    );
+    expect_code(
+        "190 more partitions",
+        within(
+            "create_partitions",
+            client.create_partitions(&name("s"), &name("narrow"), 190),
+        )
+        .await,
+        2015,
+    );
+    ok("streams", within("streams", client.get_streams()).await);
+    assert!(
+        server.log().contains("ulimit -n"),
+        "the refusal names the limit:\n{}",
+        server.log()
+    );
+}
