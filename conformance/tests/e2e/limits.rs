@@ -321,7 +321,6 @@ async fn a_client_that_stops_reading_is_closed_after_the_idle_timeout_and_others
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "a topic whose partitions need more descriptors than the node may open is committed, and every node stops (fail-stop on EMFILE) at once and at every start"]
 async fn partitions_past_what_the_open_files_limit_allows_are_refused_and_the_node_serves_on() {
     let server = TestServer::start_with_open_files_limit(&[], 256);
     let client = server.root_client().await;
