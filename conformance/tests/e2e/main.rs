@@ -41,6 +41,7 @@ mod resources;
 mod pat;
 mod producer_consumer;
 mod restart;
+mod scale;
 mod session;
 mod shutdown;
 mod storage;
