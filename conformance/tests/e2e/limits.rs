@@ -255,12 +255,13 @@ async fn a_client_that_stops_reading_is_closed_after_the_idle_timeout_and_others
     let client = server.root_client().await;
     create_stream_and_topic(&client, "s", "t", 1).await;
     let megabyte = |i: usize| msg(vec![b'a' + (i % 26) as u8; 1 << 20]);
-    for batch in 0..3 {
+    // Far above a socket's send buffer (Linux's tcp_wmem allows at most 4 MiB by default).
+    for batch in 0..5 {
         let messages = (0..8).map(|i| megabyte(batch * 8 + i)).collect();
         send_to_partition(&client, &name("s"), &name("t"), 0, messages).await;
     }
 
-    // A reader through a proxy that stops reading: the 24 MiB reply backs up into the server.
+    // A reader through a proxy that stops reading: the 40 MiB reply backs up into the server.
     let tap = crate::wiretap::WireTap::start(server.port()).await;
     tap.shrink_upstream_receive_buffers(64 * 1024);
     let stalled = IggyClient::from_connection_string(&format!(
@@ -290,7 +291,7 @@ async fn a_client_that_stops_reading_is_closed_after_the_idle_timeout_and_others
         let strategy = PollingStrategy::offset(0);
         let topic = (name("s"), name("t"));
         let _ = stalled
-            .poll_messages(&topic.0, &topic.1, Some(0), &consumer, &strategy, 24, false)
+            .poll_messages(&topic.0, &topic.1, Some(0), &consumer, &strategy, 40, false)
             .await;
     });
 
@@ -313,11 +314,11 @@ async fn a_client_that_stops_reading_is_closed_after_the_idle_timeout_and_others
         0,
         &consumer("other"),
         PollingStrategy::offset(0),
-        24,
+        40,
         false,
     )
     .await;
-    assert_eq!(polled.messages.len(), 24, "another client is served");
+    assert_eq!(polled.messages.len(), 40, "another client is served");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

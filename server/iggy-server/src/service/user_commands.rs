@@ -128,8 +128,8 @@ pub fn prepare(
             }
             Ok(unchanged)
         }
-        // Only the size floor is checked here; the state machine refuses the rest of what is
-        // wrong with a request in its committed reply.
+        // Only the size floor and the node's room for partitions are checked here; the state
+        // machine refuses the rest of what is wrong with a request in its committed reply.
         Operation::CreateTopic => {
             if let Ok(request) = decode::<CreateTopicRequest>(body) {
                 if let Ok(settings) = iggy_metadata::replies::topic_settings(request.options) {
