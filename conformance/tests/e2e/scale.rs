@@ -1,5 +1,7 @@
-//! Scale: many clients at once over every binary transport, leaving without a logout.
-//! `SCALE_CLIENTS=N` (default 30) sets the clients per transport; the long form runs hundreds.
+//! Scale: many clients at once over every binary transport, leaving without a logout; a wide
+//! topic in a cluster.
+//! `SCALE_CLIENTS=N` (default 30) sets the clients per transport, `SCALE_PARTITIONS=N` (default
+//! 100) the partitions of the topic a cluster creates; the long forms run hundreds and 1000.
 
 use crate::harness::*;
 use iggy::prelude::*;
@@ -102,4 +104,59 @@ async fn many_clients_over_every_transport_at_once_are_served_and_may_leave_with
     );
     let late = server.root_client().await;
     ok("streams", within("streams", late.get_streams()).await);
+}
+
+/// Partitions of the wide topic a cluster creates (`SCALE_PARTITIONS`, default 100).
+fn wide_topic_partitions() -> u32 {
+    std::env::var("SCALE_PARTITIONS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(100)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_creates_a_wide_topic_and_keeps_its_metadata_primary() {
+    use crate::test_cluster::{METADATA_GROUP, TestCluster};
+    let cluster = TestCluster::start(3);
+    let client = cluster.root_client(0).await;
+    ok(
+        "create_stream",
+        within(
+            "create_stream",
+            client.create_stream("s", &StreamCreateOptions::default()),
+        )
+        .await,
+    );
+    let before = cluster.primary(METADATA_GROUP);
+    let partitions = wide_topic_partitions();
+    let topic = ok(
+        "create_topic",
+        within_for(
+            std::time::Duration::from_secs(120),
+            "create_topic",
+            client.create_topic(&name("s"), "wide", &topic_options(partitions)),
+        )
+        .await,
+    );
+    assert_eq!(topic.partitions_count, partitions);
+    // Every node applied the create without falling silent for a heartbeat timeout.
+    assert_eq!(
+        cluster.primary(METADATA_GROUP),
+        before,
+        "the metadata group changed views while the partitions opened"
+    );
+    let last = partitions - 1;
+    send_to_partition(&client, &name("s"), &name("wide"), last, vec![msg("last")]).await;
+    let polled = poll(
+        &client,
+        &name("s"),
+        &name("wide"),
+        last,
+        &consumer("c"),
+        PollingStrategy::offset(0),
+        1,
+        false,
+    )
+    .await;
+    assert_eq!(payloads(&polled), ["last"]);
 }
