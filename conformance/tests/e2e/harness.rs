@@ -15,6 +15,8 @@
 //!   at its default, which the server ignores): a write that would grow any file past the limit
 //!   fails with EFBIG, a real storage error injected without a hook in the server. `set_file_size_limit(None)` lifts it for the
 //!   next start; `wait_exit` waits for a child that stops by itself.
+//! - `TestServer::start_with_open_files_limit` runs the child with `RLIMIT_NOFILE`, so its
+//!   descriptors run out.
 //! - `Drop` kills the child (SIGKILL) and reaps it. `IGGY_E2E_KEEP=1` keeps the temp dir of
 //!   a failed test and prints its path.
 //! - `TestServer::launch` spawns a child on a chosen port with extra flags and its own binary
@@ -267,6 +269,8 @@ pub struct TestServer {
     env: Vec<(String, String)>,
     /// The child's `RLIMIT_FSIZE` in bytes, from its next start.
     file_size_limit: Option<u64>,
+    /// The child's `RLIMIT_NOFILE` (open file descriptors), from its next start.
+    open_files_limit: Option<u64>,
     /// Flags after `--with-default-root-credentials`, at every start.
     args: Vec<String>,
     /// The executable, when not `server_binary()`.
@@ -285,7 +289,7 @@ impl TestServer {
     /// `RUST_LOG`), kept for every restart. They are set after the harness's own, so
     /// `("RUST_LOG", "")` clears the harness's `RUST_LOG=info`.
     pub fn start_with_env(env: &[(&str, &str)]) -> Self {
-        Self::start_configured(env, None)
+        Self::start_limited(env, None, None)
     }
 
     /// `start` with the HTTP API on a free port, returned with the server.
@@ -301,10 +305,19 @@ impl TestServer {
 
     /// `start_with_env` with the child's files limited to `bytes` (see the module notes).
     pub fn start_with_file_size_limit(env: &[(&str, &str)], bytes: u64) -> Self {
-        Self::start_configured(env, Some(bytes))
+        Self::start_limited(env, Some(bytes), None)
     }
 
-    fn start_configured(env: &[(&str, &str)], file_size_limit: Option<u64>) -> Self {
+    /// `start_with_env` with the child's open file descriptors limited to `descriptors`.
+    pub fn start_with_open_files_limit(env: &[(&str, &str)], descriptors: u64) -> Self {
+        Self::start_limited(env, None, Some(descriptors))
+    }
+
+    fn start_limited(
+        env: &[(&str, &str)],
+        file_size_limit: Option<u64>,
+        open_files_limit: Option<u64>,
+    ) -> Self {
         init_sdk_logging();
         let bin = server_binary();
         let dir = tempfile::Builder::new()
@@ -323,6 +336,7 @@ impl TestServer {
             starts: 0,
             env,
             file_size_limit,
+            open_files_limit,
             args: Vec::new(),
             binary: None,
             namespace: None,
@@ -373,6 +387,7 @@ impl TestServer {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             file_size_limit: None,
+            open_files_limit: None,
             args: args.iter().map(|a| a.to_string()).collect(),
             binary: binary.map(Path::to_path_buf),
             namespace: namespace.map(Path::to_path_buf),
@@ -467,7 +482,12 @@ impl TestServer {
         for (key, value) in &self.env {
             cmd.env(key, value);
         }
-        if let Some(limit) = self.file_size_limit {
+        let limits = [
+            (libc::RLIMIT_FSIZE, self.file_size_limit),
+            (libc::RLIMIT_NOFILE, self.open_files_limit),
+        ];
+        for (resource, limit) in limits {
+            let Some(limit) = limit else { continue };
             use std::os::unix::process::CommandExt;
             // SAFETY: between fork and exec the closure calls only setrlimit(2), which is
             // async-signal-safe. SIGXFSZ keeps its default (the server ignores it itself).
@@ -477,7 +497,7 @@ impl TestServer {
                         rlim_cur: limit,
                         rlim_max: limit,
                     };
-                    if libc::setrlimit(libc::RLIMIT_FSIZE, &limit) != 0 {
+                    if libc::setrlimit(resource, &limit) != 0 {
                         return Err(std::io::Error::last_os_error());
                     }
                     Ok(())

@@ -212,3 +212,158 @@ async fn a_partition_that_cannot_open_does_not_hold_ended_sessions_slots() {
         server.log()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_past_the_open_files_limit_wait_without_flooding_the_log_and_are_served_later()
+{
+    // The server needs a few dozen descriptors of its own; the rest run out under the storm.
+    let server = TestServer::start_with_open_files_limit(&[], 96);
+    let address = server.address();
+    let storm = tokio::task::spawn_blocking(move || {
+        // The kernel completes these handshakes in the listener's backlog whether or not the
+        // server can accept them.
+        let held: Vec<std::net::TcpStream> = (0..150)
+            .map(|_| std::net::TcpStream::connect(&address).expect("connect"))
+            .collect();
+        // The listener meets the limit while these are held.
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        held.len()
+    });
+    assert_eq!(storm.await.unwrap(), 150);
+
+    // Once they are gone the server serves again.
+    let client = server.root_client().await;
+    ok("streams", within("streams", client.get_streams()).await);
+    let log = server.log();
+    let failed = log.matches("tcp accept failed").count();
+    assert!(
+        (1..=5).contains(&failed),
+        "the failed accepts are logged, throttled: {failed} lines"
+    );
+    assert!(
+        log.contains("ulimit -n"),
+        "the warning says which limit ran out"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_is_closed_after_the_idle_timeout_and_others_are_served() {
+    let server = TestServer::start_with_env(&[
+        ("IGGY_LIMITS_IDLE_TIMEOUT_SECS", "2"),
+        ("RUST_LOG", "info,iggy_server::transport=debug"),
+    ]);
+    let client = server.root_client().await;
+    create_stream_and_topic(&client, "s", "t", 1).await;
+    let megabyte = |i: usize| msg(vec![b'a' + (i % 26) as u8; 1 << 20]);
+    // Far above a socket's send buffer (Linux's tcp_wmem allows at most 4 MiB by default).
+    for batch in 0..5 {
+        let messages = (0..8).map(|i| megabyte(batch * 8 + i)).collect();
+        send_to_partition(&client, &name("s"), &name("t"), 0, messages).await;
+    }
+
+    // A reader through a proxy that stops reading: the 40 MiB reply backs up into the server.
+    let tap = crate::wiretap::WireTap::start(server.port()).await;
+    tap.shrink_upstream_receive_buffers(64 * 1024);
+    let stalled = IggyClient::from_connection_string(&format!(
+        "iggy://{ROOT_USER}:{ROOT_PASSWORD}@{}",
+        tap.address()
+    ))
+    .expect("connection string");
+    ok(
+        "connect through the tap",
+        within("connect", stalled.connect()).await,
+    );
+    // The SDK learns the partition's route with its first poll; the stalled one needs none.
+    poll(
+        &stalled,
+        &name("s"),
+        &name("t"),
+        0,
+        &consumer("stalled"),
+        PollingStrategy::offset(0),
+        1,
+        false,
+    )
+    .await;
+    tap.stall_replies();
+    let stalled_poll = tokio::spawn(async move {
+        let consumer = consumer("stalled");
+        let strategy = PollingStrategy::offset(0);
+        let topic = (name("s"), name("t"));
+        let _ = stalled
+            .poll_messages(&topic.0, &topic.1, Some(0), &consumer, &strategy, 40, false)
+            .await;
+    });
+
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !server.log().contains("reply not taken") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the stalled connection is still open:\n{}",
+            server.log()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    stalled_poll.abort();
+    tap.release_replies();
+    let other = server.root_client().await;
+    let polled = poll(
+        &other,
+        &name("s"),
+        &name("t"),
+        0,
+        &consumer("other"),
+        PollingStrategy::offset(0),
+        40,
+        false,
+    )
+    .await;
+    assert_eq!(polled.messages.len(), 40, "another client is served");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partitions_past_what_the_open_files_limit_allows_are_refused_and_the_node_serves_on() {
+    let server = TestServer::start_with_open_files_limit(&[], 256);
+    let client = server.root_client().await;
+    ok(
+        "create_stream",
+        within(
+            "create_stream",
+            client.create_stream("s", &StreamCreateOptions::default()),
+        )
+        .await,
+    );
+    // 3 descriptors a partition (journal, segment, index): 200 of them would take 600.
+    expect_code(
+        "a topic of 200 partitions",
+        within(
+            "create_topic",
+            client.create_topic(&name("s"), "wide", &topic_options(200)),
+        )
+        .await,
+        2015,
+    );
+    ok(
+        "a topic of 10 partitions",
+        within(
+            "create_topic",
+            client.create_topic(&name("s"), "narrow", &topic_options(10)),
+        )
+        .await,
+    );
+    expect_code(
+        "190 more partitions",
+        within(
+            "create_partitions",
+            client.create_partitions(&name("s"), &name("narrow"), 190),
+        )
+        .await,
+        2015,
+    );
+    ok("streams", within("streams", client.get_streams()).await);
+    assert!(
+        server.log().contains("ulimit -n"),
+        "the refusal names the limit:\n{}",
+        server.log()
+    );
+}

@@ -42,6 +42,7 @@ mod resources;
 mod pat;
 mod producer_consumer;
 mod restart;
+mod scale;
 mod session;
 mod shutdown;
 mod storage;

@@ -29,6 +29,11 @@ struct Fault {
     coalesce: Option<usize>,
     /// New connections wait (accepted, not yet dialed upstream) while this is set.
     hold: bool,
+    /// Reply bodies wait at the server (only their headers are read) while this is set.
+    stall_replies: bool,
+    /// The receive buffer of upstream sockets dialed from now on, so a stalled reply backs up
+    /// into the server rather than into this proxy's kernel buffers.
+    upstream_receive_buffer: Option<u32>,
 }
 
 fn u32_at(h: &[u8], off: usize) -> u32 {
@@ -84,8 +89,14 @@ async fn pump(
         if from.read_exact(&mut header).await.is_err() {
             break;
         }
+        // Checked once a header is in: this pump is usually waiting for one when a stall is set.
+        while !to_server && fault.lock().unwrap().stall_replies {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         let size = u32_at(&header, 48) as usize;
-        log.lock().unwrap().push(summarize(to_server, &header, started));
+        log.lock()
+            .unwrap()
+            .push(summarize(to_server, &header, started));
         let mut body = vec![0u8; size.saturating_sub(256)];
         if from.read_exact(&mut body).await.is_err() {
             break;
@@ -95,7 +106,10 @@ async fn pump(
             if to_server && header[60] == 5 && fault.armed_operation == Some(header[176]) {
                 fault.armed_operation = None;
                 fault.doomed = Some((connection, u64_at(&header, 168)));
-            } else if !to_server && header[60] == 8 && fault.doomed == Some((connection, u64_at(&header, 200))) {
+            } else if !to_server
+                && header[60] == 8
+                && fault.doomed == Some((connection, u64_at(&header, 200)))
+            {
                 fault.doomed = None;
                 log.lock().unwrap().push(format!(
                     "{:>6}ms FAULT: reply to request {} lost, connection closed",
@@ -107,7 +121,10 @@ async fn pump(
         }
         let (fragment, coalesce) = {
             let fault = fault.lock().unwrap();
-            (fault.fragment.filter(|_| to_server), fault.coalesce.filter(|_| to_server))
+            (
+                fault.fragment.filter(|_| to_server),
+                fault.coalesce.filter(|_| to_server),
+            )
         };
         let mut frame = Vec::with_capacity(size.max(256));
         frame.extend_from_slice(&header);
@@ -119,7 +136,8 @@ async fn pump(
                 // Flush whatever is held if the client goes quiet (it may wait for a reply).
                 // `peek` waits for real bytes and consumes none, so a timeout loses nothing.
                 let mut probe = [0u8; 1];
-                if let Ok(Ok(n)) = tokio::time::timeout(Duration::from_millis(50), from.peek(&mut probe)).await
+                if let Ok(Ok(n)) =
+                    tokio::time::timeout(Duration::from_millis(50), from.peek(&mut probe)).await
                     && n > 0
                 {
                     continue;
@@ -150,8 +168,21 @@ async fn pump(
     log.lock().unwrap().push(format!(
         "{:>6}ms {} closed",
         started.elapsed().as_millis(),
-        if to_server { "client side" } else { "server side" }
+        if to_server {
+            "client side"
+        } else {
+            "server side"
+        }
     ));
+}
+
+/// A connection to `127.0.0.1:port`, with a receive buffer of `receive_buffer` bytes if given.
+async fn dial(port: u16, receive_buffer: Option<u32>) -> std::io::Result<TcpStream> {
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    if let Some(bytes) = receive_buffer {
+        socket.set_recv_buffer_size(bytes)?;
+    }
+    socket.connect(([127, 0, 0, 1], port).into()).await
 }
 
 impl WireTap {
@@ -166,15 +197,18 @@ impl WireTap {
         let (tap_log, tap_fault) = (log.clone(), fault.clone());
         tokio::spawn(async move {
             for connection in 0u64.. {
-                let Ok((client, _)) = listener.accept().await else { break };
+                let Ok((client, _)) = listener.accept().await else {
+                    break;
+                };
                 let (log, fault) = (tap_log.clone(), tap_fault.clone());
                 tokio::spawn(async move {
                     while fault.lock().unwrap().hold {
                         tokio::time::sleep(Duration::from_millis(10)).await;
                     }
                     let deadline = Instant::now() + Duration::from_secs(10);
+                    let receive_buffer = fault.lock().unwrap().upstream_receive_buffer;
                     let server = loop {
-                        match TcpStream::connect(("127.0.0.1", upstream_port)).await {
+                        match dial(upstream_port, receive_buffer).await {
                             Ok(s) => break s,
                             Err(_) if Instant::now() < deadline => {
                                 tokio::time::sleep(Duration::from_millis(20)).await
@@ -183,12 +217,30 @@ impl WireTap {
                         }
                     };
                     let _ = server.set_nodelay(true);
-                    log.lock().unwrap().push(format!("{:>6}ms connection", started.elapsed().as_millis()));
+                    log.lock()
+                        .unwrap()
+                        .push(format!("{:>6}ms connection", started.elapsed().as_millis()));
                     let (cr, cw) = client.into_split();
                     let (sr, sw) = server.into_split();
                     tokio::join!(
-                        pump(cr, sw, true, log.clone(), fault.clone(), connection, started),
-                        pump(sr, cw, false, log.clone(), fault.clone(), connection, started)
+                        pump(
+                            cr,
+                            sw,
+                            true,
+                            log.clone(),
+                            fault.clone(),
+                            connection,
+                            started
+                        ),
+                        pump(
+                            sr,
+                            cw,
+                            false,
+                            log.clone(),
+                            fault.clone(),
+                            connection,
+                            started
+                        )
                     );
                 });
             }
@@ -221,11 +273,30 @@ impl WireTap {
         self.fault.lock().unwrap().hold = false;
     }
 
+    /// Upstream sockets dialed from now on receive into a buffer of `bytes`.
+    pub fn shrink_upstream_receive_buffers(&self, bytes: u32) {
+        self.fault.lock().unwrap().upstream_receive_buffer = Some(bytes);
+    }
+
+    /// Stops reading replies from the server after their header (a client that stops reading
+    /// its socket), until `release_replies`.
+    pub fn stall_replies(&self) {
+        self.fault.lock().unwrap().stall_replies = true;
+    }
+
+    pub fn release_replies(&self) {
+        self.fault.lock().unwrap().stall_replies = false;
+    }
+
     /// Waits until the armed fault has fired (a reply was lost).
     pub async fn wait_for_fault(&self) {
         let deadline = Instant::now() + Duration::from_secs(10);
         while !self.lines().iter().any(|l| l.contains("FAULT")) {
-            assert!(Instant::now() < deadline, "the fault did not fire:\n{}", self.tail(20));
+            assert!(
+                Instant::now() < deadline,
+                "the fault did not fire:\n{}",
+                self.tail(20)
+            );
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
@@ -241,7 +312,10 @@ impl WireTap {
     /// `before` lines before the first closed connection and `after` lines from it on.
     pub fn around_first_close(&self, before: usize, after: usize) -> String {
         let log = self.log.lock().unwrap();
-        let at = log.iter().position(|l| l.ends_with("closed")).unwrap_or(log.len());
+        let at = log
+            .iter()
+            .position(|l| l.ends_with("closed"))
+            .unwrap_or(log.len());
         let from = at.saturating_sub(before);
         let to = (at + after).min(log.len());
         log[from..to].join("\n")

@@ -410,6 +410,15 @@ fn main() -> ExitCode {
             cfg.node.advertised_address.trim()
         );
     }
+    match runtime::host::raise_open_files_limit() {
+        Some(limit) => tracing::info!(
+            "open files limit {limit}: room for {} partitions (partitions may take half, {} \
+             descriptors each)",
+            limit / 2 / runtime::host::DESCRIPTORS_PER_PARTITION,
+            runtime::host::DESCRIPTORS_PER_PARTITION
+        ),
+        None => tracing::info!("open files limit: unlimited"),
+    }
     for (key, address, ip) in unserved {
         tracing::warn!(
             "{key} binds {address}, which does not serve this node's roster ip {ip}: set {key} \

@@ -152,8 +152,12 @@ pub async fn prepare_partition_dir(
         fail_stop::create_dir_all(partition_dir);
         write_checked_u64(&record, revision).await;
     }
-    fail_stop::create_dir_all(namespace_dir);
-    write_checked_u64(&namespace_dir.join(CREATED_REVISION), revision).await;
+    // A restart finds its partitions already published: writing nothing then lets a node
+    // whose disk is full start and serve reads.
+    if published != Some(revision) {
+        fail_stop::create_dir_all(namespace_dir);
+        write_checked_u64(&namespace_dir.join(CREATED_REVISION), revision).await;
+    }
     Ok(state)
 }
 

@@ -358,3 +358,22 @@ fn verify_reads_incarnation_records_as_start_up_applies_them() {
         assert_eq!(severities(&check_discarded(root)), [Severity::Warning]);
     });
 }
+
+#[test]
+fn opening_an_existing_published_incarnation_writes_nothing() {
+    use std::os::unix::fs::MetadataExt;
+    block_on(async {
+        let dir = DataDir::new();
+        assert_eq!(dir.prepare(3).await.unwrap(), PartitionDirState::Created);
+        let files = |dir: &DataDir| {
+            [&dir.partition, &dir.namespace].map(|folder| {
+                let record = std::fs::metadata(folder.join("created.revision")).unwrap();
+                (record.ino(), record.mtime_nsec())
+            })
+        };
+        let before = files(&dir);
+        // A restart opens the partition again: a disk with no space left must still allow it.
+        assert_eq!(dir.prepare(3).await.unwrap(), PartitionDirState::Existing);
+        assert_eq!(files(&dir), before, "no record was written again");
+    });
+}

@@ -285,6 +285,50 @@ fn machine_stat(stat: &str) -> Option<MachineStat> {
     })
 }
 
+/// Descriptors a partition keeps open while it runs: its journal, its active segment and that
+/// segment's index.
+pub const DESCRIPTORS_PER_PARTITION: u64 = 3;
+
+/// This process's open-files limit (`RLIMIT_NOFILE`, soft), or `None` when unlimited or
+/// unreadable.
+pub fn open_files_limit() -> Option<u64> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit(2) writes the one struct it is given.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return None;
+    }
+    (limit.rlim_cur != libc::RLIM_INFINITY).then_some(limit.rlim_cur)
+}
+
+/// Raises the open-files limit to its hard limit (systemd's default soft limit of 1024 would
+/// run a node out of descriptors at a few hundred partitions) and returns the limit then in
+/// force. A failure keeps the soft limit.
+pub fn raise_open_files_limit() -> Option<u64> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit(2) and setrlimit(2) read or write the one struct they are given.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max
+        {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
+    }
+    open_files_limit()
+}
+
+/// Whether a node running `partitions` partitions keeps within `limit` descriptors: the
+/// partitions may take at most half of them, the rest staying free for connections, segments
+/// being rolled and checkpoint files. `None` (no limit) always fits.
+pub fn partitions_fit(partitions: u64, limit: Option<u64>) -> bool {
+    limit.is_none_or(|limit| partitions.saturating_mul(DESCRIPTORS_PER_PARTITION) <= limit / 2)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -372,5 +416,14 @@ mod tests {
                 machine: 25.0
             }
         );
+    }
+
+    #[test]
+    fn partitions_may_take_half_of_the_descriptors() {
+        assert!(partitions_fit(170, Some(1024)));
+        assert!(!partitions_fit(171, Some(1024)));
+        assert!(partitions_fit(0, Some(0)));
+        assert!(!partitions_fit(1, Some(5)));
+        assert!(partitions_fit(u64::MAX, None));
     }
 }

@@ -14,6 +14,9 @@ use iggy_metadata::machine;
 use std::collections::HashSet;
 use std::rc::Rc;
 
+/// Partitions one op's effects open at once (each its own files and group).
+const PARTITION_OPENS_AT_ONCE: usize = 32;
+
 pub struct MetadataMachine {
     pub shared: Rc<Shared>,
     /// While the journal replays at start: the partition incarnations its committed deletes
@@ -79,8 +82,25 @@ impl StateMachine for MetadataMachine {
                 }
             }
             None => {
-                for effect in effects {
-                    self.shared.run_effect(effect).await;
+                let mut effects = effects.into_iter().peekable();
+                while let Some(effect) = effects.next() {
+                    if !matches!(effect, Effect::OpenPartition { .. }) {
+                        self.shared.run_effect(effect).await;
+                        continue;
+                    }
+                    // A topic's partitions open side by side: one after the other, a large
+                    // topic kept this group from its peers for seconds (each open waits for
+                    // its fsyncs), long enough for a view change on every node.
+                    let mut opens = vec![effect];
+                    opens.extend(std::iter::from_fn(|| {
+                        effects.next_if(|next| matches!(next, Effect::OpenPartition { .. }))
+                    }));
+                    use futures_util::StreamExt;
+                    futures_util::stream::iter(opens)
+                        .for_each_concurrent(PARTITION_OPENS_AT_ONCE, |open| {
+                            self.shared.run_effect(open)
+                        })
+                        .await;
                 }
             }
         }

@@ -54,10 +54,13 @@ pub struct Node {
     /// Logins refused because the session table is full: one warning per interval, so a client
     /// retrying its login cannot flood the log.
     pub session_table_full: RefCell<crate::consensus::log_limit::Throttled>,
+    /// Failed accepts of the client listeners (out of descriptors, say): one warning per
+    /// interval, since every connection waiting in a backlog fails the next accept again.
+    pub accept_failed: RefCell<crate::consensus::log_limit::Throttled>,
 }
 
-/// At most one "session table full" warning this often.
-const SESSION_TABLE_FULL_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
+/// At most one warning of a repeating kind (a full session table, failed accepts) this often.
+const REPEATED_WARNING_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// How many shown tokens a node remembers for retries.
 const SHOWN_TOKENS_MAX: usize = 64;
@@ -293,7 +296,10 @@ impl Node {
             metrics: Default::default(),
             shown_tokens: RefCell::new(std::collections::VecDeque::new()),
             session_table_full: RefCell::new(crate::consensus::log_limit::Throttled::new(
-                SESSION_TABLE_FULL_INTERVAL,
+                REPEATED_WARNING_INTERVAL,
+            )),
+            accept_failed: RefCell::new(crate::consensus::log_limit::Throttled::new(
+                REPEATED_WARNING_INTERVAL,
             )),
         });
         Ok(node)

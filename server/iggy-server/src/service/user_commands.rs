@@ -9,10 +9,10 @@ use iggy_generated::errors::ErrorCode;
 use iggy_generated::frames::Operation;
 use iggy_generated::payloads::{
     ChangePasswordRequest, ClientDetailsResponse, ClientResponse, ConsumerGroupInfoResponse,
-    CreatePersonalAccessTokenRequest, CreateTopicRequest, CreateUserRequest,
-    DescribeOptionsResponse, GetClientRequest, GetUserRequest, PersonalAccessTokenResponse,
-    StatsResponse, StreamResourcePatch, TopicResourcePatch, UpdateResourceRequest,
-    UpdateTopicRequest,
+    CreatePartitionsRequest, CreatePersonalAccessTokenRequest, CreateTopicRequest,
+    CreateUserRequest, DescribeOptionsResponse, GetClientRequest, GetUserRequest,
+    PersonalAccessTokenResponse, StatsResponse, StreamResourcePatch, TopicResourcePatch,
+    UpdateResourceRequest, UpdateTopicRequest,
 };
 use iggy_metadata::machine::ident;
 use iggy_metadata::machine::{status_from_wire, token_record};
@@ -128,13 +128,20 @@ pub fn prepare(
             }
             Ok(unchanged)
         }
-        // Only the size floor is checked here; the state machine refuses the rest of what is
-        // wrong with a request in its committed reply.
+        // Only the size floor and the node's room for partitions are checked here; the state
+        // machine refuses the rest of what is wrong with a request in its committed reply.
         Operation::CreateTopic => {
-            if let Ok(request) = decode::<CreateTopicRequest>(body)
-                && let Ok(settings) = iggy_metadata::replies::topic_settings(request.options)
-            {
-                check_topic_size_floor(shared, request.options, settings.segment_size)?;
+            if let Ok(request) = decode::<CreateTopicRequest>(body) {
+                if let Ok(settings) = iggy_metadata::replies::topic_settings(request.options) {
+                    check_topic_size_floor(shared, request.options, settings.segment_size)?;
+                }
+                check_descriptors_for(shared, request.partitions_count)?;
+            }
+            Ok(unchanged)
+        }
+        Operation::CreatePartitions => {
+            if let Ok(request) = decode::<CreatePartitionsRequest>(body) {
+                check_descriptors_for(shared, request.partitions_count)?;
             }
             Ok(unchanged)
         }
@@ -176,6 +183,29 @@ fn check_topic_size_floor(
         }
     }
     Ok(())
+}
+
+/// Refuses `added` partitions when this node could not keep them open within its open-files
+/// limit (see `host::partitions_fit`): committed, they would stop every node that runs out of
+/// descriptors opening them, and again at every start. Checked here, on the node that proposes
+/// the op, because the limit is the host's, not metadata; a node with a lower limit than the
+/// proposer's can still run out.
+fn check_descriptors_for(shared: &Shared, added: u32) -> Result<(), ErrorCode> {
+    use crate::runtime::host;
+    let running = shared.metadata.borrow().live_partitions().len() as u64;
+    let limit = host::open_files_limit();
+    if host::partitions_fit(running + u64::from(added), limit) {
+        return Ok(());
+    }
+    tracing::warn!(
+        "refused {added} more partitions: with the {running} this node runs they would need \
+         {} of its {} open files (ulimit -n; LimitNOFILE= under systemd), {} each, and \
+         partitions may take half of them; raise the limit to add them",
+        (running + u64::from(added)) * host::DESCRIPTORS_PER_PARTITION,
+        limit.unwrap_or(0),
+        host::DESCRIPTORS_PER_PARTITION
+    );
+    Err(ErrorCode::TooManyPartitions)
 }
 
 fn argon2_check(hash: &str, password: &str) -> bool {

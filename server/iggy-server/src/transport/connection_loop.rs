@@ -67,7 +67,7 @@ pub async fn serve_frames(
             Err(ReadFailure::Io(error)) => return Err(error),
             Err(ReadFailure::Malformed(reason)) => {
                 // No whole header: no client to name.
-                let _ = link.write_frame(frame::eviction(0, reason)).await;
+                let _ = write_within(idle, link, frame::eviction(0, reason)).await;
                 return Ok(());
             }
         };
@@ -83,20 +83,24 @@ pub async fn serve_frames(
                     Err(ReadFailure::Io(error)) => return Err(error),
                     Err(ReadFailure::Malformed(reason)) => {
                         let eviction = frame::eviction(over.header.client, reason);
-                        let _ = link.write_frame(eviction).await;
+                        let _ = write_within(idle, link, eviction).await;
                         return Ok(());
                     }
                 }
                 let refused = ErrorCode::TooBigMessagePayload;
-                link.write_frame(frame::error_reply(&over.header, over.operation, refused))
-                    .await?;
+                write_within(
+                    idle,
+                    link,
+                    frame::error_reply(&over.header, over.operation, refused),
+                )
+                .await?;
                 continue;
             }
             Err(error) => {
                 tracing::debug!("refused request header: {error:?}");
                 let client = frame::client_of(&header);
                 let eviction = frame::eviction(client, error.eviction_reason());
-                let _ = link.write_frame(eviction).await;
+                let _ = write_within(idle, link, eviction).await;
                 return Ok(());
             }
         };
@@ -105,7 +109,7 @@ pub async fn serve_frames(
             Err(ReadFailure::Io(error)) => return Err(error),
             Err(ReadFailure::Malformed(reason)) => {
                 let eviction = frame::eviction(admitted.header.client, reason);
-                let _ = link.write_frame(eviction).await;
+                let _ = write_within(idle, link, eviction).await;
                 return Ok(());
             }
         };
@@ -125,12 +129,32 @@ pub async fn serve_frames(
             trace.end(connection, &dispatched);
         }
         match dispatched {
-            Dispatched::Reply(bytes) => link.write_frame(bytes).await?,
+            Dispatched::Reply(bytes) => write_within(idle, link, bytes).await?,
             Dispatched::Close(bytes) => {
-                let _ = link.write_frame(bytes).await;
+                let _ = write_within(idle, link, bytes).await;
                 return Ok(());
             }
         }
+    }
+}
+
+/// Writes `frame` to `link`, failing with TimedOut when the peer has not taken all of it
+/// within `idle`: a client that stops reading would otherwise keep its connection and the
+/// reply (up to a whole poll) in memory for good.
+async fn write_within(
+    idle: Duration,
+    link: &mut impl FrameIo,
+    frame: Vec<u8>,
+) -> std::io::Result<()> {
+    match compio::time::timeout(idle, link.write_frame(frame)).await {
+        Ok(written) => written,
+        Err(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!(
+                "reply not taken within {}s (limits.idle_timeout_secs)",
+                idle.as_secs()
+            ),
+        )),
     }
 }
 

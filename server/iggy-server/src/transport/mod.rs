@@ -32,7 +32,12 @@ pub async fn accept(
     let (stream, peer) = loop {
         match listener.accept().await {
             Ok(accepted) => break accepted,
-            Err(error) => tracing::warn!("{transport} accept failed: {error}"),
+            Err(error) => {
+                accept_failed(node, transport, &error);
+                // Out of descriptors (or memory) the next accept fails the same way at once:
+                // the pending connections wait in the backlog while the loop pauses.
+                compio::time::sleep(ACCEPT_RETRY_PAUSE).await;
+            }
         }
     };
     if let Err(error) = stream.set_nodelay(true) {
@@ -43,6 +48,33 @@ pub async fn accept(
         tracing::warn!("{transport} {peer}: refused, connection limit reached");
     }
     (stream, peer, guard)
+}
+
+/// How long a stream listener waits after a failed accept before it accepts again.
+const ACCEPT_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Logs a failed accept, at most once per interval for all listeners (with the count held
+/// back), naming the limit to raise when the process ran out of descriptors.
+fn accept_failed(node: &Node, transport: &str, error: &std::io::Error) {
+    let Some(held_back) = node
+        .accept_failed
+        .borrow_mut()
+        .due(std::time::Instant::now())
+    else {
+        return;
+    };
+    let hint = match error.raw_os_error() {
+        Some(libc::EMFILE) => {
+            ": the process's open-files limit is reached (raise ulimit -n, or LimitNOFILE= \
+             under systemd); connections wait in the listen backlog until descriptors free up"
+        }
+        Some(libc::ENFILE) => ": the system's open-files limit (fs.file-max) is reached",
+        _ => "",
+    };
+    tracing::warn!(
+        "{transport} accept failed: {error}{hint} ({held_back} more failed accepts since the \
+         last warning)"
+    );
 }
 
 /// Binds the stream listener of transport `name` at `address`, with the TLS acceptor of `tls`
