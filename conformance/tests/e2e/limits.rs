@@ -367,3 +367,24 @@ async fn partitions_past_what_the_open_files_limit_allows_are_refused_and_the_no
         server.log()
     );
 }
+
+/// A client refused at `limits.max_connections` that reconnects at once (the SDK's reconnect
+/// loop, a connection storm) wrote a warning per attempt; one per 10 s now, with the count
+/// held back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_refused_at_max_connections_are_logged_at_most_once_per_interval() {
+    use tokio::io::AsyncReadExt;
+    let server = TestServer::start_with_env(&[("IGGY_LIMITS_MAX_CONNECTIONS", "1")]);
+    let mut streams = Vec::new();
+    for _ in 0..30 {
+        let mut stream = within("connect", tokio::net::TcpStream::connect(server.address())).await.expect("connect");
+        // A refused connection is answered and closed; the one admitted stays open (held).
+        let mut reply = Vec::new();
+        let _ = tokio::time::timeout(std::time::Duration::from_millis(200), stream.read_to_end(&mut reply)).await;
+        streams.push(stream);
+    }
+    let log = server.log();
+    let refusals = log.matches("refused, connection limit reached").count();
+    assert_eq!(refusals, 1, "one warning for 29 or 30 refusals:\n{log}");
+    assert!(log.contains("limits.max_connections"), "{log}");
+}

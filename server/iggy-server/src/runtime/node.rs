@@ -57,9 +57,12 @@ pub struct Node {
     /// Failed accepts of the client listeners (out of descriptors, say): one warning per
     /// interval, since every connection waiting in a backlog fails the next accept again.
     pub accept_failed: RefCell<crate::consensus::log_limit::Throttled>,
+    /// Connections refused at `limits.max_connections`: one warning per interval.
+    pub connection_refused: RefCell<crate::consensus::log_limit::Throttled>,
 }
 
-/// At most one warning of a repeating kind (a full session table, failed accepts) this often.
+/// At most one warning of a repeating kind (a full session table, failed or refused accepts)
+/// this often.
 const REPEATED_WARNING_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// How many shown tokens a node remembers for retries.
@@ -299,6 +302,9 @@ impl Node {
                 REPEATED_WARNING_INTERVAL,
             )),
             accept_failed: RefCell::new(crate::consensus::log_limit::Throttled::new(
+                REPEATED_WARNING_INTERVAL,
+            )),
+            connection_refused: RefCell::new(crate::consensus::log_limit::Throttled::new(
                 REPEATED_WARNING_INTERVAL,
             )),
         });

@@ -45,9 +45,25 @@ pub async fn accept(
     }
     let guard = node.admit();
     if guard.is_none() {
-        tracing::warn!("{transport} {peer}: refused, connection limit reached");
+        connection_refused(node, transport, peer);
     }
     (stream, peer, guard)
+}
+
+/// Logs a connection refused at `limits.max_connections`, at most once per interval for all
+/// transports (with the count held back): a client that reconnects at once would otherwise
+/// write a line per attempt.
+pub fn connection_refused(node: &Node, transport: &str, peer: SocketAddr) {
+    let due = node
+        .connection_refused
+        .borrow_mut()
+        .due(std::time::Instant::now());
+    if let Some(held_back) = due {
+        tracing::warn!(
+            "{transport} {peer}: refused, connection limit reached (limits.max_connections; \
+             {held_back} more refused since the last warning)"
+        );
+    }
 }
 
 /// How long a stream listener waits after a failed accept before it accepts again.

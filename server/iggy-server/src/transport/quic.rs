@@ -107,7 +107,7 @@ pub async fn serve(endpoint: Endpoint, node: Rc<Node>) {
     while let Some(incoming) = endpoint.wait_incoming().await {
         let peer = incoming.remote_address();
         let Some(guard) = node.admit() else {
-            tracing::warn!("quic {peer}: refused, connection limit reached");
+            super::connection_refused(&node, "quic", peer);
             incoming.refuse();
             continue;
         };
