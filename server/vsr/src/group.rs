@@ -121,6 +121,10 @@ pub struct GroupCore<W> {
     /// holds only stand-ins: a replica with peers holds them in memory until a checkpoint, and
     /// a recovery reads stowed ones back from the log, so the checkpoint byte limit bounds both.
     held_bytes: u64,
+    /// The op of the newest checkpoint known durable: the one the group opened from, or the
+    /// last one the shell reported with [`Self::checkpointed`]. The replica's own checkpoint op
+    /// moves at [`Self::checkpoint_record`], before the shell has written the checkpoint.
+    durable_checkpoint: u64,
     /// Journaled ops not yet reported written to the replica (group commit: one sync for all).
     unsynced: Vec<u64>,
     /// Whether one of `unsynced` must be fsynced whatever the group's durability.
@@ -212,6 +216,7 @@ impl<W> GroupCore<W> {
         // now.)
         let committed_clients_max = replica.clients().nominated();
         replica.nominate_limits(configured_clients_max);
+        let durable_checkpoint = replica.checkpoint_op();
         GroupCore {
             replica,
             durability,
@@ -222,6 +227,7 @@ impl<W> GroupCore<W> {
             policy,
             past_laggards: None,
             held_bytes,
+            durable_checkpoint,
             unsynced: Vec::new(),
             must_sync: false,
             truncated: false,
@@ -533,6 +539,10 @@ impl<W> GroupCore<W> {
     pub fn checkpoint_due(&self, journal_bytes: u64) -> Option<u64> {
         let policy = self.policy?;
         let replica = &self.replica;
+        // One checkpoint is written at a time.
+        if self.checkpoint_writing() {
+            return None;
+        }
         if self.past_laggards.is_some() && replica.checkpoint_wanted().is_some() {
             return Some(replica.commit_min());
         }
@@ -591,7 +601,9 @@ impl<W> GroupCore<W> {
         if self.past_laggards.is_none() {
             return safe;
         }
-        safe.max(self.replica.checkpoint_op())
+        // Only a durable checkpoint: a crash before the one being written is durable restarts
+        // from the older one, whose journal replay needs the messages above it.
+        safe.max(self.durable_checkpoint)
     }
 
     /// The replicas a checkpoint at `op` leaves behind, as far as this replica knows: on a
@@ -614,14 +626,19 @@ impl<W> GroupCore<W> {
         self.replica.checkpoint(op).encode()
     }
 
-    /// The checkpoint is durable and the journal emptied up to its op (a group of one
-    /// checkpoints at its last op; a larger group keeps the ops above it).
+    /// The checkpoint [`Self::checkpoint_record`] returned is durable and the journal emptied up
+    /// to its op (it keeps the ops above it: a larger group's, and any the group prepared while
+    /// the shell wrote the checkpoint).
     pub fn checkpointed(&mut self) {
-        self.held_bytes = if self.replica.is_solo() {
-            0
-        } else {
-            self.replica.held_body_bytes()
-        };
+        self.held_bytes = self.replica.held_body_bytes();
+        self.durable_checkpoint = self.replica.checkpoint_op();
+    }
+
+    /// Whether the shell is writing a checkpoint ([`Self::checkpoint_record`] was called, and
+    /// [`Self::checkpointed`] not yet): the group goes on preparing, committing and answering
+    /// meanwhile, but takes no other checkpoint and retires nothing on its account.
+    pub fn checkpoint_writing(&self) -> bool {
+        self.replica.checkpoint_op() > self.durable_checkpoint
     }
 }
 
@@ -1016,5 +1033,70 @@ mod tests {
         let record = core.checkpoint_record(4);
         assert!(!record.is_empty());
         core.checkpointed();
+    }
+
+    #[test]
+    fn a_group_of_one_answers_requests_while_its_checkpoint_is_written_and_takes_no_other() {
+        let mut core = core(Durability::Persisted, true);
+        let mut shell = Shell::new();
+        core.submit(request(1, 1, b"a", 1));
+        core.submit(request(1, 2, b"b", 2));
+        shell.run(&mut core);
+        assert_eq!(core.checkpoint_due(0), Some(4));
+        core.checkpoint_record(4);
+        // The shell writes and fsyncs the checkpoint; meanwhile a request commits and is
+        // answered (fsynced in its journal, the group being persisted).
+        assert!(core.checkpoint_writing());
+        core.submit(request(1, 3, b"c", 3));
+        shell.run(&mut core);
+        assert_eq!(shell.answers.last().map(|(waiter, _)| *waiter), Some(3));
+        assert!(matches!(
+            shell.answers.last(),
+            Some((_, Outcome::Committed { op: 5, .. }))
+        ));
+        assert_eq!(
+            core.checkpoint_due(1 << 20),
+            None,
+            "one checkpoint is written at a time"
+        );
+        core.checkpointed();
+        assert!(!core.checkpoint_writing());
+        assert_eq!(core.checkpoint_due(1 << 20), Some(5));
+    }
+
+    #[test]
+    fn a_checkpoint_counts_for_retirement_only_once_it_is_durable() {
+        // A backup of a group whose laggards catch up by state transfer: what it may retire
+        // reaches up to its own checkpoint, but a crash before the checkpoint being written is
+        // durable restarts from the older one, whose journal replay needs those messages.
+        let log = view_2_log(|op| op);
+        let mut core = backup_entering_view_2(&log);
+        core.checkpoint_past_laggards(JournalBound { bytes: 1, ops: 1 });
+        prepare_in_view_2(&mut core, log);
+        let commit = Message::Commit {
+            view: 2,
+            commit: 2,
+            checkpoint_safe: 0,
+        };
+        core.on_message(2, commit);
+        while let Some(step) = core.poll() {
+            match step {
+                Step::Journal { op, .. } => core.journaled(op, false),
+                Step::Sync => core.synced(),
+                Step::Apply { op, .. } => core.applied(op, Bytes::new(), &[]),
+                Step::PersistView { state } => core.view_persisted(state),
+                _ => {}
+            }
+        }
+        assert_eq!(core.replica().commit_min(), 2);
+        assert_eq!(core.retirable_through(), 0);
+        core.checkpoint_record(2);
+        assert_eq!(
+            core.retirable_through(),
+            0,
+            "the checkpoint at op 2 is being written"
+        );
+        core.checkpointed();
+        assert_eq!(core.retirable_through(), 2);
     }
 }

@@ -222,6 +222,16 @@ pub struct Checkpointing {
     pub past_laggards: Option<JournalBound>,
 }
 
+/// A checkpoint whose slot its own task writes and fsyncs.
+struct Writing {
+    /// The op it is taken at.
+    op: u64,
+    /// When it was taken, for its duration metric.
+    started: std::time::Instant,
+    /// The slots, back once the slot is durable.
+    durable: oneshot::Receiver<iggy_storage::checkpoint::CheckpointSlots>,
+}
+
 /// What a group's core is opened with, kept to open it again over a transferred checkpoint.
 #[derive(Clone, Copy)]
 struct CoreSettings {
@@ -279,6 +289,9 @@ type Submit = Pending<oneshot::Sender<Outcome>>;
 const TRANSFER_RETRY_TICKS: u64 = 100;
 
 enum Job<R> {
+    /// The checkpoint slot being written is durable (the slots come back to the group); `None`
+    /// when the writing task was dropped, the runtime stopping.
+    CheckpointWritten(Option<iggy_storage::checkpoint::CheckpointSlots>),
     Write(Submit),
     /// A client write committed here when this replica leads, else relayed to the primary of
     /// its view (a cluster's ForwardWrite).
@@ -549,8 +562,12 @@ pub struct Group<J: Journal, S: StateMachine> {
     core: GroupCore<oneshot::Sender<Outcome>>,
     journal: J,
     state: S,
-    /// Where the checkpoint goes (the core decides when).
+    /// Where the checkpoint goes (the core decides when); lent to the task writing one.
     slots: Option<iggy_storage::checkpoint::CheckpointSlots>,
+    /// The checkpoint being written and fsynced by its own task, while the group goes on.
+    writing: Option<Writing>,
+    /// The group's directory (the checkpoint slots'), for messages.
+    dir: Option<std::path::PathBuf>,
     /// The kind of group its checkpoints are timed as.
     kind: GroupKind,
     /// The replica's view and commit, published after each drive for the metrics.
@@ -647,7 +664,9 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
             kind: checkpointing
                 .as_ref()
                 .map_or(GroupKind::Partition, |c| c.kind),
+            dir: checkpointing.as_ref().map(|c| c.slots.dir().to_path_buf()),
             slots: checkpointing.map(|c| c.slots),
+            writing: None,
             figures: Default::default(),
             view,
             plane,
@@ -665,8 +684,9 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
     }
 
     /// Takes a checkpoint when the core says one is due: the state machine makes its effects
-    /// durable, the checkpoint is written, and the journal and the replica's in-memory log are
-    /// emptied.
+    /// durable, and a task of its own writes and fsyncs the checkpoint slot while the group goes
+    /// on preparing, committing and answering (see [`Self::checkpoint_written`] for what waits
+    /// for it).
     async fn maybe_checkpoint(&mut self) {
         if self.slots.is_none() {
             return;
@@ -684,18 +704,16 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
         let state = match self.state.checkpoint().await {
             Ok(state) => state,
             Err(error) => {
-                let dir = self.slots.as_ref().map(|slots| slots.dir().to_path_buf());
                 return tracing::error!(
                     "checkpoint in {}: state not durable: {error}",
-                    dir.unwrap_or_default().display()
+                    self.dir.clone().unwrap_or_default().display()
                 );
             }
         };
         let replica = self.core.checkpoint_record(op);
-        let Some(slots) = &mut self.slots else {
+        let Some(mut slots) = self.slots.take() else {
             return;
         };
-        slots.write(&replica, &state).await;
         let left_behind = self.core.left_behind(op);
         if !left_behind.is_empty() {
             tracing::info!(
@@ -703,14 +721,51 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                 slots.dir().display()
             );
         }
+        let (written, durable) = oneshot::channel();
+        compio::runtime::spawn(async move {
+            slots.write(&replica, &state).await;
+            let _ = written.send(slots);
+        })
+        .detach();
+        self.writing = Some(Writing {
+            op,
+            started,
+            durable,
+        });
+        // A checkpoint taken for a peer that asked for a retired body answers it now: it sends
+        // the peer to state transfer, which is served once the checkpoint is durable.
+        self.drive().await;
+    }
+
+    /// The checkpoint slot is durable: what relies on it may go on. The journal drops the ops
+    /// it covers (until now the journal was what a start needed), a state transfer may ship it,
+    /// and a retirement may count it (`GroupCore::retirable_through`).
+    async fn checkpoint_written(
+        &mut self,
+        slots: Option<iggy_storage::checkpoint::CheckpointSlots>,
+    ) {
+        let Some(writing) = self.writing.take() else {
+            return;
+        };
+        // Without its slots (the runtime stopping) the group takes no further checkpoint.
+        let Some(slots) = slots else {
+            return;
+        };
+        self.slots = Some(slots);
         // A peer's state transfer loads the new slot when it asks (rarely, unlike checkpoints).
         self.served = None;
-        // Only after the checkpoint is durable: until then the journal is what a start needs.
-        self.journal.reset_after_checkpoint(op).await;
+        self.journal.reset_after_checkpoint(writing.op).await;
         self.core.checkpointed();
-        checkpoint_taken(self.kind, started.elapsed());
-        // A checkpoint taken for a peer that asked for a retired body answers it now.
-        self.drive().await;
+        checkpoint_taken(self.kind, writing.started.elapsed());
+    }
+
+    /// Waits until the checkpoint being written (if any) is durable: before the group uses its
+    /// slots otherwise (a state transfer's install or offer) and before it stops.
+    async fn finish_checkpoint(&mut self) {
+        if let Some(writing) = self.writing.as_mut() {
+            let slots = (&mut writing.durable).await.ok();
+            self.checkpoint_written(slots).await;
+        }
     }
 
     /// Spawns the group's task on the current compio runtime.
@@ -756,6 +811,7 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
             self.maybe_checkpoint().await;
             self.maybe_start_transfer();
         };
+        self.finish_checkpoint().await;
         // Jobs behind the stop fail; the journal and the state machine's files close here.
         drop(jobs);
         drop(self);
@@ -765,19 +821,37 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
     }
 
     /// The next job: a request from the node, or, in a cluster, a peer's frame or a tick of
-    /// the replica's clock. `None` once the node dropped every handle.
+    /// the replica's clock, or the checkpoint being written became durable (first, so a busy
+    /// group does not hold its journal's reuse back). `None` once the node dropped every handle.
     async fn next_job(
         &mut self,
         jobs: &mut mpsc::UnboundedReceiver<Job<S::Read>>,
     ) -> Option<Job<S::Read>> {
         use futures_util::future::{Either, select};
+        if let Some(writing) = self.writing.as_mut() {
+            match writing.durable.try_recv() {
+                Ok(Some(slots)) => return Some(Job::CheckpointWritten(Some(slots))),
+                Ok(None) => {}
+                Err(_) => return Some(Job::CheckpointWritten(None)),
+            }
+        }
+        let written = async {
+            match self.writing.as_mut() {
+                Some(writing) => Job::CheckpointWritten((&mut writing.durable).await.ok()),
+                None => std::future::pending().await,
+            }
+        };
         let Some(plane) = self.plane.as_mut() else {
-            return jobs.next().await;
+            return match select(jobs.next(), std::pin::pin!(written)).await {
+                Either::Left((job, _)) => job,
+                Either::Right((written, _)) => Some(written),
+            };
         };
         let woken = {
             let outside = std::pin::pin!(plane.wait());
-            match select(jobs.next(), outside).await {
-                Either::Left((job, _)) => return job,
+            match select(select(jobs.next(), std::pin::pin!(written)), outside).await {
+                Either::Left((Either::Left((job, _)), _)) => return job,
+                Either::Left((Either::Right((written, _)), _)) => return Some(written),
                 Either::Right((woken, _)) => woken,
             }
         };
@@ -795,6 +869,7 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
     /// Handles one job; a stop request is handed back to the run loop.
     async fn accept(&mut self, job: Job<S::Read>) -> Option<oneshot::Sender<()>> {
         match job {
+            Job::CheckpointWritten(slots) => self.checkpoint_written(slots).await,
             Job::Read(read) => {
                 // Reads observe every write accepted before them.
                 self.drive().await;
@@ -1092,7 +1167,11 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
     async fn serve_target(&mut self, to: u8, nonce: u128) {
         let replica = self.core.replica();
         let (view, commit_max) = (replica.view(), replica.commit_max());
-        let serving = replica.status() == iggy_vsr::Status::Normal && self.state.transfers_state();
+        // A checkpoint being written is not durable yet: it is not shipped, and the slots are
+        // lent to its task (the peer asks again).
+        let serving = replica.status() == iggy_vsr::Status::Normal
+            && self.state.transfers_state()
+            && self.writing.is_none();
         if serving && self.served.is_none() {
             self.served = self.load_served().await;
         }
@@ -1149,8 +1228,7 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
 
     /// The newest valid checkpoint in the group's slots, as slot bytes.
     async fn load_served(&self) -> Option<(u64, Bytes)> {
-        let dir = self.slots.as_ref()?.dir();
-        let start = load_checkpoint(dir).await.ok()?;
+        let start = load_checkpoint(self.dir.as_ref()?).await.ok()?;
         let loaded = start.checkpoint?;
         let slot = iggy_storage::checkpoint::encode(&loaded.replica.encode(), &loaded.state);
         Some((loaded.op, slot.into()))
@@ -1194,7 +1272,7 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
     async fn restart_copy(&mut self, from: u8, asked: u64, held_from: u64) {
         let restarted = self.state.transfer_restart_at(held_from).await;
         if let Err(why) = restarted {
-            let dir = self.slots.as_ref().map(|slots| slots.dir().to_path_buf());
+            let dir = self.dir.clone();
             let error = std::io::Error::other(why);
             iggy_storage::fail_stop::fail_stop(
                 "restart the log for a transfer",
@@ -1225,7 +1303,7 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
         let next = match appended {
             Ok(next) => next,
             Err(why) => {
-                let dir = self.slots.as_ref().map(|slots| slots.dir().to_path_buf());
+                let dir = self.dir.clone();
                 let error = std::io::Error::other(why);
                 let dir = dir.unwrap_or_default();
                 iggy_storage::fail_stop::fail_stop("append transferred records", &dir, &error)
@@ -1247,6 +1325,8 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
         let Some((offer, copied)) = self.pending_offer.take() else {
             return;
         };
+        // The slots are lent to a checkpoint being written: it finishes first.
+        self.finish_checkpoint().await;
         let Some(slots) = &mut self.slots else {
             return;
         };
@@ -1385,9 +1465,9 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
     /// the process stops like on a storage failure.
     fn stop_failed(&self, operation: &str, error: &std::io::Error) -> ! {
         let dir = self
-            .slots
-            .as_ref()
-            .map_or(std::path::Path::new("<group>"), |slots| slots.dir());
+            .dir
+            .as_deref()
+            .unwrap_or(std::path::Path::new("<group>"));
         iggy_storage::fail_stop::fail_stop(operation, dir, error)
     }
 }

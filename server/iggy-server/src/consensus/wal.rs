@@ -18,12 +18,15 @@
 //! so one that chains to the record before it is ours with damaged cluster bytes. Cluster 0 is
 //! a record of an earlier build, accepted.
 //!
-//! After a checkpoint the journal starts again at position 0 over its old records instead of
-//! being truncated: overwriting pages already in the page cache is cheaper than allocating new
-//! ones, and an overwrite does not change the file size, so a `fdatasync` has no metadata to
-//! write. The old records beyond the new end carry ops at or below the checkpoint, so they end
-//! the recovery walk as out of sequence (the file never holds more than one checkpoint's worth
-//! of journal plus one record).
+//! After a checkpoint that covers every record the journal starts again at position 0 over its
+//! old records instead of being truncated: overwriting pages already in the page cache is
+//! cheaper than allocating new ones, and an overwrite does not change the file size, so a
+//! `fdatasync` has no metadata to write. The old records beyond the new end carry ops at or
+//! below the checkpoint, so they end the recovery walk as out of sequence. A checkpoint below
+//! the newest record leaves the records it covers in place before the ones it keeps (a start
+//! skips them), up to [`COVERED_PREFIX_MAX`] bytes of them: then the kept records move to a
+//! fresh file (see [`FileJournal::reset_after_checkpoint`]). So the file holds at most that
+//! much more than one checkpoint's worth of journal plus one record.
 //!
 //! A failed write, truncation or fsync of the journal stops the process (see
 //! `iggy_storage::fail_stop`): an op whose record may not be on disk is never acknowledged, and
@@ -43,6 +46,12 @@ use std::path::{Path, PathBuf};
 
 const HEADER_SIZE: usize = PrepareHeader::SIZE;
 
+/// The most bytes of records a checkpoint covers that the journal leaves in place before the
+/// records it keeps, instead of moving those to a fresh file (a write and two fsyncs in the
+/// group's path). A partition's records are mostly stand-ins of a few hundred bytes, so this
+/// is many checkpoints' worth; a start reads them and skips them.
+const COVERED_PREFIX_MAX: u64 = 4 << 20;
+
 /// A group's journal file, open for appends.
 pub struct FileJournal {
     file: File,
@@ -57,6 +66,10 @@ pub struct FileJournal {
     positions: Vec<u64>,
     /// Checksum of each op's record, beside `positions`: the parent of the next one.
     checksums: Vec<u64>,
+    /// File position of the first record held: the records before it are covered by the
+    /// checkpoint (left in place, see [`FileJournal::reset_after_checkpoint`]).
+    start: u64,
+    /// Where the records end: the next append's position.
     len: u64,
 }
 
@@ -229,6 +242,9 @@ struct Walk {
     /// A record of another cluster where the walk stood: its position, op and cluster. The
     /// walk stops there; start-up refuses the journal.
     foreign: Option<(usize, u64, u128)>,
+    /// Position and reason of a damaged record among those the checkpoint covers, which the
+    /// walk stepped over to the checkpoint's next op (nothing of it is replayed).
+    covered_damage: Option<(usize, &'static str)>,
 }
 
 /// Walks the valid prefix of a journal anchored at `anchor`.
@@ -239,6 +255,7 @@ fn walk(bytes: &Bytes, anchor: Anchor) -> Walk {
     let mut position = 0usize;
     let mut chained = false;
     let mut foreign_record = None;
+    let mut covered_damage = None;
     let damage = loop {
         if position >= bytes.len() {
             break None;
@@ -268,7 +285,23 @@ fn walk(bytes: &Bytes, anchor: Anchor) -> Walk {
             {
                 break None;
             }
-            Err(why) => break Some((position, why)),
+            Err(why) => {
+                // Damage among the records a checkpoint covers (left in place before the ones
+                // it keeps, see `FileJournal::reset_after_checkpoint`) costs nothing when the
+                // checkpoint's next op follows whole and chained to it: the walk goes on there.
+                let covered = entries
+                    .last()
+                    .is_none_or(|last| last.entry().op <= checkpoint);
+                match covered.then(|| next_after_checkpoint(bytes, position, anchor)) {
+                    Some(Some(next)) if covered_damage.is_none() => {
+                        covered_damage = Some((position, why));
+                        entries.clear();
+                        positions.clear();
+                        position = next;
+                    }
+                    _ => break Some((position, why)),
+                }
+            }
         }
     };
     Walk {
@@ -277,7 +310,16 @@ fn walk(bytes: &Bytes, anchor: Anchor) -> Walk {
         end: position,
         damage,
         foreign: foreign_record,
+        covered_damage,
     }
+}
+
+/// The position of the first whole record after the damaged one at `damaged` that carries the
+/// op after `anchor`'s checkpoint and chains to it.
+fn next_after_checkpoint(bytes: &Bytes, damaged: usize, anchor: Anchor) -> Option<usize> {
+    let (at, op) = continuation(bytes, damaged, anchor.op + 1, anchor.op)?;
+    let record = decode_record(&bytes.slice(at..), Some(op)).ok()?;
+    (op == anchor.op + 1 && record.parent == u128::from(anchor.checksum)).then_some(at)
 }
 
 /// Whether a whole record of an earlier cycle (an op the checkpoint covers, below `expected`)
@@ -320,9 +362,20 @@ pub fn check(bytes: &Bytes, anchor: Anchor) -> JournalCheck {
         positions,
         damage,
         foreign,
+        covered_damage,
         ..
     } = walk(bytes, anchor);
     let mut problems = Vec::new();
+    if let Some((at, why)) = covered_damage {
+        problems.push((
+            Severity::Warning,
+            Some(at as u64),
+            format!(
+                "damaged record ({why}) among the ops the checkpoint at op {checkpoint} covers:                  recovery steps over it to op {}",
+                checkpoint + 1
+            ),
+        ));
+    }
     if let Some((at, op, cluster)) = foreign {
         problems.push((
             Severity::Error,
@@ -461,7 +514,14 @@ impl FileJournal {
             end: position,
             damage,
             foreign,
+            covered_damage,
         } = walk(&bytes, anchor);
+        if let Some((at, why)) = covered_damage {
+            tracing::warn!(
+                "journal {}: a damaged record at position {at} ({why}) among the ops the checkpoint at op {checkpoint} covers: skipped",
+                path.display()
+            );
+        }
         if let Some(foreign) = foreign {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidData,
@@ -513,6 +573,7 @@ impl FileJournal {
                 base_checksum: anchor.checksum,
                 positions: Vec::new(),
                 checksums: Vec::new(),
+                start: 0,
                 len: 0,
             };
             return Ok((journal, kept));
@@ -536,6 +597,7 @@ impl FileJournal {
             base_checksum,
             positions,
             checksums,
+            start: 0,
             len: position as u64,
         };
         Ok((journal, kept))
@@ -669,7 +731,7 @@ impl Journal for FileJournal {
     }
 
     fn len_bytes(&self) -> u64 {
-        self.len
+        self.len - self.start
     }
 
     async fn read(&self, op: u64) -> Option<JournalEntry> {
@@ -721,17 +783,21 @@ impl FileJournal {
         self.base_checksum = checksum;
         self.positions.clear();
         self.checksums.clear();
+        self.start = 0;
         self.len = 0;
         self.file.set_len(0).await.or_stop("truncate", &self.path);
     }
 
-    /// Drops the records a checkpoint at `op` made redundant. When it covers every record (a
-    /// group of one always checkpoints at its last op) the journal empties: the next append
-    /// overwrites the first record (see the module note) and chains to op `op`, which the
-    /// journal holds (a checkpoint is taken at a journaled op). A larger group checkpoints at
-    /// the op every replica holds, which may be below its newest: the records above it move to
-    /// the start of a fresh file that replaces the journal atomically, so a crash leaves the
-    /// old file (its records after the checkpoint still chain from it) or the new one.
+    /// Drops the records a checkpoint at `op` made redundant. When it covers every record the
+    /// journal empties: the next append overwrites the first record (see the module note) and
+    /// chains to op `op`, which the journal holds (a checkpoint is taken at a journaled op).
+    /// A checkpoint may be below the newest record (a larger group checkpoints at the op every
+    /// replica holds; any group goes on preparing while its checkpoint is written): the records
+    /// it covers stay where they are, unwritten, and a start skips them, as after a crash just
+    /// after the checkpoint; the file is not touched, so nothing waits for a disk. Once they
+    /// pass [`COVERED_PREFIX_MAX`] bytes, the records above `op` move to the start of a fresh
+    /// file that replaces the journal atomically, so a crash leaves the old file (its records
+    /// after the checkpoint still chain from it) or the new one.
     pub async fn reset_after_checkpoint(&mut self, op: u64) {
         let held = match op.checked_sub(self.base) {
             Some(held) => held as usize,
@@ -750,10 +816,17 @@ impl FileJournal {
         if held == self.positions.len() {
             self.positions.clear();
             self.checksums.clear();
+            self.start = 0;
             self.len = 0;
             return;
         }
         let from = self.positions[held];
+        if from <= COVERED_PREFIX_MAX {
+            self.positions.drain(..held);
+            self.checksums.drain(..held);
+            self.start = from;
+            return;
+        }
         let suffix = vec![0; (self.len - from) as usize];
         let compio::BufResult(read, suffix) = self.file.read_exact_at(suffix, from).await;
         read.or_stop("read", &self.path);
@@ -769,6 +842,7 @@ impl FileJournal {
         for position in &mut self.positions {
             *position -= from;
         }
+        self.start = 0;
         self.len -= from;
     }
 }
@@ -950,35 +1024,122 @@ mod tests {
         );
     }
 
-    #[compio::test]
-    async fn a_checkpoint_below_the_newest_op_keeps_the_ops_above_it() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("journal.wal");
-        let (mut journal, _) = FileJournal::open(&path, anchor(0, b"x")).await.unwrap();
+    /// A journal at `path` of ops 1 to 5 (body `x`), after a checkpoint at op 3.
+    async fn five_ops_checkpointed_at_3(path: &Path) -> FileJournal {
+        let (mut journal, _) = FileJournal::open(path, anchor(0, b"x")).await.unwrap();
         for op in 1..=5 {
             journal.append(&entry(op, b"x"), None).await.unwrap();
         }
-        // A crash before the journal is rewritten: the old file, read from the new
-        // checkpoint, still holds what came after it.
-        let copy = dir.path().join("before.wal");
-        std::fs::copy(&path, &copy).unwrap();
-        let (_, entries) = open_whole(&copy, anchor(3, b"x")).await.unwrap();
-        assert_eq!(entries, vec![entry(4, b"x"), entry(5, b"x")]);
         journal.reset_after_checkpoint(3).await;
-        assert_eq!(journal.len_bytes(), std::fs::metadata(&path).unwrap().len());
+        journal
+    }
+
+    #[compio::test]
+    async fn a_checkpoint_below_the_newest_op_keeps_the_ops_above_it_and_leaves_the_file_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.wal");
+        let full = 5 * (HEADER_SIZE as u64 + 1);
+        let mut journal = five_ops_checkpointed_at_3(&path).await;
+        let record = HEADER_SIZE as u64 + 1;
+        // Nothing written: the covered records stay, and a start from the checkpoint skips
+        // them, so no write or fsync waits on the group's path.
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), full);
+        assert_eq!(journal.len_bytes(), 2 * record, "ops 4 and 5");
+        let (_, entries) = open_whole(&path, anchor(3, b"x")).await.unwrap();
+        assert_eq!(entries, vec![entry(4, b"x"), entry(5, b"x")]);
         journal.append(&entry(6, b"y"), None).await.unwrap();
         journal.truncate_after(5).await;
         journal.append(&entry(6, b"z"), None).await.unwrap();
-        drop(journal);
+        assert_eq!(
+            journal.read(6).await,
+            Some(JournalEntry::Whole(entry(6, b"z")))
+        );
         let (_, entries) = open_whole(&path, anchor(3, b"x")).await.unwrap();
         assert_eq!(
             entries,
             vec![entry(4, b"x"), entry(5, b"x"), entry(6, b"z")],
             "the kept records chain from the checkpoint and to what follows"
         );
+        // A later checkpoint past them all starts the file over.
+        journal.reset_after_checkpoint(6).await;
+        assert_eq!(journal.len_bytes(), 0);
+        journal.append(&entry(7, b"w"), None).await.unwrap();
+        drop(journal);
+        let (_, entries) = open_whole(&path, anchor(6, b"z")).await.unwrap();
+        assert_eq!(entries, vec![entry(7, b"w")]);
+    }
+
+    #[compio::test]
+    async fn a_damaged_record_among_the_covered_ones_loses_none_of_the_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.wal");
+        drop(five_ops_checkpointed_at_3(&path).await);
+        // Op 2's body byte flipped: its checksum fails.
+        let record = HEADER_SIZE + 1;
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[record + HEADER_SIZE] ^= 0xff;
+        std::fs::write(&path, &bytes).unwrap();
+        let checked = check(&Bytes::from(bytes.clone()), anchor(3, b"x"));
+        assert_eq!(
+            checked
+                .entries
+                .iter()
+                .map(|(_, e)| e.entry().op)
+                .collect::<Vec<_>>(),
+            vec![4, 5]
+        );
         assert!(
-            FileJournal::open(&path, anchor(2, b"x")).await.is_err(),
-            "op 3 is gone with the checkpoint"
+            checked
+                .problems
+                .iter()
+                .all(|(severity, _, _)| *severity == Severity::Warning),
+            "{:?}",
+            checked.problems
+        );
+        assert_eq!(checked.problems.len(), 1, "{:?}", checked.problems);
+        let (mut journal, entries) = open_whole(&path, anchor(3, b"x")).await.unwrap();
+        assert_eq!(entries, vec![entry(4, b"x"), entry(5, b"x")]);
+        assert_eq!(std::fs::read(&path).unwrap(), bytes, "nothing cut");
+        journal.append(&entry(6, b"y"), None).await.unwrap();
+        drop(journal);
+        let (_, entries) = open_whole(&path, anchor(3, b"x")).await.unwrap();
+        assert_eq!(
+            entries,
+            vec![entry(4, b"x"), entry(5, b"x"), entry(6, b"y")]
+        );
+        // The same damage with the checkpoint before it is in the ops replayed: cut there.
+        let (_, entries) = open_whole(&path, anchor(1, b"x")).await.unwrap();
+        assert!(entries.is_empty(), "{entries:?}");
+    }
+
+    #[compio::test]
+    async fn past_the_covered_bound_the_ops_above_a_checkpoint_move_to_a_fresh_file() {
+        static BODY: [u8; 1 << 20] = [7; 1 << 20];
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.wal");
+        let (mut journal, _) = FileJournal::open(&path, anchor(0, &BODY)).await.unwrap();
+        let ops = COVERED_PREFIX_MAX / (1 << 20) + 2;
+        for op in 1..=ops {
+            journal.append(&entry(op, &BODY), None).await.unwrap();
+        }
+        let record = HEADER_SIZE as u64 + (1 << 20);
+        journal.reset_after_checkpoint(ops - 1).await;
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().len(),
+            record,
+            "op {ops} alone"
+        );
+        assert_eq!(journal.len_bytes(), record);
+        journal.append(&entry(ops + 1, b"y"), None).await.unwrap();
+        drop(journal);
+        let (_, entries) = open_whole(&path, anchor(ops - 1, &BODY)).await.unwrap();
+        assert_eq!(entries, vec![entry(ops, &BODY), entry(ops + 1, b"y")]);
+        assert!(
+            FileJournal::open(&path, anchor(ops - 2, &BODY))
+                .await
+                .is_err(),
+            "op {} is gone with the checkpoint",
+            ops - 1
         );
     }
 

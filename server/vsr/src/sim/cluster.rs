@@ -861,6 +861,10 @@ impl<W: Workload> Cluster<W> {
             }
             node.storage.tick(now);
             let core = node.core.as_mut().unwrap();
+            // As the server's shell: the core learns its checkpoint is durable once written.
+            if core.checkpoint_writing() && !node.storage.checkpoint_pending() {
+                core.checkpointed();
+            }
             if node.sync_pending && !node.storage.prepares_pending() {
                 node.sync_pending = false;
                 node.machine.sync();
@@ -937,7 +941,6 @@ impl<W: Workload> Cluster<W> {
             let replica = core.replica();
             let journal_before = replica.journal_len();
             let bytes = core.checkpoint_record(op);
-            core.checkpointed();
             assert_eq!(core.replica().checkpoint_op(), op);
             assert!(core.replica().journal_len() <= journal_before);
             let at = now + 1 + self.rng.below(3);

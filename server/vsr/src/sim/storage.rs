@@ -138,6 +138,13 @@ impl Storage {
             .any(|(_, write)| matches!(write, Write::Prepare(_) | Write::Truncate(_)))
     }
 
+    /// Whether a checkpoint write is still queued.
+    pub fn checkpoint_pending(&self) -> bool {
+        self.pending
+            .iter()
+            .any(|(_, write)| matches!(write, Write::Checkpoint { .. }))
+    }
+
     /// Completes due operations; returns the ops whose prepare writes completed.
     pub fn tick(&mut self, now: u64) -> Vec<u64> {
         if self
