@@ -1,0 +1,350 @@
+//! The seed's durability and retry contracts as an SDK user relying on them meets them in a
+//! 3-node cluster under `persisted` durability ("crash-safe send retries require Persisted;
+//! crash-safe explicit offset retries require Persisted and Quorum"): an offset store the SDK
+//! acknowledged (its default Quorum ack) survives a kill -9 of the partition's primary and of
+//! every node at once, and a read never shows an offset below one already acknowledged; the
+//! high-level producer's acknowledged sends, retried by the SDK across a kill -9 of the node it
+//! talks to, are stored once each and in order.
+
+use crate::cluster::{all_groups, create_topic};
+use crate::harness::*;
+use crate::test_cluster::*;
+use iggy::prelude::*;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Messages in the partition: each store names one of them, one higher than the last.
+const MESSAGES: u64 = 4000;
+/// Stores acknowledged between two steps of the test.
+const STEP: u64 = 15;
+const NOTHING_ACKNOWLEDGED: u64 = u64::MAX;
+
+/// One task storing offsets 0, 1, 2, … for consumer "c" on partition 0, one call at a time, and
+/// reading the offset back after each acknowledged store.
+struct OffsetWriter {
+    acknowledged: Arc<AtomicU64>,
+    count: Arc<AtomicU64>,
+    /// (acknowledged, read back) pairs where the read was below the acknowledged store.
+    backwards: Arc<Mutex<Vec<(u64, u64)>>>,
+    failures: Arc<Mutex<Vec<String>>>,
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<u64>,
+}
+
+impl OffsetWriter {
+    fn start(client: Arc<IggyClient>, stream: u32, topic: u32) -> Self {
+        let acknowledged = Arc::new(AtomicU64::new(NOTHING_ACKNOWLEDGED));
+        let count = Arc::new(AtomicU64::new(0));
+        let backwards = Arc::new(Mutex::new(Vec::new()));
+        let failures = Arc::new(Mutex::new(Vec::new()));
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn({
+            let (acknowledged, count) = (acknowledged.clone(), count.clone());
+            let (backwards, failures) = (backwards.clone(), failures.clone());
+            async move {
+                let c = consumer("c");
+                let mut next = 0;
+                while !*stopped.borrow() && next < MESSAGES {
+                    let offset = next;
+                    next += 1;
+                    let stored = tokio::time::timeout(
+                        Duration::from_secs(30),
+                        client.store_consumer_offset(&c, &id(stream), &id(topic), Some(0), offset),
+                    )
+                    .await;
+                    match stored {
+                        Ok(Ok(())) => {
+                            acknowledged.store(offset, Ordering::SeqCst);
+                            count.fetch_add(1, Ordering::SeqCst);
+                        }
+                        Ok(Err(e)) => {
+                            failures
+                                .lock()
+                                .unwrap()
+                                .push(format!("store {offset}: {e}"));
+                            continue;
+                        }
+                        Err(_) => {
+                            failures
+                                .lock()
+                                .unwrap()
+                                .push(format!("store {offset}: timed out"));
+                            continue;
+                        }
+                    }
+                    let read = tokio::time::timeout(
+                        Duration::from_secs(30),
+                        client.get_consumer_offset(&c, &id(stream), &id(topic), Some(0)),
+                    )
+                    .await;
+                    match read {
+                        Ok(Ok(Some(info))) if info.stored_offset < offset => {
+                            backwards.lock().unwrap().push((offset, info.stored_offset));
+                        }
+                        Ok(Ok(None)) => backwards.lock().unwrap().push((offset, u64::MAX)),
+                        Ok(Ok(Some(_))) => {}
+                        Ok(Err(e)) => failures
+                            .lock()
+                            .unwrap()
+                            .push(format!("get after {offset}: {e}")),
+                        Err(_) => failures
+                            .lock()
+                            .unwrap()
+                            .push(format!("get after {offset}: timed out")),
+                    }
+                }
+                next - 1
+            }
+        });
+        Self {
+            acknowledged,
+            count,
+            backwards,
+            failures,
+            stop,
+            task,
+        }
+    }
+
+    /// Waits until `STEP` more stores were acknowledged.
+    async fn wait_progress(&self, what: &str) {
+        let from = self.count.load(Ordering::SeqCst);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.count.load(Ordering::SeqCst) < from + STEP {
+            assert!(
+                Instant::now() < deadline,
+                "{what}: no {STEP} offset stores acknowledged in 60 s (failures {:?})",
+                self.failures.lock().unwrap()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Stops the task: the last acknowledged store and the last one attempted.
+    async fn finish(self) -> (u64, u64) {
+        let _ = self.stop.send(true);
+        let attempted = self.task.await.expect("offset writer task");
+        (self.acknowledged.load(Ordering::SeqCst), attempted)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn persisted_offset_stores_survive_kill9_of_the_primary_and_of_every_node_and_never_go_back()
+{
+    let options = ClusterOptions {
+        env: vec![(
+            "IGGY_SYSTEM_DURABILITY".to_string(),
+            "persisted".to_string(),
+        )],
+        ..ClusterOptions::default()
+    };
+    let mut cluster = TestCluster::start_with(3, options);
+    let client = Arc::new(cluster.root_client(0).await);
+    let (stream, topic, partition_groups) = create_topic(&client, 1).await;
+    let groups = all_groups(&partition_groups);
+    for batch in 0..MESSAGES / 500 {
+        let texts = (0..500)
+            .map(|i| msg(format!("m{}", batch * 500 + i)))
+            .collect();
+        send_to_partition(&client, &id(stream), &id(topic), 0, texts).await;
+    }
+    let writer = OffsetWriter::start(client.clone(), stream, topic);
+    writer.wait_progress("before any kill").await;
+
+    let group = partition_groups[0];
+    let (primary, view) = cluster.primary(group).expect("a partition primary");
+    let victim = usize::from(primary);
+    cluster.kill9(victim);
+    cluster.wait_new_primary(group, victim, view).await;
+    writer.wait_progress("partition primary killed").await;
+    cluster.restart(victim);
+    for node in 0..3 {
+        cluster.wait_normal(node, &groups).await;
+    }
+    writer.wait_progress("after its restart").await;
+
+    for node in 0..3 {
+        cluster.kill9(node);
+    }
+    for node in 0..3 {
+        cluster.restart(node);
+    }
+    for node in 0..3 {
+        cluster.wait_normal(node, &groups).await;
+    }
+    writer.wait_progress("after every node was killed").await;
+
+    let backwards = writer.backwards.lock().unwrap().clone();
+    let failures = writer.failures.lock().unwrap().clone();
+    let (acknowledged, attempted) = writer.finish().await;
+    assert!(
+        backwards.is_empty(),
+        "reads below an acknowledged store (stored, read): {backwards:?}"
+    );
+    for node in 0..3 {
+        let reader = cluster.root_client(node).await;
+        let info = ok(
+            "get_consumer_offset",
+            within(
+                "get offset",
+                reader.get_consumer_offset(&consumer("c"), &id(stream), &id(topic), Some(0)),
+            )
+            .await,
+        )
+        .expect("an offset stored for c");
+        assert!(
+            (acknowledged..=attempted).contains(&info.stored_offset),
+            "node {node} serves offset {} (last acknowledged {acknowledged}, last attempted \
+             {attempted})",
+            info.stored_offset
+        );
+    }
+    eprintln!(
+        "killed node {victim} (primary of the partition), then every node; last acknowledged \
+         store {acknowledged}, last attempted {attempted}, failed calls {failures:?}"
+    );
+}
+
+/// A direct `IggyProducer` (batches of 10, 2 ms linger) connected to node 0 sends 10 messages a
+/// call to the single partition while node 0 (the node it talks to) and then the partition's
+/// primary are killed with kill -9 and restarted. Every call that returned Ok is stored exactly
+/// once, in the order sent; a call that failed is stored at most once; nothing is stored twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_direct_producers_acknowledged_sends_survive_kill9_of_its_node_once_each_in_order() {
+    let options = ClusterOptions {
+        env: vec![(
+            "IGGY_SYSTEM_DURABILITY".to_string(),
+            "persisted".to_string(),
+        )],
+        ..ClusterOptions::default()
+    };
+    let mut cluster = TestCluster::start_with(3, options);
+    let admin = cluster.root_client(1).await;
+    let (stream, topic, partition_groups) = create_topic(&admin, 1).await;
+    let groups = all_groups(&partition_groups);
+    let client = cluster.root_client(0).await;
+    let producer = client
+        .producer("s", "t")
+        .unwrap()
+        .direct(
+            DirectConfig::builder()
+                .batch_length(10)
+                .linger_time(IggyDuration::from(2000))
+                .build(),
+        )
+        .partitioning(Partitioning::partition_id(0))
+        .build();
+    ok("producer init", within("init", producer.init()).await);
+    let acknowledged = Arc::new(Mutex::new(Vec::new()));
+    let failed = Arc::new(Mutex::new(Vec::new()));
+    let calls = Arc::new(AtomicU64::new(0));
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let sender = tokio::spawn({
+        let (acknowledged, failed, calls) = (acknowledged.clone(), failed.clone(), calls.clone());
+        async move {
+            let mut call = 0u64;
+            while !*stopped.borrow() {
+                let batch: Vec<IggyMessage> =
+                    (0..10).map(|i| msg(format!("c{call}-{i}"))).collect();
+                match tokio::time::timeout(Duration::from_secs(30), producer.send(batch)).await {
+                    Ok(Ok(_)) => acknowledged.lock().unwrap().push(call),
+                    Ok(Err(e)) => failed
+                        .lock()
+                        .unwrap()
+                        .push((call, format!("{e} ({})", e.as_code()))),
+                    Err(_) => failed.lock().unwrap().push((call, "timed out".to_string())),
+                }
+                call += 1;
+                calls.store(call, Ordering::SeqCst);
+            }
+            producer.shutdown().await;
+        }
+    });
+    let progress = async |what: &str| {
+        let from = acknowledged.lock().unwrap().len();
+        wait_until(
+            what,
+            Duration::from_secs(60),
+            || (acknowledged.lock().unwrap().len() >= from + STEP as usize).then_some(()),
+            || format!("failed calls {:?}", failed.lock().unwrap()),
+        )
+        .await;
+    };
+    progress("before any kill").await;
+    cluster.kill9(0);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    cluster.restart(0);
+    for node in 0..3 {
+        cluster.wait_normal(node, &groups).await;
+    }
+    progress("after node 0 restarted").await;
+    let group = partition_groups[0];
+    let (primary, view) = cluster.primary(group).expect("a partition primary");
+    let victim = usize::from(primary);
+    cluster.kill9(victim);
+    cluster.wait_new_primary(group, victim, view).await;
+    progress("partition primary killed").await;
+    cluster.restart(victim);
+    for node in 0..3 {
+        cluster.wait_normal(node, &groups).await;
+    }
+    progress("after its restart").await;
+    let _ = stop.send(true);
+    within_for(Duration::from_secs(60), "sender task", sender)
+        .await
+        .expect("sender task");
+
+    let acknowledged = acknowledged.lock().unwrap().clone();
+    let failed = failed.lock().unwrap().clone();
+    let reader = cluster.root_client(1).await;
+    let polled = poll(
+        &reader,
+        &id(stream),
+        &id(topic),
+        0,
+        &consumer("reader"),
+        PollingStrategy::first(),
+        100_000,
+        false,
+    )
+    .await;
+    let texts = payloads(&polled);
+    assert_eq!(
+        offsets(&polled),
+        (0..texts.len() as u64).collect::<Vec<_>>()
+    );
+    let stored: Vec<u64> = texts
+        .chunks(10)
+        .map(|chunk| {
+            let call = chunk[0].trim_end_matches("-0").trim_start_matches('c');
+            let want: Vec<String> = (0..10).map(|i| format!("c{call}-{i}")).collect();
+            assert_eq!(chunk, want, "a call's 10 messages are stored together");
+            call.parse().expect("a call number")
+        })
+        .collect();
+    let mut unique = stored.clone();
+    unique.dedup();
+    assert_eq!(
+        unique, stored,
+        "a call stored twice (failed calls {failed:?})"
+    );
+    let in_order = stored.windows(2).all(|w| w[0] < w[1]);
+    assert!(in_order, "calls stored out of order: {stored:?}");
+    let missing: Vec<u64> = acknowledged
+        .iter()
+        .copied()
+        .filter(|call| !stored.contains(call))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "acknowledged calls missing: {missing:?} (failed {failed:?})"
+    );
+    eprintln!(
+        "killed node 0, then node {victim} (primary of the partition); {} calls, {} acknowledged, \
+         {} stored, failed {failed:?}",
+        calls.load(Ordering::SeqCst),
+        acknowledged.len(),
+        stored.len()
+    );
+}
