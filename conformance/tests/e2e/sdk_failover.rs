@@ -9,7 +9,10 @@
 use crate::cluster::{all_groups, create_topic};
 use crate::harness::*;
 use crate::test_cluster::*;
+use futures_util::StreamExt;
 use iggy::prelude::*;
+use std::collections::BTreeSet;
+use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -346,5 +349,91 @@ async fn the_direct_producers_acknowledged_sends_survive_kill9_of_its_node_once_
         calls.load(Ordering::SeqCst),
         acknowledged.len(),
         stored.len()
+    );
+}
+
+/// A standalone `IggyConsumer` (consumer "c", next, auto-commit on poll) connected to node 0
+/// reads a partition while a writer on node 1 keeps sending; node 0 is killed with kill -9 and
+/// restarted midway. The consumer reads every message sent, in order. Auto-commit polls have
+/// the weaker contract (an auto-committed offset can be lost with the crash), so a message may
+/// be delivered again; the test reports how many.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_auto_committing_consumer_reads_every_message_across_kill9_of_its_node() {
+    const TOTAL: usize = 300;
+    let options = ClusterOptions {
+        env: vec![(
+            "IGGY_SYSTEM_DURABILITY".to_string(),
+            "persisted".to_string(),
+        )],
+        ..ClusterOptions::default()
+    };
+    let mut cluster = TestCluster::start_with(3, options);
+    let admin = cluster.root_client(1).await;
+    let (stream, topic, partition_groups) = create_topic(&admin, 1).await;
+    let groups = all_groups(&partition_groups);
+    let send = async |from: usize, to: usize| {
+        for i in from..to {
+            send_to_partition(
+                &admin,
+                &id(stream),
+                &id(topic),
+                0,
+                vec![msg(format!("w-{i}"))],
+            )
+            .await;
+        }
+    };
+    send(0, TOTAL / 3).await;
+    let client = cluster.root_client(0).await;
+    let mut reader = client
+        .consumer("c", "s", "t", 0)
+        .unwrap()
+        .polling_strategy(PollingStrategy::next())
+        .auto_commit(AutoCommit::When(AutoCommitWhen::PollingMessages))
+        .poll_interval(IggyDuration::from_str("10ms").unwrap())
+        .batch_length(5)
+        .build();
+    ok("consumer init", within("init", reader.init()).await);
+    let mut seen: Vec<String> = Vec::new();
+    let mut errors: Vec<String> = Vec::new();
+    let mut read_until = async |count: usize, what: &str, seen: &mut Vec<String>| {
+        let read = async {
+            while seen.iter().collect::<BTreeSet<_>>().len() < count {
+                match reader.next().await.expect("stream ended") {
+                    Ok(m) => seen.push(String::from_utf8_lossy(&m.message.payload).into_owned()),
+                    Err(e) => errors.push(format!("{e} ({})", e.as_code())),
+                }
+            }
+        };
+        within_for(Duration::from_secs(60), what, read).await;
+    };
+    read_until(TOTAL / 6, "before the kill", &mut seen).await;
+    cluster.kill9(0);
+    send(TOTAL / 3, 2 * TOTAL / 3).await;
+    cluster.restart(0);
+    for node in 0..3 {
+        cluster.wait_normal(node, &groups).await;
+    }
+    send(2 * TOTAL / 3, TOTAL).await;
+    read_until(TOTAL, "after the restart", &mut seen).await;
+    drop(read_until);
+
+    let mut first_seen: Vec<&String> = Vec::new();
+    for text in &seen {
+        if !first_seen.contains(&text) {
+            first_seen.push(text);
+        }
+    }
+    let want: Vec<String> = (0..TOTAL).map(|i| format!("w-{i}")).collect();
+    assert_eq!(
+        first_seen,
+        want.iter().collect::<Vec<_>>(),
+        "every message read, first in send order (errors: {errors:?})"
+    );
+    eprintln!(
+        "consumer on node 0 through its kill -9: {} deliveries of {TOTAL} messages ({} again), \
+         errors {errors:?}",
+        seen.len(),
+        seen.len() - TOTAL
     );
 }
