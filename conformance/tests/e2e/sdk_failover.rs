@@ -10,6 +10,7 @@ use crate::cluster::{all_groups, create_topic};
 use crate::harness::*;
 use crate::test_cluster::*;
 use futures_util::StreamExt;
+use iggy::clients::producer_error_callback::{ErrorCallback, ErrorCtx};
 use iggy::prelude::*;
 use std::collections::BTreeSet;
 use std::str::FromStr;
@@ -215,6 +216,47 @@ async fn persisted_offset_stores_survive_kill9_of_the_primary_and_of_every_node_
 /// once, in the order sent; a call that failed is stored at most once; nothing is stored twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_direct_producers_acknowledged_sends_survive_kill9_of_its_node_once_each_in_order() {
+    producer_through_kill9_of_its_node(false).await;
+}
+
+/// The same through a background `IggyProducer`: its `send` only queues, so a queued call is
+/// stored exactly once, in order, unless the producer handed it to its error callback (its
+/// contract for a write that failed for good); nothing is stored twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_background_producers_queued_sends_survive_kill9_of_its_node_once_each_in_order() {
+    producer_through_kill9_of_its_node(true).await;
+}
+
+/// Keeps the call number of every message a background producer gave up on.
+#[derive(Debug, Default)]
+struct RecordingErrorCallback {
+    given_up: Arc<Mutex<BTreeSet<u64>>>,
+}
+
+impl ErrorCallback for RecordingErrorCallback {
+    fn call(
+        &self,
+        ctx: ErrorCtx,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'static>> {
+        let mut given_up = self.given_up.lock().unwrap();
+        for message in ctx.messages.iter() {
+            given_up.insert(call_of(&String::from_utf8_lossy(&message.payload)));
+        }
+        Box::pin(async {})
+    }
+}
+
+/// The call number of message text `c<call>-<i>`.
+fn call_of(text: &str) -> u64 {
+    let call = text
+        .trim_start_matches('c')
+        .split('-')
+        .next()
+        .unwrap_or_default();
+    call.parse().expect("a call number")
+}
+
+async fn producer_through_kill9_of_its_node(background: bool) {
     let options = ClusterOptions {
         env: vec![(
             "IGGY_SYSTEM_DURABILITY".to_string(),
@@ -227,17 +269,28 @@ async fn the_direct_producers_acknowledged_sends_survive_kill9_of_its_node_once_
     let (stream, topic, partition_groups) = create_topic(&admin, 1).await;
     let groups = all_groups(&partition_groups);
     let client = cluster.root_client(0).await;
-    let producer = client
-        .producer("s", "t")
-        .unwrap()
-        .direct(
+    let builder = client.producer("s", "t").unwrap();
+    let given_up = Arc::new(Mutex::new(BTreeSet::new()));
+    let builder = if background {
+        let callback = RecordingErrorCallback {
+            given_up: given_up.clone(),
+        };
+        builder.background(
+            BackgroundConfig::builder()
+                .batch_length(10)
+                .linger_time(IggyDuration::from(2000))
+                .error_callback(Arc::new(Box::new(callback)))
+                .build(),
+        )
+    } else {
+        builder.direct(
             DirectConfig::builder()
                 .batch_length(10)
                 .linger_time(IggyDuration::from(2000))
                 .build(),
         )
-        .partitioning(Partitioning::partition_id(0))
-        .build();
+    };
+    let producer = builder.partitioning(Partitioning::partition_id(0)).build();
     ok("producer init", within("init", producer.init()).await);
     let acknowledged = Arc::new(Mutex::new(Vec::new()));
     let failed = Arc::new(Mutex::new(Vec::new()));
@@ -301,29 +354,35 @@ async fn the_direct_producers_acknowledged_sends_survive_kill9_of_its_node_once_
     let acknowledged = acknowledged.lock().unwrap().clone();
     let failed = failed.lock().unwrap().clone();
     let reader = cluster.root_client(1).await;
-    let polled = poll(
-        &reader,
-        &id(stream),
-        &id(topic),
-        0,
-        &consumer("reader"),
-        PollingStrategy::first(),
-        100_000,
-        false,
-    )
-    .await;
-    let texts = payloads(&polled);
-    assert_eq!(
-        offsets(&polled),
-        (0..texts.len() as u64).collect::<Vec<_>>()
-    );
+    // Page through the partition: a background producer may have stored more than one poll takes.
+    let mut texts = Vec::new();
+    loop {
+        let polled = poll(
+            &reader,
+            &id(stream),
+            &id(topic),
+            0,
+            &consumer("reader"),
+            PollingStrategy::offset(texts.len() as u64),
+            10_000,
+            false,
+        )
+        .await;
+        if polled.messages.is_empty() {
+            break;
+        }
+        let from = texts.len() as u64;
+        let want: Vec<u64> = (from..from + polled.messages.len() as u64).collect();
+        assert_eq!(offsets(&polled), want, "offsets without a gap");
+        texts.extend(payloads(&polled));
+    }
     let stored: Vec<u64> = texts
         .chunks(10)
         .map(|chunk| {
-            let call = chunk[0].trim_end_matches("-0").trim_start_matches('c');
+            let call = call_of(&chunk[0]);
             let want: Vec<String> = (0..10).map(|i| format!("c{call}-{i}")).collect();
             assert_eq!(chunk, want, "a call's 10 messages are stored together");
-            call.parse().expect("a call number")
+            call
         })
         .collect();
     let mut unique = stored.clone();
@@ -334,18 +393,19 @@ async fn the_direct_producers_acknowledged_sends_survive_kill9_of_its_node_once_
     );
     let in_order = stored.windows(2).all(|w| w[0] < w[1]);
     assert!(in_order, "calls stored out of order: {stored:?}");
+    let given_up = given_up.lock().unwrap().clone();
     let missing: Vec<u64> = acknowledged
         .iter()
         .copied()
-        .filter(|call| !stored.contains(call))
+        .filter(|call| !stored.contains(call) && !given_up.contains(call))
         .collect();
     assert!(
         missing.is_empty(),
         "acknowledged calls missing: {missing:?} (failed {failed:?})"
     );
     eprintln!(
-        "killed node 0, then node {victim} (primary of the partition); {} calls, {} acknowledged, \
-         {} stored, failed {failed:?}",
+        "background {background}: killed node 0, then node {victim} (primary of the partition); \
+         {} calls, {} acknowledged, {} stored, given up {given_up:?}, failed {failed:?}",
         calls.load(Ordering::SeqCst),
         acknowledged.len(),
         stored.len()
