@@ -24,6 +24,17 @@ const MESSAGES: u64 = 4000;
 const STEP: u64 = 15;
 const NOTHING_ACKNOWLEDGED: u64 = u64::MAX;
 
+/// The cluster's `system.durability`: persisted, or `SDK_FAILOVER_DURABILITY` (replicated runs
+/// the same tests under the default policy, whose contract is weaker only for power loss).
+fn durability_options() -> ClusterOptions {
+    let durability =
+        std::env::var("SDK_FAILOVER_DURABILITY").unwrap_or_else(|_| "persisted".to_string());
+    ClusterOptions {
+        env: vec![("IGGY_SYSTEM_DURABILITY".to_string(), durability)],
+        ..ClusterOptions::default()
+    }
+}
+
 /// One task storing offsets 0, 1, 2, … for consumer "c" on partition 0, one call at a time, and
 /// reading the offset back after each acknowledged store.
 struct OffsetWriter {
@@ -136,13 +147,7 @@ impl OffsetWriter {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn persisted_offset_stores_survive_kill9_of_the_primary_and_of_every_node_and_never_go_back()
 {
-    let options = ClusterOptions {
-        env: vec![(
-            "IGGY_SYSTEM_DURABILITY".to_string(),
-            "persisted".to_string(),
-        )],
-        ..ClusterOptions::default()
-    };
+    let options = durability_options();
     let mut cluster = TestCluster::start_with(3, options);
     let client = Arc::new(cluster.root_client(0).await);
     let (stream, topic, partition_groups) = create_topic(&client, 1).await;
@@ -211,8 +216,8 @@ async fn persisted_offset_stores_survive_kill9_of_the_primary_and_of_every_node_
 }
 
 /// A direct `IggyProducer` (batches of 10, 2 ms linger) connected to node 0 sends 10 messages a
-/// call to the single partition while node 0 (the node it talks to) and then the partition's
-/// primary are killed with kill -9 and restarted. Every call that returned Ok is stored exactly
+/// call to the single partition while node 0 (the node it talks to), then the partition's
+/// primary, then every node at once are killed with kill -9 and restarted. Every call that returned Ok is stored exactly
 /// once, in the order sent; a call that failed is stored at most once; nothing is stored twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_direct_producers_acknowledged_sends_survive_kill9_of_its_node_once_each_in_order() {
@@ -231,6 +236,7 @@ async fn the_background_producers_queued_sends_survive_kill9_of_its_node_once_ea
 #[derive(Debug, Default)]
 struct RecordingErrorCallback {
     given_up: Arc<Mutex<BTreeSet<u64>>>,
+    causes: Arc<Mutex<BTreeSet<String>>>,
 }
 
 impl ErrorCallback for RecordingErrorCallback {
@@ -238,6 +244,8 @@ impl ErrorCallback for RecordingErrorCallback {
         &self,
         ctx: ErrorCtx,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'static>> {
+        let cause = format!("{} ({})", ctx.cause, ctx.cause.as_code());
+        self.causes.lock().unwrap().insert(cause);
         let mut given_up = self.given_up.lock().unwrap();
         for message in ctx.messages.iter() {
             given_up.insert(call_of(&String::from_utf8_lossy(&message.payload)));
@@ -257,13 +265,7 @@ fn call_of(text: &str) -> u64 {
 }
 
 async fn producer_through_kill9_of_its_node(background: bool) {
-    let options = ClusterOptions {
-        env: vec![(
-            "IGGY_SYSTEM_DURABILITY".to_string(),
-            "persisted".to_string(),
-        )],
-        ..ClusterOptions::default()
-    };
+    let options = durability_options();
     let mut cluster = TestCluster::start_with(3, options);
     let admin = cluster.root_client(1).await;
     let (stream, topic, partition_groups) = create_topic(&admin, 1).await;
@@ -271,9 +273,11 @@ async fn producer_through_kill9_of_its_node(background: bool) {
     let client = cluster.root_client(0).await;
     let builder = client.producer("s", "t").unwrap();
     let given_up = Arc::new(Mutex::new(BTreeSet::new()));
+    let causes = Arc::new(Mutex::new(BTreeSet::new()));
     let builder = if background {
         let callback = RecordingErrorCallback {
             given_up: given_up.clone(),
+            causes: causes.clone(),
         };
         builder.background(
             BackgroundConfig::builder()
@@ -346,6 +350,16 @@ async fn producer_through_kill9_of_its_node(background: bool) {
         cluster.wait_normal(node, &groups).await;
     }
     progress("after its restart").await;
+    for node in 0..3 {
+        cluster.kill9(node);
+    }
+    for node in 0..3 {
+        cluster.restart(node);
+    }
+    for node in 0..3 {
+        cluster.wait_normal(node, &groups).await;
+    }
+    progress("after every node was killed").await;
     let _ = stop.send(true);
     within_for(Duration::from_secs(60), "sender task", sender)
         .await
@@ -394,6 +408,8 @@ async fn producer_through_kill9_of_its_node(background: bool) {
     let in_order = stored.windows(2).all(|w| w[0] < w[1]);
     assert!(in_order, "calls stored out of order: {stored:?}");
     let given_up = given_up.lock().unwrap().clone();
+    let causes = causes.lock().unwrap().clone();
+    eprintln!("given up {} calls: {causes:?}", given_up.len());
     let missing: Vec<u64> = acknowledged
         .iter()
         .copied()
@@ -404,7 +420,8 @@ async fn producer_through_kill9_of_its_node(background: bool) {
         "acknowledged calls missing: {missing:?} (failed {failed:?})"
     );
     eprintln!(
-        "background {background}: killed node 0, then node {victim} (primary of the partition); \
+        "background {background}: killed node 0, node {victim} (primary of the partition), then \
+         every node; \
          {} calls, {} acknowledged, {} stored, given up {given_up:?}, failed {failed:?}",
         calls.load(Ordering::SeqCst),
         acknowledged.len(),
@@ -420,13 +437,7 @@ async fn producer_through_kill9_of_its_node(background: bool) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_auto_committing_consumer_reads_every_message_across_kill9_of_its_node() {
     const TOTAL: usize = 300;
-    let options = ClusterOptions {
-        env: vec![(
-            "IGGY_SYSTEM_DURABILITY".to_string(),
-            "persisted".to_string(),
-        )],
-        ..ClusterOptions::default()
-    };
+    let options = durability_options();
     let mut cluster = TestCluster::start_with(3, options);
     let admin = cluster.root_client(1).await;
     let (stream, topic, partition_groups) = create_topic(&admin, 1).await;
