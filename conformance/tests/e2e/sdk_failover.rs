@@ -35,6 +35,20 @@ fn durability_options() -> ClusterOptions {
     }
 }
 
+/// Kills every node at once with kill -9, restarts them and waits until each is Normal in
+/// `groups`.
+async fn kill9_every_node_and_restart(cluster: &mut TestCluster, groups: &[u64]) {
+    for node in 0..cluster.len() {
+        cluster.kill9(node);
+    }
+    for node in 0..cluster.len() {
+        cluster.restart(node);
+    }
+    for node in 0..cluster.len() {
+        cluster.wait_normal(node, groups).await;
+    }
+}
+
 /// One task storing offsets 0, 1, 2, … for consumer "c" on partition 0, one call at a time, and
 /// reading the offset back after each acknowledged store.
 struct OffsetWriter {
@@ -173,15 +187,7 @@ async fn persisted_offset_stores_survive_kill9_of_the_primary_and_of_every_node_
     }
     writer.wait_progress("after its restart").await;
 
-    for node in 0..3 {
-        cluster.kill9(node);
-    }
-    for node in 0..3 {
-        cluster.restart(node);
-    }
-    for node in 0..3 {
-        cluster.wait_normal(node, &groups).await;
-    }
+    kill9_every_node_and_restart(&mut cluster, &groups).await;
     writer.wait_progress("after every node was killed").await;
 
     let backwards = writer.backwards.lock().unwrap().clone();
@@ -350,15 +356,7 @@ async fn producer_through_kill9_of_its_node(background: bool) {
         cluster.wait_normal(node, &groups).await;
     }
     progress("after its restart").await;
-    for node in 0..3 {
-        cluster.kill9(node);
-    }
-    for node in 0..3 {
-        cluster.restart(node);
-    }
-    for node in 0..3 {
-        cluster.wait_normal(node, &groups).await;
-    }
+    kill9_every_node_and_restart(&mut cluster, &groups).await;
     progress("after every node was killed").await;
     let _ = stop.send(true);
     within_for(Duration::from_secs(60), "sender task", sender)
@@ -487,7 +485,6 @@ async fn an_auto_committing_consumer_reads_every_message_across_kill9_of_its_nod
     }
     send(2 * TOTAL / 3, TOTAL).await;
     read_until(TOTAL, "after the restart", &mut seen).await;
-    drop(read_until);
 
     let mut first_seen: Vec<&String> = Vec::new();
     for text in &seen {
