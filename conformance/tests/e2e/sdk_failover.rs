@@ -232,7 +232,10 @@ async fn the_direct_producers_acknowledged_sends_survive_kill9_of_its_node_once_
 
 /// The same through a background `IggyProducer`: its `send` only queues, so a queued call is
 /// stored exactly once, in order, unless the producer handed it to its error callback (its
-/// contract for a write that failed for good); nothing is stored twice.
+/// contract for a write that failed for good); nothing is stored twice. While every node is
+/// down the SDK fails queued writes at once with Disconnected (8) and hands them over (1 run in
+/// 5 here: 10,247 of 16,984 calls), and one whose reply the kill took as unknown outcome
+/// (14006) though it was stored: both are the SDK's documented contract, not the server's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_background_producers_queued_sends_survive_kill9_of_its_node_once_each_in_order() {
     producer_through_kill9_of_its_node(true).await;
@@ -420,10 +423,11 @@ async fn producer_through_kill9_of_its_node(background: bool) {
     eprintln!(
         "background {background}: killed node 0, node {victim} (primary of the partition), then \
          every node; \
-         {} calls, {} acknowledged, {} stored, given up {given_up:?}, failed {failed:?}",
+         {} calls, {} acknowledged, {} stored, {} given up, failed {failed:?}",
         calls.load(Ordering::SeqCst),
         acknowledged.len(),
-        stored.len()
+        stored.len(),
+        given_up.len()
     );
 }
 
