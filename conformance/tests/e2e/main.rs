@@ -36,6 +36,7 @@ mod limits;
 mod messages;
 mod metrics;
 mod offsets;
+mod sdk_failover;
 mod partitions;
 mod replay;
 mod resources;

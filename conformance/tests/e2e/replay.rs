@@ -430,3 +430,39 @@ async fn delete_segments_whose_reply_was_lost_deletes_once() {
     let first = poll(&c, &name("s"), &name("t"), 0, &consumer("x"), PollingStrategy::first(), 1, false).await;
     assert_eq!(offsets(&first), vec![6], "one segment deleted, not two; frames:\n{}", tap.tail(20));
 }
+
+/// The seed's "crash-safe explicit offset retries require Persisted and Quorum": under
+/// `persisted`, an offset store and an offset delete whose replies were lost, replayed by the
+/// SDK after a kill -9 and restart, report their original success (the delete not
+/// ConsumerOffsetNotFound, 3021) and apply once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn persisted_offset_store_and_delete_replayed_after_kill9_report_their_original_success() {
+    let mut server = TestServer::start_with_env(&[("IGGY_SYSTEM_DURABILITY", "persisted")]);
+    let (tap, c) = tapped_client(&server).await;
+    create_stream_and_topic(&c, "s", "t", 1).await;
+    send_to_partition(&c, &name("s"), &name("t"), 0, msgs("m", 5)).await;
+    ok("store 1", within("store", c.store_consumer_offset(&consumer("c"), &name("s"), &name("t"), Some(0), 1)).await);
+    lose_reply_across_restart(
+        true,
+        &mut server,
+        &tap,
+        &c,
+        OP_STORE_CONSUMER_OFFSET,
+        "store 3 across kill -9",
+        c.store_consumer_offset(&consumer("c"), &name("s"), &name("t"), Some(0), 3),
+    )
+    .await;
+    let stored = ok("get offset", within("get", c.get_consumer_offset(&consumer("c"), &name("s"), &name("t"), Some(0))).await);
+    assert_eq!(stored.map(|o| o.stored_offset), Some(3), "the replayed store applied");
+    lose_reply_across_restart(
+        true,
+        &mut server,
+        &tap,
+        &c,
+        OP_DELETE_CONSUMER_OFFSET,
+        "delete across kill -9",
+        c.delete_consumer_offset(&consumer("c"), &name("s"), &name("t"), Some(0)),
+    )
+    .await;
+    assert!(ok("get offset", within("get", c.get_consumer_offset(&consumer("c"), &name("s"), &name("t"), Some(0))).await).is_none());
+}
