@@ -1408,3 +1408,62 @@ fn a_log_restarted_past_its_end_copies_on_byte_identical_and_survives_a_crash_in
         );
     });
 }
+
+/// Descriptors this process holds open (nextest runs each test in a process of its own).
+fn open_descriptors() -> usize {
+    std::fs::read_dir("/proc/self/fd").unwrap().count()
+}
+
+/// Files one log may hold open however many segments it keeps: the active segment's `.log`
+/// and `.index`, and a few closed `.log` files kept for reads.
+const LOG_DESCRIPTORS_MAX: usize = 4;
+
+#[test]
+#[ignore = "fails: every closed segment keeps its .log and .index open"]
+fn a_log_of_many_closed_segments_keeps_a_bounded_number_of_files_open() {
+    run(async {
+        let temporary = tempfile::tempdir().unwrap();
+        let dir = temporary.path();
+        let before = open_descriptors();
+        let held = || open_descriptors().saturating_sub(before);
+        // A segment size below one record: every batch closes its segment.
+        let sizes = [3u32; 60];
+        let bases = batch_bases(&sizes);
+        let mut log = PartitionLog::open(dir, config(64)).await.unwrap();
+        append_batches(&mut log, &sizes).await;
+        assert!(log.segments_count() > 60, "{}", log.segments_count());
+        assert!(held() <= LOG_DESCRIPTORS_MAX, "appending: {} open", held());
+
+        // Reads of every closed segment return every message in order, and open each segment
+        // only for as long as a few stay open.
+        check_all_reads(&log, &bases).await;
+        assert!(held() <= LOG_DESCRIPTORS_MAX, "reading: {} open", held());
+        let whole = log.read_from(0, u32::MAX).await.unwrap();
+        assert_eq!(whole.messages, 180);
+
+        // A retirement closes what it deletes.
+        assert_eq!(log.retire_below(bases[30]).await, 30);
+        assert!(held() <= LOG_DESCRIPTORS_MAX, "retired: {} open", held());
+        check_all_reads(&log, &bases).await;
+
+        // Recovery walks every segment and keeps few of them open.
+        log.sync().await;
+        drop(log);
+        assert_eq!(held(), 0, "a dropped log holds nothing");
+        let mut log = PartitionLog::open(dir, config(64)).await.unwrap();
+        assert!(held() <= LOG_DESCRIPTORS_MAX, "reopened: {} open", held());
+        check_all_reads(&log, &bases).await;
+        assert!(held() <= LOG_DESCRIPTORS_MAX, "reading: {} open", held());
+
+        // A truncation into a closed segment makes it the active one, and appends go on.
+        log.truncate_from(bases[40] + 1).await.unwrap();
+        assert!(held() <= LOG_DESCRIPTORS_MAX, "truncated: {} open", held());
+        append_batches(&mut log, &[3, 3]).await;
+        let mut bases = bases[..41].to_vec();
+        bases.extend([bases[40] + 1, bases[40] + 4]);
+        check_all_reads(&log, &bases).await;
+        assert!(held() <= LOG_DESCRIPTORS_MAX, "appended: {} open", held());
+        drop(log);
+        assert_eq!(held(), 0, "a dropped log holds nothing");
+    });
+}
