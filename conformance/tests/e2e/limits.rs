@@ -333,7 +333,8 @@ async fn partitions_past_what_the_open_files_limit_allows_are_refused_and_the_no
         )
         .await,
     );
-    // 3 descriptors a partition (journal, segment, index): 200 of them would take 600.
+    // 5 descriptors a partition (journal, active segment and index, 2 closed segments' logs
+    // kept for reads): partitions may take 128 of the 256, and 200 of them would take 1000.
     expect_code(
         "a topic of 200 partitions",
         within(
