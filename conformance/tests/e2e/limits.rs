@@ -333,7 +333,8 @@ async fn partitions_past_what_the_open_files_limit_allows_are_refused_and_the_no
         )
         .await,
     );
-    // 3 descriptors a partition (journal, segment, index): 200 of them would take 600.
+    // 5 descriptors a partition (journal, active segment and index, 2 closed segments' logs
+    // kept for reads): partitions may take 128 of the 256, and 200 of them would take 1000.
     expect_code(
         "a topic of 200 partitions",
         within(
@@ -387,4 +388,51 @@ async fn connections_refused_at_max_connections_are_logged_at_most_once_per_inte
     let refusals = log.matches("refused, connection limit reached").count();
     assert_eq!(refusals, 1, "one warning for 29 or 30 refusals:\n{log}");
     assert!(log.contains("limits.max_connections"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_of_many_closed_segments_holds_few_descriptors_open() {
+    let server = TestServer::start_with_env(&[("IGGY_SYSTEM_SEGMENT_SIZE", "1048576")]);
+    let client = server.root_client().await;
+    create_stream_and_topic(&client, "s", "t", 1).await;
+    // A message of a whole segment size: each one closes its segment.
+    let segment_of = |i: usize| msg(vec![b'a' + (i % 26) as u8; 1 << 20]);
+    let open_files =
+        async || ok("get_stats", within("get_stats", client.get_stats()).await).open_files_count;
+    send_to_partition(&client, &name("s"), &name("t"), 0, vec![segment_of(0)]).await;
+    let before = open_files().await;
+    const SEGMENTS: usize = 30;
+    for i in 1..SEGMENTS {
+        send_to_partition(&client, &name("s"), &name("t"), 0, vec![segment_of(i)]).await;
+    }
+    // Every closed segment is read.
+    for offset in 0..SEGMENTS as u64 {
+        let polled = poll(
+            &client,
+            &name("s"),
+            &name("t"),
+            0,
+            &consumer("c"),
+            PollingStrategy::offset(offset),
+            1,
+            false,
+        )
+        .await;
+        assert_eq!(offsets(&polled), vec![offset]);
+        assert!(polled.messages[0].payload[..] == segment_of(offset as usize).payload[..]);
+    }
+    let topic = ok(
+        "get_topic",
+        within("get_topic", client.get_topic(&name("s"), &name("t"))).await,
+    )
+    .expect("the topic exists");
+    assert!(topic.partitions[0].segments_count > SEGMENTS as u32);
+    // One more closed segment's log kept open for reads, and room for a descriptor or two the
+    // node opens for a moment (a writeback start's, a checkpoint's); each closed segment kept
+    // two open before.
+    let after = open_files().await;
+    assert!(
+        after <= before + 4,
+        "{before} descriptors open after the first segment closed, {after} after {SEGMENTS}"
+    );
 }

@@ -35,7 +35,8 @@
 //!   `{start_offset:020}.log` + `.index` (24-byte `[offset][base_timestamp][position]` per
 //!   batch), one write per appended batch, roll at `segment_size`, reads sliced to the
 //!   requested messages, timestamp lookup, `truncate_from`, segment deletion and retention by
-//!   size and expiry. Open verifies every record: a torn or corrupt tail of the last segment is
+//!   size and expiry; only the active segment's files and the logs of the closed segments read
+//!   last stay open ([`partition_log::CLOSED_LOGS_OPEN_MAX`]). Open verifies every record: a torn or corrupt tail of the last segment is
 //!   truncated with a warning, corruption elsewhere is an error naming the file, and `.index`
 //!   files are rebuilt from the `.log`.
 //!

@@ -10,6 +10,11 @@
 //! length, message count and the running maximum base timestamp), so reads, timestamp lookups
 //! and retention never rescan a file.
 //!
+//! Only the active segment's two files stay open. A closed segment's `.log` is opened for a
+//! read and kept among at most [`CLOSED_LOGS_OPEN_MAX`] open ones, the least recently read
+//! closed first, so a partition's descriptors do not grow with its segment count; its `.index`
+//! is never read (the entries are in memory) and stays closed.
+//!
 //! Recovery ([`PartitionLog::open`]) walks and verifies every record of every segment. A torn
 //! or corrupt tail of the last segment is truncated with a warning; a corrupt record anywhere
 //! else is an error naming the file, because a message that fails its checksum must never be
@@ -96,21 +101,17 @@ struct BatchEntry {
     max_timestamp: u64,
 }
 
+/// What the log knows of one segment, active or closed; the files are held apart (see
+/// [`ActiveFiles`] and [`ClosedLogs`]), so a log of many segments does not hold a descriptor
+/// for each of them.
 struct Segment {
     start_offset: u64,
     /// The offset after the segment's last message.
     end_offset: u64,
     log_path: PathBuf,
     index_path: PathBuf,
-    log: File,
-    index: File,
     log_size: u64,
     entries: Vec<BatchEntry>,
-    /// Written to since the last fsync.
-    unsynced: bool,
-    /// The `.log` file written to since its last fsync (the `.index` can be rebuilt from it).
-    records_unsynced: bool,
-    writeback: Writeback,
 }
 
 impl Segment {
@@ -128,12 +129,121 @@ impl Segment {
     }
 }
 
+/// The active segment's files, open for as long as it is active: appends, fsyncs and reads of
+/// the newest messages never wait for an open.
+struct ActiveFiles {
+    log: File,
+    index: File,
+    /// Written to since the last fsync.
+    unsynced: bool,
+    /// The `.log` file written to since its last fsync (the `.index` can be rebuilt from it).
+    records_unsynced: bool,
+    writeback: Writeback,
+}
+
+impl ActiveFiles {
+    /// The files of a segment that is complete on disk and fsynced (a closed one, or one
+    /// recovery just walked), opened for appends.
+    async fn open(segment: &Segment) -> Result<ActiveFiles, StorageError> {
+        Ok(ActiveFiles {
+            log: open_read_write(&segment.log_path).await?,
+            index: open_read_write(&segment.index_path).await?,
+            unsynced: false,
+            records_unsynced: false,
+            writeback: Writeback {
+                started_to: segment.log_size,
+                ..Writeback::default()
+            },
+        })
+    }
+}
+
+/// Closed segments' `.log` files a partition keeps open at most (reads only: a closed
+/// segment's `.index` is never read, its entries are in memory). A read of a closed segment
+/// opens its `.log` unless it is among them, and opening one more closes the least recently
+/// read, so a partition holds at most this many plus its active segment's two files however
+/// many segments it keeps. Two: a consumer reading history keeps its segment open across
+/// polls (a poll crossing into the next segment moves it on), and so does a second one
+/// elsewhere in the log.
+pub const CLOSED_LOGS_OPEN_MAX: usize = 2;
+
+/// The open `.log` files of closed segments, least recently read first (see
+/// [`CLOSED_LOGS_OPEN_MAX`]).
+struct ClosedLogs {
+    /// `(start_offset, file)`.
+    open: Vec<(u64, File)>,
+}
+
+impl ClosedLogs {
+    fn new() -> ClosedLogs {
+        ClosedLogs {
+            open: Vec::with_capacity(CLOSED_LOGS_OPEN_MAX),
+        }
+    }
+
+    /// `segment`'s `.log`, now the most recently read: the one kept open, or opened now (the
+    /// least recently read one closed first when as many as allowed are open).
+    async fn get(&mut self, segment: &Segment) -> Result<&File, StorageError> {
+        let start = segment.start_offset;
+        match self.open.iter().position(|(open, _)| *open == start) {
+            Some(at) => self.open[at..].rotate_left(1),
+            None => {
+                let file = open_read_only(&segment.log_path).await?;
+                self.keep(start, file);
+            }
+        }
+        Ok(&self
+            .open
+            .last()
+            .expect("the segment's file was just placed")
+            .1)
+    }
+
+    /// Keeps the `.log` of the closed segment starting at `start` open, as the most recently
+    /// read; closes the least recently read one when as many as allowed are open.
+    fn keep(&mut self, start: u64, file: File) {
+        debug_assert!(self.open.iter().all(|(open, _)| *open != start));
+        if self.open.len() == CLOSED_LOGS_OPEN_MAX {
+            self.open.remove(0);
+        }
+        self.open.push((start, file));
+    }
+
+    /// Closes the `.log` of the segment starting at `start`, if open: it is removed, or about
+    /// to be written as the active segment again.
+    fn close(&mut self, start: u64) {
+        self.open.retain(|(open, _)| *open != start);
+    }
+}
+
+/// The files a log holds open.
+struct OpenFiles {
+    active: ActiveFiles,
+    closed: ClosedLogs,
+}
+
+impl OpenFiles {
+    /// The `.log` of `segments[index]` for reading: the active segment's own, a closed one's
+    /// from those kept open.
+    async fn readable_log(
+        &mut self,
+        segments: &[Segment],
+        index: usize,
+    ) -> Result<&File, StorageError> {
+        if index + 1 == segments.len() {
+            return Ok(&self.active.log);
+        }
+        self.closed.get(&segments[index]).await
+    }
+}
+
 /// The append-only log of one partition.
 pub struct PartitionLog {
     dir: PathBuf,
     config: LogConfig,
     /// Oldest first; never empty; the last one is active.
     segments: Vec<Segment>,
+    files: OpenFiles,
     size_bytes: u64,
 }
 
@@ -237,6 +347,15 @@ async fn open_read_write(path: &Path) -> Result<File, StorageError> {
     OpenOptions::new()
         .read(true)
         .write(true)
+        .open(path)
+        .await
+        .map_err(|error| io_error(path, error))
+}
+
+/// Opens an existing segment file for reading.
+async fn open_read_only(path: &Path) -> Result<File, StorageError> {
+    OpenOptions::new()
+        .read(true)
         .open(path)
         .await
         .map_err(|error| io_error(path, error))
@@ -453,6 +572,31 @@ async fn scan_segment(
     ))
 }
 
+/// Creates the files of an empty segment starting at `start_offset` and fsyncs the directory
+/// (a segment rolls at most once per `segment_size`, so the directory fsync costs little).
+async fn new_segment(dir: &Path, start_offset: u64) -> (Segment, ActiveFiles) {
+    let (log_path, index_path) = segment_paths(dir, start_offset);
+    let log = create_file(&log_path).await;
+    let index = create_file(&index_path).await;
+    crate::fail_stop::sync_dir_async(dir).await;
+    let segment = Segment {
+        start_offset,
+        end_offset: start_offset,
+        log_path,
+        index_path,
+        log_size: 0,
+        entries: Vec::new(),
+    };
+    let files = ActiveFiles {
+        log,
+        index,
+        unsynced: true,
+        records_unsynced: true,
+        writeback: Writeback::default(),
+    };
+    (segment, files)
+}
+
 impl PartitionLog {
     /// Opens or creates the log in `dir` (segments `{start_offset:020}.log` + `.index`).
     ///
@@ -478,20 +622,26 @@ impl PartitionLog {
             crate::fail_stop::sync_dir_async(dir).await;
         }
 
-        let mut log = PartitionLog {
-            dir: dir.to_path_buf(),
-            config,
-            segments: Vec::new(),
-            size_bytes: 0,
+        let mut closed = ClosedLogs::new();
+        let Some(last) = log_starts.len().checked_sub(1) else {
+            let (segment, active_files) = new_segment(dir, 0).await;
+            return Ok(PartitionLog {
+                dir: dir.to_path_buf(),
+                config,
+                segments: vec![segment],
+                files: OpenFiles {
+                    active: active_files,
+                    closed,
+                },
+                size_bytes: 0,
+            });
         };
-        if log_starts.is_empty() {
-            log.create_segment(0).await;
-            return Ok(log);
-        }
-        let last = log_starts.len() - 1;
+        let mut segments: Vec<Segment> = Vec::with_capacity(log_starts.len());
+        let mut active_files = None;
+        let mut size_bytes = 0;
         for (number, start_offset) in log_starts.into_iter().enumerate() {
             let (log_path, index_path) = segment_paths(dir, start_offset);
-            if let Some(previous) = log.segments.last()
+            if let Some(previous) = segments.last()
                 && previous.end_offset != start_offset
             {
                 return Err(corrupt(
@@ -502,10 +652,16 @@ impl PartitionLog {
                     ),
                 ));
             }
-            let log_file = open_read_write(&log_path).await?;
+            // Only the last segment is written to (its tail cut, then appended to).
+            let is_active = number == last;
+            let log_file = if is_active {
+                open_read_write(&log_path).await?
+            } else {
+                open_read_only(&log_path).await?
+            };
             let (scan, log_len) = scan_segment(&log_file, &log_path, start_offset).await?;
             if let Some((position, reason)) = &scan.failure {
-                if number != last {
+                if !is_active {
                     return Err(corrupt(
                         &log_path,
                         format!("corrupt record at byte {position}: {reason}"),
@@ -545,25 +701,46 @@ impl PartitionLog {
                     (scan.entries.len() * index_entry::SIZE) as u64,
                 )
                 .await;
+                if !is_active {
+                    // A closed segment's files are closed now and never fsynced later.
+                    sync_data(&index_file, &index_path, Synced::Index).await;
+                }
             }
-            log.size_bytes += scan.valid_len;
-            log.segments.push(Segment {
+            size_bytes += scan.valid_len;
+            segments.push(Segment {
                 start_offset,
                 end_offset: scan.end_offset,
                 log_path,
                 index_path,
-                log: log_file,
-                index: index_file,
                 log_size: scan.valid_len,
                 entries: scan.entries,
-                unsynced: scan.failure.is_some() || !matches,
-                records_unsynced: scan.failure.is_some(),
-                writeback: Writeback {
-                    started_to: scan.valid_len,
-                    ..Writeback::default()
-                },
             });
+            if is_active {
+                active_files = Some(ActiveFiles {
+                    log: log_file,
+                    index: index_file,
+                    unsynced: scan.failure.is_some() || !matches,
+                    records_unsynced: scan.failure.is_some(),
+                    writeback: Writeback {
+                        started_to: scan.valid_len,
+                        ..Writeback::default()
+                    },
+                });
+            } else {
+                // The newest closed segments stay open, the likeliest to be read first.
+                closed.keep(start_offset, log_file);
+            }
         }
+        let mut log = PartitionLog {
+            dir: dir.to_path_buf(),
+            config,
+            segments,
+            files: OpenFiles {
+                active: active_files.expect("the last segment is the active one"),
+                closed,
+            },
+            size_bytes,
+        };
         log.maybe_roll().await;
         Ok(log)
     }
@@ -597,38 +774,28 @@ impl PartitionLog {
             .expect("a log always has an active segment")
     }
 
-    /// Creates the segment files starting at `start_offset` and fsyncs the directory: a
-    /// segment rolls at most once per `segment_size`, so the directory fsync costs little.
-    async fn create_segment(&mut self, start_offset: u64) {
-        let (log_path, index_path) = segment_paths(&self.dir, start_offset);
-        let log = create_file(&log_path).await;
-        let index = create_file(&index_path).await;
-        crate::fail_stop::sync_dir_async(&self.dir).await;
-        self.segments.push(Segment {
-            start_offset,
-            end_offset: start_offset,
-            log_path,
-            index_path,
-            log,
-            index,
-            log_size: 0,
-            entries: Vec::new(),
-            unsynced: true,
-            records_unsynced: true,
-            writeback: Writeback::default(),
-        });
+    /// Creates the segment starting at `start_offset` as the active one, and returns the files
+    /// of the one it replaces. See [`new_segment`].
+    async fn create_segment(&mut self, start_offset: u64) -> ActiveFiles {
+        let (segment, files) = new_segment(&self.dir, start_offset).await;
+        self.segments.push(segment);
+        std::mem::replace(&mut self.files.active, files)
     }
 
     /// Rolls to a new segment when the active one holds records and reached `segment_size`.
-    /// The full segment's records are fsynced first: a machine crash must not leave a later
+    /// The full segment's files are fsynced first: a machine crash must not leave a later
     /// segment behind a torn one (recovery truncates only the last segment, and refuses a log
-    /// with a damaged earlier one). One fsync per `segment_size` costs little.
+    /// with a damaged earlier one), and a closed segment is never fsynced again. Two fsyncs
+    /// per `segment_size` cost little.
     async fn maybe_roll(&mut self) {
         let active = self.active();
         if !active.entries.is_empty() && active.log_size >= self.config.segment_size {
-            let start = active.end_offset;
-            self.sync_records().await;
-            self.create_segment(start).await;
+            let (closing, start) = (active.start_offset, active.end_offset);
+            self.sync().await;
+            let full = self.create_segment(start).await;
+            // Its index is closed; its log stays open among the closed ones, the likeliest to
+            // be read next (by a consumer just behind the newest messages).
+            self.files.closed.keep(closing, full.log);
         }
     }
 
@@ -683,6 +850,7 @@ impl PartitionLog {
             .segments
             .last_mut()
             .expect("a log always has an active segment");
+        let files = &mut self.files.active;
         let entry = BatchEntry {
             offset,
             timestamp,
@@ -691,30 +859,30 @@ impl PartitionLog {
             count,
             max_timestamp: active.max_timestamp().max(timestamp),
         };
-        active.unsynced = true;
-        active.records_unsynced = true;
+        files.unsynced = true;
+        files.records_unsynced = true;
         let index_position = active.index_size();
         let frames = record.slice(layout::batch::HEADER_SIZE..);
         if record.len() <= SMALL_WRITE_MAX {
             // A small record goes to the page cache at once: an io_uring buffered write is
             // punted to a kernel worker, whose round trip costs more than the copy itself.
             crate::small_write::write_all_vectored_at(
-                &active.log,
+                &files.log,
                 &[&header, &frames],
                 entry.position,
             )
             .or_stop("write", &active.log_path);
-            crate::small_write::write_all_at(&active.index, &index_bytes(&entry), index_position)
+            crate::small_write::write_all_at(&files.index, &index_bytes(&entry), index_position)
                 .or_stop("write", &active.index_path);
         } else {
             // A large record goes through io_uring; its 24-byte index entry is copied in place,
             // not punted to a kernel worker of its own.
-            let mut log = &active.log;
+            let mut log = &files.log;
             log.write_vectored_all_at([Bytes::copy_from_slice(&header), frames], entry.position)
                 .await
                 .0
                 .or_stop("write", &active.log_path);
-            crate::small_write::write_all_at(&active.index, &index_bytes(&entry), index_position)
+            crate::small_write::write_all_at(&files.index, &index_bytes(&entry), index_position)
                 .or_stop("write", &active.index_path);
         }
         active.entries.push(entry);
@@ -734,22 +902,23 @@ impl PartitionLog {
         let every = self.config.writeback_bytes;
         let active = self
             .segments
-            .last_mut()
+            .last()
             .expect("a log always has an active segment");
+        let writeback = &mut self.files.active.writeback;
         // Whole pages only: the last one is still being appended to, and written back now it
         // would be written again.
         let to = active.log_size & !(WRITEBACK_ALIGN - 1);
-        let from = active.writeback.started_to;
+        let from = writeback.started_to;
         let pending = to.saturating_sub(from);
-        if every == 0 || pending < every || active.writeback.in_flight.load(Ordering::Acquire) {
+        if every == 0 || pending < every || writeback.in_flight.load(Ordering::Acquire) {
             return;
         }
-        active.writeback.started_to = to;
-        active.writeback.in_flight.store(true, Ordering::Release);
-        let in_flight = active.writeback.in_flight.clone();
+        writeback.started_to = to;
+        writeback.in_flight.store(true, Ordering::Release);
+        let in_flight = writeback.in_flight.clone();
         let path = active.log_path.clone();
         // A descriptor of its own for the other thread (the file handle is this thread's).
-        let file = match active.log.as_fd().try_clone_to_owned() {
+        let file = match self.files.active.log.as_fd().try_clone_to_owned() {
             Ok(file) => file,
             Err(error) => {
                 in_flight.store(false, Ordering::Release);
@@ -782,40 +951,44 @@ impl PartitionLog {
         .detach();
     }
 
-    /// Fsyncs every segment written since the last sync (the active one, and any rolled since).
-    /// The directory needs none here: it is fsynced whenever a segment file is created or removed.
+    /// Fsyncs the active segment's files if written since the last sync (a segment is fsynced
+    /// whole as it closes). The directory needs none here: it is fsynced whenever a segment file
+    /// is created or removed.
     pub async fn sync(&mut self) {
         self.sync_records().await;
-        for segment in self.segments.iter_mut().filter(|segment| segment.unsynced) {
-            sync_data(&segment.index, &segment.index_path, Synced::Index).await;
-            segment.unsynced = false;
+        if self.files.active.unsynced {
+            let path = &self.active().index_path;
+            sync_data(&self.files.active.index, path, Synced::Index).await;
+            self.files.active.unsynced = false;
         }
     }
 
-    /// Fsyncs the `.log` files written since their last fsync, not the `.index` files: enough for every appended
-    /// record to survive a machine crash, since recovery rebuilds an index from its log.
+    /// Fsyncs the active `.log` if written since its last fsync, not the `.index`: enough for
+    /// every appended record to survive a machine crash, since recovery rebuilds an index from
+    /// its log.
     pub async fn sync_records(&mut self) {
-        for segment in self.segments.iter_mut().filter(|s| s.records_unsynced) {
-            sync_data(&segment.log, &segment.log_path, Synced::Segment).await;
-            segment.records_unsynced = false;
+        if self.files.active.records_unsynced {
+            let path = &self.active().log_path;
+            sync_data(&self.files.active.log, path, Synced::Segment).await;
+            self.files.active.records_unsynced = false;
         }
     }
 
     /// The whole record whose first message is `base_offset`, if the log holds one of `length`
     /// bytes there (a journal's stand-in names a record this way).
     pub async fn record_at(
-        &self,
+        &mut self,
         base_offset: u64,
         length: u64,
     ) -> Result<Option<Vec<u8>>, StorageError> {
-        let Some(segment) = self
+        let Some(segment_index) = self
             .segments
             .iter()
-            .rev()
-            .find(|segment| segment.start_offset <= base_offset)
+            .rposition(|segment| segment.start_offset <= base_offset)
         else {
             return Ok(None);
         };
+        let segment = &self.segments[segment_index];
         let Ok(index) = segment
             .entries
             .binary_search_by_key(&base_offset, |entry| entry.offset)
@@ -826,8 +999,12 @@ impl PartitionLog {
         if entry.length != length {
             return Ok(None);
         }
+        let file = self
+            .files
+            .readable_log(&self.segments, segment_index)
+            .await?;
         let record = read_vec(
-            &segment.log,
+            file,
             &segment.log_path,
             entry.position,
             entry.length as usize,
@@ -842,7 +1019,7 @@ impl PartitionLog {
     /// sliced and both logs stay byte-identical. Empty at or past `end` or the log's end; `None`
     /// when the log holds no batch starting at `base_offset` (retired, or inside a batch).
     pub async fn records_from(
-        &self,
+        &mut self,
         base_offset: u64,
         max_bytes: u64,
         end: u64,
@@ -882,8 +1059,12 @@ impl PartitionLog {
                 taken += 1;
             }
             if taken > 0 {
+                let file = self
+                    .files
+                    .readable_log(&self.segments, segment_index)
+                    .await?;
                 let (result, read) = read_append(
-                    &segment.log,
+                    file,
                     &segment.log_path,
                     out,
                     entries[0].position,
@@ -909,7 +1090,7 @@ impl PartitionLog {
     /// `base_offset + offset_delta` still gives each message's offset). Frames are never
     /// re-encoded.
     pub async fn read_from(
-        &self,
+        &mut self,
         start: u64,
         max_messages: u32,
     ) -> Result<ReadBatches, StorageError> {
@@ -920,7 +1101,7 @@ impl PartitionLog {
     /// `ReadBatches::bytes`: room for the reply's headers, so the records are copied only once
     /// on their way to the socket.
     pub async fn read_from_with_headroom(
-        &self,
+        &mut self,
         start: u64,
         max_messages: u32,
         headroom: usize,
@@ -946,6 +1127,11 @@ impl PartitionLog {
         let mut first = true;
         while remaining > 0 && segment_index < self.segments.len() {
             let segment = &self.segments[segment_index];
+            // Every segment visited is read from (a closed one is never empty).
+            let file = self
+                .files
+                .readable_log(&self.segments, segment_index)
+                .await?;
             segment_index += 1;
             let entries = &segment.entries;
             let mut from = 0;
@@ -956,7 +1142,7 @@ impl PartitionLog {
                 let skip = (start - entry.offset) as u32;
                 if skip > 0 {
                     let record = read_vec(
-                        &segment.log,
+                        file,
                         &segment.log_path,
                         entry.position,
                         entry.length as usize,
@@ -991,14 +1177,8 @@ impl PartitionLog {
                 to += 1;
             }
             if to > from {
-                let (result, bytes_read) = read_append(
-                    &segment.log,
-                    &segment.log_path,
-                    out,
-                    entries[from].position,
-                    bytes,
-                )
-                .await;
+                let (result, bytes_read) =
+                    read_append(file, &segment.log_path, out, entries[from].position, bytes).await;
                 out = bytes_read;
                 result?;
             }
@@ -1049,19 +1229,28 @@ impl PartitionLog {
             while !self.segments.is_empty() {
                 self.remove_segment(self.segments.len() - 1).await;
             }
+            // The removed active segment's files close as the new one's replace them.
             self.create_segment(offset).await;
             return Ok(());
         }
         let keep = self
             .segments
             .partition_point(|segment| segment.start_offset <= offset);
-        while self.segments.len() > keep {
-            self.remove_segment(self.segments.len() - 1).await;
+        if keep < self.segments.len() {
+            // The closed segment holding `offset` is written again: it becomes the active one,
+            // opened before anything is removed (a failed open changes nothing).
+            let reopened = &self.segments[keep - 1];
+            self.files.closed.close(reopened.start_offset);
+            self.files.active = ActiveFiles::open(reopened).await?;
+            while self.segments.len() > keep {
+                self.remove_segment(self.segments.len() - 1).await;
+            }
         }
         let segment = self
             .segments
             .last_mut()
             .expect("offset lies in a retained segment");
+        let files = &mut self.files.active;
         let index = segment
             .entries
             .partition_point(|entry| entry.offset < offset);
@@ -1076,7 +1265,7 @@ impl PartitionLog {
         {
             let keep_frames = (offset - entry.offset) as u32;
             let mut record = read_vec(
-                &segment.log,
+                &files.log,
                 &segment.log_path,
                 entry.position,
                 entry.length as usize,
@@ -1086,19 +1275,19 @@ impl PartitionLog {
             record.truncate(cut);
             rewrite_sliced_header(&mut record, keep_frames);
             record.truncate(layout::batch::HEADER_SIZE);
-            write_all(&mut segment.log, &segment.log_path, record, entry.position).await;
+            write_all(&mut files.log, &segment.log_path, record, entry.position).await;
             entry.count = keep_frames;
             entry.length = cut as u64;
             new_size = entry.position + entry.length;
         }
-        set_len(&segment.log, &segment.log_path, new_size).await;
-        set_len(&segment.index, &segment.index_path, segment.index_size()).await;
+        set_len(&files.log, &segment.log_path, new_size).await;
+        set_len(&files.index, &segment.index_path, segment.index_size()).await;
         self.size_bytes -= segment.log_size - new_size;
         segment.log_size = new_size;
-        segment.writeback.started_to = segment.writeback.started_to.min(new_size);
+        files.writeback.started_to = files.writeback.started_to.min(new_size);
         segment.end_offset = offset;
-        segment.unsynced = true;
-        segment.records_unsynced = true;
+        files.unsynced = true;
+        files.records_unsynced = true;
         self.maybe_roll().await;
         Ok(())
     }
@@ -1127,6 +1316,7 @@ impl PartitionLog {
             .segments
             .last_mut()
             .expect("a log always has an active segment");
+        let files = &mut self.files.active;
         if segment.start_offset != offset {
             for (from, to) in [
                 (&segment.log_path, &log_path),
@@ -1138,36 +1328,29 @@ impl PartitionLog {
             segment.log_path = log_path;
             segment.index_path = index_path;
         }
-        set_len(&segment.log, &segment.log_path, 0).await;
-        set_len(&segment.index, &segment.index_path, 0).await;
-        sync_data(&segment.log, &segment.log_path, Synced::Segment).await;
-        sync_data(&segment.index, &segment.index_path, Synced::Index).await;
+        set_len(&files.log, &segment.log_path, 0).await;
+        set_len(&files.index, &segment.index_path, 0).await;
+        sync_data(&files.log, &segment.log_path, Synced::Segment).await;
+        sync_data(&files.index, &segment.index_path, Synced::Index).await;
         self.size_bytes -= segment.log_size;
         segment.start_offset = offset;
         segment.end_offset = offset;
         segment.log_size = 0;
-        segment.writeback.started_to = 0;
+        files.writeback.started_to = 0;
         segment.entries.clear();
-        segment.unsynced = false;
-        segment.records_unsynced = false;
+        files.unsynced = false;
+        files.records_unsynced = false;
     }
 
-    /// Removes a segment's files and fsyncs the directory (segments go rarely, and a removal
-    /// undone by a machine crash would bring back messages a committed deletion retired).
+    /// Closes a segment's files and removes them, then fsyncs the directory (segments go
+    /// rarely, and a removal undone by a machine crash would bring back messages a committed
+    /// deletion retired). The active segment's files stay open until the caller replaces them.
     async fn remove_segment(&mut self, index: usize) {
         let segment = self.segments.remove(index);
         self.size_bytes -= segment.log_size;
-        let Segment {
-            log_path,
-            index_path,
-            log,
-            index,
-            ..
-        } = segment;
-        drop(log);
-        drop(index);
-        remove_file(&log_path).await;
-        remove_file(&index_path).await;
+        self.files.closed.close(segment.start_offset);
+        remove_file(&segment.log_path).await;
+        remove_file(&segment.index_path).await;
         crate::fail_stop::sync_dir_async(&self.dir).await;
     }
 
@@ -1305,11 +1488,7 @@ pub async fn check(dir: &Path) -> Result<LogCheck, StorageError> {
                 .findings
                 .push(Finding::error(&log_path, None, message));
         }
-        let log_file = OpenOptions::new()
-            .read(true)
-            .open(&log_path)
-            .await
-            .map_err(|error| io_error(&log_path, error))?;
+        let log_file = open_read_only(&log_path).await?;
         let (scan, log_len) = scan_segment(&log_file, &log_path, start_offset).await?;
         if let Some((position, reason)) = &scan.failure {
             let finding = if number != last {

@@ -2,7 +2,7 @@ use std::path::{Path, PathBuf};
 
 use iggy_storage::StorageError;
 use iggy_storage::layout::{batch, frame, index_entry, read_u32, read_u64, write_u32, write_u64};
-use iggy_storage::partition_log::{LogConfig, PartitionLog};
+use iggy_storage::partition_log::{self, LogConfig, PartitionLog};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -122,7 +122,7 @@ fn timestamp_of(offset: u64) -> u64 {
 
 /// Reads `[start, start + max)` and checks it against the generated messages, given the
 /// retained range `[first, next)` and the batch boundaries (for timestamps).
-async fn check_read(log: &PartitionLog, start: u64, max: u32, bases: &[u64]) {
+async fn check_read(log: &mut PartitionLog, start: u64, max: u32, bases: &[u64]) {
     let read = log.read_from(start, max).await.unwrap();
     let from = start.max(log.first_offset());
     let to = (from + u64::from(max)).min(log.next_offset()).max(from);
@@ -155,7 +155,7 @@ fn batch_bases(sizes: &[u32]) -> Vec<u64> {
     bases
 }
 
-async fn check_all_reads(log: &PartitionLog, bases: &[u64]) {
+async fn check_all_reads(log: &mut PartitionLog, bases: &[u64]) {
     let next = log.next_offset();
     for start in 0..=next + 1 {
         for max in [1, 2, 3, 5, 8, 13, 1000] {
@@ -224,10 +224,10 @@ fn the_active_segment_is_written_back_every_writeback_bytes_and_only_when_asked(
         );
         // The log reads back whole, before and after a reopen.
         let bases = batch_bases(&[2_000; 16]);
-        check_read(&log, 0, u32::MAX, &bases).await;
+        check_read(&mut log, 0, u32::MAX, &bases).await;
         drop(log);
-        let log = PartitionLog::open(temporary.path(), asked).await.unwrap();
-        check_read(&log, 0, u32::MAX, &bases).await;
+        let mut log = PartitionLog::open(temporary.path(), asked).await.unwrap();
+        check_read(&mut log, 0, u32::MAX, &bases).await;
     });
 }
 
@@ -264,7 +264,7 @@ fn received_batches_are_stored_with_stamped_headers_small_and_large() {
         }
         assert!(largest > iggy_storage::small_write::SMALL_WRITE_MAX);
         drop(log);
-        let log = PartitionLog::open(dir, config(1 << 30)).await.unwrap();
+        let mut log = PartitionLog::open(dir, config(1 << 30)).await.unwrap();
         assert_eq!(log.read_from(0, u32::MAX).await.unwrap().bytes, expected);
     });
 }
@@ -307,7 +307,7 @@ fn empty_log_then_append_and_read_round_trip() {
         assert_eq!((whole.messages, whole.last_offset), (11, Some(10)));
 
         // Every start and length: sliced first and last batches, both in one batch.
-        check_all_reads(&log, &batch_bases(&sizes)).await;
+        check_all_reads(&mut log, &batch_bases(&sizes)).await;
 
         // The index holds one entry per batch.
         let index = std::fs::read(dir.join("00000000000000000000.index")).unwrap();
@@ -377,7 +377,7 @@ fn append_rejects_wrong_offsets_and_empty_batches() {
         ));
         assert_eq!(log.next_offset(), 2);
         append_batches(&mut log, &[1]).await;
-        check_all_reads(&log, &[0, 2]).await;
+        check_all_reads(&mut log, &[0, 2]).await;
     });
 }
 
@@ -407,7 +407,7 @@ fn rolls_segments_reads_across_them_and_reopens() {
             let start: u64 = path.file_stem().unwrap().to_str().unwrap().parse().unwrap();
             assert!(bases.contains(&start));
         }
-        check_all_reads(&log, &bases).await;
+        check_all_reads(&mut log, &bases).await;
         let whole = log.read_from(0, u32::MAX).await.unwrap();
         let (next, segments) = (log.next_offset(), log.segments_count());
         log.sync().await;
@@ -418,12 +418,12 @@ fn rolls_segments_reads_across_them_and_reopens() {
         assert_eq!(log.messages_count(), next);
         assert_eq!(log.size_bytes(), total_log_bytes(dir));
         assert_eq!(log.read_from(0, u32::MAX).await.unwrap(), whole);
-        check_all_reads(&log, &bases).await;
+        check_all_reads(&mut log, &bases).await;
         // Appending continues where it left off.
         append_batches(&mut log, &[3]).await;
         let mut bases = bases;
         bases.push(next);
-        check_all_reads(&log, &bases).await;
+        check_all_reads(&mut log, &bases).await;
     });
 }
 
@@ -442,7 +442,7 @@ fn open_rolls_a_full_active_segment_under_a_smaller_segment_size() {
         assert_eq!(log.segments_count(), 2);
         append_batches(&mut log, &[1]).await;
         assert_eq!(log.segments_count(), 3);
-        check_all_reads(&log, &[0, 5, 10]).await;
+        check_all_reads(&mut log, &[0, 5, 10]).await;
     });
 }
 
@@ -502,12 +502,12 @@ fn torn_tail_recovers_to_the_last_whole_record() {
                 std::fs::metadata(&index).unwrap().len(),
                 (kept_batches * index_entry::SIZE) as u64
             );
-            check_all_reads(&log, &bases).await;
+            check_all_reads(&mut log, &bases).await;
             // The recovered log takes appends again and reopens cleanly.
             append_batches(&mut log, &[2]).await;
             let mut appended = bases[..1 + kept_batches].to_vec();
             appended.push(expected_next);
-            check_all_reads(&log, &appended).await;
+            check_all_reads(&mut log, &appended).await;
             drop(log);
             let log = PartitionLog::open(dir, config(1 << 20)).await.unwrap();
             assert_eq!(log.next_offset(), expected_next + 2);
@@ -531,21 +531,21 @@ fn flipped_bit_in_the_last_segment_drops_the_tail_from_that_record() {
             &path,
             lengths[0] + lengths[1] + batch::HEADER_SIZE + frame::HEADER_SIZE,
         );
-        let log = PartitionLog::open(dir, config(1 << 20)).await.unwrap();
+        let mut log = PartitionLog::open(dir, config(1 << 20)).await.unwrap();
         assert_eq!(log.next_offset(), 5);
         assert_eq!(
             std::fs::metadata(&path).unwrap().len(),
             (lengths[0] + lengths[1]) as u64
         );
-        check_all_reads(&log, &[0, 2]).await;
+        check_all_reads(&mut log, &[0, 2]).await;
         drop(log);
 
         // The base_offset of the middle record: dropped with everything after it.
         flip_bit(&path, lengths[0] + batch::BASE_OFFSET);
-        let log = PartitionLog::open(dir, config(1 << 20)).await.unwrap();
+        let mut log = PartitionLog::open(dir, config(1 << 20)).await.unwrap();
         assert_eq!(log.next_offset(), 2);
         assert_eq!(log.size_bytes(), lengths[0] as u64);
-        check_all_reads(&log, &[0]).await;
+        check_all_reads(&mut log, &[0]).await;
     });
 }
 
@@ -609,7 +609,7 @@ fn missing_or_short_index_is_rebuilt() {
         // An index without a log is removed.
         std::fs::write(dir.join("00000000000000099999.index"), [1u8; 24]).unwrap();
 
-        let log = PartitionLog::open(dir, config(1024)).await.unwrap();
+        let mut log = PartitionLog::open(dir, config(1024)).await.unwrap();
         for (path, original) in indexes.iter().zip(&originals) {
             assert_eq!(
                 &std::fs::read(path).unwrap(),
@@ -619,7 +619,7 @@ fn missing_or_short_index_is_rebuilt() {
             );
         }
         assert!(!dir.join("00000000000000099999.index").exists());
-        check_all_reads(&log, &batch_bases(&ROLL_SIZES)).await;
+        check_all_reads(&mut log, &batch_bases(&ROLL_SIZES)).await;
     });
 }
 
@@ -643,7 +643,7 @@ fn truncate_from_boundaries_mid_batch_and_earlier_segments() {
         log.truncate_from(total - 2).await.unwrap();
         assert_eq!(log.next_offset(), total - 2);
         assert_eq!(log.size_bytes(), total_log_bytes(dir));
-        check_all_reads(&log, &bases).await;
+        check_all_reads(&mut log, &bases).await;
 
         // On a batch boundary in an earlier segment: later segments are removed.
         let boundary = bases[3];
@@ -656,25 +656,25 @@ fn truncate_from_boundaries_mid_batch_and_earlier_segments() {
             log.segments_count()
         );
         assert_eq!(log.size_bytes(), total_log_bytes(dir));
-        check_all_reads(&log, &bases).await;
+        check_all_reads(&mut log, &bases).await;
 
         // Mid-batch in an earlier batch, then reopen: the sliced record verifies.
         let middle = bases[1] + 3;
         log.truncate_from(middle).await.unwrap();
         assert_eq!(log.next_offset(), middle);
-        check_all_reads(&log, &bases).await;
+        check_all_reads(&mut log, &bases).await;
         log.sync().await;
         drop(log);
         let mut log = PartitionLog::open(dir, config(1024)).await.unwrap();
         assert_eq!(log.next_offset(), middle);
         assert_eq!(log.size_bytes(), total_log_bytes(dir));
-        check_all_reads(&log, &bases).await;
+        check_all_reads(&mut log, &bases).await;
         let index = std::fs::read(segment_files(dir, "index").pop().unwrap()).unwrap();
         assert_eq!(index.len(), 2 * index_entry::SIZE);
 
         // Appends continue from the truncation point.
         append_batches(&mut log, &[4]).await;
-        check_all_reads(&log, &[0, bases[1], middle]).await;
+        check_all_reads(&mut log, &[0, bases[1], middle]).await;
 
         // Truncating to the first offset empties the log.
         log.truncate_from(0).await.unwrap();
@@ -684,7 +684,7 @@ fn truncate_from_boundaries_mid_batch_and_earlier_segments() {
         );
         assert_eq!(log.segments_count(), 1);
         append_batches(&mut log, &[2]).await;
-        check_all_reads(&log, &[0]).await;
+        check_all_reads(&mut log, &[0]).await;
     });
 }
 
@@ -709,9 +709,9 @@ fn truncate_below_the_first_offset_restarts_there() {
         );
         append_batches(&mut log, &[3]).await;
         drop(log);
-        let log = PartitionLog::open(dir, config(1024)).await.unwrap();
+        let mut log = PartitionLog::open(dir, config(1024)).await.unwrap();
         assert_eq!((log.first_offset(), log.next_offset()), (5, 8));
-        check_all_reads(&log, &[5]).await;
+        check_all_reads(&mut log, &[5]).await;
     });
 }
 
@@ -734,14 +734,14 @@ fn delete_oldest_segments_never_deletes_the_active_one() {
         assert!(!dir.join("00000000000000000000.log").exists());
         assert!(!dir.join("00000000000000000000.index").exists());
         // A read below the first offset starts at it.
-        check_all_reads(&log, &bases).await;
+        check_all_reads(&mut log, &bases).await;
         assert_eq!(log.read_from(0, 1).await.unwrap().last_offset, Some(first));
 
         assert_eq!(log.delete_oldest_segments(100).await, segments - 2);
         assert_eq!(log.segments_count(), 1);
         assert_eq!(log.delete_oldest_segments(1).await, 0);
         assert_eq!(log.next_offset(), next);
-        check_all_reads(&log, &bases).await;
+        check_all_reads(&mut log, &bases).await;
         drop(log);
         let log = PartitionLog::open(dir, config(1024)).await.unwrap();
         assert_eq!(log.next_offset(), next);
@@ -791,7 +791,7 @@ fn retention_by_size() {
         assert!(closed + sizes[deleted as usize - 1] > max_size);
         // Already within the limit: nothing more to delete.
         assert_eq!(retain(&mut log, 0, None, Some(max_size)).await, 0);
-        check_all_reads(&log, &batch_bases(&ROLL_SIZES)).await;
+        check_all_reads(&mut log, &batch_bases(&ROLL_SIZES)).await;
 
         retain(&mut log, 0, None, Some(1)).await;
         assert_eq!(log.segments_count(), 1);
@@ -933,7 +933,7 @@ struct ModelMessage {
 }
 
 async fn check_against_model(
-    log: &PartitionLog,
+    log: &mut PartitionLog,
     dir: &Path,
     model: &[ModelMessage],
     random: &mut StdRng,
@@ -1046,7 +1046,7 @@ fn random_operations_match_a_model() {
                     .collect();
                 assert_eq!(indexes, rebuilt, "step {step}");
             }
-            check_against_model(&log, dir, &model, &mut random).await;
+            check_against_model(&mut log, dir, &model, &mut random).await;
             most_segments = most_segments.max(log.segments_count());
         }
         assert!(most_segments >= 5, "{most_segments}");
@@ -1229,7 +1229,7 @@ impl SourceAndCopy {
 
 /// Copies `source`'s records from `copy`'s end up to `end` into `copy`, in chunks of at most
 /// 300 bytes (or one record longer than that), as a state transfer does.
-async fn copy_records(source: &PartitionLog, copy: &mut PartitionLog, end: u64) {
+async fn copy_records(source: &mut PartitionLog, copy: &mut PartitionLog, end: u64) {
     while copy.next_offset() < end {
         let chunk = source
             .records_from(copy.next_offset(), 300, end)
@@ -1290,7 +1290,7 @@ fn records_from_reads_whole_records_within_a_budget_and_they_append_byte_identic
             .unwrap();
         assert_eq!(two.len(), lengths[2] + lengths[3]);
         // Copied in chunks of at most 300 bytes (across every segment) into another log.
-        copy_records(&source, &mut copy, end).await;
+        copy_records(&mut source, &mut copy, end).await;
         source.sync().await;
         copy.sync().await;
         assert_eq!(
@@ -1342,7 +1342,7 @@ fn a_log_restarted_past_its_end_copies_on_byte_identical_and_survives_a_crash_in
             .into_iter()
             .find(|base| *base >= held)
             .unwrap();
-        copy_records(&source, &mut copy, held).await;
+        copy_records(&mut source, &mut copy, held).await;
         assert!(copy.segments_count() >= 3);
         // The source retires past everything the copy holds.
         let kept_from = source.retire_point(4, u64::MAX);
@@ -1370,7 +1370,7 @@ fn a_log_restarted_past_its_end_copies_on_byte_identical_and_survives_a_crash_in
             vec![(first_name.clone().into(), 0), (first_name.into(), 0)],
             "one empty segment at the source's first offset"
         );
-        copy_records(&source, &mut copy, end).await;
+        copy_records(&mut source, &mut copy, end).await;
         source.sync().await;
         copy.sync().await;
         let names = |dir: &Path| {
@@ -1381,11 +1381,11 @@ fn a_log_restarted_past_its_end_copies_on_byte_identical_and_survives_a_crash_in
         };
         assert!(names(copy_dir.path()) == names(source_dir.path()));
         drop(copy);
-        let copy = PartitionLog::open(copy_dir.path(), config(1024))
+        let mut copy = PartitionLog::open(copy_dir.path(), config(1024))
             .await
             .unwrap();
         assert_eq!((copy.first_offset(), copy.next_offset()), (kept_from, end));
-        check_all_reads(&copy, &batch_bases(&ROLL_SIZES)).await;
+        check_all_reads(&mut copy, &batch_bases(&ROLL_SIZES)).await;
 
         // A crash after the last segment's log was renamed, before its index was and before it
         // was emptied: its records do not start at its name, and the log reopens empty there.
@@ -1406,5 +1406,63 @@ fn a_log_restarted_past_its_end_copies_on_byte_identical_and_survives_a_crash_in
             segment_files(dir, "index"),
             vec![dir.join(format!("{:020}.index", 40))]
         );
+    });
+}
+
+/// Descriptors this process holds open (nextest runs each test in a process of its own).
+fn open_descriptors() -> usize {
+    std::fs::read_dir("/proc/self/fd").unwrap().count()
+}
+
+/// Files one log may hold open however many segments it keeps: the active segment's `.log`
+/// and `.index`, and a few closed `.log` files kept for reads.
+const LOG_DESCRIPTORS_MAX: usize = 2 + partition_log::CLOSED_LOGS_OPEN_MAX;
+
+#[test]
+fn a_log_of_many_closed_segments_keeps_a_bounded_number_of_files_open() {
+    run(async {
+        let temporary = tempfile::tempdir().unwrap();
+        let dir = temporary.path();
+        let before = open_descriptors();
+        let held = || open_descriptors().saturating_sub(before);
+        // A segment size below one record: every batch closes its segment.
+        let sizes = [3u32; 60];
+        let bases = batch_bases(&sizes);
+        let mut log = PartitionLog::open(dir, config(64)).await.unwrap();
+        append_batches(&mut log, &sizes).await;
+        assert!(log.segments_count() > 60, "{}", log.segments_count());
+        assert!(held() <= LOG_DESCRIPTORS_MAX, "appending: {} open", held());
+
+        // Reads of every closed segment return every message in order, and open each segment
+        // only for as long as a few stay open.
+        check_all_reads(&mut log, &bases).await;
+        assert!(held() <= LOG_DESCRIPTORS_MAX, "reading: {} open", held());
+        let whole = log.read_from(0, u32::MAX).await.unwrap();
+        assert_eq!(whole.messages, 180);
+
+        // A retirement closes what it deletes.
+        assert_eq!(log.retire_below(bases[30]).await, 30);
+        assert!(held() <= LOG_DESCRIPTORS_MAX, "retired: {} open", held());
+        check_all_reads(&mut log, &bases).await;
+
+        // Recovery walks every segment and keeps few of them open.
+        log.sync().await;
+        drop(log);
+        assert_eq!(held(), 0, "a dropped log holds nothing");
+        let mut log = PartitionLog::open(dir, config(64)).await.unwrap();
+        assert!(held() <= LOG_DESCRIPTORS_MAX, "reopened: {} open", held());
+        check_all_reads(&mut log, &bases).await;
+        assert!(held() <= LOG_DESCRIPTORS_MAX, "reading: {} open", held());
+
+        // A truncation into a closed segment makes it the active one, and appends go on.
+        log.truncate_from(bases[40] + 1).await.unwrap();
+        assert!(held() <= LOG_DESCRIPTORS_MAX, "truncated: {} open", held());
+        append_batches(&mut log, &[3, 3]).await;
+        let mut bases = bases[..41].to_vec();
+        bases.extend([bases[40] + 1, bases[40] + 4]);
+        check_all_reads(&mut log, &bases).await;
+        assert!(held() <= LOG_DESCRIPTORS_MAX, "appended: {} open", held());
+        drop(log);
+        assert_eq!(held(), 0, "a dropped log holds nothing");
     });
 }

@@ -145,8 +145,9 @@ pub trait StateMachine {
     fn may_retire_through(&mut self, _op: u64) {}
     /// The op `stand_in` journals, its body read back from where [`Self::stow`] put it;
     /// [`ReadBack::Retired`] when a committed retirement deleted it (the group then checkpoints
-    /// past it), [`ReadBack::Unreadable`] when it is damaged or lost.
-    fn read_stowed(&self, _stand_in: &Entry) -> impl Future<Output = ReadBack> {
+    /// past it), [`ReadBack::Unreadable`] when it is damaged or lost. (`&mut`: a read may open
+    /// a file, as a partition's log opens a closed segment's.)
+    fn read_stowed(&mut self, _stand_in: &Entry) -> impl Future<Output = ReadBack> {
         async { ReadBack::Unreadable }
     }
 
@@ -157,8 +158,13 @@ pub trait StateMachine {
     }
     /// Serving a state transfer: whole committed records of the log from the batch base
     /// offset `offset` on, up to `max_bytes` (at least one record), and the offset they start
-    /// at; when `offset` is no longer held, no records and the first offset that is.
-    fn transfer_records(&self, offset: u64, _max_bytes: u32) -> impl Future<Output = (u64, Bytes)> {
+    /// at; when `offset` is no longer held, no records and the first offset that is. (`&mut`
+    /// as for [`Self::read_stowed`].)
+    fn transfer_records(
+        &mut self,
+        offset: u64,
+        _max_bytes: u32,
+    ) -> impl Future<Output = (u64, Bytes)> {
         async move { (offset, Bytes::new()) }
     }
     /// Receiving: about to copy a peer's checkpoint whose state is `state`. Drops what this

@@ -285,9 +285,11 @@ fn machine_stat(stat: &str) -> Option<MachineStat> {
     })
 }
 
-/// Descriptors a partition keeps open while it runs: its journal, its active segment and that
-/// segment's index.
-pub const DESCRIPTORS_PER_PARTITION: u64 = 3;
+/// Descriptors a partition keeps open while it runs, at most: its journal, its active segment
+/// and that segment's index, and the closed segments' logs kept open for reads (however many
+/// segments it holds, see `iggy_storage::partition_log::CLOSED_LOGS_OPEN_MAX`).
+pub const DESCRIPTORS_PER_PARTITION: u64 =
+    3 + iggy_storage::partition_log::CLOSED_LOGS_OPEN_MAX as u64;
 
 /// This process's open-files limit (`RLIMIT_NOFILE`, soft), or `None` when unlimited or
 /// unreadable.
@@ -420,8 +422,10 @@ mod tests {
 
     #[test]
     fn partitions_may_take_half_of_the_descriptors() {
-        assert!(partitions_fit(170, Some(1024)));
-        assert!(!partitions_fit(171, Some(1024)));
+        // 5 descriptors each: 102 partitions take 510 of the 512 they may.
+        assert_eq!(DESCRIPTORS_PER_PARTITION, 5);
+        assert!(partitions_fit(102, Some(1024)));
+        assert!(!partitions_fit(103, Some(1024)));
         assert!(partitions_fit(0, Some(0)));
         assert!(!partitions_fit(1, Some(5)));
         assert!(partitions_fit(u64::MAX, None));

@@ -241,7 +241,7 @@ impl PartitionMachine {
 
     /// The op `entry` as journaled, its body read back from the log where `stow` put it;
     /// `None` when the log does not hold that batch (lost with the machine, or damaged).
-    async fn unstow(&self, entry: &Entry) -> Option<Entry> {
+    async fn unstow(&mut self, entry: &Entry) -> Option<Entry> {
         let stand_in = iggy_generated::storage::StowedBatch::decode_fixed(&entry.body).ok()?;
         let mut record = match self
             .log
@@ -410,7 +410,7 @@ impl StateMachine for PartitionMachine {
         self.core.may_retire_through(op);
     }
 
-    async fn read_stowed(&self, stand_in: &Entry) -> ReadBack {
+    async fn read_stowed(&mut self, stand_in: &Entry) -> ReadBack {
         // Retirements delete whole segments from the front: a batch below the first offset the
         // log keeps was retired on purpose, one at or above it that does not read is damaged.
         let retired = iggy_generated::storage::StowedBatch::decode_fixed(&stand_in.body)
@@ -428,7 +428,7 @@ impl StateMachine for PartitionMachine {
     }
 
     /// Only committed records: a stowed batch above them may still be dropped.
-    async fn transfer_records(&self, offset: u64, max_bytes: u32) -> (u64, Bytes) {
+    async fn transfer_records(&mut self, offset: u64, max_bytes: u32) -> (u64, Bytes) {
         let end = self.core.committed_next_offset(self.log.next_offset());
         match self
             .log
@@ -1294,7 +1294,7 @@ mod tests {
 
         // Copies from where the laggard's log continues; returns the offsets it restarted at.
         async fn copy(
-            source: &PartitionMachine,
+            source: &mut PartitionMachine,
             laggard: &mut PartitionMachine,
             state: &[u8],
             stop_at: u64,
@@ -1315,7 +1315,7 @@ mod tests {
             }
             restarts
         }
-        assert_eq!(copy(&source, &mut laggard, &state, 10).await, vec![8]);
+        assert_eq!(copy(&mut source, &mut laggard, &state, 10).await, vec![8]);
         assert_eq!(
             (laggard.log.first_offset(), laggard.log.next_offset()),
             (8, 10)
@@ -1334,7 +1334,7 @@ mod tests {
         laggard.restore(&laggard_checkpoint).unwrap();
         laggard.replayed().await;
         assert_eq!(polled(&mut laggard).await, 0);
-        assert_eq!(copy(&source, &mut laggard, &state, 12).await, vec![8]);
+        assert_eq!(copy(&mut source, &mut laggard, &state, 12).await, vec![8]);
         laggard.transfer_install(7, &state).await.unwrap();
         assert_eq!(laggard.current_offset(), 11);
         assert_eq!(polled(&mut laggard).await, 4, "offsets 8..12");
