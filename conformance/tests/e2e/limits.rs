@@ -436,3 +436,36 @@ async fn a_partition_of_many_closed_segments_holds_few_descriptors_open() {
         "{before} descriptors open after the first segment closed, {after} after {SEGMENTS}"
     );
 }
+
+/// The HTTP API's responses too are written within `limits.idle_timeout_secs`: a client that
+/// asked for a large poll and stopped reading kept its connection and the whole response in the
+/// server's memory for good (the binary transports' loop had the bound, the HTTP one did not).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_client_that_stops_reading_is_closed_after_the_idle_timeout_and_others_are_served() {
+    let (server, api) = TestServer::start_with_http(&[("IGGY_LIMITS_IDLE_TIMEOUT_SECS", "2"), ("RUST_LOG", "info,iggy_server::transport=debug")]);
+    let client = server.root_client().await;
+    create_stream_and_topic(&client, "s", "t", 1).await;
+    // 40 MiB, a third more in base64: far above the sockets' buffers.
+    for batch in 0..5 {
+        let messages = (0..8).map(|i| msg(vec![b'a' + ((batch * 8 + i) % 26) as u8; 1 << 20])).collect();
+        send_to_partition(&client, &name("s"), &name("t"), 0, messages).await;
+    }
+    let token = crate::http::raw_token(&api).await;
+    let address: std::net::SocketAddr = api.trim_start_matches("http://").parse().expect("address");
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket.set_recv_buffer_size(64 * 1024).expect("receive buffer");
+    let mut stalled = socket.connect(address).await.expect("connect");
+    let query = "/streams/s/topics/t/messages?consumer_kind=consumer&consumer_id=1&partition_id=0&kind=offset&value=0&count=40";
+    let head = format!("GET {query} HTTP/1.1\r\nhost: {address}\r\nauthorization: Bearer {token}\r\n\r\n");
+    use tokio::io::AsyncWriteExt;
+    stalled.write_all(head.as_bytes()).await.expect("write the request");
+    // Never read: the response backs up into the server.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !server.log().contains("response not taken") {
+        assert!(std::time::Instant::now() < deadline, "the stalled HTTP connection is still open:\n{}", server.log());
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    drop(stalled);
+    let (status, _) = crate::http::raw(&api, "GET", "/streams/s/topics/t/messages?consumer_kind=consumer&consumer_id=2&partition_id=0&kind=offset&value=0&count=1", Some(&token), b"").await;
+    assert_eq!(status, 200, "another client is served");
+}

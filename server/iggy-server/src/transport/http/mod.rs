@@ -22,6 +22,7 @@ use compio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use compio::net::TcpListener;
 use compio::tls::TlsAcceptor;
 use std::rc::Rc;
+use std::time::Duration;
 
 /// Accepts connections until the listener fails; each connection runs on its own task. With
 /// `tls` (HTTPS), each connection first completes a TLS handshake within the request timeout.
@@ -49,12 +50,13 @@ pub async fn serve(
                 continue;
             }
             let mut stream = stream;
+            let idle = node.shared.config.limits.idle_timeout();
             let reply = Response::error(
                 503,
                 &api::refusal(iggy_generated::errors::ErrorCode::CannotEstablishConnection),
             );
             compio::runtime::spawn(async move {
-                let _ = send(&mut stream, reply.encode(None, &[], true)).await;
+                let _ = send(idle, &mut stream, reply.encode(None, &[], true)).await;
             })
             .detach();
             continue;
@@ -255,11 +257,30 @@ fn parse_head(buffer: &[u8]) -> Result<Head, &'static str> {
     Ok(Head::Complete(parsed, len, content_length))
 }
 
-/// Writes `bytes` and flushes them (a TLS stream buffers records until flushed).
-async fn send<S: AsyncWrite>(stream: &mut S, bytes: Vec<u8>) -> std::io::Result<()> {
-    let BufResult(written, _) = stream.write_all(bytes).await;
-    written?;
-    stream.flush().await
+/// Writes `bytes` and flushes them (a TLS stream buffers records until flushed), failing with
+/// TimedOut when the client has not taken them within `idle` (`limits.idle_timeout_secs`): a
+/// client that stops reading would otherwise keep its connection and the response (up to a
+/// whole poll) in memory for good.
+async fn send<S: AsyncWrite>(
+    idle: Duration,
+    stream: &mut S,
+    bytes: Vec<u8>,
+) -> std::io::Result<()> {
+    let written = async {
+        let BufResult(written, _) = stream.write_all(bytes).await;
+        written?;
+        stream.flush().await
+    };
+    match compio::time::timeout(idle, written).await {
+        Ok(written) => written,
+        Err(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!(
+                "response not taken within {}s (limits.idle_timeout_secs)",
+                idle.as_secs()
+            ),
+        )),
+    }
 }
 
 async fn serve_connection<S: AsyncRead + AsyncWrite>(
@@ -292,7 +313,7 @@ async fn serve_connection<S: AsyncRead + AsyncWrite>(
                             "request head exceeds http.max_request_size",
                         ),
                     );
-                    let _ = send(&mut stream, reply.encode(None, &[], true)).await;
+                    let _ = send(idle, &mut stream, reply.encode(None, &[], true)).await;
                     return Ok(());
                 }
                 Ok(Head::Partial) => {}
@@ -302,7 +323,7 @@ async fn serve_connection<S: AsyncRead + AsyncWrite>(
                         status,
                         &api::refusal_text(status as u32, "bad_request", why),
                     );
-                    let _ = send(&mut stream, reply.encode(None, &[], true)).await;
+                    let _ = send(idle, &mut stream, reply.encode(None, &[], true)).await;
                     return Ok(());
                 }
             }
@@ -331,7 +352,12 @@ async fn serve_connection<S: AsyncRead + AsyncWrite>(
                     "request exceeds http.max_request_size",
                 ),
             );
-            let _ = send(&mut stream, reply.encode(origin.as_deref(), &cors, true)).await;
+            let _ = send(
+                idle,
+                &mut stream,
+                reply.encode(origin.as_deref(), &cors, true),
+            )
+            .await;
             return Ok(());
         }
         let mut request = request;
@@ -345,7 +371,7 @@ async fn serve_connection<S: AsyncRead + AsyncWrite>(
                 .header("expect")
                 .is_some_and(|e| e.trim().eq_ignore_ascii_case("100-continue"))
             {
-                send(&mut stream, b"HTTP/1.1 100 Continue\r\n\r\n".to_vec()).await?;
+                send(idle, &mut stream, b"HTTP/1.1 100 Continue\r\n\r\n".to_vec()).await?;
             }
             let mut body = Vec::with_capacity(body_len);
             body.extend_from_slice(&pending[head_len..]);
@@ -379,6 +405,7 @@ async fn serve_connection<S: AsyncRead + AsyncWrite>(
         // A token's session is bound for the request only; the connection keeps none.
         connection.bound = None;
         send(
+            idle,
             &mut stream,
             response.encode(origin.as_deref(), &cors, close),
         )
