@@ -371,7 +371,8 @@ pub fn check(bytes: &Bytes, anchor: Anchor) -> JournalCheck {
             Severity::Warning,
             Some(at as u64),
             format!(
-                "damaged record ({why}) among the ops the checkpoint at op {checkpoint} covers:                  recovery steps over it to op {}",
+                "damaged record ({why}) among the ops the checkpoint at op {checkpoint} covers: \
+                 recovery steps over it to op {}",
                 checkpoint + 1
             ),
         ));
