@@ -138,20 +138,30 @@ pub async fn serve_frames(
     }
 }
 
-/// Writes `frame` to `link`, failing with TimedOut when the peer has not taken all of it
-/// within `idle`: a client that stops reading would otherwise keep its connection and the
-/// reply (up to a whole poll) in memory for good.
+/// Writes `frame` to `link` within `idle` (see [`taken_within`]).
 async fn write_within(
     idle: Duration,
     link: &mut impl FrameIo,
     frame: Vec<u8>,
 ) -> std::io::Result<()> {
-    match compio::time::timeout(idle, link.write_frame(frame)).await {
+    taken_within(idle, "reply", link.write_frame(frame)).await
+}
+
+/// Runs `write`, the write of a `what` (reply, response) to a client, failing with TimedOut
+/// when the client has not taken all of it within `idle` (`limits.idle_timeout_secs`): a
+/// client that stops reading would otherwise keep its connection and what it asked for (up to
+/// a whole poll) in memory for good.
+pub async fn taken_within(
+    idle: Duration,
+    what: &str,
+    write: impl std::future::Future<Output = std::io::Result<()>>,
+) -> std::io::Result<()> {
+    match compio::time::timeout(idle, write).await {
         Ok(written) => written,
         Err(_) => Err(std::io::Error::new(
             std::io::ErrorKind::TimedOut,
             format!(
-                "reply not taken within {}s (limits.idle_timeout_secs)",
+                "{what} not taken within {}s (limits.idle_timeout_secs)",
                 idle.as_secs()
             ),
         )),

@@ -257,10 +257,8 @@ fn parse_head(buffer: &[u8]) -> Result<Head, &'static str> {
     Ok(Head::Complete(parsed, len, content_length))
 }
 
-/// Writes `bytes` and flushes them (a TLS stream buffers records until flushed), failing with
-/// TimedOut when the client has not taken them within `idle` (`limits.idle_timeout_secs`): a
-/// client that stops reading would otherwise keep its connection and the response (up to a
-/// whole poll) in memory for good.
+/// Writes `bytes` and flushes them (a TLS stream buffers records until flushed), within `idle`
+/// (see `connection_loop::taken_within`).
 async fn send<S: AsyncWrite>(
     idle: Duration,
     stream: &mut S,
@@ -271,16 +269,7 @@ async fn send<S: AsyncWrite>(
         written?;
         stream.flush().await
     };
-    match compio::time::timeout(idle, written).await {
-        Ok(written) => written,
-        Err(_) => Err(std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            format!(
-                "response not taken within {}s (limits.idle_timeout_secs)",
-                idle.as_secs()
-            ),
-        )),
-    }
+    crate::transport::connection_loop::taken_within(idle, "response", written).await
 }
 
 async fn serve_connection<S: AsyncRead + AsyncWrite>(
