@@ -2206,11 +2206,7 @@ impl TestCluster {
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped());
-        for (key, _) in std::env::vars_os() {
-            if key.to_string_lossy().starts_with("IGGY_") {
-                command.env_remove(key);
-            }
-        }
+        without_shell_settings(&mut command);
         command
             .env("IGGY_CONFIG_PATH", &config)
             .env("IGGY_TCP_ADDRESS", node.address())

@@ -89,11 +89,7 @@ fn service_command(service: &Service, volume: &Path, config: &Path, namespace: &
     command.args(&entrypoint[1..]).args(&service.command).current_dir(volume).stdin(Stdio::null()).env("RUST_LOG", "info");
     let log = std::fs::File::create(log).expect("create the log");
     command.stdout(log.try_clone().expect("clone the log")).stderr(log);
-    for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("IGGY_") {
-            command.env_remove(key);
-        }
-    }
+    without_shell_settings(&mut command);
     for (key, value) in image_env {
         // The image keeps its data under the volume's mount point, /var/lib/iggy.
         let value = match value.strip_prefix("/var/lib/iggy/") {
@@ -107,21 +103,7 @@ fn service_command(service: &Service, volume: &Path, config: &Path, namespace: &
         let value = if key == "IGGY_CONFIG_PATH" { config.display().to_string() } else { value };
         command.env(key, value);
     }
-    let namespace = std::fs::File::open(namespace).expect("open the namespace");
-    use std::os::fd::AsRawFd;
-    use std::os::unix::process::CommandExt;
-    let fd = namespace.as_raw_fd();
-    // SAFETY: between fork and exec the closure calls only setns(2), which is
-    // async-signal-safe; `namespace` stays open in the parent (moved into the closure).
-    unsafe {
-        command.pre_exec(move || {
-            let _open = &namespace;
-            if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    join_network_namespace(&mut command, namespace);
     command
 }
 

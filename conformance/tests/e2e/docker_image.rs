@@ -61,11 +61,7 @@ fn image_command(dir: &Path, port: u16, advertised: Option<&str>) -> Command {
         .current_dir(dir)
         .stdin(Stdio::null())
         .env("RUST_LOG", "info");
-    for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("IGGY_") {
-            command.env_remove(key);
-        }
-    }
+    without_shell_settings(&mut command);
     for (key, value) in env {
         let value = match key.as_str() {
             "IGGY_SYSTEM_PATH" => dir.join("data").display().to_string(),

@@ -462,12 +462,7 @@ impl TestServer {
             .stdin(Stdio::null())
             .stdout(Stdio::from(log))
             .stderr(Stdio::from(stderr));
-        // Hermetic: no IGGY_* setting from the developer's shell reaches the child.
-        for (key, _) in std::env::vars_os() {
-            if key.to_string_lossy().starts_with("IGGY_") {
-                cmd.env_remove(key);
-            }
-        }
+        without_shell_settings(&mut cmd);
         // QUIC is on by default: an ephemeral port keeps parallel servers apart (cluster
         // metadata tells the bound port).
         cmd.env("IGGY_TCP_ADDRESS", self.address())
@@ -504,29 +499,12 @@ impl TestServer {
                 });
             }
         }
-        // Opened here, before the fork; closed at exec (close-on-exec) and after the spawn.
-        let namespace = self.namespace.as_ref().map(|path| {
-            File::open(path).unwrap_or_else(|e| panic!("open {}: {e}", path.display()))
-        });
-        if let Some(namespace) = &namespace {
-            use std::os::fd::AsRawFd;
-            use std::os::unix::process::CommandExt;
-            let fd = namespace.as_raw_fd();
-            // SAFETY: between fork and exec the closure calls only setns(2), which is
-            // async-signal-safe, on a descriptor the parent keeps open until after the spawn.
-            unsafe {
-                cmd.pre_exec(move || {
-                    if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    Ok(())
-                });
-            }
+        if let Some(path) = &self.namespace {
+            join_network_namespace(&mut cmd, path);
         }
         let child = cmd
             .spawn()
             .unwrap_or_else(|e| panic!("spawn {}: {e}", bin.display()));
-        drop(namespace);
         self.child = Some(child);
     }
 
@@ -776,6 +754,35 @@ pub fn id(n: u32) -> Identifier {
 
 pub fn name(s: &str) -> Identifier {
     Identifier::named(s).expect("named identifier")
+}
+
+/// Hermetic: no IGGY_* setting from the developer's shell reaches a child server.
+pub fn without_shell_settings(command: &mut Command) {
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("IGGY_") {
+            command.env_remove(key);
+        }
+    }
+}
+
+/// Starts `command`'s process in the network namespace whose file is `namespace` (`lan.rs`).
+/// The file, opened here, lives in the command (closed at exec, close-on-exec, and with it).
+pub fn join_network_namespace(command: &mut Command, namespace: &Path) {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let file = File::open(namespace).unwrap_or_else(|e| panic!("open {}: {e}", namespace.display()));
+    let fd = file.as_raw_fd();
+    // SAFETY: between fork and exec the closure calls only setns(2), which is
+    // async-signal-safe, on a descriptor the closure keeps open.
+    unsafe {
+        command.pre_exec(move || {
+            let _open = &file;
+            if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
 }
 
 /// A message with the given payload (the SDK mints a random id).

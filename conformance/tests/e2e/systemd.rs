@@ -80,11 +80,7 @@ impl Notified {
             .stdin(Stdio::null())
             .stdout(Stdio::from(log.try_clone().unwrap()))
             .stderr(Stdio::from(log));
-        for (key, _) in std::env::vars_os() {
-            if key.to_string_lossy().starts_with("IGGY_") {
-                cmd.env_remove(key);
-            }
-        }
+        crate::harness::without_shell_settings(&mut cmd);
         cmd.env("IGGY_TCP_ADDRESS", address.to_string())
             .env("IGGY_QUIC_ADDRESS", quic.to_string())
             .env("IGGY_WEBSOCKET_ENABLED", "true")
