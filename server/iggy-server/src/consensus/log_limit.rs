@@ -126,18 +126,19 @@ fn judge(window: &mut Window, now: Instant, interval: Duration, pooled: bool) ->
 }
 
 /// One kind of warning, written at most once per interval (a single-source [`LogLimit`]).
+/// Shared by the tasks of one shard, so it judges through `&self`.
 #[derive(Debug)]
-pub struct Throttled(LogLimit<()>);
+pub struct Throttled(std::cell::RefCell<LogLimit<()>>);
 
 impl Throttled {
     pub fn new(interval: Duration) -> Self {
-        Throttled(LogLimit::new(interval, 1))
+        Throttled(std::cell::RefCell::new(LogLimit::new(interval, 1)))
     }
 
     /// Whether to write the warning at `now`: how many were held back since the last one
     /// written, or `None` to hold this one back.
-    pub fn due(&mut self, now: Instant) -> Option<u64> {
-        match self.0.line(now, ()) {
+    pub fn due(&self, now: Instant) -> Option<u64> {
+        match self.0.borrow_mut().line(now, ()) {
             Verdict::Write { held_back, .. } => Some(held_back),
             Verdict::HoldBack => None,
         }

@@ -53,12 +53,12 @@ pub struct Node {
     shown_tokens: RefCell<std::collections::VecDeque<((u128, u64), String)>>,
     /// Logins refused because the session table is full: one warning per interval, so a client
     /// retrying its login cannot flood the log.
-    pub session_table_full: RefCell<crate::consensus::log_limit::Throttled>,
+    pub session_table_full: crate::consensus::log_limit::Throttled,
     /// Failed accepts of the client listeners (out of descriptors, say): one warning per
     /// interval, since every connection waiting in a backlog fails the next accept again.
-    pub accept_failed: RefCell<crate::consensus::log_limit::Throttled>,
+    pub accept_failed: crate::consensus::log_limit::Throttled,
     /// Connections refused at `limits.max_connections`: one warning per interval.
-    pub connection_refused: RefCell<crate::consensus::log_limit::Throttled>,
+    pub connection_refused: crate::consensus::log_limit::Throttled,
 }
 
 /// At most one warning of a repeating kind (a full session table, failed or refused accepts)
@@ -298,15 +298,13 @@ impl Node {
             in_flight: Cell::new(0),
             metrics: Default::default(),
             shown_tokens: RefCell::new(std::collections::VecDeque::new()),
-            session_table_full: RefCell::new(crate::consensus::log_limit::Throttled::new(
+            session_table_full: crate::consensus::log_limit::Throttled::new(
                 REPEATED_WARNING_INTERVAL,
-            )),
-            accept_failed: RefCell::new(crate::consensus::log_limit::Throttled::new(
+            ),
+            accept_failed: crate::consensus::log_limit::Throttled::new(REPEATED_WARNING_INTERVAL),
+            connection_refused: crate::consensus::log_limit::Throttled::new(
                 REPEATED_WARNING_INTERVAL,
-            )),
-            connection_refused: RefCell::new(crate::consensus::log_limit::Throttled::new(
-                REPEATED_WARNING_INTERVAL,
-            )),
+            ),
         });
         Ok(node)
     }

@@ -1351,16 +1351,16 @@ mod tests {
 const WRITER_TABLE_FULL_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
 
 thread_local! {
-    static WRITER_TABLE_FULL: std::cell::RefCell<crate::consensus::log_limit::Throttled> =
-        std::cell::RefCell::new(crate::consensus::log_limit::Throttled::new(
+    static WRITER_TABLE_FULL: crate::consensus::log_limit::Throttled =
+        crate::consensus::log_limit::Throttled::new(
             WRITER_TABLE_FULL_INTERVAL,
-        ));
+        );
 }
 
 /// Says why a new writer is refused while every writer slot of a partition is taken: the
 /// client only sees a transient refusal, which it retries. Live writers are never evicted.
 fn writer_table_full() {
-    let due = WRITER_TABLE_FULL.with(|limit| limit.borrow_mut().due(std::time::Instant::now()));
+    let due = WRITER_TABLE_FULL.with(|limit| limit.due(std::time::Instant::now()));
     let Some(held_back) = due else {
         return;
     };

@@ -707,10 +707,7 @@ async fn register(
 /// Says why logins are refused while every slot of the session table is taken: the client only
 /// sees a transient refusal, which it retries. Live sessions are never evicted.
 fn session_table_full(node: &Node, user_id: u32) {
-    let due = node
-        .session_table_full
-        .borrow_mut()
-        .due(std::time::Instant::now());
+    let due = node.session_table_full.due(std::time::Instant::now());
     let Some(held_back) = due else {
         return;
     };

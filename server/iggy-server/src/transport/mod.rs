@@ -54,10 +54,7 @@ pub async fn accept(
 /// transports (with the count held back): a client that reconnects at once would otherwise
 /// write a line per attempt.
 pub fn connection_refused(node: &Node, transport: &str, peer: SocketAddr) {
-    let due = node
-        .connection_refused
-        .borrow_mut()
-        .due(std::time::Instant::now());
+    let due = node.connection_refused.due(std::time::Instant::now());
     if let Some(held_back) = due {
         tracing::warn!(
             "{transport} {peer}: refused, connection limit reached (limits.max_connections; \
@@ -72,11 +69,7 @@ const ACCEPT_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis
 /// Logs a failed accept, at most once per interval for all listeners (with the count held
 /// back), naming the limit to raise when the process ran out of descriptors.
 fn accept_failed(node: &Node, transport: &str, error: &std::io::Error) {
-    let Some(held_back) = node
-        .accept_failed
-        .borrow_mut()
-        .due(std::time::Instant::now())
-    else {
+    let Some(held_back) = node.accept_failed.due(std::time::Instant::now()) else {
         return;
     };
     let hint = match error.raw_os_error() {

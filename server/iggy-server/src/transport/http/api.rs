@@ -797,11 +797,7 @@ async fn signed_in(call: &mut Call<'_>, bound: Bound, bind_secret: &[u8; 32]) ->
         Ok(_) => call.state.forget(bound.client),
         Err(_) => call.state.unbind(bound.client, &call.node.shared),
     }
-    let due = call
-        .state
-        .capped_logins
-        .borrow_mut()
-        .due(std::time::Instant::now());
+    let due = call.state.capped_logins.due(std::time::Instant::now());
     if let Some(held_back) = due {
         tracing::warn!(
             "http: login of user {} refused: it holds {held} sessions on this node for \

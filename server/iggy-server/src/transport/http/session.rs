@@ -68,7 +68,7 @@ pub struct HttpState {
     /// Identifies this node's anonymous requests (ping, login) to the service layer.
     pub anonymous_client: u128,
     /// Logins refused by `http.max_sessions_per_user`: warned of at most every 10 s.
-    pub capped_logins: RefCell<crate::consensus::log_limit::Throttled>,
+    pub capped_logins: crate::consensus::log_limit::Throttled,
 }
 
 pub fn now_secs() -> u64 {
@@ -145,9 +145,9 @@ impl HttpState {
             live: RefCell::new(HashMap::new()),
             in_flight: Cell::new(0),
             anonymous_client: rand::random::<u128>() | 1,
-            capped_logins: RefCell::new(crate::consensus::log_limit::Throttled::new(
+            capped_logins: crate::consensus::log_limit::Throttled::new(
                 std::time::Duration::from_secs(10),
-            )),
+            ),
         })
     }
 
