@@ -29,6 +29,7 @@ mod external_offsets;
 mod fail_stop;
 mod framing;
 mod http;
+mod helm;
 mod id_reuse;
 mod journal;
 mod lan;
