@@ -4,7 +4,7 @@
 //! replica listener on the wildcard address, and the official SDK, told the names by cluster
 //! metadata, creates, sends and polls through them.
 
-use crate::cluster::{create_topic, read_numbered, send_numbered};
+use crate::cluster::{ReplicaCertificates, create_topic, logged, read_numbered, send_numbered, serves_without_node_2};
 use crate::harness::*;
 use crate::test_cluster::*;
 use iggy::prelude::*;
@@ -50,4 +50,25 @@ async fn three_nodes_named_localhost_in_the_roster_serve_the_sdk_and_tell_it_the
     read_numbered(&reader, (stream, topic), 3, 30).await;
     let metadata = ok("get_cluster_metadata", within("roster", reader.get_cluster_metadata()).await);
     assert!(metadata.nodes.iter().all(|n| n.ip == "localhost"), "{metadata:?}");
+}
+
+/// `[cluster.tls]` with names: each certificate names its node's roster host name as a DNS SAN
+/// (`localhost` for nodes 0 and 1), which is what the peers check, whatever address the name
+/// resolves to; node 2's names another host, so both its dialers refuse it, naming the name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_mutual_tls_named_nodes_check_dns_sans_and_refuse_a_certificate_for_another_name() {
+    let certificates = ReplicaCertificates::new("e2e named cluster CA");
+    let names = ["localhost", "localhost", "iggy-2.elsewhere.test"];
+    let options = ClusterOptions { roster_host: Some("localhost".into()), node_env: (0..3).map(|i| (i, certificates.node_env(i, names[i]))).collect(), ..Default::default() };
+    let cluster = TestCluster::start_with(3, options);
+    for dialer in [0, 1] {
+        let line = format!("replica {dialer}: link with replica 2: peer refused: `tls`");
+        logged(&cluster, dialer, &format!("node {dialer} refuses node 2's certificate"), &[&line, "certificate not valid for name \"localhost\"", "does not name its roster ip"]).await;
+    }
+    logged(&cluster, 2, "node 2 logs that its certificate was refused", &["replica 2: inbound replica link: peer refused: `tls`"]).await;
+    serves_without_node_2(&cluster).await;
+    let client = cluster.root_client(1).await;
+    let metadata = ok("get_cluster_metadata", within("roster", client.get_cluster_metadata()).await);
+    let healthy: Vec<u8> = metadata.nodes.iter().filter(|n| n.status == ClusterNodeStatus::Healthy).map(|n| n.replica_id).collect();
+    assert_eq!(healthy, [0, 1], "nodes 0 and 1 linked over TLS by name, node 2 refused: {metadata:?}");
 }
