@@ -283,9 +283,22 @@ fn the_chart_s_cluster_pods_link_by_their_dns_names_and_find_a_pod_restarted_at_
     cli_until(&lan, &hosts, 0, &["topic", "create", "helm", "t", "3", "none"], |_| true, logs);
     cli_until(&lan, &hosts, 1, &["message", "send", "--partition-id", "2", "helm", "t", "before the move"], |_| true, logs);
 
-    // Pod 2 is rescheduled: it comes back with its volume at another address, and its DNS name
-    // follows it. Pods 0 and 1 dial it by name and find it there.
+    // Pod 2 is rescheduled. While it is gone its name resolves nowhere: pods 0 and 1 keep
+    // dialing, warning about the name once per interval (30 s), and keep serving.
     drop(running.pop());
+    let gone = Instant::now();
+    write_hosts(&hosts, &addresses[..2]);
+    let unresolved = format!("replica 0: replica 2's address {}:8100 does not resolve", pod_dns_name(2));
+    let deadline = Instant::now() + START_TIMEOUT;
+    while !std::fs::read_to_string(&pods[0].log).unwrap_or_default().contains(&unresolved) {
+        assert!(Instant::now() < deadline, "no warning naming pod 2's name:\n{}", logs());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    cli_until(&lan, &hosts, 0, &["message", "send", "--partition-id", "0", "helm", "t", "while pod 2 is away"], |_| true, logs);
+    let warned = std::fs::read_to_string(&pods[0].log).unwrap().matches(&unresolved).count() as u64;
+    assert!(warned <= 1 + gone.elapsed().as_secs() / 30, "{warned} warnings in {:?}:\n{}", gone.elapsed(), logs());
+    // It comes back with its volume at another address, and its name follows it. Pods 0 and 1
+    // dial it by name and find it there.
     addresses[2] = lan.ip(PODS);
     write_hosts(&hosts, &addresses);
     running.push(start_pod(2, &pods[2], &env, &lan, PODS, &hosts, &bin));
