@@ -1087,7 +1087,8 @@ impl Lookups {
                 "replica {local}: replica {peer}'s address {address} does not resolve: {why}"
             ),
             Verdict::Write { held_back, .. } => tracing::warn!(
-                "replica {local}: replica {peer}'s address {address} does not resolve ({why});                  dialing it again after the backoff{}",
+                "replica {local}: replica {peer}'s address {address} does not resolve ({why}); \
+                 dialing it again after the backoff{}",
                 match held_back {
                     0 => String::new(),
                     n => format!(" ({n} more failed lookups since the last warning)"),
