@@ -1811,7 +1811,7 @@ const CLUSTER_SECRET: &str = "e2e cluster secret: 32 bytes or more, same on all"
 const STRANGER_SECRET: &str = "a stranger's secret, also 32 bytes or more long";
 
 /// Waits until node i's log has a line holding every one of `parts`, and returns the log.
-async fn logged(cluster: &TestCluster, i: usize, what: &str, parts: &[&str]) -> String {
+pub(crate) async fn logged(cluster: &TestCluster, i: usize, what: &str, parts: &[&str]) -> String {
     wait_until(
         what,
         Duration::from_secs(20),
@@ -1873,7 +1873,7 @@ async fn a_cluster_sharing_a_secret_serves_the_sdk_and_keeps_a_bare_peer_off() {
 /// Node 2 was refused by both peers and never admitted; nodes 0 and 1, a quorum of three,
 /// serve the SDK without it. The refused node answers the SDK's bind with 58, never 40 (on
 /// which the SDK would sign in again there and lose its session).
-async fn serves_without_node_2(cluster: &TestCluster) {
+pub(crate) async fn serves_without_node_2(cluster: &TestCluster) {
     let log = cluster.node(2).log();
     assert!(
         !log.lines()
@@ -1934,14 +1934,14 @@ async fn a_node_with_another_secret_is_refused_and_both_sides_log_mac_mismatch()
 }
 
 /// A cluster CA and the PEM files of the node certificates it signs.
-struct ReplicaCertificates {
+pub(crate) struct ReplicaCertificates {
     dir: tempfile::TempDir,
     authority: rcgen::Certificate,
     authority_key: rcgen::KeyPair,
 }
 
 impl ReplicaCertificates {
-    fn new(name: &str) -> Self {
+    pub(crate) fn new(name: &str) -> Self {
         let authority_key = rcgen::KeyPair::generate().unwrap();
         let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
         params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
@@ -1959,8 +1959,9 @@ impl ReplicaCertificates {
     }
 
     /// `[cluster.tls]` through the environment for a node whose roster ip is `ip`: its own
-    /// certificate (naming `ip`, for server and client auth) and this CA.
-    fn node_env(&self, node: usize, ip: &str) -> Vec<(String, String)> {
+    /// certificate (naming `ip`, for server and client auth: an IP SAN, or a DNS SAN for a host
+    /// name) and this CA.
+    pub(crate) fn node_env(&self, node: usize, ip: &str) -> Vec<(String, String)> {
         let key = rcgen::KeyPair::generate().unwrap();
         let mut params = rcgen::CertificateParams::new(vec![ip.to_string()]).unwrap();
         params.extended_key_usages = vec![

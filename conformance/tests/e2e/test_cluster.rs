@@ -45,6 +45,8 @@ pub fn partition_group(stream: u32, topic: u32, partition: u32) -> u64 {
 /// One roster node of the shared config file.
 pub(crate) struct RosterNode {
     pub(crate) ip: IpAddr,
+    /// A host name the file gives as the node's `ip` instead (it must resolve to `ip`).
+    pub(crate) host: Option<String>,
     pub(crate) tcp: u16,
     pub(crate) replica: u16,
     /// The HTTP port; HTTP is on in the file when any node has one.
@@ -71,6 +73,7 @@ pub(crate) fn cluster_file(nodes: &[RosterNode]) -> String {
         let RosterNode {
             ip, tcp, replica, ..
         } = node;
+        let ip = node.host.clone().unwrap_or_else(|| ip.to_string());
         text.push_str(&format!(
             "\n[[cluster.nodes]]\nname = \"node-{id}\"\nip = \"{ip}\"\nreplica_id = {id}\n\
              [cluster.nodes.ports]\ntcp = {tcp}\ntcp_replica = {replica}\n"
@@ -185,6 +188,9 @@ pub struct ClusterOptions {
     /// then the body), so a test can drop one command's frames (`TestCluster::drop_frames`).
     /// Only for a plane without `[cluster.tls]`, whose bytes are not frames.
     pub replica_frames: bool,
+    /// `start_with`: the host name every roster entry gives as its `ip` instead of 127.0.0.1
+    /// (one that resolves to 127.0.0.1, as `localhost`).
+    pub roster_host: Option<String>,
 }
 
 pub struct TestCluster {
@@ -214,6 +220,7 @@ impl TestCluster {
         let roster: Vec<RosterNode> = (0..n)
             .map(|_| RosterNode {
                 ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
+                host: options.roster_host.clone(),
                 tcp: free_port(),
                 replica: free_port(),
                 http: options.http.then(free_port),
@@ -270,6 +277,7 @@ impl TestCluster {
             .iter()
             .map(|&ip| RosterNode {
                 ip,
+                host: None,
                 tcp,
                 replica,
                 http: Some(http),
@@ -291,6 +299,7 @@ impl TestCluster {
         let roster: Vec<RosterNode> = (0..n)
             .map(|i| RosterNode {
                 ip: lan.ip(i),
+                host: None,
                 tcp: 8090,
                 replica: 8070,
                 http: Some(3000),

@@ -8,7 +8,8 @@ use toml::{Table, Value};
 
 mod cluster;
 pub use cluster::{
-    Cluster, ClusterAuth, ClusterNode, ClusterTls, bind_serves, roster_env_vars, with_port,
+    Cluster, ClusterAuth, ClusterNode, ClusterTls, NodeHost, bind_serves, roster_env_vars,
+    with_port,
 };
 
 /// The embedded defaults, also the catalogue of every known key.

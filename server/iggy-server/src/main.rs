@@ -362,12 +362,12 @@ fn main() -> ExitCode {
         .flatten()
     {
         // Validation made sure an enabled transport has its roster port.
-        let (ports, ip) = (node.ports.clone(), node.ip);
+        let (ports, host) = (node.ports.clone(), node.host.clone());
         let mut bind = |key: &'static str, enabled: bool, address: &mut String, port| {
             if let Some(port) = port {
                 *address = config::with_port(address, port);
-                if enabled && !config::bind_serves(address, ip) {
-                    unserved.push((key, address.clone(), ip));
+                if enabled && !config::bind_serves(address, &host) {
+                    unserved.push((key, address.clone(), host.clone()));
                 }
             }
         };

@@ -42,7 +42,8 @@ pub struct ClusterTls {
     /// Upstream's mode that accepts any peer certificate; accepted as a key so an upstream file
     /// loads, refused when true (it would authenticate no peer).
     pub self_signed: bool,
-    /// This node's certificate chain (PEM), naming its roster ip as an IP SAN.
+    /// This node's certificate chain (PEM), naming its roster `ip` as an IP SAN, or as a DNS
+    /// SAN when the roster gives a host name.
     pub cert_file: String,
     /// Its private key (PEM).
     pub key_file: String,
@@ -171,12 +172,58 @@ impl Default for Cluster {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ClusterNode {
     pub name: String,
-    /// A literal IP: the replica listener binds it and peers dial it.
-    pub ip: IpAddr,
+    /// The roster's `ip` key (upstream's name, so its files load): an IP literal, or a DNS
+    /// host name (a StatefulSet pod's stable name, whose address changes at each restart).
+    pub host: NodeHost,
     pub replica_id: u8,
     /// What clients are told instead of `ip` (an IP or a host name, no port).
     pub advertised_address: Option<String>,
     pub ports: NodePorts,
+}
+
+/// Where a roster node is: an IP literal, which the replica listener binds and peers dial as
+/// upstream's roster does, or a DNS host name. A name is resolved by each dial (a peer that
+/// restarted at another address is found on the next attempt; one that does not resolve yet
+/// is a failed dial, retried), never at configuration time; a node whose own entry is a name
+/// binds its replica listener on the wildcard address (`consensus::replica_bus`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeHost {
+    Ip(IpAddr),
+    /// An RFC 1123 host name as written (DNS compares names without case).
+    Name(String),
+}
+
+impl NodeHost {
+    /// An IP literal or an RFC 1123 host name; a name whose last label is all digits is
+    /// refused, because a resolver reads it as a (malformed) IPv4 address.
+    pub fn parse(text: &str) -> Option<Self> {
+        let text = text.trim();
+        if let Ok(ip) = text.parse::<IpAddr>() {
+            return Some(NodeHost::Ip(ip));
+        }
+        let numeric_top = text
+            .rsplit('.')
+            .next()
+            .is_some_and(|top| top.chars().all(|c| c.is_ascii_digit()));
+        (is_host(text) && !numeric_top).then(|| NodeHost::Name(text.to_string()))
+    }
+
+    /// The form two entries are compared in: a name in lower case, an IP as parsed.
+    fn comparable(&self) -> String {
+        match self {
+            NodeHost::Ip(ip) => ip.to_string(),
+            NodeHost::Name(name) => name.to_ascii_lowercase(),
+        }
+    }
+}
+
+impl std::fmt::Display for NodeHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NodeHost::Ip(ip) => write!(f, "{ip}"),
+            NodeHost::Name(name) => f.write_str(name),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -441,15 +488,16 @@ fn parse_node(index: usize, node: &Table) -> Result<ClusterNode, ConfigError> {
         }
     }
     let ip_text = string("ip")?.unwrap_or_default();
-    let ip = ip_text.trim().parse().map_err(|_| ConfigError::BadValue {
+    let host = NodeHost::parse(&ip_text).ok_or_else(|| ConfigError::BadValue {
         key: node_key(index, "ip"),
         value: ip_text.clone(),
-        expected: "literal IP address (the replica plane dials it; no host names)",
+        expected: "IP address or DNS host name (RFC 1123: letters, digits and '-' in \
+                   dot-separated labels, no port, no trailing dot)",
     })?;
     let port = |key: &str| integer_field::<u16>(node, index, key);
     Ok(ClusterNode {
         name: string("name")?.unwrap_or_default(),
-        ip,
+        host,
         replica_id: integer("replica_id")?.unwrap_or_default(),
         // Empty means unset, as in upstream's files.
         advertised_address: string("advertised_address")?.filter(|a| !a.trim().is_empty()),
@@ -650,8 +698,11 @@ impl Cluster {
                 if port == 0 {
                     return Err(refuse(key, "must not be 0"));
                 }
-                if let Some(other) = endpoints.insert((node.ip, port), key.clone()) {
-                    return Err(refuse(key, format!("{}:{port} is also {other}", node.ip)));
+                // Names are compared as text, unresolved: two names of one address (or a
+                // name and its IP) are not caught here; the second listener fails to bind.
+                let endpoint = (node.host.comparable(), port);
+                if let Some(other) = endpoints.insert(endpoint, key.clone()) {
+                    return Err(refuse(key, format!("{}:{port} is also {other}", node.host)));
                 }
             }
             for &(transport, enabled) in transports {
@@ -765,13 +816,13 @@ pub fn with_port(address: &str, port: u16) -> String {
 
 /// Whether a client listener bound at `address` (`ip:port`, after `with_port`) answers at the
 /// roster's `ip` for this node: a wildcard answers at every IP, an IP literal only at itself.
-/// A host name cannot be judged without resolving it and counts as answering. One that does
-/// not is worth a warning only, as upstream gives: clients are sent to the advertised address,
-/// which may reach the listener another way.
-pub fn bind_serves(address: &str, ip: IpAddr) -> bool {
-    match address.parse::<std::net::SocketAddr>() {
-        Ok(bound) => bound.ip().is_unspecified() || bound.ip() == ip,
-        Err(_) => true,
+/// A host name, in the setting or in the roster, cannot be judged without resolving it and
+/// counts as answering. One that does not is worth a warning only, as upstream gives: clients
+/// are sent to the advertised address, which may reach the listener another way.
+pub fn bind_serves(address: &str, host: &NodeHost) -> bool {
+    match (address.parse::<std::net::SocketAddr>(), host) {
+        (Ok(bound), NodeHost::Ip(ip)) => bound.ip().is_unspecified() || bound.ip() == *ip,
+        _ => true,
     }
 }
 
@@ -802,15 +853,18 @@ mod tests {
 
     #[test]
     fn a_listener_serves_the_roster_ip_when_it_binds_that_ip_or_a_wildcard() {
-        let ip = |text: &str| text.parse::<IpAddr>().unwrap();
-        assert!(super::bind_serves("127.0.0.2:8090", ip("127.0.0.2")));
-        assert!(super::bind_serves("0.0.0.0:8090", ip("10.0.0.7")));
-        assert!(super::bind_serves("[::]:8090", ip("10.0.0.7")));
-        assert!(super::bind_serves("[fd00::2]:8090", ip("fd00::2")));
+        let ip = |text: &str| NodeHost::Ip(text.parse().unwrap());
+        assert!(super::bind_serves("127.0.0.2:8090", &ip("127.0.0.2")));
+        assert!(super::bind_serves("0.0.0.0:8090", &ip("10.0.0.7")));
+        assert!(super::bind_serves("[::]:8090", &ip("10.0.0.7")));
+        assert!(super::bind_serves("[fd00::2]:8090", &ip("fd00::2")));
         // The embedded default on a node whose roster ip is another machine's.
-        assert!(!super::bind_serves("127.0.0.1:8090", ip("127.0.0.2")));
-        assert!(!super::bind_serves("127.0.0.1:8090", ip("10.0.0.7")));
-        assert!(super::bind_serves("localhost:8090", ip("10.0.0.7")));
+        assert!(!super::bind_serves("127.0.0.1:8090", &ip("127.0.0.2")));
+        assert!(!super::bind_serves("127.0.0.1:8090", &ip("10.0.0.7")));
+        assert!(super::bind_serves("localhost:8090", &ip("10.0.0.7")));
+        // A roster name: whether a bound IP serves it is not known without resolving it.
+        let name = NodeHost::Name("iggy-0.iggy-headless".into());
+        assert!(super::bind_serves("127.0.0.1:8090", &name));
     }
 
     use super::super::{Config, load};
@@ -856,7 +910,7 @@ mod tests {
         let wildcard = |key: &str| (key == "IGGY_TCP_ADDRESS").then(|| "0.0.0.0:8090".to_string());
         let config = load(Some(&three_nodes()), wildcard).unwrap();
         assert_eq!(config.tcp.address, "0.0.0.0:8090");
-        assert_eq!(config.cluster.nodes[0].ip.to_string(), "127.0.0.1");
+        assert_eq!(config.cluster.nodes[0].host.to_string(), "127.0.0.1");
         let single = load(Some(OTHER_TRANSPORTS_OFF), wildcard).unwrap_err();
         assert!(
             matches!(single, ConfigError::WildcardWithoutAdvertised { .. }),
@@ -1067,12 +1121,114 @@ mod tests {
         assert_eq!(c.nodes.len(), 3);
         let node = c.node(2).unwrap();
         assert_eq!(node.name, "node-2");
-        assert_eq!(node.ip, "127.0.0.1".parse::<IpAddr>().unwrap());
+        assert_eq!(node.host, NodeHost::Ip("127.0.0.1".parse().unwrap()));
         assert_eq!(node.ports.tcp, Some(8092));
         assert_eq!(node.ports.tcp_replica, Some(8102));
         assert_eq!(node.ports.quic, None);
         assert_eq!(node.advertised_address, None);
         assert_eq!(c.replica_id(Some(1)), Ok(1));
+    }
+
+    /// A StatefulSet's roster: each node by its stable DNS name, all on the same ports.
+    fn named_nodes() -> String {
+        let mut text = String::from(OTHER_TRANSPORTS_OFF);
+        text.push_str("[cluster]\nenabled = true\nname = \"c1\"\n");
+        for id in 0..3 {
+            text.push_str(&format!(
+                "[[cluster.nodes]]\nname = \"iggy-{id}\"\n\
+                 ip = \"iggy-{id}.iggy-headless.default.svc.cluster.local\"\nreplica_id = {id}\n\
+                 [cluster.nodes.ports]\ntcp = 8090\ntcp_replica = 8100\n"
+            ));
+        }
+        text
+    }
+
+    #[test]
+    fn a_roster_ip_may_be_a_host_name_kept_unresolved() {
+        let c = load(Some(&named_nodes()), none).unwrap().cluster;
+        let name = |id: u8| c.node(id).unwrap().host.clone();
+        assert_eq!(
+            name(1),
+            NodeHost::Name("iggy-1.iggy-headless.default.svc.cluster.local".into())
+        );
+        assert_eq!(
+            name(2).to_string(),
+            "iggy-2.iggy-headless.default.svc.cluster.local"
+        );
+        // A name that resolves nowhere still loads: it is resolved only when it is dialed.
+        let unresolvable = named_nodes().replace("cluster.local", "invalid");
+        load(Some(&unresolvable), none).unwrap();
+        // Names and IP literals mix; `localhost` is a name like any other.
+        let mixed = three_nodes().replacen("ip = \"127.0.0.1\"", "ip = \"localhost\"", 1);
+        let c = load(Some(&mixed), none).unwrap().cluster;
+        assert_eq!(c.nodes[0].host, NodeHost::Name("localhost".into()));
+        assert_eq!(c.nodes[1].host, NodeHost::Ip("127.0.0.1".parse().unwrap()));
+        // From the environment too (upstream's variable name).
+        let env = |k: &str| (k == "IGGY_CLUSTER_NODES_2_IP").then(|| "node-2.example".into());
+        let c = load(Some(&three_nodes()), env).unwrap().cluster;
+        assert_eq!(c.nodes[2].host, NodeHost::Name("node-2.example".into()));
+    }
+
+    #[test]
+    fn a_roster_ip_that_is_neither_an_ip_nor_a_host_name_is_refused_by_its_key() {
+        for bad in [
+            "iggy_0.headless",
+            "iggy-0.headless:8100",
+            "iggy-0.headless.",
+            "-iggy.headless",
+            "iggy-.headless",
+            "iggy..headless",
+            "10.0.0.256",
+            "10.0.0",
+            "",
+            " ",
+            "http://iggy-0",
+            &"a".repeat(64),
+        ] {
+            let text =
+                named_nodes().replacen("iggy-1.iggy-headless.default.svc.cluster.local", bad, 1);
+            let error = load(Some(&text), none).unwrap_err();
+            assert_eq!(refused_key(&text, none), "cluster.nodes[1].ip", "{bad:?}");
+            assert!(error.to_string().contains("host name"), "{error}");
+        }
+        // Disabled, a bad value is still refused: it does not parse.
+        let disabled = named_nodes()
+            .replace("enabled = true", "enabled = false")
+            .replacen("iggy-0.iggy-headless", "iggy_0", 1);
+        assert_eq!(refused_key(&disabled, none), "cluster.nodes[0].ip");
+    }
+
+    #[test]
+    fn two_entries_of_one_name_and_port_are_refused_without_resolving() {
+        // Three names on one port each: distinct names, so no duplicate.
+        load(Some(&named_nodes()), none).unwrap();
+        // The same name twice on one port, in another case: DNS names have no case.
+        let twice = named_nodes().replacen(
+            "iggy-1.iggy-headless.default.svc.cluster.local",
+            "IGGY-0.iggy-headless.default.svc.cluster.local",
+            1,
+        );
+        assert_eq!(refused_key(&twice, none), "cluster.nodes[1].ports.tcp");
+        let error = load(Some(&twice), none).unwrap_err().to_string();
+        assert!(
+            error.contains("IGGY-0.iggy-headless.default.svc.cluster.local:8090 is also cluster.nodes[0].ports.tcp"),
+            "{error}"
+        );
+        // One name on distinct ports: three nodes on one machine by `localhost`.
+        let local = three_nodes().replace("ip = \"127.0.0.1\"", "ip = \"localhost\"");
+        load(Some(&local), none).unwrap();
+        // A name and an IP are never compared (that would need resolving): node 1 at
+        // localhost:8090 and node 0 at 127.0.0.1:8090 load, and node 1's listener would fail
+        // to bind.
+        let mixed = three_nodes()
+            .replacen(
+                "ip = \"127.0.0.1\"\nreplica_id = 1",
+                "ip = \"localhost\"\nreplica_id = 1",
+                1,
+            )
+            .replacen("tcp = 8091", "tcp = 8090", 1);
+        assert!(mixed.contains("localhost") && !mixed.contains("8091"));
+        load(Some(&mixed), none).unwrap();
     }
 
     #[test]
@@ -1134,7 +1290,7 @@ mod tests {
         assert_eq!(c.nodes.len(), 4);
         assert_eq!(c.nodes[1].ports.tcp, Some(7001));
         assert_eq!(c.nodes[1].ports.tcp_replica, Some(8101));
-        assert_eq!(c.nodes[3].ip, "127.0.0.2".parse::<IpAddr>().unwrap());
+        assert_eq!(c.nodes[3].host, NodeHost::Ip("127.0.0.2".parse().unwrap()));
 
         // A gap in the indices is refused naming the variable.
         let gap = |k: &str| (k == "IGGY_CLUSTER_NODES_4_NAME").then(|| "x".to_string());
@@ -1163,7 +1319,7 @@ mod tests {
             ("name = \"node-1\"", "name = \" \"", "cluster.nodes[1].name"),
             (
                 "ip = \"127.0.0.1\"\nreplica_id = 2",
-                "ip = \"localhost\"\nreplica_id = 2",
+                "ip = \"local_host\"\nreplica_id = 2",
                 "cluster.nodes[2].ip",
             ),
             (
@@ -1294,7 +1450,7 @@ mod tests {
         let text = three_nodes().replace("enabled = true", "enabled = false");
         let dup = text.replacen("replica_id = 2", "replica_id = 1", 1);
         assert!(load(Some(&dup), none).is_ok());
-        let bad = text.replacen("ip = \"127.0.0.1\"", "ip = \"host\"", 1);
+        let bad = text.replacen("ip = \"127.0.0.1\"", "ip = \"host:8090\"", 1);
         assert_eq!(refused_key(&bad, none), "cluster.nodes[0].ip");
     }
 

@@ -4,6 +4,15 @@
 //! deadline, and then carries frames: a verified 256-byte header and its body. What to check
 //! and when to redial is decided in `replica_link`; this file only moves bytes.
 //!
+//! A roster `ip` may be a DNS host name (`config::NodeHost`): a dial resolves it at every
+//! attempt (`Resolver`), so a peer that restarted at another address (a StatefulSet pod) is
+//! found on the next attempt, and a name that does not resolve yet is a failed dial, retried
+//! after the backoff and logged at most once per `UNRESOLVED_WARNING_INTERVAL`. A node whose
+//! own entry is a name binds the wildcard address (`listen_address`). Admission never looks at
+//! addresses: a peer is admitted by its cluster, replica id, identity and, when configured,
+//! the shared secret and its certificate; the source address of an inbound connection only
+//! keys the limit on warnings about it.
+//!
 //! The bus is lossy by design, as VSR expects: each peer has a bounded outgoing queue (in
 //! frames and in bytes) and a full queue drops (and counts) the frame instead of blocking the
 //! caller; inbound frames go to a bounded channel per consensus group and are dropped (and
@@ -30,6 +39,7 @@ use super::link_stream::{HandshakeRead, LinkReader, LinkStream, LinkWriter};
 use super::log_limit::{LogLimit, Verdict};
 use super::replica_link::{self, Backoff, DialerHandshake, FrameCheck, HEADER_SIZE};
 use super::replica_tls::{self, ReplicaTls};
+use crate::config::NodeHost;
 use bytes::Bytes;
 use compio::net::{TcpListener, TcpStream};
 use compio::runtime::JoinHandle;
@@ -66,15 +76,105 @@ pub const INBOUND_HANDSHAKES_MAX: usize = 64;
 pub const INBOUND_WARNING_INTERVAL: Duration = Duration::from_secs(10);
 /// Source addresses and kinds with a warning window of their own; the others share one.
 const INBOUND_WARNING_SOURCES_MAX: usize = 64;
+/// A peer's name that does not resolve is logged once, then at most once per interval with the
+/// count of failed lookups since (a pod not scheduled yet has no DNS record for minutes).
+pub const UNRESOLVED_WARNING_INTERVAL: Duration = Duration::from_secs(30);
+
+/// A peer's replica address as the roster gives it: an IP or a host name, and its
+/// `tcp_replica` port. A name is resolved at each dial attempt, never kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerAddress {
+    pub host: NodeHost,
+    pub port: u16,
+}
+
+impl From<SocketAddr> for PeerAddress {
+    fn from(address: SocketAddr) -> Self {
+        PeerAddress {
+            host: NodeHost::Ip(address.ip()),
+            port: address.port(),
+        }
+    }
+}
+
+impl std::fmt::Display for PeerAddress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.host {
+            NodeHost::Ip(ip) => write!(f, "{}", SocketAddr::new(ip, self.port)),
+            NodeHost::Name(ref name) => write!(f, "{name}:{}", self.port),
+        }
+    }
+}
+
+/// What a dial attempt connects to: the addresses a peer's roster address stands for now.
+type Resolved = std::io::Result<Vec<SocketAddr>>;
+/// A lookup in progress.
+type Lookup = std::pin::Pin<Box<dyn std::future::Future<Output = Resolved>>>;
+
+/// Turns a peer's address into socket addresses, once per dial attempt. The system one asks
+/// the host's resolver (getaddrinfo, on compio's blocking pool, so a slow lookup never stalls
+/// the shard); tests give their own.
+#[derive(Clone)]
+pub struct Resolver(Rc<dyn Fn(&PeerAddress) -> Lookup>);
+
+impl Resolver {
+    pub fn new<F>(resolve: impl Fn(&PeerAddress) -> F + 'static) -> Self
+    where
+        F: std::future::Future<Output = Resolved> + 'static,
+    {
+        Resolver(Rc::new(move |address| Box::pin(resolve(address))))
+    }
+
+    /// An IP as it is; a name through the host's resolver (`/etc/hosts`, DNS).
+    pub fn system() -> Self {
+        Self::new(|address: &PeerAddress| {
+            let address = address.clone();
+            async move {
+                match &address.host {
+                    NodeHost::Ip(ip) => Ok(vec![SocketAddr::new(*ip, address.port)]),
+                    NodeHost::Name(name) => {
+                        use compio::net::ToSocketAddrsAsync;
+                        let name = (name.as_str(), address.port);
+                        Ok(name.to_socket_addrs_async().await?.collect())
+                    }
+                }
+            }
+        })
+    }
+
+    async fn resolve(&self, address: &PeerAddress) -> Resolved {
+        (self.0)(address).await
+    }
+}
+
+impl std::fmt::Debug for Resolver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Resolver")
+    }
+}
+
+/// Where the replica listener of a node at `host` binds: an IP literal, as the roster gives it;
+/// for a name, the wildcard address, since the name's address is not known before the name
+/// resolves (a pod's DNS record appears once the pod runs) and changes at each restart.
+/// IPv6's wildcard, which takes IPv4 connections too unless `net.ipv6.bindv6only` is set;
+/// `bind` falls back to IPv4's where the host has no IPv6.
+pub fn listen_address(host: &NodeHost, port: u16) -> SocketAddr {
+    match host {
+        NodeHost::Ip(ip) => SocketAddr::new(*ip, port),
+        NodeHost::Name(_) => SocketAddr::new(std::net::Ipv6Addr::UNSPECIFIED.into(), port),
+    }
+}
 
 /// What the bus of one node needs.
 #[derive(Debug, Clone)]
 pub struct BusConfig {
     pub local: Local,
-    /// Where the replica listener binds: this node's `ip:tcp_replica`.
+    /// Where the replica listener binds: this node's `ip:tcp_replica` (`listen_address`).
     pub listen: SocketAddr,
     /// Every other replica's `ip:tcp_replica`, by replica id.
-    pub peers: BTreeMap<u8, SocketAddr>,
+    pub peers: BTreeMap<u8, PeerAddress>,
+    /// Resolves a peer's address at each dial attempt.
+    pub resolver: Resolver,
     /// `limits.max_frame_size`: the largest frame, header included, either way.
     pub max_frame_size: u32,
     /// Connect plus handshake must finish within it, on either side.
@@ -152,10 +252,14 @@ impl BusConfig {
                 .ports
                 .tcp_replica
                 .ok_or_else(|| format!("cluster node {:?} has no ports.tcp_replica", node.name))?;
-            Ok::<_, String>(SocketAddr::new(node.ip, port))
+            Ok::<_, String>(PeerAddress {
+                host: node.host.clone(),
+                port,
+            })
         };
-        let listen = address(replica)?;
-        let peers: BTreeMap<u8, SocketAddr> = cluster
+        let own = address(replica)?;
+        let listen = listen_address(&own.host, own.port);
+        let peers: BTreeMap<u8, PeerAddress> = cluster
             .nodes
             .iter()
             .filter(|n| n.replica_id != replica)
@@ -175,6 +279,7 @@ impl BusConfig {
             },
             listen,
             peers,
+            resolver: Resolver::system(),
             max_frame_size: config.limits.max_frame_size,
             handshake_timeout: cluster.heartbeat_timeout,
             inbound_handshakes_max,
@@ -648,12 +753,12 @@ impl ReplicaBus {
             shared.clone(),
             listener,
         ))];
-        for (&peer, &address) in &shared.config.peers {
+        for (&peer, address) in &shared.config.peers {
             if replica_link::role(local, peer) == Some(replica_link::Role::Dialer) {
                 tasks.push(compio::runtime::spawn(dial_loop(
                     shared.clone(),
                     peer,
-                    address,
+                    address.clone(),
                 )));
             }
         }
@@ -701,8 +806,20 @@ impl ReplicaBus {
 /// while its io_uring is torn down, so `AddrInUse` is retried for a few seconds.
 async fn bind(address: SocketAddr) -> std::io::Result<TcpListener> {
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let mut address = address;
     loop {
         match TcpListener::bind(address).await {
+            // A host without IPv6 (disabled in the kernel): IPv4's wildcard instead.
+            Err(error)
+                if address.ip() == IpAddr::from(std::net::Ipv6Addr::UNSPECIFIED)
+                    && (error.raw_os_error() == Some(libc::EAFNOSUPPORT)
+                        || error.kind() == std::io::ErrorKind::AddrNotAvailable) =>
+            {
+                tracing::info!(
+                    "replica listener: cannot bind {address} ({error}); binding IPv4's wildcard"
+                );
+                address.set_ip(std::net::Ipv4Addr::UNSPECIFIED.into());
+            }
             Err(error)
                 if error.kind() == std::io::ErrorKind::AddrInUse
                     && std::time::Instant::now() < deadline =>
@@ -848,7 +965,7 @@ async fn inbound_handshake(
     {
         // The CA vouched for the certificate; the roster says which ip it must name.
         let named = match shared.config.peers.get(&admitted.replica) {
-            Some(address) => peer_certificate.check_named(tls, address.ip()),
+            Some(address) => peer_certificate.check_named(tls, &address.host),
             None => Err("it is not in the roster".to_string()),
         };
         if let Err(problem) = named {
@@ -913,9 +1030,9 @@ async fn inbound_handshake(
     Some((stream, admitted))
 }
 
-/// The dialer's side of the link to `peer`: connect, handshake, carry frames, and after any
-/// failure wait out the backoff and start again.
-async fn dial_loop(shared: Rc<Shared>, peer: u8, address: SocketAddr) {
+/// The dialer's side of the link to `peer`: resolve, connect, handshake, carry frames, and
+/// after any failure wait out the backoff and start again.
+async fn dial_loop(shared: Rc<Shared>, peer: u8, address: PeerAddress) {
     let config = &shared.config;
     let mut backoff = Backoff::new(
         config.backoff_base,
@@ -923,8 +1040,10 @@ async fn dial_loop(shared: Rc<Shared>, peer: u8, address: SocketAddr) {
         config.seed ^ (u64::from(peer) << 32),
     );
     let local = config.local.replica;
+    let mut lookups = Lookups::new(local, peer);
     loop {
-        match compio::time::timeout(config.handshake_timeout, dial(&shared, peer, address)).await {
+        let attempt = dial(&shared, peer, &address, &mut lookups);
+        match compio::time::timeout(config.handshake_timeout, attempt).await {
             Ok(Ok((stream, admitted))) => {
                 backoff.reset();
                 run_link(&shared, stream, admitted).await;
@@ -940,26 +1059,108 @@ async fn dial_loop(shared: Rc<Shared>, peer: u8, address: SocketAddr) {
     }
 }
 
+/// One dial loop's record of its peer's name lookups: a failure is a warning naming the name,
+/// limited to one per `UNRESOLVED_WARNING_INTERVAL` (with the count held back), and the first
+/// success after failures says what the name resolved to.
+struct Lookups {
+    local: u8,
+    peer: u8,
+    warnings: LogLimit<u8>,
+    failed: bool,
+}
+
+impl Lookups {
+    fn new(local: u8, peer: u8) -> Self {
+        Lookups {
+            local,
+            peer,
+            warnings: LogLimit::new(UNRESOLVED_WARNING_INTERVAL, 1),
+            failed: false,
+        }
+    }
+
+    fn failed(&mut self, address: &PeerAddress, why: &str) {
+        self.failed = true;
+        let (local, peer) = (self.local, self.peer);
+        match self.warnings.line(Instant::now(), peer) {
+            Verdict::HoldBack => tracing::debug!(
+                "replica {local}: replica {peer}'s address {address} does not resolve: {why}"
+            ),
+            Verdict::Write { held_back, .. } => tracing::warn!(
+                "replica {local}: replica {peer}'s address {address} does not resolve ({why}); \
+                 dialing it again after the backoff{}",
+                match held_back {
+                    0 => String::new(),
+                    n => format!(" ({n} more failed lookups since the last warning)"),
+                }
+            ),
+        }
+    }
+
+    fn resolved(&mut self, address: &PeerAddress, found: &[SocketAddr]) {
+        let (local, peer) = (self.local, self.peer);
+        if std::mem::take(&mut self.failed) {
+            tracing::info!(
+                "replica {local}: replica {peer}'s address {address} resolves to {found:?}"
+            );
+        } else if matches!(address.host, NodeHost::Name(_)) {
+            tracing::debug!("replica {local}: replica {peer}'s address {address} is {found:?}");
+        }
+    }
+}
+
+/// Resolves `address` for this attempt and connects to the first of its addresses that
+/// answers. `None` when it does not resolve (reported through `lookups`) or nothing answers.
+async fn connect(
+    shared: &Shared,
+    peer: u8,
+    address: &PeerAddress,
+    lookups: &mut Lookups,
+) -> Option<TcpStream> {
+    let local = shared.config.local.replica;
+    let found = match shared.config.resolver.resolve(address).await {
+        Ok(found) if !found.is_empty() => found,
+        Ok(_) => {
+            lookups.failed(address, "no addresses");
+            return None;
+        }
+        Err(error) => {
+            lookups.failed(address, &error.to_string());
+            return None;
+        }
+    };
+    lookups.resolved(address, &found);
+    for socket in &found {
+        match TcpStream::connect(*socket).await {
+            Ok(stream) => return Some(stream),
+            Err(error) => tracing::debug!(
+                "replica {local}: cannot connect to replica {peer} at {address} ({socket}): \
+                 {error}"
+            ),
+        }
+    }
+    None
+}
+
 /// Connects and runs the dialer's handshake (TLS first when configured). `Err(None)` is a
-/// failure to reach the peer (logged at debug: a peer that is down is normal), `Err(Some(_))`
-/// a refusal.
+/// failure to reach the peer (logged at debug: a peer that is down is normal; a name that does
+/// not resolve, at warn with a limit), `Err(Some(_))` a refusal.
 async fn dial(
     shared: &Shared,
     peer: u8,
-    address: SocketAddr,
+    address: &PeerAddress,
+    lookups: &mut Lookups,
 ) -> Result<(LinkStream, admission::Admitted), Option<admission::Refusal>> {
     let local = shared.config.local.replica;
     let unreachable = |what: &str, error: std::io::Error| {
         tracing::debug!("replica {local}: {what} replica {peer} at {address}: {error}");
         None
     };
-    let stream = TcpStream::connect(address)
-        .await
-        .map_err(|e| unreachable("cannot connect to", e))?;
+    let stream = connect(shared, peer, address, lookups).await.ok_or(None)?;
     let _ = stream.set_nodelay(true);
     let (mut stream, channel_binding) = match &shared.config.tls {
         None => (LinkStream::Plain(stream), None),
-        Some(tls) => match tls.connect(stream, address.ip()).await {
+        Some(tls) => match tls.connect(stream, &address.host).await {
             Ok(link) => (
                 LinkStream::Tls(Box::new(link.stream)),
                 Some(link.channel_binding),
@@ -1281,8 +1482,9 @@ mod tests {
                 .iter()
                 .enumerate()
                 .filter(|(id, _)| *id != replica as usize)
-                .map(|(id, address)| (id as u8, *address))
+                .map(|(id, address)| (id as u8, PeerAddress::from(*address)))
                 .collect(),
+            resolver: Resolver::system(),
             max_frame_size: 1 << 20,
             handshake_timeout: Duration::from_secs(5),
             inbound_handshakes_max: INBOUND_HANDSHAKES_MAX,
@@ -1703,7 +1905,7 @@ mod tests {
         // Replica 0's roster is another one: it believes it is replica 2 of 4 and that the
         // honest replica 1's address is replica 3's, so it dials there as a higher id.
         let (at_acceptor, at_dialer) = refusals(|c| {
-            let honest = c.peers[&1];
+            let honest = c.peers[&1].clone();
             c.local.replica = 2;
             c.local.replica_count = 4;
             c.peers = BTreeMap::from([(3, honest)]);
@@ -1779,6 +1981,192 @@ mod tests {
         deliver(&a, &mut b, b"a to b").await;
         deliver(&b, &mut c, b"b to c").await;
         deliver(&c, &mut b, b"c to b").await;
+    }
+
+    /// The addresses each host name stands for now, and how many lookups were made.
+    #[derive(Clone, Default)]
+    struct Names {
+        table: Rc<RefCell<HashMap<String, Vec<SocketAddr>>>>,
+        lookups: Rc<Cell<usize>>,
+    }
+
+    impl Names {
+        /// A resolver of this table: a name not in it does not resolve, as a pod's name before
+        /// its pod runs; an IP is itself.
+        fn resolver(&self) -> Resolver {
+            let names = self.clone();
+            Resolver::new(move |address: &PeerAddress| {
+                names.lookups.set(names.lookups.get() + 1);
+                let found = match &address.host {
+                    NodeHost::Ip(ip) => Ok(vec![SocketAddr::new(*ip, address.port)]),
+                    NodeHost::Name(name) => {
+                        names.table.borrow().get(name).cloned().ok_or_else(|| {
+                            std::io::Error::new(std::io::ErrorKind::NotFound, "no such host")
+                        })
+                    }
+                };
+                std::future::ready(found)
+            })
+        }
+
+        fn set(&self, name: &str, addresses: &[SocketAddr]) {
+            self.table
+                .borrow_mut()
+                .insert(name.to_string(), addresses.to_vec());
+        }
+
+        /// Waits until `more` lookups were made after `since`.
+        async fn looked_up(&self, since: usize, more: usize) {
+            let deadline = Instant::now() + PATIENCE;
+            while self.lookups.get() < since + more {
+                assert!(Instant::now() < deadline, "no lookup within {PATIENCE:?}");
+                compio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+
+    fn name_of(replica: u8) -> String {
+        format!("replica-{replica}.iggy-headless.test")
+    }
+
+    /// `config(replica, roster)` with each peer named `name_of(peer)` instead of its ip,
+    /// resolved through `names` (which this fills with the roster's addresses).
+    fn named_config(replica: u8, roster: &[SocketAddr], names: &Names) -> BusConfig {
+        let mut config = config(replica, roster);
+        for (&peer, address) in config.peers.iter_mut() {
+            names.set(&name_of(peer), &[roster[usize::from(peer)]]);
+            address.host = NodeHost::Name(name_of(peer));
+        }
+        config.resolver = names.resolver();
+        config
+    }
+
+    #[compio::test]
+    async fn a_named_peer_is_resolved_at_each_dial_and_found_at_its_new_address() {
+        let names = Names::default();
+        let addresses = free_addresses(3);
+        let (roster, moved_to) = (&addresses[..2], addresses[2]);
+        let mut zero = named_config(0, roster, &names);
+        // Replica 1's name does not resolve yet: the dialer keeps trying, it does not stop.
+        names.table.borrow_mut().clear();
+        zero.backoff_max = Duration::from_millis(50);
+        let mut a = start(zero).await;
+        names.looked_up(0, 3).await;
+        assert!(a.bus.connected().is_empty());
+        // Its pod runs: the name resolves and the next dial links.
+        names.set(&name_of(1), &[roster[1]]);
+        let mut b = start(config(1, roster)).await;
+        admitted(&mut a, 1).await;
+        admitted(&mut b, 0).await;
+        deliver(&a, &mut b, b"by name").await;
+        // It restarts at another address; the name follows it. The old address comes first
+        // and refuses: the dial goes on to the next one.
+        drop(b);
+        wait_for(&mut a, "the restarted peer's link closing", |e| {
+            matches!(e, BusEvent::Closed { peer: 1, .. })
+        })
+        .await;
+        let before = names.lookups.get();
+        names.set(&name_of(1), &[roster[1], moved_to]);
+        let mut b = start(BusConfig {
+            listen: moved_to,
+            ..config(1, roster)
+        })
+        .await;
+        admitted(&mut a, 1).await;
+        admitted(&mut b, 0).await;
+        assert!(
+            names.lookups.get() > before,
+            "the dial looked the name up again"
+        );
+        deliver(&a, &mut b, b"at the new address").await;
+        deliver(&b, &mut a, b"and back").await;
+    }
+
+    #[compio::test]
+    async fn a_node_named_in_the_roster_listens_on_the_wildcard_for_ipv4_and_ipv6_peers() {
+        let own = NodeHost::Name(name_of(1));
+        let port = free_addresses(1)[0].port();
+        let listen = listen_address(&own, port);
+        assert!(
+            listen.ip().is_unspecified() && listen.port() == port,
+            "{listen}"
+        );
+        // Replica 0 dials it at 127.0.0.1 (an IPv4 peer) through its name.
+        let names = Names::default();
+        let roster = [
+            free_addresses(1)[0],
+            SocketAddr::from(([127, 0, 0, 1], port)),
+        ];
+        let mut a = start(named_config(0, &roster, &names)).await;
+        let mut b = start(BusConfig {
+            listen,
+            ..config(1, &roster)
+        })
+        .await;
+        assert!(b.bus.local_addr().ip().is_unspecified());
+        admitted(&mut a, 1).await;
+        admitted(&mut b, 0).await;
+        deliver(&a, &mut b, b"to the wildcard").await;
+    }
+
+    #[compio::test]
+    async fn tls_peers_named_by_host_names_verify_dns_sans_either_way() {
+        let authority = replica_tls::test_certificates::Authority::new();
+        let names = Names::default();
+        let tls_named = |replica: u8, roster: &[SocketAddr], certified: &str| {
+            let mut config = named_config(replica, roster, &names);
+            config.tls = Some(authority.tls(certified));
+            config
+        };
+        // Each certificate names its node's roster name as a DNS SAN: linked.
+        let roster = free_addresses(2);
+        let mut a = start(tls_named(0, &roster, &name_of(0))).await;
+        let mut b = start(tls_named(1, &roster, &name_of(1))).await;
+        admitted(&mut a, 1).await;
+        admitted(&mut b, 0).await;
+        deliver(&a, &mut b, b"encrypted, named").await;
+        drop((a, b));
+        // The acceptor's certificate names another host: the dialer's TLS refuses it.
+        let roster = free_addresses(2);
+        let (mut dialer, mut acceptor) = (
+            start(tls_named(0, &roster, &name_of(0))).await,
+            start(tls_named(1, &roster, "replica-9.iggy-headless.test")).await,
+        );
+        let refused = |e: &BusEvent| matches!(e, BusEvent::Refused { .. });
+        let at_dialer = wait_for(&mut dialer, "a refusal at the dialer", refused).await;
+        assert_eq!(field(&at_dialer), "tls");
+        assert!(
+            detail(&at_dialer).contains("does not name its roster ip"),
+            "{at_dialer:?}"
+        );
+        wait_for(&mut acceptor, "a refusal at the acceptor", refused).await;
+        drop((dialer, acceptor));
+        // The dialer's certificate names another host (an IP, its address): the acceptor
+        // refuses it once the hello says it is replica 0, whose roster entry is a name.
+        let roster = free_addresses(2);
+        let (mut dialer, mut acceptor) = (
+            start(tls_named(0, &roster, "127.0.0.1")).await,
+            start(tls_named(1, &roster, &name_of(1))).await,
+        );
+        let at_acceptor = wait_for(&mut acceptor, "a refusal at the acceptor", refused).await;
+        assert!(
+            matches!(
+                &at_acceptor,
+                BusEvent::Refused {
+                    peer: Some(0),
+                    field: "tls",
+                    ..
+                }
+            ),
+            "{at_acceptor:?}"
+        );
+        let expected = format!(
+            "does not name its roster host name {} as a DNS SAN",
+            name_of(0)
+        );
+        assert!(detail(&at_acceptor).contains(&expected), "{at_acceptor:?}");
+        wait_for(&mut dialer, "a refusal at the dialer", refused).await;
     }
 
     /// The history `node`'s event log says `peer` declared at its latest admission.
@@ -1862,7 +2250,10 @@ mod tests {
         let one = BusConfig::from_config(&config, 1, HistorySource::fixed(MetadataHistory::Held))
             .unwrap();
         assert_eq!(one.listen, roster[1]);
-        assert_eq!(one.peers, BTreeMap::from([(0, roster[0]), (2, roster[2])]));
+        assert_eq!(
+            one.peers,
+            BTreeMap::from([(0, roster[0].into()), (2, roster[2].into())])
+        );
         assert_eq!(
             (
                 one.local.cluster,

@@ -3,12 +3,14 @@
 //! the TLS server; each presents its node certificate and verifies the other's against
 //! `ca_file`.
 //!
-//! Peers are named by their roster `ip`: a node's certificate carries that ip as an IP SAN.
-//! The dialer's TLS client checks it for the address it dials. The acceptor cannot know before
+//! Peers are named by their roster `ip`: a node's certificate carries that ip as an IP SAN, or,
+//! when the roster gives a host name (`config::NodeHost::Name`), that name as a DNS SAN. The
+//! dialer's TLS client checks it for the roster entry it dials (the name, not the address it
+//! resolved to: a pod's address changes, its name does not). The acceptor cannot know before
 //! the hello which replica dials it (and a dialer's source address need not be its roster
-//! ip), so once the hello is admitted it checks the client certificate against the roster ip of
-//! the replica the hello claims ([`PeerCertificate::check_named`]). On one machine every node shares
-//! an ip, so there the CA alone separates members from strangers.
+//! ip), so once the hello is admitted it checks the client certificate against the roster entry
+//! of the replica the hello claims ([`PeerCertificate::check_named`]). On one machine every
+//! node shares an ip, so there the CA alone separates members from strangers.
 //!
 //! Each end checks the other's certificate for the role it plays on that link: the acceptor's
 //! for serverAuth, the dialer's for clientAuth. Which role a node plays depends on the ids of
@@ -19,7 +21,7 @@
 //! exporter value ([`TlsLink::channel_binding`], `admission::PeerAuth::bound_to_channel`), so
 //! a MAC computed on one TLS session does not verify on another.
 
-use crate::config::ClusterTls;
+use crate::config::{ClusterTls, NodeHost};
 use compio::io::compat::AsyncStream;
 use compio::net::TcpStream;
 use rustls::client::WebPkiServerVerifier;
@@ -29,7 +31,6 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::server::danger::ClientCertVerifier;
 use rustls::server::{ParsedCertificate, WebPkiClientVerifier};
 use rustls::{CertificateError, ClientConfig, ExtendedKeyPurpose, RootCertStore, ServerConfig};
-use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -143,11 +144,11 @@ impl ReplicaTls {
         })
     }
 
-    /// The dialer's TLS handshake with the peer whose roster ip is `peer_ip`.
-    pub async fn connect(&self, stream: TcpStream, peer_ip: IpAddr) -> std::io::Result<TlsLink> {
+    /// The dialer's TLS handshake with the peer whose roster entry is `peer`.
+    pub async fn connect(&self, stream: TcpStream, peer: &NodeHost) -> std::io::Result<TlsLink> {
         let connector = futures_rustls::TlsConnector::from(self.client.clone());
         let connecting = connector.connect(
-            ServerName::IpAddress(peer_ip.into()),
+            server_name(peer).map_err(std::io::Error::other)?,
             Box::pin(AsyncStream::new(stream)),
         );
         let stream = match connecting.into_fallible().await {
@@ -269,9 +270,10 @@ impl PeerCertificate {
     }
 
     /// Whether it is a dialer's certificate (chain to the CA, validity, clientAuth: the role
-    /// its holder plays on this link) that names `ip` as an IP SAN. A certificate that is not
-    /// is refused for that, with what to fix; one that is names its ip or is refused for that.
-    pub fn check_named(&self, tls: &ReplicaTls, ip: IpAddr) -> Result<(), String> {
+    /// its holder plays on this link) that names `host`: an IP as an IP SAN, a host name as a
+    /// DNS SAN. A certificate that is not is refused for that, with what to fix; one that is
+    /// names its roster entry or is refused for that.
+    pub fn check_named(&self, tls: &ReplicaTls, host: &NodeHost) -> Result<(), String> {
         let (end_entity, intermediates) = self
             .0
             .split_first()
@@ -281,8 +283,23 @@ impl PeerCertificate {
             .map_err(|error| format!("its certificate: {}", tls_cause(&error)))?;
         let parsed = ParsedCertificate::try_from(end_entity)
             .map_err(|error| format!("its certificate: {}", tls_cause(&error)))?;
-        rustls::client::verify_server_name(&parsed, &ServerName::IpAddress(ip.into()))
-            .map_err(|error| format!("its certificate does not name its roster ip {ip}: {error}"))
+        let (what, san) = match host {
+            NodeHost::Ip(_) => ("ip", "an IP SAN"),
+            NodeHost::Name(_) => ("host name", "a DNS SAN"),
+        };
+        rustls::client::verify_server_name(&parsed, &server_name(host)?).map_err(|error| {
+            format!("its certificate does not name its roster {what} {host} as {san}: {error}")
+        })
+    }
+}
+
+/// The name a roster entry's certificate must carry: its IP, or its host name (which the
+/// configuration checked is an RFC 1123 name, so rustls takes it).
+fn server_name(host: &NodeHost) -> Result<ServerName<'static>, String> {
+    match host {
+        NodeHost::Ip(ip) => Ok(ServerName::IpAddress((*ip).into())),
+        NodeHost::Name(name) => ServerName::try_from(name.clone())
+            .map_err(|error| format!("roster host name {name:?}: {error}")),
     }
 }
 
@@ -375,7 +392,10 @@ fn tls_cause(tls: &rustls::Error) -> String {
         ) => "the peer's certificate is not signed by this node's cluster.tls.ca_file",
         Error::InvalidCertificate(
             CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
-        ) => "the peer's certificate does not name its roster ip as an IP SAN",
+        ) => {
+            "the peer's certificate does not name its roster ip (as an IP SAN, or a host name as \
+             a DNS SAN)"
+        }
         Error::InvalidCertificate(CertificateError::InvalidPurpose) => {
             "the peer's certificate lacks an extended key usage: a node certificate needs both \
              serverAuth and clientAuth"
@@ -723,7 +743,7 @@ mod tests {
                     .unwrap(),
             )
         };
-        let ip = "10.0.0.2".parse().unwrap();
+        let ip = &NodeHost::parse("10.0.0.2").unwrap();
         // The dialer plays the client: serverAuth is not asked of it.
         peer(vec![ClientAuth]).check_named(&tls, ip).unwrap();
         // Without clientAuth the refusal says so, not that the ip is wrong.
@@ -745,9 +765,10 @@ mod tests {
                 .collect::<Result<_, _>>()
                 .unwrap(),
         );
-        peer.check_named(&tls, "10.0.0.2".parse().unwrap()).unwrap();
+        peer.check_named(&tls, &NodeHost::parse("10.0.0.2").unwrap())
+            .unwrap();
         let wrong = peer
-            .check_named(&tls, "10.0.0.3".parse().unwrap())
+            .check_named(&tls, &NodeHost::parse("10.0.0.3").unwrap())
             .unwrap_err();
         assert!(
             wrong.contains("does not name its roster ip 10.0.0.3"),
@@ -756,7 +777,7 @@ mod tests {
         // The same certificate under another CA's trust is refused for its issuer.
         let stranger = Authority::new().tls("10.0.0.1");
         let unknown = peer
-            .check_named(&stranger, "10.0.0.2".parse().unwrap())
+            .check_named(&stranger, &NodeHost::parse("10.0.0.2").unwrap())
             .unwrap_err();
         assert!(unknown.contains("UnknownIssuer"), "{unknown}");
         let cause = cause(&std::io::Error::other(rustls::Error::InvalidCertificate(
@@ -766,9 +787,36 @@ mod tests {
             cause.contains("not signed by this node's cluster.tls.ca_file"),
             "{cause}"
         );
+        // A roster host name is looked for among the DNS SANs, not the IP SANs.
+        let (named, _) = authority.node("iggy-2.iggy-headless.default.svc");
+        let named = PeerCertificate(
+            CertificateDer::pem_slice_iter(named.as_bytes())
+                .collect::<Result<_, _>>()
+                .unwrap(),
+        );
+        let host = |text: &str| NodeHost::parse(text).unwrap();
+        named
+            .check_named(&tls, &host("iggy-2.iggy-headless.default.svc"))
+            .unwrap();
+        // DNS names have no case.
+        named
+            .check_named(&tls, &host("IGGY-2.iggy-headless.default.svc"))
+            .unwrap();
+        let wrong = named
+            .check_named(&tls, &host("iggy-1.iggy-headless.default.svc"))
+            .unwrap_err();
+        assert!(
+            wrong.contains(
+                "does not name its roster host name iggy-1.iggy-headless.default.svc as a DNS SAN"
+            ),
+            "{wrong}"
+        );
+        // An IP SAN does not stand for a name the IP may resolve from, nor a DNS SAN for an IP.
+        assert!(peer.check_named(&tls, &host("localhost")).is_err());
+        assert!(named.check_named(&tls, &host("10.0.0.2")).is_err());
         assert!(
             PeerCertificate(Vec::new())
-                .check_named(&tls, "10.0.0.2".parse().unwrap())
+                .check_named(&tls, &NodeHost::parse("10.0.0.2").unwrap())
                 .is_err()
         );
     }

@@ -107,10 +107,10 @@ pub fn roster(
         .map(|node| RosterEntry {
             replica_id: node.replica_id,
             name: node.name.clone(),
-            ip: node
-                .advertised_address
-                .as_ref()
-                .map_or_else(|| node.ip.to_string(), |address| address.trim().to_string()),
+            ip: node.advertised_address.as_ref().map_or_else(
+                || node.host.to_string(),
+                |address| address.trim().to_string(),
+            ),
             ports: ClientPorts {
                 tcp: port(transports.tcp, node.ports.tcp),
                 quic: port(transports.quic, node.ports.quic),
@@ -274,6 +274,7 @@ pub fn bind_verdict<S>(found: Option<S>, catch_up: CatchUp) -> BindVerdict<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::NodeHost;
     use iggy_vsr::Status::{Normal, Recovering, ViewChange};
 
     fn role(status: Status, primary: u8) -> GroupRole {
@@ -492,7 +493,7 @@ mod tests {
     fn node(replica_id: u8, advertised: Option<&str>) -> ClusterNode {
         let mut node = ClusterNode {
             name: format!("node-{replica_id}"),
-            ip: format!("10.0.0.{replica_id}").parse().unwrap(),
+            host: NodeHost::Ip(format!("10.0.0.{replica_id}").parse().unwrap()),
             replica_id,
             advertised_address: advertised.map(str::to_string),
             ports: Default::default(),
@@ -525,6 +526,15 @@ mod tests {
         );
         assert_eq!(entries[0].ip, "iggy-0.example");
         assert_eq!(entries[1].ip, "10.0.0.1");
+        // A roster host name is told as written (the SDK resolves it when it dials).
+        let mut named = node(1, None);
+        named.host = NodeHost::Name("iggy-1.iggy-headless.default.svc.cluster.local".into());
+        let entries = roster(&[named], transports, role(Normal, 1), |_| true);
+        assert_eq!(
+            entries[0].ip,
+            "iggy-1.iggy-headless.default.svc.cluster.local"
+        );
+        let entries = roster(&nodes, transports, role(Normal, 1), |node| node != 2);
         assert_eq!(entries[2].name, "node-2");
         // A disabled transport is 0 even where the roster has a port.
         assert_eq!(

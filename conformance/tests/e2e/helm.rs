@@ -1,0 +1,311 @@
+//! `deploy/helm/iggy-server` in cluster mode, without Kubernetes or helm (neither is on this
+//! machine). The chart's templates are read as text, as `compose.rs` reads the compose file:
+//! the cluster-mode environment of the StatefulSet's container is taken from the template and
+//! its `{{ … }}` expressions rendered for release `iggy` in namespace `default` (each by the
+//! value helm gives it; an expression this file does not know fails the test, so a template
+//! change is seen here). Each pod is then run as its container would be: the image's
+//! environment (the Dockerfile's `ENV` lines), the chart's entrypoint script
+//! (`files/cluster-entrypoint.sh`, the same bytes the ConfigMap carries) with the pod's host
+//! name, in a network namespace of its own (`lan.rs`) and a mount namespace whose `/etc/hosts`
+//! names every pod's DNS name under the headless Service, as the cluster's DNS would. The
+//! official CLI, run inside pod 0's namespaces as `kubectl exec` would, creates, sends and
+//! polls, and reads cluster metadata; then pod 2 restarts at another address (its name moves,
+//! as a rescheduled pod's does) and the other pods find it by its name.
+
+use crate::cli::cli_binary;
+use crate::docker_image::{Running, image_configuration};
+use crate::harness::*;
+use crate::lan::Lan;
+use std::ffi::CString;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const CHART: &str = "deploy/helm/iggy-server";
+const RELEASE: &str = "iggy";
+const NAMESPACE: &str = "default";
+const PODS: usize = 3;
+
+fn chart_file(path: &str) -> String {
+    std::fs::read_to_string(workspace_root().join(CHART).join(path)).unwrap_or_else(|e| panic!("read {CHART}/{path}: {e}"))
+}
+
+/// A value of `values.yaml` by its dotted path (two levels at most, as the chart's are).
+fn value(values: &str, path: &str) -> String {
+    let (section, key) = match path.split_once('.') {
+        Some((section, key)) => (Some(section), key),
+        None => (None, path),
+    };
+    let mut inside = section.is_none();
+    for line in values.lines().filter(|l| !l.trim_start().starts_with('#') && !l.trim().is_empty()) {
+        let indent = line.len() - line.trim_start().len();
+        if let Some(section) = section {
+            if indent == 0 {
+                inside = line.trim_end() == format!("{section}:");
+                continue;
+            }
+        } else if indent > 0 {
+            continue;
+        }
+        if inside && let Some(rest) = line.trim().strip_prefix(&format!("{key}:")) {
+            return rest.trim().trim_matches('"').to_string();
+        }
+    }
+    panic!("values.yaml has no {path}")
+}
+
+/// `{{ … }}` expressions of the cluster-mode environment, rendered as helm renders them for
+/// release `iggy` of chart `iggy-server` with `--set cluster.enabled=true,replicas=3`.
+fn render(line: &str, values: &str) -> String {
+    let fullname = format!("{RELEASE}-iggy-server");
+    let rendered = [
+        ("{{ include \"iggy-server.fullname\" . }}".to_string(), fullname.clone()),
+        ("{{ include \"iggy-server.headless\" . }}".to_string(), format!("{fullname}-headless")),
+        ("{{ .Values.cluster.name | quote }}".to_string(), format!("\"{}\"", value(values, "cluster.name"))),
+        ("{{ .Values.replicas | quote }}".to_string(), format!("\"{PODS}\"")),
+        ("{{ .Values.clusterDomain | quote }}".to_string(), format!("\"{}\"", value(values, "clusterDomain"))),
+        ("{{ .Values.cluster.replicaPort | quote }}".to_string(), format!("\"{}\"", value(values, "cluster.replicaPort"))),
+        ("{{ .Values.cluster.replicaPort }}".to_string(), value(values, "cluster.replicaPort")),
+    ];
+    let mut line = line.to_string();
+    for (expression, value) in rendered {
+        line = line.replace(&expression, &value);
+    }
+    assert!(!line.contains("{{"), "an expression this test does not render: {line}");
+    line
+}
+
+/// The `- name:`/`value:` pairs the StatefulSet's container gets in cluster mode: the entries
+/// under `env:` inside its `{{- if .Values.cluster.enabled }}` block (a nested block, off by
+/// default as `cluster.authSecret` is, skipped), rendered, with Kubernetes' `$(POD_NAMESPACE)`
+/// expanded.
+fn cluster_env(statefulset: &str, values: &str) -> Vec<(String, String)> {
+    let env_at = statefulset.find("\n          env:\n").expect("the container's env");
+    let block = &statefulset[env_at..];
+    let start = block.find("{{- if .Values.cluster.enabled }}").expect("a cluster-mode env block");
+    let mut env = Vec::new();
+    let mut depth = 0;
+    let mut name: Option<String> = None;
+    for line in block[start..].lines().skip(1) {
+        let trimmed = line.trim();
+        if trimmed.starts_with("{{- if") {
+            depth += 1;
+            continue;
+        }
+        if depth == 0 && (trimmed == "{{- else }}" || trimmed == "{{- end }}") {
+            break;
+        }
+        if trimmed == "{{- end }}" {
+            depth -= 1;
+            continue;
+        }
+        if depth > 0 || trimmed.starts_with('#') {
+            continue;
+        }
+        if let Some(key) = trimmed.strip_prefix("- name: ") {
+            name = Some(key.to_string());
+        } else if let Some(value) = trimmed.strip_prefix("value: ") {
+            let value = render(value, values);
+            let value = value.trim_matches('"').replace("$(POD_NAMESPACE)", NAMESPACE);
+            env.push((name.take().expect("a value after its name"), value));
+        }
+    }
+    env
+}
+
+fn pod_name(i: usize) -> String {
+    format!("{RELEASE}-iggy-server-{i}")
+}
+
+/// Pod i's DNS name under the headless Service.
+fn pod_dns_name(i: usize) -> String {
+    format!("{}.{RELEASE}-iggy-server-headless.{NAMESPACE}.svc.cluster.local", pod_name(i))
+}
+
+#[test]
+fn the_chart_in_cluster_mode_runs_each_pod_through_the_entrypoint_with_a_roster_by_dns_names() {
+    let (values, statefulset, service, configmap) = (chart_file("values.yaml"), chart_file("templates/statefulset.yaml"), chart_file("templates/service.yaml"), chart_file("templates/configmap.yaml"));
+    assert_eq!(value(&values, "cluster.enabled"), "false", "a single node unless asked");
+    let env = cluster_env(&statefulset, &values);
+    let get = |key: &str| env.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str()).unwrap_or_else(|| panic!("{key} in {env:?}"));
+    assert_eq!(get("IGGY_CLUSTER_ENABLED"), "true");
+    assert_eq!(get("ROSTER_STATEFULSET"), "iggy-iggy-server");
+    assert_eq!(get("ROSTER_HEADLESS_SERVICE"), "iggy-iggy-server-headless");
+    assert_eq!(get("ROSTER_NAMESPACE"), NAMESPACE);
+    assert_eq!(get("ROSTER_REPLICAS"), "3");
+    // Every variable the script requires is given.
+    let script = chart_file("files/cluster-entrypoint.sh");
+    for required in script.split("${").skip(1).filter_map(|rest| rest.split_once(":?")).map(|(name, _)| name).filter(|name| name.starts_with("ROSTER_")) {
+        get(required);
+    }
+    // The script comes from the ConfigMap, mounted where the command runs it.
+    assert!(configmap.contains("cluster-entrypoint.sh: |\n{{ .Files.Get \"files/cluster-entrypoint.sh\" | indent 4 }}"), "{configmap}");
+    assert!(configmap.contains("name: {{ include \"iggy-server.fullname\" . }}-entrypoint"), "{configmap}");
+    assert!(statefulset.contains("command: [\"/bin/sh\", \"/etc/iggy/cluster-entrypoint.sh\"]"), "{statefulset}");
+    assert!(statefulset.contains("mountPath: /etc/iggy") && statefulset.contains("name: {{ include \"iggy-server.fullname\" . }}-entrypoint"), "{statefulset}");
+    // Pods start together (a node waits for its peers), each with a volume of its own, and
+    // their names resolve before they are ready.
+    assert!(statefulset.contains("podManagementPolicy: Parallel"), "{statefulset}");
+    assert!(statefulset.contains("volumeClaimTemplates:"), "{statefulset}");
+    assert!(service.contains("clusterIP: None\n  publishNotReadyAddresses: true"), "{service}");
+    // Without root credentials, cluster mode does not render.
+    assert!(configmap.contains("{{- if not .Values.rootCredentialsSecret }}\n{{- fail"), "{configmap}");
+}
+
+/// Runs `command` in pod namespace `namespace` with `hosts` bind-mounted over `/etc/hosts` in a
+/// mount namespace of its own (the pod's view of the cluster's DNS).
+fn in_pod(command: &mut Command, namespace: &Path, hosts: &Path) {
+    use std::os::unix::process::CommandExt;
+    join_network_namespace(command, namespace);
+    let source = CString::new(hosts.as_os_str().as_encoded_bytes()).expect("a path");
+    let (target, root) = (c"/etc/hosts", c"/");
+    // SAFETY: between fork and exec the closure calls only unshare(2) and mount(2), which are
+    // async-signal-safe, on strings made before the fork.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::unshare(libc::CLONE_NEWNS) != 0 || libc::mount(std::ptr::null(), root.as_ptr(), std::ptr::null(), libc::MS_REC | libc::MS_PRIVATE, std::ptr::null()) != 0 || libc::mount(source.as_ptr(), target.as_ptr(), std::ptr::null(), libc::MS_BIND, std::ptr::null()) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// `/etc/hosts` as the cluster's DNS answers: each pod's name at its address.
+fn write_hosts(path: &Path, addresses: &[std::net::IpAddr]) {
+    let mut text = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
+    for (i, ip) in addresses.iter().enumerate() {
+        text.push_str(&format!("\n{ip} {}\n", pod_dns_name(i)));
+    }
+    // In place: the pods' bind mounts hold this file, not its name.
+    std::fs::write(path, text).expect("write the hosts file");
+}
+
+struct Pod {
+    volume: PathBuf,
+    log: PathBuf,
+}
+
+/// Pod i as its container runs: the image's environment, the chart's cluster environment and
+/// entrypoint, its host name, its volume; in LAN namespace `slot`.
+fn start_pod(i: usize, pod: &Pod, env: &[(String, String)], lan: &Lan, slot: usize, hosts: &Path, bin: &Path) -> Running {
+    let (image_env, _) = image_configuration();
+    let mut command = Command::new("/bin/sh");
+    command.arg(workspace_root().join(CHART).join("files/cluster-entrypoint.sh")).current_dir(&pod.volume).stdin(Stdio::null());
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(&pod.log).expect("open the log");
+    command.stdout(log.try_clone().expect("clone the log")).stderr(log);
+    without_shell_settings(&mut command);
+    for (key, value) in image_env {
+        // The image keeps its data under the volume's mount point, /var/lib/iggy.
+        let value = match value.strip_prefix("/var/lib/iggy/") {
+            Some(under_volume) => pod.volume.join(under_volume).display().to_string(),
+            None => value,
+        };
+        command.env(key, value);
+    }
+    command.envs(env.iter().map(|(k, v)| (k, v)));
+    command.env("HOSTNAME", pod_name(i)).env("POD_NAME", pod_name(i)).env("POD_NAMESPACE", NAMESPACE);
+    // The script's default, /var/lib/iggy/cluster.toml, in the volume.
+    command.env("IGGY_CONFIG_PATH", pod.volume.join("cluster.toml"));
+    command.env("IGGY_ROOT_PASSWORD", "helm-secret").env("RUST_LOG", "info");
+    command.env("PATH", format!("{}:/usr/bin:/bin", bin.display()));
+    in_pod(&mut command, &lan.namespace_file(slot), hosts);
+    Running(command.spawn().expect("spawn the entrypoint"))
+}
+
+/// The official CLI inside pod 0's namespaces, against `pod`'s name; its stdout, or why it failed.
+fn cli_in_pod(lan: &Lan, hosts: &Path, pod: usize, args: &[&str]) -> Result<String, String> {
+    let mut command = Command::new(cli_binary());
+    command.args(["--tcp-server-address", &format!("{}:8090", pod_dns_name(pod)), "-u", "iggy", "-p", "helm-secret"]).args(args).env_remove("RUST_LOG").stdin(Stdio::null());
+    in_pod(&mut command, &lan.namespace_file(0), hosts);
+    let out = command.output().expect("run the iggy CLI");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    match out.status.success() {
+        true => Ok(stdout),
+        false => Err(format!("iggy {args:?}: {stdout}\n{}", String::from_utf8_lossy(&out.stderr))),
+    }
+}
+
+/// Runs the CLI until it succeeds with output `accepted` takes, for at most `START_TIMEOUT`.
+fn cli_until(lan: &Lan, hosts: &Path, pod: usize, args: &[&str], accepted: impl Fn(&str) -> bool, logs: impl Fn() -> String) -> String {
+    let deadline = Instant::now() + START_TIMEOUT;
+    loop {
+        let last = match cli_in_pod(lan, hosts, pod, args) {
+            Ok(out) if accepted(&out) => return out,
+            Ok(out) => out,
+            Err(why) => why,
+        };
+        assert!(Instant::now() < deadline, "iggy {args:?} on pod {pod}: {last}\n{}", logs());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn the_chart_s_cluster_pods_link_by_their_dns_names_and_find_a_pod_restarted_at_another_address() {
+    let lan = Lan::create(PODS + 1).unwrap_or_else(|why| panic!("a LAN of network namespaces: {why}"));
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::os::unix::fs::symlink(server_binary(), bin.join("iggy-server")).unwrap();
+    let hosts = dir.path().join("hosts");
+    let mut addresses: Vec<_> = (0..PODS).map(|i| lan.ip(i)).collect();
+    write_hosts(&hosts, &addresses);
+    let env = cluster_env(&chart_file("templates/statefulset.yaml"), &chart_file("values.yaml"));
+    let pods: Vec<Pod> = (0..PODS)
+        .map(|i| {
+            let volume = dir.path().join(pod_name(i));
+            std::fs::create_dir_all(&volume).unwrap();
+            Pod { volume, log: dir.path().join(format!("{}.log", pod_name(i))) }
+        })
+        .collect();
+    let mut running: Vec<Running> = (0..PODS).map(|i| start_pod(i, &pods[i], &env, &lan, i, &hosts, &bin)).collect();
+    let logs = || pods.iter().map(|pod| std::fs::read_to_string(&pod.log).unwrap_or_default()).collect::<Vec<_>>().join("\n-----\n");
+
+    // Every pod wrote the same roster, naming each pod by its DNS name.
+    let deadline = Instant::now() + START_TIMEOUT;
+    while !pods.iter().all(|pod| std::fs::read_to_string(&pod.log).unwrap_or_default().contains("listening on tcp 0.0.0.0:8090")) {
+        assert!(Instant::now() < deadline, "not listening within {START_TIMEOUT:?}:\n{}", logs());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let roster = std::fs::read_to_string(pods[0].volume.join("cluster.toml")).expect("the roster");
+    for (i, pod) in pods.iter().enumerate() {
+        assert_eq!(std::fs::read_to_string(pod.volume.join("cluster.toml")).unwrap(), roster.replace(&format!("for pod {}", pod_name(0)), &format!("for pod {}", pod_name(i))));
+        assert!(roster.contains(&format!("ip = \"{}\"\nreplica_id = {i}\n", pod_dns_name(i))), "{roster}");
+    }
+
+    // The CLI, inside the cluster, finds three Healthy nodes by their names and one Leader.
+    let healthy = |out: &str| out.matches("| healthy ").count() == PODS && out.matches("| leader ").count() == 1;
+    let metadata = cli_until(&lan, &hosts, 0, &["cluster", "metadata"], healthy, logs);
+    for i in 0..PODS {
+        assert!(metadata.contains(&pod_dns_name(i)), "{metadata}");
+    }
+    cli_until(&lan, &hosts, 0, &["stream", "create", "helm"], |_| true, logs);
+    cli_until(&lan, &hosts, 0, &["topic", "create", "helm", "t", "3", "none"], |_| true, logs);
+    cli_until(&lan, &hosts, 1, &["message", "send", "--partition-id", "2", "helm", "t", "before the move"], |_| true, logs);
+
+    // Pod 2 is rescheduled. While it is gone its name resolves nowhere: pods 0 and 1 keep
+    // dialing, warning about the name once per interval (30 s), and keep serving.
+    drop(running.pop());
+    let gone = Instant::now();
+    write_hosts(&hosts, &addresses[..2]);
+    let unresolved = format!("replica 0: replica 2's address {}:8100 does not resolve", pod_dns_name(2));
+    let deadline = Instant::now() + START_TIMEOUT;
+    while !std::fs::read_to_string(&pods[0].log).unwrap_or_default().contains(&unresolved) {
+        assert!(Instant::now() < deadline, "no warning naming pod 2's name:\n{}", logs());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    cli_until(&lan, &hosts, 0, &["message", "send", "--partition-id", "0", "helm", "t", "while pod 2 is away"], |_| true, logs);
+    let warned = std::fs::read_to_string(&pods[0].log).unwrap().matches(&unresolved).count() as u64;
+    assert!(warned <= 1 + gone.elapsed().as_secs() / 30, "{warned} warnings in {:?}:\n{}", gone.elapsed(), logs());
+    // It comes back with its volume at another address, and its name follows it. Pods 0 and 1
+    // dial it by name and find it there.
+    addresses[2] = lan.ip(PODS);
+    write_hosts(&hosts, &addresses);
+    running.push(start_pod(2, &pods[2], &env, &lan, PODS, &hosts, &bin));
+    let metadata = cli_until(&lan, &hosts, 2, &["cluster", "metadata"], healthy, logs);
+    assert!(metadata.contains(&pod_dns_name(2)), "{metadata}");
+    cli_until(&lan, &hosts, 2, &["message", "send", "--partition-id", "2", "helm", "t", "after the move"], |_| true, logs);
+    let polled = cli_until(&lan, &hosts, 2, &["message", "poll", "--first", "--message-count", "10", "helm", "t", "2"], |out| out.contains("after the move"), logs);
+    assert!(polled.contains("before the move"), "{polled}");
+    drop(running);
+}
