@@ -15,19 +15,23 @@ fn batch_record(count: u32, size: usize) -> Vec<u8> {
     use iggy_generated::frames::{BatchHeader, MessageFrameHeader};
     let mut record = vec![0u8; BatchHeader::SIZE];
     for i in 0..count {
-        let mut frame = MessageFrameHeader::default();
-        frame.id = u128::from(i) + 1;
-        frame.offset_delta = i;
-        frame.payload_length = size as u32;
+        let frame = MessageFrameHeader {
+            id: u128::from(i) + 1,
+            offset_delta: i,
+            payload_length: size as u32,
+            ..Default::default()
+        };
         let mut bytes = frame.to_bytes().to_vec();
         bytes.extend(std::iter::repeat_n(i as u8, size));
         let checksum = twox_hash::XxHash3_64::oneshot(&bytes[8..]);
         bytes[..8].copy_from_slice(&checksum.to_le_bytes());
         record.extend_from_slice(&bytes);
     }
-    let mut header = BatchHeader::default();
-    header.batch_length = record.len() as u64;
-    header.message_count = count;
+    let header = BatchHeader {
+        batch_length: record.len() as u64,
+        message_count: count,
+        ..Default::default()
+    };
     header.encode_fixed(&mut record[..BatchHeader::SIZE]);
     let checksum = batch::compute_checksum(&record);
     let at = BatchHeader::BATCH_CHECKSUM_OFFSET;
@@ -36,10 +40,12 @@ fn batch_record(count: u32, size: usize) -> Vec<u8> {
 }
 
 fn codec(c: &mut Criterion) {
-    let mut header = RequestHeader::default();
-    header.command = Command::Request;
-    header.size = 256;
-    header.client = 42;
+    let header = RequestHeader {
+        command: Command::Request,
+        size: 256,
+        client: 42,
+        ..Default::default()
+    };
     let bytes = header.to_bytes();
     c.bench_function("codec/request_header_decode", |b| {
         b.iter(|| RequestHeader::decode_fixed(&bytes).unwrap())
@@ -100,8 +106,8 @@ fn log_append(c: &mut Criterion) {
     // Retention keeps the benchmark's disk use near 192 MiB however many appends it measures.
     let config = LogConfig {
         segment_size: 64 << 20,
-        message_expiry_us: None,
-        max_size: Some(128 << 20),
+        // The server's default: writeback started every 8 MiB appended.
+        writeback_bytes: 8 << 20,
     };
     let log = std::cell::RefCell::new(
         runtime
@@ -119,10 +125,11 @@ fn log_append(c: &mut Criterion) {
     group.bench_function("append_batch_1MB_buffered", |b| {
         b.iter_batched(
             || {
-                runtime
-                    .block_on(log.borrow_mut().apply_retention(0))
-                    .unwrap();
-                log.borrow().next_offset()
+                let mut log = log.borrow_mut();
+                if let Some(keep_from) = log.retention_point(0, None, Some(128 << 20)) {
+                    runtime.block_on(log.retire_below(keep_from));
+                }
+                log.next_offset()
             },
             |offset| {
                 runtime
