@@ -234,6 +234,8 @@ impl Shared {
                 incarnation,
             } => {
                 let key = (stream, topic, partition);
+                #[cfg(debug_assertions)]
+                slow_partition_open_on_purpose().await;
                 let namespace = self
                     .data
                     .partition_initialization_dir(&format!("{stream}-{topic}-{partition}"));
@@ -581,6 +583,22 @@ impl Shared {
                 ),
             }
         }
+    }
+}
+
+/// Debug builds only: `IGGY_DEBUG_PARTITION_OPEN_DELAY_MS` makes every partition open wait that
+/// long first, as a slow disk would: the test that a metadata op whose effects outlast the
+/// heartbeat timeout keeps its group's primary (e2e `scale`).
+#[cfg(debug_assertions)]
+async fn slow_partition_open_on_purpose() {
+    static DELAY: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    let delay = DELAY.get_or_init(|| {
+        std::env::var("IGGY_DEBUG_PARTITION_OPEN_DELAY_MS")
+            .ok()
+            .and_then(|ms| ms.parse().ok())
+    });
+    if let Some(ms) = *delay {
+        compio::time::sleep(std::time::Duration::from_millis(ms)).await;
     }
 }
 
