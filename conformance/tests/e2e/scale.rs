@@ -167,7 +167,6 @@ async fn a_cluster_creates_a_wide_topic_and_keeps_its_metadata_primary() {
 /// heartbeats while the effects run, and the client gets its normal reply once the partitions
 /// are open here.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails: the metadata group takes no frame and sends no heartbeat while an op's effects run, so a slow apply changes its view"]
 async fn a_cluster_keeps_its_metadata_primary_while_a_slow_create_opens_its_partitions() {
     use crate::test_cluster::{ClusterOptions, METADATA_GROUP, TestCluster};
     let options = ClusterOptions {
