@@ -510,6 +510,11 @@ impl<W> GroupCore<W> {
         self.effects_running.front().copied()
     }
 
+    /// Answers held until running effects are done (none once none run).
+    pub fn answers_held(&self) -> usize {
+        self.held.len()
+    }
+
     /// Every client in the group's client table with its session number, the node's own
     /// clients left out: what an ordered retirement compares with the live sessions.
     pub fn clients(&self) -> Vec<(u128, u64)> {
