@@ -160,3 +160,38 @@ async fn a_cluster_creates_a_wide_topic_and_keeps_its_metadata_primary() {
     .await;
     assert_eq!(payloads(&polled), ["last"]);
 }
+
+/// A metadata op whose disk effects outlast the heartbeat timeout (every node's partition opens
+/// slowed past the harness's 2 s by a debug-build hook, as a slow disk or a 1000-partition topic
+/// on a debug build would) keeps its group's primary and view: the replicas answer and send
+/// heartbeats while the effects run, and the client gets its normal reply once the partitions
+/// are open here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_keeps_its_metadata_primary_while_a_slow_create_opens_its_partitions() {
+    use crate::test_cluster::{ClusterOptions, METADATA_GROUP, TestCluster};
+    let options = ClusterOptions {
+        env: vec![("IGGY_DEBUG_PARTITION_OPEN_DELAY_MS".to_string(), "4000".to_string())],
+        ..Default::default()
+    };
+    let cluster = TestCluster::start_with(3, options);
+    let client = cluster.root_client(0).await;
+    ok("create_stream", within("create_stream", client.create_stream("s", &StreamCreateOptions::default())).await);
+    let before = cluster.primary(METADATA_GROUP);
+    assert!(before.is_some(), "the metadata group has a primary");
+    let started = std::time::Instant::now();
+    let topic = ok(
+        "create_topic",
+        within_for(std::time::Duration::from_secs(60), "create_topic", client.create_topic(&name("s"), "slow", &topic_options(4))).await,
+    );
+    assert_eq!(topic.partitions_count, 4);
+    assert!(started.elapsed() >= std::time::Duration::from_secs(4), "the reply waits for the partitions to open on the node that answered: {:?}", started.elapsed());
+    // The client that got "created" sends to the new partitions at once.
+    send_to_partition(&client, &name("s"), &name("slow"), 3, vec![msg("at once")]).await;
+    let polled = poll(&client, &name("s"), &name("slow"), 3, &consumer("c"), PollingStrategy::offset(0), 1, false).await;
+    assert_eq!(payloads(&polled), ["at once"]);
+    // A metadata write after it commits in the same view.
+    ok("create_stream", within("create_stream", client.create_stream("t", &StreamCreateOptions::default())).await);
+    // Long enough for a timeout the stall started to have shown in the roles.
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    assert_eq!(cluster.primary(METADATA_GROUP), before, "the metadata group changed views while the partitions opened");
+}

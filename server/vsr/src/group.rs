@@ -140,6 +140,13 @@ pub struct GroupCore<W> {
     issued: HashMap<u128, u64>,
     /// The client table capacity the group had committed when it opened, and the configured one.
     limits_at_open: (Option<usize>, usize),
+    /// Applied ops whose effects outside the replicated state (the metadata group's partition
+    /// opens and deletes) the shell still runs, in op order (see
+    /// [`Self::applied_with_effects`]).
+    effects_running: VecDeque<u64>,
+    /// Answers of committed ops at or above the first of `effects_running`, held until their
+    /// effects are done (see [`Self::effects_done`]), with the op each answers.
+    held: Vec<(u64, W, Outcome)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -236,6 +243,8 @@ impl<W> GroupCore<W> {
             answers: VecDeque::new(),
             issued: HashMap::new(),
             limits_at_open: (committed_clients_max, configured_clients_max),
+            effects_running: VecDeque::new(),
+            held: Vec::new(),
         }
     }
 
@@ -354,7 +363,23 @@ impl<W> GroupCore<W> {
                     request,
                     op,
                     reply,
-                } => self.answer(client, request, Outcome::Committed { op, reply }),
+                } => {
+                    let outcome = Outcome::Committed { op, reply };
+                    if self
+                        .effects_running
+                        .front()
+                        .is_some_and(|first| *first <= op)
+                    {
+                        // Committed, but what the op did outside the model is not done yet: a
+                        // client told "created" uses the partitions at once, one told
+                        // "deleted" finds the files gone.
+                        for waiter in self.waiting.remove(&(client, request)).unwrap_or_default() {
+                            self.held.push((op, waiter, outcome.clone()));
+                        }
+                    } else {
+                        self.answer(client, request, outcome);
+                    }
+                }
                 Action::Refuse {
                     client,
                     request,
@@ -443,6 +468,51 @@ impl<W> GroupCore<W> {
             self.replica.retire_with_commit(retired);
         }
         self.replica.on_committed_reply(op, reply);
+    }
+
+    /// [`Self::applied`] for an op whose effects outside the replicated state (the metadata
+    /// group's partition opens and deletes, which wait for disks) the shell goes on running after
+    /// the model change, in op order, while the group keeps serving its peers: a replica that
+    /// awaited them would send no heartbeat and answer no prepare for as long, and a slow
+    /// apply would change the group's view. The answers of this op and every later one wait
+    /// until [`Self::effects_done`] reports the effects through them done, and no checkpoint is
+    /// taken meanwhile (see [`Self::checkpoint_due`]).
+    pub fn applied_with_effects(&mut self, op: u64, reply: Bytes, retired: &[u128]) {
+        debug_assert!(self.effects_running.back().is_none_or(|last| *last < op));
+        self.effects_running.push_back(op);
+        self.applied(op, reply, retired);
+    }
+
+    /// The effects of every op through `op` that [`Self::applied_with_effects`] handed out are
+    /// done: the answers held for them go out with the next [`Self::poll`].
+    pub fn effects_done(&mut self, op: u64) {
+        while self
+            .effects_running
+            .front()
+            .is_some_and(|first| *first <= op)
+        {
+            self.effects_running.pop_front();
+        }
+        let first = self.effects_running.front().copied();
+        let (ready, held): (Vec<_>, Vec<_>) = std::mem::take(&mut self.held)
+            .into_iter()
+            .partition(|(op, _, _)| first.is_none_or(|first| *op < first));
+        self.held = held;
+        self.answers.extend(
+            ready
+                .into_iter()
+                .map(|(_, waiter, outcome)| (waiter, outcome)),
+        );
+    }
+
+    /// The first applied op whose effects still run (see [`Self::applied_with_effects`]).
+    pub fn effects_running(&self) -> Option<u64> {
+        self.effects_running.front().copied()
+    }
+
+    /// Answers held until running effects are done (none once none run).
+    pub fn answers_held(&self) -> usize {
+        self.held.len()
     }
 
     /// Every client in the group's client table with its session number, the node's own
@@ -541,6 +611,12 @@ impl<W> GroupCore<W> {
         let replica = &self.replica;
         // One checkpoint is written at a time.
         if self.checkpoint_writing() {
+            return None;
+        }
+        // A checkpoint is the state as of every applied op, and a start replays only the ops
+        // after it: one taken before an op's effects are done would leave them undone after a
+        // crash (a deleted partition's directory kept), where the journal's replay redoes them.
+        if !self.effects_running.is_empty() {
             return None;
         }
         if self.past_laggards.is_some() && replica.checkpoint_wanted().is_some() {
@@ -656,6 +732,8 @@ mod tests {
         answers: Vec<(u32, Outcome)>,
         /// Stop before handing back this input, to look at the core mid-way.
         hold_sync: bool,
+        /// Applies ops as ops whose effects go on running (`applied_with_effects`).
+        effects: bool,
     }
 
     impl Shell {
@@ -667,6 +745,7 @@ mod tests {
                 registered: Vec::new(),
                 answers: Vec::new(),
                 hold_sync: false,
+                effects: false,
             }
         }
 
@@ -687,7 +766,10 @@ mod tests {
                     Step::Apply { op, body, .. } => {
                         self.applied.push(op);
                         let reply: Vec<u8> = body.iter().rev().copied().collect();
-                        core.applied(op, reply.into(), &[]);
+                        match self.effects {
+                            true => core.applied_with_effects(op, reply.into(), &[]),
+                            false => core.applied(op, reply.into(), &[]),
+                        }
                     }
                     Step::Registered { client, .. } => self.registered.push(client),
                     Step::Send { .. } | Step::ReadBack { .. } => {
@@ -1062,6 +1144,140 @@ mod tests {
         core.checkpointed();
         assert!(!core.checkpoint_writing());
         assert_eq!(core.checkpoint_due(1 << 20), Some(5));
+    }
+
+    #[test]
+    fn an_op_whose_effects_run_is_answered_once_they_are_done_and_later_answers_wait_behind_it() {
+        let mut core = core(Durability::Replicated, true);
+        let mut shell = Shell::new();
+        core.submit(request(1, 1, b"a", 1));
+        shell.run(&mut core);
+        assert_eq!(shell.answers.len(), 1);
+        // Op 4 applies to the model; its effects go on running in the shell.
+        shell.effects = true;
+        core.submit(request(1, 2, b"b", 2));
+        shell.run(&mut core);
+        assert_eq!(shell.applied, [3, 4]);
+        assert_eq!(
+            shell.answers.len(),
+            1,
+            "op 4 is not answered before its effects"
+        );
+        assert_eq!(core.effects_running(), Some(4));
+        assert_eq!(
+            core.checkpoint_due(1 << 20),
+            None,
+            "no checkpoint holds a state whose effects are not done"
+        );
+        // Op 5 has no effects of its own, but comes after op 4's: its answer waits too.
+        shell.effects = false;
+        core.submit(request(1, 3, b"c", 3));
+        shell.run(&mut core);
+        assert_eq!(shell.applied, [3, 4, 5]);
+        assert_eq!(shell.answers.len(), 1);
+        // A retry of op 5 is answered from the client table, after the effects too.
+        core.submit(request(1, 3, b"c", 4));
+        shell.run(&mut core);
+        assert_eq!(shell.answers.len(), 1);
+        core.effects_done(4);
+        assert_eq!(core.effects_running(), None);
+        shell.run(&mut core);
+        let answered: Vec<(u32, u64)> = shell
+            .answers
+            .iter()
+            .map(|(waiter, outcome)| match outcome {
+                Outcome::Committed { op, .. } => (*waiter, *op),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(answered, [(1, 3), (2, 4), (3, 5), (4, 5)]);
+        assert_eq!(core.checkpoint_due(1 << 20), Some(5));
+        // With nothing running, a retry is answered at once.
+        core.submit(request(1, 3, b"c", 5));
+        shell.run(&mut core);
+        assert_eq!(shell.answers.len(), 5);
+    }
+
+    #[test]
+    fn a_primary_whose_effects_run_sends_heartbeats_and_commits_later_ops() {
+        // Replica 0 leads view 0 of three; replica 1 acknowledges what it prepares.
+        let mut core: GroupCore<u32> =
+            GroupCore::format(Config::new(3, 0), Durability::Replicated, false, None);
+        let heartbeat = core.replica().config().heartbeat_ticks;
+        let mut now = 0;
+        let mut answers = Vec::new();
+        let mut commits_sent = 0;
+        let run = |core: &mut GroupCore<u32>, effects: bool, answers: &mut Vec<_>| {
+            let mut sends = 0;
+            while let Some(step) = core.poll() {
+                match step {
+                    Step::Journal { op, .. } => core.journaled(op, false),
+                    Step::Sync => core.synced(),
+                    Step::Apply { op, .. } if effects => {
+                        core.applied_with_effects(op, Bytes::new(), &[])
+                    }
+                    Step::Apply { op, .. } => core.applied(op, Bytes::new(), &[]),
+                    Step::Send {
+                        to: 1,
+                        message: Message::Prepare { view, entry, .. },
+                    } => core.on_message(
+                        1,
+                        Message::PrepareOk {
+                            view,
+                            op: entry.op,
+                            checksum: entry.checksum,
+                            replica: 1,
+                        },
+                    ),
+                    Step::Send {
+                        message: Message::Commit { .. },
+                        ..
+                    } => sends += 1,
+                    Step::Answer { waiter, outcome } => answers.push((waiter, outcome)),
+                    _ => {}
+                }
+            }
+            sends
+        };
+        let register = |client: u128, waiter: u32| Pending {
+            client,
+            request: 0,
+            operation: OPERATION_REGISTER,
+            body: Bytes::new(),
+            waiter,
+        };
+        run(&mut core, false, &mut answers);
+        core.submit(register(8, 0));
+        run(&mut core, false, &mut answers);
+        assert_eq!(answers.len(), 1, "registered: {answers:?}");
+        answers.clear();
+        core.submit(request(8, 1, b"x", 1));
+        run(&mut core, true, &mut answers);
+        let first = core.effects_running().expect("the op's effects run");
+        assert!(answers.is_empty(), "{answers:?}");
+        // While they run, time passes: the primary's heartbeats go out, and it commits a later
+        // op (whose answer waits behind the running effects).
+        for _ in 0..heartbeat * 4 {
+            now += 1;
+            core.on_tick(now);
+            commits_sent += run(&mut core, false, &mut answers);
+        }
+        assert!(commits_sent >= 4, "heartbeats sent: {commits_sent}");
+        core.submit(request(8, 2, b"y", 2));
+        run(&mut core, false, &mut answers);
+        assert_eq!(core.replica().commit_min(), first + 1);
+        assert_eq!(core.replica().status(), Status::Normal);
+        assert!(answers.is_empty(), "{answers:?}");
+        core.effects_done(first);
+        run(&mut core, false, &mut answers);
+        let ops: Vec<(u32, Option<u64>)> = answers
+            .iter()
+            .map(|(waiter, outcome)| match outcome {
+                Outcome::Committed { op, .. } => (*waiter, Some(*op)),
+                _ => (*waiter, None),
+            })
+            .collect();
+        assert_eq!(ops, [(1, Some(first)), (2, Some(first + 1))]);
     }
 
     #[test]

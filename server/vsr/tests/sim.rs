@@ -166,3 +166,52 @@ fn acks_of_another_log_never_complete_a_commit_quorum() {
     }
     assert!(stale_acks > 0, "acks of another log reach the primaries");
 }
+
+/// Applied ops whose effects run for up to three view-change timeouts after the apply (the
+/// server's metadata partition opens and deletes), under the faults: the answers wait for them,
+/// no checkpoint is taken while any run, a crash loses them, and still every client finishes
+/// and the checkers find nothing lost or replaced.
+#[test]
+fn ops_whose_effects_run_for_long_lose_nothing_and_every_client_finishes() {
+    let mut slow_effects = 0;
+    for replica_count in [1, 3, 5] {
+        for seed in 0..seeds().min(40) {
+            let seed = 70_000 + seed * 1_000 + u64::from(replica_count);
+            let result = std::panic::catch_unwind(|| {
+                Cluster::new(seed, replica_count, 3, 20)
+                    .with_slow_effects(25, 90)
+                    .run(1_500, 30_000)
+            });
+            match result {
+                Ok(summary) => slow_effects += summary.slow_effects,
+                Err(panic) => {
+                    eprintln!("VSR simulation failed: replicas={replica_count} seed={seed}");
+                    std::panic::resume_unwind(panic);
+                }
+            }
+        }
+    }
+    assert!(slow_effects > 0, "ops with running effects are applied");
+}
+
+/// Without faults, a group whose every op's effects outlast the view-change timeout changes
+/// views exactly as one whose effects are done within the apply: the replicas go on with their
+/// peers while the effects run.
+#[test]
+fn effects_that_outlast_the_view_change_timeout_change_no_view() {
+    for replica_count in [3, 5] {
+        for seed in 0..seeds().min(20) {
+            let seed = 80_000 + seed * 1_000 + u64::from(replica_count);
+            let quick = Cluster::new(seed, replica_count, 3, 20).run(0, 30_000);
+            let slow = Cluster::new(seed, replica_count, 3, 20)
+                .with_slow_effects(100, 90)
+                .run(0, 30_000);
+            assert!(slow.slow_effects > 0);
+            assert_eq!(
+                (slow.view_max, slow.committed),
+                (quick.view_max, quick.committed),
+                "seed {seed}, {replica_count} replicas"
+            );
+        }
+    }
+}

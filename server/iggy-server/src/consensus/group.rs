@@ -84,6 +84,18 @@ pub trait StateMachine {
         operation: u8,
         body: Bytes,
     ) -> impl Future<Output = Bytes>;
+    /// Whether the op [`Self::apply`] just applied left effects outside the replicated state
+    /// running (the metadata machine's partition opens and deletes, which its own task carries
+    /// out in op order): the group keeps serving its peers meanwhile, and answers that op and
+    /// the later ones once [`Self::effects_done`] reports them done.
+    fn effects_running(&mut self) -> bool {
+        false
+    }
+    /// Resolves with the op through which every op's running effects are done, each time that
+    /// moves; never for a machine whose effects are done within [`Self::apply`].
+    fn effects_done(&mut self) -> impl Future<Output = u64> {
+        std::future::pending()
+    }
     /// A register committed at `op` (the session number).
     fn registered(&mut self, op: u64, client: u128, body: &Bytes);
     /// Whether an op of `operation` must be fsynced before it is acknowledged, whatever the
@@ -295,6 +307,8 @@ type Submit = Pending<oneshot::Sender<Outcome>>;
 const TRANSFER_RETRY_TICKS: u64 = 100;
 
 enum Job<R> {
+    /// The state machine's running effects are done through this op.
+    EffectsDone(u64),
     /// The checkpoint slot being written is durable (the slots come back to the group); `None`
     /// when the writing task was dropped, the runtime stopping.
     CheckpointWritten(Option<iggy_storage::checkpoint::CheckpointSlots>),
@@ -765,6 +779,16 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
         checkpoint_taken(self.kind, writing.started.elapsed());
     }
 
+    /// Waits until the state machine's running effects are done, answering the requests that
+    /// waited for them: before the group stops, and before a state transfer replaces the state.
+    async fn finish_effects(&mut self) {
+        while self.core.effects_running().is_some() {
+            let op = self.state.effects_done().await;
+            self.core.effects_done(op);
+            self.drive().await;
+        }
+    }
+
     /// Waits until the checkpoint being written (if any) is durable: before the group uses its
     /// slots otherwise (a state transfer's install or offer) and before it stops.
     async fn finish_checkpoint(&mut self) {
@@ -817,6 +841,7 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
             self.maybe_checkpoint().await;
             self.maybe_start_transfer();
         };
+        self.finish_effects().await;
         self.finish_checkpoint().await;
         // Jobs behind the stop fail; the journal and the state machine's files close here.
         drop(jobs);
@@ -828,7 +853,8 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
 
     /// The next job: a request from the node, or, in a cluster, a peer's frame or a tick of
     /// the replica's clock, or the checkpoint being written became durable (first, so a busy
-    /// group does not hold its journal's reuse back). `None` once the node dropped every handle.
+    /// group does not hold its journal's reuse back), or the state machine's running effects
+    /// moved on. `None` once the node dropped every handle.
     async fn next_job(
         &mut self,
         jobs: &mut mpsc::UnboundedReceiver<Job<S::Read>>,
@@ -841,23 +867,37 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                 Err(_) => return Some(Job::CheckpointWritten(None)),
             }
         }
+        let effects_running = self.core.effects_running().is_some();
+        let (writing, state) = (&mut self.writing, &mut self.state);
         let written = async {
-            match self.writing.as_mut() {
+            match writing.as_mut() {
                 Some(writing) => Job::CheckpointWritten((&mut writing.durable).await.ok()),
                 None => std::future::pending().await,
             }
         };
+        let effects = async {
+            match effects_running {
+                true => Job::EffectsDone(state.effects_done().await),
+                false => std::future::pending().await,
+            }
+        };
+        // What the group's own work reports: a checkpoint durable, effects done.
+        let own = async {
+            match select(std::pin::pin!(written), std::pin::pin!(effects)).await {
+                Either::Left((job, _)) | Either::Right((job, _)) => job,
+            }
+        };
         let Some(plane) = self.plane.as_mut() else {
-            return match select(jobs.next(), std::pin::pin!(written)).await {
+            return match select(jobs.next(), std::pin::pin!(own)).await {
                 Either::Left((job, _)) => job,
-                Either::Right((written, _)) => Some(written),
+                Either::Right((own, _)) => Some(own),
             };
         };
         let woken = {
             let outside = std::pin::pin!(plane.wait());
-            match select(select(jobs.next(), std::pin::pin!(written)), outside).await {
+            match select(select(jobs.next(), std::pin::pin!(own)), outside).await {
                 Either::Left((Either::Left((job, _)), _)) => return job,
-                Either::Left((Either::Right((written, _)), _)) => return Some(written),
+                Either::Left((Either::Right((own, _)), _)) => return Some(own),
                 Either::Right((woken, _)) => woken,
             }
         };
@@ -875,6 +915,7 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
     /// Handles one job; a stop request is handed back to the run loop.
     async fn accept(&mut self, job: Job<S::Read>) -> Option<oneshot::Sender<()>> {
         match job {
+            Job::EffectsDone(op) => self.core.effects_done(op),
             Job::CheckpointWritten(slots) => self.checkpoint_written(slots).await,
             Job::Read(read) => {
                 // Reads observe every write accepted before them.
@@ -1331,7 +1372,9 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
         let Some((offer, copied)) = self.pending_offer.take() else {
             return;
         };
-        // The slots are lent to a checkpoint being written: it finishes first.
+        // The slots are lent to a checkpoint being written: it finishes first; and the effects
+        // of the ops applied here run to their end before the state is replaced.
+        self.finish_effects().await;
         self.finish_checkpoint().await;
         let Some(slots) = &mut self.slots else {
             return;
@@ -1431,7 +1474,11 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                 } => {
                     let reply = self.state.apply(op, client, operation, body).await;
                     let retired = self.state.take_retired();
-                    self.core.applied(op, reply, &retired);
+                    if self.state.effects_running() {
+                        self.core.applied_with_effects(op, reply, &retired);
+                    } else {
+                        self.core.applied(op, reply, &retired);
+                    }
                 }
                 Step::Registered { op, client, body } => {
                     self.state.registered(op, client, &body);

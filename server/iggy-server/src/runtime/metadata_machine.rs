@@ -2,13 +2,23 @@
 //! [`iggy_metadata::machine`] and runs their effects on disk (partition logs opened or deleted),
 //! or, while the journal replays at start, collects them for one reconciliation.
 //!
+//! The model changes within the apply, so every replica's model and reply are the op's; the
+//! disk effects are handed to a task of their own, which runs them in op order. Awaited in the
+//! group's task they kept it from its peers for as long (a primary sent no heartbeat, a backup
+//! answered no prepare), and an apply longer than the heartbeat timeout changed the group's
+//! view. The group answers an op once its effects and those before it are done
+//! (`GroupCore::applied_with_effects`), and checkpoints only when none run, so a crash never
+//! loses them: the journal still holds their ops, whose replay reconciles the partitions.
+//!
 //! A replica its peers checkpointed past takes the primary's metadata checkpoint whole (state
 //! transfer): the snapshot replaces the model, and the partitions are reconciled with it once
 //! (`Shared::reconcile_after_transfer`), since the ops it skipped ran no effect here.
 
 use crate::consensus::group::StateMachine;
-use crate::runtime::shared::{PartitionKey, Shared};
+use crate::runtime::shared::{PartitionKey, PlannedEffect, Shared};
 use bytes::Bytes;
+use futures_channel::mpsc;
+use futures_util::StreamExt;
 use iggy_metadata::Effect;
 use iggy_metadata::machine;
 use std::collections::HashSet;
@@ -29,6 +39,51 @@ pub struct MetadataMachine {
     replay_group_deletes: Vec<Effect>,
     /// The clients whose session slots the op being applied released.
     released: Vec<u128>,
+    /// The task running the applied ops' effects, once one had any.
+    effects: Option<EffectsTask>,
+    /// Whether the op just applied handed effects to it.
+    effects_handed: bool,
+}
+
+/// The effects task's two ends: the effects of each applied op go in, in op order, and the op
+/// comes back once they are done.
+struct EffectsTask {
+    queue: mpsc::UnboundedSender<(u64, Vec<PlannedEffect>)>,
+    done: mpsc::UnboundedReceiver<u64>,
+}
+
+impl EffectsTask {
+    fn spawn(shared: Rc<Shared>) -> Self {
+        let (queue, mut ops) = mpsc::unbounded::<(u64, Vec<PlannedEffect>)>();
+        let (done_sender, done) = mpsc::unbounded();
+        compio::runtime::spawn(async move {
+            while let Some((op, effects)) = ops.next().await {
+                run_effects(&shared, effects).await;
+                if done_sender.unbounded_send(op).is_err() {
+                    break;
+                }
+            }
+        })
+        .detach();
+        EffectsTask { queue, done }
+    }
+}
+
+/// Runs one op's effects in order, a topic's partitions opening side by side.
+async fn run_effects(shared: &Shared, effects: Vec<PlannedEffect>) {
+    let mut effects = effects.into_iter().peekable();
+    while let Some(effect) = effects.next() {
+        if !effect.opens() {
+            shared.run_planned(effect).await;
+            continue;
+        }
+        // One after the other, a large topic's opens took seconds (each waits for its fsyncs).
+        let mut opens = vec![effect];
+        opens.extend(std::iter::from_fn(|| effects.next_if(PlannedEffect::opens)));
+        futures_util::stream::iter(opens)
+            .for_each_concurrent(PARTITION_OPENS_AT_ONCE, |open| shared.run_planned(open))
+            .await;
+    }
 }
 
 impl MetadataMachine {
@@ -39,6 +94,8 @@ impl MetadataMachine {
             replay_deletes: Some(HashSet::new()),
             replay_group_deletes: Vec::new(),
             released: Vec::new(),
+            effects: None,
+            effects_handed: false,
         }
     }
 }
@@ -81,27 +138,20 @@ impl StateMachine for MetadataMachine {
                     }
                 }
             }
+            None if effects.is_empty() => {}
             None => {
-                let mut effects = effects.into_iter().peekable();
-                while let Some(effect) = effects.next() {
-                    if !matches!(effect, Effect::OpenPartition { .. }) {
-                        self.shared.run_effect(effect).await;
-                        continue;
-                    }
-                    // A topic's partitions open side by side: one after the other, a large
-                    // topic kept this group from its peers for seconds (each open waits for
-                    // its fsyncs), long enough for a view change on every node.
-                    let mut opens = vec![effect];
-                    opens.extend(std::iter::from_fn(|| {
-                        effects.next_if(|next| matches!(next, Effect::OpenPartition { .. }))
-                    }));
-                    use futures_util::StreamExt;
-                    futures_util::stream::iter(opens)
-                        .for_each_concurrent(PARTITION_OPENS_AT_ONCE, |open| {
-                            self.shared.run_effect(open)
-                        })
-                        .await;
-                }
+                // What the effects read from the model is read now, as of this op.
+                let planned = effects
+                    .into_iter()
+                    .map(|effect| self.shared.plan_effect(effect))
+                    .collect();
+                let shared = &self.shared;
+                let task = self
+                    .effects
+                    .get_or_insert_with(|| EffectsTask::spawn(shared.clone()));
+                // The task lives as long as this machine: it takes every op.
+                let _ = task.queue.unbounded_send((op, planned));
+                self.effects_handed = true;
             }
         }
         reply
@@ -112,6 +162,20 @@ impl StateMachine for MetadataMachine {
         self.shared.reconcile_partitions(&deletes).await;
         for effect in std::mem::take(&mut self.replay_group_deletes) {
             self.shared.run_effect(effect).await;
+        }
+    }
+
+    fn effects_running(&mut self) -> bool {
+        std::mem::take(&mut self.effects_handed)
+    }
+
+    async fn effects_done(&mut self) -> u64 {
+        match &mut self.effects {
+            Some(task) => match task.done.next().await {
+                Some(op) => op,
+                None => std::future::pending().await,
+            },
+            None => std::future::pending().await,
         }
     }
 

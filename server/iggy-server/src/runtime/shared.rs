@@ -60,6 +60,30 @@ pub struct Shared {
     pub retirement: RefCell<iggy_metadata::retirement::RetirementEvidence>,
 }
 
+/// A committed op's disk effect with what it reads from its topic as of its op (see
+/// [`Shared::plan_effect`]).
+pub struct PlannedEffect {
+    effect: Effect,
+    /// The effect's topic, when the model held it.
+    topic: Option<TopicFacts>,
+}
+
+impl PlannedEffect {
+    /// Whether this is a partition open (those of one op run side by side).
+    pub fn opens(&self) -> bool {
+        matches!(self.effect, Effect::OpenPartition { .. })
+    }
+}
+
+/// What a partition's open or delete reads from its topic.
+#[derive(Debug, Clone, Copy)]
+struct TopicFacts {
+    /// Whether messages and consumer offsets are fsynced before they are acknowledged.
+    persisted: (bool, bool),
+    segment_size: u64,
+    created_at: u64,
+}
+
 /// The port each running transport listens on, once bound (a configured port 0 binds an
 /// ephemeral one): what cluster metadata advertises.
 #[derive(Debug, Default)]
@@ -161,10 +185,24 @@ impl Shared {
         self.unopenable.borrow().get(&key) == Some(&incarnation)
     }
 
+    /// The running group of partition `key`, when it runs the incarnation the model holds
+    /// live: the metadata group's effects run behind its model (a partition deleted and
+    /// created again under the same ids may still run its deleted incarnation for a moment,
+    /// which no request must reach).
     pub fn partition(&self, key: PartitionKey) -> Option<PartitionHandle> {
+        let live = {
+            let metadata = self.metadata.borrow();
+            metadata
+                .streams
+                .get(&key.0)
+                .and_then(|s| s.topics.get(&key.1))
+                .and_then(|t| t.partitions.get(&key.2))
+                .map(|p| p.incarnation)
+        };
         self.partitions
             .borrow()
             .get(&key)
+            .filter(|entry| Some(entry.incarnation) == live)
             .map(|entry| entry.handle.clone())
     }
 
@@ -222,8 +260,45 @@ impl Shared {
             .collect()
     }
 
-    /// Runs a committed op's effect on disk.
+    /// Runs a committed op's effect on disk, reading what it needs from the model now.
     pub async fn run_effect(&self, effect: Effect) {
+        self.run_planned(self.plan_effect(effect)).await
+    }
+
+    /// `effect` with what it reads from the model, read now: as its op applies, so that the
+    /// effect may run later (the metadata group's effects task, `runtime/metadata_machine.rs`)
+    /// as it would have then, whatever later ops did to its topic (deleted it, or created
+    /// another under the same ids).
+    pub fn plan_effect(&self, effect: Effect) -> PlannedEffect {
+        let topic = match &effect {
+            Effect::OpenPartition { stream, topic, .. }
+            | Effect::DeletePartition { stream, topic, .. } => {
+                use iggy_metadata::TopicDurability::Persisted;
+                let metadata = self.metadata.borrow();
+                let topic = metadata
+                    .streams
+                    .get(stream)
+                    .and_then(|s| s.topics.get(topic));
+                topic.map(|t| TopicFacts {
+                    persisted: (
+                        t.durability == Persisted,
+                        t.consumer_offset_durability == Persisted,
+                    ),
+                    segment_size: t.segment_size,
+                    created_at: t.created_at,
+                })
+            }
+            Effect::DeleteGroupOffsets { .. } | Effect::ReleaseSessionSlots { .. } => None,
+        };
+        PlannedEffect { effect, topic }
+    }
+
+    /// Runs a committed op's effect on disk, as [`Self::plan_effect`] planned it.
+    pub async fn run_planned(&self, planned: PlannedEffect) {
+        let PlannedEffect {
+            effect,
+            topic: facts,
+        } = planned;
         match effect {
             // Released by the metadata group itself (`StateMachine::take_retired`).
             Effect::ReleaseSessionSlots { .. } => {}
@@ -234,6 +309,8 @@ impl Shared {
                 incarnation,
             } => {
                 let key = (stream, topic, partition);
+                #[cfg(debug_assertions)]
+                slow_partition_open_on_purpose().await;
                 let namespace = self
                     .data
                     .partition_initialization_dir(&format!("{stream}-{topic}-{partition}"));
@@ -253,23 +330,8 @@ impl Shared {
                         dir.display()
                     );
                 }
-                let (policies, segment_size) = {
-                    use iggy_metadata::TopicDurability::Persisted;
-                    let metadata = self.metadata.borrow();
-                    let topic = metadata
-                        .streams
-                        .get(&stream)
-                        .and_then(|s| s.topics.get(&topic));
-                    topic.map_or(((false, false), 0), |t| {
-                        (
-                            (
-                                t.durability == Persisted,
-                                t.consumer_offset_durability == Persisted,
-                            ),
-                            t.segment_size,
-                        )
-                    })
-                };
+                let (policies, segment_size) =
+                    facts.map_or(((false, false), 0), |t| (t.persisted, t.segment_size));
                 let mut log_config = self.log_config();
                 if segment_size > 0 {
                     log_config.segment_size = segment_size;
@@ -335,7 +397,7 @@ impl Shared {
                 let key = (stream, topic, partition);
                 // The group stops (its queued work done, its files closed) before its directory
                 // goes: no checkpoint can be renamed into a path a later incarnation will own.
-                self.stop_partition(key).await;
+                self.stop_partition(key, facts.map(|t| t.created_at)).await;
                 self.discard_partition_dir(key, incarnation, "deleted")
                     .await;
             }
@@ -406,27 +468,20 @@ impl Shared {
     }
 
     /// Stops the group of partition `key`, if one runs: its queued work is done and its files
-    /// closed when this returns.
-    async fn stop_partition(&self, key: PartitionKey) {
+    /// closed when this returns. `topic_created_at` is its topic's, when the topic lives on.
+    async fn stop_partition(&self, key: PartitionKey, topic_created_at: Option<u64>) {
         self.unopenable.borrow_mut().remove(&key);
         let entry = self.partitions.borrow_mut().remove(&key);
         if let Some(entry) = entry {
             entry.handle.group.stop().await;
-            self.retire_traffic(key, entry.handle.stats.traffic());
+            self.retire_traffic(key, entry.handle.stats.traffic(), topic_created_at);
         }
     }
 
-    /// Keeps a deleted partition's traffic for its topic's counters while the topic lives.
-    fn retire_traffic(&self, key: PartitionKey, traffic: Traffic) {
+    /// Keeps a deleted partition's traffic for its topic's counters while the topic lives
+    /// (`created_at`: the topic's, `None` when it went with the partition).
+    fn retire_traffic(&self, key: PartitionKey, traffic: Traffic, created_at: Option<u64>) {
         let topic = (key.0, key.1);
-        let created_at = {
-            let metadata = self.metadata.borrow();
-            let topic = metadata
-                .streams
-                .get(&key.0)
-                .and_then(|s| s.topics.get(&key.1));
-            topic.map(|topic| topic.created_at)
-        };
         let mut retired = self.retired_traffic.borrow_mut();
         match created_at {
             Some(created_at) => {
@@ -565,7 +620,16 @@ impl Shared {
                     tracing::info!(
                         "partition {key:?}: incarnation {incarnation} is not in the transferred metadata (op {checkpoint_op}); stopped"
                     );
-                    self.stop_partition(key).await;
+                    let created_at = self
+                        .plan_effect(Effect::DeletePartition {
+                            stream: key.0,
+                            topic: key.1,
+                            partition: key.2,
+                            incarnation,
+                        })
+                        .topic
+                        .map(|t| t.created_at);
+                    self.stop_partition(key, created_at).await;
                 }
                 TransferAction::Discard { key, revision } => {
                     let why =
@@ -581,6 +645,22 @@ impl Shared {
                 ),
             }
         }
+    }
+}
+
+/// Debug builds only: `IGGY_DEBUG_PARTITION_OPEN_DELAY_MS` makes every partition open wait that
+/// long first, as a slow disk would: the test that a metadata op whose effects outlast the
+/// heartbeat timeout keeps its group's primary (e2e `scale`).
+#[cfg(debug_assertions)]
+async fn slow_partition_open_on_purpose() {
+    static DELAY: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    let delay = DELAY.get_or_init(|| {
+        std::env::var("IGGY_DEBUG_PARTITION_OPEN_DELAY_MS")
+            .ok()
+            .and_then(|ms| ms.parse().ok())
+    });
+    if let Some(ms) = *delay {
+        compio::time::sleep(std::time::Duration::from_millis(ms)).await;
     }
 }
 

@@ -16,7 +16,7 @@ use crate::replica::{Config, LeadingStalled, ReadBack, Refusal, Replica, Status}
 use crate::view_state::ViewState;
 use bytes::Bytes;
 use iggy_generated::frames::Command;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// The most ticks a state transfer's copy of a peer's checkpoint takes (a couple of view-change
 /// timeouts): long enough for the group to checkpoint and retire again meanwhile.
@@ -98,6 +98,9 @@ struct Node<M> {
     /// Left the group for good (its node's shell discarded the replica and its files): no
     /// checker waits for it to hold anything.
     discarded: bool,
+    /// With [`Cluster::with_slow_effects`]: applied ops whose effects still run, in op order,
+    /// with the tick they are done at.
+    effects: VecDeque<(u64, u64)>,
 }
 
 /// Outcome summary of one seed.
@@ -144,6 +147,9 @@ pub struct Summary {
     pub views_timed_out_for_transfer: u64,
     /// With [`Cluster::with_stale_acks`]: acknowledgements of another log sent to primaries.
     pub stale_acks: u64,
+    /// With [`Cluster::with_slow_effects`]: ops applied with effects that ran for ticks after
+    /// (over all replicas).
+    pub slow_effects: u64,
 }
 
 /// The simulated world for one seed.
@@ -218,6 +224,11 @@ pub struct Cluster<W: Workload = ModelWorkload> {
     /// (from, to, frame), for the shell to route by the group's ids ([`Cluster::take_unhosted`]).
     frames: Option<FrameContext>,
     unhosted: Vec<(ReplicaId, ReplicaId, Bytes)>,
+    /// With [`Cluster::with_slow_effects`]: the stream deciding which applied ops have effects
+    /// and for how long (its own, so the fault stream stays as it was), the percent of ops
+    /// that have some and the most ticks they run; and how many ran.
+    slow_effects: Option<(Rng, u64, u64)>,
+    slow_effects_applied: u64,
 }
 
 impl Cluster<ModelWorkload> {
@@ -286,6 +297,7 @@ impl<W: Workload> Cluster<W> {
                 restart_at: 0,
                 checked_commit: 0,
                 discarded: false,
+                effects: VecDeque::new(),
             })
             .collect();
         let clients = (0..client_count)
@@ -345,6 +357,8 @@ impl<W: Workload> Cluster<W> {
             clients_abandoned: false,
             frames: None,
             unhosted: Vec::new(),
+            slow_effects: None,
+            slow_effects_applied: 0,
         }
     }
 
@@ -386,6 +400,7 @@ impl<W: Workload> Cluster<W> {
         node.machine = machine;
         node.restart_at = u64::MAX;
         node.checked_commit = 0;
+        node.effects.clear();
         self.cancel_copies_from(index);
     }
 
@@ -640,6 +655,18 @@ impl<W: Workload> Cluster<W> {
         self
     }
 
+    /// `percent` of the applied ops on every replica have effects outside the replicated state
+    /// that run for up to `ticks_max` ticks after the apply, in op order, as the server's
+    /// metadata group runs its partition opens and deletes
+    /// ([`GroupCore::applied_with_effects`]): the replica goes on meanwhile, its answers wait
+    /// for the effects, and it takes no checkpoint while any run. A crash loses the running
+    /// effects (the server's start redoes them from the journal).
+    pub fn with_slow_effects(mut self, percent: u64, ticks_max: u64) -> Self {
+        let rng = Rng::new(self.seed ^ 0x0eff_ec75);
+        self.slow_effects = Some((rng, percent, ticks_max.max(1)));
+        self
+    }
+
     /// Runs: faults for `fault_ticks`, then a healed network until every client is done.
     /// Panics (with the seed) on any checker failure or lack of progress.
     pub fn run(self, fault_ticks: u64, ticks_max: u64) -> Summary {
@@ -683,6 +710,18 @@ impl<W: Workload> Cluster<W> {
         let handed_back = (!self.shell_faults || (hosted_everywhere && !self.clients_abandoned))
             && self.settle_on_preferred_primary();
         self.check_all();
+        for (index, node) in self.nodes.iter().enumerate() {
+            if let Some(core) = &node.core
+                && node.effects.is_empty()
+            {
+                assert_eq!(
+                    core.answers_held(),
+                    0,
+                    "seed {}: replica {index} holds answers with no effects running",
+                    self.seed
+                );
+            }
+        }
         let views: Vec<_> = self.nodes.iter().map(Node::view).collect();
         self.workload.check_end(self.seed, &views);
         let view_max = self
@@ -715,6 +754,7 @@ impl<W: Workload> Cluster<W> {
             views_timed_out_for_transfer: self
                 .abandoned(|_, why| why == LeadingStalled::NeedsStateTransfer),
             stale_acks: self.stale_acks_sent,
+            slow_effects: self.slow_effects_applied,
         };
         (summary, self.workload)
     }
@@ -876,6 +916,13 @@ impl<W: Workload> Cluster<W> {
                 node.view_pending = None;
                 core.view_persisted(state);
             }
+            let mut effects_done = None;
+            while node.effects.front().is_some_and(|(_, at)| *at <= now) {
+                effects_done = node.effects.pop_front().map(|(op, _)| op);
+            }
+            if let Some(op) = effects_done {
+                core.effects_done(op);
+            }
             core.on_tick(now);
             // The shell proposes its limits now and then (only a primary without a committed
             // or pending nomination prepares one), so nominations meet view changes, crashes
@@ -1013,6 +1060,14 @@ impl<W: Workload> Cluster<W> {
         if self.now < copy.done_at || self.isolated(copy.peer as ReplicaId) {
             self.copies[index] = Some(copy);
             return;
+        }
+        // As the server's shell: the running effects end before the state is replaced.
+        if let Some(&(op, _)) = self.nodes[index].effects.back() {
+            self.nodes[index].effects.clear();
+            if let Some(core) = self.nodes[index].core.as_mut() {
+                core.effects_done(op);
+            }
+            self.drain(index);
         }
         let Copying {
             peer,
@@ -1163,6 +1218,7 @@ impl<W: Workload> Cluster<W> {
         node.core = None;
         node.sync_pending = false;
         node.view_pending = None;
+        node.effects.clear();
         node.restart_at = restart_at;
         node.storage.crash(&mut self.rng);
         node.machine.crash(&mut self.rng);
@@ -1287,8 +1343,23 @@ impl<W: Workload> Cluster<W> {
                         self.workload.committed(op, &entry, &applied.reply);
                         self.retired_total += u64::from(!applied.retired.is_empty());
                     }
-                    let core = self.nodes[index].core.as_mut().unwrap();
-                    core.applied(op, applied.reply, &applied.retired);
+                    let now = self.now;
+                    let effects_until =
+                        self.slow_effects.as_mut().and_then(|(rng, percent, max)| {
+                            rng.chance(*percent).then(|| now + 1 + rng.below(*max))
+                        });
+                    let node = &mut self.nodes[index];
+                    let core = node.core.as_mut().unwrap();
+                    match effects_until {
+                        Some(until) => {
+                            // Done in op order: never before the effects of an earlier op.
+                            let after = node.effects.back().map_or(0, |(_, at)| *at);
+                            node.effects.push_back((op, until.max(after)));
+                            self.slow_effects_applied += 1;
+                            core.applied_with_effects(op, applied.reply, &applied.retired);
+                        }
+                        None => core.applied(op, applied.reply, &applied.retired),
+                    }
                 }
                 Step::Registered { op, client, body } => {
                     node.machine.registered(op, client, &body);
