@@ -2192,6 +2192,13 @@ impl TestCluster {
         limit: Duration,
         extra: &[&str],
     ) -> (std::process::ExitStatus, String) {
+        let child = self.spawn_alone(i, extra);
+        wait_for_exit(i, child, limit)
+    }
+
+    /// Starts node i (stopped) as a process of the test's own, its output piped, without
+    /// waiting for it to accept: a start the test expects to wait or to be refused.
+    fn spawn_alone(&self, i: usize, extra: &[&str]) -> std::process::Child {
         let node = &self.nodes[i];
         assert!(node.pid().is_none(), "node {i} is still running");
         let config = self._config_dir.path().join("cluster.toml");
@@ -2221,28 +2228,36 @@ impl TestCluster {
                 self.proxy().port(i, j).to_string(),
             );
         }
-        let mut child = command.spawn().expect("spawn iggy-server");
-        let deadline = Instant::now() + limit;
-        while child.try_wait().expect("poll the child").is_none() {
-            if Instant::now() >= deadline {
-                let _ = child.kill();
-                let output = child.wait_with_output().expect("reap the child");
-                panic!(
-                    "node {i} still ran after {limit:?}:\n{}{}",
-                    String::from_utf8_lossy(&output.stdout),
-                    String::from_utf8_lossy(&output.stderr)
-                );
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let output = child.wait_with_output().expect("collect the output");
-        let printed = format!(
-            "{}{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-        (output.status, printed)
+        command.spawn().expect("spawn iggy-server")
     }
+}
+
+/// Waits up to `limit` for node i's process to exit: its status and what it printed.
+fn wait_for_exit(
+    i: usize,
+    mut child: std::process::Child,
+    limit: Duration,
+) -> (std::process::ExitStatus, String) {
+    let deadline = Instant::now() + limit;
+    while child.try_wait().expect("poll the child").is_none() {
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let output = child.wait_with_output().expect("reap the child");
+            panic!(
+                "node {i} still ran after {limit:?}:\n{}{}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let output = child.wait_with_output().expect("collect the output");
+    let printed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (output.status, printed)
 }
 
 /// Every file under `dir` with its bytes (directories as `None`), for comparing a tree before
@@ -2551,6 +2566,63 @@ async fn a_node_whose_metadata_was_erased_is_refused_and_a_fresh_cluster_still_s
         .await,
     );
     assert_eq!(later.name, "later");
+}
+
+/// The same erased node started while both its peers, which hold the history, are down (a
+/// whole-cluster restart, a peer's DNS name not yet published): it formats nothing while fewer
+/// than a majority declared no history (started empty, it could form a view-change quorum with a
+/// peer lacking an op the other two acknowledged), and is refused once its peers are back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "fails: the erased node formats a new history at the gate's first deadline, its peers silent"]
+async fn a_node_whose_metadata_was_erased_formats_nothing_while_its_peers_are_down() {
+    let mut cluster = TestCluster::start(3);
+    let client = cluster.root_client(0).await;
+    let (stream, _, _) = create_topic(&client, 1).await;
+    let on_node_2 = cluster.root_client(2).await;
+    wait_until_async(
+        "node 2 holds the stream",
+        Duration::from_secs(20),
+        async || {
+            let found = on_node_2.get_stream(&id(stream)).await;
+            matches!(found, Ok(Some(_))).then_some(())
+        },
+        || cluster.node(2).log(),
+    )
+    .await;
+    drop((client, on_node_2));
+    for i in 0..3 {
+        cluster.stop(i);
+    }
+    let data = cluster.node(2).data_dir();
+    std::fs::remove_dir_all(&data).unwrap();
+
+    let mut alone = cluster.spawn_alone(2, &[]);
+    // Three of the harness's heartbeat timeouts (2 s), the gate's deadline each.
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    assert!(
+        alone.try_wait().unwrap().is_none(),
+        "node 2 still waits for its peers"
+    );
+    assert!(
+        !data.exists(),
+        "node 2 formatted a new history while its peers were down"
+    );
+
+    cluster.restart(0);
+    cluster.restart(1);
+    let (status, printed) =
+        tokio::task::block_in_place(|| wait_for_exit(2, alone, Duration::from_secs(30)));
+    assert_eq!(status.code(), Some(1), "{printed}");
+    for expected in [
+        "waiting for a majority of the cluster to declare none",
+        "erased or lost while its peers kept theirs",
+    ] {
+        assert!(
+            printed.contains(expected),
+            "{expected:?} missing:\n{printed}"
+        );
+    }
+    assert!(!data.exists(), "the refused start created {}", data.display());
 }
 
 /// Creates stream `stream` and its topic "t" of `partitions` partitions with 1 MiB segments
