@@ -2573,7 +2573,6 @@ async fn a_node_whose_metadata_was_erased_is_refused_and_a_fresh_cluster_still_s
 /// than a majority declared no history (started empty, it could form a view-change quorum with a
 /// peer lacking an op the other two acknowledged), and is refused once its peers are back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails: the erased node formats a new history at the gate's first deadline, its peers silent"]
 async fn a_node_whose_metadata_was_erased_formats_nothing_while_its_peers_are_down() {
     let mut cluster = TestCluster::start(3);
     let client = cluster.root_client(0).await;

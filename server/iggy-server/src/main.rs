@@ -665,10 +665,20 @@ async fn gate_start(
         }
         StartVerdict::NewHistory { silent } => {
             tracing::warn!(
-                "replica {replica_id}: no admitted peer holds a metadata history, replicas \
-                 {silent:?} did not answer within {within:?}; a new cluster starts"
+                "replica {replica_id}: no admitted peer holds a metadata history and a majority \
+                 declared none, replicas {silent:?} did not answer within {within:?}; a new \
+                 cluster starts"
             );
             Ok(())
+        }
+        // The replica plane stopped before a majority answered.
+        StartVerdict::Undecided { silent } => {
+            eprintln!(
+                "iggy-server: replica {replica_id}: the replica plane stopped while replicas \
+                 {silent:?} had not said whether they hold a metadata history; nothing was \
+                 formatted"
+            );
+            Err(ExitCode::FAILURE)
         }
     }
 }

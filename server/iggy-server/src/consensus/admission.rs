@@ -667,9 +667,14 @@ pub enum StartVerdict {
     /// These admitted peers hold a metadata history: this node's own was erased or lost, and
     /// starting empty would format a second history into their cluster.
     Refuse { holders: Vec<u8> },
-    /// No admitted peer holds a history: a new cluster starts. `silent` lists the peers not
-    /// admitted before the deadline, whose history is unknown.
+    /// No admitted peer holds a history, and a majority of the cluster (this node counted)
+    /// declared none: a new cluster starts. `silent` lists the peers not admitted before the
+    /// deadline, whose history is unknown.
     NewHistory { silent: Vec<u8> },
+    /// The deadline passed with fewer than a majority declaring none: the silent peers may
+    /// hold the history (this node's erased, its peers unreachable for a while), so nothing is
+    /// formatted yet and the node keeps listening.
+    Undecided { silent: Vec<u8> },
 }
 
 impl StartGate {
@@ -706,8 +711,12 @@ impl StartGate {
         (self.declared.len() == peers).then_some(StartVerdict::NewHistory { silent: Vec::new() })
     }
 
-    /// The verdict when the deadline passed: what the admitted peers declared decides; the
-    /// silent ones cannot (a cluster whose other replicas are all down starts as new).
+    /// The verdict when the deadline passed: a new history only once a majority of the cluster,
+    /// this node counted, declared none. Any majority that committed an op of a history that
+    /// exists meets that majority in a replica holding it, so a new history is never formatted
+    /// beside one a quorum acknowledged while a single node's metadata was lost (two nodes of
+    /// three erased is the loss the seed leaves outside automatic recovery). A new cluster
+    /// starts once a majority of its nodes run; a node whose peers are all down waits for them.
     pub fn verdict_at_deadline(&self) -> StartVerdict {
         if let Some(verdict) = self.poll_verdict() {
             return verdict;
@@ -715,7 +724,13 @@ impl StartGate {
         let silent = (0..self.replica_count)
             .filter(|peer| *peer != self.replica && !self.declared.contains_key(peer))
             .collect();
-        StartVerdict::NewHistory { silent }
+        let majority = usize::from(self.replica_count) / 2 + 1;
+        // Here no admitted peer holds a history (`poll_verdict` would have refused).
+        if self.declared.len() + 1 >= majority {
+            StartVerdict::NewHistory { silent }
+        } else {
+            StartVerdict::Undecided { silent }
+        }
     }
 
     fn holders(&self) -> Vec<u8> {
@@ -1606,21 +1621,53 @@ mod tests {
         let new = StartVerdict::NewHistory { silent: vec![] };
         assert_eq!(gate.poll_verdict(), Some(new.clone()));
         assert_eq!(gate.verdict_at_deadline(), new);
-        // At the deadline, the silent peers are named and do not block the start.
+        // At the deadline, a majority declaring none (this node counted) starts, naming the
+        // silent peers.
         let mut gate = StartGate::new(1, 5);
         gate.handle_admitted(3, Absent);
         assert_eq!(gate.poll_verdict(), None);
         assert_eq!(
             gate.verdict_at_deadline(),
-            StartVerdict::NewHistory {
+            StartVerdict::Undecided {
                 silent: vec![0, 2, 4]
-            }
+            },
+            "two of five is no majority"
+        );
+        gate.handle_admitted(4, Absent);
+        assert_eq!(
+            gate.verdict_at_deadline(),
+            StartVerdict::NewHistory { silent: vec![0, 2] }
+        );
+        let mut gate = StartGate::new(2, 3);
+        gate.handle_admitted(0, Absent);
+        assert_eq!(
+            gate.verdict_at_deadline(),
+            StartVerdict::NewHistory { silent: vec![1] }
         );
         // A cluster of one has no peer to wait for.
         assert_eq!(
             StartGate::new(0, 1).poll_verdict(),
             Some(StartVerdict::NewHistory { silent: vec![] })
         );
+    }
+
+    #[test]
+    fn a_node_whose_peers_are_all_silent_formats_nothing() {
+        // Its metadata erased while both peers, which hold the history, are unreachable for a
+        // while (a restart, a DNS name not yet published): started empty, it could form a
+        // view-change quorum with a peer lacking an op the other two acknowledged.
+        let gate = StartGate::new(0, 3);
+        for _ in 0..3 {
+            assert_eq!(
+                gate.verdict_at_deadline(),
+                StartVerdict::Undecided { silent: vec![1, 2] }
+            );
+        }
+        let gate = StartGate::new(4, 5);
+        assert!(matches!(
+            gate.verdict_at_deadline(),
+            StartVerdict::Undecided { .. }
+        ));
     }
 
     #[test]

@@ -178,7 +178,8 @@ impl ReplicaPlane {
 
     /// For a node that found no metadata history on disk: listens to its peers' handshakes
     /// until one declares a history (refuse), every peer declared none, or `within` passed
-    /// (a new cluster starts). Nothing is written meanwhile.
+    /// with a majority declaring none (a new cluster starts); short of a majority it warns and
+    /// listens on, every `within`. Nothing is written meanwhile.
     pub async fn gate_start(&mut self, within: Duration) -> StartVerdict {
         use futures_util::StreamExt;
         let mut gate = StartGate::new(self.replica, self.replica_count);
@@ -186,7 +187,7 @@ impl ReplicaPlane {
             .events
             .take()
             .expect("the start gate runs once, before the events are drained");
-        let deadline = std::time::Instant::now() + within;
+        let mut deadline = std::time::Instant::now() + within;
         let verdict = loop {
             if let Some(verdict) = gate.poll_verdict() {
                 break verdict;
@@ -197,7 +198,17 @@ impl ReplicaPlane {
                     gate.handle_admitted(peer, history)
                 }
                 Ok(Some(_)) => {}
-                Ok(None) | Err(_) => break gate.verdict_at_deadline(),
+                Ok(None) => break gate.verdict_at_deadline(),
+                Err(_) => match gate.verdict_at_deadline() {
+                    StartVerdict::Undecided { silent } => {
+                        tracing::warn!(
+                            "replica {}: no metadata history here, and replicas {silent:?} have                              not answered: waiting for a majority of the cluster to declare none                              before formatting a new one (if they hold the cluster's history,                              this node's was erased and it must not start empty)",
+                            self.replica
+                        );
+                        deadline = std::time::Instant::now() + within;
+                    }
+                    verdict => break verdict,
+                },
             }
         };
         self.events = Some(events);
