@@ -1743,9 +1743,15 @@ impl Replica {
 
     /// A peer asks whether we lost the primary too. We grant unless we are the primary serving
     /// our view or heard from the primary of our view (or a later one) within the view-change
-    /// timeout: a replica that still hears its primary never helps replace it.
+    /// timeout: a replica that still hears its primary never helps replace it. A primary grants
+    /// only a pre-vote past its view's next one while no quorum is in touch with it: the asker
+    /// was in a later view, so this primary's view was superseded (it was formatted in its
+    /// group's creation view after its peers moved on, say), its backups drop its frames, and
+    /// refused, a group down to it and one backup could never leave the dead primary's view.
     fn on_pre_vote(&mut self, view: u32, replica: ReplicaId) {
-        if self.is_primary() || self.hears_primary() {
+        let superseded_primary =
+            self.is_primary() && view > self.view.saturating_add(1) && !self.leads_quorum();
+        if (self.is_primary() && !superseded_primary) || self.hears_primary() {
             return;
         }
         let message = Message::PreVoteGranted {

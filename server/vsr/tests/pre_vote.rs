@@ -271,7 +271,6 @@ fn a_backup_back_from_a_cut_asks_for_each_batch_of_prepares_once() {
 /// one. Refused, the group could never change views again: the backup needs a second grant,
 /// and the stale primary never leaves its view (seen in a seeded cluster history).
 #[test]
-#[ignore = "fails: a primary refuses every pre-vote, also one of a later view while it leads no quorum"]
 fn a_primary_of_a_superseded_view_that_leads_no_quorum_grants_a_later_views_pre_vote() {
     let mut stale = Replica::format_in_view(Config::new(3, 2), 2);
     assert!(stale.is_primary());
