@@ -39,10 +39,8 @@ pub struct Shared {
     pub started_at_micros: u64,
     /// The shard threads partitions run on.
     pub shards: crate::runtime::shard::Shards,
-    /// The connection each session was last bound on: its public client id.
-    pub session_connections: RefCell<HashMap<u128, u32>>,
-    /// Per session: connections bound to it now, and when the last one went away.
-    pub session_activity: RefCell<HashMap<u128, SessionActivity>>,
+    /// The sessions this node's connections bind (`SessionsHere`).
+    pub sessions_here: RefCell<SessionsHere>,
     /// The ports the transports listen on.
     pub listening: ListeningPorts,
     /// The traffic of deleted partitions whose topic lives on, by (stream, topic) with the
@@ -80,6 +78,105 @@ impl ListeningPorts {
 pub struct SessionActivity {
     pub bound: u32,
     pub since: std::time::Instant,
+}
+
+/// What this node knows of sessions beyond the metadata model: the connection each session was
+/// last bound on (its public client id), and per session the connections bound to it now and
+/// when the last one went away (what its lease reads).
+#[derive(Debug, Default)]
+pub struct SessionsHere {
+    connections: HashMap<u128, u32>,
+    activity: HashMap<u128, SessionActivity>,
+}
+
+impl SessionsHere {
+    /// A connection bound itself to `client`'s session (`connection`: its id, when it has one
+    /// to report as the member id).
+    pub fn bound(&mut self, client: u128, connection: Option<u32>) {
+        let entry = self.activity.entry(client).or_insert(SessionActivity {
+            bound: 0,
+            since: std::time::Instant::now(),
+        });
+        entry.bound += 1;
+        if let Some(connection) = connection {
+            self.connections.insert(client, connection);
+        }
+    }
+
+    /// A connection bound to `client`'s session closed or bound elsewhere.
+    pub fn unbound(&mut self, client: u128) {
+        if let Some(entry) = self.activity.get_mut(&client) {
+            entry.bound = entry.bound.saturating_sub(1);
+            entry.since = std::time::Instant::now();
+        }
+    }
+
+    /// The connection `client`'s session was last bound on here, 0 for none.
+    pub fn member_id(&self, client: u128) -> u32 {
+        self.connections.get(&client).copied().unwrap_or(0)
+    }
+
+    /// The clients with a connection bound here now.
+    pub fn bound_here(&self) -> impl Iterator<Item = u128> + '_ {
+        self.activity
+            .iter()
+            .filter(|(_, activity)| activity.bound > 0)
+            .map(|(client, _)| *client)
+    }
+
+    /// Marks each reported (client, session) active at `now` when it is the client's live
+    /// session (`live_session`); a report of an ended or older session renews nothing.
+    pub fn renew_held(
+        &mut self,
+        live_session: impl Fn(u128) -> Option<u64>,
+        reported: &[(u128, u64)],
+        now: std::time::Instant,
+    ) {
+        renew_held_sessions(&mut self.activity, live_session, reported, now);
+    }
+
+    /// One lease pass over the `live` sessions of the model: as the metadata primary, those of
+    /// them idle (no connection bound here, none reported elsewhere) for `lease` by `now`,
+    /// which the caller ends; on any other replica none, and every idle session's time starts
+    /// again (a replica that becomes primary gives each a full lease).
+    pub fn lease_pass(
+        &mut self,
+        live: &[u128],
+        primary: bool,
+        lease: std::time::Duration,
+        now: std::time::Instant,
+    ) -> Vec<u128> {
+        if !primary {
+            for activity in self.activity.values_mut() {
+                if activity.bound == 0 {
+                    activity.since = now;
+                }
+            }
+            return Vec::new();
+        }
+        live.iter()
+            .copied()
+            .filter(|client| {
+                // A session restored from the journal counts as idle from the node's start.
+                let entry = self.activity.entry(*client).or_insert(SessionActivity {
+                    bound: 0,
+                    since: now,
+                });
+                entry.bound == 0 && now.duration_since(entry.since) >= lease
+            })
+            .collect()
+    }
+
+    /// `client`'s session ended by its lease.
+    pub fn expired(&mut self, client: u128) {
+        self.activity.remove(&client);
+    }
+
+    /// Sessions with an entry here, for the tests.
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.activity.len().max(self.connections.len())
+    }
 }
 
 impl Shared {
@@ -176,22 +273,14 @@ impl Shared {
             .unwrap_or_default()
     }
 
-    /// A connection bound itself to `client`'s session.
-    pub fn session_bound(&self, client: u128) {
-        let mut activity = self.session_activity.borrow_mut();
-        let entry = activity.entry(client).or_insert(SessionActivity {
-            bound: 0,
-            since: std::time::Instant::now(),
-        });
-        entry.bound += 1;
+    /// A connection bound itself to `client`'s session (`connection`: see `SessionsHere::bound`).
+    pub fn session_bound(&self, client: u128, connection: Option<u32>) {
+        self.sessions_here.borrow_mut().bound(client, connection);
     }
 
     /// A connection bound to `client`'s session closed or bound elsewhere.
     pub fn session_unbound(&self, client: u128) {
-        if let Some(entry) = self.session_activity.borrow_mut().get_mut(&client) {
-            entry.bound = entry.bound.saturating_sub(1);
-            entry.since = std::time::Instant::now();
-        }
+        self.sessions_here.borrow_mut().unbound(client);
     }
 
     /// Another node reports these (client, session) pairs bound to its connections: each
@@ -200,8 +289,7 @@ impl Shared {
     /// of its client is ignored.
     pub fn sessions_held_elsewhere(&self, sessions: &[(u128, u64)]) {
         let metadata = self.metadata.borrow();
-        renew_held_sessions(
-            &mut self.session_activity.borrow_mut(),
+        self.sessions_here.borrow_mut().renew_held(
             |client| metadata.sessions.get(client).map(|live| live.session),
             sessions,
             std::time::Instant::now(),
@@ -211,13 +299,12 @@ impl Shared {
     /// The sessions bound to a connection of this node, as (client, session).
     pub fn sessions_bound_here(&self) -> Vec<(u128, u64)> {
         let metadata = self.metadata.borrow();
-        self.session_activity
+        self.sessions_here
             .borrow()
-            .iter()
-            .filter(|(_, activity)| activity.bound > 0)
-            .filter_map(|(client, _)| {
-                let live = metadata.sessions.get(*client)?;
-                Some((*client, live.session))
+            .bound_here()
+            .filter_map(|client| {
+                let live = metadata.sessions.get(client)?;
+                Some((client, live.session))
             })
             .collect()
     }
@@ -632,6 +719,37 @@ fn renew_held_sessions(
 mod tests {
     use super::*;
     use std::time::{Duration, Instant};
+
+    #[test]
+    #[ignore = "fails: an ended session's connection id and activity stay in the node's maps for good"]
+    fn a_lease_pass_keeps_nothing_of_sessions_that_ended() {
+        let start = Instant::now();
+        let lease = Duration::from_secs(60);
+        let mut here = SessionsHere::default();
+        // A thousand sessions came and went: each bound on a connection, then logged out or
+        // gone with its connection, and no longer live in the model.
+        for client in 1..=1000u128 {
+            here.bound(client, Some(client as u32));
+            here.unbound(client);
+        }
+        // One a peer reported while it lived (a backup learns of sessions so).
+        here.renew_held(|_| Some(1), &[(2000, 1)], start);
+        // Session 7 is live and bound (over HTTP, no connection id), 8 live and idle.
+        here.bound(7, None);
+        for primary in [false, true] {
+            let expired = here.lease_pass(&[7, 8], primary, lease, start);
+            assert!(expired.is_empty(), "{expired:?}");
+        }
+        assert_eq!(
+            here.len(),
+            2,
+            "only the live sessions 7 and 8 keep an entry"
+        );
+        assert_eq!(here.member_id(7), 7, "a live session keeps its member id");
+        assert_eq!(here.bound_here().collect::<Vec<_>>(), [7]);
+        // Past the lease the idle live session expires, the bound one does not.
+        assert_eq!(here.lease_pass(&[7, 8], true, lease, start + lease), [8]);
+    }
 
     #[test]
     fn a_report_renews_only_the_live_session_of_its_client() {
