@@ -299,7 +299,6 @@ async fn in_a_cluster_reused_ids_serve_only_the_last_incarnation_across_kill9_an
 /// restore its files from a backup` errors on a node stopped by SIGTERM after 8 incarnations
 /// of one topic's ids, the last one deleted too).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "fails: every re-applied create of a deleted incarnation logs 'cannot open: … restore its files from a backup' at ERROR"]
 async fn a_restarted_cluster_node_reapplying_deleted_incarnations_reports_no_error() {
     let mut cluster = crate::cluster::TestCluster::start(3);
     let c = cluster.root_client(0).await;
@@ -327,4 +326,29 @@ async fn a_restarted_cluster_node_reapplying_deleted_incarnations_reports_no_err
     let start = crate::test_cluster::current_start(&log);
     assert!(start.contains("replaying"), "node 2's current start:\n{start}");
     assert!(!start.contains("cannot open"), "node 2 reported deleted incarnations as errors:\n{start}");
+}
+
+/// The other side of the one above: a cluster node whose live partition's directory was lost
+/// while it was down still reports it as the error it is, once its metadata caught up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_restarted_cluster_node_whose_live_partition_directory_was_lost_reports_it() {
+    let mut cluster = crate::cluster::TestCluster::start(3);
+    let c = cluster.root_client(0).await;
+    create_stream_and_topic(&c, "s", "t", 1).await;
+    send_to_partition(&c, &name("s"), &name("t"), 0, msgs("m", 2)).await;
+    cluster.stop(2);
+    let lost = cluster.node(2).data_dir().join("streams/0/topics/0/partitions/0");
+    std::fs::remove_dir_all(&lost).unwrap();
+    cluster.restart(2);
+    crate::test_cluster::wait_until(
+        "node 2 reports the lost directory",
+        std::time::Duration::from_secs(30),
+        || {
+            let log = cluster.node(2).log();
+            let start = crate::test_cluster::current_start(&log);
+            start.contains(" ERROR ").then_some(()).filter(|()| start.contains("cannot open"))
+        },
+        || cluster.node(2).log(),
+    )
+    .await;
 }

@@ -47,6 +47,30 @@ pub async fn run(node: Rc<Node>) {
         delete_expired_tokens(&node).await;
         retirement.pass(&node, pass).await;
         orphan_sweep.pass(&node).await;
+        judge_gone_partitions(&node);
+    }
+}
+
+/// Partitions whose directory was gone when an op opened them (`Shared::gone_partitions`):
+/// once the metadata is current, each still live is reported as the error it is (its files
+/// were lost); the others a later op deleted, so there is nothing to report.
+fn judge_gone_partitions(node: &Node) {
+    if node.shared.gone_partitions.borrow().is_empty() {
+        return;
+    }
+    let figures = node.metadata.figures();
+    if !metadata_current(figures.role(), figures.applied(), figures.commit()) {
+        return;
+    }
+    let live = node.shared.metadata.borrow().live_partitions();
+    for (key, incarnation, why) in std::mem::take(&mut *node.shared.gone_partitions.borrow_mut()) {
+        if live.get(&key) == Some(&incarnation) {
+            tracing::error!("{why}");
+        } else {
+            tracing::info!(
+                "partition {key:?}: incarnation {incarnation}, whose directory was gone, was deleted by a later op"
+            );
+        }
     }
 }
 

@@ -204,6 +204,7 @@ impl Node {
             listening: Default::default(),
             retired_traffic: Default::default(),
             unopenable: Default::default(),
+            gone_partitions: Default::default(),
             plane,
             retirement: RefCell::new(iggy_metadata::retirement::RetirementEvidence::new(
                 replica_count,

@@ -50,6 +50,10 @@ pub struct Shared {
     /// Partitions whose copy here could not open (refused, logged), with the incarnation: not
     /// served until the operator repairs them and restarts the node.
     pub unopenable: RefCell<HashMap<PartitionKey, u64>>,
+    /// Partitions an op opened whose directory was gone while their namespace published that
+    /// incarnation or a later one, with the refusal: judged once the metadata is current
+    /// (`runtime/maintenance.rs`), an error only if the incarnation is still live then.
+    pub gone_partitions: RefCell<Vec<(PartitionKey, u64, String)>>,
     /// The replica bus and the groups' part in it, in a cluster; `None` standalone.
     pub plane: Option<crate::consensus::plane::ReplicaPlane>,
     /// As the metadata primary: which replicas reported which ended sessions retired on every
@@ -333,9 +337,22 @@ impl Shared {
                 let namespace = self
                     .data
                     .partition_initialization_dir(&format!("{stream}-{topic}-{partition}"));
+                let published = iggy_storage::records::read_checked_u64(
+                    &namespace.join(iggy_storage::revision::CREATED_REVISION),
+                )
+                .await;
                 let incarnation_record =
                     (namespace, self.data.discarded_partitions_dir(), incarnation);
                 let dir = self.partition_dir(key);
+                // Gone, though this incarnation or a later one was initialized here: in a
+                // cluster, a delete this node applied before a restart removed it (a replica of
+                // a larger group applies the ops after its checkpoint again on its way back,
+                // that delete among them), or its files were lost; which one shows once the
+                // metadata caught up. A node alone replays its whole journal into the model
+                // before it opens anything, so there it is a loss at once.
+                let gone_here = self.replica_count() > 1
+                    && !dir.exists()
+                    && matches!(published, Ok(Some(published)) if published >= incarnation);
                 // A directory naming a newer incarnation was created by a later committed op
                 // that this node applied before: this incarnation's delete follows in the ops
                 // it re-applies on its way back (ids are reused), so there is nothing to open.
@@ -415,6 +432,19 @@ impl Shared {
                                 incarnation,
                             },
                         );
+                    }
+                    Err(error) if gone_here => {
+                        tracing::info!(
+                            "partition {}: incarnation {incarnation} not opened, its directory \
+                             is gone: judged once this node's metadata is current (a later op \
+                             deleted it, or it is reported)",
+                            dir.display()
+                        );
+                        self.unopenable.borrow_mut().insert(key, incarnation);
+                        let why = format!("partition {}: cannot open: {error}", dir.display());
+                        self.gone_partitions
+                            .borrow_mut()
+                            .push((key, incarnation, why));
                     }
                     Err(error) => {
                         tracing::error!("partition {}: cannot open: {error}", dir.display());
