@@ -1,5 +1,5 @@
 //! Soak: the server over time, as an operator runs it. A mixed workload runs for `SOAK_SECS`
-//! (default 12) against one node and against a 3-node cluster: a producer with retention and
+//! (default 8) against one node and against a 3-node cluster: a producer with retention and
 //! small segments (segments roll and retire), consumer group members joining and leaving
 //! (or vanishing without a logout), clients connecting over TCP, QUIC, WebSocket and HTTP and
 //! leaving without a logout, personal access tokens created and deleted, streams and topics
@@ -453,7 +453,7 @@ async fn sample_line(node: &NodeProbe, elapsed: Duration, probe_latency: &str) -
 }
 
 fn soak_secs() -> u64 {
-    env_secs("SOAK_SECS", 12)
+    env_secs("SOAK_SECS", 8)
 }
 
 fn sample_secs(total: u64) -> u64 {
