@@ -47,6 +47,7 @@ mod producer_consumer;
 mod restart;
 mod scale;
 mod session;
+mod soak;
 mod shutdown;
 mod storage;
 mod streams;

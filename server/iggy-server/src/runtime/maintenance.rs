@@ -16,7 +16,7 @@ use crate::consensus::figures::GroupRole;
 use crate::consensus::group::Outcome;
 use crate::runtime::node::Node;
 use crate::runtime::partition::PartitionHandle;
-use crate::runtime::shared::{PartitionKey, SessionActivity};
+use crate::runtime::shared::PartitionKey;
 use iggy_generated::frames::Operation;
 use iggy_generated::payloads::{DeletePersonalAccessTokenRequest, SessionIdentity};
 use iggy_generated::storage::SessionFinalizeOp;
@@ -47,6 +47,30 @@ pub async fn run(node: Rc<Node>) {
         delete_expired_tokens(&node).await;
         retirement.pass(&node, pass).await;
         orphan_sweep.pass(&node).await;
+        judge_gone_partitions(&node);
+    }
+}
+
+/// Partitions whose directory was gone when an op opened them (`Shared::gone_partitions`):
+/// once the metadata is current, each still live is reported as the error it is (its files
+/// were lost); the others a later op deleted, so there is nothing to report.
+fn judge_gone_partitions(node: &Node) {
+    if node.shared.gone_partitions.borrow().is_empty() {
+        return;
+    }
+    let figures = node.metadata.figures();
+    if !metadata_current(figures.role(), figures.applied(), figures.commit()) {
+        return;
+    }
+    let live = node.shared.metadata.borrow().live_partitions();
+    for (key, incarnation, why) in std::mem::take(&mut *node.shared.gone_partitions.borrow_mut()) {
+        if live.get(&key) == Some(&incarnation) {
+            tracing::error!("{why}");
+        } else {
+            tracing::info!(
+                "partition {key:?}: incarnation {incarnation}, whose directory was gone, was deleted by a later op"
+            );
+        }
     }
 }
 
@@ -248,26 +272,6 @@ async fn report_sessions(node: Rc<Node>, lease: Duration) {
     }
 }
 
-/// Sessions idle (no connection bound) for longer than `lease`.
-fn expired(node: &Node, lease: Duration, now: Instant) -> Vec<u128> {
-    let metadata = node.shared.metadata.borrow();
-    let mut activity = node.shared.session_activity.borrow_mut();
-    metadata
-        .sessions
-        .iter()
-        .map(|(client, _)| *client)
-        .filter(|client| *client != SYSTEM_CLIENT)
-        .filter(|client| {
-            // A session restored from the journal counts as idle from the node's start.
-            let entry = activity.entry(*client).or_insert(SessionActivity {
-                bound: 0,
-                since: now,
-            });
-            entry.bound == 0 && now.duration_since(entry.since) >= lease
-        })
-        .collect()
-}
-
 /// Ends expired sessions through the metadata group, one committed logout each. Only the
 /// metadata primary does: a session bound on a backup stays active through that backup's
 /// reports (`report_sessions`). On any other replica every session's idle time starts again,
@@ -275,21 +279,27 @@ fn expired(node: &Node, lease: Duration, now: Instant) -> Vec<u128> {
 /// the backups, once they follow it, report theirs to it, rather than ending at once sessions
 /// whose connections are bound on other replicas.
 async fn expire_sessions(node: &Node, lease: Duration) {
-    if !primary(node, node.metadata.figures().role()) {
-        let now = Instant::now();
-        for activity in node.shared.session_activity.borrow_mut().values_mut() {
-            if activity.bound == 0 {
-                activity.since = now;
-            }
-        }
-        return;
-    }
-    for client in expired(node, lease, Instant::now()) {
+    let is_primary = primary(node, node.metadata.figures().role());
+    let live: Vec<u128> = node
+        .shared
+        .metadata
+        .borrow()
+        .sessions
+        .iter()
+        .map(|(client, _)| *client)
+        .filter(|client| *client != SYSTEM_CLIENT)
+        .collect();
+    let expired =
+        node.shared
+            .sessions_here
+            .borrow_mut()
+            .lease_pass(&live, is_primary, lease, Instant::now());
+    for client in expired {
         let now = crate::runtime::clock::now_micros();
         let (user, operation) = (iggy_metadata::ROOT_USER_ID, Operation::Logout);
         match submit_system(node, now, user, operation, &client.to_le_bytes()).await {
             Outcome::Committed { .. } => {
-                node.shared.session_activity.borrow_mut().remove(&client);
+                node.shared.sessions_here.borrow_mut().expired(client);
                 tracing::info!(
                     "session of client {client:032x} expired after {lease:?} without a connection"
                 );

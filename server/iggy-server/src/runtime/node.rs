@@ -200,11 +200,11 @@ impl Node {
             started_at: std::time::Instant::now(),
             started_at_micros: crate::runtime::clock::now_micros(),
             shards: crate::runtime::shard::Shards::start(shard_count)?,
-            session_connections: RefCell::new(HashMap::new()),
-            session_activity: RefCell::new(HashMap::new()),
+            sessions_here: Default::default(),
             listening: Default::default(),
             retired_traffic: Default::default(),
             unopenable: Default::default(),
+            gone_partitions: Default::default(),
             plane,
             retirement: RefCell::new(iggy_metadata::retirement::RetirementEvidence::new(
                 replica_count,

@@ -39,10 +39,8 @@ pub struct Shared {
     pub started_at_micros: u64,
     /// The shard threads partitions run on.
     pub shards: crate::runtime::shard::Shards,
-    /// The connection each session was last bound on: its public client id.
-    pub session_connections: RefCell<HashMap<u128, u32>>,
-    /// Per session: connections bound to it now, and when the last one went away.
-    pub session_activity: RefCell<HashMap<u128, SessionActivity>>,
+    /// The sessions this node's connections bind (`SessionsHere`).
+    pub sessions_here: RefCell<SessionsHere>,
     /// The ports the transports listen on.
     pub listening: ListeningPorts,
     /// The traffic of deleted partitions whose topic lives on, by (stream, topic) with the
@@ -52,6 +50,10 @@ pub struct Shared {
     /// Partitions whose copy here could not open (refused, logged), with the incarnation: not
     /// served until the operator repairs them and restarts the node.
     pub unopenable: RefCell<HashMap<PartitionKey, u64>>,
+    /// Partitions an op opened whose directory was gone while their namespace published that
+    /// incarnation or a later one, with the refusal: judged once the metadata is current
+    /// (`runtime/maintenance.rs`), an error only if the incarnation is still live then.
+    pub gone_partitions: RefCell<Vec<(PartitionKey, u64, String)>>,
     /// The replica bus and the groups' part in it, in a cluster; `None` standalone.
     pub plane: Option<crate::consensus::plane::ReplicaPlane>,
     /// As the metadata primary: which replicas reported which ended sessions retired on every
@@ -104,6 +106,114 @@ impl ListeningPorts {
 pub struct SessionActivity {
     pub bound: u32,
     pub since: std::time::Instant,
+}
+
+/// What this node knows of sessions beyond the metadata model: the connection each session was
+/// last bound on (its public client id), and per session the connections bound to it now and
+/// when the last one went away (what its lease reads).
+#[derive(Debug, Default)]
+pub struct SessionsHere {
+    connections: HashMap<u128, u32>,
+    activity: HashMap<u128, SessionActivity>,
+}
+
+impl SessionsHere {
+    /// A connection bound itself to `client`'s session (`connection`: its id, when it has one
+    /// to report as the member id).
+    pub fn bound(&mut self, client: u128, connection: Option<u32>) {
+        let entry = self.activity.entry(client).or_insert(SessionActivity {
+            bound: 0,
+            since: std::time::Instant::now(),
+        });
+        entry.bound += 1;
+        if let Some(connection) = connection {
+            self.connections.insert(client, connection);
+        }
+    }
+
+    /// A connection bound to `client`'s session closed or bound elsewhere.
+    pub fn unbound(&mut self, client: u128) {
+        if let Some(entry) = self.activity.get_mut(&client) {
+            entry.bound = entry.bound.saturating_sub(1);
+            entry.since = std::time::Instant::now();
+        }
+    }
+
+    /// The connection `client`'s session was last bound on here, 0 for none.
+    pub fn member_id(&self, client: u128) -> u32 {
+        self.connections.get(&client).copied().unwrap_or(0)
+    }
+
+    /// The clients with a connection bound here now.
+    pub fn bound_here(&self) -> impl Iterator<Item = u128> + '_ {
+        self.activity
+            .iter()
+            .filter(|(_, activity)| activity.bound > 0)
+            .map(|(client, _)| *client)
+    }
+
+    /// Marks each reported (client, session) active at `now` when it is the client's live
+    /// session (`live_session`); a report of an ended or older session renews nothing.
+    pub fn renew_held(
+        &mut self,
+        live_session: impl Fn(u128) -> Option<u64>,
+        reported: &[(u128, u64)],
+        now: std::time::Instant,
+    ) {
+        renew_held_sessions(&mut self.activity, live_session, reported, now);
+    }
+
+    /// One lease pass over the `live` sessions of the model: as the metadata primary, those of
+    /// them idle (no connection bound here, none reported elsewhere) for `lease` by `now`,
+    /// which the caller ends; on any other replica none, and every idle session's time starts
+    /// again (a replica that becomes primary gives each a full lease). First it forgets the
+    /// sessions that ended (not live, no connection bound here): a logout, another node's
+    /// expiry or a retirement ends them without passing here, and each would otherwise keep
+    /// its entries for good.
+    pub fn lease_pass(
+        &mut self,
+        live: &[u128],
+        primary: bool,
+        lease: std::time::Duration,
+        now: std::time::Instant,
+    ) -> Vec<u128> {
+        let live_set: HashSet<u128> = live.iter().copied().collect();
+        self.activity
+            .retain(|client, activity| activity.bound > 0 || live_set.contains(client));
+        let activity = &self.activity;
+        self.connections
+            .retain(|client, _| live_set.contains(client) || activity.contains_key(client));
+        if !primary {
+            for activity in self.activity.values_mut() {
+                if activity.bound == 0 {
+                    activity.since = now;
+                }
+            }
+            return Vec::new();
+        }
+        live.iter()
+            .copied()
+            .filter(|client| {
+                // A session restored from the journal counts as idle from the node's start.
+                let entry = self.activity.entry(*client).or_insert(SessionActivity {
+                    bound: 0,
+                    since: now,
+                });
+                entry.bound == 0 && now.duration_since(entry.since) >= lease
+            })
+            .collect()
+    }
+
+    /// `client`'s session ended by its lease.
+    pub fn expired(&mut self, client: u128) {
+        self.activity.remove(&client);
+    }
+
+    /// Sessions with an entry here, for the tests.
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.activity.len().max(self.connections.len())
+    }
 }
 
 impl Shared {
@@ -214,22 +324,14 @@ impl Shared {
             .unwrap_or_default()
     }
 
-    /// A connection bound itself to `client`'s session.
-    pub fn session_bound(&self, client: u128) {
-        let mut activity = self.session_activity.borrow_mut();
-        let entry = activity.entry(client).or_insert(SessionActivity {
-            bound: 0,
-            since: std::time::Instant::now(),
-        });
-        entry.bound += 1;
+    /// A connection bound itself to `client`'s session (`connection`: see `SessionsHere::bound`).
+    pub fn session_bound(&self, client: u128, connection: Option<u32>) {
+        self.sessions_here.borrow_mut().bound(client, connection);
     }
 
     /// A connection bound to `client`'s session closed or bound elsewhere.
     pub fn session_unbound(&self, client: u128) {
-        if let Some(entry) = self.session_activity.borrow_mut().get_mut(&client) {
-            entry.bound = entry.bound.saturating_sub(1);
-            entry.since = std::time::Instant::now();
-        }
+        self.sessions_here.borrow_mut().unbound(client);
     }
 
     /// Another node reports these (client, session) pairs bound to its connections: each
@@ -238,8 +340,7 @@ impl Shared {
     /// of its client is ignored.
     pub fn sessions_held_elsewhere(&self, sessions: &[(u128, u64)]) {
         let metadata = self.metadata.borrow();
-        renew_held_sessions(
-            &mut self.session_activity.borrow_mut(),
+        self.sessions_here.borrow_mut().renew_held(
             |client| metadata.sessions.get(client).map(|live| live.session),
             sessions,
             std::time::Instant::now(),
@@ -249,13 +350,12 @@ impl Shared {
     /// The sessions bound to a connection of this node, as (client, session).
     pub fn sessions_bound_here(&self) -> Vec<(u128, u64)> {
         let metadata = self.metadata.borrow();
-        self.session_activity
+        self.sessions_here
             .borrow()
-            .iter()
-            .filter(|(_, activity)| activity.bound > 0)
-            .filter_map(|(client, _)| {
-                let live = metadata.sessions.get(*client)?;
-                Some((*client, live.session))
+            .bound_here()
+            .filter_map(|client| {
+                let live = metadata.sessions.get(client)?;
+                Some((client, live.session))
             })
             .collect()
     }
@@ -314,9 +414,22 @@ impl Shared {
                 let namespace = self
                     .data
                     .partition_initialization_dir(&format!("{stream}-{topic}-{partition}"));
+                let published = iggy_storage::records::read_checked_u64(
+                    &namespace.join(iggy_storage::revision::CREATED_REVISION),
+                )
+                .await;
                 let incarnation_record =
                     (namespace, self.data.discarded_partitions_dir(), incarnation);
                 let dir = self.partition_dir(key);
+                // Gone, though this incarnation or a later one was initialized here: in a
+                // cluster, a delete this node applied before a restart removed it (a replica of
+                // a larger group applies the ops after its checkpoint again on its way back,
+                // that delete among them), or its files were lost; which one shows once the
+                // metadata caught up. A node alone replays its whole journal into the model
+                // before it opens anything, so there it is a loss at once.
+                let gone_here = self.replica_count() > 1
+                    && !dir.exists()
+                    && matches!(published, Ok(Some(published)) if published >= incarnation);
                 // A directory naming a newer incarnation was created by a later committed op
                 // that this node applied before: this incarnation's delete follows in the ops
                 // it re-applies on its way back (ids are reused), so there is nothing to open.
@@ -381,6 +494,19 @@ impl Shared {
                                 incarnation,
                             },
                         );
+                    }
+                    Err(error) if gone_here => {
+                        tracing::info!(
+                            "partition {}: incarnation {incarnation} not opened, its directory \
+                             is gone: judged once this node's metadata is current (a later op \
+                             deleted it, or it is reported)",
+                            dir.display()
+                        );
+                        self.unopenable.borrow_mut().insert(key, incarnation);
+                        let why = format!("partition {}: cannot open: {error}", dir.display());
+                        self.gone_partitions
+                            .borrow_mut()
+                            .push((key, incarnation, why));
                     }
                     Err(error) => {
                         tracing::error!("partition {}: cannot open: {error}", dir.display());
@@ -712,6 +838,36 @@ fn renew_held_sessions(
 mod tests {
     use super::*;
     use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_lease_pass_keeps_nothing_of_sessions_that_ended() {
+        let start = Instant::now();
+        let lease = Duration::from_secs(60);
+        let mut here = SessionsHere::default();
+        // A thousand sessions came and went: each bound on a connection, then logged out or
+        // gone with its connection, and no longer live in the model.
+        for client in 1..=1000u128 {
+            here.bound(client, Some(client as u32));
+            here.unbound(client);
+        }
+        // One a peer reported while it lived (a backup learns of sessions so).
+        here.renew_held(|_| Some(1), &[(2000, 1)], start);
+        // Session 7 is live and bound (over HTTP, no connection id), 8 live and idle.
+        here.bound(7, None);
+        for primary in [false, true] {
+            let expired = here.lease_pass(&[7, 8], primary, lease, start);
+            assert!(expired.is_empty(), "{expired:?}");
+        }
+        assert_eq!(
+            here.len(),
+            2,
+            "only the live sessions 7 and 8 keep an entry"
+        );
+        assert_eq!(here.member_id(7), 7, "a live session keeps its member id");
+        assert_eq!(here.bound_here().collect::<Vec<_>>(), [7]);
+        // Past the lease the idle live session expires, the bound one does not.
+        assert_eq!(here.lease_pass(&[7, 8], true, lease, start + lease), [8]);
+    }
 
     #[test]
     fn a_report_renews_only_the_live_session_of_its_client() {

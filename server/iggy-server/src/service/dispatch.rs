@@ -806,17 +806,13 @@ fn bind(
     if let Some(previous) = connection.bound {
         node.shared.session_unbound(previous.client);
     }
-    node.shared.session_bound(client);
+    node.shared.session_bound(client, Some(connection.id));
     connection.bound = Some(Bound {
         client,
         session,
         user_id,
         protocol,
     });
-    node.shared
-        .session_connections
-        .borrow_mut()
-        .insert(client, connection.id);
     node.connection_user(connection.id, client, user_id);
     tracing::info!(
         "session {session} of client {client:032x} (user {user_id}) bound to connection {}",

@@ -31,11 +31,7 @@ impl Figures for Shared {
     }
 
     fn member_id(&self, client: u128) -> u32 {
-        self.session_connections
-            .borrow()
-            .get(&client)
-            .copied()
-            .unwrap_or(0)
+        self.sessions_here.borrow().member_id(client)
     }
 }
 

@@ -235,7 +235,7 @@ impl HttpState {
     fn adopt(&self, client: u128, session: Session, claims: &Claims, shared: &Shared) -> Bound {
         let mut live = self.live.borrow_mut();
         let entry = live.entry(client).or_insert_with(|| {
-            shared.session_bound(client);
+            shared.session_bound(client, None);
             let bound = Bound {
                 client,
                 session: session.session,
