@@ -1186,15 +1186,19 @@ async fn dial(
         Err(HandshakeRead::Io(error)) if replica_tls::is_tls_failure(&error) => {
             return Err(Some(tls_refusal(replica_tls::cause(&error))));
         }
+        Err(HandshakeRead::Io(error))
+            if error.kind() == std::io::ErrorKind::UnexpectedEof && stream.is_tls() =>
+        {
+            return Err(Some(tls_refusal(
+                "the peer closed the connection without answering the hello; its log says why"
+                    .into(),
+            )));
+        }
+        // Without TLS, a peer with `[cluster.tls]` answers the hello with a TLS alert (above),
+        // and one that refuses answers with its reason: a close is a peer stopping or starting,
+        // seen at every restart of a peer, not a refusal to warn of.
         Err(HandshakeRead::Io(error)) if error.kind() == std::io::ErrorKind::UnexpectedEof => {
-            return Err(Some(tls_refusal(format!(
-                "the peer closed the connection without answering the hello{}; its log says why",
-                if stream.is_tls() {
-                    ""
-                } else {
-                    " (has it cluster.tls enabled? this node has not)"
-                }
-            ))));
+            return Err(unreachable("no answer to the hello from", error));
         }
         Err(HandshakeRead::Io(error)) => return Err(unreachable("no answer from", error)),
     };
