@@ -54,18 +54,20 @@ async fn three_nodes_named_localhost_in_the_roster_serve_the_sdk_and_tell_it_the
 
 /// `[cluster.tls]` with names: each certificate names its node's roster host name as a DNS SAN
 /// (`localhost` for nodes 0 and 1), which is what the peers check, whatever address the name
-/// resolves to; node 2's names another host, so both its dialers refuse it, naming the name.
+/// resolves to; node 2's names another host, so both its dialers refuse it, naming the name, and
+/// node 2, which no peer admits, never formats a history of its own (it waits for a majority).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_mutual_tls_named_nodes_check_dns_sans_and_refuse_a_certificate_for_another_name() {
     let certificates = ReplicaCertificates::new("e2e named cluster CA");
     let names = ["localhost", "localhost", "iggy-2.elsewhere.test"];
-    let options = ClusterOptions { roster_host: Some("localhost".into()), node_env: (0..3).map(|i| (i, certificates.node_env(i, names[i]))).collect(), ..Default::default() };
+    let options = ClusterOptions { roster_host: Some("localhost".into()), node_env: (0..3).map(|i| (i, certificates.node_env(i, names[i]))).collect(), unready: [2].into(), ..Default::default() };
     let cluster = TestCluster::start_with(3, options);
     for dialer in [0, 1] {
         let line = format!("replica {dialer}: link with replica 2: peer refused: `tls`");
         logged(&cluster, dialer, &format!("node {dialer} refuses node 2's certificate"), &[&line, "certificate not valid for name \"localhost\"", "does not name its roster ip"]).await;
     }
     logged(&cluster, 2, "node 2 logs that its certificate was refused", &["replica 2: inbound replica link: peer refused: `tls`"]).await;
+    logged(&cluster, 2, "node 2 formats nothing while no peer admits it", &["replica 2: no metadata history here, and replicas [0, 1] have not answered: waiting for a majority"]).await;
     serves_without_node_2(&cluster).await;
     let client = cluster.root_client(1).await;
     let metadata = ok("get_cluster_metadata", within("roster", client.get_cluster_metadata()).await);

@@ -191,6 +191,9 @@ pub struct ClusterOptions {
     /// `start_with`: the host name every roster entry gives as its `ip` instead of 127.0.0.1
     /// (one that resolves to 127.0.0.1, as `localhost`).
     pub roster_host: Option<String>,
+    /// Nodes the start does not wait to accept clients: ones the test expects never to serve
+    /// (refused by every peer, a node without metadata waits for a majority of the cluster).
+    pub unready: std::collections::BTreeSet<usize>,
 }
 
 pub struct TestCluster {
@@ -364,8 +367,10 @@ impl TestCluster {
                 &env,
             ));
         }
-        for node in &mut nodes {
-            node.wait_ready();
+        for (i, node) in nodes.iter_mut().enumerate() {
+            if !options.unready.contains(&i) {
+                node.wait_ready();
+            }
         }
         TestCluster {
             nodes,

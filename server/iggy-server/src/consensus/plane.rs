@@ -202,7 +202,10 @@ impl ReplicaPlane {
                 Err(_) => match gate.verdict_at_deadline() {
                     StartVerdict::Undecided { silent } => {
                         tracing::warn!(
-                            "replica {}: no metadata history here, and replicas {silent:?} have                              not answered: waiting for a majority of the cluster to declare none                              before formatting a new one (if they hold the cluster's history,                              this node's was erased and it must not start empty)",
+                            "replica {}: no metadata history here, and replicas {silent:?} have not \
+                             answered: waiting for a majority of the cluster to declare none \
+                             before formatting a new one (if they hold the cluster's history, \
+                             this node's was erased and it must not start empty)",
                             self.replica
                         );
                         deadline = std::time::Instant::now() + within;
