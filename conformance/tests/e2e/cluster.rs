@@ -1880,6 +1880,14 @@ pub(crate) async fn serves_without_node_2(cluster: &TestCluster) {
             .any(|l| l.contains("link with replica") && l.contains("admitted")),
         "node 2 was never admitted:\n{log}"
     );
+    // Started empty and admitted by no peer, it formats no history of its own.
+    logged(
+        cluster,
+        2,
+        "node 2 waits for a majority before formatting",
+        &["waiting for a majority of the cluster to declare none"],
+    )
+    .await;
     logged(
         cluster,
         1,
@@ -1900,6 +1908,7 @@ async fn a_node_with_another_secret_is_refused_and_both_sides_log_mac_mismatch()
     let options = ClusterOptions {
         env: auth_env(CLUSTER_SECRET),
         node_env: BTreeMap::from([(2, auth_env(STRANGER_SECRET))]),
+        unready: [2].into(),
         ..Default::default()
     };
     let cluster = TestCluster::start_with(3, options);
@@ -2077,6 +2086,7 @@ async fn a_node_whose_certificate_another_ca_signed_is_refused_and_both_sides_lo
             (1, ours.node_env(1, "127.0.0.1")),
             (2, theirs.node_env(2, "127.0.0.1")),
         ]),
+        unready: [2].into(),
         ..Default::default()
     };
     let cluster = TestCluster::start_with(3, options);
