@@ -2470,6 +2470,24 @@ async fn a_node_restored_from_a_backup_its_peers_checkpointed_past_catches_up() 
     );
 }
 
+/// Creates a stream with a topic of one partition through `client` and waits until node 2's
+/// metadata holds it: its id.
+async fn topic_held_by_node_2(cluster: &TestCluster, client: &IggyClient) -> u32 {
+    let (stream, _, _) = create_topic(client, 1).await;
+    let on_node_2 = cluster.root_client(2).await;
+    wait_until_async(
+        "node 2 holds the stream",
+        Duration::from_secs(20),
+        async || {
+            let found = on_node_2.get_stream(&id(stream)).await;
+            matches!(found, Ok(Some(_))).then_some(())
+        },
+        || cluster.node(2).log(),
+    )
+    .await;
+    stream
+}
+
 /// Issue 14: "a new cluster starts automatically when its metadata WAL and superblock are absent
 /// on every node", but "a node whose metadata was erased while its peers kept theirs must not
 /// silently format a new history into the running cluster (refuse, naming the recovery
@@ -2488,19 +2506,7 @@ async fn a_node_whose_metadata_was_erased_is_refused_and_a_fresh_cluster_still_s
         );
     }
     let client = cluster.root_client(0).await;
-    let (stream, _, _) = create_topic(&client, 1).await;
-    let on_node_2 = cluster.root_client(2).await;
-    wait_until_async(
-        "node 2 holds the stream",
-        Duration::from_secs(20),
-        async || {
-            let found = on_node_2.get_stream(&id(stream)).await;
-            matches!(found, Ok(Some(_))).then_some(())
-        },
-        || cluster.node(2).log(),
-    )
-    .await;
-    drop(on_node_2);
+    let stream = topic_held_by_node_2(&cluster, &client).await;
 
     let data = cluster.node(2).data_dir();
     tokio::task::block_in_place(|| cluster.nodes[2].stop());
@@ -2586,19 +2592,8 @@ async fn a_node_whose_metadata_was_erased_is_refused_and_a_fresh_cluster_still_s
 async fn a_node_whose_metadata_was_erased_formats_nothing_while_its_peers_are_down() {
     let mut cluster = TestCluster::start(3);
     let client = cluster.root_client(0).await;
-    let (stream, _, _) = create_topic(&client, 1).await;
-    let on_node_2 = cluster.root_client(2).await;
-    wait_until_async(
-        "node 2 holds the stream",
-        Duration::from_secs(20),
-        async || {
-            let found = on_node_2.get_stream(&id(stream)).await;
-            matches!(found, Ok(Some(_))).then_some(())
-        },
-        || cluster.node(2).log(),
-    )
-    .await;
-    drop((client, on_node_2));
+    topic_held_by_node_2(&cluster, &client).await;
+    drop(client);
     for i in 0..3 {
         cluster.stop(i);
     }
