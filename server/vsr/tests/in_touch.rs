@@ -1,7 +1,7 @@
 //! Whether a replica knows its view's primary alive: a primary leads only while a quorum
 //! answers it (backups answer every Commit heartbeat), a backup only while it hears the primary.
 
-use iggy_vsr::{Action, Config, Replica};
+use iggy_vsr::{Action, Config, Message, Replica};
 
 mod support;
 use support::*;
@@ -82,4 +82,38 @@ fn a_primary_cut_off_from_its_backups_stops_claiming_to_lead() {
             backup.replica()
         );
     }
+}
+
+/// A primary a quorum answers never grants a pre-vote, not even one naming a view past its
+/// next (a primary grants those only while no quorum is in touch with it: pre_vote.rs).
+#[test]
+fn a_primary_that_leads_a_quorum_refuses_even_a_later_views_pre_vote() {
+    let mut replicas: Vec<Replica> = (0..3)
+        .map(|r| Replica::format_in_view(Config::new(3, r), 2))
+        .collect();
+    let all = [(0, 1), (1, 2), (0, 2)];
+    for now in (1..=200).step_by(5) {
+        for replica in replicas.iter_mut() {
+            replica.on_tick(now);
+        }
+        exchange(&mut replicas, &all);
+    }
+    assert!(replicas[2].leads_quorum());
+    replicas[2].on_message(
+        1,
+        Message::PreVote {
+            view: 4,
+            replica: 1,
+        },
+    );
+    let granted = drain(&mut replicas[2]).into_iter().any(|action| {
+        matches!(
+            action,
+            Action::Send {
+                message: Message::PreVoteGranted { .. },
+                ..
+            }
+        )
+    });
+    assert!(!granted, "a primary leading a quorum helped replace itself");
 }
