@@ -73,6 +73,10 @@ pub enum StorageError {
     },
     /// The data directory is not ours; nothing was modified.
     Refused(String),
+    /// A partition's directory is missing while its initialization namespace published that
+    /// incarnation or a later one (its files lost, or, on a replica re-applying ops, deleted
+    /// by a later op it already applied); refused like [`StorageError::Refused`].
+    PartitionDirMissing(String),
     /// A batch record is malformed.
     InvalidBatch(&'static str),
     /// A stored checksum does not match.
@@ -88,7 +92,9 @@ impl std::fmt::Display for StorageError {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             StorageError::Io { path, error } => write!(formatter, "{}: {error}", path.display()),
-            StorageError::Refused(message) => write!(formatter, "{message}"),
+            StorageError::Refused(message) | StorageError::PartitionDirMissing(message) => {
+                write!(formatter, "{message}")
+            }
             StorageError::InvalidBatch(why) => write!(formatter, "invalid batch: {why}"),
             StorageError::ChecksumMismatch(what) => write!(formatter, "{what} mismatch"),
             StorageError::UserHeaders(fault) => write!(formatter, "{fault}"),

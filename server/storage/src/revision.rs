@@ -94,7 +94,7 @@ pub async fn prepare_partition_dir(
     let nonempty = entries.is_some_and(|mut entries| entries.next().is_some());
     let published = read_record(&namespace_dir.join(CREATED_REVISION)).await?;
     if let Some(published) = published.filter(|published| !exists && *published >= revision) {
-        return Err(StorageError::Refused(format!(
+        return Err(StorageError::PartitionDirMissing(format!(
             "{} is missing, but {} says incarnation {published} was initialized there, \
              not older than {revision}; restore its files from a backup, or delete and \
              recreate the partition",

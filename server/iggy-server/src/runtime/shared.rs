@@ -414,22 +414,9 @@ impl Shared {
                 let namespace = self
                     .data
                     .partition_initialization_dir(&format!("{stream}-{topic}-{partition}"));
-                let published = iggy_storage::records::read_checked_u64(
-                    &namespace.join(iggy_storage::revision::CREATED_REVISION),
-                )
-                .await;
                 let incarnation_record =
                     (namespace, self.data.discarded_partitions_dir(), incarnation);
                 let dir = self.partition_dir(key);
-                // Gone, though this incarnation or a later one was initialized here: in a
-                // cluster, a delete this node applied before a restart removed it (a replica of
-                // a larger group applies the ops after its checkpoint again on its way back,
-                // that delete among them), or its files were lost; which one shows once the
-                // metadata caught up. A node alone replays its whole journal into the model
-                // before it opens anything, so there it is a loss at once.
-                let gone_here = self.replica_count() > 1
-                    && !dir.exists()
-                    && matches!(published, Ok(Some(published)) if published >= incarnation);
                 // A directory naming a newer incarnation was created by a later committed op
                 // that this node applied before: this incarnation's delete follows in the ops
                 // it re-applies on its way back (ids are reused), so there is nothing to open.
@@ -495,7 +482,15 @@ impl Shared {
                             },
                         );
                     }
-                    Err(error) if gone_here => {
+                    // Gone, though this incarnation or a later one was initialized here: in
+                    // a cluster, a delete this node applied before a restart removed it (a
+                    // replica of a larger group applies the ops after its checkpoint again on
+                    // its way back, that delete among them), or its files were lost; which one
+                    // shows once the metadata caught up. A node alone replays its whole journal
+                    // into the model before it opens anything, so there it is a loss at once.
+                    Err(error @ iggy_storage::StorageError::PartitionDirMissing(_))
+                        if self.replica_count() > 1 =>
+                    {
                         tracing::info!(
                             "partition {}: incarnation {incarnation} not opened, its directory \
                              is gone: judged once this node's metadata is current (a later op \
