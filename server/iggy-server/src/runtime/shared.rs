@@ -295,20 +295,23 @@ impl Shared {
         self.unopenable.borrow().get(&key) == Some(&incarnation)
     }
 
+    /// The incarnation of partition `key` the model holds live, if any.
+    pub fn live_incarnation(&self, key: PartitionKey) -> Option<u64> {
+        let metadata = self.metadata.borrow();
+        metadata
+            .streams
+            .get(&key.0)
+            .and_then(|s| s.topics.get(&key.1))
+            .and_then(|t| t.partitions.get(&key.2))
+            .map(|p| p.incarnation)
+    }
+
     /// The running group of partition `key`, when it runs the incarnation the model holds
     /// live: the metadata group's effects run behind its model (a partition deleted and
     /// created again under the same ids may still run its deleted incarnation for a moment,
     /// which no request must reach).
     pub fn partition(&self, key: PartitionKey) -> Option<PartitionHandle> {
-        let live = {
-            let metadata = self.metadata.borrow();
-            metadata
-                .streams
-                .get(&key.0)
-                .and_then(|s| s.topics.get(&key.1))
-                .and_then(|t| t.partitions.get(&key.2))
-                .map(|p| p.incarnation)
-        };
+        let live = self.live_incarnation(key);
         self.partitions
             .borrow()
             .get(&key)

@@ -1043,13 +1043,7 @@ fn resolve_partition(
 }
 
 fn incarnation_of(node: &Node, key: PartitionKey) -> u64 {
-    let metadata = node.shared.metadata.borrow();
-    metadata
-        .streams
-        .get(&key.0)
-        .and_then(|s| s.topics.get(&key.1))
-        .and_then(|t| t.partitions.get(&key.2))
-        .map_or(0, |p| p.incarnation)
+    node.shared.live_incarnation(key).unwrap_or(0)
 }
 
 /// The partition context a client sends must name the partition's current history.
