@@ -36,7 +36,7 @@
 use super::admission::{self, Local};
 use super::link_liveness::{LinkEvent, Liveness, PeerStatus};
 use super::link_stream::{HandshakeRead, LinkReader, LinkStream, LinkWriter};
-use super::log_limit::{LogLimit, Verdict};
+use super::log_limit::{LogLimit, Throttled, Verdict};
 use super::replica_link::{self, Backoff, DialerHandshake, FrameCheck, HEADER_SIZE};
 use super::replica_tls::{self, ReplicaTls};
 use crate::config::NodeHost;
@@ -1065,7 +1065,7 @@ async fn dial_loop(shared: Rc<Shared>, peer: u8, address: PeerAddress) {
 struct Lookups {
     local: u8,
     peer: u8,
-    warnings: LogLimit<u8>,
+    warnings: Throttled,
     failed: bool,
 }
 
@@ -1074,7 +1074,7 @@ impl Lookups {
         Lookups {
             local,
             peer,
-            warnings: LogLimit::new(UNRESOLVED_WARNING_INTERVAL, 1),
+            warnings: Throttled::new(UNRESOLVED_WARNING_INTERVAL),
             failed: false,
         }
     }
@@ -1082,11 +1082,11 @@ impl Lookups {
     fn failed(&mut self, address: &PeerAddress, why: &str) {
         self.failed = true;
         let (local, peer) = (self.local, self.peer);
-        match self.warnings.line(Instant::now(), peer) {
-            Verdict::HoldBack => tracing::debug!(
+        match self.warnings.due(Instant::now()) {
+            None => tracing::debug!(
                 "replica {local}: replica {peer}'s address {address} does not resolve: {why}"
             ),
-            Verdict::Write { held_back, .. } => tracing::warn!(
+            Some(held_back) => tracing::warn!(
                 "replica {local}: replica {peer}'s address {address} does not resolve ({why}); \
                  dialing it again after the backoff{}",
                 match held_back {
