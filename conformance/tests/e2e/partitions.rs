@@ -71,3 +71,36 @@ async fn create_partitions_on_missing_topic_fails_with_topic_not_found() {
         2010,
     );
 }
+
+/// A partition the model already shows but this node is still opening (a create's disk effects
+/// run a moment after its apply; a debug-build hook slows every open to 3 s) is waited for by
+/// another client's send and poll, which the SDK makes as soon as the topic shows: neither is
+/// told PartitionNotFound for a partition that exists.
+#[ignore = "fails: a standalone node answers PartitionNotFound (3007) while the partition opens"]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_clients_send_and_poll_wait_for_a_partition_the_node_is_still_opening() {
+    let server = TestServer::start_with_env(&[("IGGY_DEBUG_PARTITION_OPEN_DELAY_MS", "3000")]);
+    let creator = server.root_client().await;
+    let other = server.root_client().await;
+    ok("create_stream", within("create_stream", creator.create_stream("s", &StreamCreateOptions::default())).await);
+    let create = tokio::spawn(async move {
+        creator.create_topic(&name("s"), "t", &topic_options(2)).await.map(|topic| topic.partitions_count)
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while ok("get topic", within("get", other.get_topic(&name("s"), &name("t"))).await).is_none() {
+        assert!(std::time::Instant::now() < deadline, "the topic never showed");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(!create.is_finished(), "the create answered before the other client saw the topic: the window this test needs did not occur");
+    let (s, t, c) = (name("s"), name("t"), consumer("c"));
+    let (to_partition_1, from_offset_0, mut messages) = (Partitioning::partition_id(1), PollingStrategy::offset(0), vec![msg("early")]);
+    let (sent, polled) = tokio::join!(
+        within("send_messages", other.send_messages(&s, &t, &to_partition_1, &mut messages)),
+        within("poll_messages", other.poll_messages(&s, &t, Some(0), &c, &from_offset_0, 1, false)),
+    );
+    ok("send to a partition still opening", sent);
+    assert!(ok("poll a partition still opening", polled).messages.is_empty());
+    assert_eq!(create.await.expect("create task").expect("create_topic"), 2);
+    let polled = poll(&other, &name("s"), &name("t"), 1, &consumer("c"), PollingStrategy::offset(0), 1, false).await;
+    assert_eq!(payloads(&polled), ["early"]);
+}
