@@ -76,7 +76,6 @@ async fn create_partitions_on_missing_topic_fails_with_topic_not_found() {
 /// run a moment after its apply; a debug-build hook slows every open to 3 s) is waited for by
 /// another client's send and poll, which the SDK makes as soon as the topic shows: neither is
 /// told PartitionNotFound for a partition that exists.
-#[ignore = "fails: a standalone node answers PartitionNotFound (3007) while the partition opens"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_clients_send_and_poll_wait_for_a_partition_the_node_is_still_opening() {
     let server = TestServer::start_with_env(&[("IGGY_DEBUG_PARTITION_OPEN_DELAY_MS", "3000")]);

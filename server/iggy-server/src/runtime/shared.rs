@@ -306,6 +306,21 @@ impl Shared {
             .map(|p| p.incarnation)
     }
 
+    /// Whether the model holds partition `key` live while this node has not opened that
+    /// incarnation yet and its copy did not fail to open: the metadata op's effects are
+    /// opening it.
+    pub fn opening(&self, key: PartitionKey) -> bool {
+        self.live_incarnation(key).is_some_and(|live| {
+            !self.unopenable(key, live)
+                && self
+                    .partitions
+                    .borrow()
+                    .get(&key)
+                    .map(|entry| entry.incarnation)
+                    != Some(live)
+        })
+    }
+
     /// The running group of partition `key`, when it runs the incarnation the model holds
     /// live: the metadata group's effects run behind its model (a partition deleted and
     /// created again under the same ids may still run its deleted incarnation for a moment,

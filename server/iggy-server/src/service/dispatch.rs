@@ -367,7 +367,8 @@ fn metadata_refused(node: &Node, refusal: &iggy_vsr::Refusal) -> ErrorCode {
 
 /// Refuses a request that needs partition `key`'s primary on any other replica. A partition
 /// the model knows but this node has not opened is not served yet in a cluster (58; its
-/// primary may have); a standalone node answers PartitionNotFound later, as it always did.
+/// primary may have); a standalone node lets the request on, to wait for the open
+/// ([`opened_partition`]).
 fn partition_primary(node: &Node, key: PartitionKey) -> Result<(), ErrorCode> {
     match node.shared.partition(key) {
         Some(partition) => {
@@ -393,9 +394,11 @@ fn partition_primary_for(
 }
 
 /// Partition `key`'s handle, once this node opened it: a partition a metadata op just created
-/// is opened by the effects of that op's apply, a moment after the model shows it. Waits
-/// within `budget` from `started` on a cluster node (then 58); a standalone node opens it in
-/// the apply, so a missing one is PartitionNotFound at once.
+/// is opened by the effects of that op's apply, a moment after the model shows it (on a
+/// standalone node too: another client sees the topic before its creator is answered). Waits
+/// within `budget` from `started` (then 58). A standalone node answers PartitionNotFound at
+/// once for a partition its model does not hold live or whose copy could not open here; a
+/// cluster node waits for those too (its model may lag the client's).
 async fn opened_partition(
     node: &Node,
     key: PartitionKey,
@@ -406,7 +409,7 @@ async fn opened_partition(
         if let Some(partition) = node.shared.partition(key) {
             return Ok(partition);
         }
-        if !replicated(node) {
+        if !replicated(node) && !node.shared.opening(key) {
             return Err(ErrorCode::PartitionNotFound);
         }
         if started.elapsed() >= budget {
@@ -423,14 +426,15 @@ async fn writable_partition(
     key: PartitionKey,
     routing: Routing,
 ) -> Result<PartitionHandle, ErrorCode> {
-    let budget = match routing {
-        Routing::ByClient => std::time::Duration::ZERO,
-        Routing::ByServer => routing::READ_WAIT,
+    // A cluster refused a client that routes before, where the partition was not open: one
+    // missing now went away since. A standalone node has no other replica to send it to.
+    let refused_before = routing == Routing::ByClient && replicated(node);
+    let budget = match refused_before {
+        true => std::time::Duration::ZERO,
+        false => routing::READ_WAIT,
     };
     match opened_partition(node, key, std::time::Instant::now(), budget).await {
-        Err(ErrorCode::TransientNotAccepted) if routing == Routing::ByClient => {
-            Err(ErrorCode::PartitionNotFound)
-        }
+        Err(ErrorCode::TransientNotAccepted) if refused_before => Err(ErrorCode::PartitionNotFound),
         found => found,
     }
 }
@@ -512,8 +516,9 @@ async fn read_position(
     routing: Routing,
 ) -> Result<Option<PartitionHandle>, ErrorCode> {
     match routing {
-        Routing::ByClient => partition_primary(node, key).map(|()| None),
-        Routing::ByServer => current_partition(node, key).await.map(Some),
+        Routing::ByClient if replicated(node) => partition_primary(node, key).map(|()| None),
+        // A standalone node is every partition's primary: it serves once it opened it.
+        _ => current_partition(node, key).await.map(Some),
     }
 }
 
