@@ -1,6 +1,8 @@
 //! The real metadata state machine ([`iggy_metadata::machine`] over a [`Metadata`] model),
 //! driven the way the server's shell drives it (`iggy-server`'s `runtime/metadata_machine.rs`):
-//! a committed register records the session, a committed op is applied and its effects run,
+//! a committed register records the session, a committed op is applied and its effects run
+//! once the cluster reports them due (`Machine::effects_done`, in op order, as the server's
+//! effects task runs them beside the group),
 //! a checkpoint is the encoded snapshot, a restart decodes it and replays the journal, and a
 //! state transfer installs a peer's snapshot and reconciles the directories with the server's
 //! own plan ([`iggy_metadata::reconcile::plan_after_transfer`]).
@@ -30,7 +32,7 @@ use iggy_vsr::Entry;
 use iggy_vsr::sim::Rng;
 use iggy_vsr::sim::machine::{self, Journaled, Machine};
 use iggy_wire::{WireDecode, WireEncode};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 
 /// What one replica's metadata machine went through.
 #[derive(Clone, Copy, Debug, Default)]
@@ -66,6 +68,9 @@ pub struct MetadataMachine {
     published: BTreeMap<PartitionKey, u64>,
     /// The partition deletes the replay applied: (key, incarnation).
     replay_deletes: HashSet<(PartitionKey, u64)>,
+    /// Applied ops' disk effects not run yet, in op order: as the server's effects task, they
+    /// run once the cluster reports them due (`Machine::effects_done`); a crash loses them.
+    effects_pending: VecDeque<(u64, Effect)>,
     /// Each checkpoint taken and each snapshot restored: (the model's commit, canonical bytes).
     snapshots: Vec<(u64, Vec<u8>)>,
     figures: MetadataFigures,
@@ -94,6 +99,11 @@ impl MetadataMachine {
 
     pub fn figures(&self) -> MetadataFigures {
         self.figures
+    }
+
+    /// Whether applied ops' disk effects wait to run: the directories lag the model.
+    pub fn effects_pending(&self) -> bool {
+        !self.effects_pending.is_empty()
     }
 
     /// The model, for a test that damages it.
@@ -241,7 +251,7 @@ impl Machine for MetadataMachine {
                     self.replay_deletes.insert((key, incarnation));
                 }
                 _ if self.replaying => {}
-                effect => self.run_effect(op, effect),
+                effect => self.effects_pending.push_back((op, effect)),
             }
         }
         // See the module doc: the logout's slot is released with it.
@@ -251,10 +261,29 @@ impl Machine for MetadataMachine {
         machine::Applied { reply, retired }
     }
 
+    fn effects_done(&mut self, op: u64) {
+        while let Some((effect_op, _)) = self.effects_pending.front()
+            && *effect_op <= op
+        {
+            let (effect_op, effect) = self.effects_pending.pop_front().expect("just seen");
+            self.run_effect(effect_op, effect);
+        }
+    }
+
     /// As the server: the snapshot now, taken only when `op` is the op applied (or registered)
     /// last. Not merely when nothing above `op` was applied: the core may have committed `op`
-    /// (a register, say) while its step still waits behind a sync.
+    /// (a register, say) while its step still waits behind a sync. Never while applied ops'
+    /// effects wait (the core takes no checkpoint then): their ops must stay in the journal,
+    /// whose replay reconciles the directories after a crash.
     fn checkpoint(&mut self, op: u64) -> Option<Vec<u8>> {
+        assert!(
+            self.effects_pending.is_empty(),
+            "a checkpoint at op {op} while the effects of ops {:?} wait",
+            self.effects_pending
+                .iter()
+                .map(|(op, _)| op)
+                .collect::<Vec<_>>()
+        );
         if op != self.applied_op {
             return None;
         }
@@ -264,7 +293,9 @@ impl Machine for MetadataMachine {
         Some(encoded)
     }
 
-    fn crash(&mut self, _rng: &mut Rng) {}
+    fn crash(&mut self, _rng: &mut Rng) {
+        self.effects_pending.clear();
+    }
 
     fn restart(&mut self, checkpoint: Option<(u64, &[u8])>, records: Vec<Journaled>) -> Vec<Entry> {
         self.model = Metadata::default();
@@ -317,6 +348,10 @@ impl Machine for MetadataMachine {
     /// A plan that keeps a directory, or opens over a live one, leaves the disk unlike the
     /// model, which the checker reports.
     fn transfer(&mut self, op: u64, state: &[u8], _source: &Self) -> Result<(), String> {
+        assert!(
+            self.effects_pending.is_empty(),
+            "the running effects end before a transfer replaces the model"
+        );
         let model = iggy_metadata::snapshot::decode(state).expect("a snapshot a peer wrote");
         assert_eq!(model.commit, op, "a snapshot of its checkpoint's op");
         let running = self.running_partitions();

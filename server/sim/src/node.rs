@@ -127,6 +127,9 @@ pub struct NodeFigures {
     pub cuts: u64,
     /// Metadata state transfers.
     pub state_transfers: u64,
+    /// Metadata ops whose partition opens and deletes ran ticks after their apply (on the
+    /// seeds with slow effects, as a slow disk or a wide topic makes them in the server).
+    pub metadata_slow_effects: u64,
     /// Long outages: a node down for hundreds of ticks while its peers' groups go on.
     pub long_outages: u64,
     /// Partition groups: checkpoints taken past a laggard, state transfers installed, of them
@@ -234,6 +237,13 @@ impl NodeWorld {
         let state_transfer = (seed / 1_000).is_multiple_of(2);
         if state_transfer {
             metadata = metadata.with_state_transfer();
+        }
+        // On half the seeds (a stream of its own) a quarter of the metadata ops' partition
+        // opens and deletes run up to three view-change timeouts after their apply, as the
+        // server's effects task runs them beside the group: each node's partitions lag its
+        // model meanwhile, and a crash loses the effects its restart's replay redoes.
+        if Rng::new(seed ^ 0x5105_e11e).chance(50) {
+            metadata = metadata.with_slow_effects(25, 90);
         }
         // The node fault plan has its own stream, apart from every group's network.
         let mut rng = Rng::new(seed ^ 0x0de5_f417);
@@ -614,7 +624,11 @@ impl NodeWorld {
                 continue;
             };
             let machine: &MetadataMachine = self.metadata.machine(node);
-            let expected = machine.partitions_to_run();
+            // While applied ops' effects wait, the node runs what they left so far.
+            let expected = match machine.effects_pending() {
+                true => machine.running_partitions(),
+                false => machine.partitions_to_run(),
+            };
             if hosted != expected {
                 self.fail(format!(
                     "node {node} at metadata commit {} runs partitions {hosted:?}, its model \
@@ -644,12 +658,18 @@ impl NodeWorld {
                 .iter()
                 .all(|c| c.map(|c| c.1) == commits[0].map(|c| c.1));
             let partitions = self.unsettled_partition_groups();
-            if normal && equal && partitions.is_empty() {
+            // A node whose applied ops' effects still wait has not opened or deleted their
+            // partitions yet.
+            let effects_waiting: Vec<usize> = (0..usize::from(self.replica_count))
+                .filter(|node| self.metadata.machine(*node).effects_pending())
+                .collect();
+            if normal && equal && partitions.is_empty() && effects_waiting.is_empty() {
                 return;
             }
             if self.now >= deadline {
                 self.fail(format!(
-                    "the replicas did not settle: metadata {commits:?}, partitions {partitions:?}"
+                    "the replicas did not settle: metadata {commits:?}, partitions \
+                     {partitions:?}, effects waiting on nodes {effects_waiting:?}"
                 ));
             }
             self.step();
@@ -778,6 +798,7 @@ impl NodeWorld {
         let metadata = workload.figures();
         figures.metadata_ops = summary.committed;
         figures.state_transfers = summary.state_transfers;
+        figures.metadata_slow_effects = summary.slow_effects;
         figures.metadata_creates_acknowledged = metadata.creates_acknowledged;
         figures.metadata_deletes_acknowledged = metadata.deletes_acknowledged;
         figures.ids_reused = metadata.ids_reused;
@@ -820,6 +841,10 @@ mod tests {
             while world.now < 5_000 {
                 world.step();
                 for node in 0..3 {
+                    // With effects waiting, the check compares with what they left so far.
+                    if world.metadata.machine(node).effects_pending() {
+                        continue;
+                    }
                     if let Some(incarnation) = world.hosted(node).values().next() {
                         return (world, node, *incarnation);
                     }

@@ -6,9 +6,10 @@
 //! Half the seeds (those of an even thousand) checkpoint past a replica that stays behind, as
 //! the server's metadata group does, and the laggard takes a peer's snapshot whole (state
 //! transfer); the others wait for every replica, and the checker proves no replica needs a
-//! transfer there.
+//! transfer there. On half the seeds, some ops' partition effects run ticks after their apply.
 
 use iggy_sim::{MetadataRunFigures, MetadataWorkload};
+use iggy_vsr::sim::Rng;
 use iggy_vsr::sim::cluster::Summary;
 
 mod support;
@@ -22,10 +23,15 @@ fn run_seed(replica_count: u8, seed: u64) -> (Summary, MetadataRunFigures) {
         seed,
         || MetadataWorkload::new(seed),
         |cluster| {
-            if (seed / 1_000).is_multiple_of(2) {
-                cluster.with_state_transfer()
-            } else {
-                cluster
+            let cluster = match (seed / 1_000).is_multiple_of(2) {
+                true => cluster.with_state_transfer(),
+                false => cluster,
+            };
+            // On half the seeds (a stream of their own), a quarter of the ops' partition opens
+            // and deletes run ticks after their apply, as the server's effects task runs them.
+            match Rng::new(seed ^ 0x5105_e11e).chance(50) {
+                true => cluster.with_slow_effects(25, 90),
+                false => cluster,
             }
         },
     );
@@ -36,6 +42,7 @@ fn run_seed(replica_count: u8, seed: u64) -> (Summary, MetadataRunFigures) {
 struct Totals {
     seeds: u64,
     committed: u64,
+    slow_effects: u64,
     crashes: u64,
     restarts_all: u64,
     checkpoints: u64,
@@ -61,6 +68,7 @@ impl Totals {
     fn add(&mut self, summary: &Summary, figures: &MetadataRunFigures) {
         self.seeds += 1;
         self.committed += summary.committed;
+        self.slow_effects += summary.slow_effects;
         self.crashes += summary.crashes;
         self.restarts_all += summary.restarts_all;
         self.checkpoints += summary.checkpoints;
@@ -116,6 +124,10 @@ fn run(replica_count: u8) {
             "replicas left behind catch up by state transfer"
         );
         assert_eq!(totals.snapshots_transferred, totals.state_transfers);
+        assert!(
+            totals.slow_effects > 0,
+            "ops' partition effects run ticks after their apply"
+        );
     }
 }
 

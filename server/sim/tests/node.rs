@@ -1,7 +1,7 @@
 //! Nodes hosting the metadata group and the partition groups it creates, under one fault plan
 //! per node, over many seeds.
 //!
-//! `SIM_SEEDS=N` runs N seeds per node count (default 20: 40 in all), `SIM_SEED=S` replays one
+//! `SIM_SEEDS=N` runs N seeds per node count (default 30: 60 in all), `SIM_SEED=S` replays one
 //! seed (for each node count). A failure prints `replicas=R seed=S`.
 
 use iggy_sim::{NodeFigures, NodeSettings, NodeWorld};
@@ -46,6 +46,7 @@ struct Totals {
     restarts_all: u64,
     cuts: u64,
     state_transfers: u64,
+    metadata_slow_effects: u64,
     long_outages: u64,
     partition_checkpoints_past_laggards: u64,
     partition_state_transfers: u64,
@@ -89,6 +90,7 @@ impl Totals {
         self.restarts_all += figures.restarts_all;
         self.cuts += figures.cuts;
         self.state_transfers += figures.state_transfers;
+        self.metadata_slow_effects += figures.metadata_slow_effects;
         self.long_outages += figures.long_outages;
         self.partition_checkpoints_past_laggards += figures.partition_checkpoints_past_laggards;
         self.partition_state_transfers += figures.partition_state_transfers;
@@ -122,7 +124,7 @@ impl Totals {
 
 fn run(replica_count: u8) {
     let mut totals = Totals::default();
-    for seed in seeds_or(replica_count, 20) {
+    for seed in seeds_or(replica_count, 30) {
         totals.add(&run_seed(replica_count, seed));
     }
     eprintln!("replicas={replica_count}: {totals:?}");
@@ -142,6 +144,10 @@ fn run(replica_count: u8) {
             "partition replicas left behind catch up by state transfer, copying a peer's log"
         );
         assert!(totals.partition_groups_compared > 0);
+        assert!(
+            totals.metadata_slow_effects > 0,
+            "metadata ops' partition opens and deletes run ticks after their apply"
+        );
         assert!(
             totals.frames_of_other_incarnations_refused > 0,
             "frames of one partition incarnation reach a node running another incarnation of \

@@ -921,6 +921,7 @@ impl<W: Workload> Cluster<W> {
                 effects_done = node.effects.pop_front().map(|(op, _)| op);
             }
             if let Some(op) = effects_done {
+                node.machine.effects_done(op);
                 core.effects_done(op);
             }
             core.on_tick(now);
@@ -1064,6 +1065,7 @@ impl<W: Workload> Cluster<W> {
         // As the server's shell: the running effects end before the state is replaced.
         if let Some(&(op, _)) = self.nodes[index].effects.back() {
             self.nodes[index].effects.clear();
+            self.nodes[index].machine.effects_done(op);
             if let Some(core) = self.nodes[index].core.as_mut() {
                 core.effects_done(op);
             }
@@ -1350,15 +1352,24 @@ impl<W: Workload> Cluster<W> {
                         });
                     let node = &mut self.nodes[index];
                     let core = node.core.as_mut().unwrap();
-                    match effects_until {
-                        Some(until) => {
-                            // Done in op order: never before the effects of an earlier op.
-                            let after = node.effects.back().map_or(0, |(_, at)| *at);
-                            node.effects.push_back((op, until.max(after)));
+                    // Done in op order: never before the effects of an earlier op.
+                    let after = node.effects.back().map(|(_, at)| *at);
+                    match (effects_until, after) {
+                        (Some(until), _) => {
+                            node.effects.push_back((op, until.max(after.unwrap_or(0))));
                             self.slow_effects_applied += 1;
                             core.applied_with_effects(op, applied.reply, &applied.retired);
                         }
-                        None => core.applied(op, applied.reply, &applied.retired),
+                        // Quick effects behind slow ones run with the last of them (the core
+                        // holds this op's answer behind theirs already).
+                        (None, Some(after)) => {
+                            node.effects.push_back((op, after));
+                            core.applied(op, applied.reply, &applied.retired);
+                        }
+                        (None, None) => {
+                            node.machine.effects_done(op);
+                            core.applied(op, applied.reply, &applied.retired);
+                        }
                     }
                 }
                 Step::Registered { op, client, body } => {

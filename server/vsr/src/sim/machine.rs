@@ -52,6 +52,12 @@ pub trait Machine {
     fn may_retire_through(&mut self, _op: u64) {}
     /// `Step::Apply` of a committed op.
     fn apply(&mut self, op: u64, client: u128, operation: u8, body: &Bytes) -> Applied;
+    /// The effects outside the replicated state of every op applied through `op` are due now,
+    /// in op order (with [`super::cluster::Cluster::with_slow_effects`], some ticks after their
+    /// apply, when the cluster reports them done to the core). A machine that defers them, as
+    /// the server's metadata machine runs its partition opens and deletes beside its group,
+    /// runs them now; a crash before loses them.
+    fn effects_done(&mut self, _op: u64) {}
     /// The state a checkpoint at `op` keeps, with every applied op's effects made durable;
     /// `None` when the machine cannot give the state as of `op` now (the cluster tries later).
     fn checkpoint(&mut self, op: u64) -> Option<Vec<u8>>;
