@@ -19,6 +19,8 @@ fn argon() -> argon2::Argon2<'static> {
 }
 
 pub fn hash_password(password: &str) -> String {
+    #[cfg(debug_assertions)]
+    slow_password_work_on_purpose();
     let salt = SaltString::encode_b64(&rand::random::<[u8; 16]>()).expect("16-byte salt encodes");
     argon()
         .hash_password(password.as_bytes(), &salt)
@@ -27,11 +29,29 @@ pub fn hash_password(password: &str) -> String {
 }
 
 fn password_matches(hash: &str, password: &str) -> bool {
+    #[cfg(debug_assertions)]
+    slow_password_work_on_purpose();
     PasswordHash::new(hash).is_ok_and(|parsed| {
         argon()
             .verify_password(password.as_bytes(), &parsed)
             .is_ok()
     })
+}
+
+/// Debug builds only: `IGGY_DEBUG_PASSWORD_WORK_DELAY_MS` makes every password check and hash
+/// block its thread that much longer, as argon2 on a slow or busy CPU would: the test that a
+/// login in progress holds no other client's requests (e2e `auth`).
+#[cfg(debug_assertions)]
+fn slow_password_work_on_purpose() {
+    static DELAY: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    let delay = DELAY.get_or_init(|| {
+        std::env::var("IGGY_DEBUG_PASSWORD_WORK_DELAY_MS")
+            .ok()
+            .and_then(|ms| ms.parse().ok())
+    });
+    if let Some(ms) = *delay {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+    }
 }
 
 /// Checks a username and password; the user's id, or the error the client gets.
