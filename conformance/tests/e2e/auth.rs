@@ -62,7 +62,6 @@ async fn connection_string_auto_login_signs_in_on_connect() {
 /// on a slow CPU would; a client signed in by token pings while another client's password
 /// login is under way, and is answered long before that login ends (when the check held the
 /// thread, both answers left the server together, 2.5 s after the ping).
-#[ignore = "fails: the password check runs on the thread that serves every connection"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_password_login_in_progress_holds_no_other_clients_requests() {
     let server = TestServer::start_with_env(&[("IGGY_DEBUG_PASSWORD_WORK_DELAY_MS", "3000")]);

@@ -9,6 +9,7 @@ pub mod maintenance;
 pub mod metadata_machine;
 pub mod metrics;
 pub mod node;
+pub mod offload;
 pub mod partition;
 pub mod reconcile;
 pub mod shard;

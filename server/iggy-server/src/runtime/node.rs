@@ -200,6 +200,8 @@ impl Node {
             started_at: std::time::Instant::now(),
             started_at_micros: crate::runtime::clock::now_micros(),
             shards: crate::runtime::shard::Shards::start(shard_count)?,
+            // One per core, at most four: each argon2 job holds 19 MiB while it runs.
+            offload: crate::runtime::offload::Offload::start(shard_count.min(4))?,
             sessions_here: Default::default(),
             listening: Default::default(),
             retired_traffic: Default::default(),

@@ -39,6 +39,8 @@ pub struct Shared {
     pub started_at_micros: u64,
     /// The shard threads partitions run on.
     pub shards: crate::runtime::shard::Shards,
+    /// The threads password checks and hashes run on, off the shard threads.
+    pub offload: crate::runtime::offload::Offload,
     /// The sessions this node's connections bind (`SessionsHere`).
     pub sessions_here: RefCell<SessionsHere>,
     /// The ports the transports listen on.

@@ -18,7 +18,22 @@ fn argon() -> argon2::Argon2<'static> {
     argon2::Argon2::default()
 }
 
-pub fn hash_password(password: &str) -> String {
+/// `password`'s argon2 hash, computed on the offload threads (see `runtime::offload`).
+pub async fn hash_password(shared: &Shared, password: &str) -> String {
+    let password = password.to_owned();
+    shared.offload.run(move || hash_now(&password)).await
+}
+
+/// Whether `password` is the one `hash` was made from, checked on the offload threads.
+pub async fn password_matches(shared: &Shared, hash: String, password: &str) -> bool {
+    let password = password.to_owned();
+    shared
+        .offload
+        .run(move || matches_now(&hash, &password))
+        .await
+}
+
+fn hash_now(password: &str) -> String {
     #[cfg(debug_assertions)]
     slow_password_work_on_purpose();
     let salt = SaltString::encode_b64(&rand::random::<[u8; 16]>()).expect("16-byte salt encodes");
@@ -28,7 +43,7 @@ pub fn hash_password(password: &str) -> String {
         .to_string()
 }
 
-fn password_matches(hash: &str, password: &str) -> bool {
+fn matches_now(hash: &str, password: &str) -> bool {
     #[cfg(debug_assertions)]
     slow_password_work_on_purpose();
     PasswordHash::new(hash).is_ok_and(|parsed| {
@@ -55,7 +70,11 @@ fn slow_password_work_on_purpose() {
 }
 
 /// Checks a username and password; the user's id, or the error the client gets.
-pub fn verify_password(shared: &Shared, username: &str, password: &str) -> Result<u32, ErrorCode> {
+pub async fn verify_password(
+    shared: &Shared,
+    username: &str,
+    password: &str,
+) -> Result<u32, ErrorCode> {
     let (hash, id, status) = {
         let metadata = shared.metadata.borrow();
         let user = metadata
@@ -65,7 +84,7 @@ pub fn verify_password(shared: &Shared, username: &str, password: &str) -> Resul
             .ok_or(ErrorCode::InvalidCredentials)?;
         (user.password_hash.clone(), user.id, user.status)
     };
-    if !password_matches(&hash, password) {
+    if !password_matches(shared, hash, password).await {
         return Err(ErrorCode::InvalidCredentials);
     }
     if status != UserStatus::Active {
@@ -160,7 +179,7 @@ fn is_metadata_primary(node: &Node) -> bool {
 
 /// Creates the root user; whether it did (a failure is logged).
 async fn create_root_now(node: &Node, username: &str, password: &str) -> bool {
-    let hash = hash_password(password);
+    let hash = hash_password(&node.shared, password).await;
     match create_root(node, username, &hash).await {
         Ok(()) => {
             node.root_created.set(true);

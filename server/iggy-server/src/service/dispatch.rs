@@ -692,7 +692,7 @@ async fn register(
                     bind(node, connection, request, client, op, user_id, version)
                 }
                 // Judged again on the model that refused it, which names why.
-                SessionApplied::Refused => match verify_login(node, &login) {
+                SessionApplied::Refused => match verify_login(node, &login).await {
                     Err(error) => request.fail(error),
                     Ok(_) => request.fail(ErrorCode::TransientNotAccepted),
                 },
@@ -726,10 +726,10 @@ fn session_table_full(node: &Node, user_id: u32) {
     );
 }
 
-fn verify_login(node: &Node, login: &Login<'_>) -> Result<u32, ErrorCode> {
+async fn verify_login(node: &Node, login: &Login<'_>) -> Result<u32, ErrorCode> {
     match *login {
         Login::Password { username, password } => {
-            crate::service::auth::verify_password(&node.shared, username, password)
+            crate::service::auth::verify_password(&node.shared, username, password).await
         }
         Login::Token(token) => {
             crate::service::auth::verify_token(&node.shared, token, now_micros())
@@ -763,7 +763,7 @@ async fn login_verdict(node: &Node, login: &Login<'_>) -> Result<u32, ErrorCode>
     if !crate::service::auth::root_exists(node) {
         return Err(ErrorCode::TransientNotAccepted);
     }
-    verify_login(node, login)
+    verify_login(node, login).await
 }
 
 /// Whether a committed register's session serves here.
@@ -967,7 +967,7 @@ async fn metadata_write(
             return Err(ErrorCode::Unauthorized);
         }
         // Secrets are turned into hashes before they reach the journal.
-        crate::service::user_commands::prepare(&node.shared, operation, bound.user_id, body)?
+        crate::service::user_commands::prepare(&node.shared, operation, bound.user_id, body).await?
     };
     let journaled = envelope(
         now_micros(),

@@ -4,7 +4,7 @@
 use crate::runtime::connection::Connection;
 use crate::runtime::node::Node;
 use crate::runtime::shared::Shared;
-use crate::service::auth::{Prepared, hash_password, new_token};
+use crate::service::auth::{Prepared, hash_password, new_token, password_matches};
 use iggy_generated::errors::ErrorCode;
 use iggy_generated::frames::Operation;
 use iggy_generated::payloads::{
@@ -37,7 +37,7 @@ fn check_password(password: &str) -> Result<(), ErrorCode> {
 
 /// Checks what only the primary can check (current passwords, the target of a password change)
 /// and replaces secrets by their hashes before the request is journaled.
-pub fn prepare(
+pub async fn prepare(
     shared: &Shared,
     operation: Operation,
     user_id: u32,
@@ -52,7 +52,7 @@ pub fn prepare(
             let mut request: CreateUserRequest = decode(body)?;
             check_password(request.password)?;
             status_from_wire(request.status)?;
-            let hash = hash_password(request.password);
+            let hash = hash_password(shared, request.password).await;
             request.password = &hash;
             Ok(Prepared {
                 body: Some(request.to_wire_bytes()),
@@ -70,12 +70,12 @@ pub fn prepare(
             if target.0 != user_id && !shared.user_allows(user_id, Need::ManageUsers) {
                 return Err(ErrorCode::Unauthorized);
             }
-            let current_ok = argon2_check(&target.1, request.current_password);
+            let current_ok = password_matches(shared, target.1, request.current_password).await;
             if !current_ok {
                 return Err(ErrorCode::InvalidCredentials);
             }
             check_password(request.new_password)?;
-            let hash = hash_password(request.new_password);
+            let hash = hash_password(shared, request.new_password).await;
             request.current_password = "";
             request.new_password = &hash;
             Ok(Prepared {
@@ -206,15 +206,6 @@ fn check_descriptors_for(shared: &Shared, added: u32) -> Result<(), ErrorCode> {
         host::DESCRIPTORS_PER_PARTITION
     );
     Err(ErrorCode::TooManyPartitions)
-}
-
-fn argon2_check(hash: &str, password: &str) -> bool {
-    use argon2::password_hash::{PasswordHash, PasswordVerifier};
-    PasswordHash::new(hash).is_ok_and(|parsed| {
-        argon2::Argon2::default()
-            .verify_password(password.as_bytes(), &parsed)
-            .is_ok()
-    })
 }
 
 // ----- reads -----
