@@ -76,30 +76,32 @@ fn render(line: &str, values: &str) -> String {
 }
 
 /// The `- name:`/`value:` pairs the StatefulSet's container gets in cluster mode: the entries
-/// under `env:` inside its `{{- if .Values.cluster.enabled }}` block (a nested block, off by
-/// default as `cluster.authSecret` is, skipped), rendered, with Kubernetes' `$(POD_NAMESPACE)`
-/// expanded.
-fn cluster_env(statefulset: &str, values: &str) -> Vec<(String, String)> {
+/// under `env:` inside its `{{- if .Values.cluster.enabled }}` block, rendered, with
+/// Kubernetes' `$(POD_NAMESPACE)` expanded. A nested block is taken when its condition is in
+/// `set` (values given, as `--set cluster.tlsSecret=…` gives one) and skipped otherwise, as
+/// helm does with a value left empty.
+fn cluster_env(statefulset: &str, values: &str, set: &[&str]) -> Vec<(String, String)> {
     let env_at = statefulset.find("\n          env:\n").expect("the container's env");
     let block = &statefulset[env_at..];
     let start = block.find("{{- if .Values.cluster.enabled }}").expect("a cluster-mode env block");
     let mut env = Vec::new();
-    let mut depth = 0;
+    // Per nested block open here: whether it is taken.
+    let mut nested: Vec<bool> = Vec::new();
     let mut name: Option<String> = None;
     for line in block[start..].lines().skip(1) {
         let trimmed = line.trim();
-        if trimmed.starts_with("{{- if") {
-            depth += 1;
+        if let Some(condition) = trimmed.strip_prefix("{{- if ").and_then(|rest| rest.strip_suffix(" }}")) {
+            nested.push(set.contains(&condition));
             continue;
         }
-        if depth == 0 && (trimmed == "{{- else }}" || trimmed == "{{- end }}") {
+        if nested.is_empty() && (trimmed == "{{- else }}" || trimmed == "{{- end }}") {
             break;
         }
         if trimmed == "{{- end }}" {
-            depth -= 1;
+            nested.pop();
             continue;
         }
-        if depth > 0 || trimmed.starts_with('#') {
+        if nested.contains(&false) || trimmed.starts_with('#') {
             continue;
         }
         if let Some(key) = trimmed.strip_prefix("- name: ") {
@@ -126,7 +128,7 @@ fn pod_dns_name(i: usize) -> String {
 fn the_chart_in_cluster_mode_runs_each_pod_through_the_entrypoint_with_a_roster_by_dns_names() {
     let (values, statefulset, service, configmap) = (chart_file("values.yaml"), chart_file("templates/statefulset.yaml"), chart_file("templates/service.yaml"), chart_file("templates/configmap.yaml"));
     assert_eq!(value(&values, "cluster.enabled"), "false", "a single node unless asked");
-    let env = cluster_env(&statefulset, &values);
+    let env = cluster_env(&statefulset, &values, &[]);
     let get = |key: &str| env.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str()).unwrap_or_else(|| panic!("{key} in {env:?}"));
     assert_eq!(get("IGGY_CLUSTER_ENABLED"), "true");
     assert_eq!(get("ROSTER_STATEFULSET"), "iggy-iggy-server");
@@ -250,7 +252,8 @@ fn the_chart_s_cluster_pods_link_by_their_dns_names_and_find_a_pod_restarted_at_
     let hosts = dir.path().join("hosts");
     let mut addresses: Vec<_> = (0..PODS).map(|i| lan.ip(i)).collect();
     write_hosts(&hosts, &addresses);
-    let env = cluster_env(&chart_file("templates/statefulset.yaml"), &chart_file("values.yaml"));
+    let env = cluster_env(&chart_file("templates/statefulset.yaml"), &chart_file("values.yaml"), &[]);
+    assert!(!env.iter().any(|(key, _)| key.starts_with("IGGY_CLUSTER_TLS_")), "TLS only with cluster.tlsSecret: {env:?}");
     let pods: Vec<Pod> = (0..PODS)
         .map(|i| {
             let volume = dir.path().join(pod_name(i));
@@ -307,5 +310,81 @@ fn the_chart_s_cluster_pods_link_by_their_dns_names_and_find_a_pod_restarted_at_
     cli_until(&lan, &hosts, 2, &["message", "send", "--partition-id", "2", "helm", "t", "after the move"], |_| true, logs);
     let polled = cli_until(&lan, &hosts, 2, &["message", "poll", "--first", "--message-count", "10", "helm", "t", "2"], |out| out.contains("after the move"), logs);
     assert!(polled.contains("before the move"), "{polled}");
+    drop(running);
+}
+
+/// Where the chart mounts `cluster.tlsSecret`'s files.
+const TLS_MOUNT: &str = "/etc/iggy-cluster-tls";
+
+/// What the README tells an operator to put in `cluster.tlsSecret`: one certificate for every
+/// pod, naming them all by a wildcard DNS SAN under the headless Service, for server and client
+/// auth, with the CA that signed it; written under `dir` by the Secret's keys.
+fn write_tls_secret(dir: &Path) {
+    let authority_key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params.distinguished_name.push(rcgen::DnType::CommonName, "iggy helm test CA");
+    let authority = params.self_signed(&authority_key).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let wildcard = format!("*.{RELEASE}-iggy-server-headless.{NAMESPACE}.svc.cluster.local");
+    let mut params = rcgen::CertificateParams::new(vec![wildcard]).unwrap();
+    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth, rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    let certificate = params.signed_by(&key, &authority, &authority_key).unwrap();
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("tls.crt"), certificate.pem()).unwrap();
+    std::fs::write(dir.join("tls.key"), key.serialize_pem()).unwrap();
+    std::fs::write(dir.join("ca.crt"), authority.pem()).unwrap();
+}
+
+/// With `cluster.tlsSecret` set, the chart's environment and mount turn the replica plane's
+/// mutual TLS on: three pods presenting the one wildcard certificate the README describes link
+/// over TLS (each says so at start), elect a leader and replicate what the CLI sends.
+#[test]
+fn with_cluster_tls_secret_the_chart_s_pods_link_over_mutual_tls_with_one_wildcard_certificate() {
+    let (values, statefulset) = (chart_file("values.yaml"), chart_file("templates/statefulset.yaml"));
+    assert_eq!(value(&values, "cluster.tlsSecret"), "", "off unless asked");
+    // The Secret is mounted read-only where the environment names its files.
+    assert!(statefulset.contains(&format!("- name: cluster-tls\n              mountPath: {TLS_MOUNT}\n              readOnly: true")), "{statefulset}");
+    assert!(statefulset.contains("- name: cluster-tls\n          secret:\n            secretName: {{ .Values.cluster.tlsSecret }}"), "{statefulset}");
+    let lan = Lan::create(PODS).unwrap_or_else(|why| panic!("a LAN of network namespaces: {why}"));
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::os::unix::fs::symlink(server_binary(), bin.join("iggy-server")).unwrap();
+    let hosts = dir.path().join("hosts");
+    write_hosts(&hosts, &(0..PODS).map(|i| lan.ip(i)).collect::<Vec<_>>());
+    let mount = dir.path().join("cluster-tls");
+    write_tls_secret(&mount);
+    let env: Vec<(String, String)> = cluster_env(&statefulset, &values, &[".Values.cluster.tlsSecret"])
+        .into_iter()
+        .map(|(key, value)| (key, value.replace(TLS_MOUNT, &mount.display().to_string())))
+        .collect();
+    let get = |key: &str| env.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone()).unwrap_or_else(|| panic!("{key} in {env:?}"));
+    assert_eq!(get("IGGY_CLUSTER_TLS_ENABLED"), "true");
+    for (key, file) in [("IGGY_CLUSTER_TLS_CERT_FILE", "tls.crt"), ("IGGY_CLUSTER_TLS_KEY_FILE", "tls.key"), ("IGGY_CLUSTER_TLS_CA_FILE", "ca.crt")] {
+        assert_eq!(get(key), mount.join(file).display().to_string());
+    }
+    let pods: Vec<Pod> = (0..PODS)
+        .map(|i| {
+            let volume = dir.path().join(pod_name(i));
+            std::fs::create_dir_all(&volume).unwrap();
+            Pod { volume, log: dir.path().join(format!("{}.log", pod_name(i))) }
+        })
+        .collect();
+    let running: Vec<Running> = (0..PODS).map(|i| start_pod(i, &pods[i], &env, &lan, i, &hosts, &bin)).collect();
+    let logs = || pods.iter().map(|pod| std::fs::read_to_string(&pod.log).unwrap_or_default()).collect::<Vec<_>>().join("\n-----\n");
+    let healthy = |out: &str| out.matches("| healthy ").count() == PODS && out.matches("| leader ").count() == 1;
+    cli_until(&lan, &hosts, 0, &["cluster", "metadata"], healthy, logs);
+    for pod in &pods {
+        let log = std::fs::read_to_string(&pod.log).unwrap();
+        assert!(log.contains("(links over mutual TLS)"), "{log}");
+        assert!(log.contains("link with replica") && !log.contains("refused"), "{log}");
+    }
+    cli_until(&lan, &hosts, 0, &["stream", "create", "tls"], |_| true, logs);
+    cli_until(&lan, &hosts, 0, &["topic", "create", "tls", "t", "3", "none"], |_| true, logs);
+    for partition in 0..PODS {
+        cli_until(&lan, &hosts, 1, &["message", "send", "--partition-id", &partition.to_string(), "tls", "t", "over tls"], |_| true, logs);
+        cli_until(&lan, &hosts, 2, &["message", "poll", "--first", "--message-count", "10", "tls", "t", &partition.to_string()], |out| out.contains("over tls"), logs);
+    }
     drop(running);
 }

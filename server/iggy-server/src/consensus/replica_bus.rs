@@ -748,7 +748,11 @@ impl ReplicaBus {
             )),
         });
         let local = shared.config.local.replica;
-        tracing::info!("replica {local}: replica listener on {local_addr}");
+        let links = match shared.config.tls {
+            Some(_) => "mutual TLS",
+            None => "plain TCP",
+        };
+        tracing::info!("replica {local}: replica listener on {local_addr} (links over {links})");
         let mut tasks = vec![compio::runtime::spawn(accept_loop(
             shared.clone(),
             listener,
