@@ -34,7 +34,6 @@ async fn partition_payloads(reader: &IggyClient, stream: u32, topic: u32) -> Vec
 /// and is replaced by the copy; P is killed; C is healed and R started. The acknowledged
 /// messages must all be there once P is back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails: a node restored from an older backup votes in a view change without the ops it acknowledged; acknowledged messages are lost"]
 async fn a_node_restored_from_an_older_copy_never_outvotes_the_writes_it_acknowledged() {
     let mut cluster = TestCluster::start(3);
     let client = cluster.root_client(0).await;
@@ -75,7 +74,7 @@ async fn a_node_restored_from_an_older_copy_never_outvotes_the_writes_it_acknowl
     copy_tree(&copy, &data);
     cluster.kill9(p);
     cluster.heal(c);
-    cluster.restart(r);
+    cluster.restart_with(r, &["--restored"]);
     // Give R and C the time to elect a view between them, were they allowed to.
     tokio::time::sleep(Duration::from_secs(8)).await;
     eprintln!("before P returns:\n{}", cluster.describe(group));
@@ -94,4 +93,55 @@ async fn a_node_restored_from_an_older_copy_never_outvotes_the_writes_it_acknowl
     .await;
     let missing: Vec<&String> = acked.iter().filter(|a| !found.contains(a)).collect();
     assert!(missing.is_empty(), "acknowledged messages lost: {missing:?}; the partition holds {found:?}\n{}", cluster.describe(group));
+    leaves_the_restored_state(&cluster, r).await;
+    cluster.wait_identical_segments(1).await;
+}
+
+/// Waits until node `i`, started with `--restored`, logs that every group caught up and its
+/// data directory no longer holds the marker.
+async fn leaves_the_restored_state(cluster: &TestCluster, i: usize) {
+    wait_until(
+        &format!("node {i} leaves the restored state"),
+        Duration::from_secs(60),
+        || current_start(&cluster.node(i).log()).contains("restored node caught up").then_some(()),
+        || current_start(&cluster.node(i).log()).to_string(),
+    )
+    .await;
+    let marker = cluster.node(i).data_dir().join("restored.pending");
+    assert!(!marker.exists(), "{} removed", marker.display());
+}
+
+/// A node's disk dies and there is no copy of it: its peers hold everything, so the node is
+/// started on an empty directory with `--restored` (README "Replace a cluster node's disk")
+/// while a producer keeps writing through the others. It copies the metadata and every
+/// partition from its peers, leaves the restored state, holds the same segments as they do,
+/// and no acknowledged message is lost or stored twice. Started empty without the flag it is
+/// refused, naming the flag.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_disk_died_without_a_copy_rejoins_empty_with_restored_under_load() {
+    let mut cluster = TestCluster::start(3);
+    let client = std::sync::Arc::new(cluster.root_client(0).await);
+    let (stream, topic, partition_groups) = create_topic(&client, 3).await;
+    for i in 0..3 {
+        cluster.wait_normal(i, &partition_groups).await;
+    }
+    let producer = crate::cluster::Producer::start(client.clone(), stream, topic, 3);
+    producer.wait_progress("before the disk dies", 3, Duration::from_secs(20)).await;
+
+    let data = cluster.node(2).data_dir();
+    cluster.kill9(2);
+    std::fs::remove_dir_all(&data).unwrap();
+    producer.wait_progress("while node 2 is gone", 3, Duration::from_secs(30)).await;
+
+    let (status, printed) = tokio::task::block_in_place(|| cluster.run_to_exit(2, Duration::from_secs(30)));
+    assert_eq!(status.code(), Some(1), "{printed}");
+    assert!(printed.contains("start it with --restored on the empty directory"), "{printed}");
+
+    cluster.restart_with(2, &["--restored"]);
+    leaves_the_restored_state(&cluster, 2).await;
+    cluster.wait_normal(2, &partition_groups).await;
+    producer.wait_progress("after node 2 rejoined", 3, Duration::from_secs(30)).await;
+    let acked = producer.finish().await;
+    crate::cluster::assert_acknowledged_exactly_once(&client, stream, topic, &acked).await;
+    cluster.wait_identical_segments(3).await;
 }

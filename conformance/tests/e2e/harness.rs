@@ -626,6 +626,15 @@ impl TestServer {
         self.spawn(&bin);
     }
 
+    /// Starts the server again as `start_again` does, with `extra` flags for this start only.
+    pub fn start_again_with(&mut self, extra: &[&str]) {
+        let kept = self.args.clone();
+        self.args.extend(extra.iter().map(|a| a.to_string()));
+        let bin = self.binary();
+        self.spawn(&bin);
+        self.args = kept;
+    }
+
     /// Starts the server again without waiting for it to accept: for a start that must be
     /// refused (`wait_exit` then reaps it).
     pub fn start_again_unready(&mut self) {

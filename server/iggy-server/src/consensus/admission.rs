@@ -754,10 +754,12 @@ pub fn erased_refusal(replica: u8, holders: &[u8], data_dir: &str) -> String {
          refused and nothing was written to {data_dir}. To recover: restore this node's \
          data directory (system.path) from a backup of this node (check the copy with \
          `iggy-server verify --path <copy>` and this node's configuration), then start it \
-         again; it catches up from its peers, by a state transfer when their checkpoints have \
-         passed the copy. Empty metadata cannot be told from a new cluster's, so a node never \
-         rejoins without a copy. To discard the whole cluster's data instead, stop every node \
-         and erase every node's data directory; a new cluster then starts.",
+         with --restored; it catches up from its peers, by a state transfer when their \
+         checkpoints have passed the copy, and votes in no view change until it did. Without a \
+         copy, start it with --restored on the empty directory: it copies everything from its \
+         peers. Either way its peers must keep a quorum until it caught up. To discard the \
+         whole cluster's data instead, stop every node and erase every node's data directory; \
+         a new cluster then starts.",
         named
     )
 }
