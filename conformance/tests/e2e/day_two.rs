@@ -145,3 +145,69 @@ async fn a_node_whose_disk_died_without_a_copy_rejoins_empty_with_restored_under
     crate::cluster::assert_acknowledged_exactly_once(&client, stream, topic, &acked).await;
     cluster.wait_identical_segments(3).await;
 }
+
+/// The samples of `name` in `samples` with their labels, for a failure message.
+fn family(samples: &[crate::metrics::Sample], name: &str) -> String {
+    samples.iter().filter(|s| s.name == name).map(|s| format!("{s:?}\n")).collect()
+}
+
+/// README "Logs" and `/metrics` in a cluster: an operator tells from each node's `/metrics`
+/// which node it is, which replica leads each group (the same on every node), whether each
+/// replica is normal and how far it applied, and which replica links are down: node 2 stopped,
+/// nodes 0 and 1 report `iggy_replica_peer_up{peer="2"} 0` and each other 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "fails: /metrics names no primary, status, applied op, replica id or link state"]
+async fn metrics_tell_which_node_leads_each_group_how_far_it_applied_and_which_links_are_down() {
+    let options = ClusterOptions { http: true, ..ClusterOptions::default() };
+    let mut cluster = TestCluster::start_with(3, options);
+    let client = cluster.root_client(0).await;
+    let (stream, topic, groups) = create_topic(&client, 1).await;
+    send_to_partition(&client, &id(stream), &id(topic), 0, vec![msg("m")]).await;
+    for i in 0..3 {
+        cluster.wait_normal(i, &[METADATA_GROUP, groups[0]]).await;
+    }
+    let (metadata_primary, _) = cluster.primary(METADATA_GROUP).expect("a metadata primary");
+    let (partition_primary, _) = cluster.primary(groups[0]).expect("a partition primary");
+    let (s, t) = (stream.to_string(), topic.to_string());
+    let partition: [(&str, &str); 4] = [("group", "partition"), ("stream", &s), ("topic", &t), ("partition", "0")];
+    for i in 0..3 {
+        let samples = wait_until_async(
+            &format!("node {i} reports every group normal and applied"),
+            Duration::from_secs(20),
+            async || {
+                let samples = crate::metrics::scrape(&cluster.http_url(i)).await;
+                let settled = samples.iter().any(|s| s.name == "iggy_vsr_status")
+                    && samples.iter().filter(|s| s.name == "iggy_vsr_status").all(|s| s.value == 0.0);
+                settled.then_some(samples)
+            },
+            || String::new(),
+        )
+        .await;
+        assert_eq!(crate::metrics::value(&samples, "iggy_replica_id", &[]), i as f64);
+        assert_eq!(crate::metrics::value(&samples, "iggy_vsr_primary", &[("group", "metadata")]), f64::from(metadata_primary), "{}", family(&samples, "iggy_vsr_primary"));
+        assert_eq!(crate::metrics::value(&samples, "iggy_vsr_primary", &partition), f64::from(partition_primary));
+        let commit = crate::metrics::value(&samples, "iggy_vsr_commit", &partition);
+        let applied = crate::metrics::value(&samples, "iggy_vsr_applied", &partition);
+        assert!(applied >= 1.0 && applied <= commit, "applied {applied}, commit {commit}");
+        assert_eq!(crate::metrics::value(&samples, "iggy_replica_restored", &[]), 0.0);
+        for peer in (0..3).filter(|&p| p != i) {
+            assert_eq!(crate::metrics::value(&samples, "iggy_replica_peer_up", &[("peer", &peer.to_string())]), 1.0, "{}", family(&samples, "iggy_replica_peer_up"));
+        }
+    }
+    cluster.stop(2);
+    for i in 0..2 {
+        let other = (1 - i).to_string();
+        wait_until_async(
+            &format!("node {i} reports the link to node 2 down"),
+            Duration::from_secs(20),
+            async || {
+                let samples = crate::metrics::scrape(&cluster.http_url(i)).await;
+                let down = crate::metrics::value(&samples, "iggy_replica_peer_up", &[("peer", "2")]) == 0.0;
+                let up = crate::metrics::value(&samples, "iggy_replica_peer_up", &[("peer", &other)]) == 1.0;
+                (down && up).then_some(())
+            },
+            || String::new(),
+        )
+        .await;
+    }
+}

@@ -23,10 +23,10 @@ async fn get(api_url: &str, path: &str) -> (u16, String) {
 
 /// One sample: the family name, its labels, its value.
 #[derive(Debug)]
-struct Sample {
-    name: String,
-    labels: BTreeMap<String, String>,
-    value: f64,
+pub(crate) struct Sample {
+    pub(crate) name: String,
+    pub(crate) labels: BTreeMap<String, String>,
+    pub(crate) value: f64,
 }
 
 /// Parses the text exposition format: every line is `# HELP`/`# TYPE` or
@@ -78,14 +78,14 @@ fn parse(text: &str) -> Vec<Sample> {
 }
 
 /// The value of the one sample of `name` whose labels are exactly `labels`.
-fn value(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
+pub(crate) fn value(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
     let want: BTreeMap<String, String> = labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     let found: Vec<&Sample> = samples.iter().filter(|s| s.name == name && s.labels == want).collect();
     assert_eq!(found.len(), 1, "{name}{want:?}: {found:?}");
     found[0].value
 }
 
-async fn scrape(api: &str) -> Vec<Sample> {
+pub(crate) async fn scrape(api: &str) -> Vec<Sample> {
     let (status, body) = get(api, "/metrics").await;
     assert_eq!(status, 200, "{body}");
     parse(&body)
