@@ -217,7 +217,6 @@ async fn metrics_tell_which_node_leads_each_group_how_far_it_applied_and_which_l
 /// differed. Its peers now refuse it, both sides log `RosterMismatch` naming the roster, the
 /// others' roster shows it Unreachable, and given the shared roster again it rejoins.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails: a node with another roster is admitted silently and tells clients other addresses"]
 async fn a_node_whose_roster_differs_from_its_peers_is_refused_and_both_sides_say_why() {
     let mut cluster = TestCluster::start(3);
     let client = cluster.root_client(0).await;

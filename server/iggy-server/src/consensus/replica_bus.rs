@@ -276,6 +276,7 @@ impl BusConfig {
                     .map_err(|_| "too many cluster nodes".to_string())?,
                 identity: admission::local_identity(),
                 auth: peer_auth(&cluster.auth),
+                roster: cluster.roster_digest(),
             },
             listen,
             peers,
@@ -1480,6 +1481,7 @@ mod tests {
                 replica_count: roster.len() as u8,
                 identity: local_identity(),
                 auth: None,
+                roster: 1,
             },
             listen: roster[replica as usize],
             peers: roster
