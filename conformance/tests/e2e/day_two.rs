@@ -385,7 +385,6 @@ async fn a_rolling_restart_under_load_with_a_changed_timing_knob_loses_nothing()
 /// committed and node 0's other traffic went through flapping links. The replica plane now
 /// takes any frame a peer's own limit allows, so the send commits and the links stay up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails: a prepare above a peer's limits.max_frame_size closes the link at every retransmission"]
 async fn a_frame_limit_raised_on_one_node_first_keeps_the_replica_links_up() {
     const OLD: usize = 1 << 20;
     let mut node_env = std::collections::BTreeMap::new();
