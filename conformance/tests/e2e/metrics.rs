@@ -143,7 +143,14 @@ async fn per_topic_traffic_fsyncs_checkpoints_and_group_figures_are_exported() {
     // Every send was journaled and, persisted, its segment record fsynced.
     assert!(value(&after, "iggy_fsyncs_total", &[("file", "journal")]) >= journal_fsyncs + 6.0);
     assert!(value(&after, "iggy_fsyncs_total", &[("file", "segment")]) >= segment_fsyncs + 6.0);
-    // Each partition group saw at least 3 sends plus its opening ops: 4 ops reach a checkpoint.
+    // Each partition group saw at least 3 sends plus its opening ops: 4 ops reach a checkpoint,
+    // which the group takes after it answered the op (under load, after this scrape).
+    let mut after = after;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while value(&after, "iggy_checkpoint_duration_seconds_count", &[("group_kind", "partition")]) < 1.0 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        after = scrape(&api).await;
+    }
     let checkpoints = value(&after, "iggy_checkpoint_duration_seconds_count", &[("group_kind", "partition")]);
     assert!(checkpoints >= 1.0, "partition checkpoints: {checkpoints}");
     assert!(value(&after, "iggy_fsyncs_total", &[("file", "checkpoint")]) >= checkpoints);
