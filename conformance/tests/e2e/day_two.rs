@@ -424,7 +424,6 @@ async fn a_frame_limit_raised_on_one_node_first_keeps_the_replica_links_up() {
 /// own (system.path) with its own --replica-id", which sends the operator after the wrong
 /// thing: the directory is this node's, the name changed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails: the refusal calls the node's own directory another node's and names no cluster.name"]
 async fn a_node_restarted_with_another_cluster_name_is_refused_naming_it() {
     let mut cluster = TestCluster::start(3);
     let client = cluster.root_client(0).await;
