@@ -2,27 +2,27 @@
 #![allow(clippy::all)]
 #[allow(unused_imports)]
 use iggy_wire::{WireDecode, WireEncode, WireError};
-/// `FRAME_SEALED_COMMANDS` (spec/frames.spec:350).
+/// `FRAME_SEALED_COMMANDS` (spec/frames.spec:351).
 pub const FRAME_SEALED_COMMANDS: u64 = 0x1fffff7de86;
-/// `IDENTITY_CHECKSUM_COMMANDS` (spec/frames.spec:352).
+/// `IDENTITY_CHECKSUM_COMMANDS` (spec/frames.spec:353).
 pub const IDENTITY_CHECKSUM_COMMANDS: u64 = 0x80040;
-/// `METADATA_GROUP` (spec/frames.spec:354).
+/// `METADATA_GROUP` (spec/frames.spec:355).
 pub const METADATA_GROUP: u64 = 0x8000000000000000;
-/// `DVC_HEADERS_MAX` (spec/frames.spec:356).
+/// `DVC_HEADERS_MAX` (spec/frames.spec:357).
 pub const DVC_HEADERS_MAX: u32 = 128;
-/// `PARTITION_LOG_ARTIFACT` (spec/frames.spec:360).
+/// `PARTITION_LOG_ARTIFACT` (spec/frames.spec:361).
 pub const PARTITION_LOG_ARTIFACT: u32 = 0;
-/// `METADATA_CHECKPOINT_ARTIFACT` (spec/frames.spec:361).
+/// `METADATA_CHECKPOINT_ARTIFACT` (spec/frames.spec:362).
 pub const METADATA_CHECKPOINT_ARTIFACT: u32 = 1;
-/// `SLOT_MANIFEST_MAGIC` (spec/frames.spec:363).
+/// `SLOT_MANIFEST_MAGIC` (spec/frames.spec:364).
 pub const SLOT_MANIFEST_MAGIC: u64 = 0x746f6c7379676769;
-/// `REPLICA_AUTH_DOMAIN` (spec/frames.spec:630).
+/// `REPLICA_AUTH_DOMAIN` (spec/frames.spec:638).
 pub const REPLICA_AUTH_DOMAIN: [u8; 32] = *b"iggy-rs replica-auth transcript1";
-/// `REPLICA_AUTH_KEY_CONTEXT` (spec/frames.spec:631).
+/// `REPLICA_AUTH_KEY_CONTEXT` (spec/frames.spec:639).
 pub const REPLICA_AUTH_KEY_CONTEXT: &str = "iggy-rs 2026-12 replica-auth shared_secret to MAC key";
-/// `MESSAGE_PAYLOAD_SIZE_MAX` (spec/frames.spec:1058).
+/// `MESSAGE_PAYLOAD_SIZE_MAX` (spec/frames.spec:1066).
 pub const MESSAGE_PAYLOAD_SIZE_MAX: u32 = 64000000;
-/// `USER_HEADERS_SIZE_MAX` (spec/frames.spec:1059).
+/// `USER_HEADERS_SIZE_MAX` (spec/frames.spec:1067).
 pub const USER_HEADERS_SIZE_MAX: u32 = 100000;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]
@@ -945,6 +945,7 @@ pub enum ReplicaHandshakeStatus {
     ProtocolMismatch = 6,
     ReleaseMismatch = 7,
     StorageFormatMismatch = 8,
+    RosterMismatch = 9,
 }
 impl ReplicaHandshakeStatus {
     /// Every variant, in spec order.
@@ -958,6 +959,7 @@ impl ReplicaHandshakeStatus {
         ReplicaHandshakeStatus::ProtocolMismatch,
         ReplicaHandshakeStatus::ReleaseMismatch,
         ReplicaHandshakeStatus::StorageFormatMismatch,
+        ReplicaHandshakeStatus::RosterMismatch,
     ];
     /// The variant with this discriminant.
     pub fn from_repr(v: u8) -> Option<Self> {
@@ -971,6 +973,7 @@ impl ReplicaHandshakeStatus {
             6 => Some(Self::ProtocolMismatch),
             7 => Some(Self::ReleaseMismatch),
             8 => Some(Self::StorageFormatMismatch),
+            9 => Some(Self::RosterMismatch),
             _ => None,
         }
     }
@@ -1010,6 +1013,7 @@ impl iggy_wire::WireJson for ReplicaHandshakeStatus {
                 Self::ProtocolMismatch => "ProtocolMismatch",
                 Self::ReleaseMismatch => "ReleaseMismatch",
                 Self::StorageFormatMismatch => "StorageFormatMismatch",
+                Self::RosterMismatch => "RosterMismatch",
             },
         );
         out.push('"');
@@ -4937,6 +4941,8 @@ pub struct ReplicaHelloHeader {
     pub metadata_history: MetadataHistory,
     /// SharedSecret when the dialer's [cluster.auth] is enabled
     pub auth_mode: ReplicaAuthMode,
+    /// digest of what the dialer's [[cluster.nodes]] tell clients (never 0); 0 from a build that declares none
+    pub roster: u64,
     pub identity: ReplicaIdentity,
 }
 impl ReplicaHelloHeader {
@@ -4994,10 +5000,14 @@ impl ReplicaHelloHeader {
     pub const AUTH_MODE_OFFSET: usize = 162;
     /// Size of `auth_mode` in bytes.
     pub const AUTH_MODE_SIZE: usize = 1;
+    /// Byte offset of `roster`.
+    pub const ROSTER_OFFSET: usize = 163;
+    /// Size of `roster` in bytes.
+    pub const ROSTER_SIZE: usize = 8;
     /// Byte offset of `reserved`.
-    pub const RESERVED_OFFSET: usize = 163;
+    pub const RESERVED_OFFSET: usize = 171;
     /// Size of `reserved` in bytes.
-    pub const RESERVED_SIZE: usize = 33;
+    pub const RESERVED_SIZE: usize = 25;
     /// Byte offset of `identity`.
     pub const IDENTITY_OFFSET: usize = 196;
     /// Size of `identity` in bytes.
@@ -5056,7 +5066,11 @@ impl ReplicaHelloHeader {
             .map_err(|_| WireError::InvalidValue {
                 field: "auth_mode",
             })?;
-        if !iggy_wire::is_zero_at(buf, 163, 33) {
+        let roster = <u64>::decode_exact(&buf[163..171])
+            .map_err(|_| WireError::InvalidValue {
+                field: "roster",
+            })?;
+        if !iggy_wire::is_zero_at(buf, 171, 25) {
             return Err(WireError::NonZeroReserved {
                 field: "reserved",
             });
@@ -5079,6 +5093,7 @@ impl ReplicaHelloHeader {
             target,
             metadata_history,
             auth_mode,
+            roster,
             identity,
         })
     }
@@ -5098,7 +5113,8 @@ impl ReplicaHelloHeader {
         iggy_wire::put_at(out, 160, &self.target.to_wire_bytes());
         iggy_wire::put_at(out, 161, &self.metadata_history.to_wire_bytes());
         iggy_wire::put_at(out, 162, &self.auth_mode.to_wire_bytes());
-        out[163..196].fill(0);
+        iggy_wire::put_at(out, 163, &self.roster.to_wire_bytes());
+        out[171..196].fill(0);
         iggy_wire::put_at(out, 196, &self.identity.to_wire_bytes());
     }
     /// The `SIZE` encoded bytes.
@@ -5128,7 +5144,8 @@ const _: () = assert!(ReplicaHelloHeader::NONCE_OFFSET + 32 <= 256);
 const _: () = assert!(ReplicaHelloHeader::TARGET_OFFSET + 1 <= 256);
 const _: () = assert!(ReplicaHelloHeader::METADATA_HISTORY_OFFSET + 1 <= 256);
 const _: () = assert!(ReplicaHelloHeader::AUTH_MODE_OFFSET + 1 <= 256);
-const _: () = assert!(ReplicaHelloHeader::RESERVED_OFFSET + 33 <= 256);
+const _: () = assert!(ReplicaHelloHeader::ROSTER_OFFSET + 8 <= 256);
+const _: () = assert!(ReplicaHelloHeader::RESERVED_OFFSET + 25 <= 256);
 const _: () = assert!(ReplicaHelloHeader::IDENTITY_OFFSET + 60 <= 256);
 impl iggy_wire::WireJson for ReplicaHelloHeader {
     fn write_json(&self, out: &mut String) {
@@ -5159,6 +5176,8 @@ impl iggy_wire::WireJson for ReplicaHelloHeader {
         iggy_wire::WireJson::write_json(&self.metadata_history, out);
         out.push_str(",\"auth_mode\":");
         iggy_wire::WireJson::write_json(&self.auth_mode, out);
+        out.push_str(",\"roster\":");
+        iggy_wire::WireJson::write_json(&self.roster, out);
         out.push_str(",\"identity\":");
         iggy_wire::WireJson::write_json(&self.identity, out);
         out.push('}');

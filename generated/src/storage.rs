@@ -20,11 +20,13 @@ pub const STORAGE_MARKER_SIZE_MAX: u64 = 256;
 pub const QUIC_RESET_KEY_FILE: &str = "quic.reset_key";
 /// `QUIC_RESET_KEY_SIZE` (spec/storage.spec:83).
 pub const QUIC_RESET_KEY_SIZE: u64 = 64;
-/// `VSR_CHECKPOINT_MAGIC` (spec/storage.spec:366).
+/// `RESTORED_MARKER_FILE` (spec/storage.spec:90).
+pub const RESTORED_MARKER_FILE: &str = "restored.pending";
+/// `VSR_CHECKPOINT_MAGIC` (spec/storage.spec:373).
 pub const VSR_CHECKPOINT_MAGIC: [u8; 4] = *b"VSPL";
-/// `VSR_CHECKPOINT_MAGIC_V0` (spec/storage.spec:367).
+/// `VSR_CHECKPOINT_MAGIC_V0` (spec/storage.spec:374).
 pub const VSR_CHECKPOINT_MAGIC_V0: [u8; 4] = *b"VSPK";
-/// `VSR_VIEW_STATE_MAGIC` (spec/storage.spec:407).
+/// `VSR_VIEW_STATE_MAGIC` (spec/storage.spec:414).
 pub const VSR_VIEW_STATE_MAGIC: [u8; 4] = *b"VSVW";
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]

@@ -2191,7 +2191,7 @@ async fn the_official_cli_works_whichever_node_it_is_given() {
 impl TestCluster {
     /// Runs node i once more on its data directory, as the harness starts it, without waiting
     /// for it to serve: its exit status and everything it printed, or a panic after `limit`.
-    fn run_to_exit(&self, i: usize, limit: Duration) -> (std::process::ExitStatus, String) {
+    pub(crate) fn run_to_exit(&self, i: usize, limit: Duration) -> (std::process::ExitStatus, String) {
         self.run_to_exit_with(i, limit, &[])
     }
 
@@ -2443,12 +2443,15 @@ async fn a_node_restored_from_a_backup_its_peers_checkpointed_past_catches_up() 
     }
     let (created, _) = create_stream_and_topic(&client, "created after the copy", "t", 1).await;
 
-    // The node's disk is lost; its backup is restored as the README says, and it starts.
+    // The node's disk is lost; its backup is restored as the README says, and it starts
+    // with --restored ("Replace a cluster node's disk").
     std::fs::remove_dir_all(&data).unwrap();
     copy_tree(&copy, &data);
-    cluster.restart(backup);
+    cluster.restart_with(backup, &["--restored"]);
     metadata_state_transfer(&cluster, backup).await;
     cluster.wait_normal(backup, &[METADATA_GROUP]).await;
+    logged(&cluster, backup, "the restored node leaves the restored state", &["restored node caught up"]).await;
+    assert!(!data.join("restored.pending").exists());
 
     let served = streams_served(&client).await;
     assert!(served.iter().any(|s| s.0 == created.id), "{served:?}");

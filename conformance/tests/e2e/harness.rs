@@ -626,6 +626,23 @@ impl TestServer {
         self.spawn(&bin);
     }
 
+    /// Sets (or with `None` removes) the child's environment variable `key` from its next start.
+    pub fn set_env(&mut self, key: &str, value: Option<&str>) {
+        self.env.retain(|(k, _)| k != key);
+        if let Some(value) = value {
+            self.env.push((key.to_string(), value.to_string()));
+        }
+    }
+
+    /// Starts the server again as `start_again` does, with `extra` flags for this start only.
+    pub fn start_again_with(&mut self, extra: &[&str]) {
+        let kept = self.args.clone();
+        self.args.extend(extra.iter().map(|a| a.to_string()));
+        let bin = self.binary();
+        self.spawn(&bin);
+        self.args = kept;
+    }
+
     /// Starts the server again without waiting for it to accept: for a start that must be
     /// refused (`wait_exit` then reaps it).
     pub fn start_again_unready(&mut self) {

@@ -23,10 +23,10 @@ async fn get(api_url: &str, path: &str) -> (u16, String) {
 
 /// One sample: the family name, its labels, its value.
 #[derive(Debug)]
-struct Sample {
-    name: String,
-    labels: BTreeMap<String, String>,
-    value: f64,
+pub(crate) struct Sample {
+    pub(crate) name: String,
+    pub(crate) labels: BTreeMap<String, String>,
+    pub(crate) value: f64,
 }
 
 /// Parses the text exposition format: every line is `# HELP`/`# TYPE` or
@@ -78,14 +78,14 @@ fn parse(text: &str) -> Vec<Sample> {
 }
 
 /// The value of the one sample of `name` whose labels are exactly `labels`.
-fn value(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
+pub(crate) fn value(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
     let want: BTreeMap<String, String> = labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     let found: Vec<&Sample> = samples.iter().filter(|s| s.name == name && s.labels == want).collect();
     assert_eq!(found.len(), 1, "{name}{want:?}: {found:?}");
     found[0].value
 }
 
-async fn scrape(api: &str) -> Vec<Sample> {
+pub(crate) async fn scrape(api: &str) -> Vec<Sample> {
     let (status, body) = get(api, "/metrics").await;
     assert_eq!(status, 200, "{body}");
     parse(&body)
@@ -143,7 +143,14 @@ async fn per_topic_traffic_fsyncs_checkpoints_and_group_figures_are_exported() {
     // Every send was journaled and, persisted, its segment record fsynced.
     assert!(value(&after, "iggy_fsyncs_total", &[("file", "journal")]) >= journal_fsyncs + 6.0);
     assert!(value(&after, "iggy_fsyncs_total", &[("file", "segment")]) >= segment_fsyncs + 6.0);
-    // Each partition group saw at least 3 sends plus its opening ops: 4 ops reach a checkpoint.
+    // Each partition group saw at least 3 sends plus its opening ops: 4 ops reach a checkpoint,
+    // which the group takes after it answered the op (under load, after this scrape).
+    let mut after = after;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while value(&after, "iggy_checkpoint_duration_seconds_count", &[("group_kind", "partition")]) < 1.0 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        after = scrape(&api).await;
+    }
     let checkpoints = value(&after, "iggy_checkpoint_duration_seconds_count", &[("group_kind", "partition")]);
     assert!(checkpoints >= 1.0, "partition checkpoints: {checkpoints}");
     assert!(value(&after, "iggy_fsyncs_total", &[("file", "checkpoint")]) >= checkpoints);

@@ -513,3 +513,19 @@ fn a_variable_naming_no_key_of_a_section_is_refused_naming_it() {
     assert!(!stderr.contains("IGGY_USERNAME"), "{stderr}");
     assert!(!data.exists(), "no data directory was formatted");
 }
+
+/// `--restored` is for a node of a cluster (README "Replace a cluster node's disk"): given to
+/// a standalone node it is refused naming the flag, before the data directory is touched, and
+/// with `--fresh` it is a bad flag (the two ask opposite things of the directory).
+#[test]
+fn restored_on_a_standalone_node_is_refused_before_the_data_is_touched() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let out = output_of_a_refused_start(server_in(dir.path(), &data).arg("--restored"));
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("--restored is for a node of a cluster"), "{stderr}");
+    assert!(!data.exists(), "no data directory was formatted");
+    let out = output_of_a_refused_start(server_in(dir.path(), &data).args(["--restored", "--fresh"]));
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+}

@@ -449,6 +449,11 @@ impl TestCluster {
         tokio::task::block_in_place(|| self.nodes[i].start_again());
     }
 
+    /// Starts node i again with `extra` flags for this start only, and waits until it accepts.
+    pub fn restart_with(&mut self, i: usize, extra: &[&str]) {
+        tokio::task::block_in_place(|| self.nodes[i].start_again_with(extra));
+    }
+
     pub fn pause(&self, i: usize) {
         self.nodes[i].pause();
     }

@@ -35,6 +35,11 @@ struct Args {
     /// deleted without this flag.
     #[arg(short = 'f', long)]
     fresh: bool,
+    /// A cluster node whose data directory was restored from a copy or lost (empty): it votes
+    /// in no view change until each of its groups caught up from its peers (kept in the data
+    /// directory until then).
+    #[arg(long, conflicts_with = "fresh")]
+    restored: bool,
     /// On first start, create the root user as iggy/iggy instead of a generated password
     /// (IGGY_ROOT_USERNAME and IGGY_ROOT_PASSWORD set them otherwise).
     #[arg(long = "with-default-root-credentials")]
@@ -434,6 +439,13 @@ fn main() -> ExitCode {
     // In a cluster, --fresh erases only once no peer holds the cluster's history (asked in
     // `run`, as a node without one asks): a replica erased while its peers keep theirs is
     // refused, so it could never rejoin. It starts as a node without a history would.
+    if args.restored && !cfg.cluster.enabled {
+        eprintln!(
+            "iggy-server: --restored is for a node of a cluster (cluster.enabled): a standalone \
+             node restored from a copy starts from it as it is"
+        );
+        return ExitCode::FAILURE;
+    }
     let fresh = if args.fresh && cfg.cluster.enabled {
         Fresh::AfterGate
     } else {
@@ -467,7 +479,32 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    runtime.block_on(run(cfg, data, replica_id, (user, pw, generated), fresh))
+    let start = Start {
+        fresh,
+        restored: args.restored,
+    };
+    runtime.block_on(run(cfg, data, replica_id, (user, pw, generated), start))
+}
+
+/// What the flags ask of this start.
+#[derive(Clone, Copy)]
+struct Start {
+    fresh: Fresh,
+    /// `--restored`: write the restored-node marker (see [`mark_restored`]).
+    restored: bool,
+}
+
+/// `--restored` writes the marker `RESTORED_MARKER_FILE` into the data directory (durably);
+/// while it is there, every consensus group of the node opens restored. Returns whether the
+/// marker is there.
+fn mark_restored(path: &str, write: bool) -> std::io::Result<bool> {
+    let root = std::path::Path::new(path);
+    let marker = root.join(iggy_generated::storage::RESTORED_MARKER_FILE);
+    if write && !marker.exists() {
+        std::fs::File::create(&marker)?.sync_all()?;
+        std::fs::File::open(root)?.sync_all()?;
+    }
+    Ok(marker.exists())
 }
 
 /// When `--fresh` removes the data directory.
@@ -527,8 +564,9 @@ async fn run(
     data: Option<iggy_storage::DataDir>,
     replica_id: u8,
     root: (String, String, bool),
-    fresh: Fresh,
+    start: Start,
 ) -> ExitCode {
+    let Start { fresh, restored } = start;
     let (user, pw, generated) = root;
     let plane = if cfg.cluster.enabled {
         let at_start = match data {
@@ -544,7 +582,7 @@ async fn run(
                 }
             };
         if at_start == MetadataHistory::Absent
-            && let Err(code) = gate_start(&cfg, replica_id, &mut plane, fresh).await
+            && let Err(code) = gate_start(&cfg, replica_id, &mut plane, start).await
         {
             return code;
         }
@@ -564,6 +602,30 @@ async fn run(
             Err(code) => return code,
         },
     };
+    if let Some(plane) = &plane {
+        match mark_restored(&cfg.system.path, restored) {
+            Ok(true) => {
+                tracing::warn!(
+                    "replica {replica_id}: {} holds {}: this node's data directory was \
+                     restored, so its groups vote in no view change until each holds its \
+                     view's log from the primary (the marker goes once every group did and \
+                     the metadata caught up); its peers must keep a quorum meanwhile",
+                    cfg.system.path,
+                    iggy_generated::storage::RESTORED_MARKER_FILE
+                );
+                plane.set_restored(true);
+            }
+            Ok(false) => {}
+            Err(error) => {
+                eprintln!(
+                    "iggy-server: --restored: cannot write {} in {}: {error}",
+                    iggy_generated::storage::RESTORED_MARKER_FILE,
+                    cfg.system.path
+                );
+                return ExitCode::from(74);
+            }
+        }
+    }
     let quic_reset_key = match cfg.quic.enabled {
         true => data.quic_reset_key().await,
         false => Vec::new(),
@@ -633,8 +695,9 @@ async fn gate_start(
     cfg: &config::Config,
     replica_id: u8,
     plane: &mut consensus::plane::ReplicaPlane,
-    fresh: Fresh,
+    start: Start,
 ) -> Result<(), ExitCode> {
+    let fresh = start.fresh;
     use consensus::admission::{StartVerdict, erased_refusal, fresh_refusal};
     let within = cfg.cluster.heartbeat_timeout;
     let path = &cfg.system.path;
@@ -649,6 +712,14 @@ async fn gate_start(
         ),
     }
     match plane.gate_start(within).await {
+        StartVerdict::Refuse { holders } if start.restored => {
+            tracing::warn!(
+                "replica {replica_id}: --restored: replicas {holders:?} hold the cluster's \
+                 metadata history and this node none; it starts empty and catches up from them, \
+                 voting in no view change until it did"
+            );
+            Ok(())
+        }
         StartVerdict::Refuse { holders } => {
             let refusal = match fresh {
                 Fresh::AfterGate => fresh_refusal(replica_id, &holders, path),
@@ -790,6 +861,11 @@ mod tests {
             Some(Subcommand::Verify { path: None })
         );
         assert!(p(&["verify", "--path"]).is_err());
+        assert!(p(&["--restored"]).unwrap().restored);
+        assert!(
+            p(&["--restored", "--fresh"]).is_err(),
+            "--restored keeps the directory"
+        );
         assert!(p(&["--replica-id"]).is_err());
         assert!(p(&["--replica-id", "256"]).is_err());
     }
@@ -833,6 +909,7 @@ mod tests {
         for flag in [
             "--replica-id <N>",
             "-f, --fresh",
+            "--restored",
             "--with-default-root-credentials",
             "--list-config-env-vars",
             "-h, --help",

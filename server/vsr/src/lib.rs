@@ -190,6 +190,14 @@
 //! An op is discarded only when the view change's quorum of DoViewChange logs lacks it, and every
 //! committed op is durable on a quorum with a log view at least its own, so the quorum always
 //! holds it. A group of one recovers from its journal alone.
+//!
+//! All of that assumes a replica's disk keeps what it acknowledged. A replica whose journal and
+//! view state were restored from an older copy, or lost, does not: counted in a view change it
+//! could make the quorum that discards a committed op. The shell opens such a replica with
+//! [`Config::restored`]: it asks and grants no pre-vote, sends no StartViewChange or
+//! DoViewChange, never leads (formatted as its view's primary it waits recovering), and votes
+//! again once it is a backup in normal status holding its view's log durably through every
+//! commit the primary announced to it.
 
 //! ## Simulator
 //!

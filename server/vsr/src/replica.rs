@@ -76,6 +76,13 @@ pub struct Config {
     /// them over the nodes): another primary hands the group back to it once it is caught up
     /// (see `Replica::maybe_hand_over`). `None`: whoever leads keeps leading.
     pub preferred_primary: Option<ReplicaId>,
+    /// This replica's journal and view state may be older than what it acknowledged and voted
+    /// for (its data directory was restored from a copy, or replaced): it takes no part in a
+    /// view change (no pre-vote asked or granted, no StartViewChange, no DoViewChange) until
+    /// it installs the whole log of a view from that view's primary. A committed op is on a
+    /// quorum; counted in a view change without it, this replica could make the quorum that
+    /// discards it. Ignored in a group of one.
+    pub restored: bool,
 }
 
 impl Config {
@@ -91,6 +98,7 @@ impl Config {
             view_change_timeout_ticks: 30,
             resend_ticks: 8,
             preferred_primary: None,
+            restored: false,
         }
     }
 
@@ -256,6 +264,12 @@ pub struct Replica {
     /// Recovering after a restart (not for lack of state transfer): a silent primary is
     /// replaced after the view-change timeout, as a backup's would be.
     rejoin_times_out: bool,
+    /// Opened restored ([`Config::restored`]) and not yet holding its view's log, from its
+    /// primary, through the highest commit that primary announced: votes in no view change.
+    muted: bool,
+    /// While muted: the highest commit the primary of a view announced to this replica (not
+    /// capped at its journal's head as `commit_max` is).
+    announced_commit: u64,
     /// When the current rejoin started (set at the first tick after it began).
     rejoin_since: Option<u64>,
     /// The pre-vote being asked for, while this replica wants to leave its view.
@@ -355,7 +369,7 @@ impl Replica {
         if replica.is_solo() {
             replica.commit_max = replica.journal.op();
             replica.commit_advance();
-        } else if replica.primary_of(replica.view) == replica.config.replica {
+        } else if replica.primary_of(replica.view) == replica.config.replica && !replica.muted {
             replica.start_view_change(replica.view + 1);
         } else {
             replica.request_start_view();
@@ -411,6 +425,8 @@ impl Replica {
             persisting: None,
             held: Vec::new(),
             rejoin_times_out: true,
+            muted: config.restored && !solo,
+            announced_commit: 0,
             rejoin_since: None,
             pre_vote: None,
             repair_asked: None,
@@ -502,8 +518,18 @@ impl Replica {
             Vec::new(),
             ViewState::default(),
         );
-        replica.status = Status::Normal;
+        replica.status = replica.formatted_status();
         replica
+    }
+
+    /// A formatted replica is normal, unless restored and the primary of its view: it may
+    /// have led that view before its disk was lost, so it leads nothing and waits for a later
+    /// view its peers elect without it.
+    fn formatted_status(&self) -> Status {
+        match self.muted && self.primary_of(self.view) == self.config.replica {
+            true => Status::Recovering,
+            false => Status::Normal,
+        }
     }
 
     /// A replica of a group created in `view`: every replica of the group formats the same
@@ -516,6 +542,7 @@ impl Replica {
         replica.view = view;
         replica.log_view = view;
         replica.heard_primary_view = view;
+        replica.status = replica.formatted_status();
         replica
     }
 
@@ -562,6 +589,12 @@ impl Replica {
     /// The configuration the replica was opened with.
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// Whether this replica, opened restored, still waits for a whole view's log before it
+    /// votes in view changes ([`Config::restored`]).
+    pub fn is_muted(&self) -> bool {
+        self.muted
     }
 
     pub fn status(&self) -> Status {
@@ -1015,6 +1048,7 @@ impl Replica {
             return;
         }
         self.acknowledge_durable(durable_before);
+        self.maybe_unmute();
     }
 
     /// The `Commit` being applied ends the sessions of `clients` (a logout or an expiry that
@@ -1111,7 +1145,7 @@ impl Replica {
                 self.now >= self.heard_from_primary_at + self.config.silence_timeout_ticks()
             }
         };
-        if leaving {
+        if leaving && !self.muted {
             self.ask_pre_vote(self.view + 1);
         } else {
             self.pre_vote = None;
@@ -1385,7 +1419,8 @@ impl Replica {
     /// The primary of our view hands the group to us: start the view change to `target_view`
     /// (ours), as if we had suspected it.
     fn on_primary_transfer(&mut self, from: ReplicaId, view: u32, target_view: u32) {
-        if view != self.view
+        if self.muted
+            || view != self.view
             || self.status != Status::Normal
             || from != self.primary_of(view)
             || target_view <= view
@@ -1451,6 +1486,7 @@ impl Replica {
         if self.status == Status::Normal && !self.is_primary() && self.log_view != self.view {
             self.log_view = self.view;
             self.acknowledge_durable(self.journal.base().op);
+            self.maybe_unmute();
         }
     }
 
@@ -1486,6 +1522,9 @@ impl Replica {
     }
 
     fn learn_commit(&mut self, commit: u64) {
+        if self.muted {
+            self.announced_commit = self.announced_commit.max(commit);
+        }
         if commit > self.journal.op() || self.journal.awaiting() {
             self.request_prepare();
         }
@@ -1494,6 +1533,22 @@ impl Replica {
         // Even when `commit` is no news: installing a log checkpointed above our commit raised
         // `commit_max` to its base already, and an idle group sends no higher commit.
         self.commit_advance();
+        self.maybe_unmute();
+    }
+
+    /// A restored replica votes again once it is a backup in normal status whose journal holds
+    /// its view's log durably through every commit the primary announced to it: every op
+    /// committed before then is in its journal, so a view-change quorum counting it holds them.
+    fn maybe_unmute(&mut self) {
+        if self.muted
+            && self.status == Status::Normal
+            && !self.is_primary()
+            && self.log_view == self.view
+            && !self.journal.awaiting()
+            && self.journal.durable_through() >= self.announced_commit
+        {
+            self.muted = false;
+        }
     }
 
     /// Asks the primary for the prepares after our log's head, unless a request covering that
@@ -1749,6 +1804,9 @@ impl Replica {
     /// group's creation view after its peers moved on, say), its backups drop its frames, and
     /// refused, a group down to it and one backup could never leave the dead primary's view.
     fn on_pre_vote(&mut self, view: u32, replica: ReplicaId) {
+        if self.muted {
+            return;
+        }
         let superseded_primary =
             self.is_primary() && view > self.view.saturating_add(1) && !self.leads_quorum();
         if (self.is_primary() && !superseded_primary) || self.hears_primary() {
@@ -1804,6 +1862,9 @@ impl Replica {
     }
 
     fn on_start_view_change(&mut self, view: u32, replica: ReplicaId) {
+        if self.muted {
+            return;
+        }
         if view < self.view || (view == self.view && self.status == Status::Normal) {
             return;
         }
@@ -1844,7 +1905,7 @@ impl Replica {
         commit: u64,
         log: Log,
     ) {
-        if view < self.view || self.primary_of(view) != self.config.replica {
+        if self.muted || view < self.view || self.primary_of(view) != self.config.replica {
             return;
         }
         if view == self.view && self.status == Status::Recovering {

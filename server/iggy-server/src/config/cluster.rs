@@ -625,6 +625,41 @@ fn refuse(key: impl Into<String>, problem: impl Into<String>) -> ConfigError {
 }
 
 impl Cluster {
+    /// A digest of what the roster tells clients (every node's replica id, name, the address
+    /// it publishes, `advertised_address` or else `ip`, and its client ports, in replica id
+    /// order) that a node's replica hello declares: peers whose digests differ would answer
+    /// clients with different addresses for one node, so they refuse each other
+    /// (spec/frames.spec, `ReplicaHelloHeader.roster`). The replica plane's own addressing
+    /// (`tcp_replica`, and `ip` where `advertised_address` is set) is left out: a peer may be
+    /// dialed through a proxy or a NAT at an address of its own on each node. Never 0.
+    pub fn roster_digest(&self) -> u64 {
+        let mut nodes: Vec<&ClusterNode> = self.nodes.iter().collect();
+        nodes.sort_by_key(|node| node.replica_id);
+        let mut text = String::new();
+        for node in nodes {
+            let published = match &node.advertised_address {
+                Some(address) => address.to_ascii_lowercase(),
+                None => node.host.comparable(),
+            };
+            let ports: Vec<String> = node
+                .ports
+                .slots()
+                .iter()
+                .filter(|(key, _)| *key != "tcp_replica")
+                .map(|(key, port)| format!("{key}={}", port.map_or(-1, i32::from)))
+                .collect();
+            text.push_str(&format!(
+                "{}\t{}\t{published}\t{}\n",
+                node.replica_id,
+                node.name,
+                ports.join(",")
+            ));
+        }
+        let hash = blake3::hash(text.as_bytes());
+        let first: [u8; 8] = hash.as_bytes()[..8].try_into().expect("8 bytes");
+        u64::from_le_bytes(first).max(1)
+    }
+
     /// The start-time rules for an enabled cluster. `transports` are the client transports
     /// by section name with their `enabled`; each enabled one needs its port in every roster
     /// entry.
@@ -916,6 +951,42 @@ mod tests {
             matches!(single, ConfigError::WildcardWithoutAdvertised { .. }),
             "{single}"
         );
+    }
+
+    /// The roster digest changes with what clients are told (a client port, an advertised
+    /// address), not with the replica plane's addressing (a peer's tcp_replica through a proxy)
+    /// or the order the entries are written in.
+    #[test]
+    fn the_roster_digest_follows_what_clients_are_told() {
+        let digest = |env: &dyn Fn(&str) -> Option<String>| {
+            load(Some(&three_nodes()), env)
+                .unwrap()
+                .cluster
+                .roster_digest()
+        };
+        let shared = digest(&none);
+        assert_ne!(shared, 0);
+        let set = |key: &'static str, value: &'static str| {
+            move |k: &str| (k == key).then(|| value.to_string())
+        };
+        assert_eq!(
+            shared,
+            digest(&set("IGGY_CLUSTER_NODES_1_PORTS_TCP_REPLICA", "9999"))
+        );
+        assert_ne!(
+            shared,
+            digest(&set("IGGY_CLUSTER_NODES_1_PORTS_TCP", "9999"))
+        );
+        assert_ne!(
+            shared,
+            digest(&set(
+                "IGGY_CLUSTER_NODES_2_ADVERTISED_ADDRESS",
+                "iggy-2.example"
+            ))
+        );
+        let mut reordered = load(Some(&three_nodes()), none).unwrap().cluster;
+        reordered.nodes.reverse();
+        assert_eq!(shared, reordered.roster_digest());
     }
 
     #[test]

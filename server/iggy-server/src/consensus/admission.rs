@@ -157,6 +157,8 @@ pub struct Local {
     pub identity: ReplicaIdentity,
     /// `[cluster.auth]`: `None` when it is disabled.
     pub auth: Option<PeerAuth>,
+    /// The roster's digest (`config::Cluster::roster_digest`), declared in the hello.
+    pub roster: u64,
 }
 
 /// An admitted peer: who it is, what it runs, and whether it holds a metadata history (as its
@@ -251,6 +253,7 @@ pub fn hello(local: &Local, target: u8, history: MetadataHistory, nonce: Nonce) 
         target,
         metadata_history: history,
         auth_mode: mode,
+        roster: local.roster,
         identity: local.identity,
     }
     .to_bytes();
@@ -400,6 +403,18 @@ pub fn admit_hello(local: &Local, frame: &[u8]) -> Result<Admitted, Refusal> {
         });
     }
     compare_identity(&local.identity, &hello.identity)?;
+    if hello.roster != 0 && hello.roster != local.roster {
+        return Err(Refusal {
+            status: Some(ReplicaHandshakeStatus::RosterMismatch),
+            field: "roster",
+            detail: format!(
+                "replica {}'s [[cluster.nodes]] differ from this node's (digest {:016x}, ours \
+                 {:016x}): give every node the same roster, or clients are told different \
+                 addresses for the same node",
+                hello.replica, hello.roster, local.roster
+            ),
+        });
+    }
     Ok(Admitted {
         replica: hello.replica,
         identity: hello.identity,
@@ -474,12 +489,21 @@ fn judge_challenge(
         let field = match answer.status {
             ReplicaHandshakeStatus::DirectionalRule => "replica",
             ReplicaHandshakeStatus::AuthRequired => "auth_mode",
+            ReplicaHandshakeStatus::RosterMismatch => "roster",
             _ => "status",
+        };
+        let detail = match answer.status {
+            ReplicaHandshakeStatus::RosterMismatch => format!(
+                "replica {peer}'s [[cluster.nodes]] differ from this node's (digest {:016x}): \
+                 give every node the same roster",
+                local.roster
+            ),
+            status => format!("replica {peer} refused this replica: {status:?}"),
         };
         return Err(Refusal {
             status: Some(answer.status),
             field,
-            detail: format!("replica {peer} refused this replica: {:?}", answer.status),
+            detail,
         });
     }
     compare_auth_mode(local, Claimant::Acceptor { peer }, answer.auth_mode)?;
@@ -754,10 +778,12 @@ pub fn erased_refusal(replica: u8, holders: &[u8], data_dir: &str) -> String {
          refused and nothing was written to {data_dir}. To recover: restore this node's \
          data directory (system.path) from a backup of this node (check the copy with \
          `iggy-server verify --path <copy>` and this node's configuration), then start it \
-         again; it catches up from its peers, by a state transfer when their checkpoints have \
-         passed the copy. Empty metadata cannot be told from a new cluster's, so a node never \
-         rejoins without a copy. To discard the whole cluster's data instead, stop every node \
-         and erase every node's data directory; a new cluster then starts.",
+         with --restored; it catches up from its peers, by a state transfer when their \
+         checkpoints have passed the copy, and votes in no view change until it did. Without a \
+         copy, start it with --restored on the empty directory: it copies everything from its \
+         peers. Either way its peers must keep a quorum until it caught up. To discard the \
+         whole cluster's data instead, stop every node and erase every node's data directory; \
+         a new cluster then starts.",
         named
     )
 }
@@ -875,6 +901,8 @@ mod tests {
             replica_count: 3,
             identity: local_identity(),
             auth: None,
+            // Undeclared, as the spec's example frames carry it.
+            roster: 0,
         }
     }
 
@@ -1374,6 +1402,36 @@ mod tests {
             refusal.detail.contains("IGGY-OWNERSHIP-HISTORY-4"),
             "{refusal}"
         );
+    }
+
+    #[test]
+    fn rosters_that_tell_clients_different_addresses_refuse_each_other_on_both_sides() {
+        let ours = Local {
+            roster: 1,
+            ..replica(0)
+        };
+        let other = Local {
+            roster: 2,
+            ..replica(1)
+        };
+        let (at_acceptor, at_dialer) = handshake(&ours, &other);
+        for refusal in [at_acceptor.unwrap_err(), at_dialer.unwrap_err()] {
+            assert_eq!(
+                (refusal.status, refusal.field),
+                (Some(ReplicaHandshakeStatus::RosterMismatch), "roster"),
+                "{refusal}"
+            );
+            assert!(refusal.detail.contains("[[cluster.nodes]]"), "{refusal}");
+        }
+        // The same roster is admitted; a hello that declares none (0) is not judged.
+        let same = Local {
+            roster: 2,
+            ..replica(0)
+        };
+        for dialer in [same, replica(0)] {
+            let (at_acceptor, at_dialer) = handshake(&dialer, &other);
+            assert!(at_acceptor.is_ok() && at_dialer.is_ok());
+        }
     }
 
     #[test]

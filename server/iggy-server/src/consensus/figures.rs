@@ -31,7 +31,8 @@ pub struct GroupFigures {
     commit: AtomicU64,
     applied: AtomicU64,
     /// The status (low byte: 0 normal, 1 view change, 2 recovering) and the primary of `view`
-    /// (second byte), packed so a reader never sees one without the other.
+    /// (second byte), in touch (bit 16) and muted (bit 17), packed so a reader never sees one
+    /// without the other.
     role: AtomicU64,
 }
 
@@ -44,6 +45,9 @@ pub struct GroupRole {
     /// The replica knows that primary alive (`iggy_vsr::Replica::in_touch`): a primary cut
     /// off from its quorum, or a backup that stopped hearing from it, is not.
     pub in_touch: bool,
+    /// Opened restored, the replica still waits for a whole view's log before it votes in a
+    /// view change (`iggy_vsr::Config::restored`).
+    pub muted: bool,
 }
 
 impl GroupRole {
@@ -74,8 +78,9 @@ impl GroupFigures {
         self.commit.store(replica.commit_max(), Ordering::Relaxed);
         self.applied.store(replica.commit_min(), Ordering::Relaxed);
         let in_touch = u64::from(replica.in_touch()) << 16;
+        let muted = u64::from(replica.is_muted()) << 17;
         self.role
-            .store(status | primary << 8 | in_touch, Ordering::Relaxed);
+            .store(status | primary << 8 | in_touch | muted, Ordering::Relaxed);
     }
 
     /// The replica's status and its view's primary.
@@ -90,6 +95,7 @@ impl GroupFigures {
             },
             primary: (role >> 8) as u8,
             in_touch: role >> 16 & 1 == 1,
+            muted: role >> 17 & 1 == 1,
         }
     }
 
@@ -199,6 +205,7 @@ mod tests {
             status: iggy_vsr::Status::Normal,
             primary: 1,
             in_touch: true,
+            muted: false,
         };
         assert!(normal.is_primary(1) && !normal.is_primary(2));
     }

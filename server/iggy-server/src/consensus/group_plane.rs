@@ -310,7 +310,7 @@ impl GroupPlane {
             return;
         }
         tracing::info!(
-            "group {:#x}: replica {} is {:?} in view {} (primary {}), op {}, commit {}{}",
+            "group {:#x}: replica {} is {:?} in view {} (primary {}), op {}, commit {}{}{}",
             self.peers.frames.group,
             replica.replica(),
             role.status,
@@ -321,6 +321,10 @@ impl GroupPlane {
             match (role.status, role.in_touch) {
                 (Status::Normal, false) => ", out of touch with its primary or quorum",
                 _ => "",
+            },
+            match role.muted {
+                true => ", restored: votes in no view change until it holds a view's log",
+                false => "",
             }
         );
     }

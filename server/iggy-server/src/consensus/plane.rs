@@ -42,6 +42,9 @@ pub struct ReplicaPlane {
     /// The bus's events until the start gate has read them (then a task drains them).
     events: Option<mpsc::Receiver<BusEvent>>,
     declaration: Rc<Declaration>,
+    /// The data directory holds the restored-node marker (`--restored`): every group opened
+    /// while it is set opens restored (`iggy_vsr::Config::restored`).
+    restored: std::cell::Cell<bool>,
 }
 
 /// What this node declares about its metadata history: what it found on disk at start, and,
@@ -158,6 +161,7 @@ impl ReplicaPlane {
             timing: Timing::from_config(&config.cluster),
             events: Some(events),
             declaration,
+            restored: std::cell::Cell::new(false),
         };
         if at_start == MetadataHistory::Held {
             plane.drain_events();
@@ -270,7 +274,17 @@ impl ReplicaPlane {
         config.heartbeat_ticks = self.timing.heartbeat_ticks;
         config.view_change_timeout_ticks = self.timing.view_change_timeout_ticks;
         config.resend_ticks = self.timing.resend_ticks;
+        config.restored = self.restored.get();
         config
+    }
+
+    /// Whether groups open restored (see the field).
+    pub fn restored(&self) -> bool {
+        self.restored.get()
+    }
+
+    pub fn set_restored(&self, restored: bool) {
+        self.restored.set(restored);
     }
 
     /// The metadata group's peers.

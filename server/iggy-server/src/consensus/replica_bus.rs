@@ -60,6 +60,12 @@ pub const PEER_QUEUE_CAPACITY: usize = 256;
 /// peer pin 256 frames of up to `limits.max_frame_size` each. A frame larger than this still
 /// goes into an empty queue, so every frame the limits allow can be sent.
 pub const PEER_QUEUE_BYTES_MAX: usize = 64 << 20;
+/// The largest replica frame accepted or sent when `limits.max_frame_size` is below it. That
+/// limit is the client protocol's: a peer whose own is higher (raised on it first, in a
+/// rolling change) prepares a client's frame as large, and a replica plane held to this
+/// node's lower limit refused it, closing the link at every retransmission for good. Peers are
+/// admitted cluster members, and a frame's size is checked against this before its body is read.
+pub const REPLICA_FRAME_SIZE_FLOOR: u32 = 1 << 30;
 /// The first reconnect delay and the longest one.
 pub const BACKOFF_BASE: Duration = Duration::from_millis(50);
 pub const BACKOFF_MAX: Duration = Duration::from_secs(2);
@@ -175,7 +181,8 @@ pub struct BusConfig {
     pub peers: BTreeMap<u8, PeerAddress>,
     /// Resolves a peer's address at each dial attempt.
     pub resolver: Resolver,
-    /// `limits.max_frame_size`: the largest frame, header included, either way.
+    /// The largest frame, header included, either way: `limits.max_frame_size`, at least
+    /// [`REPLICA_FRAME_SIZE_FLOOR`].
     pub max_frame_size: u32,
     /// Connect plus handshake must finish within it, on either side.
     pub handshake_timeout: Duration,
@@ -276,11 +283,12 @@ impl BusConfig {
                     .map_err(|_| "too many cluster nodes".to_string())?,
                 identity: admission::local_identity(),
                 auth: peer_auth(&cluster.auth),
+                roster: cluster.roster_digest(),
             },
             listen,
             peers,
             resolver: Resolver::system(),
-            max_frame_size: config.limits.max_frame_size,
+            max_frame_size: config.limits.max_frame_size.max(REPLICA_FRAME_SIZE_FLOOR),
             handshake_timeout: cluster.heartbeat_timeout,
             inbound_handshakes_max,
             backoff_base: BACKOFF_BASE,
@@ -1484,6 +1492,7 @@ mod tests {
                 replica_count: roster.len() as u8,
                 identity: local_identity(),
                 auth: None,
+                roster: 1,
             },
             listen: roster[replica as usize],
             peers: roster
@@ -2271,7 +2280,7 @@ mod tests {
             (crate::consensus::cluster::cluster_id("bus-test"), 1, 3)
         );
         assert_eq!(one.local.identity, local_identity());
-        assert_eq!(one.max_frame_size, config.limits.max_frame_size);
+        assert_eq!(one.max_frame_size, REPLICA_FRAME_SIZE_FLOOR);
         assert_eq!(
             (one.backoff_base, one.backoff_max, one.peer_queue_capacity),
             (BACKOFF_BASE, BACKOFF_MAX, PEER_QUEUE_CAPACITY)

@@ -537,6 +537,7 @@ pub(crate) mod tests {
             replica_count: 3,
             identity: local_identity(),
             auth: None,
+            roster: 1,
         }
     }
 

@@ -621,6 +621,7 @@ mod tests {
                 replica_count: 3,
                 identity: crate::consensus::admission::local_identity(),
                 auth: None,
+                roster: 1,
             },
             1,
             iggy_generated::frames::MetadataHistory::Absent,

@@ -90,6 +90,18 @@ fn read_slots(dir: &Path) -> Result<[Option<Vec<u8>>; 2], String> {
 /// The refusal of a view state `owner` (cluster, replica) wrote, found by `node`.
 fn foreign(dir: &Path, owner: (u128, ReplicaId), node: (u128, ReplicaId)) -> String {
     let ((owner_cluster, owner), (cluster, replica)) = (owner, node);
+    if owner == replica {
+        // The same replica id: the configured cluster.name changed (an edited copy of the
+        // shared file), or the directory is another cluster's node of the same id.
+        return format!(
+            "{}: view state written by replica {owner} of cluster {owner_cluster:#x}, but this \
+             node's cluster.name derives cluster {cluster:#x}: the directory was created under \
+             another cluster.name. Start it with the cluster.name its peers run (the shared \
+             configuration), or, if this is another cluster's directory, on its own \
+             system.path",
+            dir.display()
+        );
+    }
     format!(
         "{}: view state written by replica {owner} of cluster {owner_cluster:#x}, but this node \
          is replica {replica} of cluster {cluster:#x}: this is another node's data directory; \

@@ -48,6 +48,56 @@ pub async fn run(node: Rc<Node>) {
         retirement.pass(&node, pass).await;
         orphan_sweep.pass(&node).await;
         judge_gone_partitions(&node);
+        release_restored(&node);
+    }
+}
+
+/// A node started restored (`--restored`, the marker in its data directory) leaves that state
+/// once its metadata group holds a view's log from its primary and applied what it knows
+/// committed, and every live partition of its model runs, each past its restored state too:
+/// the marker is removed, and groups opened later (a partition created now) open as any other.
+fn release_restored(node: &Node) {
+    let Some(plane) = node.shared.plane.as_ref() else {
+        return;
+    };
+    if !plane.restored() {
+        return;
+    }
+    let figures = node.metadata.figures();
+    let role = figures.role();
+    if role.muted || !role.reached(figures.applied(), figures.commit()) {
+        return;
+    }
+    let partitions = node.shared.partitions.borrow();
+    let caught_up = partitions.values().all(|entry| {
+        let role = entry.handle.group.figures().role();
+        !role.muted && role.status == iggy_vsr::Status::Normal
+    });
+    let metadata = node.shared.metadata.borrow();
+    let all_open = metadata.streams.iter().all(|(stream_id, stream)| {
+        stream.topics.iter().all(|(topic_id, topic)| {
+            topic.partitions.keys().all(|partition_id| {
+                partitions.contains_key(&(*stream_id, *topic_id, *partition_id))
+            })
+        })
+    });
+    if !caught_up || !all_open {
+        return;
+    }
+    let root = std::path::Path::new(&node.shared.config.system.path);
+    let marker = root.join(iggy_generated::storage::RESTORED_MARKER_FILE);
+    let removed =
+        std::fs::remove_file(&marker).and_then(|()| std::fs::File::open(root)?.sync_all());
+    match removed {
+        Ok(()) => {
+            plane.set_restored(false);
+            tracing::info!(
+                "restored node caught up: every group holds its view's log from the primary; \
+                 removed {} and it votes in view changes again",
+                marker.display()
+            );
+        }
+        Err(error) => tracing::warn!("cannot remove {}: {error}", marker.display()),
     }
 }
 
@@ -573,6 +623,7 @@ mod tests {
             status,
             primary: 0,
             in_touch,
+            muted: false,
         }
     }
 

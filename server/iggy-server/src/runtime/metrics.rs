@@ -65,6 +65,12 @@ pub struct GroupGauge {
     pub group: GroupLabel,
     pub view: u64,
     pub commit: u64,
+    /// The highest op applied to the state machine (at most `commit`).
+    pub applied: u64,
+    /// The primary of the replica's view.
+    pub primary: u8,
+    /// 0 normal, 1 view change, 2 recovering.
+    pub status: u8,
 }
 
 /// The figures read from the node when the metrics are rendered.
@@ -83,6 +89,17 @@ pub struct Gauges {
     /// link), and inbound frames no group took (none listening, or its channel full). `None`
     /// standalone.
     pub replica_frames: Option<ReplicaFrames>,
+    /// In a cluster: this node's replica id, whether it runs restored (`--restored`), and per
+    /// peer whether its replica link is up (admitted and heard within the heartbeat timeout).
+    pub replica: Option<ReplicaGauges>,
+}
+
+/// What a cluster node reports about itself and its links.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ReplicaGauges {
+    pub id: u8,
+    pub restored: bool,
+    pub peers_up: Vec<(u8, bool)>,
 }
 
 /// The replica plane's losses (VSR resends what matters; a steady rise means a slow peer).
@@ -96,6 +113,9 @@ pub struct ReplicaFrames {
 
 /// Reads one figure of a topic's traffic.
 type TrafficFigure = fn(&Traffic) -> u64;
+
+/// Reads one figure of a group's replica.
+type GroupFigure = fn(&GroupGauge) -> u64;
 
 /// One histogram's series; `buckets` are per bound, not cumulative.
 fn histogram(
@@ -290,6 +310,58 @@ impl Metrics {
         for group in &gauges.groups {
             let _ = writeln!(out, "iggy_vsr_commit{{{}}} {}", group.group, group.commit);
         }
+        let per_group: [(&str, &str, GroupFigure); 3] = [
+            (
+                "iggy_vsr_applied",
+                "Each consensus group's highest op this replica applied (commit less applied: how far it lags).",
+                |g| g.applied,
+            ),
+            (
+                "iggy_vsr_primary",
+                "The replica id of the primary of each consensus group's view, as this replica knows it.",
+                |g| u64::from(g.primary),
+            ),
+            (
+                "iggy_vsr_status",
+                "Each consensus group's replica status: 0 normal, 1 view change, 2 recovering.",
+                |g| u64::from(g.status),
+            ),
+        ];
+        for (name, help, figure) in per_group {
+            family(&mut out, name, "gauge", help);
+            for group in &gauges.groups {
+                let _ = writeln!(out, "{name}{{{}}} {}", group.group, figure(group));
+            }
+        }
+        if let Some(replica) = &gauges.replica {
+            family(
+                &mut out,
+                "iggy_replica_id",
+                "gauge",
+                "This node's replica id in the cluster roster.",
+            );
+            let _ = writeln!(out, "iggy_replica_id {}", replica.id);
+            family(
+                &mut out,
+                "iggy_replica_restored",
+                "gauge",
+                "1 while this node runs restored (--restored, restored.pending): its groups vote in no view change until caught up.",
+            );
+            let _ = writeln!(out, "iggy_replica_restored {}", u8::from(replica.restored));
+            family(
+                &mut out,
+                "iggy_replica_peer_up",
+                "gauge",
+                "1 when the replica link to a peer is admitted and heard from within the heartbeat timeout, else 0.",
+            );
+            for (peer, up) in &replica.peers_up {
+                let _ = writeln!(
+                    out,
+                    "iggy_replica_peer_up{{peer=\"{peer}\"}} {}",
+                    u8::from(*up)
+                );
+            }
+        }
         out
     }
 }
@@ -307,6 +379,7 @@ mod tests {
             fsyncs: Vec::new(),
             checkpoints: Vec::new(),
             replica_frames: None,
+            replica: None,
         }
     }
 
@@ -376,11 +449,17 @@ mod tests {
                     group: GroupLabel::Metadata,
                     view: 2,
                     commit: 9,
+                    applied: 8,
+                    primary: 2,
+                    status: 0,
                 },
                 GroupGauge {
                     group: GroupLabel::Partition((1, 2, 3)),
                     view: 0,
                     commit: 5,
+                    applied: 5,
+                    primary: 0,
+                    status: 2,
                 },
             ],
             fsyncs: vec![("journal", 7), ("segment", 0)],
@@ -388,6 +467,11 @@ mod tests {
                 dropped: vec![(1, 0), (2, 3)],
                 sent: vec![(1, 10, 2560), (2, 0, 0)],
                 undeliverable: 4,
+            }),
+            replica: Some(ReplicaGauges {
+                id: 1,
+                restored: false,
+                peers_up: vec![(0, true), (2, false)],
             }),
             checkpoints: vec![
                 ("metadata", HistogramCounts::default()),
@@ -410,6 +494,16 @@ mod tests {
             ("iggy_replica_bytes_sent_total{peer=\"1\"}", 2560.0),
             ("iggy_replica_bytes_sent_total{peer=\"2\"}", 0.0),
             ("iggy_replica_frames_undeliverable_total", 4.0),
+            ("iggy_vsr_applied{group=\"metadata\"}", 8.0),
+            ("iggy_vsr_primary{group=\"metadata\"}", 2.0),
+            (
+                "iggy_vsr_status{group=\"partition\",stream=\"1\",topic=\"2\",partition=\"3\"}",
+                2.0,
+            ),
+            ("iggy_replica_id", 1.0),
+            ("iggy_replica_restored", 0.0),
+            ("iggy_replica_peer_up{peer=\"0\"}", 1.0),
+            ("iggy_replica_peer_up{peer=\"2\"}", 0.0),
             (
                 "iggy_checkpoint_duration_seconds_bucket{group_kind=\"partition\",le=\"0.001\"}",
                 0.0,
@@ -489,6 +583,9 @@ mod tests {
                 group: GroupLabel::Metadata,
                 view: 0,
                 commit: 41,
+                applied: 41,
+                primary: 0,
+                status: 0,
             }],
             ..gauges()
         };

@@ -339,22 +339,14 @@ impl Node {
             }
         }
         let figures = self.metadata.figures();
-        let mut groups = vec![GroupGauge {
-            group: GroupLabel::Metadata,
-            view: figures.view(),
-            commit: figures.commit(),
-        }];
+        let mut groups = vec![group_gauge(GroupLabel::Metadata, figures)];
         let mut partitions: Vec<GroupGauge> = Vec::new();
         for (key, entry) in self.shared.partitions.borrow().iter() {
             if let Some(traffic) = topics.get_mut(&(key.0, key.1)) {
                 *traffic += entry.handle.stats.traffic();
             }
             let figures = entry.handle.group.figures();
-            partitions.push(GroupGauge {
-                group: GroupLabel::Partition(*key),
-                view: figures.view(),
-                commit: figures.commit(),
-            });
+            partitions.push(group_gauge(GroupLabel::Partition(*key), figures));
         }
         partitions.sort_by_key(|gauge| gauge.group);
         groups.extend(partitions);
@@ -377,6 +369,22 @@ impl Node {
                     dropped: plane.dropped(),
                     sent: plane.sent(),
                     undeliverable: plane.undeliverable(),
+                }
+            }),
+            replica: self.shared.plane.as_ref().map(|plane| {
+                crate::runtime::metrics::ReplicaGauges {
+                    id: self.shared.replica_id,
+                    restored: plane.restored(),
+                    peers_up: (0..plane.replica_count())
+                        .filter(|peer| *peer != self.shared.replica_id)
+                        .map(|peer| {
+                            (
+                                peer,
+                                plane.status(peer)
+                                    == crate::consensus::link_liveness::PeerStatus::Healthy,
+                            )
+                        })
+                        .collect(),
                 }
             }),
             checkpoints: GroupKind::ALL
@@ -453,5 +461,25 @@ pub struct InFlight(Rc<Node>);
 impl Drop for InFlight {
     fn drop(&mut self) {
         self.0.in_flight.set(self.0.in_flight.get() - 1);
+    }
+}
+
+/// A group's figures as the metrics report them.
+fn group_gauge(
+    group: crate::runtime::metrics::GroupLabel,
+    figures: &GroupFigures,
+) -> crate::runtime::metrics::GroupGauge {
+    let role = figures.role();
+    crate::runtime::metrics::GroupGauge {
+        group,
+        view: figures.view(),
+        commit: figures.commit(),
+        applied: figures.applied(),
+        primary: role.primary,
+        status: match role.status {
+            iggy_vsr::Status::Normal => 0,
+            iggy_vsr::Status::ViewChange => 1,
+            iggy_vsr::Status::Recovering => 2,
+        },
     }
 }

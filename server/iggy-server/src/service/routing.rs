@@ -282,6 +282,7 @@ mod tests {
             status,
             primary,
             in_touch: status == Normal,
+            muted: false,
         }
     }
 
