@@ -488,10 +488,8 @@ fn resident_mib(server: &TestServer) -> u64 {
 /// first, so a few anonymous connections that each sent a large body short of its last byte
 /// held 32 MiB apiece until the request timeout (16 of them: over 500 MiB).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails: an anonymous connection's body is read into memory up to limits.max_frame_size before it is refused"]
 async fn anonymous_connections_cannot_make_the_server_hold_large_request_bodies() {
     use iggy_generated::frames::{Command, Operation, ReplyHeader, RequestHeader};
-    use iggy_wire::{WireDecode, WireEncode};
     use std::io::{Read, Write};
     const CONNECTIONS: usize = 16;
     const BODY: usize = 32 << 20;
