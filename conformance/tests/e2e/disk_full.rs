@@ -158,7 +158,10 @@ async fn send(client: &IggyClient, acked: &mut Acknowledged, partition: u32, pay
     let sent =
         within("send", client.send_messages(&name("s"), &name("t"), &Partitioning::partition_id(partition), &mut messages)).await;
     match sent {
-        Ok(_) => Ok(acked.messages[partition as usize].extend(payloads)),
+        Ok(_) => {
+            acked.messages[partition as usize].extend(payloads);
+            Ok(())
+        }
         Err(error) => Err((Failed::Send(partition, payloads), error)),
     }
 }
@@ -167,14 +170,20 @@ async fn store(client: &IggyClient, acked: &mut Acknowledged, partition: u32, na
     let stored =
         within("store offset", client.store_consumer_offset(&consumer(&name_), &name("s"), &name("t"), Some(partition), offset)).await;
     match stored {
-        Ok(()) => Ok(drop(acked.offsets[partition as usize].insert(name_, offset))),
+        Ok(()) => {
+            acked.offsets[partition as usize].insert(name_, offset);
+            Ok(())
+        }
         Err(error) => Err((Failed::StoreOffset(partition, name_, offset), error)),
     }
 }
 
 async fn create_topic(client: &IggyClient, acked: &mut Acknowledged, topic: String) -> Result<(), (Failed, IggyError)> {
     match within("create topic", client.create_topic(&name("s"), &topic, &topic_options(1))).await {
-        Ok(_) => Ok(acked.topics.push(topic)),
+        Ok(_) => {
+            acked.topics.push(topic);
+            Ok(())
+        }
         Err(error) => Err((Failed::CreateTopic(topic), error)),
     }
 }
