@@ -331,6 +331,34 @@ pub fn partitions_fit(partitions: u64, limit: Option<u64>) -> bool {
     limit.is_none_or(|limit| partitions.saturating_mul(DESCRIPTORS_PER_PARTITION) <= limit / 2)
 }
 
+/// Descriptors a node keeps for itself besides its partitions' and its connections': the
+/// standard streams, listeners and the QUIC socket, the metadata journal, and the files a
+/// checkpoint, a segment roll or a directory fsync opens for a moment.
+const NODE_DESCRIPTORS: u64 = 64;
+/// Each shard's io_uring and wakeup eventfd.
+const DESCRIPTORS_PER_SHARD: u64 = 2;
+/// Each peer's replica links, dialed and accepted.
+const DESCRIPTORS_PER_PEER: u64 = 2;
+/// Connections over the limit answered a refusal at once, each holding its descriptor for a
+/// moment (`transport::tcp`).
+pub const REFUSALS_MAX: usize = 64;
+/// The connections a node admits however low its limit: it must still be reachable.
+const CONNECTIONS_MIN: u64 = 8;
+
+/// The client connections a node may hold within `limit` descriptors: the half its partitions
+/// may not take, less its own (`shards` runtimes, `peers` replica peers) and the refusals being
+/// answered. Connections beyond it would take the descriptors a checkpoint or a new partition
+/// needs, and a file open that fails stops the node. `None` (no limit): no bound.
+pub fn connections_fit(limit: Option<u64>, shards: usize, peers: usize) -> Option<usize> {
+    let limit = limit?;
+    let own = NODE_DESCRIPTORS
+        + DESCRIPTORS_PER_SHARD * shards as u64
+        + DESCRIPTORS_PER_PEER * peers as u64
+        + REFUSALS_MAX as u64;
+    let fit = (limit / 2).saturating_sub(own).max(CONNECTIONS_MIN);
+    Some(usize::try_from(fit).unwrap_or(usize::MAX))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -418,6 +446,17 @@ mod tests {
                 machine: 25.0
             }
         );
+    }
+
+    #[test]
+    fn connections_take_what_the_partitions_and_the_node_leave() {
+        // 10,000 of 20,000 for connections, less 64 own, 4 for 2 shards and 64 refusals.
+        assert_eq!(connections_fit(Some(20_000), 2, 0), Some(9_868));
+        // Two peers' links.
+        assert_eq!(connections_fit(Some(20_000), 2, 2), Some(9_864));
+        assert_eq!(connections_fit(Some(1024), 1, 0), Some(382));
+        assert_eq!(connections_fit(Some(128), 2, 0), Some(8));
+        assert_eq!(connections_fit(None, 2, 0), None);
     }
 
     #[test]
