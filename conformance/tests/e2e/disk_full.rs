@@ -2,7 +2,9 @@
 //! that finds no space (a segment's, a journal's, a checkpoint's, a new partition's directory or
 //! file) stops the server (exit 74) with a line naming the file and "No space left on device";
 //! a restart once there is room serves every acknowledged message, offset and topic, and
-//! nothing unacknowledged but the one request the server died in. `fail_stop.rs` covers the
+//! nothing unacknowledged but the one request the server died in. In a 3-node cluster the node
+//! whose disk fills stops while the other two go on, and catches up once it has room again.
+//! `fail_stop.rs` covers the
 //! same path with an EFBIG from `RLIMIT_FSIZE`; this one needs root (mount).
 
 use crate::harness::*;
@@ -376,4 +378,90 @@ async fn out_of_inodes_at_a_topic_create_stops_the_server_and_with_inodes_again_
     send_to_partition(&client, &name("s"), &name(&refused.0), 0, msgs("late", 1)).await;
     drop(client);
     tokio::task::block_in_place(|| server.stop());
+}
+
+/// In a 3-node cluster one node's disk fills: that node stops (74) naming the file, the other
+/// two go on committing (a quorum), and once its disk has room again the node restarts,
+/// catches up and holds the same segments as its peers, with every acknowledged message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_cluster_the_node_whose_disk_fills_stops_and_with_room_again_catches_up() {
+    use crate::test_cluster::{ClusterOptions, TestCluster};
+    let disk = Tmpfs::mount("size=2m");
+    let data = disk.data_dir().display().to_string();
+    let options = ClusterOptions {
+        env: vec![("IGGY_SYSTEM_SEGMENT_SIZE".into(), "1048576".into())],
+        node_env: [(2, vec![("IGGY_SYSTEM_PATH".into(), data.clone())])].into(),
+        ..ClusterOptions::default()
+    };
+    let mut cluster = TestCluster::start_with(3, options);
+    let client = cluster.root_client(0).await;
+    create_stream_and_topic(&client, "s", "t", 1).await;
+    let mut acked: Vec<String> = Vec::new();
+    let mut unknown: Vec<String> = Vec::new();
+    let mut number = 0;
+    let mut stopped_at = None;
+    // Until node 2 stops, then as much again.
+    while stopped_at.is_none_or(|at| number < 2 * at) {
+        let payloads = batch(0, number, 4096);
+        let mut messages: Vec<IggyMessage> = payloads.iter().map(|p| msg(p.as_bytes())).collect();
+        let sent = within_for(
+            Duration::from_secs(30),
+            "send",
+            client.send_messages(&name("s"), &name("t"), &Partitioning::partition_id(0), &mut messages),
+        )
+        .await;
+        match sent {
+            Ok(_) => acked.extend(payloads),
+            Err(_) => unknown.extend(payloads),
+        }
+        number += 1;
+        if stopped_at.is_none() && tokio::task::block_in_place(|| cluster.nodes[2].wait_exit(Duration::ZERO)).is_some() {
+            stopped_at = Some(number);
+        }
+        assert!(number < 400, "node 2 never ran out of room:\n{}", cluster.node(2).log());
+    }
+    let log = cluster.node(2).log();
+    let line = log.lines().find(|line| line.contains("storage failure:")).unwrap_or_else(|| panic!("{log}"));
+    assert!(line.contains(&data) && line.contains("No space left on device"), "{line}");
+    assert!(acked.len() > stopped_at.unwrap() * MESSAGES_PER_BATCH, "the two others went on committing");
+
+    eprintln!(
+        "node 2 stopped after batch {}: {} messages acknowledged, {} of unknown outcome",
+        stopped_at.unwrap(),
+        acked.len(),
+        unknown.len()
+    );
+    disk.remount("size=64m");
+    cluster.restart(2);
+    // Node 2's data directory is on the tmpfs, not where the harness keeps the others'.
+    let roots = [cluster.node(0).data_dir(), cluster.node(1).data_dir(), disk.data_dir()];
+    let segments = |root: &Path| -> BTreeMap<PathBuf, Vec<u8>> {
+        files_under(root)
+            .into_iter()
+            .filter(|path| path.extension().is_some_and(|e| e == "log"))
+            .map(|path| (path.strip_prefix(root).unwrap().to_path_buf(), std::fs::read(&path).unwrap_or_default()))
+            .collect()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !(segments(&roots[0]).len() >= 2 && roots.iter().all(|root| segments(root) == segments(&roots[0]))) {
+        let sizes: Vec<Vec<(PathBuf, usize)>> =
+            roots.iter().map(|root| segments(root).into_iter().map(|(p, b)| (p, b.len())).collect()).collect();
+        assert!(std::time::Instant::now() < deadline, "node 2 never caught up: {sizes:#?}\n{}", cluster.node(2).log());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for node in 0..3 {
+        let reader = cluster.root_client(node).await;
+        let mut served: Vec<String> = Vec::new();
+        loop {
+            let polled = poll(&reader, &name("s"), &name("t"), 0, &consumer("r"), PollingStrategy::offset(served.len() as u64), 1000, false).await;
+            if polled.messages.is_empty() {
+                break;
+            }
+            served.extend(payloads(&polled));
+        }
+        let mut unacked = served.iter().filter(|p| !acked.contains(p));
+        assert!(unacked.all(|p| unknown.contains(p)), "node {node} serves only what was sent");
+        let acked_served: Vec<&String> = served.iter().filter(|p| acked.contains(p)).collect();
+        assert!(acked_served.iter().copied().eq(acked.iter()), "node {node} serves every acknowledged message, in order");
+    }
 }
