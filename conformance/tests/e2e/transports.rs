@@ -1173,7 +1173,6 @@ async fn the_data_directory_keeps_no_bind_secret() {
 /// 685 MiB resident) until the request timeout; the TCP cap on an anonymous request's size does
 /// not bound the number of requests a QUIC connection has in flight.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails: an anonymous QUIC connection may open 10,000 streams, each holding its request body"]
 async fn an_anonymous_quic_connection_cannot_make_the_server_hold_many_request_bodies() {
     use iggy_generated::frames::{Command, Operation, RequestHeader};
     const STREAMS: usize = 2000;
