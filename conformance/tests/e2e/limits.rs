@@ -531,6 +531,7 @@ async fn anonymous_connections_cannot_make_the_server_hold_large_request_bodies(
     // Give the server the time to take in what was sent.
     tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     let during = resident_mib(&server);
+    eprintln!("resident {before} MiB before, {during} MiB during");
     let client = server.root_client().await;
     ok("ping", within("ping", client.ping()).await);
     assert!(

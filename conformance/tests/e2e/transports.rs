@@ -1221,6 +1221,7 @@ async fn an_anonymous_quic_connection_cannot_make_the_server_hold_many_request_b
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
     let during = resident_mib();
+    eprintln!("resident {before} MiB before, {during} MiB during");
     assert!(
         during < before + 64,
         "{} streams of {} KiB bodies short of one byte: resident {before} MiB before, {during} MiB while they wait",
