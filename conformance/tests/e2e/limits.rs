@@ -605,3 +605,37 @@ async fn connections_that_take_every_descriptor_do_not_stop_the_node_at_its_next
     ok("streams", within("streams", other.get_streams()).await);
     send_to_partition(&other, &name("s"), &name("t"), 0, msgs("after", 1)).await;
 }
+
+/// A poll's reply holds at most `limits.max_frame_size` bytes of messages (whole batches, at
+/// least one): a poll with a large count over a large partition built its whole reply in
+/// memory (a client asking for u32::MAX messages of a partition of many GiB held them all, and
+/// a reply over 4 GiB would not fit the header's u32 size). The client polls on from the
+/// offset after the last message it got, as for any short poll.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "fails: a poll returns every message asked for, whatever their size"]
+async fn a_poll_reply_is_bounded_by_the_frame_limit_and_the_client_polls_on() {
+    const FRAME: usize = 2 << 20;
+    const PAYLOAD: usize = 400 << 10;
+    let frame = FRAME.to_string();
+    let server = TestServer::start_with_env(&[("IGGY_LIMITS_MAX_FRAME_SIZE", &frame)]);
+    let client = server.root_client().await;
+    create_stream_and_topic(&client, "s", "t", 1).await;
+    for i in 0..12u8 {
+        send_to_partition(&client, &name("s"), &name("t"), 0, vec![msg(vec![b'a' + i; PAYLOAD])]).await;
+    }
+    let mut next = 0u64;
+    let mut polls = 0;
+    while next < 12 {
+        let polled = poll(&client, &name("s"), &name("t"), 0, &consumer("c"), PollingStrategy::offset(next), 100, false).await;
+        let bytes: usize = polled.messages.iter().map(|m| m.payload.len()).sum();
+        assert!(!polled.messages.is_empty(), "a poll from {next} returns at least one message");
+        assert!(bytes <= FRAME + PAYLOAD, "a reply of {} messages, {bytes} bytes of payload", polled.messages.len());
+        for (i, message) in polled.messages.iter().enumerate() {
+            assert_eq!(message.header.offset, next + i as u64);
+            assert_eq!(message.payload[0], b'a' + (next + i as u64) as u8);
+        }
+        next += polled.messages.len() as u64;
+        polls += 1;
+    }
+    assert!(polls >= 3, "12 x 400 KiB in replies of at most 2 MiB: {polls} polls");
+}
