@@ -871,7 +871,6 @@ async fn the_sdk_reads_why_a_login_beyond_max_sessions_per_user_was_refused() {
 /// connections that each sent a large body short of its end made it hold them all (100 of
 /// them: about 200 MiB). A signed-in client's large requests are served as before.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails: an anonymous request's body is read up to http.max_request_size before its token is checked"]
 async fn anonymous_requests_cannot_make_the_server_hold_large_bodies() {
     const CONNECTIONS: usize = 64;
     const BODY: usize = 1_900_000;
