@@ -153,7 +153,6 @@ pub async fn serve_frames(
     }
 }
 
-/// Writes `frame` to `link` within `idle` (see [`taken_within`]).
 /// The largest request a connection without a session may send, header included: its
 /// Register, BindSession and Ping take a few hundred bytes (a login's client context is a short
 /// name), far below this.
@@ -168,6 +167,7 @@ fn registers(admitted: &frame::Admitted) -> bool {
             && admitted.non_replicated_code() == BIND_SESSION_CODE)
 }
 
+/// Writes `frame` to `link` within `idle` (see [`taken_within`]).
 async fn write_within(
     idle: Duration,
     link: &mut impl FrameIo,
