@@ -465,3 +465,25 @@ async fn in_a_cluster_the_node_whose_disk_fills_stops_and_with_room_again_catche
         assert!(acked_served.iter().copied().eq(acked.iter()), "node {node} serves every acknowledged message, in order");
     }
 }
+
+/// A node whose data directory's filesystem has little room left warns, naming the directory
+/// and what is left, at start and then once a minute while it stays low: the write that finds
+/// no room stops the node, and before this nothing said it was coming (nor, after a restart
+/// on a disk still full, why the node stopped again within seconds).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "fails: nothing warns of a disk about to fill"]
+async fn a_node_warns_when_its_disk_has_little_room_left() {
+    let disk = Tmpfs::mount("size=8m");
+    let server = server_on(&disk, &[]);
+    let data = disk.data_dir().display().to_string();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let log = server.log();
+        if let Some(line) = log.lines().find(|line| line.contains("free on its filesystem")) {
+            assert!(line.contains("WARN") && line.contains(&data) && line.contains("exit 74"), "{line}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no warning of the little room left:\n{log}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
