@@ -471,7 +471,6 @@ async fn in_a_cluster_the_node_whose_disk_fills_stops_and_with_room_again_catche
 /// no room stops the node, and before this nothing said it was coming (nor, after a restart
 /// on a disk still full, why the node stopped again within seconds).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails: nothing warns of a disk about to fill"]
 async fn a_node_warns_when_its_disk_has_little_room_left() {
     let disk = Tmpfs::mount("size=8m");
     let server = server_on(&disk, &[]);
