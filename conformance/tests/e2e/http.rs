@@ -864,3 +864,67 @@ async fn the_sdk_reads_why_a_login_beyond_max_sessions_per_user_was_refused() {
         other => panic!("the SDK's login is refused with 429: {other:?}"),
     }
 }
+
+/// A request without a valid token whose body is larger than a login's (64 KiB) is refused
+/// before its body is read (401, or 413 on a public route), and the connection closes: before,
+/// the server read every body up to `http.max_request_size` (2 MB) first, so anonymous
+/// connections that each sent a large body short of its end made it hold them all (100 of
+/// them: about 200 MiB). A signed-in client's large requests are served as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anonymous_requests_cannot_make_the_server_hold_large_bodies() {
+    const CONNECTIONS: usize = 64;
+    const BODY: usize = 1_900_000;
+    let (server, api) = TestServer::start_with_http(&[("IGGY_LIMITS_REQUEST_TIMEOUT_MS", "60000")]);
+    let resident_mib = || {
+        let pid = server.pid().expect("running");
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
+        let kib: u64 = status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmRSS:"))
+            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmRSS");
+        kib / 1024
+    };
+    let before = resident_mib();
+    let address = api.trim_start_matches("http://").to_string();
+    let held = tokio::task::spawn_blocking(move || {
+        use std::io::Write;
+        let body = vec![b'x'; BODY];
+        (0..CONNECTIONS)
+            .filter_map(|_| {
+                let mut stream = std::net::TcpStream::connect(&address).expect("connect");
+                stream.set_write_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+                let head = format!(
+                    "POST /streams/s/topics/t/messages HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+                    BODY + 1
+                );
+                stream.write_all(head.as_bytes()).ok()?;
+                // Everything but the last byte (or as much as a server that stopped reading takes).
+                let _ = stream.write_all(&body);
+                Some(stream)
+            })
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap();
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    let during = resident_mib();
+    eprintln!("resident {before} MiB before, {during} MiB during");
+    assert!(
+        during < before + 64,
+        "{} anonymous requests with {BODY}-byte bodies short of one byte: resident {before} MiB before, {during} MiB while they wait",
+        held.len()
+    );
+    drop(held);
+
+    // Refused at once, without the body: 401 on a route that needs a token, 413 on a public one.
+    let (status, _) = raw(&api, "POST", "/streams", None, &vec![b' '; 100_000]).await;
+    assert_eq!(status, 401);
+    let (status, _) = raw(&api, "POST", "/users/login", None, &vec![b' '; 100_000]).await;
+    assert_eq!(status, 413);
+    // A signed-in client sends a large batch as before.
+    let client = http_client(&api).await;
+    create_stream_and_topic(&client, "s", "t", 1).await;
+    let mut messages = vec![msg(vec![b'a'; 500_000])];
+    ok("send", within("send", client.send_messages(&name("s"), &name("t"), &Partitioning::partition_id(0), &mut messages)).await);
+}

@@ -214,9 +214,11 @@ async fn a_partition_that_cannot_open_does_not_hold_ended_sessions_slots() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn connections_past_the_open_files_limit_wait_without_flooding_the_log_and_are_served_later()
+async fn connections_past_the_open_files_limit_are_refused_without_flooding_the_log_and_served_later()
 {
-    // The server needs a few dozen descriptors of its own; the rest run out under the storm.
+    // The server needs a few dozen descriptors of its own, and keeps half for partitions: the
+    // connections it admits are bounded so that the storm cannot take those (it admits 8 here),
+    // and the others are refused.
     let server = TestServer::start_with_open_files_limit(&[], 96);
     let address = server.address();
     let storm = tokio::task::spawn_blocking(move || {
@@ -235,14 +237,19 @@ async fn connections_past_the_open_files_limit_wait_without_flooding_the_log_and
     let client = server.root_client().await;
     ok("streams", within("streams", client.get_streams()).await);
     let log = server.log();
-    let failed = log.matches("tcp accept failed").count();
+    let failed = log.matches("tcp accept failed").count()
+        + log.matches("connection limit reached").count();
     assert!(
         (1..=5).contains(&failed),
-        "the failed accepts are logged, throttled: {failed} lines"
+        "the refusals are logged, throttled: {failed} lines\n{log}"
     );
     assert!(
-        log.contains("ulimit -n"),
-        "the warning says which limit ran out"
+        log.contains("the open files limit; raise ulimit -n"),
+        "the warning says which limit ran out:\n{log}"
+    );
+    assert!(
+        log.contains("at most 8 client connections"),
+        "the start says how many connections the limit leaves room for:\n{log}"
     );
 }
 
@@ -468,4 +475,166 @@ async fn an_http_client_that_stops_reading_is_closed_after_the_idle_timeout_and_
     drop(stalled);
     let (status, _) = crate::http::raw(&api, "GET", "/streams/s/topics/t/messages?consumer_kind=consumer&consumer_id=2&partition_id=0&kind=offset&value=0&count=1", Some(&token), b"").await;
     assert_eq!(status, 200, "another client is served");
+}
+
+/// The server's resident memory in MiB (VmRSS).
+fn resident_mib(server: &TestServer) -> u64 {
+    let pid = server.pid().expect("running");
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
+    let kib: u64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS");
+    kib / 1024
+}
+
+/// A connection that has not signed in can only register, bind a session or ping, which take a
+/// few hundred bytes; a larger request of it is read past and answered Unauthenticated, not
+/// held. Before, the server read any body up to `limits.max_frame_size` (64 MiB) into memory
+/// first, so a few anonymous connections that each sent a large body short of its last byte
+/// held 32 MiB apiece until the request timeout (16 of them: over 500 MiB).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anonymous_connections_cannot_make_the_server_hold_large_request_bodies() {
+    use iggy_generated::frames::{Command, Operation, ReplyHeader, RequestHeader};
+    use std::io::{Read, Write};
+    const CONNECTIONS: usize = 16;
+    const BODY: usize = 32 << 20;
+    // The bodies stay held for the whole measurement.
+    let server = TestServer::start_with_env(&[("IGGY_LIMITS_REQUEST_TIMEOUT_MS", "60000")]);
+    let before = resident_mib(&server);
+    let address = server.address();
+    let held = tokio::task::spawn_blocking(move || {
+        let body = vec![b'x'; BODY];
+        (0..CONNECTIONS)
+            .map(|i| {
+                let header = RequestHeader {
+                    command: Command::Request,
+                    size: (RequestHeader::SIZE + BODY + 1) as u32,
+                    client: 0xA11CE + i as u128,
+                    operation: Operation::SendMessages.to_repr(),
+                    request: 1,
+                    request_checksum: 1,
+                    ..RequestHeader::default()
+                };
+                let mut stream = std::net::TcpStream::connect(&address).expect("connect");
+                stream.set_write_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
+                stream.write_all(&header.to_bytes()).expect("header");
+                // Everything but the last byte.
+                stream.write_all(&body).expect("body");
+                stream
+            })
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap();
+    // Give the server the time to take in what was sent.
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    let during = resident_mib(&server);
+    eprintln!("resident {before} MiB before, {during} MiB during");
+    let client = server.root_client().await;
+    ok("ping", within("ping", client.ping()).await);
+    assert!(
+        during < before + 128,
+        "{CONNECTIONS} anonymous connections with {} MiB bodies short of one byte: resident {before} MiB before, {during} MiB while they wait",
+        BODY >> 20
+    );
+
+    // The last byte: the request is answered Unauthenticated and the connection serves on.
+    let mut stream = held.into_iter().next().unwrap();
+    let reply = tokio::task::spawn_blocking(move || {
+        stream.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+        stream.write_all(b"x").expect("last byte");
+        let mut head = [0u8; ReplyHeader::SIZE];
+        stream.read_exact(&mut head).expect("a reply");
+        ReplyHeader::decode_fixed(&head).expect("reply header")
+    })
+    .await
+    .unwrap();
+    assert_eq!(reply.status, 40, "Unauthenticated");
+}
+
+/// Client connections that take every descriptor the process may open must not stop the node
+/// at its next file open: a topic create (new partition files), a checkpoint (slot files,
+/// directory fsyncs) and segment rolls on a connection opened before the storm find the limit
+/// reached. Before, such an open failed with EMFILE and stopped the node as a storage failure
+/// (exit 74): any client able to open connections could stop it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_that_take_every_descriptor_do_not_stop_the_node_at_its_next_file_open() {
+    let mut server = TestServer::start_with_open_files_limit(
+        &[("IGGY_SYSTEM_CHECKPOINT_JOURNAL_OPS", "4"), ("IGGY_SYSTEM_SEGMENT_SIZE", "1048576")],
+        128,
+    );
+    // No reconnection: a request the node dies in fails at once.
+    let client = IggyClient::from_connection_string(&format!(
+        "{}?reconnection_retries=0",
+        server.connection_string(ROOT_USER, ROOT_PASSWORD)
+    ))
+    .expect("valid connection string");
+    ok("connect", within("connect + auto-login", client.connect()).await);
+    create_stream_and_topic(&client, "s", "t", 1).await;
+    let address = server.address();
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let storm = std::thread::spawn(move || {
+        let held: Vec<std::net::TcpStream> = (0..200).filter_map(|_| std::net::TcpStream::connect(&address).ok()).collect();
+        let _ = released.recv();
+        held.len()
+    });
+    // The server accepts until it refuses (or its descriptors run out).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !server.log().contains("tcp accept failed") && !server.log().contains("connection limit reached") {
+        assert!(std::time::Instant::now() < deadline, "the storm never reached the limit:\n{}", server.log());
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    // Writes that open files: checkpoints every 4 ops, a segment roll every 1 MiB, a new topic.
+    let mut outcomes = Vec::new();
+    for i in 0..12 {
+        let mut messages = vec![msg(vec![b'a' + i as u8; 200 * 1024])];
+        let sent = within("send", client.send_messages(&name("s"), &name("t"), &Partitioning::partition_id(0), &mut messages)).await;
+        outcomes.push(format!("send {i}: {:?}", sent.err()));
+    }
+    let created = within("create topic", client.create_topic(&name("s"), "t2", &topic_options(1))).await;
+    outcomes.push(format!("create topic: {:?}", created.err()));
+    let _ = release.send(());
+    assert_eq!(storm.join().unwrap(), 200);
+    let exited = tokio::task::block_in_place(|| server.wait_exit(std::time::Duration::from_secs(2)));
+    assert!(exited.is_none(), "the node stopped ({exited:?}) after {outcomes:#?}:\n{}", server.log());
+    assert!(!server.log().contains("storage failure"), "{}", server.log());
+    // Once the connections are gone, everything works again.
+    let other = server.root_client().await;
+    ok("streams", within("streams", other.get_streams()).await);
+    send_to_partition(&other, &name("s"), &name("t"), 0, msgs("after", 1)).await;
+}
+
+/// A poll's reply holds at most `limits.max_frame_size` bytes of messages (whole batches, at
+/// least one): a poll with a large count over a large partition built its whole reply in
+/// memory (a client asking for u32::MAX messages of a partition of many GiB held them all, and
+/// a reply over 4 GiB would not fit the header's u32 size). The client polls on from the
+/// offset after the last message it got, as for any short poll.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poll_reply_is_bounded_by_the_frame_limit_and_the_client_polls_on() {
+    const FRAME: usize = 2 << 20;
+    const PAYLOAD: usize = 400 << 10;
+    let frame = FRAME.to_string();
+    let server = TestServer::start_with_env(&[("IGGY_LIMITS_MAX_FRAME_SIZE", &frame)]);
+    let client = server.root_client().await;
+    create_stream_and_topic(&client, "s", "t", 1).await;
+    for i in 0..12u8 {
+        send_to_partition(&client, &name("s"), &name("t"), 0, vec![msg(vec![b'a' + i; PAYLOAD])]).await;
+    }
+    let mut next = 0u64;
+    let mut polls = 0;
+    while next < 12 {
+        let polled = poll(&client, &name("s"), &name("t"), 0, &consumer("c"), PollingStrategy::offset(next), 100, false).await;
+        let bytes: usize = polled.messages.iter().map(|m| m.payload.len()).sum();
+        assert!(!polled.messages.is_empty(), "a poll from {next} returns at least one message");
+        assert!(bytes <= FRAME + PAYLOAD, "a reply of {} messages, {bytes} bytes of payload", polled.messages.len());
+        for (i, message) in polled.messages.iter().enumerate() {
+            assert_eq!(message.header.offset, next + i as u64);
+            assert_eq!(message.payload[0], b'a' + (next + i as u64) as u8);
+        }
+        next += polled.messages.len() as u64;
+        polls += 1;
+    }
+    assert!(polls >= 3, "12 x 400 KiB in replies of at most 2 MiB: {polls} polls");
 }

@@ -27,6 +27,7 @@ mod consumer_groups;
 mod crash;
 mod docker_image;
 mod external_offsets;
+mod disk_full;
 mod fail_stop;
 mod framing;
 mod http;

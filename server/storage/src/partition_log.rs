@@ -1094,17 +1094,21 @@ impl PartitionLog {
         start: u64,
         max_messages: u32,
     ) -> Result<ReadBatches, StorageError> {
-        self.read_from_with_headroom(start, max_messages, 0).await
+        self.read_from_with_headroom(start, max_messages, 0, usize::MAX)
+            .await
     }
 
     /// [`read_from`](Self::read_from), with `headroom` zero bytes in front of the records in
     /// `ReadBatches::bytes`: room for the reply's headers, so the records are copied only once
-    /// on their way to the socket.
+    /// on their way to the socket. The records stop before the batch that would take them past
+    /// `max_bytes` (the first batch is always read, whatever its size), so fewer messages than
+    /// `max_messages` may come back.
     pub async fn read_from_with_headroom(
         &mut self,
         start: u64,
         max_messages: u32,
         headroom: usize,
+        max_bytes: usize,
     ) -> Result<ReadBatches, StorageError> {
         let mut out = vec![0u8; headroom];
         let start = start.max(self.first_offset());
@@ -1125,7 +1129,8 @@ impl PartitionLog {
             .partition_point(|segment| segment.start_offset <= start)
             - 1;
         let mut first = true;
-        while remaining > 0 && segment_index < self.segments.len() {
+        let mut full = false;
+        while remaining > 0 && segment_index < self.segments.len() && !full {
             let segment = &self.segments[segment_index];
             // Every segment visited is read from (a closed one is never empty).
             let file = self
@@ -1169,6 +1174,11 @@ impl PartitionLog {
             let mut bytes = 0usize;
             while to < entries.len() && remaining > 0 {
                 let entry = &entries[to];
+                let records = out.len() - headroom + bytes;
+                if records > 0 && records.saturating_add(entry.length as usize) > max_bytes {
+                    full = true;
+                    break;
+                }
                 let take = entry.count.min(remaining);
                 last_batch = Some((out.len() + bytes, entry.count, take));
                 bytes += entry.length as usize;

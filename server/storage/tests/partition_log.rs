@@ -1466,3 +1466,69 @@ fn a_log_of_many_closed_segments_keeps_a_bounded_number_of_files_open() {
         assert_eq!(held(), 0, "a dropped log holds nothing");
     });
 }
+
+#[test]
+fn a_read_stops_before_the_batch_that_would_pass_its_byte_bound() {
+    run(async {
+        let temporary = tempfile::tempdir().unwrap();
+        let dir = temporary.path();
+        let mut log = PartitionLog::open(dir, config(1024)).await.unwrap();
+        let lengths = append_batches(&mut log, &ROLL_SIZES).await;
+        let bases = batch_bases(&ROLL_SIZES);
+        let whole = log.read_from(0, u32::MAX).await.unwrap();
+        for start in [0, 1, bases[2], bases[2] + 1] {
+            for max_bytes in [
+                0,
+                1,
+                lengths[0],
+                lengths[0] + lengths[1],
+                1500,
+                4000,
+                usize::MAX,
+            ] {
+                let read = log
+                    .read_from_with_headroom(start, u32::MAX, 16, max_bytes)
+                    .await
+                    .unwrap();
+                let records = &read.bytes[16..];
+                let messages = decode(records);
+                // At least one batch, whatever the bound; whole batches after it within it.
+                assert!(!messages.is_empty(), "start {start} max_bytes {max_bytes}");
+                let one_batch = messages.last().unwrap().0
+                    < *bases
+                        .iter()
+                        .find(|base| **base > start)
+                        .unwrap_or(&u64::MAX);
+                assert!(
+                    records.len() <= max_bytes || one_batch,
+                    "start {start}: {} bytes over {max_bytes}",
+                    records.len()
+                );
+                // The messages run on from `start` as an unbounded read's do.
+                for (index, (offset, _, body)) in messages.iter().enumerate() {
+                    assert_eq!(*offset, start + index as u64);
+                    assert_eq!(*body, payload(*offset));
+                }
+                assert_eq!(read.messages as usize, messages.len());
+                assert_eq!(read.last_offset, Some(start + messages.len() as u64 - 1));
+                let next = messages.last().unwrap().0 + 1;
+                if max_bytes == usize::MAX {
+                    assert_eq!(next, log.next_offset());
+                } else if next < log.next_offset() {
+                    // Stopped at a batch boundary, the next batch not fitting.
+                    let at = bases
+                        .iter()
+                        .position(|base| *base == next)
+                        .expect("a batch boundary");
+                    assert!(records.len() + lengths[at] > max_bytes);
+                }
+            }
+        }
+        assert_eq!(
+            log.read_from_with_headroom(0, u32::MAX, 0, usize::MAX)
+                .await
+                .unwrap(),
+            whole
+        );
+    });
+}

@@ -94,14 +94,18 @@ fn io_figure(io: &str, key: &str) -> u64 {
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-struct DiskSpace {
-    free: u64,
-    total: u64,
+pub struct DiskSpace {
+    pub free: u64,
+    pub total: u64,
+    /// Inodes an unprivileged writer may still take, and all of them (0: the filesystem, such as
+    /// btrfs, sets no limit).
+    pub inodes_free: u64,
+    pub inodes_total: u64,
 }
 
 /// Space of the filesystem holding `path`: free counts only blocks an unprivileged writer may
 /// use (`f_bavail`), since the server does not run as root.
-fn disk_space(path: &Path) -> DiskSpace {
+pub fn disk_space(path: &Path) -> DiskSpace {
     use std::os::unix::ffi::OsStrExt;
     let Ok(path) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
         return DiskSpace::default();
@@ -120,9 +124,13 @@ fn disk_space(path: &Path) -> DiskSpace {
         stat.f_bavail as u64,
         stat.f_blocks as u64,
     );
+    #[allow(clippy::unnecessary_cast)]
+    let (inodes_free, inodes_total) = (stat.f_favail as u64, stat.f_files as u64);
     DiskSpace {
         free: available.saturating_mul(fragment),
         total: blocks.saturating_mul(fragment),
+        inodes_free,
+        inodes_total,
     }
 }
 
@@ -331,6 +339,58 @@ pub fn partitions_fit(partitions: u64, limit: Option<u64>) -> bool {
     limit.is_none_or(|limit| partitions.saturating_mul(DESCRIPTORS_PER_PARTITION) <= limit / 2)
 }
 
+/// Inodes below which a node warns: a topic create takes a few per partition.
+const LOW_INODES: u64 = 1024;
+
+/// The warning a node gives when the filesystem of its data directory `path` has little room
+/// left: fewer than two of the largest frames' bytes (`frame`), or few inodes. `None` when
+/// there is room, and for a `space` that could not be read (all zero).
+pub fn low_room_warning(path: &Path, space: DiskSpace, frame: u64) -> Option<String> {
+    let limits_inodes = space.inodes_total > 0;
+    let low_bytes = space.total > 0 && space.free < frame.saturating_mul(2);
+    let low_inodes = limits_inodes && space.inodes_free < LOW_INODES;
+    (low_bytes || low_inodes).then(|| {
+        let inodes = match limits_inodes {
+            true => space.inodes_free.to_string(),
+            false => "unlimited".to_string(),
+        };
+        format!(
+            "data directory {}: {} KiB and {inodes} inodes free on its filesystem; a write \
+             that finds no room stops the node (exit 74): free some before it runs out",
+            path.display(),
+            space.free / 1024,
+        )
+    })
+}
+
+/// Descriptors a node keeps for itself besides its partitions' and its connections': the
+/// standard streams, listeners and the QUIC socket, the metadata journal, and the files a
+/// checkpoint, a segment roll or a directory fsync opens for a moment.
+const NODE_DESCRIPTORS: u64 = 64;
+/// Each shard's io_uring and wakeup eventfd.
+const DESCRIPTORS_PER_SHARD: u64 = 2;
+/// Each peer's replica links, dialed and accepted.
+const DESCRIPTORS_PER_PEER: u64 = 2;
+/// Connections over the limit answered a refusal at once, each holding its descriptor for a
+/// moment (`transport::tcp`).
+pub const REFUSALS_MAX: usize = 64;
+/// The connections a node admits however low its limit: it must still be reachable.
+const CONNECTIONS_MIN: u64 = 8;
+
+/// The client connections a node may hold within `limit` descriptors: the half its partitions
+/// may not take, less its own (`shards` runtimes, `peers` replica peers) and the refusals being
+/// answered. Connections beyond it would take the descriptors a checkpoint or a new partition
+/// needs, and a file open that fails stops the node. `None` (no limit): no bound.
+pub fn connections_fit(limit: Option<u64>, shards: usize, peers: usize) -> Option<usize> {
+    let limit = limit?;
+    let own = NODE_DESCRIPTORS
+        + DESCRIPTORS_PER_SHARD * shards as u64
+        + DESCRIPTORS_PER_PEER * peers as u64
+        + REFUSALS_MAX as u64;
+    let fit = (limit / 2).saturating_sub(own).max(CONNECTIONS_MIN);
+    Some(usize::try_from(fit).unwrap_or(usize::MAX))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -418,6 +478,43 @@ mod tests {
                 machine: 25.0
             }
         );
+    }
+
+    #[test]
+    fn little_room_warns_naming_the_directory_and_what_is_left() {
+        let path = Path::new("/data");
+        let frame = 64 << 20;
+        let space = |free: u64, inodes_free: u64, inodes_total: u64| DiskSpace {
+            free,
+            total: 1 << 41,
+            inodes_free,
+            inodes_total,
+        };
+        assert_eq!(
+            low_room_warning(path, space(1 << 40, 1 << 20, 1 << 21), frame),
+            None
+        );
+        // No inode limit: 0 of 0.
+        assert_eq!(low_room_warning(path, space(1 << 40, 0, 0), frame), None);
+        let bytes = low_room_warning(path, space(100 << 20, 1 << 20, 1 << 21), frame).unwrap();
+        assert!(
+            bytes.starts_with("data directory /data: 102400 KiB and 1048576 inodes free"),
+            "{bytes}"
+        );
+        assert!(low_room_warning(path, space(1 << 40, 10, 1 << 21), frame).is_some());
+        // Unreadable: nothing to say.
+        assert_eq!(low_room_warning(path, DiskSpace::default(), frame), None);
+    }
+
+    #[test]
+    fn connections_take_what_the_partitions_and_the_node_leave() {
+        // 10,000 of 20,000 for connections, less 64 own, 4 for 2 shards and 64 refusals.
+        assert_eq!(connections_fit(Some(20_000), 2, 0), Some(9_868));
+        // Two peers' links.
+        assert_eq!(connections_fit(Some(20_000), 2, 2), Some(9_864));
+        assert_eq!(connections_fit(Some(1024), 1, 0), Some(382));
+        assert_eq!(connections_fit(Some(128), 2, 0), Some(8));
+        assert_eq!(connections_fit(None, 2, 0), None);
     }
 
     #[test]

@@ -40,8 +40,11 @@ pub async fn run(node: Rc<Node>) {
     if node.shared.replica_count() > 1 {
         compio::runtime::spawn(report_sessions(node.clone(), lease)).detach();
     }
+    let low_room = crate::consensus::log_limit::Throttled::new(LOW_ROOM_WARNING_INTERVAL);
+    warn_of_low_room(&node, &low_room);
     for pass in 1u64.. {
         compio::time::sleep(interval).await;
+        warn_of_low_room(&node, &low_room);
         retention(&node).await;
         expire_sessions(&node, lease).await;
         delete_expired_tokens(&node).await;
@@ -98,6 +101,22 @@ fn release_restored(node: &Node) {
             );
         }
         Err(error) => tracing::warn!("cannot remove {}: {error}", marker.display()),
+    }
+}
+
+/// How often a node whose disk stays nearly full says so again.
+const LOW_ROOM_WARNING_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Warns (at most once per interval) when the data directory's filesystem has little room
+/// left: the write that finds none stops the node, and the operator should hear of it first.
+fn warn_of_low_room(node: &Node, throttle: &crate::consensus::log_limit::Throttled) {
+    let path = std::path::Path::new(&node.shared.config.system.path);
+    let space = crate::runtime::host::disk_space(path);
+    let frame = u64::from(node.shared.config.limits.max_frame_size);
+    if let Some(warning) = crate::runtime::host::low_room_warning(path, space, frame)
+        && throttle.due(Instant::now()).is_some()
+    {
+        tracing::warn!("{warning}");
     }
 }
 

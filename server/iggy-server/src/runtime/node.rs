@@ -15,10 +15,13 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
 
-/// Counts open connections against `limits.max_connections`.
+/// Counts open connections against `limits.max_connections`, or the lower bound the open-files
+/// limit sets (`host::connections_fit`).
 pub struct ConnectionLimiter {
     open: Cell<usize>,
     max: usize,
+    /// What sets `max`, for the refusal's warning.
+    pub limited_by: &'static str,
 }
 
 pub struct ConnectionGuard {
@@ -187,9 +190,25 @@ impl Node {
             "persisted" => Durability::Persisted,
             _ => Durability::Replicated,
         };
-        let max_connections = config.limits.max_connections;
         let shard_count = config.shard_count();
         let replica_count = plane.as_ref().map_or(1, |plane| plane.replica_count());
+        let configured = config.limits.max_connections;
+        let fit = crate::runtime::host::connections_fit(
+            crate::runtime::host::open_files_limit(),
+            shard_count,
+            usize::from(replica_count) - 1,
+        );
+        let (max_connections, limited_by) = match fit {
+            Some(fit) if fit < configured => {
+                tracing::info!(
+                    "at most {fit} client connections (limits.max_connections is {configured}): \
+                     the open files limit leaves room for no more besides the partitions' half \
+                     (raise ulimit -n, or LimitNOFILE= under systemd, for more)"
+                );
+                (fit, "the open files limit; raise ulimit -n")
+            }
+            _ => (configured, "limits.max_connections"),
+        };
         let shared = Rc::new(Shared {
             config,
             data,
@@ -292,6 +311,7 @@ impl Node {
             connections: ConnectionLimiter {
                 open: Cell::new(0),
                 max: max_connections,
+                limited_by,
             },
             next_connection: Cell::new(1),
             clients: RefCell::new(HashMap::new()),

@@ -30,6 +30,8 @@ pub enum PartitionRead {
     Messages {
         start: StartAt,
         count: u32,
+        /// The reply's records stop before the batch that would take them past this.
+        bytes_max: usize,
         done: oneshot::Sender<Result<Polled, ErrorCode>>,
     },
     /// The current offset and `owner`'s stored one (see `iggy_partition::Partition::offset`).
@@ -282,7 +284,12 @@ impl PartitionMachine {
         self.core.current_offset(self.log.next_offset())
     }
 
-    async fn poll(&mut self, start: StartAt, count: u32) -> Result<Polled, ErrorCode> {
+    async fn poll(
+        &mut self,
+        start: StartAt,
+        count: u32,
+        bytes_max: usize,
+    ) -> Result<Polled, ErrorCode> {
         let range = self.core.poll_range(start, count, &LogFacts(&self.log));
         let current_offset = range.current_offset;
         if range.count == 0 {
@@ -298,7 +305,7 @@ impl PartitionMachine {
         }
         let batches = self
             .log
-            .read_from_with_headroom(range.start, range.count, POLL_REPLY_HEADROOM)
+            .read_from_with_headroom(range.start, range.count, POLL_REPLY_HEADROOM, bytes_max)
             .await
             .map_err(|error| {
                 tracing::error!("partition {}: read failed: {error}", self.partition_id);
@@ -542,8 +549,13 @@ impl StateMachine for PartitionMachine {
 
     async fn read(&mut self, read: PartitionRead) {
         match read {
-            PartitionRead::Messages { start, count, done } => {
-                let polled = self.poll(start, count).await;
+            PartitionRead::Messages {
+                start,
+                count,
+                bytes_max,
+                done,
+            } => {
+                let polled = self.poll(start, count, bytes_max).await;
                 if let Ok(polled) = &polled {
                     let records = polled.batches.bytes.len() - POLL_REPLY_HEADROOM;
                     self.stats.count_out(polled.batches.messages, records);
@@ -815,12 +827,21 @@ impl PartitionHandle {
         }
     }
 
-    pub async fn poll(&self, start: StartAt, count: u32) -> Result<Polled, ErrorCode> {
+    /// `count` messages from `start`, fewer when they would take more than `bytes_max`
+    /// bytes of records (at least one batch).
+    pub async fn poll(
+        &self,
+        start: StartAt,
+        count: u32,
+        bytes_max: usize,
+    ) -> Result<Polled, ErrorCode> {
         let (done, wait) = oneshot::channel();
-        if !self
-            .group
-            .read(PartitionRead::Messages { start, count, done })
-        {
+        if !self.group.read(PartitionRead::Messages {
+            start,
+            count,
+            bytes_max,
+            done,
+        }) {
             return Err(ErrorCode::PartitionNotFound);
         }
         wait.await.unwrap_or(Err(ErrorCode::PartitionNotFound))
@@ -1064,7 +1085,7 @@ mod tests {
 
     async fn polled(machine: &mut PartitionMachine) -> u32 {
         machine
-            .poll(StartAt::First, 100)
+            .poll(StartAt::First, 100, usize::MAX)
             .await
             .unwrap()
             .batches
@@ -1092,6 +1113,7 @@ mod tests {
             .read(PartitionRead::Messages {
                 start: StartAt::First,
                 count: 100,
+                bytes_max: usize::MAX,
                 done,
             })
             .await;

@@ -1859,7 +1859,11 @@ async fn poll(
         _ => return Err(ErrorCode::InvalidFormat),
     };
     let partition = served_partition(node, key, served)?;
-    let polled = partition.poll(start, poll.count).await?;
+    // A reply holds at most a frame's worth of records (whole batches, at least one): a count
+    // of millions over a large partition is served in several polls, not built whole.
+    let bytes_max = (node.shared.config.limits.max_frame_size as usize)
+        .saturating_sub(crate::runtime::partition::POLL_REPLY_HEADROOM);
+    let polled = partition.poll(start, poll.count, bytes_max).await?;
     if poll.auto_commit
         && let Some(last) = polled.batches.last_offset
     {

@@ -71,13 +71,29 @@ pub async fn serve_frames(
                 return Ok(());
             }
         };
-        let admitted = match frame::admit_header(&header, limits.max_frame_size) {
+        // A connection without a session can only register, bind or ping: anything larger
+        // than those is refused unread, so anonymous peers cannot make the node hold bodies of
+        // up to limits.max_frame_size each until the request timeout.
+        let max_frame = match connection.bound {
+            Some(_) => limits.max_frame_size,
+            None => limits.max_frame_size.min(UNBOUND_FRAME_MAX),
+        };
+        let admitted = match frame::admit_header(&header, max_frame) {
             Ok(admitted) => admitted,
             Err(frame::HeaderError::OverLimit(over)) => {
-                tracing::debug!(
-                    "request of {} bytes over limits.max_frame_size refused",
-                    over.header.size
-                );
+                let refused = if over.header.size <= limits.max_frame_size && !registers(&over) {
+                    tracing::debug!(
+                        "request of {} bytes without a session refused unread",
+                        over.header.size
+                    );
+                    ErrorCode::Unauthenticated
+                } else {
+                    tracing::debug!(
+                        "request of {} bytes over limits.max_frame_size refused",
+                        over.header.size
+                    );
+                    ErrorCode::TooBigMessagePayload
+                };
                 match link.discard_body(over.body_len, request_timeout).await {
                     Ok(()) => {}
                     Err(ReadFailure::Io(error)) => return Err(error),
@@ -87,7 +103,6 @@ pub async fn serve_frames(
                         return Ok(());
                     }
                 }
-                let refused = ErrorCode::TooBigMessagePayload;
                 write_within(
                     idle,
                     link,
@@ -136,6 +151,20 @@ pub async fn serve_frames(
             }
         }
     }
+}
+
+/// The largest request a connection without a session may send, header included: its
+/// Register, BindSession and Ping take a few hundred bytes (a login's client context is a short
+/// name), far below this.
+const UNBOUND_FRAME_MAX: u32 = 64 * 1024;
+
+/// A login or session bind, whose refusal for its size says so (the other requests of a
+/// connection without a session would be answered Unauthenticated whatever their size).
+fn registers(admitted: &frame::Admitted) -> bool {
+    const BIND_SESSION_CODE: u32 = 15;
+    admitted.operation == Operation::Register
+        || (admitted.operation == Operation::NonReplicated
+            && admitted.non_replicated_code() == BIND_SESSION_CODE)
 }
 
 /// Writes `frame` to `link` within `idle` (see [`taken_within`]).

@@ -57,8 +57,9 @@ pub fn connection_refused(node: &Node, transport: &str, peer: SocketAddr) {
     let due = node.connection_refused.due(std::time::Instant::now());
     if let Some(held_back) = due {
         tracing::warn!(
-            "{transport} {peer}: refused, connection limit reached (limits.max_connections; \
-             {held_back} more refused since the last warning)"
+            "{transport} {peer}: refused, connection limit reached ({}; {held_back} more \
+             refused since the last warning)",
+            node.connections.limited_by
         );
     }
 }

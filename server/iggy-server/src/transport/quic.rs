@@ -72,18 +72,21 @@ fn server_config(config: &Quic) -> Result<ServerConfig, String> {
     let varint = |key: &str, value: u64| {
         VarInt::from_u64(value).map_err(|_| format!("quic.{key} = {value} is too large"))
     };
+    // Checked here, granted once a session is bound (`grant_configured`).
+    let streams = varint(
+        "max_concurrent_bidi_streams",
+        config.max_concurrent_bidi_streams,
+    )?;
+    let window = varint("receive_window", config.receive_window)?;
     let mut transport = TransportConfig::default();
     transport
-        .max_concurrent_bidi_streams(varint(
-            "max_concurrent_bidi_streams",
-            config.max_concurrent_bidi_streams,
-        )?)
+        .max_concurrent_bidi_streams(streams.min(VarInt::from_u32(UNBOUND_STREAMS)))
         // Clients open no unidirectional streams.
         .max_concurrent_uni_streams(VarInt::from_u32(0))
         .initial_mtu(config.initial_mtu)
         .send_window(config.send_window)
-        .receive_window(varint("receive_window", config.receive_window)?)
-        .stream_receive_window(varint("receive_window", config.receive_window)?)
+        .receive_window(window.min(VarInt::from_u32(UNBOUND_RECEIVE_WINDOW)))
+        .stream_receive_window(window)
         .datagram_send_buffer_size(config.datagram_send_buffer_size as usize)
         .keep_alive_interval(
             (config.keep_alive_interval_ms > 0)
@@ -100,6 +103,25 @@ fn server_config(config: &Quic) -> Result<ServerConfig, String> {
     let mut server = ServerConfig::with_crypto(Arc::new(crypto));
     server.transport_config(Arc::new(transport));
     Ok(server)
+}
+
+/// Streams a connection without a session may have open at once: its login, a session bind,
+/// a ping. Each stream is a request whose body the server reads, so the configured
+/// `quic.max_concurrent_bidi_streams` (10,000) would let one anonymous connection make the node
+/// hold that many bodies.
+const UNBOUND_STREAMS: u32 = 8;
+/// The bytes a connection without a session may have in flight unread, all streams together.
+const UNBOUND_RECEIVE_WINDOW: u32 = 1 << 20;
+
+/// Raises a connection's stream and receive-window grants to the configured ones, once a
+/// session is bound on it.
+fn grant_configured(quic: &compio::quic::Connection, config: &Quic) {
+    if let Ok(streams) = VarInt::from_u64(config.max_concurrent_bidi_streams) {
+        quic.set_max_concurrent_bi_streams(streams);
+    }
+    if let Ok(window) = VarInt::from_u64(config.receive_window) {
+        quic.set_receive_window(window);
+    }
 }
 
 /// Accepts connections until the endpoint closes; each connection runs on its own task.
@@ -143,6 +165,8 @@ struct SharedConnection {
     node: Rc<Node>,
     id: u32,
     bound: Cell<Option<Bound>>,
+    /// The configured stream and window grants were given (at the first bound session).
+    granted: Cell<bool>,
     _guard: ConnectionGuard,
 }
 
@@ -173,6 +197,7 @@ async fn serve_connection(
         node: node.clone(),
         id: record.id,
         bound: Cell::new(record.bound),
+        granted: Cell::new(false),
         _guard: guard,
     });
     let idle = node.shared.config.limits.idle_timeout();
@@ -212,6 +237,9 @@ async fn serve_stream(
     };
     let result = connection_loop::serve_frames(&mut link, &shared.node, &mut connection).await;
     if connection.bound.map(|bound| bound.session) != bound_before {
+        if bound_before.is_none() && !shared.granted.replace(true) {
+            grant_configured(&quic, &shared.node.shared.config.quic);
+        }
         shared.bound.set(connection.bound);
     }
     if let Err(error) = result {

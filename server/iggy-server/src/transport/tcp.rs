@@ -54,8 +54,7 @@ pub async fn serve(listener: TcpListener, node: Rc<Node>, tls: Option<TlsAccepto
 /// close), then the connection closes. At most a few such answers run at once; beyond them the
 /// connection is closed at once.
 fn refuse_at_capacity(mut stream: TcpStream, node: &Rc<Node>) {
-    const REFUSALS_MAX: usize = 64;
-    if node.refusals.get() >= REFUSALS_MAX {
+    if node.refusals.get() >= crate::runtime::host::REFUSALS_MAX {
         return;
     }
     node.refusals.set(node.refusals.get() + 1);

@@ -625,6 +625,40 @@ fn prometheus(node: &Node) -> Response {
     }
 }
 
+/// The largest body a request may carry without a valid token: a login's takes a few hundred
+/// bytes.
+pub const ANONYMOUS_BODY_MAX: usize = 64 * 1024;
+
+/// The answer to a request whose body is larger than [`ANONYMOUS_BODY_MAX`] when it carries no
+/// token this node signed and that is valid now (or its route is public, where it needs none):
+/// given before the body is read, so peers without a login cannot make the node hold bodies
+/// of up to `http.max_request_size` each. `None`: read the body and handle the request.
+pub fn refused_unread(state: &HttpState, request: &Request) -> Option<Response> {
+    let public = find_route(&request.method, &request.path).map_or(true, |(route, _)| route.public);
+    if public {
+        return Some(Response::error(
+            413,
+            &refusal_text(
+                413,
+                "request_too_large",
+                "a request without a login takes at most 64 KiB",
+            ),
+        ));
+    }
+    let token = request
+        .header("authorization")
+        .and_then(|h| {
+            h.strip_prefix("Bearer ")
+                .or_else(|| h.strip_prefix("bearer "))
+        })
+        .unwrap_or("")
+        .trim();
+    match state.verify(token) {
+        Ok(_) => None,
+        Err(error) => Some(fail(error)),
+    }
+}
+
 /// Handles one request.
 pub async fn handle(
     node: &Rc<Node>,

@@ -349,6 +349,18 @@ async fn serve_connection<S: AsyncRead + AsyncWrite>(
             .await;
             return Ok(());
         }
+        if body_len > api::ANONYMOUS_BODY_MAX
+            && let Some(reply) = api::refused_unread(api, &request)
+        {
+            // Not read either: the connection closes after the answer.
+            let _ = send(
+                idle,
+                &mut stream,
+                reply.encode(origin.as_deref(), &cors, true),
+            )
+            .await;
+            return Ok(());
+        }
         let mut request = request;
         let frame_len = head_len + body_len;
         if pending.len() >= frame_len {
