@@ -734,6 +734,18 @@ pub(crate) struct ProxyState {
     pub(crate) framed: AtomicBool,
     /// (sender, receiver, command) whose frames are dropped, on a framed proxy.
     pub(crate) dropped: Mutex<BTreeSet<(usize, usize, u8)>>,
+    /// Directions (sender, receiver) whose frames are discarded while the link stays up: the
+    /// receiver hears nothing from the sender, who still hears it (a one-way loss; framed
+    /// proxy only, so the stream stays whole frames).
+    muted: Mutex<BTreeSet<(usize, usize)>>,
+    /// Latency added to every chunk or frame a direction (sender, receiver) carries.
+    latency: Mutex<BTreeMap<(usize, usize), Duration>>,
+    /// Bytes per second a direction (sender, receiver) carries at most.
+    rate: Mutex<BTreeMap<(usize, usize), u64>>,
+    /// One-shot damage to the next frame of a command a direction carries (framed proxy).
+    faults: Mutex<Vec<(usize, usize, u8, FrameFault)>>,
+    /// Faults applied so far.
+    faults_applied: AtomicUsize,
     /// Both sockets of every forwarded connection, by the pair it joins.
     connections: Mutex<Vec<(usize, usize, TcpStream, TcpStream)>>,
     stopping: AtomicBool,
@@ -754,7 +766,39 @@ impl ProxyState {
     fn drops(&self, sender: usize, receiver: usize, command: u8) -> bool {
         let dropped = self.dropped.lock().unwrap();
         dropped.contains(&(sender, receiver, command))
+            || self.muted.lock().unwrap().contains(&(sender, receiver))
     }
+
+    fn latency(&self, sender: usize, receiver: usize) -> Duration {
+        let latency = self.latency.lock().unwrap();
+        latency.get(&(sender, receiver)).copied().unwrap_or_default()
+    }
+
+    fn rate(&self, sender: usize, receiver: usize) -> Option<u64> {
+        self.rate.lock().unwrap().get(&(sender, receiver)).copied()
+    }
+
+    /// The fault armed for the next frame of `command` from `sender` to `receiver`, taken.
+    fn take_fault(&self, sender: usize, receiver: usize, command: u8) -> Option<FrameFault> {
+        let mut faults = self.faults.lock().unwrap();
+        let at = faults
+            .iter()
+            .position(|&(s, r, c, _)| (s, r, c) == (sender, receiver, command))?;
+        self.faults_applied.fetch_add(1, Ordering::SeqCst);
+        Some(faults.remove(at).3)
+    }
+}
+
+/// What the framed proxy does to one frame (`ReplicaProxy::damage_next`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrameFault {
+    /// One bit of the body flipped (its middle byte); the frame's size stays right.
+    FlipBody,
+    /// One bit of the header flipped past its checksum (byte 200).
+    FlipHeader,
+    /// The header and half the body written, then both sockets closed: the receiver meets the
+    /// end of the stream inside a frame.
+    Truncate,
 }
 
 impl ReplicaProxy {
@@ -809,6 +853,50 @@ impl ReplicaProxy {
 
     pub fn release(&self, sender: usize, receiver: usize) {
         self.state.held.lock().unwrap().remove(&(sender, receiver));
+    }
+
+    /// Discards every frame `sender` sends `receiver` until [`Self::unmute`], the link staying
+    /// up (framed proxy only).
+    pub fn mute(&self, sender: usize, receiver: usize) {
+        assert!(
+            self.state.framed.load(Ordering::SeqCst),
+            "a proxy reading frames (ClusterOptions::replica_frames)"
+        );
+        self.state.muted.lock().unwrap().insert((sender, receiver));
+    }
+
+    pub fn unmute(&self, sender: usize, receiver: usize) {
+        self.state.muted.lock().unwrap().remove(&(sender, receiver));
+    }
+
+    /// Delays what `sender` sends `receiver` by `latency` (zero: none).
+    pub fn set_latency(&self, sender: usize, receiver: usize, latency: Duration) {
+        let mut latencies = self.state.latency.lock().unwrap();
+        latencies.insert((sender, receiver), latency);
+    }
+
+    /// Carries at most `bytes_per_second` from `sender` to `receiver` (`None`: unlimited).
+    pub fn set_rate(&self, sender: usize, receiver: usize, bytes_per_second: Option<u64>) {
+        let mut rate = self.state.rate.lock().unwrap();
+        match bytes_per_second {
+            Some(limit) => rate.insert((sender, receiver), limit.max(1)),
+            None => rate.remove(&(sender, receiver)),
+        };
+    }
+
+    /// Damages the next frame of `command` that `sender` sends `receiver` (framed proxy only).
+    pub fn damage_next(&self, sender: usize, receiver: usize, command: u8, fault: FrameFault) {
+        assert!(
+            self.state.framed.load(Ordering::SeqCst),
+            "a proxy reading frames (ClusterOptions::replica_frames)"
+        );
+        let mut faults = self.state.faults.lock().unwrap();
+        faults.push((sender, receiver, command, fault));
+    }
+
+    /// Faults `damage_next` armed that a frame met so far.
+    pub fn faults_applied(&self) -> usize {
+        self.state.faults_applied.load(Ordering::SeqCst)
     }
 
     pub fn forwarded(&self) -> usize {
@@ -876,64 +964,119 @@ pub(crate) fn accept_loop(
             std::thread::spawn(move || pipe_frames(acceptor, d1, to, from, back));
             continue;
         }
-        std::thread::spawn(move || pipe(dialer, a1, || forth.holds(from, to)));
-        std::thread::spawn(move || pipe(acceptor, d1, || back.holds(to, from)));
+        std::thread::spawn(move || pipe(dialer, a1, from, to, forth));
+        std::thread::spawn(move || pipe(acceptor, d1, to, from, back));
     }
 }
 
+/// What a reading side hands its writing side: the bytes, when they were read, and whether the
+/// stream is to be closed once they are written (a truncated frame).
+type Chunk = (Instant, Vec<u8>, bool);
+
+/// The writing side of one direction (`sender` to `receiver`), on a thread of its own: writes
+/// each chunk once the direction is no longer held, its latency since it was read has passed
+/// and the direction's rate allows. Closes both sockets when a write fails, a chunk says so,
+/// or the reading side ends (after writing what it read).
+fn outlet(
+    mut to: TcpStream,
+    sender: usize,
+    receiver: usize,
+    state: Arc<ProxyState>,
+) -> std::sync::mpsc::SyncSender<Chunk> {
+    let (chunks, inbox) = std::sync::mpsc::sync_channel::<Chunk>(256);
+    std::thread::spawn(move || {
+        for (read_at, bytes, close) in inbox {
+            while state.holds(sender, receiver) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let due = read_at + state.latency(sender, receiver);
+            if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                std::thread::sleep(wait);
+            }
+            if to.write_all(&bytes).is_err() || close {
+                break;
+            }
+            if let Some(rate) = state.rate(sender, receiver) {
+                std::thread::sleep(Duration::from_secs_f64(bytes.len() as f64 / rate as f64));
+            }
+        }
+        let _ = to.shutdown(Shutdown::Both);
+    });
+    chunks
+}
+
 /// Copies the frames node `sender` writes on `from` to `to` (node `receiver`'s side) until
-/// either side closes, then closes both: a frame of a command `state` drops is skipped, and
-/// one read while `state` holds the direction waits until it no longer does.
+/// either side closes, then closes both: a frame of a command `state` drops (or of a muted
+/// direction) is skipped, one `state` armed a fault for is damaged, and one read while
+/// `state` holds the direction waits until it no longer does.
 fn pipe_frames(
     mut from: TcpStream,
-    mut to: TcpStream,
+    to: TcpStream,
     sender: usize,
     receiver: usize,
     state: Arc<ProxyState>,
 ) {
     use iggy_generated::frames::GenericHeader;
+    let out = outlet(to, sender, receiver, state.clone());
     loop {
         let mut header = [0u8; GenericHeader::SIZE];
         if from.read_exact(&mut header).is_err() {
             break;
         }
+        let read_at = Instant::now();
         let size_at = GenericHeader::SIZE_OFFSET;
         let size = u32::from_le_bytes(header[size_at..size_at + 4].try_into().unwrap());
         let mut body = vec![0u8; (size as usize).saturating_sub(GenericHeader::SIZE)];
         if from.read_exact(&mut body).is_err() {
             break;
         }
-        if state.drops(sender, receiver, header[GenericHeader::COMMAND_OFFSET]) {
+        let command = header[GenericHeader::COMMAND_OFFSET];
+        if state.drops(sender, receiver, command) {
             continue;
         }
-        while state.holds(sender, receiver) {
-            std::thread::sleep(Duration::from_millis(5));
+        let mut frame = header.to_vec();
+        let mut close = false;
+        match state.take_fault(sender, receiver, command) {
+            Some(FrameFault::FlipBody) if !body.is_empty() => {
+                let middle = body.len() / 2;
+                body[middle] ^= 0x01;
+            }
+            Some(FrameFault::FlipHeader | FrameFault::FlipBody) => frame[200] ^= 0x01,
+            Some(FrameFault::Truncate) => {
+                body.truncate(body.len() / 2);
+                close = true;
+            }
+            None => {}
         }
-        if to.write_all(&header).is_err() || to.write_all(&body).is_err() {
+        frame.extend_from_slice(&body);
+        if out.send((read_at, frame, close)).is_err() || close {
             break;
         }
     }
     let _ = from.shutdown(Shutdown::Both);
-    let _ = to.shutdown(Shutdown::Both);
 }
 
-/// Copies `from` to `to` until either side closes, then closes both; what it read while `held`
-/// says so waits until it no longer does.
-pub(crate) fn pipe(mut from: TcpStream, mut to: TcpStream, held: impl Fn() -> bool) {
+/// Copies the bytes node `sender` writes on `from` to `to` (node `receiver`'s side) until
+/// either side closes, then closes both; what it reads while `state` holds the direction waits
+/// until it no longer does.
+fn pipe(
+    mut from: TcpStream,
+    to: TcpStream,
+    sender: usize,
+    receiver: usize,
+    state: Arc<ProxyState>,
+) {
+    let out = outlet(to, sender, receiver, state);
     let mut buffer = vec![0u8; 64 * 1024];
     loop {
         match from.read(&mut buffer) {
             Ok(0) | Err(_) => break,
             Ok(n) => {
-                while held() {
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-                if to.write_all(&buffer[..n]).is_err() {
+                if out.send((Instant::now(), buffer[..n].to_vec(), false)).is_err() {
                     break;
                 }
             }
         }
     }
     let _ = from.shutdown(Shutdown::Both);
-    let _ = to.shutdown(Shutdown::Both);
 }
