@@ -152,7 +152,6 @@ async fn one_way_loss_around_the_metadata_primary(deaf: bool) {
 /// The metadata primary's frames reach both backups, theirs never reach it (its receive path
 /// is broken): the backups still hear a primary that commits nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails: the backups keep hearing a primary that hears no quorum, so no view change ever replaces it and its groups stall (58 and TransientNotCommitted) for as long as the loss lasts"]
 async fn a_primary_that_hears_neither_backup_is_replaced() {
     one_way_loss_around_the_metadata_primary(true).await;
 }

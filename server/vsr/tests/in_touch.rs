@@ -126,11 +126,9 @@ fn exchange_one_way(replicas: &mut [Replica], directions: &[(u8, u8)]) {
         for from in 0..replicas.len() {
             for action in drain(&mut replicas[from]) {
                 match action {
-                    Action::Send { to, message } => {
-                        if directions.contains(&(from as u8, to)) {
-                            replicas[usize::from(to)].on_message(from as u8, message);
-                            moved = true;
-                        }
+                    Action::Send { to, message } if directions.contains(&(from as u8, to)) => {
+                        replicas[usize::from(to)].on_message(from as u8, message);
+                        moved = true;
                     }
                     Action::PersistView { state } => {
                         replicas[from].on_view_persisted(state);
@@ -163,7 +161,6 @@ fn directions_but(lost: &[(u8, u8)]) -> Vec<(u8, u8)> {
 /// not follow it forever. It goes quiet, they stop hearing it and elect another primary; once
 /// it hears again it follows the new view.
 #[test]
-#[ignore = "fails: the backups keep hearing the deaf primary's heartbeats and never replace it"]
 fn a_primary_that_hears_neither_backup_is_replaced_and_follows_once_it_hears_again() {
     let mut replicas = group_in_view_one();
     let timeout = Config::new(3, 0).view_change_timeout_ticks;
