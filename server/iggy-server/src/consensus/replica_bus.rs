@@ -1365,7 +1365,15 @@ async fn read_frames(
             let within = body_deadline(body_within, len);
             match compio::time::timeout(within, stream.read_body(len)).await {
                 Ok(Ok(body)) => body,
-                Ok(Err(error)) => return closed(error),
+                // Said apart from a close between frames: a frame cut short is a connection
+                // reset or a broken path, not a peer that stopped.
+                Ok(Err(error)) => {
+                    let command = verified.command;
+                    return format!(
+                        "{} within a {command:?} frame's {len}-byte body",
+                        closed(error)
+                    );
+                }
                 Err(_) => {
                     return format!(
                         "the body of a {:?} frame ({len} bytes) did not arrive within \
