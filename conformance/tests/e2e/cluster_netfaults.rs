@@ -28,16 +28,21 @@ fn led_by(cluster: &TestCluster, groups: &[u64], node: usize) -> Vec<(u64, u32)>
         .collect()
 }
 
-/// Role lines every node logged for `groups` in its current start: any view change or status
-/// change adds one.
-fn role_line_count(cluster: &TestCluster, groups: &[u64]) -> usize {
+/// Role changes every node logged for `groups` in its current start: a line whose status,
+/// view or primary differs from the node's previous one for that group (a line that only says
+/// the node is in or out of touch with its primary or quorum is not one).
+fn role_changes(cluster: &TestCluster, groups: &[u64]) -> usize {
     (0..cluster.len())
         .map(|i| {
             let log = cluster.node(i).log();
             let current = current_start(&log);
             groups
                 .iter()
-                .map(|&g| role_lines(current, g).len())
+                .map(|&g| {
+                    let roles = role_lines(current, g);
+                    let first = usize::from(!roles.is_empty());
+                    first + roles.windows(2).filter(|w| w[0] != w[1]).count()
+                })
                 .sum::<usize>()
         })
         .sum()
@@ -46,7 +51,7 @@ fn role_line_count(cluster: &TestCluster, groups: &[u64]) -> usize {
 /// Waits until every node is Normal in every group and then no node logs a role change in
 /// any of them for `quiet` (the views settled; a partition handed back to the node its creation
 /// view names is one more change first), within `limit`: a view-change storm never settles.
-/// Returns the role changes logged meanwhile.
+/// Returns the role changes logged meanwhile (`role_changes`).
 async fn wait_views_settle(
     cluster: &TestCluster,
     groups: &[u64],
@@ -56,13 +61,13 @@ async fn wait_views_settle(
     for i in 0..cluster.len() {
         cluster.wait_normal(i, groups).await;
     }
-    let first = role_line_count(cluster, groups);
+    let first = role_changes(cluster, groups);
     let mut last = (first, Instant::now());
     wait_until(
         &format!("no role changes for {quiet:?}"),
         limit,
         || {
-            let count = role_line_count(cluster, groups);
+            let count = role_changes(cluster, groups);
             if count != last.0 {
                 last = (count, Instant::now());
             }
@@ -215,7 +220,7 @@ async fn a_flapping_link_to_the_metadata_primary_settles_and_loses_nothing() {
         .wait_progress("before the flapping", 4, Duration::from_secs(20))
         .await;
     let before = fds_and_threads(&cluster, flapping);
-    let roles_before = role_line_count(&cluster, &groups);
+    let roles_before = role_changes(&cluster, &groups);
     let schedule = flap_schedule(seed, 12);
     for (k, pause) in schedule.iter().enumerate() {
         match k % 2 {
@@ -244,13 +249,13 @@ async fn a_flapping_link_to_the_metadata_primary_settles_and_loses_nothing() {
         assert!(errors.is_empty(), "node {i} logged errors: {errors:#?}");
     }
     let after = fds_and_threads(&cluster, flapping);
-    let role_changes = role_line_count(&cluster, &groups) - roles_before;
+    let changed = role_changes(&cluster, &groups) - roles_before;
     assert!(
         after.0 <= before.0 + 8 && after.1 <= before.1 + 2,
         "node {flapping}: (descriptors, threads) {before:?} before the flapping, {after:?} after"
     );
     eprintln!(
-        "seed {seed:#x}: node {flapping} flapped {schedule:?}; {role_changes} role changes in \
+        "seed {seed:#x}: node {flapping} flapped {schedule:?}; {changed} role changes in \
          all, {changes} of them after the last heal; (fds, threads) {before:?} -> {after:?}; acknowledged {:?}, failed sends \
          {failures:?}",
         acked.iter().map(Vec::len).collect::<Vec<_>>()
@@ -287,7 +292,7 @@ async fn damaged_replica_frames_close_the_link_with_a_reason_and_nothing_of_them
     let (primary, _) = cluster.primary(partition_groups[0]).expect("a partition primary");
     let primary = usize::from(primary);
     let backup = (primary + 1) % 3;
-    let roles_before = role_line_count(&cluster, &groups);
+    let roles_before = role_changes(&cluster, &groups);
     let mut reasons = Vec::new();
     for (k, (command, fault)) in [
         (PREPARE, FrameFault::FlipBody),
@@ -321,7 +326,7 @@ async fn damaged_replica_frames_close_the_link_with_a_reason_and_nothing_of_them
             "the link is dialed again",
             Duration::from_secs(20),
             || (cluster.proxy().forwarded() > forwarded).then_some(()),
-            || String::new(),
+            String::new,
         )
         .await;
         producer
@@ -335,8 +340,8 @@ async fn damaged_replica_frames_close_the_link_with_a_reason_and_nothing_of_them
         let errors = lines_at(&cluster, i, " ERROR ");
         assert!(errors.is_empty(), "node {i} logged errors: {errors:#?}");
     }
-    let role_changes = role_line_count(&cluster, &groups) - roles_before;
-    eprintln!("reasons logged: {reasons:#?}; role changes meanwhile: {role_changes}");
+    let changed = role_changes(&cluster, &groups) - roles_before;
+    eprintln!("reasons logged: {reasons:#?}; role changes meanwhile: {changed}");
     for (fault, reason) in &reasons {
         let said = match fault {
             FrameFault::FlipBody => "checksum",
@@ -408,4 +413,199 @@ async fn a_metadata_primary_cut_off_under_its_clients_acknowledges_nothing_it_lo
         }
     }
     eprintln!("outcomes while cut off: {outcomes:?}; streams after: {names:?}");
+}
+
+/// Sets `latency` on every direction between the three nodes.
+fn delay_every_link(cluster: &TestCluster, latency: Duration) {
+    for a in 0..3 {
+        for b in (0..3).filter(|&b| b != a) {
+            cluster.proxy().set_latency(a, b, latency);
+        }
+    }
+}
+
+/// Every replica link slow: 300 ms each way (a 600 ms round trip), then 1.2 s each way (a
+/// round trip longer than the 2 s heartbeat timeout), under the producer. Heartbeats still
+/// arrive every tick, only late, so no node times out its primary: the views stay as they
+/// were, and the producer is answered (slowly) throughout, not refused. Once the links are
+/// fast again every acknowledged message reads back once and the segments are identical.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_replica_links_keep_their_primaries_and_the_producer_is_answered() {
+    let cluster = TestCluster::start(3);
+    let client = Arc::new(cluster.root_client(0).await);
+    let (stream, topic, partition_groups) = create_topic(&client, 3).await;
+    let groups = all_groups(&partition_groups);
+    let producer = Producer::start(client.clone(), stream, topic, 3);
+    producer
+        .wait_progress("before the links slow down", 4, Duration::from_secs(20))
+        .await;
+    let roles_before = role_changes(&cluster, &groups);
+    let mut took = Vec::new();
+    for latency in [Duration::from_millis(300), Duration::from_millis(1200)] {
+        delay_every_link(&cluster, latency);
+        let started = Instant::now();
+        producer
+            .wait_progress(&format!("links {latency:?} each way"), 2, Duration::from_secs(60))
+            .await;
+        // Three heartbeat timeouts at this latency.
+        tokio::time::sleep(Duration::from_secs(6).saturating_sub(started.elapsed())).await;
+        took.push((latency, started.elapsed()));
+        assert_eq!(
+            role_changes(&cluster, &groups),
+            roles_before,
+            "no role change with links {latency:?} each way:\n{}",
+            groups.iter().map(|&g| cluster.describe(g)).collect::<Vec<_>>().join("\n")
+        );
+    }
+    delay_every_link(&cluster, Duration::ZERO);
+    producer
+        .wait_progress("links fast again", 4, Duration::from_secs(30))
+        .await;
+    let failures = producer.failures();
+    let acked = producer.finish().await;
+    assert!(failures.is_empty(), "the producer was refused: {failures:?}");
+    assert_acknowledged_exactly_once(&client, stream, topic, &acked).await;
+    cluster.wait_identical_segments(3).await;
+    for i in 0..3 {
+        let errors = lines_at(&cluster, i, " ERROR ");
+        assert!(errors.is_empty(), "node {i} logged errors: {errors:#?}");
+    }
+    eprintln!(
+        "{took:?}; acknowledged {:?}",
+        acked.iter().map(Vec::len).collect::<Vec<_>>()
+    );
+}
+
+/// The link from the metadata primary to one backup narrowed to 16 KiB/s (less than the
+/// producer's prepares need) for 8 s: that backup falls behind and stops hearing the primary
+/// in time, but the other backup still does, so no view changes (its pre-votes are refused).
+/// The producer is answered throughout (the other backup makes the quorum); once the link is
+/// wide again the lagging backup catches up, the views settle, every acknowledged message
+/// reads back once and the segments are identical.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_narrow_link_to_one_backup_changes_no_view_and_the_backup_catches_up() {
+    let cluster = TestCluster::start(3);
+    drop(cluster.root_client(0).await);
+    let (primary, _) = cluster.primary(METADATA_GROUP).expect("a metadata primary");
+    let primary = usize::from(primary);
+    let (narrow, entry) = ((primary + 1) % 3, (primary + 2) % 3);
+    let client = Arc::new(cluster.root_client(entry).await);
+    let (stream, topic, partition_groups) = create_topic(&client, 3).await;
+    let groups = all_groups(&partition_groups);
+    let producer = Producer::start(client.clone(), stream, topic, 3);
+    producer
+        .wait_progress("before the link narrows", 4, Duration::from_secs(20))
+        .await;
+    let roles_before = role_changes(&cluster, &groups);
+    cluster.proxy().set_rate(primary, narrow, Some(16 << 10));
+    let started = Instant::now();
+    producer
+        .wait_progress("the link narrowed", 4, Duration::from_secs(45))
+        .await;
+    tokio::time::sleep(Duration::from_secs(8).saturating_sub(started.elapsed())).await;
+    let narrowed_changes = role_changes(&cluster, &groups) - roles_before;
+    cluster.proxy().set_rate(primary, narrow, None);
+    let changes = wait_views_settle(
+        &cluster,
+        &groups,
+        Duration::from_secs(4),
+        Duration::from_secs(60),
+    )
+    .await;
+    producer
+        .wait_progress("the link wide again", 4, Duration::from_secs(30))
+        .await;
+    let failures = producer.failures();
+    let acked = producer.finish().await;
+    assert_acknowledged_exactly_once(&client, stream, topic, &acked).await;
+    cluster.wait_identical_segments(3).await;
+    for i in 0..3 {
+        let errors = lines_at(&cluster, i, " ERROR ");
+        assert!(errors.is_empty(), "node {i} logged errors: {errors:#?}");
+    }
+    eprintln!(
+        "node {primary} to node {narrow} at 16 KiB/s: {narrowed_changes} role changes while \
+         narrow, {changes} until settled; acknowledged {:?}, failed sends {failures:?}",
+        acked.iter().map(Vec::len).collect::<Vec<_>>()
+    );
+    assert_eq!(narrowed_changes, 0, "no view change while the link was narrow");
+    assert!(failures.is_empty(), "the producer was refused: {failures:?}");
+}
+
+/// One backup stops hearing the metadata primary (the primary's frames to it are lost; its
+/// own reach the primary, and it and the other backup hear each other): it cannot replace a
+/// primary the other backup still hears, so the views stay. A producer already connected to
+/// it keeps being acknowledged (its sends go to the partitions' primaries), and a client that
+/// signs in on it meanwhile is served or refused with 58 within the SDK's wait, never left
+/// hanging; once the loss ends the views settle and every acknowledged message reads back once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_that_stops_hearing_the_primary_keeps_its_clients_served() {
+    let cluster = TestCluster::start_with(3, framed());
+    drop(cluster.root_client(0).await);
+    let (primary, _) = cluster.primary(METADATA_GROUP).expect("a metadata primary");
+    let primary = usize::from(primary);
+    let deaf = (primary + 1) % 3;
+    let client = Arc::new(cluster.root_client(deaf).await);
+    let (stream, topic, partition_groups) = create_topic(&client, 3).await;
+    let groups = all_groups(&partition_groups);
+    let producer = Producer::start(client.clone(), stream, topic, 3);
+    producer
+        .wait_progress("before the loss", 4, Duration::from_secs(20))
+        .await;
+    let roles_before = role_changes(&cluster, &groups);
+    cluster.proxy().mute(primary, deaf);
+    producer
+        .wait_progress("while the backup hears no primary", 4, Duration::from_secs(45))
+        .await;
+    let connection = cluster.node(deaf).connection_string(ROOT_USER, ROOT_PASSWORD);
+    let started = Instant::now();
+    let newcomer = IggyClient::from_connection_string(&connection).expect("connection string");
+    let signed_in = within_for(Duration::from_secs(40), "connect and sign in", newcomer.connect())
+        .await;
+    let sign_in_took = started.elapsed();
+    let created = match &signed_in {
+        Ok(()) => Some(
+            within_for(
+                Duration::from_secs(40),
+                "create_stream",
+                newcomer.create_stream("while-deaf", &StreamCreateOptions::default()),
+            )
+            .await
+            .map(|s| s.id)
+            .map_err(|e| e.as_code()),
+        ),
+        Err(_) => None,
+    };
+    let changed_while_deaf = role_changes(&cluster, &groups) - roles_before;
+    cluster.proxy().unmute(primary, deaf);
+    wait_views_settle(
+        &cluster,
+        &groups,
+        Duration::from_secs(4),
+        Duration::from_secs(40),
+    )
+    .await;
+    producer
+        .wait_progress("after the loss", 4, Duration::from_secs(30))
+        .await;
+    let failures = producer.failures();
+    let acked = producer.finish().await;
+    assert_acknowledged_exactly_once(&client, stream, topic, &acked).await;
+    cluster.wait_identical_segments(3).await;
+    eprintln!(
+        "node {deaf} deaf to primary {primary}: sign-in {:?} after {sign_in_took:?}, create \
+         {created:?}, {changed_while_deaf} role changes while deaf; acknowledged {:?}, failed \
+         sends {failures:?}",
+        signed_in.as_ref().map_err(|e| e.as_code()),
+        acked.iter().map(Vec::len).collect::<Vec<_>>()
+    );
+    assert_eq!(changed_while_deaf, 0, "no view change while one backup is deaf");
+    // A backup that hears no metadata primary cannot have a Register forwarded and judged, so
+    // it refuses with 58 (the SDK asks again for 30 s, then gives up): never a hang, never a
+    // code that blames the credentials.
+    let code = signed_in.as_ref().err().map(|e| e.as_code());
+    assert!(
+        code.is_none() || code == Some(58),
+        "a sign-in on the deaf backup is served or refused with 58: {signed_in:?}"
+    );
 }
