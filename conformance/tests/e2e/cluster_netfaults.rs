@@ -194,13 +194,14 @@ fn flap_schedule(seed: u64, n: usize) -> Vec<Duration> {
         .collect()
 }
 
-/// The metadata primary's links flap (cut, healed, cut again every 0.5 to 3 s, 12 times;
+/// The metadata primary's links flap (cut, healed, cut again every 0.5 to 3 s;
 /// a cut longer than the heartbeat timeout, 2 s, changes views)
 /// under the producer, then stay up. The cluster settles (every node Normal in every group,
 /// then no role change for 4 s, within 60 s), the producer is acknowledged again, every
 /// acknowledged message reads back once and in order, the segments are byte-identical, no node
 /// logs an ERROR, and the flapping node holds no more descriptors or threads than before it
-/// (each cut closes links; each heal dials new ones). `NETFAULTS_SEED` replays a schedule.
+/// (each cut closes links; each heal dials new ones). `NETFAULTS_SEED` replays a schedule,
+/// `NETFAULTS_FLAPS` sets how many cuts and heals (12; the long form runs 200).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flapping_link_to_the_metadata_primary_settles_and_loses_nothing() {
     let seed = std::env::var("NETFAULTS_SEED")
@@ -221,7 +222,11 @@ async fn a_flapping_link_to_the_metadata_primary_settles_and_loses_nothing() {
         .await;
     let before = fds_and_threads(&cluster, flapping);
     let roles_before = role_changes(&cluster, &groups);
-    let schedule = flap_schedule(seed, 12);
+    let flaps = std::env::var("NETFAULTS_FLAPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(12);
+    let schedule = flap_schedule(seed, flaps);
     for (k, pause) in schedule.iter().enumerate() {
         match k % 2 {
             0 => cluster.cut(flapping),
@@ -608,4 +613,55 @@ async fn a_backup_that_stops_hearing_the_primary_keeps_its_clients_served() {
         code.is_none() || code == Some(58),
         "a sign-in on the deaf backup is served or refused with 58: {signed_in:?}"
     );
+}
+
+/// Every replica link slow (700 ms each way: a round trip of most of the 2 s heartbeat
+/// timeout) when the metadata primary is killed: the view change itself runs over
+/// the slow links (pre-votes, StartViewChange, DoViewChange, StartView each take a one-way
+/// trip), and must still elect a primary instead of timing out into the next view again and
+/// again. The killed node, restarted, follows; the views settle; the producer (on a node that
+/// stays up) is acknowledged after each election.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_view_change_over_slow_links_elects_a_primary_and_settles() {
+    let mut cluster = TestCluster::start(3);
+    drop(cluster.root_client(0).await);
+    let mut elections = Vec::new();
+    // 300 ms too elected within 3.8 s and settled; CI runs the harder one.
+    for latency in [Duration::from_millis(700)] {
+        let (primary, view) = cluster.primary(METADATA_GROUP).expect("a metadata primary");
+        let killed = usize::from(primary);
+        let entry = (killed + 1) % 3;
+        let client = Arc::new(cluster.root_client(entry).await);
+        let stream_name = format!("slow-{}", latency.as_millis());
+        let (stream, topic) = create_stream_and_topic(&client, &stream_name, "t", 3).await;
+        let (stream, topic) = (stream.id, topic.id);
+        let partition_groups: Vec<u64> =
+            (0..3).map(|p| partition_group(stream, topic, p)).collect();
+        let groups = all_groups(&partition_groups);
+        let producer = Producer::start(client.clone(), stream, topic, 3);
+        producer
+            .wait_progress("before the kill", 2, Duration::from_secs(30))
+            .await;
+        delay_every_link(&cluster, latency);
+        let started = Instant::now();
+        cluster.kill9(killed);
+        let successor = cluster.wait_new_primary(METADATA_GROUP, killed, view).await;
+        let elected_within = started.elapsed();
+        producer
+            .wait_progress("after the election", 2, Duration::from_secs(60))
+            .await;
+        cluster.restart(killed);
+        let changes = wait_views_settle(
+            &cluster,
+            &groups,
+            Duration::from_secs(5),
+            Duration::from_secs(90),
+        )
+        .await;
+        delay_every_link(&cluster, Duration::ZERO);
+        let acked = producer.finish().await;
+        assert_acknowledged_exactly_once(&client, stream, topic, &acked).await;
+        elections.push((latency, killed, successor, elected_within, changes));
+    }
+    eprintln!("(latency, killed, new primary, elected within, role changes until settled): {elections:?}");
 }
