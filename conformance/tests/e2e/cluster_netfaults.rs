@@ -665,3 +665,63 @@ async fn a_view_change_over_slow_links_elects_a_primary_and_settles() {
     }
     eprintln!("(latency, killed, new primary, elected within, role changes until settled): {elections:?}");
 }
+
+/// Every replica link narrowed to `rate` bytes per second for `narrow` under the producer:
+/// the role changes meanwhile, the batches acknowledged meanwhile, and the role changes until
+/// the views settle once the links are wide again; then every acknowledged message reads back
+/// once and the segments are identical.
+async fn every_link_narrowed(rate: u64, narrow: Duration) -> (usize, usize, usize) {
+    let cluster = TestCluster::start(3);
+    let client = Arc::new(cluster.root_client(0).await);
+    let (stream, topic, partition_groups) = create_topic(&client, 3).await;
+    let groups = all_groups(&partition_groups);
+    let producer = Producer::start(client.clone(), stream, topic, 3);
+    producer
+        .wait_progress("before the links narrow", 4, Duration::from_secs(20))
+        .await;
+    let roles_before = role_changes(&cluster, &groups);
+    let acked_before: usize = producer.counts().iter().sum();
+    for a in 0..3 {
+        for b in (0..3).filter(|&b| b != a) {
+            cluster.proxy().set_rate(a, b, Some(rate));
+        }
+    }
+    tokio::time::sleep(narrow).await;
+    let changed_while_narrow = role_changes(&cluster, &groups) - roles_before;
+    let acked_while_narrow = producer.counts().iter().sum::<usize>() - acked_before;
+    for a in 0..3 {
+        for b in (0..3).filter(|&b| b != a) {
+            cluster.proxy().set_rate(a, b, None);
+        }
+    }
+    let settled = wait_views_settle(
+        &cluster,
+        &groups,
+        Duration::from_secs(4),
+        Duration::from_secs(60),
+    )
+    .await;
+    producer
+        .wait_progress("links wide again", 4, Duration::from_secs(45))
+        .await;
+    let acked = producer.finish().await;
+    assert_acknowledged_exactly_once(&client, stream, topic, &acked).await;
+    cluster.wait_identical_segments(3).await;
+    (changed_while_narrow, acked_while_narrow, settled)
+}
+
+/// Every replica link at 32 KiB/s for 10 s (less than the producer would send): commits slow
+/// down to what the links carry, but heartbeats still get through within the heartbeat
+/// timeout, so the views stay and the producer is still acknowledged. `NETFAULTS_RATE` sets
+/// another rate (bytes per second).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_link_at_32_kib_per_second_keeps_the_views_and_the_producer_goes_on() {
+    let rate = std::env::var("NETFAULTS_RATE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(32 << 10);
+    let (changed, acked, settled) = every_link_narrowed(rate, Duration::from_secs(10)).await;
+    eprintln!("{rate} B/s: {changed} role changes and {acked} messages acknowledged in 10 s; {settled} role changes until settled");
+    assert_eq!(changed, 0, "no view change while the links were narrow");
+    assert!(acked > 0, "the producer was acknowledged while the links were narrow");
+}
