@@ -169,6 +169,19 @@ async fn a_primary_neither_backup_hears_is_replaced() {
     one_way_loss_around_the_metadata_primary(false).await;
 }
 
+/// Node i's WARN lines of its current start by kind (digits blanked), most frequent first.
+fn warnings_by_kind(cluster: &TestCluster, i: usize) -> Vec<(usize, String)> {
+    let mut kinds: std::collections::BTreeMap<String, usize> = Default::default();
+    for line in lines_at(cluster, i, " WARN ") {
+        let text = line.split(" WARN ").nth(1).unwrap_or("").chars().take(140);
+        let kind: String = text.map(|c| if c.is_ascii_digit() { '#' } else { c }).collect();
+        *kinds.entry(kind).or_default() += 1;
+    }
+    let mut kinds: Vec<(usize, String)> = kinds.into_iter().map(|(k, n)| (n, k)).collect();
+    kinds.sort_by_key(|kind| std::cmp::Reverse(kind.0));
+    kinds
+}
+
 /// Open file descriptors and threads of node i's process now.
 fn fds_and_threads(cluster: &TestCluster, i: usize) -> (usize, usize) {
     let pid = cluster.node(i).pid().expect("a running node");
@@ -542,8 +555,10 @@ async fn a_narrow_link_to_one_backup_changes_no_view_and_the_backup_catches_up()
 /// primary the other backup still hears, so the views stay. A producer already connected to
 /// it keeps being acknowledged (its sends go to the partitions' primaries), and a client that
 /// signs in on it meanwhile is served or refused with 58 within the SDK's wait, never left
-/// hanging; once the loss ends the views settle and every acknowledged message reads back once.
+/// hanging, and its log says it hears nothing from the primary on a live link; once the loss
+/// ends the views settle and every acknowledged message reads back once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "fails: a node whose link with a peer stays up but carries nothing from it logs nothing (the roster alone says Unreachable), so its 58s name no cause"]
 async fn a_backup_that_stops_hearing_the_primary_keeps_its_clients_served() {
     let cluster = TestCluster::start_with(3, framed());
     drop(cluster.root_client(0).await);
@@ -605,6 +620,13 @@ async fn a_backup_that_stops_hearing_the_primary_keeps_its_clients_served() {
         acked.iter().map(Vec::len).collect::<Vec<_>>()
     );
     assert_eq!(changed_while_deaf, 0, "no view change while one backup is deaf");
+    // The deaf node says why it refuses: its link with the primary is up, yet silent.
+    let warnings = warnings_by_kind(&cluster, deaf);
+    let silent = format!("heard nothing from replica {primary}");
+    assert!(
+        warnings.iter().any(|(_, kind)| kind.contains(&silent.replace(|c: char| c.is_ascii_digit(), "#"))),
+        "node {deaf} logs that it hears nothing from replica {primary} on a live link: {warnings:#?}"
+    );
     // A backup that hears no metadata primary cannot have a Register forwarded and judged, so
     // it refuses with 58 (the SDK asks again for 30 s, then gives up): never a hang, never a
     // code that blames the credentials.
