@@ -742,3 +742,73 @@ async fn every_link_at_32_kib_per_second_keeps_the_views_and_the_producer_goes_o
     assert_eq!(changed, 0, "no view change while the links were narrow");
     assert!(acked > 0, "the producer was acknowledged while the links were narrow");
 }
+
+/// A middlebox resets replica connections at random under the producer: every 100 to 600 ms
+/// one of the links up is closed (its dialer redials at once), 30 times. Every link comes
+/// back, the views settle, every acknowledged message reads back once, the segments are
+/// identical, no node logs an ERROR, and no node holds more descriptors or threads than
+/// before (each reset link's sockets and tasks are gone). `NETFAULTS_SEED` replays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_reset_at_random_are_redialed_and_nothing_leaks() {
+    let seed = std::env::var("NETFAULTS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x5eed_0e5e7u64);
+    let cluster = TestCluster::start(3);
+    let client = Arc::new(cluster.root_client(0).await);
+    let (stream, topic, partition_groups) = create_topic(&client, 3).await;
+    let groups = all_groups(&partition_groups);
+    let producer = Producer::start(client.clone(), stream, topic, 3);
+    producer
+        .wait_progress("before the resets", 4, Duration::from_secs(20))
+        .await;
+    let before: Vec<(usize, usize)> = (0..3).map(|i| fds_and_threads(&cluster, i)).collect();
+    let mut resets = Vec::new();
+    for (k, pause) in flap_schedule(seed, 30).into_iter().enumerate() {
+        // 100 to 600 ms: a fifth of the flapping schedule's pauses.
+        tokio::time::sleep(pause / 5).await;
+        resets.extend(cluster.proxy().reset_one(k.wrapping_mul(7919)));
+    }
+    let changes = wait_views_settle(
+        &cluster,
+        &groups,
+        Duration::from_secs(4),
+        Duration::from_secs(60),
+    )
+    .await;
+    // Every pair of nodes is linked again (each pair's link joins it both ways).
+    wait_until(
+        "every pair of nodes linked again",
+        Duration::from_secs(20),
+        || {
+            let linked = cluster.proxy().linked_pairs();
+            (linked.len() == 3).then_some(())
+        },
+        || format!("linked: {:?}", cluster.proxy().linked_pairs()),
+    )
+    .await;
+    producer
+        .wait_progress("after the resets", 4, Duration::from_secs(30))
+        .await;
+    let failures = producer.failures();
+    let acked = producer.finish().await;
+    assert_acknowledged_exactly_once(&client, stream, topic, &acked).await;
+    cluster.wait_identical_segments(3).await;
+    let after: Vec<(usize, usize)> = (0..3).map(|i| fds_and_threads(&cluster, i)).collect();
+    for i in 0..3 {
+        let errors = lines_at(&cluster, i, " ERROR ");
+        assert!(errors.is_empty(), "node {i} logged errors: {errors:#?}");
+        assert!(
+            after[i].0 <= before[i].0 + 8 && after[i].1 <= before[i].1 + 2,
+            "node {i}: (descriptors, threads) {:?} before the resets, {:?} after",
+            before[i],
+            after[i]
+        );
+    }
+    eprintln!(
+        "seed {seed:#x}: {} resets {resets:?}; {changes} role changes until settled; (fds, \
+         threads) {before:?} -> {after:?}; acknowledged {:?}, failed sends {failures:?}",
+        resets.len(),
+        acked.iter().map(Vec::len).collect::<Vec<_>>()
+    );
+}

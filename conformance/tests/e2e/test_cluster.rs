@@ -746,8 +746,9 @@ pub(crate) struct ProxyState {
     faults: Mutex<Vec<(usize, usize, u8, FrameFault)>>,
     /// Faults applied so far.
     faults_applied: AtomicUsize,
-    /// Both sockets of every forwarded connection, by the pair it joins.
-    connections: Mutex<Vec<(usize, usize, TcpStream, TcpStream)>>,
+    /// Both sockets of every forwarded connection up, by the pair it joins; a connection leaves
+    /// when a side of it closes.
+    connections: Mutex<Vec<(SocketAddr, usize, usize, TcpStream, TcpStream)>>,
     stopping: AtomicBool,
     /// Connections forwarded so far (a healed link shows up as a new one).
     forwarded: AtomicUsize,
@@ -767,6 +768,12 @@ impl ProxyState {
         let dropped = self.dropped.lock().unwrap();
         dropped.contains(&(sender, receiver, command))
             || self.muted.lock().unwrap().contains(&(sender, receiver))
+    }
+
+    /// Drops the connection whose dialer side is `key` from those up.
+    fn forget(&self, key: SocketAddr) {
+        let mut connections = self.connections.lock().unwrap();
+        connections.retain(|(at, ..)| *at != key);
     }
 
     fn latency(&self, sender: usize, receiver: usize) -> Duration {
@@ -831,7 +838,7 @@ impl ReplicaProxy {
     pub fn cut(&self, node: usize) {
         self.state.cut.lock().unwrap().insert(node);
         let mut connections = self.state.connections.lock().unwrap();
-        connections.retain(|(from, to, a, b)| {
+        connections.retain(|(_, from, to, a, b)| {
             let touches = *from == node || *to == node;
             if touches {
                 let _ = a.shutdown(Shutdown::Both);
@@ -894,6 +901,30 @@ impl ReplicaProxy {
         faults.push((sender, receiver, command, fault));
     }
 
+    /// Closes the `k`-th (modulo their count) of the links forwarded now, as a middlebox that
+    /// resets a connection does; the link may be dialed again at once. Returns the pair it
+    /// joined, or `None` when none is up.
+    pub fn reset_one(&self, k: usize) -> Option<(usize, usize)> {
+        let mut connections = self.state.connections.lock().unwrap();
+        if connections.is_empty() {
+            return None;
+        }
+        let at = k % connections.len();
+        let (_, from, to, a, b) = connections.remove(at);
+        let _ = a.shutdown(Shutdown::Both);
+        let _ = b.shutdown(Shutdown::Both);
+        Some((from, to))
+    }
+
+    /// The pairs of nodes with a forwarded link up now, each as (lower, higher).
+    pub fn linked_pairs(&self) -> BTreeSet<(usize, usize)> {
+        let connections = self.state.connections.lock().unwrap();
+        connections
+            .iter()
+            .map(|&(_, from, to, _, _)| (from.min(to), from.max(to)))
+            .collect()
+    }
+
     /// Faults `damage_next` armed that a frame met so far.
     pub fn faults_applied(&self) -> usize {
         self.state.faults_applied.load(Ordering::SeqCst)
@@ -911,7 +942,7 @@ impl Drop for ReplicaProxy {
             // Wakes the accept loop, which then sees `stopping`.
             let _ = TcpStream::connect(("127.0.0.1", *port));
         }
-        for (_, _, a, b) in self.state.connections.lock().unwrap().drain(..) {
+        for (_, _, _, a, b) in self.state.connections.lock().unwrap().drain(..) {
             let _ = a.shutdown(Shutdown::Both);
             let _ = b.shutdown(Shutdown::Both);
         }
@@ -945,7 +976,7 @@ pub(crate) fn accept_loop(
             dialer.try_clone(),
             acceptor.try_clone(),
         );
-        let (Ok(d1), Ok(a1), Ok(d2), Ok(a2)) = clones else {
+        let (Ok(d1), Ok(a1), Ok(d2), Ok(a2), Ok(key)) = (clones.0, clones.1, clones.2, clones.3, dialer.peer_addr()) else {
             continue;
         };
         {
@@ -955,17 +986,30 @@ pub(crate) fn accept_loop(
             if state.blocked(from, to) {
                 continue;
             }
-            connections.push((from, to, d2, a2));
+            connections.push((key, from, to, d2, a2));
         }
         state.forwarded.fetch_add(1, Ordering::Relaxed);
         let (forth, back) = (state.clone(), state.clone());
+        // Each direction's reader forgets the connection when it ends.
         if state.framed.load(Ordering::SeqCst) {
-            std::thread::spawn(move || pipe_frames(dialer, a1, from, to, forth));
-            std::thread::spawn(move || pipe_frames(acceptor, d1, to, from, back));
+            std::thread::spawn(move || {
+                pipe_frames(dialer, a1, from, to, forth.clone());
+                forth.forget(key);
+            });
+            std::thread::spawn(move || {
+                pipe_frames(acceptor, d1, to, from, back.clone());
+                back.forget(key);
+            });
             continue;
         }
-        std::thread::spawn(move || pipe(dialer, a1, from, to, forth));
-        std::thread::spawn(move || pipe(acceptor, d1, to, from, back));
+        std::thread::spawn(move || {
+            pipe(dialer, a1, from, to, forth.clone());
+            forth.forget(key);
+        });
+        std::thread::spawn(move || {
+            pipe(acceptor, d1, to, from, back.clone());
+            back.forget(key);
+        });
     }
 }
 
