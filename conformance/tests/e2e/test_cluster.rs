@@ -723,6 +723,10 @@ pub struct ReplicaProxy {
     pub(crate) state: Arc<ProxyState>,
 }
 
+/// A forwarded connection: its dialer side's address (its key), the pair (dialer, acceptor)
+/// it joins, and a clone of each of its sockets.
+type Forwarded = (SocketAddr, usize, usize, TcpStream, TcpStream);
+
 #[derive(Default)]
 pub(crate) struct ProxyState {
     /// Nodes whose links are cut.
@@ -748,7 +752,7 @@ pub(crate) struct ProxyState {
     faults_applied: AtomicUsize,
     /// Both sockets of every forwarded connection up, by the pair it joins; a connection leaves
     /// when a side of it closes.
-    connections: Mutex<Vec<(SocketAddr, usize, usize, TcpStream, TcpStream)>>,
+    connections: Mutex<Vec<Forwarded>>,
     stopping: AtomicBool,
     /// Connections forwarded so far (a healed link shows up as a new one).
     forwarded: AtomicUsize,
