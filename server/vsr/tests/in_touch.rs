@@ -245,3 +245,47 @@ fn a_primary_left_without_a_quorum_leads_again_once_a_backup_is_back() {
             .collect::<Vec<_>>()
     );
 }
+
+/// A quiet primary that joins a view change for a view it would lead again is no longer the
+/// Normal primary of anything: a pre-vote reaching it before its next tick is not answered
+/// with a heartbeat of the view it is changing to.
+#[test]
+fn a_quiet_primary_in_a_view_change_sends_no_heartbeat() {
+    let mut replicas = group_in_view_one();
+    let timeout = Config::new(3, 0).view_change_timeout_ticks;
+    let mut now = 0;
+    for _ in 0..timeout * 3 {
+        now += 1;
+        replicas[1].on_tick(now);
+        drain(&mut replicas[1]);
+    }
+    assert!(!replicas[1].leads_quorum());
+    // The next view replica 1 leads again.
+    let view = (2..).find(|&v| replicas[1].primary_of(v) == 1).unwrap();
+    replicas[1].on_message(0, Message::StartViewChange { view, replica: 0 });
+    assert_eq!(
+        (replicas[1].view(), replicas[1].status()),
+        (view, Status::ViewChange)
+    );
+    let view = view + 1;
+    replicas[1].on_message(2, Message::PreVote { view, replica: 2 });
+    // Its view state durable, whatever it holds for that goes out.
+    let mut sent = Vec::new();
+    loop {
+        let actions = drain(&mut replicas[1]);
+        if actions.is_empty() {
+            break;
+        }
+        sent.extend(sends(&actions));
+        for action in actions {
+            if let Action::PersistView { state } = action {
+                replicas[1].on_view_persisted(state);
+            }
+        }
+    }
+    let heartbeats: Vec<_> = sent
+        .into_iter()
+        .filter(|(_, message)| matches!(message, Message::Commit { .. }))
+        .collect();
+    assert!(heartbeats.is_empty(), "{heartbeats:?}");
+}
