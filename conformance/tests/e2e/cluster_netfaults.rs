@@ -886,3 +886,76 @@ async fn frames_lost_one_way_at_random_are_repaired_and_the_views_settle() {
         acked.iter().map(Vec::len).collect::<Vec<_>>()
     );
 }
+
+/// The connection between the metadata primary and one backup goes silent both ways without
+/// being closed (a NAT or stateful firewall forgot it, and no reset reaches either end), while
+/// a new connection would flow. Neither end hears the other: after a few heartbeat timeouts
+/// of silence the link must be closed and dialed afresh, not left waiting for TCP to give up
+/// (some 15 minutes of retransmissions). The pair is linked again, the views settle, every
+/// acknowledged message reads back once, the segments are identical.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "fails: a link silent both ways stays open (Unreachable) and is never dialed again while TCP keeps retransmitting"]
+async fn a_link_a_middlebox_forgot_is_closed_and_dialed_afresh() {
+    let cluster = TestCluster::start(3);
+    drop(cluster.root_client(0).await);
+    let (primary, _) = cluster.primary(METADATA_GROUP).expect("a metadata primary");
+    let primary = usize::from(primary);
+    let (backup, entry) = ((primary + 1) % 3, (primary + 2) % 3);
+    let client = Arc::new(cluster.root_client(entry).await);
+    let (stream, topic, partition_groups) = create_topic(&client, 3).await;
+    let groups = all_groups(&partition_groups);
+    let producer = Producer::start(client.clone(), stream, topic, 3);
+    producer
+        .wait_progress("before the middlebox forgets", 4, Duration::from_secs(20))
+        .await;
+    let forwarded = cluster.proxy().forwarded();
+    let silenced = cluster.proxy().blackhole(primary, backup);
+    assert_eq!(silenced, 1, "one link joins nodes {primary} and {backup}");
+    let started = Instant::now();
+    let pair = (primary.min(backup), primary.max(backup));
+    wait_until(
+        &format!("nodes {primary} and {backup} dial a new link"),
+        Duration::from_secs(40),
+        || (cluster.proxy().forwarded() > forwarded).then_some(()),
+        || {
+            format!(
+                "node {primary} warnings: {:#?}\nnode {backup} warnings: {:#?}",
+                warnings_by_kind(&cluster, primary),
+                warnings_by_kind(&cluster, backup)
+            )
+        },
+    )
+    .await;
+    let redialed_within = started.elapsed();
+    wait_until(
+        "the pair linked again",
+        Duration::from_secs(20),
+        || cluster.proxy().linked_pairs().contains(&pair).then_some(()),
+        || format!("linked: {:?}", cluster.proxy().linked_pairs()),
+    )
+    .await;
+    let changes = wait_views_settle(
+        &cluster,
+        &groups,
+        Duration::from_secs(4),
+        Duration::from_secs(60),
+    )
+    .await;
+    producer
+        .wait_progress("after the new link", 4, Duration::from_secs(30))
+        .await;
+    let failures = producer.failures();
+    let acked = producer.finish().await;
+    assert_acknowledged_exactly_once(&client, stream, topic, &acked).await;
+    cluster.wait_identical_segments(3).await;
+    for i in 0..3 {
+        let errors = lines_at(&cluster, i, " ERROR ");
+        assert!(errors.is_empty(), "node {i} logged errors: {errors:#?}");
+    }
+    eprintln!(
+        "nodes {primary} and {backup}: dialed afresh {redialed_within:?} after the middlebox \
+         forgot their link; {changes} role changes until settled; acknowledged {:?}, failed \
+         sends {failures:?}",
+        acked.iter().map(Vec::len).collect::<Vec<_>>()
+    );
+}

@@ -750,6 +750,10 @@ pub(crate) struct ProxyState {
     faults: Mutex<Vec<(usize, usize, u8, FrameFault)>>,
     /// Faults applied so far.
     faults_applied: AtomicUsize,
+    /// Connections (by their dialer side's address) whose bytes are all discarded, both ways,
+    /// while they stay open: a path that lost their state (a NAT or firewall that forgot them)
+    /// without a reset. New connections flow.
+    blackholed: Mutex<BTreeSet<SocketAddr>>,
     /// Both sockets of every forwarded connection up, by the pair it joins; a connection leaves
     /// when a side of it closes.
     connections: Mutex<Vec<Forwarded>>,
@@ -772,6 +776,10 @@ impl ProxyState {
         let dropped = self.dropped.lock().unwrap();
         dropped.contains(&(sender, receiver, command))
             || self.muted.lock().unwrap().contains(&(sender, receiver))
+    }
+
+    fn blackholes(&self, key: SocketAddr) -> bool {
+        self.blackholed.lock().unwrap().contains(&key)
     }
 
     /// Drops the connection whose dialer side is `key` from those up.
@@ -920,6 +928,21 @@ impl ReplicaProxy {
         Some((from, to))
     }
 
+    /// Every connection up now between nodes `a` and `b` goes silent both ways without being
+    /// closed, as through a middlebox that forgot it; a connection made afterwards flows.
+    /// Returns how many it silenced.
+    pub fn blackhole(&self, a: usize, b: usize) -> usize {
+        let connections = self.state.connections.lock().unwrap();
+        let mut blackholed = self.state.blackholed.lock().unwrap();
+        let mut silenced = 0;
+        for (key, from, to, _, _) in connections.iter() {
+            if (*from, *to) == (a, b) || (*from, *to) == (b, a) {
+                silenced += usize::from(blackholed.insert(*key));
+            }
+        }
+        silenced
+    }
+
     /// The pairs of nodes with a forwarded link up now, each as (lower, higher).
     pub fn linked_pairs(&self) -> BTreeSet<(usize, usize)> {
         let connections = self.state.connections.lock().unwrap();
@@ -997,21 +1020,21 @@ pub(crate) fn accept_loop(
         // Each direction's reader forgets the connection when it ends.
         if state.framed.load(Ordering::SeqCst) {
             std::thread::spawn(move || {
-                pipe_frames(dialer, a1, from, to, forth.clone());
+                pipe_frames(dialer, a1, from, to, key, forth.clone());
                 forth.forget(key);
             });
             std::thread::spawn(move || {
-                pipe_frames(acceptor, d1, to, from, back.clone());
+                pipe_frames(acceptor, d1, to, from, key, back.clone());
                 back.forget(key);
             });
             continue;
         }
         std::thread::spawn(move || {
-            pipe(dialer, a1, from, to, forth.clone());
+            pipe(dialer, a1, from, to, key, forth.clone());
             forth.forget(key);
         });
         std::thread::spawn(move || {
-            pipe(acceptor, d1, to, from, back.clone());
+            pipe(acceptor, d1, to, from, key, back.clone());
             back.forget(key);
         });
     }
@@ -1062,6 +1085,7 @@ fn pipe_frames(
     to: TcpStream,
     sender: usize,
     receiver: usize,
+    key: SocketAddr,
     state: Arc<ProxyState>,
 ) {
     use iggy_generated::frames::GenericHeader;
@@ -1079,7 +1103,7 @@ fn pipe_frames(
             break;
         }
         let command = header[GenericHeader::COMMAND_OFFSET];
-        if state.drops(sender, receiver, command) {
+        if state.drops(sender, receiver, command) || state.blackholes(key) {
             continue;
         }
         let mut frame = header.to_vec();
@@ -1106,19 +1130,23 @@ fn pipe_frames(
 
 /// Copies the bytes node `sender` writes on `from` to `to` (node `receiver`'s side) until
 /// either side closes, then closes both; what it reads while `state` holds the direction waits
-/// until it no longer does.
+/// until it no longer does, and what it reads on a connection `state` blackholes (`key`) is
+/// discarded.
 fn pipe(
     mut from: TcpStream,
     to: TcpStream,
     sender: usize,
     receiver: usize,
+    key: SocketAddr,
     state: Arc<ProxyState>,
 ) {
-    let out = outlet(to, sender, receiver, state);
+    let out = outlet(to, sender, receiver, state.clone());
     let mut buffer = vec![0u8; 64 * 1024];
     loop {
         match from.read(&mut buffer) {
             Ok(0) | Err(_) => break,
+            // A blackholed connection's bytes go nowhere; it never carries again.
+            Ok(_) if state.blackholes(key) => {}
             Ok(n) => {
                 if out.send((Instant::now(), buffer[..n].to_vec(), false)).is_err() {
                     break;
