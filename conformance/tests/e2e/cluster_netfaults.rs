@@ -894,7 +894,6 @@ async fn frames_lost_one_way_at_random_are_repaired_and_the_views_settle() {
 /// (some 15 minutes of retransmissions). The pair is linked again, the views settle, every
 /// acknowledged message reads back once, the segments are identical.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails: a link silent both ways stays open (Unreachable) and is never dialed again while TCP keeps retransmitting"]
 async fn a_link_a_middlebox_forgot_is_closed_and_dialed_afresh() {
     let cluster = TestCluster::start(3);
     drop(cluster.root_client(0).await);

@@ -26,6 +26,13 @@ pub enum LinkEvent {
     Closed { generation: u64 },
 }
 
+/// Heartbeat timeouts of silence after which a live link is closed (`Liveness::close_due`),
+/// so its dialer dials afresh: a path that forgot the connection (a NAT or a stateful firewall
+/// that lost its state) sends no reset, and TCP would keep retransmitting into it for some 15
+/// minutes before either end learned the link is dead. A stopped peer's link is closed too;
+/// it is dialed again once the peer answers.
+pub const SILENCE_CLOSES_AFTER: u32 = 4;
+
 /// A change in a live link's silence worth a log line (`Liveness::poll_silence`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Silence {
@@ -149,6 +156,14 @@ impl Liveness {
             }
             Some(_) => None,
         }
+    }
+
+    /// How long the live link has been silent, when that is past `SILENCE_CLOSES_AFTER`
+    /// heartbeat timeouts: the link is to be closed.
+    pub fn close_due(&self, now: Instant) -> Option<Duration> {
+        let link = self.link.as_ref()?;
+        let silent_for = now.saturating_duration_since(link.heard_at);
+        (silent_for > self.silence_max * SILENCE_CLOSES_AFTER).then_some(silent_for)
     }
 
     /// When `poll_ping` next has a Ping; `None` while no link is up.
@@ -321,6 +336,25 @@ mod tests {
         assert_eq!(liveness.poll_silence(at(origin, 15_000)), None);
         liveness.handle(at(origin, 15_100), LinkEvent::Admitted { generation: 2 });
         assert_eq!(liveness.poll_silence(at(origin, 15_200)), None);
+    }
+
+    #[test]
+    fn a_live_link_silent_for_four_heartbeat_timeouts_is_to_be_closed() {
+        let origin = Instant::now();
+        let mut liveness = Liveness::new(TIMEOUT);
+        assert_eq!(liveness.close_due(at(origin, 60_000)), None, "no link");
+        liveness.handle(origin, LinkEvent::Admitted { generation: 1 });
+        liveness.handle(at(origin, 1_000), LinkEvent::Heard { generation: 1 });
+        // Unreachable after one timeout, closed only after four.
+        assert_eq!(liveness.status(at(origin, 6_001)), PeerStatus::Unreachable);
+        assert_eq!(liveness.close_due(at(origin, 21_000)), None);
+        assert_eq!(
+            liveness.close_due(at(origin, 21_001)),
+            Some(Duration::from_millis(20_001))
+        );
+        // Heard in time, it stays.
+        liveness.handle(at(origin, 20_000), LinkEvent::Heard { generation: 1 });
+        assert_eq!(liveness.close_due(at(origin, 21_001)), None);
     }
 
     #[test]

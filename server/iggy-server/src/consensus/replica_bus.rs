@@ -34,7 +34,7 @@
 //! this side with the field `tls` and its cause.
 
 use super::admission::{self, Local};
-use super::link_liveness::{LinkEvent, Liveness, PeerStatus, Silence};
+use super::link_liveness::{LinkEvent, Liveness, PeerStatus, SILENCE_CLOSES_AFTER, Silence};
 use super::link_stream::{HandshakeRead, LinkReader, LinkStream, LinkWriter};
 use super::log_limit::{LogLimit, Throttled, Verdict};
 use super::replica_link::{self, Backoff, DialerHandshake, FrameCheck, HEADER_SIZE};
@@ -1294,7 +1294,7 @@ async fn run_link(shared: &Rc<Shared>, stream: LinkStream, admitted: admission::
         match select(reading, select(sending, replacing)).await {
             Either::Left((reason, _)) => reason,
             Either::Right((Either::Left((Either::Left((reason, _)), _)), _)) => reason,
-            Either::Right((Either::Left((Either::Right((never, _)), _)), _)) => match never {},
+            Either::Right((Either::Left((Either::Right((reason, _)), _)), _)) => reason,
             Either::Right((Either::Right((reason, _)), _)) => reason,
         }
     };
@@ -1412,8 +1412,9 @@ async fn read_frames(
 /// reading at all. Each time it wakes it also logs a silence of the link starting or ending:
 /// a link that stays up while nothing comes over it (a stopped process, frames lost one way)
 /// is otherwise seen only in the roster, and the refusals (58) a node out of touch with its
-/// primary answers would name no cause.
-async fn send_pings(outbox: &Outbox, ping: Bytes, local: u8, peer: u8) -> std::convert::Infallible {
+/// primary answers would name no cause. A silence past `SILENCE_CLOSES_AFTER` heartbeat
+/// timeouts ends the link (the reason returned), so it is dialed afresh.
+async fn send_pings(outbox: &Outbox, ping: Bytes, local: u8, peer: u8) -> String {
     loop {
         let (due, keepalive) = {
             let liveness = outbox.liveness.lock().expect("liveness lock");
@@ -1430,17 +1431,27 @@ async fn send_pings(outbox: &Outbox, ping: Bytes, local: u8, peer: u8) -> std::c
         // host): what the peer sent meanwhile is still unread, so its silence is not judged
         // until the next wake.
         let woke_late = due.map_or(slept_from, |due| due.max(slept_from)) + keepalive < now;
-        let (ping_due, silence) = {
+        let (ping_due, silence, close) = {
             let mut liveness = outbox.liveness.lock().expect("liveness lock");
             let silence = (!woke_late).then(|| liveness.poll_silence(now)).flatten();
-            (liveness.poll_ping(now), silence)
+            let close = (!woke_late).then(|| liveness.close_due(now)).flatten();
+            (liveness.poll_ping(now), silence, close)
         };
+        if let Some(silent_for) = close {
+            return format!(
+                "heard nothing from replica {peer} for {silent_for:?} ({SILENCE_CLOSES_AFTER} \
+                 heartbeat timeouts): closed to dial afresh, as a path that forgot the \
+                 connection never says so"
+            );
+        }
         if ping_due.is_some() {
             let _ = outbox.push(now, ping.clone());
         }
         match silence {
             Some(Silence::Began { silent_for }) => tracing::warn!(
-                "replica {local}: heard nothing from replica {peer} for {silent_for:?} though                  the link is up (Unreachable: the process stopped, or its frames are lost on                  the way)"
+                "replica {local}: heard nothing from replica {peer} for {silent_for:?} though \
+                 the link is up (Unreachable: the process stopped, or its frames are lost on \
+                 the way)"
             ),
             Some(Silence::Ended { silent_for }) => tracing::info!(
                 "replica {local}: replica {peer} heard again after {silent_for:?} of silence"
