@@ -225,7 +225,8 @@ fn flap_schedule(seed: u64, n: usize) -> Vec<Duration> {
 /// acknowledged message reads back once and in order, the segments are byte-identical, no node
 /// logs an ERROR, and the flapping node holds no more descriptors or threads than before it
 /// (each cut closes links; each heal dials new ones). `NETFAULTS_SEED` replays a schedule,
-/// `NETFAULTS_FLAPS` sets how many cuts and heals (12; the long form runs 200).
+/// `NETFAULTS_FLAPS` sets how many cuts and heals (8; the long form runs 200; 40 gave 109 role
+/// changes, 6 of them after the last heal).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flapping_link_to_the_metadata_primary_settles_and_loses_nothing() {
     let seed = std::env::var("NETFAULTS_SEED")
@@ -249,7 +250,7 @@ async fn a_flapping_link_to_the_metadata_primary_settles_and_loses_nothing() {
     let flaps = std::env::var("NETFAULTS_FLAPS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(12);
+        .unwrap_or(8);
     let schedule = flap_schedule(seed, flaps);
     for (k, pause) in schedule.iter().enumerate() {
         match k % 2 {
@@ -824,7 +825,7 @@ async fn connections_reset_at_random_are_redialed_and_nothing_leaks() {
     );
 }
 
-/// Frames lost one way at random while the links stay up (no TCP reset tells anyone): 8
+/// Frames lost one way at random while the links stay up (no TCP reset tells anyone): 6
 /// times, for 0.5 to 3 s each, one direction between two nodes, or everything one node sends
 /// (chosen by the seed), is dropped, then carried again. Prepares, acknowledgements and heartbeats go
 /// missing mid-stream and are repaired; the views settle, every acknowledged message reads back
@@ -845,7 +846,7 @@ async fn frames_lost_one_way_at_random_are_repaired_and_the_views_settle() {
         .await;
     let roles_before = role_changes(&cluster, &groups);
     let mut lost = Vec::new();
-    for (k, pause) in flap_schedule(seed, 8).into_iter().enumerate() {
+    for (k, pause) in flap_schedule(seed, 6).into_iter().enumerate() {
         // Every second round one direction; the others everything one node sends.
         let a = (seed as usize).wrapping_add(k) % 3;
         let receivers: Vec<usize> = match k % 2 {
