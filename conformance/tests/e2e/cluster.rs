@@ -3082,12 +3082,12 @@ async fn a_group_recreated_before_any_sweep_never_reads_the_deleted_groups_offse
 // ----- sessions are cluster-wide -----
 
 /// One client connection in raw frames: a request at a time, its reply read whole.
-pub(crate) struct RawLink {
+struct RawLink {
     stream: tokio::net::TcpStream,
 }
 
 impl RawLink {
-    pub(crate) async fn connect(address: &str) -> Self {
+    async fn connect(address: &str) -> Self {
         let stream = within("connect", tokio::net::TcpStream::connect(address))
             .await
             .expect("connect");
@@ -3095,10 +3095,7 @@ impl RawLink {
     }
 
     /// Sends `frame` and reads the reply: its header and body, or an eviction's reason.
-    pub(crate) async fn exchange(
-        &mut self,
-        frame: &[u8],
-    ) -> Result<(ReplyHeader, Vec<u8>), EvictionReason> {
+    async fn exchange(&mut self, frame: &[u8]) -> Result<(ReplyHeader, Vec<u8>), EvictionReason> {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         within("exchange", async {
             self.stream.write_all(frame).await.expect("send");
@@ -3129,8 +3126,9 @@ impl RawLink {
     }
 }
 
-/// A Register (LoginUser, 40) of `client` as root, in raw frames.
-pub(crate) fn root_register_frame(client: u128) -> Vec<u8> {
+/// Registers `client` as root on node i over a connection kept open, retrying while node i
+/// has no root user yet or refuses for now: the link (its session bound there) and the session.
+async fn sign_in_raw(cluster: &TestCluster, i: usize, client: u128) -> (RawLink, u64) {
     let body = LoginRegisterRequest {
         version_info: version_info(),
         bind_secret: SECRET,
@@ -3139,13 +3137,7 @@ pub(crate) fn root_register_frame(client: u128) -> Vec<u8> {
         client_context: "",
     }
     .to_wire_bytes();
-    request_frame(client, 0, 0, Operation::Register, 40, &body)
-}
-
-/// Registers `client` as root on node i over a connection kept open, retrying while node i
-/// has no root user yet or refuses for now: the link (its session bound there) and the session.
-async fn sign_in_raw(cluster: &TestCluster, i: usize, client: u128) -> (RawLink, u64) {
-    let frame = root_register_frame(client);
+    let frame = request_frame(client, 0, 0, Operation::Register, 40, &body);
     let last = Mutex::new(String::new());
     wait_until_async(
         &format!("client {client:x} signs in on node {i}"),

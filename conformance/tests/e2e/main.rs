@@ -19,7 +19,6 @@ mod cluster_config;
 mod cluster_groups;
 mod cluster_transports;
 mod cluster_lan;
-mod cluster_netfaults;
 mod day_two;
 mod cluster_hostnames;
 mod concurrency;
