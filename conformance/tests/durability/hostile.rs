@@ -413,11 +413,19 @@ async fn good_client(server_address: String, stop: Arc<AtomicBool>) -> (u64, Vec
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    // Everything sent reads back, in order.
-    let all = within("final poll", client.poll_messages(&s, &t, Some(0), &consumer, &PollingStrategy::offset(0), 1_000_000, false))
-        .await
-        .expect("final poll");
-    let payloads: Vec<String> = all.messages.iter().map(|m| String::from_utf8_lossy(&m.payload).into_owned()).collect();
+    // Everything sent reads back, in order: polled on from where each reply ended (a reply
+    // holds at most limits.max_frame_size bytes of messages, however many are asked for).
+    let mut payloads: Vec<String> = Vec::new();
+    loop {
+        let from = PollingStrategy::offset(payloads.len() as u64);
+        let polled = within("final poll", client.poll_messages(&s, &t, Some(0), &consumer, &from, 1_000_000, false))
+            .await
+            .expect("final poll");
+        if polled.messages.is_empty() {
+            break;
+        }
+        payloads.extend(polled.messages.iter().map(|m| String::from_utf8_lossy(&m.payload).into_owned()));
+    }
     let expected: Vec<String> = (0..sent).map(|i| format!("good-{i}")).collect();
     if payloads != expected {
         errors.push(format!("final read: {} messages, {} sent; first difference at {:?}", payloads.len(), sent,
