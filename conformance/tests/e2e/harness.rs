@@ -425,6 +425,18 @@ impl TestServer {
         std::fs::read_to_string(self.log_path()).unwrap_or_else(|e| format!("<no log: {e}>"))
     }
 
+    /// The server's resident memory in MiB (VmRSS).
+    pub fn resident_mib(&self) -> u64 {
+        let pid = self.pid().expect("running");
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
+        let kib: u64 = status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmRSS:"))
+            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmRSS");
+        kib / 1024
+    }
+
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
     }

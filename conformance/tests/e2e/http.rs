@@ -875,17 +875,7 @@ async fn anonymous_requests_cannot_make_the_server_hold_large_bodies() {
     const CONNECTIONS: usize = 64;
     const BODY: usize = 1_900_000;
     let (server, api) = TestServer::start_with_http(&[("IGGY_LIMITS_REQUEST_TIMEOUT_MS", "60000")]);
-    let resident_mib = || {
-        let pid = server.pid().expect("running");
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
-        let kib: u64 = status
-            .lines()
-            .find_map(|line| line.strip_prefix("VmRSS:"))
-            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
-            .expect("VmRSS");
-        kib / 1024
-    };
-    let before = resident_mib();
+    let before = server.resident_mib();
     let address = api.trim_start_matches("http://").to_string();
     let held = tokio::task::spawn_blocking(move || {
         use std::io::Write;
@@ -908,7 +898,7 @@ async fn anonymous_requests_cannot_make_the_server_hold_large_bodies() {
     .await
     .unwrap();
     tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-    let during = resident_mib();
+    let during = server.resident_mib();
     eprintln!("resident {before} MiB before, {during} MiB during");
     assert!(
         during < before + 64,

@@ -477,17 +477,6 @@ async fn an_http_client_that_stops_reading_is_closed_after_the_idle_timeout_and_
     assert_eq!(status, 200, "another client is served");
 }
 
-/// The server's resident memory in MiB (VmRSS).
-fn resident_mib(server: &TestServer) -> u64 {
-    let pid = server.pid().expect("running");
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
-    let kib: u64 = status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS");
-    kib / 1024
-}
 
 /// A connection that has not signed in can only register, bind a session or ping, which take a
 /// few hundred bytes; a larger request of it is read past and answered Unauthenticated, not
@@ -502,7 +491,7 @@ async fn anonymous_connections_cannot_make_the_server_hold_large_request_bodies(
     const BODY: usize = 32 << 20;
     // The bodies stay held for the whole measurement.
     let server = TestServer::start_with_env(&[("IGGY_LIMITS_REQUEST_TIMEOUT_MS", "60000")]);
-    let before = resident_mib(&server);
+    let before = server.resident_mib();
     let address = server.address();
     let held = tokio::task::spawn_blocking(move || {
         let body = vec![b'x'; BODY];
@@ -530,7 +519,7 @@ async fn anonymous_connections_cannot_make_the_server_hold_large_request_bodies(
     .unwrap();
     // Give the server the time to take in what was sent.
     tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-    let during = resident_mib(&server);
+    let during = server.resident_mib();
     eprintln!("resident {before} MiB before, {during} MiB during");
     let client = server.root_client().await;
     ok("ping", within("ping", client.ping()).await);

@@ -1181,17 +1181,7 @@ async fn an_anonymous_quic_connection_cannot_make_the_server_hold_many_request_b
     let (port, address) = free_udp_address();
     // The bodies stay held for the whole measurement.
     let server = quic_server_with(&certs, &[("IGGY_QUIC_ADDRESS", &address), ("IGGY_LIMITS_REQUEST_TIMEOUT_MS", "60000")]);
-    let resident_mib = || {
-        let pid = server.pid().expect("running");
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
-        let kib: u64 = status
-            .lines()
-            .find_map(|line| line.strip_prefix("VmRSS:"))
-            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
-            .expect("VmRSS");
-        kib / 1024
-    };
-    let before = resident_mib();
+    let before = server.resident_mib();
     let (_endpoint, connection) = quic_connect(port, &certs.ca_der).await;
     let body = vec![b'x'; BODY];
     let mut held = Vec::new();
@@ -1220,7 +1210,7 @@ async fn an_anonymous_quic_connection_cannot_make_the_server_hold_many_request_b
         }
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let during = resident_mib();
+    let during = server.resident_mib();
     eprintln!("resident {before} MiB before, {during} MiB during");
     assert!(
         during < before + 64,
@@ -1250,17 +1240,7 @@ async fn anonymous_websocket_connections_cannot_make_the_server_hold_large_messa
     const BODY: usize = 32 << 20;
     let server = TestServer::start_with_env(&WEBSOCKET_ON);
     let port = endpoints(&server.root_client().await).await.websocket;
-    let resident_mib = || {
-        let pid = server.pid().expect("running");
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
-        let kib: u64 = status
-            .lines()
-            .find_map(|line| line.strip_prefix("VmRSS:"))
-            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
-            .expect("VmRSS");
-        kib / 1024
-    };
-    let before = resident_mib();
+    let before = server.resident_mib();
     let mut held = Vec::new();
     let payload = vec![0u8; BODY];
     for _ in 0..CONNECTIONS {
@@ -1278,7 +1258,7 @@ async fn anonymous_websocket_connections_cannot_make_the_server_hold_large_messa
         held.push(stream);
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let during = resident_mib();
+    let during = server.resident_mib();
     eprintln!("resident {before} MiB before, {during} MiB during");
     assert!(
         during < before + 64,
