@@ -645,18 +645,22 @@ pub fn refused_unread(state: &HttpState, request: &Request) -> Option<Response> 
             ),
         ));
     }
-    let token = request
+    match state.verify(bearer_token(request)) {
+        Ok(_) => None,
+        Err(error) => Some(fail(error)),
+    }
+}
+
+/// The access token of an `Authorization: Bearer …` header; empty when there is none.
+fn bearer_token(request: &Request) -> &str {
+    request
         .header("authorization")
         .and_then(|h| {
             h.strip_prefix("Bearer ")
                 .or_else(|| h.strip_prefix("bearer "))
         })
         .unwrap_or("")
-        .trim();
-    match state.verify(token) {
-        Ok(_) => None,
-        Err(error) => Some(fail(error)),
-    }
+        .trim()
 }
 
 /// Handles one request.
@@ -693,15 +697,7 @@ pub async fn handle(
     let bound = if route.public {
         None
     } else {
-        let token = request
-            .header("authorization")
-            .and_then(|h| {
-                h.strip_prefix("Bearer ")
-                    .or_else(|| h.strip_prefix("bearer "))
-            })
-            .unwrap_or("")
-            .trim();
-        match state.authenticate(node, token).await {
+        match state.authenticate(node, bearer_token(request)).await {
             Ok((bound, _)) => Some(bound),
             Err(error) => return fail(error),
         }

@@ -331,28 +331,23 @@ async fn serve_connection<S: AsyncRead + AsyncWrite>(
         };
         let origin = request.header("origin").map(str::to_string);
         let cors = api.cors_headers(origin.as_deref());
-        if head_len + body_len > max {
-            // Not read: the body may be large, and the client is told why before the close.
-            let reply = Response::error(
+        // Refused unread: the body may be large (over http.max_request_size, or over what a
+        // request without a login may send); the client is told why, then the connection closes.
+        let unread = if head_len + body_len > max {
+            Some(Response::error(
                 413,
                 &api::refusal_text(
                     413,
                     "request_too_large",
                     "request exceeds http.max_request_size",
                 ),
-            );
-            let _ = send(
-                idle,
-                &mut stream,
-                reply.encode(origin.as_deref(), &cors, true),
-            )
-            .await;
-            return Ok(());
-        }
-        if body_len > api::ANONYMOUS_BODY_MAX
-            && let Some(reply) = api::refused_unread(api, &request)
-        {
-            // Not read either: the connection closes after the answer.
+            ))
+        } else if body_len > api::ANONYMOUS_BODY_MAX {
+            api::refused_unread(api, &request)
+        } else {
+            None
+        };
+        if let Some(reply) = unread {
             let _ = send(
                 idle,
                 &mut stream,
