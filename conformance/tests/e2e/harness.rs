@@ -974,3 +974,18 @@ pub fn group_member(client: &IggyClient, group: &str) -> IggyConsumer {
         .batch_length(10)
         .build()
 }
+
+/// The header of a SendMessages request from `client` declaring a body of `body` + 1 bytes: a
+/// test that sends it and `body` bytes leaves the request one byte short, held by the server.
+pub fn send_header_one_byte_short(client: u128, body: usize) -> iggy_generated::frames::RequestHeader {
+    use iggy_generated::frames::{Command, Operation, RequestHeader};
+    RequestHeader {
+        command: Command::Request,
+        size: (RequestHeader::SIZE + body + 1) as u32,
+        client,
+        operation: Operation::SendMessages.to_repr(),
+        request: 1,
+        request_checksum: 1,
+        ..RequestHeader::default()
+    }
+}

@@ -188,6 +188,25 @@ struct Pod {
     log: PathBuf,
 }
 
+/// Each pod's volume and log file under `dir`.
+fn pod_volumes(dir: &Path) -> Vec<Pod> {
+    (0..PODS)
+        .map(|i| {
+            let volume = dir.join(pod_name(i));
+            std::fs::create_dir_all(&volume).unwrap();
+            Pod { volume, log: dir.join(format!("{}.log", pod_name(i))) }
+        })
+        .collect()
+}
+
+/// A directory under `dir` holding `iggy-server` (the binary under test), for the pods' PATH.
+fn server_on_path(dir: &Path) -> PathBuf {
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::os::unix::fs::symlink(server_binary(), bin.join("iggy-server")).unwrap();
+    bin
+}
+
 /// Pod i as its container runs: the image's environment, the chart's cluster environment and
 /// entrypoint, its host name, its volume; in LAN namespace `slot`.
 fn start_pod(i: usize, pod: &Pod, env: &[(String, String)], lan: &Lan, slot: usize, hosts: &Path, bin: &Path) -> Running {
@@ -246,21 +265,13 @@ fn cli_until(lan: &Lan, hosts: &Path, pod: usize, args: &[&str], accepted: impl 
 fn the_chart_s_cluster_pods_link_by_their_dns_names_and_find_a_pod_restarted_at_another_address() {
     let lan = Lan::create(PODS + 1).unwrap_or_else(|why| panic!("a LAN of network namespaces: {why}"));
     let dir = tempfile::tempdir().unwrap();
-    let bin = dir.path().join("bin");
-    std::fs::create_dir_all(&bin).unwrap();
-    std::os::unix::fs::symlink(server_binary(), bin.join("iggy-server")).unwrap();
+    let bin = server_on_path(dir.path());
     let hosts = dir.path().join("hosts");
     let mut addresses: Vec<_> = (0..PODS).map(|i| lan.ip(i)).collect();
     write_hosts(&hosts, &addresses);
     let env = cluster_env(&chart_file("templates/statefulset.yaml"), &chart_file("values.yaml"), &[]);
     assert!(!env.iter().any(|(key, _)| key.starts_with("IGGY_CLUSTER_TLS_")), "TLS only with cluster.tlsSecret: {env:?}");
-    let pods: Vec<Pod> = (0..PODS)
-        .map(|i| {
-            let volume = dir.path().join(pod_name(i));
-            std::fs::create_dir_all(&volume).unwrap();
-            Pod { volume, log: dir.path().join(format!("{}.log", pod_name(i))) }
-        })
-        .collect();
+    let pods = pod_volumes(dir.path());
     let mut running: Vec<Running> = (0..PODS).map(|i| start_pod(i, &pods[i], &env, &lan, i, &hosts, &bin)).collect();
     let logs = || pods.iter().map(|pod| std::fs::read_to_string(&pod.log).unwrap_or_default()).collect::<Vec<_>>().join("\n-----\n");
 
@@ -348,9 +359,7 @@ fn with_cluster_tls_secret_the_chart_s_pods_link_over_mutual_tls_with_one_wildca
     assert!(statefulset.contains("- name: cluster-tls\n          secret:\n            secretName: {{ .Values.cluster.tlsSecret }}"), "{statefulset}");
     let lan = Lan::create(PODS).unwrap_or_else(|why| panic!("a LAN of network namespaces: {why}"));
     let dir = tempfile::tempdir().unwrap();
-    let bin = dir.path().join("bin");
-    std::fs::create_dir_all(&bin).unwrap();
-    std::os::unix::fs::symlink(server_binary(), bin.join("iggy-server")).unwrap();
+    let bin = server_on_path(dir.path());
     let hosts = dir.path().join("hosts");
     write_hosts(&hosts, &(0..PODS).map(|i| lan.ip(i)).collect::<Vec<_>>());
     let mount = dir.path().join("cluster-tls");
@@ -364,13 +373,7 @@ fn with_cluster_tls_secret_the_chart_s_pods_link_over_mutual_tls_with_one_wildca
     for (key, file) in [("IGGY_CLUSTER_TLS_CERT_FILE", "tls.crt"), ("IGGY_CLUSTER_TLS_KEY_FILE", "tls.key"), ("IGGY_CLUSTER_TLS_CA_FILE", "ca.crt")] {
         assert_eq!(get(key), mount.join(file).display().to_string());
     }
-    let pods: Vec<Pod> = (0..PODS)
-        .map(|i| {
-            let volume = dir.path().join(pod_name(i));
-            std::fs::create_dir_all(&volume).unwrap();
-            Pod { volume, log: dir.path().join(format!("{}.log", pod_name(i))) }
-        })
-        .collect();
+    let pods = pod_volumes(dir.path());
     let running: Vec<Running> = (0..PODS).map(|i| start_pod(i, &pods[i], &env, &lan, i, &hosts, &bin)).collect();
     let logs = || pods.iter().map(|pod| std::fs::read_to_string(&pod.log).unwrap_or_default()).collect::<Vec<_>>().join("\n-----\n");
     let healthy = |out: &str| out.matches("| healthy ").count() == PODS && out.matches("| leader ").count() == 1;

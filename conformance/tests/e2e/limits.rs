@@ -485,7 +485,7 @@ async fn an_http_client_that_stops_reading_is_closed_after_the_idle_timeout_and_
 /// held 32 MiB apiece until the request timeout (16 of them: over 500 MiB).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn anonymous_connections_cannot_make_the_server_hold_large_request_bodies() {
-    use iggy_generated::frames::{Command, Operation, ReplyHeader, RequestHeader};
+    use iggy_generated::frames::ReplyHeader;
     use std::io::{Read, Write};
     const CONNECTIONS: usize = 16;
     const BODY: usize = 32 << 20;
@@ -497,15 +497,7 @@ async fn anonymous_connections_cannot_make_the_server_hold_large_request_bodies(
         let body = vec![b'x'; BODY];
         (0..CONNECTIONS)
             .map(|i| {
-                let header = RequestHeader {
-                    command: Command::Request,
-                    size: (RequestHeader::SIZE + BODY + 1) as u32,
-                    client: 0xA11CE + i as u128,
-                    operation: Operation::SendMessages.to_repr(),
-                    request: 1,
-                    request_checksum: 1,
-                    ..RequestHeader::default()
-                };
+                let header = send_header_one_byte_short(0xA11CE + i as u128, BODY);
                 let mut stream = std::net::TcpStream::connect(&address).expect("connect");
                 stream.set_write_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
                 stream.write_all(&header.to_bytes()).expect("header");

@@ -1174,7 +1174,6 @@ async fn the_data_directory_keeps_no_bind_secret() {
 /// not bound the number of requests a QUIC connection has in flight.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_anonymous_quic_connection_cannot_make_the_server_hold_many_request_bodies() {
-    use iggy_generated::frames::{Command, Operation, RequestHeader};
     const STREAMS: usize = 2000;
     const BODY: usize = 60 * 1024;
     let certs = test_certificates();
@@ -1186,15 +1185,7 @@ async fn an_anonymous_quic_connection_cannot_make_the_server_hold_many_request_b
     let body = vec![b'x'; BODY];
     let mut held = Vec::new();
     for i in 0..STREAMS {
-        let header = RequestHeader {
-            command: Command::Request,
-            size: (RequestHeader::SIZE + BODY + 1) as u32,
-            client: 0xB0B + i as u128,
-            operation: Operation::SendMessages.to_repr(),
-            request: 1,
-            request_checksum: 1,
-            ..RequestHeader::default()
-        };
+        let header = send_header_one_byte_short(0xB0B + i as u128, BODY);
         // A stream the server does not grant, or whose bytes it does not take, ends the storm.
         let Ok(Ok((mut send, recv))) = tokio::time::timeout(Duration::from_secs(1), connection.open_bi()).await else {
             break;
