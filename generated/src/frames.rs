@@ -2,27 +2,27 @@
 #![allow(clippy::all)]
 #[allow(unused_imports)]
 use iggy_wire::{WireDecode, WireEncode, WireError};
-/// `FRAME_SEALED_COMMANDS` (spec/frames.spec:351).
+/// `FRAME_SEALED_COMMANDS` (spec/frames.spec:352).
 pub const FRAME_SEALED_COMMANDS: u64 = 0x1fffff7de86;
-/// `IDENTITY_CHECKSUM_COMMANDS` (spec/frames.spec:353).
+/// `IDENTITY_CHECKSUM_COMMANDS` (spec/frames.spec:354).
 pub const IDENTITY_CHECKSUM_COMMANDS: u64 = 0x80040;
-/// `METADATA_GROUP` (spec/frames.spec:355).
+/// `METADATA_GROUP` (spec/frames.spec:356).
 pub const METADATA_GROUP: u64 = 0x8000000000000000;
-/// `DVC_HEADERS_MAX` (spec/frames.spec:357).
+/// `DVC_HEADERS_MAX` (spec/frames.spec:358).
 pub const DVC_HEADERS_MAX: u32 = 128;
-/// `PARTITION_LOG_ARTIFACT` (spec/frames.spec:361).
+/// `PARTITION_LOG_ARTIFACT` (spec/frames.spec:362).
 pub const PARTITION_LOG_ARTIFACT: u32 = 0;
-/// `METADATA_CHECKPOINT_ARTIFACT` (spec/frames.spec:362).
+/// `METADATA_CHECKPOINT_ARTIFACT` (spec/frames.spec:363).
 pub const METADATA_CHECKPOINT_ARTIFACT: u32 = 1;
-/// `SLOT_MANIFEST_MAGIC` (spec/frames.spec:364).
+/// `SLOT_MANIFEST_MAGIC` (spec/frames.spec:365).
 pub const SLOT_MANIFEST_MAGIC: u64 = 0x746f6c7379676769;
-/// `REPLICA_AUTH_DOMAIN` (spec/frames.spec:638).
+/// `REPLICA_AUTH_DOMAIN` (spec/frames.spec:662).
 pub const REPLICA_AUTH_DOMAIN: [u8; 32] = *b"iggy-rs replica-auth transcript1";
-/// `REPLICA_AUTH_KEY_CONTEXT` (spec/frames.spec:639).
+/// `REPLICA_AUTH_KEY_CONTEXT` (spec/frames.spec:663).
 pub const REPLICA_AUTH_KEY_CONTEXT: &str = "iggy-rs 2026-12 replica-auth shared_secret to MAC key";
-/// `MESSAGE_PAYLOAD_SIZE_MAX` (spec/frames.spec:1066).
+/// `MESSAGE_PAYLOAD_SIZE_MAX` (spec/frames.spec:1090).
 pub const MESSAGE_PAYLOAD_SIZE_MAX: u32 = 64000000;
-/// `USER_HEADERS_SIZE_MAX` (spec/frames.spec:1067).
+/// `USER_HEADERS_SIZE_MAX` (spec/frames.spec:1091).
 pub const USER_HEADERS_SIZE_MAX: u32 = 100000;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]
@@ -946,6 +946,7 @@ pub enum ReplicaHandshakeStatus {
     ReleaseMismatch = 7,
     StorageFormatMismatch = 8,
     RosterMismatch = 9,
+    StaleCopy = 10,
 }
 impl ReplicaHandshakeStatus {
     /// Every variant, in spec order.
@@ -960,6 +961,7 @@ impl ReplicaHandshakeStatus {
         ReplicaHandshakeStatus::ReleaseMismatch,
         ReplicaHandshakeStatus::StorageFormatMismatch,
         ReplicaHandshakeStatus::RosterMismatch,
+        ReplicaHandshakeStatus::StaleCopy,
     ];
     /// The variant with this discriminant.
     pub fn from_repr(v: u8) -> Option<Self> {
@@ -974,6 +976,7 @@ impl ReplicaHandshakeStatus {
             7 => Some(Self::ReleaseMismatch),
             8 => Some(Self::StorageFormatMismatch),
             9 => Some(Self::RosterMismatch),
+            10 => Some(Self::StaleCopy),
             _ => None,
         }
     }
@@ -1014,6 +1017,7 @@ impl iggy_wire::WireJson for ReplicaHandshakeStatus {
                 Self::ReleaseMismatch => "ReleaseMismatch",
                 Self::StorageFormatMismatch => "StorageFormatMismatch",
                 Self::RosterMismatch => "RosterMismatch",
+                Self::StaleCopy => "StaleCopy",
             },
         );
         out.push('"');
@@ -4916,6 +4920,137 @@ impl<'a> WireDecode<'a> for ReplicaIdentity {
         Self::decode_fixed(b)
     }
 }
+/// Fixed-layout `ReplicaRunDeclaration`, 33 bytes: what a handshake frame's sender declares about its runs (starts). Ours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplicaRunDeclaration {
+    /// the sender's current run, numbered from 1; 0 when not declared
+    pub run: u64,
+    /// random per run: the same number under another nonce is another start of an older copy
+    pub run_nonce: u64,
+    /// the latest run of the receiver the sender linked with; 0 when none
+    pub seen_run: u64,
+    /// its nonce
+    pub seen_nonce: u64,
+    /// 1 when the sender's directory holds the restored marker: its run is not judged
+    pub restored: u8,
+}
+impl ReplicaRunDeclaration {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 33;
+    /// Byte offset of `run`.
+    pub const RUN_OFFSET: usize = 0;
+    /// Size of `run` in bytes.
+    pub const RUN_SIZE: usize = 8;
+    /// Byte offset of `run_nonce`.
+    pub const RUN_NONCE_OFFSET: usize = 8;
+    /// Size of `run_nonce` in bytes.
+    pub const RUN_NONCE_SIZE: usize = 8;
+    /// Byte offset of `seen_run`.
+    pub const SEEN_RUN_OFFSET: usize = 16;
+    /// Size of `seen_run` in bytes.
+    pub const SEEN_RUN_SIZE: usize = 8;
+    /// Byte offset of `seen_nonce`.
+    pub const SEEN_NONCE_OFFSET: usize = 24;
+    /// Size of `seen_nonce` in bytes.
+    pub const SEEN_NONCE_SIZE: usize = 8;
+    /// Byte offset of `restored`.
+    pub const RESTORED_OFFSET: usize = 32;
+    /// Size of `restored` in bytes.
+    pub const RESTORED_SIZE: usize = 1;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
+        }
+        let run = <u64>::decode_exact(&buf[0..8])
+            .map_err(|_| WireError::InvalidValue {
+                field: "run",
+            })?;
+        let run_nonce = <u64>::decode_exact(&buf[8..16])
+            .map_err(|_| WireError::InvalidValue {
+                field: "run_nonce",
+            })?;
+        let seen_run = <u64>::decode_exact(&buf[16..24])
+            .map_err(|_| WireError::InvalidValue {
+                field: "seen_run",
+            })?;
+        let seen_nonce = <u64>::decode_exact(&buf[24..32])
+            .map_err(|_| WireError::InvalidValue {
+                field: "seen_nonce",
+            })?;
+        let restored = <u8>::decode_exact(&buf[32..33])
+            .map_err(|_| WireError::InvalidValue {
+                field: "restored",
+            })?;
+        Ok(Self {
+            run,
+            run_nonce,
+            seen_run,
+            seen_nonce,
+            restored,
+        })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.run.to_wire_bytes());
+        iggy_wire::put_at(out, 8, &self.run_nonce.to_wire_bytes());
+        iggy_wire::put_at(out, 16, &self.seen_run.to_wire_bytes());
+        iggy_wire::put_at(out, 24, &self.seen_nonce.to_wire_bytes());
+        iggy_wire::put_at(out, 32, &self.restored.to_wire_bytes());
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 33] {
+        let mut b = [0u8; 33];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for ReplicaRunDeclaration {
+    /// All-zero bytes.
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 33]).expect("zero bytes decode")
+    }
+}
+const _: () = assert!(ReplicaRunDeclaration::SIZE == 33);
+const _: () = assert!(ReplicaRunDeclaration::RUN_OFFSET + 8 <= 33);
+const _: () = assert!(ReplicaRunDeclaration::RUN_NONCE_OFFSET + 8 <= 33);
+const _: () = assert!(ReplicaRunDeclaration::SEEN_RUN_OFFSET + 8 <= 33);
+const _: () = assert!(ReplicaRunDeclaration::SEEN_NONCE_OFFSET + 8 <= 33);
+const _: () = assert!(ReplicaRunDeclaration::RESTORED_OFFSET + 1 <= 33);
+impl iggy_wire::WireJson for ReplicaRunDeclaration {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"run\":");
+        iggy_wire::WireJson::write_json(&self.run, out);
+        out.push_str(",\"run_nonce\":");
+        iggy_wire::WireJson::write_json(&self.run_nonce, out);
+        out.push_str(",\"seen_run\":");
+        iggy_wire::WireJson::write_json(&self.seen_run, out);
+        out.push_str(",\"seen_nonce\":");
+        iggy_wire::WireJson::write_json(&self.seen_nonce, out);
+        out.push_str(",\"restored\":");
+        iggy_wire::WireJson::write_json(&self.restored, out);
+        out.push('}');
+    }
+}
+impl WireEncode for ReplicaRunDeclaration {
+    fn encoded_size(&self) -> usize {
+        33
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for ReplicaRunDeclaration {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 33)?;
+        Self::decode_fixed(b)
+    }
+}
 /// Fixed-layout `ReplicaHelloHeader`, 256 bytes: dialer -> acceptor, first frame of a replica link: who I am and what I run. Sealed. Ours.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReplicaHelloHeader {
@@ -4932,7 +5067,8 @@ pub struct ReplicaHelloHeader {
     pub command: Command,
     /// sender
     pub replica: u8,
-    pub reserved_frame: [u8; 66],
+    /// the dialer's run, and its sighting of the acceptor's
+    pub runs: ReplicaRunDeclaration,
     /// dialer nonce of the PSK exchange; zero when auth is off
     pub nonce: [u8; 32],
     /// the replica the dialer's roster puts at the address it dialed
@@ -4980,10 +5116,14 @@ impl ReplicaHelloHeader {
     pub const REPLICA_OFFSET: usize = 61;
     /// Size of `replica` in bytes.
     pub const REPLICA_SIZE: usize = 1;
+    /// Byte offset of `runs`.
+    pub const RUNS_OFFSET: usize = 62;
+    /// Size of `runs` in bytes.
+    pub const RUNS_SIZE: usize = 33;
     /// Byte offset of `reserved_frame`.
-    pub const RESERVED_FRAME_OFFSET: usize = 62;
+    pub const RESERVED_FRAME_OFFSET: usize = 95;
     /// Size of `reserved_frame` in bytes.
-    pub const RESERVED_FRAME_SIZE: usize = 66;
+    pub const RESERVED_FRAME_SIZE: usize = 33;
     /// Byte offset of `nonce`.
     pub const NONCE_OFFSET: usize = 128;
     /// Size of `nonce` in bytes.
@@ -5052,7 +5192,15 @@ impl ReplicaHelloHeader {
             .map_err(|_| WireError::InvalidValue {
                 field: "replica",
             })?;
-        let reserved_frame = iggy_wire::get_at::<66>(buf, 62);
+        let runs = <ReplicaRunDeclaration>::decode_exact(&buf[62..95])
+            .map_err(|_| WireError::InvalidValue {
+                field: "runs",
+            })?;
+        if !iggy_wire::is_zero_at(buf, 95, 33) {
+            return Err(WireError::NonZeroReserved {
+                field: "reserved_frame",
+            });
+        }
         let nonce = iggy_wire::get_at::<32>(buf, 128);
         let target = <u8>::decode_exact(&buf[160..161])
             .map_err(|_| WireError::InvalidValue {
@@ -5088,7 +5236,7 @@ impl ReplicaHelloHeader {
             release,
             command,
             replica,
-            reserved_frame,
+            runs,
             nonce,
             target,
             metadata_history,
@@ -5108,7 +5256,8 @@ impl ReplicaHelloHeader {
         iggy_wire::put_at(out, 56, &self.release.to_wire_bytes());
         iggy_wire::put_at(out, 60, &self.command.to_wire_bytes());
         iggy_wire::put_at(out, 61, &self.replica.to_wire_bytes());
-        iggy_wire::put_at(out, 62, &self.reserved_frame);
+        iggy_wire::put_at(out, 62, &self.runs.to_wire_bytes());
+        out[95..128].fill(0);
         iggy_wire::put_at(out, 128, &self.nonce);
         iggy_wire::put_at(out, 160, &self.target.to_wire_bytes());
         iggy_wire::put_at(out, 161, &self.metadata_history.to_wire_bytes());
@@ -5139,7 +5288,8 @@ const _: () = assert!(ReplicaHelloHeader::VIEW_OFFSET + 4 <= 256);
 const _: () = assert!(ReplicaHelloHeader::RELEASE_OFFSET + 4 <= 256);
 const _: () = assert!(ReplicaHelloHeader::COMMAND_OFFSET + 1 <= 256);
 const _: () = assert!(ReplicaHelloHeader::REPLICA_OFFSET + 1 <= 256);
-const _: () = assert!(ReplicaHelloHeader::RESERVED_FRAME_OFFSET + 66 <= 256);
+const _: () = assert!(ReplicaHelloHeader::RUNS_OFFSET + 33 <= 256);
+const _: () = assert!(ReplicaHelloHeader::RESERVED_FRAME_OFFSET + 33 <= 256);
 const _: () = assert!(ReplicaHelloHeader::NONCE_OFFSET + 32 <= 256);
 const _: () = assert!(ReplicaHelloHeader::TARGET_OFFSET + 1 <= 256);
 const _: () = assert!(ReplicaHelloHeader::METADATA_HISTORY_OFFSET + 1 <= 256);
@@ -5166,8 +5316,8 @@ impl iggy_wire::WireJson for ReplicaHelloHeader {
         iggy_wire::WireJson::write_json(&self.command, out);
         out.push_str(",\"replica\":");
         iggy_wire::WireJson::write_json(&self.replica, out);
-        out.push_str(",\"reserved_frame\":");
-        iggy_wire::WireJson::write_json(&self.reserved_frame, out);
+        out.push_str(",\"runs\":");
+        iggy_wire::WireJson::write_json(&self.runs, out);
         out.push_str(",\"nonce\":");
         iggy_wire::WireJson::write_json(&self.nonce, out);
         out.push_str(",\"target\":");
@@ -5213,7 +5363,8 @@ pub struct ReplicaChallengeHeader {
     pub command: Command,
     /// sender
     pub replica: u8,
-    pub reserved_frame: [u8; 66],
+    /// the acceptor's run, and its sighting of the dialer's
+    pub runs: ReplicaRunDeclaration,
     /// acceptor nonce of the PSK exchange; zero when auth is off
     pub nonce: [u8; 32],
     /// acceptor MAC of the PSK exchange; zero when auth is off
@@ -5260,10 +5411,14 @@ impl ReplicaChallengeHeader {
     pub const REPLICA_OFFSET: usize = 61;
     /// Size of `replica` in bytes.
     pub const REPLICA_SIZE: usize = 1;
+    /// Byte offset of `runs`.
+    pub const RUNS_OFFSET: usize = 62;
+    /// Size of `runs` in bytes.
+    pub const RUNS_SIZE: usize = 33;
     /// Byte offset of `reserved_frame`.
-    pub const RESERVED_FRAME_OFFSET: usize = 62;
+    pub const RESERVED_FRAME_OFFSET: usize = 95;
     /// Size of `reserved_frame` in bytes.
-    pub const RESERVED_FRAME_SIZE: usize = 66;
+    pub const RESERVED_FRAME_SIZE: usize = 33;
     /// Byte offset of `nonce`.
     pub const NONCE_OFFSET: usize = 128;
     /// Size of `nonce` in bytes.
@@ -5332,7 +5487,15 @@ impl ReplicaChallengeHeader {
             .map_err(|_| WireError::InvalidValue {
                 field: "replica",
             })?;
-        let reserved_frame = iggy_wire::get_at::<66>(buf, 62);
+        let runs = <ReplicaRunDeclaration>::decode_exact(&buf[62..95])
+            .map_err(|_| WireError::InvalidValue {
+                field: "runs",
+            })?;
+        if !iggy_wire::is_zero_at(buf, 95, 33) {
+            return Err(WireError::NonZeroReserved {
+                field: "reserved_frame",
+            });
+        }
         let nonce = iggy_wire::get_at::<32>(buf, 128);
         let mac = iggy_wire::get_at::<32>(buf, 160);
         let status = <ReplicaHandshakeStatus>::decode_exact(&buf[192..193])
@@ -5365,7 +5528,7 @@ impl ReplicaChallengeHeader {
             release,
             command,
             replica,
-            reserved_frame,
+            runs,
             nonce,
             mac,
             status,
@@ -5385,7 +5548,8 @@ impl ReplicaChallengeHeader {
         iggy_wire::put_at(out, 56, &self.release.to_wire_bytes());
         iggy_wire::put_at(out, 60, &self.command.to_wire_bytes());
         iggy_wire::put_at(out, 61, &self.replica.to_wire_bytes());
-        iggy_wire::put_at(out, 62, &self.reserved_frame);
+        iggy_wire::put_at(out, 62, &self.runs.to_wire_bytes());
+        out[95..128].fill(0);
         iggy_wire::put_at(out, 128, &self.nonce);
         iggy_wire::put_at(out, 160, &self.mac);
         iggy_wire::put_at(out, 192, &self.status.to_wire_bytes());
@@ -5416,7 +5580,8 @@ const _: () = assert!(ReplicaChallengeHeader::VIEW_OFFSET + 4 <= 256);
 const _: () = assert!(ReplicaChallengeHeader::RELEASE_OFFSET + 4 <= 256);
 const _: () = assert!(ReplicaChallengeHeader::COMMAND_OFFSET + 1 <= 256);
 const _: () = assert!(ReplicaChallengeHeader::REPLICA_OFFSET + 1 <= 256);
-const _: () = assert!(ReplicaChallengeHeader::RESERVED_FRAME_OFFSET + 66 <= 256);
+const _: () = assert!(ReplicaChallengeHeader::RUNS_OFFSET + 33 <= 256);
+const _: () = assert!(ReplicaChallengeHeader::RESERVED_FRAME_OFFSET + 33 <= 256);
 const _: () = assert!(ReplicaChallengeHeader::NONCE_OFFSET + 32 <= 256);
 const _: () = assert!(ReplicaChallengeHeader::MAC_OFFSET + 32 <= 256);
 const _: () = assert!(ReplicaChallengeHeader::STATUS_OFFSET + 1 <= 256);
@@ -5443,8 +5608,8 @@ impl iggy_wire::WireJson for ReplicaChallengeHeader {
         iggy_wire::WireJson::write_json(&self.command, out);
         out.push_str(",\"replica\":");
         iggy_wire::WireJson::write_json(&self.replica, out);
-        out.push_str(",\"reserved_frame\":");
-        iggy_wire::WireJson::write_json(&self.reserved_frame, out);
+        out.push_str(",\"runs\":");
+        iggy_wire::WireJson::write_json(&self.runs, out);
         out.push_str(",\"nonce\":");
         iggy_wire::WireJson::write_json(&self.nonce, out);
         out.push_str(",\"mac\":");

@@ -22,11 +22,15 @@ pub const QUIC_RESET_KEY_FILE: &str = "quic.reset_key";
 pub const QUIC_RESET_KEY_SIZE: u64 = 64;
 /// `RESTORED_MARKER_FILE` (spec/storage.spec:90).
 pub const RESTORED_MARKER_FILE: &str = "restored.pending";
-/// `VSR_CHECKPOINT_MAGIC` (spec/storage.spec:373).
+/// `REPLICA_RUNS_FILE` (spec/storage.spec:97).
+pub const REPLICA_RUNS_FILE: &str = "replica.runs";
+/// `REPLICA_RUNS_MAGIC` (spec/storage.spec:98).
+pub const REPLICA_RUNS_MAGIC: [u8; 4] = *b"IGRN";
+/// `VSR_CHECKPOINT_MAGIC` (spec/storage.spec:395).
 pub const VSR_CHECKPOINT_MAGIC: [u8; 4] = *b"VSPL";
-/// `VSR_CHECKPOINT_MAGIC_V0` (spec/storage.spec:374).
+/// `VSR_CHECKPOINT_MAGIC_V0` (spec/storage.spec:396).
 pub const VSR_CHECKPOINT_MAGIC_V0: [u8; 4] = *b"VSPK";
-/// `VSR_VIEW_STATE_MAGIC` (spec/storage.spec:414).
+/// `VSR_VIEW_STATE_MAGIC` (spec/storage.spec:436).
 pub const VSR_VIEW_STATE_MAGIC: [u8; 4] = *b"VSVW";
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]
@@ -587,6 +591,100 @@ impl WireEncode for SnapshotHeader {
 impl<'a> WireDecode<'a> for SnapshotHeader {
     fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
         let b = iggy_wire::take(input, 64)?;
+        Self::decode_fixed(b)
+    }
+}
+/// Fixed-layout `ReplicaRunSighting`, 17 bytes: the latest run of one peer this node linked with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplicaRunSighting {
+    pub replica: u8,
+    pub run: u64,
+    pub nonce: u64,
+}
+impl ReplicaRunSighting {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 17;
+    /// Byte offset of `replica`.
+    pub const REPLICA_OFFSET: usize = 0;
+    /// Size of `replica` in bytes.
+    pub const REPLICA_SIZE: usize = 1;
+    /// Byte offset of `run`.
+    pub const RUN_OFFSET: usize = 1;
+    /// Size of `run` in bytes.
+    pub const RUN_SIZE: usize = 8;
+    /// Byte offset of `nonce`.
+    pub const NONCE_OFFSET: usize = 9;
+    /// Size of `nonce` in bytes.
+    pub const NONCE_SIZE: usize = 8;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
+        }
+        let replica = <u8>::decode_exact(&buf[0..1])
+            .map_err(|_| WireError::InvalidValue {
+                field: "replica",
+            })?;
+        let run = <u64>::decode_exact(&buf[1..9])
+            .map_err(|_| WireError::InvalidValue {
+                field: "run",
+            })?;
+        let nonce = <u64>::decode_exact(&buf[9..17])
+            .map_err(|_| WireError::InvalidValue {
+                field: "nonce",
+            })?;
+        Ok(Self { replica, run, nonce })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.replica.to_wire_bytes());
+        iggy_wire::put_at(out, 1, &self.run.to_wire_bytes());
+        iggy_wire::put_at(out, 9, &self.nonce.to_wire_bytes());
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 17] {
+        let mut b = [0u8; 17];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for ReplicaRunSighting {
+    /// All-zero bytes.
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 17]).expect("zero bytes decode")
+    }
+}
+const _: () = assert!(ReplicaRunSighting::SIZE == 17);
+const _: () = assert!(ReplicaRunSighting::REPLICA_OFFSET + 1 <= 17);
+const _: () = assert!(ReplicaRunSighting::RUN_OFFSET + 8 <= 17);
+const _: () = assert!(ReplicaRunSighting::NONCE_OFFSET + 8 <= 17);
+impl iggy_wire::WireJson for ReplicaRunSighting {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"replica\":");
+        iggy_wire::WireJson::write_json(&self.replica, out);
+        out.push_str(",\"run\":");
+        iggy_wire::WireJson::write_json(&self.run, out);
+        out.push_str(",\"nonce\":");
+        iggy_wire::WireJson::write_json(&self.nonce, out);
+        out.push('}');
+    }
+}
+impl WireEncode for ReplicaRunSighting {
+    fn encoded_size(&self) -> usize {
+        17
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for ReplicaRunSighting {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 17)?;
         Self::decode_fixed(b)
     }
 }
@@ -2580,6 +2678,29 @@ impl<'a> WireDecode<'a> for EntryChecksumInput {
         let b = iggy_wire::take(input, 53)?;
         Self::decode_fixed(b)
     }
+}
+/// Variable-length `ReplicaRuns`.
+#[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]
+pub struct ReplicaRuns {
+    /// REPLICA_RUNS_MAGIC
+    #[wire(plain)]
+    pub magic: [u8; 4],
+    /// the cluster id: a file of another cluster is refused
+    #[wire(plain)]
+    pub cluster: u128,
+    /// the replica id that wrote it: another replica's file is refused
+    #[wire(plain)]
+    pub replica: u8,
+    /// this node's current run (0: it started without a metadata history)
+    #[wire(plain)]
+    pub run: u64,
+    #[wire(plain)]
+    pub nonce: u64,
+    #[wire(vec(u32, plain))]
+    pub sightings: Vec<crate::storage::ReplicaRunSighting>,
+    /// XxHash3-64 of every byte before it
+    #[wire(plain)]
+    pub checksum: u64,
 }
 /// Variable-length `SnapshotConsumerGroup`.
 #[derive(Debug, Clone, PartialEq, Eq, iggy_wire_derive::Wire)]

@@ -35,6 +35,23 @@ async fn partition_payloads(reader: &IggyClient, stream: u32, topic: u32) -> Vec
 /// messages must all be there once P is back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_restored_from_an_older_copy_never_outvotes_the_writes_it_acknowledged() {
+    restored_copy_keeps_what_it_acknowledged(true).await;
+}
+
+/// The same restore started without `--restored` (an operator who skipped that step): C
+/// linked with the run R started after the copy was taken, so the copy, starting that run's
+/// number again, is refused by C (StaleCopy) and sees it is the copy itself: it writes the
+/// restored marker and stops (exit 75) before taking part in any view change. Started again
+/// as is, it is restored, and nothing acknowledged is lost. (Without this check R and C
+/// elected a view without the acknowledged messages.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_restored_from_an_older_copy_without_the_flag_is_stopped_by_a_peer_that_saw_it_run_on() {
+    restored_copy_keeps_what_it_acknowledged(false).await;
+}
+
+/// Partition primary P, restored node R, third node C, as the tests above say; R's copy is
+/// started with `--restored` when `flag`, else as is.
+async fn restored_copy_keeps_what_it_acknowledged(flag: bool) {
     let mut cluster = TestCluster::start(3);
     let client = cluster.root_client(0).await;
     let (stream, topic, groups) = create_topic(&client, 1).await;
@@ -74,7 +91,23 @@ async fn a_node_restored_from_an_older_copy_never_outvotes_the_writes_it_acknowl
     copy_tree(&copy, &data);
     cluster.kill9(p);
     cluster.heal(c);
-    cluster.restart_with(r, &["--restored"]);
+    if flag {
+        cluster.restart_with(r, &["--restored"]);
+    } else {
+        let (status, printed) = tokio::task::block_in_place(|| cluster.run_to_exit(r, Duration::from_secs(30)));
+        assert_eq!(status.code(), Some(75), "{printed}");
+        assert!(printed.contains("this data directory is older than this node was"), "{printed}");
+        assert!(data.join("restored.pending").exists(), "the copy marked itself restored:\n{printed}");
+        wait_until(
+            &format!("node {c} logs why it refused node {r}"),
+            Duration::from_secs(10),
+            || current_start(&cluster.node(c).log()).contains("StaleCopy").then_some(()),
+            || current_start(&cluster.node(c).log()).to_string(),
+        )
+        .await;
+        // Started again as is: the marker makes it restored.
+        cluster.restart(r);
+    }
     // Give R and C the time to elect a view between them, were they allowed to.
     tokio::time::sleep(Duration::from_secs(8)).await;
     eprintln!("before P returns:\n{}", cluster.describe(group));

@@ -369,7 +369,7 @@ impl codec::Wire for EvictionReason {
         );
     }
 }
-/// `GenericHeader` (spec/frames.spec:210).
+/// `GenericHeader` (spec/frames.spec:211).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GenericHeader {
     /// unused on client frames
@@ -477,7 +477,7 @@ impl codec::Wire for GenericHeader {
         out.push('}');
     }
 }
-/// `RequestHeader` (spec/frames.spec:224).
+/// `RequestHeader` (spec/frames.spec:225).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RequestHeader {
     /// unused on client frames
@@ -686,7 +686,7 @@ impl codec::Wire for RequestHeader {
         out.push('}');
     }
 }
-/// `ReplyHeader` (spec/frames.spec:249).
+/// `ReplyHeader` (spec/frames.spec:250).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReplyHeader {
     /// unused on client frames
@@ -891,7 +891,7 @@ impl codec::Wire for ReplyHeader {
         out.push('}');
     }
 }
-/// `EvictionHeader` (spec/frames.spec:274).
+/// `EvictionHeader` (spec/frames.spec:275).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EvictionHeader {
     /// unused on client frames
@@ -1030,7 +1030,7 @@ impl codec::Wire for EvictionHeader {
         out.push('}');
     }
 }
-/// `BatchHeader` (spec/frames.spec:1042).
+/// `BatchHeader` (spec/frames.spec:1066).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BatchHeader {
     /// stamped by the server
@@ -1119,7 +1119,7 @@ impl codec::Wire for BatchHeader {
         out.push('}');
     }
 }
-/// `MessageFrameHeader` (spec/frames.spec:1053).
+/// `MessageFrameHeader` (spec/frames.spec:1077).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MessageFrameHeader {
     /// XxHash3-64 over bytes 8..48, payload, user headers

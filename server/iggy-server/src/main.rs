@@ -573,8 +573,29 @@ async fn run(
             Some(_) => MetadataHistory::Held,
             None => MetadataHistory::Absent,
         };
+        // The restored marker of a start with `--restored` is written once the directory is
+        // open (below); its runs are declared restored from the first handshake on.
+        let marked = std::path::Path::new(&cfg.system.path)
+            .join(iggy_generated::storage::RESTORED_MARKER_FILE)
+            .exists();
+        let history_dir = data
+            .as_ref()
+            .map(|_| std::path::Path::new(&cfg.system.path));
+        let cluster = consensus::cluster::cluster_id(&cfg.cluster.name);
+        let runs = match consensus::runs_file::RunsState::start(
+            cluster,
+            replica_id,
+            history_dir,
+            restored || marked,
+        ) {
+            Ok(runs) => std::rc::Rc::new(runs),
+            Err(error) => {
+                eprintln!("iggy-server: {error}");
+                return ExitCode::FAILURE;
+            }
+        };
         let mut plane =
-            match consensus::plane::ReplicaPlane::start(&cfg, replica_id, at_start).await {
+            match consensus::plane::ReplicaPlane::start(&cfg, replica_id, at_start, runs).await {
                 Ok(plane) => plane,
                 Err(error) => {
                     eprintln!("iggy-server: replica plane: {error}");
@@ -598,7 +619,12 @@ async fn run(
     let data = match data {
         Some(data) => data,
         None => match open_data_dir(&cfg.system.path) {
-            Ok(data) => data,
+            Ok(data) => {
+                if let Some(plane) = &plane {
+                    plane.attach_runs(std::path::Path::new(&cfg.system.path));
+                }
+                data
+            }
             Err(code) => return code,
         },
     };

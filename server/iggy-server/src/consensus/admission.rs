@@ -23,6 +23,7 @@
 //! declarations in a [`StartGate`] and refuses to format a new history into a cluster whose
 //! peers hold one (a node erased while its peers kept theirs).
 
+use super::runs::{self, Declared, RunLedger, Stale};
 use iggy_generated::frames::{
     Command, MetadataHistory, REPLICA_AUTH_DOMAIN, REPLICA_AUTH_KEY_CONTEXT, ReplicaAuthMode,
     ReplicaAuthTranscript, ReplicaChallengeHeader, ReplicaFinishHeader, ReplicaHandshakeStatus,
@@ -159,6 +160,9 @@ pub struct Local {
     pub auth: Option<PeerAuth>,
     /// The roster's digest (`config::Cluster::roster_digest`), declared in the hello.
     pub roster: u64,
+    /// This node's run and its sightings of its peers' runs, as when the frame is built: a
+    /// node restored from an older copy is refused ([`runs::judge`]).
+    pub runs: RunLedger,
 }
 
 /// An admitted peer: who it is, what it runs, and whether it holds a metadata history (as its
@@ -168,6 +172,8 @@ pub struct Admitted {
     pub replica: u8,
     pub identity: ReplicaIdentity,
     pub history: MetadataHistory,
+    /// What the peer declared about its runs (the shell records it: `RunLedger::learn`).
+    pub runs: Declared,
 }
 
 /// A refused handshake frame.
@@ -181,6 +187,45 @@ pub struct Refusal {
     pub field: &'static str,
     /// Ours against theirs, for the log line on this side.
     pub detail: String,
+}
+
+/// The `field` of a refusal that finds this node's own data directory older than the node
+/// was: the shell stops the node (`runs_file::stop_as_stale_copy`).
+pub const STALE_THIS_NODE: &str = "own_run";
+
+impl Refusal {
+    /// Whether this refusal found this node, not the peer, to be an older copy.
+    pub fn stops_this_node(&self) -> bool {
+        self.field == STALE_THIS_NODE
+    }
+}
+
+fn stale_refusal(peer: u8, stale: Stale) -> Refusal {
+    match stale {
+        Stale::Peer { declared, seen } => Refusal {
+            status: Some(ReplicaHandshakeStatus::StaleCopy),
+            field: "run",
+            detail: format!(
+                "replica {peer} declares {declared}, and this node linked with its {seen} \
+                 before: its data directory is older than that node was (restored from a copy, \
+                 or replaced), and counted in a view change it could discard writes it \
+                 acknowledged; it stops, and restarts restored"
+            ),
+        },
+        Stale::ThisNode {
+            running,
+            seen_by_peer,
+        } => Refusal {
+            status: Some(ReplicaHandshakeStatus::StaleCopy),
+            field: STALE_THIS_NODE,
+            detail: format!(
+                "replica {peer} linked with {seen_by_peer} of this node, and this node is \
+                 {running}: this data directory is older than this node was (restored from a \
+                 copy, or replaced), and counted in a view change it could discard writes this \
+                 node acknowledged"
+            ),
+        },
+    }
 }
 
 impl std::fmt::Display for Refusal {
@@ -248,7 +293,7 @@ pub fn hello(local: &Local, target: u8, history: MetadataHistory, nonce: Nonce) 
         release: 0,
         command: Command::ReplicaHello,
         replica: local.replica,
-        reserved_frame: [0; 66],
+        runs: local.runs.declared_to(target).to_wire(),
         nonce: with_auth(mode, nonce),
         target,
         metadata_history: history,
@@ -288,7 +333,16 @@ pub fn challenge(
         release: 0,
         command: Command::ReplicaChallenge,
         replica: local.replica,
-        reserved_frame: [0; 66],
+        // To the replica the hello names (any, were it refused: its sighting is then none).
+        runs: local
+            .runs
+            .declared_to(
+                hello
+                    .get(ReplicaHelloHeader::REPLICA_OFFSET)
+                    .copied()
+                    .unwrap_or(u8::MAX),
+            )
+            .to_wire(),
         nonce: [0; 32],
         mac: [0; 32],
         status,
@@ -415,10 +469,14 @@ pub fn admit_hello(local: &Local, frame: &[u8]) -> Result<Admitted, Refusal> {
             ),
         });
     }
+    let runs = Declared::from_wire(&hello.runs);
+    runs::judge(local.runs.declared_to(hello.replica), runs)
+        .map_err(|stale| stale_refusal(hello.replica, stale))?;
     Ok(Admitted {
         replica: hello.replica,
         identity: hello.identity,
         history: hello.metadata_history,
+        runs,
     })
 }
 
@@ -483,6 +541,13 @@ fn judge_challenge(
         // The acceptor's auth mode is not ours; say which side has it.
         compare_auth_mode(local, Claimant::Acceptor { peer }, answer.auth_mode)?;
     }
+    let runs = Declared::from_wire(&answer.runs);
+    let judged = runs::judge(local.runs.declared_to(peer), runs);
+    if answer.status == ReplicaHandshakeStatus::StaleCopy
+        && let Err(stale) = judged
+    {
+        return Err(stale_refusal(peer, stale));
+    }
     if answer.status != ReplicaHandshakeStatus::Ok {
         // Cluster, identity and auth mode were compared above; what is left to name is the
         // acceptor's view of the replica ids, or a status without a field of its own.
@@ -516,10 +581,12 @@ fn judge_challenge(
         let ours = transcript(&hello, &answer, ReplicaMacDirection::Dialer);
         *finish_mac = Some(mac_of(key, &ours));
     }
+    judged.map_err(|stale| stale_refusal(peer, stale))?;
     Ok(Admitted {
         replica: answer.replica,
         identity: answer.identity,
         history: answer.metadata_history,
+        runs,
     })
 }
 
@@ -903,6 +970,7 @@ mod tests {
             auth: None,
             // Undeclared, as the spec's example frames carry it.
             roster: 0,
+            runs: RunLedger::default(),
         }
     }
 
@@ -939,19 +1007,21 @@ mod tests {
         dialer: &Local,
         acceptor: &Local,
     ) -> (Result<Admitted, Refusal>, Result<Admitted, Refusal>) {
-        let at_acceptor = admit_hello(
-            acceptor,
-            &plain_hello(dialer, acceptor.replica, MetadataHistory::Absent),
-        );
+        let hello = plain_hello(dialer, acceptor.replica, MetadataHistory::Absent);
+        let at_acceptor = admit_hello(acceptor, &hello);
         let status = match &at_acceptor {
             Ok(_) => ReplicaHandshakeStatus::Ok,
             Err(refusal) => refusal.status.unwrap(),
         };
-        let at_dialer = plain_verdict(
-            dialer,
-            acceptor.replica,
-            &plain_challenge(acceptor, status, MetadataHistory::Absent),
+        // Answering this hello: the challenge declares the acceptor's sighting of its sender.
+        let answer = challenge(
+            acceptor,
+            status,
+            MetadataHistory::Absent,
+            ACCEPTOR_NONCE,
+            &hello,
         );
+        let at_dialer = plain_verdict(dialer, acceptor.replica, &answer);
         (at_acceptor, at_dialer)
     }
 
@@ -1317,7 +1387,8 @@ mod tests {
             Ok(Admitted {
                 replica: 0,
                 identity: local_identity(),
-                history: MetadataHistory::Absent
+                history: MetadataHistory::Absent,
+                runs: Declared::default(),
             })
         );
         assert_eq!(
@@ -1325,7 +1396,8 @@ mod tests {
             Ok(Admitted {
                 replica: 2,
                 identity: local_identity(),
-                history: MetadataHistory::Absent
+                history: MetadataHistory::Absent,
+                runs: Declared::default(),
             })
         );
         assert_eq!(
@@ -1431,6 +1503,79 @@ mod tests {
         for dialer in [same, replica(0)] {
             let (at_acceptor, at_dialer) = handshake(&dialer, &other);
             assert!(at_acceptor.is_ok() && at_dialer.is_ok());
+        }
+    }
+
+    fn with_runs(id: u8, runs: &RunLedger) -> Local {
+        Local {
+            runs: runs.clone(),
+            ..replica(id)
+        }
+    }
+
+    /// Three runs of `copied` linked with `other` (each learning from the other), the copy of
+    /// `copied`'s ledger taken after its second, and the two ledgers after the third.
+    fn runs_and_a_copy(copied: u8, other: u8) -> (RunLedger, RunLedger, RunLedger) {
+        let mut fixed = RunLedger::start(None, true, false, 1);
+        let mut ran = RunLedger::default();
+        let mut copy = RunLedger::default();
+        for start in 1..=3u64 {
+            ran = RunLedger::start(Some(ran), true, false, 100 + start);
+            let (dialer, acceptor) = match copied < other {
+                true => (with_runs(copied, &ran), with_runs(other, &fixed)),
+                false => (with_runs(other, &fixed), with_runs(copied, &ran)),
+            };
+            let (at_acceptor, at_dialer) = handshake(&dialer, &acceptor);
+            let (at_acceptor, at_dialer) = (at_acceptor.unwrap(), at_dialer.unwrap());
+            for admitted in [at_acceptor, at_dialer] {
+                match admitted.replica == copied {
+                    true => fixed.learn(copied, admitted.runs),
+                    false => ran.learn(other, admitted.runs),
+                };
+            }
+            if start == 2 {
+                copy = ran.clone();
+            }
+        }
+        (copy, ran, fixed)
+    }
+
+    #[test]
+    fn a_node_restored_from_an_older_copy_is_refused_and_told_that_it_is_the_copy() {
+        for (copied, other) in [(2, 0), (0, 2)] {
+            let (copy, _, fixed) = runs_and_a_copy(copied, other);
+            // The copy starts again: run 3 under another nonce; the peer linked with run 3.
+            let restored = RunLedger::start(Some(copy.clone()), true, false, 999);
+            let (stale, peer) = (with_runs(copied, &restored), with_runs(other, &fixed));
+            let (at_acceptor, at_dialer) = match copied < other {
+                true => handshake(&stale, &peer),
+                false => handshake(&peer, &stale),
+            };
+            let (at_copy, at_peer) = match copied < other {
+                true => (at_dialer, at_acceptor),
+                false => (at_acceptor, at_dialer),
+            };
+            let (at_copy, at_peer) = (at_copy.unwrap_err(), at_peer.unwrap_err());
+            assert_eq!(at_copy.status, Some(ReplicaHandshakeStatus::StaleCopy));
+            assert!(at_copy.stops_this_node(), "{copied} as the copy: {at_copy}");
+            assert!(at_copy.detail.contains("run 3"), "{at_copy}");
+            assert_eq!(
+                (at_peer.status, at_peer.field),
+                (Some(ReplicaHandshakeStatus::StaleCopy), "run"),
+                "{at_peer}"
+            );
+            assert!(!at_peer.stops_this_node());
+            // Started restored, it is admitted both ways.
+            let marked = RunLedger::start(Some(copy), true, true, 1000);
+            let (marked, peer) = (with_runs(copied, &marked), with_runs(other, &fixed));
+            let (at_acceptor, at_dialer) = match copied < other {
+                true => handshake(&marked, &peer),
+                false => handshake(&peer, &marked),
+            };
+            assert!(
+                at_acceptor.is_ok() && at_dialer.is_ok(),
+                "{copied} restored"
+            );
         }
     }
 

@@ -14,6 +14,8 @@ pub mod plane;
 pub mod replica_bus;
 pub mod replica_link;
 pub mod replica_tls;
+pub mod runs;
+pub mod runs_file;
 pub mod transfer;
 pub mod view_file;
 pub mod wal;

@@ -12,6 +12,7 @@ use super::link_liveness::PeerStatus;
 use super::replica_bus::{
     BusConfig, BusEvent, BusSender, HistorySource, Inbound, ReplicaBus, Router,
 };
+use super::runs_file::RunsState;
 use futures_channel::mpsc;
 use iggy_generated::frames::{METADATA_GROUP, MetadataHistory};
 use iggy_vsr::codec::{FrameContext, partition_group};
@@ -45,6 +46,8 @@ pub struct ReplicaPlane {
     /// The data directory holds the restored-node marker (`--restored`): every group opened
     /// while it is set opens restored (`iggy_vsr::Config::restored`).
     restored: std::cell::Cell<bool>,
+    /// This node's runs, kept in the data directory (`runs_file`).
+    runs: Rc<RunsState>,
 }
 
 /// What this node declares about its metadata history: what it found on disk at start, and,
@@ -135,6 +138,7 @@ impl ReplicaPlane {
         config: &crate::config::Config,
         replica: u8,
         at_start: MetadataHistory,
+        runs: Rc<RunsState>,
     ) -> Result<Self, String> {
         let declaration = Rc::new(Declaration {
             at_start,
@@ -142,7 +146,7 @@ impl ReplicaPlane {
         });
         let declared = declaration.clone();
         let history = HistorySource::new(move |linked| declared.declared_to(linked));
-        let bus_config = BusConfig::from_config(config, replica, history)?;
+        let bus_config = BusConfig::from_config(config, replica, history, runs.clone())?;
         let listen = bus_config.listen;
         let replica_count = bus_config.local.replica_count;
         let cluster = bus_config.local.cluster;
@@ -162,6 +166,7 @@ impl ReplicaPlane {
             events: Some(events),
             declaration,
             restored: std::cell::Cell::new(false),
+            runs,
         };
         if at_start == MetadataHistory::Held {
             plane.drain_events();
@@ -276,6 +281,12 @@ impl ReplicaPlane {
         config.resend_ticks = self.timing.resend_ticks;
         config.restored = self.restored.get();
         config
+    }
+
+    /// A node that started without a metadata history opened its data directory: its runs
+    /// are kept there from now.
+    pub fn attach_runs(&self, data_dir: &Path) {
+        self.runs.attach(data_dir);
     }
 
     /// Whether groups open restored (see the field).

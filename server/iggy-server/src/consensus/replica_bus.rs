@@ -39,6 +39,8 @@ use super::link_stream::{HandshakeRead, LinkReader, LinkStream, LinkWriter};
 use super::log_limit::{LogLimit, Throttled, Verdict};
 use super::replica_link::{self, Backoff, DialerHandshake, FrameCheck, HEADER_SIZE};
 use super::replica_tls::{self, ReplicaTls};
+use super::runs::RunLedger;
+use super::runs_file::RunsState;
 use crate::config::NodeHost;
 use bytes::Bytes;
 use compio::net::{TcpListener, TcpStream};
@@ -202,6 +204,9 @@ pub struct BusConfig {
     pub seed: u64,
     /// What this node declares about its metadata history, read for every handshake frame.
     pub history: HistorySource,
+    /// This node's runs (`local.runs` is replaced by their ledger whenever a handshake frame
+    /// is built), and where what the links teach is kept.
+    pub runs: Rc<RunsState>,
     /// `[cluster.tls]`: `None` when links are plain TCP.
     pub tls: Option<ReplicaTls>,
 }
@@ -247,6 +252,7 @@ impl BusConfig {
         config: &crate::config::Config,
         replica: u8,
         history: HistorySource,
+        runs: Rc<RunsState>,
     ) -> Result<Self, String> {
         let cluster = &config.cluster;
         let address = |id: u8| {
@@ -284,6 +290,7 @@ impl BusConfig {
                 identity: admission::local_identity(),
                 auth: peer_auth(&cluster.auth),
                 roster: cluster.roster_digest(),
+                runs: RunLedger::default(),
             },
             listen,
             peers,
@@ -302,6 +309,7 @@ impl BusConfig {
             silence_max: cluster.heartbeat_timeout,
             seed: cluster_id as u64 ^ u64::from(replica),
             history,
+            runs,
             tls: ReplicaTls::from_config(&cluster.tls)?,
         })
     }
@@ -645,6 +653,7 @@ impl Shared {
                 (Some(auth), Some(binding)) => Some(auth.bound_to_channel(binding)),
                 (auth, _) => auth,
             },
+            runs: self.config.runs.ledger(),
             ..local
         }
     }
@@ -652,13 +661,23 @@ impl Shared {
     /// A refusal of this node's dial to `peer`.
     fn refused(&self, peer: u8, refusal: &admission::Refusal) {
         let local = self.config.local.replica;
+        self.stop_if_stale(refusal);
         tracing::warn!("replica {local}: link with replica {peer}: {refusal}");
         self.refusal_event(Some(peer), refusal);
+    }
+
+    /// A refusal that found this node's own data directory older than the node was stops
+    /// the process (`RunsState::stop_as_stale_copy`).
+    fn stop_if_stale(&self, refusal: &admission::Refusal) {
+        if refusal.stops_this_node() {
+            self.config.runs.stop_as_stale_copy(refusal);
+        }
     }
 
     /// A refusal of the inbound connection from `from`, claiming to be `peer` when its hello
     /// could be trusted to say so. Every refusal is an event; the log line is limited.
     fn refused_inbound(&self, from: SocketAddr, peer: Option<u8>, refusal: &admission::Refusal) {
+        self.stop_if_stale(refusal);
         match peer {
             Some(peer) => {
                 let line = format_args!("link with replica {peer}: {refusal}");
@@ -1230,6 +1249,8 @@ async fn dial(
 /// from the same peer replaces it.
 async fn run_link(shared: &Rc<Shared>, stream: LinkStream, admitted: admission::Admitted) {
     let peer = admitted.replica;
+    // Kept before the link carries a frame: the peer's run, and ours when it was restored.
+    shared.config.runs.learn(peer, admitted.runs);
     let local = shared.config.local.replica;
     let generation = shared.generations.get() + 1;
     shared.generations.set(generation);
@@ -1484,6 +1505,11 @@ mod tests {
         listeners.iter().map(|l| l.local_addr().unwrap()).collect()
     }
 
+    /// The runs of a node with no data directory: run 0, never judged.
+    fn no_runs(replica: u8) -> Rc<RunsState> {
+        Rc::new(RunsState::start(CLUSTER, replica, None, false).unwrap())
+    }
+
     fn config(replica: u8, roster: &[SocketAddr]) -> BusConfig {
         BusConfig {
             local: Local {
@@ -1493,6 +1519,7 @@ mod tests {
                 identity: local_identity(),
                 auth: None,
                 roster: 1,
+                runs: RunLedger::default(),
             },
             listen: roster[replica as usize],
             peers: roster
@@ -1513,6 +1540,7 @@ mod tests {
             silence_max: Duration::from_secs(5),
             seed: u64::from(replica),
             history: HistorySource::fixed(MetadataHistory::Absent),
+            runs: no_runs(replica),
             tls: None,
         }
     }
@@ -2264,8 +2292,13 @@ mod tests {
             }
         }
         let config = crate::config::load(None, |k| vars.get(k).cloned()).unwrap();
-        let one = BusConfig::from_config(&config, 1, HistorySource::fixed(MetadataHistory::Held))
-            .unwrap();
+        let one = BusConfig::from_config(
+            &config,
+            1,
+            HistorySource::fixed(MetadataHistory::Held),
+            no_runs(1),
+        )
+        .unwrap();
         assert_eq!(one.listen, roster[1]);
         assert_eq!(
             one.peers,
@@ -2289,13 +2322,23 @@ mod tests {
         assert_eq!(one.inbound_handshakes_max, INBOUND_HANDSHAKES_MAX);
         assert_eq!(one.silence_max, config.cluster.heartbeat_timeout);
         assert!(
-            BusConfig::from_config(&config, 3, HistorySource::fixed(MetadataHistory::Held))
-                .is_err()
+            BusConfig::from_config(
+                &config,
+                3,
+                HistorySource::fixed(MetadataHistory::Held),
+                no_runs(3)
+            )
+            .is_err()
         );
         // Two of them admit each other (frames of this cluster need its id, so only the
         // links are checked here).
-        let zero = BusConfig::from_config(&config, 0, HistorySource::fixed(MetadataHistory::Held))
-            .unwrap();
+        let zero = BusConfig::from_config(
+            &config,
+            0,
+            HistorySource::fixed(MetadataHistory::Held),
+            no_runs(0),
+        )
+        .unwrap();
         let mut a = start(zero).await;
         let mut b = start(one).await;
         assert_eq!(a.bus.local_addr(), roster[0]);

@@ -538,6 +538,7 @@ pub(crate) mod tests {
             identity: local_identity(),
             auth: None,
             roster: 1,
+            runs: Default::default(),
         }
     }
 

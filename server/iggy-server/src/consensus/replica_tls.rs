@@ -622,6 +622,7 @@ mod tests {
                 identity: crate::consensus::admission::local_identity(),
                 auth: None,
                 roster: 1,
+                runs: Default::default(),
             },
             1,
             iggy_generated::frames::MetadataHistory::Absent,
