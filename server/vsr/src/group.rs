@@ -644,6 +644,25 @@ impl<W> GroupCore<W> {
         (released > 0 && 2 * released >= replica.journal_len() as u64).then_some(op)
     }
 
+    /// Whether the shell should take no new request until the running effects are done: the
+    /// journal has grown to twice the checkpoint policy while effects held every checkpoint
+    /// back ([`Self::checkpoint_due`] waits for them). Clients whose effectful ops (topic
+    /// creates and deletes) arrive faster than their effects finish would otherwise keep the
+    /// effects running, and the checkpoint from being taken, for as long as they keep on: the
+    /// journal, its replay at start and the headers held in memory would grow without bound.
+    /// Effects run in op order and take no new work, so the wait ends.
+    pub fn requests_wait_for_effects(&self, journal_bytes: u64) -> bool {
+        let Some(policy) = self.policy else {
+            return false;
+        };
+        if self.effects_running.is_empty() || self.checkpoint_writing() {
+            return false;
+        }
+        let bytes = journal_bytes.max(self.held_bytes);
+        bytes >= policy.journal_bytes.saturating_mul(2)
+            || self.replica.journal_len() >= policy.journal_ops.saturating_mul(2)
+    }
+
     /// Lets the group checkpoint above [`Replica::checkpoint_safe`] once its journal reaches
     /// `bound` (see [`Self::checkpoint_due`]): for groups whose state machine can hand its
     /// state to a replica that needs state transfer (the server's metadata and partition
@@ -1144,6 +1163,42 @@ mod tests {
         core.checkpointed();
         assert!(!core.checkpoint_writing());
         assert_eq!(core.checkpoint_due(1 << 20), Some(5));
+    }
+
+    #[test]
+    fn requests_wait_for_running_effects_once_they_held_the_checkpoint_back_twice_its_size() {
+        let mut core = core(Durability::Replicated, true);
+        let mut shell = Shell::new();
+        // Every op runs effects that outlast the next request: no checkpoint can be taken.
+        shell.effects = true;
+        let mut request_number = 0;
+        while core.replica().journal_len() < 8 {
+            assert!(
+                !core.requests_wait_for_effects(0),
+                "below twice the policy's 4 ops: {}",
+                core.replica().journal_len()
+            );
+            request_number += 1;
+            core.submit(request(1, request_number, b"x", request_number as u32));
+            shell.run(&mut core);
+            assert_eq!(core.checkpoint_due(0), None);
+        }
+        assert!(core.requests_wait_for_effects(0));
+        // Once the effects are done the checkpoint is due, and requests are taken again.
+        core.effects_done(core.replica().op());
+        assert!(!core.requests_wait_for_effects(0));
+        let op = core.replica().op();
+        assert_eq!(core.checkpoint_due(0), Some(op));
+        core.checkpoint_record(op);
+        core.checkpointed();
+        // Bytes count too: past twice the policy's bytes, one op's running effects hold
+        // requests back.
+        request_number += 1;
+        core.submit(request(1, request_number, b"y", request_number as u32));
+        shell.run(&mut core);
+        assert!(core.replica().journal_len() < 8);
+        assert!(!core.requests_wait_for_effects(1 << 20));
+        assert!(core.requests_wait_for_effects(2 << 20));
     }
 
     #[test]

@@ -825,6 +825,12 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                     self.drive().await;
                     break 'run Some(done);
                 }
+                if self
+                    .core
+                    .requests_wait_for_effects(self.journal.len_bytes())
+                {
+                    break;
+                }
                 match jobs.try_recv() {
                     Ok(next) => job = next,
                     Err(_) => match self.plane.as_mut().and_then(GroupPlane::waiting_frame) {
@@ -868,6 +874,18 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
             }
         }
         let effects_running = self.core.effects_running().is_some();
+        // Requests wait while running effects keep an overdue checkpoint back (see
+        // `GroupCore::requests_wait_for_effects`); what the group's own work reports and its
+        // peers' frames do not.
+        let hold = self
+            .core
+            .requests_wait_for_effects(self.journal.len_bytes());
+        let requests = async {
+            match hold {
+                true => std::future::pending().await,
+                false => jobs.next().await,
+            }
+        };
         let (writing, state) = (&mut self.writing, &mut self.state);
         let written = async {
             match writing.as_mut() {
@@ -888,14 +906,19 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
             }
         };
         let Some(plane) = self.plane.as_mut() else {
-            return match select(jobs.next(), std::pin::pin!(own)).await {
+            return match select(std::pin::pin!(requests), std::pin::pin!(own)).await {
                 Either::Left((job, _)) => job,
                 Either::Right((own, _)) => Some(own),
             };
         };
         let woken = {
             let outside = std::pin::pin!(plane.wait());
-            match select(select(jobs.next(), std::pin::pin!(own)), outside).await {
+            match select(
+                select(std::pin::pin!(requests), std::pin::pin!(own)),
+                outside,
+            )
+            .await
+            {
                 Either::Left((Either::Left((job, _)), _)) => return job,
                 Either::Left((Either::Right((own, _)), _)) => return Some(own),
                 Either::Right((woken, _)) => woken,
