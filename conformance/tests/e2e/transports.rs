@@ -620,6 +620,12 @@ pub(crate) fn parse_reply(frame: &[u8]) -> Result<(ReplyHeader, Vec<u8>), Evicti
 
 /// Registers client `client` as root over plain TCP: its session.
 async fn register_over_tcp(server: &TestServer, client: u128) -> u64 {
+    // The TCP connection closes here; the session outlives it (its lease).
+    signed_in_over_tcp(server, client).await.1
+}
+
+/// A plain TCP connection on which client `client` registered as root, and its session.
+pub(crate) async fn signed_in_over_tcp(server: &TestServer, client: u128) -> (tokio::net::TcpStream, u64) {
     let mut stream = tokio::net::TcpStream::connect(server.address())
         .await
         .unwrap();
@@ -641,8 +647,8 @@ async fn register_over_tcp(server: &TestServer, client: u128) -> u64 {
     let mut body = vec![0u8; reply.size as usize - ReplyHeader::SIZE];
     stream.read_exact(&mut body).await.unwrap();
     assert_eq!(reply.status, 0, "register");
-    LoginRegisterResponse::decode_exact(&body).unwrap().session
-    // The TCP connection closes here; the session outlives it (its lease).
+    let session = LoginRegisterResponse::decode_exact(&body).unwrap().session;
+    (stream, session)
 }
 
 fn bind_frame(client: u128, session: u64, request: u64) -> Vec<u8> {

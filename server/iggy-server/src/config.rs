@@ -79,6 +79,8 @@ pub struct Limits {
     pub dedup_clients_max: usize,
     pub idle_timeout_secs: u64,
     pub request_timeout_ms: u64,
+    /// Bytes of request bodies held at once on the node (0: from the machine's memory).
+    pub max_request_bodies_size: u64,
 }
 
 impl Limits {
