@@ -543,7 +543,6 @@ async fn anonymous_connections_cannot_make_the_server_hold_large_request_bodies(
 /// an SDK client still sends and polls (small bodies are not counted), and its large send,
 /// queued behind the stalled ones, is served once they are gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails: every signed-in connection's body is read into memory whatever the others hold"]
 async fn signed_in_connections_holding_large_bodies_are_bounded_by_the_node_wide_budget() {
     use tokio::io::AsyncWriteExt;
     const CONNECTIONS: usize = 12;

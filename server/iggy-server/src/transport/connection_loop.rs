@@ -3,6 +3,7 @@
 //! timeouts. A transport supplies only how frames are carried ([`FrameIo`]): a TCP (or TLS)
 //! byte stream, a QUIC stream, WebSocket messages.
 
+use crate::runtime::body_budget::UNCOUNTED_BODY_MAX;
 use crate::runtime::connection::Connection;
 use crate::runtime::node::Node;
 use crate::service::dispatch::Dispatched;
@@ -33,6 +34,13 @@ impl From<std::io::Error> for ReadFailure {
 /// How one transport carries request and reply frames.
 #[allow(async_fn_in_trait)] // Single-threaded runtime: the futures need not be Send.
 pub trait FrameIo {
+    /// Whether the `len` body bytes of the request whose header was just read are read without
+    /// a reservation from the node's budget of request bodies: a small body on a link that
+    /// serves one request at a time (see `runtime::body_budget::UNCOUNTED_BODY_MAX`).
+    fn uncounted(&mut self, len: usize) -> bool {
+        len <= UNCOUNTED_BODY_MAX
+    }
+
     /// The next request's header, waiting at most `idle` for it; `None` when the peer closed
     /// (or, for a one-request link, its request was answered).
     async fn read_header(
@@ -119,6 +127,12 @@ pub async fn serve_frames(
                 return Ok(());
             }
         };
+        // Within the node's budget of request bodies (`runtime::body_budget`): a body waits
+        // unread until its bytes fit; the wait is not part of its read's deadline.
+        let permit = match link.uncounted(admitted.body_len) {
+            true => None,
+            false => Some(node.body_budget.reserve(admitted.body_len as u64).await),
+        };
         let body = match link.read_body(admitted.body_len, request_timeout).await {
             Ok(body) => body,
             Err(ReadFailure::Io(error)) => return Err(error),
@@ -140,6 +154,8 @@ pub async fn serve_frames(
         )
         .await;
         drop(in_flight);
+        // The body was handed off and its request answered.
+        drop(permit);
         if let Some(trace) = trace {
             trace.end(connection, &dispatched);
         }
