@@ -1223,6 +1223,63 @@ async fn an_anonymous_quic_connection_cannot_make_the_server_hold_many_request_b
     }
 }
 
+/// A signed-in QUIC connection's streams are requests served at once, so its small bodies (at
+/// most 64 KiB, read without a reservation from the node's budget on links that serve one
+/// request at a time) are uncounted only within a 1 MiB allowance per connection; beyond it
+/// they wait for the budget (`limits.max_request_bodies_size`) like large ones. Before, one
+/// signed-in connection that opened 2000 streams, each with a 60 KiB body short of its last
+/// byte, made the server hold them all (the configured 10,000 streams are granted once a
+/// session is bound). Another QUIC client still signs in and is served meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "fails: a signed-in QUIC connection's small bodies are read uncounted, one per stream"]
+async fn a_signed_in_quic_connection_cannot_make_the_server_hold_many_small_request_bodies() {
+    const STREAMS: usize = 2000;
+    const BODY: usize = 60 * 1024;
+    let certs = test_certificates();
+    let (port, address) = free_udp_address();
+    // The bodies stay held for the whole measurement; what the server does not read waits in
+    // the connection's receive window, 8 MiB here.
+    let env = [("IGGY_QUIC_ADDRESS", address.as_str()), ("IGGY_LIMITS_REQUEST_TIMEOUT_MS", "60000"), ("IGGY_LIMITS_MAX_REQUEST_BODIES_SIZE", "8388608"), ("IGGY_QUIC_RECEIVE_WINDOW", "8388608")];
+    let server = quic_server_with(&certs, &env);
+    let client = 0x7a11_00b0;
+    let session = register_over_tcp(&server, client).await;
+    let (_endpoint, connection) = quic_connect(port, &certs.ca_der).await;
+    assert_eq!(status(&quic_exchange(&connection, &bind_frame(client, session, 1)).await), 0, "bound");
+    let before = server.resident_mib();
+    let body = vec![b'x'; BODY];
+    let mut held = Vec::new();
+    for _ in 0..STREAMS {
+        let header = send_header_one_byte_short(client, BODY);
+        // A stream the server does not grant, or whose bytes it does not take, ends the storm.
+        let Ok(Ok((mut send, recv))) = tokio::time::timeout(Duration::from_secs(1), connection.open_bi()).await else {
+            break;
+        };
+        let written = tokio::time::timeout(Duration::from_secs(1), async {
+            send.write_all(&header.to_bytes()).await?;
+            send.write_all(&body).await
+        })
+        .await;
+        held.push((send, recv));
+        if !matches!(written, Ok(Ok(()))) {
+            break;
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let during = server.resident_mib();
+    eprintln!("resident {before} MiB before, {during} MiB while {} streams wait", held.len());
+    assert!(
+        during < before + 48,
+        "{} streams of a signed-in connection with {} KiB bodies short of one byte: resident {before} MiB before, {during} MiB while they wait (budget 8 MiB)",
+        held.len(),
+        BODY / 1024
+    );
+    let other = quic_client(port).await;
+    let requests = (0..64).map(|_| other.get_streams());
+    for result in futures_util::future::join_all(requests).await {
+        ok("get_streams", result);
+    }
+}
+
 /// Over WebSocket the library reads a whole message (up to `websocket.max_message_size`, 64 MiB)
 /// before the server sees its frame header, so the cap on an anonymous request's size (64 KiB
 /// over TCP and QUIC) does not keep anonymous connections from making the node hold large
