@@ -1231,7 +1231,6 @@ async fn an_anonymous_quic_connection_cannot_make_the_server_hold_many_request_b
 /// byte, made the server hold them all (the configured 10,000 streams are granted once a
 /// session is bound). Another QUIC client still signs in and is served meanwhile.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails: a signed-in QUIC connection's small bodies are read uncounted, one per stream"]
 async fn a_signed_in_quic_connection_cannot_make_the_server_hold_many_small_request_bodies() {
     const STREAMS: usize = 2000;
     const BODY: usize = 60 * 1024;
