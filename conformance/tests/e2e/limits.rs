@@ -600,6 +600,44 @@ async fn signed_in_connections_holding_large_bodies_are_bounded_by_the_node_wide
     assert_eq!(polled.messages[0].payload.len(), 1 << 20);
 }
 
+/// Stalled bodies hold the budget of request bodies for at most `limits.request_timeout_ms`:
+/// a connection whose body does not arrive in time is closed and gives its reservation back,
+/// so a client waiting its turn behind them is served without any of them going away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_send_waiting_behind_stalled_bodies_is_served_once_their_request_timeout_cuts_them() {
+    use tokio::io::AsyncWriteExt;
+    const BODY: usize = 12 << 20;
+    let server = TestServer::start_with_env(&[("IGGY_LIMITS_REQUEST_TIMEOUT_MS", "2000"), ("IGGY_LIMITS_MAX_REQUEST_BODIES_SIZE", "13631488")]);
+    let client = server.root_client().await;
+    create_stream_and_topic(&client, "s", "t", 1).await;
+    let body = std::sync::Arc::new(vec![b'x'; BODY]);
+    let mut stalled = Vec::new();
+    for i in 0..2 {
+        let id = 0x5107_1000 + i as u128;
+        let (mut stream, _) = crate::transports::signed_in_over_tcp(&server, id).await;
+        let header = send_header_one_byte_short(id, BODY);
+        let body = body.clone();
+        stalled.push(tokio::spawn(async move {
+            let _ = stream.write_all(&header.to_bytes()).await;
+            let _ = stream.write_all(&body).await;
+            std::future::pending::<()>().await;
+            drop(stream);
+        }));
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    // Behind both (13 MiB hold one of them but not one and the send): each holds the budget
+    // until its body is cut, one after the other.
+    let started = std::time::Instant::now();
+    let mut messages = vec![msg(vec![b'L'; 1 << 20])];
+    ok("the large send", within("the large send", client.send_messages(&name("s"), &name("t"), &Partitioning::partition_id(0), &mut messages)).await);
+    eprintln!("the large send was served after {:?}", started.elapsed());
+    assert!(server.log().contains("waits to be read"), "the wait is logged:\n{}", server.log());
+    for connection in &stalled {
+        assert!(!connection.is_finished(), "the stalled connections are still open on the client's side");
+        connection.abort();
+    }
+}
+
 /// Client connections that take every descriptor the process may open must not stop the node
 /// at its next file open: a topic create (new partition files), a checkpoint (slot files,
 /// directory fsyncs) and segment rolls on a connection opened before the storm find the limit
