@@ -57,6 +57,12 @@ pub trait FrameIo {
 
     /// Writes one reply (or eviction) frame.
     async fn write_frame(&mut self, frame: Vec<u8>) -> std::io::Result<()>;
+
+    /// The request just served bound a session to the connection (`bound`) or ended it; called
+    /// before its reply is written. A transport whose limits depend on it adjusts them here.
+    async fn session_changed(&mut self, bound: bool) {
+        let _ = bound;
+    }
 }
 
 /// Serves requests from `link` until the peer closes, a frame is refused (evicted) or the link
@@ -145,6 +151,7 @@ pub async fn serve_frames(
         let trace = tracing::enabled!(tracing::Level::DEBUG)
             .then(|| RequestTrace::begin(connection, &admitted, &body));
         let in_flight = node.request_started();
+        let was_bound = connection.bound.is_some();
         let dispatched = crate::service::dispatch::dispatch_within(
             node,
             connection,
@@ -159,6 +166,9 @@ pub async fn serve_frames(
         if let Some(trace) = trace {
             trace.end(connection, &dispatched);
         }
+        if connection.bound.is_some() != was_bound {
+            link.session_changed(connection.bound.is_some()).await;
+        }
         match dispatched {
             Dispatched::Reply(bytes) => write_within(idle, link, bytes).await?,
             Dispatched::Close(bytes) => {
@@ -172,7 +182,7 @@ pub async fn serve_frames(
 /// The largest request a connection without a session may send, header included: its
 /// Register, BindSession and Ping take a few hundred bytes (a login's client context is a short
 /// name), far below this.
-const UNBOUND_FRAME_MAX: u32 = 64 * 1024;
+pub const UNBOUND_FRAME_MAX: u32 = 64 * 1024;
 
 /// A login or session bind, whose refusal for its size says so (the other requests of a
 /// connection without a session would be answered Unauthenticated whatever their size).
