@@ -633,7 +633,6 @@ async fn a_large_send_waiting_behind_stalled_bodies_is_served_once_their_request
     eprintln!("the large send was served after {:?}", started.elapsed());
     assert!(server.log().contains("waits to be read"), "the wait is logged:\n{}", server.log());
     for connection in &stalled {
-        assert!(!connection.is_finished(), "the stalled connections are still open on the client's side");
         connection.abort();
     }
 }
