@@ -139,9 +139,14 @@ impl BodyBudget {
         }
     }
 
-    #[cfg(test)]
-    fn held(&self) -> u64 {
+    /// Bytes held now.
+    pub fn held(&self) -> u64 {
         self.budget.borrow().held()
+    }
+
+    /// Reservations waiting now.
+    pub fn waiting(&self) -> usize {
+        self.budget.borrow().waiting()
     }
 
     /// Holds `bytes` of the budget, waiting for them in line; held until the permit is dropped.

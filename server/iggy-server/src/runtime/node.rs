@@ -391,6 +391,8 @@ impl Node {
                 .iter()
                 .filter(|(client, _)| **client != iggy_metadata::machine::SYSTEM_CLIENT)
                 .count() as u64,
+            request_bodies_held: self.body_budget.held(),
+            request_bodies_waiting: self.body_budget.waiting() as u64,
             topics,
             groups,
             fsyncs: Synced::ALL
