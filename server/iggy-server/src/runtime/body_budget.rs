@@ -163,9 +163,9 @@ impl BodyBudget {
     /// Wakes the first waiting reservation if it fits now.
     fn wake_next(&self) {
         let due = self.budget.borrow().next_due();
-        if let Some(ticket) = due
-            && let Some(waker) = self.wakers.borrow_mut().remove(&ticket)
-        {
+        // Taken out before the wake, so a waker that polls at once finds nothing borrowed.
+        let waker = due.and_then(|ticket| self.wakers.borrow_mut().remove(&ticket));
+        if let Some(waker) = waker {
             waker.wake();
         }
     }
