@@ -918,3 +918,46 @@ async fn anonymous_requests_cannot_make_the_server_hold_large_bodies() {
     let mut messages = vec![msg(vec![b'a'; 500_000])];
     ok("send", within("send", client.send_messages(&name("s"), &name("t"), &Partitioning::partition_id(0), &mut messages)).await);
 }
+
+/// Signed-in HTTP requests share the node's budget of request bodies
+/// (`limits.max_request_bodies_size`) with the binary transports: a body over 64 KiB is read
+/// only once it fits. Before, 8 signed-in connections that each sent a 15 MB body short of its
+/// last byte made the server hold them all (about 120 MB) until the request timeout. A small
+/// request is served meanwhile, and a large one once the stalled connections are gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signed_in_http_requests_holding_large_bodies_are_bounded_by_the_node_wide_budget() {
+    use tokio::io::AsyncWriteExt;
+    const CONNECTIONS: usize = 8;
+    const BODY: usize = 15_000_000;
+    let (server, api) = TestServer::start_with_http(&[("IGGY_LIMITS_REQUEST_TIMEOUT_MS", "60000"), ("IGGY_HTTP_MAX_REQUEST_SIZE", "16000000"), ("IGGY_LIMITS_MAX_REQUEST_BODIES_SIZE", "16000000")]);
+    let token = raw_token(&api).await;
+    let client = http_client(&api).await;
+    create_stream_and_topic(&client, "s", "t", 1).await;
+    let before = server.resident_mib();
+    let address = api.trim_start_matches("http://").to_string();
+    let body = std::sync::Arc::new(vec![b'x'; BODY]);
+    let mut stalled = Vec::new();
+    for _ in 0..CONNECTIONS {
+        let mut stream = tokio::net::TcpStream::connect(&address).await.expect("connect");
+        let head = format!("POST /streams/s/topics/t/messages HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {token}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n", BODY + 1);
+        let body = body.clone();
+        // Everything but the last byte; a connection the server does not read waits in its write.
+        stalled.push(tokio::spawn(async move {
+            let _ = stream.write_all(head.as_bytes()).await;
+            let _ = stream.write_all(&body).await;
+            std::future::pending::<()>().await;
+            drop(stream);
+        }));
+    }
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let during = server.resident_mib();
+    eprintln!("resident {before} MiB before, {during} MiB while {CONNECTIONS} bodies of {BODY} bytes wait (budget 16 MB)");
+    assert!(during < before + 48, "{CONNECTIONS} signed-in requests with {BODY}-byte bodies short of one byte: resident {before} MiB before, {during} MiB while they wait (budget 16 MB)");
+    let (status, _) = raw(&api, "GET", "/streams", Some(&token), b"").await;
+    assert_eq!(status, 200, "a small request is served meanwhile");
+    for connection in &stalled {
+        connection.abort();
+    }
+    let mut messages = vec![msg(vec![b'a'; 500_000])];
+    ok("send", within("send", client.send_messages(&name("s"), &name("t"), &Partitioning::partition_id(0), &mut messages)).await);
+}

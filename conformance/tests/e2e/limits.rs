@@ -535,6 +535,108 @@ async fn anonymous_connections_cannot_make_the_server_hold_large_request_bodies(
     assert_eq!(reply.status, 40, "Unauthenticated");
 }
 
+/// Signed-in connections share one node-wide budget of request bodies
+/// (`limits.max_request_bodies_size`): a body over 64 KiB is read only once its bytes fit, and
+/// its connection waits unread until then. Before, each signed-in connection could send a
+/// body up to `limits.max_frame_size` and the node held them all: 12 connections that each
+/// sent a 16 MiB send short of its last byte held 192 MiB until the request timeout. Meanwhile
+/// an SDK client still sends and polls (small bodies are not counted), and its large send,
+/// queued behind the stalled ones, is served once they are gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signed_in_connections_holding_large_bodies_are_bounded_by_the_node_wide_budget() {
+    use tokio::io::AsyncWriteExt;
+    const CONNECTIONS: usize = 12;
+    const BODY: usize = 16 << 20;
+    const BUDGET: usize = 32 << 20;
+    let budget = BUDGET.to_string();
+    // The bodies stay held for the whole measurement.
+    let server = TestServer::start_with_env(&[("IGGY_LIMITS_REQUEST_TIMEOUT_MS", "60000"), ("IGGY_LIMITS_MAX_REQUEST_BODIES_SIZE", &budget)]);
+    let client = server.root_client().await;
+    create_stream_and_topic(&client, "s", "t", 1).await;
+    let before = server.resident_mib();
+    let body = std::sync::Arc::new(vec![b'x'; BODY]);
+    let mut stalled = Vec::new();
+    for i in 0..CONNECTIONS {
+        let id = 0x5107_0000 + i as u128;
+        let (mut stream, _) = crate::transports::signed_in_over_tcp(&server, id).await;
+        let header = send_header_one_byte_short(id, BODY);
+        let body = body.clone();
+        // Everything but the last byte; a connection the server does not read waits in its write.
+        stalled.push(tokio::spawn(async move {
+            let _ = stream.write_all(&header.to_bytes()).await;
+            let _ = stream.write_all(&body).await;
+            std::future::pending::<()>().await;
+            drop(stream);
+        }));
+    }
+    // Give the server the time to take in what it will.
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let during = server.resident_mib();
+    eprintln!("resident {before} MiB before, {during} MiB while {CONNECTIONS} bodies of {} MiB wait (budget {} MiB)", BODY >> 20, BUDGET >> 20);
+    assert!(
+        during < before + (BUDGET >> 20) as u64 + 32,
+        "{CONNECTIONS} signed-in connections with {} MiB bodies short of one byte: resident {before} MiB before, {during} MiB while they wait (budget {} MiB)",
+        BODY >> 20,
+        BUDGET >> 20
+    );
+    // Small requests are served meanwhile.
+    send_to_partition(&client, &name("s"), &name("t"), 0, msgs("meanwhile", 10)).await;
+    let polled = poll(&client, &name("s"), &name("t"), 0, &consumer("c"), PollingStrategy::offset(0), 10, false).await;
+    assert_eq!(payloads(&polled).len(), 10);
+    // A large send waits its turn behind the stalled bodies, and is served once they are gone.
+    let large = tokio::spawn(async move {
+        let mut messages = vec![msg(vec![b'L'; 1 << 20])];
+        let sent = client.send_messages(&name("s"), &name("t"), &Partitioning::partition_id(0), &mut messages).await;
+        (client, sent)
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    for connection in &stalled {
+        connection.abort();
+    }
+    let (client, sent) = within("the large send", large).await.unwrap();
+    ok("the large send", sent);
+    let polled = poll(&client, &name("s"), &name("t"), 0, &consumer("c"), PollingStrategy::offset(10), 1, false).await;
+    assert_eq!(polled.messages.len(), 1);
+    assert_eq!(polled.messages[0].payload.len(), 1 << 20);
+}
+
+/// Stalled bodies hold the budget of request bodies for at most `limits.request_timeout_ms`:
+/// a connection whose body does not arrive in time is closed and gives its reservation back,
+/// so a client waiting its turn behind them is served without any of them going away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_send_waiting_behind_stalled_bodies_is_served_once_their_request_timeout_cuts_them() {
+    use tokio::io::AsyncWriteExt;
+    const BODY: usize = 12 << 20;
+    let server = TestServer::start_with_env(&[("IGGY_LIMITS_REQUEST_TIMEOUT_MS", "2000"), ("IGGY_LIMITS_MAX_REQUEST_BODIES_SIZE", "13631488")]);
+    let client = server.root_client().await;
+    create_stream_and_topic(&client, "s", "t", 1).await;
+    let body = std::sync::Arc::new(vec![b'x'; BODY]);
+    let mut stalled = Vec::new();
+    for i in 0..2 {
+        let id = 0x5107_1000 + i as u128;
+        let (mut stream, _) = crate::transports::signed_in_over_tcp(&server, id).await;
+        let header = send_header_one_byte_short(id, BODY);
+        let body = body.clone();
+        stalled.push(tokio::spawn(async move {
+            let _ = stream.write_all(&header.to_bytes()).await;
+            let _ = stream.write_all(&body).await;
+            std::future::pending::<()>().await;
+            drop(stream);
+        }));
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    // Behind both (13 MiB hold one of them but not one and the send): each holds the budget
+    // until its body is cut, one after the other.
+    let started = std::time::Instant::now();
+    let mut messages = vec![msg(vec![b'L'; 1 << 20])];
+    ok("the large send", within("the large send", client.send_messages(&name("s"), &name("t"), &Partitioning::partition_id(0), &mut messages)).await);
+    eprintln!("the large send was served after {:?}", started.elapsed());
+    assert!(server.log().contains("waits to be read"), "the wait is logged:\n{}", server.log());
+    for connection in &stalled {
+        connection.abort();
+    }
+}
+
 /// Client connections that take every descriptor the process may open must not stop the node
 /// at its next file open: a topic create (new partition files), a checkpoint (slot files,
 /// directory fsyncs) and segment rolls on a connection opened before the storm find the limit

@@ -79,6 +79,9 @@ pub struct Limits {
     pub dedup_clients_max: usize,
     pub idle_timeout_secs: u64,
     pub request_timeout_ms: u64,
+    /// Bytes of request bodies held at once on the node (0: from the machine's memory, see
+    /// [`Limits::request_bodies_budget`]).
+    pub max_request_bodies_size: u64,
 }
 
 impl Limits {
@@ -91,6 +94,16 @@ impl Limits {
     /// millisecond).
     pub fn request_timeout(&self) -> std::time::Duration {
         std::time::Duration::from_millis(self.request_timeout_ms.max(1))
+    }
+
+    /// The bytes of request bodies the node holds at once: `max_request_bodies_size`, or when
+    /// 0 a quarter of `memory` (the machine's, or the process's cgroup limit when lower;
+    /// unknown: 1 GiB). A body larger than it is still read when it is the only one held.
+    pub fn request_bodies_budget(&self, memory: Option<u64>) -> u64 {
+        match self.max_request_bodies_size {
+            0 => memory.map_or(1 << 30, |memory| memory / 4),
+            configured => configured,
+        }
     }
 }
 
@@ -931,6 +944,17 @@ mod tests {
         let c = load(Some(file), env).unwrap();
         assert_eq!(c.tcp.address, "127.0.0.1:9100");
         assert!(!c.http.enabled);
+    }
+
+    #[test]
+    fn the_request_bodies_budget_is_configured_or_a_quarter_of_memory() {
+        let env = |k: &str| (k == "IGGY_LIMITS_MAX_REQUEST_BODIES_SIZE").then(|| "5000".into());
+        let limits = load(None, env).unwrap().limits;
+        assert_eq!(limits.request_bodies_budget(Some(1 << 40)), 5000);
+        let limits = load(None, none).unwrap().limits;
+        assert_eq!(limits.max_request_bodies_size, 0);
+        assert_eq!(limits.request_bodies_budget(Some(8 << 30)), 2 << 30);
+        assert_eq!(limits.request_bodies_budget(None), 1 << 30);
     }
 
     #[test]

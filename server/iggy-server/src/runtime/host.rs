@@ -332,6 +332,50 @@ pub fn raise_open_files_limit() -> Option<u64> {
     open_files_limit()
 }
 
+/// The memory this process may use: the machine's (`MemTotal`), or its cgroup's limit when
+/// lower (a container's `memory.max`, v2, or `memory.limit_in_bytes`, v1); `None` when
+/// unreadable.
+pub fn memory_limit() -> Option<u64> {
+    let total = Some(kilobytes(&read("/proc/meminfo"), "MemTotal:")).filter(|&bytes| bytes > 0);
+    let cgroup = cgroup_memory_limit(&read("/proc/self/cgroup"), |path| {
+        std::fs::read_to_string(path).ok()
+    });
+    match (total, cgroup) {
+        (Some(total), Some(cgroup)) => Some(total.min(cgroup)),
+        (total, cgroup) => total.or(cgroup),
+    }
+}
+
+/// The memory limit of the cgroup named in `cgroups` (`/proc/self/cgroup`), read through
+/// `read_file`; `None` when it sets none ("max", or v1's huge "unlimited" value).
+fn cgroup_memory_limit(cgroups: &str, read_file: impl Fn(&str) -> Option<String>) -> Option<u64> {
+    let parse = |text: Option<String>| text?.trim().parse::<u64>().ok();
+    for line in cgroups.lines() {
+        let mut fields = line.splitn(3, ':');
+        let (Some(_), Some(controllers), Some(path)) =
+            (fields.next(), fields.next(), fields.next())
+        else {
+            continue;
+        };
+        let path = path.trim_end_matches('/');
+        let limit = match controllers {
+            // v2: one hierarchy; a container sees its own cgroup at the root.
+            "" => parse(read_file(&format!("/sys/fs/cgroup{path}/memory.max")))
+                .or_else(|| parse(read_file("/sys/fs/cgroup/memory.max"))),
+            v1 if v1.split(',').any(|controller| controller == "memory") => parse(read_file(
+                &format!("/sys/fs/cgroup/memory{path}/memory.limit_in_bytes"),
+            ))
+            .or_else(|| parse(read_file("/sys/fs/cgroup/memory/memory.limit_in_bytes"))),
+            _ => continue,
+        };
+        // v1 reports "no limit" as a page-rounded i64::MAX.
+        if let Some(limit) = limit.filter(|&limit| limit < 1 << 60) {
+            return Some(limit);
+        }
+    }
+    None
+}
+
 /// Whether a node running `partitions` partitions keeps within `limit` descriptors: the
 /// partitions may take at most half of them, the rest staying free for connections, segments
 /// being rolled and checkpoint files. `None` (no limit) always fits.
@@ -515,6 +559,28 @@ mod tests {
         assert_eq!(connections_fit(Some(1024), 1, 0), Some(382));
         assert_eq!(connections_fit(Some(128), 2, 0), Some(8));
         assert_eq!(connections_fit(None, 2, 0), None);
+    }
+
+    #[test]
+    fn the_cgroup_memory_limit_is_read_for_v2_and_v1_and_max_means_none() {
+        let files = |path: &str| match path {
+            "/sys/fs/cgroup/system.slice/iggy.service/memory.max" => Some("1073741824\n".into()),
+            "/sys/fs/cgroup/memory.max" => Some("max\n".into()),
+            "/sys/fs/cgroup/memory/docker/abc/memory.limit_in_bytes" => Some("536870912\n".into()),
+            "/sys/fs/cgroup/memory/memory.limit_in_bytes" => Some("9223372036854771712\n".into()),
+            _ => None,
+        };
+        let v2 = "0::/system.slice/iggy.service\n";
+        assert_eq!(cgroup_memory_limit(v2, files), Some(1 << 30));
+        assert_eq!(cgroup_memory_limit("0::/\n", files), None, "max");
+        let v1 = "5:cpu,cpuacct:/docker/abc\n4:memory:/docker/abc\n";
+        assert_eq!(cgroup_memory_limit(v1, files), Some(512 << 20));
+        assert_eq!(
+            cgroup_memory_limit("4:memory:/\n", files),
+            None,
+            "unlimited"
+        );
+        assert!(memory_limit().is_some_and(|bytes| bytes > 0));
     }
 
     #[test]

@@ -77,6 +77,10 @@ pub struct GroupGauge {
 pub struct Gauges {
     pub connections: BTreeMap<&'static str, u64>,
     pub sessions: u64,
+    /// Bytes of request bodies held under `limits.max_request_bodies_size`, and the bodies
+    /// waiting for it.
+    pub request_bodies_held: u64,
+    pub request_bodies_waiting: u64,
     /// Every topic by (stream, topic) id, with its partitions' traffic.
     pub topics: BTreeMap<(u32, u32), Traffic>,
     /// Every running group (the metadata group first).
@@ -196,6 +200,26 @@ impl Metrics {
         out.push_str("# HELP iggy_sessions Client sessions the metadata group holds.\n");
         out.push_str("# TYPE iggy_sessions gauge\n");
         let _ = writeln!(out, "iggy_sessions {}", gauges.sessions);
+        out.push_str(
+            "# HELP iggy_request_bodies_held_bytes Bytes of request bodies held under \
+             limits.max_request_bodies_size.\n",
+        );
+        out.push_str("# TYPE iggy_request_bodies_held_bytes gauge\n");
+        let _ = writeln!(
+            out,
+            "iggy_request_bodies_held_bytes {}",
+            gauges.request_bodies_held
+        );
+        out.push_str(
+            "# HELP iggy_request_bodies_waiting Request bodies waiting unread for \
+             limits.max_request_bodies_size.\n",
+        );
+        out.push_str("# TYPE iggy_request_bodies_waiting gauge\n");
+        let _ = writeln!(
+            out,
+            "iggy_request_bodies_waiting {}",
+            gauges.request_bodies_waiting
+        );
         let traffic: [(&str, &str, TrafficFigure); 4] = [
             (
                 "iggy_messages_in_total",
@@ -374,6 +398,8 @@ mod tests {
         Gauges {
             connections: [("http", 2), ("tcp", 1)].into_iter().collect(),
             sessions: 0,
+            request_bodies_held: 0,
+            request_bodies_waiting: 0,
             topics: BTreeMap::new(),
             groups: Vec::new(),
             fsyncs: Vec::new(),
@@ -579,6 +605,8 @@ mod tests {
         metrics.record("ping", Outcome::Evicted, std::time::Duration::ZERO);
         let gauges = Gauges {
             sessions: 3,
+            request_bodies_held: 1 << 20,
+            request_bodies_waiting: 2,
             groups: vec![GroupGauge {
                 group: GroupLabel::Metadata,
                 view: 0,
@@ -602,6 +630,8 @@ mod tests {
             "iggy_request_duration_seconds_count{command=\"stream.create\"} 3",
             "iggy_connections{transport=\"http\"} 2",
             "iggy_sessions 3",
+            "iggy_request_bodies_held_bytes 1048576",
+            "iggy_request_bodies_waiting 2",
             "iggy_vsr_commit{group=\"metadata\"} 41",
         ] {
             assert!(

@@ -2,6 +2,7 @@
 //! connections, the state-machine shells of the metadata and partition groups, start-up
 //! reconciliation and background upkeep.
 
+pub mod body_budget;
 pub mod clock;
 pub mod connection;
 pub mod host;

@@ -62,6 +62,8 @@ pub struct Node {
     pub accept_failed: crate::consensus::log_limit::Throttled,
     /// Connections refused at `limits.max_connections`: one warning per interval.
     pub connection_refused: crate::consensus::log_limit::Throttled,
+    /// Request bodies held at once, all connections together (`limits.max_request_bodies_size`).
+    pub body_budget: Rc<crate::runtime::body_budget::BodyBudget>,
 }
 
 /// At most one warning of a repeating kind (a full session table, failed or refused accepts)
@@ -209,6 +211,16 @@ impl Node {
             }
             _ => (configured, "limits.max_connections"),
         };
+        let memory = crate::runtime::host::memory_limit();
+        let body_budget = config.limits.request_bodies_budget(memory);
+        if config.limits.max_request_bodies_size == 0 {
+            tracing::info!(
+                "request bodies held at once: at most {} MiB (limits.max_request_bodies_size: a \
+                 quarter of the {} MiB this process may use)",
+                body_budget >> 20,
+                memory.unwrap_or(0) >> 20
+            );
+        }
         let shared = Rc::new(Shared {
             config,
             data,
@@ -327,6 +339,7 @@ impl Node {
             connection_refused: crate::consensus::log_limit::Throttled::new(
                 REPEATED_WARNING_INTERVAL,
             ),
+            body_budget: Rc::new(crate::runtime::body_budget::BodyBudget::new(body_budget)),
         });
         Ok(node)
     }
@@ -378,6 +391,8 @@ impl Node {
                 .iter()
                 .filter(|(client, _)| **client != iggy_metadata::machine::SYSTEM_CLIENT)
                 .count() as u64,
+            request_bodies_held: self.body_budget.held(),
+            request_bodies_waiting: self.body_budget.waiting() as u64,
             topics,
             groups,
             fsyncs: Synced::ALL

@@ -3,6 +3,7 @@
 //! timeouts. A transport supplies only how frames are carried ([`FrameIo`]): a TCP (or TLS)
 //! byte stream, a QUIC stream, WebSocket messages.
 
+use crate::runtime::body_budget::UNCOUNTED_BODY_MAX;
 use crate::runtime::connection::Connection;
 use crate::runtime::node::Node;
 use crate::service::dispatch::Dispatched;
@@ -33,6 +34,13 @@ impl From<std::io::Error> for ReadFailure {
 /// How one transport carries request and reply frames.
 #[allow(async_fn_in_trait)] // Single-threaded runtime: the futures need not be Send.
 pub trait FrameIo {
+    /// Whether the `len` body bytes of the request whose header was just read are read without
+    /// a reservation from the node's budget of request bodies: a small body on a link that
+    /// serves one request at a time (see `runtime::body_budget::UNCOUNTED_BODY_MAX`).
+    fn uncounted(&mut self, len: usize) -> bool {
+        len <= UNCOUNTED_BODY_MAX
+    }
+
     /// The next request's header, waiting at most `idle` for it; `None` when the peer closed
     /// (or, for a one-request link, its request was answered).
     async fn read_header(
@@ -49,6 +57,12 @@ pub trait FrameIo {
 
     /// Writes one reply (or eviction) frame.
     async fn write_frame(&mut self, frame: Vec<u8>) -> std::io::Result<()>;
+
+    /// The request just served bound a session to the connection (`bound`) or ended it; called
+    /// before its reply is written. A transport whose limits depend on it adjusts them here.
+    async fn session_changed(&mut self, bound: bool) {
+        let _ = bound;
+    }
 }
 
 /// Serves requests from `link` until the peer closes, a frame is refused (evicted) or the link
@@ -119,6 +133,12 @@ pub async fn serve_frames(
                 return Ok(());
             }
         };
+        // Within the node's budget of request bodies (`runtime::body_budget`): a body waits
+        // unread until its bytes fit; the wait is not part of its read's deadline.
+        let permit = match link.uncounted(admitted.body_len) {
+            true => None,
+            false => Some(node.body_budget.reserve(admitted.body_len as u64).await),
+        };
         let body = match link.read_body(admitted.body_len, request_timeout).await {
             Ok(body) => body,
             Err(ReadFailure::Io(error)) => return Err(error),
@@ -131,6 +151,7 @@ pub async fn serve_frames(
         let trace = tracing::enabled!(tracing::Level::DEBUG)
             .then(|| RequestTrace::begin(connection, &admitted, &body));
         let in_flight = node.request_started();
+        let was_bound = connection.bound.is_some();
         let dispatched = crate::service::dispatch::dispatch_within(
             node,
             connection,
@@ -140,8 +161,13 @@ pub async fn serve_frames(
         )
         .await;
         drop(in_flight);
+        // The body was handed off and its request answered.
+        drop(permit);
         if let Some(trace) = trace {
             trace.end(connection, &dispatched);
+        }
+        if connection.bound.is_some() != was_bound {
+            link.session_changed(connection.bound.is_some()).await;
         }
         match dispatched {
             Dispatched::Reply(bytes) => write_within(idle, link, bytes).await?,
@@ -156,7 +182,7 @@ pub async fn serve_frames(
 /// The largest request a connection without a session may send, header included: its
 /// Register, BindSession and Ping take a few hundred bytes (a login's client context is a short
 /// name), far below this.
-const UNBOUND_FRAME_MAX: u32 = 64 * 1024;
+pub const UNBOUND_FRAME_MAX: u32 = 64 * 1024;
 
 /// A login or session bind, whose refusal for its size says so (the other requests of a
 /// connection without a session would be answered Unauthenticated whatever their size).

@@ -5,6 +5,7 @@
 use super::connection_loop::{self, FrameIo, ReadFailure};
 use super::tls;
 use crate::config::Quic;
+use crate::runtime::body_budget::UNCOUNTED_BODY_MAX;
 use crate::runtime::connection::{Bound, Connection};
 use crate::runtime::node::{ConnectionGuard, Node};
 use crate::service::frame::HEADER_SIZE;
@@ -113,6 +114,12 @@ const UNBOUND_STREAMS: u32 = 8;
 /// The bytes a connection without a session may have in flight unread, all streams together.
 const UNBOUND_RECEIVE_WINDOW: u32 = 1 << 20;
 
+/// Bytes of small request bodies a connection's streams read at once without a reservation
+/// from the node's budget: the SDK's concurrent polls, stores and heartbeats (a few hundred
+/// bytes each) never wait behind large sends, and a connection holds little beside its
+/// receive window.
+const UNCOUNTED_PER_CONNECTION: usize = 1 << 20;
+
 /// Raises a connection's stream and receive-window grants to the configured ones, once a
 /// session is bound on it.
 fn grant_configured(quic: &compio::quic::Connection, config: &Quic) {
@@ -167,6 +174,9 @@ struct SharedConnection {
     bound: Cell<Option<Bound>>,
     /// The configured stream and window grants were given (at the first bound session).
     granted: Cell<bool>,
+    /// Bytes of small bodies its streams may still read without a reservation from the node's
+    /// budget (see [`StreamLink::uncounted`]).
+    uncounted: Rc<Cell<usize>>,
     _guard: ConnectionGuard,
 }
 
@@ -198,6 +208,7 @@ async fn serve_connection(
         id: record.id,
         bound: Cell::new(record.bound),
         granted: Cell::new(false),
+        uncounted: Rc::new(Cell::new(UNCOUNTED_PER_CONNECTION)),
         _guard: guard,
     });
     let idle = node.shared.config.limits.idle_timeout();
@@ -232,6 +243,8 @@ async fn serve_stream(
     let mut link = StreamLink {
         send,
         recv,
+        uncounted: shared.uncounted.clone(),
+        uncounted_taken: 0,
         answered: false,
         closing: false,
     };
@@ -258,10 +271,21 @@ async fn serve_stream(
 struct StreamLink {
     send: SendStream,
     recv: RecvStream,
+    /// The connection's allowance of small bodies read without a reservation, and what this
+    /// stream's took of it (given back when the stream is done).
+    uncounted: Rc<Cell<usize>>,
+    uncounted_taken: usize,
     /// The reply was written: the link has nothing more to read.
     answered: bool,
     /// The written frame was not a reply (an eviction): the connection closes.
     closing: bool,
+}
+
+impl Drop for StreamLink {
+    fn drop(&mut self) {
+        let taken = std::mem::take(&mut self.uncounted_taken);
+        self.uncounted.set(self.uncounted.get() + taken);
+    }
 }
 
 /// A stream that ends before its frame does, or goes on after it.
@@ -274,6 +298,19 @@ fn short_or_long(error: std::io::Error) -> ReadFailure {
 }
 
 impl FrameIo for StreamLink {
+    /// A connection's streams are requests served at once: its small bodies are read without a
+    /// reservation only within the connection's allowance, or it could hold as many as it has
+    /// streams open (10,000 by default).
+    fn uncounted(&mut self, len: usize) -> bool {
+        let left = self.uncounted.get();
+        if len > UNCOUNTED_BODY_MAX || len > left {
+            return false;
+        }
+        self.uncounted.set(left - len);
+        self.uncounted_taken = len;
+        true
+    }
+
     async fn read_header(
         &mut self,
         idle: Duration,

@@ -3,19 +3,20 @@
 //! Any request path is accepted and no subprotocol is offered. A message that is not a frame
 //! gets a close frame that says why.
 
-use super::connection_loop::{self, FrameIo, ReadFailure};
+use super::connection_loop::{self, FrameIo, ReadFailure, UNBOUND_FRAME_MAX};
 use crate::config::WebSocket;
 use crate::runtime::node::Node;
 use crate::service::frame::HEADER_SIZE;
 use bytes::Bytes;
 use compio::BufResult;
+use compio::buf::IntoInner;
 use compio::io::AsyncRead;
 use compio::net::{TcpListener, TcpStream};
 use compio::tls::TlsAcceptor;
 use compio::ws::tungstenite::Message;
-use compio::ws::tungstenite::protocol::WebSocketConfig;
 use compio::ws::tungstenite::protocol::frame::CloseFrame;
 use compio::ws::tungstenite::protocol::frame::coding::CloseCode;
+use compio::ws::tungstenite::protocol::{Role, WebSocketConfig};
 use compio::ws::{WebSocketStream, tungstenite};
 use iggy_generated::frames::{Command, EvictionReason, ReplyHeader};
 use std::rc::Rc;
@@ -25,15 +26,23 @@ use std::time::Duration;
 /// replies go out as several messages; the client joins messages into one byte stream.
 pub const REPLY_MESSAGE_MAX: usize = 16 * 1024 * 1024;
 
-/// The tungstenite limits `[websocket]` sets.
-pub fn websocket_config(config: &WebSocket) -> WebSocketConfig {
+/// The tungstenite limits `[websocket]` sets, for a connection with a session bound (`bound`)
+/// or without. The library reads a whole message before the server sees its frame header, so a
+/// connection without a session gets messages of at most what such a connection may send
+/// (`connection_loop::UNBOUND_FRAME_MAX`: a login, a session bind, a ping); a larger one is
+/// refused at its WebSocket frame header, unread, and closes the connection (1009).
+pub fn websocket_config(config: &WebSocket, bound: bool) -> WebSocketConfig {
     let unlimited = |size: usize| if size == 0 { usize::MAX } else { size };
+    let limit = |size: usize| match bound {
+        true => size,
+        false => size.min(UNBOUND_FRAME_MAX as usize),
+    };
     WebSocketConfig::default()
         .read_buffer_size(config.read_buffer_size)
         .write_buffer_size(config.write_buffer_size)
         .max_write_buffer_size(unlimited(config.max_write_buffer_size))
-        .max_message_size(Some(config.max_message_size))
-        .max_frame_size(Some(config.max_frame_size))
+        .max_message_size(Some(limit(config.max_message_size)))
+        .max_frame_size(Some(limit(config.max_frame_size)))
         .accept_unmasked_frames(config.accept_unmasked_frames)
 }
 
@@ -65,7 +74,8 @@ pub async fn serve(listener: TcpListener, node: Rc<Node>, tls: Option<TlsAccepto
                 }
             };
             let mut link = MessageLink {
-                ws: link,
+                ws: Some(link),
+                settings: node.shared.config.websocket.clone(),
                 message: Bytes::new(),
                 close: None,
             };
@@ -86,7 +96,8 @@ async fn handshake(
     tls: Option<TlsAcceptor>,
     node: &Node,
 ) -> Result<WebSocketStream<TcpStream>, String> {
-    let config = websocket_config(&node.shared.config.websocket);
+    // No session yet: a connection's first messages are small.
+    let config = websocket_config(&node.shared.config.websocket, false);
     let result = match tls {
         None => compio::ws::accept_async_with_config(stream, Some(config)).await,
         Some(acceptor) => {
@@ -102,7 +113,10 @@ async fn handshake(
 
 /// Frames in WebSocket messages.
 struct MessageLink {
-    ws: WebSocketStream<TcpStream>,
+    /// Always present; taken only while [`FrameIo::session_changed`] rebuilds it.
+    ws: Option<WebSocketStream<TcpStream>>,
+    /// `[websocket]`, whose limits apply once a session is bound.
+    settings: WebSocket,
     /// The message whose header was just read.
     message: Bytes,
     /// Why the server ends the connection, sent in its close frame.
@@ -117,7 +131,7 @@ impl MessageLink {
             code,
             reason: reason.into(),
         });
-        let _ = compio::time::timeout(Duration::from_secs(2), self.ws.close(frame)).await;
+        let _ = compio::time::timeout(Duration::from_secs(2), self.ws().close(frame)).await;
         if server_ends {
             // The peer may still be sending (the rest of an oversized message). Closing the
             // socket with unread bytes makes the kernel answer with a reset, which can reach
@@ -126,7 +140,7 @@ impl MessageLink {
             let drain = async {
                 let mut buffer = Vec::with_capacity(64 * 1024);
                 loop {
-                    let BufResult(read, returned) = self.ws.get_mut().read(buffer).await;
+                    let BufResult(read, returned) = self.ws().get_mut().read(buffer).await;
                     buffer = returned;
                     buffer.clear();
                     if !matches!(read, Ok(n) if n > 0) {
@@ -147,6 +161,10 @@ impl MessageLink {
         Ok(message)
     }
 
+    fn ws(&mut self) -> &mut WebSocketStream<TcpStream> {
+        self.ws.as_mut().expect("the WebSocket is rebuilt in place")
+    }
+
     fn malformed(&mut self, reason: &'static str) -> ReadFailure {
         self.close = Some((CloseCode::Policy, reason));
         ReadFailure::Malformed(EvictionReason::InvalidRequestBodySize)
@@ -159,7 +177,7 @@ impl FrameIo for MessageLink {
         idle: Duration,
     ) -> Result<Option<[u8; HEADER_SIZE]>, ReadFailure> {
         loop {
-            let read = compio::time::timeout(idle, self.ws.read())
+            let read = compio::time::timeout(idle, self.ws().read())
                 .await
                 .map_err(|_| connection_loop::timed_out())?;
             let message = match read {
@@ -204,6 +222,19 @@ impl FrameIo for MessageLink {
         self.take_message(len).map(drop)
     }
 
+    /// Rebuilds the WebSocket over the same stream with the limits for a connection with a
+    /// session or without (tungstenite fixes them when it is built). Called before the reply of
+    /// the login, bind or logout: a client sends its next request only once it has that reply,
+    /// so the library holds no bytes of it yet (what it held would be lost with it).
+    async fn session_changed(&mut self, bound: bool) {
+        let Some(ws) = self.ws.take() else {
+            return;
+        };
+        let config = websocket_config(&self.settings, bound);
+        let stream = ws.into_inner();
+        self.ws = Some(WebSocketStream::from_raw_socket(stream, Role::Server, Some(config)).await);
+    }
+
     async fn write_frame(&mut self, frame: Vec<u8>) -> std::io::Result<()> {
         let command = frame.get(ReplyHeader::COMMAND_OFFSET).copied();
         if command != Some(Command::Reply.to_repr()) && self.close.is_none() {
@@ -213,7 +244,7 @@ impl FrameIo for MessageLink {
         let mut at = 0;
         while at < frame.len() {
             let end = (at + REPLY_MESSAGE_MAX).min(frame.len());
-            self.ws
+            self.ws()
                 .send(Message::Binary(frame.slice(at..end)))
                 .await
                 .map_err(std::io::Error::other)?;

@@ -14,6 +14,7 @@ pub mod jwt;
 mod openapi_tests;
 pub mod session;
 
+use crate::runtime::body_budget::UNCOUNTED_BODY_MAX;
 use crate::runtime::connection::Routing;
 use crate::runtime::node::Node;
 use compio::BufResult;
@@ -356,6 +357,12 @@ async fn serve_connection<S: AsyncRead + AsyncWrite>(
             .await;
             return Ok(());
         }
+        // Within the node's budget of request bodies, as on the binary transports: a large
+        // body waits unread (and unasked for, under `expect: 100-continue`) until it fits.
+        let permit = match body_len > UNCOUNTED_BODY_MAX {
+            true => Some(node.body_budget.reserve(body_len as u64).await),
+            false => None,
+        };
         let mut request = request;
         let frame_len = head_len + body_len;
         if pending.len() >= frame_len {
@@ -388,6 +395,9 @@ async fn serve_connection<S: AsyncRead + AsyncWrite>(
         let started = std::time::Instant::now();
         let response = api::handle(node, api, connection, &request).await;
         drop(in_flight);
+        // The body is freed with its reservation, not once the response is taken.
+        drop(std::mem::take(&mut request.body));
+        drop(permit);
         // As a binary request's line; the path without its query.
         tracing::debug!(
             connection = connection.id,
