@@ -600,6 +600,92 @@ async fn signed_in_connections_holding_large_bodies_are_bounded_by_the_node_wide
     assert_eq!(polled.messages[0].payload.len(), 1 << 20);
 }
 
+/// Poll replies are built within the same node-wide budget: a poll leases what is left of it
+/// (at least 64 KiB of messages, whole batches, at least one) and holds it until its reply is
+/// written, so consumers that poll large counts and read their replies slowly (or not at all)
+/// get smaller replies instead of making the node hold each one whole. Before, 8 connections
+/// that each polled a 24 MiB partition and never read the reply made the node hold 8 replies
+/// of 24 MiB. A consumer reading meanwhile still gets every message, in more polls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumers_that_leave_large_poll_replies_unread_are_bounded_by_the_node_wide_budget() {
+    use iggy_generated::frames::{Operation, ReplyHeader};
+    use iggy_generated::payloads::{ClientVersionInfo, Consumer as WireConsumer, Identifier as WireIdentifier, LoginRegisterRequest, LoginRegisterResponse, OptionalPartitionId, PollMessagesRequest, PollingStrategy as WirePolling};
+    use iggy_wire::{WireDecode, WireEncode};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const CONNECTIONS: usize = 8;
+    const BUDGET: usize = 16 << 20;
+    const SENDS: usize = 24;
+    const PER_SEND: usize = 8;
+    let server = TestServer::start_with_env(&[("IGGY_LIMITS_MAX_REQUEST_BODIES_SIZE", &BUDGET.to_string())]);
+    let client = server.root_client().await;
+    let (stream, topic) = create_stream_and_topic(&client, "s", "t", 1).await;
+    // 24 MiB: 24 batches of 8 messages of 128 KiB.
+    for send in 0..SENDS {
+        let batch = (0..PER_SEND).map(|m| msg(format!("{send:03}-{m}-{}", "p".repeat(128 << 10)))).collect();
+        send_to_partition(&client, &name("s"), &name("t"), 0, batch).await;
+    }
+    let before = server.resident_mib();
+    let (stream_id, topic_id, reader) = (stream.id.to_le_bytes(), topic.id.to_le_bytes(), 1u32.to_le_bytes());
+    let mut body = Vec::new();
+    PollMessagesRequest {
+        consumer: WireConsumer { kind: 1, id: WireIdentifier { kind: 1, value: &reader } },
+        stream_id: WireIdentifier { kind: 1, value: &stream_id },
+        topic_id: WireIdentifier { kind: 1, value: &topic_id },
+        partition_id: OptionalPartitionId { has: 1, partition_id: 0 },
+        strategy: WirePolling { kind: 1, value: 0 },
+        count: 1_000_000,
+        auto_commit: false,
+    }
+    .encode_to(&mut body);
+    let mut unread = Vec::new();
+    for i in 0..CONNECTIONS {
+        let id = 0x5108_0000 + i as u128;
+        // A 0.11.1 session: its requests name a partition by ids alone (no incarnation).
+        let mut tcp = tokio::net::TcpStream::connect(server.address()).await.unwrap();
+        let mut login = Vec::new();
+        LoginRegisterRequest {
+            version_info: ClientVersionInfo { protocol_version: iggy_generated::protocol::V0_11_1.packed(), sdk_name: "unread-polls", sdk_version: "0.0.0" },
+            bind_secret: [7; 32],
+            username: ROOT_USER,
+            password: ROOT_PASSWORD,
+            client_context: "",
+        }
+        .encode_to(&mut login);
+        tcp.write_all(&crate::transports::request_frame(id, 0, 0, Operation::Register, 40, &login)).await.unwrap();
+        let mut head = [0u8; ReplyHeader::SIZE];
+        tcp.read_exact(&mut head).await.unwrap();
+        let reply = ReplyHeader::decode_fixed(&head).unwrap();
+        let mut answer = vec![0u8; reply.size as usize - ReplyHeader::SIZE];
+        tcp.read_exact(&mut answer).await.unwrap();
+        assert_eq!(reply.status, 0, "login");
+        let session = LoginRegisterResponse::decode_exact(&answer).unwrap().session;
+        tcp.write_all(&crate::transports::request_frame(id, session, 1, Operation::NonReplicated, 100, &body)).await.unwrap();
+        unread.push(tcp);
+    }
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let during = server.resident_mib();
+    eprintln!("resident {before} MiB before, {during} MiB while {CONNECTIONS} polls of the whole 24 MiB partition go unread (budget {} MiB)", BUDGET >> 20);
+    assert!(
+        during < before + (BUDGET >> 20) as u64 + 40,
+        "{CONNECTIONS} unread polls of a 24 MiB partition: resident {before} MiB before, {during} MiB while they wait (budget {} MiB)",
+        BUDGET >> 20
+    );
+    // Meanwhile a consumer reads the whole partition, in replies the spent budget keeps small.
+    let mut read = Vec::new();
+    let mut polls = 0;
+    while read.len() < SENDS * PER_SEND {
+        let polled = poll(&client, &name("s"), &name("t"), 0, &consumer("c"), PollingStrategy::offset(read.len() as u64), 1_000_000, false).await;
+        assert!(!polled.messages.is_empty(), "a poll from offset {} returned nothing", read.len());
+        read.extend(payloads(&polled).into_iter().map(|p| p[..5].to_string()));
+        polls += 1;
+    }
+    let expected: Vec<String> = (0..SENDS).flat_map(|send| (0..PER_SEND).map(move |m| format!("{send:03}-{m}"))).collect();
+    assert_eq!(read, expected);
+    eprintln!("the consumer read {} messages in {polls} polls", read.len());
+    assert!(polls > 1, "the spent budget made the replies smaller");
+    drop(unread);
+}
+
 /// Stalled bodies hold the budget of request bodies for at most `limits.request_timeout_ms`:
 /// a connection whose body does not arrive in time is closed and gives its reservation back,
 /// so a client waiting its turn behind them is served without any of them going away.

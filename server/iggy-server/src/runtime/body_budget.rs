@@ -83,6 +83,27 @@ impl Budget {
         self.waiting.retain(|(waiting, _)| *waiting != ticket);
     }
 
+    /// Holds at once, without waiting, what is left of the budget up to `wanted`, and never
+    /// less than `floor` (nor more than `wanted`): the bytes a poll may build its reply in. While
+    /// reservations wait in line only `floor` is held, so replies never take the room a waiting
+    /// body is owed. Returns the bytes held.
+    pub fn lease(&mut self, wanted: u64, floor: u64) -> u64 {
+        let room = match self.waiting.is_empty() {
+            true => self.limit.saturating_sub(self.held),
+            false => 0,
+        };
+        let bytes = room.max(floor).min(wanted);
+        self.held += bytes;
+        bytes
+    }
+
+    /// Changes what a lease holds from `from` to `to` bytes (a reply built smaller, or larger
+    /// by its one batch past the lease).
+    pub fn resize(&mut self, from: u64, to: u64) {
+        assert!(from <= self.held, "resized {from} of {} held", self.held);
+        self.held = self.held - from + to;
+    }
+
     /// Gives back `bytes` a granted reservation held.
     pub fn release(&mut self, bytes: u64) {
         assert!(bytes <= self.held, "released {bytes} of {} held", self.held);
@@ -157,6 +178,18 @@ impl BodyBudget {
             bytes,
             ticket: None,
             warned: false,
+        }
+    }
+
+    /// Holds up to `wanted` bytes at once (see [`Budget::lease`]): a poll's reply is built
+    /// within them, and they are held, resized to the reply, until it is written. Polls never
+    /// wait: when the budget is spent their replies shrink to `floor` bytes (whole batches, at
+    /// least one) and the consumer polls on.
+    pub fn lease(self: &Rc<Self>, wanted: u64, floor: u64) -> BodyPermit {
+        let bytes = self.budget.borrow_mut().lease(wanted, floor);
+        BodyPermit {
+            budget: self.clone(),
+            bytes,
         }
     }
 
@@ -248,6 +281,22 @@ pub struct BodyPermit {
     bytes: u64,
 }
 
+impl BodyPermit {
+    /// The bytes held.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Holds `bytes` instead: what the reply built within the permit takes.
+    pub fn resize(&mut self, bytes: u64) {
+        let from = std::mem::replace(&mut self.bytes, bytes);
+        self.budget.budget.borrow_mut().resize(from, bytes);
+        if bytes < from {
+            self.budget.wake_next();
+        }
+    }
+}
+
 impl Drop for BodyPermit {
     fn drop(&mut self) {
         if self.bytes > 0 {
@@ -281,6 +330,24 @@ mod tests {
         assert_eq!(budget.next_due(), Some(small));
         assert!(budget.grant(small));
         assert_eq!((budget.held(), budget.waiting()), (60, 0));
+    }
+
+    #[test]
+    fn a_lease_takes_what_is_left_never_less_than_its_floor_and_nothing_a_waiting_body_is_owed() {
+        let mut budget = Budget::new(100);
+        assert_eq!(budget.lease(1000, 10), 100, "the room left");
+        assert_eq!(budget.lease(1000, 10), 10, "the floor, past the limit");
+        assert_eq!(budget.lease(5, 10), 5, "never more than wanted");
+        budget.resize(100, 30);
+        assert_eq!(budget.held(), 45);
+        let Reserved::Waiting(body) = budget.reserve(60) else {
+            panic!("45 + 60 is over 100");
+        };
+        assert_eq!(budget.lease(1000, 10), 10, "a body waits: only the floor");
+        budget.release(30);
+        assert_eq!(budget.next_due(), Some(body));
+        assert!(budget.grant(body));
+        assert_eq!(budget.held(), 85);
     }
 
     #[test]

@@ -77,7 +77,7 @@ pub struct GroupGauge {
 pub struct Gauges {
     pub connections: BTreeMap<&'static str, u64>,
     pub sessions: u64,
-    /// Bytes of request bodies held under `limits.max_request_bodies_size`, and the bodies
+    /// Bytes of request bodies and poll replies held under `limits.max_request_bodies_size`, and the bodies
     /// waiting for it.
     pub request_bodies_held: u64,
     pub request_bodies_waiting: u64,
@@ -201,7 +201,7 @@ impl Metrics {
         out.push_str("# TYPE iggy_sessions gauge\n");
         let _ = writeln!(out, "iggy_sessions {}", gauges.sessions);
         out.push_str(
-            "# HELP iggy_request_bodies_held_bytes Bytes of request bodies held under \
+            "# HELP iggy_request_bodies_held_bytes Bytes of request bodies and poll replies held under \
              limits.max_request_bodies_size.\n",
         );
         out.push_str("# TYPE iggy_request_bodies_held_bytes gauge\n");

@@ -3,6 +3,7 @@
 //! or a read. Transport-independent: TCP, QUIC and WebSocket all call [`dispatch`].
 
 use crate::consensus::group::Outcome;
+use crate::runtime::body_budget::UNCOUNTED_BODY_MAX;
 use crate::runtime::clock::now_micros;
 use crate::runtime::connection::{Bound, Connection, Routing};
 use crate::runtime::node::Node;
@@ -34,6 +35,9 @@ use std::rc::Rc;
 /// What the transport does with the outcome.
 pub enum Dispatched {
     Reply(Vec<u8>),
+    /// A reply whose bytes the node's budget (`runtime::body_budget`) holds until it is
+    /// written: a poll's messages.
+    HeldReply(Vec<u8>, crate::runtime::body_budget::BodyPermit),
     /// Send these bytes (an eviction), then close.
     Close(Vec<u8>),
 }
@@ -140,7 +144,7 @@ fn record(
     }
     .map_or("unknown", |c| c.name);
     let outcome = match dispatched {
-        Dispatched::Reply(reply) => Outcome::Status(
+        Dispatched::Reply(reply) | Dispatched::HeldReply(reply, _) => Outcome::Status(
             iggy_generated::frames::ReplyHeader::decode_fixed(
                 &reply[..frame::HEADER_SIZE.min(reply.len())],
             )
@@ -1863,7 +1867,16 @@ async fn poll(
     // of millions over a large partition is served in several polls, not built whole.
     let bytes_max = (node.shared.config.limits.max_frame_size as usize)
         .saturating_sub(crate::runtime::partition::POLL_REPLY_HEADROOM);
-    let polled = partition.poll(start, poll.count, bytes_max).await?;
+    // Within the node's budget (`runtime::body_budget`), beside the request bodies it holds:
+    // many consumers polling large replies at once get smaller ones (down to 64 KiB of
+    // messages, whole batches, at least one) and poll on, instead of the node holding each
+    // reply whole.
+    let mut held = node
+        .body_budget
+        .lease(bytes_max as u64, UNCOUNTED_BODY_MAX as u64);
+    let polled = partition
+        .poll(start, poll.count, held.bytes() as usize)
+        .await?;
     if poll.auto_commit
         && let Some(last) = polled.batches.last_offset
     {
@@ -1931,7 +1944,8 @@ async fn poll(
         },
         &mut frame,
     );
-    Ok(Dispatched::Reply(frame))
+    held.resize(frame.len() as u64);
+    Ok(Dispatched::HeldReply(frame, held))
 }
 
 /// What became of a poll's auto-commit. Whichever it is, the poll answers its messages: the

@@ -171,6 +171,10 @@ pub async fn serve_frames(
         }
         match dispatched {
             Dispatched::Reply(bytes) => write_within(idle, link, bytes).await?,
+            Dispatched::HeldReply(bytes, held) => {
+                write_within(idle, link, bytes).await?;
+                drop(held);
+            }
             Dispatched::Close(bytes) => {
                 let _ = write_within(idle, link, bytes).await;
                 return Ok(());
@@ -259,7 +263,9 @@ impl RequestTrace {
     /// eviction has `evicted` with its reason instead.
     fn end(self, connection: &Connection, dispatched: &Dispatched) {
         let (status, evicted) = match dispatched {
-            Dispatched::Reply(bytes) => (reply_status(bytes), None),
+            Dispatched::Reply(bytes) | Dispatched::HeldReply(bytes, _) => {
+                (reply_status(bytes), None)
+            }
             Dispatched::Close(bytes) => {
                 let reason = bytes
                     .get(EvictionHeader::REASON_OFFSET)

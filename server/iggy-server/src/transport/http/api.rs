@@ -581,8 +581,10 @@ async fn dispatch_call(
     let admitted =
         frame::admit_header(&header.to_bytes(), u32::MAX).map_err(|_| ErrorCode::InvalidFormat)?;
     let deadline = limits.request_timeout();
-    let reply = match dispatch_within(node, connection, admitted, body, deadline).await {
-        Dispatched::Reply(reply) => reply,
+    // A poll's reply stays within the node's budget until this request's answer is built.
+    let (reply, _held) = match dispatch_within(node, connection, admitted, body, deadline).await {
+        Dispatched::Reply(reply) => (reply, None),
+        Dispatched::HeldReply(reply, held) => (reply, Some(held)),
         Dispatched::Close(eviction) => {
             let reason = EvictionHeader::decode_fixed(&eviction).map(|e| e.reason);
             tracing::debug!("http: {} refused with eviction {reason:?}", command.name);
