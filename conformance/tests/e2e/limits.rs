@@ -608,10 +608,10 @@ async fn signed_in_connections_holding_large_bodies_are_bounded_by_the_node_wide
 /// of 24 MiB. A consumer reading meanwhile still gets every message, in more polls.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn consumers_that_leave_large_poll_replies_unread_are_bounded_by_the_node_wide_budget() {
-    use iggy_generated::frames::{Operation, ReplyHeader};
-    use iggy_generated::payloads::{ClientVersionInfo, Consumer as WireConsumer, Identifier as WireIdentifier, LoginRegisterRequest, LoginRegisterResponse, OptionalPartitionId, PollMessagesRequest, PollingStrategy as WirePolling};
-    use iggy_wire::{WireDecode, WireEncode};
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use iggy_generated::frames::Operation;
+    use iggy_generated::payloads::{ClientVersionInfo, Consumer as WireConsumer, Identifier as WireIdentifier, OptionalPartitionId, PollMessagesRequest, PollingStrategy as WirePolling};
+    use iggy_wire::WireEncode;
+    use tokio::io::AsyncWriteExt;
     const CONNECTIONS: usize = 8;
     const BUDGET: usize = 16 << 20;
     const SENDS: usize = 24;
@@ -641,24 +641,8 @@ async fn consumers_that_leave_large_poll_replies_unread_are_bounded_by_the_node_
     for i in 0..CONNECTIONS {
         let id = 0x5108_0000 + i as u128;
         // A 0.11.1 session: its requests name a partition by ids alone (no incarnation).
-        let mut tcp = tokio::net::TcpStream::connect(server.address()).await.unwrap();
-        let mut login = Vec::new();
-        LoginRegisterRequest {
-            version_info: ClientVersionInfo { protocol_version: iggy_generated::protocol::V0_11_1.packed(), sdk_name: "unread-polls", sdk_version: "0.0.0" },
-            bind_secret: [7; 32],
-            username: ROOT_USER,
-            password: ROOT_PASSWORD,
-            client_context: "",
-        }
-        .encode_to(&mut login);
-        tcp.write_all(&crate::transports::request_frame(id, 0, 0, Operation::Register, 40, &login)).await.unwrap();
-        let mut head = [0u8; ReplyHeader::SIZE];
-        tcp.read_exact(&mut head).await.unwrap();
-        let reply = ReplyHeader::decode_fixed(&head).unwrap();
-        let mut answer = vec![0u8; reply.size as usize - ReplyHeader::SIZE];
-        tcp.read_exact(&mut answer).await.unwrap();
-        assert_eq!(reply.status, 0, "login");
-        let session = LoginRegisterResponse::decode_exact(&answer).unwrap().session;
+        let version = ClientVersionInfo { protocol_version: iggy_generated::protocol::V0_11_1.packed(), sdk_name: "unread-polls", sdk_version: "0.0.0" };
+        let (mut tcp, session) = crate::transports::signed_in_over_tcp_as(&server, id, version).await;
         tcp.write_all(&crate::transports::request_frame(id, session, 1, Operation::NonReplicated, 100, &body)).await.unwrap();
         unread.push(tcp);
     }

@@ -626,11 +626,17 @@ async fn register_over_tcp(server: &TestServer, client: u128) -> u64 {
 
 /// A plain TCP connection on which client `client` registered as root, and its session.
 pub(crate) async fn signed_in_over_tcp(server: &TestServer, client: u128) -> (tokio::net::TcpStream, u64) {
+    signed_in_over_tcp_as(server, client, version_info()).await
+}
+
+/// `signed_in_over_tcp` for a client that declares `version` (a 0.11.1 session names a
+/// partition by ids alone, with no incarnation in its requests' headers).
+pub(crate) async fn signed_in_over_tcp_as(server: &TestServer, client: u128, version: ClientVersionInfo<'_>) -> (tokio::net::TcpStream, u64) {
     let mut stream = tokio::net::TcpStream::connect(server.address())
         .await
         .unwrap();
     let body = LoginRegisterRequest {
-        version_info: version_info(),
+        version_info: version,
         bind_secret: SECRET,
         username: ROOT_USER,
         password: ROOT_PASSWORD,
