@@ -3082,12 +3082,12 @@ async fn a_group_recreated_before_any_sweep_never_reads_the_deleted_groups_offse
 // ----- sessions are cluster-wide -----
 
 /// One client connection in raw frames: a request at a time, its reply read whole.
-struct RawLink {
+pub(crate) struct RawLink {
     stream: tokio::net::TcpStream,
 }
 
 impl RawLink {
-    async fn connect(address: &str) -> Self {
+    pub(crate) async fn connect(address: &str) -> Self {
         let stream = within("connect", tokio::net::TcpStream::connect(address))
             .await
             .expect("connect");
@@ -3095,7 +3095,10 @@ impl RawLink {
     }
 
     /// Sends `frame` and reads the reply: its header and body, or an eviction's reason.
-    async fn exchange(&mut self, frame: &[u8]) -> Result<(ReplyHeader, Vec<u8>), EvictionReason> {
+    pub(crate) async fn exchange(
+        &mut self,
+        frame: &[u8],
+    ) -> Result<(ReplyHeader, Vec<u8>), EvictionReason> {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         within("exchange", async {
             self.stream.write_all(frame).await.expect("send");
@@ -3126,9 +3129,8 @@ impl RawLink {
     }
 }
 
-/// Registers `client` as root on node i over a connection kept open, retrying while node i
-/// has no root user yet or refuses for now: the link (its session bound there) and the session.
-async fn sign_in_raw(cluster: &TestCluster, i: usize, client: u128) -> (RawLink, u64) {
+/// A Register (LoginUser, 40) of `client` as root, in raw frames.
+pub(crate) fn root_register_frame(client: u128) -> Vec<u8> {
     let body = LoginRegisterRequest {
         version_info: version_info(),
         bind_secret: SECRET,
@@ -3137,7 +3139,13 @@ async fn sign_in_raw(cluster: &TestCluster, i: usize, client: u128) -> (RawLink,
         client_context: "",
     }
     .to_wire_bytes();
-    let frame = request_frame(client, 0, 0, Operation::Register, 40, &body);
+    request_frame(client, 0, 0, Operation::Register, 40, &body)
+}
+
+/// Registers `client` as root on node i over a connection kept open, retrying while node i
+/// has no root user yet or refuses for now: the link (its session bound there) and the session.
+async fn sign_in_raw(cluster: &TestCluster, i: usize, client: u128) -> (RawLink, u64) {
+    let frame = root_register_frame(client);
     let last = Mutex::new(String::new());
     wait_until_async(
         &format!("client {client:x} signs in on node {i}"),
