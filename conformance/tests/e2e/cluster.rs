@@ -3292,7 +3292,6 @@ async fn a_logout_sent_to_a_backup_ends_the_session_on_every_node() {
 /// seed 7425042539774268442 after a whole-cluster SIGKILL). The backups' acknowledgements
 /// (PrepareOk) are dropped here for a moment after the restart to hold that window open.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails: a replica that has not re-applied the session's Register after a restart answers its bind 40"]
 async fn a_session_binds_after_a_whole_cluster_restart_before_its_register_commits_again() {
     const PREPARE_OK: u8 = 7;
     let mut cluster = TestCluster::start_with(

@@ -1731,7 +1731,12 @@ async fn bind_session(
         return request.fail(ErrorCode::Unauthenticated);
     }
     let presented = crate::service::auth::bind_secret_hash(&bind_request.bind_secret);
-    let found = session_at_watermark(node, identity.metadata_watermark, |sessions| {
+    // The session number is its Register's op: metadata short of it cannot say the session is
+    // gone. The SDK's watermark alone can be lower (it rises only on metadata writes' replies),
+    // and a replica that restarted with the whole cluster applies its journaled ops again only
+    // once the new view commits them, while Normal and in touch.
+    let watermark = identity.metadata_watermark.max(identity.session);
+    let found = session_at_watermark(node, watermark, |sessions| {
         sessions
             .bind(identity.client_id, identity.session, &presented)
             .ok()
