@@ -1709,10 +1709,11 @@ async fn non_replicated(
 }
 
 /// BindSession (15): any replica serves it, from the replicated session table, once its
-/// metadata reached the client's watermark (the session may have been registered on another
-/// replica a moment ago). 40 only when the session is gone as of metadata at least that new;
-/// 58 when this replica did not get there within [`routing::BIND_WAIT`], so the client binds
-/// later instead of registering a second session.
+/// metadata reached the client's watermark and the session's own Register (the session may
+/// have been registered on another replica a moment ago, or this replica restarted and has not
+/// applied its journal again yet). 40 only when the session is gone as of metadata at least
+/// that new; 58 when this replica did not get there within [`routing::BIND_WAIT`], so the
+/// client binds later instead of registering a second session.
 async fn bind_session(
     node: &Rc<Node>,
     connection: &mut Connection,
