@@ -19,6 +19,7 @@ mod cluster_config;
 mod cluster_groups;
 mod cluster_transports;
 mod cluster_lan;
+mod cluster_netfaults;
 mod day_two;
 mod cluster_hostnames;
 mod concurrency;

@@ -728,6 +728,10 @@ pub struct ReplicaProxy {
     pub(crate) state: Arc<ProxyState>,
 }
 
+/// A forwarded connection: its dialer side's address (its key), the pair (dialer, acceptor)
+/// it joins, and a clone of each of its sockets.
+type Forwarded = (SocketAddr, usize, usize, TcpStream, TcpStream);
+
 #[derive(Default)]
 pub(crate) struct ProxyState {
     /// Nodes whose links are cut.
@@ -739,8 +743,25 @@ pub(crate) struct ProxyState {
     pub(crate) framed: AtomicBool,
     /// (sender, receiver, command) whose frames are dropped, on a framed proxy.
     pub(crate) dropped: Mutex<BTreeSet<(usize, usize, u8)>>,
-    /// Both sockets of every forwarded connection, by the pair it joins.
-    connections: Mutex<Vec<(usize, usize, TcpStream, TcpStream)>>,
+    /// Directions (sender, receiver) whose frames are discarded while the link stays up: the
+    /// receiver hears nothing from the sender, who still hears it (a one-way loss; framed
+    /// proxy only, so the stream stays whole frames).
+    muted: Mutex<BTreeSet<(usize, usize)>>,
+    /// Latency added to every chunk or frame a direction (sender, receiver) carries.
+    latency: Mutex<BTreeMap<(usize, usize), Duration>>,
+    /// Bytes per second a direction (sender, receiver) carries at most.
+    rate: Mutex<BTreeMap<(usize, usize), u64>>,
+    /// One-shot damage to the next frame of a command a direction carries (framed proxy).
+    faults: Mutex<Vec<(usize, usize, u8, FrameFault)>>,
+    /// Faults applied so far.
+    faults_applied: AtomicUsize,
+    /// Connections (by their dialer side's address) whose bytes are all discarded, both ways,
+    /// while they stay open: a path that lost their state (a NAT or firewall that forgot them)
+    /// without a reset. New connections flow.
+    blackholed: Mutex<BTreeSet<SocketAddr>>,
+    /// Both sockets of every forwarded connection up, by the pair it joins; a connection leaves
+    /// when a side of it closes.
+    connections: Mutex<Vec<Forwarded>>,
     stopping: AtomicBool,
     /// Connections forwarded so far (a healed link shows up as a new one).
     forwarded: AtomicUsize,
@@ -759,7 +780,49 @@ impl ProxyState {
     fn drops(&self, sender: usize, receiver: usize, command: u8) -> bool {
         let dropped = self.dropped.lock().unwrap();
         dropped.contains(&(sender, receiver, command))
+            || self.muted.lock().unwrap().contains(&(sender, receiver))
     }
+
+    fn blackholes(&self, key: SocketAddr) -> bool {
+        self.blackholed.lock().unwrap().contains(&key)
+    }
+
+    /// Drops the connection whose dialer side is `key` from those up.
+    fn forget(&self, key: SocketAddr) {
+        let mut connections = self.connections.lock().unwrap();
+        connections.retain(|(at, ..)| *at != key);
+    }
+
+    fn latency(&self, sender: usize, receiver: usize) -> Duration {
+        let latency = self.latency.lock().unwrap();
+        latency.get(&(sender, receiver)).copied().unwrap_or_default()
+    }
+
+    fn rate(&self, sender: usize, receiver: usize) -> Option<u64> {
+        self.rate.lock().unwrap().get(&(sender, receiver)).copied()
+    }
+
+    /// The fault armed for the next frame of `command` from `sender` to `receiver`, taken.
+    fn take_fault(&self, sender: usize, receiver: usize, command: u8) -> Option<FrameFault> {
+        let mut faults = self.faults.lock().unwrap();
+        let at = faults
+            .iter()
+            .position(|&(s, r, c, _)| (s, r, c) == (sender, receiver, command))?;
+        self.faults_applied.fetch_add(1, Ordering::SeqCst);
+        Some(faults.remove(at).3)
+    }
+}
+
+/// What the framed proxy does to one frame (`ReplicaProxy::damage_next`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrameFault {
+    /// One bit of the body flipped (its middle byte); the frame's size stays right.
+    FlipBody,
+    /// One bit of the header flipped past its checksum (byte 200).
+    FlipHeader,
+    /// The header and half the body written, then both sockets closed: the receiver meets the
+    /// end of the stream inside a frame.
+    Truncate,
 }
 
 impl ReplicaProxy {
@@ -792,7 +855,7 @@ impl ReplicaProxy {
     pub fn cut(&self, node: usize) {
         self.state.cut.lock().unwrap().insert(node);
         let mut connections = self.state.connections.lock().unwrap();
-        connections.retain(|(from, to, a, b)| {
+        connections.retain(|(_, from, to, a, b)| {
             let touches = *from == node || *to == node;
             if touches {
                 let _ = a.shutdown(Shutdown::Both);
@@ -816,6 +879,89 @@ impl ReplicaProxy {
         self.state.held.lock().unwrap().remove(&(sender, receiver));
     }
 
+    /// Discards every frame `sender` sends `receiver` until [`Self::unmute`], the link staying
+    /// up (framed proxy only).
+    pub fn mute(&self, sender: usize, receiver: usize) {
+        assert!(
+            self.state.framed.load(Ordering::SeqCst),
+            "a proxy reading frames (ClusterOptions::replica_frames)"
+        );
+        self.state.muted.lock().unwrap().insert((sender, receiver));
+    }
+
+    pub fn unmute(&self, sender: usize, receiver: usize) {
+        self.state.muted.lock().unwrap().remove(&(sender, receiver));
+    }
+
+    /// Delays what `sender` sends `receiver` by `latency` (zero: none).
+    pub fn set_latency(&self, sender: usize, receiver: usize, latency: Duration) {
+        let mut latencies = self.state.latency.lock().unwrap();
+        latencies.insert((sender, receiver), latency);
+    }
+
+    /// Carries at most `bytes_per_second` from `sender` to `receiver` (`None`: unlimited).
+    pub fn set_rate(&self, sender: usize, receiver: usize, bytes_per_second: Option<u64>) {
+        let mut rate = self.state.rate.lock().unwrap();
+        match bytes_per_second {
+            Some(limit) => rate.insert((sender, receiver), limit.max(1)),
+            None => rate.remove(&(sender, receiver)),
+        };
+    }
+
+    /// Damages the next frame of `command` that `sender` sends `receiver` (framed proxy only).
+    pub fn damage_next(&self, sender: usize, receiver: usize, command: u8, fault: FrameFault) {
+        assert!(
+            self.state.framed.load(Ordering::SeqCst),
+            "a proxy reading frames (ClusterOptions::replica_frames)"
+        );
+        let mut faults = self.state.faults.lock().unwrap();
+        faults.push((sender, receiver, command, fault));
+    }
+
+    /// Closes the `k`-th (modulo their count) of the links forwarded now, as a middlebox that
+    /// resets a connection does; the link may be dialed again at once. Returns the pair it
+    /// joined, or `None` when none is up.
+    pub fn reset_one(&self, k: usize) -> Option<(usize, usize)> {
+        let mut connections = self.state.connections.lock().unwrap();
+        if connections.is_empty() {
+            return None;
+        }
+        let at = k % connections.len();
+        let (_, from, to, a, b) = connections.remove(at);
+        let _ = a.shutdown(Shutdown::Both);
+        let _ = b.shutdown(Shutdown::Both);
+        Some((from, to))
+    }
+
+    /// Every connection up now between nodes `a` and `b` goes silent both ways without being
+    /// closed, as through a middlebox that forgot it; a connection made afterwards flows.
+    /// Returns how many it silenced.
+    pub fn blackhole(&self, a: usize, b: usize) -> usize {
+        let connections = self.state.connections.lock().unwrap();
+        let mut blackholed = self.state.blackholed.lock().unwrap();
+        let mut silenced = 0;
+        for (key, from, to, _, _) in connections.iter() {
+            if (*from, *to) == (a, b) || (*from, *to) == (b, a) {
+                silenced += usize::from(blackholed.insert(*key));
+            }
+        }
+        silenced
+    }
+
+    /// The pairs of nodes with a forwarded link up now, each as (lower, higher).
+    pub fn linked_pairs(&self) -> BTreeSet<(usize, usize)> {
+        let connections = self.state.connections.lock().unwrap();
+        connections
+            .iter()
+            .map(|&(_, from, to, _, _)| (from.min(to), from.max(to)))
+            .collect()
+    }
+
+    /// Faults `damage_next` armed that a frame met so far.
+    pub fn faults_applied(&self) -> usize {
+        self.state.faults_applied.load(Ordering::SeqCst)
+    }
+
     pub fn forwarded(&self) -> usize {
         self.state.forwarded.load(Ordering::Relaxed)
     }
@@ -828,7 +974,7 @@ impl Drop for ReplicaProxy {
             // Wakes the accept loop, which then sees `stopping`.
             let _ = TcpStream::connect(("127.0.0.1", *port));
         }
-        for (_, _, a, b) in self.state.connections.lock().unwrap().drain(..) {
+        for (_, _, _, a, b) in self.state.connections.lock().unwrap().drain(..) {
             let _ = a.shutdown(Shutdown::Both);
             let _ = b.shutdown(Shutdown::Both);
         }
@@ -862,7 +1008,7 @@ pub(crate) fn accept_loop(
             dialer.try_clone(),
             acceptor.try_clone(),
         );
-        let (Ok(d1), Ok(a1), Ok(d2), Ok(a2)) = clones else {
+        let (Ok(d1), Ok(a1), Ok(d2), Ok(a2), Ok(key)) = (clones.0, clones.1, clones.2, clones.3, dialer.peer_addr()) else {
             continue;
         };
         {
@@ -872,73 +1018,146 @@ pub(crate) fn accept_loop(
             if state.blocked(from, to) {
                 continue;
             }
-            connections.push((from, to, d2, a2));
+            connections.push((key, from, to, d2, a2));
         }
         state.forwarded.fetch_add(1, Ordering::Relaxed);
         let (forth, back) = (state.clone(), state.clone());
+        // Each direction's reader forgets the connection when it ends.
         if state.framed.load(Ordering::SeqCst) {
-            std::thread::spawn(move || pipe_frames(dialer, a1, from, to, forth));
-            std::thread::spawn(move || pipe_frames(acceptor, d1, to, from, back));
+            std::thread::spawn(move || {
+                pipe_frames(dialer, a1, from, to, key, forth.clone());
+                forth.forget(key);
+            });
+            std::thread::spawn(move || {
+                pipe_frames(acceptor, d1, to, from, key, back.clone());
+                back.forget(key);
+            });
             continue;
         }
-        std::thread::spawn(move || pipe(dialer, a1, || forth.holds(from, to)));
-        std::thread::spawn(move || pipe(acceptor, d1, || back.holds(to, from)));
+        std::thread::spawn(move || {
+            pipe(dialer, a1, from, to, key, forth.clone());
+            forth.forget(key);
+        });
+        std::thread::spawn(move || {
+            pipe(acceptor, d1, to, from, key, back.clone());
+            back.forget(key);
+        });
     }
 }
 
-/// Copies the frames node `sender` writes on `from` to `to` (node `receiver`'s side) until
-/// either side closes, then closes both: a frame of a command `state` drops is skipped, and
-/// one read while `state` holds the direction waits until it no longer does.
-fn pipe_frames(
-    mut from: TcpStream,
+/// What a reading side hands its writing side: the bytes, when they were read, and whether the
+/// stream is to be closed once they are written (a truncated frame).
+type Chunk = (Instant, Vec<u8>, bool);
+
+/// The writing side of one direction (`sender` to `receiver`), on a thread of its own: writes
+/// each chunk once the direction is no longer held, its latency since it was read has passed
+/// and the direction's rate allows. Closes both sockets when a write fails, a chunk says so,
+/// or the reading side ends (after writing what it read).
+fn outlet(
     mut to: TcpStream,
     sender: usize,
     receiver: usize,
     state: Arc<ProxyState>,
+) -> std::sync::mpsc::SyncSender<Chunk> {
+    let (chunks, inbox) = std::sync::mpsc::sync_channel::<Chunk>(256);
+    std::thread::spawn(move || {
+        for (read_at, bytes, close) in inbox {
+            while state.holds(sender, receiver) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let due = read_at + state.latency(sender, receiver);
+            if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                std::thread::sleep(wait);
+            }
+            if to.write_all(&bytes).is_err() || close {
+                break;
+            }
+            if let Some(rate) = state.rate(sender, receiver) {
+                std::thread::sleep(Duration::from_secs_f64(bytes.len() as f64 / rate as f64));
+            }
+        }
+        let _ = to.shutdown(Shutdown::Both);
+    });
+    chunks
+}
+
+/// Copies the frames node `sender` writes on `from` to `to` (node `receiver`'s side) until
+/// either side closes, then closes both: a frame of a command `state` drops (or of a muted
+/// direction) is skipped, one `state` armed a fault for is damaged, and one read while
+/// `state` holds the direction waits until it no longer does.
+fn pipe_frames(
+    mut from: TcpStream,
+    to: TcpStream,
+    sender: usize,
+    receiver: usize,
+    key: SocketAddr,
+    state: Arc<ProxyState>,
 ) {
     use iggy_generated::frames::GenericHeader;
+    let out = outlet(to, sender, receiver, state.clone());
     loop {
         let mut header = [0u8; GenericHeader::SIZE];
         if from.read_exact(&mut header).is_err() {
             break;
         }
+        let read_at = Instant::now();
         let size_at = GenericHeader::SIZE_OFFSET;
         let size = u32::from_le_bytes(header[size_at..size_at + 4].try_into().unwrap());
         let mut body = vec![0u8; (size as usize).saturating_sub(GenericHeader::SIZE)];
         if from.read_exact(&mut body).is_err() {
             break;
         }
-        if state.drops(sender, receiver, header[GenericHeader::COMMAND_OFFSET]) {
+        let command = header[GenericHeader::COMMAND_OFFSET];
+        if state.drops(sender, receiver, command) || state.blackholes(key) {
             continue;
         }
-        while state.holds(sender, receiver) {
-            std::thread::sleep(Duration::from_millis(5));
+        let mut frame = header.to_vec();
+        let mut close = false;
+        match state.take_fault(sender, receiver, command) {
+            Some(FrameFault::FlipBody) if !body.is_empty() => {
+                let middle = body.len() / 2;
+                body[middle] ^= 0x01;
+            }
+            Some(FrameFault::FlipHeader | FrameFault::FlipBody) => frame[200] ^= 0x01,
+            Some(FrameFault::Truncate) => {
+                body.truncate(body.len() / 2);
+                close = true;
+            }
+            None => {}
         }
-        if to.write_all(&header).is_err() || to.write_all(&body).is_err() {
+        frame.extend_from_slice(&body);
+        if out.send((read_at, frame, close)).is_err() || close {
             break;
         }
     }
     let _ = from.shutdown(Shutdown::Both);
-    let _ = to.shutdown(Shutdown::Both);
 }
 
-/// Copies `from` to `to` until either side closes, then closes both; what it read while `held`
-/// says so waits until it no longer does.
-pub(crate) fn pipe(mut from: TcpStream, mut to: TcpStream, held: impl Fn() -> bool) {
+/// Copies the bytes node `sender` writes on `from` to `to` (node `receiver`'s side) until
+/// either side closes, then closes both; what it reads while `state` holds the direction waits
+/// until it no longer does, and what it reads on a connection `state` blackholes (`key`) is
+/// discarded.
+fn pipe(
+    mut from: TcpStream,
+    to: TcpStream,
+    sender: usize,
+    receiver: usize,
+    key: SocketAddr,
+    state: Arc<ProxyState>,
+) {
+    let out = outlet(to, sender, receiver, state.clone());
     let mut buffer = vec![0u8; 64 * 1024];
     loop {
         match from.read(&mut buffer) {
             Ok(0) | Err(_) => break,
+            // A blackholed connection's bytes go nowhere; it never carries again.
+            Ok(_) if state.blackholes(key) => {}
             Ok(n) => {
-                while held() {
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-                if to.write_all(&buffer[..n]).is_err() {
+                if out.send((Instant::now(), buffer[..n].to_vec(), false)).is_err() {
                     break;
                 }
             }
         }
     }
     let _ = from.shutdown(Shutdown::Both);
-    let _ = to.shutdown(Shutdown::Both);
 }

@@ -312,6 +312,9 @@ pub struct Replica {
     view_change_started_at: u64,
     /// When this replica last started leading a view.
     primary_since: u64,
+    /// Normal primary: the last tick it led a quorum (`leads_quorum`), or its first tick as
+    /// primary. A view-change timeout later without one it goes quiet (`quiet`).
+    quorum_led_at: Option<u64>,
     /// When this primary last asked its preferred replica to take the group over.
     transfer_sent_at: Option<u64>,
     /// When the primary's next Commit heartbeat is due: at its first tick once opened (so a
@@ -457,6 +460,7 @@ impl Replica {
             heard_primary_view: view,
             view_change_started_at: 0,
             primary_since: 0,
+            quorum_led_at: None,
             transfer_sent_at: None,
             next_heartbeat_at: 0,
             resent_at: 0,
@@ -1108,6 +1112,9 @@ impl Replica {
         if self.config.replica_count == 1 {
             return;
         }
+        if self.status != Status::Normal || !self.is_primary() {
+            self.quorum_led_at = None;
+        }
         // Every way of leaving a view on a timeout goes through a pre-vote: a replica that
         // cannot reach a quorum keeps its view however long it stays cut off.
         let leaving = match self.status {
@@ -1295,7 +1302,23 @@ impl Replica {
         self.send(primary, message);
     }
 
+    /// A Normal primary that has led no quorum for a view-change timeout (none acknowledged
+    /// anything for twice that): it sends no heartbeat and resends no prepare until a backup
+    /// is back (it answers a backup's pre-vote with a heartbeat). A primary whose frames reach
+    /// its backups while theirs never reach it (a one-way loss) would otherwise keep them
+    /// hearing a primary that commits nothing, and no backup would ever replace it.
+    fn quiet(&self) -> bool {
+        self.quorum_led_at
+            .is_some_and(|at| self.now >= at + self.config.view_change_timeout_ticks)
+    }
+
     fn tick_primary(&mut self) {
+        if self.quorum_led_at.is_none() || self.leads_quorum() {
+            self.quorum_led_at = Some(self.now);
+        }
+        if self.quiet() {
+            return;
+        }
         if self.now >= self.next_heartbeat_at {
             self.next_heartbeat_at = self.now + self.config.heartbeat_ticks;
             for to in self.others() {
@@ -1809,6 +1832,18 @@ impl Replica {
         }
         let superseded_primary =
             self.is_primary() && view > self.view.saturating_add(1) && !self.leads_quorum();
+        if self.is_primary() && !superseded_primary && self.quiet() {
+            // The asker reaches us: a heartbeat to it alone lets it hear us and answer, and we
+            // lead again; one to every backup would keep a backup that does not reach us
+            // hearing us, so refusing the asker's pre-vote.
+            let heartbeat = Message::Commit {
+                view: self.view,
+                commit: self.commit_max,
+                checkpoint_safe: self.checkpoint_safe,
+            };
+            self.send(replica, heartbeat);
+            return;
+        }
         if (self.is_primary() && !superseded_primary) || self.hears_primary() {
             return;
         }
@@ -2079,6 +2114,7 @@ impl Replica {
         debug_assert!(!self.journal.awaiting());
         self.status = Status::Normal;
         self.primary_since = self.now;
+        self.quorum_led_at = Some(self.now);
         self.transfer_sent_at = None;
         self.log_view = self.view;
         self.prepare_oks.clear();

@@ -1,7 +1,7 @@
 //! Whether a replica knows its view's primary alive: a primary leads only while a quorum
 //! answers it (backups answer every Commit heartbeat), a backup only while it hears the primary.
 
-use iggy_vsr::{Action, Config, Message, Replica};
+use iggy_vsr::{Action, Config, Message, Replica, Status};
 
 mod support;
 use support::*;
@@ -116,4 +116,176 @@ fn a_primary_that_leads_a_quorum_refuses_even_a_later_views_pre_vote() {
         )
     });
     assert!(!granted, "a primary leading a quorum helped replace itself");
+}
+
+/// Delivers the messages between the replicas along `directions` (sender, receiver) only,
+/// until quiet: a one-way loss where a pair has one direction and not the other.
+fn exchange_one_way(replicas: &mut [Replica], directions: &[(u8, u8)]) {
+    loop {
+        let mut moved = false;
+        for from in 0..replicas.len() {
+            for action in drain(&mut replicas[from]) {
+                match action {
+                    Action::Send { to, message } if directions.contains(&(from as u8, to)) => {
+                        replicas[usize::from(to)].on_message(from as u8, message);
+                        moved = true;
+                    }
+                    Action::PersistView { state } => {
+                        replicas[from].on_view_persisted(state);
+                        moved = true;
+                    }
+                    Action::WritePrepare { op, .. } => {
+                        replicas[from].on_write_done(op);
+                        moved = true;
+                    }
+                    _ => {}
+                }
+            }
+        }
+        if !moved {
+            return;
+        }
+    }
+}
+
+/// Every direction between three replicas but those in `lost`.
+fn directions_but(lost: &[(u8, u8)]) -> Vec<(u8, u8)> {
+    (0..3u8)
+        .flat_map(|a| (0..3u8).map(move |b| (a, b)))
+        .filter(|&(a, b)| a != b && !lost.contains(&(a, b)))
+        .collect()
+}
+
+/// A primary whose frames reach both backups but hears neither (its receive path is broken,
+/// a one-way loss): it no longer leads a quorum, and its backups, which still hear it, must
+/// not follow it forever. It goes quiet, they stop hearing it and elect another primary; once
+/// it hears again it follows the new view.
+#[test]
+fn a_primary_that_hears_neither_backup_is_replaced_and_follows_once_it_hears_again() {
+    let mut replicas = group_in_view_one();
+    let timeout = Config::new(3, 0).view_change_timeout_ticks;
+    let deaf = directions_but(&[(0, 1), (2, 1)]);
+    let mut now = 0;
+    for _ in 0..timeout * 8 {
+        now += 1;
+        for replica in replicas.iter_mut() {
+            replica.on_tick(now);
+        }
+        exchange_one_way(&mut replicas, &deaf);
+    }
+    assert!(!replicas[1].leads_quorum());
+    for backup in [&replicas[0], &replicas[2]] {
+        assert!(
+            backup.in_touch() && backup.view() > 1 && backup.primary_of(backup.view()) != 1,
+            "replica {} follows a primary other than replica 1 in a later view (view {}, \
+             status {:?}, in touch {})",
+            backup.replica(),
+            backup.view(),
+            backup.status(),
+            backup.in_touch()
+        );
+    }
+    let all = directions_but(&[]);
+    for _ in 0..timeout * 4 {
+        now += 1;
+        for replica in replicas.iter_mut() {
+            replica.on_tick(now);
+        }
+        exchange_one_way(&mut replicas, &all);
+    }
+    let view = replicas[0].view();
+    assert!(
+        replicas
+            .iter()
+            .all(|r| r.view() == view && r.status() == Status::Normal && r.in_touch()),
+        "every replica Normal in view {view}: {:?}",
+        replicas
+            .iter()
+            .map(|r| (r.view(), r.status()))
+            .collect::<Vec<_>>()
+    );
+}
+
+/// A primary both backups stopped answering for longer than the view-change timeout (one is
+/// down for good, the other was cut off both ways and comes back): it is quiet by then, yet
+/// the group must lead a quorum again once the backup is back.
+#[test]
+fn a_primary_left_without_a_quorum_leads_again_once_a_backup_is_back() {
+    let mut replicas = group_in_view_one();
+    let timeout = Config::new(3, 0).view_change_timeout_ticks;
+    let mut now = 0;
+    for _ in 0..timeout * 4 {
+        now += 1;
+        for replica in replicas.iter_mut() {
+            replica.on_tick(now);
+        }
+        exchange_one_way(&mut replicas, &[]);
+    }
+    assert!(!replicas[1].leads_quorum());
+    // Replica 2 stays away; replicas 0 and 1 hear each other again.
+    let back = [(0, 1), (1, 0)];
+    for _ in 0..timeout * 8 {
+        now += 1;
+        for replica in replicas.iter_mut().take(2) {
+            replica.on_tick(now);
+        }
+        exchange_one_way(&mut replicas, &back);
+    }
+    let leader = replicas
+        .iter()
+        .take(2)
+        .find(|r| r.leads_quorum())
+        .map(Replica::replica);
+    assert!(
+        leader.is_some(),
+        "replica 0 or 1 leads a quorum: {:?}",
+        replicas
+            .iter()
+            .map(|r| (r.view(), r.status(), r.in_touch()))
+            .collect::<Vec<_>>()
+    );
+}
+
+/// A quiet primary that joins a view change for a view it would lead again is no longer the
+/// Normal primary of anything: a pre-vote reaching it before its next tick is not answered
+/// with a heartbeat of the view it is changing to.
+#[test]
+fn a_quiet_primary_in_a_view_change_sends_no_heartbeat() {
+    let mut replicas = group_in_view_one();
+    let timeout = Config::new(3, 0).view_change_timeout_ticks;
+    let mut now = 0;
+    for _ in 0..timeout * 3 {
+        now += 1;
+        replicas[1].on_tick(now);
+        drain(&mut replicas[1]);
+    }
+    assert!(!replicas[1].leads_quorum());
+    // The next view replica 1 leads again.
+    let view = (2..).find(|&v| replicas[1].primary_of(v) == 1).unwrap();
+    replicas[1].on_message(0, Message::StartViewChange { view, replica: 0 });
+    assert_eq!(
+        (replicas[1].view(), replicas[1].status()),
+        (view, Status::ViewChange)
+    );
+    let view = view + 1;
+    replicas[1].on_message(2, Message::PreVote { view, replica: 2 });
+    // Its view state durable, whatever it holds for that goes out.
+    let mut sent = Vec::new();
+    loop {
+        let actions = drain(&mut replicas[1]);
+        if actions.is_empty() {
+            break;
+        }
+        sent.extend(sends(&actions));
+        for action in actions {
+            if let Action::PersistView { state } = action {
+                replicas[1].on_view_persisted(state);
+            }
+        }
+    }
+    let heartbeats: Vec<_> = sent
+        .into_iter()
+        .filter(|(_, message)| matches!(message, Message::Commit { .. }))
+        .collect();
+    assert!(heartbeats.is_empty(), "{heartbeats:?}");
 }

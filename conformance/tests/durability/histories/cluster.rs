@@ -46,7 +46,9 @@
 //!
 //! Knobs: `DURABILITY_CLUSTER_HISTORIES` (default 3), `DURABILITY_CLUSTER_HISTORY_STEPS`
 //! (default 30, before the restarts' `NodeUp` steps are added), `DURABILITY_CLUSTER_HISTORY_FIRST`;
-//! `DURABILITY_SEED`, `DURABILITY_SHRINK_SECS` and `DURABILITY_HISTORY_DELETES` as for one server.
+//! `DURABILITY_SEED`, `DURABILITY_SHRINK_SECS` and `DURABILITY_HISTORY_DELETES` as for one server;
+//! `DURABILITY_CLUSTER_LOGS=<dir>` writes each node's whole log of every failing run (the first
+//! and each shrinking rerun) there as `<unix ms>-node<i>.log`.
 //! Who leads what depends on timing, so a replay reruns the same steps, not always on the same
 //! leaders.
 
@@ -427,6 +429,12 @@ pub(super) async fn run_cluster_history(history: &History, figures: &mut Figures
     if let Some(cluster) = cluster.as_mut() {
         for n in 0..cluster.len() {
             let node_log = cluster.node(n).log();
+            // The tail below is all a report shows; a cause can lie earlier in a node's log.
+            if let (Err(_), Some(dir)) = (&result, std::env::var_os("DURABILITY_CLUSTER_LOGS")) {
+                let _ = std::fs::create_dir_all(&dir);
+                let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
+                let _ = std::fs::write(std::path::Path::new(&dir).join(format!("{stamp}-node{n}.log")), &node_log);
+            }
             if result.is_err() {
                 let lines: Vec<&str> = node_log.lines().collect();
                 log += &format!("----- node {n} -----\n{}\n", lines[lines.len().saturating_sub(40)..].join("\n"));

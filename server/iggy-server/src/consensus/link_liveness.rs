@@ -26,6 +26,22 @@ pub enum LinkEvent {
     Closed { generation: u64 },
 }
 
+/// Heartbeat timeouts of silence after which a live link is closed (`Liveness::close_due`),
+/// so its dialer dials afresh: a path that forgot the connection (a NAT or a stateful firewall
+/// that lost its state) sends no reset, and TCP would keep retransmitting into it for some 15
+/// minutes before either end learned the link is dead. A stopped peer's link is closed too;
+/// it is dialed again once the peer answers.
+pub const SILENCE_CLOSES_AFTER: u32 = 4;
+
+/// A change in a live link's silence worth a log line (`Liveness::poll_silence`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Silence {
+    /// Nothing heard on the link for this long, past the heartbeat timeout, though it is up.
+    Began { silent_for: Duration },
+    /// Heard again after this long of a silence reported before.
+    Ended { silent_for: Duration },
+}
+
 /// The peer's status as the roster (command 12) reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PeerStatus {
@@ -38,6 +54,9 @@ struct Link {
     generation: u64,
     heard_at: Instant,
     ping_at: Instant,
+    /// `heard_at` when the silence after it was reported: a silence is reported once, and
+    /// its end once.
+    silent_since: Option<Instant>,
 }
 
 /// One peer's liveness. Time passed in must not go backwards; an earlier `now` is treated as
@@ -80,6 +99,7 @@ impl Liveness {
                     generation,
                     heard_at: now,
                     ping_at: now + self.keepalive,
+                    silent_since: None,
                 });
             }
             LinkEvent::Heard { generation } => {
@@ -111,6 +131,39 @@ impl Liveness {
         let link = self.link.as_mut().filter(|link| now >= link.ping_at)?;
         link.ping_at = now + keepalive;
         Some(link.generation)
+    }
+
+    /// A live link's silence starting or ending, each reported once: the link stays up (its
+    /// peer's TCP stack answers, or nothing tells this end it does not) while nothing comes
+    /// over it, a stopped process or frames lost one way. A link's close is reported by the
+    /// bus on its own; a link admitted anew starts unreported.
+    pub fn poll_silence(&mut self, now: Instant) -> Option<Silence> {
+        let silence_max = self.silence_max;
+        let link = self.link.as_mut()?;
+        match link.silent_since {
+            None => {
+                let silent_for = now.saturating_duration_since(link.heard_at);
+                (silent_for > silence_max).then(|| {
+                    link.silent_since = Some(link.heard_at);
+                    Silence::Began { silent_for }
+                })
+            }
+            Some(since) if link.heard_at > since => {
+                link.silent_since = None;
+                Some(Silence::Ended {
+                    silent_for: link.heard_at - since,
+                })
+            }
+            Some(_) => None,
+        }
+    }
+
+    /// How long the live link has been silent, when that is past `SILENCE_CLOSES_AFTER`
+    /// heartbeat timeouts: the link is to be closed.
+    pub fn close_due(&self, now: Instant) -> Option<Duration> {
+        let link = self.link.as_ref()?;
+        let silent_for = now.saturating_duration_since(link.heard_at);
+        (silent_for > self.silence_max * SILENCE_CLOSES_AFTER).then_some(silent_for)
     }
 
     /// When `poll_ping` next has a Ping; `None` while no link is up.
@@ -234,6 +287,74 @@ mod tests {
         assert_eq!(liveness.status(at(origin, 5_400)), PeerStatus::Unreachable);
         assert_eq!(liveness.poll_timeout(), None);
         assert_eq!(liveness.poll_ping(at(origin, 9_000)), None);
+    }
+
+    #[test]
+    fn a_live_links_silence_is_reported_once_and_its_end_once() {
+        let origin = Instant::now();
+        let mut liveness = Liveness::new(TIMEOUT);
+        assert_eq!(
+            liveness.poll_silence(origin),
+            None,
+            "no link, nothing to report"
+        );
+        liveness.handle(origin, LinkEvent::Admitted { generation: 1 });
+        liveness.handle(at(origin, 1_000), LinkEvent::Heard { generation: 1 });
+        assert_eq!(liveness.poll_silence(at(origin, 6_000)), None);
+        assert_eq!(
+            liveness.poll_silence(at(origin, 6_001)),
+            Some(Silence::Began {
+                silent_for: Duration::from_millis(5_001)
+            })
+        );
+        assert_eq!(
+            liveness.poll_silence(at(origin, 9_000)),
+            None,
+            "reported once"
+        );
+        liveness.handle(at(origin, 9_500), LinkEvent::Heard { generation: 1 });
+        assert_eq!(
+            liveness.poll_silence(at(origin, 9_600)),
+            Some(Silence::Ended {
+                silent_for: Duration::from_millis(8_500)
+            })
+        );
+        assert_eq!(
+            liveness.poll_silence(at(origin, 9_700)),
+            None,
+            "its end once"
+        );
+        // A second silence is a new one.
+        assert_eq!(
+            liveness.poll_silence(at(origin, 14_501)),
+            Some(Silence::Began {
+                silent_for: Duration::from_millis(5_001)
+            })
+        );
+        // A link closed and admitted anew starts unreported: the bus logs the close itself.
+        liveness.handle(at(origin, 15_000), LinkEvent::Closed { generation: 1 });
+        assert_eq!(liveness.poll_silence(at(origin, 15_000)), None);
+        liveness.handle(at(origin, 15_100), LinkEvent::Admitted { generation: 2 });
+        assert_eq!(liveness.poll_silence(at(origin, 15_200)), None);
+    }
+
+    #[test]
+    fn a_live_link_silent_for_four_heartbeat_timeouts_is_to_be_closed() {
+        let origin = Instant::now();
+        let mut liveness = Liveness::new(TIMEOUT);
+        assert_eq!(liveness.close_due(at(origin, 60_000)), None, "no link");
+        liveness.handle(origin, LinkEvent::Admitted { generation: 1 });
+        liveness.handle(at(origin, 1_000), LinkEvent::Heard { generation: 1 });
+        // Unreachable after one timeout, closed only after four.
+        assert_eq!(liveness.status(at(origin, 6_001)), PeerStatus::Unreachable);
+        assert_eq!(liveness.close_due(at(origin, 21_000)), None);
+        assert_eq!(
+            liveness.close_due(at(origin, 21_001)),
+            Some(Duration::from_millis(20_001))
+        );
+        // Heard in time, it stays.
+        liveness.handle(at(origin, 20_000), LinkEvent::Heard { generation: 1 });
+        assert_eq!(liveness.close_due(at(origin, 21_001)), None);
     }
 
     #[test]

@@ -34,7 +34,7 @@
 //! this side with the field `tls` and its cause.
 
 use super::admission::{self, Local};
-use super::link_liveness::{LinkEvent, Liveness, PeerStatus};
+use super::link_liveness::{LinkEvent, Liveness, PeerStatus, SILENCE_CLOSES_AFTER, Silence};
 use super::link_stream::{HandshakeRead, LinkReader, LinkStream, LinkWriter};
 use super::log_limit::{LogLimit, Throttled, Verdict};
 use super::replica_link::{self, Backoff, DialerHandshake, FrameCheck, HEADER_SIZE};
@@ -1313,7 +1313,7 @@ async fn run_link(shared: &Rc<Shared>, stream: LinkStream, admitted: admission::
     let ping = keepalive(Command::Ping);
     let pinging = Box::pin(async move {
         match pinger_outbox {
-            Some(outbox) => send_pings(&outbox, ping).await,
+            Some(outbox) => send_pings(&outbox, ping, local, peer).await,
             None => std::future::pending().await,
         }
     });
@@ -1327,7 +1327,7 @@ async fn run_link(shared: &Rc<Shared>, stream: LinkStream, admitted: admission::
         match select(reading, select(sending, replacing)).await {
             Either::Left((reason, _)) => reason,
             Either::Right((Either::Left((Either::Left((reason, _)), _)), _)) => reason,
-            Either::Right((Either::Left((Either::Right((never, _)), _)), _)) => match never {},
+            Either::Right((Either::Left((Either::Right((reason, _)), _)), _)) => reason,
             Either::Right((Either::Right((reason, _)), _)) => reason,
         }
     };
@@ -1398,7 +1398,15 @@ async fn read_frames(
             let within = body_deadline(body_within, len);
             match compio::time::timeout(within, stream.read_body(len)).await {
                 Ok(Ok(body)) => body,
-                Ok(Err(error)) => return closed(error),
+                // Said apart from a close between frames: a frame cut short is a connection
+                // reset or a broken path, not a peer that stopped.
+                Ok(Err(error)) => {
+                    let command = verified.command;
+                    return format!(
+                        "{} within a {command:?} frame's {len}-byte body",
+                        closed(error)
+                    );
+                }
                 Err(_) => {
                     return format!(
                         "the body of a {:?} frame ({len} bytes) did not arrive within \
@@ -1434,25 +1442,54 @@ async fn read_frames(
 
 /// Queues a Ping whenever the peer's liveness says one is due, for as long as the link runs.
 /// A full queue drops it like any frame: the peer then has other frames to hear, or is not
-/// reading at all.
-async fn send_pings(outbox: &Outbox, ping: Bytes) -> std::convert::Infallible {
+/// reading at all. Each time it wakes it also logs a silence of the link starting or ending:
+/// a link that stays up while nothing comes over it (a stopped process, frames lost one way)
+/// is otherwise seen only in the roster, and the refusals (58) a node out of touch with its
+/// primary answers would name no cause. A silence past `SILENCE_CLOSES_AFTER` heartbeat
+/// timeouts ends the link (the reason returned), so it is dialed afresh.
+async fn send_pings(outbox: &Outbox, ping: Bytes, local: u8, peer: u8) -> String {
     loop {
         let (due, keepalive) = {
             let liveness = outbox.liveness.lock().expect("liveness lock");
             (liveness.poll_timeout(), liveness.keepalive())
         };
+        let slept_from = Instant::now();
         match due {
             Some(due) => compio::time::sleep_until(due).await,
             // The link's close is being recorded; the link ends before this wakes again.
             None => compio::time::sleep(keepalive).await,
         }
-        let ping_due = outbox
-            .liveness
-            .lock()
-            .expect("liveness lock")
-            .poll_ping(Instant::now());
+        let now = Instant::now();
+        // Woken a keepalive late, this process was the one stopped (SIGSTOP, a stalled
+        // host): what the peer sent meanwhile is still unread, so its silence is not judged
+        // until the next wake.
+        let woke_late = due.map_or(slept_from, |due| due.max(slept_from)) + keepalive < now;
+        let (ping_due, silence, close) = {
+            let mut liveness = outbox.liveness.lock().expect("liveness lock");
+            let silence = (!woke_late).then(|| liveness.poll_silence(now)).flatten();
+            let close = (!woke_late).then(|| liveness.close_due(now)).flatten();
+            (liveness.poll_ping(now), silence, close)
+        };
+        if let Some(silent_for) = close {
+            return format!(
+                "heard nothing from replica {peer} for {silent_for:?} ({SILENCE_CLOSES_AFTER} \
+                 heartbeat timeouts): closed to dial afresh, as a path that forgot the \
+                 connection never says so"
+            );
+        }
         if ping_due.is_some() {
-            let _ = outbox.push(Instant::now(), ping.clone());
+            let _ = outbox.push(now, ping.clone());
+        }
+        match silence {
+            Some(Silence::Began { silent_for }) => tracing::warn!(
+                "replica {local}: heard nothing from replica {peer} for {silent_for:?} though \
+                 the link is up (Unreachable: the process stopped, or its frames are lost on \
+                 the way)"
+            ),
+            Some(Silence::Ended { silent_for }) => tracing::info!(
+                "replica {local}: replica {peer} heard again after {silent_for:?} of silence"
+            ),
+            None => {}
         }
     }
 }

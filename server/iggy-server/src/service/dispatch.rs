@@ -1713,10 +1713,11 @@ async fn non_replicated(
 }
 
 /// BindSession (15): any replica serves it, from the replicated session table, once its
-/// metadata reached the client's watermark (the session may have been registered on another
-/// replica a moment ago). 40 only when the session is gone as of metadata at least that new;
-/// 58 when this replica did not get there within [`routing::BIND_WAIT`], so the client binds
-/// later instead of registering a second session.
+/// metadata reached the client's watermark and the session's own Register (the session may
+/// have been registered on another replica a moment ago, or this replica restarted and has not
+/// applied its journal again yet). 40 only when the session is gone as of metadata at least
+/// that new; 58 when this replica did not get there within [`routing::BIND_WAIT`], so the
+/// client binds later instead of registering a second session.
 async fn bind_session(
     node: &Rc<Node>,
     connection: &mut Connection,
@@ -1735,7 +1736,12 @@ async fn bind_session(
         return request.fail(ErrorCode::Unauthenticated);
     }
     let presented = crate::service::auth::bind_secret_hash(&bind_request.bind_secret);
-    let found = session_at_watermark(node, identity.metadata_watermark, |sessions| {
+    // The session number is its Register's op: metadata short of it cannot say the session is
+    // gone. The SDK's watermark alone can be lower (it rises only on metadata writes' replies),
+    // and a replica that restarted with the whole cluster applies its journaled ops again only
+    // once the new view commits them, while Normal and in touch.
+    let watermark = identity.metadata_watermark.max(identity.session);
+    let found = session_at_watermark(node, watermark, |sessions| {
         sessions
             .bind(identity.client_id, identity.session, &presented)
             .ok()
