@@ -312,6 +312,9 @@ pub struct Replica {
     view_change_started_at: u64,
     /// When this replica last started leading a view.
     primary_since: u64,
+    /// The head of the log this replica's view started with, as it entered the view normal
+    /// (`applied_view_log`).
+    view_start_op: u64,
     /// Normal primary: the last tick it led a quorum (`leads_quorum`), or its first tick as
     /// primary. A view-change timeout later without one it goes quiet (`quiet`).
     quorum_led_at: Option<u64>,
@@ -460,6 +463,7 @@ impl Replica {
             heard_primary_view: view,
             view_change_started_at: 0,
             primary_since: 0,
+            view_start_op: 0,
             quorum_led_at: None,
             transfer_sent_at: None,
             next_heartbeat_at: 0,
@@ -565,6 +569,16 @@ impl Replica {
             }
             Status::ViewChange | Status::Recovering => false,
         }
+    }
+
+    /// Whether this replica applied every op of the log its view started with. Those ops may
+    /// have committed in an earlier view, and been answered to clients; a new view commits
+    /// them again before anything else, and until this replica applied them, what it serves
+    /// is older than what clients were told: after a restart of every replica a group's commit
+    /// starts from its checkpoint, so every replica's state is older than what it answered
+    /// before, for a round trip. A replica serves reads only past this.
+    pub fn applied_view_log(&self) -> bool {
+        self.commit_min >= self.view_start_op
     }
 
     /// Whether this replica leads its view with a quorum in touch: the primary in normal
@@ -2114,6 +2128,7 @@ impl Replica {
         debug_assert!(!self.journal.awaiting());
         self.status = Status::Normal;
         self.primary_since = self.now;
+        self.view_start_op = self.journal.op();
         self.quorum_led_at = Some(self.now);
         self.transfer_sent_at = None;
         self.log_view = self.view;
@@ -2175,6 +2190,7 @@ impl Replica {
         }
         self.view = view;
         self.status = Status::Normal;
+        self.view_start_op = self.journal.op();
         self.heard_from_primary(view);
         self.repair_asked = None;
         self.prepare_oks.clear();

@@ -289,3 +289,90 @@ fn a_quiet_primary_in_a_view_change_sends_no_heartbeat() {
         .collect();
     assert!(heartbeats.is_empty(), "{heartbeats:?}");
 }
+
+/// After a restart of every replica each one's commit starts from its checkpoint, below ops
+/// that committed (and were answered) before: the new view's primary is Normal and leads a
+/// quorum before it committed them again. Until it applied the log its view started with it
+/// must not count as serving reads (`applied_view_log`), or a reader would find older state
+/// than it was answered before the restart; once the view's log is committed again, every
+/// replica serves.
+#[test]
+fn after_a_restart_of_every_replica_none_serves_reads_before_applying_its_views_log() {
+    let state = iggy_vsr::ViewState {
+        view: 2,
+        log_view: 2,
+    };
+    let mut replicas: Vec<Replica> = (0..3)
+        .map(|r| {
+            let mut replica = Replica::open(Config::new(3, r), entries(2, 3), state);
+            settle(&mut replica);
+            replica
+        })
+        .collect();
+    assert!(replicas.iter().all(|r| r.commit_min() == 0));
+    let all = [(0, 1), (1, 2), (0, 2)];
+    let mut seen_leading_before_applying = false;
+    'ticks: for now in 1..=2_000 {
+        for replica in replicas.iter_mut() {
+            replica.on_tick(now);
+        }
+        // One round of deliveries at a time, looking at the primary between them.
+        loop {
+            let mut moved = false;
+            for from in 0..replicas.len() {
+                for action in drain(&mut replicas[from]) {
+                    match action {
+                        Action::Send { to, message }
+                            if all.iter().any(|&(a, b)| {
+                                (a, b) == (from as u8, to) || (b, a) == (from as u8, to)
+                            }) =>
+                        {
+                            replicas[usize::from(to)].on_message(from as u8, message);
+                            moved = true;
+                        }
+                        Action::PersistView { state } => {
+                            replicas[from].on_view_persisted(state);
+                            moved = true;
+                        }
+                        Action::WritePrepare { op, .. } => {
+                            replicas[from].on_write_done(op);
+                            moved = true;
+                        }
+                        _ => {}
+                    }
+                }
+                for replica in &replicas {
+                    if replica.status() == Status::Normal
+                        && replica.leads_quorum()
+                        && replica.commit_min() < 3
+                    {
+                        seen_leading_before_applying = true;
+                        assert!(
+                            !replica.applied_view_log(),
+                            "a primary that has not applied its view's log serves reads"
+                        );
+                    }
+                }
+            }
+            if !moved {
+                break;
+            }
+        }
+        if replicas
+            .iter()
+            .all(|r| r.status() == Status::Normal && r.commit_min() == 3)
+        {
+            break 'ticks;
+        }
+    }
+    assert!(
+        seen_leading_before_applying,
+        "the primary led before it applied its view's log"
+    );
+    assert!(
+        replicas
+            .iter()
+            .all(|r| r.commit_min() == 3 && r.applied_view_log()),
+        "every replica applied the view's log and serves"
+    );
+}

@@ -48,6 +48,9 @@ pub struct GroupRole {
     /// Opened restored, the replica still waits for a whole view's log before it votes in a
     /// view change (`iggy_vsr::Config::restored`).
     pub muted: bool,
+    /// The replica applied the log its view started with (`iggy_vsr::Replica::applied_view_log`):
+    /// before, its state may be older than what clients were answered.
+    pub applied_view_log: bool,
 }
 
 impl GroupRole {
@@ -58,9 +61,13 @@ impl GroupRole {
 
     /// Whether a replica in this role that applied through `applied` stands at `wanted`: it
     /// serves in touch with its primary (or leads a quorum), since one recovering, changing
-    /// views or cut off may miss commits it does not know of, and applied at least `wanted`.
+    /// views or cut off may miss commits it does not know of, applied the log its view started
+    /// with (ops answered before the view began), and applied at least `wanted`.
     pub fn reached(&self, applied: u64, wanted: u64) -> bool {
-        self.status == iggy_vsr::Status::Normal && self.in_touch && applied >= wanted
+        self.status == iggy_vsr::Status::Normal
+            && self.in_touch
+            && self.applied_view_log
+            && applied >= wanted
     }
 }
 
@@ -79,8 +86,11 @@ impl GroupFigures {
         self.applied.store(replica.commit_min(), Ordering::Relaxed);
         let in_touch = u64::from(replica.in_touch()) << 16;
         let muted = u64::from(replica.is_muted()) << 17;
-        self.role
-            .store(status | primary << 8 | in_touch | muted, Ordering::Relaxed);
+        let applied_view_log = u64::from(replica.applied_view_log()) << 18;
+        self.role.store(
+            status | primary << 8 | in_touch | muted | applied_view_log,
+            Ordering::Relaxed,
+        );
     }
 
     /// The replica's status and its view's primary.
@@ -96,6 +106,7 @@ impl GroupFigures {
             primary: (role >> 8) as u8,
             in_touch: role >> 16 & 1 == 1,
             muted: role >> 17 & 1 == 1,
+            applied_view_log: role >> 18 & 1 == 1,
         }
     }
 
@@ -206,6 +217,7 @@ mod tests {
             primary: 1,
             in_touch: true,
             muted: false,
+            applied_view_log: true,
         };
         assert!(normal.is_primary(1) && !normal.is_primary(2));
     }

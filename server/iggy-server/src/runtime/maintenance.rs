@@ -643,6 +643,7 @@ mod tests {
             primary: 0,
             in_touch,
             muted: false,
+            applied_view_log: true,
         }
     }
 

@@ -283,6 +283,7 @@ mod tests {
             primary,
             in_touch: status == Normal,
             muted: false,
+            applied_view_log: true,
         }
     }
 
