@@ -519,6 +519,12 @@ impl GroupPlane {
         if replica.status() != Status::Normal || !replica.is_primary() {
             return verdict(0, ForwardLogoutOutcome::NotPrimary);
         }
+        // A primary that has not applied its view's log (after a restart of every replica,
+        // the session's own Register among it) cannot tell a live session from an ended one:
+        // the backup's client tries again.
+        if !replica.applied_view_log() {
+            return verdict(0, ForwardLogoutOutcome::InProgress);
+        }
         let Some(body) = body else {
             return verdict(commit, ForwardLogoutOutcome::Ok);
         };
