@@ -336,7 +336,6 @@ async fn a_directory_left_by_sigkill_during_sends_verifies_and_starts() {
 /// disk") damaged in a copy: start-up refuses the directory naming the file, so the verifier,
 /// which "checks what start-up reads", must fail it too, naming the file; an intact one passes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails: verify does not read replica.runs and says `verified` for a directory start-up refuses"]
 async fn a_cluster_node_whose_runs_file_is_damaged_fails_verification_as_its_start_does() {
     let mut cluster = crate::test_cluster::TestCluster::start(1);
     let client = cluster.root_client(0).await;
