@@ -57,5 +57,6 @@ mod system;
 mod systemd;
 mod topics;
 mod transports;
+mod upgrade;
 mod users;
 mod wiretap;
