@@ -41,6 +41,22 @@ wait_healthy() { # deadline seconds
   for n in 0 1 2; do echo "-- via node $n"; cli_at $n cluster metadata | grep -E 'node-'; done
   return 1
 }
+# Waits until node n's log, since its latest start, names both peers' links admitted (whichever
+# side dialed): the CLI's Healthy alone may still reflect the previous process's last ping.
+wait_linked() { # id deadline
+  local n=$1 deadline=$((SECONDS + ${2:-60})) j missing
+  while [ $SECONDS -lt $deadline ]; do
+    missing=""
+    for j in 0 1 2; do
+      [ "$j" = "$n" ] && continue
+      awk '/^===== start/ {buf=""} {buf=buf $0 "\n"} END {printf "%s", buf}' "$W/node-$n.log" | grep -q "replica $n: link with replica $j admitted" || missing="$missing $j"
+    done
+    [ -z "$missing" ] && { log "node $n (${BINS[$n]}) linked with both peers"; return 0; }
+    sleep 0.5
+  done
+  echo "FINDING: node $n (${BINS[$n]}) has no admitted link with replica(s)$missing after ${2:-60}s" | tee -a "$W/findings"
+  return 1
+}
 refusals() { grep -n -E 'StaleCopy|refused|NonZero|Mismatch|panicked|ERROR' "$W"/node-*.log | cut -c1-300; }
 # Background producer: each CLI send is one message, through the nodes in turn, to partitions 0-2;
 # an acknowledged one (exit 0) is recorded in acked, any other in failed.

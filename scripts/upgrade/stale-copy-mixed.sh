@@ -3,10 +3,12 @@
 # upgrade: node 1 runs NEW, one peer NEW and one OLD (OLD_PEER, 0 or 2; default 2). The NEW peer
 # saw a later run of node 1 than the copy's, so node 1 must be refused (StaleCopy) and exit 75,
 # then start restored and catch up; no acknowledged message lost.
-# Usage: OLD=… NEW=… [OLD_PEER=2] scripts/upgrade/stale-copy-mixed.sh [workdir]
+# RESTART_WITH=old restarts the refused node with OLD instead (a rollback of the refused node:
+# the older build honours the restored marker the newer one wrote).
+# Usage: OLD=… NEW=… [OLD_PEER=2] [RESTART_WITH=new|old] scripts/upgrade/stale-copy-mixed.sh [workdir]
 set -u
-OLD=${OLD:?old iggy-server binary} NEW=${NEW:?new iggy-server binary} OLD_PEER=${OLD_PEER:-2}
-W=${1:-/tmp/upg/stale-$OLD_PEER}
+OLD=${OLD:?old iggy-server binary} NEW=${NEW:?new iggy-server binary} OLD_PEER=${OLD_PEER:-2} RESTART_WITH=${RESTART_WITH:-new}
+W=${1:-/tmp/upg/stale-$OLD_PEER-$RESTART_WITH}
 rm -rf "$W" && mkdir -p "$W" && : > "$W/findings" && : > "$W/acked" && : > "$W/failed"
 . "$(dirname "$0")/cluster-lib.sh"
 trap 'touch "$W/stop-load"; for p in "${PIDS[@]}"; do kill -TERM $p 2>/dev/null; done; wait' EXIT
@@ -30,7 +32,7 @@ else
 fi
 ls "$W/node-1/restored.pending" >/dev/null 2>&1 && log "restored.pending written" || echo "FINDING: no restored.pending" | tee -a "$W/findings"
 log "StaleCopy lines:"; grep -h StaleCopy "$W"/node-*.log | cut -c1-300
-start_node 1 new
+start_node 1 "$RESTART_WITH"
 for _ in $(seq 120); do grep -q 'restored node caught up' "$W/node-1.log" && break; sleep 0.5; done
 grep -h 'restored node caught up' "$W/node-1.log" | cut -c1-200 || echo "FINDING: node 1 did not catch up in 60 s" | tee -a "$W/findings"
 wait_healthy 60; sleep 3
