@@ -331,3 +331,46 @@ async fn a_directory_left_by_sigkill_during_sends_verifies_and_starts() {
         topic.messages_count
     );
 }
+
+/// A cluster node's `replica.runs` (its numbered starts, README "Replace a cluster node's
+/// disk") damaged in a copy: start-up refuses the directory naming the file, so the verifier,
+/// which "checks what start-up reads", must fail it too, naming the file; an intact one passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_node_whose_runs_file_is_damaged_fails_verification_as_its_start_does() {
+    let mut cluster = crate::test_cluster::TestCluster::start(1);
+    let client = cluster.root_client(0).await;
+    ok("create stream", within("create stream", client.create_stream("s", &StreamCreateOptions::default())).await);
+    drop(client);
+    // A start with a metadata history numbers its run in replica.runs.
+    cluster.stop(0);
+    cluster.restart(0);
+    cluster.stop(0);
+    let data = cluster.node(0).data_dir();
+    let runs = data.join("replica.runs");
+    assert!(runs.is_file(), "no {}", runs.display());
+    let config = cluster._config_dir.path().join("cluster.toml");
+    let verify_node = || {
+        Command::new(server_binary())
+            .args(["verify", "--path"])
+            .arg(&data)
+            .env("IGGY_CONFIG_PATH", &config)
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run iggy-server verify")
+    };
+    let intact = verify_node();
+    assert_eq!(intact.status.code(), Some(0), "{}", stdout(&intact));
+
+    flip_middle_byte(&runs);
+    let damaged = verify_node();
+    let printed = stdout(&damaged);
+    assert_eq!(damaged.status.code(), Some(1), "{printed}");
+    assert!(printed.lines().any(|l| l.starts_with("error:") && l.contains("replica.runs")), "{printed}");
+
+    cluster.nodes[0].start_again_unready();
+    let status = cluster.nodes[0].wait_exit(std::time::Duration::from_secs(20)).expect("start-up refuses the damaged runs file");
+    assert!(!status.success(), "{status}");
+    let log = cluster.node(0).log();
+    assert!(crate::test_cluster::current_start(&log).contains("replica.runs"), "{log}");
+}

@@ -271,7 +271,7 @@ async fn a_node_whose_roster_differs_from_its_peers_is_refused_and_both_sides_sa
 
 /// Runs `iggy cluster metadata` through node `through` until `wanted` holds for its output (the
 /// CLI's table), up to 30 s; that output.
-async fn cli_roster_until(cluster: &TestCluster, through: usize, what: &str, wanted: impl Fn(&str) -> bool) -> String {
+pub(crate) async fn cli_roster_until(cluster: &TestCluster, through: usize, what: &str, wanted: impl Fn(&str) -> bool) -> String {
     let transport = vec!["--tcp-server-address".to_string(), cluster.address(through)];
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {

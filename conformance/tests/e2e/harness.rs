@@ -638,6 +638,12 @@ impl TestServer {
         self.spawn(&bin);
     }
 
+    /// Runs `binary` (with `None`, `server_binary()`) from the next start: a node moved to
+    /// another build on its data directory, as an upgrade or a rollback does.
+    pub fn set_binary(&mut self, binary: Option<PathBuf>) {
+        self.binary = binary;
+    }
+
     /// Sets (or with `None` removes) the child's environment variable `key` from its next start.
     pub fn set_env(&mut self, key: &str, value: Option<&str>) {
         self.env.retain(|(k, _)| k != key);

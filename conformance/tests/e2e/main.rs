@@ -58,5 +58,6 @@ mod system;
 mod systemd;
 mod topics;
 mod transports;
+mod upgrade;
 mod users;
 mod wiretap;

@@ -1,7 +1,8 @@
 //! `iggy-server verify [--path DIR]`: the offline verifier of a stopped node's data directory
 //! (or a backup copy of one). It reads what start-up reads, through the same decoders (the
 //! format gate, `load_checkpoint`, the journal walk of `wal.rs`, the segment walk of
-//! `iggy_storage::partition_log`, the checked records), and never opens a file for writing.
+//! `iggy_storage::partition_log`, the checked records, a cluster node's runs file), and never
+//! opens a file for writing.
 //!
 //! One line per problem (`error:` or `warning:`, the file, the byte offset where known), then a
 //! summary line. Warnings are what start-up repairs without losing an acknowledged write (a
@@ -16,7 +17,12 @@ use bytes::Bytes;
 use iggy_storage::partition_log::{self, LogCheck};
 use iggy_storage::verify::{self as checks, Finding, Severity};
 
+use iggy_generated::storage::{REPLICA_RUNS_FILE, ReplicaRuns};
+use iggy_wire::WireDecode;
+
+use crate::consensus::cluster::node_cluster;
 use crate::consensus::group::load_checkpoint;
+use crate::consensus::runs::RunLedger;
 use crate::consensus::wal::{self, Anchor, JournalCheck, JournalEntry};
 
 /// Exit code when at least one error was found.
@@ -111,7 +117,27 @@ pub async fn verify(root: &Path) -> Report {
         }
     }
     report.findings.extend(checks::check_discarded(root));
+    report.findings.extend(check_runs(root));
     report
+}
+
+/// A cluster node's `replica.runs`, which each start with a metadata history reads and refuses
+/// when damaged or another cluster's. Whose node it is cannot be told here (no `--replica-id`),
+/// so the file is judged under the replica id it names.
+fn check_runs(root: &Path) -> Option<Finding> {
+    let path = root.join(REPLICA_RUNS_FILE);
+    let bytes = match std::fs::read(&path) {
+        Ok(bytes) => bytes,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(error) => return Some(Finding::error(&path, None, format!("unreadable: {error}"))),
+    };
+    let replica = ReplicaRuns::decode_exact(&bytes).map_or(0, |file| file.replica);
+    let error = RunLedger::decode(&bytes, node_cluster(), replica).err()?;
+    Some(Finding::error(
+        &path,
+        None,
+        format!("{error} (start-up refuses it; README, \"Replace a cluster node's disk\")"),
+    ))
 }
 
 enum GroupKind<'a> {
