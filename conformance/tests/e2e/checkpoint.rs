@@ -165,7 +165,6 @@ async fn creates_and_deletes_that_never_pause_still_let_the_metadata_group_check
 /// from position P: undecodable header` and `iggy-server verify` reported a "torn tail …: an
 /// append a crash cut short", after a stop that was no crash.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails: a restarted journal's leftover after a graceful stop is warned about as dropped bytes and verified as a crash's torn tail"]
 async fn a_graceful_stop_after_the_journal_restarted_is_not_reported_as_a_crash() {
     let mut server = TestServer::start_with_env(&[("IGGY_SYSTEM_CHECKPOINT_JOURNAL_OPS", "16")]);
     let admin = server.root_client().await;

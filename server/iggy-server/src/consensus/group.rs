@@ -70,6 +70,11 @@ pub trait Journal {
     fn len_bytes(&self) -> u64;
     /// The record of `op` read back (see [`crate::consensus::wal::FileJournal::read`]).
     fn read(&self, op: u64) -> impl Future<Output = Option<JournalEntry>>;
+    /// Cuts what follows the last entry, for a graceful stop (see
+    /// [`crate::consensus::wal::FileJournal::trim`]); later appends go on after it.
+    fn trim(&mut self) -> impl Future<Output = ()> {
+        async {}
+    }
 }
 
 /// The deterministic state a group replicates.
@@ -332,7 +337,8 @@ enum Job<R> {
     },
     /// Finish what was accepted before, close the group's files, then answer.
     Stop(oneshot::Sender<()>),
-    /// Fsync the journal behind the jobs accepted before, then answer.
+    /// Fsync the journal behind the jobs accepted before and cut what follows its last entry
+    /// (the shutdown drain), then answer.
     SyncJournal(oneshot::Sender<()>),
     /// Hand the group to a caught-up backup when this replica leads it (a graceful stop);
     /// answers whether it asked one.
@@ -849,6 +855,7 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
         };
         self.finish_effects().await;
         self.finish_checkpoint().await;
+        self.journal.trim().await;
         // Jobs behind the stop fail; the journal and the state machine's files close here.
         drop(jobs);
         drop(self);
@@ -977,6 +984,7 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
             Job::SyncJournal(done) => {
                 self.drive().await;
                 self.journal.sync().await;
+                self.journal.trim().await;
                 let _ = done.send(());
             }
             Job::StepDown(done) => {
