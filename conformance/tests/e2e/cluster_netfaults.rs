@@ -86,6 +86,22 @@ async fn wait_views_settle(
     .await
 }
 
+/// A topic of three partitions created through node `entry` and a producer sending to it,
+/// once it has acknowledged a few messages on each partition (`before` names the moment): the
+/// client, the topic's ids, its partition groups, those with the metadata group, the producer.
+async fn producing(
+    cluster: &TestCluster,
+    entry: usize,
+    before: &str,
+) -> (Arc<IggyClient>, u32, u32, Vec<u64>, Vec<u64>, Producer) {
+    let client = Arc::new(cluster.root_client(entry).await);
+    let (stream, topic, partition_groups) = create_topic(&client, 3).await;
+    let groups = all_groups(&partition_groups);
+    let producer = Producer::start(client.clone(), stream, topic, 3);
+    producer.wait_progress(before, 4, Duration::from_secs(20)).await;
+    (client, stream, topic, partition_groups, groups, producer)
+}
+
 /// Every line of node i's current start at `level` (" ERROR ", " WARN ").
 fn lines_at(cluster: &TestCluster, i: usize, level: &str) -> Vec<String> {
     let log = cluster.node(i).log();
@@ -110,13 +126,8 @@ async fn one_way_loss_around_the_metadata_primary(deaf: bool, client_on_primary:
         true => primary,
         false => (primary + 1) % 3,
     };
-    let client = Arc::new(cluster.root_client(entry).await);
-    let (stream, topic, partition_groups) = create_topic(&client, 3).await;
-    let groups = all_groups(&partition_groups);
-    let producer = Producer::start(client.clone(), stream, topic, 3);
-    producer
-        .wait_progress("before the loss", 4, Duration::from_secs(20))
-        .await;
+    let (client, stream, topic, _, groups, producer) =
+        producing(&cluster, entry, "before the loss").await;
     let led = led_by(&cluster, &groups, primary);
     assert!(!led.is_empty(), "node {primary} leads the metadata group");
     let backups: Vec<usize> = (0..3).filter(|&b| b != primary).collect();
@@ -238,13 +249,8 @@ async fn a_flapping_link_to_the_metadata_primary_settles_and_loses_nothing() {
     let (primary, _) = cluster.primary(METADATA_GROUP).expect("a metadata primary");
     let flapping = usize::from(primary);
     let entry = (flapping + 1) % 3;
-    let client = Arc::new(cluster.root_client(entry).await);
-    let (stream, topic, partition_groups) = create_topic(&client, 3).await;
-    let groups = all_groups(&partition_groups);
-    let producer = Producer::start(client.clone(), stream, topic, 3);
-    producer
-        .wait_progress("before the flapping", 4, Duration::from_secs(20))
-        .await;
+    let (client, stream, topic, _, groups, producer) =
+        producing(&cluster, entry, "before the flapping").await;
     let before = fds_and_threads(&cluster, flapping);
     let roles_before = role_changes(&cluster, &groups);
     let flaps = std::env::var("NETFAULTS_FLAPS")
@@ -312,13 +318,8 @@ async fn damaged_replica_frames_close_the_link_with_a_reason_and_nothing_of_them
     const PREPARE: u8 = 6;
     const COMMIT: u8 = 9;
     let cluster = TestCluster::start_with(3, framed());
-    let client = Arc::new(cluster.root_client(0).await);
-    let (stream, topic, partition_groups) = create_topic(&client, 3).await;
-    let groups = all_groups(&partition_groups);
-    let producer = Producer::start(client.clone(), stream, topic, 3);
-    producer
-        .wait_progress("before any damage", 4, Duration::from_secs(20))
-        .await;
+    let (client, stream, topic, partition_groups, groups, producer) =
+        producing(&cluster, 0, "before any damage").await;
     let (primary, _) = cluster.primary(partition_groups[0]).expect("a partition primary");
     let primary = usize::from(primary);
     let backup = (primary + 1) % 3;
@@ -462,13 +463,8 @@ fn delay_every_link(cluster: &TestCluster, latency: Duration) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_replica_links_keep_their_primaries_and_the_producer_is_answered() {
     let cluster = TestCluster::start(3);
-    let client = Arc::new(cluster.root_client(0).await);
-    let (stream, topic, partition_groups) = create_topic(&client, 3).await;
-    let groups = all_groups(&partition_groups);
-    let producer = Producer::start(client.clone(), stream, topic, 3);
-    producer
-        .wait_progress("before the links slow down", 4, Duration::from_secs(20))
-        .await;
+    let (client, stream, topic, _, groups, producer) =
+        producing(&cluster, 0, "before the links slow down").await;
     let roles_before = role_changes(&cluster, &groups);
     let mut took = Vec::new();
     for latency in [Duration::from_millis(300), Duration::from_millis(1200)] {
@@ -519,13 +515,8 @@ async fn a_narrow_link_to_one_backup_changes_no_view_and_the_backup_catches_up()
     let (primary, _) = cluster.primary(METADATA_GROUP).expect("a metadata primary");
     let primary = usize::from(primary);
     let (narrow, entry) = ((primary + 1) % 3, (primary + 2) % 3);
-    let client = Arc::new(cluster.root_client(entry).await);
-    let (stream, topic, partition_groups) = create_topic(&client, 3).await;
-    let groups = all_groups(&partition_groups);
-    let producer = Producer::start(client.clone(), stream, topic, 3);
-    producer
-        .wait_progress("before the link narrows", 4, Duration::from_secs(20))
-        .await;
+    let (client, stream, topic, _, groups, producer) =
+        producing(&cluster, entry, "before the link narrows").await;
     let roles_before = role_changes(&cluster, &groups);
     cluster.proxy().set_rate(primary, narrow, Some(16 << 10));
     let started = Instant::now();
@@ -576,13 +567,8 @@ async fn a_backup_that_stops_hearing_the_primary_keeps_its_clients_served() {
     let (primary, _) = cluster.primary(METADATA_GROUP).expect("a metadata primary");
     let primary = usize::from(primary);
     let deaf = (primary + 1) % 3;
-    let client = Arc::new(cluster.root_client(deaf).await);
-    let (stream, topic, partition_groups) = create_topic(&client, 3).await;
-    let groups = all_groups(&partition_groups);
-    let producer = Producer::start(client.clone(), stream, topic, 3);
-    producer
-        .wait_progress("before the loss", 4, Duration::from_secs(20))
-        .await;
+    let (client, stream, topic, _, groups, producer) =
+        producing(&cluster, deaf, "before the loss").await;
     let roles_before = role_changes(&cluster, &groups);
     cluster.proxy().mute(primary, deaf);
     producer
@@ -701,13 +687,8 @@ async fn a_view_change_over_slow_links_elects_a_primary_and_settles() {
 /// once and the segments are identical.
 async fn every_link_narrowed(rate: u64, narrow: Duration) -> (usize, usize, usize) {
     let cluster = TestCluster::start(3);
-    let client = Arc::new(cluster.root_client(0).await);
-    let (stream, topic, partition_groups) = create_topic(&client, 3).await;
-    let groups = all_groups(&partition_groups);
-    let producer = Producer::start(client.clone(), stream, topic, 3);
-    producer
-        .wait_progress("before the links narrow", 4, Duration::from_secs(20))
-        .await;
+    let (client, stream, topic, _, groups, producer) =
+        producing(&cluster, 0, "before the links narrow").await;
     let roles_before = role_changes(&cluster, &groups);
     let acked_before: usize = producer.counts().iter().sum();
     for a in 0..3 {
@@ -767,13 +748,8 @@ async fn connections_reset_at_random_are_redialed_and_nothing_leaks() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(0x5eed_0e5e7u64);
     let cluster = TestCluster::start(3);
-    let client = Arc::new(cluster.root_client(0).await);
-    let (stream, topic, partition_groups) = create_topic(&client, 3).await;
-    let groups = all_groups(&partition_groups);
-    let producer = Producer::start(client.clone(), stream, topic, 3);
-    producer
-        .wait_progress("before the resets", 4, Duration::from_secs(20))
-        .await;
+    let (client, stream, topic, _, groups, producer) =
+        producing(&cluster, 0, "before the resets").await;
     let before: Vec<(usize, usize)> = (0..3).map(|i| fds_and_threads(&cluster, i)).collect();
     let mut resets = Vec::new();
     for (k, pause) in flap_schedule(seed, 30).into_iter().enumerate() {
@@ -837,13 +813,8 @@ async fn frames_lost_one_way_at_random_are_repaired_and_the_views_settle() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(0x5eed_10557u64);
     let cluster = TestCluster::start_with(3, framed());
-    let client = Arc::new(cluster.root_client(0).await);
-    let (stream, topic, partition_groups) = create_topic(&client, 3).await;
-    let groups = all_groups(&partition_groups);
-    let producer = Producer::start(client.clone(), stream, topic, 3);
-    producer
-        .wait_progress("before the losses", 4, Duration::from_secs(20))
-        .await;
+    let (client, stream, topic, _, groups, producer) =
+        producing(&cluster, 0, "before the losses").await;
     let roles_before = role_changes(&cluster, &groups);
     let mut lost = Vec::new();
     for (k, pause) in flap_schedule(seed, 6).into_iter().enumerate() {
@@ -901,13 +872,8 @@ async fn a_link_a_middlebox_forgot_is_closed_and_dialed_afresh() {
     let (primary, _) = cluster.primary(METADATA_GROUP).expect("a metadata primary");
     let primary = usize::from(primary);
     let (backup, entry) = ((primary + 1) % 3, (primary + 2) % 3);
-    let client = Arc::new(cluster.root_client(entry).await);
-    let (stream, topic, partition_groups) = create_topic(&client, 3).await;
-    let groups = all_groups(&partition_groups);
-    let producer = Producer::start(client.clone(), stream, topic, 3);
-    producer
-        .wait_progress("before the middlebox forgets", 4, Duration::from_secs(20))
-        .await;
+    let (client, stream, topic, _, groups, producer) =
+        producing(&cluster, entry, "before the middlebox forgets").await;
     let forwarded = cluster.proxy().forwarded();
     let silenced = cluster.proxy().blackhole(primary, backup);
     assert_eq!(silenced, 1, "one link joins nodes {primary} and {backup}");

@@ -8,34 +8,35 @@ use support::*;
 
 /// Delivers every message between the replicas in `links` (pairs that can talk) until quiet.
 fn exchange(replicas: &mut [Replica], links: &[(u8, u8)]) {
-    loop {
-        let mut moved = false;
-        for from in 0..replicas.len() {
-            for action in drain(&mut replicas[from]) {
-                match action {
-                    Action::Send { to, message } => {
-                        let (a, b) = (from as u8, to);
-                        if links.contains(&(a, b)) || links.contains(&(b, a)) {
-                            replicas[usize::from(to)].on_message(from as u8, message);
-                            moved = true;
-                        }
-                    }
-                    Action::PersistView { state } => {
-                        replicas[from].on_view_persisted(state);
-                        moved = true;
-                    }
-                    Action::WritePrepare { op, .. } => {
-                        replicas[from].on_write_done(op);
-                        moved = true;
-                    }
-                    _ => {}
+    while deliver_round(replicas, |a, b| {
+        links.contains(&(a, b)) || links.contains(&(b, a))
+    }) {}
+}
+
+/// One round: every replica's pending actions carried out, its messages delivered where
+/// `passes(from, to)`. Returns whether anything moved.
+fn deliver_round(replicas: &mut [Replica], passes: impl Fn(u8, u8) -> bool) -> bool {
+    let mut moved = false;
+    for from in 0..replicas.len() {
+        for action in drain(&mut replicas[from]) {
+            match action {
+                Action::Send { to, message } if passes(from as u8, to) => {
+                    replicas[usize::from(to)].on_message(from as u8, message);
+                    moved = true;
                 }
+                Action::PersistView { state } => {
+                    replicas[from].on_view_persisted(state);
+                    moved = true;
+                }
+                Action::WritePrepare { op, .. } => {
+                    replicas[from].on_write_done(op);
+                    moved = true;
+                }
+                _ => {}
             }
         }
-        if !moved {
-            return;
-        }
     }
+    moved
 }
 
 fn group_in_view_one() -> Vec<Replica> {
@@ -121,31 +122,7 @@ fn a_primary_that_leads_a_quorum_refuses_even_a_later_views_pre_vote() {
 /// Delivers the messages between the replicas along `directions` (sender, receiver) only,
 /// until quiet: a one-way loss where a pair has one direction and not the other.
 fn exchange_one_way(replicas: &mut [Replica], directions: &[(u8, u8)]) {
-    loop {
-        let mut moved = false;
-        for from in 0..replicas.len() {
-            for action in drain(&mut replicas[from]) {
-                match action {
-                    Action::Send { to, message } if directions.contains(&(from as u8, to)) => {
-                        replicas[usize::from(to)].on_message(from as u8, message);
-                        moved = true;
-                    }
-                    Action::PersistView { state } => {
-                        replicas[from].on_view_persisted(state);
-                        moved = true;
-                    }
-                    Action::WritePrepare { op, .. } => {
-                        replicas[from].on_write_done(op);
-                        moved = true;
-                    }
-                    _ => {}
-                }
-            }
-        }
-        if !moved {
-            return;
-        }
-    }
+    while deliver_round(replicas, |a, b| directions.contains(&(a, b))) {}
 }
 
 /// Every direction between three replicas but those in `lost`.
@@ -310,7 +287,6 @@ fn after_a_restart_of_every_replica_none_serves_reads_before_applying_its_views_
         })
         .collect();
     assert!(replicas.iter().all(|r| r.commit_min() == 0));
-    let all = [(0, 1), (1, 2), (0, 2)];
     let mut seen_leading_before_applying = false;
     'ticks: for now in 1..=2_000 {
         for replica in replicas.iter_mut() {
@@ -318,40 +294,17 @@ fn after_a_restart_of_every_replica_none_serves_reads_before_applying_its_views_
         }
         // One round of deliveries at a time, looking at the primary between them.
         loop {
-            let mut moved = false;
-            for from in 0..replicas.len() {
-                for action in drain(&mut replicas[from]) {
-                    match action {
-                        Action::Send { to, message }
-                            if all.iter().any(|&(a, b)| {
-                                (a, b) == (from as u8, to) || (b, a) == (from as u8, to)
-                            }) =>
-                        {
-                            replicas[usize::from(to)].on_message(from as u8, message);
-                            moved = true;
-                        }
-                        Action::PersistView { state } => {
-                            replicas[from].on_view_persisted(state);
-                            moved = true;
-                        }
-                        Action::WritePrepare { op, .. } => {
-                            replicas[from].on_write_done(op);
-                            moved = true;
-                        }
-                        _ => {}
-                    }
-                }
-                for replica in &replicas {
-                    if replica.status() == Status::Normal
-                        && replica.leads_quorum()
-                        && replica.commit_min() < 3
-                    {
-                        seen_leading_before_applying = true;
-                        assert!(
-                            !replica.applied_view_log(),
-                            "a primary that has not applied its view's log serves reads"
-                        );
-                    }
+            let moved = deliver_round(&mut replicas, |_, _| true);
+            for replica in &replicas {
+                if replica.status() == Status::Normal
+                    && replica.leads_quorum()
+                    && replica.commit_min() < 3
+                {
+                    seen_leading_before_applying = true;
+                    assert!(
+                        !replica.applied_view_log(),
+                        "a primary that has not applied its view's log serves reads"
+                    );
                 }
             }
             if !moved {
