@@ -668,6 +668,8 @@ async fn consumers_that_leave_large_poll_replies_unread_are_bounded_by_the_node_
     eprintln!("the consumer read {} messages in {polls} polls", read.len());
     assert!(polls > 1, "the spent budget made the replies smaller");
     drop(unread);
+    // A budget below the largest request is said at start.
+    assert!(server.log().contains("limits.max_request_bodies_size (16777216 bytes) is below limits.max_frame_size"), "{}", server.log());
 }
 
 /// Stalled bodies hold the budget of request bodies for at most `limits.request_timeout_ms`:

@@ -221,6 +221,15 @@ impl Node {
                 memory.unwrap_or(0) >> 20
             );
         }
+        let frame_max = u64::from(config.limits.max_frame_size);
+        if body_budget < frame_max {
+            tracing::warn!(
+                "limits.max_request_bodies_size ({body_budget} bytes) is below \
+                 limits.max_frame_size ({frame_max} bytes): a request body larger than the \
+                 budget is read only when no other body or poll reply is held, which under load \
+                 can take long; give the budget at least one largest request"
+            );
+        }
         let shared = Rc::new(Shared {
             config,
             data,
