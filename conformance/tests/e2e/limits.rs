@@ -535,6 +535,21 @@ async fn anonymous_connections_cannot_make_the_server_hold_large_request_bodies(
     assert_eq!(reply.status, 40, "Unauthenticated");
 }
 
+/// A signed-in TCP connection of client `id` that sends a SendMessages header for `body` and
+/// every byte of it but the last, then holds the connection open until the task is aborted (a
+/// connection the server does not read waits in its write).
+async fn stalled_send(server: &TestServer, id: u128, body: std::sync::Arc<Vec<u8>>) -> tokio::task::JoinHandle<()> {
+    use tokio::io::AsyncWriteExt;
+    let (mut stream, _) = crate::transports::signed_in_over_tcp(server, id).await;
+    let header = send_header_one_byte_short(id, body.len());
+    tokio::spawn(async move {
+        let _ = stream.write_all(&header.to_bytes()).await;
+        let _ = stream.write_all(&body).await;
+        std::future::pending::<()>().await;
+        drop(stream);
+    })
+}
+
 /// Signed-in connections share one node-wide budget of request bodies
 /// (`limits.max_request_bodies_size`): a body over 64 KiB is read only once its bytes fit, and
 /// its connection waits unread until then. Before, each signed-in connection could send a
@@ -544,7 +559,6 @@ async fn anonymous_connections_cannot_make_the_server_hold_large_request_bodies(
 /// queued behind the stalled ones, is served once they are gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn signed_in_connections_holding_large_bodies_are_bounded_by_the_node_wide_budget() {
-    use tokio::io::AsyncWriteExt;
     const CONNECTIONS: usize = 12;
     const BODY: usize = 16 << 20;
     const BUDGET: usize = 32 << 20;
@@ -558,16 +572,7 @@ async fn signed_in_connections_holding_large_bodies_are_bounded_by_the_node_wide
     let mut stalled = Vec::new();
     for i in 0..CONNECTIONS {
         let id = 0x5107_0000 + i as u128;
-        let (mut stream, _) = crate::transports::signed_in_over_tcp(&server, id).await;
-        let header = send_header_one_byte_short(id, BODY);
-        let body = body.clone();
-        // Everything but the last byte; a connection the server does not read waits in its write.
-        stalled.push(tokio::spawn(async move {
-            let _ = stream.write_all(&header.to_bytes()).await;
-            let _ = stream.write_all(&body).await;
-            std::future::pending::<()>().await;
-            drop(stream);
-        }));
+        stalled.push(stalled_send(&server, id, body.clone()).await);
     }
     // Give the server the time to take in what it will.
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
@@ -677,7 +682,6 @@ async fn consumers_that_leave_large_poll_replies_unread_are_bounded_by_the_node_
 /// so a client waiting its turn behind them is served without any of them going away.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_send_waiting_behind_stalled_bodies_is_served_once_their_request_timeout_cuts_them() {
-    use tokio::io::AsyncWriteExt;
     const BODY: usize = 12 << 20;
     let server = TestServer::start_with_env(&[("IGGY_LIMITS_REQUEST_TIMEOUT_MS", "2000"), ("IGGY_LIMITS_MAX_REQUEST_BODIES_SIZE", "13631488")]);
     let client = server.root_client().await;
@@ -686,15 +690,7 @@ async fn a_large_send_waiting_behind_stalled_bodies_is_served_once_their_request
     let mut stalled = Vec::new();
     for i in 0..2 {
         let id = 0x5107_1000 + i as u128;
-        let (mut stream, _) = crate::transports::signed_in_over_tcp(&server, id).await;
-        let header = send_header_one_byte_short(id, BODY);
-        let body = body.clone();
-        stalled.push(tokio::spawn(async move {
-            let _ = stream.write_all(&header.to_bytes()).await;
-            let _ = stream.write_all(&body).await;
-            std::future::pending::<()>().await;
-            drop(stream);
-        }));
+        stalled.push(stalled_send(&server, id, body.clone()).await);
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
     // Behind both (13 MiB hold one of them but not one and the send): each holds the budget
