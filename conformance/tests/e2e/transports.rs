@@ -691,6 +691,30 @@ fn status(frame: &[u8]) -> u32 {
 }
 
 /// A raw QUIC connection to `port`, trusting `ca_der`.
+/// Opens up to `streams` streams on `connection`, each carrying a SendMessages header of
+/// client `client_of(i)` for `body` and all of it but the last byte, until the server grants
+/// no more streams or takes no more bytes: the streams, kept open.
+async fn hold_streams(connection: &quinn::Connection, streams: usize, body: &[u8], client_of: impl Fn(usize) -> u128) -> Vec<(quinn::SendStream, quinn::RecvStream)> {
+    let mut held = Vec::new();
+    for i in 0..streams {
+        let header = send_header_one_byte_short(client_of(i), body.len());
+        // A stream the server does not grant, or whose bytes it does not take, ends the storm.
+        let Ok(Ok((mut send, recv))) = tokio::time::timeout(Duration::from_secs(1), connection.open_bi()).await else {
+            break;
+        };
+        let written = tokio::time::timeout(Duration::from_secs(1), async {
+            send.write_all(&header.to_bytes()).await?;
+            send.write_all(&body).await
+        })
+        .await;
+        held.push((send, recv));
+        if !matches!(written, Ok(Ok(()))) {
+            break;
+        }
+    }
+    held
+}
+
 async fn quic_connect(port: u16, ca_der: &[u8]) -> (quinn::Endpoint, quinn::Connection) {
     let (endpoint, connection) = quic_dial(port, ca_der).await;
     (endpoint, connection.expect("quic handshake"))
@@ -1195,23 +1219,7 @@ async fn an_anonymous_quic_connection_cannot_make_the_server_hold_many_request_b
     let before = server.resident_mib();
     let (_endpoint, connection) = quic_connect(port, &certs.ca_der).await;
     let body = vec![b'x'; BODY];
-    let mut held = Vec::new();
-    for i in 0..STREAMS {
-        let header = send_header_one_byte_short(0xB0B + i as u128, BODY);
-        // A stream the server does not grant, or whose bytes it does not take, ends the storm.
-        let Ok(Ok((mut send, recv))) = tokio::time::timeout(Duration::from_secs(1), connection.open_bi()).await else {
-            break;
-        };
-        let written = tokio::time::timeout(Duration::from_secs(1), async {
-            send.write_all(&header.to_bytes()).await?;
-            send.write_all(&body).await
-        })
-        .await;
-        held.push((send, recv));
-        if !matches!(written, Ok(Ok(()))) {
-            break;
-        }
-    }
+    let held = hold_streams(&connection, STREAMS, &body, |i| 0xB0B + i as u128).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let during = server.resident_mib();
     eprintln!("resident {before} MiB before, {during} MiB during");
@@ -1252,23 +1260,7 @@ async fn a_signed_in_quic_connection_cannot_make_the_server_hold_many_small_requ
     assert_eq!(status(&quic_exchange(&connection, &bind_frame(client, session, 1)).await), 0, "bound");
     let before = server.resident_mib();
     let body = vec![b'x'; BODY];
-    let mut held = Vec::new();
-    for _ in 0..STREAMS {
-        let header = send_header_one_byte_short(client, BODY);
-        // A stream the server does not grant, or whose bytes it does not take, ends the storm.
-        let Ok(Ok((mut send, recv))) = tokio::time::timeout(Duration::from_secs(1), connection.open_bi()).await else {
-            break;
-        };
-        let written = tokio::time::timeout(Duration::from_secs(1), async {
-            send.write_all(&header.to_bytes()).await?;
-            send.write_all(&body).await
-        })
-        .await;
-        held.push((send, recv));
-        if !matches!(written, Ok(Ok(()))) {
-            break;
-        }
-    }
+    let held = hold_streams(&connection, STREAMS, &body, |_| client).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let during = server.resident_mib();
     eprintln!("resident {before} MiB before, {during} MiB while {} streams wait", held.len());
