@@ -704,7 +704,7 @@ async fn hold_streams(connection: &quinn::Connection, streams: usize, body: &[u8
         };
         let written = tokio::time::timeout(Duration::from_secs(1), async {
             send.write_all(&header.to_bytes()).await?;
-            send.write_all(&body).await
+            send.write_all(body).await
         })
         .await;
         held.push((send, recv));
