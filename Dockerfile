@@ -30,7 +30,7 @@ ENV IGGY_TCP_ADDRESS=0.0.0.0:8090
 ENV IGGY_HTTP_ADDRESS=0.0.0.0:3000
 ENV IGGY_QUIC_ADDRESS=0.0.0.0:8080
 ENV IGGY_WEBSOCKET_ADDRESS=0.0.0.0:8092
-# TCP and QUIC (on by default) are served; HTTP is published for the seed's port layout and
-# serves once it is built; WebSocket serves with IGGY_WEBSOCKET_ENABLED=true.
+# TCP, QUIC and HTTP (on by default) are served; WebSocket serves with
+# IGGY_WEBSOCKET_ENABLED=true.
 EXPOSE 8090 3000 8080/udp 8092
 ENTRYPOINT ["iggy-server"]

@@ -25,6 +25,9 @@ const CHART: &str = "deploy/helm/iggy-server";
 const RELEASE: &str = "iggy";
 const NAMESPACE: &str = "default";
 const PODS: usize = 3;
+/// What the tests set `cluster.advertisedAddresses` to, when they set it: names a client
+/// outside the Kubernetes cluster resolves to each pod.
+const ADVERTISED: [&str; PODS] = ["iggy-0.outside.example", "iggy-1.outside.example", "iggy-2.outside.example"];
 
 fn chart_file(path: &str) -> String {
     std::fs::read_to_string(workspace_root().join(CHART).join(path)).unwrap_or_else(|e| panic!("read {CHART}/{path}: {e}"))
@@ -66,6 +69,7 @@ fn render(line: &str, values: &str) -> String {
         ("{{ .Values.clusterDomain | quote }}".to_string(), format!("\"{}\"", value(values, "clusterDomain"))),
         ("{{ .Values.cluster.replicaPort | quote }}".to_string(), format!("\"{}\"", value(values, "cluster.replicaPort"))),
         ("{{ .Values.cluster.replicaPort }}".to_string(), value(values, "cluster.replicaPort")),
+        ("{{ join \" \" .Values.cluster.advertisedAddresses | quote }}".to_string(), format!("\"{}\"", ADVERTISED.join(" "))),
     ];
     let mut line = line.to_string();
     for (expression, value) in rendered {
@@ -152,6 +156,19 @@ fn the_chart_in_cluster_mode_runs_each_pod_through_the_entrypoint_with_a_roster_
     assert!(service.contains("clusterIP: None\n  publishNotReadyAddresses: true"), "{service}");
     // Without root credentials, cluster mode does not render.
     assert!(configmap.contains("{{- if not .Values.rootCredentialsSecret }}\n{{- fail"), "{configmap}");
+    // Outside addresses only when given, one per pod; external Services only when asked, each
+    // selecting its one pod by name.
+    assert_eq!(value(&values, "cluster.advertisedAddresses"), "[]");
+    assert!(!env.iter().any(|(key, _)| key == "ROSTER_ADVERTISED_ADDRESSES"), "{env:?}");
+    assert!(configmap.contains("{{- if and .Values.cluster.advertisedAddresses (ne (len .Values.cluster.advertisedAddresses) (int .Values.replicas)) }}\n{{- fail"), "{configmap}");
+    assert_eq!(value(&values, "cluster.externalLoadBalancers"), "false");
+    let external = chart_file("templates/external-services.yaml");
+    assert!(external.starts_with("{{- if and .Values.cluster.enabled .Values.cluster.externalLoadBalancers }}"), "{external}");
+    assert!(external.contains("{{- range $ordinal := until (int .Values.replicas) }}") && external.contains("  type: LoadBalancer\n") && external.contains("    statefulset.kubernetes.io/pod-name: {{ $fullname }}-{{ $ordinal }}\n"), "{external}");
+    for (port, target) in [("8090", "tcp"), ("8080", "quic"), ("3000", "http"), ("8092", "websocket")] {
+        assert!(external.contains(&format!("      port: {port}\n      targetPort: {target}\n")), "{external}");
+        assert!(statefulset.contains(&format!("- name: {target}\n              containerPort: {port}\n")), "{statefulset}");
+    }
 }
 
 /// Runs `command` in pod namespace `namespace` with `hosts` bind-mounted over `/etc/hosts` in a
@@ -234,11 +251,12 @@ fn start_pod(i: usize, pod: &Pod, env: &[(String, String)], lan: &Lan, slot: usi
     Running(command.spawn().expect("spawn the entrypoint"))
 }
 
-/// The official CLI inside pod 0's namespaces, against `pod`'s name; its stdout, or why it failed.
-fn cli_in_pod(lan: &Lan, hosts: &Path, pod: usize, args: &[&str]) -> Result<String, String> {
+/// The official CLI in LAN namespace `slot` with `hosts` as its DNS, against `host`; its
+/// stdout, or why it failed.
+fn cli_at(lan: &Lan, hosts: &Path, slot: usize, host: &str, args: &[&str]) -> Result<String, String> {
     let mut command = Command::new(cli_binary());
-    command.args(["--tcp-server-address", &format!("{}:8090", pod_dns_name(pod)), "-u", "iggy", "-p", "helm-secret"]).args(args).env_remove("RUST_LOG").stdin(Stdio::null());
-    in_pod(&mut command, &lan.namespace_file(0), hosts);
+    command.args(["--tcp-server-address", &format!("{host}:8090"), "-u", "iggy", "-p", "helm-secret"]).args(args).env_remove("RUST_LOG").stdin(Stdio::null());
+    in_pod(&mut command, &lan.namespace_file(slot), hosts);
     let out = command.output().expect("run the iggy CLI");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     match out.status.success() {
@@ -247,16 +265,23 @@ fn cli_in_pod(lan: &Lan, hosts: &Path, pod: usize, args: &[&str]) -> Result<Stri
     }
 }
 
-/// Runs the CLI until it succeeds with output `accepted` takes, for at most `START_TIMEOUT`.
+/// Runs the CLI inside pod 0's namespaces against `pod`'s name until it succeeds with output
+/// `accepted` takes, for at most `START_TIMEOUT`.
 fn cli_until(lan: &Lan, hosts: &Path, pod: usize, args: &[&str], accepted: impl Fn(&str) -> bool, logs: impl Fn() -> String) -> String {
+    cli_at_until(lan, hosts, 0, &pod_dns_name(pod), args, accepted, logs)
+}
+
+/// Runs the CLI (as `cli_at`) until it succeeds with output `accepted` takes, for at most
+/// `START_TIMEOUT`.
+fn cli_at_until(lan: &Lan, hosts: &Path, slot: usize, host: &str, args: &[&str], accepted: impl Fn(&str) -> bool, logs: impl Fn() -> String) -> String {
     let deadline = Instant::now() + START_TIMEOUT;
     loop {
-        let last = match cli_in_pod(lan, hosts, pod, args) {
+        let last = match cli_at(lan, hosts, slot, host, args) {
             Ok(out) if accepted(&out) => return out,
             Ok(out) => out,
             Err(why) => why,
         };
-        assert!(Instant::now() < deadline, "iggy {args:?} on pod {pod}: {last}\n{}", logs());
+        assert!(Instant::now() < deadline, "iggy {args:?} against {host}: {last}\n{}", logs());
         std::thread::sleep(Duration::from_millis(200));
     }
 }
@@ -388,6 +413,51 @@ fn with_cluster_tls_secret_the_chart_s_pods_link_over_mutual_tls_with_one_wildca
     for partition in 0..PODS {
         cli_until(&lan, &hosts, 1, &["message", "send", "--partition-id", &partition.to_string(), "tls", "t", "over tls"], |_| true, logs);
         cli_until(&lan, &hosts, 2, &["message", "poll", "--first", "--message-count", "10", "tls", "t", &partition.to_string()], |out| out.contains("over tls"), logs);
+    }
+    drop(running);
+}
+
+/// With `cluster.advertisedAddresses`, a client outside the Kubernetes cluster, which cannot
+/// resolve the pods' DNS names, is told the addresses it reaches each pod at: the official CLI
+/// in a namespace of its own whose DNS knows only those names finds three nodes by them, and
+/// sends to and polls each of three partitions (whose primaries spread over the pods) through
+/// the pods' outside names. The pods still link by their DNS names.
+#[test]
+fn with_advertised_addresses_a_client_outside_the_cluster_reaches_every_pod_by_its_outside_name() {
+    let lan = Lan::create(PODS + 1).unwrap_or_else(|why| panic!("a LAN of network namespaces: {why}"));
+    let outside = PODS;
+    let dir = tempfile::tempdir().unwrap();
+    let bin = server_on_path(dir.path());
+    let addresses: Vec<_> = (0..PODS).map(|i| lan.ip(i)).collect();
+    let hosts = dir.path().join("hosts");
+    write_hosts(&hosts, &addresses);
+    // The outside client's DNS: each pod's outside name (a per-pod load balancer's address,
+    // here the pod's own), and none of the pods' cluster names.
+    let outside_hosts = dir.path().join("outside-hosts");
+    let mut text = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
+    for (ip, name) in addresses.iter().zip(ADVERTISED) {
+        text.push_str(&format!("\n{ip} {name}\n"));
+    }
+    std::fs::write(&outside_hosts, text).unwrap();
+    let env = cluster_env(&chart_file("templates/statefulset.yaml"), &chart_file("values.yaml"), &[".Values.cluster.advertisedAddresses"]);
+    assert!(env.iter().any(|(key, value)| key == "ROSTER_ADVERTISED_ADDRESSES" && *value == ADVERTISED.join(" ")), "{env:?}");
+    let pods = pod_volumes(dir.path());
+    let running: Vec<Running> = (0..PODS).map(|i| start_pod(i, &pods[i], &env, &lan, i, &hosts, &bin)).collect();
+    let logs = || pods.iter().map(|pod| std::fs::read_to_string(&pod.log).unwrap_or_default()).collect::<Vec<_>>().join("\n-----\n");
+
+    let healthy = |out: &str| out.matches("| healthy ").count() == PODS && out.matches("| leader ").count() == 1;
+    let metadata = cli_at_until(&lan, &outside_hosts, outside, ADVERTISED[0], &["cluster", "metadata"], healthy, logs);
+    for i in 0..PODS {
+        assert!(metadata.contains(ADVERTISED[i]) && !metadata.contains(&pod_dns_name(i)), "{metadata}");
+        let roster = std::fs::read_to_string(pods[i].volume.join("cluster.toml")).unwrap();
+        assert!(roster.contains(&format!("ip = \"{}\"\nreplica_id = {i}\nadvertised_address = \"{}\"\n", pod_dns_name(i), ADVERTISED[i])), "{roster}");
+    }
+    cli_at_until(&lan, &outside_hosts, outside, ADVERTISED[1], &["stream", "create", "outside"], |_| true, logs);
+    cli_at_until(&lan, &outside_hosts, outside, ADVERTISED[1], &["topic", "create", "outside", "t", "3", "none"], |_| true, logs);
+    for partition in 0..PODS {
+        let partition = partition.to_string();
+        cli_at_until(&lan, &outside_hosts, outside, ADVERTISED[2], &["message", "send", "--partition-id", &partition, "outside", "t", "from outside"], |_| true, logs);
+        cli_at_until(&lan, &outside_hosts, outside, ADVERTISED[0], &["message", "poll", "--first", "--message-count", "10", "outside", "t", &partition], |out| out.contains("from outside"), logs);
     }
     drop(running);
 }

@@ -33,6 +33,24 @@ if [ "$ordinal" -ge "$ROSTER_REPLICAS" ]; then
     exit 1
 fi
 
+# cluster.advertisedAddresses: what clients outside the Kubernetes cluster reach each pod at,
+# one word per pod in ordinal order (checked by the server as an IP or host name).
+advertised="${ROSTER_ADVERTISED_ADDRESSES:-}"
+word_count() { echo "$#"; }
+# The word of $advertised at index $1 (from 0).
+advertised_address() {
+    n="$1"
+    # shellcheck disable=SC2086 # one word per pod
+    set -- $advertised
+    shift "$n"
+    echo "$1"
+}
+# shellcheck disable=SC2086 # one word per pod
+if [ -n "$advertised" ] && [ "$(word_count $advertised)" -ne "$ROSTER_REPLICAS" ]; then
+    echo "cluster-entrypoint: ROSTER_ADVERTISED_ADDRESSES names $(word_count $advertised) addresses for $ROSTER_REPLICAS replicas" >&2
+    exit 1
+fi
+
 # The ports are the image's listeners (Dockerfile ENV), the same in every pod.
 {
     echo "# Written by cluster-entrypoint.sh for pod $host; the same on every pod."
@@ -41,7 +59,11 @@ fi
         printf '\n[[cluster.nodes]]\nname = "%s-%s"\n' "$ROSTER_STATEFULSET" "$i"
         printf 'ip = "%s-%s.%s.%s.svc.%s"\n' \
             "$ROSTER_STATEFULSET" "$i" "$ROSTER_HEADLESS_SERVICE" "$ROSTER_NAMESPACE" "$domain"
-        printf 'replica_id = %s\n[cluster.nodes.ports]\n' "$i"
+        printf 'replica_id = %s\n' "$i"
+        if [ -n "$advertised" ]; then
+            printf 'advertised_address = "%s"\n' "$(advertised_address "$i")"
+        fi
+        printf '[cluster.nodes.ports]\n'
         printf 'tcp = 8090\nquic = 8080\nhttp = 3000\nwebsocket = 8092\ntcp_replica = %s\n' \
             "$replica_port"
         i=$((i + 1))
