@@ -102,6 +102,31 @@ async fn producing(
     (client, stream, topic, partition_groups, groups, producer)
 }
 
+/// How every test here ends: the producer goes on after the fault (`after` names the moment),
+/// then stops; every acknowledged message is read back once, the replicas' segments end
+/// identical and no node logged an ERROR. The sends that failed meanwhile and what was
+/// acknowledged, per partition.
+async fn finish_and_check(
+    cluster: &TestCluster,
+    client: &IggyClient,
+    (stream, topic): (u32, u32),
+    producer: Producer,
+    after: &str,
+) -> (Vec<String>, Vec<Vec<String>>) {
+    producer
+        .wait_progress(after, 4, Duration::from_secs(30))
+        .await;
+    let failures = producer.failures();
+    let acked = producer.finish().await;
+    assert_acknowledged_exactly_once(client, stream, topic, &acked).await;
+    cluster.wait_identical_segments(3).await;
+    for i in 0..3 {
+        let errors = lines_at(cluster, i, " ERROR ");
+        assert!(errors.is_empty(), "node {i} logged errors: {errors:#?}");
+    }
+    (failures, acked)
+}
+
 /// Every line of node i's current start at `level` (" ERROR ", " WARN ").
 fn lines_at(cluster: &TestCluster, i: usize, level: &str) -> Vec<String> {
     let log = cluster.node(i).log();
@@ -152,17 +177,8 @@ async fn one_way_loss_around_the_metadata_primary(deaf: bool, client_on_primary:
         }
     }
     let changes = wait_views_settle(&cluster, &groups, Duration::from_secs(4), Duration::from_secs(40)).await;
-    producer
-        .wait_progress("after the loss ended", 4, Duration::from_secs(30))
-        .await;
-    let failures = producer.failures();
-    let acked = producer.finish().await;
-    assert_acknowledged_exactly_once(&client, stream, topic, &acked).await;
-    cluster.wait_identical_segments(3).await;
-    for i in 0..3 {
-        let errors = lines_at(&cluster, i, " ERROR ");
-        assert!(errors.is_empty(), "node {i} logged errors: {errors:#?}");
-    }
+    let (failures, acked) =
+        finish_and_check(&cluster, &client, (stream, topic), producer, "after the loss ended").await;
     eprintln!(
         "node {primary} led {led:x?}, replaced within {replaced_within:?}; {changes} role \
          changes after the loss ended; acknowledged {:?}, failed sends {failures:?}",
@@ -273,17 +289,8 @@ async fn a_flapping_link_to_the_metadata_primary_settles_and_loses_nothing() {
         Duration::from_secs(60),
     )
     .await;
-    producer
-        .wait_progress("after the flapping", 4, Duration::from_secs(30))
-        .await;
-    let failures = producer.failures();
-    let acked = producer.finish().await;
-    assert_acknowledged_exactly_once(&client, stream, topic, &acked).await;
-    cluster.wait_identical_segments(3).await;
-    for i in 0..3 {
-        let errors = lines_at(&cluster, i, " ERROR ");
-        assert!(errors.is_empty(), "node {i} logged errors: {errors:#?}");
-    }
+    let (failures, acked) =
+        finish_and_check(&cluster, &client, (stream, topic), producer, "after the flapping").await;
     let after = fds_and_threads(&cluster, flapping);
     let changed = role_changes(&cluster, &groups) - roles_before;
     assert!(
@@ -533,17 +540,8 @@ async fn a_narrow_link_to_one_backup_changes_no_view_and_the_backup_catches_up()
         Duration::from_secs(60),
     )
     .await;
-    producer
-        .wait_progress("the link wide again", 4, Duration::from_secs(30))
-        .await;
-    let failures = producer.failures();
-    let acked = producer.finish().await;
-    assert_acknowledged_exactly_once(&client, stream, topic, &acked).await;
-    cluster.wait_identical_segments(3).await;
-    for i in 0..3 {
-        let errors = lines_at(&cluster, i, " ERROR ");
-        assert!(errors.is_empty(), "node {i} logged errors: {errors:#?}");
-    }
+    let (failures, acked) =
+        finish_and_check(&cluster, &client, (stream, topic), producer, "the link wide again").await;
     eprintln!(
         "node {primary} to node {narrow} at 16 KiB/s: {narrowed_changes} role changes while \
          narrow, {changes} until settled; acknowledged {:?}, failed sends {failures:?}",
@@ -841,17 +839,8 @@ async fn frames_lost_one_way_at_random_are_repaired_and_the_views_settle() {
         Duration::from_secs(60),
     )
     .await;
-    producer
-        .wait_progress("after the losses", 4, Duration::from_secs(30))
-        .await;
-    let failures = producer.failures();
-    let acked = producer.finish().await;
-    assert_acknowledged_exactly_once(&client, stream, topic, &acked).await;
-    cluster.wait_identical_segments(3).await;
-    for i in 0..3 {
-        let errors = lines_at(&cluster, i, " ERROR ");
-        assert!(errors.is_empty(), "node {i} logged errors: {errors:#?}");
-    }
+    let (failures, acked) =
+        finish_and_check(&cluster, &client, (stream, topic), producer, "after the losses").await;
     eprintln!(
         "seed {seed:#x}: lost {lost:?}; {changed} role changes meanwhile, {settled} until \
          settled; acknowledged {:?}, failed sends {failures:?}",
@@ -907,17 +896,8 @@ async fn a_link_a_middlebox_forgot_is_closed_and_dialed_afresh() {
         Duration::from_secs(60),
     )
     .await;
-    producer
-        .wait_progress("after the new link", 4, Duration::from_secs(30))
-        .await;
-    let failures = producer.failures();
-    let acked = producer.finish().await;
-    assert_acknowledged_exactly_once(&client, stream, topic, &acked).await;
-    cluster.wait_identical_segments(3).await;
-    for i in 0..3 {
-        let errors = lines_at(&cluster, i, " ERROR ");
-        assert!(errors.is_empty(), "node {i} logged errors: {errors:#?}");
-    }
+    let (failures, acked) =
+        finish_and_check(&cluster, &client, (stream, topic), producer, "after the new link").await;
     eprintln!(
         "nodes {primary} and {backup}: dialed afresh {redialed_within:?} after the middlebox \
          forgot their link; {changes} role changes until settled; acknowledged {:?}, failed \
