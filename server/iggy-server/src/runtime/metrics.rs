@@ -121,6 +121,12 @@ type TrafficFigure = fn(&Traffic) -> u64;
 /// Reads one figure of a group's replica.
 type GroupFigure = fn(&GroupGauge) -> u64;
 
+/// One gauge without labels: its family's lines and its sample.
+fn gauge(out: &mut String, name: &str, help: &str, value: impl std::fmt::Display) {
+    family(out, name, "gauge", help);
+    let _ = writeln!(out, "{name} {value}");
+}
+
 /// One histogram's series; `buckets` are per bound, not cumulative.
 fn histogram(
     out: &mut String,
@@ -197,28 +203,23 @@ impl Metrics {
         for (transport, count) in &gauges.connections {
             let _ = writeln!(out, "iggy_connections{{transport=\"{transport}\"}} {count}");
         }
-        out.push_str("# HELP iggy_sessions Client sessions the metadata group holds.\n");
-        out.push_str("# TYPE iggy_sessions gauge\n");
-        let _ = writeln!(out, "iggy_sessions {}", gauges.sessions);
-        out.push_str(
-            "# HELP iggy_request_bodies_held_bytes Bytes of request bodies and poll replies held under \
-             limits.max_request_bodies_size.\n",
+        gauge(
+            &mut out,
+            "iggy_sessions",
+            "Client sessions the metadata group holds.",
+            gauges.sessions,
         );
-        out.push_str("# TYPE iggy_request_bodies_held_bytes gauge\n");
-        let _ = writeln!(
-            out,
-            "iggy_request_bodies_held_bytes {}",
-            gauges.request_bodies_held
+        gauge(
+            &mut out,
+            "iggy_request_bodies_held_bytes",
+            "Bytes of request bodies and poll replies held under limits.max_request_bodies_size.",
+            gauges.request_bodies_held,
         );
-        out.push_str(
-            "# HELP iggy_request_bodies_waiting Request bodies waiting unread for \
-             limits.max_request_bodies_size.\n",
-        );
-        out.push_str("# TYPE iggy_request_bodies_waiting gauge\n");
-        let _ = writeln!(
-            out,
-            "iggy_request_bodies_waiting {}",
-            gauges.request_bodies_waiting
+        gauge(
+            &mut out,
+            "iggy_request_bodies_waiting",
+            "Request bodies waiting unread for limits.max_request_bodies_size.",
+            gauges.request_bodies_waiting,
         );
         let traffic: [(&str, &str, TrafficFigure); 4] = [
             (
