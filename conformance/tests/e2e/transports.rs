@@ -27,14 +27,14 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 
 /// WebSocket on, on an ephemeral port (QUIC is on by default; the harness puts it on one too).
-const WEBSOCKET_ON: [(&str, &str); 2] = [
+pub(crate) const WEBSOCKET_ON: [(&str, &str); 2] = [
     ("IGGY_WEBSOCKET_ENABLED", "true"),
     ("IGGY_WEBSOCKET_ADDRESS", "127.0.0.1:0"),
 ];
 
 /// The ports the server advertises in cluster metadata: the bound ones, 0 for a disabled
 /// transport.
-async fn endpoints(client: &IggyClient) -> TransportEndpoints {
+pub(crate) async fn endpoints(client: &IggyClient) -> TransportEndpoints {
     let metadata = ok(
         "cluster metadata",
         within("get_cluster_metadata", client.get_cluster_metadata()).await,
@@ -63,7 +63,7 @@ async fn quic_client(port: u16) -> IggyClient {
     client
 }
 
-async fn ws_client(port: u16) -> IggyClient {
+pub(crate) async fn ws_client(port: u16) -> IggyClient {
     let url = format!("iggy+ws://{ROOT_USER}:{ROOT_PASSWORD}@127.0.0.1:{port}");
     let client = IggyClient::from_connection_string(&url).expect("ws connection string");
     within("ws connect + auto-login", client.connect())
@@ -655,6 +655,19 @@ pub(crate) async fn signed_in_over_tcp_as(server: &TestServer, client: u128, ver
     assert_eq!(reply.status, 0, "register");
     let session = LoginRegisterResponse::decode_exact(&body).unwrap().session;
     (stream, session)
+}
+
+/// A plain WebSocket connection to `port` on which client `client` (registered as root over
+/// TCP) bound its session: the TCP stream under it, to write raw WebSocket frames on.
+pub(crate) async fn signed_in_over_websocket(server: &TestServer, port: u16, client: u128) -> tokio::net::TcpStream {
+    let session = register_over_tcp(server, client).await;
+    let mut ws = ws_connect(port).await;
+    ws.send(Message::Binary(bind_frame(client, session, 1).into())).await.unwrap();
+    assert_eq!(status(&ws_next(&mut ws).await.unwrap()), 0, "bound over WebSocket");
+    match ws.into_inner() {
+        tokio_tungstenite::MaybeTlsStream::Plain(stream) => stream,
+        _ => unreachable!("plain ws"),
+    }
 }
 
 fn bind_frame(client: u128, session: u64, request: u64) -> Vec<u8> {
