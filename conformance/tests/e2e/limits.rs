@@ -632,7 +632,6 @@ async fn stalled_websocket_send(server: &TestServer, port: u16, id: u128, body: 
 /// WebSocket client of the SDK still sends and polls, and its large send, queued behind the
 /// stalled messages, is served once they are gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails: a signed-in WebSocket message is read whole before the budget is reserved"]
 async fn signed_in_websocket_connections_holding_large_messages_are_bounded_by_the_node_wide_budget() {
     use crate::transports::{endpoints, ws_client, WEBSOCKET_ON};
     const CONNECTIONS: usize = 12;
@@ -680,6 +679,35 @@ async fn signed_in_websocket_connections_holding_large_messages_are_bounded_by_t
     let polled = poll(&client, &name("s"), &name("t"), 0, &consumer("c"), PollingStrategy::offset(10), 1, false).await;
     assert_eq!(polled.messages.len(), 1);
     assert_eq!(polled.messages[0].payload.len(), 1 << 20);
+}
+
+/// A WebSocket message whose bytes are reserved holds them for at most
+/// `limits.request_timeout_ms`, as a body does over TCP: a stalled message is cut then (its
+/// connection closed, its reservation given back), and a WebSocket client waiting its turn
+/// behind two of them is served without either going away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_websocket_send_waiting_behind_stalled_messages_is_served_once_their_request_timeout_cuts_them() {
+    use crate::transports::{endpoints, ws_client, WEBSOCKET_ON};
+    const BODY: usize = 12 << 20;
+    let server = TestServer::start_with_env(&[WEBSOCKET_ON[0], WEBSOCKET_ON[1], ("IGGY_LIMITS_REQUEST_TIMEOUT_MS", "2000"), ("IGGY_LIMITS_MAX_REQUEST_BODIES_SIZE", "13631488")]);
+    let port = endpoints(&server.root_client().await).await.websocket;
+    let client = ws_client(port).await;
+    create_stream_and_topic(&client, "s", "t", 1).await;
+    let body = std::sync::Arc::new(vec![b'x'; BODY]);
+    let mut stalled = Vec::new();
+    for i in 0..2 {
+        let id = 0x5107_3000 + i as u128;
+        stalled.push(stalled_websocket_send(&server, port, id, body.clone()).await);
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let started = std::time::Instant::now();
+    let mut messages = vec![msg(vec![b'L'; 1 << 20])];
+    ok("the large send", within("the large send", client.send_messages(&name("s"), &name("t"), &Partitioning::partition_id(0), &mut messages)).await);
+    eprintln!("the large send was served after {:?}", started.elapsed());
+    assert!(server.log().contains("waits to be read"), "the wait is logged:\n{}", server.log());
+    for connection in &stalled {
+        connection.abort();
+    }
 }
 
 /// Poll replies are built within the same node-wide budget: a poll leases what is left of it

@@ -7,6 +7,7 @@ pub mod quic;
 pub mod tcp;
 pub mod tls;
 pub mod ws;
+pub mod ws_gate;
 
 use crate::config::Config;
 use crate::runtime::node::Node;
