@@ -1297,7 +1297,6 @@ async fn a_signed_in_quic_connection_cannot_make_the_server_hold_many_small_requ
 /// granted `quic.receive_window` (64 MiB), and 12 connections that each stalled a 16 MiB body
 /// made the node hold all of them whatever the budget. Another QUIC client is served meanwhile.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails: a signed-in QUIC connection's unread bodies fill its 64 MiB receive window beside the budget"]
 async fn signed_in_quic_connections_holding_large_bodies_are_bounded_by_the_node_wide_budget() {
     const CONNECTIONS: usize = 12;
     const BODY: usize = 16 << 20;

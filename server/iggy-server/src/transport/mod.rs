@@ -152,7 +152,7 @@ pub async fn listen(
     let quic = match config.quic.enabled {
         true => {
             let address = &config.quic.address;
-            let endpoint = quic::bind(&config.quic, quic_reset_key)
+            let endpoint = quic::bind(&config.quic, config.limits.max_frame_size, quic_reset_key)
                 .await
                 .map_err(|e| failed("quic", address, &e))?;
             let local = endpoint
