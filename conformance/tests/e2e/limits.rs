@@ -610,7 +610,7 @@ async fn signed_in_connections_holding_large_bodies_are_bounded_by_the_node_wide
 /// last, then holds the connection open until the task is aborted.
 async fn stalled_websocket_send(server: &TestServer, port: u16, id: u128, body: std::sync::Arc<Vec<u8>>) -> tokio::task::JoinHandle<()> {
     use tokio::io::AsyncWriteExt;
-    let mut stream = crate::transports::signed_in_over_websocket(server, port, id).await;
+    let (mut stream, _) = crate::transports::signed_in_over_websocket(server, port, id).await;
     let header = send_header_one_byte_short(id, body.len());
     // FIN + binary, masked (a zero key: the payload goes as is), a 64-bit length.
     let mut head = vec![0x82, 0xFF];

@@ -658,14 +658,15 @@ pub(crate) async fn signed_in_over_tcp_as(server: &TestServer, client: u128, ver
 }
 
 /// A plain WebSocket connection to `port` on which client `client` (registered as root over
-/// TCP) bound its session: the TCP stream under it, to write raw WebSocket frames on.
-pub(crate) async fn signed_in_over_websocket(server: &TestServer, port: u16, client: u128) -> tokio::net::TcpStream {
+/// TCP) bound its session: the TCP stream under it, to write raw WebSocket frames on, and the
+/// session.
+pub(crate) async fn signed_in_over_websocket(server: &TestServer, port: u16, client: u128) -> (tokio::net::TcpStream, u64) {
     let session = register_over_tcp(server, client).await;
     let mut ws = ws_connect(port).await;
     ws.send(Message::Binary(bind_frame(client, session, 1).into())).await.unwrap();
     assert_eq!(status(&ws_next(&mut ws).await.unwrap()), 0, "bound over WebSocket");
     match ws.into_inner() {
-        tokio_tungstenite::MaybeTlsStream::Plain(stream) => stream,
+        tokio_tungstenite::MaybeTlsStream::Plain(stream) => (stream, session),
         _ => unreachable!("plain ws"),
     }
 }
@@ -959,6 +960,45 @@ async fn ws_next(
             Some(Err(error)) => panic!("ws read: {error}"),
         }
     }
+}
+
+/// A masked WebSocket frame (a zero key: the payload goes as is): `first` is its FIN bit and
+/// opcode.
+fn ws_frame(first: u8, payload: &[u8]) -> Vec<u8> {
+    let mut frame = vec![first, 0x80 | 127];
+    frame.extend_from_slice(&(payload.len() as u64).to_be_bytes());
+    frame.extend_from_slice(&[0, 0, 0, 0]);
+    frame.extend_from_slice(payload);
+    frame
+}
+
+/// A signed-in client's large request may come in WebSocket fragments with a ping between
+/// them: the server reads each frame's length below the library, to reserve a large message's
+/// bytes from the budget before the library reads them, and the library still reads the same
+/// frames. Two messages of 600 KiB in three fragments on one connection, with a 1 MiB budget:
+/// each is answered and its reservation given back (else the second would wait for good), and
+/// the connection serves on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fragmented_websocket_requests_with_a_ping_between_are_reserved_read_and_answered() {
+    use tokio_tungstenite::tungstenite::protocol::Role;
+    let server = TestServer::start_with_env(&[WEBSOCKET_ON[0], WEBSOCKET_ON[1], ("IGGY_LIMITS_MAX_REQUEST_BODIES_SIZE", "1048576")]);
+    let port = endpoints(&server.root_client().await).await.websocket;
+    let client = 0x7a11_0f00;
+    let (stream, session) = signed_in_over_websocket(&server, port, client).await;
+    let mut ws = tokio_tungstenite::WebSocketStream::from_raw_socket(tokio_tungstenite::MaybeTlsStream::Plain(stream), Role::Client, None).await;
+    for request in [2, 3] {
+        // `me` takes no body: answered with an error, not an eviction.
+        let frame = request_frame(client, session, request, Operation::NonReplicated, 20, &vec![7; 600 << 10]);
+        let (first, rest) = frame.split_at(100_000);
+        let (second, last) = rest.split_at(300_000);
+        let raw = [ws_frame(0x02, first), ws_frame(0x89, b"ping"), ws_frame(0x00, second), ws_frame(0x80, last)].concat();
+        within("fragments", ws.get_mut().write_all(&raw)).await.unwrap();
+        let reply = ws_next(&mut ws).await.unwrap_or_else(|close| panic!("request {request}: closed {close:?}\n{}", server.log()));
+        let (header, _) = parse_reply(&reply).unwrap_or_else(|reason| panic!("request {request}: evicted {reason:?}"));
+        assert_eq!(header.request, request);
+    }
+    ws.send(Message::Binary(me_frame(client, session, 4).into())).await.unwrap();
+    assert_eq!(status(&ws_next(&mut ws).await.unwrap()), 0, "the connection serves on");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
