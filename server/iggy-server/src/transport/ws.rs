@@ -250,6 +250,7 @@ impl FrameIo for MessageLink {
                 Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => continue,
                 Some(Ok(Message::Close(_))) => return Ok(None),
                 Some(Ok(Message::Text(_))) => {
+                    drop(self.lease.borrow_mut().take_ended());
                     self.close = Some((CloseCode::Unsupported, "requests are binary messages"));
                     return Ok(None);
                 }

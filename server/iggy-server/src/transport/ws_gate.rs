@@ -3,10 +3,12 @@
 //! here, below the library: [`Gate`] passes the connection's bytes up to it while reading each
 //! WebSocket frame's header on the way (2 to 14 bytes: opcode, mask bit, 7-, 16- or 64-bit
 //! length), and holds a data frame's payload back until the bytes of its message are reserved
-//! when that message is over a small request's size. It never passes more than the rest of the
-//! frame part being read, so nothing of a frame's payload reaches the library before its
-//! header was judged. The reservation is handed to the request once its message is complete
-//! ([`Lease::take_ended`]) and given back when it is answered, as over the other transports.
+//! when that message is over a small request's size. What it read past that point, or past the
+//! end of a message, it keeps (at most one read, the library's read buffer) for the library's
+//! next read: nothing of a frame's payload reaches the library before its header was judged,
+//! and the library holds no byte past the message it returns. The reservation is handed to the
+//! request once its message is complete ([`Lease::take_ended`]) and given back when it is
+//! answered, as over the other transports.
 //!
 //! Only lengths are read: the library still parses, unmasks and checks every frame.
 
@@ -14,6 +16,7 @@ use crate::runtime::body_budget::{BodyBudget, BodyPermit, Reserve, UNCOUNTED_BOD
 use crate::service::frame::HEADER_SIZE;
 use futures_util::{AsyncRead, AsyncWrite};
 use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
@@ -74,6 +77,25 @@ impl FrameCursor {
     /// `bytes` of the message were reserved.
     pub fn reserved(&mut self, bytes: u64) {
         self.reserved += bytes;
+    }
+
+    /// Lets through the longest prefix of `bytes` that may pass now: up to the end of a message,
+    /// or of the header of a frame whose payload waits for a reservation. Returns its length and
+    /// whether it ended a message.
+    pub fn scan(&mut self, bytes: &[u8], counted: bool) -> (usize, bool) {
+        let mut at = 0;
+        while at < bytes.len() {
+            let Next::Pass(most) = self.next(counted) else {
+                break;
+            };
+            let end = at + most.min(bytes.len() - at);
+            let ended = self.passed(&bytes[at..end]);
+            at = end;
+            if ended {
+                return (at, true);
+            }
+        }
+        (at, false)
     }
 
     /// `bytes` passed (no more than [`FrameCursor::next`] allowed); true when they ended a
@@ -152,8 +174,9 @@ pub struct Lease {
     current: Option<(BodyPermit, Instant)>,
     /// The message being read waits for a reservation.
     waiting: bool,
-    /// The reservation of the last message read whole, until its request takes it.
-    ended: Option<BodyPermit>,
+    /// The reservations of the messages read whole (none for a small one), oldest first, until
+    /// their requests take them.
+    ended: VecDeque<Option<BodyPermit>>,
 }
 
 impl Lease {
@@ -162,9 +185,10 @@ impl Lease {
         self.counted = counted;
     }
 
-    /// The reservation of the message the library returned last, if it needed one.
+    /// The reservation of the data message the library returned, if it needed one: called once
+    /// per data message, in order.
     pub fn take_ended(&mut self) -> Option<BodyPermit> {
-        self.ended.take()
+        self.ended.pop_front().flatten()
     }
 
     /// When the read of the next message times out, for a read that began waiting at `idle`'s
@@ -190,7 +214,8 @@ impl Lease {
     }
 
     fn message_ended(&mut self) {
-        self.ended = self.current.take().map(|(permit, _)| permit);
+        let permit = self.current.take().map(|(permit, _)| permit);
+        self.ended.push_back(permit);
     }
 }
 
@@ -201,6 +226,8 @@ pub struct Gate<S> {
     budget: Rc<BodyBudget>,
     lease: Rc<RefCell<Lease>>,
     reserve: Option<Pin<Box<Reserve>>>,
+    /// Bytes read from `inner` that may not pass yet, for the next reads.
+    kept: Vec<u8>,
 }
 
 impl<S> Gate<S> {
@@ -212,10 +239,12 @@ impl<S> Gate<S> {
             budget,
             lease,
             reserve: None,
+            kept: Vec::new(),
         }
     }
 
-    /// The stream below, read past the gate (what a closing connection drains).
+    /// The stream below, read past the gate (what a closing connection drains; the bytes the
+    /// gate kept are dropped with it).
     pub fn get_mut(&mut self) -> &mut S {
         &mut self.inner
     }
@@ -233,27 +262,35 @@ impl<S: AsyncRead + Unpin> AsyncRead for Gate<S> {
         }
         loop {
             let counted = this.lease.borrow().counted;
-            match this.cursor.next(counted) {
-                Next::Reserve(bytes) => {
-                    let reserve = this.reserve.get_or_insert_with(|| {
-                        this.lease.borrow_mut().waiting = true;
-                        Box::pin(this.budget.reserve(bytes))
-                    });
-                    let permit = ready!(reserve.as_mut().poll(context));
-                    this.reserve = None;
-                    this.cursor.reserved(bytes);
-                    this.lease.borrow_mut().granted(permit);
-                }
-                Next::Pass(most) => {
-                    let most = most.min(buf.len());
-                    let read =
-                        ready!(Pin::new(&mut this.inner).poll_read(context, &mut buf[..most]))?;
-                    if this.cursor.passed(&buf[..read]) {
-                        this.lease.borrow_mut().message_ended();
-                    }
-                    return Poll::Ready(Ok(read));
-                }
+            if let Next::Reserve(bytes) = this.cursor.next(counted) {
+                let reserve = this.reserve.get_or_insert_with(|| {
+                    this.lease.borrow_mut().waiting = true;
+                    Box::pin(this.budget.reserve(bytes))
+                });
+                let permit = ready!(reserve.as_mut().poll(context));
+                this.reserve = None;
+                this.cursor.reserved(bytes);
+                this.lease.borrow_mut().granted(permit);
+                continue;
             }
+            let (passed, ended) = if this.kept.is_empty() {
+                let read = ready!(Pin::new(&mut this.inner).poll_read(context, buf))?;
+                let (passed, ended) = this.cursor.scan(&buf[..read], counted);
+                this.kept.extend_from_slice(&buf[passed..read]);
+                (passed, ended)
+            } else {
+                let most = this.kept.len().min(buf.len());
+                let (passed, ended) = this.cursor.scan(&this.kept[..most], counted);
+                buf[..passed].copy_from_slice(&this.kept[..passed]);
+                this.kept.drain(..passed);
+                (passed, ended)
+            };
+            if ended {
+                this.lease.borrow_mut().message_ended();
+            }
+            // Nothing passes only at the end of the stream: the cursor lets a byte through
+            // unless a reservation is owed, which the loop takes first.
+            return Poll::Ready(Ok(passed));
         }
     }
 }
@@ -351,6 +388,26 @@ mod tests {
         );
         cursor.reserved(len);
         assert_eq!(cursor.next(true), Next::Pass(len as usize));
+    }
+
+    #[test]
+    fn a_scan_stops_at_the_end_of_a_message_and_before_a_payload_owed_a_reservation() {
+        let mut cursor = FrameCursor::default();
+        let mut stream = header(0x89, 4); // a ping passes on
+        stream.extend([9; 4]);
+        stream.extend(header(0x82, 300));
+        stream.extend(vec![0; 300]);
+        let large = header(0x82, 1 << 20);
+        let at_large = stream.len();
+        stream.extend(&large);
+        stream.extend(vec![0; 1000]);
+        assert_eq!(cursor.scan(&stream, true), (at_large, true));
+        let rest = &stream[at_large..];
+        assert_eq!(cursor.scan(rest, true), (large.len(), false));
+        assert_eq!(cursor.scan(&rest[large.len()..], true), (0, false));
+        assert_eq!(cursor.next(true), Next::Reserve(1 << 20));
+        cursor.reserved(1 << 20);
+        assert_eq!(cursor.scan(&rest[large.len()..], true), (1000, false));
     }
 
     #[test]
