@@ -146,10 +146,12 @@ struct ReceiveWindow {
 }
 
 impl ReceiveWindow {
-    fn new(quic: compio::quic::Connection) -> Self {
+    /// The window of a connection without a session, as its transport config granted it.
+    fn new(quic: compio::quic::Connection, config: &Quic) -> Self {
+        let base = config.receive_window.min(u64::from(UNBOUND_RECEIVE_WINDOW));
         Self {
             quic,
-            base: Cell::new(u64::from(UNBOUND_RECEIVE_WINDOW)),
+            base: Cell::new(base),
             reserved: Cell::new(0),
         }
     }
@@ -272,7 +274,7 @@ async fn serve_connection(
         bound: Cell::new(record.bound),
         granted: Cell::new(false),
         uncounted: Rc::new(Cell::new(UNCOUNTED_PER_CONNECTION)),
-        window: Rc::new(ReceiveWindow::new(quic.clone())),
+        window: Rc::new(ReceiveWindow::new(quic.clone(), &node.shared.config.quic)),
         _guard: guard,
     });
     let idle = node.shared.config.limits.idle_timeout();
