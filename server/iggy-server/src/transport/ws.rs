@@ -245,7 +245,11 @@ impl FrameIo for MessageLink {
         loop {
             let message = match self.next_message(idle).await? {
                 None => return Ok(None),
-                Some(Ok(Message::Binary(message))) => message,
+                Some(Ok(Message::Binary(message))) => {
+                    // Taken for every data message, so the next is the next message's.
+                    self.permit = self.lease.borrow_mut().take_ended();
+                    message
+                }
                 // Answered by tungstenite.
                 Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => continue,
                 Some(Ok(Message::Close(_))) => return Ok(None),
@@ -276,7 +280,6 @@ impl FrameIo for MessageLink {
             }
             let header = message[..HEADER_SIZE].try_into().expect("a whole header");
             self.message = message;
-            self.permit = self.lease.borrow_mut().take_ended();
             return Ok(Some(header));
         }
     }
