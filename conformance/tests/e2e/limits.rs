@@ -605,6 +605,111 @@ async fn signed_in_connections_holding_large_bodies_are_bounded_by_the_node_wide
     assert_eq!(polled.messages[0].payload.len(), 1 << 20);
 }
 
+/// A signed-in WebSocket connection of client `id` that sends one masked binary frame holding a
+/// SendMessages request for `body` (its header, then the body) and every byte of it but the
+/// last, then holds the connection open until the task is aborted.
+async fn stalled_websocket_send(server: &TestServer, port: u16, id: u128, body: std::sync::Arc<Vec<u8>>) -> tokio::task::JoinHandle<()> {
+    use tokio::io::AsyncWriteExt;
+    let (mut stream, _) = crate::transports::signed_in_over_websocket(server, port, id).await;
+    let header = send_header_one_byte_short(id, body.len());
+    // FIN + binary, masked (a zero key: the payload goes as is), a 64-bit length.
+    let mut head = vec![0x82, 0xFF];
+    head.extend_from_slice(&(header.size as u64).to_be_bytes());
+    head.extend_from_slice(&[0, 0, 0, 0]);
+    head.extend_from_slice(&header.to_bytes());
+    tokio::spawn(async move {
+        let _ = stream.write_all(&head).await;
+        let _ = stream.write_all(&body).await;
+        std::future::pending::<()>().await;
+        drop(stream);
+    })
+}
+
+/// WebSocket connections share the node-wide budget of request bodies too. The library reads
+/// a whole message before the server sees its frame header, so each signed-in connection could
+/// make the node hold a message of up to `websocket.max_message_size` beside the budget: the
+/// server now reads a large message's payload only once its bytes are reserved. Meanwhile a
+/// WebSocket client of the SDK still sends and polls, and its large send, queued behind the
+/// stalled messages, is served once they are gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signed_in_websocket_connections_holding_large_messages_are_bounded_by_the_node_wide_budget() {
+    use crate::transports::{endpoints, ws_client, WEBSOCKET_ON};
+    const CONNECTIONS: usize = 12;
+    const BODY: usize = 16 << 20;
+    const BUDGET: usize = 32 << 20;
+    let budget = BUDGET.to_string();
+    // The messages stay held for the whole measurement.
+    let server = TestServer::start_with_env(&[WEBSOCKET_ON[0], WEBSOCKET_ON[1], ("IGGY_LIMITS_REQUEST_TIMEOUT_MS", "60000"), ("IGGY_LIMITS_MAX_REQUEST_BODIES_SIZE", &budget)]);
+    let port = endpoints(&server.root_client().await).await.websocket;
+    let client = ws_client(port).await;
+    create_stream_and_topic(&client, "s", "t", 1).await;
+    let before = server.resident_mib();
+    let body = std::sync::Arc::new(vec![b'x'; BODY]);
+    let mut stalled = Vec::new();
+    for i in 0..CONNECTIONS {
+        let id = 0x5107_2000 + i as u128;
+        stalled.push(stalled_websocket_send(&server, port, id, body.clone()).await);
+    }
+    // Give the server the time to take in what it will.
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let during = server.resident_mib();
+    eprintln!("resident {before} MiB before, {during} MiB while {CONNECTIONS} WebSocket messages of {} MiB wait (budget {} MiB)", BODY >> 20, BUDGET >> 20);
+    assert!(
+        during < before + (BUDGET >> 20) as u64 + 32,
+        "{CONNECTIONS} signed-in WebSocket connections with {} MiB messages short of one byte: resident {before} MiB before, {during} MiB while they wait (budget {} MiB)",
+        BODY >> 20,
+        BUDGET >> 20
+    );
+    // Small requests are served meanwhile.
+    send_to_partition(&client, &name("s"), &name("t"), 0, msgs("meanwhile", 10)).await;
+    let polled = poll(&client, &name("s"), &name("t"), 0, &consumer("c"), PollingStrategy::offset(0), 10, false).await;
+    assert_eq!(payloads(&polled).len(), 10);
+    // A large send waits its turn behind the stalled messages, and is served once they are gone.
+    let large = tokio::spawn(async move {
+        let mut messages = vec![msg(vec![b'L'; 1 << 20])];
+        let sent = client.send_messages(&name("s"), &name("t"), &Partitioning::partition_id(0), &mut messages).await;
+        (client, sent)
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    for connection in &stalled {
+        connection.abort();
+    }
+    let (client, sent) = within("the large send", large).await.unwrap();
+    ok("the large send", sent);
+    let polled = poll(&client, &name("s"), &name("t"), 0, &consumer("c"), PollingStrategy::offset(10), 1, false).await;
+    assert_eq!(polled.messages.len(), 1);
+    assert_eq!(polled.messages[0].payload.len(), 1 << 20);
+}
+
+/// A WebSocket message whose bytes are reserved holds them for at most
+/// `limits.request_timeout_ms`, as a body does over TCP: a stalled message is cut then (its
+/// connection closed, its reservation given back), and a WebSocket client waiting its turn
+/// behind two of them is served without either going away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_websocket_send_waiting_behind_stalled_messages_is_served_once_their_request_timeout_cuts_them() {
+    use crate::transports::{endpoints, ws_client, WEBSOCKET_ON};
+    const BODY: usize = 12 << 20;
+    let server = TestServer::start_with_env(&[WEBSOCKET_ON[0], WEBSOCKET_ON[1], ("IGGY_LIMITS_REQUEST_TIMEOUT_MS", "2000"), ("IGGY_LIMITS_MAX_REQUEST_BODIES_SIZE", "13631488")]);
+    let port = endpoints(&server.root_client().await).await.websocket;
+    let client = ws_client(port).await;
+    create_stream_and_topic(&client, "s", "t", 1).await;
+    let body = std::sync::Arc::new(vec![b'x'; BODY]);
+    let mut stalled = Vec::new();
+    for i in 0..2 {
+        let id = 0x5107_3000 + i as u128;
+        stalled.push(stalled_websocket_send(&server, port, id, body.clone()).await);
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let started = std::time::Instant::now();
+    let mut messages = vec![msg(vec![b'L'; 1 << 20])];
+    ok("the large send", within("the large send", client.send_messages(&name("s"), &name("t"), &Partitioning::partition_id(0), &mut messages)).await);
+    eprintln!("the large send was served after {:?}", started.elapsed());
+    assert!(server.log().contains("waits to be read"), "the wait is logged:\n{}", server.log());
+    for connection in &stalled {
+        connection.abort();
+    }
+}
+
 /// Poll replies are built within the same node-wide budget: a poll leases what is left of it
 /// (at least 64 KiB of messages, whole batches, at least one) and holds it until its reply is
 /// written, so consumers that poll large counts and read their replies slowly (or not at all)

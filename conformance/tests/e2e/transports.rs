@@ -27,14 +27,14 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 
 /// WebSocket on, on an ephemeral port (QUIC is on by default; the harness puts it on one too).
-const WEBSOCKET_ON: [(&str, &str); 2] = [
+pub(crate) const WEBSOCKET_ON: [(&str, &str); 2] = [
     ("IGGY_WEBSOCKET_ENABLED", "true"),
     ("IGGY_WEBSOCKET_ADDRESS", "127.0.0.1:0"),
 ];
 
 /// The ports the server advertises in cluster metadata: the bound ones, 0 for a disabled
 /// transport.
-async fn endpoints(client: &IggyClient) -> TransportEndpoints {
+pub(crate) async fn endpoints(client: &IggyClient) -> TransportEndpoints {
     let metadata = ok(
         "cluster metadata",
         within("get_cluster_metadata", client.get_cluster_metadata()).await,
@@ -63,7 +63,7 @@ async fn quic_client(port: u16) -> IggyClient {
     client
 }
 
-async fn ws_client(port: u16) -> IggyClient {
+pub(crate) async fn ws_client(port: u16) -> IggyClient {
     let url = format!("iggy+ws://{ROOT_USER}:{ROOT_PASSWORD}@127.0.0.1:{port}");
     let client = IggyClient::from_connection_string(&url).expect("ws connection string");
     within("ws connect + auto-login", client.connect())
@@ -657,6 +657,20 @@ pub(crate) async fn signed_in_over_tcp_as(server: &TestServer, client: u128, ver
     (stream, session)
 }
 
+/// A plain WebSocket connection to `port` on which client `client` (registered as root over
+/// TCP) bound its session: the TCP stream under it, to write raw WebSocket frames on, and the
+/// session.
+pub(crate) async fn signed_in_over_websocket(server: &TestServer, port: u16, client: u128) -> (tokio::net::TcpStream, u64) {
+    let session = register_over_tcp(server, client).await;
+    let mut ws = ws_connect(port).await;
+    ws.send(Message::Binary(bind_frame(client, session, 1).into())).await.unwrap();
+    assert_eq!(status(&ws_next(&mut ws).await.unwrap()), 0, "bound over WebSocket");
+    match ws.into_inner() {
+        tokio_tungstenite::MaybeTlsStream::Plain(stream) => (stream, session),
+        _ => unreachable!("plain ws"),
+    }
+}
+
 fn bind_frame(client: u128, session: u64, request: u64) -> Vec<u8> {
     let body = BindSessionRequest {
         version_info: version_info(),
@@ -946,6 +960,45 @@ async fn ws_next(
             Some(Err(error)) => panic!("ws read: {error}"),
         }
     }
+}
+
+/// A masked WebSocket frame (a zero key: the payload goes as is): `first` is its FIN bit and
+/// opcode.
+fn ws_frame(first: u8, payload: &[u8]) -> Vec<u8> {
+    let mut frame = vec![first, 0x80 | 127];
+    frame.extend_from_slice(&(payload.len() as u64).to_be_bytes());
+    frame.extend_from_slice(&[0, 0, 0, 0]);
+    frame.extend_from_slice(payload);
+    frame
+}
+
+/// A signed-in client's large request may come in WebSocket fragments with a ping between
+/// them: the server reads each frame's length below the library, to reserve a large message's
+/// bytes from the budget before the library reads them, and the library still reads the same
+/// frames. Two messages of 600 KiB in three fragments on one connection, with a 1 MiB budget:
+/// each is answered and its reservation given back (else the second would wait for good), and
+/// the connection serves on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fragmented_websocket_requests_with_a_ping_between_are_reserved_read_and_answered() {
+    use tokio_tungstenite::tungstenite::protocol::Role;
+    let server = TestServer::start_with_env(&[WEBSOCKET_ON[0], WEBSOCKET_ON[1], ("IGGY_LIMITS_MAX_REQUEST_BODIES_SIZE", "1048576")]);
+    let port = endpoints(&server.root_client().await).await.websocket;
+    let client = 0x7a11_0f00;
+    let (stream, session) = signed_in_over_websocket(&server, port, client).await;
+    let mut ws = tokio_tungstenite::WebSocketStream::from_raw_socket(tokio_tungstenite::MaybeTlsStream::Plain(stream), Role::Client, None).await;
+    for request in [2, 3] {
+        // `me` takes no body: answered with an error, not an eviction.
+        let frame = request_frame(client, session, request, Operation::NonReplicated, 20, &vec![7; 600 << 10]);
+        let (first, rest) = frame.split_at(100_000);
+        let (second, last) = rest.split_at(300_000);
+        let raw = [ws_frame(0x02, first), ws_frame(0x89, b"ping"), ws_frame(0x00, second), ws_frame(0x80, last)].concat();
+        within("fragments", ws.get_mut().write_all(&raw)).await.unwrap();
+        let reply = ws_next(&mut ws).await.unwrap_or_else(|close| panic!("request {request}: closed {close:?}\n{}", server.log()));
+        let (header, _) = parse_reply(&reply).unwrap_or_else(|reason| panic!("request {request}: evicted {reason:?}"));
+        assert_eq!(header.request, request);
+    }
+    ws.send(Message::Binary(me_frame(client, session, 4).into())).await.unwrap();
+    assert_eq!(status(&ws_next(&mut ws).await.unwrap()), 0, "the connection serves on");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1275,6 +1328,53 @@ async fn a_signed_in_quic_connection_cannot_make_the_server_hold_many_small_requ
     for result in futures_util::future::join_all(requests).await {
         ok("get_streams", result);
     }
+}
+
+/// Signed-in QUIC connections that each stall a large body hold at most the node's budget of
+/// request bodies between them, beside a small receive window each: what the server has not
+/// read of a connection waits in that window, so the window a connection is granted beyond a
+/// small base is the bytes of the bodies reserved on it. Before, a signed-in connection was
+/// granted `quic.receive_window` (64 MiB), and 12 connections that each stalled a 16 MiB body
+/// made the node hold all of them whatever the budget. Another QUIC client is served meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signed_in_quic_connections_holding_large_bodies_are_bounded_by_the_node_wide_budget() {
+    const CONNECTIONS: usize = 12;
+    const BODY: usize = 16 << 20;
+    const BUDGET: usize = 32 << 20;
+    let certs = test_certificates();
+    let budget = BUDGET.to_string();
+    // The bodies stay held for the whole measurement.
+    let server = quic_server_with(&certs, &[("IGGY_LIMITS_REQUEST_TIMEOUT_MS", "60000"), ("IGGY_LIMITS_MAX_REQUEST_BODIES_SIZE", &budget)]);
+    let port = endpoints(&server.root_client().await).await.quic;
+    let before = server.resident_mib();
+    let body = Arc::new(vec![b'x'; BODY]);
+    let held = futures_util::future::join_all((0..CONNECTIONS).map(|i| {
+        let (server, certs, body) = (&server, &certs, body.clone());
+        async move {
+            let client = 0x7a11_0c00 + i as u128;
+            let session = register_over_tcp(server, client).await;
+            let (endpoint, connection) = quic_connect(port, &certs.ca_der).await;
+            assert_eq!(status(&quic_exchange(&connection, &bind_frame(client, session, 1)).await), 0, "bound");
+            let streams = hold_streams(&connection, 1, &body, |_| client).await;
+            (endpoint, connection, streams)
+        }
+    }))
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let during = server.resident_mib();
+    eprintln!("resident {before} MiB before, {during} MiB while {CONNECTIONS} QUIC bodies of {} MiB wait (budget {} MiB)", BODY >> 20, BUDGET >> 20);
+    assert!(
+        during < before + (BUDGET >> 20) as u64 + 32,
+        "{CONNECTIONS} signed-in QUIC connections with {} MiB bodies short of one byte: resident {before} MiB before, {during} MiB while they wait (budget {} MiB)",
+        BODY >> 20,
+        BUDGET >> 20
+    );
+    let other = quic_client(port).await;
+    let requests = (0..16).map(|_| other.get_streams());
+    for result in futures_util::future::join_all(requests).await {
+        ok("get_streams", result);
+    }
+    drop(held);
 }
 
 /// Over WebSocket the library reads a whole message (up to `websocket.max_message_size`, 64 MiB)

@@ -287,6 +287,11 @@ impl BodyPermit {
         self.bytes
     }
 
+    /// Holds `other`'s bytes too, given back with these (a body reserved in parts).
+    pub fn absorb(&mut self, mut other: BodyPermit) {
+        self.bytes += std::mem::take(&mut other.bytes);
+    }
+
     /// Holds `bytes` instead: what the reply built within the permit takes.
     pub fn resize(&mut self, bytes: u64) {
         let from = std::mem::replace(&mut self.bytes, bytes);

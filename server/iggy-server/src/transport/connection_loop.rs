@@ -3,7 +3,7 @@
 //! timeouts. A transport supplies only how frames are carried ([`FrameIo`]): a TCP (or TLS)
 //! byte stream, a QUIC stream, WebSocket messages.
 
-use crate::runtime::body_budget::UNCOUNTED_BODY_MAX;
+use crate::runtime::body_budget::{BodyPermit, UNCOUNTED_BODY_MAX};
 use crate::runtime::connection::Connection;
 use crate::runtime::node::Node;
 use crate::service::dispatch::Dispatched;
@@ -39,6 +39,13 @@ pub trait FrameIo {
     /// serves one request at a time (see `runtime::body_budget::UNCOUNTED_BODY_MAX`).
     fn uncounted(&mut self, len: usize) -> bool {
         len <= UNCOUNTED_BODY_MAX
+    }
+
+    /// The reservation from the node's budget already held for the body of the request whose
+    /// header was just read: a transport that must reserve before it reads a frame header
+    /// (WebSocket, whose library reads a whole message first) hands it over here.
+    fn reserved(&mut self) -> Option<BodyPermit> {
+        None
     }
 
     /// The next request's header, waiting at most `idle` for it; `None` when the peer closed
@@ -135,9 +142,10 @@ pub async fn serve_frames(
         };
         // Within the node's budget of request bodies (`runtime::body_budget`): a body waits
         // unread until its bytes fit; the wait is not part of its read's deadline.
-        let permit = match link.uncounted(admitted.body_len) {
-            true => None,
-            false => Some(node.body_budget.reserve(admitted.body_len as u64).await),
+        let permit = match link.reserved() {
+            Some(permit) => Some(permit),
+            None if link.uncounted(admitted.body_len) => None,
+            None => Some(node.body_budget.reserve(admitted.body_len as u64).await),
         };
         let body = match link.read_body(admitted.body_len, request_timeout).await {
             Ok(body) => body,

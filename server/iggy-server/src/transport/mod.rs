@@ -7,6 +7,7 @@ pub mod quic;
 pub mod tcp;
 pub mod tls;
 pub mod ws;
+pub mod ws_gate;
 
 use crate::config::Config;
 use crate::runtime::node::Node;
@@ -151,7 +152,7 @@ pub async fn listen(
     let quic = match config.quic.enabled {
         true => {
             let address = &config.quic.address;
-            let endpoint = quic::bind(&config.quic, quic_reset_key)
+            let endpoint = quic::bind(&config.quic, config.limits.max_frame_size, quic_reset_key)
                 .await
                 .map_err(|e| failed("quic", address, &e))?;
             let local = endpoint

@@ -25,11 +25,12 @@ use std::time::Duration;
 /// A client's handshake must complete within this.
 const HANDSHAKE_WITHIN: Duration = Duration::from_secs(10);
 
-/// Builds the server configuration (certificate, transport parameters) and binds the UDP
-/// endpoint, its stateless resets derived from `reset_key` (the data directory keeps it, so the
-/// next process resets this one's connections when their clients send again).
-pub async fn bind(config: &Quic, reset_key: &[u8]) -> Result<Endpoint, String> {
-    let server = server_config(config)?;
+/// Builds the server configuration (certificate, transport parameters; a stream carries one
+/// request of at most `max_frame` bytes) and binds the UDP endpoint, its stateless resets
+/// derived from `reset_key` (the data directory keeps it, so the next process resets this
+/// one's connections when their clients send again).
+pub async fn bind(config: &Quic, max_frame: u32, reset_key: &[u8]) -> Result<Endpoint, String> {
+    let server = server_config(config, max_frame)?;
     let socket = compio::net::UdpSocket::bind(config.address.as_str())
         .await
         .map_err(|error| error.to_string())?;
@@ -59,7 +60,7 @@ impl ConnectionIdGenerator for ResettableConnectionIds {
     }
 }
 
-fn server_config(config: &Quic) -> Result<ServerConfig, String> {
+fn server_config(config: &Quic, max_frame: u32) -> Result<ServerConfig, String> {
     let certificate = &config.certificate;
     let certificate = tls::Certificate::load_or_generate(
         "quic.certificate",
@@ -87,7 +88,9 @@ fn server_config(config: &Quic) -> Result<ServerConfig, String> {
         .initial_mtu(config.initial_mtu)
         .send_window(config.send_window)
         .receive_window(window.min(VarInt::from_u32(UNBOUND_RECEIVE_WINDOW)))
-        .stream_receive_window(window)
+        // The connection's window bounds what it holds unread (see `ReceiveWindow`); a stream's
+        // admits its whole request, so a reserved body arrives within one round of credit.
+        .stream_receive_window(window.max(VarInt::from_u32(max_frame)))
         .datagram_send_buffer_size(config.datagram_send_buffer_size as usize)
         .keep_alive_interval(
             (config.keep_alive_interval_ms > 0)
@@ -122,12 +125,73 @@ const UNCOUNTED_PER_CONNECTION: usize = 1 << 20;
 
 /// Raises a connection's stream and receive-window grants to the configured ones, once a
 /// session is bound on it.
-fn grant_configured(quic: &compio::quic::Connection, config: &Quic) {
+fn grant_configured(quic: &compio::quic::Connection, window: &ReceiveWindow, config: &Quic) {
     if let Ok(streams) = VarInt::from_u64(config.max_concurrent_bidi_streams) {
         quic.set_max_concurrent_bi_streams(streams);
     }
-    if let Ok(window) = VarInt::from_u64(config.receive_window) {
-        quic.set_receive_window(window);
+    window.set_base(config.receive_window);
+}
+
+/// A connection's receive window, the bytes its client may have sent that the server has not
+/// read: a base (`quic.receive_window` once a session is bound, [`UNBOUND_RECEIVE_WINDOW`]
+/// before) and the bytes of the bodies its streams reserved from the node's budget and are
+/// reading. A body waiting for its reservation waits in the base, so a connection holds at most
+/// its base beside the budget, and a reserved body still arrives whole without waiting for
+/// credit. Before, a signed-in connection was granted the whole configured window (64 MiB),
+/// which its stalled bodies could fill beside the budget.
+struct ReceiveWindow {
+    quic: compio::quic::Connection,
+    base: Cell<u64>,
+    reserved: Cell<u64>,
+}
+
+impl ReceiveWindow {
+    /// The window of a connection without a session, as its transport config granted it.
+    fn new(quic: compio::quic::Connection, config: &Quic) -> Self {
+        let base = config.receive_window.min(u64::from(UNBOUND_RECEIVE_WINDOW));
+        Self {
+            quic,
+            base: Cell::new(base),
+            reserved: Cell::new(0),
+        }
+    }
+
+    fn set_base(&self, base: u64) {
+        self.base.set(base);
+        self.grant();
+    }
+
+    /// Widens the window by the `bytes` of a reserved body until the returned guard is dropped
+    /// (the body read, or its read given up).
+    fn widen(self: &Rc<Self>, bytes: u64) -> Widened {
+        self.reserved.set(self.reserved.get() + bytes);
+        self.grant();
+        Widened {
+            window: self.clone(),
+            bytes,
+        }
+    }
+
+    /// Tells quinn the window: a larger one is credited at once; a smaller one withholds
+    /// credit as the server reads, until it is paid back (credit given is never taken back).
+    fn grant(&self) {
+        let bytes = self.base.get().saturating_add(self.reserved.get());
+        self.quic
+            .set_receive_window(VarInt::from_u64(bytes).unwrap_or(VarInt::MAX));
+    }
+}
+
+/// A reserved body's widening of its connection's window.
+struct Widened {
+    window: Rc<ReceiveWindow>,
+    bytes: u64,
+}
+
+impl Drop for Widened {
+    fn drop(&mut self) {
+        let reserved = &self.window.reserved;
+        reserved.set(reserved.get() - self.bytes);
+        self.window.grant();
     }
 }
 
@@ -177,6 +241,7 @@ struct SharedConnection {
     /// Bytes of small bodies its streams may still read without a reservation from the node's
     /// budget (see [`StreamLink::uncounted`]).
     uncounted: Rc<Cell<usize>>,
+    window: Rc<ReceiveWindow>,
     _guard: ConnectionGuard,
 }
 
@@ -209,6 +274,7 @@ async fn serve_connection(
         bound: Cell::new(record.bound),
         granted: Cell::new(false),
         uncounted: Rc::new(Cell::new(UNCOUNTED_PER_CONNECTION)),
+        window: Rc::new(ReceiveWindow::new(quic.clone(), &node.shared.config.quic)),
         _guard: guard,
     });
     let idle = node.shared.config.limits.idle_timeout();
@@ -245,13 +311,15 @@ async fn serve_stream(
         recv,
         uncounted: shared.uncounted.clone(),
         uncounted_taken: 0,
+        window: shared.window.clone(),
+        counted: false,
         answered: false,
         closing: false,
     };
     let result = connection_loop::serve_frames(&mut link, &shared.node, &mut connection).await;
     if connection.bound.map(|bound| bound.session) != bound_before {
         if bound_before.is_none() && !shared.granted.replace(true) {
-            grant_configured(&quic, &shared.node.shared.config.quic);
+            grant_configured(&quic, &shared.window, &shared.node.shared.config.quic);
         }
         shared.bound.set(connection.bound);
     }
@@ -275,6 +343,10 @@ struct StreamLink {
     /// stream's took of it (given back when the stream is done).
     uncounted: Rc<Cell<usize>>,
     uncounted_taken: usize,
+    /// The connection's receive window, widened while a reserved body is read.
+    window: Rc<ReceiveWindow>,
+    /// The body is counted: reserved from the node's budget before it is read.
+    counted: bool,
     /// The reply was written: the link has nothing more to read.
     answered: bool,
     /// The written frame was not a reply (an eviction): the connection closes.
@@ -304,6 +376,7 @@ impl FrameIo for StreamLink {
     fn uncounted(&mut self, len: usize) -> bool {
         let left = self.uncounted.get();
         if len > UNCOUNTED_BODY_MAX || len > left {
+            self.counted = true;
             return false;
         }
         self.uncounted.set(left - len);
@@ -327,6 +400,7 @@ impl FrameIo for StreamLink {
     }
 
     async fn read_body(&mut self, len: usize, within: Duration) -> Result<Vec<u8>, ReadFailure> {
+        let _widened = self.counted.then(|| self.window.widen(len as u64));
         let read_all = async {
             let BufResult(read, body) = self.recv.read_exact(Vec::with_capacity(len)).await;
             read.map_err(short_or_long)?;

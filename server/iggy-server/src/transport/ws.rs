@@ -1,10 +1,13 @@
 //! WebSocket transport (plain or over TLS): each request is one binary message holding one
 //! frame (256-byte header and body, the TCP bytes), each reply goes out as binary messages.
 //! Any request path is accepted and no subprotocol is offered. A message that is not a frame
-//! gets a close frame that says why.
+//! gets a close frame that says why. A signed-in client's message over 64 KiB is read only once
+//! its bytes fit in the node's budget of request bodies (`ws_gate`).
 
 use super::connection_loop::{self, FrameIo, ReadFailure, UNBOUND_FRAME_MAX};
+use super::ws_gate::{Gate, Lease};
 use crate::config::WebSocket;
+use crate::runtime::body_budget::BodyPermit;
 use crate::runtime::node::Node;
 use crate::service::frame::HEADER_SIZE;
 use bytes::Bytes;
@@ -12,15 +15,22 @@ use compio::BufResult;
 use compio::buf::IntoInner;
 use compio::io::AsyncRead;
 use compio::net::{TcpListener, TcpStream};
-use compio::tls::TlsAcceptor;
+use compio::tls::{MaybeTlsStream, TlsAcceptor};
+use compio::ws::tungstenite;
 use compio::ws::tungstenite::Message;
 use compio::ws::tungstenite::protocol::frame::CloseFrame;
 use compio::ws::tungstenite::protocol::frame::coding::CloseCode;
 use compio::ws::tungstenite::protocol::{Role, WebSocketConfig};
-use compio::ws::{WebSocketStream, tungstenite};
+use futures_util::StreamExt;
 use iggy_generated::frames::{Command, EvictionReason, ReplyHeader};
+use std::cell::RefCell;
 use std::rc::Rc;
-use std::time::Duration;
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+/// The WebSocket over the gated stream (plain or TLS): compio's WebSocket is this library's
+/// stream over the connection's, which leaves no room for the gate between them.
+type WebSocketStream = async_tungstenite::WebSocketStream<Gate<MaybeTlsStream<TcpStream>>>;
 
 /// The official client drops a link on a frame over 16 MiB (tungstenite's default), so longer
 /// replies go out as several messages; the client joins messages into one byte stream.
@@ -73,10 +83,17 @@ pub async fn serve(listener: TcpListener, node: Rc<Node>, tls: Option<TlsAccepto
                     return;
                 }
             };
+            let lease = Rc::new(RefCell::new(Lease::default()));
+            let gated = Gate::new(link, node.body_budget.clone(), lease.clone());
+            let config = websocket_config(&node.shared.config.websocket, false);
+            let ws = WebSocketStream::from_raw_socket(gated, Role::Server, Some(config)).await;
             let mut link = MessageLink {
-                ws: Some(link),
+                ws: Some(ws),
                 settings: node.shared.config.websocket.clone(),
+                request_timeout: within,
+                lease,
                 message: Bytes::new(),
+                permit: None,
                 close: None,
             };
             let mut connection = node.open_connection(peer.to_string(), "websocket");
@@ -91,11 +108,14 @@ pub async fn serve(listener: TcpListener, node: Rc<Node>, tls: Option<TlsAccepto
     }
 }
 
+/// The WebSocket handshake (after TLS's, with `tls`): the stream, whose next byte begins a
+/// frame. The client sends none before the handshake's answer (RFC 6455 4.1), so the library
+/// that read the handshake holds none of them.
 async fn handshake(
     stream: TcpStream,
     tls: Option<TlsAcceptor>,
     node: &Node,
-) -> Result<WebSocketStream<TcpStream>, String> {
+) -> Result<MaybeTlsStream<TcpStream>, String> {
     // No session yet: a connection's first messages are small.
     let config = websocket_config(&node.shared.config.websocket, false);
     let result = match tls {
@@ -108,17 +128,24 @@ async fn handshake(
             compio::ws::accept_async_with_config(stream, Some(config)).await
         }
     };
-    result.map_err(|error| error.to_string())
+    let ws: compio::ws::WebSocketStream<TcpStream> = result.map_err(|error| error.to_string())?;
+    Ok(ws.into_inner())
 }
 
 /// Frames in WebSocket messages.
 struct MessageLink {
     /// Always present; taken only while [`FrameIo::session_changed`] rebuilds it.
-    ws: Option<WebSocketStream<TcpStream>>,
+    ws: Option<WebSocketStream>,
     /// `[websocket]`, whose limits apply once a session is bound.
     settings: WebSocket,
+    /// `limits.request_timeout_ms`: a message whose bytes are reserved must arrive within it.
+    request_timeout: Duration,
+    /// The reservations of the messages the gate below the library lets through.
+    lease: Rc<RefCell<Lease>>,
     /// The message whose header was just read.
     message: Bytes,
+    /// Its reservation from the node's budget, when it needed one.
+    permit: Option<BodyPermit>,
     /// Why the server ends the connection, sent in its close frame.
     close: Option<(CloseCode, &'static str)>,
 }
@@ -140,7 +167,8 @@ impl MessageLink {
             let drain = async {
                 let mut buffer = Vec::with_capacity(64 * 1024);
                 loop {
-                    let BufResult(read, returned) = self.ws().get_mut().read(buffer).await;
+                    let BufResult(read, returned) =
+                        self.ws().get_mut().get_mut().read(buffer).await;
                     buffer = returned;
                     buffer.clear();
                     if !matches!(read, Ok(n) if n > 0) {
@@ -161,8 +189,44 @@ impl MessageLink {
         Ok(message)
     }
 
-    fn ws(&mut self) -> &mut WebSocketStream<TcpStream> {
+    fn ws(&mut self) -> &mut WebSocketStream {
         self.ws.as_mut().expect("the WebSocket is rebuilt in place")
+    }
+
+    /// The next message (`None` once the stream ended), within the deadline the lease gives
+    /// (see [`Lease::deadline`]), which changes while the message is read: when it does, the
+    /// read goes on under the new one.
+    async fn next_message(
+        &mut self,
+        idle: Duration,
+    ) -> Result<Option<Result<Message, tungstenite::Error>>, ReadFailure> {
+        let idle_deadline = Instant::now() + idle;
+        let (lease, request_timeout) = (self.lease.clone(), self.request_timeout);
+        let deadline = || lease.borrow().deadline(idle_deadline, request_timeout);
+        let mut next = std::pin::pin!(self.ws().next());
+        loop {
+            let current = deadline();
+            // The gate changes the lease only while the library reads, inside the read's poll.
+            let read_or_changed = std::future::poll_fn(|context| {
+                if let Poll::Ready(item) = next.as_mut().poll(context) {
+                    return Poll::Ready(Some(item));
+                }
+                match deadline() == current {
+                    true => Poll::Pending,
+                    false => Poll::Ready(None),
+                }
+            });
+            // Without a deadline (waiting for the budget) the wait is looked at again anyway.
+            let wait = current.map_or(idle, |at| at.saturating_duration_since(Instant::now()));
+            match compio::time::timeout(wait, read_or_changed).await {
+                Ok(Some(item)) => return Ok(item),
+                Ok(None) => continue,
+                Err(_) if current.is_some_and(|at| Instant::now() >= at) => {
+                    return Err(connection_loop::timed_out().into());
+                }
+                Err(_) => continue,
+            }
+        }
     }
 
     fn malformed(&mut self, reason: &'static str) -> ReadFailure {
@@ -176,29 +240,36 @@ impl FrameIo for MessageLink {
         &mut self,
         idle: Duration,
     ) -> Result<Option<[u8; HEADER_SIZE]>, ReadFailure> {
+        // What the last request did not take (a body refused unread).
+        self.permit = None;
         loop {
-            let read = compio::time::timeout(idle, self.ws().read())
-                .await
-                .map_err(|_| connection_loop::timed_out())?;
-            let message = match read {
-                Ok(Message::Binary(message)) => message,
+            let message = match self.next_message(idle).await? {
+                None => return Ok(None),
+                Some(Ok(Message::Binary(message))) => {
+                    // Taken for every data message, so the next is the next message's.
+                    self.permit = self.lease.borrow_mut().take_ended();
+                    message
+                }
                 // Answered by tungstenite.
-                Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_)) => continue,
-                Ok(Message::Close(_)) => return Ok(None),
-                Ok(Message::Text(_)) => {
+                Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => continue,
+                Some(Ok(Message::Close(_))) => return Ok(None),
+                Some(Ok(Message::Text(_))) => {
+                    drop(self.lease.borrow_mut().take_ended());
                     self.close = Some((CloseCode::Unsupported, "requests are binary messages"));
                     return Ok(None);
                 }
-                Err(tungstenite::Error::Capacity(error)) => {
+                Some(Err(tungstenite::Error::Capacity(error))) => {
                     tracing::debug!("ws message refused: {error}");
                     self.close = Some((CloseCode::Size, "message too big"));
                     return Ok(None);
                 }
-                Err(tungstenite::Error::ConnectionClosed | tungstenite::Error::AlreadyClosed) => {
+                Some(Err(
+                    tungstenite::Error::ConnectionClosed | tungstenite::Error::AlreadyClosed,
+                )) => {
                     return Ok(None);
                 }
-                Err(tungstenite::Error::Io(error)) => return Err(ReadFailure::Io(error)),
-                Err(error) => {
+                Some(Err(tungstenite::Error::Io(error))) => return Err(ReadFailure::Io(error)),
+                Some(Err(error)) => {
                     tracing::debug!("ws protocol error: {error}");
                     self.close = Some((CloseCode::Protocol, "websocket protocol error"));
                     return Ok(None);
@@ -213,24 +284,37 @@ impl FrameIo for MessageLink {
         }
     }
 
+    /// The whole message is in already: a large one's bytes were reserved before the library
+    /// read it ([`FrameIo::reserved`]).
+    fn uncounted(&mut self, _len: usize) -> bool {
+        true
+    }
+
+    fn reserved(&mut self) -> Option<BodyPermit> {
+        self.permit.take()
+    }
+
     async fn read_body(&mut self, len: usize, _within: Duration) -> Result<Vec<u8>, ReadFailure> {
         Ok(self.take_message(len)?[HEADER_SIZE..].to_vec())
     }
 
     async fn discard_body(&mut self, len: usize, _within: Duration) -> Result<(), ReadFailure> {
         // The whole message is in already (within websocket.max_message_size).
+        self.permit = None;
         self.take_message(len).map(drop)
     }
 
     /// Rebuilds the WebSocket over the same stream with the limits for a connection with a
-    /// session or without (tungstenite fixes them when it is built). Called before the reply of
-    /// the login, bind or logout: a client sends its next request only once it has that reply,
-    /// so the library holds no bytes of it yet (what it held would be lost with it).
+    /// session or without (tungstenite fixes them when it is built), and counts large messages
+    /// in the budget once a session is bound. The gate lets the library read no further than
+    /// the message it returned, so the library holds no byte of the next one (which would be
+    /// lost with it), whatever the client sent meanwhile.
     async fn session_changed(&mut self, bound: bool) {
         let Some(ws) = self.ws.take() else {
             return;
         };
         let config = websocket_config(&self.settings, bound);
+        self.lease.borrow_mut().set_counted(bound);
         let stream = ws.into_inner();
         self.ws = Some(WebSocketStream::from_raw_socket(stream, Role::Server, Some(config)).await);
     }
