@@ -3977,7 +3977,6 @@ fn log_since(cluster: &TestCluster, i: usize, from: usize) -> String {
 /// ("replica N stopped (graceful)") and no WARN about the stopped replica, so a rolling restart
 /// raises no alert. A kill -9 of the same node afterwards still warns of the lost link.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails: a peer of a node stopped by SIGTERM warns `link with replica N closed: the peer closed the connection`, as after a crash"]
 async fn a_graceful_stop_is_logged_once_at_info_by_each_peer_and_a_kill_still_warns() {
     let mut cluster = TestCluster::start_on_distinct_ips(3);
     let client = Arc::new(cluster.root_client(0).await);
