@@ -257,6 +257,8 @@ impl Node {
             listening: Default::default(),
             retired_traffic: Default::default(),
             unopenable: Default::default(),
+            awaiting_descriptors: Default::default(),
+            opens_now: Default::default(),
             gone_partitions: Default::default(),
             plane,
             retirement: RefCell::new(iggy_metadata::retirement::RetirementEvidence::new(
