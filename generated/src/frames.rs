@@ -16,13 +16,13 @@ pub const PARTITION_LOG_ARTIFACT: u32 = 0;
 pub const METADATA_CHECKPOINT_ARTIFACT: u32 = 1;
 /// `SLOT_MANIFEST_MAGIC` (spec/frames.spec:365).
 pub const SLOT_MANIFEST_MAGIC: u64 = 0x746f6c7379676769;
-/// `REPLICA_AUTH_DOMAIN` (spec/frames.spec:662).
+/// `REPLICA_AUTH_DOMAIN` (spec/frames.spec:668).
 pub const REPLICA_AUTH_DOMAIN: [u8; 32] = *b"iggy-rs replica-auth transcript1";
-/// `REPLICA_AUTH_KEY_CONTEXT` (spec/frames.spec:663).
+/// `REPLICA_AUTH_KEY_CONTEXT` (spec/frames.spec:669).
 pub const REPLICA_AUTH_KEY_CONTEXT: &str = "iggy-rs 2026-12 replica-auth shared_secret to MAC key";
-/// `MESSAGE_PAYLOAD_SIZE_MAX` (spec/frames.spec:1090).
+/// `MESSAGE_PAYLOAD_SIZE_MAX` (spec/frames.spec:1096).
 pub const MESSAGE_PAYLOAD_SIZE_MAX: u32 = 64000000;
-/// `USER_HEADERS_SIZE_MAX` (spec/frames.spec:1091).
+/// `USER_HEADERS_SIZE_MAX` (spec/frames.spec:1097).
 pub const USER_HEADERS_SIZE_MAX: u32 = 100000;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]
@@ -3576,6 +3576,8 @@ pub struct PingHeader {
     /// sender
     pub replica: u8,
     pub reserved_frame: [u8; 66],
+    /// a Ping only: the sender stops gracefully and its links close next; false on a Pong and on every other Ping
+    pub stopping: bool,
 }
 impl PingHeader {
     /// Encoded size in bytes.
@@ -3616,10 +3618,14 @@ impl PingHeader {
     pub const RESERVED_FRAME_OFFSET: usize = 62;
     /// Size of `reserved_frame` in bytes.
     pub const RESERVED_FRAME_SIZE: usize = 66;
+    /// Byte offset of `stopping`.
+    pub const STOPPING_OFFSET: usize = 128;
+    /// Size of `stopping` in bytes.
+    pub const STOPPING_SIZE: usize = 1;
     /// Byte offset of `reserved`.
-    pub const RESERVED_OFFSET: usize = 128;
+    pub const RESERVED_OFFSET: usize = 129;
     /// Size of `reserved` in bytes.
-    pub const RESERVED_SIZE: usize = 128;
+    pub const RESERVED_SIZE: usize = 127;
     /// Decodes from the first `SIZE` bytes of `buf`.
     pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
         if buf.len() < Self::SIZE {
@@ -3661,7 +3667,11 @@ impl PingHeader {
                 field: "replica",
             })?;
         let reserved_frame = iggy_wire::get_at::<66>(buf, 62);
-        if !iggy_wire::is_zero_at(buf, 128, 128) {
+        let stopping = <bool>::decode_exact(&buf[128..129])
+            .map_err(|_| WireError::InvalidValue {
+                field: "stopping",
+            })?;
+        if !iggy_wire::is_zero_at(buf, 129, 127) {
             return Err(WireError::NonZeroReserved {
                 field: "reserved",
             });
@@ -3676,6 +3686,7 @@ impl PingHeader {
             command,
             replica,
             reserved_frame,
+            stopping,
         })
     }
     /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
@@ -3690,7 +3701,8 @@ impl PingHeader {
         iggy_wire::put_at(out, 60, &self.command.to_wire_bytes());
         iggy_wire::put_at(out, 61, &self.replica.to_wire_bytes());
         iggy_wire::put_at(out, 62, &self.reserved_frame);
-        out[128..256].fill(0);
+        iggy_wire::put_at(out, 128, &self.stopping.to_wire_bytes());
+        out[129..256].fill(0);
     }
     /// The `SIZE` encoded bytes.
     pub fn to_bytes(&self) -> [u8; 256] {
@@ -3715,7 +3727,8 @@ const _: () = assert!(PingHeader::RELEASE_OFFSET + 4 <= 256);
 const _: () = assert!(PingHeader::COMMAND_OFFSET + 1 <= 256);
 const _: () = assert!(PingHeader::REPLICA_OFFSET + 1 <= 256);
 const _: () = assert!(PingHeader::RESERVED_FRAME_OFFSET + 66 <= 256);
-const _: () = assert!(PingHeader::RESERVED_OFFSET + 128 <= 256);
+const _: () = assert!(PingHeader::STOPPING_OFFSET + 1 <= 256);
+const _: () = assert!(PingHeader::RESERVED_OFFSET + 127 <= 256);
 impl iggy_wire::WireJson for PingHeader {
     fn write_json(&self, out: &mut String) {
         out.push('{');
@@ -3737,6 +3750,8 @@ impl iggy_wire::WireJson for PingHeader {
         iggy_wire::WireJson::write_json(&self.replica, out);
         out.push_str(",\"reserved_frame\":");
         iggy_wire::WireJson::write_json(&self.reserved_frame, out);
+        out.push_str(",\"stopping\":");
+        iggy_wire::WireJson::write_json(&self.stopping, out);
         out.push('}');
     }
 }

@@ -3967,3 +3967,61 @@ async fn keyed_sends_and_offsets_agree_through_every_node() {
         );
     }
 }
+
+/// Node i's log lines written after `from` bytes of it (what it logged since a mark).
+fn log_since(cluster: &TestCluster, i: usize, from: usize) -> String {
+    cluster.node(i).log().get(from..).unwrap_or("").to_string()
+}
+
+/// A graceful stop (SIGTERM) is an operator's act, not a fault: each peer logs it once at INFO
+/// ("replica N stopped (graceful)") and no WARN about the stopped replica, so a rolling restart
+/// raises no alert. A kill -9 of the same node afterwards still warns of the lost link.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_stop_is_logged_once_at_info_by_each_peer_and_a_kill_still_warns() {
+    let mut cluster = TestCluster::start_on_distinct_ips(3);
+    let client = Arc::new(cluster.root_client(0).await);
+    let (stream, topic, partition_groups) = create_topic(&client, 3).await;
+    let groups = all_groups(&partition_groups);
+    for i in 0..3 {
+        cluster.wait_normal(i, &groups).await;
+    }
+    let producer = Producer::start(client.clone(), stream, topic, 3);
+    producer.wait_progress("before the stop", 4, Duration::from_secs(20)).await;
+    // The metadata primary, so the stop also hands groups over (the view changes are part of a graceful stop).
+    let stopped = usize::from(cluster.primary(METADATA_GROUP).expect("a metadata primary").0);
+    let peers: Vec<usize> = (0..3).filter(|&i| i != stopped).collect();
+    let marks: BTreeMap<usize, usize> = peers.iter().map(|&i| (i, cluster.node(i).log().len())).collect();
+    cluster.stop(stopped);
+    let graceful = format!("replica {stopped} stopped (graceful)");
+    for &i in &peers {
+        wait_until(&format!("node {i} logs {graceful:?}"), Duration::from_secs(20), || log_since(&cluster, i, marks[&i]).contains(&graceful).then_some(()), || log_since(&cluster, i, marks[&i])).await;
+    }
+    producer.wait_progress("after the stop", 4, Duration::from_secs(45)).await;
+    // Long enough for what a stopped peer makes its peers do later: redials, view changes, silence checks (the heartbeat timeout is 2 s).
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let about_stopped = format!("replica {stopped}");
+    for &i in &peers {
+        let log = log_since(&cluster, i, marks[&i]);
+        let warned: Vec<&str> = log.lines().filter(|l| (l.contains(" WARN ") || l.contains(" ERROR ")) && l.contains(&about_stopped)).collect();
+        assert!(warned.is_empty(), "node {i} warned of the graceful stop of node {stopped}:\n{}", warned.join("\n"));
+        let infos: Vec<&str> = log.lines().filter(|l| l.contains(&graceful)).collect();
+        assert_eq!(infos.len(), 1, "node {i} logs the graceful stop once:\n{log}");
+        assert!(infos[0].contains(" INFO "), "{}", infos[0]);
+    }
+    let acked = producer.finish().await;
+
+    // Back, linked with both peers, then killed: the lost link is a fault and warned of.
+    cluster.restart(stopped);
+    cluster.wait_normal(stopped, &groups).await;
+    let marks: BTreeMap<usize, usize> = peers.iter().map(|&i| (i, cluster.node(i).log().len())).collect();
+    cluster.kill9(stopped);
+    let lost = format!("link with replica {stopped} closed");
+    for &i in &peers {
+        let line = wait_until(&format!("node {i} warns that its link with node {stopped} closed"), Duration::from_secs(20), || log_since(&cluster, i, marks[&i]).lines().find(|l| l.contains(&lost)).map(str::to_string), || log_since(&cluster, i, marks[&i])).await;
+        assert!(line.contains(" WARN "), "{line}");
+        assert!(!log_since(&cluster, i, marks[&i]).contains(&graceful), "node {i} took the kill for a graceful stop");
+    }
+    let survivor = peers[0];
+    let reader = cluster.root_client(survivor).await;
+    assert_acknowledged_exactly_once(&reader, stream, topic, &acked).await;
+}

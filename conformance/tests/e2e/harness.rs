@@ -605,6 +605,11 @@ impl TestServer {
         self.file_size_limit = bytes;
     }
 
+    /// The child's `RLIMIT_NOFILE` (soft and hard) from its next start; `None` lifts it.
+    pub fn set_open_files_limit(&mut self, descriptors: Option<u64>) {
+        self.open_files_limit = descriptors;
+    }
+
     /// Waits up to `limit` for the child to exit by itself and reaps it; `None` if it is still
     /// running then (it is left running) or none was started.
     pub fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {

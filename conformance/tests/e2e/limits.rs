@@ -894,3 +894,110 @@ async fn a_poll_reply_is_bounded_by_the_frame_limit_and_the_client_polls_on() {
     }
     assert!(polls >= 3, "12 x 400 KiB in replies of at most 2 MiB: {polls} polls");
 }
+
+/// Node i's descriptors in use now (its `/proc/<pid>/fd` entries), for failure messages.
+fn descriptors_in_use(cluster: &crate::test_cluster::TestCluster, i: usize) -> String {
+    match cluster.node(i).pid() {
+        Some(pid) => std::fs::read_dir(format!("/proc/{pid}/fd")).map_or_else(|e| format!("unreadable: {e}"), |d| d.count().to_string()),
+        None => "not running".into(),
+    }
+}
+
+/// A backup whose open-files limit is lower than the proposer's (the descriptor budget is
+/// checked on the proposing node only) cannot keep a new topic's partitions open. It stays up:
+/// the partitions past its budget are not opened and reported (ERROR naming the cause and the
+/// limit), its other groups go on, and once descriptors free up (another topic deleted) it
+/// opens them, catches up, and holds every acknowledged message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_out_of_descriptors_opening_partitions_stays_up_and_opens_them_once_descriptors_free_up() {
+    use crate::cluster::{all_groups, create_topic, send_numbered};
+    use crate::test_cluster::*;
+    use std::time::Duration;
+    // Room for 25 partitions (half of 256, 5 descriptors each); the other nodes have 20000.
+    const LOW: u64 = 256;
+    let mut cluster = TestCluster::start(3);
+    // Node 2 runs with the low limit; the metadata primary (where the budget is checked) is another node.
+    cluster.stop(2);
+    cluster.nodes[2].set_open_files_limit(Some(LOW));
+    cluster.restart(2);
+    let client = cluster.root_client(0).await;
+    let (stream, topic, small) = create_topic(&client, 1).await;
+    cluster.wait_normal(2, &all_groups(&small)).await;
+    let primary = cluster.primary(METADATA_GROUP).expect("a metadata primary").0;
+    assert_ne!(primary, 2, "the budget would be checked on node 2 itself");
+    // 81 partitions on node 2, then 24 more: the proposer allows them, node 2 has room for 25
+    // (before, it ran out of descriptors opening them and stopped, exit 74).
+    let filler = ok("filler", within("filler", client.create_topic(&id(stream), "filler", &topic_options(80))).await);
+    let wide = ok("wide", within("wide", client.create_topic(&id(stream), "wide", &topic_options(24))).await);
+    let wide_groups: Vec<u64> = (0..24).map(|p| partition_group(stream, wide.id, p)).collect();
+    // Writes to every wide partition commit on the other two nodes meanwhile.
+    send_numbered(&client, (stream, wide.id), 24, 4, 1).await;
+    let error = wait_until("node 2 reports the partitions it could not open", Duration::from_secs(20), || current_start(&cluster.node(2).log()).lines().find(|l| l.contains(" ERROR ") && l.contains("not opened")).map(str::to_string), || format!("{} descriptors in use\n{}", descriptors_in_use(&cluster, 2), current_start(&cluster.node(2).log()))).await;
+    assert!(error.contains("open files limit of 256"), "the cause and the limit: {error}");
+    eprintln!("node 2: {error}");
+    let status = tokio::task::block_in_place(|| cluster.nodes[2].wait_exit(Duration::from_secs(2)));
+    assert!(status.is_none(), "node 2 stopped ({status:?}):\n{}", current_start(&cluster.node(2).log()));
+    // Its other groups go on: a write to the small topic commits and node 2 applies it.
+    send_numbered(&client, (stream, topic), 1, 10, 1).await;
+    cluster.wait_normal(2, &all_groups(&small)).await;
+    // Descriptors free up: node 2 opens what it could not and catches up.
+    ok("delete filler", within("delete filler", client.delete_topic(&id(stream), &id(filler.id))).await);
+    cluster.wait_normal(2, &wide_groups).await;
+    // The small topic's partition and the wide topic's 24, the same bytes on every node.
+    cluster.wait_identical_segments(25).await;
+    let log = current_start(&cluster.node(2).log()).to_string();
+    assert!(log.contains("after waiting for file descriptors"), "{log}");
+    assert!(!log.contains("storage failure"), "{log}");
+}
+
+/// A node restarted under an open-files limit lower than its partitions need (the budget is
+/// checked only when partitions are created) starts and serves the partitions its budget holds;
+/// the others are reported (ERROR) and answered as not ready (58), never as empty. Once
+/// descriptors free up (a topic deleted; raising the running process's limit with prlimit
+/// does the same, but needs CAP_SYS_RESOURCE) it opens them without a restart, every message
+/// in place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_restarted_under_a_lower_open_files_limit_serves_what_fits_and_the_rest_once_descriptors_free_up() {
+    use std::time::Duration;
+    const PARTITIONS: u32 = 25;
+    let mut server = TestServer::start();
+    let client = server.root_client().await;
+    ok("stream", within("stream", client.create_stream("s", &StreamCreateOptions::default())).await);
+    // Opened first at a start (topic 0), then the 25 partitions of "t" (topic 1).
+    ok("spare", within("spare", client.create_topic(&name("s"), "spare", &topic_options(5))).await);
+    ok("topic", within("topic", client.create_topic(&name("s"), "t", &topic_options(PARTITIONS))).await);
+    for p in 0..PARTITIONS {
+        send_to_partition(&client, &name("s"), &name("t"), p, msgs(&format!("p{p}"), 3)).await;
+    }
+    drop(client);
+    // Room for 25 of the 30 partitions (half of 256, 5 descriptors each).
+    server.set_open_files_limit(Some(256));
+    tokio::task::block_in_place(|| server.restart());
+    let log = server.log();
+    let deferred: Vec<u32> = crate::test_cluster::current_start(&log).lines().filter(|l| l.contains(" ERROR ") && l.contains("not opened")).filter_map(|l| l.split("/topics/1/partitions/").nth(1)?.split(':').next()?.parse().ok()).collect();
+    assert_eq!(deferred.len(), 5, "5 partitions of t past the budget are reported:\n{log}");
+    let client = server.root_client().await;
+    let open = (0..PARTITIONS).find(|p| !deferred.contains(p)).unwrap();
+    let polled = poll(&client, &name("s"), &name("t"), open, &consumer("c"), PollingStrategy::offset(0), 10, false).await;
+    assert_eq!(polled.messages.len(), 3, "partition {open} is served");
+    // Not served, and never as empty: the server answers 58 (not ready), which the SDK resends.
+    let waiting = deferred[0];
+    let impatient = server.root_client().await;
+    let early = tokio::time::timeout(Duration::from_secs(4), impatient.poll_messages(&name("s"), &name("t"), Some(waiting), &consumer("c"), &PollingStrategy::offset(0), 10, false)).await;
+    match early {
+        Err(_still_waiting) => {}
+        Ok(Err(error)) => assert_eq!(error.as_code(), 58, "{error}"),
+        Ok(Ok(polled)) => panic!("partition {waiting} answered {} messages before it opened", polled.messages.len()),
+    }
+    drop(impatient);
+    // Descriptors free up: the maintenance pass opens the rest.
+    ok("delete spare", within("delete spare", client.delete_topic(&name("s"), &name("spare"))).await);
+    for p in deferred {
+        let polled = crate::test_cluster::wait_until_async(&format!("partition {p} is served"), Duration::from_secs(20), async || {
+            let polled = within("poll", client.poll_messages(&name("s"), &name("t"), Some(p), &consumer("c"), &PollingStrategy::offset(0), 10, false)).await;
+            polled.ok()
+        }, || server.log()).await;
+        assert_eq!(payloads(&polled), (0..3).map(|i| format!("p{p}-{i}")).collect::<Vec<_>>(), "partition {p} holds what was acknowledged");
+    }
+    assert!(server.log().contains("after waiting for file descriptors"), "{}", server.log());
+}

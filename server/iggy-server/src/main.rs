@@ -710,6 +710,8 @@ async fn run(
     }
     node.drain(std::time::Duration::from_secs(10)).await;
     listeners.close().await;
+    node.say_stopping(std::time::Duration::from_millis(500))
+        .await;
     tracing::info!("stopped");
     ExitCode::SUCCESS
 }

@@ -31,7 +31,7 @@ const GROUP_INBOUND_CAPACITY: usize = 1024;
 
 /// The running plane, kept by the node (the bus lives on the thread that started it).
 pub struct ReplicaPlane {
-    _bus: ReplicaBus,
+    bus: ReplicaBus,
     sender: BusSender,
     router: Arc<Router>,
     cluster: u128,
@@ -158,7 +158,7 @@ impl ReplicaPlane {
             transfer_chunk_bytes: config.limits.max_frame_size.saturating_sub(header).max(1),
             sender: bus.sender(),
             router: bus.router(),
-            _bus: bus,
+            bus,
             cluster,
             replica,
             replica_count,
@@ -237,6 +237,11 @@ impl ReplicaPlane {
 
     pub fn replica_count(&self) -> u8 {
         self.replica_count
+    }
+
+    /// Tells the linked peers this node stops gracefully (`ReplicaBus::say_stopping`).
+    pub async fn say_stopping(&self, within: Duration) -> Vec<u8> {
+        self.bus.say_stopping(within).await
     }
 
     /// Whether this node hears from `peer` now (`BusSender::status`); this node itself is

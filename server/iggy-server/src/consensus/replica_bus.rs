@@ -51,7 +51,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
@@ -342,8 +342,13 @@ pub enum BusEvent {
         detail: String,
     },
     /// An admitted link ended: a refused frame (`reason` names the check), an I/O error, the
-    /// peer closing, or a newer link from the same peer.
-    Closed { peer: u8, reason: String },
+    /// peer closing, or a newer link from the same peer. `graceful` when the peer said first
+    /// that it stops (`ReplicaBus::say_stopping`).
+    Closed {
+        peer: u8,
+        reason: String,
+        graceful: bool,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -371,6 +376,8 @@ struct Outbox {
     /// The generation of the admitted link that drains this queue, 0 while none is up.
     linked: AtomicU64,
     liveness: Mutex<Liveness>,
+    /// This node's stopping Ping was written to the peer's link (`ReplicaBus::say_stopping`).
+    stopping_written: AtomicBool,
 }
 
 struct OutboxState {
@@ -402,6 +409,7 @@ impl Outbox {
             sent_bytes: AtomicU64::new(0),
             linked: AtomicU64::new(0),
             liveness: Mutex::new(Liveness::new(silence_max)),
+            stopping_written: AtomicBool::new(false),
         }
     }
 
@@ -816,6 +824,37 @@ impl ReplicaBus {
 
     pub fn router(&self) -> Arc<Router> {
         self.shared.router.clone()
+    }
+
+    /// Tells every linked peer that this node stops gracefully (a Ping with `stopping` set,
+    /// queued behind what the groups sent), and waits until each was written or `within`
+    /// passes: the peers then log the close that follows as a graceful stop, not a lost link.
+    /// Returns the peers told. The last thing a node does before it exits; a peer not linked
+    /// now, or whose queue is full, sees the close as a lost link.
+    pub async fn say_stopping(&self, within: Duration) -> Vec<u8> {
+        let local = &self.shared.config.local;
+        let frame =
+            Bytes::copy_from_slice(&replica_link::stopping_frame(local.cluster, local.replica));
+        let queued: Vec<(u8, &Arc<Outbox>)> = self
+            .shared
+            .outboxes
+            .iter()
+            .filter(|(_, outbox)| outbox.linked.load(Ordering::Relaxed) != 0)
+            .filter(|(_, outbox)| outbox.push(Instant::now(), frame.clone()).is_ok())
+            .map(|(&peer, outbox)| (peer, outbox))
+            .collect();
+        let deadline = Instant::now() + within;
+        let written = || {
+            queued
+                .iter()
+                .filter(|(_, outbox)| outbox.stopping_written.load(Ordering::Relaxed))
+                .map(|&(peer, _)| peer)
+                .collect::<Vec<u8>>()
+        };
+        while written().len() < queued.len() && Instant::now() < deadline {
+            compio::time::sleep(Duration::from_millis(2)).await;
+        }
+        written()
     }
 
     /// The peers with an admitted link right now.
@@ -1295,12 +1334,15 @@ async fn run_link(shared: &Rc<Shared>, stream: LinkStream, admitted: admission::
         pong: keepalive(Command::Pong),
     });
     let (reader, writer) = stream.split();
+    // Set when the peer says it stops gracefully: the close that follows is no fault.
+    let stopping = Rc::new(Cell::new(false));
     let reading = Box::pin(read_frames(
         reader,
         check,
         shared.router.clone(),
         shared.config.handshake_timeout,
         link,
+        stopping.clone(),
     ));
     let writer_outbox = outbox.clone();
     let writing = Box::pin(async move {
@@ -1347,8 +1389,19 @@ async fn run_link(shared: &Rc<Shared>, stream: LinkStream, admitted: admission::
             .compare_exchange(generation, 0, Ordering::Relaxed, Ordering::Relaxed);
         outbox.link_event(Instant::now(), LinkEvent::Closed { generation });
     }
-    tracing::warn!("replica {local}: link with replica {peer} closed: {reason}");
-    shared.event(BusEvent::Closed { peer, reason });
+    if stopping.get() {
+        tracing::info!(
+            "replica {local}: replica {peer} stopped (graceful): link with replica {peer} \
+             closed: {reason}"
+        );
+    } else {
+        tracing::warn!("replica {local}: link with replica {peer} closed: {reason}");
+    }
+    shared.event(BusEvent::Closed {
+        peer,
+        reason,
+        graceful: stopping.get(),
+    });
 }
 
 /// What the reader of one link does for the peer's liveness: mark every verified frame heard
@@ -1381,6 +1434,7 @@ async fn read_frames(
     router: Arc<Router>,
     body_within: Duration,
     keepalive: Option<LinkKeepalive>,
+    stopping: Rc<Cell<bool>>,
 ) -> String {
     loop {
         let header = match stream.read_header::<HEADER_SIZE>().await {
@@ -1418,6 +1472,9 @@ async fn read_frames(
         };
         if let Err(reject) = check.body(&verified, &body) {
             return reject.to_string();
+        }
+        if replica_link::says_stopping(&verified, &header) {
+            stopping.set(true);
         }
         if let Some(keepalive) = &keepalive {
             let generation = keepalive.generation;
@@ -1500,15 +1557,20 @@ async fn write_frames(mut stream: LinkWriter, outbox: &Outbox) -> String {
     loop {
         let frame = outbox.pop().await;
         let bytes = frame.len() as u64;
+        let stopping = replica_link::is_stopping_frame(&frame);
         if let Err(error) = stream.write_frame(frame).await {
             return format!("write failed: {}", replica_tls::cause(&error));
         }
         outbox.sent_frames.fetch_add(1, Ordering::Relaxed);
         outbox.sent_bytes.fetch_add(bytes, Ordering::Relaxed);
-        if outbox.is_empty()
+        // The stopping Ping is flushed at once: the process exits once it is written.
+        if (stopping || outbox.is_empty())
             && let Err(error) = stream.flush().await
         {
             return format!("write failed: {}", replica_tls::cause(&error));
+        }
+        if stopping {
+            outbox.stopping_written.store(true, Ordering::Relaxed);
         }
     }
 }
@@ -2037,6 +2099,32 @@ mod tests {
             deliver(&a, &mut b, b"after").await;
             // The other direction works too.
             deliver(&b, &mut a, b"back").await;
+        }
+    }
+
+    /// A peer that says it stops before it goes is logged (and reported) as a graceful stop;
+    /// the same peer gone without a word is a lost link.
+    #[compio::test]
+    async fn a_peer_that_says_it_stops_closes_gracefully_and_one_that_vanishes_does_not() {
+        let roster = free_addresses(2);
+        let mut a = start(config(0, &roster)).await;
+        for says in [true, false] {
+            let mut b = start(config(1, &roster)).await;
+            admitted(&mut a, 1).await;
+            admitted(&mut b, 0).await;
+            deliver(&a, &mut b, b"before").await;
+            if says {
+                assert_eq!(b.bus.say_stopping(PATIENCE).await, vec![0]);
+            }
+            drop(b);
+            let closed = wait_for(&mut a, "the peer's link closing", |e| {
+                matches!(e, BusEvent::Closed { peer: 1, .. })
+            })
+            .await;
+            match closed {
+                BusEvent::Closed { graceful, .. } => assert_eq!(graceful, says),
+                other => panic!("{other:?}"),
+            }
         }
     }
 

@@ -349,17 +349,41 @@ pub fn keepalive_frame(cluster: u128, sender: u8, command: Command) -> [u8; HEAD
         matches!(command, Command::Ping | Command::Pong),
         "{command:?}"
     );
+    ping_header(cluster, sender, command, false)
+}
+
+/// The last frame a gracefully stopping `sender` writes on each link: a Ping with `stopping`
+/// set. A peer of a build before the field answers it as any Ping.
+pub fn stopping_frame(cluster: u128, sender: u8) -> [u8; HEADER_SIZE] {
+    ping_header(cluster, sender, Command::Ping, true)
+}
+
+fn ping_header(cluster: u128, sender: u8, command: Command, stopping: bool) -> [u8; HEADER_SIZE] {
     let mut header = PingHeader {
         cluster,
         size: HEADER_SIZE as u32,
         command,
         replica: sender,
+        stopping,
         ..PingHeader::default()
     }
     .to_bytes();
     let seal = seal_of(&header);
     header[..GenericHeader::CHECKSUM_SIZE].copy_from_slice(&seal.to_le_bytes());
     header
+}
+
+/// Whether an outgoing frame (one this node built) is its stopping Ping.
+pub fn is_stopping_frame(frame: &[u8]) -> bool {
+    frame.len() == HEADER_SIZE
+        && frame[GenericHeader::COMMAND_OFFSET] == Command::Ping as u8
+        && frame[PingHeader::STOPPING_OFFSET] != 0
+}
+
+/// Whether a verified frame is its sender's notice that it stops gracefully (a Ping with
+/// `stopping` set; any non-zero byte counts, the seal already vouched for it).
+pub fn says_stopping(verified: &Verified, header: &[u8; HEADER_SIZE]) -> bool {
+    verified.command == Command::Ping && header[PingHeader::STOPPING_OFFSET] != 0
 }
 
 impl FrameCheck {
@@ -903,6 +927,36 @@ pub(crate) mod tests {
             });
             assert_eq!(check().header(&with_body).unwrap_err().reason, "size");
         }
+    }
+
+    /// A stopping node's last Ping passes the check as a keepalive (so a peer of a build
+    /// before the field answers it as one) and is told apart from every other keepalive.
+    #[test]
+    fn a_stopping_ping_is_a_keepalive_that_says_so() {
+        let frame = stopping_frame(CLUSTER, 0);
+        let verified = check().header(&frame).unwrap();
+        assert_eq!(
+            (verified.command, verified.body_len(), verified.group),
+            (Command::Ping, 0, METADATA_GROUP)
+        );
+        assert!(says_stopping(&verified, &frame));
+        assert!(is_stopping_frame(&frame));
+        for command in [Command::Ping, Command::Pong] {
+            let frame = keepalive_frame(CLUSTER, 0, command);
+            assert!(!says_stopping(&check().header(&frame).unwrap(), &frame));
+            assert!(!is_stopping_frame(&frame));
+        }
+        // The flag is under the seal: a torn one is refused, not read.
+        let mut torn = frame;
+        torn[PingHeader::STOPPING_OFFSET] ^= 1;
+        assert_eq!(check().header(&torn).unwrap_err().reason, "checksum");
+        // Before the field these bytes were reserved and sent as zeros: the frame differs
+        // from a plain Ping only there.
+        let plain = keepalive_frame(CLUSTER, 0, Command::Ping);
+        let differ: Vec<usize> = (16..HEADER_SIZE)
+            .filter(|&i| frame[i] != plain[i])
+            .collect();
+        assert_eq!(differ, vec![PingHeader::STOPPING_OFFSET]);
     }
 
     /// The codec's frames pass this check and decode to the message encoded, for a partition

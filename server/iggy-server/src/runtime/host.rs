@@ -383,6 +383,46 @@ pub fn partitions_fit(partitions: u64, limit: Option<u64>) -> bool {
     limit.is_none_or(|limit| partitions.saturating_mul(DESCRIPTORS_PER_PARTITION) <= limit / 2)
 }
 
+/// Descriptors a partition's open finds free before it starts (probed), besides the budget
+/// (`partitions_fit`): connections, or the system's limit, may have taken what the budget
+/// leaves, and a file open that fails on the way stops the node.
+pub const OPEN_HEADROOM: u64 = 32;
+
+/// Whether this process can open `wanted` more descriptors now: opens that many handles of
+/// `dir` (a directory that exists) and closes them. The error of the first that fails; only
+/// [`out_of_descriptors`] errors say there is no room (another, a missing `dir` say, is left
+/// for the open itself to report).
+pub fn descriptors_free(dir: &Path, wanted: u64) -> std::io::Result<()> {
+    let mut held = Vec::with_capacity(usize::try_from(wanted).unwrap_or(0));
+    for _ in 0..wanted {
+        held.push(std::fs::File::open(dir)?);
+    }
+    Ok(())
+}
+
+/// Whether `error` is the process (EMFILE) or the system (ENFILE) out of file descriptors.
+pub fn out_of_descriptors(error: &std::io::Error) -> bool {
+    matches!(error.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
+}
+
+/// What an operator raises when `error` ([`out_of_descriptors`]) happened, naming the limit.
+pub fn descriptor_limit_named(error: &std::io::Error) -> String {
+    match error.raw_os_error() {
+        Some(libc::ENFILE) => {
+            "the system's open files limit (fs.file-max) is reached: raise it or close files \
+             elsewhere"
+                .to_string()
+        }
+        _ => match open_files_limit() {
+            Some(limit) => format!(
+                "this process reached its open files limit of {limit} (ulimit -n; LimitNOFILE= \
+                 under systemd): raise it, or free descriptors (fewer partitions or connections)"
+            ),
+            None => "this process is out of file descriptors".to_string(),
+        },
+    }
+}
+
 /// Inodes below which a node warns: a topic create takes a few per partition.
 const LOW_INODES: u64 = 1024;
 
@@ -581,6 +621,23 @@ mod tests {
             "unlimited"
         );
         assert!(memory_limit().is_some_and(|bytes| bytes > 0));
+    }
+
+    #[test]
+    fn descriptors_are_probed_and_running_out_is_told_apart() {
+        let dir = tempfile::tempdir().unwrap();
+        descriptors_free(dir.path(), 8).unwrap();
+        let missing = descriptors_free(&dir.path().join("missing"), 1).unwrap_err();
+        assert!(!out_of_descriptors(&missing), "{missing}");
+        let emfile = std::io::Error::from_raw_os_error(libc::EMFILE);
+        let enfile = std::io::Error::from_raw_os_error(libc::ENFILE);
+        assert!(out_of_descriptors(&emfile) && out_of_descriptors(&enfile));
+        assert!(descriptor_limit_named(&enfile).contains("fs.file-max"));
+        let named = descriptor_limit_named(&emfile);
+        match open_files_limit() {
+            Some(limit) => assert!(named.contains(&format!("limit of {limit}")), "{named}"),
+            None => assert!(named.contains("out of file descriptors"), "{named}"),
+        }
     }
 
     #[test]

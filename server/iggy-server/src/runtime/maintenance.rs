@@ -52,6 +52,7 @@ pub async fn run(node: Rc<Node>) {
         orphan_sweep.pass(&node).await;
         judge_gone_partitions(&node);
         release_restored(&node);
+        node.shared.retry_deferred_opens().await;
     }
 }
 

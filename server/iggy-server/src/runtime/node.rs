@@ -138,6 +138,17 @@ impl Node {
         self.metadata.sync_journal().await;
     }
 
+    /// In a cluster, the last step of a graceful stop: tells every linked peer that this
+    /// replica stops (waiting at most `limit` for the words to be written), so each logs the
+    /// close of its link once at INFO instead of warning of a lost link.
+    pub async fn say_stopping(&self, limit: std::time::Duration) {
+        let Some(plane) = &self.shared.plane else {
+            return;
+        };
+        let told = plane.say_stopping(limit).await;
+        tracing::info!("told replica(s) {told:?} this replica stops");
+    }
+
     /// In a cluster: hands every group this replica leads to a caught-up backup, and waits (at
     /// most `limit`) until each has left the view it led here, so its peers elect a primary now
     /// instead of after the heartbeat timeout (a rolling restart does not stall writes for
@@ -246,6 +257,8 @@ impl Node {
             listening: Default::default(),
             retired_traffic: Default::default(),
             unopenable: Default::default(),
+            awaiting_descriptors: Default::default(),
+            opens_now: Default::default(),
             gone_partitions: Default::default(),
             plane,
             retirement: RefCell::new(iggy_metadata::retirement::RetirementEvidence::new(

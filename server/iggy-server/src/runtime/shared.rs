@@ -52,6 +52,14 @@ pub struct Shared {
     /// Partitions whose copy here could not open (refused, logged), with the incarnation: not
     /// served until the operator repairs them and restarts the node.
     pub unopenable: RefCell<HashMap<PartitionKey, u64>>,
+    /// Partitions not opened because this process was out of file descriptors (logged once),
+    /// with the incarnation: not served yet (requests wait, then 58), their directories left
+    /// untouched, and opened again by the maintenance pass once descriptors free up
+    /// (`retry_deferred_opens`).
+    pub awaiting_descriptors: RefCell<HashMap<PartitionKey, u64>>,
+    /// Partition opens in flight, with the incarnation: the descriptors each will take are
+    /// counted before another open starts.
+    pub opens_now: RefCell<HashMap<PartitionKey, u64>>,
     /// Partitions an op opened whose directory was gone while their namespace published that
     /// incarnation or a later one, with the refusal: judged once the metadata is current
     /// (`runtime/maintenance.rs`), an error only if the incarnation is still live then.
@@ -429,6 +437,12 @@ impl Shared {
                 incarnation,
             } => {
                 let key = (stream, topic, partition);
+                // Being opened already (a deferred open's retry meeting a reconcile's open).
+                if self.opens_now.borrow().get(&key) == Some(&incarnation) {
+                    return tracing::debug!(
+                        "partition {key:?}: incarnation {incarnation} is being opened already"
+                    );
+                }
                 #[cfg(debug_assertions)]
                 slow_partition_open_on_purpose().await;
                 let namespace = self
@@ -466,6 +480,13 @@ impl Shared {
                     self.checkpoint_journal_ops(),
                     self.checkpoint_laggard_bound(),
                 );
+                // A file open that fails on the way stops the node (fail-stop storage): an open
+                // without descriptors for it and some headroom waits for the opens in flight,
+                // and with none in flight is deferred, its directory untouched.
+                if let Err(why) = self.descriptors_for_open().await {
+                    return self.defer_open(key, incarnation, &dir, &why);
+                }
+                self.opens_now.borrow_mut().insert(key, incarnation);
                 let shard = self.shards.owner(key);
                 let task_dir = dir.clone();
                 // The partition's log, journal and group live on its owning shard.
@@ -486,6 +507,7 @@ impl Shared {
                         .await
                     })
                     .await;
+                self.opens_now.borrow_mut().remove(&key);
                 let opened = opened.unwrap_or_else(|| {
                     Err(iggy_storage::StorageError::Refused(format!(
                         "shard {shard} is not running"
@@ -494,6 +516,18 @@ impl Shared {
                 match opened {
                     Ok(handle) => {
                         self.unopenable.borrow_mut().remove(&key);
+                        if self
+                            .awaiting_descriptors
+                            .borrow_mut()
+                            .remove(&key)
+                            .is_some()
+                        {
+                            tracing::info!(
+                                "partition {}: opened (incarnation {incarnation}), after waiting \
+                                 for file descriptors",
+                                dir.display()
+                            );
+                        }
                         self.partitions.borrow_mut().insert(
                             key,
                             PartitionEntry {
@@ -522,6 +556,13 @@ impl Shared {
                         self.gone_partitions
                             .borrow_mut()
                             .push((key, incarnation, why));
+                    }
+                    // Out of descriptors despite the headroom (taken meanwhile by connections):
+                    // nothing was served from it, so it waits like one deferred before its open.
+                    Err(iggy_storage::StorageError::Io { error, .. })
+                        if crate::runtime::host::out_of_descriptors(&error) =>
+                    {
+                        self.defer_open(key, incarnation, &dir, &Starved::Exhausted(error));
                     }
                     Err(error) => {
                         tracing::error!("partition {}: cannot open: {error}", dir.display());
@@ -597,6 +638,87 @@ impl Shared {
         }
     }
 
+    /// Waits until a partition may open: within this node's descriptor budget
+    /// (`host::partitions_fit`, counting the partitions running and the opens in flight, as
+    /// the proposer of a create counts the model's) and with `host::OPEN_HEADROOM` descriptors
+    /// free now (probed: connections, or the system's limit, may have taken them; then it
+    /// waits for the opens in flight to finish). Why not, when it may not.
+    async fn descriptors_for_open(&self) -> Result<(), Starved> {
+        use crate::runtime::host;
+        loop {
+            let in_flight = self.opens_now.borrow().len() as u64;
+            let running = self.partitions.borrow().len() as u64;
+            let limit = host::open_files_limit();
+            if !host::partitions_fit(running + in_flight + 1, limit) {
+                return Err(Starved::Budget {
+                    running: running + in_flight,
+                    limit: limit.unwrap_or(0),
+                });
+            }
+            match host::descriptors_free(self.data.root(), host::OPEN_HEADROOM) {
+                Err(error) if host::out_of_descriptors(&error) => {
+                    if in_flight == 0 {
+                        return Err(Starved::Exhausted(error));
+                    }
+                    compio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+                // Room, or a probe that failed otherwise: the open reports what is wrong.
+                _ => return Ok(()),
+            }
+        }
+    }
+
+    /// Records that partition `key` at `incarnation` waits for descriptors, with an ERROR the
+    /// first time (the maintenance pass retries it quietly).
+    fn defer_open(
+        &self,
+        key: PartitionKey,
+        incarnation: u64,
+        dir: &std::path::Path,
+        why: &Starved,
+    ) {
+        let before = self
+            .awaiting_descriptors
+            .borrow_mut()
+            .insert(key, incarnation);
+        if before == Some(incarnation) {
+            return tracing::debug!(
+                "partition {}: still waiting for file descriptors: {why}",
+                dir.display()
+            );
+        }
+        tracing::error!(
+            "partition {}: not opened (incarnation {incarnation}): {why}. It is not served on \
+             this node until it opens (requests are answered as not ready, 58, and its peers \
+             keep it); the open is retried every maintenance pass and its copy catches up \
+             from its peers then",
+            dir.display(),
+        );
+    }
+
+    /// Opens again the partitions that waited for descriptors and still live as the same
+    /// incarnation, one at a time; stops at the first that still finds no room.
+    pub async fn retry_deferred_opens(&self) {
+        let mut waiting: Vec<(PartitionKey, u64)> = self
+            .awaiting_descriptors
+            .borrow()
+            .iter()
+            .map(|(key, incarnation)| (*key, *incarnation))
+            .collect();
+        waiting.sort_unstable();
+        for (key, incarnation) in waiting {
+            let running = self.partitions.borrow().get(&key).map(|e| e.incarnation);
+            if self.live_incarnation(key) != Some(incarnation) || running == Some(incarnation) {
+                self.awaiting_descriptors.borrow_mut().remove(&key);
+                continue;
+            }
+            self.open_partition(key, incarnation).await;
+            if self.awaiting_descriptors.borrow().get(&key) == Some(&incarnation) {
+                break;
+            }
+        }
+    }
+
     /// Opens partition `key` as `incarnation` (the same effect as its create's).
     async fn open_partition(&self, key: PartitionKey, incarnation: u64) {
         self.run_effect(Effect::OpenPartition {
@@ -612,6 +734,7 @@ impl Shared {
     /// closed when this returns. `topic_created_at` is its topic's, when the topic lives on.
     async fn stop_partition(&self, key: PartitionKey, topic_created_at: Option<u64>) {
         self.unopenable.borrow_mut().remove(&key);
+        self.awaiting_descriptors.borrow_mut().remove(&key);
         let entry = self.partitions.borrow_mut().remove(&key);
         if let Some(entry) = entry {
             entry.handle.group.stop().await;
@@ -785,6 +908,40 @@ impl Shared {
                     self.partition_dir(key).display()
                 ),
             }
+        }
+    }
+}
+
+/// Why a partition's open waits for file descriptors (`Shared::descriptors_for_open`).
+#[derive(Debug)]
+enum Starved {
+    /// Another partition would take this node past its descriptor budget: `running`
+    /// partitions run or are opening under an open-files limit of `limit`.
+    Budget { running: u64, limit: u64 },
+    /// Opening files failed for want of descriptors (EMFILE or ENFILE).
+    Exhausted(std::io::Error),
+}
+
+impl std::fmt::Display for Starved {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use crate::runtime::host::DESCRIPTORS_PER_PARTITION as EACH;
+        match self {
+            Starved::Budget { running, limit } => write!(
+                f,
+                "this node has {running} partitions open or opening, and its open files \
+                 limit of {limit} \
+                 (ulimit -n; LimitNOFILE= under systemd) leaves room for {} (partitions may \
+                 take half of it, {EACH} descriptors each: the other half keeps connections, \
+                 segment rolls and checkpoints from running out, which would stop the node); \
+                 raise the limit (on the running process too: prlimit --nofile) or delete \
+                 partitions",
+                limit / 2 / EACH
+            ),
+            Starved::Exhausted(error) => write!(
+                f,
+                "out of file descriptors ({error}): {}",
+                crate::runtime::host::descriptor_limit_named(error)
+            ),
         }
     }
 }

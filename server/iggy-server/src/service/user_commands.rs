@@ -186,10 +186,10 @@ fn check_topic_size_floor(
 }
 
 /// Refuses `added` partitions when this node could not keep them open within its open-files
-/// limit (see `host::partitions_fit`): committed, they would stop every node that runs out of
-/// descriptors opening them, and again at every start. Checked here, on the node that proposes
-/// the op, because the limit is the host's, not metadata; a node with a lower limit than the
-/// proposer's can still run out.
+/// limit (see `host::partitions_fit`). Checked here, on the node that proposes the op, because
+/// the limit is the host's, not metadata; a node with a lower limit than the proposer's keeps
+/// to the same budget when it opens them, leaving the partitions past it unopened until there
+/// is room (`Shared::descriptors_for_open`).
 fn check_descriptors_for(shared: &Shared, added: u32) -> Result<(), ErrorCode> {
     use crate::runtime::host;
     let running = shared.metadata.borrow().live_partitions().len() as u64;
