@@ -2096,6 +2096,25 @@ mod tests {
         }
     }
 
+    /// A placeholder that stands for a figure, not a resource's id or name, is never filled
+    /// from the path: a topic update under the segment size through `/streams/ops/topics/h`
+    /// answered "Max topic size: h < segment size." (the word "topic" before `{0}`). A later
+    /// sentence whose figures the path cannot give goes whole.
+    #[test]
+    #[ignore = "fails: 1019's reason over HTTP names the topic's id as its maximum size"]
+    fn a_reason_fills_only_placeholders_that_name_a_resource() {
+        let topic_path = "/streams/{stream_id}/topics/{topic_id}";
+        let refusal = refusal_on(
+            ErrorCode::InvalidTopicSize,
+            topic_path,
+            &params(&["ops", "h"]),
+        );
+        assert_eq!(
+            refusal.reason,
+            "Max topic size cannot be lower than segment size."
+        );
+    }
+
     /// The official HTTP client reads these refusals by their `id` (a producer never resends
     /// RequestTooOld, 85) from a non-success status other than 401, 403 and 404, and resends
     /// nothing but a 503.
