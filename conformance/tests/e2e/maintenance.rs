@@ -173,7 +173,6 @@ async fn max_topic_size_bounds_the_closed_segments_not_the_active_one() {
 /// prints "Deleted 2 segments") and deletes nothing below the stored offset. The node says why,
 /// naming the offset and its owner; before, it logged nothing and the operator saw no effect.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails: a segment deletion a stored offset holds back logs nothing"]
 async fn a_segment_deletion_a_stored_offset_holds_back_says_so_in_the_log() {
     let mut server = TestServer::start();
     std::fs::write(server.dir().join("config.toml"), NO_MAINTENANCE).unwrap();

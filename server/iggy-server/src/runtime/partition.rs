@@ -602,11 +602,33 @@ impl StateMachine for PartitionMachine {
                 metadata_op,
                 done,
             } => {
-                let keep_after = self.core.retirement_floor(&live_groups, metadata_op);
+                let holder = self.core.retirement_holder(&live_groups, metadata_op);
+                let keep_after = holder.map_or(u64::MAX, |(_, offset)| offset);
                 let planned = self.log.retire_point(count, keep_after);
+                // The command succeeds either way: say why it deleted less than asked.
+                let asked = self.log.retire_point(count, u64::MAX);
+                if let Some((owner, offset)) = holder.filter(|_| planned < asked) {
+                    tracing::info!(
+                        "partition {}: segment deletion keeps the log from offset {planned} \
+                         (asked up to {asked}): {} stored offset {offset}, and the messages after \
+                         it are not consumed yet",
+                        self.partition_id,
+                        owner_name(owner),
+                    );
+                }
                 let _ = done.send(self.bounded_retirement(planned));
             }
         }
+    }
+}
+
+/// An offset's owner as an operator names it.
+fn owner_name(owner: iggy_partition::OffsetOwner) -> String {
+    use iggy_partition::OffsetOwner;
+    match owner {
+        OffsetOwner::Consumer(id) => format!("consumer {id}"),
+        OffsetOwner::Group(id) => format!("consumer group {id}"),
+        OffsetOwner::External(id) => format!("external group {id}"),
     }
 }
 
