@@ -273,3 +273,59 @@ async fn size_retention_under_load_through_failovers_keeps_the_replicas_identica
         assert!(before.contains_key(path) || !before.keys().any(|b| b.parent() == path.parent() && b > path), "no retired segment comes back: {path:?}");
     }
 }
+
+/// A backup holding offsets 0..14 (segments 0, 6, and 12 active) goes down; DeleteSegments
+/// retires 0..12, which every replica holds, so nothing holds it back; the group then
+/// checkpoints past the backup, which comes back and catches up by state transfer from where
+/// its log ends (14, which the others still hold). The segments the group retired must not stay
+/// on it: every replica ends with the same segment files, from 12, and it serves from 12.
+/// Before, it copied on from 14 and kept 0..12: it served them, and its segment files differed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "fails: the backup keeps segments 0 and 6 and serves offsets 0..12 the group retired"]
+async fn a_backup_caught_up_by_state_transfer_drops_the_segments_the_group_retired_while_it_was_down() {
+    let options = ClusterOptions { env: vec![checkpoint_every(8)], http: true, ..ClusterOptions::default() };
+    let mut cluster = TestCluster::start_with(3, options);
+    let client = cluster.root_client(0).await;
+    let (stream, topic) = topic_of_small_segments(&client, "d", 1, IggyExpiry::NeverExpire).await;
+    let group = partition_group(stream, topic, 0);
+    let (s, t) = (id(stream), id(topic));
+    send_big(&client, &s, &t, 0, 0..14).await;
+    // Small ones after, so the backup's own checkpoint (every 8 ops) lies past offset 14.
+    for n in 0..16u32 {
+        send_to_partition(&client, &s, &t, 0, vec![msg(format!("before-{n}"))]).await;
+    }
+    cluster.wait_identical_segments(3).await;
+    let (primary, _) = cluster.primary(group).expect("a partition primary");
+    let laggard = (usize::from(primary) + 1) % 3;
+    cluster.kill9(laggard);
+    let client = cluster.root_client((laggard + 1) % 3).await;
+    ok("delete 2 segments", within("delete", client.delete_segments(&s, &t, 0, 2)).await);
+    for n in 0..64u32 {
+        send_to_partition(&client, &s, &t, 0, vec![msg(format!("small-{n}"))]).await;
+    }
+    let left_behind = format!("leaves replicas [{laggard}] behind");
+    wait_until(
+        &format!("the group checkpoints past node {laggard}"),
+        Duration::from_secs(30),
+        || (0..3).filter(|&i| i != laggard).any(|i| current_start(&cluster.node(i).log()).contains(&left_behind)).then_some(()),
+        || cluster.describe(group),
+    )
+    .await;
+    // The primary's queue for the laggard still holds the prepares it missed: a restart of the
+    // primary drops it, so the laggard has only the checkpoint to catch up from.
+    let (primary, _) = cluster.primary(group).expect("a partition primary");
+    cluster.kill9(usize::from(primary));
+    cluster.restart(usize::from(primary));
+    cluster.restart(laggard);
+    wait_until(
+        &format!("node {laggard} catches up by state transfer"),
+        Duration::from_secs(40),
+        || current_start(&cluster.node(laggard).log()).contains(&format!("group {group:#x}: state transfer from replica")).then_some(()),
+        || cluster.describe(group),
+    )
+    .await;
+    every_node_serves(&cluster, &s, &t, 0, 12..94).await;
+    let segments = cluster.wait_identical_segments(1).await;
+    let names: Vec<String> = segments.keys().filter_map(|path| path.file_name()?.to_str().map(str::to_string)).collect();
+    assert_eq!(names.first(), Some(&format!("{:020}.log", 12)), "every node holds the segments from 12 on: {names:?}");
+}
