@@ -281,7 +281,6 @@ async fn size_retention_under_load_through_failovers_keeps_the_replicas_identica
 /// on it: every replica ends with the same segment files, from 12, and it serves from 12.
 /// Before, it copied on from 14 and kept 0..12: it served them, and its segment files differed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails: the backup keeps segments 0 and 6 and serves offsets 0..12 the group retired"]
 async fn a_backup_caught_up_by_state_transfer_drops_the_segments_the_group_retired_while_it_was_down() {
     let options = ClusterOptions { env: vec![checkpoint_every(8)], http: true, ..ClusterOptions::default() };
     let mut cluster = TestCluster::start_with(3, options);

@@ -467,6 +467,20 @@ impl StateMachine for PartitionMachine {
         Ok((self.log.next_offset(), until))
     }
 
+    fn transfer_log_start(&self) -> u64 {
+        self.log.first_offset()
+    }
+
+    async fn transfer_retire_below(&mut self, offset: u64) -> Result<(), String> {
+        let deleted = self.log.retire_below(offset).await;
+        tracing::info!(
+            "partition {}: deleted {deleted} segments below offset {offset} (retired by the group)",
+            self.partition_id
+        );
+        self.publish();
+        Ok(())
+    }
+
     /// The old records are not served meanwhile: a poll reads from the log's first offset up
     /// to the state's committed end, which lies below it until the install.
     async fn transfer_restart_at(&mut self, offset: u64) -> Result<(), String> {
