@@ -328,3 +328,37 @@ async fn a_backup_caught_up_by_state_transfer_drops_the_segments_the_group_retir
     let names: Vec<String> = segments.keys().filter_map(|path| path.file_name()?.to_str().map(str::to_string)).collect();
     assert_eq!(names.first(), Some(&format!("{:020}.log", 12)), "every node holds the segments from 12 on: {names:?}");
 }
+
+/// A consumer group's offset that expiry passed: it stays as stored, and the group's next poll
+/// starts at the first kept offset, then goes on from what it committed, through a kill -9 of
+/// the partition's primary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_group_whose_offset_expired_polls_on_from_the_first_kept_offset() {
+    let mut cluster = fast_maintenance_cluster();
+    let client = cluster.root_client(0).await;
+    let expiry = IggyExpiry::ExpireDuration(IggyDuration::from(Duration::from_secs(2)));
+    let (stream, topic) = topic_of_small_segments(&client, "cg", 1, expiry).await;
+    let group_id = partition_group(stream, topic, 0);
+    let (s, t) = (id(stream), id(topic));
+    ok("create group", within("create group", client.create_consumer_group(&s, &t, "g")).await);
+    ok("join", within("join", client.join_consumer_group(&s, &t, &name("g"))).await);
+    let as_group = Consumer::group(name("g"));
+    let poll_next = async |client: &IggyClient, count| {
+        let polled = within("poll", client.poll_messages(&s, &t, None, &as_group, &PollingStrategy::next(), count, true)).await;
+        offsets(&ok("poll as the group", polled))
+    };
+    send_big(&client, &s, &t, 0, 0..14).await;
+    assert_eq!(poll_next(&client, 3).await, vec![0, 1, 2]);
+    every_node_serves(&cluster, &s, &t, 0, 12..14).await;
+    let stored = ok("get offset", within("get", client.get_consumer_offset(&as_group, &s, &t, Some(0))).await).expect("stored");
+    assert_eq!(stored.stored_offset, 2, "the group's offset stays as stored");
+    assert_eq!(poll_next(&client, 10).await, vec![12, 13], "the next poll starts at the first kept offset");
+
+    let (primary, view) = cluster.primary(group_id).expect("a partition primary");
+    cluster.kill9(usize::from(primary));
+    cluster.wait_new_primary(group_id, usize::from(primary), view).await;
+    cluster.restart(usize::from(primary));
+    assert_eq!(poll_next(&client, 10).await, Vec::<u64>::new(), "nothing after what it committed");
+    send_to_partition(&client, &s, &t, 0, vec![msg("after")]).await;
+    assert_eq!(poll_next(&client, 10).await, vec![14]);
+}
