@@ -1325,6 +1325,57 @@ mod tests {
         assert_eq!(laggard.log.first_offset(), 8);
     }
 
+    /// A laggard whose log holds offsets the group retired by ops the offered checkpoint carries
+    /// deletes them (the probe of `Fetch::begin` found the peer's first offset above its own),
+    /// also when that is where its log ends (a full segment rolls at once, so its last one is
+    /// closed here too).
+    #[compio::test]
+    async fn a_transfer_retires_below_the_peers_first_offset_what_the_laggard_still_holds() {
+        for keep_from in [8, 12] {
+            let (source_dir, laggard_dir) =
+                (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+            // Every batch fills a segment of its own.
+            let mut source = machine_rolling_at(source_dir.path(), 1).await;
+            let mut laggard = machine_rolling_at(laggard_dir.path(), 1).await;
+            for op in 1..=6 {
+                apply(&mut source, &send(op, 2)).await;
+                apply(&mut laggard, &send(op, 2)).await;
+            }
+            apply(&mut source, &send(7, 2)).await;
+            let retire = PartitionWrite::RetireSegments {
+                keep_from,
+                planned_at: 7,
+            };
+            let retire = Entry::new(8, 0, 1, 8, retire.operation(), retire.encode());
+            apply(&mut source, &retire).await;
+            let state = source.checkpoint().await.unwrap();
+            laggard.checkpoint().await.unwrap();
+            let (next, until) = laggard.transfer_begin(&state).await.unwrap();
+            assert_eq!((next, until), (12, 14));
+            assert_eq!(laggard.transfer_log_start(), 0);
+            let (held_from, records) = source.transfer_records(0, 1).await;
+            assert_eq!(
+                (held_from, records.len()),
+                (keep_from, 0),
+                "the probe's answer"
+            );
+            laggard.transfer_retire_below(held_from).await.unwrap();
+            assert_eq!(
+                laggard.log.first_offset(),
+                keep_from,
+                "keep from {keep_from}"
+            );
+            let (offset, records) = source.transfer_records(next, 1 << 20).await;
+            assert_eq!(offset, 12);
+            assert_eq!(laggard.transfer_append(records).await.unwrap(), 14);
+            assert_eq!(
+                laggard.log.first_offset(),
+                keep_from,
+                "keep from {keep_from}"
+            );
+        }
+    }
+
     #[compio::test]
     async fn a_transfer_across_retired_offsets_restarts_the_laggards_log_at_the_peers_first_offset()
     {
