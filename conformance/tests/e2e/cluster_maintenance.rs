@@ -323,6 +323,8 @@ async fn a_backup_caught_up_by_state_transfer_drops_the_segments_the_group_retir
         || cluster.describe(group),
     )
     .await;
+    let log = cluster.node(laggard).log();
+    assert!(current_start(&log).contains("which this replica's log still held; deleted here"), "the laggard continued from its log's end (its checkpoint lies past 12):\n{}", current_start(&log));
     every_node_serves(&cluster, &s, &t, 0, 12..94).await;
     let segments = cluster.wait_identical_segments(1).await;
     let names: Vec<String> = segments.keys().filter_map(|path| path.file_name()?.to_str().map(str::to_string)).collect();
