@@ -17,6 +17,7 @@ mod cluster;
 mod test_cluster;
 mod cluster_config;
 mod cluster_groups;
+mod cluster_maintenance;
 mod cluster_transports;
 mod cluster_lan;
 mod cluster_netfaults;

@@ -168,3 +168,22 @@ async fn max_topic_size_bounds_the_closed_segments_not_the_active_one() {
     let first = first_offset_once_retention_ran(&c).await;
     assert_eq!(first, 6, "retention kept the closed segments within the maximum");
 }
+
+/// DeleteSegments keeps the messages a consumer has not consumed: the command succeeds (the CLI
+/// prints "Deleted 2 segments") and deletes nothing below the stored offset. The node says why,
+/// naming the offset and its owner; before, it logged nothing and the operator saw no effect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_segment_deletion_a_stored_offset_holds_back_says_so_in_the_log() {
+    let mut server = TestServer::start();
+    std::fs::write(server.dir().join("config.toml"), NO_MAINTENANCE).unwrap();
+    tokio::task::block_in_place(|| server.restart());
+    let c = server.root_client().await;
+    small_segments_up_to(&c, 64 * SEGMENT, 14).await;
+    ok("store offset 2", within("store", c.store_consumer_offset(&consumer("reader"), &name("s"), &name("t"), Some(0), 2)).await);
+    ok("delete 2 segments", within("delete", c.delete_segments(&name("s"), &name("t"), 0, 2)).await);
+    let polled = poll(&c, &name("s"), &name("t"), 0, &consumer("c"), PollingStrategy::first(), 1, false).await;
+    assert_eq!(offsets(&polled), vec![0], "offsets 3.. are unconsumed: the first segment stays");
+    let log = server.log();
+    let line = log.lines().find(|line| line.contains("segment deletion")).unwrap_or_else(|| panic!("no line on the held deletion:\n{log}"));
+    assert!(line.contains("offset 2") && line.contains("consumer"), "{line}");
+}

@@ -658,14 +658,24 @@ impl Partition {
     /// [`Self::orphaned_group_offsets`]): a deleted group's, or one a group that took its id
     /// would otherwise inherit; no one reads them and a sweep removes them.
     pub fn retirement_floor(&self, live_groups: &BTreeMap<u32, u64>, metadata_op: u64) -> u64 {
+        self.retirement_holder(live_groups, metadata_op)
+            .map_or(u64::MAX, |(_, offset)| offset)
+    }
+
+    /// The owner of the offset [`Self::retirement_floor`] is, with that offset (the lowest
+    /// owner of the lowest one): `None` when no offset holds a retirement back.
+    pub fn retirement_holder(
+        &self,
+        live_groups: &BTreeMap<u32, u64>,
+        metadata_op: u64,
+    ) -> Option<(OffsetOwner, u64)> {
         self.holding_offsets()
             .filter(|(owner, kept)| {
                 self.orphaned_by(**owner, kept, live_groups, metadata_op)
                     .is_none()
             })
-            .map(|(_, kept)| kept.offset)
-            .min()
-            .unwrap_or(u64::MAX)
+            .map(|(owner, kept)| (*owner, kept.offset))
+            .min_by_key(|(owner, offset)| (*offset, *owner))
     }
 
     /// The offsets that may hold a segment retirement back: consumers' and Iggy groups'.

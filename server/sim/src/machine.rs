@@ -387,6 +387,12 @@ impl Machine for PartitionMachine {
         // Batches stowed for ops this replica never committed: the peer's log decides them.
         let _ = self.core.unstow_after(0);
         self.log.truncate_from(from);
+        // The server's probe (`Fetch::begin`): what the peer retired below where this log
+        // starts, by ops the checkpoint carries and this replica never applies, goes here too.
+        let held_from = source.log.first_offset();
+        if !restart && self.log.first_offset() < held_from && held_from <= self.log.next_offset() {
+            self.log.retire_below(held_from);
+        }
         if restart {
             self.log.restart_at(next);
             self.figures.transfer_log_restarts += 1;

@@ -193,6 +193,17 @@ pub trait StateMachine {
     ) -> impl Future<Output = Result<(u64, u64), String>> {
         async { Err("this state machine transfers no state".to_string()) }
     }
+    /// Receiving: where the log starts (past its end when it holds nothing, as for a state
+    /// machine without one).
+    fn transfer_log_start(&self) -> u64 {
+        u64::MAX
+    }
+    /// Receiving, when the peers no longer hold the offset the log starts from: committed
+    /// retirements the offered checkpoint carries deleted the offsets below `offset`, which
+    /// this log still holds. Deletes them here as those retirements' apply would.
+    fn transfer_retire_below(&mut self, _offset: u64) -> impl Future<Output = Result<(), String>> {
+        async { Err("this state machine transfers no state".to_string()) }
+    }
     /// Receiving, when the peers no longer hold the offset the log continues from: committed
     /// retirements deleted every offset the log holds and those up to `offset`, the peers'
     /// first retained one. Discards the log and restarts it empty at `offset`, durably, before
@@ -1212,6 +1223,9 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                     ChunkVerdict::Restart { asked, held_from } => {
                         self.restart_copy(from, asked, held_from).await;
                     }
+                    ChunkVerdict::Probed { retired_below } => {
+                        self.probed(from, retired_below).await;
+                    }
                     ChunkVerdict::Overtaken {
                         asked,
                         held_from,
@@ -1334,7 +1348,8 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
             }
         };
         let view = self.core.replica().view();
-        let asked = fetch.begin(next, until, plane.ticks());
+        let first = self.state.transfer_log_start();
+        let asked = fetch.begin(first, next, until, plane.ticks());
         self.pending_offer = Some((offer, 0));
         match asked {
             Some((to, request)) => plane.send_transfer(to, view, &request),
@@ -1367,6 +1382,38 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
         );
         let view = self.core.replica().view();
         match fetch.restarted(held_from, plane.ticks()) {
+            Some((to, request)) => plane.send_transfer(to, view, &request),
+            None => self.install_transfer().await,
+        }
+    }
+
+    /// The probe of where the log starts was answered: a peer whose first retained offset lies
+    /// above it retired what this log holds below that offset by committed ops the offered
+    /// checkpoint carries (never replayed here), so those segments go here too before the copy
+    /// goes on (else this replica would keep and serve them, and its segments would differ).
+    async fn probed(&mut self, from: u8, retired_below: Option<u64>) {
+        if let Some(offset) = retired_below {
+            if let Err(why) = self.state.transfer_retire_below(offset).await {
+                let dir = self.dir.clone();
+                let error = std::io::Error::other(why);
+                iggy_storage::fail_stop::fail_stop(
+                    "retire the log for a transfer",
+                    &dir.unwrap_or_default(),
+                    &error,
+                )
+            }
+            if let Some(plane) = &self.plane {
+                tracing::info!(
+                    "group {:#x}: state transfer from replica {from}: the group retired offsets below {offset}, which this replica's log still held; deleted here",
+                    plane.group_id()
+                );
+            }
+        }
+        let (Some(fetch), Some(plane)) = (self.fetch.as_mut(), self.plane.as_mut()) else {
+            return;
+        };
+        let view = self.core.replica().view();
+        match fetch.probed(plane.ticks()) {
             Some((to, request)) => plane.send_transfer(to, view, &request),
             None => self.install_transfer().await,
         }

@@ -460,6 +460,10 @@ enum Phase {
     Slot { op: u64, length: u64, checksum: u64 },
     /// A target accepted; the state machine is preparing its log.
     Beginning,
+    /// Asking whether the peer still holds `first`, where this replica's log starts, before
+    /// copying from `next` up to `until`: the checkpoint carries committed retirements this
+    /// replica never applied, and the segments they deleted must go here too.
+    Probe { first: u64, next: u64, until: u64 },
     /// Copying the log: records from `next` are asked for, up to `until`.
     Chunks { next: u64, until: u64 },
 }
@@ -493,6 +497,10 @@ pub enum ChunkVerdict {
         held_from: u64,
         until: u64,
     },
+    /// The answer to the probe of where this replica's log starts: `retired_below`, the peer's
+    /// first retained offset when committed retirements deleted offsets this log still holds
+    /// (delete them here, below it), then call [`Fetch::probed`].
+    Probed { retired_below: Option<u64> },
     /// Send this (the next piece of a checkpoint slot, or, after one that did not check out, a
     /// new request to the next peer).
     Ask(u8, Transfer),
@@ -550,6 +558,10 @@ impl Fetch {
                 Some((self.peer(), Transfer::Request { nonce: self.nonce }))
             }
             Phase::Beginning => None,
+            Phase::Probe { first, .. } => {
+                self.asking += 1;
+                Some((self.peer(), self.probe_request(first)))
+            }
             // Another peer's newest slot may be another: the transfer starts over there.
             Phase::Slot { .. } => {
                 self.phase = Phase::Target;
@@ -570,6 +582,17 @@ impl Fetch {
             artifact: PARTITION_LOG_ARTIFACT,
             offset,
             max_bytes: CHUNK_BYTES,
+        }
+    }
+
+    /// A request for the record at `first` (any peer answers at least one whole record, or
+    /// none and its first retained offset): a few bytes asked, only the answer's offset counts.
+    fn probe_request(&self, first: u64) -> Transfer {
+        Transfer::RequestChunk {
+            nonce: self.nonce,
+            artifact: PARTITION_LOG_ARTIFACT,
+            offset: first,
+            max_bytes: 1,
         }
     }
 
@@ -671,12 +694,28 @@ impl Fetch {
     /// The state machine's log holds every committed record below `next` and must reach
     /// `until` (the offered state's end): the first chunk request, or `None` when the log is
     /// complete already (install now).
-    pub fn begin(&mut self, next: u64, until: u64, now: u64) -> Option<(u8, Transfer)> {
+    /// A log holding records (from `first`) first asks whether the peer still holds `first`.
+    pub fn begin(&mut self, first: u64, next: u64, until: u64, now: u64) -> Option<(u8, Transfer)> {
         assert_eq!(
             self.phase,
             Phase::Beginning,
             "begin follows an accepted offer"
         );
+        if first < next {
+            self.phase = Phase::Probe { first, next, until };
+            self.asked_at = now;
+            return Some((self.peer(), self.probe_request(first)));
+        }
+        self.phase = Phase::Chunks { next, until };
+        self.appended(next, now)
+    }
+
+    /// The probe was answered (and what it found retired deleted here): the first chunk
+    /// request, or `None` when the log is complete already (install now).
+    pub fn probed(&mut self, now: u64) -> Option<(u8, Transfer)> {
+        let Phase::Probe { next, until, .. } = self.phase else {
+            panic!("probed outside the probe");
+        };
         self.phase = Phase::Chunks { next, until };
         self.appended(next, now)
     }
@@ -697,6 +736,20 @@ impl Fetch {
         }
         if *artifact == METADATA_CHECKPOINT_ARTIFACT {
             return self.on_slot_chunk(from, *offset, records, now);
+        }
+        if let Phase::Probe { first, next, .. } = self.phase {
+            // The peer holds `first`: nothing this log holds was retired. It holds from a later
+            // offset on: what lies below it was retired, within this log or past its end (then
+            // the copy from `next` finds it out and restarts the log).
+            return match (*offset == first, records.is_empty()) {
+                (true, false) => ChunkVerdict::Probed {
+                    retired_below: None,
+                },
+                (false, true) if *offset > first => ChunkVerdict::Probed {
+                    retired_below: (*offset <= next).then_some(*offset),
+                },
+                _ => ChunkVerdict::Ignored,
+            };
         }
         let Phase::Chunks { next, until } = self.phase else {
             return ChunkVerdict::Ignored;
@@ -1113,8 +1166,8 @@ mod tests {
         assert_eq!((offer.from, offer.checkpoint.op), (2, 45));
         assert_eq!(offer.state, b"partition state");
         assert!(fetch.copying());
-        // The log holds 0..10; the offered state ends at 15.
-        let asked = fetch.begin(10, 15, 130);
+        // The log was truncated empty at 10; the offered state ends at 15.
+        let asked = fetch.begin(10, 10, 15, 130);
         let chunk_request = |offset| Transfer::RequestChunk {
             nonce: 9,
             artifact: PARTITION_LOG_ARTIFACT,
@@ -1148,7 +1201,7 @@ mod tests {
         );
     }
 
-    /// A fetch whose log holds 0..3 and must reach the offered state's end, 20.
+    /// A fetch whose log ends at 3, empty, and must reach the offered state's end, 20.
     fn copying_from_3_to_20() -> Fetch {
         let (mut fetch, _, _) = Fetch::start(9, vec![1], 40, 0);
         let offered = Transfer::Target {
@@ -1159,8 +1212,91 @@ mod tests {
             transient: false,
         };
         fetch.on_target(1, &offered).unwrap();
-        assert!(fetch.begin(3, 20, 0).is_some());
+        assert!(fetch.begin(3, 3, 20, 0).is_some());
         fetch
+    }
+
+    /// A fetch whose log holds 0..14 (from 0) and must reach the offered state's end, 30: it
+    /// first asks whether the peer still holds offset 0.
+    fn probing_0_then_copying_from_14_to_30() -> Fetch {
+        let (mut fetch, _, _) = Fetch::start(9, vec![1], 40, 0);
+        let offered = Transfer::Target {
+            nonce: 9,
+            checkpoint_op: 40,
+            commit_max: 40,
+            slot: Offered::Whole(slot(40)),
+            transient: false,
+        };
+        fetch.on_target(1, &offered).unwrap();
+        let probe = Transfer::RequestChunk {
+            nonce: 9,
+            artifact: PARTITION_LOG_ARTIFACT,
+            offset: 0,
+            max_bytes: 1,
+        };
+        assert_eq!(fetch.begin(0, 14, 30, 0), Some((1, probe.clone())));
+        assert_eq!(fetch.on_tick(RESEND_TICKS), Some((1, probe)), "asked again");
+        fetch
+    }
+
+    /// A log holding offsets the group retired by ops the offered checkpoint carries (never
+    /// replayed here) deletes them before it copies on from its end, which the peer still
+    /// holds; else it kept and served them (e2e `cluster_maintenance`).
+    #[test]
+    fn a_fetch_first_asks_whether_the_peer_still_holds_where_the_log_starts() {
+        let next_chunk = Transfer::RequestChunk {
+            nonce: 9,
+            artifact: PARTITION_LOG_ARTIFACT,
+            offset: 14,
+            max_bytes: CHUNK_BYTES,
+        };
+        // The peer holds from 12 on: below it goes here too, then the copy from 14.
+        let mut fetch = probing_0_then_copying_from_14_to_30();
+        assert_eq!(
+            fetch.on_chunk(1, &empty_chunk(12), 0),
+            ChunkVerdict::Probed {
+                retired_below: Some(12)
+            }
+        );
+        assert_eq!(fetch.probed(1), Some((1, next_chunk.clone())));
+        // A late answer to the probe is no chunk of the copy.
+        assert_eq!(
+            fetch.on_chunk(1, &empty_chunk(12), 0),
+            ChunkVerdict::Ignored
+        );
+
+        // The peer still holds 0: nothing retired.
+        let mut fetch = probing_0_then_copying_from_14_to_30();
+        let held = Transfer::Chunk {
+            nonce: 9,
+            artifact: PARTITION_LOG_ARTIFACT,
+            offset: 0,
+            records: record(0, 2).into(),
+        };
+        assert_eq!(
+            fetch.on_chunk(1, &held, 0),
+            ChunkVerdict::Probed {
+                retired_below: None
+            }
+        );
+        assert_eq!(fetch.probed(1), Some((1, next_chunk)));
+
+        // The peer retired past the log's end: the copy from 14 finds it out and restarts.
+        let mut fetch = probing_0_then_copying_from_14_to_30();
+        assert_eq!(
+            fetch.on_chunk(1, &empty_chunk(20), 0),
+            ChunkVerdict::Probed {
+                retired_below: None
+            }
+        );
+        assert!(fetch.probed(1).is_some());
+        assert_eq!(
+            fetch.on_chunk(1, &empty_chunk(20), 0),
+            ChunkVerdict::Restart {
+                asked: 14,
+                held_from: 20
+            }
+        );
     }
 
     fn empty_chunk(offset: u64) -> Transfer {

@@ -467,6 +467,20 @@ impl StateMachine for PartitionMachine {
         Ok((self.log.next_offset(), until))
     }
 
+    fn transfer_log_start(&self) -> u64 {
+        self.log.first_offset()
+    }
+
+    async fn transfer_retire_below(&mut self, offset: u64) -> Result<(), String> {
+        let deleted = self.log.retire_below(offset).await;
+        tracing::info!(
+            "partition {}: deleted {deleted} segments below offset {offset} (retired by the group)",
+            self.partition_id
+        );
+        self.publish();
+        Ok(())
+    }
+
     /// The old records are not served meanwhile: a poll reads from the log's first offset up
     /// to the state's committed end, which lies below it until the install.
     async fn transfer_restart_at(&mut self, offset: u64) -> Result<(), String> {
@@ -602,11 +616,33 @@ impl StateMachine for PartitionMachine {
                 metadata_op,
                 done,
             } => {
-                let keep_after = self.core.retirement_floor(&live_groups, metadata_op);
+                let holder = self.core.retirement_holder(&live_groups, metadata_op);
+                let keep_after = holder.map_or(u64::MAX, |(_, offset)| offset);
                 let planned = self.log.retire_point(count, keep_after);
+                // The command succeeds either way: say why it deleted less than asked.
+                let asked = self.log.retire_point(count, u64::MAX);
+                if let Some((owner, offset)) = holder.filter(|_| planned < asked) {
+                    tracing::info!(
+                        "partition {}: segment deletion keeps the log from offset {planned} \
+                         (asked up to {asked}): {} stored offset {offset}, and the messages after \
+                         it are not consumed yet",
+                        self.partition_id,
+                        owner_name(owner),
+                    );
+                }
                 let _ = done.send(self.bounded_retirement(planned));
             }
         }
+    }
+}
+
+/// An offset's owner as an operator names it.
+fn owner_name(owner: iggy_partition::OffsetOwner) -> String {
+    use iggy_partition::OffsetOwner;
+    match owner {
+        OffsetOwner::Consumer(id) => format!("consumer {id}"),
+        OffsetOwner::Group(id) => format!("consumer group {id}"),
+        OffsetOwner::External(id) => format!("external group {id}"),
     }
 }
 
@@ -1287,6 +1323,57 @@ mod tests {
         assert_eq!(offset, 8);
         assert_eq!(laggard.transfer_append(records).await.unwrap(), 12);
         assert_eq!(laggard.log.first_offset(), 8);
+    }
+
+    /// A laggard whose log holds offsets the group retired by ops the offered checkpoint carries
+    /// deletes them (the probe of `Fetch::begin` found the peer's first offset above its own),
+    /// also when that is where its log ends (a full segment rolls at once, so its last one is
+    /// closed here too).
+    #[compio::test]
+    async fn a_transfer_retires_below_the_peers_first_offset_what_the_laggard_still_holds() {
+        for keep_from in [8, 12] {
+            let (source_dir, laggard_dir) =
+                (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+            // Every batch fills a segment of its own.
+            let mut source = machine_rolling_at(source_dir.path(), 1).await;
+            let mut laggard = machine_rolling_at(laggard_dir.path(), 1).await;
+            for op in 1..=6 {
+                apply(&mut source, &send(op, 2)).await;
+                apply(&mut laggard, &send(op, 2)).await;
+            }
+            apply(&mut source, &send(7, 2)).await;
+            let retire = PartitionWrite::RetireSegments {
+                keep_from,
+                planned_at: 7,
+            };
+            let retire = Entry::new(8, 0, 1, 8, retire.operation(), retire.encode());
+            apply(&mut source, &retire).await;
+            let state = source.checkpoint().await.unwrap();
+            laggard.checkpoint().await.unwrap();
+            let (next, until) = laggard.transfer_begin(&state).await.unwrap();
+            assert_eq!((next, until), (12, 14));
+            assert_eq!(laggard.transfer_log_start(), 0);
+            let (held_from, records) = source.transfer_records(0, 1).await;
+            assert_eq!(
+                (held_from, records.len()),
+                (keep_from, 0),
+                "the probe's answer"
+            );
+            laggard.transfer_retire_below(held_from).await.unwrap();
+            assert_eq!(
+                laggard.log.first_offset(),
+                keep_from,
+                "keep from {keep_from}"
+            );
+            let (offset, records) = source.transfer_records(next, 1 << 20).await;
+            assert_eq!(offset, 12);
+            assert_eq!(laggard.transfer_append(records).await.unwrap(), 14);
+            assert_eq!(
+                laggard.log.first_offset(),
+                keep_from,
+                "keep from {keep_from}"
+            );
+        }
     }
 
     #[compio::test]

@@ -65,13 +65,28 @@ fn refusal_on(error: ErrorCode, path: &str, params: &[String]) -> Refusal {
     }
 }
 
-/// The error's message with its `{n}` placeholders filled from the path: the resource a
-/// placeholder stands for is the last resource word before it ("Topic with ID: {0} for stream
-/// with ID: {1}"), and a route's `{stream_id}` gives the stream. A placeholder the path does not
-/// give is cut with its label ("Stream with name: {0} already exists." → "Stream already
-/// exists."), and so is the name an "already exists" refusal was asked for: only the binary
-/// reply's code is machine-readable, and a half-filled text misleads.
+/// The error's message with its `{n}` placeholders filled from the path: a placeholder
+/// labelled as an id or a name ("... ID: {0}", "... name: {0}") stands for the last resource
+/// word before it ("Topic with ID: {0} for stream with ID: {1}"), and a route's `{stream_id}`
+/// gives the stream. A placeholder the path does not give is cut with its label ("Stream with
+/// name: {0} already exists." → "Stream already exists."), and so is the name an "already
+/// exists" refusal was asked for: only the binary reply's code is machine-readable, and a
+/// half-filled text misleads. A sentence after the first whose placeholders all go unfilled
+/// goes whole ("Max topic size: {0} < segment size: {1}." names figures, never the path's).
 fn reason(message: &str, path: &str, params: &[String]) -> String {
+    let mut out = String::with_capacity(message.len() + 16);
+    for (i, sentence) in message.split_inclusive(". ").enumerate() {
+        let (filled, placeholders, values) = fill(sentence, path, params);
+        if i == 0 || placeholders == 0 || values > 0 {
+            out.push_str(&filled);
+        }
+    }
+    out.truncate(out.trim_end().len());
+    out
+}
+
+/// One sentence of [`reason`]: its text, how many placeholders it has, how many were filled.
+fn fill(message: &str, path: &str, params: &[String]) -> (String, usize, usize) {
     const KINDS: [(&str, &str); 6] = [
         ("stream", "{stream_id}"),
         ("topic", "{topic_id}"),
@@ -85,19 +100,24 @@ fn reason(message: &str, path: &str, params: &[String]) -> String {
         .zip(params)
         .map(|(t, v)| (t, v.as_str()))
         .collect();
+    let (mut placeholders, mut values) = (0, 0);
     let mut out = String::with_capacity(message.len() + 16);
     let mut rest = message;
     while let Some(open) = rest.find('{') {
         let Some(close) = rest[open..].find('}').map(|c| open + c) else {
             break;
         };
+        placeholders += 1;
         let before = &rest[..open];
+        // Only an id or a name is a resource's; "Max topic size: {0}" is a figure.
+        let labelled = before.ends_with("ID: ") || before.ends_with("name: ");
         let lowered = before.to_ascii_lowercase();
         let kind = KINDS
             .iter()
             .filter_map(|(word, template)| lowered.rfind(word).map(|at| (at, *template)))
             .max_by_key(|(at, _)| *at)
-            .map(|(_, template)| template);
+            .map(|(_, template)| template)
+            .filter(|_| labelled);
         // "<Resource> with name: {0} already exists" names the name the request asked for
         // (a rename's is in the body), never the path's resource.
         let asked_for = message.contains("already exists") && before.ends_with("with name: ");
@@ -106,6 +126,7 @@ fn reason(message: &str, path: &str, params: &[String]) -> String {
             .and_then(|t| given.iter().find(|(g, _)| *g == t).map(|(_, v)| *v));
         match value {
             Some(value) => {
+                values += 1;
                 out.push_str(before);
                 out.push_str(value);
             }
@@ -117,7 +138,7 @@ fn reason(message: &str, path: &str, params: &[String]) -> String {
         rest = &rest[close + 1..];
     }
     out.push_str(rest);
-    out
+    (out, placeholders, values)
 }
 
 /// A refusal of the HTTP layer itself (no Iggy error code fits: 404 route, 413, 411).
@@ -2094,6 +2115,24 @@ mod tests {
             assert_eq!(refusal.reason, expected, "{error:?}");
             assert!(!refusal.reason.contains('{'), "{}", refusal.reason);
         }
+    }
+
+    /// A placeholder that stands for a figure, not a resource's id or name, is never filled
+    /// from the path: a topic update under the segment size through `/streams/ops/topics/h`
+    /// answered "Max topic size: h < segment size." (the word "topic" before `{0}`). A later
+    /// sentence whose figures the path cannot give goes whole.
+    #[test]
+    fn a_reason_fills_only_placeholders_that_name_a_resource() {
+        let topic_path = "/streams/{stream_id}/topics/{topic_id}";
+        let refusal = refusal_on(
+            ErrorCode::InvalidTopicSize,
+            topic_path,
+            &params(&["ops", "h"]),
+        );
+        assert_eq!(
+            refusal.reason,
+            "Max topic size cannot be lower than segment size."
+        );
     }
 
     /// The official HTTP client reads these refusals by their `id` (a producer never resends

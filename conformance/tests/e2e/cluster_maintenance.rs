@@ -1,0 +1,366 @@
+//! Data maintenance on a 3-node cluster as an operator runs it: message expiry, segment
+//! deletion, partitions deleted and added again, through a kill -9 of a partition's primary and
+//! a restart of the whole cluster. Nothing retired comes back on any replica, every replica
+//! serves the same offsets from its own copy, and their segment files end byte-identical.
+
+use crate::harness::*;
+use crate::test_cluster::*;
+use iggy::prelude::*;
+use std::ops::Range;
+use std::time::Duration;
+
+const PAYLOAD: usize = 200 * 1024; // six messages fill a 1 MiB segment
+
+/// A cluster whose nodes run a maintenance pass every 100 ms, HTTP on (node-local reads).
+fn fast_maintenance_cluster() -> TestCluster {
+    let options = ClusterOptions {
+        env: vec![("IGGY_SYSTEM_MAINTENANCE_INTERVAL_MS".to_string(), "100".to_string())],
+        http: true,
+        ..ClusterOptions::default()
+    };
+    TestCluster::start_with(3, options)
+}
+
+/// Stream `stream`, topic "t" of `partitions` partitions with 1 MiB segments and `expiry`.
+async fn topic_of_small_segments(client: &IggyClient, stream: &str, partitions: u32, expiry: IggyExpiry) -> (u32, u32) {
+    let created = ok("create stream", within("create", client.create_stream(stream, &StreamCreateOptions::default())).await);
+    let options = TopicCreateOptions {
+        partitions_count: Some(partitions),
+        segment_size: Some(IggyByteSize::from(1024 * 1024)),
+        message_expiry: Some(expiry),
+        ..Default::default()
+    };
+    let topic = ok("create topic", within("create", client.create_topic(&name(stream), "t", &options)).await);
+    (created.id, topic.id)
+}
+
+/// Sends one message of PAYLOAD bytes per request to `partition`, filled with its number.
+async fn send_big(client: &IggyClient, stream: &Identifier, topic: &Identifier, partition: u32, fills: Range<u8>) {
+    for fill in fills {
+        send_to_partition(client, stream, topic, partition, vec![msg(vec![fill; PAYLOAD])]).await;
+    }
+}
+
+/// The offsets node `node` serves of `partition` from its own copy (an HTTP client given that
+/// node only), from the first.
+async fn served_by(cluster: &TestCluster, node: usize, stream: &Identifier, topic: &Identifier, partition: u32) -> Vec<u64> {
+    let reader = cluster.http_root_client(node).await;
+    let polled = poll(&reader, stream, topic, partition, &consumer("reader"), PollingStrategy::first(), 1000, false).await;
+    offsets(&polled)
+}
+
+/// Waits until every node serves exactly `expected` of `partition` from its own copy.
+async fn every_node_serves(cluster: &TestCluster, stream: &Identifier, topic: &Identifier, partition: u32, expected: Range<u64>) {
+    let expected: Vec<u64> = expected.collect();
+    let mut last = Vec::new();
+    for _ in 0..100 {
+        last.clear();
+        for node in 0..cluster.len() {
+            last.push(served_by(cluster, node, stream, topic, partition).await);
+        }
+        if last.iter().all(|served| *served == expected) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!("every node serves {expected:?} of partition {partition}: they serve {last:?}");
+}
+
+/// The segment `.log` file names under node `node`'s data directory.
+fn segment_names(cluster: &TestCluster, node: usize) -> Vec<String> {
+    cluster.segment_logs(node).keys().filter_map(|path| path.file_name()?.to_str().map(str::to_string)).collect()
+}
+
+/// Expiry retires the closed segments of a 2 s topic on every replica; a consumer offset stored
+/// before points below the first kept offset and its next poll starts there. Neither a kill -9
+/// of the partition's primary nor a restart of the whole cluster brings a retired segment back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_segments_stay_retired_on_every_replica_through_kill9_and_a_whole_cluster_restart() {
+    let mut cluster = fast_maintenance_cluster();
+    let client = cluster.root_client(0).await;
+    let expiry = IggyExpiry::ExpireDuration(IggyDuration::from(Duration::from_secs(2)));
+    let (stream, topic) = topic_of_small_segments(&client, "x", 1, expiry).await;
+    let group = partition_group(stream, topic, 0);
+    let (s, t) = (id(stream), id(topic));
+    send_big(&client, &s, &t, 0, 0..14).await;
+    ok("store offset 3", within("store", client.store_consumer_offset(&consumer("c"), &s, &t, Some(0), 3)).await);
+    every_node_serves(&cluster, &s, &t, 0, 12..14).await;
+    let segments = cluster.wait_identical_segments(1).await;
+    assert_eq!(segments.len(), 1, "the active segment only: {:?}", segments.keys());
+    let stored = ok("get offset", within("get", client.get_consumer_offset(&consumer("c"), &s, &t, Some(0))).await).expect("stored");
+    eprintln!("after expiry: stored {} current {}", stored.stored_offset, stored.current_offset);
+    let next = poll(&client, &s, &t, 0, &consumer("c"), PollingStrategy::next(), 10, false).await;
+    assert_eq!(offsets(&next), vec![12, 13], "the next poll of a consumer whose offset expired");
+
+    let (primary, view) = cluster.primary(group).expect("a partition primary");
+    cluster.kill9(usize::from(primary));
+    cluster.wait_new_primary(group, usize::from(primary), view).await;
+    let client = cluster.root_client((usize::from(primary) + 1) % 3).await;
+    send_big(&client, &s, &t, 0, 14..16).await;
+    cluster.restart(usize::from(primary));
+    every_node_serves(&cluster, &s, &t, 0, 12..16).await;
+    drop(client);
+
+    for node in 0..3 {
+        cluster.stop(node);
+    }
+    for node in 0..3 {
+        cluster.restart(node);
+    }
+    every_node_serves(&cluster, &s, &t, 0, 12..16).await;
+    let segments = cluster.wait_identical_segments(1).await;
+    for node in 0..3 {
+        assert_eq!(segment_names(&cluster, node), vec![format!("{:020}.log", 12)], "node {node}: {:?}", segments.keys());
+    }
+    let client = cluster.root_client(1).await;
+    let stored = ok("get offset", within("get", client.get_consumer_offset(&consumer("c"), &s, &t, Some(0))).await).expect("stored");
+    assert_eq!(stored.stored_offset, 3, "the stored offset stays as stored");
+    // Retention goes on after the failover and the restart, planned by whichever node leads.
+    send_big(&client, &s, &t, 0, 16..26).await;
+    every_node_serves(&cluster, &s, &t, 0, 24..26).await;
+    cluster.wait_identical_segments(1).await;
+}
+
+/// The payload of message `n` of `partition` under load: its name, then filler to 64 KiB.
+fn numbered(partition: u32, n: u32) -> Vec<u8> {
+    let mut payload = format!("p{partition}-{n}:").into_bytes();
+    payload.resize(64 * 1024, b'.');
+    payload
+}
+
+/// The name a `numbered` payload starts with.
+fn name_of(payload: &[u8]) -> String {
+    let end = payload.iter().position(|&b| b == b':').unwrap_or(payload.len());
+    String::from_utf8_lossy(&payload[..end]).into_owned()
+}
+
+/// What a producer task got: the acknowledged messages as (offset, name), and the failures.
+type Produced = (Vec<(u64, String)>, Vec<String>);
+
+/// Sends `numbered` messages to `partition`, one per request, until `stop`; the acknowledged
+/// ones as (offset, name), and the failures.
+fn produce(client: std::sync::Arc<IggyClient>, stream: u32, topic: u32, partition: u32, stop: std::sync::Arc<std::sync::atomic::AtomicBool>) -> tokio::task::JoinHandle<Produced> {
+    tokio::spawn(async move {
+        let (s, t) = (id(stream), id(topic));
+        let (mut acked, mut failed) = (Vec::new(), Vec::new());
+        let mut n = 0;
+        while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            let mut batch = vec![msg(numbered(partition, n))];
+            let sent = tokio::time::timeout(Duration::from_secs(40), client.send_messages(&s, &t, &Partitioning::partition_id(partition), &mut batch)).await;
+            match sent {
+                Ok(Ok(reply)) => match reply.confirmations.first() {
+                    Some(confirmation) => acked.push((confirmation.base_offset, format!("p{partition}-{n}"))),
+                    None => failed.push(format!("p{partition}-{n}: no confirmation")),
+                },
+                Ok(Err(e)) => failed.push(format!("p{partition}-{n}: {e} ({})", e.as_code())),
+                Err(_) => failed.push(format!("p{partition}-{n}: hung")),
+            }
+            n += 1;
+        }
+        (acked, failed)
+    })
+}
+
+/// What node `node` serves of `partition` from its own copy: (offset, name) from the first.
+async fn served_names(cluster: &TestCluster, node: usize, stream: &Identifier, topic: &Identifier, partition: u32) -> Vec<(u64, String)> {
+    let reader = cluster.http_root_client(node).await;
+    let mut out = Vec::new();
+    let mut strategy = PollingStrategy::first();
+    loop {
+        let polled = poll(&reader, stream, topic, partition, &consumer("reader"), strategy, 100, false).await;
+        let Some(last) = polled.messages.last().map(|m| m.header.offset) else { break };
+        out.extend(polled.messages.iter().map(|m| (m.header.offset, name_of(&m.payload))));
+        strategy = PollingStrategy::offset(last + 1);
+    }
+    out
+}
+
+/// Checks that every node serves the same messages of `partition`, contiguous from the first
+/// kept offset, holding every acknowledged message at or above it under its offset.
+async fn every_node_serves_the_acknowledged(cluster: &TestCluster, stream: &Identifier, topic: &Identifier, partition: u32, acked: &[(u64, String)]) -> u64 {
+    let mut served = Vec::new();
+    for _ in 0..50 {
+        served.clear();
+        for node in 0..cluster.len() {
+            served.push(served_names(cluster, node, stream, topic, partition).await);
+        }
+        if served.iter().all(|s| *s == served[0]) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for (node, s) in served.iter().enumerate() {
+        assert_eq!(*s, served[0], "node {node} serves what node 0 does of partition {partition}");
+    }
+    let kept = &served[0];
+    let first = kept.first().map(|(offset, _)| *offset).expect("a message kept");
+    for (i, (offset, _)) in kept.iter().enumerate() {
+        assert_eq!(*offset, first + i as u64, "partition {partition}: contiguous offsets");
+    }
+    for (offset, name) in acked.iter().filter(|(offset, _)| *offset >= first) {
+        let at = (offset - first) as usize;
+        assert_eq!(kept.get(at).map(|(_, n)| n), Some(name), "partition {partition}: acknowledged {name} at offset {offset}");
+    }
+    let newest = acked.iter().map(|(offset, _)| *offset).max().unwrap_or(0);
+    assert!(kept.last().unwrap().0 >= newest, "partition {partition}: the newest acknowledged offset {newest} is kept");
+    first
+}
+
+/// Size retention (2 MiB per partition, 1 MiB segments) under a paced load on two partitions
+/// through a SIGTERM of one partition's primary, a kill -9 of the other's and a kill -9 of the
+/// whole cluster: every acknowledged message retention did not reach is kept, every node
+/// serves the same messages, and the segment files end byte-identical.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn size_retention_under_load_through_failovers_keeps_the_replicas_identical() {
+    let mut cluster = fast_maintenance_cluster();
+    let client = cluster.root_client(0).await;
+    let created = ok("create stream", within("create", client.create_stream("load", &StreamCreateOptions::default())).await);
+    let options = TopicCreateOptions {
+        partitions_count: Some(2),
+        segment_size: Some(IggyByteSize::from(1024 * 1024)),
+        max_topic_size: Some(MaxTopicSize::Custom(IggyByteSize::from(4 * 1024 * 1024))),
+        ..Default::default()
+    };
+    let topic = ok("create topic", within("create", client.create_topic(&name("load"), "t", &options)).await);
+    let (stream, topic) = (created.id, topic.id);
+    let (s, t) = (id(stream), id(topic));
+    let shared = std::sync::Arc::new(client);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let producers: Vec<_> = (0..2).map(|p| produce(shared.clone(), stream, topic, p, stop.clone())).collect();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let group0 = partition_group(stream, topic, 0);
+    let (primary0, view0) = cluster.primary(group0).expect("a primary");
+    cluster.stop(usize::from(primary0));
+    cluster.wait_new_primary(group0, usize::from(primary0), view0).await;
+    cluster.restart(usize::from(primary0));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let group1 = partition_group(stream, topic, 1);
+    let (primary1, view1) = cluster.primary(group1).expect("a primary");
+    cluster.kill9(usize::from(primary1));
+    cluster.wait_new_primary(group1, usize::from(primary1), view1).await;
+    cluster.restart(usize::from(primary1));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let mut acked = Vec::new();
+    for (p, producer) in producers.into_iter().enumerate() {
+        let (a, failed) = within_for(Duration::from_secs(60), "producer stops", producer).await.expect("producer");
+        eprintln!("partition {p}: {} acknowledged, {} failed: {:?}", a.len(), failed.len(), failed.iter().take(5).collect::<Vec<_>>());
+        acked.push(a);
+    }
+    drop(shared);
+    let mut firsts = Vec::new();
+    for p in 0..2 {
+        firsts.push(every_node_serves_the_acknowledged(&cluster, &s, &t, p, &acked[p as usize]).await);
+    }
+    eprintln!("first kept offsets {firsts:?}");
+    assert!(firsts.iter().all(|&f| f > 0), "retention ran on both partitions: {firsts:?}");
+    let before = cluster.wait_identical_segments(4).await;
+    for node in 0..3 {
+        cluster.kill9(node);
+    }
+    for node in 0..3 {
+        cluster.restart(node);
+    }
+    for p in 0..2 {
+        let first = every_node_serves_the_acknowledged(&cluster, &s, &t, p, &acked[p as usize]).await;
+        assert!(first >= firsts[p as usize], "partition {p}: nothing retired comes back ({first} < {})", firsts[p as usize]);
+    }
+    let after = cluster.wait_identical_segments(4).await;
+    let names = |m: &std::collections::BTreeMap<std::path::PathBuf, Vec<u8>>| m.keys().cloned().collect::<Vec<_>>();
+    eprintln!("segments before {:?}\nafter {:?}", names(&before), names(&after));
+    for path in after.keys() {
+        assert!(before.contains_key(path) || !before.keys().any(|b| b.parent() == path.parent() && b > path), "no retired segment comes back: {path:?}");
+    }
+}
+
+/// A backup holding offsets 0..14 (segments 0, 6, and 12 active) goes down; DeleteSegments
+/// retires 0..12, which every replica holds, so nothing holds it back; the group then
+/// checkpoints past the backup, which comes back and catches up by state transfer from where
+/// its log ends (14, which the others still hold). The segments the group retired must not stay
+/// on it: every replica ends with the same segment files, from 12, and it serves from 12.
+/// Before, it copied on from 14 and kept 0..12: it served them, and its segment files differed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_caught_up_by_state_transfer_drops_the_segments_the_group_retired_while_it_was_down() {
+    let options = ClusterOptions { env: vec![checkpoint_every(8)], http: true, ..ClusterOptions::default() };
+    let mut cluster = TestCluster::start_with(3, options);
+    let client = cluster.root_client(0).await;
+    let (stream, topic) = topic_of_small_segments(&client, "d", 1, IggyExpiry::NeverExpire).await;
+    let group = partition_group(stream, topic, 0);
+    let (s, t) = (id(stream), id(topic));
+    send_big(&client, &s, &t, 0, 0..14).await;
+    // Small ones after, so the backup's own checkpoint (every 8 ops) lies past offset 14.
+    for n in 0..16u32 {
+        send_to_partition(&client, &s, &t, 0, vec![msg(format!("before-{n}"))]).await;
+    }
+    cluster.wait_identical_segments(3).await;
+    let (primary, _) = cluster.primary(group).expect("a partition primary");
+    let laggard = (usize::from(primary) + 1) % 3;
+    cluster.kill9(laggard);
+    let client = cluster.root_client((laggard + 1) % 3).await;
+    ok("delete 2 segments", within("delete", client.delete_segments(&s, &t, 0, 2)).await);
+    for n in 0..64u32 {
+        send_to_partition(&client, &s, &t, 0, vec![msg(format!("small-{n}"))]).await;
+    }
+    let left_behind = format!("leaves replicas [{laggard}] behind");
+    wait_until(
+        &format!("the group checkpoints past node {laggard}"),
+        Duration::from_secs(30),
+        || (0..3).filter(|&i| i != laggard).any(|i| current_start(&cluster.node(i).log()).contains(&left_behind)).then_some(()),
+        || cluster.describe(group),
+    )
+    .await;
+    // The primary's queue for the laggard still holds the prepares it missed: a restart of the
+    // primary drops it, so the laggard has only the checkpoint to catch up from.
+    let (primary, _) = cluster.primary(group).expect("a partition primary");
+    cluster.kill9(usize::from(primary));
+    cluster.restart(usize::from(primary));
+    cluster.restart(laggard);
+    wait_until(
+        &format!("node {laggard} catches up by state transfer"),
+        Duration::from_secs(40),
+        || current_start(&cluster.node(laggard).log()).contains(&format!("group {group:#x}: state transfer from replica")).then_some(()),
+        || cluster.describe(group),
+    )
+    .await;
+    let log = cluster.node(laggard).log();
+    assert!(current_start(&log).contains("which this replica's log still held; deleted here"), "the laggard continued from its log's end (its checkpoint lies past 12):\n{}", current_start(&log));
+    every_node_serves(&cluster, &s, &t, 0, 12..94).await;
+    let segments = cluster.wait_identical_segments(1).await;
+    let names: Vec<String> = segments.keys().filter_map(|path| path.file_name()?.to_str().map(str::to_string)).collect();
+    assert_eq!(names.first(), Some(&format!("{:020}.log", 12)), "every node holds the segments from 12 on: {names:?}");
+}
+
+/// A consumer group's offset that expiry passed: it stays as stored, and the group's next poll
+/// starts at the first kept offset, then goes on from what it committed, through a kill -9 of
+/// the partition's primary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_group_whose_offset_expired_polls_on_from_the_first_kept_offset() {
+    let mut cluster = fast_maintenance_cluster();
+    let client = cluster.root_client(0).await;
+    let expiry = IggyExpiry::ExpireDuration(IggyDuration::from(Duration::from_secs(2)));
+    let (stream, topic) = topic_of_small_segments(&client, "cg", 1, expiry).await;
+    let group_id = partition_group(stream, topic, 0);
+    let (s, t) = (id(stream), id(topic));
+    ok("create group", within("create group", client.create_consumer_group(&s, &t, "g")).await);
+    ok("join", within("join", client.join_consumer_group(&s, &t, &name("g"))).await);
+    let as_group = Consumer::group(name("g"));
+    let poll_next = async |client: &IggyClient, count| {
+        let polled = within("poll", client.poll_messages(&s, &t, None, &as_group, &PollingStrategy::next(), count, true)).await;
+        offsets(&ok("poll as the group", polled))
+    };
+    send_big(&client, &s, &t, 0, 0..14).await;
+    assert_eq!(poll_next(&client, 3).await, vec![0, 1, 2]);
+    every_node_serves(&cluster, &s, &t, 0, 12..14).await;
+    let stored = ok("get offset", within("get", client.get_consumer_offset(&as_group, &s, &t, Some(0))).await).expect("stored");
+    assert_eq!(stored.stored_offset, 2, "the group's offset stays as stored");
+    assert_eq!(poll_next(&client, 10).await, vec![12, 13], "the next poll starts at the first kept offset");
+
+    let (primary, view) = cluster.primary(group_id).expect("a partition primary");
+    cluster.kill9(usize::from(primary));
+    cluster.wait_new_primary(group_id, usize::from(primary), view).await;
+    cluster.restart(usize::from(primary));
+    assert_eq!(poll_next(&client, 10).await, Vec::<u64>::new(), "nothing after what it committed");
+    send_to_partition(&client, &s, &t, 0, vec![msg("after")]).await;
+    assert_eq!(poll_next(&client, 10).await, vec![14]);
+}
