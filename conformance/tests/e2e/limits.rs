@@ -574,16 +574,24 @@ async fn signed_in_connections_holding_large_bodies_are_bounded_by_the_node_wide
         let id = 0x5107_0000 + i as u128;
         stalled.push(stalled_send(&server, id, body.clone()).await);
     }
-    // Give the server the time to take in what it will.
+    bounded_by_the_budget_while_stalled(&server, client, before, stalled, &format!("{CONNECTIONS} signed-in connections with {} MiB bodies short of one byte", BODY >> 20), BUDGET).await;
+}
+
+/// Once connections (`what`) hold stalled bodies: the node's resident memory, given the time to
+/// take in what it will, grew from `before` by at most the budget and 32 MiB of slack.
+pub async fn resident_within_budget(server: &TestServer, before: u64, what: &str, budget: usize) {
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
     let during = server.resident_mib();
-    eprintln!("resident {before} MiB before, {during} MiB while {CONNECTIONS} bodies of {} MiB wait (budget {} MiB)", BODY >> 20, BUDGET >> 20);
-    assert!(
-        during < before + (BUDGET >> 20) as u64 + 32,
-        "{CONNECTIONS} signed-in connections with {} MiB bodies short of one byte: resident {before} MiB before, {during} MiB while they wait (budget {} MiB)",
-        BODY >> 20,
-        BUDGET >> 20
-    );
+    eprintln!("{what}: resident {before} MiB before, {during} MiB while they wait (budget {} MiB)", budget >> 20);
+    assert!(during < before + (budget >> 20) as u64 + 32, "{what}: resident {before} MiB before, {during} MiB while they wait (budget {} MiB)", budget >> 20);
+}
+
+/// What the budget tests of stalled bodies check once the `stalled` connections (`what`) hold
+/// their bodies: the node's resident memory grew from `before` by at most the budget (and 32 MiB
+/// of slack); `client` sends and polls small requests meanwhile; and its 1 MiB send, queued
+/// behind the stalled bodies, is served once their connections are gone.
+async fn bounded_by_the_budget_while_stalled(server: &TestServer, client: IggyClient, before: u64, stalled: Vec<tokio::task::JoinHandle<()>>, what: &str, budget: usize) {
+    resident_within_budget(server, before, what, budget).await;
     // Small requests are served meanwhile.
     send_to_partition(&client, &name("s"), &name("t"), 0, msgs("meanwhile", 10)).await;
     let polled = poll(&client, &name("s"), &name("t"), 0, &consumer("c"), PollingStrategy::offset(0), 10, false).await;
@@ -650,35 +658,7 @@ async fn signed_in_websocket_connections_holding_large_messages_are_bounded_by_t
         let id = 0x5107_2000 + i as u128;
         stalled.push(stalled_websocket_send(&server, port, id, body.clone()).await);
     }
-    // Give the server the time to take in what it will.
-    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
-    let during = server.resident_mib();
-    eprintln!("resident {before} MiB before, {during} MiB while {CONNECTIONS} WebSocket messages of {} MiB wait (budget {} MiB)", BODY >> 20, BUDGET >> 20);
-    assert!(
-        during < before + (BUDGET >> 20) as u64 + 32,
-        "{CONNECTIONS} signed-in WebSocket connections with {} MiB messages short of one byte: resident {before} MiB before, {during} MiB while they wait (budget {} MiB)",
-        BODY >> 20,
-        BUDGET >> 20
-    );
-    // Small requests are served meanwhile.
-    send_to_partition(&client, &name("s"), &name("t"), 0, msgs("meanwhile", 10)).await;
-    let polled = poll(&client, &name("s"), &name("t"), 0, &consumer("c"), PollingStrategy::offset(0), 10, false).await;
-    assert_eq!(payloads(&polled).len(), 10);
-    // A large send waits its turn behind the stalled messages, and is served once they are gone.
-    let large = tokio::spawn(async move {
-        let mut messages = vec![msg(vec![b'L'; 1 << 20])];
-        let sent = client.send_messages(&name("s"), &name("t"), &Partitioning::partition_id(0), &mut messages).await;
-        (client, sent)
-    });
-    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-    for connection in &stalled {
-        connection.abort();
-    }
-    let (client, sent) = within("the large send", large).await.unwrap();
-    ok("the large send", sent);
-    let polled = poll(&client, &name("s"), &name("t"), 0, &consumer("c"), PollingStrategy::offset(10), 1, false).await;
-    assert_eq!(polled.messages.len(), 1);
-    assert_eq!(polled.messages[0].payload.len(), 1 << 20);
+    bounded_by_the_budget_while_stalled(&server, client, before, stalled, &format!("{CONNECTIONS} signed-in WebSocket connections with {} MiB messages short of one byte", BODY >> 20), BUDGET).await;
 }
 
 /// A WebSocket message whose bytes are reserved holds them for at most
