@@ -521,7 +521,6 @@ async fn assert_http_sends_stored(
 /// relayed send in flight got it when the relay's own 5 s timeout ran out). After SIGCONT the
 /// old primary rejoins; every acknowledged send is stored once, in order, and nothing else.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails: a relayed send in flight to the stopped primary is answered 57 (partition 0: [\"p0-5\"])"]
 async fn relayed_http_sends_to_a_stopped_partition_primary_are_sent_again_to_the_next_one() {
     let options = ClusterOptions {
         http: true,

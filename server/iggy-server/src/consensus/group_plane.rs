@@ -68,9 +68,8 @@ pub struct GroupPlane {
     /// Ticks since the group opened (the replica's clock), and when the next one is due.
     ticks: u64,
     next_tick: Instant,
-    /// Forwards sent to the primary, by nonce: who waits, the tick it gives up at, and what
-    /// the waiter is told then.
-    forwarded: HashMap<u128, (oneshot::Sender<Outcome>, u64, Unanswered)>,
+    /// Forwards sent to the primary and not answered yet, by nonce.
+    forwarded: HashMap<u128, Forwarded>,
     next_nonce: u128,
     /// The last prepare frame sent, by (view, commit, op, entry checksum).
     last_prepare: Option<((u32, u64, u64, u64), Bytes)>,
@@ -136,20 +135,25 @@ impl GroupPlane {
         self.peers.inbound.try_recv().ok()
     }
 
-    /// One tick of the replica clock; forwards the primary never answered give up.
+    /// One tick of the replica clock; forwards the primary never answered give up, and so do
+    /// those sent to the primary of a view this replica serves no more (a primary that died
+    /// or was deposed answers nothing: their clients send them again to the new one at once
+    /// instead of waiting out the timeout).
     pub fn tick(&mut self, core: &mut Core) {
         self.ticks += 1;
         core.on_tick(self.ticks);
         let now = self.ticks;
+        let replica = core.replica();
+        let serving = (replica.status() == Status::Normal).then(|| replica.view());
         let expired: Vec<u128> = self
             .forwarded
             .iter()
-            .filter(|(_, (_, deadline, _))| *deadline <= now)
+            .filter(|(_, sent)| sent.deadline <= now || serving.is_some_and(|v| v > sent.view))
             .map(|(nonce, _)| *nonce)
             .collect();
         for nonce in expired {
-            if let Some((done, _, unanswered)) = self.forwarded.remove(&nonce) {
-                let _ = done.send(unanswered.outcome());
+            if let Some(sent) = self.forwarded.remove(&nonce) {
+                let _ = sent.done.send(sent.unanswered.outcome());
             }
         }
     }
@@ -569,8 +573,13 @@ impl GroupPlane {
             let _ = waiter.send(Outcome::Refused(Refusal::Busy));
             return;
         }
-        let deadline = self.ticks + FORWARD_TIMEOUT_TICKS;
-        self.forwarded.insert(nonce, (waiter, deadline, unanswered));
+        let sent = Forwarded {
+            done: waiter,
+            deadline: self.ticks + FORWARD_TIMEOUT_TICKS,
+            view,
+            unanswered,
+        };
+        self.forwarded.insert(nonce, sent);
     }
 
     /// The primary's side of a ForwardWrite: commit it as the client's own request (so a retry
@@ -780,10 +789,22 @@ impl GroupPlane {
     /// Hands the primary's verdict to whoever waits for forward `nonce`; a verdict for a
     /// forward that already timed out (or of an earlier run) finds nobody.
     fn answer_forward(&mut self, nonce: u128, outcome: Outcome) {
-        if let Some((done, _, _)) = self.forwarded.remove(&nonce) {
-            let _ = done.send(outcome);
+        if let Some(sent) = self.forwarded.remove(&nonce) {
+            let _ = sent.done.send(outcome);
         }
     }
+}
+
+/// A forward waiting for its primary's verdict.
+struct Forwarded {
+    /// Whoever waits for the verdict.
+    done: oneshot::Sender<Outcome>,
+    /// The tick it gives up at.
+    deadline: u64,
+    /// The view whose primary it went to.
+    view: u32,
+    /// What its client is told when no verdict comes.
+    unanswered: Unanswered,
 }
 
 /// What a forward's client is told when the primary never answered within

@@ -25,6 +25,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// Between two sends of a relayed write that found no primary, or whose verdict never came.
+const RELAY_REPLAY_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// Reads served by the partition's task.
 pub enum PartitionRead {
     Messages {
@@ -844,22 +847,51 @@ impl PartitionHandle {
     }
 
     /// [`Self::write`], relayed to the partition's primary when this node does not lead it
-    /// (a DeleteSegments that reached the metadata primary, any write of an HTTP client). A
-    /// relay whose verdict never came may have committed: TransientNotCommitted, so the client
-    /// replays it under its number instead of writing it again.
+    /// (a DeleteSegments that reached the metadata primary, any write of an HTTP client).
+    /// Until `replay_until`, a write not executed (no primary known, or the one asked lost the
+    /// lead) or whose verdict never came (its primary died, or the view changed under it) is
+    /// sent again under the same number to the view's primary, which answers a committed one
+    /// from its client table and prepares a lost one once: a client of a node whose partition
+    /// primary was killed gets the write's outcome, not an uncertain answer. Past it, a relay
+    /// that may have committed is TransientNotCommitted (the client replays it under its
+    /// number), one never executed the refusal (the client may send it again).
     pub async fn write_anywhere(
         &self,
         client: u128,
         request: u64,
         write: PartitionWrite,
+        replay_until: std::time::Instant,
     ) -> Result<(u64, WriteResult), ErrorCode> {
-        let outcome = self
-            .group
-            .submit_anywhere(client, request, write.operation(), write.encode())
-            .await;
-        match outcome {
-            Outcome::Failed => Err(ErrorCode::TransientNotCommitted),
-            outcome => written(outcome),
+        use iggy_vsr::Refusal;
+        let (operation, body) = (write.operation(), write.encode());
+        let mut may_have_committed = false;
+        loop {
+            let outcome = self
+                .group
+                .submit_anywhere(client, request, operation, body.clone())
+                .await;
+            let again = std::time::Instant::now() + RELAY_REPLAY_PAUSE < replay_until;
+            match outcome {
+                Outcome::Failed => may_have_committed = true,
+                Outcome::Refused(
+                    Refusal::Busy | Refusal::NotReady | Refusal::NotPrimary { .. },
+                ) => {
+                    if !again && !may_have_committed {
+                        return written(outcome);
+                    }
+                }
+                // A later request of the client committed meanwhile: whether this one did
+                // before it, the client table no longer says.
+                Outcome::Refused(Refusal::RequestTooOld) if may_have_committed => {
+                    return Err(ErrorCode::TransientNotCommitted);
+                }
+                outcome => return written(outcome),
+            }
+            // Out of time after a send whose verdict never came.
+            if !again {
+                return Err(ErrorCode::TransientNotCommitted);
+            }
+            compio::time::sleep(RELAY_REPLAY_PAUSE).await;
         }
     }
 

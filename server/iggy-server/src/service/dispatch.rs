@@ -1340,7 +1340,8 @@ async fn partition_write(
             .await
             .map_err(|error| partition_refused(node, key, error))?,
         Routing::ByServer => {
-            relayed_partition_write(&partition, bound, header.request, write).await?
+            relayed_partition_write(&partition, bound, header.request, write, request.answer_by)
+                .await?
         }
     };
     let operation = request.operation;
@@ -1363,13 +1364,25 @@ async fn relayed_partition_write(
     bound: Bound,
     request: u64,
     write: PartitionWrite,
+    answer_by: std::time::Instant,
 ) -> Result<(u64, WriteResult), ErrorCode> {
     let (op, result) = partition
-        .write_anywhere(bound.client, request, write)
+        .write_anywhere(bound.client, request, write, replay_until(answer_by))
         .await
         .map_err(routing::relayed_error)?;
     partition.group.note_relayed(op);
     Ok((op, result))
+}
+
+/// How long before its request is answered for a relayed write stops being sent again.
+const RELAY_REPLY_MARGIN: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// Until when a relayed write is sent again (`PartitionHandle::write_anywhere`): shortly
+/// before the request is answered for, so its own verdict says whether it may have committed.
+fn replay_until(answer_by: std::time::Instant) -> std::time::Instant {
+    answer_by
+        .checked_sub(RELAY_REPLY_MARGIN)
+        .unwrap_or(answer_by)
 }
 
 /// DeleteSegments (503) is a committed op of the partition's group: the primary turns "the
@@ -1418,7 +1431,12 @@ async fn delete_segments(
         }
     };
     let written = partition
-        .write_anywhere(bound.client, request_number, write)
+        .write_anywhere(
+            bound.client,
+            request_number,
+            write,
+            replay_until(request.answer_by),
+        )
         .await;
     // Refused as not primary: the partition's view moved meanwhile.
     let written = written.map_err(|error| match error {
@@ -1901,7 +1919,14 @@ async fn poll(
             let written = match routing {
                 Routing::ByClient => partition.write(bound.client, header.request, store).await,
                 Routing::ByServer => {
-                    relayed_partition_write(&partition, bound, header.request, store).await
+                    relayed_partition_write(
+                        &partition,
+                        bound,
+                        header.request,
+                        store,
+                        request.answer_by,
+                    )
+                    .await
                 }
             };
             // A committed refusal (the op applied, nothing stored) is a refusal too.
