@@ -370,8 +370,8 @@ async fn read_all(client: &IggyClient, stream: u32, topic: u32, partition: u32) 
 
 /// The official HttpClient given a backup of the metadata group keeps sending through it while
 /// the metadata primary, which also leads a partition, is killed -9: sends answered 503 are
-/// resent by the client, a relayed send whose forward goes unanswered comes back 57 (uncertain,
-/// it may have committed), and once the groups changed views every partition's sends succeed
+/// resent by the client, a relayed send whose forward goes unanswered is sent again to the next
+/// primary (57, uncertain, only if that takes past the request timeout), and once the groups changed views every partition's sends succeed
 /// again through the same node, as does a metadata write. The killed node restarts and takes
 /// its partition back, and the sends go on. Read back through the node the client was given:
 /// every acknowledged message once, in order; no send failed but with 57 or a 503 the client
