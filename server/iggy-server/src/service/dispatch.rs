@@ -520,7 +520,13 @@ async fn read_position(
     routing: Routing,
 ) -> Result<Option<PartitionHandle>, ErrorCode> {
     match routing {
-        Routing::ByClient if replicated(node) => partition_primary(node, key).map(|()| None),
+        Routing::ByClient if replicated(node) => match node.shared.partition(key) {
+            Some(partition) => {
+                let role = partition.group.figures().role();
+                routing::read_refusal_for(role, node.shared.replica_id).map_or(Ok(None), Err)
+            }
+            None => Err(ErrorCode::TransientNotAccepted),
+        },
         // A standalone node is every partition's primary: it serves once it opened it.
         _ => current_partition(node, key).await.map(Some),
     }

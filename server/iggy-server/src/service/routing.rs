@@ -31,6 +31,15 @@ pub fn refusal_for(role: GroupRole, me: u8) -> Option<ErrorCode> {
     }
 }
 
+/// [`refusal_for`] for a read a client routed to this replica as its group's primary: also 58
+/// while the primary has not applied the log its view started with (just elected, or after a
+/// restart of every replica), since its state may be older than what clients were answered
+/// (a stored offset read back as none, a poll short of acknowledged messages).
+pub fn read_refusal_for(role: GroupRole, me: u8) -> Option<ErrorCode> {
+    refusal_for(role, me)
+        .or_else(|| (!role.applied_view_log).then_some(ErrorCode::TransientNotAccepted))
+}
+
 /// The error for a request the group refused, judged with the role the group published after
 /// refusing: the group says NotPrimary while it changes views too, and 89 from a replica whose
 /// view names no other primary would send the client after a view that does not exist.
@@ -285,6 +294,31 @@ mod tests {
             muted: false,
             applied_view_log: true,
         }
+    }
+
+    /// A primary that has not applied its view's log answers a routed read 58 (the client
+    /// retries), as a backup or a replica changing views does; once it has, it serves it.
+    #[test]
+    fn a_routed_read_waits_for_the_primary_to_apply_its_views_log() {
+        let serving = role(Normal, 0);
+        assert_eq!(read_refusal_for(serving, 0), None);
+        let elected = GroupRole {
+            applied_view_log: false,
+            ..serving
+        };
+        assert_eq!(refusal_for(elected, 0), None, "writes queue behind the log");
+        assert_eq!(
+            read_refusal_for(elected, 0),
+            Some(ErrorCode::TransientNotAccepted)
+        );
+        assert_eq!(
+            read_refusal_for(role(Normal, 1), 0),
+            Some(ErrorCode::NotPrimary)
+        );
+        assert_eq!(
+            read_refusal_for(role(ViewChange, 0), 0),
+            Some(ErrorCode::TransientNotAccepted)
+        );
     }
 
     #[test]
