@@ -374,10 +374,19 @@ fn metadata_refused(node: &Node, refusal: &iggy_vsr::Refusal) -> ErrorCode {
 /// primary may have); a standalone node lets the request on, to wait for the open
 /// ([`opened_partition`]).
 fn partition_primary(node: &Node, key: PartitionKey) -> Result<(), ErrorCode> {
+    partition_primary_by(node, key, routing::refusal_for)
+}
+
+/// [`partition_primary`] judged by `rule` (`routing::read_refusal_for` for a routed read).
+fn partition_primary_by(
+    node: &Node,
+    key: PartitionKey,
+    rule: fn(crate::consensus::figures::GroupRole, u8) -> Option<ErrorCode>,
+) -> Result<(), ErrorCode> {
     match node.shared.partition(key) {
         Some(partition) => {
             let role = partition.group.figures().role();
-            routing::refusal_for(role, node.shared.replica_id).map_or(Ok(()), Err)
+            rule(role, node.shared.replica_id).map_or(Ok(()), Err)
         }
         None if replicated(node) => Err(ErrorCode::TransientNotAccepted),
         None => Ok(()),
@@ -520,13 +529,9 @@ async fn read_position(
     routing: Routing,
 ) -> Result<Option<PartitionHandle>, ErrorCode> {
     match routing {
-        Routing::ByClient if replicated(node) => match node.shared.partition(key) {
-            Some(partition) => {
-                let role = partition.group.figures().role();
-                routing::read_refusal_for(role, node.shared.replica_id).map_or(Ok(None), Err)
-            }
-            None => Err(ErrorCode::TransientNotAccepted),
-        },
+        Routing::ByClient if replicated(node) => {
+            partition_primary_by(node, key, routing::read_refusal_for).map(|()| None)
+        }
         // A standalone node is every partition's primary: it serves once it opened it.
         _ => current_partition(node, key).await.map(Some),
     }
