@@ -539,11 +539,17 @@ async fn anonymous_connections_cannot_make_the_server_hold_large_request_bodies(
 /// every byte of it but the last, then holds the connection open until the task is aborted (a
 /// connection the server does not read waits in its write).
 async fn stalled_send(server: &TestServer, id: u128, body: std::sync::Arc<Vec<u8>>) -> tokio::task::JoinHandle<()> {
-    use tokio::io::AsyncWriteExt;
-    let (mut stream, _) = crate::transports::signed_in_over_tcp(server, id).await;
+    let (stream, _) = crate::transports::signed_in_over_tcp(server, id).await;
     let header = send_header_one_byte_short(id, body.len());
+    hold_after_writing(stream, header.to_bytes().to_vec(), body)
+}
+
+/// Writes `head` then `body` to `stream` (as far as the server reads them) and holds the
+/// connection open until the task is aborted.
+fn hold_after_writing(mut stream: tokio::net::TcpStream, head: Vec<u8>, body: std::sync::Arc<Vec<u8>>) -> tokio::task::JoinHandle<()> {
+    use tokio::io::AsyncWriteExt;
     tokio::spawn(async move {
-        let _ = stream.write_all(&header.to_bytes()).await;
+        let _ = stream.write_all(&head).await;
         let _ = stream.write_all(&body).await;
         std::future::pending::<()>().await;
         drop(stream);
@@ -617,20 +623,14 @@ async fn bounded_by_the_budget_while_stalled(server: &TestServer, client: IggyCl
 /// SendMessages request for `body` (its header, then the body) and every byte of it but the
 /// last, then holds the connection open until the task is aborted.
 async fn stalled_websocket_send(server: &TestServer, port: u16, id: u128, body: std::sync::Arc<Vec<u8>>) -> tokio::task::JoinHandle<()> {
-    use tokio::io::AsyncWriteExt;
-    let (mut stream, _) = crate::transports::signed_in_over_websocket(server, port, id).await;
+    let (stream, _) = crate::transports::signed_in_over_websocket(server, port, id).await;
     let header = send_header_one_byte_short(id, body.len());
     // FIN + binary, masked (a zero key: the payload goes as is), a 64-bit length.
     let mut head = vec![0x82, 0xFF];
     head.extend_from_slice(&(header.size as u64).to_be_bytes());
     head.extend_from_slice(&[0, 0, 0, 0]);
     head.extend_from_slice(&header.to_bytes());
-    tokio::spawn(async move {
-        let _ = stream.write_all(&head).await;
-        let _ = stream.write_all(&body).await;
-        std::future::pending::<()>().await;
-        drop(stream);
-    })
+    hold_after_writing(stream, head, body)
 }
 
 /// WebSocket connections share the node-wide budget of request bodies too. The library reads
