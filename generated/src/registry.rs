@@ -1119,6 +1119,13 @@ pub const STRUCTS: &[StructInfo] = &[
         until: 4294967295,
     },
     StructInfo {
+        name: "ClusterReplicas",
+        module: "storage",
+        fixed: Some(29),
+        since: 0,
+        until: 4294967295,
+    },
+    StructInfo {
         name: "ReplicaRunSighting",
         module: "storage",
         fixed: Some(17),
@@ -1689,6 +1696,7 @@ pub fn roundtrip(name: &str, input: &[u8]) -> Option<Result<Roundtrip, WireError
         "StowedBatch" => rt!(crate ::storage::StowedBatch, input),
         "CheckedU64" => rt!(crate ::storage::CheckedU64, input),
         "SnapshotHeader" => rt!(crate ::storage::SnapshotHeader, input),
+        "ClusterReplicas" => rt!(crate ::storage::ClusterReplicas, input),
         "ReplicaRunSighting" => rt!(crate ::storage::ReplicaRunSighting, input),
         "ReplicaRuns" => rt!(crate ::storage::ReplicaRuns, input),
         "SnapshotPartition" => rt!(crate ::storage::SnapshotPartition, input),

@@ -22,15 +22,19 @@ pub const QUIC_RESET_KEY_FILE: &str = "quic.reset_key";
 pub const QUIC_RESET_KEY_SIZE: u64 = 64;
 /// `RESTORED_MARKER_FILE` (spec/storage.spec:90).
 pub const RESTORED_MARKER_FILE: &str = "restored.pending";
-/// `REPLICA_RUNS_FILE` (spec/storage.spec:97).
+/// `CLUSTER_REPLICAS_FILE` (spec/storage.spec:98).
+pub const CLUSTER_REPLICAS_FILE: &str = "cluster.replicas";
+/// `CLUSTER_REPLICAS_MAGIC` (spec/storage.spec:99).
+pub const CLUSTER_REPLICAS_MAGIC: [u8; 4] = *b"IGCR";
+/// `REPLICA_RUNS_FILE` (spec/storage.spec:112).
 pub const REPLICA_RUNS_FILE: &str = "replica.runs";
-/// `REPLICA_RUNS_MAGIC` (spec/storage.spec:98).
+/// `REPLICA_RUNS_MAGIC` (spec/storage.spec:113).
 pub const REPLICA_RUNS_MAGIC: [u8; 4] = *b"IGRN";
-/// `VSR_CHECKPOINT_MAGIC` (spec/storage.spec:395).
+/// `VSR_CHECKPOINT_MAGIC` (spec/storage.spec:410).
 pub const VSR_CHECKPOINT_MAGIC: [u8; 4] = *b"VSPL";
-/// `VSR_CHECKPOINT_MAGIC_V0` (spec/storage.spec:396).
+/// `VSR_CHECKPOINT_MAGIC_V0` (spec/storage.spec:411).
 pub const VSR_CHECKPOINT_MAGIC_V0: [u8; 4] = *b"VSPK";
-/// `VSR_VIEW_STATE_MAGIC` (spec/storage.spec:436).
+/// `VSR_VIEW_STATE_MAGIC` (spec/storage.spec:451).
 pub const VSR_VIEW_STATE_MAGIC: [u8; 4] = *b"VSVW";
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]
@@ -591,6 +595,119 @@ impl WireEncode for SnapshotHeader {
 impl<'a> WireDecode<'a> for SnapshotHeader {
     fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
         let b = iggy_wire::take(input, 64)?;
+        Self::decode_fixed(b)
+    }
+}
+/// Fixed-layout `ClusterReplicas`, 29 bytes: the replica count a cluster node's metadata history was formed with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClusterReplicas {
+    /// CLUSTER_REPLICAS_MAGIC
+    pub magic: [u8; 4],
+    /// the cluster id: a file of another cluster is refused
+    pub cluster: u128,
+    /// the roster's node count when the history was formed
+    pub replicas: u8,
+    /// XxHash3-64 of the 21 bytes before it
+    pub checksum: u64,
+}
+impl ClusterReplicas {
+    /// Encoded size in bytes.
+    pub const SIZE: usize = 29;
+    /// Byte offset of `magic`.
+    pub const MAGIC_OFFSET: usize = 0;
+    /// Size of `magic` in bytes.
+    pub const MAGIC_SIZE: usize = 4;
+    /// Byte offset of `cluster`.
+    pub const CLUSTER_OFFSET: usize = 4;
+    /// Size of `cluster` in bytes.
+    pub const CLUSTER_SIZE: usize = 16;
+    /// Byte offset of `replicas`.
+    pub const REPLICAS_OFFSET: usize = 20;
+    /// Size of `replicas` in bytes.
+    pub const REPLICAS_SIZE: usize = 1;
+    /// Byte offset of `checksum`.
+    pub const CHECKSUM_OFFSET: usize = 21;
+    /// Size of `checksum` in bytes.
+    pub const CHECKSUM_SIZE: usize = 8;
+    /// Decodes from the first `SIZE` bytes of `buf`.
+    pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
+        if buf.len() < Self::SIZE {
+            return Err(WireError::UnexpectedEnd {
+                needed: Self::SIZE,
+                remaining: buf.len(),
+            });
+        }
+        let magic = iggy_wire::get_at::<4>(buf, 0);
+        let cluster = <u128>::decode_exact(&buf[4..20])
+            .map_err(|_| WireError::InvalidValue {
+                field: "cluster",
+            })?;
+        let replicas = <u8>::decode_exact(&buf[20..21])
+            .map_err(|_| WireError::InvalidValue {
+                field: "replicas",
+            })?;
+        let checksum = <u64>::decode_exact(&buf[21..29])
+            .map_err(|_| WireError::InvalidValue {
+                field: "checksum",
+            })?;
+        Ok(Self {
+            magic,
+            cluster,
+            replicas,
+            checksum,
+        })
+    }
+    /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
+    pub fn encode_fixed(&self, out: &mut [u8]) {
+        assert!(out.len() >= Self::SIZE);
+        iggy_wire::put_at(out, 0, &self.magic);
+        iggy_wire::put_at(out, 4, &self.cluster.to_wire_bytes());
+        iggy_wire::put_at(out, 20, &self.replicas.to_wire_bytes());
+        iggy_wire::put_at(out, 21, &self.checksum.to_wire_bytes());
+    }
+    /// The `SIZE` encoded bytes.
+    pub fn to_bytes(&self) -> [u8; 29] {
+        let mut b = [0u8; 29];
+        self.encode_fixed(&mut b);
+        b
+    }
+}
+impl Default for ClusterReplicas {
+    /// All-zero bytes.
+    fn default() -> Self {
+        Self::decode_fixed(&[0u8; 29]).expect("zero bytes decode")
+    }
+}
+const _: () = assert!(ClusterReplicas::SIZE == 29);
+const _: () = assert!(ClusterReplicas::MAGIC_OFFSET + 4 <= 29);
+const _: () = assert!(ClusterReplicas::CLUSTER_OFFSET + 16 <= 29);
+const _: () = assert!(ClusterReplicas::REPLICAS_OFFSET + 1 <= 29);
+const _: () = assert!(ClusterReplicas::CHECKSUM_OFFSET + 8 <= 29);
+impl iggy_wire::WireJson for ClusterReplicas {
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        out.push_str("\"magic\":");
+        iggy_wire::WireJson::write_json(&self.magic, out);
+        out.push_str(",\"cluster\":");
+        iggy_wire::WireJson::write_json(&self.cluster, out);
+        out.push_str(",\"replicas\":");
+        iggy_wire::WireJson::write_json(&self.replicas, out);
+        out.push_str(",\"checksum\":");
+        iggy_wire::WireJson::write_json(&self.checksum, out);
+        out.push('}');
+    }
+}
+impl WireEncode for ClusterReplicas {
+    fn encoded_size(&self) -> usize {
+        29
+    }
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+}
+impl<'a> WireDecode<'a> for ClusterReplicas {
+    fn decode_from(input: &mut &'a [u8]) -> Result<Self, WireError> {
+        let b = iggy_wire::take(input, 29)?;
         Self::decode_fixed(b)
     }
 }

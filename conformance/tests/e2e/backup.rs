@@ -333,10 +333,11 @@ async fn a_directory_left_by_sigkill_during_sends_verifies_and_starts() {
 }
 
 /// A cluster node's `replica.runs` (its numbered starts, README "Replace a cluster node's
-/// disk") damaged in a copy: start-up refuses the directory naming the file, so the verifier,
-/// which "checks what start-up reads", must fail it too, naming the file; an intact one passes.
+/// disk") or `cluster.replicas` (the replica count its history was formed with) damaged in a
+/// copy: start-up refuses the directory naming the file, so the verifier, which "checks what
+/// start-up reads", must fail it too, naming the file; an intact one passes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cluster_node_whose_runs_file_is_damaged_fails_verification_as_its_start_does() {
+async fn a_cluster_nodes_damaged_runs_or_replica_count_file_fails_verification_as_its_start_does() {
     let mut cluster = crate::test_cluster::TestCluster::start(1);
     let client = cluster.root_client(0).await;
     ok("create stream", within("create stream", client.create_stream("s", &StreamCreateOptions::default())).await);
@@ -346,8 +347,6 @@ async fn a_cluster_node_whose_runs_file_is_damaged_fails_verification_as_its_sta
     cluster.restart(0);
     cluster.stop(0);
     let data = cluster.node(0).data_dir();
-    let runs = data.join("replica.runs");
-    assert!(runs.is_file(), "no {}", runs.display());
     let config = cluster._config_dir.path().join("cluster.toml");
     let verify_node = || {
         Command::new(server_binary())
@@ -362,15 +361,22 @@ async fn a_cluster_node_whose_runs_file_is_damaged_fails_verification_as_its_sta
     let intact = verify_node();
     assert_eq!(intact.status.code(), Some(0), "{}", stdout(&intact));
 
-    flip_middle_byte(&runs);
-    let damaged = verify_node();
-    let printed = stdout(&damaged);
-    assert_eq!(damaged.status.code(), Some(1), "{printed}");
-    assert!(printed.lines().any(|l| l.starts_with("error:") && l.contains("replica.runs")), "{printed}");
+    for file in ["replica.runs", "cluster.replicas"] {
+        let path = data.join(file);
+        assert!(path.is_file(), "no {}", path.display());
+        let kept = std::fs::read(&path).unwrap();
+        flip_middle_byte(&path);
+        let damaged = verify_node();
+        let printed = stdout(&damaged);
+        assert_eq!(damaged.status.code(), Some(1), "{file}: {printed}");
+        assert!(printed.lines().any(|l| l.starts_with("error:") && l.contains(file)), "{printed}");
 
-    cluster.nodes[0].start_again_unready();
-    let status = cluster.nodes[0].wait_exit(std::time::Duration::from_secs(20)).expect("start-up refuses the damaged runs file");
-    assert!(!status.success(), "{status}");
-    let log = cluster.node(0).log();
-    assert!(crate::test_cluster::current_start(&log).contains("replica.runs"), "{log}");
+        cluster.nodes[0].start_again_unready();
+        let status = cluster.nodes[0].wait_exit(std::time::Duration::from_secs(20)).unwrap_or_else(|| panic!("start-up refuses the damaged {file}"));
+        assert!(!status.success(), "{status}");
+        let log = cluster.node(0).log();
+        assert!(crate::test_cluster::current_start(&log).contains(file), "{log}");
+        std::fs::write(&path, kept).unwrap();
+    }
+    assert_eq!(verify_node().status.code(), Some(0), "both files restored");
 }

@@ -232,3 +232,85 @@ async fn a_node_started_on_another_nodes_data_directory_is_refused_and_touches_n
     );
     assert!(before == after, "every file's bytes unchanged");
 }
+
+/// A cluster's size is fixed by its history (quorums are majorities of it): the three nodes of a
+/// cluster restarted on a roster of five (nodes 3 and 4 added by `IGGY_CLUSTER_NODES_3_*` and
+/// `_4_*`) refuse to start, naming both counts, before anything in their data directories is
+/// modified; started again on their own roster, they serve what they held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_restarted_on_a_roster_of_another_size_are_refused_and_touch_nothing() {
+    let mut cluster = TestCluster::start(3);
+    let client = cluster.root_client(0).await;
+    ok(
+        "create stream",
+        within(
+            "create stream",
+            client.create_stream("kept", &StreamCreateOptions::default()),
+        )
+        .await,
+    );
+    drop(client);
+    for node in 0..3 {
+        cluster.stop(node);
+    }
+    let added: Vec<(String, String)> = (3..5)
+        .flat_map(|j| {
+            [
+                (format!("IGGY_CLUSTER_NODES_{j}_NAME"), format!("added-{j}")),
+                (
+                    format!("IGGY_CLUSTER_NODES_{j}_IP"),
+                    "127.0.0.1".to_string(),
+                ),
+                (format!("IGGY_CLUSTER_NODES_{j}_REPLICA_ID"), j.to_string()),
+                (
+                    format!("IGGY_CLUSTER_NODES_{j}_PORTS_TCP"),
+                    free_port().to_string(),
+                ),
+                (
+                    format!("IGGY_CLUSTER_NODES_{j}_PORTS_TCP_REPLICA"),
+                    free_port().to_string(),
+                ),
+            ]
+        })
+        .collect();
+    for node in 0..3 {
+        let dir = cluster.node(node).data_dir();
+        let before = contents(&dir);
+        for (key, value) in &added {
+            cluster.nodes[node].set_env(key, Some(value));
+        }
+        cluster.nodes[node].start_again_unready();
+        let status = cluster.nodes[node]
+            .wait_exit(Duration::from_secs(30))
+            .unwrap_or_else(|| panic!("node {node} refused to start on a roster of five"));
+        let log = cluster.node(node).log();
+        assert_eq!(status.code(), Some(1), "node {node}: {log}");
+        for named in [
+            "formed by a cluster of 3 replicas",
+            "now lists 5",
+            "nothing was written",
+        ] {
+            assert!(log.contains(named), "node {node}: {named:?} in:\n{log}");
+        }
+        assert!(
+            before == contents(&dir),
+            "node {node}: every file unchanged"
+        );
+        for (key, _) in &added {
+            cluster.nodes[node].set_env(key, None);
+        }
+    }
+    for node in 0..3 {
+        cluster.restart(node);
+    }
+    let client = cluster.root_client(1).await;
+    let kept = Identifier::named("kept").unwrap();
+    let stream = crate::test_cluster::wait_until_async(
+        "the stream served again",
+        Duration::from_secs(30),
+        async || client.get_stream(&kept).await.ok().flatten(),
+        || cluster.describe(0),
+    )
+    .await;
+    assert_eq!(stream.name, "kept");
+}

@@ -486,6 +486,36 @@ fn main() -> ExitCode {
     runtime.block_on(run(cfg, data, replica_id, (user, pw, generated), start))
 }
 
+/// Compares the replica count the metadata history in `dir` was formed with against the
+/// roster's, or records the roster's when the directory has none yet (see
+/// `consensus::replica_count`).
+fn record_replica_count(
+    dir: &std::path::Path,
+    cluster: u128,
+    cfg: &config::Config,
+    replica_id: u8,
+) -> Result<(), ExitCode> {
+    use consensus::replica_count::{Recorded, check_or_record};
+    let roster = u8::try_from(cfg.cluster.nodes.len()).expect("the roster is checked at load");
+    match check_or_record(dir, cluster, roster) {
+        Ok(Recorded::Agrees) => Ok(()),
+        Ok(Recorded::Written) => {
+            tracing::info!(
+                "replica {replica_id}: recorded that this node's metadata history is of a \
+                 cluster of {roster} replicas ({})",
+                dir.join(iggy_generated::storage::CLUSTER_REPLICAS_FILE)
+                    .display()
+            );
+            Ok(())
+        }
+        Err(refusal) => {
+            tracing::error!("replica {replica_id}: {refusal}");
+            eprintln!("iggy-server: replica {replica_id}: {refusal}");
+            Err(ExitCode::FAILURE)
+        }
+    }
+}
+
 /// What the flags ask of this start.
 #[derive(Clone, Copy)]
 struct Start {
@@ -582,6 +612,12 @@ async fn run(
             .as_ref()
             .map(|_| std::path::Path::new(&cfg.system.path));
         let cluster = consensus::cluster::cluster_id(&cfg.cluster.name);
+        // Before anything is written: a history runs only with a roster of its own size.
+        if let Some(dir) = history_dir
+            && let Err(code) = record_replica_count(dir, cluster, &cfg, replica_id)
+        {
+            return code;
+        }
         let runs = match consensus::runs_file::RunsState::start(
             cluster,
             replica_id,
@@ -621,7 +657,12 @@ async fn run(
         None => match open_data_dir(&cfg.system.path) {
             Ok(data) => {
                 if let Some(plane) = &plane {
-                    plane.attach_runs(std::path::Path::new(&cfg.system.path));
+                    let dir = std::path::Path::new(&cfg.system.path);
+                    let cluster = consensus::cluster::cluster_id(&cfg.cluster.name);
+                    if let Err(code) = record_replica_count(dir, cluster, &cfg, replica_id) {
+                        return code;
+                    }
+                    plane.attach_runs(dir);
                 }
                 data
             }

@@ -17,11 +17,12 @@ use bytes::Bytes;
 use iggy_storage::partition_log::{self, LogCheck};
 use iggy_storage::verify::{self as checks, Finding, Severity};
 
-use iggy_generated::storage::{REPLICA_RUNS_FILE, ReplicaRuns};
+use iggy_generated::storage::{CLUSTER_REPLICAS_FILE, REPLICA_RUNS_FILE, ReplicaRuns};
 use iggy_wire::WireDecode;
 
 use crate::consensus::cluster::node_cluster;
 use crate::consensus::group::load_checkpoint;
+use crate::consensus::replica_count;
 use crate::consensus::runs::RunLedger;
 use crate::consensus::wal::{self, Anchor, JournalCheck, JournalEntry};
 
@@ -118,7 +119,26 @@ pub async fn verify(root: &Path) -> Report {
     }
     report.findings.extend(checks::check_discarded(root));
     report.findings.extend(check_runs(root));
+    report.findings.extend(check_replica_count(root));
     report
+}
+
+/// A cluster node's `cluster.replicas`, which each start with a metadata history reads and
+/// refuses when damaged or another cluster's (the roster it is compared with is the
+/// configuration's, not known here).
+fn check_replica_count(root: &Path) -> Option<Finding> {
+    let path = root.join(CLUSTER_REPLICAS_FILE);
+    let bytes = match std::fs::read(&path) {
+        Ok(bytes) => bytes,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(error) => return Some(Finding::error(&path, None, format!("unreadable: {error}"))),
+    };
+    let error = replica_count::decode(&bytes, node_cluster()).err()?;
+    Some(Finding::error(
+        &path,
+        None,
+        format!("{error} (start-up refuses it)"),
+    ))
 }
 
 /// A cluster node's `replica.runs`, which each start with a metadata history reads and refuses

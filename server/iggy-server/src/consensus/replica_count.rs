@@ -1,0 +1,159 @@
+//! The number of replicas a node's metadata history was formed with (spec/storage.spec
+//! `ClusterReplicas`, the data directory's `cluster.replicas`), and the start it refuses: one
+//! whose roster lists another number of nodes. Every quorum is a majority of the replica count,
+//! so a cluster of five shrunk to three could elect a primary from two replicas that never saw
+//! a write three of five acknowledged, and one of three grown to five could commit with the two
+//! new, empty replicas and one old one. The roster's size is fixed when the history is formed.
+//!
+//! [`encode`], [`decode`] and [`judge`] are the file and the rule; [`check_or_record`] is the
+//! start's shell around them.
+
+use iggy_generated::storage::{CLUSTER_REPLICAS_FILE, CLUSTER_REPLICAS_MAGIC, ClusterReplicas};
+use std::hash::Hasher;
+use std::path::Path;
+
+/// The file's bytes for a history of `replicas` replicas of `cluster`.
+pub fn encode(cluster: u128, replicas: u8) -> Vec<u8> {
+    let mut file = ClusterReplicas {
+        magic: CLUSTER_REPLICAS_MAGIC,
+        cluster,
+        replicas,
+        checksum: 0,
+    };
+    file.checksum = checksum(&file.to_bytes()[..ClusterReplicas::CHECKSUM_OFFSET]);
+    file.to_bytes().to_vec()
+}
+
+/// The replica count a file of `cluster` records.
+pub fn decode(bytes: &[u8], cluster: u128) -> Result<u8, String> {
+    if bytes.len() != ClusterReplicas::SIZE {
+        return Err(format!(
+            "{} bytes where {} were written (torn or damaged)",
+            bytes.len(),
+            ClusterReplicas::SIZE
+        ));
+    }
+    let file = ClusterReplicas::decode_fixed(bytes).map_err(|_| "malformed")?;
+    let covered = &bytes[..ClusterReplicas::CHECKSUM_OFFSET];
+    if file.magic != CLUSTER_REPLICAS_MAGIC || checksum(covered) != file.checksum {
+        return Err("checksum mismatch (torn or damaged)".into());
+    }
+    if file.cluster != cluster {
+        return Err(format!(
+            "written by cluster {:#x}, this node is of cluster {cluster:#x}",
+            file.cluster
+        ));
+    }
+    Ok(file.replicas)
+}
+
+/// Whether a history formed by `recorded` replicas may run with a roster of `roster` nodes.
+pub fn judge(recorded: u8, roster: u8) -> Result<(), String> {
+    if recorded == roster {
+        return Ok(());
+    }
+    Err(format!(
+        "this node's metadata history was formed by a cluster of {recorded} replicas, and \
+         [[cluster.nodes]] now lists {roster}: a cluster's size cannot change, since quorums of \
+         {roster} would not meet those that acknowledged its writes (a write {quorum} of \
+         {recorded} acknowledged could be lost), so the start is refused and nothing was \
+         written. Start it with the roster of {recorded} nodes it was formed with; to run \
+         {roster} nodes, start a new cluster on empty data directories and move the data \
+         through a client",
+        quorum = recorded / 2 + 1,
+    ))
+}
+
+/// What [`check_or_record`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recorded {
+    /// The file was there and agrees with the roster.
+    Agrees,
+    /// There was no file (a new history, or a directory of a build before it): the roster's
+    /// count was written.
+    Written,
+}
+
+/// At a start of a node whose data directory `dir` holds (or now begins) a metadata history:
+/// refuses a roster of another size than the history's, and records the roster's when the
+/// directory has no record yet (durably, before the replica plane declares anything).
+pub fn check_or_record(dir: &Path, cluster: u128, roster: u8) -> Result<Recorded, String> {
+    let path = dir.join(CLUSTER_REPLICAS_FILE);
+    match std::fs::read(&path) {
+        Ok(bytes) => {
+            let recorded = decode(&bytes, cluster).map_err(|error| {
+                format!(
+                    "{}: {error}; nothing was changed (`iggy-server verify` reports it)",
+                    path.display()
+                )
+            })?;
+            judge(recorded, roster).map(|()| Recorded::Agrees)
+        }
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            iggy_storage::fail_stop::write_atomically_blocking(&path, &encode(cluster, roster));
+            Ok(Recorded::Written)
+        }
+        Err(error) => Err(format!("cannot read {}: {error}", path.display())),
+    }
+}
+
+fn checksum(bytes: &[u8]) -> u64 {
+    let mut hasher = twox_hash::XxHash3_64::new();
+    hasher.write(bytes);
+    hasher.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CLUSTER: u128 = 0x1234_5678_9abc_def0;
+
+    #[test]
+    fn a_history_runs_only_with_a_roster_of_its_own_size() {
+        assert_eq!(judge(3, 3), Ok(()));
+        let shrunk = judge(5, 3).unwrap_err();
+        assert!(shrunk.contains("cluster of 5 replicas"), "{shrunk}");
+        assert!(shrunk.contains("now lists 3"), "{shrunk}");
+        assert!(shrunk.contains("3 of 5 acknowledged"), "{shrunk}");
+        assert!(judge(3, 5).is_err());
+        assert!(judge(1, 3).is_err());
+    }
+
+    #[test]
+    fn the_file_round_trips_and_a_damaged_or_foreign_one_is_refused() {
+        let bytes = encode(CLUSTER, 5);
+        assert_eq!(bytes.len(), ClusterReplicas::SIZE);
+        assert_eq!(decode(&bytes, CLUSTER), Ok(5));
+        let foreign = decode(&bytes, CLUSTER + 1).unwrap_err();
+        assert!(foreign.contains("written by cluster"), "{foreign}");
+        for at in 0..bytes.len() {
+            let mut damaged = bytes.clone();
+            damaged[at] ^= 0x10;
+            assert!(decode(&damaged, CLUSTER).is_err(), "byte {at} flipped");
+        }
+        assert!(decode(&bytes[..20], CLUSTER).is_err());
+    }
+
+    #[test]
+    fn the_first_start_records_the_roster_and_later_starts_compare_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(
+            check_or_record(dir.path(), CLUSTER, 3),
+            Ok(Recorded::Written)
+        );
+        assert_eq!(
+            check_or_record(dir.path(), CLUSTER, 3),
+            Ok(Recorded::Agrees)
+        );
+        let path = dir.path().join(CLUSTER_REPLICAS_FILE);
+        let before = std::fs::read(&path).unwrap();
+        assert!(check_or_record(dir.path(), CLUSTER, 5).is_err());
+        assert!(check_or_record(dir.path(), CLUSTER + 1, 3).is_err());
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            before,
+            "a refusal writes nothing"
+        );
+    }
+}
