@@ -46,6 +46,11 @@ fn start(dir: &Path, config: &str, args: &[&str], env: &[(&str, &str)]) -> Outpu
     for (key, value) in env {
         command.env(key, value);
     }
+    refusal_of(&mut command)
+}
+
+/// Runs `command` (an iggy-server start expected to be refused) to its exit.
+fn refusal_of(command: &mut Command) -> Output {
     let mut child = command
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -313,4 +318,46 @@ async fn nodes_restarted_on_a_roster_of_another_size_are_refused_and_touch_nothi
     )
     .await;
     assert_eq!(stream.name, "kept");
+}
+
+/// A standalone node's data directory given to a cluster node (a node being moved into a
+/// cluster, a mistyped `system.path`) is refused naming the other cluster, before anything in
+/// it is written: not even the cluster node's run or replica count files.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standalone_nodes_data_directory_started_as_a_cluster_node_is_refused_and_touches_nothing()
+ {
+    let mut server = TestServer::start();
+    let client = server.root_client().await;
+    ok(
+        "create stream",
+        within(
+            "create stream",
+            client.create_stream("s", &StreamCreateOptions::default()),
+        )
+        .await,
+    );
+    drop(client);
+    tokio::task::block_in_place(|| server.stop());
+    let data = server.data_dir();
+    let before = contents(&data);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("config.toml"), three_node_file()).unwrap();
+    let out = refusal_of(
+        Command::new(server_binary())
+            .args(["--replica-id", "0", "--with-default-root-credentials"])
+            .env_remove("RUST_LOG")
+            .env("IGGY_SYSTEM_PATH", &data)
+            .current_dir(dir.path())
+            .stdin(Stdio::null()),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("belongs to cluster"), "{stderr}");
+    let after = contents(&data);
+    assert_eq!(
+        before.keys().collect::<Vec<_>>(),
+        after.keys().collect::<Vec<_>>(),
+        "no file added or removed: {stderr}"
+    );
+    assert!(before == after, "every file's bytes unchanged");
 }

@@ -337,6 +337,17 @@ fn main() -> ExitCode {
         eprintln!("iggy-server: {refusal}; nothing was started");
         return ExitCode::FAILURE;
     }
+    // So is another cluster's (or a standalone node's) metadata journal, before a cluster
+    // node writes its run and replica count beside it.
+    if let Err(refusal) = consensus::wal::FileJournal::refuse_foreign(
+        &std::path::Path::new(&cfg.system.path)
+            .join("metadata")
+            .join(consensus::plane::METADATA_JOURNAL),
+        consensus::cluster::node_cluster(),
+    ) {
+        eprintln!("iggy-server: {refusal}; nothing was started");
+        return ExitCode::FAILURE;
+    }
     // The root user is one replicated op, created by whichever node first leads: a password
     // generated per node would be printed by one node only, or differ between them.
     if cfg.cluster.enabled

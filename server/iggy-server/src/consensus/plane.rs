@@ -69,7 +69,7 @@ impl Declaration {
 }
 
 /// The metadata group's journal, beside its checkpoint slots in `<data>/metadata/`.
-const METADATA_JOURNAL: &str = "journal.wal";
+pub const METADATA_JOURNAL: &str = "journal.wal";
 
 /// Whether the data directory `data_dir` holds a metadata history: a checkpoint slot file, or
 /// a journal with any bytes in it (recovery judges what of it is valid). Reads only file
