@@ -583,7 +583,6 @@ async fn a_node_restarted_after_a_partition_id_was_reused_logs_no_error() {
 /// group, which each side refuses. That is expected after every such restart, so it is said at
 /// most as information, never as a warning on any node; and the partition ends the same on all.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails: each refused frame of the other incarnation is a WARN on both sides"]
 async fn frames_of_a_reused_partitions_older_incarnation_after_a_restart_are_no_warning() {
     let mut cluster = TestCluster::start(3);
     let client = cluster.root_client(0).await;

@@ -80,7 +80,12 @@ pub struct GroupPlane {
     announce_at: Option<u64>,
     /// The role last written to the log.
     logged_role: Option<GroupRole>,
+    /// Frames of another incarnation of this group's id, said at most once per interval.
+    other_incarnation: super::log_limit::Throttled,
 }
+
+/// How often frames of another incarnation of a group's id are said (see `on_frame`).
+const OTHER_INCARNATION_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl GroupPlane {
     pub fn new(peers: Peers) -> Self {
@@ -98,6 +103,7 @@ impl GroupPlane {
             told: Vec::new(),
             announce_at: None,
             logged_role: None,
+            other_incarnation: super::log_limit::Throttled::new(OTHER_INCARNATION_INTERVAL),
         }
     }
 
@@ -183,6 +189,24 @@ impl GroupPlane {
         }
         match iggy_vsr::codec::decode(&self.peers.frames, &frame) {
             Ok(message) => core.on_message(frame.from, message),
+            // A partition deleted and created again under its ids while a replica was down:
+            // until that replica applied both, it and its peers refuse each other's frames.
+            // Expected after every such restart, so information, not a warning.
+            Err(error @ iggy_vsr::codec::CodecError::Incarnation { .. }) => {
+                if let Some(held_back) = self.other_incarnation.due(Instant::now()) {
+                    let since = match held_back {
+                        0 => String::new(),
+                        n => format!("; {n} more such frames since the last line"),
+                    };
+                    tracing::info!(
+                        "group {:#x}: frame {:?} from replica {}: {error} (a partition \
+                         deleted and created again while one of the two was behind{since})",
+                        self.peers.frames.group,
+                        frame.command,
+                        frame.from
+                    );
+                }
+            }
             // Checked frames from an admitted peer: a mismatch here is a stale partition
             // incarnation or a bug, never worth the link.
             Err(error) => tracing::warn!(
