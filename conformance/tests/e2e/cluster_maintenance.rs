@@ -364,3 +364,37 @@ async fn a_consumer_group_whose_offset_expired_polls_on_from_the_first_kept_offs
     send_to_partition(&client, &s, &t, 0, vec![msg("after")]).await;
     assert_eq!(poll_next(&client, 10).await, vec![14]);
 }
+
+/// A topic created with the server's segment size on nodes whose `system.segment_size`
+/// differs (a rolling change of it, one file edited before the others): every replica cuts its
+/// segments at the same offsets (the metadata primary's size, pinned in the create), so a
+/// segment deletion retires the same messages everywhere. Each replica once cut at its own size
+/// and deleted whole segments below the primary's offset: the node of 2 MiB segments went on
+/// serving offsets the others had retired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_configured_with_different_segment_sizes_cut_and_retire_the_same_segments() {
+    let size = |bytes: u32| vec![("IGGY_SYSTEM_SEGMENT_SIZE".to_string(), bytes.to_string())];
+    let options = ClusterOptions {
+        env: vec![("IGGY_SYSTEM_MAINTENANCE_INTERVAL_MS".to_string(), "100".to_string())],
+        node_env: [(0, size(1 << 20)), (1, size(1 << 20)), (2, size(2 << 20))].into_iter().collect(),
+        http: true,
+        ..ClusterOptions::default()
+    };
+    let cluster = TestCluster::start_with(3, options);
+    let client = cluster.root_client(0).await;
+    let created = ok("create stream", within("create", client.create_stream("s", &StreamCreateOptions::default())).await);
+    let options = TopicCreateOptions { partitions_count: Some(1), ..Default::default() };
+    let topic = ok("create topic", within("create", client.create_topic(&name("s"), "t", &options)).await);
+    let (stream, topic) = (id(created.id), id(topic.id));
+    // The metadata primary's size is the topic's: six messages fill 1 MiB, twelve 2 MiB.
+    let (metadata_primary, _) = cluster.primary(METADATA_GROUP).expect("a metadata primary");
+    let per_segment: u64 = if metadata_primary == 2 { 12 } else { 6 };
+    send_big(&client, &stream, &topic, 0, 0..24).await;
+    let files = cluster.wait_identical_segments((24 / per_segment) as usize).await;
+    let second = format!("{per_segment:020}.log");
+    assert!(files.keys().any(|path| path.ends_with(&second)), "segments of {per_segment} messages: {:?}", files.keys().collect::<Vec<_>>());
+
+    ok("delete segments", within("delete", client.delete_segments(&stream, &topic, 0, 1)).await);
+    every_node_serves(&cluster, &stream, &topic, 0, per_segment..24).await;
+    cluster.wait_identical_segments((24 / per_segment - 1) as usize).await;
+}

@@ -270,6 +270,23 @@ pub use iggy_generated::options::{OptionSpec, STREAM_OPTIONS, TOPIC_OPTIONS, USE
 const SEGMENT_SIZE_MIN: u64 = 1 << 20;
 const SEGMENT_SIZE_MAX: u64 = 1 << 30;
 
+/// A topic create's options block with `segment_size` set to `size`, when the block names
+/// none and `size` is one a topic may ask for; `None` otherwise (the block is left as it is).
+/// A cluster's metadata primary pins its configured segment size this way, so every replica
+/// of the topic rolls its segments at the same offsets whatever its own configuration says.
+pub fn with_segment_size(block: &[u8], size: u64) -> Option<Vec<u8>> {
+    let entries = typed_entries(block).ok()?;
+    let value = size.to_le_bytes();
+    if entries.iter().any(|(key, _, _)| *key == "segment_size")
+        || check_value("segment_size", kind::UINT64, &value).is_err()
+    {
+        return None;
+    }
+    let mut pinned = block.to_vec();
+    pinned.extend(encode(&[("segment_size", kind::UINT64, &value)]));
+    Some(pinned)
+}
+
 /// Checks an options block against a scope's catalog: every key known and writable now
 /// (`create`, or updatable), every value valid, every reset key resettable. Nothing is applied
 /// when any entry fails.
@@ -356,6 +373,35 @@ pub fn limit(value: u64) -> Option<u64> {
 
 /// The catalog as it was written by hand before spec/options.spec declared it: the generated
 /// one must describe exactly the same options, in the same order.
+#[cfg(test)]
+mod pinned_segment_size {
+    use super::*;
+
+    #[test]
+    fn a_valid_size_is_added_once_and_never_over_a_given_one() {
+        let empty = with_segment_size(&[], 8 << 20).expect("pinned");
+        assert_eq!(typed_entries(&empty).unwrap().len(), 1);
+        assert_eq!(
+            number("segment_size", kind::UINT64, &(8u64 << 20).to_le_bytes()),
+            Ok(8 << 20)
+        );
+        let expiry = encode(&[("message_expiry", kind::STRING, b"1h")]);
+        let pinned = with_segment_size(&expiry, 1 << 30).expect("pinned");
+        let keys: Vec<&str> = typed_entries(&pinned)
+            .unwrap()
+            .iter()
+            .map(|e| e.0)
+            .collect();
+        assert_eq!(keys, ["message_expiry", "segment_size"]);
+        let given = encode(&[("segment_size", kind::STRING, b"2MiB")]);
+        assert_eq!(with_segment_size(&given, 1 << 30), None);
+        // Sizes a topic may not ask for (a test's tiny segments) are left to the configuration.
+        assert_eq!(with_segment_size(&[], 4096), None);
+        assert_eq!(with_segment_size(&[], (1 << 20) + 1), None);
+        assert_eq!(with_segment_size(&[1, 2, 3], 1 << 30), None);
+    }
+}
+
 #[cfg(test)]
 mod catalog_before_spec {
     use super::OptionSpec;

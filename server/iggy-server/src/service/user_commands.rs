@@ -131,13 +131,33 @@ pub async fn prepare(
         // Only the size floor and the node's room for partitions are checked here; the state
         // machine refuses the rest of what is wrong with a request in its committed reply.
         Operation::CreateTopic => {
-            if let Ok(request) = decode::<CreateTopicRequest>(body) {
-                if let Ok(settings) = iggy_metadata::replies::topic_settings(request.options) {
-                    check_topic_size_floor(shared, request.options, settings.segment_size)?;
-                }
-                check_descriptors_for(shared, request.partitions_count)?;
-            }
-            Ok(unchanged)
+            let Ok(mut request) = decode::<CreateTopicRequest>(body) else {
+                return Ok(unchanged);
+            };
+            check_descriptors_for(shared, request.partitions_count)?;
+            let Ok(settings) = iggy_metadata::replies::topic_settings(request.options) else {
+                return Ok(unchanged);
+            };
+            check_topic_size_floor(shared, request.options, settings.segment_size)?;
+            // In a cluster the server's segment size is the proposer's, pinned in the op:
+            // replicas whose configurations differ (a rolling change of system.segment_size)
+            // would otherwise cut segments at different offsets, and retention, which deletes
+            // whole segments below an offset, would leave them serving different messages.
+            let pinned = match (&shared.plane, settings.segment_size) {
+                (Some(_), 0) => iggy_metadata::options::with_segment_size(
+                    request.options,
+                    shared.config.system.segment_size,
+                ),
+                _ => None,
+            };
+            let Some(options) = pinned else {
+                return Ok(unchanged);
+            };
+            request.options = &options;
+            Ok(Prepared {
+                body: Some(request.to_wire_bytes()),
+                token: None,
+            })
         }
         Operation::CreatePartitions => {
             if let Ok(request) = decode::<CreatePartitionsRequest>(body) {
