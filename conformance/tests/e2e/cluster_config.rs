@@ -197,6 +197,24 @@ fn contents(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
         .collect()
 }
 
+/// Asserts `dir` holds exactly the files of `before`, each with the same bytes.
+fn assert_untouched(dir: &Path, before: &BTreeMap<PathBuf, Vec<u8>>, context: &str) {
+    let after = contents(dir);
+    assert_eq!(
+        before.keys().collect::<Vec<_>>(),
+        after.keys().collect::<Vec<_>>(),
+        "no file added or removed: {context}"
+    );
+    assert!(*before == after, "every file's bytes unchanged: {context}");
+}
+
+/// Creates stream `name` through `client`.
+async fn create_stream(client: &IggyClient, name: &str) {
+    let options = StreamCreateOptions::default();
+    let create = client.create_stream(name, &options);
+    ok("create stream", within("create stream", create).await);
+}
+
 /// A node started on another node's data directory (node 1's copied under node 2's path, as a
 /// mistyped `system.path` or a restored backup of the wrong machine gives) is refused as a
 /// configuration error, naming whose directory it is, before anything in it is modified: not
@@ -205,14 +223,7 @@ fn contents(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
 async fn a_node_started_on_another_nodes_data_directory_is_refused_and_touches_nothing() {
     let mut cluster = TestCluster::start(3);
     let client = cluster.root_client(0).await;
-    ok(
-        "create stream",
-        within(
-            "create stream",
-            client.create_stream("s", &StreamCreateOptions::default()),
-        )
-        .await,
-    );
+    create_stream(&client, "s").await;
     for node in [1, 2] {
         cluster.stop(node);
     }
@@ -229,13 +240,7 @@ async fn a_node_started_on_another_nodes_data_directory_is_refused_and_touches_n
     for named in ["replica 1", "this node is replica 2", "--replica-id"] {
         assert!(log.contains(named), "{named:?} in:\n{log}");
     }
-    let after = contents(&two);
-    assert_eq!(
-        before.keys().collect::<Vec<_>>(),
-        after.keys().collect::<Vec<_>>(),
-        "no file added or removed"
-    );
-    assert!(before == after, "every file's bytes unchanged");
+    assert_untouched(&two, &before, "node 2");
 }
 
 /// A cluster's size is fixed by its history (quorums are majorities of it): the three nodes of a
@@ -246,14 +251,7 @@ async fn a_node_started_on_another_nodes_data_directory_is_refused_and_touches_n
 async fn nodes_restarted_on_a_roster_of_another_size_are_refused_and_touch_nothing() {
     let mut cluster = TestCluster::start(3);
     let client = cluster.root_client(0).await;
-    ok(
-        "create stream",
-        within(
-            "create stream",
-            client.create_stream("kept", &StreamCreateOptions::default()),
-        )
-        .await,
-    );
+    create_stream(&client, "kept").await;
     drop(client);
     for node in 0..3 {
         cluster.stop(node);
@@ -297,10 +295,7 @@ async fn nodes_restarted_on_a_roster_of_another_size_are_refused_and_touch_nothi
         ] {
             assert!(log.contains(named), "node {node}: {named:?} in:\n{log}");
         }
-        assert!(
-            before == contents(&dir),
-            "node {node}: every file unchanged"
-        );
+        assert_untouched(&dir, &before, &format!("node {node}"));
         for (key, _) in &added {
             cluster.nodes[node].set_env(key, None);
         }
@@ -328,14 +323,7 @@ async fn a_standalone_nodes_data_directory_started_as_a_cluster_node_is_refused_
  {
     let mut server = TestServer::start();
     let client = server.root_client().await;
-    ok(
-        "create stream",
-        within(
-            "create stream",
-            client.create_stream("s", &StreamCreateOptions::default()),
-        )
-        .await,
-    );
+    create_stream(&client, "s").await;
     drop(client);
     tokio::task::block_in_place(|| server.stop());
     let data = server.data_dir();
@@ -353,11 +341,5 @@ async fn a_standalone_nodes_data_directory_started_as_a_cluster_node_is_refused_
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("belongs to cluster"), "{stderr}");
-    let after = contents(&data);
-    assert_eq!(
-        before.keys().collect::<Vec<_>>(),
-        after.keys().collect::<Vec<_>>(),
-        "no file added or removed: {stderr}"
-    );
-    assert!(before == after, "every file's bytes unchanged");
+    assert_untouched(&data, &before, &stderr);
 }

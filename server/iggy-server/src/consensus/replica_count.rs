@@ -9,7 +9,6 @@
 //! start's shell around them.
 
 use iggy_generated::storage::{CLUSTER_REPLICAS_FILE, CLUSTER_REPLICAS_MAGIC, ClusterReplicas};
-use std::hash::Hasher;
 use std::path::Path;
 
 /// The file's bytes for a history of `replicas` replicas of `cluster`.
@@ -20,7 +19,8 @@ pub fn encode(cluster: u128, replicas: u8) -> Vec<u8> {
         replicas,
         checksum: 0,
     };
-    file.checksum = checksum(&file.to_bytes()[..ClusterReplicas::CHECKSUM_OFFSET]);
+    file.checksum =
+        twox_hash::XxHash3_64::oneshot(&file.to_bytes()[..ClusterReplicas::CHECKSUM_OFFSET]);
     file.to_bytes().to_vec()
 }
 
@@ -35,7 +35,9 @@ pub fn decode(bytes: &[u8], cluster: u128) -> Result<u8, String> {
     }
     let file = ClusterReplicas::decode_fixed(bytes).map_err(|_| "malformed")?;
     let covered = &bytes[..ClusterReplicas::CHECKSUM_OFFSET];
-    if file.magic != CLUSTER_REPLICAS_MAGIC || checksum(covered) != file.checksum {
+    if file.magic != CLUSTER_REPLICAS_MAGIC
+        || twox_hash::XxHash3_64::oneshot(covered) != file.checksum
+    {
         return Err("checksum mismatch (torn or damaged)".into());
     }
     if file.cluster != cluster {
@@ -95,12 +97,6 @@ pub fn check_or_record(dir: &Path, cluster: u128, roster: u8) -> Result<Recorded
         }
         Err(error) => Err(format!("cannot read {}: {error}", path.display())),
     }
-}
-
-fn checksum(bytes: &[u8]) -> u64 {
-    let mut hasher = twox_hash::XxHash3_64::new();
-    hasher.write(bytes);
-    hasher.finish()
 }
 
 #[cfg(test)]
