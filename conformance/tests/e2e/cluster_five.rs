@@ -368,3 +368,62 @@ async fn two_of_five_stopped_past_the_heartbeat_timeout_step_down_and_rejoin_los
     assert_acknowledged_exactly_once(&reader, stream, topic, &acked).await;
     cluster.wait_identical_segments(NODES).await;
 }
+
+/// A network split of five into two and three, the two holding a partition's primary and its
+/// next replica (the one the SDK asks for the route after the primary refuses): the three elect
+/// a new primary, and a client that wrote through the old one must find it well within the
+/// SDK's 30 s deadline. Readers on the two's side get a refusal, never a copy without what the
+/// three acknowledged (README: "a client behind a load balancer reads through any node what it
+/// wrote through another").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "fails: the old primary's backup on the two's side stays in touch (the quiet primary answers its pre-votes with a heartbeat), so it keeps routing the SDK to the old primary, which answers 58 until the SDK gives up"]
+async fn a_two_three_split_sends_the_sdk_to_the_threes_new_primary_and_refuses_reads_on_the_two() {
+    let options = ClusterOptions { http: true, ..ClusterOptions::default() };
+    let cluster = TestCluster::start_with(NODES, options);
+    let client = cluster.root_client(0).await;
+    let (stream, topic, partition_groups) = create_topic(&client, NODES as u32).await;
+    let (metadata_primary, _) = cluster.primary(METADATA_GROUP).expect("a metadata primary");
+    // A partition led by neither the metadata primary nor node 0 (the client's), whose next
+    // replica is neither either.
+    let (group, p, view) = partition_groups
+        .iter()
+        .map(|&g| (g, cluster.primary(g).unwrap()))
+        .map(|(g, (p, v))| (g, usize::from(p), v))
+        .find(|&(_, p, _)| ![0, usize::from(metadata_primary)].contains(&p) && ![0, usize::from(metadata_primary)].contains(&((p + 1) % NODES)))
+        .expect("such a partition");
+    let partition = (group & 0xfffff) as u32;
+    let b = (p + 1) % NODES;
+    // The client's route to the partition names its primary now.
+    send_to_partition(&client, &id(stream), &id(topic), partition, vec![msg("before")]).await;
+    let http_b = cluster.http_root_client(b).await;
+    let http_p = cluster.http_root_client(p).await;
+    let two = [p, b];
+    let three: Vec<usize> = (0..NODES).filter(|i| !two.contains(i)).collect();
+    for &i in &two {
+        for &j in &three {
+            cluster.hold(i, j);
+            cluster.hold(j, i);
+        }
+    }
+    let new = wait_primary_outside(&cluster, group, &two, view).await;
+    let started = std::time::Instant::now();
+    let mut batch = vec![msg("after-split")];
+    let (stream, topic, partitioning) = (id(stream), id(topic), Partitioning::partition_id(partition));
+    let sent = client.send_messages(&stream, &topic, &partitioning, &mut batch);
+    let sent = within_for(Duration::from_secs(20), "send_messages", sent).await;
+    assert!(sent.is_ok(), "the send after the split, {:?} later: {sent:?}; {}", started.elapsed(), cluster.describe(group));
+    for (who, http) in [("backup", &http_b), ("old primary", &http_p)] {
+        let (reader, from) = (consumer("r"), PollingStrategy::offset(0));
+        let polled = http.poll_messages(&stream, &topic, Some(partition), &reader, &from, 100, false);
+        if let Ok(polled) = within_for(Duration::from_secs(20), "http poll", polled).await {
+            assert!(payloads(&polled).contains(&"after-split".to_string()), "the {who} on the two's side served {:?}", payloads(&polled));
+        }
+    }
+    for &i in &two {
+        for &j in &three {
+            cluster.release(i, j);
+            cluster.release(j, i);
+        }
+    }
+    eprintln!("partition {partition}: primary {p} and node {b} split off, new primary {new}, send acknowledged after {:?}", started.elapsed());
+}
