@@ -132,7 +132,7 @@ async fn restored_copy_keeps_what_it_acknowledged(flag: bool) {
 
 /// Waits until node `i`, started with `--restored`, logs that every group caught up and its
 /// data directory no longer holds the marker.
-async fn leaves_the_restored_state(cluster: &TestCluster, i: usize) {
+pub(crate) async fn leaves_the_restored_state(cluster: &TestCluster, i: usize) {
     wait_until(
         &format!("node {i} leaves the restored state"),
         Duration::from_secs(60),

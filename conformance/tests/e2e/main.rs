@@ -16,6 +16,7 @@ mod clients;
 mod cluster;
 mod test_cluster;
 mod cluster_config;
+mod cluster_five;
 mod cluster_groups;
 mod cluster_maintenance;
 mod cluster_transports;

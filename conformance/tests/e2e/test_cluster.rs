@@ -1,4 +1,4 @@
-//! The 3-process loopback cluster both the e2e suite (`cluster.rs` and its siblings) and the
+//! The loopback cluster (three processes, five in `cluster_five.rs`) both the e2e suite (`cluster.rs` and its siblings) and the
 //! durability suite's cluster histories drive: `TestCluster` and the replica proxy it cuts
 //! links with. Included by `e2e/main.rs` as a module and by `durability/main.rs` by path.
 //!

@@ -318,6 +318,11 @@ pub struct Replica {
     /// Normal primary: the last tick it led a quorum (`leads_quorum`), or its first tick as
     /// primary. A view-change timeout later without one it goes quiet (`quiet`).
     quorum_led_at: Option<u64>,
+    /// Quiet primary: the backups whose pre-votes reached it, with the tick of the latest.
+    /// It answers them with a heartbeat only once those of the last view-change timeout make
+    /// a quorum with it: fewer could not make it lead again, and would only keep hearing a
+    /// primary that leads nothing (in a group of five, one backup on its side of a split).
+    quiet_askers: BTreeMap<ReplicaId, u64>,
     /// When this primary last asked its preferred replica to take the group over.
     transfer_sent_at: Option<u64>,
     /// When the primary's next Commit heartbeat is due: at its first tick once opened (so a
@@ -465,6 +470,7 @@ impl Replica {
             primary_since: 0,
             view_start_op: 0,
             quorum_led_at: None,
+            quiet_askers: BTreeMap::new(),
             transfer_sent_at: None,
             next_heartbeat_at: 0,
             resent_at: 0,
@@ -1847,15 +1853,25 @@ impl Replica {
         let superseded_primary =
             self.is_primary() && view > self.view.saturating_add(1) && !self.leads_quorum();
         if self.is_primary() && !superseded_primary && self.quiet() {
-            // The asker reaches us: a heartbeat to it alone lets it hear us and answer, and we
-            // lead again; one to every backup would keep a backup that does not reach us
-            // hearing us, so refusing the asker's pre-vote.
-            let heartbeat = Message::Commit {
-                view: self.view,
-                commit: self.commit_max,
-                checkpoint_safe: self.checkpoint_safe,
-            };
-            self.send(replica, heartbeat);
+            // The askers reach us: a heartbeat to them alone lets them hear us and answer, and
+            // we lead again; one to every backup would keep a backup that does not reach us
+            // hearing us, so refusing the asker's pre-vote. Only once they are enough for a
+            // quorum with us (`quiet_askers`).
+            let (now, fresh_ticks) = (self.now, self.config.view_change_timeout_ticks);
+            self.quiet_askers.insert(replica, now);
+            self.quiet_askers.retain(|_, at| now < *at + fresh_ticks);
+            if self.quiet_askers.len() + 1 < self.config.quorum() {
+                return;
+            }
+            let askers: Vec<ReplicaId> = self.quiet_askers.keys().copied().collect();
+            for asker in askers {
+                let heartbeat = Message::Commit {
+                    view: self.view,
+                    commit: self.commit_max,
+                    checkpoint_safe: self.checkpoint_safe,
+                };
+                self.send(asker, heartbeat);
+            }
             return;
         }
         if (self.is_primary() && !superseded_primary) || self.hears_primary() {

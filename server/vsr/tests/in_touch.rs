@@ -329,3 +329,82 @@ fn after_a_restart_of_every_replica_none_serves_reads_before_applying_its_views_
         "every replica applied the view's log and serves"
     );
 }
+
+fn five_in_view_one() -> Vec<Replica> {
+    (0..5)
+        .map(|r| Replica::format_in_view(Config::new(5, r), 1))
+        .collect()
+}
+
+/// Five replicas split into two (the primary, 1, and its backup 2) and three: the three elect
+/// a new view, and the backup on the primary's side must not stay in touch with a primary
+/// that leads no quorum (a client asking it for the route would be sent there, and refused,
+/// over and over). The quiet primary answers its pre-votes with no heartbeat: one backup does
+/// not make a quorum of five.
+#[test]
+fn a_backup_split_off_with_its_primary_from_a_quorum_of_five_is_not_in_touch() {
+    let mut replicas = five_in_view_one();
+    let timeout = Config::new(5, 0).view_change_timeout_ticks;
+    let split = [(1, 2), (0, 3), (0, 4), (3, 4)];
+    let mut now = 0;
+    for _ in 0..timeout * 20 {
+        now += 1;
+        for replica in replicas.iter_mut() {
+            replica.on_tick(now);
+        }
+        exchange(&mut replicas, &split);
+        if now > timeout * 4 {
+            assert!(!replicas[1].leads_quorum(), "tick {now}");
+            assert!(
+                !replicas[2].in_touch(),
+                "tick {now}: replica 2 in touch with primary 1"
+            );
+        }
+    }
+    let leaders: Vec<u8> = [0, 3, 4]
+        .iter()
+        .filter(|&&r| replicas[r].leads_quorum())
+        .map(|&r| r as u8)
+        .collect();
+    assert_eq!(leaders.len(), 1, "the three elect a primary: {leaders:?}");
+}
+
+/// The quiet primary of five whose backups come back two at once leads again: each asks it
+/// in a pre-vote, and once the askers of the last view-change timeout make a quorum with it,
+/// it answers them all with a heartbeat.
+#[test]
+fn a_quiet_primary_of_five_leads_again_once_two_backups_are_back() {
+    let mut replicas = five_in_view_one();
+    let timeout = Config::new(5, 0).view_change_timeout_ticks;
+    let mut now = 0;
+    for _ in 0..timeout * 4 {
+        now += 1;
+        for replica in replicas.iter_mut() {
+            replica.on_tick(now);
+        }
+        exchange(&mut replicas, &[]);
+    }
+    assert!(!replicas[1].leads_quorum());
+    // Replicas 3 and 4 stay away; 0, 1 and 2 hear each other again.
+    let back = [(0, 1), (1, 2), (0, 2)];
+    for _ in 0..timeout * 10 {
+        now += 1;
+        for replica in replicas.iter_mut().take(3) {
+            replica.on_tick(now);
+        }
+        exchange(&mut replicas, &back);
+    }
+    let leader = replicas
+        .iter()
+        .take(3)
+        .find(|r| r.leads_quorum())
+        .map(Replica::replica);
+    assert!(
+        leader.is_some(),
+        "one of 0, 1 and 2 leads a quorum: {:?}",
+        replicas
+            .iter()
+            .map(|r| (r.view(), r.status(), r.in_touch()))
+            .collect::<Vec<_>>()
+    );
+}
