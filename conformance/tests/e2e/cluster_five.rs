@@ -376,7 +376,6 @@ async fn two_of_five_stopped_past_the_heartbeat_timeout_step_down_and_rejoin_los
 /// three acknowledged (README: "a client behind a load balancer reads through any node what it
 /// wrote through another").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails: the SDK gets no acknowledgement within 20 s though the backup on the two's side no longer flaps in touch (fixed in iggy-vsr); the remaining cause is not found"]
 async fn a_two_three_split_sends_the_sdk_to_the_threes_new_primary_and_refuses_reads_on_the_two() {
     let options = ClusterOptions { http: true, ..ClusterOptions::default() };
     let cluster = TestCluster::start_with(NODES, options);

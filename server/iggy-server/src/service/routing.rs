@@ -148,7 +148,11 @@ pub fn route_position(
 ) -> Result<(u32, u8), ErrorCode> {
     let view = u32::try_from(view).map_err(|_| ErrorCode::TransientNotAccepted)?;
     let primary_of_view = view % u32::from(replica_count.max(1));
-    if role.status != Status::Normal || primary_of_view != u32::from(role.primary) {
+    // Out of touch, the view may be dead: a backup split off with its primary from the rest
+    // (two of five) would send the client back to a primary that leads nothing, and the SDK
+    // would ask it again and again; 58 makes it ask the next replica.
+    if role.status != Status::Normal || !role.in_touch || primary_of_view != u32::from(role.primary)
+    {
         return Err(ErrorCode::TransientNotAccepted);
     }
     Ok((view, role.primary))
@@ -614,6 +618,15 @@ mod tests {
         // The view moved between the two reads: its primary is 2, not the role's 1.
         assert_eq!(
             route_position(role(Normal, 1), 5, 3),
+            Err(ErrorCode::TransientNotAccepted)
+        );
+        // A backup (or a primary) that has not heard its view's quorum lately names no one.
+        let out_of_touch = GroupRole {
+            in_touch: false,
+            ..role(Normal, 1)
+        };
+        assert_eq!(
+            route_position(out_of_touch, 4, 3),
             Err(ErrorCode::TransientNotAccepted)
         );
     }
