@@ -42,9 +42,11 @@ pub async fn run(node: Rc<Node>) {
     }
     let low_room = crate::consensus::log_limit::Throttled::new(LOW_ROOM_WARNING_INTERVAL);
     warn_of_low_room(&node, &low_room);
+    let mut quorum = QuorumWatch::new(Instant::now());
     for pass in 1u64.. {
         compio::time::sleep(interval).await;
         warn_of_low_room(&node, &low_room);
+        quorum.pass(&node, Instant::now());
         retention(&node).await;
         expire_sessions(&node, lease).await;
         delete_expired_tokens(&node).await;
@@ -118,6 +120,81 @@ fn warn_of_low_room(node: &Node, throttle: &crate::consensus::log_limit::Throttl
         && throttle.due(Instant::now()).is_some()
     {
         tracing::warn!("{warning}");
+    }
+}
+
+/// How often a node whose metadata group has no quorum says so.
+const NO_QUORUM_WARNING_INTERVAL: Duration = Duration::from_secs(30);
+
+/// Says why a cluster node serves nothing: its metadata group has been without a quorum (not
+/// Normal and in touch) for two heartbeat timeouts, as when it started while most of its
+/// peers are down. Once at WARN, then every `NO_QUORUM_WARNING_INTERVAL` while it lasts.
+struct QuorumWatch {
+    /// When the metadata group last had its quorum, or the node started.
+    had_quorum_at: Instant,
+    warned_at: Option<Instant>,
+}
+
+impl QuorumWatch {
+    fn new(now: Instant) -> Self {
+        Self {
+            had_quorum_at: now,
+            warned_at: None,
+        }
+    }
+
+    fn pass(&mut self, node: &Node, now: Instant) {
+        let Some(plane) = node.shared.plane.as_ref() else {
+            return;
+        };
+        let figures = node.metadata.figures();
+        let role = figures.role();
+        let heard: Vec<u8> = (0..plane.replica_count())
+            .filter(|&peer| {
+                peer != node.shared.replica_id
+                    && plane.status(peer) == crate::consensus::link_liveness::PeerStatus::Healthy
+            })
+            .collect();
+        let patience = node.shared.config.cluster.heartbeat_timeout * 2;
+        if let Some(warning) = self.judge(now, role, &heard, plane.replica_count(), patience) {
+            tracing::warn!("replica {}: {warning}", node.shared.replica_id);
+        }
+    }
+
+    /// The warning due at `now`, if any, for a metadata group in `role` of a cluster of
+    /// `replicas` whose node hears the peers `heard`.
+    fn judge(
+        &mut self,
+        now: Instant,
+        role: crate::consensus::figures::GroupRole,
+        heard: &[u8],
+        replicas: u8,
+        patience: Duration,
+    ) -> Option<String> {
+        if role.status == iggy_vsr::Status::Normal && role.in_touch {
+            self.had_quorum_at = now;
+            self.warned_at = None;
+            return None;
+        }
+        let without = now.duration_since(self.had_quorum_at);
+        let due = self
+            .warned_at
+            .is_none_or(|at| now.duration_since(at) >= NO_QUORUM_WARNING_INTERVAL);
+        if without < patience || !due {
+            return None;
+        }
+        self.warned_at = Some(now);
+        Some(format!(
+            "no quorum for {}s: the metadata group is {:?} and this node hears {} of its {} \
+             peers ({heard:?}); {} of the {replicas} replicas must run and reach each other \
+             before anything is served (start the nodes that are down, or check the replica \
+             network)",
+            without.as_secs(),
+            role.status,
+            heard.len(),
+            replicas - 1,
+            usize::from(replicas) / 2 + 1,
+        ))
     }
 }
 
@@ -635,6 +712,62 @@ fn identity(client: u128, session: u64, metadata_commit: u64) -> SessionIdentity
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_node_without_a_quorum_warns_after_two_heartbeat_timeouts_then_every_30_s() {
+        use crate::consensus::figures::GroupRole;
+        use iggy_vsr::Status::{Normal, Recovering};
+        let role = |status, in_touch| GroupRole {
+            status,
+            primary: 1,
+            in_touch,
+            muted: false,
+            applied_view_log: true,
+        };
+        let start = Instant::now();
+        let at = |secs: u64| start + Duration::from_secs(secs);
+        let patience = Duration::from_secs(10);
+        let mut watch = QuorumWatch::new(start);
+        assert_eq!(
+            watch.judge(at(9), role(Recovering, false), &[], 3, patience),
+            None
+        );
+        let warning = watch
+            .judge(at(10), role(Recovering, false), &[], 3, patience)
+            .expect("due");
+        for said in [
+            "no quorum for 10s",
+            "Recovering",
+            "hears 0 of its 2 peers",
+            "2 of the 3",
+        ] {
+            assert!(warning.contains(said), "{said:?} in {warning}");
+        }
+        assert_eq!(
+            watch.judge(at(39), role(Recovering, false), &[2], 3, patience),
+            None
+        );
+        assert!(
+            watch
+                .judge(at(40), role(Recovering, false), &[2], 3, patience)
+                .is_some()
+        );
+        // A backup that no longer hears its primary has no quorum either; once in touch again
+        // the clock starts over.
+        assert_eq!(
+            watch.judge(at(41), role(Normal, true), &[0, 2], 3, patience),
+            None
+        );
+        assert_eq!(
+            watch.judge(at(50), role(Normal, false), &[2], 3, patience),
+            None
+        );
+        assert!(
+            watch
+                .judge(at(51), role(Normal, false), &[2], 3, patience)
+                .is_some()
+        );
+    }
     use iggy_metadata::Ident;
     use iggy_vsr::Status;
 
