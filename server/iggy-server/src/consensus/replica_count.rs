@@ -85,7 +85,9 @@ pub fn check_or_record(dir: &Path, cluster: u128, roster: u8) -> Result<Recorded
         Ok(bytes) => {
             let recorded = decode(&bytes, cluster).map_err(|error| {
                 format!(
-                    "{}: {error}; nothing was changed (`iggy-server verify` reports it)",
+                    "{}: {error}; nothing was changed. Removing the file lets the node start: \
+                     it records the roster's node count again (check first that the roster has \
+                     the nodes this cluster was formed with)",
                     path.display()
                 )
             })?;
