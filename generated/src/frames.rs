@@ -16,13 +16,13 @@ pub const PARTITION_LOG_ARTIFACT: u32 = 0;
 pub const METADATA_CHECKPOINT_ARTIFACT: u32 = 1;
 /// `SLOT_MANIFEST_MAGIC` (spec/frames.spec:365).
 pub const SLOT_MANIFEST_MAGIC: u64 = 0x746f6c7379676769;
-/// `REPLICA_AUTH_DOMAIN` (spec/frames.spec:668).
+/// `REPLICA_AUTH_DOMAIN` (spec/frames.spec:676).
 pub const REPLICA_AUTH_DOMAIN: [u8; 32] = *b"iggy-rs replica-auth transcript1";
-/// `REPLICA_AUTH_KEY_CONTEXT` (spec/frames.spec:669).
+/// `REPLICA_AUTH_KEY_CONTEXT` (spec/frames.spec:677).
 pub const REPLICA_AUTH_KEY_CONTEXT: &str = "iggy-rs 2026-12 replica-auth shared_secret to MAC key";
-/// `MESSAGE_PAYLOAD_SIZE_MAX` (spec/frames.spec:1096).
+/// `MESSAGE_PAYLOAD_SIZE_MAX` (spec/frames.spec:1104).
 pub const MESSAGE_PAYLOAD_SIZE_MAX: u32 = 64000000;
-/// `USER_HEADERS_SIZE_MAX` (spec/frames.spec:1097).
+/// `USER_HEADERS_SIZE_MAX` (spec/frames.spec:1105).
 pub const USER_HEADERS_SIZE_MAX: u32 = 100000;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]
@@ -3578,6 +3578,10 @@ pub struct PingHeader {
     pub reserved_frame: [u8; 66],
     /// a Ping only: the sender stops gracefully and its links close next; false on a Pong and on every other Ping
     pub stopping: bool,
+    /// the sender's wall clock when it built the frame, microseconds since the Unix epoch; 0 from a build before it
+    pub wall_clock: u64,
+    /// a Pong only: the wall_clock of the Ping it answers; 0 on a Ping
+    pub echo: u64,
 }
 impl PingHeader {
     /// Encoded size in bytes.
@@ -3622,10 +3626,18 @@ impl PingHeader {
     pub const STOPPING_OFFSET: usize = 128;
     /// Size of `stopping` in bytes.
     pub const STOPPING_SIZE: usize = 1;
+    /// Byte offset of `wall_clock`.
+    pub const WALL_CLOCK_OFFSET: usize = 129;
+    /// Size of `wall_clock` in bytes.
+    pub const WALL_CLOCK_SIZE: usize = 8;
+    /// Byte offset of `echo`.
+    pub const ECHO_OFFSET: usize = 137;
+    /// Size of `echo` in bytes.
+    pub const ECHO_SIZE: usize = 8;
     /// Byte offset of `reserved`.
-    pub const RESERVED_OFFSET: usize = 129;
+    pub const RESERVED_OFFSET: usize = 145;
     /// Size of `reserved` in bytes.
-    pub const RESERVED_SIZE: usize = 127;
+    pub const RESERVED_SIZE: usize = 111;
     /// Decodes from the first `SIZE` bytes of `buf`.
     pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
         if buf.len() < Self::SIZE {
@@ -3671,7 +3683,15 @@ impl PingHeader {
             .map_err(|_| WireError::InvalidValue {
                 field: "stopping",
             })?;
-        if !iggy_wire::is_zero_at(buf, 129, 127) {
+        let wall_clock = <u64>::decode_exact(&buf[129..137])
+            .map_err(|_| WireError::InvalidValue {
+                field: "wall_clock",
+            })?;
+        let echo = <u64>::decode_exact(&buf[137..145])
+            .map_err(|_| WireError::InvalidValue {
+                field: "echo",
+            })?;
+        if !iggy_wire::is_zero_at(buf, 145, 111) {
             return Err(WireError::NonZeroReserved {
                 field: "reserved",
             });
@@ -3687,6 +3707,8 @@ impl PingHeader {
             replica,
             reserved_frame,
             stopping,
+            wall_clock,
+            echo,
         })
     }
     /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
@@ -3702,7 +3724,9 @@ impl PingHeader {
         iggy_wire::put_at(out, 61, &self.replica.to_wire_bytes());
         iggy_wire::put_at(out, 62, &self.reserved_frame);
         iggy_wire::put_at(out, 128, &self.stopping.to_wire_bytes());
-        out[129..256].fill(0);
+        iggy_wire::put_at(out, 129, &self.wall_clock.to_wire_bytes());
+        iggy_wire::put_at(out, 137, &self.echo.to_wire_bytes());
+        out[145..256].fill(0);
     }
     /// The `SIZE` encoded bytes.
     pub fn to_bytes(&self) -> [u8; 256] {
@@ -3728,7 +3752,9 @@ const _: () = assert!(PingHeader::COMMAND_OFFSET + 1 <= 256);
 const _: () = assert!(PingHeader::REPLICA_OFFSET + 1 <= 256);
 const _: () = assert!(PingHeader::RESERVED_FRAME_OFFSET + 66 <= 256);
 const _: () = assert!(PingHeader::STOPPING_OFFSET + 1 <= 256);
-const _: () = assert!(PingHeader::RESERVED_OFFSET + 127 <= 256);
+const _: () = assert!(PingHeader::WALL_CLOCK_OFFSET + 8 <= 256);
+const _: () = assert!(PingHeader::ECHO_OFFSET + 8 <= 256);
+const _: () = assert!(PingHeader::RESERVED_OFFSET + 111 <= 256);
 impl iggy_wire::WireJson for PingHeader {
     fn write_json(&self, out: &mut String) {
         out.push('{');
@@ -3752,6 +3778,10 @@ impl iggy_wire::WireJson for PingHeader {
         iggy_wire::WireJson::write_json(&self.reserved_frame, out);
         out.push_str(",\"stopping\":");
         iggy_wire::WireJson::write_json(&self.stopping, out);
+        out.push_str(",\"wall_clock\":");
+        iggy_wire::WireJson::write_json(&self.wall_clock, out);
+        out.push_str(",\"echo\":");
+        iggy_wire::WireJson::write_json(&self.echo, out);
         out.push('}');
     }
 }

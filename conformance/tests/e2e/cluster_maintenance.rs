@@ -398,3 +398,53 @@ async fn replicas_configured_with_different_segment_sizes_cut_and_retire_the_sam
     every_node_serves(&cluster, &stream, &topic, 0, per_segment..24).await;
     cluster.wait_identical_segments((24 / per_segment - 1) as usize).await;
 }
+
+/// `support/skewed_clock.c` built as a library to preload into a node (`LD_PRELOAD`): its wall
+/// clock reads `IGGY_TEST_CLOCK_SKEW_SECS` seconds ahead.
+fn skewed_clock_library() -> std::path::PathBuf {
+    static BUILT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/e2e/support/skewed_clock.c");
+            let library = std::env::temp_dir().join(format!("iggy-e2e-skewed-clock-{}.so", std::process::id()));
+            let built = std::process::Command::new("cc").args(["-shared", "-fPIC", "-O1", "-o"]).arg(&library).arg(&source).arg("-ldl").output().expect("run cc");
+            assert!(built.status.success(), "cc {}: {}", source.display(), String::from_utf8_lossy(&built.stderr));
+            library
+        })
+        .clone()
+}
+
+/// A partition's primary dies and the replica that takes over has a wall clock an hour ahead
+/// (a VM resumed from a snapshot, a bad NTP step): its retention passes judge the topic's 30
+/// minute expiry by the time a quorum of the replicas' clocks reached (learned from the replica
+/// links' Pings and Pongs), not by its own, so nothing acknowledged expires early on any node.
+/// It once retired every closed segment of messages a minute old.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_whose_clock_is_an_hour_ahead_expires_nothing_early() {
+    let mut cluster = fast_maintenance_cluster();
+    let client = cluster.root_client(0).await;
+    let expiry = IggyExpiry::ExpireDuration(IggyDuration::from(Duration::from_secs(1800)));
+    let (stream, topic) = topic_of_small_segments(&client, "x", 1, expiry).await;
+    let group = partition_group(stream, topic, 0);
+    let (s, t) = (id(stream), id(topic));
+    send_big(&client, &s, &t, 0, 0..14).await;
+    every_node_serves(&cluster, &s, &t, 0, 0..14).await;
+    // The replica that leads the next view restarts an hour ahead.
+    let (primary, view) = cluster.primary(group).expect("a partition primary");
+    let (primary, ahead) = (usize::from(primary), (usize::from(primary) + 1) % 3);
+    let library = skewed_clock_library();
+    cluster.nodes[ahead].set_env("LD_PRELOAD", Some(library.to_str().unwrap()));
+    cluster.nodes[ahead].set_env("IGGY_TEST_CLOCK_SKEW_SECS", Some("3600"));
+    cluster.stop(ahead);
+    cluster.restart(ahead);
+    cluster.wait_normal(ahead, &[group]).await;
+    cluster.kill9(primary);
+    let new = cluster.wait_new_primary(group, primary, view).await;
+    assert_eq!(usize::from(new), ahead, "the replica an hour ahead leads the partition now");
+    // Thirty retention passes of the new primary.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    cluster.restart(primary);
+    every_node_serves(&cluster, &s, &t, 0, 0..14).await;
+    let log = cluster.node(ahead).log();
+    assert!(crate::test_cluster::current_start(&log).contains("serving"), "{log}");
+}

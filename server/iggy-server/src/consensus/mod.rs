@@ -3,6 +3,7 @@
 
 pub mod admission;
 pub mod cluster;
+pub mod cluster_clock;
 pub mod figures;
 pub mod forward;
 pub mod group;

@@ -246,6 +246,20 @@ impl ReplicaPlane {
 
     /// Whether this node hears from `peer` now (`BusSender::status`); this node itself is
     /// Healthy.
+    /// The time, by this node's wall clock reading `own` (microseconds since the epoch), that
+    /// a quorum of the replicas' clocks have reached (`cluster_clock::quorum_now`, from the
+    /// peers' Pongs of the last two heartbeat timeouts); `None` while too few are known.
+    pub fn quorum_now(&self, own: u64) -> Option<u64> {
+        let fresh = TICK * u32::try_from(self.timing.heartbeat_ticks * 2).unwrap_or(u32::MAX);
+        super::cluster_clock::quorum_now(
+            own,
+            &self.sender.clock_samples(),
+            usize::from(self.replica_count) / 2 + 1,
+            fresh,
+            std::time::Instant::now(),
+        )
+    }
+
     pub fn status(&self, peer: u8) -> PeerStatus {
         match peer == self.replica {
             true => PeerStatus::Healthy,

@@ -34,6 +34,7 @@
 //! this side with the field `tls` and its cause.
 
 use super::admission::{self, Local};
+use super::cluster_clock::ClockSample;
 use super::link_liveness::{LinkEvent, Liveness, PeerStatus, SILENCE_CLOSES_AFTER, Silence};
 use super::link_stream::{HandshakeRead, LinkReader, LinkStream, LinkWriter};
 use super::log_limit::{LogLimit, Throttled, Verdict};
@@ -42,6 +43,7 @@ use super::replica_tls::{self, ReplicaTls};
 use super::runs::RunLedger;
 use super::runs_file::RunsState;
 use crate::config::NodeHost;
+use crate::runtime::clock;
 use bytes::Bytes;
 use compio::net::{TcpListener, TcpStream};
 use compio::runtime::JoinHandle;
@@ -378,6 +380,8 @@ struct Outbox {
     liveness: Mutex<Liveness>,
     /// This node's stopping Ping was written to the peer's link (`ReplicaBus::say_stopping`).
     stopping_written: AtomicBool,
+    /// What the peer's latest Pong told of its clock (`cluster_clock`).
+    clock: Mutex<Option<ClockSample>>,
 }
 
 struct OutboxState {
@@ -410,6 +414,7 @@ impl Outbox {
             linked: AtomicU64::new(0),
             liveness: Mutex::new(Liveness::new(silence_max)),
             stopping_written: AtomicBool::new(false),
+            clock: Mutex::new(None),
         }
     }
 
@@ -518,6 +523,14 @@ impl BusSender {
         self.outboxes
             .get(&peer)
             .is_some_and(|o| o.linked.load(Ordering::Relaxed) != 0)
+    }
+
+    /// What each peer's latest Pong told of its clock.
+    pub fn clock_samples(&self) -> Vec<ClockSample> {
+        self.outboxes
+            .values()
+            .filter_map(|outbox| *outbox.clock.lock().expect("clock lock"))
+            .collect()
     }
 
     /// Healthy while an admitted link with `peer` is up and something was heard on it within
@@ -1321,17 +1334,12 @@ async fn run_link(shared: &Rc<Shared>, stream: LinkStream, admitted: admission::
         outbox.link_admitted(Instant::now(), generation);
         outbox.link_event(Instant::now(), LinkEvent::Admitted { generation });
     }
-    let keepalive = |command| {
-        Bytes::copy_from_slice(&replica_link::keepalive_frame(
-            shared.config.local.cluster,
-            local,
-            command,
-        ))
-    };
+    let cluster = shared.config.local.cluster;
     let link = outbox.clone().map(|outbox| LinkKeepalive {
         outbox,
         generation,
-        pong: keepalive(Command::Pong),
+        cluster,
+        local,
     });
     let (reader, writer) = stream.split();
     // Set when the peer says it stops gracefully: the close that follows is no fault.
@@ -1352,10 +1360,9 @@ async fn run_link(shared: &Rc<Shared>, stream: LinkStream, admitted: admission::
         }
     });
     let pinger_outbox = outbox.clone();
-    let ping = keepalive(Command::Ping);
     let pinging = Box::pin(async move {
         match pinger_outbox {
-            Some(outbox) => send_pings(&outbox, ping, local, peer).await,
+            Some(outbox) => send_pings(&outbox, cluster, local, peer).await,
             None => std::future::pending().await,
         }
     });
@@ -1409,7 +1416,9 @@ async fn run_link(shared: &Rc<Shared>, stream: LinkStream, admitted: admission::
 struct LinkKeepalive {
     outbox: Arc<Outbox>,
     generation: u64,
-    pong: Bytes,
+    /// What a Pong is stamped with.
+    cluster: u128,
+    local: u8,
 }
 
 /// Reads, verifies and routes frames; returns why it stopped. A link may be idle between
@@ -1480,8 +1489,27 @@ async fn read_frames(
             let generation = keepalive.generation;
             let outbox = &keepalive.outbox;
             outbox.link_event(Instant::now(), LinkEvent::Heard { generation });
-            if verified.command == Command::Ping {
-                let _ = outbox.push(Instant::now(), keepalive.pong.clone());
+            let (wall_clock, echo) = replica_link::keepalive_clocks(&header);
+            match verified.command {
+                Command::Ping => {
+                    let pong = replica_link::timed_keepalive_frame(
+                        keepalive.cluster,
+                        keepalive.local,
+                        Command::Pong,
+                        clock::now_micros(),
+                        wall_clock,
+                    );
+                    let _ = outbox.push(Instant::now(), Bytes::copy_from_slice(&pong));
+                }
+                Command::Pong => {
+                    let read = clock::now_micros();
+                    if let Some(sample) =
+                        ClockSample::of_pong(echo, read, wall_clock, Instant::now())
+                    {
+                        *outbox.clock.lock().expect("clock lock") = Some(sample);
+                    }
+                }
+                _ => {}
             }
         }
         if matches!(verified.command, Command::Ping | Command::Pong) {
@@ -1504,7 +1532,7 @@ async fn read_frames(
 /// is otherwise seen only in the roster, and the refusals (58) a node out of touch with its
 /// primary answers would name no cause. A silence past `SILENCE_CLOSES_AFTER` heartbeat
 /// timeouts ends the link (the reason returned), so it is dialed afresh.
-async fn send_pings(outbox: &Outbox, ping: Bytes, local: u8, peer: u8) -> String {
+async fn send_pings(outbox: &Outbox, cluster: u128, local: u8, peer: u8) -> String {
     loop {
         let (due, keepalive) = {
             let liveness = outbox.liveness.lock().expect("liveness lock");
@@ -1535,7 +1563,14 @@ async fn send_pings(outbox: &Outbox, ping: Bytes, local: u8, peer: u8) -> String
             );
         }
         if ping_due.is_some() {
-            let _ = outbox.push(now, ping.clone());
+            let ping = replica_link::timed_keepalive_frame(
+                cluster,
+                local,
+                Command::Ping,
+                clock::now_micros(),
+                0,
+            );
+            let _ = outbox.push(now, Bytes::copy_from_slice(&ping));
         }
         match silence {
             Some(Silence::Began { silent_for }) => tracing::warn!(

@@ -344,27 +344,58 @@ fn u128_at(bytes: &[u8; HEADER_SIZE], at: usize) -> u128 {
 }
 
 /// A link-level Ping or Pong from `sender` (spec/frames.spec `PingHeader`), sealed.
+#[cfg(test)]
 pub fn keepalive_frame(cluster: u128, sender: u8, command: Command) -> [u8; HEADER_SIZE] {
+    timed_keepalive_frame(cluster, sender, command, 0, 0)
+}
+
+/// A Ping or Pong stamped with the sender's `wall_clock` (and, on a Pong, the `echo` of the
+/// Ping's): what a peer learns this node's clock from (`cluster_clock`).
+pub fn timed_keepalive_frame(
+    cluster: u128,
+    sender: u8,
+    command: Command,
+    wall_clock: u64,
+    echo: u64,
+) -> [u8; HEADER_SIZE] {
     assert!(
         matches!(command, Command::Ping | Command::Pong),
         "{command:?}"
     );
-    ping_header(cluster, sender, command, false)
+    ping_header(cluster, sender, command, false, (wall_clock, echo))
+}
+
+/// The sender's wall clock and the echo of a verified Ping or Pong (0 where a build before the
+/// fields sent none).
+pub fn keepalive_clocks(header: &[u8; HEADER_SIZE]) -> (u64, u64) {
+    let read = |at: usize| u64::from_le_bytes(header[at..at + 8].try_into().expect("8 bytes"));
+    (
+        read(PingHeader::WALL_CLOCK_OFFSET),
+        read(PingHeader::ECHO_OFFSET),
+    )
 }
 
 /// The last frame a gracefully stopping `sender` writes on each link: a Ping with `stopping`
 /// set. A peer of a build before the field answers it as any Ping.
 pub fn stopping_frame(cluster: u128, sender: u8) -> [u8; HEADER_SIZE] {
-    ping_header(cluster, sender, Command::Ping, true)
+    ping_header(cluster, sender, Command::Ping, true, (0, 0))
 }
 
-fn ping_header(cluster: u128, sender: u8, command: Command, stopping: bool) -> [u8; HEADER_SIZE] {
+fn ping_header(
+    cluster: u128,
+    sender: u8,
+    command: Command,
+    stopping: bool,
+    (wall_clock, echo): (u64, u64),
+) -> [u8; HEADER_SIZE] {
     let mut header = PingHeader {
         cluster,
         size: HEADER_SIZE as u32,
         command,
         replica: sender,
         stopping,
+        wall_clock,
+        echo,
         ..PingHeader::default()
     }
     .to_bytes();
@@ -931,6 +962,19 @@ pub(crate) mod tests {
 
     /// A stopping node's last Ping passes the check as a keepalive (so a peer of a build
     /// before the field answers it as one) and is told apart from every other keepalive.
+    #[test]
+    fn a_pong_carries_its_senders_clock_and_the_pings_it_answers() {
+        let pong = timed_keepalive_frame(CLUSTER, 0, Command::Pong, 1_700_000_000_000_000, 42);
+        let verified = check().header(&pong).expect("a sealed keepalive");
+        assert_eq!(verified.command, Command::Pong);
+        assert_eq!(keepalive_clocks(&pong), (1_700_000_000_000_000, 42));
+        // A build before the fields: no sample.
+        assert_eq!(
+            keepalive_clocks(&keepalive_frame(CLUSTER, 0, Command::Ping)),
+            (0, 0)
+        );
+    }
+
     #[test]
     fn a_stopping_ping_is_a_keepalive_that_says_so() {
         let frame = stopping_frame(CLUSTER, 0);

@@ -366,11 +366,23 @@ fn retention_limits(metadata: &Metadata) -> Vec<(PartitionKey, Option<u64>, Opti
 }
 
 /// One retention pass: each partition over a limit retires its oldest segments through a
-/// committed op (planned here, with this node's clock, as the primary).
+/// committed op (planned here, as the primary). Expiry is judged by the time a quorum of the
+/// replicas' clocks have reached (`ReplicaPlane::quorum_now`), never later than this node's
+/// own: a primary whose clock jumped ahead would retire, for every replica, messages the
+/// policy still keeps. While that time is not known (too few peers heard lately) no message
+/// expires; size retention goes on.
 async fn retention(node: &Node) {
     let limits = retention_limits(&node.shared.metadata.borrow());
-    let now = crate::runtime::clock::now_micros();
+    let own = crate::runtime::clock::now_micros();
+    let now = match &node.shared.plane {
+        Some(plane) => plane.quorum_now(own),
+        None => Some(own),
+    };
     for (key, expiry, max_size) in limits {
+        let (now, expiry) = match now {
+            Some(now) => (now, expiry),
+            None => (own, None),
+        };
         if expiry.is_none() && max_size.is_none() {
             continue;
         }

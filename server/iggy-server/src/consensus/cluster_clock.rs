@@ -1,0 +1,151 @@
+//! The time a quorum of the replicas' wall clocks have reached, learned from the replica
+//! links' Pings and Pongs (spec/frames.spec `PingHeader`: each carries its sender's wall clock,
+//! a Pong echoes its Ping's). A primary plans message expiry with it rather than with its own
+//! clock alone: a node whose clock jumped ahead (a VM resumed from a snapshot, a bad NTP step)
+//! would otherwise retire, for every replica, messages the retention policy still keeps.
+//!
+//! Sans-IO: the shell hands in each Pong's three clock readings and asks with its own clock.
+
+use std::time::{Duration, Instant};
+
+/// A Pong whose round trip took longer says too little about the peer's clock.
+const ROUND_TRIP_MAX_MICROS: u64 = 10_000_000;
+
+/// What one Pong told of a peer's clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClockSample {
+    /// The peer's clock minus ours, at the Pong: its wall clock against the midpoint of the
+    /// round trip by ours.
+    pub offset_micros: i64,
+    /// Half the round trip: the peer's clock is within this of `offset_micros`.
+    pub error_micros: u64,
+    /// When the Pong was read (monotonic).
+    pub at: Instant,
+}
+
+impl ClockSample {
+    /// The sample a Pong gives: our Ping was built at `sent` by our clock, the Pong read at
+    /// `received` by it, and the peer built the Pong at `theirs` by its own. `None` when a
+    /// field is missing (0: a build before them) or the readings make no round trip (our
+    /// clock stepped back meanwhile, or the trip took over 10 s).
+    pub fn of_pong(sent: u64, received: u64, theirs: u64, at: Instant) -> Option<Self> {
+        if sent == 0 || theirs == 0 || received < sent {
+            return None;
+        }
+        let round_trip = received - sent;
+        if round_trip > ROUND_TRIP_MAX_MICROS {
+            return None;
+        }
+        let midpoint = sent + round_trip / 2;
+        let offset_micros = i64::try_from(i128::from(theirs) - i128::from(midpoint)).ok()?;
+        Some(Self {
+            offset_micros,
+            error_micros: round_trip.div_ceil(2),
+            at,
+        })
+    }
+
+    /// The least the peer's clock reads when ours reads `own`.
+    fn peer_at_least(&self, own: u64) -> u64 {
+        let peer = i128::from(own) + i128::from(self.offset_micros) - i128::from(self.error_micros);
+        u64::try_from(peer.max(0)).unwrap_or(u64::MAX)
+    }
+}
+
+/// The time, by our clock reading `own`, that at least `quorum` replicas' clocks (ours
+/// included) have reached, judged from the peers' `samples` taken within `fresh` of `at`; never
+/// later than `own`. `None` while fewer than a quorum of clocks are known.
+pub fn quorum_now(
+    own: u64,
+    samples: &[ClockSample],
+    quorum: usize,
+    fresh: Duration,
+    at: Instant,
+) -> Option<u64> {
+    let mut clocks: Vec<u64> = samples
+        .iter()
+        .filter(|sample| at.saturating_duration_since(sample.at) <= fresh)
+        .map(|sample| sample.peer_at_least(own))
+        .collect();
+    clocks.push(own);
+    if clocks.len() < quorum.max(1) {
+        return None;
+    }
+    clocks.sort_unstable_by(|a, b| b.cmp(a));
+    Some(clocks[quorum.max(1) - 1].min(own))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HOUR: u64 = 3_600_000_000;
+
+    #[test]
+    fn a_pong_gives_the_peers_offset_within_half_the_round_trip() {
+        let at = Instant::now();
+        // Our Ping at 1_000, the Pong read at 1_400; the peer stamped it 50_200 (50 ms ahead).
+        let sample = ClockSample::of_pong(1_000, 1_400, 50_200, at).expect("a sample");
+        assert_eq!(sample.offset_micros, 49_000);
+        assert_eq!(sample.error_micros, 200);
+        assert_eq!(sample.peer_at_least(2_000), 50_800);
+        // Behind us.
+        let behind = ClockSample::of_pong(HOUR, HOUR + 10, 1_000, at).expect("a sample");
+        assert!(behind.offset_micros < 0);
+        for (sent, received, theirs) in [(0, 10, 5), (10, 20, 0), (20, 10, 15), (1, 20_000_002, 5)]
+        {
+            assert_eq!(ClockSample::of_pong(sent, received, theirs, at), None);
+        }
+    }
+
+    #[test]
+    fn a_clock_ahead_of_the_others_plans_with_the_quorums_time() {
+        let at = Instant::now();
+        let fresh = Duration::from_secs(15);
+        let now = 10 * HOUR;
+        // This node's clock is an hour ahead of both peers (which agree within a millisecond).
+        let peer = |offset: i64| ClockSample {
+            offset_micros: offset,
+            error_micros: 100,
+            at,
+        };
+        let peers = [peer(-(HOUR as i64)), peer(-(HOUR as i64) + 1_000)];
+        let agreed = quorum_now(now, &peers, 2, fresh, at).expect("a quorum of clocks");
+        assert!(
+            agreed <= now - HOUR + 1_000 && agreed > now - HOUR - 1_000,
+            "{agreed}"
+        );
+        // One peer agrees with us: a quorum of three has reached our time.
+        let one_agrees = [peer(-(HOUR as i64)), peer(0)];
+        assert_eq!(quorum_now(now, &one_agrees, 2, fresh, at), Some(now - 100));
+        // Peers ahead of us never move our time later than our own clock.
+        assert_eq!(
+            quorum_now(now, &[peer(HOUR as i64)], 2, fresh, at),
+            Some(now)
+        );
+        // Five replicas, a quorum of three: the third-latest clock.
+        let five = [
+            peer(-10_000),
+            peer(-20_000),
+            peer(-(HOUR as i64)),
+            peer(-(2 * HOUR as i64)),
+        ];
+        assert_eq!(quorum_now(now, &five, 3, fresh, at), Some(now - 20_100));
+    }
+
+    #[test]
+    fn without_fresh_samples_of_a_quorum_there_is_no_time() {
+        let at = Instant::now();
+        let fresh = Duration::from_secs(15);
+        let old = ClockSample {
+            offset_micros: 0,
+            error_micros: 10,
+            at,
+        };
+        let later = at + Duration::from_secs(16);
+        assert_eq!(quorum_now(HOUR, &[old], 2, fresh, later), None);
+        assert_eq!(quorum_now(HOUR, &[], 2, fresh, at), None);
+        // A replica alone (or a cluster of one) has its own time.
+        assert_eq!(quorum_now(HOUR, &[], 1, fresh, at), Some(HOUR));
+    }
+}
