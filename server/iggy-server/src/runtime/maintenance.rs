@@ -373,11 +373,7 @@ fn retention_limits(metadata: &Metadata) -> Vec<(PartitionKey, Option<u64>, Opti
 /// expires; size retention goes on.
 async fn retention(node: &Node) {
     let limits = retention_limits(&node.shared.metadata.borrow());
-    let own = crate::runtime::clock::now_micros();
-    let now = match &node.shared.plane {
-        Some(plane) => plane.quorum_now(own),
-        None => Some(own),
-    };
+    let (own, now) = expiry_clock(node);
     for (key, expiry, max_size) in limits {
         let (now, expiry) = match now {
             Some(now) => (now, expiry),
@@ -400,6 +396,17 @@ async fn retention(node: &Node) {
             // The next pass plans again from the log as it is then.
             Err(error) => tracing::warn!("partition {key:?}: retention not committed: {error:?}"),
         }
+    }
+}
+
+/// This node's wall clock, and the time expiries are judged by: in a cluster, the time a
+/// quorum of the replicas' clocks reached (`ReplicaPlane::quorum_now`), `None` while too few
+/// peers were heard lately; a standalone node's own.
+fn expiry_clock(node: &Node) -> (u64, Option<u64>) {
+    let own = crate::runtime::clock::now_micros();
+    match &node.shared.plane {
+        Some(plane) => (own, plane.quorum_now(own)),
+        None => (own, Some(own)),
     }
 }
 
@@ -473,19 +480,22 @@ async fn expire_sessions(node: &Node, lease: Duration) {
 /// Deletes expired personal access tokens through the metadata group, one committed delete
 /// each in its owner's name, as upstream's token cleaner does: an expired token logs nobody
 /// in, but would keep its name taken and count towards its owner's limit. Only the metadata
-/// primary does, by its clock.
+/// primary does, by the replicas' clocks (`expiry_clock`).
 async fn delete_expired_tokens(node: &Node) {
     if !primary(node, node.metadata.figures().role()) {
         return;
     }
-    let now = crate::runtime::clock::now_micros();
+    // Judged as message expiry is: a primary whose clock jumped ahead deletes no token early.
+    let (now, Some(expired_by)) = expiry_clock(node) else {
+        return;
+    };
     let expired: Vec<(u32, String)> = node
         .shared
         .metadata
         .borrow()
         .tokens
         .iter()
-        .filter(|token| token.expiry_at.is_some_and(|at| at <= now))
+        .filter(|token| token.expiry_at.is_some_and(|at| at <= expired_by))
         .map(|token| (token.user_id, token.name.clone()))
         .collect();
     for (user_id, name) in expired {
