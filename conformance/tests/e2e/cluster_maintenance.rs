@@ -414,6 +414,13 @@ fn skewed_clock_library() -> std::path::PathBuf {
         .clone()
 }
 
+/// The environment that starts a node with its wall clock `secs` seconds off (ahead when
+/// positive), through `skewed_clock_library`.
+fn skewed_clock(secs: i64) -> Vec<(String, String)> {
+    let library = skewed_clock_library().to_str().expect("a UTF-8 path").to_string();
+    vec![("LD_PRELOAD".to_string(), library), ("IGGY_TEST_CLOCK_SKEW_SECS".to_string(), secs.to_string())]
+}
+
 /// A partition's primary dies and the replica that takes over has a wall clock an hour ahead
 /// (a VM resumed from a snapshot, a bad NTP step): its retention passes judge the topic's 30
 /// minute expiry by the time a quorum of the replicas' clocks reached (learned from the replica
@@ -432,9 +439,9 @@ async fn a_primary_whose_clock_is_an_hour_ahead_expires_nothing_early() {
     // The replica that leads the next view restarts an hour ahead.
     let (primary, view) = cluster.primary(group).expect("a partition primary");
     let (primary, ahead) = (usize::from(primary), (usize::from(primary) + 1) % 3);
-    let library = skewed_clock_library();
-    cluster.nodes[ahead].set_env("LD_PRELOAD", Some(library.to_str().unwrap()));
-    cluster.nodes[ahead].set_env("IGGY_TEST_CLOCK_SKEW_SECS", Some("3600"));
+    for (key, value) in skewed_clock(3600) {
+        cluster.nodes[ahead].set_env(&key, Some(&value));
+    }
     cluster.stop(ahead);
     cluster.restart(ahead);
     cluster.wait_normal(ahead, &[group]).await;
@@ -447,4 +454,43 @@ async fn a_primary_whose_clock_is_an_hour_ahead_expires_nothing_early() {
     every_node_serves(&cluster, &s, &t, 0, 0..14).await;
     let log = cluster.node(ahead).log();
     assert!(crate::test_cluster::current_start(&log).contains("serving"), "{log}");
+}
+
+/// A partition's primary whose wall clock is an hour behind stamps the messages it is sent with
+/// the time a quorum of the replicas' clocks reached, not with its own, and says its clock is
+/// off; so once it dies, the replica with a good clock that leads next expires nothing early
+/// (30-minute expiry). Stamped an hour in the past, every closed segment was once retired at
+/// the failover.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_sent_to_a_primary_whose_clock_is_an_hour_behind_do_not_expire_early() {
+    let options = ClusterOptions {
+        env: vec![("IGGY_SYSTEM_MAINTENANCE_INTERVAL_MS".to_string(), "100".to_string())],
+        node_env: [(0, skewed_clock(-3600))].into_iter().collect(),
+        http: true,
+        ..ClusterOptions::default()
+    };
+    let mut cluster = TestCluster::start_with(3, options);
+    let behind = "this node's clock is 3600";
+    wait_until("node 0 finds its clock behind", Duration::from_secs(30), || cluster.node(0).log().contains(behind).then_some(()), || cluster.node(0).log()).await;
+    let client = cluster.root_client(1).await;
+    let expiry = IggyExpiry::ExpireDuration(IggyDuration::from(Duration::from_secs(1800)));
+    let (stream, topic) = topic_of_small_segments(&client, "x", 3, expiry).await;
+    let (s, t) = (id(stream), id(topic));
+    // The partition node 0 leads (new partitions spread their primaries over the nodes).
+    let (partition, group, view) = (0..3)
+        .map(|p| (p, partition_group(stream, topic, p)))
+        .find_map(|(p, g)| cluster.primary(g).filter(|(primary, _)| *primary == 0).map(|(_, v)| (p, g, v)))
+        .expect("a partition led by node 0");
+    send_big(&client, &s, &t, partition, 0..14).await;
+    every_node_serves(&cluster, &s, &t, partition, 0..14).await;
+    let polled = poll(&client, &s, &t, partition, &consumer("c"), PollingStrategy::first(), 1, false).await;
+    let stamped = polled.messages[0].header.timestamp;
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros() as u64;
+    assert!(now.abs_diff(stamped) < 60_000_000, "stamped {stamped}, now {now}: {}s apart", now.abs_diff(stamped) / 1_000_000);
+    cluster.kill9(0);
+    cluster.wait_new_primary(group, 0, view).await;
+    // Thirty retention passes of the new primary.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    cluster.restart(0);
+    every_node_serves(&cluster, &s, &t, partition, 0..14).await;
 }

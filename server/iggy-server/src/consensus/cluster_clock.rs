@@ -52,10 +52,22 @@ impl ClockSample {
     }
 }
 
-/// The time, by our clock reading `own`, that at least `quorum` replicas' clocks (ours
-/// included) have reached, judged from the peers' `samples` taken within `fresh` of `at`; never
-/// later than `own`. `None` while fewer than a quorum of clocks are known.
+/// [`quorum_clock`], never later than `own`: the time expiries are judged by, so that neither
+/// a clock ahead nor the estimate's error expires anything before this node's clock would.
 pub fn quorum_now(
+    own: u64,
+    samples: &[ClockSample],
+    quorum: usize,
+    fresh: Duration,
+    at: Instant,
+) -> Option<u64> {
+    quorum_clock(own, samples, quorum, fresh, at).map(|time| time.min(own))
+}
+
+/// The time, by our clock reading `own`, that at least `quorum` replicas' clocks (ours
+/// included) have reached, judged from the peers' `samples` taken within `fresh` of `at`.
+/// `None` while fewer than a quorum of clocks are known.
+pub fn quorum_clock(
     own: u64,
     samples: &[ClockSample],
     quorum: usize,
@@ -72,7 +84,22 @@ pub fn quorum_now(
         return None;
     }
     clocks.sort_unstable_by(|a, b| b.cmp(a));
-    Some(clocks[quorum.max(1) - 1].min(own))
+    Some(clocks[quorum.max(1) - 1])
+}
+
+/// How far a primary stamps messages from its own clock: the quorum's time minus its own when
+/// they differ by more than `tolerance` (a clock that jumped, not the estimate's error), else 0.
+/// A primary whose clock is behind would otherwise stamp messages in the past, and a replica
+/// with a good clock, primary later, would expire them early.
+pub fn stamp_offset(own: u64, quorum_clock: Option<u64>, tolerance: Duration) -> i64 {
+    let Some(time) = quorum_clock else {
+        return 0;
+    };
+    let offset = i128::from(time) - i128::from(own);
+    match offset.unsigned_abs() > tolerance.as_micros() {
+        true => i64::try_from(offset).unwrap_or(0),
+        false => 0,
+    }
 }
 
 #[cfg(test)]
@@ -131,6 +158,42 @@ mod tests {
             peer(-(2 * HOUR as i64)),
         ];
         assert_eq!(quorum_now(now, &five, 3, fresh, at), Some(now - 20_100));
+    }
+
+    #[test]
+    fn a_clock_behind_the_quorums_stamps_with_the_quorums_time() {
+        let at = Instant::now();
+        let fresh = Duration::from_secs(15);
+        let tolerance = Duration::from_secs(1);
+        let now = 10 * HOUR;
+        let peer = |offset: i64| ClockSample {
+            offset_micros: offset,
+            error_micros: 100,
+            at,
+        };
+        // An hour behind both peers: stamps an hour later than its clock; expiry still judges
+        // by its own (earlier) time.
+        let ahead_of_us = [peer(HOUR as i64), peer(HOUR as i64 + 500)];
+        let clock = quorum_clock(now, &ahead_of_us, 2, fresh, at);
+        assert_eq!(clock, Some(now + HOUR - 100));
+        assert_eq!(stamp_offset(now, clock, tolerance), HOUR as i64 - 100);
+        assert_eq!(quorum_now(now, &ahead_of_us, 2, fresh, at), Some(now));
+        // Within the tolerance (the estimate's error, a few milliseconds of drift): its own.
+        let close = quorum_clock(now, &[peer(-300_000), peer(-200_000)], 2, fresh, at);
+        assert_eq!(stamp_offset(now, close, tolerance), 0);
+        assert_eq!(stamp_offset(now, None, tolerance), 0);
+        // An hour ahead: stamps back to the quorum's time.
+        let behind_us = quorum_clock(
+            now,
+            &[peer(-(HOUR as i64)), peer(-(HOUR as i64))],
+            2,
+            fresh,
+            at,
+        );
+        assert_eq!(
+            stamp_offset(now, behind_us, tolerance),
+            -(HOUR as i64) - 100
+        );
     }
 
     #[test]

@@ -244,22 +244,31 @@ impl ReplicaPlane {
         self.bus.say_stopping(within).await
     }
 
-    /// Whether this node hears from `peer` now (`BusSender::status`); this node itself is
-    /// Healthy.
     /// The time, by this node's wall clock reading `own` (microseconds since the epoch), that
     /// a quorum of the replicas' clocks have reached (`cluster_clock::quorum_now`, from the
     /// peers' Pongs of the last two heartbeat timeouts); `None` while too few are known.
     pub fn quorum_now(&self, own: u64) -> Option<u64> {
-        let fresh = TICK * u32::try_from(self.timing.heartbeat_ticks * 2).unwrap_or(u32::MAX);
-        super::cluster_clock::quorum_now(
-            own,
-            &self.sender.clock_samples(),
-            usize::from(self.replica_count) / 2 + 1,
-            fresh,
-            std::time::Instant::now(),
-        )
+        let (samples, quorum, fresh) = self.clocks();
+        super::cluster_clock::quorum_now(own, &samples, quorum, fresh, std::time::Instant::now())
     }
 
+    /// The time a quorum of the replicas' clocks have reached, by this node's clock reading
+    /// `own`, later than `own` when this node's clock is behind (`cluster_clock::quorum_clock`).
+    pub fn quorum_clock(&self, own: u64) -> Option<u64> {
+        let (samples, quorum, fresh) = self.clocks();
+        super::cluster_clock::quorum_clock(own, &samples, quorum, fresh, std::time::Instant::now())
+    }
+
+    /// The peers' clock samples, the quorum, and how old a sample may be (two heartbeat
+    /// timeouts: a peer heard within it sent Pongs well within it).
+    fn clocks(&self) -> (Vec<super::cluster_clock::ClockSample>, usize, Duration) {
+        let fresh = TICK * u32::try_from(self.timing.heartbeat_ticks * 2).unwrap_or(u32::MAX);
+        let quorum = usize::from(self.replica_count) / 2 + 1;
+        (self.sender.clock_samples(), quorum, fresh)
+    }
+
+    /// Whether this node hears from `peer` now (`BusSender::status`); this node itself is
+    /// Healthy.
     pub fn status(&self, peer: u8) -> PeerStatus {
         match peer == self.replica {
             true => PeerStatus::Healthy,

@@ -47,6 +47,7 @@ pub async fn run(node: Rc<Node>) {
         compio::time::sleep(interval).await;
         warn_of_low_room(&node, &low_room);
         quorum.pass(&node, Instant::now());
+        keep_stamp_offset(&node);
         retention(&node).await;
         expire_sessions(&node, lease).await;
         delete_expired_tokens(&node).await;
@@ -395,6 +396,42 @@ async fn retention(node: &Node) {
             Ok(None) => {}
             // The next pass plans again from the log as it is then.
             Err(error) => tracing::warn!("partition {key:?}: retention not committed: {error:?}"),
+        }
+    }
+}
+
+/// A clock this far off the replicas' quorum moves the stamps of messages sent here.
+const STAMP_TOLERANCE: Duration = Duration::from_secs(1);
+
+/// Keeps `Shared::stamp_offset`: a node whose clock is more than `STAMP_TOLERANCE` off the time
+/// a quorum of the replicas' clocks reached stamps messages with that time (logged when it
+/// changes), so a primary whose clock is behind does not stamp messages in the past (a replica
+/// with a good clock, primary later, would expire them early).
+fn keep_stamp_offset(node: &Node) {
+    let Some(plane) = &node.shared.plane else {
+        return;
+    };
+    let own = crate::runtime::clock::now_micros();
+    let offset = crate::consensus::cluster_clock::stamp_offset(
+        own,
+        plane.quorum_clock(own),
+        STAMP_TOLERANCE,
+    );
+    let before = node.shared.stamp_offset.replace(offset);
+    if (offset == 0) != (before == 0) {
+        match offset {
+            0 => tracing::info!(
+                "replica {}: this node's clock agrees with its peers' again",
+                node.shared.replica_id
+            ),
+            _ => tracing::warn!(
+                "replica {}: this node's clock is {:.1}s {} the time a quorum of the replicas' \
+                 clocks reached: messages sent here are stamped with that time, and expiry \
+                 judged by it (fix the host's clock: NTP)",
+                node.shared.replica_id,
+                offset.unsigned_abs() as f64 / 1e6,
+                if offset > 0 { "behind" } else { "ahead of" },
+            ),
         }
     }
 }

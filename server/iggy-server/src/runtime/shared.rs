@@ -70,6 +70,10 @@ pub struct Shared {
     /// partition copy they host (peers' reports arrive through the metadata group, this
     /// node's own from the retirement pass, `runtime/maintenance.rs`, which releases them).
     pub retirement: RefCell<iggy_metadata::retirement::RetirementEvidence>,
+    /// How far from its own wall clock this node stamps the messages it is sent (microseconds;
+    /// `cluster_clock::stamp_offset`, kept by the maintenance pass): 0 unless its clock is
+    /// off the replicas' quorum by more than a second.
+    pub stamp_offset: std::cell::Cell<i64>,
 }
 
 /// A committed op's disk effect with what it reads from its topic as of its op (see
@@ -227,6 +231,12 @@ impl SessionsHere {
 }
 
 impl Shared {
+    /// The time a message sent now is stamped with: this node's wall clock, moved by
+    /// `stamp_offset`.
+    pub fn stamp_now(&self) -> u64 {
+        crate::runtime::clock::now_micros().saturating_add_signed(self.stamp_offset.get())
+    }
+
     /// Replicas in every consensus group: the roster's size in a cluster, else 1.
     pub fn replica_count(&self) -> u8 {
         self.plane.as_ref().map_or(1, |plane| plane.replica_count())

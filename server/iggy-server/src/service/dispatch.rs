@@ -1236,7 +1236,7 @@ fn prepare_send(
         (key, body.len() - send.batch.len())
     };
     let at = offset + iggy_generated::frames::BatchHeader::BASE_TIMESTAMP_OFFSET;
-    body[at..at + 8].copy_from_slice(&now_micros().to_le_bytes());
+    body[at..at + 8].copy_from_slice(&node.shared.stamp_now().to_le_bytes());
     let body = Bytes::from(body);
     Ok((
         key,
