@@ -108,6 +108,15 @@ mod tests {
 
     const HOUR: u64 = 3_600_000_000;
 
+    /// A peer `offset` microseconds off this node's clock, sampled at `at` within 100 µs.
+    fn peer_at(offset: i64, at: Instant) -> ClockSample {
+        ClockSample {
+            offset_micros: offset,
+            error_micros: 100,
+            at,
+        }
+    }
+
     #[test]
     fn a_pong_gives_the_peers_offset_within_half_the_round_trip() {
         let at = Instant::now();
@@ -131,11 +140,7 @@ mod tests {
         let fresh = Duration::from_secs(15);
         let now = 10 * HOUR;
         // This node's clock is an hour ahead of both peers (which agree within a millisecond).
-        let peer = |offset: i64| ClockSample {
-            offset_micros: offset,
-            error_micros: 100,
-            at,
-        };
+        let peer = |offset| peer_at(offset, at);
         let peers = [peer(-(HOUR as i64)), peer(-(HOUR as i64) + 1_000)];
         let agreed = quorum_now(now, &peers, 2, fresh, at).expect("a quorum of clocks");
         assert!(
@@ -166,11 +171,7 @@ mod tests {
         let fresh = Duration::from_secs(15);
         let tolerance = Duration::from_secs(1);
         let now = 10 * HOUR;
-        let peer = |offset: i64| ClockSample {
-            offset_micros: offset,
-            error_micros: 100,
-            at,
-        };
+        let peer = |offset| peer_at(offset, at);
         // An hour behind both peers: stamps an hour later than its clock; expiry still judges
         // by its own (earlier) time.
         let ahead_of_us = [peer(HOUR as i64), peer(HOUR as i64 + 500)];

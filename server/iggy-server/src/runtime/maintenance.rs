@@ -772,61 +772,6 @@ fn identity(client: u128, session: u64, metadata_commit: u64) -> SessionIdentity
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_node_without_a_quorum_warns_after_two_heartbeat_timeouts_then_every_30_s() {
-        use crate::consensus::figures::GroupRole;
-        use iggy_vsr::Status::{Normal, Recovering};
-        let role = |status, in_touch| GroupRole {
-            status,
-            primary: 1,
-            in_touch,
-            muted: false,
-            applied_view_log: true,
-        };
-        let start = Instant::now();
-        let at = |secs: u64| start + Duration::from_secs(secs);
-        let patience = Duration::from_secs(10);
-        let mut watch = QuorumWatch::new(start);
-        assert_eq!(
-            watch.judge(at(9), role(Recovering, false), &[], 3, patience),
-            None
-        );
-        let warning = watch
-            .judge(at(10), role(Recovering, false), &[], 3, patience)
-            .expect("due");
-        for said in [
-            "no quorum for 10s",
-            "Recovering",
-            "hears 0 of its 2 peers",
-            "2 of the 3",
-        ] {
-            assert!(warning.contains(said), "{said:?} in {warning}");
-        }
-        assert_eq!(
-            watch.judge(at(39), role(Recovering, false), &[2], 3, patience),
-            None
-        );
-        assert!(
-            watch
-                .judge(at(40), role(Recovering, false), &[2], 3, patience)
-                .is_some()
-        );
-        // A backup that no longer hears its primary has no quorum either; once in touch again
-        // the clock starts over.
-        assert_eq!(
-            watch.judge(at(41), role(Normal, true), &[0, 2], 3, patience),
-            None
-        );
-        assert_eq!(
-            watch.judge(at(50), role(Normal, false), &[2], 3, patience),
-            None
-        );
-        assert!(
-            watch
-                .judge(at(51), role(Normal, false), &[2], 3, patience)
-                .is_some()
-        );
-    }
     use iggy_metadata::Ident;
     use iggy_vsr::Status;
 
@@ -902,5 +847,61 @@ mod tests {
         for status in [Status::ViewChange, Status::Recovering] {
             assert!(!current(role(status, true), 12, Some(12)), "{status:?}");
         }
+    }
+
+    #[test]
+    fn a_node_without_a_quorum_warns_after_two_heartbeat_timeouts_then_every_30_s() {
+        use crate::consensus::figures::GroupRole;
+        use iggy_vsr::Status::{Normal, Recovering};
+        let role = |status, in_touch| GroupRole {
+            status,
+            primary: 1,
+            in_touch,
+            muted: false,
+            applied_view_log: true,
+        };
+        let start = Instant::now();
+        let at = |secs: u64| start + Duration::from_secs(secs);
+        let patience = Duration::from_secs(10);
+        let mut watch = QuorumWatch::new(start);
+        assert_eq!(
+            watch.judge(at(9), role(Recovering, false), &[], 3, patience),
+            None
+        );
+        let warning = watch
+            .judge(at(10), role(Recovering, false), &[], 3, patience)
+            .expect("due");
+        for said in [
+            "no quorum for 10s",
+            "Recovering",
+            "hears 0 of its 2 peers",
+            "2 of the 3",
+        ] {
+            assert!(warning.contains(said), "{said:?} in {warning}");
+        }
+        assert_eq!(
+            watch.judge(at(39), role(Recovering, false), &[2], 3, patience),
+            None
+        );
+        assert!(
+            watch
+                .judge(at(40), role(Recovering, false), &[2], 3, patience)
+                .is_some()
+        );
+        // A backup that no longer hears its primary has no quorum either; once in touch again
+        // the clock starts over.
+        assert_eq!(
+            watch.judge(at(41), role(Normal, true), &[0, 2], 3, patience),
+            None
+        );
+        assert_eq!(
+            watch.judge(at(50), role(Normal, false), &[2], 3, patience),
+            None
+        );
+        assert!(
+            watch
+                .judge(at(51), role(Normal, false), &[2], 3, patience)
+                .is_some()
+        );
     }
 }
