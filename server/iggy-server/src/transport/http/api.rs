@@ -433,7 +433,7 @@ impl Call<'_> {
         let held = self.held_request(bound.client, gate_key, writes).await?;
         let request = self
             .state
-            .next_request(bound.client, held)
+            .next_request(bound.client, held, self.node.shared.stamp_now())
             .ok_or(ErrorCode::Unauthenticated)?;
         // The token's user, for the client list (an HTTP connection binds per request).
         self.node

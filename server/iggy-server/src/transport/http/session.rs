@@ -253,14 +253,11 @@ impl HttpState {
         entry.bound
     }
 
-    /// The next request number of `client`'s session, above `held`: the highest request
-    /// number of the client that the replicas of the groups it may reach hold on this node.
-    pub fn next_request(&self, client: u128, held: u64) -> Option<u64> {
-        self.next_request_at(client, held, crate::runtime::clock::now_micros())
-    }
-
-    /// [`HttpState::next_request`] with the wall clock at `now_micros`.
-    fn next_request_at(&self, client: u128, held: u64, now_micros: u64) -> Option<u64> {
+    /// The next request number of `client`'s session, above `held` (the highest request
+    /// number of the client that the replicas of the groups it may reach hold on this node),
+    /// numbered by `now_micros`: this node's wall clock, or the replicas' quorum time when it
+    /// is off by more than a second (`Shared::stamp_now`), so nodes number alike.
+    pub fn next_request(&self, client: u128, held: u64, now_micros: u64) -> Option<u64> {
         let mut live = self.live.borrow_mut();
         let entry = live.get_mut(&client)?;
         entry.numbered = true;
@@ -578,17 +575,17 @@ mod tests {
         const SECOND: u64 = 1_000_000;
         let before = state(32, 128);
         session(&before, 7);
-        let committed = before.next_request_at(7, 0, 100 * SECOND).unwrap();
+        let committed = before.next_request(7, 0, 100 * SECOND).unwrap();
         // The next process: its clock stepped back 5 s (NTP, or another clock after a move),
         // its replicas hold the number the previous process committed.
         let after = state(32, 128);
         session(&after, 7);
-        let first = after.next_request_at(7, committed, 95 * SECOND).unwrap();
+        let first = after.next_request(7, committed, 95 * SECOND).unwrap();
         assert!(
             first > committed,
             "{first} would be answered with the reply of {committed} (equal) or refused (below)"
         );
-        let next = after.next_request_at(7, 0, 95 * SECOND).unwrap();
+        let next = after.next_request(7, 0, 95 * SECOND).unwrap();
         assert!(next > first, "still growing while the clock is behind");
     }
 
@@ -598,15 +595,13 @@ mod tests {
         let (ahead, behind) = (state(32, 128), HttpState::new(&config(), 1).unwrap());
         session(&ahead, 7);
         session(&behind, 7);
-        let through_ahead = ahead.next_request_at(7, 0, 100 * SECOND).unwrap();
+        let through_ahead = ahead.next_request(7, 0, 100 * SECOND).unwrap();
         // 2 s behind, asked 1 s later: above the request its replicas hold.
-        let through_behind = behind
-            .next_request_at(7, through_ahead, 99 * SECOND)
-            .unwrap();
+        let through_behind = behind.next_request(7, through_ahead, 99 * SECOND).unwrap();
         assert!(through_behind > through_ahead);
         // Back on the node ahead, with the clock's numbers above again.
         let again = ahead
-            .next_request_at(7, through_behind, 100 * SECOND + 1)
+            .next_request(7, through_behind, 100 * SECOND + 1)
             .unwrap();
         assert!(again > through_behind);
     }
