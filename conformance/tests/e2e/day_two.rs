@@ -198,19 +198,22 @@ async fn metrics_tell_which_node_leads_each_group_how_far_it_applied_and_which_l
     for i in 0..3 {
         cluster.wait_normal(i, &[METADATA_GROUP, groups[0]]).await;
     }
-    let (metadata_primary, _) = cluster.primary(METADATA_GROUP).expect("a metadata primary");
-    let (partition_primary, _) = cluster.primary(groups[0]).expect("a partition primary");
     let (s, t) = (stream.to_string(), topic.to_string());
     let partition: [(&str, &str); 4] = [("group", "partition"), ("stream", &s), ("topic", &t), ("partition", "0")];
     for i in 0..3 {
-        let samples = wait_until_async(
+        // Judged against the primaries the logs name when the scrape settled: a partition may
+        // still move to the node its creation view names (a rebalance) after it was created.
+        let (samples, metadata_primary, partition_primary) = wait_until_async(
             &format!("node {i} reports every group normal and applied"),
             Duration::from_secs(20),
             async || {
                 let samples = crate::metrics::scrape(&cluster.http_url(i)).await;
                 let settled = samples.iter().any(|s| s.name == "iggy_vsr_status")
                     && samples.iter().filter(|s| s.name == "iggy_vsr_status").all(|s| s.value == 0.0);
-                settled.then_some(samples)
+                let (metadata_primary, _) = cluster.primary(METADATA_GROUP)?;
+                let (partition_primary, _) = cluster.primary(groups[0])?;
+                let named = settled && crate::metrics::value(&samples, "iggy_vsr_primary", &partition) == f64::from(partition_primary);
+                named.then_some((samples, metadata_primary, partition_primary))
             },
             String::new,
         )

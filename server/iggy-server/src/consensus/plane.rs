@@ -259,6 +259,11 @@ impl ReplicaPlane {
         super::cluster_clock::quorum_clock(own, &samples, quorum, fresh, std::time::Instant::now())
     }
 
+    /// Per peer with a clock sample: its clock minus this node's, in microseconds.
+    pub fn clock_offsets(&self) -> Vec<(u8, i64)> {
+        self.sender.clock_offsets()
+    }
+
     /// The peers' clock samples, the quorum, and how old a sample may be (two heartbeat
     /// timeouts: a peer heard within it sent Pongs well within it).
     fn clocks(&self) -> (Vec<super::cluster_clock::ClockSample>, usize, Duration) {

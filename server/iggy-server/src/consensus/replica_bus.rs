@@ -527,9 +527,26 @@ impl BusSender {
 
     /// What each peer's latest Pong told of its clock.
     pub fn clock_samples(&self) -> Vec<ClockSample> {
+        self.peer_clocks()
+            .into_iter()
+            .map(|(_, sample)| sample)
+            .collect()
+    }
+
+    /// Per peer with a sample: its clock minus this node's, in microseconds.
+    pub fn clock_offsets(&self) -> Vec<(u8, i64)> {
+        let clocks = self.peer_clocks().into_iter();
+        clocks
+            .map(|(peer, sample)| (peer, sample.offset_micros))
+            .collect()
+    }
+
+    fn peer_clocks(&self) -> Vec<(u8, ClockSample)> {
         self.outboxes
-            .values()
-            .filter_map(|outbox| *outbox.clock.lock().expect("clock lock"))
+            .iter()
+            .filter_map(|(peer, outbox)| {
+                Some((*peer, (*outbox.clock.lock().expect("clock lock"))?))
+            })
             .collect()
     }
 

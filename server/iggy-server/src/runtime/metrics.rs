@@ -104,6 +104,9 @@ pub struct ReplicaGauges {
     pub id: u8,
     pub restored: bool,
     pub peers_up: Vec<(u8, bool)>,
+    /// Per peer with a clock sample: its wall clock minus this node's, in microseconds
+    /// (`cluster_clock`).
+    pub clock_offsets: Vec<(u8, i64)>,
 }
 
 /// The replica plane's losses (VSR resends what matters; a steady rise means a slow peer).
@@ -386,6 +389,19 @@ impl Metrics {
                     u8::from(*up)
                 );
             }
+            family(
+                &mut out,
+                "iggy_replica_peer_clock_offset_seconds",
+                "gauge",
+                "A peer's wall clock minus this node's, from its latest Pong (within half a round trip). Message expiry and stamps follow the time a quorum of the clocks reached.",
+            );
+            for (peer, micros) in &replica.clock_offsets {
+                let _ = writeln!(
+                    out,
+                    "iggy_replica_peer_clock_offset_seconds{{peer=\"{peer}\"}} {}",
+                    *micros as f64 / 1e6
+                );
+            }
         }
         out
     }
@@ -499,6 +515,7 @@ mod tests {
                 id: 1,
                 restored: false,
                 peers_up: vec![(0, true), (2, false)],
+                clock_offsets: vec![(0, -1_500_000)],
             }),
             checkpoints: vec![
                 ("metadata", HistogramCounts::default()),
@@ -531,6 +548,7 @@ mod tests {
             ("iggy_replica_restored", 0.0),
             ("iggy_replica_peer_up{peer=\"0\"}", 1.0),
             ("iggy_replica_peer_up{peer=\"2\"}", 0.0),
+            ("iggy_replica_peer_clock_offset_seconds{peer=\"0\"}", -1.5),
             (
                 "iggy_checkpoint_duration_seconds_bucket{group_kind=\"partition\",le=\"0.001\"}",
                 0.0,

@@ -443,6 +443,7 @@ impl Node {
                             )
                         })
                         .collect(),
+                    clock_offsets: plane.clock_offsets(),
                 }
             }),
             checkpoints: GroupKind::ALL
