@@ -338,13 +338,15 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     // So is another cluster's (or a standalone node's) metadata journal, before a cluster
-    // node writes its run and replica count beside it.
+    // node writes its run and replica count beside it. A journal that cannot be read at all
+    // (system.path a file, no permission) is left to the data directory's open, which names it.
     if let Err(refusal) = consensus::wal::FileJournal::refuse_foreign(
         &std::path::Path::new(&cfg.system.path)
             .join("metadata")
             .join(consensus::plane::METADATA_JOURNAL),
         consensus::cluster::node_cluster(),
-    ) {
+    ) && refusal.kind() == std::io::ErrorKind::InvalidData
+    {
         eprintln!("iggy-server: {refusal}; nothing was started");
         return ExitCode::FAILURE;
     }
