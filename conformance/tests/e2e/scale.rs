@@ -1,7 +1,10 @@
 //! Scale: many clients at once over every binary transport, leaving without a logout; a wide
-//! topic in a cluster.
+//! topic in a cluster; a cluster of many partition groups through a node's kill -9, a restart
+//! of every node and idling.
 //! `SCALE_CLIENTS=N` (default 30) sets the clients per transport, `SCALE_PARTITIONS=N` (default
-//! 100) the partitions of the topic a cluster creates; the long forms run hundreds and 1000.
+//! 100) the partitions of the topic a cluster creates, `SCALE_CLUSTER_TOPICS=N` (default 8) the
+//! topics of 4 partitions of the kill -9 and restart tests, `SCALE_IDLE_PARTITIONS=N` (default
+//! 600) those of the idle cluster; the long forms run hundreds and 1000 or more.
 
 use crate::harness::*;
 use iggy::prelude::*;
@@ -194,4 +197,209 @@ async fn a_cluster_keeps_its_metadata_primary_while_a_slow_create_opens_its_part
     // Long enough for a timeout the stall started to have shown in the roles.
     tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     assert_eq!(cluster.primary(METADATA_GROUP), before, "the metadata group changed views while the partitions opened");
+}
+
+/// Topics of 4 partitions the many-groups cluster tests create (`SCALE_CLUSTER_TOPICS`,
+/// default 8; the long form runs 100, 400 partition groups).
+fn cluster_topics() -> u32 {
+    std::env::var("SCALE_CLUSTER_TOPICS").ok().and_then(|n| n.parse().ok()).unwrap_or(8)
+}
+
+/// Resident KiB and open descriptors of node i, for the figures a long form prints.
+fn node_figures(cluster: &crate::test_cluster::TestCluster, i: usize) -> String {
+    let Some(pid) = cluster.node(i).pid() else { return format!("node {i}: down") };
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let rss = status.lines().find_map(|l| l.strip_prefix("VmRSS:")).map_or("?".to_string(), |v| v.trim().to_string());
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count());
+    format!("node {i}: rss {rss}, {fds} descriptors")
+}
+
+/// Sends `sends` single-message sends to each of `targets` (topic name, partition), from
+/// `clients` clients at once; returns what each partition was acknowledged.
+async fn send_each(cluster: &crate::test_cluster::TestCluster, node: usize, targets: &[(String, u32)], sends: usize, tag: &str) -> std::collections::BTreeMap<(String, u32), Vec<String>> {
+    let clients = 4;
+    let mut tasks = tokio::task::JoinSet::new();
+    for k in 0..clients {
+        let mine: Vec<(String, u32)> = targets.iter().skip(k).step_by(clients).cloned().collect();
+        let client = cluster.root_client(node).await;
+        let tag = tag.to_string();
+        tasks.spawn(async move {
+            let mut acked = std::collections::BTreeMap::new();
+            for (topic, partition) in mine {
+                for n in 0..sends {
+                    let payload = format!("{tag} {topic}/{partition} #{n}");
+                    send_to_partition(&client, &name("s"), &name(&topic), partition, vec![msg(payload.clone())]).await;
+                    acked.entry((topic.clone(), partition)).or_insert_with(Vec::new).push(payload);
+                }
+            }
+            acked
+        });
+    }
+    let mut acked = std::collections::BTreeMap::new();
+    while let Some(part) = tasks.join_next().await {
+        acked.extend(part.expect("send task"));
+    }
+    acked
+}
+
+/// A node killed with kill -9 while many topics are created, deleted and written comes back
+/// and catches up every partition group at once (some by state transfer, their peers having
+/// checkpointed past it), its segment files byte-identical to its peers', every acknowledged
+/// message readable, deleted topics' files gone and their ids reused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_killed_while_many_topics_change_catches_up_every_partition() {
+    use crate::test_cluster::{ClusterOptions, TestCluster, checkpoint_every, partition_group};
+    let topics = cluster_topics();
+    let options = ClusterOptions { env: vec![checkpoint_every(4)], ..Default::default() };
+    let mut cluster = TestCluster::start_with(3, options);
+    let client = cluster.root_client(0).await;
+    ok("create_stream", within("create_stream", client.create_stream("s", &StreamCreateOptions::default())).await);
+    let started = std::time::Instant::now();
+    for t in 1..=topics {
+        ok("create_topic", within_for(std::time::Duration::from_secs(60), "create_topic", client.create_topic(&name("s"), &format!("t{t}"), &topic_options(4))).await);
+    }
+    eprintln!("created {topics} topics of 4 partitions in {:?}", started.elapsed());
+    let all: Vec<(String, u32)> = (1..=topics).flat_map(|t| (0..4).map(move |p| (format!("t{t}"), p))).collect();
+    let mut expected = send_each(&cluster, 0, &all, 1, "before").await;
+
+    cluster.kill9(2);
+    // While it is down: a quarter of the topics deleted and as many created (reusing their
+    // ids), every live partition written, the first two topics' past four times the checkpoint
+    // policy so their peers checkpoint without it.
+    let gone = (topics / 4).max(1);
+    for t in 1..=gone {
+        let topic = format!("t{}", topics + 1 - t);
+        ok("delete_topic", within("delete_topic", client.delete_topic(&name("s"), &name(&topic))).await);
+        expected.retain(|(name_, _), _| *name_ != topic);
+    }
+    for t in 1..=gone {
+        ok("create_topic", within_for(std::time::Duration::from_secs(60), "create_topic", client.create_topic(&name("s"), &format!("n{t}"), &topic_options(4))).await);
+    }
+    let live: Vec<(String, u32)> = expected.keys().cloned().chain((1..=gone).flat_map(|t| (0..4).map(move |p| (format!("n{t}"), p)))).collect();
+    let busy: Vec<(String, u32)> = live.iter().filter(|(t, _)| t == "t1" || t == "t2").cloned().collect();
+    for (key, payloads) in send_each(&cluster, 0, &live, 1, "down").await.into_iter().chain(send_each(&cluster, 1, &busy, 20, "busy").await) {
+        expected.entry(key).or_default().extend(payloads);
+    }
+
+    let restarted = std::time::Instant::now();
+    cluster.restart(2);
+    let files = expected.len();
+    cluster.wait_identical_segments(files).await;
+    eprintln!("node 2 caught up {} partitions in {:?}; {}; {}; {}", files, restarted.elapsed(), node_figures(&cluster, 0), node_figures(&cluster, 1), node_figures(&cluster, 2));
+    let transfers = cluster.node(2).log().matches("state transfer from replica").count();
+    assert!(transfers >= 1, "node 2 caught up the busy partitions by state transfer");
+    // Every group of the stream on node 2 is Normal, and every acknowledged message is there.
+    let stream_id = 0;
+    let topic_ids: Vec<u32> = (0..topics).collect();
+    let groups: Vec<u64> = topic_ids.iter().flat_map(|&t| (0..4).map(move |p| partition_group(stream_id, t, p))).collect();
+    cluster.wait_normal(2, &groups).await;
+    let reader = cluster.root_client(2).await;
+    for ((topic, partition), sent) in &expected {
+        let polled = poll(&reader, &name("s"), &name(topic), *partition, &consumer("c"), PollingStrategy::offset(0), 100, false).await;
+        assert_eq!(&payloads(&polled), sent, "{topic}/{partition}");
+    }
+}
+
+/// Every node of a cluster holding many partition groups killed with kill -9 at once and
+/// started again: every group changes views at once, the cluster serves every partition again,
+/// and no acknowledged message is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_whole_cluster_restart_with_many_partition_groups_serves_every_partition_again() {
+    use crate::test_cluster::{ClusterOptions, TestCluster};
+    let topics = cluster_topics();
+    let mut cluster = TestCluster::start_with(3, ClusterOptions::default());
+    let client = cluster.root_client(0).await;
+    ok("create_stream", within("create_stream", client.create_stream("s", &StreamCreateOptions::default())).await);
+    for t in 1..=topics {
+        ok("create_topic", within_for(std::time::Duration::from_secs(60), "create_topic", client.create_topic(&name("s"), &format!("t{t}"), &topic_options(4))).await);
+    }
+    let all: Vec<(String, u32)> = (1..=topics).flat_map(|t| (0..4).map(move |p| (format!("t{t}"), p))).collect();
+    let first = std::time::Instant::now();
+    let mut expected = send_each(&cluster, 0, &all, 1, "first").await;
+    eprintln!("{} partitions sent to in {:?} before the restart", all.len(), first.elapsed());
+    drop(client);
+    for i in 0..3 {
+        cluster.kill9(i);
+    }
+    let restarted = std::time::Instant::now();
+    for i in 0..3 {
+        cluster.restart(i);
+    }
+    // Serving again: a send to every partition is acknowledged (the SDK follows the routes).
+    for (key, payloads) in send_each(&cluster, 1, &all, 1, "after").await {
+        expected.entry(key).or_default().extend(payloads);
+    }
+    eprintln!("{} partitions served again {:?} after the restart; {}; {}; {}", all.len(), restarted.elapsed(), node_figures(&cluster, 0), node_figures(&cluster, 1), node_figures(&cluster, 2));
+    let reader = cluster.root_client(2).await;
+    for ((topic, partition), sent) in &expected {
+        let polled = poll(&reader, &name("s"), &name(topic), *partition, &consumer("c"), PollingStrategy::offset(0), 100, false).await;
+        assert_eq!(&payloads(&polled), sent, "{topic}/{partition}");
+    }
+    cluster.wait_identical_segments(all.len()).await;
+}
+
+/// Partitions of the topic the idle-cluster test creates (`SCALE_IDLE_PARTITIONS`, default 600;
+/// the long form's 1800 has each node lead 600 groups, created in one op, so their heartbeats
+/// leave in the same tick).
+fn idle_partitions() -> u32 {
+    std::env::var("SCALE_IDLE_PARTITIONS").ok().and_then(|n| n.parse().ok()).unwrap_or(600)
+}
+
+/// Replica frames node i dropped so far (every peer), from its `/metrics`.
+async fn frames_dropped(cluster: &crate::test_cluster::TestCluster, i: usize) -> f64 {
+    crate::metrics::scrape(&cluster.http_url(i)).await.iter().filter(|s| s.name == "iggy_replica_frames_dropped_total").map(|s| s.value).sum()
+}
+
+/// An idle cluster holding many partition groups drops no replica frame and no group changes
+/// its view: the heartbeats of hundreds of groups a node leads, and their answers, leave in the
+/// same tick and must all fit the peer's send queue. Before, a queue of 256 frames dropped
+/// them by the thousand each second (1800 partitions: some 200 view changes per node every 30 s
+/// at idle).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_cluster_with_many_partition_groups_drops_no_replica_frame_and_keeps_its_views() {
+    use crate::test_cluster::{ClusterOptions, TestCluster};
+    // The operator's default timing (the harness's is 2 s), as thousands of groups ask.
+    let env = [("IGGY_CLUSTER_HEARTBEAT_TIMEOUT", "5s"), ("IGGY_CLUSTER_VIEW_CHANGE_STATUS_TIMEOUT", "5s")];
+    let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let cluster = TestCluster::start_with(3, ClusterOptions { http: true, env, ..Default::default() });
+    let client = cluster.root_client(0).await;
+    ok("create_stream", within("create_stream", client.create_stream("s", &StreamCreateOptions::default())).await);
+    let partitions = idle_partitions();
+    let created = std::time::Instant::now();
+    // Topics of at most 600 partitions: a debug build on a busy machine opens one in about as
+    // many seconds as a request may take (`limits.request_timeout_ms`, 10 s).
+    let mut left = partitions;
+    let mut topics = 0;
+    while left > 0 {
+        let count = left.min(600);
+        topics += 1;
+        ok("create_topic", within_for(std::time::Duration::from_secs(120), "create_topic", client.create_topic(&name("s"), &format!("wide{topics}"), &topic_options(count))).await);
+        // Every node opened them (the last one answers a send on its primary's route).
+        send_to_partition(&client, &name("s"), &name(&format!("wide{topics}")), count - 1, vec![msg("last")]).await;
+        left -= count;
+    }
+    eprintln!("created {topics} topics of {partitions} partitions in {:?}", created.elapsed());
+    let view_changes = |i: usize| cluster.node(i).log().matches("is ViewChange").count();
+    // Settled: the views the creation's hand-backs change are done (no change for 3 s).
+    let mut last = (0..3).map(view_changes).collect::<Vec<_>>();
+    for _ in 0..10 {
+        tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+        let now = (0..3).map(view_changes).collect::<Vec<_>>();
+        if now == last {
+            break;
+        }
+        last = now;
+    }
+    let mut before = Vec::new();
+    for i in 0..3 {
+        before.push((frames_dropped(&cluster, i).await, view_changes(i)));
+    }
+    // Two heartbeat timeouts of idling.
+    tokio::time::sleep(std::time::Duration::from_secs(10)).await;
+    for (i, (dropped, changes)) in before.into_iter().enumerate() {
+        let (dropped_after, changes_after) = (frames_dropped(&cluster, i).await, view_changes(i));
+        eprintln!("node {i}: {} frames dropped, {} view changes while idle; {}", dropped_after - dropped, changes_after - changes, node_figures(&cluster, i));
+        assert_eq!(dropped_after, dropped, "node {i} dropped replica frames at idle");
+        assert_eq!(changes_after, changes, "node {i} changed views of groups at idle");
+    }
 }

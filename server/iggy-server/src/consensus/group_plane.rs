@@ -20,12 +20,28 @@ use iggy_metadata::retirement::RetirementReport;
 use iggy_vsr::group::{GroupCore, Outcome, Pending};
 use iggy_vsr::{Message, Refusal, Replica, Status};
 use std::collections::HashMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Ticks a forwarded register waits for the primary's verdict (5 s at the 50 ms tick).
 const FORWARD_TIMEOUT_TICKS: u64 = 100;
 
 type Core = GroupCore<oneshot::Sender<Outcome>>;
+
+/// When a group's replica clock ticks next, at `now`: the first instant of the process's tick
+/// grid after it, so every group of a shard ticks at the same instants and the runtime wakes
+/// once per tick, not once per group (hundreds of idle partition groups each on its own phase
+/// kept a node's runtime waking thousands of times a second). `due` is the tick that just fired
+/// (none: the group opens now); a group that fell behind (a long fsync) takes one tick, not a
+/// burst.
+fn next_tick(due: Option<Instant>, now: Instant, tick: Duration) -> Instant {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    let epoch = *EPOCH.get_or_init(Instant::now);
+    let now = due.map_or(now, |due| due.max(now));
+    let tick_nanos = tick.as_nanos().max(1);
+    let elapsed = now.saturating_duration_since(epoch).as_nanos();
+    let next = (elapsed / tick_nanos + 1) * tick_nanos;
+    epoch + Duration::from_nanos(u64::try_from(next).unwrap_or(u64::MAX))
+}
 
 /// What woke a group of a cluster besides its node's jobs.
 pub enum Wake {
@@ -89,10 +105,11 @@ const OTHER_INCARNATION_INTERVAL: std::time::Duration = std::time::Duration::fro
 
 impl GroupPlane {
     pub fn new(peers: Peers) -> Self {
+        let next_tick = next_tick(None, Instant::now(), peers.tick);
         GroupPlane {
             peers,
             ticks: 0,
-            next_tick: Instant::now(),
+            next_tick,
             forwarded: HashMap::new(),
             // Per process: a verdict meant for a forward of an earlier run never matches.
             next_nonce: std::time::SystemTime::now()
@@ -125,12 +142,7 @@ impl GroupPlane {
             Either::Left((Some(frame), _)) => Wake::Frame(frame),
             Either::Left((None, _)) => Wake::Gone,
             Either::Right(((), _)) => {
-                self.next_tick += self.peers.tick;
-                // A group that fell behind (a long fsync) takes one tick, not a burst.
-                let now = Instant::now();
-                if self.next_tick < now {
-                    self.next_tick = now + self.peers.tick;
-                }
+                self.next_tick = next_tick(Some(self.next_tick), Instant::now(), self.peers.tick);
                 Wake::Tick
             }
         }
@@ -934,6 +946,7 @@ impl Relayed for oneshot::Sender<Outcome> {
 mod tests {
     use super::*;
     use crate::consensus::group::refusal_error;
+    use crate::consensus::plane::TICK;
     use iggy_generated::errors::ErrorCode;
 
     /// The error a client gets for a Logout it sent to a backup, refused by the primary's core
@@ -1021,6 +1034,45 @@ mod tests {
         assert_eq!(
             register_outcome(4, ForwardRegisterOutcome::Unauthenticated),
             Outcome::Refused(Refusal::SessionUnknown)
+        );
+    }
+
+    /// The instants a group opened at `opened` ticks at, each tick firing on time.
+    fn ticks_from(opened: Instant, count: usize) -> Vec<Instant> {
+        let mut at = next_tick(None, opened, TICK);
+        let mut ticks = vec![at];
+        for _ in 1..count {
+            at = next_tick(Some(at), at, TICK);
+            ticks.push(at);
+        }
+        ticks
+    }
+
+    #[test]
+    fn groups_opened_at_different_instants_tick_at_the_same_instants() {
+        let start = Instant::now();
+        let first = ticks_from(start, 8);
+        for offset_ms in [1, 7, 23, 49, 120] {
+            let later = ticks_from(start + Duration::from_millis(offset_ms), 4);
+            for at in &later[1..] {
+                assert!(
+                    first.contains(at),
+                    "a group opened {offset_ms} ms later ticks at {at:?}, off the first group's ticks {first:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_group_that_fell_behind_takes_one_tick_not_a_burst() {
+        let due = Instant::now();
+        let now = due + TICK * 3 + Duration::from_millis(20);
+        let next = next_tick(Some(due), now, TICK);
+        assert!(
+            next > now && next <= now + TICK,
+            "{:?} after {:?}",
+            next - due,
+            now - due
         );
     }
 }

@@ -58,10 +58,14 @@ use std::sync::{Arc, Mutex};
 use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
 
-/// Frames a peer's outgoing queue holds before it drops (upstream's per-peer queue size).
-pub const PEER_QUEUE_CAPACITY: usize = 256;
+/// Frames a peer's outgoing queue holds before it drops. Every partition group sends each peer
+/// a heartbeat or the answer to one in the same tick (groups tick on one grid, and those one op
+/// created share their heartbeat phase), so the queue takes one such burst of 8000 groups
+/// (4 MiB of 256-byte frames); upstream's 256 dropped the heartbeats of an idle node of 1800
+/// partitions by the hundred each second, and its backups timed their primaries out.
+pub const PEER_QUEUE_CAPACITY: usize = 16 * 1024;
 /// Bytes a peer's outgoing queue holds before it drops: frame count alone would let a stopped
-/// peer pin 256 frames of up to `limits.max_frame_size` each. A frame larger than this still
+/// peer pin thousands of frames of up to `limits.max_frame_size` each. A frame larger than this still
 /// goes into an empty queue, so every frame the limits allow can be sent.
 pub const PEER_QUEUE_BYTES_MAX: usize = 64 << 20;
 /// The largest replica frame accepted or sent when `limits.max_frame_size` is below it. That
@@ -2703,6 +2707,30 @@ mod tests {
         assert_eq!(sender.send(2, header_only), Err(SendError::QueueFull));
         assert_eq!(sender.send(2, large), Err(SendError::QueueFull));
         assert_eq!(sender.dropped(2), 2);
+    }
+
+    /// Every partition group a node holds sends its peer a heartbeat (as primary) or the answer
+    /// to one (as backup) in the same tick: groups tick on one grid and those created by one
+    /// op share their heartbeat phase. A node of 4000 groups (2000 partitions at the default
+    /// open files limit of 20,000, more with a higher one) must not drop them: a dropped
+    /// heartbeat is a backup timing out its primary.
+    #[test]
+    fn one_tick_of_heartbeats_of_thousands_of_groups_fits_a_peers_queue() {
+        let outbox = Outbox::new(
+            PEER_QUEUE_CAPACITY,
+            PEER_QUEUE_BYTES_MAX,
+            Duration::from_secs(1),
+            Duration::from_secs(5),
+        );
+        outbox.link_admitted(Instant::now(), 1);
+        let now = Instant::now();
+        for group in 0..4000u64 {
+            let frame = crate::consensus::replica_link::tests::commit_frame(0, group, 1, &[]);
+            outbox
+                .push(now, Bytes::from(frame))
+                .unwrap_or_else(|e| panic!("group {group}: {e:?}"));
+        }
+        assert_eq!(outbox.dropped.load(Ordering::Relaxed), 0);
     }
 
     #[test]
