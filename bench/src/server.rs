@@ -117,13 +117,14 @@ impl ServerProc {
         extra_env: &[(String, String)],
     ) -> Result<ServerProc, String> {
         let address = format!("127.0.0.1:{}", free_port()?);
-        let server = Self::spawn(
+        let mut server = Self::spawn(
             bin,
             durability,
             http_max_request_size,
             (address, None, &[]),
             extra_env,
         )?;
+        server.wait_ready()?;
         Ok(server)
     }
 
@@ -157,16 +158,21 @@ impl ServerProc {
             }
             addresses.push(format!("127.0.0.1:{tcp}"));
         }
+        // All spawned before any is waited for: a node of a new cluster serves only once a
+        // majority of its peers declared no metadata history.
         let mut servers = Vec::new();
         for (id, address) in addresses.into_iter().enumerate() {
             let node = (address, Some(id as u8), roster.as_slice());
             servers.push(Self::spawn(bin, durability, 1 << 20, node, extra_env)?);
         }
+        for server in &mut servers {
+            server.wait_ready()?;
+        }
         Ok(servers)
     }
 
-    /// One server process: `node` is its TCP address and, in a cluster, its replica id and the
-    /// roster's environment.
+    /// One server process, spawned (the caller waits until it accepts): `node` is its TCP
+    /// address and, in a cluster, its replica id and the roster's environment.
     fn spawn(
         bin: &Path,
         durability: &str,
@@ -225,7 +231,7 @@ impl ServerProc {
         let child = cmd
             .spawn()
             .map_err(|e| format!("spawn {}: {e}", bin.display()))?;
-        let mut server = ServerProc {
+        let server = ServerProc {
             dir,
             address,
             quic_address,
@@ -233,7 +239,6 @@ impl ServerProc {
             http_address,
             child: Some(child),
         };
-        server.wait_ready()?;
         Ok(server)
     }
 
