@@ -21,3 +21,4 @@ pub mod runs_file;
 pub mod transfer;
 pub mod view_file;
 pub mod wal;
+pub mod wall_clock;

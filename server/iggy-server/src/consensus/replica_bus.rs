@@ -42,8 +42,8 @@ use super::replica_link::{self, Backoff, DialerHandshake, FrameCheck, HEADER_SIZ
 use super::replica_tls::{self, ReplicaTls};
 use super::runs::RunLedger;
 use super::runs_file::RunsState;
+use super::wall_clock;
 use crate::config::NodeHost;
-use crate::runtime::clock;
 use bytes::Bytes;
 use compio::net::{TcpListener, TcpStream};
 use compio::runtime::JoinHandle;
@@ -1510,22 +1510,24 @@ async fn read_frames(
             let generation = keepalive.generation;
             let outbox = &keepalive.outbox;
             outbox.link_event(Instant::now(), LinkEvent::Heard { generation });
-            let (wall_clock, echo) = replica_link::keepalive_clocks(&header);
             match verified.command {
+                // Answered with this node's clock and the Ping's own echoed.
                 Command::Ping => {
+                    let (ping_sent_at, _) = replica_link::keepalive_clocks(&header);
                     let pong = replica_link::timed_keepalive_frame(
                         keepalive.cluster,
                         keepalive.local,
                         Command::Pong,
-                        clock::now_micros(),
-                        wall_clock,
+                        wall_clock::now_micros(),
+                        ping_sent_at,
                     );
                     let _ = outbox.push(Instant::now(), Bytes::copy_from_slice(&pong));
                 }
                 Command::Pong => {
-                    let read = clock::now_micros();
+                    let (peer_clock, our_ping_at) = replica_link::keepalive_clocks(&header);
+                    let read = wall_clock::now_micros();
                     if let Some(sample) =
-                        ClockSample::of_pong(echo, read, wall_clock, Instant::now())
+                        ClockSample::of_pong(our_ping_at, read, peer_clock, Instant::now())
                     {
                         *outbox.clock.lock().expect("clock lock") = Some(sample);
                     }
@@ -1588,7 +1590,7 @@ async fn send_pings(outbox: &Outbox, cluster: u128, local: u8, peer: u8) -> Stri
                 cluster,
                 local,
                 Command::Ping,
-                clock::now_micros(),
+                wall_clock::now_micros(),
                 0,
             );
             let _ = outbox.push(now, Bytes::copy_from_slice(&ping));

@@ -1,9 +1,5 @@
 //! The wall clock, read only where the node decides something with a timestamp (a primary
 //! stamping an op, a lease check); committed state never reads it.
 
-/// Microseconds since the Unix epoch.
-pub fn now_micros() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as u64)
-}
+/// Microseconds since the Unix epoch (declared inward, where the replica links read it too).
+pub use crate::consensus::wall_clock::now_micros;
