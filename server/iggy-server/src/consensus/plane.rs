@@ -272,6 +272,14 @@ impl ReplicaPlane {
         (self.sender.clock_samples(), quorum, fresh)
     }
 
+    /// Each peer (every replica but this one) and whether this node hears from it now.
+    pub fn peers_up(&self) -> Vec<(u8, bool)> {
+        (0..self.replica_count)
+            .filter(|peer| *peer != self.replica)
+            .map(|peer| (peer, self.status(peer) == PeerStatus::Healthy))
+            .collect()
+    }
+
     /// Whether this node hears from `peer` now (`BusSender::status`); this node itself is
     /// Healthy.
     pub fn status(&self, peer: u8) -> PeerStatus {

@@ -150,11 +150,10 @@ impl QuorumWatch {
         };
         let figures = node.metadata.figures();
         let role = figures.role();
-        let heard: Vec<u8> = (0..plane.replica_count())
-            .filter(|&peer| {
-                peer != node.shared.replica_id
-                    && plane.status(peer) == crate::consensus::link_liveness::PeerStatus::Healthy
-            })
+        let heard: Vec<u8> = plane
+            .peers_up()
+            .into_iter()
+            .filter_map(|(peer, up)| up.then_some(peer))
             .collect();
         let patience = node.shared.config.cluster.heartbeat_timeout * 2;
         if let Some(warning) = self.judge(now, role, &heard, plane.replica_count(), patience) {

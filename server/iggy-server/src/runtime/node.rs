@@ -433,16 +433,7 @@ impl Node {
                 crate::runtime::metrics::ReplicaGauges {
                     id: self.shared.replica_id,
                     restored: plane.restored(),
-                    peers_up: (0..plane.replica_count())
-                        .filter(|peer| *peer != self.shared.replica_id)
-                        .map(|peer| {
-                            (
-                                peer,
-                                plane.status(peer)
-                                    == crate::consensus::link_liveness::PeerStatus::Healthy,
-                            )
-                        })
-                        .collect(),
+                    peers_up: plane.peers_up(),
                     clock_offsets: plane.clock_offsets(),
                 }
             }),
