@@ -170,6 +170,42 @@ async fn a_restart_finishes_committed_deletes_and_keeps_unexplained_directories(
     assert_eq!(all_messages(&c, "again", "t", 0).await, Vec::<String>::new(), "a new incarnation starts empty");
 }
 
+/// A deleted topic or stream leaves no directory behind (an operator listing `streams/` sees
+/// only live ones), while a live topic's directories stay; a restart that finishes a delete a
+/// crash interrupted removes the emptied directories too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "fails: a deleted topic's or stream's directories stay (empty)"]
+async fn deleted_topics_and_streams_leave_no_directories_behind() {
+    let mut server = TestServer::start();
+    let c = server.root_client().await;
+    create_stream_and_topic(&c, "s", "a", 2).await;
+    ok("create b", within("create b", c.create_topic(&name("s"), "b", &topic_options(1))).await);
+    send_to_partition(&c, &name("s"), &name("a"), 0, msgs("a", 3)).await;
+    send_to_partition(&c, &name("s"), &name("b"), 0, msgs("b", 3)).await;
+    let data = server.data_dir();
+    let (stream, topic_a, topic_b) = (data.join("streams/0"), data.join("streams/0/topics/0"), data.join("streams/0/topics/1"));
+    assert!(topic_a.is_dir() && topic_b.is_dir(), "both topics have directories");
+    ok("delete a", within("delete a", c.delete_topic(&name("s"), &name("a"))).await);
+    assert!(!topic_a.exists(), "the deleted topic's directory is gone");
+    assert!(topic_b.join("partitions/0").is_dir(), "the live topic's partition stays");
+    ok("delete s", within("delete s", c.delete_stream(&name("s"))).await);
+    assert!(!stream.exists(), "the deleted stream's directory is gone");
+    assert!(data.join("streams").is_dir(), "streams/ itself stays");
+
+    // A crash between a delete's commit and its directories' removal (put back by hand).
+    create_stream_and_topic(&c, "s2", "t", 1).await;
+    send_to_partition(&c, &name("s2"), &name("t"), 0, msgs("m", 3)).await;
+    let partition = data.join("streams/0/topics/0/partitions/0");
+    let aside = server.dir().join("aside");
+    copy_tree(&partition, &aside);
+    ok("delete s2", within("delete s2", c.delete_stream(&name("s2"))).await);
+    drop(c);
+    server.kill9();
+    copy_tree(&aside, &partition);
+    server.start_again();
+    assert!(!stream.exists(), "the restart removed the deleted stream's directories:\n{}", server.log());
+}
+
 /// Stores consumer `c`'s offset `offset` on `partition` of `s`/`t`.
 async fn store_offset(client: &IggyClient, partition: u32, offset: u64) {
     let (c, s, t) = (consumer("c"), name("s"), name("t"));
