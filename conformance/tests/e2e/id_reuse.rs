@@ -174,7 +174,6 @@ async fn a_restart_finishes_committed_deletes_and_keeps_unexplained_directories(
 /// only live ones), while a live topic's directories stay; a restart that finishes a delete a
 /// crash interrupted removes the emptied directories too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails: a deleted topic's or stream's directories stay (empty)"]
 async fn deleted_topics_and_streams_leave_no_directories_behind() {
     let mut server = TestServer::start();
     let c = server.root_client().await;

@@ -29,6 +29,58 @@ impl DataDir {
             .join(partition.to_string())
     }
 
+    /// Removes the directories a deleted `topic` left, once they hold nothing: its
+    /// `partitions` and topic directories, then, with `stream_gone`, the stream's `topics` and
+    /// stream directories. A directory with anything in it stops the walk and is kept (a live
+    /// partition's, or files nobody explained). Not synced: a crash leaves an empty directory,
+    /// which the next start prunes again. The caller guarantees that no partition of the topic
+    /// (of the stream, with `stream_gone`) is being opened meanwhile.
+    pub fn prune_deleted(
+        &self,
+        stream: u32,
+        topic: Option<u32>,
+        stream_gone: bool,
+    ) -> Result<(), StorageError> {
+        let stream_dir = self.root.join("streams").join(stream.to_string());
+        let mut emptied = Vec::new();
+        if let Some(topic) = topic {
+            let topic_dir = stream_dir.join("topics").join(topic.to_string());
+            emptied.extend([topic_dir.join("partitions"), topic_dir]);
+        }
+        if stream_gone {
+            emptied.extend([stream_dir.join("topics"), stream_dir]);
+        }
+        for dir in emptied {
+            match std::fs::remove_dir(&dir) {
+                Ok(()) => {}
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+                Err(error) if error.kind() == std::io::ErrorKind::DirectoryNotEmpty => break,
+                Err(error) => return Err(io_error(&dir, error)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Every `streams/<s>/topics/<t>` directory, and every stream directory without topics
+    /// (`None`), in order.
+    pub fn topic_dirs_on_disk(&self) -> Vec<(u32, Option<u32>)> {
+        let mut found = Vec::new();
+        for stream in numbered_subdirs(&self.root.join("streams")) {
+            let topics = numbered_subdirs(
+                &self
+                    .root
+                    .join("streams")
+                    .join(stream.to_string())
+                    .join("topics"),
+            );
+            if topics.is_empty() {
+                found.push((stream, None));
+            }
+            found.extend(topics.into_iter().map(|topic| (stream, Some(topic))));
+        }
+        found
+    }
+
     /// `{root}/discarded-partitions`: where a partition directory is moved, atomically, before
     /// it is removed (see [`crate::revision::discard_partition_dir`]).
     pub fn discarded_partitions_dir(&self) -> PathBuf {
@@ -167,4 +219,17 @@ fn write_marker(marker_path: &Path) {
         marker_path,
         format!("{}\n", marker::VALUE).as_bytes(),
     );
+}
+
+/// The names of `dir`'s entries that are numbers, sorted; none when it cannot be read.
+fn numbered_subdirs(dir: &Path) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut found: Vec<u32> = entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse().ok())
+        .collect();
+    found.sort_unstable();
+    found
 }

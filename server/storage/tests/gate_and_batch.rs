@@ -39,7 +39,10 @@ fn foreign_and_older_dirs_are_refused_unmodified() {
     std::fs::create_dir_all(foreign.join("streams/0")).unwrap();
     std::fs::write(foreign.join("streams/0/data.log"), b"old bytes").unwrap();
     let before = snapshot(&foreign);
-    assert!(matches!(open_data_dir(&foreign), Err(StorageError::Refused(_))));
+    assert!(matches!(
+        open_data_dir(&foreign),
+        Err(StorageError::Refused(_))
+    ));
     assert_eq!(before, snapshot(&foreign));
 
     let older = temporary.path().join("older");
@@ -48,7 +51,10 @@ fn foreign_and_older_dirs_are_refused_unmodified() {
     std::fs::write(older.join("wal"), b"prepares").unwrap();
     let before = snapshot(&older);
     let error = open_data_dir(&older).unwrap_err();
-    assert!(error.to_string().contains("IGGY-OWNERSHIP-HISTORY-4"), "{error}");
+    assert!(
+        error.to_string().contains("IGGY-OWNERSHIP-HISTORY-4"),
+        "{error}"
+    );
     assert_eq!(before, snapshot(&older));
 }
 
@@ -59,7 +65,11 @@ fn foreign_and_older_dirs_are_refused_unmodified() {
 fn a_first_start_interrupted_while_writing_the_marker_is_finished_by_the_next_start() {
     let temporary = tempfile::tempdir().unwrap();
     let whole = format!("{}\n", marker::VALUE);
-    for (case, left) in [("empty", ""), ("cut short", &whole[..7]), ("whole", &whole[..])] {
+    for (case, left) in [
+        ("empty", ""),
+        ("cut short", &whole[..7]),
+        ("whole", &whole[..]),
+    ] {
         let root = temporary.path().join(case.replace(' ', "-"));
         std::fs::create_dir_all(&root).unwrap();
         let leftover = root.join(format!("{}.tmp", marker::FILE_NAME));
@@ -67,7 +77,10 @@ fn a_first_start_interrupted_while_writing_the_marker_is_finished_by_the_next_st
         open_data_dir(&root).unwrap_or_else(|error| panic!("{case}: {error}"));
         let written = std::fs::read_to_string(root.join(marker::FILE_NAME)).unwrap();
         assert_eq!(written, whole, "{case}");
-        assert!(!leftover.exists(), "{case}: the temporary marker was renamed into place");
+        assert!(
+            !leftover.exists(),
+            "{case}: the temporary marker was renamed into place"
+        );
         open_data_dir(&root).unwrap();
     }
 }
@@ -83,7 +96,10 @@ fn a_temporary_marker_that_is_not_ours_is_refused_unmodified() {
     std::fs::create_dir_all(&foreign_bytes).unwrap();
     std::fs::write(foreign_bytes.join(&tmp_name), b"SOMEONE-ELSES-FORMAT\n").unwrap();
     let before = snapshot(&foreign_bytes);
-    assert!(matches!(open_data_dir(&foreign_bytes), Err(StorageError::Refused(_))));
+    assert!(matches!(
+        open_data_dir(&foreign_bytes),
+        Err(StorageError::Refused(_))
+    ));
     assert_eq!(before, snapshot(&foreign_bytes));
 
     let with_files = temporary.path().join("with-files");
@@ -91,7 +107,10 @@ fn a_temporary_marker_that_is_not_ours_is_refused_unmodified() {
     std::fs::write(with_files.join(&tmp_name), b"IGGY").unwrap();
     std::fs::write(with_files.join("wal"), b"prepares").unwrap();
     let before = snapshot(&with_files);
-    assert!(matches!(open_data_dir(&with_files), Err(StorageError::Refused(_))));
+    assert!(matches!(
+        open_data_dir(&with_files),
+        Err(StorageError::Refused(_))
+    ));
     assert_eq!(before, snapshot(&with_files));
 }
 
@@ -124,7 +143,8 @@ fn the_quic_reset_key_is_kept_across_opens_and_a_file_not_a_key_is_replaced() {
 }
 
 fn build_batch(payloads: &[&[u8]]) -> Vec<u8> {
-    let messages: Vec<(&[u8], &[u8])> = payloads.iter().map(|payload| (*payload, &[][..])).collect();
+    let messages: Vec<(&[u8], &[u8])> =
+        payloads.iter().map(|payload| (*payload, &[][..])).collect();
     build_batch_with_headers(&messages)
 }
 
@@ -136,8 +156,16 @@ fn build_batch_with_headers(messages: &[(&[u8], &[u8])]) -> Vec<u8> {
         record.resize(start + frame::HEADER_SIZE, 0);
         write_u64(&mut record, start + frame::ID, delta as u64 + 1);
         write_u32(&mut record, start + frame::OFFSET_DELTA, delta as u32);
-        write_u32(&mut record, start + frame::PAYLOAD_LENGTH, payload.len() as u32);
-        write_u32(&mut record, start + frame::USER_HEADERS_LENGTH, headers.len() as u32);
+        write_u32(
+            &mut record,
+            start + frame::PAYLOAD_LENGTH,
+            payload.len() as u32,
+        );
+        write_u32(
+            &mut record,
+            start + frame::USER_HEADERS_LENGTH,
+            headers.len() as u32,
+        );
         record.extend_from_slice(payload);
         record.extend_from_slice(headers);
         let checksum = twox_hash::XxHash3_64::oneshot(&record[start + 8..]);
@@ -159,7 +187,11 @@ fn a_stamped_header_is_the_header_stamping_in_place_gives_and_leaves_the_record_
     iggy_storage::batch::stamp(&mut stamped, 7, 100, 5_000);
     assert_eq!(&header[..], &stamped[..batch::HEADER_SIZE]);
     assert_eq!(record[batch::HEADER_SIZE..], stamped[batch::HEADER_SIZE..]);
-    assert_eq!(read_u64(&record, batch::BASE_OFFSET), 0, "the received record is untouched");
+    assert_eq!(
+        read_u64(&record, batch::BASE_OFFSET),
+        0,
+        "the received record is untouched"
+    );
 }
 
 #[test]
@@ -183,7 +215,12 @@ fn stamp_recomputes_checksum_and_verify_detects_flips() {
     }
     assert_eq!(hasher.finish(), read_u64(&record, batch::BATCH_CHECKSUM));
 
-    for bit in [0usize, 8 * 20, 8 * batch::HEADER_SIZE + 8 * 50, 8 * (record.len() - 1)] {
+    for bit in [
+        0usize,
+        8 * 20,
+        8 * batch::HEADER_SIZE + 8 * 50,
+        8 * (record.len() - 1),
+    ] {
         let mut flipped = record.clone();
         flipped[bit / 8] ^= 1 << (bit % 8);
         assert!(iggy_storage::batch::verify(&flipped).is_err(), "bit {bit}");
@@ -206,7 +243,10 @@ fn user_headers_are_checked_as_the_official_client_reads_them() {
     // A key of each kind at its longest, then a value of that kind at its shortest.
     let mut every_kind = Vec::new();
     for kind in HeaderKind::ALL {
-        let (longest, shortest) = (kind.fixed_size().unwrap_or(255), kind.fixed_size().unwrap_or(1));
+        let (longest, shortest) = (
+            kind.fixed_size().unwrap_or(255),
+            kind.fixed_size().unwrap_or(1),
+        );
         every_kind.extend(header_field(kind.to_repr(), &vec![1; longest]));
         every_kind.extend(header_field(kind.to_repr(), &vec![2; shortest]));
     }
@@ -217,15 +257,47 @@ fn user_headers_are_checked_as_the_official_client_reads_them() {
     let (k, v) = (HeaderPart::Key, HeaderPart::Value);
     let length = |kind, length| HeaderProblem::Length { kind, length };
     let cases: [(&str, Vec<u8>, Result<(), HeaderFault>); 9] = [
-        ("cut key", vec![2, 5, 0, 0, 0, b'k'], fault(k, HeaderProblem::Cut)),
+        (
+            "cut key",
+            vec![2, 5, 0, 0, 0, b'k'],
+            fault(k, HeaderProblem::Cut),
+        ),
         ("no value", key.clone(), fault(v, HeaderProblem::Cut)),
-        ("cut length", [key.clone(), vec![2, 1, 0]].concat(), fault(v, HeaderProblem::Cut)),
-        ("kind 0", [header_field(0, b"k"), key.clone()].concat(), fault(k, HeaderProblem::UnknownKind(0))),
-        ("kind 16", [key.clone(), header_field(16, b"v")].concat(), fault(v, HeaderProblem::UnknownKind(16))),
-        ("empty key", [header_field(1, b""), key.clone()].concat(), fault(k, length(HeaderKind::Raw, 0))),
-        ("256-byte value", [key.clone(), header_field(2, &[b'v'; 256])].concat(), fault(v, length(HeaderKind::String, 256))),
-        ("short uint64", [key.clone(), header_field(12, &[1, 2])].concat(), fault(v, length(HeaderKind::Uint64, 2))),
-        ("a byte after the pairs", [every_kind.clone(), vec![2]].concat(), fault(k, HeaderProblem::Cut)),
+        (
+            "cut length",
+            [key.clone(), vec![2, 1, 0]].concat(),
+            fault(v, HeaderProblem::Cut),
+        ),
+        (
+            "kind 0",
+            [header_field(0, b"k"), key.clone()].concat(),
+            fault(k, HeaderProblem::UnknownKind(0)),
+        ),
+        (
+            "kind 16",
+            [key.clone(), header_field(16, b"v")].concat(),
+            fault(v, HeaderProblem::UnknownKind(16)),
+        ),
+        (
+            "empty key",
+            [header_field(1, b""), key.clone()].concat(),
+            fault(k, length(HeaderKind::Raw, 0)),
+        ),
+        (
+            "256-byte value",
+            [key.clone(), header_field(2, &[b'v'; 256])].concat(),
+            fault(v, length(HeaderKind::String, 256)),
+        ),
+        (
+            "short uint64",
+            [key.clone(), header_field(12, &[1, 2])].concat(),
+            fault(v, length(HeaderKind::Uint64, 2)),
+        ),
+        (
+            "a byte after the pairs",
+            [every_kind.clone(), vec![2]].concat(),
+            fault(k, HeaderProblem::Cut),
+        ),
     ];
     for (what, headers, expected) in cases {
         assert_eq!(check_user_headers(&headers), expected, "{what}");
@@ -236,13 +308,20 @@ fn user_headers_are_checked_as_the_official_client_reads_them() {
 /// headers (written by an earlier build) still verifies, so it stays served.
 #[test]
 fn an_arriving_batch_is_refused_for_unreadable_headers_a_stored_one_is_not() {
-    let good = [header_field(2, b"trace"), header_field(12, &7u64.to_le_bytes())].concat();
+    let good = [
+        header_field(2, b"trace"),
+        header_field(12, &7u64.to_le_bytes()),
+    ]
+    .concat();
     let bad = header_field(2, b"key without value");
     let readable = build_batch_with_headers(&[(b"one", &good), (b"two", &[])]);
     assert_eq!(iggy_storage::batch::verify_arriving(&readable).unwrap(), 2);
     let unreadable = build_batch_with_headers(&[(b"one", &good), (b"two", &bad)]);
     let refused = iggy_storage::batch::verify_arriving(&unreadable);
-    assert!(matches!(refused, Err(StorageError::UserHeaders(_))), "{refused:?}");
+    assert!(
+        matches!(refused, Err(StorageError::UserHeaders(_))),
+        "{refused:?}"
+    );
     assert_eq!(iggy_storage::batch::verify(&unreadable).unwrap(), 2);
 }
 
@@ -288,4 +367,38 @@ fn an_arriving_batch_is_refused_for_a_message_size_the_sdk_refuses_a_stored_one_
         );
         assert_eq!(verify(&batch).unwrap(), 2, "{what}");
     }
+}
+
+#[test]
+fn pruning_a_deleted_topic_removes_only_empty_directories() {
+    let temporary = tempfile::tempdir().unwrap();
+    let data = open_data_dir(temporary.path().join("data")).unwrap();
+    let kept = data.partition_dir(0, 1, 0);
+    std::fs::create_dir_all(&kept).unwrap();
+    std::fs::write(kept.join("00000000000000000000.log"), b"x").unwrap();
+    std::fs::create_dir_all(data.partition_dir(0, 0, 0).parent().unwrap()).unwrap();
+    std::fs::create_dir_all(data.root().join("streams/3")).unwrap();
+    assert_eq!(
+        data.topic_dirs_on_disk(),
+        vec![(0, Some(0)), (0, Some(1)), (3, None)]
+    );
+
+    data.prune_deleted(0, Some(0), true).unwrap();
+    assert!(
+        !data.root().join("streams/0/topics/0").exists(),
+        "the empty topic goes"
+    );
+    assert!(
+        kept.join("00000000000000000000.log").exists(),
+        "a topic with files stays"
+    );
+    data.prune_deleted(0, Some(1), true).unwrap();
+    assert!(kept.exists(), "and so does its stream, though called gone");
+    data.prune_deleted(3, None, true).unwrap();
+    data.prune_deleted(9, Some(9), true).unwrap();
+    assert_eq!(
+        data.topic_dirs_on_disk(),
+        vec![(0, Some(1))],
+        "the empty stream went; absent ones are no error"
+    );
 }

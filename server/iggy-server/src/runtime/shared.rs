@@ -592,6 +592,7 @@ impl Shared {
                 self.stop_partition(key, facts.map(|t| t.created_at)).await;
                 self.discard_partition_dir(key, incarnation, "deleted")
                     .await;
+                self.prune_deleted_dirs(stream, Some(topic));
             }
             Effect::DeleteGroupOffsets {
                 stream,
@@ -805,6 +806,45 @@ impl Shared {
         }
     }
 
+    /// Removes the directories of `topic` (none: only the stream's) and of `stream` that no
+    /// live partition needs any more (`DataDir::prune_deleted`). A topic or stream with a live
+    /// partition keeps them: that partition's open may be under way on a shard (a deferred
+    /// one), and an open of a partition that is not live yet comes in a later op's effects,
+    /// which run after this one's.
+    fn prune_deleted_dirs(&self, stream: u32, topic: Option<u32>) {
+        let (topic_gone, stream_gone) = {
+            let metadata = self.metadata.borrow();
+            let topics = metadata.streams.get(&stream).map(|s| &s.topics);
+            let live = |topic: &iggy_metadata::model::Topic| !topic.partitions.is_empty();
+            let topic_gone = topic.map(|topic| {
+                !topics
+                    .and_then(|topics| topics.get(&topic))
+                    .is_some_and(live)
+            });
+            (
+                topic_gone,
+                !topics.is_some_and(|topics| topics.values().any(live)),
+            )
+        };
+        let topic = topic.filter(|_| topic_gone == Some(true));
+        if topic.is_none() && !stream_gone {
+            return;
+        }
+        if let Err(error) = self.data.prune_deleted(stream, topic, stream_gone) {
+            // An empty directory left is harmless: the next start tries again.
+            tracing::warn!(
+                "stream {stream}: cannot remove a deleted topic's or stream's directory: {error}"
+            );
+        }
+    }
+
+    /// Every topic and stream directory no live partition needs (see `prune_deleted_dirs`).
+    fn prune_all_deleted_dirs(&self) {
+        for (stream, topic) in self.data.topic_dirs_on_disk() {
+            self.prune_deleted_dirs(stream, topic);
+        }
+    }
+
     /// After the metadata journal was replayed into the model (no disk effect run), brings the
     /// partition directories in line with it once; see `reconcile` for the rules.
     pub async fn reconcile_partitions(&self, deleted: &HashSet<(PartitionKey, u64)>) {
@@ -845,6 +885,7 @@ impl Shared {
                 }
             }
         }
+        self.prune_all_deleted_dirs();
     }
 }
 
@@ -919,6 +960,7 @@ impl Shared {
                 ),
             }
         }
+        self.prune_all_deleted_dirs();
     }
 }
 
