@@ -511,3 +511,41 @@ async fn messages_sent_to_a_primary_whose_clock_is_an_hour_behind_do_not_expire_
     cluster.restart(0);
     every_node_serves(&cluster, &s, &t, partition, 0..14).await;
 }
+
+/// Personal access tokens in a cluster whose node 0 runs an hour behind and node 1 an hour
+/// ahead (node 2 and the quorum's time are right): a 30-minute token created through any node
+/// expires 30 minutes from the quorum's time, and signs in on every node, the one ahead
+/// included. A token's expiry was once the receiving node's own clock plus its duration (so a
+/// token made through node 0 was born expired on every node), and a login judged it by the
+/// node's own clock (node 1 refused every 30-minute token).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "fails: a token made through node 0 expires 3600 s later than 30 minutes after its creation"]
+async fn personal_access_tokens_expire_by_the_replicas_clocks_not_by_one_nodes() {
+    let options = ClusterOptions {
+        node_env: [(0, skewed_clock(-3600)), (1, skewed_clock(3600))].into_iter().collect(),
+        ..ClusterOptions::default()
+    };
+    let cluster = TestCluster::start_with(3, options);
+    for (node, says) in [(0, "this node's clock is 3600"), (1, "this node's clock is 3600")] {
+        wait_until("the skewed node finds its clock off", Duration::from_secs(30), || cluster.node(node).log().contains(says).then_some(()), || cluster.node(node).log()).await;
+    }
+    let half_hour = PersonalAccessTokenExpiry::ExpireDuration(IggyDuration::from(Duration::from_secs(1800)));
+    let mut tokens = Vec::new();
+    for through in 0..3 {
+        let root = cluster.root_client(through).await;
+        let before = IggyTimestamp::now().as_micros();
+        let created = ok("create token", within("create token", root.create_personal_access_token(&format!("through-{through}"), half_hour.clone())).await);
+        let after = IggyTimestamp::now().as_micros();
+        let listed = ok("list tokens", within("list tokens", root.get_personal_access_tokens()).await);
+        let expiry = listed.iter().find(|t| t.name == format!("through-{through}")).and_then(|t| t.expiry_at).expect("an expiry").as_micros();
+        let (earliest, latest) = (before + 1_800_000_000 - 5_000_000, after + 1_800_000_000 + 5_000_000);
+        assert!((earliest..=latest).contains(&expiry), "a token made through node {through} expires at {expiry}, {}s from 30 minutes after its creation", (expiry as i64 - (before + 1_800_000_000) as i64) / 1_000_000);
+        tokens.push(created.token);
+    }
+    for (made, token) in tokens.iter().enumerate() {
+        for node in 0..3 {
+            let client = cluster.node(node).anonymous_client().await;
+            ok(&format!("token made through {made}, login on {node}"), within("token login", client.login_with_personal_access_token(token)).await);
+        }
+    }
+}
