@@ -497,7 +497,7 @@ async fn expire_sessions(node: &Node, lease: Duration) {
             .borrow_mut()
             .lease_pass(&live, is_primary, lease, Instant::now());
     for client in expired {
-        let now = crate::runtime::clock::now_micros();
+        let now = node.shared.stamp_now();
         let (user, operation) = (iggy_metadata::ROOT_USER_ID, Operation::Logout);
         match submit_system(node, now, user, operation, &client.to_le_bytes()).await {
             Outcome::Committed { .. } => {
@@ -522,9 +522,10 @@ async fn delete_expired_tokens(node: &Node) {
         return;
     }
     // Judged as message expiry is: a primary whose clock jumped ahead deletes no token early.
-    let (now, Some(expired_by)) = expiry_clock(node) else {
+    let (_, Some(expired_by)) = expiry_clock(node) else {
         return;
     };
+    let now = node.shared.stamp_now();
     let expired: Vec<(u32, String)> = node
         .shared
         .metadata
@@ -736,7 +737,7 @@ async fn release(node: &Node, revision: u64, sessions: &[(u128, u64)]) {
                 .collect(),
         }
         .to_wire_bytes();
-        let now = crate::runtime::clock::now_micros();
+        let now = node.shared.stamp_now();
         let (user, operation) = (iggy_metadata::ROOT_USER_ID, Operation::FinalizeSession);
         match submit_system(node, now, user, operation, &finalize).await {
             Outcome::Committed { .. } => {

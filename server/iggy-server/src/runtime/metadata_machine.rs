@@ -205,8 +205,11 @@ impl StateMachine for MetadataMachine {
             .sessions
             .get(client)
             .filter(|live| live.session == session)?;
-        let now = crate::runtime::clock::now_micros();
-        Some(machine::envelope(now, live.user_id, &[]))
+        Some(machine::envelope(
+            self.shared.stamp_now(),
+            live.user_id,
+            &[],
+        ))
     }
 
     fn transfers_state(&self) -> bool {

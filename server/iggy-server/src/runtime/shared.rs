@@ -231,8 +231,8 @@ impl SessionsHere {
 }
 
 impl Shared {
-    /// The time a message sent now is stamped with: this node's wall clock, moved by
-    /// `stamp_offset`.
+    /// The time a message sent now is stamped with, and a metadata op (a token's expiry counts
+    /// from it) or a token login is judged by: this node's wall clock, moved by `stamp_offset`.
     pub fn stamp_now(&self) -> u64 {
         crate::runtime::clock::now_micros().saturating_add_signed(self.stamp_offset.get())
     }

@@ -218,7 +218,7 @@ pub async fn create_root(
         UserStatus::Active,
         None,
     );
-    let body = envelope(crate::runtime::clock::now_micros(), ROOT_USER_ID, &request);
+    let body = envelope(node.shared.stamp_now(), ROOT_USER_ID, &request);
     match group
         .submit(SYSTEM_CLIENT, 1, Operation::CreateUser.to_repr(), body)
         .await

@@ -4,7 +4,6 @@
 
 use crate::consensus::group::Outcome;
 use crate::runtime::body_budget::UNCOUNTED_BODY_MAX;
-use crate::runtime::clock::now_micros;
 use crate::runtime::connection::{Bound, Connection, Routing};
 use crate::runtime::node::Node;
 use crate::runtime::partition::{PartitionHandle, RetirementPlan};
@@ -747,7 +746,7 @@ async fn verify_login(node: &Node, login: &Login<'_>) -> Result<u32, ErrorCode> 
             crate::service::auth::verify_password(&node.shared, username, password).await
         }
         Login::Token(token) => {
-            crate::service::auth::verify_token(&node.shared, token, now_micros())
+            crate::service::auth::verify_token(&node.shared, token, node.shared.stamp_now())
         }
     }
 }
@@ -853,7 +852,7 @@ async fn logout(
     // The session is cluster-wide: a backup forwards its client's Logout to the metadata
     // primary (ForwardLogout), as the client's own request, so a retry is answered from the
     // client table.
-    let body = envelope(now_micros(), bound.user_id, &[]);
+    let body = envelope(node.shared.stamp_now(), bound.user_id, &[]);
     let outcome = node
         .metadata
         .logout(bound.client, request.header.request, bound.session, body)
@@ -985,7 +984,7 @@ async fn metadata_write(
         crate::service::user_commands::prepare(&node.shared, operation, bound.user_id, body).await?
     };
     let journaled = envelope(
-        now_micros(),
+        node.shared.stamp_now(),
         bound.user_id,
         prepared.body.as_deref().unwrap_or(body),
     );

@@ -1474,7 +1474,7 @@ async fn route_handler(
                 incarnation,
                 ..Default::default()
             });
-            let origin = crate::runtime::clock::now_micros();
+            let origin = node.shared.stamp_now();
             let batch = json::batch(&messages, origin);
             let partition_bytes = partition.to_le_bytes();
             let send_request = wire::SendMessagesRequest {
