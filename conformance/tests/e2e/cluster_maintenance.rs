@@ -533,7 +533,7 @@ async fn personal_access_tokens_expire_by_the_replicas_clocks_not_by_one_nodes()
     for through in 0..3 {
         let root = cluster.root_client(through).await;
         let before = IggyTimestamp::now().as_micros();
-        let created = ok("create token", within("create token", root.create_personal_access_token(&format!("through-{through}"), half_hour.clone())).await);
+        let created = ok("create token", within("create token", root.create_personal_access_token(&format!("through-{through}"), half_hour)).await);
         let after = IggyTimestamp::now().as_micros();
         let listed = ok("list tokens", within("list tokens", root.get_personal_access_tokens()).await);
         let expiry = listed.iter().find(|t| t.name == format!("through-{through}")).and_then(|t| t.expiry_at).expect("an expiry").as_micros();
