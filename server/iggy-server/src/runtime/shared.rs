@@ -72,8 +72,9 @@ pub struct Shared {
     pub retirement: RefCell<iggy_metadata::retirement::RetirementEvidence>,
     /// How far from its own wall clock this node stamps the messages it is sent (microseconds;
     /// `cluster_clock::stamp_offset`, kept by the maintenance pass): 0 unless its clock is
-    /// off the replicas' quorum by more than a second.
-    pub stamp_offset: std::cell::Cell<i64>,
+    /// off the replicas' quorum by more than a second. Shared with the HTTP sessions, whose
+    /// access tokens it dates and judges.
+    pub stamp_offset: std::rc::Rc<std::cell::Cell<i64>>,
 }
 
 /// A committed op's disk effect with what it reads from its topic as of its op (see

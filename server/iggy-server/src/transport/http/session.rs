@@ -23,6 +23,7 @@ use iggy_generated::errors::ErrorCode;
 use iggy_metadata::session::Session;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
+use std::rc::Rc;
 use std::sync::Arc;
 
 /// What a session's requests serialize on: one partition, or (`None`) the metadata group.
@@ -69,12 +70,10 @@ pub struct HttpState {
     pub anonymous_client: u128,
     /// Logins refused by `http.max_sessions_per_user`: warned of at most every 10 s.
     pub capped_logins: crate::consensus::log_limit::Throttled,
-}
-
-pub fn now_secs() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
+    /// How far from this node's wall clock its tokens are dated and judged (microseconds):
+    /// `Shared::stamp_offset`, so a node whose clock is off the replicas' quorum time neither
+    /// issues tokens other nodes find expired (or long-lived) nor refuses theirs.
+    clock_offset: Rc<Cell<i64>>,
 }
 
 /// The request number of an HTTP session's next request through this node: the wall clock's
@@ -148,13 +147,26 @@ impl HttpState {
             capped_logins: crate::consensus::log_limit::Throttled::new(
                 std::time::Duration::from_secs(10),
             ),
+            clock_offset: Rc::default(),
         })
+    }
+
+    /// Dates and judges tokens by this node's clock moved by `offset` (see `clock_offset`).
+    pub fn with_clock_offset(mut self, offset: Rc<Cell<i64>>) -> Self {
+        self.clock_offset = offset;
+        self
+    }
+
+    /// Seconds since the epoch by this node's clock moved by `clock_offset`.
+    fn now_secs(&self) -> u64 {
+        let micros = crate::runtime::clock::now_micros();
+        micros.saturating_add_signed(self.clock_offset.get()) / 1_000_000
     }
 
     /// A token for the session `bound` (just registered with the bind secret `bind_proof` is
     /// the hash of, or refreshed), and its expiry.
     pub fn issue(&self, bound: Bound, bind_proof: &str) -> (String, u64) {
-        let now = now_secs();
+        let now = self.now_secs();
         let jwt = &self.config.jwt;
         let claims = Claims {
             jti: format!("{:032x}", rand::random::<u128>()),
@@ -180,7 +192,7 @@ impl HttpState {
             return Err(ErrorCode::AccessTokenMissing);
         }
         self.signer
-            .verify(token, now_secs())
+            .verify(token, self.now_secs())
             .map_err(|_| ErrorCode::InvalidAccessToken)
     }
 
@@ -338,7 +350,7 @@ impl HttpState {
 
     /// Sessions whose every token expired are unbound: their lease starts now.
     pub fn sweep(&self, shared: &Shared) {
-        let now = now_secs();
+        let now = self.now_secs();
         let skew = self.config.jwt.clock_skew_secs;
         self.live.borrow_mut().retain(|client, entry| {
             let keep = now < entry.expires_at.saturating_add(skew);
@@ -545,6 +557,36 @@ mod tests {
             other_node.verify(&token).err(),
             Some(ErrorCode::InvalidAccessToken),
             "signed with another secret"
+        );
+    }
+
+    #[test]
+    fn tokens_are_dated_and_judged_by_the_clock_moved_by_the_nodes_offset() {
+        let mut shared = config();
+        shared.jwt.encoding_secret = "shared".into();
+        shared.jwt.decoding_secret = "shared".into();
+        // Two hours: past any access token's expiry (`http.jwt.access_token_expiry_secs`).
+        let offset = Rc::new(Cell::new(-7_200_000_000));
+        let behind = HttpState::new(&shared, 0)
+            .unwrap()
+            .with_clock_offset(offset.clone());
+        let right = HttpState::new(&shared, 1).unwrap();
+        let old = session(&behind, 7);
+        assert!(behind.verify(&old).is_ok(), "valid by the moved clock");
+        assert_eq!(
+            right.verify(&old).err(),
+            Some(ErrorCode::InvalidAccessToken),
+            "dated two hours ago: expired by the right clock"
+        );
+        assert_eq!(
+            behind.verify(&session(&right, 8)).err(),
+            Some(ErrorCode::InvalidAccessToken),
+            "not valid yet by the moved clock"
+        );
+        offset.set(0);
+        assert!(
+            right.verify(&session(&behind, 9)).is_ok(),
+            "the offset is read live"
         );
     }
 
