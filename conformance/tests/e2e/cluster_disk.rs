@@ -459,3 +459,87 @@ async fn a_node_restarted_again_and_again_on_a_full_disk_does_not_disturb_the_ot
     every_node_serves(&cluster, ids, partition, &sent).await;
     eprintln!("served at {:?}", t.elapsed());
 }
+
+/// What is done to a backup's segment file behind its back.
+#[derive(Debug, Clone, Copy)]
+enum Tamper {
+    /// Cut to half its length.
+    Truncate,
+    /// Removed (the node still holds it open).
+    Delete,
+}
+
+/// A running backup's segment file is cut short or removed behind its back (an operator's
+/// mistake, a cleanup script): the other replicas still hold every acknowledged message, so
+/// once the backup restarted and the partition's primary died (the backup may lead next)
+/// every acknowledged message is still served, and every replica's segments are identical again.
+async fn segment_tampered_on_a_backup(tamper: Tamper, restart: bool) {
+    let options = ClusterOptions {
+        env: vec![("IGGY_SYSTEM_SEGMENT_SIZE".into(), "1048576".into())],
+        ..ClusterOptions::default()
+    };
+    let mut cluster = TestCluster::start_with(3, options);
+    let client = cluster.root_client(0).await;
+    let (stream, topic) = create_stream_and_topic(&client, "s", "t", 1).await;
+    let ids = (stream.id, topic.id);
+    let group = partition_group(ids.0, ids.1, 0);
+    let (primary, view) = cluster.primary(group).expect("a primary");
+    let backup = (usize::from(primary) + 1) % 3;
+    let mut sent = Sent::default();
+    for number in 0..40 {
+        ok("send", sent.send(&client, ids, 0, batch("p", number, 1024)).await);
+    }
+    let root = cluster.node(backup).data_dir();
+    let segment = files_under(&root).into_iter().find(|p| p.extension().is_some_and(|e| e == "log")).expect("a segment");
+    let length = std::fs::metadata(&segment).unwrap().len();
+    match tamper {
+        Tamper::Truncate => std::fs::OpenOptions::new().write(true).open(&segment).and_then(|f| f.set_len(length / 2)).unwrap(),
+        Tamper::Delete => std::fs::remove_file(&segment).unwrap(),
+    }
+    for number in 40..80 {
+        ok("send", sent.send(&client, ids, 0, batch("p", number, 1024)).await);
+    }
+    if restart {
+        cluster.stop(backup);
+        cluster.restart(backup);
+    }
+    for number in 80..90 {
+        ok("send", sent.send(&client, ids, 0, batch("p", number, 1024)).await);
+    }
+    cluster.kill9(usize::from(primary));
+    let new_primary = cluster.wait_new_primary(group, usize::from(primary), view).await;
+    eprintln!("{tamper:?} on node {backup}; primary {primary} killed, new primary {new_primary}\n{}", cluster.node(backup).log().lines().filter(|l| l.contains("WARN") || l.contains("ERROR")).collect::<Vec<_>>().join("\n"));
+    let reader = cluster.root_client((usize::from(primary) + 2) % 3).await;
+    let mut served: Vec<String> = Vec::new();
+    loop {
+        let polled = poll(&reader, &id(ids.0), &id(ids.1), 0, &consumer("r"), PollingStrategy::offset(served.len() as u64), 1000, false).await;
+        if polled.messages.is_empty() {
+            break;
+        }
+        served.extend(payloads(&polled));
+    }
+    assert_eq!(served.len(), sent.acked.len(), "every acknowledged message is served after node {backup}'s segment was tampered with");
+    assert!(served == sent.acked, "in order");
+    cluster.restart(usize::from(primary));
+    cluster.wait_identical_segments(1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backups_segment_cut_short_behind_its_back_loses_nothing_acknowledged() {
+    segment_tampered_on_a_backup(Tamper::Truncate, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backups_segment_removed_behind_its_back_loses_nothing_acknowledged() {
+    segment_tampered_on_a_backup(Tamper::Delete, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_leading_after_its_segment_was_cut_short_behind_its_back_serves_every_acknowledged_message() {
+    segment_tampered_on_a_backup(Tamper::Truncate, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_leading_after_its_segment_was_removed_behind_its_back_serves_every_acknowledged_message() {
+    segment_tampered_on_a_backup(Tamper::Delete, false).await;
+}
