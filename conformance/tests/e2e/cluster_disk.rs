@@ -6,7 +6,7 @@
 //! the node restarts and catches up with nothing acknowledged lost and segment files
 //! byte-identical on every replica. Needs root (tmpfs and ext4-on-loop mounts).
 
-use crate::disk_full::{Tmpfs, leave_room};
+use crate::disk_full::{STORAGE_FAILURE_EXIT_CODE, Tmpfs, leave_room};
 use crate::harness::*;
 use crate::test_cluster::{ClusterOptions, METADATA_GROUP, TestCluster, partition_group, wait_until};
 use iggy::prelude::*;
@@ -470,9 +470,13 @@ enum Tamper {
 }
 
 /// A running backup's segment file is cut short or removed behind its back (an operator's
-/// mistake, a cleanup script): the other replicas still hold every acknowledged message, so
-/// once the backup restarted and the partition's primary died (the backup may lead next)
-/// every acknowledged message is still served, and every replica's segments are identical again.
+/// mistake, a cleanup script). The other replicas still hold every acknowledged message. With
+/// `restart`, the operator restarts the backup at once: recovery drops what the file lost and
+/// the backup catches up from its peers. Without, the backup must not go on as if its file
+/// held what it wrote (a cut file read back as zeros, a removed one gone at its next start):
+/// it stops by itself (74, one line naming the segment), and restarted by its supervisor it
+/// catches up. Either way, once the partition's primary then dies (the backup may lead next)
+/// every acknowledged message is served, and every replica's segments are identical again.
 async fn segment_tampered_on_a_backup(tamper: Tamper, restart: bool) {
     let options = ClusterOptions {
         env: vec![("IGGY_SYSTEM_SEGMENT_SIZE".into(), "1048576".into())],
@@ -501,8 +505,13 @@ async fn segment_tampered_on_a_backup(tamper: Tamper, restart: bool) {
     }
     if restart {
         cluster.stop(backup);
-        cluster.restart(backup);
+    } else {
+        let status = tokio::task::block_in_place(|| cluster.nodes[backup].wait_exit(Duration::from_secs(15)))
+            .unwrap_or_else(|| panic!("node {backup} went on running on a segment {tamper:?} behind its back"));
+        assert_eq!(status.code(), Some(STORAGE_FAILURE_EXIT_CODE), "{status}");
+        one_storage_failure_line(&cluster.node(backup).log(), &segment.display().to_string(), "behind");
     }
+    cluster.restart(backup);
     for number in 80..90 {
         ok("send", sent.send(&client, ids, 0, batch("p", number, 1024)).await);
     }
@@ -525,21 +534,23 @@ async fn segment_tampered_on_a_backup(tamper: Tamper, restart: bool) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_backups_segment_cut_short_behind_its_back_loses_nothing_acknowledged() {
+async fn a_backup_restarted_after_its_segment_was_cut_short_behind_its_back_catches_up() {
     segment_tampered_on_a_backup(Tamper::Truncate, true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_backups_segment_removed_behind_its_back_loses_nothing_acknowledged() {
+async fn a_backup_restarted_after_its_segment_was_removed_behind_its_back_catches_up() {
     segment_tampered_on_a_backup(Tamper::Delete, true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_backup_leading_after_its_segment_was_cut_short_behind_its_back_serves_every_acknowledged_message() {
+#[ignore = "fails: the backup serves on from a file cut short (zeros where it wrote, answered as 4025 once it leads) and logs nothing"]
+async fn a_backup_whose_segment_is_cut_short_behind_its_back_stops_and_catches_up() {
     segment_tampered_on_a_backup(Tamper::Truncate, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_backup_leading_after_its_segment_was_removed_behind_its_back_serves_every_acknowledged_message() {
+#[ignore = "fails: the backup goes on writing to a segment file removed behind its back, logs nothing, and the file never comes back"]
+async fn a_backup_whose_segment_is_removed_behind_its_back_stops_and_catches_up() {
     segment_tampered_on_a_backup(Tamper::Delete, false).await;
 }
