@@ -547,13 +547,11 @@ async fn a_backup_restarted_after_its_segment_was_removed_behind_its_back_catche
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails: the backup goes on with a segment file cut short behind its back and logs nothing"]
 async fn a_backup_whose_segment_is_cut_short_behind_its_back_stops_and_catches_up() {
     segment_tampered_on_a_backup(Tamper::Truncate, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails: the backup goes on writing to a segment file removed behind its back, logs nothing, and the file never comes back"]
 async fn a_backup_whose_segment_is_removed_behind_its_back_stops_and_catches_up() {
     segment_tampered_on_a_backup(Tamper::Delete, false).await;
 }
@@ -565,7 +563,6 @@ async fn a_backup_whose_segment_is_removed_behind_its_back_stops_and_catches_up(
 /// sent again is answered by the new primary with every acknowledged message, and the
 /// restarted node catches up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails: every poll of the partition fails with 4025 (the primary serves the zeros) for as long as it leads, nothing logged"]
 async fn a_primary_reading_zeros_where_it_wrote_stops_and_the_new_primary_serves_every_message() {
     let mut cluster = TestCluster::start(3);
     let client = cluster.root_client(0).await;
