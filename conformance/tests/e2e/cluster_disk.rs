@@ -300,6 +300,15 @@ impl Ext4 {
         std::fs::write(format!("/sys/fs/ext4/{name}/trigger_fs_error"), "e2e").expect("trigger an ext4 error");
     }
 
+    /// Every write to the filesystem blocks until `thaw` (a volume that stops answering).
+    pub(crate) fn freeze(&self) {
+        run("fsfreeze", &["-f", self.mount_point().to_str().unwrap()]);
+    }
+
+    pub(crate) fn thaw(&self) {
+        run("fsfreeze", &["-u", self.mount_point().to_str().unwrap()]);
+    }
+
     /// Unmount, fsck and mount again read-write (the node using it stopped).
     pub(crate) fn repair(&self) {
         run("umount", &[self.mount_point().to_str().unwrap()]);
@@ -312,6 +321,8 @@ impl Ext4 {
 
 impl Drop for Ext4 {
     fn drop(&mut self) {
+        // A frozen filesystem would hold the unmount.
+        let _ = Command::new("fsfreeze").arg("-u").arg(self.mount_point()).output();
         let _ = Command::new("umount").arg(self.mount_point()).status();
         let _ = Command::new("losetup").args(["-d", &self.device]).status();
     }
@@ -613,4 +624,75 @@ async fn a_primary_reading_zeros_where_it_wrote_stops_and_the_new_primary_serves
     assert!(served == sent.acked, "in order");
     cluster.restart(primary);
     cluster.wait_identical_segments(1).await;
+}
+
+/// The partition primary's disk stops answering (fsfreeze: every write to it blocks, as on a
+/// volume that hangs). The node then answers nothing at all, as a paused process (a write of
+/// under a megabyte is done in place on the shard's thread, `iggy_storage::small_write`), so
+/// the two others elect a new primary after a heartbeat timeout; the send in flight to it
+/// waits out the SDK's 30 s deadline and comes back `OperationUncertain`, which
+/// `resolve_operation` proves through the new primary, and every later send goes through that
+/// one at once. Once the disk answers again the node catches up. About 35 s, so a long form:
+/// `CLUSTER_DISK_HANG=1`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_primary_whose_disk_hangs_is_replaced_and_catches_up_once_it_answers() {
+    if std::env::var_os("CLUSTER_DISK_HANG").is_none() {
+        eprintln!("skipped: a long form (CLUSTER_DISK_HANG=1)");
+        return;
+    }
+    let disk = Ext4::mount(64);
+    let data = disk.data_dir().display().to_string();
+    let options = ClusterOptions {
+        node_env: [(2, vec![("IGGY_SYSTEM_PATH".into(), data.clone())])].into(),
+        ..ClusterOptions::default()
+    };
+    let mut cluster = TestCluster::start_with(3, options);
+    let client = cluster.root_client(0).await;
+    let (ids, partition) = partition_led_by(&cluster, &client, 3, 2).await;
+    let group = partition_group(ids.0, ids.1, partition);
+    let (_, view) = cluster.primary(group).unwrap();
+    let mut sent = Sent::default();
+    for number in 0..20 {
+        ok("send", sent.send(&client, ids, partition, batch("p", number, 1024)).await);
+    }
+    disk.freeze();
+    let frozen = Instant::now();
+    let mut results = Vec::new();
+    for number in 20..60 {
+        let payloads = batch("p", number, 1024);
+        let started = Instant::now();
+        let result = match sent.send(&client, ids, partition, payloads.clone()).await {
+            Ok(took) => Ok(took),
+            // The SDK's contract: the lane stays closed until the outcome is proven.
+            Err(IggyError::OperationUncertain(op)) => {
+                let deadline = std::time::Instant::now() + Duration::from_secs(30);
+                match within_for(SEND_LIMIT, "resolve_operation", client.resolve_operation(op, deadline)).await {
+                    Ok(()) => {
+                        sent.unknown.retain(|p| !payloads.contains(p));
+                        sent.acked.extend(payloads);
+                        Ok(started.elapsed())
+                    }
+                    Err(error) => Err(format!("uncertain {op}, resolved to {error} after {:?}", started.elapsed())),
+                }
+            }
+            Err(error) => Err(format!("{error} after {:?}", started.elapsed())),
+        };
+        results.push(result);
+    }
+    let new_primary = cluster.primary(group);
+    let hung_for = frozen.elapsed();
+    disk.thaw();
+    let slowest = results.iter().filter_map(|r| r.as_ref().ok()).max().copied();
+    let failed: Vec<&Result<Duration, String>> = results.iter().filter(|r| r.is_err()).collect();
+    eprintln!("while node 2's disk hung ({hung_for:?}): primary {new_primary:?}, slowest send {slowest:?}, failed {failed:?}");
+    assert!(failed.is_empty(), "sends failed while node 2's disk hung: {results:?}");
+    let slow = results.iter().filter(|r| r.as_ref().is_ok_and(|took| *took > Duration::from_secs(5))).count();
+    assert!(slow <= 1, "only the send in flight when the disk hung waits: {results:?}");
+    assert!(new_primary.is_some_and(|(primary, v)| primary != 2 && v > view), "{}", cluster.describe(group));
+    for number in 60..70 {
+        ok("send after the thaw", sent.send(&client, ids, partition, batch("p", number, 1024)).await);
+    }
+    let roots = [cluster.node(0).data_dir(), cluster.node(1).data_dir(), disk.data_dir()];
+    wait_identical_segments(&cluster, &roots, 1, 2).await;
+    every_node_serves(&cluster, ids, partition, &sent).await;
 }
