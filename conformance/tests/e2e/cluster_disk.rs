@@ -4,7 +4,10 @@
 //! SDK's writes go through them without the client doing anything (also when the failed node
 //! was the partition's or the metadata group's primary), and once the disk is usable again
 //! the node restarts and catches up with nothing acknowledged lost and segment files
-//! byte-identical on every replica. Needs root (tmpfs and ext4-on-loop mounts).
+//! byte-identical on every replica. The faults: a disk that fills (tmpfs), one that turns
+//! read-only on an error (ext4 `errors=remount-ro` on a loop device: `trigger_fs_error`),
+//! a supervisor restarting the node on a disk still full, a segment file cut short or removed
+//! behind a running node's back, and (long form) a disk that hangs (fsfreeze). Needs root.
 
 use crate::disk_full::{STORAGE_FAILURE_EXIT_CODE, Tmpfs, leave_room};
 use crate::harness::*;
@@ -646,7 +649,7 @@ async fn a_partition_primary_whose_disk_hangs_is_replaced_and_catches_up_once_it
         node_env: [(2, vec![("IGGY_SYSTEM_PATH".into(), data.clone())])].into(),
         ..ClusterOptions::default()
     };
-    let mut cluster = TestCluster::start_with(3, options);
+    let cluster = TestCluster::start_with(3, options);
     let client = cluster.root_client(0).await;
     let (ids, partition) = partition_led_by(&cluster, &client, 3, 2).await;
     let group = partition_group(ids.0, ids.1, partition);
