@@ -9,7 +9,6 @@ const CHILD: &str = "IGGY_STORAGE_TEST_FAIL_STOP_CHILD";
 const NAME: &str = "storage_failures_on_several_threads_at_once_log_one_line_and_exit_74";
 
 #[test]
-#[ignore = "fails: each thread logs its own line (8 lines in a run of 20) and calls exit at once"]
 fn storage_failures_on_several_threads_at_once_log_one_line_and_exit_74() {
     if std::env::var_os(CHILD).is_some() {
         let barrier = Arc::new(Barrier::new(8));
