@@ -15,18 +15,18 @@ use std::process::Command;
 use std::time::Duration;
 
 /// `iggy_storage::fail_stop::EXIT_CODE` (sysexits' EX_IOERR).
-const STORAGE_FAILURE_EXIT_CODE: i32 = 74;
+pub(crate) const STORAGE_FAILURE_EXIT_CODE: i32 = 74;
 /// A server that does not stop by itself within this long has wedged instead.
 const EXIT_TIMEOUT: Duration = Duration::from_secs(20);
 const MESSAGES_PER_BATCH: usize = 8;
 
 /// A tmpfs mounted for the test, unmounted when dropped (after the server using it stopped).
-struct Tmpfs {
+pub(crate) struct Tmpfs {
     dir: tempfile::TempDir,
 }
 
 impl Tmpfs {
-    fn mount(options: &str) -> Self {
+    pub(crate) fn mount(options: &str) -> Self {
         let dir = tempfile::Builder::new().prefix("iggy-e2e-tmpfs-").tempdir().expect("mount point");
         let status = Command::new("mount")
             .args(["-t", "tmpfs", "-o", options, "tmpfs"])
@@ -37,16 +37,16 @@ impl Tmpfs {
         Self { dir }
     }
 
-    fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         self.dir.path()
     }
 
-    fn data_dir(&self) -> PathBuf {
+    pub(crate) fn data_dir(&self) -> PathBuf {
         self.path().join("data")
     }
 
     /// Grows (or shrinks) the mounted filesystem in place: the operator freeing room.
-    fn remount(&self, options: &str) {
+    pub(crate) fn remount(&self, options: &str) {
         let status = Command::new("mount")
             .args(["-o", &format!("remount,{options}")])
             .arg(self.path())
@@ -217,7 +217,7 @@ async fn fill(client: &IggyClient, acked: &mut Acknowledged, workload: Workload)
 }
 
 /// Fills `disk` with a file until only about `room` bytes are free.
-fn leave_room(disk: &Tmpfs, room: u64) {
+pub(crate) fn leave_room(disk: &Tmpfs, room: u64) {
     let path = std::ffi::CString::new(disk.path().as_os_str().as_encoded_bytes()).unwrap();
     // SAFETY: statvfs(3) on a NUL-terminated path into a zeroed struct it fills.
     let free = unsafe {

@@ -31,6 +31,7 @@ mod crash;
 mod docker_image;
 mod external_offsets;
 mod disk_full;
+mod cluster_disk;
 mod fail_stop;
 mod framing;
 mod http;

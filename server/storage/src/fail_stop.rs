@@ -14,7 +14,7 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// The kind of file an fsync made durable, the label of the node's fsync counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,8 +72,19 @@ pub fn fsyncs(file: Synced) -> u64 {
 /// The process exit code after a storage failure (sysexits' `EX_IOERR`).
 pub const EXIT_CODE: i32 = 74;
 
+/// Set by the first thread that stops the process for a storage failure.
+static STOPPING: AtomicBool = AtomicBool::new(false);
+
 /// Logs `storage failure: <operation> <path>: <error>; stopping` and exits with [`EXIT_CODE`].
+/// Only the first caller does: a full or failed disk fails every shard's writes at about the
+/// same time, and each logging its own line and calling exit(3) at once gave the operator a
+/// line per shard and raced the exit handlers; the later callers wait for the process to end.
 pub fn fail_stop(operation: &str, path: &Path, error: &io::Error) -> ! {
+    if STOPPING.swap(true, Ordering::SeqCst) {
+        loop {
+            std::thread::park();
+        }
+    }
     let message = format!(
         "storage failure: {operation} {}: {error}; stopping",
         path.display()

@@ -325,8 +325,46 @@ async fn read_vec(
     result.map(|()| bytes)
 }
 
+/// Checks that `bytes`, records read back to back, are the batches `entries` name (each
+/// header's base offset and length): a file changed behind the log's back (cut short, then
+/// written past, so it reads zeros where batches were) would otherwise be served as messages.
+fn check_read(path: &Path, bytes: &[u8], entries: &[BatchEntry]) -> Result<(), StorageError> {
+    let mut at = 0usize;
+    for entry in entries {
+        let holds = bytes
+            .get(at..at + layout::batch::HEADER_SIZE)
+            .is_some_and(|header| {
+                read_u64(header, layout::batch::BASE_OFFSET) == entry.offset
+                    && read_u64(header, layout::batch::BATCH_LENGTH) == entry.length
+            });
+        if !holds {
+            return Err(corrupt(
+                path,
+                format!(
+                    "byte {} does not hold the batch of offset {} ({} bytes) the node wrote \
+                     there: the file was changed behind the node's back",
+                    entry.position, entry.offset, entry.length
+                ),
+            ));
+        }
+        at += entry.length as usize;
+    }
+    Ok(())
+}
+
+/// fstat(2) of `file`'s descriptor, on this thread (the inode is in memory: no I/O).
+fn descriptor_metadata(file: &File) -> io::Result<std::fs::Metadata> {
+    // SAFETY: the descriptor stays owned by `file`, which outlives this call; ManuallyDrop
+    // keeps the borrowed std handle from closing it.
+    let std_file = std::mem::ManuallyDrop::new(unsafe {
+        <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(file.as_raw_fd())
+    });
+    std_file.metadata()
+}
+
 // Writes, fsyncs, truncations, creations and removals of segment files stop the process when
-// they fail (see `fail_stop`); reads return errors.
+// they fail (see `fail_stop`); reads return errors (a poll's caller stops on one showing the file
+// no longer holds what was written, see `check_read`).
 
 async fn write_all(file: &mut File, path: &Path, bytes: impl IoBuf, position: u64) {
     let BufResult(result, _) = file.write_all_at(bytes, position).await;
@@ -774,6 +812,39 @@ impl PartitionLog {
             .expect("a log always has an active segment")
     }
 
+    /// Whether the active segment's `.log` still is the file this log writes, at least as long
+    /// as what it wrote there: one removed or cut short behind the node's back (an operator, a
+    /// cleanup script) would have the node acknowledge, serve and replicate what it no longer
+    /// holds, and lose it at its next start. `Err` names the file and what happened to it.
+    /// An fstat(2) of the open descriptor: no I/O.
+    pub fn check_active_file(&self) -> Result<(), StorageError> {
+        use std::os::unix::fs::MetadataExt;
+        let segment = self.active();
+        let path = &segment.log_path;
+        let metadata =
+            descriptor_metadata(&self.files.active.log).map_err(|e| io_error(path, e))?;
+        if metadata.nlink() == 0 {
+            return Err(io_error(
+                path,
+                io::Error::new(
+                    io::ErrorKind::NotFound,
+                    "the file was removed behind the node's back (the node still held it open)",
+                ),
+            ));
+        }
+        if metadata.len() < segment.log_size {
+            return Err(corrupt(
+                path,
+                format!(
+                    "the file was cut to {} bytes behind the node's back (the node wrote {})",
+                    metadata.len(),
+                    segment.log_size
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// Creates the segment starting at `start_offset` as the active one, and returns the files
     /// of the one it replaces. See [`new_segment`].
     async fn create_segment(&mut self, start_offset: u64) -> ActiveFiles {
@@ -1010,6 +1081,7 @@ impl PartitionLog {
             entry.length as usize,
         )
         .await?;
+        check_read(&segment.log_path, &record, &[entry])?;
         Ok(Some(record))
     }
 
@@ -1063,6 +1135,7 @@ impl PartitionLog {
                     .files
                     .readable_log(&self.segments, segment_index)
                     .await?;
+                let at = out.len();
                 let (result, read) = read_append(
                     file,
                     &segment.log_path,
@@ -1073,6 +1146,7 @@ impl PartitionLog {
                 .await;
                 out = read;
                 result?;
+                check_read(&segment.log_path, &out[at..], &entries[..taken])?;
             }
             if taken < entries.len() {
                 break;
@@ -1153,6 +1227,7 @@ impl PartitionLog {
                         entry.length as usize,
                     )
                     .await?;
+                    check_read(&segment.log_path, &record, &[entry])?;
                     let cut = frame_boundary(&record, skip);
                     let at = out.len();
                     out.reserve(layout::batch::HEADER_SIZE + record.len() - cut);
@@ -1187,10 +1262,12 @@ impl PartitionLog {
                 to += 1;
             }
             if to > from {
+                let at = out.len();
                 let (result, bytes_read) =
                     read_append(file, &segment.log_path, out, entries[from].position, bytes).await;
                 out = bytes_read;
                 result?;
+                check_read(&segment.log_path, &out[at..], &entries[from..to])?;
             }
         }
         if let Some((at, present, take)) = last_batch {

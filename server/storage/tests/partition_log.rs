@@ -1532,3 +1532,66 @@ fn a_read_stops_before_the_batch_that_would_pass_its_byte_bound() {
         );
     });
 }
+
+/// The active segment's file removed or cut short behind the log's back is found by
+/// `check_active_file` (the node stops on it); one grown or intact is not.
+#[test]
+fn an_active_segment_removed_or_cut_short_behind_the_logs_back_is_found() {
+    run(async {
+        let temporary = tempfile::tempdir().unwrap();
+        let mut log = PartitionLog::open(temporary.path(), config(1 << 30))
+            .await
+            .unwrap();
+        append_batches(&mut log, &[3, 4, 5]).await;
+        log.check_active_file().unwrap();
+        let path = segment_files(temporary.path(), "log").pop().unwrap();
+        let length = std::fs::metadata(&path).unwrap().len();
+
+        let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        file.set_len(length + 10).unwrap();
+        log.check_active_file().unwrap();
+        file.set_len(length - 1).unwrap();
+        let found = log.check_active_file().unwrap_err().to_string();
+        assert!(
+            found.contains(&path.display().to_string()) && found.contains("cut to"),
+            "{found}"
+        );
+        file.set_len(length).unwrap();
+        log.check_active_file().unwrap();
+
+        std::fs::remove_file(&path).unwrap();
+        let found = log.check_active_file().unwrap_err().to_string();
+        assert!(found.contains("removed"), "{found}");
+    });
+}
+
+/// A segment cut short behind the log's back and then written past (zeros where batches were):
+/// reads of those batches fail naming the file, instead of serving the zeros as records.
+#[test]
+fn batches_a_file_cut_short_behind_the_logs_back_lost_are_not_read_as_records() {
+    run(async {
+        let temporary = tempfile::tempdir().unwrap();
+        let mut log = PartitionLog::open(temporary.path(), config(1 << 30))
+            .await
+            .unwrap();
+        let lengths = append_batches(&mut log, &[3, 4, 5]).await;
+        let path = segment_files(temporary.path(), "log").pop().unwrap();
+        let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        file.set_len(lengths[0] as u64 + 10).unwrap();
+        append_batches(&mut log, &[2]).await;
+        log.check_active_file().unwrap();
+
+        // The first batch is intact; the second and third read zeros.
+        assert_eq!(log.read_from(0, 3).await.unwrap().messages, 3);
+        for (start, count) in [(0, 4), (3, 1), (5, 2), (7, 5), (0, 100)] {
+            let found = log.read_from(start, count).await.unwrap_err().to_string();
+            assert!(
+                found.contains(&path.display().to_string()) && found.contains("behind"),
+                "{start}+{count}: {found}"
+            );
+        }
+        assert_eq!(log.read_from(12, 2).await.unwrap().messages, 2);
+        assert!(log.record_at(3, lengths[1] as u64).await.is_err());
+        assert!(log.records_from(0, 1 << 20, 14).await.is_err());
+    });
+}

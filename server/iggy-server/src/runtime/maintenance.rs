@@ -47,6 +47,7 @@ pub async fn run(node: Rc<Node>) {
         compio::time::sleep(interval).await;
         warn_of_low_room(&node, &low_room);
         quorum.pass(&node, Instant::now());
+        check_partition_files(&node);
         keep_stamp_offset(&node);
         retention(&node).await;
         expire_sessions(&node, lease).await;
@@ -56,6 +57,14 @@ pub async fn run(node: Rc<Node>) {
         judge_gone_partitions(&node);
         release_restored(&node);
         node.shared.retry_deferred_opens().await;
+    }
+}
+
+/// Every partition on the node checks that its active segment's file is still there and as long
+/// as what was written to it (a file removed or cut short behind the node's back stops it).
+fn check_partition_files(node: &Node) {
+    for entry in node.shared.partitions.borrow().values() {
+        entry.handle.check_files();
     }
 }
 

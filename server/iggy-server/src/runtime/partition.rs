@@ -45,6 +45,9 @@ pub enum PartitionRead {
     },
     /// Makes the log durable (shutdown).
     Sync { done: oneshot::Sender<()> },
+    /// Checks the active segment's file is still the one the log writes, and stops the node
+    /// when it was removed or cut short behind its back (`PartitionLog::check_active_file`).
+    CheckFiles,
     /// Where the topic's retention limits as of `now` (microseconds) keep the log from, if
     /// anything is due (see `PartitionLog::retention_point`).
     PlanRetention {
@@ -311,6 +314,20 @@ impl PartitionMachine {
             .read_from_with_headroom(range.start, range.count, POLL_REPLY_HEADROOM, bytes_max)
             .await
             .map_err(|error| {
+                // A segment that does not hold what the node wrote and indexed (cut short,
+                // removed, zeros where batches were) is a storage failure: the next start's
+                // recovery drops what it lost (a replica then catches up from its peers),
+                // where answering on would fail every poll of it, or serve zeros, for good.
+                if let iggy_storage::StorageError::Io { path, error } = &error
+                    && matches!(
+                        error.kind(),
+                        std::io::ErrorKind::InvalidData
+                            | std::io::ErrorKind::UnexpectedEof
+                            | std::io::ErrorKind::NotFound
+                    )
+                {
+                    iggy_storage::fail_stop::fail_stop("read", path, error);
+                }
                 tracing::error!("partition {}: read failed: {error}", self.partition_id);
                 ErrorCode::CannotReadMessage
             })?;
@@ -605,6 +622,16 @@ impl StateMachine for PartitionMachine {
             PartitionRead::Sync { done } => {
                 self.log.sync().await;
                 let _ = done.send(());
+            }
+            PartitionRead::CheckFiles => {
+                // The recovery of the next start drops what the file lost (and a replica then
+                // catches up from its peers); serving on would hand out zeros for messages and
+                // lose at the next start what the node acknowledged.
+                if let Err(iggy_storage::StorageError::Io { path, error }) =
+                    self.log.check_active_file()
+                {
+                    iggy_storage::fail_stop::fail_stop("check", &path, &error);
+                }
             }
             PartitionRead::OrphanedGroupOffsets {
                 live_groups,
@@ -932,6 +959,12 @@ impl PartitionHandle {
             return None;
         }
         wait.await.ok()
+    }
+
+    /// Has the partition's task check its active segment's file (the maintenance pass, every
+    /// interval): it stops the node if the file was removed or cut short behind its back.
+    pub fn check_files(&self) {
+        self.group.read(PartitionRead::CheckFiles);
     }
 
     /// Fsyncs the partition's log and journal behind its queued writes.
