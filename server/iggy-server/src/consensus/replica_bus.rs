@@ -68,6 +68,8 @@ pub const PEER_QUEUE_CAPACITY: usize = 16 * 1024;
 /// peer pin thousands of frames of up to `limits.max_frame_size` each. A frame larger than this still
 /// goes into an empty queue, so every frame the limits allow can be sent.
 pub const PEER_QUEUE_BYTES_MAX: usize = 64 << 20;
+/// The most bytes of queued frames a link's writer sends in one write (a larger frame alone).
+const WRITE_BATCH_BYTES: usize = 256 << 10;
 /// The largest replica frame accepted or sent when `limits.max_frame_size` is below it. That
 /// limit is the client protocol's: a peer whose own is higher (raised on it first, in a
 /// rolling change) prepares a client's frame as large, and a replica plane held to this
@@ -473,6 +475,24 @@ impl Outbox {
 
     fn is_empty(&self) -> bool {
         self.state.lock().expect("outbox lock").queue.is_empty()
+    }
+
+    /// The frames queued at the front, up to `room` bytes in all (none when the first is
+    /// larger): those a writer sends with the one it popped.
+    fn pop_more(&self, mut room: usize) -> Vec<Bytes> {
+        let mut state = self.state.lock().expect("outbox lock");
+        let mut more = Vec::new();
+        while state
+            .queue
+            .front()
+            .is_some_and(|(_, frame)| frame.len() <= room)
+        {
+            let (_, frame) = state.queue.pop_front().expect("a front frame");
+            room -= frame.len();
+            state.queued_bytes -= frame.len();
+            more.push(frame);
+        }
+        more
     }
 
     async fn pop(&self) -> Bytes {
@@ -1613,13 +1633,32 @@ async fn send_pings(outbox: &Outbox, cluster: u128, local: u8, peer: u8) -> Stri
 /// more are queued go out together, flushed once the queue is empty.
 async fn write_frames(mut stream: LinkWriter, outbox: &Outbox) -> String {
     loop {
-        let frame = outbox.pop().await;
-        let bytes = frame.len() as u64;
-        let stopping = replica_link::is_stopping_frame(&frame);
-        if let Err(error) = stream.write_frame(frame).await {
+        let first = outbox.pop().await;
+        // The frames queued behind it go in the same write: a tick's heartbeats or view-change
+        // messages of thousands of groups take a few writes, not one (and one runtime turn) each.
+        let more = outbox.pop_more(WRITE_BATCH_BYTES.saturating_sub(first.len()));
+        let frames = 1 + more.len() as u64;
+        let stopping = replica_link::is_stopping_frame(&first)
+            || more
+                .iter()
+                .any(|frame| replica_link::is_stopping_frame(frame));
+        let batch = match more.is_empty() {
+            true => first,
+            false => {
+                let size = first.len() + more.iter().map(Bytes::len).sum::<usize>();
+                let mut batch = Vec::with_capacity(size);
+                batch.extend_from_slice(&first);
+                for frame in &more {
+                    batch.extend_from_slice(frame);
+                }
+                Bytes::from(batch)
+            }
+        };
+        let bytes = batch.len() as u64;
+        if let Err(error) = stream.write_frame(batch).await {
             return format!("write failed: {}", replica_tls::cause(&error));
         }
-        outbox.sent_frames.fetch_add(1, Ordering::Relaxed);
+        outbox.sent_frames.fetch_add(frames, Ordering::Relaxed);
         outbox.sent_bytes.fetch_add(bytes, Ordering::Relaxed);
         // The stopping Ping is flushed at once: the process exits once it is written.
         if (stopping || outbox.is_empty())
@@ -2733,6 +2772,36 @@ mod tests {
                 .unwrap_or_else(|e| panic!("group {group}: {e:?}"));
         }
         assert_eq!(outbox.dropped.load(Ordering::Relaxed), 0);
+    }
+
+    /// A writer takes the frames queued behind the one it popped, in order, up to its batch's
+    /// bytes, and leaves a frame that would pass them for the next write.
+    #[test]
+    fn a_writer_takes_the_queued_frames_in_order_up_to_its_batch() {
+        let outbox = Outbox::new(
+            64,
+            PEER_QUEUE_BYTES_MAX,
+            Duration::from_secs(1),
+            Duration::from_secs(5),
+        );
+        outbox.link_admitted(Instant::now(), 1);
+        let now = Instant::now();
+        for byte in 0..10u8 {
+            outbox.push(now, Bytes::from(vec![byte; 300])).unwrap();
+        }
+        outbox.push(now, Bytes::from(vec![10u8; 2000])).unwrap();
+        let taken = outbox.pop_more(1000);
+        assert_eq!(
+            taken.iter().map(|frame| frame[0]).collect::<Vec<_>>(),
+            [0, 1, 2]
+        );
+        let taken = outbox.pop_more(WRITE_BATCH_BYTES);
+        assert_eq!(
+            taken.iter().map(|frame| frame[0]).collect::<Vec<_>>(),
+            [3, 4, 5, 6, 7, 8, 9, 10]
+        );
+        assert!(outbox.pop_more(WRITE_BATCH_BYTES).is_empty());
+        assert_eq!(outbox.state.lock().unwrap().queued_bytes, 0);
     }
 
     #[test]
