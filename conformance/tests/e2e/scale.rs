@@ -211,7 +211,11 @@ fn node_figures(cluster: &crate::test_cluster::TestCluster, i: usize) -> String 
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let rss = status.lines().find_map(|l| l.strip_prefix("VmRSS:")).map_or("?".to_string(), |v| v.trim().to_string());
     let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count());
-    format!("node {i}: rss {rss}, {fds} descriptors")
+    // User and system CPU time since the process started (fields 14 and 15, in 1/100 s).
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat.rsplit_once(')').map_or(vec![], |(_, rest)| rest.split_whitespace().collect());
+    let ticks: u64 = fields.get(11..13).map_or(0, |f| f.iter().filter_map(|t| t.parse::<u64>().ok()).sum());
+    format!("node {i}: rss {rss}, {fds} descriptors, {:.1} s of CPU", ticks as f64 / 100.0)
 }
 
 /// Sends `sends` single-message sends to each of `targets` (topic name, partition), from
@@ -307,7 +311,8 @@ async fn a_node_killed_while_many_topics_change_catches_up_every_partition() {
 async fn a_whole_cluster_restart_with_many_partition_groups_serves_every_partition_again() {
     use crate::test_cluster::{ClusterOptions, TestCluster};
     let topics = cluster_topics();
-    let mut cluster = TestCluster::start_with(3, ClusterOptions::default());
+    // HTTP for the figures' replica frames dropped (`/metrics`).
+    let mut cluster = TestCluster::start_with(3, ClusterOptions { http: true, ..Default::default() });
     let client = cluster.root_client(0).await;
     ok("create_stream", within("create_stream", client.create_stream("s", &StreamCreateOptions::default())).await);
     for t in 1..=topics {
@@ -330,6 +335,13 @@ async fn a_whole_cluster_restart_with_many_partition_groups_serves_every_partiti
         expected.entry(key).or_default().extend(payloads);
     }
     eprintln!("{} partitions served again {:?} after the restart; {}; {}; {}", all.len(), restarted.elapsed(), node_figures(&cluster, 0), node_figures(&cluster, 1), node_figures(&cluster, 2));
+    let mut frames = Vec::new();
+    for i in 0..3 {
+        let samples = crate::metrics::scrape(&cluster.http_url(i)).await;
+        let total = |name: &str| samples.iter().filter(|s| s.name == name).map(|s| s.value).sum::<f64>();
+        frames.push((total("iggy_replica_frames_dropped_total"), total("iggy_replica_frames_sent_total")));
+    }
+    eprintln!("replica frames (dropped, sent) since the restart, per node: {frames:?}");
     let reader = cluster.root_client(2).await;
     for ((topic, partition), sent) in &expected {
         let polled = poll(&reader, &name("s"), &name(topic), *partition, &consumer("c"), PollingStrategy::offset(0), 100, false).await;

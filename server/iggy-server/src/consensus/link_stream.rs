@@ -154,6 +154,19 @@ impl LinkWriter {
         }
     }
 
+    /// Writes the bytes of several frames and hands the buffer back for the next batch (a
+    /// plain link's write takes it while the kernel reads it); under TLS they may wait in
+    /// the session's buffers until `flush`.
+    pub async fn write_batch(&mut self, batch: Vec<u8>) -> (io::Result<()>, Vec<u8>) {
+        match self {
+            LinkWriter::Plain(stream) => {
+                let BufResult(written, batch) = stream.write_all(batch).await;
+                (written, batch)
+            }
+            LinkWriter::Tls(stream) => (stream.write_all(&batch).await, batch),
+        }
+    }
+
     pub async fn flush(&mut self) -> io::Result<()> {
         match self {
             LinkWriter::Plain(_) => Ok(()),
