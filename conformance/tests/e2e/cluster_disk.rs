@@ -9,7 +9,7 @@
 //! a supervisor restarting the node on a disk still full, a segment file cut short or removed
 //! behind a running node's back, and (long form) a disk that hangs (fsfreeze). Needs root.
 
-use crate::disk_full::{STORAGE_FAILURE_EXIT_CODE, Tmpfs, leave_room};
+use crate::disk_full::{STORAGE_FAILURE_EXIT_CODE, Tmpfs, cluster_with_node_2_in, leave_room};
 use crate::harness::*;
 use crate::test_cluster::{ClusterOptions, METADATA_GROUP, TestCluster, partition_group, wait_until};
 use iggy::prelude::*;
@@ -149,12 +149,7 @@ async fn partition_led_by(cluster: &TestCluster, client: &IggyClient, partitions
 async fn the_partition_primary_whose_disk_fills_stops_and_the_sdk_writes_on_through_the_new_primary() {
     let disk = Tmpfs::mount("size=3m");
     let data = disk.data_dir().display().to_string();
-    let options = ClusterOptions {
-        env: vec![("IGGY_SYSTEM_SEGMENT_SIZE".into(), "1048576".into())],
-        node_env: [(2, vec![("IGGY_SYSTEM_PATH".into(), data.clone())])].into(),
-        ..ClusterOptions::default()
-    };
-    let mut cluster = TestCluster::start_with(3, options);
+    let mut cluster = cluster_with_node_2_in(&data, 1048576);
     let client = cluster.root_client(0).await;
     let (ids, partition) = partition_led_by(&cluster, &client, 3, 2).await;
     let group = partition_group(ids.0, ids.1, partition);
@@ -348,12 +343,7 @@ fn run(program: &str, args: &[&str]) {
 async fn read_only_under_load(node_2_leads: bool) {
     let disk = Ext4::mount(64);
     let data = disk.data_dir().display().to_string();
-    let options = ClusterOptions {
-        env: vec![("IGGY_SYSTEM_SEGMENT_SIZE".into(), "262144".into())],
-        node_env: [(2, vec![("IGGY_SYSTEM_PATH".into(), data.clone())])].into(),
-        ..ClusterOptions::default()
-    };
-    let mut cluster = TestCluster::start_with(3, options);
+    let mut cluster = cluster_with_node_2_in(&data, 262144);
     let client = cluster.root_client(0).await;
     let leader = if node_2_leads { 2 } else { 0 };
     let (ids, partition) = partition_led_by(&cluster, &client, 3, leader).await;
@@ -419,12 +409,7 @@ async fn a_partition_primary_whose_disk_turns_read_only_stops_and_after_a_repair
 async fn a_node_restarted_again_and_again_on_a_full_disk_does_not_disturb_the_others() {
     let disk = Tmpfs::mount("size=3m");
     let data = disk.data_dir().display().to_string();
-    let options = ClusterOptions {
-        env: vec![("IGGY_SYSTEM_SEGMENT_SIZE".into(), "1048576".into())],
-        node_env: [(2, vec![("IGGY_SYSTEM_PATH".into(), data.clone())])].into(),
-        ..ClusterOptions::default()
-    };
-    let mut cluster = TestCluster::start_with(3, options);
+    let mut cluster = cluster_with_node_2_in(&data, 1048576);
     let client = cluster.root_client(0).await;
     let (ids, partition) = partition_led_by(&cluster, &client, 3, 2).await;
     let mut sent = Sent::default();
@@ -653,11 +638,7 @@ async fn a_partition_primary_whose_disk_hangs_is_replaced_and_catches_up_once_it
     }
     let disk = Ext4::mount(64);
     let data = disk.data_dir().display().to_string();
-    let options = ClusterOptions {
-        node_env: [(2, vec![("IGGY_SYSTEM_PATH".into(), data.clone())])].into(),
-        ..ClusterOptions::default()
-    };
-    let cluster = TestCluster::start_with(3, options);
+    let cluster = cluster_with_node_2_in(&data, 0);
     let client = cluster.root_client(0).await;
     let (ids, partition) = partition_led_by(&cluster, &client, 3, 2).await;
     let group = partition_group(ids.0, ids.1, partition);

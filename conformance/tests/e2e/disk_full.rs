@@ -380,20 +380,26 @@ async fn out_of_inodes_at_a_topic_create_stops_the_server_and_with_inodes_again_
     tokio::task::block_in_place(|| server.stop());
 }
 
+/// Three nodes, node 2's data directory `data` (on a disk a test fills or breaks); with a
+/// `segment_size` other than 0, every node's `system.segment_size`.
+pub(crate) fn cluster_with_node_2_in(data: &str, segment_size: u64) -> crate::test_cluster::TestCluster {
+    use crate::test_cluster::{ClusterOptions, TestCluster};
+    let env = match segment_size {
+        0 => Vec::new(),
+        size => vec![("IGGY_SYSTEM_SEGMENT_SIZE".into(), size.to_string())],
+    };
+    let options = ClusterOptions { env, node_env: [(2, vec![("IGGY_SYSTEM_PATH".into(), data.to_string())])].into(), ..ClusterOptions::default() };
+    TestCluster::start_with(3, options)
+}
+
 /// In a 3-node cluster one node's disk fills: that node stops (74) naming the file, the other
 /// two go on committing (a quorum), and once its disk has room again the node restarts,
 /// catches up and holds the same segments as its peers, with every acknowledged message.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_a_cluster_the_node_whose_disk_fills_stops_and_with_room_again_catches_up() {
-    use crate::test_cluster::{ClusterOptions, TestCluster};
     let disk = Tmpfs::mount("size=2m");
     let data = disk.data_dir().display().to_string();
-    let options = ClusterOptions {
-        env: vec![("IGGY_SYSTEM_SEGMENT_SIZE".into(), "1048576".into())],
-        node_env: [(2, vec![("IGGY_SYSTEM_PATH".into(), data.clone())])].into(),
-        ..ClusterOptions::default()
-    };
-    let mut cluster = TestCluster::start_with(3, options);
+    let mut cluster = cluster_with_node_2_in(&data, 1048576);
     let client = cluster.root_client(0).await;
     create_stream_and_topic(&client, "s", "t", 1).await;
     let mut acked: Vec<String> = Vec::new();
