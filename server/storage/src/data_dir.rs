@@ -65,18 +65,25 @@ impl DataDir {
     /// (`None`), in order.
     pub fn topic_dirs_on_disk(&self) -> Vec<(u32, Option<u32>)> {
         let mut found = Vec::new();
-        for stream in numbered_subdirs(&self.root.join("streams")) {
-            let topics = numbered_subdirs(
-                &self
-                    .root
-                    .join("streams")
-                    .join(stream.to_string())
-                    .join("topics"),
-            );
+        for (stream, stream_dir) in numbered_subdirs(&self.root.join("streams")) {
+            let topics = numbered_subdirs(&stream_dir.join("topics"));
             if topics.is_empty() {
                 found.push((stream, None));
             }
-            found.extend(topics.into_iter().map(|topic| (stream, Some(topic))));
+            found.extend(topics.into_iter().map(|(topic, _)| (stream, Some(topic))));
+        }
+        found
+    }
+
+    /// Every `streams/<s>/topics/<t>/partitions/<p>` directory with its ids, in order.
+    pub fn partition_dirs_on_disk(&self) -> Vec<((u32, u32, u32), PathBuf)> {
+        let mut found = Vec::new();
+        for (stream, stream_dir) in numbered_subdirs(&self.root.join("streams")) {
+            for (topic, topic_dir) in numbered_subdirs(&stream_dir.join("topics")) {
+                for (partition, dir) in numbered_subdirs(&topic_dir.join("partitions")) {
+                    found.push(((stream, topic, partition), dir));
+                }
+            }
         }
         found
     }
@@ -221,15 +228,16 @@ fn write_marker(marker_path: &Path) {
     );
 }
 
-/// The names of `dir`'s entries that are numbers, sorted; none when it cannot be read.
-fn numbered_subdirs(dir: &Path) -> Vec<u32> {
+/// The entries of `dir` whose names are numbers, with their paths, sorted; none when it cannot
+/// be read.
+fn numbered_subdirs(dir: &Path) -> Vec<(u32, PathBuf)> {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
-    let mut found: Vec<u32> = entries
+    let mut found: Vec<(u32, PathBuf)> = entries
         .flatten()
-        .filter_map(|entry| entry.file_name().to_str()?.parse().ok())
+        .filter_map(|entry| Some((entry.file_name().to_str()?.parse().ok()?, entry.path())))
         .collect();
-    found.sort_unstable();
+    found.sort();
     found
 }

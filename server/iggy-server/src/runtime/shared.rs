@@ -813,21 +813,16 @@ impl Shared {
     /// one), and an open of a partition that is not live yet comes in a later op's effects,
     /// which run after this one's.
     fn prune_deleted_dirs(&self, stream: u32, topic: Option<u32>) {
-        let (topic_gone, stream_gone) = {
+        let (topic, stream_gone) = {
             let metadata = self.metadata.borrow();
             let topics = metadata.streams.get(&stream).map(|s| &s.topics);
             let live = |topic: &iggy_metadata::model::Topic| !topic.partitions.is_empty();
-            let topic_gone = topic.map(|topic| {
-                !topics
-                    .and_then(|topics| topics.get(&topic))
-                    .is_some_and(live)
-            });
+            let gone = |topic: &u32| !topics.and_then(|t| t.get(topic)).is_some_and(live);
             (
-                topic_gone,
+                topic.filter(gone),
                 !topics.is_some_and(|topics| topics.values().any(live)),
             )
         };
-        let topic = topic.filter(|_| topic_gone == Some(true));
         if topic.is_none() && !stream_gone {
             return;
         }
@@ -902,7 +897,7 @@ impl Shared {
             Err(error) => tracing::error!("cannot finish interrupted partition deletes: {error}"),
         }
         let mut on_disk = Vec::new();
-        for (key, dir) in partition_dirs_on_disk(self.data.root()) {
+        for (key, dir) in self.data.partition_dirs_on_disk() {
             let record = dir.join(iggy_storage::revision::CREATED_REVISION);
             let found = iggy_storage::records::read_checked_u64(&record)
                 .await
@@ -1013,31 +1008,6 @@ async fn slow_partition_open_on_purpose() {
     if let Some(ms) = *delay {
         compio::time::sleep(std::time::Duration::from_millis(ms)).await;
     }
-}
-
-/// Every `streams/<s>/topics/<t>/partitions/<p>` directory under `root`.
-fn partition_dirs_on_disk(root: &std::path::Path) -> Vec<(PartitionKey, PathBuf)> {
-    // The numbered subdirectories of `dir`.
-    let numbered = |dir: &std::path::Path| -> Vec<(u32, PathBuf)> {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            return Vec::new();
-        };
-        let mut found: Vec<(u32, PathBuf)> = entries
-            .flatten()
-            .filter_map(|entry| Some((entry.file_name().to_str()?.parse().ok()?, entry.path())))
-            .collect();
-        found.sort();
-        found
-    };
-    let mut dirs = Vec::new();
-    for (stream, stream_dir) in numbered(&root.join("streams")) {
-        for (topic, topic_dir) in numbered(&stream_dir.join("topics")) {
-            for (partition, dir) in numbered(&topic_dir.join("partitions")) {
-                dirs.push(((stream, topic, partition), dir));
-            }
-        }
-    }
-    dirs
 }
 
 /// Marks each reported (client, session) active at `now` in `activity` when it is the client's
