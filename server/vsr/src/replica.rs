@@ -1037,6 +1037,11 @@ impl Replica {
             body,
         );
         self.append_and_write(entry.clone());
+        // A pipeline that was empty starts its retransmission timer now (a shell that sleeps
+        // through an idle group's ticks does not keep it current; a dense clock would have).
+        if self.prepare_oks.is_empty() {
+            self.resent_at = self.now;
+        }
         self.prepare_oks.insert(entry.op, BTreeSet::new());
         for to in self.others() {
             let message = Message::Prepare {
@@ -1177,6 +1182,158 @@ impl Replica {
         } else {
             self.pre_vote = None;
         }
+    }
+
+    /// The first tick at which [`Replica::on_tick`] may do more than move the clock: a
+    /// heartbeat or retransmission due, a timeout that would start a pre-vote or a view
+    /// change, the last tick a primary leads its quorum (and the next, when it stops), the
+    /// tick a backup stops hearing its primary ([`Replica::in_touch`]). Ticks before it change nothing, so a
+    /// shell may skip them and sleep until this one, or until a message arrives (ticking to
+    /// the present first): an idle group then wakes once per heartbeat, not once per tick.
+    /// Always after the present tick; `u64::MAX` for a group of one (it has no timers).
+    pub fn next_tick_due(&self) -> u64 {
+        if self.config.replica_count == 1 {
+            return u64::MAX;
+        }
+        let next = self.now + 1;
+        let resend = self.resent_at + self.config.resend_ticks;
+        let hears_until = match self.heard_primary_view >= self.view {
+            true => self.heard_from_primary_at + self.config.view_change_timeout_ticks,
+            false => 0,
+        };
+        // When `on_tick` would find this replica leaving its view, if nothing arrives first.
+        let leaving_at = match self.status {
+            Status::Recovering => {
+                let Some(since) = self.rejoin_since else {
+                    return next;
+                };
+                let silent_since = since.max(self.heard_from_primary_at);
+                let leaves = self
+                    .rejoin_times_out
+                    .then(|| (silent_since + self.config.silence_timeout_ticks()).max(hears_until));
+                let due = leaves.map_or(resend, |at| at.min(resend));
+                return self.with_pre_vote(due.max(next), leaves);
+            }
+            Status::ViewChange => {
+                let stalled = match self.cannot_lead {
+                    true => next,
+                    false => self.view_change_started_at + self.config.view_change_timeout_ticks,
+                };
+                let leaves = stalled.max(hears_until);
+                return self.with_pre_vote(resend.min(leaves).max(next), Some(leaves));
+            }
+            Status::Normal if self.is_primary() => {
+                return self.with_pre_vote(self.primary_tick_due().max(next), None);
+            }
+            Status::Normal => self.heard_from_primary_at + self.config.silence_timeout_ticks(),
+        };
+        // A backup also wakes as it stops being in touch with its primary (`in_touch`), so the
+        // shell's figures stop sending clients to a primary it no longer hears.
+        let out_of_touch = match hears_until > self.now {
+            true => hears_until,
+            false => u64::MAX,
+        };
+        self.with_pre_vote(leaving_at.min(out_of_touch).max(next), Some(leaving_at))
+    }
+
+    /// What a tick may change besides the clock and the last tick the primary led its quorum,
+    /// with the actions queued: the simulator checks that a tick before
+    /// [`Replica::next_tick_due`] leaves it as it was.
+    pub(crate) fn tick_state(&self) -> impl PartialEq + std::fmt::Debug + use<> {
+        (
+            (self.status, self.view, self.log_view, self.muted),
+            self.pre_vote
+                .as_ref()
+                .map(|round| (round.view, round.asked_at)),
+            (
+                self.resent_at,
+                self.next_heartbeat_at,
+                self.transfer_sent_at,
+            ),
+            self.rejoin_since,
+            self.actions.len(),
+        )
+    }
+
+    /// `due`, or sooner for the pre-vote round: asked again every `resend_ticks` while this
+    /// replica is leaving its view (from `leaving_at` on), dropped at the next tick otherwise.
+    fn with_pre_vote(&self, due: u64, leaving_at: Option<u64>) -> u64 {
+        let next = self.now + 1;
+        let leaving = !self.muted && leaving_at.is_some_and(|at| at <= next);
+        let round = match (&self.pre_vote, leaving) {
+            (Some(round), true) if round.view == self.view + 1 => {
+                round.asked_at + self.config.resend_ticks
+            }
+            (None, false) => u64::MAX,
+            _ => next,
+        };
+        due.min(round.max(next))
+    }
+
+    /// A Normal primary's next due tick: its heartbeat, a retransmission of the pipeline, the
+    /// hand-over to its preferred replica, the last tick it leads its quorum.
+    fn primary_tick_due(&self) -> u64 {
+        let next = self.now + 1;
+        let Some(led_at) = self.quorum_led_at else {
+            return next;
+        };
+        // Kept exact as a dense clock would: the last tick `leads_quorum` holds. Past it the
+        // primary goes quiet a view-change timeout after it last led (`quiet`), and sends
+        // nothing on its timers until a backup is heard again.
+        let leads = self.leads_quorum();
+        let (mut due, quiet_from) = match leads {
+            true => (self.leads_quorum_until().saturating_sub(1), u64::MAX),
+            false => (u64::MAX, led_at + self.config.view_change_timeout_ticks),
+        };
+        let mut timer = |at: u64| {
+            if at.max(next) < quiet_from {
+                due = due.min(at);
+            }
+        };
+        timer(self.next_heartbeat_at);
+        if !self.prepare_oks.is_empty() {
+            timer(self.resent_at + self.config.resend_ticks);
+        }
+        if let Some(preferred) = self.config.preferred_primary
+            && preferred != self.config.replica
+        {
+            let may_hand_over = self.primary_since + self.config.view_change_timeout_ticks;
+            let caught_up = self
+                .durable_acks
+                .get(usize::from(preferred))
+                .is_some_and(|acked| *acked >= self.journal.op());
+            if self.now < may_hand_over {
+                due = due.min(may_hand_over);
+            } else if caught_up && self.heard_lately(preferred) {
+                let again = self
+                    .transfer_sent_at
+                    .map_or(next, |at| at + self.config.resend_ticks);
+                due = due.min(again);
+            }
+        }
+        due
+    }
+
+    /// The first tick at which `leads_quorum` no longer holds unless a backup acknowledges
+    /// something first: a view-change timeout after the latest acknowledgement among enough
+    /// backups for a quorum with this primary.
+    fn leads_quorum_until(&self) -> u64 {
+        let me = usize::from(self.config.replica);
+        let backups_needed = self.config.quorum().saturating_sub(1);
+        if backups_needed == 0 {
+            return u64::MAX;
+        }
+        let backups = || {
+            (0..self.acked_at.len())
+                .filter(move |&r| r != me)
+                .filter_map(|r| self.acked_at[r])
+        };
+        // The latest acknowledgement that enough backups made at it or later (no allocation:
+        // a group has a handful of replicas and this runs at every wake of the group).
+        let latest = backups()
+            .filter(|&at| backups().filter(|&other| other >= at).count() >= backups_needed)
+            .max();
+        latest.map_or(0, |at| at + self.config.view_change_timeout_ticks)
     }
 
     /// A message from replica `from`.
@@ -1352,7 +1509,8 @@ impl Replica {
                 );
             }
         }
-        if self.now >= self.resent_at + self.config.resend_ticks {
+        // An empty pipeline's timer is restarted by its next prepare (see `prepare`).
+        if !self.prepare_oks.is_empty() && self.now >= self.resent_at + self.config.resend_ticks {
             self.resent_at = self.now;
             let pending: Vec<(u64, BTreeSet<ReplicaId>)> = self
                 .prepare_oks

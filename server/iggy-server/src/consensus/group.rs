@@ -836,6 +836,7 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
             let Some(mut job) = self.next_job(&mut jobs).await else {
                 break None;
             };
+            self.advance_clock();
             // Group commit: take everything already queued before driving the journal.
             loop {
                 if let Some(done) = self.accept(job).await {
@@ -863,6 +864,7 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
             }
             self.maybe_checkpoint().await;
             self.maybe_start_transfer();
+            self.schedule_clock();
         };
         self.finish_effects().await;
         self.finish_checkpoint().await;
@@ -1020,22 +1022,8 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                 self.drive().await;
                 let _ = done.send(self.core.replica().latest_request(client));
             }
-            Job::Tick => {
-                if let Some(plane) = &mut self.plane {
-                    plane.tick(&mut self.core);
-                    let now = plane.ticks();
-                    let view = self.core.replica().view();
-                    let needed = self.core.replica().state_transfer_needed().is_some();
-                    if !needed && self.fetch.as_ref().is_some_and(|fetch| !fetch.copying()) {
-                        self.fetch = None;
-                    }
-                    if let Some((to, transfer)) =
-                        self.fetch.as_mut().and_then(|fetch| fetch.on_tick(now))
-                    {
-                        plane.send_transfer(to, view, &transfer);
-                    }
-                }
-            }
+            // The clock moved as the group woke (`advance_clock`).
+            Job::Tick => {}
             Job::Register {
                 client,
                 user_id,
@@ -1118,6 +1106,42 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
             }
         }
         None
+    }
+
+    /// Brings the replica's clock to the present as the group wakes, with the timers of the
+    /// state transfer it runs.
+    fn advance_clock(&mut self) {
+        let Some(plane) = &mut self.plane else {
+            return;
+        };
+        if !plane.advance(&mut self.core) {
+            return;
+        }
+        let now = plane.ticks();
+        let view = self.core.replica().view();
+        let needed = self.core.replica().state_transfer_needed().is_some();
+        if !needed && self.fetch.as_ref().is_some_and(|fetch| !fetch.copying()) {
+            self.fetch = None;
+        }
+        if let Some((to, transfer)) = self.fetch.as_mut().and_then(|fetch| fetch.on_tick(now)) {
+            plane.send_transfer(to, view, &transfer);
+        }
+    }
+
+    /// Sets when the group wakes next if nothing comes: what its replica and plane have due,
+    /// and the state transfer's resend or retry.
+    fn schedule_clock(&mut self) {
+        let Some(plane) = &mut self.plane else {
+            return;
+        };
+        let needed = self.core.replica().state_transfer_needed().is_some();
+        let transfer_due = match &self.fetch {
+            Some(fetch) if !needed && !fetch.copying() => plane.ticks() + 1,
+            Some(fetch) => fetch.due(),
+            None if needed => self.transfer_paused_until,
+            None => u64::MAX,
+        };
+        plane.schedule(&self.core, transfer_due);
     }
 
     /// Starts a state transfer when the replica reports it cannot join its group's log

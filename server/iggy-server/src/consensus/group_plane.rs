@@ -8,6 +8,7 @@ use super::figures::GroupRole;
 use super::forward::{Forward, is_forward};
 use super::plane::Peers;
 use super::replica_bus::Inbound;
+use super::replica_clock::ReplicaClock;
 use super::transfer::{Transfer, is_transfer};
 use bytes::Bytes;
 use futures_channel::oneshot;
@@ -20,32 +21,17 @@ use iggy_metadata::retirement::RetirementReport;
 use iggy_vsr::group::{GroupCore, Outcome, Pending};
 use iggy_vsr::{Message, Refusal, Replica, Status};
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Ticks a forwarded register waits for the primary's verdict (5 s at the 50 ms tick).
 const FORWARD_TIMEOUT_TICKS: u64 = 100;
 
 type Core = GroupCore<oneshot::Sender<Outcome>>;
 
-/// When a group's replica clock ticks next, at `now`: the first instant of the process's tick
-/// grid after it, so every group of a shard ticks at the same instants and the runtime wakes
-/// once per tick, not once per group (hundreds of idle partition groups each on its own phase
-/// kept a node's runtime waking thousands of times a second). `due` is the tick that just fired
-/// (none: the group opens now); a group that fell behind (a long fsync) takes one tick, not a
-/// burst.
-fn next_tick(due: Option<Instant>, now: Instant, tick: Duration) -> Instant {
-    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-    let epoch = *EPOCH.get_or_init(Instant::now);
-    let now = due.map_or(now, |due| due.max(now));
-    let tick_nanos = tick.as_nanos().max(1);
-    let elapsed = now.saturating_duration_since(epoch).as_nanos();
-    let next = (elapsed / tick_nanos + 1) * tick_nanos;
-    epoch + Duration::from_nanos(u64::try_from(next).unwrap_or(u64::MAX))
-}
-
 /// What woke a group of a cluster besides its node's jobs.
 pub enum Wake {
     Frame(Inbound),
+    /// The group's sleep ran out: a tick is due.
     Tick,
     /// The bus is gone (the node is stopping).
     Gone,
@@ -81,9 +67,8 @@ pub struct ForwardedLogout {
 
 pub struct GroupPlane {
     peers: Peers,
-    /// Ticks since the group opened (the replica's clock), and when the next one is due.
-    ticks: u64,
-    next_tick: Instant,
+    /// The replica's clock: ticks since the group opened, and the next one due.
+    clock: ReplicaClock,
     /// Forwards sent to the primary and not answered yet, by nonce.
     forwarded: HashMap<u128, Forwarded>,
     next_nonce: u128,
@@ -105,11 +90,10 @@ const OTHER_INCARNATION_INTERVAL: std::time::Duration = std::time::Duration::fro
 
 impl GroupPlane {
     pub fn new(peers: Peers) -> Self {
-        let next_tick = next_tick(None, Instant::now(), peers.tick);
+        let clock = ReplicaClock::new(peers.tick, Instant::now());
         GroupPlane {
             peers,
-            ticks: 0,
-            next_tick,
+            clock,
             forwarded: HashMap::new(),
             // Per process: a verdict meant for a forward of an earlier run never matches.
             next_nonce: std::time::SystemTime::now()
@@ -134,17 +118,14 @@ impl GroupPlane {
         self.peers.transfer_chunk_bytes
     }
 
-    /// The next peer frame or tick of the replica clock.
+    /// The next peer frame, or the replica clock's due tick.
     pub async fn wait(&mut self) -> Wake {
         use futures_util::future::{Either, select};
-        let tick = std::pin::pin!(compio::time::sleep_until(self.next_tick));
-        match select(self.peers.inbound.next(), tick).await {
+        let due = std::pin::pin!(compio::time::sleep_until(self.clock.wake_at()));
+        match select(self.peers.inbound.next(), due).await {
             Either::Left((Some(frame), _)) => Wake::Frame(frame),
             Either::Left((None, _)) => Wake::Gone,
-            Either::Right(((), _)) => {
-                self.next_tick = next_tick(Some(self.next_tick), Instant::now(), self.peers.tick);
-                Wake::Tick
-            }
+            Either::Right(((), _)) => Wake::Tick,
         }
     }
 
@@ -153,16 +134,17 @@ impl GroupPlane {
         self.peers.inbound.try_recv().ok()
     }
 
-    /// One tick of the replica clock; forwards the primary never answered give up, and so do
-    /// those sent to the primary of a view this replica serves no more (a primary that died
-    /// or was deposed answers nothing: their clients send them again to the new one at once
-    /// instead of waiting out the timeout).
-    pub fn tick(&mut self, core: &mut Core) {
-        self.ticks += 1;
-        core.on_tick(self.ticks);
-        let now = self.ticks;
-        let replica = core.replica();
-        let serving = (replica.status() == Status::Normal).then(|| replica.view());
+    /// Brings the replica's clock to the present as the group wakes (see
+    /// [`ReplicaClock::advance`]): the core's timers, then forwards the primary never answered
+    /// give up, and so do those sent to the primary of a view this replica serves no more (a
+    /// primary that died or was deposed answers nothing: their clients send them again to the
+    /// new one at once instead of waiting out the timeout). Whether the clock moved.
+    pub fn advance(&mut self, core: &mut Core) -> bool {
+        let Some(now) = self.clock.advance(Instant::now()) else {
+            return false;
+        };
+        core.on_tick(now);
+        let serving = Self::serving_view(core.replica());
         let expired: Vec<u128> = self
             .forwarded
             .iter()
@@ -174,6 +156,26 @@ impl GroupPlane {
                 let _ = sent.done.send(sent.unanswered.outcome());
             }
         }
+        true
+    }
+
+    /// Sets the tick the group sleeps until: the first its replica, its forwards, its commit
+    /// announcement or the shell's own work (`shell_due`: a state transfer's) is due at.
+    pub fn schedule(&mut self, core: &Core, shell_due: u64) {
+        let next = self.clock.ticks() + 1;
+        let serving = Self::serving_view(core.replica());
+        let forwards = self.forwarded.values().map(|sent| match serving {
+            Some(view) if view > sent.view => next,
+            _ => sent.deadline,
+        });
+        let due = forwards
+            .chain(self.announce_at)
+            .fold(core.replica().next_tick_due().min(shell_due), u64::min);
+        self.clock.schedule(due);
+    }
+
+    fn serving_view(replica: &Replica) -> Option<u32> {
+        (replica.status() == Status::Normal).then(|| replica.view())
     }
 
     /// A frame from a peer: a consensus message for the core, or a forward; a session frame
@@ -286,7 +288,7 @@ impl GroupPlane {
 
     /// Ticks of the replica clock since the group opened.
     pub fn ticks(&self) -> u64 {
-        self.ticks
+        self.clock.ticks()
     }
 
     /// The group's id on the wire.
@@ -313,8 +315,9 @@ impl GroupPlane {
             return;
         }
         if self.peers.frames.group != METADATA_GROUP {
-            let due = *self.announce_at.get_or_insert(self.ticks + 1);
-            if self.ticks < due {
+            let ticks = self.clock.ticks();
+            let due = *self.announce_at.get_or_insert(ticks + 1);
+            if ticks < due {
                 return;
             }
         }
@@ -611,7 +614,7 @@ impl GroupPlane {
         }
         let sent = Forwarded {
             done: waiter,
-            deadline: self.ticks + FORWARD_TIMEOUT_TICKS,
+            deadline: self.clock.ticks() + FORWARD_TIMEOUT_TICKS,
             view,
             unanswered,
         };
@@ -1034,45 +1037,6 @@ mod tests {
         assert_eq!(
             register_outcome(4, ForwardRegisterOutcome::Unauthenticated),
             Outcome::Refused(Refusal::SessionUnknown)
-        );
-    }
-
-    /// The instants a group opened at `opened` ticks at, each tick firing on time.
-    fn ticks_from(opened: Instant, count: usize) -> Vec<Instant> {
-        let mut at = next_tick(None, opened, TICK);
-        let mut ticks = vec![at];
-        for _ in 1..count {
-            at = next_tick(Some(at), at, TICK);
-            ticks.push(at);
-        }
-        ticks
-    }
-
-    #[test]
-    fn groups_opened_at_different_instants_tick_at_the_same_instants() {
-        let start = Instant::now();
-        let first = ticks_from(start, 8);
-        for offset_ms in [1, 7, 23, 49, 120] {
-            let later = ticks_from(start + Duration::from_millis(offset_ms), 4);
-            for at in &later[1..] {
-                assert!(
-                    first.contains(at),
-                    "a group opened {offset_ms} ms later ticks at {at:?}, off the first group's ticks {first:?}"
-                );
-            }
-        }
-    }
-
-    #[test]
-    fn a_group_that_fell_behind_takes_one_tick_not_a_burst() {
-        let due = Instant::now();
-        let now = due + TICK * 3 + Duration::from_millis(20);
-        let next = next_tick(Some(due), now, TICK);
-        assert!(
-            next > now && next <= now + TICK,
-            "{:?} after {:?}",
-            next - due,
-            now - due
         );
     }
 }

@@ -13,6 +13,7 @@ pub mod link_stream;
 pub mod log_limit;
 pub mod plane;
 pub mod replica_bus;
+pub mod replica_clock;
 pub mod replica_count;
 pub mod replica_link;
 pub mod replica_tls;

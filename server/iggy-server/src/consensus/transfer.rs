@@ -544,6 +544,11 @@ impl Fetch {
         self.phase != Phase::Target
     }
 
+    /// The tick `on_tick` may act at: the last frame's resend.
+    pub fn due(&self) -> u64 {
+        self.asked_at + RESEND_TICKS
+    }
+
     /// The frame to send again, to the next peer, when the last one went unanswered for
     /// [`RESEND_TICKS`]: any peer that committed the offered state's records holds them
     /// byte for byte, so a chunk request may go to another peer than the target's.

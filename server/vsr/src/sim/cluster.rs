@@ -924,7 +924,20 @@ impl<W: Workload> Cluster<W> {
                 node.machine.effects_done(op);
                 core.effects_done(op);
             }
+            // A tick before the one the replica says is due changes nothing (the server's
+            // shell sleeps through them).
+            let due = core.replica().next_tick_due();
+            let before = (now < due).then(|| core.replica().tick_state());
             core.on_tick(now);
+            if let Some(before) = before {
+                let after = core.replica().tick_state();
+                assert!(
+                    before == after,
+                    "seed {}: replica {index}'s tick {now}, before its due tick {due}, changed \
+                     {before:?} to {after:?}",
+                    self.seed
+                );
+            }
             // The shell proposes its limits now and then (only a primary without a committed
             // or pending nomination prepares one), so nominations meet view changes, crashes
             // and checkpoints.
