@@ -949,7 +949,6 @@ impl Relayed for oneshot::Sender<Outcome> {
 mod tests {
     use super::*;
     use crate::consensus::group::refusal_error;
-    use crate::consensus::plane::TICK;
     use iggy_generated::errors::ErrorCode;
 
     /// The error a client gets for a Logout it sent to a backup, refused by the primary's core

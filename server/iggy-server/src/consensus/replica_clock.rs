@@ -131,7 +131,11 @@ mod tests {
         clock.schedule(11);
         let wake = clock.wake_at();
         assert_eq!(wake - first, TICK * 10);
-        assert_eq!(clock.advance(wake), Some(11), "the ten ticks slept through at once");
+        assert_eq!(
+            clock.advance(wake),
+            Some(11),
+            "the ten ticks slept through at once"
+        );
     }
 
     #[test]
@@ -154,7 +158,11 @@ mod tests {
         clock.advance(first);
         clock.schedule(3);
         let late = first + TICK * 40 + Duration::from_millis(20);
-        assert_eq!(clock.advance(late), Some(3), "the clock stops at the due tick");
+        assert_eq!(
+            clock.advance(late),
+            Some(3),
+            "the clock stops at the due tick"
+        );
         clock.schedule(4);
         let next = clock.wake_at();
         assert!(
@@ -174,5 +182,4 @@ mod tests {
         clock.schedule(u64::MAX);
         assert_eq!(clock.wake_at(), first + LONGEST_SLEEP);
     }
-
 }
