@@ -168,3 +168,52 @@ async fn messages_after_deleted_segments_survive_a_crash_restart() {
         assert_eq!(polled.messages[COUNT - 12].payload, "tail".as_bytes());
     }
 }
+
+/// A single node's active segment file removed behind its back (an operator's mistake, a
+/// cleanup script) while the node holds it open: the node has no peer to catch up from, so the
+/// check that finds it (each maintenance pass) writes the open file's bytes back to its path
+/// before the node stops (74, one line naming the segment), and the restart serves every
+/// acknowledged message. Before, the node stopped and the restart had lost the segment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "fails: the restart has lost the removed segment's messages"]
+async fn an_active_segment_removed_behind_a_single_nodes_back_is_written_back_before_it_stops() {
+    let mut server = TestServer::start();
+    let c = server.root_client().await;
+    create_stream_and_topic(&c, "s", "t", 1).await;
+    let mut acknowledged: Vec<String> = Vec::new();
+    for batch in 0..30 {
+        let payloads: Vec<String> = (0..10).map(|i| format!("b{batch}-m{i}-{}", "x".repeat(500))).collect();
+        send_to_partition(&c, &name("s"), &name("t"), 0, payloads.iter().map(|p| msg(p.as_bytes())).collect()).await;
+        acknowledged.extend(payloads);
+    }
+    drop(c);
+    let segment = files_under(&server.data_dir())
+        .into_iter()
+        .find(|p| p.extension().is_some_and(|e| e == "log") && p.to_string_lossy().contains("partitions"))
+        .expect("the partition's segment");
+    let length = std::fs::metadata(&segment).unwrap().len();
+    std::fs::remove_file(&segment).unwrap();
+    let status = tokio::task::block_in_place(|| server.wait_exit(std::time::Duration::from_secs(15)))
+        .unwrap_or_else(|| panic!("the node went on running on a segment removed behind its back"));
+    assert_eq!(status.code(), Some(74), "{status}");
+    let log = server.log();
+    let lines: Vec<&str> = log.lines().filter(|line| line.contains("storage failure:")).collect();
+    assert!(
+        lines.len() == 1 && lines[0].contains(&segment.display().to_string()) && lines[0].contains("written back"),
+        "one line naming the segment and that it was written back: {lines:?}"
+    );
+    assert_eq!(std::fs::metadata(&segment).map(|m| m.len()).ok(), Some(length), "the segment is back, whole");
+
+    tokio::task::block_in_place(|| server.start_again());
+    let c = server.root_client().await;
+    let mut served: Vec<String> = Vec::new();
+    loop {
+        let polled = poll(&c, &name("s"), &name("t"), 0, &consumer("r"), PollingStrategy::offset(served.len() as u64), 1000, false).await;
+        if polled.messages.is_empty() {
+            break;
+        }
+        served.extend(payloads(&polled));
+    }
+    assert_eq!(served.len(), acknowledged.len(), "every acknowledged message is served after the restart");
+    assert!(served == acknowledged, "in order");
+}
