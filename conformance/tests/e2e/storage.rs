@@ -173,9 +173,8 @@ async fn messages_after_deleted_segments_survive_a_crash_restart() {
 /// cleanup script) while the node holds it open: the node has no peer to catch up from, so the
 /// check that finds it (each maintenance pass) writes the open file's bytes back to its path
 /// before the node stops (74, one line naming the segment), and the restart serves every
-/// acknowledged message. Before, the node stopped and the restart had lost the segment.
+/// acknowledged message. Before, the node stopped and the restart served none of them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails: the restart has lost the removed segment's messages"]
 async fn an_active_segment_removed_behind_a_single_nodes_back_is_written_back_before_it_stops() {
     let mut server = TestServer::start();
     let c = server.root_client().await;

@@ -362,6 +362,47 @@ fn descriptor_metadata(file: &File) -> io::Result<std::fs::Metadata> {
     std_file.metadata()
 }
 
+/// Writes the first `length` bytes of `file`, whose path was removed (unlinked while open), to a
+/// new file at `path`, durably (the file and its directory fsynced). Refuses to replace anything
+/// found at `path` meanwhile; a copy that fails midway is removed. Blocking: the node stops
+/// right after.
+fn write_back_removed(file: &File, path: &Path, length: u64) -> io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::FileExt;
+    // SAFETY: as in `descriptor_metadata`: borrowed for this call, never closed here.
+    let source = std::mem::ManuallyDrop::new(unsafe {
+        <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(file.as_raw_fd())
+    });
+    let mut target = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)?;
+    let copied = (|| {
+        let mut buffer = vec![0u8; 1 << 20];
+        let mut position = 0;
+        while position < length {
+            let want = usize::try_from(length - position)
+                .map_or(buffer.len(), |left| left.min(buffer.len()));
+            let read = source.read_at(&mut buffer[..want], position)?;
+            if read == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("the open file ends at {position} of {length} bytes"),
+                ));
+            }
+            target.write_all(&buffer[..read])?;
+            position += read as u64;
+        }
+        target.sync_all()?;
+        let parent = path.parent().unwrap_or(Path::new("."));
+        std::fs::File::open(parent)?.sync_all()
+    })();
+    if copied.is_err() {
+        let _ = std::fs::remove_file(path);
+    }
+    copied
+}
+
 // Writes, fsyncs, truncations, creations and removals of segment files stop the process when
 // they fail (see `fail_stop`); reads return errors (a poll's caller stops on one showing the file
 // no longer holds what was written, see `check_read`).
@@ -824,11 +865,33 @@ impl PartitionLog {
         let metadata =
             descriptor_metadata(&self.files.active.log).map_err(|e| io_error(path, e))?;
         if metadata.nlink() == 0 {
+            // The open descriptor still holds every byte: written back to the path, they are
+            // what the next start recovers (a single node has no peer to catch up from). The
+            // index beside it too when it went the same way (the start rebuilds a missing or
+            // short one from the log).
+            let written_back = write_back_removed(&self.files.active.log, path, segment.log_size);
+            if let Ok(index) = descriptor_metadata(&self.files.active.index)
+                && index.nlink() == 0
+                && written_back.is_ok()
+            {
+                let _ =
+                    write_back_removed(&self.files.active.index, &segment.index_path, index.len());
+            }
+            let outcome = match written_back {
+                Ok(()) => format!(
+                    "its {} bytes were written back to it from the open file, for the restart",
+                    segment.log_size
+                ),
+                Err(error) => format!("writing its bytes back from the open file failed: {error}"),
+            };
             return Err(io_error(
                 path,
                 io::Error::new(
                     io::ErrorKind::NotFound,
-                    "the file was removed behind the node's back (the node still held it open)",
+                    format!(
+                        "the file was removed behind the node's back (the node still held it \
+                         open); {outcome}"
+                    ),
                 ),
             ));
         }

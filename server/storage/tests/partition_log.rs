@@ -1534,7 +1534,8 @@ fn a_read_stops_before_the_batch_that_would_pass_its_byte_bound() {
 }
 
 /// The active segment's file removed or cut short behind the log's back is found by
-/// `check_active_file` (the node stops on it); one grown or intact is not.
+/// `check_active_file` (the node stops on it; a removed one is written back first); one grown or
+/// intact is not.
 #[test]
 fn an_active_segment_removed_or_cut_short_behind_the_logs_back_is_found() {
     run(async {
@@ -1559,9 +1560,17 @@ fn an_active_segment_removed_or_cut_short_behind_the_logs_back_is_found() {
         file.set_len(length).unwrap();
         log.check_active_file().unwrap();
 
+        let written = std::fs::read(&path).unwrap();
+        let index_path = path.with_extension("index");
+        let index = std::fs::read(&index_path).unwrap();
         std::fs::remove_file(&path).unwrap();
+        std::fs::remove_file(&index_path).unwrap();
         let found = log.check_active_file().unwrap_err().to_string();
-        assert!(found.contains("removed"), "{found}");
+        assert!(found.contains("removed") && found.contains("written back"), "{found}");
+        // Written back from the open files, whole, for the next start (a single node has no
+        // peer to catch up from).
+        assert!(std::fs::read(&path).unwrap() == written, "the log is back, byte for byte");
+        assert!(std::fs::read(&index_path).unwrap() == index, "the index is back too");
     });
 }
 
