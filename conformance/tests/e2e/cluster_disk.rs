@@ -637,7 +637,6 @@ async fn a_primary_reading_zeros_where_it_wrote_stops_and_the_new_primary_serves
 /// Before the detector the node hung like a paused process and the send in flight waited out
 /// the 30 s. Needs root (ext4 on a loop device).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails: a node whose disk hangs hangs with it (no stall detection)"]
 async fn a_partition_primary_whose_disk_hangs_stops_and_catches_up_once_it_answers() {
     let disk = Ext4::mount(64);
     let data = disk.data_dir().display().to_string();

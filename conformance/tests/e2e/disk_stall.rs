@@ -47,7 +47,6 @@ fn batch(number: usize) -> Vec<String> {
 /// deadline), a new connection is refused, the process exits 74 once the disk answers, and a
 /// restart serves every acknowledged message.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails: a node whose disk hangs hangs with it, with no line (no stall detection)"]
 async fn a_node_whose_disk_hangs_stops_with_a_line_naming_the_stall() {
     let disk = Ext4::mount(64);
     let data = disk.data_dir().display().to_string();

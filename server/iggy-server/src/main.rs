@@ -420,6 +420,8 @@ fn main() -> ExitCode {
         std::env::var("RUST_LOG").ok().as_deref(),
     );
     stop_on_panic();
+    // Before the data directory is touched: a start on a hung disk stops too.
+    iggy_storage::stall::start(cfg.system.max_disk_stall(), "system.max_disk_stall");
     if cfg.cluster.enabled && !cfg.node.advertised_address.trim().is_empty() {
         tracing::warn!(
             "node.advertised_address ({}) is not used by a cluster node: clients are told each \
