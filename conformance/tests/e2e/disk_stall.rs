@@ -89,3 +89,42 @@ async fn a_node_whose_disk_hangs_stops_with_a_line_naming_the_stall() {
     assert!(served.len() >= acked.len() && served[..acked.len()] == acked[..], "every acknowledged message, in order: {} served, {} acked", served.len(), acked.len());
     assert!(served.len() == acked.len() || served[acked.len()..] == in_flight[..], "nothing but the send in flight besides");
 }
+
+/// A node started on a disk that hangs opens (a start that finds its files in place reads
+/// and writes nothing), and the first write, a login's session op in the metadata journal,
+/// stops it with the line naming the journal; the login fails instead of hanging, and a start
+/// once the disk answers serves what was acknowledged before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_started_on_a_disk_that_hangs_stops_at_its_first_write() {
+    let disk = Ext4::mount(64);
+    let data = disk.data_dir().display().to_string();
+    let mut server = TestServer::start_with_env(&[("IGGY_SYSTEM_PATH", &data), ("IGGY_SYSTEM_MAX_DISK_STALL", MAX_DISK_STALL)]);
+    let thaw = ThawOnDrop(&disk);
+    let client = server.root_client().await;
+    create_stream_and_topic(&client, "s", "t", 1).await;
+    let acked = batch(0);
+    let mut messages: Vec<IggyMessage> = acked.iter().map(|p| msg(p.as_bytes())).collect();
+    ok("send", within("send", client.send_messages(&name("s"), &name("t"), &Partitioning::partition_id(0), &mut messages)).await);
+    drop(client);
+    tokio::task::block_in_place(|| server.stop());
+    disk.freeze();
+    tokio::task::block_in_place(|| server.start_again());
+    let started = Instant::now();
+    let client = IggyClient::from_connection_string(&format!("{}?reconnection_retries=0", server.connection_string(ROOT_USER, ROOT_PASSWORD)))
+        .expect("valid connection string");
+    let login = within_for(Duration::from_secs(40), "connect + login on a hung disk", client.connect()).await;
+    let answered = started.elapsed();
+    assert!(login.is_err(), "a login committed on a hung disk");
+    assert!(answered < Duration::from_secs(15), "the login came back only after {answered:?}: {login:?}");
+    let log = || server.log().split("===== e2e harness: start #2").nth(1).unwrap_or_default().to_string();
+    let line = wait_storage_failure_line(log, Duration::from_secs(15)).await;
+    eprintln!("after {answered:?}: {login:?}; {line}");
+    assert!(line.contains("no answer from the disk") && line.contains(&format!("{data}/metadata/")), "names the metadata group's file: {line}");
+    drop(thaw);
+    let status = tokio::task::block_in_place(|| server.wait_exit(Duration::from_secs(20))).expect("the node exits once the disk answers");
+    assert_eq!(status.code(), Some(STORAGE_FAILURE_EXIT_CODE), "{status}:\n{}", server.log());
+    tokio::task::block_in_place(|| server.start_again());
+    let reader = server.root_client().await;
+    let polled = poll(&reader, &name("s"), &name("t"), 0, &consumer("r"), PollingStrategy::offset(0), 1000, false).await;
+    assert_eq!(payloads(&polled), acked);
+}

@@ -546,10 +546,10 @@ fn mark_restored(path: &str, write: bool) -> std::io::Result<bool> {
     let root = std::path::Path::new(path);
     let marker = root.join(iggy_generated::storage::RESTORED_MARKER_FILE);
     if write && !marker.exists() {
-        let _watch = iggy_storage::stall::watch(
+        let _watch = iggy_storage::stall::watch_path(
             iggy_storage::stall::Op::Create,
             iggy_storage::fail_stop::Synced::Record,
-            -1,
+            &marker,
         );
         std::fs::File::create(&marker)?.sync_all()?;
         std::fs::File::open(root)?.sync_all()?;

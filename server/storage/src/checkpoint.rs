@@ -33,7 +33,7 @@ use iggy_wire::{WireDecode, WireEncode};
 
 use crate::StorageError;
 use crate::fail_stop::{OrStop, Synced, sync_dir_async};
-use crate::stall::{Op, watch};
+use crate::stall::{Op, watch, watch_path};
 use std::os::fd::AsRawFd;
 
 /// The two slot files, in a group's directory.
@@ -104,7 +104,7 @@ impl CheckpointSlots {
         let path = self.dir.join(SLOT_FILE_NAMES[slot]);
         let bytes = encode(replica, state);
         let length = bytes.len() as u64;
-        let watched = watch(Op::Open, Synced::Checkpoint, -1);
+        let watched = watch_path(Op::Open, Synced::Checkpoint, &path);
         let mut file = compio::fs::OpenOptions::new()
             .write(true)
             .create(true)

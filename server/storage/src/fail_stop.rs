@@ -12,7 +12,7 @@
 //! renamed or removed. Bad data found at recovery is not a storage failure: the caller refuses
 //! it or cuts it with a message, as before.
 
-use crate::stall::{Op, watch};
+use crate::stall::{Op, watch, watch_path};
 use std::io;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -178,7 +178,7 @@ pub fn create_dir_all(dir: &Path) {
     {
         create_dir_all(parent);
     }
-    let watched = watch(Op::Create, Synced::Directory, -1);
+    let watched = watch_path(Op::Create, Synced::Directory, dir);
     let created = std::fs::create_dir(dir);
     drop(watched);
     match created {
@@ -190,7 +190,7 @@ pub fn create_dir_all(dir: &Path) {
 
 /// Renames `from` to `to` and fsyncs both directories.
 pub fn rename(from: &Path, to: &Path) {
-    let watched = watch(Op::Rename, Synced::Directory, -1);
+    let watched = watch_path(Op::Rename, Synced::Directory, to);
     std::fs::rename(from, to).or_stop("rename to", to);
     drop(watched);
     sync_parent(to);
@@ -201,7 +201,7 @@ pub fn rename(from: &Path, to: &Path) {
 
 /// Removes the tree at `path` and fsyncs the directory that held it.
 pub fn remove_dir_all(path: &Path) {
-    let watched = watch(Op::Remove, Synced::Directory, -1);
+    let watched = watch_path(Op::Remove, Synced::Directory, path);
     std::fs::remove_dir_all(path).or_stop("remove", path);
     drop(watched);
     sync_parent(path);
@@ -219,7 +219,7 @@ pub fn temporary_path(path: &Path) -> PathBuf {
 /// most a temporary file beside it.
 pub async fn write_atomically(path: &Path, bytes: Vec<u8>) {
     let temporary = temporary_path(path);
-    let watched = watch(Op::Write, Synced::Record, -1);
+    let watched = watch_path(Op::Write, Synced::Record, &temporary);
     let compio::BufResult(written, _) = compio::fs::write(&temporary, bytes).await;
     written.or_stop("write", &temporary);
     drop(watched);
@@ -231,7 +231,7 @@ pub async fn write_atomically(path: &Path, bytes: Vec<u8>) {
     count_fsync(Synced::Record);
     drop(watched);
     drop(file);
-    let watched = watch(Op::Rename, Synced::Record, -1);
+    let watched = watch_path(Op::Rename, Synced::Record, path);
     compio::fs::rename(&temporary, path)
         .await
         .or_stop("rename to", path);
@@ -242,7 +242,7 @@ pub async fn write_atomically(path: &Path, bytes: Vec<u8>) {
 /// [`write_atomically`] with blocking std calls, for start-up before any runtime runs.
 pub fn write_atomically_blocking(path: &Path, bytes: &[u8]) {
     let temporary = temporary_path(path);
-    let watched = watch(Op::Write, Synced::Record, -1);
+    let watched = watch_path(Op::Write, Synced::Record, &temporary);
     std::fs::write(&temporary, bytes).or_stop("write", &temporary);
     drop(watched);
     let file = std::fs::File::open(&temporary).or_stop("open", &temporary);
@@ -251,7 +251,7 @@ pub fn write_atomically_blocking(path: &Path, bytes: &[u8]) {
     count_fsync(Synced::Record);
     drop(watched);
     drop(file);
-    let watched = watch(Op::Rename, Synced::Record, -1);
+    let watched = watch_path(Op::Rename, Synced::Record, path);
     std::fs::rename(&temporary, path).or_stop("rename to", path);
     drop(watched);
     sync_parent(path);

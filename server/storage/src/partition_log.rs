@@ -37,7 +37,7 @@ use crate::batch;
 use crate::fail_stop::{OrStop, Synced, count_fsync};
 use crate::layout::{self, frame, index_entry, read_u32, read_u64, segment, write_u32, write_u64};
 use crate::small_write::SMALL_WRITE_MAX;
-use crate::stall::{Op, watch};
+use crate::stall::{Op, watch, watch_path};
 use crate::verify::Finding;
 
 /// Bytes read at a time while walking a segment during recovery.
@@ -405,7 +405,7 @@ async fn open_read_only(path: &Path) -> Result<File, StorageError> {
 
 /// Creates (or empties) a segment file; the caller fsyncs the directory.
 async fn create_file(path: &Path) -> File {
-    let _watch = watch(Op::Create, Synced::Segment, -1);
+    let _watch = watch_path(Op::Create, Synced::Segment, path);
     OpenOptions::new()
         .read(true)
         .write(true)
@@ -417,7 +417,7 @@ async fn create_file(path: &Path) -> File {
 }
 
 async fn remove_file(path: &Path) {
-    let _watch = watch(Op::Remove, Synced::Segment, -1);
+    let _watch = watch_path(Op::Remove, Synced::Segment, path);
     match compio::fs::remove_file(path).await {
         Err(error) if error.kind() == io::ErrorKind::NotFound => {}
         removed => removed.or_stop("remove", path),
@@ -1419,7 +1419,7 @@ impl PartitionLog {
                 (&segment.log_path, &log_path),
                 (&segment.index_path, &index_path),
             ] {
-                let _watch = watch(Op::Rename, Synced::Segment, -1);
+                let _watch = watch_path(Op::Rename, Synced::Segment, to);
                 compio::fs::rename(from, to).await.or_stop("rename to", to);
             }
             crate::fail_stop::sync_dir_async(&self.dir).await;

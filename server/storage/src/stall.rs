@@ -22,6 +22,7 @@
 use crate::fail_stop::Synced;
 use std::cell::Cell;
 use std::os::fd::RawFd;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -73,10 +74,13 @@ impl Op {
 const SLOTS_PER_THREAD: usize = 64;
 
 /// One watched operation: `since` is 0 while the slot is free, else the coarse clock's value
-/// when it started plus one; `what` packs the operation, the file kind and the descriptor.
+/// when it started plus one; `what` packs the operation, the file kind and the descriptor;
+/// `path` names the file of an operation without a descriptor (a creation, rename, removal:
+/// rare, so a lock and a copy there cost nothing that matters).
 struct Slot {
     since: AtomicU64,
     what: AtomicU64,
+    path: Mutex<Option<PathBuf>>,
 }
 
 /// The slots of one thread (threads that exit hand theirs to the next thread that starts).
@@ -176,6 +180,7 @@ fn thread_slots() -> &'static ThreadSlots {
         slots: std::array::from_fn(|_| Slot {
             since: AtomicU64::new(0),
             what: AtomicU64::new(0),
+            path: Mutex::new(None),
         }),
     }));
     threads.push(slots);
@@ -214,9 +219,19 @@ impl Drop for InFlight {
     }
 }
 
-/// Watches `op` on a file of kind `file` (descriptor `fd`, or -1 when it has none yet) until
-/// the returned guard is dropped.
+/// Watches `op` on the open file `fd` of kind `file` until the returned guard is dropped (the
+/// stop line names the file from the descriptor).
 pub fn watch(op: Op, file: Synced, fd: RawFd) -> InFlight {
+    begin(op, file, fd, None)
+}
+
+/// Watches `op` on `path` (a file of kind `file` with no descriptor at hand: a creation,
+/// rename or removal) until the returned guard is dropped.
+pub fn watch_path(op: Op, file: Synced, path: &Path) -> InFlight {
+    begin(op, file, -1, Some(path))
+}
+
+fn begin(op: Op, file: Synced, fd: RawFd, path: Option<&Path>) -> InFlight {
     let unwatched = InFlight {
         slot: None,
         _thread_bound: std::marker::PhantomData,
@@ -241,6 +256,12 @@ pub fn watch(op: Op, file: Synced, fd: RawFd) -> InFlight {
             };
             local.taken.set(taken | 1 << index);
             let slot = &slots.slots[index as usize];
+            if fd < 0 {
+                *slot
+                    .path
+                    .lock()
+                    .unwrap_or_else(|poison| poison.into_inner()) = path.map(Path::to_path_buf);
+            }
             slot.what.store(pack(op, file, fd), Ordering::Relaxed);
             slot.since
                 .store(CLOCK_MS.load(Ordering::Relaxed) + 1, Ordering::Release);
@@ -264,6 +285,8 @@ pub struct Watched {
     pub op: Option<Op>,
     pub file: Option<Synced>,
     pub fd: Option<RawFd>,
+    /// The file, for an operation without a descriptor.
+    pub path: Option<PathBuf>,
 }
 
 /// An operation in flight past the limit.
@@ -349,11 +372,19 @@ fn in_flight() -> Vec<Watched> {
                 continue;
             }
             let what = slot.what.load(Ordering::Relaxed);
+            let (op, file, fd) = unpack(what);
+            let path = match fd {
+                Some(_) => None,
+                None => slot
+                    .path
+                    .lock()
+                    .unwrap_or_else(|poison| poison.into_inner())
+                    .clone(),
+            };
             // Taken again in between: a new operation, not the one read.
             if slot.since.load(Ordering::Acquire) != since {
                 continue;
             }
-            let (op, file, fd) = unpack(what);
             watched.push(Watched {
                 thread: slots
                     .thread
@@ -364,6 +395,7 @@ fn in_flight() -> Vec<Watched> {
                 op,
                 file,
                 fd,
+                path,
             });
         }
     }
@@ -401,6 +433,7 @@ fn stop(stall: &Stall, limit: Duration, key: &str) -> ! {
     let file = watched
         .fd
         .and_then(|fd| std::fs::read_link(format!("/proc/self/fd/{fd}")).ok())
+        .or_else(|| watched.path.clone())
         .map_or_else(
             || format!("a {}", watched.file.map_or("file", Synced::label)),
             |path| path.display().to_string(),
@@ -456,6 +489,7 @@ mod tests {
             op: Some(Op::Fsync),
             file: Some(Synced::Segment),
             fd: Some(7),
+            path: None,
         }
     }
 
@@ -548,9 +582,16 @@ mod tests {
                 .filter(|w| w.thread == current_thread_name() && w.op == Some(op))
                 .count()
         };
-        let first = watch(Op::Rename, Synced::Directory, -1);
-        let second = watch(Op::Rename, Synced::Directory, -1);
+        let first = watch_path(Op::Rename, Synced::Directory, Path::new("/d/a"));
+        let second = watch_path(Op::Rename, Synced::Directory, Path::new("/d/b"));
         assert_eq!(mine(Op::Rename), 2);
+        let paths: Vec<_> = in_flight()
+            .into_iter()
+            .filter(|w| w.thread == current_thread_name() && w.op == Some(Op::Rename))
+            .map(|w| (w.fd, w.path))
+            .collect();
+        assert!(paths.contains(&(None, Some("/d/a".into()))), "{paths:?}");
+        assert!(paths.contains(&(None, Some("/d/b".into()))), "{paths:?}");
         drop(first);
         assert_eq!(mine(Op::Rename), 1);
         let many: Vec<InFlight> = (0..SLOTS_PER_THREAD + 3)

@@ -113,10 +113,10 @@ impl RunsState {
             .and_then(|path| path.parent().map(Path::to_path_buf))
             .expect("only a node with a runs file declares a run a peer can judge");
         let marker = dir.join(RESTORED_MARKER_FILE);
-        let watched = iggy_storage::stall::watch(
+        let watched = iggy_storage::stall::watch_path(
             iggy_storage::stall::Op::Create,
             iggy_storage::fail_stop::Synced::Record,
-            -1,
+            &marker,
         );
         let written = std::fs::File::create(&marker)
             .and_then(|file| file.sync_all())

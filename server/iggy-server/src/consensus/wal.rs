@@ -39,7 +39,7 @@ use compio::fs::{File, OpenOptions};
 use compio::io::{AsyncReadAtExt, AsyncWriteAtExt};
 use iggy_generated::frames::{Command, PrepareHeader};
 use iggy_storage::fail_stop::{OrStop, Synced};
-use iggy_storage::stall::{Op, watch};
+use iggy_storage::stall::{Op, watch, watch_path};
 use iggy_storage::verify::Severity;
 use iggy_vsr::Entry;
 use iggy_vsr::codec::entry_header;
@@ -540,7 +540,7 @@ impl FileJournal {
         }
         let damaged = damage.is_some();
         let first_op = entries.first().map(|entry| entry.entry().op);
-        let watched = watch(Op::Open, Synced::Journal, -1);
+        let watched = watch_path(Op::Open, Synced::Journal, path);
         let file = OpenOptions::new()
             .create(true)
             .write(true)
