@@ -702,3 +702,69 @@ async fn a_partition_primary_whose_disk_hangs_stops_and_catches_up_once_it_answe
     wait_identical_segments(&cluster, &roots, 1, 2).await;
     every_node_serves(&cluster, ids, partition, &sent).await;
 }
+
+/// The metadata primary's disk stops answering (fsfreeze): its stall detector stops it within
+/// `system.max_disk_stall` (2 s here), the others elect a metadata primary, and a client of
+/// another node creates topics and sends on, none waiting anywhere near the SDK's 30 s; after
+/// the thaw the node exits 74 and, restarted, serves every topic created meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_metadata_primary_whose_disk_hangs_stops_and_topics_are_created_through_the_new_one() {
+    // Every node on a disk of its own: which one the first election makes the metadata
+    // primary is known only once they run.
+    let disks: Vec<Ext4> = (0..3).map(|_| Ext4::mount(64)).collect();
+    let stall = ("IGGY_SYSTEM_MAX_DISK_STALL".to_string(), crate::disk_stall::MAX_DISK_STALL.to_string());
+    let options = ClusterOptions {
+        node_env: (0..3).map(|i| (i, vec![("IGGY_SYSTEM_PATH".into(), disks[i].data_dir().display().to_string()), stall.clone()])).collect(),
+        ..ClusterOptions::default()
+    };
+    let mut cluster = TestCluster::start_with(3, options);
+    let (primary, view) = wait_until(
+        "a metadata primary",
+        Duration::from_secs(10),
+        || cluster.primary(METADATA_GROUP),
+        || cluster.describe(METADATA_GROUP),
+    )
+    .await;
+    let hung = usize::from(primary);
+    let other = (hung + 1) % 3;
+    let thaw = crate::disk_stall::ThawOnDrop(&disks[hung]);
+    let client = cluster.root_client(other).await;
+    let (ids, partition) = partition_led_by(&cluster, &client, 3, other as u8).await;
+    let mut sent = Sent::default();
+    for number in 0..5 {
+        ok("send", sent.send(&client, ids, partition, batch("p", number, 1024)).await);
+    }
+    disks[hung].freeze();
+    let mut topics = Vec::new();
+    let mut results: Vec<Result<Duration, String>> = Vec::new();
+    for number in 5..25 {
+        let started = Instant::now();
+        let topic = format!("extra{number}");
+        let created = within_for(SEND_LIMIT, "create topic", client.create_topic(&id(ids.0), &topic, &topic_options(1))).await;
+        results.push(created.map(|_| started.elapsed()).map_err(|e| format!("create {topic}: {e} after {:?}", started.elapsed())));
+        topics.push(topic);
+        results.push(sent.send(&client, ids, partition, batch("p", number, 1024)).await.map_err(|e| format!("send {number}: {e}")));
+    }
+    let data = disks[hung].data_dir().display().to_string();
+    let line = wait_storage_failure_line(|| cluster.node(hung).log(), Duration::from_secs(15)).await;
+    let slowest = results.iter().filter_map(|r| r.as_ref().ok()).max().copied();
+    eprintln!("node {hung} (metadata primary) hung: slowest {slowest:?}, results {results:?}; {line}");
+    assert!(line.contains("no answer from the disk") && line.contains(&data), "{line}");
+    let failed: Vec<&Result<Duration, String>> = results.iter().filter(|r| r.is_err()).collect();
+    assert!(failed.is_empty(), "writes failed while the metadata primary's disk hung: {results:?}");
+    assert!(slowest.is_some_and(|took| took < Duration::from_secs(20)), "none waits anywhere near the SDK's 30 s: {results:?}");
+    cluster.wait_new_primary(METADATA_GROUP, hung, view).await;
+    drop(thaw);
+    let status = tokio::task::block_in_place(|| cluster.nodes[hung].wait_exit(Duration::from_secs(20))).expect("the node exits once its disk answers");
+    assert_eq!(status.code(), Some(STORAGE_FAILURE_EXIT_CODE), "{status}");
+    cluster.restart(hung);
+    let roots: Vec<PathBuf> = disks.iter().map(Ext4::data_dir).collect();
+    wait_identical_segments(&cluster, &roots, 1, hung).await;
+    every_node_serves(&cluster, ids, partition, &sent).await;
+    let reader = cluster.root_client(hung).await;
+    let served: Vec<String> =
+        ok("get topics", within("get topics", reader.get_topics(&id(ids.0))).await).into_iter().map(|t| t.name).collect();
+    for topic in &topics {
+        assert!(served.contains(topic), "acknowledged topic {topic} is served by the restarted node: {served:?}");
+    }
+}
