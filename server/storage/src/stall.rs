@@ -7,17 +7,19 @@
 //! removal registers itself here while in flight ([`watch`]); a plain thread outside the shards
 //! (they may be the ones blocked) looks at them every tick and, once one has been in flight
 //! longer than `system.max_disk_stall`, fail-stops the process like a failed write
-//! ([`crate::fail_stop`]: one `storage failure:` line naming the operation, the file when its
-//! descriptor is known, the thread and how long it has been stalled; exit code 74).
+//! ([`crate::fail_stop`]: one `storage failure:` line naming the operation, the file (from its
+//! descriptor, or the path a creation, rename or removal was given), the thread and how long
+//! it has been stalled; exit code 74).
 //!
 //! A thread blocked in the kernel on a frozen filesystem cannot be killed: the process is not
 //! reaped, and keeps its descriptors open, until the disk answers again. So before exiting the
 //! detector shuts down every socket of the process (TCP clients and peers see the connection
 //! end and a listener refuses new ones), which is what makes the node fail-stop for them.
 //!
-//! Cost on the write path: a thread-local slot taken from a bitmask, two relaxed stores and a
-//! relaxed load of a coarse clock the detector advances (no syscall, no lock, no allocation),
-//! and one store to release it.
+//! Cost on the write path: a thread-local slot taken from a bitmask, two stores (the second a
+//! release, a plain store on x86) and a relaxed load of a coarse clock the detector advances
+//! (no syscall, no lock, no allocation), and one store to release it: 5 to 9 ns measured
+//! against 0.6 to 1.1 µs for a 1 KB pwrite (bench/README.md).
 
 use crate::fail_stop::Synced;
 use std::cell::Cell;
