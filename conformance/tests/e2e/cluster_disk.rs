@@ -7,9 +7,11 @@
 //! byte-identical on every replica. The faults: a disk that fills (tmpfs), one that turns
 //! read-only on an error (ext4 `errors=remount-ro` on a loop device: `trigger_fs_error`),
 //! a supervisor restarting the node on a disk still full, a segment file cut short or removed
-//! behind a running node's back, and (long form) a disk that hangs (fsfreeze). Needs root.
+//! behind a running node's back, and a disk that hangs (fsfreeze; `disk_stall.rs` for the
+//! single node). Needs root.
 
 use crate::disk_full::{STORAGE_FAILURE_EXIT_CODE, Tmpfs, cluster_with_node_2_in, leave_room};
+use crate::disk_stall::wait_storage_failure_line;
 use crate::harness::*;
 use crate::test_cluster::{ClusterOptions, METADATA_GROUP, TestCluster, partition_group, wait_until};
 use iggy::prelude::*;
@@ -307,8 +309,9 @@ impl Ext4 {
         run("fsfreeze", &["-f", self.mount_point().to_str().unwrap()]);
     }
 
-    pub(crate) fn thaw(&self) {
-        run("fsfreeze", &["-u", self.mount_point().to_str().unwrap()]);
+    /// Also a cleanup's: a filesystem not frozen is left as it is.
+    pub(crate) fn thaw_if_frozen(&self) {
+        let _ = Command::new("fsfreeze").arg("-u").arg(self.mount_point()).output();
     }
 
     /// Unmount, fsck and mount again read-write (the node using it stopped).
@@ -324,7 +327,7 @@ impl Ext4 {
 impl Drop for Ext4 {
     fn drop(&mut self) {
         // A frozen filesystem would hold the unmount.
-        let _ = Command::new("fsfreeze").arg("-u").arg(self.mount_point()).output();
+        self.thaw_if_frozen();
         let _ = Command::new("umount").arg(self.mount_point()).status();
         let _ = Command::new("losetup").args(["-d", &self.device]).status();
     }
@@ -623,22 +626,23 @@ async fn a_primary_reading_zeros_where_it_wrote_stops_and_the_new_primary_serves
 }
 
 /// The partition primary's disk stops answering (fsfreeze: every write to it blocks, as on a
-/// volume that hangs). The node then answers nothing at all, as a paused process (a write of
-/// under a megabyte is done in place on the shard's thread, `iggy_storage::small_write`), so
-/// the two others elect a new primary after a heartbeat timeout; the send in flight to it
-/// waits out the SDK's 30 s deadline and comes back `OperationUncertain`, which
-/// `resolve_operation` proves through the new primary, and every later send goes through that
-/// one at once. Once the disk answers again the node catches up. About 35 s, so a long form:
-/// `CLUSTER_DISK_HANG=1`.
+/// volume that hangs). A write of under a megabyte is done in place on the shard's thread
+/// (`iggy_storage::small_write`), so that shard answers nothing; the node's stall detector
+/// (`system.max_disk_stall`, 2 s here) stops it with one line naming the stalled operation and
+/// file, and closes its connections and replica links at once. The two others elect a new
+/// primary, the send in flight to the partition is resolved well before the SDK's 30 s
+/// deadline (at once, or `OperationUncertain` proven through the new primary), every later
+/// send goes through the new primary, and the node exits 74 once the disk answers again (a
+/// thread blocked on a frozen filesystem cannot be killed before). Restarted, it catches up.
+/// Before the detector the node hung like a paused process and the send in flight waited out
+/// the 30 s. Needs root (ext4 on a loop device).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_partition_primary_whose_disk_hangs_is_replaced_and_catches_up_once_it_answers() {
-    if std::env::var_os("CLUSTER_DISK_HANG").is_none() {
-        eprintln!("skipped: a long form (CLUSTER_DISK_HANG=1)");
-        return;
-    }
+async fn a_partition_primary_whose_disk_hangs_stops_and_catches_up_once_it_answers() {
     let disk = Ext4::mount(64);
     let data = disk.data_dir().display().to_string();
-    let cluster = cluster_with_node_2_in(&data, 0);
+    let node_env = vec![("IGGY_SYSTEM_PATH".into(), data.clone()), ("IGGY_SYSTEM_MAX_DISK_STALL".into(), crate::disk_stall::MAX_DISK_STALL.into())];
+    let mut cluster = TestCluster::start_with(3, ClusterOptions { node_env: [(2, node_env)].into(), ..ClusterOptions::default() });
+    let thaw = crate::disk_stall::ThawOnDrop(&disk);
     let client = cluster.root_client(0).await;
     let (ids, partition) = partition_led_by(&cluster, &client, 3, 2).await;
     let group = partition_group(ids.0, ids.1, partition);
@@ -672,19 +676,95 @@ async fn a_partition_primary_whose_disk_hangs_is_replaced_and_catches_up_once_it
         results.push(result);
     }
     let new_primary = cluster.primary(group);
+    let line = wait_storage_failure_line(|| cluster.node(2).log(), Duration::from_secs(15)).await;
     let hung_for = frozen.elapsed();
-    disk.thaw();
     let slowest = results.iter().filter_map(|r| r.as_ref().ok()).max().copied();
     let failed: Vec<&Result<Duration, String>> = results.iter().filter(|r| r.is_err()).collect();
-    eprintln!("while node 2's disk hung ({hung_for:?}): primary {new_primary:?}, slowest send {slowest:?}, failed {failed:?}");
+    eprintln!("while node 2's disk hung ({hung_for:?}): primary {new_primary:?}, slowest send {slowest:?}, failed {failed:?}; {line}");
+    assert!(line.contains("no answer from the disk") && line.contains(&data) && line.contains("iggy-shard-"), "names the stall, its file and shard: {line}");
     assert!(failed.is_empty(), "sends failed while node 2's disk hung: {results:?}");
+    assert!(slowest.is_some_and(|took| took < Duration::from_secs(20)), "the send in flight is resolved well before the SDK's 30 s: {results:?}");
     let slow = results.iter().filter(|r| r.as_ref().is_ok_and(|took| *took > Duration::from_secs(5))).count();
     assert!(slow <= 1, "only the send in flight when the disk hung waits: {results:?}");
     assert!(new_primary.is_some_and(|(primary, v)| primary != 2 && v > view), "{}", cluster.describe(group));
-    for number in 60..70 {
-        ok("send after the thaw", sent.send(&client, ids, partition, batch("p", number, 1024)).await);
+    drop(thaw);
+    let status = tokio::task::block_in_place(|| cluster.nodes[2].wait_exit(Duration::from_secs(20))).expect("node 2 exits once its disk answers");
+    assert_eq!(status.code(), Some(STORAGE_FAILURE_EXIT_CODE), "{status}");
+    assert_eq!(cluster.node(2).log().matches("storage failure:").count(), 1, "one line");
+    for number in 60..65 {
+        ok("send with node 2 stopped", sent.send(&client, ids, partition, batch("p", number, 1024)).await);
+    }
+    cluster.restart(2);
+    for number in 65..70 {
+        ok("send after node 2's restart", sent.send(&client, ids, partition, batch("p", number, 1024)).await);
     }
     let roots = [cluster.node(0).data_dir(), cluster.node(1).data_dir(), disk.data_dir()];
     wait_identical_segments(&cluster, &roots, 1, 2).await;
     every_node_serves(&cluster, ids, partition, &sent).await;
+}
+
+/// The metadata primary's disk stops answering (fsfreeze): its stall detector stops it within
+/// `system.max_disk_stall` (2 s here), the others elect a metadata primary, and a client of
+/// another node creates topics and sends on, none waiting anywhere near the SDK's 30 s; after
+/// the thaw the node exits 74 and, restarted, serves every topic created meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_metadata_primary_whose_disk_hangs_stops_and_topics_are_created_through_the_new_one() {
+    // Every node on a disk of its own: which one the first election makes the metadata
+    // primary is known only once they run.
+    let disks: Vec<Ext4> = (0..3).map(|_| Ext4::mount(64)).collect();
+    let stall = ("IGGY_SYSTEM_MAX_DISK_STALL".to_string(), crate::disk_stall::MAX_DISK_STALL.to_string());
+    let options = ClusterOptions {
+        node_env: (0..3).map(|i| (i, vec![("IGGY_SYSTEM_PATH".into(), disks[i].data_dir().display().to_string()), stall.clone()])).collect(),
+        ..ClusterOptions::default()
+    };
+    let mut cluster = TestCluster::start_with(3, options);
+    let (primary, view) = wait_until(
+        "a metadata primary",
+        Duration::from_secs(10),
+        || cluster.primary(METADATA_GROUP),
+        || cluster.describe(METADATA_GROUP),
+    )
+    .await;
+    let hung = usize::from(primary);
+    let other = (hung + 1) % 3;
+    let thaw = crate::disk_stall::ThawOnDrop(&disks[hung]);
+    let client = cluster.root_client(other).await;
+    let (ids, partition) = partition_led_by(&cluster, &client, 3, other as u8).await;
+    let mut sent = Sent::default();
+    for number in 0..5 {
+        ok("send", sent.send(&client, ids, partition, batch("p", number, 1024)).await);
+    }
+    disks[hung].freeze();
+    let mut topics = Vec::new();
+    let mut results: Vec<Result<Duration, String>> = Vec::new();
+    for number in 5..25 {
+        let started = Instant::now();
+        let topic = format!("extra{number}");
+        let created = within_for(SEND_LIMIT, "create topic", client.create_topic(&id(ids.0), &topic, &topic_options(1))).await;
+        results.push(created.map(|_| started.elapsed()).map_err(|e| format!("create {topic}: {e} after {:?}", started.elapsed())));
+        topics.push(topic);
+        results.push(sent.send(&client, ids, partition, batch("p", number, 1024)).await.map_err(|e| format!("send {number}: {e}")));
+    }
+    let data = disks[hung].data_dir().display().to_string();
+    let line = wait_storage_failure_line(|| cluster.node(hung).log(), Duration::from_secs(15)).await;
+    let slowest = results.iter().filter_map(|r| r.as_ref().ok()).max().copied();
+    eprintln!("node {hung} (metadata primary) hung: slowest {slowest:?}, results {results:?}; {line}");
+    assert!(line.contains("no answer from the disk") && line.contains(&data), "{line}");
+    let failed: Vec<&Result<Duration, String>> = results.iter().filter(|r| r.is_err()).collect();
+    assert!(failed.is_empty(), "writes failed while the metadata primary's disk hung: {results:?}");
+    assert!(slowest.is_some_and(|took| took < Duration::from_secs(20)), "none waits anywhere near the SDK's 30 s: {results:?}");
+    cluster.wait_new_primary(METADATA_GROUP, hung, view).await;
+    drop(thaw);
+    let status = tokio::task::block_in_place(|| cluster.nodes[hung].wait_exit(Duration::from_secs(20))).expect("the node exits once its disk answers");
+    assert_eq!(status.code(), Some(STORAGE_FAILURE_EXIT_CODE), "{status}");
+    cluster.restart(hung);
+    let roots: Vec<PathBuf> = disks.iter().map(Ext4::data_dir).collect();
+    wait_identical_segments(&cluster, &roots, 1, hung).await;
+    every_node_serves(&cluster, ids, partition, &sent).await;
+    let reader = cluster.root_client(hung).await;
+    let served: Vec<String> =
+        ok("get topics", within("get topics", reader.get_topics(&id(ids.0))).await).into_iter().map(|t| t.name).collect();
+    for topic in &topics {
+        assert!(served.contains(topic), "acknowledged topic {topic} is served by the restarted node: {served:?}");
+    }
 }

@@ -32,6 +32,7 @@ mod docker_image;
 mod external_offsets;
 mod disk_full;
 mod cluster_disk;
+mod disk_stall;
 mod fail_stop;
 mod framing;
 mod http;

@@ -43,7 +43,19 @@ pub struct System {
     pub checkpoint_journal_ops: usize,
     pub session_lease_secs: u64,
     pub maintenance_interval_ms: u64,
+    /// A duration ("20s"; "0s" turns the detector off): see [`System::max_disk_stall`].
+    #[serde(rename = "max_disk_stall")]
+    pub max_disk_stall_text: String,
     pub logging: Logging,
+}
+
+impl System {
+    /// How long a disk write, fsync, truncation, creation, rename or removal may be in flight
+    /// before the node fail-stops (`iggy_storage::stall`); zero turns the detector off.
+    /// Validated at load.
+    pub fn max_disk_stall(&self) -> std::time::Duration {
+        cluster::parse_duration(self.max_disk_stall_text.trim()).unwrap_or_default()
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -686,6 +698,18 @@ impl Config {
                 });
             }
         }
+        match cluster::parse_duration(self.system.max_disk_stall_text.trim()) {
+            // Under a second a healthy fsync under load would stop the node.
+            Some(limit) if limit.is_zero() || limit >= std::time::Duration::from_secs(1) => {}
+            _ => {
+                return Err(ConfigError::BadValue {
+                    key: "system.max_disk_stall".into(),
+                    value: self.system.max_disk_stall_text.clone(),
+                    expected: "duration of at least 1s (a whole number with ms, s, m or h: \
+                               \"20s\"), or \"0s\" for no stall detection",
+                });
+            }
+        }
         if self.partition.consumer_offsets_max == 0 {
             return Err(ConfigError::BadValue {
                 key: "partition.consumer_offsets_max".into(),
@@ -883,6 +907,7 @@ fn certificate_source(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn none(_: &str) -> Option<String> {
         None
@@ -955,6 +980,32 @@ mod tests {
         assert_eq!(limits.max_request_bodies_size, 0);
         assert_eq!(limits.request_bodies_budget(Some(8 << 30)), 2 << 30);
         assert_eq!(limits.request_bodies_budget(None), 1 << 30);
+    }
+
+    #[test]
+    fn the_disk_stall_limit_is_a_duration_of_a_second_or_more_or_zero() {
+        let stall = |value: &'static str| {
+            move |k: &str| (k == "IGGY_SYSTEM_MAX_DISK_STALL").then(|| value.to_string())
+        };
+        let limit = |c: Config| c.system.max_disk_stall();
+        assert_eq!(limit(load(None, none).unwrap()), Duration::from_secs(20));
+        assert_eq!(
+            limit(load(None, stall("3s")).unwrap()),
+            Duration::from_secs(3)
+        );
+        assert_eq!(limit(load(None, stall("0s")).unwrap()), Duration::ZERO);
+        let file = "[system]\nmax_disk_stall = \"1m\"\n";
+        assert_eq!(
+            limit(load(Some(file), none).unwrap()),
+            Duration::from_secs(60)
+        );
+        for bad in ["20", "500ms", "-1s", "twenty", "1.5s"] {
+            let e = load(None, stall(bad)).unwrap_err();
+            assert!(
+                matches!(&e, ConfigError::BadValue { key, .. } if key == "system.max_disk_stall"),
+                "{bad}: {e}"
+            );
+        }
     }
 
     #[test]

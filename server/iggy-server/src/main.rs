@@ -420,6 +420,8 @@ fn main() -> ExitCode {
         std::env::var("RUST_LOG").ok().as_deref(),
     );
     stop_on_panic();
+    // Before the data directory is touched: a start on a hung disk stops too.
+    iggy_storage::stall::start(cfg.system.max_disk_stall(), "system.max_disk_stall");
     if cfg.cluster.enabled && !cfg.node.advertised_address.trim().is_empty() {
         tracing::warn!(
             "node.advertised_address ({}) is not used by a cluster node: clients are told each \
@@ -544,6 +546,11 @@ fn mark_restored(path: &str, write: bool) -> std::io::Result<bool> {
     let root = std::path::Path::new(path);
     let marker = root.join(iggy_generated::storage::RESTORED_MARKER_FILE);
     if write && !marker.exists() {
+        let _watch = iggy_storage::stall::watch_path(
+            iggy_storage::stall::Op::Create,
+            iggy_storage::fail_stop::Synced::Record,
+            &marker,
+        );
         std::fs::File::create(&marker)?.sync_all()?;
         std::fs::File::open(root)?.sync_all()?;
     }

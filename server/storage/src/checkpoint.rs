@@ -32,7 +32,9 @@ use iggy_generated::storage::CheckpointSlot;
 use iggy_wire::{WireDecode, WireEncode};
 
 use crate::StorageError;
-use crate::fail_stop::{OrStop, sync_dir_async};
+use crate::fail_stop::{OrStop, Synced, sync_dir_async};
+use crate::stall::{Op, watch, watch_path};
+use std::os::fd::AsRawFd;
 
 /// The two slot files, in a group's directory.
 pub const SLOT_FILE_NAMES: [&str; 2] = ["checkpoint.0", "checkpoint.1"];
@@ -102,17 +104,23 @@ impl CheckpointSlots {
         let path = self.dir.join(SLOT_FILE_NAMES[slot]);
         let bytes = encode(replica, state);
         let length = bytes.len() as u64;
+        let watched = watch_path(Op::Open, Synced::Checkpoint, &path);
         let mut file = compio::fs::OpenOptions::new()
             .write(true)
             .create(true)
             .open(&path)
             .await
             .or_stop("open", &path);
+        drop(watched);
+        let watched = watch(Op::Write, Synced::Checkpoint, file.as_raw_fd());
         let compio::BufResult(written, _) = file.write_all_at(bytes, 0).await;
         written.or_stop("write", &path);
         file.set_len(length).await.or_stop("truncate", &path);
+        drop(watched);
+        let watched = watch(Op::Fsync, Synced::Checkpoint, file.as_raw_fd());
         file.sync_all().await.or_stop("fsync", &path);
-        crate::fail_stop::count_fsync(crate::fail_stop::Synced::Checkpoint);
+        crate::fail_stop::count_fsync(Synced::Checkpoint);
+        drop(watched);
         if !self.dir_synced[slot] {
             sync_dir_async(&self.dir).await;
             self.dir_synced[slot] = true;

@@ -12,7 +12,9 @@
 //! renamed or removed. Bad data found at recovery is not a storage failure: the caller refuses
 //! it or cuts it with a message, as before.
 
+use crate::stall::{Op, watch, watch_path};
 use std::io;
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -99,6 +101,28 @@ pub fn fail_stop(operation: &str, path: &Path, error: &io::Error) -> ! {
     std::process::exit(EXIT_CODE)
 }
 
+/// Stops the process for a disk that stopped answering ([`crate::stall`]): runs `first` (it
+/// closes the node's connections), logs `message`, then exits with [`EXIT_CODE`] without
+/// running exit handlers (a thread of ours is blocked on the disk; nothing may wait for it).
+/// `first` comes before the line: a log written to the hung disk would block the line, and
+/// the connections must close regardless. A stop already under way wins: this caller then
+/// waits for the process to end.
+pub(crate) fn stop_stalled(message: &str, first: impl FnOnce()) -> ! {
+    if STOPPING.swap(true, Ordering::SeqCst) {
+        loop {
+            std::thread::park();
+        }
+    }
+    first();
+    if tracing::enabled!(tracing::Level::ERROR) {
+        tracing::error!("{message}");
+    } else {
+        eprintln!("iggy-server: {message}");
+    }
+    // SAFETY: _exit ends the process; it touches no memory of ours.
+    unsafe { libc::_exit(EXIT_CODE) }
+}
+
 /// `io::Result<T>` → `T`, or [`fail_stop`] naming `operation` and `path`.
 pub trait OrStop<T> {
     fn or_stop(self, operation: &str, path: &Path) -> T;
@@ -121,9 +145,9 @@ fn parent_of(path: &Path) -> &Path {
 /// Fsyncs `dir`, so an entry created, renamed or removed in it survives a machine crash.
 /// Blocking: for start-up and for the rare directory changes of partition lifecycles.
 pub fn sync_dir(dir: &Path) {
-    std::fs::File::open(dir)
-        .and_then(|file| file.sync_all())
-        .or_stop("fsync directory", dir);
+    let file = std::fs::File::open(dir).or_stop("fsync directory", dir);
+    let _watch = watch(Op::Fsync, Synced::Directory, file.as_raw_fd());
+    file.sync_all().or_stop("fsync directory", dir);
     count_fsync(Synced::Directory);
 }
 
@@ -132,6 +156,7 @@ pub async fn sync_dir_async(dir: &Path) {
     let file = compio::fs::File::open(dir)
         .await
         .or_stop("fsync directory", dir);
+    let _watch = watch(Op::Fsync, Synced::Directory, file.as_raw_fd());
     file.sync_all().await.or_stop("fsync directory", dir);
     count_fsync(Synced::Directory);
 }
@@ -153,7 +178,10 @@ pub fn create_dir_all(dir: &Path) {
     {
         create_dir_all(parent);
     }
-    match std::fs::create_dir(dir) {
+    let watched = watch_path(Op::Create, Synced::Directory, dir);
+    let created = std::fs::create_dir(dir);
+    drop(watched);
+    match created {
         Ok(()) => sync_dir(parent),
         Err(error) if error.kind() == io::ErrorKind::AlreadyExists && dir.is_dir() => {}
         Err(error) => fail_stop("create directory", dir, &error),
@@ -162,7 +190,9 @@ pub fn create_dir_all(dir: &Path) {
 
 /// Renames `from` to `to` and fsyncs both directories.
 pub fn rename(from: &Path, to: &Path) {
+    let watched = watch_path(Op::Rename, Synced::Directory, to);
     std::fs::rename(from, to).or_stop("rename to", to);
+    drop(watched);
     sync_parent(to);
     if parent_of(from) != parent_of(to) {
         sync_parent(from);
@@ -171,7 +201,9 @@ pub fn rename(from: &Path, to: &Path) {
 
 /// Removes the tree at `path` and fsyncs the directory that held it.
 pub fn remove_dir_all(path: &Path) {
+    let watched = watch_path(Op::Remove, Synced::Directory, path);
     std::fs::remove_dir_all(path).or_stop("remove", path);
+    drop(watched);
     sync_parent(path);
 }
 
@@ -187,29 +219,41 @@ pub fn temporary_path(path: &Path) -> PathBuf {
 /// most a temporary file beside it.
 pub async fn write_atomically(path: &Path, bytes: Vec<u8>) {
     let temporary = temporary_path(path);
+    let watched = watch_path(Op::Write, Synced::Record, &temporary);
     let compio::BufResult(written, _) = compio::fs::write(&temporary, bytes).await;
     written.or_stop("write", &temporary);
+    drop(watched);
     let file = compio::fs::File::open(&temporary)
         .await
         .or_stop("open", &temporary);
+    let watched = watch(Op::Fsync, Synced::Record, file.as_raw_fd());
     file.sync_all().await.or_stop("fsync", &temporary);
     count_fsync(Synced::Record);
+    drop(watched);
     drop(file);
+    let watched = watch_path(Op::Rename, Synced::Record, path);
     compio::fs::rename(&temporary, path)
         .await
         .or_stop("rename to", path);
+    drop(watched);
     sync_dir_async(parent_of(path)).await;
 }
 
 /// [`write_atomically`] with blocking std calls, for start-up before any runtime runs.
 pub fn write_atomically_blocking(path: &Path, bytes: &[u8]) {
     let temporary = temporary_path(path);
+    let watched = watch_path(Op::Write, Synced::Record, &temporary);
     std::fs::write(&temporary, bytes).or_stop("write", &temporary);
-    std::fs::File::open(&temporary)
-        .and_then(|file| file.sync_all())
-        .or_stop("fsync", &temporary);
+    drop(watched);
+    let file = std::fs::File::open(&temporary).or_stop("open", &temporary);
+    let watched = watch(Op::Fsync, Synced::Record, file.as_raw_fd());
+    file.sync_all().or_stop("fsync", &temporary);
     count_fsync(Synced::Record);
+    drop(watched);
+    drop(file);
+    let watched = watch_path(Op::Rename, Synced::Record, path);
     std::fs::rename(&temporary, path).or_stop("rename to", path);
+    drop(watched);
     sync_parent(path);
 }
 

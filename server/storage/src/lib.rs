@@ -14,6 +14,12 @@
 //!   (74); the directory helpers fsync a directory after an entry in it changed, and
 //!   [`fail_stop::write_atomically`] writes a file whole (temp, fsync, rename, directory fsync).
 //!
+//! - [`stall`]: every durable write, fsync, truncation, creation, rename and removal is
+//!   watched while in flight ([`stall::watch`], a thread-local slot and two relaxed stores);
+//!   a detector thread ([`stall::start`], `system.max_disk_stall`) stops the process the same
+//!   way (one `storage failure:` line naming the operation, file and thread; exit 74) once one
+//!   has been in flight past the limit, its sockets shut down first.
+//!
 //! - [`records::write_checked_u64`] / [`records::read_checked_u64`]: the 16-byte
 //!   `[u64 value][u64 xxh3]` record (created.revision, retirement.fence), written atomically.
 //!
@@ -57,6 +63,7 @@ pub mod partition_log;
 pub mod records;
 pub mod revision;
 pub mod small_write;
+pub mod stall;
 pub mod verify;
 
 use std::path::PathBuf;

@@ -37,6 +37,7 @@ use crate::batch;
 use crate::fail_stop::{OrStop, Synced, count_fsync};
 use crate::layout::{self, frame, index_entry, read_u32, read_u64, segment, write_u32, write_u64};
 use crate::small_write::SMALL_WRITE_MAX;
+use crate::stall::{Op, watch, watch_path};
 use crate::verify::Finding;
 
 /// Bytes read at a time while walking a segment during recovery.
@@ -408,16 +409,19 @@ fn write_back_removed(file: &File, path: &Path, length: u64) -> io::Result<()> {
 // no longer holds what was written, see `check_read`).
 
 async fn write_all(file: &mut File, path: &Path, bytes: impl IoBuf, position: u64) {
+    let _watch = watch(Op::Write, Synced::Segment, file.as_raw_fd());
     let BufResult(result, _) = file.write_all_at(bytes, position).await;
     result.or_stop("write", path);
 }
 
 async fn sync_data(file: &File, path: &Path, kind: Synced) {
+    let _watch = watch(Op::Fsync, kind, file.as_raw_fd());
     file.sync_data().await.or_stop("fsync", path);
     count_fsync(kind);
 }
 
 async fn set_len(file: &File, path: &Path, length: u64) {
+    let _watch = watch(Op::Truncate, Synced::Segment, file.as_raw_fd());
     file.set_len(length).await.or_stop("truncate", path);
 }
 
@@ -442,6 +446,7 @@ async fn open_read_only(path: &Path) -> Result<File, StorageError> {
 
 /// Creates (or empties) a segment file; the caller fsyncs the directory.
 async fn create_file(path: &Path) -> File {
+    let _watch = watch_path(Op::Create, Synced::Segment, path);
     OpenOptions::new()
         .read(true)
         .write(true)
@@ -453,6 +458,7 @@ async fn create_file(path: &Path) -> File {
 }
 
 async fn remove_file(path: &Path) {
+    let _watch = watch_path(Op::Remove, Synced::Segment, path);
     match compio::fs::remove_file(path).await {
         Err(error) if error.kind() == io::ErrorKind::NotFound => {}
         removed => removed.or_stop("remove", path),
@@ -997,6 +1003,9 @@ impl PartitionLog {
         files.records_unsynced = true;
         let index_position = active.index_size();
         let frames = record.slice(layout::batch::HEADER_SIZE..);
+        // Until the record and its index entry are written: on a hung disk the in-place writes
+        // block this thread in the kernel, and only the stall detector sees it.
+        let _watch = watch(Op::Write, Synced::Segment, files.log.as_raw_fd());
         if record.len() <= SMALL_WRITE_MAX {
             // A small record goes to the page cache at once: an io_uring buffered write is
             // punted to a kernel worker, whose round trip costs more than the copy itself.
@@ -1061,6 +1070,7 @@ impl PartitionLog {
             }
         };
         compio::runtime::spawn_blocking(move || {
+            let _watch = watch(Op::Writeback, Synced::Segment, file.as_raw_fd());
             // SAFETY: `file` owns the open descriptor; the call reads no memory of ours.
             let started = unsafe {
                 libc::sync_file_range(
@@ -1472,6 +1482,7 @@ impl PartitionLog {
                 (&segment.log_path, &log_path),
                 (&segment.index_path, &index_path),
             ] {
+                let _watch = watch_path(Op::Rename, Synced::Segment, to);
                 compio::fs::rename(from, to).await.or_stop("rename to", to);
             }
             crate::fail_stop::sync_dir_async(&self.dir).await;

@@ -113,9 +113,15 @@ impl RunsState {
             .and_then(|path| path.parent().map(Path::to_path_buf))
             .expect("only a node with a runs file declares a run a peer can judge");
         let marker = dir.join(RESTORED_MARKER_FILE);
+        let watched = iggy_storage::stall::watch_path(
+            iggy_storage::stall::Op::Create,
+            iggy_storage::fail_stop::Synced::Record,
+            &marker,
+        );
         let written = std::fs::File::create(&marker)
             .and_then(|file| file.sync_all())
             .and_then(|()| std::fs::File::open(&dir)?.sync_all());
+        drop(watched);
         let line = format!(
             "replica {}: {}; wrote {} and stopped: start the node again and it starts \
              restored, catching up from its peers before it votes (README \"Replace a cluster \

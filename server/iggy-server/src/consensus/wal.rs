@@ -38,10 +38,12 @@ use bytes::Bytes;
 use compio::fs::{File, OpenOptions};
 use compio::io::{AsyncReadAtExt, AsyncWriteAtExt};
 use iggy_generated::frames::{Command, PrepareHeader};
-use iggy_storage::fail_stop::OrStop;
+use iggy_storage::fail_stop::{OrStop, Synced};
+use iggy_storage::stall::{Op, watch, watch_path};
 use iggy_storage::verify::Severity;
 use iggy_vsr::Entry;
 use iggy_vsr::codec::entry_header;
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 const HEADER_SIZE: usize = PrepareHeader::SIZE;
@@ -538,6 +540,7 @@ impl FileJournal {
         }
         let damaged = damage.is_some();
         let first_op = entries.first().map(|entry| entry.entry().op);
+        let watched = watch_path(Op::Open, Synced::Journal, path);
         let file = OpenOptions::new()
             .create(true)
             .write(true)
@@ -545,6 +548,7 @@ impl FileJournal {
             .open(path)
             .await
             .or_stop("open", path);
+        drop(watched);
         if created {
             iggy_storage::fail_stop::sync_parent(path);
         }
@@ -556,6 +560,7 @@ impl FileJournal {
             ));
         }
         if damaged {
+            let _watch = watch(Op::Truncate, Synced::Journal, file.as_raw_fd());
             file.set_len(position as u64)
                 .await
                 .or_stop("truncate", path);
@@ -693,6 +698,7 @@ impl Journal for FileJournal {
             .ok_or_else(|| unencodable("not encodable as a prepare"))?;
         let position = self.len;
         let body = stand_in.unwrap_or(&entry.body);
+        let watched = watch(Op::Write, Synced::Journal, self.file.as_raw_fd());
         if body.len() <= iggy_storage::small_write::SMALL_WRITE_MAX {
             // Small records are copied into the page cache in place (see small_write).
             iggy_storage::small_write::write_all_vectored_at(
@@ -710,6 +716,7 @@ impl Journal for FileJournal {
                 .0
                 .or_stop("write", &self.path);
         }
+        drop(watched);
         self.positions.truncate(index);
         self.positions.push(position);
         self.checksums.truncate(index);
@@ -719,6 +726,7 @@ impl Journal for FileJournal {
     }
 
     async fn sync(&mut self) {
+        let _watch = watch(Op::Fsync, Synced::Journal, self.file.as_raw_fd());
         self.file.sync_data().await.or_stop("fsync", &self.path);
         iggy_storage::fail_stop::count_fsync(iggy_storage::fail_stop::Synced::Journal);
     }
@@ -749,6 +757,7 @@ impl Journal for FileJournal {
             self.positions.truncate(index);
             self.checksums.truncate(index);
             self.len = position;
+            let _watch = watch(Op::Truncate, Synced::Journal, self.file.as_raw_fd());
             self.file
                 .set_len(position)
                 .await
@@ -765,6 +774,7 @@ impl FileJournal {
     /// start would find that fragment after the last record and report what a crash leaves
     /// (a torn tail), though none happened. A crash still leaves it, and recovery cuts it.
     pub async fn trim(&mut self) {
+        let _watch = watch(Op::Truncate, Synced::Journal, self.file.as_raw_fd());
         self.file
             .set_len(self.len)
             .await
@@ -804,6 +814,7 @@ impl FileJournal {
         self.checksums.clear();
         self.start = 0;
         self.len = 0;
+        let _watch = watch(Op::Truncate, Synced::Journal, self.file.as_raw_fd());
         self.file.set_len(0).await.or_stop("truncate", &self.path);
     }
 

@@ -20,6 +20,7 @@ pub struct Shards {
 impl Shards {
     /// Starts `count - 1` shard threads beside the current one (shard 0).
     pub fn start(count: usize) -> std::io::Result<Shards> {
+        iggy_storage::stall::name_this_thread("iggy-shard-0");
         let mut others = Vec::new();
         for index in 1..count.max(1) {
             let (sender, mut tasks) = mpsc::unbounded::<Task>();
