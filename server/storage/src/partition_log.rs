@@ -374,6 +374,8 @@ fn write_back_removed(file: &File, path: &Path, length: u64) -> io::Result<()> {
     let source = std::mem::ManuallyDrop::new(unsafe {
         <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(file.as_raw_fd())
     });
+    // Watched as every durable write is (`stall`): a disk that hangs here stops the node too.
+    let _watch = watch_path(Op::Create, Synced::Segment, path);
     let mut target = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
