@@ -220,3 +220,45 @@ async fn a_partition_primary_that_lags_a_revocation_refuses_the_revoked_user() {
     expect_code("erin sends at once to the partition the lagging node leads", at_once, 41);
     expect_code("erin sends 5 s later to the partition the lagging node leads", later, 41);
 }
+
+/// What a user may do about users without manage_users: change its own password and read its
+/// own record, not another's password nor the list; an inactive user signs in neither by
+/// password nor by token (47). Grants updated and a status changed survive a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn own_records_inactive_users_and_grant_updates_across_a_restart() {
+    let mut server = TestServer::start();
+    let root = server.root_client().await;
+    create_stream_and_topic(&root, "s", "t", 1).await;
+    create_user(&root, "frank", None).await;
+    create_user(&root, "gina", None).await;
+    let frank = server.client_as("frank", "user-secret").await;
+    let me = ok("frank reads his own record", within("get", frank.get_user(&name("frank"))).await).expect("frank");
+    expect_code("frank reads gina's record", within("get", frank.get_user(&name("gina"))).await, 41);
+    expect_code("frank lists users", within("list", frank.get_users()).await, 41);
+    expect_code("frank changes gina's password", within("pw", frank.change_password(&name("gina"), "user-secret", "frank-chose")).await, 41);
+    expect_code("frank renames himself", within("rename", frank.update_user(&name("frank"), &UserUpdateOptions { username: Some("franky".into()), ..Default::default() })).await, 41);
+    ok("frank changes his own password", within("pw", frank.change_password(&id(me.id), "user-secret", "frank-new")).await);
+    let token = ok("gina's token", within("token", server.client_as("gina", "user-secret").await.create_personal_access_token("ginas", PersonalAccessTokenExpiry::NeverExpire)).await).token;
+
+    let grant = on_stream(0, StreamPermissions { read_stream: true, read_topics: true, ..Default::default() });
+    ok("grant frank", within("grant", root.update_permissions(&name("frank"), grant.clone())).await);
+    let inactive = UserUpdateOptions { status: Some(UserStatus::Inactive), ..Default::default() };
+    ok("deactivate gina", within("update", root.update_user(&name("gina"), &inactive)).await);
+    let check = async |server: &TestServer| {
+        let fresh = server.anonymous_client().await;
+        expect_code("inactive gina by password", within("login", fresh.login_user("gina", "user-secret")).await, 47);
+        let fresh = server.anonymous_client().await;
+        expect_code("inactive gina by token", within("login", fresh.login_with_personal_access_token(&token)).await, 47);
+        let frank = server.client_as("frank", "frank-new").await;
+        ok("frank reads stream 0 by name", within("get", frank.get_stream(&name("s"))).await).expect("s");
+        let user = ok("get frank", within("get", root_of(server).await.get_user(&name("frank"))).await).expect("frank");
+        assert_eq!(user.permissions, grant, "frank's grant as updated");
+    };
+    check(&server).await;
+    tokio::task::block_in_place(|| server.restart());
+    check(&server).await;
+}
+
+async fn root_of(server: &TestServer) -> IggyClient {
+    server.root_client().await
+}
