@@ -262,3 +262,35 @@ async fn own_records_inactive_users_and_grant_updates_across_a_restart() {
 async fn root_of(server: &TestServer) -> IggyClient {
     server.root_client().await
 }
+
+/// A producer granted send_messages alone (on the topic, or globally) sends with the SDK's
+/// balanced and keyed partitioning, which first ask the topic (300) for its partition count;
+/// the CLI's `message send` does the same. A poller granted poll_messages alone may ask it too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "fails: get_topic asks read_topic, so a send-only producer's balanced send is refused 41"]
+async fn send_messages_alone_lets_the_sdk_send_balanced_and_keyed() {
+    let server = TestServer::start();
+    let root = server.root_client().await;
+    create_stream_and_topic(&root, "s", "t", 2).await;
+    let send_only = TopicPermissions { send_messages: true, ..Default::default() };
+    create_user(&root, "topic-sender", on_topic(0, 0, send_only)).await;
+    let global = Permissions { global: GlobalPermissions { send_messages: true, ..Default::default() }, streams: None };
+    create_user(&root, "global-sender", Some(global)).await;
+    create_user(&root, "topic-poller", on_topic(0, 0, TopicPermissions { poll_messages: true, ..Default::default() })).await;
+    for user in ["topic-sender", "global-sender"] {
+        let sender = server.client_as(user, "user-secret").await;
+        for partitioning in [Partitioning::balanced(), Partitioning::messages_key_str("key").unwrap()] {
+            let mut m = msgs(user, 1);
+            ok(user, within("send", sender.send_messages(&name("s"), &name("t"), &partitioning, &mut m)).await);
+        }
+        expect_code("the sender reads no stream list", within("streams", sender.get_streams()).await, 41);
+    }
+    let poller = server.client_as("topic-poller", "user-secret").await;
+    let topic = ok("the poller asks its topic", within("topic", poller.get_topic(&name("s"), &name("t"))).await).expect("t");
+    assert_eq!(topic.partitions_count, 2);
+    let mut sent = 0;
+    for p in 0..2 {
+        sent += poll(&root, &id(0), &id(0), p, &consumer("root"), PollingStrategy::first(), 10, false).await.messages.len();
+    }
+    assert_eq!(sent, 4, "both senders' balanced and keyed messages arrived");
+}
