@@ -267,7 +267,6 @@ async fn root_of(server: &TestServer) -> IggyClient {
 /// balanced and keyed partitioning, which first ask the topic (300) for its partition count;
 /// the CLI's `message send` does the same. A poller granted poll_messages alone may ask it too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails: get_topic asks read_topic, so a send-only producer's balanced send is refused 41"]
 async fn send_messages_alone_lets_the_sdk_send_balanced_and_keyed() {
     let server = TestServer::start();
     let root = server.root_client().await;

@@ -101,6 +101,9 @@ pub enum Need {
     ReadTopics(u32),
     ManageTopic(u32, u32),
     ReadTopic(u32, u32),
+    /// A topic's details (get_topic): the SDK asks them for the partition count before a
+    /// balanced or keyed send, so a producer or consumer of the topic may learn them too.
+    DescribeTopic(u32, u32),
     PollMessages(u32, u32),
     SendMessages(u32, u32),
 }
@@ -143,6 +146,11 @@ impl Permissions {
                 self.allows(Need::ManageTopic(s, t))
                     || self.allows(Need::ReadTopics(s))
                     || topic(s, t).is_some_and(|p| p.read_topic)
+            }
+            Need::DescribeTopic(s, t) => {
+                self.allows(Need::ReadTopic(s, t))
+                    || self.allows(Need::PollMessages(s, t))
+                    || self.allows(Need::SendMessages(s, t))
             }
             Need::PollMessages(s, t) => {
                 g.poll_messages
@@ -1446,5 +1454,36 @@ mod tests {
         p.streams.insert(1, stream);
         assert!(p.allows(Need::SendMessages(1, 2)));
         assert!(!p.allows(Need::SendMessages(1, 3)));
+    }
+
+    #[test]
+    fn a_topics_producers_and_consumers_may_describe_it_and_nothing_more() {
+        let on_topic = |grant: TopicPermissions| {
+            let mut stream = StreamPermissions::default();
+            stream.topics.insert(2, grant);
+            Permissions {
+                streams: BTreeMap::from([(1, stream)]),
+                ..Default::default()
+            }
+        };
+        let sender = on_topic(TopicPermissions {
+            send_messages: true,
+            ..Default::default()
+        });
+        let poller = on_topic(TopicPermissions {
+            poll_messages: true,
+            ..Default::default()
+        });
+        for p in [&sender, &poller] {
+            assert!(p.allows(Need::DescribeTopic(1, 2)));
+            assert!(!p.allows(Need::DescribeTopic(1, 3)));
+            assert!(!p.allows(Need::ReadTopic(1, 2)));
+            assert!(!p.allows(Need::ReadTopics(1)));
+        }
+        let mut global = Permissions::default();
+        global.global.send_messages = true;
+        assert!(global.allows(Need::DescribeTopic(7, 9)));
+        assert!(!global.allows(Need::ReadStreams));
+        assert!(!Permissions::default().allows(Need::DescribeTopic(1, 2)));
     }
 }

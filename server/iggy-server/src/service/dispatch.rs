@@ -1605,7 +1605,7 @@ async fn non_replicated(
                             codec,
                         )
                     };
-                    metadata_read(Need::ReadTopic(s, t), Some(reply))
+                    metadata_read(Need::DescribeTopic(s, t), Some(reply))
                 }
                 None => metadata_read(Need::ReadStreams, None),
             }
