@@ -1568,7 +1568,7 @@ async fn non_replicated(
                         let metadata = node.shared.metadata.borrow();
                         model_replies::stream_details(&*node.shared, &metadata.streams[&id], codec)
                     };
-                    metadata_read(Need::ReadStream(id), Some(reply))
+                    metadata_read(Need::DescribeStream(id), Some(reply))
                 }
                 None => metadata_read(Need::ReadStreams, None),
             }
