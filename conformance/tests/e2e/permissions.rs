@@ -345,3 +345,29 @@ async fn the_high_level_producer_and_consumer_run_on_a_topic_grant_alone() {
     }
     assert_eq!(got, vec![0, 1, 2]);
 }
+
+/// Over HTTP the same rules hold: a producer granted send_messages on its topic alone sends
+/// balanced and by partition, is refused elsewhere (403, the SDK's 41), sees a revocation at
+/// once, and its token stops working when its user is deleted (401, the SDK's 40).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_http_grants_revocation_and_deletion_hold_too() {
+    let (server, api) = TestServer::start_with_http(&[]);
+    let root = server.root_client().await;
+    create_stream_and_topic(&root, "s", "t", 2).await;
+    create_stream_and_topic(&root, "other", "t", 1).await;
+    create_user(&root, "hank", on_topic(0, 0, TopicPermissions { send_messages: true, ..Default::default() })).await;
+    let hank = IggyClient::builder().with_http().with_api_url(api.clone()).build().expect("http client");
+    ok("hank logs in over HTTP", within("login", hank.login_user("hank", "user-secret")).await);
+    for partitioning in [Partitioning::balanced(), Partitioning::partition_id(1)] {
+        let mut m = msgs("h", 1);
+        ok("hank sends", within("send", hank.send_messages(&name("s"), &name("t"), &partitioning, &mut m)).await);
+    }
+    let mut m = msgs("h", 1);
+    expect_code("hank sends to another stream", within("send", hank.send_messages(&name("other"), &name("t"), &Partitioning::partition_id(0), &mut m)).await, 41);
+    expect_code("hank creates a topic", within("create", hank.create_topic(&name("s"), "h", &topic_options(1))).await, 41);
+    ok("revoke", within("revoke", root.update_permissions(&name("hank"), None)).await);
+    let mut m = msgs("h", 1);
+    expect_code("hank sends after revocation", within("send", hank.send_messages(&name("s"), &name("t"), &Partitioning::partition_id(0), &mut m)).await, 41);
+    ok("delete hank", within("delete", root.delete_user(&name("hank"))).await);
+    expect_code("hank's token after his deletion", within("stream", hank.get_stream(&name("s"))).await, 40);
+}
