@@ -134,12 +134,16 @@ async fn user_names_and_passwords_are_checked() {
     expect_code("empty name", create(String::new(), "secret").await, 43);
     expect_code("51-character name", create("u".repeat(51), "secret").await, 43);
     expect_code("empty password", create("carol".into(), "").await, 44);
+    let long: &'static str = Box::leak("p".repeat(101).into_boxed_str());
+    expect_code("101-character password", create("carol".into(), long).await, 44);
     ok("50-character name", create("u".repeat(50), "secret").await);
     ok("carol", create("carol".into(), "secret").await);
     expect_code("carol again", create("carol".into(), "secret").await, 46);
     ok("Carol is another user", create("Carol".into(), "secret").await);
     let rename = UserUpdateOptions { username: Some("carol".into()), ..Default::default() };
     expect_code("rename Carol to carol", within("update", root.update_user(&name("Carol"), &rename)).await, 46);
+    let empty = UserUpdateOptions { username: Some(String::new()), ..Default::default() };
+    expect_code("rename Carol to nothing", within("update", root.update_user(&name("Carol"), &empty)).await, 43);
     let c = server.client_as("Carol", "secret").await;
     let me = ok("Carol signs in as herself", within("me", c.get_me()).await);
     let carol = ok("get Carol", within("get", root.get_user(&name("Carol"))).await).expect("Carol");
