@@ -47,6 +47,7 @@ mod metrics;
 mod offsets;
 mod sdk_failover;
 mod partitions;
+mod permissions;
 mod replay;
 mod resources;
 mod pat;

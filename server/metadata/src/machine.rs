@@ -118,6 +118,20 @@ pub fn apply(
     }
     // Replies use the layouts of the protocol the client logged in with.
     let codec = crate::replies::Codec::of(metadata.sessions.get(client).map_or(0, |s| s.protocol));
+    // Judged again as the op applies: a grant revoked, or its user deleted, by an op ordered
+    // before this one refuses it, whatever the model showed where the op arrived.
+    if client != SYSTEM_CLIENT
+        && envelope.user_id != crate::ROOT_USER_ID
+        && operation != Operation::DeleteSegments
+        && let Ok(Some(need)) =
+            crate::permissions::need_of(metadata, operation, envelope.user_id, request)
+        && !metadata
+            .users
+            .get(&envelope.user_id)
+            .is_some_and(|user| user.allows(need))
+    {
+        return (framed(Err(ErrorCode::Unauthorized)), effects);
+    }
     let result: Result<Vec<u8>, ErrorCode> = (|| match operation {
         Operation::Logout => {
             // The node ends an expired session by naming its client in the body.
@@ -575,6 +589,62 @@ mod tests {
             })
             .collect();
         (metadata, outcomes)
+    }
+
+    /// The dispatcher judges a request on the model as it arrives; an op ordered before it may
+    /// still revoke the grant or delete the user, and the op is refused as it applies, on
+    /// every replica alike.
+    #[test]
+    fn an_op_whose_user_lost_the_grant_before_it_applied_is_refused() {
+        let mut metadata = Metadata::default();
+        let root = metadata.create_user("root", String::new(), UserStatus::Active, None, 0);
+        assert_eq!(root, Ok(crate::ROOT_USER_ID));
+        let root = crate::ROOT_USER_ID;
+        let mut grant = crate::model::Permissions::default();
+        grant.global.manage_streams = true;
+        let ops = metadata.create_user("ops", String::new(), UserStatus::Active, Some(grant), 0);
+        let ops = ops.unwrap();
+        let create = |name| request(&CreateStreamRequest { name, options: &[] });
+        let stream = Operation::CreateStream.to_repr();
+        let (reply, _) = apply(&mut metadata, 1, 7, stream, &envelope(1, ops, &create("a")));
+        assert_eq!(crate::replies::rejection_of(&reply), None);
+
+        let revoked = metadata.update_permissions(&Ident::Name("ops".into()), None);
+        assert_eq!(revoked, Ok(()));
+        let (reply, effects) = apply(&mut metadata, 2, 7, stream, &envelope(2, ops, &create("b")));
+        assert_eq!(
+            crate::replies::rejection_of(&reply),
+            Some(ErrorCode::Unauthorized)
+        );
+        assert!(effects.is_empty());
+        assert!(metadata.stream(&Ident::Name("b".into())).is_err());
+        // Root's ops and the node's own are judged as before.
+        let (reply, _) = apply(
+            &mut metadata,
+            3,
+            8,
+            stream,
+            &envelope(3, root, &create("c")),
+        );
+        assert_eq!(crate::replies::rejection_of(&reply), None);
+
+        // A deleted user's op is refused even where no grant is needed (its own token).
+        let token = request(
+            &iggy_generated::payloads::CreatePersonalAccessTokenRequest {
+                name: "mine",
+                expiry: 0,
+            },
+        );
+        let mut body = token.clone();
+        body.extend_from_slice(&[1; 32]);
+        assert_eq!(metadata.delete_user(&Ident::Name("ops".into())), Ok(ops));
+        let pat = Operation::CreatePersonalAccessToken.to_repr();
+        let (reply, _) = apply(&mut metadata, 4, 7, pat, &envelope(4, ops, &body));
+        assert_eq!(
+            crate::replies::rejection_of(&reply),
+            Some(ErrorCode::Unauthorized)
+        );
+        assert!(metadata.tokens.is_empty());
     }
 
     #[test]

@@ -59,6 +59,22 @@ pub struct StreamPermissions {
     pub topics: BTreeMap<u32, TopicPermissions>,
 }
 
+impl StreamPermissions {
+    /// Whether this grants anything within the stream (an entry may be all false).
+    pub fn grants_any(&self) -> bool {
+        self.manage_stream
+            || self.read_stream
+            || self.manage_topics
+            || self.read_topics
+            || self.poll_messages
+            || self.send_messages
+            || self
+                .topics
+                .values()
+                .any(|t| t.manage_topic || t.read_topic || t.poll_messages || t.send_messages)
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Permissions {
     pub global: GlobalPermissions,
@@ -97,10 +113,16 @@ pub enum Need {
     ReadStreams,
     ManageStream(u32),
     ReadStream(u32),
+    /// A stream's details (get_stream): the SDK's producer and consumer ask them at start, so
+    /// whoever holds any grant within the stream may learn them too.
+    DescribeStream(u32),
     ManageTopics(u32),
     ReadTopics(u32),
     ManageTopic(u32, u32),
     ReadTopic(u32, u32),
+    /// A topic's details (get_topic): the SDK asks them for the partition count before a
+    /// balanced or keyed send, so a producer or consumer of the topic may learn them too.
+    DescribeTopic(u32, u32),
     PollMessages(u32, u32),
     SendMessages(u32, u32),
 }
@@ -125,6 +147,14 @@ impl Permissions {
                     || g.read_streams
                     || stream(s).is_some_and(|p| p.read_stream)
             }
+            Need::DescribeStream(s) => {
+                self.allows(Need::ReadStream(s))
+                    || g.manage_topics
+                    || g.read_topics
+                    || g.poll_messages
+                    || g.send_messages
+                    || stream(s).is_some_and(StreamPermissions::grants_any)
+            }
             Need::ManageTopics(s) => {
                 g.manage_streams
                     || g.manage_topics
@@ -143,6 +173,11 @@ impl Permissions {
                 self.allows(Need::ManageTopic(s, t))
                     || self.allows(Need::ReadTopics(s))
                     || topic(s, t).is_some_and(|p| p.read_topic)
+            }
+            Need::DescribeTopic(s, t) => {
+                self.allows(Need::ReadTopic(s, t))
+                    || self.allows(Need::PollMessages(s, t))
+                    || self.allows(Need::SendMessages(s, t))
             }
             Need::PollMessages(s, t) => {
                 g.poll_messages
@@ -1446,5 +1481,44 @@ mod tests {
         p.streams.insert(1, stream);
         assert!(p.allows(Need::SendMessages(1, 2)));
         assert!(!p.allows(Need::SendMessages(1, 3)));
+    }
+
+    #[test]
+    fn a_topics_producers_and_consumers_may_describe_it_and_its_stream_and_nothing_more() {
+        let on_topic = |grant: TopicPermissions| {
+            let mut stream = StreamPermissions::default();
+            stream.topics.insert(2, grant);
+            Permissions {
+                streams: BTreeMap::from([(1, stream)]),
+                ..Default::default()
+            }
+        };
+        let sender = on_topic(TopicPermissions {
+            send_messages: true,
+            ..Default::default()
+        });
+        let poller = on_topic(TopicPermissions {
+            poll_messages: true,
+            ..Default::default()
+        });
+        for p in [&sender, &poller] {
+            assert!(p.allows(Need::DescribeStream(1)));
+            assert!(!p.allows(Need::DescribeStream(3)));
+            assert!(!p.allows(Need::ReadStream(1)));
+            assert!(p.allows(Need::DescribeTopic(1, 2)));
+            assert!(!p.allows(Need::DescribeTopic(1, 3)));
+            assert!(!p.allows(Need::ReadTopic(1, 2)));
+            assert!(!p.allows(Need::ReadTopics(1)));
+        }
+        let mut global = Permissions::default();
+        global.global.send_messages = true;
+        assert!(global.allows(Need::DescribeTopic(7, 9)));
+        assert!(global.allows(Need::DescribeStream(7)));
+        assert!(!global.allows(Need::ReadStreams));
+        assert!(!Permissions::default().allows(Need::DescribeTopic(1, 2)));
+        // An entry for the stream that grants nothing opens nothing.
+        let empty = on_topic(TopicPermissions::default());
+        assert!(!empty.allows(Need::DescribeStream(1)));
+        assert!(!empty.allows(Need::DescribeTopic(1, 2)));
     }
 }

@@ -1,10 +1,20 @@
 //! Permissions between the model and the generated wire layout (requests, replies and the
-//! snapshot use the same `WirePermissions`).
+//! snapshot use the same `WirePermissions`), and what each metadata op needs.
 
-use crate::model::{GlobalPermissions, Permissions, StreamPermissions, TopicPermissions};
+use crate::machine::ident;
+use crate::model::{
+    GlobalPermissions, Metadata, Need, Permissions, StreamPermissions, TopicPermissions,
+};
+use iggy_generated::errors::ErrorCode;
+use iggy_generated::frames::Operation;
 use iggy_generated::payloads::{
+    ChangePasswordRequest, ConsumerGroupIdRequest, CreateConsumerGroupRequest,
+    CreatePartitionsRequest, CreateTopicRequest, DeletePartitionsRequest, DeleteSegmentsRequest,
+    Identifier, OptionsScope, StreamIdRequest, StreamResourcePatch, TopicIdRequest,
+    TopicResourcePatch, UpdateResourceRequest, UpdateStreamRequest, UpdateTopicRequest,
     WireGlobalPermissions, WirePermissions, WireStreamPermissions, WireTopicPermissions,
 };
+use iggy_wire::WireDecode;
 
 pub fn permissions_from_wire(wire: &WirePermissions) -> Permissions {
     let g = &wire.global;
@@ -91,4 +101,108 @@ pub fn permissions_to_wire(permissions: &Permissions) -> WirePermissions {
         })
         .collect();
     WirePermissions { global, streams }
+}
+
+/// What metadata op `operation` of user `actor` needs, resolved against `metadata` as it stands
+/// (a stream or topic named by name or id; a missing one is its not-found error). The
+/// dispatcher asks it before submitting, for a quick refusal; the machine asks it again when
+/// the op applies, so a grant revoked (or a user deleted) by an op ordered before it refuses it
+/// on every replica alike. `None`: no grant governs the op (session and system ops).
+pub fn need_of(
+    metadata: &Metadata,
+    operation: Operation,
+    actor: u32,
+    request: &[u8],
+) -> Result<Option<Need>, ErrorCode> {
+    let stream_of = |id: &Identifier<'_>| metadata.stream(&ident(id)?).map(|s| s.id);
+    let topic_of = |s: &Identifier<'_>, t: &Identifier<'_>| {
+        metadata
+            .topic(&ident(s)?, &ident(t)?)
+            .map(|(s, t)| (s.id, t.id))
+    };
+    let manage_topic = |s: &Identifier<'_>, t: &Identifier<'_>| {
+        topic_of(s, t).map(|(s, t)| Need::ManageTopic(s, t))
+    };
+    Ok(Some(match operation {
+        Operation::CreateStream => Need::ManageStreams,
+        Operation::DeleteStream => {
+            Need::ManageStream(stream_of(&decode::<StreamIdRequest>(request)?.stream_id)?)
+        }
+        Operation::UpdateStream => Need::ManageStream(stream_of(
+            &decode::<UpdateStreamRequest>(request)?.stream_id,
+        )?),
+        Operation::CreateTopic => Need::ManageTopics(stream_of(
+            &decode::<CreateTopicRequest>(request)?.stream_id,
+        )?),
+        Operation::DeleteTopic => {
+            let r: TopicIdRequest = decode(request)?;
+            manage_topic(&r.stream_id, &r.topic_id)?
+        }
+        Operation::UpdateTopic => {
+            let r: UpdateTopicRequest = decode(request)?;
+            manage_topic(&r.stream_id, &r.topic_id)?
+        }
+        Operation::CreatePartitions => {
+            let r: CreatePartitionsRequest = decode(request)?;
+            manage_topic(&r.stream_id, &r.topic_id)?
+        }
+        Operation::DeletePartitions => {
+            let r: DeletePartitionsRequest = decode(request)?;
+            manage_topic(&r.stream_id, &r.topic_id)?
+        }
+        Operation::DeleteSegments => {
+            let r: DeleteSegmentsRequest = decode(request)?;
+            manage_topic(&r.stream_id, &r.topic_id)?
+        }
+        // Readers of a topic manage its consumer groups (the SDK's permission docs), so a
+        // consumer that may read can create the group it joins.
+        Operation::CreateConsumerGroup => {
+            let r: CreateConsumerGroupRequest = decode(request)?;
+            let (s, t) = topic_of(&r.stream_id, &r.topic_id)?;
+            Need::ReadTopic(s, t)
+        }
+        Operation::DeleteConsumerGroup => {
+            let r: ConsumerGroupIdRequest = decode(request)?;
+            let (s, t) = topic_of(&r.stream_id, &r.topic_id)?;
+            Need::ReadTopic(s, t)
+        }
+        Operation::JoinConsumerGroup | Operation::LeaveConsumerGroup => {
+            let r: ConsumerGroupIdRequest = decode(request)?;
+            let (s, t) = topic_of(&r.stream_id, &r.topic_id)?;
+            Need::PollMessages(s, t)
+        }
+        Operation::CreateUser
+        | Operation::DeleteUser
+        | Operation::UpdatePermissions
+        | Operation::UpdateUser => Need::ManageUsers,
+        // One's own password needs no grant; another's needs manage_users.
+        Operation::ChangePassword => {
+            let r: ChangePasswordRequest = decode(request)?;
+            match metadata.user(&ident(&r.user_id)?)?.id == actor {
+                true => Need::None,
+                false => Need::ManageUsers,
+            }
+        }
+        // A user's tokens are its own.
+        Operation::CreatePersonalAccessToken | Operation::DeletePersonalAccessToken => Need::None,
+        Operation::UpdateResource => {
+            let r: UpdateResourceRequest = decode(request)?;
+            match r.scope {
+                OptionsScope::User => Need::ManageUsers,
+                OptionsScope::Stream => {
+                    let patch: StreamResourcePatch = decode(r.patch)?;
+                    Need::ManageStream(stream_of(&patch.stream_id)?)
+                }
+                OptionsScope::Topic => {
+                    let patch: TopicResourcePatch = decode(r.patch)?;
+                    manage_topic(&patch.stream_id, &patch.topic_id)?
+                }
+            }
+        }
+        _ => return Ok(None),
+    }))
+}
+
+fn decode<'a, T: WireDecode<'a>>(bytes: &'a [u8]) -> Result<T, ErrorCode> {
+    T::decode_exact(bytes).map_err(|_| ErrorCode::InvalidFormat)
 }

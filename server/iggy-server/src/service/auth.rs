@@ -231,23 +231,6 @@ pub async fn create_root(
     }
 }
 
-/// The permission a user op needs.
-pub fn need(operation: Operation) -> Result<Need, ErrorCode> {
-    match operation {
-        Operation::CreateUser
-        | Operation::DeleteUser
-        | Operation::UpdatePermissions
-        | Operation::UpdateUser => Ok(Need::ManageUsers),
-        // Changing one's own password or tokens needs no grant; others' needs manage_users
-        // (checked in `prepare`, which knows the target).
-        Operation::ChangePassword
-        | Operation::CreatePersonalAccessToken
-        | Operation::DeletePersonalAccessToken => Ok(Need::None),
-        Operation::UpdateResource => Ok(Need::None),
-        _ => Err(ErrorCode::FeatureUnavailable),
-    }
-}
-
 /// A metadata request as it goes into the journal, and how to finish its reply.
 pub struct Prepared {
     /// Replacement body (secrets hashed), or `None` to journal the client's bytes.

@@ -16,12 +16,10 @@ use iggy_generated::commands::{self, CommandInfo};
 use iggy_generated::errors::ErrorCode;
 use iggy_generated::frames::{EvictionReason, Operation, RequestHeader};
 use iggy_generated::payloads::{
-    BindSessionRequest, ConsumerGroupIdRequest, CreateConsumerGroupRequest,
-    CreatePartitionsRequest, CreateTopicRequest, DeleteConsumerOffsetRequest,
-    DeletePartitionsRequest, DeleteSegmentsRequest, GetConsumerOffsetRequest,
-    GetPartitionRouteRequest, LoginRegisterRequest, LoginRegisterWithPatRequest,
-    PollMessagesRequest, SendMessagesRequest, StoreConsumerOffsetRequest, StreamIdRequest,
-    TopicIdRequest,
+    BindSessionRequest, ConsumerGroupIdRequest, DeleteConsumerOffsetRequest, DeleteSegmentsRequest,
+    GetConsumerOffsetRequest, GetPartitionRouteRequest, LoginRegisterRequest,
+    LoginRegisterWithPatRequest, PollMessagesRequest, SendMessagesRequest,
+    StoreConsumerOffsetRequest, StreamIdRequest, TopicIdRequest,
 };
 use iggy_generated::protocol;
 use iggy_metadata::machine::{envelope, ident, session_record};
@@ -878,73 +876,17 @@ async fn logout(
 
 // ----- replicated metadata ops -----
 
-/// The permission a metadata op needs, resolved against the current state.
-fn metadata_need(node: &Node, operation: Operation, body: &[u8]) -> Result<Need, ErrorCode> {
+/// The permission a metadata op of `user` needs, resolved against the current state (the
+/// machine judges it again when the op applies).
+fn metadata_need(
+    node: &Node,
+    operation: Operation,
+    user: u32,
+    body: &[u8],
+) -> Result<Need, ErrorCode> {
     let metadata = node.shared.metadata.borrow();
-    let stream_of =
-        |id: &iggy_generated::payloads::Identifier<'_>| metadata.stream(&ident(id)?).map(|s| s.id);
-    let topic_of = |s: &iggy_generated::payloads::Identifier<'_>,
-                    t: &iggy_generated::payloads::Identifier<'_>| {
-        metadata
-            .topic(&ident(s)?, &ident(t)?)
-            .map(|(s, t)| (s.id, t.id))
-    };
-    Ok(match operation {
-        Operation::CreateStream => Need::ManageStreams,
-        Operation::DeleteStream => {
-            Need::ManageStream(stream_of(&decode::<StreamIdRequest>(body)?.stream_id)?)
-        }
-        Operation::CreateTopic => {
-            Need::ManageTopics(stream_of(&decode::<CreateTopicRequest>(body)?.stream_id)?)
-        }
-        Operation::DeleteTopic => {
-            let r: TopicIdRequest = decode(body)?;
-            let (s, t) = topic_of(&r.stream_id, &r.topic_id)?;
-            Need::ManageTopic(s, t)
-        }
-        Operation::CreatePartitions => {
-            let r: CreatePartitionsRequest = decode(body)?;
-            let (s, t) = topic_of(&r.stream_id, &r.topic_id)?;
-            Need::ManageTopic(s, t)
-        }
-        Operation::DeletePartitions => {
-            let r: DeletePartitionsRequest = decode(body)?;
-            let (s, t) = topic_of(&r.stream_id, &r.topic_id)?;
-            Need::ManageTopic(s, t)
-        }
-        Operation::DeleteSegments => {
-            let r: DeleteSegmentsRequest = decode(body)?;
-            let (s, t) = topic_of(&r.stream_id, &r.topic_id)?;
-            Need::ManageTopic(s, t)
-        }
-        // Readers of a topic manage its consumer groups (the SDK's permission docs), so a
-        // consumer that may read can create the group it joins.
-        Operation::CreateConsumerGroup => {
-            let r: CreateConsumerGroupRequest = decode(body)?;
-            let (s, t) = topic_of(&r.stream_id, &r.topic_id)?;
-            Need::ReadTopic(s, t)
-        }
-        Operation::DeleteConsumerGroup => {
-            let r: ConsumerGroupIdRequest = decode(body)?;
-            let (s, t) = topic_of(&r.stream_id, &r.topic_id)?;
-            Need::ReadTopic(s, t)
-        }
-        Operation::JoinConsumerGroup | Operation::LeaveConsumerGroup => {
-            let r: ConsumerGroupIdRequest = decode(body)?;
-            let (s, t) = topic_of(&r.stream_id, &r.topic_id)?;
-            Need::PollMessages(s, t)
-        }
-        Operation::UpdateStream => {
-            let r: iggy_generated::payloads::UpdateStreamRequest = decode(body)?;
-            Need::ManageStream(stream_of(&r.stream_id)?)
-        }
-        Operation::UpdateTopic => {
-            let r: iggy_generated::payloads::UpdateTopicRequest = decode(body)?;
-            let (s, t) = topic_of(&r.stream_id, &r.topic_id)?;
-            Need::ManageTopic(s, t)
-        }
-        _ => return crate::service::auth::need(operation),
-    })
+    iggy_metadata::permissions::need_of(&metadata, operation, user, body)?
+        .ok_or(ErrorCode::FeatureUnavailable)
 }
 
 async fn metadata_write(
@@ -976,7 +918,7 @@ async fn metadata_write(
             token: node.shown_token(bound.client, request.header.request),
         }
     } else {
-        let need = metadata_need(node, operation, body)?;
+        let need = metadata_need(node, operation, bound.user_id, body)?;
         if !node.shared.user_allows(bound.user_id, need) {
             return Err(ErrorCode::Unauthorized);
         }
@@ -1407,7 +1349,7 @@ async fn delete_segments(
 ) -> Result<Dispatched, ErrorCode> {
     // The SDK sends 503 to the metadata primary, and its permission check reads the model.
     metadata_write_path(node, routing)?;
-    let need = metadata_need(node, request.operation, body)?;
+    let need = metadata_need(node, request.operation, bound.user_id, body)?;
     if !node.shared.user_allows(bound.user_id, need) {
         return Err(ErrorCode::Unauthorized);
     }
@@ -1568,7 +1510,7 @@ async fn non_replicated(
                         let metadata = node.shared.metadata.borrow();
                         model_replies::stream_details(&*node.shared, &metadata.streams[&id], codec)
                     };
-                    metadata_read(Need::ReadStream(id), Some(reply))
+                    metadata_read(Need::DescribeStream(id), Some(reply))
                 }
                 None => metadata_read(Need::ReadStreams, None),
             }
@@ -1605,7 +1547,7 @@ async fn non_replicated(
                             codec,
                         )
                     };
-                    metadata_read(Need::ReadTopic(s, t), Some(reply))
+                    metadata_read(Need::DescribeTopic(s, t), Some(reply))
                 }
                 None => metadata_read(Need::ReadStreams, None),
             }
