@@ -1034,10 +1034,8 @@ impl Workload for MetadataWorkload {
             self.clock += 1 + self.rng.below(1_000);
             let planned = self.plan(logout);
             let (operation, body) = planned.encode();
-            // Requests act as root: the reference judges no grants (the machine's check of
-            // them as an op applies is tested in iggy-metadata); sessions still register as
-            // users 0..2, some of which do not exist.
-            let body = envelope(self.clock, ROOT_USER_ID, &body);
+            let user_id = self.sessions.get(&client).map_or(ROOT_USER_ID, |s| s.0);
+            let body = envelope(self.clock, user_id, &body);
             let made = (planned, self.clock, operation, body);
             self.requests.insert((client, request), made);
         }
