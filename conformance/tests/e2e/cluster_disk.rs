@@ -130,6 +130,26 @@ fn one_storage_failure_line(log: &str, path: &str, errors: &[&str]) -> String {
     lines[0].to_string()
 }
 
+/// Three nodes, each with its data directory on its own disk (`roots`), `env` set on all, and
+/// the metadata primary the first election made, with its view: which node's disk a test
+/// then fills or hangs is known only once they run.
+async fn cluster_on_disks(roots: &[PathBuf], env: &[(&str, &str)]) -> (TestCluster, u8, u32) {
+    let options = ClusterOptions {
+        env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        node_env: (0..3).map(|i| (i, vec![("IGGY_SYSTEM_PATH".into(), roots[i].display().to_string())])).collect(),
+        ..ClusterOptions::default()
+    };
+    let cluster = TestCluster::start_with(3, options);
+    let (primary, view) = wait_until(
+        "a metadata primary",
+        Duration::from_secs(10),
+        || cluster.primary(METADATA_GROUP),
+        || cluster.describe(METADATA_GROUP),
+    )
+    .await;
+    (cluster, primary, view)
+}
+
 /// A topic of `partitions` partitions and the first of them whose primary is `node`.
 async fn partition_led_by(cluster: &TestCluster, client: &IggyClient, partitions: u32, node: u8) -> ((u32, u32), u32) {
     let (stream, topic) = create_stream_and_topic(client, "s", "t", partitions).await;
@@ -195,19 +215,8 @@ async fn the_metadata_primary_whose_disk_fills_stops_and_topics_are_created_thro
     // Every node on a disk of its own: which one the first election makes the metadata
     // primary is known only once they run, and its disk is then filled to a little room.
     let disks: Vec<Tmpfs> = (0..3).map(|_| Tmpfs::mount("size=64m")).collect();
-    let options = ClusterOptions {
-        env: vec![("IGGY_SYSTEM_SEGMENT_SIZE".into(), "1048576".into())],
-        node_env: (0..3).map(|i| (i, vec![("IGGY_SYSTEM_PATH".into(), disks[i].data_dir().display().to_string())])).collect(),
-        ..ClusterOptions::default()
-    };
-    let mut cluster = TestCluster::start_with(3, options);
-    let (primary, view) = wait_until(
-        "a metadata primary",
-        Duration::from_secs(10),
-        || cluster.primary(METADATA_GROUP),
-        || cluster.describe(METADATA_GROUP),
-    )
-    .await;
+    let roots: Vec<PathBuf> = disks.iter().map(Tmpfs::data_dir).collect();
+    let (mut cluster, primary, view) = cluster_on_disks(&roots, &[("IGGY_SYSTEM_SEGMENT_SIZE", "1048576")]).await;
     let full = usize::from(primary);
     let other = (full + 1) % 3;
     let client = cluster.root_client(other).await;
@@ -251,7 +260,6 @@ async fn the_metadata_primary_whose_disk_fills_stops_and_topics_are_created_thro
 
     std::fs::remove_file(disks[full].path().join("filler")).expect("free the room");
     cluster.restart(full);
-    let roots: Vec<PathBuf> = disks.iter().map(Tmpfs::data_dir).collect();
     wait_identical_segments(&cluster, &roots, 2, full).await;
     every_node_serves(&cluster, ids, partition, &sent).await;
     let reader = cluster.root_client(full).await;
@@ -712,19 +720,8 @@ async fn the_metadata_primary_whose_disk_hangs_stops_and_topics_are_created_thro
     // Every node on a disk of its own: which one the first election makes the metadata
     // primary is known only once they run.
     let disks: Vec<Ext4> = (0..3).map(|_| Ext4::mount(64)).collect();
-    let stall = ("IGGY_SYSTEM_MAX_DISK_STALL".to_string(), crate::disk_stall::MAX_DISK_STALL.to_string());
-    let options = ClusterOptions {
-        node_env: (0..3).map(|i| (i, vec![("IGGY_SYSTEM_PATH".into(), disks[i].data_dir().display().to_string()), stall.clone()])).collect(),
-        ..ClusterOptions::default()
-    };
-    let mut cluster = TestCluster::start_with(3, options);
-    let (primary, view) = wait_until(
-        "a metadata primary",
-        Duration::from_secs(10),
-        || cluster.primary(METADATA_GROUP),
-        || cluster.describe(METADATA_GROUP),
-    )
-    .await;
+    let roots: Vec<PathBuf> = disks.iter().map(Ext4::data_dir).collect();
+    let (mut cluster, primary, view) = cluster_on_disks(&roots, &[("IGGY_SYSTEM_MAX_DISK_STALL", crate::disk_stall::MAX_DISK_STALL)]).await;
     let hung = usize::from(primary);
     let other = (hung + 1) % 3;
     let thaw = crate::disk_stall::ThawOnDrop(&disks[hung]);
