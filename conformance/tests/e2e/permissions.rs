@@ -380,7 +380,6 @@ async fn over_http_grants_revocation_and_deletion_hold_too() {
 /// gives its partitions back to the other members (refused, they stayed assigned to a member
 /// that may no longer poll them until its session ended). Joining again needs the grant.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails: leaving a consumer group needs poll_messages, refused 41 once it is revoked"]
 async fn a_member_whose_poll_grant_is_revoked_can_still_leave_its_group() {
     let server = TestServer::start();
     let root = server.root_client().await;

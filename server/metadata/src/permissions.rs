@@ -166,11 +166,15 @@ pub fn need_of(
             let (s, t) = topic_of(&r.stream_id, &r.topic_id)?;
             Need::ReadTopic(s, t)
         }
-        Operation::JoinConsumerGroup | Operation::LeaveConsumerGroup => {
+        Operation::JoinConsumerGroup => {
             let r: ConsumerGroupIdRequest = decode(request)?;
             let (s, t) = topic_of(&r.stream_id, &r.topic_id)?;
             Need::PollMessages(s, t)
         }
+        // Leaving only gives the member's own partitions back to the others: a member whose
+        // poll grant was revoked must be able to (else they stay assigned to it, unpolled,
+        // until its session ends).
+        Operation::LeaveConsumerGroup => Need::None,
         Operation::CreateUser
         | Operation::DeleteUser
         | Operation::UpdatePermissions
