@@ -355,12 +355,7 @@ fn check_read(path: &Path, bytes: &[u8], entries: &[BatchEntry]) -> Result<(), S
 
 /// fstat(2) of `file`'s descriptor, on this thread (the inode is in memory: no I/O).
 fn descriptor_metadata(file: &File) -> io::Result<std::fs::Metadata> {
-    // SAFETY: the descriptor stays owned by `file`, which outlives this call; ManuallyDrop
-    // keeps the borrowed std handle from closing it.
-    let std_file = std::mem::ManuallyDrop::new(unsafe {
-        <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(file.as_raw_fd())
-    });
-    std_file.metadata()
+    crate::small_write::borrowed_std(file).metadata()
 }
 
 /// Writes the first `length` bytes of `file`, whose path was removed (unlinked while open), to a
@@ -370,10 +365,7 @@ fn descriptor_metadata(file: &File) -> io::Result<std::fs::Metadata> {
 fn write_back_removed(file: &File, path: &Path, length: u64) -> io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::FileExt;
-    // SAFETY: as in `descriptor_metadata`: borrowed for this call, never closed here.
-    let source = std::mem::ManuallyDrop::new(unsafe {
-        <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(file.as_raw_fd())
-    });
+    let source = crate::small_write::borrowed_std(file);
     // Watched as every durable write is (`stall`): a disk that hangs here stops the node too.
     let _watch = watch_path(Op::Create, Synced::Segment, path);
     let mut target = std::fs::OpenOptions::new()

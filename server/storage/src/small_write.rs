@@ -16,12 +16,16 @@ use std::os::unix::fs::FileExt;
 /// 2026-12-04 17:42, measures both).
 pub const SMALL_WRITE_MAX: usize = 1024 * 1024;
 
+/// `file`'s descriptor as a std file, for blocking calls on this thread; never closed by it.
+pub(crate) fn borrowed_std(file: &compio::fs::File) -> ManuallyDrop<std::fs::File> {
+    // SAFETY: the descriptor stays owned by `file`, which outlives the borrow; ManuallyDrop
+    // keeps the borrowed std handle from closing it.
+    ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(file.as_raw_fd()) })
+}
+
 /// Writes all of `bytes` at `position` of `file` with pwrite(2), on this thread.
 pub fn write_all_at(file: &compio::fs::File, bytes: &[u8], position: u64) -> io::Result<()> {
-    // SAFETY: the descriptor stays owned by `file`, which outlives this call; ManuallyDrop
-    // keeps the borrowed std handle from closing it.
-    let std_file = ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(file.as_raw_fd()) });
-    std_file.write_all_at(bytes, position)
+    borrowed_std(file).write_all_at(bytes, position)
 }
 
 /// Writes `parts` back to back from `position` with one pwritev(2), on this thread: a record
