@@ -25,7 +25,7 @@ use std::hash::Hasher;
 /// of an expired session).
 pub const SYSTEM_CLIENT: u128 = u128::MAX;
 
-fn decode<'a, T: WireDecode<'a>>(bytes: &'a [u8]) -> Result<T, ErrorCode> {
+pub(crate) fn decode<'a, T: WireDecode<'a>>(bytes: &'a [u8]) -> Result<T, ErrorCode> {
     T::decode_exact(bytes).map_err(|_| ErrorCode::InvalidFormat)
 }
 

@@ -1,7 +1,7 @@
 //! Permissions between the model and the generated wire layout (requests, replies and the
 //! snapshot use the same `WirePermissions`), and what each metadata op needs.
 
-use crate::machine::ident;
+use crate::machine::{decode, ident};
 use crate::model::{
     GlobalPermissions, Metadata, Need, Permissions, StreamPermissions, TopicPermissions,
 };
@@ -14,7 +14,6 @@ use iggy_generated::payloads::{
     TopicResourcePatch, UpdateResourceRequest, UpdateStreamRequest, UpdateTopicRequest,
     WireGlobalPermissions, WirePermissions, WireStreamPermissions, WireTopicPermissions,
 };
-use iggy_wire::WireDecode;
 
 pub fn permissions_from_wire(wire: &WirePermissions) -> Permissions {
     let g = &wire.global;
@@ -104,10 +103,10 @@ pub fn permissions_to_wire(permissions: &Permissions) -> WirePermissions {
 }
 
 /// What metadata op `operation` of user `actor` needs, resolved against `metadata` as it stands
-/// (a stream or topic named by name or id; a missing one is its not-found error). The
-/// dispatcher asks it before submitting, for a quick refusal; the machine asks it again when
-/// the op applies, so a grant revoked (or a user deleted) by an op ordered before it refuses it
-/// on every replica alike. `None`: no grant governs the op (session and system ops).
+/// (a stream or topic named by name or id; a missing one is its not-found error): the
+/// dispatcher asks it before it submits the op. (The machine does not ask again as the op
+/// applies: see ARCHITECTURE.md, "request path".) `None`: no grant governs the op (session and
+/// system ops).
 pub fn need_of(
     metadata: &Metadata,
     operation: Operation,
@@ -205,8 +204,4 @@ pub fn need_of(
         }
         _ => return Ok(None),
     }))
-}
-
-fn decode<'a, T: WireDecode<'a>>(bytes: &'a [u8]) -> Result<T, ErrorCode> {
-    T::decode_exact(bytes).map_err(|_| ErrorCode::InvalidFormat)
 }

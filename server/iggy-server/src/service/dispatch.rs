@@ -876,8 +876,7 @@ async fn logout(
 
 // ----- replicated metadata ops -----
 
-/// The permission a metadata op of `user` needs, resolved against the current state (the
-/// machine judges it again when the op applies).
+/// The permission a metadata op of `user` needs, resolved against the current state.
 fn metadata_need(
     node: &Node,
     operation: Operation,

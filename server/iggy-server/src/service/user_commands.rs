@@ -11,8 +11,8 @@ use iggy_generated::payloads::{
     ChangePasswordRequest, ClientDetailsResponse, ClientResponse, ConsumerGroupInfoResponse,
     CreatePartitionsRequest, CreatePersonalAccessTokenRequest, CreateTopicRequest,
     CreateUserRequest, DescribeOptionsResponse, GetClientRequest, GetUserRequest,
-    PersonalAccessTokenResponse, StatsResponse, StreamResourcePatch, TopicResourcePatch,
-    UpdateResourceRequest, UpdateTopicRequest,
+    PersonalAccessTokenResponse, StatsResponse, TopicResourcePatch, UpdateResourceRequest,
+    UpdateTopicRequest,
 };
 use iggy_metadata::machine::ident;
 use iggy_metadata::machine::{status_from_wire, token_record};
@@ -35,7 +35,7 @@ fn check_password(password: &str) -> Result<(), ErrorCode> {
     }
 }
 
-/// Checks what only the primary can check (current passwords, the target of a password change)
+/// Checks what only the primary can check (current passwords, a topic's size floor)
 /// and replaces secrets by their hashes before the request is journaled.
 pub async fn prepare(
     shared: &Shared,
@@ -61,16 +61,15 @@ pub async fn prepare(
         }
         Operation::ChangePassword => {
             let mut request: ChangePasswordRequest = decode(body)?;
-            let target = {
+            // Whether the user may change this password was judged before
+            // (`permissions::need_of`: its own, or manage_users).
+            let hash = {
                 let metadata = shared.metadata.borrow();
                 metadata
                     .user(&ident(&request.user_id)?)
-                    .map(|u| (u.id, u.password_hash.clone()))?
+                    .map(|u| u.password_hash.clone())?
             };
-            if target.0 != user_id && !shared.user_allows(user_id, Need::ManageUsers) {
-                return Err(ErrorCode::Unauthorized);
-            }
-            let current_ok = password_matches(shared, target.1, request.current_password).await;
+            let current_ok = password_matches(shared, hash, request.current_password).await;
             if !current_ok {
                 return Err(ErrorCode::InvalidCredentials);
             }
@@ -98,33 +97,17 @@ pub async fn prepare(
         }
         Operation::UpdateResource => {
             let request: UpdateResourceRequest = decode(body)?;
-            // A topic's options and its segment size, checked once the user may change it.
-            let mut topic_patch = None;
-            let need = match request.scope {
-                iggy_generated::payloads::OptionsScope::User => Need::ManageUsers,
-                iggy_generated::payloads::OptionsScope::Stream => {
-                    let patch: StreamResourcePatch = decode(request.patch)?;
-                    let id = shared
-                        .metadata
-                        .borrow()
-                        .stream(&ident(&patch.stream_id)?)?
-                        .id;
-                    Need::ManageStream(id)
-                }
-                iggy_generated::payloads::OptionsScope::Topic => {
-                    let patch: TopicResourcePatch = decode(request.patch)?;
+            // The grant was judged before (`permissions::need_of`); a topic's new options are
+            // checked against its segment size.
+            if request.scope == iggy_generated::payloads::OptionsScope::Topic {
+                let patch: TopicResourcePatch = decode(request.patch)?;
+                let segment_size = {
                     let metadata = shared.metadata.borrow();
-                    let (s, t) =
+                    let (_, topic) =
                         metadata.topic(&ident(&patch.stream_id)?, &ident(&patch.topic_id)?)?;
-                    topic_patch = Some((patch.options, t.segment_size));
-                    Need::ManageTopic(s.id, t.id)
-                }
-            };
-            if !shared.user_allows(user_id, need) {
-                return Err(ErrorCode::Unauthorized);
-            }
-            if let Some((options, segment_size)) = topic_patch {
-                check_topic_size_floor(shared, options, segment_size)?;
+                    topic.segment_size
+                };
+                check_topic_size_floor(shared, patch.options, segment_size)?;
             }
             Ok(unchanged)
         }
