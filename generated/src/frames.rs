@@ -16,13 +16,13 @@ pub const PARTITION_LOG_ARTIFACT: u32 = 0;
 pub const METADATA_CHECKPOINT_ARTIFACT: u32 = 1;
 /// `SLOT_MANIFEST_MAGIC` (spec/frames.spec:365).
 pub const SLOT_MANIFEST_MAGIC: u64 = 0x746f6c7379676769;
-/// `REPLICA_AUTH_DOMAIN` (spec/frames.spec:676).
+/// `REPLICA_AUTH_DOMAIN` (spec/frames.spec:687).
 pub const REPLICA_AUTH_DOMAIN: [u8; 32] = *b"iggy-rs replica-auth transcript1";
-/// `REPLICA_AUTH_KEY_CONTEXT` (spec/frames.spec:677).
+/// `REPLICA_AUTH_KEY_CONTEXT` (spec/frames.spec:688).
 pub const REPLICA_AUTH_KEY_CONTEXT: &str = "iggy-rs 2026-12 replica-auth shared_secret to MAC key";
-/// `MESSAGE_PAYLOAD_SIZE_MAX` (spec/frames.spec:1104).
+/// `MESSAGE_PAYLOAD_SIZE_MAX` (spec/frames.spec:1115).
 pub const MESSAGE_PAYLOAD_SIZE_MAX: u32 = 64000000;
-/// `USER_HEADERS_SIZE_MAX` (spec/frames.spec:1105).
+/// `USER_HEADERS_SIZE_MAX` (spec/frames.spec:1116).
 pub const USER_HEADERS_SIZE_MAX: u32 = 100000;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]
@@ -3582,6 +3582,14 @@ pub struct PingHeader {
     pub wall_clock: u64,
     /// a Pong only: the wall_clock of the Ping it answers; 0 on a Ping
     pub echo: u64,
+    /// a Ping only: the highest metadata op the sender's replica applied; 0 on a Pong and from a build before it
+    pub metadata_applied: u64,
+    /// a Pong only: the sender grants leases (this build); false from a build before it, whose metadata primary grants none
+    pub grants_leases: bool,
+    /// a Pong only: the sender's metadata replica leads its view in touch with a quorum, its view's log applied: the Ping's sender may judge grants by its own metadata copy, once it applied `lease_commit`, for a lease from when it sent the Ping
+    pub lease_granted: bool,
+    /// a Pong only, with `lease_granted`: the sender's metadata commit when it built the Pong
+    pub lease_commit: u64,
 }
 impl PingHeader {
     /// Encoded size in bytes.
@@ -3634,10 +3642,26 @@ impl PingHeader {
     pub const ECHO_OFFSET: usize = 137;
     /// Size of `echo` in bytes.
     pub const ECHO_SIZE: usize = 8;
+    /// Byte offset of `metadata_applied`.
+    pub const METADATA_APPLIED_OFFSET: usize = 145;
+    /// Size of `metadata_applied` in bytes.
+    pub const METADATA_APPLIED_SIZE: usize = 8;
+    /// Byte offset of `grants_leases`.
+    pub const GRANTS_LEASES_OFFSET: usize = 153;
+    /// Size of `grants_leases` in bytes.
+    pub const GRANTS_LEASES_SIZE: usize = 1;
+    /// Byte offset of `lease_granted`.
+    pub const LEASE_GRANTED_OFFSET: usize = 154;
+    /// Size of `lease_granted` in bytes.
+    pub const LEASE_GRANTED_SIZE: usize = 1;
+    /// Byte offset of `lease_commit`.
+    pub const LEASE_COMMIT_OFFSET: usize = 155;
+    /// Size of `lease_commit` in bytes.
+    pub const LEASE_COMMIT_SIZE: usize = 8;
     /// Byte offset of `reserved`.
-    pub const RESERVED_OFFSET: usize = 145;
+    pub const RESERVED_OFFSET: usize = 163;
     /// Size of `reserved` in bytes.
-    pub const RESERVED_SIZE: usize = 111;
+    pub const RESERVED_SIZE: usize = 93;
     /// Decodes from the first `SIZE` bytes of `buf`.
     pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
         if buf.len() < Self::SIZE {
@@ -3691,7 +3715,23 @@ impl PingHeader {
             .map_err(|_| WireError::InvalidValue {
                 field: "echo",
             })?;
-        if !iggy_wire::is_zero_at(buf, 145, 111) {
+        let metadata_applied = <u64>::decode_exact(&buf[145..153])
+            .map_err(|_| WireError::InvalidValue {
+                field: "metadata_applied",
+            })?;
+        let grants_leases = <bool>::decode_exact(&buf[153..154])
+            .map_err(|_| WireError::InvalidValue {
+                field: "grants_leases",
+            })?;
+        let lease_granted = <bool>::decode_exact(&buf[154..155])
+            .map_err(|_| WireError::InvalidValue {
+                field: "lease_granted",
+            })?;
+        let lease_commit = <u64>::decode_exact(&buf[155..163])
+            .map_err(|_| WireError::InvalidValue {
+                field: "lease_commit",
+            })?;
+        if !iggy_wire::is_zero_at(buf, 163, 93) {
             return Err(WireError::NonZeroReserved {
                 field: "reserved",
             });
@@ -3709,6 +3749,10 @@ impl PingHeader {
             stopping,
             wall_clock,
             echo,
+            metadata_applied,
+            grants_leases,
+            lease_granted,
+            lease_commit,
         })
     }
     /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
@@ -3726,7 +3770,11 @@ impl PingHeader {
         iggy_wire::put_at(out, 128, &self.stopping.to_wire_bytes());
         iggy_wire::put_at(out, 129, &self.wall_clock.to_wire_bytes());
         iggy_wire::put_at(out, 137, &self.echo.to_wire_bytes());
-        out[145..256].fill(0);
+        iggy_wire::put_at(out, 145, &self.metadata_applied.to_wire_bytes());
+        iggy_wire::put_at(out, 153, &self.grants_leases.to_wire_bytes());
+        iggy_wire::put_at(out, 154, &self.lease_granted.to_wire_bytes());
+        iggy_wire::put_at(out, 155, &self.lease_commit.to_wire_bytes());
+        out[163..256].fill(0);
     }
     /// The `SIZE` encoded bytes.
     pub fn to_bytes(&self) -> [u8; 256] {
@@ -3754,7 +3802,11 @@ const _: () = assert!(PingHeader::RESERVED_FRAME_OFFSET + 66 <= 256);
 const _: () = assert!(PingHeader::STOPPING_OFFSET + 1 <= 256);
 const _: () = assert!(PingHeader::WALL_CLOCK_OFFSET + 8 <= 256);
 const _: () = assert!(PingHeader::ECHO_OFFSET + 8 <= 256);
-const _: () = assert!(PingHeader::RESERVED_OFFSET + 111 <= 256);
+const _: () = assert!(PingHeader::METADATA_APPLIED_OFFSET + 8 <= 256);
+const _: () = assert!(PingHeader::GRANTS_LEASES_OFFSET + 1 <= 256);
+const _: () = assert!(PingHeader::LEASE_GRANTED_OFFSET + 1 <= 256);
+const _: () = assert!(PingHeader::LEASE_COMMIT_OFFSET + 8 <= 256);
+const _: () = assert!(PingHeader::RESERVED_OFFSET + 93 <= 256);
 impl iggy_wire::WireJson for PingHeader {
     fn write_json(&self, out: &mut String) {
         out.push('{');
@@ -3782,6 +3834,14 @@ impl iggy_wire::WireJson for PingHeader {
         iggy_wire::WireJson::write_json(&self.wall_clock, out);
         out.push_str(",\"echo\":");
         iggy_wire::WireJson::write_json(&self.echo, out);
+        out.push_str(",\"metadata_applied\":");
+        iggy_wire::WireJson::write_json(&self.metadata_applied, out);
+        out.push_str(",\"grants_leases\":");
+        iggy_wire::WireJson::write_json(&self.grants_leases, out);
+        out.push_str(",\"lease_granted\":");
+        iggy_wire::WireJson::write_json(&self.lease_granted, out);
+        out.push_str(",\"lease_commit\":");
+        iggy_wire::WireJson::write_json(&self.lease_commit, out);
         out.push('}');
     }
 }

@@ -728,6 +728,9 @@ async fn run(
         // The handle keeps the metadata group's job queue open; the node does for as long.
         let metadata = node.metadata.clone();
         plane.follow_metadata_commit(move || metadata.figures().commit());
+        plane
+            .leases()
+            .follow_metadata(node.metadata.shared_figures());
     }
     // In a cluster only the metadata primary creates it; the others learn it by replication
     // (so every node must be given the same credentials).

@@ -102,6 +102,20 @@ pub fn permissions_to_wire(permissions: &Permissions) -> WirePermissions {
     WirePermissions { global, streams }
 }
 
+/// Whether `operation` may take grants away once applied: a user's permissions replaced, the
+/// user deleted or made inactive (an update may set the status), a personal access token
+/// deleted. In a cluster such a change is answered only once no node judges by a metadata
+/// copy without it (the server's `consensus/grant_lease.rs`).
+pub fn takes_grants_away(operation: Operation) -> bool {
+    matches!(
+        operation,
+        Operation::UpdatePermissions
+            | Operation::DeleteUser
+            | Operation::UpdateUser
+            | Operation::DeletePersonalAccessToken
+    )
+}
+
 /// What metadata op `operation` of user `actor` needs, resolved against `metadata` as it stands
 /// (a stream or topic named by name or id; a missing one is its not-found error): the
 /// dispatcher asks it before it submits the op. (The machine does not ask again as the op

@@ -417,6 +417,11 @@ impl<R> GroupHandle<R> {
         &self.figures
     }
 
+    /// [`Self::figures`], to keep beyond this handle.
+    pub fn shared_figures(&self) -> std::sync::Arc<GroupFigures> {
+        self.figures.clone()
+    }
+
     /// Records that a write this node took for a client that cannot route (HTTP) was
     /// acknowledged at `op`: reads this node serves such clients from its own replica wait
     /// until the group applied it here (read-your-writes on a backup).

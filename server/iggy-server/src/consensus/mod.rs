@@ -6,6 +6,7 @@ pub mod cluster;
 pub mod cluster_clock;
 pub mod figures;
 pub mod forward;
+pub mod grant_lease;
 pub mod group;
 pub mod group_plane;
 pub mod link_liveness;

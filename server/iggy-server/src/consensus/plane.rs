@@ -8,6 +8,7 @@
 //! must not format a new one into their cluster.
 
 use super::admission::{self, StartGate, StartVerdict};
+use super::grant_lease::NodeLeases;
 use super::link_liveness::PeerStatus;
 use super::replica_bus::{
     BusConfig, BusEvent, BusSender, HistorySource, Inbound, ReplicaBus, Router,
@@ -48,6 +49,9 @@ pub struct ReplicaPlane {
     restored: std::cell::Cell<bool>,
     /// This node's runs, kept in the data directory (`runs_file`).
     runs: Rc<RunsState>,
+    /// When this node may judge grants by its metadata copy, and when a revocation may be
+    /// answered (`grant_lease`).
+    leases: Rc<NodeLeases>,
 }
 
 /// What this node declares about its metadata history: what it found on disk at start, and,
@@ -146,7 +150,17 @@ impl ReplicaPlane {
         });
         let declared = declaration.clone();
         let history = HistorySource::new(move |linked| declared.declared_to(linked));
-        let bus_config = BusConfig::from_config(config, replica, history, runs.clone())?;
+        let replicas = u8::try_from(config.cluster.nodes.len()).unwrap_or(u8::MAX);
+        // A lease of one heartbeat timeout: renewed by every Ping (five a timeout), it outlasts
+        // a metadata primary's death until about when its successor is elected, and a
+        // revocation waits at most a little longer than it, inside a request's time.
+        let leases = Rc::new(NodeLeases::new(
+            replica,
+            replicas,
+            config.cluster.heartbeat_timeout,
+        ));
+        let bus_config =
+            BusConfig::from_config(config, replica, history, runs.clone(), leases.clone())?;
         let listen = bus_config.listen;
         let replica_count = bus_config.local.replica_count;
         let cluster = bus_config.local.cluster;
@@ -167,6 +181,7 @@ impl ReplicaPlane {
             declaration,
             restored: std::cell::Cell::new(false),
             runs,
+            leases,
         };
         if at_start == MetadataHistory::Held {
             plane.drain_events();
@@ -237,6 +252,11 @@ impl ReplicaPlane {
 
     pub fn replica_count(&self) -> u8 {
         self.replica_count
+    }
+
+    /// This node's grant leases (`grant_lease`).
+    pub fn leases(&self) -> &NodeLeases {
+        &self.leases
     }
 
     /// Tells the linked peers this node stops gracefully (`ReplicaBus::say_stopping`).

@@ -35,6 +35,7 @@
 
 use super::admission::{self, Local};
 use super::cluster_clock::ClockSample;
+use super::grant_lease::NodeLeases;
 use super::link_liveness::{LinkEvent, Liveness, PeerStatus, SILENCE_CLOSES_AFTER, Silence};
 use super::link_stream::{HandshakeRead, LinkReader, LinkStream, LinkWriter};
 use super::log_limit::{LogLimit, Throttled, Verdict};
@@ -217,6 +218,8 @@ pub struct BusConfig {
     pub runs: Rc<RunsState>,
     /// `[cluster.tls]`: `None` when links are plain TCP.
     pub tls: Option<ReplicaTls>,
+    /// The node's grant leases: the Pings report to it and the Pongs carry its grants.
+    pub leases: Rc<NodeLeases>,
 }
 
 /// What this node declares about its metadata history, asked each time a handshake frame is
@@ -261,6 +264,7 @@ impl BusConfig {
         replica: u8,
         history: HistorySource,
         runs: Rc<RunsState>,
+        leases: Rc<NodeLeases>,
     ) -> Result<Self, String> {
         let cluster = &config.cluster;
         let address = |id: u8| {
@@ -319,6 +323,7 @@ impl BusConfig {
             history,
             runs,
             tls: ReplicaTls::from_config(&cluster.tls)?,
+            leases,
         })
     }
 }
@@ -1375,11 +1380,14 @@ async fn run_link(shared: &Rc<Shared>, stream: LinkStream, admitted: admission::
         outbox.link_event(Instant::now(), LinkEvent::Admitted { generation });
     }
     let cluster = shared.config.local.cluster;
+    let leases = shared.config.leases.clone();
     let link = outbox.clone().map(|outbox| LinkKeepalive {
         outbox,
         generation,
         cluster,
         local,
+        peer,
+        leases: leases.clone(),
     });
     let (reader, writer) = stream.split();
     // Set when the peer says it stops gracefully: the close that follows is no fault.
@@ -1402,7 +1410,7 @@ async fn run_link(shared: &Rc<Shared>, stream: LinkStream, admitted: admission::
     let pinger_outbox = outbox.clone();
     let pinging = Box::pin(async move {
         match pinger_outbox {
-            Some(outbox) => send_pings(&outbox, cluster, local, peer).await,
+            Some(outbox) => send_pings(&outbox, &leases, cluster, (local, peer)).await,
             None => std::future::pending().await,
         }
     });
@@ -1459,6 +1467,9 @@ struct LinkKeepalive {
     /// What a Pong is stamped with.
     cluster: u128,
     local: u8,
+    peer: u8,
+    /// What the Pings report to and the Pongs grant from.
+    leases: Rc<NodeLeases>,
 }
 
 /// Reads, verifies and routes frames; returns why it stopped. A link may be idle between
@@ -1530,26 +1541,42 @@ async fn read_frames(
             let outbox = &keepalive.outbox;
             outbox.link_event(Instant::now(), LinkEvent::Heard { generation });
             match verified.command {
-                // Answered with this node's clock and the Ping's own echoed.
+                // Answered with this node's clock, the Ping's own echoed, and a grant lease
+                // when this node leads the metadata group.
                 Command::Ping => {
-                    let (ping_sent_at, _) = replica_link::keepalive_clocks(&header);
+                    let ping = replica_link::keepalive_fields(&header);
+                    let now = Instant::now();
+                    let leases = &keepalive.leases;
+                    leases.ping_heard(keepalive.peer, ping.metadata_applied);
+                    let fields = replica_link::Keepalive {
+                        wall_clock: wall_clock::now_micros(),
+                        echo: ping.wall_clock,
+                        grants_leases: true,
+                        lease: leases.grant_for(keepalive.peer, now),
+                        ..Default::default()
+                    };
                     let pong = replica_link::timed_keepalive_frame(
                         keepalive.cluster,
                         keepalive.local,
                         Command::Pong,
-                        wall_clock::now_micros(),
-                        ping_sent_at,
+                        fields,
                     );
-                    let _ = outbox.push(Instant::now(), Bytes::copy_from_slice(&pong));
+                    let _ = outbox.push(now, Bytes::copy_from_slice(&pong));
                 }
                 Command::Pong => {
-                    let (peer_clock, our_ping_at) = replica_link::keepalive_clocks(&header);
+                    let pong = replica_link::keepalive_fields(&header);
                     let read = wall_clock::now_micros();
                     if let Some(sample) =
-                        ClockSample::of_pong(our_ping_at, read, peer_clock, Instant::now())
+                        ClockSample::of_pong(pong.echo, read, pong.wall_clock, Instant::now())
                     {
                         *outbox.clock.lock().expect("clock lock") = Some(sample);
                     }
+                    keepalive.leases.pong_heard(
+                        keepalive.peer,
+                        pong.echo,
+                        pong.grants_leases,
+                        pong.lease,
+                    );
                 }
                 _ => {}
             }
@@ -1574,7 +1601,12 @@ async fn read_frames(
 /// is otherwise seen only in the roster, and the refusals (58) a node out of touch with its
 /// primary answers would name no cause. A silence past `SILENCE_CLOSES_AFTER` heartbeat
 /// timeouts ends the link (the reason returned), so it is dialed afresh.
-async fn send_pings(outbox: &Outbox, cluster: u128, local: u8, peer: u8) -> String {
+async fn send_pings(
+    outbox: &Outbox,
+    leases: &NodeLeases,
+    cluster: u128,
+    (local, peer): (u8, u8),
+) -> String {
     loop {
         let (due, keepalive) = {
             let liveness = outbox.liveness.lock().expect("liveness lock");
@@ -1605,13 +1637,14 @@ async fn send_pings(outbox: &Outbox, cluster: u128, local: u8, peer: u8) -> Stri
             );
         }
         if ping_due.is_some() {
-            let ping = replica_link::timed_keepalive_frame(
-                cluster,
-                local,
-                Command::Ping,
-                wall_clock::now_micros(),
-                0,
-            );
+            let wall_clock = wall_clock::now_micros();
+            let fields = replica_link::Keepalive {
+                wall_clock,
+                metadata_applied: leases.applied(),
+                ..Default::default()
+            };
+            let ping = replica_link::timed_keepalive_frame(cluster, local, Command::Ping, fields);
+            leases.ping_sent(peer, wall_clock, now);
             let _ = outbox.push(now, Bytes::copy_from_slice(&ping));
         }
         match silence {
@@ -1714,6 +1747,10 @@ mod tests {
         Rc::new(RunsState::start(CLUSTER, replica, None, false).unwrap())
     }
 
+    fn no_leases(replica: u8) -> Rc<NodeLeases> {
+        Rc::new(NodeLeases::new(replica, 3, Duration::from_secs(10)))
+    }
+
     fn config(replica: u8, roster: &[SocketAddr]) -> BusConfig {
         BusConfig {
             local: Local {
@@ -1746,6 +1783,11 @@ mod tests {
             history: HistorySource::fixed(MetadataHistory::Absent),
             runs: no_runs(replica),
             tls: None,
+            leases: Rc::new(NodeLeases::new(
+                replica,
+                roster.len() as u8,
+                Duration::from_secs(10),
+            )),
         }
     }
 
@@ -2582,6 +2624,7 @@ mod tests {
             1,
             HistorySource::fixed(MetadataHistory::Held),
             no_runs(1),
+            no_leases(1),
         )
         .unwrap();
         assert_eq!(one.listen, roster[1]);
@@ -2611,7 +2654,8 @@ mod tests {
                 &config,
                 3,
                 HistorySource::fixed(MetadataHistory::Held),
-                no_runs(3)
+                no_runs(3),
+                no_leases(3),
             )
             .is_err()
         );
@@ -2622,6 +2666,7 @@ mod tests {
             0,
             HistorySource::fixed(MetadataHistory::Held),
             no_runs(0),
+            no_leases(0),
         )
         .unwrap();
         let mut a = start(zero).await;

@@ -346,39 +346,54 @@ fn u128_at(bytes: &[u8; HEADER_SIZE], at: usize) -> u128 {
 /// A link-level Ping or Pong from `sender` (spec/frames.spec `PingHeader`), sealed.
 #[cfg(test)]
 pub fn keepalive_frame(cluster: u128, sender: u8, command: Command) -> [u8; HEADER_SIZE] {
-    timed_keepalive_frame(cluster, sender, command, 0, 0)
+    timed_keepalive_frame(cluster, sender, command, Keepalive::default())
 }
 
-/// A Ping or Pong stamped with the sender's `wall_clock` (and, on a Pong, the `echo` of the
-/// Ping's): what a peer learns this node's clock from (`cluster_clock`).
+/// What a Ping or Pong says besides its kind (spec/frames.spec `PingHeader`): the sender's
+/// wall clock and, on a Pong, the echo of the Ping's, which a peer learns this node's clock
+/// from (`cluster_clock`); the metadata op a Ping's sender applied, and a Pong's grant lease
+/// (`grant_lease`). A build before a field sends 0 there.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Keepalive {
+    pub wall_clock: u64,
+    pub echo: u64,
+    pub metadata_applied: u64,
+    pub grants_leases: bool,
+    /// The commit a Pong grants a lease at.
+    pub lease: Option<u64>,
+}
+
+/// A Ping or Pong carrying `fields`, sealed.
 pub fn timed_keepalive_frame(
     cluster: u128,
     sender: u8,
     command: Command,
-    wall_clock: u64,
-    echo: u64,
+    fields: Keepalive,
 ) -> [u8; HEADER_SIZE] {
     assert!(
         matches!(command, Command::Ping | Command::Pong),
         "{command:?}"
     );
-    ping_header(cluster, sender, command, false, (wall_clock, echo))
+    ping_header(cluster, sender, command, false, fields)
 }
 
-/// The sender's wall clock and the echo of a verified Ping or Pong (0 where a build before the
-/// fields sent none).
-pub fn keepalive_clocks(header: &[u8; HEADER_SIZE]) -> (u64, u64) {
+/// What a verified Ping or Pong says (0 and false where a build before a field sent none).
+pub fn keepalive_fields(header: &[u8; HEADER_SIZE]) -> Keepalive {
     let read = |at: usize| u64::from_le_bytes(header[at..at + 8].try_into().expect("8 bytes"));
-    (
-        read(PingHeader::WALL_CLOCK_OFFSET),
-        read(PingHeader::ECHO_OFFSET),
-    )
+    Keepalive {
+        wall_clock: read(PingHeader::WALL_CLOCK_OFFSET),
+        echo: read(PingHeader::ECHO_OFFSET),
+        metadata_applied: read(PingHeader::METADATA_APPLIED_OFFSET),
+        grants_leases: header[PingHeader::GRANTS_LEASES_OFFSET] != 0,
+        lease: (header[PingHeader::LEASE_GRANTED_OFFSET] != 0)
+            .then(|| read(PingHeader::LEASE_COMMIT_OFFSET)),
+    }
 }
 
 /// The last frame a gracefully stopping `sender` writes on each link: a Ping with `stopping`
 /// set. A peer of a build before the field answers it as any Ping.
 pub fn stopping_frame(cluster: u128, sender: u8) -> [u8; HEADER_SIZE] {
-    ping_header(cluster, sender, Command::Ping, true, (0, 0))
+    ping_header(cluster, sender, Command::Ping, true, Keepalive::default())
 }
 
 fn ping_header(
@@ -386,7 +401,7 @@ fn ping_header(
     sender: u8,
     command: Command,
     stopping: bool,
-    (wall_clock, echo): (u64, u64),
+    fields: Keepalive,
 ) -> [u8; HEADER_SIZE] {
     let mut header = PingHeader {
         cluster,
@@ -394,8 +409,12 @@ fn ping_header(
         command,
         replica: sender,
         stopping,
-        wall_clock,
-        echo,
+        wall_clock: fields.wall_clock,
+        echo: fields.echo,
+        metadata_applied: fields.metadata_applied,
+        grants_leases: fields.grants_leases,
+        lease_granted: fields.lease.is_some(),
+        lease_commit: fields.lease.unwrap_or(0),
         ..PingHeader::default()
     }
     .to_bytes();
@@ -960,21 +979,41 @@ pub(crate) mod tests {
         }
     }
 
-    /// A stopping node's last Ping passes the check as a keepalive (so a peer of a build
-    /// before the field answers it as one) and is told apart from every other keepalive.
     #[test]
-    fn a_pong_carries_its_senders_clock_and_the_pings_it_answers() {
-        let pong = timed_keepalive_frame(CLUSTER, 0, Command::Pong, 1_700_000_000_000_000, 42);
+    fn a_pong_carries_its_senders_clock_the_pings_it_answers_and_its_lease() {
+        let fields = Keepalive {
+            wall_clock: 1_700_000_000_000_000,
+            echo: 42,
+            metadata_applied: 0,
+            grants_leases: true,
+            lease: Some(7),
+        };
+        let pong = timed_keepalive_frame(CLUSTER, 0, Command::Pong, fields);
         let verified = check().header(&pong).expect("a sealed keepalive");
         assert_eq!(verified.command, Command::Pong);
-        assert_eq!(keepalive_clocks(&pong), (1_700_000_000_000_000, 42));
-        // A build before the fields: no sample.
+        assert_eq!(keepalive_fields(&pong), fields);
+        // A lease at commit 0 is a lease, told apart from none.
+        let at_zero = Keepalive {
+            lease: Some(0),
+            ..fields
+        };
+        let pong = timed_keepalive_frame(CLUSTER, 0, Command::Pong, at_zero);
+        assert_eq!(keepalive_fields(&pong).lease, Some(0));
+        let ping = Keepalive {
+            metadata_applied: 99,
+            ..Keepalive::default()
+        };
+        let frame = timed_keepalive_frame(CLUSTER, 0, Command::Ping, ping);
+        assert_eq!(keepalive_fields(&frame), ping);
+        // A build before the fields: no sample, no lease, no report.
         assert_eq!(
-            keepalive_clocks(&keepalive_frame(CLUSTER, 0, Command::Ping)),
-            (0, 0)
+            keepalive_fields(&keepalive_frame(CLUSTER, 0, Command::Ping)),
+            Keepalive::default()
         );
     }
 
+    /// A stopping node's last Ping passes the check as a keepalive (so a peer of a build
+    /// before the field answers it as one) and is told apart from every other keepalive.
     #[test]
     fn a_stopping_ping_is_a_keepalive_that_says_so() {
         let frame = stopping_frame(CLUSTER, 0);

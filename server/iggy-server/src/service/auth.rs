@@ -115,6 +115,35 @@ pub fn verify_token(shared: &Shared, token: &str, now: u64) -> Result<u32, Error
 }
 
 impl Shared {
+    /// Whether `user_id`'s grants allow `need`, judged by this node's metadata copy: 41 when
+    /// they do not; 58 when this node may not judge by its copy now (a cluster node holding
+    /// no grant lease, `consensus::grant_lease`: its copy may miss a revocation answered
+    /// already; the client retries).
+    pub fn judge(&self, user_id: u32, need: Need) -> Result<(), ErrorCode> {
+        self.judge_any(user_id, &[need])
+    }
+
+    /// [`Self::judge`], passed when the grants allow any of `needs`.
+    pub fn judge_any(&self, user_id: u32, needs: &[Need]) -> Result<(), ErrorCode> {
+        self.may_judge()?;
+        match needs.iter().any(|&need| self.user_allows(user_id, need)) {
+            true => Ok(()),
+            false => Err(ErrorCode::Unauthorized),
+        }
+    }
+
+    /// Whether this node may judge grants by its metadata copy now (always, standalone).
+    pub fn may_judge(&self) -> Result<(), ErrorCode> {
+        match &self.plane {
+            Some(plane) if !plane.leases().may_judge(std::time::Instant::now()) => {
+                Err(ErrorCode::TransientNotAccepted)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// What the copy says of `user_id`'s grants, without asking whether this node may judge
+    /// by it: only to tell one refusal from another.
     pub fn user_allows(&self, user_id: u32, need: Need) -> bool {
         self.metadata
             .borrow()

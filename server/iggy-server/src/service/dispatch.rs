@@ -918,9 +918,7 @@ async fn metadata_write(
         }
     } else {
         let need = metadata_need(node, operation, bound.user_id, body)?;
-        if !node.shared.user_allows(bound.user_id, need) {
-            return Err(ErrorCode::Unauthorized);
-        }
+        node.shared.judge(bound.user_id, need)?;
         // Secrets are turned into hashes before they reach the journal.
         crate::service::user_commands::prepare(&node.shared, operation, bound.user_id, body).await?
     };
@@ -953,6 +951,11 @@ async fn metadata_write(
     };
     match outcome {
         Outcome::Committed { op, reply } => {
+            if iggy_metadata::permissions::takes_grants_away(operation)
+                && model_replies::rejection_of(&reply).is_none()
+            {
+                grants_fenced(node, op).await;
+            }
             if operation == Operation::CreatePersonalAccessToken
                 && model_replies::rejection_of(&reply).is_none()
             {
@@ -981,6 +984,37 @@ async fn metadata_write(
         }
         Outcome::Refused(refusal) => Err(metadata_refused(node, &refusal)),
         Outcome::Failed => Err(ErrorCode::TransientNotCommitted),
+    }
+}
+
+/// Waits until a change that took grants away, committed at `op`, may be answered: until no
+/// node can judge grants by a metadata copy without it (`consensus::grant_lease`), so the
+/// client that revoked a grant never sees the revoked user served after its answer. A
+/// retry waits again (its commit was learned only now). Bounded: should the lease book never
+/// clear it (primaries changing again and again), the answer goes after
+/// `NodeLeases::fence_longest` with a warning.
+async fn grants_fenced(node: &Node, op: u64) {
+    let Some(plane) = &node.shared.plane else {
+        return;
+    };
+    let leases = plane.leases();
+    let learned_at = std::time::Instant::now();
+    let give_up = learned_at + leases.fence_longest();
+    loop {
+        let now = std::time::Instant::now();
+        if leases.fence_clear(op, learned_at, now) {
+            return;
+        }
+        if now >= give_up {
+            tracing::warn!(
+                "metadata op {op} took grants away, and not every node confirmed applying it \
+                 within {:?} nor could be shown to hold no lease from before it: answered \
+                 anyway",
+                leases.fence_longest()
+            );
+            return;
+        }
+        compio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
 
@@ -1158,12 +1192,8 @@ fn prepare_send(
         let partition = u32::from_le_bytes(send.partitioning.value.try_into().expect("4 bytes"));
         let key = resolve_partition(node, &send.stream_id, &send.topic_id, Some(partition))?;
         partition_primary_for(node, key, routing)?;
-        if !node
-            .shared
-            .user_allows(bound.user_id, Need::SendMessages(key.0, key.1))
-        {
-            return Err(ErrorCode::Unauthorized);
-        }
+        node.shared
+            .judge(bound.user_id, Need::SendMessages(key.0, key.1))?;
         // metadata_length counts stream id through messages count.
         if send.metadata_length as usize != body.len() - 4 - send.batch.len() {
             return Err(ErrorCode::InvalidFormat);
@@ -1203,12 +1233,8 @@ fn prepare_offset_write(
                 partition_arg(&store.partition_id),
             )?;
             partition_primary_for(node, key, routing)?;
-            if !node
-                .shared
-                .user_allows(bound.user_id, Need::PollMessages(key.0, key.1))
-            {
-                return Err(ErrorCode::Unauthorized);
-            }
+            node.shared
+                .judge(bound.user_id, Need::PollMessages(key.0, key.1))?;
             let (owner, owner_created_at) = offset_owner(node, &store.consumer, key)?;
             // A consumer's or a group's offset names a message the partition holds, as upstream
             // has it; an external group's (kind 3) may exceed the range. Judged by the
@@ -1240,12 +1266,8 @@ fn prepare_offset_write(
                 partition_arg(&delete.partition_id),
             )?;
             partition_primary_for(node, key, routing)?;
-            if !node
-                .shared
-                .user_allows(bound.user_id, Need::PollMessages(key.0, key.1))
-            {
-                return Err(ErrorCode::Unauthorized);
-            }
+            node.shared
+                .judge(bound.user_id, Need::PollMessages(key.0, key.1))?;
             // The group's creation op goes with the delete: a stored offset another group with
             // the same id left (its deletion not yet swept from the partition) is not this
             // group's, and the partition answers ConsumerOffsetNotFound for it.
@@ -1349,9 +1371,7 @@ async fn delete_segments(
     // The SDK sends 503 to the metadata primary, and its permission check reads the model.
     metadata_write_path(node, routing)?;
     let need = metadata_need(node, request.operation, bound.user_id, body)?;
-    if !node.shared.user_allows(bound.user_id, need) {
-        return Err(ErrorCode::Unauthorized);
-    }
+    node.shared.judge(bound.user_id, need)?;
     let delete: DeleteSegmentsRequest = decode(body)?;
     let key = resolve_partition(
         node,
@@ -1481,11 +1501,9 @@ async fn non_replicated(
     let commit = node.shared.metadata.borrow().commit;
     let user = bound.user_id;
     let codec = Codec::of(bound.protocol);
-    let allows = |need: Need| node.shared.user_allows(user, need);
+    let judge = |need: Need| node.shared.judge(user, need);
     let metadata_read = |need: Need, body: Option<Vec<u8>>| -> Result<Dispatched, ErrorCode> {
-        if !allows(need) {
-            return Err(ErrorCode::Unauthorized);
-        }
+        judge(need)?;
         Ok(request.reply(&body.unwrap_or_default()))
     };
     match code {
@@ -1573,11 +1591,11 @@ async fn non_replicated(
             let key = resolve_partition(node, &r.stream_id, &r.topic_id, Some(r.partition_id))?;
             // The SDK asks the route before every partition call: whoever may poll (which
             // read_topic implies) or send there may learn it.
-            if !allows(Need::PollMessages(key.0, key.1))
-                && !allows(Need::SendMessages(key.0, key.1))
-            {
-                return Err(ErrorCode::Unauthorized);
-            }
+            let needs = [
+                Need::PollMessages(key.0, key.1),
+                Need::SendMessages(key.0, key.1),
+            ];
+            node.shared.judge_any(user, &needs)?;
             let position = route_position(node, key)?;
             Ok(request.reply(&replies::partition_route(&node.shared, key, position)))
         }
@@ -1597,9 +1615,7 @@ async fn non_replicated(
                 }
             };
             let key = resolve_partition(node, &stream, &topic, partition)?;
-            if !allows(Need::PollMessages(key.0, key.1)) {
-                return Err(ErrorCode::Unauthorized);
-            }
+            judge(Need::PollMessages(key.0, key.1))?;
             let (_, primary) = route_position(node, key)?;
             let session = iggy_generated::payloads::SessionIdentity {
                 client_id: header.client,
@@ -1623,9 +1639,7 @@ async fn non_replicated(
                 partition_arg(&r.partition_id),
             )?;
             let served = read_position(node, key, routing).await?;
-            if !allows(Need::PollMessages(key.0, key.1)) {
-                return Err(ErrorCode::Unauthorized);
-            }
+            judge(Need::PollMessages(key.0, key.1))?;
             let (owner, owner_created_at_op) = offset_owner(node, &r.consumer, key)?;
             let partition = served_partition(node, key, served)?;
             match partition.offset(owner, owner_created_at_op).await {
@@ -1643,9 +1657,10 @@ async fn non_replicated(
                 Err(_) if code == 600 => return Ok(request.reply(&[])),
                 Err(error) => return Err(error),
             };
-            if !allows(Need::ReadTopic(s.id, t.id)) && !allows(Need::PollMessages(s.id, t.id)) {
-                return Err(ErrorCode::Unauthorized);
-            }
+            node.shared.judge_any(
+                user,
+                &[Need::ReadTopic(s.id, t.id), Need::PollMessages(s.id, t.id)],
+            )?;
             let Ok((_, topic, group)) = metadata.group(
                 &ident(&r.stream_id)?,
                 &ident(&r.topic_id)?,
@@ -1664,9 +1679,7 @@ async fn non_replicated(
             let r: TopicIdRequest = decode(body)?;
             let metadata = node.shared.metadata.borrow();
             let (s, t) = metadata.topic(&ident(&r.stream_id)?, &ident(&r.topic_id)?)?;
-            if !allows(Need::ReadTopic(s.id, t.id)) {
-                return Err(ErrorCode::Unauthorized);
-            }
+            judge(Need::ReadTopic(s.id, t.id))?;
             Ok(request.reply(&model_replies::group_list(t)))
         }
         _ => {
@@ -1798,12 +1811,8 @@ async fn poll(
     // what the client wrote there, and the auto-commit below is a write. For one that cannot,
     // served here once this replica is current, with the auto-commit relayed.
     let served = read_position(node, key, routing).await?;
-    if !node
-        .shared
-        .user_allows(bound.user_id, Need::PollMessages(key.0, key.1))
-    {
-        return Err(ErrorCode::Unauthorized);
-    }
+    node.shared
+        .judge(bound.user_id, Need::PollMessages(key.0, key.1))?;
     check_incarnation(node, bound, header, key)?;
     let (owner, owner_created_at_op) = offset_owner(node, &poll.consumer, key)?;
     // The auto-commit below follows an await: a group deleted meanwhile refuses it.

@@ -284,21 +284,17 @@ pub async fn read(
 ) -> Result<Vec<u8>, ErrorCode> {
     let bound = connection.bound.ok_or(ErrorCode::Unauthenticated)?;
     let shared = &node.shared;
-    let allows = |need: Need| shared.user_allows(bound.user_id, need);
+    let judge = |need: Need| shared.judge(bound.user_id, need);
     match code {
         20 => Ok(client_details(node, connection.id).unwrap_or_default()),
         21 => {
-            if !allows(Need::ReadServers) {
-                return Err(ErrorCode::Unauthorized);
-            }
+            judge(Need::ReadServers)?;
             let request =
                 GetClientRequest::decode_fixed(body).map_err(|_| ErrorCode::InvalidFormat)?;
             Ok(client_details(node, request.client_id).unwrap_or_default())
         }
         22 => {
-            if !allows(Need::ReadServers) {
-                return Err(ErrorCode::Unauthorized);
-            }
+            judge(Need::ReadServers)?;
             let clients = node.clients.borrow();
             let metadata = shared.metadata.borrow();
             let mut ids: Vec<_> = clients.keys().copied().collect();
@@ -315,21 +311,15 @@ pub async fn read(
             let request: GetUserRequest = decode(body)?;
             let metadata = shared.metadata.borrow();
             let Ok(user) = metadata.user(&ident(&request.user_id)?) else {
-                return if allows(Need::ReadUsers) {
-                    Ok(Vec::new())
-                } else {
-                    Err(ErrorCode::Unauthorized)
-                };
+                return judge(Need::ReadUsers).map(|()| Vec::new());
             };
-            if user.id != bound.user_id && !allows(Need::ReadUsers) {
-                return Err(ErrorCode::Unauthorized);
+            if user.id != bound.user_id {
+                judge(Need::ReadUsers)?;
             }
             Ok(user_details(&metadata, user.id, Codec::of(bound.protocol)))
         }
         32 => {
-            if !allows(Need::ReadUsers) {
-                return Err(ErrorCode::Unauthorized);
-            }
+            judge(Need::ReadUsers)?;
             let metadata = shared.metadata.borrow();
             let mut out = Vec::new();
             for user in metadata.users.values() {
@@ -357,15 +347,11 @@ pub async fn read(
             Ok(out)
         }
         10 => {
-            if !allows(Need::ReadServers) {
-                return Err(ErrorCode::Unauthorized);
-            }
+            judge(Need::ReadServers)?;
             Ok(stats(node))
         }
         11 => {
-            if !allows(Need::ReadServers) {
-                return Err(ErrorCode::Unauthorized);
-            }
+            judge(Need::ReadServers)?;
             let request: iggy_generated::payloads::GetSnapshotRequest = decode(body)?;
             crate::service::snapshot::archive(node, request.snapshot_types)
         }
