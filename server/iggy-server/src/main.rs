@@ -544,15 +544,9 @@ struct Start {
 /// marker is there.
 fn mark_restored(path: &str, write: bool) -> std::io::Result<bool> {
     let root = std::path::Path::new(path);
-    let marker = root.join(iggy_generated::storage::RESTORED_MARKER_FILE);
+    let marker = iggy_storage::data_dir::restored_marker(root);
     if write && !marker.exists() {
-        let _watch = iggy_storage::stall::watch_path(
-            iggy_storage::stall::Op::Create,
-            iggy_storage::fail_stop::Synced::Record,
-            &marker,
-        );
-        std::fs::File::create(&marker)?.sync_all()?;
-        std::fs::File::open(root)?.sync_all()?;
+        iggy_storage::data_dir::write_restored_marker(root)?;
     }
     Ok(marker.exists())
 }
@@ -625,9 +619,9 @@ async fn run(
         };
         // The restored marker of a start with `--restored` is written once the directory is
         // open (below); its runs are declared restored from the first handshake on.
-        let marked = std::path::Path::new(&cfg.system.path)
-            .join(iggy_generated::storage::RESTORED_MARKER_FILE)
-            .exists();
+        let marked =
+            iggy_storage::data_dir::restored_marker(std::path::Path::new(&cfg.system.path))
+                .exists();
         let history_dir = data
             .as_ref()
             .map(|_| std::path::Path::new(&cfg.system.path));

@@ -241,3 +241,36 @@ fn numbered_subdirs(dir: &Path) -> Vec<(u32, PathBuf)> {
     found.sort();
     found
 }
+
+/// The restored-node marker in the data directory `root` (`RESTORED_MARKER_FILE`): while it is
+/// there, every consensus group of the node opens restored, voting in no view change until it
+/// holds a whole view's log from its primary.
+pub fn restored_marker(root: &Path) -> PathBuf {
+    root.join(spec::RESTORED_MARKER_FILE)
+}
+
+/// Writes the restored-node marker durably (the file, then its directory), under the
+/// disk-stall watch.
+pub fn write_restored_marker(root: &Path) -> std::io::Result<()> {
+    let marker = restored_marker(root);
+    let _watch = crate::stall::watch_path(
+        crate::stall::Op::Create,
+        crate::fail_stop::Synced::Record,
+        &marker,
+    );
+    std::fs::File::create(&marker)?.sync_all()?;
+    std::fs::File::open(root)?.sync_all()
+}
+
+/// Removes the restored-node marker durably (the file, then its directory), under the
+/// disk-stall watch.
+pub fn remove_restored_marker(root: &Path) -> std::io::Result<()> {
+    let marker = restored_marker(root);
+    let _watch = crate::stall::watch_path(
+        crate::stall::Op::Remove,
+        crate::fail_stop::Synced::Record,
+        &marker,
+    );
+    std::fs::remove_file(&marker)?;
+    std::fs::File::open(root)?.sync_all()
+}

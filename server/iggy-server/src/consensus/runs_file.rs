@@ -4,7 +4,7 @@
 
 use super::admission::Refusal;
 use super::runs::{Declared, RunLedger};
-use iggy_generated::storage::{REPLICA_RUNS_FILE, RESTORED_MARKER_FILE};
+use iggy_generated::storage::REPLICA_RUNS_FILE;
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 
@@ -112,16 +112,8 @@ impl RunsState {
             .as_ref()
             .and_then(|path| path.parent().map(Path::to_path_buf))
             .expect("only a node with a runs file declares a run a peer can judge");
-        let marker = dir.join(RESTORED_MARKER_FILE);
-        let watched = iggy_storage::stall::watch_path(
-            iggy_storage::stall::Op::Create,
-            iggy_storage::fail_stop::Synced::Record,
-            &marker,
-        );
-        let written = std::fs::File::create(&marker)
-            .and_then(|file| file.sync_all())
-            .and_then(|()| std::fs::File::open(&dir)?.sync_all());
-        drop(watched);
+        let marker = iggy_storage::data_dir::restored_marker(&dir);
+        let written = iggy_storage::data_dir::write_restored_marker(&dir);
         let line = format!(
             "replica {}: {}; wrote {} and stopped: start the node again and it starts \
              restored, catching up from its peers before it votes (README \"Replace a cluster \

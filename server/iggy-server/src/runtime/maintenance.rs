@@ -101,16 +101,8 @@ fn release_restored(node: &Node) {
         return;
     }
     let root = std::path::Path::new(&node.shared.config.system.path);
-    let marker = root.join(iggy_generated::storage::RESTORED_MARKER_FILE);
-    let watched = iggy_storage::stall::watch_path(
-        iggy_storage::stall::Op::Remove,
-        iggy_storage::fail_stop::Synced::Record,
-        &marker,
-    );
-    let removed =
-        std::fs::remove_file(&marker).and_then(|()| std::fs::File::open(root)?.sync_all());
-    drop(watched);
-    match removed {
+    let marker = iggy_storage::data_dir::restored_marker(root);
+    match iggy_storage::data_dir::remove_restored_marker(root) {
         Ok(()) => {
             plane.set_restored(false);
             tracing::info!(
