@@ -54,7 +54,23 @@ impl System {
     /// before the node fail-stops (`iggy_storage::stall`); zero turns the detector off.
     /// Validated at load.
     pub fn max_disk_stall(&self) -> std::time::Duration {
-        cluster::parse_duration(self.max_disk_stall_text.trim()).unwrap_or_default()
+        self.checked_max_disk_stall().unwrap_or_default()
+    }
+
+    /// `max_disk_stall` parsed, or why it is refused: under a second a healthy fsync under
+    /// load would stop the node.
+    fn checked_max_disk_stall(&self) -> Result<std::time::Duration, ConfigError> {
+        match cluster::parse_duration(self.max_disk_stall_text.trim()) {
+            Some(limit) if limit.is_zero() || limit >= std::time::Duration::from_secs(1) => {
+                Ok(limit)
+            }
+            _ => Err(ConfigError::BadValue {
+                key: "system.max_disk_stall".into(),
+                value: self.max_disk_stall_text.clone(),
+                expected: "duration of at least 1s (a whole number with ms, s, m or h: \
+                           \"20s\"), or \"0s\" for no stall detection",
+            }),
+        }
     }
 }
 
@@ -698,18 +714,7 @@ impl Config {
                 });
             }
         }
-        match cluster::parse_duration(self.system.max_disk_stall_text.trim()) {
-            // Under a second a healthy fsync under load would stop the node.
-            Some(limit) if limit.is_zero() || limit >= std::time::Duration::from_secs(1) => {}
-            _ => {
-                return Err(ConfigError::BadValue {
-                    key: "system.max_disk_stall".into(),
-                    value: self.system.max_disk_stall_text.clone(),
-                    expected: "duration of at least 1s (a whole number with ms, s, m or h: \
-                               \"20s\"), or \"0s\" for no stall detection",
-                });
-            }
-        }
+        self.system.checked_max_disk_stall()?;
         if self.partition.consumer_offsets_max == 0 {
             return Err(ConfigError::BadValue {
                 key: "partition.consumer_offsets_max".into(),
