@@ -25,7 +25,9 @@ use std::hash::Hasher;
 /// of an expired session).
 pub const SYSTEM_CLIENT: u128 = u128::MAX;
 
-pub(crate) fn decode<'a, T: WireDecode<'a>>(bytes: &'a [u8]) -> Result<T, ErrorCode> {
+/// A body decoded whole by the generated codec; anything else is InvalidFormat (the node's
+/// request handlers decode with it too).
+pub fn decode<'a, T: WireDecode<'a>>(bytes: &'a [u8]) -> Result<T, ErrorCode> {
     T::decode_exact(bytes).map_err(|_| ErrorCode::InvalidFormat)
 }
 

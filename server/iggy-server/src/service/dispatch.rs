@@ -22,7 +22,7 @@ use iggy_generated::payloads::{
     StoreConsumerOffsetRequest, StreamIdRequest, TopicIdRequest,
 };
 use iggy_generated::protocol;
-use iggy_metadata::machine::{envelope, ident, session_record};
+use iggy_metadata::machine::{decode, envelope, ident, session_record};
 use iggy_metadata::replies::{self as model_replies, Codec};
 use iggy_metadata::{Ident, Need};
 use iggy_partition::{NO_OFFSET_HOLD, OffsetOwner, PartitionWrite, StartAt, WriteResult};
@@ -83,10 +83,6 @@ impl Request<'_> {
     fn evict(&self, reason: EvictionReason) -> Dispatched {
         Dispatched::Close(frame::eviction(self.header.client, reason))
     }
-}
-
-fn decode<'a, T: WireDecode<'a>>(body: &'a [u8]) -> Result<T, ErrorCode> {
-    T::decode_exact(body).map_err(|_| ErrorCode::InvalidFormat)
 }
 
 /// Handles one request, answering within `deadline` whatever it waits on: a request still

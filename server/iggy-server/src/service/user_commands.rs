@@ -14,15 +14,11 @@ use iggy_generated::payloads::{
     PersonalAccessTokenResponse, StatsResponse, TopicResourcePatch, UpdateResourceRequest,
     UpdateTopicRequest,
 };
-use iggy_metadata::machine::ident;
+use iggy_metadata::machine::{decode, ident};
 use iggy_metadata::machine::{status_from_wire, token_record};
 use iggy_metadata::replies::{Codec, user_details, user_header, user_header_v0111};
 use iggy_metadata::{Metadata, Need};
-use iggy_wire::{WireDecode, WireEncode};
-
-fn decode<'a, T: WireDecode<'a>>(bytes: &'a [u8]) -> Result<T, ErrorCode> {
-    T::decode_exact(bytes).map_err(|_| ErrorCode::InvalidFormat)
-}
+use iggy_wire::WireEncode;
 
 const PASSWORD_MIN: usize = 3;
 const PASSWORD_MAX: usize = 100;
