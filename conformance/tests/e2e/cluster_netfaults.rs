@@ -905,3 +905,60 @@ async fn a_link_a_middlebox_forgot_is_closed_and_dialed_afresh() {
         acked.iter().map(Vec::len).collect::<Vec<_>>()
     );
 }
+
+/// What the metadata primary sends one node is held back (the link stays up, nothing arrives
+/// its way): that node holds no grant lease, so it judges no client's grants and would answer
+/// every write to the partitions it leads 58 for as long as the cut lasts. Two heartbeat
+/// timeouts into the cut its groups decline to lead and hand themselves to a backup: writes to
+/// its partitions go on (slower only while that happens), every message acknowledged is read
+/// back once, and after the heal its partitions come back to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_cut_one_way_from_its_metadata_primary_hands_its_partitions_over_and_writes_go_on() {
+    let cluster = TestCluster::start(3);
+    let (primary, cut) = metadata_primary_and_backup(&cluster).await;
+    let client = cluster.root_client(primary).await;
+    let (stream, topic, groups) = create_topic(&client, 3).await;
+    let (stream, topic) = (id(stream), id(topic));
+    let led = wait_until(
+        "a partition led by the node to be cut",
+        Duration::from_secs(30),
+        || (0..3u32).find(|p| cluster.primary(groups[*p as usize]).is_some_and(|(node, _)| usize::from(node) == cut)),
+        || groups.iter().map(|g| format!("{:?}", cluster.primary(*g))).collect::<Vec<_>>().join(", "),
+    )
+    .await;
+    let group = groups[led as usize];
+    let mut sent = 0u32;
+    let mut send = async |what: &str| {
+        let mut m = vec![msg(format!("m-{sent}"))];
+        let started = Instant::now();
+        let r = within_for(Duration::from_secs(40), what, client.send_messages(&stream, &topic, &Partitioning::partition_id(led), &mut m)).await;
+        ok(what, r);
+        sent += 1;
+        started.elapsed()
+    };
+    send("before the cut").await;
+    cluster.hold(primary, cut);
+    // Past the node's lease (a heartbeat timeout, 2 s) and the patience (two).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let mut slowest = Duration::ZERO;
+    for _ in 0..20 {
+        slowest = slowest.max(send("during the cut").await);
+    }
+    let during = cluster.primary(group);
+    assert!(during.is_some_and(|(node, _)| usize::from(node) != cut), "partition {led} still led by the cut node {cut}: {during:?}");
+    let log = cluster.node(cut).log();
+    assert!(log.contains("handed to a backup"), "the cut node says why its groups left it");
+    cluster.release(primary, cut);
+    wait_until(
+        "the partition back on the healed node",
+        Duration::from_secs(30),
+        || cluster.primary(group).filter(|(node, _)| usize::from(*node) == cut),
+        || format!("{:?}", cluster.primary(group)),
+    )
+    .await;
+    send("after the heal").await;
+    let polled = poll(&client, &stream, &topic, led, &consumer("check"), PollingStrategy::first(), 100, false).await;
+    let expected: Vec<String> = (0..sent).map(|i| format!("m-{i}")).collect();
+    assert_eq!(payloads(&polled), expected, "partition {led} holds every acknowledged message once, in order");
+    eprintln!("one-way cut: slowest send during the cut {slowest:?}, then led by {during:?}");
+}

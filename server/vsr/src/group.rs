@@ -549,6 +549,11 @@ impl<W> GroupCore<W> {
         self.replica.step_down()
     }
 
+    /// See [`Replica::set_declines_to_lead`].
+    pub fn set_declines_to_lead(&mut self, declines: bool) {
+        self.replica.set_declines_to_lead(declines);
+    }
+
     /// The replica, to read its state.
     pub fn replica(&self) -> &Replica {
         &self.replica

@@ -284,6 +284,9 @@ pub struct Replica {
     /// replica, perhaps one that holds the log) instead of waiting for the view change to time
     /// out: nothing is discarded, the next view's DoViewChange quorum decides the log again.
     cannot_lead: bool,
+    /// Set by the node while it cannot serve as this group's primary (it cannot judge its
+    /// clients' grants: `Replica::set_declines_to_lead`): a hand-over to it is ignored.
+    declines_to_lead: bool,
     /// Primary only: replicas that acknowledged each uncommitted op in this view.
     prepare_oks: BTreeMap<u64, BTreeSet<ReplicaId>>,
     /// Primary only, per replica: the highest op it acknowledged holding durably (with every op
@@ -443,6 +446,7 @@ impl Replica {
             repair_asked: None,
             body_fetch: None,
             cannot_lead: false,
+            declines_to_lead: false,
             config,
             status: if solo {
                 Status::Normal
@@ -613,6 +617,15 @@ impl Replica {
     /// The configuration the replica was opened with.
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// While set, this replica takes no group handed over to it (a preferred-primary
+    /// hand-back, another primary's step-down): its node cannot serve as a primary now (a
+    /// node that cannot judge its clients' grants would refuse every write). It still votes
+    /// and, elected the primary of a view change as usual, leads; the node then steps it down.
+    /// A behaviour of this node alone, which no peer's state depends on.
+    pub fn set_declines_to_lead(&mut self, declines: bool) {
+        self.declines_to_lead = declines;
     }
 
     /// Whether this replica, opened restored, still waits for a whole view's log before it
@@ -1621,6 +1634,7 @@ impl Replica {
     /// (ours), as if we had suspected it.
     fn on_primary_transfer(&mut self, from: ReplicaId, view: u32, target_view: u32) {
         if self.muted
+            || self.declines_to_lead
             || view != self.view
             || self.status != Status::Normal
             || from != self.primary_of(view)

@@ -285,3 +285,26 @@ fn only_a_normal_primary_that_heard_a_backup_steps_down() {
     settle(&mut stale);
     assert_eq!(stale.step_down(), None);
 }
+
+/// A replica whose node declines to lead (it cannot judge its clients' grants) takes no group
+/// handed to it, whoever asks; once it no longer declines, the same request moves the group.
+#[test]
+fn a_replica_that_declines_to_lead_takes_no_group_handed_to_it() {
+    let mut replica = Replica::format_in_view(Config::new(3, 0), 1);
+    settle(&mut replica);
+    let transfer = Message::PrimaryTransfer {
+        view: 1,
+        target_view: 3,
+        target: 0,
+        replica: 1,
+    };
+    replica.set_declines_to_lead(true);
+    replica.on_message(1, transfer.clone());
+    let out = settle(&mut replica);
+    assert_eq!((replica.status(), replica.view()), (Status::Normal, 1));
+    assert!(sends(&out).is_empty(), "{out:?}");
+    replica.set_declines_to_lead(false);
+    replica.on_message(1, transfer);
+    settle(&mut replica);
+    assert_eq!((replica.status(), replica.view()), (Status::ViewChange, 3));
+}

@@ -354,6 +354,9 @@ enum Job<R> {
     /// Hand the group to a caught-up backup when this replica leads it (a graceful stop);
     /// answers whether it asked one.
     StepDown(oneshot::Sender<bool>),
+    /// The node can (false) or cannot (true) serve as a primary now: see
+    /// [`GroupHandle::decline_to_lead`].
+    DeclineToLead(bool, oneshot::Sender<bool>),
     /// The client table's clients and their sessions, after the jobs accepted before.
     Clients(oneshot::Sender<Vec<(u128, u64)>>),
     /// The highest request number of the client this replica holds, committed or prepared.
@@ -556,6 +559,14 @@ impl<R> GroupHandle<R> {
     /// stopping: its peers need not wait out the heartbeat timeout); whether it asked one.
     pub async fn step_down(&self) -> bool {
         self.ask(Job::StepDown, false).await
+    }
+
+    /// While `declines`, the replica takes no group handed to it, and, leading the group now,
+    /// hands it to a caught-up backup (`iggy_vsr::Replica::set_declines_to_lead`): the node
+    /// cannot judge its clients' grants (`consensus/grant_lease.rs`). Whether it asked a backup.
+    pub async fn decline_to_lead(&self, declines: bool) -> bool {
+        self.ask(|done| Job::DeclineToLead(declines, done), false)
+            .await
     }
 
     /// Fsyncs the group's journal behind the jobs queued before (the shutdown drain: records
@@ -1008,6 +1019,13 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
             Job::StepDown(done) => {
                 self.drive().await;
                 let asked = self.plane.is_some() && self.core.step_down().is_some();
+                self.drive().await;
+                let _ = done.send(asked);
+            }
+            Job::DeclineToLead(declines, done) => {
+                self.drive().await;
+                self.core.set_declines_to_lead(declines);
+                let asked = declines && self.plane.is_some() && self.core.step_down().is_some();
                 self.drive().await;
                 let _ = done.send(asked);
             }

@@ -43,10 +43,12 @@ pub async fn run(node: Rc<Node>) {
     let low_room = crate::consensus::log_limit::Throttled::new(LOW_ROOM_WARNING_INTERVAL);
     warn_of_low_room(&node, &low_room);
     let mut quorum = QuorumWatch::new(Instant::now());
+    let mut lease_watch = LeaseWatch::default();
     for pass in 1u64.. {
         compio::time::sleep(interval).await;
         warn_of_low_room(&node, &low_room);
         quorum.pass(&node, Instant::now());
+        lease_watch.pass(&node, Instant::now()).await;
         check_partition_files(&node);
         keep_stamp_offset(&node);
         retention(&node).await;
@@ -132,6 +134,72 @@ fn warn_of_low_room(node: &Node, throttle: &crate::consensus::log_limit::Throttl
 }
 
 /// How often a node whose metadata group has no quorum says so.
+/// A cluster node that holds no grant lease (`consensus/grant_lease.rs`: it does not hear its
+/// metadata primary, a link cut one way or a partition between the two) judges no grant, so
+/// every write to the partitions it leads would be answered 58 for as long as that lasts. Once
+/// it has lasted two heartbeat timeouts (longer than a metadata primary's failover), its
+/// partition groups decline to lead: each one it leads hands itself to a caught-up backup,
+/// whose node can judge, and none takes a group handed to it; once the lease is back they may
+/// lead again (the preferred-primary hand-over brings its partitions back).
+#[derive(Debug, Default)]
+struct LeaseWatch {
+    /// When this node was first seen without a lease, while it still is.
+    lapsed_since: Option<Instant>,
+    declining: bool,
+}
+
+impl LeaseWatch {
+    async fn pass(&mut self, node: &Node, now: Instant) {
+        if node.shared.plane.is_none() {
+            return;
+        }
+        let lapsed = node.shared.may_judge().is_err();
+        let patience = node.shared.config.cluster.heartbeat_timeout * 2;
+        let Some(declines) = self.judge(lapsed, now, patience) else {
+            return;
+        };
+        let groups: Vec<_> = node
+            .shared
+            .partitions
+            .borrow()
+            .values()
+            .map(|entry| entry.handle.group.clone())
+            .collect();
+        let mut handed = 0;
+        for group in &groups {
+            handed += usize::from(group.decline_to_lead(declines).await);
+        }
+        let replica = node.shared.replica_id;
+        match (declines, handed) {
+            (true, 0) => {}
+            (true, handed) => tracing::warn!(
+                "replica {replica}: no grant lease from the metadata primary for over \
+                 {patience:?} (it is not heard): {handed} partition groups led here handed to \
+                 a backup, and this node leads none until it hears the primary again"
+            ),
+            (false, _) => tracing::info!(
+                "replica {replica}: grant lease back: its partition groups may lead again"
+            ),
+        }
+    }
+
+    /// What the groups are told this pass: `Some(true)` to decline (every pass while the lease
+    /// stays lapsed past `patience`: a group elected meanwhile hands itself over too),
+    /// `Some(false)` once, when the lease is back; `None` otherwise.
+    fn judge(&mut self, lapsed: bool, now: Instant, patience: Duration) -> Option<bool> {
+        if !lapsed {
+            self.lapsed_since = None;
+            return std::mem::take(&mut self.declining).then_some(false);
+        }
+        let since = *self.lapsed_since.get_or_insert(now);
+        if now < since + patience {
+            return None;
+        }
+        self.declining = true;
+        Some(true)
+    }
+}
+
 const NO_QUORUM_WARNING_INTERVAL: Duration = Duration::from_secs(30);
 
 /// Says why a cluster node serves nothing: its metadata group has been without a quorum (not
@@ -854,6 +922,26 @@ mod tests {
         for status in [Status::ViewChange, Status::Recovering] {
             assert!(!current(role(status, true), 12, Some(12)), "{status:?}");
         }
+    }
+
+    #[test]
+    fn a_node_without_a_lease_past_its_patience_declines_to_lead_until_the_lease_is_back() {
+        let origin = Instant::now();
+        let patience = Duration::from_secs(10);
+        let at = |secs: u64| origin + Duration::from_secs(secs);
+        let mut watch = LeaseWatch::default();
+        assert_eq!(watch.judge(false, at(0), patience), None);
+        assert_eq!(watch.judge(true, at(1), patience), None);
+        assert_eq!(watch.judge(true, at(10), patience), None);
+        assert_eq!(watch.judge(true, at(11), patience), Some(true));
+        assert_eq!(watch.judge(true, at(12), patience), Some(true), "every pass while it lasts");
+        assert_eq!(watch.judge(false, at(13), patience), Some(false));
+        assert_eq!(watch.judge(false, at(14), patience), None, "told once");
+        // A lapse that ends within the patience declines nothing.
+        assert_eq!(watch.judge(true, at(20), patience), None);
+        assert_eq!(watch.judge(false, at(25), patience), None);
+        assert_eq!(watch.judge(true, at(26), patience), None, "the patience starts again");
+        assert_eq!(watch.judge(true, at(35), patience), None);
     }
 
     #[test]
