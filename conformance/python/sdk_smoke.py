@@ -5,7 +5,9 @@ apache-iggy 0.9.0 embeds the Rust SDK at protocol 0.11.0, which the server does 
 is refused (eviction 14: "Incompatible binary protocol version", not "Invalid format"). Its HTTP
 client carries no protocol version, and runs the whole user flow: login, streams, topics,
 sends (balanced, by partition, by key, with headers), polls (offset, first, next with
-auto-commit), consumer groups, users, error paths.
+auto-commit), consumer groups, users and permissions, updates of streams, topics and users
+(0.11's bodies: typed topic settings beside the options, options nested in updates), error
+paths.
 
 Environment: IGGY_PY_HTTP (http://host:port, required), IGGY_PY_TCP and IGGY_PY_WS (host:port,
 optional). Credentials iggy/iggy. Prints each check; exits 1 on any mismatch.
@@ -18,9 +20,11 @@ import uuid
 
 from apache_iggy import (
     Consumer,
+    GlobalPermissions,
     HttpConfig,
     IggyClient,
     Partitioning,
+    Permissions,
     PollingStrategy,
     SendMessage,
     TcpConfig,
@@ -162,7 +166,30 @@ async def http_flow(url):
     await call(other.login_user(user, "secret-pw-1"))
     error = await refused("http: a user without grants is refused", other.create_stream(stream + "-x"))
     check("http: refusal is Unauthorized", error is not None and "Unauthorized" in error, str(error))
-    await call(c.delete_user(user))
+
+    # 0.11's typed topic settings travel beside the options, and its updates nest the options.
+    await call(c.create_topic(stream, "z", partitions_count=1, compression_algorithm="gzip"))
+    zipped = await call(c.get_topic(stream, "z"))
+    check("http: create_topic keeps its compression", zipped is not None and zipped.compression_algorithm == "gzip",
+          zipped and zipped.compression_algorithm)
+    await call(c.update_topic(stream, "z", "z2"))
+    check("http: update_topic renames", await call(c.get_topic(stream, "z2")) is not None)
+    renamed = stream + "-r"
+    await call(c.update_stream(stream, renamed))
+    check("http: update_stream renames", (await call(c.get_stream(renamed))) is not None)
+    stream = renamed
+
+    await call(c.update_permissions(user, Permissions(global_permissions=GlobalPermissions(manage_streams=True))))
+    await call(other.create_stream(stream + "-x"))
+    check("http: update_permissions grants", await call(c.get_stream(stream + "-x")) is not None)
+    await call(c.delete_stream(stream + "-x"))
+    await call(c.change_password(user, "secret-pw-1", "secret-pw-2"))
+    await call(c.update_user(user, username=user + "-r"))
+    check("http: update_user renames", (await call(c.get_user(user + "-r"))) is not None)
+    third = IggyClient(HttpConfig(api_url=url))
+    await call(third.connect())
+    await call(third.login_user(user + "-r", "secret-pw-2"))
+    await call(c.delete_user(user + "-r"))
 
     await call(c.delete_topic(stream, "t"))
     await call(c.delete_stream(stream))
