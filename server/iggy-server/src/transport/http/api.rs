@@ -2234,4 +2234,28 @@ mod tests {
             );
         }
     }
+
+    #[test]
+    fn a_0_11_create_topic_body_gives_its_typed_settings_as_options_unless_default_or_given() {
+        let create: CreateTopic = serde_json::from_str(
+            r#"{"partitions_count":2,"compression_algorithm":"gzip","message_expiry":0,
+                "max_topic_size":1048576,"name":"t","options":{"durability":"replicated"}}"#,
+        )
+        .unwrap();
+        let options = serde_json::Value::Object(create.options());
+        assert_eq!(
+            options,
+            serde_json::json!({"durability": "replicated", "compression_algorithm": "gzip",
+                               "max_topic_size": 1048576})
+        );
+        let pinned: CreateTopic = serde_json::from_str(
+            r#"{"name":"t","compression_algorithm":"none","message_expiry":5,
+                "options":{"message_expiry":7}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            serde_json::Value::Object(pinned.options()),
+            serde_json::json!({"message_expiry": 7})
+        );
+    }
 }
