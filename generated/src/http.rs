@@ -20,7 +20,7 @@ pub const ROUTES: &[Route] = &[
         command: "ping",
         status: 200,
         public: true,
-        declared_at: "spec/http.spec:379",
+        declared_at: "spec/http.spec:389",
     },
     Route {
         method: "GET",
@@ -28,7 +28,7 @@ pub const ROUTES: &[Route] = &[
         command: "http.openapi",
         status: 200,
         public: true,
-        declared_at: "spec/http.spec:380",
+        declared_at: "spec/http.spec:390",
     },
     Route {
         method: "GET",
@@ -36,7 +36,7 @@ pub const ROUTES: &[Route] = &[
         command: "stats",
         status: 200,
         public: false,
-        declared_at: "spec/http.spec:381",
+        declared_at: "spec/http.spec:391",
     },
     Route {
         method: "POST",
@@ -44,7 +44,7 @@ pub const ROUTES: &[Route] = &[
         command: "snapshot",
         status: 200,
         public: false,
-        declared_at: "spec/http.spec:382",
+        declared_at: "spec/http.spec:392",
     },
     Route {
         method: "GET",
@@ -52,7 +52,7 @@ pub const ROUTES: &[Route] = &[
         command: "cluster.metadata",
         status: 200,
         public: false,
-        declared_at: "spec/http.spec:383",
+        declared_at: "spec/http.spec:393",
     },
     Route {
         method: "GET",
@@ -60,7 +60,7 @@ pub const ROUTES: &[Route] = &[
         command: "options.describe",
         status: 200,
         public: false,
-        declared_at: "spec/http.spec:384",
+        declared_at: "spec/http.spec:394",
     },
     Route {
         method: "GET",
@@ -68,7 +68,7 @@ pub const ROUTES: &[Route] = &[
         command: "client.list",
         status: 200,
         public: false,
-        declared_at: "spec/http.spec:386",
+        declared_at: "spec/http.spec:396",
     },
     Route {
         method: "GET",
@@ -76,7 +76,7 @@ pub const ROUTES: &[Route] = &[
         command: "client.get",
         status: 200,
         public: false,
-        declared_at: "spec/http.spec:387",
+        declared_at: "spec/http.spec:397",
     },
     Route {
         method: "POST",
@@ -84,7 +84,7 @@ pub const ROUTES: &[Route] = &[
         command: "user.login_register",
         status: 200,
         public: true,
-        declared_at: "spec/http.spec:389",
+        declared_at: "spec/http.spec:399",
     },
     Route {
         method: "POST",
@@ -92,7 +92,7 @@ pub const ROUTES: &[Route] = &[
         command: "http.refresh_token",
         status: 200,
         public: true,
-        declared_at: "spec/http.spec:390",
+        declared_at: "spec/http.spec:400",
     },
     Route {
         method: "DELETE",
@@ -100,7 +100,7 @@ pub const ROUTES: &[Route] = &[
         command: "user.logout",
         status: 204,
         public: false,
-        declared_at: "spec/http.spec:391",
+        declared_at: "spec/http.spec:401",
     },
     Route {
         method: "GET",
@@ -108,7 +108,7 @@ pub const ROUTES: &[Route] = &[
         command: "user.list",
         status: 200,
         public: false,
-        declared_at: "spec/http.spec:392",
+        declared_at: "spec/http.spec:402",
     },
     Route {
         method: "POST",
@@ -116,7 +116,7 @@ pub const ROUTES: &[Route] = &[
         command: "user.create",
         status: 201,
         public: false,
-        declared_at: "spec/http.spec:393",
+        declared_at: "spec/http.spec:403",
     },
     Route {
         method: "GET",
@@ -124,7 +124,7 @@ pub const ROUTES: &[Route] = &[
         command: "user.get",
         status: 200,
         public: false,
-        declared_at: "spec/http.spec:394",
+        declared_at: "spec/http.spec:404",
     },
     Route {
         method: "PUT",
@@ -132,7 +132,7 @@ pub const ROUTES: &[Route] = &[
         command: "resource.update",
         status: 204,
         public: false,
-        declared_at: "spec/http.spec:395",
+        declared_at: "spec/http.spec:405",
     },
     Route {
         method: "DELETE",
@@ -140,7 +140,7 @@ pub const ROUTES: &[Route] = &[
         command: "user.delete",
         status: 204,
         public: false,
-        declared_at: "spec/http.spec:396",
+        declared_at: "spec/http.spec:406",
     },
     Route {
         method: "PUT",
@@ -148,7 +148,7 @@ pub const ROUTES: &[Route] = &[
         command: "user.permissions",
         status: 204,
         public: false,
-        declared_at: "spec/http.spec:397",
+        declared_at: "spec/http.spec:407",
     },
     Route {
         method: "PUT",
@@ -156,7 +156,7 @@ pub const ROUTES: &[Route] = &[
         command: "user.password",
         status: 204,
         public: false,
-        declared_at: "spec/http.spec:398",
+        declared_at: "spec/http.spec:408",
     },
     Route {
         method: "POST",
@@ -164,7 +164,7 @@ pub const ROUTES: &[Route] = &[
         command: "user.login_register_with_pat",
         status: 200,
         public: true,
-        declared_at: "spec/http.spec:399",
+        declared_at: "spec/http.spec:409",
     },
     Route {
         method: "GET",
@@ -172,7 +172,7 @@ pub const ROUTES: &[Route] = &[
         command: "personal_access_token.list",
         status: 200,
         public: false,
-        declared_at: "spec/http.spec:400",
+        declared_at: "spec/http.spec:410",
     },
     Route {
         method: "POST",
@@ -180,7 +180,7 @@ pub const ROUTES: &[Route] = &[
         command: "personal_access_token.create",
         status: 201,
         public: false,
-        declared_at: "spec/http.spec:401",
+        declared_at: "spec/http.spec:411",
     },
     Route {
         method: "DELETE",
@@ -188,7 +188,7 @@ pub const ROUTES: &[Route] = &[
         command: "personal_access_token.delete",
         status: 204,
         public: false,
-        declared_at: "spec/http.spec:402",
+        declared_at: "spec/http.spec:412",
     },
     Route {
         method: "GET",
@@ -196,7 +196,7 @@ pub const ROUTES: &[Route] = &[
         command: "stream.list",
         status: 200,
         public: false,
-        declared_at: "spec/http.spec:403",
+        declared_at: "spec/http.spec:413",
     },
     Route {
         method: "POST",
@@ -204,7 +204,7 @@ pub const ROUTES: &[Route] = &[
         command: "stream.create",
         status: 201,
         public: false,
-        declared_at: "spec/http.spec:404",
+        declared_at: "spec/http.spec:414",
     },
     Route {
         method: "GET",
@@ -212,7 +212,7 @@ pub const ROUTES: &[Route] = &[
         command: "stream.get",
         status: 200,
         public: false,
-        declared_at: "spec/http.spec:405",
+        declared_at: "spec/http.spec:415",
     },
     Route {
         method: "PUT",
@@ -220,7 +220,7 @@ pub const ROUTES: &[Route] = &[
         command: "resource.update",
         status: 204,
         public: false,
-        declared_at: "spec/http.spec:406",
+        declared_at: "spec/http.spec:416",
     },
     Route {
         method: "DELETE",
@@ -228,7 +228,7 @@ pub const ROUTES: &[Route] = &[
         command: "stream.delete",
         status: 204,
         public: false,
-        declared_at: "spec/http.spec:407",
+        declared_at: "spec/http.spec:417",
     },
     Route {
         method: "GET",
@@ -236,7 +236,7 @@ pub const ROUTES: &[Route] = &[
         command: "topic.list",
         status: 200,
         public: false,
-        declared_at: "spec/http.spec:408",
+        declared_at: "spec/http.spec:418",
     },
     Route {
         method: "POST",
@@ -244,7 +244,7 @@ pub const ROUTES: &[Route] = &[
         command: "topic.create",
         status: 201,
         public: false,
-        declared_at: "spec/http.spec:409",
+        declared_at: "spec/http.spec:419",
     },
     Route {
         method: "GET",
@@ -252,7 +252,7 @@ pub const ROUTES: &[Route] = &[
         command: "topic.get",
         status: 200,
         public: false,
-        declared_at: "spec/http.spec:410",
+        declared_at: "spec/http.spec:420",
     },
     Route {
         method: "PUT",
@@ -260,7 +260,7 @@ pub const ROUTES: &[Route] = &[
         command: "resource.update",
         status: 204,
         public: false,
-        declared_at: "spec/http.spec:411",
+        declared_at: "spec/http.spec:421",
     },
     Route {
         method: "DELETE",
@@ -268,7 +268,7 @@ pub const ROUTES: &[Route] = &[
         command: "topic.delete",
         status: 204,
         public: false,
-        declared_at: "spec/http.spec:412",
+        declared_at: "spec/http.spec:422",
     },
     Route {
         method: "POST",
@@ -276,7 +276,7 @@ pub const ROUTES: &[Route] = &[
         command: "partition.create",
         status: 204,
         public: false,
-        declared_at: "spec/http.spec:413",
+        declared_at: "spec/http.spec:423",
     },
     Route {
         method: "DELETE",
@@ -284,7 +284,7 @@ pub const ROUTES: &[Route] = &[
         command: "partition.delete",
         status: 204,
         public: false,
-        declared_at: "spec/http.spec:414",
+        declared_at: "spec/http.spec:424",
     },
     Route {
         method: "DELETE",
@@ -292,7 +292,7 @@ pub const ROUTES: &[Route] = &[
         command: "segment.delete",
         status: 204,
         public: false,
-        declared_at: "spec/http.spec:416",
+        declared_at: "spec/http.spec:426",
     },
     Route {
         method: "GET",
@@ -300,7 +300,7 @@ pub const ROUTES: &[Route] = &[
         command: "consumer_group.list",
         status: 200,
         public: false,
-        declared_at: "spec/http.spec:419",
+        declared_at: "spec/http.spec:429",
     },
     Route {
         method: "POST",
@@ -308,7 +308,7 @@ pub const ROUTES: &[Route] = &[
         command: "consumer_group.create",
         status: 201,
         public: false,
-        declared_at: "spec/http.spec:420",
+        declared_at: "spec/http.spec:430",
     },
     Route {
         method: "GET",
@@ -316,7 +316,7 @@ pub const ROUTES: &[Route] = &[
         command: "consumer_group.get",
         status: 200,
         public: false,
-        declared_at: "spec/http.spec:421",
+        declared_at: "spec/http.spec:431",
     },
     Route {
         method: "DELETE",
@@ -324,7 +324,7 @@ pub const ROUTES: &[Route] = &[
         command: "consumer_group.delete",
         status: 204,
         public: false,
-        declared_at: "spec/http.spec:422",
+        declared_at: "spec/http.spec:432",
     },
     Route {
         method: "GET",
@@ -332,7 +332,7 @@ pub const ROUTES: &[Route] = &[
         command: "message.poll",
         status: 200,
         public: false,
-        declared_at: "spec/http.spec:423",
+        declared_at: "spec/http.spec:433",
     },
     Route {
         method: "POST",
@@ -340,7 +340,7 @@ pub const ROUTES: &[Route] = &[
         command: "message.send",
         status: 201,
         public: false,
-        declared_at: "spec/http.spec:432",
+        declared_at: "spec/http.spec:442",
     },
     Route {
         method: "GET",
@@ -348,7 +348,7 @@ pub const ROUTES: &[Route] = &[
         command: "consumer_offset.get",
         status: 200,
         public: false,
-        declared_at: "spec/http.spec:434",
+        declared_at: "spec/http.spec:444",
     },
     Route {
         method: "PUT",
@@ -356,7 +356,7 @@ pub const ROUTES: &[Route] = &[
         command: "consumer_offset.store",
         status: 204,
         public: false,
-        declared_at: "spec/http.spec:438",
+        declared_at: "spec/http.spec:448",
     },
     Route {
         method: "DELETE",
@@ -364,7 +364,7 @@ pub const ROUTES: &[Route] = &[
         command: "consumer_offset.delete",
         status: 204,
         public: false,
-        declared_at: "spec/http.spec:439",
+        declared_at: "spec/http.spec:449",
     },
 ];
 /// The OpenAPI 3.1 document of [`ROUTES`] (`generated/openapi.json`).

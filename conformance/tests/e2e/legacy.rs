@@ -521,3 +521,70 @@ async fn a_0_11_1_client_in_a_cluster_is_routed_to_each_partitions_primary() {
         "the three partitions' primaries are spread over the nodes"
     );
 }
+
+/// A login with protocol 0.11.0 in its version prefix, the body apache-iggy 0.9.0 (the Python
+/// SDK) sends: `[version info][u8 len][username][u8 len][password][u32 len][context]`, with no
+/// bind secret. The version is not admitted, and the eviction says so (14, with the window)
+/// even though the rest does not parse as 0.11.1's login: with 15 (MalformedLogin) the SDK
+/// showed only "Invalid format".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_0_11_0_login_is_evicted_as_an_incompatible_protocol_with_the_admitted_window() {
+    use iggy_generated::frames::{Command, EvictionHeader, EvictionReason};
+    let server = TestServer::start();
+    let v0_11_0 = 11 << 10;
+    let mut body = encoded(&ClientVersionInfo {
+        protocol_version: v0_11_0,
+        sdk_name: "rust-sdk",
+        sdk_version: "0.11.0",
+    });
+    for text in [ROOT_USER, ROOT_PASSWORD] {
+        body.push(text.len() as u8);
+        body.extend_from_slice(text.as_bytes());
+    }
+    body.extend_from_slice(&0u32.to_le_bytes());
+    for (code, body) in [(40u32, body.clone()), (15, body)] {
+        let mut stream = TcpStream::connect(server.address()).await.unwrap();
+        let operation = if code == 40 {
+            Operation::Register
+        } else {
+            Operation::NonReplicated
+        };
+        let header = RequestHeader {
+            command: Command::Request,
+            size: (RequestHeader::SIZE + body.len()) as u32,
+            client: 0x0110,
+            operation: operation.to_repr(),
+            reserved: if code == 40 {
+                [0; 4]
+            } else {
+                code.to_le_bytes()
+            },
+            request_checksum: 1,
+            ..RequestHeader::default()
+        };
+        let mut frame = header.to_bytes().to_vec();
+        frame.extend_from_slice(&body);
+        stream.write_all(&frame).await.unwrap();
+        let mut head = [0u8; EvictionHeader::SIZE];
+        within("the eviction", stream.read_exact(&mut head))
+            .await
+            .unwrap();
+        let eviction = EvictionHeader::decode_fixed(&head).expect("an eviction");
+        assert_eq!(eviction.command, Command::Eviction, "code {code}");
+        assert_eq!(
+            eviction.reason,
+            EvictionReason::IncompatibleProtocol,
+            "code {code}"
+        );
+        assert_eq!(
+            eviction.server_protocol_version_min,
+            V0_11_1.packed(),
+            "code {code}"
+        );
+        assert_eq!(
+            eviction.server_protocol_version,
+            iggy_generated::protocol::CURRENT.packed(),
+            "code {code}"
+        );
+    }
+}

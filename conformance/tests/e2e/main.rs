@@ -51,6 +51,7 @@ mod permissions;
 mod replay;
 mod resources;
 mod pat;
+mod python_sdk;
 mod producer_consumer;
 mod restart;
 mod scale;

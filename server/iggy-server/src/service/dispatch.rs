@@ -16,9 +16,9 @@ use iggy_generated::commands::{self, CommandInfo};
 use iggy_generated::errors::ErrorCode;
 use iggy_generated::frames::{EvictionReason, Operation, RequestHeader};
 use iggy_generated::payloads::{
-    BindSessionRequest, ConsumerGroupIdRequest, DeleteConsumerOffsetRequest, DeleteSegmentsRequest,
-    GetConsumerOffsetRequest, GetPartitionRouteRequest, LoginRegisterRequest,
-    LoginRegisterWithPatRequest, PollMessagesRequest, SendMessagesRequest,
+    BindSessionRequest, ClientVersionInfo, ConsumerGroupIdRequest, DeleteConsumerOffsetRequest,
+    DeleteSegmentsRequest, GetConsumerOffsetRequest, GetPartitionRouteRequest,
+    LoginRegisterRequest, LoginRegisterWithPatRequest, PollMessagesRequest, SendMessagesRequest,
     StoreConsumerOffsetRequest, StreamIdRequest, TopicIdRequest,
 };
 use iggy_generated::protocol;
@@ -637,12 +637,26 @@ enum Login<'a> {
     Token(&'a str),
 }
 
+/// Whether a login (40, 45) or BindSession (15) body opens with a readable version prefix
+/// naming a protocol outside the admitted window. Such a client is told so (14, which carries
+/// the window) whatever follows the prefix: another protocol's body need not parse as ours
+/// (apache-iggy 0.9.0, protocol 0.11.0, sends a login with no bind secret), and 15 would only
+/// tell its SDK "Invalid format".
+fn version_refused(body: &[u8]) -> bool {
+    let mut input = body;
+    ClientVersionInfo::decode_from(&mut input)
+        .is_ok_and(|info| protocol::admit(info.protocol_version).is_none())
+}
+
 async fn register(
     node: &Rc<Node>,
     connection: &mut Connection,
     request: &Request<'_>,
     body: &[u8],
 ) -> Dispatched {
+    if version_refused(body) {
+        return request.evict(EvictionReason::IncompatibleProtocol);
+    }
     // 40 and 45 share the Register operation; the body tells them apart.
     let (version, secret, login) = if let Ok(r) = LoginRegisterRequest::decode_exact(body) {
         (
@@ -1702,6 +1716,9 @@ async fn bind_session(
     request: &Request<'_>,
     body: &[u8],
 ) -> Dispatched {
+    if version_refused(body) {
+        return request.evict(EvictionReason::IncompatibleProtocol);
+    }
     let Ok(bind_request) = BindSessionRequest::decode_exact(body) else {
         return request.evict(EvictionReason::MalformedLogin);
     };

@@ -907,6 +907,47 @@ struct CreateTopic {
     name: String,
     #[serde(default)]
     options: serde_json::Map<String, serde_json::Value>,
+    /// Protocol 0.11's typed settings beside `options` (apache-iggy 0.9.0 sends them, and
+    /// nothing for them in `options`): folded into the options by [`CreateTopic::options`].
+    compression_algorithm: Option<String>,
+    message_expiry: Option<u64>,
+    max_topic_size: Option<u64>,
+}
+
+impl CreateTopic {
+    /// The options the topic is created with: `options`, plus each typed setting of protocol
+    /// 0.11 the client gave and `options` does not, unless it is the default ("none", or 0:
+    /// the server default), which an explicit option would pin.
+    fn options(&self) -> serde_json::Map<String, serde_json::Value> {
+        let mut options = self.options.clone();
+        let typed = [
+            (
+                "compression_algorithm",
+                self.compression_algorithm
+                    .as_ref()
+                    .filter(|c| c.as_str() != "none")
+                    .map(|c| serde_json::Value::from(c.as_str())),
+            ),
+            (
+                "message_expiry",
+                self.message_expiry
+                    .filter(|&e| e != 0)
+                    .map(serde_json::Value::from),
+            ),
+            (
+                "max_topic_size",
+                self.max_topic_size
+                    .filter(|&m| m != 0)
+                    .map(serde_json::Value::from),
+            ),
+        ];
+        for (key, value) in typed {
+            if let Some(value) = value {
+                options.entry(key).or_insert(value);
+            }
+        }
+        options
+    }
 }
 
 fn one() -> u32 {
@@ -1297,8 +1338,11 @@ async fn route_handler(
         "topic.create" => {
             let stream = param(0)?;
             let create: CreateTopic = body(request)?;
-            let options =
-                json::options_block(&create.options, iggy_metadata::options::TOPIC_OPTIONS, true)?;
+            let options = json::options_block(
+                &create.options(),
+                iggy_metadata::options::TOPIC_OPTIONS,
+                true,
+            )?;
             let body = wire::CreateTopicRequest {
                 stream_id: wire_id(&stream),
                 partitions_count: create.partitions_count,
@@ -2011,6 +2055,17 @@ async fn route_handler(
                     .collect::<Result<_, _>>()?,
                 Some(_) => return Err(bad_json("reset lists option keys").into()),
             };
+            // Protocol 0.11's clients (apache-iggy 0.9.0) send the typed fields at the top and
+            // the other options nested under `options`: `{"name": "n", "options": {}}`.
+            match set.remove("options") {
+                None | Some(serde_json::Value::Null) => {}
+                Some(serde_json::Value::Object(nested)) => {
+                    for (key, value) in nested {
+                        set.entry(key).or_insert(value);
+                    }
+                }
+                Some(_) => return Err(bad_json("options is an object of option keys").into()),
+            }
             // null changes nothing (serializers write unset fields as null).
             set.retain(|_, v| !v.is_null());
             let options = json::options_block(&set, catalog, false)?;
@@ -2178,5 +2233,29 @@ mod tests {
                 "{error:?}: {reason}"
             );
         }
+    }
+
+    #[test]
+    fn a_0_11_create_topic_body_gives_its_typed_settings_as_options_unless_default_or_given() {
+        let create: CreateTopic = serde_json::from_str(
+            r#"{"partitions_count":2,"compression_algorithm":"gzip","message_expiry":0,
+                "max_topic_size":1048576,"name":"t","options":{"durability":"replicated"}}"#,
+        )
+        .unwrap();
+        let options = serde_json::Value::Object(create.options());
+        assert_eq!(
+            options,
+            serde_json::json!({"durability": "replicated", "compression_algorithm": "gzip",
+                               "max_topic_size": 1048576})
+        );
+        let pinned: CreateTopic = serde_json::from_str(
+            r#"{"name":"t","compression_algorithm":"none","message_expiry":5,
+                "options":{"message_expiry":7}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            serde_json::Value::Object(pinned.options()),
+            serde_json::json!({"message_expiry": 7})
+        );
     }
 }

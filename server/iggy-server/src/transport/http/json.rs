@@ -131,6 +131,26 @@ pub fn options(explicit: &[u8], derived: &[u8]) -> Options {
     out
 }
 
+/// The number an options block gives `key`, else 0.
+fn option_number(block: &[u8], key: &str) -> u64 {
+    iggy_metadata::options::typed_entries(block)
+        .unwrap_or_default()
+        .into_iter()
+        .find(|(k, _, _)| *k == key)
+        .and_then(|(k, kind, value)| iggy_metadata::options::number(k, kind, value).ok())
+        .unwrap_or(0)
+}
+
+/// The text an options block gives `key`.
+fn option_string(block: &[u8], key: &str) -> Option<String> {
+    iggy_metadata::options::typed_entries(block)
+        .unwrap_or_default()
+        .into_iter()
+        .find(|(k, _, _)| *k == key)
+        .and_then(|(_, _, value)| iggy_metadata::options::as_str(value).ok())
+        .map(str::to_string)
+}
+
 /// An option the request gave that the catalog refuses, with the key it names.
 #[derive(Debug, PartialEq, Eq)]
 pub struct OptionRefused {
@@ -252,6 +272,13 @@ pub struct Topic {
     pub size: u64,
     pub messages_count: u64,
     pub partitions_count: u32,
+    /// Protocol 0.11's typed settings beside `options`: a 0.11 client (apache-iggy 0.9.0, the
+    /// Python SDK) refuses a topic without them ("Invalid JSON response"), and 0.12.0 clients
+    /// read `options` and ignore them. The values the metadata model keeps: the explicit
+    /// option, else 0 (the server default) and "none".
+    pub message_expiry: u64,
+    pub compression_algorithm: String,
+    pub max_topic_size: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub partitions: Option<Vec<Partition>>,
     pub options: Options,
@@ -266,6 +293,10 @@ impl Topic {
             size: t.size_bytes,
             messages_count: t.messages_count,
             partitions_count: t.partitions_count,
+            message_expiry: option_number(t.options, "message_expiry"),
+            compression_algorithm: option_string(t.options, "compression_algorithm")
+                .unwrap_or_else(|| "none".to_string()),
+            max_topic_size: option_number(t.options, "max_topic_size"),
             partitions: partitions.map(|p| p.iter().map(Partition::of).collect()),
             options: options(t.options, t.derived_options),
         }

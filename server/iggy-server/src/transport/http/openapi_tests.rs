@@ -130,6 +130,9 @@ fn topic(partitions: Option<Vec<Partition>>) -> Topic {
         size: 4096,
         messages_count: 3,
         partitions_count: 1,
+        message_expiry: 0,
+        compression_algorithm: "none".into(),
+        max_topic_size: 0,
         partitions,
         options: options(),
     }
