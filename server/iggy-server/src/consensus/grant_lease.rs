@@ -15,6 +15,9 @@
 //!   still run: the primary knows the grants it made (and, for the grants of a primary before
 //!   it, waits a lease from when it began leading); a node that relayed the change knows none,
 //!   and waits a lease from when it learned the change committed.
+//! - A node long without a lease would refuse every write to the partitions it leads: after two
+//!   heartbeat timeouts they decline to lead and hand themselves over (`runtime/maintenance.rs`
+//!   `LeaseWatch`).
 //!
 //! What it assumes: a deposed primary stops granting once it no longer hears a quorum, which
 //! happens before a new view can commit anything (as a primary's own reads assume), and clocks
