@@ -1017,16 +1017,11 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                 let _ = done.send(());
             }
             Job::StepDown(done) => {
-                self.drive().await;
-                let asked = self.plane.is_some() && self.core.step_down().is_some();
-                self.drive().await;
-                let _ = done.send(asked);
+                let _ = done.send(self.step_down().await);
             }
             Job::DeclineToLead(declines, done) => {
-                self.drive().await;
                 self.core.set_declines_to_lead(declines);
-                let asked = declines && self.plane.is_some() && self.core.step_down().is_some();
-                self.drive().await;
+                let asked = declines && self.step_down().await;
                 let _ = done.send(asked);
             }
             Job::Committed {
@@ -1537,6 +1532,15 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
             offer.from
         );
         self.drive().await;
+    }
+
+    /// Hands the group to a caught-up backup when this replica leads it in a cluster, after the
+    /// actions queued before; whether it asked one (`GroupHandle::step_down`).
+    async fn step_down(&mut self) -> bool {
+        self.drive().await;
+        let asked = self.plane.is_some() && self.core.step_down().is_some();
+        self.drive().await;
+        asked
     }
 
     /// Carries out the core's steps until it has nothing left to do.

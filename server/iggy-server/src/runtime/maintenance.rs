@@ -133,7 +133,6 @@ fn warn_of_low_room(node: &Node, throttle: &crate::consensus::log_limit::Throttl
     }
 }
 
-/// How often a node whose metadata group has no quorum says so.
 /// A cluster node that holds no grant lease (`consensus/grant_lease.rs`: it does not hear its
 /// metadata primary, a link cut one way or a partition between the two) judges no grant, so
 /// every write to the partitions it leads would be answered 58 for as long as that lasts. Once
@@ -200,6 +199,7 @@ impl LeaseWatch {
     }
 }
 
+/// How often a node whose metadata group has no quorum says so.
 const NO_QUORUM_WARNING_INTERVAL: Duration = Duration::from_secs(30);
 
 /// Says why a cluster node serves nothing: its metadata group has been without a quorum (not
@@ -934,13 +934,21 @@ mod tests {
         assert_eq!(watch.judge(true, at(1), patience), None);
         assert_eq!(watch.judge(true, at(10), patience), None);
         assert_eq!(watch.judge(true, at(11), patience), Some(true));
-        assert_eq!(watch.judge(true, at(12), patience), Some(true), "every pass while it lasts");
+        assert_eq!(
+            watch.judge(true, at(12), patience),
+            Some(true),
+            "every pass while it lasts"
+        );
         assert_eq!(watch.judge(false, at(13), patience), Some(false));
         assert_eq!(watch.judge(false, at(14), patience), None, "told once");
         // A lapse that ends within the patience declines nothing.
         assert_eq!(watch.judge(true, at(20), patience), None);
         assert_eq!(watch.judge(false, at(25), patience), None);
-        assert_eq!(watch.judge(true, at(26), patience), None, "the patience starts again");
+        assert_eq!(
+            watch.judge(true, at(26), patience),
+            None,
+            "the patience starts again"
+        );
         assert_eq!(watch.judge(true, at(35), patience), None);
     }
 
