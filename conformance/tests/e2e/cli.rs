@@ -4,6 +4,7 @@
 //! `iggy` on the PATH (`cargo install iggy-cli --version 0.14.1-edge.2 --locked`).
 
 use crate::harness::*;
+use crate::transports::{WEBSOCKET_ON, endpoints};
 use iggy::prelude::*;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -66,17 +67,10 @@ async fn the_official_cli_creates_sends_polls_and_lists_over_tcp_quic_http_and_w
         "the pinned CLI: {}",
         String::from_utf8_lossy(&version.stdout)
     );
-    let (server, http_url) = TestServer::start_with_http(&[
-        ("IGGY_WEBSOCKET_ENABLED", "true"),
-        ("IGGY_WEBSOCKET_ADDRESS", "127.0.0.1:0"),
-    ]);
+    let (server, http_url) = TestServer::start_with_http(&WEBSOCKET_ON);
     // QUIC and WebSocket run on ephemeral ports; cluster metadata tells which.
     let client = server.root_client().await;
-    let metadata = ok(
-        "cluster metadata",
-        within("metadata", client.get_cluster_metadata()).await,
-    );
-    let endpoints = &metadata.nodes[0].endpoints;
+    let endpoints = &endpoints(&client).await;
     let transports: Vec<(&str, Vec<String>)> = vec![
         (
             "tcp",

@@ -7,7 +7,7 @@
 //! `IGGY_PYTHON` to a python that has it.
 
 use crate::harness::*;
-use iggy::prelude::*;
+use crate::transports::{WEBSOCKET_ON, endpoints};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
@@ -39,16 +39,9 @@ fn python() -> PathBuf {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_official_python_sdk_runs_its_flow_over_http_and_is_told_its_protocol_is_refused() {
     let python = python();
-    let (server, http_url) = TestServer::start_with_http(&[
-        ("IGGY_WEBSOCKET_ENABLED", "true"),
-        ("IGGY_WEBSOCKET_ADDRESS", "127.0.0.1:0"),
-    ]);
-    let client = server.root_client().await;
-    let metadata = ok(
-        "cluster metadata",
-        within("metadata", client.get_cluster_metadata()).await,
-    );
-    let websocket = format!("127.0.0.1:{}", metadata.nodes[0].endpoints.websocket);
+    let (server, http_url) = TestServer::start_with_http(&WEBSOCKET_ON);
+    let ports = endpoints(&server.root_client().await).await;
+    let websocket = format!("127.0.0.1:{}", ports.websocket);
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("python/sdk_smoke.py");
     let out = tokio::task::block_in_place(|| {
         Command::new(&python)
