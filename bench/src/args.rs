@@ -17,6 +17,9 @@ SCENARIOS:
                           consumer group (--consumers members) polls it with auto-commit
     end-to-end            producing consumers: each actor sends a batch to its own stream and
                           polls it back before the next (latency = send + poll)
+    idle                  creates --partitions partitions (topics of at most 600) and sends
+                          nothing: each node's CPU over --idle-seconds, once --settle-seconds
+                          passed (what the consensus groups' heartbeats and timers cost)
 
 OPTIONS:
     --message-size N | MIN..MAX   payload bytes per message (default 1000)
@@ -52,6 +55,9 @@ OPTIONS:
     --output FILE                 also write the report as JSON
     --suite                       run the reference rows of issue 4 and print a markdown table
     --scale F                     multiply the suite's batches per actor by F (default 1)
+    --idle-seconds N              idle: the window each node's CPU is measured over (default 30)
+    --settle-seconds N            idle: the wait between the topics' creation and the window
+                                  (default 10)
     --quiet                       no progress lines
     -h, --help                    this text
 ";
@@ -63,6 +69,7 @@ pub enum Scenario {
     PinnedConsumer,
     Balanced,
     EndToEnd,
+    Idle,
 }
 
 impl Scenario {
@@ -72,6 +79,7 @@ impl Scenario {
             Scenario::PinnedConsumer => "pinned-consumer",
             Scenario::Balanced => "balanced",
             Scenario::EndToEnd => "end-to-end",
+            Scenario::Idle => "idle",
         }
     }
 
@@ -81,6 +89,7 @@ impl Scenario {
             "pinned-consumer" | "pc" => Scenario::PinnedConsumer,
             "balanced" | "balanced-producer-and-consumer-group" | "bpcg" => Scenario::Balanced,
             "end-to-end" | "producing-consumer" | "e2e" => Scenario::EndToEnd,
+            "idle" => Scenario::Idle,
             _ => return None,
         })
     }
@@ -154,7 +163,7 @@ impl Params {
         match self.scenario {
             Scenario::PinnedProducer | Scenario::EndToEnd => self.producers,
             Scenario::PinnedConsumer => self.consumers,
-            Scenario::Balanced => 1,
+            Scenario::Balanced | Scenario::Idle => 1,
         }
     }
 
@@ -189,6 +198,10 @@ impl Params {
     }
 
     pub fn describe(&self) -> String {
+        if self.scenario == Scenario::Idle {
+            let partitions = self.effective_partitions();
+            return format!("idle: {partitions} partitions, {}", self.durability);
+        }
         let size = if self.message_size_min == self.message_size_max {
             format!("{} B", self.message_size_min)
         } else {
@@ -204,6 +217,7 @@ impl Params {
                 self.effective_partitions()
             ),
             Scenario::EndToEnd => format!("{} producing consumers", self.producers),
+            Scenario::Idle => unreachable!("described above"),
         };
         format!(
             "{}: {actors}, {} msgs x {size} per batch, {} batches per actor, {}{}{}",
@@ -238,6 +252,9 @@ pub struct Args {
     pub cluster: u8,
     /// Drop the page cache right before the scenario runs.
     pub drop_caches: bool,
+    /// The idle scenario's window and the wait before it.
+    pub idle_seconds: u64,
+    pub settle_seconds: u64,
 }
 
 fn num<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, String> {
@@ -273,6 +290,8 @@ pub fn parse(argv: &[String]) -> Result<Args, String> {
         cluster: 0,
         quiet: false,
         drop_caches: false,
+        idle_seconds: 30,
+        settle_seconds: 10,
     };
     let mut i = 0;
     let mut scenario_seen = false;
@@ -354,6 +373,8 @@ pub fn parse(argv: &[String]) -> Result<Args, String> {
             "--suite" => a.suite = true,
             "--scale" => a.scale = num(flag, &value()?)?,
             "--quiet" => a.quiet = true,
+            "--idle-seconds" => a.idle_seconds = num(flag, &value()?)?,
+            "--settle-seconds" => a.settle_seconds = num(flag, &value()?)?,
             other if !other.starts_with('-') && !scenario_seen => {
                 p.scenario =
                     Scenario::parse(other).ok_or_else(|| format!("unknown scenario {other:?}"))?;
@@ -372,6 +393,11 @@ pub fn parse(argv: &[String]) -> Result<Args, String> {
     // The SDK's HTTP client refuses join_consumer_group (FeatureUnavailable) on its side.
     if p.transport == Transport::Http && p.scenario == Scenario::Balanced && !a.suite {
         return Err("balanced needs a consumer group, which the SDK cannot join over http".into());
+    }
+    if p.scenario == Scenario::Idle && (a.server_address.is_some() || a.suite) {
+        return Err(
+            "idle measures the CPU of the servers it starts: no --server-address or --suite".into(),
+        );
     }
     if a.scale <= 0.0 {
         return Err("--scale must be > 0".into());

@@ -2,6 +2,7 @@
 //! disk and loopback limits measured in the same run. See bench/README.md.
 
 mod args;
+mod idle;
 mod limits;
 mod scenario;
 mod server;
@@ -13,6 +14,7 @@ use serde::Serialize;
 use server::ServerProc;
 use stats::{KindReport, fmt_int};
 use std::path::PathBuf;
+use std::time::Duration;
 
 #[derive(Debug, Clone, Serialize)]
 struct Ratio {
@@ -42,6 +44,8 @@ struct RunReport {
     load_after: Option<f64>,
     /// The kernel's page cache right before the scenario ran.
     memory_before: Option<Memory>,
+    /// The idle scenario's figures.
+    idle: Option<idle::IdleReport>,
     error: Option<String>,
 }
 
@@ -132,6 +136,7 @@ async fn run_one(a: &Args, p: &Params) -> RunReport {
         load_before: load_1min(),
         load_after: None,
         memory_before: None,
+        idle: None,
         error: None,
     };
     let mut procs: Vec<ServerProc> = Vec::new();
@@ -208,6 +213,19 @@ async fn run_one(a: &Args, p: &Params) -> RunReport {
     if report.server.is_empty() {
         report.server = address.clone();
     }
+    if p.scenario == Scenario::Idle {
+        let (settle, window) = (
+            Duration::from_secs(a.settle_seconds),
+            Duration::from_secs(a.idle_seconds),
+        );
+        match idle::measure(&address, p, &procs, settle, window).await {
+            Ok(idle) => report.idle = Some(idle),
+            Err(e) => report.error = Some(e),
+        }
+        report.load_after = load_1min();
+        print_report(&report);
+        return report;
+    }
     if a.limits {
         let dir: PathBuf = a
             .data_dir
@@ -281,6 +299,9 @@ fn print_report(r: &RunReport) {
     }
     for k in &r.kinds {
         k.print();
+    }
+    if let Some(idle) = &r.idle {
+        idle.print();
     }
     let main_kind = r.kind("producer").or_else(|| r.kinds.first());
     let gb = main_kind.map_or(0.0, |k| k.payload_bytes as f64 / 1e9);

@@ -254,16 +254,20 @@ impl Progress {
 }
 
 /// Streams `bench-0..`, each with topic `t`; for the balanced scenario also group `bench-cg`.
-async fn setup(admin: &IggyClient, p: &Params) -> Result<(), String> {
-    let options = TopicCreateOptions {
-        partitions_count: Some(p.effective_partitions()),
+fn topic_options(p: &Params, partitions: u32) -> TopicCreateOptions {
+    TopicCreateOptions {
+        partitions_count: Some(partitions),
         durability: if p.persisted() {
             Durability::Persisted
         } else {
             Durability::Replicated
         },
         ..Default::default()
-    };
+    }
+}
+
+async fn setup(admin: &IggyClient, p: &Params) -> Result<(), String> {
+    let options = topic_options(p, p.effective_partitions());
     for i in 0..p.streams() {
         let name = stream_name(i);
         // A reused server may hold a previous run's stream: start from empty.
@@ -283,6 +287,34 @@ async fn setup(admin: &IggyClient, p: &Params) -> Result<(), String> {
         call(
             "create consumer group",
             admin.create_consumer_group(&ident(&stream_name(0)), &ident(TOPIC), GROUP),
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// The idle scenario's topics: `partitions` spread evenly over `topics` topics of one stream.
+pub async fn create_idle_partitions(
+    admin: &IggyClient,
+    p: &Params,
+    topics: u32,
+    partitions: u32,
+) -> Result<(), String> {
+    let name = stream_name(0);
+    let _ = tokio::time::timeout(CALL_TIMEOUT, admin.delete_stream(&ident(&name))).await;
+    call(
+        &format!("create stream {name}"),
+        admin.create_stream(&name, &StreamCreateOptions::default()),
+    )
+    .await?;
+    for topic in 0..topics {
+        // The first `partitions % topics` topics take one more.
+        let count = partitions / topics + u32::from(topic < partitions % topics);
+        let options = topic_options(p, count);
+        let topic_name = format!("{TOPIC}-{topic}");
+        call(
+            &format!("create topic {name}/{topic_name} of {count} partitions"),
+            admin.create_topic(&ident(&name), &topic_name, &options),
         )
         .await?;
     }
@@ -743,6 +775,7 @@ pub async fn run(address: &str, p: &Params, quiet: bool) -> Result<Vec<KindRepor
             consumers.warm_up_ms = warm_up.as_secs_f64() * 1e3;
             vec![produced?, consumers]
         }
+        Scenario::Idle => return Err("idle sends nothing: `idle::measure` runs it".into()),
         Scenario::EndToEnd => {
             let mut list = Vec::new();
             let mut warm_up = Duration::ZERO;
