@@ -63,7 +63,9 @@ pub struct Config {
     pub clients_table_max: usize,
     /// Bound of uncommitted prepares at the primary.
     pub pipeline_max: usize,
-    /// Primary heartbeat (Commit message) period.
+    /// Primary heartbeat (Commit message) period while the group has something in flight or
+    /// a backup to bring up to date; an idle group heartbeats at
+    /// [`Config::idle_heartbeat_ticks`].
     pub heartbeat_ticks: u64,
     /// Silence from the primary after which a backup asks its peers for a pre-vote (plus a
     /// stagger of a tenth of it per replica id, so backups do not all start at once); also the
@@ -104,6 +106,14 @@ impl Config {
 
     fn quorum(&self) -> usize {
         usize::from(self.replica_count) / 2 + 1
+    }
+
+    /// The heartbeat period of an idle group (nothing in flight, every backup holding the
+    /// whole log and told where the group stands): a quarter of the view-change timeout, so a
+    /// backup still hears four heartbeats before it would suspect the primary. A node of many
+    /// idle partitions otherwise spends its CPU on their heartbeats and answers.
+    pub fn idle_heartbeat_ticks(&self) -> u64 {
+        (self.view_change_timeout_ticks / 4).max(self.heartbeat_ticks)
     }
 
     /// Silence after which this replica replaces the primary (as a backup, or when rejoining):
@@ -329,8 +339,14 @@ pub struct Replica {
     /// When this primary last asked its preferred replica to take the group over.
     transfer_sent_at: Option<u64>,
     /// When the primary's next Commit heartbeat is due: at its first tick once opened (so a
-    /// primary of the creation view hears its backups at once), then every `heartbeat_ticks`.
+    /// primary of the creation view hears its backups at once), then every `heartbeat_ticks`,
+    /// or every `idle_heartbeat_ticks` while the group idles (`idles`).
     next_heartbeat_at: u64,
+    /// The period the last heartbeat was scheduled with: a backup heard within two of them
+    /// counts as heard lately (`heard_lately`).
+    heartbeat_period: u64,
+    /// The commit and `checkpoint_safe` the last heartbeat announced.
+    heartbeat_told: (u64, u64),
     resent_at: u64,
     actions: VecDeque<Action>,
     /// Committed ops whose bodies were released (`release_committed_bodies`).
@@ -428,6 +444,7 @@ impl Replica {
         let solo = config.replica_count == 1;
         let durable_acks = vec![0; usize::from(config.replica_count)];
         let acked_at = vec![None; usize::from(config.replica_count)];
+        let heartbeat_period = config.heartbeat_ticks;
         Replica {
             base_clients: clients.clone(),
             clients,
@@ -477,6 +494,8 @@ impl Replica {
             quiet_askers: BTreeMap::new(),
             transfer_sent_at: None,
             next_heartbeat_at: 0,
+            heartbeat_period,
+            heartbeat_told: (0, 0),
             resent_at: 0,
             actions: VecDeque::new(),
             released_through: checkpoint.op,
@@ -1055,6 +1074,11 @@ impl Replica {
         if self.prepare_oks.is_empty() {
             self.resent_at = self.now;
         }
+        // No longer idle: the heartbeat that announces this op's commit goes out at the
+        // active period.
+        self.next_heartbeat_at = self
+            .next_heartbeat_at
+            .min(self.now + self.config.heartbeat_ticks);
         self.prepare_oks.insert(entry.op, BTreeSet::new());
         for to in self.others() {
             let message = Message::Prepare {
@@ -1510,7 +1534,12 @@ impl Replica {
             return;
         }
         if self.now >= self.next_heartbeat_at {
-            self.next_heartbeat_at = self.now + self.config.heartbeat_ticks;
+            self.heartbeat_period = match self.idles() {
+                true => self.config.idle_heartbeat_ticks(),
+                false => self.config.heartbeat_ticks,
+            };
+            self.next_heartbeat_at = self.now + self.heartbeat_period;
+            self.heartbeat_told = (self.commit_max, self.checkpoint_safe);
             for to in self.others() {
                 self.send(
                     to,
@@ -1548,6 +1577,29 @@ impl Replica {
         }
     }
 
+    /// Whether this Normal primary's group idles: nothing in flight, everything committed, every
+    /// backup acknowledged holding the whole log durably in this view, the last heartbeat
+    /// announced the commit and `checkpoint_safe` as they stand, and no hand-over to a preferred
+    /// replica pending (it waits for that replica heard lately). Its heartbeats then only keep
+    /// the backups from suspecting it, and go out at the idle period.
+    fn idles(&self) -> bool {
+        let op = self.journal.op();
+        self.prepare_oks.is_empty()
+            && self.commit_max == op
+            && self.heartbeat_told == (self.commit_max, self.checkpoint_safe)
+            && (0..self.config.replica_count)
+                .filter(|r| *r != self.config.replica)
+                .all(|r| {
+                    self.durable_acks
+                        .get(usize::from(r))
+                        .is_some_and(|acked| *acked >= op)
+                })
+            && self
+                .config
+                .preferred_primary
+                .is_none_or(|preferred| preferred == self.config.replica)
+    }
+
     /// A primary that is not the group's preferred one hands the group over to it (asks it to
     /// start the view change to the next view it leads; again every `resend_ticks` until that
     /// happens), once it has led for a view-change timeout (a
@@ -1583,13 +1635,13 @@ impl Replica {
     }
 
     /// Whether `replica` acknowledged something within two heartbeats (as the primary knows:
-    /// a view counts every backup heard as it starts).
+    /// a view counts every backup heard as it starts), at the period the last one went out with.
     fn heard_lately(&self, replica: ReplicaId) -> bool {
         self.acked_at
             .get(usize::from(replica))
             .copied()
             .flatten()
-            .is_some_and(|at| self.now < at + self.config.heartbeat_ticks * 2)
+            .is_some_and(|at| self.now < at + self.heartbeat_period * 2)
     }
 
     /// Asks `target` to take the group over: to start the view change to the next view it
@@ -2332,6 +2384,7 @@ impl Replica {
             self.send_start_view(to);
         }
         self.next_heartbeat_at = self.now + self.config.heartbeat_ticks;
+        self.heartbeat_period = self.config.heartbeat_ticks;
         self.resent_at = self.now;
         self.acknowledge_durable(self.commit_max);
         self.commit_advance();
