@@ -61,6 +61,8 @@ struct Held {
 #[derive(Debug)]
 pub struct LeaseBook {
     me: u8,
+    /// A node of a roster of one judges by its copy, which is the only one.
+    standalone: bool,
     duration: Duration,
     /// Per peer: the Pings sent to it, as (wall clock stamped, when), the latest last.
     pings: Vec<VecDeque<(u64, Instant)>>,
@@ -83,6 +85,7 @@ impl LeaseBook {
         let n = usize::from(replicas);
         LeaseBook {
             me,
+            standalone: replicas <= 1,
             duration,
             pings: vec![VecDeque::new(); n],
             held: VecDeque::new(),
@@ -165,7 +168,7 @@ impl LeaseBook {
     /// a standalone node always may).
     pub fn may_judge(&mut self, stand: MetadataStand, now: Instant) -> bool {
         self.note_stand(stand, now);
-        if self.pings.len() <= 1 || stand.leads {
+        if self.standalone || stand.leads {
             return true;
         }
         if self.grants_leases.get(usize::from(stand.primary)) == Some(&Some(false)) {

@@ -1747,8 +1747,9 @@ mod tests {
         Rc::new(RunsState::start(CLUSTER, replica, None, false).unwrap())
     }
 
-    fn no_leases(replica: u8) -> Rc<NodeLeases> {
-        Rc::new(NodeLeases::new(replica, 3, Duration::from_secs(10)))
+    /// The lease book of `replica` in a roster of `replicas` (no test here judges grants).
+    fn leases(replica: u8, replicas: u8) -> Rc<NodeLeases> {
+        Rc::new(NodeLeases::new(replica, replicas, Duration::from_secs(10)))
     }
 
     fn config(replica: u8, roster: &[SocketAddr]) -> BusConfig {
@@ -1783,11 +1784,7 @@ mod tests {
             history: HistorySource::fixed(MetadataHistory::Absent),
             runs: no_runs(replica),
             tls: None,
-            leases: Rc::new(NodeLeases::new(
-                replica,
-                roster.len() as u8,
-                Duration::from_secs(10),
-            )),
+            leases: leases(replica, roster.len() as u8),
         }
     }
 
@@ -2624,7 +2621,7 @@ mod tests {
             1,
             HistorySource::fixed(MetadataHistory::Held),
             no_runs(1),
-            no_leases(1),
+            leases(1, 3),
         )
         .unwrap();
         assert_eq!(one.listen, roster[1]);
@@ -2655,7 +2652,7 @@ mod tests {
                 3,
                 HistorySource::fixed(MetadataHistory::Held),
                 no_runs(3),
-                no_leases(3),
+                leases(3, 3),
             )
             .is_err()
         );
@@ -2666,7 +2663,7 @@ mod tests {
             0,
             HistorySource::fixed(MetadataHistory::Held),
             no_runs(0),
-            no_leases(0),
+            leases(0, 3),
         )
         .unwrap();
         let mut a = start(zero).await;
