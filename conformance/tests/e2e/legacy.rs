@@ -587,4 +587,20 @@ async fn a_0_11_0_login_is_evicted_as_an_incompatible_protocol_with_the_admitted
             "code {code}"
         );
     }
+    // The operator sees the first eviction from this address, naming the admitted window; the
+    // second, for the same reason within the interval, is held back.
+    let log = server.log();
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|line| line.contains("evicted:"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{lines:#?}");
+    assert!(
+        lines[0].contains("INFO")
+            && lines[0].contains("from 127.0.0.1:")
+            && lines[0].contains("over tcp")
+            && lines[0].contains("outside the ones this server admits (0.11.1 to 0.12.0)"),
+        "{}",
+        lines[0]
+    );
 }

@@ -5,14 +5,17 @@
 use crate::config::Config;
 use crate::consensus::figures::GroupFigures;
 use crate::consensus::group::{Checkpointing, Durability, Group, GroupHandle, load_checkpoint};
+use crate::consensus::log_limit::{LogLimit, Verdict};
 use crate::consensus::wal::{Anchor, FileJournal, JournalEntry};
 use crate::runtime::metadata_machine::MetadataMachine;
 use crate::runtime::partition::PartitionHandle;
 use crate::runtime::shared::Shared;
+use iggy_generated::frames::{EvictionHeader, EvictionReason};
 use iggy_metadata::Metadata;
 use iggy_storage::DataDir;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::rc::Rc;
 
 /// Counts open connections against `limits.max_connections`, or the lower bound the open-files
@@ -64,7 +67,13 @@ pub struct Node {
     pub connection_refused: crate::consensus::log_limit::Throttled,
     /// Request bodies held at once, all connections together (`limits.max_request_bodies_size`).
     pub body_budget: Rc<crate::runtime::body_budget::BodyBudget>,
+    /// Evicted connections: one line per client address and reason per interval
+    /// ([`Node::log_eviction`]).
+    evictions: RefCell<LogLimit<(IpAddr, EvictionReason)>>,
 }
+
+/// Client addresses whose evictions are limited each on their own; the rest share one limit.
+const EVICTION_SOURCES_MAX: usize = 256;
 
 /// At most one warning of a repeating kind (a full session table, failed or refused accepts)
 /// this often.
@@ -78,6 +87,49 @@ const SHOWN_TOKENS_MAX: usize = 64;
 const STEP_DOWN_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Node {
+    /// Logs that `connection` is evicted with `eviction` (the frame about to be written): an
+    /// operator sees which clients are turned away and why (an SDK of another protocol, a
+    /// malformed login), at most once per address and reason per interval with the count
+    /// held back, so a client retrying cannot flood the log.
+    pub fn log_eviction(&self, connection: u32, eviction: &[u8]) {
+        let reason = eviction
+            .get(EvictionHeader::REASON_OFFSET)
+            .and_then(|reason| EvictionReason::from_repr(*reason))
+            .unwrap_or_default();
+        let (address, transport) = match self.clients.borrow().get(&connection) {
+            Some(info) => (info.address.clone(), info.transport),
+            None => (String::from("an unknown address"), "?"),
+        };
+        let ip = address
+            .parse::<std::net::SocketAddr>()
+            .map_or(IpAddr::from([0, 0, 0, 0]), |address| address.ip());
+        let verdict = self
+            .evictions
+            .borrow_mut()
+            .line(std::time::Instant::now(), (ip, reason));
+        let Verdict::Write { held_back, pooled } = verdict else {
+            return;
+        };
+        let why = match reason {
+            EvictionReason::IncompatibleProtocol => {
+                let (lowest, highest) = iggy_generated::protocol::admission_window();
+                format!(
+                    "its client speaks a protocol outside the ones this server admits \
+                     ({lowest} to {highest})"
+                )
+            }
+            other => format!("{other:?}"),
+        };
+        let held_back = match (held_back, pooled) {
+            (0, _) => String::new(),
+            (n, false) => format!(" ({n} more from this address held back)"),
+            (n, true) => format!(" ({n} more from other addresses held back)"),
+        };
+        tracing::info!(
+            "connection {connection} from {address} over {transport} evicted: {why}{held_back}"
+        );
+    }
+
     /// Remembers a token shown for `request` of `client`, for a retry of that request.
     pub fn remember_token(&self, client: u128, request: u64, token: &str) {
         let mut shown = self.shown_tokens.borrow_mut();
@@ -363,6 +415,10 @@ impl Node {
                 REPEATED_WARNING_INTERVAL,
             ),
             body_budget: Rc::new(crate::runtime::body_budget::BodyBudget::new(body_budget)),
+            evictions: RefCell::new(LogLimit::new(
+                REPEATED_WARNING_INTERVAL,
+                EVICTION_SOURCES_MAX,
+            )),
         });
         Ok(node)
     }

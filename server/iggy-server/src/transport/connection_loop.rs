@@ -88,7 +88,7 @@ pub async fn serve_frames(
             Err(ReadFailure::Io(error)) => return Err(error),
             Err(ReadFailure::Malformed(reason)) => {
                 // No whole header: no client to name.
-                let _ = write_within(idle, link, frame::eviction(0, reason)).await;
+                evict(idle, link, node, connection, frame::eviction(0, reason)).await;
                 return Ok(());
             }
         };
@@ -120,7 +120,7 @@ pub async fn serve_frames(
                     Err(ReadFailure::Io(error)) => return Err(error),
                     Err(ReadFailure::Malformed(reason)) => {
                         let eviction = frame::eviction(over.header.client, reason);
-                        let _ = write_within(idle, link, eviction).await;
+                        evict(idle, link, node, connection, eviction).await;
                         return Ok(());
                     }
                 }
@@ -136,7 +136,7 @@ pub async fn serve_frames(
                 tracing::debug!("refused request header: {error:?}");
                 let client = frame::client_of(&header);
                 let eviction = frame::eviction(client, error.eviction_reason());
-                let _ = write_within(idle, link, eviction).await;
+                evict(idle, link, node, connection, eviction).await;
                 return Ok(());
             }
         };
@@ -152,7 +152,7 @@ pub async fn serve_frames(
             Err(ReadFailure::Io(error)) => return Err(error),
             Err(ReadFailure::Malformed(reason)) => {
                 let eviction = frame::eviction(admitted.header.client, reason);
-                let _ = write_within(idle, link, eviction).await;
+                evict(idle, link, node, connection, eviction).await;
                 return Ok(());
             }
         };
@@ -184,11 +184,23 @@ pub async fn serve_frames(
                 drop(held);
             }
             Dispatched::Close(bytes) => {
-                let _ = write_within(idle, link, bytes).await;
+                evict(idle, link, node, connection, bytes).await;
                 return Ok(());
             }
         }
     }
+}
+
+/// Writes an eviction, the connection's last frame, once the node logged it.
+async fn evict(
+    idle: Duration,
+    link: &mut impl FrameIo,
+    node: &Node,
+    connection: &Connection,
+    eviction: Vec<u8>,
+) {
+    node.log_eviction(connection.id, &eviction);
+    let _ = write_within(idle, link, eviction).await;
 }
 
 /// The largest request a connection without a session may send, header included: its
