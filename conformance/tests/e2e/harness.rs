@@ -810,7 +810,8 @@ pub fn without_shell_settings(command: &mut Command) {
 pub fn join_network_namespace(command: &mut Command, namespace: &Path) {
     use std::os::fd::AsRawFd;
     use std::os::unix::process::CommandExt;
-    let file = File::open(namespace).unwrap_or_else(|e| panic!("open {}: {e}", namespace.display()));
+    let file =
+        File::open(namespace).unwrap_or_else(|e| panic!("open {}: {e}", namespace.display()));
     let fd = file.as_raw_fd();
     // SAFETY: between fork and exec the closure calls only setns(2), which is
     // async-signal-safe, on a descriptor the closure keeps open.
@@ -954,13 +955,24 @@ pub fn copy_tree(from: &Path, to: &Path) {
     }
 }
 
-/// Every file (not directory) under `dir`, at any depth.
+/// Every file (not directory) under `dir`, at any depth. A directory removed while it is walked
+/// (a running server deleting a topic's) is skipped.
 pub fn files_under(dir: &Path) -> Vec<PathBuf> {
     let mut files = Vec::new();
     let mut directories = vec![dir.to_path_buf()];
     while let Some(directory) = directories.pop() {
-        for entry in std::fs::read_dir(&directory).unwrap() {
-            let path = entry.unwrap().path();
+        let entries = match std::fs::read_dir(&directory) {
+            Ok(entries) => entries,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound && directory != dir => {
+                continue;
+            }
+            Err(error) => panic!("{}: {error}", directory.display()),
+        };
+        for entry in entries {
+            let Ok(entry) = entry else {
+                continue;
+            };
+            let path = entry.path();
             if path.is_dir() {
                 directories.push(path);
             } else {
@@ -988,7 +1000,10 @@ pub fn group_member(client: &IggyClient, group: &str) -> IggyConsumer {
 
 /// The header of a SendMessages request from `client` declaring a body of `body` + 1 bytes: a
 /// test that sends it and `body` bytes leaves the request one byte short, held by the server.
-pub fn send_header_one_byte_short(client: u128, body: usize) -> iggy_generated::frames::RequestHeader {
+pub fn send_header_one_byte_short(
+    client: u128,
+    body: usize,
+) -> iggy_generated::frames::RequestHeader {
     use iggy_generated::frames::{Command, Operation, RequestHeader};
     RequestHeader {
         command: Command::Request,
