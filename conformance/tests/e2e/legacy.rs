@@ -604,3 +604,62 @@ async fn a_0_11_0_login_is_evicted_as_an_incompatible_protocol_with_the_admitted
         lines[0]
     );
 }
+
+/// A client of the framing before protocol 0.11 (the Python and Node.js SDKs 0.8.0 and older)
+/// sends a request of 4-byte length, command and payload, and waits for its answer. The server
+/// reads the start of a 256-byte header and waited for the rest until the idle timeout (2
+/// minutes, the SDK hanging meanwhile): the rest of a header must now come within the request
+/// timeout, and the log says what the bytes were. A header of this framing cut short is
+/// closed the same way, without the older framing's name.
+#[tokio::test]
+async fn a_request_of_the_older_framing_is_closed_at_the_request_timeout_and_named_in_the_log() {
+    let server = TestServer::start_with_env(&[("IGGY_LIMITS_REQUEST_TIMEOUT_MS", "1000")]);
+    let older_ping = [4u8, 0, 0, 0, 1, 0, 0, 0];
+    let header_start = [7u8; 100];
+    for bytes in [&older_ping[..], &header_start[..]] {
+        let mut stream = TcpStream::connect(server.address()).await.unwrap();
+        stream.write_all(bytes).await.unwrap();
+        let started = std::time::Instant::now();
+        let mut answer = Vec::new();
+        let closed = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            stream.read_to_end(&mut answer),
+        )
+        .await;
+        assert!(
+            closed.is_ok(),
+            "{} bytes: still open after 10 s",
+            bytes.len()
+        );
+        assert!(
+            answer.is_empty(),
+            "{} bytes: answered {answer:?}",
+            bytes.len()
+        );
+        assert!(
+            started.elapsed() >= std::time::Duration::from_millis(900),
+            "{} bytes: closed after {:?}, before the request timeout",
+            bytes.len(),
+            started.elapsed()
+        );
+    }
+    let log = server.log();
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|line| line.contains("request header and nothing more"))
+        .collect();
+    assert_eq!(lines.len(), 2, "{lines:#?}");
+    assert!(
+        lines[0].contains("INFO")
+            && lines[0].contains("closed: 8 bytes of a 256-byte request header")
+            && lines[0].contains("framing before protocol 0.11 (command 1)"),
+        "{}",
+        lines[0]
+    );
+    assert!(
+        lines[1].contains("closed: 100 bytes of a 256-byte request header")
+            && !lines[1].contains("framing before"),
+        "{}",
+        lines[1]
+    );
+}

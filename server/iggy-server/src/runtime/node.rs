@@ -10,7 +10,7 @@ use crate::consensus::wal::{Anchor, FileJournal, JournalEntry};
 use crate::runtime::metadata_machine::MetadataMachine;
 use crate::runtime::partition::PartitionHandle;
 use crate::runtime::shared::Shared;
-use iggy_generated::frames::{EvictionHeader, EvictionReason};
+use iggy_generated::frames::{EvictionHeader, EvictionReason, RequestHeader};
 use iggy_metadata::Metadata;
 use iggy_storage::DataDir;
 use std::cell::{Cell, RefCell};
@@ -67,9 +67,19 @@ pub struct Node {
     pub connection_refused: crate::consensus::log_limit::Throttled,
     /// Request bodies held at once, all connections together (`limits.max_request_bodies_size`).
     pub body_budget: Rc<crate::runtime::body_budget::BodyBudget>,
-    /// Evicted connections: one line per client address and reason per interval
-    /// ([`Node::log_eviction`]).
-    evictions: RefCell<LogLimit<(IpAddr, EvictionReason)>>,
+    /// Evicted connections and headers cut short: one line per client address and kind per
+    /// interval ([`Node::log_eviction`], [`Node::log_header_cut_short`]).
+    refused_clients: RefCell<LogLimit<(IpAddr, ClientRefusal)>>,
+}
+
+/// What a refused client's log line is about, for its rate limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum ClientRefusal {
+    Evicted(EvictionReason),
+    /// Whether the bytes were a request of the older framing.
+    HeaderCutShort {
+        older_framing: bool,
+    },
 }
 
 /// Client addresses whose evictions are limited each on their own; the rest share one limit.
@@ -89,27 +99,12 @@ const STEP_DOWN_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 impl Node {
     /// Logs that `connection` is evicted with `eviction` (the frame about to be written): an
     /// operator sees which clients are turned away and why (an SDK of another protocol, a
-    /// malformed login), at most once per address and reason per interval with the count
-    /// held back, so a client retrying cannot flood the log.
+    /// malformed login).
     pub fn log_eviction(&self, connection: u32, eviction: &[u8]) {
         let reason = eviction
             .get(EvictionHeader::REASON_OFFSET)
             .and_then(|reason| EvictionReason::from_repr(*reason))
             .unwrap_or_default();
-        let (address, transport) = match self.clients.borrow().get(&connection) {
-            Some(info) => (info.address.clone(), info.transport),
-            None => (String::from("an unknown address"), "?"),
-        };
-        let ip = address
-            .parse::<std::net::SocketAddr>()
-            .map_or(IpAddr::from([0, 0, 0, 0]), |address| address.ip());
-        let verdict = self
-            .evictions
-            .borrow_mut()
-            .line(std::time::Instant::now(), (ip, reason));
-        let Verdict::Write { held_back, pooled } = verdict else {
-            return;
-        };
         let why = match reason {
             EvictionReason::IncompatibleProtocol => {
                 let (lowest, highest) = iggy_generated::protocol::admission_window();
@@ -120,14 +115,73 @@ impl Node {
             }
             other => format!("{other:?}"),
         };
+        self.log_refused_client(connection, ClientRefusal::Evicted(reason), |address| {
+            format!("connection {connection} from {address} evicted: {why}")
+        });
+    }
+
+    /// Logs that `connection` sent `received` bytes of a request header (the first of them in
+    /// `head`) and nothing more `within` the request timeout, and was closed. When those bytes
+    /// are a whole request of the framing before protocol 0.11 (a 4-byte length, then that
+    /// many bytes: a command code and its payload), the line says so: such a client (the
+    /// Python and Node.js SDKs 0.8 and older) waits for an answer this server cannot give.
+    pub fn log_header_cut_short(
+        &self,
+        connection: u32,
+        received: usize,
+        head: [u8; 8],
+        within: std::time::Duration,
+    ) {
+        let length = u32::from_le_bytes(head[..4].try_into().expect("four bytes"));
+        let older_framing = received >= 8 && usize::try_from(length).ok() == Some(received - 4);
+        let hint = match older_framing {
+            true => format!(
+                ": they are a whole request of the framing before protocol 0.11 (command {}), \
+                 which this server does not speak (SDKs of that framing: apache-iggy 0.8.0 and \
+                 older)",
+                u32::from_le_bytes(head[4..].try_into().expect("four bytes"))
+            ),
+            false => String::new(),
+        };
+        let kind = ClientRefusal::HeaderCutShort { older_framing };
+        self.log_refused_client(connection, kind, |address| {
+            format!(
+                "connection {connection} from {address} closed: {received} bytes of a \
+                 {}-byte request header and nothing more within {within:?}{hint}",
+                RequestHeader::SIZE
+            )
+        });
+    }
+
+    /// Writes `line(address)` at INFO, at most once per client ip and `kind` per interval with
+    /// the count held back since, so a client retrying cannot flood the log.
+    fn log_refused_client(
+        &self,
+        connection: u32,
+        kind: ClientRefusal,
+        line: impl FnOnce(String) -> String,
+    ) {
+        let (address, transport) = match self.clients.borrow().get(&connection) {
+            Some(info) => (info.address.clone(), info.transport),
+            None => (String::from("an unknown address"), "?"),
+        };
+        let ip = address
+            .parse::<std::net::SocketAddr>()
+            .map_or(IpAddr::from([0, 0, 0, 0]), |address| address.ip());
+        let verdict = self
+            .refused_clients
+            .borrow_mut()
+            .line(std::time::Instant::now(), (ip, kind));
+        let Verdict::Write { held_back, pooled } = verdict else {
+            return;
+        };
         let held_back = match (held_back, pooled) {
             (0, _) => String::new(),
             (n, false) => format!(" ({n} more from this address held back)"),
             (n, true) => format!(" ({n} more from other addresses held back)"),
         };
-        tracing::info!(
-            "connection {connection} from {address} over {transport} evicted: {why}{held_back}"
-        );
+        let line = line(format!("{address} over {transport}"));
+        tracing::info!("{line}{held_back}");
     }
 
     /// Remembers a token shown for `request` of `client`, for a retry of that request.
@@ -415,7 +469,7 @@ impl Node {
                 REPEATED_WARNING_INTERVAL,
             ),
             body_budget: Rc::new(crate::runtime::body_budget::BodyBudget::new(body_budget)),
-            evictions: RefCell::new(LogLimit::new(
+            refused_clients: RefCell::new(LogLimit::new(
                 REPEATED_WARNING_INTERVAL,
                 EVICTION_SOURCES_MAX,
             )),

@@ -23,6 +23,14 @@ pub enum ReadFailure {
     /// The transport's container does not hold one whole frame (a message shorter than a
     /// header, or whose length is not the header's size): evicted with this reason.
     Malformed(EvictionReason),
+    /// A byte stream's header stopped `received` bytes in (its first ones in `head`) and the
+    /// rest did not come `within` the request timeout: closed without an answer, and logged
+    /// (`Node::log_header_cut_short`), since a client of another framing waits there.
+    HeaderCutShort {
+        received: usize,
+        head: [u8; 8],
+        within: Duration,
+    },
 }
 
 impl From<std::io::Error> for ReadFailure {
@@ -86,6 +94,14 @@ pub async fn serve_frames(
             Ok(Some(header)) => header,
             Ok(None) => return Ok(()),
             Err(ReadFailure::Io(error)) => return Err(error),
+            Err(ReadFailure::HeaderCutShort {
+                received,
+                head,
+                within,
+            }) => {
+                node.log_header_cut_short(connection.id, received, head, within);
+                return Ok(());
+            }
             Err(ReadFailure::Malformed(reason)) => {
                 // No whole header: no client to name.
                 evict(idle, link, node, connection, frame::eviction(0, reason)).await;
@@ -118,6 +134,7 @@ pub async fn serve_frames(
                 match link.discard_body(over.body_len, request_timeout).await {
                     Ok(()) => {}
                     Err(ReadFailure::Io(error)) => return Err(error),
+                    Err(ReadFailure::HeaderCutShort { .. }) => return Err(timed_out()),
                     Err(ReadFailure::Malformed(reason)) => {
                         let eviction = frame::eviction(over.header.client, reason);
                         evict(idle, link, node, connection, eviction).await;
@@ -150,6 +167,8 @@ pub async fn serve_frames(
         let body = match link.read_body(admitted.body_len, request_timeout).await {
             Ok(body) => body,
             Err(ReadFailure::Io(error)) => return Err(error),
+            // Only a header read says that; a body cut short times out.
+            Err(ReadFailure::HeaderCutShort { .. }) => return Err(timed_out()),
             Err(ReadFailure::Malformed(reason)) => {
                 let eviction = frame::eviction(admitted.header.client, reason);
                 evict(idle, link, node, connection, eviction).await;

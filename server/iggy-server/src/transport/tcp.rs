@@ -30,12 +30,14 @@ pub async fn serve(listener: TcpListener, node: Rc<Node>, tls: Option<TlsAccepto
         let tls = tls.clone();
         compio::runtime::spawn(async move {
             let _guard = guard;
+            let within = node.shared.config.limits.request_timeout();
             let result = match tls {
-                None => connection(ByteStream::new(stream), peer, node).await,
+                None => connection(ByteStream::new(stream, within), peer, node).await,
                 Some(acceptor) => {
-                    let within = node.shared.config.limits.request_timeout();
                     match compio::time::timeout(within, acceptor.accept(stream)).await {
-                        Ok(Ok(stream)) => connection(ByteStream::new(stream), peer, node).await,
+                        Ok(Ok(stream)) => {
+                            connection(ByteStream::new(stream, within), peer, node).await
+                        }
                         Ok(Err(error)) => Err(error),
                         Err(_) => Err(connection_loop::timed_out()),
                     }
@@ -107,13 +109,17 @@ pub struct ByteStream<S> {
     /// several pipelined ones), so a request costs one read, not one for its header and one
     /// for its body.
     pending: Vec<u8>,
+    /// How long the rest of a header may take once its first bytes came (`limits.
+    /// request_timeout_ms`, as for the rest of a body).
+    header_within: Duration,
 }
 
 impl<S> ByteStream<S> {
-    pub fn new(stream: S) -> Self {
+    pub fn new(stream: S, header_within: Duration) -> Self {
         Self {
             stream,
             pending: Vec::with_capacity(READ_CHUNK),
+            header_within,
         }
     }
 }
@@ -123,22 +129,37 @@ impl<S: AsyncRead + AsyncWrite> FrameIo for ByteStream<S> {
         &mut self,
         idle: Duration,
     ) -> Result<Option<[u8; HEADER_SIZE]>, ReadFailure> {
-        // A header must arrive whole within the idle timeout from its first byte (a slow-loris
-        // header is cut).
+        // The first bytes of a header may take the idle timeout; the rest must follow within
+        // `header_within` (a slow-loris header is cut, and a client that sent a request of
+        // another framing and waits for its answer learns at once that none comes).
         let mut header_begun: Option<std::time::Instant> = None;
         while self.pending.len() < HEADER_SIZE {
             let wait = match header_begun {
-                Some(begun) => idle.saturating_sub(begun.elapsed()),
-                None => idle,
+                Some(begun) => self.header_within.saturating_sub(begun.elapsed()),
+                None if self.pending.is_empty() => idle,
+                // Bytes of this header came with the previous request's read.
+                None => self.header_within,
             };
             let mut pending = std::mem::take(&mut self.pending);
             pending.reserve(READ_CHUNK);
             let have = pending.len();
+            // What a log line about a header cut short shows of it (the buffer goes with a
+            // read that times out).
+            let mut head = [0u8; 8];
+            head[..have.min(8)].copy_from_slice(&pending[..have.min(8)]);
             // Appended after what is already pending.
-            let BufResult(read, buffer) =
-                compio::time::timeout(wait, self.stream.read(pending.slice(have..)))
-                    .await
-                    .map_err(|_| connection_loop::timed_out())?;
+            let read = compio::time::timeout(wait, self.stream.read(pending.slice(have..))).await;
+            let BufResult(read, buffer) = match read {
+                Ok(read) => read,
+                Err(_) if have > 0 => {
+                    return Err(ReadFailure::HeaderCutShort {
+                        received: have,
+                        head,
+                        within: self.header_within,
+                    });
+                }
+                Err(_) => return Err(connection_loop::timed_out().into()),
+            };
             self.pending = buffer.into_inner();
             header_begun.get_or_insert_with(std::time::Instant::now);
             if read? == 0 {
