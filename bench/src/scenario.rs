@@ -253,7 +253,7 @@ impl Progress {
     }
 }
 
-/// Streams `bench-0..`, each with topic `t`; for the balanced scenario also group `bench-cg`.
+/// A topic of `partitions` partitions with the run's durability.
 fn topic_options(p: &Params, partitions: u32) -> TopicCreateOptions {
     TopicCreateOptions {
         partitions_count: Some(partitions),
@@ -266,17 +266,23 @@ fn topic_options(p: &Params, partitions: u32) -> TopicCreateOptions {
     }
 }
 
+/// Stream `name`, created empty: a reused server may hold a previous run's.
+async fn fresh_stream(admin: &IggyClient, name: &str) -> Result<(), String> {
+    let _ = tokio::time::timeout(CALL_TIMEOUT, admin.delete_stream(&ident(name))).await;
+    call(
+        &format!("create stream {name}"),
+        admin.create_stream(name, &StreamCreateOptions::default()),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Streams `bench-0..`, each with topic `t`; for the balanced scenario also group `bench-cg`.
 async fn setup(admin: &IggyClient, p: &Params) -> Result<(), String> {
     let options = topic_options(p, p.effective_partitions());
     for i in 0..p.streams() {
         let name = stream_name(i);
-        // A reused server may hold a previous run's stream: start from empty.
-        let _ = tokio::time::timeout(CALL_TIMEOUT, admin.delete_stream(&ident(&name))).await;
-        call(
-            &format!("create stream {name}"),
-            admin.create_stream(&name, &StreamCreateOptions::default()),
-        )
-        .await?;
+        fresh_stream(admin, &name).await?;
         call(
             &format!("create topic {name}/{TOPIC}"),
             admin.create_topic(&ident(&name), TOPIC, &options),
@@ -301,12 +307,7 @@ pub async fn create_idle_partitions(
     partitions: u32,
 ) -> Result<(), String> {
     let name = stream_name(0);
-    let _ = tokio::time::timeout(CALL_TIMEOUT, admin.delete_stream(&ident(&name))).await;
-    call(
-        &format!("create stream {name}"),
-        admin.create_stream(&name, &StreamCreateOptions::default()),
-    )
-    .await?;
+    fresh_stream(admin, &name).await?;
     for topic in 0..topics {
         // The first `partitions % topics` topics take one more.
         let count = partitions / topics + u32::from(topic < partitions % topics);
