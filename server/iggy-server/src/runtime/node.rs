@@ -105,17 +105,18 @@ impl Node {
             .get(EvictionHeader::REASON_OFFSET)
             .and_then(|reason| EvictionReason::from_repr(*reason))
             .unwrap_or_default();
-        let why = match reason {
-            EvictionReason::IncompatibleProtocol => {
-                let (lowest, highest) = iggy_generated::protocol::admission_window();
-                format!(
-                    "its client speaks a protocol outside the ones this server admits \
-                     ({lowest} to {highest})"
-                )
-            }
-            other => format!("{other:?}"),
-        };
+        // Built only for a line written: a client retrying is mostly held back.
         self.log_refused_client(connection, ClientRefusal::Evicted(reason), |address| {
+            let why = match reason {
+                EvictionReason::IncompatibleProtocol => {
+                    let (lowest, highest) = iggy_generated::protocol::admission_window();
+                    format!(
+                        "its client speaks a protocol outside the ones this server admits \
+                         ({lowest} to {highest})"
+                    )
+                }
+                other => format!("{other:?}"),
+            };
             format!("connection {connection} from {address} evicted: {why}")
         });
     }
@@ -134,17 +135,17 @@ impl Node {
     ) {
         let length = u32::from_le_bytes(head[..4].try_into().expect("four bytes"));
         let older_framing = received >= 8 && usize::try_from(length).ok() == Some(received - 4);
-        let hint = match older_framing {
-            true => format!(
-                ": they are a whole request of the framing before protocol 0.11 (command {}), \
-                 which this server does not speak (SDKs of that framing: apache-iggy 0.8.0 and \
-                 older)",
-                u32::from_le_bytes(head[4..].try_into().expect("four bytes"))
-            ),
-            false => String::new(),
-        };
         let kind = ClientRefusal::HeaderCutShort { older_framing };
         self.log_refused_client(connection, kind, |address| {
+            let hint = match older_framing {
+                true => format!(
+                    ": they are a whole request of the framing before protocol 0.11 (command \
+                     {}), which this server does not speak (SDKs of that framing: apache-iggy \
+                     0.8.0 and older)",
+                    u32::from_le_bytes(head[4..].try_into().expect("four bytes"))
+                ),
+                false => String::new(),
+            };
             format!(
                 "connection {connection} from {address} closed: {received} bytes of a \
                  {}-byte request header and nothing more within {within:?}{hint}",
