@@ -969,8 +969,10 @@ pub fn files_under(dir: &Path) -> Vec<PathBuf> {
             Err(error) => panic!("{}: {error}", directory.display()),
         };
         for entry in entries {
-            let Ok(entry) = entry else {
-                continue;
+            let entry = match entry {
+                Ok(entry) => entry,
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(error) => panic!("{}: {error}", directory.display()),
             };
             let path = entry.path();
             if path.is_dir() {
