@@ -827,6 +827,102 @@ async fn a_primary_stopped_past_the_heartbeat_timeout_steps_down_and_rejoins() {
     assert_acknowledged_exactly_once(&reader, stream, topic, &acked).await;
 }
 
+/// A node leading the metadata group and a partition, stopped (SIGSTOP) past the heartbeat
+/// timeout and cut off from its peers while they elect others and acknowledge a write, serves
+/// no read of its old copy once it runs again: the acknowledgements it led by are older than
+/// the heartbeat timeout in real time, however little of its groups' replica time passed
+/// during the stop (a group held up takes its due tick late). Its client's poll is held back
+/// (58, which the SDK retries) until the cut heals and it learns the new views; then the poll
+/// is answered with the write. Before, it answered at once without the write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_stopped_and_cut_off_serves_no_stale_read_once_it_runs_again() {
+    let cluster = TestCluster::start(3);
+    let admin = cluster.root_client(0).await;
+    let (stream, topic, partition_groups) = create_topic(&admin, 3).await;
+    let (metadata_primary, metadata_view) =
+        cluster.primary(METADATA_GROUP).expect("a metadata primary");
+    // A partition the metadata primary leads too: a node judges its clients' grants by its
+    // own copy while it leads the metadata group, so only the groups' own view of their
+    // quorum holds its reads back.
+    let (partition, view) = partition_groups
+        .iter()
+        .enumerate()
+        .find_map(|(partition, &group)| {
+            let (primary, view) = cluster.primary(group)?;
+            (primary == metadata_primary).then_some((partition as u32, view))
+        })
+        .expect("partitions spread over the nodes");
+    let (stopped, group) = (
+        usize::from(metadata_primary),
+        partition_groups[partition as usize],
+    );
+    let reader = cluster.root_client(stopped).await;
+    let (stream, topic) = (id(stream), id(topic));
+    send_to_partition(&admin, &stream, &topic, partition, vec![msg("before")]).await;
+    let before = poll(
+        &reader,
+        &stream,
+        &topic,
+        partition,
+        &consumer("c"),
+        PollingStrategy::offset(0),
+        10,
+        false,
+    )
+    .await;
+    assert_eq!(payloads(&before), ["before"]);
+
+    cluster.pause(stopped);
+    cluster.cut(stopped);
+    cluster
+        .wait_new_primary(METADATA_GROUP, stopped, metadata_view)
+        .await;
+    let successor = cluster.wait_new_primary(group, stopped, view).await;
+    // A new client, whose first route for the partition names the new primary.
+    let writer = cluster.root_client(usize::from(successor)).await;
+    send_to_partition(&writer, &stream, &topic, partition, vec![msg("after")]).await;
+    cluster.resume(stopped);
+    let resumed_at = Instant::now();
+    let healed_at = resumed_at + Duration::from_secs(4);
+    let (reading, from_start) = (consumer("c"), PollingStrategy::offset(0));
+    let read = reader.poll_messages(
+        &stream,
+        &topic,
+        Some(partition),
+        &reading,
+        &from_start,
+        10,
+        false,
+    );
+    let heal = async {
+        tokio::time::sleep_until(healed_at.into()).await;
+        cluster.heal(stopped);
+    };
+    let read = async {
+        let read = within_for(Duration::from_secs(60), "poll", read).await;
+        (read, resumed_at.elapsed())
+    };
+    let ((read, answered_after), ()) = tokio::join!(read, heal);
+    eprintln!(
+        "the poll on node {stopped} was answered {answered_after:?} after it ran again \
+         (healed after 4 s): {:?}",
+        read.as_ref().map(payloads)
+    );
+    match read {
+        Ok(polled) => assert_eq!(
+            payloads(&polled),
+            ["before", "after"],
+            "node {stopped} (primary of view {view}, succeeded by node {successor}) answered \
+             {answered_after:?} after it ran again (healed after 4 s):\n{}",
+            cluster.describe(group)
+        ),
+        Err(error) => assert!(
+            matches!(error.as_code(), 58 | 89),
+            "the poll was refused with {error:?}"
+        ),
+    }
+}
+
 /// A node stopped gracefully (SIGTERM) first hands every group it leads to a caught-up
 /// backup: its peers elect new primaries at once. The heartbeat timeout is a minute here, so
 /// only the hand-over elects them within the wait (30 s); writes go on, and every acknowledged

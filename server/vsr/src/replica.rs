@@ -610,6 +610,23 @@ impl Replica {
         self.commit_min >= self.view_start_op
     }
 
+    /// The first tick at which [`Self::in_touch`] no longer holds unless this replica hears
+    /// from its peers first: 0 when it does not hold now, `u64::MAX` when it always holds (a
+    /// group of one). The shell turns it into an instant, counting the time its clock fell
+    /// behind since (a stall the replica's time slipped over), so a primary stopped past the
+    /// view-change timeout does not serve as one once it runs again.
+    pub fn in_touch_until(&self) -> u64 {
+        if !self.in_touch() {
+            return 0;
+        }
+        match self.status {
+            Status::Normal if self.is_solo() => u64::MAX,
+            Status::Normal if self.is_primary() => self.leads_quorum_until(),
+            Status::Normal => self.heard_from_primary_at + self.config.view_change_timeout_ticks,
+            Status::ViewChange | Status::Recovering => 0,
+        }
+    }
+
     /// Whether this replica leads its view with a quorum in touch: the primary in normal
     /// status whose backups (enough of them for a quorum, counting itself) acknowledged
     /// something within the view-change timeout. A primary cut off from its group keeps its

@@ -408,3 +408,45 @@ fn a_quiet_primary_of_five_leads_again_once_two_backups_are_back() {
             .collect::<Vec<_>>()
     );
 }
+
+/// `in_touch_until` names the tick `in_touch` lapses at unless the replica hears from its
+/// peers first (the shell turns it into an instant): fixed while nothing is heard, 0 once it
+/// lapsed, `u64::MAX` for a group of one.
+#[test]
+fn in_touch_until_is_the_tick_in_touch_lapses_at_when_nothing_is_heard() {
+    let mut replicas = group_in_view_one();
+    let all = [(0, 1), (1, 2), (0, 2)];
+    let mut now = 0;
+    for _ in 0..200 {
+        now += 1;
+        for replica in replicas.iter_mut() {
+            replica.on_tick(now);
+        }
+        exchange(&mut replicas, &all);
+    }
+    // Replica 1 leads view 1; replica 0 follows it.
+    let untils = [replicas[0].in_touch_until(), replicas[1].in_touch_until()];
+    assert!(
+        untils.iter().all(|&until| until > now),
+        "{untils:?} at {now}"
+    );
+    // From now on nobody hears anybody.
+    while now <= untils[0].max(untils[1]) {
+        now += 1;
+        for replica in replicas.iter_mut() {
+            replica.on_tick(now);
+        }
+        exchange(&mut replicas, &[]);
+        for (r, until) in [(0, untils[0]), (1, untils[1])] {
+            let replica = &replicas[r];
+            assert_eq!(replica.in_touch(), now < until, "replica {r} at {now}");
+            let expected = if now < until { until } else { 0 };
+            assert_eq!(replica.in_touch_until(), expected, "replica {r} at {now}");
+        }
+    }
+
+    let mut solo = Replica::format_in_view(Config::new(1, 0), 0);
+    solo.on_tick(1_000_000);
+    assert!(solo.in_touch());
+    assert_eq!(solo.in_touch_until(), u64::MAX);
+}

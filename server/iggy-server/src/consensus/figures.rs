@@ -3,8 +3,9 @@
 //! may run on any shard); `/metrics` reads them on shard 0 when it renders. Each figure is
 //! exact on its own; two figures may be read from neighbouring moments.
 
+use super::replica_clock::{Lapse, epoch};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Which kind of group a figure belongs to (a label of the metrics).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,9 +32,36 @@ pub struct GroupFigures {
     commit: AtomicU64,
     applied: AtomicU64,
     /// The status (low byte: 0 normal, 1 view change, 2 recovering) and the primary of `view`
-    /// (second byte), in touch (bit 16) and muted (bit 17), packed so a reader never sees one
-    /// without the other.
+    /// (second byte), muted (bit 17), applied its view's log (bit 18) and when it stops being
+    /// in touch (bits 20..64, [`in_touch_bits`]), packed so a reader never sees one without
+    /// the others.
     role: AtomicU64,
+}
+
+/// Where the in-touch lapse sits in the role word: whole milliseconds since the process's
+/// epoch, rounded down (never later than the replica's), 0 when not in touch, all ones when
+/// it never lapses.
+const IN_TOUCH_SHIFT: u32 = 20;
+const IN_TOUCH_NEVER: u64 = u64::MAX >> IN_TOUCH_SHIFT;
+
+fn in_touch_bits(lapse: Lapse) -> u64 {
+    match lapse {
+        Lapse::Lapsed => 0,
+        Lapse::Never => IN_TOUCH_NEVER,
+        Lapse::At(at) => {
+            let millis = at.saturating_duration_since(epoch()).as_millis();
+            u64::try_from(millis).map_or(IN_TOUCH_NEVER - 1, |ms| ms.min(IN_TOUCH_NEVER - 1))
+        }
+    }
+}
+
+/// Whether a lapse packed by [`in_touch_bits`] is still ahead at `now`.
+fn in_touch_at(bits: u64, now: Instant) -> bool {
+    match bits {
+        0 => false,
+        IN_TOUCH_NEVER => true,
+        millis => now.saturating_duration_since(epoch()) < Duration::from_millis(millis),
+    }
 }
 
 /// Where a group's replica stands, as the routing of client requests needs it.
@@ -43,7 +71,9 @@ pub struct GroupRole {
     /// The primary of the replica's current view (the one it serves, or moves to).
     pub primary: u8,
     /// The replica knows that primary alive (`iggy_vsr::Replica::in_touch`): a primary cut
-    /// off from its quorum, or a backup that stopped hearing from it, is not.
+    /// off from its quorum, or a backup that stopped hearing from it, is not. Judged by the
+    /// clock when the role is read: a replica whose process stood still past its evidence
+    /// (stopped, a stalled runtime) is out of touch before its group runs again.
     pub in_touch: bool,
     /// Opened restored, the replica still waits for a whole view's log before it votes in a
     /// view change (`iggy_vsr::Config::restored`).
@@ -72,7 +102,9 @@ impl GroupRole {
 }
 
 impl GroupFigures {
-    pub(crate) fn publish(&self, replica: &iggy_vsr::Replica) {
+    /// Publishes `replica`'s state; `in_touch` is when its `in_touch` lapses in real time
+    /// (`ReplicaClock::lapse`).
+    pub(crate) fn publish(&self, replica: &iggy_vsr::Replica, in_touch: Lapse) {
         use iggy_vsr::Status;
         let status = match replica.status() {
             Status::Normal => 0,
@@ -84,7 +116,10 @@ impl GroupFigures {
             .store(u64::from(replica.view()), Ordering::Relaxed);
         self.commit.store(replica.commit_max(), Ordering::Relaxed);
         self.applied.store(replica.commit_min(), Ordering::Relaxed);
-        let in_touch = u64::from(replica.in_touch()) << 16;
+        let in_touch = match replica.in_touch() {
+            true => in_touch_bits(in_touch) << IN_TOUCH_SHIFT,
+            false => 0,
+        };
         let muted = u64::from(replica.is_muted()) << 17;
         let applied_view_log = u64::from(replica.applied_view_log()) << 18;
         self.role.store(
@@ -93,8 +128,12 @@ impl GroupFigures {
         );
     }
 
-    /// The replica's status and its view's primary.
+    /// The replica's status and its view's primary, in touch as of now.
     pub fn role(&self) -> GroupRole {
+        self.role_at(Instant::now())
+    }
+
+    fn role_at(&self, now: Instant) -> GroupRole {
         use iggy_vsr::Status;
         let role = self.role.load(Ordering::Relaxed);
         GroupRole {
@@ -104,7 +143,7 @@ impl GroupFigures {
                 _ => Status::Recovering,
             },
             primary: (role >> 8) as u8,
-            in_touch: role >> 16 & 1 == 1,
+            in_touch: in_touch_at(role >> IN_TOUCH_SHIFT, now),
             muted: role >> 17 & 1 == 1,
             applied_view_log: role >> 18 & 1 == 1,
         }
@@ -204,7 +243,7 @@ mod tests {
                 log_view: 4,
             },
         );
-        figures.publish(&replica);
+        figures.publish(&replica, Lapse::Never);
         let role = figures.role();
         assert_eq!(figures.view(), 4);
         assert_eq!(role.primary, 1);
@@ -220,6 +259,43 @@ mod tests {
             applied_view_log: true,
         };
         assert!(normal.is_primary(1) && !normal.is_primary(2));
+    }
+
+    /// A role is in touch until the lapse it was published with, judged when the role is
+    /// read: a reader after the lapse sees it out of touch though the group published nothing
+    /// since (its process stood still).
+    #[test]
+    fn a_published_role_is_in_touch_until_its_lapse_when_read() {
+        let figures = GroupFigures::default();
+        // A backup (replica 2) of view 1, led by replica 1.
+        let mut replica = iggy_vsr::Replica::format_in_view(iggy_vsr::Config::new(3, 2), 1);
+        replica.on_tick(1);
+        assert!(
+            replica.in_touch(),
+            "a backup formatted in its view follows its primary"
+        );
+        let now = Instant::now();
+        let lapse = now + Duration::from_secs(5);
+        figures.publish(&replica, Lapse::At(lapse));
+        assert!(figures.role_at(now).in_touch);
+        assert!(figures.role_at(lapse - Duration::from_millis(2)).in_touch);
+        assert!(!figures.role_at(lapse).in_touch);
+        assert!(!figures.role_at(lapse + Duration::from_secs(60)).in_touch);
+        assert!(figures.role_at(now).is_primary(1));
+
+        figures.publish(&replica, Lapse::Lapsed);
+        assert!(!figures.role_at(now).in_touch);
+        figures.publish(&replica, Lapse::Never);
+        assert!(
+            figures
+                .role_at(now + Duration::from_secs(86_400 * 365))
+                .in_touch
+        );
+        // The replica's own word comes first: out of touch, whatever the lapse says.
+        replica.on_tick(1_000);
+        assert!(!replica.in_touch());
+        figures.publish(&replica, Lapse::Never);
+        assert!(!figures.role_at(now).in_touch);
     }
 
     #[test]

@@ -1634,7 +1634,11 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                 }
             }
         }
-        self.figures.publish(self.core.replica());
+        let in_touch = match &self.plane {
+            Some(plane) => plane.in_touch_lapse(self.core.replica()),
+            None => crate::consensus::replica_clock::Lapse::Never,
+        };
+        self.figures.publish(self.core.replica(), in_touch);
         if let Some(plane) = &mut self.plane {
             plane.announce_commit(self.core.replica());
             plane.log_role(self.figures.role(), self.core.replica());

@@ -8,7 +8,7 @@ use super::figures::GroupRole;
 use super::forward::{Forward, is_forward};
 use super::plane::Peers;
 use super::replica_bus::Inbound;
-use super::replica_clock::ReplicaClock;
+use super::replica_clock::{Lapse, ReplicaClock};
 use super::transfer::{Transfer, is_transfer};
 use bytes::Bytes;
 use futures_channel::oneshot;
@@ -157,6 +157,15 @@ impl GroupPlane {
             }
         }
         true
+    }
+
+    /// When the replica's `in_touch` lapses in real time: its evidence (a quorum's
+    /// acknowledgements, the primary's last frame) is a view-change timeout before the tick
+    /// it lapses at, and as old as the ticks since plus what the clock slipped since.
+    pub fn in_touch_lapse(&self, replica: &Replica) -> Lapse {
+        let until = replica.in_touch_until();
+        let evidence = until.saturating_sub(replica.config().view_change_timeout_ticks);
+        self.clock.lapse(until, evidence)
     }
 
     /// Sets the tick the group sleeps until: the first its replica, its forwards, its commit
