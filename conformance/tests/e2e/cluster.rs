@@ -3410,6 +3410,77 @@ async fn a_logout_sent_to_a_backup_ends_the_session_on_every_node() {
     }
 }
 
+/// A logout is answered only once no node serves the ended session by a copy without it: a
+/// node the metadata primary's frames are held back from (it has not applied the logout)
+/// refuses the session's bound connection by the time the client hears the answer: 58 while
+/// it holds no grant lease (its copy may miss the logout), 40 once it applied it. Before, the
+/// answer came at once and that node went on serving the session (GetStreams answered).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_logout_is_answered_once_a_node_lagging_it_no_longer_serves_the_session() {
+    const GET_STREAMS: u32 = 201;
+    let cluster = TestCluster::start(3);
+    let (primary, lagging) = metadata_primary_and_backup(&cluster).await;
+    let client = 0x10_6047_u128 << 64 | 0xb3;
+    let (mut link, session) = sign_in_raw(&cluster, primary, client).await;
+    let mut bound = RawLink::connect(&cluster.address(lagging)).await;
+    assert_eq!(
+        bound.status(&bind_frame_at(client, session, session)).await,
+        0,
+        "BindSession on node {lagging}"
+    );
+    let streams = |request| {
+        request_frame(
+            client,
+            session,
+            request,
+            Operation::NonReplicated,
+            GET_STREAMS,
+            &[],
+        )
+    };
+    // Served there (once the node holds a grant lease: 58 for a moment after the start).
+    let mut request = 0;
+    wait_until_async(
+        &format!("node {lagging} serves the session"),
+        Duration::from_secs(30),
+        async || {
+            request += 1;
+            (bound.status(&streams(request)).await == 0).then_some(())
+        },
+        String::new,
+    )
+    .await;
+
+    cluster.hold(primary, lagging);
+    let logout = request_frame(client, session, 1, Operation::Logout, 0, &[]);
+    let asked = Instant::now();
+    let (reply, _) = link.exchange(&logout).await.expect("a reply");
+    let answered_after = asked.elapsed();
+    assert_eq!(reply.status, 0, "Logout on node {primary}");
+    request += 1;
+    let status = bound.status(&streams(request)).await;
+    eprintln!(
+        "logout answered after {answered_after:?}; node {lagging}, which has not applied it, \
+         answered GetStreams of the ended session with {status}"
+    );
+    assert!(
+        matches!(status, 40 | 58),
+        "node {lagging} served the ended session after the logout was answered ({status})"
+    );
+
+    cluster.release(primary, lagging);
+    wait_until_async(
+        &format!("node {lagging} refuses the ended session with 40"),
+        Duration::from_secs(30),
+        async || {
+            request += 1;
+            (bound.status(&streams(request)).await == 40).then_some(())
+        },
+        String::new,
+    )
+    .await;
+}
+
 /// A BindSession is not judged on metadata that has not yet applied the session's own Register.
 /// The SDK raises its watermark only on metadata writes' replies, so a client that wrote none
 /// binds with watermark 0; after a whole-cluster restart every node replays its metadata journal

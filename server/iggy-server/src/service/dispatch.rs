@@ -870,6 +870,9 @@ async fn logout(
             // Committed on the metadata primary first: the connection is unbound once this
             // replica applied it too, so a request it serves next sees the session gone.
             metadata_reached(node, op, routing::READ_WAIT).await?;
+            // And answered once no node serves the session's other connections by a copy
+            // that still holds it.
+            fenced(node, op).await;
             connection.bound = None;
             node.shared.session_unbound(bound.client);
             tracing::info!(
@@ -964,7 +967,7 @@ async fn metadata_write(
             if iggy_metadata::permissions::takes_grants_away(operation)
                 && model_replies::rejection_of(&reply).is_none()
             {
-                grants_fenced(node, op).await;
+                fenced(node, op).await;
             }
             if operation == Operation::CreatePersonalAccessToken
                 && model_replies::rejection_of(&reply).is_none()
@@ -997,13 +1000,14 @@ async fn metadata_write(
     }
 }
 
-/// Waits until a change that took grants away, committed at `op`, may be answered: until no
-/// node can judge grants by a metadata copy without it (`consensus::grant_lease`), so the
-/// client that revoked a grant never sees the revoked user served after its answer. A
-/// retry waits again (its commit was learned only now). Bounded: should the lease book never
-/// clear it (primaries changing again and again), the answer goes after
-/// `NodeLeases::fence_longest` with a warning.
-async fn grants_fenced(node: &Node, op: u64) {
+/// Waits until a change that took something away from clients (grants, a session), committed
+/// at `op`, may be answered: until no node can judge requests by a metadata copy without it
+/// (`consensus::grant_lease`), so the client that revoked a grant or logged out never sees the
+/// revoked user or the ended session served after its answer. A retry waits again (its
+/// commit was learned only now). Bounded: should the lease book never clear it (primaries
+/// changing again and again), the answer goes after `NodeLeases::fence_longest` with a
+/// warning.
+async fn fenced(node: &Node, op: u64) {
     let Some(plane) = &node.shared.plane else {
         return;
     };
@@ -1017,9 +1021,9 @@ async fn grants_fenced(node: &Node, op: u64) {
         }
         if now >= give_up {
             tracing::warn!(
-                "metadata op {op} took grants away, and not every node confirmed applying it \
-                 within {:?} nor could be shown to hold no lease from before it: answered \
-                 anyway",
+                "metadata op {op} took grants or a session away, and not every node confirmed \
+                 applying it within {:?} nor could be shown to hold no lease from before it: \
+                 answered anyway",
                 leases.fence_longest()
             );
             return;
