@@ -213,6 +213,9 @@ pub struct NodeLeases {
     me: u8,
     book: RefCell<LeaseBook>,
     metadata: RefCell<Option<Arc<GroupFigures>>>,
+    /// Each running link's Pinger, told of a metadata op applied here that a fence waits on
+    /// (`Self::report_applied`).
+    reporters: RefCell<Vec<futures_channel::mpsc::UnboundedSender<u64>>>,
 }
 
 impl NodeLeases {
@@ -221,7 +224,25 @@ impl NodeLeases {
             me,
             book: RefCell::new(LeaseBook::new(me, replicas, duration)),
             metadata: RefCell::new(None),
+            reporters: RefCell::new(Vec::new()),
         }
+    }
+
+    /// A link's Pinger hears here of each op [`Self::report_applied`] names, for as long as
+    /// it keeps the receiver.
+    pub fn reports(&self) -> futures_channel::mpsc::UnboundedReceiver<u64> {
+        let (sender, receiver) = futures_channel::mpsc::unbounded();
+        self.reporters.borrow_mut().push(sender);
+        receiver
+    }
+
+    /// This node applied metadata op `op`, which took grants or a session away: every link
+    /// pings its peer now instead of at its next keepalive, reporting it, so whichever node
+    /// waits to answer it (`fence_clear`) hears within a round trip.
+    pub fn report_applied(&self, op: u64) {
+        self.reporters
+            .borrow_mut()
+            .retain(|reporter| reporter.unbounded_send(op).is_ok());
     }
 
     /// From now on, stands where the metadata group's replica `figures` says.
@@ -454,6 +475,24 @@ mod tests {
         assert!(
             book.fence_clear(10, backup(10), origin, origin),
             "both applied it"
+        );
+    }
+
+    /// Every running link's Pinger hears of an op applied that a fence waits on; a link that
+    /// ended (its receiver dropped) is told nothing more.
+    #[test]
+    fn an_applied_op_a_fence_waits_on_reaches_every_running_links_pinger() {
+        let leases = NodeLeases::new(0, 3, LEASE);
+        let (mut first, second) = (leases.reports(), leases.reports());
+        drop(second);
+        leases.report_applied(7);
+        leases.report_applied(9);
+        assert_eq!(first.try_next().ok().flatten(), Some(7));
+        assert_eq!(first.try_next().ok().flatten(), Some(9));
+        assert_eq!(
+            leases.reporters.borrow().len(),
+            1,
+            "the ended link is let go"
         );
     }
 }

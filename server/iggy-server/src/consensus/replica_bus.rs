@@ -1600,23 +1600,33 @@ async fn read_frames(
 /// a link that stays up while nothing comes over it (a stopped process, frames lost one way)
 /// is otherwise seen only in the roster, and the refusals (58) a node out of touch with its
 /// primary answers would name no cause. A silence past `SILENCE_CLOSES_AFTER` heartbeat
-/// timeouts ends the link (the reason returned), so it is dialed afresh.
+/// timeouts ends the link (the reason returned), so it is dialed afresh. A metadata op a
+/// fence waits on, applied here (`NodeLeases::report_applied`), is reported by a Ping at once.
 async fn send_pings(
     outbox: &Outbox,
     leases: &NodeLeases,
     cluster: u128,
     (local, peer): (u8, u8),
 ) -> String {
+    use futures_util::StreamExt;
+    use futures_util::future::{Either, select};
+    let mut reports = leases.reports();
     loop {
         let (due, keepalive) = {
             let liveness = outbox.liveness.lock().expect("liveness lock");
             (liveness.poll_timeout(), liveness.keepalive())
         };
         let slept_from = Instant::now();
-        match due {
-            Some(due) => compio::time::sleep_until(due).await,
-            // The link's close is being recorded; the link ends before this wakes again.
-            None => compio::time::sleep(keepalive).await,
+        let sleep = std::pin::pin!(async {
+            match due {
+                Some(due) => compio::time::sleep_until(due).await,
+                // The link's close is being recorded; the link ends before this wakes again.
+                None => compio::time::sleep(keepalive).await,
+            }
+        });
+        if let Either::Right((Some(op), _)) = select(sleep, reports.next()).await {
+            ping(outbox, leases, cluster, (local, peer), op);
+            continue;
         }
         let now = Instant::now();
         // Woken a keepalive late, this process was the one stopped (SIGSTOP, a stalled
@@ -1637,15 +1647,7 @@ async fn send_pings(
             );
         }
         if ping_due.is_some() {
-            let wall_clock = wall_clock::now_micros();
-            let fields = replica_link::Keepalive {
-                wall_clock,
-                metadata_applied: leases.applied(),
-                ..Default::default()
-            };
-            let ping = replica_link::timed_keepalive_frame(cluster, local, Command::Ping, fields);
-            leases.ping_sent(peer, wall_clock, now);
-            let _ = outbox.push(now, Bytes::copy_from_slice(&ping));
+            ping(outbox, leases, cluster, (local, peer), 0);
         }
         match silence {
             Some(Silence::Began { silent_for }) => tracing::warn!(
@@ -1659,6 +1661,27 @@ async fn send_pings(
             None => {}
         }
     }
+}
+
+/// Queues a Ping reporting the metadata op this node applied (at least `applied`: an op the
+/// model holds before the group publishes it).
+fn ping(
+    outbox: &Outbox,
+    leases: &NodeLeases,
+    cluster: u128,
+    (local, peer): (u8, u8),
+    applied: u64,
+) {
+    let now = Instant::now();
+    let wall_clock = wall_clock::now_micros();
+    let fields = replica_link::Keepalive {
+        wall_clock,
+        metadata_applied: leases.applied().max(applied),
+        ..Default::default()
+    };
+    let ping = replica_link::timed_keepalive_frame(cluster, local, Command::Ping, fields);
+    leases.ping_sent(peer, wall_clock, now);
+    let _ = outbox.push(now, Bytes::copy_from_slice(&ping));
 }
 
 /// Writes queued frames in order; returns why it stopped. The frames queued behind the one

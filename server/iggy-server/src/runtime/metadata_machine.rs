@@ -19,8 +19,9 @@ use crate::runtime::shared::{PartitionKey, PlannedEffect, Shared};
 use bytes::Bytes;
 use futures_channel::mpsc;
 use futures_util::StreamExt;
+use iggy_generated::frames::Operation;
 use iggy_metadata::Effect;
-use iggy_metadata::machine;
+use iggy_metadata::{machine, permissions};
 use std::collections::HashSet;
 use std::rc::Rc;
 
@@ -111,6 +112,14 @@ impl StateMachine for MetadataMachine {
             operation,
             &body,
         );
+        // A fence waits for every node to report applying a change that takes grants or a
+        // session away (`service::dispatch::fenced`): reported now, not at the next keepalive.
+        let took_away = Operation::from_repr(operation).is_some_and(|operation| {
+            operation == Operation::Logout || permissions::takes_grants_away(operation)
+        });
+        if took_away && let Some(plane) = &self.shared.plane {
+            plane.leases().report_applied(op);
+        }
         let mut effects = effects;
         effects.retain_mut(|effect| match effect {
             Effect::ReleaseSessionSlots { clients } => {
