@@ -246,6 +246,46 @@ async fn a_partition_primary_that_lags_a_revocation_refuses_the_revoked_user() {
     assert_eq!(payloads(&stored), vec!["before-0".to_string()], "what partition {led} holds");
 }
 
+/// A request the revoked user sent while the revocation was prepared on the metadata primary
+/// but not yet applied (its backups' acknowledgements held back) is judged again as the
+/// primary prepares it, behind the revocation: refused (41), and the stream it asked for never
+/// exists. Before, the primary judged it only on arrival, by a model without the revocation,
+/// and prepared it right behind: the stream was created by a user who could no longer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_sent_while_its_users_revocation_is_in_flight_is_judged_behind_it() {
+    const PREPARE_OK: u8 = 7;
+    let cluster = TestCluster::start_with(3, ClusterOptions { replica_frames: true, ..Default::default() });
+    let (primary, _) = crate::cluster::metadata_primary_and_backup(&cluster).await;
+    let backups: Vec<usize> = (0..3).filter(|&i| i != primary).collect();
+    let root = cluster.root_client(primary).await;
+    let grant = Permissions { global: GlobalPermissions { manage_streams: true, ..Default::default() }, streams: None };
+    let options = UserCreateOptions::default();
+    ok("create ops", within("create", root.create_user("ops", "ops-secret", UserStatus::Active, Some(grant), &options)).await);
+    let ops = signed_in(&cluster.node(primary).connection_string("ops", "ops-secret"), "ops on the primary").await;
+    ok("ops creates a stream", within("create", ops.create_stream("a", &StreamCreateOptions::default())).await);
+
+    for &backup in &backups {
+        cluster.drop_frames(backup, primary, PREPARE_OK);
+    }
+    let revoke = async { within("revoke", root.update_permissions(&name("ops"), None)).await };
+    // Sent once the revocation is prepared (it cannot commit while the acknowledgements are held).
+    let create = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        within("create b", ops.create_stream("b", &StreamCreateOptions::default())).await
+    };
+    let release = async {
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        for &backup in &backups {
+            cluster.pass_frames(backup, primary, PREPARE_OK);
+        }
+    };
+    let (revoked, created, ()) = tokio::join!(revoke, create, release);
+    ok("revoke", revoked);
+    expect_code("ops creates a stream behind its revocation", created, 41);
+    let streams: Vec<String> = ok("streams", within("streams", root.get_streams()).await).into_iter().map(|s| s.name).collect();
+    assert_eq!(streams, vec!["a".to_string()], "the streams after the revocation");
+}
+
 /// A revocation made while a node is down is answered once the dead node's lease ran out (a
 /// heartbeat timeout, 2 s): no node has to confirm what cannot answer, and the primary logs
 /// no "answered anyway". The two nodes left refuse the user at once, on every partition (those

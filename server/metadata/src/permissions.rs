@@ -14,6 +14,7 @@ use iggy_generated::payloads::{
     TopicResourcePatch, UpdateResourceRequest, UpdateStreamRequest, UpdateTopicRequest,
     WireGlobalPermissions, WirePermissions, WireStreamPermissions, WireTopicPermissions,
 };
+use iggy_wire::WireDecode;
 
 pub fn permissions_from_wire(wire: &WirePermissions) -> Permissions {
     let g = &wire.global;
@@ -114,6 +115,32 @@ pub fn takes_grants_away(operation: Operation) -> bool {
             | Operation::UpdateUser
             | Operation::DeletePersonalAccessToken
     )
+}
+
+/// Whether the metadata primary may prepare a client's op (`envelope`: its journaled body) by
+/// `metadata` as every op before it left: its acting user still exists, is active and holds
+/// the grant the op needs (41 otherwise). The node judged the op on arrival, but an op ordered
+/// ahead of it may have revoked the grant or removed the user since; the primary prepares
+/// nothing behind such an op until it applied it (`takes_grants_away`), then asks this. An op
+/// whose target is gone, or that no grant governs, is left to the machine's apply.
+pub fn admits(metadata: &Metadata, operation: u8, envelope: &[u8]) -> Result<(), ErrorCode> {
+    let (Ok(envelope), Some(operation)) = (
+        crate::machine::Envelope::decode_exact(envelope),
+        Operation::from_repr(operation),
+    ) else {
+        return Ok(());
+    };
+    let Ok(Some(need)) = need_of(metadata, operation, envelope.user_id, envelope.request) else {
+        return Ok(());
+    };
+    let allowed = metadata
+        .users
+        .get(&envelope.user_id)
+        .is_some_and(|user| user.status == crate::model::UserStatus::Active && user.allows(need));
+    match allowed {
+        true => Ok(()),
+        false => Err(ErrorCode::Unauthorized),
+    }
 }
 
 /// What metadata op `operation` of user `actor` needs, resolved against `metadata` as it stands

@@ -689,6 +689,11 @@ impl Replica {
     pub fn commit_max(&self) -> u64 {
         self.commit_max
     }
+    /// The log's entries this replica has not applied yet (above [`Self::commit_min`]): as the
+    /// primary, the ops its next prepare goes behind.
+    pub fn unapplied(&self) -> &[Entry] {
+        self.journal.entries_after(self.commit_min)
+    }
     /// The log entry at `op` (`None` at or below the latest checkpoint).
     pub fn entry(&self, op: u64) -> Option<&Entry> {
         self.journal.get(op)

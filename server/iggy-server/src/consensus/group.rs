@@ -124,6 +124,21 @@ pub trait StateMachine {
     /// Serves a read.
     fn read(&mut self, read: Self::Read) -> impl Future<Output = ()>;
 
+    /// Whether a committed op of `operation` may change what [`Self::admits`] says of later
+    /// requests (a revocation, for the metadata machine): the primary prepares no client
+    /// request behind such an op until it applied it, so each is judged by the state it left.
+    fn changes_admission(&self, _operation: u8) -> bool {
+        false
+    }
+
+    /// Judges a client's request as the primary is about to prepare it, by the state every op
+    /// before it left (none still unapplied changes admission): `Err` with the reply it gets
+    /// instead (nothing is prepared). The node judged it once on arrival; the state may have
+    /// moved since.
+    fn admits(&self, _client: u128, _operation: u8, _body: &[u8]) -> Result<(), Bytes> {
+        Ok(())
+    }
+
     /// The body of the Logout op that ends `client`'s session `session`, which a backup
     /// forwarded to this primary; `None` when that session is not live here (it ended already,
     /// so there is nothing to commit). Only a machine with sessions has any.
@@ -644,6 +659,9 @@ pub struct Group<J: Journal, S: StateMachine> {
     /// The offer being copied (and the record bytes copied so far), installed once the log
     /// holds it.
     pending_offer: Option<(Offer, u64)>,
+    /// Client requests held back, in order, while an op that changes admission waits to be
+    /// applied ahead of them (see [`StateMachine::changes_admission`]).
+    held: std::collections::VecDeque<Submit>,
 }
 
 impl<J: Journal, S: StateMachine> Group<J, S> {
@@ -729,6 +747,7 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
             fetch: None,
             transfer_paused_until: 0,
             pending_offer: None,
+            held: Default::default(),
         };
         group.drive().await;
         group.core.release_applied_bodies();
@@ -981,7 +1000,7 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                 self.drive().await;
                 self.state.read(read).await;
             }
-            Job::Write(submit) => self.core.submit(submit),
+            Job::Write(submit) => self.submit(submit),
             Job::WriteAnywhere(submit) => {
                 self.drive().await;
                 let submit = match &mut self.plane {
@@ -989,7 +1008,7 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                     None => Some(submit),
                 };
                 if let Some(submit) = submit {
-                    self.core.submit(submit);
+                    self.submit(submit);
                 }
             }
             Job::WriteNext {
@@ -1119,6 +1138,7 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                         self.state.sessions_held_by_peer(from, &sessions)
                     }
                     Some(SessionFrame::Retired(report)) => self.state.retirement_reported(report),
+                    Some(SessionFrame::Write(submit)) => self.submit(submit),
                     None => {}
                 }
             }
@@ -1543,8 +1563,79 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
         asked
     }
 
-    /// Carries out the core's steps until it has nothing left to do.
+    /// A client's write, as this replica's core would take it: held back while an op that
+    /// changes admission is unapplied ahead of it (or requests held before it wait), judged by
+    /// the state machine once nothing is, then submitted.
+    fn submit(&mut self, submit: Submit) {
+        if !self.held.is_empty() || self.admission_changes_ahead() {
+            self.held.push_back(submit);
+            return;
+        }
+        self.admit(submit);
+    }
+
+    /// Whether this replica leads and an op it has not applied yet changes admission.
+    fn admission_changes_ahead(&self) -> bool {
+        let replica = self.core.replica();
+        replica.status() == iggy_vsr::Status::Normal
+            && replica.is_primary()
+            && replica
+                .unapplied()
+                .iter()
+                .any(|entry| self.state.changes_admission(entry.operation))
+    }
+
+    fn admit(&mut self, submit: Submit) {
+        let replica = self.core.replica();
+        let leads = replica.status() == iggy_vsr::Status::Normal && replica.is_primary();
+        if leads
+            && let Err(reply) = self
+                .state
+                .admits(submit.client, submit.operation, &submit.body)
+        {
+            // Refused before it was prepared: op 0, nothing committed (the service layer
+            // answers the rejection, `dispatch::NOT_PREPARED`).
+            let _ = submit.waiter.send(Outcome::Committed { op: 0, reply });
+            return;
+        }
+        self.core.submit(submit);
+    }
+
+    /// Submits the held requests nothing holds back any more (all of them once this replica
+    /// no longer leads: its core refuses them, and their clients go to the new primary).
+    /// Whether it submitted any.
+    fn release_held(&mut self) -> bool {
+        let mut released = false;
+        while !self.held.is_empty() && !self.admission_changes_ahead() {
+            let submit = self.held.pop_front().expect("not empty");
+            self.admit(submit);
+            released = true;
+        }
+        released
+    }
+
+    /// Carries out the core's steps until it has nothing left to do, submitting the held
+    /// requests nothing holds back any more on the way.
     async fn drive(&mut self) {
+        loop {
+            self.run_steps().await;
+            if !self.release_held() {
+                break;
+            }
+        }
+        let in_touch = match &self.plane {
+            Some(plane) => plane.in_touch_lapse(self.core.replica()),
+            None => crate::consensus::replica_clock::Lapse::Never,
+        };
+        self.figures.publish(self.core.replica(), in_touch);
+        if let Some(plane) = &mut self.plane {
+            plane.announce_commit(self.core.replica());
+            plane.log_role(self.figures.role(), self.core.replica());
+        }
+    }
+
+    /// Works through the core's steps until it waits for an input.
+    async fn run_steps(&mut self) {
         while let Some(step) = self.core.poll() {
             match step {
                 Step::Journal { op, entry } => {
@@ -1633,15 +1724,6 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                     let _ = waiter.send(outcome);
                 }
             }
-        }
-        let in_touch = match &self.plane {
-            Some(plane) => plane.in_touch_lapse(self.core.replica()),
-            None => crate::consensus::replica_clock::Lapse::Never,
-        };
-        self.figures.publish(self.core.replica(), in_touch);
-        if let Some(plane) = &mut self.plane {
-            plane.announce_commit(self.core.replica());
-            plane.log_role(self.figures.role(), self.core.replica());
         }
     }
 

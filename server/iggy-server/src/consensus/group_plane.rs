@@ -37,8 +37,8 @@ pub enum Wake {
     Gone,
 }
 
-/// A session frame only the group's state machine can act on (the metadata group's).
-#[derive(Debug, PartialEq, Eq)]
+/// A frame only the group's task can act on: its state machine's (the metadata group's
+/// sessions, a state transfer) or a write it submits itself.
 pub enum SessionFrame {
     /// A backup's Logout for the primary to commit: the state machine tells whether the
     /// session is live and builds the op's body ([`GroupPlane::commit_forwarded_logout`]).
@@ -53,6 +53,9 @@ pub enum SessionFrame {
     /// A state-transfer frame from `from` (a partition group's): the group's task serves or
     /// follows it with its state machine and files.
     Transfer { from: u8, transfer: Transfer },
+    /// A backup's ForwardWrite for this primary to submit as the client's own request: the
+    /// group's task submits it as any write (held behind an op that changes admission).
+    Write(Pending<oneshot::Sender<Outcome>>),
 }
 
 /// A Logout a backup forwarded.
@@ -630,9 +633,14 @@ impl GroupPlane {
         self.forwarded.insert(nonce, sent);
     }
 
-    /// The primary's side of a ForwardWrite: commit it as the client's own request (so a retry
-    /// is answered from the client table) and send the verdict back.
-    fn commit_forwarded_write(&mut self, core: &mut Core, from: u8, write: Forward) {
+    /// The primary's side of a ForwardWrite: the request to commit as the client's own (so a
+    /// retry is answered from the client table), whose verdict goes back once it is answered.
+    fn commit_forwarded_write(
+        &mut self,
+        core: &mut Core,
+        from: u8,
+        write: Forward,
+    ) -> Option<SessionFrame> {
         let Forward::Write {
             client,
             nonce,
@@ -641,7 +649,7 @@ impl GroupPlane {
             body,
         } = write
         else {
-            return;
+            return None;
         };
         let replica = core.replica();
         let view = replica.view();
@@ -656,16 +664,10 @@ impl GroupPlane {
             let _ = bus.send(from, super::forward::encode(&frames, view, &result));
         };
         if replica.status() != Status::Normal || !replica.is_primary() {
-            return verdict(0, ForwardWriteOutcome::NotPrimary, Bytes::new());
+            verdict(0, ForwardWriteOutcome::NotPrimary, Bytes::new());
+            return None;
         }
         let (waiter, answer) = oneshot::channel();
-        core.submit(Pending {
-            client,
-            request,
-            operation,
-            body,
-            waiter,
-        });
         compio::runtime::spawn(async move {
             let (op, outcome, reply) = match answer.await {
                 Ok(Outcome::Committed { op, reply }) => (op, ForwardWriteOutcome::Committed, reply),
@@ -683,6 +685,13 @@ impl GroupPlane {
             verdict(op, outcome, reply)
         })
         .detach();
+        Some(SessionFrame::Write(Pending {
+            client,
+            request,
+            operation,
+            body,
+            waiter,
+        }))
     }
 
     /// A forwarding frame: a backup's request to commit (as primary), the primary's verdict on
@@ -774,7 +783,9 @@ impl GroupPlane {
                 outcome,
                 ..
             } => self.answer_forward(nonce, logout_outcome(commit, outcome)),
-            write @ Forward::Write { .. } => self.commit_forwarded_write(core, frame.from, write),
+            write @ Forward::Write { .. } => {
+                return self.commit_forwarded_write(core, frame.from, write);
+            }
             Forward::WriteResult {
                 nonce,
                 op,

@@ -104,6 +104,18 @@ impl MetadataMachine {
 impl StateMachine for MetadataMachine {
     type Read = ();
 
+    fn changes_admission(&self, operation: u8) -> bool {
+        Operation::from_repr(operation).is_some_and(permissions::takes_grants_away)
+    }
+
+    fn admits(&self, client: u128, operation: u8, body: &[u8]) -> Result<(), Bytes> {
+        if client == machine::SYSTEM_CLIENT {
+            return Ok(());
+        }
+        permissions::admits(&self.shared.metadata.borrow(), operation, body)
+            .map_err(|code| iggy_metadata::replies::result_rejection(code).into())
+    }
+
     async fn apply(&mut self, op: u64, client: u128, operation: u8, body: Bytes) -> Bytes {
         let (reply, effects) = machine::apply(
             &mut self.shared.metadata.borrow_mut(),

@@ -901,6 +901,11 @@ fn metadata_need(
         .ok_or(ErrorCode::FeatureUnavailable)
 }
 
+/// The op of an outcome the metadata primary refused before preparing it: judged again by
+/// the model an op that took grants away ahead of it left (`StateMachine::admits`), nothing
+/// committed; its reply holds the rejection.
+const NOT_PREPARED: u64 = 0;
+
 async fn metadata_write(
     node: &Rc<Node>,
     request: &Request<'_>,
@@ -947,7 +952,9 @@ async fn metadata_write(
                 .metadata
                 .submit_anywhere(client, request_number, operation.to_repr(), journaled)
                 .await;
-            if let Outcome::Committed { op, .. } = &outcome {
+            if let Outcome::Committed { op, .. } = &outcome
+                && *op != NOT_PREPARED
+            {
                 node.metadata.note_relayed(*op);
                 // Committed on the primary first: answered once applied here too, so the
                 // client's next request finds it (else that request waits for it).
@@ -962,6 +969,13 @@ async fn metadata_write(
                 .await
         }
     };
+    if let Outcome::Committed {
+        op: NOT_PREPARED,
+        reply,
+    } = &outcome
+    {
+        return Err(model_replies::rejection_of(reply).unwrap_or(ErrorCode::Unauthorized));
+    }
     match outcome {
         Outcome::Committed { op, reply } => {
             if iggy_metadata::permissions::takes_grants_away(operation)
