@@ -124,6 +124,10 @@ pub trait StateMachine {
     /// Serves a read.
     fn read(&mut self, read: Self::Read) -> impl Future<Output = ()>;
 
+    /// Whether the primary judges client requests again as it prepares them ([`Self::admits`]);
+    /// a machine that does not (a partition's) has its writes go straight to the core.
+    const JUDGES_ADMISSION: bool = false;
+
     /// Whether a committed op of `operation` may change what [`Self::admits`] says of later
     /// requests (a revocation, for the metadata machine): the primary prepares no client
     /// request behind such an op until it applied it, so each is judged by the state it left.
@@ -1567,6 +1571,9 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
     /// changes admission is unapplied ahead of it (or requests held before it wait), judged by
     /// the state machine once nothing is, then submitted.
     fn submit(&mut self, submit: Submit) {
+        if !S::JUDGES_ADMISSION {
+            return self.core.submit(submit);
+        }
         if !self.held.is_empty() || self.admission_changes_ahead() {
             self.held.push_back(submit);
             return;

@@ -104,6 +104,8 @@ impl MetadataMachine {
 impl StateMachine for MetadataMachine {
     type Read = ();
 
+    const JUDGES_ADMISSION: bool = true;
+
     fn changes_admission(&self, operation: u8) -> bool {
         Operation::from_repr(operation).is_some_and(permissions::takes_grants_away)
     }
