@@ -487,8 +487,8 @@ mod tests {
         drop(second);
         leases.report_applied(7);
         leases.report_applied(9);
-        assert_eq!(first.try_next().ok().flatten(), Some(7));
-        assert_eq!(first.try_next().ok().flatten(), Some(9));
+        assert_eq!(first.try_recv().ok(), Some(7));
+        assert_eq!(first.try_recv().ok(), Some(9));
         assert_eq!(
             leases.reporters.borrow().len(),
             1,
