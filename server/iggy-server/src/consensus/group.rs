@@ -338,6 +338,10 @@ pub async fn load_checkpoint(
 
 type Submit = Pending<oneshot::Sender<Outcome>>;
 
+/// The op of an outcome the primary refused before preparing it ([`StateMachine::admits`]):
+/// nothing committed, and the reply holds the rejection the client gets.
+pub const NOT_PREPARED: u64 = 0;
+
 /// Ticks before a state transfer that failed is tried again (5 s at the 50 ms tick).
 const TRANSFER_RETRY_TICKS: u64 = 100;
 
@@ -1600,9 +1604,8 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                 .state
                 .admits(submit.client, submit.operation, &submit.body)
         {
-            // Refused before it was prepared: op 0, nothing committed (the service layer
-            // answers the rejection, `dispatch::NOT_PREPARED`).
-            let _ = submit.waiter.send(Outcome::Committed { op: 0, reply });
+            let op = NOT_PREPARED;
+            let _ = submit.waiter.send(Outcome::Committed { op, reply });
             return;
         }
         self.core.submit(submit);

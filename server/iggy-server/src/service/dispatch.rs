@@ -2,7 +2,7 @@
 //! the generated codec, permission checks, and routing to the metadata group, a partition group
 //! or a read. Transport-independent: TCP, QUIC and WebSocket all call [`dispatch`].
 
-use crate::consensus::group::Outcome;
+use crate::consensus::group::{NOT_PREPARED, Outcome};
 use crate::runtime::body_budget::UNCOUNTED_BODY_MAX;
 use crate::runtime::connection::{Bound, Connection, Routing};
 use crate::runtime::node::Node;
@@ -901,11 +901,6 @@ fn metadata_need(
         .ok_or(ErrorCode::FeatureUnavailable)
 }
 
-/// The op of an outcome the metadata primary refused before preparing it: judged again by
-/// the model an op that took grants away ahead of it left (`StateMachine::admits`), nothing
-/// committed; its reply holds the rejection.
-const NOT_PREPARED: u64 = 0;
-
 async fn metadata_write(
     node: &Rc<Node>,
     request: &Request<'_>,
@@ -969,6 +964,7 @@ async fn metadata_write(
                 .await
         }
     };
+    // Judged again by the primary behind an op that took grants away, and refused there.
     if let Outcome::Committed {
         op: NOT_PREPARED,
         reply,
