@@ -55,12 +55,12 @@ fn in_touch_bits(lapse: Lapse) -> u64 {
     }
 }
 
-/// Whether a lapse packed by [`in_touch_bits`] is still ahead at `now`.
-fn in_touch_at(bits: u64, now: Instant) -> bool {
+/// Whether a lapse packed by [`in_touch_bits`] is still ahead at `now()`.
+fn in_touch_at(bits: u64, now: impl FnOnce() -> Instant) -> bool {
     match bits {
         0 => false,
         IN_TOUCH_NEVER => true,
-        millis => now.saturating_duration_since(epoch()) < Duration::from_millis(millis),
+        millis => now().saturating_duration_since(epoch()) < Duration::from_millis(millis),
     }
 }
 
@@ -130,10 +130,12 @@ impl GroupFigures {
 
     /// The replica's status and its view's primary, in touch as of now.
     pub fn role(&self) -> GroupRole {
-        self.role_at(Instant::now())
+        self.role_at(Instant::now)
     }
 
-    fn role_at(&self, now: Instant) -> GroupRole {
+    /// The role with its in-touch judged at `now()` (the clock is read only for a lapse that
+    /// is neither past nor never).
+    fn role_at(&self, now: impl FnOnce() -> Instant) -> GroupRole {
         use iggy_vsr::Status;
         let role = self.role.load(Ordering::Relaxed);
         GroupRole {
@@ -277,25 +279,29 @@ mod tests {
         let now = Instant::now();
         let lapse = now + Duration::from_secs(5);
         figures.publish(&replica, Lapse::At(lapse));
-        assert!(figures.role_at(now).in_touch);
-        assert!(figures.role_at(lapse - Duration::from_millis(2)).in_touch);
-        assert!(!figures.role_at(lapse).in_touch);
-        assert!(!figures.role_at(lapse + Duration::from_secs(60)).in_touch);
-        assert!(figures.role_at(now).is_primary(1));
+        assert!(figures.role_at(|| now).in_touch);
+        assert!(
+            figures
+                .role_at(|| lapse - Duration::from_millis(2))
+                .in_touch
+        );
+        assert!(!figures.role_at(|| lapse).in_touch);
+        assert!(!figures.role_at(|| lapse + Duration::from_secs(60)).in_touch);
+        assert!(figures.role_at(|| now).is_primary(1));
 
         figures.publish(&replica, Lapse::Lapsed);
-        assert!(!figures.role_at(now).in_touch);
+        assert!(!figures.role_at(|| now).in_touch);
         figures.publish(&replica, Lapse::Never);
         assert!(
             figures
-                .role_at(now + Duration::from_secs(86_400 * 365))
+                .role_at(|| now + Duration::from_secs(86_400 * 365))
                 .in_touch
         );
         // The replica's own word comes first: out of touch, whatever the lapse says.
         replica.on_tick(1_000);
         assert!(!replica.in_touch());
         figures.publish(&replica, Lapse::Never);
-        assert!(!figures.role_at(now).in_touch);
+        assert!(!figures.role_at(|| now).in_touch);
     }
 
     #[test]
