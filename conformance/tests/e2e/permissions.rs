@@ -250,18 +250,26 @@ async fn a_partition_primary_that_lags_a_revocation_refuses_the_revoked_user() {
 /// but not yet applied (its backups' acknowledgements held back) is judged again as the
 /// primary prepares it, behind the revocation: refused (41), and the stream it asked for never
 /// exists. Before, the primary judged it only on arrival, by a model without the revocation,
-/// and prepared it right behind: the stream was created by a user who could no longer.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_request_sent_while_its_users_revocation_is_in_flight_is_judged_behind_it() {
+/// and prepared it right behind: the stream was created by a user who could no longer. Over
+/// the binary protocol on the primary, and over HTTP on a backup, which relays the request
+/// (ForwardWrite) and the primary's refusal.
+async fn a_request_in_flight_behind_its_users_revocation(http_on_backup: bool) {
     const PREPARE_OK: u8 = 7;
-    let cluster = TestCluster::start_with(3, ClusterOptions { replica_frames: true, ..Default::default() });
-    let (primary, _) = crate::cluster::metadata_primary_and_backup(&cluster).await;
+    let cluster = TestCluster::start_with(3, ClusterOptions { replica_frames: true, http: http_on_backup, ..Default::default() });
+    let (primary, backup) = crate::cluster::metadata_primary_and_backup(&cluster).await;
     let backups: Vec<usize> = (0..3).filter(|&i| i != primary).collect();
     let root = cluster.root_client(primary).await;
     let grant = Permissions { global: GlobalPermissions { manage_streams: true, ..Default::default() }, streams: None };
     let options = UserCreateOptions::default();
     ok("create ops", within("create", root.create_user("ops", "ops-secret", UserStatus::Active, Some(grant), &options)).await);
-    let ops = signed_in(&cluster.node(primary).connection_string("ops", "ops-secret"), "ops on the primary").await;
+    let ops = match http_on_backup {
+        true => {
+            let client = IggyClient::builder().with_http().with_api_url(cluster.http_url(backup)).build().expect("http client");
+            ok("ops signs in over HTTP on the backup", within("login", client.login_user("ops", "ops-secret")).await);
+            client
+        }
+        false => signed_in(&cluster.node(primary).connection_string("ops", "ops-secret"), "ops on the primary").await,
+    };
     ok("ops creates a stream", within("create", ops.create_stream("a", &StreamCreateOptions::default())).await);
 
     for &backup in &backups {
@@ -284,6 +292,16 @@ async fn a_request_sent_while_its_users_revocation_is_in_flight_is_judged_behind
     expect_code("ops creates a stream behind its revocation", created, 41);
     let streams: Vec<String> = ok("streams", within("streams", root.get_streams()).await).into_iter().map(|s| s.name).collect();
     assert_eq!(streams, vec!["a".to_string()], "the streams after the revocation");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_sent_while_its_users_revocation_is_in_flight_is_judged_behind_it() {
+    a_request_in_flight_behind_its_users_revocation(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_relayed_over_http_while_its_users_revocation_is_in_flight_is_judged_behind_it() {
+    a_request_in_flight_behind_its_users_revocation(true).await;
 }
 
 /// A revocation made while a node is down is answered once the dead node's lease ran out (a
