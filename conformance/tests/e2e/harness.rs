@@ -425,6 +425,15 @@ impl TestServer {
         std::fs::read_to_string(self.log_path()).unwrap_or_else(|e| format!("<no log: {e}>"))
     }
 
+    /// The lines of the server's log that contain `text`, in order.
+    pub fn log_lines_with(&self, text: &str) -> Vec<String> {
+        self.log()
+            .lines()
+            .filter(|line| line.contains(text))
+            .map(str::to_string)
+            .collect()
+    }
+
     /// The server's resident memory in MiB (VmRSS).
     pub fn resident_mib(&self) -> u64 {
         let pid = self.pid().expect("running");

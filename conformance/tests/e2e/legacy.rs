@@ -589,11 +589,7 @@ async fn a_0_11_0_login_is_evicted_as_an_incompatible_protocol_with_the_admitted
     }
     // The operator sees the first eviction from this address, naming the admitted window; the
     // second, for the same reason within the interval, is held back.
-    let log = server.log();
-    let lines: Vec<&str> = log
-        .lines()
-        .filter(|line| line.contains("evicted:"))
-        .collect();
+    let lines = server.log_lines_with("evicted:");
     assert_eq!(lines.len(), 1, "{lines:#?}");
     assert!(
         lines[0].contains("INFO")
@@ -643,11 +639,7 @@ async fn a_request_of_the_older_framing_is_closed_at_the_request_timeout_and_nam
             started.elapsed()
         );
     }
-    let log = server.log();
-    let lines: Vec<&str> = log
-        .lines()
-        .filter(|line| line.contains("request header and nothing more"))
-        .collect();
+    let lines = server.log_lines_with("request header and nothing more");
     assert_eq!(lines.len(), 2, "{lines:#?}");
     assert!(
         lines[0].contains("INFO")

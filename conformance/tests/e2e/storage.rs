@@ -195,8 +195,7 @@ async fn an_active_segment_removed_behind_a_single_nodes_back_is_written_back_be
     let status = tokio::task::block_in_place(|| server.wait_exit(std::time::Duration::from_secs(15)))
         .unwrap_or_else(|| panic!("the node went on running on a segment removed behind its back"));
     assert_eq!(status.code(), Some(74), "{status}");
-    let log = server.log();
-    let lines: Vec<&str> = log.lines().filter(|line| line.contains("storage failure:")).collect();
+    let lines = server.log_lines_with("storage failure:");
     assert!(
         lines.len() == 1 && lines[0].contains(&segment.display().to_string()) && lines[0].contains("written back"),
         "one line naming the segment and that it was written back: {lines:?}"
