@@ -943,19 +943,9 @@ async fn metadata_write(
     let (client, request_number) = (bound.client, request.header.request);
     let outcome = match path {
         WritePath::Relay => {
-            let outcome = node
-                .metadata
+            node.metadata
                 .submit_anywhere(client, request_number, operation.to_repr(), journaled)
-                .await;
-            if let Outcome::Committed { op, .. } = &outcome
-                && *op != NOT_PREPARED
-            {
-                node.metadata.note_relayed(*op);
-                // Committed on the primary first: answered once applied here too, so the
-                // client's next request finds it (else that request waits for it).
-                let _ = metadata_reached(node, *op, routing::READ_WAIT).await;
-            }
-            outcome
+                .await
         }
         _ => {
             let operation = operation.to_repr();
@@ -964,13 +954,17 @@ async fn metadata_write(
                 .await
         }
     };
-    // Judged again by the primary behind an op that took grants away, and refused there.
-    if let Outcome::Committed {
-        op: NOT_PREPARED,
-        reply,
-    } = &outcome
-    {
-        return Err(model_replies::rejection_of(reply).unwrap_or(ErrorCode::Unauthorized));
+    if let Outcome::Committed { op, reply } = &outcome {
+        // Judged again by the primary behind an op that took grants away, and refused there.
+        if *op == NOT_PREPARED {
+            return Err(model_replies::rejection_of(reply).unwrap_or(ErrorCode::Unauthorized));
+        }
+        if path == WritePath::Relay {
+            node.metadata.note_relayed(*op);
+            // Committed on the primary first: answered once applied here too, so the
+            // client's next request finds it (else that request waits for it).
+            let _ = metadata_reached(node, *op, routing::READ_WAIT).await;
+        }
     }
     match outcome {
         Outcome::Committed { op, reply } => {
