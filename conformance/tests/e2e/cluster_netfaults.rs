@@ -464,15 +464,24 @@ fn delay_every_link(cluster: &TestCluster, latency: Duration) {
 
 /// Every replica link slow: 300 ms each way (a 600 ms round trip), then 1.2 s each way (a
 /// round trip longer than the 2 s heartbeat timeout), under the producer. Heartbeats still
-/// arrive every tick, only late, so no node times out its primary: the views stay as they
-/// were, and the producer is answered (slowly) throughout, not refused. Once the links are
-/// fast again every acknowledged message reads back once and the segments are identical.
+/// arrive every tick, only late, so no node times out its primary: at 300 ms the views stay as
+/// they were. At 1.2 s a grant lease (a heartbeat timeout from its Ping) has run out by the
+/// time its Pong arrives, so the nodes other than the metadata primary hold none, and two
+/// heartbeat timeouts after the last one ran out each hands the partitions it leads to a
+/// backup (`runtime/maintenance.rs` `LeaseWatch`, which logs it): a partition group may then
+/// move, and only to the metadata primary's node; the metadata group stays as it was. The
+/// producer is answered (slowly) throughout, not refused. Once the links are fast again every
+/// acknowledged message reads back once and the segments are identical.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_replica_links_keep_their_primaries_and_the_producer_is_answered() {
     let cluster = TestCluster::start(3);
-    let (client, stream, topic, _, groups, producer) =
+    let (client, stream, topic, partition_groups, groups, producer) =
         producing(&cluster, 0, "before the links slow down").await;
     let roles_before = role_changes(&cluster, &groups);
+    let metadata_roles_before = role_changes(&cluster, &[METADATA_GROUP]);
+    let (metadata_primary, _) = cluster.primary(METADATA_GROUP).expect("a metadata primary");
+    let primaries_before: Vec<Option<(u8, u32)>> =
+        partition_groups.iter().map(|&g| cluster.primary(g)).collect();
     let mut took = Vec::new();
     for latency in [Duration::from_millis(300), Duration::from_millis(1200)] {
         delay_every_link(&cluster, latency);
@@ -483,12 +492,37 @@ async fn slow_replica_links_keep_their_primaries_and_the_producer_is_answered() 
         // Three heartbeat timeouts at this latency.
         tokio::time::sleep(Duration::from_secs(6).saturating_sub(started.elapsed())).await;
         took.push((latency, started.elapsed()));
+        let described = || groups.iter().map(|&g| cluster.describe(g)).collect::<Vec<_>>().join("\n");
+        if latency < Duration::from_secs(1) {
+            assert_eq!(
+                role_changes(&cluster, &groups),
+                roles_before,
+                "no role change with links {latency:?} each way:\n{}",
+                described()
+            );
+            continue;
+        }
         assert_eq!(
-            role_changes(&cluster, &groups),
-            roles_before,
-            "no role change with links {latency:?} each way:\n{}",
-            groups.iter().map(|&g| cluster.describe(g)).collect::<Vec<_>>().join("\n")
+            role_changes(&cluster, &[METADATA_GROUP]),
+            metadata_roles_before,
+            "no metadata role change with links {latency:?} each way:\n{}",
+            described()
         );
+        for (&group, before) in partition_groups.iter().zip(&primaries_before) {
+            let (Some((was, _)), Some((now, _))) = (before, cluster.primary(group)) else {
+                continue;
+            };
+            if now == *was {
+                continue;
+            }
+            let handed = cluster.node(usize::from(*was)).log().contains("no grant lease from the metadata primary");
+            assert!(
+                now == metadata_primary && handed,
+                "group {group:#x} moved from node {was} to node {now} (metadata primary {metadata_primary}), \
+                 not as a hand-over for want of a grant lease:\n{}",
+                described()
+            );
+        }
     }
     delay_every_link(&cluster, Duration::ZERO);
     producer
