@@ -20,10 +20,12 @@ pub const SLOT_MANIFEST_MAGIC: u64 = 0x746f6c7379676769;
 pub const REPLICA_AUTH_DOMAIN: [u8; 32] = *b"iggy-rs replica-auth transcript1";
 /// `REPLICA_AUTH_KEY_CONTEXT` (spec/frames.spec:688).
 pub const REPLICA_AUTH_KEY_CONTEXT: &str = "iggy-rs 2026-12 replica-auth shared_secret to MAC key";
-/// `MESSAGE_PAYLOAD_SIZE_MAX` (spec/frames.spec:1115).
+/// `MESSAGE_PAYLOAD_SIZE_MAX` (spec/frames.spec:1118).
 pub const MESSAGE_PAYLOAD_SIZE_MAX: u32 = 64000000;
-/// `USER_HEADERS_SIZE_MAX` (spec/frames.spec:1116).
+/// `USER_HEADERS_SIZE_MAX` (spec/frames.spec:1119).
 pub const USER_HEADERS_SIZE_MAX: u32 = 100000;
+/// `CLIENT_ENCRYPTION_OVERHEAD` (spec/frames.spec:1120).
+pub const CLIENT_ENCRYPTION_OVERHEAD: u32 = 28;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]
 pub enum Command {

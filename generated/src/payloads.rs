@@ -2,7 +2,7 @@
 #![allow(clippy::all)]
 #[allow(unused_imports)]
 use iggy_wire::{WireDecode, WireEncode, WireError};
-/// `HEADER_FIELD_LENGTH_MAX` (spec/payloads.spec:800).
+/// `HEADER_FIELD_LENGTH_MAX` (spec/payloads.spec:802).
 pub const HEADER_FIELD_LENGTH_MAX: u32 = 255;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]

@@ -1,9 +1,10 @@
 //! Bad input over the binary transports: a request body that is not exactly its command's
-//! declared request, or a message whose user headers the official client could not read, is
-//! refused with a clear error before anything changes; the connection keeps serving and what
-//! was acknowledged before reads back intact. Sent with the official SDK's raw API
-//! (`send_raw_with_response`) and its own message type, whose `user_headers` bytes it sends
-//! as they are.
+//! declared request, or a message of a size the official client never sends, is refused with a
+//! clear error before anything changes; the connection keeps serving and what was acknowledged
+//! before reads back intact. User headers are the client's bytes: ones that map to no typed
+//! headers (an encrypting client's blob) are stored as sent. Sent with the official SDK's raw
+//! API (`send_raw_with_response`) and its own message type, whose `user_headers` bytes it
+//! sends as they are.
 
 use crate::harness::*;
 use bytes::Bytes;
@@ -18,9 +19,6 @@ use std::collections::BTreeMap;
 use std::str::FromStr;
 
 const INVALID_COMMAND: u32 = 3;
-const INVALID_HEADER_KEY: u32 = 4018;
-const INVALID_HEADER_VALUE: u32 = 4019;
-const INVALID_HEADER_KIND: u32 = 4040;
 
 /// A TCP client of the official SDK signed in as root, whose raw API sends any body.
 async fn raw_client(server: &TestServer) -> TcpClient {
@@ -159,61 +157,31 @@ fn field(kind: u8, bytes: &[u8]) -> Vec<u8> {
     out
 }
 
-/// User headers the official client cannot read, each with the code a send of them gets.
-fn unreadable_headers() -> [(&'static str, Vec<u8>, u32); 10] {
+/// User headers that map to no typed headers in the official client (`user_headers_map`).
+fn unmapped_headers() -> [(&'static str, Vec<u8>); 11] {
     let key_field = field(2, b"k");
     let pair = [key_field.clone(), field(2, b"v")].concat();
     [
-        (
-            "a key cut short",
-            vec![2, 5, 0, 0, 0, b'k'],
-            INVALID_HEADER_KEY,
-        ),
-        (
-            "a byte after a whole entry",
-            [pair.clone(), vec![2]].concat(),
-            INVALID_HEADER_KEY,
-        ),
-        (
-            "a key without a value",
-            key_field.clone(),
-            INVALID_HEADER_VALUE,
-        ),
+        ("a key cut short", vec![2, 5, 0, 0, 0, b'k']),
+        ("a byte after a whole entry", [pair.clone(), vec![2]].concat()),
+        ("a key without a value", key_field.clone()),
         (
             "a value cut short",
             [key_field.clone(), vec![2, 9, 0, 0, 0, b'v']].concat(),
-            INVALID_HEADER_VALUE,
         ),
-        (
-            "an empty key",
-            [field(2, b""), field(2, b"v")].concat(),
-            INVALID_HEADER_KEY,
-        ),
+        ("an empty key", [field(2, b""), field(2, b"v")].concat()),
         (
             "a 256-byte raw value",
             [key_field.clone(), field(1, &[1; 256])].concat(),
-            INVALID_HEADER_VALUE,
         ),
         (
             "a 2-byte uint64 value",
             [key_field.clone(), field(12, &[1, 2])].concat(),
-            INVALID_HEADER_VALUE,
         ),
-        (
-            "a 2-byte bool key",
-            [field(3, &[1, 0]), field(2, b"v")].concat(),
-            INVALID_HEADER_KEY,
-        ),
-        (
-            "value kind 16",
-            [key_field.clone(), field(16, b"v")].concat(),
-            INVALID_HEADER_KIND,
-        ),
-        (
-            "key kind 0",
-            [field(0, b"k"), field(2, b"v")].concat(),
-            INVALID_HEADER_KIND,
-        ),
+        ("a 2-byte bool key", [field(3, &[1, 0]), field(2, b"v")].concat()),
+        ("value kind 16", [key_field.clone(), field(16, b"v")].concat()),
+        ("key kind 0", [field(0, b"k"), field(2, b"v")].concat()),
+        ("an encrypted blob", vec![0xA5; 45]),
     ]
 }
 
@@ -241,12 +209,13 @@ fn with_raw_headers(payload: &str, headers: Vec<u8>) -> IggyMessage {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_send_whose_user_headers_the_sdk_cannot_read_is_refused_and_the_log_stays_readable() {
+async fn user_headers_that_map_to_no_typed_headers_are_stored_as_sent_and_read_back() {
     let server = TestServer::start();
     let client = server.root_client().await;
     create_stream_and_topic(&client, "s", "t", 1).await;
 
-    // One message with a header of every kind, as the SDK's builder writes them.
+    // One message with a header of every kind, as the SDK's builder writes them, then the
+    // blobs, each stored as it came.
     let mut headers: BTreeMap<HeaderKey, HeaderValue> = BTreeMap::new();
     let key = |text: &str| HeaderKey::from_str(text).unwrap();
     headers.insert(key("raw"), HeaderValue::try_from(&[0u8, 255][..]).unwrap());
@@ -271,32 +240,31 @@ async fn a_send_whose_user_headers_the_sdk_cannot_read_is_refused_and_the_log_st
         .unwrap();
     send_to_partition(&client, &name("s"), &name("t"), 0, vec![good]).await;
 
-    let refused = unreadable_headers();
-    for (what, blob, code) in refused {
-        // The malformed message rides behind a well-formed one: the whole batch is refused.
-        let batch = vec![msg("well-formed neighbour"), with_raw_headers(what, blob)];
-        let sent = send_to_s_t(&client, batch).await;
-        expect_code(what, sent, code);
+    let unmapped = unmapped_headers();
+    for (what, blob) in &unmapped {
+        // Each rides behind a message without headers, as one batch.
+        let batch = vec![msg("neighbour"), with_raw_headers(what, blob.clone())];
+        send_to_partition(&client, &name("s"), &name("t"), 0, batch).await;
     }
 
-    // The connection serves on, and the log holds the good message and the next one only.
-    let after = send_to_partition(&client, &name("s"), &name("t"), 0, vec![msg("after")]).await;
-    assert_eq!(
-        after.confirmations.first().map(|c| c.base_offset),
-        Some(1),
-        "nothing refused took an offset"
-    );
     let polled = stored(&client).await;
-    assert_eq!(payloads(&polled), ["good", "after"]);
+    assert_eq!(polled.messages.len(), 1 + 2 * unmapped.len());
     let read = polled.messages[0]
         .user_headers_map()
         .expect("decodable headers")
         .expect("headers present");
     assert_eq!(read, headers, "every kind reads back");
+    for (pair, (what, blob)) in polled.messages[1..].chunks(2).zip(&unmapped) {
+        assert_eq!(&pair[0].payload[..], b"neighbour");
+        assert_eq!(pair[0].user_headers, None, "{what}: the neighbour has none");
+        assert_eq!(&pair[1].payload[..], what.as_bytes());
+        let stored = pair[1].user_headers.as_deref();
+        assert_eq!(stored, Some(&blob[..]), "{what}: the bytes as sent");
+    }
 }
 
 /// Both refusals over one transport's official client: a ping with a byte, then a send whose
-/// second message has a key without a value; then a well-formed send on the same connection.
+/// second message has an empty payload; then a well-formed send on the same connection.
 async fn refusals_over<C: BinaryTransport + MessageClient + Sync>(what: &str, client: &C) {
     expect_code(
         &format!("{what}: ping with one byte"),
@@ -307,12 +275,12 @@ async fn refusals_over<C: BinaryTransport + MessageClient + Sync>(what: &str, cl
         &format!("{what}: ping"),
         raw_on(client, PING_CODE, Vec::new()).await,
     );
-    let batch = vec![msg("neighbour"), with_raw_headers(what, field(2, b"k"))];
-    let sent = send_to_s_t(client, batch).await;
+    let empty = with_raw_payload(msg(what), Bytes::new());
+    let sent = send_to_s_t(client, vec![msg("neighbour"), empty]).await;
     expect_code(
-        &format!("{what}: a key without a value"),
+        &format!("{what}: an empty payload"),
         sent,
-        INVALID_HEADER_VALUE,
+        EMPTY_MESSAGE_PAYLOAD,
     );
     let batch = vec![msg(what)];
     ok(&format!("{what}: send"), send_to_s_t(client, batch).await);
@@ -377,27 +345,25 @@ async fn quic_and_websocket_refuse_the_same_bad_input_and_serve_on() {
     );
 }
 
-/// The HTTP API refuses the same headers with the same codes (in a 400's body): the official
-/// HTTP client sends headers it cannot read as base64 text, and a structured list reaches the
-/// same check.
+/// The HTTP API stores raw user headers as sent (the official HTTP client sends headers that map
+/// to no typed ones as base64 text) and polls them back as such; a structured list it would not
+/// map is refused with the code iggy_common's decoding names (in a 400's body).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_http_api_refuses_unreadable_user_headers_with_the_binary_codes() {
+async fn the_http_api_stores_raw_user_headers_and_refuses_a_typed_list_it_would_not_map() {
     let (server, api) = TestServer::start_with_http(&[]);
     let http = crate::http::http_client(&api).await;
     create_stream_and_topic(&http, "s", "t", 1).await;
-    for (what, blob, code) in unreadable_headers() {
-        let batch = vec![msg("neighbour"), with_raw_headers(what, blob)];
-        let sent = send_to_s_t(&http, batch).await;
-        // The official HTTP client keeps the refusal's body (it types only a few codes).
-        match sent {
-            Err(IggyError::HttpResponseError(400, body)) => {
-                assert!(
-                    body.contains(&format!(r#""id":{code}"#)),
-                    "http: {what}: {body}"
-                )
-            }
-            other => panic!("http: {what}: expected a 400 naming {code}, got {other:?}"),
-        }
+    let unmapped = unmapped_headers();
+    for (what, blob) in &unmapped {
+        let batch = vec![with_raw_headers(what, blob.clone())];
+        ok(&format!("http: {what}"), send_to_s_t(&http, batch).await);
+    }
+    let polled = stored(&http).await;
+    assert_eq!(polled.messages.len(), unmapped.len());
+    for (message, (what, blob)) in polled.messages.iter().zip(&unmapped) {
+        assert_eq!(&message.payload[..], what.as_bytes());
+        let stored = message.user_headers.as_deref();
+        assert_eq!(stored, Some(&blob[..]), "http: {what}: the bytes as sent");
     }
     // A structured list whose uint32 value is 2 bytes.
     let token = crate::http::raw_token(&api).await;
@@ -434,9 +400,13 @@ async fn the_http_api_refuses_unreadable_user_headers_with_the_binary_codes() {
     );
 
     let tcp = server.root_client().await;
-    send_to_partition(&tcp, &name("s"), &name("t"), 0, vec![msg("after")]).await;
-    let polled = stored(&tcp).await;
-    assert_eq!(payloads(&polled), ["after"], "nothing refused was stored");
+    let after = send_to_partition(&tcp, &name("s"), &name("t"), 0, vec![msg("after")]).await;
+    let next = unmapped.len() as u64;
+    assert_eq!(
+        after.confirmations.first().map(|c| c.base_offset),
+        Some(next),
+        "nothing refused took an offset"
+    );
 }
 
 /// A request over `limits.max_frame_size` (here a send of 1.2 MiB to a server that takes 1 MiB
@@ -501,29 +471,36 @@ fn with_raw_payload(mut message: IggyMessage, payload: Bytes) -> IggyMessage {
     message
 }
 
-/// Readable user headers of more than `MAX_USER_HEADERS_SIZE` bytes: string keys of 10 bytes,
-/// raw values of 255, 275 bytes a pair.
+/// Readable user headers of more than `MAX_USER_HEADERS_SIZE` bytes, even encrypted: string keys
+/// of 10 bytes, raw values of 255, 275 bytes a pair.
 fn headers_over_the_sdks_limit() -> Vec<u8> {
-    let pairs = MAX_USER_HEADERS_SIZE as usize / 275 + 1;
+    let pairs = (MAX_USER_HEADERS_SIZE as usize + encryption_overhead()) / 275 + 1;
     let mut headers = Vec::new();
     for i in 0..pairs {
         headers.extend(field(2, format!("key{i:07}").as_bytes()));
         headers.extend(field(1, &[7u8; 255]));
     }
-    assert!(headers.len() > MAX_USER_HEADERS_SIZE as usize);
+    assert!(headers.len() > MAX_USER_HEADERS_SIZE as usize + encryption_overhead());
     headers
 }
 
-/// Messages the official builder refuses to make are refused by the server with the codes
+/// What the official client's encryptor adds to what it encrypts (nonce and tag).
+fn encryption_overhead() -> usize {
+    let encryptor = EncryptorKind::Aes256Gcm(Aes256GcmEncryptor::new(&[7; 32]).expect("a key"));
+    encryptor.encrypt(&[]).expect("encrypts").len()
+}
+
+/// Messages the official client never sends are refused by the server with the codes
 /// iggy_common names for them: an empty payload, a payload over `MAX_PAYLOAD_SIZE` (64 MB, still
-/// inside the 64 MiB frame limit) and user headers over `MAX_USER_HEADERS_SIZE`. Nothing refused
-/// takes an offset and the connection serves on.
+/// inside the 64 MiB frame limit) once encrypted and user headers over `MAX_USER_HEADERS_SIZE`
+/// once encrypted. Nothing refused takes an offset and the connection serves on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_the_sdks_builder_would_refuse_for_its_size_is_refused_with_the_sdks_code() {
     let server = TestServer::start();
     let client = server.root_client().await;
     create_stream_and_topic(&client, "s", "t", 1).await;
     send_to_partition(&client, &name("s"), &name("t"), 0, vec![msg("first")]).await;
+    let largest_payload = MAX_PAYLOAD_SIZE as usize + encryption_overhead();
 
     let refused = [
         (
@@ -532,11 +509,8 @@ async fn a_message_the_sdks_builder_would_refuse_for_its_size_is_refused_with_th
             EMPTY_MESSAGE_PAYLOAD,
         ),
         (
-            "a payload one byte over the limit",
-            with_raw_payload(
-                msg("x"),
-                Bytes::from(vec![b'p'; MAX_PAYLOAD_SIZE as usize + 1]),
-            ),
+            "a payload one byte over the limit, encrypted",
+            with_raw_payload(msg("x"), Bytes::from(vec![b'p'; largest_payload + 1])),
             TOO_BIG_MESSAGE_PAYLOAD,
         ),
         (
@@ -553,7 +527,7 @@ async fn a_message_the_sdks_builder_would_refuse_for_its_size_is_refused_with_th
 
     // The limits themselves are accepted.
     let at_the_limit = vec![
-        with_raw_payload(msg("x"), Bytes::from(vec![b'p'; MAX_PAYLOAD_SIZE as usize])),
+        with_raw_payload(msg("x"), Bytes::from(vec![b'p'; largest_payload])),
         msg("after"),
     ];
     let after = send_to_partition(&client, &name("s"), &name("t"), 0, at_the_limit).await;
@@ -574,6 +548,6 @@ async fn a_message_the_sdks_builder_would_refuse_for_its_size_is_refused_with_th
     )
     .await;
     assert_eq!(polled.messages.len(), 2);
-    assert_eq!(polled.messages[0].payload.len(), MAX_PAYLOAD_SIZE as usize);
+    assert_eq!(polled.messages[0].payload.len(), largest_payload);
     assert_eq!(&polled.messages[1].payload[..], b"after");
 }

@@ -12,6 +12,7 @@ mod legacy;
 mod maintenance;
 mod operator;
 mod cli;
+mod client_encryption;
 mod clients;
 mod cluster;
 mod test_cluster;

@@ -146,7 +146,7 @@ pub fn apply(
         }
         Operation::CreateStream => {
             let request: CreateStreamRequest = decode(request)?;
-            crate::options::validate(crate::options::STREAM_OPTIONS, request.options, &[], true)?;
+            crate::options::validate_stream_create(request.options)?;
             let id = metadata.create_stream(request.name, now)?;
             Ok(crate::replies::stream_details(
                 &Fresh,

@@ -287,6 +287,20 @@ pub fn with_segment_size(block: &[u8], size: u64) -> Option<Vec<u8>> {
     Some(pinned)
 }
 
+/// The option a stream create carries the stream's own data key in (the SDK's
+/// `StreamCreateOptions::encryption_key`, the CLI's `--stream-key-file`).
+pub const STREAM_KEY: &str = "encryption_key";
+
+/// Checks a stream create's options block: a stream's own key asks for encryption at rest,
+/// which this server does not do, refused with the code the SDK names for a server with no key
+/// to wrap it with (StreamEncryptionUnavailable); the rest as [`validate`] checks it.
+pub fn validate_stream_create(block: &[u8]) -> Result<(), ErrorCode> {
+    if entries(block)?.iter().any(|(key, _)| *key == STREAM_KEY) {
+        return Err(ErrorCode::StreamEncryptionUnavailable);
+    }
+    validate(STREAM_OPTIONS, block, &[], true)
+}
+
 /// Checks an options block against a scope's catalog: every key known and writable now
 /// (`create`, or updatable), every value valid, every reset key resettable. Nothing is applied
 /// when any entry fails.

@@ -4,7 +4,9 @@ use std::hash::Hasher;
 
 use twox_hash::XxHash3_64;
 
-use iggy_generated::frames::{MESSAGE_PAYLOAD_SIZE_MAX, USER_HEADERS_SIZE_MAX};
+use iggy_generated::frames::{
+    CLIENT_ENCRYPTION_OVERHEAD, MESSAGE_PAYLOAD_SIZE_MAX, USER_HEADERS_SIZE_MAX,
+};
 use iggy_generated::payloads::{HEADER_FIELD_LENGTH_MAX, HeaderField, HeaderKind};
 use iggy_wire::WireDecode;
 
@@ -113,28 +115,34 @@ pub fn verify(record: &[u8]) -> Result<u32, StorageError> {
     verify_frames(record, |_, _| Ok(()))
 }
 
-/// [`verify`] for a batch a producer sends, whose messages must also be ones the official
-/// builder makes: a payload of 1 to `MESSAGE_PAYLOAD_SIZE_MAX` bytes, at most
-/// `USER_HEADERS_SIZE_MAX` bytes of user headers, and only headers the official client can read
-/// ([`check_user_headers`]; one it cannot would fail every consumer of the partition). Records
-/// already stored (recovery, state transfer) are only [`verify`]ed, so a batch an earlier build
-/// accepted is still served as it is.
+/// The largest payload an arriving message may carry: the official builder's limit, encrypted.
+pub const ARRIVING_PAYLOAD_MAX: usize =
+    (MESSAGE_PAYLOAD_SIZE_MAX + CLIENT_ENCRYPTION_OVERHEAD) as usize;
+/// The most user-header bytes an arriving message may carry: the builder's limit, encrypted.
+pub const ARRIVING_HEADERS_MAX: usize =
+    (USER_HEADERS_SIZE_MAX + CLIENT_ENCRYPTION_OVERHEAD) as usize;
+
+/// [`verify`] for a batch a producer sends, whose messages must also be of the sizes the
+/// official client sends: a payload of 1 to [`ARRIVING_PAYLOAD_MAX`] bytes and at most
+/// [`ARRIVING_HEADERS_MAX`] bytes of user headers. The headers are stored as they arrive, not
+/// read: the client's encryptor sends them as one opaque blob (spec/payloads.spec, user
+/// headers). Records already stored (recovery, state transfer) are only [`verify`]ed.
 pub fn verify_arriving(record: &[u8]) -> Result<u32, StorageError> {
     verify_frames(record, |payload_length, headers| {
         if payload_length == 0 {
             return Err(StorageError::MessageSize(SizeFault::EmptyPayload));
         }
-        if payload_length > MESSAGE_PAYLOAD_SIZE_MAX as usize {
+        if payload_length > ARRIVING_PAYLOAD_MAX {
             return Err(StorageError::MessageSize(SizeFault::PayloadOver(
                 payload_length,
             )));
         }
-        if headers.len() > USER_HEADERS_SIZE_MAX as usize {
+        if headers.len() > ARRIVING_HEADERS_MAX {
             return Err(StorageError::MessageSize(SizeFault::HeadersOver(
                 headers.len(),
             )));
         }
-        check_user_headers(headers).map_err(StorageError::UserHeaders)
+        Ok(())
     })
 }
 
@@ -142,9 +150,9 @@ pub fn verify_arriving(record: &[u8]) -> Result<u32, StorageError> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SizeFault {
     EmptyPayload,
-    /// The payload's length, over `MESSAGE_PAYLOAD_SIZE_MAX`.
+    /// The payload's length, over [`ARRIVING_PAYLOAD_MAX`].
     PayloadOver(usize),
-    /// The user headers' length, over `USER_HEADERS_SIZE_MAX`.
+    /// The user headers' length, over [`ARRIVING_HEADERS_MAX`].
     HeadersOver(usize),
 }
 
@@ -154,11 +162,11 @@ impl std::fmt::Display for SizeFault {
             SizeFault::EmptyPayload => write!(formatter, "a message has an empty payload"),
             SizeFault::PayloadOver(length) => write!(
                 formatter,
-                "a message payload is {length} bytes, over the {MESSAGE_PAYLOAD_SIZE_MAX} allowed"
+                "a message payload is {length} bytes, over the {ARRIVING_PAYLOAD_MAX} allowed"
             ),
             SizeFault::HeadersOver(length) => write!(
                 formatter,
-                "a message's user headers are {length} bytes, over the {USER_HEADERS_SIZE_MAX} \
+                "a message's user headers are {length} bytes, over the {ARRIVING_HEADERS_MAX} \
                  allowed"
             ),
         }
@@ -289,9 +297,10 @@ fn kind_name(kind: HeaderKind) -> String {
     format!("{kind:?}").to_lowercase()
 }
 
-/// Checks a message's user headers as the official client reads them (spec/payloads.spec,
-/// `HeaderField`): key and value fields in pairs to the end, each of a known `HeaderKind` and a
-/// length that kind allows. A walk over the bytes, allocating nothing.
+/// Checks user headers as the official client maps them (spec/payloads.spec, `HeaderField`):
+/// key and value fields in pairs to the end, each of a known `HeaderKind` and a length that
+/// kind allows. A walk over the bytes, allocating nothing. For headers the server itself builds
+/// from typed ones (an HTTP send's list); a binary send's are opaque to it.
 pub fn check_user_headers(mut headers: &[u8]) -> Result<(), HeaderFault> {
     while !headers.is_empty() {
         check_header_field(&mut headers, HeaderPart::Key)?;

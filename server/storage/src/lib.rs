@@ -6,8 +6,8 @@
 //!   an interrupted first start) and refusing anything else unmodified.
 //! - [`batch::validate_layout`], [`batch::verify`], [`batch::stamp`] validate a batch record,
 //!   verify its checksums and stamp `partition_id`/`base_offset`/`base_timestamp` in place
-//!   (recomputing the XxHash3-64 batch checksum); [`batch::verify_arriving`] also checks each
-//!   message's user headers ([`batch::check_user_headers`]), for a send, never for stored data.
+//!   (recomputing the XxHash3-64 batch checksum); [`batch::verify_arriving`] also checks the
+//!   sizes of each message a producer sends, never of stored data.
 //!
 //! - [`fail_stop`]: a failed write, fsync, create, rename or remove of a durable file logs
 //!   `storage failure: <op> <file>: <error>; stopping` and exits with [`fail_stop::EXIT_CODE`]
@@ -88,8 +88,6 @@ pub enum StorageError {
     InvalidBatch(&'static str),
     /// A stored checksum does not match.
     ChecksumMismatch(&'static str),
-    /// An arriving message's user headers are ones the official client cannot read.
-    UserHeaders(batch::HeaderFault),
     /// An arriving message's payload or user headers are of a size the official builder
     /// refuses.
     MessageSize(batch::SizeFault),
@@ -104,7 +102,6 @@ impl std::fmt::Display for StorageError {
             }
             StorageError::InvalidBatch(why) => write!(formatter, "invalid batch: {why}"),
             StorageError::ChecksumMismatch(what) => write!(formatter, "{what} mismatch"),
-            StorageError::UserHeaders(fault) => write!(formatter, "{fault}"),
             StorageError::MessageSize(fault) => write!(formatter, "{fault}"),
         }
     }

@@ -304,41 +304,40 @@ fn user_headers_are_checked_as_the_official_client_reads_them() {
     }
 }
 
-/// A send's batch is refused for one message's unreadable headers; a stored batch holding such
-/// headers (written by an earlier build) still verifies, so it stays served.
+/// A send's user headers are stored as they arrive, whether or not they map to typed headers:
+/// the official client's encryptor sends them as one opaque blob.
 #[test]
-fn an_arriving_batch_is_refused_for_unreadable_headers_a_stored_one_is_not() {
-    let good = [
+fn an_arriving_batch_keeps_opaque_user_headers() {
+    let typed = [
         header_field(2, b"trace"),
         header_field(12, &7u64.to_le_bytes()),
     ]
     .concat();
-    let bad = header_field(2, b"key without value");
-    let readable = build_batch_with_headers(&[(b"one", &good), (b"two", &[])]);
-    assert_eq!(iggy_storage::batch::verify_arriving(&readable).unwrap(), 2);
-    let unreadable = build_batch_with_headers(&[(b"one", &good), (b"two", &bad)]);
-    let refused = iggy_storage::batch::verify_arriving(&unreadable);
-    assert!(
-        matches!(refused, Err(StorageError::UserHeaders(_))),
-        "{refused:?}"
-    );
-    assert_eq!(iggy_storage::batch::verify(&unreadable).unwrap(), 2);
+    let opaque = [0xA5u8; 45];
+    let cut_short = header_field(2, b"key without value");
+    let batch =
+        build_batch_with_headers(&[(b"one", &typed), (b"two", &opaque), (b"three", &cut_short)]);
+    assert_eq!(iggy_storage::batch::verify_arriving(&batch).unwrap(), 3);
+    assert_eq!(iggy_storage::batch::verify(&batch).unwrap(), 3);
 }
 
-/// A send's batch is refused for one message of a size the official builder refuses (an empty
-/// payload, a payload or user headers over the SDK's limits), the limits themselves pass; a
-/// stored batch of such a message still verifies.
+/// A send's batch is refused for one message of a size the official client never sends (an
+/// empty payload, a payload or user headers over the SDK's limits once encrypted), the limits
+/// themselves pass; a stored batch of such a message still verifies.
 #[test]
 fn an_arriving_batch_is_refused_for_a_message_size_the_sdk_refuses_a_stored_one_is_not() {
-    use iggy_generated::frames::{MESSAGE_PAYLOAD_SIZE_MAX, USER_HEADERS_SIZE_MAX};
+    use iggy_generated::frames::{
+        CLIENT_ENCRYPTION_OVERHEAD, MESSAGE_PAYLOAD_SIZE_MAX, USER_HEADERS_SIZE_MAX,
+    };
     use iggy_storage::batch::{SizeFault, verify, verify_arriving};
-    let largest_payload = vec![b'p'; MESSAGE_PAYLOAD_SIZE_MAX as usize];
-    let over_payload = vec![b'p'; MESSAGE_PAYLOAD_SIZE_MAX as usize + 1];
-    // Readable headers of exactly the limit: 400 pairs of 250 bytes.
+    let overhead = CLIENT_ENCRYPTION_OVERHEAD as usize;
+    let largest_payload = vec![b'p'; MESSAGE_PAYLOAD_SIZE_MAX as usize + overhead];
+    let over_payload = vec![b'p'; largest_payload.len() + 1];
+    // Headers of exactly the builder's limit (400 pairs of 250 bytes), encrypted.
     let pair = [header_field(2, &[b'k'; 10]), header_field(1, &[b'v'; 230])].concat();
     assert_eq!(pair.len() * 400, USER_HEADERS_SIZE_MAX as usize);
-    let largest_headers = pair.repeat(400);
-    let over_headers = pair.repeat(401);
+    let largest_headers = [pair.repeat(400), vec![0; overhead]].concat();
+    let over_headers = [largest_headers.as_slice(), &[0]].concat();
 
     let at_limits = build_batch_with_headers(&[(&largest_payload, &[]), (b"h", &largest_headers)]);
     assert_eq!(verify_arriving(&at_limits).unwrap(), 2);

@@ -16,7 +16,7 @@ use iggy_generated::payloads::{
 };
 use iggy_metadata::replies::{Codec, Figures, PartitionFigures};
 use iggy_storage::StorageError;
-use iggy_storage::batch::{HeaderPart, HeaderProblem, SizeFault};
+use iggy_storage::batch::SizeFault;
 use iggy_wire::WireEncode;
 
 impl Figures for Shared {
@@ -251,12 +251,6 @@ pub fn batch_error(error: StorageError) -> ErrorCode {
     match error {
         StorageError::ChecksumMismatch("message checksum") => ErrorCode::InvalidMessageChecksum,
         StorageError::ChecksumMismatch(_) => ErrorCode::InvalidBatchChecksum,
-        // The codes iggy_common's header decoding fails with for the same fault.
-        StorageError::UserHeaders(fault) => match (fault.problem, fault.part) {
-            (HeaderProblem::UnknownKind(_), _) => ErrorCode::InvalidHeaderKind,
-            (_, HeaderPart::Key) => ErrorCode::InvalidHeaderKey,
-            (_, HeaderPart::Value) => ErrorCode::InvalidHeaderValue,
-        },
         // The codes iggy_common's message builder fails with, EmptyMessagePayload for the
         // empty payload it calls an invalid length (4025 also names malformed frames).
         StorageError::MessageSize(SizeFault::EmptyPayload) => ErrorCode::EmptyMessagePayload,

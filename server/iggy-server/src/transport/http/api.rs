@@ -14,7 +14,6 @@ use crate::runtime::shared::PartitionKey;
 use crate::service::auth::bind_secret_hash;
 use crate::service::dispatch::{Dispatched, dispatch_within};
 use crate::service::frame;
-use crate::service::replies;
 use base64ct::{Base64, Encoding};
 use iggy_generated::commands::{self, CommandInfo};
 use iggy_generated::errors::ErrorCode;
@@ -184,10 +183,15 @@ fn fail_on(error: ErrorCode, path: &str, params: &[String]) -> Response {
     response
 }
 
-/// User headers the official client could not read back: 400 with the code a binary send of
-/// them is refused with (`replies::batch_error`), and the fault in words.
+/// A send's list of typed user headers that the official client would not map back: 400 with
+/// the code iggy_common's header decoding fails with for the same fault, and the fault in words.
 fn unreadable_headers(fault: iggy_storage::batch::HeaderFault) -> Response {
-    let error = replies::batch_error(iggy_storage::StorageError::UserHeaders(fault));
+    use iggy_storage::batch::{HeaderPart, HeaderProblem};
+    let error = match (fault.problem, fault.part) {
+        (HeaderProblem::UnknownKind(_), _) => ErrorCode::InvalidHeaderKind,
+        (_, HeaderPart::Key) => ErrorCode::InvalidHeaderKey,
+        (_, HeaderPart::Value) => ErrorCode::InvalidHeaderValue,
+    };
     Response::error(
         400,
         &Refusal {
@@ -1094,11 +1098,8 @@ fn outgoing(values: &[serde_json::Value]) -> Result<Vec<OutgoingMessage>, Respon
             let user_headers = match object.get("user_headers") {
                 None | Some(serde_json::Value::Null) => Vec::new(),
                 Some(serde_json::Value::String(raw)) => {
-                    let headers = Base64::decode_vec(raw)
-                        .map_err(|_| bad_json("user_headers is not base64"))?;
-                    iggy_storage::batch::check_user_headers(&headers)
-                        .map_err(unreadable_headers)?;
-                    headers
+                    // Raw headers, stored as they are (an encrypting client's opaque blob).
+                    Base64::decode_vec(raw).map_err(|_| bad_json("user_headers is not base64"))?
                 }
                 Some(serde_json::Value::Array(entries)) => {
                     json::user_headers(entries).map_err(|refused| match refused {
@@ -1266,6 +1267,12 @@ async fn route_handler(
         }
         "stream.create" => {
             let create: CreateStream = body(request)?;
+            let key = iggy_metadata::options::STREAM_KEY;
+            if create.options.contains_key(key) {
+                let error = ErrorCode::StreamEncryptionUnavailable;
+                let key = key.to_string();
+                Err(json::OptionRefused { error, key })?;
+            }
             let options = json::options_block(
                 &create.options,
                 iggy_metadata::options::STREAM_OPTIONS,

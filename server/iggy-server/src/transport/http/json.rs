@@ -34,9 +34,8 @@ fn kind_code(name: &str) -> Option<u8> {
         .map(|code| code as u8)
 }
 
-/// Why a send's user headers were refused: JSON that does not say what they are, or headers
-/// the official client could not read back (checked by the walk the binary transports' sends
-/// take, `iggy_storage::batch::check_user_headers`).
+/// Why a send's list of typed user headers was refused: JSON that does not say what they are,
+/// or headers the official client would not map back (`iggy_storage::batch::check_user_headers`).
 #[derive(Debug, PartialEq)]
 pub enum HeadersRefused {
     Json(String),
