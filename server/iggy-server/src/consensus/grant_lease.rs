@@ -78,6 +78,8 @@ pub struct LeaseBook {
     granted: Vec<BTreeMap<u64, Instant>>,
     /// The view this node leads and since when it saw itself lead it.
     leading: Option<(u64, Instant)>,
+    /// This node stops gracefully: it gave up its leases and takes no new one.
+    stopping: bool,
 }
 
 impl LeaseBook {
@@ -93,6 +95,7 @@ impl LeaseBook {
             reported: vec![0; n],
             granted: vec![BTreeMap::new(); n],
             leading: None,
+            stopping: false,
         }
     }
 
@@ -129,7 +132,7 @@ impl LeaseBook {
             return;
         };
         *flag = Some(grants_leases);
-        let (Some(commit), true) = (grant, grants_leases) else {
+        let (Some(commit), true, false) = (grant, grants_leases, self.stopping) else {
             return;
         };
         let Some(&(_, sent)) = self.pings[index].iter().find(|(wall, _)| *wall == echo) else {
@@ -156,6 +159,23 @@ impl LeaseBook {
         Some(stand.commit)
     }
 
+    /// This node stops gracefully: it judges no client's grants from now on (a request still
+    /// arriving is answered 58, and its client goes to another node) and drops the leases it
+    /// holds, so it may say it stops (`peer_stops` on the others).
+    pub fn relinquish(&mut self) {
+        self.stopping = true;
+        self.held.clear();
+    }
+
+    /// `peer` said it stops gracefully, having given up its leases first (`relinquish`): the
+    /// grants this node made it hold nothing any more, and a fence need not wait them out.
+    /// Grants made to its next process are recorded as any.
+    pub fn peer_stops(&mut self, peer: u8) {
+        if let Some(granted) = self.granted.get_mut(usize::from(peer)) {
+            granted.clear();
+        }
+    }
+
     fn note_stand(&mut self, stand: MetadataStand, now: Instant) {
         self.leading = match self.leading {
             _ if !stand.leads => None,
@@ -168,6 +188,9 @@ impl LeaseBook {
     /// a standalone node always may).
     pub fn may_judge(&mut self, stand: MetadataStand, now: Instant) -> bool {
         self.note_stand(stand, now);
+        if self.stopping {
+            return false;
+        }
         if self.standalone || stand.leads {
             return true;
         }
@@ -280,6 +303,16 @@ impl NodeLeases {
         self.book
             .borrow_mut()
             .pong_heard(peer, echo, grants_leases, grant);
+    }
+
+    /// This node stops gracefully ([`LeaseBook::relinquish`]); before it says so.
+    pub fn relinquish(&self) {
+        self.book.borrow_mut().relinquish();
+    }
+
+    /// `peer` said it stops gracefully ([`LeaseBook::peer_stops`]).
+    pub fn peer_stops(&self, peer: u8) {
+        self.book.borrow_mut().peer_stops(peer);
     }
 
     /// The lease this node's Pong to `peer` grants, if its metadata replica leads.
@@ -443,6 +476,47 @@ mod tests {
         // A grant made after the commit, at the commit, holds nothing up.
         book.grant_for(0, primary(10), led + expiry);
         assert!(book.fence_clear(10, primary(10), led, led + expiry));
+    }
+
+    /// A node stopping gracefully gives up its leases before it says so; its peers' primary
+    /// then need not wait out what it granted it, and grants its next process as any.
+    #[test]
+    fn a_primary_need_not_wait_out_the_grants_of_a_peer_that_said_it_stops() {
+        let origin = Instant::now();
+        let mut book = LeaseBook::new(1, 3, LEASE);
+        book.grant_for(0, primary(1), origin);
+        let led = origin + book.expiry();
+        book.grant_for(0, primary(9), led);
+        book.grant_for(2, primary(9), led);
+        book.ping_heard(0, 10);
+        assert!(
+            !book.fence_clear(10, primary(10), led, led),
+            "peer 2 holds a grant at 9"
+        );
+        book.peer_stops(2);
+        assert!(book.fence_clear(10, primary(10), led, led));
+        // Its next process is granted at commit 10 and holds up the fence at 11 until it
+        // reports applying it.
+        book.grant_for(2, primary(10), led);
+        book.ping_heard(0, 11);
+        assert!(!book.fence_clear(11, primary(11), led, led));
+        book.ping_heard(2, 11);
+        assert!(book.fence_clear(11, primary(11), led, led));
+
+        // The node that stops judges nothing from then on, and takes no lease a late Pong grants.
+        let mut stopping = LeaseBook::new(0, 3, LEASE);
+        stopping.ping_sent(1, 1, origin);
+        stopping.pong_heard(1, 1, true, Some(7));
+        assert!(stopping.may_judge(backup(7), origin));
+        stopping.ping_sent(1, 2, origin);
+        stopping.relinquish();
+        assert!(!stopping.may_judge(backup(7), origin));
+        stopping.pong_heard(1, 2, true, Some(7));
+        assert!(!stopping.may_judge(backup(7), origin));
+        assert!(
+            !stopping.may_judge(primary(7), origin),
+            "not even while it leads"
+        );
     }
 
     #[test]

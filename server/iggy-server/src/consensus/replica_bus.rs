@@ -1543,16 +1543,24 @@ async fn read_frames(
             match verified.command {
                 // Answered with this node's clock, the Ping's own echoed, and a grant lease
                 // when this node leads the metadata group.
+                // A peer that says it stops gave up its leases first: it is granted none.
                 Command::Ping => {
                     let ping = replica_link::keepalive_fields(&header);
                     let now = Instant::now();
                     let leases = &keepalive.leases;
                     leases.ping_heard(keepalive.peer, ping.metadata_applied);
+                    let lease = match stopping.get() {
+                        true => {
+                            leases.peer_stops(keepalive.peer);
+                            None
+                        }
+                        false => leases.grant_for(keepalive.peer, now),
+                    };
                     let fields = replica_link::Keepalive {
                         wall_clock: wall_clock::now_micros(),
                         echo: ping.wall_clock,
                         grants_leases: true,
-                        lease: leases.grant_for(keepalive.peer, now),
+                        lease,
                         ..Default::default()
                     };
                     let pong = replica_link::timed_keepalive_frame(

@@ -245,13 +245,16 @@ impl Node {
         self.metadata.sync_journal().await;
     }
 
-    /// In a cluster, the last step of a graceful stop: tells every linked peer that this
-    /// replica stops (waiting at most `limit` for the words to be written), so each logs the
-    /// close of its link once at INFO instead of warning of a lost link.
+    /// In a cluster, the last step of a graceful stop: gives up the node's grant leases (it
+    /// judges no client's grants any more), then tells every linked peer that this replica
+    /// stops (waiting at most `limit` for the words to be written), so each logs the close of
+    /// its link once at INFO instead of warning of a lost link, and a revocation or logout is
+    /// not held up waiting for this node's lease to run out.
     pub async fn say_stopping(&self, limit: std::time::Duration) {
         let Some(plane) = &self.shared.plane else {
             return;
         };
+        plane.leases().relinquish();
         let told = plane.say_stopping(limit).await;
         tracing::info!("told replica(s) {told:?} this replica stops");
     }
