@@ -529,3 +529,37 @@ fn restored_on_a_standalone_node_is_refused_before_the_data_is_touched() {
     let out = output_of_a_refused_start(server_in(dir.path(), &data).args(["--restored", "--fresh"]));
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
 }
+
+/// One process per data directory: a second start on a running server's directory (a copied
+/// unit file, a mistyped `system.path`), even with `--fresh`, is refused naming the directory
+/// before anything is written, and the running server keeps serving what it holds. Before, the
+/// second process opened the live journal (a cluster node rewrote its run file first) and
+/// `--fresh` removed the live directory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_start_on_a_running_servers_data_directory_is_refused() {
+    let server = TestServer::start();
+    let client = server.root_client().await;
+    create_stream_and_topic(&client, "kept", "t", 1).await;
+    let files = |dir: &std::path::Path| -> Vec<std::path::PathBuf> {
+        let mut files: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .collect();
+        files.sort();
+        files
+    };
+    let before = files(&server.data_dir());
+    let dir = tempfile::tempdir().unwrap();
+    for args in [&[][..], &["--fresh"][..]] {
+        let mut second = server_in(dir.path(), &server.data_dir());
+        second.args(args).arg("--with-default-root-credentials");
+        let out = tokio::task::block_in_place(|| output_of_a_refused_start(&mut second));
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        let named = server.data_dir().display().to_string();
+        assert!(stderr.contains("in use") && stderr.contains(&named), "{args:?}: {stderr}");
+        assert_eq!(files(&server.data_dir()), before, "{args:?}: nothing written");
+    }
+    let stream = within("get_stream", client.get_stream(&name("kept"))).await;
+    assert!(ok("get_stream", stream).is_some(), "the running server serves on");
+}

@@ -10,6 +10,7 @@ mod transport;
 mod verify;
 
 use iggy_generated::frames::MetadataHistory;
+use iggy_storage::data_dir::DirLock;
 #[cfg(feature = "systemd")]
 use runtime::systemd;
 use runtime::{maintenance, node};
@@ -445,6 +446,11 @@ fn main() -> ExitCode {
              to {ip} (any port; the roster's is used) or a wildcard"
         );
     }
+    // One process per data directory, before anything (--fresh included) changes it.
+    let dir_lock = match hold_data_dir(&cfg.system.path, None) {
+        Ok(lock) => lock,
+        Err(code) => return code,
+    };
     if args.fresh
         && let Err(refusal) = erasable(std::path::Path::new(&cfg.system.path))
     {
@@ -498,7 +504,8 @@ fn main() -> ExitCode {
         fresh,
         restored: args.restored,
     };
-    runtime.block_on(run(cfg, data, replica_id, (user, pw, generated), start))
+    let root = (user, pw, generated);
+    runtime.block_on(run(cfg, (data, dir_lock), replica_id, root, start))
 }
 
 /// Compares the replica count the metadata history in `dir` was formed with against the
@@ -594,6 +601,20 @@ fn remove_data_dir(path: &str) -> Result<(), ExitCode> {
     })
 }
 
+/// The hold on the data directory at `path`: `held` when it is on the directory there now,
+/// else taken afresh (the directory was made after the start's first look, or `--fresh`
+/// replaced it).
+fn hold_data_dir(path: &str, held: Option<DirLock>) -> Result<Option<DirLock>, ExitCode> {
+    let path = std::path::Path::new(path);
+    if let Some(lock) = held.filter(|lock| lock.holds(path)) {
+        return Ok(Some(lock));
+    }
+    iggy_storage::data_dir::lock_data_dir(path).map_err(|refusal| {
+        eprintln!("iggy-server: {refusal}");
+        ExitCode::FAILURE
+    })
+}
+
 fn open_data_dir(path: &str) -> Result<iggy_storage::DataDir, ExitCode> {
     iggy_storage::open_data_dir(path).map_err(|error| {
         eprintln!("iggy-server: {error}");
@@ -605,7 +626,7 @@ fn open_data_dir(path: &str) -> Result<iggy_storage::DataDir, ExitCode> {
 /// peers' declarations allowed a new history.
 async fn run(
     cfg: config::Config,
-    data: Option<iggy_storage::DataDir>,
+    (data, dir_lock): (Option<iggy_storage::DataDir>, Option<DirLock>),
     replica_id: u8,
     root: (String, String, bool),
     start: Start,
@@ -682,6 +703,11 @@ async fn run(
             }
             Err(code) => return code,
         },
+    };
+    // Held until the process ends; taken now if the directory was made (or remade) above.
+    let _dir_lock = match hold_data_dir(&cfg.system.path, dir_lock) {
+        Ok(lock) => lock,
+        Err(code) => return code,
     };
     if let Some(plane) = &plane {
         match mark_restored(&cfg.system.path, restored) {

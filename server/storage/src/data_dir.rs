@@ -274,3 +274,45 @@ pub fn remove_restored_marker(root: &Path) -> std::io::Result<()> {
     std::fs::remove_file(&marker)?;
     std::fs::File::open(root)?.sync_all()
 }
+
+/// A process's hold on its data directory for as long as it lives: an exclusive advisory lock
+/// (`flock`) on the directory itself, which writes nothing into it and which the kernel drops
+/// when the process ends, however it ends. A second process started on the same directory (a
+/// copied unit file, a mistyped `system.path`) is refused before it writes anything there.
+#[derive(Debug)]
+pub struct DirLock {
+    dir: std::fs::File,
+}
+
+impl DirLock {
+    /// Whether this lock is on the directory at `path` now (`--fresh` replaces it).
+    pub fn holds(&self, path: &Path) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        match (self.dir.metadata(), std::fs::metadata(path)) {
+            (Ok(held), Ok(now)) => (held.dev(), held.ino()) == (now.dev(), now.ino()),
+            _ => false,
+        }
+    }
+}
+
+/// Takes the hold on the data directory at `path`: `Ok(None)` when there is no directory
+/// there yet (take it once one is made; what else is there is for [`open_data_dir`] to judge),
+/// an error naming the directory when another process holds it.
+pub fn lock_data_dir(path: &Path) -> Result<Option<DirLock>, String> {
+    let dir = match std::fs::File::open(path) {
+        Ok(dir) if dir.metadata().is_ok_and(|m| m.is_dir()) => dir,
+        _ => return Ok(None),
+    };
+    match dir.try_lock() {
+        Ok(()) => Ok(Some(DirLock { dir })),
+        Err(std::fs::TryLockError::WouldBlock) => Err(format!(
+            "{} is in use: another iggy-server process holds its lock (stop that process first, \
+             or give this one its own system.path); nothing was started",
+            path.display()
+        )),
+        Err(std::fs::TryLockError::Error(error)) => Err(format!(
+            "cannot lock the data directory {}: {error}; nothing was started",
+            path.display()
+        )),
+    }
+}

@@ -401,3 +401,25 @@ fn pruning_a_deleted_topic_removes_only_empty_directories() {
         "the empty stream went; absent ones are no error"
     );
 }
+
+/// A data directory is held by one process at a time: a second hold on it is refused while the
+/// first lives, taken once it is dropped; no directory yet is no hold; a hold knows when its
+/// directory was replaced (`--fresh`).
+#[test]
+fn a_data_directory_is_held_by_one_holder_at_a_time() {
+    use iggy_storage::data_dir::lock_data_dir;
+    let temporary = tempfile::tempdir().unwrap();
+    let path = temporary.path().join("data");
+    assert!(lock_data_dir(&path).unwrap().is_none(), "no directory yet");
+    std::fs::create_dir(&path).unwrap();
+    let held = lock_data_dir(&path).unwrap().expect("held");
+    assert!(held.holds(&path));
+    let refused = lock_data_dir(&path).unwrap_err();
+    assert!(refused.contains("in use"), "{refused}");
+    drop(held);
+    let again = lock_data_dir(&path).unwrap().expect("held again");
+    std::fs::remove_dir(&path).unwrap();
+    std::fs::create_dir(&path).unwrap();
+    assert!(!again.holds(&path), "a replaced directory is not held");
+    assert!(std::fs::read_dir(&path).unwrap().next().is_none(), "nothing written");
+}
