@@ -166,8 +166,10 @@ pub async fn ensure_root(node: &Rc<Node>, (username, password): (String, String)
         create_root_now(node, &username, &password).await;
         return;
     }
+    // A restarted replica's copy applies its journal again only once its group's view commits
+    // it, so a root user of its history is not there yet either.
     tracing::info!(
-        "no root user yet: the metadata primary creates it (replica {} is not it now)",
+        "root user not in this node's applied metadata yet: it comes by replication from the          metadata primary, which creates it in a new cluster (replica {} is not the primary now)",
         node.shared.replica_id
     );
     compio::runtime::spawn(root_by_primary(node.clone(), username, password)).detach();
