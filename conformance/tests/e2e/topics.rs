@@ -2,6 +2,7 @@
 
 use crate::harness::*;
 use iggy::prelude::*;
+use std::str::FromStr;
 
 fn partition_ids(t: &TopicDetails) -> Vec<u32> {
     let mut ids: Vec<u32> = t.partitions.iter().map(|p| p.id).collect();
@@ -208,4 +209,26 @@ async fn max_topic_size_below_the_segment_size_is_refused_with_1019() {
     assert_eq!(t.resolved_options().max_topic_size, MaxTopicSize::Custom(IggyByteSize::from(segment)), "the refused update changed nothing");
     let unlimited = TopicUpdateOptions { max_topic_size: Some(MaxTopicSize::Unlimited), ..Default::default() };
     ok("unlimited is always accepted", within("update", client.update_topic(&name("s"), &name("t"), &unlimited)).await);
+}
+
+/// Text for an option the catalog types as a bool or a number is stored in that type, as the
+/// SDK's typed fields send it: the CLI's `--set preallocate_segments=true` was refused (4042:
+/// only the bool's byte was read), and `--set message_expiry=90s` was reported back as the text
+/// "90s". Over TCP and HTTP.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topic_options_given_as_text_are_stored_typed() {
+    let (server, api) = TestServer::start_with_http(&[]);
+    let tcp = server.root_client().await;
+    let http = crate::http::http_client(&api).await;
+    ok("create stream", within("create", tcp.create_stream("s", &StreamCreateOptions::default())).await);
+    let text = [("preallocate_segments", "true"), ("message_expiry", "90s"), ("max_topic_size", "2GiB")];
+    for (what, client) in [("tcp", &tcp), ("http", &http)] {
+        let options = TopicCreateOptions { raw: text.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(), ..topic_options(1) };
+        ok(what, within("create", client.create_topic(&name("s"), what, &options)).await);
+        let topic = ok(what, within("get", tcp.get_topic(&name("s"), &name(what))).await).expect("the topic");
+        let value = |key: &str| topic.options.get(&HeaderKey::from_str(key).unwrap()).map(|option| option.value.clone()).unwrap_or_else(|| panic!("{what}: {key}"));
+        assert_eq!(value("preallocate_segments").as_bool().unwrap(), true, "{what}");
+        assert_eq!(value("message_expiry").as_uint64().unwrap(), 90_000_000, "{what}");
+        assert_eq!(value("max_topic_size").as_uint64().unwrap(), 2 << 30, "{what}");
+    }
 }

@@ -174,6 +174,34 @@ pub fn compression_algorithm(value: &[u8]) -> Result<u8, ErrorCode> {
 mod tests {
     use super::*;
 
+    /// Text for a typed option becomes its kind's value; text that does not read as one, and
+    /// options the catalog types as text, are left as they came.
+    #[test]
+    fn text_for_a_typed_option_is_written_in_its_kind() {
+        let block = encode(&[
+            ("preallocate_segments", kind::STRING, b"true"),
+            ("message_expiry", kind::STRING, b"90s"),
+            ("max_topic_size", kind::STRING, b"2GiB"),
+            ("messages_required_to_save", kind::STRING, b"10"),
+            ("durability", kind::STRING, b"persisted"),
+        ]);
+        let typed = canonical(TOPIC_OPTIONS, &block).expect("changed");
+        let expected = encode(&[
+            ("preallocate_segments", kind::BOOL, &[1]),
+            ("message_expiry", kind::UINT64, &90_000_000u64.to_le_bytes()),
+            ("max_topic_size", kind::UINT64, &(2u64 << 30).to_le_bytes()),
+            ("messages_required_to_save", kind::UINT32, &10u32.to_le_bytes()),
+            ("durability", kind::STRING, b"persisted"),
+        ]);
+        assert_eq!(typed, expected);
+        assert_eq!(validate(TOPIC_OPTIONS, &typed, &[], true), Ok(()));
+        let left = encode(&[
+            ("preallocate_segments", kind::STRING, b"yes"),
+            ("message_expiry", kind::UINT64, &7u64.to_le_bytes()),
+        ]);
+        assert_eq!(canonical(TOPIC_OPTIONS, &left), None);
+    }
+
     fn entry(key: &str, kind: u8, value: &[u8]) -> Vec<u8> {
         let mut out = vec![STRING_KIND];
         out.extend_from_slice(&(key.len() as u32).to_le_bytes());
@@ -378,6 +406,44 @@ fn check_value(key: &str, kind: u8, value: &[u8]) -> Result<(), ErrorCode> {
         },
         _ => Ok(()),
     }
+}
+
+/// `block` with each value given as text for an option the catalog types otherwise (the CLI's
+/// `--set`, HTTP's strings, the SDK's raw options) written in the catalog's kind, where the text
+/// reads as one ([`number`]; `true` or `false` for a bool, as the official client's codec reads
+/// them); `None` when nothing changes. Applied where an op is prepared, so every replica, of
+/// this build or an earlier one, applies the typed value (an earlier build refuses a bool's
+/// text), and reads report it as the SDK's typed fields would have sent it.
+pub fn canonical(catalog: &[OptionSpec], block: &[u8]) -> Option<Vec<u8>> {
+    let entries = typed_entries(block).ok()?;
+    let mut changed = false;
+    let mut typed: Vec<(&str, u8, Vec<u8>)> = Vec::with_capacity(entries.len());
+    for (key, value_kind, value) in entries {
+        let declared = catalog.iter().find(|spec| spec.key == key).map(|spec| spec.kind);
+        let canonical = match (value_kind, declared) {
+            (kind::STRING, Some(kind::BOOL)) => match as_str(value) {
+                Ok("true") => Some((kind::BOOL, vec![1])),
+                Ok("false") => Some((kind::BOOL, vec![0])),
+                _ => None,
+            },
+            (kind::STRING, Some(kind::UINT64)) => number(key, value_kind, value)
+                .ok()
+                .map(|number| (kind::UINT64, number.to_le_bytes().to_vec())),
+            (kind::STRING, Some(kind::UINT32)) => number(key, value_kind, value)
+                .ok()
+                .and_then(|number| u32::try_from(number).ok())
+                .map(|number| (kind::UINT32, number.to_le_bytes().to_vec())),
+            _ => None,
+        };
+        changed |= canonical.is_some();
+        let (value_kind, value) = canonical.unwrap_or((value_kind, value.to_vec()));
+        typed.push((key, value_kind, value));
+    }
+    let entries: Vec<(&str, u8, &[u8])> = typed
+        .iter()
+        .map(|(key, value_kind, value)| (*key, *value_kind, value.as_slice()))
+        .collect();
+    changed.then(|| encode(&entries))
 }
 
 /// A size or expiry option: `u64::MAX` (and 0) mean unlimited.

@@ -94,18 +94,32 @@ pub async fn prepare(
         Operation::UpdateResource => {
             let request: UpdateResourceRequest = decode(body)?;
             // The grant was judged before (`permissions::need_of`); a topic's new options are
-            // checked against its segment size.
-            if request.scope == iggy_generated::payloads::OptionsScope::Topic {
-                let patch: TopicResourcePatch = decode(request.patch)?;
-                let segment_size = {
-                    let metadata = shared.metadata.borrow();
-                    let (_, topic) =
-                        metadata.topic(&ident(&patch.stream_id)?, &ident(&patch.topic_id)?)?;
-                    topic.segment_size
-                };
-                check_topic_size_floor(shared, patch.options, segment_size)?;
+            // checked against its segment size, and those given as text prepared typed.
+            if request.scope != iggy_generated::payloads::OptionsScope::Topic {
+                return Ok(unchanged);
             }
-            Ok(unchanged)
+            let mut patch: TopicResourcePatch = decode(request.patch)?;
+            let segment_size = {
+                let metadata = shared.metadata.borrow();
+                let (_, topic) =
+                    metadata.topic(&ident(&patch.stream_id)?, &ident(&patch.topic_id)?)?;
+                topic.segment_size
+            };
+            check_topic_size_floor(shared, patch.options, segment_size)?;
+            let catalog = iggy_metadata::options::TOPIC_OPTIONS;
+            let Some(typed) = iggy_metadata::options::canonical(catalog, patch.options) else {
+                return Ok(unchanged);
+            };
+            patch.options = &typed;
+            let patch = patch.to_wire_bytes();
+            let request = UpdateResourceRequest {
+                patch: &patch,
+                ..request
+            };
+            Ok(Prepared {
+                body: Some(request.to_wire_bytes()),
+                token: None,
+            })
         }
         // Only the size floor and the node's room for partitions are checked here; the state
         // machine refuses the rest of what is wrong with a request in its committed reply.
@@ -113,6 +127,12 @@ pub async fn prepare(
             let Ok(mut request) = decode::<CreateTopicRequest>(body) else {
                 return Ok(unchanged);
             };
+            // Options given as text are prepared in their typed form (`options::canonical`).
+            let catalog = iggy_metadata::options::TOPIC_OPTIONS;
+            let typed = iggy_metadata::options::canonical(catalog, request.options);
+            if let Some(typed) = &typed {
+                request.options = typed;
+            }
             check_descriptors_for(shared, request.partitions_count)?;
             let Ok(settings) = iggy_metadata::replies::topic_settings(request.options) else {
                 return Ok(unchanged);
@@ -129,10 +149,12 @@ pub async fn prepare(
                 ),
                 _ => None,
             };
-            let Some(options) = pinned else {
+            if let Some(options) = &pinned {
+                request.options = options;
+            }
+            if typed.is_none() && pinned.is_none() {
                 return Ok(unchanged);
-            };
-            request.options = &options;
+            }
             Ok(Prepared {
                 body: Some(request.to_wire_bytes()),
                 token: None,

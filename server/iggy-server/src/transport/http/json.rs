@@ -166,7 +166,7 @@ pub fn options_block(
     catalog: &[iggy_metadata::options::OptionSpec],
     create: bool,
 ) -> Result<Vec<u8>, OptionRefused> {
-    let mut values: Vec<(String, u8, Vec<u8>)> = Vec::new();
+    let mut block = Vec::new();
     for (key, value) in input {
         let refused = |error| OptionRefused {
             error,
@@ -174,14 +174,12 @@ pub fn options_block(
         };
         let (kind, bytes) = option_value(catalog, key, value).map_err(refused)?;
         let one = iggy_metadata::options::encode(&[(key.as_str(), kind, bytes.as_slice())]);
+        // Text for a typed option (`"preallocate_segments": "true"`) as its kind's value.
+        let one = iggy_metadata::options::canonical(catalog, &one).unwrap_or(one);
         iggy_metadata::options::validate(catalog, &one, &[], create).map_err(refused)?;
-        values.push((key.clone(), kind, bytes));
+        block.extend(one);
     }
-    let entries: Vec<(&str, u8, &[u8])> = values
-        .iter()
-        .map(|(k, kind, v)| (k.as_str(), *kind, v.as_slice()))
-        .collect();
-    Ok(iggy_metadata::options::encode(&entries))
+    Ok(block)
 }
 
 /// One JSON option value as its wire kind and bytes.
