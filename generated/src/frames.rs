@@ -16,15 +16,15 @@ pub const PARTITION_LOG_ARTIFACT: u32 = 0;
 pub const METADATA_CHECKPOINT_ARTIFACT: u32 = 1;
 /// `SLOT_MANIFEST_MAGIC` (spec/frames.spec:365).
 pub const SLOT_MANIFEST_MAGIC: u64 = 0x746f6c7379676769;
-/// `REPLICA_AUTH_DOMAIN` (spec/frames.spec:687).
+/// `REPLICA_AUTH_DOMAIN` (spec/frames.spec:688).
 pub const REPLICA_AUTH_DOMAIN: [u8; 32] = *b"iggy-rs replica-auth transcript1";
-/// `REPLICA_AUTH_KEY_CONTEXT` (spec/frames.spec:688).
+/// `REPLICA_AUTH_KEY_CONTEXT` (spec/frames.spec:689).
 pub const REPLICA_AUTH_KEY_CONTEXT: &str = "iggy-rs 2026-12 replica-auth shared_secret to MAC key";
-/// `MESSAGE_PAYLOAD_SIZE_MAX` (spec/frames.spec:1118).
+/// `MESSAGE_PAYLOAD_SIZE_MAX` (spec/frames.spec:1119).
 pub const MESSAGE_PAYLOAD_SIZE_MAX: u32 = 64000000;
-/// `USER_HEADERS_SIZE_MAX` (spec/frames.spec:1119).
+/// `USER_HEADERS_SIZE_MAX` (spec/frames.spec:1120).
 pub const USER_HEADERS_SIZE_MAX: u32 = 100000;
-/// `CLIENT_ENCRYPTION_OVERHEAD` (spec/frames.spec:1120).
+/// `CLIENT_ENCRYPTION_OVERHEAD` (spec/frames.spec:1121).
 pub const CLIENT_ENCRYPTION_OVERHEAD: u32 = 28;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]
@@ -3592,6 +3592,8 @@ pub struct PingHeader {
     pub lease_granted: bool,
     /// a Pong only, with `lease_granted`: the sender's metadata commit when it built the Pong
     pub lease_commit: u64,
+    /// a stopping Ping only: the sender judges no client's grants any more and holds no lease, so the grants made to it hold nothing; false from a build before it, whose leases run out as any
+    pub leases_given_up: bool,
 }
 impl PingHeader {
     /// Encoded size in bytes.
@@ -3660,10 +3662,14 @@ impl PingHeader {
     pub const LEASE_COMMIT_OFFSET: usize = 155;
     /// Size of `lease_commit` in bytes.
     pub const LEASE_COMMIT_SIZE: usize = 8;
+    /// Byte offset of `leases_given_up`.
+    pub const LEASES_GIVEN_UP_OFFSET: usize = 163;
+    /// Size of `leases_given_up` in bytes.
+    pub const LEASES_GIVEN_UP_SIZE: usize = 1;
     /// Byte offset of `reserved`.
-    pub const RESERVED_OFFSET: usize = 163;
+    pub const RESERVED_OFFSET: usize = 164;
     /// Size of `reserved` in bytes.
-    pub const RESERVED_SIZE: usize = 93;
+    pub const RESERVED_SIZE: usize = 92;
     /// Decodes from the first `SIZE` bytes of `buf`.
     pub fn decode_fixed(buf: &[u8]) -> Result<Self, WireError> {
         if buf.len() < Self::SIZE {
@@ -3733,7 +3739,11 @@ impl PingHeader {
             .map_err(|_| WireError::InvalidValue {
                 field: "lease_commit",
             })?;
-        if !iggy_wire::is_zero_at(buf, 163, 93) {
+        let leases_given_up = <bool>::decode_exact(&buf[163..164])
+            .map_err(|_| WireError::InvalidValue {
+                field: "leases_given_up",
+            })?;
+        if !iggy_wire::is_zero_at(buf, 164, 92) {
             return Err(WireError::NonZeroReserved {
                 field: "reserved",
             });
@@ -3755,6 +3765,7 @@ impl PingHeader {
             grants_leases,
             lease_granted,
             lease_commit,
+            leases_given_up,
         })
     }
     /// Encodes into the first `SIZE` bytes of `out` (reserved zero regions are zeroed).
@@ -3776,7 +3787,8 @@ impl PingHeader {
         iggy_wire::put_at(out, 153, &self.grants_leases.to_wire_bytes());
         iggy_wire::put_at(out, 154, &self.lease_granted.to_wire_bytes());
         iggy_wire::put_at(out, 155, &self.lease_commit.to_wire_bytes());
-        out[163..256].fill(0);
+        iggy_wire::put_at(out, 163, &self.leases_given_up.to_wire_bytes());
+        out[164..256].fill(0);
     }
     /// The `SIZE` encoded bytes.
     pub fn to_bytes(&self) -> [u8; 256] {
@@ -3808,7 +3820,8 @@ const _: () = assert!(PingHeader::METADATA_APPLIED_OFFSET + 8 <= 256);
 const _: () = assert!(PingHeader::GRANTS_LEASES_OFFSET + 1 <= 256);
 const _: () = assert!(PingHeader::LEASE_GRANTED_OFFSET + 1 <= 256);
 const _: () = assert!(PingHeader::LEASE_COMMIT_OFFSET + 8 <= 256);
-const _: () = assert!(PingHeader::RESERVED_OFFSET + 93 <= 256);
+const _: () = assert!(PingHeader::LEASES_GIVEN_UP_OFFSET + 1 <= 256);
+const _: () = assert!(PingHeader::RESERVED_OFFSET + 92 <= 256);
 impl iggy_wire::WireJson for PingHeader {
     fn write_json(&self, out: &mut String) {
         out.push('{');
@@ -3844,6 +3857,8 @@ impl iggy_wire::WireJson for PingHeader {
         iggy_wire::WireJson::write_json(&self.lease_granted, out);
         out.push_str(",\"lease_commit\":");
         iggy_wire::WireJson::write_json(&self.lease_commit, out);
+        out.push_str(",\"leases_given_up\":");
+        iggy_wire::WireJson::write_json(&self.leases_given_up, out);
         out.push('}');
     }
 }

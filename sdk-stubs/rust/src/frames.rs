@@ -1030,7 +1030,7 @@ impl codec::Wire for EvictionHeader {
         out.push('}');
     }
 }
-/// `BatchHeader` (spec/frames.spec:1091).
+/// `BatchHeader` (spec/frames.spec:1092).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BatchHeader {
     /// stamped by the server
@@ -1119,7 +1119,7 @@ impl codec::Wire for BatchHeader {
         out.push('}');
     }
 }
-/// `MessageFrameHeader` (spec/frames.spec:1102).
+/// `MessageFrameHeader` (spec/frames.spec:1103).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MessageFrameHeader {
     /// XxHash3-64 over bytes 8..48, payload, user headers

@@ -259,8 +259,10 @@ impl ReplicaPlane {
         &self.leases
     }
 
-    /// Tells the linked peers this node stops gracefully (`ReplicaBus::say_stopping`).
+    /// Gives up this node's grant leases (it judges no client's grants from now on), then tells
+    /// the linked peers it stops gracefully, having done so (`ReplicaBus::say_stopping`).
     pub async fn say_stopping(&self, within: Duration) -> Vec<u8> {
+        self.leases.relinquish();
         self.bus.say_stopping(within).await
     }
 

@@ -1536,6 +1536,7 @@ async fn read_frames(
         if replica_link::says_stopping(&verified, &header) {
             stopping.set(true);
         }
+        let gave_up_leases = replica_link::gave_up_leases(&verified, &header);
         if let Some(keepalive) = &keepalive {
             let generation = keepalive.generation;
             let outbox = &keepalive.outbox;
@@ -1543,17 +1544,18 @@ async fn read_frames(
             match verified.command {
                 // Answered with this node's clock, the Ping's own echoed, and a grant lease
                 // when this node leads the metadata group.
-                // A peer that says it stops gave up its leases first: it is granted none.
+                // A peer that stops is granted no more; one that gave up its leases first
+                // holds none of those it was granted.
                 Command::Ping => {
                     let ping = replica_link::keepalive_fields(&header);
                     let now = Instant::now();
                     let leases = &keepalive.leases;
                     leases.ping_heard(keepalive.peer, ping.metadata_applied);
+                    if gave_up_leases {
+                        leases.peer_stops(keepalive.peer);
+                    }
                     let lease = match stopping.get() {
-                        true => {
-                            leases.peer_stops(keepalive.peer);
-                            None
-                        }
+                        true => None,
                         false => leases.grant_for(keepalive.peer, now),
                     };
                     let fields = replica_link::Keepalive {

@@ -390,8 +390,9 @@ pub fn keepalive_fields(header: &[u8; HEADER_SIZE]) -> Keepalive {
     }
 }
 
-/// The last frame a gracefully stopping `sender` writes on each link: a Ping with `stopping`
-/// set. A peer of a build before the field answers it as any Ping.
+/// The last frame a gracefully stopping `sender` writes on each link, once it gave up its grant
+/// leases (`ReplicaPlane::say_stopping`): a Ping with `stopping` and `leases_given_up` set. A
+/// peer of a build before the fields answers it as any Ping.
 pub fn stopping_frame(cluster: u128, sender: u8) -> [u8; HEADER_SIZE] {
     ping_header(cluster, sender, Command::Ping, true, Keepalive::default())
 }
@@ -409,6 +410,7 @@ fn ping_header(
         command,
         replica: sender,
         stopping,
+        leases_given_up: stopping,
         wall_clock: fields.wall_clock,
         echo: fields.echo,
         metadata_applied: fields.metadata_applied,
@@ -434,6 +436,12 @@ pub fn is_stopping_frame(frame: &[u8]) -> bool {
 /// `stopping` set; any non-zero byte counts, the seal already vouched for it).
 pub fn says_stopping(verified: &Verified, header: &[u8; HEADER_SIZE]) -> bool {
     verified.command == Command::Ping && header[PingHeader::STOPPING_OFFSET] != 0
+}
+
+/// Whether a stopping Ping ([`says_stopping`]) also says its sender gave up its grant leases
+/// first (a build before the field stops without doing so: its leases run out as any).
+pub fn gave_up_leases(verified: &Verified, header: &[u8; HEADER_SIZE]) -> bool {
+    says_stopping(verified, header) && header[PingHeader::LEASES_GIVEN_UP_OFFSET] != 0
 }
 
 impl FrameCheck {
@@ -1023,12 +1031,22 @@ pub(crate) mod tests {
             (Command::Ping, 0, METADATA_GROUP)
         );
         assert!(says_stopping(&verified, &frame));
+        assert!(gave_up_leases(&verified, &frame));
         assert!(is_stopping_frame(&frame));
         for command in [Command::Ping, Command::Pong] {
             let frame = keepalive_frame(CLUSTER, 0, command);
             assert!(!says_stopping(&check().header(&frame).unwrap(), &frame));
+            assert!(!gave_up_leases(&check().header(&frame).unwrap(), &frame));
             assert!(!is_stopping_frame(&frame));
         }
+        // A build before `leases_given_up` stops without giving up its leases.
+        let mut older = frame;
+        older[PingHeader::LEASES_GIVEN_UP_OFFSET] = 0;
+        let seal = seal_of(&older);
+        older[..GenericHeader::CHECKSUM_SIZE].copy_from_slice(&seal.to_le_bytes());
+        let verified = check().header(&older).unwrap();
+        assert!(says_stopping(&verified, &older));
+        assert!(!gave_up_leases(&verified, &older));
         // The flag is under the seal: a torn one is refused, not read.
         let mut torn = frame;
         torn[PingHeader::STOPPING_OFFSET] ^= 1;
@@ -1039,7 +1057,13 @@ pub(crate) mod tests {
         let differ: Vec<usize> = (16..HEADER_SIZE)
             .filter(|&i| frame[i] != plain[i])
             .collect();
-        assert_eq!(differ, vec![PingHeader::STOPPING_OFFSET]);
+        assert_eq!(
+            differ,
+            vec![
+                PingHeader::STOPPING_OFFSET,
+                PingHeader::LEASES_GIVEN_UP_OFFSET
+            ]
+        );
     }
 
     /// The codec's frames pass this check and decode to the message encoded, for a partition

@@ -254,7 +254,6 @@ impl Node {
         let Some(plane) = &self.shared.plane else {
             return;
         };
-        plane.leases().relinquish();
         let told = plane.say_stopping(limit).await;
         tracing::info!("told replica(s) {told:?} this replica stops");
     }
