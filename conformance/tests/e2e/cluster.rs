@@ -3410,6 +3410,32 @@ async fn a_logout_sent_to_a_backup_ends_the_session_on_every_node() {
     }
 }
 
+/// GetStreams (201) of `client`'s `session`, numbered `request`.
+fn get_streams(client: u128, session: u64, request: u64) -> Vec<u8> {
+    request_frame(client, session, request, Operation::NonReplicated, 201, &[])
+}
+
+/// A connection to node `i` with `client`'s `session` bound, once the node serves it (it holds
+/// a grant lease: 58 for a moment after the start); and the last request number used on it.
+async fn served_on(cluster: &TestCluster, i: usize, client: u128, session: u64) -> (RawLink, u64) {
+    let mut bound = RawLink::connect(&cluster.address(i)).await;
+    let bind = bind_frame_at(client, session, session);
+    assert_eq!(bound.status(&bind).await, 0, "BindSession on node {i}");
+    let mut request = 0;
+    wait_until_async(
+        &format!("node {i} serves the session"),
+        Duration::from_secs(30),
+        async || {
+            request += 1;
+            let served = bound.status(&get_streams(client, session, request)).await == 0;
+            served.then_some(())
+        },
+        String::new,
+    )
+    .await;
+    (bound, request)
+}
+
 /// A logout is answered only once no node serves the ended session by a copy without it: a
 /// node the metadata primary's frames are held back from (it has not applied the logout)
 /// refuses the session's bound connection by the time the client hears the answer: 58 while
@@ -3417,39 +3443,12 @@ async fn a_logout_sent_to_a_backup_ends_the_session_on_every_node() {
 /// answer came at once and that node went on serving the session (GetStreams answered).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_logout_is_answered_once_a_node_lagging_it_no_longer_serves_the_session() {
-    const GET_STREAMS: u32 = 201;
     let cluster = TestCluster::start(3);
     let (primary, lagging) = metadata_primary_and_backup(&cluster).await;
     let client = 0x10_6047_u128 << 64 | 0xb3;
     let (mut link, session) = sign_in_raw(&cluster, primary, client).await;
-    let mut bound = RawLink::connect(&cluster.address(lagging)).await;
-    assert_eq!(
-        bound.status(&bind_frame_at(client, session, session)).await,
-        0,
-        "BindSession on node {lagging}"
-    );
-    let streams = |request| {
-        request_frame(
-            client,
-            session,
-            request,
-            Operation::NonReplicated,
-            GET_STREAMS,
-            &[],
-        )
-    };
-    // Served there (once the node holds a grant lease: 58 for a moment after the start).
-    let mut request = 0;
-    wait_until_async(
-        &format!("node {lagging} serves the session"),
-        Duration::from_secs(30),
-        async || {
-            request += 1;
-            (bound.status(&streams(request)).await == 0).then_some(())
-        },
-        String::new,
-    )
-    .await;
+    let (mut bound, mut request) = served_on(&cluster, lagging, client, session).await;
+    let streams = |request| get_streams(client, session, request);
 
     cluster.hold(primary, lagging);
     let logout = request_frame(client, session, 1, Operation::Logout, 0, &[]);
@@ -3488,38 +3487,12 @@ async fn a_logout_is_answered_once_a_node_lagging_it_no_longer_serves_the_sessio
 /// after any node's SIGTERM, and some ended RequestOutcomeUnknown (57).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_logout_after_a_node_stopped_gracefully_does_not_wait_out_its_lease() {
-    const GET_STREAMS: u32 = 201;
     let mut cluster = TestCluster::start(3);
     let (primary, stopped) = metadata_primary_and_backup(&cluster).await;
     let client = 0x10_6048_u128 << 64 | 0xb4;
     let (mut link, session) = sign_in_raw(&cluster, primary, client).await;
     // The backup holds a grant lease once it serves a bound connection of the session.
-    let mut bound = RawLink::connect(&cluster.address(stopped)).await;
-    assert_eq!(
-        bound.status(&bind_frame_at(client, session, session)).await,
-        0,
-        "BindSession on node {stopped}"
-    );
-    let mut request = 0;
-    wait_until_async(
-        &format!("node {stopped} serves the session"),
-        Duration::from_secs(30),
-        async || {
-            request += 1;
-            let streams = request_frame(
-                client,
-                session,
-                request,
-                Operation::NonReplicated,
-                GET_STREAMS,
-                &[],
-            );
-            (bound.status(&streams).await == 0).then_some(())
-        },
-        String::new,
-    )
-    .await;
-    drop(bound);
+    drop(served_on(&cluster, stopped, client, session).await);
     // A primary answers nothing such for a lease's time after it began leading (the grants of
     // a primary before it): this one began at the start.
     tokio::time::sleep(Duration::from_secs(3)).await;
