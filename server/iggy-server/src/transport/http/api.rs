@@ -230,19 +230,27 @@ fn ok_json(status: u16, value: &impl Serialize) -> Response {
     Response::json(status, serde_json::to_vec(value).expect("reply serializes"))
 }
 
-/// Percent-decodes one path segment.
+/// Percent-decodes one path segment. A `%` not followed by two hex digits is kept as it is:
+/// the official HTTP client writes names into paths unencoded, so a user or token named
+/// `50%off` arrives as `/users/50%off` (such a segment used to match no route at all).
 fn decode_segment(segment: &str) -> Option<String> {
     let bytes = segment.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
+        let escaped = bytes
+            .get(i + 1..i + 3)
+            .filter(|hex| bytes[i] == b'%' && hex.iter().all(u8::is_ascii_hexdigit))
+            .and_then(|hex| u8::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok());
+        match escaped {
+            Some(byte) => {
+                out.push(byte);
+                i += 3;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
         }
     }
     String::from_utf8(out).ok()
@@ -1494,6 +1502,12 @@ async fn route_handler(
             }
             let value = Base64::decode_vec(&send.partitioning.value)
                 .map_err(|_| bad_json("partitioning value is not base64"))?;
+            // As iggy_common's SendMessages::validate: the binary form's length is one byte,
+            // and only a balanced send may leave it empty.
+            let balanced = send.partitioning.kind == "balanced";
+            if value.len() > 255 || (value.is_empty() && !balanced) {
+                return Err(ErrorCode::InvalidKeyValueLength.into());
+            }
             // The binary protocol names the partition; balanced and keyed sends pick it here.
             let (stream_key, topic_key_id, ids) = topic_key(node, &stream, &topic)?;
             if ids.is_empty() {
@@ -1621,8 +1635,13 @@ async fn route_handler(
                 })
             };
             let value = number("value", 0)?;
-            let count = number("count", 10)? as u32;
-            let auto_commit = matches!(query_param(query, "auto_commit"), Some("true"));
+            let count = u32::try_from(number("count", 10)?)
+                .map_err(|_| bad_json("count is a number of at most 4294967295"))?;
+            let auto_commit = match query_param(query, "auto_commit") {
+                None | Some("false") => false,
+                Some("true") => true,
+                Some(_) => return Err(bad_json("auto_commit is true or false").into()),
+            };
             let context: Option<json::PartitionContext> = match query_param(query, "context") {
                 Some(text) => Some(serde_json::from_str(text).map_err(bad_json)?),
                 None => None,
@@ -2121,6 +2140,21 @@ mod tests {
 
     fn params(values: &[&str]) -> Vec<String> {
         values.iter().map(|v| v.to_string()).collect()
+    }
+
+    /// Escapes decode; a `%` that starts none (the official client writes names unencoded) is
+    /// kept as it is.
+    #[test]
+    fn a_segment_decodes_its_escapes_and_keeps_a_stray_percent() {
+        assert_eq!(
+            decode_segment("fr%20ed%2F%C3%BC").as_deref(),
+            Some("fr ed/ü")
+        );
+        assert_eq!(decode_segment("50%off").as_deref(), Some("50%off"));
+        assert_eq!(decode_segment("100%").as_deref(), Some("100%"));
+        assert_eq!(decode_segment("a%2").as_deref(), Some("a%2"));
+        assert_eq!(decode_segment("%+1").as_deref(), Some("%+1"));
+        assert_eq!(decode_segment("%FF"), None, "not UTF-8");
     }
 
     #[test]

@@ -253,10 +253,15 @@ fn parse_head(buffer: &[u8]) -> Result<Head, &'static str> {
         .header("transfer-encoding")
         .is_some_and(|te| !te.trim().eq_ignore_ascii_case("identity"))
     {
-        return Err("chunked");
+        return Err(CHUNKED_REFUSED);
     }
     Ok(Head::Complete(parsed, len, content_length))
 }
+
+/// Why a request whose body is sent in chunks is refused (411): bodies are read by their
+/// Content-Length, which the official clients always send.
+const CHUNKED_REFUSED: &str =
+    "a chunked request body is not accepted: send the body with a Content-Length";
 
 /// Writes `bytes` and flushes them (a TLS stream buffers records until flushed), within `idle`
 /// (see `connection_loop::taken_within`).
@@ -308,11 +313,12 @@ async fn serve_connection<S: AsyncRead + AsyncWrite>(
                 }
                 Ok(Head::Partial) => {}
                 Err(why) => {
-                    let status = if why == "chunked" { 411 } else { 400 };
-                    let reply = Response::error(
-                        status,
-                        &api::refusal_text(status as u32, "bad_request", why),
-                    );
+                    let (status, code) = match why {
+                        CHUNKED_REFUSED => (411, "length_required"),
+                        _ => (400, "bad_request"),
+                    };
+                    let reply =
+                        Response::error(status, &api::refusal_text(status as u32, code, why));
                     let _ = send(idle, &mut stream, reply.encode(None, &[], true)).await;
                     return Ok(());
                 }
