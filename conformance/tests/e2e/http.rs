@@ -969,16 +969,52 @@ async fn signed_in_http_requests_holding_large_bodies_are_bounded_by_the_node_wi
 async fn names_with_a_stray_percent_are_managed_through_the_official_http_client() {
     let (_server, api) = TestServer::start_with_http(&[]);
     let root = http_client(&api).await;
-    ok("create user", within("create", root.create_user("50%off", "secret-1", UserStatus::Active, None, &UserCreateOptions::default())).await);
+    ok(
+        "create user",
+        within(
+            "create",
+            root.create_user(
+                "50%off",
+                "secret-1",
+                UserStatus::Active,
+                None,
+                &UserCreateOptions::default(),
+            ),
+        )
+        .await,
+    );
     let user = ok("get", within("get", root.get_user(&name("50%off"))).await).expect("the user");
     assert_eq!(user.username, "50%off");
-    ok("password", within("password", root.change_password(&name("50%off"), "secret-1", "secret-2")).await);
-    ok("delete", within("delete", root.delete_user(&name("50%off"))).await);
+    ok(
+        "password",
+        within(
+            "password",
+            root.change_password(&name("50%off"), "secret-1", "secret-2"),
+        )
+        .await,
+    );
+    ok(
+        "delete",
+        within("delete", root.delete_user(&name("50%off"))).await,
+    );
     assert!(ok("get", within("get", root.get_user(&name("50%off"))).await).is_none());
 
-    ok("token", within("token", root.create_personal_access_token("tok%zz", PersonalAccessTokenExpiry::NeverExpire)).await);
-    ok("delete token", within("delete", root.delete_personal_access_token("tok%zz")).await);
-    let tokens = ok("tokens", within("list", root.get_personal_access_tokens()).await);
+    ok(
+        "token",
+        within(
+            "token",
+            root.create_personal_access_token("tok%zz", PersonalAccessTokenExpiry::NeverExpire),
+        )
+        .await,
+    );
+    ok(
+        "delete token",
+        within("delete", root.delete_personal_access_token("tok%zz")).await,
+    );
+    let tokens = ok(
+        "tokens",
+        within("list", root.get_personal_access_tokens()).await,
+    );
     assert!(tokens.is_empty(), "{tokens:?}");
 }
 
@@ -994,20 +1030,53 @@ async fn query_and_key_values_the_official_types_refuse_are_refused() {
     let token = raw_token(&api).await;
     let t = Some(token.as_str());
     let poll = |query: &str| format!("/streams/s/topics/t/messages?partition_id=0&{query}");
-    for query in ["count=4294967296", "auto_commit=yes&consumer_id=7", "auto_commit=1&consumer_id=7"] {
+    for query in [
+        "count=4294967296",
+        "auto_commit=yes&consumer_id=7",
+        "auto_commit=1&consumer_id=7",
+    ] {
         let (status, body) = raw(&api, "GET", &poll(query), t, b"").await;
         assert_eq!(status, 400, "{query}: {}", String::from_utf8_lossy(&body));
     }
-    assert_eq!(raw(&api, "GET", &poll("count=4294967295&auto_commit=false"), t, b"").await.0, 200);
+    assert_eq!(
+        raw(
+            &api,
+            "GET",
+            &poll("count=4294967295&auto_commit=false"),
+            t,
+            b""
+        )
+        .await
+        .0,
+        200
+    );
     // Keys of `k`s in base64: "a2tr" is three of them, "aw==" one.
-    let send = |key: &str| format!(r#"{{"partitioning":{{"kind":"messages_key","value":"{key}"}},"messages":[{{"id":1,"payload":"eA=="}}]}}"#);
+    let send = |key: &str| {
+        format!(
+            r#"{{"partitioning":{{"kind":"messages_key","value":"{key}"}},"messages":[{{"id":1,"payload":"eA=="}}]}}"#
+        )
+    };
     let (k255, k256) = ("a2tr".repeat(85), "a2tr".repeat(85) + "aw==");
     for (what, key) in [("empty", ""), ("256-byte", k256.as_str())] {
-        let (status, body) = raw(&api, "POST", "/streams/s/topics/t/messages", t, send(key).as_bytes()).await;
+        let (status, body) = raw(
+            &api,
+            "POST",
+            "/streams/s/topics/t/messages",
+            t,
+            send(key).as_bytes(),
+        )
+        .await;
         let body = String::from_utf8_lossy(&body);
         assert_eq!(status, 400, "a {what} key: {body}");
         assert!(body.contains(r#""id":4028"#), "{body}");
     }
-    let (status, _) = raw(&api, "POST", "/streams/s/topics/t/messages", t, send(&k255).as_bytes()).await;
+    let (status, _) = raw(
+        &api,
+        "POST",
+        "/streams/s/topics/t/messages",
+        t,
+        send(&k255).as_bytes(),
+    )
+    .await;
     assert_eq!(status, 201, "a 255-byte key");
 }
