@@ -163,7 +163,10 @@ fn unmapped_headers() -> [(&'static str, Vec<u8>); 11] {
     let pair = [key_field.clone(), field(2, b"v")].concat();
     [
         ("a key cut short", vec![2, 5, 0, 0, 0, b'k']),
-        ("a byte after a whole entry", [pair.clone(), vec![2]].concat()),
+        (
+            "a byte after a whole entry",
+            [pair.clone(), vec![2]].concat(),
+        ),
         ("a key without a value", key_field.clone()),
         (
             "a value cut short",
@@ -178,8 +181,14 @@ fn unmapped_headers() -> [(&'static str, Vec<u8>); 11] {
             "a 2-byte uint64 value",
             [key_field.clone(), field(12, &[1, 2])].concat(),
         ),
-        ("a 2-byte bool key", [field(3, &[1, 0]), field(2, b"v")].concat()),
-        ("value kind 16", [key_field.clone(), field(16, b"v")].concat()),
+        (
+            "a 2-byte bool key",
+            [field(3, &[1, 0]), field(2, b"v")].concat(),
+        ),
+        (
+            "value kind 16",
+            [key_field.clone(), field(16, b"v")].concat(),
+        ),
         ("key kind 0", [field(0, b"k"), field(2, b"v")].concat()),
         ("an encrypted blob", vec![0xA5; 45]),
     ]

@@ -557,9 +557,19 @@ async fn a_second_start_on_a_running_servers_data_directory_is_refused() {
         let stderr = text(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
         let named = server.data_dir().display().to_string();
-        assert!(stderr.contains("in use") && stderr.contains(&named), "{args:?}: {stderr}");
-        assert_eq!(files(&server.data_dir()), before, "{args:?}: nothing written");
+        assert!(
+            stderr.contains("in use") && stderr.contains(&named),
+            "{args:?}: {stderr}"
+        );
+        assert_eq!(
+            files(&server.data_dir()),
+            before,
+            "{args:?}: nothing written"
+        );
     }
     let stream = within("get_stream", client.get_stream(&name("kept"))).await;
-    assert!(ok("get_stream", stream).is_some(), "the running server serves on");
+    assert!(
+        ok("get_stream", stream).is_some(),
+        "the running server serves on"
+    );
 }

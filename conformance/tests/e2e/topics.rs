@@ -220,15 +220,53 @@ async fn topic_options_given_as_text_are_stored_typed() {
     let (server, api) = TestServer::start_with_http(&[]);
     let tcp = server.root_client().await;
     let http = crate::http::http_client(&api).await;
-    ok("create stream", within("create", tcp.create_stream("s", &StreamCreateOptions::default())).await);
-    let text = [("preallocate_segments", "true"), ("message_expiry", "90s"), ("max_topic_size", "2GiB")];
+    ok(
+        "create stream",
+        within(
+            "create",
+            tcp.create_stream("s", &StreamCreateOptions::default()),
+        )
+        .await,
+    );
+    let text = [
+        ("preallocate_segments", "true"),
+        ("message_expiry", "90s"),
+        ("max_topic_size", "2GiB"),
+    ];
     for (what, client) in [("tcp", &tcp), ("http", &http)] {
-        let options = TopicCreateOptions { raw: text.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(), ..topic_options(1) };
-        ok(what, within("create", client.create_topic(&name("s"), what, &options)).await);
-        let topic = ok(what, within("get", tcp.get_topic(&name("s"), &name(what))).await).expect("the topic");
-        let value = |key: &str| topic.options.get(&HeaderKey::from_str(key).unwrap()).map(|option| option.value.clone()).unwrap_or_else(|| panic!("{what}: {key}"));
+        let options = TopicCreateOptions {
+            raw: text
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ..topic_options(1)
+        };
+        ok(
+            what,
+            within("create", client.create_topic(&name("s"), what, &options)).await,
+        );
+        let topic = ok(
+            what,
+            within("get", tcp.get_topic(&name("s"), &name(what))).await,
+        )
+        .expect("the topic");
+        let value = |key: &str| {
+            topic
+                .options
+                .get(&HeaderKey::from_str(key).unwrap())
+                .map(|option| option.value.clone())
+                .unwrap_or_else(|| panic!("{what}: {key}"))
+        };
         assert!(value("preallocate_segments").as_bool().unwrap(), "{what}");
-        assert_eq!(value("message_expiry").as_uint64().unwrap(), 90_000_000, "{what}");
-        assert_eq!(value("max_topic_size").as_uint64().unwrap(), 2 << 30, "{what}");
+        assert_eq!(
+            value("message_expiry").as_uint64().unwrap(),
+            90_000_000,
+            "{what}"
+        );
+        assert_eq!(
+            value("max_topic_size").as_uint64().unwrap(),
+            2 << 30,
+            "{what}"
+        );
     }
 }
