@@ -190,7 +190,11 @@ mod tests {
             ("preallocate_segments", kind::BOOL, &[1]),
             ("message_expiry", kind::UINT64, &90_000_000u64.to_le_bytes()),
             ("max_topic_size", kind::UINT64, &(2u64 << 30).to_le_bytes()),
-            ("messages_required_to_save", kind::UINT32, &10u32.to_le_bytes()),
+            (
+                "messages_required_to_save",
+                kind::UINT32,
+                &10u32.to_le_bytes(),
+            ),
             ("durability", kind::STRING, b"persisted"),
         ]);
         assert_eq!(typed, expected);
@@ -419,7 +423,10 @@ pub fn canonical(catalog: &[OptionSpec], block: &[u8]) -> Option<Vec<u8>> {
     let mut changed = false;
     let mut typed: Vec<(&str, u8, Vec<u8>)> = Vec::with_capacity(entries.len());
     for (key, value_kind, value) in entries {
-        let declared = catalog.iter().find(|spec| spec.key == key).map(|spec| spec.kind);
+        let declared = catalog
+            .iter()
+            .find(|spec| spec.key == key)
+            .map(|spec| spec.kind);
         let canonical = match (value_kind, declared) {
             (kind::STRING, Some(kind::BOOL)) => match as_str(value) {
                 Ok("true") => Some((kind::BOOL, vec![1])),

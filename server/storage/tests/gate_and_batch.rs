@@ -421,5 +421,8 @@ fn a_data_directory_is_held_by_one_holder_at_a_time() {
     std::fs::remove_dir(&path).unwrap();
     std::fs::create_dir(&path).unwrap();
     assert!(!again.holds(&path), "a replaced directory is not held");
-    assert!(std::fs::read_dir(&path).unwrap().next().is_none(), "nothing written");
+    assert!(
+        std::fs::read_dir(&path).unwrap().next().is_none(),
+        "nothing written"
+    );
 }
