@@ -1080,3 +1080,26 @@ async fn query_and_key_values_the_official_types_refuse_are_refused() {
     .await;
     assert_eq!(status, 201, "a 255-byte key");
 }
+/// A fire-and-forget send (`?ack=none`) that cannot apply is refused at once instead of being
+/// answered 202 and dropped: to a partition the topic does not have (404, as without `ack`),
+/// and with a context naming another incarnation of the partition (87).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fire_and_forget_send_that_cannot_apply_is_refused_not_accepted() {
+    let (server, api) = TestServer::start_with_http(&[]);
+    let client = server.root_client().await;
+    create_stream_and_topic(&client, "s", "t", 1).await;
+    let token = raw_token(&api).await;
+    let t = Some(token.as_str());
+    let path = "/streams/s/topics/t/messages?ack=none";
+    let to_partition_9 = br#"{"partitioning":{"kind":"partition_id","value":"CQAAAA=="},"messages":[{"id":1,"payload":"eA=="}]}"#;
+    let (status, body) = raw(&api, "POST", path, t, to_partition_9).await;
+    let body = String::from_utf8_lossy(&body);
+    assert_eq!(status, 404, "{body}");
+    let stale = br#"{"partitioning":{"kind":"partition_id","value":"AAAAAA=="},"messages":[{"id":1,"payload":"eA=="}],"context":{"incarnation":1,"owner_generation":0,"metadata_op":0}}"#;
+    let (status, body) = raw(&api, "POST", path, t, stale).await;
+    let body = String::from_utf8_lossy(&body);
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains(r#""id":87"#), "{body}");
+    let fresh = br#"{"partitioning":{"kind":"partition_id","value":"AAAAAA=="},"messages":[{"id":1,"payload":"eA=="}]}"#;
+    assert_eq!(raw(&api, "POST", path, t, fresh).await.0, 202);
+}

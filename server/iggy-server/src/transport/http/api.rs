@@ -1534,11 +1534,20 @@ async fn route_handler(
                     return Err(bad_json(format!("unknown partitioning kind `{other}`")).into());
                 }
             };
+            if !ids.contains(&partition) {
+                return Err(ErrorCode::PartitionNotFound.into());
+            }
             let (incarnation, _) = incarnation_now(node, &stream, &topic, partition)?;
             let context = send.context.unwrap_or(json::PartitionContext {
                 incarnation,
                 ..Default::default()
             });
+            // A fire-and-forget send to another incarnation than this node's would be answered
+            // 202 and then dropped (87 after the reply): refused now, as its send would be.
+            let fire_and_forget = query_param(query, "ack") == Some("none");
+            if fire_and_forget && context.incarnation != incarnation {
+                return Err(ErrorCode::HistoryUnavailable.into());
+            }
             let origin = node.shared.stamp_now();
             let batch = json::batch(&messages, origin);
             let partition_bytes = partition.to_le_bytes();
