@@ -231,6 +231,26 @@ async fn sdk_http_client_round_trips_user_headers() {
     // empty map).
     assert_eq!(polled.messages[1].header.user_headers_length, 0);
     assert!(polled.messages[1].user_headers_map().expect("decodable").unwrap_or_default().is_empty());
+    // On the wire, headers that map to typed ones are the list of entries the official type
+    // writes (they were always base64 text), as a client of another language reads them.
+    let token = raw_token(&api).await;
+    let first = "/streams/s/topics/t/messages?partition_id=0&kind=first&count=1";
+    let (status, body) = raw(&api, "GET", first, Some(&token), b"").await;
+    assert_eq!(status, 200);
+    let reply: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
+    let entries = reply["messages"][0]["user_headers"]
+        .as_array()
+        .expect("a list of entries")
+        .clone();
+    assert_eq!(entries.len(), headers.len(), "{entries:?}");
+    let flag = entries
+        .iter()
+        .find(|e| e["key"]["value"] == "ZmxhZw==")
+        .expect("the `flag` entry");
+    assert_eq!(
+        flag["value"],
+        serde_json::json!({"kind": "bool", "value": "AQ=="})
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

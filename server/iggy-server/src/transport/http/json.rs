@@ -381,12 +381,57 @@ pub struct Message {
     pub user_headers: UserHeaders,
 }
 
-/// Raw user headers travel as base64 text; none as an empty list (what the official type writes).
+/// A message's user headers as the official type writes them: a list of typed entries when
+/// they map to typed headers, else (an encrypting client's blob) the raw bytes as base64 text;
+/// none as an empty list.
 #[derive(Debug, Serialize)]
 #[serde(untagged)]
 pub enum UserHeaders {
+    Typed(Vec<HeaderEntry>),
     Raw(String),
     None([u8; 0]),
+}
+
+/// One typed user header: its key and its value.
+#[derive(Debug, Serialize, PartialEq)]
+pub struct HeaderEntry {
+    pub key: HeaderFieldJson,
+    pub value: HeaderFieldJson,
+}
+
+/// A key or a value: its kind's name and its bytes in base64.
+#[derive(Debug, Serialize, PartialEq)]
+pub struct HeaderFieldJson {
+    pub kind: &'static str,
+    pub value: String,
+}
+
+impl UserHeaders {
+    /// `headers` (a message's stored user headers) as a poll reply carries them.
+    pub fn of(headers: &[u8]) -> UserHeaders {
+        if headers.is_empty() {
+            return UserHeaders::None([]);
+        }
+        if check_user_headers(headers).is_err() {
+            return UserHeaders::Raw(Base64::encode_string(headers));
+        }
+        let field = |rest: &mut &[u8]| {
+            use iggy_wire::WireDecode;
+            let field = wire::HeaderField::decode_from(rest).expect("checked above");
+            HeaderFieldJson {
+                kind: KINDS[usize::from(field.kind)],
+                value: Base64::encode_string(field.value),
+            }
+        };
+        let mut rest = headers;
+        let mut entries = Vec::new();
+        while !rest.is_empty() {
+            let key = field(&mut rest);
+            let value = field(&mut rest);
+            entries.push(HeaderEntry { key, value });
+        }
+        UserHeaders::Typed(entries)
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -435,11 +480,7 @@ pub fn polled(reply: &wire::PollMessagesResponse<'_>) -> Result<PolledMessages, 
                     reserved: 0,
                 },
                 payload: Base64::encode_string(&frames[MessageFrameHeader::SIZE..payload_end]),
-                user_headers: if headers.is_empty() {
-                    UserHeaders::None([])
-                } else {
-                    UserHeaders::Raw(Base64::encode_string(headers))
-                },
+                user_headers: UserHeaders::of(headers),
             });
             frames = &frames[end..];
         }
@@ -842,6 +883,28 @@ impl OptionSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A poll writes headers that map to typed ones as the list a send takes (the official
+    /// type's form), and other bytes (an encrypting client's blob) as base64 text.
+    #[test]
+    fn polled_headers_are_typed_entries_when_they_map_and_raw_text_else() {
+        let entries = serde_json::json!([
+            {"key": {"kind": "string", "value": "dHJhY2U="}, "value": {"kind": "uint64", "value": "BwAAAAAAAAA="}},
+            {"key": {"kind": "raw", "value": "/w=="}, "value": {"kind": "bool", "value": "AQ=="}},
+        ]);
+        let bytes = user_headers(entries.as_array().unwrap()).unwrap();
+        let polled = serde_json::to_value(UserHeaders::of(&bytes)).unwrap();
+        assert_eq!(polled, entries);
+        let opaque = [0xA5u8; 30];
+        let polled = serde_json::to_value(UserHeaders::of(&opaque)).unwrap();
+        assert_eq!(polled, serde_json::json!(Base64::encode_string(&opaque)));
+        let cut = &bytes[..bytes.len() - 1];
+        assert!(matches!(UserHeaders::of(cut), UserHeaders::Raw(_)));
+        assert_eq!(
+            serde_json::to_value(UserHeaders::of(&[])).unwrap(),
+            serde_json::json!([])
+        );
+    }
 
     #[test]
     fn user_headers_the_official_client_cannot_read_are_refused() {

@@ -222,10 +222,11 @@ fn group_message_user_and_system_replies_fit_the_declared_schemas() {
         context: context(),
         partition_id: 1,
         current_offset: 3,
-        count: 2,
+        count: 3,
         messages: vec![
             message(UserHeaders::None([])),
             message(UserHeaders::Raw("AQID".into())),
+            message(UserHeaders::of(&[2, 1, 0, 0, 0, b'k', 3, 1, 0, 0, 0, 1])),
         ],
     };
     fits(
