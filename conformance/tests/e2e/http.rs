@@ -1099,6 +1099,12 @@ async fn query_and_key_values_the_official_types_refuse_are_refused() {
     )
     .await;
     assert_eq!(status, 201, "a 255-byte key");
+    // A count that is not a number says so (it said the parameter was missing).
+    let delete = "/streams/s/topics/t/partitions?partitions_count=abc";
+    let (status, body) = raw(&api, "DELETE", delete, t, b"").await;
+    let body = String::from_utf8_lossy(&body);
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("partitions_count is a number"), "{body}");
 }
 /// A fire-and-forget send (`?ack=none`) that cannot apply is refused at once instead of being
 /// answered 202 and dropped: to a partition the topic does not have (404, as without `ack`),

@@ -290,6 +290,17 @@ fn find_route(method: &str, path: &str) -> Result<(&'static Route, Vec<String>),
     Err(path_known)
 }
 
+/// A required numeric query parameter: 400 saying whether it is missing or not a number.
+fn required_number<T: std::str::FromStr>(
+    query: &[(String, String)],
+    name: &str,
+) -> Result<T, Response> {
+    let value = query_param(query, name).ok_or_else(|| bad_json(format!("{name} is required")))?;
+    value
+        .parse()
+        .map_err(|_| bad_json(format!("{name} is a number, not `{value}`")))
+}
+
 fn query_param<'q>(query: &'q [(String, String)], name: &str) -> Option<&'q str> {
     query
         .iter()
@@ -1396,9 +1407,7 @@ async fn route_handler(
         }
         "partition.delete" => {
             let (stream, topic) = (param(0)?, param(1)?);
-            let count = query_param(query, "partitions_count")
-                .and_then(|c| c.parse().ok())
-                .ok_or_else(|| bad_json("partitions_count is required"))?;
+            let count = required_number(query, "partitions_count")?;
             let body = wire::DeletePartitionsRequest {
                 stream_id: wire_id(&stream),
                 topic_id: wire_id(&topic),
@@ -1413,9 +1422,7 @@ async fn route_handler(
             let partition: u32 = params[2]
                 .parse()
                 .map_err(|_| bad_json("partition_id is a number"))?;
-            let count = query_param(query, "segments_count")
-                .and_then(|c| c.parse().ok())
-                .ok_or_else(|| bad_json("segments_count is required"))?;
+            let count = required_number(query, "segments_count")?;
             let body = wire::DeleteSegmentsRequest {
                 stream_id: wire_id(&stream),
                 topic_id: wire_id(&topic),
