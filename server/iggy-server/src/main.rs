@@ -605,14 +605,27 @@ fn remove_data_dir(path: &str) -> Result<(), ExitCode> {
 /// else taken afresh (the directory was made after the start's first look, or `--fresh`
 /// replaced it).
 fn hold_data_dir(path: &str, held: Option<DirLock>) -> Result<Option<DirLock>, ExitCode> {
+    use iggy_storage::data_dir::DirHold;
     let path = std::path::Path::new(path);
     if let Some(lock) = held.filter(|lock| lock.holds(path)) {
         return Ok(Some(lock));
     }
-    iggy_storage::data_dir::lock_data_dir(path).map_err(|refusal| {
-        eprintln!("iggy-server: {refusal}");
-        ExitCode::FAILURE
-    })
+    match iggy_storage::data_dir::lock_data_dir(path) {
+        Ok(DirHold::Held(lock)) => Ok(Some(lock)),
+        Ok(DirHold::NoDirectory) => Ok(None),
+        Ok(DirHold::Unlockable(error)) => {
+            tracing::warn!(
+                "cannot lock the data directory {} ({error}): a second process started on it \
+                 would not be refused",
+                path.display()
+            );
+            Ok(None)
+        }
+        Err(refusal) => {
+            eprintln!("iggy-server: {refusal}");
+            Err(ExitCode::FAILURE)
+        }
+    }
 }
 
 fn open_data_dir(path: &str) -> Result<iggy_storage::DataDir, ExitCode> {

@@ -295,24 +295,32 @@ impl DirLock {
     }
 }
 
-/// Takes the hold on the data directory at `path`: `Ok(None)` when there is no directory
-/// there yet (take it once one is made; what else is there is for [`open_data_dir`] to judge),
-/// an error naming the directory when another process holds it.
-pub fn lock_data_dir(path: &Path) -> Result<Option<DirLock>, String> {
+/// What [`lock_data_dir`] found.
+#[derive(Debug)]
+pub enum DirHold {
+    Held(DirLock),
+    /// No directory there yet: take the hold once one is made (what else is there is for
+    /// [`open_data_dir`] to judge).
+    NoDirectory,
+    /// The filesystem refuses the lock (an NFS mount without lock support): the start goes
+    /// on, unguarded against a second process.
+    Unlockable(std::io::Error),
+}
+
+/// Takes the hold on the data directory at `path`; an error naming the directory when another
+/// process holds it.
+pub fn lock_data_dir(path: &Path) -> Result<DirHold, String> {
     let dir = match std::fs::File::open(path) {
         Ok(dir) if dir.metadata().is_ok_and(|m| m.is_dir()) => dir,
-        _ => return Ok(None),
+        _ => return Ok(DirHold::NoDirectory),
     };
     match dir.try_lock() {
-        Ok(()) => Ok(Some(DirLock { dir })),
+        Ok(()) => Ok(DirHold::Held(DirLock { dir })),
         Err(std::fs::TryLockError::WouldBlock) => Err(format!(
             "{} is in use: another iggy-server process holds its lock (stop that process first, \
              or give this one its own system.path); nothing was started",
             path.display()
         )),
-        Err(std::fs::TryLockError::Error(error)) => Err(format!(
-            "cannot lock the data directory {}: {error}; nothing was started",
-            path.display()
-        )),
+        Err(std::fs::TryLockError::Error(error)) => Ok(DirHold::Unlockable(error)),
     }
 }

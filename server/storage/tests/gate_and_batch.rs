@@ -407,17 +407,21 @@ fn pruning_a_deleted_topic_removes_only_empty_directories() {
 /// directory was replaced (`--fresh`).
 #[test]
 fn a_data_directory_is_held_by_one_holder_at_a_time() {
-    use iggy_storage::data_dir::lock_data_dir;
+    use iggy_storage::data_dir::{DirHold, lock_data_dir};
+    let held = |path: &std::path::Path| match lock_data_dir(path) {
+        Ok(DirHold::Held(lock)) => lock,
+        other => panic!("held: {other:?}"),
+    };
     let temporary = tempfile::tempdir().unwrap();
     let path = temporary.path().join("data");
-    assert!(lock_data_dir(&path).unwrap().is_none(), "no directory yet");
+    assert!(matches!(lock_data_dir(&path), Ok(DirHold::NoDirectory)));
     std::fs::create_dir(&path).unwrap();
-    let held = lock_data_dir(&path).unwrap().expect("held");
-    assert!(held.holds(&path));
+    let first = held(&path);
+    assert!(first.holds(&path));
     let refused = lock_data_dir(&path).unwrap_err();
     assert!(refused.contains("in use"), "{refused}");
-    drop(held);
-    let again = lock_data_dir(&path).unwrap().expect("held again");
+    drop(first);
+    let again = held(&path);
     std::fs::remove_dir(&path).unwrap();
     std::fs::create_dir(&path).unwrap();
     assert!(!again.holds(&path), "a replaced directory is not held");
