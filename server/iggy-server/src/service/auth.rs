@@ -169,7 +169,8 @@ pub async fn ensure_root(node: &Rc<Node>, (username, password): (String, String)
     // A restarted replica's copy applies its journal again only once its group's view commits
     // it, so a root user of its history is not there yet either.
     tracing::info!(
-        "root user not in this node's applied metadata yet: it comes by replication from the          metadata primary, which creates it in a new cluster (replica {} is not the primary now)",
+        "root user not in this node's applied metadata yet: it comes by replication from the \
+         metadata primary, which creates it in a new cluster (replica {} is not the primary now)",
         node.shared.replica_id
     );
     compio::runtime::spawn(root_by_primary(node.clone(), username, password)).detach();
