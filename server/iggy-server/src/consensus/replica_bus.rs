@@ -1536,7 +1536,6 @@ async fn read_frames(
         if replica_link::says_stopping(&verified, &header) {
             stopping.set(true);
         }
-        let gave_up_leases = replica_link::gave_up_leases(&verified, &header);
         if let Some(keepalive) = &keepalive {
             let generation = keepalive.generation;
             let outbox = &keepalive.outbox;
@@ -1551,7 +1550,7 @@ async fn read_frames(
                     let now = Instant::now();
                     let leases = &keepalive.leases;
                     leases.ping_heard(keepalive.peer, ping.metadata_applied);
-                    if gave_up_leases {
+                    if replica_link::gave_up_leases(&verified, &header) {
                         leases.peer_stops(keepalive.peer);
                     }
                     let lease = match stopping.get() {
