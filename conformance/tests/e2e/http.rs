@@ -1038,16 +1038,22 @@ async fn names_with_a_stray_percent_are_managed_through_the_official_http_client
     assert!(tokens.is_empty(), "{tokens:?}");
 }
 
+/// A server with HTTP on, a stream `s` with a topic `t` of one partition, and a root token.
+async fn http_with_topic_s_t() -> (TestServer, String, String) {
+    let (server, api) = TestServer::start_with_http(&[]);
+    let client = server.root_client().await;
+    create_stream_and_topic(&client, "s", "t", 1).await;
+    let token = raw_token(&api).await;
+    (server, api, token)
+}
+
 /// Query and partitioning values the official types refuse are refused with 400, not read
 /// another way: a poll count past u32 (it wrapped: 2^32 polled nothing), an `auto_commit` other
 /// than true or false (read as false), a message key empty or over 255 bytes (the binary form
 /// cannot carry one; iggy_common's SendMessages::validate refuses both, 4028).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn query_and_key_values_the_official_types_refuse_are_refused() {
-    let (server, api) = TestServer::start_with_http(&[]);
-    let client = server.root_client().await;
-    create_stream_and_topic(&client, "s", "t", 1).await;
-    let token = raw_token(&api).await;
+    let (_server, api, token) = http_with_topic_s_t().await;
     let t = Some(token.as_str());
     let poll = |query: &str| format!("/streams/s/topics/t/messages?partition_id=0&{query}");
     for query in [
@@ -1106,15 +1112,13 @@ async fn query_and_key_values_the_official_types_refuse_are_refused() {
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("partitions_count is a number"), "{body}");
 }
+
 /// A fire-and-forget send (`?ack=none`) that cannot apply is refused at once instead of being
 /// answered 202 and dropped: to a partition the topic does not have (404, as without `ack`),
 /// and with a context naming another incarnation of the partition (87).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fire_and_forget_send_that_cannot_apply_is_refused_not_accepted() {
-    let (server, api) = TestServer::start_with_http(&[]);
-    let client = server.root_client().await;
-    create_stream_and_topic(&client, "s", "t", 1).await;
-    let token = raw_token(&api).await;
+    let (_server, api, token) = http_with_topic_s_t().await;
     let t = Some(token.as_str());
     let path = "/streams/s/topics/t/messages?ack=none";
     let to_partition_9 = br#"{"partitioning":{"kind":"partition_id","value":"CQAAAA=="},"messages":[{"id":1,"payload":"eA=="}]}"#;
