@@ -338,6 +338,10 @@ pub struct Replica {
     quiet_askers: BTreeMap<ReplicaId, u64>,
     /// When this primary last asked its preferred replica to take the group over.
     transfer_sent_at: Option<u64>,
+    /// The backups this primary asked to take the group over as it stepped down, and in which
+    /// view: stepping down again in that view asks one it has not asked yet (the one asked may
+    /// decline, and would be asked forever).
+    stepped_down_to: (u32, Vec<ReplicaId>),
     /// When the primary's next Commit heartbeat is due: at its first tick once opened (so a
     /// primary of the creation view hears its backups at once), then every `heartbeat_ticks`,
     /// or every `idle_heartbeat_ticks` while the group idles (`idles`).
@@ -461,6 +465,7 @@ impl Replica {
             rejoin_since: None,
             pre_vote: None,
             repair_asked: None,
+            stepped_down_to: (0, Vec::new()),
             body_fetch: None,
             cannot_lead: false,
             declines_to_lead: false,
@@ -1682,24 +1687,40 @@ impl Replica {
         self.send(target, message);
     }
 
-    /// As the Normal primary of a group with peers, about to stop (a graceful shutdown): hands
-    /// the group to the backup that acknowledged the most of its log among those heard lately
-    /// (the lowest id on a tie), asking it, as the preferred-primary hand-over does, to start
-    /// the view change to the next view it leads. Its peers then need
-    /// not wait out the heartbeat timeout before electing a primary. Returns the replica asked;
-    /// `None` when this replica does not lead or heard no backup (nothing it could hand over).
+    /// As the Normal primary of a group with peers, about to stop (a graceful shutdown) or
+    /// declining to lead: hands the group to the backup that acknowledged the most of its log
+    /// among those heard lately (the lowest id on a tie), asking it, as the preferred-primary
+    /// hand-over does, to start the view change to the next view it leads. Its peers then need
+    /// not wait out the heartbeat timeout before electing a primary. Asked again in the same
+    /// view (the backup declined, or has not acted yet), it asks the next such backup it has
+    /// not asked, then starts over. Returns the replica asked; `None` when this replica does
+    /// not lead or heard no backup (nothing it could hand over).
     pub fn step_down(&mut self) -> Option<ReplicaId> {
         if self.status != Status::Normal || !self.is_primary() || self.is_solo() {
             return None;
         }
-        let target = self
+        let mut candidates: Vec<ReplicaId> = self
             .others()
             .into_iter()
             .filter(|replica| self.heard_lately(*replica))
-            .max_by_key(|replica| {
-                let acked = self.durable_acks.get(usize::from(*replica)).copied();
-                (acked.unwrap_or(0), std::cmp::Reverse(*replica))
-            })?;
+            .collect();
+        candidates.sort_by_key(|replica| {
+            let acked = self.durable_acks.get(usize::from(*replica)).copied();
+            (std::cmp::Reverse(acked.unwrap_or(0)), *replica)
+        });
+        let (view, asked) = &mut self.stepped_down_to;
+        if *view != self.view {
+            *view = self.view;
+            asked.clear();
+        }
+        let target = match candidates.iter().find(|replica| !asked.contains(replica)) {
+            Some(&target) => target,
+            None => {
+                asked.clear();
+                *candidates.first()?
+            }
+        };
+        asked.push(target);
         self.transfer_to(target);
         Some(target)
     }

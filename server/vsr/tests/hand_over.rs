@@ -286,6 +286,31 @@ fn only_a_normal_primary_that_heard_a_backup_steps_down() {
     assert_eq!(stale.step_down(), None);
 }
 
+/// A primary that keeps stepping down (its node cannot judge grants, so it asks every
+/// maintenance pass) while the backup it asked takes nothing over (that node declines too, and
+/// with no write admitted the acknowledgements stay tied) asks the next backup the next time,
+/// not the same one forever: a three-node cluster whose links are slower than a grant lease
+/// lasts left one partition refusing every write for as long as that lasted.
+#[test]
+fn a_primary_stepping_down_again_in_the_same_view_asks_the_backup_it_did_not_ask() {
+    let mut primary = primary_acked_by(&[2, 0]);
+    let mut asked = Vec::new();
+    for _ in 0..4 {
+        asked.push(primary.step_down().expect("a backup to ask"));
+        settle(&mut primary);
+        assert_eq!((primary.status(), primary.view()), (Status::Normal, 1));
+    }
+    assert_eq!(asked, [0, 2, 0, 2]);
+    // With one backup heard, that one is asked every time.
+    let mut fresh = primary_acked_by(&[2]);
+    assert_eq!(fresh.step_down(), Some(2));
+    assert_eq!(
+        fresh.step_down(),
+        Some(2),
+        "the only backup heard is asked again"
+    );
+}
+
 /// A replica whose node declines to lead (it cannot judge its clients' grants) takes no group
 /// handed to it, whoever asks; once it no longer declines, the same request moves the group.
 #[test]

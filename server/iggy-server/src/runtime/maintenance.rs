@@ -169,6 +169,9 @@ struct LeaseWatch {
     /// When this node was first seen without a lease, while it still is.
     lapsed_since: Option<Instant>,
     declining: bool,
+    /// Whether this lapse's hand-over was logged: a group still led here is offered again every
+    /// pass (to the next backup when the one asked declines), said once.
+    said: bool,
 }
 
 impl LeaseWatch {
@@ -195,14 +198,21 @@ impl LeaseWatch {
         let replica = node.shared.replica_id;
         match (declines, handed) {
             (true, 0) => {}
+            (true, handed) if std::mem::replace(&mut self.said, true) => tracing::debug!(
+                "replica {replica}: still no grant lease: {handed} partition groups led here \
+                 offered to a backup again"
+            ),
             (true, handed) => tracing::warn!(
                 "replica {replica}: no grant lease from the metadata primary for over \
                  {patience:?} (it is not heard): {handed} partition groups led here handed to \
                  a backup, and this node leads none until it hears the primary again"
             ),
-            (false, _) => tracing::info!(
-                "replica {replica}: grant lease back: its partition groups may lead again"
-            ),
+            (false, _) => {
+                self.said = false;
+                tracing::info!(
+                    "replica {replica}: grant lease back: its partition groups may lead again"
+                )
+            }
         }
     }
 
