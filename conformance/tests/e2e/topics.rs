@@ -28,6 +28,9 @@ async fn create_topic_returns_details_with_zero_based_partitions() {
     for p in &t.partitions {
         assert_eq!(p.messages_count, 0, "partition {} messages_count", p.id);
         assert_eq!(p.current_offset, 0, "partition {} current_offset", p.id);
+        // Its active segment, as a get of the topic says at once (the reply used to say 0
+        // while the partition had not opened yet).
+        assert_eq!(p.segments_count, 1, "partition {} segments_count", p.id);
     }
 
     let t2 = ok(

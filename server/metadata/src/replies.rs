@@ -230,7 +230,9 @@ pub fn topic_details(figures: &impl Figures, stream: u32, topic: &Topic, codec: 
             PartitionResponse {
                 id: p.id,
                 created_at: p.created_at,
-                segments_count: info.segments,
+                // A partition always has its active segment; one not opened yet (just
+                // created, `Fresh`, or not yet on this node) has published no figures.
+                segments_count: info.segments.max(1),
                 current_offset: info.next_offset.saturating_sub(1),
                 size_bytes: info.size_bytes,
                 messages_count: info.messages,
