@@ -1133,3 +1133,43 @@ async fn a_fire_and_forget_send_that_cannot_apply_is_refused_not_accepted() {
     let fresh = br#"{"partitioning":{"kind":"partition_id","value":"AAAAAA=="},"messages":[{"id":1,"payload":"eA=="}]}"#;
     assert_eq!(raw(&api, "POST", path, t, fresh).await.0, 202);
 }
+
+/// A load balancer's `HEAD /ping` (and of the metrics) is answered as the GET is, its
+/// Content-Length included, with no body: the GET pipelined behind it on the same connection
+/// is read as the next response. A HEAD of a path that needs a token is 405 (a poll's GET may
+/// commit an offset). Every HEAD was 405 before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn head_probes_of_public_paths_are_answered_as_their_get_without_a_body() {
+    let (_server, api) = TestServer::start_with_http(&[]);
+    let address = api.trim_start_matches("http://");
+    for path in ["/ping", "/metrics"] {
+        let (status, get_body) = raw(&api, "GET", path, None, b"").await;
+        assert_eq!(status, 200, "GET {path}");
+        let mut stream = within("connect", tokio::net::TcpStream::connect(address))
+            .await
+            .expect("connect");
+        let requests = format!(
+            "HEAD {path} HTTP/1.1\r\nhost: {address}\r\n\r\n\
+             GET /ping HTTP/1.1\r\nhost: {address}\r\nconnection: close\r\n\r\n"
+        );
+        stream.write_all(requests.as_bytes()).await.expect("write");
+        let mut reply = Vec::new();
+        within("read replies", stream.read_to_end(&mut reply))
+            .await
+            .expect("read");
+        let text = String::from_utf8_lossy(&reply);
+        let (head, rest) = text.split_once("\r\n\r\n").expect("a head");
+        assert!(head.starts_with("HTTP/1.1 200 "), "HEAD {path}: {text}");
+        if path == "/ping" {
+            let length = format!("content-length: {}", get_body.len());
+            assert!(head.lines().any(|l| l == length), "HEAD {path}: {head}");
+        }
+        assert!(
+            rest.starts_with("HTTP/1.1 200 "),
+            "HEAD {path} sent a body, or the GET behind it was not answered: {text}"
+        );
+    }
+    let (status, body) = raw(&api, "HEAD", "/streams", None, b"").await;
+    assert_eq!(status, 405, "{}", String::from_utf8_lossy(&body));
+    assert!(body.is_empty(), "a HEAD answer has no body");
+}

@@ -724,11 +724,26 @@ pub async fn handle(
         response.headers = state.preflight_headers(private);
         return response;
     }
+    // HEAD: a load balancer's or an orchestrator's probe of a public GET (ping, the metrics),
+    // answered as the GET is (the transport leaves the body out). Not of the others: a poll's
+    // GET may commit an offset.
+    let head = request.method == "HEAD";
+    let method = if head { "GET" } else { request.method.as_str() };
     let metrics = &state.config.metrics;
-    if metrics.enabled && request.method == "GET" && request.path == metrics.endpoint {
+    if metrics.enabled && method == "GET" && request.path == metrics.endpoint {
         return prometheus(node);
     }
-    let (route, params) = match find_route(&request.method, &request.path) {
+    let (route, params) = match find_route(method, &request.path) {
+        Ok((route, _)) if head && !route.public => {
+            return Response::error(
+                405,
+                &refusal_text(
+                    405,
+                    "method_not_allowed",
+                    "HEAD is answered on public paths only",
+                ),
+            );
+        }
         Ok(found) => found,
         Err(true) => {
             return Response::error(

@@ -416,12 +416,12 @@ async fn serve_connection<S: AsyncRead + AsyncWrite>(
         );
         // A token's session is bound for the request only; the connection keeps none.
         connection.bound = None;
-        send(
-            idle,
-            &mut stream,
-            response.encode(origin.as_deref(), &cors, close),
-        )
-        .await?;
+        let mut bytes = response.encode(origin.as_deref(), &cors, close);
+        if request.method == "HEAD" && response.status != 204 {
+            // The GET's head, its Content-Length included, without the body (RFC 9110 9.3.2).
+            bytes.truncate(bytes.len() - response.body.len());
+        }
+        send(idle, &mut stream, bytes).await?;
         if close {
             return Ok(());
         }
