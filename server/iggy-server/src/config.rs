@@ -86,6 +86,9 @@ pub struct Logging {
 /// The values `system.logging.level` admits.
 pub const LOG_LEVELS: &[&str] = &["trace", "debug", "info", "warn", "error", "off"];
 
+/// The smallest `limits.max_frame_size` taken.
+const MIN_FRAME_SIZE: u32 = 64 * 1024;
+
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Runtime {
@@ -375,13 +378,30 @@ pub enum ConfigError {
     },
     /// `--replica-id` does not fit the configuration.
     ReplicaId(String),
+    /// Every unknown key and mistyped value of the file and the environment, so an operator
+    /// fixes them in one go (an upstream file had dozens).
+    Several(Vec<ConfigError>),
+}
+
+impl ConfigError {
+    /// One error for `problems`: the only one, or all of them.
+    fn of(mut problems: Vec<ConfigError>) -> Result<(), ConfigError> {
+        match problems.len() {
+            0 => Ok(()),
+            1 => Err(problems.remove(0)),
+            _ => Err(Self::Several(problems)),
+        }
+    }
 }
 
 impl std::fmt::Display for ConfigError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Toml(m) => write!(f, "config: {m}"),
-            Self::UnknownKey(k) => write!(f, "config: unknown key `{k}`"),
+            Self::UnknownKey(k) => match upstream_equivalent(k) {
+                Some(ours) => write!(f, "config: unknown key `{k}` (upstream's; here: {ours})"),
+                None => write!(f, "config: unknown key `{k}`"),
+            },
             Self::BadValue {
                 key,
                 value,
@@ -399,6 +419,14 @@ impl std::fmt::Display for ConfigError {
             ),
             Self::Cluster { key, problem } => write!(f, "config: `{key}` {problem}"),
             Self::ReplicaId(m) => write!(f, "{m}"),
+            Self::Several(problems) => {
+                write!(f, "config: {} problems:", problems.len())?;
+                for problem in problems {
+                    let text = problem.to_string();
+                    write!(f, "\n  {}", text.strip_prefix("config: ").unwrap_or(&text))?;
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -472,6 +500,36 @@ pub fn unknown_env_vars(names: impl IntoIterator<Item = String>) -> Vec<String> 
     unknown
 }
 
+/// `IGGY_` variables the server or the official CLI reads that are not configuration keys.
+const OTHER_VARIABLES: &[&str] = &[
+    "IGGY_CONFIG_PATH",
+    "IGGY_ROOT_USERNAME",
+    "IGGY_ROOT_PASSWORD",
+    "IGGY_HOME",
+    "IGGY_USERNAME",
+    "IGGY_PASSWORD",
+    "IGGY_TOKEN",
+];
+
+/// The `IGGY_` variables among `names` that [`unknown_env_vars`] lets pass but that nothing
+/// reads: no section starts them (`IGGY_TCPP_ADDRESS`, `IGGY_tcp_address`) and they are none
+/// of [`OTHER_VARIABLES`] nor a test hook (`IGGY_DEBUG_`). Warned of, not refused: another
+/// tool's variable may share the prefix.
+pub fn unread_env_vars(names: impl IntoIterator<Item = String>) -> Vec<String> {
+    let sections: Vec<String> = defaults_table()
+        .keys()
+        .map(|section| env_name(section) + "_")
+        .collect();
+    let mut unread: Vec<String> = names
+        .into_iter()
+        .filter(|name| name.starts_with("IGGY_") && !name.starts_with("IGGY_DEBUG_"))
+        .filter(|name| !OTHER_VARIABLES.contains(&name.as_str()))
+        .filter(|name| !sections.iter().any(|s| name.starts_with(s.as_str())))
+        .collect();
+    unread.sort();
+    unread
+}
+
 /// Where the configuration reference lives, relative to this crate.
 #[cfg(test)]
 pub const REFERENCE_PATH: &str = "config.reference.toml";
@@ -527,7 +585,9 @@ pub fn reference() -> String {
     out
 }
 
-fn merge(base: &mut Table, over: &Table, prefix: &str) -> Result<(), ConfigError> {
+/// Lays `over` (a file's keys) over `base`, pushing each unknown key and mistyped value on
+/// `problems` and going on with the others.
+fn merge(base: &mut Table, over: &Table, prefix: &str, problems: &mut Vec<ConfigError>) {
     for (k, v) in over {
         let path = if prefix.is_empty() {
             k.clone()
@@ -535,28 +595,96 @@ fn merge(base: &mut Table, over: &Table, prefix: &str) -> Result<(), ConfigError
             format!("{prefix}.{k}")
         };
         match (base.get_mut(k), v) {
-            (Some(Value::Table(b)), Value::Table(o)) => merge(b, o, &path)?,
-            (Some(Value::Table(_)), _) | (None, _) => return Err(ConfigError::UnknownKey(path)),
-            (Some(_), Value::Table(_)) => return Err(ConfigError::UnknownKey(path)),
-            (Some(slot), val) => {
-                if std::mem::discriminant(slot) != std::mem::discriminant(val) {
-                    // A mistyped secret is still a secret: the error names only its key.
-                    let value = if path.ends_with("secret") {
-                        "<hidden>".to_string()
-                    } else {
-                        val.to_string()
-                    };
-                    return Err(ConfigError::BadValue {
-                        key: path,
-                        value,
-                        expected: type_name(slot),
-                    });
-                }
-                *slot = val.clone();
+            (Some(Value::Table(b)), Value::Table(o)) => merge(b, o, &path, problems),
+            (Some(Value::Table(_)) | None, _) | (Some(_), Value::Table(_)) => {
+                problems.push(ConfigError::UnknownKey(path))
             }
+            (Some(slot @ Value::Integer(_)), Value::String(text)) if is_byte_size(&path) => {
+                match parse_byte_size(text) {
+                    Some(bytes) => *slot = Value::Integer(bytes),
+                    None => problems.push(ConfigError::BadValue {
+                        key: path,
+                        value: text.clone(),
+                        expected: "size (bytes, or a number and a unit: \"2 MB\", \"64 MiB\")",
+                    }),
+                }
+            }
+            (Some(slot), val) if std::mem::discriminant(slot) != std::mem::discriminant(val) => {
+                // A mistyped secret is still a secret: the error names only its key.
+                let value = match val {
+                    _ if path.ends_with("secret") => "<hidden>".to_string(),
+                    Value::String(text) => text.clone(),
+                    other => other.to_string(),
+                };
+                problems.push(ConfigError::BadValue {
+                    key: path,
+                    value,
+                    expected: type_name(slot),
+                });
+            }
+            (Some(slot), val) => *slot = val.clone(),
         }
     }
-    Ok(())
+}
+
+/// Whether the integer key `path` counts bytes, so that it also takes upstream's sizes as text
+/// (`"2 MB"`, `"64 MiB"`, `"1200 B"`).
+fn is_byte_size(path: &str) -> bool {
+    let key = path.rsplit('.').next().unwrap_or(path);
+    key.ends_with("_size")
+        || key.ends_with("_bytes")
+        || key.ends_with("_window")
+        || key == "initial_mtu"
+}
+
+/// A size as upstream writes it: a whole number, optionally followed by a unit, decimal (`KB`,
+/// `MB`, `GB`, `TB`: powers of 1000) or binary (`KiB`, `MiB`, `GiB`, `TiB`), or `B`.
+fn parse_byte_size(text: &str) -> Option<i64> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: i64 = number.parse().ok()?;
+    let scale: i64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "tb" => 1_000_000_000_000,
+        "kib" => 1 << 10,
+        "mib" => 1 << 20,
+        "gib" => 1 << 30,
+        "tib" => 1 << 40,
+        _ => return None,
+    };
+    number.checked_mul(scale)
+}
+
+/// For a key of upstream's configuration this server names otherwise: what to write here.
+fn upstream_equivalent(key: &str) -> Option<&'static str> {
+    Some(match key {
+        "system.segment" => "`system.segment_size` for its `size` (bytes, or \"1 GiB\")",
+        "http.jwt.access_token_expiry" => "`http.jwt.access_token_expiry_secs` (seconds)",
+        "http.jwt.clock_skew" => "`http.jwt.clock_skew_secs` (seconds)",
+        "http.jwt.not_before" => "`http.jwt.not_before_secs` (seconds)",
+        "http.jwt.valid_issuers" => "`http.jwt.issuer` (one issuer)",
+        "http.jwt.valid_audiences" => "`http.jwt.audience` (one audience)",
+        "quic.keep_alive_interval" => "`quic.keep_alive_interval_ms` (milliseconds)",
+        "quic.max_idle_timeout" => "`quic.max_idle_timeout_ms` (milliseconds)",
+        "system.logging.path" | "system.logging.file_enabled" => {
+            "none: the log goes to standard output (the service manager keeps it)"
+        }
+        "system.encryption" => {
+            "none: encryption at rest is not offered (StreamEncryptionUnavailable)"
+        }
+        "heartbeat" => "none: a client's connection is watched by `limits.idle_timeout_secs`",
+        "system.sharding" | "system.runtime" => "`runtime.shards` (0: one per core)",
+        "system.partition" => {
+            "`system.durability` (replicated or persisted) decides when a write is fsynced"
+        }
+        _ => return None,
+    })
 }
 
 fn type_name(v: &Value) -> &'static str {
@@ -580,6 +708,19 @@ fn set_path(t: &mut Table, path: &str, v: Value) {
             .expect("known section");
     }
     cur.insert(last.to_string(), v);
+}
+
+/// A value the key's type cannot hold (a negative count, a port past 65535): serde's message
+/// names the key on a line of its own; said as the other bad values are.
+fn out_of_range(error: &toml::de::Error) -> ConfigError {
+    let text = error.to_string();
+    let text = text.trim_end();
+    match text.split_once("\nin `") {
+        Some((what, key)) => {
+            ConfigError::Toml(format!("`{}`: {what}", key.trim_end_matches(['`', '\n'])))
+        }
+        None => ConfigError::Toml(text.to_string()),
+    }
 }
 
 /// The parser's refusal of a config file. Its message quotes the line it stopped on; for a
@@ -634,10 +775,11 @@ fn load_for(
 ) -> Result<Config, ConfigError> {
     let mut table = defaults_table();
     let mut roster = Vec::new();
+    let mut problems = Vec::new();
     if let Some(text) = file {
         let mut over = text.parse::<Table>().map_err(|e| file_not_toml(text, &e))?;
         roster = cluster::take_file_roster(&mut over)?;
-        merge(&mut table, &over, "")?;
+        merge(&mut table, &over, "", &mut problems);
     }
     cluster::apply_env_roster(&mut roster, &env)?;
     for (path, default) in leaves() {
@@ -650,13 +792,33 @@ fn load_for(
             expected: type_name(&default),
         };
         let v = match default {
-            Value::Boolean(_) => Value::Boolean(match raw.trim().to_ascii_lowercase().as_str() {
-                "true" | "1" => true,
-                "false" | "0" => false,
-                _ => return Err(bad()),
-            }),
-            Value::Integer(_) => Value::Integer(raw.trim().parse().map_err(|_| bad())?),
-            Value::Float(_) => Value::Float(raw.trim().parse().map_err(|_| bad())?),
+            Value::Boolean(_) => match raw.trim().to_ascii_lowercase().as_str() {
+                "true" | "1" => Value::Boolean(true),
+                "false" | "0" => Value::Boolean(false),
+                _ => {
+                    problems.push(bad());
+                    continue;
+                }
+            },
+            Value::Integer(_) => match raw
+                .trim()
+                .parse()
+                .ok()
+                .or_else(|| is_byte_size(&path).then(|| parse_byte_size(&raw)).flatten())
+            {
+                Some(n) => Value::Integer(n),
+                None => {
+                    problems.push(bad());
+                    continue;
+                }
+            },
+            Value::Float(_) => match raw.trim().parse() {
+                Ok(x) => Value::Float(x),
+                Err(_) => {
+                    problems.push(bad());
+                    continue;
+                }
+            },
             // A list from the environment is comma-separated.
             Value::Array(_) => Value::Array(
                 raw.split(',')
@@ -669,12 +831,13 @@ fn load_for(
         };
         set_path(&mut table, &path, v);
     }
+    ConfigError::of(problems)?;
     let Some(Value::Table(cluster_section)) = table.remove("cluster") else {
         unreachable!("defaults.toml has a [cluster] section");
     };
     let mut cfg: Config = Value::Table(table)
         .try_into()
-        .map_err(|e: toml::de::Error| ConfigError::Toml(e.to_string()))?;
+        .map_err(|e: toml::de::Error| out_of_range(&e))?;
     cfg.cluster = cluster::build(cluster_section, &roster)?;
     cfg.validate_for(offline)?;
     Ok(cfg)
@@ -713,6 +876,21 @@ impl Config {
                     expected: "client table capacity (1 to 4294967295)",
                 });
             }
+        }
+        if self.limits.max_connections == 0 {
+            return Err(ConfigError::BadValue {
+                key: "limits.max_connections".into(),
+                value: "0".into(),
+                expected: "connection limit (at least 1: 0 would refuse every client)",
+            });
+        }
+        if self.limits.max_frame_size < MIN_FRAME_SIZE {
+            return Err(ConfigError::BadValue {
+                key: "limits.max_frame_size".into(),
+                value: self.limits.max_frame_size.to_string(),
+                expected: "frame size (at least 65536 bytes: smaller frames refuse ordinary \
+                           requests and replies)",
+            });
         }
         self.system.checked_max_disk_stall()?;
         if self.partition.consumer_offsets_max == 0 {
@@ -974,6 +1152,107 @@ mod tests {
         let c = load(Some(file), env).unwrap();
         assert_eq!(c.tcp.address, "127.0.0.1:9100");
         assert!(!c.http.enabled);
+    }
+
+    /// An upstream file (46 keys this server does not know) took 46 starts to clear, one key
+    /// each: every unknown key and mistyped value is listed at once, with this server's key
+    /// where one does the same, and strings are quoted once.
+    #[test]
+    fn every_problem_of_a_file_is_listed_at_once_naming_this_servers_key() {
+        let file = "[http.jwt]\naccess_token_expiry = \"1 h\"\n\
+                    [system]\nsegment = { size = \"1 GiB\" }\n\
+                    [tcp]\nenabled = \"yes\"\n\
+                    [telemetry]\nenabled = false\n";
+        let e = load(Some(file), none).unwrap_err();
+        let ConfigError::Several(problems) = &e else {
+            panic!("every problem: {e}");
+        };
+        assert_eq!(problems.len(), 4, "{e}");
+        let text = e.to_string();
+        for said in [
+            "config: 4 problems:",
+            "\n  unknown key `http.jwt.access_token_expiry` (upstream's; here: \
+             `http.jwt.access_token_expiry_secs` (seconds))",
+            "\n  unknown key `system.segment` (upstream's; here: `system.segment_size` for its",
+            "\n  `tcp.enabled` = \"yes\" is not a valid boolean",
+            "\n  unknown key `telemetry`",
+        ] {
+            assert!(text.contains(said), "{said:?} in {text}");
+        }
+        // One problem is said as before.
+        let e = load(Some("[tcp]\nadress = \"x\"\n"), none).unwrap_err();
+        assert_eq!(e, ConfigError::UnknownKey("tcp.adress".into()));
+        // Environment values too.
+        let env = |k: &str| match k {
+            "IGGY_TCP_ENABLED" => Some("maybe".into()),
+            "IGGY_LIMITS_MAX_CONNECTIONS" => Some("many".into()),
+            _ => None,
+        };
+        assert!(matches!(load(None, env).unwrap_err(), ConfigError::Several(p) if p.len() == 2));
+    }
+
+    #[test]
+    fn variables_of_no_section_and_read_by_nothing_are_named_for_a_warning() {
+        let names = [
+            "IGGY_TCPP_ADDRESS",
+            "IGGY_tcp_address",
+            "IGGY_TCP_ADDRESS",
+            "IGGY_CONFIG_PATH",
+            "IGGY_ROOT_PASSWORD",
+            "IGGY_USERNAME",
+            "IGGY_DEBUG_PANIC_AFTER_MS",
+            "IGGY_CLUSTER_NODES_0_IP",
+            "PATH",
+        ];
+        assert_eq!(
+            unread_env_vars(names.map(String::from)),
+            ["IGGY_TCPP_ADDRESS", "IGGY_tcp_address"]
+        );
+    }
+
+    #[test]
+    fn byte_sizes_take_upstreams_text_in_a_file_and_the_environment() {
+        let file = "[http]\nmax_request_size = \"2 MB\"\n\
+                    [quic]\ninitial_mtu = \"1200 B\"\nsend_window = \"64 MiB\"\n\
+                    [system]\nsegment_size = \"1 GiB\"\n";
+        let c = load(Some(file), none).unwrap();
+        assert_eq!(c.http.max_request_size, 2_000_000);
+        assert_eq!(c.quic.initial_mtu, 1200);
+        assert_eq!(c.quic.send_window, 64 << 20);
+        assert_eq!(c.system.segment_size, 1 << 30);
+        let env = |k: &str| (k == "IGGY_SYSTEM_SEGMENT_SIZE").then(|| "512 KiB".to_string());
+        assert_eq!(load(None, env).unwrap().system.segment_size, 512 << 10);
+        // Only where the key counts bytes, and only a known unit.
+        let e = load(Some("[limits]\nmax_connections = \"2 MB\"\n"), none).unwrap_err();
+        assert!(
+            matches!(&e, ConfigError::BadValue { key, .. } if key == "limits.max_connections"),
+            "{e}"
+        );
+        let e = load(Some("[http]\nmax_request_size = \"2 parsecs\"\n"), none).unwrap_err();
+        assert!(e.to_string().contains("\"2 MB\", \"64 MiB\""), "{e}");
+    }
+
+    #[test]
+    fn a_connection_limit_of_0_a_tiny_frame_or_a_negative_count_is_refused_naming_its_key() {
+        let with = |name: &'static str, value: &'static str| {
+            move |k: &str| (k == name).then(|| value.to_string())
+        };
+        let e = load(None, with("IGGY_LIMITS_MAX_CONNECTIONS", "0")).unwrap_err();
+        assert!(
+            e.to_string().contains("`limits.max_connections` = \"0\""),
+            "{e}"
+        );
+        let e = load(None, with("IGGY_LIMITS_MAX_FRAME_SIZE", "0")).unwrap_err();
+        assert!(
+            e.to_string().contains("`limits.max_frame_size` = \"0\""),
+            "{e}"
+        );
+        assert!(load(None, with("IGGY_LIMITS_MAX_FRAME_SIZE", "65536")).is_ok());
+        let e = load(None, with("IGGY_LIMITS_MAX_CONNECTIONS", "-5")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "config: `limits.max_connections`: invalid value: integer `-5`, expected usize"
+        );
     }
 
     #[test]

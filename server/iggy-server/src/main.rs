@@ -421,6 +421,15 @@ fn main() -> ExitCode {
         std::env::var("RUST_LOG").ok().as_deref(),
     );
     stop_on_panic();
+    let variables = std::env::vars_os().filter_map(|(name, _)| name.into_string().ok());
+    let unread = config::unread_env_vars(variables);
+    if !unread.is_empty() {
+        tracing::warn!(
+            "{} name no configuration section and are not read (`iggy-server \
+             --list-config-env-vars` lists every variable; sections and keys are upper case)",
+            unread.join(", ")
+        );
+    }
     // Before the data directory is touched: a start on a hung disk stops too.
     iggy_storage::stall::start(cfg.system.max_disk_stall(), "system.max_disk_stall");
     if cfg.cluster.enabled && !cfg.node.advertised_address.trim().is_empty() {
