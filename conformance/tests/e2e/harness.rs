@@ -569,7 +569,7 @@ impl TestServer {
         }
     }
 
-    fn signal(&self, sig: libc::c_int) {
+    pub fn signal(&self, sig: libc::c_int) {
         if let Some(pid) = self.pid() {
             // SAFETY: kill(2) on our own child's pid, which has not been reaped yet.
             unsafe { libc::kill(pid as libc::pid_t, sig) };

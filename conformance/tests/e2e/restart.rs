@@ -206,6 +206,25 @@ async fn sigterm_stops_the_server_with_exit_status_zero() {
     assert!(ok("get", within("get", c.get_stream(&name("s"))).await).is_some());
 }
 
+/// SIGHUP (the terminal or SSH session a server runs in closed) stops it as SIGTERM does:
+/// drained, exit status 0, its data kept. It killed it at once before (status 129, no word).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_stops_the_server_gracefully_as_sigterm_does() {
+    let mut server = TestServer::start();
+    let c = server.root_client().await;
+    create_stream_and_topic(&c, "s", "t", 1).await;
+    drop(c);
+    server.signal(libc::SIGHUP);
+    let status = tokio::task::block_in_place(|| server.wait_exit(std::time::Duration::from_secs(20)))
+        .expect("it stops on SIGHUP");
+    assert!(status.success(), "exit status after SIGHUP: {status}");
+    let log = server.log();
+    assert!(log.contains("SIGHUP received"), "{log}");
+    tokio::task::block_in_place(|| server.start_again());
+    let c = server.root_client().await;
+    assert!(ok("get", within("get", c.get_stream(&name("s"))).await).is_some());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stats_and_group_offsets_are_the_same_after_restart() {
     let mut server = TestServer::start();

@@ -241,8 +241,28 @@ fn panic_on_purpose() {
 /// as `info,iggy_server::tcp=debug`); unparsable directives fall back to the level.
 fn log_filter(level: &str, rust_log: Option<&str>) -> tracing_subscriber::EnvFilter {
     use tracing_subscriber::EnvFilter;
+    use tracing_subscriber::filter::LevelFilter;
     if let Some(directives) = rust_log.filter(|d| !d.trim().is_empty()) {
-        match EnvFilter::try_new(directives) {
+        // What no directive names logs at the configured level (a RUST_LOG of targets alone,
+        // or a word mistaken for a level, `RUST_LOG=blah`, silenced everything else).
+        let default = level.parse::<LevelFilter>().unwrap_or(LevelFilter::INFO);
+        for word in directives.split(',').map(str::trim) {
+            if !word.is_empty() && !word.contains('=') && word.parse::<LevelFilter>().is_err() {
+                eprintln!(
+                    "iggy-server: RUST_LOG names `{word}`, which is not a level (trace, debug, \
+                     info, warn, error, off): it is read as a target logged at every level; \
+                     the rest logs at {default}"
+                );
+            }
+        }
+        let names_a_level = directives
+            .split(',')
+            .any(|word| !word.contains('=') && word.trim().parse::<LevelFilter>().is_ok());
+        let with_default = match names_a_level {
+            true => directives.to_string(),
+            false => format!("{default},{directives}"),
+        };
+        match EnvFilter::try_new(&with_default) {
             Ok(filter) => return filter,
             Err(error) => eprintln!(
                 "iggy-server: RUST_LOG={directives:?} ignored ({error}); \
@@ -941,13 +961,15 @@ impl BoundHttp {
     }
 }
 
-/// Resolves on SIGINT or SIGTERM.
+/// Resolves on SIGINT, SIGTERM or SIGHUP: each stops the node gracefully (SIGHUP, a closed
+/// terminal or SSH session, killed it at once by default, without the drain or the step-down;
+/// upstream stops on it too).
 async fn wait_for_shutdown() {
-    let terminate = async {
-        match compio::signal::unix::signal(libc_sigterm()).await {
-            Ok(()) => {}
+    let on = |signal: i32, name: &'static str| async move {
+        match compio::signal::unix::signal(signal).await {
+            Ok(()) => tracing::info!("{name} received"),
             Err(error) => {
-                tracing::warn!("cannot wait for SIGTERM: {error}");
+                tracing::warn!("cannot wait for {name}: {error}");
                 std::future::pending::<()>().await
             }
         }
@@ -955,11 +977,11 @@ async fn wait_for_shutdown() {
     let interrupt = async {
         let _ = compio::signal::ctrl_c().await;
     };
+    let terminate = futures_util::future::select(
+        Box::pin(on(libc::SIGTERM, "SIGTERM")),
+        Box::pin(on(libc::SIGHUP, "SIGHUP")),
+    );
     futures_util::future::select(Box::pin(terminate), Box::pin(interrupt)).await;
-}
-
-const fn libc_sigterm() -> i32 {
-    15
 }
 
 #[cfg(test)]
@@ -1085,6 +1107,19 @@ mod tests {
         assert_eq!(hint("warn", Some("debug")), Some(LevelFilter::DEBUG));
         assert_eq!(hint("debug", Some("  ")), Some(LevelFilter::DEBUG));
         assert_eq!(hint("info", Some("x=notalevel")), Some(LevelFilter::INFO));
+        // Targets alone, or a word that is no level, leave the rest at the configured level.
+        for rust_log in ["blah", "iggy_server::consensus=debug"] {
+            use tracing_subscriber::layer::SubscriberExt;
+            let subscriber =
+                tracing_subscriber::registry().with(log_filter("warn", Some(rust_log)));
+            let (warn, info) = tracing::subscriber::with_default(subscriber, || {
+                (
+                    tracing::enabled!(tracing::Level::WARN),
+                    tracing::enabled!(tracing::Level::INFO),
+                )
+            });
+            assert_eq!((warn, info), (true, false), "{rust_log}");
+        }
     }
 
     #[test]
