@@ -573,3 +573,69 @@ async fn a_second_start_on_a_running_servers_data_directory_is_refused() {
         "the running server serves on"
     );
 }
+
+/// A data directory the server's user may not write (another user's), or may not make (its
+/// parent is not writable), is refused at start with exit 1 naming it, before anything is
+/// written: its first write failed as a storage failure (exit 74, which a supervisor restarts
+/// in vain). Run as `nobody` through `setpriv` when the tests run as root (root writes
+/// anywhere), as the tests' own user otherwise.
+#[test]
+fn a_data_directory_the_server_may_not_write_is_refused_at_start_with_exit_1() {
+    let root = tempfile::tempdir().unwrap();
+    let locked = root.path().join("locked");
+    std::fs::create_dir(&locked).unwrap();
+    let existing = locked.join("data");
+    std::fs::create_dir(&existing).unwrap();
+    // SAFETY: getuid(2) cannot fail.
+    let as_root = unsafe { libc::getuid() } == 0;
+    let mode = if as_root { 0o755 } else { 0o555 };
+    for dir in [&existing, &locked] {
+        std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(mode)).unwrap();
+    }
+    // The temp dir itself is 0700, and the build's may be too (a checkout under /root): the
+    // binary is copied where nobody may run it.
+    std::fs::set_permissions(
+        root.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let binary = root.path().join("iggy-server");
+    std::fs::copy(server_binary(), &binary).unwrap();
+    for (data, named) in [
+        (existing.clone(), "the data directory"),
+        (locked.join("new"), "cannot be made in"),
+    ] {
+        let mut start = match as_root {
+            true => {
+                let mut c = Command::new("setpriv");
+                c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                    .arg(&binary);
+                c
+            }
+            false => Command::new(&binary),
+        };
+        start
+            .env_remove("RUST_LOG")
+            .env("IGGY_SYSTEM_PATH", &data)
+            .env("IGGY_TCP_ADDRESS", "127.0.0.1:0")
+            .env("IGGY_QUIC_ENABLED", "false")
+            .env("IGGY_HTTP_ENABLED", "false")
+            .current_dir(root.path())
+            .stdin(Stdio::null())
+            .arg("--with-default-root-credentials");
+        let out = output_of_a_refused_start(&mut start);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{}: {stderr}", data.display());
+        assert!(
+            stderr.contains(named) && stderr.contains("not writable"),
+            "{}: {stderr}",
+            data.display()
+        );
+        assert_eq!(
+            std::fs::read_dir(&existing).unwrap().count(),
+            0,
+            "nothing written"
+        );
+        assert!(!locked.join("new").exists());
+    }
+}

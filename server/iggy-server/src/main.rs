@@ -114,7 +114,7 @@ fn version_text() -> &'static str {
 /// `IGGY_CONFIG_PATH` names), then `IGGY_*` variables.
 /// `config.toml` may be absent (the defaults apply); a file `IGGY_CONFIG_PATH` names must
 /// exist: a node started on the defaults instead would format a standalone history.
-fn configuration(offline: bool) -> Result<config::Config, String> {
+fn configuration(offline: bool) -> Result<(config::Config, String), String> {
     let variables = std::env::vars_os().filter_map(|(name, _)| name.into_string().ok());
     if let Some(unknown) = config::unknown_env_vars(variables).first() {
         return Err(format!(
@@ -136,11 +136,17 @@ fn configuration(offline: bool) -> Result<config::Config, String> {
         Err(e) => return Err(format!("cannot read {path}: {e}")),
     };
     let env = |k: &str| std::env::var(k).ok();
-    match offline {
+    let loaded = match offline {
         true => config::load_offline(file.as_deref(), env),
         false => config::load(file.as_deref(), env),
     }
-    .map_err(|e| e.to_string())
+    .map_err(|e| e.to_string())?;
+    // Where it came from, for the start's first line.
+    let source = match &file {
+        Some(_) => std::fs::canonicalize(&path).map_or(path, |full| full.display().to_string()),
+        None => "the embedded defaults (no config.toml here)".into(),
+    };
+    Ok((loaded, source))
 }
 
 /// Every configuration key as its `IGGY_` variable, TOML path, type and default, one a line.
@@ -324,13 +330,14 @@ fn main() -> ExitCode {
     // `verify` judges journals by the configured cluster name, so it needs the configuration
     // read as a start does (a name guessed from a file it could not read would report every
     // journal as another cluster's).
-    let cfg = match configuration(matches!(args.command, Some(Subcommand::Verify { .. }))) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("iggy-server: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
+    let (cfg, config_source) =
+        match configuration(matches!(args.command, Some(Subcommand::Verify { .. }))) {
+            Ok(loaded) => loaded,
+            Err(e) => {
+                eprintln!("iggy-server: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
     consensus::cluster::name_node_cluster(&cfg.cluster.name);
     if let Some(Subcommand::Verify { path }) = &args.command {
         let path = path
@@ -441,6 +448,25 @@ fn main() -> ExitCode {
         std::env::var("RUST_LOG").ok().as_deref(),
     );
     stop_on_panic();
+    // What an operator reads first: which build, which configuration, where the data goes.
+    let data_dir =
+        std::path::absolute(&cfg.system.path).unwrap_or_else(|_| cfg.system.path.clone().into());
+    tracing::info!(
+        "iggy-server {} (protocol {}, storage format {}); configuration: {config_source}, \
+         then IGGY_ variables; data directory {}",
+        env!("CARGO_PKG_VERSION"),
+        iggy_generated::protocol::CURRENT,
+        iggy_storage::layout::marker::VALUE,
+        data_dir.display()
+    );
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cfg.runtime.shards > cores {
+        tracing::warn!(
+            "runtime.shards is {} on {cores} cores: shards beyond one a core share them and add \
+             threads and memory, not throughput (0 starts one a core)",
+            cfg.runtime.shards
+        );
+    }
     let variables = std::env::vars_os().filter_map(|(name, _)| name.into_string().ok());
     let unread = config::unread_env_vars(variables);
     if !unread.is_empty() {
@@ -480,6 +506,10 @@ fn main() -> ExitCode {
         Ok(lock) => lock,
         Err(code) => return code,
     };
+    if let Err(refusal) = writable_data_dir(std::path::Path::new(&cfg.system.path)) {
+        eprintln!("iggy-server: {refusal}; nothing was started");
+        return ExitCode::FAILURE;
+    }
     if args.fresh
         && let Err(refusal) = erasable(std::path::Path::new(&cfg.system.path))
     {
@@ -655,6 +685,39 @@ fn hold_data_dir(path: &str, held: Option<DirLock>) -> Result<Option<DirLock>, E
             Err(ExitCode::FAILURE)
         }
     }
+}
+
+/// A data directory this process may not write (another user's, a read-only mount), or may
+/// not create, is refused at start (exit 1, the operator's to fix): its first write would
+/// fail as a storage failure (74), which tells a supervisor to start it again, in vain.
+fn writable_data_dir(path: &std::path::Path) -> Result<(), String> {
+    use std::os::unix::ffi::OsStrExt;
+    // The directory, or the nearest ancestor that exists (where it would be made).
+    let existing = path
+        .ancestors()
+        .find(|dir| !dir.as_os_str().is_empty() && dir.exists())
+        .unwrap_or(std::path::Path::new("."));
+    let Ok(name) = std::ffi::CString::new(existing.as_os_str().as_bytes()) else {
+        return Ok(());
+    };
+    // SAFETY: access(2) reads a NUL-terminated path and changes nothing.
+    if unsafe { libc::access(name.as_ptr(), libc::W_OK | libc::X_OK) } == 0 {
+        return Ok(());
+    }
+    let error = std::io::Error::last_os_error();
+    let what = match existing == path {
+        true => format!("the data directory {}", path.display()),
+        false => format!(
+            "the data directory {} cannot be made in {}",
+            path.display(),
+            existing.display()
+        ),
+    };
+    Err(format!(
+        "{what}: not writable by this process (uid {}): {error}",
+        // SAFETY: getuid(2) cannot fail.
+        unsafe { libc::getuid() }
+    ))
 }
 
 fn open_data_dir(path: &str) -> Result<iggy_storage::DataDir, ExitCode> {
