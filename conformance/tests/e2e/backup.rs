@@ -380,3 +380,32 @@ async fn a_cluster_nodes_damaged_runs_or_replica_count_file_fails_verification_a
     }
     assert_eq!(verify_node().status.code(), Some(0), "both files restored");
 }
+
+/// `verify` on an empty directory says there is nothing to verify (it said the directory "is
+/// not empty and has no marker"), and on a running server's directory it warns that the files
+/// change as they are read (it reported "verified" without a word); neither changes anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_names_an_empty_directory_and_warns_of_a_running_server() {
+    let empty = tempfile::tempdir().unwrap();
+    let out = verify(empty.path());
+    let said = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("empty: no data directory to verify yet"),
+        "{said}"
+    );
+    assert!(!said.contains("not empty"), "{said}");
+    assert_eq!(std::fs::read_dir(empty.path()).unwrap().count(), 0);
+
+    let server = TestServer::start();
+    let client = server.root_client().await;
+    create_stream_and_topic(&client, "s", "t", 1).await;
+    let out = verify(&server.data_dir());
+    let said = stdout(&out);
+    assert!(
+        said.contains("a running iggy-server holds this directory"),
+        "{said}"
+    );
+    let stream = within("get_stream", client.get_stream(&name("s"))).await;
+    assert!(ok("get_stream", stream).is_some(), "the server serves on");
+}

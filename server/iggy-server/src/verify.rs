@@ -91,6 +91,23 @@ pub async fn verify(root: &Path) -> Report {
         report.findings.push(Finding::error(root, None, message));
         return report;
     }
+    if std::fs::read_dir(root).is_ok_and(|mut entries| entries.next().is_none()) {
+        let message = "empty: no data directory to verify yet (a start formats an empty one)";
+        report.findings.push(Finding::error(root, None, message));
+        return report;
+    }
+    // Held while the check runs, so no server starts on the directory meanwhile; a running
+    // one's files change under the check, which may then report what it is in the middle of.
+    let _hold = match iggy_storage::data_dir::lock_data_dir(root) {
+        Ok(hold) => Some(hold),
+        Err(_) => {
+            let message = "a running iggy-server holds this directory: its files change while \
+                           they are read, so what follows may be what it is in the middle of \
+                           (verify a stopped node's directory)";
+            report.findings.push(Finding::warning(root, None, message));
+            None
+        }
+    };
     if let Some(finding) = checks::check_marker(root) {
         // Not ours (or of another format): start-up reads nothing else in it, nor does this.
         report.findings.push(finding);
