@@ -639,3 +639,26 @@ fn a_data_directory_the_server_may_not_write_is_refused_at_start_with_exit_1() {
         assert!(!locked.join("new").exists());
     }
 }
+
+/// Root credentials the server would refuse for any user (a 1-byte name or password) are
+/// refused at start with exit 1 naming the variable, before anything is written: such a start
+/// served with no root user, and its data directory could never get one.
+#[test]
+fn root_credentials_no_user_could_have_are_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    for (variable, name, password) in [
+        ("IGGY_ROOT_USERNAME", "a", "secret"),
+        ("IGGY_ROOT_PASSWORD", "admin", "x"),
+    ] {
+        let mut start = server_in(dir.path(), &data);
+        start
+            .env("IGGY_ROOT_USERNAME", name)
+            .env("IGGY_ROOT_PASSWORD", password);
+        let out = output_of_a_refused_start(&mut start);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{variable}: {stderr}");
+        assert!(stderr.contains(variable), "{stderr}");
+        assert!(!data.exists(), "{variable}: nothing written");
+    }
+}

@@ -193,6 +193,24 @@ fn root_credentials(default: bool, env: impl Fn(&str) -> Option<String>) -> (Str
     }
 }
 
+/// The root user's credentials as creating any user takes them (the environment's
+/// `IGGY_ROOT_USERNAME` and `IGGY_ROOT_PASSWORD` are the operator's to fix).
+fn check_root_credentials(user: &str, password: &str) -> Result<(), String> {
+    if iggy_metadata::model::check_username(user).is_err() {
+        return Err(format!(
+            "IGGY_ROOT_USERNAME {user:?} is not a valid user name (3 to 50 bytes, no control \
+             character)"
+        ));
+    }
+    if service::user_commands::check_password(password).is_err() {
+        return Err(format!(
+            "IGGY_ROOT_PASSWORD is not a valid password ({} bytes: 3 to 100, as for any user)",
+            password.len()
+        ));
+    }
+    Ok(())
+}
+
 /// The log goes to stderr: `system.logging.format` `text` (coloured only when stderr is a
 /// terminal) or `json` (one object per line).
 fn init_logging(logging: &config::Logging, rust_log: Option<&str>) {
@@ -501,6 +519,14 @@ fn main() -> ExitCode {
              to {ip} (any port; the roster's is used) or a wildcard"
         );
     }
+    // Refused before anything is written: a root user the metadata refuses to create left a
+    // node serving with no user anyone could sign in as.
+    let (user, pw, generated) =
+        root_credentials(args.default_root_credentials, |k| std::env::var(k).ok());
+    if let Err(refusal) = check_root_credentials(&user, &pw) {
+        eprintln!("iggy-server: {refusal}; nothing was started");
+        return ExitCode::FAILURE;
+    }
     // One process per data directory, before anything (--fresh included) changes it.
     let dir_lock = match hold_data_dir(&cfg.system.path, None) {
         Ok(lock) => lock,
@@ -550,8 +576,6 @@ fn main() -> ExitCode {
             Err(code) => return code,
         }
     };
-    let (user, pw, generated) =
-        root_credentials(args.default_root_credentials, |k| std::env::var(k).ok());
     let runtime = match compio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -1203,5 +1227,15 @@ mod tests {
         let (u, pw, generated) = root_credentials(false, |_| None);
         assert_eq!(u, "iggy");
         assert!(generated && pw.len() == 24);
+        assert!(check_root_credentials(&u, &pw).is_ok());
+        let refused =
+            |user: &str, password: &str| check_root_credentials(user, password).unwrap_err();
+        assert!(refused("a", "secret").contains("IGGY_ROOT_USERNAME \"a\""));
+        assert!(refused(&"u".repeat(51), "secret").contains("IGGY_ROOT_USERNAME"));
+        let said = refused("admin", "x");
+        assert!(
+            said.contains("IGGY_ROOT_PASSWORD") && !said.contains("\"x\""),
+            "{said}"
+        );
     }
 }

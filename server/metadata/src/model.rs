@@ -455,6 +455,14 @@ fn find<'a, V>(
     }
 }
 
+/// A user name as creating a user takes it: 3 to 50 bytes, no control character.
+pub fn check_username(username: &str) -> Result<(), ErrorCode> {
+    match (3..=50).contains(&username.len()) && valid_name(username) {
+        true => Ok(()),
+        false => Err(ErrorCode::InvalidUsername),
+    }
+}
+
 fn valid_name(name: &str) -> bool {
     !name.is_empty() && name.len() <= 255 && !name.chars().any(char::is_control)
 }
@@ -993,9 +1001,7 @@ impl Metadata {
         permissions: Option<Permissions>,
         now: u64,
     ) -> Result<u32, ErrorCode> {
-        if username.len() < 3 || username.len() > 50 || !valid_name(username) {
-            return Err(ErrorCode::InvalidUsername);
-        }
+        check_username(username)?;
         if self.users.values().any(|u| u.username == username) {
             return Err(ErrorCode::UserAlreadyExists);
         }

@@ -232,17 +232,25 @@ pub async fn create_root(
     password_hash: &str,
 ) -> Result<(), ErrorCode> {
     let group = &node.metadata;
-    match group
-        .submit(
-            SYSTEM_CLIENT,
-            0,
-            iggy_vsr::OPERATION_REGISTER,
-            iggy_metadata::machine::session_record(ROOT_USER_ID, 0, [0; 32]),
-        )
-        .await
-    {
-        Outcome::Committed { .. } => {}
-        _ => return Err(ErrorCode::CannotCreateStateDirectory),
+    // A first attempt registers the node's client (request 0) and creates the user (1); the
+    // same numbers again (a replica that created it while a view changed) are answered by the
+    // client table. After an attempt whose creation was committed and refused (credentials of
+    // an earlier build's start), the next one is numbered after it: requests 0 and 1 again
+    // were refused as old, for good.
+    let earlier = node.shared.metadata.borrow().system_requests;
+    if earlier == 0 {
+        match group
+            .submit(
+                SYSTEM_CLIENT,
+                0,
+                iggy_vsr::OPERATION_REGISTER,
+                iggy_metadata::machine::session_record(ROOT_USER_ID, 0, [0; 32]),
+            )
+            .await
+        {
+            Outcome::Committed { .. } => {}
+            _ => return Err(ErrorCode::CannotCreateStateDirectory),
+        }
     }
     let request = iggy_metadata::machine::create_user_request(
         username,
@@ -252,7 +260,12 @@ pub async fn create_root(
     );
     let body = envelope(node.shared.stamp_now(), ROOT_USER_ID, &request);
     match group
-        .submit(SYSTEM_CLIENT, 1, Operation::CreateUser.to_repr(), body)
+        .submit(
+            SYSTEM_CLIENT,
+            earlier + 1,
+            Operation::CreateUser.to_repr(),
+            body,
+        )
         .await
     {
         Outcome::Committed { reply, .. } => match iggy_metadata::replies::rejection_of(&reply) {

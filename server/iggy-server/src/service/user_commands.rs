@@ -23,7 +23,7 @@ use iggy_wire::WireEncode;
 const PASSWORD_MIN: usize = 3;
 const PASSWORD_MAX: usize = 100;
 
-fn check_password(password: &str) -> Result<(), ErrorCode> {
+pub fn check_password(password: &str) -> Result<(), ErrorCode> {
     if (PASSWORD_MIN..=PASSWORD_MAX).contains(&password.len()) {
         Ok(())
     } else {
