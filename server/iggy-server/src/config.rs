@@ -877,11 +877,80 @@ impl Config {
                 });
             }
         }
-        if self.limits.max_connections == 0 {
+        // Values that start a node which refuses every client (or writes a file per message):
+        // the least each takes, and what it is.
+        let floors: [(&str, u64, u64, &'static str); 8] = [
+            (
+                "limits.max_connections",
+                self.limits.max_connections as u64,
+                1,
+                "connection limit (at least 1: 0 would refuse every client)",
+            ),
+            (
+                "limits.request_timeout_ms",
+                self.limits.request_timeout_ms,
+                1,
+                "request timeout (at least 1 ms: 0 answers no request)",
+            ),
+            (
+                "system.segment_size",
+                self.system.segment_size,
+                512,
+                "segment size (at least 512 bytes)",
+            ),
+            (
+                "system.session_lease_secs",
+                self.system.session_lease_secs,
+                1,
+                "session lease (at least 1 second)",
+            ),
+            (
+                "system.checkpoint_journal_ops",
+                self.system.checkpoint_journal_ops as u64,
+                1,
+                "ops between checkpoints (at least 1)",
+            ),
+            (
+                "system.checkpoint_journal_bytes",
+                self.system.checkpoint_journal_bytes,
+                4096,
+                "journal bytes between checkpoints (at least 4096)",
+            ),
+            (
+                "http.max_in_flight",
+                self.http.max_in_flight as u64,
+                1,
+                "HTTP requests in flight (at least 1: 0 answers every request 503)",
+            ),
+            (
+                "http.max_in_flight_per_session",
+                self.http.max_in_flight_per_session as u64,
+                1,
+                "HTTP requests in flight per session (at least 1)",
+            ),
+        ];
+        for (key, value, least, expected) in floors {
+            if value < least {
+                return Err(ConfigError::BadValue {
+                    key: key.into(),
+                    value: value.to_string(),
+                    expected,
+                });
+            }
+        }
+        if self.system.path.trim().is_empty() {
             return Err(ConfigError::BadValue {
-                key: "limits.max_connections".into(),
-                value: "0".into(),
-                expected: "connection limit (at least 1: 0 would refuse every client)",
+                key: "system.path".into(),
+                value: self.system.path.clone(),
+                expected: "data directory path (not empty)",
+            });
+        }
+        if !offline && self.transports().iter().all(|(_, enabled, _)| !enabled) {
+            return Err(ConfigError::BadValue {
+                key: "tcp.enabled".into(),
+                value: "false".into(),
+                expected: "setting: every transport is disabled (tcp, quic, http, websocket), so \
+                           no client could reach the node",
             });
         }
         if self.limits.max_frame_size < MIN_FRAME_SIZE {
@@ -1207,6 +1276,46 @@ mod tests {
         assert_eq!(
             unread_env_vars(names.map(String::from)),
             ["IGGY_TCPP_ADDRESS", "IGGY_tcp_address"]
+        );
+    }
+
+    /// Values that started a node refusing every client (or writing a file pair per message)
+    /// are refused naming their key; the least of each is taken.
+    #[test]
+    fn values_that_would_serve_nobody_are_refused_naming_their_key() {
+        for (variable, bad, least) in [
+            ("IGGY_LIMITS_REQUEST_TIMEOUT_MS", "0", "1"),
+            ("IGGY_SYSTEM_SEGMENT_SIZE", "100", "512"),
+            ("IGGY_SYSTEM_SESSION_LEASE_SECS", "0", "1"),
+            ("IGGY_SYSTEM_CHECKPOINT_JOURNAL_OPS", "0", "1"),
+            ("IGGY_SYSTEM_CHECKPOINT_JOURNAL_BYTES", "0", "4096"),
+            ("IGGY_HTTP_MAX_IN_FLIGHT", "0", "1"),
+            ("IGGY_HTTP_MAX_IN_FLIGHT_PER_SESSION", "0", "1"),
+            ("IGGY_SYSTEM_PATH", "", "./data"),
+        ] {
+            let with =
+                |value: &'static str| move |k: &str| (k == variable).then(|| value.to_string());
+            let key = variable
+                .trim_start_matches("IGGY_")
+                .to_ascii_lowercase()
+                .replacen('_', ".", 1);
+            let e = load(None, with(bad)).unwrap_err();
+            assert!(
+                matches!(&e, ConfigError::BadValue { key: named, .. } if *named == key),
+                "{variable}={bad}: {e}"
+            );
+            assert!(load(None, with(least)).is_ok(), "{variable}={least}");
+        }
+        let none_enabled = |k: &str| {
+            ["IGGY_TCP_ENABLED", "IGGY_QUIC_ENABLED", "IGGY_HTTP_ENABLED"]
+                .contains(&k)
+                .then(|| "false".to_string())
+        };
+        let e = load(None, none_enabled).unwrap_err();
+        assert!(e.to_string().contains("every transport is disabled"), "{e}");
+        assert!(
+            load_offline(None, none_enabled).is_ok(),
+            "verify serves no client"
         );
     }
 
