@@ -259,24 +259,24 @@ impl QuorumWatch {
         };
         let figures = node.metadata.figures();
         let role = figures.role();
-        let heard: Vec<u8> = plane
-            .peers_up()
-            .into_iter()
-            .filter_map(|(peer, up)| up.then_some(peer))
-            .collect();
+        let (heard, unheard): (Vec<_>, Vec<_>) =
+            plane.peers_up().into_iter().partition(|(_, up)| *up);
+        let heard: Vec<u8> = heard.into_iter().map(|(peer, _)| peer).collect();
+        let unheard: Vec<u8> = unheard.into_iter().map(|(peer, _)| peer).collect();
         let patience = node.shared.config.cluster.heartbeat_timeout * 2;
-        if let Some(warning) = self.judge(now, role, &heard, plane.replica_count(), patience) {
+        let replicas = plane.replica_count();
+        if let Some(warning) = self.judge(now, role, (&heard, &unheard), replicas, patience) {
             tracing::warn!("replica {}: {warning}", node.shared.replica_id);
         }
     }
 
     /// The warning due at `now`, if any, for a metadata group in `role` of a cluster of
-    /// `replicas` whose node hears the peers `heard`.
+    /// `replicas` whose node hears the peers `heard` and not those `unheard`.
     fn judge(
         &mut self,
         now: Instant,
         role: crate::consensus::figures::GroupRole,
-        heard: &[u8],
+        (heard, unheard): (&[u8], &[u8]),
         replicas: u8,
         patience: Duration,
     ) -> Option<String> {
@@ -295,9 +295,9 @@ impl QuorumWatch {
         self.warned_at = Some(now);
         Some(format!(
             "no quorum for {}s: the metadata group is {:?} and this node hears {} of its {} \
-             peers ({heard:?}); {} of the {replicas} replicas must run and reach each other \
-             before anything is served (start the nodes that are down, or check the replica \
-             network)",
+             peers (not {unheard:?}); {} of the {replicas} replicas must run and reach each \
+             other before anything is served (start the nodes that are down, or check the \
+             replica network)",
             without.as_secs(),
             role.status,
             heard.len(),
@@ -1002,42 +1002,42 @@ mod tests {
         let patience = Duration::from_secs(10);
         let mut watch = QuorumWatch::new(start);
         assert_eq!(
-            watch.judge(at(9), role(Recovering, false), &[], 3, patience),
+            watch.judge(at(9), role(Recovering, false), (&[], &[]), 3, patience),
             None
         );
         let warning = watch
-            .judge(at(10), role(Recovering, false), &[], 3, patience)
+            .judge(at(10), role(Recovering, false), (&[], &[0, 2]), 3, patience)
             .expect("due");
         for said in [
             "no quorum for 10s",
             "Recovering",
-            "hears 0 of its 2 peers",
+            "hears 0 of its 2 peers (not [0, 2])",
             "2 of the 3",
         ] {
             assert!(warning.contains(said), "{said:?} in {warning}");
         }
         assert_eq!(
-            watch.judge(at(39), role(Recovering, false), &[2], 3, patience),
+            watch.judge(at(39), role(Recovering, false), (&[2], &[]), 3, patience),
             None
         );
         assert!(
             watch
-                .judge(at(40), role(Recovering, false), &[2], 3, patience)
+                .judge(at(40), role(Recovering, false), (&[2], &[]), 3, patience)
                 .is_some()
         );
         // A backup that no longer hears its primary has no quorum either; once in touch again
         // the clock starts over.
         assert_eq!(
-            watch.judge(at(41), role(Normal, true), &[0, 2], 3, patience),
+            watch.judge(at(41), role(Normal, true), (&[0, 2], &[]), 3, patience),
             None
         );
         assert_eq!(
-            watch.judge(at(50), role(Normal, false), &[2], 3, patience),
+            watch.judge(at(50), role(Normal, false), (&[2], &[]), 3, patience),
             None
         );
         assert!(
             watch
-                .judge(at(51), role(Normal, false), &[2], 3, patience)
+                .judge(at(51), role(Normal, false), (&[2], &[]), 3, patience)
                 .is_some()
         );
     }
