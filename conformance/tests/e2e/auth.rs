@@ -84,3 +84,49 @@ async fn a_password_login_in_progress_holds_no_other_clients_requests() {
     let ahead = logged_in.saturating_duration_since(pinged);
     assert!(ahead >= std::time::Duration::from_secs(1), "the ping was answered only {ahead:?} before the password login ended: it waited for the other client's password check");
 }
+
+/// The log at `info` is an audit trail: a sign-in refused for its credentials names the user
+/// name (never the password), and each change of the metadata names its command, the user and
+/// the session. Repeated refusals of one name are held back to one line per interval. The
+/// node logged none of this below `debug` before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_sign_ins_and_metadata_changes_are_logged_at_info() {
+    let server = TestServer::start();
+    let guesser = server.anonymous_client().await;
+    for _ in 0..3 {
+        expect_code(
+            "a wrong password",
+            within("login", guesser.login_user(ROOT_USER, "guess-1234")).await,
+            42,
+        );
+    }
+    let client = server.root_client().await;
+    create_stream_and_topic(&client, "audited", "t", 1).await;
+    ok(
+        "delete",
+        within("delete", client.delete_stream(&name("audited"))).await,
+    );
+    let log = server.log();
+    let refusals: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("sign-in refused"))
+        .collect();
+    assert_eq!(
+        refusals.len(),
+        1,
+        "one line per name per interval: {refusals:#?}"
+    );
+    assert!(
+        refusals[0].contains(" INFO ") && refusals[0].contains("user name \"iggy\""),
+        "{refusals:?}"
+    );
+    assert!(!log.contains("guess-1234"), "the password is never logged");
+    for command in ["stream.create", "topic.create", "stream.delete"] {
+        assert!(
+            log.lines()
+                .any(|l| l.contains(" INFO ")
+                    && l.contains(&format!("{command} by user 0 (session"))),
+            "{command} in\n{log}"
+        );
+    }
+}

@@ -60,6 +60,9 @@ pub struct Node {
     /// Logins refused because the session table is full: one warning per interval, so a client
     /// retrying its login cannot flood the log.
     pub session_table_full: crate::consensus::log_limit::Throttled,
+    /// Sign-ins refused for their credentials, by a hash of the user name: one line per name
+    /// per interval, so a client guessing passwords is seen without flooding the log.
+    pub refused_sign_ins: RefCell<crate::consensus::log_limit::LogLimit<u64>>,
     /// Failed accepts of the client listeners (out of descriptors, say): one warning per
     /// interval, since every connection waiting in a backlog fails the next accept again.
     pub accept_failed: crate::consensus::log_limit::Throttled,
@@ -467,6 +470,10 @@ impl Node {
             session_table_full: crate::consensus::log_limit::Throttled::new(
                 REPEATED_WARNING_INTERVAL,
             ),
+            refused_sign_ins: RefCell::new(crate::consensus::log_limit::LogLimit::new(
+                REPEATED_WARNING_INTERVAL,
+                64,
+            )),
             accept_failed: crate::consensus::log_limit::Throttled::new(REPEATED_WARNING_INTERVAL),
             connection_refused: crate::consensus::log_limit::Throttled::new(
                 REPEATED_WARNING_INTERVAL,

@@ -681,7 +681,10 @@ async fn register(
     }
     let user_id = match login_verdict(node, &login).await {
         Ok(user_id) => user_id,
-        Err(error) => return request.fail(error),
+        Err(error) => {
+            sign_in_refused(node, connection, &login, error);
+            return request.fail(error);
+        }
     };
     let client = request.header.client;
     let existing = node.shared.metadata.borrow().sessions.get(client).copied();
@@ -728,6 +731,39 @@ async fn register(
             request.fail(metadata_refused(node, &refusal))
         }
         Outcome::Failed => request.fail(ErrorCode::TransientNotCommitted),
+    }
+}
+
+/// A sign-in refused for its credentials (not a transient refusal), for an operator watching
+/// for password guessing: at most one line per user name per interval, with the count held
+/// back. The password is never logged; a token only as "a personal access token".
+fn sign_in_refused(node: &Node, connection: &Connection, login: &Login<'_>, error: ErrorCode) {
+    if matches!(
+        error,
+        ErrorCode::TransientNotAccepted | ErrorCode::TransientNotCommitted
+    ) {
+        return;
+    }
+    let who = match *login {
+        Login::Password { username, .. } => format!("user name {username:?}"),
+        Login::Token(_) => "a personal access token".to_string(),
+    };
+    let source = {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        who.hash(&mut hasher);
+        hasher.finish()
+    };
+    let verdict = node
+        .refused_sign_ins
+        .borrow_mut()
+        .line(std::time::Instant::now(), source);
+    if let crate::consensus::log_limit::Verdict::Write { held_back, .. } = verdict {
+        tracing::info!(
+            "sign-in refused on connection {} for {who}: {error:?} ({held_back} more held back \
+             since the last line)",
+            connection.id
+        );
     }
 }
 
@@ -972,6 +1008,16 @@ async fn metadata_write(
                 && model_replies::rejection_of(&reply).is_none()
             {
                 fenced(node, op).await;
+            }
+            // An audit line per change of streams, topics, users, tokens and groups (the node
+            // that took the request logs it), which `info` otherwise had none of.
+            if !retry && model_replies::rejection_of(&reply).is_none() {
+                tracing::info!(
+                    "{} by user {} (session {}) committed as metadata op {op}",
+                    command.name,
+                    bound.user_id,
+                    bound.session
+                );
             }
             if operation == Operation::CreatePersonalAccessToken
                 && model_replies::rejection_of(&reply).is_none()
