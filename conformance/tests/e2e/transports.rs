@@ -377,6 +377,36 @@ async fn the_sdk_runs_the_scenario_over_tcp_with_tls_validating_against_a_ca_fil
     assert!(refused.is_err(), "plain TCP is not served on the TLS port");
 }
 
+/// A client speaking plain frames to a TLS port (its TLS left off) is logged at info with
+/// its address and a hint, once per address per interval; the server said nothing of it, and
+/// the client only saw its connection close.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_client_on_a_tls_port_is_logged_with_a_hint() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = TestServer::start_with_env(&[("IGGY_TCP_TLS_ENABLED", "true")]);
+    for _ in 0..2 {
+        let mut plain = tokio::net::TcpStream::connect(server.address())
+            .await
+            .unwrap();
+        // A request header as a client without TLS sends it: no TLS record.
+        plain.write_all(&[0u8; 64]).await.unwrap();
+        let mut rest = Vec::new();
+        let _ = within("the server closes", plain.read_to_end(&mut rest)).await;
+    }
+    let log = server.log();
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("TLS handshake of"))
+        .collect();
+    assert_eq!(lines.len(), 1, "once per address per interval: {lines:#?}");
+    assert!(
+        lines[0].contains(" INFO ")
+            && lines[0].contains("over tcp+tls failed")
+            && lines[0].contains("is the client's TLS off"),
+        "{lines:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tcp_tls_serves_a_generated_certificate_when_no_file_is_given() {
     let server = TestServer::start_with_env(&[("IGGY_TCP_TLS_ENABLED", "true")]);

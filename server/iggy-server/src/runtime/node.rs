@@ -79,6 +79,9 @@ pub struct Node {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum ClientRefusal {
     Evicted(EvictionReason),
+    /// The TLS handshake failed (a client with TLS off, or one that does not trust the
+    /// certificate).
+    TlsHandshake,
     /// Whether the bytes were a request of the older framing.
     HeaderCutShort {
         older_framing: bool,
@@ -159,6 +162,23 @@ impl Node {
 
     /// Writes `line(address)` at INFO, at most once per client ip and `kind` per interval with
     /// the count held back since, so a client retrying cannot flood the log.
+    /// Logs a client whose TLS handshake on `transport` failed with `error`, at most once per
+    /// address per interval: the server said nothing of it, and a client that speaks plain
+    /// frames to a TLS port (the commonest TLS mistake) only hears its connection close.
+    pub fn log_tls_handshake_failed(
+        &self,
+        transport: &str,
+        peer: std::net::SocketAddr,
+        error: &dyn std::fmt::Display,
+    ) {
+        self.log_refused_address(peer.to_string(), transport, ClientRefusal::TlsHandshake, |at| {
+            format!(
+                "TLS handshake of {at} failed: {error} (is the client's TLS off, or does it not \
+                 trust this server's certificate?)"
+            )
+        });
+    }
+
     fn log_refused_client(
         &self,
         connection: u32,
@@ -169,6 +189,16 @@ impl Node {
             Some(info) => (info.address.clone(), info.transport),
             None => (String::from("an unknown address"), "?"),
         };
+        self.log_refused_address(address, transport, kind, line);
+    }
+
+    fn log_refused_address(
+        &self,
+        address: String,
+        transport: &str,
+        kind: ClientRefusal,
+        line: impl FnOnce(String) -> String,
+    ) {
         let ip = address
             .parse::<std::net::SocketAddr>()
             .map_or(IpAddr::from([0, 0, 0, 0]), |address| address.ip());

@@ -38,7 +38,10 @@ pub async fn serve(listener: TcpListener, node: Rc<Node>, tls: Option<TlsAccepto
                         Ok(Ok(stream)) => {
                             connection(ByteStream::new(stream, within), peer, node).await
                         }
-                        Ok(Err(error)) => Err(error),
+                        Ok(Err(error)) => {
+                            node.log_tls_handshake_failed(transport, peer, &error);
+                            Err(error)
+                        }
                         Err(_) => Err(connection_loop::timed_out()),
                     }
                 }

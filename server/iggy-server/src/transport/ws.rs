@@ -75,7 +75,10 @@ pub async fn serve(listener: TcpListener, node: Rc<Node>, tls: Option<TlsAccepto
             let link = match handshake {
                 Ok(Ok(link)) => link,
                 Ok(Err(error)) => {
-                    tracing::debug!("{transport} {peer}: handshake failed: {error}");
+                    match error.strip_prefix("tls: ") {
+                        Some(tls) => node.log_tls_handshake_failed(transport, peer, &tls),
+                        None => tracing::debug!("{transport} {peer}: handshake failed: {error}"),
+                    }
                     return;
                 }
                 Err(_) => {

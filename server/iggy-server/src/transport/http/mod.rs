@@ -76,7 +76,10 @@ pub async fn serve(
                         Ok(Ok(stream)) => {
                             serve_connection(stream, &node, &api, &mut connection).await
                         }
-                        Ok(Err(error)) => Err(error),
+                        Ok(Err(error)) => {
+                            node.log_tls_handshake_failed(transport, peer, &error);
+                            Err(error)
+                        }
                         Err(_) => Err(crate::transport::connection_loop::timed_out()),
                     }
                 }
