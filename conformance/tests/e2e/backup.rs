@@ -360,6 +360,19 @@ async fn a_cluster_nodes_damaged_runs_or_replica_count_file_fails_verification_a
     };
     let intact = verify_node();
     assert_eq!(intact.status.code(), Some(0), "{}", stdout(&intact));
+    // Without the node's configuration (another cluster name): one error saying so, not one
+    // per file that names the cluster.
+    let unconfigured = verify(&data);
+    let printed = stdout(&unconfigured);
+    let errors: Vec<&str> = printed
+        .lines()
+        .filter(|l| l.starts_with("error:"))
+        .collect();
+    assert_eq!(errors.len(), 1, "{printed}");
+    assert!(
+        errors[0].contains("give verify that node's configuration"),
+        "{printed}"
+    );
 
     for file in ["replica.runs", "cluster.replicas"] {
         let path = data.join(file);

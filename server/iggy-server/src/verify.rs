@@ -113,6 +113,13 @@ pub async fn verify(root: &Path) -> Report {
         report.findings.push(finding);
         return report;
     }
+    // A cluster node's directory judged under another cluster's configuration (verify run
+    // without the node's IGGY_CONFIG_PATH) fails every file that names the cluster for one
+    // cause: said once, with the remedy.
+    if let Some(finding) = another_clusters_directory(root) {
+        report.findings.push(finding);
+        return report;
+    }
     let metadata_dir = root.join("metadata");
     check_group(&metadata_dir, GroupKind::Metadata, &mut report).await;
     let (namespaces, findings) = checks::check_initialization(root).await;
@@ -138,6 +145,26 @@ pub async fn verify(root: &Path) -> Report {
     report.findings.extend(check_runs(root));
     report.findings.extend(check_replica_count(root));
     report
+}
+
+/// The error for a directory whose intact `cluster.replicas` names another cluster than the
+/// configuration read; `None` otherwise (a damaged file is `check_replica_count`'s).
+fn another_clusters_directory(root: &Path) -> Option<Finding> {
+    let path = root.join(CLUSTER_REPLICAS_FILE);
+    let (cluster, replicas) = replica_count::recorded(&std::fs::read(&path).ok()?)?;
+    (cluster != node_cluster()).then(|| {
+        Finding::error(
+            &path,
+            None,
+            format!(
+                "this directory is a node's of cluster {cluster:#x} ({replicas} replicas), and \
+                 the configuration read names cluster.name {:?} ({:#x}): give verify that \
+                 node's configuration (IGGY_CONFIG_PATH); nothing else was judged",
+                crate::consensus::cluster::node_cluster_name(),
+                node_cluster()
+            ),
+        )
+    })
 }
 
 /// A cluster node's `cluster.replicas`, which each start with a metadata history reads and

@@ -25,6 +25,16 @@ pub fn encode(cluster: u128, replicas: u8) -> Vec<u8> {
 }
 
 /// The replica count a file of `cluster` records.
+/// The cluster id and replica count an intact file records, whichever cluster it is of.
+pub fn recorded(bytes: &[u8]) -> Option<(u128, u8)> {
+    let file = ClusterReplicas::decode_fixed(bytes).ok()?;
+    let covered = bytes.get(..ClusterReplicas::CHECKSUM_OFFSET)?;
+    let intact = bytes.len() == ClusterReplicas::SIZE
+        && file.magic == CLUSTER_REPLICAS_MAGIC
+        && twox_hash::XxHash3_64::oneshot(covered) == file.checksum;
+    intact.then_some((file.cluster, file.replicas))
+}
+
 pub fn decode(bytes: &[u8], cluster: u128) -> Result<u8, String> {
     if bytes.len() != ClusterReplicas::SIZE {
         return Err(format!(
