@@ -86,8 +86,9 @@ pub struct Logging {
 /// The values `system.logging.level` admits.
 pub const LOG_LEVELS: &[&str] = &["trace", "debug", "info", "warn", "error", "off"];
 
-/// The smallest `limits.max_frame_size` taken.
-const MIN_FRAME_SIZE: u32 = 64 * 1024;
+/// The smallest `limits.max_frame_size` taken: a login, a metadata reply or a small batch fits
+/// (a cluster's metadata checkpoint is cut into pieces of it; an e2e test runs one at 8 KiB).
+const MIN_FRAME_SIZE: u32 = 8 * 1024;
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -637,28 +638,15 @@ fn is_byte_size(path: &str) -> bool {
         || key == "initial_mtu"
 }
 
-/// A size as upstream writes it: a whole number, optionally followed by a unit, decimal (`KB`,
-/// `MB`, `GB`, `TB`: powers of 1000) or binary (`KiB`, `MiB`, `GiB`, `TiB`), or `B`.
+/// A size as upstream writes it (`"2 MB"`, `"64 MiB"`, `"1200 B"`: `options::byte_size`), or a
+/// bare number of bytes.
 fn parse_byte_size(text: &str) -> Option<i64> {
     let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let number: i64 = number.parse().ok()?;
-    let scale: i64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "kb" => 1_000,
-        "mb" => 1_000_000,
-        "gb" => 1_000_000_000,
-        "tb" => 1_000_000_000_000,
-        "kib" => 1 << 10,
-        "mib" => 1 << 20,
-        "gib" => 1 << 30,
-        "tib" => 1 << 40,
-        _ => return None,
-    };
-    number.checked_mul(scale)
+    let bytes = text
+        .parse::<u64>()
+        .ok()
+        .or_else(|| iggy_metadata::options::byte_size(text))?;
+    i64::try_from(bytes).ok()
 }
 
 /// For a key of upstream's configuration this server names otherwise: what to write here.
@@ -673,7 +661,7 @@ fn upstream_equivalent(key: &str) -> Option<&'static str> {
         "quic.keep_alive_interval" => "`quic.keep_alive_interval_ms` (milliseconds)",
         "quic.max_idle_timeout" => "`quic.max_idle_timeout_ms` (milliseconds)",
         "system.logging.path" | "system.logging.file_enabled" => {
-            "none: the log goes to standard output (the service manager keeps it)"
+            "none: the log goes to standard error (the service manager keeps it)"
         }
         "system.encryption" => {
             "none: encryption at rest is not offered (StreamEncryptionUnavailable)"
@@ -957,7 +945,7 @@ impl Config {
             return Err(ConfigError::BadValue {
                 key: "limits.max_frame_size".into(),
                 value: self.limits.max_frame_size.to_string(),
-                expected: "frame size (at least 65536 bytes: smaller frames refuse ordinary \
+                expected: "frame size (at least 8192 bytes: smaller frames refuse ordinary \
                            requests and replies)",
             });
         }
@@ -1356,7 +1344,7 @@ mod tests {
             e.to_string().contains("`limits.max_frame_size` = \"0\""),
             "{e}"
         );
-        assert!(load(None, with("IGGY_LIMITS_MAX_FRAME_SIZE", "65536")).is_ok());
+        assert!(load(None, with("IGGY_LIMITS_MAX_FRAME_SIZE", "8192")).is_ok());
         let e = load(None, with("IGGY_LIMITS_MAX_CONNECTIONS", "-5")).unwrap_err();
         assert_eq!(
             e.to_string(),

@@ -105,8 +105,9 @@ pub fn number(key: &str, kind: u8, value: &[u8]) -> Result<u64, ErrorCode> {
     parsed.ok_or(ErrorCode::InvalidOptionValue)
 }
 
-/// `<whole number> <unit>`, the unit `B`, decimal `KB`..`TB` or binary `KiB`..`TiB`, in any case.
-fn byte_size(text: &str) -> Option<u64> {
+/// `<whole number> <unit>`, the unit `B`, decimal `KB`..`TB` or binary `KiB`..`TiB`, in any case
+/// (upstream's sizes; the server's configuration takes them too).
+pub fn byte_size(text: &str) -> Option<u64> {
     let digits = text.find(|c: char| !c.is_ascii_digit())?;
     let (number, unit) = (text[..digits].parse::<u64>().ok()?, text[digits..].trim());
     let scale: u64 = match unit.to_ascii_lowercase().as_str() {
