@@ -520,10 +520,16 @@ fn main() -> ExitCode {
         );
     }
     // Refused before anything is written: a root user the metadata refuses to create left a
-    // node serving with no user anyone could sign in as.
+    // node serving with no user anyone could sign in as. Only where the root user is still to
+    // be created (a directory with no metadata yet, or one --fresh erases): a node whose
+    // history holds it never uses them (an earlier build took any).
     let (user, pw, generated) =
         root_credentials(args.default_root_credentials, |k| std::env::var(k).ok());
-    if let Err(refusal) = check_root_credentials(&user, &pw) {
+    let creates_root = args.fresh
+        || !std::path::Path::new(&cfg.system.path)
+            .join("metadata")
+            .exists();
+    if creates_root && let Err(refusal) = check_root_credentials(&user, &pw) {
         eprintln!("iggy-server: {refusal}; nothing was started");
         return ExitCode::FAILURE;
     }
