@@ -422,3 +422,37 @@ async fn verify_names_an_empty_directory_and_warns_of_a_running_server() {
     let stream = within("get_stream", client.get_stream(&name("s"))).await;
     assert!(ok("get_stream", stream).is_some(), "the server serves on");
 }
+
+/// One damaged batch early in a partition's log: `verify` names the damage and the first
+/// journaled op whose batch is past it, then one line for all the later ones (it printed a
+/// line per op, 70 for 4 damaged bytes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_says_the_ops_past_one_damaged_batch_in_one_line() {
+    let mut server = TestServer::start();
+    let client = server.root_client().await;
+    create_stream_and_topic(&client, "s", "t", 1).await;
+    for send in 0..20 {
+        let batch: Vec<IggyMessage> = (0..MESSAGES_PER_SEND)
+            .map(|message| msg(payload(0, send, message)))
+            .collect();
+        send_to_partition(&client, &name("s"), &name("t"), 0, batch).await;
+    }
+    // Killed, so the journal keeps its stand-ins (a graceful stop checkpoints them away).
+    tokio::task::block_in_place(|| server.kill9());
+    let log = segment_logs(&partition_dir(&server.data_dir(), 0))[0].clone();
+    let mut bytes = std::fs::read(&log).unwrap();
+    assert!(bytes.len() > 1000, "{} bytes", bytes.len());
+    bytes[600..604].copy_from_slice(&[0xff; 4]);
+    std::fs::write(&log, bytes).unwrap();
+    let printed = stdout(&verify(&server.data_dir()));
+    let naming: Vec<&str> = printed
+        .lines()
+        .filter(|l| l.contains("names the batch at offset"))
+        .collect();
+    assert_eq!(naming.len(), 1, "{printed}");
+    let rest: Vec<&str> = printed
+        .lines()
+        .filter(|l| l.contains("more) name batches the log does not hold either"))
+        .collect();
+    assert_eq!(rest.len(), 1, "{printed}");
+}

@@ -280,6 +280,9 @@ fn journal_findings(path: &Path, journal: &JournalCheck, kind: &GroupKind<'_>) -
             message: message.clone(),
         })
         .collect();
+    // Stand-ins past a damaged batch all name batches the log does not hold: the first is said
+    // whole, the rest in one line (a 4-byte damage printed 70 lines).
+    let mut unheld: Vec<(Option<u64>, u64)> = Vec::new();
     for (position, record) in &journal.entries {
         let at = Some(*position);
         match (kind, record) {
@@ -294,10 +297,20 @@ fn journal_findings(path: &Path, journal: &JournalCheck, kind: &GroupKind<'_>) -
             }
             (GroupKind::Partition(log), JournalEntry::Stowed(entry)) => {
                 if let Some(message) = stand_in_problem(entry, log) {
-                    findings.push(Finding::error(path, at, message));
+                    if unheld.is_empty() {
+                        findings.push(Finding::error(path, at, message));
+                    }
+                    unheld.push((at, entry.op));
                 }
             }
         }
+    }
+    if let (Some(&(at, first)), Some(&(_, last))) = (unheld.get(1), unheld.last()) {
+        let message = format!(
+            "ops {first} to {last} ({} more) name batches the log does not hold either",
+            unheld.len() - 1
+        );
+        findings.push(Finding::error(path, at, message));
     }
     findings
 }
