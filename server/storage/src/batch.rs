@@ -301,15 +301,28 @@ fn kind_name(kind: HeaderKind) -> String {
 /// key and value fields in pairs to the end, each of a known `HeaderKind` and a length that
 /// kind allows. A walk over the bytes, allocating nothing. For headers the server itself builds
 /// from typed ones (an HTTP send's list); a binary send's are opaque to it.
-pub fn check_user_headers(mut headers: &[u8]) -> Result<(), HeaderFault> {
+pub fn check_user_headers(headers: &[u8]) -> Result<(), HeaderFault> {
+    for_each_user_header(headers, |_, _| {})
+}
+
+/// [`check_user_headers`], handing each checked key and value to `entry` as it goes (a reader
+/// that renders them walks the bytes once); the first fault ends the walk.
+pub fn for_each_user_header<'a>(
+    mut headers: &'a [u8],
+    mut entry: impl FnMut(HeaderField<'a>, HeaderField<'a>),
+) -> Result<(), HeaderFault> {
     while !headers.is_empty() {
-        check_header_field(&mut headers, HeaderPart::Key)?;
-        check_header_field(&mut headers, HeaderPart::Value)?;
+        let key = check_header_field(&mut headers, HeaderPart::Key)?;
+        let value = check_header_field(&mut headers, HeaderPart::Value)?;
+        entry(key, value);
     }
     Ok(())
 }
 
-fn check_header_field(headers: &mut &[u8], part: HeaderPart) -> Result<(), HeaderFault> {
+fn check_header_field<'a>(
+    headers: &mut &'a [u8],
+    part: HeaderPart,
+) -> Result<HeaderField<'a>, HeaderFault> {
     let fault = |problem| HeaderFault { part, problem };
     let field = HeaderField::decode_from(headers).map_err(|_| fault(HeaderProblem::Cut))?;
     let kind = HeaderKind::from_repr(field.kind)
@@ -322,5 +335,5 @@ fn check_header_field(headers: &mut &[u8], part: HeaderPart) -> Result<(), Heade
     if !allowed {
         return Err(fault(HeaderProblem::Length { kind, length }));
     }
-    Ok(())
+    Ok(field)
 }

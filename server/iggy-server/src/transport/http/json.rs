@@ -5,7 +5,7 @@ use base64ct::{Base64, Encoding};
 use iggy_generated::errors::ErrorCode;
 use iggy_generated::frames::{BatchHeader, MessageFrameHeader};
 use iggy_generated::payloads as wire;
-use iggy_storage::batch::{HeaderFault, check_user_headers};
+use iggy_storage::batch::{HeaderFault, check_user_headers, for_each_user_header};
 use iggy_wire::WireEncode;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -412,25 +412,21 @@ impl UserHeaders {
         if headers.is_empty() {
             return UserHeaders::None([]);
         }
-        if check_user_headers(headers).is_err() {
-            return UserHeaders::Raw(Base64::encode_string(headers));
-        }
-        let field = |rest: &mut &[u8]| {
-            use iggy_wire::WireDecode;
-            let field = wire::HeaderField::decode_from(rest).expect("checked above");
-            HeaderFieldJson {
-                kind: KINDS[usize::from(field.kind)],
-                value: Base64::encode_string(field.value),
-            }
+        let json = |field: wire::HeaderField<'_>| HeaderFieldJson {
+            kind: KINDS[usize::from(field.kind)],
+            value: Base64::encode_string(field.value),
         };
-        let mut rest = headers;
         let mut entries = Vec::new();
-        while !rest.is_empty() {
-            let key = field(&mut rest);
-            let value = field(&mut rest);
-            entries.push(HeaderEntry { key, value });
+        let walked = for_each_user_header(headers, |key, value| {
+            entries.push(HeaderEntry {
+                key: json(key),
+                value: json(value),
+            })
+        });
+        match walked {
+            Ok(()) => UserHeaders::Typed(entries),
+            Err(_) => UserHeaders::Raw(Base64::encode_string(headers)),
         }
-        UserHeaders::Typed(entries)
     }
 }
 
