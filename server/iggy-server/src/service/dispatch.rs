@@ -1004,14 +1004,14 @@ async fn metadata_write(
     }
     match outcome {
         Outcome::Committed { op, reply } => {
-            if iggy_metadata::permissions::takes_grants_away(operation)
-                && model_replies::rejection_of(&reply).is_none()
-            {
+            // The model's verdict, read once (revealing a token does not change it).
+            let rejection = model_replies::rejection_of(&reply);
+            if iggy_metadata::permissions::takes_grants_away(operation) && rejection.is_none() {
                 fenced(node, op).await;
             }
             // An audit line per change of streams, topics, users, tokens and groups (the node
             // that took the request logs it), which `info` otherwise had none of.
-            if !retry && model_replies::rejection_of(&reply).is_none() {
+            if !retry && rejection.is_none() {
                 tracing::info!(
                     "{} by user {} (session {}) committed as metadata op {op}",
                     command.name,
@@ -1019,9 +1019,7 @@ async fn metadata_write(
                     bound.session
                 );
             }
-            if operation == Operation::CreatePersonalAccessToken
-                && model_replies::rejection_of(&reply).is_none()
-            {
+            if operation == Operation::CreatePersonalAccessToken && rejection.is_none() {
                 match &prepared.token {
                     Some(token) if !retry => {
                         node.remember_token(bound.client, request.header.request, token)
@@ -1035,7 +1033,7 @@ async fn metadata_write(
             let reply = prepared.reveal(reply);
             if !command.result_framed {
                 // Not result-framed (138): a rejection travels in the status.
-                if let Some(code) = model_replies::rejection_of(&reply) {
+                if let Some(code) = rejection {
                     return Err(code);
                 }
                 return Ok(request.committed(operation, op, &[]));
