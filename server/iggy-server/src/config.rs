@@ -468,15 +468,20 @@ pub fn env_name(path: &str) -> String {
     format!("IGGY_{}", path.replace('.', "_").to_ascii_uppercase())
 }
 
+/// Each configuration section's variable prefix (`IGGY_TCP_`).
+fn section_prefixes() -> Vec<String> {
+    defaults_table()
+        .keys()
+        .map(|section| env_name(section) + "_")
+        .collect()
+}
+
 /// The variables among `names` that start as a configuration section's (`IGGY_TCP_…`) but
 /// name none of its keys, nor a roster field (`IGGY_CLUSTER_NODES_<i>_…`): mistyped keys,
 /// refused as a file's unknown keys are. Other `IGGY_` variables (`IGGY_CONFIG_PATH`,
 /// `IGGY_ROOT_PASSWORD`, a client's `IGGY_USERNAME`) are not configuration keys and pass.
 pub fn unknown_env_vars(names: impl IntoIterator<Item = String>) -> Vec<String> {
-    let sections: Vec<String> = defaults_table()
-        .keys()
-        .map(|section| env_name(section) + "_")
-        .collect();
+    let sections = section_prefixes();
     let keys: std::collections::BTreeSet<String> =
         leaves().keys().map(|path| env_name(path)).collect();
     let roster = cluster::roster_env_vars();
@@ -517,10 +522,7 @@ const OTHER_VARIABLES: &[&str] = &[
 /// of [`OTHER_VARIABLES`] nor a test hook (`IGGY_DEBUG_`). Warned of, not refused: another
 /// tool's variable may share the prefix.
 pub fn unread_env_vars(names: impl IntoIterator<Item = String>) -> Vec<String> {
-    let sections: Vec<String> = defaults_table()
-        .keys()
-        .map(|section| env_name(section) + "_")
-        .collect();
+    let sections = section_prefixes();
     let mut unread: Vec<String> = names
         .into_iter()
         .filter(|name| name.starts_with("IGGY_") && !name.starts_with("IGGY_DEBUG_"))
