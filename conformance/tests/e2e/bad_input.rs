@@ -1,6 +1,6 @@
 //! Bad input over the binary transports: a request body that is not exactly its command's
-//! declared request, or a message of a size the official client never sends, is refused with a
-//! clear error before anything changes; the connection keeps serving and what was acknowledged
+//! declared request, or a message the official client never builds (its size, its frame), is
+//! refused with a clear error before anything changes; the connection keeps serving and what was acknowledged
 //! before reads back intact. User headers are the client's bytes: ones that map to no typed
 //! headers (an encrypting client's blob) are stored as sent. Sent with the official SDK's raw
 //! API (`send_raw_with_response`) and its own message type, whose `user_headers` bytes it
@@ -559,4 +559,104 @@ async fn a_message_the_sdks_builder_would_refuse_for_its_size_is_refused_with_th
     assert_eq!(polled.messages.len(), 2);
     assert_eq!(polled.messages[0].payload.len(), largest_payload);
     assert_eq!(&polled.messages[1].payload[..], b"after");
+}
+
+const INVALID_MESSAGE_PAYLOAD_LENGTH: u32 = 4025;
+
+/// A SendMessages `body` with its batch's second message's frame header field at `at` set to
+/// `value` and both checksums sealed again, as a client that fills the frame itself. (The SDK's
+/// `calculate_batch_checksum` stops at a frame its decoder refuses, so the batch checksum is
+/// summed here as the protocol defines it: six header fields, then each frame's checksum.)
+fn second_frame_with(body: &mut [u8], at: usize, value: u64) {
+    use iggy_generated::frames::{BatchHeader as Batch, MessageFrameHeader as Frame};
+    use std::hash::Hasher;
+    let metadata = u32::from_le_bytes(body[..4].try_into().unwrap()) as usize;
+    let batch = &mut body[4 + metadata..];
+    let frame_length = |frame: &[u8]| {
+        let length = |at: usize| u32::from_le_bytes(frame[at..at + 4].try_into().unwrap());
+        Frame::SIZE
+            + length(Frame::USER_HEADERS_LENGTH_OFFSET) as usize
+            + length(Frame::PAYLOAD_LENGTH_OFFSET) as usize
+    };
+    let second = Batch::SIZE + frame_length(&batch[Batch::SIZE..]);
+    let end = second + frame_length(&batch[second..]);
+    batch[second + at..second + at + 8].copy_from_slice(&value.to_le_bytes());
+    let checksum = twox_hash::XxHash3_64::oneshot(&batch[second + 8..end]);
+    batch[second..second + 8].copy_from_slice(&checksum.to_le_bytes());
+    let mut hasher = twox_hash::XxHash3_64::new();
+    for field in [
+        Batch::PARTITION_ID_OFFSET,
+        Batch::BASE_OFFSET_OFFSET,
+        Batch::BASE_TIMESTAMP_OFFSET,
+        Batch::ORIGIN_TIMESTAMP_OFFSET,
+        Batch::BATCH_LENGTH_OFFSET,
+    ] {
+        hasher.write(&batch[field..field + 8]);
+    }
+    hasher.write(&batch[Batch::MESSAGE_COUNT_OFFSET..Batch::MESSAGE_COUNT_OFFSET + 4]);
+    hasher.write(&batch[Batch::SIZE..Batch::SIZE + 8]);
+    hasher.write(&batch[second..second + 8]);
+    let at = Batch::BATCH_CHECKSUM_OFFSET;
+    batch[at..at + 8].copy_from_slice(&hasher.finish().to_le_bytes());
+}
+
+/// A message frame the official client never builds is refused at the send, before it takes an
+/// offset: reserved frame bytes that are not zero (the SDK's decoder refuses such a frame, so
+/// once stored it would fail every poll of its partition, the messages before it included) and
+/// an `offset_delta` other than the message's index (offsets would repeat or skip). With 4025,
+/// the code the SDK's decoder gives such a frame; the connection serves on and a consumer reads
+/// every message acknowledged, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_frame_the_sdk_never_builds_is_refused_before_it_can_poison_its_partition() {
+    use crate::wiretap::WireTap;
+    use iggy_generated::frames::{MessageFrameHeader, Operation};
+    let server = TestServer::start();
+    let tap = WireTap::start(server.port()).await;
+    let client = IggyClient::from_connection_string(&format!(
+        "iggy://{ROOT_USER}:{ROOT_PASSWORD}@{}",
+        tap.address()
+    ))
+    .expect("connection string");
+    ok("connect", within("connect", client.connect()).await);
+    create_stream_and_topic(&client, "s", "t", 1).await;
+    ok("first", send_to_s_t(&client, vec![msg("first")]).await);
+
+    let faults = [
+        (
+            "reserved frame bytes",
+            MessageFrameHeader::RESERVED_OFFSET,
+            5,
+        ),
+        (
+            "a repeated offset delta",
+            MessageFrameHeader::OFFSET_DELTA_OFFSET,
+            0,
+        ),
+        (
+            "a skipped offset delta",
+            MessageFrameHeader::OFFSET_DELTA_OFFSET,
+            7,
+        ),
+    ];
+    for (what, at, value) in faults {
+        tap.rewrite_next_request(Operation::SendMessages.to_repr(), move |body| {
+            second_frame_with(body, at, value)
+        });
+        let sent = send_to_s_t(&client, vec![msg("neighbour"), msg(what)]).await;
+        expect_code(what, sent, INVALID_MESSAGE_PAYLOAD_LENGTH);
+    }
+    ok("after", send_to_s_t(&client, vec![msg("after")]).await);
+    let polled = poll(
+        &client,
+        &name("s"),
+        &name("t"),
+        0,
+        &consumer("c"),
+        PollingStrategy::first(),
+        10,
+        false,
+    )
+    .await;
+    assert_eq!(payloads(&polled), ["first", "after"]);
+    assert_eq!(offsets(&polled), [0, 1]);
 }

@@ -34,7 +34,12 @@ struct Fault {
     /// The receive buffer of upstream sockets dialed from now on, so a stalled reply backs up
     /// into the server rather than into this proxy's kernel buffers.
     upstream_receive_buffer: Option<u32>,
+    /// Rewrites the body of the next request of this operation, once (a client that builds
+    /// what the SDK never would).
+    rewrite: Option<(u8, Rewrite)>,
 }
+
+type Rewrite = Box<dyn FnOnce(&mut Vec<u8>) + Send>;
 
 fn u32_at(h: &[u8], off: usize) -> u32 {
     u32::from_le_bytes(h[off..off + 4].try_into().unwrap())
@@ -103,6 +108,14 @@ async fn pump(
         }
         {
             let mut fault = fault.lock().unwrap();
+            if to_server
+                && header[60] == 5
+                && fault.rewrite.as_ref().map(|(operation, _)| *operation) == Some(header[176])
+            {
+                let (_, rewrite) = fault.rewrite.take().expect("armed");
+                rewrite(&mut body);
+                header[48..52].copy_from_slice(&(256 + body.len() as u32).to_le_bytes());
+            }
             if to_server && header[60] == 5 && fault.armed_operation == Some(header[176]) {
                 fault.armed_operation = None;
                 fault.doomed = Some((connection, u64_at(&header, 168)));
@@ -255,6 +268,16 @@ impl WireTap {
     }
 
     /// Split every client frame into writes of at most `bytes` bytes.
+    /// Passes the body of the next request of `operation` through `rewrite` (its size is set
+    /// again from the result).
+    pub fn rewrite_next_request(
+        &self,
+        operation: u8,
+        rewrite: impl FnOnce(&mut Vec<u8>) + Send + 'static,
+    ) {
+        self.fault.lock().unwrap().rewrite = Some((operation, Box::new(rewrite)));
+    }
+
     pub fn fragment_client_frames(&self, bytes: usize) {
         self.fault.lock().unwrap().fragment = Some(bytes);
     }

@@ -112,7 +112,7 @@ fn checksum_under_header(header: &[u8], record: &[u8]) -> u64 {
 
 /// Verifies layout, every per-message checksum and the batch checksum.
 pub fn verify(record: &[u8]) -> Result<u32, StorageError> {
-    verify_frames(record, |_, _| Ok(()))
+    verify_frames(record, |_, _, _, _| Ok(()))
 }
 
 /// The largest payload an arriving message may carry: the official builder's limit, encrypted.
@@ -122,66 +122,92 @@ pub const ARRIVING_PAYLOAD_MAX: usize =
 pub const ARRIVING_HEADERS_MAX: usize =
     (USER_HEADERS_SIZE_MAX + CLIENT_ENCRYPTION_OVERHEAD) as usize;
 
-/// [`verify`] for a batch a producer sends, whose messages must also be of the sizes the
-/// official client sends: a payload of 1 to [`ARRIVING_PAYLOAD_MAX`] bytes and at most
-/// [`ARRIVING_HEADERS_MAX`] bytes of user headers. The headers are stored as they arrive, not
-/// read: the client's encryptor sends them as one opaque blob (spec/payloads.spec, user
-/// headers). Records already stored (recovery, state transfer) are only [`verify`]ed.
+/// [`verify`] for a batch a producer sends, whose messages must also be as the official client
+/// builds them: a payload of 1 to [`ARRIVING_PAYLOAD_MAX`] bytes, at most
+/// [`ARRIVING_HEADERS_MAX`] bytes of user headers, the frame's reserved bytes zero (the official
+/// decoder refuses a frame otherwise: such a message, once stored, would fail every consumer's
+/// poll of its partition) and `offset_delta` the message's index in the batch (its offset is
+/// the base offset plus that delta, so any other value would repeat or skip offsets). The
+/// headers are stored as they arrive, not read: the client's encryptor sends them as one opaque
+/// blob (spec/payloads.spec, user headers). Records already stored (recovery, state transfer)
+/// are only [`verify`]ed.
 pub fn verify_arriving(record: &[u8]) -> Result<u32, StorageError> {
-    verify_frames(record, |payload_length, headers| {
+    verify_frames(record, |index, frame_header, payload_length, headers| {
+        let fault = |fault| Err(StorageError::ArrivingMessage(fault));
+        if frame_header[frame::RESERVED..frame::RESERVED + 8] != [0; 8] {
+            return fault(MessageFault::ReservedNotZero { index });
+        }
+        let delta = read_u32(frame_header, frame::OFFSET_DELTA);
+        if delta != index {
+            return fault(MessageFault::OffsetDelta { index, delta });
+        }
         if payload_length == 0 {
-            return Err(StorageError::MessageSize(SizeFault::EmptyPayload));
+            return fault(MessageFault::EmptyPayload);
         }
         if payload_length > ARRIVING_PAYLOAD_MAX {
-            return Err(StorageError::MessageSize(SizeFault::PayloadOver(
-                payload_length,
-            )));
+            return fault(MessageFault::PayloadOver(payload_length));
         }
         if headers.len() > ARRIVING_HEADERS_MAX {
-            return Err(StorageError::MessageSize(SizeFault::HeadersOver(
-                headers.len(),
-            )));
+            return fault(MessageFault::HeadersOver(headers.len()));
         }
         Ok(())
     })
 }
 
-/// Which size limit of [`verify_arriving`] a message breaks.
+/// What makes an arriving message one the official client would not have sent
+/// ([`verify_arriving`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SizeFault {
+pub enum MessageFault {
     EmptyPayload,
     /// The payload's length, over [`ARRIVING_PAYLOAD_MAX`].
     PayloadOver(usize),
     /// The user headers' length, over [`ARRIVING_HEADERS_MAX`].
     HeadersOver(usize),
+    /// The frame header's reserved bytes of the message at `index` are not zero.
+    ReservedNotZero {
+        index: u32,
+    },
+    /// The message at `index` carries another `offset_delta`.
+    OffsetDelta {
+        index: u32,
+        delta: u32,
+    },
 }
 
-impl std::fmt::Display for SizeFault {
+impl std::fmt::Display for MessageFault {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            SizeFault::EmptyPayload => write!(formatter, "a message has an empty payload"),
-            SizeFault::PayloadOver(length) => write!(
+            MessageFault::EmptyPayload => write!(formatter, "a message has an empty payload"),
+            MessageFault::PayloadOver(length) => write!(
                 formatter,
                 "a message payload is {length} bytes, over the {ARRIVING_PAYLOAD_MAX} allowed"
             ),
-            SizeFault::HeadersOver(length) => write!(
+            MessageFault::HeadersOver(length) => write!(
                 formatter,
                 "a message's user headers are {length} bytes, over the {ARRIVING_HEADERS_MAX} \
                  allowed"
+            ),
+            MessageFault::ReservedNotZero { index } => write!(
+                formatter,
+                "message {index} of the batch has reserved frame bytes that are not zero"
+            ),
+            MessageFault::OffsetDelta { index, delta } => write!(
+                formatter,
+                "message {index} of the batch has offset_delta {delta}, not its index {index}"
             ),
         }
     }
 }
 
-/// Verifies layout and checksums, passing each message's payload length and user headers to
-/// `check_message` in the same walk.
+/// Verifies layout and checksums, passing each message's index, frame header, payload length
+/// and user headers to `check_message` in the same walk.
 fn verify_frames(
     record: &[u8],
-    check_message: impl Fn(usize, &[u8]) -> Result<(), StorageError>,
+    check_message: impl Fn(u32, &[u8], usize, &[u8]) -> Result<(), StorageError>,
 ) -> Result<u32, StorageError> {
     let count = validate_layout(record)?;
     let mut position = batch::HEADER_SIZE;
-    for _ in 0..count {
+    for index in 0..count {
         let end = frame_end(record, position)?;
         let stored = read_u64(record, position + frame::CHECKSUM);
         if XxHash3_64::oneshot(&record[position + 8..end]) != stored {
@@ -189,7 +215,12 @@ fn verify_frames(
         }
         let payload_length = read_u32(record, position + frame::PAYLOAD_LENGTH) as usize;
         let headers = read_u32(record, position + frame::USER_HEADERS_LENGTH) as usize;
-        check_message(payload_length, &record[end - headers..end])?;
+        check_message(
+            index,
+            &record[position..position + frame::HEADER_SIZE],
+            payload_length,
+            &record[end - headers..end],
+        )?;
         position = end;
     }
     if compute_checksum(record) != read_u64(record, batch::BATCH_CHECKSUM) {

@@ -6,8 +6,8 @@
 //!   an interrupted first start) and refusing anything else unmodified.
 //! - [`batch::validate_layout`], [`batch::verify`], [`batch::stamp`] validate a batch record,
 //!   verify its checksums and stamp `partition_id`/`base_offset`/`base_timestamp` in place
-//!   (recomputing the XxHash3-64 batch checksum); [`batch::verify_arriving`] also checks the
-//!   sizes of each message a producer sends, never of stored data.
+//!   (recomputing the XxHash3-64 batch checksum); [`batch::verify_arriving`] also checks each
+//!   message a producer sends is one the official client builds (sizes, frame), never stored data.
 //!
 //! - [`fail_stop`]: a failed write, fsync, create, rename or remove of a durable file logs
 //!   `storage failure: <op> <file>: <error>; stopping` and exits with [`fail_stop::EXIT_CODE`]
@@ -88,9 +88,8 @@ pub enum StorageError {
     InvalidBatch(&'static str),
     /// A stored checksum does not match.
     ChecksumMismatch(&'static str),
-    /// An arriving message's payload or user headers are of a size the official builder
-    /// refuses.
-    MessageSize(batch::SizeFault),
+    /// An arriving message is not as the official client builds one (its sizes, its frame).
+    ArrivingMessage(batch::MessageFault),
 }
 
 impl std::fmt::Display for StorageError {
@@ -102,7 +101,7 @@ impl std::fmt::Display for StorageError {
             }
             StorageError::InvalidBatch(why) => write!(formatter, "invalid batch: {why}"),
             StorageError::ChecksumMismatch(what) => write!(formatter, "{what} mismatch"),
-            StorageError::MessageSize(fault) => write!(formatter, "{fault}"),
+            StorageError::ArrivingMessage(fault) => write!(formatter, "{fault}"),
         }
     }
 }

@@ -321,15 +321,16 @@ fn an_arriving_batch_keeps_opaque_user_headers() {
     assert_eq!(iggy_storage::batch::verify(&batch).unwrap(), 3);
 }
 
-/// A send's batch is refused for one message of a size the official client never sends (an
-/// empty payload, a payload or user headers over the SDK's limits once encrypted), the limits
-/// themselves pass; a stored batch of such a message still verifies.
+/// A send's batch is refused for one message the official client never sends (an empty
+/// payload, a payload or user headers over the SDK's limits once encrypted, reserved frame bytes
+/// set, an `offset_delta` other than its index), the limits themselves pass; a stored batch of
+/// such a message still verifies.
 #[test]
-fn an_arriving_batch_is_refused_for_a_message_size_the_sdk_refuses_a_stored_one_is_not() {
+fn an_arriving_batch_is_refused_for_a_message_the_sdk_never_builds_a_stored_one_is_not() {
     use iggy_generated::frames::{
         CLIENT_ENCRYPTION_OVERHEAD, MESSAGE_PAYLOAD_SIZE_MAX, USER_HEADERS_SIZE_MAX,
     };
-    use iggy_storage::batch::{SizeFault, verify, verify_arriving};
+    use iggy_storage::batch::{MessageFault, verify, verify_arriving};
     let overhead = CLIENT_ENCRYPTION_OVERHEAD as usize;
     let largest_payload = vec![b'p'; MESSAGE_PAYLOAD_SIZE_MAX as usize + overhead];
     let over_payload = vec![b'p'; largest_payload.len() + 1];
@@ -341,27 +342,54 @@ fn an_arriving_batch_is_refused_for_a_message_size_the_sdk_refuses_a_stored_one_
 
     let at_limits = build_batch_with_headers(&[(&largest_payload, &[]), (b"h", &largest_headers)]);
     assert_eq!(verify_arriving(&at_limits).unwrap(), 2);
-    let cases: [(&str, Vec<u8>, SizeFault); 3] = [
+    // The second frame's field at `at` set to `value`, both checksums sealed again.
+    let second_frame_with = |at: usize, value: u64| {
+        let mut record = build_batch(&[b"one", b"two"]);
+        let start = batch::HEADER_SIZE + frame::HEADER_SIZE + 3;
+        write_u64(&mut record, start + at, value);
+        let checksum = twox_hash::XxHash3_64::oneshot(&record[start + 8..]);
+        write_u64(&mut record, start + frame::CHECKSUM, checksum);
+        let checksum = iggy_storage::batch::compute_checksum(&record);
+        write_u64(&mut record, batch::BATCH_CHECKSUM, checksum);
+        record
+    };
+    // offset_delta is a u32 followed by timestamp_delta: keep that one zero.
+    let cases: [(&str, Vec<u8>, MessageFault); 6] = [
         (
             "empty",
             build_batch(&[b"one", b""]),
-            SizeFault::EmptyPayload,
+            MessageFault::EmptyPayload,
         ),
         (
             "payload",
             build_batch(&[b"one", &over_payload]),
-            SizeFault::PayloadOver(over_payload.len()),
+            MessageFault::PayloadOver(over_payload.len()),
         ),
         (
             "headers",
             build_batch_with_headers(&[(b"one", &[]), (b"h", &over_headers)]),
-            SizeFault::HeadersOver(over_headers.len()),
+            MessageFault::HeadersOver(over_headers.len()),
+        ),
+        (
+            "reserved",
+            second_frame_with(frame::RESERVED, 5),
+            MessageFault::ReservedNotZero { index: 1 },
+        ),
+        (
+            "repeated offset",
+            second_frame_with(frame::OFFSET_DELTA, 0),
+            MessageFault::OffsetDelta { index: 1, delta: 0 },
+        ),
+        (
+            "skipped offset",
+            second_frame_with(frame::OFFSET_DELTA, 7),
+            MessageFault::OffsetDelta { index: 1, delta: 7 },
         ),
     ];
     for (what, batch, fault) in cases {
         let refused = verify_arriving(&batch);
         assert!(
-            matches!(refused, Err(StorageError::MessageSize(f)) if f == fault),
+            matches!(refused, Err(StorageError::ArrivingMessage(f)) if f == fault),
             "{what}: {refused:?}"
         );
         assert_eq!(verify(&batch).unwrap(), 2, "{what}");

@@ -16,7 +16,7 @@ use iggy_generated::payloads::{
 };
 use iggy_metadata::replies::{Codec, Figures, PartitionFigures};
 use iggy_storage::StorageError;
-use iggy_storage::batch::SizeFault;
+use iggy_storage::batch::MessageFault;
 use iggy_wire::WireEncode;
 
 impl Figures for Shared {
@@ -253,9 +253,15 @@ pub fn batch_error(error: StorageError) -> ErrorCode {
         StorageError::ChecksumMismatch(_) => ErrorCode::InvalidBatchChecksum,
         // The codes iggy_common's message builder fails with, EmptyMessagePayload for the
         // empty payload it calls an invalid length (4025 also names malformed frames).
-        StorageError::MessageSize(SizeFault::EmptyPayload) => ErrorCode::EmptyMessagePayload,
-        StorageError::MessageSize(SizeFault::PayloadOver(_)) => ErrorCode::TooBigMessagePayload,
-        StorageError::MessageSize(SizeFault::HeadersOver(_)) => ErrorCode::TooBigUserHeaders,
+        StorageError::ArrivingMessage(fault) => match fault {
+            MessageFault::EmptyPayload => ErrorCode::EmptyMessagePayload,
+            MessageFault::PayloadOver(_) => ErrorCode::TooBigMessagePayload,
+            MessageFault::HeadersOver(_) => ErrorCode::TooBigUserHeaders,
+            // The code the official decoder fails such a frame with on its side.
+            MessageFault::ReservedNotZero { .. } | MessageFault::OffsetDelta { .. } => {
+                ErrorCode::InvalidMessagePayloadLength
+            }
+        },
         _ => ErrorCode::InvalidMessagesSize,
     }
 }
