@@ -1,10 +1,10 @@
 //! Bad input over the binary transports: a request body that is not exactly its command's
 //! declared request, or a message the official client never builds (its size, its frame), is
-//! refused with a clear error before anything changes; the connection keeps serving and what was acknowledged
-//! before reads back intact. User headers are the client's bytes: ones that map to no typed
-//! headers (an encrypting client's blob) are stored as sent. Sent with the official SDK's raw
-//! API (`send_raw_with_response`) and its own message type, whose `user_headers` bytes it
-//! sends as they are.
+//! refused with a clear error before anything changes; the connection keeps serving and what
+//! was acknowledged before reads back intact. User headers are the client's bytes: ones that map
+//! to no typed headers (an encrypting client's blob) are stored as sent. Sent with the official
+//! SDK's raw API (`send_raw_with_response`) and its own message type, whose `user_headers` bytes
+//! it sends as they are.
 
 use crate::harness::*;
 use bytes::Bytes;
