@@ -1444,3 +1444,128 @@ async fn anonymous_websocket_connections_cannot_make_the_server_hold_large_messa
     let polled = poll(&client, &name("s"), &name("t"), 0, &consumer("c"), PollingStrategy::offset(0), 1, false).await;
     assert_eq!(polled.messages[0].payload.len(), 4 << 20);
 }
+
+/// A QUIC client reads a reply into a buffer of fixed size (the SDK's `response_buffer_size`)
+/// and fails a longer one, retrying until its deadline. Poll replies over QUIC hold at most
+/// `quic.max_reply_size` bytes: a batch larger than that (here 10 messages of 30 kB, under a
+/// 100 kB limit and a 100 kB client buffer) is served a few messages per poll, every one read
+/// in order; a single message over it is refused at once with 4022, not served to fail there,
+/// and the messages after it are read past it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quic_poll_replies_fit_the_clients_reply_buffer() {
+    let server = TestServer::start_with_env(&[("IGGY_QUIC_MAX_REPLY_SIZE", "100000")]);
+    let tcp = server.root_client().await;
+    create_stream_and_topic(&tcp, "s", "t", 1).await;
+    let ports = endpoints(&tcp).await;
+    let url = format!(
+        "iggy+quic://{ROOT_USER}:{ROOT_PASSWORD}@127.0.0.1:{}?response_buffer_size=100000",
+        ports.quic
+    );
+    let quic = IggyClient::from_connection_string(&url).expect("quic connection string");
+    ok("quic connect", within("quic connect", quic.connect()).await);
+    let batch: Vec<IggyMessage> = (0..10u8).map(|i| msg(vec![i; 30_000])).collect();
+    send_to_partition(&tcp, &name("s"), &name("t"), 0, batch).await;
+
+    let mut read = Vec::new();
+    let mut replies = 0;
+    while read.len() < 10 {
+        let polled = within(
+            "quic poll",
+            quic.poll_messages(
+                &name("s"),
+                &name("t"),
+                Some(0),
+                &consumer("c"),
+                &PollingStrategy::offset(read.len() as u64),
+                10,
+                false,
+            ),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("poll from {}: {e} (code {})", read.len(), e.as_code()));
+        assert!(
+            !polled.messages.is_empty(),
+            "a poll from {} read nothing",
+            read.len()
+        );
+        read.extend(
+            polled
+                .messages
+                .iter()
+                .map(|m| (m.header.offset, m.payload[0])),
+        );
+        replies += 1;
+    }
+    assert_eq!(
+        read,
+        (0..10u8).map(|i| (u64::from(i), i)).collect::<Vec<_>>()
+    );
+    assert!(
+        replies >= 4,
+        "10 messages of 30 kB in {replies} replies of at most 100 kB"
+    );
+
+    send_to_partition(
+        &tcp,
+        &name("s"),
+        &name("t"),
+        0,
+        vec![msg(vec![b'L'; 150_000])],
+    )
+    .await;
+    send_to_partition(&tcp, &name("s"), &name("t"), 0, vec![msg("after")]).await;
+    let started = std::time::Instant::now();
+    let too_large = within(
+        "quic poll of the large message",
+        quic.poll_messages(
+            &name("s"),
+            &name("t"),
+            Some(0),
+            &consumer("c"),
+            &PollingStrategy::offset(10),
+            10,
+            false,
+        ),
+    )
+    .await;
+    expect_code("a message over the reply limit", too_large, 4022);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "refused at once, not after the client's deadline: {:?}",
+        started.elapsed()
+    );
+    assert!(
+        !server.log_lines_with("over quic.max_reply_size").is_empty(),
+        "the refusal names the key in the log"
+    );
+    let after = ok(
+        "quic poll after it",
+        within(
+            "quic poll",
+            quic.poll_messages(
+                &name("s"),
+                &name("t"),
+                Some(0),
+                &consumer("c"),
+                &PollingStrategy::offset(11),
+                10,
+                false,
+            ),
+        )
+        .await,
+    );
+    assert_eq!(payloads(&after), ["after"]);
+    // TCP serves the large message.
+    let polled = poll(
+        &tcp,
+        &name("s"),
+        &name("t"),
+        0,
+        &consumer("c"),
+        PollingStrategy::offset(10),
+        1,
+        false,
+    )
+    .await;
+    assert_eq!(polled.messages[0].payload.len(), 150_000);
+}

@@ -89,6 +89,8 @@ pub const LOG_LEVELS: &[&str] = &["trace", "debug", "info", "warn", "error", "of
 /// The smallest `limits.max_frame_size` taken: a login, a metadata reply or a small batch fits
 /// (a cluster's metadata checkpoint is cut into pieces of it; an e2e test runs one at 8 KiB).
 const MIN_FRAME_SIZE: u32 = 8 * 1024;
+/// The least `quic.max_reply_size`: room for a poll reply of a few ordinary messages.
+const QUIC_REPLY_MIN: u64 = 64 * 1024;
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -331,6 +333,7 @@ pub struct Quic {
     pub receive_window: u64,
     pub keep_alive_interval_ms: u64,
     pub max_idle_timeout_ms: u64,
+    pub max_reply_size: u64,
     pub certificate: QuicCertificate,
 }
 
@@ -1088,6 +1091,13 @@ impl Config {
                     "stream count (at least 1: every request is a stream)",
                 ));
             }
+            if quic.max_reply_size < QUIC_REPLY_MIN {
+                return Err(bad(
+                    "quic.max_reply_size",
+                    quic.max_reply_size.to_string(),
+                    "reply size (at least 65536 bytes)",
+                ));
+            }
             // A zero flow-control window lets no byte through: every request would hang.
             for (key, value) in [
                 ("quic.send_window", quic.send_window),
@@ -1351,6 +1361,27 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "config: `limits.max_connections`: invalid value: integer `-5`, expected usize"
+        );
+    }
+
+    #[test]
+    fn the_quic_reply_limit_takes_a_size_and_refuses_one_under_64_kib() {
+        let with = |value: &'static str| {
+            move |k: &str| (k == "IGGY_QUIC_MAX_REPLY_SIZE").then(|| value.to_string())
+        };
+        assert_eq!(
+            load(None, |_| None).unwrap().quic.max_reply_size,
+            10_000_000,
+            "the SDK's default response buffer"
+        );
+        assert_eq!(
+            load(None, with("1 MiB")).unwrap().quic.max_reply_size,
+            1 << 20
+        );
+        let e = load(None, with("65535")).unwrap_err();
+        assert!(
+            e.to_string().contains("`quic.max_reply_size` = \"65535\""),
+            "{e}"
         );
     }
 

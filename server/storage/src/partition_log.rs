@@ -479,6 +479,21 @@ fn frame_boundary(record: &[u8], frames: u32) -> usize {
     position
 }
 
+/// How many of the first `frames` frames of `record` end within `bytes` of its start, at least
+/// one.
+fn frames_within(record: &[u8], frames: u32, bytes: usize) -> u32 {
+    let mut position = layout::batch::HEADER_SIZE;
+    for fit in 0..frames {
+        let headers = read_u32(record, position + frame::USER_HEADERS_LENGTH) as usize;
+        let payload = read_u32(record, position + frame::PAYLOAD_LENGTH) as usize;
+        position += frame::HEADER_SIZE + payload + headers;
+        if position > bytes {
+            return fit.max(1);
+        }
+    }
+    frames
+}
+
 /// Rewrites `message_count`, `batch_length` and the batch checksum of a sliced record.
 fn rewrite_sliced_header(record: &mut [u8], count: u32) {
     write_u32(record, layout::batch::MESSAGE_COUNT, count);
@@ -1242,8 +1257,8 @@ impl PartitionLog {
     /// [`read_from`](Self::read_from), with `headroom` zero bytes in front of the records in
     /// `ReadBatches::bytes`: room for the reply's headers, so the records are copied only once
     /// on their way to the socket. The records stop before the batch that would take them past
-    /// `max_bytes` (the first batch is always read, whatever its size), so fewer messages than
-    /// `max_messages` may come back.
+    /// `max_bytes`; a first batch over it alone is cut after the messages that fit (at least
+    /// one, whatever its size), so fewer messages than `max_messages` may come back.
     pub async fn read_from_with_headroom(
         &mut self,
         start: u64,
@@ -1336,6 +1351,18 @@ impl PartitionLog {
                 result?;
                 check_read(&segment.log_path, &out[at..], &entries[from..to])?;
             }
+        }
+        // The first batch is taken whatever its size: one over `max_bytes` alone (a client that
+        // reads at most that many bytes, a QUIC reply buffer) is cut after the messages that
+        // fit, at least one, and served in parts over several polls.
+        if let Some((at, present, take)) = last_batch
+            && take > 1
+            && frame_boundary(&out[at..], take) > max_bytes
+        {
+            let fit = frames_within(&out[at..], take, max_bytes);
+            remaining += take - fit;
+            last_offset -= u64::from(take - fit);
+            last_batch = Some((at, present, fit));
         }
         if let Some((at, present, take)) = last_batch {
             if take < present {

@@ -1468,7 +1468,7 @@ fn a_log_of_many_closed_segments_keeps_a_bounded_number_of_files_open() {
 }
 
 #[test]
-fn a_read_stops_before_the_batch_that_would_pass_its_byte_bound() {
+fn a_read_stops_before_the_batch_that_would_pass_its_byte_bound_and_cuts_a_first_one_over_it() {
     run(async {
         let temporary = tempfile::tempdir().unwrap();
         let dir = temporary.path();
@@ -1492,15 +1492,10 @@ fn a_read_stops_before_the_batch_that_would_pass_its_byte_bound() {
                     .unwrap();
                 let records = &read.bytes[16..];
                 let messages = decode(records);
-                // At least one batch, whatever the bound; whole batches after it within it.
+                // At least one message, whatever the bound; within it otherwise.
                 assert!(!messages.is_empty(), "start {start} max_bytes {max_bytes}");
-                let one_batch = messages.last().unwrap().0
-                    < *bases
-                        .iter()
-                        .find(|base| **base > start)
-                        .unwrap_or(&u64::MAX);
                 assert!(
-                    records.len() <= max_bytes || one_batch,
+                    records.len() <= max_bytes || messages.len() == 1,
                     "start {start}: {} bytes over {max_bytes}",
                     records.len()
                 );
@@ -1514,13 +1509,22 @@ fn a_read_stops_before_the_batch_that_would_pass_its_byte_bound() {
                 let next = messages.last().unwrap().0 + 1;
                 if max_bytes == usize::MAX {
                     assert_eq!(next, log.next_offset());
-                } else if next < log.next_offset() {
+                } else if let Some(at) = bases.iter().position(|base| *base == next) {
                     // Stopped at a batch boundary, the next batch not fitting.
-                    let at = bases
-                        .iter()
-                        .position(|base| *base == next)
-                        .expect("a batch boundary");
                     assert!(records.len() + lengths[at] > max_bytes);
+                } else if next < log.next_offset() {
+                    // Cut inside the first batch, which alone is over the bound: one message
+                    // more would not fit.
+                    let first_batch_end = *bases.iter().find(|base| **base > start).unwrap();
+                    assert!(
+                        next < first_batch_end,
+                        "start {start} max_bytes {max_bytes}"
+                    );
+                    let one_more = log
+                        .read_from_with_headroom(start, read.messages + 1, 0, usize::MAX)
+                        .await
+                        .unwrap();
+                    assert!(one_more.bytes.len() > max_bytes);
                 }
             }
         }

@@ -39,4 +39,7 @@ pub struct Connection {
     pub id: u32,
     pub bound: Option<Bound>,
     pub routing: Routing,
+    /// The largest reply its client reads, when below the frame limit: a QUIC client reads a
+    /// reply into a buffer of fixed size (`quic.max_reply_size`).
+    pub reply_max: Option<usize>,
 }

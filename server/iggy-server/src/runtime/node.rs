@@ -68,6 +68,9 @@ pub struct Node {
     pub accept_failed: crate::consensus::log_limit::Throttled,
     /// Connections refused at `limits.max_connections`: one warning per interval.
     pub connection_refused: crate::consensus::log_limit::Throttled,
+    /// Polls refused for a message larger than the client reads (`quic.max_reply_size`): one
+    /// warning per interval, since its consumer polls it again.
+    pub reply_too_large: crate::consensus::log_limit::Throttled,
     /// Request bodies held at once, all connections together (`limits.max_request_bodies_size`).
     pub body_budget: Rc<crate::runtime::body_budget::BodyBudget>,
     /// Evicted connections and headers cut short: one line per client address and kind per
@@ -508,6 +511,7 @@ impl Node {
             connection_refused: crate::consensus::log_limit::Throttled::new(
                 REPEATED_WARNING_INTERVAL,
             ),
+            reply_too_large: crate::consensus::log_limit::Throttled::new(REPEATED_WARNING_INTERVAL),
             body_budget: Rc::new(crate::runtime::body_budget::BodyBudget::new(body_budget)),
             refused_clients: RefCell::new(LogLimit::new(
                 REPEATED_WARNING_INTERVAL,

@@ -1662,7 +1662,10 @@ async fn non_replicated(
             Ok(request.reply(&replies::partition_route(&node.shared, key, position)))
         }
         // 104 is 0.11.1's poll on the primary: this node is the primary of every partition.
-        100 | 104 => poll(node, request, routing, bound, body).await,
+        100 | 104 => {
+            let client_reply_max = connection.reply_max;
+            poll(node, request, routing, bound, client_reply_max, body).await
+        }
         // 0.11.1's routing lookups (poll, consumer offset): the node that serves the partition's
         // polls and offsets, its group's primary, which the client then asks with 104 or 120.
         103 | 123 => {
@@ -1850,6 +1853,7 @@ async fn poll(
     request: &Request<'_>,
     routing: Routing,
     bound: Bound,
+    client_reply_max: Option<usize>,
     body: &[u8],
 ) -> Result<Dispatched, ErrorCode> {
     let header = request.header;
@@ -1912,10 +1916,12 @@ async fn poll(
         _ => return Err(ErrorCode::InvalidFormat),
     };
     let partition = served_partition(node, key, served)?;
-    // A reply holds at most a frame's worth of records (whole batches, at least one): a count
-    // of millions over a large partition is served in several polls, not built whole.
-    let bytes_max = (node.shared.config.limits.max_frame_size as usize)
-        .saturating_sub(crate::runtime::partition::POLL_REPLY_HEADROOM);
+    // A reply holds at most a frame's worth of records (or what the client reads, a QUIC
+    // reply buffer; at least one message): a count of millions over a large partition is
+    // served in several polls, not built whole.
+    let reply_max = (node.shared.config.limits.max_frame_size as usize)
+        .min(client_reply_max.unwrap_or(usize::MAX));
+    let bytes_max = reply_max.saturating_sub(crate::runtime::partition::POLL_REPLY_HEADROOM);
     // Within the node's budget (`runtime::body_budget`), beside the request bodies it holds:
     // many consumers polling large replies at once get smaller ones (down to 64 KiB of
     // messages, whole batches, at least one) and poll on, instead of the node holding each
@@ -1926,6 +1932,23 @@ async fn poll(
     let polled = partition
         .poll(start, poll.count, held.bytes() as usize)
         .await?;
+    if let Some(client_max) = client_reply_max
+        && polled.batches.bytes.len() > client_max
+    {
+        // One message larger than the client reads: sent, it would fail there (the SDK retries
+        // a reply it cannot read until its deadline). Said here, naming the knob.
+        if let Some(held_back) = node.reply_too_large.due(std::time::Instant::now()) {
+            tracing::warn!(
+                "a poll of partition {}/{}/{} at offset {} is refused: its message takes {}                  bytes, over quic.max_reply_size ({client_max}), the most a QUIC client reads                  (the SDK's response_buffer_size); raise both, or poll it over TCP ({held_back}                  more held back)",
+                key.0,
+                key.1,
+                key.2,
+                polled.batches.last_offset.unwrap_or_default(),
+                polled.batches.bytes.len() - crate::runtime::partition::POLL_REPLY_HEADROOM,
+            );
+        }
+        return Err(ErrorCode::TooBigMessagePayload);
+    }
     if poll.auto_commit
         && let Some(last) = polled.batches.last_offset
     {

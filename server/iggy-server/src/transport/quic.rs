@@ -250,6 +250,7 @@ impl SharedConnection {
         Connection {
             id: self.id,
             bound: self.bound.get(),
+            reply_max: Some(self.node.shared.config.quic.max_reply_size as usize),
             ..Connection::default()
         }
     }

@@ -516,6 +516,7 @@ impl Call<'_> {
             id: self.connection.id,
             bound: Some(bound),
             routing: self.connection.routing,
+            reply_max: self.connection.reply_max,
         };
         // Counted for the drain at shutdown until it settles.
         let in_flight = node.request_started();
