@@ -6,7 +6,7 @@
 use crate::harness::*;
 use iggy_generated::frames::{Command, Operation, ReplyHeader, RequestHeader};
 use iggy_generated::payloads::*;
-use iggy_generated::protocol::V0_11_1;
+use iggy_generated::protocol::{ProtocolVersion, V0_11_1, V0_12_0};
 use iggy_wire::{WireDecode, WireEncode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -93,6 +93,11 @@ async fn login(server: &TestServer) -> Legacy {
 
 /// A 0.11.1 session registered as `client` over a connection to `address`.
 async fn login_at(address: &str, client: u128) -> Legacy {
+    login_with(address, client, V0_11_1).await
+}
+
+/// A session of protocol `version` registered as `client` over a connection to `address`.
+async fn login_with(address: &str, client: u128, version: ProtocolVersion) -> Legacy {
     let stream = TcpStream::connect(address).await.unwrap();
     let mut legacy = Legacy {
         stream,
@@ -102,7 +107,7 @@ async fn login_at(address: &str, client: u128) -> Legacy {
     };
     let body = encoded(&LoginRegisterRequest {
         version_info: ClientVersionInfo {
-            protocol_version: V0_11_1.packed(),
+            protocol_version: version.packed(),
             sdk_name: "legacy-test",
             sdk_version: "0.0.0",
         },
@@ -112,7 +117,7 @@ async fn login_at(address: &str, client: u128) -> Legacy {
         client_context: "",
     });
     let (reply, body) = legacy.frame(Operation::Register, 40, &body).await;
-    assert_eq!(reply.status, 0, "a 0.11.1 client is admitted");
+    assert_eq!(reply.status, 0, "a {version} client is admitted");
     legacy.session = LoginRegisterResponse::decode_exact(&body).unwrap().session;
     legacy
 }
@@ -159,7 +164,7 @@ async fn a_0_11_1_session_is_served_with_0_11_1_layouts_and_commands() {
 
     // 204: 0.11.1's stream update, gone in 0.12.0.
     let update = encoded(&UpdateStreamRequest {
-        stream_id: stream_0,
+        stream_id: stream_0.clone(),
         name: "new",
         options: &[],
     });
@@ -192,6 +197,36 @@ async fn a_0_11_1_session_is_served_with_0_11_1_layouts_and_commands() {
         reply.status, 3,
         "InvalidCommand for a command outside the session's protocol"
     );
+    // Nor as its replicated operation, whatever the body.
+    let (reply, _) = c.frame(Operation::UpdateResource, 16, &update).await;
+    assert_eq!(reply.status, 3, "UpdateResource from a 0.11.1 session");
+
+    // And 0.11.1's updates (operations UpdateStream and UpdateTopic) are unknown to a 0.12.0
+    // session: nothing is renamed.
+    let mut current = login_with(&server.address(), 0x0120, V0_12_0).await;
+    let (reply, _) = current.frame(Operation::UpdateStream, 204, &update).await;
+    assert_eq!(reply.status, 3, "UpdateStream from a 0.12.0 session");
+    let update_topic = encoded(&UpdateTopicRequest {
+        stream_id: stream_0.clone(),
+        topic_id: stream_0.clone(),
+        name: "renamed",
+        options: &[],
+    });
+    let (reply, _) = current
+        .frame(Operation::UpdateTopic, 304, &update_topic)
+        .await;
+    assert_eq!(reply.status, 3, "UpdateTopic from a 0.12.0 session");
+    let (_, body) = c
+        .frame(
+            Operation::NonReplicated,
+            200,
+            &encoded(&StreamIdRequest {
+                stream_id: stream_0.clone(),
+            }),
+        )
+        .await;
+    let stream = GetStreamResponseV0111::decode_exact(&body).unwrap();
+    assert_eq!(stream.stream.name, "new", "nothing refused took effect");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

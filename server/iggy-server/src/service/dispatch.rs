@@ -208,6 +208,12 @@ async fn dispatch(
         let version = connection
             .bound
             .map_or(protocol::CURRENT.packed(), |b| b.protocol);
+        // An operation of a command the session's protocol does not have (0.11.1's UpdateStream
+        // from a 0.12.0 client, UpdateResource from a 0.11.1 one) is unknown to it, as its code
+        // would be.
+        if commands::lookup(code, version).is_none() {
+            return request.fail(ErrorCode::InvalidCommand);
+        }
         if let Err(error) = check_request_body(code, version, &body) {
             return request.fail(error);
         }
@@ -280,8 +286,7 @@ fn authenticated(node: &Node, connection: &Connection, header: &RequestHeader) -
 /// the generated `decode_request`) before anything reads it. Bytes after the request (any
 /// body at all for a command that takes none) are InvalidCommand, upstream's answer to a body
 /// of the wrong length; the SDK never sends them. A request that does not decode is
-/// InvalidFormat, as for every other decode. A code `version` does not know is left to the
-/// command's own refusal.
+/// InvalidFormat, as for every other decode. A code `version` does not know is refused before.
 fn check_request_body(code: u32, version: u32, body: &[u8]) -> Result<(), ErrorCode> {
     if commands::lookup(code, version).is_none() {
         return Ok(());
