@@ -1569,3 +1569,45 @@ async fn quic_poll_replies_fit_the_clients_reply_buffer() {
     .await;
     assert_eq!(polled.messages[0].payload.len(), 150_000);
 }
+
+/// A Register names no session and no request number (the official header validation refuses
+/// one that does): a client that sets either is evicted as a malformed login; the same login
+/// with both zero is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_register_that_names_a_session_or_a_request_number_is_a_malformed_login() {
+    let server = TestServer::start();
+    let body = LoginRegisterRequest {
+        version_info: version_info(),
+        bind_secret: SECRET,
+        username: ROOT_USER,
+        password: ROOT_PASSWORD,
+        client_context: "",
+    }
+    .to_wire_bytes();
+    for (session, request) in [(7, 0), (0, 5), (0, 0)] {
+        let mut stream = tokio::net::TcpStream::connect(server.address())
+            .await
+            .unwrap();
+        let frame = request_frame(0xA5, session, request, Operation::Register, 40, &body);
+        stream.write_all(&frame).await.unwrap();
+        let mut head = [0u8; ReplyHeader::SIZE];
+        within("register reply", stream.read_exact(&mut head))
+            .await
+            .unwrap();
+        let size = u32::from_le_bytes(head[48..52].try_into().unwrap()) as usize;
+        let mut reply = head.to_vec();
+        reply.resize(size.max(ReplyHeader::SIZE), 0);
+        within(
+            "reply body",
+            stream.read_exact(&mut reply[ReplyHeader::SIZE..]),
+        )
+        .await
+        .unwrap();
+        let verdict = parse_reply(&reply).map(|(header, _)| header.status);
+        let expected = match (session, request) {
+            (0, 0) => Ok(0),
+            _ => Err(EvictionReason::MalformedLogin),
+        };
+        assert_eq!(verdict, expected, "session {session}, request {request}");
+    }
+}

@@ -662,6 +662,11 @@ async fn register(
     if version_refused(body) {
         return request.evict(EvictionReason::IncompatibleProtocol);
     }
+    // A Register names no session and no request number yet (the official header validation
+    // refuses one that does): a client that sets them is not following the protocol.
+    if request.header.session != 0 || request.header.request != 0 {
+        return request.evict(EvictionReason::MalformedLogin);
+    }
     // 40 and 45 share the Register operation; the body tells them apart.
     let (version, secret, login) = if let Ok(r) = LoginRegisterRequest::decode_exact(body) {
         (
