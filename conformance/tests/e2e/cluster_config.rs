@@ -343,3 +343,73 @@ async fn a_standalone_nodes_data_directory_started_as_a_cluster_node_is_refused_
     assert!(stderr.contains("belongs to cluster"), "{stderr}");
     assert_untouched(&data, &before, &stderr);
 }
+
+/// The same with the cluster's own name (the 3-node file's): the superblock's cluster id agrees,
+/// but the directory records a history of one replica, which a cluster of three cannot take on
+/// (there is no reconfiguration). Refused naming it, nothing written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standalone_nodes_directory_of_the_clusters_name_is_refused_as_a_standalone_nodes() {
+    let mut server = TestServer::start_with_env(&[("IGGY_CLUSTER_NAME", "e2e-cluster")]);
+    let client = server.root_client().await;
+    create_stream(&client, "s").await;
+    drop(client);
+    tokio::task::block_in_place(|| server.stop());
+    let data = server.data_dir();
+    let before = contents(&data);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("config.toml"), three_node_file()).unwrap();
+    let out = refusal_of(
+        Command::new(server_binary())
+            .args(["--replica-id", "0", "--with-default-root-credentials"])
+            .env_remove("RUST_LOG")
+            .env("IGGY_SYSTEM_PATH", &data)
+            .current_dir(dir.path())
+            .stdin(Stdio::null()),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("a standalone node's"), "{stderr}");
+    assert_untouched(&data, &before, &stderr);
+}
+
+/// A cluster node's data directory started as a standalone node (its configuration without
+/// `[cluster]` enabled, an operator's slip) is refused before anything is written: served alone
+/// it would fork the cluster's history, acknowledging writes the node discards when it rejoins.
+/// Started again as the cluster's node, it serves what the cluster holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_nodes_data_directory_started_standalone_is_refused_and_touches_nothing() {
+    let mut cluster = TestCluster::start(3);
+    let client = cluster.root_client(0).await;
+    create_stream(&client, "kept").await;
+    drop(client);
+    cluster.stop(0);
+    let dir = cluster.node(0).data_dir();
+    let before = contents(&dir);
+    cluster.nodes[0].set_env("IGGY_CLUSTER_ENABLED", Some("false"));
+    cluster.nodes[0].start_again_unready();
+    let status = cluster.nodes[0]
+        .wait_exit(Duration::from_secs(30))
+        .expect("node 0 refused to start standalone");
+    let log = cluster.node(0).log();
+    assert_eq!(status.code(), Some(1), "{log}");
+    for named in [
+        "cluster of 3 replicas",
+        "cluster.enabled is false",
+        "nothing was written",
+    ] {
+        assert!(log.contains(named), "{named:?} in:\n{log}");
+    }
+    assert_untouched(&dir, &before, "node 0");
+    cluster.nodes[0].set_env("IGGY_CLUSTER_ENABLED", None);
+    cluster.restart(0);
+    let client = cluster.root_client(0).await;
+    let kept = Identifier::named("kept").unwrap();
+    let stream = crate::test_cluster::wait_until_async(
+        "the stream served again",
+        Duration::from_secs(30),
+        async || client.get_stream(&kept).await.ok().flatten(),
+        || cluster.describe(0),
+    )
+    .await;
+    assert_eq!(stream.name, "kept");
+}

@@ -607,13 +607,21 @@ fn record_replica_count(
     replica_id: u8,
 ) -> Result<(), ExitCode> {
     use consensus::replica_count::{Recorded, check_or_record};
-    let roster = u8::try_from(cfg.cluster.nodes.len()).expect("the roster is checked at load");
+    // A standalone node is a roster of one (its configuration's nodes, if any, are not its).
+    let roster = match cfg.cluster.enabled {
+        true => u8::try_from(cfg.cluster.nodes.len()).expect("the roster is checked at load"),
+        false => 1,
+    };
     match check_or_record(dir, cluster, roster) {
         Ok(Recorded::Agrees) => Ok(()),
         Ok(Recorded::Written) => {
+            let formed_by = match cfg.cluster.enabled {
+                true => format!("a cluster of {roster} replicas"),
+                false => "a standalone node (one replica)".to_string(),
+            };
             tracing::info!(
-                "replica {replica_id}: recorded that this node's metadata history is of a \
-                 cluster of {roster} replicas ({})",
+                "replica {replica_id}: recorded that this node's metadata history is of \
+                 {formed_by} ({})",
                 dir.join(iggy_generated::storage::CLUSTER_REPLICAS_FILE)
                     .display()
             );
@@ -844,6 +852,15 @@ async fn run(
         Ok(lock) => lock,
         Err(code) => return code,
     };
+    // A standalone node's directory says so (a cluster start on it is refused), and a cluster
+    // node's is refused here: served alone, it would fork the cluster's history.
+    if plane.is_none() {
+        let dir = std::path::Path::new(&cfg.system.path);
+        let cluster = consensus::cluster::cluster_id(&cfg.cluster.name);
+        if let Err(code) = record_replica_count(dir, cluster, &cfg, replica_id) {
+            return code;
+        }
+    }
     if let Some(plane) = &plane {
         match mark_restored(&cfg.system.path, restored) {
             Ok(true) => {

@@ -59,10 +59,30 @@ pub fn decode(bytes: &[u8], cluster: u128) -> Result<u8, String> {
     Ok(file.replicas)
 }
 
-/// Whether a history formed by `recorded` replicas may run with a roster of `roster` nodes.
+/// Whether a history formed by `recorded` replicas may run with a roster of `roster` nodes (a
+/// standalone node's is of one).
 pub fn judge(recorded: u8, roster: u8) -> Result<(), String> {
     if recorded == roster {
         return Ok(());
+    }
+    if recorded == 1 {
+        return Err(format!(
+            "this data directory is a standalone node's (its metadata history was formed by one \
+             replica), and [[cluster.nodes]] lists {roster}: a standalone node cannot become a \
+             cluster node (its history holds writes no other node has, and a cluster's size \
+             cannot change), so the start is refused and nothing was written. Start it \
+             standalone (cluster.enabled = false); to run a cluster, start it on empty data \
+             directories and move the data through a client"
+        ));
+    }
+    if roster == 1 {
+        return Err(format!(
+            "this data directory is a node's of a cluster of {recorded} replicas, and \
+             cluster.enabled is false: served alone it would fork the cluster's history, and \
+             every write it acknowledged would be discarded when the node rejoins, so the start \
+             is refused and nothing was written. Start it with its cluster's configuration \
+             ([cluster] enabled, the roster and --replica-id)"
+        ));
     }
     Err(format!(
         "this node's metadata history was formed by a cluster of {recorded} replicas, and \
@@ -89,10 +109,20 @@ pub enum Recorded {
 /// At a start of a node whose data directory `dir` holds (or now begins) a metadata history:
 /// refuses a roster of another size than the history's, and records the roster's when the
 /// directory has no record yet (durably, before the replica plane declares anything).
+///
+/// A standalone node is a roster of one: its directory records a history of one replica, so a
+/// cluster start on it is refused, and a standalone start on a cluster node's is refused in
+/// turn. Its record is judged whichever cluster name wrote it: a standalone node's
+/// `cluster.name` is not part of its identity.
 pub fn check_or_record(dir: &Path, cluster: u128, roster: u8) -> Result<Recorded, String> {
     let path = dir.join(CLUSTER_REPLICAS_FILE);
     match std::fs::read(&path) {
         Ok(bytes) => {
+            if let Some((_, replicas)) = recorded(&bytes)
+                && (replicas == 1 || roster == 1)
+            {
+                return judge(replicas, roster).map(|()| Recorded::Agrees);
+            }
             let recorded = decode(&bytes, cluster).map_err(|error| {
                 format!(
                     "{}: {error}; nothing was changed. Removing the file lets the node start: \
@@ -125,7 +155,37 @@ mod tests {
         assert!(shrunk.contains("now lists 3"), "{shrunk}");
         assert!(shrunk.contains("3 of 5 acknowledged"), "{shrunk}");
         assert!(judge(3, 5).is_err());
-        assert!(judge(1, 3).is_err());
+        let standalone = judge(1, 3).unwrap_err();
+        assert!(standalone.contains("a standalone node's"), "{standalone}");
+        let alone = judge(3, 1).unwrap_err();
+        assert!(alone.contains("cluster of 3 replicas"), "{alone}");
+        assert!(alone.contains("cluster.enabled is false"), "{alone}");
+        assert_eq!(judge(1, 1), Ok(()));
+    }
+
+    #[test]
+    fn a_standalone_record_is_judged_whichever_cluster_name_wrote_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(CLUSTER_REPLICAS_FILE);
+        assert_eq!(
+            check_or_record(dir.path(), CLUSTER, 1),
+            Ok(Recorded::Written)
+        );
+        assert_eq!(recorded(&std::fs::read(&path).unwrap()), Some((CLUSTER, 1)));
+        // Renamed, still standalone: agrees; as a cluster of three, refused, named so.
+        assert_eq!(
+            check_or_record(dir.path(), CLUSTER + 1, 1),
+            Ok(Recorded::Agrees)
+        );
+        let refused = check_or_record(dir.path(), CLUSTER + 1, 3).unwrap_err();
+        assert!(refused.contains("a standalone node's"), "{refused}");
+        // A cluster node's directory started standalone, under any name.
+        std::fs::write(&path, encode(CLUSTER, 3)).unwrap();
+        for name in [CLUSTER, CLUSTER + 1] {
+            let refused = check_or_record(dir.path(), name, 1).unwrap_err();
+            assert!(refused.contains("cluster.enabled is false"), "{refused}");
+        }
+        assert_eq!(recorded(&std::fs::read(&path).unwrap()), Some((CLUSTER, 3)));
     }
 
     #[test]
