@@ -371,6 +371,7 @@ const TOPIC_NAME_NOT_FOUND: u32 = 2011;
 const TOPIC_NAME_EXISTS: u32 = 2013;
 const INVALID_PARTITIONS_COUNT: u32 = 2019;
 const PARTITION_NOT_FOUND: u32 = 3007;
+const INVALID_OFFSET: u32 = 4100;
 const GROUP_ID_NOT_FOUND: u32 = 5000;
 const GROUP_NAME_NOT_FOUND: u32 = 5003;
 const GROUP_NAME_EXISTS: u32 = 5004;
@@ -528,6 +529,10 @@ impl Model {
             }
             Step::StoreOffset { at, p, consumer, offset } => {
                 let (_, _, partition) = self.partition_mut(*at, *p)?;
+                // A partition that never held a message takes no offset (0 would skip its first).
+                if partition.messages.is_empty() {
+                    return Err(INVALID_OFFSET);
+                }
                 partition.offsets.insert(*consumer, *offset);
                 Expect::Ok
             }

@@ -1309,12 +1309,13 @@ fn prepare_offset_write(
                 .judge(bound.user_id, Need::PollMessages(key.0, key.1))?;
             let (owner, owner_created_at) = offset_owner(node, &store.consumer, key)?;
             // A consumer's or a group's offset names a message the partition holds, as upstream
-            // has it; an external group's (kind 3) may exceed the range. Judged by the
+            // has it (a partition that never held one takes none: 0 stored there would skip its
+            // first message); an external group's (kind 3) may exceed the range. Judged by the
             // primary's copy only: a lagging one could refuse an offset the primary holds.
             if store.consumer.kind != 3
                 && node.shared.partition(key).is_some()
                 && partition_primary(node, key).is_ok()
-                && store.offset > node.shared.stats(key).next_offset.saturating_sub(1)
+                && store.offset >= node.shared.stats(key).next_offset
             {
                 return Err(ErrorCode::InvalidOffset);
             }
