@@ -529,7 +529,7 @@ impl Model {
             }
             Step::StoreOffset { at, p, consumer, offset } => {
                 let (_, _, partition) = self.partition_mut(*at, *p)?;
-                // A partition that never held a message takes no offset (0 would skip its first).
+                // A partition that never held a message takes no offset, 0 included.
                 if partition.messages.is_empty() {
                     return Err(INVALID_OFFSET);
                 }
