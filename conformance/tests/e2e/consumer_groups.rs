@@ -460,3 +460,63 @@ async fn a_group_poll_by_a_client_not_in_the_group_fails_with_member_not_found()
     ok("a leaves", within("leave", a.leave_consumer_group(&name("s"), &name("t"), &name("g"))).await);
     expect_code("a client that left", poll_of(&a, 0).await, 5006);
 }
+
+/// Stores `offset` for group `g` of `s`/`t` at `partition` through `client`, owner uncaptured.
+async fn store(client: &IggyClient, partition: u32, offset: u64) -> Result<(), IggyError> {
+    let g = Consumer::group(name("g"));
+    within("store", client.store_consumer_offset(&g, &name("s"), &name("t"), Some(partition), offset)).await
+}
+
+/// A group offset write that captured no owner (the SDK's `store_consumer_offset` and
+/// `delete_consumer_offset` with `Consumer::group`, owner generation 0) is bound to the caller's
+/// installed owner or refused: from a client outside the group 5006, as its poll is, from a
+/// member that does not own the partition 5009, so neither moves the members' offset (members
+/// would skip or reread messages). The partition's owner writes it; once the group has no
+/// members anyone allowed may set it (an operator resetting an idle group).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_owner_moves_a_group_offset_while_the_group_has_members() {
+    let server = TestServer::start();
+    let admin = server.root_client().await;
+    create_stream_and_topic(&admin, "s", "t", 2).await;
+    for p in 0..2 {
+        send_to_partition(&admin, &name("s"), &name("t"), p, msgs("m", 10)).await;
+    }
+    ok("create", within("create", admin.create_consumer_group(&name("s"), &name("t"), "g")).await);
+    let member = server.root_client().await;
+    ok("join", within("join", member.join_consumer_group(&name("s"), &name("t"), &name("g"))).await);
+    let g = Consumer::group(name("g"));
+    // One member owns both partitions.
+    ok("the owner stores", store(&member, 0, 4).await);
+    expect_code("an outsider stores", store(&admin, 0, 9).await, 5006);
+    let deleted = within("delete", admin.delete_consumer_offset(&g, &name("s"), &name("t"), Some(0))).await;
+    expect_code("an outsider deletes", deleted, 5006);
+    let stored = within("get", member.get_consumer_offset(&g, &name("s"), &name("t"), Some(0))).await;
+    assert_eq!(ok("get", stored).map(|o| o.stored_offset), Some(4), "the owner's offset stays");
+
+    // A second member takes one partition: the first no longer writes its offset.
+    let second = server.root_client().await;
+    ok("join", within("join", second.join_consumer_group(&name("s"), &name("t"), &name("g"))).await);
+    let details = group(&admin, &name("g")).await.expect("the group");
+    let owned_by = |client_id: u32| {
+        details
+            .members
+            .iter()
+            .find(|m| m.id == client_id)
+            .map(|m| m.partitions.clone())
+            .unwrap_or_default()
+    };
+    let first_id = ok("me", within("me", member.get_me()).await).client_id;
+    let second_id = ok("me", within("me", second.get_me()).await).client_id;
+    let (first_owns, second_owns) = (owned_by(first_id), owned_by(second_id));
+    assert_eq!((first_owns.len(), second_owns.len()), (1, 1), "{details:?}");
+    expect_code("a member, for the other's partition", store(&member, second_owns[0], 1).await, 5009);
+    ok("the new owner stores", store(&second, second_owns[0], 1).await);
+
+    // Idle: anyone allowed sets it.
+    for client in [&member, &second] {
+        ok("leave", within("leave", client.leave_consumer_group(&name("s"), &name("t"), &name("g"))).await);
+    }
+    ok("an operator on the idle group", store(&admin, 0, 7).await);
+    let stored = within("get", admin.get_consumer_offset(&g, &name("s"), &name("t"), Some(0))).await;
+    assert_eq!(ok("get", stored).map(|o| o.stored_offset), Some(7));
+}

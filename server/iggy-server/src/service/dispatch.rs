@@ -1143,8 +1143,11 @@ fn check_captured_owner(
     owner: OffsetOwner,
     key: PartitionKey,
 ) -> Result<(), ErrorCode> {
-    if Codec::of(bound.protocol) == Codec::V0_11_1 || header.owner_generation == 0 {
+    if Codec::of(bound.protocol) == Codec::V0_11_1 {
         return Ok(());
+    }
+    if header.owner_generation == 0 {
+        return uncaptured_group_owner(node, bound, owner, key);
     }
     let admitted = match owner {
         OffsetOwner::Consumer(_) => false,
@@ -1163,6 +1166,35 @@ fn check_captured_owner(
     match admitted {
         true => Ok(()),
         false => Err(ErrorCode::ConsumerGroupPartitionNotOwned),
+    }
+}
+
+/// A group poll or group offset write that captured no owner (owner generation 0) is bound to
+/// the caller's installed owner, or refused (the SDK's header contract): from a client outside
+/// the group ConsumerGroupMemberNotFound (5006, as its poll), from a member that does not own
+/// the partition ConsumerGroupPartitionNotOwned (5009), so neither moves the owner's offset.
+/// A group with no members takes it from anyone allowed: an operator setting an idle group's
+/// offset (the CLI's `consumer-offset set --kind consumer-group`).
+fn uncaptured_group_owner(
+    node: &Node,
+    bound: Bound,
+    owner: OffsetOwner,
+    key: PartitionKey,
+) -> Result<(), ErrorCode> {
+    let OffsetOwner::Group(group) = owner else {
+        return Ok(());
+    };
+    let metadata = node.shared.metadata.borrow();
+    let topic = &metadata.streams[&key.0].topics[&key.1];
+    let group = &topic.consumer_groups[&group];
+    if group.members.is_empty() {
+        Ok(())
+    } else if !group.members.contains(&bound.client) {
+        Err(ErrorCode::ConsumerGroupMemberNotFound)
+    } else if group.owner_of(key.2, &topic.partition_ids()) != Some(bound.client) {
+        Err(ErrorCode::ConsumerGroupPartitionNotOwned)
+    } else {
+        Ok(())
     }
 }
 
@@ -1372,7 +1404,7 @@ async fn partition_write(
     // against today's membership, which may have moved the partition since it committed.
     if let PartitionWrite::StoreOffset { owner, .. } | PartitionWrite::DeleteOffset { owner, .. } =
         write
-        && header.owner_generation != 0
+        && (header.owner_generation != 0 || matches!(owner, OffsetOwner::Group(_)))
         && !partition
             .group
             .already_committed(bound.client, header.request)
