@@ -842,12 +842,17 @@ async fn quic_connections_count_against_max_connections_and_free_their_slot_on_c
         ],
     );
     // Two QUIC connections fill the slots (the harness's readiness probe may still hold one
-    // for a moment: a refused dial is retried).
+    // for a moment: a refused connection is dialed again). A connection over the limit is
+    // answered CannotEstablishConnection (9) on its first stream, then closed.
+    const REFUSED: u32 = 9;
     let dial_until_admitted = || async {
         within_for(Duration::from_secs(10), "a QUIC slot", async {
             loop {
                 let (endpoint, dialed) = quic_dial(port, &certs.ca_der).await;
-                if let Ok(connection) = dialed {
+                if let Ok(connection) = dialed
+                    && status(&quic_exchange(&connection, &me_frame(0x7a11_0005, 0, 1)).await)
+                        != REFUSED
+                {
                     return (endpoint, connection);
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
@@ -858,14 +863,65 @@ async fn quic_connections_count_against_max_connections_and_free_their_slot_on_c
     let first = dial_until_admitted().await;
     let _second = dial_until_admitted().await;
     let (_endpoint, refused) = quic_dial(port, &certs.ca_der).await;
+    let refused = refused.expect("the handshake of a connection over the limit completes");
+    let answer = quic_exchange(&refused, &me_frame(0x7a11_0007, 0, 1)).await;
+    assert_eq!(status(&answer), REFUSED, "its first request is told why");
+    let closed = within("the refused connection closes", refused.closed()).await;
     assert!(
-        matches!(refused, Err(quinn::ConnectionError::ConnectionClosed(_))),
-        "a connection over the limit is refused: {refused:?}"
+        matches!(closed, quinn::ConnectionError::ApplicationClosed(_)),
+        "{closed:?}"
     );
     first.1.close(0u32.into(), b"done");
     let admitted = dial_until_admitted().await;
     let me = quic_exchange(&admitted.1, &me_frame(0x7a11_0006, 0, 1)).await;
     assert_eq!(status(&me), IggyError::Unauthenticated.as_code(), "served");
+}
+
+/// At `limits.max_connections` the official SDK's `connect` fails at once with
+/// CannotEstablishConnection (9) over TCP, QUIC and WebSocket alike: each transport answers the
+/// first request of a connection over the limit so, then closes it. (QUIC refused the handshake
+/// and WebSocket closed the socket, and the SDK redialed those for as long as it ran.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_connection_limit_the_sdk_is_refused_at_once_over_every_transport() {
+    let server = TestServer::start_with_env(&[
+        WEBSOCKET_ON[0],
+        WEBSOCKET_ON[1],
+        ("IGGY_LIMITS_MAX_CONNECTIONS", "1"),
+    ]);
+    let ports = {
+        // This client holds the one slot from here on (once the harness's readiness probe gave
+        // it back: a refused connect is tried again).
+        let url = server.connection_string(ROOT_USER, ROOT_PASSWORD);
+        let holder = within_for(Duration::from_secs(10), "the one slot", async {
+            loop {
+                let client = IggyClient::from_connection_string(&url).expect("connection string");
+                if client.connect().await.is_ok() {
+                    return client;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+        .await;
+        let ports = endpoints(&holder).await;
+        std::mem::forget(holder);
+        ports
+    };
+    for (scheme, port) in [
+        ("iggy", ports.tcp),
+        ("iggy+quic", ports.quic),
+        ("iggy+ws", ports.websocket),
+    ] {
+        let url = format!("{scheme}://{ROOT_USER}:{ROOT_PASSWORD}@127.0.0.1:{port}");
+        let client = IggyClient::from_connection_string(&url).expect("connection string");
+        let started = std::time::Instant::now();
+        let connected = within_for(Duration::from_secs(20), scheme, client.connect()).await;
+        expect_code(scheme, connected, 9);
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{scheme}: refused after {:?}",
+            started.elapsed()
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,6 +11,7 @@ pub mod ws_gate;
 
 use crate::config::Config;
 use crate::runtime::node::Node;
+use crate::service::frame::{self, HEADER_SIZE};
 use compio::net::TcpListener;
 use compio::tls::TlsAcceptor;
 use std::net::SocketAddr;
@@ -62,6 +63,40 @@ pub fn connection_refused(node: &Node, transport: &str, peer: SocketAddr) {
              refused since the last warning)",
             node.connections.limited_by
         );
+    }
+}
+
+/// The answer to the first request of a connection above `limits.max_connections`, on every
+/// transport: the status CannotEstablishConnection, which the SDK reports from `connect`
+/// instead of redialing a silent close or a refused handshake (it did, for as long as it ran);
+/// an eviction for a header that is not a request.
+pub fn capacity_reply(header: &[u8; HEADER_SIZE]) -> Vec<u8> {
+    match frame::admit_header(header, u32::MAX) {
+        Ok(admitted) => frame::error_reply(
+            &admitted.header,
+            admitted.operation,
+            iggy_generated::errors::ErrorCode::CannotEstablishConnection,
+        ),
+        Err(error) => frame::eviction(frame::client_of(header), error.eviction_reason()),
+    }
+}
+
+/// Takes a slot for answering a connection over the limit, or `None` when
+/// [`REFUSALS_MAX`](crate::runtime::host::REFUSALS_MAX) answers already run (the connection is
+/// then closed at once); the slot is given back when the guard drops.
+pub fn refusal_slot(node: &Rc<Node>) -> Option<RefusalSlot> {
+    if node.refusals.get() >= crate::runtime::host::REFUSALS_MAX {
+        return None;
+    }
+    node.refusals.set(node.refusals.get() + 1);
+    Some(RefusalSlot(node.clone()))
+}
+
+pub struct RefusalSlot(Rc<Node>);
+
+impl Drop for RefusalSlot {
+    fn drop(&mut self) {
+        self.0.refusals.set(self.0.refusals.get() - 1);
     }
 }
 

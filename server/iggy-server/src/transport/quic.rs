@@ -201,7 +201,7 @@ pub async fn serve(endpoint: Endpoint, node: Rc<Node>) {
         let peer = incoming.remote_address();
         let Some(guard) = node.admit() else {
             super::connection_refused(&node, "quic", peer);
-            incoming.refuse();
+            refuse_at_capacity(incoming, &node);
             continue;
         };
         let node = node.clone();
@@ -260,6 +260,34 @@ impl Drop for SharedConnection {
     fn drop(&mut self) {
         self.node.close_connection(&self.connection());
     }
+}
+
+/// Answers a connection above `limits.max_connections` on its first stream
+/// ([`super::capacity_reply`]), then closes it; refused at its handshake when too many such
+/// answers already run.
+fn refuse_at_capacity(incoming: compio::quic::Incoming, node: &Rc<Node>) {
+    let Some(slot) = super::refusal_slot(node) else {
+        incoming.refuse();
+        return;
+    };
+    compio::runtime::spawn(async move {
+        let _slot = slot;
+        let answer = async {
+            let quic = incoming.accept().ok()?.await.ok()?;
+            let (mut send, mut recv) = quic.accept_bi().await.ok()?;
+            let BufResult(read, header) = recv.read_exact(Vec::with_capacity(HEADER_SIZE)).await;
+            read.ok()?;
+            let header: [u8; HEADER_SIZE] = header.try_into().ok()?;
+            let _ = send.write_all(super::capacity_reply(&header)).await;
+            let _ = send.finish();
+            // Let the client read the answer before the close.
+            let _ = compio::time::timeout(Duration::from_millis(500), send.stopped()).await;
+            quic.close(VarInt::from_u32(0), b"connection limit reached");
+            Some(())
+        };
+        let _ = compio::time::timeout(Duration::from_secs(2), answer).await;
+    })
+    .detach();
 }
 
 async fn serve_connection(

@@ -4,7 +4,7 @@
 
 use super::connection_loop::{self, FrameIo, ReadFailure};
 use crate::runtime::node::Node;
-use crate::service::frame::{self, HEADER_SIZE};
+use crate::service::frame::HEADER_SIZE;
 use compio::BufResult;
 use compio::buf::{IntoInner, IoBuf};
 use compio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -54,38 +54,23 @@ pub async fn serve(listener: TcpListener, node: Rc<Node>, tls: Option<TlsAccepto
     }
 }
 
-/// Answers a connection above `limits.max_connections`: its first request gets the status
-/// CannotEstablishConnection (the SDK reports it from `connect`, instead of redialing a silent
-/// close), then the connection closes. At most a few such answers run at once; beyond them the
-/// connection is closed at once.
+/// Answers a connection above `limits.max_connections` ([`super::capacity_reply`]), then closes
+/// it. At most a few such answers run at once; beyond them the connection is closed at once.
 fn refuse_at_capacity(mut stream: TcpStream, node: &Rc<Node>) {
-    if node.refusals.get() >= crate::runtime::host::REFUSALS_MAX {
+    let Some(slot) = super::refusal_slot(node) else {
         return;
-    }
-    node.refusals.set(node.refusals.get() + 1);
-    let node = node.clone();
+    };
     compio::runtime::spawn(async move {
+        let _slot = slot;
         let wait = std::time::Duration::from_secs(2);
         let header = [0u8; HEADER_SIZE];
         if let Ok(BufResult(Ok(()), header)) =
             compio::time::timeout(wait, stream.read_exact(header)).await
         {
-            let reply = match frame::admit_header(&header, u32::MAX) {
-                Ok(admitted) => frame::error_reply(
-                    &admitted.header,
-                    admitted.operation,
-                    iggy_generated::errors::ErrorCode::CannotEstablishConnection,
-                ),
-                Err(error) => {
-                    let client = frame::client_of(&header);
-                    frame::eviction(client, error.eviction_reason())
-                }
-            };
-            let _ = stream.write_all(reply).await;
+            let _ = stream.write_all(super::capacity_reply(&header)).await;
             // Let the client read the answer before the close.
             compio::time::sleep(std::time::Duration::from_millis(200)).await;
         }
-        node.refusals.set(node.refusals.get() - 1);
     })
     .detach();
 }

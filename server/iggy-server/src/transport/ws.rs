@@ -64,6 +64,10 @@ pub async fn serve(listener: TcpListener, node: Rc<Node>, tls: Option<TlsAccepto
     loop {
         let (stream, peer, guard) = super::accept(&listener, &node, transport).await;
         let Some(guard) = guard else {
+            // As on TCP, a TLS client would need a handshake to read the refusal: it is closed.
+            if tls.is_none() {
+                refuse_at_capacity(stream, &node);
+            }
             continue;
         };
         let node = node.clone();
@@ -109,6 +113,38 @@ pub async fn serve(listener: TcpListener, node: Rc<Node>, tls: Option<TlsAccepto
         })
         .detach();
     }
+}
+
+/// Answers a WebSocket connection above `limits.max_connections` on its first message
+/// ([`super::capacity_reply`]), then closes it. At most a few such answers run at once; beyond
+/// them the connection is closed at once.
+fn refuse_at_capacity(stream: TcpStream, node: &Rc<Node>) {
+    let Some(slot) = super::refusal_slot(node) else {
+        return;
+    };
+    let config = websocket_config(&node.shared.config.websocket, false);
+    compio::runtime::spawn(async move {
+        let _slot = slot;
+        let answer = async {
+            let mut ws = compio::ws::accept_async_with_config(stream, Some(config))
+                .await
+                .ok()?;
+            let message = loop {
+                match ws.next().await?.ok()? {
+                    Message::Binary(message) => break message,
+                    Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => continue,
+                    _ => return None,
+                }
+            };
+            let header: [u8; HEADER_SIZE] = message.get(..HEADER_SIZE)?.try_into().ok()?;
+            let reply = super::capacity_reply(&header);
+            ws.send(Message::Binary(reply.into())).await.ok()?;
+            let _ = ws.close(None).await;
+            Some(())
+        };
+        let _ = compio::time::timeout(Duration::from_secs(2), answer).await;
+    })
+    .detach();
 }
 
 /// The WebSocket handshake (after TLS's, with `tls`): the stream, whose next byte begins a
