@@ -1173,3 +1173,21 @@ async fn head_probes_of_public_paths_are_answered_as_their_get_without_a_body() 
     assert_eq!(status, 405, "{}", String::from_utf8_lossy(&body));
     assert!(body.is_empty(), "a HEAD answer has no body");
 }
+
+/// A name made of digits past u32 (`4294967296`, twenty nines) is a name, as the SDK's
+/// `Identifier::from_str` reads it and its HTTP client puts it in the path: such a stream is
+/// found, updated and deleted by it (it was created, then every path naming it was 400).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_of_digits_past_u32_addresses_its_stream_by_name() {
+    let (_server, api) = TestServer::start_with_http(&[]);
+    let client = http_client(&api).await;
+    for text in ["4294967296", "99999999999999999999"] {
+        ok("create", within("create", client.create_stream(text, &StreamCreateOptions::default())).await);
+        let named = <Identifier as std::str::FromStr>::from_str(text).expect("an identifier");
+        assert_eq!(named.kind, IdKind::String, "{text}");
+        let stream = ok("get", within("get", client.get_stream(&named)).await);
+        assert_eq!(stream.map(|s| s.name), Some(text.to_string()));
+        ok("delete", within("delete", client.delete_stream(&named)).await);
+        assert!(ok("get", within("get", client.get_stream(&named)).await).is_none(), "{text}: deleted");
+    }
+}

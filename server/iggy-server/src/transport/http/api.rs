@@ -320,10 +320,11 @@ fn parse_query(query: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-/// An identifier from its text: all digits is a numeric id, anything else a name.
+/// An identifier from its text as the SDK's `Identifier::from_str` reads it: what parses as a
+/// u32 is a numeric id, anything else a name (digits past u32, `4294967296`, name a stream
+/// created with that name).
 fn identifier(text: &str) -> Result<(u8, Vec<u8>), ErrorCode> {
-    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
-        let id: u32 = text.parse().map_err(|_| ErrorCode::InvalidIdentifier)?;
+    if let Ok(id) = text.parse::<u32>() {
         Ok((1, id.to_le_bytes().to_vec()))
     } else if (1..=255).contains(&text.len()) {
         Ok((2, text.as_bytes().to_vec()))
