@@ -80,6 +80,9 @@ pub struct LeaseBook {
     leading: Option<(u64, Instant)>,
     /// This node stops gracefully: it gave up its leases and takes no new one.
     stopping: bool,
+    /// Per peer: it said it stops, having given up every lease (from any primary), and was not
+    /// heard since: it judges nothing until its next process is granted anew.
+    stopped: Vec<bool>,
 }
 
 impl LeaseBook {
@@ -96,6 +99,7 @@ impl LeaseBook {
             granted: vec![BTreeMap::new(); n],
             leading: None,
             stopping: false,
+            stopped: vec![false; n],
         }
     }
 
@@ -118,9 +122,13 @@ impl LeaseBook {
     }
 
     /// `peer`'s Ping reported it applied metadata op `applied` (0: a build before the field).
+    /// A peer heard runs (its next process, once it stopped), until its Ping says it stops.
     pub fn ping_heard(&mut self, peer: u8, applied: u64) {
         if let Some(reported) = self.reported.get_mut(usize::from(peer)) {
             *reported = (*reported).max(applied);
+        }
+        if let Some(stopped) = self.stopped.get_mut(usize::from(peer)) {
+            *stopped = false;
         }
     }
 
@@ -153,6 +161,10 @@ impl LeaseBook {
             return None;
         }
         let expiry = self.expiry();
+        // A peer granted a lease runs (its next process, once it stopped).
+        if let Some(stopped) = self.stopped.get_mut(usize::from(peer)) {
+            *stopped = false;
+        }
         let granted = self.granted.get_mut(usize::from(peer))?;
         granted.retain(|_, at| *at + expiry > now);
         granted.insert(stand.commit, now);
@@ -168,11 +180,16 @@ impl LeaseBook {
     }
 
     /// `peer` said it stops gracefully, having given up its leases first (`relinquish`): the
-    /// grants this node made it hold nothing any more, and a fence need not wait them out.
+    /// grants this node made it hold nothing any more, nor do those of any primary before, so
+    /// a fence need not wait for it (a primary that just took over the metadata group waited
+    /// a lease for it: every logout through it right after a graceful stop of the one before).
     /// Grants made to its next process are recorded as any.
     pub fn peer_stops(&mut self, peer: u8) {
         if let Some(granted) = self.granted.get_mut(usize::from(peer)) {
             granted.clear();
+        }
+        if let Some(stopped) = self.stopped.get_mut(usize::from(peer)) {
+            *stopped = true;
         }
     }
 
@@ -202,7 +219,8 @@ impl LeaseBook {
     }
 
     /// Whether a change that took grants away, committed at `op`, may be answered: every
-    /// other node reported applying it, or can no longer hold a grant made before it.
+    /// other node reported applying it, said it stops, or can no longer hold a grant made
+    /// before it.
     /// `learned_at`: when this node learned it committed.
     pub fn fence_clear(
         &mut self,
@@ -215,7 +233,7 @@ impl LeaseBook {
         let expiry = self.expiry();
         let me = usize::from(self.me);
         (0..self.reported.len())
-            .filter(|&peer| peer != me && self.reported[peer] < op)
+            .filter(|&peer| peer != me && self.reported[peer] < op && !self.stopped[peer])
             .all(|peer| match self.leading {
                 Some((_, since)) => {
                     since + expiry <= now
@@ -502,6 +520,23 @@ mod tests {
         assert!(!book.fence_clear(11, primary(11), led, led));
         book.ping_heard(2, 11);
         assert!(book.fence_clear(11, primary(11), led, led));
+
+        // A primary that just took over waits a lease for what its predecessor granted, except
+        // for a peer that said it stops (here the predecessor itself); and a node that relays
+        // a change likewise.
+        let mut new = LeaseBook::new(1, 3, LEASE);
+        let took_over = origin + Duration::from_secs(60);
+        new.ping_heard(2, 10);
+        assert!(!new.fence_clear(10, primary(10), took_over, took_over));
+        new.peer_stops(0);
+        assert!(new.fence_clear(10, primary(10), took_over, took_over));
+        let mut relaying = LeaseBook::new(2, 3, LEASE);
+        relaying.ping_heard(1, 10);
+        relaying.peer_stops(0);
+        assert!(relaying.fence_clear(10, backup(10), took_over, took_over));
+        // Its next process, once heard, is waited for as any peer.
+        new.ping_heard(0, 3);
+        assert!(!new.fence_clear(10, primary(10), took_over, took_over));
 
         // The node that stops judges nothing from then on, and takes no lease a late Pong grants.
         let mut stopping = LeaseBook::new(0, 3, LEASE);
