@@ -2507,6 +2507,51 @@ async fn fresh_on_one_node_of_a_running_cluster_is_refused_before_anything_is_re
     assert_eq!(payloads(&polled), vec!["kept".to_string()]);
 }
 
+/// A reset of the whole cluster with `--fresh` that misses a node (down meanwhile) is refused
+/// before anything is removed: that node would still hold the old history, and started later
+/// it brought the old history back into the new cluster (a state transfer dropped the new
+/// cluster's acknowledged writes, or a node stopped on a log that lost committed ops). Nodes 0
+/// and 1 started with `--fresh` while node 2 stays down both exit 1 naming node 2, their data
+/// directories unchanged; started again as they were, the cluster serves what it held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_reset_that_misses_a_node_is_refused_before_anything_is_removed() {
+    let (mut cluster, client, stream, topic) = cluster_holding("kept").await;
+    drop(client);
+    for node in 0..3 {
+        cluster.stop(node);
+    }
+    let dirs: Vec<PathBuf> = (0..2).map(|node| cluster.node(node).data_dir()).collect();
+    let before: Vec<_> = dirs.iter().map(|dir| tree(dir)).collect();
+    let refused = tokio::task::block_in_place(|| {
+        std::thread::scope(|scope| {
+            let runs: Vec<_> = (0..2)
+                .map(|node| {
+                    let cluster = &cluster;
+                    scope.spawn(move || {
+                        cluster.run_to_exit_with(node, Duration::from_secs(60), &["--fresh"])
+                    })
+                })
+                .collect();
+            runs.into_iter()
+                .map(|run| run.join().expect("a start"))
+                .collect::<Vec<_>>()
+        })
+    });
+    for (node, (status, printed)) in refused.iter().enumerate() {
+        assert_eq!(status.code(), Some(1), "node {node}: {printed}");
+        for expected in ["--fresh refused", "replica 2", "did not answer", "Nothing was removed"] {
+            assert!(printed.contains(expected), "node {node}: {expected:?} missing:\n{printed}");
+        }
+        assert!(tree(&dirs[node]) == before[node], "node {node}'s directory changed:\n{printed}");
+    }
+    for node in 0..3 {
+        cluster.restart(node);
+    }
+    let back = cluster.root_client(0).await;
+    let polled = poll(&back, &id(stream), &id(topic), 0, &consumer("reader"), PollingStrategy::first(), 10, false).await;
+    assert_eq!(payloads(&polled), vec!["kept".to_string()]);
+}
+
 /// Whether `log`'s current start shows a metadata checkpoint that left replica `node` behind
 /// (taken past it: it will need a state transfer).
 fn metadata_checkpoint_left_behind(log: &str, node: usize) -> bool {

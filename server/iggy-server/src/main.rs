@@ -962,7 +962,7 @@ async fn gate_start(
     start: Start,
 ) -> Result<(), ExitCode> {
     let fresh = start.fresh;
-    use consensus::admission::{StartVerdict, erased_refusal, fresh_refusal};
+    use consensus::admission::{StartVerdict, erased_refusal, fresh_refusal, fresh_silent_refusal};
     let within = cfg.cluster.heartbeat_timeout;
     let path = &cfg.system.path;
     match fresh {
@@ -990,6 +990,14 @@ async fn gate_start(
                 Fresh::No => erased_refusal(replica_id, &holders, path),
             };
             eprintln!("iggy-server: {refusal}");
+            Err(ExitCode::FAILURE)
+        }
+        // A reset goes ahead only with every node's word: a silent one may hold the history.
+        StartVerdict::NewHistory { silent } if fresh == Fresh::AfterGate && !silent.is_empty() => {
+            eprintln!(
+                "iggy-server: {}",
+                fresh_silent_refusal(replica_id, &silent, path)
+            );
             Err(ExitCode::FAILURE)
         }
         StartVerdict::NewHistory { silent } if silent.is_empty() => {

@@ -868,6 +868,24 @@ pub fn fresh_refusal(replica: u8, holders: &[u8], data_dir: &str) -> String {
     )
 }
 
+/// The refusal of `--fresh` on replica `replica` while `silent` peers did not say whether they
+/// hold the cluster's metadata history: a reset without them would form a new history, and a
+/// silent one holding the old history would bring it back when it starts (its higher ops and
+/// views outrank the new cluster's, whose acknowledged writes are then lost), so nothing is
+/// removed.
+pub fn fresh_silent_refusal(replica: u8, silent: &[u8], data_dir: &str) -> String {
+    let (named, _) = holders_named(silent);
+    let verb = if silent.len() == 1 { "did" } else { "do" };
+    format!(
+        "--fresh refused: {named} of replica {replica}'s cluster {verb} not answer, and a reset \
+         needs every node: one down now would still hold the history being reset and bring it \
+         back into the new cluster when it starts, losing what the new cluster acknowledged. \
+         Nothing was removed from {data_dir}. Start every node with --fresh at once (each waits \
+         for the others up to cluster.heartbeat_timeout); for a node that cannot start, erase \
+         its data directory before it ever starts again."
+    )
+}
+
 /// "replica 0 and replica 1" and the verb that agrees with it.
 fn holders_named(holders: &[u8]) -> (String, &'static str) {
     let named: Vec<String> = holders
