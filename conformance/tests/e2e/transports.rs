@@ -1667,3 +1667,35 @@ async fn a_register_that_names_a_session_or_a_request_number_is_a_malformed_logi
         assert_eq!(verdict, expected, "session {session}, request {request}");
     }
 }
+
+/// A QUIC stream is one request, opened by its first bytes: a header that stops short on it is
+/// cut after `limits.request_timeout_ms` (the stream ends), as a TCP connection's is, instead of
+/// holding the stream for the connection's idle timeout. The connection serves on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quic_request_header_that_stops_short_is_cut_after_the_request_timeout() {
+    let certs = test_certificates();
+    let server = quic_server_with(&certs, &[("IGGY_LIMITS_REQUEST_TIMEOUT_MS", "1000")]);
+    let port = endpoints(&server.root_client().await).await.quic;
+    let (_endpoint, quic) = quic_connect(port, &certs.ca_der).await;
+    let (mut send, mut recv) = within("open_bi", quic.open_bi()).await.unwrap();
+    let frame = me_frame(0x7a11_0009, 0, 1);
+    send.write_all(&frame[..100]).await.unwrap();
+    let started = std::time::Instant::now();
+    let ended = within_for(
+        Duration::from_secs(20),
+        "the stream ends",
+        recv.read_to_end(1 << 20),
+    )
+    .await;
+    let waited = started.elapsed();
+    assert!(
+        waited < Duration::from_secs(10),
+        "cut after the request timeout (1 s), not the idle timeout: {waited:?}, {ended:?}"
+    );
+    let me = quic_exchange(&quic, &me_frame(0x7a11_0009, 0, 2)).await;
+    assert_eq!(
+        status(&me),
+        IggyError::Unauthenticated.as_code(),
+        "the connection serves on"
+    );
+}

@@ -344,6 +344,7 @@ async fn serve_stream(
         counted: false,
         answered: false,
         closing: false,
+        header_within: shared.node.shared.config.limits.request_timeout(),
     };
     let result = connection_loop::serve_frames(&mut link, &shared.node, &mut connection).await;
     if connection.bound.map(|bound| bound.session) != bound_before {
@@ -380,6 +381,9 @@ struct StreamLink {
     answered: bool,
     /// The written frame was not a reply (an eviction): the connection closes.
     closing: bool,
+    /// How long its header may take (`limits.request_timeout_ms`): a stream opens with the
+    /// request's first bytes, so a header that stops short is cut then, as on TCP.
+    header_within: Duration,
 }
 
 impl Drop for StreamLink {
@@ -420,10 +424,13 @@ impl FrameIo for StreamLink {
         if self.answered {
             return Ok(None);
         }
-        let BufResult(read, header) =
-            compio::time::timeout(idle, self.recv.read_exact(Vec::with_capacity(HEADER_SIZE)))
-                .await
-                .map_err(|_| connection_loop::timed_out())?;
+        let within = idle.min(self.header_within);
+        let BufResult(read, header) = compio::time::timeout(
+            within,
+            self.recv.read_exact(Vec::with_capacity(HEADER_SIZE)),
+        )
+        .await
+        .map_err(|_| connection_loop::timed_out())?;
         read.map_err(short_or_long)?;
         Ok(Some(header.try_into().expect("a whole header")))
     }
