@@ -64,7 +64,7 @@ pub const TOPIC_OPTIONS: &[OptionSpec] = &[
         kind: OPTION_KIND_UINT64,
         flags: 0,
         default: b"\0\0\0@\0\0\0\0",
-        description: "Segment size in bytes",
+        description: "Segment size in bytes: 1 MiB to 1 GiB, a multiple of 512",
     },
     OptionSpec {
         key: "durability",

@@ -547,7 +547,7 @@ mod catalog_before_spec {
             kind: kind::UINT64,
             flags: 0,
             default: ONE_GIB,
-            description: "Segment size in bytes",
+            description: "Segment size in bytes: 1 MiB to 1 GiB, a multiple of 512",
         },
         OptionSpec {
             key: "durability",
