@@ -315,13 +315,11 @@ async fn nodes_restarted_on_a_roster_of_another_size_are_refused_and_touch_nothi
     assert_eq!(stream.name, "kept");
 }
 
-/// A standalone node's data directory given to a cluster node (a node being moved into a
-/// cluster, a mistyped `system.path`) is refused naming the other cluster, before anything in
-/// it is written: not even the cluster node's run or replica count files.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_standalone_nodes_data_directory_started_as_a_cluster_node_is_refused_and_touches_nothing()
- {
-    let mut server = TestServer::start();
+/// A standalone node started with `env`, holding a stream, then stopped; its data directory
+/// given to node 0 of the 3-node file: the refused start's stderr, once checked to have exited
+/// 1 and left every file of the directory as it was.
+async fn standalone_directory_started_as_node_0(env: &[(&str, &str)]) -> String {
+    let mut server = TestServer::start_with_env(env);
     let client = server.root_client().await;
     create_stream(&client, "s").await;
     drop(client);
@@ -338,10 +336,20 @@ async fn a_standalone_nodes_data_directory_started_as_a_cluster_node_is_refused_
             .current_dir(dir.path())
             .stdin(Stdio::null()),
     );
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
     assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("belongs to cluster"), "{stderr}");
     assert_untouched(&data, &before, &stderr);
+    stderr
+}
+
+/// A standalone node's data directory given to a cluster node (a node being moved into a
+/// cluster, a mistyped `system.path`) is refused naming the other cluster, before anything in
+/// it is written: not even the cluster node's run or replica count files.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standalone_nodes_data_directory_started_as_a_cluster_node_is_refused_and_touches_nothing()
+ {
+    let stderr = standalone_directory_started_as_node_0(&[]).await;
+    assert!(stderr.contains("belongs to cluster"), "{stderr}");
 }
 
 /// The same with the cluster's own name (the 3-node file's): the superblock's cluster id agrees,
@@ -349,27 +357,9 @@ async fn a_standalone_nodes_data_directory_started_as_a_cluster_node_is_refused_
 /// (there is no reconfiguration). Refused naming it, nothing written.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standalone_nodes_directory_of_the_clusters_name_is_refused_as_a_standalone_nodes() {
-    let mut server = TestServer::start_with_env(&[("IGGY_CLUSTER_NAME", "e2e-cluster")]);
-    let client = server.root_client().await;
-    create_stream(&client, "s").await;
-    drop(client);
-    tokio::task::block_in_place(|| server.stop());
-    let data = server.data_dir();
-    let before = contents(&data);
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("config.toml"), three_node_file()).unwrap();
-    let out = refusal_of(
-        Command::new(server_binary())
-            .args(["--replica-id", "0", "--with-default-root-credentials"])
-            .env_remove("RUST_LOG")
-            .env("IGGY_SYSTEM_PATH", &data)
-            .current_dir(dir.path())
-            .stdin(Stdio::null()),
-    );
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let stderr =
+        standalone_directory_started_as_node_0(&[("IGGY_CLUSTER_NAME", "e2e-cluster")]).await;
     assert!(stderr.contains("a standalone node's"), "{stderr}");
-    assert_untouched(&data, &before, &stderr);
 }
 
 /// A cluster node's data directory started as a standalone node (its configuration without

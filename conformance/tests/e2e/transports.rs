@@ -1501,6 +1501,22 @@ async fn anonymous_websocket_connections_cannot_make_the_server_hold_large_messa
     assert_eq!(polled.messages[0].payload.len(), 4 << 20);
 }
 
+/// Polls 10 messages of partition 0 of `s`/`t` from `offset` as consumer `c` through `client`.
+async fn poll_s_t_from(client: &IggyClient, offset: u64) -> Result<PolledMessages, IggyError> {
+    let strategy = PollingStrategy::offset(offset);
+    client
+        .poll_messages(
+            &name("s"),
+            &name("t"),
+            Some(0),
+            &consumer("c"),
+            &strategy,
+            10,
+            false,
+        )
+        .await
+}
+
 /// A QUIC client reads a reply into a buffer of fixed size (the SDK's `response_buffer_size`)
 /// and fails a longer one, retrying until its deadline. Poll replies over QUIC hold at most
 /// `quic.max_reply_size` bytes: a batch larger than that (here 10 messages of 30 kB, under a
@@ -1525,20 +1541,9 @@ async fn quic_poll_replies_fit_the_clients_reply_buffer() {
     let mut read = Vec::new();
     let mut replies = 0;
     while read.len() < 10 {
-        let polled = within(
-            "quic poll",
-            quic.poll_messages(
-                &name("s"),
-                &name("t"),
-                Some(0),
-                &consumer("c"),
-                &PollingStrategy::offset(read.len() as u64),
-                10,
-                false,
-            ),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("poll from {}: {e} (code {})", read.len(), e.as_code()));
+        let polled = within("quic poll", poll_s_t_from(&quic, read.len() as u64))
+            .await
+            .unwrap_or_else(|e| panic!("poll from {}: {e} (code {})", read.len(), e.as_code()));
         assert!(
             !polled.messages.is_empty(),
             "a poll from {} read nothing",
@@ -1571,19 +1576,7 @@ async fn quic_poll_replies_fit_the_clients_reply_buffer() {
     .await;
     send_to_partition(&tcp, &name("s"), &name("t"), 0, vec![msg("after")]).await;
     let started = std::time::Instant::now();
-    let too_large = within(
-        "quic poll of the large message",
-        quic.poll_messages(
-            &name("s"),
-            &name("t"),
-            Some(0),
-            &consumer("c"),
-            &PollingStrategy::offset(10),
-            10,
-            false,
-        ),
-    )
-    .await;
+    let too_large = within("quic poll of the large message", poll_s_t_from(&quic, 10)).await;
     expect_code("a message over the reply limit", too_large, 4022);
     assert!(
         started.elapsed() < Duration::from_secs(5),
@@ -1596,19 +1589,7 @@ async fn quic_poll_replies_fit_the_clients_reply_buffer() {
     );
     let after = ok(
         "quic poll after it",
-        within(
-            "quic poll",
-            quic.poll_messages(
-                &name("s"),
-                &name("t"),
-                Some(0),
-                &consumer("c"),
-                &PollingStrategy::offset(11),
-                10,
-                false,
-            ),
-        )
-        .await,
+        within("quic poll", poll_s_t_from(&quic, 11)).await,
     );
     assert_eq!(payloads(&after), ["after"]);
     // TCP serves the large message.
@@ -1632,19 +1613,15 @@ async fn quic_poll_replies_fit_the_clients_reply_buffer() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_register_that_names_a_session_or_a_request_number_is_a_malformed_login() {
     let server = TestServer::start();
-    let body = LoginRegisterRequest {
-        version_info: version_info(),
-        bind_secret: SECRET,
-        username: ROOT_USER,
-        password: ROOT_PASSWORD,
-        client_context: "",
-    }
-    .to_wire_bytes();
-    for (session, request) in [(7, 0), (0, 5), (0, 0)] {
+    for (session, request) in [(7u64, 0u64), (0, 5), (0, 0)] {
+        let mut frame = crate::cluster::root_register_frame(0xA5);
+        let at = RequestHeader::SESSION_OFFSET;
+        frame[at..at + 8].copy_from_slice(&session.to_le_bytes());
+        let at = RequestHeader::REQUEST_OFFSET;
+        frame[at..at + 8].copy_from_slice(&request.to_le_bytes());
         let mut stream = tokio::net::TcpStream::connect(server.address())
             .await
             .unwrap();
-        let frame = request_frame(0xA5, session, request, Operation::Register, 40, &body);
         stream.write_all(&frame).await.unwrap();
         let mut head = [0u8; ReplyHeader::SIZE];
         within("register reply", stream.read_exact(&mut head))
