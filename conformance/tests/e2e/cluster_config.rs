@@ -303,16 +303,7 @@ async fn nodes_restarted_on_a_roster_of_another_size_are_refused_and_touch_nothi
     for node in 0..3 {
         cluster.restart(node);
     }
-    let client = cluster.root_client(1).await;
-    let kept = Identifier::named("kept").unwrap();
-    let stream = crate::test_cluster::wait_until_async(
-        "the stream served again",
-        Duration::from_secs(30),
-        async || client.get_stream(&kept).await.ok().flatten(),
-        || cluster.describe(0),
-    )
-    .await;
-    assert_eq!(stream.name, "kept");
+    serves_kept(&cluster, 1).await;
 }
 
 /// A standalone node started with `env`, holding a stream, then stopped; its data directory
@@ -392,7 +383,12 @@ async fn a_cluster_nodes_data_directory_started_standalone_is_refused_and_touche
     assert_untouched(&dir, &before, "node 0");
     cluster.nodes[0].set_env("IGGY_CLUSTER_ENABLED", None);
     cluster.restart(0);
-    let client = cluster.root_client(0).await;
+    serves_kept(&cluster, 0).await;
+}
+
+/// Waits until node `node` of `cluster` serves the stream "kept" again (up to 30 s).
+async fn serves_kept(cluster: &TestCluster, node: usize) {
+    let client = cluster.root_client(node).await;
     let kept = Identifier::named("kept").unwrap();
     let stream = crate::test_cluster::wait_until_async(
         "the stream served again",
