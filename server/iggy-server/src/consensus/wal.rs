@@ -532,11 +532,27 @@ impl FileJournal {
             ));
         }
         if let Some((at, why)) = damage {
-            tracing::warn!(
-                "journal {}: dropping {} bytes from position {at}: {why}",
-                path.display(),
-                bytes.len() - at
-            );
+            let expected = entries
+                .last()
+                .map_or(checkpoint + 1, |last| last.entry().op + 1);
+            match continuation(&bytes, at, expected, checkpoint) {
+                Some((next_at, op)) => tracing::warn!(
+                    "journal {}: dropping {} bytes from position {at}: {why}, with op {op} of \
+                     this journal at byte {next_at} after it: ops from {expected} on are lost \
+                     here (a peer that holds them brings them back)",
+                    path.display(),
+                    bytes.len() - at
+                ),
+                // Nothing of this journal follows: an append a crash cut short, or bytes an
+                // earlier use of the reused file left (after most restarts): said, not warned.
+                None => tracing::info!(
+                    "journal {}: cutting {} bytes at position {at} after its last record ({why}: \
+                     a stale record of an earlier use of the file, or an append a crash cut \
+                     short)",
+                    path.display(),
+                    bytes.len() - at
+                ),
+            }
         }
         let damaged = damage.is_some();
         let first_op = entries.first().map(|entry| entry.entry().op);
