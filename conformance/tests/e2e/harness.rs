@@ -446,6 +446,18 @@ impl TestServer {
         kib / 1024
     }
 
+    /// The server's anonymous resident memory in KiB (RssAnon: its heap and other private
+    /// pages, not its binary or the files it maps).
+    pub fn anonymous_kib(&self) -> u64 {
+        let pid = self.pid().expect("running");
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("RssAnon:"))
+            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("RssAnon")
+    }
+
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
     }

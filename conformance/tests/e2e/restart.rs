@@ -259,3 +259,43 @@ async fn stats_and_group_offsets_are_the_same_after_restart() {
     .expect("group offset survives restart");
     assert_eq!((off.stored_offset, off.current_offset), (5, 6));
 }
+
+/// A restart replays the partition ops journaled since the partition's checkpoint (their
+/// batches read back and applied) and the memory that took is given back once the node serves:
+/// glibc kept those freed chunks amid live ones, about 30 bytes per message replayed for the
+/// life of the process (150 batches of 1000 messages here: several MiB more after the restart
+/// than before it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_gives_back_the_memory_its_replay_used() {
+    let mut server = TestServer::start();
+    let client = server.root_client().await;
+    create_stream_and_topic(&client, "s", "t", 1).await;
+    for batch in 0..150 {
+        let messages = (0..1000)
+            .map(|i| msg(format!("{batch:03}-{i:04}-{}", "p".repeat(80))))
+            .collect();
+        send_to_partition(&client, &name("s"), &name("t"), 0, messages).await;
+    }
+    drop(client);
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    let before = server.anonymous_kib();
+    tokio::task::block_in_place(|| server.restart());
+    let client = server.root_client().await;
+    let polled = poll(
+        &client,
+        &name("s"),
+        &name("t"),
+        0,
+        &consumer("c"),
+        PollingStrategy::last(),
+        1,
+        false,
+    )
+    .await;
+    assert_eq!(offsets(&polled), [149_999], "every message replayed");
+    let after = server.anonymous_kib();
+    assert!(
+        after <= before + 2048,
+        "anonymous memory {before} KiB before the restart, {after} KiB after it"
+    );
+}
