@@ -1982,7 +1982,10 @@ async fn poll(
         // a reply it cannot read until its deadline). Said here, naming the knob.
         if let Some(held_back) = node.reply_too_large.due(std::time::Instant::now()) {
             tracing::warn!(
-                "a poll of partition {}/{}/{} at offset {} is refused: its message takes {}                  bytes, over quic.max_reply_size ({client_max}), the most a QUIC client reads                  (the SDK's response_buffer_size); raise both, or poll it over TCP ({held_back}                  more held back)",
+                "a poll of partition {}/{}/{} at offset {} is refused: its message takes {} \
+                 bytes, over quic.max_reply_size ({client_max}), the most a QUIC client reads \
+                 (the SDK's response_buffer_size); raise both, or poll it over TCP ({held_back} \
+                 more held back)",
                 key.0,
                 key.1,
                 key.2,
