@@ -24,18 +24,8 @@ pub fn encode(cluster: u128, replicas: u8) -> Vec<u8> {
     file.to_bytes().to_vec()
 }
 
-/// The replica count a file of `cluster` records.
-/// The cluster id and replica count an intact file records, whichever cluster it is of.
-pub fn recorded(bytes: &[u8]) -> Option<(u128, u8)> {
-    let file = ClusterReplicas::decode_fixed(bytes).ok()?;
-    let covered = bytes.get(..ClusterReplicas::CHECKSUM_OFFSET)?;
-    let intact = bytes.len() == ClusterReplicas::SIZE
-        && file.magic == CLUSTER_REPLICAS_MAGIC
-        && twox_hash::XxHash3_64::oneshot(covered) == file.checksum;
-    intact.then_some((file.cluster, file.replicas))
-}
-
-pub fn decode(bytes: &[u8], cluster: u128) -> Result<u8, String> {
+/// The file `bytes` hold when it is whole and intact, whichever cluster wrote it.
+fn intact(bytes: &[u8]) -> Result<ClusterReplicas, String> {
     if bytes.len() != ClusterReplicas::SIZE {
         return Err(format!(
             "{} bytes where {} were written (torn or damaged)",
@@ -50,13 +40,25 @@ pub fn decode(bytes: &[u8], cluster: u128) -> Result<u8, String> {
     {
         return Err("checksum mismatch (torn or damaged)".into());
     }
+    Ok(file)
+}
+
+/// The cluster id and replica count an intact file records, whichever cluster it is of.
+pub fn recorded(bytes: &[u8]) -> Option<(u128, u8)> {
+    intact(bytes).ok().map(|file| (file.cluster, file.replicas))
+}
+
+/// The replica count a file of `cluster` records.
+pub fn decode(bytes: &[u8], cluster: u128) -> Result<u8, String> {
+    let file = intact(bytes)?;
     if file.cluster != cluster {
-        return Err(format!(
-            "written by cluster {:#x}, this node is of cluster {cluster:#x}",
-            file.cluster
-        ));
+        return Err(another_cluster(file.cluster, cluster));
     }
     Ok(file.replicas)
+}
+
+fn another_cluster(written_by: u128, cluster: u128) -> String {
+    format!("written by cluster {written_by:#x}, this node is of cluster {cluster:#x}")
 }
 
 /// Whether a history formed by `recorded` replicas may run with a roster of `roster` nodes (a
@@ -118,20 +120,20 @@ pub fn check_or_record(dir: &Path, cluster: u128, roster: u8) -> Result<Recorded
     let path = dir.join(CLUSTER_REPLICAS_FILE);
     match std::fs::read(&path) {
         Ok(bytes) => {
-            if let Some((_, replicas)) = recorded(&bytes)
-                && (replicas == 1 || roster == 1)
-            {
-                return judge(replicas, roster).map(|()| Recorded::Agrees);
-            }
-            let recorded = decode(&bytes, cluster).map_err(|error| {
+            let refused = |error: String| {
                 format!(
                     "{}: {error}; nothing was changed. Removing the file lets the node start: \
                      it records the roster's node count again (check first that the roster has \
                      the nodes this cluster was formed with)",
                     path.display()
                 )
-            })?;
-            judge(recorded, roster).map(|()| Recorded::Agrees)
+            };
+            let file = intact(&bytes).map_err(refused)?;
+            let standalone = file.replicas == 1 || roster == 1;
+            if !standalone && file.cluster != cluster {
+                return Err(refused(another_cluster(file.cluster, cluster)));
+            }
+            judge(file.replicas, roster).map(|()| Recorded::Agrees)
         }
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
             iggy_storage::fail_stop::write_atomically_blocking(&path, &encode(cluster, roster));
