@@ -1187,15 +1187,27 @@ fn uncaptured_group_owner(
     let metadata = node.shared.metadata.borrow();
     let topic = &metadata.streams[&key.0].topics[&key.1];
     let group = &topic.consumer_groups[&group];
-    if group.members.is_empty() {
-        Ok(())
-    } else if !group.members.contains(&bound.client) {
-        Err(ErrorCode::ConsumerGroupMemberNotFound)
-    } else if group.owner_of(key.2, &topic.partition_ids()) != Some(bound.client) {
-        Err(ErrorCode::ConsumerGroupPartitionNotOwned)
-    } else {
-        Ok(())
+    match group.members.is_empty() {
+        true => Ok(()),
+        false => owned_by(group, topic, bound.client, key.2),
     }
+}
+
+/// Whether `client` owns `partition` of `topic` in `group`: a client outside the group is told
+/// so (5006), to join again; a member is fenced from a partition another member owns (5009).
+fn owned_by(
+    group: &iggy_metadata::model::ConsumerGroup,
+    topic: &iggy_metadata::model::Topic,
+    client: u128,
+    partition: u32,
+) -> Result<(), ErrorCode> {
+    if !group.members.contains(&client) {
+        return Err(ErrorCode::ConsumerGroupMemberNotFound);
+    }
+    if group.owner_of(partition, &topic.partition_ids()) != Some(client) {
+        return Err(ErrorCode::ConsumerGroupPartitionNotOwned);
+    }
+    Ok(())
 }
 
 /// Who an offset belongs to, for a consumer of `kind` (1 consumer, 2 group, 3 external group).
@@ -1705,10 +1717,7 @@ async fn non_replicated(
             Ok(request.reply(&replies::partition_route(&node.shared, key, position)))
         }
         // 104 is 0.11.1's poll on the primary: this node is the primary of every partition.
-        100 | 104 => {
-            let client_reply_max = connection.reply_max;
-            poll(node, request, routing, bound, client_reply_max, body).await
-        }
+        100 | 104 => poll(node, request, routing, bound, connection.reply_max, body).await,
         // 0.11.1's routing lookups (poll, consumer offset): the node that serves the partition's
         // polls and offsets, its group's primary, which the client then asks with 104 or 120.
         103 | 123 => {
@@ -1934,19 +1943,15 @@ async fn poll(
             let metadata = node.shared.metadata.borrow();
             let topic = &metadata.streams[&key.0].topics[&key.1];
             let group = &topic.consumer_groups[&group];
-            // A client outside the group is told so, to join (again); a member is fenced
-            // from a partition another member owns.
-            if !group.members.contains(&bound.client) {
-                return Err(ErrorCode::ConsumerGroupMemberNotFound);
-            }
-            if group.owner_of(key.2, &topic.partition_ids()) != Some(bound.client) {
-                return Err(ErrorCode::ConsumerGroupPartitionNotOwned);
-            }
+            owned_by(group, topic, bound.client, key.2)?;
             group.generation
         }
         _ => 0,
     };
-    check_captured_owner(node, bound, header, owner, key)?;
+    // A group poll that captured no owner was bound to the caller's just above.
+    if header.owner_generation != 0 {
+        check_captured_owner(node, bound, header, owner, key)?;
+    }
     let start = match poll.strategy.kind {
         1 => StartAt::Offset(poll.strategy.value),
         2 => StartAt::Timestamp(poll.strategy.value),
