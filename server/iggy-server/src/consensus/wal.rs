@@ -393,11 +393,9 @@ pub fn check(bytes: &Bytes, anchor: Anchor) -> JournalCheck {
         ));
     }
     if let Some((at, why)) = damage {
-        let expected = entries
-            .last()
-            .map_or(checkpoint + 1, |last| last.entry().op + 1);
+        let (expected, continued) = past_damage(bytes, at, &entries, checkpoint);
         let left = bytes.len() - at;
-        match continuation(bytes, at, expected, checkpoint) {
+        match continued {
             Some((next_at, op)) => problems.push((
                 Severity::Error,
                 Some(at as u64),
@@ -469,6 +467,20 @@ fn header_as_written(bytes: &Bytes, position: usize, record: &JournalEntry, clus
     written.is_some_and(|header| bytes.get(position..position + HEADER_SIZE) == Some(&header[..]))
 }
 
+/// The op a walk that stopped at the damage at `damaged` expected there (the one after its last
+/// valid record, `entries`', or after the checkpoint), and what [`continuation`] finds past it.
+fn past_damage(
+    bytes: &Bytes,
+    damaged: usize,
+    entries: &[JournalEntry],
+    checkpoint: u64,
+) -> (u64, Option<(usize, u64)>) {
+    let expected = entries
+        .last()
+        .map_or(checkpoint + 1, |last| last.entry().op + 1);
+    (expected, continuation(bytes, damaged, expected, checkpoint))
+}
+
 /// The first whole record after the damaged one at `damaged` that belongs to the current
 /// cycle (op at or above `expected` and above the checkpoint): its position and op. The
 /// damaged record's size is followed when its header holds one that lands on such a record;
@@ -532,11 +544,8 @@ impl FileJournal {
             ));
         }
         if let Some((at, why)) = damage {
-            let expected = entries
-                .last()
-                .map_or(checkpoint + 1, |last| last.entry().op + 1);
-            match continuation(&bytes, at, expected, checkpoint) {
-                Some((next_at, op)) => tracing::warn!(
+            match past_damage(&bytes, at, &entries, checkpoint) {
+                (expected, Some((next_at, op))) => tracing::warn!(
                     "journal {}: dropping {} bytes from position {at}: {why}, with op {op} of \
                      this journal at byte {next_at} after it: ops from {expected} on are lost \
                      here (a peer that holds them brings them back)",
@@ -545,7 +554,7 @@ impl FileJournal {
                 ),
                 // Nothing of this journal follows: an append a crash cut short, or bytes an
                 // earlier use of the reused file left (after most restarts): said, not warned.
-                None => tracing::info!(
+                (_, None) => tracing::info!(
                     "journal {}: cutting {} bytes at position {at} after its last record ({why}: \
                      a stale record of an earlier use of the file, or an append a crash cut \
                      short)",
