@@ -472,11 +472,16 @@ async fn file_len(file: &File, path: &Path) -> Result<u64, StorageError> {
 fn frame_boundary(record: &[u8], frames: u32) -> usize {
     let mut position = layout::batch::HEADER_SIZE;
     for _ in 0..frames {
-        let headers = read_u32(record, position + frame::USER_HEADERS_LENGTH) as usize;
-        let payload = read_u32(record, position + frame::PAYLOAD_LENGTH) as usize;
-        position += frame::HEADER_SIZE + payload + headers;
+        position += frame_length(record, position);
     }
     position
+}
+
+/// The length of the frame at `position` of `record`: its header, payload and user headers.
+fn frame_length(record: &[u8], position: usize) -> usize {
+    let headers = read_u32(record, position + frame::USER_HEADERS_LENGTH) as usize;
+    let payload = read_u32(record, position + frame::PAYLOAD_LENGTH) as usize;
+    frame::HEADER_SIZE + payload + headers
 }
 
 /// How many of the first `frames` frames of `record` end within `bytes` of its start, at least
@@ -484,9 +489,7 @@ fn frame_boundary(record: &[u8], frames: u32) -> usize {
 fn frames_within(record: &[u8], frames: u32, bytes: usize) -> u32 {
     let mut position = layout::batch::HEADER_SIZE;
     for fit in 0..frames {
-        let headers = read_u32(record, position + frame::USER_HEADERS_LENGTH) as usize;
-        let payload = read_u32(record, position + frame::PAYLOAD_LENGTH) as usize;
-        position += frame::HEADER_SIZE + payload + headers;
+        position += frame_length(record, position);
         if position > bytes {
             return fit.max(1);
         }
@@ -1354,10 +1357,11 @@ impl PartitionLog {
         }
         // The first batch is taken whatever its size: one over `max_bytes` alone (a client that
         // reads at most that many bytes, a QUIC reply buffer) is cut after the messages that
-        // fit, at least one, and served in parts over several polls.
+        // fit, at least one, and served in parts over several polls. Only then are its frames
+        // walked: whatever was read within the bound needs no cut.
         if let Some((at, present, take)) = last_batch
             && take > 1
-            && frame_boundary(&out[at..], take) > max_bytes
+            && out.len() - headroom > max_bytes
         {
             let fit = frames_within(&out[at..], take, max_bytes);
             remaining += take - fit;
