@@ -2397,26 +2397,6 @@ fn wait_for_exit(
     (output.status, printed)
 }
 
-/// Every file under `dir` with its bytes (directories as `None`), for comparing a tree before
-/// and after.
-fn tree(dir: &Path) -> BTreeMap<PathBuf, Option<Vec<u8>>> {
-    let mut found = BTreeMap::new();
-    let mut pending = vec![dir.to_path_buf()];
-    while let Some(at) = pending.pop() {
-        for entry in std::fs::read_dir(&at).expect("read a directory of the tree") {
-            let path = entry.expect("a directory entry").path();
-            let relative = path.strip_prefix(dir).unwrap().to_path_buf();
-            if path.is_dir() {
-                found.insert(relative, None);
-                pending.push(path);
-            } else {
-                found.insert(relative, Some(std::fs::read(&path).expect("read a file")));
-            }
-        }
-    }
-    found
-}
-
 fn copy_tree(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).expect("create the copy's root");
     for (relative, bytes) in tree(from) {

@@ -962,6 +962,26 @@ pub fn consumer(name_: &str) -> Consumer {
     Consumer::new(name(name_))
 }
 
+/// Every file under `dir` with its bytes (directories as `None`), for comparing a tree before
+/// and after.
+pub fn tree(dir: &Path) -> std::collections::BTreeMap<PathBuf, Option<Vec<u8>>> {
+    let mut found = std::collections::BTreeMap::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(at) = pending.pop() {
+        for entry in std::fs::read_dir(&at).expect("read a directory of the tree") {
+            let path = entry.expect("a directory entry").path();
+            let relative = path.strip_prefix(dir).unwrap().to_path_buf();
+            if path.is_dir() {
+                found.insert(relative, None);
+                pending.push(path);
+            } else {
+                found.insert(relative, Some(std::fs::read(&path).expect("read a file")));
+            }
+        }
+    }
+    found
+}
+
 /// Copies the tree at `from` to `to` (created), file by file.
 pub fn copy_tree(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();

@@ -1,8 +1,11 @@
-//! The journal's identity checks with the real binary: a data directory whose metadata journal
-//! belongs to another cluster is refused at start (naming the journal and both cluster ids,
-//! changing nothing), and `iggy-server verify` reports it through the same check.
+//! The journal's checks with the real binary: a data directory whose metadata journal belongs
+//! to another cluster is refused at start (naming the journal and both cluster ids, changing
+//! nothing), and `iggy-server verify` reports it through the same check; a standalone node's
+//! journal damaged in the middle, or gone, is refused, its files left as they are.
 
 use crate::harness::*;
+use crate::test_cluster::current_start;
+use iggy::prelude::*;
 use iggy_generated::frames::PrepareHeader;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
@@ -34,6 +37,58 @@ fn restamp_cluster(path: &Path, cluster: u128) -> usize {
     }
     std::fs::write(path, bytes).unwrap();
     records
+}
+
+/// Starts the server alone on `data` with `flags`; a refused start exits by itself, one that
+/// comes up is stopped after 30 s (or, with `until` in its output, then). Its status and output.
+fn start_alone(data: &Path, flags: &[&str]) -> (std::process::ExitStatus, String) {
+    let mut child = Command::new(server_binary())
+        .arg("--with-default-root-credentials")
+        .args(flags)
+        .env("IGGY_SYSTEM_PATH", data)
+        .env("IGGY_TCP_ADDRESS", "127.0.0.1:0")
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn iggy-server");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    if child.try_wait().unwrap().is_none() {
+        let _ = child.kill();
+    }
+    let output = child.wait_with_output().unwrap();
+    let printed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (output.status, printed)
+}
+
+/// The byte positions of the journal records at `path`, in order.
+fn record_positions(path: &Path) -> Vec<usize> {
+    let bytes = std::fs::read(path).unwrap();
+    let mut positions = Vec::new();
+    let mut at = 0;
+    while at + PrepareHeader::SIZE <= bytes.len() {
+        let header = PrepareHeader::decode_fixed(&bytes[at..at + PrepareHeader::SIZE]).unwrap();
+        positions.push(at);
+        at += header.size as usize;
+    }
+    positions
+}
+
+/// Flips the first body byte of the `index`th record of the journal at `path`: the record
+/// stays whole in length, its body checksum fails.
+fn damage_record(path: &Path, index: usize) {
+    let at = record_positions(path)[index] + PrepareHeader::SIZE;
+    let mut bytes = std::fs::read(path).unwrap();
+    bytes[at] ^= 0xff;
+    std::fs::write(path, bytes).unwrap();
 }
 
 fn run(args: &[&str], data: &Path) -> Output {
@@ -75,33 +130,8 @@ async fn a_journal_of_another_cluster_is_refused_untouched_and_verify_reports_it
         "{report}"
     );
 
-    let started = tokio::task::block_in_place(|| {
-        let mut child = Command::new(server_binary())
-            .arg("--with-default-root-credentials")
-            .env("IGGY_SYSTEM_PATH", &data)
-            .env("IGGY_TCP_ADDRESS", "127.0.0.1:0")
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn iggy-server");
-        // A refused start exits by itself; a server that came up is a failure, stopped here.
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        while child.try_wait().unwrap().is_none() && std::time::Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        if child.try_wait().unwrap().is_none() {
-            let _ = child.kill();
-        }
-        child.wait_with_output().unwrap()
-    });
-    let log = format!(
-        "{}{}",
-        String::from_utf8_lossy(&started.stdout),
-        String::from_utf8_lossy(&started.stderr)
-    );
-    assert!(!started.status.success(), "the start is refused:\n{log}");
+    let (started, log) = tokio::task::block_in_place(|| start_alone(&data, &[]));
+    assert!(!started.success(), "the start is refused:\n{log}");
     assert!(log.contains(&journal.display().to_string()), "{log}");
     assert!(log.contains(&format!("{FOREIGN_CLUSTER:032x}")), "{log}");
     assert!(
@@ -112,5 +142,148 @@ async fn a_journal_of_another_cluster_is_refused_untouched_and_verify_reports_it
         std::fs::read(&journal).unwrap(),
         before,
         "the journal is untouched"
+    );
+}
+
+/// A standalone node's metadata journal with a damaged record that intact ops follow (one byte
+/// flipped on disk): start-up dropped every later op, rewrote the journal and came up as a new
+/// server with a new root user, its streams gone. It is now refused, the journal untouched and
+/// the way out named; started once with `--cut-damaged-journals`, it cuts there, the loss said.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standalone_metadata_journal_damaged_in_the_middle_is_refused_until_the_loss_is_accepted()
+{
+    let mut server = TestServer::start();
+    let client = server.root_client().await;
+    for name in ["a", "b", "c"] {
+        create_stream_and_topic(&client, name, "t", 1).await;
+    }
+    drop(client);
+    tokio::task::block_in_place(|| server.stop());
+    let data = server.data_dir();
+    let journal = data.join("metadata").join("journal.wal");
+    let records = record_positions(&journal).len();
+    assert!(records >= 6, "{records} metadata records");
+    damage_record(&journal, records - 3);
+    let before = tree(&data);
+
+    let verified =
+        tokio::task::block_in_place(|| run(&["verify", "--path", data.to_str().unwrap()], &data));
+    assert_eq!(
+        verified.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&verified.stdout)
+    );
+
+    let (status, printed) = tokio::task::block_in_place(|| start_alone(&data, &[]));
+    assert_eq!(status.code(), Some(1), "{printed}");
+    for expected in [
+        journal.display().to_string().as_str(),
+        "a standalone node has no peer that holds them",
+        "Nothing was changed",
+        "--cut-damaged-journals",
+    ] {
+        assert!(
+            printed.contains(expected),
+            "{expected:?} missing:\n{printed}"
+        );
+    }
+    assert!(
+        tree(&data) == before,
+        "the refused start changed the data directory"
+    );
+
+    tokio::task::block_in_place(|| server.start_again_with(&["--cut-damaged-journals"]));
+    assert!(
+        current_start(&server.log()).contains("lost (accepted with --cut-damaged-journals)"),
+        "{}",
+        current_start(&server.log())
+    );
+    let client = server.root_client().await;
+    let streams = ok(
+        "get_streams",
+        within("get streams", client.get_streams()).await,
+    );
+    assert!(
+        streams.iter().any(|stream| stream.name == "a"),
+        "the ops before the damage stay: {streams:?}"
+    );
+}
+
+/// A standalone partition whose journal is gone (the seed's missing WAL frontier): start-up
+/// replayed nothing and deleted every segment as messages "no journaled op accounts for". The
+/// partition is now not served (3003, its files kept), verify reports it, and with its journal
+/// back it serves every message again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standalone_partition_whose_journal_is_gone_is_not_served_and_keeps_its_files() {
+    let mut server = TestServer::start();
+    let client = server.root_client().await;
+    let (stream, topic) = create_stream_and_topic(&client, "s", "t", 1).await;
+    let (stream, topic) = (id(stream.id), id(topic.id));
+    for i in 0..5 {
+        send_to_partition(&client, &stream, &topic, 0, vec![msg(format!("m{i}"))]).await;
+    }
+    drop(client);
+    tokio::task::block_in_place(|| server.stop());
+    let partition = server.data_dir().join("streams/0/topics/0/partitions/0");
+    let journal = partition.join("journal.wal");
+    let kept = tempfile::tempdir().unwrap();
+    std::fs::rename(&journal, kept.path().join("journal.wal")).unwrap();
+    let before = tree(&partition);
+
+    let data = server.data_dir();
+    let verified =
+        tokio::task::block_in_place(|| run(&["verify", "--path", data.to_str().unwrap()], &data));
+    let report = String::from_utf8_lossy(&verified.stdout).into_owned();
+    assert_eq!(verified.status.code(), Some(1), "{report}");
+    assert!(
+        report.contains(&format!("error: {}", journal.display()))
+            && report.contains("missing, though the group was written"),
+        "{report}"
+    );
+
+    tokio::task::block_in_place(|| server.start_again());
+    let client = server.root_client().await;
+    let refused = within(
+        "poll",
+        client.poll_messages(
+            &stream,
+            &topic,
+            Some(0),
+            &consumer("r"),
+            &PollingStrategy::first(),
+            10,
+            false,
+        ),
+    )
+    .await
+    .expect_err("a partition without its journal is not served");
+    assert_eq!(refused.as_code(), 3003, "{refused}");
+    assert!(
+        current_start(&server.log()).contains("is missing, but the partition was written"),
+        "{}",
+        current_start(&server.log())
+    );
+    drop(client);
+    tokio::task::block_in_place(|| server.stop());
+    assert!(tree(&partition) == before, "the partition's files changed");
+
+    std::fs::rename(kept.path().join("journal.wal"), &journal).unwrap();
+    tokio::task::block_in_place(|| server.start_again());
+    let client = server.root_client().await;
+    let polled = poll(
+        &client,
+        &stream,
+        &topic,
+        0,
+        &consumer("r"),
+        PollingStrategy::first(),
+        10,
+        false,
+    )
+    .await;
+    assert_eq!(
+        payloads(&polled),
+        (0..5).map(|i| format!("m{i}")).collect::<Vec<_>>()
     );
 }

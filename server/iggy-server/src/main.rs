@@ -41,6 +41,13 @@ struct Args {
     /// directory until then).
     #[arg(long, conflicts_with = "fresh")]
     restored: bool,
+    /// A standalone node changes nothing in a journal damaged where intact ops follow (its
+    /// metadata's: the start is refused; a partition's: it is not served); with this flag it
+    /// cuts each such journal at the damage, the ops after it lost (accepted, for instance
+    /// after a power loss under the replicated policy). Standalone only: a cluster node's peers
+    /// repair such damage.
+    #[arg(long, conflicts_with = "fresh")]
+    cut_damaged_journals: bool,
     /// On first start, create the root user as iggy/iggy instead of a generated password
     /// (IGGY_ROOT_USERNAME and IGGY_ROOT_PASSWORD set them otherwise).
     #[arg(long = "with-default-root-credentials")]
@@ -558,6 +565,14 @@ fn main() -> ExitCode {
         );
         return ExitCode::FAILURE;
     }
+    if args.cut_damaged_journals && cfg.cluster.enabled {
+        eprintln!(
+            "iggy-server: --cut-damaged-journals is for a standalone node: a cluster node cuts a \
+             journal damaged in the middle without it, and its peers bring the ops after the \
+             damage back"
+        );
+        return ExitCode::FAILURE;
+    }
     let fresh = if args.fresh && cfg.cluster.enabled {
         Fresh::AfterGate
     } else {
@@ -592,6 +607,7 @@ fn main() -> ExitCode {
     let start = Start {
         fresh,
         restored: args.restored,
+        cut_damaged_journals: args.cut_damaged_journals,
     };
     let root = (user, pw, generated);
     runtime.block_on(run(cfg, (data, dir_lock), replica_id, root, start))
@@ -654,6 +670,8 @@ struct Start {
     fresh: Fresh,
     /// `--restored`: write the restored-node marker (see [`mark_restored`]).
     restored: bool,
+    /// `--cut-damaged-journals` (see [`node::Node::start`]).
+    cut_damaged_journals: bool,
 }
 
 /// `--restored` writes the marker `RESTORED_MARKER_FILE` into the data directory (durably);
@@ -787,7 +805,11 @@ async fn run(
     root: (String, String, bool),
     start: Start,
 ) -> ExitCode {
-    let Start { fresh, restored } = start;
+    let Start {
+        fresh,
+        restored,
+        cut_damaged_journals,
+    } = start;
     let (user, pw, generated) = root;
     let plane = if cfg.cluster.enabled {
         let at_start = match data {
@@ -902,13 +924,14 @@ async fn run(
         true => data.quic_reset_key().await,
         false => Vec::new(),
     };
-    let node = match node::Node::start(cfg.clone(), data, replica_id, plane).await {
-        Ok(node) => node,
-        Err(error) => {
-            eprintln!("iggy-server: cannot open the data directory: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
+    let node =
+        match node::Node::start(cfg.clone(), data, replica_id, plane, cut_damaged_journals).await {
+            Ok(node) => node,
+            Err(error) => {
+                eprintln!("iggy-server: cannot open the data directory: {error}");
+                return ExitCode::FAILURE;
+            }
+        };
     if let Some(plane) = &node.shared.plane {
         // The handle keeps the metadata group's job queue open; the node does for as long.
         let metadata = node.metadata.clone();

@@ -254,7 +254,14 @@ async fn check_group(dir: &Path, kind: GroupKind<'_>, report: &mut Report) {
     let journal_path = dir.join("journal.wal");
     let bytes = match std::fs::read(&journal_path) {
         Ok(bytes) => Bytes::from(bytes),
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Bytes::new(),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            if let Some(message) = journal_missing(&kind, state.is_some()) {
+                report
+                    .findings
+                    .push(Finding::error(&journal_path, None, message));
+            }
+            return;
+        }
         Err(error) => {
             let message = format!("unreadable: {error}");
             report
@@ -267,6 +274,20 @@ async fn check_group(dir: &Path, kind: GroupKind<'_>, report: &mut Report) {
     report
         .findings
         .extend(journal_findings(&journal_path, &journal, &kind));
+}
+
+/// A group that wrote something and has no journal lost the ops after its checkpoint: a
+/// standalone node refuses it (a cluster node copies it from a peer).
+fn journal_missing(kind: &GroupKind<'_>, checkpointed: bool) -> Option<String> {
+    let written = match kind {
+        GroupKind::Metadata => checkpointed,
+        GroupKind::Partition(log) => checkpointed || log.next_offset > 0,
+    };
+    written.then(|| {
+        "missing, though the group was written: the ops after its checkpoint are lost; a \
+         standalone node refuses the group (a cluster node copies it from a peer)"
+            .to_string()
+    })
 }
 
 fn journal_findings(path: &Path, journal: &JournalCheck, kind: &GroupKind<'_>) -> Vec<Finding> {

@@ -337,6 +337,25 @@ fn gap(first_op: u64, checkpoint: u64) -> String {
     format!("starts at op {first_op}, after its checkpoint at op {checkpoint}: ops are missing")
 }
 
+/// Why a standalone node's journal damaged in the middle is refused, and what the operator
+/// can do.
+fn middle_damage_refusal(
+    path: &Path,
+    (at, why): (usize, impl std::fmt::Display),
+    expected: u64,
+    (next_at, op): (usize, u64),
+) -> String {
+    format!(
+        "journal {}: a damaged record at byte {at} ({why}), with op {op} of this journal intact \
+         at byte {next_at} after it: recovery would drop ops {expected} on, and a standalone \
+         node has no peer that holds them. Nothing was changed. Restore the data directory \
+         from a verified backup (README \"Backup and restore\"); or, if losing those ops is \
+         accepted (a power loss under the replicated policy, which does not promise to survive \
+         one, can leave this), start once with --cut-damaged-journals",
+        path.display()
+    )
+}
+
 /// The verifier's reading of a journal: the records recovery keeps, and what is wrong.
 #[derive(Debug, Default)]
 pub struct JournalCheck {
@@ -508,14 +527,41 @@ fn continuation(
     (damaged + 1..=bytes.len().saturating_sub(HEADER_SIZE)).find_map(current)
 }
 
+/// What opening a journal does with a damaged record that intact ops of the journal follow
+/// (damage in the middle, never what a crash leaves: appends are written one after another,
+/// so a crash tears only the last).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MiddleDamage {
+    /// Cut the journal at the damage: the group's peers hold the ops after it and bring them
+    /// back.
+    PeersRepair,
+    /// Refuse the journal before anything is changed: no peer holds the ops after the damage
+    /// (a standalone node), so cutting would lose acknowledged writes.
+    Refuse,
+    /// Cut the journal at the damage on a standalone node, the loss accepted by the operator
+    /// (`--cut-damaged-journals`).
+    CutAccepted,
+}
+
 impl FileJournal {
     /// Opens (or creates) the journal at `path` and returns it with its valid entries above
     /// the anchor's checkpoint (ops at or below it are covered by a checkpoint: a crash between
     /// writing the checkpoint and emptying the journal leaves them behind, and they are
     /// skipped). A record of another cluster refuses the journal before the file is touched.
+    /// Damage in the middle is cut: the journal of a group whose peers repair it.
+    #[cfg(test)]
     pub async fn open(
         path: &Path,
         anchor: Anchor,
+    ) -> std::io::Result<(FileJournal, Vec<JournalEntry>)> {
+        FileJournal::open_with(path, anchor, MiddleDamage::PeersRepair).await
+    }
+
+    /// [`FileJournal::open`], with damage in the middle handled as `middle` says.
+    pub async fn open_with(
+        path: &Path,
+        anchor: Anchor,
+        middle: MiddleDamage,
     ) -> std::io::Result<(FileJournal, Vec<JournalEntry>)> {
         let checkpoint = anchor.op;
         let (bytes, created) = match compio::fs::read(path).await {
@@ -545,6 +591,21 @@ impl FileJournal {
         }
         if let Some((at, why)) = damage {
             match past_damage(&bytes, at, &entries, checkpoint) {
+                (expected, Some((next_at, op))) if middle == MiddleDamage::Refuse => {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        middle_damage_refusal(path, (at, why), expected, (next_at, op)),
+                    ));
+                }
+                (expected, Some((next_at, op))) if middle == MiddleDamage::CutAccepted => {
+                    tracing::warn!(
+                        "journal {}: dropping {} bytes from position {at}: {why}, with op {op} \
+                         of this journal at byte {next_at} after it: ops from {expected} on are \
+                         lost (accepted with --cut-damaged-journals)",
+                        path.display(),
+                        bytes.len() - at
+                    )
+                }
                 (expected, Some((next_at, op))) => tracing::warn!(
                     "journal {}: dropping {} bytes from position {at}: {why}, with op {op} of \
                      this journal at byte {next_at} after it: ops from {expected} on are lost \
@@ -671,9 +732,10 @@ impl FileJournal {
         path: &Path,
         anchor: Anchor,
         damaged: &[(PathBuf, String)],
+        middle: MiddleDamage,
     ) -> std::io::Result<(FileJournal, Vec<JournalEntry>)> {
         let checkpoint = anchor.op;
-        let opened = FileJournal::open(path, anchor).await;
+        let opened = FileJournal::open_with(path, anchor, middle).await;
         if damaged.is_empty() {
             return opened;
         }
@@ -1333,10 +1395,14 @@ mod tests {
         assert!(start.checkpoint.is_some(), "the older slot is valid");
         assert_eq!(start.op(), 3, "the start uses the older checkpoint");
         assert_eq!(start.damaged[0].0, newest);
-        let (mut journal, entries) =
-            FileJournal::open_after_checkpoint(&path, start_anchor(&start), &start.damaged)
-                .await
-                .unwrap();
+        let (mut journal, entries) = FileJournal::open_after_checkpoint(
+            &path,
+            start_anchor(&start),
+            &start.damaged,
+            MiddleDamage::PeersRepair,
+        )
+        .await
+        .unwrap();
         let ops: Vec<u64> = entries.iter().map(|entry| entry.entry().op).collect();
         assert_eq!(
             ops,
@@ -1358,11 +1424,15 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(start.op(), 3);
-        let refused =
-            FileJournal::open_after_checkpoint(&path, start_anchor(&start), &start.damaged)
-                .await
-                .err()
-                .expect("ops 4 to 6 are gone from the journal");
+        let refused = FileJournal::open_after_checkpoint(
+            &path,
+            start_anchor(&start),
+            &start.damaged,
+            MiddleDamage::PeersRepair,
+        )
+        .await
+        .err()
+        .expect("ops 4 to 6 are gone from the journal");
         let message = refused.to_string();
         assert!(message.contains("ops are missing"), "{message}");
         assert!(message.contains(&newest.display().to_string()), "{message}");
@@ -1382,6 +1452,61 @@ mod tests {
         std::fs::write(&path, bytes).unwrap();
         let (_, entries) = open_whole(&path, anchor(0, b"abcd")).await.unwrap();
         assert_eq!(entries, vec![entry(1, b"abc")]);
+    }
+
+    /// A standalone node's journal damaged in the middle: `Refuse` changes no byte and names
+    /// the ops a cut would lose and the way out; `CutAccepted` cuts as a cluster node's does.
+    /// A damaged last record is cut under every policy (what a crash leaves).
+    #[compio::test]
+    async fn middle_damage_is_refused_untouched_or_cut_when_accepted() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.wal");
+        let (mut journal, _) = FileJournal::open(&path, anchor(0, b"abcd")).await.unwrap();
+        for op in 1..=3 {
+            journal.append(&entry(op, b"abc"), None).await.unwrap();
+        }
+        drop(journal);
+        let whole = std::fs::read(&path).unwrap();
+        let record = HEADER_SIZE + 3;
+        let mut damaged = whole.clone();
+        damaged[record + HEADER_SIZE + 1] ^= 1;
+        std::fs::write(&path, &damaged).unwrap();
+        let refused = FileJournal::open_with(&path, anchor(0, b"abcd"), MiddleDamage::Refuse)
+            .await
+            .err()
+            .expect("op 3 follows the damaged op 2");
+        let message = refused.to_string();
+        for expected in [
+            "byte 259",
+            "op 3 of this journal",
+            "drop ops 2 on",
+            "--cut-damaged-journals",
+        ] {
+            assert!(
+                message.contains(expected),
+                "{expected:?} missing: {message}"
+            );
+        }
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            damaged,
+            "nothing was changed"
+        );
+
+        let (_, entries) =
+            FileJournal::open_with(&path, anchor(0, b"abcd"), MiddleDamage::CutAccepted)
+                .await
+                .unwrap();
+        assert_eq!(entries.len(), 1);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), record as u64);
+
+        let mut torn_last = whole.clone();
+        torn_last[2 * record + HEADER_SIZE + 1] ^= 1;
+        std::fs::write(&path, &torn_last).unwrap();
+        let (_, entries) = FileJournal::open_with(&path, anchor(0, b"abcd"), MiddleDamage::Refuse)
+            .await
+            .unwrap();
+        assert_eq!(entries.len(), 2, "a damaged last record is cut");
     }
 
     /// `check` (the verifier) reads a journal as `open` recovers it, without cutting: a

@@ -338,12 +338,21 @@ impl Node {
     /// Opens the metadata journal and replays it (which reopens every partition).
     /// `plane` is the cluster's replica plane (`None` standalone), started before any group
     /// opens: a group's first steps (a rejoin, a view change) already address its peers.
+    /// `cut_damaged_journals`: a standalone node cuts its journals at damage that intact ops
+    /// follow, the loss accepted, instead of refusing them.
     pub async fn start(
         config: Config,
         data: DataDir,
         replica_id: u8,
         plane: Option<crate::consensus::plane::ReplicaPlane>,
+        cut_damaged_journals: bool,
     ) -> std::io::Result<Rc<Node>> {
+        use crate::consensus::wal::MiddleDamage;
+        let middle_damage = match (&plane, cut_damaged_journals) {
+            (Some(_), _) => MiddleDamage::PeersRepair,
+            (None, true) => MiddleDamage::CutAccepted,
+            (None, false) => MiddleDamage::Refuse,
+        };
         let durability = match config.system.durability.as_str() {
             "persisted" => Durability::Persisted,
             _ => Durability::Replicated,
@@ -406,6 +415,7 @@ impl Node {
             opens_now: Default::default(),
             gone_partitions: Default::default(),
             plane,
+            middle_damage,
             retirement: RefCell::new(iggy_metadata::retirement::RetirementEvidence::new(
                 replica_count,
             )),
@@ -435,10 +445,26 @@ impl Node {
         // Partitions are opened once the journal has been replayed into the model: see
         // `MetadataMachine::replayed` and `Shared::reconcile_partitions`.
         let journal_path = metadata_dir.join("journal.wal");
+        // A checkpoint is written beside a journal, which is emptied but never removed: without
+        // it the ops after the checkpoint are lost, and a standalone node has no peer that holds
+        // them.
+        if shared.plane.is_none() && checkpoint.is_some() && !journal_path.try_exists()? {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!(
+                    "{} is missing beside the checkpoint at op {checkpoint_op}: the metadata ops \
+                     after it are lost, and a standalone node has no peer that holds them. \
+                     Nothing was changed. Restore the data directory from a verified backup \
+                     (README \"Backup and restore\")",
+                    journal_path.display()
+                ),
+            ));
+        }
         let (journal, entries) = FileJournal::open_after_checkpoint(
             &journal_path,
             Anchor::after(checkpoint.as_ref()),
             &start.damaged,
+            shared.middle_damage,
         )
         .await?;
         // The metadata machine stows nothing: a stand-in here is not a journal of ours.

@@ -8,7 +8,7 @@
 use crate::consensus::group::{
     Checkpointing, Durability, Group, GroupHandle, Journal, Outcome, StateMachine, load_checkpoint,
 };
-use crate::consensus::wal::{Anchor, FileJournal, JournalEntry};
+use crate::consensus::wal::{Anchor, FileJournal, JournalEntry, MiddleDamage};
 use bytes::Bytes;
 use futures_channel::oneshot;
 use iggy_generated::errors::ErrorCode;
@@ -689,6 +689,19 @@ impl RetirementPlan {
     }
 }
 
+/// Why a standalone partition whose journal is gone is not served, and what the operator can
+/// do (the seed: missing files alone are not evidence that discarding the data is safe).
+fn missing_journal(journal_path: &Path, next_offset: u64) -> String {
+    format!(
+        "{} is missing, but the partition was written (offsets up to {next_offset}): the \
+         history it held is lost and a standalone node has no peer that holds it, so the \
+         partition is not served and its files are left as they are. Restore the data \
+         directory from a verified backup (README \"Backup and restore\"); or, if its messages \
+         may be lost, delete the partition and create it again",
+        journal_path.display()
+    )
+}
+
 /// The node's own client that proposes retention retirements on every partition group (apart
 /// from the system client, whose partition requests are numbered by metadata ops).
 pub const RETENTION_CLIENT: u128 = u128::MAX - 1;
@@ -712,7 +725,7 @@ impl PartitionHandle {
         durability: Durability,
         (persist_messages, persist_offsets): (bool, bool),
         (journal_bytes, journal_ops, laggard_bound): (u64, usize, JournalBound),
-        peers: Option<crate::consensus::plane::Peers>,
+        (peers, middle_damage): (Option<crate::consensus::plane::Peers>, MiddleDamage),
     ) -> Result<PartitionHandle, StorageError> {
         // The incarnation's records: a directory left by an older incarnation of the same ids is
         // discarded, a fenced incarnation is refused, and the incarnation is published outside
@@ -752,8 +765,21 @@ impl PartitionHandle {
         // The log's open repairs segments: a journal of another cluster is refused first.
         FileJournal::refuse_foreign(&journal_path, crate::consensus::cluster::node_cluster())
             .map_err(io(&journal_path))?;
+        let journal_existed = journal_path.try_exists().map_err(io(&journal_path))?;
         let log = PartitionLog::open(dir, config).await?;
         let start = load_checkpoint(dir).await?;
+        // The journal accounts for every message after the checkpoint; once the partition
+        // holds any, a missing journal is lost history (the seed's missing WAL frontier), and
+        // a standalone node has no peer to bring it back: replaying nothing would drop them.
+        if peers.is_none()
+            && !journal_existed
+            && (log.next_offset() > 0 || start.checkpoint.is_some())
+        {
+            return Err(StorageError::Refused(missing_journal(
+                &journal_path,
+                log.next_offset(),
+            )));
+        }
         let stats = Arc::new(PartitionFigures::default());
         let mut machine = PartitionMachine {
             partition_id,
@@ -785,6 +811,7 @@ impl PartitionHandle {
             &journal_path,
             Anchor::after(checkpoint.as_ref()),
             &start.damaged,
+            middle_damage,
         )
         .await
         .map_err(io(&journal_path))?;

@@ -66,6 +66,9 @@ pub struct Shared {
     pub gone_partitions: RefCell<Vec<(PartitionKey, u64, String)>>,
     /// The replica bus and the groups' part in it, in a cluster; `None` standalone.
     pub plane: Option<crate::consensus::plane::ReplicaPlane>,
+    /// What opening a journal damaged in the middle does: peers repair a cluster node's; a
+    /// standalone node's is refused, unless started with `--cut-damaged-journals`.
+    pub middle_damage: crate::consensus::wal::MiddleDamage,
     /// As the metadata primary: which replicas reported which ended sessions retired on every
     /// partition copy they host (peers' reports arrive through the metadata group, this
     /// node's own from the retirement pass, `runtime/maintenance.rs`, which releases them).
@@ -486,6 +489,7 @@ impl Shared {
                     .plane
                     .as_ref()
                     .map(|plane| plane.partition_peers(key, incarnation));
+                let middle_damage = self.middle_damage;
                 let limits = (
                     self.checkpoint_journal_bytes(),
                     self.checkpoint_journal_ops(),
@@ -513,7 +517,7 @@ impl Shared {
                             durability,
                             policies,
                             limits,
-                            peers,
+                            (peers, middle_damage),
                         )
                         .await
                     })

@@ -407,9 +407,10 @@ fn partition_primary_for(
 /// Partition `key`'s handle, once this node opened it: a partition a metadata op just created
 /// is opened by the effects of that op's apply, a moment after the model shows it (on a
 /// standalone node too: another client sees the topic before its creator is answered). Waits
-/// within `budget` from `started` (then 58). A standalone node answers PartitionNotFound at
-/// once for a partition its model does not hold live or whose copy could not open here; a
-/// cluster node waits for those too (its model may lag the client's).
+/// within `budget` from `started` (then 58). A standalone node answers at once for a partition
+/// its model does not hold live (PartitionNotFound) or whose copy could not open here
+/// (CannotOpenPartitionLogFile: it exists, its files are damaged or unreadable); a cluster node
+/// waits for those too (its model may lag the client's).
 async fn opened_partition(
     node: &Node,
     key: PartitionKey,
@@ -421,7 +422,7 @@ async fn opened_partition(
             return Ok(partition);
         }
         if !replicated(node) && !node.shared.opening(key) {
-            return Err(ErrorCode::PartitionNotFound);
+            return Err(unserved(node, key));
         }
         if started.elapsed() >= budget {
             return Err(ErrorCode::TransientNotAccepted);
@@ -547,7 +548,16 @@ fn served_partition(
         None => node
             .shared
             .partition(key)
-            .ok_or(ErrorCode::PartitionNotFound),
+            .ok_or_else(|| unserved(node, key)),
+    }
+}
+
+/// Why this node serves no copy of partition `key`: the model holds no such partition, or its
+/// copy here could not open.
+fn unserved(node: &Node, key: PartitionKey) -> ErrorCode {
+    match node.shared.live_incarnation(key) {
+        Some(live) if node.shared.unopenable(key, live) => ErrorCode::CannotOpenPartitionLogFile,
+        _ => ErrorCode::PartitionNotFound,
     }
 }
 

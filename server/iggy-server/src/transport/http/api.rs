@@ -165,6 +165,8 @@ fn status_of(error: ErrorCode) -> u16 {
         E::TransientNotCommitted => 504,
         // Not executed: the client resends it.
         E::TransientNotAccepted => 503,
+        // The partition exists; its files on this node are damaged or unreadable.
+        E::CannotOpenPartitionLogFile => 500,
         e if e == E::ResourceNotFound || e.name().ends_with("NotFound") => 404,
         _ => 400,
     }
