@@ -287,3 +287,80 @@ async fn a_standalone_partition_whose_journal_is_gone_is_not_served_and_keeps_it
         (0..5).map(|i| format!("m{i}")).collect::<Vec<_>>()
     );
 }
+
+/// A standalone partition whose checkpoint slots are gone, its journal emptied by the last
+/// checkpoint (the state a graceful stop right after one leaves): start-up found every batch
+/// unaccounted for and deleted them all. More than the one batch a crash leaves unaccounted now
+/// refuses the partition (3003, its files kept), and with its files back it serves every
+/// message again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standalone_partition_whose_checkpoints_are_gone_is_not_served_and_keeps_its_files() {
+    let mut server = TestServer::start_with_env(&[("IGGY_SYSTEM_CHECKPOINT_JOURNAL_OPS", "1")]);
+    let client = server.root_client().await;
+    let (stream, topic) = create_stream_and_topic(&client, "s", "t", 1).await;
+    let (stream, topic) = (id(stream.id), id(topic.id));
+    for i in 0..12 {
+        send_to_partition(&client, &stream, &topic, 0, vec![msg(format!("m{i}"))]).await;
+    }
+    drop(client);
+    tokio::task::block_in_place(|| server.stop());
+    let partition = server.data_dir().join("streams/0/topics/0/partitions/0");
+    let kept = tempfile::tempdir().unwrap();
+    copy_tree(&partition, kept.path());
+    let slots = ["checkpoint.0", "checkpoint.1"].map(|slot| partition.join(slot));
+    assert!(
+        slots.iter().any(|slot| slot.exists()),
+        "the partition checkpointed"
+    );
+    for slot in slots.iter().filter(|slot| slot.exists()) {
+        std::fs::remove_file(slot).unwrap();
+    }
+    std::fs::write(partition.join("journal.wal"), b"").unwrap();
+    let before = tree(&partition);
+
+    tokio::task::block_in_place(|| server.start_again());
+    let client = server.root_client().await;
+    let refused = within(
+        "poll",
+        client.poll_messages(
+            &stream,
+            &topic,
+            Some(0),
+            &consumer("r"),
+            &PollingStrategy::first(),
+            20,
+            false,
+        ),
+    )
+    .await
+    .expect_err("a partition whose log its journal does not account for is not served");
+    assert_eq!(refused.as_code(), 3003, "{refused}");
+    let start = current_start(&server.log()).to_string();
+    assert!(
+        start.contains("offsets 0..12 (12 batches) are in the log, but neither the journal nor a checkpoint accounts for them"),
+        "{start}"
+    );
+    drop(client);
+    tokio::task::block_in_place(|| server.stop());
+    assert!(tree(&partition) == before, "the partition's files changed");
+
+    std::fs::remove_dir_all(&partition).unwrap();
+    copy_tree(kept.path(), &partition);
+    tokio::task::block_in_place(|| server.start_again());
+    let client = server.root_client().await;
+    let polled = poll(
+        &client,
+        &stream,
+        &topic,
+        0,
+        &consumer("r"),
+        PollingStrategy::first(),
+        20,
+        false,
+    )
+    .await;
+    assert_eq!(
+        payloads(&polled),
+        (0..12).map(|i| format!("m{i}")).collect::<Vec<_>>()
+    );
+}

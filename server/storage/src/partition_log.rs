@@ -848,6 +848,21 @@ impl PartitionLog {
     }
 
     /// The first retained offset (equal to [`Self::next_offset`] when the log is empty).
+    /// How many batch records start at or after `offset`.
+    pub fn batches_from(&self, offset: u64) -> usize {
+        self.segments
+            .iter()
+            .filter(|segment| segment.end_offset > offset)
+            .map(|segment| {
+                segment
+                    .entries
+                    .iter()
+                    .filter(|entry| entry.offset >= offset)
+                    .count()
+            })
+            .sum()
+    }
+
     pub fn first_offset(&self) -> u64 {
         self.segments[0].start_offset
     }

@@ -117,9 +117,10 @@ pub trait StateMachine {
     fn checkpoint(&mut self) -> impl Future<Output = std::io::Result<Vec<u8>>> {
         async { Ok(Vec::new()) }
     }
-    /// Every journaled op has been replayed after a start.
-    fn replayed(&mut self) -> impl Future<Output = ()> {
-        async {}
+    /// Every journaled op has been replayed after a start. An error refuses the group: what
+    /// the state machine found on disk is not what the journal accounts for.
+    fn replayed(&mut self) -> impl Future<Output = Result<(), String>> {
+        async { Ok(()) }
     }
     /// Serves a read.
     fn read(&mut self, read: Self::Read) -> impl Future<Output = ()>;
@@ -686,7 +687,7 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
         checkpointing: Option<Checkpointing>,
         limit_name: &str,
         peers: Option<Peers>,
-    ) -> Self {
+    ) -> Result<Self, String> {
         let policy = checkpointing.as_ref().map(|c| CheckpointPolicy {
             journal_bytes: c.journal_bytes,
             journal_ops: c.journal_ops,
@@ -759,8 +760,8 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
         };
         group.drive().await;
         group.core.release_applied_bodies();
-        group.state.replayed().await;
-        group
+        group.state.replayed().await?;
+        Ok(group)
     }
 
     /// Takes a checkpoint when the core says one is due: the state machine makes its effects

@@ -180,12 +180,13 @@ impl StateMachine for MetadataMachine {
         reply
     }
 
-    async fn replayed(&mut self) {
+    async fn replayed(&mut self) -> Result<(), String> {
         let deletes = self.replay_deletes.take().unwrap_or_default();
         self.shared.reconcile_partitions(&deletes).await;
         for effect in std::mem::take(&mut self.replay_group_deletes) {
             self.shared.run_effect(effect).await;
         }
+        Ok(())
     }
 
     fn effects_running(&mut self) -> bool {

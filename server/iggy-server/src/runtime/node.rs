@@ -509,7 +509,8 @@ impl Node {
             "limits.clients_table_max",
             peers,
         )
-        .await;
+        .await
+        .map_err(|why| std::io::Error::new(std::io::ErrorKind::InvalidData, why))?;
         let metadata = group.spawn();
         let node = Rc::new(Node {
             shared,

@@ -195,6 +195,10 @@ pub struct PartitionMachine {
     live: bool,
     /// The metadata op that created this incarnation (a fresh core after a state transfer).
     created_at_op: u64,
+    /// What start-up does with log batches the journal does not account for (see
+    /// `replayed`): a cluster's peers hold them, a standalone node refuses more than a crash
+    /// leaves unless the loss is accepted.
+    middle_damage: MiddleDamage,
     log: PartitionLog,
     core: Partition,
 }
@@ -554,19 +558,35 @@ impl StateMachine for PartitionMachine {
         Ok(self.core.encode_state())
     }
 
-    async fn replayed(&mut self) {
-        self.live = true;
-        self.publish();
+    async fn replayed(&mut self) -> Result<(), String> {
         if let Some(from) = self.core.unaccounted_from(self.log.next_offset()) {
+            let next = self.log.next_offset();
+            // Each op's batch is appended to the log before its journal record, one op at a
+            // time: a crash leaves at most one batch unaccounted. More is journal history lost
+            // (a journal or checkpoint gone or cut short), which a standalone node has no peer
+            // to bring back.
+            let batches = self.log.batches_from(from);
+            if self.middle_damage == MiddleDamage::Refuse && batches > 1 {
+                return Err(unaccounted(from, next, batches));
+            }
+            let accepted = match self.middle_damage {
+                MiddleDamage::CutAccepted if batches > 1 => {
+                    " (accepted with --cut-damaged-journals)"
+                }
+                _ => "",
+            };
             tracing::warn!(
-                "partition {}: dropping offsets {from}..{} that no journaled op accounts for",
+                "partition {}: dropping offsets {from}..{next} that no journaled op accounts \
+                 for{accepted}",
                 self.partition_id,
-                self.log.next_offset()
             );
             if let Err(error) = self.log.truncate_from(from).await {
                 tracing::error!("partition {}: cannot truncate: {error}", self.partition_id);
             }
         }
+        self.live = true;
+        self.publish();
+        Ok(())
     }
 
     fn persisted(&self, operation: u8) -> bool {
@@ -689,6 +709,19 @@ impl RetirementPlan {
     }
 }
 
+/// Why a standalone partition whose log holds more than a crash leaves unaccounted for is not
+/// served, and what the operator can do.
+fn unaccounted(from: u64, next: u64, batches: usize) -> String {
+    format!(
+        "offsets {from}..{next} ({batches} batches) are in the log, but neither the journal nor \
+         a checkpoint accounts for them (a crash leaves at most one batch so): the journal's \
+         history is lost, and a standalone node has no peer that holds it, so the partition is \
+         not served and its files are left as they are. Restore the data directory from a \
+         verified backup (README \"Backup and restore\"); or, if those messages may be lost, \
+         start once with --cut-damaged-journals"
+    )
+}
+
 /// Why a standalone partition whose journal is gone is not served, and what the operator can
 /// do (the seed: missing files alone are not evidence that discarding the data is safe).
 fn missing_journal(journal_path: &Path, next_offset: u64) -> String {
@@ -791,6 +824,7 @@ impl PartitionHandle {
                 || durability == Durability::Persisted,
             live: false,
             created_at_op: incarnation >> 20,
+            middle_damage,
             log,
             core: Partition::new(incarnation >> 20),
         };
@@ -860,6 +894,17 @@ impl PartitionHandle {
             };
             entries.push(entry);
         }
+        // With no checkpoint and no journaled op, the group would start afresh (journaling its
+        // first op) before `replayed` could refuse a log that holds more than a crash leaves.
+        let (first, next) = (machine.log.first_offset(), machine.log.next_offset());
+        let batches = machine.log.batches_from(first);
+        if middle_damage == MiddleDamage::Refuse
+            && checkpoint.is_none()
+            && entries.is_empty()
+            && batches > 1
+        {
+            return Err(StorageError::Refused(unaccounted(first, next, batches)));
+        }
         let checkpointing = Checkpointing {
             kind: crate::consensus::figures::GroupKind::Partition,
             slots: start.slots,
@@ -880,7 +925,8 @@ impl PartitionHandle {
             "limits.dedup_clients_max",
             peers,
         )
-        .await;
+        .await
+        .map_err(StorageError::Refused)?;
         Ok(PartitionHandle {
             group: group.spawn(),
             stats,
