@@ -346,7 +346,7 @@ fn apply_user_op(
         Operation::UpdateUser => {
             let request: iggy_generated::payloads::UpdateUserRequest = decode(request)?;
             let status = request.status.map(status_from_wire).transpose()?;
-            metadata.update_user(&ident(&request.user_id)?, request.username, status)?;
+            metadata.update_user(user_id, &ident(&request.user_id)?, request.username, status)?;
             Ok(Vec::new())
         }
         Operation::CreateUser => {
@@ -404,12 +404,16 @@ fn apply_user_op(
             metadata.delete_token(user_id, request.name)?;
             Ok(Vec::new())
         }
-        Operation::UpdateResource => update_resource(metadata, request),
+        Operation::UpdateResource => update_resource(metadata, user_id, request),
         _ => Err(ErrorCode::FeatureUnavailable),
     }
 }
 
-fn update_resource(metadata: &mut Metadata, request: &[u8]) -> Result<Vec<u8>, ErrorCode> {
+fn update_resource(
+    metadata: &mut Metadata,
+    user_id: u32,
+    request: &[u8],
+) -> Result<Vec<u8>, ErrorCode> {
     use iggy_generated::payloads::OptionsScope;
     let request: UpdateResourceRequest = decode(request)?;
     match request.scope {
@@ -444,22 +448,22 @@ fn update_resource(metadata: &mut Metadata, request: &[u8]) -> Result<Vec<u8>, E
                 false,
             )?;
             let user = ident(&patch.user_id)?;
+            // Every key read first, then one update: a refused one leaves no other applied.
+            let (mut username, mut status) = (None, None);
             for (key, value) in crate::options::entries(patch.options)? {
                 match key {
-                    "username" | "name" => {
-                        metadata.update_user(&user, Some(crate::options::as_str(value)?), None)?
-                    }
+                    "username" | "name" => username = Some(crate::options::as_str(value)?),
                     "status" => {
-                        let status = match crate::options::as_str(value) {
+                        status = Some(match crate::options::as_str(value) {
                             Ok("active") => UserStatus::Active,
                             Ok("inactive") => UserStatus::Inactive,
                             _ => status_from_wire(crate::options::as_u64(value)? as u8)?,
-                        };
-                        metadata.update_user(&user, None, Some(status))?
+                        })
                     }
                     _ => return Err(ErrorCode::UnsupportedOptionKey),
                 }
             }
+            metadata.update_user(user_id, &user, username, status)?;
         }
     }
     Ok(Vec::new())
@@ -644,8 +648,12 @@ mod tests {
             admits(&metadata, stream, &envelope(5, ops, &create("d"))),
             Ok(())
         );
-        let inactive =
-            metadata.update_user(&Ident::Name("ops".into()), None, Some(UserStatus::Inactive));
+        let inactive = metadata.update_user(
+            crate::ROOT_USER_ID,
+            &Ident::Name("ops".into()),
+            None,
+            Some(UserStatus::Inactive),
+        );
         assert_eq!(inactive, Ok(()));
         let refused = admits(&metadata, stream, &envelope(6, ops, &create("d")));
         assert_eq!(refused, Err(ErrorCode::Unauthorized));

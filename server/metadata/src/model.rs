@@ -1072,13 +1072,22 @@ impl Metadata {
         Ok(())
     }
 
+    /// Renames or (de)activates a user, at the request of user `by`. Root is never
+    /// deactivated, and only root renames root: a user manager taking root's name could have
+    /// root's operators sign in as a user of its making.
     pub fn update_user(
         &mut self,
+        by: u32,
         ident: &Ident,
         username: Option<&str>,
         status: Option<UserStatus>,
     ) -> Result<(), ErrorCode> {
         let id = self.user(ident)?.id;
+        let root_renamed = username.is_some() && by != ROOT_USER_ID;
+        let root_deactivated = status == Some(UserStatus::Inactive);
+        if id == ROOT_USER_ID && (root_renamed || root_deactivated) {
+            return Err(ErrorCode::CannotModifyRootUser);
+        }
         if let Some(name) = username {
             if name.len() < 3 || name.len() > 50 || !valid_name(name) {
                 return Err(ErrorCode::InvalidUsername);
@@ -1096,9 +1105,6 @@ impl Metadata {
             user.username = name.to_string();
         }
         if let Some(status) = status {
-            if id == ROOT_USER_ID && status == UserStatus::Inactive {
-                return Err(ErrorCode::CannotModifyRootUser);
-            }
             user.status = status;
             if status == UserStatus::Inactive {
                 self.end_sessions_of(id);
@@ -1186,6 +1192,41 @@ mod tests {
         m.delete_stream(&Ident::Id(0)).unwrap();
         assert_eq!(m.create_stream("c", 1), Ok(0));
         assert_eq!(m.stream(&Ident::Name("b".into())).unwrap().id, 1);
+    }
+
+    /// Root keeps its name against user managers (one renamed it and created a user under
+    /// the name root's operators sign in with) and is never deactivated; a refused update
+    /// changes nothing, the rename it carried included.
+    #[test]
+    fn only_root_renames_root_and_a_refused_update_changes_nothing() {
+        let mut m = Metadata::default();
+        let create = |m: &mut Metadata, name| {
+            m.create_user(name, String::new(), UserStatus::Active, None, 3)
+        };
+        assert_eq!(create(&mut m, "iggy"), Ok(ROOT_USER_ID));
+        let manager = create(&mut m, "manager").unwrap();
+        let root = Ident::Id(ROOT_USER_ID);
+        assert_eq!(
+            m.update_user(manager, &root, Some("iggy2"), None),
+            Err(ErrorCode::CannotModifyRootUser)
+        );
+        assert_eq!(
+            m.update_user(
+                ROOT_USER_ID,
+                &root,
+                Some("admin"),
+                Some(UserStatus::Inactive)
+            ),
+            Err(ErrorCode::CannotModifyRootUser)
+        );
+        assert_eq!(m.users[&ROOT_USER_ID].username, "iggy");
+        assert_eq!(
+            m.update_user(ROOT_USER_ID, &root, Some("admin"), None),
+            Ok(())
+        );
+        assert_eq!(m.users[&ROOT_USER_ID].username, "admin");
+        let renamed = m.update_user(manager, &Ident::Id(manager), Some("ops"), None);
+        assert_eq!(renamed, Ok(()));
     }
 
     #[test]
