@@ -1210,6 +1210,7 @@ mod tests {
             sync_on_checkpoint: false,
             live: true,
             created_at_op: 0,
+            middle_damage: MiddleDamage::Refuse,
             log: PartitionLog::open(dir, config).await.unwrap(),
             core: Partition::new(0),
         }
