@@ -563,6 +563,7 @@ pub fn emit_protocol(m: &Model) -> String {
         let (a, b) = (pv(a), pv(b));
         quote!((#a, #b))
     });
+    let codecs = m.versions.iter().map(|(v, _)| vname(v));
     let marker = m.storage_marker.as_deref().map(|s| {
         quote! {
             /// On-disk format marker.
@@ -599,12 +600,18 @@ pub fn emit_protocol(m: &Model) -> String {
             }
             #(#versions)*
             #current
-            /// Inclusive admission windows; each admitted client is served with the codec of the window's max.
+            /// Every version this server has a codec for, newest first.
+            pub const CODECS: &[ProtocolVersion] = &[#(#codecs),*];
+            /// Inclusive admission windows, patch versions counted: a client inside one is
+            /// served with the codec of the newest version at or below its own.
             pub const ADMISSION: &[(ProtocolVersion, ProtocolVersion)] = &[#(#ranges),*];
             /// Admits a packed client version: returns the codec version to speak, or None.
             pub fn admit(packed: u32) -> Option<ProtocolVersion> {
                 let v = ProtocolVersion::from_packed(packed);
-                ADMISSION.iter().find(|(lo, hi)| *lo <= v && v <= *hi).map(|(_, hi)| *hi)
+                if !ADMISSION.iter().any(|(lo, hi)| *lo <= v && v <= *hi) {
+                    return None;
+                }
+                CODECS.iter().copied().find(|codec| *codec <= v)
             }
             /// Lowest and highest admitted versions (for the eviction window).
             pub fn admission_window() -> (ProtocolVersion, ProtocolVersion) {

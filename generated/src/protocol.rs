@@ -42,37 +42,31 @@ pub const V0_11_1: ProtocolVersion = ProtocolVersion {
 const _: () = assert!(V0_11_1.packed() == 0x2c01);
 /// The version this server speaks natively.
 pub const CURRENT: ProtocolVersion = V0_12_0;
-/// Inclusive admission windows; each admitted client is served with the codec of the window's max.
+/// Every version this server has a codec for, newest first.
+pub const CODECS: &[ProtocolVersion] = &[V0_12_0, V0_11_1];
+/// Inclusive admission windows, patch versions counted: a client inside one is
+/// served with the codec of the newest version at or below its own.
 pub const ADMISSION: &[(ProtocolVersion, ProtocolVersion)] = &[
     (
         ProtocolVersion {
             major: 0,
-            minor: 12,
-            patch: 0,
-        },
-        ProtocolVersion {
-            major: 0,
-            minor: 12,
-            patch: 0,
-        },
-    ),
-    (
-        ProtocolVersion {
-            major: 0,
             minor: 11,
             patch: 1,
         },
         ProtocolVersion {
             major: 0,
-            minor: 11,
-            patch: 1,
+            minor: 12,
+            patch: 0,
         },
     ),
 ];
 /// Admits a packed client version: returns the codec version to speak, or None.
 pub fn admit(packed: u32) -> Option<ProtocolVersion> {
     let v = ProtocolVersion::from_packed(packed);
-    ADMISSION.iter().find(|(lo, hi)| *lo <= v && v <= *hi).map(|(_, hi)| *hi)
+    if !ADMISSION.iter().any(|(lo, hi)| *lo <= v && v <= *hi) {
+        return None;
+    }
+    CODECS.iter().copied().find(|codec| *codec <= v)
 }
 /// Lowest and highest admitted versions (for the eviction window).
 pub fn admission_window() -> (ProtocolVersion, ProtocolVersion) {

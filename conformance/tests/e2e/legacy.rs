@@ -122,6 +122,33 @@ async fn login_with(address: &str, client: u128, version: ProtocolVersion) -> Le
     legacy
 }
 
+/// The login gate checks the inclusive window 0.11.1 to 0.12.0 with patch versions counted
+/// (the seed), as the eviction's window says: a 0.11.2 client was evicted as incompatible
+/// (14) though the eviction named 0.11.1 to 0.12.0. It is admitted and served with 0.11.1's
+/// layouts, the newest codec at or below its version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_patch_of_0_11_inside_the_window_is_admitted_with_0_11_1_layouts() {
+    let server = TestServer::start();
+    let patch = ProtocolVersion {
+        patch: 2,
+        ..V0_11_1
+    };
+    let mut c = login_with(&server.address(), 0x0112, patch).await;
+    let created = c
+        .frame(
+            Operation::CreateStream,
+            202,
+            &encoded(&CreateStreamRequest {
+                name: "patched",
+                options: &[],
+            }),
+        )
+        .await;
+    let stream = GetStreamResponseV0111::decode_exact(Legacy::payload(&created))
+        .expect("0.11.1 stream layout");
+    assert_eq!(stream.stream.name, "patched");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_0_11_1_session_is_served_with_0_11_1_layouts_and_commands() {
     let server = TestServer::start();

@@ -64,7 +64,7 @@ fn version_names_the_release_the_protocol_range_and_the_storage_format() {
         lines,
         vec![
             format!("iggy-server {}", env!("CARGO_PKG_VERSION")).as_str(),
-            "protocol 0.11.1 to 0.12.0 (admitted: 0.12.0, 0.11.1; native 0.12.0)",
+            "protocol 0.11.1 to 0.12.0, patch versions included (codecs: 0.12.0, 0.11.1; native 0.12.0)",
             "storage format IGGY-OWNERSHIP-HISTORY-5",
         ],
         "{version}"

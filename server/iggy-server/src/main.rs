@@ -97,20 +97,12 @@ fn version_text() -> &'static str {
     TEXT.get_or_init(|| {
         use iggy_generated::protocol;
         let (min, max) = protocol::admission_window();
-        let admitted: Vec<String> = protocol::ADMISSION
-            .iter()
-            .map(|(lo, hi)| {
-                if lo == hi {
-                    lo.to_string()
-                } else {
-                    format!("{lo} to {hi}")
-                }
-            })
-            .collect();
+        let codecs: Vec<String> = protocol::CODECS.iter().map(|v| v.to_string()).collect();
         format!(
-            "{}\nprotocol {min} to {max} (admitted: {}; native {})\nstorage format {}",
+            "{}\nprotocol {min} to {max}, patch versions included (codecs: {}; native {})\n\
+             storage format {}",
             env!("CARGO_PKG_VERSION"),
-            admitted.join(", "),
+            codecs.join(", "),
             protocol::CURRENT,
             iggy_storage::layout::marker::VALUE,
         )

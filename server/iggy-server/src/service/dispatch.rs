@@ -696,9 +696,11 @@ async fn register(
     } else {
         return request.evict(EvictionReason::MalformedLogin);
     };
-    if protocol::admit(version).is_none() {
+    // The session speaks the codec its version is served with: a 0.11 patch, 0.11.1's.
+    let Some(codec) = protocol::admit(version) else {
         return request.evict(EvictionReason::IncompatibleProtocol);
-    }
+    };
+    let version = codec.packed();
     let user_id = match login_verdict(node, &login).await {
         Ok(user_id) => user_id,
         Err(error) => {
@@ -1872,8 +1874,7 @@ async fn bind_session(
     let Ok(bind_request) = BindSessionRequest::decode_exact(body) else {
         return request.evict(EvictionReason::MalformedLogin);
     };
-    let version = bind_request.version_info.protocol_version;
-    if protocol::admit(version).is_none() {
+    if protocol::admit(bind_request.version_info.protocol_version).is_none() {
         return request.evict(EvictionReason::IncompatibleProtocol);
     }
     let identity = bind_request.identity;
