@@ -437,6 +437,22 @@ async fn a_position_read_before_the_partition_moved_is_refused_and_the_new_owner
     let stored = ok("get", within("get", admin.get_consumer_offset(&cg, &name("s"), &name("t"), Some(0))).await);
     assert_eq!(stored.map(|o| o.stored_offset), Some(7), "the new owner's offset stays");
     expect_code("a plain consumer's store carrying an owner generation", store(&a, &consumer("c"), 4).await, 5009);
+
+    // b leaves and a joins again: a owns the partition once more, but its position from before
+    // is still not the owner's (accepted, it moved b's offset back and b's messages came again).
+    ok("a joins again", within("join", a.join_consumer_group(&name("s"), &name("t"), &name("g"))).await);
+    ok("b leaves", within("leave", b.leave_consumer_group(&name("s"), &name("t"), &name("g"))).await);
+    expect_code("a's commit of a position read before it lost the partition", store(&a, &cg, 4).await, 5009);
+    let stored = ok("get", within("get", admin.get_consumer_offset(&cg, &name("s"), &name("t"), Some(0))).await);
+    assert_eq!(stored.map(|o| o.stored_offset), Some(7), "b's offset stays");
+    let again = ok(
+        "a polls again",
+        within("poll", a.poll_messages(&name("s"), &name("t"), Some(0), &cg, &PollingStrategy::next(), 1, false)).await,
+    );
+    assert_eq!(offsets(&again), vec![8], "a reads on from b's offset");
+    let position = ConsumerPosition { partition_id: 0, offset: 8, context: again.context };
+    let committed = within("store", a.store_consumer_position(&cg, &name("s"), &name("t"), position)).await;
+    ok("a commits what it read since", committed);
 }
 
 /// A poll of a group naming a partition, by a client that is not (or no longer) a member, fails

@@ -282,6 +282,11 @@ pub struct ConsumerGroup {
     /// op shifted as partition incarnations are: a group created again under a deleted group's
     /// id starts above every generation its predecessor reached (barring 2^20 changes).
     pub generation: u64,
+    /// Each partition's owner and the generation from which it has owned the partition without
+    /// a break, as this node applied the group's changes. Kept in memory only: a group restored
+    /// from a snapshot knows no owner from before the generation it restored, which
+    /// [`ConsumerGroup::admits_captured_owner`] then asks for.
+    pub owners: BTreeMap<u32, (u128, u64)>,
 }
 
 impl ConsumerGroup {
@@ -300,6 +305,24 @@ impl ConsumerGroup {
         )
     }
 
+    /// The membership or the topic's partitions (now `partition_ids`) changed: a new
+    /// generation, and each partition whose owner changed is owned from it.
+    pub fn reassign(&mut self, partition_ids: &[u32]) {
+        self.generation += 1;
+        let owners = partition_ids
+            .iter()
+            .filter_map(|&partition| {
+                let owner = self.owner_of(partition, partition_ids)?;
+                let since = match self.owners.get(&partition) {
+                    Some(&(before, since)) if before == owner => since,
+                    _ => self.generation,
+                };
+                Some((partition, (owner, since)))
+            })
+            .collect();
+        self.owners = owners;
+    }
+
     pub fn owner_of(&self, partition: u32, partition_ids: &[u32]) -> Option<u128> {
         let position = partition_ids.iter().position(|p| *p == partition)?;
         if self.members.is_empty() {
@@ -310,10 +333,13 @@ impl ConsumerGroup {
 
     /// Whether a request of `client` that captured the owner generation `captured` (the
     /// `owner_generation` of the poll that delivered its position; 0: none captured) still acts
-    /// as `partition`'s owner: `client` owns it now, and `captured` is one of this group's
-    /// generations (not one of a deleted group that had its id, all below this group's first,
-    /// nor one it has not reached). A member that lost the partition is refused whatever it
-    /// captured, so its late commit never moves the new owner's offset back.
+    /// as `partition`'s owner: `client` owns it now and has owned it without a break since
+    /// `captured` (a generation of this group: not one of a deleted group that had its id, all
+    /// below this group's first, nor one it has not reached). A member that lost the partition
+    /// is refused whatever it captured, and so is one that got it back later for a position it
+    /// read before it lost it: a late commit never moves a later owner's offset back. Where
+    /// this node knows no owner history (a group restored from a snapshot), only captures of
+    /// the current generation pass.
     pub fn admits_captured_owner(
         &self,
         captured: u64,
@@ -332,8 +358,16 @@ impl ConsumerGroup {
         } else {
             1
         };
-        (first..=self.generation).contains(&captured)
-            && self.owner_of(partition, partition_ids) == Some(client)
+        if !(first..=self.generation).contains(&captured)
+            || self.owner_of(partition, partition_ids) != Some(client)
+        {
+            return false;
+        }
+        let since = match self.owners.get(&partition) {
+            Some(&(owner, since)) if owner == client => since,
+            _ => self.generation,
+        };
+        captured >= since
     }
 }
 
@@ -774,8 +808,9 @@ impl Metadata {
             .iter()
             .filter_map(|id| topic.partitions.remove(id))
             .collect();
+        let partition_ids = topic.partition_ids();
         for group in topic.consumer_groups.values_mut() {
-            group.generation += 1;
+            group.reassign(&partition_ids);
         }
         Ok(removed
             .into_iter()
@@ -885,6 +920,7 @@ impl Metadata {
                 created_at_op: op,
                 members: Vec::new(),
                 generation: op << 20,
+                owners: BTreeMap::new(),
             },
         );
         Ok(id)
@@ -937,10 +973,11 @@ impl Metadata {
         group: &Ident,
         member: u128,
     ) -> Result<(), ErrorCode> {
+        let partition_ids = self.topic(stream, topic)?.1.partition_ids();
         let group = self.group_mut(stream, topic, group)?;
         if !group.members.contains(&member) {
             group.members.push(member);
-            group.generation += 1;
+            group.reassign(&partition_ids);
         }
         Ok(())
     }
@@ -952,13 +989,14 @@ impl Metadata {
         group: &Ident,
         member: u128,
     ) -> Result<(), ErrorCode> {
+        let partition_ids = self.topic(stream, topic)?.1.partition_ids();
         let group = self.group_mut(stream, topic, group)?;
         let before = group.members.len();
         group.members.retain(|m| *m != member);
         if group.members.len() == before {
             return Err(ErrorCode::ConsumerGroupMemberNotFound);
         }
-        group.generation += 1;
+        group.reassign(&partition_ids);
         Ok(())
     }
 
@@ -980,11 +1018,12 @@ impl Metadata {
     pub fn leave_all_groups(&mut self, member: u128) {
         for stream in self.streams.values_mut() {
             for topic in stream.topics.values_mut() {
+                let partition_ids = topic.partition_ids();
                 for group in topic.consumer_groups.values_mut() {
                     let before = group.members.len();
                     group.members.retain(|m| *m != member);
                     if group.members.len() != before {
-                        group.generation += 1;
+                        group.reassign(&partition_ids);
                     }
                 }
             }
@@ -1163,8 +1202,9 @@ fn add_partitions(stream: u32, topic: &mut Topic, count: u32, op: u64, now: u64)
                     incarnation,
                 },
             );
+            let partition_ids = topic.partition_ids();
             for group in topic.consumer_groups.values_mut() {
-                group.generation += 1;
+                group.reassign(&partition_ids);
             }
             Effect::OpenPartition {
                 stream,
@@ -1474,15 +1514,51 @@ mod tests {
         assert!(group(&m).admits_captured_owner(group(&m).generation, 8, 1, &partitions));
     }
 
+    /// A member that lost a partition and got it back acts as its owner only for positions it
+    /// read since: a commit of a position read before it lost the partition moved the
+    /// interim owner's offset back (its messages delivered again). A partition that never
+    /// changed hands keeps admitting older captures; a group restored from a snapshot only the
+    /// current generation's.
+    #[test]
+    fn a_partition_owned_again_admits_only_captures_from_after_it_came_back() {
+        let mut m = one_member_group(2);
+        let (s, t, g) = (Ident::Id(0), Ident::Id(0), Ident::Id(0));
+        let group = |m: &Metadata| m.streams[&0].topics[&0].consumer_groups[&0].clone();
+        let partitions = [0, 1];
+        let before = group(&m).generation;
+        m.join_group(&s, &t, &g, 8).unwrap();
+        assert!(!group(&m).admits_captured_owner(before, 7, 1, &partitions));
+        m.leave_group(&s, &t, &g, 8).unwrap();
+        let back = group(&m).generation;
+        assert!(
+            !group(&m).admits_captured_owner(before, 7, 1, &partitions),
+            "read before it lost partition 1"
+        );
+        assert!(group(&m).admits_captured_owner(back, 7, 1, &partitions));
+        assert!(
+            group(&m).admits_captured_owner(before, 7, 0, &partitions),
+            "partition 0 never changed hands"
+        );
+        let mut restored = group(&m);
+        restored.owners.clear();
+        assert!(!restored.admits_captured_owner(before, 7, 0, &partitions));
+        assert!(restored.admits_captured_owner(back, 7, 0, &partitions));
+    }
+
     /// A group saved by a build before generations started at the creating op (its generation
     /// counted from 1, below `created_at_op << 20`) still admits its owner's captured
-    /// generations after an upgrade: otherwise every auto-commit of its members is refused.
+    /// generation after an upgrade: otherwise every auto-commit of its members is refused.
+    /// Restored from a snapshot, it knows no owner history, so an earlier capture is refused.
     #[test]
     fn a_group_whose_generations_predate_the_creation_shift_admits_its_owner() {
         let mut legacy = one_member_group(1).streams[&0].topics[&0].consumer_groups[&0].clone();
         legacy.generation = 2;
+        legacy.owners.clear();
         assert!(legacy.admits_captured_owner(2, 7, 0, &[0]));
-        assert!(legacy.admits_captured_owner(1, 7, 0, &[0]));
+        assert!(
+            !legacy.admits_captured_owner(1, 7, 0, &[0]),
+            "no owner history before the restored generation"
+        );
         assert!(
             !legacy.admits_captured_owner(3, 7, 0, &[0]),
             "not reached yet"

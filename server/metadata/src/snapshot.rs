@@ -204,6 +204,7 @@ pub fn decode(bytes: &[u8]) -> Result<Metadata, String> {
                                 created_at_op: g.created_at_op,
                                 members: g.members.clone(),
                                 generation: g.generation,
+                                owners: BTreeMap::new(),
                             };
                             (g.id, group)
                         })
