@@ -880,7 +880,21 @@ impl PartitionHandle {
                     None => {
                         // Written to the log before its journal record, so only a machine crash
                         // under the replicated policy (which may lose acknowledged writes) or
-                        // damage leaves a record without its batch: the journal ends there.
+                        // damage leaves a record without its batch: the journal ends there. A
+                        // standalone node drops acknowledged ops after it only when told to.
+                        let after = journaled - index - 1;
+                        if after > 0 && middle_damage == MiddleDamage::Refuse {
+                            return Err(StorageError::Refused(format!(
+                                "journal op {} names a batch the log does not hold, and {after} \
+                                 journaled ops follow it: cutting the journal there would lose \
+                                 them, and a standalone node has no peer that holds them, so the \
+                                 partition is not served and its files are left as they are. \
+                                 Restore the data directory from a verified backup (README \
+                                 \"Backup and restore\"); or, if those ops may be lost, start \
+                                 once with --cut-damaged-journals",
+                                stand_in.op
+                            )));
+                        }
                         tracing::warn!(
                             "partition {}: journal op {} names a batch the log does not hold; dropping it and the {} journaled ops after it (the journal ends before it)",
                             dir.display(),
