@@ -59,8 +59,15 @@ pub(crate) async fn raw(api_url: &str, method: &str, path: &str, token: Option<&
 }
 
 pub(crate) async fn raw_token(api_url: &str) -> String {
-    let login = br#"{"username":"iggy","password":"iggy","version":"0.11.1-edge.2"}"#;
-    let (status, body) = raw(api_url, "POST", "/users/login", None, login).await;
+    raw_token_of(api_url, "iggy", "iggy").await
+}
+
+/// The access token of `username` signed in over `api_url`.
+async fn raw_token_of(api_url: &str, username: &str, password: &str) -> String {
+    let login = format!(
+        r#"{{"username":"{username}","password":"{password}","version":"0.11.1-edge.2"}}"#
+    );
+    let (status, body) = raw(api_url, "POST", "/users/login", None, login.as_bytes()).await;
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
     let identity: iggy_common::IdentityInfo = serde_json::from_slice(&body).expect("IdentityInfo");
     identity.access_token.expect("an access token").token
@@ -1132,6 +1139,19 @@ async fn a_fire_and_forget_send_that_cannot_apply_is_refused_not_accepted() {
     assert!(body.contains(r#""id":87"#), "{body}");
     let fresh = br#"{"partitioning":{"kind":"partition_id","value":"AAAAAA=="},"messages":[{"id":1,"payload":"eA=="}]}"#;
     assert_eq!(raw(&api, "POST", path, t, fresh).await.0, 202);
+    // What its send would refuse after the 202 is refused before it: an empty payload, and a
+    // sender without the permission (both were answered 202 and dropped).
+    let empty = br#"{"partitioning":{"kind":"partition_id","value":"AAAAAA=="},"messages":[{"id":1,"payload":""}]}"#;
+    let (status, body) = raw(&api, "POST", path, t, empty).await;
+    assert_eq!(status, 400, "{}", String::from_utf8_lossy(&body));
+    let reader = br#"{"username":"reader","password":"secret1","status":"active","permissions":{"global":{"manage_servers":false,"read_servers":false,"manage_users":false,"read_users":false,"manage_streams":false,"read_streams":true,"manage_topics":false,"read_topics":true,"poll_messages":true,"send_messages":false},"streams":null}}"#;
+    assert_eq!(raw(&api, "POST", "/users", t, reader).await.0, 201);
+    let reader_token = raw_token_of(&api, "reader", "secret1").await;
+    let (status, body) = raw(&api, "POST", path, Some(reader_token.as_str()), fresh).await;
+    assert_eq!(status, 403, "{}", String::from_utf8_lossy(&body));
+    let polled = raw(&api, "GET", "/streams/s/topics/t/messages?partition_id=0&count=10", t, b"").await;
+    let polled = String::from_utf8_lossy(&polled.1).into_owned();
+    assert_eq!(polled.matches(r#""payload""#).count(), 1, "only the first send landed: {polled}");
 }
 
 /// A load balancer's `HEAD /ping` (and of the metrics) is answered as the GET is, its

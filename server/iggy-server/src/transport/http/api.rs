@@ -1576,6 +1576,18 @@ async fn route_handler(
             }
             let origin = node.shared.stamp_now();
             let batch = json::batch(&messages, origin);
+            if fire_and_forget {
+                // Answered 202 before it runs: what its send would refuse is refused now (it
+                // was dropped after the 202, and the client never learned).
+                let user = call.bound.ok_or(ErrorCode::Unauthenticated)?.user_id;
+                let need = iggy_metadata::Need::SendMessages(stream_key, topic_key_id);
+                node.shared.judge(user, need)?;
+                let count = iggy_storage::batch::verify_arriving(&batch)
+                    .map_err(crate::service::replies::batch_error)?;
+                if count as usize != messages.len() {
+                    return Err(ErrorCode::InvalidMessagesCount.into());
+                }
+            }
             let partition_bytes = partition.to_le_bytes();
             let send_request = wire::SendMessagesRequest {
                 metadata_length: 0,
