@@ -103,6 +103,48 @@ async fn a_full_session_table_refuses_logins_until_a_logout_is_retired_in_order(
     );
 }
 
+/// A user that logs in and never out (any permission, any transport) filled the session table
+/// and locked root out of every transport until its sessions' leases ended. The table's last
+/// slots (1 of 8 here) are root's: the user's next login is refused with a warning that says
+/// so, root still signs in, and deactivating the user ends its sessions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_filling_the_session_table_leaves_root_a_slot_to_sign_in_and_end_its_sessions() {
+    let server = TestServer::start_with_env(&[
+        ("IGGY_LIMITS_CLIENTS_TABLE_MAX", "8"),
+        ("IGGY_SYSTEM_MAINTENANCE_INTERVAL_MS", "100"),
+    ]);
+    let root = server.root_client().await;
+    let options = UserCreateOptions::default();
+    let created = root.create_user("filler", "secret1", UserStatus::Active, None, &options);
+    ok("create user", within("create user", created).await);
+    // The filler logs in until a login of its is refused: that one would take root's slot.
+    let mut fillers = Vec::new();
+    loop {
+        assert!(fillers.len() < 8, "the filler took every slot");
+        let filler = IggyClient::from_connection_string(&server.connection_string("filler", "secret1"))
+            .expect("valid connection string");
+        let mut login = Box::pin(filler.connect());
+        match finished_within(std::time::Duration::from_secs(2), &mut login).await {
+            Some(connected) => {
+                ok("filler login", connected);
+                drop(login);
+                fillers.push(filler);
+            }
+            None => break,
+        }
+    }
+    assert!(!fillers.is_empty());
+    assert!(server.log().contains("slots are kept for root"), "{}", server.log());
+    drop(root);
+    let root = server.root_client().await;
+    let deactivate = UserUpdateOptions { status: Some(UserStatus::Inactive), ..Default::default() };
+    let filler = name("filler");
+    let deactivated = root.update_user(&filler, &deactivate);
+    ok("deactivate the filler", within("update user", deactivated).await);
+    let refused = within("streams", fillers[0].get_streams()).await;
+    assert!(refused.is_err(), "a deactivated user's session ended: {refused:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partition_full_of_writers_refuses_a_new_one_until_an_ended_session_is_retired() {
     let server = TestServer::start_with_env(&[

@@ -65,6 +65,15 @@ impl Sessions {
     pub fn iter(&self) -> impl Iterator<Item = (&u128, &Session)> {
         self.by_client.iter()
     }
+
+    /// How many sessions are live.
+    pub fn len(&self) -> usize {
+        self.by_client.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_client.is_empty()
+    }
 }
 
 /// Compares secrets without an early exit, so timing does not reveal a prefix.

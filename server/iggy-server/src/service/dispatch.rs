@@ -724,6 +724,9 @@ async fn register(
             version,
         );
     }
+    if let Err(error) = room_for_a_session_of(node, user_id) {
+        return request.fail(error);
+    }
     // A new session is a replicated op of the metadata primary: a backup forwards it there.
     let record = session_record(
         user_id,
@@ -787,6 +790,40 @@ fn sign_in_refused(node: &Node, connection: &Connection, login: &Login<'_>, erro
             connection.id
         );
     }
+}
+
+/// How many of the session table's slots only root's logins take: however many sessions other
+/// users leave open (a script that logs in and never out, over any transport), root can still
+/// sign in and end them (deleting or deactivating their user ends its sessions).
+fn root_reserve(clients_table_max: usize) -> usize {
+    (clients_table_max / 64).clamp(1, 64)
+}
+
+/// Refuses a new session of a user other than root that would take one of the slots kept for
+/// root ([`root_reserve`]), counted on this replica's model of the live sessions (the table
+/// itself refuses a register beyond its capacity).
+fn room_for_a_session_of(node: &Node, user_id: u32) -> Result<(), ErrorCode> {
+    if user_id == iggy_metadata::ROOT_USER_ID {
+        return Ok(());
+    }
+    let capacity = node.shared.config.limits.clients_table_max;
+    let reserve = root_reserve(capacity);
+    let live = node.shared.metadata.borrow().sessions.len();
+    if live + reserve < capacity {
+        return Ok(());
+    }
+    if let Some(held_back) = node.session_table_full.due(std::time::Instant::now()) {
+        tracing::warn!(
+            "login of user {user_id} refused: {live} sessions are live and the session table's \
+             last {reserve} slots are kept for root (limits.clients_table_max {capacity}); a \
+             session ends at logout, {}s after its last connection closed \
+             (system.session_lease_secs) or, over HTTP, once its access tokens expired; root can \
+             end a user's sessions by deactivating it ({held_back} more refusals since the \
+             last warning)",
+            node.shared.config.system.session_lease_secs
+        );
+    }
+    Err(ErrorCode::TransientNotAccepted)
 }
 
 /// Says why logins are refused while every slot of the session table is taken: the client only
