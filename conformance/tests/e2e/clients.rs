@@ -96,6 +96,9 @@ async fn snapshot_holds_the_process_list_and_says_where_the_logs_are() {
         text.lines().any(|line| line.split_whitespace().next() == Some(&pid.to_string()) && line.contains("iggy-server")),
         "the server's process {pid} is listed:\n{text}"
     );
+    // A snapshot needs only read_servers: no process's arguments (the server's own flag here),
+    // which may hold another program's password.
+    assert!(!text.contains("--with-default-root-credentials"), "arguments are left out:\n{text}");
     let logs = ok("server_logs", within("snapshot", snapshot(vec![SystemSnapshotType::ServerLogs])).await).0;
     let text = String::from_utf8_lossy(&logs);
     assert!(text.contains("server_logs.txt") && text.contains("stderr"), "server_logs says where the log goes:\n{text}");

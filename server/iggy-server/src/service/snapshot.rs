@@ -59,7 +59,8 @@ pub fn archive(node: &Node, types: &[u8]) -> Result<Vec<u8>, ErrorCode> {
 }
 
 /// The host's processes from `/proc`, one a line: pid, parent pid, state, resident KiB and
-/// command line (the name in brackets for a kernel thread).
+/// program (the name in brackets for a kernel thread). Never the arguments: a snapshot needs
+/// only `read_servers`, and another program's arguments may hold its passwords.
 fn process_list() -> String {
     let mut pids: Vec<u32> = std::fs::read_dir("/proc")
         .map(|entries| {
@@ -70,7 +71,7 @@ fn process_list() -> String {
         })
         .unwrap_or_default();
     pids.sort_unstable();
-    let mut out = String::from("PID PPID STATE RSS_KIB COMMAND\n");
+    let mut out = String::from("PID PPID STATE RSS_KIB PROGRAM (arguments left out)\n");
     for pid in pids {
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
             continue;
@@ -86,10 +87,10 @@ fn process_list() -> String {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
         let rss_kib = crate::runtime::host::kilobytes(&status, "VmRSS:") / 1024;
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let command = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        let command = match command.trim() {
+        let program = cmdline.split(|byte| *byte == 0).next().unwrap_or_default();
+        let command = match String::from_utf8_lossy(program).trim() {
             "" => format!("[{name}]"),
-            line => line.to_string(),
+            program => program.to_string(),
         };
         out.push_str(&format!("{pid} {ppid} {state} {rss_kib} {command}\n"));
     }
