@@ -2451,6 +2451,56 @@ async fn a_cluster_nodes_directory_verifies_with_its_configuration_and_says_whic
     }
 }
 
+/// A cluster node whose view state slots (`view.0`, `view.1`) are both damaged cannot know the
+/// view it voted in. For one partition, only that partition is refused on the node (the node
+/// exited 74 at every start, taking its healthy groups down and, under the shipped unit,
+/// restarting forever), and its peers serve it; for the metadata, the start is refused with
+/// exit 1. `verify` reports both (it read no view state).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn damaged_view_state_refuses_its_group_not_the_node_and_verify_reports_it() {
+    let (mut cluster, client, stream, topic) = cluster_holding("kept").await;
+    cluster.wait_identical_segments(1).await;
+    let data = cluster.node(2).data_dir();
+    cluster.stop(2);
+    let damage = |dir: &Path| {
+        for slot in ["view.0", "view.1"] {
+            std::fs::write(dir.join(slot), [0xa5u8; 37]).unwrap();
+        }
+    };
+    let partition = data.join(format!("streams/{stream}/topics/{topic}/partitions/0"));
+    damage(&partition);
+    let config = cluster._config_dir.path().join("cluster.toml");
+    let verified = std::process::Command::new(server_binary())
+        .args(["verify", "--path"])
+        .arg(&data)
+        .env("IGGY_CONFIG_PATH", &config)
+        .output()
+        .expect("run verify");
+    let report = String::from_utf8_lossy(&verified.stdout).into_owned();
+    assert_eq!(verified.status.code(), Some(1), "{report}");
+    assert!(report.contains("both view state slots are damaged"), "{report}");
+
+    cluster.restart(2);
+    wait_until(
+        "node 2 refuses the partition",
+        Duration::from_secs(20),
+        || current_start(&cluster.node(2).log()).contains("the view state cannot be read").then_some(()),
+        || cluster.node(2).log(),
+    )
+    .await;
+    send_to_partition(&client, &id(stream), &id(topic), 0, vec![msg("after")]).await;
+    let on_node_2 = cluster.root_client(2).await;
+    ok("node 2 serves the metadata", within("get streams", on_node_2.get_streams()).await);
+    assert!(cluster.node(2).pid().is_some(), "node 2 runs on");
+    drop(on_node_2);
+
+    cluster.stop(2);
+    damage(&data.join("metadata"));
+    let (status, printed) = tokio::task::block_in_place(|| cluster.run_to_exit(2, Duration::from_secs(30)));
+    assert_eq!(status.code(), Some(1), "{printed}");
+    assert!(printed.contains("the view state cannot be read"), "{printed}");
+}
+
 /// `--fresh` erases the data directory before a start. On one node of a running cluster that
 /// makes the erased-metadata case above, which the start refuses: the node's data was gone
 /// before the refusal said "nothing was written", and the node could no longer rejoin. The

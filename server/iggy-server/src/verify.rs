@@ -215,6 +215,7 @@ enum GroupKind<'a> {
 /// and its journal after that checkpoint.
 async fn check_group(dir: &Path, kind: GroupKind<'_>, report: &mut Report) {
     report.groups += 1;
+    report.findings.extend(check_view_state(dir));
     let start = match load_checkpoint(dir).await {
         Ok(start) => start,
         Err(error) => {
@@ -288,6 +289,50 @@ fn journal_missing(kind: &GroupKind<'_>, checkpointed: bool) -> Option<String> {
          standalone node refuses the group (a cluster node copies it from a peer)"
             .to_string()
     })
+}
+
+/// A cluster group's view state slots (`view.0`, `view.1`), as its open reads them: one slot
+/// that does not decode is what the other is for (a warning); both, or a slot another cluster
+/// wrote, refuse the group (an error). Whose replica it is cannot be told here, so each slot is
+/// judged under the replica id it names.
+fn check_view_state(dir: &Path) -> Vec<Finding> {
+    use iggy_generated::storage::VsrViewState;
+    let mut findings = Vec::new();
+    let mut invalid = 0;
+    let mut present = 0;
+    for slot in ["view.0", "view.1"] {
+        let path = dir.join(slot);
+        let bytes = match std::fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(error) => {
+                findings.push(Finding::error(&path, None, format!("unreadable: {error}")));
+                continue;
+            }
+        };
+        present += 1;
+        let replica = VsrViewState::decode_fixed(&bytes).map_or(0, |record| record.replica);
+        match iggy_vsr::ViewState::decode(&bytes, node_cluster(), replica) {
+            Ok(_) => {}
+            Err(iggy_vsr::ViewStateError::Invalid) => {
+                invalid += 1;
+                let message = "damaged (torn or corrupt); start-up uses the other slot".to_string();
+                findings.push(Finding::warning(&path, None, message));
+            }
+            Err(error) => {
+                let message = format!("{error}; start-up refuses the group");
+                findings.push(Finding::error(&path, None, message));
+            }
+        }
+    }
+    if invalid == 2 && present == 2 {
+        findings.clear();
+        let message = "both view state slots are damaged: the view this replica voted in is \
+                       unknown, and start-up refuses the group"
+            .to_string();
+        findings.push(Finding::error(dir, None, message));
+    }
+    findings
 }
 
 fn journal_findings(path: &Path, journal: &JournalCheck, kind: &GroupKind<'_>) -> Vec<Finding> {

@@ -698,19 +698,24 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
             policy,
             past_laggards: checkpointing.as_ref().and_then(|c| c.past_laggards),
         };
-        // The view the replica last spoke in: it must never forget one across a restart.
+        // The view the replica last spoke in: it must never forget one across a restart. State
+        // it cannot read refuses the group (the metadata's refuses the start), its files kept:
+        // guessing a view could vote twice in one, and stopping the process would stop every
+        // other group with it, at every restart.
         let (view_state, view) = match &checkpointing {
             Some(c) => {
                 let dir = c.slots.dir();
                 let cluster = super::cluster::node_cluster();
-                match super::view_file::ViewFile::load(dir, cluster, config.replica) {
-                    Ok((state, file)) => (state, Some(file)),
-                    Err(error) => iggy_storage::fail_stop::fail_stop(
-                        "read the view state",
-                        dir,
-                        &std::io::Error::other(error),
-                    ),
-                }
+                let (state, file) = super::view_file::ViewFile::load(dir, cluster, config.replica)
+                    .map_err(|error| {
+                        format!(
+                            "the view state cannot be read: {error}; the group is not served \
+                             and its files are left as they are (restore the data directory \
+                             from a backup, or replace this node's disk as README \"Replace a \
+                             cluster node's disk\" says)"
+                        )
+                    })?;
+                (state, Some(file))
             }
             None => (ViewState::default(), None),
         };
