@@ -1329,28 +1329,6 @@ fn member_of_polled_group(node: &Node, bound: Bound, poll: &PollMessagesRequest<
         && group.members.contains(&bound.client)
 }
 
-/// Whether the session of `bound` is a member of a consumer group of the topic, and may poll
-/// it.
-fn member_of_a_group_of(
-    node: &Node,
-    bound: Bound,
-    stream: &iggy_generated::payloads::Identifier<'_>,
-    topic: &iggy_generated::payloads::Identifier<'_>,
-) -> bool {
-    let (Ok(stream), Ok(topic)) = (ident(stream), ident(topic)) else {
-        return false;
-    };
-    let metadata = node.shared.metadata.borrow();
-    let Ok((s, t)) = metadata.topic(&stream, &topic) else {
-        return false;
-    };
-    node.shared
-        .user_allows(bound.user_id, Need::PollMessages(s.id, t.id))
-        && t.consumer_groups
-            .values()
-            .any(|group| group.members.contains(&bound.client))
-}
-
 /// Consumers named by string keep their offsets under a stable 32-bit key.
 fn name_hash(name: &str) -> u32 {
     use std::hash::Hasher;
@@ -1776,18 +1754,7 @@ async fn non_replicated(
         }
         105 => {
             let r: GetPartitionRouteRequest = decode(body)?;
-            let key = match resolve_partition(node, &r.stream_id, &r.topic_id, Some(r.partition_id))
-            {
-                // A group member asks the route of a partition its cached assignment names
-                // before it polls there: one deleted since is fenced as a poll of it is, so the
-                // SDK re-syncs the assignment (3007 would fail the poll until its heartbeat).
-                Err(ErrorCode::PartitionNotFound)
-                    if member_of_a_group_of(node, bound, &r.stream_id, &r.topic_id) =>
-                {
-                    return Err(ErrorCode::ConsumerGroupPartitionNotOwned);
-                }
-                resolved => resolved?,
-            };
+            let key = resolve_partition(node, &r.stream_id, &r.topic_id, Some(r.partition_id))?;
             // The SDK asks the route before every partition call: whoever may poll (which
             // read_topic implies) or send there may learn it.
             let needs = [
