@@ -108,6 +108,7 @@ fn log_append(c: &mut Criterion) {
         segment_size: 64 << 20,
         // The server's default: writeback started every 8 MiB appended.
         writeback_bytes: 8 << 20,
+        refuse_corrupt_tail: false,
     };
     let log = std::cell::RefCell::new(
         runtime

@@ -41,11 +41,11 @@ struct Args {
     /// directory until then).
     #[arg(long, conflicts_with = "fresh")]
     restored: bool,
-    /// A standalone node changes nothing in a journal damaged where intact ops follow (its
-    /// metadata's: the start is refused; a partition's: it is not served); with this flag it
-    /// cuts each such journal at the damage, the ops after it lost (accepted, for instance
-    /// after a power loss under the replicated policy). Standalone only: a cluster node's peers
-    /// repair such damage.
+    /// A standalone node changes nothing in a journal damaged where intact ops follow, or in a
+    /// partition log whose last segment holds a corrupt whole record (its metadata's: the start
+    /// is refused; a partition's: it is not served); with this flag it cuts each at the damage,
+    /// what follows lost (accepted, for instance after a power loss under the replicated
+    /// policy). Standalone only: a cluster node's peers repair such damage.
     #[arg(long, conflicts_with = "fresh")]
     cut_damaged_journals: bool,
     /// On first start, create the root user as iggy/iggy instead of a generated password

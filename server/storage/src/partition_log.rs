@@ -56,6 +56,11 @@ pub struct LogConfig {
     /// limit, and then every write waits while the kernel throttles the writer; started early,
     /// the disk writes as the log grows, and a later fsync finds little left to write.
     pub writeback_bytes: u64,
+    /// Refuse the log, instead of cutting it, when the last segment holds a whole record that
+    /// fails verification (not a record cut short, which is what a crash leaves): cut, the
+    /// acknowledged messages from it on are lost, which a standalone node has no peer to bring
+    /// back.
+    pub refuse_corrupt_tail: bool,
 }
 
 /// Writeback starts that returned success so far, in this process (see
@@ -762,6 +767,20 @@ impl PartitionLog {
                     return Err(corrupt(
                         &log_path,
                         format!("corrupt record at byte {position}: {reason}"),
+                    ));
+                }
+                if !scan.torn && config.refuse_corrupt_tail {
+                    return Err(corrupt(
+                        &log_path,
+                        format!(
+                            "corrupt record at byte {position}: {reason}; cutting the log there \
+                             would lose {} bytes of acknowledged messages, and a standalone node \
+                             has no peer that holds them, so the partition is not served and its \
+                             files are left as they are. Restore the data directory from a \
+                             verified backup; or, if they may be lost, start once with \
+                             --cut-damaged-journals",
+                            log_len - position
+                        ),
                     ));
                 }
                 tracing::warn!(

@@ -16,6 +16,7 @@ fn config(segment_size: u64) -> LogConfig {
     LogConfig {
         segment_size,
         writeback_bytes: 0,
+        refuse_corrupt_tail: false,
     }
 }
 

@@ -1215,6 +1215,7 @@ mod tests {
         let config = LogConfig {
             segment_size,
             writeback_bytes: 0,
+            refuse_corrupt_tail: false,
         };
         PartitionMachine {
             partition_id: 0,

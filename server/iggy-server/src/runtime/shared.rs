@@ -307,6 +307,7 @@ impl Shared {
         LogConfig {
             segment_size: self.config.system.segment_size,
             writeback_bytes: self.config.system.segment_writeback_bytes,
+            refuse_corrupt_tail: self.middle_damage == crate::consensus::wal::MiddleDamage::Refuse,
         }
     }
 
