@@ -550,6 +550,37 @@ fn flipped_bit_in_the_last_segment_drops_the_tail_from_that_record() {
     });
 }
 
+/// With `refuse_corrupt_tail` (a standalone node), a whole record of the last segment that
+/// fails verification refuses the log with nothing cut: the intact records after it are
+/// acknowledged messages no peer holds. A record cut short (what a crash leaves) is still cut.
+#[test]
+fn a_corrupt_whole_record_in_the_last_segment_refuses_the_log_when_asked_and_changes_nothing() {
+    run(async {
+        let temporary = tempfile::tempdir().unwrap();
+        let dir = temporary.path();
+        let refusing = LogConfig {
+            refuse_corrupt_tail: true,
+            ..config(1 << 20)
+        };
+        let mut log = PartitionLog::open(dir, refusing).await.unwrap();
+        let lengths = append_batches(&mut log, &[2, 3, 4]).await;
+        drop(log);
+        let path = dir.join("00000000000000000000.log");
+        flip_bit(&path, lengths[0] + batch::HEADER_SIZE + frame::HEADER_SIZE);
+        let damaged = std::fs::read(&path).unwrap();
+        let refused = PartitionLog::open(dir, refusing).await.err().expect("refused");
+        assert!(refused.to_string().contains("--cut-damaged-journals"), "{refused}");
+        assert_eq!(std::fs::read(&path).unwrap(), damaged, "nothing was cut");
+
+        let whole = damaged.len() as u64;
+        std::fs::write(&path, &damaged[..damaged.len() - 3]).unwrap();
+        flip_bit(&path, lengths[0] + batch::HEADER_SIZE + frame::HEADER_SIZE);
+        let log = PartitionLog::open(dir, refusing).await.unwrap();
+        assert_eq!(log.next_offset(), 5, "the torn last record is cut");
+        assert!(std::fs::metadata(&path).unwrap().len() < whole);
+    });
+}
+
 #[test]
 fn corruption_in_an_earlier_segment_is_an_error_naming_the_file() {
     run(async {
