@@ -52,6 +52,10 @@ pub struct Node {
     pub refusals: Cell<usize>,
     /// Requests being handled now, for the drain at shutdown (counted by [`Node::request_started`]).
     in_flight: Cell<usize>,
+    /// Set when the drain at shutdown begins: requests that arrive from then on are refused
+    /// unexecuted ([`Node::request_started`] says so), or the drain could end between two of a
+    /// connection's requests and the process exit while the next one runs, its outcome untold.
+    stopping: Cell<bool>,
     /// Requests by command and status, and their latencies (`/metrics`).
     pub metrics: crate::runtime::metrics::Metrics,
     /// Personal access tokens lately shown to their creators, by (client, request): a retry
@@ -259,10 +263,18 @@ impl Node {
         InFlight(self.clone())
     }
 
+    /// [`Node::request_started`] for a request read from a client, or `None` once the node
+    /// stops: the caller refuses it unexecuted (58 on the binary transports, 503 over HTTP), and
+    /// the client sends it again to the node once it is back, or to another.
+    pub fn client_request_started(self: &Rc<Self>) -> Option<InFlight> {
+        (!self.stopping.get()).then(|| self.request_started())
+    }
+
     /// Waits until no request is in flight (or `limit` passes), then makes every partition's
     /// log and every group's journal durable: what was acknowledged is on disk when the process
     /// exits, under the replicated policy too.
     pub async fn drain(&self, limit: std::time::Duration) {
+        self.stopping.set(true);
         let deadline = std::time::Instant::now() + limit;
         while self.in_flight.get() > 0 && std::time::Instant::now() < deadline {
             compio::time::sleep(std::time::Duration::from_millis(10)).await;
@@ -525,6 +537,7 @@ impl Node {
             root_created: Cell::new(false),
             refusals: Cell::new(0),
             in_flight: Cell::new(0),
+            stopping: Cell::new(false),
             metrics: Default::default(),
             shown_tokens: RefCell::new(std::collections::VecDeque::new()),
             session_table_full: crate::consensus::log_limit::Throttled::new(

@@ -177,7 +177,15 @@ pub async fn serve_frames(
         };
         let trace = tracing::enabled!(tracing::Level::DEBUG)
             .then(|| RequestTrace::begin(connection, &admitted, &body));
-        let in_flight = node.request_started();
+        // In flight until its reply is written: the drain at shutdown waits for the reply, not
+        // only the execution (a committed request whose reply was lost is an uncertain outcome
+        // the client resends). Once the node stops, refused unexecuted and the link closed.
+        let Some(_in_flight) = node.client_request_started() else {
+            let refused = iggy_generated::errors::ErrorCode::TransientNotAccepted;
+            let reply = frame::error_reply(&admitted.header, admitted.operation, refused);
+            let _ = write_within(idle, link, reply).await;
+            return Ok(());
+        };
         let was_bound = connection.bound.is_some();
         let dispatched = crate::service::dispatch::dispatch_within(
             node,
@@ -187,7 +195,6 @@ pub async fn serve_frames(
             request_timeout,
         )
         .await;
-        drop(in_flight);
         // The body was handed off and its request answered.
         drop(permit);
         if let Some(trace) = trace {

@@ -172,6 +172,11 @@ fn status_of(error: ErrorCode) -> u16 {
     }
 }
 
+/// The answer to a request that arrives while the node stops: not executed (503, retried).
+pub fn stopping_response() -> Response {
+    fail(ErrorCode::TransientNotAccepted)
+}
+
 fn fail(error: ErrorCode) -> Response {
     fail_on(error, "", &[])
 }

@@ -399,11 +399,20 @@ async fn serve_connection<S: AsyncRead + AsyncWrite>(
         let close = request
             .header("connection")
             .is_some_and(|c| c.trim().eq_ignore_ascii_case("close"));
-        // Counted for the drain at shutdown, like a TCP request.
-        let in_flight = node.request_started();
+        // Counted for the drain at shutdown, like a TCP request, until its response is written;
+        // once the node stops, refused unexecuted (503, which the client resends).
+        let Some(in_flight) = node.client_request_started() else {
+            let stopping = api::stopping_response();
+            let _ = send(
+                idle,
+                &mut stream,
+                stopping.encode(origin.as_deref(), &cors, true),
+            )
+            .await;
+            return Ok(());
+        };
         let started = std::time::Instant::now();
         let response = api::handle(node, api, connection, &request).await;
-        drop(in_flight);
         // The body is freed with its reservation, not once the response is taken.
         drop(std::mem::take(&mut request.body));
         drop(permit);
@@ -425,6 +434,7 @@ async fn serve_connection<S: AsyncRead + AsyncWrite>(
             bytes.truncate(bytes.len() - response.body.len());
         }
         send(idle, &mut stream, bytes).await?;
+        drop(in_flight);
         if close {
             return Ok(());
         }
