@@ -282,6 +282,8 @@ pub enum HeaderProblem {
     UnknownKind(u8),
     /// The field's length is not one its kind allows.
     Length { kind: HeaderKind, length: usize },
+    /// A bool field's byte is neither 0 nor 1 (the official client reads no other).
+    Bool(u8),
 }
 
 /// Why a message's user headers were refused: the first field the official client could not
@@ -304,6 +306,12 @@ impl std::fmt::Display for HeaderFault {
                 write!(
                     formatter,
                     "a user header {part} has the unknown kind {kind}"
+                )
+            }
+            HeaderProblem::Bool(byte) => {
+                write!(
+                    formatter,
+                    "a user header {part} of kind bool is {byte}, not 0 or 1"
                 )
             }
             HeaderProblem::Length { kind, length } => match kind.fixed_size() {
@@ -365,6 +373,9 @@ fn check_header_field<'a>(
     };
     if !allowed {
         return Err(fault(HeaderProblem::Length { kind, length }));
+    }
+    if kind == HeaderKind::Bool && field.value[0] > 1 {
+        return Err(fault(HeaderProblem::Bool(field.value[0])));
     }
     Ok(field)
 }

@@ -247,8 +247,10 @@ fn user_headers_are_checked_as_the_official_client_reads_them() {
             kind.fixed_size().unwrap_or(255),
             kind.fixed_size().unwrap_or(1),
         );
+        // A bool is 0 or 1.
+        let short_fill = if *kind == HeaderKind::Bool { 0 } else { 2 };
         every_kind.extend(header_field(kind.to_repr(), &vec![1; longest]));
-        every_kind.extend(header_field(kind.to_repr(), &vec![2; shortest]));
+        every_kind.extend(header_field(kind.to_repr(), &vec![short_fill; shortest]));
     }
     assert_eq!(check_user_headers(&[]), Ok(()));
     assert_eq!(check_user_headers(&every_kind), Ok(()));
@@ -256,7 +258,7 @@ fn user_headers_are_checked_as_the_official_client_reads_them() {
     let fault = |part, problem| Err(HeaderFault { part, problem });
     let (k, v) = (HeaderPart::Key, HeaderPart::Value);
     let length = |kind, length| HeaderProblem::Length { kind, length };
-    let cases: [(&str, Vec<u8>, Result<(), HeaderFault>); 9] = [
+    let cases: [(&str, Vec<u8>, Result<(), HeaderFault>); 10] = [
         (
             "cut key",
             vec![2, 5, 0, 0, 0, b'k'],
@@ -292,6 +294,11 @@ fn user_headers_are_checked_as_the_official_client_reads_them() {
             "short uint64",
             [key.clone(), header_field(12, &[1, 2])].concat(),
             fault(v, length(HeaderKind::Uint64, 2)),
+        ),
+        (
+            "bool 5",
+            [key.clone(), header_field(3, &[5])].concat(),
+            fault(v, HeaderProblem::Bool(5)),
         ),
         (
             "a byte after the pairs",
