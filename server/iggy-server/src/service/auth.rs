@@ -75,14 +75,23 @@ pub async fn verify_password(
     username: &str,
     password: &str,
 ) -> Result<u32, ErrorCode> {
-    let (hash, id, status) = {
+    let found = {
         let metadata = shared.metadata.borrow();
-        let user = metadata
+        metadata
             .users
             .values()
             .find(|u| u.username == username)
-            .ok_or(ErrorCode::InvalidCredentials)?;
-        (user.password_hash.clone(), user.id, user.status)
+            .map(|user| (user.password_hash.clone(), user.id, user.status))
+    };
+    let Some((hash, id, status)) = found else {
+        // As long as a wrong password of a user that exists: the answer's timing does not
+        // tell which user names exist.
+        let password = password.to_owned();
+        let _ = shared
+            .offload
+            .run(move || matches_now(unknown_user_hash(), &password))
+            .await;
+        return Err(ErrorCode::InvalidCredentials);
     };
     if !password_matches(shared, hash, password).await {
         return Err(ErrorCode::InvalidCredentials);
@@ -91,6 +100,21 @@ pub async fn verify_password(
         return Err(ErrorCode::UserInactive);
     }
     Ok(id)
+}
+
+/// A hash no password matches (of random bytes, made once with the users' parameters): what a
+/// login naming no user is checked against.
+fn unknown_user_hash() -> &'static str {
+    static HASH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    HASH.get_or_init(|| {
+        let salt =
+            SaltString::encode_b64(&rand::random::<[u8; 16]>()).expect("16-byte salt encodes");
+        let secret: [u8; 32] = rand::random();
+        argon()
+            .hash_password(&secret, &salt)
+            .expect("argon2 hashes any bytes")
+            .to_string()
+    })
 }
 
 pub fn verify_token(shared: &Shared, token: &str, now: u64) -> Result<u32, ErrorCode> {
