@@ -59,6 +59,12 @@ async fn read_grants_do_not_manage_and_a_topic_grant_stays_on_its_topic() {
     ok("get its topic", within("topic", narrow.get_topic(&name("s"), &name("t0"))).await).expect("t0");
     expect_code("get the other topic", within("topic", narrow.get_topic(&name("s"), &name("t1"))).await, 41);
     expect_code("list the stream's topics", within("topics", narrow.get_topics(&name("s"))).await, 41);
+    // Its stream's details (which the SDK asks at start) name its topic only, not t1.
+    let stream = ok("get its stream", within("stream", narrow.get_stream(&name("s"))).await).expect("s");
+    let named: Vec<&str> = stream.topics.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(named, vec!["t0"], "a topic grant learns of its topic only");
+    let stream = ok("get the stream", within("stream", reader.get_stream(&name("s"))).await).expect("s");
+    assert_eq!(stream.topics.len(), 2, "read_topics on the stream names every topic");
     ok("create a group on its topic", within("group", narrow.create_consumer_group(&name("s"), &name("t0"), "g")).await);
     ok("join it", within("join", narrow.join_consumer_group(&name("s"), &name("t0"), &name("g"))).await);
     ok("root creates a group on t1", within("group", root.create_consumer_group(&name("s"), &name("t1"), "g1")).await);

@@ -131,7 +131,15 @@ fn topic_header_v0111<'a>(
 }
 
 fn stream_header_v0111<'a>(figures: &impl Figures, stream: &'a Stream) -> StreamResponseV0111<'a> {
-    let head = stream_header(figures, stream);
+    stream_header_v0111_for(figures, stream, &|_| true)
+}
+
+fn stream_header_v0111_for<'a>(
+    figures: &impl Figures,
+    stream: &'a Stream,
+    visible: &impl Fn(u32) -> bool,
+) -> StreamResponseV0111<'a> {
+    let head = stream_header_for(figures, stream, visible);
     StreamResponseV0111 {
         id: head.id,
         created_at: head.created_at,
@@ -167,18 +175,26 @@ static PLAINTEXT_STREAM: std::sync::LazyLock<Vec<u8>> = std::sync::LazyLock::new
 });
 
 fn stream_header<'a>(figures: &impl Figures, stream: &'a Stream) -> StreamResponse<'a> {
-    let (size_bytes, messages_count) =
-        stream
-            .topics
-            .values()
-            .fold((0, 0), |(size, messages), topic| {
-                let (s, m) = topic_figures(figures, stream.id, topic);
-                (size + s, messages + m)
-            });
+    stream_header_for(figures, stream, &|_| true)
+}
+
+/// A stream's header counting only the topics `visible` keeps: the count and the sums match
+/// the topics a reply lists (the official client checks the count against them).
+fn stream_header_for<'a>(
+    figures: &impl Figures,
+    stream: &'a Stream,
+    visible: &impl Fn(u32) -> bool,
+) -> StreamResponse<'a> {
+    let topics = stream.topics.values().filter(|topic| visible(topic.id));
+    let (count, size_bytes, messages_count) =
+        topics.fold((0, 0, 0), |(count, size, messages), topic| {
+            let (s, m) = topic_figures(figures, stream.id, topic);
+            (count + 1, size + s, messages + m)
+        });
     StreamResponse {
         id: stream.id,
         created_at: stream.created_at,
-        topics_count: stream.topics.len() as u32,
+        topics_count: count,
         size_bytes,
         messages_count,
         name: &stream.name,
@@ -188,22 +204,30 @@ fn stream_header<'a>(figures: &impl Figures, stream: &'a Stream) -> StreamRespon
 }
 
 pub fn stream_details(figures: &impl Figures, stream: &Stream, codec: Codec) -> Vec<u8> {
+    stream_details_for(figures, stream, codec, |_| true)
+}
+
+/// [`stream_details`] listing and counting only the topics `visible` says the asker may learn
+/// of.
+pub fn stream_details_for(
+    figures: &impl Figures,
+    stream: &Stream,
+    codec: Codec,
+    visible: impl Fn(u32) -> bool,
+) -> Vec<u8> {
+    let topics = || stream.topics.values().filter(|t| visible(t.id));
     if codec == Codec::V0_11_1 {
         return (GetStreamResponseV0111 {
-            stream: stream_header_v0111(figures, stream),
-            topics: stream
-                .topics
-                .values()
+            stream: stream_header_v0111_for(figures, stream, &visible),
+            topics: topics()
                 .map(|t| topic_header_v0111(figures, stream.id, t))
                 .collect(),
         })
         .to_wire_bytes();
     }
     (GetStreamResponse {
-        stream: stream_header(figures, stream),
-        topics: stream
-            .topics
-            .values()
+        stream: stream_header_for(figures, stream, &visible),
+        topics: topics()
             .map(|t| topic_header(figures, stream.id, t))
             .collect(),
     })

@@ -1689,9 +1689,17 @@ async fn non_replicated(
             match id {
                 Some(id) => {
                     figures_current(node, |(stream, _, _)| stream == id).await;
+                    // A user whose grants in the stream are some topics' learns of those only.
+                    let visible = |topic| {
+                        node.shared.user_allows(user, Need::ReadTopics(id))
+                            || node
+                                .shared
+                                .user_allows(user, Need::DescribeTopic(id, topic))
+                    };
                     let reply = {
                         let metadata = node.shared.metadata.borrow();
-                        model_replies::stream_details(&*node.shared, &metadata.streams[&id], codec)
+                        let stream = &metadata.streams[&id];
+                        model_replies::stream_details_for(&*node.shared, stream, codec, visible)
                     };
                     metadata_read(Need::DescribeStream(id), Some(reply))
                 }
