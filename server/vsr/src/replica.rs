@@ -78,6 +78,10 @@ pub struct Config {
     /// them over the nodes): another primary hands the group back to it once it is caught up
     /// (see `Replica::maybe_hand_over`). `None`: whoever leads keeps leading.
     pub preferred_primary: Option<ReplicaId>,
+    /// How long the preferred replica must have been heard without a break (since it came
+    /// back from a crash or a partition) before the group is handed back to it: its clients
+    /// reconnect to it on their own backoff, and a group handed back at once waits for them.
+    pub hand_back_settle_ticks: u64,
     /// This replica's journal and view state may be older than what it acknowledged and voted
     /// for (its data directory was restored from a copy, or replaced): it takes no part in a
     /// view change (no pre-vote asked or granted, no StartViewChange, no DoViewChange) until
@@ -100,6 +104,7 @@ impl Config {
             view_change_timeout_ticks: 30,
             resend_ticks: 8,
             preferred_primary: None,
+            hand_back_settle_ticks: 30,
             restored: false,
         }
     }
@@ -309,6 +314,9 @@ pub struct Replica {
     /// opened (a replica formatted primary of its group's creation view, late perhaps, after
     /// the group moved on, leads nobody until its backups answer).
     acked_at: Vec<Option<u64>>,
+    /// When each replica was heard again after a silence (more than two heartbeats): a
+    /// hand-back to the preferred replica waits `hand_back_settle_ticks` from then.
+    heard_since: Vec<Option<u64>>,
     /// The highest op known to be committed and held durably by every replica (see
     /// [`Replica::checkpoint_safe`]). Only grows: once every replica holds a committed op, it
     /// keeps holding it (its entry is in every later view's log) until it checkpoints past it.
@@ -448,6 +456,7 @@ impl Replica {
         let solo = config.replica_count == 1;
         let durable_acks = vec![0; usize::from(config.replica_count)];
         let acked_at = vec![None; usize::from(config.replica_count)];
+        let heard_since = vec![None; usize::from(config.replica_count)];
         let heartbeat_period = config.heartbeat_ticks;
         Replica {
             base_clients: clients.clone(),
@@ -485,6 +494,7 @@ impl Replica {
             prepare_oks: BTreeMap::new(),
             durable_acks,
             acked_at,
+            heard_since,
             checkpoint_safe: 0,
             start_view_change_from: BTreeSet::new(),
             do_view_change_from: BTreeMap::new(),
@@ -1361,7 +1371,7 @@ impl Replica {
         if let Some(preferred) = self.config.preferred_primary
             && preferred != self.config.replica
         {
-            let may_hand_over = self.primary_since + self.config.view_change_timeout_ticks;
+            let may_hand_over = self.may_hand_over_from(preferred);
             let caught_up = self
                 .durable_acks
                 .get(usize::from(preferred))
@@ -1638,9 +1648,7 @@ impl Replica {
         let Some(preferred) = self.config.preferred_primary else {
             return;
         };
-        if preferred == self.config.replica
-            || self.now < self.primary_since + self.config.view_change_timeout_ticks
-        {
+        if preferred == self.config.replica || self.now < self.may_hand_over_from(preferred) {
             return;
         }
         let index = usize::from(preferred);
@@ -1659,6 +1667,19 @@ impl Replica {
         }
         self.transfer_sent_at = Some(self.now);
         self.transfer_to(preferred);
+    }
+
+    /// When a hand-back to `preferred` may start: once this primary has led for a view-change
+    /// timeout (a view does not flap), and `preferred` has been heard for the settle time.
+    fn may_hand_over_from(&self, preferred: ReplicaId) -> u64 {
+        let led = self.primary_since + self.config.view_change_timeout_ticks;
+        let settled = self
+            .heard_since
+            .get(usize::from(preferred))
+            .copied()
+            .flatten()
+            .map_or(u64::MAX, |since| since + self.config.hand_back_settle_ticks);
+        led.max(settled)
     }
 
     /// Whether `replica` acknowledged something within two heartbeats (as the primary knows:
@@ -1929,6 +1950,11 @@ impl Replica {
             Some(ours) if ours != checksum => return,
             None if op > self.journal.head_op() => return,
             _ => {}
+        }
+        if !self.heard_lately(replica)
+            && let Some(since) = self.heard_since.get_mut(usize::from(replica))
+        {
+            *since = Some(self.now);
         }
         if let Some(at) = self.acked_at.get_mut(usize::from(replica)) {
             *at = Some(self.now);
@@ -2419,6 +2445,9 @@ impl Replica {
         self.durable_acks.fill(0);
         // The quorum of DoViewChanges that elected us was just heard from.
         self.acked_at.fill(Some(self.now));
+        // Counted as heard again from now: a replica back within two heartbeats of the view
+        // start is not seen coming back, so its settle time runs from here.
+        self.heard_since.fill(Some(self.now));
         self.commit_max = self.commit_max.max(commit.min(self.journal.op()));
         for op in self.commit_max + 1..=self.journal.op() {
             self.prepare_oks.insert(op, BTreeSet::new());

@@ -104,18 +104,24 @@ pub struct Timing {
     pub heartbeat_ticks: u64,
     pub view_change_timeout_ticks: u64,
     pub resend_ticks: u64,
+    pub hand_back_settle_ticks: u64,
 }
 
 impl Timing {
     /// The primary's commit heartbeat every `commit_broadcast_interval`; a backup that hears
     /// nothing for `heartbeat_timeout` starts a view change; prepares and view-change messages
-    /// are resent every `prepare_retransmit_interval`. Each is at least one tick.
+    /// are resent every `prepare_retransmit_interval`. Each is at least one tick. A group goes
+    /// back to its preferred primary only once that node has been heard for twice the heartbeat
+    /// timeout after coming back: the official client redials a node it lost on a backoff of up
+    /// to 10 s, and a group handed back at once (0.1 s after a crashed node restarted) stalled
+    /// its writers until they reached it (7 to 9 s under a 3 s timeout).
     pub fn from_config(cluster: &crate::config::Cluster) -> Self {
         let ticks = |interval: Duration| (interval.as_millis() / TICK.as_millis()).max(1) as u64;
         Timing {
             heartbeat_ticks: ticks(cluster.commit_broadcast_interval),
             view_change_timeout_ticks: ticks(cluster.heartbeat_timeout),
             resend_ticks: ticks(cluster.prepare_retransmit_interval),
+            hand_back_settle_ticks: ticks(cluster.heartbeat_timeout * 2),
         }
     }
 }
@@ -342,6 +348,7 @@ impl ReplicaPlane {
         config.heartbeat_ticks = self.timing.heartbeat_ticks;
         config.view_change_timeout_ticks = self.timing.view_change_timeout_ticks;
         config.resend_ticks = self.timing.resend_ticks;
+        config.hand_back_settle_ticks = self.timing.hand_back_settle_ticks;
         config.restored = self.restored.get();
         config
     }
@@ -410,7 +417,8 @@ mod tests {
             Timing {
                 heartbeat_ticks: 10,
                 view_change_timeout_ticks: 100,
-                resend_ticks: 5
+                resend_ticks: 5,
+                hand_back_settle_ticks: 200
             }
         );
         let tiny = crate::config::Cluster {
