@@ -568,7 +568,9 @@ fn a_corrupt_whole_record_in_the_last_segment_refuses_the_log_when_asked_and_cha
         let path = dir.join("00000000000000000000.log");
         flip_bit(&path, lengths[0] + batch::HEADER_SIZE + frame::HEADER_SIZE);
         let damaged = std::fs::read(&path).unwrap();
-        let refused = PartitionLog::open(dir, refusing).await.err().expect("refused");
+        let Err(refused) = PartitionLog::open(dir, refusing).await else {
+            panic!("a corrupt whole record before intact ones is refused");
+        };
         assert!(refused.to_string().contains("--cut-damaged-journals"), "{refused}");
         assert_eq!(std::fs::read(&path).unwrap(), damaged, "nothing was cut");
 

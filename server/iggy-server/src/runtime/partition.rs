@@ -1290,7 +1290,7 @@ mod tests {
         machine.live = false;
         apply(&mut machine, &send(1, 4)).await;
         assert_eq!(machine.stats.traffic(), Traffic::default());
-        machine.replayed().await;
+        machine.replayed().await.expect("replayed");
         apply(&mut machine, &send(2, 2)).await;
         let stowed = send(3, 3);
         machine.stow(&stowed).await.unwrap().unwrap();
@@ -1358,7 +1358,7 @@ mod tests {
         let mut restarted = self::machine(dir.path()).await;
         restarted.restore(&state).unwrap();
         assert_eq!(restarted.current_offset(), 4);
-        restarted.replayed().await;
+        restarted.replayed().await.expect("replayed");
         assert_eq!(restarted.log.next_offset(), 5);
         assert_eq!(polled(&mut restarted).await, 5);
     }
@@ -1595,7 +1595,7 @@ mod tests {
         drop(laggard);
         let mut laggard = machine_rolling_at(laggard_dir.path(), 1).await;
         laggard.restore(&laggard_checkpoint).unwrap();
-        laggard.replayed().await;
+        laggard.replayed().await.expect("replayed");
         assert_eq!(polled(&mut laggard).await, 0);
         assert_eq!(copy(&mut source, &mut laggard, &state, 12).await, vec![8]);
         laggard.transfer_install(7, &state).await.unwrap();
