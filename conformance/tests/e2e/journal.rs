@@ -210,6 +210,30 @@ async fn a_standalone_metadata_journal_damaged_in_the_middle_is_refused_until_th
     );
 }
 
+/// Starts `server` again and expects partition 0 of `(stream, topic)` not served (3003: its copy
+/// could not open), then stops it and expects the partition's files (`partition`) as `before`.
+/// That start's log.
+async fn restarted_with_partition_0_unserved(
+    server: &mut TestServer,
+    (stream, topic): (&Identifier, &Identifier),
+    partition: &Path,
+    before: &std::collections::BTreeMap<std::path::PathBuf, Option<Vec<u8>>>,
+) -> String {
+    tokio::task::block_in_place(|| server.start_again());
+    let client = server.root_client().await;
+    let (reader, strategy) = (consumer("r"), PollingStrategy::first());
+    let polled = client.poll_messages(stream, topic, Some(0), &reader, &strategy, 20, false);
+    let refused = within("poll", polled)
+        .await
+        .expect_err("the partition is not served");
+    assert_eq!(refused.as_code(), 3003, "{refused}");
+    let start = current_start(&server.log()).to_string();
+    drop(client);
+    tokio::task::block_in_place(|| server.stop());
+    assert!(tree(partition) == *before, "the partition's files changed");
+    start
+}
+
 /// A standalone partition whose journal is gone (the seed's missing WAL frontier): start-up
 /// replayed nothing and deleted every segment as messages "no journaled op accounts for". The
 /// partition is now not served (3003, its files kept), verify reports it, and with its journal
@@ -242,31 +266,13 @@ async fn a_standalone_partition_whose_journal_is_gone_is_not_served_and_keeps_it
         "{report}"
     );
 
-    tokio::task::block_in_place(|| server.start_again());
-    let client = server.root_client().await;
-    let refused = within(
-        "poll",
-        client.poll_messages(
-            &stream,
-            &topic,
-            Some(0),
-            &consumer("r"),
-            &PollingStrategy::first(),
-            10,
-            false,
-        ),
-    )
-    .await
-    .expect_err("a partition without its journal is not served");
-    assert_eq!(refused.as_code(), 3003, "{refused}");
+    let start =
+        restarted_with_partition_0_unserved(&mut server, (&stream, &topic), &partition, &before)
+            .await;
     assert!(
-        current_start(&server.log()).contains("is missing, but the partition was written"),
-        "{}",
-        current_start(&server.log())
+        start.contains("is missing, but the partition was written"),
+        "{start}"
     );
-    drop(client);
-    tokio::task::block_in_place(|| server.stop());
-    assert!(tree(&partition) == before, "the partition's files changed");
 
     std::fs::rename(kept.path().join("journal.wal"), &journal).unwrap();
     tokio::task::block_in_place(|| server.start_again());
@@ -318,31 +324,13 @@ async fn a_standalone_partition_whose_checkpoints_are_gone_is_not_served_and_kee
     std::fs::write(partition.join("journal.wal"), b"").unwrap();
     let before = tree(&partition);
 
-    tokio::task::block_in_place(|| server.start_again());
-    let client = server.root_client().await;
-    let refused = within(
-        "poll",
-        client.poll_messages(
-            &stream,
-            &topic,
-            Some(0),
-            &consumer("r"),
-            &PollingStrategy::first(),
-            20,
-            false,
-        ),
-    )
-    .await
-    .expect_err("a partition whose log its journal does not account for is not served");
-    assert_eq!(refused.as_code(), 3003, "{refused}");
-    let start = current_start(&server.log()).to_string();
+    let start =
+        restarted_with_partition_0_unserved(&mut server, (&stream, &topic), &partition, &before)
+            .await;
     assert!(
         start.contains("offsets 0..12 (12 batches) are in the log, but neither the journal nor a checkpoint accounts for them"),
         "{start}"
     );
-    drop(client);
-    tokio::task::block_in_place(|| server.stop());
-    assert!(tree(&partition) == before, "the partition's files changed");
 
     std::fs::remove_dir_all(&partition).unwrap();
     copy_tree(kept.path(), &partition);
