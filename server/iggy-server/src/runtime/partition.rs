@@ -714,7 +714,7 @@ impl RetirementPlan {
 fn unaccounted(from: u64, next: u64, batches: usize) -> String {
     format!(
         "offsets {from}..{next} ({batches} batches) are in the log, but neither the journal nor \
-         a checkpoint accounts for them (a crash leaves at most one batch so): the journal's \
+         a checkpoint accounts for them (a crash leaves at most one such batch): the journal's \
          history is lost, and a standalone node has no peer that holds it, so the partition is \
          not served and its files are left as they are. Restore the data directory from a \
          verified backup (README \"Backup and restore\"); or, if those messages may be lost, \
