@@ -7,7 +7,7 @@ use crate::harness::*;
 use crate::test_cluster::current_start;
 use iggy::prelude::*;
 use iggy_generated::frames::PrepareHeader;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
@@ -210,6 +210,52 @@ async fn a_standalone_metadata_journal_damaged_in_the_middle_is_refused_until_th
     );
 }
 
+/// The payloads `stopped_holding` sends: `m0` to `m{count - 1}`.
+fn sent(count: usize) -> Vec<String> {
+    (0..count).map(|i| format!("m{i}")).collect()
+}
+
+/// A stream `s` with a topic `t` of one partition on `server`, holding [`sent`]`(count)` in as
+/// many sends; the server then stopped. The ids and partition 0's directory.
+async fn stopped_holding(
+    server: &mut TestServer,
+    count: usize,
+) -> (Identifier, Identifier, PathBuf) {
+    let client = server.root_client().await;
+    let (stream, topic) = create_stream_and_topic(&client, "s", "t", 1).await;
+    let (stream, topic) = (id(stream.id), id(topic.id));
+    for payload in sent(count) {
+        send_to_partition(&client, &stream, &topic, 0, vec![msg(payload)]).await;
+    }
+    drop(client);
+    tokio::task::block_in_place(|| server.stop());
+    let partition = server.data_dir().join("streams/0/topics/0/partitions/0");
+    (stream, topic, partition)
+}
+
+/// Starts `server` again: the payloads partition 0 of `(stream, topic)` serves from its first.
+async fn restarted_serving_partition_0(
+    server: &mut TestServer,
+    (stream, topic): (&Identifier, &Identifier),
+) -> Vec<String> {
+    tokio::task::block_in_place(|| server.start_again());
+    let client = server.root_client().await;
+    let strategy = PollingStrategy::first();
+    payloads(
+        &poll(
+            &client,
+            stream,
+            topic,
+            0,
+            &consumer("r"),
+            strategy,
+            100,
+            false,
+        )
+        .await,
+    )
+}
+
 /// Starts `server` again and expects partition 0 of `(stream, topic)` not served (3003: its copy
 /// could not open), then stops it and expects the partition's files (`partition`) as `before`.
 /// That start's log.
@@ -241,15 +287,7 @@ async fn restarted_with_partition_0_unserved(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standalone_partition_whose_journal_is_gone_is_not_served_and_keeps_its_files() {
     let mut server = TestServer::start();
-    let client = server.root_client().await;
-    let (stream, topic) = create_stream_and_topic(&client, "s", "t", 1).await;
-    let (stream, topic) = (id(stream.id), id(topic.id));
-    for i in 0..5 {
-        send_to_partition(&client, &stream, &topic, 0, vec![msg(format!("m{i}"))]).await;
-    }
-    drop(client);
-    tokio::task::block_in_place(|| server.stop());
-    let partition = server.data_dir().join("streams/0/topics/0/partitions/0");
+    let (stream, topic, partition) = stopped_holding(&mut server, 5).await;
     let journal = partition.join("journal.wal");
     let kept = tempfile::tempdir().unwrap();
     std::fs::rename(&journal, kept.path().join("journal.wal")).unwrap();
@@ -275,22 +313,9 @@ async fn a_standalone_partition_whose_journal_is_gone_is_not_served_and_keeps_it
     );
 
     std::fs::rename(kept.path().join("journal.wal"), &journal).unwrap();
-    tokio::task::block_in_place(|| server.start_again());
-    let client = server.root_client().await;
-    let polled = poll(
-        &client,
-        &stream,
-        &topic,
-        0,
-        &consumer("r"),
-        PollingStrategy::first(),
-        10,
-        false,
-    )
-    .await;
     assert_eq!(
-        payloads(&polled),
-        (0..5).map(|i| format!("m{i}")).collect::<Vec<_>>()
+        restarted_serving_partition_0(&mut server, (&stream, &topic)).await,
+        sent(5)
     );
 }
 
@@ -302,15 +327,7 @@ async fn a_standalone_partition_whose_journal_is_gone_is_not_served_and_keeps_it
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standalone_partition_whose_checkpoints_are_gone_is_not_served_and_keeps_its_files() {
     let mut server = TestServer::start_with_env(&[("IGGY_SYSTEM_CHECKPOINT_JOURNAL_OPS", "1")]);
-    let client = server.root_client().await;
-    let (stream, topic) = create_stream_and_topic(&client, "s", "t", 1).await;
-    let (stream, topic) = (id(stream.id), id(topic.id));
-    for i in 0..12 {
-        send_to_partition(&client, &stream, &topic, 0, vec![msg(format!("m{i}"))]).await;
-    }
-    drop(client);
-    tokio::task::block_in_place(|| server.stop());
-    let partition = server.data_dir().join("streams/0/topics/0/partitions/0");
+    let (stream, topic, partition) = stopped_holding(&mut server, 12).await;
     let kept = tempfile::tempdir().unwrap();
     copy_tree(&partition, kept.path());
     let slots = ["checkpoint.0", "checkpoint.1"].map(|slot| partition.join(slot));
@@ -334,21 +351,8 @@ async fn a_standalone_partition_whose_checkpoints_are_gone_is_not_served_and_kee
 
     std::fs::remove_dir_all(&partition).unwrap();
     copy_tree(kept.path(), &partition);
-    tokio::task::block_in_place(|| server.start_again());
-    let client = server.root_client().await;
-    let polled = poll(
-        &client,
-        &stream,
-        &topic,
-        0,
-        &consumer("r"),
-        PollingStrategy::first(),
-        20,
-        false,
-    )
-    .await;
     assert_eq!(
-        payloads(&polled),
-        (0..12).map(|i| format!("m{i}")).collect::<Vec<_>>()
+        restarted_serving_partition_0(&mut server, (&stream, &topic)).await,
+        sent(12)
     );
 }

@@ -910,14 +910,13 @@ impl PartitionHandle {
         }
         // With no checkpoint and no journaled op, the group would start afresh (journaling its
         // first op) before `replayed` could refuse a log that holds more than a crash leaves.
-        let (first, next) = (machine.log.first_offset(), machine.log.next_offset());
-        let batches = machine.log.batches_from(first);
-        if middle_damage == MiddleDamage::Refuse
-            && checkpoint.is_none()
-            && entries.is_empty()
-            && batches > 1
-        {
-            return Err(StorageError::Refused(unaccounted(first, next, batches)));
+        // (The index walk that counts the batches only then, not at every partition's open.)
+        if middle_damage == MiddleDamage::Refuse && checkpoint.is_none() && entries.is_empty() {
+            let (first, next) = (machine.log.first_offset(), machine.log.next_offset());
+            let batches = machine.log.batches_from(first);
+            if batches > 1 {
+                return Err(StorageError::Refused(unaccounted(first, next, batches)));
+            }
         }
         let checkpointing = Checkpointing {
             kind: crate::consensus::figures::GroupKind::Partition,
