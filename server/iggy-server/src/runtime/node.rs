@@ -53,7 +53,7 @@ pub struct Node {
     /// Requests being handled now, for the drain at shutdown (counted by [`Node::request_started`]).
     in_flight: Cell<usize>,
     /// Set when the drain at shutdown begins: requests that arrive from then on are refused
-    /// unexecuted ([`Node::request_started`] says so), or the drain could end between two of a
+    /// unexecuted ([`Node::client_request_started`] says so), or the drain could end between two of a
     /// connection's requests and the process exit while the next one runs, its outcome untold.
     stopping: Cell<bool>,
     /// Requests by command and status, and their latencies (`/metrics`).
