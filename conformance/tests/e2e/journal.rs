@@ -356,3 +356,80 @@ async fn a_standalone_partition_whose_checkpoints_are_gone_is_not_served_and_kee
         sent(12)
     );
 }
+
+/// The byte position of the batch holding offset `offset` in the segment log `log` (batches of
+/// one message each, as [`stopped_holding`] sends).
+fn batch_position(log: &Path, offset: u64) -> usize {
+    use iggy_generated::frames::BatchHeader;
+    let bytes = std::fs::read(log).unwrap();
+    let mut at = 0;
+    while at + BatchHeader::SIZE <= bytes.len() {
+        let header = BatchHeader::decode_fixed(&bytes[at..at + BatchHeader::SIZE]).unwrap();
+        if header.base_offset == offset {
+            return at;
+        }
+        at += header.batch_length as usize;
+    }
+    panic!("{} holds no batch at offset {offset}", log.display());
+}
+
+/// A standalone partition under the persisted policy whose segment was cut short behind the
+/// node's back, below what its checkpoint counts (fsynced before the checkpoint was taken):
+/// start-up warned "messages lost with the machine" and served what was left. Now the
+/// partition is not served (3003, its files kept) until the loss is accepted with
+/// `--cut-damaged-journals`, which serves what the segment still holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standalone_segment_cut_below_its_fsynced_checkpoint_is_refused_until_the_loss_is_accepted()
+ {
+    let mut server = TestServer::start_with_env(&[
+        ("IGGY_SYSTEM_CHECKPOINT_JOURNAL_OPS", "1"),
+        ("IGGY_SYSTEM_DURABILITY", "persisted"),
+    ]);
+    let (stream, topic, partition) = stopped_holding(&mut server, 12).await;
+    let segment = |extension: &str| {
+        std::fs::read_dir(&partition)
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .find(|path| path.extension().is_some_and(|e| e == extension))
+            .unwrap_or_else(|| panic!("no .{extension} file in {}", partition.display()))
+    };
+    let (log, index) = (segment("log"), segment("index"));
+    let cut = batch_position(&log, 6);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&log)
+        .unwrap()
+        .set_len(cut as u64)
+        .unwrap();
+    let entry = iggy_generated::storage::IndexEntry::SIZE as u64;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&index)
+        .unwrap()
+        .set_len(6 * entry)
+        .unwrap();
+    let before = tree(&partition);
+
+    let start =
+        restarted_with_partition_0_unserved(&mut server, (&stream, &topic), &partition, &before)
+            .await;
+    for expected in [
+        "its checkpoint counts messages up to offset 12",
+        "but the log ends at 6",
+        "--cut-damaged-journals",
+    ] {
+        assert!(start.contains(expected), "{expected:?} missing:\n{start}");
+    }
+
+    tokio::task::block_in_place(|| server.start_again_with(&["--cut-damaged-journals"]));
+    assert!(
+        current_start(&server.log()).contains("accepted with --cut-damaged-journals"),
+        "{}",
+        current_start(&server.log())
+    );
+    tokio::task::block_in_place(|| server.stop());
+    assert_eq!(
+        restarted_serving_partition_0(&mut server, (&stream, &topic)).await,
+        sent(6)
+    );
+}

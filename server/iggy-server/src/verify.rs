@@ -398,13 +398,14 @@ fn stand_in_problem(entry: &iggy_vsr::Entry, log: &LogCheck) -> Option<String> {
 }
 
 /// A checkpoint counting messages the log no longer holds: only a machine crash under the
-/// replicated policy (which does not promise them) or damage loses them; start-up serves what
-/// is left, with a warning.
+/// replicated policy (which does not promise them) or damage loses them.
 fn check_next_offset(path: &Path, next_offset: u64, log: &LogCheck, report: &mut Report) {
     if next_offset > log.next_offset {
         let message = format!(
-            "counts messages up to offset {next_offset}, but the log ends at {}; start-up \
-             serves what the log holds",
+            "counts messages up to offset {next_offset}, but the log ends at {}; a standalone \
+             node whose checkpoints fsync the segments (a persisted policy) does not serve the \
+             partition until the loss is accepted (--cut-damaged-journals), others serve what \
+             the log holds",
             log.next_offset
         );
         report.findings.push(Finding::warning(path, None, message));

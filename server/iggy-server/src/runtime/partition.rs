@@ -238,17 +238,37 @@ impl PartitionMachine {
         });
     }
 
-    fn restore(&mut self, state: &[u8]) -> Result<(), String> {
-        if let Some(counted) = self.core.restore(state, self.log.next_offset())? {
-            // Only a machine crash under the replicated policy loses segment pages the
-            // checkpoint counted; that policy does not promise them, and the log is what is left.
-            tracing::warn!(
-                "partition {}: checkpoint names offset {counted} but the log ends at {}: messages lost with the machine",
-                self.partition_id,
-                self.log.next_offset()
-            );
-        }
-        Ok(())
+    /// Restores the checkpoint `state` over the log. A log that ends before the offset the
+    /// checkpoint counts lost messages: only a machine crash under the replicated policy, which
+    /// does not promise them, loses segment pages a checkpoint counted (the log is then what is
+    /// left); where the checkpoint fsynced the segments first, files were cut or removed
+    /// behind the node's back, and a standalone node, which has no peer to bring them back,
+    /// refuses (unless the loss was accepted with --cut-damaged-journals). Whether the log was
+    /// short of it.
+    fn restore(&mut self, state: &[u8]) -> Result<bool, Refusal> {
+        let next = self.log.next_offset();
+        let Some(counted) = self.core.restore(state, next).map_err(Refusal::Invalid)? else {
+            return Ok(false);
+        };
+        let why = match self.middle_damage {
+            MiddleDamage::Refuse if self.sync_on_checkpoint => {
+                return Err(Refusal::Damaged(format!(
+                    "its checkpoint counts messages up to offset {counted}, fsynced before it \
+                     was taken, but the log ends at {next}: segment files were cut or removed \
+                     (by hand, or a damaged disk); {NOT_SERVED_UNTIL_RESTORED} messages may be \
+                     lost, start once with --cut-damaged-journals"
+                )));
+            }
+            MiddleDamage::CutAccepted if self.sync_on_checkpoint => {
+                "accepted with --cut-damaged-journals"
+            }
+            _ => "messages lost with the machine",
+        };
+        tracing::warn!(
+            "partition {}: checkpoint names offset {counted} but the log ends at {next}: {why}",
+            self.partition_id,
+        );
+        Ok(true)
     }
 
     /// The op `entry` as journaled, its body read back from the log where `stow` put it;
@@ -542,7 +562,7 @@ impl StateMachine for PartitionMachine {
         self.core = Partition::new(self.created_at_op);
         // Only a group of more than one transfers state.
         self.core.bound_retirement_by_replicas();
-        self.restore(state)?;
+        self.restore(state).map_err(Refusal::into_message)?;
         self.core.restored_at(op);
         self.publish();
         Ok(())
@@ -711,14 +731,34 @@ impl RetirementPlan {
 
 /// Why a standalone partition whose log holds more than a crash leaves unaccounted for is not
 /// served, and what the operator can do.
+/// Why a partition's checkpoint was not restored.
+enum Refusal {
+    /// The state does not decode.
+    Invalid(String),
+    /// The files lost what the checkpoint counted, and the node may not cut it away.
+    Damaged(String),
+}
+
+impl Refusal {
+    fn into_message(self) -> String {
+        match self {
+            Refusal::Invalid(why) | Refusal::Damaged(why) => why,
+        }
+    }
+}
+
+/// What a standalone node does with a partition whose files lost acknowledged history, and the
+/// operator's first way out (each refusal names its second: accepting the loss).
+const NOT_SERVED_UNTIL_RESTORED: &str = "a standalone node has no peer that holds them, so the \
+     partition is not served and its files are left as they are. Restore the data directory \
+     from a verified backup (README \"Backup and restore\"); or, if those";
+
 fn unaccounted(from: u64, next: u64, batches: usize) -> String {
     format!(
         "offsets {from}..{next} ({batches} batches) are in the log, but neither the journal nor \
          a checkpoint accounts for them (a crash leaves at most one such batch): the journal's \
-         history is lost, and a standalone node has no peer that holds it, so the partition is \
-         not served and its files are left as they are. Restore the data directory from a \
-         verified backup (README \"Backup and restore\"); or, if those messages may be lost, \
-         start once with --cut-damaged-journals"
+         history is lost; {NOT_SERVED_UNTIL_RESTORED} messages may be lost, start once with \
+         --cut-damaged-journals"
     )
 }
 
@@ -727,10 +767,8 @@ fn unaccounted(from: u64, next: u64, batches: usize) -> String {
 fn missing_journal(journal_path: &Path, next_offset: u64) -> String {
     format!(
         "{} is missing, but the partition was written (offsets up to {next_offset}): the \
-         history it held is lost and a standalone node has no peer that holds it, so the \
-         partition is not served and its files are left as they are. Restore the data \
-         directory from a verified backup (README \"Backup and restore\"); or, if its messages \
-         may be lost, delete the partition and create it again",
+         history it held is lost; {NOT_SERVED_UNTIL_RESTORED} messages may be lost, delete the \
+         partition and create it again",
         journal_path.display()
     )
 }
@@ -800,7 +838,7 @@ impl PartitionHandle {
             .map_err(io(&journal_path))?;
         let journal_existed = journal_path.try_exists().map_err(io(&journal_path))?;
         let log = PartitionLog::open(dir, config).await?;
-        let start = load_checkpoint(dir).await?;
+        let mut start = load_checkpoint(dir).await?;
         // The journal accounts for every message after the checkpoint; once the partition
         // holds any, a missing journal is lost history (the seed's missing WAL frontier), and
         // a standalone node has no peer to bring it back: replaying nothing would drop them.
@@ -833,9 +871,24 @@ impl PartitionHandle {
         }
         let checkpoint = match start.checkpoint {
             Some(loaded) => {
-                machine.restore(&loaded.state).map_err(|why| {
-                    io(&loaded.path)(std::io::Error::new(std::io::ErrorKind::InvalidData, why))
-                })?;
+                let short = machine
+                    .restore(&loaded.state)
+                    .map_err(|refusal| match refusal {
+                        Refusal::Invalid(why) => io(&loaded.path)(std::io::Error::new(
+                            std::io::ErrorKind::InvalidData,
+                            why,
+                        )),
+                        Refusal::Damaged(why) => StorageError::Refused(why),
+                    })?;
+                // An accepted loss is recorded at once, so the next start finds the checkpoint
+                // and the log agreeing and does not ask again: into both slots, since a start
+                // takes the first of two at the same op.
+                if short && middle_damage == MiddleDamage::CutAccepted {
+                    let (replica, state) = (loaded.replica.encode(), machine.core.encode_state());
+                    for _ in 0..2 {
+                        start.slots.write(&replica, &state).await;
+                    }
+                }
                 machine.core.restored_at(loaded.replica.op);
                 Some(loaded.replica)
             }
@@ -887,11 +940,8 @@ impl PartitionHandle {
                             return Err(StorageError::Refused(format!(
                                 "journal op {} names a batch the log does not hold, and {after} \
                                  journaled ops follow it: cutting the journal there would lose \
-                                 them, and a standalone node has no peer that holds them, so the \
-                                 partition is not served and its files are left as they are. \
-                                 Restore the data directory from a verified backup (README \
-                                 \"Backup and restore\"); or, if those ops may be lost, start \
-                                 once with --cut-damaged-journals",
+                                 them; {NOT_SERVED_UNTIL_RESTORED} ops may be lost, start once \
+                                 with --cut-damaged-journals",
                                 stand_in.op
                             )));
                         }
