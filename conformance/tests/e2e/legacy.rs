@@ -11,15 +11,16 @@ use iggy_wire::{WireDecode, WireEncode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-struct Legacy {
+/// A raw client of one session (also framing.rs's, for headers the SDK never sends).
+pub(crate) struct Legacy {
     stream: TcpStream,
     client: u128,
-    session: u64,
+    pub(crate) session: u64,
     request: u64,
 }
 
 impl Legacy {
-    async fn frame(
+    pub(crate) async fn frame(
         &mut self,
         operation: Operation,
         code: u32,
@@ -42,6 +43,32 @@ impl Legacy {
         } else {
             header.request_checksum = u128::from(self.request) + 1;
         }
+        self.send(header, body).await
+    }
+
+    /// Sends a replicated `operation` with `body` as `(session, request, request_checksum)`,
+    /// whatever the session's numbering says.
+    pub(crate) async fn frame_numbered(
+        &mut self,
+        operation: Operation,
+        body: &[u8],
+        (session, request, checksum): (u64, u64, u128),
+    ) -> (ReplyHeader, Vec<u8>) {
+        let header = RequestHeader {
+            command: Command::Request,
+            size: (RequestHeader::SIZE + body.len()) as u32,
+            client: self.client,
+            operation: operation.to_repr(),
+            session,
+            request,
+            request_checksum: checksum,
+            ..RequestHeader::default()
+        };
+        self.request = self.request.max(request);
+        self.send(header, body).await
+    }
+
+    async fn send(&mut self, header: RequestHeader, body: &[u8]) -> (ReplyHeader, Vec<u8>) {
         let mut frame = header.to_bytes().to_vec();
         frame.extend_from_slice(body);
         self.stream.write_all(&frame).await.unwrap();
@@ -54,7 +81,7 @@ impl Legacy {
     }
 
     /// A result-framed reply's payload, after checking its result section says success.
-    fn payload(reply: &(ReplyHeader, Vec<u8>)) -> &[u8] {
+    pub(crate) fn payload(reply: &(ReplyHeader, Vec<u8>)) -> &[u8] {
         assert_eq!(reply.0.status, 0, "status");
         assert_eq!(&reply.1[..4], &[0, 0, 0, 0], "result section: success");
         &reply.1[4..]
@@ -81,7 +108,7 @@ fn option_entry(key: &str, value_kind: u8, value: &[u8]) -> Vec<u8> {
     out
 }
 
-fn encoded<T: WireEncode>(value: &T) -> Vec<u8> {
+pub(crate) fn encoded<T: WireEncode>(value: &T) -> Vec<u8> {
     let mut out = Vec::new();
     value.encode_to(&mut out);
     out
@@ -97,7 +124,7 @@ async fn login_at(address: &str, client: u128) -> Legacy {
 }
 
 /// A session of protocol `version` registered as `client` over a connection to `address`.
-async fn login_with(address: &str, client: u128, version: ProtocolVersion) -> Legacy {
+pub(crate) async fn login_with(address: &str, client: u128, version: ProtocolVersion) -> Legacy {
     let stream = TcpStream::connect(address).await.unwrap();
     let mut legacy = Legacy {
         stream,

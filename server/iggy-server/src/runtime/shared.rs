@@ -133,6 +133,18 @@ pub struct SessionActivity {
 pub struct SessionsHere {
     connections: HashMap<u128, u32>,
     activity: HashMap<u128, SessionActivity>,
+    /// Per session, the latest request this node took: its number and what it asked.
+    latest_requests: HashMap<u128, RequestIdentity>,
+}
+
+/// What a request asked, as far as its header tells: a different request under a number
+/// already taken would otherwise be answered with the first one's cached reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestIdentity {
+    pub request: u64,
+    /// The client's random identity of a metadata request (0 for partition requests).
+    pub checksum: u128,
+    pub operation: u8,
 }
 
 impl SessionsHere {
@@ -154,6 +166,21 @@ impl SessionsHere {
         if let Some(entry) = self.activity.get_mut(&client) {
             entry.bound = entry.bound.saturating_sub(1);
             entry.since = std::time::Instant::now();
+        }
+    }
+
+    /// Takes `client`'s request `identity`, or refuses it when this node took a different
+    /// request (another checksum or operation) under the same number: only a resend of the
+    /// same request may be answered from the client table. Numbers below the latest go on
+    /// (the client table answers them).
+    pub fn take_request(&mut self, client: u128, identity: RequestIdentity) -> Result<(), ()> {
+        match self.latest_requests.get(&client) {
+            Some(seen) if seen.request == identity.request && *seen != identity => Err(()),
+            Some(seen) if seen.request >= identity.request => Ok(()),
+            _ => {
+                self.latest_requests.insert(client, identity);
+                Ok(())
+            }
         }
     }
 
@@ -201,6 +228,8 @@ impl SessionsHere {
         let activity = &self.activity;
         self.connections
             .retain(|client, _| live_set.contains(client) || activity.contains_key(client));
+        self.latest_requests
+            .retain(|client, _| live_set.contains(client) || activity.contains_key(client));
         if !primary {
             for activity in self.activity.values_mut() {
                 if activity.bound == 0 {
@@ -225,6 +254,7 @@ impl SessionsHere {
     /// `client`'s session ended by its lease.
     pub fn expired(&mut self, client: u128) {
         self.activity.remove(&client);
+        self.latest_requests.remove(&client);
     }
 
     /// Sessions with an entry here, for the tests.

@@ -231,6 +231,9 @@ async fn dispatch(
             let Some(bound) = authenticated(node, connection, &header) else {
                 return request.fail(ErrorCode::Unauthenticated);
             };
+            if let Err(error) = take_request(node, &header) {
+                return request.fail(error);
+            }
             let routing = connection.routing;
             let result = match operation {
                 Operation::Logout => logout(node, connection, &request, bound).await,
@@ -280,6 +283,27 @@ fn authenticated(node: &Node, connection: &Connection, header: &RequestHeader) -
     }
     (bound.client == header.client && (header.session == 0 || header.session == bound.session))
         .then_some(bound)
+}
+
+/// A replicated request names its session and a request number above the register's 0 (the
+/// official header validation refuses one that does not; the connection's session is not
+/// assumed), and never a number this node took for a different request: the client table
+/// would answer it with that request's cached reply, unexecuted. InvalidCommand, the
+/// connection kept.
+fn take_request(node: &Node, header: &RequestHeader) -> Result<(), ErrorCode> {
+    if header.session == 0 || header.request == 0 {
+        return Err(ErrorCode::InvalidCommand);
+    }
+    let identity = crate::runtime::shared::RequestIdentity {
+        request: header.request,
+        checksum: header.request_checksum,
+        operation: header.operation,
+    };
+    node.shared
+        .sessions_here
+        .borrow_mut()
+        .take_request(header.client, identity)
+        .map_err(|()| ErrorCode::InvalidCommand)
 }
 
 /// Judges a request body against its command's declared request (spec/commands.spec, through
