@@ -732,6 +732,7 @@ impl RetirementPlan {
 /// Why a standalone partition whose log holds more than a crash leaves unaccounted for is not
 /// served, and what the operator can do.
 /// Why a partition's checkpoint was not restored.
+#[derive(Debug)]
 enum Refusal {
     /// The state does not decode.
     Invalid(String),
