@@ -84,6 +84,9 @@ async fn stats_count_streams_topics_partitions_and_messages() {
     assert_eq!(stats.partitions_count, 6, "partitions_count");
     assert_eq!(stats.messages_count, 7, "messages_count");
     assert_eq!(stats.consumer_groups_count, 1, "consumer_groups_count");
+    // The release as the official client compares versions (it was always absent).
+    let release: iggy_common::SemanticVersion = stats.iggy_server_version.parse().unwrap();
+    assert_eq!(stats.iggy_server_semver, Some(release.get_numeric_version().unwrap()));
 }
 
 /// `start_time` is when the process started: every stats reply of one process gives the same

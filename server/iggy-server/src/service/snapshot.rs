@@ -18,6 +18,21 @@ format) and keeps no log file, so this snapshot holds none: collect it where std
 (journalctl -u iggy-server, docker logs, the terminal).\n";
 const ALL: u8 = 100;
 
+/// The compressions the official client names (Stored, Deflated, Bzip2, Zstd, Lzma, Xz).
+const COMPRESSIONS: std::ops::RangeInclusive<u8> = 1..=6;
+
+/// Refuses, as the official codec does (InvalidCommand), a compression or a snapshot type it
+/// does not define: a client asking for one (a newer SDK's) is told so, rather than served an
+/// archive without what it asked for.
+pub fn check_request(compression: u8, types: &[u8]) -> Result<(), ErrorCode> {
+    let known_type =
+        |code: &u8| (FILESYSTEM_OVERVIEW..=SERVER_CONFIG).contains(code) || *code == ALL;
+    match COMPRESSIONS.contains(&compression) && types.iter().all(known_type) {
+        true => Ok(()),
+        false => Err(ErrorCode::InvalidCommand),
+    }
+}
+
 /// Builds the archive with one entry per requested snapshot type this server can produce.
 pub fn archive(node: &Node, types: &[u8]) -> Result<Vec<u8>, ErrorCode> {
     let wants = |code: u8| types.contains(&code) || types.contains(&ALL);
@@ -115,4 +130,29 @@ fn filesystem_overview(node: &Node) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_compressions_and_types_the_official_client_defines_are_taken() {
+        assert_eq!(check_request(1, &[ALL]), Ok(()));
+        assert_eq!(check_request(6, &[1, 2, 3, 4, 5, 6]), Ok(()));
+        for (compression, types) in [
+            (0, &[4][..]),
+            (7, &[4]),
+            (255, &[4]),
+            (1, &[0]),
+            (1, &[7]),
+            (1, &[99, 4]),
+        ] {
+            assert_eq!(
+                check_request(compression, types),
+                Err(ErrorCode::InvalidCommand),
+                "{compression} {types:?}"
+            );
+        }
+    }
 }

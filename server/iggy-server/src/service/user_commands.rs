@@ -371,6 +371,7 @@ pub async fn read(
         11 => {
             judge(Need::ReadServers)?;
             let request: iggy_generated::payloads::GetSnapshotRequest = decode(body)?;
+            crate::service::snapshot::check_request(request.compression, request.snapshot_types)?;
             crate::service::snapshot::archive(node, request.snapshot_types)
         }
         13 => {
@@ -464,7 +465,7 @@ fn stats(node: &Node) -> Vec<u8> {
         os_version: &host.os_version,
         kernel_version: &host.kernel_version,
         iggy_server_version: version,
-        iggy_server_semver: 0,
+        iggy_server_semver: numeric_version(version),
         cache_metrics: Vec::new(),
         threads_count: host.threads,
         free_disk_space: host.free_disk_space,
@@ -474,3 +475,17 @@ fn stats(node: &Node) -> Vec<u8> {
     })
     .to_wire_bytes()
 }
+
+/// A release `major.minor.patch` as the official client compares versions numerically
+/// (`SemanticVersion::get_numeric_version`: the major, then minor and patch in three digits
+/// each); 0, read as none, for one that is not of that form.
+fn numeric_version(release: &str) -> u32 {
+    let mut parts = release.split(['.', '-', '+']).map(str::parse::<u32>);
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some(Ok(major)), Some(Ok(minor)), Some(Ok(patch))) if minor < 1000 && patch < 1000 => {
+            major.saturating_mul(1_000_000).saturating_add(minor * 1000 + patch)
+        }
+        _ => 0,
+    }
+}
+
