@@ -433,3 +433,47 @@ async fn a_standalone_segment_cut_below_its_fsynced_checkpoint_is_refused_until_
         sent(6)
     );
 }
+
+/// A standalone data directory whose `metadata/` is gone (removed, or not restored with the
+/// rest): the node started a new history with no streams, and the first stream created took
+/// the old partition directory over, discarding its messages. The start is now refused with
+/// nothing changed, verify reports it, and with its metadata back the node serves every message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standalone_node_whose_metadata_is_gone_is_refused_before_anything_changes() {
+    let mut server = TestServer::start();
+    let (stream, topic, _) = stopped_holding(&mut server, 5).await;
+    let data = server.data_dir();
+    let kept = tempfile::tempdir().unwrap();
+    std::fs::rename(data.join("metadata"), kept.path().join("metadata")).unwrap();
+    let before = tree(&data);
+
+    let verified =
+        tokio::task::block_in_place(|| run(&["verify", "--path", data.to_str().unwrap()], &data));
+    let report = String::from_utf8_lossy(&verified.stdout).into_owned();
+    assert_eq!(verified.status.code(), Some(1), "{report}");
+    assert!(report.contains("no metadata history"), "{report}");
+
+    let (status, printed) = tokio::task::block_in_place(|| start_alone(&data, &[]));
+    assert_eq!(status.code(), Some(1), "{printed}");
+    for expected in [
+        "holds 1 partition directories",
+        "no metadata history",
+        "Nothing was changed",
+        "--fresh",
+    ] {
+        assert!(
+            printed.contains(expected),
+            "{expected:?} missing:\n{printed}"
+        );
+    }
+    assert!(
+        tree(&data) == before,
+        "the refused start changed the data directory"
+    );
+
+    std::fs::rename(kept.path().join("metadata"), data.join("metadata")).unwrap();
+    assert_eq!(
+        restarted_serving_partition_0(&mut server, (&stream, &topic)).await,
+        sent(5)
+    );
+}

@@ -589,6 +589,12 @@ fn main() -> ExitCode {
             Err(code) => return code,
         }
     };
+    if let Some(data) = data.as_ref().filter(|_| !cfg.cluster.enabled)
+        && let Err(refusal) = partitions_have_a_history(data)
+    {
+        eprintln!("iggy-server: {refusal}");
+        return ExitCode::FAILURE;
+    }
     let runtime = match compio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -786,6 +792,33 @@ fn open_data_dir(path: &str) -> Result<iggy_storage::DataDir, ExitCode> {
         eprintln!("iggy-server: {error}");
         ExitCode::FAILURE
     })
+}
+
+/// A standalone data directory holding partition directories but no metadata history lost its
+/// metadata (removed, or not restored with the rest): a start would begin a new history whose
+/// first streams take those directories over and discard their messages, and it has no peer to
+/// bring the history back. Refused, nothing changed. (A cluster node without a history asks
+/// its peers instead.)
+fn partitions_have_a_history(data: &iggy_storage::DataDir) -> Result<(), String> {
+    if consensus::plane::metadata_on_disk(data.root()) == MetadataHistory::Held {
+        return Ok(());
+    }
+    let partitions = data.partition_dirs_on_disk();
+    let Some((_, first)) = partitions.first() else {
+        return Ok(());
+    };
+    Err(format!(
+        "{} holds {} partition directories ({} among them) but no metadata history (no \
+         metadata journal record, no metadata checkpoint): its metadata was lost or removed, and \
+         a start would begin a new history whose streams take those directories over, \
+         discarding their messages. Nothing was changed. Restore {} from a verified backup \
+         (README \"Backup and restore\"); or, to give those messages up, start with --fresh, \
+         which erases the data directory",
+        data.root().display(),
+        partitions.len(),
+        first.display(),
+        data.root().join("metadata").display(),
+    ))
 }
 
 /// `data` is `None` for a cluster node that found no metadata history: it is opened once the

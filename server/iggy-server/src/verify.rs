@@ -22,9 +22,11 @@ use iggy_wire::WireDecode;
 
 use crate::consensus::cluster::node_cluster;
 use crate::consensus::group::load_checkpoint;
+use crate::consensus::plane::metadata_on_disk;
 use crate::consensus::replica_count;
 use crate::consensus::runs::RunLedger;
 use crate::consensus::wal::{self, Anchor, JournalCheck, JournalEntry};
+use iggy_generated::frames::MetadataHistory;
 
 /// Exit code when at least one error was found.
 pub const EXIT_ERRORS: u8 = 1;
@@ -140,6 +142,18 @@ pub async fn verify(root: &Path) -> Report {
                 .findings
                 .push(Finding::unreadable(&partition.path, &error)),
         }
+    }
+    if report.partitions > 0 && metadata_on_disk(root) == MetadataHistory::Absent {
+        let message = format!(
+            "no metadata history (no journal record, no checkpoint) beside {} partition \
+             directories: the metadata was lost or removed; a standalone node refuses to start \
+             on it (a new history would take those directories over), a cluster node is refused \
+             while its peers hold the history (README \"Replace a cluster node's disk\")",
+            report.partitions
+        );
+        report
+            .findings
+            .push(Finding::error(&metadata_dir, None, message));
     }
     report.findings.extend(checks::check_discarded(root));
     report.findings.extend(check_runs(root));
