@@ -1678,3 +1678,49 @@ async fn a_quic_request_header_that_stops_short_is_cut_after_the_request_timeout
         "the connection serves on"
     );
 }
+
+/// A WebSocket peer that sends Pings and never reads: the server queued a Pong for each, with
+/// no bound (2.7 GB in 15 s from one anonymous connection, the node's memory at the network's
+/// speed). The queue is bounded now (before a session is bound, 1 MiB above the write buffer):
+/// after 64 MiB of Pings the server's memory grew by far less, and it serves other clients.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_websocket_peer_that_never_reads_its_pongs_leaves_a_bounded_queue() {
+    let server = TestServer::start_with_env(&WEBSOCKET_ON);
+    let tcp = server.root_client().await;
+    let port = endpoints(&tcp).await.websocket;
+    let before = server.resident_mib();
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut stream = socket
+        .connect(std::net::SocketAddr::from(([127, 0, 0, 1], port)))
+        .await
+        .unwrap();
+    stream
+        .write_all(
+            b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+              Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    while !answer.ends_with(b"\r\n\r\n") {
+        answer.push(stream.read_u8().await.unwrap());
+    }
+    assert!(answer.starts_with(b"HTTP/1.1 101"), "{}", String::from_utf8_lossy(&answer));
+    // A masked Ping (zero key: the payload as is) of 125 bytes, a thousand at a time.
+    let mut ping = vec![0x89, 0x80 | 125, 0, 0, 0, 0];
+    ping.extend_from_slice(&[b'p'; 125]);
+    let pings = ping.repeat(1000);
+    let mut sent = 0;
+    while sent < 64 << 20 {
+        let write = tokio::time::timeout(Duration::from_secs(10), stream.write_all(&pings));
+        match write.await {
+            Ok(Ok(())) => sent += pings.len(),
+            // The server closed the connection, or stopped reading it: either bounds it.
+            _ => break,
+        }
+    }
+    let grown = server.resident_mib().saturating_sub(before);
+    assert!(grown < 32, "the server grew by {grown} MiB after {sent} bytes of Pings");
+    ok("ping", within("ping", tcp.ping()).await);
+}

@@ -36,21 +36,34 @@ type WebSocketStream = async_tungstenite::WebSocketStream<Gate<MaybeTlsStream<Tc
 /// replies go out as several messages; the client joins messages into one byte stream.
 pub const REPLY_MESSAGE_MAX: usize = 16 * 1024 * 1024;
 
+/// Bytes a connection without a session may leave queued beyond the write buffer: its replies
+/// (a login's, an error) take a few hundred.
+const UNBOUND_WRITE_QUEUE_MAX: usize = 1024 * 1024;
+
 /// The tungstenite limits `[websocket]` sets, for a connection with a session bound (`bound`)
 /// or without. The library reads a whole message before the server sees its frame header, so a
 /// connection without a session gets messages of at most what such a connection may send
 /// (`connection_loop::UNBOUND_FRAME_MAX`: a login, a session bind, a ping); a larger one is
 /// refused at its WebSocket frame header, unread, and closes the connection (1009).
+///
+/// The bytes queued for a peer that does not read are bounded too, and tighter without a
+/// session: the library answers each Ping with a Pong, so a peer that sends Pings and never
+/// reads grew the queue at the speed of the network (a node's memory gone in seconds).
 pub fn websocket_config(config: &WebSocket, bound: bool) -> WebSocketConfig {
     let unlimited = |size: usize| if size == 0 { usize::MAX } else { size };
     let limit = |size: usize| match bound {
         true => size,
         false => size.min(UNBOUND_FRAME_MAX as usize),
     };
+    let queued = match bound {
+        true => unlimited(config.max_write_buffer_size),
+        false => unlimited(config.max_write_buffer_size)
+            .min(config.write_buffer_size + UNBOUND_WRITE_QUEUE_MAX),
+    };
     WebSocketConfig::default()
         .read_buffer_size(config.read_buffer_size)
         .write_buffer_size(config.write_buffer_size)
-        .max_write_buffer_size(unlimited(config.max_write_buffer_size))
+        .max_write_buffer_size(queued)
         .max_message_size(Some(limit(config.max_message_size)))
         .max_frame_size(Some(limit(config.max_frame_size)))
         .accept_unmasked_frames(config.accept_unmasked_frames)
