@@ -353,7 +353,7 @@ impl<'a> WireDecode<'a> for StowedBatch {
         Self::decode_fixed(b)
     }
 }
-/// Fixed-layout `CheckedU64`, 16 bytes: a checked u64 file: consumer offsets, created.revision and retirement.fence.
+/// Fixed-layout `CheckedU64`, 16 bytes: a checked u64 file: consumer offsets, created.revision, retirement.fence and retained.from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CheckedU64 {
     pub value: u64,

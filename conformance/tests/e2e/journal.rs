@@ -477,3 +477,50 @@ async fn a_standalone_node_whose_metadata_is_gone_is_refused_before_anything_cha
         sent(5)
     );
 }
+
+/// A standalone partition whose oldest segment files were removed while the node was stopped:
+/// start-up took it for a retention and served the rest without a word, and verify passed.
+/// The partition is now not served (3003, its files kept), verify reports it, and with the
+/// segment back it serves every message again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standalone_partition_whose_oldest_segment_was_removed_is_not_served_and_keeps_its_files()
+ {
+    let mut server = TestServer::start_with_env(&[("IGGY_SYSTEM_SEGMENT_SIZE", "1024")]);
+    let (stream, topic, partition) = stopped_holding(&mut server, 12).await;
+    let logs = {
+        let mut logs: Vec<PathBuf> = std::fs::read_dir(&partition)
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .filter(|path| path.extension().is_some_and(|e| e == "log"))
+            .collect();
+        logs.sort();
+        logs
+    };
+    assert!(logs.len() >= 3, "{logs:?}");
+    let kept = tempfile::tempdir().unwrap();
+    let oldest = [logs[0].clone(), logs[0].with_extension("index")];
+    for file in &oldest {
+        std::fs::rename(file, kept.path().join(file.file_name().unwrap())).unwrap();
+    }
+    let before = tree(&partition);
+
+    let data = server.data_dir();
+    let verified =
+        tokio::task::block_in_place(|| run(&["verify", "--path", data.to_str().unwrap()], &data));
+    let report = String::from_utf8_lossy(&verified.stdout).into_owned();
+    assert_eq!(verified.status.code(), Some(1), "{report}");
+    assert!(report.contains("removed behind the node's back"), "{report}");
+
+    let start =
+        restarted_with_partition_0_unserved(&mut server, (&stream, &topic), &partition, &before)
+            .await;
+    assert!(start.contains("retained from offset 0"), "{start}");
+
+    for file in &oldest {
+        std::fs::rename(kept.path().join(file.file_name().unwrap()), file).unwrap();
+    }
+    assert_eq!(
+        restarted_serving_partition_0(&mut server, (&stream, &topic)).await,
+        sent(12)
+    );
+}

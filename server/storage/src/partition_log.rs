@@ -43,6 +43,29 @@ use crate::verify::Finding;
 /// Bytes read at a time while walking a segment during recovery.
 const SCAN_CHUNK: usize = 1 << 20;
 
+/// Why a log whose first segment starts at `first` (`None`: no segment) lost messages, given
+/// the offset it is retained from.
+fn oldest_segments_lost(retained_from: Option<u64>, first: Option<u64>) -> Option<String> {
+    match (retained_from, first) {
+        (Some(from), Some(first)) if first > from => Some(format!(
+            "the log starts at offset {first}, but it is retained from offset {from} \
+             ({RETAINED_FROM}): its oldest segments were removed behind the node's back, not \
+             by a committed retirement"
+        )),
+        (Some(from), None) if from > 0 => Some(format!(
+            "every segment is gone, but the log is retained from offset {from} ({RETAINED_FROM})"
+        )),
+        _ => None,
+    }
+}
+
+/// A partition directory's checked u64 (spec `CheckedU64`): the offset its log is retained
+/// from, written when the log is first opened (a directory of a build before it adopts its
+/// first segment's) and durably before a retirement removes segments. A log whose first
+/// segment starts past it lost its oldest segments behind the node's back, which no committed
+/// retirement did.
+pub const RETAINED_FROM: &str = "retained.from";
+
 /// How a partition log rolls segments. (Retention is decided by the caller from the topic's
 /// limits, [`PartitionLog::retention_point`], and carried out by a committed op,
 /// [`PartitionLog::retire_below`], so every replica deletes the same segments.)
@@ -711,6 +734,39 @@ impl PartitionLog {
     pub async fn open(dir: &Path, config: LogConfig) -> Result<PartitionLog, StorageError> {
         crate::fail_stop::create_dir_all(dir);
         let (log_starts, index_starts) = list_segments(dir)?;
+        // Judged before anything here changes: a refused log is left as it is.
+        let retained_path = dir.join(RETAINED_FROM);
+        let (retained_from, damaged) = match crate::records::read_checked_u64(&retained_path).await
+        {
+            Ok(from) => (from, false),
+            Err(error) if !config.refuse_corrupt_tail => {
+                tracing::warn!("{}: {error}; written again", retained_path.display());
+                (None, true)
+            }
+            Err(error) => return Err(error),
+        };
+        let first = log_starts.first().copied();
+        let lost = oldest_segments_lost(retained_from, first);
+        if let Some(lost) = &lost
+            && config.refuse_corrupt_tail
+        {
+            return Err(StorageError::Refused(format!(
+                "{}: {lost}; a standalone node has no peer that holds those messages, so the \
+                 partition is not served and its files are left as they are. Restore the data \
+                 directory from a verified backup; or, if they may be lost, start once with \
+                 --cut-damaged-journals",
+                dir.display()
+            )));
+        }
+        // Retained from the first segment on: said when it was lost (accepted, or a cluster
+        // node's, whose peers hold the messages); written by a new log, and adopted by a
+        // directory of a build before the record.
+        if let Some(lost) = &lost {
+            tracing::warn!("{}: {lost}; serving what is left", dir.display());
+        }
+        if lost.is_some() || damaged || retained_from.is_none() {
+            crate::records::write_checked_u64(&retained_path, first.unwrap_or(0)).await;
+        }
         let mut removed = false;
         for start in index_starts {
             if log_starts.binary_search(&start).is_err() {
@@ -1527,6 +1583,7 @@ impl PartitionLog {
             offset >= self.next_offset(),
             "a log restarts only past its end"
         );
+        self.retain_from(offset).await;
         while self.segments.len() > 1 {
             self.remove_segment(0).await;
         }
@@ -1560,6 +1617,13 @@ impl PartitionLog {
         segment.entries.clear();
         files.unsynced = false;
         files.records_unsynced = false;
+    }
+
+    /// Records, durably and before the oldest segments go, that the log is retained from
+    /// `offset` ([`RETAINED_FROM`]): a crash in between leaves files below it, which a later
+    /// retirement removes, never a log that looks cut.
+    async fn retain_from(&self, offset: u64) {
+        crate::records::write_checked_u64(&self.dir.join(RETAINED_FROM), offset).await;
     }
 
     /// Closes a segment's files and removes them, then fsyncs the directory (segments go
@@ -1606,6 +1670,13 @@ impl PartitionLog {
     /// second call (a journal replay of the same op) deletes nothing more. Returns how many
     /// segments were deleted.
     pub async fn retire_below(&mut self, keep_from: u64) -> u32 {
+        let mut kept = 0;
+        while kept + 1 < self.segments.len() && self.segments[kept].end_offset <= keep_from {
+            kept += 1;
+        }
+        if kept > 0 {
+            self.retain_from(self.segments[kept].start_offset).await;
+        }
         let mut deleted = 0;
         while self.segments.len() > 1 && self.segments[0].end_offset <= keep_from {
             self.remove_segment(0).await;
@@ -1683,6 +1754,26 @@ pub async fn check(dir: &Path) -> Result<LogCheck, StorageError> {
         first_offset: log_starts.first().copied().unwrap_or(0),
         ..LogCheck::default()
     };
+    let retained_path = dir.join(RETAINED_FROM);
+    match crate::records::read_checked_u64(&retained_path).await {
+        Ok(retained_from) => {
+            if let Some(lost) = oldest_segments_lost(retained_from, log_starts.first().copied()) {
+                let message = format!(
+                    "{lost}; a standalone node refuses the partition (a cluster node serves \
+                     what is left, its peers hold the rest)"
+                );
+                found
+                    .findings
+                    .push(Finding::error(&retained_path, None, message));
+            }
+        }
+        Err(error) => {
+            let message = format!("{error}; a standalone node refuses the partition");
+            found
+                .findings
+                .push(Finding::error(&retained_path, None, message));
+        }
+    }
     for start in index_starts {
         if log_starts.binary_search(&start).is_err() {
             let (_, index_path) = segment_paths(dir, start);

@@ -583,6 +583,58 @@ fn a_corrupt_whole_record_in_the_last_segment_refuses_the_log_when_asked_and_cha
     });
 }
 
+/// The oldest segments removed behind the node's back (no committed retirement) looked like a
+/// retention: a standalone node served the rest silently and verify passed. The offset a
+/// retirement keeps the log from is recorded first, so a log starting past it is refused when
+/// asked (nothing changed) and reported by the check; otherwise (a cluster node, or the loss
+/// accepted) served with a warning, the record moved to what is left.
+#[test]
+fn oldest_segments_removed_by_hand_are_told_from_a_retirement() {
+    run(async {
+        let temporary = tempfile::tempdir().unwrap();
+        let dir = temporary.path();
+        let refusing = LogConfig {
+            refuse_corrupt_tail: true,
+            ..config(600)
+        };
+        let mut log = PartitionLog::open(dir, refusing).await.unwrap();
+        append_batches(&mut log, &ROLL_SIZES).await;
+        assert!(log.segments_count() >= 4);
+        let kept_from = log.retire_point(1, u64::MAX);
+        log.retire_below(kept_from).await;
+        drop(log);
+        let reopened = PartitionLog::open(dir, refusing).await.unwrap();
+        assert_eq!(reopened.first_offset(), kept_from, "a retirement is not a loss");
+        drop(reopened);
+        assert!(partition_log::check(dir).await.unwrap().findings.is_empty());
+
+        for path in segment_files(dir, "log").iter().take(1) {
+            std::fs::remove_file(path).unwrap();
+            std::fs::remove_file(path.with_extension("index")).unwrap();
+        }
+        let before = every_file(dir);
+        let Err(refused) = PartitionLog::open(dir, refusing).await else {
+            panic!("a log whose oldest segment was removed by hand is refused");
+        };
+        let refused = refused.to_string();
+        assert!(refused.contains(&format!("retained from offset {kept_from}")), "{refused}");
+        assert!(every_file(dir) == before, "the refused open changed nothing");
+        let checked = partition_log::check(dir).await.unwrap();
+        assert!(
+            checked.findings.iter().any(|f| f.severity == iggy_storage::verify::Severity::Error),
+            "{:?}",
+            checked.findings
+        );
+
+        let served = PartitionLog::open(dir, config(600)).await.unwrap();
+        let first = served.first_offset();
+        assert!(first > kept_from);
+        drop(served);
+        let again = PartitionLog::open(dir, refusing).await.unwrap();
+        assert_eq!(again.first_offset(), first, "the accepted loss is not refused again");
+    });
+}
+
 #[test]
 fn corruption_in_an_earlier_segment_is_an_error_naming_the_file() {
     run(async {
@@ -1401,8 +1453,12 @@ fn a_log_restarted_past_its_end_copies_on_byte_identical_and_survives_a_crash_in
                 .into_iter()
                 .map(|(path, bytes)| (path.file_stem().unwrap().to_owned(), bytes.len()))
                 .collect::<Vec<_>>(),
-            vec![(first_name.clone().into(), 0), (first_name.into(), 0)],
-            "one empty segment at the source's first offset"
+            vec![
+                (first_name.clone().into(), 0),
+                (first_name.into(), 0),
+                ("retained".into(), 16)
+            ],
+            "one empty segment at the source's first offset, and the offset it is retained from"
         );
         copy_records(&mut source, &mut copy, end).await;
         source.sync().await;
