@@ -1724,3 +1724,36 @@ async fn a_websocket_peer_that_never_reads_its_pongs_leaves_a_bounded_queue() {
     assert!(grown < 32, "the server grew by {grown} MiB after {sent} bytes of Pings");
     ok("ping", within("ping", tcp.ping()).await);
 }
+
+/// A QUIC request whose body does not arrive within `limits.request_timeout_ms` (a large send
+/// over a slow link, the SDK's 100 kB send window): the server dropped it without a word, so the
+/// SDK waited out its own deadline, reported an unknown outcome and blocked the partition's
+/// lane. It is now refused on its stream with 58 (not executed: the client may send it again),
+/// and the refusal is logged naming the key to raise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quic_body_slower_than_the_request_timeout_is_refused_unexecuted_on_its_stream() {
+    let certs = test_certificates();
+    let server = quic_server_with(&certs, &[("IGGY_LIMITS_REQUEST_TIMEOUT_MS", "1000")]);
+    let port = endpoints(&server.root_client().await).await.quic;
+    let client = 0x51_0e_b0d1;
+    let session = register_over_tcp(&server, client).await;
+    let (_endpoint, quic) = quic_connect(port, &certs.ca_der).await;
+    assert_eq!(status(&quic_exchange(&quic, &bind_frame(client, session, 1)).await), 0);
+
+    let (mut send, mut recv) = within("open_bi", quic.open_bi()).await.unwrap();
+    let body = vec![b'x'; 1000];
+    let mut header = send_header_one_byte_short(client, body.len());
+    (header.session, header.request) = (session, 2);
+    send.write_all(&header.to_bytes()).await.unwrap();
+    send.write_all(&body).await.unwrap();
+    let reply = tokio::time::timeout(Duration::from_secs(10), recv.read_to_end(1 << 20))
+        .await
+        .expect("an answer within the request timeout, not the client's deadline")
+        .unwrap();
+    assert_eq!(status(&reply), IggyError::TransientNotAccepted.as_code());
+    assert!(
+        server.log().contains("did not arrive within limits.request_timeout_ms"),
+        "{}",
+        server.log()
+    );
+}

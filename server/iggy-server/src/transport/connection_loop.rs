@@ -166,6 +166,23 @@ pub async fn serve_frames(
         };
         let body = match link.read_body(admitted.body_len, request_timeout).await {
             Ok(body) => body,
+            // Refused unexecuted, so the client may send it again (a QUIC stream left without
+            // an answer waits out the client's deadline as an unknown outcome); the link
+            // closes, since the rest of a byte stream's body may still come.
+            Err(ReadFailure::Io(error)) if error.kind() == std::io::ErrorKind::TimedOut => {
+                tracing::warn!(
+                    "connection {}: a request body of {} bytes did not arrive within \
+                     limits.request_timeout_ms ({} ms): refused unexecuted (58) and the link \
+                     closed; raise limits.request_timeout_ms for clients this slow",
+                    connection.id,
+                    admitted.body_len,
+                    request_timeout.as_millis()
+                );
+                let refused = iggy_generated::errors::ErrorCode::TransientNotAccepted;
+                let reply = frame::error_reply(&admitted.header, admitted.operation, refused);
+                let _ = write_within(idle, link, reply).await;
+                return Err(error);
+            }
             Err(ReadFailure::Io(error)) => return Err(error),
             // Only a header read says that; a body cut short times out.
             Err(ReadFailure::HeaderCutShort { .. }) => return Err(timed_out()),
