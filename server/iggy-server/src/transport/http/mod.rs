@@ -266,6 +266,30 @@ fn parse_head(buffer: &[u8]) -> Result<Head, &'static str> {
 const CHUNKED_REFUSED: &str =
     "a chunked request body is not accepted: send the body with a Content-Length";
 
+/// The most of a refused body [`linger`] takes before closing.
+const LINGER_BYTES_MAX: usize = 64 << 20;
+
+/// After a request refused unread, takes and drops what its client still sends of the body,
+/// up to `left` bytes within `within`, before the connection closes: closed at once, the body
+/// still arriving made the kernel reset the connection, which often destroyed the refusal
+/// before the client read it (the official client then reported an outcome unknown, 57, for
+/// a request nothing ran).
+async fn linger<S: AsyncRead>(stream: &mut S, mut left: usize, within: Duration) {
+    let drain = async {
+        let mut buffer = Vec::with_capacity(READ_CHUNK);
+        while left > 0 {
+            let BufResult(read, back) = stream.read(buffer).await;
+            buffer = back;
+            buffer.clear();
+            match read {
+                Ok(0) | Err(_) => break,
+                Ok(taken) => left = left.saturating_sub(taken),
+            }
+        }
+    };
+    let _ = compio::time::timeout(within, drain).await;
+}
+
 /// Writes `bytes` and flushes them (a TLS stream buffers records until flushed), within `idle`
 /// (see `connection_loop::taken_within`).
 async fn send<S: AsyncWrite>(
@@ -364,6 +388,8 @@ async fn serve_connection<S: AsyncRead + AsyncWrite>(
                 reply.encode(origin.as_deref(), &cors, true),
             )
             .await;
+            let unsent = body_len.saturating_sub(pending.len().saturating_sub(head_len));
+            linger(&mut stream, unsent.min(LINGER_BYTES_MAX), body_timeout).await;
             return Ok(());
         }
         // Within the node's budget of request bodies, as on the binary transports: a large
