@@ -660,3 +660,28 @@ async fn a_message_frame_the_sdk_never_builds_is_refused_before_it_can_poison_it
     assert_eq!(payloads(&polled), ["first", "after"]);
     assert_eq!(offsets(&polled), [0, 1]);
 }
+
+/// A frame header announcing more than `limits.max_frame_size` and no body after it (or a body
+/// of gigabytes): the server read past the body first, so such a client waited the whole
+/// request timeout and was closed without an answer. It is answered at once now (4022), the
+/// body then passed over as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frame_over_the_limit_is_answered_at_once_whether_or_not_its_body_follows() {
+    use iggy_generated::frames::ReplyHeader;
+    use std::time::Duration;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = TestServer::start_with_env(&[("IGGY_LIMITS_REQUEST_TIMEOUT_MS", "60000")]);
+    for size in [u32::MAX, (64 << 20) + 1000] {
+        let mut header = send_header_one_byte_short(0x0b16_f4a3, 0);
+        header.size = size;
+        let mut stream = tokio::net::TcpStream::connect(server.address()).await.unwrap();
+        stream.write_all(&header.to_bytes()).await.unwrap();
+        let mut head = [0u8; ReplyHeader::SIZE];
+        let read = tokio::time::timeout(Duration::from_secs(10), stream.read_exact(&mut head));
+        read.await
+            .expect("an answer at once, not at the request timeout")
+            .unwrap();
+        let reply = ReplyHeader::decode_fixed(&head).unwrap();
+        assert_eq!(reply.status, TOO_BIG_MESSAGE_PAYLOAD, "a {size}-byte frame");
+    }
+}

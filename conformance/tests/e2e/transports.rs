@@ -1735,7 +1735,7 @@ async fn a_quic_body_slower_than_the_request_timeout_is_refused_unexecuted_on_it
     let certs = test_certificates();
     let server = quic_server_with(&certs, &[("IGGY_LIMITS_REQUEST_TIMEOUT_MS", "1000")]);
     let port = endpoints(&server.root_client().await).await.quic;
-    let client = 0x51_0e_b0d1;
+    let client = 0x510e_b0d1;
     let session = register_over_tcp(&server, client).await;
     let (_endpoint, quic) = quic_connect(port, &certs.ca_der).await;
     assert_eq!(status(&quic_exchange(&quic, &bind_frame(client, session, 1)).await), 0);

@@ -131,6 +131,14 @@ pub async fn serve_frames(
                     );
                     ErrorCode::TooBigMessagePayload
                 };
+                // Answered before the body is read past: a client that sends no body (or one
+                // of gigabytes) learns why at once; the link goes on once the body is passed.
+                write_within(
+                    idle,
+                    link,
+                    frame::error_reply(&over.header, over.operation, refused),
+                )
+                .await?;
                 match link.discard_body(over.body_len, request_timeout).await {
                     Ok(()) => {}
                     Err(ReadFailure::Io(error)) => return Err(error),
@@ -141,12 +149,6 @@ pub async fn serve_frames(
                         return Ok(());
                     }
                 }
-                write_within(
-                    idle,
-                    link,
-                    frame::error_reply(&over.header, over.operation, refused),
-                )
-                .await?;
                 continue;
             }
             Err(error) => {
