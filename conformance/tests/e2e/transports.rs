@@ -82,6 +82,11 @@ struct TestCertificates {
 }
 
 fn test_certificates() -> TestCertificates {
+    test_certificates_signed_with(&rcgen::PKCS_ECDSA_P256_SHA256)
+}
+
+/// [`test_certificates`] whose server key is of `algorithm`.
+fn test_certificates_signed_with(algorithm: &'static rcgen::SignatureAlgorithm) -> TestCertificates {
     let ca_key = rcgen::KeyPair::generate().unwrap();
     let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
     ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
@@ -89,7 +94,7 @@ fn test_certificates() -> TestCertificates {
         .distinguished_name
         .push(rcgen::DnType::CommonName, "iggy e2e test CA");
     let ca = ca_params.self_signed(&ca_key).unwrap();
-    let key = rcgen::KeyPair::generate().unwrap();
+    let key = rcgen::KeyPair::generate_for(algorithm).unwrap();
     let params =
         rcgen::CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
             .unwrap();
@@ -1756,4 +1761,28 @@ async fn a_quic_body_slower_than_the_request_timeout_is_refused_unexecuted_on_it
         "{}",
         server.log()
     );
+}
+
+/// A QUIC certificate whose key the official client's default QUIC mode cannot use (it skips
+/// validation and offers only ECDSA P-256 SHA-256): every handshake failed, the client retried
+/// for ever, and the server said nothing, neither at start nor per handshake. It warns at start
+/// now, and logs the failed handshakes as the other TLS listeners do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quic_key_the_sdk_cannot_use_is_said_at_start_and_its_failed_handshakes_are_logged() {
+    let certs = test_certificates_signed_with(&rcgen::PKCS_ECDSA_P384_SHA384);
+    let server = quic_server(&certs);
+    let port = endpoints(&server.root_client().await).await.quic;
+    assert!(server.log().contains("does not sign with ECDSA P-256 SHA-256"), "{}", server.log());
+    let url = format!("iggy+quic://{ROOT_USER}:{ROOT_PASSWORD}@127.0.0.1:{port}");
+    let client = IggyClient::from_connection_string(&url).expect("quic connection string");
+    let connected = tokio::time::timeout(Duration::from_secs(3), client.connect()).await;
+    assert!(!matches!(connected, Ok(Ok(()))), "the SDK cannot handshake with a P-384 key");
+    let logged = || server.log().contains("over quic failed");
+    for _ in 0..50 {
+        if logged() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(logged(), "{}", server.log());
 }

@@ -60,6 +60,26 @@ impl ConnectionIdGenerator for ResettableConnectionIds {
     }
 }
 
+/// The official client's QUIC mode that skips certificate validation (its default) offers
+/// only the ECDSA P-256 SHA-256 signature scheme: with another key (RSA, P-384) its handshakes
+/// all fail, and it retries for ever. Said at start; a client that validates certificates
+/// connects.
+fn warn_unless_the_sdk_can_verify(certificate: &tls::Certificate) {
+    let Ok(key) = rustls::crypto::ring::sign::any_supported_type(&certificate.key) else {
+        return;
+    };
+    let p256 = [rustls::SignatureScheme::ECDSA_NISTP256_SHA256];
+    if key.choose_scheme(&p256).is_none() {
+        tracing::warn!(
+            "quic.certificate: the key ({:?}) does not sign with ECDSA P-256 SHA-256, the only \
+             scheme the official SDK's QUIC client offers in its default mode (no certificate \
+             validation): such clients cannot connect (one that validates certificates can); \
+             use an ECDSA P-256 key, as the generated certificate does",
+            key.algorithm()
+        );
+    }
+}
+
 fn server_config(config: &Quic, max_frame: u32) -> Result<ServerConfig, String> {
     let certificate = &config.certificate;
     let certificate = tls::Certificate::load_or_generate(
@@ -68,6 +88,7 @@ fn server_config(config: &Quic, max_frame: u32) -> Result<ServerConfig, String> 
         &certificate.cert_file,
         &certificate.key_file,
     )?;
+    warn_unless_the_sdk_can_verify(&certificate);
     let crypto = tls::server_config(certificate, &[&rustls::version::TLS13])?;
     let crypto = compio::quic::crypto::rustls::QuicServerConfig::try_from(crypto)
         .map_err(|error| format!("quic crypto: {error}"))?;
@@ -209,14 +230,14 @@ pub async fn serve(endpoint: Endpoint, node: Rc<Node>) {
             let connecting = match incoming.accept() {
                 Ok(connecting) => connecting,
                 Err(error) => {
-                    tracing::debug!("quic {peer}: not accepted: {error}");
+                    node.log_tls_handshake_failed("quic", peer, &error);
                     return;
                 }
             };
             let connection = match compio::time::timeout(HANDSHAKE_WITHIN, connecting).await {
                 Ok(Ok(connection)) => connection,
                 Ok(Err(error)) => {
-                    tracing::debug!("quic {peer}: handshake failed: {error}");
+                    node.log_tls_handshake_failed("quic", peer, &error);
                     return;
                 }
                 Err(_) => {
