@@ -1335,3 +1335,20 @@ async fn a_send_over_the_request_size_limit_is_answered_413_that_the_client_read
     }
     drop(server);
 }
+
+/// An HTTP request head sent in part and then held (a slow-loris client): the connection was
+/// held for the idle timeout (120 s), where a binary frame's header is cut at the request
+/// timeout. It is cut at the request timeout too now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_head_held_in_part_is_cut_at_the_request_timeout() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (_server, api) = TestServer::start_with_http(&[("IGGY_LIMITS_REQUEST_TIMEOUT_MS", "1000")]);
+    let address = api.trim_start_matches("http://").to_string();
+    let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+    stream.write_all(b"GET /stats HTTP/1.1\r\nhost: x\r\n").await.unwrap();
+    let started = std::time::Instant::now();
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(std::time::Duration::from_secs(20), stream.read_to_end(&mut rest));
+    closed.await.expect("closed, not held for the idle timeout").unwrap();
+    assert!(started.elapsed() < std::time::Duration::from_secs(10), "{:?}", started.elapsed());
+}

@@ -317,8 +317,10 @@ async fn serve_connection<S: AsyncRead + AsyncWrite>(
     let timed_out = || std::io::Error::new(std::io::ErrorKind::TimedOut, "no request in time");
     let mut pending: Vec<u8> = Vec::with_capacity(READ_CHUNK);
     loop {
-        // A head must arrive whole within the idle timeout from its first byte: a slow-loris
-        // head is cut like on TCP.
+        // A head must arrive whole within the request timeout (or the idle timeout, if
+        // shorter) from its first byte, as a binary frame's header must on TCP: a slow-loris
+        // head holds its connection no longer (the idle timeout alone, 12 times as long by
+        // default, held it).
         let mut head_begun: Option<std::time::Instant> =
             (!pending.is_empty()).then(std::time::Instant::now);
         let (request, head_len, body_len) = loop {
@@ -352,7 +354,9 @@ async fn serve_connection<S: AsyncRead + AsyncWrite>(
             }
             pending.reserve(READ_CHUNK);
             let have = pending.len();
-            let wait = head_begun.map_or(idle, |begun| idle.saturating_sub(begun.elapsed()));
+            let wait = head_begun.map_or(idle, |begun| {
+                body_timeout.min(idle).saturating_sub(begun.elapsed())
+            });
             let BufResult(read, buffer) =
                 compio::time::timeout(wait, stream.read(pending.slice(have..)))
                     .await
