@@ -1786,3 +1786,21 @@ async fn a_quic_key_the_sdk_cannot_use_is_said_at_start_and_its_failed_handshake
     }
     assert!(logged(), "{}", server.log());
 }
+
+/// WebSocket limits below the frame limit: a request between the two closed its connection
+/// unanswered, which the official client reports as an unknown outcome after its deadline
+/// (TCP and QUIC refuse it with 4022), and the server said nothing of it at start. It warns now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn websocket_limits_below_the_frame_limit_are_warned_about_at_start() {
+    let server = TestServer::start_with_env(&[
+        WEBSOCKET_ON[0],
+        WEBSOCKET_ON[1],
+        ("IGGY_WEBSOCKET_MAX_MESSAGE_SIZE", "1048576"),
+        ("IGGY_WEBSOCKET_MAX_FRAME_SIZE", "1048576"),
+    ]);
+    let log = server.log();
+    assert!(
+        log.contains("websocket.max_message_size (1048576 bytes) is below limits.max_frame_size"),
+        "{log}"
+    );
+}

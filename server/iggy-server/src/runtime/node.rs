@@ -407,6 +407,17 @@ impl Node {
                  can take long; give the budget at least one largest request"
             );
         }
+        let ws = &config.websocket;
+        if ws.enabled && (ws.max_message_size as u64) < frame_max {
+            tracing::warn!(
+                "websocket.max_message_size ({} bytes) is below limits.max_frame_size \
+                 ({frame_max} bytes): a WebSocket request between the two closes its connection \
+                 (1009) unanswered, which the official client reports as an unknown outcome \
+                 after its request timeout, where TCP and QUIC refuse it with 4022; give the \
+                 WebSocket limits at least one largest request",
+                ws.max_message_size
+            );
+        }
         let shared = Rc::new(Shared {
             config,
             data,
