@@ -699,6 +699,23 @@ impl Drop for HandshakeSlot {
 }
 
 impl Shared {
+    /// The run of `peer` that a live link carries (admitted, and heard within the heartbeat
+    /// timeout), when a hello declares another one `run`: a second process claiming the same
+    /// replica id, not the peer redialing (its own run) or restarted (its old link went quiet
+    /// or closed). Replaced, the healthy node's link flapped, or the peers judged it a stale
+    /// copy by the newcomer's later run and it stopped.
+    fn live_under_another_run(&self, peer: u8, run: super::runs::Run) -> Option<super::runs::Run> {
+        if !self.links.borrow().contains_key(&peer) {
+            return None;
+        }
+        let outbox = self.outboxes.get(&peer)?;
+        if outbox.liveness_status(Instant::now()) != PeerStatus::Healthy {
+            return None;
+        }
+        let linked = self.config.runs.ledger().sighting(peer)?;
+        (linked != run).then_some(linked)
+    }
+
     /// The metadata history this node declares to `peer` now.
     fn declared_to(&self, peer: u8) -> MetadataHistory {
         let linked = self.linked_before.borrow().contains(&peer);
@@ -1088,6 +1105,24 @@ async fn inbound_handshake(
     // Only the declaration depends on the sender named here; admission judges the frame.
     let history = shared.declared_to(hello[GenericHeader::REPLICA_OFFSET]);
     let step = replica_link::accept_hello(&local, &hello, history, rand::random());
+    if let Ok(admitted) = &step.verdict
+        && let Some(linked) = shared.live_under_another_run(admitted.replica, admitted.runs.run)
+    {
+        let (peer, run) = (admitted.replica, admitted.runs.run);
+        let detail = format!(
+            "replica {peer} at {from} declares {run}, but a live link with replica {peer} \
+             (heard within cluster.heartbeat_timeout) carries its {linked}: refused, the live \
+             link kept. Two processes claim replica {peer}: stop the one that should not run (a \
+             node being replaced must be stopped before its replacement starts)"
+        );
+        shared.inbound_warning(from, "duplicate", format_args!("{detail}"));
+        shared.event(BusEvent::Refused {
+            peer: Some(peer),
+            field: "duplicate",
+            detail,
+        });
+        return None;
+    }
     if let (Ok(admitted), Some(peer_certificate), Some(tls)) =
         (&step.verdict, &tls_peer, &shared.config.tls)
     {
@@ -2735,6 +2770,55 @@ mod tests {
         .await;
         drop(old);
         deliver(&new, &mut b, b"from the restarted one").await;
+    }
+
+    /// A second process under a replica id whose live link carries another run (an operator
+    /// started a node's replacement while it ran): its links replaced the healthy node's, which
+    /// flapped, or was judged a stale copy by the newcomer's later run and stopped. The
+    /// newcomer is refused while the live link is heard; the healthy node's link stays.
+    #[compio::test]
+    async fn a_second_process_under_a_live_replicas_id_is_refused_and_the_live_link_kept() {
+        let roster = free_addresses(2);
+        let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+        let numbered = |replica: u8, dir: &tempfile::TempDir, restored: bool| {
+            let mut config = config(replica, &roster);
+            let runs = RunsState::start(CLUSTER, replica, Some(dir.path()), restored).unwrap();
+            config.runs = Rc::new(runs);
+            config
+        };
+        let mut live = start(numbered(0, &dirs[0], false)).await;
+        let mut b = start(numbered(1, &dirs[1], false)).await;
+        admitted(&mut live, 1).await;
+        admitted(&mut b, 0).await;
+        // Started with --restored (a restored run is never judged a stale copy), as the
+        // operator replacing the node would.
+        let other_dir = tempfile::tempdir().unwrap();
+        let mut second = numbered(0, &other_dir, true);
+        second.listen = free_addresses(1)[0];
+        let _second = start(second).await;
+        let refused = wait_for(&mut b, "the second process refused", |e| {
+            matches!(
+                e,
+                BusEvent::Refused {
+                    peer: Some(0),
+                    field: "duplicate",
+                    ..
+                }
+            )
+        })
+        .await;
+        assert!(
+            matches!(&refused, BusEvent::Refused { detail, .. } if detail.contains("Two processes claim replica 0")),
+            "{refused:?}"
+        );
+        assert!(
+            !b.backlog
+                .iter()
+                .any(|e| matches!(e, BusEvent::Closed { peer: 0, .. })),
+            "the live link was kept: {:?}",
+            b.backlog
+        );
+        deliver(&live, &mut b, b"from the live one").await;
     }
 
     /// Whether the bus closed `stream` (a read ends, with nothing or an error) within `within`.
