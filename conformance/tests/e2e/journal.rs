@@ -91,6 +91,35 @@ fn damage_record(path: &Path, index: usize) {
     std::fs::write(path, bytes).unwrap();
 }
 
+/// Starts the server alone on `data` expecting its start refused (exit 1) with each of
+/// `expected` said, and the data directory left as it was.
+fn refused_alone_saying(data: &Path, expected: &[&str]) {
+    let before = tree(data);
+    let (status, printed) = tokio::task::block_in_place(|| start_alone(data, &[]));
+    assert_eq!(status.code(), Some(1), "{printed}");
+    for expected in expected {
+        assert!(
+            printed.contains(expected),
+            "{expected:?} missing:\n{printed}"
+        );
+    }
+    assert!(
+        tree(data) == before,
+        "the refused start changed the data directory"
+    );
+}
+
+/// The files of `partition`'s segments with `extension` (`log` or `index`), oldest first.
+fn segment_files(partition: &Path, extension: &str) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(partition)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|e| e == extension))
+        .collect();
+    files.sort();
+    files
+}
+
 fn run(args: &[&str], data: &Path) -> Output {
     Command::new(server_binary())
         .args(args)
@@ -175,23 +204,16 @@ async fn a_standalone_metadata_journal_damaged_in_the_middle_is_refused_until_th
         String::from_utf8_lossy(&verified.stdout)
     );
 
-    let (status, printed) = tokio::task::block_in_place(|| start_alone(&data, &[]));
-    assert_eq!(status.code(), Some(1), "{printed}");
-    for expected in [
-        journal.display().to_string().as_str(),
-        "a standalone node has no peer that holds them",
-        "Nothing was changed",
-        "--cut-damaged-journals",
-    ] {
-        assert!(
-            printed.contains(expected),
-            "{expected:?} missing:\n{printed}"
-        );
-    }
-    assert!(
-        tree(&data) == before,
-        "the refused start changed the data directory"
+    refused_alone_saying(
+        &data,
+        &[
+            journal.display().to_string().as_str(),
+            "a standalone node has no peer that holds them",
+            "Nothing was changed",
+            "--cut-damaged-journals",
+        ],
     );
+    assert!(tree(&data) == before, "verify changed the data directory");
 
     tokio::task::block_in_place(|| server.start_again_with(&["--cut-damaged-journals"]));
     assert!(
@@ -386,14 +408,10 @@ async fn a_standalone_segment_cut_below_its_fsynced_checkpoint_is_refused_until_
         ("IGGY_SYSTEM_DURABILITY", "persisted"),
     ]);
     let (stream, topic, partition) = stopped_holding(&mut server, 12).await;
-    let segment = |extension: &str| {
-        std::fs::read_dir(&partition)
-            .unwrap()
-            .map(|entry| entry.unwrap().path())
-            .find(|path| path.extension().is_some_and(|e| e == extension))
-            .unwrap_or_else(|| panic!("no .{extension} file in {}", partition.display()))
-    };
-    let (log, index) = (segment("log"), segment("index"));
+    let (log, index) = (
+        segment_files(&partition, "log").remove(0),
+        segment_files(&partition, "index").remove(0),
+    );
     let cut = batch_position(&log, 6);
     std::fs::OpenOptions::new()
         .write(true)
@@ -453,23 +471,16 @@ async fn a_standalone_node_whose_metadata_is_gone_is_refused_before_anything_cha
     assert_eq!(verified.status.code(), Some(1), "{report}");
     assert!(report.contains("no metadata history"), "{report}");
 
-    let (status, printed) = tokio::task::block_in_place(|| start_alone(&data, &[]));
-    assert_eq!(status.code(), Some(1), "{printed}");
-    for expected in [
-        "holds 1 partition directories",
-        "no metadata history",
-        "Nothing was changed",
-        "--fresh",
-    ] {
-        assert!(
-            printed.contains(expected),
-            "{expected:?} missing:\n{printed}"
-        );
-    }
-    assert!(
-        tree(&data) == before,
-        "the refused start changed the data directory"
+    refused_alone_saying(
+        &data,
+        &[
+            "holds 1 partition directories",
+            "no metadata history",
+            "Nothing was changed",
+            "--fresh",
+        ],
     );
+    assert!(tree(&data) == before, "verify changed the data directory");
 
     std::fs::rename(kept.path().join("metadata"), data.join("metadata")).unwrap();
     assert_eq!(
@@ -484,18 +495,10 @@ async fn a_standalone_node_whose_metadata_is_gone_is_refused_before_anything_cha
 /// segment back it serves every message again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standalone_partition_whose_oldest_segment_was_removed_is_not_served_and_keeps_its_files()
- {
+{
     let mut server = TestServer::start_with_env(&[("IGGY_SYSTEM_SEGMENT_SIZE", "1024")]);
     let (stream, topic, partition) = stopped_holding(&mut server, 12).await;
-    let logs = {
-        let mut logs: Vec<PathBuf> = std::fs::read_dir(&partition)
-            .unwrap()
-            .map(|entry| entry.unwrap().path())
-            .filter(|path| path.extension().is_some_and(|e| e == "log"))
-            .collect();
-        logs.sort();
-        logs
-    };
+    let logs = segment_files(&partition, "log");
     assert!(logs.len() >= 3, "{logs:?}");
     let kept = tempfile::tempdir().unwrap();
     let oldest = [logs[0].clone(), logs[0].with_extension("index")];
@@ -509,7 +512,10 @@ async fn a_standalone_partition_whose_oldest_segment_was_removed_is_not_served_a
         tokio::task::block_in_place(|| run(&["verify", "--path", data.to_str().unwrap()], &data));
     let report = String::from_utf8_lossy(&verified.stdout).into_owned();
     assert_eq!(verified.status.code(), Some(1), "{report}");
-    assert!(report.contains("removed behind the node's back"), "{report}");
+    assert!(
+        report.contains("removed behind the node's back"),
+        "{report}"
+    );
 
     let start =
         restarted_with_partition_0_unserved(&mut server, (&stream, &topic), &partition, &before)
