@@ -91,6 +91,15 @@ fn damage_record(path: &Path, index: usize) {
     std::fs::write(path, bytes).unwrap();
 }
 
+/// `iggy-server verify` of `data`, which must exit 1 (an error found): its report.
+fn verify_finds_errors(data: &Path) -> String {
+    let verified =
+        tokio::task::block_in_place(|| run(&["verify", "--path", data.to_str().unwrap()], data));
+    let report = String::from_utf8_lossy(&verified.stdout).into_owned();
+    assert_eq!(verified.status.code(), Some(1), "{report}");
+    report
+}
+
 /// Starts the server alone on `data` expecting its start refused (exit 1) with each of
 /// `expected` said, and the data directory left as it was.
 fn refused_alone_saying(data: &Path, expected: &[&str]) {
@@ -148,10 +157,7 @@ async fn a_journal_of_another_cluster_is_refused_untouched_and_verify_reports_it
     );
     let before = std::fs::read(&journal).unwrap();
 
-    let verified =
-        tokio::task::block_in_place(|| run(&["verify", "--path", data.to_str().unwrap()], &data));
-    let report = String::from_utf8_lossy(&verified.stdout).into_owned();
-    assert_eq!(verified.status.code(), Some(1), "{report}");
+    let report = verify_finds_errors(&data);
     let line = format!("error: {} at byte 0", journal.display());
     assert!(report.contains(&line), "{report}");
     assert!(
@@ -316,10 +322,7 @@ async fn a_standalone_partition_whose_journal_is_gone_is_not_served_and_keeps_it
     let before = tree(&partition);
 
     let data = server.data_dir();
-    let verified =
-        tokio::task::block_in_place(|| run(&["verify", "--path", data.to_str().unwrap()], &data));
-    let report = String::from_utf8_lossy(&verified.stdout).into_owned();
-    assert_eq!(verified.status.code(), Some(1), "{report}");
+    let report = verify_finds_errors(&data);
     assert!(
         report.contains(&format!("error: {}", journal.display()))
             && report.contains("missing, though the group was written"),
@@ -465,10 +468,7 @@ async fn a_standalone_node_whose_metadata_is_gone_is_refused_before_anything_cha
     std::fs::rename(data.join("metadata"), kept.path().join("metadata")).unwrap();
     let before = tree(&data);
 
-    let verified =
-        tokio::task::block_in_place(|| run(&["verify", "--path", data.to_str().unwrap()], &data));
-    let report = String::from_utf8_lossy(&verified.stdout).into_owned();
-    assert_eq!(verified.status.code(), Some(1), "{report}");
+    let report = verify_finds_errors(&data);
     assert!(report.contains("no metadata history"), "{report}");
 
     refused_alone_saying(
@@ -508,10 +508,7 @@ async fn a_standalone_partition_whose_oldest_segment_was_removed_is_not_served_a
     let before = tree(&partition);
 
     let data = server.data_dir();
-    let verified =
-        tokio::task::block_in_place(|| run(&["verify", "--path", data.to_str().unwrap()], &data));
-    let report = String::from_utf8_lossy(&verified.stdout).into_owned();
-    assert_eq!(verified.status.code(), Some(1), "{report}");
+    let report = verify_finds_errors(&data);
     assert!(
         report.contains("removed behind the node's back"),
         "{report}"
