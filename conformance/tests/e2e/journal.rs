@@ -527,3 +527,31 @@ async fn a_standalone_partition_whose_oldest_segment_was_removed_is_not_served_a
         sent(12)
     );
 }
+
+/// A data directory missing a live partition's directory (a backup copied without it, or one
+/// removed by hand): verify passed it, and the node it was restored to did not serve the
+/// partition (3003). Verify now replays the metadata as start-up does and reports the
+/// partition whose initialized directory is gone; the one beside it verifies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_reports_a_live_partition_whose_directory_is_gone() {
+    let mut server = TestServer::start();
+    let (_stream, _topic, partition) = stopped_holding(&mut server, 3).await;
+    let data = server.data_dir();
+    let clean =
+        tokio::task::block_in_place(|| run(&["verify", "--path", data.to_str().unwrap()], &data));
+    assert_eq!(
+        clean.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&clean.stdout)
+    );
+    let kept = tempfile::tempdir().unwrap();
+    std::fs::rename(&partition, kept.path().join("0")).unwrap();
+
+    let report = verify_finds_errors(&data);
+    assert!(
+        report.contains(&format!("error: {}", partition.display()))
+            && report.contains("missing, though the metadata holds this partition"),
+        "{report}"
+    );
+}

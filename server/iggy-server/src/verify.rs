@@ -123,11 +123,15 @@ pub async fn verify(root: &Path) -> Report {
         return report;
     }
     let metadata_dir = root.join("metadata");
-    check_group(&metadata_dir, GroupKind::Metadata, &mut report).await;
+    let live = check_group(&metadata_dir, GroupKind::Metadata, &mut report).await;
     let (namespaces, findings) = checks::check_initialization(root).await;
     report.findings.extend(findings);
     let (partitions, findings) = checks::partition_dirs(root);
     report.findings.extend(findings);
+    if let Some(live) = &live {
+        let missing = missing_partition_dirs(root, live, &partitions, &namespaces);
+        report.findings.extend(missing);
+    }
     for partition in partitions {
         let initialization = namespaces.get(&partition.namespace);
         let findings = checks::check_partition_revision(&partition, initialization).await;
@@ -225,9 +229,81 @@ enum GroupKind<'a> {
     Partition(&'a LogCheck),
 }
 
+/// The live partitions' directories the metadata names that are not on disk though their
+/// `partition-initialization` namespace published the incarnation (a backup copy missing one,
+/// or one removed by hand): start-up does not serve such a partition. (One not published yet
+/// is a creation a crash interrupted, which start-up finishes.)
+fn missing_partition_dirs(
+    root: &Path,
+    live: &std::collections::BTreeMap<(u32, u32, u32), u64>,
+    on_disk: &[checks::PartitionDir],
+    namespaces: &std::collections::BTreeMap<String, checks::Initialization>,
+) -> Vec<Finding> {
+    let found: std::collections::HashSet<&str> =
+        on_disk.iter().map(|dir| dir.namespace.as_str()).collect();
+    live.iter()
+        .filter(|&(&(s, t, p), &incarnation)| {
+            let namespace = format!("{s}-{t}-{p}");
+            let published = namespaces
+                .get(&namespace)
+                .and_then(|records| records.created);
+            !found.contains(namespace.as_str()) && published >= Some(incarnation)
+        })
+        .map(|(&(s, t, p), incarnation)| {
+            let path = root.join(format!("streams/{s}/topics/{t}/partitions/{p}"));
+            let message = format!(
+                "missing, though the metadata holds this partition (incarnation {incarnation}): \
+                 start-up does not serve it (3003); restore it from the copy it came from, or \
+                 delete the partition"
+            );
+            Finding::error(&path, None, message)
+        })
+        .collect()
+}
+
+/// The metadata model the checkpoint and the journal's ops after it replay to, as start-up
+/// replays them; `None` when the state does not decode (reported by the checks).
+fn replayed_model(state: Option<&[u8]>, journal: &JournalCheck) -> Option<iggy_metadata::Metadata> {
+    let mut model = match state {
+        Some(state) => iggy_metadata::snapshot::decode(state).ok()?,
+        None => iggy_metadata::Metadata::default(),
+    };
+    for (_, record) in &journal.entries {
+        let JournalEntry::Whole(entry) = record else {
+            return None;
+        };
+        match entry.operation {
+            iggy_vsr::OPERATION_REGISTER => {
+                let _ = iggy_metadata::machine::register(
+                    &mut model,
+                    entry.op,
+                    entry.client,
+                    &entry.body,
+                );
+            }
+            iggy_vsr::OPERATION_NOMINATE_LIMITS => {}
+            operation => {
+                let _ = iggy_metadata::machine::apply(
+                    &mut model,
+                    entry.op,
+                    entry.client,
+                    operation,
+                    &entry.body,
+                );
+            }
+        }
+    }
+    Some(model)
+}
+
 /// A group's checkpoint (the newest valid slot, through `load_checkpoint` as start-up reads it)
-/// and its journal after that checkpoint.
-async fn check_group(dir: &Path, kind: GroupKind<'_>, report: &mut Report) {
+/// and its journal after that checkpoint. For the metadata group, the live partitions its
+/// checkpoint and journal replay to (`None` when they cannot be read).
+async fn check_group(
+    dir: &Path,
+    kind: GroupKind<'_>,
+    report: &mut Report,
+) -> Option<std::collections::BTreeMap<(u32, u32, u32), u64>> {
     report.groups += 1;
     report.findings.extend(check_view_state(dir));
     let start = match load_checkpoint(dir).await {
@@ -236,7 +312,7 @@ async fn check_group(dir: &Path, kind: GroupKind<'_>, report: &mut Report) {
             // Start-up refuses the group; its journal cannot be judged without the checkpoint.
             let message = format!("{error}; start-up refuses the group");
             report.findings.push(Finding::error(dir, None, message));
-            return;
+            return None;
         }
     };
     // A slot torn by a crash during its in-place write is what the other slot is for; whether
@@ -275,20 +351,26 @@ async fn check_group(dir: &Path, kind: GroupKind<'_>, report: &mut Report) {
                     .findings
                     .push(Finding::error(&journal_path, None, message));
             }
-            return;
+            return None;
         }
         Err(error) => {
             let message = format!("unreadable: {error}");
             report
                 .findings
                 .push(Finding::error(&journal_path, None, message));
-            return;
+            return None;
         }
     };
     let journal = wal::check(&bytes, anchor);
     report
         .findings
         .extend(journal_findings(&journal_path, &journal, &kind));
+    match kind {
+        GroupKind::Metadata => {
+            replayed_model(state.as_deref(), &journal).map(|model| model.live_partitions())
+        }
+        GroupKind::Partition(_) => None,
+    }
 }
 
 /// A group that wrote something and has no journal lost the ops after its checkpoint: a
