@@ -347,8 +347,8 @@ async fn a_standalone_partition_whose_journal_is_gone_is_not_served_and_keeps_it
 /// A standalone partition whose checkpoint slots are gone, its journal emptied by the last
 /// checkpoint (the state a graceful stop right after one leaves): start-up found every batch
 /// unaccounted for and deleted them all. More than the one batch a crash leaves unaccounted now
-/// refuses the partition (3003, its files kept), and with its files back it serves every
-/// message again.
+/// refuses the partition (3003, its files kept), verify reports it (it passed it before), and
+/// with its files back it serves every message again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standalone_partition_whose_checkpoints_are_gone_is_not_served_and_keeps_its_files() {
     let mut server = TestServer::start_with_env(&[("IGGY_SYSTEM_CHECKPOINT_JOURNAL_OPS", "1")]);
@@ -365,6 +365,11 @@ async fn a_standalone_partition_whose_checkpoints_are_gone_is_not_served_and_kee
     }
     std::fs::write(partition.join("journal.wal"), b"").unwrap();
     let before = tree(&partition);
+    let report = verify_finds_errors(&server.data_dir());
+    assert!(
+        report.contains("offsets 0..12 (12 batches) are in the log, but neither the journal nor a checkpoint accounts for them"),
+        "{report}"
+    );
 
     let start =
         restarted_with_partition_0_unserved(&mut server, (&stream, &topic), &partition, &before)

@@ -123,7 +123,16 @@ pub async fn verify(root: &Path) -> Report {
         return report;
     }
     let metadata_dir = root.join("metadata");
-    let live = check_group(&metadata_dir, GroupKind::Metadata, &mut report).await;
+    let live = match check_group(&metadata_dir, GroupKind::Metadata, &mut report).await {
+        Some(Replayed::Metadata(live)) => Some(live),
+        _ => None,
+    };
+    // A cluster node's copy of a partition is judged by its peers too (see
+    // `unaccounted_batches`).
+    let standalone = std::fs::read(root.join(CLUSTER_REPLICAS_FILE))
+        .ok()
+        .and_then(|bytes| replica_count::recorded(&bytes))
+        .is_some_and(|(_, replicas)| replicas == 1);
     let (namespaces, findings) = checks::check_initialization(root).await;
     report.findings.extend(findings);
     let (partitions, findings) = checks::partition_dirs(root);
@@ -140,7 +149,17 @@ pub async fn verify(root: &Path) -> Report {
         match partition_log::check(&partition.path).await {
             Ok(log) => {
                 report.findings.extend(log.findings.iter().cloned());
-                check_group(&partition.path, GroupKind::Partition(&log), &mut report).await;
+                let kind = GroupKind::Partition(&log);
+                let replayed = check_group(&partition.path, kind, &mut report).await;
+                if let Some(Replayed::Partition { accounted_to }) = replayed
+                    && standalone
+                {
+                    report.findings.extend(unaccounted_batches(
+                        &partition.path,
+                        &log,
+                        accounted_to,
+                    ));
+                }
             }
             Err(error) => report
                 .findings
@@ -299,11 +318,7 @@ fn replayed_model(state: Option<&[u8]>, journal: &JournalCheck) -> Option<iggy_m
 /// A group's checkpoint (the newest valid slot, through `load_checkpoint` as start-up reads it)
 /// and its journal after that checkpoint. For the metadata group, the live partitions its
 /// checkpoint and journal replay to (`None` when they cannot be read).
-async fn check_group(
-    dir: &Path,
-    kind: GroupKind<'_>,
-    report: &mut Report,
-) -> Option<std::collections::BTreeMap<(u32, u32, u32), u64>> {
+async fn check_group(dir: &Path, kind: GroupKind<'_>, report: &mut Report) -> Option<Replayed> {
     report.groups += 1;
     report.findings.extend(check_view_state(dir));
     let start = match load_checkpoint(dir).await {
@@ -366,10 +381,77 @@ async fn check_group(
         .findings
         .extend(journal_findings(&journal_path, &journal, &kind));
     match kind {
-        GroupKind::Metadata => {
-            replayed_model(state.as_deref(), &journal).map(|model| model.live_partitions())
+        GroupKind::Metadata => replayed_model(state.as_deref(), &journal)
+            .map(|model| Replayed::Metadata(model.live_partitions())),
+        GroupKind::Partition(_) => {
+            let checkpointed = state
+                .as_deref()
+                .and_then(|state| iggy_partition::CheckpointState::decode(state).ok())
+                .map_or(0, |decoded| decoded.next_offset);
+            accounted_to(checkpointed, &journal).map(|to| Replayed::Partition { accounted_to: to })
         }
-        GroupKind::Partition(_) => None,
+    }
+}
+
+/// What a group's checkpoint and journal replay to, for the checks across files.
+enum Replayed {
+    /// The metadata's live partitions, with their incarnations.
+    Metadata(std::collections::BTreeMap<(u32, u32, u32), u64>),
+    /// The offset after the last message a partition's checkpoint and journal account for.
+    Partition { accounted_to: u64 },
+}
+
+/// The offset after the last message the checkpoint (counting up to `checkpointed`) and the
+/// journal's stand-ins account for; `None` when a send is journaled whole (its offsets are not
+/// read here).
+fn accounted_to(checkpointed: u64, journal: &JournalCheck) -> Option<u64> {
+    let send = iggy_generated::frames::Operation::SendMessages.to_repr();
+    let mut to = checkpointed;
+    for (_, record) in &journal.entries {
+        match record {
+            JournalEntry::Stowed(entry) => {
+                let stand_in =
+                    iggy_generated::storage::StowedBatch::decode_fixed(&entry.body).ok()?;
+                to = to.max(stand_in.base_offset + u64::from(stand_in.message_count));
+            }
+            JournalEntry::Whole(entry) if entry.operation == send => return None,
+            JournalEntry::Whole(_) => {}
+        }
+    }
+    Some(to)
+}
+
+/// A standalone partition's log holding batches its checkpoint and journal do not account
+/// for: one is an append a crash interrupted (never acknowledged), which start-up drops; more
+/// is journal or checkpoint history lost (a journal replaced by an older copy, checkpoint
+/// slots removed), which start-up refuses. (A cluster node's backup may hold batches of ops
+/// a view change discarded; start-up drops them there and its peers decide.)
+fn unaccounted_batches(path: &Path, log: &LogCheck, accounted_to: u64) -> Option<Finding> {
+    let unaccounted = log
+        .batches
+        .iter()
+        .filter(|(base, _)| *base >= accounted_to)
+        .count();
+    let range = format!("offsets {accounted_to}..{}", log.next_offset);
+    match unaccounted {
+        0 => None,
+        1 => Some(Finding::warning(
+            path,
+            None,
+            format!(
+                "{range} (one batch) are in the log, but no journaled op accounts for them: an \
+                 append a crash interrupted (never acknowledged), which start-up drops"
+            ),
+        )),
+        batches => Some(Finding::error(
+            path,
+            None,
+            format!(
+                "{range} ({batches} batches) are in the log, but neither the journal nor a \
+                 checkpoint accounts for them (a crash leaves at most one): journal or \
+                 checkpoint history was lost, and a standalone node refuses the partition"
+            ),
+        )),
     }
 }
 
