@@ -4371,3 +4371,44 @@ async fn the_cli_through_the_node_that_took_over_from_a_stopped_metadata_primary
         cluster.restart(old);
     }
 }
+
+/// Partitions created while a node is down were still given that node as their first primary
+/// (their creation view decides it), so the first writes to each such partition stalled a whole
+/// heartbeat timeout, on every new topic for as long as the node stayed down. The backups of a
+/// new group whose primary's node is unreachable now elect another at once: with a heartbeat
+/// timeout of 20 s, every partition of a topic created with a node down takes its first message
+/// within a fraction of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partitions_created_while_a_node_is_down_take_writes_without_waiting_for_it() {
+    const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(20);
+    let options = ClusterOptions {
+        env: vec![("IGGY_CLUSTER_HEARTBEAT_TIMEOUT".into(), "20s".into())],
+        ..ClusterOptions::default()
+    };
+    let mut cluster = TestCluster::start_with(3, options);
+    let primary = wait_until(
+        "a metadata primary",
+        Duration::from_secs(30),
+        || cluster.primary(METADATA_GROUP).map(|(primary, _)| primary),
+        || cluster.describe(METADATA_GROUP),
+    )
+    .await;
+    let observer = usize::from(primary);
+    let down = (observer + 1) % cluster.len();
+    let client = cluster.root_client(observer).await;
+    cluster.kill9(down);
+    let down_id = u8::try_from(down).unwrap();
+    wait_roster_status(&client, down_id, ClusterNodeStatus::Unreachable, Duration::from_secs(30)).await;
+
+    let (stream, topic) = create_stream_and_topic(&client, "s", "t", 6).await;
+    let (stream, topic) = (id(stream.id), id(topic.id));
+    let started = Instant::now();
+    for partition in 0..6 {
+        send_to_partition(&client, &stream, &topic, partition, vec![msg(format!("m{partition}"))]).await;
+    }
+    let took = started.elapsed();
+    assert!(
+        took < HEARTBEAT_TIMEOUT / 2,
+        "the first message of each of 6 partitions took {took:?} in all, with node {down} down; the heartbeat timeout is {HEARTBEAT_TIMEOUT:?}"
+    );
+}

@@ -554,6 +554,11 @@ impl<W> GroupCore<W> {
         self.replica.set_declines_to_lead(declines);
     }
 
+    /// See [`Replica::suspect_primary`].
+    pub fn suspect_primary(&mut self) {
+        self.replica.suspect_primary();
+    }
+
     /// The replica, to read its state.
     pub fn replica(&self) -> &Replica {
         &self.replica

@@ -330,6 +330,9 @@ pub struct Replica {
     heard_from_primary_at: u64,
     /// The view of that primary: once this replica moves past it, it no longer counts.
     heard_primary_view: u32,
+    /// A view whose primary the shell told this backup is down ([`Replica::suspect_primary`]):
+    /// until that primary is heard, it counts as silent in that view.
+    primary_suspected_in: Option<u32>,
     view_change_started_at: u64,
     /// When this replica last started leading a view.
     primary_since: u64,
@@ -502,6 +505,7 @@ impl Replica {
             now: 0,
             heard_from_primary_at: 0,
             heard_primary_view: view,
+            primary_suspected_in: None,
             view_change_started_at: 0,
             primary_since: 0,
             view_start_op: 0,
@@ -598,6 +602,25 @@ impl Replica {
         replica
     }
 
+    /// The shell knows this backup's primary to be down (its node unreachable when the group
+    /// was formatted in this view, say): the primary counts as silent until it is heard, so
+    /// this backup asks for pre-votes, and grants them, at once rather than after the silence
+    /// timeout. A group created while its first primary's node is down then elects another
+    /// within a few resends, not a heartbeat timeout later. Liveness only: a view change is
+    /// safe at any time, and a pre-vote still needs a quorum that does not hear the primary.
+    pub fn suspect_primary(&mut self) {
+        if self.config.replica_count > 1 && self.status == Status::Normal && !self.is_primary() {
+            self.primary_suspected_in = Some(self.view);
+        }
+    }
+
+    /// Whether this backup counts its view's primary as down ([`Replica::suspect_primary`]).
+    fn suspects_primary(&self) -> bool {
+        self.primary_suspected_in == Some(self.view)
+            && self.status == Status::Normal
+            && !self.is_primary()
+    }
+
     // ----- getters -----
 
     /// Whether this replica knows its view's primary to be alive and leading: as the primary,
@@ -609,7 +632,9 @@ impl Replica {
             Status::Normal if self.is_primary() => self.leads_quorum(),
             Status::Normal => {
                 self.is_solo()
-                    || self.now < self.heard_from_primary_at + self.config.view_change_timeout_ticks
+                    || (!self.suspects_primary()
+                        && self.now
+                            < self.heard_from_primary_at + self.config.view_change_timeout_ticks)
             }
             Status::ViewChange | Status::Recovering => false,
         }
@@ -1248,7 +1273,8 @@ impl Replica {
                 false
             }
             Status::Normal => {
-                self.now >= self.heard_from_primary_at + self.config.silence_timeout_ticks()
+                self.suspects_primary()
+                    || self.now >= self.heard_from_primary_at + self.config.silence_timeout_ticks()
             }
         };
         if leaving && !self.muted {
@@ -1299,6 +1325,7 @@ impl Replica {
             Status::Normal if self.is_primary() => {
                 return self.with_pre_vote(self.primary_tick_due().max(next), None);
             }
+            Status::Normal if self.suspects_primary() => next,
             Status::Normal => self.heard_from_primary_at + self.config.silence_timeout_ticks(),
         };
         // A backup also wakes as it stops being in touch with its primary (`in_touch`), so the
@@ -1316,6 +1343,7 @@ impl Replica {
     pub(crate) fn tick_state(&self) -> impl PartialEq + std::fmt::Debug + use<> {
         (
             (self.status, self.view, self.log_view, self.muted),
+            self.primary_suspected_in,
             self.pre_vote
                 .as_ref()
                 .map(|round| (round.view, round.asked_at)),
@@ -2183,7 +2211,8 @@ impl Replica {
     /// Whether the primary of our view or of a later one was heard within the view-change
     /// timeout (a replica changing views has not heard the primary of the view it moves to).
     fn hears_primary(&self) -> bool {
-        self.heard_primary_view >= self.view
+        !self.suspects_primary()
+            && self.heard_primary_view >= self.view
             && self.now < self.heard_from_primary_at + self.config.view_change_timeout_ticks
     }
 
@@ -2191,6 +2220,7 @@ impl Replica {
         debug_assert!(view >= self.view);
         self.heard_from_primary_at = self.now;
         self.heard_primary_view = view;
+        self.primary_suspected_in = None;
         self.pre_vote = None;
     }
 

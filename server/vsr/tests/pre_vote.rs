@@ -296,3 +296,50 @@ fn a_primary_of_a_superseded_view_that_leads_no_quorum_grants_a_later_views_pre_
     );
     assert_eq!(grants(&drain_durably(&mut stale)), []);
 }
+
+/// Ticks `replicas` (ids 1 and 2 of a group of three whose replica 0 is down) from `from` to
+/// `to`, delivering every message between them at once and dropping those to replica 0.
+fn run_without_replica_0(replicas: &mut [Replica; 2], ticks: std::ops::RangeInclusive<u64>) {
+    for now in ticks {
+        let mut in_flight = Vec::new();
+        for replica in replicas.iter_mut() {
+            replica.on_tick(now);
+            let from = replica.replica();
+            in_flight.extend(drain_durably(replica).into_iter().map(|(to, m)| (from, to, m)));
+        }
+        while let Some((from, to, message)) = in_flight.pop() {
+            if to == 0 {
+                continue;
+            }
+            let replica = &mut replicas[usize::from(to) - 1];
+            replica.on_message(from, message);
+            let sender = replica.replica();
+            in_flight.extend(drain_durably(replica).into_iter().map(|(to, m)| (sender, to, m)));
+        }
+    }
+}
+
+/// A group created while its first primary's node is down: the backups waited out the silence
+/// timeout (a heartbeat timeout of stalled first writes on every new partition led by the dead
+/// node). Backups the shell told the primary is down (`suspect_primary`) ask for pre-votes at
+/// their next tick and grant each other's, so they leave its view within a few ticks; told
+/// nothing, they are still in it then.
+#[test]
+fn backups_told_their_new_groups_primary_is_down_leave_its_view_at_once() {
+    let formatted = || [1, 2].map(|r| Replica::format_in_view(Config::new(3, r), 0));
+    let mut untold = formatted();
+    run_without_replica_0(&mut untold, 1..=5);
+    assert!(untold.iter().all(|r| r.view() == 0), "without a word they wait");
+
+    let mut told = formatted();
+    for replica in &mut told {
+        replica.suspect_primary();
+    }
+    run_without_replica_0(&mut told, 1..=5);
+    assert!(
+        told.iter().all(|r| r.view() >= 1),
+        "views {:?}",
+        told.iter().map(Replica::view).collect::<Vec<_>>()
+    );
+    assert!(told[0].config().view_change_timeout_ticks > 5);
+}

@@ -14,6 +14,7 @@
 
 use crate::consensus::figures::{GroupFigures, GroupKind, checkpoint_taken};
 use crate::consensus::group_plane::{GroupPlane, SessionFrame, Wake};
+use crate::consensus::link_liveness::PeerStatus;
 use crate::consensus::plane::Peers;
 use crate::consensus::replica_bus::Inbound;
 use crate::consensus::transfer::{
@@ -726,6 +727,16 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
                 let mut core =
                     GroupCore::format_in_view(config, view, durability, implicit_register, policy);
                 settings.apply(&mut core);
+                // Created while its first primary's node is down: the backups that find it
+                // unreachable elect another at once, instead of stalling the partition's first
+                // writes for a heartbeat timeout.
+                let primary = core.replica().primary_of(view);
+                if let Some(plane) = &plane
+                    && primary != core.replica().replica()
+                    && plane.peer_status(primary) == PeerStatus::Unreachable
+                {
+                    core.suspect_primary();
+                }
                 core
             }
             _ => settings.open(config, checkpoint, entries, view_state),

@@ -6,6 +6,7 @@
 
 use super::figures::GroupRole;
 use super::forward::{Forward, is_forward};
+use super::link_liveness::PeerStatus;
 use super::plane::Peers;
 use super::replica_bus::Inbound;
 use super::replica_clock::{Lapse, ReplicaClock};
@@ -109,6 +110,11 @@ impl GroupPlane {
             logged_role: None,
             other_incarnation: super::log_limit::Throttled::new(OTHER_INCARNATION_INTERVAL),
         }
+    }
+
+    /// Whether the link with `peer`'s node is up and heard (see `BusSender::status`).
+    pub fn peer_status(&self, peer: u8) -> PeerStatus {
+        self.peers.bus.status(peer)
     }
 
     /// The view a group created just now formats in (see `Peers::created_view`).

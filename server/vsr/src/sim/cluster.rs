@@ -414,13 +414,20 @@ impl<W: Workload> Cluster<W> {
             self.clients_table_max,
             self.preferred_primary,
         );
-        let core = GroupCore::format_in_view(
+        let mut core = GroupCore::format_in_view(
             config,
             view,
             Durability::Persisted,
             false,
             Some(checkpoint_policy(self.checkpoint_every)),
         );
+        // The server's shell suspects the primary of a group created while its node is
+        // unreachable (`GroupCore::suspect_primary`); here a third of the formats do, whether
+        // the primary is down or not: a suspicion only hastens a view change, which must stay
+        // safe at any time.
+        if self.rng.chance(33) {
+            core.suspect_primary();
+        }
         self.nodes[index].core = Some(core);
         self.nodes[index].discarded = false;
     }
