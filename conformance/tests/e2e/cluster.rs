@@ -4386,15 +4386,7 @@ async fn partitions_created_while_a_node_is_down_take_writes_without_waiting_for
         ..ClusterOptions::default()
     };
     let mut cluster = TestCluster::start_with(3, options);
-    let primary = wait_until(
-        "a metadata primary",
-        Duration::from_secs(30),
-        || cluster.primary(METADATA_GROUP).map(|(primary, _)| primary),
-        || cluster.describe(METADATA_GROUP),
-    )
-    .await;
-    let observer = usize::from(primary);
-    let down = (observer + 1) % cluster.len();
+    let (observer, down) = metadata_primary_and_backup(&cluster).await;
     let client = cluster.root_client(observer).await;
     cluster.kill9(down);
     let down_id = u8::try_from(down).unwrap();
