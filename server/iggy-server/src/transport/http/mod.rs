@@ -274,19 +274,9 @@ const LINGER_BYTES_MAX: usize = 64 << 20;
 /// still arriving made the kernel reset the connection, which often destroyed the refusal
 /// before the client read it (the official client then reported an outcome unknown, 57, for
 /// a request nothing ran).
-async fn linger<S: AsyncRead>(stream: &mut S, mut left: usize, within: Duration) {
-    let drain = async {
-        let mut buffer = Vec::with_capacity(READ_CHUNK);
-        while left > 0 {
-            let BufResult(read, back) = stream.read(buffer).await;
-            buffer = back;
-            buffer.clear();
-            match read {
-                Ok(0) | Err(_) => break,
-                Ok(taken) => left = left.saturating_sub(taken),
-            }
-        }
-    };
+async fn linger<S: AsyncRead>(stream: &mut S, left: usize, within: Duration) {
+    let drain = crate::transport::connection_loop::discard(stream, left);
+    // A close or an error ends it as the timeout does: the connection closes next.
     let _ = compio::time::timeout(within, drain).await;
 }
 
