@@ -280,13 +280,12 @@ fn missing_partition_dirs(
         .collect()
 }
 
-/// The metadata model the checkpoint and the journal's ops after it replay to, as start-up
-/// replays them; `None` when the state does not decode (reported by the checks).
-fn replayed_model(state: Option<&[u8]>, journal: &JournalCheck) -> Option<iggy_metadata::Metadata> {
-    let mut model = match state {
-        Some(state) => iggy_metadata::snapshot::decode(state).ok()?,
-        None => iggy_metadata::Metadata::default(),
-    };
+/// The metadata model the checkpoint's `model` and the journal's ops after it replay to, as
+/// start-up replays them; `None` when an op is not journaled whole.
+fn replayed_model(
+    mut model: iggy_metadata::Metadata,
+    journal: &JournalCheck,
+) -> Option<iggy_metadata::Metadata> {
     for (_, record) in &journal.entries {
         let JournalEntry::Whole(entry) = record else {
             return None;
@@ -341,12 +340,19 @@ async fn check_group(dir: &Path, kind: GroupKind<'_>, report: &mut Report) -> Op
         Some(loaded) => (loaded.path, Some(loaded.state)),
         None => (dir.join("checkpoint.0"), None),
     };
+    // The state decoded once: checked here, replayed over below. With no checkpoint, the
+    // metadata replays from an empty model and a partition's messages are counted from 0.
+    let mut snapshot = state.is_none().then(iggy_metadata::Metadata::default);
+    let mut checkpointed = 0;
     if let Some(state) = &state {
         let decoded = match &kind {
-            GroupKind::Metadata => iggy_metadata::snapshot::decode(state).map(|_| ()),
+            GroupKind::Metadata => {
+                iggy_metadata::snapshot::decode(state).map(|model| snapshot = Some(model))
+            }
             GroupKind::Partition(log) => {
                 iggy_partition::CheckpointState::decode(state).map(|decoded| {
-                    check_next_offset(&checkpoint_path, decoded.next_offset, log, report)
+                    check_next_offset(&checkpoint_path, decoded.next_offset, log, report);
+                    checkpointed = decoded.next_offset;
                 })
             }
         };
@@ -381,13 +387,9 @@ async fn check_group(dir: &Path, kind: GroupKind<'_>, report: &mut Report) -> Op
         .findings
         .extend(journal_findings(&journal_path, &journal, &kind));
     match kind {
-        GroupKind::Metadata => replayed_model(state.as_deref(), &journal)
+        GroupKind::Metadata => replayed_model(snapshot?, &journal)
             .map(|model| Replayed::Metadata(model.live_partitions())),
         GroupKind::Partition(_) => {
-            let checkpointed = state
-                .as_deref()
-                .and_then(|state| iggy_partition::CheckpointState::decode(state).ok())
-                .map_or(0, |decoded| decoded.next_offset);
             accounted_to(checkpointed, &journal).map(|to| Replayed::Partition { accounted_to: to })
         }
     }
