@@ -1670,19 +1670,17 @@ impl PartitionLog {
     /// second call (a journal replay of the same op) deletes nothing more. Returns how many
     /// segments were deleted.
     pub async fn retire_below(&mut self, keep_from: u64) -> u32 {
-        let mut kept = 0;
-        while kept + 1 < self.segments.len() && self.segments[kept].end_offset <= keep_from {
-            kept += 1;
+        let mut retired = 0;
+        while retired + 1 < self.segments.len() && self.segments[retired].end_offset <= keep_from {
+            retired += 1;
         }
-        if kept > 0 {
-            self.retain_from(self.segments[kept].start_offset).await;
+        if retired > 0 {
+            self.retain_from(self.segments[retired].start_offset).await;
         }
-        let mut deleted = 0;
-        while self.segments.len() > 1 && self.segments[0].end_offset <= keep_from {
+        for _ in 0..retired {
             self.remove_segment(0).await;
-            deleted += 1;
         }
-        deleted
+        retired as u32
     }
 
     /// Where retention as of `now_us` keeps the log from: past the oldest closed segments whose
