@@ -729,8 +729,6 @@ impl RetirementPlan {
     }
 }
 
-/// Why a standalone partition whose log holds more than a crash leaves unaccounted for is not
-/// served, and what the operator can do.
 /// Why a partition's checkpoint was not restored.
 #[derive(Debug)]
 enum Refusal {
@@ -754,6 +752,8 @@ const NOT_SERVED_UNTIL_RESTORED: &str = "a standalone node has no peer that hold
      partition is not served and its files are left as they are. Restore the data directory \
      from a verified backup (README \"Backup and restore\"); or, if those";
 
+/// Why a standalone partition whose log holds more than a crash leaves unaccounted for is not
+/// served, and what the operator can do.
 fn unaccounted(from: u64, next: u64, batches: usize) -> String {
     format!(
         "offsets {from}..{next} ({batches} batches) are in the log, but neither the journal nor \
