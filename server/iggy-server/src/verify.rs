@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use bytes::Bytes;
+use iggy_storage::data_dir::{partition_dir_under, partition_namespace};
 use iggy_storage::partition_log::{self, LogCheck};
 use iggy_storage::verify::{self as checks, Finding, Severity};
 
@@ -118,7 +119,8 @@ pub async fn verify(root: &Path) -> Report {
     // A cluster node's directory judged under another cluster's configuration (verify run
     // without the node's IGGY_CONFIG_PATH) fails every file that names the cluster for one
     // cause: said once, with the remedy.
-    if let Some(finding) = another_clusters_directory(root) {
+    let replica_count = ReplicaCountFile::read(root);
+    if let Some(finding) = replica_count.another_clusters() {
         report.findings.push(finding);
         return report;
     }
@@ -129,9 +131,8 @@ pub async fn verify(root: &Path) -> Report {
     };
     // A cluster node's copy of a partition is judged by its peers too (see
     // `unaccounted_batches`).
-    let standalone = std::fs::read(root.join(CLUSTER_REPLICAS_FILE))
-        .ok()
-        .and_then(|bytes| replica_count::recorded(&bytes))
+    let standalone = replica_count
+        .recorded()
         .is_some_and(|(_, replicas)| replicas == 1);
     let (namespaces, findings) = checks::check_initialization(root).await;
     report.findings.extend(findings);
@@ -180,46 +181,67 @@ pub async fn verify(root: &Path) -> Report {
     }
     report.findings.extend(checks::check_discarded(root));
     report.findings.extend(check_runs(root));
-    report.findings.extend(check_replica_count(root));
+    report.findings.extend(replica_count.check());
     report
 }
 
-/// The error for a directory whose intact `cluster.replicas` names another cluster than the
-/// configuration read; `None` otherwise (a damaged file is `check_replica_count`'s).
-fn another_clusters_directory(root: &Path) -> Option<Finding> {
-    let path = root.join(CLUSTER_REPLICAS_FILE);
-    let (cluster, replicas) = replica_count::recorded(&std::fs::read(&path).ok()?)?;
-    (cluster != node_cluster()).then(|| {
-        Finding::error(
-            &path,
-            None,
-            format!(
-                "this directory is a node's of cluster {cluster:#x} ({replicas} replicas), and \
-                 the configuration read names cluster.name {:?} ({:#x}): give verify that \
-                 node's configuration (IGGY_CONFIG_PATH); nothing else was judged",
-                crate::consensus::cluster::node_cluster_name(),
-                node_cluster()
-            ),
-        )
-    })
+/// A directory's `cluster.replicas` (the cluster and replica count its node recorded), read
+/// once for the checks that need it.
+struct ReplicaCountFile {
+    path: PathBuf,
+    bytes: std::io::Result<Vec<u8>>,
 }
 
-/// A cluster node's `cluster.replicas`, which each start with a metadata history reads and
-/// refuses when damaged or another cluster's (the roster it is compared with is the
-/// configuration's, not known here).
-fn check_replica_count(root: &Path) -> Option<Finding> {
-    let path = root.join(CLUSTER_REPLICAS_FILE);
-    let bytes = match std::fs::read(&path) {
-        Ok(bytes) => bytes,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return None,
-        Err(error) => return Some(Finding::error(&path, None, format!("unreadable: {error}"))),
-    };
-    let error = replica_count::decode(&bytes, node_cluster()).err()?;
-    Some(Finding::error(
-        &path,
-        None,
-        format!("{error} (start-up refuses it)"),
-    ))
+impl ReplicaCountFile {
+    fn read(root: &Path) -> ReplicaCountFile {
+        let path = root.join(CLUSTER_REPLICAS_FILE);
+        let bytes = std::fs::read(&path);
+        ReplicaCountFile { path, bytes }
+    }
+
+    /// The cluster and replica count an intact file records.
+    fn recorded(&self) -> Option<(u128, u8)> {
+        replica_count::recorded(self.bytes.as_ref().ok()?)
+    }
+
+    /// The error for an intact file naming another cluster than the configuration read;
+    /// `None` otherwise (a damaged file is [`ReplicaCountFile::check`]'s).
+    fn another_clusters(&self) -> Option<Finding> {
+        let (cluster, replicas) = self.recorded()?;
+        (cluster != node_cluster()).then(|| {
+            Finding::error(
+                &self.path,
+                None,
+                format!(
+                    "this directory is a node's of cluster {cluster:#x} ({replicas} replicas), \
+                     and the configuration read names cluster.name {:?} ({:#x}): give verify \
+                     that node's configuration (IGGY_CONFIG_PATH); nothing else was judged",
+                    crate::consensus::cluster::node_cluster_name(),
+                    node_cluster()
+                ),
+            )
+        })
+    }
+
+    /// A cluster node's file, which each start with a metadata history reads and refuses when
+    /// damaged or another cluster's (the roster it is compared with is the configuration's, not
+    /// known here).
+    fn check(&self) -> Option<Finding> {
+        let bytes = match &self.bytes {
+            Ok(bytes) => bytes,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return None,
+            Err(error) => {
+                let message = format!("unreadable: {error}");
+                return Some(Finding::error(&self.path, None, message));
+            }
+        };
+        let error = replica_count::decode(bytes, node_cluster()).err()?;
+        Some(Finding::error(
+            &self.path,
+            None,
+            format!("{error} (start-up refuses it)"),
+        ))
+    }
 }
 
 /// A cluster node's `replica.runs`, which each start with a metadata history reads and refuses
@@ -262,14 +284,14 @@ fn missing_partition_dirs(
         on_disk.iter().map(|dir| dir.namespace.as_str()).collect();
     live.iter()
         .filter(|&(&(s, t, p), &incarnation)| {
-            let namespace = format!("{s}-{t}-{p}");
+            let namespace = partition_namespace(s, t, p);
             let published = namespaces
                 .get(&namespace)
                 .and_then(|records| records.created);
             !found.contains(namespace.as_str()) && published >= Some(incarnation)
         })
         .map(|(&(s, t, p), incarnation)| {
-            let path = root.join(format!("streams/{s}/topics/{t}/partitions/{p}"));
+            let path = partition_dir_under(root, s, t, p);
             let message = format!(
                 "missing, though the metadata holds this partition (incarnation {incarnation}): \
                  start-up does not serve it (3003); restore it from the copy it came from, or \

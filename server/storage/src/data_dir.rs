@@ -6,6 +6,23 @@ use crate::StorageError;
 use crate::layout::marker;
 use iggy_generated::storage as spec;
 
+/// `{root}/streams/{stream}/topics/{topic}/partitions/{partition}`, for readers of a directory
+/// not opened as a [`DataDir`] (`verify`).
+pub fn partition_dir_under(root: &Path, stream: u32, topic: u32, partition: u32) -> PathBuf {
+    root.join("streams")
+        .join(stream.to_string())
+        .join("topics")
+        .join(topic.to_string())
+        .join("partitions")
+        .join(partition.to_string())
+}
+
+/// `<stream>-<topic>-<partition>`: the name of a partition's `partition-initialization`
+/// namespace.
+pub fn partition_namespace(stream: u32, topic: u32, partition: u32) -> String {
+    format!("{stream}-{topic}-{partition}")
+}
+
 /// An opened data directory whose format marker is ours.
 #[derive(Debug, Clone)]
 pub struct DataDir {
@@ -20,13 +37,7 @@ impl DataDir {
 
     /// `{root}/streams/{stream}/topics/{topic}/partitions/{partition}`.
     pub fn partition_dir(&self, stream: u32, topic: u32, partition: u32) -> PathBuf {
-        self.root
-            .join("streams")
-            .join(stream.to_string())
-            .join("topics")
-            .join(topic.to_string())
-            .join("partitions")
-            .join(partition.to_string())
+        partition_dir_under(&self.root, stream, topic, partition)
     }
 
     /// Removes the directories a deleted `topic` left, once they hold nothing: its

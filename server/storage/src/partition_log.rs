@@ -59,6 +59,13 @@ fn oldest_segments_lost(retained_from: Option<u64>, first: Option<u64>) -> Optio
     }
 }
 
+/// What a standalone node does with a partition whose files lost acknowledged history, and the
+/// operator's first way out; each refusal goes on with what may be lost and its second way out
+/// (accepting the loss): "… or, if those messages may be lost, start once with …".
+pub const NOT_SERVED_UNTIL_RESTORED: &str = "a standalone node has no peer that holds them, so \
+     the partition is not served and its files are left as they are. Restore the data directory \
+     from a verified backup (README \"Backup and restore\"); or, if those";
+
 /// A partition directory's checked u64 (spec `CheckedU64`): the offset its log is retained
 /// from, written when the log is first opened (a directory of a build before it adopts its
 /// first segment's) and durably before a retirement removes segments. A log whose first
@@ -751,9 +758,7 @@ impl PartitionLog {
             && config.refuse_corrupt_tail
         {
             return Err(StorageError::Refused(format!(
-                "{}: {lost}; a standalone node has no peer that holds those messages, so the \
-                 partition is not served and its files are left as they are. Restore the data \
-                 directory from a verified backup; or, if they may be lost, start once with \
+                "{}: {lost}; {NOT_SERVED_UNTIL_RESTORED} messages may be lost, start once with \
                  --cut-damaged-journals",
                 dir.display()
             )));
@@ -830,10 +835,8 @@ impl PartitionLog {
                         &log_path,
                         format!(
                             "corrupt record at byte {position}: {reason}; cutting the log there \
-                             would lose {} bytes of acknowledged messages, and a standalone node \
-                             has no peer that holds them, so the partition is not served and its \
-                             files are left as they are. Restore the data directory from a \
-                             verified backup; or, if they may be lost, start once with \
+                             would lose {} bytes of acknowledged messages; \
+                             {NOT_SERVED_UNTIL_RESTORED} messages may be lost, start once with \
                              --cut-damaged-journals",
                             log_len - position
                         ),

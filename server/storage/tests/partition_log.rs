@@ -571,7 +571,10 @@ fn a_corrupt_whole_record_in_the_last_segment_refuses_the_log_when_asked_and_cha
         let Err(refused) = PartitionLog::open(dir, refusing).await else {
             panic!("a corrupt whole record before intact ones is refused");
         };
-        assert!(refused.to_string().contains("--cut-damaged-journals"), "{refused}");
+        assert!(
+            refused.to_string().contains("--cut-damaged-journals"),
+            "{refused}"
+        );
         assert_eq!(std::fs::read(&path).unwrap(), damaged, "nothing was cut");
 
         let whole = damaged.len() as u64;
@@ -604,7 +607,11 @@ fn oldest_segments_removed_by_hand_are_told_from_a_retirement() {
         log.retire_below(kept_from).await;
         drop(log);
         let reopened = PartitionLog::open(dir, refusing).await.unwrap();
-        assert_eq!(reopened.first_offset(), kept_from, "a retirement is not a loss");
+        assert_eq!(
+            reopened.first_offset(),
+            kept_from,
+            "a retirement is not a loss"
+        );
         drop(reopened);
         assert!(partition_log::check(dir).await.unwrap().findings.is_empty());
 
@@ -617,11 +624,20 @@ fn oldest_segments_removed_by_hand_are_told_from_a_retirement() {
             panic!("a log whose oldest segment was removed by hand is refused");
         };
         let refused = refused.to_string();
-        assert!(refused.contains(&format!("retained from offset {kept_from}")), "{refused}");
-        assert!(every_file(dir) == before, "the refused open changed nothing");
+        assert!(
+            refused.contains(&format!("retained from offset {kept_from}")),
+            "{refused}"
+        );
+        assert!(
+            every_file(dir) == before,
+            "the refused open changed nothing"
+        );
         let checked = partition_log::check(dir).await.unwrap();
         assert!(
-            checked.findings.iter().any(|f| f.severity == iggy_storage::verify::Severity::Error),
+            checked
+                .findings
+                .iter()
+                .any(|f| f.severity == iggy_storage::verify::Severity::Error),
             "{:?}",
             checked.findings
         );
@@ -631,7 +647,11 @@ fn oldest_segments_removed_by_hand_are_told_from_a_retirement() {
         assert!(first > kept_from);
         drop(served);
         let again = PartitionLog::open(dir, refusing).await.unwrap();
-        assert_eq!(again.first_offset(), first, "the accepted loss is not refused again");
+        assert_eq!(
+            again.first_offset(),
+            first,
+            "the accepted loss is not refused again"
+        );
     });
 }
 
@@ -1660,11 +1680,20 @@ fn an_active_segment_removed_or_cut_short_behind_the_logs_back_is_found() {
         std::fs::remove_file(&path).unwrap();
         std::fs::remove_file(&index_path).unwrap();
         let found = log.check_active_file().unwrap_err().to_string();
-        assert!(found.contains("removed") && found.contains("written back"), "{found}");
+        assert!(
+            found.contains("removed") && found.contains("written back"),
+            "{found}"
+        );
         // Written back from the open files, whole, for the next start (a single node has no
         // peer to catch up from).
-        assert!(std::fs::read(&path).unwrap() == written, "the log is back, byte for byte");
-        assert!(std::fs::read(&index_path).unwrap() == index, "the index is back too");
+        assert!(
+            std::fs::read(&path).unwrap() == written,
+            "the log is back, byte for byte"
+        );
+        assert!(
+            std::fs::read(&index_path).unwrap() == index,
+            "the index is back too"
+        );
     });
 }
 

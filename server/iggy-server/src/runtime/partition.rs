@@ -17,7 +17,9 @@ use iggy_generated::payloads::SessionIdentity;
 use iggy_partition::{
     Applied, NO_OFFSET_HOLD, OffsetOwner, Partition, PartitionWrite, StartAt, WriteResult,
 };
-use iggy_storage::partition_log::{LogConfig, PartitionLog, ReadBatches};
+use iggy_storage::partition_log::{
+    LogConfig, NOT_SERVED_UNTIL_RESTORED, PartitionLog, ReadBatches,
+};
 use iggy_storage::{StorageError, batch};
 use iggy_vsr::group::JournalBound;
 use iggy_vsr::{Entry, ReadBack};
@@ -745,12 +747,6 @@ impl Refusal {
         }
     }
 }
-
-/// What a standalone node does with a partition whose files lost acknowledged history, and the
-/// operator's first way out (each refusal names its second: accepting the loss).
-const NOT_SERVED_UNTIL_RESTORED: &str = "a standalone node has no peer that holds them, so the \
-     partition is not served and its files are left as they are. Restore the data directory \
-     from a verified backup (README \"Backup and restore\"); or, if those";
 
 /// Why a standalone partition whose log holds more than a crash leaves unaccounted for is not
 /// served, and what the operator can do.

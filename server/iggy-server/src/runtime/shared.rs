@@ -490,9 +490,9 @@ impl Shared {
                 }
                 #[cfg(debug_assertions)]
                 slow_partition_open_on_purpose().await;
-                let namespace = self
-                    .data
-                    .partition_initialization_dir(&format!("{stream}-{topic}-{partition}"));
+                let namespace = self.data.partition_initialization_dir(
+                    &iggy_storage::data_dir::partition_namespace(stream, topic, partition),
+                );
                 let incarnation_record =
                     (namespace, self.data.discarded_partitions_dir(), incarnation);
                 let dir = self.partition_dir(key);

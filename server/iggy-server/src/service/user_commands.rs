@@ -483,9 +483,10 @@ fn numeric_version(release: &str) -> u32 {
     let mut parts = release.split(['.', '-', '+']).map(str::parse::<u32>);
     match (parts.next(), parts.next(), parts.next()) {
         (Some(Ok(major)), Some(Ok(minor)), Some(Ok(patch))) if minor < 1000 && patch < 1000 => {
-            major.saturating_mul(1_000_000).saturating_add(minor * 1000 + patch)
+            major
+                .saturating_mul(1_000_000)
+                .saturating_add(minor * 1000 + patch)
         }
         _ => 0,
     }
 }
-

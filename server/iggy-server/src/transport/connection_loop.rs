@@ -180,9 +180,7 @@ pub async fn serve_frames(
                     admitted.body_len,
                     request_timeout.as_millis()
                 );
-                let refused = iggy_generated::errors::ErrorCode::TransientNotAccepted;
-                let reply = frame::error_reply(&admitted.header, admitted.operation, refused);
-                let _ = write_within(idle, link, reply).await;
+                refuse_unexecuted(idle, link, &admitted).await;
                 return Err(error);
             }
             Err(ReadFailure::Io(error)) => return Err(error),
@@ -200,9 +198,7 @@ pub async fn serve_frames(
         // only the execution (a committed request whose reply was lost is an uncertain outcome
         // the client resends). Once the node stops, refused unexecuted and the link closed.
         let Some(_in_flight) = node.client_request_started() else {
-            let refused = iggy_generated::errors::ErrorCode::TransientNotAccepted;
-            let reply = frame::error_reply(&admitted.header, admitted.operation, refused);
-            let _ = write_within(idle, link, reply).await;
+            refuse_unexecuted(idle, link, &admitted).await;
             return Ok(());
         };
         let was_bound = connection.bound.is_some();
@@ -263,6 +259,17 @@ fn registers(admitted: &frame::Admitted) -> bool {
 }
 
 /// Writes `frame` to `link` within `idle` (see [`taken_within`]).
+/// Answers `admitted` TransientNotAccepted (58): nothing of it ran, so the client may send it
+/// again.
+async fn refuse_unexecuted(idle: Duration, link: &mut impl FrameIo, admitted: &frame::Admitted) {
+    let reply = frame::error_reply(
+        &admitted.header,
+        admitted.operation,
+        ErrorCode::TransientNotAccepted,
+    );
+    let _ = write_within(idle, link, reply).await;
+}
+
 async fn write_within(
     idle: Duration,
     link: &mut impl FrameIo,
