@@ -1249,6 +1249,38 @@ async fn bad_websocket_messages_get_a_clear_close_and_the_server_and_other_clien
     still_served(&ws_client(port).await).await;
 }
 
+/// A request to the WebSocket port that is not a WebSocket handshake (curl, a browser, a
+/// health check pointed at the wrong port) is answered with an HTTP status that says what the
+/// port serves, not closed unanswered; the port goes on serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_to_the_websocket_port_that_is_no_handshake_gets_an_http_status() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = TestServer::start_with_env(&WEBSOCKET_ON);
+    let port = endpoints(&server.root_client().await).await.websocket;
+    for (request, status, header) in [
+        ("GET / HTTP/1.1\r\nHost: x\r\n\r\n", "426", "upgrade: websocket"),
+        (
+            "GET / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
+            "400",
+            "sec-websocket-version: 13",
+        ),
+        ("garbage\r\n\r\n", "400", "content-type: text/plain"),
+    ] {
+        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        tokio::time::timeout(Duration::from_secs(10), stream.read_to_string(&mut answer))
+            .await
+            .expect("answered and closed")
+            .unwrap();
+        let lower = answer.to_ascii_lowercase();
+        assert!(answer.starts_with(&format!("HTTP/1.1 {status} ")), "{request:?}: {answer}");
+        assert!(lower.contains(header), "{request:?}: {answer}");
+        assert!(answer.contains("serves Iggy over WebSocket"), "{request:?}: {answer}");
+    }
+    still_served(&ws_client(port).await).await;
+}
+
 /// The HTTP client list names each transport as upstream's HTTP API does: the official
 /// `TransportProtocol`'s names ("tcp", "quic", "http", "ws"), which the SDK's HTTP client model
 /// takes as they come (a plain string). The binary reply carries a number, which the SDK turns

@@ -171,7 +171,16 @@ async fn handshake(
     // No session yet: a connection's first messages are small.
     let config = websocket_config(&node.shared.config.websocket, false);
     let result = match tls {
-        None => compio::ws::accept_async_with_config(stream, Some(config)).await,
+        None => {
+            // The library drops a request that is not a WebSocket handshake (curl or a browser
+            // pointed at the port) unanswered; a clone of the socket answers it.
+            let answer_on = stream.clone();
+            let result = compio::ws::accept_async_with_config(stream, Some(config)).await;
+            if let Err(error) = &result {
+                answer_not_a_handshake(answer_on, error).await;
+            }
+            result
+        }
         Some(acceptor) => {
             let stream = acceptor
                 .accept(stream)
@@ -182,6 +191,35 @@ async fn handshake(
     };
     let ws: compio::ws::WebSocketStream<TcpStream> = result.map_err(|error| error.to_string())?;
     Ok(ws.into_inner())
+}
+
+/// Answers a request the handshake refused with an HTTP status saying why: 426 Upgrade
+/// Required for a plain HTTP request, 400 for a malformed handshake. Nothing is answered when
+/// the client left or the socket failed.
+async fn answer_not_a_handshake(mut stream: TcpStream, error: &tungstenite::Error) {
+    use tungstenite::error::ProtocolError;
+    let (status, extra) = match error {
+        tungstenite::Error::Protocol(
+            ProtocolError::MissingConnectionUpgradeHeader
+            | ProtocolError::MissingUpgradeWebSocketHeader,
+        ) => ("426 Upgrade Required", "Upgrade: websocket\r\n"),
+        tungstenite::Error::Protocol(ProtocolError::MissingSecWebSocketVersionHeader) => {
+            ("400 Bad Request", "Sec-WebSocket-Version: 13\r\n")
+        }
+        tungstenite::Error::Protocol(ProtocolError::HandshakeIncomplete) => return,
+        tungstenite::Error::Protocol(_) | tungstenite::Error::Capacity(_) => {
+            ("400 Bad Request", "")
+        }
+        _ => return,
+    };
+    let body = format!("this port serves Iggy over WebSocket: {error}\n");
+    let answer = format!(
+        "HTTP/1.1 {status}\r\n{extra}Content-Type: text/plain; charset=utf-8\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = compio::io::AsyncWriteExt::write_all(&mut stream, answer.into_bytes()).await;
+    let _ = compio::io::AsyncWrite::shutdown(&mut stream).await;
 }
 
 /// Frames in WebSocket messages.
