@@ -248,21 +248,21 @@ fn rest_get_route(path: &str) -> bool {
 }
 
 impl Http {
-    fn validate(&self) -> Result<(), ConfigError> {
+    fn validate(&self, problems: &mut Vec<ConfigError>) {
         let bad = |key: &str, value: String, expected: &'static str| ConfigError::BadValue {
             key: key.into(),
             value,
             expected,
         };
         if self.jwt.algorithm != "HS256" {
-            return Err(bad(
+            problems.push(bad(
                 "http.jwt.algorithm",
                 self.jwt.algorithm.clone(),
                 "token algorithm (HS256)",
             ));
         }
         if self.jwt.access_token_expiry_secs == 0 {
-            return Err(bad(
+            problems.push(bad(
                 "http.jwt.access_token_expiry_secs",
                 "0".into(),
                 "token lifetime (at least 1 second)",
@@ -271,7 +271,7 @@ impl Http {
         // HS256 checks a token with the secret that signed it: any other decoding secret
         // refuses every token a login issues.
         if self.jwt.encoding_secret != self.jwt.decoding_secret {
-            return Err(bad(
+            problems.push(bad(
                 "http.jwt.decoding_secret",
                 "(not shown)".into(),
                 "secret equal to http.jwt.encoding_secret (HS256 signs and checks with one \
@@ -279,27 +279,26 @@ impl Http {
             ));
         }
         if self.metrics.enabled && !self.metrics.endpoint.starts_with('/') {
-            return Err(bad(
+            problems.push(bad(
                 "http.metrics.endpoint",
                 self.metrics.endpoint.clone(),
                 "path (starting with /)",
             ));
         }
         if self.metrics.enabled && rest_get_route(&self.metrics.endpoint) {
-            return Err(bad(
+            problems.push(bad(
                 "http.metrics.endpoint",
                 self.metrics.endpoint.clone(),
                 "path no GET route of the REST API serves (metrics would hide it)",
             ));
         }
         if self.max_request_size == 0 {
-            return Err(bad(
+            problems.push(bad(
                 "http.max_request_size",
                 "0".into(),
                 "size (at least 1 byte)",
             ));
         }
-        Ok(())
     }
 }
 
@@ -851,8 +850,10 @@ impl Config {
     /// advertised address for a wildcard bind (which a cluster node does not need either: its
     /// clients are told its roster entry).
     fn validate_for(&self, offline: bool) -> Result<(), ConfigError> {
+        // Every bad value is said in one message, so an operator fixes them in one go.
+        let mut problems = Vec::new();
         if !matches!(self.system.durability.as_str(), "replicated" | "persisted") {
-            return Err(ConfigError::BadValue {
+            problems.push(ConfigError::BadValue {
                 key: "system.durability".into(),
                 value: self.system.durability.clone(),
                 expected: "durability (replicated or persisted)",
@@ -863,7 +864,7 @@ impl Config {
             ("limits.dedup_clients_max", self.limits.dedup_clients_max),
         ] {
             if value == 0 || value > u32::MAX as usize {
-                return Err(ConfigError::BadValue {
+                problems.push(ConfigError::BadValue {
                     key: key.into(),
                     value: value.to_string(),
                     expected: "client table capacity (1 to 4294967295)",
@@ -924,7 +925,7 @@ impl Config {
         ];
         for (key, value, least, expected) in floors {
             if value < least {
-                return Err(ConfigError::BadValue {
+                problems.push(ConfigError::BadValue {
                     key: key.into(),
                     value: value.to_string(),
                     expected,
@@ -932,14 +933,14 @@ impl Config {
             }
         }
         if self.system.path.trim().is_empty() {
-            return Err(ConfigError::BadValue {
+            problems.push(ConfigError::BadValue {
                 key: "system.path".into(),
                 value: self.system.path.clone(),
                 expected: "data directory path (not empty)",
             });
         }
         if !offline && self.transports().iter().all(|(_, enabled, _)| !enabled) {
-            return Err(ConfigError::BadValue {
+            problems.push(ConfigError::BadValue {
                 key: "tcp.enabled".into(),
                 value: "false".into(),
                 expected: "setting: every transport is disabled (tcp, quic, http, websocket), so \
@@ -947,16 +948,16 @@ impl Config {
             });
         }
         if self.limits.max_frame_size < MIN_FRAME_SIZE {
-            return Err(ConfigError::BadValue {
+            problems.push(ConfigError::BadValue {
                 key: "limits.max_frame_size".into(),
                 value: self.limits.max_frame_size.to_string(),
                 expected: "frame size (at least 8192 bytes: smaller frames refuse ordinary \
                            requests and replies)",
             });
         }
-        self.system.checked_max_disk_stall()?;
+        problems.extend(self.system.checked_max_disk_stall().err());
         if self.partition.consumer_offsets_max == 0 {
-            return Err(ConfigError::BadValue {
+            problems.push(ConfigError::BadValue {
                 key: "partition.consumer_offsets_max".into(),
                 value: "0".into(),
                 expected: "consumer offset keys per partition (1 to 4294967295)",
@@ -964,14 +965,14 @@ impl Config {
         }
         let logging = &self.system.logging;
         if !LOG_LEVELS.contains(&logging.level.to_ascii_lowercase().as_str()) {
-            return Err(ConfigError::BadValue {
+            problems.push(ConfigError::BadValue {
                 key: "system.logging.level".into(),
                 value: logging.level.clone(),
                 expected: "log level (trace, debug, info, warn, error or off)",
             });
         }
         if !matches!(logging.format.as_str(), "text" | "json") {
-            return Err(ConfigError::BadValue {
+            problems.push(ConfigError::BadValue {
                 key: "system.logging.format".into(),
                 value: logging.format.clone(),
                 expected: "log format (text or json)",
@@ -982,23 +983,27 @@ impl Config {
                 continue;
             }
             let key = format!("{name}.address");
-            let addr: SocketAddr = address.parse().map_err(|_| ConfigError::BadAddress {
-                key: key.clone(),
-                value: address.to_string(),
-            })?;
+            let Ok(addr) = address.parse::<SocketAddr>() else {
+                problems.push(ConfigError::BadAddress {
+                    key,
+                    value: address.to_string(),
+                });
+                continue;
+            };
             // A cluster node is advertised by its roster entry (`ip`, or `advertised_address`).
             if addr.ip().is_unspecified()
                 && self.node.advertised_address.trim().is_empty()
                 && !self.cluster.enabled
                 && !offline
             {
-                return Err(ConfigError::WildcardWithoutAdvertised { key });
+                problems.push(ConfigError::WildcardWithoutAdvertised { key });
             }
         }
         let enabled = self.transports().map(|(name, enabled, _)| (name, enabled));
-        self.cluster.validate(&enabled)?;
-        self.http.validate()?;
-        self.validate_transports()
+        problems.extend(self.cluster.validate(&enabled).err());
+        self.http.validate(&mut problems);
+        self.validate_transports(&mut problems);
+        ConfigError::of(problems)
     }
 
     /// The address other nodes and clients are told about (cluster metadata).
@@ -1026,7 +1031,7 @@ impl Config {
 
 /// The binary transports' own rules (QUIC, WebSocket, TLS).
 impl Config {
-    fn validate_transports(&self) -> Result<(), ConfigError> {
+    fn validate_transports(&self, problems: &mut Vec<ConfigError>) {
         let bad = |key: &str, value: String, expected| ConfigError::BadValue {
             key: key.into(),
             value,
@@ -1051,20 +1056,26 @@ impl Config {
         ];
         for (section, used, tls) in certificates {
             if used {
-                certificate_source(section, tls.self_signed, &tls.cert_file, &tls.key_file)?;
+                problems.extend(
+                    certificate_source(section, tls.self_signed, &tls.cert_file, &tls.key_file)
+                        .err(),
+                );
             }
         }
         let quic = &self.quic;
         if quic.enabled {
             let certificate = &quic.certificate;
-            certificate_source(
-                "quic.certificate",
-                certificate.self_signed,
-                &certificate.cert_file,
-                &certificate.key_file,
-            )?;
+            problems.extend(
+                certificate_source(
+                    "quic.certificate",
+                    certificate.self_signed,
+                    &certificate.cert_file,
+                    &certificate.key_file,
+                )
+                .err(),
+            );
             if quic.initial_mtu < 1200 {
-                return Err(bad(
+                problems.push(bad(
                     "quic.initial_mtu",
                     quic.initial_mtu.to_string(),
                     "MTU (at least 1200, QUIC's minimum)",
@@ -1081,18 +1092,18 @@ impl Config {
                 ("quic.max_idle_timeout_ms", quic.max_idle_timeout_ms),
             ] {
                 if value > varint_max {
-                    return Err(bad(key, value.to_string(), "QUIC integer (below 2^62)"));
+                    problems.push(bad(key, value.to_string(), "QUIC integer (below 2^62)"));
                 }
             }
             if quic.max_concurrent_bidi_streams == 0 {
-                return Err(bad(
+                problems.push(bad(
                     "quic.max_concurrent_bidi_streams",
                     "0".into(),
                     "stream count (at least 1: every request is a stream)",
                 ));
             }
             if quic.max_reply_size < QUIC_REPLY_MIN {
-                return Err(bad(
+                problems.push(bad(
                     "quic.max_reply_size",
                     quic.max_reply_size.to_string(),
                     "reply size (at least 65536 bytes)",
@@ -1104,13 +1115,13 @@ impl Config {
                 ("quic.receive_window", quic.receive_window),
             ] {
                 if value == 0 {
-                    return Err(bad(key, "0".into(), "window in bytes (at least 1)"));
+                    problems.push(bad(key, "0".into(), "window in bytes (at least 1)"));
                 }
             }
         }
         let ws = &self.websocket;
         if ws.enabled && (ws.max_frame_size == 0 || ws.max_frame_size > ws.max_message_size) {
-            return Err(bad(
+            problems.push(bad(
                 "websocket.max_frame_size",
                 ws.max_frame_size.to_string(),
                 "frame size (1 to websocket.max_message_size)",
@@ -1121,13 +1132,12 @@ impl Config {
             && ws.max_write_buffer_size != 0
             && ws.max_write_buffer_size <= ws.write_buffer_size
         {
-            return Err(bad(
+            problems.push(bad(
                 "websocket.max_write_buffer_size",
                 ws.max_write_buffer_size.to_string(),
                 "size in bytes above websocket.write_buffer_size, or 0 for no limit",
             ));
         }
-        Ok(())
     }
 }
 
@@ -1258,6 +1268,33 @@ mod tests {
             _ => None,
         };
         assert!(matches!(load(None, env).unwrap_err(), ConfigError::Several(p) if p.len() == 2));
+    }
+
+    /// Values of the right type that the node cannot serve with are listed at once too, across
+    /// sections (each used to be said only once the one before it was fixed).
+    #[test]
+    fn every_bad_value_is_listed_at_once() {
+        let file = "[system]\ndurability = \"x\"\nsegment_size = 1\n\
+                    [http]\nmax_request_size = 0\n\
+                    [quic]\ninitial_mtu = 100\n";
+        let env = |k: &str| match k {
+            "IGGY_LIMITS_MAX_CONNECTIONS" => Some("0".into()),
+            "IGGY_TCP_ADDRESS" => Some("nowhere".into()),
+            _ => None,
+        };
+        let e = load(Some(file), env).unwrap_err();
+        let text = e.to_string();
+        assert!(text.starts_with("config: 6 problems:"), "{text}");
+        for key in [
+            "system.durability",
+            "system.segment_size",
+            "http.max_request_size",
+            "quic.initial_mtu",
+            "limits.max_connections",
+            "tcp.address",
+        ] {
+            assert!(text.contains(&format!("`{key}`")), "{key} in {text}");
+        }
     }
 
     #[test]
