@@ -640,6 +640,71 @@ fn a_data_directory_the_server_may_not_write_is_refused_at_start_with_exit_1() {
     }
 }
 
+/// A data directory this process may write, holding files it may not (its top directory
+/// given to the server's user, its files left another's: a `chown` without `-R`), is refused
+/// at start with exit 1 naming a file, before anything in it changes: it failed as a storage
+/// failure (74, restarted in vain) after replacing the QUIC reset key.
+#[test]
+fn a_data_directory_holding_files_the_server_may_not_write_is_refused_at_start_unchanged() {
+    let root = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        root.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let data = root.path().join("data");
+    let journal = data.join("metadata").join("journal.wal");
+    std::fs::create_dir_all(journal.parent().unwrap()).unwrap();
+    std::fs::write(&journal, b"someone else's").unwrap();
+    // SAFETY: getuid(2) cannot fail.
+    let as_root = unsafe { libc::getuid() } == 0;
+    let binary = root.path().join("iggy-server");
+    std::fs::copy(server_binary(), &binary).unwrap();
+    let mut start = match as_root {
+        true => {
+            // The directories are nobody's, the journal stays root's (0644).
+            for dir in [&data, &data.join("metadata")] {
+                std::os::unix::fs::chown(dir, Some(65534), Some(65534)).unwrap();
+            }
+            let mut c = Command::new("setpriv");
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                .arg(&binary);
+            c
+        }
+        false => {
+            std::fs::set_permissions(
+                &journal,
+                std::os::unix::fs::PermissionsExt::from_mode(0o444),
+            )
+            .unwrap();
+            Command::new(&binary)
+        }
+    };
+    start
+        .env_remove("RUST_LOG")
+        .env("IGGY_SYSTEM_PATH", &data)
+        .env("IGGY_TCP_ADDRESS", "127.0.0.1:0")
+        .env("IGGY_QUIC_ADDRESS", "127.0.0.1:0")
+        .env("IGGY_HTTP_ENABLED", "false")
+        .current_dir(root.path())
+        .stdin(Stdio::null())
+        .arg("--with-default-root-credentials");
+    let out = output_of_a_refused_start(&mut start);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("may not read and write") && stderr.contains("journal.wal"),
+        "{stderr}"
+    );
+    let mut left: Vec<_> = std::fs::read_dir(&data)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["metadata"], "nothing written beside it");
+    assert_eq!(std::fs::read(&journal).unwrap(), b"someone else's");
+}
+
 /// Root credentials the server would refuse for any user (a 1-byte name or password) are
 /// refused at start with exit 1 naming the variable, before anything is written: such a start
 /// served with no root user, and its data directory could never get one.

@@ -756,22 +756,20 @@ fn hold_data_dir(path: &str, held: Option<DirLock>) -> Result<Option<DirLock>, E
 
 /// A data directory this process may not write (another user's, a read-only mount), or may
 /// not create, is refused at start (exit 1, the operator's to fix): its first write would
-/// fail as a storage failure (74), which tells a supervisor to start it again, in vain.
+/// fail as a storage failure (74), which tells a supervisor to start it again, in vain. So is
+/// one holding files or directories it may not read and write (a `chown` of the top directory
+/// only, or a unit run as another user), before anything in it changes.
 fn writable_data_dir(path: &std::path::Path) -> Result<(), String> {
-    use std::os::unix::ffi::OsStrExt;
     // The directory, or the nearest ancestor that exists (where it would be made).
     let existing = path
         .ancestors()
         .find(|dir| !dir.as_os_str().is_empty() && dir.exists())
         .unwrap_or(std::path::Path::new("."));
-    let Ok(name) = std::ffi::CString::new(existing.as_os_str().as_bytes()) else {
-        return Ok(());
+    let error = match may_access(existing, libc::W_OK | libc::X_OK) {
+        Ok(()) if existing == path => return entries_read_and_writable(path),
+        Ok(()) => return Ok(()),
+        Err(error) => error,
     };
-    // SAFETY: access(2) reads a NUL-terminated path and changes nothing.
-    if unsafe { libc::access(name.as_ptr(), libc::W_OK | libc::X_OK) } == 0 {
-        return Ok(());
-    }
-    let error = std::io::Error::last_os_error();
     let what = match existing == path {
         true => format!("the data directory {}", path.display()),
         false => format!(
@@ -784,6 +782,71 @@ fn writable_data_dir(path: &std::path::Path) -> Result<(), String> {
         "{what}: not writable by this process (uid {}): {error}",
         // SAFETY: getuid(2) cannot fail.
         unsafe { libc::getuid() }
+    ))
+}
+
+/// Whether this process may access `path` as `mode` asks (access(2)); a path that is no C
+/// string is taken as accessible (what opens it says why not).
+fn may_access(path: &std::path::Path, mode: libc::c_int) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(name) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return Ok(());
+    };
+    // SAFETY: access(2) reads a NUL-terminated path and changes nothing.
+    match unsafe { libc::access(name.as_ptr(), mode) } {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
+    }
+}
+
+/// Every file and directory under the data directory `root` that this process may not read
+/// and write (directories: and enter), named (the first few) in one refusal.
+fn entries_read_and_writable(root: &std::path::Path) -> Result<(), String> {
+    const NAMED: usize = 3;
+    let mut refused = Vec::new();
+    let mut count = 0usize;
+    let mut pending = vec![root.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue; // the directory itself was judged (unreadable: refused below)
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let is_dir = entry.file_type().is_ok_and(|kind| kind.is_dir());
+            let mode = match is_dir {
+                true => libc::R_OK | libc::W_OK | libc::X_OK,
+                false => libc::R_OK | libc::W_OK,
+            };
+            match may_access(&path, mode) {
+                Ok(()) if is_dir => pending.push(path),
+                Ok(()) => {}
+                Err(error) => {
+                    count += 1;
+                    if refused.len() < NAMED {
+                        refused.push(format!("{} ({error})", path.display()));
+                    }
+                }
+            }
+        }
+    }
+    if let Err(error) = may_access(root, libc::R_OK) {
+        count += 1;
+        refused.insert(0, format!("{} ({error})", root.display()));
+    }
+    if count == 0 {
+        return Ok(());
+    }
+    let more = match count > refused.len() {
+        true => format!(" and {} more", count - refused.len()),
+        false => String::new(),
+    };
+    Err(format!(
+        "the data directory {} holds {count} entries this process (uid {}) may not read and \
+         write: {}{more}; give them to the user the server runs as (chown -R)",
+        root.display(),
+        // SAFETY: getuid(2) cannot fail.
+        unsafe { libc::getuid() },
+        refused.join(", ")
     ))
 }
 
