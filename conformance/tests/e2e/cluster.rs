@@ -827,6 +827,66 @@ async fn a_primary_stopped_past_the_heartbeat_timeout_steps_down_and_rejoins() {
     assert_acknowledged_exactly_once(&reader, stream, topic, &acked).await;
 }
 
+/// The metadata primary stopped (SIGSTOP) for 20 s: the partitions the two live nodes lead
+/// keep taking the SDK's writes after about a heartbeat timeout (2 s here), not only once it
+/// runs again. Their grant leases, which came from the stopped node, run out before the live
+/// pair elects a new metadata primary; they used to answer 58 in that gap, and the official
+/// client, told 58, asks the next node in id order for the route, which may be the stopped one:
+/// it waited there until the stop ended or its 30 s deadline (every partition stalled 17-20 s of
+/// a 20 s stop). A node without a lease now waits for one before answering.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_to_live_primaries_go_on_while_the_metadata_primary_is_stopped() {
+    let cluster = TestCluster::start(3);
+    let (metadata_primary, _) = cluster.primary(METADATA_GROUP).expect("a metadata primary");
+    let stopped = usize::from(metadata_primary);
+    // Given a live node's address, as an application with one bootstrap address would be.
+    let client = Arc::new(cluster.root_client((stopped + 1) % 3).await);
+    let partitions = 6;
+    let (stream, topic, partition_groups) = create_topic(&client, partitions).await;
+    let producer = Producer::start(client.clone(), stream, topic, partitions);
+    producer
+        .wait_progress("before the stop", 4, Duration::from_secs(20))
+        .await;
+    let live_led: Vec<usize> = partition_groups
+        .iter()
+        .enumerate()
+        .filter(|&(_, &group)| cluster.primary(group).is_some_and(|(p, _)| p != metadata_primary))
+        .map(|(partition, _)| partition)
+        .collect();
+    assert!(!live_led.is_empty(), "partitions spread over the nodes");
+    cluster.pause(stopped);
+    let stopped_at = Instant::now();
+    let stop_for = Duration::from_secs(20);
+    // The longest time each live-led partition went without an acknowledgement in the stop.
+    let mut last_progress = vec![stopped_at; partitions as usize];
+    let mut longest_gap = vec![Duration::ZERO; partitions as usize];
+    let mut counts = producer.counts();
+    while stopped_at.elapsed() < stop_for {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now_counts = producer.counts();
+        for &partition in &live_led {
+            if now_counts[partition] > counts[partition] {
+                last_progress[partition] = Instant::now();
+            }
+            longest_gap[partition] = longest_gap[partition].max(last_progress[partition].elapsed());
+        }
+        counts = now_counts;
+    }
+    cluster.resume(stopped);
+    let gaps: Vec<(usize, Duration)> = live_led.iter().map(|&p| (p, longest_gap[p])).collect();
+    eprintln!("longest gap without an acknowledgement per live-led partition: {gaps:?}");
+    let acked = producer.finish().await;
+    for (partition, gap) in gaps {
+        assert!(
+            gap < Duration::from_secs(10),
+            "partition {partition}, led by a live node, took no write for {gap:?} of the \
+             {stop_for:?} stop (heartbeat timeout 2 s)"
+        );
+    }
+    let reader = cluster.root_client((stopped + 1) % 3).await;
+    assert_acknowledged_exactly_once(&reader, stream, topic, &acked).await;
+}
+
 /// A node leading the metadata group and a partition, stopped (SIGSTOP) past the heartbeat
 /// timeout and cut off from its peers while they elect others and acknowledge a write, serves
 /// no read of its old copy once it runs again: the acknowledgements it led by are older than

@@ -69,6 +69,8 @@ pub struct LeaseBook {
     /// The grants held, each valid on its own terms: a later one asks a later commit applied,
     /// so the earlier ones keep this node judging while it applies it.
     held: VecDeque<Held>,
+    /// When the latest grant this node was given runs out (`None`: never given one).
+    held_until: Option<Instant>,
     /// Per peer: whether its latest Pong said it grants leases (`None`: no Pong yet).
     grants_leases: Vec<Option<bool>>,
     /// Per peer: the highest metadata op it reported applied.
@@ -94,6 +96,7 @@ impl LeaseBook {
             duration,
             pings: vec![VecDeque::new(); n],
             held: VecDeque::new(),
+            held_until: None,
             grants_leases: vec![None; n],
             reported: vec![0; n],
             granted: vec![BTreeMap::new(); n],
@@ -147,6 +150,7 @@ impl LeaseBook {
             return;
         };
         let until = sent + self.duration;
+        self.held_until = Some(self.held_until.map_or(until, |held| held.max(until)));
         if self.held.len() == PINGS_KEPT {
             self.held.pop_front();
         }
@@ -216,6 +220,17 @@ impl LeaseBook {
         }
         self.held.retain(|held| now < held.until);
         self.held.iter().any(|held| stand.applied >= held.commit)
+    }
+
+    /// Until when a request this node may not judge now waits for a lease before it is
+    /// answered 58: a lease that ran out less than a lease ago most likely came from a
+    /// metadata primary that went silent, whose successor the live nodes elect about when it
+    /// runs out and which grants at the next Ping; waited for until a lease after it ran out.
+    /// `None` (answer at once): never granted one, long without one (cut off from the
+    /// primary), or stopping.
+    pub fn regained_by(&self, now: Instant) -> Option<Instant> {
+        let by = self.held_until? + self.duration;
+        (now < by && !self.stopping).then_some(by)
     }
 
     /// Whether a change that took grants away, committed at `op`, may be answered: every
@@ -345,6 +360,12 @@ impl NodeLeases {
             .is_some_and(|stand| self.book.borrow_mut().may_judge(stand, now))
     }
 
+    /// Until when a request waits for a lease this node lost moments ago
+    /// ([`LeaseBook::regained_by`]).
+    pub fn regained_by(&self, now: Instant) -> Option<Instant> {
+        self.book.borrow().regained_by(now)
+    }
+
     /// Whether a change taking grants away, committed at `op` (learned at `learned_at`), may
     /// be answered now ([`LeaseBook::fence_clear`]).
     pub fn fence_clear(&self, op: u64, learned_at: Instant, now: Instant) -> bool {
@@ -422,6 +443,34 @@ mod tests {
         // A Pong echoing a Ping never sent grants nothing.
         book.pong_heard(1, 999, true, Some(7));
         assert!(!book.may_judge(backup(7), at(origin, 10_000)));
+    }
+
+    #[test]
+    fn a_lease_lost_moments_ago_is_waited_for_and_one_long_gone_or_never_had_is_not() {
+        let origin = Instant::now();
+        let mut book = LeaseBook::new(0, 3, LEASE);
+        assert_eq!(book.regained_by(origin), None, "never granted one");
+        book.ping_sent(1, 1, at(origin, 0));
+        book.pong_heard(1, 1, true, Some(4));
+        book.ping_sent(1, 2, at(origin, 2_000));
+        book.pong_heard(1, 2, true, Some(5));
+        // The latest grant runs out at 12 s: a successor's is waited for until 22 s.
+        assert!(!book.may_judge(backup(5), at(origin, 12_000)));
+        assert_eq!(
+            book.regained_by(at(origin, 12_000)),
+            Some(at(origin, 22_000))
+        );
+        assert_eq!(
+            book.regained_by(at(origin, 21_999)),
+            Some(at(origin, 22_000))
+        );
+        assert_eq!(
+            book.regained_by(at(origin, 22_000)),
+            None,
+            "cut off: at once"
+        );
+        book.relinquish();
+        assert_eq!(book.regained_by(at(origin, 12_000)), None, "stopping");
     }
 
     #[test]

@@ -234,6 +234,9 @@ async fn dispatch(
             if let Err(error) = take_request(node, &header) {
                 return request.fail(error);
             }
+            if operation != Operation::Logout {
+                lease_regained(node, &request).await;
+            }
             let routing = connection.routing;
             let result = match operation {
                 Operation::Logout => logout(node, connection, &request, bound).await,
@@ -283,6 +286,32 @@ fn authenticated(node: &Node, connection: &Connection, header: &RequestHeader) -
     }
     (bound.client == header.client && (header.session == 0 || header.session == bound.session))
         .then_some(bound)
+}
+
+/// Waits, while this cluster node may not judge grants because the grant lease it held ran out
+/// moments ago (`consensus::grant_lease`, `regained_by`), for the next metadata primary's
+/// grant, within a quarter of the request's time before its deadline; then the request goes
+/// on, answered 58 where it needs a judgement still. A metadata primary that went silent is
+/// succeeded about when its leases run out: answered 58 in that gap, the official client asks
+/// the next node in id order for the partition's route, which may be the silent one, and
+/// waits on it until it runs again or the client's 30 s deadline (every partition's writes
+/// stalled for the whole of a 20 s SIGSTOP of the metadata primary).
+async fn lease_regained(node: &Node, request: &Request<'_>) {
+    let Some(plane) = &node.shared.plane else {
+        return;
+    };
+    let leases = plane.leases();
+    let now = std::time::Instant::now();
+    if leases.may_judge(now) {
+        return;
+    }
+    let Some(regained_by) = leases.regained_by(now) else {
+        return;
+    };
+    let until = regained_by.min(request.answer_by - request.deadline / 4);
+    while std::time::Instant::now() < until && !leases.may_judge(std::time::Instant::now()) {
+        compio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
 }
 
 /// A replicated request names its session and a request number above the register's 0 (the
@@ -1687,6 +1716,10 @@ async fn non_replicated(
         return Err(ErrorCode::Unauthenticated);
     };
     session_metadata_reached(node, connection.routing, header).await?;
+    // The roster is what a client asks to find where to go: never held back.
+    if code != 12 {
+        lease_regained(node, request).await;
+    }
     let routing = connection.routing;
     let commit = node.shared.metadata.borrow().commit;
     let user = bound.user_id;
