@@ -455,8 +455,14 @@ async fn bad_requests_get_clear_statuses_and_the_server_stays_up() {
     let huge = vec![b'x'; 200_000];
     assert_eq!(raw(&api, "POST", "/streams", t, &huge).await.0, 413);
 
+    // A wrong password is 400 with its code, as upstream (401 is "no valid token", which the
+    // official client reports as Unauthenticated); so is a wrong current password on a change.
     let bad_login = br#"{"username":"iggy","password":"wrong"}"#;
-    assert_eq!(raw(&api, "POST", "/users/login", None, bad_login).await.0, 401);
+    let (status, body) = raw(&api, "POST", "/users/login", None, bad_login).await;
+    assert_eq!((status, refusal(&body)["id"].as_u64()), (400, Some(42)));
+    let change = br#"{"current_password":"wrong","new_password":"newpass"}"#;
+    let (status, body) = raw(&api, "PUT", "/users/0/password", t, change).await;
+    assert_eq!((status, refusal(&body)["id"].as_u64()), (400, Some(42)));
 
     // Still serving, with the same token.
     assert_eq!(raw(&api, "GET", "/ping", None, b"").await.0, 200);

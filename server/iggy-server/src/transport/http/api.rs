@@ -150,16 +150,17 @@ pub fn refusal_text(id: u32, code: &str, reason: &str) -> Refusal {
     }
 }
 
-/// The status the official client maps `error` to.
+/// The status the official client maps `error` to. 401 only for a request without a valid
+/// token, as upstream: the client reads 401 as "not signed in" (Unauthenticated, 40), so a
+/// wrong password (a login's, or a password change's current one) or an expired personal
+/// access token is 400 with its code in the body, as the binary transports answer it.
 fn status_of(error: ErrorCode) -> u16 {
     use ErrorCode as E;
     match error {
         E::Unauthenticated
         | E::AccessTokenMissing
         | E::InvalidAccessToken
-        | E::InvalidPersonalAccessToken
-        | E::PersonalAccessTokenExpired
-        | E::InvalidCredentials => 401,
+        | E::InvalidPersonalAccessToken => 401,
         E::Unauthorized => 403,
         // May have been executed: a 5xx the client neither resends nor reads as refused.
         E::TransientNotCommitted => 504,
