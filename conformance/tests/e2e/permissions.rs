@@ -8,7 +8,7 @@ use crate::test_cluster::*;
 use iggy::prelude::*;
 use std::collections::BTreeMap;
 use std::str::FromStr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 async fn create_user(client: &IggyClient, user: &str, perms: Option<Permissions>) {
     let options = UserCreateOptions::default();
@@ -250,6 +250,38 @@ async fn a_partition_primary_that_lags_a_revocation_refuses_the_revoked_user() {
     // Nothing of hers was stored after the revocation, once the lagging node caught up.
     let stored = poll(&root, &id(0), &id(0), led, &consumer("check"), PollingStrategy::first(), 10, false).await;
     assert_eq!(payloads(&stored), vec!["before-0".to_string()], "what partition {led} holds");
+}
+
+/// A user deactivated through the SDK's `update_user` (0.12.0's UpdateResource, user scope) is
+/// answered only once no node may still judge by a copy without it, as a revocation is: with
+/// the backup that leads one of the user's partitions held back from the metadata primary, the
+/// deactivation waits out that node's grant lease (2 s heartbeat timeout). It used to be
+/// answered at once (only 0.11.1's UpdateUser was counted as taking grants away).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_deactivated_through_update_user_is_answered_once_no_node_judges_without_it() {
+    let cluster = TestCluster::start(3);
+    let (primary, backup) = crate::cluster::metadata_primary_and_backup(&cluster).await;
+    let root = cluster.root_client(primary).await;
+    let all = Permissions { global: GlobalPermissions { read_streams: true, send_messages: true, ..Default::default() }, streams: None };
+    let options = UserCreateOptions::default();
+    ok("create frank", within("create", root.create_user("frank", "frank-secret", UserStatus::Active, Some(all), &options)).await);
+    let frank = signed_in(&cluster.node(backup).connection_string("frank", "frank-secret"), "frank on the backup").await;
+    ok("frank lists streams", within("streams", frank.get_streams()).await);
+
+    cluster.hold(primary, backup);
+    let deactivate = UserUpdateOptions { status: Some(UserStatus::Inactive), ..Default::default() };
+    let started = Instant::now();
+    let deactivated = within("deactivate", root.update_user(&name("frank"), &deactivate)).await;
+    let answered_after = started.elapsed();
+    cluster.release(primary, backup);
+    ok("deactivate", deactivated);
+    assert!(
+        answered_after >= Duration::from_secs(2),
+        "answered after {answered_after:?}, while node {backup} could still judge by its copy \
+         without it"
+    );
+    let refused = within("streams", frank.get_streams()).await;
+    assert!(refused.is_err(), "frank's session ended: {refused:?}");
 }
 
 /// A request the revoked user sent while the revocation was prepared on the metadata primary

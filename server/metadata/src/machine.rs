@@ -617,6 +617,7 @@ mod tests {
         for operation in [
             Operation::UpdatePermissions,
             Operation::UpdateUser,
+            Operation::UpdateResource,
             Operation::DeleteUser,
             Operation::DeletePersonalAccessToken,
         ] {

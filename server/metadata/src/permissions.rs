@@ -104,15 +104,18 @@ pub fn permissions_to_wire(permissions: &Permissions) -> WirePermissions {
 }
 
 /// Whether `operation` may take grants away once applied: a user's permissions replaced, the
-/// user deleted or made inactive (an update may set the status), a personal access token
-/// deleted. In a cluster such a change is answered only once no node judges by a metadata
-/// copy without it (the server's `consensus/grant_lease.rs`).
+/// user deleted or made inactive (an update may set the status: 0.11.1's UpdateUser, or
+/// 0.12.0's UpdateResource, whose user scope the SDK's `update_user` sends; its stream and
+/// topic scopes are counted too, as the operation alone is known where this is asked), a
+/// personal access token deleted. In a cluster such a change is answered only once no node
+/// judges by a metadata copy without it (the server's `consensus/grant_lease.rs`).
 pub fn takes_grants_away(operation: Operation) -> bool {
     matches!(
         operation,
         Operation::UpdatePermissions
             | Operation::DeleteUser
             | Operation::UpdateUser
+            | Operation::UpdateResource
             | Operation::DeletePersonalAccessToken
     )
 }
