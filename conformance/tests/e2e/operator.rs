@@ -705,6 +705,46 @@ fn a_data_directory_holding_files_the_server_may_not_write_is_refused_at_start_u
     assert_eq!(std::fs::read(&journal).unwrap(), b"someone else's");
 }
 
+/// A data directory that is a symlink to a volume: `--fresh` empties the volume's directory and
+/// keeps the symlink (it removed the symlink, left the old history on the volume, and made the
+/// new one on the working directory's filesystem). A symlink whose target is gone (a volume
+/// not mounted) is refused at start with exit 1 naming both (it was a storage failure, 74).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fresh_on_a_symlinked_data_directory_empties_the_volume_and_keeps_the_symlink() {
+    let mut server = TestServer::start();
+    let client = server.root_client().await;
+    create_stream_and_topic(&client, "old", "t", 1).await;
+    drop(client);
+    server.stop();
+    let data = server.data_dir();
+    let volume = server.dir().join("volume");
+    std::fs::create_dir(&volume).unwrap();
+    let target = volume.join("iggy");
+    std::fs::rename(&data, &target).unwrap();
+    std::os::unix::fs::symlink(&target, &data).unwrap();
+
+    server.start_again_with(&["--fresh"]);
+    let client = server.root_client().await;
+    let streams = ok("streams", within("streams", client.get_streams()).await);
+    assert!(streams.is_empty(), "a fresh history: {streams:?}");
+    create_stream_and_topic(&client, "new", "t", 1).await;
+    drop(client);
+    server.stop();
+    let link = std::fs::symlink_metadata(&data).unwrap();
+    assert!(link.file_type().is_symlink(), "the data directory is still the symlink");
+    assert!(target.join("metadata").is_dir(), "the new history is on the volume");
+
+    std::fs::remove_dir_all(&target).unwrap();
+    server.start_again_unready();
+    let status = server.wait_exit(START_TIMEOUT).expect("refused, not served");
+    assert_eq!(status.code(), Some(1), "{}", server.log());
+    let log = server.log();
+    assert!(
+        log.contains("is a symlink to") && log.contains("does not exist"),
+        "{log}"
+    );
+}
+
 /// Root credentials the server would refuse for any user (a 1-byte name or password) are
 /// refused at start with exit 1 naming the variable, before anything is written: such a start
 /// served with no root user, and its data directory could never get one.

@@ -716,15 +716,36 @@ fn erasable(path: &std::path::Path) -> Result<(), String> {
     ))
 }
 
-/// `--fresh`: removes the data directory, if there is one.
+/// `--fresh`: empties the data directory, if there is one, keeping the directory itself: a
+/// symlink to a volume keeps naming it (removing the path removed the symlink, left the data
+/// on the volume, and the new history was made on the working directory's filesystem), a
+/// mount point stays one, and the directory keeps its owner and mode.
 fn remove_data_dir(path: &str) -> Result<(), ExitCode> {
-    if !std::path::Path::new(path).exists() {
-        return Ok(());
-    }
-    std::fs::remove_dir_all(path).map_err(|e| {
-        eprintln!("iggy-server: --fresh: cannot remove {path}: {e}");
+    let failed = |what: &std::path::Path, error: std::io::Error| {
+        eprintln!(
+            "iggy-server: --fresh: cannot remove {}: {error}",
+            what.display()
+        );
         ExitCode::FAILURE
-    })
+    };
+    let root = std::path::Path::new(path);
+    let entries = match std::fs::read_dir(root) {
+        Ok(entries) => entries,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(error) => return Err(failed(root, error)),
+    };
+    for entry in entries {
+        let entry = entry.map_err(|error| failed(root, error))?;
+        let path = entry.path();
+        // Not followed: a symlink inside is removed, not what it names.
+        let removed = match entry.file_type() {
+            Ok(kind) if kind.is_dir() => std::fs::remove_dir_all(&path),
+            Ok(_) => std::fs::remove_file(&path),
+            Err(error) => Err(error),
+        };
+        removed.map_err(|error| failed(&path, error))?;
+    }
+    Ok(())
 }
 
 /// The hold on the data directory at `path`: `held` when it is on the directory there now,
@@ -760,6 +781,24 @@ fn hold_data_dir(path: &str, held: Option<DirLock>) -> Result<Option<DirLock>, E
 /// one holding files or directories it may not read and write (a `chown` of the top directory
 /// only, or a unit run as another user), before anything in it changes.
 fn writable_data_dir(path: &std::path::Path) -> Result<(), String> {
+    if let Ok(link) = std::fs::symlink_metadata(path)
+        && link.file_type().is_symlink()
+        && !path.exists()
+    {
+        let target = std::fs::read_link(path).unwrap_or_default();
+        return Err(format!(
+            "the data directory {} is a symlink to {}, which does not exist (a volume not \
+             mounted?)",
+            path.display(),
+            target.display()
+        ));
+    }
+    if path.exists() && !path.is_dir() {
+        return Err(format!(
+            "the data directory {} is not a directory",
+            path.display()
+        ));
+    }
     // The directory, or the nearest ancestor that exists (where it would be made).
     let existing = path
         .ancestors()
