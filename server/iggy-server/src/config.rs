@@ -978,6 +978,15 @@ impl Config {
                 expected: "log format (text or json)",
             });
         }
+        let advertised = self.node.advertised_address.trim();
+        if !advertised.is_empty() && !cluster::is_host(advertised) {
+            problems.push(ConfigError::BadValue {
+                key: "node.advertised_address".into(),
+                value: self.node.advertised_address.clone(),
+                expected: "IP address or host name without a port (clients are told the \
+                           transports' ports)",
+            });
+        }
         for (name, enabled, address) in self.transports() {
             if !enabled {
                 continue;
@@ -1285,6 +1294,14 @@ mod tests {
         let e = load(Some(file), env).unwrap_err();
         let text = e.to_string();
         assert!(text.starts_with("config: 6 problems:"), "{text}");
+        // The address a node is advertised by, as the roster's: a host, no port.
+        for bad in ["myhost:8090", "not a host!"] {
+            let env = |k: &str| (k == "IGGY_NODE_ADVERTISED_ADDRESS").then(|| bad.to_string());
+            let e = load(None, env).unwrap_err().to_string();
+            assert!(e.contains("`node.advertised_address`"), "{bad}: {e}");
+        }
+        let env = |k: &str| (k == "IGGY_NODE_ADVERTISED_ADDRESS").then(|| "iggy.example".into());
+        assert!(load(None, env).is_ok());
         for key in [
             "system.durability",
             "system.segment_size",

@@ -862,7 +862,7 @@ pub fn bind_serves(address: &str, host: &NodeHost) -> bool {
 }
 
 /// An IP literal or an RFC 1123 host name (no port).
-fn is_host(text: &str) -> bool {
+pub(crate) fn is_host(text: &str) -> bool {
     if text.parse::<IpAddr>().is_ok() {
         return true;
     }
