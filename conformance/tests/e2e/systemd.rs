@@ -1,7 +1,7 @@
-//! systemd service notification on the real binary: `iggy-server` built with
-//! `--features systemd` (into `<target>/systemd`, so the normal `<target>/debug/iggy-server`
-//! the other tests use is not rebuilt back and forth), started with a `NOTIFY_SOCKET` this test
-//! binds and, where named, `WATCHDOG_USEC`.
+//! systemd service notification on the real binary, the one every other test runs (the
+//! notification is always built in: a build without it once left the example unit waiting 300 s
+//! for READY=1, restarting the node forever), started with a `NOTIFY_SOCKET` this test binds
+//! and, where named, `WATCHDOG_USEC`.
 //!
 //! - `READY=1` is the first notification, and the TCP listener (the only transport served)
 //!   accepts a connection dialled the moment it arrives.
@@ -11,39 +11,13 @@
 use std::fs::File;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::unix::net::UnixDatagram;
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-/// How long the server gets from spawn to `READY=1` (the first build is not counted).
+/// How long the server gets from spawn to `READY=1`.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// `cargo build --bin iggy-server --features iggy-server/systemd` into `<target>/systemd`:
-/// once per process, under an exclusive file lock across processes (nextest runs each test in
-/// its own). Always run, so the binary is never older than the sources (a no-op build is
-/// about a second).
-fn systemd_binary() -> PathBuf {
-    static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    BIN.get_or_init(build)
-        .clone()
-        .unwrap_or_else(|e| panic!("iggy-server --features systemd: {e}"))
-}
-
-fn build() -> Result<PathBuf, String> {
-    let root = crate::harness::workspace_root();
-    let target = crate::harness::target_dir(&root).join("systemd");
-    let features = ["--features", "iggy-server/systemd"];
-    crate::harness::build_locked(&root, &target, &features, "iggy-e2e-systemd-build.lock", || false)?;
-    let bin = target.join("debug").join("iggy-server");
-    if bin.is_file() {
-        Ok(bin)
-    } else {
-        Err(format!("{} is missing", bin.display()))
-    }
-}
-
-/// The feature-built server as systemd would start it: its own temp dir, a free port, the
+/// The server as systemd would start it: its own temp dir, a free port, the
 /// notify socket bound by the test.
 struct Notified {
     dir: tempfile::TempDir,
@@ -57,7 +31,7 @@ struct Notified {
 
 impl Notified {
     fn start(watchdog_usec: Option<&str>) -> Self {
-        let bin = systemd_binary();
+        let bin = crate::harness::server_binary();
         let dir = tempfile::Builder::new()
             .prefix("iggy-e2e-systemd-")
             .tempdir()

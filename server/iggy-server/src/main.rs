@@ -11,7 +11,6 @@ mod verify;
 
 use iggy_generated::frames::MetadataHistory;
 use iggy_storage::data_dir::DirLock;
-#[cfg(feature = "systemd")]
 use runtime::systemd;
 use runtime::{maintenance, node};
 
@@ -1100,11 +1099,9 @@ async fn run(
     compio::runtime::spawn(maintenance::run(node.clone())).detach();
     #[cfg(debug_assertions)]
     panic_on_purpose();
-    #[cfg(feature = "systemd")]
     let notifier = systemd_ready();
     wait_for_shutdown().await;
     tracing::info!("shutting down: draining in-flight requests");
-    #[cfg(feature = "systemd")]
     if let Some(notifier) = &notifier {
         let _ = notifier.notify("STOPPING=1");
     }
@@ -1191,7 +1188,6 @@ async fn gate_start(
 }
 
 /// Every listener accepts: tell systemd, and keep its watchdog fed.
-#[cfg(feature = "systemd")]
 fn systemd_ready() -> Option<std::rc::Rc<systemd::Notifier>> {
     let notifier = std::rc::Rc::new(systemd::Notifier::from_env()?);
     if let Err(error) = notifier.notify("READY=1") {

@@ -15,5 +15,4 @@ pub mod partition;
 pub mod reconcile;
 pub mod shard;
 pub mod shared;
-#[cfg(any(feature = "systemd", test))]
 pub mod systemd;

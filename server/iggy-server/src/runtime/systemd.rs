@@ -1,6 +1,6 @@
 //! systemd service notification (`sd_notify` protocol): `READY=1` once every enabled listener
-//! accepts, `WATCHDOG=1` at half of `WATCHDOG_USEC`, `STOPPING=1` on shutdown. Only built
-//! with the `systemd` feature; without `NOTIFY_SOCKET` every call does nothing.
+//! accepts, `WATCHDOG=1` at half of `WATCHDOG_USEC`, `STOPPING=1` on shutdown. Always built
+//! (a datagram to a socket, no library): without `NOTIFY_SOCKET` nothing is sent.
 
 use std::os::unix::net::UnixDatagram;
 use std::time::Duration;
@@ -13,7 +13,6 @@ pub struct Notifier {
 
 impl Notifier {
     /// From the environment; `None` when not started by systemd with `Type=notify`.
-    #[cfg_attr(not(feature = "systemd"), allow(dead_code))]
     pub fn from_env() -> Option<Notifier> {
         Notifier::new(&std::env::var("NOTIFY_SOCKET").ok()?)
     }
