@@ -27,6 +27,56 @@ fn three_node_file() -> String {
     text
 }
 
+/// A stop asked for before the node serves ends the start cleanly: exit 0 and a line saying so,
+/// not killed by the signal (143, which a supervisor counts as a crash). Here a cluster node
+/// with no history waits for its peers (none runs) when SIGTERM comes.
+#[test]
+fn a_stop_before_the_node_serves_exits_0_saying_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut text = String::from("[cluster]\nenabled = true\nname = \"e2e-early-stop\"\n");
+    for id in 0..3 {
+        text.push_str(&format!(
+            "\n[[cluster.nodes]]\nname = \"node-{id}\"\nip = \"127.0.0.1\"\nreplica_id = {id}\n\
+             [cluster.nodes.ports]\ntcp = {}\nquic = {}\nhttp = {}\ntcp_replica = {}\n",
+            free_port(),
+            free_port(),
+            free_port(),
+            free_port()
+        ));
+    }
+    std::fs::write(dir.path().join("config.toml"), text).unwrap();
+    let log = dir.path().join("log");
+    let mut child = Command::new(server_binary())
+        .args(["--replica-id", "0", "--with-default-root-credentials"])
+        .env_remove("RUST_LOG")
+        .env("IGGY_SYSTEM_PATH", dir.path().join("data"))
+        .current_dir(dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("run iggy-server");
+    let waiting = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&log).unwrap().contains("replica listener") {
+        assert!(Instant::now() < waiting, "{}", std::fs::read_to_string(&log).unwrap());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // SAFETY: kill(2) with the child's pid, which is not reaped yet.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "still running after SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let log = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(status.code(), Some(0), "{status:?}: {log}");
+    assert!(log.contains("stopped before serving"), "{log}");
+    assert!(!log.contains(" serving\n"), "it did not serve: {log}");
+}
+
 /// Starts the real binary in `dir` with `config.toml` there, a data directory holding one
 /// file, and `--fresh` (which would delete it were the start to get that far).
 fn start(dir: &Path, config: &str, args: &[&str], env: &[(&str, &str)]) -> Output {

@@ -937,6 +937,26 @@ async fn run(
         cut_damaged_journals,
     } = start;
     let (user, pw, generated) = root;
+    // Heard from the start: a stop asked for before the node serves (a long replay, a cluster
+    // node waiting for its peers) ends the process with exit 0 and a line saying so, as
+    // cleanly as a crash would (every file is crash-safe), not killed by the signal (143).
+    let serving = std::rc::Rc::new(std::cell::Cell::new(false));
+    let (stop, stopped) = futures_channel::oneshot::channel::<()>();
+    compio::runtime::spawn({
+        let serving = serving.clone();
+        async move {
+            wait_for_shutdown().await;
+            if !serving.get() {
+                tracing::info!(
+                    "stopped before serving: the start was not finished (the next start \
+                     recovers as after a crash; nothing acknowledged is lost)"
+                );
+                std::process::exit(0);
+            }
+            let _ = stop.send(());
+        }
+    })
+    .detach();
     let plane = if cfg.cluster.enabled {
         let at_start = match data {
             Some(_) => MetadataHistory::Held,
@@ -1084,6 +1104,8 @@ async fn run(
         },
         false => None,
     };
+    // From here on clients are served: a stop drains them (below).
+    serving.set(true);
     let listeners = match transport::listen(&cfg, &node, &quic_reset_key).await {
         Ok(listeners) => listeners,
         Err(error) => {
@@ -1100,7 +1122,7 @@ async fn run(
     #[cfg(debug_assertions)]
     panic_on_purpose();
     let notifier = systemd_ready();
-    wait_for_shutdown().await;
+    let _ = stopped.await;
     tracing::info!("shutting down: draining in-flight requests");
     if let Some(notifier) = &notifier {
         let _ = notifier.notify("STOPPING=1");
