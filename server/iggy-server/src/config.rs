@@ -278,11 +278,16 @@ impl Http {
                  secret; both empty for a random one)",
             ));
         }
-        if self.metrics.enabled && !self.metrics.endpoint.starts_with('/') {
+        let endpoint = &self.metrics.endpoint;
+        if self.metrics.enabled
+            && (!endpoint.starts_with('/')
+                || endpoint.contains(|c: char| c == '?' || c == '#' || c.is_whitespace()))
+        {
             problems.push(bad(
                 "http.metrics.endpoint",
                 self.metrics.endpoint.clone(),
-                "path (starting with /)",
+                "path (starting with /, no query, fragment or space: a request path that \
+                 could equal it)",
             ));
         }
         if self.metrics.enabled && rest_get_route(&self.metrics.endpoint) {
@@ -1490,7 +1495,15 @@ mod tests {
             move |k: &str| (k == "IGGY_HTTP_METRICS_ENDPOINT").then(|| path.to_string())
         };
         // GET /streams and GET /streams/{stream_id} would answer metrics instead.
-        for path in ["/streams", "/streams/", "/streams/orders"] {
+        // And a path no request's path could equal: nothing would answer it.
+        for path in [
+            "/streams",
+            "/streams/",
+            "/streams/orders",
+            "/metrics?x=1",
+            "/metrics#a",
+            "/my metrics",
+        ] {
             let e = load(None, endpoint(path)).unwrap_err();
             assert!(
                 e.to_string().contains("http.metrics.endpoint"),
