@@ -435,8 +435,9 @@ pub fn check(bytes: &Bytes, anchor: Anchor) -> JournalCheck {
                 Severity::Warning,
                 Some(at as u64),
                 format!(
-                    "torn tail ({left} bytes, {why}): an append a crash cut short; recovery \
-                     cuts it"
+                    "torn tail ({left} bytes, {why}): what an earlier use of the file left \
+                     after its end (a journal is reused from its start after each \
+                     checkpoint), or an append a crash cut short; recovery cuts it"
                 ),
             )),
         }
