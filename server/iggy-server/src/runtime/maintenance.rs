@@ -243,6 +243,8 @@ struct QuorumWatch {
     /// When the metadata group last had its quorum, or the node started.
     had_quorum_at: Instant,
     warned_at: Option<Instant>,
+    /// When the last pass ran.
+    passed_at: Instant,
 }
 
 impl QuorumWatch {
@@ -250,7 +252,20 @@ impl QuorumWatch {
         Self {
             had_quorum_at: now,
             warned_at: None,
+            passed_at: now,
         }
+    }
+
+    /// A pass at `now`: one longer than `patience` after the last says this process did not
+    /// run meanwhile (stopped, SIGSTOP, a suspended machine), which tells nothing of its
+    /// quorum: judged from now on, not reported as a quorum lost for the whole stop once the
+    /// process runs again (before it has heard its peers since).
+    fn resumed(&mut self, now: Instant, patience: Duration) {
+        if now.duration_since(self.passed_at) > patience {
+            self.had_quorum_at = now;
+            self.warned_at = None;
+        }
+        self.passed_at = now;
     }
 
     fn pass(&mut self, node: &Node, now: Instant) {
@@ -264,6 +279,7 @@ impl QuorumWatch {
         let heard: Vec<u8> = heard.into_iter().map(|(peer, _)| peer).collect();
         let unheard: Vec<u8> = unheard.into_iter().map(|(peer, _)| peer).collect();
         let patience = node.shared.config.cluster.heartbeat_timeout * 2;
+        self.resumed(now, patience);
         let replicas = plane.replica_count();
         if let Some(warning) = self.judge(now, role, (&heard, &unheard), replicas, patience) {
             tracing::warn!("replica {}: {warning}", node.shared.replica_id);
@@ -293,16 +309,28 @@ impl QuorumWatch {
             return None;
         }
         self.warned_at = Some(now);
+        let quorum = usize::from(replicas) / 2 + 1;
+        // Peers heard (their links carry frames) while the group is out of touch: what they
+        // send is late or lost on the way (a slow or lossy link), not absent.
+        let hears = match heard.len() + 1 >= quorum {
+            true => format!(
+                "hears {} of its {} peers, but its frames from them are too late or lost \
+                 (a slow or lossy replica network?)",
+                heard.len(),
+                replicas - 1
+            ),
+            false => format!(
+                "hears {} of its {} peers (not {unheard:?})",
+                heard.len(),
+                replicas - 1
+            ),
+        };
         Some(format!(
-            "no quorum for {}s: the metadata group is {:?} and this node hears {} of its {} \
-             peers (not {unheard:?}); {} of the {replicas} replicas must run and reach each \
-             other before anything is served (start the nodes that are down, or check the \
-             replica network)",
+            "no quorum for {}s: the metadata group is {:?} and this node {hears}; {quorum} of \
+             the {replicas} replicas must run and reach each other before anything is served \
+             (start the nodes that are down, or check the replica network)",
             without.as_secs(),
             role.status,
-            heard.len(),
-            replicas - 1,
-            usize::from(replicas) / 2 + 1,
         ))
     }
 }
@@ -986,6 +1014,45 @@ mod tests {
         assert_eq!(watch.judge(true, at(35), patience), None);
     }
 
+    /// A process stopped (SIGSTOP) for longer than the patience judges its quorum from when it
+    /// runs again: it said "no quorum for 90s … hears 2 of its 2 peers" on SIGCONT.
+    #[test]
+    fn a_process_that_did_not_run_judges_its_quorum_from_when_it_runs_again() {
+        use crate::consensus::figures::GroupRole;
+        let out_of_touch = GroupRole {
+            status: iggy_vsr::Status::Normal,
+            primary: 1,
+            in_touch: false,
+            muted: false,
+            applied_view_log: true,
+        };
+        let start = Instant::now();
+        let at = |secs: u64| start + Duration::from_secs(secs);
+        let patience = Duration::from_secs(10);
+        let mut watch = QuorumWatch::new(start);
+        watch.resumed(at(1), patience);
+        // Stopped from 1 s to 91 s: its first pass after does not count the stop.
+        watch.resumed(at(91), patience);
+        assert_eq!(
+            watch.judge(at(91), out_of_touch, (&[0, 2], &[]), 3, patience),
+            None
+        );
+        watch.resumed(at(92), patience);
+        assert_eq!(
+            watch.judge(at(92), out_of_touch, (&[0, 2], &[]), 3, patience),
+            None
+        );
+        // Passes that keep running count as before.
+        for second in 93..=101 {
+            watch.resumed(at(second), patience);
+        }
+        assert!(
+            watch
+                .judge(at(101), out_of_touch, (&[0, 2], &[]), 3, patience)
+                .is_some()
+        );
+    }
+
     #[test]
     fn a_node_without_a_quorum_warns_after_two_heartbeat_timeouts_then_every_30_s() {
         use crate::consensus::figures::GroupRole;
@@ -1020,10 +1087,12 @@ mod tests {
             watch.judge(at(39), role(Recovering, false), (&[2], &[]), 3, patience),
             None
         );
+        let warning = watch
+            .judge(at(40), role(Recovering, false), (&[2], &[]), 3, patience)
+            .expect("due");
         assert!(
-            watch
-                .judge(at(40), role(Recovering, false), (&[2], &[]), 3, patience)
-                .is_some()
+            warning.contains("hears 1 of its 2 peers, but its frames from them are too late"),
+            "a quorum of links up: {warning}"
         );
         // A backup that no longer hears its primary has no quorum either; once in touch again
         // the clock starts over.
