@@ -77,6 +77,29 @@ async fn create_user_with_duplicate_name_fails_with_46() {
     );
 }
 
+/// A user name that shows as another in a user list (an invisible character, white space at an
+/// edge) is refused with InvalidUsername (43), on creation and on a rename: a user manager made
+/// users that read "iggy" beside root.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn user_names_that_show_as_another_are_refused_with_43() {
+    let server = TestServer::start();
+    let root = server.root_client().await;
+    let options = UserCreateOptions::default();
+    for lookalike in ["iggy\u{200B}", "iggy ", "\u{202E}yggi"] {
+        expect_code(
+            &format!("create {lookalike:?}"),
+            within("create_user", root.create_user(lookalike, "a-secret", UserStatus::Active, None, &options)).await,
+            43,
+        );
+    }
+    create_user(&root, "alice", "alice-secret", None).await;
+    let rename = UserUpdateOptions { username: Some(" iggy".into()), ..Default::default() };
+    expect_code("rename", within("update_user", root.update_user(&name("alice"), &rename)).await, 43);
+    let users = ok("users", within("get_users", root.get_users()).await);
+    let names: Vec<&str> = users.iter().map(|u| u.username.as_str()).collect();
+    assert_eq!(names, [ROOT_USER, "alice"]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn update_permissions_replaces_the_users_permissions() {
     let server = TestServer::start();

@@ -12,7 +12,7 @@ use iggy_generated::payloads::{
     CreatePartitionsRequest, CreatePersonalAccessTokenRequest, CreateTopicRequest,
     CreateUserRequest, DescribeOptionsResponse, GetClientRequest, GetUserRequest,
     PersonalAccessTokenResponse, StatsResponse, TopicResourcePatch, UpdateResourceRequest,
-    UpdateTopicRequest,
+    UpdateTopicRequest, UpdateUserRequest, UserResourcePatch,
 };
 use iggy_metadata::machine::{decode, ident};
 use iggy_metadata::machine::{status_from_wire, token_record};
@@ -33,6 +33,41 @@ pub fn check_password(password: &str) -> Result<(), ErrorCode> {
 
 /// Checks what only the primary can check (current passwords, a topic's size floor)
 /// and replaces secrets by their hashes before the request is journaled.
+/// A new user name must read as what it is in a user list: no leading or trailing white space
+/// and no invisible formatting character (zero-width space and joiners, direction overrides,
+/// word joiners, a byte-order mark, soft hyphen), with which a user manager made users that
+/// show as "iggy" (InvalidUsername). Asked before the op is submitted, not as it applies: the
+/// names of ops journaled already replay as they did.
+fn check_username_shown(name: &str) -> Result<(), ErrorCode> {
+    let invisible = |c: char| {
+        matches!(
+            c,
+            '\u{00AD}'
+                | '\u{034F}'
+                | '\u{061C}'
+                | '\u{115F}'
+                | '\u{1160}'
+                | '\u{17B4}'
+                | '\u{17B5}'
+                | '\u{180B}'..='\u{180E}'
+                | '\u{200B}'..='\u{200F}'
+                | '\u{202A}'..='\u{202E}'
+                | '\u{2060}'..='\u{206F}'
+                | '\u{3164}'
+                | '\u{FE00}'..='\u{FE0F}'
+                | '\u{FEFF}'
+                | '\u{FFA0}'
+                | '\u{FFF9}'..='\u{FFFB}'
+                | '\u{E0000}'..='\u{E0FFF}'
+        )
+    };
+    let edges = name.starts_with(char::is_whitespace) || name.ends_with(char::is_whitespace);
+    match edges || name.chars().any(invisible) {
+        true => Err(ErrorCode::InvalidUsername),
+        false => Ok(()),
+    }
+}
+
 pub async fn prepare(
     shared: &Shared,
     operation: Operation,
@@ -46,6 +81,7 @@ pub async fn prepare(
     match operation {
         Operation::CreateUser => {
             let mut request: CreateUserRequest = decode(body)?;
+            check_username_shown(request.username)?;
             check_password(request.password)?;
             status_from_wire(request.status)?;
             let hash = hash_password(shared, request.password).await;
@@ -93,6 +129,19 @@ pub async fn prepare(
         }
         Operation::UpdateResource => {
             let request: UpdateResourceRequest = decode(body)?;
+            if request.scope == iggy_generated::payloads::OptionsScope::User {
+                let patch: UserResourcePatch = decode(request.patch)?;
+                if let Ok(entries) = iggy_metadata::options::entries(patch.options) {
+                    for (key, value) in entries {
+                        if let ("username" | "name", Ok(name)) =
+                            (key, iggy_metadata::options::as_str(value))
+                        {
+                            check_username_shown(name)?;
+                        }
+                    }
+                }
+                return Ok(unchanged);
+            }
             // The grant was judged before (`permissions::need_of`); a topic's new options are
             // checked against its segment size, and those given as text prepared typed.
             if request.scope != iggy_generated::payloads::OptionsScope::Topic {
@@ -173,6 +222,13 @@ pub async fn prepare(
                 && let Ok((_, t)) = shared.metadata.borrow().topic(&stream, &topic)
             {
                 check_topic_size_floor(shared, request.options, t.segment_size)?;
+            }
+            Ok(unchanged)
+        }
+        Operation::UpdateUser => {
+            let request: UpdateUserRequest = decode(body)?;
+            if let Some(name) = request.username {
+                check_username_shown(name)?;
             }
             Ok(unchanged)
         }
@@ -488,5 +544,32 @@ fn numeric_version(release: &str) -> u32 {
                 .saturating_add(minor * 1000 + patch)
         }
         _ => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn user_names_that_show_as_another_are_refused() {
+        for name in [
+            "iggy\u{200B}",
+            " lead",
+            "trail ",
+            "iggy\u{00A0}",
+            "\u{202E}yggi",
+            "ig\u{2060}gy",
+            "\u{FEFF}iggy",
+        ] {
+            assert_eq!(
+                check_username_shown(name),
+                Err(ErrorCode::InvalidUsername),
+                "{name:?}"
+            );
+        }
+        for name in ["iggy", "Iggy", "john smith", "zoë", "用户名", "a-b_c.d"] {
+            assert_eq!(check_username_shown(name), Ok(()), "{name:?}");
+        }
     }
 }
