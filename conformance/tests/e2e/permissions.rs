@@ -24,6 +24,47 @@ fn on_topic(stream: usize, topic: usize, grant: TopicPermissions) -> Option<Perm
     on_stream(stream, StreamPermissions { topics: Some(BTreeMap::from([(topic, grant)])), ..Default::default() })
 }
 
+/// A write naming a stream, topic or user that does not exist is refused (41) to a user who
+/// may not make it whatever the target, as for one that exists, so a user without grants cannot
+/// tell which names exist by trying (it got 404-style not-found for a missing target and 41
+/// for an existing one, while the reads hide both); a user who holds the grant is told what is
+/// missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_to_missing_targets_tell_a_user_without_the_grant_nothing() {
+    let server = TestServer::start();
+    let root = server.root_client().await;
+    create_stream_and_topic(&root, "s", "t", 1).await;
+    create_user(&root, "victim", None).await;
+    create_user(&root, "nobody", None).await;
+    let nobody = server.client_as("nobody", "user-secret").await;
+    for target in ["s", "missing"] {
+        expect_code(&format!("delete stream {target}"), within("delete", nobody.delete_stream(&name(target))).await, 41);
+        expect_code(
+            &format!("delete topic {target}/t"),
+            within("delete", nobody.delete_topic(&name(target), &name("t"))).await,
+            41,
+        );
+        expect_code(
+            &format!("send to {target}/t"),
+            within("send", nobody.send_messages(&name(target), &name("t"), &Partitioning::partition_id(0), &mut msgs("x", 1))).await,
+            41,
+        );
+    }
+    expect_code("delete topic s/missing", within("delete", nobody.delete_topic(&name("s"), &name("missing"))).await, 41);
+    for user in ["victim", "no_such_user"] {
+        expect_code(
+            &format!("change {user}'s password"),
+            within("password", nobody.change_password(&name(user), "user-secret", "another-secret")).await,
+            41,
+        );
+    }
+    // With the grant, what is missing is said.
+    let missing = within("delete", root.delete_stream(&name("missing"))).await;
+    assert!(matches!(&missing, Err(e) if e.as_code() != 41), "root: {missing:?}");
+    let missing = within("send", root.send_messages(&name("s"), &name("missing"), &Partitioning::partition_id(0), &mut msgs("x", 1))).await;
+    assert!(matches!(&missing, Err(e) if e.as_code() != 41), "root: {missing:?}");
+}
+
 /// A stream's read_topics lets a user read its topics and messages (by id or by name) but
 /// neither manage them nor send; a grant on one topic opens that topic only; the server's own
 /// figures need read_servers, while get_me and the cluster roster (the SDK routes by it) need

@@ -1,6 +1,7 @@
 //! Permissions between the model and the generated wire layout (requests, replies and the
 //! snapshot use the same `WirePermissions`), and what each metadata op needs.
 
+use crate::Ident;
 use crate::machine::{decode, ident};
 use crate::model::{
     GlobalPermissions, Metadata, Need, Permissions, StreamPermissions, TopicPermissions,
@@ -157,11 +158,67 @@ pub fn need_of(
     actor: u32,
     request: &[u8],
 ) -> Result<Option<Need>, ErrorCode> {
-    let stream_of = |id: &Identifier<'_>| metadata.stream(&ident(id)?).map(|s| s.id);
-    let topic_of = |s: &Identifier<'_>, t: &Identifier<'_>| {
-        metadata
+    need_resolved(metadata, operation, actor, request, false)
+}
+
+/// An id no stream, topic or user has, nor any grant names (grants on a missing stream or
+/// topic are refused, and a deleted one's grants go with it).
+const NO_SUCH_ID: u32 = u32::MAX;
+
+/// What `operation` would need were the stream, topic or user it names missing to exist (under
+/// an id no grant names): `need_of`'s answer whatever the target. A request for a missing
+/// target is judged by it first, so a user without the grant learns nothing of what exists
+/// (41 either way, as the reads answer), and one with it is told what is missing.
+pub fn need_whatever_the_target(
+    metadata: &Metadata,
+    operation: Operation,
+    actor: u32,
+    request: &[u8],
+) -> Result<Option<Need>, ErrorCode> {
+    need_resolved(metadata, operation, actor, request, true)
+}
+
+/// The ids of the stream and topic `stream` and `topic` name, a missing one's as an id no
+/// grant names: what a request for them is judged by before it is told what is missing (see
+/// [`need_whatever_the_target`]).
+pub fn topic_whatever_exists(
+    metadata: &Metadata,
+    stream: &Identifier<'_>,
+    topic: &Identifier<'_>,
+) -> Result<(u32, u32), ErrorCode> {
+    let found = |id: Result<u32, ErrorCode>| match id {
+        Err(error) if is_not_found(error) => Ok(NO_SUCH_ID),
+        id => id,
+    };
+    let stream = found(metadata.stream(&ident(stream)?).map(|s| s.id))?;
+    if stream == NO_SUCH_ID {
+        return Ok((NO_SUCH_ID, NO_SUCH_ID));
+    }
+    let topic = metadata.topic(&Ident::Id(stream), &ident(topic)?);
+    Ok((stream, found(topic.map(|(_, t)| t.id))?))
+}
+
+fn is_not_found(error: ErrorCode) -> bool {
+    error == ErrorCode::ResourceNotFound || error.name().ends_with("NotFound")
+}
+
+fn need_resolved(
+    metadata: &Metadata,
+    operation: Operation,
+    actor: u32,
+    request: &[u8],
+    assume_targets: bool,
+) -> Result<Option<Need>, ErrorCode> {
+    let assumed = |found: Result<u32, ErrorCode>| match found {
+        Err(error) if assume_targets && is_not_found(error) => Ok(NO_SUCH_ID),
+        found => found,
+    };
+    let stream_of = |id: &Identifier<'_>| assumed(metadata.stream(&ident(id)?).map(|s| s.id));
+    let topic_of = |s: &Identifier<'_>, t: &Identifier<'_>| match assume_targets {
+        true => topic_whatever_exists(metadata, s, t),
+        false => metadata
             .topic(&ident(s)?, &ident(t)?)
-            .map(|(s, t)| (s.id, t.id))
+            .map(|(s, t)| (s.id, t.id)),
     };
     let manage_topic = |s: &Identifier<'_>, t: &Identifier<'_>| {
         topic_of(s, t).map(|(s, t)| Need::ManageTopic(s, t))
@@ -225,7 +282,8 @@ pub fn need_of(
         // One's own password needs no grant; another's needs manage_users.
         Operation::ChangePassword => {
             let r: ChangePasswordRequest = decode(request)?;
-            match metadata.user(&ident(&r.user_id)?)?.id == actor {
+            let user = assumed(metadata.user(&ident(&r.user_id)?).map(|user| user.id))?;
+            match user == actor {
                 true => Need::None,
                 false => Need::ManageUsers,
             }

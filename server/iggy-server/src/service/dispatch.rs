@@ -1038,15 +1038,32 @@ async fn logout(
 // ----- replicated metadata ops -----
 
 /// The permission a metadata op of `user` needs, resolved against the current state.
+/// What metadata op `operation` of `user` needs. One naming a stream, topic or user that is
+/// missing is judged first as if it existed: a user without the grant is refused (41) whether
+/// or not the target exists, so a write learns nothing the reads hide; one with it is told what
+/// is missing.
 fn metadata_need(
     node: &Node,
     operation: Operation,
     user: u32,
     body: &[u8],
 ) -> Result<Need, ErrorCode> {
-    let metadata = node.shared.metadata.borrow();
-    iggy_metadata::permissions::need_of(&metadata, operation, user, body)?
-        .ok_or(ErrorCode::FeatureUnavailable)
+    use iggy_metadata::permissions::{need_of, need_whatever_the_target};
+    let need = {
+        let metadata = node.shared.metadata.borrow();
+        need_of(&metadata, operation, user, body)
+    };
+    match need {
+        Ok(need) => need.ok_or(ErrorCode::FeatureUnavailable),
+        Err(missing) => {
+            let metadata = node.shared.metadata.borrow();
+            if let Ok(Some(need)) = need_whatever_the_target(&metadata, operation, user, body) {
+                drop(metadata);
+                node.shared.judge(user, need)?;
+            }
+            Err(missing)
+        }
+    }
 }
 
 async fn metadata_write(
@@ -1209,6 +1226,36 @@ fn resolve_partition(
     }
     Ok((s.id, t.id, partition))
 }
+
+/// [`resolve_partition`] for `user`, whose request needs any of `needs` on the topic: a
+/// missing stream, topic or partition is judged first as if it existed (see `metadata_need`),
+/// so a user who may not make the request learns nothing of what exists (41 either way).
+fn resolve_partition_for(
+    node: &Node,
+    (user, needs): (u32, Needs),
+    stream: &iggy_generated::payloads::Identifier<'_>,
+    topic: &iggy_generated::payloads::Identifier<'_>,
+    partition: Option<u32>,
+) -> Result<PartitionKey, ErrorCode> {
+    resolve_partition(node, stream, topic, partition).or_else(|missing| {
+        let assumed = iggy_metadata::permissions::topic_whatever_exists(
+            &node.shared.metadata.borrow(),
+            stream,
+            topic,
+        );
+        if let Ok((stream, topic)) = assumed {
+            let needs: Vec<Need> = needs.iter().map(|need| need(stream, topic)).collect();
+            node.shared.judge_any(user, &needs)?;
+        }
+        Err(missing)
+    })
+}
+
+/// The grants a partition request may be made under, as a function of the stream and topic.
+type Needs = &'static [fn(u32, u32) -> Need];
+
+/// Whoever may poll there (offsets, polls, 0.11.1's lookups).
+const POLLS: Needs = &[Need::PollMessages];
 
 fn incarnation_of(node: &Node, key: PartitionKey) -> u64 {
     node.shared.live_incarnation(key).unwrap_or(0)
@@ -1408,7 +1455,13 @@ fn prepare_send(
             return Err(ErrorCode::InvalidFormat);
         }
         let partition = u32::from_le_bytes(send.partitioning.value.try_into().expect("4 bytes"));
-        let key = resolve_partition(node, &send.stream_id, &send.topic_id, Some(partition))?;
+        let key = resolve_partition_for(
+            node,
+            (bound.user_id, &[Need::SendMessages]),
+            &send.stream_id,
+            &send.topic_id,
+            Some(partition),
+        )?;
         partition_primary_for(node, key, routing)?;
         node.shared
             .judge(bound.user_id, Need::SendMessages(key.0, key.1))?;
@@ -1444,8 +1497,9 @@ fn prepare_offset_write(
     Ok(match request.operation {
         Operation::StoreConsumerOffset => {
             let store: StoreConsumerOffsetRequest = decode(body)?;
-            let key = resolve_partition(
+            let key = resolve_partition_for(
                 node,
+                (bound.user_id, POLLS),
                 &store.stream_id,
                 &store.topic_id,
                 partition_arg(&store.partition_id),
@@ -1478,8 +1532,9 @@ fn prepare_offset_write(
         }
         Operation::DeleteConsumerOffset => {
             let delete: DeleteConsumerOffsetRequest = decode(body)?;
-            let key = resolve_partition(
+            let key = resolve_partition_for(
                 node,
+                (bound.user_id, POLLS),
                 &delete.stream_id,
                 &delete.topic_id,
                 partition_arg(&delete.partition_id),
@@ -1819,9 +1874,16 @@ async fn non_replicated(
         }
         105 => {
             let r: GetPartitionRouteRequest = decode(body)?;
-            let key = resolve_partition(node, &r.stream_id, &r.topic_id, Some(r.partition_id))?;
             // The SDK asks the route before every partition call: whoever may poll (which
             // read_topic implies) or send there may learn it.
+            let may_learn: Needs = &[Need::PollMessages, Need::SendMessages];
+            let key = resolve_partition_for(
+                node,
+                (user, may_learn),
+                &r.stream_id,
+                &r.topic_id,
+                Some(r.partition_id),
+            )?;
             let needs = [
                 Need::PollMessages(key.0, key.1),
                 Need::SendMessages(key.0, key.1),
@@ -1845,7 +1907,7 @@ async fn non_replicated(
                     (r.stream_id, r.topic_id, partition_arg(&r.partition_id))
                 }
             };
-            let key = resolve_partition(node, &stream, &topic, partition)?;
+            let key = resolve_partition_for(node, (user, POLLS), &stream, &topic, partition)?;
             judge(Need::PollMessages(key.0, key.1))?;
             let (_, primary) = route_position(node, key)?;
             let session = iggy_generated::payloads::SessionIdentity {
@@ -1863,8 +1925,9 @@ async fn non_replicated(
         }
         120 => {
             let r: GetConsumerOffsetRequest = decode(body)?;
-            let key = resolve_partition(
+            let key = resolve_partition_for(
                 node,
+                (user, POLLS),
                 &r.stream_id,
                 &r.topic_id,
                 partition_arg(&r.partition_id),
@@ -2028,8 +2091,9 @@ async fn poll(
         // polled (`Consumer::external_group`), whatever the stream, topic or group.
         return Err(ErrorCode::FeatureUnavailable);
     }
-    let key = match resolve_partition(
+    let key = match resolve_partition_for(
         node,
+        (bound.user_id, POLLS),
         &poll.stream_id,
         &poll.topic_id,
         partition_arg(&poll.partition_id),
