@@ -4,6 +4,7 @@
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::time::Duration;
 use toml::{Table, Value};
 
 mod cluster;
@@ -61,13 +62,16 @@ impl System {
     /// load would stop the node.
     fn checked_max_disk_stall(&self) -> Result<std::time::Duration, ConfigError> {
         match cluster::parse_duration(self.max_disk_stall_text.trim()) {
-            Some(limit) if limit.is_zero() || limit >= std::time::Duration::from_secs(1) => {
+            Some(limit)
+                if limit.is_zero()
+                    || (limit >= std::time::Duration::from_secs(1) && limit <= DURATION_MAX) =>
+            {
                 Ok(limit)
             }
             _ => Err(ConfigError::BadValue {
                 key: "system.max_disk_stall".into(),
                 value: self.max_disk_stall_text.clone(),
-                expected: "duration of at least 1s (a whole number with ms, s, m or h: \
+                expected: "duration of 1s to ten years (a whole number with ms, s, m or h: \
                            \"20s\"), or \"0s\" for no stall detection",
             }),
         }
@@ -82,6 +86,9 @@ pub struct Logging {
     /// `text` or `json`.
     pub format: String,
 }
+
+/// The longest duration a setting takes (ten years).
+const DURATION_MAX: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 
 /// The values `system.logging.level` admits.
 pub const LOG_LEVELS: &[&str] = &["trace", "debug", "info", "warn", "error", "off"];
@@ -983,6 +990,57 @@ impl Config {
                 expected: "log format (text or json)",
             });
         }
+        // A longer duration is no setting anyone means, and past the clock's range a deadline
+        // built from it panics (an idle timeout of 2^63 - 1 s stopped the node at the first
+        // connection).
+        let secs = |key: &'static str, value: u64| (key, Duration::from_secs(value));
+        let millis = |key: &'static str, value: u64| (key, Duration::from_millis(value));
+        let durations = [
+            secs("system.session_lease_secs", self.system.session_lease_secs),
+            millis(
+                "system.maintenance_interval_ms",
+                self.system.maintenance_interval_ms,
+            ),
+            secs("limits.idle_timeout_secs", self.limits.idle_timeout_secs),
+            millis("limits.request_timeout_ms", self.limits.request_timeout_ms),
+            secs(
+                "http.jwt.access_token_expiry_secs",
+                self.http.jwt.access_token_expiry_secs,
+            ),
+            secs("http.jwt.clock_skew_secs", self.http.jwt.clock_skew_secs),
+            secs("http.jwt.not_before_secs", self.http.jwt.not_before_secs),
+            millis(
+                "quic.keep_alive_interval_ms",
+                self.quic.keep_alive_interval_ms,
+            ),
+            millis("quic.max_idle_timeout_ms", self.quic.max_idle_timeout_ms),
+            ("cluster.heartbeat_timeout", self.cluster.heartbeat_timeout),
+            (
+                "cluster.commit_broadcast_interval",
+                self.cluster.commit_broadcast_interval,
+            ),
+            (
+                "cluster.prepare_retransmit_interval",
+                self.cluster.prepare_retransmit_interval,
+            ),
+            (
+                "cluster.view_change_retransmit_interval",
+                self.cluster.view_change_retransmit_interval,
+            ),
+            (
+                "cluster.view_change_status_timeout",
+                self.cluster.view_change_status_timeout,
+            ),
+        ];
+        for (key, value) in durations {
+            if value > DURATION_MAX {
+                problems.push(ConfigError::BadValue {
+                    key: key.into(),
+                    value: format!("{value:?}"),
+                    expected: "duration of at most ten years",
+                });
+            }
+        }
         let advertised = self.node.advertised_address.trim();
         if !advertised.is_empty() && !cluster::is_host(advertised) {
             problems.push(ConfigError::BadValue {
@@ -1307,6 +1365,20 @@ mod tests {
         }
         let env = |k: &str| (k == "IGGY_NODE_ADVERTISED_ADDRESS").then(|| "iggy.example".into());
         assert!(load(None, env).is_ok());
+        // Durations past the clock's range (a deadline built from one panicked): at most ten
+        // years, in whatever unit a key takes.
+        for (variable, value) in [
+            ("IGGY_LIMITS_IDLE_TIMEOUT_SECS", "9223372036854775807"),
+            ("IGGY_LIMITS_REQUEST_TIMEOUT_MS", "9223372036854775807"),
+            ("IGGY_SYSTEM_SESSION_LEASE_SECS", "315360001"),
+            ("IGGY_SYSTEM_MAX_DISK_STALL", "100000h"),
+        ] {
+            let env = |k: &str| (k == variable).then(|| value.to_string());
+            let e = load(None, env).unwrap_err().to_string();
+            assert!(e.contains("ten years"), "{variable}: {e}");
+        }
+        let env = |k: &str| (k == "IGGY_LIMITS_IDLE_TIMEOUT_SECS").then(|| "315360000".into());
+        assert!(load(None, env).is_ok(), "ten years is taken");
         for key in [
             "system.durability",
             "system.segment_size",
