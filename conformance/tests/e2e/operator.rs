@@ -574,6 +574,34 @@ async fn a_second_start_on_a_running_servers_data_directory_is_refused() {
     );
 }
 
+/// `binary` (copied where `nobody` may run it) on the data directory `data`, TCP on an
+/// ephemeral port and no HTTP, from `data`'s parent: as `nobody` through `setpriv` when the
+/// tests run as root (root writes anywhere), as the tests' own user otherwise.
+fn unprivileged_start(
+    binary: &std::path::Path,
+    as_root: bool,
+    data: &std::path::Path,
+) -> Command {
+    let mut start = match as_root {
+        true => {
+            let mut c = Command::new("setpriv");
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                .arg(binary);
+            c
+        }
+        false => Command::new(binary),
+    };
+    start
+        .env_remove("RUST_LOG")
+        .env("IGGY_SYSTEM_PATH", data)
+        .env("IGGY_TCP_ADDRESS", "127.0.0.1:0")
+        .env("IGGY_HTTP_ENABLED", "false")
+        .current_dir(binary.parent().expect("the binary's directory"))
+        .stdin(Stdio::null())
+        .arg("--with-default-root-credentials");
+    start
+}
+
 /// A data directory the server's user may not write (another user's), or may not make (its
 /// parent is not writable), is refused at start with exit 1 naming it, before anything is
 /// written: its first write failed as a storage failure (exit 74, which a supervisor restarts
@@ -605,24 +633,8 @@ fn a_data_directory_the_server_may_not_write_is_refused_at_start_with_exit_1() {
         (existing.clone(), "the data directory"),
         (locked.join("new"), "cannot be made in"),
     ] {
-        let mut start = match as_root {
-            true => {
-                let mut c = Command::new("setpriv");
-                c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-                    .arg(&binary);
-                c
-            }
-            false => Command::new(&binary),
-        };
-        start
-            .env_remove("RUST_LOG")
-            .env("IGGY_SYSTEM_PATH", &data)
-            .env("IGGY_TCP_ADDRESS", "127.0.0.1:0")
-            .env("IGGY_QUIC_ENABLED", "false")
-            .env("IGGY_HTTP_ENABLED", "false")
-            .current_dir(root.path())
-            .stdin(Stdio::null())
-            .arg("--with-default-root-credentials");
+        let mut start = unprivileged_start(&binary, as_root, &data);
+        start.env("IGGY_QUIC_ENABLED", "false");
         let out = output_of_a_refused_start(&mut start);
         let stderr = text(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{}: {stderr}", data.display());
@@ -660,35 +672,21 @@ fn a_data_directory_holding_files_the_server_may_not_write_is_refused_at_start_u
     let as_root = unsafe { libc::getuid() } == 0;
     let binary = root.path().join("iggy-server");
     std::fs::copy(server_binary(), &binary).unwrap();
-    let mut start = match as_root {
+    match as_root {
+        // The directories are nobody's, the journal stays root's (0644).
         true => {
-            // The directories are nobody's, the journal stays root's (0644).
             for dir in [&data, &data.join("metadata")] {
                 std::os::unix::fs::chown(dir, Some(65534), Some(65534)).unwrap();
             }
-            let mut c = Command::new("setpriv");
-            c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-                .arg(&binary);
-            c
         }
-        false => {
-            std::fs::set_permissions(
-                &journal,
-                std::os::unix::fs::PermissionsExt::from_mode(0o444),
-            )
-            .unwrap();
-            Command::new(&binary)
-        }
-    };
-    start
-        .env_remove("RUST_LOG")
-        .env("IGGY_SYSTEM_PATH", &data)
-        .env("IGGY_TCP_ADDRESS", "127.0.0.1:0")
-        .env("IGGY_QUIC_ADDRESS", "127.0.0.1:0")
-        .env("IGGY_HTTP_ENABLED", "false")
-        .current_dir(root.path())
-        .stdin(Stdio::null())
-        .arg("--with-default-root-credentials");
+        false => std::fs::set_permissions(
+            &journal,
+            std::os::unix::fs::PermissionsExt::from_mode(0o444),
+        )
+        .unwrap(),
+    }
+    let mut start = unprivileged_start(&binary, as_root, &data);
+    start.env("IGGY_QUIC_ADDRESS", "127.0.0.1:0");
     let out = output_of_a_refused_start(&mut start);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");

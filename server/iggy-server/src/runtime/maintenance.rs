@@ -1016,16 +1016,23 @@ mod tests {
 
     /// A process stopped (SIGSTOP) for longer than the patience judges its quorum from when it
     /// runs again: it said "no quorum for 90s … hears 2 of its 2 peers" on SIGCONT.
-    #[test]
-    fn a_process_that_did_not_run_judges_its_quorum_from_when_it_runs_again() {
-        use crate::consensus::figures::GroupRole;
-        let out_of_touch = GroupRole {
-            status: iggy_vsr::Status::Normal,
+    /// The metadata group's role on a backup of primary 1, `status` and `in_touch` as given.
+    fn backup_role(
+        status: iggy_vsr::Status,
+        in_touch: bool,
+    ) -> crate::consensus::figures::GroupRole {
+        crate::consensus::figures::GroupRole {
+            status,
             primary: 1,
-            in_touch: false,
+            in_touch,
             muted: false,
             applied_view_log: true,
-        };
+        }
+    }
+
+    #[test]
+    fn a_process_that_did_not_run_judges_its_quorum_from_when_it_runs_again() {
+        let out_of_touch = backup_role(iggy_vsr::Status::Normal, false);
         let start = Instant::now();
         let at = |secs: u64| start + Duration::from_secs(secs);
         let patience = Duration::from_secs(10);
@@ -1055,15 +1062,8 @@ mod tests {
 
     #[test]
     fn a_node_without_a_quorum_warns_after_two_heartbeat_timeouts_then_every_30_s() {
-        use crate::consensus::figures::GroupRole;
         use iggy_vsr::Status::{Normal, Recovering};
-        let role = |status, in_touch| GroupRole {
-            status,
-            primary: 1,
-            in_touch,
-            muted: false,
-            applied_view_log: true,
-        };
+        let role = backup_role;
         let start = Instant::now();
         let at = |secs: u64| start + Duration::from_secs(secs);
         let patience = Duration::from_secs(10);
